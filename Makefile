@@ -1,0 +1,157 @@
+# tandem — one Makefile, read top to bottom as the table of contents.
+#
+#   make            build build/tandem (+ build/libxrt_emu.so, + build/libtandem_cuda.so when nvcc exists)
+#   make run        install deps, build, start the daemon on the bundled stories260K model
+#   make test       install deps, build, run every test; last line "N passed, N failed"
+#   make deps       install the Debian packages the build needs (idempotent)
+#   make SAN=1 ...  the same with ASan+UBSan, into build/san/
+#   make CUDA=0     skip the CUDA backend even when nvcc is present
+#   make install    binary, unit file and example config under $(PREFIX) / /etc
+
+# ---------------------------------------------------------------- toolchain
+CC       ?= cc
+SAN      ?= 0
+PORTABLE ?= 0
+PREFIX   ?= /usr/local
+BUILD    := build
+ifeq ($(SAN),1)
+BUILD    := build/san
+endif
+
+NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
+ifeq ($(NVCC),)
+CUDA ?= 0
+else
+CUDA ?= 1
+endif
+
+PKGS     := libuv libmicrohttpd jansson libpcre2-8 libcrypto libsystemd
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+OPT      := -O3
+ifeq ($(PORTABLE),0)
+OPT      += -march=native
+endif
+CFLAGS   ?= $(OPT) -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -Wno-unused-parameter \
+            -fno-strict-aliasing -fPIC -I. -I$(BUILD) $(PKG_CFLAGS) -MMD -MP
+LDLIBS   += $(PKG_LIBS) -lm -ldl -pthread
+ifeq ($(SAN),1)
+CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -O1
+LDFLAGS  += -fsanitize=address,undefined
+endif
+
+# ---------------------------------------------------------------- sources
+# Every module folder is globbed: a new file joins the build without touching this file.
+# The subcommands (daemon/main.c, daemon/cmd_*.c) link into the binary directly, the rest through
+# build/libtandem.a, which the tests and the plugins link too.
+MAIN_SRC := daemon/main.c $(wildcard daemon/cmd_*.c)
+LIB_SRC  := $(filter-out $(MAIN_SRC),$(wildcard proto/*.c model/*.c scheduler/*.c cpu/*.c fpga/*.c daemon/*.c))
+EMU_SRC  := $(wildcard fpga/emu/*.c fpga/kernels/*.c)
+TEST_SRC := $(wildcard tests/*.c tests/*/*.c)
+TOOL_SRC := $(wildcard tools/*.c)
+GPU_CU   := $(wildcard gpu/*.cu)
+GPU_C    := $(wildcard gpu/*.c)
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+MAIN_OBJ := $(MAIN_SRC:%.c=$(BUILD)/obj/%.o)
+EMU_OBJ  := $(EMU_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+TOOLS    := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
+GPU_OBJ  := $(GPU_CU:%.cu=$(BUILD)/obj/%.cu.o) $(GPU_C:%.c=$(BUILD)/obj/%.o)
+
+TARGETS  := $(BUILD)/tandem $(BUILD)/libxrt_emu.so $(BUILD)/tandem-tests $(TOOLS)
+ifeq ($(CUDA),1)
+ifneq ($(GPU_CU)$(GPU_C),)
+TARGETS  += $(BUILD)/libtandem_cuda.so
+endif
+endif
+
+.PHONY: all deps run test test-unit test-san bench install clean format
+all: $(TARGETS)
+
+# ---------------------------------------------------------------- rules
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libtandem.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tandem: $(MAIN_OBJ) $(BUILD)/libtandem.a
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS)
+
+# The FPGA emulator is a separate shared library that exports the XRT C API, loaded with dlopen
+# exactly as the real libxrt_coreutil.so.2 would be.
+$(BUILD)/libxrt_emu.so: $(EMU_OBJ) $(BUILD)/libtandem.a
+	$(CC) $(LDFLAGS) -shared -o $@ $(EMU_OBJ) $(BUILD)/libtandem.a $(LDLIBS)
+
+# Tests: every `TEST(name)` in tests/ is listed by this generated header (libuv's test-list idea,
+# without a hand-kept list).
+$(BUILD)/test_list.h: $(TEST_SRC)
+	@mkdir -p $(dir $@)
+	@grep -ho '^TEST([a-z0-9_]*)' $(TEST_SRC) | sed 's/^TEST(\(.*\))/X(\1)/' > $@.tmp
+	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
+
+$(BUILD)/obj/tests/main.o: $(BUILD)/test_list.h
+
+$(BUILD)/tandem-tests: $(TEST_OBJ) $(BUILD)/libtandem.a
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%: tools/%.c $(BUILD)/libtandem.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtandem.a $(LDLIBS)
+
+# ---------------------------------------------------------------- CUDA backend (dlopen'ed plugin)
+NVFLAGS ?= -O3 -std=c++17 -Xcompiler -fPIC -I. -gencode=arch=compute_90,code=sm_90 \
+           -gencode=arch=compute_90,code=compute_90 -lineinfo
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libtandem_cuda.so: $(GPU_OBJ) $(BUILD)/libtandem.a
+	$(CC) $(LDFLAGS) -shared -o $@ $(GPU_OBJ) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+	    -lcublasLt -lcublas -lcudart -lstdc++ $(LDLIBS)
+
+# ---------------------------------------------------------------- workflows
+deps:
+	@tools/deps.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/tandem serve $(ARGS)
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tests/run.sh
+
+test-unit: all
+	@$(BUILD)/tandem-tests
+
+test-san:
+	@$(MAKE) --no-print-directory SAN=1 all
+	@BUILD=build/san tests/run.sh
+
+bench: all
+	$(BUILD)/tandem bench --model models/stories260K --device cpu
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/tandem $(DESTDIR)/etc/tandem \
+	    $(DESTDIR)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/tandem/models
+	install -m 755 $(BUILD)/tandem $(DESTDIR)$(PREFIX)/bin/tandem
+	install -m 755 $(BUILD)/libxrt_emu.so $(DESTDIR)$(PREFIX)/lib/tandem/
+	if [ -f $(BUILD)/libtandem_cuda.so ]; then install -m 755 $(BUILD)/libtandem_cuda.so $(DESTDIR)$(PREFIX)/lib/tandem/; fi
+	cp -r models/stories260K $(DESTDIR)$(PREFIX)/share/tandem/models/
+	if [ -f systemd/tandem.service ]; then install -m 644 systemd/tandem.service $(DESTDIR)/lib/systemd/system/; fi
+	if [ -f deploy/tandem.conf.example ] && [ ! -f $(DESTDIR)/etc/tandem/tandem.conf ]; then \
+	    install -m 644 deploy/tandem.conf.example $(DESTDIR)/etc/tandem/tandem.conf; fi
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

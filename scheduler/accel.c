@@ -1,0 +1,204 @@
+/* scheduler/accel.c — the wrappers around every backend's accel_dev_i: bounds, memory
+ * reservation, sequence lengths, sticky failure. See accel.h for the contract. */
+#include "scheduler/accel_impl.h"
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+
+const char *accel_strerror(int st)
+{
+    switch (st) {
+    case ACCEL_OK: return "ok";
+    case ACCEL_ERR_NOMEM: return "not enough device memory";
+    case ACCEL_ERR_DEVICE: return "device failed";
+    case ACCEL_ERR_INVALID: return "invalid argument";
+    case ACCEL_ERR_TIMEOUT: return "device timed out";
+    case ACCEL_ERR_UNSUPPORTED: return "not supported by this device";
+    case ACCEL_ERR_CORRUPT: return "corrupt data";
+    case ACCEL_ERR_CANCELLED: return "cancelled";
+    case ACCEL_ERR_NOT_FOUND: return "no such device";
+    }
+    return "unknown device status";
+}
+
+const char *accel_kind_name(enum accel_kind k)
+{
+    switch (k) {
+    case ACCEL_KIND_CPU: return "cpu";
+    case ACCEL_KIND_CUDA: return "cuda";
+    case ACCEL_KIND_FPGA: return "fpga";
+    }
+    return "?";
+}
+
+const char *accel_health_name(enum accel_health h)
+{
+    switch (h) {
+    case ACCEL_HEALTH_OK: return "ok";
+    case ACCEL_HEALTH_DEGRADED: return "degraded";
+    case ACCEL_HEALTH_FAILED: return "failed";
+    }
+    return "?";
+}
+
+int accel_dev_fail(accel_dev *d)
+{
+    atomic_store(&d->health, ACCEL_HEALTH_FAILED);
+    return ACCEL_ERR_DEVICE;
+}
+
+void accel_dev_degrade(accel_dev *d)
+{
+    int ok = ACCEL_HEALTH_OK;
+    atomic_compare_exchange_strong(&d->health, &ok, ACCEL_HEALTH_DEGRADED);
+}
+
+static int failed(accel_dev *d)
+{
+    return atomic_load(&d->health) == ACCEL_HEALTH_FAILED;
+}
+
+/* A device status from a backend: ACCEL_ERR_DEVICE makes the failure sticky. */
+static int track(accel_dev *d, int st)
+{
+    if (st == ACCEL_ERR_DEVICE) atomic_store(&d->health, ACCEL_HEALTH_FAILED);
+    return st;
+}
+
+void accel_free(accel_dev *d)
+{
+    if (d) d->i->free(d);
+}
+
+const model *accel_model(accel_dev *d)
+{
+    return d->m;
+}
+
+void accel_get_info(accel_dev *d, accel_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->max_batch = 1;
+    d->i->describe(d, out);
+    out->health = atomic_load(&d->health);
+    out->mem_total = d->mem_total;
+    uint64_t r = atomic_load(&d->mem_reserved);
+    out->mem_free = r < d->mem_total ? d->mem_total - r : 0;
+    out->kv_bytes_per_token = d->kv_bytes_per_token;
+    out->n_seqs = atomic_load(&d->n_seqs);
+}
+
+uint64_t accel_kv_bytes(accel_dev *d, int capacity)
+{
+    return (uint64_t)(capacity > 0 ? capacity : 0) * d->kv_bytes_per_token;
+}
+
+int accel_seq_new(accel_dev *d, int capacity, accel_seq **out)
+{
+    *out = NULL;
+    if (failed(d)) return ACCEL_ERR_DEVICE;
+    if (capacity <= 0 || capacity > d->m->cfg.max_pos) return ACCEL_ERR_INVALID;
+    uint64_t need = accel_kv_bytes(d, capacity);
+    uint64_t cur = atomic_load(&d->mem_reserved);
+    do {
+        if (cur + need > d->mem_total) return ACCEL_ERR_NOMEM;
+    } while (!atomic_compare_exchange_weak(&d->mem_reserved, &cur, cur + need));
+    int st = track(d, d->i->seq_new(d, capacity, out));
+    if (st != ACCEL_OK) {
+        atomic_fetch_sub(&d->mem_reserved, need);
+        *out = NULL;
+        return st;
+    }
+    (*out)->len = 0;
+    (*out)->capacity = capacity;
+    (*out)->import_layers_done = 0;
+    atomic_fetch_add(&d->n_seqs, 1);
+    return ACCEL_OK;
+}
+
+void accel_seq_free(accel_dev *d, accel_seq *s)
+{
+    if (!s) return;
+    uint64_t need = accel_kv_bytes(d, s->capacity);
+    d->i->seq_free(d, s);
+    atomic_fetch_sub(&d->mem_reserved, need);
+    atomic_fetch_sub(&d->n_seqs, 1);
+}
+
+int accel_seq_len(accel_dev *d, const accel_seq *s)
+{
+    (void)d;
+    return s->len;
+}
+
+int accel_seq_truncate(accel_dev *d, accel_seq *s, int len)
+{
+    if (len < 0 || len > s->len) return ACCEL_ERR_INVALID;
+    if (d->i->seq_truncate) {
+        int st = track(d, d->i->seq_truncate(d, s, len));
+        if (st) return st;
+    }
+    s->len = len;
+    return ACCEL_OK;
+}
+
+static int valid_ids(const model *m, const int32_t *ids, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->cfg.vocab) return 0;
+    return 1;
+}
+
+int accel_prefill(accel_dev *d, const accel_prefill_req *r)
+{
+    if (failed(d)) return ACCEL_ERR_DEVICE;
+    if (!r->seq || r->n <= 0 || !r->ids) return ACCEL_ERR_INVALID;
+    if (r->n > r->seq->capacity - r->seq->len) return ACCEL_ERR_INVALID;
+    if (!valid_ids(d->m, r->ids, r->n)) return ACCEL_ERR_INVALID;
+    int st = track(d, d->i->prefill(d, r));
+    if (st == ACCEL_OK) r->seq->len += r->n;
+    return st;
+}
+
+int accel_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids, float *logits)
+{
+    if (failed(d)) return ACCEL_ERR_DEVICE;
+    if (n <= 0 || !seqs || !ids || !logits) return ACCEL_ERR_INVALID;
+    if (!valid_ids(d->m, ids, n)) return ACCEL_ERR_INVALID;
+    for (int i = 0; i < n; i++)
+        if (!seqs[i] || seqs[i]->len >= seqs[i]->capacity) return ACCEL_ERR_INVALID;
+    int st = track(d, d->i->decode(d, n, seqs, ids, logits));
+    if (st == ACCEL_OK)
+        for (int i = 0; i < n; i++) seqs[i]->len++;
+    return st;
+}
+
+int accel_kv_import(accel_dev *d, accel_seq *s, const proto_kv_layer *c)
+{
+    const model_config *cfg = &d->m->cfg;
+    if (failed(d)) return ACCEL_ERR_DEVICE;
+    if (!d->i->kv_import) return ACCEL_ERR_UNSUPPORTED;
+    if (!c || c->layer < 0 || c->layer >= cfg->n_layers || c->n_tokens <= 0 ||
+        c->n_kv_heads != cfg->n_kv_heads || c->head_dim != cfg->head_dim)
+        return ACCEL_ERR_INVALID;
+    /* Chunks of one run of positions arrive layer 0 .. L-1, each starting at the current length. */
+    if (c->pos0 != s->len || c->n_tokens > s->capacity - s->len) return ACCEL_ERR_INVALID;
+    if (c->layer != s->import_layers_done) return ACCEL_ERR_INVALID;
+    if (c->layer > 0 && c->n_tokens != s->import_n) return ACCEL_ERR_INVALID;
+    int st = track(d, d->i->kv_import(d, s, c));
+    if (st) return st;
+    s->import_n = c->n_tokens;
+    s->import_pos0 = c->pos0;
+    if (++s->import_layers_done == cfg->n_layers) {
+        s->import_layers_done = 0;
+        s->len += c->n_tokens;
+    }
+    return ACCEL_OK;
+}
+
+int accel_warmup(accel_dev *d)
+{
+    if (failed(d)) return ACCEL_ERR_DEVICE;
+    if (!d->i->warmup) return ACCEL_OK;
+    return track(d, d->i->warmup(d));
+}

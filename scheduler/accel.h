@@ -1,0 +1,123 @@
+/* scheduler/accel.h — the one device interface every backend implements (cpu, cuda, fpga).
+ *
+ * A device (accel_dev) holds one model's weights, loaded once at accel_open(). A sequence
+ * (accel_seq) is one request's state on that device: its KV cache for up to `capacity`
+ * positions, reserved (and counted against the device's memory) when the sequence is created.
+ *
+ *   accel_open("cpu" | "cuda:0" | "fpga-emu:1" | "fpga:0", model, opts)   weights -> device
+ *   accel_seq_new(dev, capacity)         reserve KV; ACCEL_ERR_NOMEM is an admission answer
+ *   accel_prefill(dev, req)              append tokens (a whole prompt or a chunk of it):
+ *                                        logits, and optionally the quantized KV, layer by layer
+ *   accel_kv_import(dev, seq, layer)     fill a sequence from KV another device exported
+ *   accel_decode(dev, n, seqs, ids, logits)  one step for n sequences (continuous batching)
+ *   accel_seq_free(dev, seq)             release its memory
+ *
+ * Threads: a device is driven by one thread at a time (the scheduler's worker for it); calls on
+ * one device must not overlap. accel_get_info() may be called from any thread at any time.
+ *
+ * Errors: functions return ACCEL_OK (0) or a negative ACCEL_ERR_*; accel_strerror() names it.
+ * ACCEL_ERR_DEVICE marks the device FAILED (sticky): every later call fails fast, and the
+ * scheduler moves the work elsewhere. Nothing here exits or aborts on a device fault. */
+#ifndef TANDEM_ACCEL_H
+#define TANDEM_ACCEL_H
+#include <stddef.h>
+#include <stdint.h>
+#include "model/model.h"
+#include "proto/kv.h"
+
+typedef struct accel_dev accel_dev;
+typedef struct accel_seq accel_seq;
+
+enum accel_status {
+    ACCEL_OK = 0,
+    ACCEL_ERR_NOMEM = -1,       /* not enough device memory for this sequence / step */
+    ACCEL_ERR_DEVICE = -2,      /* the device faulted; it is now FAILED */
+    ACCEL_ERR_INVALID = -3,     /* bad argument (a bug in the caller, or input past a bound) */
+    ACCEL_ERR_TIMEOUT = -4,     /* the device did not finish in time */
+    ACCEL_ERR_UNSUPPORTED = -5, /* this device cannot do that (model feature, optional entry) */
+    ACCEL_ERR_CORRUPT = -6,     /* imported data failed its check */
+    ACCEL_ERR_CANCELLED = -7,   /* the request's cancel flag was raised */
+    ACCEL_ERR_NOT_FOUND = -8,   /* no such device / backend library */
+};
+const char *accel_strerror(int status);
+
+enum accel_kind { ACCEL_KIND_CPU, ACCEL_KIND_CUDA, ACCEL_KIND_FPGA };
+enum accel_health { ACCEL_HEALTH_OK, ACCEL_HEALTH_DEGRADED, ACCEL_HEALTH_FAILED };
+enum { ACCEL_CAP_PREFILL = 1, ACCEL_CAP_DECODE = 2, ACCEL_CAP_KV_EXPORT = 4, ACCEL_CAP_KV_IMPORT = 8 };
+
+typedef struct accel_info {
+    char name[32];            /* "cpu", "cuda:0", "fpga:1" */
+    char desc[96];            /* human-readable: "NVIDIA H100 80GB HBM3", "U280 (emulated)" */
+    enum accel_kind kind;
+    unsigned caps;            /* ACCEL_CAP_* */
+    enum accel_health health;
+    uint64_t mem_total;       /* bytes available for KV caches */
+    uint64_t mem_free;        /* of which not reserved by live sequences */
+    uint64_t kv_bytes_per_token; /* what one position of one sequence reserves */
+    int max_batch;            /* sequences one accel_decode can take (1: not batched) */
+    int n_seqs;               /* live sequences */
+} accel_info;
+
+typedef struct accel_opts {
+    int threads;              /* cpu: worker threads (0: all cores) */
+    uint64_t mem_limit;       /* 0: the device's own; else cap the KV budget at this many bytes */
+    enum proto_kv_dtype kv_dtype; /* dtype the device exports / imports KV in (default int8) */
+    const char *lib_path;     /* cuda: libtandem_cuda.so; fpga: libxrt_coreutil.so.2 or emulator */
+    const char *xclbin;       /* fpga: bitstream path (NULL: use the loaded one / emulator) */
+    int weight_bits;          /* fpga: 8 or 4 */
+    int pace;                 /* fpga-emu: pace runs to the timing model in real time */
+} accel_opts;
+
+/* Sink for the quantized KV a prefill produces, one call per layer in layer order, from the
+ * device's thread, as soon as that layer's chunk is on the host. The chunk's memory is valid
+ * only during the call. A non-zero return aborts the prefill with that status. */
+typedef struct accel_kv_sink {
+    int (*layer)(void *ctx, const proto_kv_layer *chunk);
+    void *ctx;
+} accel_kv_sink;
+
+typedef struct accel_prefill_req {
+    accel_seq *seq;
+    const int32_t *ids;       /* tokens appended at the sequence's current length */
+    int n;
+    float *logits;            /* out: (n, vocab) if all_logits, else (vocab) for the last token;
+                                 may be NULL (an intermediate chunk needs none) */
+    int all_logits;
+    const accel_kv_sink *kv;  /* optional: export these tokens' KV */
+    const volatile int *cancel; /* optional: polled between layers -> ACCEL_ERR_CANCELLED */
+} accel_prefill_req;
+
+/* Opens a device by name for model m (which must outlive the device) and loads the weights.
+ * Returns NULL with a message in err when the device does not exist or cannot load the model.
+ * opts may be NULL (defaults). */
+accel_dev *accel_open(const char *name, const model *m, const accel_opts *opts, char *err,
+                      size_t errlen);
+void accel_free(accel_dev *d);
+
+void accel_get_info(accel_dev *d, accel_info *out);
+const model *accel_model(accel_dev *d);
+
+/* Reserves a sequence able to hold `capacity` positions. */
+int accel_seq_new(accel_dev *d, int capacity, accel_seq **out);
+void accel_seq_free(accel_dev *d, accel_seq *s);
+int accel_seq_len(accel_dev *d, const accel_seq *s);
+/* Forgets positions >= len (keeps the first len). */
+int accel_seq_truncate(accel_dev *d, accel_seq *s, int len);
+
+int accel_prefill(accel_dev *d, const accel_prefill_req *r);
+/* One decode step: seqs[i] gets token ids[i] at its next position; logits is (n, vocab). */
+int accel_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids, float *logits);
+/* Appends one layer chunk of imported KV. Chunks of a layer arrive in position order; a
+ * sequence's length grows when the last layer of a run of positions has arrived.
+ * Optional entry: ACCEL_ERR_UNSUPPORTED where the device has none. */
+int accel_kv_import(accel_dev *d, accel_seq *s, const proto_kv_layer *chunk);
+/* Runs a small step and waits for the device (asynchronous errors surface here). */
+int accel_warmup(accel_dev *d);
+
+/* Helpers built on the above. */
+/* bytes of KV one sequence reserves for `capacity` positions on this device */
+uint64_t accel_kv_bytes(accel_dev *d, int capacity);
+const char *accel_kind_name(enum accel_kind k);
+const char *accel_health_name(enum accel_health h);
+
+#endif

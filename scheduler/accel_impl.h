@@ -1,0 +1,57 @@
+/* scheduler/accel_impl.h — what a backend implements (the ggml-backend idea, in our names).
+ * Only backends and scheduler/accel.c include this.
+ *
+ * A backend embeds `struct accel_dev` as the first member of its device struct and
+ * `struct accel_seq` as the first member of its sequence struct. The wrappers in accel.c do the
+ * shared work: argument bounds, memory reservation (capacity * kv_bytes_per_token against
+ * mem_total), sequence length bookkeeping, the sticky FAILED state, and NULL checks of optional
+ * entries. */
+#ifndef TANDEM_ACCEL_IMPL_H
+#define TANDEM_ACCEL_IMPL_H
+#include "scheduler/accel.h"
+#include <stdatomic.h>
+
+struct accel_dev_i {
+    void (*free)(accel_dev *d);
+    /* Fill name/desc/kind/caps/max_batch (memory and health are filled by the wrapper). */
+    void (*describe)(accel_dev *d, accel_info *out);
+    /* Allocate a sequence for `capacity` positions (memory already reserved by the wrapper). */
+    int (*seq_new)(accel_dev *d, int capacity, accel_seq **out);
+    void (*seq_free)(accel_dev *d, accel_seq *s);
+    /* Tokens r->ids go at positions s->len ..; the wrapper advances s->len on success. */
+    int (*prefill)(accel_dev *d, const accel_prefill_req *r);
+    /* The wrapper advances each seq's len on success. */
+    int (*decode)(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids, float *logits);
+    /* optional */
+    int (*kv_import)(accel_dev *d, accel_seq *s, const proto_kv_layer *chunk);
+    int (*warmup)(accel_dev *d);
+    int (*seq_truncate)(accel_dev *d, accel_seq *s, int len);
+};
+
+struct accel_dev {
+    const struct accel_dev_i *i;
+    const model *m;
+    accel_opts opts;
+    uint64_t mem_total;          /* KV budget, bytes */
+    uint64_t kv_bytes_per_token; /* per position of one sequence */
+    _Atomic uint64_t mem_reserved;
+    _Atomic int n_seqs;
+    _Atomic int health;          /* enum accel_health; FAILED is sticky */
+};
+
+struct accel_seq {
+    int len;      /* positions holding valid KV */
+    int capacity; /* positions reserved */
+    int import_layers_done; /* kv_import: layers received for the current run of positions */
+    int import_pos0, import_n;
+};
+
+/* For backends: mark the device FAILED (sticky) and return ACCEL_ERR_DEVICE. */
+int accel_dev_fail(accel_dev *d);
+/* For backends: mark the device DEGRADED (recoverable faults, e.g. a timed-out run). */
+void accel_dev_degrade(accel_dev *d);
+
+/* Backend constructors the registry knows (accel_registry.c). */
+accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen);
+
+#endif
