@@ -1,0 +1,387 @@
+/* cpu/backend.c — the CPU device: the reference forward pass behind the accel interface.
+ *
+ * Memory plan: weights stay in the model's read-only mappings (never copied); each sequence owns
+ * float32 K and V caches of (n_layers, capacity, kv_dim), allocated with calloc so that untouched
+ * capacity costs no resident memory; per-call activations live in scratch buffers that grow to
+ * the largest batch seen (the device is driven by one thread at a time, see accel.h).
+ *
+ * One forward pass serves prefill and batched decode alike: a batch is T tokens, each with its
+ * own sequence and position. Projections run over all T tokens at once (parallel over weight
+ * rows), attention per (token, head) pair (parallel over pairs). Because every op has a fixed
+ * arithmetic order (cpu/ops.h), a token's result does not depend on what else is in the batch:
+ * prefill of n tokens then decode gives the same bits as one prefill of the whole sequence. */
+#include "cpu/ops.h"
+#include "cpu/pool.h"
+#include "cpu/kv_quant.h"
+#include "scheduler/accel_impl.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Prefill runs in sub-batches of this many tokens to bound scratch memory (activations of a
+ * 8B-shaped model: 512 tokens * 14336 * 4 B = 29 MB per FFN buffer). */
+#define PREFILL_BATCH 512
+
+typedef struct cpu_seq {
+    struct accel_seq base;
+    float *k, *v; /* (n_layers, capacity, kv_dim) */
+} cpu_seq;
+
+typedef struct cpu_dev {
+    struct accel_dev base;
+    cpu_pool *pool;
+    float *inv_freq; /* head_dim/2, for the non-dynamic rope types */
+    /* scratch, grown on demand */
+    size_t cap_tokens, cap_keys;
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *cs, *sn, *scores;
+    uint8_t *qk, *qv;
+    uint16_t *sk, *sv;
+} cpu_dev;
+
+static int grow(float **p, size_t n)
+{
+    float *np = realloc(*p, n * sizeof(float));
+    if (!np) return -1;
+    *p = np;
+    return 0;
+}
+
+static int ensure_scratch(cpu_dev *d, size_t T, size_t max_keys)
+{
+    const model_config *c = &d->base.m->cfg;
+    if (T > d->cap_tokens) {
+        size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+        size_t h = (size_t)c->hidden, hd2 = c->head_dim / 2;
+        size_t wide = h > qd ? h : qd;
+        if (grow(&d->x, T * h) || grow(&d->xb, T * wide) || grow(&d->q, T * qd) ||
+            grow(&d->k, T * kvd) || grow(&d->v, T * kvd) || grow(&d->att, T * qd) ||
+            grow(&d->hb, T * c->intermediate) || grow(&d->hb2, T * c->intermediate) ||
+            grow(&d->cs, T * hd2) || grow(&d->sn, T * hd2))
+            return -1;
+        size_t qbytes = proto_kv_value_bytes(PROTO_KV_INT8, (int)T, c->n_kv_heads, c->head_dim);
+        size_t nsc = proto_kv_scale_count(PROTO_KV_INT4, (int)T, c->n_kv_heads, c->head_dim);
+        uint8_t *a = realloc(d->qk, qbytes), *b = a ? realloc(d->qv, qbytes) : NULL;
+        if (a) d->qk = a;
+        if (b) d->qv = b;
+        uint16_t *e = realloc(d->sk, nsc * 2), *f = e ? realloc(d->sv, nsc * 2) : NULL;
+        if (e) d->sk = e;
+        if (f) d->sv = f;
+        if (!a || !b || !e || !f) return -1;
+        d->cap_tokens = T;
+    }
+    if (max_keys > d->cap_keys) {
+        if (grow(&d->scores, max_keys * cpu_pool_threads(d->pool))) return -1;
+        d->cap_keys = max_keys;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the forward pass */
+
+typedef struct batch {
+    int T;
+    const int32_t *ids;
+    cpu_seq *const *seq; /* per token */
+    const int *pos;      /* per token */
+} batch;
+
+struct att_ctx {
+    cpu_dev *d;
+    const batch *b;
+    int layer;
+};
+
+static void att_range(void *vctx, int begin, int end, int thread)
+{
+    struct att_ctx *a = vctx;
+    cpu_dev *d = a->d;
+    const model_config *c = &d->base.m->cfg;
+    int hd = c->head_dim, kvd = c->n_kv_heads * hd, group = c->n_heads / c->n_kv_heads;
+    int qd = c->n_heads * hd;
+    float scale = (float)pow(hd, -0.5);
+    float *scores = d->scores + (size_t)thread * d->cap_keys;
+    for (int i = begin; i < end; i++) {
+        int t = i / c->n_heads, h = i % c->n_heads;
+        cpu_seq *s = a->b->seq[t];
+        int pos = a->b->pos[t];
+        int first = 0;
+        if (c->sliding_window > 0 && pos + 1 > c->sliding_window) first = pos + 1 - c->sliding_window;
+        size_t base = ((size_t)a->layer * s->base.capacity + first) * kvd + (size_t)(h / group) * hd;
+        cpu_attend(d->att + (size_t)t * qd + (size_t)h * hd, d->q + (size_t)t * qd + (size_t)h * hd,
+                   s->k + base, s->v + base, pos + 1 - first, kvd, hd, scale, scores);
+    }
+}
+
+/* Quantizes and hands out this layer's K/V of a single-sequence batch. */
+static int export_layer(cpu_dev *d, const batch *b, int layer, const accel_kv_sink *sink)
+{
+    const model_config *c = &d->base.m->cfg;
+    enum proto_kv_dtype dt = d->base.opts.kv_dtype ? d->base.opts.kv_dtype : PROTO_KV_INT8;
+    if (dt == PROTO_KV_INT8) {
+        cpu_kv_quantize_int8(d->k, b->T, c->n_kv_heads, c->head_dim, d->qk, d->sk);
+        cpu_kv_quantize_int8(d->v, b->T, c->n_kv_heads, c->head_dim, d->qv, d->sv);
+    } else {
+        cpu_kv_quantize_int4(d->k, b->T, c->n_kv_heads, c->head_dim, d->qk, d->sk);
+        cpu_kv_quantize_int4(d->v, b->T, c->n_kv_heads, c->head_dim, d->qv, d->sv);
+    }
+    proto_kv_layer chunk = {
+        .layer = layer, .pos0 = b->pos[0], .n_tokens = b->T, .n_kv_heads = c->n_kv_heads,
+        .head_dim = c->head_dim, .dtype = dt, .k = d->qk, .v = d->qv, .k_scale = d->sk,
+        .v_scale = d->sv,
+    };
+    return sink->layer(sink->ctx, &chunk);
+}
+
+/* Runs T tokens through the model. logits: (n_logits, vocab) for the batch rows listed in
+ * logit_rows (n_logits of them), or NULL. */
+static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_rows, int n_logits,
+                   const accel_kv_sink *sink, const volatile int *cancel)
+{
+    const model *m = d->base.m;
+    const model_config *c = &m->cfg;
+    const int T = b->T, H = c->hidden, hd = c->head_dim, half = hd / 2;
+    const int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, I = c->intermediate;
+    int max_keys = 0;
+    for (int t = 0; t < T; t++)
+        if (b->pos[t] + 1 > max_keys) max_keys = b->pos[t] + 1;
+    if (ensure_scratch(d, T, max_keys)) return ACCEL_ERR_NOMEM;
+
+    /* rotary tables per token; dynamic NTK scaling depends on each sequence's length in this
+     * call (transformers recomputes inv_freq from max(position_ids) + 1) */
+    float inv_dyn[512];
+    for (int t = 0; t < T; t++) {
+        const float *inv = d->inv_freq;
+        if (c->rope.type == MODEL_ROPE_DYNAMIC) {
+            int seq_len = 0;
+            for (int u = 0; u < T; u++)
+                if (b->seq[u] == b->seq[t] && b->pos[u] + 1 > seq_len) seq_len = b->pos[u] + 1;
+            model_rope_inv_freq(c, seq_len, inv_dyn);
+            inv = inv_dyn;
+        }
+        cpu_rope_angles(inv, half, b->pos[t], d->cs + (size_t)t * half, d->sn + (size_t)t * half);
+    }
+    for (int t = 0; t < T; t++) cpu_row_f32(&m->embed, b->ids[t], d->x + (size_t)t * H);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        if (cancel && *cancel) return ACCEL_ERR_CANCELLED;
+        for (int t = 0; t < T; t++)
+            cpu_rmsnorm(d->xb + (size_t)t * H, d->x + (size_t)t * H, &L->attn_norm, H, c->rms_eps);
+        cpu_matmul(d->pool, d->q, d->xb, T, &L->wq, &L->bq);
+        cpu_matmul(d->pool, d->k, d->xb, T, &L->wk, &L->bk);
+        cpu_matmul(d->pool, d->v, d->xb, T, &L->wv, &L->bv);
+        for (int t = 0; t < T; t++) {
+            const float *cs = d->cs + (size_t)t * half, *sn = d->sn + (size_t)t * half;
+            cpu_rope(d->q + (size_t)t * qd, c->n_heads, hd, cs, sn);
+            cpu_rope(d->k + (size_t)t * kvd, c->n_kv_heads, hd, cs, sn);
+            cpu_seq *s = b->seq[t];
+            size_t off = ((size_t)l * s->base.capacity + b->pos[t]) * kvd;
+            memcpy(s->k + off, d->k + (size_t)t * kvd, kvd * sizeof(float));
+            memcpy(s->v + off, d->v + (size_t)t * kvd, kvd * sizeof(float));
+        }
+        if (sink) {
+            int st = export_layer(d, b, l, sink);
+            if (st) return st;
+        }
+        struct att_ctx ac = {d, b, l};
+        cpu_pool_for(d->pool, T * c->n_heads, max_keys * hd < 4096 ? T * c->n_heads : 1, att_range,
+                     &ac);
+        cpu_matmul(d->pool, d->xb, d->att, T, &L->wo, NULL);
+        for (size_t i = 0; i < (size_t)T * H; i++) d->x[i] += d->xb[i];
+
+        for (int t = 0; t < T; t++)
+            cpu_rmsnorm(d->xb + (size_t)t * H, d->x + (size_t)t * H, &L->ffn_norm, H, c->rms_eps);
+        cpu_matmul(d->pool, d->hb, d->xb, T, &L->w_gate, NULL);
+        cpu_matmul(d->pool, d->hb2, d->xb, T, &L->w_up, NULL);
+        cpu_swiglu(d->hb, d->hb2, T * I);
+        cpu_matmul(d->pool, d->xb, d->hb, T, &L->w_down, NULL);
+        for (size_t i = 0; i < (size_t)T * H; i++) d->x[i] += d->xb[i];
+    }
+    if (logits && n_logits > 0) {
+        for (int i = 0; i < n_logits; i++)
+            cpu_rmsnorm(d->xb + (size_t)i * H, d->x + (size_t)logit_rows[i] * H, &m->norm, H,
+                        c->rms_eps);
+        cpu_matmul(d->pool, logits, d->xb, n_logits, &m->lm_head, NULL);
+    }
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- accel entries */
+
+static int cpu_prefill(accel_dev *ad, const accel_prefill_req *r)
+{
+    cpu_dev *d = (cpu_dev *)ad;
+    cpu_seq *s = (cpu_seq *)r->seq;
+    int vocab = ad->m->cfg.vocab;
+    int pos[PREFILL_BATCH], rows[PREFILL_BATCH];
+    cpu_seq *seqs[PREFILL_BATCH];
+    for (int i = 0; i < PREFILL_BATCH; i++) seqs[i] = s;
+    for (int done = 0; done < r->n;) {
+        int T = r->n - done < PREFILL_BATCH ? r->n - done : PREFILL_BATCH;
+        for (int t = 0; t < T; t++) {
+            pos[t] = s->base.len + done + t;
+            rows[t] = t;
+        }
+        batch b = {T, r->ids + done, seqs, pos};
+        float *out = NULL;
+        int n_out = 0;
+        if (r->logits && r->all_logits) {
+            out = r->logits + (size_t)done * vocab;
+            n_out = T;
+        } else if (r->logits && done + T == r->n) {
+            out = r->logits;
+            rows[0] = T - 1;
+            n_out = 1;
+        }
+        int st = forward(d, &b, out, rows, n_out, r->kv, r->cancel);
+        if (st) return st;
+        done += T;
+    }
+    return ACCEL_OK;
+}
+
+static int cpu_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_t *ids,
+                      float *logits)
+{
+    cpu_dev *d = (cpu_dev *)ad;
+    int *pos = malloc(n * sizeof *pos), *rows = malloc(n * sizeof *rows);
+    if (!pos || !rows) {
+        free(pos);
+        free(rows);
+        return ACCEL_ERR_NOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        pos[i] = seqs[i]->len;
+        rows[i] = i;
+    }
+    batch b = {n, ids, (cpu_seq *const *)seqs, pos};
+    int st = forward(d, &b, logits, rows, n, NULL, NULL);
+    free(pos);
+    free(rows);
+    return st;
+}
+
+/* Imported KV is dequantized into the float32 cache: the CPU then decodes from exactly what the
+ * wire carried. */
+static int cpu_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
+{
+    cpu_seq *s = (cpu_seq *)as;
+    const model_config *cfg = &ad->m->cfg;
+    int kvd = cfg->n_kv_heads * cfg->head_dim;
+    size_t off = ((size_t)c->layer * s->base.capacity + c->pos0) * kvd;
+    cpu_kv_dequantize(c->dtype, c->k, c->k_scale, c->n_tokens, c->n_kv_heads, c->head_dim,
+                      s->k + off);
+    cpu_kv_dequantize(c->dtype, c->v, c->v_scale, c->n_tokens, c->n_kv_heads, c->head_dim,
+                      s->v + off);
+    return ACCEL_OK;
+}
+
+static int cpu_seq_new(accel_dev *ad, int capacity, accel_seq **out)
+{
+    const model_config *c = &ad->m->cfg;
+    cpu_seq *s = calloc(1, sizeof *s);
+    size_t n = (size_t)c->n_layers * capacity * c->n_kv_heads * c->head_dim;
+    if (!s) return ACCEL_ERR_NOMEM;
+    s->k = calloc(n, sizeof(float));
+    s->v = calloc(n, sizeof(float));
+    if (!s->k || !s->v) {
+        free(s->k);
+        free(s->v);
+        free(s);
+        return ACCEL_ERR_NOMEM;
+    }
+    *out = &s->base;
+    return ACCEL_OK;
+}
+
+static void cpu_seq_free(accel_dev *ad, accel_seq *as)
+{
+    cpu_seq *s = (cpu_seq *)as;
+    free(s->k);
+    free(s->v);
+    free(s);
+}
+
+static int cpu_warmup(accel_dev *ad)
+{
+    accel_seq *s;
+    int st = accel_seq_new(ad, 2, &s);
+    if (st) return st;
+    int32_t id = ad->m->cfg.bos_id >= 0 ? ad->m->cfg.bos_id : 0;
+    float *lg = malloc(ad->m->cfg.vocab * sizeof(float));
+    accel_prefill_req r = {.seq = s, .ids = &id, .n = 1, .logits = lg};
+    st = lg ? accel_prefill(ad, &r) : ACCEL_ERR_NOMEM;
+    free(lg);
+    accel_seq_free(ad, s);
+    return st;
+}
+
+static void cpu_describe(accel_dev *ad, accel_info *out)
+{
+    cpu_dev *d = (cpu_dev *)ad;
+    snprintf(out->name, sizeof out->name, "cpu");
+    snprintf(out->desc, sizeof out->desc, "CPU reference backend, %d threads",
+             cpu_pool_threads(d->pool));
+    out->kind = ACCEL_KIND_CPU;
+    out->caps = ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT;
+    out->max_batch = 256;
+}
+
+static void cpu_free(accel_dev *ad)
+{
+    cpu_dev *d = (cpu_dev *)ad;
+    cpu_pool_free(d->pool);
+    float *bufs[] = {d->inv_freq, d->x, d->xb, d->q, d->k, d->v, d->att,
+                     d->hb, d->hb2, d->cs, d->sn, d->scores};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(d->qk);
+    free(d->qv);
+    free(d->sk);
+    free(d->sv);
+    free(d);
+}
+
+static const struct accel_dev_i cpu_i = {
+    .free = cpu_free,
+    .describe = cpu_describe,
+    .seq_new = cpu_seq_new,
+    .seq_free = cpu_seq_free,
+    .prefill = cpu_prefill,
+    .decode = cpu_decode,
+    .kv_import = cpu_kv_import,
+    .warmup = cpu_warmup,
+};
+
+accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen)
+{
+    if (index != 0) {
+        snprintf(err, errlen, "cpu:%d: there is one CPU device (cpu)", index);
+        return NULL;
+    }
+    if (m->cfg.head_dim > 1024) {
+        snprintf(err, errlen, "cpu: head_dim %d above 1024", m->cfg.head_dim);
+        return NULL;
+    }
+    cpu_dev *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->base.i = &cpu_i;
+    d->base.m = m;
+    d->base.opts = *o;
+    const model_config *c = &m->cfg;
+    d->base.kv_bytes_per_token = 2ull * c->n_layers * c->n_kv_heads * c->head_dim * sizeof(float);
+    /* KV budget: the configured limit, else half of physical memory */
+    uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    d->base.mem_total = o->mem_limit ? o->mem_limit : phys / 2;
+    int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    d->pool = cpu_pool_new(threads < 1 ? 1 : threads);
+    d->inv_freq = malloc(sizeof(float) * (c->head_dim / 2));
+    if (!d->pool || !d->inv_freq) {
+        cpu_free(&d->base);
+        snprintf(err, errlen, "cpu: out of memory");
+        return NULL;
+    }
+    model_rope_inv_freq(c, 0, d->inv_freq);
+    return &d->base;
+}

@@ -1,0 +1,212 @@
+/* cpu/ops.c — see ops.h for the arithmetic each op fixes. */
+#include "cpu/ops.h"
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LANES 16
+#define ROWS 4       /* rows of W computed together (they share the loads of x) */
+#define ROW_BLOCK 16 /* rows converted to float32 at once for 16-bit weights */
+
+static inline float reduce16(float *acc)
+{
+    for (int w = LANES / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+
+float cpu_dot(const float *a, const float *b, int n)
+{
+    float acc[LANES] = {0};
+    int j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += a[j + l] * b[j + l];
+    for (; j < n; j++) acc[j % LANES] += a[j] * b[j];
+    return reduce16(acc);
+}
+
+/* ROWS dot products against one x; per row the same arithmetic as cpu_dot. */
+static inline void dot_rows(const float *const *w, const float *x, int n, float *out)
+{
+    float acc[ROWS][LANES] = {{0}};
+    int j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int r = 0; r < ROWS; r++)
+            for (int l = 0; l < LANES; l++) acc[r][l] += w[r][j + l] * x[j + l];
+    for (; j < n; j++)
+        for (int r = 0; r < ROWS; r++) acc[r][j % LANES] += w[r][j] * x[j];
+    for (int r = 0; r < ROWS; r++) out[r] = reduce16(acc[r]);
+}
+
+void cpu_row_f32(const model_tensor *t, int64_t r, float *out)
+{
+    int64_t n = t->shape[1];
+    switch (t->dtype) {
+    case MODEL_DTYPE_F32:
+        memcpy(out, (const float *)t->data + r * n, n * sizeof(float));
+        break;
+    case MODEL_DTYPE_BF16: {
+        const uint16_t *s = (const uint16_t *)t->data + r * n;
+        uint32_t *o = (uint32_t *)out;
+        for (int64_t i = 0; i < n; i++) o[i] = (uint32_t)s[i] << 16;
+        break;
+    }
+    case MODEL_DTYPE_F16: {
+        const uint16_t *s = (const uint16_t *)t->data + r * n;
+        for (int64_t i = 0; i < n; i++) out[i] = model_f16_to_f32(s[i]);
+        break;
+    }
+    }
+}
+
+void cpu_rmsnorm(float *out, const float *x, const model_tensor *w, int n, float eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) out[i] = x[i] * inv * model_tensor_get(w, i, 0);
+}
+
+/* Per-thread scratch for 16-bit weight rows converted to float32 (lives as long as the thread). */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+struct scratch {
+    float *buf;
+    size_t cap;
+};
+static void scratch_free(void *p)
+{
+    struct scratch *s = p;
+    free(s->buf);
+    free(s);
+}
+static void scratch_init(void)
+{
+    pthread_key_create(&scratch_key, scratch_free);
+}
+static float *scratch_get(size_t n)
+{
+    pthread_once(&scratch_once, scratch_init);
+    struct scratch *s = pthread_getspecific(scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s) return NULL;
+        pthread_setspecific(scratch_key, s);
+    }
+    if (s->cap < n) {
+        float *nb = realloc(s->buf, n * sizeof(float));
+        if (!nb) return NULL;
+        s->buf = nb;
+        s->cap = n;
+    }
+    return s->buf;
+}
+
+struct mm_ctx {
+    float *out;
+    const float *x;
+    int T, N, K;
+    const model_tensor *w, *bias;
+};
+
+static void mm_range(void *vctx, int begin, int end, int thread)
+{
+    (void)thread;
+    struct mm_ctx *c = vctx;
+    const int K = c->K, N = c->N;
+    float *conv = NULL;
+    if (c->w->dtype != MODEL_DTYPE_F32) conv = scratch_get((size_t)ROW_BLOCK * K);
+    for (int r0 = begin; r0 < end; r0 += ROW_BLOCK) {
+        int nr = end - r0 < ROW_BLOCK ? end - r0 : ROW_BLOCK;
+        const float *rows[ROW_BLOCK];
+        for (int i = 0; i < nr; i++) {
+            if (conv) {
+                cpu_row_f32(c->w, r0 + i, conv + (size_t)i * K);
+                rows[i] = conv + (size_t)i * K;
+            } else {
+                rows[i] = (const float *)c->w->data + (size_t)(r0 + i) * K;
+            }
+        }
+        for (int t = 0; t < c->T; t++) {
+            const float *x = c->x + (size_t)t * K;
+            float *o = c->out + (size_t)t * N + r0;
+            int i = 0;
+            for (; i + ROWS <= nr; i += ROWS) dot_rows(rows + i, x, K, o + i);
+            for (; i < nr; i++) o[i] = cpu_dot(rows[i], x, K);
+        }
+    }
+    if (c->bias && c->bias->data)
+        for (int t = 0; t < c->T; t++)
+            for (int r = begin; r < end; r++)
+                c->out[(size_t)t * N + r] += model_tensor_get(c->bias, r, 0);
+}
+
+void cpu_matmul(cpu_pool *p, float *out, const float *x, int T, const model_tensor *w,
+                const model_tensor *bias)
+{
+    struct mm_ctx c = {out, x, T, (int)w->shape[0], (int)w->shape[1], w, bias};
+    /* Below ~64K multiply-adds per thread a wake-up costs more than it saves. */
+    long long work = (long long)c.N * c.K * T;
+    int grain = work < (1 << 16) ? c.N : ROW_BLOCK * 2;
+    if (p)
+        cpu_pool_for(p, c.N, grain, mm_range, &c);
+    else
+        mm_range(&c, 0, c.N, 0);
+}
+
+void cpu_rope_angles(const float *inv_freq, int half, int pos, float *cs, float *sn)
+{
+    for (int i = 0; i < half; i++) {
+        float a = (float)pos * inv_freq[i];
+        cs[i] = cosf(a);
+        sn[i] = sinf(a);
+    }
+}
+
+void cpu_rope(float *x, int n_heads, int hd, const float *cs, const float *sn)
+{
+    int half = hd / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * hd;
+        for (int i = 0; i < half; i++) {
+            float a = v[i], b = v[i + half];
+            v[i] = a * cs[i] - b * sn[i];
+            v[i + half] = b * cs[i] + a * sn[i];
+        }
+    }
+}
+
+void cpu_softmax(float *x, int n)
+{
+    float mx = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void cpu_swiglu(float *g, const float *u, int n)
+{
+    for (int i = 0; i < n; i++) g[i] = cpu_silu(g[i]) * u[i];
+}
+
+void cpu_attend(float *out, const float *q, const float *k, const float *v, int n_keys, int stride,
+                int hd, float scale, float *scores)
+{
+    for (int j = 0; j < n_keys; j++) scores[j] = cpu_dot(q, k + (size_t)j * stride, hd) * scale;
+    cpu_softmax(scores, n_keys);
+    float acc[1024]; /* head_dim <= 1024 (config bound) */
+    memset(acc, 0, sizeof(float) * hd);
+    for (int j = 0; j < n_keys; j++) {
+        const float *vj = v + (size_t)j * stride;
+        float s = scores[j];
+        for (int i = 0; i < hd; i++) acc[i] += s * vj[i];
+    }
+    memcpy(out, acc, sizeof(float) * hd);
+}
