@@ -16,14 +16,27 @@ static inline float reduce16(float *acc)
     return acc[0];
 }
 
-float cpu_dot(const float *a, const float *b, int n)
+static inline __attribute__((always_inline)) float dot_n(const float *a, const float *b, int n)
 {
     float acc[LANES] = {0};
     int j = 0;
     for (; j + LANES <= n; j += LANES)
         for (int l = 0; l < LANES; l++) acc[l] += a[j + l] * b[j + l];
-    for (; j < n; j++) acc[j % LANES] += a[j] * b[j];
+    for (int l = 0; j + l < n; l++) acc[l] += a[j + l] * b[j + l]; /* lane (j+l) % 16 == l */
     return reduce16(acc);
+}
+
+float cpu_dot(const float *a, const float *b, int n)
+{
+    /* the common head sizes get a copy of the same arithmetic with n known to the compiler */
+    switch (n) {
+    case 8: return dot_n(a, b, 8);
+    case 16: return dot_n(a, b, 16);
+    case 32: return dot_n(a, b, 32);
+    case 64: return dot_n(a, b, 64);
+    case 128: return dot_n(a, b, 128);
+    default: return dot_n(a, b, n);
+    }
 }
 
 /* ROWS dot products against one x; per row the same arithmetic as cpu_dot. */
@@ -34,8 +47,8 @@ static inline void dot_rows(const float *const *w, const float *x, int n, float 
     for (; j + LANES <= n; j += LANES)
         for (int r = 0; r < ROWS; r++)
             for (int l = 0; l < LANES; l++) acc[r][l] += w[r][j + l] * x[j + l];
-    for (; j < n; j++)
-        for (int r = 0; r < ROWS; r++) acc[r][j % LANES] += w[r][j] * x[j];
+    for (int l = 0; j + l < n; l++)
+        for (int r = 0; r < ROWS; r++) acc[r][l] += w[r][j + l] * x[j + l];
     for (int r = 0; r < ROWS; r++) out[r] = reduce16(acc[r]);
 }
 

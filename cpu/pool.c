@@ -44,7 +44,9 @@ static void *worker(void *arg)
     cpu_pool *p = wa->p;
     int idx = wa->idx;
     free(wa);
-    unsigned seen = atomic_load(&p->gen);
+    /* generation 0 is "no job yet": a worker that starts after the first job was posted must
+     * still run it */
+    unsigned seen = 0;
     for (;;) {
         unsigned g;
         int spins = 0;

@@ -1,0 +1,151 @@
+/* daemon/cli.c — see cli.h. */
+#include "daemon/cli.h"
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *dmn_opt(int *i, int argc, char **argv, const char *name, int *bad)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0) return NULL;
+    if (a[n] == '=') return a + n + 1;
+    if (a[n] != 0) return NULL;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "tandem: %s needs a value\n", name);
+        *bad = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int dmn_flag(int i, char **argv, const char *name)
+{
+    return strcmp(argv[i], name) == 0;
+}
+
+int dmn_parse_ids(const char *s, int32_t **ids, size_t *n, char *err, size_t errlen)
+{
+    size_t cap = 64, cnt = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v) return -1;
+    const char *p = s;
+    for (;;) {
+        while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (!*p) break;
+        if (*p < '0' || *p > '9') {
+            snprintf(err, errlen, "bad token id at \"%.12s\"", p);
+            free(v);
+            return -1;
+        }
+        errno = 0;
+        char *end;
+        long long x = strtoll(p, &end, 10);
+        if (errno || x > INT32_MAX || (*end && !strchr(", \t\r\n", *end))) {
+            snprintf(err, errlen, "bad token id at \"%.12s\"", p);
+            free(v);
+            return -1;
+        }
+        if (cnt == DMN_MAX_IDS) {
+            snprintf(err, errlen, "more than %d ids", DMN_MAX_IDS);
+            free(v);
+            return -1;
+        }
+        if (cnt == cap) {
+            int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
+            if (!nv) {
+                free(v);
+                return -1;
+            }
+            v = nv;
+        }
+        v[cnt++] = (int32_t)x;
+        p = end;
+    }
+    *ids = v;
+    *n = cnt;
+    return 0;
+}
+
+int dmn_parse_int(const char *name, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "tandem: %s must be an integer in [%ld, %ld]\n", name, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int dmn_parse_float(const char *name, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "tandem: %s must be a number in [%g, %g]\n", name, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int dmn_open_model(const char *dir, const char *device, const accel_opts *opts, model **m,
+                   accel_dev **d)
+{
+    char err[1024];
+    *m = model_load(dir, err, sizeof err);
+    if (!*m) {
+        fprintf(stderr, "tandem: %s\n", err);
+        return -1;
+    }
+    *d = accel_open(device, *m, opts, err, sizeof err);
+    if (!*d) {
+        fprintf(stderr, "tandem: %s\n", err);
+        model_free(*m);
+        *m = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void dmn_default_model(char *out, size_t n)
+{
+    const char *env = getenv("TANDEM_MODEL");
+    if (env && *env) {
+        snprintf(out, n, "%s", env);
+        return;
+    }
+    char exe[PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k > 0) {
+        exe[k] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        /* build/tandem or build/san/tandem in a checkout; bin/tandem under a prefix */
+        const char *rel[] = {"%s/../models/stories260K", "%s/../../models/stories260K",
+                             "%s/../share/tandem/models/stories260K"};
+        for (size_t i = 0; i < 3; i++) {
+            char cand[PATH_MAX + 64];
+            snprintf(cand, sizeof cand, rel[i], exe);
+            if (is_dir(cand)) {
+                snprintf(out, n, "%s", cand);
+                return;
+            }
+        }
+    }
+    snprintf(out, n, "models/stories260K");
+}

@@ -1,0 +1,35 @@
+/* daemon/cli.h — small helpers shared by the subcommands (option parsing, id lists, opening a
+ * model on a device). Everything here prints its own one-line error to stderr. */
+#ifndef TANDEM_CLI_H
+#define TANDEM_CLI_H
+#include <stddef.h>
+#include <stdint.h>
+#include "model/model.h"
+#include "scheduler/accel.h"
+
+/* Longest id list the CLI takes (a bound before allocation; far above any context length). */
+#define DMN_MAX_IDS (1 << 24)
+
+/* If argv[*i] is --name VALUE or --name=VALUE, returns VALUE (advancing *i past it), else NULL.
+ * A missing VALUE prints an error and exits the subcommand's parse with *bad set. */
+const char *dmn_opt(int *i, int argc, char **argv, const char *name, int *bad);
+/* argv[*i] == --name (a flag without value) */
+int dmn_flag(int i, char **argv, const char *name);
+
+/* "1,403,407" or whitespace separated; ids must be 0 <= id < 2^31. Returns 0 or -1 (message in
+ * err). The caller frees *ids. */
+int dmn_parse_ids(const char *s, int32_t **ids, size_t *n, char *err, size_t errlen);
+
+/* Integer / float options with range checks: 0 or -1 (printed). */
+int dmn_parse_int(const char *name, const char *s, long lo, long hi, long *out);
+int dmn_parse_float(const char *name, const char *s, double lo, double hi, double *out);
+
+/* model_load + accel_open, printing errors. Returns 0 or -1. */
+int dmn_open_model(const char *dir, const char *device, const accel_opts *opts, model **m,
+                   accel_dev **d);
+
+/* Default model directory: $TANDEM_MODEL, else models/stories260K beside the binary's repo, else
+ * the installed copy. Writes into out. */
+void dmn_default_model(char *out, size_t n);
+
+#endif

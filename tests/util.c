@@ -1,0 +1,122 @@
+#include "tests/util.h"
+#include "tests/test.h"
+#include <sys/wait.h>
+
+int t_open(const char *model_dir, const char *device, model **m, accel_dev **d)
+{
+    char err[512];
+    *m = model_load(model_dir, err, sizeof err);
+    if (!*m) {
+        t_fail(__FILE__, __LINE__, "model_load(%s): %s", model_dir, err);
+        return -1;
+    }
+    accel_opts o = {.threads = 2};
+    *d = accel_open(device, *m, &o, err, sizeof err);
+    if (!*d) {
+        t_fail(__FILE__, __LINE__, "accel_open(%s): %s", device, err);
+        model_free(*m);
+        return -1;
+    }
+    return 0;
+}
+
+float *t_prefill_all(accel_dev *d, const int32_t *ids, int n)
+{
+    int vocab = accel_model(d)->cfg.vocab;
+    float *lg = malloc((size_t)n * vocab * sizeof(float));
+    accel_seq *s;
+    int st = accel_seq_new(d, n, &s);
+    if (st || !lg) {
+        t_fail(__FILE__, __LINE__, "seq_new: %s", accel_strerror(st));
+        free(lg);
+        return NULL;
+    }
+    for (int done = 0; done < n;) {
+        int k = n - done < 256 ? n - done : 256;
+        accel_prefill_req r = {.seq = s, .ids = ids + done, .n = k,
+                               .logits = lg + (size_t)done * vocab, .all_logits = 1};
+        if ((st = accel_prefill(d, &r))) {
+            t_fail(__FILE__, __LINE__, "prefill: %s", accel_strerror(st));
+            free(lg);
+            lg = NULL;
+            break;
+        }
+        done += k;
+    }
+    accel_seq_free(d, s);
+    return lg;
+}
+
+int32_t t_argmax(const float *x, int n)
+{
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+int32_t *t_greedy(accel_dev *d, const int32_t *ids, int n, int steps)
+{
+    int vocab = accel_model(d)->cfg.vocab;
+    float *lg = malloc(vocab * sizeof(float));
+    int32_t *out = malloc((steps + 1) * sizeof *out);
+    accel_seq *s = NULL;
+    int st = accel_seq_new(d, n + steps, &s);
+    if (!st) {
+        accel_prefill_req r = {.seq = s, .ids = ids, .n = n, .logits = lg};
+        st = accel_prefill(d, &r);
+    }
+    for (int k = 0; !st && k < steps; k++) {
+        out[k] = t_argmax(lg, vocab);
+        if (k + 1 < steps) st = accel_decode(d, 1, &s, &out[k], lg);
+    }
+    accel_seq_free(d, s);
+    free(lg);
+    if (st) {
+        t_fail(__FILE__, __LINE__, "greedy: %s", accel_strerror(st));
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+double t_logsumexp(const float *x, int n)
+{
+    double mx = x[0], s = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    for (int i = 0; i < n; i++) s += exp(x[i] - mx);
+    return mx + log(s);
+}
+
+double t_max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double w = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > w || d != d) w = d != d ? INFINITY : d;
+    }
+    return w;
+}
+
+int t_write_file(const char *path, const void *data, size_t n)
+{
+    FILE *fp = fopen(path, "wb");
+    if (!fp) return -1;
+    size_t w = fwrite(data, 1, n, fp);
+    return (fclose(fp) == 0 && w == n) ? 0 : -1;
+}
+
+int t_run(const char *cmd, char *err, size_t errlen)
+{
+    char full[8192];
+    snprintf(full, sizeof full, "%s 2>&1 >/dev/null", cmd);
+    FILE *p = popen(full, "r");
+    if (!p) return -1;
+    char line[1024];
+    if (err && errlen) err[0] = 0;
+    while (fgets(line, sizeof line, p))
+        if (err && !err[0]) snprintf(err, errlen, "%s", line);
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}

@@ -1,0 +1,24 @@
+/* Helpers for tests that drive a device (any backend) through the accel interface. */
+#ifndef TANDEM_TESTS_UTIL_H
+#define TANDEM_TESTS_UTIL_H
+#include "model/model.h"
+#include "scheduler/accel.h"
+
+/* model_load + accel_open (2 threads for cpu); 0, or -1 after reporting a failure. */
+int t_open(const char *model_dir, const char *device, model **m, accel_dev **d);
+/* Logits of every position of ids (prefill in chunks of 256 on a fresh sequence): (n, vocab),
+ * malloc'ed; NULL after reporting a failure. */
+float *t_prefill_all(accel_dev *d, const int32_t *ids, int n);
+/* Prefill ids then decode `steps` greedy tokens (argmax, lowest id on ties); returns them. */
+int32_t *t_greedy(accel_dev *d, const int32_t *ids, int n, int steps);
+double t_logsumexp(const float *x, int n);
+int32_t t_argmax(const float *x, int n);
+/* Largest |a - b| over n values. */
+double t_max_abs_diff(const float *a, const float *b, size_t n);
+/* Writes a whole file; 0 or -1. */
+int t_write_file(const char *path, const void *data, size_t n);
+/* Runs a shell command, returns its exit status (-1 if it did not exit normally). Its stderr is
+ * captured into err (first line) when err is not NULL. */
+int t_run(const char *cmd, char *err, size_t errlen);
+
+#endif
