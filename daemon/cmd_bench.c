@@ -102,7 +102,7 @@ int dmn_cmd_bench(int argc, char **argv)
         fprintf(stderr, "tandem bench: warm-up: %s\n", accel_strerror(st));
         return 1;
     }
-    if (ctx + steps + 1 > m->cfg.max_pos) steps = m->cfg.max_pos - ctx - 1;
+    if (ctx + steps + 1 > model_context_limit(&m->cfg)) steps = model_context_limit(&m->cfg) - ctx - 1;
     accel_info info;
     accel_get_info(d, &info);
     /* best of `reps` runs: the machine's other load only ever slows a run down */
@@ -113,7 +113,7 @@ int dmn_cmd_bench(int argc, char **argv)
         if (x > dec) dec = x;
     }
     if (prompt > 0) {
-        if (prompt > m->cfg.max_pos) prompt = m->cfg.max_pos;
+        if (prompt > model_context_limit(&m->cfg)) prompt = model_context_limit(&m->cfg);
         int32_t *ids = malloc(prompt * sizeof *ids);
         float *lg = malloc(m->cfg.vocab * sizeof(float));
         for (long i = 0; i < prompt; i++) ids[i] = (int32_t)((i * 7919 + 1) % m->cfg.vocab);

@@ -73,9 +73,9 @@ int dmn_cmd_logits(int argc, char **argv)
             rc = 2;
             goto out;
         }
-    if (n > (size_t)m->cfg.max_pos) {
-        fprintf(stderr, "tandem logits: %zu ids exceed max_position_embeddings %d\n", n,
-                m->cfg.max_pos);
+    if (n > (size_t)model_context_limit(&m->cfg)) {
+        fprintf(stderr, "tandem logits: %zu ids exceed the context length %d\n", n,
+                model_context_limit(&m->cfg));
         rc = 2;
         goto out;
     }

@@ -288,3 +288,12 @@ void model_rope_inv_freq(const model_config *c, int seq_len, float *inv)
         }
     }
 }
+
+int model_context_limit(const model_config *c)
+{
+    if (c->rope.type == MODEL_ROPE_DYNAMIC && c->rope.factor > 1) {
+        double lim = (double)c->max_pos * c->rope.factor;
+        return lim > MAX_POSITIONS ? MAX_POSITIONS : (int)lim;
+    }
+    return c->max_pos;
+}

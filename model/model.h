@@ -95,6 +95,10 @@ int model_config_parse(const char *config_json, const char *gen_json, model_conf
  * writes head_dim/2 values. Also returns the attention scaling factor (1.0 for these types). */
 void model_rope_inv_freq(const model_config *cfg, int seq_len, float *inv_freq);
 
+/* Longest sequence the model serves: max_position_embeddings, times the factor for dynamic NTK
+ * scaling (which exists to run past the trained length). */
+int model_context_limit(const model_config *cfg);
+
 const char *model_dtype_name(enum model_dtype t);
 size_t model_dtype_size(enum model_dtype t);
 

@@ -97,7 +97,7 @@ int accel_seq_new(accel_dev *d, int capacity, accel_seq **out)
 {
     *out = NULL;
     if (failed(d)) return ACCEL_ERR_DEVICE;
-    if (capacity <= 0 || capacity > d->m->cfg.max_pos) return ACCEL_ERR_INVALID;
+    if (capacity <= 0 || capacity > model_context_limit(&d->m->cfg)) return ACCEL_ERR_INVALID;
     uint64_t need = accel_kv_bytes(d, capacity);
     uint64_t cur = atomic_load(&d->mem_reserved);
     do {
