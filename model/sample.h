@@ -11,7 +11,9 @@
  *                                                                (OpenAI's formula, float arithmetic)
  *   4. temperature 0 (or below 1e-5, vLLM's threshold, where 1/T would overflow the exponent):
  *      greedy — the argmax of the penalized logits, ties to the lowest id; steps 5-8 are skipped
- *      and the RNG is not consumed. Otherwise p ∝ exp((l - max l) / T).
+ *      and the RNG is not consumed. Otherwise p ∝ w = exp((l - max l) / T), computed in float as
+ *      exp_f((l - max l) * (1 / T)) with our own exp (model/sample_vec.h: within 2 ulp, weights
+ *      below 2^-126 are 0), so the weights are bit-identical on every machine.
  *   5. top-k (k > 0):  keeps every token whose logit is >= the k-th largest logit. Ties at the
  *      boundary are all kept (so the set can exceed k), as HF's TopKLogitsWarper and vLLM do; the
  *      kept set never depends on token order. k >= vocab keeps everything.
@@ -21,8 +23,9 @@
  *      Equivalently: a token is kept when the mass of strictly better tokens is < p (HF's rule).
  *      p = 0 keeps only the top logit (and its ties); p = 1 is off.
  *   7. min-p (m > 0):  over the survivors, keeps tokens with p_i >= m * p_max. Since renormalizing
- *      does not change p_i / p_max, this is exp((l_i - max l) / T) >= m. m = 1 keeps the top logit
- *      and its ties. (HF applies it after top-p as well; vLLM applies it before top-k/top-p.)
+ *      does not change p_i / p_max and the top token weighs exactly 1, this is w_i >= m. m = 1
+ *      keeps the top logit and its ties. (HF applies it after top-p as well; vLLM applies it
+ *      before top-k/top-p.)
  *   8. draw: u = uniform[0,1) * (sum of the kept weights); walk the kept tokens in increasing id
  *      order and take the first whose running sum exceeds u. Exactly one RNG draw per token.
  *   The maximum logit always survives 5-7, so at least one token is always kept.
@@ -36,14 +39,17 @@
  * (seed, choice_index); without, the seed comes from OpenSSL's RAND_bytes. Same seed + same
  * choice_index + same logits => same tokens on every machine.
  *
- * Cost (vocab V): greedy is one pass plus the sparse bias/penalty updates. Sampling is a few
- * passes: top-k and top-p find their boundary by value histograms (no sort of the vocabulary; only
- * a bin of at most a few dozen tokens is ever sorted). Logprobs add one log-sum-exp pass and a
- * copy of the row. tools/bench_sample.c measures it.
+ * Cost (vocab V), all whole-row passes vectorized (model/sample_vec.h): greedy is a max pass plus
+ * the sparse bias/penalty updates; top-k (k <= 256) adds a heap pass and then works on the k
+ * candidates; top-p adds one exp pass over the row (the sum Z needs every weight) and then works
+ * on the tokens above a provably safe cut; the boundaries come from value histograms, never a
+ * sort of the vocabulary (at most 32 tokens are ever sorted). Logprobs add a copy of the row, an
+ * exp pass (the log-sum-exp) and a top-N pass. Measured by tools/bench_sample.c.
  *
  * Threads: a sampler has no shared state; one thread at a time per instance (one instance per
- * choice). Memory per instance: up to ~2 V floats of scratch (allocated on first use by a
- * sampling path that needs them) plus the penalty bookkeeping (a V-bit set and the distinct ids).
+ * choice). Memory per instance, allocated by model_sampler_new for the paths its parameters use:
+ * one row of V floats (weights) unless greedy, one of V ids (top-k or top-p), one of V floats
+ * (logprobs), ~35 KiB of selection scratch, and for penalties a V-bit set plus the distinct ids.
  */
 #ifndef TANDEM_MODEL_SAMPLE_H
 #define TANDEM_MODEL_SAMPLE_H

@@ -1,8 +1,25 @@
 /* model/sample_vec.c — vectorized passes over a row of logits (see sample_vec.h). */
 #include "model/sample_vec.h"
 #include <float.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <string.h>
+
+/* Without AVX these 32-byte vectors live in SSE register pairs; every function taking or returning
+ * one is static and inlined, so the ABI note GCC gives about such signatures does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#define VEC_INLINE static inline __attribute__((always_inline))
+
+/* A portable build (no -march=native) would run these loops as SSE2 pairs; on x86-64 with
+ * glibc, also compile an AVX2 copy of each entry point and pick one at load time (ifunc).
+ * Both copies do the same IEEE operations in the same order: the results are identical. */
+#if defined(__x86_64__) && !defined(__AVX2__) && defined(__GLIBC__)
+#define VEC_API __attribute__((target_clones("avx2", "default")))
+#else
+#define VEC_API
+#endif
 
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
@@ -10,60 +27,65 @@ typedef double v8d __attribute__((vector_size(64)));
 
 enum { L = 8 };
 
-static inline v8f load(const float *p)
+VEC_INLINE v8f load(const float *p)
 {
     v8f v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-static inline void store(float *p, v8f v)
+VEC_INLINE void store(float *p, v8f v)
 {
     memcpy(p, &v, sizeof v);
 }
 
 /* A tail of fewer than 8 values, padded with `pad`. */
-static inline v8f load_tail(const float *p, int n, float pad)
+VEC_INLINE v8f load_tail(const float *p, int n, float pad)
 {
     float t[L];
     for (int i = 0; i < L; i++) t[i] = i < n ? p[i] : pad;
     return load(t);
 }
 
-static inline v8f splat(float x)
+VEC_INLINE v8f splat(float x)
 {
     return (v8f){x, x, x, x, x, x, x, x};
 }
 
 /* Lane-wise select: m is all-ones / all-zeros per lane. */
-static inline v8f blend(v8i m, v8f a, v8f b)
+VEC_INLINE v8f blend(v8i m, v8f a, v8f b)
 {
     return (v8f)(((v8i)a & m) | ((v8i)b & ~m));
 }
 
-static inline int any(v8i m)
+/* Whether any lane of a comparison result is set: one vptest with AVX, else a shuffle-or
+ * reduction (GCC would otherwise extract the eight lanes one by one). */
+VEC_INLINE int any(v8i m)
 {
-    int32_t t[L];
-    memcpy(t, &m, sizeof t);
-    int r = 0;
-    for (int i = 0; i < L; i++) r |= t[i];
-    return r != 0;
+#if defined(__AVX__)
+    return !_mm256_testz_si256((__m256i)m, (__m256i)m);
+#else
+    m |= __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3);
+    m |= __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5);
+    m |= __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6);
+    return m[0] != 0;
+#endif
 }
 
 /* Adds the 8 lanes of v to 8 double lanes (one conversion with AVX-512, two with AVX2). */
-static inline void acc_d(v8d *acc, v8f v)
+VEC_INLINE void acc_d(v8d *acc, v8f v)
 {
     *acc += __builtin_convertvector(v, v8d);
 }
 
 /* The lanes' total, in a fixed order. */
-static inline double sum_d(const v8d *acc)
+VEC_INLINE double sum_d(const v8d *acc)
 {
     const v8d a = *acc;
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-static inline v8f vexp(v8f x)
+VEC_INLINE v8f vexp(v8f x)
 {
     /* Constants: log2(e); ln2 split as 355/512 (exact, 9 bits, so n * hi is exact for |n| <= 126)
      * plus the float nearest ln2 - 355/512; 1.5 * 2^23 rounds to the nearest integer when added. */
@@ -99,7 +121,7 @@ static inline v8f vexp(v8f x)
     return blend(under, zero, y);
 }
 
-void model_vec_exp(const float *x, float *y, int n)
+VEC_API void model_vec_exp(const float *x, float *y, int n)
 {
     int i = 0;
     for (; i + L <= n; i += L) store(y + i, vexp(load(x + i)));
@@ -111,7 +133,7 @@ void model_vec_exp(const float *x, float *y, int n)
 }
 
 /* Max and a NaN/+inf flag, four vectors per step so that the compare-select chains overlap. */
-static float row_max(const float *l, int n, int *bad_out)
+VEC_API static float row_max(const float *l, int n, int *bad_out)
 {
     const v8f ninf = splat(-INFINITY), pinf = splat(INFINITY);
     v8f m[4] = {ninf, ninf, ninf, ninf};
@@ -135,7 +157,7 @@ static float row_max(const float *l, int n, int *bad_out)
     return r;
 }
 
-model_vec_scan model_vec_scan_row(float *l, int n)
+VEC_API model_vec_scan model_vec_scan_row(float *l, int n)
 {
     int bad;
     float mx = row_max(l, n, &bad);
@@ -161,7 +183,7 @@ model_vec_scan model_vec_scan_row(float *l, int n)
     return s;
 }
 
-double model_vec_weights(const float *l, int n, float m, float inv_t, float min_w, float *w)
+VEC_API double model_vec_weights(const float *l, int n, float m, float inv_t, float min_w, float *w)
 {
     const v8f vm = splat(m), vt = splat(inv_t), vmin_w = splat(min_w), zero = splat(0.0f);
     v8d acc[4] = {{0}, {0}, {0}, {0}}; /* four chains: the adds' latency overlaps */
@@ -189,7 +211,7 @@ double model_vec_weights(const float *l, int n, float m, float inv_t, float min_
     return sum_d(&acc[0]);
 }
 
-double model_vec_weights_ids(const float *l, const int32_t *ids, int n, float m, float inv_t,
+VEC_API double model_vec_weights_ids(const float *l, const int32_t *ids, int n, float m, float inv_t,
                              float *w)
 {
     const v8f vm = splat(m), vt = splat(inv_t);
@@ -206,7 +228,7 @@ double model_vec_weights_ids(const float *l, const int32_t *ids, int n, float m,
     return sum_d(acc);
 }
 
-int model_vec_collect_ge(const float *x, int n, float th, int32_t *out)
+VEC_API int model_vec_collect_ge(const float *x, int n, float th, int32_t *out)
 {
     const v8f vt = splat(th);
     int m = 0, i = 0;
@@ -238,7 +260,7 @@ static inline void top_insert(const float *x, int i, int k, int *m, int32_t *ids
     ids[j] = i;
 }
 
-int model_vec_topn(const float *x, int n, int k, int32_t *ids, float *vals)
+VEC_API int model_vec_topn(const float *x, int n, int k, int32_t *ids, float *vals)
 {
     int m = 0, i = 0;
     if (k <= 0) return 0;
@@ -266,7 +288,7 @@ static void heap_down(float *h, int k, int i)
     }
 }
 
-float model_vec_kth(const float *l, int n, int k, float *heap)
+VEC_API float model_vec_kth(const float *l, int n, int k, float *heap)
 {
     int filled = 0, i = 0;
     /* Fill with the first k finite values, then heapify. */
@@ -290,7 +312,7 @@ float model_vec_kth(const float *l, int n, int k, float *heap)
     return heap[0];
 }
 
-int32_t model_vec_draw(const float *w, int n, double u)
+VEC_API int32_t model_vec_draw(const float *w, int n, double u)
 {
     enum { B = 64 }; /* block: 8 vectors */
     double acc = 0;
