@@ -2,6 +2,12 @@
  * documents them), seeding, and the bookkeeping behind the penalties. The per-token pipeline is in
  * model/sample_step.c; sample.h documents the semantics. */
 #include "model/sample_impl.h"
+/* Results must not depend on the compiler fusing a*b+c (see sample_vec.h): no contraction. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 #include <math.h>
 #include <openssl/rand.h>
 #include <stdarg.h>

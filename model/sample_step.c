@@ -4,16 +4,22 @@
  * The whole-row passes are vectorized (model/sample_vec.h); everything after the first cut works
  * on a short list of candidate ids:
  *   greedy:   scan
- *   top-k:    scan, k-th largest (a k-heap for k <= SAMPLE_HEAP_K, else the histogram search), collect the
- *             ids >= it; then weights, top-p, min-p and the draw over those ids only
+ *   top-k:    scan, k-th largest (a k-heap for k <= SAMPLE_HEAP_K, else the histogram search),
+ *             collect the ids >= it; then weights, top-p, min-p and the draw over those ids only
  *   top-p:    scan, weights + sum Z, collect the ids with w >= (1 - p) Z / V, histogram search on
- *             them, then the draw over them. The cut is exact, not a heuristic: the tokens below it
- *             weigh less than V * (1 - p) Z / V = (1 - p) Z together, so the top-p set (mass of the
- *             better tokens < p Z) lies entirely above it.
+ *             them, then the draw over them. The cut is exact, not a heuristic: at most V tokens
+ *             lie below it, each weighing less than (1 - p) Z / V, so together less than (1 - p) Z;
+ *             the top-p set (mass of the better tokens < p Z) therefore lies entirely above it.
  *   otherwise: scan, weights (min-p applied) + sum, blocked draw.
- * Weights are floats in [0, 1]; sums are double, so that float rounding over 128k terms never
- * decides a boundary. */
+ * Weights are floats in [0, 1]; sums are double, so summing 128k of them adds only double
+ * rounding (1e-16 relative) to the weights' own float rounding. */
 #include "model/sample_impl.h"
+/* Results must not depend on the compiler fusing a*b+c (see sample_vec.h): no contraction. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 #include "model/sample_vec.h"
 #include <float.h>
 #include <math.h>

@@ -1,5 +1,11 @@
 /* model/sample_vec.c — vectorized passes over a row of logits (see sample_vec.h). */
 #include "model/sample_vec.h"
+/* Results must not depend on the compiler fusing a*b+c (see sample_vec.h): no contraction. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 #include <float.h>
 #if defined(__AVX__)
 #include <immintrin.h>

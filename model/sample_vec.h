@@ -4,9 +4,9 @@
  *
  * Determinism: every lane does the same IEEE single operations in the same order, tails run
  * through the same vector code (padded), and sums are accumulated in double in a fixed lane order.
- * The build's -std=c11 keeps the compiler from fusing multiply-adds (-ffp-contract=off), so the
- * results are bit-identical on every x86-64 or other IEEE machine: a seed gives the same tokens
- * everywhere. */
+ * The sampler's files forbid fused multiply-adds (a pragma; -std=c11 does too), so the results
+ * are bit-identical on every IEEE machine and with any compiler: a seed gives the same tokens
+ * everywhere (checked between AVX-512 and SSE2 builds). */
 #ifndef TANDEM_MODEL_SAMPLE_VEC_H
 #define TANDEM_MODEL_SAMPLE_VEC_H
 #include <stdint.h>
