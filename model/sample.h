@@ -114,8 +114,8 @@ model_sampler *model_sampler_new(const model_sampling *p, int vocab, const int32
 /* Picks the next token from logits[vocab] (modified in place: NaN -> -inf, bias, penalties).
  * When lp is non-NULL and the sampler was made with logprobs, fills *lp (see above); when lp is
  * non-NULL without logprobs, sets lp->id and zeroes the rest. Returns the token id, or -1 when no
- * logit is finite (every token masked: a model fault) or scratch memory could not be allocated.
- * Does not record the token: call model_sampler_accept() with the id actually used. */
+ * logit is finite (every token masked: a model fault). Allocates nothing. Does not record the
+ * token: call model_sampler_accept() with the id actually used. */
 int32_t model_sampler_sample(model_sampler *s, float *logits, model_logprobs *lp);
 
 /* The distribution the next sample() would draw from: the same steps 0-7 on logits (modified in
