@@ -383,7 +383,7 @@ int xrtDeviceLoadXclbin(xrtDeviceHandle h, const struct axlf *xclbin)
     /* A real AXLF image starts with "xclbin2\0"; ours is text, NUL-terminated within the bound. */
     const char *p = (const char *)xclbin;
     if (!p) return emu_fail(EINVAL, "no xclbin");
-    if (memcmp(p, "xclbin2", 8) == 0)
+    if (memcmp(p, "xclbin2", 7) == 0)
         return emu_fail(EINVAL, "a binary AXLF xclbin: the emulator reads tandem-emu-xclbin "
                                 "descriptions (see fpga/emu/emu_xclbin.c)");
     if (!memchr(p, 0, EMU_XCLBIN_MAX))
@@ -404,7 +404,7 @@ int xrtDeviceLoadXclbinFile(xrtDeviceHandle h, const char *path)
     size_t n = fread(buf, 1, EMU_XCLBIN_MAX + 1, f);
     fclose(f);
     int rc;
-    if (n >= 8 && memcmp(buf, "xclbin2", 8) == 0)
+    if (n >= 8 && memcmp(buf, "xclbin2", 7) == 0)
         rc = emu_fail(EINVAL, "%s is a binary AXLF xclbin: the emulator reads tandem-emu-xclbin "
                               "descriptions", path);
     else if (n > EMU_XCLBIN_MAX)

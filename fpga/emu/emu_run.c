@@ -7,6 +7,7 @@
 #include "fpga/emu/emu.h"
 #include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,9 +203,11 @@ int xrtRunSetArg(xrtRunHandle h, int index, ...)
         uint64_t hi = (uint64_t)(g->hi + 1) * FPGA_U280_HBM_BANK_BYTES;
         if (b->addr < lo || b->addr + b->size > hi) {
             int ch = (int)(b->addr / FPGA_U280_HBM_BANK_BYTES);
-            return emu_fail(EINVAL, "argument %d (%s) of %s is connected to HBM[%d:%d]; the BO "
-                                    "is in HBM[%d] (wrong bank)", index, xa->name, k->x.name,
-                            g->lo, g->hi, ch);
+            char banks[16];
+            if (g->lo == g->hi) snprintf(banks, sizeof banks, "HBM[%d]", g->lo);
+            else snprintf(banks, sizeof banks, "HBM[%d:%d]", g->lo, g->hi);
+            return emu_fail(EINVAL, "argument %d (%s) of %s is connected to %s; the BO is in "
+                                    "HBM[%d] (wrong bank)", index, xa->name, k->x.name, banks, ch);
         }
     }
     pthread_mutex_lock(&c->mu);
