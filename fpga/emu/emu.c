@@ -183,6 +183,14 @@ void emu_handle_del(void *p)
     pthread_mutex_unlock(&g_mu);
 }
 
+/* The table outlives every handle; it goes when the library is unloaded (dlclose, exit). */
+__attribute__((destructor)) static void set_free(void)
+{
+    free(g_set);
+    g_set = NULL;
+    g_set_cap = g_set_used = 0;
+}
+
 /* ---------------------------------------------------------------- cards */
 
 static int env_int(const char *name, int def, int lo, int hi)

@@ -7,6 +7,7 @@
 #include "fpga/u280.h"
 #include "fpga/xrt_api.h"
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 /* Only the XRT functions and the fpga_emu_* / fpga_k_* extensions leave the library. */
@@ -132,7 +133,8 @@ struct emu_card {
     pthread_cond_t done;  /* a run changed state (waiters) */
     pthread_cond_t work;  /* the queue changed, or stop (worker) */
     int users;            /* live user handles of any kind on this card */
-    int gone, hung, stop, pace;
+    _Atomic int gone;     /* read without the lock by the fast checks of every call */
+    int hung, stop, pace;
     emu_xclbin xclbin;
     int kernels_open;
     uint8_t *hbm;         /* FPGA_U280_HBM_BYTES reserved, pages touched on demand */

@@ -168,7 +168,7 @@ int emu_xclbin_parse(const char *text, emu_xclbin *x)
                 if (!strcmp(x->kernels[i].name, w[1]))
                     return emu_fail(EINVAL, "xclbin line %d: kernel %s twice", line, w[1]);
             cur = &x->kernels[x->n_kernels++];
-            snprintf(cur->name, sizeof cur->name, "%s", w[1]);
+            snprintf(cur->name, sizeof cur->name, "%.63s", w[1]);
             cur->impl = emu_registry_find(w[1]);
             if (!cur->impl)
                 return emu_fail(ENOENT, "xclbin line %d: kernel %s has no C implementation in "
@@ -182,7 +182,7 @@ int emu_xclbin_parse(const char *text, emu_xclbin *x)
             if (n < 3 || !valid_name(w[1]) || parse_kind(w[2], &a->kind) != 0)
                 return emu_fail(EINVAL, "xclbin line %d: expected 'arg NAME global HBM[..]' or "
                                         "'arg NAME u32|i32|u64|f32'", line);
-            snprintf(a->name, sizeof a->name, "%s", w[1]);
+            snprintf(a->name, sizeof a->name, "%.63s", w[1]);
             if (a->kind == FPGA_K_ARG_GLOBAL) {
                 if (n != 4 || (a->group = parse_banks(w[3], x)) < 0)
                     return emu_fail(EINVAL, "xclbin line %d: a global argument needs its banks, "

@@ -123,9 +123,10 @@ TEST(emu_bo_larger_than_bank_refused)
     CHECK_MSG(strstr(fpga_xrt_error(), "256 MiB bank"), "message: %s", fpga_xrt_error());
     CHECK(b == NULL);
     /* A whole bank is fine (and costs no host memory until touched). */
-    REQUIRE(fpga_xrt_bo_alloc(c.x, c.d, FPGA_U280_HBM_BANK_BYTES, 0, 5, &b) == 0);
+    xrtBufferHandle whole;
+    REQUIRE(fpga_xrt_bo_alloc(c.x, c.d, FPGA_U280_HBM_BANK_BYTES, 0, 5, &whole) == 0);
     uint64_t addr;
-    CHECK_EQ(fpga_xrt_bo_address(c.x, b, &addr), 0);
+    CHECK_EQ(fpga_xrt_bo_address(c.x, whole, &addr), 0);
     CHECK_EQ(addr, 5 * FPGA_U280_HBM_BANK_BYTES);
     /* The range group HBM[0:31] takes a BO spanning channels. */
     xrtBufferHandle big;
@@ -140,7 +141,12 @@ TEST(emu_bo_larger_than_bank_refused)
     CHECK_EQ(fpga_xrt_bo_alloc(c.x, c.d, 4096, 0, 63, &b), ACCEL_ERR_INVALID);
     CHECK_EQ(fpga_xrt_bo_alloc(c.x, c.d, 4096, XCL_BO_FLAGS_P2P, 5, &b), ACCEL_ERR_INVALID);
     fpga_xrt_bo_free(c.x, big);
-    card_close(&c); /* the 256 MiB BO is still allocated: closing in any order is fine */
+    /* Handles close in any order: the device first, its last BO after. */
+    fpga_xrt_kernel_close(c.x, c.k);
+    fpga_xrt_device_close(c.x, c.d);
+    CHECK_EQ(fpga_xrt_bo_size(c.x, whole, &(size_t){0}), 0);
+    CHECK_EQ(fpga_xrt_bo_free(c.x, whole), 0);
+    fpga_xrt_free(c.x);
 }
 
 TEST(emu_bank_exhaustion_fails_and_recovers)
