@@ -115,6 +115,8 @@ static xrtBufferHandle bo_alloc(xrtDeviceHandle dh, void *userptr, size_t size,
     emu_card *c = d->card;
     if (c->gone) return emu_fail_null(ENODEV, "card %d has disappeared from the bus", c->index);
     if (size == 0) return emu_fail_null(EINVAL, "a BO of 0 bytes");
+    /* The bank is `grp`: XRT's xrtBOAlloc overwrites the flags' bank bits (xcl_bo_flags.bank,
+     * bits 0..15) with it, so only the BO flags in bits 24..31 matter here. */
     uint32_t bo_flags = (uint32_t)flags & 0xff000000u;
     const uint32_t known = XCL_BO_FLAGS_CACHEABLE | XCL_BO_FLAGS_DEV_ONLY;
     if (bo_flags & ~known)
