@@ -97,7 +97,8 @@ $(BUILD)/test_list.h: $(TEST_SRC)
 
 $(BUILD)/obj/tests/main.o: $(BUILD)/test_list.h
 
-$(BUILD)/tandem-tests: $(TEST_OBJ) $(BUILD)/libtandem.a
+# The FPGA tests dlopen the emulator as the daemon does (order-only: not linked in).
+$(BUILD)/tandem-tests: $(TEST_OBJ) $(BUILD)/libtandem.a | $(BUILD)/libxrt_emu.so
 	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%: tools/%.c $(BUILD)/libtandem.a

@@ -1,70 +1,115 @@
-/* cpu/kv_quant.c — see proto/kv.h for the rule; this is its reference implementation. */
+/* cpu/kv_quant.c — reference KV quantizer (see kv_quant.h and proto/kv.h). */
 #include "cpu/kv_quant.h"
 #include "model/model.h"
+#include "proto/kv_wire.h"
 #include <math.h>
+#include <string.h>
 
-/* Quantizes one group of n values with QMAX; writes n signed values to out, returns the scale. */
-static uint16_t quant_group(const float *x, int n, int qmax, int8_t *out)
+static int qmax_of(enum proto_kv_dtype t)
 {
-    float amax = 0;
-    for (int i = 0; i < n; i++) {
+    return t == PROTO_KV_INT8 ? 127 : 7;
+}
+
+/* Quantizes one group of g values; writes g int values to qi and returns the fp16 scale. */
+static uint16_t quantize_group(const float *x, int g, int qmax, int8_t *qi)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < g; i++) {
         float a = fabsf(x[i]);
-        if (a > amax) amax = a;
+        if (a > amax) amax = a; /* NaN compares false: ignored */
     }
     uint16_t scale = model_f32_to_f16(amax / (float)qmax);
     float s = model_f16_to_f32(scale);
-    for (int i = 0; i < n; i++) {
-        if (s == 0.0f) {
-            out[i] = 0;
-            continue;
-        }
-        float r = rintf(x[i] / s);
-        if (r > qmax) r = (float)qmax;
-        if (r < -qmax) r = (float)-qmax;
-        out[i] = (int8_t)r;
+    for (int i = 0; i < g; i++) {
+        float r = s == 0.0f ? 0.0f : rintf(x[i] / s);
+        if (!(r == r)) r = 0.0f; /* NaN input, or inf/inf */
+        if (r > (float)qmax) r = (float)qmax;
+        if (r < (float)-qmax) r = (float)-qmax;
+        qi[i] = (int8_t)r;
     }
     return scale;
 }
 
-void cpu_kv_quantize_int8(const float *x, int n_tokens, int n_kv_heads, int hd, uint8_t *q,
-                          uint16_t *scales)
+static int shape_ok(enum proto_kv_dtype t, int n_tokens, int n_kv_heads, int head_dim)
 {
-    size_t rows = (size_t)n_tokens * n_kv_heads;
-    for (size_t r = 0; r < rows; r++)
-        scales[r] = quant_group(x + r * hd, hd, 127, (int8_t *)q + r * hd);
+    return proto_kv_shape_check(t, 1, n_kv_heads, head_dim) == 0 && n_tokens >= 0;
 }
 
-void cpu_kv_quantize_int4(const float *x, int n_tokens, int n_kv_heads, int hd, uint8_t *q,
-                          uint16_t *scales)
+int cpu_kv_quantize(enum proto_kv_dtype t, const float *x, int n_tokens, int n_kv_heads,
+                    int head_dim, uint8_t *q, uint16_t *scales)
 {
-    int g = proto_kv_group(PROTO_KV_INT4, hd), ng = hd / g;
-    size_t rows = (size_t)n_tokens * n_kv_heads;
-    int8_t tmp[1024];
+    if (!shape_ok(t, n_tokens, n_kv_heads, head_dim) || (n_tokens && (!x || !q || !scales)))
+        return -1;
+    const int g = proto_kv_group(t, head_dim), qmax = qmax_of(t);
+    const size_t rows = (size_t)n_tokens * n_kv_heads;
+    int8_t qi[PROTO_KV_MAX_HEAD_DIM];
     for (size_t r = 0; r < rows; r++) {
-        for (int j = 0; j < ng; j++)
-            scales[r * ng + j] = quant_group(x + r * hd + (size_t)j * g, g, 7, tmp + j * g);
-        uint8_t *o = q + r * (hd / 2);
-        for (int i = 0; i < hd; i += 2)
-            o[i / 2] = (uint8_t)((tmp[i] & 0xf) | ((tmp[i + 1] & 0xf) << 4));
+        const float *xr = x + r * head_dim;
+        for (int j = 0; j < head_dim / g; j++)
+            scales[r * (head_dim / g) + j] = quantize_group(xr + j * g, g, qmax, qi + j * g);
+        if (t == PROTO_KV_INT8) {
+            memcpy(q + r * head_dim, qi, (size_t)head_dim);
+        } else {
+            uint8_t *qr = q + r * (head_dim / 2);
+            for (int e = 0; e < head_dim / 2; e++)
+                qr[e] = (uint8_t)((qi[2 * e] & 0xf) | (qi[2 * e + 1] & 0xf) << 4);
+        }
     }
+    return 0;
 }
 
-void cpu_kv_dequantize(enum proto_kv_dtype t, const uint8_t *q, const uint16_t *scales,
-                       int n_tokens, int n_kv_heads, int hd, float *out)
+int cpu_kv_dequantize(enum proto_kv_dtype t, const uint8_t *q, const uint16_t *scales,
+                      int n_tokens, int n_kv_heads, int head_dim, float *out)
 {
-    size_t rows = (size_t)n_tokens * n_kv_heads;
-    int g = proto_kv_group(t, hd), ng = hd / g;
-    for (size_t r = 0; r < rows; r++)
-        for (int i = 0; i < hd; i++) {
-            float s = model_f16_to_f32(scales[r * ng + i / g]);
+    if (!shape_ok(t, n_tokens, n_kv_heads, head_dim) || (n_tokens && (!q || !scales || !out)))
+        return -1;
+    const int g = proto_kv_group(t, head_dim);
+    const size_t rows = (size_t)n_tokens * n_kv_heads;
+    for (size_t r = 0; r < rows; r++) {
+        for (int i = 0; i < head_dim; i++) {
             int v;
             if (t == PROTO_KV_INT8) {
-                v = (int8_t)q[r * hd + i];
+                v = (int8_t)q[r * head_dim + i];
             } else {
-                uint8_t b = q[r * (hd / 2) + i / 2];
-                int nib = i % 2 ? b >> 4 : b & 0xf;
-                v = nib >= 8 ? nib - 16 : nib;
+                uint8_t b = q[r * (head_dim / 2) + i / 2];
+                int nib = i & 1 ? b >> 4 : b & 0xf;
+                v = nib >= 8 ? nib - 16 : nib; /* 4-bit two's complement */
             }
-            out[r * hd + i] = (float)v * s;
+            out[r * head_dim + i] =
+                (float)v * model_f16_to_f32(scales[r * (head_dim / g) + i / g]);
         }
+    }
+    return 0;
+}
+
+static size_t pad8(size_t n)
+{
+    return (n + 7) & ~(size_t)7;
+}
+
+size_t cpu_kv_layer_bytes(enum proto_kv_dtype t, int n_tokens, int n_kv_heads, int head_dim)
+{
+    if (!shape_ok(t, n_tokens, n_kv_heads, head_dim)) return 0;
+    return 2 * pad8(proto_kv_value_bytes(t, n_tokens, n_kv_heads, head_dim)) +
+           2 * pad8(2 * proto_kv_scale_count(t, n_tokens, n_kv_heads, head_dim));
+}
+
+int cpu_kv_quantize_layer(enum proto_kv_dtype t, const float *k, const float *v, int layer,
+                          int pos0, int n_tokens, int n_kv_heads, int head_dim, void *buf,
+                          size_t cap, proto_kv_layer *out)
+{
+    size_t need = cpu_kv_layer_bytes(t, n_tokens, n_kv_heads, head_dim);
+    if (!need || cap < need || !buf || ((uintptr_t)buf & 7) || layer < 0 || pos0 < 0) return -1;
+    size_t vb = pad8(proto_kv_value_bytes(t, n_tokens, n_kv_heads, head_dim));
+    size_t sb = pad8(2 * proto_kv_scale_count(t, n_tokens, n_kv_heads, head_dim));
+    uint8_t *p = buf;
+    uint8_t *kq = p, *vq = p + vb;
+    uint16_t *ks = (uint16_t *)(void *)(p + 2 * vb), *vs = (uint16_t *)(void *)(p + 2 * vb + sb);
+    if (cpu_kv_quantize(t, k, n_tokens, n_kv_heads, head_dim, kq, ks) != 0 ||
+        cpu_kv_quantize(t, v, n_tokens, n_kv_heads, head_dim, vq, vs) != 0)
+        return -1;
+    *out = (proto_kv_layer){.layer = layer, .pos0 = pos0, .n_tokens = n_tokens,
+                            .n_kv_heads = n_kv_heads, .head_dim = head_dim, .dtype = t,
+                            .k = kq, .v = vq, .k_scale = ks, .v_scale = vs};
+    return 0;
 }

@@ -6,7 +6,9 @@
  *
  *   k, v       int8:  (n_tokens, n_kv_heads, head_dim)              one value per byte
  *              int4:  (n_tokens, n_kv_heads, head_dim / 2)          two values per byte, element
- *                                                                   2j in the low nibble, 2j+1 high
+ *                                                                   2j in the low nibble, 2j+1 high,
+ *                                                                   each nibble 4-bit two's
+ *                                                                   complement (-7..7)
  *   k_scale,   int8:  (n_tokens, n_kv_heads)                        fp16 bits, one per token per head
  *   v_scale    int4:  (n_tokens, n_kv_heads, head_dim / group)      fp16 bits, one per group
  *

@@ -1,0 +1,15 @@
+/* fpga/emu/emu_registry.c — which C function stands in for each kernel an xclbin names.
+ * A new kernel in fpga/kernels/ adds its descriptor here. */
+#include "fpga/emu/emu.h"
+#include <string.h>
+
+static const fpga_k_desc *const kernels[] = {
+    &fpga_k_kv_gather_desc,
+};
+
+const fpga_k_desc *emu_registry_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        if (!strcmp(kernels[i]->name, name)) return kernels[i];
+    return NULL;
+}

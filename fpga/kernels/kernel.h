@@ -1,0 +1,83 @@
+/* fpga/kernels/kernel.h — what a kernel in fpga/kernels/ sees, on the emulator and under HLS.
+ *
+ * A kernel is two functions:
+ *  - the top function, in the style an HLS flow synthesizes: stdint types, every buffer a
+ *    pointer argument (an m_axi port), scalars by value, `#pragma HLS` lines (gcc ignores them),
+ *    no dynamic allocation, no library calls beyond <stdint.h>/<string.h>-level arithmetic;
+ *  - an adapter `int fpga_k_<name>(const fpga_kargs *)` that the emulator calls with the run's
+ *    arguments. The adapter checks that every range the scalars describe lies inside its buffer
+ *    (the hardware would read whatever is there; the emulator must not crash) and returns 0, or
+ *    -1 to end the run in ERT_CMD_STATE_ERROR.
+ * Each kernel exports a descriptor (fpga_k_desc) that the emulator's registry lists; an xclbin
+ * description naming the kernel must declare the same argument kinds in the same order.
+ *
+ * Memory accounting for the timing model: the top function reports each memory command it
+ * issues, once, before the data moves — fpga_k_read(p, n) / fpga_k_write(p, n) for a burst of n
+ * bytes at p (a pointer into one of its buffer arguments), and fpga_k_cycles(c) for compute
+ * that does not overlap memory. Under HLS (__SYNTHESIS__) they compile to nothing. One call is
+ * one command: merge small reads into large ones, as the hardware should (GLITCHES' prefetch).
+ *
+ * Threads: the emulator runs a card's kernels one at a time on that card's worker thread. */
+#ifndef TANDEM_FPGA_KERNEL_H
+#define TANDEM_FPGA_KERNEL_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* gcc compiles the kernels too: the `#pragma HLS` lines are for the HLS flow only. */
+#ifndef __SYNTHESIS__
+#pragma GCC diagnostic ignored "-Wunknown-pragmas"
+#endif
+
+#define FPGA_K_MAX_ARGS 48
+
+enum fpga_k_arg_kind {
+    FPGA_K_ARG_GLOBAL = 1, /* a buffer in HBM (passed to xrtRunSetArg as an xrtBufferHandle) */
+    FPGA_K_ARG_U32,        /* "uint": passed as uint32_t */
+    FPGA_K_ARG_I32,        /* "int": passed as int32_t */
+    FPGA_K_ARG_U64,        /* 8-byte scalar: passed as uint64_t */
+    FPGA_K_ARG_F32,        /* "float": passed as double (C varargs), stored as float */
+};
+
+typedef struct fpga_k_arg {
+    void *ptr;      /* GLOBAL: the BO's device copy (what the kernel's m_axi port sees) */
+    uint64_t size;  /* GLOBAL: its size in bytes */
+    uint64_t addr;  /* GLOBAL: its device address (xrtBOAddress) */
+    uint64_t u;     /* U32/U64/I32 (as its 32-bit pattern): the value */
+    float f;        /* F32 */
+} fpga_k_arg;
+
+typedef struct fpga_kargs {
+    int n;
+    fpga_k_arg a[FPGA_K_MAX_ARGS];
+} fpga_kargs;
+
+typedef int (*fpga_k_fn)(const fpga_kargs *args);
+
+typedef struct fpga_k_desc {
+    const char *name;
+    int n_args;
+    enum fpga_k_arg_kind kinds[FPGA_K_MAX_ARGS];
+    fpga_k_fn run;
+} fpga_k_desc;
+
+/* 1 when [off, off + n) lies inside a buffer of `size` bytes (no overflow). */
+static inline int fpga_k_range_ok(uint64_t off, uint64_t n, uint64_t size)
+{
+    return off <= size && n <= size - off;
+}
+
+#ifdef __SYNTHESIS__
+#define fpga_k_read(p, n)  ((void)0)
+#define fpga_k_write(p, n) ((void)0)
+#define fpga_k_cycles(c)   ((void)0)
+#else
+/* Implemented by the emulator (fpga/emu/emu_timing.c). */
+void fpga_k_read(const void *p, uint64_t n);
+void fpga_k_write(const void *p, uint64_t n);
+void fpga_k_cycles(uint64_t c);
+#endif
+
+/* The kernels (one descriptor per file in fpga/kernels/). */
+extern const fpga_k_desc fpga_k_kv_gather_desc;
+
+#endif

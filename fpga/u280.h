@@ -1,0 +1,41 @@
+/* fpga/u280.h — facts about the Alveo U280 that host code and the emulator share.
+ *
+ * Every number says where it comes from; the timing constants are the emulator's model
+ * (fpga/emu/emu_timing.c explains how each is used). */
+#ifndef TANDEM_FPGA_U280_H
+#define TANDEM_FPGA_U280_H
+#include <stdint.h>
+
+/* HBM2: 8 GiB as 32 pseudo-channels of 256 MiB (AMD UG1393 "HBM Configuration and Use";
+ * xbutil reports 256 MB banks, XRT issue/PR #4527). */
+#define FPGA_U280_HBM_BANKS      32
+#define FPGA_U280_HBM_BANK_BYTES (256ULL << 20)
+#define FPGA_U280_HBM_BYTES      (FPGA_U280_HBM_BANKS * FPGA_U280_HBM_BANK_BYTES)
+
+/* Peak per pseudo-channel: 460 GB/s / 32 = 14.375 GB/s (UG1393). */
+#define FPGA_U280_HBM_PC_BPS 14.375e9
+/* Utilisation of that peak for long sequential streams: Shuhai (Wang et al., FCCM 2020)
+ * measured ~420 of 460 GB/s on the U280 with all channels busy = 0.913; we round down to 0.90
+ * because a kernel also pays refresh and read/write turnarounds that the benchmark avoids. */
+#define FPGA_U280_HBM_UTIL 0.90
+/* Fixed cost of one kernel-level memory command (one GLITCHES-style LD/ST, which the datamover
+ * splits into back-to-back AXI bursts): the issue slot plus the pipeline refill between commands.
+ * GLITCHES (Fig. 5, Sec. IV) shows commands under ~32 KB wasting most of the bandwidth; 64 cycles
+ * at the kernel clock (284 ns) makes an 8 KB command reach 69 % and a 32 KB one 90 % of the
+ * streaming rate, which reproduces their 8 KB -> 32 KB merge gain (~1.2-1.3x). A model
+ * parameter, not a measurement. */
+#define FPGA_U280_CMD_CYCLES 64
+/* Kernel clock: FlightLLM and GLITCHES' U280 design run at 225 MHz. */
+#define FPGA_U280_KERNEL_HZ 225e6
+/* Host-observed cost of one kernel run with no work, xrtRunStart -> completion seen by
+ * xrtRunWait: 50 us, the low end of the 50-100 us reported on an HBM Alveo (U55C, XRT issue
+ * #8687) and of the 16-56 us start + ~55 us wait reported on XRT 2.12 (XRT issue #6601). */
+#define FPGA_U280_RUN_OVERHEAD_NS 50000.0
+/* PCIe Gen3 x16 through XDMA: xbutil dmatest reports 9.6-12.2 GB/s per direction with 256 MB
+ * buffers on Alveo cards (XRT PRs #937, #2065, #2540); we use 11 GB/s both ways. A 4 KB
+ * transfer runs at ~720 MB/s (XRT issue #6787, U50 gen3x16 xdma) = 5.7 us, of which 0.4 us is
+ * the bytes: ~5 us of fixed cost per sync. */
+#define FPGA_U280_PCIE_BPS     11e9
+#define FPGA_U280_SYNC_OVERHEAD_NS 5000.0
+
+#endif

@@ -1,0 +1,128 @@
+/* proto/kv_wire.h — the KV wire format: a versioned byte stream of quantized KV chunks
+ * (proto/kv.h) from a prefill device to a decode device. Byte layout: proto/KV_FORMAT.md.
+ *
+ *   stream = header (96 bytes) chunk*
+ *   chunk  = chunk header (48 bytes) payload
+ *   payload= K values | V values | K scales | V scales, each section padded with zeros to a
+ *            multiple of 64 bytes (so a payload placed 64-byte aligned, in host memory or in an
+ *            HBM bank, has every section aligned for 512-bit AXI beats)
+ *
+ * Chunks come in runs of positions: a run [p, p+n) carries layers 0..L-1 in order, each with
+ * the same p and n; runs follow each other from the header's pos0 until its n_tokens positions
+ * are covered. (A whole prompt is one run; a chunked prefill sends one run per chunk.)
+ *
+ * Writer: proto_kv_header_write() then proto_kv_chunk_write() per chunk, into caller buffers.
+ * Reader: proto_kv_reader_feed() takes bytes as they arrive, in pieces of any size, validates
+ * every field against bounds and the receiver's expectations *before* allocating or using
+ * anything, checks each chunk's CRC32Cs, and hands each good chunk to a callback as a
+ * proto_kv_layer view. A chunk that fails a check never reaches the callback; the reader then
+ * refuses everything after it (the import of that sequence has failed).
+ *
+ * Threads: a reader is used by one thread at a time; the writer functions are pure. */
+#ifndef TANDEM_PROTO_KV_WIRE_H
+#define TANDEM_PROTO_KV_WIRE_H
+#include "proto/kv.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_KV_WIRE_VERSION      1
+#define PROTO_KV_HEADER_BYTES      96
+#define PROTO_KV_CHUNK_HEADER_BYTES 48
+#define PROTO_KV_SECTION_ALIGN     64
+#define PROTO_KV_SCALE_FP16        1 /* scale_type: IEEE binary16 */
+#define PROTO_KV_LAYOUT_TOKEN_MAJOR 1 /* layout: proto/kv.h, (token, head, dim) */
+
+/* Bounds every stream must respect, whatever the receiver accepts (the Llama family is far
+ * inside them: 126 layers, 128 KV heads, head_dim 256 at most today). */
+#define PROTO_KV_MAX_LAYERS   1024
+#define PROTO_KV_MAX_HEADS    1024
+#define PROTO_KV_MAX_HEAD_DIM 1024
+#define PROTO_KV_MAX_TOKENS   (1 << 24)
+
+enum proto_kv_wire_status {
+    PROTO_KV_OK = 0,
+    PROTO_KV_ERR_MAGIC = -101,    /* not a KV stream / not a chunk where one should start */
+    PROTO_KV_ERR_VERSION = -102,  /* a version or flag this reader does not know */
+    PROTO_KV_ERR_MODEL = -103,    /* produced for another model (fingerprint or shape) */
+    PROTO_KV_ERR_BOUNDS = -104,   /* a size, count or position outside its bounds */
+    PROTO_KV_ERR_ORDER = -105,    /* a chunk out of sequence (layer or position) */
+    PROTO_KV_ERR_CRC = -106,      /* a checksum does not match: the bytes are corrupt */
+    PROTO_KV_ERR_TRUNCATED = -107,/* the stream ended before every chunk arrived */
+    PROTO_KV_ERR_NOMEM = -108,
+    PROTO_KV_ERR_STATE = -109,    /* the reader already failed, or bytes after the end */
+};
+const char *proto_kv_wire_strerror(int status);
+
+typedef struct proto_kv_header {
+    uint8_t fingerprint[32]; /* model->fingerprint of the model that produced the KV */
+    int n_layers, n_kv_heads, head_dim;
+    int n_tokens;            /* positions the stream carries */
+    int pos0;                /* the first of them */
+    enum proto_kv_dtype dtype;
+} proto_kv_header;
+
+/* Where each section of a chunk's payload starts (bytes from the payload's start). */
+typedef struct proto_kv_payload_layout {
+    size_t value_bytes; /* of K (and of V) */
+    size_t scale_bytes; /* of K's scales (and of V's) */
+    size_t k, v, k_scale, v_scale;
+    size_t total;       /* payload bytes, padding included */
+} proto_kv_payload_layout;
+
+/* 0 when the shape is one the format can carry (head_dim even, a multiple of the int4 group,
+ * every count within the PROTO_KV_MAX_* bounds), else PROTO_KV_ERR_BOUNDS. */
+int proto_kv_shape_check(enum proto_kv_dtype dtype, int n_layers, int n_kv_heads, int head_dim);
+/* Payload layout of a chunk of n_tokens (shape already checked). */
+void proto_kv_payload_layout_of(enum proto_kv_dtype dtype, int n_tokens, int n_kv_heads,
+                                int head_dim, proto_kv_payload_layout *out);
+
+/* Serializes the header into out. Returns PROTO_KV_HEADER_BYTES, or a negative status. */
+int proto_kv_header_write(const proto_kv_header *h, uint8_t out[PROTO_KV_HEADER_BYTES]);
+/* Bytes proto_kv_chunk_write needs for this chunk (chunk header + payload); 0 if its shape is
+ * invalid. */
+size_t proto_kv_chunk_bytes(const proto_kv_layer *c);
+/* Serializes one chunk into out (cap bytes). Returns the bytes written, or a negative status
+ * (PROTO_KV_ERR_BOUNDS for a bad shape or a short buffer). */
+long long proto_kv_chunk_write(const proto_kv_layer *c, uint8_t *out, size_t cap);
+
+/* What the receiver accepts. */
+typedef struct proto_kv_expect {
+    const uint8_t *fingerprint; /* 32 bytes; NULL accepts any model (tools only) */
+    int n_layers, n_kv_heads, head_dim; /* must match the stream exactly */
+    enum proto_kv_dtype dtype;  /* 0: int8 or int4 */
+    int max_tokens;             /* most positions the receiver will take (its reservation) */
+    int max_pos;                /* pos0 + n_tokens must not exceed it (the model's context) */
+} proto_kv_expect;
+
+typedef struct proto_kv_reader proto_kv_reader;
+
+/* Called for each validated chunk, in stream order. The view (and the header) are valid only
+ * during the call. payload/payload_bytes: the chunk's payload exactly as it was on the wire
+ * (what a device may copy verbatim), and payload_crc its CRC32C. Return 0 to go on, or a
+ * negative status of your own, which proto_kv_reader_feed() returns as is (the reader stops). */
+typedef struct proto_kv_chunk_info {
+    const uint8_t *payload;
+    size_t payload_bytes;
+    uint32_t payload_crc;
+    proto_kv_payload_layout layout;
+} proto_kv_chunk_info;
+typedef int (*proto_kv_chunk_fn)(void *ctx, const proto_kv_header *h, const proto_kv_layer *chunk,
+                                 const proto_kv_chunk_info *info);
+
+/* A reader for one stream. NULL when out of memory. The caller owns it. */
+proto_kv_reader *proto_kv_reader_new(const proto_kv_expect *e, proto_kv_chunk_fn fn, void *ctx);
+void proto_kv_reader_free(proto_kv_reader *r);
+/* Takes the next n bytes of the stream. Returns 0, or a negative status (the reader's or the
+ * callback's); after an error every later call returns PROTO_KV_ERR_STATE. Chunks whose bytes
+ * lie whole inside `data` (and 8-byte aligned) are handed out without a copy. */
+int proto_kv_reader_feed(proto_kv_reader *r, const void *data, size_t n);
+/* The stream ended: 0 when every chunk arrived, else PROTO_KV_ERR_TRUNCATED. */
+int proto_kv_reader_finish(proto_kv_reader *r);
+/* The parsed header, or NULL before it arrived. */
+const proto_kv_header *proto_kv_reader_header(const proto_kv_reader *r);
+/* A one-line reason for the reader's failure ("" while none). */
+const char *proto_kv_reader_error(const proto_kv_reader *r);
+/* Positions complete (every layer arrived) so far. */
+int proto_kv_reader_tokens_done(const proto_kv_reader *r);
+
+#endif

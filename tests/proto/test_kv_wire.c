@@ -1,0 +1,368 @@
+/* The KV wire format: CRC32C against published vectors, round trips through the streaming
+ * reader in pieces of every size, and every corruption or lie in a stream refused cleanly. */
+#include "cpu/kv_quant.h"
+#include "proto/crc32c.h"
+#include "proto/kv_wire.h"
+#include "tests/test.h"
+#include <stdint.h>
+#include <stdlib.h>
+
+TEST(kv_crc32c_published_vectors)
+{
+    /* The CRC catalogue's check value, and RFC 3720 appendix B.4. */
+    CHECK_EQ(proto_crc32c(0, "123456789", 9), 0xE3069283u);
+    uint8_t b[32];
+    memset(b, 0, 32);
+    CHECK_EQ(proto_crc32c(0, b, 32), 0x8A9136AAu);
+    memset(b, 0xff, 32);
+    CHECK_EQ(proto_crc32c(0, b, 32), 0x62A8AB43u);
+    for (int i = 0; i < 32; i++) b[i] = (uint8_t)i;
+    CHECK_EQ(proto_crc32c(0, b, 32), 0x46DD794Eu);
+    for (int i = 0; i < 32; i++) b[i] = (uint8_t)(31 - i);
+    CHECK_EQ(proto_crc32c(0, b, 32), 0x113FDB5Cu);
+    CHECK_EQ(proto_crc32c_sw(0, "123456789", 9), 0xE3069283u);
+    /* Both paths agree at every length and alignment, and chaining equals one pass. */
+    uint8_t big[300];
+    for (int i = 0; i < 300; i++) big[i] = (uint8_t)(i * 31 + 7);
+    for (int off = 0; off < 9; off++)
+        for (int n = 0; n < 280; n += 13) {
+            CHECK_EQ(proto_crc32c(0, big + off, n), proto_crc32c_sw(0, big + off, n));
+            uint32_t c = proto_crc32c(0, big + off, n / 3);
+            CHECK_EQ(proto_crc32c(c, big + off + n / 3, n - n / 3), proto_crc32c(0, big + off, n));
+        }
+}
+
+/* ---------------------------------------------------------------- a stream to play with */
+
+enum { L = 3, H = 2, D = 64, RUN1 = 5, RUN2 = 3, MAXC = 2 * L };
+
+typedef struct stream {
+    uint8_t *bytes;
+    size_t n;
+    size_t chunk_off[MAXC]; /* where each chunk starts in bytes */
+    proto_kv_layer want[MAXC];
+    void *bufs[MAXC];
+    int n_chunks;
+    uint8_t fp[32];
+} stream;
+
+static float frand(unsigned *st)
+{
+    *st = *st * 1103515245u + 12345u;
+    return (float)((*st >> 8) & 0xffff) / 8192.0f - 4.0f;
+}
+
+static void stream_make(stream *s, enum proto_kv_dtype dt, int pos0)
+{
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < 32; i++) s->fp[i] = (uint8_t)(0xa0 + i);
+    proto_kv_header h = {.n_layers = L, .n_kv_heads = H, .head_dim = D, .n_tokens = RUN1 + RUN2,
+                         .pos0 = pos0, .dtype = dt};
+    memcpy(h.fingerprint, s->fp, 32);
+    s->bytes = malloc(1 << 20);
+    CHECK_EQ(proto_kv_header_write(&h, s->bytes), PROTO_KV_HEADER_BYTES);
+    s->n = PROTO_KV_HEADER_BYTES;
+    unsigned st = 1;
+    int runs[2] = {RUN1, RUN2}, p = pos0;
+    for (int r = 0; r < 2; r++) {
+        for (int l = 0; l < L; l++) {
+            int n = runs[r];
+            float k[RUN1 * H * D], v[RUN1 * H * D];
+            for (int i = 0; i < n * H * D; i++) {
+                k[i] = frand(&st);
+                v[i] = frand(&st) * 0.25f;
+            }
+            size_t need = cpu_kv_layer_bytes(dt, n, H, D);
+            void *buf = aligned_alloc(8, (need + 7) & ~(size_t)7);
+            proto_kv_layer *c = &s->want[s->n_chunks];
+            CHECK(cpu_kv_quantize_layer(dt, k, v, l, p, n, H, D, buf, need, c) == 0);
+            s->bufs[s->n_chunks] = buf;
+            s->chunk_off[s->n_chunks++] = s->n;
+            long long w = proto_kv_chunk_write(c, s->bytes + s->n, (1 << 20) - s->n);
+            CHECK(w > 0 && (size_t)w == proto_kv_chunk_bytes(c));
+            s->n += (size_t)w;
+        }
+        p += runs[r];
+    }
+}
+
+static void stream_free(stream *s)
+{
+    free(s->bytes);
+    for (int i = 0; i < s->n_chunks; i++) free(s->bufs[i]);
+}
+
+static proto_kv_expect expect_of(const stream *s)
+{
+    return (proto_kv_expect){.fingerprint = s->fp, .n_layers = L, .n_kv_heads = H,
+                             .head_dim = D, .max_tokens = 64, .max_pos = 4096};
+}
+
+typedef struct got {
+    const stream *s;
+    int n;
+    int mismatches;
+} got;
+
+static int on_chunk(void *ctx, const proto_kv_header *h, const proto_kv_layer *c,
+                    const proto_kv_chunk_info *info)
+{
+    got *g = ctx;
+    if (g->n >= g->s->n_chunks) {
+        g->mismatches++;
+        return 0;
+    }
+    const proto_kv_layer *w = &g->s->want[g->n++];
+    size_t vb = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    size_t sb = 2 * proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    int ok = c->layer == w->layer && c->pos0 == w->pos0 && c->n_tokens == w->n_tokens &&
+             c->n_kv_heads == w->n_kv_heads && c->head_dim == w->head_dim &&
+             c->dtype == w->dtype && !memcmp(c->k, w->k, vb) && !memcmp(c->v, w->v, vb) &&
+             !memcmp(c->k_scale, w->k_scale, sb) && !memcmp(c->v_scale, w->v_scale, sb) &&
+             h->n_tokens == RUN1 + RUN2 && info->payload_crc == proto_crc32c(0, info->payload,
+                                                                             info->payload_bytes) &&
+             ((uintptr_t)c->k_scale & 1) == 0 && info->payload_bytes % 64 == 0;
+    if (!ok) g->mismatches++;
+    return 0;
+}
+
+/* Feeds the stream in pieces of `piece` bytes (0: all at once). */
+static int feed_all(proto_kv_reader *r, const uint8_t *p, size_t n, size_t piece)
+{
+    if (!piece) return proto_kv_reader_feed(r, p, n);
+    for (size_t off = 0; off < n; off += piece) {
+        int rc = proto_kv_reader_feed(r, p + off, off + piece <= n ? piece : n - off);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+TEST(kv_wire_round_trip_in_any_pieces)
+{
+    for (int dt = PROTO_KV_INT8; dt <= PROTO_KV_INT4; dt++) {
+        stream s;
+        stream_make(&s, dt, 100);
+        size_t pieces[] = {0, 1, 7, 48, 96, 1000, 4096};
+        for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
+            proto_kv_expect e = expect_of(&s);
+            got g = {.s = &s};
+            proto_kv_reader *r = proto_kv_reader_new(&e, on_chunk, &g);
+            REQUIRE(r);
+            CHECK_EQ(feed_all(r, s.bytes, s.n, pieces[i]), 0);
+            CHECK_EQ(proto_kv_reader_finish(r), 0);
+            CHECK_MSG(g.n == 2 * L && g.mismatches == 0, "dtype %d pieces %zu: %d chunks, %d bad "
+                      "(%s)", dt, pieces[i], g.n, g.mismatches, proto_kv_reader_error(r));
+            CHECK_EQ(proto_kv_reader_tokens_done(r), RUN1 + RUN2);
+            const proto_kv_header *h = proto_kv_reader_header(r);
+            CHECK(h && h->pos0 == 100 && h->dtype == (enum proto_kv_dtype)dt);
+            /* Bytes after the end are refused. */
+            CHECK_EQ(proto_kv_reader_feed(r, s.bytes, 1), PROTO_KV_ERR_STATE);
+            proto_kv_reader_free(r);
+        }
+        stream_free(&s);
+    }
+}
+
+/* Runs the stream (modified by the caller) through a reader; returns the feed status and the
+ * number of chunks the callback saw. */
+static int run_reader(const stream *s, const uint8_t *bytes, size_t n, const proto_kv_expect *e,
+                      int *seen, char *err, size_t errlen)
+{
+    got g = {.s = s};
+    proto_kv_reader *r = proto_kv_reader_new(e, on_chunk, &g);
+    if (!r) return PROTO_KV_ERR_NOMEM;
+    int rc = proto_kv_reader_feed(r, bytes, n);
+    if (rc == 0) rc = proto_kv_reader_finish(r);
+    snprintf(err, errlen, "%s", proto_kv_reader_error(r));
+    if (rc) CHECK_EQ(proto_kv_reader_feed(r, bytes, 1), PROTO_KV_ERR_STATE);
+    *seen = g.n;
+    CHECK_EQ(g.mismatches, 0);
+    proto_kv_reader_free(r);
+    return rc;
+}
+
+TEST(kv_wire_corrupt_chunk_rejected_before_delivery)
+{
+    stream s;
+    stream_make(&s, PROTO_KV_INT8, 0);
+    proto_kv_expect e = expect_of(&s);
+    uint8_t *b = malloc(s.n);
+    char err[256];
+    int seen;
+    /* A flipped byte in the payload of chunk 4 (layer 1 of the second run). */
+    memcpy(b, s.bytes, s.n);
+    b[s.chunk_off[4] + PROTO_KV_CHUNK_HEADER_BYTES + 5] ^= 0x01;
+    CHECK_EQ(run_reader(&s, b, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_CRC);
+    CHECK_EQ(seen, 4);
+    CHECK_MSG(strstr(err, "layer 1"), "err: %s", err);
+    /* In a scale. */
+    memcpy(b, s.bytes, s.n);
+    b[s.chunk_off[1] + PROTO_KV_CHUNK_HEADER_BYTES + 2 * 640 + 1] ^= 0x80;
+    CHECK_EQ(run_reader(&s, b, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_CRC);
+    CHECK_EQ(seen, 1);
+    /* In a chunk header (its token count). */
+    memcpy(b, s.bytes, s.n);
+    b[s.chunk_off[2] + 12] ^= 0x02;
+    CHECK_EQ(run_reader(&s, b, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_CRC);
+    CHECK_EQ(seen, 2);
+    /* In the stream header. */
+    memcpy(b, s.bytes, s.n);
+    b[50] ^= 0x10;
+    CHECK_EQ(run_reader(&s, b, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_CRC);
+    CHECK_EQ(seen, 0);
+    /* Wrong magic. */
+    memcpy(b, s.bytes, s.n);
+    b[s.chunk_off[3]] = 'X';
+    CHECK_EQ(run_reader(&s, b, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_MAGIC);
+    CHECK_EQ(seen, 3);
+    free(b);
+    stream_free(&s);
+}
+
+TEST(kv_wire_refuses_other_models_and_bounds)
+{
+    stream s;
+    stream_make(&s, PROTO_KV_INT4, 1000);
+    char err[256];
+    int seen;
+    proto_kv_expect e = expect_of(&s);
+    uint8_t other[32];
+    memset(other, 0x11, 32);
+    e.fingerprint = other;
+    CHECK_EQ(run_reader(&s, s.bytes, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_MODEL);
+    e = expect_of(&s);
+    e.n_layers = L + 1;
+    CHECK_EQ(run_reader(&s, s.bytes, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_MODEL);
+    e = expect_of(&s);
+    e.dtype = PROTO_KV_INT8;
+    CHECK_EQ(run_reader(&s, s.bytes, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_MODEL);
+    e = expect_of(&s);
+    e.max_tokens = RUN1 + RUN2 - 1; /* the receiver reserved fewer positions */
+    CHECK_EQ(run_reader(&s, s.bytes, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_BOUNDS);
+    e = expect_of(&s);
+    e.max_pos = 1000 + RUN1 + RUN2 - 1; /* past the context */
+    CHECK_EQ(run_reader(&s, s.bytes, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_BOUNDS);
+    CHECK_EQ(seen, 0);
+    e = expect_of(&s);
+    e.max_pos = 1000 + RUN1 + RUN2;
+    CHECK_EQ(run_reader(&s, s.bytes, s.n, &e, &seen, err, sizeof err), 0);
+    stream_free(&s);
+}
+
+/* Re-seals a modified stream header (a hostile writer computes CRCs too). */
+static void reseal_header(uint8_t *h)
+{
+    uint32_t c = proto_crc32c(0, h, 92);
+    for (int i = 0; i < 4; i++) h[92 + i] = (uint8_t)(c >> (8 * i));
+}
+static void reseal_chunk_header(uint8_t *h)
+{
+    uint32_t c = proto_crc32c(0, h, 44);
+    for (int i = 0; i < 4; i++) h[44 + i] = (uint8_t)(c >> (8 * i));
+}
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+TEST(kv_wire_hostile_fields_refused_before_allocation)
+{
+    stream s;
+    stream_make(&s, PROTO_KV_INT8, 0);
+    proto_kv_expect e = expect_of(&s);
+    e.max_tokens = 0; /* take any count the format allows: the format's own bounds must hold */
+    uint8_t *b = malloc(s.n);
+    char err[256];
+    int seen;
+    struct {
+        size_t off;
+        uint32_t v;
+        int want;
+    } cases[] = {
+        {60, 0xffffffffu, PROTO_KV_ERR_BOUNDS},  /* n_tokens */
+        {60, 0, PROTO_KV_ERR_BOUNDS},            /* no tokens */
+        {56, 1u << 20, PROTO_KV_ERR_BOUNDS},     /* head_dim */
+        {56, 63, PROTO_KV_ERR_BOUNDS},           /* odd head_dim */
+        {52, 0, PROTO_KV_ERR_BOUNDS},            /* no heads */
+        {48, 0x80000000u, PROTO_KV_ERR_BOUNDS},  /* layers */
+        {64, 0x7ffffffcu, PROTO_KV_ERR_BOUNDS},  /* pos0 + n wraps past INT32_MAX */
+        {72, 32, PROTO_KV_ERR_BOUNDS},           /* group disagrees with dtype */
+        {12, 1, PROTO_KV_ERR_VERSION},           /* unknown flag */
+        {8, 2, PROTO_KV_ERR_VERSION},            /* version 2 (with the 16-bit header size) */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        memcpy(b, s.bytes, s.n);
+        put32(b + cases[i].off, cases[i].v);
+        if (cases[i].off == 8) put32(b + 8, 2 | (96u << 16));
+        reseal_header(b);
+        int rc = run_reader(&s, b, s.n, &e, &seen, err, sizeof err);
+        CHECK_MSG(rc == cases[i].want, "case %zu: %d (%s)", i, rc, err);
+        CHECK_EQ(seen, 0);
+    }
+    /* Chunk headers: a token count beyond the stream, lying section sizes, wrong order. */
+    struct {
+        int chunk;
+        size_t off;
+        uint32_t v;
+        int want;
+    } cc[] = {
+        {0, 12, RUN1 + RUN2 + 1, PROTO_KV_ERR_BOUNDS}, /* more tokens than remain */
+        {0, 12, 0, PROTO_KV_ERR_BOUNDS},
+        {1, 12, RUN1 - 1, PROTO_KV_ERR_ORDER},         /* layer 1 disagrees with layer 0 */
+        {0, 36, 0x7fffffffu, PROTO_KV_ERR_BOUNDS},     /* payload_bytes (high word) huge */
+        {0, 16, 5, PROTO_KV_ERR_BOUNDS},               /* value_bytes */
+        {1, 4, 2, PROTO_KV_ERR_ORDER},                 /* layer 2 where layer 1 belongs */
+        {3, 8, 0, PROTO_KV_ERR_ORDER},                 /* second run restarting at 0 */
+    };
+    for (size_t i = 0; i < sizeof cc / sizeof cc[0]; i++) {
+        memcpy(b, s.bytes, s.n);
+        uint8_t *h = b + s.chunk_off[cc[i].chunk];
+        put32(h + cc[i].off, cc[i].v);
+        reseal_chunk_header(h);
+        int rc = run_reader(&s, b, s.n, &e, &seen, err, sizeof err);
+        CHECK_MSG(rc == cc[i].want, "chunk case %zu: %d (%s)", i, rc, err);
+        CHECK_EQ(seen, cc[i].chunk);
+    }
+    /* A stream cut short, and one with a chunk missing. */
+    CHECK_EQ(run_reader(&s, s.bytes, s.chunk_off[5], &e, &seen, err, sizeof err),
+             PROTO_KV_ERR_TRUNCATED);
+    CHECK_EQ(seen, 5);
+    memcpy(b, s.bytes, s.chunk_off[1]);
+    memcpy(b + s.chunk_off[1], s.bytes + s.chunk_off[2], s.n - s.chunk_off[2]);
+    CHECK_EQ(run_reader(&s, b, s.n - (s.chunk_off[2] - s.chunk_off[1]), &e, &seen, err,
+                        sizeof err), PROTO_KV_ERR_ORDER);
+    CHECK_EQ(seen, 1);
+    free(b);
+    stream_free(&s);
+}
+
+static int refuse_second(void *ctx, const proto_kv_header *h, const proto_kv_layer *c,
+                         const proto_kv_chunk_info *info)
+{
+    int *n = ctx;
+    return ++*n == 2 ? -42 : 0;
+}
+
+TEST(kv_wire_receiver_refusal_stops_the_stream)
+{
+    stream s;
+    stream_make(&s, PROTO_KV_INT8, 0);
+    proto_kv_expect e = expect_of(&s);
+    int n = 0;
+    proto_kv_reader *r = proto_kv_reader_new(&e, refuse_second, &n);
+    REQUIRE(r);
+    CHECK_EQ(proto_kv_reader_feed(r, s.bytes, s.n), -42);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(proto_kv_reader_finish(r), PROTO_KV_ERR_STATE);
+    proto_kv_reader_free(r);
+    /* The writer refuses short buffers and bad shapes. */
+    uint8_t small[PROTO_KV_HEADER_BYTES];
+    CHECK_EQ(proto_kv_chunk_write(&s.want[0], small, sizeof small), PROTO_KV_ERR_BOUNDS);
+    proto_kv_layer bad = s.want[0];
+    bad.head_dim = 7;
+    CHECK_EQ(proto_kv_chunk_bytes(&bad), 0);
+    proto_kv_header h = {.n_layers = 1, .n_kv_heads = 1, .head_dim = 48, .n_tokens = 1,
+                         .dtype = PROTO_KV_INT4};
+    CHECK_EQ(proto_kv_header_write(&h, small), PROTO_KV_ERR_BOUNDS);
+    stream_free(&s);
+}
