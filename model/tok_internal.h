@@ -71,6 +71,16 @@ int model_tok_map_put(tok_map *m, const char *key, size_t klen, int32_t val);
 int32_t model_tok_map_get(const tok_map *m, const char *key, size_t klen); /* -1: absent */
 void model_tok_map_free(tok_map *m);
 
+/* Mixes all 64 bits of a pair key into the low bits (the table index): many pairs share one side,
+ * so a plain multiplicative hash of (a << 32 | b) would crowd them into a few slots. */
+static inline uint64_t model_tok_pair_hash(uint64_t k)
+{
+    k *= 0x9E3779B97F4A7C15ull;
+    k ^= k >> 32;
+    k *= 0xBF58476D1CE4E5B9ull;
+    return k ^ (k >> 29);
+}
+
 /* (left id, right id) -> (rank, merged id). */
 typedef struct tok_pairs {
     uint64_t *key; /* (a << 32 | b) + 1; 0: empty */
@@ -85,8 +95,7 @@ static inline int model_tok_pairs_get(const tok_pairs *p, int32_t a, int32_t b, 
                                       int32_t *merged)
 {
     uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
-    uint64_t h = k * 0x9E3779B97F4A7C15ull;
-    for (size_t i = (size_t)(h >> 20) & p->mask;; i = (i + 1) & p->mask) {
+    for (size_t i = (size_t)model_tok_pair_hash(k) & p->mask;; i = (i + 1) & p->mask) {
         if (p->key[i] == k) {
             *rank = p->rank[i];
             *merged = p->merged[i];

@@ -45,7 +45,7 @@ int model_tok_ids_put(tok_ids *v, const int32_t *ids, size_t n)
         v->p = p;
         v->cap = cap;
     }
-    memcpy(v->p + v->len, ids, n * sizeof *ids);
+    if (n) memcpy(v->p + v->len, ids, n * sizeof *ids);
     v->len += n;
     return 0;
 }
@@ -205,8 +205,7 @@ int model_tok_pairs_init(tok_pairs *p, size_t expected)
 int model_tok_pairs_put(tok_pairs *p, int32_t a, int32_t b, uint32_t rank, int32_t merged)
 {
     uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
-    uint64_t h = k * 0x9E3779B97F4A7C15ull;
-    for (size_t i = (size_t)(h >> 20) & p->mask;; i = (i + 1) & p->mask) {
+    for (size_t i = (size_t)model_tok_pair_hash(k) & p->mask;; i = (i + 1) & p->mask) {
         if (p->key[i] == 0 || p->key[i] == k) {
             if (p->key[i] == 0) {
                 if (p->n + 1 > (p->mask + 1) / 2) return -1;

@@ -1,0 +1,268 @@
+/* Tokenizer API behaviour: load errors name their cause, tokenizer_config.json rules, added-token
+ * flags (lstrip/rstrip/single_word as tokenizers' AddedVocabulary::find_matches applies them),
+ * argument edges, and the streaming decoder's holding rules. */
+#include "model/tokenizer.h"
+#include "tests/model/tok_test_util.h"
+#include "tests/test.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TT_FFFD "\xEF\xBF\xBD"
+
+static const char *write_tmp(const char *name, const char *content)
+{
+    static char path[8][512];
+    static int k;
+    char *p = path[k++ % 8];
+    snprintf(p, 512, "%s/%s", t_tmpdir(), name);
+    FILE *f = fopen(p, "wb");
+    if (f) {
+        fputs(content, f);
+        fclose(f);
+    }
+    return p;
+}
+
+/* A small BPE: vocab a, b, ab, space, [, ], w, x and the given extras. */
+static char *mini(const char *added, const char *extra_model, const char *pipeline)
+{
+    static char buf[8192];
+    snprintf(buf, sizeof buf,
+             "{\"version\":\"1.0\",\"added_tokens\":[%s],%s"
+             "\"model\":{\"type\":\"BPE\",%s\"vocab\":{\"<unk>\":0,\"a\":1,\"b\":2,\"ab\":3,\" \":4,"
+             "\"[\":5,\"]\":6,\"w\":7,\"x\":8,\"<x>\":9,\"[w]\":10},\"merges\":[\"a b\"]}}",
+             added, pipeline, extra_model);
+    return buf;
+}
+
+static void expect_load_error(const char *json, const char *needle)
+{
+    char err[512];
+    model_tok *t = model_tok_load(write_tmp("tokenizer.json", json), NULL, err, sizeof err);
+    CHECK_MSG(!t && strstr(err, needle), "expected a load error containing \"%s\", got \"%s\"", needle,
+              t ? "(loaded)" : err);
+    model_tok_free(t);
+}
+
+TEST(tok_load_errors)
+{
+    char err[512];
+    CHECK(!model_tok_load("/nonexistent/tokenizer.json", NULL, err, sizeof err));
+    CHECK(strstr(err, "/nonexistent/tokenizer.json") != NULL);
+    CHECK(!model_tok_load_dir("/nonexistent", err, sizeof err));
+    expect_load_error("{\"model\": [1, 2", "tokenizer.json");
+    expect_load_error("[]", "not a JSON object");
+    expect_load_error("{\"model\":{\"type\":\"WordPiece\",\"vocab\":{}}}", "model type WordPiece is not supported");
+    expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a c\"]}}", "merge 0");
+    expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a  a\"]}}", "merge 0");
+    expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":4194304},\"merges\":[]}}", "id is not an integer");
+    expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}", "id is not an integer");
+    expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[],\"unk_token\":\"?\"}}", "unk_token");
+    expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[],\"dropout\":0.1}}", "dropout");
+    expect_load_error(mini("", "", "\"normalizer\":{\"type\":\"BertNormalizer\"},"), "normalizer type BertNormalizer");
+    expect_load_error(mini("", "", "\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},\"behavior\":\"Isolated\"},"), "regex");
+    expect_load_error(mini("", "", "\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},\"behavior\":\"Sideways\"},"), "behavior");
+    expect_load_error(mini("", "", "\"decoder\":{\"type\":\"WordPiece\"},"), "decoder type WordPiece");
+    expect_load_error(mini("", "", "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\"}},{\"Sequence\":{\"id\":\"A\"}}],\"special_tokens\":{}},"), "no ids");
+    expect_load_error(mini("{\"id\":99,\"content\":\"\",\"special\":true}", "", "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"Z\"}},{\"Sequence\":{\"id\":\"A\"}}],\"special_tokens\":{\"Z\":{\"ids\":[100]}}},"), "outside the vocabulary");
+    /* a token over the length limit (4096 bytes) */
+    static char big[6000];
+    char *o = big + sprintf(big, "{\"model\":{\"type\":\"BPE\",\"merges\":[],\"vocab\":{\"");
+    memset(o, 'z', 5000);
+    strcpy(o + 5000, "\":0}}}");
+    expect_load_error(big, "limit");
+}
+
+TEST(tok_minimal_bpe)
+{
+    char err[512];
+    model_tok *t = model_tok_load(write_tmp("tokenizer.json", mini("", "\"unk_token\":\"<unk>\",\"fuse_unk\":true,", "")), NULL, err, sizeof err);
+    REQUIRE(t);
+    tt_check_encode(t, "abab", 4, 1, (const int32_t[]){3, 3}, 2, "merges");
+    /* unknown characters: one fused <unk> per run (fuse_unk) */
+    tt_check_encode(t, "abzzyab", 7, 0, (const int32_t[]){3, 0, 3}, 3, "fused unk");
+    char *s;
+    size_t l;
+    /* no decoder: tokens joined with spaces (tokenizers' default) */
+    CHECK(model_tok_decode(t, (const int32_t[]){3, 1, 2}, 3, 0, &s, &l) == 0);
+    CHECK_STR(s, "ab a b");
+    free(s);
+    /* ids without a token are skipped */
+    CHECK(model_tok_decode(t, (const int32_t[]){-5, 3, 1000000, 11}, 4, 0, &s, &l) == 0);
+    CHECK_STR(s, "ab");
+    free(s);
+    CHECK_EQ(model_tok_id(t, "ab"), 3);
+    CHECK_EQ(model_tok_id(t, "zz"), -1);
+    CHECK(model_tok_piece(t, 11) == NULL && model_tok_piece(t, -1) == NULL);
+    int32_t *ids;
+    size_t n;
+    CHECK(model_tok_encode(t, NULL, 0, 0, &ids, &n) == 0 && n == 0 && ids == NULL);
+    CHECK(model_tok_encode(t, "a", (size_t)1 << 31, 0, &ids, &n) == -1); /* over the input limit */
+    CHECK(model_tok_encode(NULL, "a", 1, 0, &ids, &n) == -1);
+    model_tok_free(t);
+}
+
+TEST(tok_added_token_flags)
+{
+    char err[512];
+    /* <x>: lstrip + rstrip; [w]: single_word; both matched on the raw text (normalized=false) */
+    const char *added =
+        "{\"id\":9,\"content\":\"<x>\",\"single_word\":false,\"lstrip\":true,\"rstrip\":true,\"normalized\":false,\"special\":true},"
+        "{\"id\":10,\"content\":\"[w]\",\"single_word\":true,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":false}";
+    model_tok *t = model_tok_load(write_tmp("tokenizer.json", mini(added, "", "")), NULL, err, sizeof err);
+    REQUIRE(t);
+    /* the spaces around <x> belong to the match */
+    tt_check_encode(t, "a  <x>  b", 9, 0, (const int32_t[]){1, 9, 2}, 3, "lstrip/rstrip");
+    /* single_word: only where no word character touches it */
+    tt_check_encode(t, "a [w] b", 7, 0, (const int32_t[]){1, 4, 10, 4, 2}, 5, "single word");
+    tt_check_encode(t, "a[w] b", 6, 0, (const int32_t[]){1, 5, 7, 6, 4, 2}, 6, "not single word");
+    CHECK(model_tok_is_special(t, 9) && !model_tok_is_special(t, 10));
+    char *s;
+    size_t l;
+    CHECK(model_tok_decode(t, (const int32_t[]){1, 9, 10}, 3, 1, &s, &l) == 0);
+    CHECK_STR(s, "a [w]"); /* special <x> skipped, non-special [w] kept */
+    free(s);
+    model_tok_free(t);
+}
+
+TEST(tok_config_rules)
+{
+    char err[512], dir[512];
+    snprintf(dir, sizeof dir, "%s/m", t_tmpdir());
+    REQUIRE(mkdir(dir, 0700) == 0);
+    char tj[600], cfg[600], jt[600];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
+    snprintf(jt, sizeof jt, "%s/chat_template.jinja", dir);
+    char real[4096];
+    REQUIRE(realpath("models/stories260K/tokenizer.json", real));
+    REQUIRE(symlink(real, tj) == 0);
+    static const struct {
+        const char *config;
+        int32_t ids[8];
+        size_t n;
+    } cases[] = {
+        /* LlamaTokenizer: the flags rebuild the template (here: eos only) */
+        {"{\"tokenizer_class\":\"LlamaTokenizer\",\"add_bos_token\":false,\"add_eos_token\":true,"
+         "\"bos_token\":\"<s>\",\"eos_token\":{\"content\":\"</s>\",\"__type\":\"AddedToken\"}}",
+         {403, 407, 261, 378, 2}, 5},
+        /* LlamaTokenizer without flags: class defaults (bos yes, eos no) */
+        {"{\"tokenizer_class\":\"LlamaTokenizer\",\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}",
+         {1, 403, 407, 261, 378}, 5},
+        /* another class without flags: the tokenizer.json post-processor stays */
+        {"{\"tokenizer_class\":\"PreTrainedTokenizerFast\",\"eos_token\":\"</s>\"}", {1, 403, 407, 261, 378}, 5},
+        /* another class naming one flag: the other counts as false */
+        {"{\"tokenizer_class\":\"PreTrainedTokenizerFast\",\"add_eos_token\":true,\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}",
+         {403, 407, 261, 378, 2}, 4 + 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        FILE *f = fopen(cfg, "w");
+        REQUIRE(f);
+        fputs(cases[i].config, f);
+        fclose(f);
+        model_tok *t = model_tok_load_dir(dir, err, sizeof err);
+        REQUIRE(t);
+        tt_check_encode(t, "Once upon a time", 16, 1, cases[i].ids, cases[i].n, cases[i].config);
+        CHECK(strlen(model_tok_special_note(t)) > 0);
+        model_tok_free(t);
+    }
+    /* chat templates: the list form's "default", and chat_template.jinja over the config */
+    FILE *f = fopen(cfg, "w");
+    fputs("{\"bos_token\":\"<s>\",\"eos_token\":\"</s>\",\"chat_template\":[{\"name\":\"tool_use\",\"template\":\"T\"},"
+          "{\"name\":\"default\",\"template\":\"{{ bos_token }}D\"}]}", f);
+    fclose(f);
+    model_tok *t = model_tok_load_dir(dir, err, sizeof err);
+    REQUIRE(t);
+    CHECK_STR(model_tok_chat_template(t), "{{ bos_token }}D");
+    CHECK_STR(model_tok_bos_token(t), "<s>");
+    CHECK_STR(model_tok_eos_token(t), "</s>");
+    CHECK_EQ(model_tok_bos_id(t), 1);
+    CHECK_EQ(model_tok_eos_id(t), 2);
+    model_tok_free(t);
+    f = fopen(jt, "w");
+    fputs("J", f);
+    fclose(f);
+    t = model_tok_load_dir(dir, err, sizeof err);
+    REQUIRE(t);
+    CHECK_STR(model_tok_chat_template(t), "J");
+    model_tok_free(t);
+    /* no config: no strings, the file's post-processor */
+    t = model_tok_load(tj, NULL, err, sizeof err);
+    REQUIRE(t);
+    CHECK(!model_tok_bos_token(t) && !model_tok_chat_template(t) && model_tok_bos_id(t) == -1);
+    tt_check_encode(t, "Once upon a time", 16, 1, (const int32_t[]){1, 403, 407, 261, 378}, 5, "no config");
+    model_tok_free(t);
+}
+
+static void stream_expect(model_tok_stream *s, int32_t id, const char *want)
+{
+    size_t l;
+    const char *p = model_tok_stream_push(s, id, &l);
+    CHECK_MSG(p && l == strlen(want) && !memcmp(p, want, l), "push %d: got \"%s\" expected \"%s\"", id,
+              p ? p : "(null)", want);
+}
+
+TEST(tok_stream_holding)
+{
+    char err[512];
+    model_tok *t = model_tok_load("models/tiny-llama2-mha/tokenizer.json", NULL, err, sizeof err);
+    REQUIRE(t);
+    /* Llama-2 "😀.": ▁ <0xF0> <0x9F> <0x98> <0x80> . — the leading space is the decoder's Strip;
+     * a byte-fallback run is final only once a non-byte token closes it, because tokenizers turns
+     * a run with any invalid byte into one U+FFFD per byte. */
+    model_tok_stream *s = model_tok_stream_new(t, 0);
+    stream_expect(s, 29871, "");
+    stream_expect(s, 243, "");
+    stream_expect(s, 162, "");
+    stream_expect(s, 155, "");
+    stream_expect(s, 131, "");
+    stream_expect(s, 29889, "\xF0\x9F\x98\x80.");
+    size_t l;
+    CHECK(model_tok_stream_flush(s, &l) && l == 0);
+    model_tok_stream_free(s);
+    /* an invalid run: one U+FFFD per byte, also for valid characters inside it */
+    char *out;
+    CHECK(model_tok_decode(t, (const int32_t[]){0xE6 + 3, 0x97 + 3, 0xA5 + 3, 0xFF + 3}, 4, 0, &out, &l) == 0);
+    CHECK_STR(out, TT_FFFD TT_FFFD TT_FFFD TT_FFFD);
+    free(out);
+    CHECK(model_tok_decode(t, (const int32_t[]){0xE6 + 3, 0x97 + 3, 0xA5 + 3, 29889}, 4, 0, &out, &l) == 0);
+    CHECK_STR(out, "\xE6\x97\xA5.");
+    free(out);
+    /* an unfinished run at the end: flushed as U+FFFD per byte */
+    s = model_tok_stream_new(t, 0);
+    stream_expect(s, 15043, "Hello");
+    stream_expect(s, 243, "");
+    CHECK_STR(model_tok_stream_flush(s, &l), TT_FFFD);
+    model_tok_stream_free(s);
+    /* skipped special tokens do not close a run (they are gone before the decoder runs) */
+    CHECK(model_tok_decode(t, (const int32_t[]){0xE6 + 3, 2, 0x97 + 3, 0xA5 + 3}, 4, 1, &out, &l) == 0);
+    CHECK_STR(out, "\xE6\x97\xA5");
+    free(out);
+    CHECK(model_tok_decode(t, (const int32_t[]){0xE6 + 3, 2, 0x97 + 3, 0xA5 + 3}, 4, 0, &out, &l) == 0);
+    CHECK_STR(out, TT_FFFD "</s>" TT_FFFD TT_FFFD);
+    free(out);
+    model_tok_free(t);
+
+    /* byte-level (GPT-2): bytes are held only until their character is complete */
+    t = model_tok_load("tests/data/tokenizer/gpt2/tokenizer.json", NULL, err, sizeof err);
+    REQUIRE(t);
+    s = model_tok_stream_new(t, 0);
+    stream_expect(s, 47249, ""); /* F0 9F */
+    stream_expect(s, 222, "\xF0\x9F\x98\x80");
+    model_tok_stream_free(s);
+    /* invalid bytes: one U+FFFD per maximal invalid subsequence (from_utf8_lossy) */
+    int32_t e6 = model_tok_id(t, "\xC3\xA6"), x97 = model_tok_id(t, "\xC4\xB9"), a5 = model_tok_id(t, "\xC2\xA5"),
+            ff = model_tok_id(t, "\xC3\xBF");
+    REQUIRE(e6 >= 0 && x97 >= 0 && a5 >= 0 && ff >= 0);
+    CHECK(model_tok_decode(t, (const int32_t[]){e6, x97, a5, ff}, 4, 0, &out, &l) == 0);
+    CHECK_STR(out, "\xE6\x97\xA5" TT_FFFD);
+    free(out);
+    s = model_tok_stream_new(t, 0);
+    stream_expect(s, e6, "");
+    stream_expect(s, e6, TT_FFFD);
+    CHECK_STR(model_tok_stream_flush(s, &l), TT_FFFD);
+    model_tok_stream_free(s);
+    model_tok_free(t);
+}
