@@ -4,6 +4,8 @@
 #include "model/tokenizer.h"
 #include "tests/model/tok_test_util.h"
 #include "tests/test.h"
+#include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -264,5 +266,98 @@ TEST(tok_stream_holding)
     stream_expect(s, e6, TT_FFFD);
     CHECK_STR(model_tok_stream_flush(s, &l), TT_FFFD);
     model_tok_stream_free(s);
+    model_tok_free(t);
+}
+
+/* transformers' non-legacy Llama conversion: no normalizer, a Metaspace pre-tokenizer with
+ * prepend_scheme "first". On text that does not start with a space it must encode exactly like
+ * the legacy Prepend+Replace normalizers (both put one ▁ in front and turn spaces into ▁); after
+ * a special token it must not prepend (the piece does not start the text). */
+TEST(tok_metaspace_first_matches_legacy)
+{
+    char err[512];
+    json_error_t je;
+    json_t *j = json_load_file("models/tiny-llama2-mha/tokenizer.json", 0, &je);
+    REQUIRE(j);
+    json_object_set_new(j, "normalizer", json_null());
+    json_object_set_new(j, "pre_tokenizer",
+                        json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace", "replacement", "\xE2\x96\x81",
+                                  "prepend_scheme", "first", "split", 0));
+    char path[512];
+    snprintf(path, sizeof path, "%s/metaspace.json", t_tmpdir());
+    REQUIRE(json_dump_file(j, path, 0) == 0);
+    json_decref(j);
+    model_tok *meta = model_tok_load(path, NULL, err, sizeof err);
+    model_tok *legacy = model_tok_load("models/tiny-llama2-mha/tokenizer.json", NULL, err, sizeof err);
+    REQUIRE(meta && legacy);
+    json_t *g = json_load_file("tests/data/golden/tokenizer/llama2.json", JSON_ALLOW_NUL, &je);
+    REQUIRE(g);
+    json_t *c;
+    size_t i, compared = 0;
+    json_array_foreach(json_object_get(g, "cases"), i, c)
+    {
+        json_t *jt = json_object_get(c, "text");
+        const char *s = json_string_value(jt);
+        size_t n = json_string_length(jt);
+        if (n == 0 || s[0] == ' ' || strstr(s, "<s>")) continue;
+        int32_t *a, *b;
+        size_t na, nb;
+        REQUIRE(model_tok_encode(meta, s, n, 0, &a, &na) == 0 && model_tok_encode(legacy, s, n, 0, &b, &nb) == 0);
+        CHECK_MSG(na == nb && !memcmp(a, b, na * sizeof *a), "Metaspace vs legacy on \"%s\"", s);
+        free(a);
+        free(b);
+        compared++;
+    }
+    CHECK(compared >= 10);
+    tt_check_encode(meta, "<s>Hello", 8, 0, (const int32_t[]){1, 10994}, 2, "no ▁ after a special token");
+    tt_check_encode(legacy, "Hello", 5, 0, (const int32_t[]){15043}, 1, "legacy");
+    json_decref(g);
+    model_tok_free(meta);
+    model_tok_free(legacy);
+}
+
+typedef struct {
+    const model_tok *t;
+    const char *text;
+    size_t len;
+    int32_t *ids;
+    size_t n;
+} enc_job;
+
+static void *enc_thread(void *arg)
+{
+    enc_job *j = arg;
+    for (int r = 0; r < 20; r++) {
+        free(j->ids);
+        if (model_tok_encode(j->t, j->text, j->len, 1, &j->ids, &j->n)) j->n = (size_t)-1;
+    }
+    return NULL;
+}
+
+/* One loaded tokenizer, four threads encoding at once: same ids as one thread alone. */
+TEST(tok_threads_share_tokenizer)
+{
+    char err[512];
+    model_tok *t = model_tok_load("tests/data/tokenizer/gpt2/tokenizer.json", NULL, err, sizeof err);
+    REQUIRE(t);
+    size_t len;
+    char *text = tt_read_file("tests/data/tokenizer/tinyllama_basic_inputs.json", &len);
+    REQUIRE(text);
+    int32_t *ref;
+    size_t nref;
+    REQUIRE(model_tok_encode(t, text, len, 1, &ref, &nref) == 0);
+    enc_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (enc_job){t, text, len, NULL, 0};
+        REQUIRE(pthread_create(&th[i], NULL, enc_thread, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(jobs[i].n == nref && !memcmp(jobs[i].ids, ref, nref * sizeof *ref));
+        free(jobs[i].ids);
+    }
+    free(ref);
+    free(text);
     model_tok_free(t);
 }
