@@ -261,6 +261,7 @@ struct model_tok {
     int has_decoder; /* no decoder: tokens joined with spaces */
     int32_t *pp_prefix, *pp_suffix; /* special ids around the sequence (add_special) */
     size_t n_prefix, n_suffix;
+    char pp_desc[64]; /* the file's post-processor type, for special_note */
     char special_note[512];
 
     /* tokenizer_config.json */
@@ -298,6 +299,12 @@ typedef struct tok_work {
     int use_cache;
     int failed;
 } tok_work;
+
+/* model/tok_pipeline.c: normalizer, pre_tokenizer, decoder, post_processor of a tokenizer.json
+ * root object (a json_t *; void here to keep jansson out of this header). */
+int model_tok_load_pipeline(model_tok *t, void *root, char *err, size_t errlen);
+/* Sets the ids add_special puts before and after the text. 0 / -1 (OOM). */
+int model_tok_set_post(model_tok *t, const int32_t *pre, size_t npre, const int32_t *suf, size_t nsuf);
 
 /* model/tok_load.c */
 int model_tok_trie_add(tok_trie *tr, const char *s, size_t n, int32_t term);
