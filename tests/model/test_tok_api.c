@@ -361,3 +361,70 @@ TEST(tok_threads_share_tokenizer)
     free(text);
     model_tok_free(t);
 }
+
+/* Normalizers on a small vocabulary; expected strings from the Unicode definitions (NFC composes
+ * e + U+0301 to U+00E9, NFKC maps the ligature U+FB01 to "fi", U+0130 lowercases to "i" + U+0307). */
+TEST(tok_normalizers)
+{
+    char err[512];
+    char json[2048];
+    static const struct {
+        const char *norm;
+        const char *text;
+        int32_t ids[4];
+        size_t n;
+    } cases[] = {
+        {"null", "e\xCC\x81", {2, 3}, 2},
+        {"{\"type\":\"NFC\"}", "e\xCC\x81", {1}, 1},
+        {"{\"type\":\"NFD\"}", "\xC3\xA9", {2, 3}, 2},
+        {"{\"type\":\"NFKC\"}", "\xEF\xAC\x81", {4, 5}, 2},
+        {"{\"type\":\"Lowercase\"}", "\xC4\xB0" "E", {5, 6, 2}, 3},
+        {"{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Strip\",\"strip_left\":true,\"strip_right\":true},"
+         "{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"\\\\s+\"},\"content\":\"f\"}]}",
+         " \t e \n e\xE3\x80\x80", {2, 4, 2}, 3},
+        {"{\"type\":\"Prepend\",\"prepend\":\"f\"}", "i", {4, 5}, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(json, sizeof json,
+                 "{\"normalizer\":%s,\"model\":{\"type\":\"BPE\",\"merges\":[],\"vocab\":{\"\xC3\xA9\":1,"
+                 "\"e\":2,\"\xCC\x81\":3,\"f\":4,\"i\":5,\"\xCC\x87\":6}}}",
+                 cases[i].norm);
+        model_tok *t = model_tok_load(write_tmp("tokenizer.json", json), NULL, err, sizeof err);
+        REQUIRE(t);
+        tt_check_encode(t, cases[i].text, strlen(cases[i].text), 0, cases[i].ids, cases[i].n, cases[i].norm);
+        model_tok_free(t);
+    }
+}
+
+/* Split delimiter behaviors on the example of tokenizers' documentation (SplitDelimiterBehavior):
+ * "the-final--countdown" split on "-". With ignore_merges, a piece that is a vocabulary entry
+ * becomes one id, so the ids show where the pieces end. */
+TEST(tok_split_behaviors)
+{
+    char err[512], json[2048];
+    static const char *vocab =
+        "\"t\":0,\"h\":1,\"e\":2,\"f\":3,\"i\":4,\"n\":5,\"a\":6,\"l\":7,\"c\":8,\"o\":9,\"u\":10,"
+        "\"w\":11,\"d\":12,\"-\":13,\"the\":14,\"final\":15,\"countdown\":16,\"the-\":17,\"final-\":18,"
+        "\"-final\":19,\"-countdown\":20,\"--\":21";
+    static const struct {
+        const char *behavior;
+        int32_t ids[8];
+        size_t n;
+    } cases[] = {
+        {"Removed", {14, 15, 16}, 3},
+        {"Isolated", {14, 13, 15, 13, 13, 16}, 6},
+        {"MergedWithPrevious", {17, 18, 13, 16}, 4},
+        {"MergedWithNext", {14, 19, 13, 20}, 4},
+        {"Contiguous", {14, 13, 15, 21, 16}, 5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(json, sizeof json,
+                 "{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\"-\"},\"behavior\":\"%s\","
+                 "\"invert\":false},\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"merges\":[],\"vocab\":{%s}}}",
+                 cases[i].behavior, vocab);
+        model_tok *t = model_tok_load(write_tmp("tokenizer.json", json), NULL, err, sizeof err);
+        REQUIRE(t);
+        tt_check_encode(t, "the-final--countdown", 20, 0, cases[i].ids, cases[i].n, cases[i].behavior);
+        model_tok_free(t);
+    }
+}
