@@ -25,7 +25,7 @@ else
 CUDA ?= 1
 endif
 
-PKGS     := libuv libmicrohttpd jansson libpcre2-8 libcrypto libsystemd
+PKGS     := libuv libmicrohttpd jansson libpcre2-8 libcrypto libsystemd icu-uc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

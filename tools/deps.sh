@@ -2,7 +2,7 @@
 # Installs the Debian packages tandem builds and tests with; does nothing when all are present.
 # Runs apt-get as root, else through sudo. Idempotent: safe to call before every make run/test.
 set -e
-PKGS="build-essential pkg-config libuv1-dev libmicrohttpd-dev libjansson-dev libpcre2-dev libssl-dev
+PKGS="build-essential pkg-config libuv1-dev libmicrohttpd-dev libjansson-dev libpcre2-dev libssl-dev libicu-dev
       libsystemd-dev curl python3"
 # Test-only tools (end-to-end tests use real clients: curl, Node's openai package, promtool).
 # Node.js may come from Debian or from elsewhere (nodesource): only install it when no node exists.
