@@ -1,0 +1,34 @@
+/* proto/cli_json.c — see cli_json.h. */
+#include "proto/cli_json.h"
+#include <jansson.h>
+
+static json_t *id_array(const int32_t *ids, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+char *proto_cli_generate_json(const int32_t *ids, size_t n, const char *text, size_t text_len,
+                              const char *finish, int prompt_tokens, const char *devices)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "ids", id_array(ids, n));
+    json_object_set_new(o, "text", json_stringn(text ? text : "", text ? text_len : 0));
+    json_object_set_new(o, "finish_reason", finish ? json_string(finish) : json_null());
+    json_object_set_new(o, "prompt_tokens", json_integer(prompt_tokens));
+    json_object_set_new(o, "completion_tokens", json_integer((json_int_t)n));
+    if (devices) json_object_set_new(o, "devices", json_string(devices));
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+char *proto_cli_ids_json(const int32_t *ids, size_t n)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "ids", id_array(ids, n));
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
