@@ -139,8 +139,10 @@ TEST(emu_run_timeout_surfaces_then_completes)
     fpga_xrt *x = t_emu_load();
     REQUIRE(x);
     card c;
-    /* 16 MiB: modeled at 50 us + 1.35 ms; paced, it cannot complete within 1 ms of its start. */
-    REQUIRE(card_open(&c, x, 0, 16 * MiB, 0, 1) == 0);
+    /* 64 MiB: modeled at 50 us + 5.4 ms; paced, it cannot complete within 1 ms of its start,
+     * even when this thread is descheduled for a few ms between start and wait (a loaded CI
+     * machine: 16 MiB / 1.4 ms was seen to flake). */
+    REQUIRE(card_open(&c, x, 0, 64 * MiB, 0, 1) == 0);
     CHECK_EQ(fpga_xrt_emu_set_pace(x, c.d, 1), 0);
     xrtRunHandle r = start_gather(&c);
     REQUIRE(r);
@@ -157,8 +159,8 @@ TEST(emu_run_timeout_surfaces_then_completes)
     fpga_xrt_run_close(x, r);
     /* Pacing also holds a sync to its modeled time (a lower bound, never a measurement). */
     double t0 = now_s();
-    CHECK_EQ(fpga_xrt_bo_sync(x, c.src, XCL_BO_SYNC_BO_TO_DEVICE, 16 * MiB, 0), 0);
-    CHECK(now_s() - t0 >= fpga_xrt_emu_model_sync_ns(x, 16 * MiB) / 1e9);
+    CHECK_EQ(fpga_xrt_bo_sync(x, c.src, XCL_BO_SYNC_BO_TO_DEVICE, 64 * MiB, 0), 0);
+    CHECK(now_s() - t0 >= fpga_xrt_emu_model_sync_ns(x, 64 * MiB) / 1e9);
     card_close(&c);
     fpga_xrt_free(x);
 }
