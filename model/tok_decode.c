@@ -13,6 +13,9 @@
  *                                           (from_utf8_lossy over the whole string)
  *   Strip after Fuse/ByteLevel              how many leading chars were stripped, and up to
  *                                           `stop` trailing ones that may turn out to be last
+ * After the chain, when tokenizer_config.json sets clean_up_tokenization_spaces, transformers'
+ * clean_up_tokenization runs: ten str.replace passes, one after the other, over the whole text.
+ * Each pass is a stage too, holding back a tail that could still begin its pattern.
  * The full decode is the stream fed every id and flushed, so the two agree by construction. */
 #include "model/tok_internal.h"
 #include <stdlib.h>
@@ -27,10 +30,18 @@ typedef struct stage {
     size_t held;      /* ... trailing strip chars held back */
 } stage;
 
+/* transformers' PreTrainedTokenizerBase.clean_up_tokenization, in its order */
+#define CLEANUP_PASSES 10
+static const char *const cleanup_pat[CLEANUP_PASSES][2] = {
+    {" .", "."},   {" ?", "?"},     {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+    {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
+};
+
 struct model_tok_stream {
     const model_tok *t;
     int skip_special;
     tok_buf out;
+    tok_buf clean_hold[CLEANUP_PASSES], clean_work[CLEANUP_PASSES];
     size_t ntok; /* tokens emitted with no decoder (joined with spaces) */
     stage *st;
     pcre2_match_data *md;
@@ -44,10 +55,52 @@ static void put(model_tok_stream *s, tok_buf *b, const void *p, size_t n)
     if (model_tok_buf_put(b, p, n)) s->failed = 1;
 }
 
+/* Cleanup pass k over the next chunk of text (final: the end, release what is held). The
+ * patterns are ASCII, so a held tail never splits a UTF-8 character. */
+static void cleanup(model_tok_stream *s, int k, const char *p, size_t n, int final)
+{
+    if (k == CLEANUP_PASSES) {
+        put(s, &s->out, p, n);
+        return;
+    }
+    const char *pat = cleanup_pat[k][0], *rep = cleanup_pat[k][1];
+    size_t pl = strlen(pat), rl = strlen(rep);
+    tok_buf *w = &s->clean_work[k], *h = &s->clean_hold[k];
+    w->len = 0;
+    put(s, w, h->p, h->len);
+    put(s, w, p, n);
+    h->len = 0;
+    if (s->failed) return;
+    /* in place: the output never outgrows the input (every replacement is shorter) */
+    size_t i = 0, o = 0;
+    while (i < w->len) {
+        size_t left = w->len - i;
+        if (left >= pl && !memcmp(w->p + i, pat, pl)) {
+            memcpy(w->p + o, rep, rl);
+            o += rl;
+            i += pl;
+        } else if (!final && left < pl && !memcmp(w->p + i, pat, left)) {
+            put(s, h, w->p + i, left); /* may still become the pattern */
+            break;
+        } else {
+            w->p[o++] = w->p[i++];
+        }
+    }
+    cleanup(s, k + 1, w->p, o, final);
+}
+
 static void emit(model_tok_stream *s, const char *p, size_t n)
 {
-    if (!s->t->has_decoder && s->ntok++ > 0) put(s, &s->out, " ", 1);
-    put(s, &s->out, p, n);
+    if (!s->t->has_decoder && s->ntok++ > 0) {
+        if (s->t->clean_up_spaces)
+            cleanup(s, 0, " ", 1, 0);
+        else
+            put(s, &s->out, " ", 1);
+    }
+    if (s->t->clean_up_spaces)
+        cleanup(s, 0, p, n, 0);
+    else
+        put(s, &s->out, p, n);
 }
 
 static int hexval(char c)
@@ -267,7 +320,11 @@ static void push(model_tok_stream *s, int i, const char *p, size_t n)
 static void flush(model_tok_stream *s, int i)
 {
     const model_tok *t = s->t;
-    if (s->failed || i == t->n_dec) return;
+    if (s->failed) return;
+    if (i == t->n_dec) {
+        if (t->clean_up_spaces) cleanup(s, 0, "", 0, 1);
+        return;
+    }
     const tok_dec *d = &t->dec[i];
     stage *st = &s->st[i];
     if (d->kind == TOK_DEC_BYTE_FALLBACK) close_run(s, i);
@@ -349,6 +406,10 @@ void model_tok_stream_free(model_tok_stream *s)
         model_tok_buf_free(&s->st[i].run);
         model_tok_buf_free(&s->st[i].scratch);
         model_tok_buf_free(&s->st[i].tmp);
+    }
+    for (int k = 0; k < CLEANUP_PASSES; k++) {
+        model_tok_buf_free(&s->clean_hold[k]);
+        model_tok_buf_free(&s->clean_work[k]);
     }
     free(s->st);
     if (s->md) pcre2_match_data_free(s->md);

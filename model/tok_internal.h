@@ -267,6 +267,7 @@ struct model_tok {
     /* tokenizer_config.json */
     const char *bos_token, *eos_token, *chat_template;
     int32_t bos_id, eos_id;
+    int clean_up_spaces; /* clean_up_tokenization_spaces: transformers' decode post-pass */
 };
 
 /* ---------------------------------------------------------------- per-call encode scratch */

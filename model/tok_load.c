@@ -392,6 +392,7 @@ static int load_config(model_tok *t, const char *path, char *err, size_t errlen)
         t->eos_token = model_tok_arena_dup(&t->arena, eos, strlen(eos));
         t->eos_id = model_tok_id(t, eos);
     }
+    t->clean_up_spaces = jbool(c, "clean_up_tokenization_spaces", 0);
     json_t *ct = json_object_get(c, "chat_template");
     const char *tpl = NULL;
     if (json_is_string(ct)) {

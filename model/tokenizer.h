@@ -20,6 +20,10 @@
  * LlamaTokenizer/LlamaTokenizerFast/CodeLlama/Gemma class, whose class default is true).
  * model_tok_special_note() says which rule is in force.
  *
+ * Decoding runs the file's decoder chain and then, when tokenizer_config.json sets
+ * clean_up_tokenization_spaces to true, transformers' clean_up_tokenization (" ." -> ".",
+ * " n't" -> "n't", ...), as transformers' decode() does (absent means false since 4.45).
+ *
  * Text that is not valid UTF-8 is encoded as if each maximal invalid subsequence were U+FFFD (the
  * same as Python's bytes.decode(errors="replace") before tokenizing). Decoded text is always
  * valid UTF-8.

@@ -428,3 +428,63 @@ TEST(tok_split_behaviors)
         model_tok_free(t);
     }
 }
+
+/* clean_up_tokenization_spaces (tokenizer_config.json): transformers' decode removes the space
+ * before . ? ! , and English contractions, after the decoder chain. Streamed output must match,
+ * whatever token boundaries split the patterns. */
+TEST(tok_clean_up_tokenization_spaces)
+{
+    char err[512], dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/m", t_tmpdir());
+    REQUIRE(mkdir(dir, 0700) == 0);
+    char real[4096];
+    REQUIRE(realpath("tests/data/tokenizer/gpt2/tokenizer.json", real));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    REQUIRE(symlink(real, path) == 0);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fputs("{\"clean_up_tokenization_spaces\": true, \"eos_token\": \"<|endoftext|>\"}", f);
+    fclose(f);
+    model_tok *t = model_tok_load_dir(dir, err, sizeof err);
+    REQUIRE(t);
+    const char *in = "Hello , world ! I do n't know . It 's ' quoted ' , you 're sure ?";
+    int32_t *ids;
+    size_t n, l;
+    REQUIRE(model_tok_encode(t, in, strlen(in), 0, &ids, &n) == 0);
+    char *out;
+    REQUIRE(model_tok_decode(t, ids, n, 0, &out, &l) == 0);
+    /* pass order matters: " ," goes before " ' ", so "quoted ' ," keeps its space */
+    CHECK_STR(out, "Hello, world! I don't know. It's'quoted ', you're sure?");
+    free(out);
+    free(ids);
+    /* random sequences of the pieces the patterns are made of */
+    static const char *pieces[] = {"\xC4\xA0", ".", "?", "!", ",", "'", "n", "'t", "\xC4\xA0n", "t", "s",
+                                   "m", "ve", "re", "\xC4\xA0'", "a"};
+    int32_t pid[16];
+    for (int i = 0; i < 16; i++) REQUIRE((pid[i] = model_tok_id(t, pieces[i])) >= 0);
+    uint64_t r = 0x2545F4914F6CDD1Dull;
+    for (int it = 0; it < 500; it++) {
+        int32_t seq[24];
+        size_t m = 1 + it % 24;
+        for (size_t i = 0; i < m; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            seq[i] = pid[r % 16];
+        }
+        REQUIRE(model_tok_decode(t, seq, m, 0, &out, &l) == 0);
+        model_tok_stream *s = model_tok_stream_new(t, 0);
+        char acc[256];
+        size_t al = 0, pl;
+        for (size_t i = 0; i <= m; i++) {
+            const char *p = i < m ? model_tok_stream_push(s, seq[i], &pl) : model_tok_stream_flush(s, &pl);
+            REQUIRE(p && al + pl < sizeof acc);
+            memcpy(acc + al, p, pl);
+            al += pl;
+        }
+        acc[al] = 0;
+        CHECK_STR(acc, out);
+        model_tok_stream_free(s);
+        free(out);
+    }
+    model_tok_free(t);
+}
