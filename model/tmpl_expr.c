@@ -134,7 +134,8 @@ int model_tmpl_binop(tmpl_rt *r, int op, tmpl_val a, tmpl_val b, tmpl_val *out)
         if (a.kind == TMPL_STR && op == TB_MOD) return model_tmpl_str_percent(r, a, b, out);
         if (!nums) return unsupported(r, op, a, b);
         if (ints) {
-            if (y == 0) return model_tmpl_fail(r, "ZeroDivisionError", "integer division or modulo by zero");
+            if (y == 0)
+                return model_tmpl_fail(r, "ZeroDivisionError", op == TB_MOD ? "integer modulo by zero" : "integer division or modulo by zero");
             if (x == INT64_MIN && y == -1) {
                 if (op == TB_FLOORDIV) return overflow(r);
                 *out = tmpl_int(0);

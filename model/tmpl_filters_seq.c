@@ -116,7 +116,7 @@ static int merge_sort(tmpl_rt *r, size_t *idx, size_t *tmp, size_t n, const tmpl
 }
 
 /* Sorts the fresh list `items` in place by keys computed with key(). */
-static int sort_list(tmpl_rt *r, tmpl_val items, tmpl_val attr, bool ignore_case, bool reverse, bool multi)
+static int sort_list(tmpl_rt *r, tmpl_val items, tmpl_val attr, tmpl_val def, bool ignore_case, bool reverse, bool multi)
 {
     tmpl_list *l = tmpl_l(items);
     if (l->n < 2) return 0;
@@ -128,7 +128,7 @@ static int sort_list(tmpl_rt *r, tmpl_val items, tmpl_val attr, bool ignore_case
     for (; made < l->n && !rc; made++) {
         idx[made] = made;
         rc = multi ? multi_key(r, l->v[made], attr, ignore_case, &keys[made])
-                   : key_of(r, l->v[made], attr, ignore_case, tmpl_none(), &keys[made]);
+                   : key_of(r, l->v[made], attr, ignore_case, def, &keys[made]);
         if (rc) break;
     }
     if (!rc) rc = merge_sort(r, idx, tmp, l->n, keys, reverse);
@@ -152,7 +152,7 @@ int model_tmpl_f_sort(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *out
         model_tmpl_arg(r, a, 1, "case_sensitive", &cs) < 0 || model_tmpl_arg(r, a, 2, "attribute", &attr) < 0)
         return -1;
     if (fresh_items(r, in, out)) return -1;
-    if (sort_list(r, *out, attr, !model_tmpl_truthy(cs), model_tmpl_truthy(rev), true)) {
+    if (sort_list(r, *out, attr, tmpl_none(), !model_tmpl_truthy(cs), model_tmpl_truthy(rev), true)) {
         tmpl_decref(r, *out);
         return -1;
     }
@@ -174,7 +174,7 @@ int model_tmpl_f_dictsort(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val 
     if (in.kind != TMPL_DICT) return model_tmpl_fail(r, "AttributeError", "'%s' object has no attribute 'items'", model_tmpl_type_name(in));
     if (model_tmpl_dict_items(r, in, TMPL_SEQ_LIST, out)) return -1;
     tmpl_val path = tmpl_int(pos);
-    if (sort_list(r, *out, path, !model_tmpl_truthy(cs), model_tmpl_truthy(rev), false)) {
+    if (sort_list(r, *out, path, tmpl_none(), !model_tmpl_truthy(cs), model_tmpl_truthy(rev), false)) {
         tmpl_decref(r, *out);
         return -1;
     }
@@ -294,7 +294,7 @@ int model_tmpl_f_groupby(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *
     if (model_tmpl_arg(r, a, 1, "default", &def) < 0 || model_tmpl_arg(r, a, 2, "case_sensitive", &cs) < 0) return -1;
     bool ic = !model_tmpl_truthy(cs);
     if (fresh_items(r, in, &items)) return -1;
-    int rc = sort_list(r, items, attr, ic, false, false);
+    int rc = sort_list(r, items, attr, def, ic, false, false);
     if (!rc) rc = model_tmpl_list_new(r, TMPL_SEQ_LIST, 0, out);
     tmpl_list *l = tmpl_l(items);
     tmpl_val cur_key = tmpl_undef(), group = tmpl_undef();

@@ -247,11 +247,7 @@ static int split(tmpl_rt *r, tmpl_str *x, tmpl_val sep, int64_t maxsplit, bool f
                     i = k;
                 }
                 if (i >= n) break;
-                if (maxsplit == 0) {
-                    size_t b, e;
-                    strip_range(s + i, n - i, NULL, false, true, &b, &e);
-                    return push_str(r, *out, s + i, e);
-                }
+                if (maxsplit == 0) return push_str(r, *out, s + i, n - i); /* the rest, as it is */
                 size_t st = i;
                 while (i < n) {
                     size_t k = i;
@@ -272,9 +268,7 @@ static int split(tmpl_rt *r, tmpl_str *x, tmpl_val sep, int64_t maxsplit, bool f
             }
             if (j == 0) break;
             if (maxsplit == 0) {
-                size_t b, e;
-                strip_range(s, j, NULL, true, false, &b, &e);
-                if (push_str(r, *out, s + b, j - b)) return -1;
+                if (push_str(r, *out, s, j)) return -1;
                 break;
             }
             size_t end = j;
