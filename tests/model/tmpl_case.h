@@ -1,0 +1,64 @@
+/* tests/model/tmpl_case.h — shared helpers of the chat-template tests: load a JSON test file and
+ * compare one rendering (or one expected error) with what jinja2/transformers produced. */
+#ifndef TANDEM_TESTS_TMPL_CASE_H
+#define TANDEM_TESTS_TMPL_CASE_H
+#include "model/tmpl.h"
+#include "tests/test.h"
+#include <jansson.h>
+
+/* Loads path (relative to the repository root) or fails the test. */
+static inline json_t *tmpl_case_load(const char *path)
+{
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    if (!j) t_fail(__FILE__, __LINE__, "%s: %s (line %d)", path, e.text, e.line);
+    return j;
+}
+
+/* Checks one rendering against the expectation: `rendered` (exact text) or `error`
+ * ("Type: message" as Python printed it). A TemplateError (raise_exception) must fail with its
+ * message as the whole error; any other error must fail with the same type and message (our
+ * message adds " (line N)"). Returns 1 when it matches. */
+static inline int tmpl_case_check(const char *what, const model_tmpl *t, const char *ctx_json, size_t ctx_len,
+                                  const json_t *rendered, const json_t *error, int conversation)
+{
+    char *out = NULL, err[1024];
+    size_t out_len = 0;
+    int rc = conversation ? model_tmpl_render_conversation(t, ctx_json, ctx_len, NULL, &out, &out_len, err, sizeof err)
+                          : model_tmpl_render_ex(t, ctx_json, ctx_len, NULL, &out, &out_len, err, sizeof err);
+    int ok = 1;
+    if (rendered) {
+        const char *want = json_string_value(rendered);
+        size_t want_len = json_string_length(rendered);
+        if (rc != 0) {
+            t_fail(__FILE__, __LINE__, "%s: render failed: %s", what, err);
+            ok = 0;
+        } else if (out_len != want_len || memcmp(out, want, want_len) != 0) {
+            size_t i = 0;
+            while (i < out_len && i < want_len && out[i] == want[i]) i++;
+            size_t from = i > 60 ? i - 60 : 0;
+            t_fail(__FILE__, __LINE__, "%s: differs at byte %zu\n  got:      \"%.*s\"\n  expected: \"%.*s\"", what, i,
+                   (int)(out_len - from < 160 ? out_len - from : 160), out + from,
+                   (int)(want_len - from < 160 ? want_len - from : 160), want + from);
+            ok = 0;
+        }
+    } else {
+        const char *want = json_string_value(error);
+        if (rc == 0) {
+            t_fail(__FILE__, __LINE__, "%s: rendered, expected error \"%s\"", what, want);
+            ok = 0;
+        } else if (!strncmp(want, "TemplateError: ", 15)) {
+            if (rc != MODEL_TMPL_ERR_RAISED || strcmp(err, want + 15) != 0) {
+                t_fail(__FILE__, __LINE__, "%s: error \"%s\" (%d), expected raise_exception \"%s\"", what, err, rc, want + 15);
+                ok = 0;
+            }
+        } else if (strncmp(err, want, strlen(want)) != 0 || strncmp(err + strlen(want), " (line ", 7) != 0) {
+            t_fail(__FILE__, __LINE__, "%s: error \"%s\", expected \"%s\"", what, err, want);
+            ok = 0;
+        }
+    }
+    free(out);
+    return ok;
+}
+
+#endif
