@@ -32,3 +32,26 @@ char *proto_cli_ids_json(const int32_t *ids, size_t n)
     json_decref(o);
     return s;
 }
+
+char *proto_cli_conversation_json(const char *const *roles, const char *const *contents, int n,
+                                  int add_generation_prompt, const char *bos, const char *eos)
+{
+    json_t *o = json_object(), *msgs = json_array();
+    for (int i = 0; i < n; i++) {
+        /* json_pack refuses invalid UTF-8: the whole conversation is refused then */
+        json_t *m = json_pack("{s:s, s:s}", "role", roles[i], "content", contents[i]);
+        if (!m || json_array_append_new(msgs, m)) {
+            json_decref(msgs);
+            json_decref(o);
+            return NULL;
+        }
+    }
+    json_object_set_new(o, "messages", msgs);
+    json_object_set_new(o, "tools", json_null());
+    json_object_set_new(o, "add_generation_prompt", json_boolean(add_generation_prompt));
+    json_object_set_new(o, "bos_token", bos ? json_string(bos) : json_null());
+    json_object_set_new(o, "eos_token", eos ? json_string(eos) : json_null());
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}

@@ -9,6 +9,11 @@
  * valid UTF-8 (the detokenizer guarantees it). finish may be NULL. */
 char *proto_cli_generate_json(const int32_t *ids, size_t n, const char *text, size_t text_len,
                               const char *finish, int prompt_tokens, const char *devices);
+/* A conversation as model_tmpl_render_conversation takes it: {"messages":[{"role","content"}...],
+ * "tools":null,"add_generation_prompt":true,"bos_token":..,"eos_token":..}. roles/contents are
+ * n pairs of NUL-terminated UTF-8 strings. bos/eos may be NULL. malloc'ed; NULL on OOM. */
+char *proto_cli_conversation_json(const char *const *roles, const char *const *contents, int n,
+                                  int add_generation_prompt, const char *bos, const char *eos);
 /* {"ids":[...]} */
 char *proto_cli_ids_json(const int32_t *ids, size_t n);
 
