@@ -97,6 +97,33 @@ int dmn_parse_float(const char *name, const char *s, double lo, double hi, doubl
     return 0;
 }
 
+int dmn_sampling_opt(int *i, int argc, char **argv, model_sampling *s, int *bad)
+{
+    const char *v;
+    double x;
+    long t;
+    if ((v = dmn_opt(i, argc, argv, "--temperature", bad))) {
+        if (dmn_parse_float("--temperature", v, 0, 2, &x)) return -1;
+        s->temperature = (float)x;
+    } else if ((v = dmn_opt(i, argc, argv, "--top-p", bad))) {
+        if (dmn_parse_float("--top-p", v, 0, 1, &x)) return -1;
+        s->top_p = (float)x;
+    } else if ((v = dmn_opt(i, argc, argv, "--min-p", bad))) {
+        if (dmn_parse_float("--min-p", v, 0, 1, &x)) return -1;
+        s->min_p = (float)x;
+    } else if ((v = dmn_opt(i, argc, argv, "--top-k", bad))) {
+        if (dmn_parse_int("--top-k", v, -1, 1 << 24, &t)) return -1;
+        s->top_k = (int)t;
+    } else if ((v = dmn_opt(i, argc, argv, "--seed", bad))) {
+        if (dmn_parse_int("--seed", v, 0, 0x7fffffffffffffffL, &t)) return -1;
+        s->seed = (uint64_t)t;
+        s->has_seed = 1;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 int dmn_open_model(const char *dir, const char *device, const accel_opts *opts, model **m,
                    accel_dev **d)
 {

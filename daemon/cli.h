@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include "model/model.h"
 #include "scheduler/accel.h"
+#include "model/sample.h"
 
 /* Longest id list the CLI takes (a bound before allocation; far above any context length). */
 #define DMN_MAX_IDS (1 << 24)
@@ -23,6 +24,11 @@ int dmn_parse_ids(const char *s, int32_t **ids, size_t *n, char *err, size_t err
 /* Integer / float options with range checks: 0 or -1 (printed). */
 int dmn_parse_int(const char *name, const char *s, long lo, long hi, long *out);
 int dmn_parse_float(const char *name, const char *s, double lo, double hi, double *out);
+
+/* The sampling options every generating subcommand takes: --temperature, --top-p, --top-k,
+ * --min-p, --seed. Returns 1 when argv[*i] was one of them (consumed into s), 0 when not, -1 on a
+ * bad value (printed). */
+int dmn_sampling_opt(int *i, int argc, char **argv, model_sampling *s, int *bad);
 
 /* model_load + accel_open, printing errors. Returns 0 or -1. */
 int dmn_open_model(const char *dir, const char *device, const accel_opts *opts, model **m,

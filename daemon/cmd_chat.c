@@ -46,7 +46,6 @@ int dmn_cmd_chat(int argc, char **argv)
 {
     const char *dir = NULL, *device = "cpu", *tfile = NULL, *system = NULL, *v;
     long max_tokens = 256;
-    double x;
     int bad = 0;
     model_gen_params gp = {.sampling = model_sampling_default(), .skip_special = 1};
     for (int i = 1; i < argc && !bad; i++) {
@@ -57,16 +56,8 @@ int dmn_cmd_chat(int argc, char **argv)
         else if ((v = dmn_opt(&i, argc, argv, "--system", &bad))) system = v;
         else if ((v = dmn_opt(&i, argc, argv, "--max-tokens", &bad))) {
             if (dmn_parse_int("--max-tokens", v, 1, 1 << 24, &max_tokens)) return 2;
-        } else if ((v = dmn_opt(&i, argc, argv, "--temperature", &bad))) {
-            if (dmn_parse_float("--temperature", v, 0, 2, &x)) return 2;
-            gp.sampling.temperature = (float)x;
-        } else if ((v = dmn_opt(&i, argc, argv, "--top-p", &bad))) {
-            if (dmn_parse_float("--top-p", v, 0, 1, &x)) return 2;
-            gp.sampling.top_p = (float)x;
-        } else if ((v = dmn_opt(&i, argc, argv, "--seed", &bad))) {
-            if (dmn_parse_int("--seed", v, 0, 0x7fffffffffffffffL, &t)) return 2;
-            gp.sampling.seed = (uint64_t)t;
-            gp.sampling.has_seed = 1;
+        } else if ((t = dmn_sampling_opt(&i, argc, argv, &gp.sampling, &bad))) {
+            if (t < 0) return 2;
         } else if (!bad) {
             fprintf(stderr, "tandem chat: unknown option %s\n", argv[i]);
             bad = 1;
@@ -74,7 +65,7 @@ int dmn_cmd_chat(int argc, char **argv)
     }
     if (bad) {
         fprintf(stderr, "usage: tandem chat [--model DIR] [--chat-template FILE] [--system TEXT] "
-                        "[--device cpu] [--max-tokens N] [--temperature T] [--top-p P] [--seed S]\n");
+                        "[--device cpu] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]\n");
         return 2;
     }
     char defdir[4096], err[1024];

@@ -40,7 +40,6 @@ int dmn_cmd_generate(int argc, char **argv)
     const char *stops[MAX_STOPS];
     int n_stops = 0, bad = 0, json = 0;
     long max_tokens = 64;
-    double x;
     model_gen_params gp = {.sampling = model_sampling_default(), .skip_special = 1};
     accel_opts opts = {0};
     for (int i = 1; i < argc && !bad; i++) {
@@ -52,22 +51,8 @@ int dmn_cmd_generate(int argc, char **argv)
         else if ((v = dmn_opt(&i, argc, argv, "--prefill-device", &bad))) pdev = v;
         else if ((v = dmn_opt(&i, argc, argv, "--max-tokens", &bad))) {
             if (dmn_parse_int("--max-tokens", v, 1, 1 << 24, &max_tokens)) return 2;
-        } else if ((v = dmn_opt(&i, argc, argv, "--temperature", &bad))) {
-            if (dmn_parse_float("--temperature", v, 0, 2, &x)) return 2;
-            gp.sampling.temperature = (float)x;
-        } else if ((v = dmn_opt(&i, argc, argv, "--top-p", &bad))) {
-            if (dmn_parse_float("--top-p", v, 0, 1, &x)) return 2;
-            gp.sampling.top_p = (float)x;
-        } else if ((v = dmn_opt(&i, argc, argv, "--min-p", &bad))) {
-            if (dmn_parse_float("--min-p", v, 0, 1, &x)) return 2;
-            gp.sampling.min_p = (float)x;
-        } else if ((v = dmn_opt(&i, argc, argv, "--top-k", &bad))) {
-            if (dmn_parse_int("--top-k", v, -1, 1 << 24, &t)) return 2;
-            gp.sampling.top_k = (int)t;
-        } else if ((v = dmn_opt(&i, argc, argv, "--seed", &bad))) {
-            if (dmn_parse_int("--seed", v, 0, 0x7fffffffffffffffL, &t)) return 2;
-            gp.sampling.seed = (uint64_t)t;
-            gp.sampling.has_seed = 1;
+        } else if ((t = dmn_sampling_opt(&i, argc, argv, &gp.sampling, &bad))) {
+            if (t < 0) return 2;
         } else if ((v = dmn_opt(&i, argc, argv, "--stop", &bad))) {
             if (n_stops == MAX_STOPS) {
                 fprintf(stderr, "tandem generate: at most %d --stop strings\n", MAX_STOPS);
