@@ -111,8 +111,17 @@ static int render(const model_tmpl *t, const char *ctx, size_t ctx_len, bool con
     tmpl_scope *root = model_tmpl_scope_new(r, NULL);
     int rc = root ? model_tmpl_ctx_load(r, ctx, ctx_len, root, conversation) : -1;
     if (!rc) rc = model_tmpl_exec_body(r, root, t->body, t->nbody) < 0 ? -1 : 0;
-    if (root) tmpl_decref_obj(r, &root->h);
-    model_tmpl_sweep(r);
+    if (root) {
+        /* drop the variables first: macros defined here point back at this scope */
+        model_tmpl_scope_clear(r, root);
+        tmpl_decref_obj(r, &root->h);
+    }
+    size_t swept = model_tmpl_sweep(r);
+    if (opts->stats) {
+        opts->stats->steps = r->steps;
+        opts->stats->peak_memory = r->peak;
+        opts->stats->swept = swept;
+    }
     int status = MODEL_TMPL_OK;
     if (rc) {
         snprintf(err, errlen, "%s", r->ek ? r->err : "TemplateRuntimeError: render failed");

@@ -47,9 +47,18 @@ typedef struct model_tmpl_limits {
     int max_depth;      /* nested macro calls; nesting of values printed/compared/serialized */
 } model_tmpl_limits;
 
+/* What one render used (filled when model_tmpl_opts.stats is set). */
+typedef struct model_tmpl_stats {
+    uint64_t steps;     /* evaluation steps */
+    size_t peak_memory; /* bytes of live values at the high-water mark */
+    size_t swept;       /* objects still alive at the end and freed in bulk (reference cycles
+                           through namespaces or macros, or temporaries of a failed render) */
+} model_tmpl_stats;
+
 typedef struct model_tmpl_opts {
     model_tmpl_limits limits;
-    time_t now; /* the time strftime_now() formats (local time); 0: the current time */
+    time_t now;              /* the time strftime_now() formats (local time); 0: the current time */
+    model_tmpl_stats *stats; /* NULL, or filled after the render */
 } model_tmpl_opts;
 
 /* Defaults: 64 MiB output, 512 MiB memory, 50M steps, depth 256 (see tmpl.c for why). */

@@ -67,7 +67,7 @@ fail:
     return -1;
 }
 
-static void scope_clear(tmpl_rt *r, tmpl_scope *s)
+void model_tmpl_scope_clear(tmpl_rt *r, tmpl_scope *s)
 {
     uint32_t n = s->n;
     s->n = 0;
@@ -185,7 +185,7 @@ static int run_loop(tmpl_rt *r, tmpl_scope *s, const tmpl_node *n, tmpl_val it, 
         }
         tmpl_list *l = tmpl_l(items);
         for (size_t i = 0; i < l->n && !rc; i++) {
-            scope_clear(r, fs);
+            model_tmpl_scope_clear(r, fs);
             tmpl_incref(l->v[i]);
             tmpl_val c;
             if ((rc = assign(r, fs, n->a, l->v[i])) || (rc = model_tmpl_eval(r, fs, n->c, &c))) break;
@@ -230,7 +230,7 @@ static int run_loop(tmpl_rt *r, tmpl_scope *s, const tmpl_node *n, tmpl_val it, 
     for (size_t i = 0; i < l->n; i++) {
         if ((rc = tmpl_step(r, 1))) break;
         if (is && is->h.refs == 1) {
-            scope_clear(r, is);
+            model_tmpl_scope_clear(r, is);
         } else {
             scope_drop(r, is); /* captured by a macro: leave it to the macro */
             if (!(is = model_tmpl_scope_new(r, s))) {

@@ -364,6 +364,7 @@ typedef struct tmpl_rt {
     tmpl_obj *pending; /* objects waiting to be freed (freeing is iterative, not recursive) */
     bool freeing;
     size_t mem;      /* accounted bytes */
+    size_t peak;     /* high-water mark of mem */
     uint64_t steps;
     int depth;       /* macro call depth */
     int line;        /* line of the node being evaluated (error messages) */
@@ -388,7 +389,8 @@ static inline int tmpl_step(tmpl_rt *r, uint64_t n)
 void *model_tmpl_obj_new(tmpl_rt *r, int kind, size_t size);
 int model_tmpl_account(tmpl_rt *r, tmpl_obj *o, size_t old_extra, size_t new_extra);
 void model_tmpl_obj_free(tmpl_rt *r, tmpl_obj *o);
-void model_tmpl_sweep(tmpl_rt *r);
+/* Frees every object still alive; returns how many there were. */
+size_t model_tmpl_sweep(tmpl_rt *r);
 static inline void tmpl_incref(tmpl_val v)
 {
     if (tmpl_is_obj(v) && v.u.o->refs != TMPL_IMMORTAL) v.u.o->refs++;
@@ -458,6 +460,7 @@ int model_tmpl_ctx_load(tmpl_rt *r, const char *json, size_t len, tmpl_scope *ro
 tmpl_scope *model_tmpl_scope_new(tmpl_rt *r, tmpl_scope *parent);
 int model_tmpl_scope_set(tmpl_rt *r, tmpl_scope *s, int32_t sym, tmpl_val v); /* consumes v */
 bool model_tmpl_scope_get(const tmpl_scope *s, int32_t sym, tmpl_val *v);    /* borrowed */
+void model_tmpl_scope_clear(tmpl_rt *r, tmpl_scope *s);                      /* drops all variables */
 
 /* Evaluation (tmpl_eval.c, tmpl_expr.c). Each returns 0 with a new reference in *out, or -1. */
 int model_tmpl_eval(tmpl_rt *r, tmpl_scope *s, const tmpl_node *n, tmpl_val *out);

@@ -25,26 +25,42 @@ static tmpl_node *leave(P_t *P, tmpl_node *n)
     return n;
 }
 
+/* Each link of a left-nested chain (a + b + c, x.y.z, v|f|g) deepens the tree that evaluation
+ * walks recursively: it counts against the same nesting bound as parser recursion. */
+static bool chain(P_t *P, int *links)
+{
+    (*links)++;
+    return enter(P);
+}
+
+static tmpl_node *unchain(P_t *P, int links, tmpl_node *n)
+{
+    P->depth -= links;
+    return n;
+}
+
 tmpl_node *model_tmpl_p_expr(P_t *P, bool with_condexpr)
 {
     if (!enter(P)) return NULL;
     int line = tmpl_cur(P)->line;
     tmpl_node *e = p_or(P);
     if (!e) return leave(P, NULL);
+    int links = 0;
     while (with_condexpr && model_tmpl_p_is_name(tmpl_cur(P), "if")) {
+        if (!chain(P, &links)) return unchain(P, links, leave(P, NULL));
         tmpl_adv(P);
         tmpl_node *c = model_tmpl_p_node(P, TN_CONDEXPR, line);
-        if (!c) return leave(P, NULL);
+        if (!c) return unchain(P, links, leave(P, NULL));
         c->b = e;
-        if (!(c->a = p_or(P))) return leave(P, NULL);
+        if (!(c->a = p_or(P))) return unchain(P, links, leave(P, NULL));
         if (model_tmpl_p_is_name(tmpl_cur(P), "else")) {
             tmpl_adv(P);
-            if (!(c->c = model_tmpl_p_expr(P, true))) return leave(P, NULL);
+            if (!(c->c = model_tmpl_p_expr(P, true))) return unchain(P, links, leave(P, NULL));
         }
         e = c;
         line = tmpl_cur(P)->line;
     }
-    return leave(P, e);
+    return unchain(P, links, leave(P, e));
 }
 
 static tmpl_node *binary(P_t *P, int type, tmpl_node *a, tmpl_node *b, int line)
@@ -79,23 +95,27 @@ static tmpl_node *p_not(P_t *P)
 static tmpl_node *p_and(P_t *P)
 {
     tmpl_node *l = p_not(P);
+    int links = 0;
     while (l && model_tmpl_p_is_name(tmpl_cur(P), "and")) {
         int line = tmpl_cur(P)->line;
+        if (!chain(P, &links)) return unchain(P, links, NULL);
         tmpl_adv(P);
         l = binary(P, TN_AND, l, p_not(P), line);
     }
-    return l;
+    return unchain(P, links, l);
 }
 
 static tmpl_node *p_or(P_t *P)
 {
     tmpl_node *l = p_and(P);
+    int links = 0;
     while (l && model_tmpl_p_is_name(tmpl_cur(P), "or")) {
         int line = tmpl_cur(P)->line;
+        if (!chain(P, &links)) return unchain(P, links, NULL);
         tmpl_adv(P);
         l = binary(P, TN_OR, l, p_and(P), line);
     }
-    return l;
+    return unchain(P, links, l);
 }
 
 static tmpl_node *p_math1(P_t *P);
@@ -148,14 +168,16 @@ static tmpl_node *p_math1(P_t *P)
 {
     int line = tmpl_cur(P)->line;
     tmpl_node *l = p_concat(P);
+    int links = 0;
     while (l && (tmpl_cur(P)->type == TOK_ADD || tmpl_cur(P)->type == TOK_SUB)) {
         int op = tmpl_cur(P)->type == TOK_ADD ? TB_ADD : TB_SUB;
+        if (!chain(P, &links)) return unchain(P, links, NULL);
         tmpl_adv(P);
         l = binary(P, TN_BINOP, l, p_concat(P), line);
         if (l) l->op = (uint8_t)op;
         line = tmpl_cur(P)->line;
     }
-    return l;
+    return unchain(P, links, l);
 }
 
 static tmpl_node *p_math2(P_t *P);
@@ -184,6 +206,7 @@ static tmpl_node *p_math2(P_t *P)
 {
     int line = tmpl_cur(P)->line;
     tmpl_node *l = p_pow(P);
+    int links = 0;
     for (;;) {
         int t = tmpl_cur(P)->type, op;
         if (t == TOK_MUL) op = TB_MUL;
@@ -191,26 +214,28 @@ static tmpl_node *p_math2(P_t *P)
         else if (t == TOK_FLOORDIV) op = TB_FLOORDIV;
         else if (t == TOK_MOD) op = TB_MOD;
         else break;
-        if (!l) return NULL;
+        if (!l || !chain(P, &links)) return unchain(P, links, NULL);
         tmpl_adv(P);
         l = binary(P, TN_BINOP, l, p_pow(P), line);
         if (l) l->op = (uint8_t)op;
         line = tmpl_cur(P)->line;
     }
-    return l;
+    return unchain(P, links, l);
 }
 
 static tmpl_node *p_pow(P_t *P)
 {
     int line = tmpl_cur(P)->line;
     tmpl_node *l = p_unary(P, true);
+    int links = 0;
     while (l && tmpl_cur(P)->type == TOK_POW) {
+        if (!chain(P, &links)) return unchain(P, links, NULL);
         tmpl_adv(P);
         l = binary(P, TN_BINOP, l, p_unary(P, true), line);
         if (l) l->op = TB_POW;
         line = tmpl_cur(P)->line;
     }
-    return l;
+    return unchain(P, links, l);
 }
 
 static tmpl_node *p_postfix(P_t *P, tmpl_node *n);
@@ -536,12 +561,13 @@ static tmpl_node *p_call(P_t *P, tmpl_node *fn)
 
 static tmpl_node *p_postfix(P_t *P, tmpl_node *n)
 {
+    int links = 0;
     for (;;) {
         int t = tmpl_cur(P)->type;
-        if (t == TOK_DOT || t == TOK_LBRACKET) n = p_subscript(P, n);
-        else if (t == TOK_LPAREN) n = p_call(P, n);
-        else return n;
-        if (!n) return NULL;
+        if (t != TOK_DOT && t != TOK_LBRACKET && t != TOK_LPAREN) return unchain(P, links, n);
+        if (!chain(P, &links)) return unchain(P, links, NULL);
+        n = t == TOK_LPAREN ? p_call(P, n) : p_subscript(P, n);
+        if (!n) return unchain(P, links, NULL);
     }
 }
 
@@ -569,23 +595,25 @@ static int dotted_name(P_t *P, char *buf, size_t cap)
 
 tmpl_node *model_tmpl_p_filter(P_t *P, tmpl_node *in, bool start_inline)
 {
+    int links = 0;
     while (tmpl_cur(P)->type == TOK_PIPE || start_inline) {
+        if (!chain(P, &links)) return unchain(P, links, NULL);
         if (!start_inline) tmpl_adv(P);
         start_inline = false;
         int line = tmpl_cur(P)->line;
         char name[128];
-        if (dotted_name(P, name, sizeof name)) return NULL;
+        if (dotted_name(P, name, sizeof name)) return unchain(P, links, NULL);
         int id = model_tmpl_filter_id(name, strlen(name));
-        if (id == -2) return P_FAIL("the '%s' filter is not supported", name);
-        if (id < 0) return P_FAIL("No filter named '%s'.", name);
+        if (id == -2) return unchain(P, links, P_FAIL("the '%s' filter is not supported", name));
+        if (id < 0) return unchain(P, links, P_FAIL("No filter named '%s'.", name));
         tmpl_node *n = model_tmpl_p_node(P, TN_FILTER, line);
-        if (!n) return NULL;
+        if (!n) return unchain(P, links, NULL);
         n->a = in;
         n->sym = id;
-        if (tmpl_cur(P)->type == TOK_LPAREN && model_tmpl_p_call_args(P, n)) return NULL;
+        if (tmpl_cur(P)->type == TOK_LPAREN && model_tmpl_p_call_args(P, n)) return unchain(P, links, NULL);
         in = n;
     }
-    return in;
+    return unchain(P, links, in);
 }
 
 static tmpl_node *p_test(P_t *P, tmpl_node *in)
@@ -631,12 +659,15 @@ static tmpl_node *p_test(P_t *P, tmpl_node *in)
 
 static tmpl_node *p_filter_expr(P_t *P, tmpl_node *n)
 {
+    int links = 0;
     for (;;) {
         const tmpl_tok *k = tmpl_cur(P);
+        bool is = model_tmpl_p_is_name(k, "is");
+        if (k->type != TOK_PIPE && !is && k->type != TOK_LPAREN) return unchain(P, links, n);
+        if (!chain(P, &links)) return unchain(P, links, NULL);
         if (k->type == TOK_PIPE) n = model_tmpl_p_filter(P, n, false);
-        else if (model_tmpl_p_is_name(k, "is")) n = p_test(P, n);
-        else if (k->type == TOK_LPAREN) n = p_call(P, n);
-        else return n;
-        if (!n) return NULL;
+        else if (is) n = p_test(P, n);
+        else n = p_call(P, n);
+        if (!n) return unchain(P, links, NULL);
     }
 }

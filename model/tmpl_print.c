@@ -74,10 +74,15 @@ void model_tmpl_float_repr(double f, char out[32])
     *o = 0;
 }
 
+/* A full buffer: the output (r->out) or a string being built. */
+static int full(tmpl_rt *r, tmpl_buf *b)
+{
+    return model_tmpl_fail_limit(r, b == r->out ? "output size" : "string length");
+}
+
 static int put(tmpl_rt *r, tmpl_buf *b, const char *s, size_t n)
 {
-    if (model_tmpl_buf_put(b, s, n)) return model_tmpl_fail_limit(r, "output size");
-    return 0;
+    return model_tmpl_buf_put(b, s, n) ? full(r, b) : 0;
 }
 
 #define PUTS(b, lit) put(r, b, lit, sizeof(lit) - 1)
@@ -141,11 +146,11 @@ static int func_repr(tmpl_rt *r, tmpl_func *f, tmpl_buf *b)
 {
     switch (f->h.sub) {
     case TMPL_FN_MACRO:
-        return model_tmpl_buf_printf(b, "<Macro '%s'>", r->t->names[f->node->sym]) ? model_tmpl_fail_limit(r, "output size") : 0;
+        return model_tmpl_buf_printf(b, "<Macro '%s'>", r->t->names[f->node->sym]) ? full(r, b) : 0;
     case TMPL_FN_CALLER: return PUTS(b, "<Macro 'caller'>");
     case TMPL_FN_METHOD:
         return model_tmpl_buf_printf(b, "<built-in method of %s object>", model_tmpl_type_name(f->self))
-                   ? model_tmpl_fail_limit(r, "output size") : 0;
+                   ? full(r, b) : 0;
     case TMPL_FN_CYCLER: return PUTS(b, "<jinja2.utils.Cycler object>");
     case TMPL_FN_JOINER: return PUTS(b, "<jinja2.utils.Joiner object>");
     default: return PUTS(b, "<function>");
@@ -169,10 +174,10 @@ int model_tmpl_repr(tmpl_rt *r, tmpl_val v, tmpl_buf *b, int depth)
         case TMPL_SEQ_RANGE:
             if (l->r_step == 1)
                 return model_tmpl_buf_printf(b, "range(%lld, %lld)", (long long)l->r_start, (long long)l->r_stop)
-                           ? model_tmpl_fail_limit(r, "output size") : 0;
+                           ? full(r, b) : 0;
             return model_tmpl_buf_printf(b, "range(%lld, %lld, %lld)", (long long)l->r_start,
                                          (long long)l->r_stop, (long long)l->r_step)
-                       ? model_tmpl_fail_limit(r, "output size") : 0;
+                       ? full(r, b) : 0;
         case TMPL_SEQ_KEYS:
         case TMPL_SEQ_VALUES:
         case TMPL_SEQ_ITEMS: {
@@ -192,7 +197,7 @@ int model_tmpl_repr(tmpl_rt *r, tmpl_val v, tmpl_buf *b, int depth)
     case TMPL_FUNC: return func_repr(r, tmpl_fn(v), b);
     case TMPL_LOOP: {
         tmpl_loop *l = tmpl_lp(v);
-        return model_tmpl_buf_printf(b, "<LoopContext %zu/%zu>", l->i + 1, l->n) ? model_tmpl_fail_limit(r, "output size") : 0;
+        return model_tmpl_buf_printf(b, "<LoopContext %zu/%zu>", l->i + 1, l->n) ? full(r, b) : 0;
     }
     default: return model_tmpl_str_of(r, v, b);
     }

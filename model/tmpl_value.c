@@ -41,6 +41,7 @@ void *model_tmpl_obj_new(tmpl_rt *r, int kind, size_t size)
     o->kind = (uint8_t)kind;
     o->bytes = size;
     r->mem += size;
+    if (r->mem > r->peak) r->peak = r->mem;
     link_live(r, o);
     return o;
 }
@@ -53,6 +54,7 @@ int model_tmpl_account(tmpl_rt *r, tmpl_obj *o, size_t old_extra, size_t new_ext
             return model_tmpl_fail_limit(r, "memory");
         r->mem += add;
         o->bytes += add;
+        if (r->mem > r->peak) r->peak = r->mem;
     } else {
         r->mem -= old_extra - new_extra;
         o->bytes -= old_extra - new_extra;
@@ -132,8 +134,9 @@ void model_tmpl_obj_free(tmpl_rt *r, tmpl_obj *o)
     r->freeing = false;
 }
 
-void model_tmpl_sweep(tmpl_rt *r)
+size_t model_tmpl_sweep(tmpl_rt *r)
 {
+    size_t n = 0;
     /* whatever is still live (cycles through namespaces, temporaries of a failed render) goes
      * without touching counts: everything it points to is in this list too */
     tmpl_obj *o = r->live.next;
@@ -143,8 +146,10 @@ void model_tmpl_sweep(tmpl_rt *r)
         r->mem -= o->bytes;
         free(o);
         o = next;
+        n++;
     }
     r->live.next = r->live.prev = &r->live;
+    return n;
 }
 
 /* --------------------------------------------------------------------------------- strings */

@@ -24,9 +24,19 @@ static inline int tmpl_case_check(const char *what, const model_tmpl *t, const c
 {
     char *out = NULL, err[1024];
     size_t out_len = 0;
-    int rc = conversation ? model_tmpl_render_conversation(t, ctx_json, ctx_len, NULL, &out, &out_len, err, sizeof err)
-                          : model_tmpl_render_ex(t, ctx_json, ctx_len, NULL, &out, &out_len, err, sizeof err);
+    model_tmpl_opts opts;
+    model_tmpl_stats stats;
+    model_tmpl_default_opts(&opts);
+    opts.stats = &stats;
+    int rc = conversation ? model_tmpl_render_conversation(t, ctx_json, ctx_len, &opts, &out, &out_len, err, sizeof err)
+                          : model_tmpl_render_ex(t, ctx_json, ctx_len, &opts, &out, &out_len, err, sizeof err);
     int ok = 1;
+    /* a successful render releases every value by reference counting (no leak left for the
+     * final sweep), unless a namespace refers to itself */
+    if (rc == 0 && stats.swept != 0 && !strstr(what, "cycle")) {
+        t_fail(__FILE__, __LINE__, "%s: %zu objects were left for the sweep (a reference leak)", what, stats.swept);
+        ok = 0;
+    }
     if (rendered) {
         const char *want = json_string_value(rendered);
         size_t want_len = json_string_length(rendered);
