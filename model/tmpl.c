@@ -78,6 +78,14 @@ int model_tmpl_fail(tmpl_rt *r, const char *kind, const char *fmt, ...)
     return -1;
 }
 
+int model_tmpl_fail_again(tmpl_rt *r, const char *text)
+{
+    if (r->ek != TMPL_EK_NONE) return -1;
+    r->ek = TMPL_EK_RUNTIME;
+    snprintf(r->err, sizeof r->err, "%s", text);
+    return -1;
+}
+
 int model_tmpl_fail_limit(tmpl_rt *r, const char *what)
 {
     if (r->ek != TMPL_EK_NONE) return -1;

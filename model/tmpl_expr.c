@@ -60,6 +60,7 @@ static bool is_seq(tmpl_val v) { return v.kind == TMPL_LIST && (v.u.o->sub == TM
 
 int model_tmpl_binop(tmpl_rt *r, int op, tmpl_val a, tmpl_val b, tmpl_val *out)
 {
+    if (a.kind == TMPL_STR && op == TB_MOD) return model_tmpl_str_percent(r, a, b, out); /* str.__mod__ first */
     if (a.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, a);
     if (b.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, b);
     bool nums = tmpl_is_num(a) && tmpl_is_num(b);
@@ -214,7 +215,10 @@ int model_tmpl_contains(tmpl_rt *r, tmpl_val c, tmpl_val item, bool *res)
                 break;
             }
         }
-        if (!*res && tmpl_is_iter(c)) l->pos = l->n;
+        if (!*res && tmpl_is_iter(c)) {
+            l->pos = l->n;
+            if (model_tmpl_gen_exhausted(r, l)) return -1;
+        }
         return tmpl_step(r, l->n - start);
     }
     case TMPL_DICT: {
@@ -265,10 +269,27 @@ int model_tmpl_compare(tmpl_rt *r, int op, tmpl_val a, tmpl_val b, bool *res)
 
 /* --------------------------------------------------------------------- attributes and items */
 
+static bool is_dunder(tmpl_str *ns)
+{
+    return ns->len > 4 && !memcmp(ns->s, "__", 2) && !memcmp(ns->s + ns->len - 2, "__", 2);
+}
+
+static int unsafe(tmpl_rt *r, tmpl_val obj, tmpl_str *ns, tmpl_val *out)
+{
+    char msg[300];
+    snprintf(msg, sizeof msg, "access to attribute '%.200s' of '%s' object is unsafe.", ns->s, model_tmpl_type_name(obj));
+    return model_tmpl_undef_msg(r, TMPL_UH_UNSAFE, msg, out);
+}
+
 int model_tmpl_getattr(tmpl_rt *r, tmpl_val obj, tmpl_val name, int method, tmpl_val *out)
 {
-    if (obj.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, obj);
     tmpl_str *ns = tmpl_s(name);
+    if (obj.kind == TMPL_UNDEF) {
+        /* Python finds its special attributes on any object, Undefined included; the sandbox
+         * then hides them. Anything else on an undefined value is an UndefinedError. */
+        if (is_dunder(ns)) return unsafe(r, obj, ns, out);
+        return model_tmpl_undef_fail(r, obj);
+    }
     int f;
     switch (obj.kind) {
     case TMPL_DICT:
@@ -298,11 +319,7 @@ int model_tmpl_getattr(tmpl_rt *r, tmpl_val obj, tmpl_val name, int method, tmpl
         }
         if (method && (f = model_tmpl_method_get(r, obj, method, out))) return f < 0 ? -1 : 0;
     }
-    if (ns->len && ns->s[0] == '_') { /* the sandbox hides private attributes */
-        char msg[300];
-        snprintf(msg, sizeof msg, "access to attribute '%.200s' of '%s' object is unsafe.", ns->s, model_tmpl_type_name(obj));
-        return model_tmpl_undef_msg(r, TMPL_UH_UNSAFE, msg, out);
-    }
+    if (is_dunder(ns)) return unsafe(r, obj, ns, out); /* the sandbox hides special attributes */
     return model_tmpl_undef_attr(r, obj, name, out);
 }
 
@@ -402,20 +419,22 @@ static bool slice_index(tmpl_val v, int64_t *i, bool *given)
 
 int model_tmpl_slice(tmpl_rt *r, tmpl_val obj, tmpl_val start, tmpl_val stop, tmpl_val step, tmpl_val *out)
 {
+    /* jinja2 compiles x[a:b] to a plain Python subscript (not the sandbox's getitem): errors
+     * propagate */
     if (obj.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, obj);
+    bool is_str = obj.kind == TMPL_STR;
+    if (!is_str && !(obj.kind == TMPL_LIST && (obj.u.o->sub == TMPL_SEQ_LIST || obj.u.o->sub == TMPL_SEQ_TUPLE ||
+                                                obj.u.o->sub == TMPL_SEQ_RANGE))) {
+        if (obj.kind == TMPL_DICT) return model_tmpl_fail(r, "TypeError", "unhashable type: 'slice'");
+        return model_tmpl_fail(r, "TypeError", "'%s' object is not subscriptable", model_tmpl_type_name(obj));
+    }
     int64_t b = 0, e = 0, st = 1;
     bool hb, he, hs;
-    if (!slice_index(start, &b, &hb) || !slice_index(stop, &e, &he) || !slice_index(step, &st, &hs)) {
-        /* TypeError from the slice: the sandbox makes it undefined */
-        return model_tmpl_undef_msg(r, TMPL_UH_MSG, "slice indices must be integers or None", out);
-    }
+    if (!slice_index(start, &b, &hb) || !slice_index(stop, &e, &he) || !slice_index(step, &st, &hs))
+        return model_tmpl_fail(r, "TypeError", "slice indices must be integers or None or have an __index__ method");
     if (!hs) st = 1;
     if (st == 0) return model_tmpl_fail(r, "ValueError", "slice step cannot be zero");
     if (st == INT64_MIN) st = -INT64_MAX;
-    bool is_str = obj.kind == TMPL_STR;
-    if (!is_str && !(obj.kind == TMPL_LIST && (obj.u.o->sub == TMPL_SEQ_LIST || obj.u.o->sub == TMPL_SEQ_TUPLE ||
-                                                obj.u.o->sub == TMPL_SEQ_RANGE)))
-        return model_tmpl_undef_msg(r, TMPL_UH_MSG, "object is not subscriptable with a slice", out);
     int64_t len = is_str ? (int64_t)model_tmpl_str_ncp(tmpl_s(obj)) : (int64_t)tmpl_l(obj)->n;
     /* PySlice_AdjustIndices */
     if (!hb) b = st < 0 ? len - 1 : 0;
@@ -460,11 +479,17 @@ int model_tmpl_slice(tmpl_rt *r, tmpl_val obj, tmpl_val start, tmpl_val stop, tm
         return model_tmpl_str_from_buf(r, &buf, out);
     }
     tmpl_list *l = tmpl_l(obj);
-    int sub = l->h.sub == TMPL_SEQ_TUPLE ? TMPL_SEQ_TUPLE : TMPL_SEQ_LIST;
+    int sub = l->h.sub == TMPL_SEQ_TUPLE ? TMPL_SEQ_TUPLE : l->h.sub == TMPL_SEQ_RANGE ? TMPL_SEQ_RANGE : TMPL_SEQ_LIST;
     if (model_tmpl_list_new(r, sub, (size_t)count, out)) return -1;
     for (int64_t c = 0, j = b; c < count; c++, j += st) {
         tmpl_incref(l->v[j]);
         model_tmpl_list_push(r, *out, l->v[j]);
+    }
+    if (sub == TMPL_SEQ_RANGE) { /* range(10)[2:5] is range(2, 5) */
+        tmpl_list *o = tmpl_l(*out);
+        o->r_start = l->r_start + b * l->r_step;
+        o->r_stop = l->r_start + e * l->r_step;
+        o->r_step = l->r_step * st;
     }
     return 0;
 }
@@ -634,6 +659,12 @@ static int eval_filter(tmpl_rt *r, tmpl_scope *s, const tmpl_node *n, tmpl_val i
         x = in;
         tmpl_incref(x);
     }
+    if (n->sym < 0) { /* unknown where jinja2 defers the error to run time (inside an if) */
+        tmpl_decref(r, x);
+        r->line = n->line;
+        if (n->sym == -2) return model_tmpl_fail(r, "TemplateRuntimeError", "the '%s' filter is not supported", tmpl_s(n->val)->s);
+        return model_tmpl_fail(r, "TemplateRuntimeError", "No filter named '%s' found.", tmpl_s(n->val)->s);
+    }
     argv_t v;
     int rc = eval_args(r, s, n, &v);
     r->line = n->line;
@@ -690,6 +721,8 @@ int model_tmpl_eval(tmpl_rt *r, tmpl_scope *s, const tmpl_node *n, tmpl_val *out
     case TN_GETITEM:
         if (model_tmpl_eval(r, s, n->a, &a)) return -1;
         if (n->b->type == TN_SLICE) {
+            if (n->a->type == TN_CONST && a.kind != TMPL_STR) /* jinja2 folds it: undefined */
+                return model_tmpl_undef_msg(r, TMPL_UH_MSG, "a constant cannot be sliced", out);
             tmpl_val p[3] = {tmpl_none(), tmpl_none(), tmpl_none()};
             const tmpl_node *parts[3] = {n->b->a, n->b->b, n->b->c};
             rc = 0;
@@ -713,6 +746,7 @@ int model_tmpl_eval(tmpl_rt *r, tmpl_scope *s, const tmpl_node *n, tmpl_val *out
     case TN_CALL: return eval_call(r, s, n, out);
     case TN_FILTER: return eval_filter(r, s, n, tmpl_undef(), out);
     case TN_TEST: {
+        if (n->sym < 0) return model_tmpl_fail(r, "TemplateRuntimeError", "No test named '%s' found.", tmpl_s(n->val)->s);
         if (model_tmpl_eval(r, s, n->a, &a)) return -1;
         argv_t v;
         bool res = false;

@@ -194,7 +194,6 @@ FILTER(abs)
         *out = tmpl_float(fabs(in.u.f));
         return 0;
     }
-    if (in.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, in);
     return model_tmpl_fail(r, "TypeError", "bad operand type for abs(): '%s'", model_tmpl_type_name(in));
 }
 
@@ -281,6 +280,7 @@ FILTER(int)
     int64_t v;
     double f;
     switch (in.kind) {
+    case TMPL_UNDEF: return model_tmpl_undef_fail(r, in); /* Undefined.__int__ raises */
     case TMPL_INT:
     case TMPL_BOOL: *out = tmpl_int(in.u.i); return 0;
     case TMPL_FLOAT:
@@ -314,6 +314,7 @@ FILTER(float)
     tmpl_val def = tmpl_float(0.0);
     if (check(r, a, "float", 1, names) || model_tmpl_arg(r, a, 0, "default", &def) < 0) return -1;
     double f;
+    if (in.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, in); /* Undefined.__float__ raises */
     if (in.kind == TMPL_FLOAT) {
         *out = in;
         return 0;
@@ -341,10 +342,8 @@ FILTER(round)
     const char *method = m.kind == TMPL_STR ? tmpl_s(m)->s : "common";
     if (strcmp(method, "common") && strcmp(method, "ceil") && strcmp(method, "floor"))
         return model_tmpl_fail(r, "FilterArgumentError", "method must be common, ceil or floor");
-    if (p.kind != TMPL_INT && p.kind != TMPL_BOOL)
-        return model_tmpl_fail(r, "TypeError", "'%s' object cannot be interpreted as an integer", model_tmpl_type_name(p));
-    int64_t prec = p.u.i;
-    if (in.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, in);
+    int64_t prec;
+    if (model_tmpl_int_arg(r, p, &prec)) return -1;
     if (!tmpl_is_num(in)) return model_tmpl_fail(r, "TypeError", "type %s doesn't define __round__ method", model_tmpl_type_name(in));
     if (!strcmp(method, "common")) {
         if (in.kind != TMPL_FLOAT) { /* round(int, n) stays an int */
@@ -390,11 +389,10 @@ FILTER(center)
 {
     static const char *const names[] = {"width", NULL};
     tmpl_val w = tmpl_int(80), s;
-    if (check(r, a, "center", 1, names) || model_tmpl_arg(r, a, 0, "width", &w) < 0) return -1;
-    if (w.kind != TMPL_INT && w.kind != TMPL_BOOL)
-        return model_tmpl_fail(r, "TypeError", "'%s' object cannot be interpreted as an integer", model_tmpl_type_name(w));
+    int64_t width;
+    if (check(r, a, "center", 1, names) || model_tmpl_arg(r, a, 0, "width", &w) < 0 || model_tmpl_int_arg(r, w, &width)) return -1;
     if (model_tmpl_to_str(r, in, &s)) return -1;
-    int rc = model_tmpl_center(r, s, w.u.i, out);
+    int rc = model_tmpl_center(r, s, width, out);
     tmpl_decref(r, s);
     return rc;
 }
@@ -406,6 +404,7 @@ FILTER(indent)
     if (check(r, a, "indent", 3, names) || model_tmpl_arg(r, a, 0, "width", &w) < 0 ||
         model_tmpl_arg(r, a, 1, "first", &first) < 0 || model_tmpl_arg(r, a, 2, "blank", &blank) < 0)
         return -1;
+    if (in.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, in); /* s += "\n" */
     tmpl_buf ind = {.max = r->lim.max_output};
     if (w.kind == TMPL_STR) {
         model_tmpl_buf_put(&ind, tmpl_s(w)->s, tmpl_s(w)->len);
@@ -413,6 +412,8 @@ FILTER(indent)
         if (w.u.i > 10000) return model_tmpl_fail_limit(r, "indent width");
         for (int64_t i = 0; i < w.u.i; i++) model_tmpl_buf_putc(&ind, ' ');
     } else {
+        model_tmpl_buf_free(&ind);
+        if (w.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, w);
         return model_tmpl_fail(r, "TypeError", "can't multiply sequence by non-int of type '%s'", model_tmpl_type_name(w));
     }
     if (model_tmpl_to_str(r, in, &s)) {
@@ -470,8 +471,11 @@ FILTER(tojson)
     } else if (ind.kind == TMPL_STR) {
         o.indent = tmpl_s(ind)->s;
         o.indent_len = tmpl_s(ind)->len;
-    } else if (ind.kind != TMPL_NONE && ind.kind != TMPL_UNDEF) {
-        return model_tmpl_fail(r, "TypeError", "can't multiply sequence by non-int of type '%s'", model_tmpl_type_name(ind));
+    } else if (ind.kind == TMPL_UNDEF) {
+        if (in.kind != TMPL_STR) return model_tmpl_undef_fail(r, ind); /* ' ' * indent */
+    } else if (ind.kind != TMPL_NONE) {
+        if (in.kind != TMPL_STR) /* json.dumps returns early for a str */
+            return model_tmpl_fail(r, "TypeError", "can't multiply sequence by non-int of type '%s'", model_tmpl_type_name(ind));
     }
     o.item_sep = o.indent ? "," : ", ";
     o.key_sep = ": ";
@@ -551,6 +555,10 @@ FILTER(truncate)
         model_tmpl_arg(r, a, 1, "killwords", &kill) < 0 || model_tmpl_arg(r, a, 2, "end", &endv) < 0 ||
         model_tmpl_arg(r, a, 3, "leeway", &lee) < 0)
         return -1;
+    if (lenv.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, lenv);
+    if (lee.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, lee);
+    if ((lenv.kind != TMPL_INT && lenv.kind != TMPL_BOOL) || (lee.kind != TMPL_INT && lee.kind != TMPL_BOOL && lee.kind != TMPL_NONE))
+        return model_tmpl_fail(r, "TypeError", "'>=' not supported between instances of '%s' and 'int'", model_tmpl_type_name(lenv));
     const char *end = endv.kind == TMPL_STR ? tmpl_s(endv)->s : "...";
     size_t end_len = endv.kind == TMPL_STR ? tmpl_s(endv)->len : 3;
     int64_t length = lenv.kind == TMPL_INT ? lenv.u.i : 255, leeway = lee.kind == TMPL_INT ? lee.u.i : 5;
@@ -696,6 +704,7 @@ FILTER(filesizeformat)
     tmpl_val bin = tmpl_bool(false);
     if (check(r, a, "filesizeformat", 1, names) || model_tmpl_arg(r, a, 0, "binary", &bin) < 0) return -1;
     double bytes;
+    if (in.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, in);
     if (tmpl_is_num(in)) bytes = in.kind == TMPL_FLOAT ? in.u.f : (double)in.u.i;
     else if (in.kind == TMPL_STR && parse_float(tmpl_s(in)->s, tmpl_s(in)->len, &bytes)) {
     } else return model_tmpl_fail(r, "ValueError", "could not convert %s to float", model_tmpl_type_name(in));

@@ -16,6 +16,26 @@ void model_tmpl_as_generator(tmpl_val items)
     tmpl_l(items)->pos = 0;
 }
 
+/* Finishes a generator filter: the items made so far become a generator; an error while making
+ * them is kept in it and raised when the generator is consumed past them, as jinja2's lazy
+ * generators do (a generator nobody iterates never fails). Limits are not deferred. */
+static int finish_gen(tmpl_rt *r, int rc, tmpl_val *out)
+{
+    if (out->kind != TMPL_LIST) return rc ? -1 : 0;
+    if (rc) {
+        char *err = r->ek == TMPL_EK_RUNTIME ? strdup(r->err) : NULL;
+        if (!err) {
+            tmpl_decref(r, *out);
+            return -1;
+        }
+        tmpl_l(*out)->deferred = err;
+        r->ek = TMPL_EK_NONE;
+        r->err[0] = 0;
+    }
+    model_tmpl_as_generator(*out);
+    return 0;
+}
+
 int model_tmpl_ignore_case(tmpl_rt *r, tmpl_val v, tmpl_val *out)
 {
     if (v.kind != TMPL_STR) {
@@ -55,7 +75,7 @@ static int fresh_items(tmpl_rt *r, tmpl_val in, tmpl_val *out)
 static int key_of(tmpl_rt *r, tmpl_val item, tmpl_val attr, bool ignore_case, tmpl_val def, tmpl_val *out)
 {
     tmpl_val k;
-    if (attr.kind == TMPL_NONE || attr.kind == TMPL_UNDEF) {
+    if (attr.kind == TMPL_NONE) {
         k = item;
         tmpl_incref(k);
     } else {
@@ -75,13 +95,18 @@ static int key_of(tmpl_rt *r, tmpl_val item, tmpl_val attr, bool ignore_case, tm
     return rc;
 }
 
-/* sort(attribute="a,b"): the key is the list of each part's key */
+/* sort()'s key (jinja2's make_multi_attrgetter): always a list, one key per comma-separated
+ * attribute. Lists compare element by element with == before <, so equal keys never meet <
+ * (which matters for keys like undefined values, whose < fails). */
 static int multi_key(tmpl_rt *r, tmpl_val item, tmpl_val attr, bool ignore_case, tmpl_val *out)
 {
-    if (attr.kind != TMPL_STR || !memchr(tmpl_s(attr)->s, ',', tmpl_s(attr)->len))
-        return key_of(r, item, attr, ignore_case, tmpl_none(), out);
-    tmpl_str *a = tmpl_s(attr);
     if (model_tmpl_list_new(r, TMPL_SEQ_LIST, 0, out)) return -1;
+    if (attr.kind != TMPL_STR || !memchr(tmpl_s(attr)->s, ',', tmpl_s(attr)->len)) {
+        tmpl_val k;
+        if (key_of(r, item, attr, ignore_case, tmpl_none(), &k)) return -1;
+        return model_tmpl_list_push(r, *out, k);
+    }
+    tmpl_str *a = tmpl_s(attr);
     size_t i = 0;
     for (;;) {
         const char *c = memchr(a->s + i, ',', a->len - i);
@@ -151,8 +176,10 @@ int model_tmpl_f_sort(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *out
     if (model_tmpl_args_check(r, a, "sort", 3, names) || model_tmpl_arg(r, a, 0, "reverse", &rev) < 0 ||
         model_tmpl_arg(r, a, 1, "case_sensitive", &cs) < 0 || model_tmpl_arg(r, a, 2, "attribute", &attr) < 0)
         return -1;
+    int64_t reverse;
+    if (model_tmpl_int_arg(r, rev, &reverse)) return -1;
     if (fresh_items(r, in, out)) return -1;
-    if (sort_list(r, *out, attr, tmpl_none(), !model_tmpl_truthy(cs), model_tmpl_truthy(rev), true)) {
+    if (sort_list(r, *out, attr, tmpl_none(), !model_tmpl_truthy(cs), reverse != 0, true)) {
         tmpl_decref(r, *out);
         return -1;
     }
@@ -184,7 +211,8 @@ int model_tmpl_f_dictsort(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val 
 int model_tmpl_f_unique(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *out)
 {
     static const char *const names[] = {"case_sensitive", "attribute", NULL};
-    tmpl_val cs = tmpl_bool(false), attr = tmpl_none(), items, seen;
+    tmpl_val cs = tmpl_bool(false), attr = tmpl_none(), items, seen = tmpl_undef();
+    *out = tmpl_undef();
     if (model_tmpl_args_check(r, a, "unique", 2, names) || model_tmpl_arg(r, a, 0, "case_sensitive", &cs) < 0 ||
         model_tmpl_arg(r, a, 1, "attribute", &attr) < 0)
         return -1;
@@ -208,9 +236,7 @@ int model_tmpl_f_unique(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *o
     }
     tmpl_decref(r, items);
     if (seen.kind == TMPL_DICT) tmpl_decref(r, seen);
-    if (rc) return -1;
-    model_tmpl_as_generator(*out);
-    return 0;
+    return finish_gen(r, rc, out);
 }
 
 static int min_max(tmpl_rt *r, tmpl_val in, const tmpl_args *a, bool max, tmpl_val *out)
@@ -339,72 +365,80 @@ int model_tmpl_f_groupby(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *
 
 /* ------------------------------------------------------------- map, select and friends */
 
+/* map/select/... are generator functions in jinja2: apart from the call signature, everything
+ * they check happens when they are iterated, so those errors go through finish_gen() too. */
+static int map_args(tmpl_rt *r, const tmpl_args *a, tmpl_val *attr, tmpl_val *def, int *fid, tmpl_args *sub)
+{
+    *sub = *a;
+    if (!a->npos && model_tmpl_arg(r, a, 99, "attribute", attr) > 0) {
+        model_tmpl_arg(r, a, 99, "default", def);
+        for (size_t i = 0; i < a->nkw; i++)
+            if (strcmp(a->kw_names[i], "attribute") && strcmp(a->kw_names[i], "default"))
+                return model_tmpl_fail(r, "FilterArgumentError", "Unexpected keyword argument '%s'", a->kw_names[i]);
+        return 0;
+    }
+    if (!a->npos) return r->ek ? -1 : model_tmpl_fail(r, "FilterArgumentError", "map requires a filter argument");
+    tmpl_val name = a->pos[0];
+    if (name.kind != TMPL_STR) return model_tmpl_fail(r, "TemplateRuntimeError", "No filter named %s.", model_tmpl_type_name(name));
+    *fid = model_tmpl_filter_id(tmpl_s(name)->s, tmpl_s(name)->len);
+    if (*fid < 0) return model_tmpl_fail(r, "TemplateRuntimeError", "No filter named '%s'.", tmpl_s(name)->s);
+    sub->pos = a->pos + 1;
+    sub->npos = a->npos - 1;
+    return 0;
+}
+
 int model_tmpl_f_map(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *out)
 {
     tmpl_val items, attr = tmpl_undef(), def = tmpl_none();
     int fid = -1;
-    tmpl_args sub = *a;
-    if (!a->npos) {
-        if (model_tmpl_arg(r, a, 99, "attribute", &attr) <= 0)
-            return r->ek ? -1 : model_tmpl_fail(r, "FilterArgumentError", "map requires a filter argument");
-        model_tmpl_arg(r, a, 99, "default", &def);
-        for (size_t i = 0; i < a->nkw; i++)
-            if (strcmp(a->kw_names[i], "attribute") && strcmp(a->kw_names[i], "default"))
-                return model_tmpl_fail(r, "FilterArgumentError", "Unexpected keyword argument '%s'", a->kw_names[i]);
-    } else {
-        tmpl_val name = a->pos[0];
-        if (name.kind != TMPL_STR) return model_tmpl_fail(r, "TemplateRuntimeError", "map: the filter name must be a string");
-        fid = model_tmpl_filter_id(tmpl_s(name)->s, tmpl_s(name)->len);
-        if (fid < 0) return model_tmpl_fail(r, "TemplateRuntimeError", "No filter named '%s'.", tmpl_s(name)->s);
-        sub.pos = a->pos + 1;
-        sub.npos = a->npos - 1;
-    }
-    if (model_tmpl_iter(r, in, &items)) return -1;
-    tmpl_list *l = tmpl_l(items);
-    int rc = model_tmpl_list_new(r, TMPL_SEQ_LIST, l->n, out);
-    for (size_t i = 0; i < l->n && !rc; i++) {
+    tmpl_args sub;
+    *out = tmpl_undef();
+    if (model_tmpl_list_new(r, TMPL_SEQ_LIST, 0, out)) return -1;
+    if (map_args(r, a, &attr, &def, &fid, &sub)) return finish_gen(r, -1, out);
+    int rc = model_tmpl_iter(r, in, &items);
+    tmpl_list *l = rc ? NULL : tmpl_l(items);
+    for (size_t i = 0; l && i < l->n && !rc; i++) {
         tmpl_val v;
         if (fid >= 0) rc = model_tmpl_filter(r, fid, l->v[i], &sub, &v);
         else rc = key_of(r, l->v[i], attr, false, def, &v);
-        if (!rc) model_tmpl_list_push(r, *out, v);
+        if (!rc) rc = model_tmpl_list_push(r, *out, v);
     }
-    tmpl_decref(r, items);
-    if (rc) {
-        if (out->kind == TMPL_LIST) tmpl_decref(r, *out);
-        return -1;
+    if (l) tmpl_decref(r, items);
+    return finish_gen(r, rc, out);
+}
+
+static int select_args(tmpl_rt *r, const tmpl_args *a, bool attr_mode, tmpl_val *attr, int *tid, tmpl_args *sub)
+{
+    size_t off = 0;
+    *sub = *a;
+    if (attr_mode) {
+        if (!a->npos) return model_tmpl_fail(r, "FilterArgumentError", "Missing parameter for attribute name");
+        *attr = a->pos[0];
+        off = 1;
     }
-    model_tmpl_as_generator(*out);
+    if (a->npos > off) {
+        tmpl_val name = a->pos[off];
+        if (name.kind != TMPL_STR) return model_tmpl_fail(r, "TemplateRuntimeError", "No test named %s.", model_tmpl_type_name(name));
+        *tid = model_tmpl_test_id(tmpl_s(name)->s, tmpl_s(name)->len);
+        if (*tid < 0) return model_tmpl_fail(r, "TemplateRuntimeError", "No test named '%s'.", tmpl_s(name)->s);
+        sub->pos = a->pos + off + 1;
+        sub->npos = a->npos - off - 1;
+    }
     return 0;
 }
 
 static int select_impl(tmpl_rt *r, tmpl_val in, const tmpl_args *a, bool attr_mode, bool keep, tmpl_val *out)
 {
     tmpl_val attr = tmpl_undef(), items;
-    size_t off = 0;
-    if (attr_mode) {
-        if (!a->npos) return model_tmpl_fail(r, "FilterArgumentError", "Missing parameter for attribute name");
-        attr = a->pos[0];
-        off = 1;
-    }
     int tid = -1;
-    tmpl_args sub = *a;
-    if (a->npos > off) {
-        tmpl_val name = a->pos[off];
-        if (name.kind != TMPL_STR) return model_tmpl_fail(r, "TemplateRuntimeError", "the test name must be a string");
-        tid = model_tmpl_test_id(tmpl_s(name)->s, tmpl_s(name)->len);
-        if (tid < 0) return model_tmpl_fail(r, "TemplateRuntimeError", "No test named '%s'.", tmpl_s(name)->s);
-        sub.pos = a->pos + off + 1;
-        sub.npos = a->npos - off - 1;
-    }
+    tmpl_args sub;
+    *out = tmpl_undef();
     if (model_tmpl_list_new(r, TMPL_SEQ_LIST, 0, out)) return -1;
-    model_tmpl_as_generator(*out);
-    if (!model_tmpl_truthy(in)) return 0; /* jinja2: `if value:` before iterating */
-    if (model_tmpl_iter(r, in, &items)) {
-        tmpl_decref(r, *out);
-        return -1;
-    }
+    if (!model_tmpl_truthy(in)) return finish_gen(r, 0, out); /* jinja2: `if value:` before anything */
+    if (select_args(r, a, attr_mode, &attr, &tid, &sub)) return finish_gen(r, -1, out);
+    int rc = model_tmpl_iter(r, in, &items);
+    if (rc) return finish_gen(r, rc, out);
     tmpl_list *l = tmpl_l(items);
-    int rc = 0;
     for (size_t i = 0; i < l->n && !rc; i++) {
         tmpl_val x;
         bool res;
@@ -418,11 +452,7 @@ static int select_impl(tmpl_rt *r, tmpl_val in, const tmpl_args *a, bool attr_mo
         }
     }
     tmpl_decref(r, items);
-    if (rc) {
-        tmpl_decref(r, *out);
-        return -1;
-    }
-    return 0;
+    return finish_gen(r, rc, out);
 }
 
 int model_tmpl_f_select(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *out) { return select_impl(r, in, a, false, true, out); }
@@ -448,6 +478,7 @@ int model_tmpl_f_first(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *ou
             tmpl_incref(*out);
             return 0;
         }
+        if (model_tmpl_gen_exhausted(r, l)) return -1;
         return model_tmpl_undef_msg(r, TMPL_UH_MSG, "No first item, sequence was empty.", out);
     }
     if (in.kind == TMPL_LIST && tmpl_l(in)->n) {
@@ -580,11 +611,16 @@ int model_tmpl_f_batch(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *ou
     static const char *const names[] = {"linecount", "fill_with", NULL};
     tmpl_val lc, fill = tmpl_none(), items, cur = tmpl_undef();
     if (model_tmpl_args_check(r, a, "batch", 2, names)) return -1;
-    if (model_tmpl_arg(r, a, 0, "linecount", &lc) <= 0 || (lc.kind != TMPL_INT && lc.kind != TMPL_BOOL))
-        return r->ek ? -1 : model_tmpl_fail(r, "TypeError", "batch() needs an integer linecount");
+    if (model_tmpl_arg(r, a, 0, "linecount", &lc) <= 0)
+        return r->ek ? -1 : model_tmpl_fail(r, "TypeError", "do_batch() missing 1 required positional argument: 'linecount'");
     int g = model_tmpl_arg(r, a, 1, "fill_with", &fill);
     if (g < 0) return -1;
-    int64_t n = lc.u.i;
+    /* a linecount that is not a number never equals a batch's length: one batch */
+    int64_t n = lc.kind == TMPL_INT || lc.kind == TMPL_BOOL ? lc.u.i : INT64_MAX;
+    if (g && fill.kind != TMPL_NONE && n == INT64_MAX && lc.kind != TMPL_INT) {
+        if (lc.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, lc);
+        return model_tmpl_fail(r, "TypeError", "'<' not supported between instances of 'int' and '%s'", model_tmpl_type_name(lc));
+    }
     if (model_tmpl_iter(r, in, &items)) return -1;
     int rc = model_tmpl_list_new(r, TMPL_SEQ_LIST, 0, out);
     tmpl_list *l = tmpl_l(items);

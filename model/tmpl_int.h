@@ -98,6 +98,7 @@ typedef struct tmpl_list {
     size_t pos; /* generators: items already consumed */
     int64_t r_start, r_stop, r_step; /* TMPL_SEQ_RANGE: for printing */
     tmpl_val *v;
+    char *deferred; /* generators: the error to raise once the items run out (malloc'ed) */
 } tmpl_list;
 
 typedef struct tmpl_dict { /* insertion-ordered; hash index once it grows past a few keys */
@@ -377,6 +378,11 @@ typedef struct tmpl_rt {
 int model_tmpl_fail(tmpl_rt *r, const char *kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int model_tmpl_fail_limit(tmpl_rt *r, const char *what);
+/* Raises again an error recorded earlier (its full text, as r->err held it). */
+int model_tmpl_fail_again(tmpl_rt *r, const char *text);
+/* Generators run lazily in jinja2: raises a generator's deferred error, if any, now that it was
+ * consumed to the end (and forgets it, as an exhausted generator would). */
+int model_tmpl_gen_exhausted(tmpl_rt *r, tmpl_list *l);
 /* One unit of work; fails when the step budget is spent. */
 static inline int tmpl_step(tmpl_rt *r, uint64_t n)
 {
@@ -502,6 +508,9 @@ int model_tmpl_test(tmpl_rt *r, int id, tmpl_val in, const tmpl_args *a, bool *r
 /* Reads argument `name` at position `pos` (or keyword): 1 given (*v borrowed), 0 not given,
  * -1 error (both, or unknown keywords: see model_tmpl_args_check). */
 int model_tmpl_arg(tmpl_rt *r, const tmpl_args *a, size_t pos, const char *name, tmpl_val *v);
+/* An integer argument as Python's builtins take one (bool counts; anything else, undefined
+ * included, is a TypeError "'X' object cannot be interpreted as an integer"). */
+int model_tmpl_int_arg(tmpl_rt *r, tmpl_val v, int64_t *i);
 /* Fails with TypeError when a has more positionals than max or a keyword not in names. */
 int model_tmpl_args_check(tmpl_rt *r, const tmpl_args *a, const char *fname, size_t max,
                           const char *const *names);

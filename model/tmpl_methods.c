@@ -42,21 +42,26 @@ int model_tmpl_args_check(tmpl_rt *r, const tmpl_args *a, const char *fname, siz
     return 0;
 }
 
+/* Python's builtins reject an Undefined argument like any other wrong type (TypeError). */
 static int need_str(tmpl_rt *r, tmpl_val v, const char *what)
 {
     if (v.kind == TMPL_STR) return 0;
-    if (v.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, v);
     return model_tmpl_fail(r, "TypeError", "%s must be str, not %s", what, model_tmpl_type_name(v));
 }
 
-static int need_int(tmpl_rt *r, tmpl_val v, const char *what, int64_t *i)
+int model_tmpl_int_arg(tmpl_rt *r, tmpl_val v, int64_t *i)
 {
     if (v.kind == TMPL_INT || v.kind == TMPL_BOOL) {
         *i = v.u.i;
         return 0;
     }
-    if (v.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, v);
-    return model_tmpl_fail(r, "TypeError", "%s must be an integer, not %s", what, model_tmpl_type_name(v));
+    return model_tmpl_fail(r, "TypeError", "'%s' object cannot be interpreted as an integer", model_tmpl_type_name(v));
+}
+
+static int need_int(tmpl_rt *r, tmpl_val v, const char *what, int64_t *i)
+{
+    (void)what;
+    return model_tmpl_int_arg(r, v, i);
 }
 
 /* -------------------------------------------------------------------------------- methods */
@@ -178,8 +183,8 @@ static void strip_range(const char *s, size_t n, const tmpl_str *chars, bool lef
 
 int model_tmpl_strip(tmpl_rt *r, tmpl_val s, tmpl_val chars, int which, tmpl_val *out)
 {
-    if (chars.kind != TMPL_NONE && chars.kind != TMPL_UNDEF && chars.kind != TMPL_STR)
-        return model_tmpl_fail(r, "TypeError", "strip arg must be None or str");
+    if (chars.kind != TMPL_NONE && chars.kind != TMPL_STR)
+        return model_tmpl_fail(r, "TypeError", "%sstrip arg must be None or str", which == 'l' ? "l" : which == 'r' ? "r" : "");
     tmpl_str *x = tmpl_s(s);
     size_t b, e;
     strip_range(x->s, x->len, chars.kind == TMPL_STR ? tmpl_s(chars) : NULL, which != 'r', which != 'l', &b, &e);
@@ -485,14 +490,17 @@ static int str_method(tmpl_rt *r, int id, tmpl_val self, const tmpl_args *a, tmp
         static const char *const names[] = {"sep", "maxsplit", NULL};
         if (model_tmpl_args_check(r, a, method_names[id], 2, names)) return -1;
         if ((g = model_tmpl_arg(r, a, 0, "sep", &x)) < 0) return -1;
+        if (g && x.kind != TMPL_STR && x.kind != TMPL_NONE)
+            return model_tmpl_fail(r, "TypeError", "must be str or None, not %s", model_tmpl_type_name(x));
         if ((g = model_tmpl_arg(r, a, 1, "maxsplit", &y)) < 0) return -1;
         if (g && need_int(r, y, "maxsplit", &n)) return -1;
         return split(r, s, x, n, id == M_RSPLIT, out);
     }
     case M_SPLITLINES: {
         static const char *const names[] = {"keepends", NULL};
-        if (model_tmpl_args_check(r, a, "splitlines", 1, names) || model_tmpl_arg(r, a, 0, "keepends", &x) < 0) return -1;
-        return model_tmpl_splitlines(r, s, model_tmpl_truthy(x), out);
+        if (model_tmpl_args_check(r, a, "splitlines", 1, names) || (g = model_tmpl_arg(r, a, 0, "keepends", &x)) < 0) return -1;
+        if (g && model_tmpl_int_arg(r, x, &n)) return -1;
+        return model_tmpl_splitlines(r, s, g && n, out);
     }
     case M_STARTSWITH:
     case M_ENDSWITH: {
@@ -904,6 +912,7 @@ static int g_dict(tmpl_rt *r, int kind, const tmpl_args *a, tmpl_val *out)
     if (model_tmpl_dict_new(r, kind, 0, out)) return -1;
     if (a->npos == 1) {
         tmpl_val src = a->pos[0];
+        if (src.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, src); /* looks up .keys */
         if (src.kind == TMPL_DICT || src.kind == TMPL_NS) {
             tmpl_dict *d = tmpl_d(src);
             for (size_t i = 0; i < d->n; i++) {

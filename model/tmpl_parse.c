@@ -10,15 +10,30 @@
 
 typedef tmpl_parser P_t;
 
-int model_tmpl_p_fail(P_t *P, const char *fmt, ...)
+static int vfail(P_t *P, const char *kind, const char *fmt, va_list ap)
 {
     if (P->err[0]) return -1; /* keep the first error */
     char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    snprintf(P->err, P->errlen, "%s: %s (line %d)", kind, msg, tmpl_cur(P)->line);
+    return -1;
+}
+
+int model_tmpl_p_fail(P_t *P, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vfail(P, "TemplateSyntaxError", fmt, ap);
     va_end(ap);
-    snprintf(P->err, P->errlen, "TemplateSyntaxError: %s (line %d)", msg, tmpl_cur(P)->line);
+    return -1;
+}
+
+int model_tmpl_p_fail_kind(P_t *P, const char *kind, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(P, kind, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -297,7 +312,9 @@ static tmpl_node *p_for(P_t *P, int line, int *loops)
     tmpl_node *n = model_tmpl_p_node(P, TN_FOR, line);
     if (!n || !(n->a = assign_target(P, "in", false))) return NULL;
     if (!model_tmpl_p_is_name(tmpl_cur(P), "in")) {
-        model_tmpl_p_fail(P, "expected 'in' in for loop");
+        char got[64];
+        describe(tmpl_cur(P), got, sizeof got);
+        model_tmpl_p_fail(P, "expected token 'in', got '%s'", got);
         return NULL;
     }
     tmpl_adv(P);
@@ -543,6 +560,56 @@ static int subparse(P_t *P, const char *const *end, tmpl_nodes *body)
     }
 }
 
+/* Unknown filters and tests: jinja2 rejects them when compiling, except inside an if (test,
+ * bodies) or an inline if, where it defers the error to the moment they run; for loops, macros
+ * and the other bodies with their own frame start afresh. */
+static int check_unknown(tmpl_parser *P, const tmpl_node *n, bool soft);
+
+static int check_list(tmpl_parser *P, tmpl_node *const *v, uint32_t k, bool soft)
+{
+    for (uint32_t i = 0; i < k; i++)
+        if (v[i] && check_unknown(P, v[i], soft)) return -1;
+    return 0;
+}
+
+static int check_unknown(tmpl_parser *P, const tmpl_node *n, bool soft)
+{
+    if ((n->type == TN_FILTER || n->type == TN_TEST) && n->sym < 0 && !soft) {
+        const char *name = tmpl_s(n->val)->s;
+        snprintf(P->err, P->errlen,
+                 n->sym == -2 ? "TemplateSyntaxError: the '%s' filter is not supported (line %d)"
+                 : n->type == TN_FILTER ? "TemplateAssertionError: No filter named '%s'. (line %d)"
+                                        : "TemplateAssertionError: No test named '%s'. (line %d)",
+                 name, n->line);
+        return -1;
+    }
+    bool inner = false, all_soft = false;
+    switch (n->type) {
+    case TN_IF:
+    case TN_CONDEXPR: all_soft = true; break;
+    case TN_FOR: /* the iterable is evaluated outside the loop's frame */
+        if (n->b && check_unknown(P, n->b, soft)) return -1;
+        if (n->a && check_unknown(P, n->a, false)) return -1;
+        if (n->c && check_unknown(P, n->c, false)) return -1;
+        return check_list(P, n->kids, n->nkids, false) || check_list(P, n->kids2, n->nkids2, false) ? -1 : 0;
+    case TN_CALLBLOCK:
+        if (n->a && check_unknown(P, n->a, soft)) return -1;
+        return check_list(P, n->kids2, n->nkids2, false) || check_list(P, n->kids, n->nkids, false) ? -1 : 0;
+    case TN_WITH:
+        if (check_list(P, n->kids2, n->nkids2, soft)) return -1;
+        return check_list(P, n->kids, n->nkids, false);
+    case TN_MACRO:
+    case TN_SETBLOCK:
+    case TN_FILTERBLK:
+    case TN_SCOPED: inner = true; break;
+    }
+    bool s = all_soft ? true : inner ? false : soft;
+    if ((n->a && check_unknown(P, n->a, n->type == TN_SETBLOCK ? soft : s)) || (n->b && check_unknown(P, n->b, s)) ||
+        (n->c && check_unknown(P, n->c, s)))
+        return -1;
+    return check_list(P, n->kids, n->nkids, s) || check_list(P, n->kids2, n->nkids2, s) ? -1 : 0;
+}
+
 int model_tmpl_parse(model_tmpl *t, const tmpl_toks *toks, char *err, size_t errlen)
 {
     tmpl_parser P = {.t = t, .toks = toks, .err = err, .errlen = errlen};
@@ -555,5 +622,5 @@ int model_tmpl_parse(model_tmpl *t, const tmpl_toks *toks, char *err, size_t err
     tmpl_nodes body = {0};
     if (subparse(&P, NULL, &body)) return -1;
     t->body = model_tmpl_p_finish(&P, &body, &t->nbody, NULL);
-    return 0;
+    return check_list(&P, t->body, t->nbody, false);
 }

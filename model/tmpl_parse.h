@@ -26,7 +26,9 @@ typedef struct tmpl_nodes {
     int32_t *syms; /* parallel symbol ids, when used */
 } tmpl_nodes;
 
+/* Records "TemplateSyntaxError: <msg> (line N)" (or another kind) unless an error is recorded. */
 int model_tmpl_p_fail(tmpl_parser *P, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int model_tmpl_p_fail_kind(tmpl_parser *P, const char *kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void *model_tmpl_p_alloc(tmpl_parser *P, size_t n);
 tmpl_node *model_tmpl_p_node(tmpl_parser *P, int type, int line);
 int model_tmpl_p_push(tmpl_parser *P, tmpl_nodes *a, tmpl_node *n, int32_t sym);

@@ -362,7 +362,10 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
     const char *s = f->s;
     size_t n = f->len;
     bool is_tuple = args.kind == TMPL_LIST && args.u.o->sub == TMPL_SEQ_TUPLE;
-    bool is_map = args.kind == TMPL_DICT;
+    /* Python treats any non-tuple argument with __getitem__ as a mapping: %(key)s looks keys up
+     * in it, %s takes the whole object, and unused arguments are no error */
+    bool is_map = !is_tuple && (args.kind == TMPL_DICT || args.kind == TMPL_UNDEF ||
+                                (args.kind == TMPL_LIST && !tmpl_is_iter(args)));
     tmpl_list *tl = is_tuple ? tmpl_l(args) : NULL;
     size_t nargs = is_tuple ? tl->n : 1, used = 0;
     tmpl_buf b = {.max = r->lim.max_output};
@@ -382,6 +385,11 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
             while (e < n && s[e] != ')') e++;
             if (e >= n || !is_map) {
                 model_tmpl_fail(r, "TypeError", "format requires a mapping");
+                goto fail;
+            }
+            if (args.kind != TMPL_DICT) {
+                if (args.kind == TMPL_UNDEF) model_tmpl_undef_fail(r, args);
+                else model_tmpl_fail(r, "TypeError", "%s indices must be integers or slices, not str", model_tmpl_type_name(args));
                 goto fail;
             }
             if (!model_tmpl_dict_get_str(tmpl_d(args), s + i + 1, e - i - 1, &v)) {

@@ -83,7 +83,7 @@ int model_tmpl_test(tmpl_rt *r, int id, tmpl_val v, const tmpl_args *a, bool *re
     int t = tests[id].id;
     const char *name = tests[id].name;
     bool binary = t == T_SAMEAS || t == T_IN || t == T_DIVISIBLEBY || (t >= T_EQ && t <= T_GE);
-    if (!binary && t != T_FILTER && t != T_TEST && (a->npos || a->nkw))
+    if (!binary && (a->npos || a->nkw))
         return model_tmpl_fail(r, "TypeError", "test '%s' takes no arguments", name);
     tmpl_val x = tmpl_none();
     if (binary && one_arg(r, a, name, &x)) return -1;
@@ -106,7 +106,9 @@ int model_tmpl_test(tmpl_rt *r, int id, tmpl_val v, const tmpl_args *a, bool *re
     case T_ITERABLE:
         *res = v.kind == TMPL_STR || v.kind == TMPL_LIST || v.kind == TMPL_DICT || v.kind == TMPL_UNDEF || v.kind == TMPL_LOOP;
         return 0;
-    case T_CALLABLE: *res = v.kind == TMPL_FUNC && v.u.o->sub != TMPL_FN_CYCLER; return 0;
+    case T_CALLABLE: /* Python's callable(): Undefined and LoopContext define __call__ too */
+        *res = (v.kind == TMPL_FUNC && v.u.o->sub != TMPL_FN_CYCLER) || v.kind == TMPL_UNDEF || v.kind == TMPL_LOOP;
+        return 0;
     case T_SAMEAS:
         if (v.kind != x.kind) *res = false;
         else if (tmpl_is_obj(v) && v.kind != TMPL_UNDEF) *res = v.u.o == x.u.o;

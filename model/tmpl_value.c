@@ -71,6 +71,7 @@ static void release(tmpl_rt *r, tmpl_obj *o, bool children)
         if (children)
             for (size_t i = 0; i < l->n; i++) tmpl_decref(r, l->v[i]);
         free(l->v);
+        free(l->deferred);
         break;
     }
     case TMPL_DICT:
@@ -717,6 +718,15 @@ int model_tmpl_len(tmpl_rt *r, tmpl_val v, size_t *n)
     return model_tmpl_fail(r, "TypeError", "object of type '%s' has no len()", model_tmpl_type_name(v));
 }
 
+int model_tmpl_gen_exhausted(tmpl_rt *r, tmpl_list *l)
+{
+    if (!l->deferred) return 0;
+    int rc = model_tmpl_fail_again(r, l->deferred);
+    free(l->deferred);
+    l->deferred = NULL;
+    return rc;
+}
+
 int model_tmpl_iter(tmpl_rt *r, tmpl_val v, tmpl_val *out)
 {
     switch (v.kind) {
@@ -735,6 +745,10 @@ int model_tmpl_iter(tmpl_rt *r, tmpl_val v, tmpl_val *out)
             model_tmpl_list_push(r, *out, l->v[i]);
         }
         l->pos = l->n;
+        if (model_tmpl_gen_exhausted(r, l)) {
+            tmpl_decref(r, *out);
+            return -1;
+        }
         return tmpl_step(r, n);
     }
     case TMPL_DICT: {

@@ -22,8 +22,10 @@ TEST(tmpl_lang_cases_match_jinja2)
         char err[1024];
         n++;
         model_tmpl *t = model_tmpl_compile(src, src_len, err, sizeof err);
-        if (!t) {
-            t_fail(__FILE__, __LINE__, "%s: compile: %s", name, err);
+        if (!t) { /* jinja2 rejects some templates when compiling too */
+            const char *want = json_string_value(json_object_get(c, "error"));
+            if (!want || !tmpl_error_matches(name, err, want)) t_fail(__FILE__, __LINE__, "%s: compile: %s", name, err);
+            else good++;
             continue;
         }
         char *ctx = json_dumps(json_object_get(c, "context"), JSON_COMPACT);
