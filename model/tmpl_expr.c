@@ -183,7 +183,9 @@ int model_tmpl_binop(tmpl_rt *r, int op, tmpl_val a, tmpl_val b, tmpl_val *out)
             double p = as_f(a), q = as_f(b);
             if (p == 0 && q < 0) return model_tmpl_fail(r, "ZeroDivisionError", "0.0 cannot be raised to a negative power");
             if (p < 0 && q != floor(q)) return model_tmpl_fail(r, "ValueError", "complex results are not supported");
-            *out = tmpl_float(pow(p, q));
+            double v = pow(p, q);
+            if (isinf(v) && isfinite(p) && isfinite(q)) return model_tmpl_fail(r, "OverflowError", "(34, 'Numerical result out of range')");
+            *out = tmpl_float(v);
             return 0;
         }
     }
@@ -269,9 +271,22 @@ int model_tmpl_compare(tmpl_rt *r, int op, tmpl_val a, tmpl_val b, bool *res)
 
 /* --------------------------------------------------------------------- attributes and items */
 
+/* Special attributes every Python object (Undefined included) has: found, then hidden by the
+ * sandbox. */
 static bool is_dunder(tmpl_str *ns)
 {
-    return ns->len > 4 && !memcmp(ns->s, "__", 2) && !memcmp(ns->s + ns->len - 2, "__", 2);
+    static const char *const names[] = {
+        "__class__", "__doc__", "__module__", "__init__", "__new__", "__repr__", "__str__", "__hash__",
+        "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__len__", "__iter__",
+        "__getattr__", "__getattribute__", "__setattr__", "__delattr__", "__getitem__", "__call__",
+        "__format__", "__reduce__", "__reduce_ex__", "__sizeof__", "__dir__", "__init_subclass__",
+        "__subclasshook__", "__slots__", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+        "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pos__",
+        "__neg__", "__int__", "__float__", "__complex__", "__pow__", "__rpow__", "__contains__", NULL};
+    if (ns->len < 5 || memcmp(ns->s, "__", 2)) return false;
+    for (const char *const *n = names; *n; n++)
+        if (!strcmp(*n, ns->s)) return true;
+    return false;
 }
 
 static int unsafe(tmpl_rt *r, tmpl_val obj, tmpl_str *ns, tmpl_val *out)
@@ -721,15 +736,22 @@ int model_tmpl_eval(tmpl_rt *r, tmpl_scope *s, const tmpl_node *n, tmpl_val *out
     case TN_GETITEM:
         if (model_tmpl_eval(r, s, n->a, &a)) return -1;
         if (n->b->type == TN_SLICE) {
-            if (n->a->type == TN_CONST && a.kind != TMPL_STR) /* jinja2 folds it: undefined */
-                return model_tmpl_undef_msg(r, TMPL_UH_MSG, "a constant cannot be sliced", out);
             tmpl_val p[3] = {tmpl_none(), tmpl_none(), tmpl_none()};
             const tmpl_node *parts[3] = {n->b->a, n->b->b, n->b->c};
-            rc = 0;
+            bool folded = n->a->type == TN_CONST; /* jinja2 evaluates all-constant slices when */
+            rc = 0;                              /* compiling, through the sandbox's getitem */
             for (int i = 0; i < 3 && !rc; i++)
-                if (parts[i]) rc = model_tmpl_eval(r, s, parts[i], &p[i]);
+                if (parts[i]) {
+                    folded &= parts[i]->type == TN_CONST;
+                    rc = model_tmpl_eval(r, s, parts[i], &p[i]);
+                }
             r->line = n->line;
             if (!rc) rc = model_tmpl_slice(r, a, p[0], p[1], p[2], out);
+            if (rc && folded && r->ek == TMPL_EK_RUNTIME && !strncmp(r->err, "TypeError", 9)) {
+                r->ek = TMPL_EK_NONE; /* ...where a TypeError makes an undefined value */
+                r->err[0] = 0;
+                rc = model_tmpl_undef_msg(r, TMPL_UH_MSG, "a constant that cannot be sliced", out);
+            }
             for (int i = 0; i < 3; i++) tmpl_decref(r, p[i]);
             tmpl_decref(r, a);
             return rc;

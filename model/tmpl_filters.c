@@ -231,6 +231,7 @@ static bool parse_float(const char *s, size_t n, double *out)
 
 static bool parse_int(const char *s, size_t n, int base, int64_t *out)
 {
+    if (base != 0 && (base < 2 || base > 36)) return false; /* int(): ValueError */
     size_t b = 0, e = n;
     while (b < e && model_tmpl_py_isspace((unsigned char)s[b])) b++;
     while (e > b && model_tmpl_py_isspace((unsigned char)s[e - 1])) e--;
@@ -291,7 +292,7 @@ FILTER(int)
         break;
     case TMPL_STR: {
         tmpl_str *s = tmpl_s(in);
-        int b = base.kind == TMPL_INT ? (int)base.u.i : 10;
+        int b = base.kind == TMPL_INT || base.kind == TMPL_BOOL ? (base.u.i < 0 || base.u.i > 36 ? -1 : (int)base.u.i) : -1;
         if (parse_int(s->s, s->len, b, &v)) {
             *out = tmpl_int(v);
             return 0;
@@ -339,7 +340,7 @@ FILTER(round)
     if (check(r, a, "round", 2, names) || model_tmpl_arg(r, a, 0, "precision", &p) < 0 ||
         model_tmpl_arg(r, a, 1, "method", &m) < 0)
         return -1;
-    const char *method = m.kind == TMPL_STR ? tmpl_s(m)->s : "common";
+    const char *method = m.kind == TMPL_STR ? tmpl_s(m)->s : m.kind == TMPL_NONE ? "common" : "";
     if (strcmp(method, "common") && strcmp(method, "ceil") && strcmp(method, "floor"))
         return model_tmpl_fail(r, "FilterArgumentError", "method must be common, ceil or floor");
     int64_t prec;
@@ -404,7 +405,12 @@ FILTER(indent)
     if (check(r, a, "indent", 3, names) || model_tmpl_arg(r, a, 0, "width", &w) < 0 ||
         model_tmpl_arg(r, a, 1, "first", &first) < 0 || model_tmpl_arg(r, a, 2, "blank", &blank) < 0)
         return -1;
-    if (in.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, in); /* s += "\n" */
+    /* jinja2 starts with s += "\n": only strings get through */
+    if (in.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, in);
+    if (in.kind == TMPL_LIST && in.u.o->sub == TMPL_SEQ_LIST)
+        return model_tmpl_fail(r, "AttributeError", "'list' object has no attribute 'splitlines'");
+    if (in.kind != TMPL_STR)
+        return model_tmpl_fail(r, "TypeError", "unsupported operand type(s) for +=: '%s' and 'str'", model_tmpl_type_name(in));
     tmpl_buf ind = {.max = r->lim.max_output};
     if (w.kind == TMPL_STR) {
         model_tmpl_buf_put(&ind, tmpl_s(w)->s, tmpl_s(w)->len);
@@ -479,7 +485,14 @@ FILTER(tojson)
     }
     o.item_sep = o.indent ? "," : ", ";
     o.key_sep = ": ";
-    if (sep.kind == TMPL_LIST && !tmpl_is_iter(sep)) {
+    if (sep.kind == TMPL_STR && model_tmpl_str_ncp(tmpl_s(sep)) == 2) { /* unpacks into two characters */
+        tmpl_str *x = tmpl_s(sep);
+        size_t k = model_tmpl_utf8_offset(x->s, x->len, 1);
+        o.item_sep = x->s;
+        o.item_sep_len = k;
+        o.key_sep = x->s + k;
+        o.key_sep_len = x->len - k;
+    } else if (sep.kind == TMPL_LIST && !tmpl_is_iter(sep)) {
         tmpl_list *l = tmpl_l(sep);
         if (l->n != 2 || l->v[0].kind != TMPL_STR || l->v[1].kind != TMPL_STR)
             return model_tmpl_fail(r, "ValueError", "separators must be a pair of strings");
@@ -565,7 +578,19 @@ FILTER(truncate)
     int64_t end_cp = (int64_t)model_tmpl_utf8_count(end, end_len);
     if (length < end_cp) return model_tmpl_fail(r, "AssertionError", "expected length >= %lld, got %lld", (long long)end_cp, (long long)length);
     if (leeway < 0) return model_tmpl_fail(r, "AssertionError", "expected leeway >= 0, got %lld", (long long)leeway);
-    if (model_tmpl_to_str(r, in, &s)) return -1;
+    /* jinja2 works on the value itself (len(), slicing, rsplit): strings, and short sequences */
+    if (in.kind != TMPL_STR) {
+        size_t n;
+        if (model_tmpl_len(r, in, &n)) return -1;
+        if ((int64_t)n <= length + leeway) {
+            tmpl_incref(in);
+            *out = in;
+            return 0;
+        }
+        return model_tmpl_fail(r, "AttributeError", "'%s' object has no attribute 'rsplit'", model_tmpl_type_name(in));
+    }
+    s = in;
+    tmpl_incref(s);
     tmpl_str *x = tmpl_s(s);
     if ((int64_t)model_tmpl_str_ncp(x) <= length + leeway) {
         *out = s;

@@ -199,9 +199,11 @@ int model_tmpl_f_dictsort(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val 
         return model_tmpl_fail(r, "FilterArgumentError", "You can only sort by either \"key\" or \"value\"");
     if (in.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, in);
     if (in.kind != TMPL_DICT) return model_tmpl_fail(r, "AttributeError", "'%s' object has no attribute 'items'", model_tmpl_type_name(in));
+    int64_t reverse;
+    if (model_tmpl_int_arg(r, rev, &reverse)) return -1;
     if (model_tmpl_dict_items(r, in, TMPL_SEQ_LIST, out)) return -1;
     tmpl_val path = tmpl_int(pos);
-    if (sort_list(r, *out, path, tmpl_none(), !model_tmpl_truthy(cs), model_tmpl_truthy(rev), false)) {
+    if (sort_list(r, *out, path, tmpl_none(), !model_tmpl_truthy(cs), reverse != 0, false)) {
         tmpl_decref(r, *out);
         return -1;
     }
@@ -216,9 +218,9 @@ int model_tmpl_f_unique(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *o
     if (model_tmpl_args_check(r, a, "unique", 2, names) || model_tmpl_arg(r, a, 0, "case_sensitive", &cs) < 0 ||
         model_tmpl_arg(r, a, 1, "attribute", &attr) < 0)
         return -1;
-    if (model_tmpl_iter(r, in, &items)) return -1;
+    if (model_tmpl_list_new(r, TMPL_SEQ_LIST, 0, out)) return -1;
+    if (model_tmpl_iter(r, in, &items)) return finish_gen(r, -1, out);
     int rc = model_tmpl_dict_new(r, TMPL_DICT, 0, &seen);
-    if (!rc) rc = model_tmpl_list_new(r, TMPL_SEQ_LIST, 0, out);
     tmpl_list *l = tmpl_l(items);
     for (size_t i = 0; i < l->n && !rc; i++) {
         tmpl_val k, dummy;
@@ -394,6 +396,7 @@ int model_tmpl_f_map(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *out)
     tmpl_args sub;
     *out = tmpl_undef();
     if (model_tmpl_list_new(r, TMPL_SEQ_LIST, 0, out)) return -1;
+    if (!model_tmpl_truthy(in)) return finish_gen(r, 0, out); /* jinja2: `if value:` before anything */
     if (map_args(r, a, &attr, &def, &fid, &sub)) return finish_gen(r, -1, out);
     int rc = model_tmpl_iter(r, in, &items);
     tmpl_list *l = rc ? NULL : tmpl_l(items);
@@ -551,15 +554,13 @@ int model_tmpl_f_reverse(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *
 int model_tmpl_f_items(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *out)
 {
     if (model_tmpl_args_check(r, a, "items", 0, NULL)) return -1;
-    if (in.kind == TMPL_UNDEF) {
-        if (model_tmpl_list_new(r, TMPL_SEQ_LIST, 0, out)) return -1;
-    } else if (in.kind == TMPL_DICT) {
+    if (in.kind == TMPL_DICT) {
         if (model_tmpl_dict_items(r, in, TMPL_SEQ_LIST, out)) return -1;
-    } else {
-        return model_tmpl_fail(r, "TypeError", "Can only get item pairs from a mapping.");
+        return finish_gen(r, 0, out);
     }
-    model_tmpl_as_generator(*out);
-    return 0;
+    if (model_tmpl_list_new(r, TMPL_SEQ_LIST, 0, out)) return -1;
+    if (in.kind == TMPL_UNDEF) return finish_gen(r, 0, out);
+    return finish_gen(r, model_tmpl_fail(r, "TypeError", "Can only get item pairs from a mapping."), out);
 }
 
 int model_tmpl_f_join(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *out)
@@ -654,8 +655,11 @@ int model_tmpl_f_slice(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *ou
     static const char *const names[] = {"slices", "fill_with", NULL};
     tmpl_val sv, fill = tmpl_none(), items;
     if (model_tmpl_args_check(r, a, "slice", 2, names)) return -1;
-    if (model_tmpl_arg(r, a, 0, "slices", &sv) <= 0 || (sv.kind != TMPL_INT && sv.kind != TMPL_BOOL))
-        return r->ek ? -1 : model_tmpl_fail(r, "TypeError", "slice() needs an integer number of slices");
+    if (model_tmpl_arg(r, a, 0, "slices", &sv) <= 0)
+        return r->ek ? -1 : model_tmpl_fail(r, "TypeError", "sync_do_slice() missing 1 required positional argument: 'slices'");
+    if (sv.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, sv); /* len(seq) // slices */
+    if (sv.kind != TMPL_INT && sv.kind != TMPL_BOOL)
+        return model_tmpl_fail(r, "TypeError", "unsupported operand type(s) for //: 'int' and '%s'", model_tmpl_type_name(sv));
     int g = model_tmpl_arg(r, a, 1, "fill_with", &fill);
     if (g < 0) return -1;
     int64_t slices = sv.u.i;

@@ -388,6 +388,8 @@ static int pad(tmpl_rt *r, tmpl_val self, int64_t width, tmpl_val fill, int how,
             return model_tmpl_fail(r, "TypeError", "The fill character must be exactly one character long");
         f = tmpl_s(fill)->s;
         fl = tmpl_s(fill)->len;
+    } else if (fill.kind != TMPL_NONE) {
+        return model_tmpl_fail(r, "TypeError", "The fill character must be a unicode character, not %s", model_tmpl_type_name(fill));
     }
     int64_t len = (int64_t)model_tmpl_str_ncp(s);
     if (width <= len) {
@@ -605,6 +607,7 @@ static int str_method(tmpl_rt *r, int id, tmpl_val self, const tmpl_args *a, tmp
             }
             return model_tmpl_str_from_buf(r, &b, out);
         }
+        y = tmpl_none();
         model_tmpl_arg(r, a, 1, NULL, &y);
         return pad(r, self, n, y, id == M_CENTER ? 'c' : id == M_LJUST ? 'l' : 'r', out);
     }
@@ -813,6 +816,8 @@ int model_tmpl_method_call(tmpl_rt *r, tmpl_func *f, const tmpl_args *a, tmpl_va
     case TMPL_FUNC: { /* cycler.next() / cycler.reset() */
         tmpl_func *c = tmpl_fn(f->self);
         tmpl_list *items = tmpl_l(c->self);
+        if (a->npos || a->nkw)
+            return model_tmpl_fail(r, "TypeError", "Cycler.%s() takes 1 positional argument but %zu were given", method_names[f->id], a->npos + 1);
         if (f->id == M_RESET) {
             c->state = 0;
             *out = tmpl_none();
@@ -881,14 +886,8 @@ static int g_range(tmpl_rt *r, const tmpl_args *a, tmpl_val *out)
     if (a->nkw) return model_tmpl_fail(r, "TypeError", "range() takes no keyword arguments");
     if (a->npos < 1 || a->npos > 3) return model_tmpl_fail(r, "TypeError", "range expected at least 1 argument, got %zu", a->npos);
     int64_t v[3] = {0, 0, 1};
-    for (size_t i = 0; i < a->npos; i++) {
-        tmpl_val x = a->pos[i];
-        if (x.kind != TMPL_INT && x.kind != TMPL_BOOL) {
-            if (x.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, x);
-            return model_tmpl_fail(r, "TypeError", "'%s' object cannot be interpreted as an integer", model_tmpl_type_name(x));
-        }
-        v[i] = x.u.i;
-    }
+    for (size_t i = 0; i < a->npos; i++)
+        if (model_tmpl_int_arg(r, a->pos[i], &v[i])) return -1;
     int64_t start = a->npos == 1 ? 0 : v[0], stop = a->npos == 1 ? v[0] : v[1], step = a->npos == 3 ? v[2] : 1;
     if (step == 0) return model_tmpl_fail(r, "ValueError", "range() arg 3 must not be zero");
     __int128 count = 0;
@@ -1002,6 +1001,8 @@ int model_tmpl_global_call(tmpl_rt *r, tmpl_func *f, const tmpl_args *a, tmpl_va
     case TG_LIPSUM: return model_tmpl_fail(r, "TemplateRuntimeError", "lipsum() is not supported");
     }
     if (f->h.sub == TMPL_FN_JOINER) { /* "" the first time, then the separator */
+        if (a->npos || a->nkw)
+            return model_tmpl_fail(r, "TypeError", "Joiner.__call__() takes 1 positional argument but %zu were given", a->npos + 1);
         if (!f->state) {
             f->state = 1;
             return model_tmpl_str_new(r, "", 0, out);

@@ -175,6 +175,9 @@ static int format_value(tmpl_rt *r, tmpl_val v, const char *s, size_t n, tmpl_bu
     if (tmpl_is_num(v)) return fmt_number(r, v, &p, b);
     if (v.kind == TMPL_STR) {
         if (p.type && p.type != 's') return model_tmpl_fail(r, "ValueError", "Unknown format code '%c' for object of type 'str'", p.type);
+        if (p.group) return model_tmpl_fail(r, "ValueError", "Cannot specify '%c' with 's'.", p.group);
+        if (p.sign) return model_tmpl_fail(r, "ValueError", "Sign not allowed in string format specifier");
+        if (p.align == '=') return model_tmpl_fail(r, "ValueError", "'=' alignment not allowed in string format specifier");
         tmpl_str *x = tmpl_s(v);
         size_t len = x->len;
         if (p.prec >= 0) len = model_tmpl_utf8_offset(x->s, x->len, (size_t)p.prec);
@@ -429,8 +432,7 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
             continue;
         }
         if (!have_v) {
-            if (is_map) v = args;
-            else if (used >= nargs) {
+            if (used >= nargs) { /* a non-tuple argument serves one conversion, as in Python */
                 model_tmpl_fail(r, "TypeError", "not enough arguments for format string");
                 goto fail;
             } else v = is_tuple ? tl->v[used] : args;
