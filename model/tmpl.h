@@ -4,24 +4,37 @@
  * ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks and the loopcontrols extension,
  * the globals raise_exception(msg) and strftime_now(fmt), the `generation` tag, and a tojson
  * filter that is Python's json.dumps (no HTML escaping, non-ASCII kept, key order kept).
- * Values follow Python: printing, truthiness, equality and errors read as they do there.
+ * Values follow Python: printing, truthiness, equality, ordering and error messages read as
+ * they do there, and the sandbox's rules hold (list.append, dict.update, ... raise
+ * SecurityError; range() is limited to 100000 items).
  *
  * Supported: text, {{ }}, {% %}, {# #}, raw, whitespace control (-, +); set (also block set and
  * namespace attributes), if/elif/else, for (else, filter condition, unpacking, loop.*, recursive),
  * break/continue, macro/call with defaults, varargs/kwargs/caller, with, filter blocks, block
  * (inline); literals, attribute/item access, slices, arithmetic, ~, comparisons (chained), in,
- * and/or/not, inline if; the jinja2 filters and tests (see tmpl_filters.c, tmpl_tests.c), str,
- * dict and list methods (tmpl_methods.c) and the globals range, namespace, dict, cycler, joiner.
- * Not supported (a clear error at compile time): include, import, extends (no loader), and
- * extension tags other than break/continue/generation. Integers are 64-bit (Python's are not);
- * an operation leaving that range is an error.
+ * and/or/not, inline if, str % args and str.format; jinja2's filters and tests (tmpl_filters*.c,
+ * tmpl_tests.c), str/dict/list methods (tmpl_methods.c) and the globals range, namespace, dict,
+ * cycler, joiner (tmpl_globals.c). Filters that jinja2 runs lazily (map, select, unique, ...)
+ * raise their errors only when the result is consumed, as there.
+ * Not supported, with a clear error: include, import, extends (no loader), autoescape, the
+ * filters pprint, random, urlize, wordwrap, xmlattr, and extension tags other than
+ * break/continue/generation. Integers are 64-bit (Python's are unbounded): an operation leaving
+ * that range is an error. Objects whose Python repr holds a memory address (generators, bound
+ * methods) print without one.
+ *
+ * Errors: compiling reports "TemplateSyntaxError: <what> (line N)" (unknown filters and tests:
+ * "TemplateAssertionError: ..."; inside an if, as in jinja2, only when they run); rendering
+ * reports "<PythonExceptionType>: <message> (line N)", except raise_exception(msg), which
+ * reports msg alone.
  *
  * Thread safety: a compiled template is immutable; any number of threads may render it at once.
  * Every render has its own state and limits; nothing global is written after the first call.
  *
  * Limits: a hostile template or context cannot exhaust memory or loop forever: every render is
  * bounded in output bytes, live memory, evaluation steps and recursion depth
- * (model_tmpl_limits). Exceeding one is an error, never a crash. */
+ * (model_tmpl_limits); exceeding one is an error, never a crash. Parsing bounds nesting at 200
+ * levels. At the default depth a render needs at most ~512 KiB of C stack: render on a thread
+ * with at least 1 MiB (glibc's default is 8 MiB). */
 #ifndef TANDEM_MODEL_TMPL_H
 #define TANDEM_MODEL_TMPL_H
 #include <stddef.h>
@@ -65,8 +78,8 @@ typedef struct model_tmpl_opts {
 void model_tmpl_default_opts(model_tmpl_opts *o);
 
 /* Compiles Jinja2 source (UTF-8, `len` bytes; NULs are rejected). On failure returns NULL and
- * writes "TemplateSyntaxError: <what> (line N)" to err. The caller owns the result and frees it
- * with model_tmpl_free() once no render uses it. */
+ * writes the error (see above) to err. The caller owns the result and frees it with
+ * model_tmpl_free() once no render uses it. Any thread. */
 model_tmpl *model_tmpl_compile(const char *source, size_t len, char *err, size_t errlen);
 void model_tmpl_free(model_tmpl *t);
 

@@ -344,8 +344,8 @@ FILTER(round)
     if (strcmp(method, "common") && strcmp(method, "ceil") && strcmp(method, "floor"))
         return model_tmpl_fail(r, "FilterArgumentError", "method must be common, ceil or floor");
     int64_t prec;
-    if (model_tmpl_int_arg(r, p, &prec)) return -1;
     if (!tmpl_is_num(in)) return model_tmpl_fail(r, "TypeError", "type %s doesn't define __round__ method", model_tmpl_type_name(in));
+    if (model_tmpl_int_arg(r, p, &prec)) return -1;
     if (!strcmp(method, "common")) {
         if (in.kind != TMPL_FLOAT) { /* round(int, n) stays an int */
             int64_t v = in.u.i;

@@ -515,7 +515,7 @@ int model_tmpl_int_arg(tmpl_rt *r, tmpl_val v, int64_t *i);
 int model_tmpl_args_check(tmpl_rt *r, const tmpl_args *a, const char *fname, size_t max,
                           const char *const *names);
 
-/* Methods and globals (tmpl_methods.c, tmpl_strfmt.c). */
+/* Methods (tmpl_methods.c), globals (tmpl_globals.c), formatting (tmpl_strfmt.c). */
 enum tmpl_global {
     TG_NONE,
     TG_RANGE,
