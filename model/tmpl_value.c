@@ -283,7 +283,19 @@ int model_tmpl_dict_new(tmpl_rt *r, int kind, size_t cap, tmpl_val *out)
     tmpl_dict *d = model_tmpl_obj_new(r, kind, sizeof *d);
     if (!d) return -1;
     *out = tmpl_obj_val(&d->h);
-    (void)cap;
+    if (!cap) return 0;
+    size_t bytes = cap * 2 * sizeof(tmpl_val);
+    if (cap > r->lim.max_memory / (2 * sizeof(tmpl_val)) || model_tmpl_account(r, &d->h, 0, bytes)) {
+        tmpl_decref(r, *out);
+        return r->ek ? -1 : model_tmpl_fail_limit(r, "memory");
+    }
+    d->k = malloc(cap * sizeof *d->k);
+    d->v = malloc(cap * sizeof *d->v);
+    if (!d->k || !d->v) {
+        tmpl_decref(r, *out); /* frees k and v, and the accounted bytes with the object */
+        return model_tmpl_fail(r, "MemoryError", "out of memory");
+    }
+    d->cap = cap;
     return 0;
 }
 
