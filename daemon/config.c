@@ -115,7 +115,7 @@ static int set_key(dmn_config *c, const key *k, const char *val, const char *whe
         errno = 0;
         long long v = strtoll(val, &end, 10);
         if (!*val || *end || errno || v < k->lo || v > k->hi) {
-            snprintf(err, errlen, "%s: %s must be an integer in [%.0f, %.0f], got '%s'", where,
+            snprintf(err, errlen, "%s: %s must be an integer in [%.0f, %.0f], got '%.64s'", where,
                      k->name, k->lo, k->hi, val);
             return -1;
         }
@@ -126,7 +126,7 @@ static int set_key(dmn_config *c, const key *k, const char *val, const char *whe
         errno = 0;
         double v = strtod(val, &end);
         if (!*val || *end || errno || !isfinite(v) || v < k->lo || v > k->hi) {
-            snprintf(err, errlen, "%s: %s must be a number in [%g, %g], got '%s'", where, k->name,
+            snprintf(err, errlen, "%s: %s must be a number in [%g, %g], got '%.64s'", where, k->name,
                      k->lo, k->hi, val);
             return -1;
         }
@@ -136,7 +136,7 @@ static int set_key(dmn_config *c, const key *k, const char *val, const char *whe
     case KEY_BYTES: {
         long long v;
         if (dmn_config_parse_bytes(val, &v) < 0 || v < k->lo || v > k->hi) {
-            snprintf(err, errlen, "%s: %s must be a size like 64k, 4M or 1G in [%.0f, %.0f] bytes, got '%s'",
+            snprintf(err, errlen, "%s: %s must be a size like 64k, 4M or 1G in [%.0f, %.0f] bytes, got '%.64s'",
                      where, k->name, k->lo, k->hi, val);
             return -1;
         }
@@ -166,14 +166,14 @@ static const key *find_key(const char *name, size_t n)
 void dmn_config_defaults(dmn_config *c)
 {
     memset(c, 0, sizeof *c);
-    char err[64];
+    char err[256];
     for (size_t i = 0; i < N_KEYS; i++) set_key(c, &keys[i], keys[i].def, "default", err, sizeof err);
     c->config = strdup("");
 }
 
 void dmn_config_wipe_secrets(dmn_config *c)
 {
-    char err[64];
+    char err[256];
     set_key(c, find_key("api_key", 7), "", "wipe", err, sizeof err);
     set_key(c, find_key("admin_key", 9), "", "wipe", err, sizeof err);
 }
@@ -345,7 +345,7 @@ static int is_model_dir(const char *dir)
 {
     char p[PATH_MAX + 32];
     struct stat st;
-    snprintf(p, sizeof p, "%s/config.json", dir);
+    snprintf(p, sizeof p, "%.*s/config.json", PATH_MAX, dir);
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
