@@ -1,0 +1,51 @@
+#!/bin/sh
+# Benchmark of `tandem serve` on loopback with wrk: requests/s and latency p50/p99 for /health
+# and for a short completion at 1, 8 and 64 concurrent connections; then the same completion
+# driven through the scheduler in-process (build/sched_bench, no HTTP) at the same concurrency,
+# so that the difference is the daemon's added latency (HTTP, JSON, tokenization, the loop).
+#
+#   bench/serve_bench.sh [seconds per point (default 5)] [max_tokens (default 8)]
+#
+# Prints a markdown table. Machine, date and command go into the report with it.
+set -e
+DUR=${1:-5}
+MAXTOK=${2:-8}
+BUILD=${BUILD:-build}
+T=$(mktemp -d /tmp/tandem-bench.XXXXXX)
+trap 'kill $PID 2>/dev/null; rm -rf "$T"' EXIT
+"$BUILD/tandem" serve --host 127.0.0.1 --port 0 --admin-port 0 --log-file "$T/log" \
+    --max-waiting 1024 --max-running 64 &
+PID=$!
+i=0
+until grep -q 'event=listening listener=admin' "$T/log" 2>/dev/null || [ $i -gt 200 ]; do sleep 0.05; i=$((i+1)); done
+PORT=$(sed -n 's/.*listener=api .*port=\([0-9]*\).*/\1/p' "$T/log" | head -1)
+[ -n "$PORT" ] || { echo "the daemon did not start"; exit 1; }
+URL=http://127.0.0.1:$PORT
+until [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/ready")" = 200 ]; do sleep 0.05; done
+BODY=$(printf '{"prompt":"Once upon a time","max_tokens":%d,"temperature":0}' "$MAXTOK")
+export BODY
+
+# wrk's --latency block: "50%  1.23ms" ... -> milliseconds
+ms() { awk -v p="$1" '$1 == p { v=$2; u=v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
+        if (u == "us") v/=1000; else if (u == "s") v*=1000; else if (u == "m") v*=60000; print v }' "$2"; }
+rps() { sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p' "$1"; }
+
+echo "| target | connections | requests/s | p50 ms | p99 ms |"
+echo "|---|---|---|---|---|"
+for c in 1 8 64; do
+    wrk -t $([ $c -lt 2 ] && echo 1 || echo 2) -c $c -d ${DUR}s --latency "$URL/health" >"$T/h$c"
+    echo "| GET /health | $c | $(rps "$T/h$c") | $(ms 50% "$T/h$c") | $(ms 99% "$T/h$c") |"
+done
+for c in 1 8 64; do
+    wrk -t $([ $c -lt 2 ] && echo 1 || echo 2) -c $c -d ${DUR}s --latency -s bench/post.lua "$URL/v1/completions" >"$T/p$c"
+    grep -q 'non-200: 0' "$T/p$c" || { echo "non-200 answers at $c connections:"; cat "$T/p$c"; }
+    echo "| POST /v1/completions (max_tokens $MAXTOK) | $c | $(rps "$T/p$c") | $(ms 50% "$T/p$c") | $(ms 99% "$T/p$c") |"
+done
+kill -TERM $PID; wait $PID || true
+if [ -x "$BUILD/sched_bench" ]; then
+    for c in 1 8 64; do
+        "$BUILD/sched_bench" --clients $c --seconds "$DUR" --max-tokens "$MAXTOK" --prompt "Once upon a time" >"$T/s$c"
+        read -r r p50 p99 <"$T/s$c"
+        echo "| scheduler in-process (no HTTP) | $c | $r | $p50 | $p99 |"
+    done
+fi
