@@ -342,7 +342,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
             if (*end || cl > h->cfg.max_body) early_error(r, 413, body_too_large);
         }
         if (!r->responded && h->h.on_headers) h->h.on_headers(h->h.ctx, r);
-        if (r->resp) return queue_pending(r);
+        /* A response queued before the body is read makes MHD close the connection afterwards
+         * (it cannot know what is left unread). That is right for a rejected upload; a request
+         * without a body (GET /health) gets its answer on the next call instead, and keeps its
+         * connection alive. */
+        int has_body = sc.has_te || (sc.n_cl && strcmp(sc.cl, "0") != 0);
+        if (r->resp && has_body) return queue_pending(r);
         return MHD_YES;
     }
     if (*upload_size) {

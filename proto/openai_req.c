@@ -407,11 +407,14 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
     int k;
     r->max_tokens = -1;
     /* max_completion_tokens replaces the deprecated max_tokens on chat; it wins when both are
-     * given. The upper bound is the context: more can never be generated. */
-    if ((k = get_int(c, o, "max_tokens", 1, lim->max_context, &x)) < 0) return -1;
-    if (k) r->max_tokens = (int)x;
-    if ((k = get_int(c, o, "max_completion_tokens", 1, lim->max_context, &x)) < 0) return -1;
-    if (k) r->max_tokens = (int)x;
+     * given. More than the context can never be generated: that is a context error. */
+    static const char *const mt[] = {"max_tokens", "max_completion_tokens"};
+    for (int i = 0; i < 2; i++) {
+        if ((k = get_int(c, o, mt[i], 1, INT32_MAX, &x)) < 0) return -1;
+        if (k && x > lim->max_context)
+            return fail(c, PROTO_ERR_CONTEXT_LENGTH, mt[i], "'%s' is %lld; this model's maximum context length is %d tokens", mt[i], x, lim->max_context);
+        if (k) r->max_tokens = (int)x;
+    }
     r->n = 1;
     if ((k = get_int(c, o, "n", 1, lim->max_n, &x)) < 0) return -1;
     if (k) r->n = (int)x;
