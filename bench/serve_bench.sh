@@ -6,15 +6,20 @@
 #
 #   bench/serve_bench.sh [seconds per point (default 5)] [max_tokens (default 8)]
 #
+# THREADS (default 1) sets the CPU backend's threads for both: its pool spins while waiting for
+# its workers, so on a small machine where wrk, the loop and the pool share the cores, more
+# threads measure CPU oversubscription rather than the daemon.
+#
 # Prints a markdown table. Machine, date and command go into the report with it.
 set -e
 DUR=${1:-5}
 MAXTOK=${2:-8}
 BUILD=${BUILD:-build}
+THREADS=${THREADS:-1}
 T=$(mktemp -d /tmp/tandem-bench.XXXXXX)
 trap 'kill $PID 2>/dev/null; rm -rf "$T"' EXIT
 "$BUILD/tandem" serve --host 127.0.0.1 --port 0 --admin-port 0 --log-file "$T/log" \
-    --max-waiting 1024 --max-running 64 &
+    --max-waiting 1024 --max-running 64 --threads "$THREADS" &
 PID=$!
 i=0
 until grep -q 'event=listening listener=admin' "$T/log" 2>/dev/null || [ $i -gt 200 ]; do sleep 0.05; i=$((i+1)); done
@@ -40,11 +45,29 @@ for c in 1 8 64; do
     wrk -t $([ $c -lt 2 ] && echo 1 || echo 2) -c $c -d ${DUR}s --latency -s bench/post.lua "$URL/v1/completions" >"$T/p$c"
     grep -q 'non-200: 0' "$T/p$c" || { echo "non-200 answers at $c connections:"; cat "$T/p$c"; }
     echo "| POST /v1/completions (max_tokens $MAXTOK) | $c | $(rps "$T/p$c") | $(ms 50% "$T/p$c") | $(ms 99% "$T/p$c") |"
+    # the daemon's own time per request, from its request log (daemon_us: parse + template +
+    # tokenize + submit, and last token -> response on the socket)
+    cp "$T/log" "$T/log.$c"
 done
 kill -TERM $PID; wait $PID || true
+echo
+echo "| daemon's own time per completion (request log daemon_us) | connections | p50 ms | p99 ms |"
+echo "|---|---|---|---|"
+prev=0
+for c in 1 8 64; do
+    tail -n +$((prev + 1)) "$T/log.$c" | sed -n 's/.*event=request .*daemon_us=\([0-9]*\).*/\1/p' | sort -n >"$T/own.$c"
+    prev=$(wc -l <"$T/log.$c")
+    n=$(wc -l <"$T/own.$c")
+    [ "$n" -gt 0 ] || continue
+    p50=$(sed -n "$(( (n + 1) / 2 ))p" "$T/own.$c")
+    p99=$(sed -n "$(( (n * 99 + 99) / 100 ))p" "$T/own.$c")
+    echo "| POST /v1/completions | $c | $(awk -v v=$p50 'BEGIN{printf "%.3f", v/1000}') | $(awk -v v=$p99 'BEGIN{printf "%.3f", v/1000}') |"
+done
+echo
 if [ -x "$BUILD/sched_bench" ]; then
     for c in 1 8 64; do
-        "$BUILD/sched_bench" --clients $c --seconds "$DUR" --max-tokens "$MAXTOK" --prompt "Once upon a time" >"$T/s$c"
+        "$BUILD/sched_bench" --clients $c --seconds "$DUR" --max-tokens "$MAXTOK" --prompt "Once upon a time" \
+            --threads "$THREADS" --max-running 64 >"$T/s$c"
         read -r r p50 p99 <"$T/s$c"
         echo "| scheduler in-process (no HTTP) | $c | $r | $p50 | $p99 |"
     done

@@ -55,6 +55,7 @@ struct dmn_api_req {
     int status;
     const char *finish; /* for the log: the last choice's */
     double t_arrival, t_started, t_first, t_done;
+    double t_body, t_submitted; /* on_body entered / sched_submit returned (the daemon's own time) */
     int done;           /* DONE or ERROR seen */
     char err_code[40];
 };
@@ -164,16 +165,22 @@ static void log_request(dmn_api_req *a, int completed)
     dmn_log_quote(path, sizeof path, dmn_http_path(a->http));
     double now = sched_now();
     double e2e = (a->t_done ? a->t_done : now) - a->t_arrival;
+    /* The daemon's own share of the latency: body -> parse, template, tokenize, submit; and the
+     * engine's last token -> the response handed to the socket. */
+    double own_in = a->t_submitted > 0 ? a->t_submitted - a->t_body : -1;
+    double own_out = a->t_done > 0 && completed ? now - a->t_done : -1;
+    double own = own_in >= 0 && own_out >= 0 ? own_in + own_out : -1;
     double queue = a->t_started ? a->t_started - a->t_arrival : -1;
     double ttft = a->t_first ? a->t_first - a->t_arrival : -1;
     dmn_log(DMN_LOG_INFO, "request",
             "id=%s method=%s path=%s client=%s status=%d completed=%d stream=%d n=%d "
             "prompt_tokens=%d completion_tokens=%d max_tokens=%d finish=%s prefill=%s decode=%s "
-            "queue_ms=%.3f ttft_ms=%.3f e2e_ms=%.3f error=%s",
+            "queue_ms=%.3f ttft_ms=%.3f e2e_ms=%.3f daemon_us=%.0f in_us=%.0f out_us=%.0f error=%s",
             a->id, dmn_http_method(a->http), path, client, a->status, completed, a->stream, a->n,
             a->prompt_tokens, a->completion_tokens, a->max_tokens, a->finish ? a->finish : "-",
             a->prefill_dev[0] ? a->prefill_dev : "-", a->decode_dev[0] ? a->decode_dev : "-",
-            queue * 1e3, ttft * 1e3, e2e * 1e3, a->err_code[0] ? a->err_code : "-");
+            queue * 1e3, ttft * 1e3, e2e * 1e3, own * 1e6, own_in * 1e6, own_out * 1e6,
+            a->err_code[0] ? a->err_code : "-");
 }
 
 /* ---------------------------------------------------------------- routes */
@@ -331,6 +338,7 @@ static void on_body(void *ctx, dmn_http_req *r)
     dmn_serve *d = ctx;
     dmn_api_req *a = dmn_http_get_data(r);
     if (!a || dmn_http_responded(r)) return;
+    a->t_body = sched_now();
     size_t len;
     const char *body = dmn_http_body(r, &len);
     proto_req q;
@@ -420,6 +428,7 @@ static void on_body(void *ctx, dmn_http_req *r)
     free(lb);
     free(ids);
     proto_req_deinit(&q);
+    a->t_submitted = sched_now();
     switch (st) {
     case SCHED_OK: break; /* events follow */
     case SCHED_ERR_QUEUE_FULL:
@@ -430,7 +439,14 @@ static void on_body(void *ctx, dmn_http_req *r)
         param_of(err, param, sizeof param);
         respond_error(a, PROTO_ERR_INVALID_VALUE, err, param);
         break;
-    case SCHED_ERR_TOO_LARGE: respond_error(a, PROTO_ERR_CONTEXT_LENGTH, err, "max_tokens"); break;
+    case SCHED_ERR_TOO_LARGE:
+        if (a->n > d->cfg.max_running) {
+            snprintf(msg, sizeof msg, "'n' is %d; this server runs at most %d sequences per device (max_running)", a->n, d->cfg.max_running);
+            respond_error(a, PROTO_ERR_INVALID_VALUE, msg, "n");
+        } else {
+            respond_error(a, PROTO_ERR_CONTEXT_LENGTH, err, "max_tokens");
+        }
+        break;
     case SCHED_ERR_NO_DEVICE:
     case SCHED_ERR_STOPPED: respond_error(a, PROTO_ERR_NOT_READY, err, NULL); break;
     default: respond_error(a, PROTO_ERR_INTERNAL, err[0] ? err : "out of memory", NULL); break;

@@ -245,23 +245,6 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
             snprintf(err, errlen, "prompt token %d is out of range [0, %d)", p->prompt[i], s->vocab);
             return SCHED_ERR_INVALID;
         }
-    /* Admission: can it ever run, and may it wait? */
-    sched_policy_dev v[SCHED_MAX_DEVICES];
-    policy_views(s, v);
-    sched_policy_req pr = {p->n_prompt, p->max_tokens, p->n};
-    sched_placement pl;
-    enum sched_place res = sched_policy_place(v, s->n_devs, &pr, &pl);
-    if (res == SCHED_PLACE_NEVER) {
-        int healthy = 0;
-        for (int i = 0; i < s->n_devs; i++) healthy |= v[i].health != ACCEL_HEALTH_FAILED;
-        snprintf(err, errlen, healthy ? "the request needs more KV memory or sequences than any device has"
-                                      : "no healthy device");
-        return healthy ? SCHED_ERR_TOO_LARGE : SCHED_ERR_NO_DEVICE;
-    }
-    if ((s->wait_head || res == SCHED_PLACE_WAIT) && s->n_waiting >= s->cfg.max_waiting) {
-        snprintf(err, errlen, "%d requests are already waiting", s->n_waiting);
-        return SCHED_ERR_QUEUE_FULL;
-    }
     sched_req *r = calloc(1, sizeof *r);
     if (r) r->prompt = malloc(sizeof(int32_t) * (size_t)p->n_prompt);
     if (r) r->choices = calloc((size_t)p->n, sizeof *r->choices);
@@ -287,6 +270,26 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
             req_free(r);
             return SCHED_ERR_INVALID;
         }
+    }
+    /* Admission (after validation: a bad request is a 400 even when the queue is full): can it
+     * ever run, and may it wait? */
+    sched_policy_dev v[SCHED_MAX_DEVICES];
+    policy_views(s, v);
+    sched_policy_req pr = {p->n_prompt, p->max_tokens, p->n};
+    sched_placement pl;
+    enum sched_place res = sched_policy_place(v, s->n_devs, &pr, &pl);
+    if (res == SCHED_PLACE_NEVER) {
+        int healthy = 0;
+        for (int i = 0; i < s->n_devs; i++) healthy |= v[i].health != ACCEL_HEALTH_FAILED;
+        snprintf(err, errlen, healthy ? "the request needs more KV memory or sequences than any device has"
+                                      : "no healthy device");
+        req_free(r);
+        return healthy ? SCHED_ERR_TOO_LARGE : SCHED_ERR_NO_DEVICE;
+    }
+    if ((s->wait_head || res == SCHED_PLACE_WAIT) && s->n_waiting >= s->cfg.max_waiting) {
+        snprintf(err, errlen, "%d requests are already waiting", s->n_waiting);
+        req_free(r);
+        return SCHED_ERR_QUEUE_FULL;
     }
     r->qprev = s->wait_tail;
     if (s->wait_tail) s->wait_tail->qnext = r;

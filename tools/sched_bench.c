@@ -3,7 +3,8 @@
  * "requests_per_second p50_ms p99_ms". bench/serve_bench.sh compares it with the same request
  * through `tandem serve` to get the daemon's added latency.
  *
- *   sched_bench [--model DIR] [--clients C] [--seconds S] [--max-tokens N] [--prompt TEXT] */
+ *   sched_bench [--model DIR] [--clients C] [--seconds S] [--max-tokens N] [--prompt TEXT]
+ *               [--threads T] [--max-running R] */
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "scheduler/sched.h"
@@ -82,15 +83,17 @@ static int cmp(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     const char *dir = "models/stories260K", *prompt = "Once upon a time";
-    int max_tokens = 8;
+    int max_tokens = 8, threads = 0, max_running = 64;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) dir = argv[i + 1];
         else if (!strcmp(argv[i], "--clients")) n_clients = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--seconds")) seconds = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--max-tokens")) max_tokens = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prompt")) prompt = argv[i + 1];
+        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--max-running")) max_running = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: sched_bench [--model DIR] [--clients C] [--seconds S] [--max-tokens N] [--prompt TEXT]\n");
+            fprintf(stderr, "usage: sched_bench [--model DIR] [--clients C] [--seconds S] [--max-tokens N] [--prompt TEXT] [--threads T] [--max-running R]\n");
             return 2;
         }
     }
@@ -102,7 +105,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "sched_bench: %s\n", err);
         return 1;
     }
-    accel_dev *dev = accel_open("cpu", m, NULL, err, sizeof err);
+    accel_opts opts = {0};
+    opts.threads = threads;
+    accel_dev *dev = accel_open("cpu", m, &opts, err, sizeof err);
     if (!dev) {
         fprintf(stderr, "sched_bench: %s\n", err);
         return 1;
@@ -121,8 +126,8 @@ int main(int argc, char **argv)
     b.p.sampling = model_sampling_default();
     b.p.sampling.temperature = 0;
     clients = calloc((size_t)n_clients, sizeof *clients);
-    /* the daemon's bench runs with max_running 64 and a deep queue; the same here */
-    sched_config sc = {4096, 64, 0};
+    /* as the daemon in bench/serve_bench.sh: a deep queue, the same batch limit */
+    sched_config sc = {4096, max_running, 0};
     b.s = sched_new(&loop, &dev, 1, tok, &sc, on_warm, &b, err, sizeof err);
     if (!b.s) {
         fprintf(stderr, "sched_bench: %s\n", err);
