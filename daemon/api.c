@@ -22,7 +22,7 @@
 #include <time.h>
 
 /* OpenAI's default max_tokens for /v1/completions (its API reference); chat defaults to what
- * the context leaves. */
+ * the context leaves, capped by the default_max_tokens key. */
 #define COMPLETIONS_DEFAULT_MAX_TOKENS 16
 
 typedef struct api_choice {
@@ -57,6 +57,8 @@ struct dmn_api_req {
     double t_arrival, t_started, t_first, t_done;
     double t_body, t_submitted; /* on_body entered / sched_submit returned (the daemon's own time) */
     int done;           /* DONE or ERROR seen */
+    int prep_busy;      /* being prepared on a thread-pool thread (api_prep) */
+    int closed;         /* on_close ran while prep_busy: freed when the preparation returns */
     char err_code[40];
 };
 
@@ -280,10 +282,9 @@ static void on_headers(void *ctx, dmn_http_req *r)
  * special tokens, as transformers' tokenizer(text) does), a chat through the template (whose
  * text already holds the special tokens, as apply_chat_template(tokenize=True) does — except the
  * plain fallback template, whose text is encoded like a completion prompt). */
-static int prompt_ids(dmn_api_req *a, const proto_req *q, int32_t **ids, int *n, char *err,
+static int prompt_ids(dmn_serve *d, const proto_req *q, int32_t **ids, int *n, char *err,
                       size_t errlen, enum proto_err *e)
 {
-    dmn_serve *d = a->d;
     *e = PROTO_ERR_INVALID_VALUE;
     size_t nn = 0;
     if (q->ep == PROTO_EP_COMPLETIONS && q->prompt_ids) {
@@ -291,6 +292,7 @@ static int prompt_ids(dmn_api_req *a, const proto_req *q, int32_t **ids, int *n,
         if (!*ids) goto oom;
         memcpy(*ids, q->prompt_ids, sizeof(int32_t) * (size_t)q->n_prompt_ids);
         *n = q->n_prompt_ids;
+        *e = PROTO_ERR_NONE;
         return 0;
     }
     if (q->ep == PROTO_EP_COMPLETIONS) {
@@ -317,6 +319,7 @@ static int prompt_ids(dmn_api_req *a, const proto_req *q, int32_t **ids, int *n,
         snprintf(err, errlen, "the prompt is empty after tokenization");
         return -1;
     }
+    *e = PROTO_ERR_NONE;
     return 0;
 oom:
     *e = PROTO_ERR_INTERNAL;
@@ -333,101 +336,141 @@ static void param_of(const char *msg, char *param, size_t n)
     param[k] = 0;
 }
 
-static void on_body(void *ctx, dmn_http_req *r)
-{
-    dmn_serve *d = ctx;
-    dmn_api_req *a = dmn_http_get_data(r);
-    if (!a || dmn_http_responded(r)) return;
-    a->t_body = sched_now();
+/* Bodies up to this size are parsed, templated and tokenized on the loop thread (tens of
+ * microseconds); larger ones on a libuv thread-pool thread, so that a multi-megabyte prompt does
+ * not hold up every other connection's bytes. The pool round trip costs about as much as
+ * preparing a small body, hence the split. */
+#define INLINE_PREP_BYTES (16 * 1024)
+
+/* A completion request being prepared: the part that only reads immutable state (the model,
+ * tokenizer, template, limits) and so may run on any thread. */
+typedef struct api_prep {
+    uv_work_t work;
+    dmn_api_req *a;
+    dmn_serve *d;
+    enum proto_endpoint ep;
+    const char *body;
     size_t len;
-    const char *body = dmn_http_body(r, &len);
-    proto_req q;
+    char *body_copy; /* the pool's own copy: the connection may go away meanwhile */
+    /* results */
+    enum proto_err e;
     char msg[512], param[64];
-    enum proto_endpoint ep = a->route == ROUTE_CHAT ? PROTO_EP_CHAT : PROTO_EP_COMPLETIONS;
-    enum proto_err e = proto_req_parse(ep, body, len, &d->limits, model_tok_bos_token(d->tok),
-                                       model_tok_eos_token(d->tok), &q, msg, sizeof msg, param, sizeof param);
-    if (e != PROTO_ERR_NONE) {
-        respond_error(a, e, msg, param);
+    proto_req q;
+    int32_t *ids;
+    int n_ids, max_tokens;
+} api_prep;
+
+static void prep_run(api_prep *p)
+{
+    dmn_serve *d = p->d;
+    p->e = proto_req_parse(p->ep, p->body, p->len, &d->limits, model_tok_bos_token(d->tok),
+                           model_tok_eos_token(d->tok), &p->q, p->msg, sizeof p->msg, p->param,
+                           sizeof p->param);
+    if (p->e != PROTO_ERR_NONE) return;
+    if (p->q.model && strcmp(p->q.model, d->served_name) != 0) {
+        p->e = PROTO_ERR_MODEL_NOT_FOUND;
+        snprintf(p->msg, sizeof p->msg, "the model '%.100s' does not exist; this server serves '%s'", p->q.model, d->served_name);
+        snprintf(p->param, sizeof p->param, "model");
         return;
     }
-    if (q.model && strcmp(q.model, d->served_name) != 0) {
-        snprintf(msg, sizeof msg, "the model '%.100s' does not exist; this server serves '%s'", q.model, d->served_name);
-        respond_error(a, PROTO_ERR_MODEL_NOT_FOUND, msg, "model");
-        proto_req_deinit(&q);
-        return;
-    }
-    int32_t *ids = NULL;
-    int n_ids = 0;
-    if (prompt_ids(a, &q, &ids, &n_ids, msg, sizeof msg, &e) < 0) {
-        respond_error(a, e, msg, e == PROTO_ERR_CONTEXT_LENGTH || e == PROTO_ERR_INVALID_VALUE ? (ep == PROTO_EP_CHAT ? "messages" : "prompt") : NULL);
-        free(ids);
-        proto_req_deinit(&q);
+    const char *pparam = p->ep == PROTO_EP_CHAT ? "messages" : "prompt";
+    if (prompt_ids(d, &p->q, &p->ids, &p->n_ids, p->msg, sizeof p->msg, &p->e) < 0) {
+        snprintf(p->param, sizeof p->param, "%s", p->e == PROTO_ERR_INTERNAL ? "" : pparam);
         return;
     }
     int max_pos = d->m->cfg.max_pos;
-    int max_tokens = q.max_tokens;
-    if (max_tokens < 0)
-        max_tokens = ep == PROTO_EP_COMPLETIONS ? COMPLETIONS_DEFAULT_MAX_TOKENS : max_pos - n_ids;
-    if (max_tokens < 1 || (long long)n_ids + max_tokens > max_pos) {
-        snprintf(msg, sizeof msg,
+    int max_tokens = p->q.max_tokens;
+    if (max_tokens < 0) {
+        /* Chat: what the context leaves, up to default_max_tokens — every sequence reserves KV
+         * for prompt + max_tokens up front, so "the whole context" by default would make every
+         * request reserve the longest possible generation. */
+        max_tokens = p->ep == PROTO_EP_COMPLETIONS ? COMPLETIONS_DEFAULT_MAX_TOKENS : max_pos - p->n_ids;
+        if (p->ep == PROTO_EP_CHAT && max_tokens > d->cfg.default_max_tokens) max_tokens = d->cfg.default_max_tokens;
+    }
+    if (max_tokens < 1 || (long long)p->n_ids + max_tokens > max_pos) {
+        p->e = PROTO_ERR_CONTEXT_LENGTH;
+        snprintf(p->msg, sizeof p->msg,
                  "this model's maximum context length is %d tokens; the prompt has %d tokens and %d more were requested",
-                 max_pos, n_ids, max_tokens < 1 ? 1 : max_tokens);
-        respond_error(a, PROTO_ERR_CONTEXT_LENGTH, msg, ep == PROTO_EP_CHAT ? "messages" : "prompt");
-        free(ids);
-        proto_req_deinit(&q);
+                 max_pos, p->n_ids, max_tokens < 1 ? 1 : max_tokens);
+        snprintf(p->param, sizeof p->param, "%s", pparam);
+        return;
+    }
+    p->max_tokens = max_tokens;
+}
+
+static void prep_free(api_prep *p)
+{
+    free(p->ids);
+    proto_req_deinit(&p->q);
+    free(p->body_copy);
+    free(p);
+}
+
+/* Loop thread: the prepared request goes to the scheduler. */
+static void prep_submit(api_prep *pp)
+{
+    dmn_api_req *a = pp->a;
+    dmn_serve *d = pp->d;
+    proto_req *q = &pp->q;
+    if (pp->e != PROTO_ERR_NONE) {
+        respond_error(a, pp->e, pp->msg, pp->param);
+        return;
+    }
+    if (d->state != DMN_STATE_READY || !d->sched) {
+        /* a drain began while it was being prepared */
+        respond_error(a, d->state == DMN_STATE_DRAINING ? PROTO_ERR_DRAINING : PROTO_ERR_NOT_READY,
+                      "the server stopped taking requests", NULL);
         return;
     }
     model_logit_bias *lb = NULL;
-    if (q.n_logit_bias) {
-        lb = calloc((size_t)q.n_logit_bias, sizeof *lb);
-        for (int i = 0; lb && i < q.n_logit_bias; i++) {
-            lb[i].id = q.logit_bias[i].id;
-            lb[i].bias = q.logit_bias[i].bias;
+    if (q->n_logit_bias) {
+        lb = calloc((size_t)q->n_logit_bias, sizeof *lb);
+        for (int i = 0; lb && i < q->n_logit_bias; i++) {
+            lb[i].id = q->logit_bias[i].id;
+            lb[i].bias = q->logit_bias[i].bias;
         }
     }
     sched_params p = {0};
-    p.prompt = ids;
-    p.n_prompt = n_ids;
-    p.max_tokens = max_tokens;
-    p.n = q.n;
+    p.prompt = pp->ids;
+    p.n_prompt = pp->n_ids;
+    p.max_tokens = pp->max_tokens;
+    p.n = q->n;
     p.sampling = model_sampling_default();
-    p.sampling.temperature = (float)q.temperature;
-    p.sampling.top_p = (float)q.top_p;
-    p.sampling.top_k = q.top_k;
-    p.sampling.min_p = (float)q.min_p;
-    p.sampling.repetition_penalty = (float)q.repetition_penalty;
-    p.sampling.frequency_penalty = (float)q.frequency_penalty;
-    p.sampling.presence_penalty = (float)q.presence_penalty;
-    p.sampling.seed = q.seed;
-    p.sampling.has_seed = q.has_seed;
+    p.sampling.temperature = (float)q->temperature;
+    p.sampling.top_p = (float)q->top_p;
+    p.sampling.top_k = q->top_k;
+    p.sampling.min_p = (float)q->min_p;
+    p.sampling.repetition_penalty = (float)q->repetition_penalty;
+    p.sampling.frequency_penalty = (float)q->frequency_penalty;
+    p.sampling.presence_penalty = (float)q->presence_penalty;
+    p.sampling.seed = q->seed;
+    p.sampling.has_seed = q->has_seed;
     p.sampling.logit_bias = lb;
-    p.sampling.n_logit_bias = lb ? q.n_logit_bias : 0;
-    p.sampling.logprobs = q.logprobs;
-    p.sampling.top_logprobs = q.top_logprobs;
-    p.stop = (const char *const *)q.stop;
-    p.n_stop = q.n_stop;
+    p.sampling.n_logit_bias = lb ? q->n_logit_bias : 0;
+    p.sampling.logprobs = q->logprobs;
+    p.sampling.top_logprobs = q->top_logprobs;
+    p.stop = (const char *const *)q->stop;
+    p.n_stop = q->n_stop;
     p.deadline = d->cfg.request_timeout > 0 ? a->t_arrival + d->cfg.request_timeout : 0;
 
-    a->stream = q.stream;
-    a->include_usage = q.include_usage;
-    a->n = q.n;
-    a->logprobs = q.logprobs;
-    a->prompt_tokens = n_ids;
-    a->max_tokens = max_tokens;
-    a->choices = calloc((size_t)q.n, sizeof *a->choices);
-    dmn_request_id(a->id, sizeof a->id, ep == PROTO_EP_CHAT ? "chatcmpl-" : "cmpl-");
+    a->stream = q->stream;
+    a->include_usage = q->include_usage;
+    a->n = q->n;
+    a->logprobs = q->logprobs;
+    a->prompt_tokens = pp->n_ids;
+    a->max_tokens = pp->max_tokens;
+    a->choices = calloc((size_t)q->n, sizeof *a->choices);
+    dmn_request_id(a->id, sizeof a->id, pp->ep == PROTO_EP_CHAT ? "chatcmpl-" : "cmpl-");
     a->created = (long long)time(NULL);
-    a->meta.ep = ep;
+    a->meta.ep = pp->ep;
     a->meta.id = a->id;
     a->meta.created = a->created;
     a->meta.model = d->served_name;
-    char err[512] = "";
-    int st = a->choices && (lb || !q.n_logit_bias)
+    char err[512] = "", msg[256], param[64];
+    int st = a->choices && (lb || !q->n_logit_bias)
                  ? sched_submit(d->sched, &p, api_on_event, a, &a->sreq, err, sizeof err)
                  : SCHED_ERR_NOMEM;
     free(lb);
-    free(ids);
-    proto_req_deinit(&q);
     a->t_submitted = sched_now();
     switch (st) {
     case SCHED_OK: break; /* events follow */
@@ -451,6 +494,58 @@ static void on_body(void *ctx, dmn_http_req *r)
     case SCHED_ERR_STOPPED: respond_error(a, PROTO_ERR_NOT_READY, err, NULL); break;
     default: respond_error(a, PROTO_ERR_INTERNAL, err[0] ? err : "out of memory", NULL); break;
     }
+}
+
+static void prep_work(uv_work_t *w)
+{
+    prep_run(w->data);
+}
+
+static void prep_done(uv_work_t *w, int status)
+{
+    api_prep *p = w->data;
+    dmn_api_req *a = p->a;
+    a->prep_busy = 0;
+    if (a->closed) {
+        api_free(a); /* the client left while its request was being prepared */
+    } else {
+        prep_submit(p);
+    }
+    prep_free(p);
+}
+
+static void on_body(void *ctx, dmn_http_req *r)
+{
+    dmn_serve *d = ctx;
+    dmn_api_req *a = dmn_http_get_data(r);
+    if (!a || dmn_http_responded(r)) return;
+    a->t_body = sched_now();
+    api_prep *p = calloc(1, sizeof *p);
+    if (!p) {
+        respond_error(a, PROTO_ERR_INTERNAL, "out of memory", NULL);
+        return;
+    }
+    p->a = a;
+    p->d = d;
+    p->ep = a->route == ROUTE_CHAT ? PROTO_EP_CHAT : PROTO_EP_COMPLETIONS;
+    p->body = dmn_http_body(r, &p->len);
+    if (p->len <= INLINE_PREP_BYTES) {
+        prep_run(p);
+        prep_submit(p);
+        prep_free(p);
+        return;
+    }
+    p->body_copy = malloc(p->len ? p->len : 1);
+    if (!p->body_copy) {
+        free(p);
+        respond_error(a, PROTO_ERR_INTERNAL, "out of memory", NULL);
+        return;
+    }
+    memcpy(p->body_copy, p->body, p->len);
+    p->body = p->body_copy;
+    p->work.data = p;
+    a->prep_busy = 1;
+    uv_queue_work(d->loop, &p->work, prep_work, prep_done);
 }
 
 /* ---------------------------------------------------------------- scheduler events */
@@ -637,13 +732,18 @@ static void on_close(void *ctx, dmn_http_req *r, int completed)
     }
     if (a->route == ROUTE_COMPLETIONS || a->route == ROUTE_CHAT || a->status >= 400) log_request(a, completed);
     dmn_http_set_data(r, NULL);
+    a->http = NULL;
+    if (a->prep_busy) {
+        a->closed = 1; /* prep_done frees it */
+        return;
+    }
     api_free(a);
 }
 
 void dmn_api_cancel_all(dmn_serve *d, const char *why)
 {
     for (dmn_api_req *a = d->reqs; a; a = a->next) {
-        if (!a->sreq) continue;
+        if (!a->sreq || !a->http) continue;
         sched_cancel(d->sched, a->sreq);
         a->sreq = NULL;
         dmn_log(DMN_LOG_WARN, "request_cancelled", "id=%s reason=%s", a->id, why);
@@ -665,7 +765,7 @@ int dmn_api_list(dmn_serve *d, proto_status_req *out, int max)
     int k = 0;
     double now = sched_now();
     for (dmn_api_req *a = d->reqs; a && k < max; a = a->next) {
-        if (a->route != ROUTE_COMPLETIONS && a->route != ROUTE_CHAT) continue;
+        if ((a->route != ROUTE_COMPLETIONS && a->route != ROUTE_CHAT) || !a->http) continue;
         proto_status_req *o = &out[k++];
         memset(o, 0, sizeof *o);
         o->id = a->id;

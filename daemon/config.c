@@ -50,6 +50,7 @@ static const key keys[] = {
     K(max_connections_per_ip, KEY_INT, "128", 0, 1000000, "open connections per client address (0: no limit)"),
     K(connection_timeout, KEY_INT, "60", 1, 86400, "seconds an idle connection stays open"),
     K(max_n, KEY_INT, "16", 1, 128, "most choices (n) per request"),
+    K(default_max_tokens, KEY_INT, "4096", 1, 1 << 24, "max_tokens of a chat request that gives none (capped by the context)"),
     K(request_timeout, KEY_DOUBLE, "600", 0, 86400 * 7, "seconds a request may take (0: none)"),
     K(drain_timeout, KEY_DOUBLE, "25", 0, 3600, "seconds SIGTERM waits for in-flight requests"),
     K(sse_keepalive, KEY_DOUBLE, "5", 0.01, 3600, "seconds of stream silence before a keep-alive comment"),

@@ -39,6 +39,7 @@ typedef struct dmn_config {
     int max_connections_per_ip;
     int connection_timeout;  /* seconds an idle connection is kept */
     int max_n;
+    int default_max_tokens;  /* chat requests without max_tokens (capped by the context) */
     double request_timeout;  /* seconds from arrival to the last token (0: none) */
     double drain_timeout;    /* seconds SIGTERM waits for in-flight requests */
     double sse_keepalive;    /* seconds of silence before a ": keep-alive" comment */

@@ -85,6 +85,16 @@ check api_logprobs_chat_stream sh -c "grep '^data: {' $T/lsse | sed 's/^data: //
 post /v1/completions '{"prompt":"Once upon a time","max_tokens":64,"temperature":0,"stop":["Lily"]}' >/dev/null
 check api_stop_string sh -c "jq -e '.choices[0].finish_reason == \"stop\" and .choices[0].text == \", there was a little girl named \"' $T/body >/dev/null"
 
+# bodies over 16 KiB are prepared on a thread-pool thread: same answers
+pad=$(python3 -c 'print(" " * 20000)')
+post /v1/completions "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0}$pad" >/dev/null
+big=$(jqb '.choices[0].text')
+post /v1/completions '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}' >/dev/null
+check api_large_body_same_text [ "$big" = "$(jqb '.choices[0].text')" ]
+long=$(python3 -c 'import json; print(json.dumps({"prompt": "Once upon a time " * 1500, "max_tokens": 4}))')
+check api_large_prompt_context [ "$(post /v1/completions "$long")" = 400 ]
+check api_large_prompt_code [ "$(jqb '.error.code')" = context_length_exceeded ]
+
 serve_stop
 check api_exit_zero [ "$RC" = 0 ]
 check api_request_log grep -q 'event=request id=cmpl-.* status=200 .*prefill=cpu decode=cpu' "$LOG"
