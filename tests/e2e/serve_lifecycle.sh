@@ -12,6 +12,15 @@ while True:
     msg = s.recv(4096).decode()
     print(msg.replace("\n", "|"), flush=True)
 PY
+# the same with wall-clock times, for the watchdog test below
+cat >"$T/listen_t.py" <<'PY'
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+while True:
+    msg = s.recv(4096).decode()
+    print("%.3f %s" % (time.time(), msg.replace("\n", "|")), flush=True)
+PY
 listener=$!
 i=0
 while [ ! -S "$T/notify" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
@@ -55,3 +64,34 @@ check drain_exit_zero [ "$RC" = 0 ]
 check notify_stopping grep -q '^STOPPING=1' "$T/notify.log"
 check drain_logged grep -q 'event=shutdown reason=drained' "$LOG"
 kill "$listener" 2>/dev/null
+
+# WATCHDOG=1 only while the engine makes progress: a device step that takes longer than
+# watchdog_stall (the step delay stands in for a hung device) withholds the pings, which resume
+# when it finishes.
+python3 "$T/listen_t.py" "$T/notify2" >"$T/notify2.log" &
+listener=$!
+i=0
+while [ ! -S "$T/notify2" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+NOTIFY_SOCKET=$T/notify2 WATCHDOG_USEC=200000 serve_start --step-delay-ms 1500 --watchdog-stall 0.5 ||
+    { fail watchdog_start "daemon did not start"; kill $listener; exit 0; }
+curl -s -o /dev/null -H 'Content-Type: application/json' -d '{"prompt":"a","max_tokens":1}' "$API/v1/completions"
+sleep 0.3
+serve_stop
+kill "$listener" 2>/dev/null
+check watchdog_stall_logged grep -q 'event=stalled .*watchdog=starved' "$LOG"
+check watchdog_progress_logged grep -q 'event=progress' "$LOG"
+# no WATCHDOG=1 between the stall and the recovery (log times are UTC with milliseconds)
+python3 - "$LOG" "$T/notify2.log" <<'PY' && ok watchdog_withheld_while_stalled || fail watchdog_withheld_while_stalled "pings while stalled"
+import sys, datetime
+def t(line):
+    ts = line.split()[0][3:].rstrip("Z")
+    return datetime.datetime.fromisoformat(ts).replace(tzinfo=datetime.timezone.utc).timestamp()
+log = open(sys.argv[1]).read().splitlines()
+a = t(next(l for l in log if "event=stalled" in l))
+b = t(next(l for l in log if "event=progress" in l))
+pings = [float(l.split()[0]) for l in open(sys.argv[2]) if l.split()[1] == "WATCHDOG=1"]
+inside = [p for p in pings if a + 0.01 < p < b - 0.01]
+before = [p for p in pings if p < a]
+after = [p for p in pings if p > b]
+sys.exit(0 if b - a > 0.3 and not inside and before and after else 1)
+PY
