@@ -10,7 +10,10 @@
 # its workers, so on a small machine where wrk, the loop and the pool share the cores, more
 # threads measure CPU oversubscription rather than the daemon.
 #
-# Prints a markdown table. Machine, date and command go into the report with it.
+# Prints markdown tables. Machine, date and command go into the report with it. The daemon's own
+# share comes from its request log: wall time (body -> submitted, last token -> answer handed to
+# the HTTP layer), which on a small shared machine includes time the loop thread waits for a CPU,
+# and the loop thread's CPU time for the same two sections.
 set -e
 DUR=${1:-5}
 MAXTOK=${2:-8}
@@ -51,17 +54,18 @@ for c in 1 8 64; do
 done
 kill -TERM $PID; wait $PID || true
 echo
-echo "| daemon's own time per completion (request log daemon_us) | connections | p50 ms | p99 ms |"
-echo "|---|---|---|---|"
+echo "| daemon's own share per completion (request log) | connections | wall p50 ms | wall p99 ms | loop CPU p50 ms | loop CPU p99 ms |"
+echo "|---|---|---|---|---|---|"
+# pct FILE P: the P-th percentile (nearest rank) of a sorted column, in ms
+pct() { n=$(wc -l <"$1"); [ "$n" -gt 0 ] || { echo -; return; }
+        sed -n "$(( (n * $2 + 99) / 100 ))p" "$1" | awk '{printf "%.3f", $1/1000}'; }
 prev=0
 for c in 1 8 64; do
-    tail -n +$((prev + 1)) "$T/log.$c" | sed -n 's/.*event=request .*daemon_us=\([0-9]*\).*/\1/p' | sort -n >"$T/own.$c"
+    tail -n +$((prev + 1)) "$T/log.$c" | grep 'event=request ' >"$T/req.$c"
     prev=$(wc -l <"$T/log.$c")
-    n=$(wc -l <"$T/own.$c")
-    [ "$n" -gt 0 ] || continue
-    p50=$(sed -n "$(( (n + 1) / 2 ))p" "$T/own.$c")
-    p99=$(sed -n "$(( (n * 99 + 99) / 100 ))p" "$T/own.$c")
-    echo "| POST /v1/completions | $c | $(awk -v v=$p50 'BEGIN{printf "%.3f", v/1000}') | $(awk -v v=$p99 'BEGIN{printf "%.3f", v/1000}') |"
+    sed -n 's/.* daemon_us=\([0-9]*\) .*/\1/p' "$T/req.$c" | sort -n >"$T/own.$c"
+    sed -n 's/.* cpu_us=\([0-9]*\) .*/\1/p' "$T/req.$c" | sort -n >"$T/cpu.$c"
+    echo "| POST /v1/completions | $c | $(pct "$T/own.$c" 50) | $(pct "$T/own.$c" 99) | $(pct "$T/cpu.$c" 50) | $(pct "$T/cpu.$c" 99) |"
 done
 echo
 if [ -x "$BUILD/sched_bench" ]; then

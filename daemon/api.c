@@ -21,6 +21,15 @@
 #include <string.h>
 #include <time.h>
 
+/* CPU time of the calling thread: the daemon's own work per request, free of the waits that
+ * wall-clock time picks up when the loop is preempted by device workers on a busy machine. */
+static double thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 /* OpenAI's default max_tokens for /v1/completions (its API reference); chat defaults to what
  * the context leaves, capped by the default_max_tokens key. */
 #define COMPLETIONS_DEFAULT_MAX_TOKENS 16
@@ -56,6 +65,8 @@ struct dmn_api_req {
     const char *finish; /* for the log: the last choice's */
     double t_arrival, t_started, t_first, t_done;
     double t_body, t_submitted; /* on_body entered / sched_submit returned (the daemon's own time) */
+    double t_answered;          /* the last bytes were handed to the HTTP layer */
+    double cpu_own;             /* loop-thread CPU seconds spent on it in on_body and on_done */
     int done;           /* DONE or ERROR seen */
     int prep_busy;      /* being prepared on a thread-pool thread (api_prep) */
     int closed;         /* on_close ran while prep_busy: freed when the preparation returns */
@@ -168,21 +179,23 @@ static void log_request(dmn_api_req *a, int completed)
     double now = sched_now();
     double e2e = (a->t_done ? a->t_done : now) - a->t_arrival;
     /* The daemon's own share of the latency: body -> parse, template, tokenize, submit; and the
-     * engine's last token -> the response handed to the socket. */
+     * engine's last token -> the response handed to the HTTP layer (which writes it on the next
+     * loop turn). The completion notice itself is no measure: in keep-alive MHD only notices a
+     * finished response when the connection is next active. */
     double own_in = a->t_submitted > 0 ? a->t_submitted - a->t_body : -1;
-    double own_out = a->t_done > 0 && completed ? now - a->t_done : -1;
+    double own_out = a->t_done > 0 && a->t_answered > 0 ? a->t_answered - a->t_done : -1;
     double own = own_in >= 0 && own_out >= 0 ? own_in + own_out : -1;
     double queue = a->t_started ? a->t_started - a->t_arrival : -1;
     double ttft = a->t_first ? a->t_first - a->t_arrival : -1;
     dmn_log(DMN_LOG_INFO, "request",
             "id=%s method=%s path=%s client=%s status=%d completed=%d stream=%d n=%d "
             "prompt_tokens=%d completion_tokens=%d max_tokens=%d finish=%s prefill=%s decode=%s "
-            "queue_ms=%.3f ttft_ms=%.3f e2e_ms=%.3f daemon_us=%.0f in_us=%.0f out_us=%.0f error=%s",
+            "queue_ms=%.3f ttft_ms=%.3f e2e_ms=%.3f daemon_us=%.0f in_us=%.0f out_us=%.0f cpu_us=%.0f error=%s",
             a->id, dmn_http_method(a->http), path, client, a->status, completed, a->stream, a->n,
             a->prompt_tokens, a->completion_tokens, a->max_tokens, a->finish ? a->finish : "-",
             a->prefill_dev[0] ? a->prefill_dev : "-", a->decode_dev[0] ? a->decode_dev : "-",
             queue * 1e3, ttft * 1e3, e2e * 1e3, own * 1e6, own_in * 1e6, own_out * 1e6,
-            a->err_code[0] ? a->err_code : "-");
+            a->cpu_own * 1e6, a->err_code[0] ? a->err_code : "-");
 }
 
 /* ---------------------------------------------------------------- routes */
@@ -520,6 +533,7 @@ static void on_body(void *ctx, dmn_http_req *r)
     dmn_api_req *a = dmn_http_get_data(r);
     if (!a || dmn_http_responded(r)) return;
     a->t_body = sched_now();
+    double c0 = thread_cpu();
     api_prep *p = calloc(1, sizeof *p);
     if (!p) {
         respond_error(a, PROTO_ERR_INTERNAL, "out of memory", NULL);
@@ -533,6 +547,7 @@ static void on_body(void *ctx, dmn_http_req *r)
         prep_run(p);
         prep_submit(p);
         prep_free(p);
+        a->cpu_own += thread_cpu() - c0;
         return;
     }
     p->body_copy = malloc(p->len ? p->len : 1);
@@ -643,6 +658,7 @@ static void on_choice_done(dmn_api_req *a, const sched_event *ev)
 
 static void on_done(dmn_api_req *a, const sched_event *ev)
 {
+    double c0 = thread_cpu();
     dmn_metrics *m = &a->d->metrics;
     a->sreq = NULL;
     a->done = 1;
@@ -667,6 +683,8 @@ static void on_done(dmn_api_req *a, const sched_event *ev)
     if (a->stream) {
         if (a->include_usage) stream_event(a, proto_usage_chunk_json(&a->meta, &u));
         stream_finish(a);
+        a->t_answered = sched_now();
+        a->cpu_own += thread_cpu() - c0;
         return;
     }
     proto_choice_out *out = calloc((size_t)a->n, sizeof *out);
@@ -681,7 +699,9 @@ static void on_done(dmn_api_req *a, const sched_event *ev)
     dmn_http_add_header(a->http, "x-tandem-devices", a->devices);
     dmn_http_add_header(a->http, "x-request-id", a->id);
     respond_json(a, 200, proto_resp_json(&a->meta, out, a->n, &u));
+    a->t_answered = sched_now();
     free(out);
+    a->cpu_own += thread_cpu() - c0;
 }
 
 static void on_error(dmn_api_req *a, const sched_event *ev)
