@@ -122,6 +122,9 @@ deps:
 
 run: deps
 	@$(MAKE) --no-print-directory all
+	@echo "tandem: serving models/stories260K on http://127.0.0.1:8080 (Ctrl-C drains and stops)."
+	@echo "Once it logs event=ready, try:"
+	@echo "  curl -s http://127.0.0.1:8080/v1/completions -H 'Content-Type: application/json' -d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 32, \"temperature\": 0}'"
 	$(BUILD)/tandem serve $(ARGS)
 
 test: deps
@@ -145,7 +148,12 @@ install: all
 	install -m 755 $(BUILD)/libxrt_emu.so $(DESTDIR)$(PREFIX)/lib/tandem/
 	if [ -f $(BUILD)/libtandem_cuda.so ]; then install -m 755 $(BUILD)/libtandem_cuda.so $(DESTDIR)$(PREFIX)/lib/tandem/; fi
 	cp -r models/stories260K $(DESTDIR)$(PREFIX)/share/tandem/models/
-	if [ -f systemd/tandem.service ]; then install -m 644 systemd/tandem.service $(DESTDIR)/lib/systemd/system/; fi
+	install -d $(DESTDIR)$(PREFIX)/share/doc/tandem $(DESTDIR)/usr/lib/sysusers.d
+	install -m 644 README.md deploy/tandem.conf.example $(DESTDIR)$(PREFIX)/share/doc/tandem/
+	sed 's|/usr/local|$(PREFIX)|g' systemd/tandem.service > $(DESTDIR)/lib/systemd/system/tandem.service
+	chmod 644 $(DESTDIR)/lib/systemd/system/tandem.service
+	install -m 644 systemd/tandem.sysusers $(DESTDIR)/usr/lib/sysusers.d/tandem.conf
+	if [ -z "$(DESTDIR)" ] && command -v systemd-sysusers >/dev/null; then systemd-sysusers tandem.conf || true; fi
 	if [ -f deploy/tandem.conf.example ] && [ ! -f $(DESTDIR)/etc/tandem/tandem.conf ]; then \
 	    install -m 644 deploy/tandem.conf.example $(DESTDIR)/etc/tandem/tandem.conf; fi
 

@@ -6,7 +6,7 @@ PKGS="build-essential pkg-config libuv1-dev libmicrohttpd-dev libjansson-dev lib
       libsystemd-dev curl python3"
 # Test-only tools (end-to-end tests use real clients: curl, Node's openai package, promtool).
 # Node.js may come from Debian or from elsewhere (nodesource): only install it when no node exists.
-[ "${TANDEM_DEPS_TEST:-1}" = 1 ] && PKGS="$PKGS prometheus systemd wrk"
+[ "${TANDEM_DEPS_TEST:-1}" = 1 ] && PKGS="$PKGS prometheus systemd wrk jq"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

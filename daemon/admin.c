@@ -1,0 +1,154 @@
+/* daemon/admin.c — the admin listener (default 127.0.0.1:9090, separate from the API):
+ *
+ *   GET  /metrics        Prometheus text (daemon/metrics.h)
+ *   GET  /admin/status   JSON: state, devices, queues, every in-flight request
+ *   POST /admin/drain    stop taking API requests (503, /ready 503); in-flight ones finish
+ *   POST /admin/resume   undo an admin drain
+ *   GET  /health, /ready the same probes as on the API listener
+ *
+ * When admin keys are configured (required when the listener is not on loopback), every route
+ * but /health and /ready needs one as a Bearer token. */
+#include "daemon/serve.h"
+#include "daemon/buf.h"
+#include "daemon/log.h"
+#include "proto/errors.h"
+#include "proto/status.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* /admin/status lists at most this many requests (the queue is bounded anyway). */
+#define STATUS_MAX_REQS 4096
+
+static void reply(dmn_http_req *r, int status, const char *type, char *body)
+{
+    if (!body) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":\"internal_error\"}}";
+        dmn_http_respond(r, 500, "application/json", oom, sizeof oom - 1);
+        return;
+    }
+    dmn_http_respond(r, status, type, body, strlen(body));
+    free(body);
+}
+
+static void reply_error(dmn_http_req *r, enum proto_err e, const char *msg)
+{
+    const proto_err_row *row = proto_err_info(e);
+    if (e == PROTO_ERR_UNAUTHORIZED) dmn_http_add_header(r, "WWW-Authenticate", "Bearer");
+    reply(r, row->http_status, "application/json", proto_err_json(e, msg, NULL));
+}
+
+static void metrics(dmn_serve *d, dmn_http_req *r)
+{
+    sched_stats st;
+    memset(&st, 0, sizeof st);
+    if (d->sched) sched_get_stats(d->sched, &st);
+    dmn_metrics_dev devs[SCHED_MAX_DEVICES];
+    for (int i = 0; i < st.n_devices; i++) {
+        const sched_dev_stats *s = &st.dev[i];
+        devs[i] = (dmn_metrics_dev){s->info.name, accel_kind_name(s->info.kind),
+                                    accel_health_name(s->info.health), s->busy_seconds,
+                                    s->info.mem_total, s->info.mem_total - s->info.mem_free,
+                                    s->running, s->steps, s->tokens};
+    }
+    dmn_buf b;
+    dmn_buf_init(&b);
+    dmn_metrics_render(&b, &d->metrics, st.n_running, st.n_waiting, devs, st.n_devices,
+                       dmn_serve_ready(d, NULL), d->state == DMN_STATE_DRAINING);
+    /* The exposition format's content type (Prometheus text format 0.0.4). */
+    reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", dmn_buf_take(&b));
+}
+
+static void status(dmn_serve *d, dmn_http_req *r)
+{
+    sched_stats st;
+    memset(&st, 0, sizeof st);
+    if (d->sched) sched_get_stats(d->sched, &st);
+    proto_status_dev devs[SCHED_MAX_DEVICES];
+    double now = sched_now();
+    for (int i = 0; i < st.n_devices; i++) {
+        const sched_dev_stats *s = &st.dev[i];
+        devs[i] = (proto_status_dev){s->info.name, accel_kind_name(s->info.kind), s->info.desc,
+                                     accel_health_name(s->info.health), s->warm, s->info.mem_total,
+                                     s->info.mem_free, s->info.kv_bytes_per_token, s->info.max_batch,
+                                     s->running, s->in_step, s->steps, s->tokens, s->busy_seconds,
+                                     now - s->last_progress};
+    }
+    int cap = d->n_reqs < STATUS_MAX_REQS ? d->n_reqs : STATUS_MAX_REQS;
+    proto_status_req *reqs = calloc((size_t)(cap ? cap : 1), sizeof *reqs);
+    int n = reqs ? dmn_api_list(d, reqs, cap) : 0;
+    proto_status ps = {dmn_state_name(d->state), DMN_VERSION, d->served_name, d->cfg.model,
+                       now - d->t_start, st.n_waiting, st.n_running, d->cfg.max_waiting,
+                       d->cfg.max_running, d->api ? dmn_http_active(d->api) : 0, devs,
+                       st.n_devices, reqs, n};
+    reply(r, 200, "application/json", proto_status_json(&ps));
+    free(reqs);
+}
+
+static void on_headers(void *ctx, dmn_http_req *r)
+{
+    dmn_serve *d = ctx;
+    const char *path = dmn_http_path(r), *method = dmn_http_method(r);
+    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    if (!strcmp(path, "/health") || !strcmp(path, "/ready")) {
+        if (!get) {
+            dmn_http_add_header(r, "Allow", "GET, HEAD");
+            reply_error(r, PROTO_ERR_METHOD, "use GET");
+        } else if (path[1] == 'h') {
+            reply(r, 200, "application/json", proto_health_json("ok", NULL));
+        } else {
+            const char *why = NULL;
+            int ok = dmn_serve_ready(d, &why);
+            reply(r, ok ? 200 : 503, "application/json", proto_health_json(ok ? "ready" : "unavailable", why));
+        }
+        return;
+    }
+    if (dmn_auth_count(d->admin_auth) && !dmn_auth_check_bearer(d->admin_auth, dmn_http_header(r, "Authorization"))) {
+        reply_error(r, PROTO_ERR_UNAUTHORIZED, "a valid admin key is required (Authorization: Bearer <key>)");
+        return;
+    }
+    struct {
+        const char *path;
+        int post;
+    } routes[] = {{"/metrics", 0}, {"/admin/status", 0}, {"/admin/drain", 1}, {"/admin/resume", 1}};
+    int found = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(path, routes[i].path)) found = i;
+    if (found < 0) {
+        reply_error(r, PROTO_ERR_NOT_FOUND, "no such admin route");
+        return;
+    }
+    if (routes[found].post ? !post : !get) {
+        dmn_http_add_header(r, "Allow", routes[found].post ? "POST" : "GET, HEAD");
+        reply_error(r, PROTO_ERR_METHOD, routes[found].post ? "use POST" : "use GET");
+        return;
+    }
+    switch (found) {
+    case 0: metrics(d, r); break;
+    case 1: status(d, r); break;
+    case 2: {
+        dmn_log(DMN_LOG_INFO, "admin_drain", "client=%s", dmn_http_client(r));
+        dmn_serve_drain(d, 0);
+        sched_stats st;
+        memset(&st, 0, sizeof st);
+        if (d->sched) sched_get_stats(d->sched, &st);
+        reply(r, 202, "application/json", proto_drain_json(1, st.n_running, st.n_waiting));
+        break;
+    }
+    case 3:
+        if (dmn_serve_resume(d) < 0) {
+            reply_error(r, PROTO_ERR_NOT_READY, "only an admin drain can be resumed, and only once loaded");
+        } else {
+            dmn_log(DMN_LOG_INFO, "admin_resume", "client=%s", dmn_http_client(r));
+            reply(r, 200, "application/json", proto_drain_json(0, 0, 0));
+        }
+        break;
+    }
+}
+
+static void on_body(void *ctx, dmn_http_req *r)
+{
+    /* Every admin route answers from its headers; a body never gets here unanswered. */
+    reply_error(r, PROTO_ERR_NOT_FOUND, "no such admin route");
+}
+
+const dmn_http_handler dmn_admin_handler = {on_headers, on_body, NULL, NULL};

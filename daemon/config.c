@@ -1,0 +1,383 @@
+/* daemon/config.c — see config.h. */
+#include "daemon/config.h"
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <openssl/crypto.h>
+
+extern char **environ;
+
+enum key_type { KEY_STR, KEY_INT, KEY_DOUBLE, KEY_BYTES };
+
+typedef struct key {
+    const char *name;
+    enum key_type type;
+    size_t off;
+    const char *def;
+    double lo, hi; /* numeric bounds */
+    const char *doc;
+} key;
+
+#define K(n, t, d, lo, hi, doc) {#n, t, offsetof(dmn_config, n), d, lo, hi, doc}
+/* The defaults are the ones issue 4 names (ports, loopback admin, bundled model, cpu); the limits
+ * are sized for one node: see deploy/tandem.conf.example for the reasoning behind each. */
+static const key keys[] = {
+    K(model, KEY_STR, "", 0, 0, "model directory (default: the bundled stories260K)"),
+    K(served_model_name, KEY_STR, "", 0, 0, "model name clients send (default: directory name)"),
+    K(devices, KEY_STR, "cpu", 0, 0, "comma-separated devices: cpu, cuda:N, fpga-emu:N, fpga:N"),
+    K(threads, KEY_INT, "0", 0, 1024, "cpu backend threads (0: all cores)"),
+    K(kv_mem_limit, KEY_BYTES, "0", 0, 9.0e18, "KV bytes per device (0: device budget)"),
+    K(chat_template, KEY_STR, "", 0, 0, "Jinja chat template file overriding the model's"),
+    K(host, KEY_STR, "0.0.0.0", 0, 0, "API listener address"),
+    K(port, KEY_INT, "8080", 0, 65535, "API listener port"),
+    K(admin_host, KEY_STR, "127.0.0.1", 0, 0, "admin/metrics listener address"),
+    K(admin_port, KEY_INT, "9090", 0, 65535, "admin/metrics listener port"),
+    K(api_key, KEY_STR, "", 0, 0, "API key clients must send as Bearer token"),
+    K(api_key_file, KEY_STR, "", 0, 0, "file with API keys, one per line"),
+    K(admin_key, KEY_STR, "", 0, 0, "key for the admin listener"),
+    K(admin_key_file, KEY_STR, "", 0, 0, "file with admin keys, one per line"),
+    K(max_waiting, KEY_INT, "64", 0, 1000000, "requests waiting for a device before 429"),
+    K(max_running, KEY_INT, "16", 1, 4096, "sequences one device decodes at once"),
+    K(max_body_bytes, KEY_BYTES, "4M", 1024, 1 << 30, "largest request body (413 above)"),
+    K(max_header_bytes, KEY_BYTES, "64k", 4096, 1 << 24, "per-connection memory for headers"),
+    K(max_connections, KEY_INT, "1024", 1, 1000000, "open connections per listener"),
+    K(max_connections_per_ip, KEY_INT, "128", 0, 1000000, "open connections per client address (0: no limit)"),
+    K(connection_timeout, KEY_INT, "60", 1, 86400, "seconds an idle connection stays open"),
+    K(max_n, KEY_INT, "16", 1, 128, "most choices (n) per request"),
+    K(default_max_tokens, KEY_INT, "4096", 1, 1 << 24, "max_tokens of a chat request that gives none (capped by the context)"),
+    K(request_timeout, KEY_DOUBLE, "600", 0, 86400 * 7, "seconds a request may take (0: none)"),
+    K(drain_timeout, KEY_DOUBLE, "25", 0, 3600, "seconds SIGTERM waits for in-flight requests"),
+    K(sse_keepalive, KEY_DOUBLE, "5", 0.01, 3600, "seconds of stream silence before a keep-alive comment"),
+    K(retry_after, KEY_INT, "1", 0, 3600, "Retry-After seconds in 429 answers"),
+    K(log_file, KEY_STR, "", 0, 0, "log file (default: stderr, i.e. the journal)"),
+    K(log_level, KEY_STR, "info", 0, 0, "debug, info, warn or error"),
+    K(watchdog_stall, KEY_DOUBLE, "10", 0.1, 86400, "seconds a busy device may make no progress before the watchdog stops being fed"),
+    K(step_delay_ms, KEY_DOUBLE, "0", 0, 60000, "testing only: sleep before each device step"),
+};
+#undef K
+#define N_KEYS (sizeof keys / sizeof keys[0])
+
+const char *dmn_config_key_name(int i)
+{
+    return i >= 0 && (size_t)i < N_KEYS ? keys[i].name : NULL;
+}
+
+int dmn_config_parse_bytes(const char *s, long long *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0)) return -1;
+    double mul = 1;
+    switch (tolower((unsigned char)*end)) {
+    case 0: break;
+    case 'k': mul = 1024.0, end++; break;
+    case 'm': mul = 1024.0 * 1024, end++; break;
+    case 'g': mul = 1024.0 * 1024 * 1024, end++; break;
+    case 't': mul = 1024.0 * 1024 * 1024 * 1024, end++; break;
+    default: return -1;
+    }
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end) return -1;
+    v *= mul;
+    if (v > 9.0e18) return -1;
+    *out = (long long)v;
+    return 0;
+}
+
+/* Sets key k from text; "where" names the source for the error message. */
+static int set_key(dmn_config *c, const key *k, const char *val, const char *where, char *err,
+                   size_t errlen)
+{
+    void *p = (char *)c + k->off;
+    char *end;
+    switch (k->type) {
+    case KEY_STR: {
+        char *d = strdup(val);
+        if (!d) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        char **sp = p;
+        if (*sp) {
+            OPENSSL_cleanse(*sp, strlen(*sp));
+            free(*sp);
+        }
+        *sp = d;
+        return 0;
+    }
+    case KEY_INT: {
+        errno = 0;
+        long long v = strtoll(val, &end, 10);
+        if (!*val || *end || errno || v < k->lo || v > k->hi) {
+            snprintf(err, errlen, "%s: %s must be an integer in [%.0f, %.0f], got '%.64s'", where,
+                     k->name, k->lo, k->hi, val);
+            return -1;
+        }
+        *(int *)p = (int)v;
+        return 0;
+    }
+    case KEY_DOUBLE: {
+        errno = 0;
+        double v = strtod(val, &end);
+        if (!*val || *end || errno || !isfinite(v) || v < k->lo || v > k->hi) {
+            snprintf(err, errlen, "%s: %s must be a number in [%g, %g], got '%.64s'", where, k->name,
+                     k->lo, k->hi, val);
+            return -1;
+        }
+        *(double *)p = v;
+        return 0;
+    }
+    case KEY_BYTES: {
+        long long v;
+        if (dmn_config_parse_bytes(val, &v) < 0 || v < k->lo || v > k->hi) {
+            snprintf(err, errlen, "%s: %s must be a size like 64k, 4M or 1G in [%.0f, %.0f] bytes, got '%.64s'",
+                     where, k->name, k->lo, k->hi, val);
+            return -1;
+        }
+        *(long long *)p = v;
+        return 0;
+    }
+    }
+    return -1;
+}
+
+/* Finds a key by name; dashes match underscores (flags use dashes). */
+static const key *find_key(const char *name, size_t n)
+{
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const char *k = keys[i].name;
+        if (strlen(k) != n) continue;
+        size_t j = 0;
+        for (; j < n; j++) {
+            char a = name[j] == '-' ? '_' : name[j];
+            if (a != k[j]) break;
+        }
+        if (j == n) return &keys[i];
+    }
+    return NULL;
+}
+
+void dmn_config_defaults(dmn_config *c)
+{
+    memset(c, 0, sizeof *c);
+    char err[256];
+    for (size_t i = 0; i < N_KEYS; i++) set_key(c, &keys[i], keys[i].def, "default", err, sizeof err);
+    c->config = strdup("");
+}
+
+void dmn_config_wipe_secrets(dmn_config *c)
+{
+    char err[256];
+    set_key(c, find_key("api_key", 7), "", "wipe", err, sizeof err);
+    set_key(c, find_key("admin_key", 9), "", "wipe", err, sizeof err);
+}
+
+void dmn_config_deinit(dmn_config *c)
+{
+    dmn_config_wipe_secrets(c);
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (keys[i].type == KEY_STR) free(*(char **)((char *)c + keys[i].off));
+    free(c->config);
+    memset(c, 0, sizeof *c);
+}
+
+/* A config file is small text; 1 MiB bounds it well above any real one. */
+#define CONFIG_FILE_MAX (1 << 20)
+
+static int load_file(dmn_config *c, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "cannot open config file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[4096], where[PATH_MAX + 32];
+    int lineno = 0, rc = 0;
+    long total = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t len = strlen(line);
+        total += (long)len;
+        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        if (total > CONFIG_FILE_MAX || (len == sizeof line - 1 && line[len - 1] != '\n')) {
+            snprintf(err, errlen, "%s: line too long or file over 1 MiB", where);
+            rc = -1;
+            break;
+        }
+        while (len && isspace((unsigned char)line[len - 1])) line[--len] = 0;
+        char *s = line;
+        while (isspace((unsigned char)*s)) s++;
+        if (!*s || *s == '#') continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            snprintf(err, errlen, "%s: expected 'key = value'", where);
+            rc = -1;
+            break;
+        }
+        char *kend = eq;
+        while (kend > s && isspace((unsigned char)kend[-1])) kend--;
+        char *v = eq + 1;
+        while (isspace((unsigned char)*v)) v++;
+        size_t vlen = strlen(v);
+        if (vlen >= 2 && v[0] == '"' && v[vlen - 1] == '"') {
+            v[vlen - 1] = 0;
+            v++;
+        }
+        const key *k = find_key(s, (size_t)(kend - s));
+        if (!k) {
+            snprintf(err, errlen, "%s: unknown key '%.*s'", where, (int)(kend - s), s);
+            rc = -1;
+            break;
+        }
+        if (set_key(c, k, v, where, err, errlen) < 0) {
+            rc = -1;
+            break;
+        }
+    }
+    OPENSSL_cleanse(line, sizeof line); /* the file may hold keys */
+    fclose(f);
+    return rc;
+}
+
+static const char *env_get(char **envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = envp; e && *e; e++)
+        if (!strncmp(*e, name, n) && (*e)[n] == '=') return *e + n + 1;
+    return NULL;
+}
+
+static void env_name(const char *key, char *out, size_t n)
+{
+    size_t o = (size_t)snprintf(out, n, "TANDEM_");
+    for (; *key && o + 1 < n; key++) out[o++] = (char)toupper((unsigned char)*key);
+    out[o] = 0;
+}
+
+static void print_help(void)
+{
+    printf("usage: tandem serve [--config FILE] [--key value ...]\n\n"
+           "Every key below can be set in the config file, as TANDEM_<KEY> in the environment, or\n"
+           "as --key (dashes or underscores); a flag beats the environment, which beats the file.\n\n");
+    for (size_t i = 0; i < N_KEYS; i++) {
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s", keys[i].name);
+        for (char *p = flag + 2; *p; p++)
+            if (*p == '_') *p = '-';
+        printf("  %-26s %s (default: %s)\n", flag, keys[i].doc,
+               keys[i].def[0] ? keys[i].def : "none");
+    }
+}
+
+int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err, size_t errlen)
+{
+    if (!envp) envp = environ;
+    dmn_config_defaults(c);
+    /* The config file's path first: --config beats TANDEM_CONFIG. */
+    const char *path = env_get(envp, "TANDEM_CONFIG");
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            print_help();
+            return 1;
+        }
+        if (!strcmp(argv[i], "--config")) {
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "--config needs a file");
+                return -1;
+            }
+            path = argv[++i];
+        } else if (!strncmp(argv[i], "--config=", 9)) {
+            path = argv[i] + 9;
+        }
+    }
+    if (path && *path) {
+        free(c->config);
+        c->config = strdup(path);
+        if (load_file(c, path, err, errlen) < 0) return -1;
+    }
+    for (size_t i = 0; i < N_KEYS; i++) {
+        char name[96], where[128];
+        env_name(keys[i].name, name, sizeof name);
+        const char *v = env_get(envp, name);
+        snprintf(where, sizeof where, "environment %s", name);
+        if (v && set_key(c, &keys[i], v, where, err, errlen) < 0) return -1;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument '%s' (tandem serve --help lists the flags)", a);
+            return -1;
+        }
+        a += 2;
+        const char *eq = strchr(a, '=');
+        size_t n = eq ? (size_t)(eq - a) : strlen(a);
+        const char *v = eq ? eq + 1 : NULL;
+        if (n == 6 && !strncmp(a, "config", 6)) {
+            if (!v) i++;
+            continue;
+        }
+        const key *k = find_key(a, n);
+        if (!k) {
+            snprintf(err, errlen, "unknown flag '--%.*s' (tandem serve --help lists the flags)", (int)n, a);
+            return -1;
+        }
+        if (!v) {
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "--%.*s needs a value", (int)n, a);
+                return -1;
+            }
+            v = argv[++i];
+        }
+        char where[96];
+        snprintf(where, sizeof where, "flag --%.*s", (int)n, a);
+        if (set_key(c, k, v, where, err, errlen) < 0) return -1;
+    }
+    return 0;
+}
+
+static int is_model_dir(const char *dir)
+{
+    char p[PATH_MAX + 32];
+    struct stat st;
+    snprintf(p, sizeof p, "%.*s/config.json", PATH_MAX, dir);
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int dmn_config_resolve_model(dmn_config *c, char *err, size_t errlen)
+{
+    if (c->model[0]) {
+        if (is_model_dir(c->model)) return 0;
+        snprintf(err, errlen, "model directory %s has no config.json", c->model);
+        return -1;
+    }
+    char exe[PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k <= 0) {
+        snprintf(err, errlen, "no --model given and the binary's location is unknown");
+        return -1;
+    }
+    exe[k] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    /* build/tandem, build/san/tandem (repository), bin/tandem (installed under a prefix) */
+    const char *cands[] = {"%s/../models/stories260K", "%s/../../models/stories260K",
+                           "%s/../share/tandem/models/stories260K"};
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
+        char p[PATH_MAX + 64], real[PATH_MAX];
+        snprintf(p, sizeof p, cands[i], exe);
+        if (is_model_dir(p) && realpath(p, real)) {
+            free(c->model);
+            c->model = strdup(real);
+            return c->model ? 0 : -1;
+        }
+    }
+    snprintf(err, errlen, "no --model given and the bundled models/stories260K was not found near %s", exe);
+    return -1;
+}

@@ -1,0 +1,76 @@
+/* daemon/config.h — `tandem serve` configuration: one table of keys, four layers.
+ *
+ * Precedence, highest first: command-line flag (--key value, --key=value; dashes or underscores),
+ * environment variable TANDEM_<KEY> (upper case), config file (--config FILE, or TANDEM_CONFIG),
+ * built-in default. Every key is documented in deploy/tandem.conf.example (a unit test checks
+ * that file names every key of the table).
+ *
+ * File format: one `key = value` per line; '#' starts a comment line; values may be wrapped in
+ * double quotes (no escapes); an unknown key is an error that names the line.
+ *
+ * Ownership: dmn_config owns its strings; dmn_config_deinit frees them. Secrets (api_key,
+ * admin_key) are wiped with dmn_config_wipe_secrets once the auth module has hashed them.
+ * Threads: loaded once on the main thread before anything else starts. */
+#ifndef TANDEM_DMN_CONFIG_H
+#define TANDEM_DMN_CONFIG_H
+#include <stddef.h>
+
+typedef struct dmn_config {
+    char *config;            /* the file that was read ("" when none) */
+    char *model;             /* model directory ("" until dmn_config_resolve_model) */
+    char *served_model_name; /* the name clients use ("" -> the model directory's name) */
+    char *devices;           /* comma-separated device names, e.g. "cpu" or "cpu,fpga-emu:0" */
+    int threads;             /* cpu backend threads (0: all cores) */
+    long long kv_mem_limit;  /* bytes of KV per device (0: the device's own budget) */
+    char *chat_template;     /* a Jinja file overriding the model's template ("": the model's) */
+    char *host;
+    int port;
+    char *admin_host;
+    int admin_port;
+    char *api_key;
+    char *api_key_file;
+    char *admin_key;
+    char *admin_key_file;
+    int max_waiting;         /* bounded waiting queue: more -> 429 */
+    int max_running;         /* sequences one device decodes at once */
+    long long max_body_bytes;
+    long long max_header_bytes;
+    int max_connections;
+    int max_connections_per_ip;
+    int connection_timeout;  /* seconds an idle connection is kept */
+    int max_n;
+    int default_max_tokens;  /* chat requests without max_tokens (capped by the context) */
+    double request_timeout;  /* seconds from arrival to the last token (0: none) */
+    double drain_timeout;    /* seconds SIGTERM waits for in-flight requests */
+    double sse_keepalive;    /* seconds of silence before a ": keep-alive" comment */
+    int retry_after;         /* seconds, in 429 answers */
+    char *log_file;          /* "" -> stderr (the journal under systemd) */
+    char *log_level;         /* debug | info | warn | error */
+    double watchdog_stall;   /* seconds a busy device may go without progress before WATCHDOG=1 stops */
+    double step_delay_ms;    /* testing: sleep before each device step (0 in production) */
+} dmn_config;
+
+/* Fills defaults, then the file, environment and flags (argv[0] is the command name). Returns 0,
+ * 1 when --help was asked (help printed to stdout), or -1 with a message in err. envp may be
+ * NULL (the process environment). */
+int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err, size_t errlen);
+
+/* Just the defaults (tests). */
+void dmn_config_defaults(dmn_config *c);
+void dmn_config_deinit(dmn_config *c);
+
+/* When c->model is empty, picks the bundled models/stories260K: beside the binary's repository
+ * (build/tandem, build/san/tandem) or under the install prefix (bin/../share/tandem/models).
+ * Returns 0, or -1 with a message in err. */
+int dmn_config_resolve_model(dmn_config *c, char *err, size_t errlen);
+
+/* Overwrites and frees api_key and admin_key. */
+void dmn_config_wipe_secrets(dmn_config *c);
+
+/* The table, for --help and the documentation test: name of key i, NULL past the end. */
+const char *dmn_config_key_name(int i);
+
+/* Parses "64", "4k", "16M", "1G" (powers of 1024) into bytes. Returns 0 or -1. */
+int dmn_config_parse_bytes(const char *s, long long *out);
+
+#endif

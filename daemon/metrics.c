@@ -1,0 +1,218 @@
+/* daemon/metrics.c — see metrics.h. */
+#include "daemon/metrics.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bucket bounds. vLLM's own (vllm/engine/metrics.py) start at 1 ms for TTFT and 10 ms for
+ * inter-token latency, sized for GPUs serving 7B+ models; tandem also serves tiny models on the
+ * CPU, where a token takes well under a millisecond, so each list gains sub-millisecond buckets
+ * in front and keeps vLLM's upper range. */
+static const double ttft_b[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
+                                0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0};
+static const double itl_b[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                               0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0};
+static const double e2e_b[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5,
+                               5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+                               960.0, 1920.0, 7680.0};
+/* Token counts: powers of two up to 128K, the longest context tandem's models have. */
+static const double len_b[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192,
+                               16384, 32768, 65536, 131072};
+
+#define NB(a) ((int)(sizeof a / sizeof a[0]))
+
+const int dmn_metrics_statuses[DMN_METRICS_STATUSES] = {200, 202, 400, 401, 404, 405,
+                                                        413, 429, 500, 503, 504, 0};
+
+void dmn_hist_init(dmn_hist *h, const double *bounds, int n)
+{
+    memset(h, 0, sizeof *h);
+    h->bounds = bounds;
+    h->n_bounds = n > DMN_HIST_MAX_BUCKETS ? DMN_HIST_MAX_BUCKETS : n;
+}
+
+void dmn_hist_observe(dmn_hist *h, double v)
+{
+    if (!isfinite(v)) return;
+    int i = 0;
+    while (i < h->n_bounds && v > h->bounds[i]) i++;
+    h->counts[i]++;
+    h->sum += v;
+    h->count++;
+}
+
+void dmn_metrics_init(dmn_metrics *m)
+{
+    memset(m, 0, sizeof *m);
+    dmn_hist_init(&m->ttft, ttft_b, NB(ttft_b));
+    dmn_hist_init(&m->itl, itl_b, NB(itl_b));
+    dmn_hist_init(&m->e2e, e2e_b, NB(e2e_b));
+    dmn_hist_init(&m->queue, e2e_b, NB(e2e_b));
+    dmn_hist_init(&m->prefill, e2e_b, NB(e2e_b));
+    dmn_hist_init(&m->decode, e2e_b, NB(e2e_b));
+    dmn_hist_init(&m->prompt_len, len_b, NB(len_b));
+    dmn_hist_init(&m->gen_len, len_b, NB(len_b));
+}
+
+void dmn_metrics_count_status(dmn_metrics *m, int status)
+{
+    for (int i = 0; i < DMN_METRICS_STATUSES; i++)
+        if (dmn_metrics_statuses[i] == status || dmn_metrics_statuses[i] == 0) {
+            m->responses[i]++;
+            return;
+        }
+}
+
+void dmn_prom_header(dmn_buf *b, const char *name, const char *type, const char *help)
+{
+    dmn_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The shortest text that reads back as the same double (what Prometheus' Go code writes:
+ * 0.1, not 0.10000000000000001); integers print without a fraction. */
+static void value(dmn_buf *b, double v)
+{
+    if (isnan(v)) {
+        dmn_buf_str(b, "NaN");
+    } else if (isinf(v)) {
+        dmn_buf_str(b, v > 0 ? "+Inf" : "-Inf");
+    } else if (v == floor(v) && fabs(v) < 1e15) {
+        dmn_buf_printf(b, "%.0f", v);
+    } else {
+        char s[32];
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(s, sizeof s, "%.*g", prec, v);
+            if (strtod(s, NULL) == v) break;
+        }
+        dmn_buf_str(b, s);
+    }
+}
+
+void dmn_prom_sample(dmn_buf *b, const char *name, const char *labels, double v)
+{
+    dmn_buf_str(b, name);
+    if (labels && *labels) dmn_buf_printf(b, "{%s}", labels);
+    dmn_buf_str(b, " ");
+    value(b, v);
+    dmn_buf_str(b, "\n");
+}
+
+void dmn_prom_label_value(dmn_buf *b, const char *v)
+{
+    dmn_buf_str(b, "\"");
+    for (; *v; v++) {
+        if (*v == '\\') dmn_buf_str(b, "\\\\");
+        else if (*v == '"') dmn_buf_str(b, "\\\"");
+        else if (*v == '\n') dmn_buf_str(b, "\\n");
+        else dmn_buf_add(b, v, 1);
+    }
+    dmn_buf_str(b, "\"");
+}
+
+void dmn_prom_hist(dmn_buf *b, const char *name, const char *help, const dmn_hist *h)
+{
+    dmn_prom_header(b, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; i <= h->n_bounds; i++) {
+        cum += h->counts[i];
+        dmn_buf_printf(b, "%s_bucket{le=\"", name);
+        if (i < h->n_bounds) value(b, h->bounds[i]);
+        else dmn_buf_str(b, "+Inf");
+        dmn_buf_printf(b, "\"} %llu\n", (unsigned long long)cum);
+    }
+    dmn_buf_printf(b, "%s_sum ", name);
+    value(b, h->sum);
+    dmn_buf_printf(b, "\n%s_count %llu\n", name, (unsigned long long)h->count);
+}
+
+static void dev_labels(dmn_buf *lb, const dmn_metrics_dev *d)
+{
+    lb->len = lb->off = 0;
+    dmn_buf_str(lb, "device=");
+    dmn_prom_label_value(lb, d->name);
+    dmn_buf_str(lb, ",kind=");
+    dmn_prom_label_value(lb, d->kind);
+}
+
+void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiting,
+                        const dmn_metrics_dev *devs, int n_devs, int ready, int draining)
+{
+    dmn_prom_header(b, "tandem:num_requests_running", "gauge", "Requests currently on a device.");
+    dmn_prom_sample(b, "tandem:num_requests_running", NULL, running);
+    dmn_prom_header(b, "tandem:num_requests_waiting", "gauge", "Requests waiting for a device.");
+    dmn_prom_sample(b, "tandem:num_requests_waiting", NULL, waiting);
+    dmn_prom_header(b, "tandem:ready", "gauge", "1 when /ready answers 200.");
+    dmn_prom_sample(b, "tandem:ready", NULL, ready);
+    dmn_prom_header(b, "tandem:draining", "gauge", "1 while draining (no new requests).");
+    dmn_prom_sample(b, "tandem:draining", NULL, draining);
+
+    dmn_buf lb;
+    dmn_buf_init(&lb);
+    static const char *const healths[] = {"ok", "degraded", "failed"};
+    struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"tandem:device_busy_seconds_total", "counter", "Seconds the device spent in device calls."},
+        {"tandem:device_memory_used_bytes", "gauge", "KV memory reserved by live sequences."},
+        {"tandem:device_memory_total_bytes", "gauge", "KV memory budget of the device."},
+        {"tandem:device_sequences_running", "gauge", "Sequences placed on the device."},
+        {"tandem:device_steps_total", "counter", "Prefill and decode calls completed."},
+        {"tandem:device_tokens_total", "counter", "Tokens through the device (prompt and generated)."},
+        {"tandem:device_health", "gauge", "1 for the device's current health state."},
+    };
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        dmn_prom_header(b, fam[f].name, fam[f].type, fam[f].help);
+        for (int i = 0; i < n_devs; i++) {
+            const dmn_metrics_dev *d = &devs[i];
+            dev_labels(&lb, d);
+            switch (f) {
+            case 0: dmn_prom_sample(b, fam[f].name, lb.p, d->busy_seconds); break;
+            case 1: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->mem_used); break;
+            case 2: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->mem_total); break;
+            case 3: dmn_prom_sample(b, fam[f].name, lb.p, d->running); break;
+            case 4: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->steps); break;
+            case 5: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->tokens); break;
+            case 6: {
+                size_t base = lb.len;
+                for (int h = 0; h < 3; h++) {
+                    lb.len = base;
+                    lb.p[base] = 0;
+                    dmn_buf_str(&lb, ",state=");
+                    dmn_prom_label_value(&lb, healths[h]);
+                    dmn_prom_sample(b, fam[f].name, lb.p, !strcmp(d->health, healths[h]));
+                }
+                break;
+            }
+            }
+        }
+    }
+    dmn_buf_deinit(&lb);
+
+    dmn_prom_header(b, "tandem:prompt_tokens_total", "counter", "Prefill tokens processed.");
+    dmn_prom_sample(b, "tandem:prompt_tokens_total", NULL, (double)m->prompt_tokens);
+    dmn_prom_header(b, "tandem:generation_tokens_total", "counter", "Generated tokens.");
+    dmn_prom_sample(b, "tandem:generation_tokens_total", NULL, (double)m->generation_tokens);
+    static const char *const finish[DMN_FINISH_COUNT] = {"stop", "length", "abort"};
+    dmn_prom_header(b, "tandem:request_success_total", "counter", "Finished requests by finish reason.");
+    for (int i = 0; i < DMN_FINISH_COUNT; i++) {
+        char l[64];
+        snprintf(l, sizeof l, "finished_reason=\"%s\"", finish[i]);
+        dmn_prom_sample(b, "tandem:request_success_total", l, (double)m->success[i]);
+    }
+    dmn_prom_header(b, "tandem:http_responses_total", "counter", "API responses by HTTP status.");
+    for (int i = 0; i < DMN_METRICS_STATUSES; i++) {
+        char l[64];
+        if (dmn_metrics_statuses[i]) snprintf(l, sizeof l, "status=\"%d\"", dmn_metrics_statuses[i]);
+        else snprintf(l, sizeof l, "status=\"other\"");
+        dmn_prom_sample(b, "tandem:http_responses_total", l, (double)m->responses[i]);
+    }
+    dmn_prom_hist(b, "tandem:time_to_first_token_seconds", "Time from arrival to the first token.", &m->ttft);
+    dmn_prom_hist(b, "tandem:inter_token_latency_seconds", "Time between consecutive tokens of a choice.", &m->itl);
+    dmn_prom_hist(b, "tandem:e2e_request_latency_seconds", "Time from arrival to the last token.", &m->e2e);
+    dmn_prom_hist(b, "tandem:request_queue_time_seconds", "Time a request waited for a device.", &m->queue);
+    dmn_prom_hist(b, "tandem:request_prefill_time_seconds", "Time from device start to the first token.", &m->prefill);
+    dmn_prom_hist(b, "tandem:request_decode_time_seconds", "Time from the first to the last token.", &m->decode);
+    dmn_prom_hist(b, "tandem:request_prompt_tokens", "Prompt length of finished requests.", &m->prompt_len);
+    dmn_prom_hist(b, "tandem:request_generation_tokens", "Generated tokens of finished requests.", &m->gen_len);
+}

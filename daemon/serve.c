@@ -1,0 +1,534 @@
+/* daemon/serve.c — `tandem serve`: the process model and its lifecycle.
+ *
+ * Process model
+ * -------------
+ * One libuv loop thread owns all I/O, timers, signals and shared state:
+ *   - both HTTP listeners (daemon/http.c: libmicrohttpd without threads of its own, driven by
+ *     the loop through its epoll fd, so every request handler runs on this thread);
+ *   - the scheduler's queues, placement and bookkeeping (scheduler/sched_core.c);
+ *   - metrics, the request list, sd_notify, signals (SIGTERM/SIGINT drain, SIGHUP reopens logs).
+ * Device worker threads, one per device (scheduler/sched_worker.c), run compute: prefill,
+ * batched decode, and per token sampling, detokenization and stop matching. They never touch a
+ * socket. The only ways across are the scheduler's task inbox per worker (in) and one event queue
+ * (out), keyed by request, woken with uv_async_send. The model is loaded and the devices opened on
+ * a libuv thread-pool thread (uv_queue_work) so that /health answers and /ready says 503 while a
+ * large checkpoint loads; the loop takes them over when that work completes.
+ *
+ * Why MHD runs inside the loop rather than in its own threads: every handler then sees the
+ * scheduler and the request list without locks, a token event becomes SSE bytes in the same
+ * thread without a second hand-over queue, and a client's hang-up reaches sched_cancel directly.
+ * The cost is that request parsing, tokenization and template rendering run on the loop thread;
+ * they are bounded by the body limit and take microseconds to milliseconds (bench/ measures the
+ * loop's added latency).
+ *
+ * Lifecycle
+ * ---------
+ *   start:   config -> logs -> keys hashed -> listeners bound (/health 200, /ready 503)
+ *            -> [pool thread] model, tokenizer, chat template, devices
+ *            -> scheduler: each worker runs accel_warmup on its device
+ *            -> all warm: READY=1, /ready 200, the watchdog starts
+ *   running: every tick, STATUS= with the queue, WATCHDOG=1 only when no device is stuck in a
+ *            call for longer than watchdog_stall (an idle worker wakes twice a second to prove
+ *            it is alive)
+ *   SIGTERM: STOPPING=1, the API listener stops accepting, new requests on open connections get
+ *            503, in-flight requests finish; exit 0 when none is left, or at drain_timeout
+ *            (requests still running then are cancelled and told so). A second SIGTERM/SIGINT
+ *            cuts the drain short.
+ *   SIGHUP:  the log file is reopened (logrotate). */
+#include "daemon/serve.h"
+#include "daemon/log.h"
+#include <errno.h>
+#include <limits.h>
+#include <openssl/rand.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+/* How often the loop checks drain progress and the watchdog and refreshes STATUS=. The watchdog
+ * wants a ping at least every WatchdogSec/2 (sd_watchdog_enabled(3)); it gets one every quarter,
+ * so the tick runs at the smaller of that and this. */
+#define TICK_MS 100
+#define STATUS_EVERY_S 5.0
+
+/* The chat template used when neither the model nor the chat_template key provides one: the
+ * messages' contents joined by newlines — text a base (non-chat) model such as stories260K can
+ * continue. It holds no special tokens, so its text is encoded like a completion prompt (with
+ * the tokenizer's own bos/eos rule): a one-message chat gives the same tokens as that message
+ * sent to /v1/completions. Documented in tandem.conf.example. */
+static const char fallback_template[] =
+    "{% for m in messages %}{% if not loop.first %}\n{% endif %}{{ m['content'] }}{% endfor %}";
+
+const char *dmn_state_name(enum dmn_state s)
+{
+    switch (s) {
+    case DMN_STATE_LOADING: return "loading";
+    case DMN_STATE_READY: return "ready";
+    case DMN_STATE_DRAINING: return "draining";
+    case DMN_STATE_FAILED: return "failed";
+    }
+    return "?";
+}
+
+void dmn_notify(const char *msg)
+{
+    sd_notify(0, msg);
+    char q[256];
+    dmn_log(DMN_LOG_DEBUG, "sd_notify", "msg=%s", dmn_log_quote(q, sizeof q, msg));
+}
+
+void dmn_request_id(char *out, size_t n, const char *prefix)
+{
+    /* 24 characters of base62: 143 bits, from OpenSSL's CSPRNG (ids are not guessable, so one
+     * client cannot name another's request in logs or admin calls). */
+    static const char al[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    unsigned char rnd[24];
+    if (RAND_bytes(rnd, sizeof rnd) != 1) {
+        /* getrandom(2) is what OpenSSL itself reads; failing both means no entropy at all. */
+        for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (unsigned char)(random() & 0xff);
+    }
+    size_t o = (size_t)snprintf(out, n, "%s", prefix);
+    /* 248 = 4 * 62: bytes >= 248 would bias the alphabet; map them again with a fresh byte. */
+    for (size_t i = 0; i < sizeof rnd && o + 1 < n; i++) {
+        unsigned char b = rnd[i];
+        while (b >= 248) {
+            if (RAND_bytes(&b, 1) != 1) b = (unsigned char)(random() % 248);
+        }
+        out[o++] = al[b % 62];
+    }
+    out[o] = 0;
+}
+
+int dmn_serve_ready(dmn_serve *d, const char **why)
+{
+    const char *w = NULL;
+    if (d->state == DMN_STATE_LOADING) w = "loading";
+    else if (d->state == DMN_STATE_DRAINING) w = "draining";
+    else if (d->state == DMN_STATE_FAILED) w = "failed";
+    else {
+        int healthy = 0;
+        for (int i = 0; i < d->n_devs; i++) {
+            accel_info info;
+            accel_get_info(d->devs[i], &info);
+            healthy |= info.health != ACCEL_HEALTH_FAILED;
+        }
+        if (!healthy) w = "no healthy device";
+    }
+    if (why) *why = w;
+    return w == NULL;
+}
+
+/* ---------------------------------------------------------------- shutdown */
+
+static void close_all(dmn_serve *d)
+{
+    if (d->api) dmn_http_free(d->api);
+    if (d->admin) dmn_http_free(d->admin);
+    d->api = d->admin = NULL;
+    if (d->sched) sched_free(d->sched);
+    d->sched = NULL;
+    uv_handle_t *hs[] = {(uv_handle_t *)&d->sig_term, (uv_handle_t *)&d->sig_int,
+                         (uv_handle_t *)&d->sig_hup, (uv_handle_t *)&d->tick};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
+        if (!uv_is_closing(hs[i])) uv_close(hs[i], NULL);
+}
+
+/* Requests still in flight are cancelled and answered (503 / an SSE error event); the
+ * listeners close once those answers are out or after SHUTDOWN_GRACE_S. */
+#define SHUTDOWN_GRACE_S 0.5
+
+static void shutdown_now(dmn_serve *d, const char *why)
+{
+    if (d->closing_at > 0) return;
+    char q[160];
+    dmn_log(DMN_LOG_INFO, "shutdown", "reason=%s exit=%d in_flight=%d", dmn_log_quote(q, sizeof q, why), d->exit_code, d->n_reqs);
+    if (d->n_reqs && d->sched) dmn_api_cancel_all(d, why);
+    d->closing_at = sched_now() + SHUTDOWN_GRACE_S;
+    if (!d->n_reqs || !uv_is_active((uv_handle_t *)&d->tick)) close_all(d);
+}
+
+void dmn_serve_drain(dmn_serve *d, int exiting)
+{
+    if (exiting && !d->exiting) {
+        d->exiting = 1;
+        d->drain_deadline = sched_now() + d->cfg.drain_timeout;
+        dmn_notify("STOPPING=1\nSTATUS=draining");
+        if (d->api) dmn_http_quiesce(d->api);
+    }
+    if (d->state == DMN_STATE_READY || d->state == DMN_STATE_LOADING) {
+        d->state = d->state == DMN_STATE_LOADING && exiting ? DMN_STATE_FAILED : DMN_STATE_DRAINING;
+        dmn_log(DMN_LOG_INFO, "drain", "exiting=%d in_flight=%d timeout_s=%.1f", exiting, d->n_reqs, d->cfg.drain_timeout);
+    }
+}
+
+int dmn_serve_resume(dmn_serve *d)
+{
+    if (d->exiting || d->state != DMN_STATE_DRAINING || !d->sched) return -1;
+    d->state = DMN_STATE_READY;
+    dmn_notify("STATUS=ready");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the tick */
+
+/* WATCHDOG=1 only while the engine makes progress: no device worker has been inside one device
+ * call for longer than watchdog_stall. The tick itself proves the loop runs. */
+static int engine_alive(dmn_serve *d)
+{
+    if (!d->sched) return 1;
+    sched_stats st;
+    sched_get_stats(d->sched, &st);
+    double now = sched_now();
+    for (int i = 0; i < st.n_devices; i++) {
+        const sched_dev_stats *s = &st.dev[i];
+        if (now - s->last_progress > d->cfg.watchdog_stall) {
+            if (!d->stalled) {
+                char q[64];
+                dmn_log(DMN_LOG_ERROR, "stalled", "device=%s in_step=%d idle_s=%.1f watchdog=%s",
+                        dmn_log_quote(q, sizeof q, s->info.name), s->in_step, now - s->last_progress,
+                        d->watchdog_usec ? "starved" : "off");
+            }
+            d->stalled = 1;
+            return 0;
+        }
+    }
+    if (d->stalled) dmn_log(DMN_LOG_INFO, "progress", "msg=\"the devices make progress again\"");
+    d->stalled = 0;
+    return 1;
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    dmn_serve *d = t->data;
+    double now = sched_now();
+    if (d->closing_at > 0) {
+        if (d->n_reqs == 0 || now >= d->closing_at) close_all(d);
+        return;
+    }
+    if (d->exiting) {
+        if (d->n_reqs == 0) {
+            shutdown_now(d, "drained");
+            return;
+        }
+        if (now >= d->drain_deadline) {
+            shutdown_now(d, "drain timeout: requests still in flight were cancelled");
+            return;
+        }
+    }
+    /* Ping at a quarter of WatchdogSec: systemd asks for at least every half. */
+    if (d->watchdog_usec && d->state != DMN_STATE_LOADING &&
+        now - d->last_watchdog >= (double)d->watchdog_usec / 4e6 && engine_alive(d)) {
+        dmn_notify("WATCHDOG=1");
+        d->last_watchdog = now;
+    }
+    if (now - d->last_status >= STATUS_EVERY_S && d->sched) {
+        sched_stats st;
+        sched_get_stats(d->sched, &st);
+        char msg[160];
+        snprintf(msg, sizeof msg, "STATUS=%s: %d running, %d waiting, %d connections",
+                 dmn_state_name(d->state), st.n_running, st.n_waiting, d->api ? dmn_http_active(d->api) : 0);
+        dmn_notify(msg);
+        d->last_status = now;
+    }
+}
+
+/* ---------------------------------------------------------------- signals */
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    dmn_serve *d = s->data;
+    if (signum == SIGHUP) {
+        int rc = dmn_log_reopen();
+        dmn_log(rc ? DMN_LOG_ERROR : DMN_LOG_INFO, "sighup", "logs_reopened=%d", rc == 0);
+        return;
+    }
+    if (d->exiting) {
+        shutdown_now(d, "second signal: drain cut short");
+        return;
+    }
+    dmn_log(DMN_LOG_INFO, "signal", "signal=%s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    d->exit_code = 0;
+    if (d->state == DMN_STATE_LOADING || !d->sched) {
+        d->state = DMN_STATE_FAILED;
+        d->exiting = 1;
+        dmn_notify("STOPPING=1");
+        return; /* the loader finishes, sees exiting, and shuts down */
+    }
+    dmn_serve_drain(d, 1);
+}
+
+/* ---------------------------------------------------------------- loading */
+
+static void on_warm(void *ctx, int ok)
+{
+    dmn_serve *d = ctx;
+    for (int i = 0; i < d->n_devs; i++) {
+        accel_info info;
+        accel_get_info(d->devs[i], &info);
+        dmn_log(DMN_LOG_INFO, "device", "name=%s kind=%s health=%s mem_total=%llu kv_bytes_per_token=%llu max_batch=%d desc=\"%s\"",
+                info.name, accel_kind_name(info.kind), accel_health_name(info.health),
+                (unsigned long long)info.mem_total, (unsigned long long)info.kv_bytes_per_token,
+                info.max_batch, info.desc);
+    }
+    if (!ok) {
+        dmn_log(DMN_LOG_ERROR, "warmup_failed", "msg=\"no device warmed up\"");
+        d->state = DMN_STATE_FAILED;
+        d->exit_code = 1;
+        dmn_notify("STATUS=warm-up failed on every device");
+        shutdown_now(d, "warm-up failed");
+        return;
+    }
+    if (d->exiting) return;
+    d->state = DMN_STATE_READY;
+    char msg[256];
+    snprintf(msg, sizeof msg, "READY=1\nSTATUS=ready: serving %s on %d device(s)", d->served_name, d->n_devs);
+    dmn_notify(msg);
+    d->last_status = sched_now();
+    dmn_log(DMN_LOG_INFO, "ready", "model=%s devices=%s", d->served_name, d->cfg.devices);
+}
+
+/* Runs on a thread-pool thread: nothing here touches the loop's state except d's engine fields,
+ * which nothing reads until after_load runs on the loop. */
+static void do_load(uv_work_t *w)
+{
+    dmn_serve *d = w->data;
+    char err[768];
+    d->m = model_load(d->cfg.model, err, sizeof err);
+    if (!d->m) {
+        snprintf(d->load_err, sizeof d->load_err, "model: %s", err);
+        return;
+    }
+    d->tok = model_tok_load_dir(d->cfg.model, err, sizeof err);
+    if (!d->tok) {
+        snprintf(d->load_err, sizeof d->load_err, "tokenizer: %s", err);
+        return;
+    }
+    const char *src = model_tok_chat_template(d->tok);
+    char *file = NULL;
+    if (d->cfg.chat_template[0]) {
+        size_t len;
+        file = model_read_file(d->cfg.chat_template, 16 << 20, &len);
+        if (!file) {
+            snprintf(d->load_err, sizeof d->load_err, "chat_template %s: %s", d->cfg.chat_template, strerror(errno));
+            return;
+        }
+        src = file;
+    }
+    if (!src) {
+        src = fallback_template;
+        d->tmpl_plain = 1;
+    }
+    d->tmpl = model_tmpl_compile(src, strlen(src), err, sizeof err);
+    free(file);
+    if (!d->tmpl) {
+        snprintf(d->load_err, sizeof d->load_err, "chat template: %s", err);
+        return;
+    }
+    /* devices: a comma-separated list */
+    char list[512];
+    snprintf(list, sizeof list, "%s", d->cfg.devices);
+    accel_opts opts = {0};
+    opts.threads = d->cfg.threads;
+    opts.mem_limit = (uint64_t)d->cfg.kv_mem_limit;
+    opts.kv_dtype = PROTO_KV_INT8;
+    char *save = NULL;
+    for (char *name = strtok_r(list, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+        if (d->n_devs == SCHED_MAX_DEVICES) {
+            snprintf(d->load_err, sizeof d->load_err, "devices: at most %d", SCHED_MAX_DEVICES);
+            return;
+        }
+        accel_dev *dev = accel_open(name, d->m, &opts, err, sizeof err);
+        if (!dev) {
+            snprintf(d->load_err, sizeof d->load_err, "device %s: %s", name, err);
+            return;
+        }
+        d->devs[d->n_devs++] = dev;
+    }
+    if (d->n_devs == 0) snprintf(d->load_err, sizeof d->load_err, "devices: the list is empty");
+}
+
+static void after_load(uv_work_t *w, int status)
+{
+    dmn_serve *d = w->data;
+    if (!d->load_err[0] && status != 0) snprintf(d->load_err, sizeof d->load_err, "loading was cancelled");
+    if (d->load_err[0]) {
+        dmn_log(DMN_LOG_ERROR, "load_failed", "msg=\"%s\"", d->load_err);
+        char msg[1100];
+        snprintf(msg, sizeof msg, "STATUS=failed: %s", d->load_err);
+        dmn_notify(msg);
+        d->state = DMN_STATE_FAILED;
+        d->exit_code = 1;
+        shutdown_now(d, "load failed");
+        return;
+    }
+    if (d->exiting) {
+        shutdown_now(d, "signal during loading");
+        return;
+    }
+    const model_config *mc = &d->m->cfg;
+    d->limits.vocab = mc->vocab;
+    d->limits.max_context = mc->max_pos;
+    d->limits.max_n = d->cfg.max_n;
+    if (d->cfg.served_model_name[0]) {
+        snprintf(d->served_name, sizeof d->served_name, "%s", d->cfg.served_model_name);
+    } else {
+        const char *base = strrchr(d->cfg.model, '/');
+        snprintf(d->served_name, sizeof d->served_name, "%s", base ? base + 1 : d->cfg.model);
+    }
+    sched_config sc = {d->cfg.max_waiting, d->cfg.max_running, d->cfg.step_delay_ms};
+    char err[256];
+    d->sched = sched_new(d->loop, d->devs, d->n_devs, d->tok, &sc, on_warm, d, err, sizeof err);
+    if (!d->sched) {
+        dmn_log(DMN_LOG_ERROR, "load_failed", "msg=\"scheduler: %s\"", err);
+        d->state = DMN_STATE_FAILED;
+        d->exit_code = 1;
+        shutdown_now(d, "scheduler failed");
+        return;
+    }
+    dmn_notify("STATUS=warming up");
+    dmn_log(DMN_LOG_INFO, "loaded", "model=%s dir=%s layers=%d vocab=%d context=%d devices=%s",
+            d->served_name, d->cfg.model, mc->n_layers, mc->vocab, mc->max_pos, d->cfg.devices);
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static int is_loopback(const char *host)
+{
+    return !strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "localhost");
+}
+
+static int setup_auth(dmn_serve *d, char *err, size_t errlen)
+{
+    d->auth = dmn_auth_new();
+    d->admin_auth = dmn_auth_new();
+    if (!d->auth || !d->admin_auth) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    dmn_config *c = &d->cfg;
+    if (c->api_key[0] && dmn_auth_add_key(d->auth, c->api_key, strlen(c->api_key)) < 0) goto oom;
+    if (c->api_key_file[0] && dmn_auth_add_file(d->auth, c->api_key_file, err, errlen) < 0) return -1;
+    if (c->admin_key[0] && dmn_auth_add_key(d->admin_auth, c->admin_key, strlen(c->admin_key)) < 0) goto oom;
+    if (c->admin_key_file[0] && dmn_auth_add_file(d->admin_auth, c->admin_key_file, err, errlen) < 0) return -1;
+    dmn_config_wipe_secrets(c);
+    if (!is_loopback(c->admin_host) && dmn_auth_count(d->admin_auth) == 0) {
+        snprintf(err, errlen, "the admin listener on %s is not on loopback: set admin_key or admin_key_file", c->admin_host);
+        return -1;
+    }
+    if (dmn_auth_count(d->auth) == 0)
+        dmn_log(is_loopback(c->host) ? DMN_LOG_INFO : DMN_LOG_WARN, "auth",
+                "msg=\"no API key configured: the API on %s:%d is open to anyone who can reach it\"", c->host, c->port);
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+static int start_listeners(dmn_serve *d, char *err, size_t errlen)
+{
+    dmn_config *c = &d->cfg;
+    dmn_http_cfg hc = {"api", c->host, c->port, (size_t)c->max_body_bytes, (size_t)c->max_header_bytes,
+                       c->max_connections, c->max_connections_per_ip, c->connection_timeout};
+    dmn_http_handler h = dmn_api_handler;
+    h.ctx = d;
+    d->api = dmn_http_new(d->loop, &hc, &h, err, errlen);
+    if (!d->api) return -1;
+    /* Admin bodies are tiny (drain takes none); 64 KiB is plenty. */
+    dmn_http_cfg ac = {"admin", c->admin_host, c->admin_port, 64 << 10, (size_t)c->max_header_bytes,
+                       64, 0, c->connection_timeout};
+    h = dmn_admin_handler;
+    h.ctx = d;
+    d->admin = dmn_http_new(d->loop, &ac, &h, err, errlen);
+    if (!d->admin) return -1;
+    dmn_log(DMN_LOG_INFO, "listening", "listener=api addr=%s port=%d", c->host, dmn_http_port(d->api));
+    dmn_log(DMN_LOG_INFO, "listening", "listener=admin addr=%s port=%d", c->admin_host, dmn_http_port(d->admin));
+    return 0;
+}
+
+static void release_engine(dmn_serve *d)
+{
+    for (int i = 0; i < d->n_devs; i++) accel_free(d->devs[i]);
+    d->n_devs = 0;
+    model_tmpl_free(d->tmpl);
+    model_tok_free(d->tok);
+    model_free(d->m);
+    d->tmpl = NULL;
+    d->tok = NULL;
+    d->m = NULL;
+}
+
+int dmn_serve_main(int argc, char **argv)
+{
+    dmn_serve *d = calloc(1, sizeof *d);
+    if (!d) return 1;
+    char err[1024];
+    int rc = dmn_config_load(&d->cfg, argc, argv, NULL, err, sizeof err);
+    if (rc != 0) {
+        if (rc < 0) fprintf(stderr, "tandem serve: %s\n", err);
+        dmn_config_deinit(&d->cfg);
+        free(d);
+        return rc > 0 ? 0 : 2;
+    }
+    if (dmn_log_open(d->cfg.log_file, d->cfg.log_level, err, sizeof err) < 0 ||
+        dmn_config_resolve_model(&d->cfg, err, sizeof err) < 0 || setup_auth(d, err, sizeof err) < 0) {
+        fprintf(stderr, "tandem serve: %s\n", err);
+        dmn_log(DMN_LOG_ERROR, "config", "msg=\"%s\"", err);
+        dmn_auth_free(d->auth);
+        dmn_auth_free(d->admin_auth);
+        dmn_config_deinit(&d->cfg);
+        dmn_log_close();
+        free(d);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN); /* a client closing mid-write must not kill the daemon */
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    d->loop = &loop;
+    d->t_start = sched_now();
+    d->state = DMN_STATE_LOADING;
+    proto_limits_default(&d->limits);
+    d->limits.max_n = d->cfg.max_n;
+    dmn_metrics_init(&d->metrics);
+    dmn_log(DMN_LOG_INFO, "start", "version=%s config=%s model=%s devices=%s pid=%d", DMN_VERSION,
+            d->cfg.config[0] ? d->cfg.config : "-", d->cfg.model, d->cfg.devices, (int)getpid());
+
+    uv_signal_init(&loop, &d->sig_term);
+    uv_signal_init(&loop, &d->sig_int);
+    uv_signal_init(&loop, &d->sig_hup);
+    uv_timer_init(&loop, &d->tick);
+    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d->tick.data = d;
+    int exit_code;
+    if (start_listeners(d, err, sizeof err) < 0) {
+        dmn_log(DMN_LOG_ERROR, "listen_failed", "msg=\"%s\"", err);
+        fprintf(stderr, "tandem serve: %s\n", err);
+        d->exit_code = 1;
+        close_all(d);
+    } else {
+        uv_signal_start(&d->sig_term, on_signal, SIGTERM);
+        uv_signal_start(&d->sig_int, on_signal, SIGINT);
+        uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
+        uint64_t usec = 0;
+        if (sd_watchdog_enabled(0, &usec) > 0) d->watchdog_usec = usec;
+        uint64_t tick = TICK_MS;
+        if (d->watchdog_usec && d->watchdog_usec / 4000 < tick) tick = d->watchdog_usec / 4000 ? d->watchdog_usec / 4000 : 1;
+        uv_timer_start(&d->tick, on_tick, tick, tick);
+        dmn_notify("STATUS=loading model");
+        d->load.data = d;
+        uv_queue_work(&loop, &d->load, do_load, after_load);
+    }
+    uv_run(&loop, UV_RUN_DEFAULT);
+    exit_code = d->exit_code;
+    /* Every handle is closed once uv_run returns; the engine goes last (the workers are joined). */
+    int lc = uv_loop_close(&loop);
+    if (lc != 0) dmn_log(DMN_LOG_WARN, "loop_close", "msg=\"%s\"", uv_strerror(lc));
+    release_engine(d);
+    dmn_auth_free(d->auth);
+    dmn_auth_free(d->admin_auth);
+    dmn_log(DMN_LOG_INFO, "exit", "code=%d", exit_code);
+    dmn_config_deinit(&d->cfg);
+    dmn_log_close();
+    free(d);
+    return exit_code;
+}

@@ -1,0 +1,98 @@
+/* daemon/serve.h — the state of one `tandem serve` process, shared by serve.c (lifecycle),
+ * api.c (the OpenAI listener) and admin.c (the admin/metrics listener).
+ *
+ * Everything in dmn_serve is owned and touched by the libuv loop thread only, except the model,
+ * tokenizer and devices, which are immutable once loaded (the device workers read them) and are
+ * loaded on a libuv thread-pool thread before the loop sees them. */
+#ifndef TANDEM_DMN_SERVE_H
+#define TANDEM_DMN_SERVE_H
+#include <uv.h>
+#include "daemon/auth.h"
+#include "daemon/config.h"
+#include "daemon/http.h"
+#include "daemon/metrics.h"
+#include "model/model.h"
+#include "model/tmpl.h"
+#include "model/tokenizer.h"
+#include "proto/openai_req.h"
+#include "scheduler/sched.h"
+
+#define DMN_VERSION "0.1"
+
+enum dmn_state {
+    DMN_STATE_LOADING,  /* model loading, devices warming up: /ready 503 */
+    DMN_STATE_READY,
+    DMN_STATE_DRAINING, /* no new requests; in-flight ones finish */
+    DMN_STATE_FAILED,   /* loading failed: exiting */
+};
+
+typedef struct dmn_api_req dmn_api_req;
+
+typedef struct dmn_serve {
+    dmn_config cfg;
+    uv_loop_t *loop;
+    enum dmn_state state;
+    int exiting;        /* SIGTERM drain: exit once idle or at the deadline */
+    int exit_code;
+    double t_start;     /* sched_now() clock */
+    /* engine, set once loading finished */
+    model *m;
+    model_tok *tok;
+    model_tmpl *tmpl;
+    int tmpl_plain;     /* the fallback template: encode its text with the tokenizer's specials */
+    accel_dev *devs[SCHED_MAX_DEVICES];
+    int n_devs;
+    sched *sched;
+    char served_name[128];
+    proto_limits limits;
+    /* listeners */
+    dmn_http *api, *admin;
+    dmn_auth *auth, *admin_auth;
+    dmn_metrics metrics;
+    /* in-flight API requests (for /admin/status and the drain) */
+    dmn_api_req *reqs;
+    int n_reqs;
+    /* loop handles */
+    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t tick;    /* watchdog, STATUS=, drain progress */
+    uv_work_t load;
+    uint64_t watchdog_usec;
+    double drain_deadline;
+    double closing_at;  /* shutting down: close the listeners at this time (or when idle) */
+    double last_status;
+    double last_watchdog;
+    int stalled;        /* a device made no progress for watchdog_stall: WATCHDOG=1 withheld */
+    char load_err[1024];
+} dmn_serve;
+
+/* api.c */
+extern const dmn_http_handler dmn_api_handler; /* ctx: dmn_serve */
+/* Cancels every in-flight request (drain deadline, shutdown). */
+void dmn_api_cancel_all(dmn_serve *d, const char *why);
+/* Fills out[0..max) with the in-flight completion requests; returns how many. The strings point
+ * into the requests: use them before returning to the loop. */
+struct proto_status_req;
+int dmn_api_list(dmn_serve *d, struct proto_status_req *out, int max);
+
+/* admin.c */
+extern const dmn_http_handler dmn_admin_handler; /* ctx: dmn_serve */
+
+/* serve.c */
+/* Starts a drain: new API requests get 503, /ready 503. exiting: SIGTERM semantics (the
+ * process exits once idle or at drain_timeout). */
+void dmn_serve_drain(dmn_serve *d, int exiting);
+/* Back to ready after an admin drain (not after SIGTERM). Returns 0, or -1 when not possible. */
+int dmn_serve_resume(dmn_serve *d);
+const char *dmn_state_name(enum dmn_state s);
+/* 1 when /ready should say 200: ready state and at least one healthy warm device. */
+int dmn_serve_ready(dmn_serve *d, const char **why);
+/* Sends an sd_notify message (no-op without NOTIFY_SOCKET) and logs it at debug level. */
+void dmn_notify(const char *msg);
+
+/* The `tandem serve` command: returns the exit code. */
+int dmn_serve_main(int argc, char **argv);
+
+/* A fresh request id: prefix + 24 characters from a CSPRNG (OpenSSL RAND_bytes). */
+void dmn_request_id(char *out, size_t n, const char *prefix);
+
+#endif

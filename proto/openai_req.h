@@ -1,0 +1,97 @@
+/* proto/openai_req.h — OpenAI request bodies (POST /v1/completions, /v1/chat/completions) to a
+ * plain C struct, validated and bounded.
+ *
+ * The parser never trusts a size or a count from the client: the body's nesting depth, the
+ * number of messages, stop strings, logit_bias entries and prompt token ids are checked against
+ * proto_limits before anything of that size is allocated, and every numeric field is range-checked
+ * (the ranges OpenAI documents). Duplicate object keys are rejected (two "max_tokens" keys mean a
+ * confused or malicious client, and which one wins differs between parsers).
+ *
+ * For chat requests the parser builds the chat template's context as JSON text (the only thing
+ * the template engine reads), so no JSON object leaves proto/:
+ *   {"messages": [{"role": ..., "content": "<text>", ...}], "tools": [...] (when given),
+ *    "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"}
+ * Message content given as an array of {"type": "text", "text": ...} parts is joined into one
+ * string (what most templates expect); other part types are rejected as unsupported.
+ *
+ * Threads: pure functions, any thread. */
+#ifndef TANDEM_PROTO_OPENAI_REQ_H
+#define TANDEM_PROTO_OPENAI_REQ_H
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/errors.h"
+
+enum proto_endpoint { PROTO_EP_COMPLETIONS, PROTO_EP_CHAT };
+
+#define PROTO_MAX_TOP_LOGPROBS 20 /* OpenAI's documented maximum for top_logprobs */
+
+typedef struct proto_limits {
+    int vocab;            /* token ids (prompt ids, logit_bias keys) must be in [0, vocab) */
+    int max_context;      /* model context: bounds prompt id arrays and max_tokens */
+    int max_n;            /* choices per request */
+    int max_stop;         /* stop strings per request (OpenAI: 4) */
+    int max_stop_bytes;   /* bytes per stop string */
+    int max_logit_bias;   /* logit_bias entries (OpenAI: 300) */
+    int max_messages;     /* chat messages per request */
+    int max_depth;        /* JSON nesting depth of the body */
+    int max_user_bytes;   /* the "user" field */
+} proto_limits;
+
+/* Defaults used by the daemon unless configured otherwise; vocab and max_context come from the
+ * model. */
+void proto_limits_default(proto_limits *l);
+
+typedef struct proto_logit_bias {
+    int32_t id;
+    float bias; /* [-100, 100] */
+} proto_logit_bias;
+
+typedef struct proto_req {
+    enum proto_endpoint ep;
+    char *model;               /* NULL when absent */
+    /* completions: exactly one of prompt / prompt_ids */
+    char *prompt;              /* UTF-8 text, NUL-terminated */
+    size_t prompt_len;
+    int32_t *prompt_ids;       /* already-tokenized prompt, each in [0, vocab) */
+    int n_prompt_ids;
+    /* chat: the template context (see above), NUL-terminated JSON text */
+    char *chat_context;
+    int max_tokens;            /* -1: not given (max_completion_tokens wins over max_tokens) */
+    int n;                     /* choices, [1, max_n] */
+    int stream;
+    int include_usage;         /* stream_options.include_usage */
+    /* sampling, with OpenAI's defaults when absent */
+    double temperature;        /* [0, 2], default 1 */
+    double top_p;              /* [0, 1], default 1 */
+    int top_k;                 /* -1 or 0: off (vLLM's extension), default -1 */
+    double min_p;              /* [0, 1], default 0 */
+    double presence_penalty;   /* [-2, 2], default 0 */
+    double frequency_penalty;  /* [-2, 2], default 0 */
+    double repetition_penalty; /* (0, 2], default 1 (vLLM's extension) */
+    int has_seed;
+    uint64_t seed;             /* the JSON integer's two's-complement bits */
+    proto_logit_bias *logit_bias;
+    int n_logit_bias;
+    char **stop;               /* n_stop NUL-terminated strings, non-empty */
+    int n_stop;
+    int logprobs;              /* return logprobs of the chosen tokens */
+    int top_logprobs;          /* and this many alternatives, [0, 20] */
+    char *user;                /* NULL when absent */
+} proto_req;
+
+/* Parses body (len bytes, need not be NUL-terminated) for endpoint ep into *out (zeroed first).
+ * bos / eos are the tokenizer's special-token strings put into the chat context (may be NULL:
+ * empty strings). On failure returns the error (out is left empty, nothing to free) and writes a
+ * one-line message to msg and the offending field's name to param ("" when none). On success
+ * returns PROTO_ERR_NONE; the caller releases *out with proto_req_deinit. */
+enum proto_err proto_req_parse(enum proto_endpoint ep, const char *body, size_t len,
+                               const proto_limits *lim, const char *bos, const char *eos,
+                               proto_req *out, char *msg, size_t msgn, char *param, size_t paramn);
+
+void proto_req_deinit(proto_req *r);
+
+/* The deepest nesting of arrays/objects in the JSON text (strings are skipped), stopping early
+ * once it passes stop_at. Used before the parser so that a hostile body cannot recurse far. */
+int proto_json_depth(const char *s, size_t n, int stop_at);
+
+#endif

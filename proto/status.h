@@ -1,0 +1,45 @@
+/* proto/status.h — the admin listener's JSON bodies (/admin/status, /admin/drain, /health,
+ * /ready), from plain structs, so that JSON stays in proto/.
+ *
+ * Threads: pure functions, any thread. Each returns NUL-terminated compact JSON text the caller
+ * frees, or NULL when out of memory. */
+#ifndef TANDEM_PROTO_STATUS_H
+#define TANDEM_PROTO_STATUS_H
+#include <stdint.h>
+
+typedef struct proto_status_dev {
+    const char *name, *kind, *desc, *health;
+    int warm;
+    uint64_t mem_total, mem_free, kv_bytes_per_token;
+    int max_batch, running, in_step;
+    uint64_t steps, tokens;
+    double busy_seconds, idle_seconds; /* idle: since the worker's last sign of life */
+} proto_status_dev;
+
+typedef struct proto_status_req {
+    const char *id, *endpoint, *state, *client;
+    const char *prefill_dev, *decode_dev; /* NULL: not placed yet */
+    int n_prompt, max_tokens, n, generated, stream;
+    double age_seconds;
+} proto_status_req;
+
+typedef struct proto_status {
+    const char *state; /* loading | ready | draining | failed */
+    const char *version, *model, *model_dir;
+    double uptime_seconds;
+    int n_waiting, n_running, max_waiting, max_running, connections;
+    const proto_status_dev *devs;
+    int n_devs;
+    const proto_status_req *reqs;
+    int n_reqs;
+} proto_status;
+
+char *proto_status_json(const proto_status *s);
+
+/* {"status": status} plus, when detail is not NULL, "detail": detail. */
+char *proto_health_json(const char *status, const char *detail);
+
+/* {"draining": draining, "running": running, "waiting": waiting} */
+char *proto_drain_json(int draining, int running, int waiting);
+
+#endif

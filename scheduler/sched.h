@@ -1,0 +1,169 @@
+/* scheduler/sched.h — requests to devices: admission, placement, continuous batching, events.
+ *
+ * Threads (the process model of daemon/serve.c):
+ *   - The libuv loop thread calls everything in this header (sched_new, sched_submit,
+ *     sched_cancel, sched_get_stats, ...), and receives every event there.
+ *   - One worker thread per device runs compute: prefill, batched decode steps over every active
+ *     sequence of that device, and — per choice — sampling, streaming detokenization and stop
+ *     matching, so that the loop thread only ever formats and writes bytes.
+ *   - The only ways across: a task inbox per worker (mutex + condition variable) and one event
+ *     queue out (mutex), drained on the loop thread after uv_async_send. Events carry the
+ *     request they belong to; a request is never touched by both sides at once except through
+ *     its atomic cancel flag and progress counters.
+ *
+ * Life of a request:
+ *   sched_submit -> WAITING (bounded FCFS queue; full -> SCHED_ERR_QUEUE_FULL, i.e. 429)
+ *   -> placement (scheduler/sched_policy.h decides which device(s); the rest of this module
+ *      does not know why) -> RUNNING on a worker: SCHED_EV_PLACED, then per generated token
+ *      SCHED_EV_TOKEN (text delta + logprobs), SCHED_EV_CHOICE_DONE per choice, and finally
+ *      exactly one of SCHED_EV_DONE (usage, timings) or SCHED_EV_ERROR.
+ *   sched_cancel at any point: no event is delivered after it returns; a waiting request is
+ *   freed at once, a running one at the worker's next check (between decode steps, and between
+ *   layers of a prefill through accel_prefill_req.cancel), which frees its KV.
+ *
+ * Errors: sched_submit returns a sched_status; events carry accel statuses (device faults) or
+ * SCHED_ERR_TIMEOUT. Nothing here exits or aborts on a device fault. */
+#ifndef TANDEM_SCHED_H
+#define TANDEM_SCHED_H
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+#include "model/finish.h"
+#include "model/sample.h"
+#include "model/tokenizer.h"
+#include "scheduler/accel.h"
+
+typedef struct sched sched;
+typedef struct sched_req sched_req;
+
+#define SCHED_MAX_DEVICES 16
+
+enum sched_status {
+    SCHED_OK = 0,
+    SCHED_ERR_QUEUE_FULL = -100, /* the waiting queue is at max_waiting: try later (429) */
+    SCHED_ERR_INVALID = -101,    /* a parameter was refused (sampler/stop ranges): message in err */
+    SCHED_ERR_NO_DEVICE = -102,  /* no healthy device can serve requests at all (503) */
+    SCHED_ERR_TOO_LARGE = -103,  /* no device could ever hold this request's KV (400) */
+    SCHED_ERR_TIMEOUT = -104,    /* the request's deadline passed (event status) */
+    SCHED_ERR_NOMEM = -105,      /* host memory ran out */
+    SCHED_ERR_STOPPED = -106,    /* the scheduler is shutting down */
+};
+const char *sched_strerror(int status);
+
+typedef struct sched_config {
+    int max_waiting;      /* requests in the waiting queue before QUEUE_FULL */
+    int max_running;      /* sequences (choices) one device runs at once */
+    double step_delay_ms; /* testing aid: sleep before each device step (0 in production) */
+} sched_config;
+
+/* What a request asks for. Everything is copied by sched_submit. */
+typedef struct sched_params {
+    const int32_t *prompt; /* token ids, each in [0, vocab) */
+    int n_prompt;
+    int max_tokens;       /* >= 1; prompt + max_tokens must fit the model's context */
+    int n;                /* choices, >= 1 */
+    model_sampling sampling;
+    const char *const *stop; /* stop strings (n_stop) */
+    int n_stop;
+    double deadline;      /* absolute time on sched_now()'s clock; 0: none */
+} sched_params;
+
+enum sched_ev_type {
+    SCHED_EV_PLACED,      /* the request left the queue: prefill/decode device names */
+    SCHED_EV_TOKEN,       /* one generated token of one choice: text delta (may be empty) */
+    SCHED_EV_CHOICE_DONE, /* one choice finished: finish reason, any last text */
+    SCHED_EV_DONE,        /* every choice finished: usage and timings (the last event) */
+    SCHED_EV_ERROR,       /* the request failed: status, message (the last event) */
+};
+
+/* A token's bytes and log-probability (logprobs requested), with its top alternatives. */
+typedef struct sched_lp_entry {
+    const char *bytes;
+    size_t len;
+    float logprob;
+} sched_lp_entry;
+
+typedef struct sched_event {
+    enum sched_ev_type type;
+    int choice;           /* TOKEN, CHOICE_DONE */
+    double t;             /* when the worker produced it (sched_now clock) */
+    /* PLACED */
+    const char *prefill_dev, *decode_dev; /* stable for the scheduler's lifetime */
+    /* TOKEN, CHOICE_DONE: text that is final (valid UTF-8, stop strings removed) */
+    const char *text;
+    size_t text_len;
+    /* TOKEN with logprobs */
+    int has_logprobs;
+    sched_lp_entry token;
+    int n_top;
+    sched_lp_entry top[MODEL_MAX_TOP_LOGPROBS];
+    /* CHOICE_DONE */
+    enum model_finish finish;
+    /* DONE */
+    int prompt_tokens;     /* per choice (the prompt is counted once, as OpenAI does) */
+    int completion_tokens; /* summed over choices */
+    double t_arrival, t_started, t_first_token, t_done; /* sched_now clock */
+    /* ERROR */
+    int status;            /* ACCEL_ERR_* or SCHED_ERR_* */
+    const char *message;
+} sched_event;
+
+/* Called on the loop thread; ev and everything it points to are valid only during the call. The
+ * callback may call sched_cancel (for this request or others) and sched_submit. */
+typedef void (*sched_event_cb)(void *ctx, const sched_event *ev);
+
+/* Starts one worker per device (devs[0..n), opened by the caller, outliving the scheduler); each
+ * worker first runs accel_warmup. on_warm (may be NULL) is called on the loop thread once every
+ * worker has warmed up: ok = 1 when at least one device warmed up successfully. tok is the
+ * tokenizer for streaming text and logprob token bytes (outlives the scheduler). Returns NULL
+ * with a message in err. */
+sched *sched_new(uv_loop_t *loop, accel_dev *const *devs, int n, const model_tok *tok,
+                 const sched_config *cfg, void (*on_warm)(void *ctx, int ok), void *warm_ctx,
+                 char *err, size_t errlen);
+
+/* Stops the workers (running requests are dropped without events), joins them and closes the
+ * loop handles; the memory is released once the loop has run the close callbacks. */
+void sched_free(sched *s);
+
+/* Admits a request. On SCHED_OK *out is the handle (valid until the last event or sched_cancel)
+ * and events follow through cb(ctx, ...). Otherwise nothing was kept and err says why. */
+int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, sched_req **out,
+                 char *err, size_t errlen);
+
+/* Withdraws a request: no event for it is delivered after this returns; its device memory is
+ * freed by the worker within one step. Safe to call from inside its own event callback. */
+void sched_cancel(sched *s, sched_req *r);
+
+/* Seconds on the scheduler's monotonic clock. */
+double sched_now(void);
+
+enum sched_req_state { SCHED_REQ_WAITING, SCHED_REQ_RUNNING };
+
+typedef struct sched_req_info {
+    enum sched_req_state state;
+    const char *prefill_dev, *decode_dev; /* NULL while waiting */
+    int n_prompt, max_tokens, n;
+    int generated; /* tokens generated so far, over all choices */
+    double t_arrival;
+} sched_req_info;
+void sched_req_get_info(const sched_req *r, sched_req_info *out);
+
+typedef struct sched_dev_stats {
+    accel_info info;        /* name, kind, health, memory (accel_get_info) */
+    int running;            /* sequences placed on it */
+    uint64_t steps;         /* prefill + decode calls completed */
+    uint64_t tokens;        /* tokens through the device (prompt + generated) */
+    double busy_seconds;    /* time spent inside device calls */
+    double last_progress;   /* sched_now() of the worker's last sign of life */
+    int in_step;            /* 1 while the worker is inside a device call */
+    int warm;               /* warm-up finished successfully */
+} sched_dev_stats;
+
+typedef struct sched_stats {
+    int n_waiting, n_running; /* requests */
+    int n_devices;
+    sched_dev_stats dev[SCHED_MAX_DEVICES];
+} sched_stats;
+void sched_get_stats(sched *s, sched_stats *out);
+
+#endif

@@ -1,0 +1,100 @@
+/* scheduler/sched_choice.c — one choice of a request: the token after a logits row.
+ *
+ * Per token, on the device's worker thread, model/gen.h does the work in the order every caller
+ * shares (sample -> record for penalties -> finish rules -> streaming detokenization -> stop
+ * matching, held-back text flushed on any other finish); this file turns its output into
+ * events: one TOKEN event with the final text delta (and logprobs when asked), and a
+ * CHOICE_DONE event when the choice finished. */
+#include "scheduler/sched_internal.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sched_choice_init(sched_choice *c, sched *s, const sched_params *p, int index, char *err,
+                      size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    c->index = index;
+    const model_config *mc = &s->m->cfg;
+    model_gen_params gp = {0};
+    gp.sampling = p->sampling;
+    gp.stops = p->stop;
+    gp.n_stops = p->n_stop;
+    gp.max_tokens = p->max_tokens;
+    gp.n_ctx = mc->max_pos;
+    gp.eos_ids = mc->eos_ids;
+    gp.n_eos = mc->n_eos;
+    gp.skip_special = 1; /* special tokens (<s>, <|eot_id|>) are control, not text */
+    c->gen = model_gen_new(s->tok, &gp, s->vocab, p->prompt, p->n_prompt, index, err, errlen);
+    c->finish = MODEL_FINISH_NONE;
+    return c->gen ? 0 : -1;
+}
+
+void sched_choice_deinit(sched_choice *c, accel_dev *dev)
+{
+    if (c->seq && dev) accel_seq_free(dev, c->seq);
+    c->seq = NULL;
+    model_gen_free(c->gen);
+    c->gen = NULL;
+}
+
+static void post_token(sched *s, sched_req *r, sched_choice *c, const model_gen_out *o, double t)
+{
+    sched_node *n = sched_node_new(o->len);
+    if (!n) return; /* host OOM: this token's text is lost; the request still finishes */
+    n->kind = SCHED_NODE_EVENT;
+    n->req = r;
+    sched_event *ev = &n->ev;
+    ev->type = SCHED_EV_TOKEN;
+    ev->choice = c->index;
+    ev->t = t;
+    if (o->len) memcpy(n->data, o->text, o->len);
+    ev->text = n->data;
+    ev->text_len = o->len;
+    if (r->logprobs) {
+        /* Token bytes point into the scheduler's token table, which outlives every event. */
+        ev->has_logprobs = 1;
+        ev->token.bytes = sched_token_bytes(&s->tokens, o->token, &ev->token.len);
+        ev->token.logprob = o->lp.logprob;
+        ev->n_top = o->lp.n_top;
+        for (int i = 0; i < o->lp.n_top && i < MODEL_MAX_TOP_LOGPROBS; i++) {
+            ev->top[i].bytes = sched_token_bytes(&s->tokens, o->lp.top_ids[i], &ev->top[i].len);
+            ev->top[i].logprob = o->lp.top_logprobs[i];
+        }
+    }
+    sched_post(s, n);
+}
+
+static void post_choice_done(sched *s, sched_req *r, sched_choice *c, double t)
+{
+    sched_node *n = sched_node_new(0);
+    if (!n) return;
+    n->kind = SCHED_NODE_EVENT;
+    n->req = r;
+    n->ev.type = SCHED_EV_CHOICE_DONE;
+    n->ev.choice = c->index;
+    n->ev.finish = c->finish;
+    n->ev.t = t;
+    n->ev.text = n->data;
+    sched_post(s, n);
+}
+
+int sched_choice_step(sched *s, sched_req *r, sched_choice *c, float *logits, double t)
+{
+    model_gen_out o;
+    if (model_gen_step(c->gen, logits, &o) < 0) return SCHED_ERR_NOMEM;
+    /* The sampler answers -1 when no logit is finite: the device computed garbage. */
+    if (o.token < 0) return ACCEL_ERR_DEVICE;
+    c->generated++;
+    atomic_fetch_add(&r->generated, 1);
+    if (r->t_first_token == 0) r->t_first_token = t;
+    post_token(s, r, c, &o, t);
+    if (o.finish != MODEL_FINISH_NONE) {
+        c->finish = o.finish;
+        r->n_done++;
+        post_choice_done(s, r, c, t);
+    } else {
+        c->last = o.token;
+    }
+    return 0;
+}

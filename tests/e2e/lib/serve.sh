@@ -1,0 +1,78 @@
+# tests/e2e/lib/serve.sh — helpers for the end-to-end tests of `tandem serve` (sourced, not run:
+# tests/run.sh only runs tests/e2e/*.sh). Every test starts the real daemon on loopback with
+# ephemeral ports (read back from its log) and the bundled stories260K model.
+#
+#   serve_start [flags...]   starts it, waits for event=ready; sets PID API ADMIN LOG T
+#   serve_stop               SIGTERM, waits; sets RC
+#   ok NAME / fail NAME WHY  result lines for tests/run.sh
+#   check NAME CMD...        ok when CMD succeeds
+BUILD=${BUILD:-build}
+TANDEM=${TANDEM:-$BUILD/tandem}
+T=$(mktemp -d /tmp/tandem-e2e.XXXXXX)
+trap 'serve_cleanup' EXIT
+PID=
+
+ok() { echo "ok $1"; }
+fail() { echo "not ok $1 # $2"; }
+check() {
+    name=$1
+    shift
+    if "$@"; then ok "$name"; else fail "$name" "$*"; fi
+}
+
+serve_cleanup() {
+    [ -n "$PID" ] && kill -KILL "$PID" 2>/dev/null
+    rm -rf "$T"
+}
+
+# serve_start [flags...]: LOG is $T/log.N for the Nth start.
+SERVE_N=0
+serve_start() {
+    SERVE_N=$((SERVE_N + 1))
+    LOG=$T/log.$SERVE_N
+    "$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --log-file "$LOG" "$@" \
+        >"$T/out.$SERVE_N" 2>&1 &
+    PID=$!
+    i=0
+    while [ $i -lt 200 ]; do
+        if grep -q "event=ready" "$LOG" 2>/dev/null; then break; fi
+        if ! kill -0 "$PID" 2>/dev/null; then break; fi
+        sleep 0.05
+        i=$((i + 1))
+    done
+    p1=$(sed -n 's/.*event=listening listener=api .*port=\([0-9]*\).*/\1/p' "$LOG" 2>/dev/null | head -1)
+    p2=$(sed -n 's/.*event=listening listener=admin .*port=\([0-9]*\).*/\1/p' "$LOG" 2>/dev/null | head -1)
+    API=http://127.0.0.1:$p1
+    ADMIN=http://127.0.0.1:$p2
+    if ! grep -q "event=ready" "$LOG" 2>/dev/null; then
+        echo "# daemon did not become ready; log:" >&2
+        cat "$LOG" "$T/out.$SERVE_N" >&2 2>/dev/null
+        return 1
+    fi
+    return 0
+}
+
+serve_stop() {
+    kill -TERM "$PID" 2>/dev/null
+    wait "$PID"
+    RC=$?
+    PID=
+}
+
+# post PATH JSON [curl args...]: body to $T/body, headers to $T/hdr, prints the status code.
+post() {
+    path=$1
+    data=$2
+    shift 2
+    curl -s -o "$T/body" -D "$T/hdr" -w '%{http_code}' -H 'Content-Type: application/json' \
+        --data-binary "$data" "$@" "$API$path"
+}
+
+get() {
+    url=$1
+    shift
+    curl -s -o "$T/body" -D "$T/hdr" -w '%{http_code}' "$@" "$url"
+}
+
+# jqb FILTER: jq over the last body, raw output.
+jqb() { jq -r "$1" "$T/body"; }

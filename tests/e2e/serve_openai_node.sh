@@ -1,0 +1,25 @@
+#!/bin/sh
+# The official OpenAI client library (npm `openai`, run with this machine's Node.js) against
+# tandem serve: a completion (the golden greedy text), a chat completion, a streamed chat
+# completion. The package is installed at test time into build/npm (git-ignored).
+. tests/e2e/lib/serve.sh
+
+NPM_DIR=build/npm
+if [ ! -d "$NPM_DIR/node_modules/openai" ]; then
+    mkdir -p "$NPM_DIR"
+    if ! npm install --silent --no-audit --no-fund --prefix "$NPM_DIR" openai >"$T/npm.log" 2>&1; then
+        if grep -qi 'ENOTFOUND\|ECONNREFUSED\|ETIMEDOUT\|EAI_AGAIN\|network' "$T/npm.log"; then
+            echo "ok openai_node # SKIP the npm registry is unreachable"
+        else
+            fail openai_node_install "$(tail -n 3 "$T/npm.log")"
+        fi
+        exit 0
+    fi
+fi
+check openai_node_installed [ -f "$NPM_DIR/node_modules/openai/package.json" ]
+
+serve_start || { fail openai_node_start "daemon did not start"; exit 0; }
+NODE_PATH=$NPM_DIR/node_modules node tests/e2e/openai_client.js "$API/v1" \
+    tests/data/golden/stories260K/once.json
+serve_stop
+check openai_node_exit_zero [ "$RC" = 0 ]

@@ -1,0 +1,33 @@
+#!/bin/sh
+# `make install` into a staging root installs the binary, the unit, the example config and the
+# sysusers entry; the unit's hardening scores at most 2.5 on `systemd-analyze security`.
+T=$(mktemp -d /tmp/tandem-unit.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+SAN=0
+[ "${BUILD:-build}" = build/san ] && SAN=1
+if make -s install SAN=$SAN DESTDIR="$T" PREFIX=/usr/local >"$T/make.log" 2>&1; then
+    echo "ok unit_make_install"
+else
+    echo "not ok unit_make_install # $(tail -n 3 "$T/make.log")"
+    exit 0
+fi
+for f in usr/local/bin/tandem lib/systemd/system/tandem.service etc/tandem/tandem.conf \
+    usr/lib/sysusers.d/tandem.conf usr/local/share/tandem/models/stories260K/config.json; do
+    if [ -e "$T/$f" ]; then echo "ok unit_installed_$(echo "$f" | tr ./ __)"; else echo "not ok unit_installed_$f"; fi
+done
+# the installed binary finds the installed model through its prefix
+"$T/usr/local/bin/tandem" serve --help >/dev/null 2>&1 && echo "ok unit_binary_runs" || echo "not ok unit_binary_runs"
+if ! command -v systemd-analyze >/dev/null; then
+    echo "not ok unit_security # systemd-analyze missing (Debian package systemd; make deps)"
+    exit 0
+fi
+score=$(systemd-analyze security --offline=yes "$T/lib/systemd/system/tandem.service" 2>/dev/null |
+    sed -n 's/.*Overall exposure level for tandem.service: \([0-9.]*\).*/\1/p')
+if [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s <= 2.5) }'; then
+    echo "ok unit_security_exposure # $score"
+else
+    echo "not ok unit_security_exposure # score '$score' > 2.5"
+fi
+grep -q '^Type=notify' "$T/lib/systemd/system/tandem.service" && echo "ok unit_type_notify" || echo "not ok unit_type_notify"
+grep -q '^ExecStart=/usr/local/bin/tandem serve --config /etc/tandem/tandem.conf' "$T/lib/systemd/system/tandem.service" &&
+    echo "ok unit_execstart" || echo "not ok unit_execstart"
