@@ -11,9 +11,11 @@
 
 /* What one completed kernel execution cost in the timing model (fpga/emu/emu_timing.c). */
 typedef struct fpga_emu_run_stats {
-    uint64_t modeled_ns;  /* overhead_ns + max(mem_ns, compute_ns): what a U280 would take */
+    uint64_t modeled_ns;  /* overhead_ns + max(mem_ns, compute_ns) + stall_ns: what a U280 would
+                             take */
     uint64_t mem_ns;      /* the busiest pseudo-channel's time */
     uint64_t compute_ns;  /* cycles the kernel reported, at FPGA_U280_KERNEL_HZ */
+    uint64_t stall_ns;    /* serial cycles it reported (dependences nothing overlaps) */
     uint64_t overhead_ns; /* fixed per-run cost */
     uint64_t wall_ns;     /* how long the CPU took to execute the kernel (not modeled) */
     uint64_t bytes_read, bytes_written;

@@ -53,5 +53,8 @@ void accel_dev_degrade(accel_dev *d);
 
 /* Backend constructors the registry knows (accel_registry.c). */
 accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen);
+accel_dev *fpga_emu_accel_open(int index, const model *m, const accel_opts *o, char *err,
+                               size_t errlen);
+accel_dev *fpga_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen);
 
 #endif

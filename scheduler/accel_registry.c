@@ -68,6 +68,8 @@ static const struct {
 } backends[] = {
     {"cpu", cpu_accel_open},
     {"cuda", cuda_open},
+    {"fpga-emu", fpga_emu_accel_open},
+    {"fpga", fpga_accel_open},
 };
 
 accel_dev *accel_open(const char *name, const model *m, const accel_opts *opts, char *err,

@@ -182,6 +182,7 @@ typedef struct emu_exec_ctx {
     const fpga_kargs *args;
     fpga_emu_run_stats *st;
     uint64_t compute_cycles;
+    uint64_t stall_cycles;
     int bad_access;
 } emu_exec_ctx;
 void emu_timing_begin(emu_exec_ctx *ctx);

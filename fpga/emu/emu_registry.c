@@ -5,6 +5,8 @@
 
 static const fpga_k_desc *const kernels[] = {
     &fpga_k_kv_gather_desc,
+    &fpga_k_decode_desc,
+    &fpga_k_kv_scatter_desc,
 };
 
 const fpga_k_desc *emu_registry_find(const char *name)

@@ -2,12 +2,16 @@
  *
  * A kernel reports each memory command (fpga_k_read / fpga_k_write: a pointer into one of its
  * buffer arguments and a byte count) and its non-overlapped compute (fpga_k_cycles). The command
- * is mapped to device addresses and split over the pseudo-channels it touches. Then
+ * is mapped to device addresses and split over the pseudo-channels it touches; the kernel may
+ * also report serial cycles (fpga_k_stall: a dependence, such as a matrix-vector product that
+ * cannot start before the previous one's result exists, whose latency nothing overlaps). Then
  *
  *   channel time  = bytes / (14.375 GB/s x 0.90) + commands x 64 cycles / 225 MHz
  *   memory time   = the busiest channel's time (the 32 channels stream in parallel)
  *   compute time  = cycles / 225 MHz
- *   modeled time  = 50 us + max(memory time, compute time)  (dataflow overlaps the two)
+ *   stall time    = serial cycles / 225 MHz
+ *   modeled time  = 50 us + max(memory time, compute time) + stall time
+ *                   (dataflow overlaps memory and compute, not the dependences)
  *   a BO sync     = 5 us + bytes / 11 GB/s
  *
  * with the constants and their sources in fpga/u280.h. What it leaves out: HBM bank conflicts
@@ -39,6 +43,7 @@ void emu_timing_begin(emu_exec_ctx *ctx)
     fpga_emu_run_stats *st = ctx->st;
     *st = (fpga_emu_run_stats){.busiest = -1};
     ctx->compute_cycles = 0;
+    ctx->stall_cycles = 0;
     ctx->bad_access = 0;
     t_ctx = ctx;
 }
@@ -60,8 +65,10 @@ void emu_timing_end(emu_exec_ctx *ctx)
     }
     st->mem_ns = (uint64_t)worst;
     st->compute_ns = (uint64_t)((double)ctx->compute_cycles / FPGA_U280_KERNEL_HZ * 1e9);
+    st->stall_ns = (uint64_t)((double)ctx->stall_cycles / FPGA_U280_KERNEL_HZ * 1e9);
     st->overhead_ns = (uint64_t)FPGA_U280_RUN_OVERHEAD_NS;
-    st->modeled_ns = st->overhead_ns + (st->mem_ns > st->compute_ns ? st->mem_ns : st->compute_ns);
+    st->modeled_ns = st->overhead_ns +
+                     (st->mem_ns > st->compute_ns ? st->mem_ns : st->compute_ns) + st->stall_ns;
 }
 
 /* Charges one command of n bytes at p; p must lie in one of the run's buffers. */
@@ -107,6 +114,11 @@ void fpga_k_write(const void *p, uint64_t n)
 void fpga_k_cycles(uint64_t c)
 {
     if (t_ctx) t_ctx->compute_cycles += c;
+}
+
+void fpga_k_stall(uint64_t c)
+{
+    if (t_ctx) t_ctx->stall_cycles += c;
 }
 
 void emu_pace_until_locked(emu_card *c, uint64_t until_ns)

@@ -26,6 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Port c of the decode and scatter kernels reaches pseudo-channel c (fpga/BANKS.md). */
+#define XC_PORTS(X)                                                                                \
+    X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) \
+    X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
+#define XC_BANK(n) "arg hbm" #n " global HBM[" #n "]\n"
+
 const char emu_xclbin_builtin[] =
     "tandem-emu-xclbin 1\n"
     "# tandem's kernels as the emulated U280 shell comes programmed.\n"
@@ -35,7 +41,25 @@ const char emu_xclbin_builtin[] =
     "arg dst global HBM[0:31]\n"
     "arg src_off u64\n"
     "arg dst_off u64\n"
-    "arg n u64\n";
+    "arg n u64\n"
+    "kernel tandem_decode\n" XC_PORTS(XC_BANK)
+    "arg io global HBM[0]\n"
+    "arg token u32\n"
+    "arg pos u32\n"
+    "arg kv_off u64\n"
+    "arg part_tiles u32\n"
+    "kernel kv_scatter\n"
+    "arg stage0 global HBM[1:8]\n"
+    "arg stage1 global HBM[1:8]\n"
+    "arg stage2 global HBM[1:8]\n"
+    "arg stage3 global HBM[1:8]\n" XC_PORTS(XC_BANK)
+    "arg layer u32\n"
+    "arg pos0 u32\n"
+    "arg n u32\n"
+    "arg per u32\n"
+    "arg kv_off u64\n"
+    "arg part_tiles u32\n"
+    "arg stage_bytes u64\n";
 
 static int hexval(int ch)
 {

@@ -13,9 +13,11 @@
  *
  * Memory accounting for the timing model: the top function reports each memory command it
  * issues, once, before the data moves — fpga_k_read(p, n) / fpga_k_write(p, n) for a burst of n
- * bytes at p (a pointer into one of its buffer arguments), and fpga_k_cycles(c) for compute
- * that does not overlap memory. Under HLS (__SYNTHESIS__) they compile to nothing. One call is
- * one command: merge small reads into large ones, as the hardware should (GLITCHES' prefetch).
+ * bytes at p (a pointer into one of its buffer arguments), fpga_k_cycles(c) for compute that
+ * the dataflow overlaps with memory (the model takes the larger of the two), and
+ * fpga_k_stall(c) for serial latency nothing overlaps (a dependence between phases). Under HLS
+ * (__SYNTHESIS__) they compile to nothing. One call is one command: merge small reads into
+ * large ones, as the hardware should (GLITCHES' prefetch).
  *
  * Threads: the emulator runs a card's kernels one at a time on that card's worker thread. */
 #ifndef TANDEM_FPGA_KERNEL_H
@@ -70,14 +72,18 @@ static inline int fpga_k_range_ok(uint64_t off, uint64_t n, uint64_t size)
 #define fpga_k_read(p, n)  ((void)0)
 #define fpga_k_write(p, n) ((void)0)
 #define fpga_k_cycles(c)   ((void)0)
+#define fpga_k_stall(c)    ((void)0)
 #else
 /* Implemented by the emulator (fpga/emu/emu_timing.c). */
 void fpga_k_read(const void *p, uint64_t n);
 void fpga_k_write(const void *p, uint64_t n);
 void fpga_k_cycles(uint64_t c);
+void fpga_k_stall(uint64_t c);
 #endif
 
 /* The kernels (one descriptor per file in fpga/kernels/). */
 extern const fpga_k_desc fpga_k_kv_gather_desc;
+extern const fpga_k_desc fpga_k_decode_desc;
+extern const fpga_k_desc fpga_k_kv_scatter_desc;
 
 #endif

@@ -1,0 +1,38 @@
+/* fpga/backend.h — the FPGA decode device behind scheduler/accel.h, and what tests and tools
+ * may ask it beyond that interface.
+ *
+ *   fpga-emu[:N]  emulated card N: build/libxrt_emu.so beside the binary, or opts->lib_path
+ *   fpga[:N]      a real U280 through XRT: libxrt_coreutil.so.2 or opts->lib_path, the xclbin
+ *                 opts->xclbin (else the one already loaded on the card)
+ * Constructors: fpga_emu_accel_open / fpga_accel_open (declared in scheduler/accel_impl.h).
+ *
+ * Capabilities: DECODE | KV_IMPORT, max_batch 1 (the kernel decodes one sequence per run, as
+ * GLITCHES' FlightLLM-based cards do; accel_decode with n > 1 runs them one after another).
+ * accel_prefill works too, one decode run per prompt token (slow on a card, hence no PREFILL
+ * capability; its KV export is not supported). mem_total is the HBM left for KV after the
+ * weight image (the KV pool of every channel, fpga/BANKS.md), capped by opts->mem_limit;
+ * kv_bytes_per_token = 2 * layers * kv_heads * (head_dim + 2) (int8 + one fp16 scale per head).
+ * KV is int8 only (opts->kv_dtype int4 is refused at open).
+ *
+ * Environment: TANDEM_FPGA_QUANT (settings, fpga/quant.h), TANDEM_CACHE_DIR (image cache,
+ * fpga/image_cache.h), TANDEM_FPGA_TIMEOUT_MS (a run's watchdog, default 30000).
+ * Health: a run past its watchdog returns ACCEL_ERR_TIMEOUT and marks the device DEGRADED; if
+ * it is still running at the next call, or a run faults, or the card disappears, the call
+ * returns ACCEL_ERR_DEVICE and the device is FAILED. A KV chunk whose values or scales are not
+ * what proto/kv.h allows, or whose bytes changed between host and HBM (the scatter kernel's
+ * CRC32C), fails its import with ACCEL_ERR_CORRUPT; the sequence then refuses to decode. */
+#ifndef TANDEM_FPGA_BACKEND_H
+#define TANDEM_FPGA_BACKEND_H
+#include "fpga/card.h"
+#include "fpga/quant.h"
+#include "scheduler/accel.h"
+
+/* NULL unless d is an FPGA device. For tests and tools; same thread rules as the device. */
+fpga_card *fpga_dev_card(accel_dev *d);
+const fpga_quant_opts *fpga_dev_quant(accel_dev *d);
+/* 1 when the weight image came from the disk cache; path gets the cache file (may be ""). */
+int fpga_dev_image_cached(accel_dev *d, const char **path);
+/* Where a sequence's KV lives (same offset in every channel). */
+void fpga_dev_seq_slab(accel_dev *d, accel_seq *s, uint64_t *kv_off, uint32_t *part_tiles);
+
+#endif

@@ -1,0 +1,365 @@
+/* fpga/card.c — the XRT side of one card (see card.h and fpga/BANKS.md). */
+#include "fpga/card.h"
+#include "proto/crc32c.h"
+#include "scheduler/accel.h"
+#include <stdio.h>
+#include <string.h>
+
+/* kernel argument numbers (fpga/kernels/decode.c, kv_scatter.c, kv_gather.c) */
+enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES };
+enum { SC_BANK0 = 4, SC_LAYER = 36, SC_POS0, SC_N, SC_PER, SC_KV_OFF, SC_PART_TILES, SC_STAGE_BYTES };
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        int st_ = (expr);                                                                          \
+        if (st_) return st_;                                                                       \
+    } while (0)
+
+static int stage_channel(int g, int j)
+{
+    return 1 + g * FPGA_DEC_STAGE_SLOTS + j; /* HBM[1..8] */
+}
+
+static int fail_msg(int st, char *err, size_t errlen, const char *what)
+{
+    if (err) snprintf(err, errlen, "fpga: %s: %s", what, fpga_xrt_error());
+    return st;
+}
+
+uint64_t fpga_card_pool_lo(const fpga_card *c)
+{
+    return c->lo.image_bytes;
+}
+
+uint64_t fpga_card_pool_hi(const fpga_card *c)
+{
+    return c->bank_bytes;
+}
+
+void fpga_card_close(fpga_card *c)
+{
+    if (!c->x) return;
+    fpga_xrt *x = c->x;
+    /* A hung run keeps its BOs alive inside XRT until the device closes; closing in any order
+     * is fine (the emulator counts references, XRT does the same). */
+    if (c->r_dec) fpga_xrt_run_close(x, c->r_dec);
+    for (int g = 0; g < FPGA_CARD_GROUPS; g++)
+        if (c->r_sc[g]) fpga_xrt_run_close(x, c->r_sc[g]);
+    for (int i = 0; i < FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS; i++)
+        if (c->r_gather[i]) fpga_xrt_run_close(x, c->r_gather[i]);
+    for (int g = 0; g < FPGA_CARD_GROUPS; g++)
+        for (int j = 0; j < FPGA_DEC_STAGE_SLOTS; j++)
+            if (c->stage[g][j]) fpga_xrt_bo_free(x, c->stage[g][j]);
+    if (c->io) fpga_xrt_bo_free(x, c->io);
+    for (int i = 0; i < FPGA_DEC_CH; i++)
+        if (c->bank[i]) fpga_xrt_bo_free(x, c->bank[i]);
+    if (c->k_dec) fpga_xrt_kernel_close(x, c->k_dec);
+    if (c->k_sc) fpga_xrt_kernel_close(x, c->k_sc);
+    if (c->k_gather) fpga_xrt_kernel_close(x, c->k_gather);
+    if (c->dev) fpga_xrt_device_close(x, c->dev);
+    fpga_xrt_free(x);
+    memset(c, 0, sizeof *c);
+}
+
+static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *err, size_t errlen)
+{
+    fpga_xrt *x = c->x;
+    int st;
+    if ((st = fpga_xrt_device_open(x, index, &c->dev))) return fail_msg(st, err, errlen, "open");
+    if (xclbin && (st = fpga_xrt_load_xclbin_file(x, c->dev, xclbin)))
+        return fail_msg(st, err, errlen, "load xclbin");
+    xuid_t uuid;
+    if ((st = fpga_xrt_xclbin_uuid(x, c->dev, uuid))) return fail_msg(st, err, errlen, "xclbin uuid");
+    if ((st = fpga_xrt_kernel_open(x, c->dev, uuid, "tandem_decode", 0, &c->k_dec)) ||
+        (st = fpga_xrt_kernel_open(x, c->dev, uuid, "kv_scatter", 0, &c->k_sc)) ||
+        (st = fpga_xrt_kernel_open(x, c->dev, uuid, "kv_gather", 0, &c->k_gather)))
+        return fail_msg(st, err, errlen, "kernels (tandem_decode, kv_scatter, kv_gather)");
+    uint32_t grp[FPGA_DEC_CH + 1];
+    for (int i = 0; i <= FPGA_DEC_CH; i++)
+        if ((st = fpga_xrt_kernel_group(x, c->k_dec, i, &grp[i])))
+            return fail_msg(st, err, errlen, "decode kernel connectivity");
+    /* Reserve at the top of every channel: the io block in HBM[0], a staging slot in HBM[1..8];
+     * the same reserve everywhere keeps the KV pool at the same offsets in all channels. */
+    c->io_bytes = fpga_dec_align(fpga_dec_io_bytes(&c->desc), 4096);
+    uint64_t reserve = c->io_bytes > FPGA_CARD_STAGE_BYTES ? c->io_bytes : FPGA_CARD_STAGE_BYTES;
+    c->bank_bytes = FPGA_U280_HBM_BANK_BYTES - reserve;
+    if (c->lo.image_bytes > c->bank_bytes) {
+        snprintf(err, errlen, "fpga: the weight image needs %llu MiB per pseudo-channel, a "
+                              "channel has %llu MiB (try --weight-bits 4)",
+                 (unsigned long long)(c->lo.image_bytes >> 20),
+                 (unsigned long long)(c->bank_bytes >> 20));
+        return ACCEL_ERR_NOMEM;
+    }
+    for (int i = 0; i < FPGA_DEC_CH; i++)
+        if ((st = fpga_xrt_bo_alloc(x, c->dev, c->bank_bytes, XCL_BO_FLAGS_DEV_ONLY, grp[i],
+                                    &c->bank[i])))
+            return fail_msg(st, err, errlen, "bank BO");
+    if ((st = fpga_xrt_bo_alloc(x, c->dev, c->io_bytes, 0, grp[DEC_IO], &c->io)))
+        return fail_msg(st, err, errlen, "io BO");
+    for (int g = 0; g < FPGA_CARD_GROUPS; g++)
+        for (int j = 0; j < FPGA_DEC_STAGE_SLOTS; j++) {
+            void *h;
+            if ((st = fpga_xrt_bo_alloc(x, c->dev, FPGA_CARD_STAGE_BYTES, 0,
+                                        grp[stage_channel(g, j)], &c->stage[g][j])) ||
+                (st = fpga_xrt_bo_map(x, c->stage[g][j], &h)))
+                return fail_msg(st, err, errlen, "staging BO");
+            c->stage_host[g][j] = h;
+        }
+    /* run handles with their buffers set once */
+    if ((st = fpga_xrt_run_open(x, c->k_dec, &c->r_dec))) return fail_msg(st, err, errlen, "run");
+    for (int i = 0; i < FPGA_DEC_CH && !st; i++) st = fpga_xrt_run_set_bo(x, c->r_dec, i, c->bank[i]);
+    if (st || (st = fpga_xrt_run_set_bo(x, c->r_dec, DEC_IO, c->io)))
+        return fail_msg(st, err, errlen, "decode arguments");
+    for (int g = 0; g < FPGA_CARD_GROUPS; g++) {
+        if ((st = fpga_xrt_run_open(x, c->k_sc, &c->r_sc[g]))) return fail_msg(st, err, errlen, "run");
+        for (int j = 0; j < FPGA_DEC_STAGE_SLOTS && !st; j++)
+            st = fpga_xrt_run_set_bo(x, c->r_sc[g], j, c->stage[g][j]);
+        for (int i = 0; i < FPGA_DEC_CH && !st; i++)
+            st = fpga_xrt_run_set_bo(x, c->r_sc[g], SC_BANK0 + i, c->bank[i]);
+        if (st || (st = fpga_xrt_run_set_u64(x, c->r_sc[g], SC_STAGE_BYTES, FPGA_CARD_STAGE_BYTES)))
+            return fail_msg(st, err, errlen, "scatter arguments");
+    }
+    for (int i = 0; i < FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS; i++)
+        if ((st = fpga_xrt_run_open(x, c->k_gather, &c->r_gather[i])) ||
+            (st = fpga_xrt_run_set_bo(x, c->r_gather[i], 0, c->stage[i / 4][i % 4])))
+            return fail_msg(st, err, errlen, "gather run");
+    return 0;
+}
+
+int fpga_card_open(fpga_card *c, const char *lib, unsigned index, const char *xclbin,
+                   const fpga_dec_desc *d, unsigned timeout_ms, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    c->x = fpga_xrt_new(lib, err, errlen);
+    if (!c->x) return ACCEL_ERR_NOT_FOUND;
+    c->emu = fpga_xrt_is_emulator(c->x);
+    c->timeout_ms = timeout_ms;
+    c->desc = *d;
+    fpga_dec_layout_of(d, &c->lo);
+    int st = open_objects(c, index, xclbin, err, errlen);
+    if (st) fpga_card_close(c);
+    return st;
+}
+
+/* Waits for a run; a timeout leaves it in flight. */
+static int wait_run(fpga_card *c, xrtRunHandle r)
+{
+    return fpga_xrt_run_wait(c->x, r, c->timeout_ms, NULL);
+}
+
+int fpga_card_upload(fpga_card *c, const uint8_t *image, char *err, size_t errlen)
+{
+    const int slots = FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS;
+    int slot = 0, st = 0;
+    for (int ch = 0; ch < FPGA_DEC_CH && !st; ch++) {
+        const uint8_t *src = image + (uint64_t)ch * c->lo.image_bytes;
+        for (uint64_t off = 0; off < c->lo.image_bytes && !st; off += FPGA_CARD_STAGE_BYTES) {
+            uint64_t n = c->lo.image_bytes - off < FPGA_CARD_STAGE_BYTES ? c->lo.image_bytes - off
+                                                                          : FPGA_CARD_STAGE_BYTES;
+            xrtRunHandle r = c->r_gather[slot];
+            if (c->gather_busy[slot] && (st = wait_run(c, r))) break;
+            c->gather_busy[slot] = 0;
+            memcpy(c->stage_host[slot / 4][slot % 4], src + off, n);
+            if ((st = fpga_xrt_bo_sync(c->x, c->stage[slot / 4][slot % 4], XCL_BO_SYNC_BO_TO_DEVICE,
+                                       n, 0)) ||
+                (st = fpga_xrt_run_set_bo(c->x, r, 1, c->bank[ch])) ||
+                (st = fpga_xrt_run_set_u64(c->x, r, 2, 0)) ||
+                (st = fpga_xrt_run_set_u64(c->x, r, 3, off)) ||
+                (st = fpga_xrt_run_set_u64(c->x, r, 4, n)) || (st = fpga_xrt_run_start(c->x, r)))
+                break;
+            c->gather_busy[slot] = 1;
+            slot = (slot + 1) % slots;
+        }
+    }
+    for (int i = 0; i < slots; i++) {
+        if (!c->gather_busy[i]) continue;
+        int s = wait_run(c, c->r_gather[i]);
+        if (!st) st = s;
+        if (s != ACCEL_ERR_TIMEOUT) c->gather_busy[i] = 0;
+    }
+    if (st) return fail_msg(st, err, errlen, "weight upload");
+    return 0;
+}
+
+/* A decode run that timed out earlier: still running means the card is stuck. */
+static int check_stuck(fpga_card *c)
+{
+    if (!c->dec_in_flight) return 0;
+    enum ert_cmd_state s = fpga_xrt_run_state(c->x, c->r_dec);
+    if (s == ERT_CMD_STATE_QUEUED || s == ERT_CMD_STATE_RUNNING || s == ERT_CMD_STATE_NEW ||
+        s == ERT_CMD_STATE_SUBMITTED)
+        return ACCEL_ERR_DEVICE;
+    c->dec_in_flight = 0;
+    return 0;
+}
+
+int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *sn,
+                   uint32_t token, uint32_t pos, uint64_t kv_off, uint32_t part_tiles,
+                   float *logits)
+{
+    fpga_xrt *x = c->x;
+    const fpga_dec_desc *d = &c->desc;
+    TRY(check_stuck(c));
+    uint64_t so = fpga_dec_io_step_off();
+    TRY(fpga_xrt_bo_write(x, c->io, x0, 4ull * d->hidden, so));
+    TRY(fpga_xrt_bo_write(x, c->io, cs, 2ull * d->head_dim, so + 4ull * d->hidden));
+    TRY(fpga_xrt_bo_write(x, c->io, sn, 2ull * d->head_dim, so + 4ull * d->hidden + 2ull * d->head_dim));
+    TRY(fpga_xrt_bo_sync(x, c->io, XCL_BO_SYNC_BO_TO_DEVICE, fpga_dec_io_step_bytes(d), so));
+    TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_TOKEN, token));
+    TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_POS, pos));
+    TRY(fpga_xrt_run_set_u64(x, c->r_dec, DEC_KV_OFF, kv_off));
+    TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_PART_TILES, part_tiles));
+    TRY(fpga_xrt_run_start(x, c->r_dec));
+    int st = wait_run(c, c->r_dec);
+    if (st == ACCEL_ERR_TIMEOUT) c->dec_in_flight = 1;
+    if (st) return st;
+    if (c->emu && fpga_xrt_emu_run_stats(x, c->r_dec, &c->last_dec) == 0) {
+        c->dec_runs++;
+        c->dec_modeled_ns += c->last_dec.modeled_ns;
+    }
+    /* status and logits come back with one sync (the step input between them is tiny) */
+    uint64_t lo_off = fpga_dec_io_logits_off(d);
+    TRY(fpga_xrt_bo_sync(x, c->io, XCL_BO_SYNC_BO_FROM_DEVICE, lo_off + 4ull * d->vocab, 0));
+    uint32_t status[4];
+    TRY(fpga_xrt_bo_read(x, c->io, status, sizeof status, 0));
+    if (status[0] != FPGA_DEC_STATUS_MAGIC || status[1] != token || status[2] != pos ||
+        status[3] != d->n_layers)
+        return ACCEL_ERR_DEVICE; /* the kernel did not finish this step */
+    return fpga_xrt_bo_read(x, c->io, logits, 4ull * d->vocab, lo_off);
+}
+
+int fpga_card_piece_tokens(const fpga_card *c)
+{
+    /* the most positions one slot holds (its last 64 bytes take the report) */
+    uint32_t lo = 1, hi = FPGA_CARD_STAGE_BYTES;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo + 1) / 2;
+        if (fpga_dec_stage_section(mid, c->desc.n_kv_heads, c->desc.head_dim, 4) <=
+            FPGA_CARD_STAGE_BYTES - 64)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return (int)lo * FPGA_DEC_STAGE_SLOTS;
+}
+
+/* Waits for group g's piece and checks the kernel's report. */
+static int finish_group(fpga_card *c, int g)
+{
+    fpga_card_pending *p = &c->pend[g];
+    if (!p->busy) return 0;
+    int st = wait_run(c, c->r_sc[g]);
+    if (st == ACCEL_ERR_TIMEOUT) return st; /* still in flight: stays busy */
+    p->busy = 0;
+    if (st) return st;
+    if (c->emu) {
+        fpga_emu_run_stats rs;
+        if (fpga_xrt_emu_run_stats(c->x, c->r_sc[g], &rs) == 0) {
+            c->sc_runs++;
+            c->sc_modeled_ns += rs.modeled_ns;
+        }
+    }
+    uint32_t rep[16];
+    TRY(fpga_xrt_bo_sync(c->x, c->stage[g][0], XCL_BO_SYNC_BO_FROM_DEVICE, 64,
+                         FPGA_CARD_STAGE_BYTES - 64));
+    TRY(fpga_xrt_bo_read(c->x, c->stage[g][0], rep, sizeof rep, FPGA_CARD_STAGE_BYTES - 64));
+    if (rep[0] != FPGA_DEC_STAGE_REPORT_MAGIC || rep[1] != p->layer || rep[2] != p->pos0 ||
+        rep[3] != p->n)
+        return ACCEL_ERR_DEVICE;
+    for (uint32_t j = 0; j < p->nslots; j++)
+        if (rep[4 + j] != p->crc[j]) return ACCEL_ERR_CORRUPT; /* bytes changed on the way */
+    return 0;
+}
+
+int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uint64_t kv_off,
+                      uint32_t part_tiles, void *owner, void **failed_owner)
+{
+    const uint32_t H = c->desc.n_kv_heads, hd = c->desc.head_dim;
+    int g = c->next_group;
+    fpga_card_pending *p = &c->pend[g];
+    *failed_owner = NULL;
+    void *prev = p->owner;
+    int st = finish_group(c, g);
+    if (st) {
+        *failed_owner = prev;
+        if (st == ACCEL_ERR_TIMEOUT || st == ACCEL_ERR_DEVICE) return st;
+        /* a corrupt earlier piece fails its own sequence; this piece goes on */
+        if (prev == owner) return st;
+    }
+    uint32_t per = (uint32_t)(n + FPGA_DEC_STAGE_SLOTS - 1) / FPGA_DEC_STAGE_SLOTS;
+    *p = (fpga_card_pending){.owner = owner, .layer = (uint32_t)ch->layer,
+                             .pos0 = (uint32_t)(ch->pos0 + t0), .n = (uint32_t)n};
+    for (uint32_t j = 0; j < FPGA_DEC_STAGE_SLOTS; j++) {
+        uint32_t lo = j * per;
+        if (lo >= (uint32_t)n) break;
+        uint32_t cnt = (uint32_t)n - lo < per ? (uint32_t)n - lo : per;
+        uint8_t *s = c->stage_host[g][j];
+        uint64_t total = fpga_dec_stage_section(cnt, H, hd, 4);
+        uint64_t t = (uint64_t)t0 + lo;
+        memset(s, 0, total);
+        memcpy(s + fpga_dec_stage_section(cnt, H, hd, 0), ch->k + t * H * hd, (size_t)cnt * H * hd);
+        memcpy(s + fpga_dec_stage_section(cnt, H, hd, 1), ch->v + t * H * hd, (size_t)cnt * H * hd);
+        memcpy(s + fpga_dec_stage_section(cnt, H, hd, 2), ch->k_scale + t * H, 2ull * cnt * H);
+        memcpy(s + fpga_dec_stage_section(cnt, H, hd, 3), ch->v_scale + t * H, 2ull * cnt * H);
+        p->crc[j] = proto_crc32c(0, s, total);
+        p->nslots = j + 1;
+        TRY(fpga_xrt_bo_sync(c->x, c->stage[g][j], XCL_BO_SYNC_BO_TO_DEVICE, total, 0));
+    }
+    xrtRunHandle r = c->r_sc[g];
+    TRY(fpga_xrt_run_set_u32(c->x, r, SC_LAYER, p->layer));
+    TRY(fpga_xrt_run_set_u32(c->x, r, SC_POS0, p->pos0));
+    TRY(fpga_xrt_run_set_u32(c->x, r, SC_N, p->n));
+    TRY(fpga_xrt_run_set_u32(c->x, r, SC_PER, per));
+    TRY(fpga_xrt_run_set_u64(c->x, r, SC_KV_OFF, kv_off));
+    TRY(fpga_xrt_run_set_u32(c->x, r, SC_PART_TILES, part_tiles));
+    TRY(fpga_xrt_run_start(c->x, r));
+    p->busy = 1;
+    c->next_group = (g + 1) % FPGA_CARD_GROUPS;
+    return st; /* 0, or the failure of an older piece of another sequence (*failed_owner) */
+}
+
+int fpga_card_drain(fpga_card *c, void **failed_owner, void (*on_fail)(void *owner, int st))
+{
+    int first = 0;
+    *failed_owner = NULL;
+    /* oldest group first */
+    for (int k = 0; k < FPGA_CARD_GROUPS; k++) {
+        int g = (c->next_group + k) % FPGA_CARD_GROUPS;
+        void *owner = c->pend[g].owner;
+        int st = finish_group(c, g);
+        if (!st) continue;
+        if (!first) {
+            first = st;
+            *failed_owner = owner;
+        } else if (on_fail) {
+            on_fail(owner, st);
+        }
+    }
+    return first;
+}
+
+int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n)
+{
+    void *owner;
+    TRY(fpga_card_drain(c, &owner, NULL));
+    TRY(check_stuck(c));
+    uint8_t *out = dst;
+    xrtRunHandle r = c->r_gather[0];
+    while (n) {
+        size_t k = n < FPGA_CARD_STAGE_BYTES ? n : FPGA_CARD_STAGE_BYTES;
+        TRY(fpga_xrt_run_set_bo(c->x, r, 0, c->bank[ch]));
+        TRY(fpga_xrt_run_set_bo(c->x, r, 1, c->stage[0][0]));
+        TRY(fpga_xrt_run_set_u64(c->x, r, 2, off));
+        TRY(fpga_xrt_run_set_u64(c->x, r, 3, 0));
+        TRY(fpga_xrt_run_set_u64(c->x, r, 4, k));
+        TRY(fpga_xrt_run_start(c->x, r));
+        TRY(wait_run(c, r));
+        TRY(fpga_xrt_bo_sync(c->x, c->stage[0][0], XCL_BO_SYNC_BO_FROM_DEVICE, k, 0));
+        TRY(fpga_xrt_bo_read(c->x, c->stage[0][0], out, k, 0));
+        out += k;
+        off += k;
+        n -= k;
+    }
+    /* the gather run's source was changed: restore it for uploads */
+    return fpga_xrt_run_set_bo(c->x, r, 0, c->stage[0][0]);
+}

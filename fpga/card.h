@@ -1,0 +1,92 @@
+/* fpga/card.h — one U280 (real or emulated) as the decode backend drives it: the XRT objects
+ * of the bank plan (fpga/BANKS.md), the weight upload, decode runs and KV import pieces.
+ *
+ * Objects: 32 bank BOs (DEV_ONLY, one per pseudo-channel, each 256 MiB minus a reserve at the
+ * top): image at the bottom, KV pool above. In the reserves: the io BO (HBM[0]: step input,
+ * status, logits) and 2 x 4 staging BOs (HBM[1..8], host-visible, mapped) through which the
+ * weights are uploaded (kv_gather copies) and KV is imported (kv_scatter). One run handle per
+ * kernel use, its buffer arguments set once.
+ *
+ * Import pipeline: fpga_card_scatter() fills one staging group, syncs it and starts a scatter
+ * run without waiting; the next piece uses the other group, so the copy and the PCIe transfer
+ * of piece i+1 overlap the kernel reordering piece i. A group is waited for (and its CRC report
+ * checked) before it is refilled, by fpga_card_drain(), or before a decode run.
+ *
+ * Errors: ACCEL_* statuses; messages in err where given, else fpga_xrt_error(). A run that
+ * does not complete within timeout_ms returns ACCEL_ERR_TIMEOUT and is remembered: if it is
+ * still in flight at the next call the card is stuck (ACCEL_ERR_DEVICE).
+ * Threads: one thread drives a card (the device's). */
+#ifndef TANDEM_FPGA_CARD_H
+#define TANDEM_FPGA_CARD_H
+#include "fpga/image_cache.h"
+#include "fpga/xrt_load.h"
+#include "proto/kv.h"
+
+#define FPGA_CARD_GROUPS 2
+#define FPGA_CARD_STAGE_BYTES (1u << 20) /* per slot: a 4 MiB piece over 4 channels (BANKS.md) */
+
+typedef struct fpga_card_pending {
+    int busy;
+    void *owner; /* the sequence the piece belongs to (the backend's) */
+    uint32_t layer, pos0, n, nslots;
+    uint32_t crc[FPGA_DEC_STAGE_SLOTS];
+} fpga_card_pending;
+
+typedef struct fpga_card {
+    fpga_xrt *x;
+    xrtDeviceHandle dev;
+    int emu;
+    unsigned timeout_ms;
+    fpga_dec_desc desc;
+    fpga_dec_layout lo;
+    xrtKernelHandle k_dec, k_sc, k_gather;
+    xrtBufferHandle bank[FPGA_DEC_CH], io;
+    xrtBufferHandle stage[FPGA_CARD_GROUPS][FPGA_DEC_STAGE_SLOTS];
+    uint8_t *stage_host[FPGA_CARD_GROUPS][FPGA_DEC_STAGE_SLOTS];
+    xrtRunHandle r_dec, r_sc[FPGA_CARD_GROUPS], r_gather[FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS];
+    int gather_busy[FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS];
+    uint64_t bank_bytes, io_bytes;
+    fpga_card_pending pend[FPGA_CARD_GROUPS];
+    int next_group;
+    int dec_in_flight; /* a decode run timed out and may still be running */
+    /* timing model (emulator only; zeros on a real card) */
+    fpga_emu_run_stats last_dec;
+    uint64_t dec_runs, dec_modeled_ns, sc_runs, sc_modeled_ns;
+} fpga_card;
+
+/* Loads the XRT library lib (NULL: the default), opens device `index`, loads `xclbin` if given
+ * (else uses the one on the card), opens the kernels and allocates every BO for image layout
+ * lo. 0, or a status with a message. On failure the card is closed. */
+int fpga_card_open(fpga_card *c, const char *lib, unsigned index, const char *xclbin,
+                   const fpga_dec_desc *d, unsigned timeout_ms, char *err, size_t errlen);
+void fpga_card_close(fpga_card *c);
+
+/* Copies the image (32 sections) into the bank BOs through the staging slots. */
+int fpga_card_upload(fpga_card *c, const uint8_t *image, char *err, size_t errlen);
+
+/* The KV pool every bank BO offers: [pool_lo, pool_hi). */
+uint64_t fpga_card_pool_lo(const fpga_card *c);
+uint64_t fpga_card_pool_hi(const fpga_card *c);
+
+/* One decode run: step input (x0: hidden floats, cs/sn: head_dim/2 each), then logits
+ * (vocab floats) read back. */
+int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *sn,
+                   uint32_t token, uint32_t pos, uint64_t kv_off, uint32_t part_tiles,
+                   float *logits);
+
+/* Starts importing positions [t0, t0 + n) of chunk ch (int8) into the slab at kv_off; n must
+ * be at most fpga_card_piece_tokens(). Waits for the older piece of the same staging group
+ * first (its status is returned, with *failed_owner set to its owner, if it failed). */
+int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uint64_t kv_off,
+                      uint32_t part_tiles, void *owner, void **failed_owner);
+int fpga_card_piece_tokens(const fpga_card *c);
+/* Waits for every piece in flight. The first failure's status is returned and its owner put in
+ * *failed_owner (the others are still waited for; a later failing owner is reported through
+ * on_fail, which may be NULL). */
+int fpga_card_drain(fpga_card *c, void **failed_owner, void (*on_fail)(void *owner, int st));
+
+/* Reads n bytes at off of bank BO ch as the card sees them (a kv_gather run into a staging
+ * slot): for tests of what the kernels read. Drains first. */
+int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n);
+
+#endif

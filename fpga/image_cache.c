@@ -1,0 +1,244 @@
+/* fpga/image_cache.c — the on-disk weight image cache (see image_cache.h). */
+#include "fpga/image_cache.h"
+#include "proto/crc32c.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define IMG_MAGIC "TDMIMAGE"
+#define IMG_VERSION 1
+#define IMG_HEADER 4096
+
+typedef struct img_header {
+    char magic[8];
+    uint32_t version, header_bytes;
+    uint8_t key[32];
+    fpga_dec_desc desc;
+    uint64_t image_bytes;
+    uint32_t n_ch;
+    uint32_t crc[FPGA_DEC_CH];
+    char opts[256];
+    uint32_t header_crc; /* CRC32C of the bytes before it */
+} img_header;
+
+_Static_assert(sizeof(img_header) <= IMG_HEADER, "image header fits its block");
+
+/* CRC32C of 4 KiB at the start, middle and end of a tensor's bytes. */
+static void digest_tensor(EVP_MD_CTX *ctx, const model_tensor *t)
+{
+    if (!t->data) return;
+    size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1) * model_dtype_size(t->dtype);
+    size_t win = n < 4096 ? n : 4096;
+    size_t at[3] = {0, (n - win) / 2, n - win};
+    for (int i = 0; i < 3; i++) {
+        uint32_t c = proto_crc32c(0, (const uint8_t *)t->data + at[i], win);
+        EVP_DigestUpdate(ctx, &c, sizeof c);
+    }
+}
+
+static int make_key(const model *m, const fpga_quant_opts *q, const fpga_dec_desc *d,
+                    uint8_t key[32], char *opts, size_t optlen)
+{
+    fpga_quant_opts_str(q, opts, optlen);
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned n = 0;
+    const uint32_t version[2] = {IMG_VERSION, FPGA_IMAGE_BUILDER_VERSION};
+    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) &&
+             EVP_DigestUpdate(ctx, version, sizeof version) &&
+             EVP_DigestUpdate(ctx, m->fingerprint, sizeof m->fingerprint) &&
+             EVP_DigestUpdate(ctx, opts, strlen(opts)) && EVP_DigestUpdate(ctx, d, sizeof *d);
+    if (ok) {
+        digest_tensor(ctx, &m->embed);
+        digest_tensor(ctx, &m->norm);
+        digest_tensor(ctx, &m->lm_head);
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            const model_layer *L = &m->layers[l];
+            const model_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq,
+                                        &L->bk, &L->bv, &L->ffn_norm, &L->w_gate, &L->w_up,
+                                        &L->w_down};
+            for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) digest_tensor(ctx, ts[i]);
+        }
+        ok = EVP_DigestFinal_ex(ctx, key, &n);
+    }
+    EVP_MD_CTX_free(ctx);
+    return ok ? 0 : -1;
+}
+
+/* The cache directory (created), or 0 when there is none to use. */
+static int cache_dir(const char *dir, char *out, size_t n)
+{
+    const char *env = getenv("TANDEM_CACHE_DIR");
+    if (!dir || !*dir) dir = env && *env ? env : NULL;
+    if (dir && !strcmp(dir, "off")) return 0;
+    char buf[1024];
+    if (!dir) {
+        const char *home = getenv("HOME");
+        if (!home || !*home) return 0;
+        snprintf(buf, sizeof buf, "%s/.cache/tandem", home);
+        dir = buf;
+    }
+    if (strlen(dir) >= n - 80) return 0;
+    /* mkdir -p */
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(tmp, 0700);
+            *p = '/';
+        }
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return 0;
+    struct stat st;
+    if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode) || access(tmp, W_OK | X_OK) != 0) return 0;
+    snprintf(out, n, "%s", tmp);
+    return 1;
+}
+
+static uint32_t header_crc(const img_header *h)
+{
+    return proto_crc32c(0, h, offsetof(img_header, header_crc));
+}
+
+/* Maps and checks an existing file. 0 on a valid image; else -1 with the reason in why. */
+static int try_load(const char *path, const uint8_t key[32], const fpga_dec_desc *d,
+                    const fpga_dec_layout *lo, fpga_image_file *f)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(f->why, sizeof f->why, errno == ENOENT ? "" : "cannot open: %s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    size_t want = IMG_HEADER + (size_t)FPGA_DEC_CH * lo->image_bytes;
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size != want) {
+        snprintf(f->why, sizeof f->why, "size %lld, expected %zu", (long long)st.st_size, want);
+        close(fd);
+        return -1;
+    }
+    void *map = mmap(NULL, want, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        snprintf(f->why, sizeof f->why, "cannot map: %s", strerror(errno));
+        return -1;
+    }
+    const img_header *h = map;
+    const uint8_t *data = (const uint8_t *)map + IMG_HEADER;
+    const char *bad = NULL;
+    if (memcmp(h->magic, IMG_MAGIC, 8) || h->version != IMG_VERSION || h->header_bytes != IMG_HEADER)
+        bad = "not a tandem image of this version";
+    else if (header_crc(h) != h->header_crc) bad = "header checksum mismatch";
+    else if (memcmp(h->key, key, 32)) bad = "key mismatch";
+    else if (memcmp(&h->desc, d, sizeof *d) || h->image_bytes != lo->image_bytes ||
+             h->n_ch != FPGA_DEC_CH)
+        bad = "descriptor mismatch";
+    for (int c = 0; !bad && c < FPGA_DEC_CH; c++)
+        if (proto_crc32c(0, data + (size_t)c * lo->image_bytes, lo->image_bytes) != h->crc[c])
+            bad = "section checksum mismatch (corrupt)";
+    if (bad) {
+        snprintf(f->why, sizeof f->why, "%s", bad);
+        munmap(map, want);
+        return -1;
+    }
+    f->map = map;
+    f->map_bytes = want;
+    f->data = data;
+    f->from_cache = f->cached = 1;
+    return 0;
+}
+
+int fpga_image_get(const model *m, const fpga_quant_opts *q, const char *dir, fpga_image_file *f,
+                   fpga_image_report *rep, char *err, size_t errlen)
+{
+    memset(f, 0, sizeof *f);
+    *err = 0;
+    if (fpga_image_desc(m, q, &f->desc, err, errlen)) return -1;
+    fpga_dec_layout_of(&f->desc, &f->lo);
+    uint8_t key[32];
+    char opts[256], cdir[1024], path[1100], tmp[1200];
+    if (make_key(m, q, &f->desc, key, opts, sizeof opts)) {
+        snprintf(err, errlen, "fpga: cannot hash the image key");
+        return -1;
+    }
+    int have_dir = cache_dir(dir, cdir, sizeof cdir);
+    if (have_dir) {
+        char hex[65];
+        for (int i = 0; i < 32; i++) sprintf(hex + 2 * i, "%02x", key[i]);
+        snprintf(path, sizeof path, "%s/%s.img", cdir, hex);
+        if (try_load(path, key, &f->desc, &f->lo, f) == 0) {
+            snprintf(f->path, sizeof f->path, "%s", path);
+            return 0;
+        }
+    }
+    /* Build: into a temporary file in the cache directory (renamed when complete), or into
+     * anonymous memory when there is no cache. */
+    size_t bytes = IMG_HEADER + (size_t)FPGA_DEC_CH * f->lo.image_bytes;
+    int fd = -1;
+    if (have_dir) {
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+        fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd >= 0 && ftruncate(fd, (off_t)bytes) != 0) {
+            close(fd);
+            unlink(tmp);
+            fd = -1;
+        }
+    }
+    void *map = fd >= 0 ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                        : mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED) {
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        snprintf(err, errlen, "fpga: cannot map %zu bytes for the weight image", bytes);
+        return -1;
+    }
+    uint8_t *data = (uint8_t *)map + IMG_HEADER;
+    if (fpga_image_build(m, q, &f->desc, data, rep, err, errlen)) {
+        munmap(map, bytes);
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        return -1;
+    }
+    img_header *h = map;
+    memcpy(h->magic, IMG_MAGIC, 8);
+    h->version = IMG_VERSION;
+    h->header_bytes = IMG_HEADER;
+    memcpy(h->key, key, 32);
+    h->desc = f->desc;
+    h->image_bytes = f->lo.image_bytes;
+    h->n_ch = FPGA_DEC_CH;
+    for (int c = 0; c < FPGA_DEC_CH; c++)
+        h->crc[c] = proto_crc32c(0, data + (size_t)c * f->lo.image_bytes, f->lo.image_bytes);
+    snprintf(h->opts, sizeof h->opts, "%s", opts);
+    h->header_crc = header_crc(h);
+    if (fd >= 0) {
+        int ok = msync(map, bytes, MS_SYNC) == 0 && fsync(fd) == 0 && rename(tmp, path) == 0;
+        close(fd);
+        if (ok) {
+            f->cached = 1;
+            snprintf(f->path, sizeof f->path, "%s", path);
+        } else {
+            unlink(tmp);
+        }
+    }
+    f->map = map;
+    f->map_bytes = bytes;
+    f->data = data;
+    return 0;
+}
+
+void fpga_image_release(fpga_image_file *f)
+{
+    if (f->map) munmap(f->map, f->map_bytes);
+    f->map = NULL;
+    f->data = NULL;
+}

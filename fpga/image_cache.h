@@ -1,0 +1,40 @@
+/* fpga/image_cache.h — the weight image, cached on disk so that a restart does not quantize
+ * the checkpoint again.
+ *
+ * Key: SHA-256 over the file format and builder versions, the model's fingerprint (config.json and every
+ * shard's header and size), a digest of sampled weight bytes (first, middle and last 4 KiB of
+ * every tensor: a checkpoint rewritten in place with the same shapes still changes the key),
+ * the canonical quantization settings and the descriptor. File: <dir>/<hex key>.img =
+ * a 4096-byte header (magic, version, key, descriptor, section size, CRC32C of each channel
+ * section, the settings as text, the header's own CRC32C) + the 32 channel sections.
+ *
+ * Directory: the caller's, else $TANDEM_CACHE_DIR, else $HOME/.cache/tandem (created 0700);
+ * TANDEM_CACHE_DIR=off (or no usable directory) builds in memory and caches nothing.
+ * A file whose size, header, key, descriptor or any section CRC does not match is rejected
+ * (and rebuilt over); a new file is written as <name>.tmp.<pid>, flushed, then renamed into
+ * place, so readers never see a partial image and concurrent builders do not corrupt it.
+ *
+ * Threads: the caller's. Two processes may share a cache directory. */
+#ifndef TANDEM_FPGA_IMAGE_CACHE_H
+#define TANDEM_FPGA_IMAGE_CACHE_H
+#include "fpga/image.h"
+
+typedef struct fpga_image_file {
+    fpga_dec_desc desc;
+    fpga_dec_layout lo;
+    const uint8_t *data;  /* FPGA_DEC_CH sections of lo.image_bytes */
+    int from_cache;       /* 1: a valid cached file was used (nothing was quantized) */
+    int cached;           /* 1: the image is on disk (hit, or stored after the build) */
+    char path[1100];      /* the cache file ("" when not cached) */
+    char why[160];        /* why a cached file was rejected ("" if none was) */
+    void *map;
+    size_t map_bytes;
+} fpga_image_file;
+
+/* Finds or builds the image for (m, q). dir may be NULL. rep (may be NULL) describes a build.
+ * 0, or -1 with a message (a model the card cannot run, out of memory). */
+int fpga_image_get(const model *m, const fpga_quant_opts *q, const char *dir, fpga_image_file *out,
+                   fpga_image_report *rep, char *err, size_t errlen);
+void fpga_image_release(fpga_image_file *f);
+
+#endif

@@ -1,0 +1,328 @@
+/* fpga/kernels/dec_layout.h — where the decode kernel finds everything in HBM: the descriptor,
+ * the weight image, the KV tiles, the io buffer and the import staging slots. Shared by the
+ * kernels (which compute every address from it) and the host (which builds the image and
+ * places the sequences with it), so the two cannot disagree. Pure integer arithmetic, static
+ * inline: what an HLS flow turns into address generators. The why of the plan is
+ * fpga/BANKS.md.
+ *
+ * Per pseudo-channel c (every kernel port c reaches HBM[c] through one bank BO of the same
+ * size in each channel, DEV_ONLY; offsets below are inside that BO and equal in all channels):
+ *
+ *   [0, 4096)               the descriptor (fpga_dec_desc; channel 0 only)
+ *   w_base + l*layer_stride layer l: QKV slice | O slice | GU slice | D slice
+ *   lm_off                  lm_head slice
+ *   misc_base + k*misc      fp32 vectors of layer l = 32k + c (norms, smoothing, bias);
+ *                           slot L (the final norm) in channel L % 32
+ *   pool_lo ..              the KV pool: per sequence one slab at kv_off (same offset in
+ *                           every channel)
+ *
+ * A weight matrix of N rows is split by output rows: channel c holds rows
+ * [c*rpc, min(N, (c+1)*rpc)), rpc = ceil(N / 32), as its rows' values (int8: K bytes per row;
+ * int4: K/2 bytes, element 2j in the low nibble, two's complement -8..7) followed, at the next
+ * 64-byte boundary, by their scales (group 0: one fp32 per row, int8 only; else one fp16 per
+ * group of `group` along K). One read command per channel per matrix streams both.
+ *
+ * KV: for layer l, KV head h, part b (parts = kv_parts, so that heads x parts = 32 streams
+ * per layer where the head count allows), stream g = (l*H + h)*parts + b lives in channel
+ * g % 32 as its (g / 32)-th stream of the slab. Position p is in tile p / 16; tile i goes to
+ * part i % parts, as that part's tile i / parts. A tile holds 16 positions:
+ *   K values (16, hd) int8 | K scales (16) fp16 | V values (16, hd) int8 | V scales (16) fp16
+ * = 32*(hd + 2) bytes (a multiple of 64 for even hd). The values and scales are exactly those of
+ * proto/kv.h (int8, one scale per token and head). */
+#ifndef TANDEM_FPGA_DEC_LAYOUT_H
+#define TANDEM_FPGA_DEC_LAYOUT_H
+#include <stdint.h>
+
+#define FPGA_DEC_CH         32       /* pseudo-channels = kernel ports (fpga/u280.h) */
+#define FPGA_DEC_TILE       16       /* KV positions per tile (FlightLLM aligns decode to 16) */
+#define FPGA_DEC_ALIGN      64       /* one 512-bit AXI beat */
+#define FPGA_DEC_DESC_BYTES 4096
+#define FPGA_DEC_MAGIC      0x43454454u /* "TDEC" */
+#define FPGA_DEC_VERSION    1
+
+/* Bounds of the on-chip buffers (the kernel's local arrays are sized by them): Llama-3-70B
+ * (hidden 8192, 64 heads x 128, 8 KV heads, intermediate 28672) fits. */
+#define FPGA_DEC_MAX_HIDDEN   8192
+#define FPGA_DEC_MAX_QDIM     8192   /* n_heads * head_dim */
+#define FPGA_DEC_MAX_KVDIM    8192   /* n_kv_heads * head_dim */
+#define FPGA_DEC_MAX_INTER    32768
+#define FPGA_DEC_MAX_HEADS    128
+#define FPGA_DEC_MAX_HEAD_DIM 256
+#define FPGA_DEC_MAX_LAYERS   256
+#define FPGA_DEC_MAX_VOCAB    (1 << 18)
+#define FPGA_DEC_MAX_K        FPGA_DEC_MAX_INTER   /* longest matrix row */
+#define FPGA_DEC_MIN_GROUP    8      /* smallest quantization group (scales per row bounded) */
+#define FPGA_DEC_MAX_POS      (1 << 20)
+
+/* The decode engine's throughput and latencies, as the timing model sees them (model
+ * parameters of this design, not measurements):
+ *  - 32 channel engines x 128 int8 MACs per cycle: a channel delivers 14.375 GB/s / 225 MHz =
+ *    64 bytes per cycle, i.e. 64 int8 or 128 int4 weights, so the MACs keep up with the
+ *    stream in both modes (FlightLLM's U280 design peaks at 6.91 TOPS = 15 K MAC/cycle);
+ *  - a dependent phase (a matrix-vector product or the attention, which need the previous
+ *    phase's whole result) pays the HBM first-data latency (~270 ns = 60 cycles, a page miss in
+ *    Shuhai's U280 measurements) plus draining the MAC adder tree and the fp32 scaling pipeline
+ *    (~64 cycles) that streaming cannot hide: 128 cycles;
+ *  - the special-function unit reduces 16 fp32 lanes per cycle (RMSNorm's sum of squares,
+ *    softmax); its serial passes over a vector count as stalls too. */
+#define FPGA_DEC_MACS_PER_CYCLE 4096
+#define FPGA_DEC_PHASE_CYCLES   128
+#define FPGA_DEC_SFU_LANES      16
+
+enum { FPGA_DEC_F_BIAS = 1,  /* QKV carries a bias (misc block) */
+       FPGA_DEC_F_QINT8 = 2  /* attention: q quantized per head to int8, q.k in int32 */
+};
+
+/* The descriptor, at offset 0 of channel 0: the model shape and the quantization the image was
+ * built with. 128 bytes, little-endian, written by the host image builder. */
+typedef struct fpga_dec_desc {
+    uint32_t magic, version;
+    uint32_t hidden, n_layers, n_heads, n_kv_heads, head_dim, inter, vocab;
+    uint32_t wbits, wgroup;       /* layer matrices: 8 or 4 bits; scale group along K (0: one
+                                     fp32 scale per row, int8 only) */
+    uint32_t head_bits, head_group; /* lm_head, the same way */
+    uint32_t agroup;              /* activation quantization group along K (0: whole row) */
+    uint32_t kv_parts;            /* parts per KV head (token blocks, merged as in
+                                     flash-decoding) */
+    uint32_t flags;               /* FPGA_DEC_F_* */
+    float rms_eps, attn_scale;    /* attn_scale = head_dim^-0.5 */
+    uint32_t reserved[14];
+} fpga_dec_desc;
+
+/* One quantized matrix: N rows of K. */
+typedef struct fpga_dec_mat {
+    uint32_t rows, k, bits, group; /* group: scale group along K; 0: one fp32 scale per row */
+    uint32_t rpc;                  /* rows per channel, ceil(rows / 32) */
+    uint64_t row_bytes, srow_bytes; /* values / scales bytes per row */
+    uint64_t slice;                /* bytes a channel reserves for it */
+} fpga_dec_mat;
+
+enum { FPGA_DEC_QKV, FPGA_DEC_O, FPGA_DEC_GU, FPGA_DEC_D, FPGA_DEC_LM, FPGA_DEC_NMAT };
+
+typedef struct fpga_dec_layout {
+    fpga_dec_mat m[FPGA_DEC_NMAT];
+    uint64_t w_base, layer_stride, off[4]; /* off[QKV..D]: inside a layer */
+    uint64_t lm_off;
+    uint64_t misc_base, misc_bytes;  /* per layer slot */
+    uint32_t misc_slots;             /* slots per channel: ceil((L + 1) / 32) */
+    uint64_t image_bytes;            /* = where the KV pool may start (4 KiB aligned) */
+    uint32_t kv_streams;             /* per layer: n_kv_heads * kv_parts */
+    uint32_t streams_pc;             /* streams of one slab in the busiest channel */
+    uint64_t tile_bytes;
+    /* misc block, offsets in floats */
+    uint32_t mi_attn_norm, mi_ffn_norm, mi_sm_o, mi_sm_d, mi_bias, mi_floats;
+} fpga_dec_layout;
+
+static inline uint64_t fpga_dec_align(uint64_t n, uint64_t a)
+{
+    return (n + a - 1) / a * a;
+}
+
+static inline uint32_t fpga_dec_ngroups(uint32_t k, uint32_t g)
+{
+    return g ? (k + g - 1) / g : 1;
+}
+
+static inline void fpga_dec_mat_init(fpga_dec_mat *m, uint32_t rows, uint32_t k, uint32_t bits,
+                                     uint32_t group)
+{
+    m->rows = rows;
+    m->k = k;
+    m->bits = bits;
+    m->group = group;
+    m->rpc = (rows + FPGA_DEC_CH - 1) / FPGA_DEC_CH;
+    m->row_bytes = bits == 4 ? k / 2 : k;
+    m->srow_bytes = group ? 2ull * fpga_dec_ngroups(k, group) : 4;
+    m->slice = fpga_dec_align(m->rpc * m->row_bytes, FPGA_DEC_ALIGN) +
+               fpga_dec_align(m->rpc * m->srow_bytes, FPGA_DEC_ALIGN);
+}
+
+/* Rows of m in channel c, and where its scales start inside the slice (the values start at 0):
+ * a partial channel packs its scales right after its own rows, so every channel streams one
+ * contiguous run of rows_c * row_bytes (aligned) + rows_c * srow_bytes bytes. */
+static inline uint32_t fpga_dec_rows_in(const fpga_dec_mat *m, uint32_t c)
+{
+    uint64_t lo = (uint64_t)c * m->rpc;
+    if (lo >= m->rows) return 0;
+    uint64_t n = m->rows - lo;
+    return n < m->rpc ? (uint32_t)n : m->rpc;
+}
+static inline uint64_t fpga_dec_scale_off(const fpga_dec_mat *m, uint32_t rows_c)
+{
+    return fpga_dec_align((uint64_t)rows_c * m->row_bytes, FPGA_DEC_ALIGN);
+}
+static inline uint64_t fpga_dec_stream_bytes(const fpga_dec_mat *m, uint32_t rows_c)
+{
+    return fpga_dec_scale_off(m, rows_c) + (uint64_t)rows_c * m->srow_bytes;
+}
+
+/* Checks what the kernel relies on; 0 when the descriptor is usable. The host calls it before
+ * it builds an image, the kernel on every run (HBM could hold anything). */
+static inline int fpga_dec_desc_check(const fpga_dec_desc *d)
+{
+    if (d->magic != FPGA_DEC_MAGIC || d->version != FPGA_DEC_VERSION) return -1;
+    if (!d->hidden || d->hidden > FPGA_DEC_MAX_HIDDEN || (d->hidden & 1)) return -1;
+    if (!d->n_layers || d->n_layers > FPGA_DEC_MAX_LAYERS) return -1;
+    if (!d->n_kv_heads || !d->n_heads || d->n_heads > FPGA_DEC_MAX_HEADS ||
+        d->n_heads % d->n_kv_heads)
+        return -1;
+    if (d->head_dim < 2 || d->head_dim > FPGA_DEC_MAX_HEAD_DIM || (d->head_dim & 1)) return -1;
+    if (d->n_heads * d->head_dim > FPGA_DEC_MAX_QDIM) return -1;
+    if (d->n_kv_heads * d->head_dim > FPGA_DEC_MAX_KVDIM) return -1;
+    if (!d->inter || d->inter > FPGA_DEC_MAX_INTER || (d->inter & 1)) return -1;
+    if (!d->vocab || d->vocab > FPGA_DEC_MAX_VOCAB) return -1;
+    if (!d->kv_parts || d->kv_parts > FPGA_DEC_CH) return -1;
+    const uint32_t bits[2] = {d->wbits, d->head_bits}, grp[2] = {d->wgroup, d->head_group};
+    for (int i = 0; i < 2; i++) {
+        if (bits[i] != 8 && bits[i] != 4) return -1;
+        if (bits[i] == 4 && !grp[i]) return -1;
+        if (grp[i] && (grp[i] < FPGA_DEC_MIN_GROUP || (grp[i] & 1))) return -1;
+        /* activation and weight groups must nest so that one int32 partial sum has one scale
+         * of each */
+        if (grp[i] && d->agroup && d->agroup % grp[i] && grp[i] % d->agroup) return -1;
+    }
+    if (d->agroup && (d->agroup < FPGA_DEC_MIN_GROUP || (d->agroup & 1))) return -1;
+    if (!(d->rms_eps >= 0.0f) || !(d->attn_scale > 0.0f)) return -1;
+    return 0;
+}
+
+/* The whole layout from a checked descriptor. */
+static inline void fpga_dec_layout_of(const fpga_dec_desc *d, fpga_dec_layout *o)
+{
+    const uint32_t qd = d->n_heads * d->head_dim, kvd = d->n_kv_heads * d->head_dim;
+    fpga_dec_mat_init(&o->m[FPGA_DEC_QKV], qd + 2 * kvd, d->hidden, d->wbits, d->wgroup);
+    fpga_dec_mat_init(&o->m[FPGA_DEC_O], d->hidden, qd, d->wbits, d->wgroup);
+    fpga_dec_mat_init(&o->m[FPGA_DEC_GU], 2 * d->inter, d->hidden, d->wbits, d->wgroup);
+    fpga_dec_mat_init(&o->m[FPGA_DEC_D], d->hidden, d->inter, d->wbits, d->wgroup);
+    fpga_dec_mat_init(&o->m[FPGA_DEC_LM], d->vocab, d->hidden, d->head_bits, d->head_group);
+    o->w_base = FPGA_DEC_DESC_BYTES;
+    uint64_t at = 0;
+    for (int i = 0; i < 4; i++) {
+        o->off[i] = at;
+        at += o->m[i].slice;
+    }
+    o->layer_stride = at;
+    o->lm_off = o->w_base + (uint64_t)d->n_layers * at;
+    o->mi_attn_norm = 0;
+    o->mi_ffn_norm = d->hidden;
+    o->mi_sm_o = 2 * d->hidden;
+    o->mi_sm_d = o->mi_sm_o + qd;
+    o->mi_bias = o->mi_sm_d + d->inter;
+    o->mi_floats = o->mi_bias + ((d->flags & FPGA_DEC_F_BIAS) ? qd + 2 * kvd : 0);
+    o->misc_bytes = fpga_dec_align(4ull * o->mi_floats, FPGA_DEC_ALIGN);
+    o->misc_base = fpga_dec_align(o->lm_off + o->m[FPGA_DEC_LM].slice, FPGA_DEC_ALIGN);
+    o->misc_slots = (d->n_layers + 1 + FPGA_DEC_CH - 1) / FPGA_DEC_CH;
+    o->image_bytes = fpga_dec_align(o->misc_base + (uint64_t)o->misc_slots * o->misc_bytes, 4096);
+    o->kv_streams = d->n_kv_heads * d->kv_parts;
+    o->streams_pc = (uint32_t)(((uint64_t)d->n_layers * o->kv_streams + FPGA_DEC_CH - 1) /
+                               FPGA_DEC_CH);
+    o->tile_bytes = 32ull * (d->head_dim + 2);
+}
+
+/* Offset of layer l's (or, l = L, the final norm's) misc block in channel l % 32. */
+static inline uint64_t fpga_dec_misc_off(const fpga_dec_layout *o, uint32_t l)
+{
+    return o->misc_base + (uint64_t)(l / FPGA_DEC_CH) * o->misc_bytes;
+}
+
+/* ---------------------------------------------------------------- KV slabs */
+
+/* Tiles one part reserves for `capacity` positions. */
+static inline uint32_t fpga_dec_part_tiles(uint32_t capacity, uint32_t parts)
+{
+    uint32_t tiles = (capacity + FPGA_DEC_TILE - 1) / FPGA_DEC_TILE;
+    return (tiles + parts - 1) / parts;
+}
+/* Bytes of one slab in each channel. */
+static inline uint64_t fpga_dec_slab_bytes(const fpga_dec_layout *o, uint32_t part_tiles)
+{
+    return (uint64_t)o->streams_pc * part_tiles * o->tile_bytes;
+}
+/* Stream (layer, head, part): its channel and its offset inside the slab. */
+static inline uint32_t fpga_dec_stream_ch(const fpga_dec_desc *d, uint32_t l, uint32_t h,
+                                          uint32_t b)
+{
+    return ((l * d->n_kv_heads + h) * d->kv_parts + b) % FPGA_DEC_CH;
+}
+static inline uint64_t fpga_dec_stream_off(const fpga_dec_desc *d, const fpga_dec_layout *o,
+                                           uint32_t l, uint32_t h, uint32_t b,
+                                           uint32_t part_tiles)
+{
+    uint64_t g = ((uint64_t)l * d->n_kv_heads + h) * d->kv_parts + b;
+    return g / FPGA_DEC_CH * part_tiles * o->tile_bytes;
+}
+/* Position p: its part, its tile inside that part, its row inside the tile. */
+static inline void fpga_dec_pos_where(const fpga_dec_desc *d, uint32_t p, uint32_t *part,
+                                      uint32_t *tile, uint32_t *row)
+{
+    uint32_t t = p / FPGA_DEC_TILE;
+    *part = t % d->kv_parts;
+    *tile = t / d->kv_parts;
+    *row = p % FPGA_DEC_TILE;
+}
+/* Positions 0..n-1 that part b holds: how many whole-or-partial tiles. */
+static inline uint32_t fpga_dec_part_used_tiles(const fpga_dec_desc *d, uint32_t n, uint32_t b)
+{
+    uint32_t tiles = (n + FPGA_DEC_TILE - 1) / FPGA_DEC_TILE;
+    return tiles > b ? (tiles - b + d->kv_parts - 1) / d->kv_parts : 0;
+}
+/* Inside a tile: where K values / K scales / V values / V scales of row r start. */
+static inline uint64_t fpga_dec_tile_k(uint32_t hd, uint32_t r) { return (uint64_t)r * hd; }
+static inline uint64_t fpga_dec_tile_ks(uint32_t hd, uint32_t r)
+{
+    return 16ull * hd + 2ull * r;
+}
+static inline uint64_t fpga_dec_tile_v(uint32_t hd, uint32_t r)
+{
+    return 16ull * hd + 32 + (uint64_t)r * hd;
+}
+static inline uint64_t fpga_dec_tile_vs(uint32_t hd, uint32_t r)
+{
+    return 32ull * hd + 32 + 2ull * r;
+}
+
+/* ---------------------------------------------------------------- the io buffer (HBM[0]) */
+
+/* io: [0, 64) status the kernel writes after a step {magic, token, pos, layers done};
+ *     [64, ..) step input the host writes: x0 (hidden fp32: the token's embedding row, looked
+ *     up on the host as FAST-Prefill does) then cos, sin (head_dim/2 fp32 each: the rotary
+ *     angles of this position, from the model's rope type);
+ *     logits_off: logits (vocab fp32) the kernel writes. */
+#define FPGA_DEC_STATUS_MAGIC 0x4b4f4354u /* "TCOK" */
+static inline uint64_t fpga_dec_io_step_off(void) { return 64; }
+static inline uint64_t fpga_dec_io_step_bytes(const fpga_dec_desc *d)
+{
+    return 4ull * (d->hidden + d->head_dim);
+}
+static inline uint64_t fpga_dec_io_logits_off(const fpga_dec_desc *d)
+{
+    return fpga_dec_align(64 + fpga_dec_io_step_bytes(d), FPGA_DEC_ALIGN);
+}
+static inline uint64_t fpga_dec_io_bytes(const fpga_dec_desc *d)
+{
+    return fpga_dec_io_logits_off(d) + 4ull * d->vocab;
+}
+
+/* ---------------------------------------------------------------- import staging */
+
+/* A KV import piece is striped over FPGA_DEC_STAGE_SLOTS staging buffers (one per channel, so
+ * the kv_scatter kernel reads them in parallel); slot j holds positions
+ * [pos0 + j*per, pos0 + min(n, (j+1)*per)) as a wire payload of that many tokens: K values | V
+ * values | K scales | V scales, each section padded to 64 bytes (proto/KV_FORMAT.md). The last
+ * 64 bytes of slot 0 take the kernel's report: magic, then the CRC32C of each slot's bytes. */
+#define FPGA_DEC_STAGE_SLOTS 4
+#define FPGA_DEC_STAGE_REPORT_MAGIC 0x52435354u /* "TSCR" */
+static inline uint64_t fpga_dec_stage_section(uint32_t n, uint32_t kvh, uint32_t hd, int which)
+{
+    uint64_t vb = fpga_dec_align((uint64_t)n * kvh * hd, FPGA_DEC_ALIGN);
+    uint64_t sb = fpga_dec_align(2ull * n * kvh, FPGA_DEC_ALIGN);
+    switch (which) {
+    case 0: return 0;                 /* K values */
+    case 1: return vb;                /* V values */
+    case 2: return 2 * vb;            /* K scales */
+    case 3: return 2 * vb + sb;       /* V scales */
+    default: return 2 * vb + 2 * sb;  /* total */
+    }
+}
+
+#endif

@@ -1,0 +1,334 @@
+/* fpga/kernels/decode.c — one decode step of one sequence through every layer.
+ *
+ * Design note
+ * -----------
+ * What a run does (GLITCHES' decode loop: the host starts the kernel with the token and its
+ * position, reads the logits back, samples, repeats):
+ *   1. read the descriptor (channel 0) and the step input the host synced into io: the
+ *      token's embedding row (fp32, looked up on the host) and this position's rotary cos/sin;
+ *   2. per layer: RMSNorm -> fused QKV product -> RoPE -> quantize the new K/V (proto/kv.h)
+ *      and append them to the sequence's tiles -> attention over every tile of every part
+ *      (flash-decoding: one online softmax per part, merged) -> O product -> residual ->
+ *      RMSNorm -> fused gate/up product -> SiLU -> down product -> residual;
+ *   3. final RMSNorm -> lm_head -> logits into io, then a status record {magic, token, pos}.
+ * Numbers: weights int8 per-row (W8A8) or int4 per-group (W4A8), activations int8 per group
+ * (fpga/kernels/dec_math.h), int32 accumulation, every scale and the special functions
+ * (RMSNorm, RoPE, softmax, SiLU) in fp32; SmoothQuant factors multiply the activations of the
+ * O and down products on their way into the quantizer (those of QKV and gate/up are folded
+ * into the norm weights by the image builder).
+ *
+ * Memory (fpga/kernels/dec_layout.h, fpga/BANKS.md): port c reaches pseudo-channel c. Every
+ * matrix is split by output rows over the 32 channels, so a product is 32 engines each
+ * streaming one contiguous run (values + scales) from its own channel: one command per channel
+ * per matrix. KV tiles of (layer, head, part) are spread over the channels the same way; each
+ * part is one command. On-chip buffers are the local arrays below, sized by the FPGA_DEC_MAX_*
+ * bounds (~0.5 MB: BRAM/URAM on the card, the worker thread's stack in the emulator).
+ *
+ * Timing (emulator): every HBM access is reported once as a command (fpga_k_read/_write); the
+ * MACs as overlapped compute (fpga_k_cycles); each dependent phase and the special-function
+ * passes as serial stalls (fpga_k_stall). The constants are in dec_layout.h.
+ *
+ * Arguments: 0..31 hbm0..hbm31 (global, HBM[c]: the bank BOs), 32 io (global, HBM[0]),
+ * 33 token u32, 34 pos u32, 35 kv_off u64, 36 part_tiles u32. */
+#include "fpga/kernels/dec_layout.h"
+#include "fpga/kernels/dec_math.h"
+#include "fpga/kernels/kernel.h"
+#include <math.h>
+
+#define DEC_PORTS(X)                                                                               \
+    X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) \
+    X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
+#define DEC_STR(x) #x
+#define DEC_PARAM(n) uint8_t *hbm##n,
+#define DEC_NAME(n) hbm##n,
+#define DEC_PRAGMA(n)                                                                              \
+    _Pragma(DEC_STR(HLS INTERFACE m_axi port = hbm##n offset = slave bundle = gmem##n))
+
+/* largest of the fused outputs: QKV rows (qd + 2 kvd) and gate/up rows (2 * inter) */
+#define DEC_MAX_WIDE (2 * FPGA_DEC_MAX_INTER)
+
+typedef struct dec_ctx {
+    uint8_t *ch[FPGA_DEC_CH];
+    fpga_dec_desc d;
+    fpga_dec_layout lo;
+    uint64_t kv_off;
+    uint32_t part_tiles;
+} dec_ctx;
+
+static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps)
+{
+    float ss = 0.0f;
+    for (uint32_t i = 0; i < n; i++) ss += x[i] * x[i];
+    float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    for (uint32_t i = 0; i < n; i++) out[i] = x[i] * inv * w[i];
+    fpga_k_stall(2 * n / FPGA_DEC_SFU_LANES); /* the reduction, then the scaling pass */
+}
+
+/* y = M x for matrix `mat` at offset `off` of every channel; x is first multiplied by mul
+ * (may be NULL) and quantized. y_hbm: y lies in HBM (the logits), so each engine's slice is a
+ * write command. */
+static void matvec(const dec_ctx *c, int mat, uint64_t off, const float *x, const float *mul,
+                   float *y, int y_hbm, int8_t *xq, float *xs)
+{
+    const fpga_dec_mat *m = &c->lo.m[mat];
+    fpga_km_act_quant(x, mul, m->k, c->d.agroup, xq, xs);
+    fpga_k_stall(FPGA_DEC_PHASE_CYCLES + m->k / FPGA_DEC_SFU_LANES);
+    for (uint32_t ch = 0; ch < FPGA_DEC_CH; ch++) {
+#pragma HLS UNROLL
+        uint32_t n = fpga_dec_rows_in(m, ch);
+        if (!n) continue;
+        const uint8_t *base = c->ch[ch] + off;
+        const uint8_t *sc = base + fpga_dec_scale_off(m, n);
+        fpga_k_read(base, fpga_dec_stream_bytes(m, n));
+        float *out = y + (uint64_t)ch * m->rpc;
+        for (uint32_t r = 0; r < n; r++) {
+#pragma HLS PIPELINE II = 1
+            out[r] = fpga_km_row_dot(base + r * m->row_bytes, sc + r * m->srow_bytes, m->bits,
+                                     m->group, m->k, xq, xs, c->d.agroup);
+        }
+        if (y_hbm) fpga_k_write(out, 4ull * n);
+    }
+    fpga_k_cycles((uint64_t)m->rows * m->k / FPGA_DEC_MACS_PER_CYCLE);
+}
+
+/* transformers' rotate_half pairing (i, i + hd/2), as cpu_rope */
+static void rope(float *v, uint32_t nh, uint32_t hd, const float *cs, const float *sn)
+{
+    uint32_t half = hd / 2;
+    for (uint32_t h = 0; h < nh; h++) {
+        float *p = v + (uint64_t)h * hd;
+        for (uint32_t i = 0; i < half; i++) {
+            float a = p[i], b = p[i + half];
+            p[i] = a * cs[i] - b * sn[i];
+            p[i + half] = b * cs[i] + a * sn[i];
+        }
+    }
+}
+
+static uint8_t *tile_at(const dec_ctx *c, uint32_t l, uint32_t h, uint32_t part, uint32_t tile)
+{
+    return c->ch[fpga_dec_stream_ch(&c->d, l, h, part)] + c->kv_off +
+           fpga_dec_stream_off(&c->d, &c->lo, l, h, part, c->part_tiles) +
+           (uint64_t)tile * c->lo.tile_bytes;
+}
+
+/* The new position's K and V, quantized exactly as proto/kv.h says, into its tile row. */
+static void kv_append(const dec_ctx *c, uint32_t l, const float *k, const float *v, uint32_t pos)
+{
+    const uint32_t hd = c->d.head_dim;
+    uint32_t part, tile, row;
+    fpga_dec_pos_where(&c->d, pos, &part, &tile, &row);
+    int8_t q[FPGA_DEC_MAX_HEAD_DIM];
+    for (uint32_t h = 0; h < c->d.n_kv_heads; h++) {
+        uint8_t *t = tile_at(c, l, h, part, tile);
+        for (int which = 0; which < 2; which++) {
+            const float *x = (which ? v : k) + (uint64_t)h * hd;
+            uint16_t s = fpga_km_kv_quant(x, hd, q);
+            uint8_t *dv = t + (which ? fpga_dec_tile_v(hd, row) : fpga_dec_tile_k(hd, row));
+            uint8_t *ds = t + (which ? fpga_dec_tile_vs(hd, row) : fpga_dec_tile_ks(hd, row));
+            fpga_k_write(dv, hd);
+            fpga_k_write(ds, 2);
+            memcpy(dv, q, hd);
+            memcpy(ds, &s, 2);
+        }
+    }
+}
+
+/* Attention of every query head over positions 0..pos. Per KV head, each part's tiles are one
+ * read; the group's query heads share it. Per (query head, part) an online softmax (m, l, o),
+ * merged over the parts in part order. */
+static void attention(const dec_ctx *c, uint32_t l, const float *q, uint32_t pos, float *out)
+{
+    const uint32_t hd = c->d.head_dim, group = c->d.n_heads / c->d.n_kv_heads;
+    const int qint8 = (c->d.flags & FPGA_DEC_F_QINT8) != 0;
+    float gm[FPGA_DEC_MAX_HEADS], gl[FPGA_DEC_MAX_HEADS], pm[FPGA_DEC_MAX_HEADS],
+        pl[FPGA_DEC_MAX_HEADS], qs[FPGA_DEC_MAX_HEADS];
+    float go[FPGA_DEC_MAX_QDIM], po[FPGA_DEC_MAX_QDIM];
+    int8_t q8[FPGA_DEC_MAX_QDIM];
+    uint64_t macs = 0;
+    for (uint32_t kh = 0; kh < c->d.n_kv_heads; kh++) {
+        const float *qg = q + (uint64_t)kh * group * hd;
+        for (uint32_t g = 0; g < group; g++) {
+            gm[g] = -INFINITY;
+            gl[g] = 0.0f;
+            for (uint32_t i = 0; i < hd; i++) go[g * hd + i] = 0.0f;
+            if (qint8) fpga_km_act_quant(qg + g * hd, 0, hd, 0, q8 + g * hd, &qs[g]);
+        }
+        for (uint32_t b = 0; b < c->d.kv_parts; b++) {
+            uint32_t nt = fpga_dec_part_used_tiles(&c->d, pos + 1, b);
+            if (!nt) continue;
+            const uint8_t *base = tile_at(c, l, kh, b, 0);
+            fpga_k_read(base, (uint64_t)nt * c->lo.tile_bytes);
+            for (uint32_t g = 0; g < group; g++) {
+                pm[g] = -INFINITY;
+                pl[g] = 0.0f;
+                for (uint32_t i = 0; i < hd; i++) po[g * hd + i] = 0.0f;
+            }
+            for (uint32_t t = 0; t < nt; t++) {
+                const uint8_t *tl = base + (uint64_t)t * c->lo.tile_bytes;
+                uint32_t p0 = (t * c->d.kv_parts + b) * FPGA_DEC_TILE;
+                uint32_t rows = pos + 1 - p0 < FPGA_DEC_TILE ? pos + 1 - p0 : FPGA_DEC_TILE;
+                for (uint32_t g = 0; g < group; g++) {
+                    float s[FPGA_DEC_TILE], mt = -INFINITY;
+                    for (uint32_t r = 0; r < rows; r++) {
+                        const int8_t *kr = (const int8_t *)(tl + fpga_dec_tile_k(hd, r));
+                        uint16_t ks;
+                        memcpy(&ks, tl + fpga_dec_tile_ks(hd, r), 2);
+                        float dot;
+                        if (qint8) {
+                            int32_t acc = 0;
+                            for (uint32_t i = 0; i < hd; i++) acc += (int32_t)q8[g * hd + i] * kr[i];
+                            dot = (float)acc * qs[g];
+                        } else {
+                            dot = 0.0f;
+                            for (uint32_t i = 0; i < hd; i++) dot += qg[g * hd + i] * (float)kr[i];
+                        }
+                        s[r] = dot * fpga_km_f16_to_f32(ks) * c->d.attn_scale;
+                        if (s[r] > mt) mt = s[r];
+                    }
+                    if (mt > pm[g]) {
+                        float f = expf(pm[g] - mt);
+                        pl[g] *= f;
+                        for (uint32_t i = 0; i < hd; i++) po[g * hd + i] *= f;
+                        pm[g] = mt;
+                    }
+                    for (uint32_t r = 0; r < rows; r++) {
+                        const int8_t *vr = (const int8_t *)(tl + fpga_dec_tile_v(hd, r));
+                        uint16_t vs;
+                        memcpy(&vs, tl + fpga_dec_tile_vs(hd, r), 2);
+                        float p = expf(s[r] - pm[g]);
+                        pl[g] += p;
+                        float w = p * fpga_km_f16_to_f32(vs);
+                        for (uint32_t i = 0; i < hd; i++) po[g * hd + i] += w * (float)vr[i];
+                    }
+                }
+                macs += 2ull * rows * hd * group;
+            }
+            /* merge this part into the head's state */
+            for (uint32_t g = 0; g < group; g++) {
+                float m = pm[g] > gm[g] ? pm[g] : gm[g];
+                float fa = expf(gm[g] - m), fb = expf(pm[g] - m);
+                gl[g] = gl[g] * fa + pl[g] * fb;
+                for (uint32_t i = 0; i < hd; i++)
+                    go[g * hd + i] = go[g * hd + i] * fa + po[g * hd + i] * fb;
+                gm[g] = m;
+            }
+        }
+        for (uint32_t g = 0; g < group; g++) {
+            float inv = gl[g] > 0.0f ? 1.0f / gl[g] : 0.0f;
+            for (uint32_t i = 0; i < hd; i++) out[(kh * group + g) * hd + i] = go[g * hd + i] * inv;
+        }
+    }
+    fpga_k_cycles(macs / FPGA_DEC_MACS_PER_CYCLE);
+    /* the first tile's latency, and the merge of the parts */
+    fpga_k_stall(FPGA_DEC_PHASE_CYCLES + c->d.kv_parts * 4);
+}
+
+void tandem_decode(DEC_PORTS(DEC_PARAM) uint8_t *io, uint32_t token, uint32_t pos, uint64_t kv_off,
+            uint32_t part_tiles)
+{
+    DEC_PORTS(DEC_PRAGMA)
+#pragma HLS INTERFACE m_axi port = io offset = slave bundle = gmem_io
+#pragma HLS INTERFACE s_axilite port = token
+#pragma HLS INTERFACE s_axilite port = pos
+#pragma HLS INTERFACE s_axilite port = kv_off
+#pragma HLS INTERFACE s_axilite port = part_tiles
+#pragma HLS INTERFACE s_axilite port = return
+    dec_ctx c = {.ch = {DEC_PORTS(DEC_NAME)}, .kv_off = kv_off, .part_tiles = part_tiles};
+    fpga_k_read(hbm0, sizeof c.d);
+    memcpy(&c.d, hbm0, sizeof c.d);
+    fpga_dec_layout_of(&c.d, &c.lo);
+    const fpga_dec_desc *d = &c.d;
+    const uint32_t H = d->hidden, hd = d->head_dim, I = d->inter;
+    const uint32_t qd = d->n_heads * hd, kvd = d->n_kv_heads * hd;
+
+    float x[FPGA_DEC_MAX_HIDDEN], xn[FPGA_DEC_MAX_HIDDEN], att[FPGA_DEC_MAX_QDIM];
+    float wide[DEC_MAX_WIDE], cs[FPGA_DEC_MAX_HEAD_DIM / 2], sn[FPGA_DEC_MAX_HEAD_DIM / 2];
+    int8_t xq[FPGA_DEC_MAX_K];
+    float xs[FPGA_DEC_MAX_K / FPGA_DEC_MIN_GROUP + 1];
+
+    const uint8_t *step = io + fpga_dec_io_step_off();
+    fpga_k_read(step, fpga_dec_io_step_bytes(d));
+    memcpy(x, step, 4ull * H);
+    memcpy(cs, step + 4ull * H, 2ull * hd);
+    memcpy(sn, step + 4ull * H + 2ull * hd, 2ull * hd);
+
+    for (uint32_t l = 0; l < d->n_layers; l++) {
+        const uint64_t lo_off = c.lo.w_base + (uint64_t)l * c.lo.layer_stride;
+        const float *misc = (const float *)(c.ch[l % FPGA_DEC_CH] + fpga_dec_misc_off(&c.lo, l));
+        fpga_k_read(misc, 4ull * c.lo.mi_floats);
+
+        rmsnorm(xn, x, misc + c.lo.mi_attn_norm, H, d->rms_eps);
+        matvec(&c, FPGA_DEC_QKV, lo_off + c.lo.off[FPGA_DEC_QKV], xn, 0, wide, 0, xq, xs);
+        if (d->flags & FPGA_DEC_F_BIAS)
+            for (uint32_t i = 0; i < qd + 2 * kvd; i++) wide[i] += misc[c.lo.mi_bias + i];
+        rope(wide, d->n_heads, hd, cs, sn);
+        rope(wide + qd, d->n_kv_heads, hd, cs, sn);
+        kv_append(&c, l, wide + qd, wide + qd + kvd, pos);
+        attention(&c, l, wide, pos, att);
+        matvec(&c, FPGA_DEC_O, lo_off + c.lo.off[FPGA_DEC_O], att, misc + c.lo.mi_sm_o, xn, 0, xq,
+               xs);
+        for (uint32_t i = 0; i < H; i++) x[i] += xn[i];
+
+        rmsnorm(xn, x, misc + c.lo.mi_ffn_norm, H, d->rms_eps);
+        matvec(&c, FPGA_DEC_GU, lo_off + c.lo.off[FPGA_DEC_GU], xn, 0, wide, 0, xq, xs);
+        for (uint32_t i = 0; i < I; i++) {
+            float g = wide[i];
+            wide[i] = g / (1.0f + expf(-g)) * wide[I + i];
+        }
+        fpga_k_stall(I / FPGA_DEC_SFU_LANES);
+        matvec(&c, FPGA_DEC_D, lo_off + c.lo.off[FPGA_DEC_D], wide, misc + c.lo.mi_sm_d, xn, 0, xq,
+               xs);
+        for (uint32_t i = 0; i < H; i++) x[i] += xn[i];
+    }
+    const float *fnorm =
+        (const float *)(c.ch[d->n_layers % FPGA_DEC_CH] + fpga_dec_misc_off(&c.lo, d->n_layers));
+    fpga_k_read(fnorm, 4ull * H);
+    rmsnorm(xn, x, fnorm, H, d->rms_eps);
+    matvec(&c, FPGA_DEC_LM, c.lo.lm_off, xn, 0, (float *)(io + fpga_dec_io_logits_off(d)), 1, xq,
+           xs);
+
+    uint32_t status[4] = {FPGA_DEC_STATUS_MAGIC, token, pos, d->n_layers};
+    fpga_k_write(io, sizeof status);
+    memcpy(io, status, sizeof status);
+}
+
+static int decode_adapter(const fpga_kargs *a)
+{
+    const fpga_k_arg *io = &a->a[FPGA_DEC_CH];
+    uint32_t token = (uint32_t)a->a[33].u, pos = (uint32_t)a->a[34].u;
+    uint64_t kv_off = a->a[35].u;
+    uint32_t part_tiles = (uint32_t)a->a[36].u;
+    uint64_t min_size = a->a[0].size;
+    for (int c = 1; c < FPGA_DEC_CH; c++)
+        if (a->a[c].size < min_size) min_size = a->a[c].size;
+    fpga_dec_desc d;
+    if (a->a[0].size < sizeof d) return -1;
+    memcpy(&d, a->a[0].ptr, sizeof d);
+    if (fpga_dec_desc_check(&d) != 0) return -1;
+    fpga_dec_layout lo;
+    fpga_dec_layout_of(&d, &lo);
+    /* the image, the slab (above the image) and the io block must lie inside their buffers;
+     * a position must fit the slab's tiles */
+    if (lo.image_bytes > min_size || !part_tiles || part_tiles > FPGA_DEC_MAX_POS) return -1;
+    if ((uint64_t)pos >= (uint64_t)part_tiles * d.kv_parts * FPGA_DEC_TILE) return -1;
+    if (kv_off < lo.image_bytes || !fpga_k_range_ok(kv_off, fpga_dec_slab_bytes(&lo, part_tiles),
+                                                    min_size))
+        return -1;
+    if (io->size < fpga_dec_io_bytes(&d)) return -1;
+    uint8_t *p[FPGA_DEC_CH];
+    for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[c].ptr;
+#define DEC_ARG(n) p[n],
+    tandem_decode(DEC_PORTS(DEC_ARG) io->ptr, token, pos, kv_off, part_tiles);
+#undef DEC_ARG
+    return 0;
+}
+
+#define DEC_KIND(n) FPGA_K_ARG_GLOBAL,
+const fpga_k_desc fpga_k_decode_desc = {
+    .name = "tandem_decode",
+    .n_args = 37,
+    .kinds = {DEC_PORTS(DEC_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
+              FPGA_K_ARG_U64, FPGA_K_ARG_U32},
+    .run = decode_adapter,
+};

@@ -1,0 +1,163 @@
+/* fpga/kernels/kv_scatter.c — moves one piece of imported KV from the staging slots into the
+ * sequence's tiles (fpga/kernels/dec_layout.h), and checks what it read.
+ *
+ * The host ships a layer chunk the way it came off the wire (token-major K | V | K scales |
+ * V scales) with one xrtBOWrite + one sync per staging slot; this kernel does the reordering
+ * into the decode kernel's (layer, head, part) tiles on the card, where the 32 channels write
+ * in parallel, instead of the host issuing a small DMA per tile. A piece of n positions is
+ * striped over FPGA_DEC_STAGE_SLOTS slots (one per channel, read in parallel): slot j holds
+ * positions [pos0 + j*per, pos0 + min(n, (j+1)*per)) as a payload of that many tokens.
+ *
+ * Integrity: the kernel computes the CRC32C of every slot's bytes as it streams them and
+ * reports them (with a magic) in the last 64 bytes of slot 0; the host compares them with the
+ * CRCs of what it wrote, so data corrupted between the host and the HBM (PCIe, a flipped HBM
+ * bit) fails the import before the decode kernel ever reads that sequence.
+ *
+ * Arguments: 0..3 stage0..stage3 (global, HBM[1:8]), 4..35 hbm0..hbm31 (global, HBM[c]),
+ * 36 layer u32, 37 pos0 u32, 38 n u32, 39 per u32, 40 kv_off u64, 41 part_tiles u32,
+ * 42 stage_bytes u64 (size of each slot). */
+#include "fpga/kernels/dec_layout.h"
+#include "fpga/kernels/dec_math.h"
+#include "fpga/kernels/kernel.h"
+
+#define SC_PORTS(X)                                                                                \
+    X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) \
+    X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
+#define SC_STR(x) #x
+#define SC_PARAM(n) uint8_t *hbm##n,
+#define SC_NAME(n) hbm##n,
+#define SC_PRAGMA(n)                                                                               \
+    _Pragma(SC_STR(HLS INTERFACE m_axi port = hbm##n offset = slave bundle = gmem##n))
+
+typedef struct sc_ctx {
+    uint8_t *ch[FPGA_DEC_CH];
+    fpga_dec_desc d;
+    fpga_dec_layout lo;
+    uint64_t kv_off;
+    uint32_t part_tiles, layer;
+} sc_ctx;
+
+static uint8_t *sc_tile(const sc_ctx *c, uint32_t h, uint32_t part, uint32_t tile)
+{
+    return c->ch[fpga_dec_stream_ch(&c->d, c->layer, h, part)] + c->kv_off +
+           fpga_dec_stream_off(&c->d, &c->lo, c->layer, h, part, c->part_tiles) +
+           (uint64_t)tile * c->lo.tile_bytes;
+}
+
+/* One slot: positions p0 .. p0+n-1. */
+static uint32_t scatter_slot(const sc_ctx *c, const uint8_t *slot, uint32_t p0, uint32_t n)
+{
+    const uint32_t H = c->d.n_kv_heads, hd = c->d.head_dim;
+    const uint64_t total = fpga_dec_stage_section(n, H, hd, 4);
+    fpga_k_read(slot, total);
+    uint32_t crc = fpga_km_crc32c(0, slot, total);
+    const uint8_t *kv[2] = {slot + fpga_dec_stage_section(n, H, hd, 0),
+                            slot + fpga_dec_stage_section(n, H, hd, 1)};
+    const uint8_t *ks[2] = {slot + fpga_dec_stage_section(n, H, hd, 2),
+                            slot + fpga_dec_stage_section(n, H, hd, 3)};
+    for (uint32_t t = 0; t < n; t++) {
+        uint32_t part, tile, row;
+        fpga_dec_pos_where(&c->d, p0 + t, &part, &tile, &row);
+        for (uint32_t h = 0; h < H; h++) {
+#pragma HLS PIPELINE
+            uint8_t *tl = sc_tile(c, h, part, tile);
+            uint64_t src = ((uint64_t)t * H + h);
+            memcpy(tl + fpga_dec_tile_k(hd, row), kv[0] + src * hd, hd);
+            memcpy(tl + fpga_dec_tile_ks(hd, row), ks[0] + src * 2, 2);
+            memcpy(tl + fpga_dec_tile_v(hd, row), kv[1] + src * hd, hd);
+            memcpy(tl + fpga_dec_tile_vs(hd, row), ks[1] + src * 2, 2);
+        }
+    }
+    /* The writes, merged per destination stream: for each (head, part) the run of tiles the
+     * positions touch is one burst (byte-enabled at the partial ends). */
+    for (uint32_t h = 0; h < H; h++)
+        for (uint32_t b = 0; b < c->d.kv_parts; b++) {
+            uint32_t first = 0xffffffffu, last = 0;
+            for (uint32_t t = 0; t < n; t += FPGA_DEC_TILE - (p0 + t) % FPGA_DEC_TILE) {
+                uint32_t part, tile, row;
+                fpga_dec_pos_where(&c->d, p0 + t, &part, &tile, &row);
+                if (part != b) continue;
+                if (tile < first) first = tile;
+                if (tile > last) last = tile;
+            }
+            if (first <= last)
+                fpga_k_write(sc_tile(c, h, b, first), (uint64_t)(last - first + 1) * c->lo.tile_bytes);
+        }
+    return crc;
+}
+
+void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stage3,
+                SC_PORTS(SC_PARAM) uint32_t layer, uint32_t pos0, uint32_t n, uint32_t per,
+                uint64_t kv_off, uint32_t part_tiles, uint64_t stage_bytes)
+{
+#pragma HLS INTERFACE m_axi port = stage0 offset = slave bundle = gmem_s0
+#pragma HLS INTERFACE m_axi port = stage1 offset = slave bundle = gmem_s1
+#pragma HLS INTERFACE m_axi port = stage2 offset = slave bundle = gmem_s2
+#pragma HLS INTERFACE m_axi port = stage3 offset = slave bundle = gmem_s3
+    SC_PORTS(SC_PRAGMA)
+#pragma HLS INTERFACE s_axilite port = return
+    sc_ctx c = {.ch = {SC_PORTS(SC_NAME)}, .kv_off = kv_off, .part_tiles = part_tiles,
+                .layer = layer};
+    fpga_k_read(hbm0, sizeof c.d);
+    memcpy(&c.d, hbm0, sizeof c.d);
+    fpga_dec_layout_of(&c.d, &c.lo);
+    uint8_t *slots[FPGA_DEC_STAGE_SLOTS] = {stage0, stage1, stage2, stage3};
+    uint32_t report[16] = {FPGA_DEC_STAGE_REPORT_MAGIC, layer, pos0, n};
+    for (uint32_t j = 0; j < FPGA_DEC_STAGE_SLOTS; j++) {
+#pragma HLS UNROLL
+        uint32_t lo = j * per;
+        if (lo >= n) break;
+        uint32_t cnt = n - lo < per ? n - lo : per;
+        report[4 + j] = scatter_slot(&c, slots[j], pos0 + lo, cnt);
+    }
+    fpga_k_stall(FPGA_DEC_PHASE_CYCLES);
+    fpga_k_write(stage0 + stage_bytes - 64, sizeof report);
+    memcpy(stage0 + stage_bytes - 64, report, sizeof report);
+}
+
+static int kv_scatter_adapter(const fpga_kargs *a)
+{
+    const int S = FPGA_DEC_STAGE_SLOTS;
+    uint32_t layer = (uint32_t)a->a[36].u, pos0 = (uint32_t)a->a[37].u;
+    uint32_t n = (uint32_t)a->a[38].u, per = (uint32_t)a->a[39].u;
+    uint64_t kv_off = a->a[40].u, stage_bytes = a->a[42].u;
+    uint32_t part_tiles = (uint32_t)a->a[41].u;
+    uint64_t min_size = a->a[S].size;
+    for (int c = 1; c < FPGA_DEC_CH; c++)
+        if (a->a[S + c].size < min_size) min_size = a->a[S + c].size;
+    fpga_dec_desc d;
+    if (a->a[S].size < sizeof d) return -1;
+    memcpy(&d, a->a[S].ptr, sizeof d);
+    if (fpga_dec_desc_check(&d) != 0) return -1;
+    fpga_dec_layout lo;
+    fpga_dec_layout_of(&d, &lo);
+    if (layer >= d.n_layers || !n || !per || !part_tiles || part_tiles > FPGA_DEC_MAX_POS ||
+        n > (uint64_t)per * S)
+        return -1;
+    if ((uint64_t)pos0 + n > (uint64_t)part_tiles * d.kv_parts * FPGA_DEC_TILE) return -1;
+    if (kv_off < lo.image_bytes || lo.image_bytes > min_size ||
+        !fpga_k_range_ok(kv_off, fpga_dec_slab_bytes(&lo, part_tiles), min_size))
+        return -1;
+    if (stage_bytes < 64 ||
+        fpga_dec_stage_section(per, d.n_kv_heads, d.head_dim, 4) > stage_bytes - 64)
+        return -1;
+    for (int j = 0; j < S; j++)
+        if (a->a[j].size < stage_bytes) return -1;
+    uint8_t *p[FPGA_DEC_CH];
+    for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[S + c].ptr;
+#define SC_ARG(n) p[n],
+    kv_scatter(a->a[0].ptr, a->a[1].ptr, a->a[2].ptr, a->a[3].ptr, SC_PORTS(SC_ARG) layer, pos0,
+               n, per, kv_off, part_tiles, stage_bytes);
+#undef SC_ARG
+    return 0;
+}
+
+#define SC_KIND(n) FPGA_K_ARG_GLOBAL,
+const fpga_k_desc fpga_k_kv_scatter_desc = {
+    .name = "kv_scatter",
+    .n_args = 43,
+    .kinds = {FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL,
+              SC_PORTS(SC_KIND) FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
+              FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U64},
+    .run = kv_scatter_adapter,
+};
