@@ -240,7 +240,8 @@ int fpga_card_piece_tokens(const fpga_card *c)
         else
             hi = mid - 1;
     }
-    return (int)lo * FPGA_DEC_STAGE_SLOTS;
+    int n = (int)lo * FPGA_DEC_STAGE_SLOTS;
+    return c->piece_limit > 0 && c->piece_limit < n ? c->piece_limit : n;
 }
 
 /* Waits for group g's piece and checks the kernel's report. */

@@ -48,6 +48,7 @@ typedef struct fpga_card {
     uint64_t bank_bytes, io_bytes;
     fpga_card_pending pend[FPGA_CARD_GROUPS];
     int next_group;
+    int piece_limit;   /* 0, or fewer positions per import piece (tests: many pieces) */
     int dec_in_flight; /* a decode run timed out and may still be running */
     /* timing model (emulator only; zeros on a real card) */
     fpga_emu_run_stats last_dec;

@@ -70,8 +70,12 @@ fpga_xrt *fpga_xrt_new(const char *lib_path, char *err, size_t errlen)
         return NULL;
     }
     snprintf(x->path, sizeof x->path, "%s", path);
-    /* RTLD_LOCAL: XRT's (or the emulator's) symbols stay out of the global namespace. */
-    x->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    /* RTLD_LOCAL: XRT's (or the emulator's) symbols stay out of the global namespace.
+     * RTLD_NODELETE: the library stays loaded for the life of the process once opened, as the
+     * CUDA plugin does: XRT is not written to be unloaded and reloaded, and the emulator's
+     * cards must keep their state (a card that disappeared stays gone) when the last device
+     * handle closes and a later open loads the library again. */
+    x->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!x->dl) {
         snprintf(err, errlen, "xrt: cannot load %s: %s", path, dlerror());
         free(x);

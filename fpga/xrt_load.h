@@ -35,7 +35,8 @@ typedef struct fpga_xrt fpga_xrt;
 /* Loads lib_path (NULL: FPGA_XRT_DEFAULT_LIB). Returns NULL with a message in err when the
  * library or one of the XRT functions is missing. The caller owns the result. */
 fpga_xrt *fpga_xrt_new(const char *lib_path, char *err, size_t errlen);
-/* dlclose()s the library; every handle must be closed before. NULL is a no-op. */
+/* Drops the table (the library itself stays loaded: RTLD_NODELETE); every handle must be
+ * closed before. NULL is a no-op. */
 void fpga_xrt_free(fpga_xrt *x);
 /* 1 when the library is the tandem emulator (it exports the fpga_emu_* extensions). */
 int fpga_xrt_is_emulator(const fpga_xrt *x);

@@ -1,0 +1,147 @@
+/* fpga/dec_model.c — the kernels' costs from the layout (see dec_model.h). Every charge below
+ * mirrors one fpga_k_read / fpga_k_write / fpga_k_cycles / fpga_k_stall call of the kernels, in
+ * the same order; the test compares the totals with the emulator's. */
+#include "fpga/dec_model.h"
+#include <string.h>
+
+static void charge(fpga_dec_cost *c, int ch, uint64_t n, int write)
+{
+    if (!n) return;
+    c->chan_bytes[ch] += n;
+    c->chan_cmds[ch]++;
+    if (write) c->bytes_written += n;
+    else c->bytes_read += n;
+}
+
+static void price(fpga_dec_cost *c)
+{
+    const double bps = FPGA_U280_HBM_PC_BPS * FPGA_U280_HBM_UTIL;
+    const double cmd_ns = FPGA_U280_CMD_CYCLES / FPGA_U280_KERNEL_HZ * 1e9;
+    double worst = 0;
+    c->busiest = -1;
+    for (int ch = 0; ch < FPGA_DEC_CH; ch++) {
+        if (!c->chan_bytes[ch] && !c->chan_cmds[ch]) continue;
+        double t = (double)c->chan_bytes[ch] / bps * 1e9 + c->chan_cmds[ch] * cmd_ns;
+        if (t > worst) {
+            worst = t;
+            c->busiest = ch;
+        }
+    }
+    c->mem_ns = (uint64_t)worst;
+    c->compute_ns = (uint64_t)((double)c->compute_cycles / FPGA_U280_KERNEL_HZ * 1e9);
+    c->stall_ns = (uint64_t)((double)c->stall_cycles / FPGA_U280_KERNEL_HZ * 1e9);
+    c->overhead_ns = (uint64_t)FPGA_U280_RUN_OVERHEAD_NS;
+    c->modeled_ns = c->overhead_ns + (c->mem_ns > c->compute_ns ? c->mem_ns : c->compute_ns) +
+                    c->stall_ns;
+}
+
+static void matvec(fpga_dec_cost *c, const fpga_dec_layout *lo, int mat, int y_hbm)
+{
+    const fpga_dec_mat *m = &lo->m[mat];
+    c->stall_cycles += FPGA_DEC_PHASE_CYCLES + m->k / FPGA_DEC_SFU_LANES;
+    for (uint32_t ch = 0; ch < FPGA_DEC_CH; ch++) {
+        uint32_t n = fpga_dec_rows_in(m, ch);
+        if (!n) continue;
+        charge(c, (int)ch, fpga_dec_stream_bytes(m, n), 0);
+        if (y_hbm) charge(c, 0, 4ull * n, 1); /* the logits go to io, in HBM[0] */
+    }
+    c->compute_cycles += (uint64_t)m->rows * m->k / FPGA_DEC_MACS_PER_CYCLE;
+}
+
+static void rmsnorm(fpga_dec_cost *c, uint32_t n)
+{
+    c->stall_cycles += 2 * n / FPGA_DEC_SFU_LANES;
+}
+
+void fpga_dec_model_step(const fpga_dec_desc *d, uint32_t pos, fpga_dec_cost *c)
+{
+    fpga_dec_layout lo;
+    fpga_dec_layout_of(d, &lo);
+    memset(c, 0, sizeof *c);
+    const uint32_t H = d->hidden, hd = d->head_dim, group = d->n_heads / d->n_kv_heads;
+    charge(c, 0, sizeof(fpga_dec_desc), 0);
+    charge(c, 0, fpga_dec_io_step_bytes(d), 0);
+    uint32_t part, tile, row;
+    fpga_dec_pos_where(d, pos, &part, &tile, &row);
+    for (uint32_t l = 0; l < d->n_layers; l++) {
+        charge(c, (int)(l % FPGA_DEC_CH), 4ull * lo.mi_floats, 0);
+        rmsnorm(c, H);
+        matvec(c, &lo, FPGA_DEC_QKV, 0);
+        for (uint32_t h = 0; h < d->n_kv_heads; h++) {
+            int ch = (int)fpga_dec_stream_ch(d, l, h, part);
+            for (int which = 0; which < 2; which++) {
+                charge(c, ch, hd, 1);
+                charge(c, ch, 2, 1);
+            }
+        }
+        uint64_t macs = 0;
+        for (uint32_t h = 0; h < d->n_kv_heads; h++)
+            for (uint32_t b = 0; b < d->kv_parts; b++) {
+                uint32_t nt = fpga_dec_part_used_tiles(d, pos + 1, b);
+                if (!nt) continue;
+                charge(c, (int)fpga_dec_stream_ch(d, l, h, b), (uint64_t)nt * lo.tile_bytes, 0);
+                for (uint32_t t = 0; t < nt; t++) {
+                    uint32_t p0 = (t * d->kv_parts + b) * FPGA_DEC_TILE;
+                    uint32_t rows = pos + 1 - p0 < FPGA_DEC_TILE ? pos + 1 - p0 : FPGA_DEC_TILE;
+                    macs += 2ull * rows * hd * group;
+                }
+            }
+        c->compute_cycles += macs / FPGA_DEC_MACS_PER_CYCLE;
+        c->stall_cycles += FPGA_DEC_PHASE_CYCLES + d->kv_parts * 4;
+        matvec(c, &lo, FPGA_DEC_O, 0);
+        rmsnorm(c, H);
+        matvec(c, &lo, FPGA_DEC_GU, 0);
+        c->stall_cycles += d->inter / FPGA_DEC_SFU_LANES;
+        matvec(c, &lo, FPGA_DEC_D, 0);
+    }
+    charge(c, (int)(d->n_layers % FPGA_DEC_CH), 4ull * H, 0);
+    rmsnorm(c, H);
+    matvec(c, &lo, FPGA_DEC_LM, 1);
+    charge(c, 0, 16, 1);
+    price(c);
+}
+
+void fpga_dec_model_scatter(const fpga_dec_desc *d, uint32_t layer, uint32_t pos0, uint32_t n,
+                            uint32_t per, const int stage_ch[FPGA_DEC_STAGE_SLOTS],
+                            fpga_dec_cost *c)
+{
+    fpga_dec_layout lo;
+    fpga_dec_layout_of(d, &lo);
+    memset(c, 0, sizeof *c);
+    charge(c, 0, sizeof(fpga_dec_desc), 0);
+    for (uint32_t j = 0; j < FPGA_DEC_STAGE_SLOTS; j++) {
+        uint32_t first_pos = j * per;
+        if (first_pos >= n) break;
+        uint32_t cnt = n - first_pos < per ? n - first_pos : per;
+        uint32_t p0 = pos0 + first_pos;
+        charge(c, stage_ch[j], fpga_dec_stage_section(cnt, d->n_kv_heads, d->head_dim, 4), 0);
+        for (uint32_t h = 0; h < d->n_kv_heads; h++)
+            for (uint32_t b = 0; b < d->kv_parts; b++) {
+                uint32_t first = 0xffffffffu, last = 0;
+                for (uint32_t t = 0; t < cnt; t += FPGA_DEC_TILE - (p0 + t) % FPGA_DEC_TILE) {
+                    uint32_t part, tile, row;
+                    fpga_dec_pos_where(d, p0 + t, &part, &tile, &row);
+                    if (part != b) continue;
+                    if (tile < first) first = tile;
+                    if (tile > last) last = tile;
+                }
+                if (first <= last)
+                    charge(c, (int)fpga_dec_stream_ch(d, layer, h, b),
+                           (uint64_t)(last - first + 1) * lo.tile_bytes, 1);
+            }
+    }
+    c->stall_cycles += FPGA_DEC_PHASE_CYCLES;
+    charge(c, stage_ch[0], 64, 1);
+    price(c);
+}
+
+uint64_t fpga_dec_model_sync_ns(uint64_t bytes)
+{
+    return (uint64_t)(FPGA_U280_SYNC_OVERHEAD_NS + (double)bytes / FPGA_U280_PCIE_BPS * 1e9);
+}
+
+double fpga_dec_model_floor_ns(const fpga_dec_cost *c)
+{
+    return (double)(c->bytes_read + c->bytes_written) /
+           (FPGA_U280_HBM_PC_BPS * FPGA_U280_HBM_BANKS) * 1e9;
+}

@@ -1,0 +1,37 @@
+/* fpga/dec_model.h — what the decode and kv_scatter kernels cost in the emulator's timing model,
+ * computed from the layout alone (no weights, no run): the same memory commands per channel,
+ * compute and stall cycles the kernels report (fpga/kernels/decode.c, kv_scatter.c), priced
+ * with the formula of fpga/emu/emu_timing.c. tests/fpga/test_fpga_model.c checks it equals
+ * the emulator's run statistics; tools/fpga_decode_bench.c uses it for the 7B/8B shapes that
+ * are too large to run through the emulator at every context length.
+ *
+ * Threads: pure functions. */
+#ifndef TANDEM_FPGA_DEC_MODEL_H
+#define TANDEM_FPGA_DEC_MODEL_H
+#include "fpga/kernels/dec_layout.h"
+#include "fpga/u280.h"
+
+typedef struct fpga_dec_cost {
+    uint64_t chan_bytes[FPGA_DEC_CH];
+    uint32_t chan_cmds[FPGA_DEC_CH];
+    uint64_t bytes_read, bytes_written;
+    uint64_t compute_cycles, stall_cycles;
+    uint64_t mem_ns, compute_ns, stall_ns, overhead_ns, modeled_ns;
+    int busiest;
+} fpga_dec_cost;
+
+/* One decode run at position pos (positions 0..pos attended). */
+void fpga_dec_model_step(const fpga_dec_desc *d, uint32_t pos, fpga_dec_cost *out);
+/* One kv_scatter run: n positions from pos0 of `layer`, striped over the slots with `per`
+ * positions each (the host's split: per = ceil(n / slots)). Staging slot j of the run lies in
+ * pseudo-channel stage_ch[j]. */
+void fpga_dec_model_scatter(const fpga_dec_desc *d, uint32_t layer, uint32_t pos0, uint32_t n,
+                            uint32_t per, const int stage_ch[FPGA_DEC_STAGE_SLOTS],
+                            fpga_dec_cost *out);
+/* The emulator's price of one BO sync (fpga/emu/emu_timing.c). */
+uint64_t fpga_dec_model_sync_ns(uint64_t bytes);
+
+/* The HBM-bandwidth floor of a run: every byte it moves at the 460 GB/s peak. */
+double fpga_dec_model_floor_ns(const fpga_dec_cost *c);
+
+#endif

@@ -1,0 +1,115 @@
+#include "tests/fpga/fpga_util.h"
+#include "cpu/kv_quant.h"
+#include "tests/test.h"
+#include <math.h>
+#include <stdlib.h>
+
+void tf_cache_env(void)
+{
+    if (getenv("TANDEM_CACHE_DIR")) return;
+    char dir[512];
+    const char *b = getenv("BUILD");
+    snprintf(dir, sizeof dir, "%s/fpga-test-cache", b && *b ? b : "build");
+    setenv("TANDEM_CACHE_DIR", dir, 1);
+}
+
+int tf_open(const char *device, int wbits, model **m, accel_dev **d)
+{
+    char err[512];
+    tf_cache_env();
+    *m = model_load(TF_MODEL, err, sizeof err);
+    if (!*m) {
+        t_fail(__FILE__, __LINE__, "model_load: %s", err);
+        return -1;
+    }
+    accel_opts o = {.weight_bits = wbits, .threads = 1};
+    *d = accel_open(device, *m, &o, err, sizeof err);
+    if (!*d) {
+        t_fail(__FILE__, __LINE__, "accel_open(%s): %s", device, err);
+        model_free(*m);
+        return -1;
+    }
+    return 0;
+}
+
+double tf_kl(const float *p, const float *q, int n)
+{
+    double mp = p[0], mq = q[0], sp = 0, sq = 0, kl = 0;
+    for (int i = 1; i < n; i++) {
+        if (p[i] > mp) mp = p[i];
+        if (q[i] > mq) mq = q[i];
+    }
+    for (int i = 0; i < n; i++) {
+        sp += exp(p[i] - mp);
+        sq += exp(q[i] - mq);
+    }
+    double lp = mp + log(sp), lq = mq + log(sq);
+    for (int i = 0; i < n; i++) kl += exp(p[i] - lp) * ((p[i] - lp) - (q[i] - lq));
+    return kl > 0 ? kl : 0;
+}
+
+static int capture(void *ctx, const proto_kv_layer *c)
+{
+    tf_kv *k = ctx;
+    size_t vb = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    size_t sb = 2 * proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    uint8_t *b = malloc(2 * vb + 2 * sb);
+    proto_kv_layer *a = realloc(k->chunks, sizeof *a * (k->n_chunks + 1));
+    void **bb = realloc(k->bufs, sizeof *bb * (k->n_chunks + 1));
+    if (a) k->chunks = a;
+    if (bb) k->bufs = bb;
+    if (!b || !a || !bb) {
+        free(b);
+        return ACCEL_ERR_NOMEM;
+    }
+    memcpy(b, c->k, vb);
+    memcpy(b + vb, c->v, vb);
+    memcpy(b + 2 * vb, c->k_scale, sb);
+    memcpy(b + 2 * vb + sb, c->v_scale, sb);
+    proto_kv_layer x = *c;
+    x.k = b;
+    x.v = b + vb;
+    x.k_scale = (const uint16_t *)(b + 2 * vb);
+    x.v_scale = (const uint16_t *)(b + 2 * vb + sb);
+    k->chunks[k->n_chunks] = x;
+    k->bufs[k->n_chunks++] = b;
+    return 0;
+}
+
+int tf_cpu_kv(accel_dev *cpu, const int32_t *ids, int n, float *last_logits, tf_kv *out)
+{
+    memset(out, 0, sizeof *out);
+    out->n_layers = accel_model(cpu)->cfg.n_layers;
+    accel_seq *s;
+    int st = accel_seq_new(cpu, n, &s);
+    if (st) return st;
+    accel_kv_sink sink = {capture, out};
+    accel_prefill_req r = {.seq = s, .ids = ids, .n = n, .logits = last_logits, .kv = &sink};
+    st = accel_prefill(cpu, &r);
+    accel_seq_free(cpu, s);
+    return st;
+}
+
+void tf_kv_free(tf_kv *k)
+{
+    for (int i = 0; i < k->n_chunks; i++) free(k->bufs[i]);
+    free(k->bufs);
+    free(k->chunks);
+    memset(k, 0, sizeof *k);
+}
+
+int tf_import(accel_dev *d, accel_seq *s, const tf_kv *k)
+{
+    for (int i = 0; i < k->n_chunks; i++) {
+        int st = accel_kv_import(d, s, &k->chunks[i]);
+        if (st) return st;
+    }
+    return 0;
+}
+
+int tf_card_stats(accel_dev *d, fpga_emu_card_stats *st)
+{
+    fpga_card *c = fpga_dev_card(d);
+    if (!c) return -1;
+    return fpga_xrt_emu_card_stats(c->x, c->dev, st);
+}

@@ -1,0 +1,34 @@
+/* tests/fpga/fpga_util.h — helpers for tests of the FPGA backend on emulated cards. */
+#ifndef TANDEM_TESTS_FPGA_UTIL_H
+#define TANDEM_TESTS_FPGA_UTIL_H
+#include "fpga/backend.h"
+#include "model/model.h"
+#include "proto/kv.h"
+#include "scheduler/accel.h"
+
+#define TF_MODEL "models/stories260K"
+
+/* Points the image cache at $BUILD/fpga-test-cache (shared by the tests that are not about the
+ * cache, so each image is built once per run) unless TANDEM_CACHE_DIR is already set. */
+void tf_cache_env(void);
+/* Loads TF_MODEL and opens `device` with weight_bits; 0, or -1 after reporting a failure. */
+int tf_open(const char *device, int wbits, model **m, accel_dev **d);
+/* KL(p || q) in nats of two logit rows. */
+double tf_kl(const float *p, const float *q, int n);
+
+/* The KV a CPU prefill exports, every layer chunk deep-copied. */
+typedef struct tf_kv {
+    int n_layers, n_chunks;
+    proto_kv_layer *chunks;
+    void **bufs;
+} tf_kv;
+/* Prefills ids[0..n) on the CPU device cpu, capturing its int8 KV chunks. 0 or a status. */
+int tf_cpu_kv(accel_dev *cpu, const int32_t *ids, int n, float *last_logits, tf_kv *out);
+void tf_kv_free(tf_kv *k);
+/* Imports every captured chunk into s on d; the first failing status. */
+int tf_import(accel_dev *d, accel_seq *s, const tf_kv *k);
+
+/* Emulator card stats of an FPGA device's card. */
+int tf_card_stats(accel_dev *d, fpga_emu_card_stats *st);
+
+#endif

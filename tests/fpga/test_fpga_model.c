@@ -1,0 +1,103 @@
+/* fpga/dec_model.c prices the kernels from the layout alone; the benchmarks use it for shapes
+ * too large to run. Here it must equal, command for command, what the emulator measured while
+ * the real kernels ran: decode steps at positions around tile and part boundaries (W8 and W4,
+ * GQA and MHA) and every scatter run of a many-piece import. */
+#include "fpga/dec_model.h"
+#include "tests/fpga/fpga_util.h"
+#include "tests/test.h"
+#include <stdlib.h>
+
+static void same(const fpga_dec_cost *m, const fpga_emu_run_stats *e, const char *what, int pos)
+{
+    int chans = 0;
+    for (int c = 0; c < FPGA_DEC_CH; c++)
+        chans += m->chan_bytes[c] != e->chan_bytes[c] || m->chan_cmds[c] != e->chan_cmds[c];
+    CHECK_MSG(chans == 0, "%s pos %d: %d channels differ", what, pos, chans);
+    CHECK_EQ(m->bytes_read, e->bytes_read);
+    CHECK_EQ(m->bytes_written, e->bytes_written);
+    CHECK_EQ(m->mem_ns, e->mem_ns);
+    CHECK_EQ(m->compute_ns, e->compute_ns);
+    CHECK_EQ(m->stall_ns, e->stall_ns);
+    CHECK_EQ(m->modeled_ns, e->modeled_ns);
+    CHECK_EQ(m->busiest, e->busiest);
+}
+
+static void steps(const char *model_dir, int wbits)
+{
+    char err[512];
+    tf_cache_env();
+    setenv("TANDEM_FPGA_QUANT", "calib=0", 1); /* the costs do not depend on the values */
+    model *m = model_load(model_dir, err, sizeof err);
+    REQUIRE(m);
+    accel_opts o = {.weight_bits = wbits};
+    accel_dev *d = accel_open("fpga-emu", m, &o, err, sizeof err);
+    REQUIRE(d);
+    fpga_card *c = fpga_dev_card(d);
+    float *lg = malloc(sizeof(float) * m->cfg.vocab);
+    accel_seq *s;
+    const int n = 140; /* crosses tiles (16) and parts (8 x 16 = 128 for stories260K) */
+    REQUIRE(accel_seq_new(d, n, &s) == 0);
+    for (int p = 0; p < n; p++) {
+        int32_t id = (p * 37 + 1) % m->cfg.vocab;
+        REQUIRE(accel_decode(d, 1, &s, &id, lg) == 0);
+        if (p < 3 || p % 16 == 15 || p % 16 == 0 || p == n - 1) {
+            fpga_dec_cost mc;
+            fpga_dec_model_step(&c->desc, (uint32_t)p, &mc);
+            same(&mc, &c->last_dec, model_dir, p);
+        }
+    }
+    accel_seq_free(d, s);
+    free(lg);
+    accel_free(d);
+    model_free(m);
+}
+
+TEST(fpga_cost_model_equals_emulator_decode)
+{
+    steps("models/stories260K", 8);
+    steps("models/stories260K", 4);
+    steps("models/tiny-llama2-mha", 8);
+}
+
+TEST(fpga_cost_model_equals_emulator_scatter)
+{
+    model *m;
+    accel_dev *d;
+    char err[256];
+    if (tf_open("fpga-emu", 8, &m, &d)) return;
+    accel_opts oc = {.threads = 1};
+    accel_dev *cpu = accel_open("cpu", m, &oc, err, sizeof err);
+    REQUIRE(cpu);
+    enum { NT = 45, PIECE = 11 };
+    int32_t ids[NT];
+    for (int i = 0; i < NT; i++) ids[i] = (i * 29 + 1) % m->cfg.vocab;
+    tf_kv kv;
+    REQUIRE(tf_cpu_kv(cpu, ids, NT, NULL, &kv) == 0);
+    fpga_card *c = fpga_dev_card(d);
+    c->piece_limit = PIECE;
+    accel_seq *s;
+    REQUIRE(accel_seq_new(d, 64, &s) == 0);
+    /* 5 pieces per layer, alternating between the two staging groups */
+    CHECK_EQ(tf_import(d, s, &kv), 0);
+    uint64_t model_ns = 0, runs = 0;
+    int g = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int t0 = 0; t0 < NT; t0 += PIECE) {
+            int n = NT - t0 < PIECE ? NT - t0 : PIECE;
+            int per = (n + FPGA_DEC_STAGE_SLOTS - 1) / FPGA_DEC_STAGE_SLOTS;
+            int ch[FPGA_DEC_STAGE_SLOTS];
+            for (int j = 0; j < FPGA_DEC_STAGE_SLOTS; j++) ch[j] = 1 + g * FPGA_DEC_STAGE_SLOTS + j;
+            fpga_dec_cost mc;
+            fpga_dec_model_scatter(&c->desc, (uint32_t)l, (uint32_t)t0, (uint32_t)n, (uint32_t)per, ch, &mc);
+            model_ns += mc.modeled_ns;
+            runs++;
+            g ^= 1;
+        }
+    CHECK_EQ(c->sc_runs, runs);
+    CHECK_EQ(c->sc_modeled_ns, model_ns);
+    accel_seq_free(d, s);
+    tf_kv_free(&kv);
+    accel_free(cpu);
+    accel_free(d);
+    model_free(m);
+}
