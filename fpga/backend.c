@@ -373,7 +373,7 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
     d->index = index;
     d->emu = emu;
     const model_config *c = &m->cfg;
-    fpga_quant_opts_default(&d->q, o->weight_bits ? o->weight_bits : 8);
+    fpga_quant_opts_default(&d->q, o->weight_bits ? o->weight_bits : 8, c->hidden);
     fpga_dec_desc desc;
     fpga_image_file img = {0};
     if (fpga_quant_opts_parse(&d->q, getenv("TANDEM_FPGA_QUANT"), err, errlen) ||

@@ -228,19 +228,23 @@ int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *
     return fpga_xrt_bo_read(x, c->io, logits, 4ull * d->vocab, lo_off);
 }
 
-int fpga_card_piece_tokens(const fpga_card *c)
+int fpga_card_piece_tokens_for(const fpga_dec_desc *d)
 {
     /* the most positions one slot holds (its last 64 bytes take the report) */
     uint32_t lo = 1, hi = FPGA_CARD_STAGE_BYTES;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
-        if (fpga_dec_stage_section(mid, c->desc.n_kv_heads, c->desc.head_dim, 4) <=
-            FPGA_CARD_STAGE_BYTES - 64)
+        if (fpga_dec_stage_section(mid, d->n_kv_heads, d->head_dim, 4) <= FPGA_CARD_STAGE_BYTES - 64)
             lo = mid;
         else
             hi = mid - 1;
     }
-    int n = (int)lo * FPGA_DEC_STAGE_SLOTS;
+    return (int)lo * FPGA_DEC_STAGE_SLOTS;
+}
+
+int fpga_card_piece_tokens(const fpga_card *c)
+{
+    int n = fpga_card_piece_tokens_for(&c->desc);
     return c->piece_limit > 0 && c->piece_limit < n ? c->piece_limit : n;
 }
 

@@ -81,6 +81,9 @@ int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *
 int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uint64_t kv_off,
                       uint32_t part_tiles, void *owner, void **failed_owner);
 int fpga_card_piece_tokens(const fpga_card *c);
+/* The most positions one import piece carries for a model (FPGA_DEC_STAGE_SLOTS slots of
+ * FPGA_CARD_STAGE_BYTES, less the report). */
+int fpga_card_piece_tokens_for(const fpga_dec_desc *d);
 /* Waits for every piece in flight. The first failure's status is returned and its owner put in
  * *failed_owner (the others are still waited for; a later failing owner is reported through
  * on_fail, which may be NULL). */

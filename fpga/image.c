@@ -25,7 +25,12 @@
 int fpga_image_desc(const model *m, const fpga_quant_opts *q, fpga_dec_desc *d, char *err,
                     size_t errlen)
 {
-    const model_config *c = &m->cfg;
+    return fpga_image_desc_cfg(&m->cfg, q, d, err, errlen);
+}
+
+int fpga_image_desc_cfg(const model_config *c, const fpga_quant_opts *q, fpga_dec_desc *d,
+                        char *err, size_t errlen)
+{
     memset(d, 0, sizeof *d);
     if (c->sliding_window > 0) {
         snprintf(err, errlen, "fpga: sliding-window attention is not implemented by the decode "

@@ -23,6 +23,9 @@
  * this model (a shape past the kernel's bounds, sliding-window attention). */
 int fpga_image_desc(const model *m, const fpga_quant_opts *q, fpga_dec_desc *d, char *err,
                     size_t errlen);
+/* The same from a configuration alone (tools pricing shapes they have no checkpoint of). */
+int fpga_image_desc_cfg(const model_config *c, const fpga_quant_opts *q, fpga_dec_desc *d,
+                        char *err, size_t errlen);
 
 /* What the builder chose, for logs and the quality report. */
 typedef struct fpga_image_report {

@@ -19,21 +19,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-void fpga_quant_opts_default(fpga_quant_opts *q, int weight_bits)
+static int pow2_clamp(int v, int lo, int hi)
+{
+    int p = lo;
+    while (p * 2 <= v && p * 2 <= hi) p *= 2;
+    return p;
+}
+
+void fpga_quant_opts_default(fpga_quant_opts *q, int weight_bits, int hidden)
 {
     memset(q, 0, sizeof *q);
     q->wbits = weight_bits == 4 ? 4 : 8;
-    q->wgroup = q->wbits == 4 ? 32 : 0;
+    q->wgroup = q->wbits == 4 ? pow2_clamp(hidden / 2, 32, 128) : 0;
     q->head_bits = 8;
     q->head_group = 0;
-    q->agroup = 16;
+    q->agroup = pow2_clamp(hidden / 8, 8, 128);
     q->qint8 = 0;
-    /* searched smoothing lowers W8A8's error; at 4 bits it fights GPTQ (measured in
-     * fpga/QUANT.md), so W4 leaves the weights unsmoothed */
+    /* Searched smoothing and act-order GPTQ lower W8A8's error; at 4 bits both fight the
+     * per-group scales (act-order needs static groups), so W4 uses neither (fpga/QUANT.md). */
     q->smooth_mode = q->wbits == 8 ? 2 : 0;
     q->alpha = 0.5f;
     q->clip = 1;
-    q->gptq = 1;
+    q->gptq = q->wbits == 8 ? 2 : 1;
     q->calib_seqs = 8;
     q->calib_len = 128;
     q->seed = 0x7a4d2c1b;

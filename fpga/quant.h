@@ -13,7 +13,8 @@
  *                   over a grid by the error of the simulated kernel on calibration inputs
  *   clip=0|1        error-minimising scales: per row / group, the clipping ratio that
  *                   minimises the activation-weighted squared error (AWQ/GPTQ-style search)
- *   gptq=0|1        GPTQ error feedback (Frantar et al. 2022) with the calibration Hessian
+ *   gptq=0|1|2      GPTQ error feedback (Frantar et al. 2022) with the calibration Hessian;
+ *                   2: in act-order (columns by decreasing E[x^2], static group scales)
  *   calib=SxT       S sequences of T tokens sampled from the model itself (seeded) through the
  *                   CPU backend; 0 turns calibration off (smooth, weighted clip, gptq need it)
  *   seed=N          calibration sampling seed
@@ -34,9 +35,11 @@ typedef struct fpga_quant_opts {
     uint64_t seed;
 } fpga_quant_opts;
 
-/* The defaults for weight_bits 8 or 4 (the best settings measured on stories260K; see
- * fpga/QUANT.md). */
-void fpga_quant_opts_default(fpga_quant_opts *q, int weight_bits);
+/* The defaults for weight_bits 8 or 4 and a model of width `hidden` (the best settings
+ * measured on stories260K, fpga/QUANT.md; groups scale with the width: activations in groups of
+ * hidden/8 within [8, 128], int4 weights in groups of hidden/2 within [32, 128], so a 4096-wide
+ * model gets the usual 128). */
+void fpga_quant_opts_default(fpga_quant_opts *q, int weight_bits, int hidden);
 /* Applies a spec over q. 0, or -1 with a message naming the bad key. */
 int fpga_quant_opts_parse(fpga_quant_opts *q, const char *spec, char *err, size_t errlen);
 /* Canonical text of every setting (for the cache key and logs). */

@@ -31,7 +31,7 @@ TEST(fpga_image_cache_hit_miss_corrupt)
     model *m = model_load(TF_MODEL, err, sizeof err);
     REQUIRE(m);
     fpga_quant_opts q;
-    fpga_quant_opts_default(&q, 8);
+    fpga_quant_opts_default(&q, 8, m->cfg.hidden);
     REQUIRE(fpga_quant_opts_parse(&q, "calib=2x32", err, sizeof err) == 0);
     fpga_image_report *rep = calloc(1, sizeof *rep);
     fpga_image_file f;
@@ -81,7 +81,7 @@ TEST(fpga_image_cache_hit_miss_corrupt)
     fpga_image_release(&f);
     /* other settings: another file */
     fpga_quant_opts q4;
-    fpga_quant_opts_default(&q4, 4);
+    fpga_quant_opts_default(&q4, 4, m->cfg.hidden);
     REQUIRE(fpga_quant_opts_parse(&q4, "calib=2x32", err, sizeof err) == 0);
     REQUIRE(fpga_image_get(m, &q4, NULL, &f, rep, err, sizeof err) == 0);
     CHECK_EQ(f.from_cache, 0);

@@ -1,0 +1,391 @@
+/* tools/fpga_decode_bench.c — the FPGA decode path's numbers (BENCHMARKS.md).
+ *
+ *   build/fpga_decode_bench [--steps N] [--check DIR] [--prompt T]
+ *
+ * 1. The emulator on stories260K: wall-clock decode tokens/s of the emulated card on this
+ *    machine (the kernel's C code on one CPU thread, plus the host loop: step sync, run, logits
+ *    sync), W8 and W4, beside the CPU backend; and the timing model's ms/token for the same runs.
+ * 2. The timing model for real shapes (fpga/dec_model.c: the kernels' own memory commands,
+ *    checked equal to the emulator's by tests/fpga/test_fpga_model.c): modeled ms/token of one
+ *    decode run on a U280 for LLaMA2-7B (W8, W4) and Llama-3-8B (W4) at several context
+ *    lengths, next to the HBM-bandwidth floor (the run's bytes at 460 GB/s) and the published
+ *    18.2 ms (FlightLLM) and 21.5 ms (GLITCHES Table I).
+ * 3. Modeled KV ship time for 4K and 32K prompts through the import path (per-layer chunks,
+ *    4 MiB pieces striped over 4 staging slots, double-buffered, kv_scatter on the card).
+ * 4. --check DIR: runs a real checkpoint of a big shape (e.g. tools/mkmodel --preset llama2-7b
+ *    --layers 2) through the emulator: the modeled time of real decode runs against part 2's
+ *    formula, the wall time per step, and an import of --prompt T random-KV positions against
+ *    part 3's pipeline. */
+#include "cpu/kv_quant.h"
+#include "fpga/backend.h"
+#include "fpga/dec_model.h"
+#include "fpga/image.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ---------------------------------------------------------------- 1. emulator wall clock */
+
+static double decode_run(accel_dev *d, int steps, double *modeled_ms)
+{
+    const model *m = accel_model(d);
+    float *lg = malloc(sizeof(float) * m->cfg.vocab);
+    accel_seq *s;
+    if (accel_seq_new(d, steps + 1, &s)) {
+        free(lg);
+        return -1;
+    }
+    int32_t id = 1;
+    accel_decode(d, 1, &s, &id, lg); /* warm */
+    fpga_card *c = fpga_dev_card(d);
+    uint64_t ns0 = c ? c->dec_modeled_ns : 0, r0 = c ? c->dec_runs : 0;
+    double t0 = now_s();
+    for (int i = 0; i < steps - 1; i++) {
+        id = (int32_t)((i * 37 + 5) % m->cfg.vocab);
+        if (accel_decode(d, 1, &s, &id, lg)) break;
+    }
+    double per = (now_s() - t0) / (steps - 1);
+    if (c && modeled_ms) *modeled_ms = (double)(c->dec_modeled_ns - ns0) / (double)(c->dec_runs - r0) / 1e6;
+    accel_seq_free(d, s);
+    free(lg);
+    return per;
+}
+
+static void part1(int steps)
+{
+    char err[512];
+    model *m = model_load("models/stories260K", err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "%s\n", err);
+        return;
+    }
+    printf("## 1. Emulated card on this machine: stories260K, %d decode steps from an empty "
+           "sequence\n\n", steps);
+    printf("| device | wall ms/token | tokens/s (wall) | modeled ms/token (U280) |\n|---|---:|---:|---:|\n");
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        accel_opts o = {.weight_bits = bits};
+        accel_dev *d = accel_open("fpga-emu", m, &o, err, sizeof err);
+        if (!d) {
+            fprintf(stderr, "%s\n", err);
+            continue;
+        }
+        double mod = 0, per = decode_run(d, steps, &mod);
+        printf("| fpga-emu W%dA8 | %.3f | %.0f | %.4f |\n", bits, per * 1e3, 1 / per, mod);
+        accel_free(d);
+    }
+    accel_opts oc = {.threads = 1};
+    accel_dev *c = accel_open("cpu", m, &oc, err, sizeof err);
+    if (c) {
+        double per = decode_run(c, steps, NULL);
+        printf("| cpu (1 thread, float32) | %.3f | %.0f | |\n", per * 1e3, 1 / per);
+        accel_free(c);
+    }
+    printf("\n");
+    model_free(m);
+}
+
+/* ---------------------------------------------------------------- 2. modeled decode */
+
+typedef struct shape {
+    const char *name;
+    model_config cfg;
+} shape;
+
+static shape llama2_7b(void)
+{
+    shape s = {.name = "LLaMA2-7B"};
+    s.cfg = (model_config){.hidden = 4096, .n_layers = 32, .n_heads = 32, .n_kv_heads = 32,
+                           .head_dim = 128, .intermediate = 11008, .vocab = 32000,
+                           .max_pos = 4096, .rms_eps = 1e-5f};
+    return s;
+}
+
+static shape llama3_8b(void)
+{
+    shape s = {.name = "Llama-3-8B"};
+    s.cfg = (model_config){.hidden = 4096, .n_layers = 32, .n_heads = 32, .n_kv_heads = 8,
+                           .head_dim = 128, .intermediate = 14336, .vocab = 128256,
+                           .max_pos = 8192, .rms_eps = 1e-5f};
+    return s;
+}
+
+static int desc_of(const shape *s, int bits, int head_bits, fpga_dec_desc *d)
+{
+    fpga_quant_opts q;
+    char err[256];
+    fpga_quant_opts_default(&q, bits, s->cfg.hidden);
+    q.head_bits = head_bits;
+    q.head_group = head_bits == 4 ? q.wgroup : 0;
+    if (fpga_image_desc_cfg(&s->cfg, &q, d, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* what the host adds per token: the step input in, status + logits out (fpga/card.c) */
+static double host_ns(const fpga_dec_desc *d)
+{
+    return (double)fpga_dec_model_sync_ns(fpga_dec_io_step_bytes(d)) +
+           (double)fpga_dec_model_sync_ns(fpga_dec_io_logits_off(d) + 4ull * d->vocab);
+}
+
+static void part2(void)
+{
+    printf("## 2. Timing model: one decode run on a U280 (fpga/dec_model.c)\n\n");
+    printf("Reads/writes per token from the real layout; modeled = 50 us run overhead + busiest "
+           "channel (bytes at 14.375 GB/s x 0.90 + 284 ns per command) + serial stalls; floor = "
+           "the same bytes at the 460 GB/s peak. Published: FlightLLM 18.2 ms (55 tok/s), "
+           "GLITCHES Table I 21.5 ms (W4A8-ish, [1536, 512] tokens).\n\n");
+    printf("| model | weights | image GiB | KV pool (tokens) | context | MB/token | floor ms | "
+           "modeled ms | of which stall ms | + host syncs ms | tokens/s |\n");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    struct {
+        shape s;
+        int bits, head;
+    } rows[] = {{llama2_7b(), 8, 8}, {llama2_7b(), 4, 8}, {llama2_7b(), 4, 4},
+                {llama3_8b(), 4, 8}, {llama3_8b(), 4, 4}, {llama3_8b(), 8, 8}};
+    const int ctxs[] = {128, 1024, 1792, 4096};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        fpga_dec_desc d;
+        if (desc_of(&rows[r].s, rows[r].bits, rows[r].head, &d)) continue;
+        fpga_dec_layout lo;
+        fpga_dec_layout_of(&d, &lo);
+        uint64_t io = fpga_dec_align(fpga_dec_io_bytes(&d), 4096);
+        uint64_t reserve = io > FPGA_CARD_STAGE_BYTES ? io : FPGA_CARD_STAGE_BYTES;
+        uint64_t bank = FPGA_U280_HBM_BANK_BYTES - reserve;
+        char wname[64];
+        snprintf(wname, sizeof wname, "W%dA8%s%s", rows[r].bits,
+                 rows[r].bits == 4 ? (rows[r].head == 8 ? " g128, head int8" : " g128, head int4 g128") : " per-row",
+                 "");
+        double img = (double)lo.image_bytes * FPGA_DEC_CH / (1 << 30);
+        if (lo.image_bytes > bank) {
+            printf("| %s | %s | %.2f | does not fit (%.0f MiB per channel > %.0f) | | | | | | | |\n",
+                   rows[r].s.name, wname, img, lo.image_bytes / 1048576.0, bank / 1048576.0);
+            continue;
+        }
+        uint64_t per_tok = 2ull * d.n_layers * d.n_kv_heads * (d.head_dim + 2);
+        uint64_t pool = (bank - lo.image_bytes) * FPGA_DEC_CH / per_tok;
+        for (size_t k = 0; k < sizeof ctxs / sizeof ctxs[0]; k++) {
+            fpga_dec_cost c;
+            fpga_dec_model_step(&d, (uint32_t)ctxs[k] - 1, &c);
+            double h = host_ns(&d);
+            printf("| %s | %s | %.2f | %llu | %d | %.1f | %.2f | %.2f | %.3f | %.2f | %.1f |\n",
+                   rows[r].s.name, wname, img, (unsigned long long)pool, ctxs[k],
+                   (c.bytes_read + c.bytes_written) / 1e6, fpga_dec_model_floor_ns(&c) / 1e6,
+                   c.modeled_ns / 1e6, c.stall_ns / 1e6, (c.modeled_ns + h) / 1e6,
+                   1e9 / (c.modeled_ns + h));
+        }
+    }
+    printf("\n");
+}
+
+/* ---------------------------------------------------------------- 3. KV ship */
+
+typedef struct ship {
+    double total_ns, pcie_ns, scatter_ns, last_layer_ns;
+    uint64_t bytes;
+    long pieces;
+} ship;
+
+/* The import pipeline of fpga/card.c in time: the host syncs a piece's slots, starts its
+ * scatter, and goes on with the next piece in the other staging group; before refilling a
+ * group it waits for that group's run and reads its report (a 64-byte sync); the last layer
+ * drains both groups. The compute unit runs scatters in order. */
+static ship ship_model(const fpga_dec_desc *d, int tokens, int layers)
+{
+    ship s = {0};
+    const int P = fpga_card_piece_tokens_for(d);
+    double host = 0, run_end[2] = {0, 0}, last_end = 0;
+    int pending[2] = {0, 0}, g = 0;
+    for (int l = 0; l < layers; l++) {
+        double layer_start = host;
+        for (int t0 = 0; t0 < tokens; t0 += P) {
+            int n = tokens - t0 < P ? tokens - t0 : P;
+            int per = (n + FPGA_DEC_STAGE_SLOTS - 1) / FPGA_DEC_STAGE_SLOTS;
+            if (pending[g]) {
+                host = fmax(host, run_end[g]) + (double)fpga_dec_model_sync_ns(64);
+                s.pcie_ns += (double)fpga_dec_model_sync_ns(64);
+            }
+            int ch[FPGA_DEC_STAGE_SLOTS];
+            for (int j = 0; j < FPGA_DEC_STAGE_SLOTS; j++) {
+                ch[j] = 1 + g * FPGA_DEC_STAGE_SLOTS + j;
+                int lo = j * per;
+                if (lo >= n) continue;
+                int cnt = n - lo < per ? n - lo : per;
+                uint64_t b = fpga_dec_stage_section((uint32_t)cnt, d->n_kv_heads, d->head_dim, 4);
+                double t = (double)fpga_dec_model_sync_ns(b);
+                host += t;
+                s.pcie_ns += t;
+                s.bytes += b;
+            }
+            fpga_dec_cost c;
+            fpga_dec_model_scatter(d, (uint32_t)l, (uint32_t)t0, (uint32_t)n, (uint32_t)per, ch, &c);
+            double start = fmax(host, last_end);
+            run_end[g] = last_end = start + (double)c.modeled_ns;
+            s.scatter_ns += (double)c.modeled_ns;
+            pending[g] = 1;
+            s.pieces++;
+            g ^= 1;
+        }
+        if (l == layers - 1)
+            for (int k = 0; k < 2; k++) {
+                int gg = (g + k) % 2;
+                if (!pending[gg]) continue;
+                host = fmax(host, run_end[gg]) + (double)fpga_dec_model_sync_ns(64);
+                s.pcie_ns += (double)fpga_dec_model_sync_ns(64);
+                pending[gg] = 0;
+            }
+        s.last_layer_ns = host - layer_start;
+    }
+    s.total_ns = host;
+    return s;
+}
+
+static void part3(void)
+{
+    printf("## 3. Modeled KV ship time: prompt KV (int8 + fp16 scales) through the import path\n\n");
+    printf("| model | prompt | KV MiB | fits the W4 pool | pieces | PCIe (syncs) ms | kv_scatter "
+           "ms (overlapped) | total ms | exposed after prefill (last layer) ms | bytes / 11 GB/s ms |\n");
+    printf("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
+    shape shapes[2] = {llama2_7b(), llama3_8b()};
+    const int prompts[] = {4096, 32768};
+    for (int i = 0; i < 2; i++) {
+        fpga_dec_desc d;
+        if (desc_of(&shapes[i], 4, 8, &d)) continue;
+        fpga_dec_layout lo;
+        fpga_dec_layout_of(&d, &lo);
+        uint64_t per_tok = 2ull * d.n_layers * d.n_kv_heads * (d.head_dim + 2);
+        uint64_t pool = (FPGA_U280_HBM_BANK_BYTES - FPGA_CARD_STAGE_BYTES - lo.image_bytes) *
+                        FPGA_DEC_CH / per_tok;
+        for (int k = 0; k < 2; k++) {
+            ship s = ship_model(&d, prompts[k], (int)d.n_layers);
+            double mib = (double)per_tok * prompts[k] / 1048576.0;
+            printf("| %s | %d | %.0f | %s | %ld | %.1f | %.1f | %.1f | %.2f | %.1f |\n",
+                   shapes[i].name, prompts[k], mib,
+                   (uint64_t)prompts[k] <= pool ? "yes" : "no (decode elsewhere)", s.pieces,
+                   s.pcie_ns / 1e6, s.scatter_ns / 1e6, s.total_ns / 1e6, s.last_layer_ns / 1e6,
+                   (double)per_tok * prompts[k] / FPGA_U280_PCIE_BPS * 1e3);
+        }
+    }
+    printf("\n");
+}
+
+/* ---------------------------------------------------------------- 4. a real big shape */
+
+static void part4(const char *dir, int prompt)
+{
+    char err[512];
+    model *m = model_load(dir, err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "%s\n", err);
+        return;
+    }
+    setenv("TANDEM_FPGA_QUANT", "calib=0", 1);
+    printf("## 4. A real %d-layer checkpoint of %s through the emulator\n\n", m->cfg.n_layers, dir);
+    printf("| weights | image build+upload s | decode wall s/token | modeled ms/token (run) | "
+           "model formula ms | equal |\n|---|---:|---:|---:|---:|---|\n");
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        accel_opts o = {.weight_bits = bits};
+        double t0 = now_s();
+        accel_dev *d = accel_open("fpga-emu", m, &o, err, sizeof err);
+        double t_open = now_s() - t0;
+        if (!d) {
+            fprintf(stderr, "%s\n", err);
+            continue;
+        }
+        fpga_card *c = fpga_dev_card(d);
+        float *lg = malloc(sizeof(float) * m->cfg.vocab);
+        accel_seq *s;
+        int steps = 3, ok = 1;
+        if (accel_seq_new(d, 64, &s)) break;
+        t0 = now_s();
+        for (int i = 0; i < steps; i++) {
+            int32_t id = 1 + i;
+            if (accel_decode(d, 1, &s, &id, lg)) ok = 0;
+            fpga_dec_cost mc;
+            fpga_dec_model_step(&c->desc, (uint32_t)i, &mc);
+            ok = ok && mc.modeled_ns == c->last_dec.modeled_ns;
+        }
+        double wall = (now_s() - t0) / steps;
+        fpga_dec_cost mc;
+        fpga_dec_model_step(&c->desc, (uint32_t)steps - 1, &mc);
+        printf("| W%dA8 | %.1f | %.2f | %.3f | %.3f | %s |\n", bits, t_open, wall,
+               c->last_dec.modeled_ns / 1e6, mc.modeled_ns / 1e6, ok ? "yes" : "NO");
+        accel_seq_free(d, s);
+        if (bits == 4 && prompt > 0) {
+            /* an import of random KV: the real path's modeled PCIe and scatter time */
+            const model_config *cf = &m->cfg;
+            size_t need = cpu_kv_layer_bytes(PROTO_KV_INT8, prompt, cf->n_kv_heads, cf->head_dim);
+            size_t nf = (size_t)prompt * cf->n_kv_heads * cf->head_dim;
+            float *k = malloc(sizeof(float) * nf), *v = malloc(sizeof(float) * nf);
+            void *buf = aligned_alloc(64, (need + 63) & ~(size_t)63);
+            for (size_t i = 0; i < nf; i++) {
+                k[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+                v[i] = (float)((i * 40503u) % 1999) / 999.0f - 1.0f;
+            }
+            fpga_emu_card_stats a, b;
+            accel_seq *si;
+            if (buf && k && v && accel_seq_new(d, prompt, &si) == 0) {
+                fpga_xrt_emu_card_stats(c->x, c->dev, &a);
+                uint64_t sc0 = c->sc_modeled_ns;
+                t0 = now_s();
+                int st = 0;
+                for (int l = 0; l < cf->n_layers && !st; l++) {
+                    proto_kv_layer ch;
+                    cpu_kv_quantize_layer(PROTO_KV_INT8, k, v, l, 0, prompt, cf->n_kv_heads,
+                                          cf->head_dim, buf, need, &ch);
+                    st = accel_kv_import(d, si, &ch);
+                }
+                double w = now_s() - t0;
+                fpga_xrt_emu_card_stats(c->x, c->dev, &b);
+                ship sm = ship_model(&c->desc, prompt, cf->n_layers);
+                printf("\nImport of %d positions x %d layers (%s): wall %.2f s on this machine "
+                       "(host quantize + copy + CRC + emulated scatter); card stats: PCIe syncs "
+                       "%.2f ms, scatter runs %.2f ms; pipeline model: PCIe %.2f ms, scatter "
+                       "%.2f ms, total %.2f ms.\n",
+                       prompt, cf->n_layers, st ? accel_strerror(st) : "ok", w,
+                       (b.sync_modeled_ns - a.sync_modeled_ns) / 1e6, (c->sc_modeled_ns - sc0) / 1e6,
+                       sm.pcie_ns / 1e6, sm.scatter_ns / 1e6, sm.total_ns / 1e6);
+                accel_seq_free(d, si);
+            }
+            free(k);
+            free(v);
+            free(buf);
+        }
+        free(lg);
+        accel_free(d);
+    }
+    printf("\n");
+    model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    int steps = 256, prompt = 4096;
+    const char *check = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--check") && i + 1 < argc) check = argv[++i];
+        else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) prompt = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: fpga_decode_bench [--steps N] [--check DIR] [--prompt T]\n");
+            return 2;
+        }
+    }
+    if (steps < 2 || steps > 500) steps = 256;
+    part1(steps);
+    part2();
+    part3();
+    if (check) part4(check, prompt);
+    return 0;
+}
