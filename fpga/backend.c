@@ -398,6 +398,10 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
         snprintf(err, errlen, "%s:%d: %s is not the tandem emulator", kind, index, lib);
         goto fail;
     }
+    if (emu && o->pace && (st = fpga_xrt_emu_set_pace(d->card.x, d->card.dev, 1))) {
+        snprintf(err, errlen, "%s:%d: %s", kind, index, fpga_xrt_error());
+        goto fail;
+    }
     if (fpga_image_get(m, &d->q, NULL, &img, NULL, err, errlen)) goto fail;
     d->image_cached = img.from_cache;
     snprintf(d->image_path, sizeof d->image_path, "%s", img.path);

@@ -29,6 +29,7 @@ static int pow2_clamp(int v, int lo, int hi)
 void fpga_quant_opts_default(fpga_quant_opts *q, int weight_bits, int hidden)
 {
     memset(q, 0, sizeof *q);
+    q->hidden = hidden;
     q->wbits = weight_bits == 4 ? 4 : 8;
     q->wgroup = q->wbits == 4 ? pow2_clamp(hidden / 2, 32, 128) : 0;
     q->head_bits = 8;
@@ -75,9 +76,12 @@ int fpga_quant_opts_parse(fpga_quant_opts *q, const char *spec, char *err, size_
         const char *k = kv, *v = eq + 1;
         long n = 0;
         int bad = 0;
-        if (!strcmp(k, "wbits") || !strcmp(k, "head")) {
+        if (!strcmp(k, "wbits")) {
             bad = parse_long(v, 4, 8, &n) || (n != 4 && n != 8);
-            *(!strcmp(k, "wbits") ? &q->wbits : &q->head_bits) = (int)n;
+            if (!bad) fpga_quant_opts_default(q, (int)n, q->hidden);
+        } else if (!strcmp(k, "head")) {
+            bad = parse_long(v, 4, 8, &n) || (n != 4 && n != 8);
+            q->head_bits = (int)n;
         } else if (!strcmp(k, "wgroup") || !strcmp(k, "hgroup")) {
             bad = parse_long(v, 0, 4096, &n) || (n && (n < FPGA_DEC_MIN_GROUP || (n & 1)));
             *(!strcmp(k, "wgroup") ? &q->wgroup : &q->head_group) = (int)n;
@@ -121,6 +125,7 @@ int fpga_quant_opts_parse(fpga_quant_opts *q, const char *spec, char *err, size_
             return -1;
         }
     }
+    if (q->head_bits == 4 && !q->head_group) q->head_group = pow2_clamp(q->hidden / 2, 32, 128);
     int g[2] = {q->wgroup, q->head_group}, b[2] = {q->wbits, q->head_bits};
     for (int i = 0; i < 2; i++) {
         if (b[i] == 4 && !g[i]) {

@@ -3,7 +3,8 @@
  *
  * Settings (fpga_quant_opts) come from accel_opts.weight_bits and, for tuning, a spec string
  * (the TANDEM_FPGA_QUANT environment variable), "key=value,..." with keys
- *   wbits=8|4       layer matrices: int8 per-row scales, or int4 per-group fp16 scales
+ *   wbits=8|4       layer matrices: int8 per-row scales, or int4 per-group fp16 scales; resets
+ *                   every other setting to that width's defaults (so it goes first)
  *   wgroup=N        int4 group along K (even, >= 8)
  *   head=8|4        lm_head bits (default 8: as GPTQ/AWQ keep the head at higher precision)
  *   hgroup=N        lm_head int4 group
@@ -27,6 +28,7 @@
 #include <stdint.h>
 
 typedef struct fpga_quant_opts {
+    int hidden; /* the model's width, which the defaults depend on */
     int wbits, wgroup, head_bits, head_group, agroup, qint8;
     int smooth_mode; /* 0 off, 1 fixed alpha, 2 search */
     float alpha;
