@@ -264,9 +264,12 @@ static void fpga_seq_free(accel_dev *ad, accel_seq *as)
 {
     fpga_dev *d = (fpga_dev *)ad;
     fpga_seq *s = (fpga_seq *)as;
-    /* a scatter still writing into this slab must finish before the slab is reused */
-    void *owner;
-    int st = fpga_card_drain(&d->card, &owner, mark_failed);
+    /* a scatter still writing into this slab must finish before the slab is reused; on a
+     * failed card nothing is waited for and the slab stays taken */
+    void *owner = NULL;
+    int st = atomic_load(&ad->health) == ACCEL_HEALTH_FAILED
+                 ? ACCEL_ERR_DEVICE
+                 : fpga_card_drain(&d->card, &owner, mark_failed);
     if (st == ACCEL_ERR_TIMEOUT || st == ACCEL_ERR_DEVICE) {
         accel_dev_fail(ad); /* the slab stays taken: the card may still write it */
     } else {
@@ -305,7 +308,8 @@ static void fpga_free(accel_dev *ad)
 {
     fpga_dev *d = (fpga_dev *)ad;
     void *owner;
-    if (d->card.x) fpga_card_drain(&d->card, &owner, NULL);
+    if (d->card.x && atomic_load(&ad->health) != ACCEL_HEALTH_FAILED)
+        fpga_card_drain(&d->card, &owner, NULL);
     fpga_card_close(&d->card);
     free(d->inv_freq);
     free(d->x0);

@@ -161,13 +161,14 @@ static inline float fpga_km_row_dot(const uint8_t *w, const uint8_t *ws, uint32_
             const int8_t *w8 = (const int8_t *)w;
             for (uint32_t i = lo; i < hi; i++) acc += (int32_t)w8[i] * xq[i];
         } else {
-            for (uint32_t i = lo; i < hi; i += 2) {
-                /* k and gs are even: pairs never straddle a group */
-                uint8_t b = w[i >> 1];
-                int lo4 = (int)(b & 0xf), hi4 = (int)(b >> 4);
-                lo4 = lo4 >= 8 ? lo4 - 16 : lo4;
-                hi4 = hi4 >= 8 ? hi4 - 16 : hi4;
-                acc += lo4 * xq[i] + hi4 * xq[i + 1];
+            /* k and gs are even: pairs never straddle a group. Sign-extend the nibbles by
+             * shifting them to the top of an int8 and back (what a LUT does in hardware). */
+            const uint8_t *wp = w + (lo >> 1);
+            const int8_t *xp = xq + lo;
+            uint32_t np = (hi - lo) >> 1;
+            for (uint32_t j = 0; j < np; j++) {
+                int8_t lo4 = (int8_t)(uint8_t)(wp[j] << 4), hi4 = (int8_t)(wp[j] & 0xf0);
+                acc += (lo4 >> 4) * xp[2 * j] + (hi4 >> 4) * xp[2 * j + 1];
             }
         }
         uint16_t h;
