@@ -473,6 +473,7 @@ const fpga_quant_opts *fpga_dev_quant(accel_dev *ad)
 
 int fpga_dev_image_cached(accel_dev *ad, const char **path)
 {
+    if (!ad || ad->i != &fpga_i) return -1;
     fpga_dev *d = (fpga_dev *)ad;
     if (path) *path = d->image_path;
     return d->image_cached;
@@ -480,7 +481,9 @@ int fpga_dev_image_cached(accel_dev *ad, const char **path)
 
 void fpga_dev_seq_slab(accel_dev *ad, accel_seq *as, uint64_t *kv_off, uint32_t *part_tiles)
 {
-    (void)ad;
+    *kv_off = 0;
+    *part_tiles = 0;
+    if (!ad || ad->i != &fpga_i) return;
     fpga_seq *s = (fpga_seq *)as;
     *kv_off = s->kv_off;
     *part_tiles = s->part_tiles;

@@ -30,7 +30,8 @@
 /* NULL unless d is an FPGA device. For tests and tools; same thread rules as the device. */
 fpga_card *fpga_dev_card(accel_dev *d);
 const fpga_quant_opts *fpga_dev_quant(accel_dev *d);
-/* 1 when the weight image came from the disk cache; path gets the cache file (may be ""). */
+/* 1 when the weight image came from the disk cache, 0 when it was built, -1 when d is not an
+ * FPGA device; path gets the cache file (may be ""). */
 int fpga_dev_image_cached(accel_dev *d, const char **path);
 /* Where a sequence's KV lives (same offset in every channel). */
 void fpga_dev_seq_slab(accel_dev *d, accel_seq *s, uint64_t *kv_off, uint32_t *part_tiles);

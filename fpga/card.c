@@ -287,9 +287,9 @@ int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uin
     int st = finish_group(c, g);
     if (st) {
         *failed_owner = prev;
-        if (st == ACCEL_ERR_TIMEOUT || st == ACCEL_ERR_DEVICE) return st;
-        /* a corrupt earlier piece fails its own sequence; this piece goes on */
-        if (prev == owner) return st;
+        /* a corrupt earlier piece fails its own sequence and this piece goes on; anything
+         * else is the card's problem */
+        if (st != ACCEL_ERR_CORRUPT || prev == owner) return st;
     }
     uint32_t per = (uint32_t)(n + FPGA_DEC_STAGE_SLOTS - 1) / FPGA_DEC_STAGE_SLOTS;
     *p = (fpga_card_pending){.owner = owner, .layer = (uint32_t)ch->layer,

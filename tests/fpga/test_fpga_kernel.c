@@ -204,3 +204,36 @@ TEST(fpga_device_describes_itself)
     accel_free(f);
     model_free(m);
 }
+
+/* accel_prefill on a card is one decode run per position: the same logits, bit for bit, as
+ * decoding the positions one by one; exporting KV from a card is not supported. */
+TEST(fpga_prefill_is_decode_steps)
+{
+    model *m;
+    accel_dev *f;
+    if (tf_open("fpga-emu", 8, &m, &f)) return;
+    enum { N = 20 };
+    const int V = m->cfg.vocab;
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (i * 53 + 1) % V;
+    float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
+    accel_seq *s;
+    REQUIRE(accel_seq_new(f, N, &s) == 0);
+    accel_prefill_req r = {.seq = s, .ids = ids, .n = N, .logits = a, .all_logits = 1};
+    CHECK_EQ(accel_prefill(f, &r), 0);
+    CHECK_EQ(accel_seq_len(f, s), N);
+    accel_seq_free(f, s);
+    REQUIRE(accel_seq_new(f, N, &s) == 0);
+    for (int i = 0; i < N; i++) REQUIRE(accel_decode(f, 1, &s, &ids[i], b + (size_t)i * V) == 0);
+    CHECK(memcmp(a, b, sizeof(float) * N * V) == 0);
+    accel_seq_free(f, s);
+    accel_kv_sink sink = {NULL, NULL};
+    REQUIRE(accel_seq_new(f, N, &s) == 0);
+    accel_prefill_req rk = {.seq = s, .ids = ids, .n = 2, .logits = a, .kv = &sink};
+    CHECK_EQ(accel_prefill(f, &rk), ACCEL_ERR_UNSUPPORTED);
+    accel_seq_free(f, s);
+    free(a);
+    free(b);
+    accel_free(f);
+    model_free(m);
+}
