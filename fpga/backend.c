@@ -415,7 +415,7 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
         snprintf(err, errlen, "%s:%d: %s", kind, index, fpga_xrt_error());
         goto fail;
     }
-    if (fpga_image_get(m, &d->q, NULL, &img, NULL, err, errlen)) goto fail;
+    if (fpga_image_get(m, &d->q, o->cache_dir, &img, NULL, err, errlen)) goto fail;
     d->image_cached = img.from_cache;
     snprintf(d->image_path, sizeof d->image_path, "%s", img.path);
     st = fpga_card_upload(&d->card, img.data, cerr, sizeof cerr);

@@ -66,6 +66,8 @@ typedef struct accel_opts {
     const char *xclbin;       /* fpga: bitstream path (NULL: use the loaded one / emulator) */
     int weight_bits;          /* fpga: 8 or 4 */
     int pace;                 /* fpga-emu: pace runs to the timing model in real time */
+    const char *cache_dir;    /* fpga: weight-image cache (NULL: $TANDEM_CACHE_DIR, else
+                                 ~/.cache/tandem) */
 } accel_opts;
 
 /* Sink for the quantized KV a prefill produces, one call per layer in layer order, from the
