@@ -20,7 +20,7 @@
  *     log, v = pooled vertical. query_aware = D < tau. QUIRK (kept): an exact 0 in p or v makes
  *     0 * log(0) = NaN, so D is NaN and the head is NOT query-aware (the comparison is false) —
  *     this happens for peaked heads whose fp32 softmax underflows. Query-aware heads get both
- *     budgets reset to min_budget.
+ *     budgets reset to min_budget, unclamped (QUIRK kept: above max_budget if min > max).
  *  6. vertical_blk[0] = +inf (sink column), slash_blk[nb - 1] = +inf (main diagonal band).
  *  7. top-k with k = min(max over heads of the budget, nb), one k for all heads, then entries at
  *     positions >= the head's own budget are OVERWRITTEN WITH 0 (kept): slash 0 is the diagonal
