@@ -34,7 +34,7 @@ static int api_load(api *a, char *why, size_t n)
     *(void **)&a->index = dlsym(a->lib, "gpu_flex_test_index");
     *(void **)&a->attention = dlsym(a->lib, "gpu_flex_test_attention");
     if (!a->device_count || !a->index || !a->attention) {
-        snprintf(why, n, "%s lacks the gpu_flex_test_* entry points", path);
+        snprintf(why, n, "%.200s lacks the gpu_flex_test_* entry points", path);
         dlclose(a->lib);
         return -1;
     }
