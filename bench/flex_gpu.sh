@@ -41,6 +41,7 @@ budget() {
     [ "$left" -lt 20 ] && { echo 0; return; }
     [ "$1" -lt "$left" ] && echo "$1" || echo "$left"
 }
+have_official() { [ -f .gpuwork-flex/flex_prefill_attention.py ] || [ -f .gpuwork/flex_prefill_attention.py ] || [ -n "${FLEX_OFFICIAL:-}" ]; }
 late() { echo "skipped: not enough time left (${SECONDS}s of $DEADLINE used)" | tee -a "$OUT/summary.md"; }
 
 step "1 build ($(date -u +%FT%TZ))"
@@ -95,7 +96,7 @@ fi
 if want 4; then
     step "4 official get_active_blocks vs ours"
     t=$(budget 120)
-    if [ ! -f .gpuwork-flex/flex_prefill_attention.py ]; then
+    if ! have_official; then
         echo "skipped: .gpuwork-flex/flex_prefill_attention.py missing" | tee -a "$OUT/summary.md"
     elif [ "$t" -gt 0 ]; then
         timeout "$t" python3 bench/flex_official.py jaccard "$WORK/cmp" >"$OUT/official_jaccard.md" 2>&1
@@ -115,7 +116,7 @@ fi
 
 if want 6; then
     step "6 official timings and dense SDPA"
-    if [ ! -f .gpuwork-flex/flex_prefill_attention.py ]; then
+    if ! have_official; then
         echo "skipped: .gpuwork-flex/flex_prefill_attention.py missing" | tee -a "$OUT/summary.md"
     else
         dirs=""

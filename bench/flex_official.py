@@ -12,7 +12,7 @@
 
 The official module (bytedance/FlexPrefill, flex_prefill/ops/flex_prefill_attention.py) is NOT
 part of tandem: it is loaded from $FLEX_OFFICIAL (default .gpuwork-flex/flex_prefill_attention.py,
-a git-ignored copy). Shims, only where a package is missing: transformers.utils (reports no
+a git-ignored copy; .gpuwork/flex_prefill_attention.py is tried next). Shims, only where a package is missing: transformers.utils (reports no
 flash-attn, so the module uses its own Triton dense kernel) and einops.rearrange (the one
 pattern the module uses). Prints markdown.
 """
@@ -28,11 +28,17 @@ import torch
 
 def load_official():
     path = os.environ.get("FLEX_OFFICIAL", ".gpuwork-flex/flex_prefill_attention.py")
+    if not os.path.exists(path) and os.path.exists(".gpuwork/flex_prefill_attention.py"):
+        path = ".gpuwork/flex_prefill_attention.py"
     if not os.path.exists(path):
         sys.exit(f"flex_official: {path} not found (copy the official file there, see the header)")
     shims = []
     try:
-        import transformers.utils  # noqa: F401
+        import transformers.utils
+
+        if not hasattr(transformers.utils, "is_flash_attn_2_available"):
+            transformers.utils.is_flash_attn_2_available = lambda: False
+            shims.append("transformers.utils.is_flash_attn_2_available")
     except Exception:
         t = types.ModuleType("transformers")
         u = types.ModuleType("transformers.utils")
@@ -57,6 +63,34 @@ def load_official():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod, shims
+
+
+def torch_bnhd_avg_pool(x, kernel_size, pool_type="avg"):
+    """Stand-in for the official triton_bnhd_pool (avg only), used only if its Triton kernel
+    fails on this Triton version: per block mean over the block's true length, in x's dtype."""
+    assert pool_type == "avg"
+    b, n, h, d = x.shape
+    m = (n + kernel_size - 1) // kernel_size
+    pad = m * kernel_size - n
+    xf = torch.nn.functional.pad(x.float(), (0, 0, 0, 0, 0, pad)).view(b, m, kernel_size, h, d)
+    cnt = torch.full((m,), float(kernel_size), device=x.device)
+    cnt[-1] = kernel_size - pad
+    return (xf.sum(2) / cnt[None, :, None, None]).to(x.dtype)
+
+
+def active_blocks(mod, shims, *args):
+    """The official get_active_blocks; on a Triton failure of its pooling kernel, once more with
+    the torch stand-in (reported among the shims)."""
+    try:
+        return mod.get_active_blocks(*args)
+    except Exception as e:  # noqa: BLE001
+        if "torch pooling (triton_bnhd_pool failed)" in shims:
+            raise
+        print(f"official get_active_blocks failed ({type(e).__name__}: {e}); "
+              "retrying with a torch avg pool", file=sys.stderr)
+        mod.triton_bnhd_pool = torch_bnhd_avg_pool
+        shims.append("torch pooling (triton_bnhd_pool failed)")
+        return mod.get_active_blocks(*args)
 
 
 def read_prompt(d):
@@ -110,9 +144,9 @@ def cmd_jaccard(root):
         n, H, bs = p["n"], p["H"], 128
         nb = (n + bs - 1) // bs
         with torch.no_grad():
-            idx = mod.get_active_blocks(p["q"], p["k"], p["v"], bs, p["gamma"],
-                                        math.ceil(p["min_budget"] / bs),
-                                        math.ceil(2147483647 / bs), p["tau"], bool(p["il"]))
+            idx = active_blocks(mod, shims, p["q"], p["k"], p["v"], bs, p["gamma"],
+                                math.ceil(p["min_budget"] / bs), math.ceil(2147483647 / bs),
+                                p["tau"], bool(p["il"]))
         off = [set(x for x in idx[0][h].tolist() if x % nb <= x // nb) for h in range(H)]
         row = [case, str(n), p["kind"], f"{p['gamma']:.2f}",
                f"{sum(map(len, off)) / (H * nb * (nb + 1) / 2):.4f}"]
@@ -124,6 +158,8 @@ def cmd_jaccard(root):
                        f"{sum(j == 1.0 for j in js)}/{H}")
         print("| " + " | ".join(row) + " |")
         sys.stdout.flush()
+    if shims:
+        print(f"\nshims in the end: {', '.join(shims)}")
     if all_gpu:
         print(f"\nmean over all heads: GPU {statistics.mean(all_gpu):.4f}, "
               f"CPU {statistics.mean(all_cpu):.4f} (goal >= 0.95)\n")
@@ -158,17 +194,21 @@ def cmd_time(dirs):
         q, k, v, bs = p["q"], p["k"], p["v"], 128
         n, H, G = p["n"], p["H"], p["G"]
         mb = math.ceil(p["min_budget"] / bs)
+        def attempt(fn):
+            try:
+                return f"{timed(fn):.2f}"
+            except Exception as e:  # noqa: BLE001
+                return f"failed ({type(e).__name__}: {str(e)[:60]})"
+
         with torch.no_grad():
-            t_idx = timed(lambda: mod.get_active_blocks(q, k, v, bs, p["gamma"], mb,
-                                                        math.ceil(2147483647 / bs), p["tau"],
-                                                        False))
-            idx = mod.get_active_blocks(q, k, v, bs, p["gamma"], mb, math.ceil(2147483647 / bs),
-                                        p["tau"], False)
+            args = (q, k, v, bs, p["gamma"], mb, math.ceil(2147483647 / bs), p["tau"], False)
+            idx = active_blocks(mod, shims, *args)
+            t_idx = attempt(lambda: mod.get_active_blocks(*args))
             nb = (n + bs - 1) // bs
             dens = sum(x.numel() for x in idx[0]) / (H * nb * (nb + 1) / 2)
-            t_att = timed(lambda: mod.triton_block_wise_attention(q, k, v, idx, bs))
-            t_all = timed(lambda: mod.flex_prefill_attention(q, k, v, p["gamma"], p["tau"],
-                                                             min_budget=p["min_budget"]))
+            t_att = attempt(lambda: mod.triton_block_wise_attention(q, k, v, idx, bs))
+            t_all = attempt(lambda: mod.flex_prefill_attention(q, k, v, p["gamma"], p["tau"],
+                                                               min_budget=p["min_budget"]))
             qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             try:
                 t_sdpa = timed(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True,
@@ -176,11 +216,12 @@ def cmd_time(dirs):
             except TypeError:  # torch < 2.5: no enable_gqa
                 kr, vr = kt.repeat_interleave(H // G, 1), vt.repeat_interleave(H // G, 1)
                 t_sdpa = timed(lambda: F.scaled_dot_product_attention(qt, kr, vr, is_causal=True))
-        print(f"| {n} | {p['kind']} | {t_idx:.2f} | {t_att:.2f} | {t_all:.2f} | {dens:.4f} | "
-              f"{t_sdpa:.2f} |")
+        print(f"| {n} | {p['kind']} | {t_idx} | {t_att} | {t_all} | {dens:.4f} | {t_sdpa:.2f} |")
         sys.stdout.flush()
         del q, k, v, idx
         torch.cuda.empty_cache()
+    if shims:
+        print(f"\nshims: {', '.join(shims)}")
     print()
 
 
