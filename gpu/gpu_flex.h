@@ -1,0 +1,104 @@
+/* gpu/gpu_flex.h — FlexPrefill sparse prefill on the GPU (CUDA, sm_90), the C interface.
+ *
+ * Two parts, both checked against the CPU reference (cpu/flex.h):
+ *   gpu_flex_index      get_active_blocks as fused kernels that never hold an n x n tensor:
+ *                       the last 128 rows' attention is streamed over key chunks twice (row
+ *                       statistics, then normalised weights into per-key vertical sums and
+ *                       per-diagonal slash sums — FAST-Prefill's stream-and-accumulate), the
+ *                       coverage budgets are radix selections over those n-long vectors (the
+ *                       same counts a sort + cumsum gives), and the CSR lists are emitted
+ *                       directly (count, scan, fill). Design notes in gpu/gpu_flex_index.cu.
+ *   gpu_flex_attention  causal attention over a CSR block list, FlashAttention-2 style
+ *                       (bf16 in and out, fp32 accumulation, online softmax), GQA.
+ * Layouts as the CPU reference: q (n, n_heads, d), k / v (n, n_kv_heads, d), out like q; bf16
+ * device pointers; CSR int32: row_ptr (n_heads, nb + 1) absolute into col; block 128.
+ * head_dim 64 or 128; n up to 256K tokens (nb <= 2048: the query-aware map keeps nb^2 floats per
+ * head). The caller applies flex_prefill_attention's dense rule first (cpu_flex_dense_threshold:
+ * prompts of at most max(256, ceil(min_budget / 128) * 128) tokens run dense); gpu_flex_index
+ * needs n >= 256.
+ *
+ * Device pointers and streams are passed as void * so that C callers need no CUDA headers.
+ * Errors: 0, or GPU_FLEX_ERR_* (the ACCEL_ERR_* values of scheduler/accel.h); a CUDA error is
+ * logged to stderr with its call site and returned, never fatal. Threads: one caller per
+ * workspace; kernels run on the given stream. */
+#ifndef TANDEM_GPU_FLEX_H
+#define TANDEM_GPU_FLEX_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { GPU_FLEX_ERR_NOMEM = -1, GPU_FLEX_ERR_DEVICE = -2, GPU_FLEX_ERR_INVALID = -3 };
+
+#define GPU_FLEX_BS         128
+#define GPU_FLEX_MAX_TOKENS (256 * 1024)
+#define GPU_FLEX_MAX_HEADS  128
+
+typedef struct gpu_flex_params {
+    float gamma, tau;
+    int min_blocks, max_blocks; /* budgets in blocks (max 0: none) */
+    int gqa_interleave;
+} gpu_flex_params;
+
+/* Per-head result, as cpu_flex_index keeps it. */
+typedef struct gpu_flex_head {
+    int32_t n_vertical, n_slash, query_aware;
+    float js;
+} gpu_flex_head;
+
+typedef struct gpu_flex_ws gpu_flex_ws;
+
+/* Device workspace for prompts of up to n tokens with this head layout. */
+int gpu_flex_ws_new(int n, int n_heads, int n_kv_heads, int head_dim, gpu_flex_ws **out);
+void gpu_flex_ws_free(gpu_flex_ws *ws);
+
+/* Builds the index of q, k (device bf16, n tokens, n >= 256) into the workspace. */
+int gpu_flex_index(gpu_flex_ws *ws, const gpu_flex_params *p, const void *q, const void *k,
+                   int n, void *stream);
+/* The workspace's index (device pointers, valid until the next gpu_flex_index). */
+const int32_t *gpu_flex_ws_row_ptr(const gpu_flex_ws *ws);
+const int32_t *gpu_flex_ws_col(const gpu_flex_ws *ws);
+const gpu_flex_head *gpu_flex_ws_heads(const gpu_flex_ws *ws);
+
+/* out = causal attention over the listed blocks (all device pointers). */
+int gpu_flex_attention(const void *q, const void *k, const void *v, void *out, int n,
+                       int n_heads, int n_kv_heads, int head_dim, const int32_t *row_ptr,
+                       const int32_t *col, int gqa_interleave, void *stream);
+
+/* ---- entry points for tests and benchmarks (host arrays; found with dlsym) ---- */
+
+/* Number of CUDA devices (0 when none or no driver). */
+int gpu_flex_test_device_count(void);
+/* Index of host float q, k (rounded to bf16 on upload). row_ptr: n_heads * (nb + 1);
+ * col: col_cap entries; heads: n_heads. *nnz gets the total. */
+int gpu_flex_test_index(const float *q, const float *k, int n, int n_heads, int n_kv_heads,
+                        int head_dim, const gpu_flex_params *p, int32_t *row_ptr, int32_t *col,
+                        int64_t col_cap, int64_t *nnz, gpu_flex_head *heads);
+/* Attention of host float q, k, v (rounded to bf16) over a host CSR; out (n, n_heads, d) float
+ * (the bf16 result widened). */
+int gpu_flex_test_attention(const float *q, const float *k, const float *v, int n, int n_heads,
+                            int n_kv_heads, int head_dim, const int32_t *row_ptr,
+                            const int32_t *col, int gqa_interleave, float *out);
+
+typedef struct gpu_flex_bench_result {
+    double index_ms;        /* median of reps */
+    double sparse_ms;       /* block-sparse attention over the index */
+    double dense_ms;        /* the same kernel over every causal block */
+    double density;         /* computed / causal blocks */
+    int64_t nnz;
+    int n_query_aware;
+    char device[128];
+} gpu_flex_bench_result;
+/* Times index generation, sparse and dense attention on host inputs (rounded to bf16). When
+ * row_ptr/col are not NULL the index is copied out (sizes as gpu_flex_test_index). dense may be
+ * 0 to skip the dense run. */
+int gpu_flex_bench(const float *q, const float *k, const float *v, int n, int n_heads,
+                   int n_kv_heads, int head_dim, const gpu_flex_params *p, int reps, int dense,
+                   gpu_flex_bench_result *res, int32_t *row_ptr, int32_t *col, int64_t col_cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,208 @@
+// gpu/gpu_flex_entry.cu — host-array entry points of the FlexPrefill GPU path for tests and the
+// benchmark (declared in gpu/gpu_flex.h, found with dlsym in build/libtandem_cuda.so): they
+// round float inputs to bf16 on upload, run on the default device's default stream and copy
+// the results back. Device memory is released before returning, also on errors.
+#include "gpu/gpu_flex_common.cuh"
+#include <algorithm>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#define BS GPU_FLEX_BS
+
+namespace {
+
+// Device buffers released at scope exit.
+struct dbuf {
+    void *p = nullptr;
+    ~dbuf()
+    {
+        if (p) cudaFree(p);
+    }
+};
+
+int upload_bf16(dbuf &d, const float *x, size_t n)
+{
+    std::vector<bf16> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(x[i]);
+    GF_CHECK(cudaMalloc(&d.p, n * sizeof(bf16)));
+    GF_CHECK(cudaMemcpy(d.p, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+    return 0;
+}
+
+int upload(dbuf &d, const void *x, size_t bytes)
+{
+    GF_CHECK(cudaMalloc(&d.p, bytes ? bytes : 16));
+    if (bytes) GF_CHECK(cudaMemcpy(d.p, x, bytes, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+int shape_ok(int n, int H, int Hk, int d)
+{
+    return n >= 1 && n <= GPU_FLEX_MAX_TOKENS && H >= 1 && H <= GPU_FLEX_MAX_HEADS && Hk >= 1 &&
+           H % Hk == 0 && (d == 64 || d == 128);
+}
+
+struct ws_guard {
+    gpu_flex_ws *w = nullptr;
+    ~ws_guard() { gpu_flex_ws_free(w); }
+};
+
+// Copies the workspace's index out: row_ptr (H * (nb + 1)), col up to cap, heads (may be NULL).
+int copy_index(const gpu_flex_ws *w, int H, int nb, int32_t *row_ptr, int32_t *col, int64_t cap,
+               int64_t *nnz, gpu_flex_head *heads)
+{
+    std::vector<int32_t> rp((size_t)H * (nb + 1));
+    GF_CHECK(cudaMemcpy(rp.data(), gpu_flex_ws_row_ptr(w), rp.size() * 4, cudaMemcpyDeviceToHost));
+    const int64_t total = rp.back();
+    if (nnz) *nnz = total;
+    if (row_ptr) memcpy(row_ptr, rp.data(), rp.size() * 4);
+    if (col) {
+        if (total > cap) return GPU_FLEX_ERR_INVALID;
+        GF_CHECK(cudaMemcpy(col, gpu_flex_ws_col(w), (size_t)total * 4, cudaMemcpyDeviceToHost));
+    }
+    if (heads)
+        GF_CHECK(cudaMemcpy(heads, gpu_flex_ws_heads(w), sizeof(gpu_flex_head) * H,
+                            cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
+
+} // namespace
+
+extern "C" int gpu_flex_test_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); // clear the sticky "no driver" state
+        return 0;
+    }
+    return n;
+}
+
+extern "C" int gpu_flex_test_index(const float *q, const float *k, int n, int H, int Hk, int d,
+                                   const gpu_flex_params *p, int32_t *row_ptr, int32_t *col,
+                                   int64_t col_cap, int64_t *nnz, gpu_flex_head *heads)
+{
+    if (!q || !k || !p || !shape_ok(n, H, Hk, d) || n < 2 * BS) return GPU_FLEX_ERR_INVALID;
+    dbuf dq, dk;
+    ws_guard ws;
+    int rc;
+    if ((rc = upload_bf16(dq, q, (size_t)n * H * d)) || (rc = upload_bf16(dk, k, (size_t)n * Hk * d)) ||
+        (rc = gpu_flex_ws_new(n, H, Hk, d, &ws.w)) ||
+        (rc = gpu_flex_index(ws.w, p, dq.p, dk.p, n, nullptr)))
+        return rc;
+    GF_CHECK(cudaDeviceSynchronize());
+    return copy_index(ws.w, H, (n + BS - 1) / BS, row_ptr, col, col_cap, nnz, heads);
+}
+
+extern "C" int gpu_flex_test_attention(const float *q, const float *k, const float *v, int n, int H,
+                                       int Hk, int d, const int32_t *row_ptr, const int32_t *col,
+                                       int interleave, float *out)
+{
+    if (!q || !k || !v || !row_ptr || !col || !out || !shape_ok(n, H, Hk, d))
+        return GPU_FLEX_ERR_INVALID;
+    const int nb = (n + BS - 1) / BS;
+    const int64_t nnz = row_ptr[(size_t)H * (nb + 1) - 1];
+    dbuf dq, dk, dv, drp, dcol, dout;
+    int rc;
+    if ((rc = upload_bf16(dq, q, (size_t)n * H * d)) || (rc = upload_bf16(dk, k, (size_t)n * Hk * d)) ||
+        (rc = upload_bf16(dv, v, (size_t)n * Hk * d)) ||
+        (rc = upload(drp, row_ptr, sizeof(int32_t) * H * (nb + 1))) ||
+        (rc = upload(dcol, col, sizeof(int32_t) * nnz)))
+        return rc;
+    GF_CHECK(cudaMalloc(&dout.p, sizeof(bf16) * n * H * d));
+    if ((rc = gpu_flex_attention(dq.p, dk.p, dv.p, dout.p, n, H, Hk, d, (const int32_t *)drp.p,
+                                 (const int32_t *)dcol.p, interleave, nullptr)))
+        return rc;
+    GF_CHECK(cudaDeviceSynchronize());
+    std::vector<bf16> h((size_t)n * H * d);
+    GF_CHECK(cudaMemcpy(h.data(), dout.p, h.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < h.size(); i++) out[i] = __bfloat162float(h[i]);
+    return 0;
+}
+
+extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, int n, int H, int Hk,
+                              int d, const gpu_flex_params *p, int reps, int dense,
+                              gpu_flex_bench_result *res, int32_t *row_ptr, int32_t *col,
+                              int64_t col_cap)
+{
+    if (!q || !k || !v || !p || !res || !shape_ok(n, H, Hk, d) || n < 2 * BS || reps < 1)
+        return GPU_FLEX_ERR_INVALID;
+    memset(res, 0, sizeof *res);
+    cudaDeviceProp prop;
+    GF_CHECK(cudaGetDeviceProperties(&prop, 0));
+    snprintf(res->device, sizeof res->device, "%s", prop.name);
+    const int nb = (n + BS - 1) / BS;
+    dbuf dq, dk, dv, dout, drp, dcol;
+    ws_guard ws;
+    int rc;
+    if ((rc = upload_bf16(dq, q, (size_t)n * H * d)) || (rc = upload_bf16(dk, k, (size_t)n * Hk * d)) ||
+        (rc = upload_bf16(dv, v, (size_t)n * Hk * d)) || (rc = gpu_flex_ws_new(n, H, Hk, d, &ws.w)))
+        return rc;
+    GF_CHECK(cudaMalloc(&dout.p, sizeof(bf16) * n * H * d));
+    cudaEvent_t e0, e1;
+    GF_CHECK(cudaEventCreate(&e0));
+    GF_CHECK(cudaEventCreate(&e1));
+    std::vector<double> t_index, t_sparse, t_dense;
+    for (int i = 0; i <= reps && !rc; i++) { // i == 0: warm-up
+        cudaEventRecord(e0);
+        rc = gpu_flex_index(ws.w, p, dq.p, dk.p, n, nullptr);
+        cudaEventRecord(e1);
+        if (!rc && cudaEventSynchronize(e1) != cudaSuccess) rc = GPU_FLEX_ERR_DEVICE;
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (i) t_index.push_back(ms);
+    }
+    for (int i = 0; i <= reps && !rc; i++) {
+        cudaEventRecord(e0);
+        rc = gpu_flex_attention(dq.p, dk.p, dv.p, dout.p, n, H, Hk, d, gpu_flex_ws_row_ptr(ws.w),
+                                gpu_flex_ws_col(ws.w), p->gqa_interleave, nullptr);
+        cudaEventRecord(e1);
+        if (!rc && cudaEventSynchronize(e1) != cudaSuccess) rc = GPU_FLEX_ERR_DEVICE;
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (i) t_sparse.push_back(ms);
+    }
+    std::vector<gpu_flex_head> heads(H);
+    if (!rc) rc = copy_index(ws.w, H, nb, row_ptr, col, col_cap, &res->nnz, heads.data());
+    if (!rc && dense) {
+        // every causal block: the same kernel as dense attention
+        std::vector<int32_t> frp((size_t)H * (nb + 1)), fcol;
+        fcol.reserve((size_t)H * nb * (nb + 1) / 2);
+        for (int h = 0; h < H; h++) {
+            for (int r = 0; r < nb; r++) {
+                frp[(size_t)h * (nb + 1) + r] = (int32_t)fcol.size();
+                for (int c = 0; c <= r; c++) fcol.push_back(c);
+            }
+            frp[(size_t)h * (nb + 1) + nb] = (int32_t)fcol.size();
+        }
+        if (!(rc = upload(drp, frp.data(), frp.size() * 4)) &&
+            !(rc = upload(dcol, fcol.data(), fcol.size() * 4)))
+            for (int i = 0; i <= reps && !rc; i++) {
+                cudaEventRecord(e0);
+                rc = gpu_flex_attention(dq.p, dk.p, dv.p, dout.p, n, H, Hk, d,
+                                        (const int32_t *)drp.p, (const int32_t *)dcol.p,
+                                        p->gqa_interleave, nullptr);
+                cudaEventRecord(e1);
+                if (!rc && cudaEventSynchronize(e1) != cudaSuccess) rc = GPU_FLEX_ERR_DEVICE;
+                float ms = 0;
+                cudaEventElapsedTime(&ms, e0, e1);
+                if (i) t_dense.push_back(ms);
+            }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (rc) return rc;
+    res->index_ms = median(t_index);
+    res->sparse_ms = median(t_sparse);
+    res->dense_ms = median(t_dense);
+    res->density = (double)res->nnz / ((double)H * nb * (nb + 1) / 2);
+    for (int h = 0; h < H; h++) res->n_query_aware += heads[h].query_aware;
+    return 0;
+}

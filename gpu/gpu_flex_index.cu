@@ -1,0 +1,636 @@
+// gpu/gpu_flex_index.cu — FlexPrefill's get_active_blocks on the GPU (interface: gpu/gpu_flex.h;
+// the steps and quirks are those of cpu/flex_index.c, which this must match set for set).
+//
+// Kernels, in launch order (nothing n x n is ever stored; the largest buffers are the two n-long
+// token distributions per head and, for query-aware heads only, the nb x nb block map):
+//   lastq<false>   grid (key chunks of 1024, heads): the last 128 query rows against the chunk's
+//                  keys, 64 at a time on tensor cores (WMMA bf16 -> fp32), corner-causal mask,
+//                  per-row running max / sum of exp2 -> a partial (m, l) per (chunk, row)
+//   reduce_stats   the partials of every row combined in chunk order -> m, 1 / l
+//   lastq<true>    the same tiles again, now normalised: column sums -> vertical[j] (each key
+//                  belongs to one chunk: written directly), diagonal sums -> slash[t] (a chunk
+//                  completes t in [start + 127, end); the 127 diagonals it shares with the next
+//                  chunk go to carry buffers) — FAST-Prefill's stream-and-accumulate
+//   slash_fixup    the shared diagonals: own part + previous chunk's part, in that order
+//   mean_q, avg_k  the mean last row (/ sqrt d) and the key-block means
+//   budget         per (head, vertical|slash): radix coverage cut -> count(cumsum <= gamma)
+//   pool_js        block sums of both distributions, softmax(mean_q . avg_k), square-root JS,
+//                  the budgets ((count + 1) // 128 + 1, clamp min then max), query-aware reset
+//   select         top-n by rank (value desc, index asc; sink column and diagonal forced): the
+//                  first n of torch.topk's order, which is what survives the overwrite with 0
+//   avg_q, qa_scores, qa_cut, qa_emit   query-aware heads only: block-pooled causal softmax map,
+//                  coverage cut at gamma * nb, kept ids as a bit map (ties by ascending id)
+//   csr_count, scan, csr_fill          the CSR rows, causal blocks only, columns ascending
+// All reductions have a fixed order except the double histogram sums of the radix cut (atomic):
+// the index is the same from run to run unless a cumulative sum lands within a double ulp of
+// the limit.
+#include "gpu/gpu_flex_common.cuh"
+#include <mma.h>
+#include <stdlib.h>
+
+using namespace nvcuda;
+
+#define BS 128
+#define KCHUNK 1024
+#define SUB 64
+#define LDS (SUB + 4)
+#define MAX_NB (GPU_FLEX_MAX_TOKENS / BS)
+
+struct gpu_flex_ws {
+    int cap_n, H, Hk, d;
+    float2 *partial;
+    float *m2, *inv_l, *vert, *slash, *carry_a, *carry_b, *mq, *avg_k, *vblk, *sblk, *avg_q,
+        *qa_map;
+    unsigned long long *cnt;
+    gpu_flex_head *heads;
+    uint8_t *vmask, *smask;
+    gf_cut *cuts;
+    uint32_t *qa_keep;
+    int *counts;
+    int32_t *row_ptr, *col;
+};
+
+static __device__ __forceinline__ int kv_head(int h, int H, int Hk, int interleave)
+{
+    return interleave ? h % Hk : h / (H / Hk);
+}
+
+// ---------------------------------------------------------------- the streamed estimate
+
+template <int D> struct lastq_smem {
+    static constexpr int LDQ = D + 8;
+    static constexpr size_t q = (size_t)BS * LDQ * 2, k = (size_t)SUB * LDQ * 2,
+                            s = (size_t)BS * LDS * 4;
+    static constexpr size_t accum = (KCHUNK + BS) * 4 + 4 * SUB * 4;
+    static constexpr size_t bytes(bool acc) { return q + k + s + (acc ? accum : 0); }
+};
+
+template <int D, bool ACCUM>
+__global__ void __launch_bounds__(256)
+    lastq_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k, int n, int H, int Hk,
+                 int interleave, float scale_log2, float2 *partial, const float *m2,
+                 const float *inv_l, float *vert, float *slash, float *carry_a, float *carry_b)
+{
+    typedef lastq_smem<D> L;
+    constexpr int LDQ = L::LDQ;
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16 *qs = (bf16 *)smem;
+    bf16 *ks = (bf16 *)(smem + L::q);
+    float *ss = (float *)(smem + L::q + L::k);
+    float *sl = (float *)(smem + L::q + L::k + L::s);
+    float *colpart = sl + KCHUNK + BS;
+
+    const int chunk = blockIdx.x, h = blockIdx.y, nch = gridDim.x, tid = threadIdx.x;
+    const int g = kv_head(h, H, Hk, interleave);
+    const int w = tid >> 5, lane = tid & 31, row = 16 * w + (lane >> 1), half = lane & 1;
+    const int t_row = n - BS + row; // the query position of this thread's row
+    const int c0 = chunk * KCHUNK;
+
+    for (int i = tid; i < BS * D / 8; i += 256) {
+        const int r = i / (D / 8), c = i % (D / 8);
+        *(uint4 *)(qs + r * LDQ + 8 * c) =
+            *(const uint4 *)(q + ((size_t)(n - BS + r) * H + h) * D + 8 * c);
+    }
+    if (ACCUM)
+        for (int i = tid; i < KCHUNK + BS; i += 256) sl[i] = 0;
+    float m = -INFINITY, l = 0, mrow = 0, il = 0;
+    if (ACCUM) {
+        mrow = m2[h * BS + row];
+        il = inv_l[h * BS + row];
+    }
+
+    for (int sub = 0; sub < KCHUNK / SUB; sub++) {
+        const int j0 = c0 + sub * SUB;
+        if (j0 >= n) break;
+        __syncthreads(); // the previous sub-tile is done with ks / ss
+        for (int i = tid; i < SUB * D / 8; i += 256) {
+            const int r = i / (D / 8), c = i % (D / 8), j = j0 + r;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (j < n) v = *(const uint4 *)(k + ((size_t)j * Hk + g) * D + 8 * c);
+            *(uint4 *)(ks + r * LDQ + 8 * c) = v;
+        }
+        __syncthreads();
+        {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[SUB / 16];
+            for (int f = 0; f < SUB / 16; f++) wmma::fill_fragment(acc[f], 0.0f);
+            for (int kk = 0; kk < D / 16; kk++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+                wmma::load_matrix_sync(a, qs + 16 * w * LDQ + 16 * kk, LDQ);
+                for (int f = 0; f < SUB / 16; f++) {
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
+                    wmma::load_matrix_sync(b, ks + 16 * f * LDQ + 16 * kk, LDQ);
+                    wmma::mma_sync(acc[f], a, b, acc[f]);
+                }
+            }
+            for (int f = 0; f < SUB / 16; f++)
+                wmma::store_matrix_sync(ss + 16 * w * LDS + 16 * f, acc[f], LDS,
+                                        wmma::mem_row_major);
+        }
+        __syncwarp();
+        float *srow = ss + row * LDS + 32 * half;
+        if (!ACCUM) {
+            float mx = -INFINITY;
+            for (int c = 0; c < 32; c++) {
+                const int j = j0 + 32 * half + c;
+                if (j <= t_row) mx = fmaxf(mx, srow[c] * scale_log2);
+            }
+            if (mx > -INFINITY) {
+                if (mx > m) {
+                    l *= exp2f(m - mx);
+                    m = mx;
+                }
+                for (int c = 0; c < 32; c++) {
+                    const int j = j0 + 32 * half + c;
+                    if (j <= t_row) l += exp2f(srow[c] * scale_log2 - m);
+                }
+            }
+        } else {
+            for (int c = 0; c < 32; c++) {
+                const int j = j0 + 32 * half + c;
+                srow[c] = j <= t_row ? exp2f(srow[c] * scale_log2 - mrow) * il : 0.0f;
+            }
+            __syncthreads();
+            // vertical: column sums, 4 partial sums of 32 rows each, combined in order
+            {
+                const int col = tid & (SUB - 1), part = tid >> 6;
+                float s = 0;
+                for (int i = 32 * part; i < 32 * part + 32; i++) s += ss[i * LDS + col];
+                colpart[part * SUB + col] = s;
+            }
+            // slash: diagonal tt = col - i + 127 of this tile, rows ascending
+            if (tid < BS + SUB - 1) {
+                const int tt = tid;
+                const int ilo = BS - 1 - tt > 0 ? BS - 1 - tt : 0;
+                const int ihi = BS - 1 - tt + SUB - 1 < BS - 1 ? BS - 1 - tt + SUB - 1 : BS - 1;
+                float s = 0;
+                for (int i = ilo; i <= ihi; i++) s += ss[i * LDS + (tt + i - (BS - 1))];
+                sl[sub * SUB + tt] += s;
+            }
+            __syncthreads();
+            if (tid < SUB) {
+                const float v = ((colpart[tid] + colpart[SUB + tid]) + colpart[2 * SUB + tid]) +
+                                colpart[3 * SUB + tid];
+                const int j = j0 + tid;
+                if (j < n) vert[(size_t)h * n + j] = v * (1.0f / BS);
+            }
+        }
+    }
+
+    if (!ACCUM) {
+        // the two halves of each row, half 0 first
+        const float m1 = __shfl_xor_sync(0xffffffffu, m, 1), l1 = __shfl_xor_sync(0xffffffffu, l, 1);
+        if (half == 0) {
+            const float mm = fmaxf(m, m1);
+            float ll = 0;
+            if (mm > -INFINITY) ll = l * exp2f(m - mm) + l1 * exp2f(m1 - mm);
+            partial[((size_t)h * nch + chunk) * BS + row] = make_float2(mm, ll);
+        }
+    } else {
+        __syncthreads();
+        for (int i = tid; i < KCHUNK + BS - 1; i += 256) {
+            if (i < BS - 1) {
+                carry_a[((size_t)h * nch + chunk) * BS + i] = sl[i];
+            } else if (i < KCHUNK) {
+                const int t = c0 + i;
+                if (t < n) slash[(size_t)h * n + t] = sl[i] * (1.0f / BS);
+            } else {
+                carry_b[((size_t)h * nch + chunk) * BS + (i - KCHUNK)] = sl[i];
+            }
+        }
+    }
+}
+
+__global__ void reduce_stats_kernel(const float2 *partial, int nch, float *m2, float *inv_l)
+{
+    const int h = blockIdx.x, i = threadIdx.x;
+    float m = -INFINITY, l = 0;
+    for (int c = 0; c < nch; c++) {
+        const float2 p = partial[((size_t)h * nch + c) * BS + i];
+        if (p.x == -INFINITY) continue;
+        const float nm = fmaxf(m, p.x);
+        l = l * exp2f(m - nm) + p.y * exp2f(p.x - nm);
+        m = nm;
+    }
+    m2[h * BS + i] = m;
+    inv_l[h * BS + i] = 1.0f / l;
+}
+
+__global__ void slash_fixup_kernel(float *slash, const float *carry_a, const float *carry_b, int n)
+{
+    const int c = blockIdx.x, h = blockIdx.y, nch = gridDim.x, i = threadIdx.x;
+    if (i >= BS - 1) return;
+    const int t = c * KCHUNK + i;
+    if (t >= n) return;
+    float s = carry_a[((size_t)h * nch + c) * BS + i];
+    if (c > 0) s += carry_b[((size_t)h * nch + c - 1) * BS + i];
+    slash[(size_t)h * n + t] = s * (1.0f / BS);
+}
+
+__global__ void mean_q_kernel(const bf16 *q, int n, int H, int D, float *mq)
+{
+    const int h = blockIdx.x, e = threadIdx.x;
+    float s = 0;
+    for (int i = 0; i < BS; i++) s += __bfloat162float(q[((size_t)(n - BS + i) * H + h) * D + e]);
+    mq[h * D + e] = s / BS / sqrtf((float)D);
+}
+
+__global__ void avg_k_kernel(const bf16 *k, int n, int Hk, int D, float *avg_k)
+{
+    const int b = blockIdx.x, g = blockIdx.y, e = threadIdx.x, nb = gridDim.x;
+    const int j1 = (b + 1) * BS < n ? (b + 1) * BS : n;
+    float s = 0;
+    for (int j = b * BS; j < j1; j++) s += __bfloat162float(k[((size_t)j * Hk + g) * D + e]);
+    avg_k[((size_t)g * nb + b) * D + e] = s / (float)(j1 - b * BS);
+}
+
+// ---------------------------------------------------------------- budgets and decisions
+
+__global__ void __launch_bounds__(1024)
+    budget_kernel(const float *vert, const float *slash, int n, float gamma, unsigned long long *cnt)
+{
+    const int h = blockIdx.x, which = blockIdx.y;
+    const float *x = (which ? slash : vert) + (size_t)h * n;
+    gf_cut c = gf_radix_cut(x, n, (double)gamma);
+    if (threadIdx.x == 0) cnt[h * 2 + which] = c.count;
+}
+
+__global__ void __launch_bounds__(256)
+    pool_js_kernel(const float *vert, const float *slash, const float *mq, const float *avg_k,
+                   const unsigned long long *cnt, int n, int nb, int H, int Hk, int D,
+                   int interleave, float tau, int min_b, int max_b, float *vblk, float *sblk,
+                   gpu_flex_head *heads)
+{
+    extern __shared__ float p[]; // nb
+    __shared__ double dred[32];
+    __shared__ float fred[32];
+    const int h = blockIdx.x, g = kv_head(h, H, Hk, interleave);
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) {
+        double sv = 0, ss = 0;
+        const int j1 = (b + 1) * BS < n ? (b + 1) * BS : n;
+        for (int j = b * BS; j < j1; j++) {
+            sv += vert[(size_t)h * n + j];
+            ss += slash[(size_t)h * n + j];
+        }
+        vblk[(size_t)h * nb + b] = (float)sv;
+        sblk[(size_t)h * nb + b] = (float)ss;
+        float dot = 0;
+        for (int e = 0; e < D; e++) dot += mq[h * D + e] * avg_k[((size_t)g * nb + b) * D + e];
+        p[b] = dot;
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) mx = fmaxf(mx, p[b]);
+    mx = gf_block_max(mx, fred);
+    double sum = 0;
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) {
+        p[b] = expf(p[b] - mx);
+        sum += p[b];
+    }
+    sum = gf_block_sum<double>(sum, dred);
+    const float inv = (float)(1.0 / sum);
+    double ja = 0, jb = 0;
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) {
+        const double pv = p[b] * inv, qv = vblk[(size_t)h * nb + b], m = (pv + qv) / 2;
+        ja += pv * log(pv / m);
+        jb += qv * log(qv / m);
+    }
+    ja = gf_block_sum<double>(ja, dred);
+    jb = gf_block_sum<double>(jb, dred);
+    if (threadIdx.x == 0) {
+        const float js = (float)sqrt(0.5 * ja + 0.5 * jb);
+        long long nv = (long long)(cnt[h * 2] + 1) / 128 + 1; // QUIRK kept: 128, not bs
+        long long ns = (long long)(cnt[h * 2 + 1] + 1) / 128 + 1;
+        nv = nv < min_b ? min_b : nv;
+        nv = nv > max_b ? max_b : nv;
+        ns = ns < min_b ? min_b : ns;
+        ns = ns > max_b ? max_b : ns;
+        const int qa = js < tau; // NaN: false
+        if (qa) nv = ns = min_b;
+        heads[h].n_vertical = (int)nv;
+        heads[h].n_slash = (int)ns;
+        heads[h].query_aware = qa;
+        heads[h].js = js;
+    }
+}
+
+__global__ void __launch_bounds__(1024)
+    select_kernel(const float *vblk, const float *sblk, int nb, const gpu_flex_head *heads,
+                  uint8_t *vmask, uint8_t *smask)
+{
+    extern __shared__ float vs[]; // 2 nb
+    float *v = vs, *s = vs + nb;
+    const int h = blockIdx.x;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) {
+        v[i] = i == 0 ? INFINITY : vblk[(size_t)h * nb + i];
+        s[i] = i == nb - 1 ? INFINITY : sblk[(size_t)h * nb + i];
+    }
+    __syncthreads();
+    const int nv = heads[h].n_vertical, ns = heads[h].n_slash;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) {
+        int rv = 0, rs = 0;
+        const float vi = v[i], si = s[i];
+        for (int j = 0; j < nb; j++) {
+            rv += v[j] > vi || (v[j] == vi && j < i);
+            rs += s[j] > si || (s[j] == si && j < i);
+        }
+        vmask[(size_t)h * nb + i] = rv < nv;
+        smask[(size_t)h * nb + (nb - 1 - i)] = rs < ns; // slash index i is offset nb - 1 - i
+    }
+}
+
+// ---------------------------------------------------------------- query-aware heads
+
+__global__ void avg_q_kernel(const bf16 *q, int n, int H, int D, const gpu_flex_head *heads,
+                             float *avg_q)
+{
+    const int r = blockIdx.x, h = blockIdx.y, nb = gridDim.x, e = threadIdx.x;
+    if (!heads[h].query_aware) return;
+    const int pad = nb * BS - n;
+    float s = 0;
+    for (int t = r * BS; t < (r + 1) * BS && t < n; t++)
+        s += __bfloat162float(q[((size_t)t * H + h) * D + e]);
+    float a = s / BS;
+    if (r == nb - 1) a = a * (float)BS / (float)(BS - pad);
+    avg_q[((size_t)h * nb + r) * D + e] = a / sqrtf((float)D);
+}
+
+__global__ void __launch_bounds__(256)
+    qa_scores_kernel(const float *avg_q, const float *avg_k, int H, int Hk, int D, int interleave,
+                     const gpu_flex_head *heads, float *qa_map)
+{
+    extern __shared__ float row[]; // nb
+    __shared__ double dred[32];
+    __shared__ float fred[32];
+    const int r = blockIdx.x, h = blockIdx.y, nb = gridDim.x;
+    if (!heads[h].query_aware) return;
+    const int g = kv_head(h, H, Hk, interleave);
+    const float *aq = avg_q + ((size_t)h * nb + r) * D;
+    float mx = -INFINITY;
+    for (int c = threadIdx.x; c < nb; c += blockDim.x) {
+        float s = -INFINITY;
+        if (c <= r) {
+            s = 0;
+            for (int e = 0; e < D; e++) s += aq[e] * avg_k[((size_t)g * nb + c) * D + e];
+        }
+        row[c] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = gf_block_max(mx, fred);
+    double sum = 0;
+    for (int c = threadIdx.x; c < nb; c += blockDim.x) {
+        row[c] = expf(row[c] - mx);
+        sum += row[c];
+    }
+    sum = gf_block_sum<double>(sum, dred);
+    const float inv = (float)(1.0 / sum);
+    for (int c = threadIdx.x; c < nb; c += blockDim.x)
+        qa_map[(size_t)h * nb * nb + (size_t)r * nb + c] = row[c] * inv;
+}
+
+__global__ void __launch_bounds__(1024)
+    qa_cut_kernel(const float *qa_map, int nb, float limit, const gpu_flex_head *heads, gf_cut *cuts)
+{
+    const int h = blockIdx.x;
+    if (!heads[h].query_aware) return;
+    gf_cut c = gf_radix_cut(qa_map + (size_t)h * nb * nb, (long long)nb * nb, (double)limit);
+    if (threadIdx.x == 0) cuts[h] = c;
+}
+
+__global__ void __launch_bounds__(1024)
+    qa_emit_kernel(const float *qa_map, int nb, const gpu_flex_head *heads, const gf_cut *cuts,
+                   uint32_t *qa_keep)
+{
+    __shared__ int scan_tmp[32];
+    const int h = blockIdx.x;
+    if (!heads[h].query_aware) return;
+    const gf_cut c = cuts[h];
+    const long long m = (long long)nb * nb, words = (m + 31) / 32;
+    const float *x = qa_map + (size_t)h * m;
+    uint32_t *keep = qa_keep + (size_t)h * words;
+    unsigned long long ties_before = 0;
+    for (long long base = 0; base < m; base += blockDim.x) {
+        const long long id = base + threadIdx.x;
+        const int valid = id < m;
+        const uint32_t u = valid ? gf_bits(x[id]) : 0;
+        const int tie = valid && !c.all && u == c.bits;
+        int total;
+        const int rank = gf_block_exclusive_scan(tie, &total, scan_tmp);
+        const int k = valid && (c.all || u > c.bits || (tie && ties_before + rank < c.take));
+        const uint32_t word = __ballot_sync(0xffffffffu, k);
+        if ((threadIdx.x & 31) == 0 && (base + threadIdx.x) / 32 < words)
+            keep[(base + threadIdx.x) / 32] = word;
+        ties_before += total;
+    }
+}
+
+// ---------------------------------------------------------------- CSR
+
+static __device__ __forceinline__ int present(int h, int nb, int r, int c, const uint8_t *vmask,
+                                              const uint8_t *smask, const gpu_flex_head *heads,
+                                              const uint32_t *qa_keep)
+{
+    if (c == 0 || vmask[(size_t)h * nb + c] || smask[(size_t)h * nb + (r - c)]) return 1;
+    if (!heads[h].query_aware) return 0;
+    const long long words = ((long long)nb * nb + 31) / 32;
+    const long long id = (long long)r * nb + c;
+    return (int)(qa_keep[(size_t)h * words + id / 32] >> (id & 31) & 1u);
+}
+
+__global__ void csr_count_kernel(int nb, const uint8_t *vmask, const uint8_t *smask,
+                                 const gpu_flex_head *heads, const uint32_t *qa_keep, int *counts)
+{
+    __shared__ int red[32];
+    const int r = blockIdx.x, h = blockIdx.y;
+    int cnt = 0;
+    for (int c = threadIdx.x; c <= r; c += blockDim.x)
+        cnt += present(h, nb, r, c, vmask, smask, heads, qa_keep);
+    cnt = gf_block_sum<int>(cnt, red);
+    if (threadIdx.x == 0) counts[h * nb + r] = cnt;
+}
+
+__global__ void __launch_bounds__(1024) scan_kernel(const int *counts, int H, int nb, int32_t *row_ptr)
+{
+    __shared__ int tmp[32];
+    const int total = H * nb;
+    int running = 0;
+    for (int base = 0; base < total; base += blockDim.x) {
+        const int L = base + threadIdx.x;
+        const int v = L < total ? counts[L] : 0;
+        int sum;
+        const int ex = gf_block_exclusive_scan(v, &sum, tmp);
+        if (L < total) {
+            const int h = L / nb, r = L % nb;
+            row_ptr[h * (nb + 1) + r] = running + ex;
+            if (r == nb - 1) row_ptr[h * (nb + 1) + nb] = running + ex + v;
+        }
+        running += sum;
+    }
+}
+
+__global__ void csr_fill_kernel(int nb, const uint8_t *vmask, const uint8_t *smask,
+                                const gpu_flex_head *heads, const uint32_t *qa_keep,
+                                const int32_t *row_ptr, int32_t *col)
+{
+    __shared__ int tmp[32];
+    const int r = blockIdx.x, h = blockIdx.y;
+    const int base = row_ptr[h * (nb + 1) + r];
+    int running = 0;
+    for (int c0 = 0; c0 <= r; c0 += blockDim.x) {
+        const int c = c0 + threadIdx.x;
+        const int f = c <= r && present(h, nb, r, c, vmask, smask, heads, qa_keep);
+        int total;
+        const int ex = gf_block_exclusive_scan(f, &total, tmp);
+        if (f) col[base + running + ex] = c;
+        running += total;
+    }
+}
+
+// ---------------------------------------------------------------- host side
+
+static int ws_alloc(void **p, size_t bytes)
+{
+    GF_CHECK(cudaMalloc(p, bytes ? bytes : 16));
+    return 0;
+}
+
+extern "C" int gpu_flex_ws_new(int n, int H, int Hk, int d, gpu_flex_ws **out)
+{
+    *out = NULL;
+    if (n < 2 * BS || n > GPU_FLEX_MAX_TOKENS || H < 1 || H > GPU_FLEX_MAX_HEADS || Hk < 1 ||
+        H % Hk || (d != 64 && d != 128))
+        return GPU_FLEX_ERR_INVALID;
+    gpu_flex_ws *w = (gpu_flex_ws *)calloc(1, sizeof *w);
+    if (!w) return GPU_FLEX_ERR_NOMEM;
+    w->cap_n = n;
+    w->H = H;
+    w->Hk = Hk;
+    w->d = d;
+    const size_t nb = (n + BS - 1) / BS, nch = (n + KCHUNK - 1) / KCHUNK;
+    int rc = 0;
+    if ((rc = ws_alloc((void **)&w->partial, sizeof(float2) * H * nch * BS)) ||
+        (rc = ws_alloc((void **)&w->m2, sizeof(float) * H * BS)) ||
+        (rc = ws_alloc((void **)&w->inv_l, sizeof(float) * H * BS)) ||
+        (rc = ws_alloc((void **)&w->vert, sizeof(float) * H * n)) ||
+        (rc = ws_alloc((void **)&w->slash, sizeof(float) * H * n)) ||
+        (rc = ws_alloc((void **)&w->carry_a, sizeof(float) * H * nch * BS)) ||
+        (rc = ws_alloc((void **)&w->carry_b, sizeof(float) * H * nch * BS)) ||
+        (rc = ws_alloc((void **)&w->mq, sizeof(float) * H * d)) ||
+        (rc = ws_alloc((void **)&w->avg_k, sizeof(float) * Hk * nb * d)) ||
+        (rc = ws_alloc((void **)&w->vblk, sizeof(float) * H * nb)) ||
+        (rc = ws_alloc((void **)&w->sblk, sizeof(float) * H * nb)) ||
+        (rc = ws_alloc((void **)&w->avg_q, sizeof(float) * H * nb * d)) ||
+        (rc = ws_alloc((void **)&w->qa_map, sizeof(float) * H * nb * nb)) ||
+        (rc = ws_alloc((void **)&w->cnt, sizeof(unsigned long long) * H * 2)) ||
+        (rc = ws_alloc((void **)&w->heads, sizeof(gpu_flex_head) * H)) ||
+        (rc = ws_alloc((void **)&w->vmask, H * nb)) ||
+        (rc = ws_alloc((void **)&w->smask, H * nb)) ||
+        (rc = ws_alloc((void **)&w->cuts, sizeof(gf_cut) * H)) ||
+        (rc = ws_alloc((void **)&w->qa_keep, sizeof(uint32_t) * H * ((nb * nb + 31) / 32))) ||
+        (rc = ws_alloc((void **)&w->counts, sizeof(int) * H * nb)) ||
+        (rc = ws_alloc((void **)&w->row_ptr, sizeof(int32_t) * H * (nb + 1))) ||
+        (rc = ws_alloc((void **)&w->col, sizeof(int32_t) * H * nb * (nb + 1) / 2))) {
+        gpu_flex_ws_free(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+extern "C" void gpu_flex_ws_free(gpu_flex_ws *w)
+{
+    if (!w) return;
+    void *ps[] = {w->partial, w->m2,   w->inv_l, w->vert,  w->slash,   w->carry_a, w->carry_b,
+                  w->mq,      w->avg_k, w->vblk,  w->sblk,  w->avg_q,   w->qa_map,  w->cnt,
+                  w->heads,   w->vmask, w->smask, w->cuts,  w->qa_keep, w->counts,  w->row_ptr,
+                  w->col};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        if (ps[i]) cudaFree(ps[i]);
+    free(w);
+}
+
+extern "C" const int32_t *gpu_flex_ws_row_ptr(const gpu_flex_ws *w)
+{
+    return w->row_ptr;
+}
+extern "C" const int32_t *gpu_flex_ws_col(const gpu_flex_ws *w)
+{
+    return w->col;
+}
+extern "C" const gpu_flex_head *gpu_flex_ws_heads(const gpu_flex_ws *w)
+{
+    return w->heads;
+}
+
+template <int D>
+static int launch_lastq(gpu_flex_ws *w, const gpu_flex_params *p, const bf16 *q, const bf16 *k,
+                        int n, cudaStream_t st)
+{
+    const int nch = (n + KCHUNK - 1) / KCHUNK;
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
+    const size_t s0 = lastq_smem<D>::bytes(false), s1 = lastq_smem<D>::bytes(true);
+    GF_CHECK(cudaFuncSetAttribute(lastq_kernel<D, false>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s0));
+    GF_CHECK(cudaFuncSetAttribute(lastq_kernel<D, true>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
+    const dim3 grid(nch, w->H);
+    lastq_kernel<D, false><<<grid, 256, s0, st>>>(q, k, n, w->H, w->Hk, p->gqa_interleave,
+                                                  scale_log2, w->partial, NULL, NULL, NULL, NULL,
+                                                  NULL, NULL);
+    GF_LAUNCHED();
+    reduce_stats_kernel<<<w->H, BS, 0, st>>>(w->partial, nch, w->m2, w->inv_l);
+    GF_LAUNCHED();
+    lastq_kernel<D, true><<<grid, 256, s1, st>>>(q, k, n, w->H, w->Hk, p->gqa_interleave,
+                                                 scale_log2, NULL, w->m2, w->inv_l, w->vert,
+                                                 w->slash, w->carry_a, w->carry_b);
+    GF_LAUNCHED();
+    slash_fixup_kernel<<<grid, BS, 0, st>>>(w->slash, w->carry_a, w->carry_b, n);
+    GF_LAUNCHED();
+    return 0;
+}
+
+extern "C" int gpu_flex_index(gpu_flex_ws *w, const gpu_flex_params *p, const void *qv,
+                              const void *kv, int n, void *stream)
+{
+    if (!w || !p || !qv || !kv || n < 2 * BS || n > w->cap_n || !(p->gamma > 0 && p->gamma <= 1) ||
+        !(p->tau >= 0 && p->tau <= 1) || p->min_blocks < 1 || p->max_blocks < 0)
+        return GPU_FLEX_ERR_INVALID;
+    cudaStream_t st = (cudaStream_t)stream;
+    const bf16 *q = (const bf16 *)qv, *k = (const bf16 *)kv;
+    const int H = w->H, Hk = w->Hk, D = w->d, nb = (n + BS - 1) / BS;
+    const int max_b = p->max_blocks > 0 && p->max_blocks < nb ? p->max_blocks : nb;
+    int rc = D == 64 ? launch_lastq<64>(w, p, q, k, n, st) : launch_lastq<128>(w, p, q, k, n, st);
+    if (rc) return rc;
+    mean_q_kernel<<<H, D, 0, st>>>(q, n, H, D, w->mq);
+    GF_LAUNCHED();
+    avg_k_kernel<<<dim3(nb, Hk), D, 0, st>>>(k, n, Hk, D, w->avg_k);
+    GF_LAUNCHED();
+    budget_kernel<<<dim3(H, 2), 1024, 0, st>>>(w->vert, w->slash, n, p->gamma, w->cnt);
+    GF_LAUNCHED();
+    pool_js_kernel<<<H, 256, sizeof(float) * nb, st>>>(
+        w->vert, w->slash, w->mq, w->avg_k, w->cnt, n, nb, H, Hk, D, p->gqa_interleave, p->tau,
+        p->min_blocks, max_b, w->vblk, w->sblk, w->heads);
+    GF_LAUNCHED();
+    select_kernel<<<H, 1024, 2 * sizeof(float) * nb, st>>>(w->vblk, w->sblk, nb, w->heads,
+                                                            w->vmask, w->smask);
+    GF_LAUNCHED();
+    avg_q_kernel<<<dim3(nb, H), D, 0, st>>>(q, n, H, D, w->heads, w->avg_q);
+    GF_LAUNCHED();
+    qa_scores_kernel<<<dim3(nb, H), 256, sizeof(float) * nb, st>>>(
+        w->avg_q, w->avg_k, H, Hk, D, p->gqa_interleave, w->heads, w->qa_map);
+    GF_LAUNCHED();
+    // gamma * num_blocks is a Python float; torch compares it with the float32 cumsum as float32
+    const float limit = (float)((double)p->gamma * nb);
+    qa_cut_kernel<<<H, 1024, 0, st>>>(w->qa_map, nb, limit, w->heads, w->cuts);
+    GF_LAUNCHED();
+    qa_emit_kernel<<<H, 1024, 0, st>>>(w->qa_map, nb, w->heads, w->cuts, w->qa_keep);
+    GF_LAUNCHED();
+    csr_count_kernel<<<dim3(nb, H), 128, 0, st>>>(nb, w->vmask, w->smask, w->heads, w->qa_keep,
+                                                  w->counts);
+    GF_LAUNCHED();
+    scan_kernel<<<1, 1024, 0, st>>>(w->counts, H, nb, w->row_ptr);
+    GF_LAUNCHED();
+    csr_fill_kernel<<<dim3(nb, H), 128, 0, st>>>(nb, w->vmask, w->smask, w->heads, w->qa_keep,
+                                                 w->row_ptr, w->col);
+    GF_LAUNCHED();
+    return 0;
+}

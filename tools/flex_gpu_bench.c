@@ -1,0 +1,362 @@
+/* tools/flex_gpu_bench.c — the FlexPrefill GPU path on the lent GPU: index sets against the CPU
+ * reference, inputs for the official code's comparison, and the timings of issue 8.
+ *
+ *   build/flex_gpu_bench check DIR          GPU vs CPU index on Llama-3-8B-shaped synthetic
+ *                                           prompts (4K-16K); writes each prompt's bf16 Q/K/V
+ *                                           and both CSR indexes under DIR for
+ *                                           bench/flex_official.py
+ *   build/flex_gpu_bench bench [N,N,...]    index / sparse / dense attention times (default
+ *                                           32768,65536,131072), kinds x gamma
+ *   build/flex_gpu_bench dump DIR N KIND    one prompt's bf16 Q/K/V for timing the official code
+ * Options before the command: --lib PATH (build/libtandem_cuda.so), --threads T (16),
+ * --heads H --kv-heads G --dim D (32, 8, 128: Llama-3-8B), --reps R (3).
+ *
+ * Files (little-endian): q.bf16 (n, H, d) uint16, k.bf16 / v.bf16 (n, G, d), meta.txt
+ * "n H G d gamma tau min_budget gqa_interleave kind", {gpu,cpu}_rowptr.i32 (H, nb + 1) and
+ * {gpu,cpu}_col.i32. */
+#include "cpu/flex.h"
+#include "cpu/flex_synth.h"
+#include "cpu/pool.h"
+#include "gpu/gpu_flex.h"
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct api {
+    int (*count)(void);
+    int (*index)(const float *, const float *, int, int, int, int, const gpu_flex_params *,
+                 int32_t *, int32_t *, int64_t, int64_t *, gpu_flex_head *);
+    int (*bench)(const float *, const float *, const float *, int, int, int, int,
+                 const gpu_flex_params *, int, int, gpu_flex_bench_result *, int32_t *, int32_t *,
+                 int64_t);
+} api;
+
+static int H = 32, HK = 8, D = 128, THREADS = 16, REPS = 3;
+
+/* ---------------------------------------------------------------- inputs */
+
+typedef struct prompt {
+    int n;
+    enum cpu_flex_synth_kind kind;
+    float *q, *k, *v;
+} prompt;
+
+typedef struct gen_job {
+    const cpu_flex_synth *s;
+    prompt *p;
+    int t0, t1;
+} gen_job;
+
+static float bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static void *gen_range(void *arg)
+{
+    gen_job *j = arg;
+    const cpu_flex_synth *s = j->s;
+    prompt *p = j->p;
+    size_t qo = (size_t)j->t0 * H * D, ko = (size_t)j->t0 * HK * D;
+    cpu_flex_synth_rows(s, j->t0, j->t1, p->q + qo, p->k + ko, p->v + ko);
+    for (size_t i = qo; i < (size_t)j->t1 * H * D; i++) p->q[i] = bf16_round(p->q[i]);
+    for (size_t i = ko; i < (size_t)j->t1 * HK * D; i++) {
+        p->k[i] = bf16_round(p->k[i]);
+        p->v[i] = bf16_round(p->v[i]);
+    }
+    return NULL;
+}
+
+/* The synthetic prompt, rounded to bf16 (what the GPU sees), generated on THREADS threads. */
+static int prompt_new(prompt *p, int n, enum cpu_flex_synth_kind kind, uint64_t seed)
+{
+    *p = (prompt){n, kind, malloc(sizeof(float) * n * H * D), malloc(sizeof(float) * n * HK * D),
+                  malloc(sizeof(float) * n * HK * D)};
+    if (!p->q || !p->k || !p->v) return -1;
+    cpu_flex_synth s = {kind, n, H, HK, D, GPU_FLEX_BS, seed};
+    pthread_t th[64];
+    gen_job jobs[64];
+    int T = THREADS < 64 ? THREADS : 64;
+    for (int i = 0; i < T; i++) {
+        jobs[i] = (gen_job){&s, p, (int)((int64_t)n * i / T), (int)((int64_t)n * (i + 1) / T)};
+        pthread_create(&th[i], NULL, gen_range, &jobs[i]);
+    }
+    for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+    return 0;
+}
+
+static void prompt_free(prompt *p)
+{
+    free(p->q);
+    free(p->k);
+    free(p->v);
+}
+
+static int write_file(const char *dir, const char *name, const void *data, size_t bytes)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, bytes, f) != bytes) {
+        fprintf(stderr, "flex_gpu_bench: cannot write %s\n", path);
+        if (f) fclose(f);
+        return -1;
+    }
+    return fclose(f);
+}
+
+static int write_bf16(const char *dir, const char *name, const float *x, size_t n)
+{
+    uint16_t *b = malloc(n * 2);
+    if (!b) return -1;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        b[i] = (uint16_t)(u >> 16); /* already rounded */
+    }
+    int rc = write_file(dir, name, b, n * 2);
+    free(b);
+    return rc;
+}
+
+static int write_prompt(const char *dir, const prompt *p, const cpu_flex_params *cp)
+{
+    char meta[256];
+    snprintf(meta, sizeof meta, "%d %d %d %d %.9g %.9g %d %d %s\n", p->n, H, HK, D, cp->gamma,
+             cp->tau, cp->min_budget, cp->gqa_interleave, cpu_flex_synth_kind_name(p->kind));
+    return write_file(dir, "meta.txt", meta, strlen(meta)) ||
+           write_bf16(dir, "q.bf16", p->q, (size_t)p->n * H * D) ||
+           write_bf16(dir, "k.bf16", p->k, (size_t)p->n * HK * D) ||
+           write_bf16(dir, "v.bf16", p->v, (size_t)p->n * HK * D);
+}
+
+/* ---------------------------------------------------------------- check */
+
+static double jaccard_head(const int64_t *ar, const int32_t *ac, const int32_t *br,
+                           const int32_t *bc, int nb)
+{
+    long inter = 0, uni = 0;
+    for (int r = 0; r < nb; r++) {
+        int64_t i = ar[r], j = br[r];
+        while (i < ar[r + 1] || j < br[r + 1]) {
+            if (j >= br[r + 1] || (i < ar[r + 1] && ac[i] < bc[j])) i++;
+            else if (i >= ar[r + 1] || bc[j] < ac[i]) j++;
+            else {
+                i++;
+                j++;
+                inter++;
+            }
+            uni++;
+        }
+    }
+    return uni ? (double)inter / uni : 1;
+}
+
+static int check(const api *a, const char *dir)
+{
+    const struct {
+        int n, kind, il, min_budget;
+        float gamma;
+    } cases[] = {
+        {4096, CPU_FLEX_SYNTH_MIXED, 1, 1024, 0.9f},
+        {8192, CPU_FLEX_SYNTH_MIXED, 0, 1024, 0.9f},
+        {8192, CPU_FLEX_SYNTH_STRUCTURED, 0, 1024, 0.95f},
+        {16384, CPU_FLEX_SYNTH_STRUCTURED, 0, 1024, 0.9f},
+    };
+    cpu_pool *pool = cpu_pool_new(THREADS);
+    mkdir(dir, 0755);
+    printf("## GPU index vs CPU reference (same bf16 inputs)\n\n");
+    printf("| n | kind | gamma | interleave | density cpu | density gpu | heads identical | "
+           "mean Jaccard | min Jaccard |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    int bad = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        prompt p;
+        if (prompt_new(&p, cases[ci].n, (enum cpu_flex_synth_kind)cases[ci].kind, 100 + ci)) {
+            fprintf(stderr, "flex_gpu_bench: out of memory\n");
+            return 1;
+        }
+        cpu_flex_params cp;
+        cpu_flex_params_default(&cp);
+        cp.gamma = cases[ci].gamma;
+        cp.min_budget = cases[ci].min_budget;
+        cp.gqa_interleave = cases[ci].il;
+        cpu_flex_qkv x = {p.n, H, HK, D, p.q, (size_t)H * D, p.k, p.v, (size_t)HK * D};
+        cpu_flex_index *ix;
+        if (cpu_flex_index_build(pool, &cp, &x, &ix)) return 1;
+        const int nb = ix->n_blocks;
+        gpu_flex_params gp = {cp.gamma, cp.tau, (cp.min_budget + 127) / 128, 0, cp.gqa_interleave};
+        int32_t *rp = malloc(sizeof(int32_t) * H * (nb + 1));
+        int64_t cap = (int64_t)H * nb * (nb + 1) / 2, nnz = 0;
+        int32_t *col = malloc(sizeof(int32_t) * cap);
+        gpu_flex_head heads[256];
+        int rc = a->index(p.q, p.k, p.n, H, HK, D, &gp, rp, col, cap, &nnz, heads);
+        if (rc) {
+            printf("| %d | %s | gpu index failed: %d |\n", p.n, cpu_flex_synth_kind_name(p.kind), rc);
+            bad++;
+            continue;
+        }
+        int same = 0;
+        double jsum = 0, jmin = 1;
+        for (int h = 0; h < H; h++) {
+            double j = jaccard_head(ix->row_ptr + (size_t)h * (nb + 1), ix->col,
+                                    rp + (size_t)h * (nb + 1), col, nb);
+            jsum += j;
+            if (j < jmin) jmin = j;
+            int eq = j == 1 && heads[h].n_vertical == ix->n_vertical[h] &&
+                     heads[h].n_slash == ix->n_slash[h] && heads[h].query_aware == ix->query_aware[h];
+            same += eq;
+            if (!eq)
+                fprintf(stderr, "n %d head %d: jaccard %.4f gpu v %d s %d qa %d js %.6f | cpu v %d "
+                        "s %d qa %d js %.6f\n", p.n, h, j, heads[h].n_vertical, heads[h].n_slash,
+                        heads[h].query_aware, heads[h].js, ix->n_vertical[h], ix->n_slash[h],
+                        ix->query_aware[h], ix->js[h]);
+        }
+        bad += same != H;
+        printf("| %d | %s | %.2f | %d | %.4f | %.4f | %d/%d | %.4f | %.4f |\n", p.n,
+               cpu_flex_synth_kind_name(p.kind), cp.gamma, cp.gqa_interleave,
+               cpu_flex_index_density(ix, -1), (double)nnz / ((double)H * nb * (nb + 1) / 2), same,
+               H, jsum / H, jmin);
+        char sub[1024];
+        snprintf(sub, sizeof sub, "%s/case%zu", dir, ci);
+        mkdir(sub, 0755);
+        int32_t *crp = malloc(sizeof(int32_t) * H * (nb + 1));
+        for (size_t i = 0; i < (size_t)H * (nb + 1); i++) crp[i] = (int32_t)ix->row_ptr[i];
+        if (write_prompt(sub, &p, &cp) || write_file(sub, "gpu_rowptr.i32", rp, 4 * H * (nb + 1)) ||
+            write_file(sub, "gpu_col.i32", col, 4 * (size_t)nnz) ||
+            write_file(sub, "cpu_rowptr.i32", crp, 4 * H * (nb + 1)) ||
+            write_file(sub, "cpu_col.i32", ix->col, 4 * (size_t)ix->nnz))
+            bad++;
+        free(crp);
+        free(rp);
+        free(col);
+        cpu_flex_index_free(ix);
+        prompt_free(&p);
+        fflush(stdout);
+    }
+    cpu_pool_free(pool);
+    printf("\n");
+    return bad ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- bench */
+
+static int bench(const api *a, const char *sizes)
+{
+    printf("## GPU timings (bf16, batch 1, H %d, KV heads %d, d %d; median of %d)\n\n", H, HK, D,
+           REPS);
+    printf("| n | kind | gamma | density | query-aware | index ms | sparse ms | dense ms (same "
+           "kernel) | index / dense | dense / sparse |\n"
+           "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    const int kinds[] = {CPU_FLEX_SYNTH_STRUCTURED, CPU_FLEX_SYNTH_MIXED};
+    const float gammas[] = {0.8f, 0.9f, 0.95f};
+    char dev[128] = "";
+    for (const char *s = sizes; s && *s;) {
+        char *end;
+        long n = strtol(s, &end, 10);
+        if (end == s || n < 256 || n > GPU_FLEX_MAX_TOKENS) {
+            fprintf(stderr, "flex_gpu_bench: bad size list at %s\n", s);
+            return 2;
+        }
+        s = *end == ',' ? end + 1 : end;
+        for (size_t ki = 0; ki < 2; ki++) {
+            prompt p;
+            if (prompt_new(&p, (int)n, (enum cpu_flex_synth_kind)kinds[ki], 7)) {
+                fprintf(stderr, "flex_gpu_bench: out of memory at n %ld\n", n);
+                return 1;
+            }
+            for (size_t gi = 0; gi < 3; gi++) {
+                gpu_flex_params gp = {gammas[gi], 0.1f, 8, 0, 0};
+                gpu_flex_bench_result r;
+                int dense = gi == 0; /* one dense run per prompt: it does not depend on gamma */
+                static double dense_ms;
+                int rc = a->bench(p.q, p.k, p.v, p.n, H, HK, D, &gp, REPS, dense, &r, NULL, NULL, 0);
+                if (rc) {
+                    printf("| %d | %s | %.2f | failed: %d |\n", p.n,
+                           cpu_flex_synth_kind_name(p.kind), gp.gamma, rc);
+                    continue;
+                }
+                if (dense) dense_ms = r.dense_ms;
+                snprintf(dev, sizeof dev, "%s", r.device);
+                printf("| %d | %s | %.2f | %.4f | %d/%d | %.2f | %.2f | %s%.1f | %.2f%% | %.2fx |\n",
+                       p.n, cpu_flex_synth_kind_name(p.kind), gp.gamma, r.density, r.n_query_aware,
+                       H, r.index_ms, r.sparse_ms, dense ? "" : "~", dense_ms,
+                       100 * r.index_ms / dense_ms, dense_ms / r.sparse_ms);
+                fflush(stdout);
+            }
+            prompt_free(&p);
+        }
+    }
+    printf("\ndevice: %s. \"~\": the dense time measured at gamma 0.8 for that prompt (the dense "
+           "run does not depend on gamma).\n\n", dev);
+    return 0;
+}
+
+static int dump(const char *dir, int n, const char *kind)
+{
+    int k = cpu_flex_synth_kind_parse(kind);
+    if (k < 0 || n < 256 || n > GPU_FLEX_MAX_TOKENS) {
+        fprintf(stderr, "flex_gpu_bench: dump DIR N KIND (N 256..256K, KIND a synth kind)\n");
+        return 2;
+    }
+    mkdir(dir, 0755);
+    prompt p;
+    if (prompt_new(&p, n, (enum cpu_flex_synth_kind)k, 7)) return 1;
+    cpu_flex_params cp;
+    cpu_flex_params_default(&cp);
+    int rc = write_prompt(dir, &p, &cp);
+    prompt_free(&p);
+    return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *lib = "build/libtandem_cuda.so";
+    int i = 1;
+    for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
+        const char *o = argv[i], *v = argv[i + 1];
+        int x = atoi(v);
+        if (!strcmp(o, "--lib")) lib = v;
+        else if (!strcmp(o, "--threads") && x >= 1 && x <= 64) THREADS = x;
+        else if (!strcmp(o, "--heads") && x >= 1 && x <= GPU_FLEX_MAX_HEADS) H = x;
+        else if (!strcmp(o, "--kv-heads") && x >= 1 && x <= GPU_FLEX_MAX_HEADS) HK = x;
+        else if (!strcmp(o, "--dim") && (x == 64 || x == 128)) D = x;
+        else if (!strcmp(o, "--reps") && x >= 1 && x <= 100) REPS = x;
+        else {
+            fprintf(stderr, "flex_gpu_bench: bad option %s %s (see tools/flex_gpu_bench.c)\n", o, v);
+            return 2;
+        }
+    }
+    if (i >= argc || H % HK) {
+        fprintf(stderr, "usage: flex_gpu_bench [options] check DIR | bench [N,...] | dump DIR N KIND\n");
+        return 2;
+    }
+    const char *cmd = argv[i];
+    if (!strcmp(cmd, "dump")) return i + 3 < argc ? dump(argv[i + 1], atoi(argv[i + 2]), argv[i + 3]) : 2;
+    void *h = dlopen(lib, RTLD_NOW);
+    if (!h) {
+        fprintf(stderr, "flex_gpu_bench: %s\n", dlerror());
+        return 2;
+    }
+    api a;
+    *(void **)&a.count = dlsym(h, "gpu_flex_test_device_count");
+    *(void **)&a.index = dlsym(h, "gpu_flex_test_index");
+    *(void **)&a.bench = dlsym(h, "gpu_flex_bench");
+    if (!a.count || !a.index || !a.bench || a.count() < 1) {
+        fprintf(stderr, "flex_gpu_bench: no CUDA device or entry points in %s\n", lib);
+        return 2;
+    }
+    if (!strcmp(cmd, "check")) return i + 1 < argc ? check(&a, argv[i + 1]) : 2;
+    if (!strcmp(cmd, "bench")) return bench(&a, i + 1 < argc ? argv[i + 1] : "32768,65536,131072");
+    fprintf(stderr, "flex_gpu_bench: unknown command %s\n", cmd);
+    return 2;
+}
