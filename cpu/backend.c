@@ -13,6 +13,7 @@
 #include "cpu/ops.h"
 #include "cpu/pool.h"
 #include "cpu/kv_quant.h"
+#include "cpu/flex.h"
 #include "scheduler/accel_impl.h"
 #include <math.h>
 #include <stdio.h>
@@ -20,8 +21,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Prefill runs in sub-batches of this many tokens to bound scratch memory (activations of a
- * 8B-shaped model: 512 tokens * 14336 * 4 B = 29 MB per FFN buffer). */
+/* Dense prefill runs in sub-batches of this many tokens to bound scratch memory (activations of
+ * an 8B-shaped model: 512 tokens * 14336 * 4 B = 29 MB per FFN buffer). A FlexPrefill prompt
+ * goes through each layer whole (its index needs every query and key of the layer). */
 #define PREFILL_BATCH 512
 
 typedef struct cpu_seq {
@@ -137,7 +139,8 @@ static int export_layer(cpu_dev *d, const batch *b, int layer, const accel_kv_si
 /* Runs T tokens through the model. logits: (n_logits, vocab) for the batch rows listed in
  * logit_rows (n_logits of them), or NULL. */
 static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_rows, int n_logits,
-                   const accel_kv_sink *sink, const volatile int *cancel)
+                   const accel_kv_sink *sink, const volatile int *cancel,
+                   const cpu_flex_params *flex, accel_sparse_report *rep)
 {
     const model *m = d->base.m;
     const model_config *c = &m->cfg;
@@ -185,9 +188,25 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
             int st = export_layer(d, b, l, sink);
             if (st) return st;
         }
-        struct att_ctx ac = {d, b, l};
-        cpu_pool_for(d->pool, T * c->n_heads, max_keys * hd < 4096 ? T * c->n_heads : 1, att_range,
-                     &ac);
+        if (flex) {
+            /* FlexPrefill over the whole prompt (one sequence from position 0: the caller checked) */
+            cpu_seq *s = b->seq[0];
+            size_t base = (size_t)l * s->base.capacity * kvd;
+            cpu_flex_qkv x = {T, c->n_heads, c->n_kv_heads, hd, d->q, (size_t)qd,
+                              s->k + base, s->v + base, (size_t)kvd};
+            cpu_flex_report fr;
+            int st = cpu_flex_attention(d->pool, flex, &x, d->att, qd, &fr, NULL);
+            if (st) return st == CPU_FLEX_ERR_NOMEM ? ACCEL_ERR_NOMEM : ACCEL_ERR_INVALID;
+            if (rep) {
+                rep->layers_sparse += !fr.dense;
+                rep->blocks_computed += fr.blocks_computed;
+                rep->blocks_causal += fr.blocks_causal;
+            }
+        } else {
+            struct att_ctx ac = {d, b, l};
+            cpu_pool_for(d->pool, T * c->n_heads, max_keys * hd < 4096 ? T * c->n_heads : 1,
+                         att_range, &ac);
+        }
         cpu_matmul(d->pool, d->xb, d->att, T, &L->wo, NULL);
         for (size_t i = 0; i < (size_t)T * H; i++) d->x[i] += d->xb[i];
 
@@ -210,11 +229,64 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
 
 /* ---------------------------------------------------------------- accel entries */
 
+/* FlexPrefill parameters for this request, or NULL when it runs dense: no sparse request, a
+ * chunk after existing KV, a sliding-window model, or a prompt at or below the dense threshold. */
+static int flex_params(const accel_dev *ad, const accel_prefill_req *r, cpu_flex_params *fp)
+{
+    const accel_sparse *sp = r->sparse;
+    if (!sp || r->seq->len != 0 || ad->m->cfg.sliding_window) return 0;
+    cpu_flex_params_default(fp);
+    fp->gamma = sp->gamma;
+    fp->tau = sp->tau;
+    fp->min_budget = sp->min_budget;
+    fp->max_budget = sp->max_budget;
+    fp->dense_below = sp->dense_below;
+    char err[128];
+    if (cpu_flex_params_check(fp, err, sizeof err)) return ACCEL_ERR_INVALID;
+    return r->n > cpu_flex_dense_threshold(fp);
+}
+
+/* The whole prompt through every layer at once with sparse attention. */
+static int prefill_flex(cpu_dev *d, const accel_prefill_req *r, const cpu_flex_params *fp)
+{
+    cpu_seq *s = (cpu_seq *)r->seq;
+    int n = r->n, vocab = d->base.m->cfg.vocab, last = n - 1, st = ACCEL_ERR_NOMEM;
+    int *pos = malloc(n * sizeof *pos), *rows = malloc(n * sizeof *rows);
+    cpu_seq **seqs = malloc(n * sizeof *seqs);
+    if (pos && rows && seqs) {
+        for (int t = 0; t < n; t++) {
+            pos[t] = t;
+            rows[t] = t;
+            seqs[t] = s;
+        }
+        batch b = {n, r->ids, seqs, pos};
+        st = forward(d, &b, r->logits, r->all_logits ? rows : &last,
+                     r->logits ? (r->all_logits ? n : 1) : 0, r->kv, r->cancel, fp, r->sparse_report);
+    }
+    free(pos);
+    free(rows);
+    free(seqs);
+    (void)vocab;
+    return st;
+}
+
 static int cpu_prefill(accel_dev *ad, const accel_prefill_req *r)
 {
     cpu_dev *d = (cpu_dev *)ad;
     cpu_seq *s = (cpu_seq *)r->seq;
     int vocab = ad->m->cfg.vocab;
+    if (r->sparse_report) memset(r->sparse_report, 0, sizeof *r->sparse_report);
+    cpu_flex_params fp;
+    int sparse = flex_params(ad, r, &fp);
+    if (sparse < 0) return sparse;
+    if (sparse) {
+        int st = prefill_flex(d, r, &fp);
+        if (r->sparse_report && r->sparse_report->blocks_causal)
+            r->sparse_report->density =
+                (double)r->sparse_report->blocks_computed / r->sparse_report->blocks_causal;
+        return st;
+    }
+    if (r->sparse_report) r->sparse_report->density = 1.0;
     int pos[PREFILL_BATCH], rows[PREFILL_BATCH];
     cpu_seq *seqs[PREFILL_BATCH];
     for (int i = 0; i < PREFILL_BATCH; i++) seqs[i] = s;
@@ -235,7 +307,7 @@ static int cpu_prefill(accel_dev *ad, const accel_prefill_req *r)
             rows[0] = T - 1;
             n_out = 1;
         }
-        int st = forward(d, &b, out, rows, n_out, r->kv, r->cancel);
+        int st = forward(d, &b, out, rows, n_out, r->kv, r->cancel, NULL, NULL);
         if (st) return st;
         done += T;
     }
@@ -257,7 +329,7 @@ static int cpu_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_
         rows[i] = i;
     }
     batch b = {n, ids, (cpu_seq *const *)seqs, pos};
-    int st = forward(d, &b, logits, rows, n, NULL, NULL);
+    int st = forward(d, &b, logits, rows, n, NULL, NULL, NULL, NULL);
     free(pos);
     free(rows);
     return st;

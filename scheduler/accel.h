@@ -78,6 +78,26 @@ typedef struct accel_kv_sink {
     void *ctx;
 } accel_kv_sink;
 
+/* FlexPrefill dynamic sparse attention for a prompt prefilled from an empty sequence in one call
+ * (the index needs the whole prompt; a chunk after existing KV always runs dense). Defaults of
+ * the official code's shipped config: gamma 0.9, tau 0.1, min_budget 1024 tokens, no max,
+ * dense_below -1 (its rule: max(2 * 128, ceil(min_budget / 128) * 128) tokens). */
+typedef struct accel_sparse {
+    float gamma;     /* attention-mass coverage, (0, 1] */
+    float tau;       /* JS-distance threshold for query-aware heads, [0, 1] */
+    int min_budget;  /* tokens per pattern at least */
+    int max_budget;  /* tokens per pattern at most; 0: none */
+    int dense_below; /* prompts of at most this many tokens run dense; -1: the official rule */
+} accel_sparse;
+
+/* What a sparse prefill did, summed over layers and heads. */
+typedef struct accel_sparse_report {
+    int layers_sparse;      /* layers that took the sparse path (0: the prompt ran dense) */
+    int64_t blocks_computed;
+    int64_t blocks_causal;
+    double density;         /* blocks_computed / blocks_causal (1 when dense) */
+} accel_sparse_report;
+
 typedef struct accel_prefill_req {
     accel_seq *seq;
     const int32_t *ids;       /* tokens appended at the sequence's current length */
@@ -87,6 +107,10 @@ typedef struct accel_prefill_req {
     int all_logits;
     const accel_kv_sink *kv;  /* optional: export these tokens' KV */
     const volatile int *cancel; /* optional: polled between layers -> ACCEL_ERR_CANCELLED */
+    const accel_sparse *sparse; /* optional: FlexPrefill parameters (NULL: dense attention);
+                                   a device without sparse attention runs dense and says so in
+                                   the report */
+    accel_sparse_report *sparse_report; /* optional out */
 } accel_prefill_req;
 
 /* Opens a device by name for model m (which must outlive the device) and loads the weights.
