@@ -1,0 +1,150 @@
+/* gpu/accel.c — the CUDA device behind accel.h: the vtable over the engine (gpu/gpu.h).
+ * Loaded by scheduler/accel_registry.c with dlopen; gpu_accel_open is the one symbol it looks up.
+ * The accel wrappers do bounds, memory reservation and sequence lengths; this file maps each
+ * entry to the engine and keeps the sequence -> KV cache link. */
+#include "gpu/gpu.h"
+#include "scheduler/accel_impl.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct gpu_seq {
+    struct accel_seq base;
+    gpu_kv *kv;
+} gpu_seq;
+
+typedef struct gpu_dev {
+    struct accel_dev base;
+    gpu_engine *e;
+    int index;
+} gpu_dev;
+
+static gpu_engine *eng(accel_dev *d)
+{
+    return ((gpu_dev *)d)->e;
+}
+
+static void gpu_dev_free(accel_dev *d)
+{
+    gpu_engine_free(eng(d));
+    free(d);
+}
+
+static void gpu_dev_describe(accel_dev *d, accel_info *out)
+{
+    snprintf(out->name, sizeof out->name, "cuda:%d", ((gpu_dev *)d)->index);
+    snprintf(out->desc, sizeof out->desc, "%s", gpu_engine_desc(eng(d)));
+    out->kind = ACCEL_KIND_CUDA;
+    out->caps = ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT;
+    out->max_batch = GPU_MAX_BATCH;
+}
+
+static int gpu_dev_seq_new(accel_dev *d, int capacity, accel_seq **out)
+{
+    gpu_seq *s = calloc(1, sizeof *s);
+    if (!s) return ACCEL_ERR_NOMEM;
+    int st = gpu_kv_new(eng(d), capacity, &s->kv);
+    if (st) {
+        free(s);
+        return st;
+    }
+    *out = &s->base;
+    return ACCEL_OK;
+}
+
+static void gpu_dev_seq_free(accel_dev *d, accel_seq *as)
+{
+    gpu_seq *s = (gpu_seq *)as;
+    gpu_kv_free(eng(d), s->kv);
+    free(s);
+}
+
+static enum proto_kv_dtype export_dtype(accel_dev *d)
+{
+    return d->opts.kv_dtype ? d->opts.kv_dtype : PROTO_KV_INT8;
+}
+
+static int gpu_dev_prefill(accel_dev *d, const accel_prefill_req *r)
+{
+    gpu_seq *s = (gpu_seq *)r->seq;
+    return gpu_prefill(eng(d), s->kv, s->base.len, r->ids, r->n, r->logits, r->all_logits, r->kv,
+                       export_dtype(d), r->cancel);
+}
+
+static int gpu_dev_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids,
+                          float *logits)
+{
+    gpu_kv *kvs[GPU_MAX_BATCH];
+    int pos[GPU_MAX_BATCH];
+    if (n > GPU_MAX_BATCH) return ACCEL_ERR_INVALID;
+    for (int i = 0; i < n; i++) {
+        kvs[i] = ((gpu_seq *)seqs[i])->kv;
+        pos[i] = seqs[i]->len;
+    }
+    return gpu_decode(eng(d), n, kvs, pos, ids, logits);
+}
+
+static int gpu_dev_kv_import(accel_dev *d, accel_seq *as, const proto_kv_layer *c)
+{
+    return gpu_kv_import(eng(d), ((gpu_seq *)as)->kv, c);
+}
+
+/* A one-token prefill and a decode step on a scratch sequence, then a full sync: the first
+ * launch of every kernel family (module load, cuBLAS heuristics) happens here, and any
+ * asynchronous fault surfaces before the device is declared ready. */
+static int gpu_dev_warmup(accel_dev *d)
+{
+    accel_seq *s;
+    int st = accel_seq_new(d, 2, &s);
+    if (st) return st;
+    int32_t id = d->m->cfg.bos_id >= 0 ? d->m->cfg.bos_id : 0;
+    float *lg = malloc((size_t)d->m->cfg.vocab * sizeof(float));
+    accel_prefill_req r = {.seq = s, .ids = &id, .n = 1, .logits = lg};
+    st = lg ? accel_prefill(d, &r) : ACCEL_ERR_NOMEM;
+    if (!st) st = accel_decode(d, 1, &s, &id, lg);
+    if (!st) st = gpu_engine_sync(eng(d));
+    free(lg);
+    accel_seq_free(d, s);
+    return st;
+}
+
+static const struct accel_dev_i gpu_i = {
+    .free = gpu_dev_free,
+    .describe = gpu_dev_describe,
+    .seq_new = gpu_dev_seq_new,
+    .seq_free = gpu_dev_seq_free,
+    .prefill = gpu_dev_prefill,
+    .decode = gpu_dev_decode,
+    .kv_import = gpu_dev_kv_import,
+    .warmup = gpu_dev_warmup,
+};
+
+accel_dev *gpu_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen)
+{
+    if (o->kv_dtype && o->kv_dtype != PROTO_KV_INT8 && o->kv_dtype != PROTO_KV_INT4) {
+        snprintf(err, errlen, "cuda:%d: unknown KV dtype %d", index, (int)o->kv_dtype);
+        return NULL;
+    }
+    gpu_engine *e = gpu_engine_new(index, m, o->mem_limit, err, errlen);
+    if (!e) return NULL;
+    gpu_dev *d = calloc(1, sizeof *d);
+    if (!d) {
+        gpu_engine_free(e);
+        snprintf(err, errlen, "cuda:%d: out of host memory", index);
+        return NULL;
+    }
+    d->base.i = &gpu_i;
+    d->base.m = m;
+    d->base.opts = *o;
+    d->base.mem_total = gpu_engine_kv_budget(e);
+    d->base.kv_bytes_per_token = gpu_engine_kv_bytes_per_token(e);
+    d->e = e;
+    d->index = index;
+    return &d->base;
+}
+
+/* For benchmarks (tools/bench_gpu.c finds it with dlsym): the export counters of the last
+ * prefill on this device. d must come from gpu_accel_open. */
+void gpu_accel_export_stats(accel_dev *d, gpu_export_stats *out)
+{
+    gpu_engine_export_stats(eng(d), out);
+}

@@ -1,0 +1,267 @@
+/* gpu/attn_decode.cu — attention of single query rows over long KV (flash-decoding): decode, and
+ * prefill chunks of a few tokens. Memory-bound (each K/V byte is used by `group` query heads
+ * only), so the kernel's job is to keep enough loads in flight: the keys of a row are cut into
+ * `splits` ranges, one block per (token, KV head, range), and a second kernel merges the ranges.
+ *
+ * Block (128 threads) = CH chunk lanes (16 bytes of head_dim each) x KL key lanes:
+ *   scores: lane (c, kl) takes keys kl, kl+KL, ...; its chunk of K times its chunk of each of the
+ *           block's query heads (G of them: the GQA group, or a slice of it), reduced over the CH
+ *           lanes of the key with shuffles;
+ *   softmax: per sub-tile of SUB keys, the running max/sum update of the online softmax;
+ *   values:  the same lanes accumulate p * V chunk for every head; a shuffle + shared-memory
+ *           reduction over key lanes gives the range's unnormalized output, its max and sum.
+ * The merge weights each range by 2^(m_r - M) (scores are kept in log2 units).
+ * Empty ranges (when splits do not divide evenly) write max -inf, sum 0 and weigh nothing. */
+#include "gpu/engine.cuh"
+
+#define DEC_THREADS 128
+#define DEC_SUB 128
+
+struct dec_params {
+    const bf16 *q;
+    const int *seq_idx, *pos;
+    const gpu_seq_dev *seqs;
+    float *part_o;
+    float2 *part_ml;
+    int layer, n_kv, n_heads, group, hd, qd, window, split_len, splits, gslices;
+    float scale_log2;
+};
+
+__device__ __forceinline__ void load8(const bf16 *src, bool ok, float out[8])
+{
+    if (ok) {
+        uint4 raw = *(const uint4 *)src;
+        const bf16 *b = (const bf16 *)&raw;
+#pragma unroll
+        for (int e = 0; e < 8; e++) out[e] = __bfloat162float(b[e]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) out[e] = 0.f;
+    }
+}
+
+template <int HDP, int G>
+__global__ void __launch_bounds__(DEC_THREADS) k_decode_split(dec_params p)
+{
+    constexpr int CH = HDP / 8, KL = DEC_THREADS / CH, WARPS = DEC_THREADS / 32;
+    __shared__ float sp[G][DEC_SUB];
+    __shared__ float s_alpha[G], s_m[G], s_l[G];
+    __shared__ float red[WARPS][G][HDP];
+
+    const int t = blockIdx.z, split = blockIdx.y;
+    const int g = blockIdx.x / p.gslices, slice = blockIdx.x % p.gslices;
+    const int h0 = g * p.group + slice * G, nh = min(G, p.group - slice * G);
+    const gpu_seq_dev sq = p.seqs[p.seq_idx[t]];
+    const int qp = p.pos[t];
+    const int kstart = p.window > 0 ? max(0, qp + 1 - p.window) : 0;
+    const int kb = kstart + split * p.split_len, ke = min(kb + p.split_len, qp + 1);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, c = tid % CH, kl = tid / CH;
+    const bool cok = c * 8 < p.hd;
+    const size_t head_off = ((size_t)p.layer * p.n_kv + g) * sq.cap * p.hd;
+    const bf16 *K = sq.k + head_off, *V = sq.v + head_off;
+
+    float qv[G][8], acc[G][8];
+#pragma unroll
+    for (int gh = 0; gh < G; gh++) {
+        load8(p.q + (size_t)t * p.qd + (size_t)(h0 + gh) * p.hd + c * 8, cok && gh < nh, qv[gh]);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            qv[gh][e] *= p.scale_log2;
+            acc[gh][e] = 0.f;
+        }
+    }
+    if (tid < G) {
+        s_m[tid] = -INFINITY;
+        s_l[tid] = 0.f;
+    }
+    __syncthreads();
+
+    for (int sb = kb; sb < ke; sb += DEC_SUB) {
+        const int n = min(DEC_SUB, ke - sb);
+        /* every lane runs the same trip count: the shuffles need the whole warp */
+#pragma unroll 4
+        for (int j0 = 0; j0 < n; j0 += KL) {
+            const int j = j0 + kl;
+            const bool ok = j < n;
+            float kv[8];
+            load8(K + (size_t)(sb + (ok ? j : 0)) * p.hd + c * 8, cok && ok, kv);
+#pragma unroll
+            for (int gh = 0; gh < G; gh++) {
+                float dsum = 0.f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) dsum += qv[gh][e] * kv[e];
+#pragma unroll
+                for (int o = CH / 2; o >= 1; o /= 2) dsum += __shfl_xor_sync(0xffffffffu, dsum, o);
+                if (ok && c == 0) sp[gh][j] = dsum;
+            }
+        }
+        __syncthreads();
+        for (int gh = warp; gh < G; gh += WARPS) {
+            if (gh >= nh) continue;
+            float mx = -INFINITY;
+            for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sp[gh][j]);
+            for (int o = 16; o >= 1; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float mold = s_m[gh], mnew = fmaxf(mold, mx);
+            float sum = 0.f;
+            for (int j = lane; j < n; j += 32) {
+                float e = exp2f(sp[gh][j] - mnew);
+                sp[gh][j] = e;
+                sum += e;
+            }
+            for (int o = 16; o >= 1; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane == 0) {
+                float a = exp2f(mold - mnew); /* mold = -inf on the first sub-tile: 0 */
+                s_alpha[gh] = a;
+                s_m[gh] = mnew;
+                s_l[gh] = s_l[gh] * a + sum;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int gh = 0; gh < G; gh++) {
+            const float a = gh < nh ? s_alpha[gh] : 0.f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[gh][e] *= a;
+        }
+#pragma unroll 4
+        for (int j = kl; j < n; j += KL) {
+            float vv[8];
+            load8(V + (size_t)(sb + j) * p.hd + c * 8, cok, vv);
+#pragma unroll
+            for (int gh = 0; gh < G; gh++) {
+                const float pj = gh < nh ? sp[gh][j] : 0.f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[gh][e] += pj * vv[e];
+            }
+        }
+        __syncthreads(); /* sp is rewritten by the next sub-tile */
+    }
+
+    /* reduce over key lanes: inside the warp (lanes c + CH*i), then across warps */
+#pragma unroll
+    for (int gh = 0; gh < G; gh++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            float v = acc[gh][e];
+#pragma unroll
+            for (int o = CH; o < 32; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane < CH) red[warp][gh][c * 8 + e] = v;
+        }
+    __syncthreads();
+    for (int i = tid; i < G * HDP; i += DEC_THREADS) {
+        int gh = i / HDP, col = i % HDP;
+        if (gh >= nh || col >= p.hd) continue;
+        float v = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) v += red[w][gh][col];
+        size_t slot = ((size_t)t * p.n_heads + h0 + gh) * p.splits + split;
+        p.part_o[slot * HDP + col] = v;
+        if (col == 0) p.part_ml[slot] = make_float2(s_m[gh], s_l[gh]);
+    }
+}
+
+__global__ void k_decode_merge(const float *part_o, const float2 *part_ml, int splits, int n_heads,
+                               int hd, int hdp, int qd, bf16 *out)
+{
+    const int h = blockIdx.x, t = blockIdx.y;
+    const size_t s0 = ((size_t)t * n_heads + h) * splits;
+    float M = -INFINITY;
+    for (int s = 0; s < splits; s++) M = fmaxf(M, part_ml[s0 + s].x);
+    float L = 0.f;
+    for (int s = 0; s < splits; s++) {
+        float2 ml = part_ml[s0 + s];
+        if (ml.y > 0.f) L += ml.y * exp2f(ml.x - M);
+    }
+    for (int col = threadIdx.x; col < hd; col += blockDim.x) {
+        float acc = 0.f;
+        for (int s = 0; s < splits; s++) {
+            float2 ml = part_ml[s0 + s];
+            if (ml.y > 0.f) acc += part_o[(s0 + s) * hdp + col] * exp2f(ml.x - M);
+        }
+        out[(size_t)t * qd + (size_t)h * hd + col] = __float2bfloat16(acc / L);
+    }
+}
+
+/* Query heads per block: the GQA group, in slices of at most 8 (registers: 2 * 8 * G floats). */
+static int heads_per_block(int group)
+{
+    return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+}
+
+/* Ranges per row: enough blocks to fill the GPU ~4 times over, at least 64 keys per range. */
+static int n_splits(const gpu_dims *d, int sms, int T, int max_keys)
+{
+    int G = heads_per_block(d->n_heads / d->n_kv);
+    int gslices = (d->n_heads / d->n_kv + G - 1) / G;
+    long units = (long)T * d->n_kv * gslices;
+    long want = (4L * sms + units - 1) / units;
+    long most = (max_keys + 63) / 64;
+    if (most > GPU_DECODE_SPLIT_MAX) most = GPU_DECODE_SPLIT_MAX;
+    if (want > most) want = most;
+    return want < 1 ? 1 : (int)want;
+}
+
+size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens)
+{
+    return (size_t)n_tokens * d->n_heads * n_splits(d, sms, n_tokens, 1 << 30);
+}
+
+template <int HDP, int G> static int launch(cudaStream_t s, const dec_params &p, int T)
+{
+    dim3 grid(p.n_kv * p.gslices, p.splits, T);
+    k_decode_split<HDP, G><<<grid, DEC_THREADS, 0, s>>>(p);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
+}
+
+template <int HDP> static int launch_g(cudaStream_t s, const dec_params &p, int T, int G)
+{
+    switch (G) {
+    case 1: return launch<HDP, 1>(s, p, T);
+    case 2: return launch<HDP, 2>(s, p, T);
+    case 4: return launch<HDP, 4>(s, p, T);
+    case 8: return launch<HDP, 8>(s, p, T);
+    }
+    return ACCEL_ERR_UNSUPPORTED;
+}
+
+int gpu_attn_decode(cudaStream_t s, const gpu_dims *d, int sms, int layer, int T, int max_pos,
+                    const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
+                    float *part_o, float2 *part_ml, bf16 *out)
+{
+    if (T <= 0) return ACCEL_OK;
+    if (T > 65535) return ACCEL_ERR_INVALID; /* grid.z bound */
+    int max_keys = max_pos + 1;
+    if (d->window > 0 && max_keys > d->window) max_keys = d->window;
+    dec_params p;
+    p.q = q;
+    p.seq_idx = seq_idx;
+    p.pos = pos;
+    p.seqs = seqs;
+    p.part_o = part_o;
+    p.part_ml = part_ml;
+    p.layer = layer;
+    p.n_kv = d->n_kv;
+    p.n_heads = d->n_heads;
+    p.group = d->n_heads / d->n_kv;
+    p.hd = d->hd;
+    p.qd = d->qd;
+    p.window = d->window;
+    int G = heads_per_block(p.group);
+    p.gslices = (p.group + G - 1) / G;
+    p.splits = n_splits(d, sms, T, max_keys);
+    p.split_len = (max_keys + p.splits - 1) / p.splits;
+    p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)d->hd));
+    int st = ACCEL_ERR_UNSUPPORTED;
+    switch (d->hdp) {
+    case 16: st = launch_g<16>(s, p, T, G); break;
+    case 32: st = launch_g<32>(s, p, T, G); break;
+    case 64: st = launch_g<64>(s, p, T, G); break;
+    case 128: st = launch_g<128>(s, p, T, G); break;
+    }
+    if (st) return st;
+    k_decode_merge<<<dim3(d->n_heads, T), 128, 0, s>>>(part_o, part_ml, p.splits, d->n_heads, d->hd,
+                                                       d->hdp, d->qd, out);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
+}

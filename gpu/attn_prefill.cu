@@ -1,0 +1,245 @@
+/* gpu/attn_prefill.cu — fused causal attention for prefill (FlashAttention-2's algorithm, our
+ * code): one block computes BR = 64 query rows of one head (16 per warp) against the sequence's
+ * keys in tiles of BC = 64, with the online softmax (running max and sum per row, rescaling the
+ * output accumulator when the max moves), so the (T x T) score matrix never exists.
+ *
+ *   - Q tile: loaded once (cp.async -> shared -> ldmatrix), kept in registers as A fragments.
+ *   - K, V tiles: double-buffered in shared memory with cp.async (tile i+1 loads while tile i
+ *     computes); rows padded by 16 bytes, so ldmatrix's 8 row addresses hit 8 different bank
+ *     groups (row strides 48/80/144/272 bytes are all distinct multiples of 16 modulo 128).
+ *   - S = Q K^T and O += P V on the tensor cores (mma m16n8k16, bf16 in, float32 accumulate);
+ *     P is rounded to bf16 for the PV product, the row sums use the float32 P.
+ *   - Causal (and sliding-window) masking only on the tiles that straddle a boundary.
+ *   - GQA: the block of query head h reads K/V head h / group; heads of one group run next to
+ *     each other (blockIdx.x = head) so their K/V tiles come from L2.
+ *   - Chunked prefill: the T query rows sit at positions pos0 .. pos0+T-1 and attend to every
+ *     key before them in the cache (the chunk's own K/V were written there by the rope kernel).
+ *   - The heaviest query tiles (last rows, most keys) are scheduled first.
+ * head_dim is padded to the template width HDP (16, 32, 64, 128): padded columns load as zeros.
+ *
+ * Numerics vs cpu_attend (float32 softmax over float32 q·k, then P·V in float32): inputs are bf16
+ * here, P is bf16 in the PV product, exp is exp2 of log2-scaled scores (ex2.approx, 2 ulp);
+ * tests/gpu/test_ops.c states the tolerance. */
+#include "gpu/engine.cuh"
+#include "gpu/mma.cuh"
+
+#define FA_WARPS 4
+#define FA_BR (16 * FA_WARPS)
+#define FA_BC 64
+
+struct fa_params {
+    const bf16 *q; /* (T, qd): row t, head h at q + t*qd + h*hd */
+    const bf16 *k, *v; /* one layer: head g's positions at k + g*cap*hd */
+    bf16 *out;     /* (T, qd) */
+    int T, pos0, cap, hd, qd, group, window;
+    float scale_log2; /* head_dim^-0.5 * log2(e) */
+};
+
+template <int HDP> struct fa_shape {
+    static constexpr int ROW = HDP + 8; /* shared row: HDP bf16 + 16 bytes of padding */
+    static constexpr int CH = HDP / 8;  /* 16-byte chunks per row */
+    static constexpr size_t SMEM = (size_t)(FA_BR + 4 * FA_BC) * ROW * sizeof(bf16);
+};
+
+template <int HDP>
+__global__ void __launch_bounds__(FA_WARPS * 32) k_flash_prefill(fa_params p)
+{
+    typedef fa_shape<HDP> S;
+    constexpr int ROW = S::ROW, CH = S::CH, NT = FA_BC / 8, DT = HDP / 8, KS = HDP / 16;
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    bf16 *sQ = (bf16 *)fa_smem;
+    bf16 *sK = sQ + FA_BR * ROW;
+    bf16 *sV = sK + 2 * FA_BC * ROW;
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int h = blockIdx.x, g = h / p.group;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * FA_BR;
+    const int kv_len = p.pos0 + p.T;
+    const int qlo = p.pos0 + q0, qhi = p.pos0 + min(q0 + FA_BR, p.T) - 1;
+    const int kbeg = p.window > 0 ? max(0, qlo + 1 - p.window) : 0;
+    const int t_first = kbeg / FA_BC, t_last = qhi / FA_BC;
+    const bf16 *kh = p.k + (size_t)g * p.cap * p.hd, *vh = p.v + (size_t)g * p.cap * p.hd;
+
+    for (int c = tid; c < FA_BR * CH; c += FA_WARPS * 32) {
+        int r = c / CH, ch = c % CH;
+        bool ok = q0 + r < p.T && ch * 8 < p.hd;
+        const bf16 *src = ok ? p.q + (size_t)(q0 + r) * p.qd + h * p.hd + ch * 8 : p.q;
+        gpu_cp_async16(sQ + r * ROW + ch * 8, src, ok);
+    }
+    gpu_cp_async_commit();
+
+    auto load_kv = [&](int tile, int buf) {
+        bf16 *dk = sK + buf * FA_BC * ROW, *dv = sV + buf * FA_BC * ROW;
+        for (int c = tid; c < FA_BC * CH; c += FA_WARPS * 32) {
+            int r = c / CH, ch = c % CH, key = tile * FA_BC + r;
+            bool ok = key < kv_len && ch * 8 < p.hd;
+            size_t off = ok ? (size_t)key * p.hd + ch * 8 : 0;
+            gpu_cp_async16(dk + r * ROW + ch * 8, kh + off, ok);
+            gpu_cp_async16(dv + r * ROW + ch * 8, vh + off, ok);
+        }
+    };
+    load_kv(t_first, 0);
+    gpu_cp_async_commit();
+    gpu_cp_async_wait<1>();
+    __syncthreads();
+
+    const int jm = lane / 8, li = lane % 8; /* ldmatrix: which 8x8 matrix this lane addresses */
+    unsigned qa[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+        gpu_ldmatrix_x4(qa[kk], sQ + (warp * 16 + li + (jm % 2) * 8) * ROW + kk * 16 + (jm / 2) * 8);
+
+    float o[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    const int qp0 = qlo + warp * 16 + lane / 4, qp1 = qp0 + 8;
+
+    for (int tile = t_first; tile <= t_last; tile++) {
+        const int buf = (tile - t_first) & 1;
+        if (tile < t_last) {
+            load_kv(tile + 1, buf ^ 1);
+            gpu_cp_async_commit();
+            gpu_cp_async_wait<1>();
+        } else {
+            gpu_cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *cK = sK + buf * FA_BC * ROW, *cV = sV + buf * FA_BC * ROW;
+
+        float s[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt += 2) {
+                unsigned b[4];
+                gpu_ldmatrix_x4(b, cK + ((nt + jm / 2) * 8 + li) * ROW + kk * 16 + (jm % 2) * 8);
+                gpu_mma_bf16(s[nt], qa[kk], b[0], b[1]);
+                gpu_mma_bf16(s[nt + 1], qa[kk], b[2], b[3]);
+            }
+        }
+
+        const int kbase = tile * FA_BC;
+        const bool edge = kbase + FA_BC - 1 > qlo || kbase + FA_BC > kv_len ||
+                          (p.window > 0 && kbase <= qhi - p.window);
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = s[nt][e] * p.scale_log2;
+                if (edge) {
+                    int key = kbase + nt * 8 + (lane % 4) * 2 + (e & 1);
+                    int qp = e < 2 ? qp0 : qp1;
+                    if (key > qp || key >= kv_len || (p.window > 0 && key <= qp - p.window))
+                        v = -INFINITY;
+                }
+                s[nt][e] = v;
+            }
+            mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        /* a row with no visible key yet keeps max -inf: subtract 0 instead (exp2(-inf) = 0) */
+        const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+        const float a0 = exp2f(m0 - mu0), a1 = exp2f(m1 - mu1);
+        m0 = mn0;
+        m1 = mn1;
+        float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            s[nt][0] = exp2f(s[nt][0] - mu0);
+            s[nt][1] = exp2f(s[nt][1] - mu0);
+            s[nt][2] = exp2f(s[nt][2] - mu1);
+            s[nt][3] = exp2f(s[nt][3] - mu1);
+            rs0 += s[nt][0] + s[nt][1];
+            rs1 += s[nt][2] + s[nt][3];
+        }
+        l0 = l0 * a0 + rs0;
+        l1 = l1 * a1 + rs1;
+#pragma unroll
+        for (int i = 0; i < DT; i++) {
+            o[i][0] *= a0;
+            o[i][1] *= a0;
+            o[i][2] *= a1;
+            o[i][3] *= a1;
+        }
+#pragma unroll
+        for (int j = 0; j < FA_BC / 16; j++) {
+            unsigned pa[4] = {gpu_pack_bf16(s[2 * j][0], s[2 * j][1]),
+                              gpu_pack_bf16(s[2 * j][2], s[2 * j][3]),
+                              gpu_pack_bf16(s[2 * j + 1][0], s[2 * j + 1][1]),
+                              gpu_pack_bf16(s[2 * j + 1][2], s[2 * j + 1][3])};
+#pragma unroll
+            for (int dn = 0; dn < DT; dn += 2) {
+                unsigned b[4];
+                gpu_ldmatrix_x4_trans(b, cV + (j * 16 + (jm % 2) * 8 + li) * ROW + (dn + jm / 2) * 8);
+                gpu_mma_bf16(o[dn], pa, b[0], b[1]);
+                gpu_mma_bf16(o[dn + 1], pa, b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* every warp is done with this buffer before it is refilled */
+    }
+
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    const int r0 = q0 + warp * 16 + lane / 4, r1 = r0 + 8;
+#pragma unroll
+    for (int dn = 0; dn < DT; dn++) {
+        int col = dn * 8 + (lane % 4) * 2;
+        if (col >= p.hd) continue;
+        if (r0 < p.T)
+            *(__nv_bfloat162 *)(p.out + (size_t)r0 * p.qd + h * p.hd + col) =
+                __floats2bfloat162_rn(o[dn][0] * inv0, o[dn][1] * inv0);
+        if (r1 < p.T)
+            *(__nv_bfloat162 *)(p.out + (size_t)r1 * p.qd + h * p.hd + col) =
+                __floats2bfloat162_rn(o[dn][2] * inv1, o[dn][3] * inv1);
+    }
+}
+
+template <int HDP> static int launch(cudaStream_t s, const fa_params &p, int n_heads)
+{
+    size_t smem = fa_shape<HDP>::SMEM;
+    GPU_CHECK(cudaFuncSetAttribute(k_flash_prefill<HDP>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid(n_heads, (p.T + FA_BR - 1) / FA_BR);
+    k_flash_prefill<HDP><<<grid, FA_WARPS * 32, smem, s>>>(p);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
+}
+
+int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
+                     const bf16 *k, const bf16 *v, int cap, bf16 *out)
+{
+    if (T <= 0) return ACCEL_OK;
+    if ((T + FA_BR - 1) / FA_BR > 65535) return ACCEL_ERR_INVALID; /* grid.y bound */
+    fa_params p;
+    p.q = q;
+    p.k = k;
+    p.v = v;
+    p.out = out;
+    p.T = T;
+    p.pos0 = pos0;
+    p.cap = cap;
+    p.hd = d->hd;
+    p.qd = d->qd;
+    p.group = d->n_heads / d->n_kv;
+    p.window = d->window;
+    p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)d->hd));
+    switch (d->hdp) {
+    case 16: return launch<16>(s, p, d->n_heads);
+    case 32: return launch<32>(s, p, d->n_heads);
+    case 64: return launch<64>(s, p, d->n_heads);
+    case 128: return launch<128>(s, p, d->n_heads);
+    }
+    return ACCEL_ERR_UNSUPPORTED;
+}

@@ -1,0 +1,323 @@
+/* gpu/engine.cu — opening a GPU for a model: the device, streams, cuBLAS, weights (weights.cu),
+ * workspaces and events; the KV budget; per-sequence KV caches; error reporting. */
+#include "gpu/engine.cuh"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* cuBLAS's recommended workspace on Hopper (cuBLAS docs, cublasSetWorkspace: 32 MiB). */
+#define BLAS_WS_BYTES (32u << 20)
+/* The largest forward pass: 8192 tokens keep the GEMMs at full rate (M = 8192 fills the GPU many
+ * times over) while the activations of an 8B-shaped model stay near 1.3 GB. */
+#define T_MAX_DEFAULT 8192
+/* Device memory left out of the KV budget: cuBLAS/driver allocations after start-up, the CUDA
+ * context's growth, fragmentation of per-sequence allocations. */
+#define MARGIN_FIXED (512ull << 20)
+#define MARGIN_FRACTION 0.02
+
+int gpu_cuda_status(cudaError_t err, const char *what, const char *file, int line)
+{
+    fprintf(stderr, "tandem cuda: %s:%d: %s: %s\n", file, line, what, cudaGetErrorString(err));
+    if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError(); /* allocation failures are not sticky: clear it */
+        return ACCEL_ERR_NOMEM;
+    }
+    return ACCEL_ERR_DEVICE;
+}
+
+int gpu_cublas_status(cublasStatus_t st, const char *what, const char *file, int line)
+{
+    fprintf(stderr, "tandem cuda: %s:%d: %s: cuBLAS status %d\n", file, line, what, (int)st);
+    return st == CUBLAS_STATUS_ALLOC_FAILED ? ACCEL_ERR_NOMEM : ACCEL_ERR_DEVICE;
+}
+
+size_t gpu_export_slot_bytes(const gpu_dims *d, enum proto_kv_dtype t, int T)
+{
+    return 2 * proto_kv_value_bytes(t, T, d->n_kv, d->hd) +
+           2 * proto_kv_scale_count(t, T, d->n_kv, d->hd) * sizeof(uint16_t);
+}
+
+static size_t align16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+/* Activation bytes per token of one forward pass (the buffers of engine.cuh's workspace). */
+static size_t ws_bytes_per_token(const gpu_dims *d)
+{
+    return (size_t)d->H * (4 + 2) + (size_t)d->qkv * 4 + (size_t)d->qd * 2 * 2 +
+           (size_t)d->kvd * 4 * 2 + (size_t)d->I * 2 * 3 + (size_t)(d->hd / 2) * 8 +
+           gpu_export_slot_bytes(d, PROTO_KV_INT8, 1) * GPU_EXPORT_RING + 16;
+}
+
+template <typename T> static int dev_alloc(T **p, size_t n)
+{
+    GPU_CHECK(cudaMalloc((void **)p, n * sizeof(T)));
+    return ACCEL_OK;
+}
+
+static int alloc_workspace(gpu_engine *e)
+{
+    const gpu_dims &d = e->d;
+    size_t T = e->t_max;
+    GPU_TRY(dev_alloc(&e->x, T * d.H));
+    GPU_TRY(dev_alloc(&e->xb, T * d.H));
+    GPU_TRY(dev_alloc(&e->qkv, T * d.qkv));
+    GPU_TRY(dev_alloc(&e->q, T * d.qd));
+    GPU_TRY(dev_alloc(&e->att, T * d.qd));
+    GPU_TRY(dev_alloc(&e->kf, T * d.kvd));
+    GPU_TRY(dev_alloc(&e->vf, T * d.kvd));
+    GPU_TRY(dev_alloc(&e->gu, T * 2 * d.I));
+    GPU_TRY(dev_alloc(&e->h, T * d.I));
+    GPU_TRY(dev_alloc(&e->rope, T * (d.hd / 2)));
+    GPU_TRY(dev_alloc(&e->xn, (size_t)GPU_LOGIT_ROWS * d.H));
+    GPU_TRY(dev_alloc(&e->logits, (size_t)GPU_LOGIT_ROWS * d.V));
+    /* split-K partials: the most any decode batch (or small prefill chunk) needs */
+    size_t slots = 0;
+    for (int n = 1; n <= GPU_MAX_BATCH; n++) {
+        size_t s = gpu_attn_decode_slots(&d, e->sms, n);
+        if (s > slots) slots = s;
+    }
+    e->part_slots = slots;
+    GPU_TRY(dev_alloc(&e->part_o, slots * d.hdp));
+    GPU_TRY(dev_alloc(&e->part_ml, slots));
+    /* per-call metadata */
+    gpu_meta_layout &ml = e->ml;
+    size_t off = 0;
+    ml.ids = off, off = align16(off + T * sizeof(int));
+    ml.pos = off, off = align16(off + T * sizeof(int));
+    ml.seq = off, off = align16(off + T * sizeof(int));
+    ml.tbl = off, off = align16(off + T * sizeof(int));
+    ml.rows = off, off = align16(off + GPU_LOGIT_ROWS * sizeof(int));
+    ml.seqs = off, off = align16(off + GPU_MAX_BATCH * sizeof(gpu_seq_dev));
+    ml.inv = off, off = align16(off + (size_t)(GPU_MAX_BATCH + 1) * (d.hd / 2) * sizeof(float));
+    ml.bytes = off;
+    GPU_CHECK(cudaMallocHost((void **)&e->meta_h, ml.bytes));
+    GPU_TRY(dev_alloc(&e->meta_d, ml.bytes));
+    /* export ring */
+    e->exp_slot_bytes = gpu_export_slot_bytes(&d, PROTO_KV_INT8, e->t_max);
+    size_t s4 = gpu_export_slot_bytes(&d, PROTO_KV_INT4, e->t_max);
+    if (s4 > e->exp_slot_bytes) e->exp_slot_bytes = s4;
+    for (int i = 0; i < GPU_EXPORT_RING; i++) GPU_TRY(dev_alloc(&e->exp_d[i], e->exp_slot_bytes));
+    /* events: per layer, for the export pipeline; copy events are timed (export statistics) and
+     * block the host thread instead of spinning when it waits on them */
+    e->ev_quant = (cudaEvent_t *)calloc(d.L, sizeof(cudaEvent_t));
+    e->ev_copy0 = (cudaEvent_t *)calloc(d.L, sizeof(cudaEvent_t));
+    e->ev_copy1 = (cudaEvent_t *)calloc(d.L, sizeof(cudaEvent_t));
+    if (!e->ev_quant || !e->ev_copy0 || !e->ev_copy1) return ACCEL_ERR_NOMEM;
+    for (int l = 0; l < d.L; l++) {
+        GPU_CHECK(cudaEventCreateWithFlags(&e->ev_quant[l], cudaEventDisableTiming));
+        GPU_CHECK(cudaEventCreateWithFlags(&e->ev_copy0[l], cudaEventBlockingSync));
+        GPU_CHECK(cudaEventCreateWithFlags(&e->ev_copy1[l], cudaEventBlockingSync));
+    }
+    GPU_CHECK(cudaEventCreate(&e->ev_t0));
+    GPU_CHECK(cudaEventCreate(&e->ev_t1));
+    return ACCEL_OK;
+}
+
+/* Checks the model against what the kernels cover; 0 or -1 with a message. */
+static int check_shape(const model_config *c, int index, char *err, size_t errlen)
+{
+    if (c->head_dim % 8 || c->head_dim > 128) {
+        snprintf(err, errlen, "cuda:%d: head_dim %d not supported (multiples of 8 up to 128)",
+                 index, c->head_dim);
+        return -1;
+    }
+    if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads) {
+        snprintf(err, errlen, "cuda:%d: %d heads over %d KV heads", index, c->n_heads,
+                 c->n_kv_heads);
+        return -1;
+    }
+    return 0;
+}
+
+static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errlen)
+{
+    const model_config *c = &e->m->cfg;
+    gpu_dims &d = e->d;
+    d.H = c->hidden;
+    d.L = c->n_layers;
+    d.n_heads = c->n_heads;
+    d.n_kv = c->n_kv_heads;
+    d.hd = c->head_dim;
+    d.I = c->intermediate;
+    d.V = c->vocab;
+    d.qd = d.n_heads * d.hd;
+    d.kvd = d.n_kv * d.hd;
+    d.qkv = d.qd + 2 * d.kvd;
+    d.hdp = d.hd <= 16 ? 16 : d.hd <= 32 ? 32 : d.hd <= 64 ? 64 : 128;
+    d.window = c->sliding_window;
+    d.eps = c->rms_eps;
+
+    cudaDeviceProp prop;
+    GPU_CHECK(cudaGetDeviceProperties(&prop, e->index));
+    e->sms = prop.multiProcessorCount;
+    snprintf(e->desc, sizeof e->desc, "%s, %d SMs, %.0f GB", prop.name, e->sms,
+             prop.totalGlobalMem / 1e9);
+    GPU_CHECK(cudaStreamCreateWithFlags(&e->compute, cudaStreamNonBlocking));
+    GPU_CHECK(cudaStreamCreateWithFlags(&e->copy, cudaStreamNonBlocking));
+    GPU_CUBLAS(cublasCreate(&e->blas));
+    GPU_CUBLAS(cublasSetStream(e->blas, e->compute));
+    GPU_CUBLAS(cublasSetMathMode(
+        e->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    GPU_CHECK(cudaMalloc(&e->blas_ws, BLAS_WS_BYTES));
+    e->blas_ws_bytes = BLAS_WS_BYTES;
+    GPU_CUBLAS(cublasSetWorkspace(e->blas, e->blas_ws, e->blas_ws_bytes));
+
+    e->inv_freq0 = (float *)malloc(sizeof(float) * (d.hd / 2));
+    if (!e->inv_freq0) return ACCEL_ERR_NOMEM;
+    model_rope_inv_freq(c, 0, e->inv_freq0);
+
+    int st = gpu_weights_upload(e, err, errlen);
+    if (st) return st;
+
+    /* workspace: t_max tokens, fewer when that would take over a quarter of what is left */
+    size_t free_b, total_b;
+    GPU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    size_t per_tok = ws_bytes_per_token(&d);
+    int t_max = T_MAX_DEFAULT;
+    while (t_max > GPU_MAX_BATCH && (size_t)t_max * per_tok > free_b / 4) t_max /= 2;
+    /* tests only: a smaller pass, so that short prompts run as several internal chunks */
+    const char *env = getenv("TANDEM_GPU_CHUNK");
+    if (env) {
+        long v = strtol(env, NULL, 10);
+        if (v >= GPU_MAX_BATCH && v < t_max) t_max = (int)v;
+    }
+    e->t_max = t_max;
+    st = alloc_workspace(e);
+    if (st) {
+        snprintf(err, errlen, "cuda:%d: workspace allocation failed", e->index);
+        return st;
+    }
+    GPU_CHECK(cudaDeviceSynchronize());
+    GPU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    uint64_t margin = MARGIN_FIXED + (uint64_t)(MARGIN_FRACTION * (double)total_b);
+    e->kv_budget = free_b > margin ? free_b - margin : 0;
+    if (mem_limit && mem_limit < e->kv_budget) e->kv_budget = mem_limit;
+    e->kv_per_token = 2ull * d.L * d.kvd * sizeof(bf16);
+    return ACCEL_OK;
+}
+
+gpu_engine *gpu_engine_new(int index, const model *m, uint64_t mem_limit, char *err, size_t errlen)
+{
+    int count = 0;
+    cudaError_t ce = cudaGetDeviceCount(&count);
+    if (ce != cudaSuccess || count == 0) {
+        snprintf(err, errlen, "cuda:%d: no CUDA device (%s)", index,
+                 ce != cudaSuccess ? cudaGetErrorString(ce) : "none found");
+        return NULL;
+    }
+    if (index < 0 || index >= count) {
+        snprintf(err, errlen, "cuda:%d: no such device (%d present)", index, count);
+        return NULL;
+    }
+    if (check_shape(&m->cfg, index, err, errlen)) return NULL;
+    if (cudaSetDevice(index) != cudaSuccess) {
+        snprintf(err, errlen, "cuda:%d: cannot select the device", index);
+        return NULL;
+    }
+    gpu_engine *e = (gpu_engine *)calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "cuda:%d: out of host memory", index);
+        return NULL;
+    }
+    e->index = index;
+    e->m = m;
+    err[0] = 0;
+    int st = open_device(e, mem_limit, err, errlen);
+    if (st) {
+        if (!err[0])
+            snprintf(err, errlen, "cuda:%d: start-up failed: %s", index, accel_strerror(st));
+        gpu_engine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void gpu_engine_free(gpu_engine *e)
+{
+    if (!e) return;
+    cudaSetDevice(e->index);
+    if (e->compute) cudaStreamSynchronize(e->compute);
+    if (e->copy) cudaStreamSynchronize(e->copy);
+    gpu_weights_free(e);
+    void *bufs[] = {e->x, e->xb, e->qkv, e->q, e->att, e->kf, e->vf, e->gu, e->h, e->rope,
+                    e->xn, e->logits, e->part_o, e->part_ml, e->meta_d, e->imp_d, e->blas_ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    for (int i = 0; i < GPU_EXPORT_RING; i++) cudaFree(e->exp_d[i]);
+    if (e->meta_h) cudaFreeHost(e->meta_h);
+    if (e->exp_h) cudaFreeHost(e->exp_h);
+    for (int l = 0; l < e->d.L; l++) {
+        if (e->ev_quant && e->ev_quant[l]) cudaEventDestroy(e->ev_quant[l]);
+        if (e->ev_copy0 && e->ev_copy0[l]) cudaEventDestroy(e->ev_copy0[l]);
+        if (e->ev_copy1 && e->ev_copy1[l]) cudaEventDestroy(e->ev_copy1[l]);
+    }
+    free(e->ev_quant);
+    free(e->ev_copy0);
+    free(e->ev_copy1);
+    if (e->ev_t0) cudaEventDestroy(e->ev_t0);
+    if (e->ev_t1) cudaEventDestroy(e->ev_t1);
+    if (e->blas) cublasDestroy(e->blas);
+    if (e->compute) cudaStreamDestroy(e->compute);
+    if (e->copy) cudaStreamDestroy(e->copy);
+    free(e->inv_freq0);
+    free(e);
+}
+
+const char *gpu_engine_desc(const gpu_engine *e)
+{
+    return e->desc;
+}
+
+uint64_t gpu_engine_kv_budget(const gpu_engine *e)
+{
+    return e->kv_budget;
+}
+
+uint64_t gpu_engine_kv_bytes_per_token(const gpu_engine *e)
+{
+    return e->kv_per_token;
+}
+
+void gpu_engine_export_stats(const gpu_engine *e, gpu_export_stats *out)
+{
+    *out = e->stats;
+}
+
+int gpu_engine_sync(gpu_engine *e)
+{
+    GPU_CHECK(cudaSetDevice(e->index));
+    GPU_CHECK(cudaStreamSynchronize(e->compute));
+    GPU_CHECK(cudaStreamSynchronize(e->copy));
+    return ACCEL_OK;
+}
+
+int gpu_kv_new(gpu_engine *e, int capacity, gpu_kv **out)
+{
+    *out = NULL;
+    if (capacity <= 0) return ACCEL_ERR_INVALID;
+    GPU_CHECK(cudaSetDevice(e->index));
+    gpu_kv *kv = (gpu_kv *)calloc(1, sizeof *kv);
+    if (!kv) return ACCEL_ERR_NOMEM;
+    size_t n = 2 * (size_t)e->d.L * e->d.kvd * (size_t)capacity;
+    cudaError_t ce = cudaMalloc((void **)&kv->k, n * sizeof(bf16));
+    if (ce != cudaSuccess) {
+        free(kv);
+        if (ce == cudaErrorMemoryAllocation) { /* an admission answer, not a fault: no log */
+            cudaGetLastError();
+            return ACCEL_ERR_NOMEM;
+        }
+        return gpu_cuda_status(ce, "cudaMalloc(KV cache)", __FILE__, __LINE__);
+    }
+    kv->cap = capacity;
+    *out = kv;
+    return ACCEL_OK;
+}
+
+void gpu_kv_free(gpu_engine *e, gpu_kv *kv)
+{
+    if (!kv) return;
+    cudaSetDevice(e->index);
+    cudaFree(kv->k);
+    free(kv);
+}

@@ -1,0 +1,195 @@
+/* gpu/engine.cuh — the engine's structures, shared by the gpu/*.cu files (C++ only).
+ *
+ * Memory plan (all device memory is taken at gpu_engine_new, except KV caches, taken per
+ * sequence by gpu_kv_new, the pinned host export buffer, grown at the first export that needs
+ * it, and the import staging buffer, grown at the first import that needs it):
+ *   weights    bf16, fused per layer: w_qkv = [wq; wk; wv] (one GEMM for Q, K and V) and
+ *              w_gu = [w_gate; w_up] (one GEMM for both FFN inputs); norms and biases float32
+ *   workspace  activations for up to t_max tokens per forward pass (a longer prefill runs in
+ *              chunks of t_max: attention of a chunk reads the KV of the earlier ones), the
+ *              per-step metadata, the split-K partials of decode attention, the export ring
+ *   KV cache   per sequence, bf16, (2, n_layers, n_kv_heads, capacity, head_dim): the keys of one
+ *              head are contiguous, so attention tiles are plain row blocks
+ *
+ * Numerics: the residual stream is float32; GEMM inputs are bf16 (weights, normalized
+ * activations), GEMMs accumulate in float32 and write float32 (Q/K/V, and the o/down
+ * projections, which add into the residual through beta = 1) or bf16 (gate/up, re-read once by
+ * SwiGLU). Attention reads bf16 Q/K/V, accumulates in float32 and rounds P to bf16 for the PV
+ * product (FlashAttention's arithmetic). */
+#ifndef TANDEM_GPU_ENGINE_CUH
+#define TANDEM_GPU_ENGINE_CUH
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cublas_v2.h>
+#include <stdio.h>
+extern "C" {
+#include "gpu/gpu.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+/* ---------------------------------------------------------------- error checks
+ * Every CUDA / cuBLAS call goes through these: on failure they log the call with file:line and
+ * return from the enclosing function (never exit or abort). An allocation failure is NOMEM (an
+ * admission answer); anything else is DEVICE (the accel wrapper marks the device FAILED). */
+int gpu_cuda_status(cudaError_t err, const char *what, const char *file, int line);
+int gpu_cublas_status(cublasStatus_t st, const char *what, const char *file, int line);
+
+#define GPU_CHECK(call)                                                                            \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) return gpu_cuda_status(e_, #call, __FILE__, __LINE__);              \
+    } while (0)
+#define GPU_CUBLAS(call)                                                                           \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) return gpu_cublas_status(s_, #call, __FILE__, __LINE__);  \
+    } while (0)
+/* After a kernel launch: launch-configuration errors show up here, faults at the next sync. */
+#define GPU_LAUNCHED() GPU_CHECK(cudaGetLastError())
+/* Propagate a status from a helper. */
+#define GPU_TRY(expr)                                                                              \
+    do {                                                                                           \
+        int st_ = (expr);                                                                          \
+        if (st_) return st_;                                                                       \
+    } while (0)
+
+/* ---------------------------------------------------------------- model on the device */
+struct gpu_dims {
+    int H, L, n_heads, n_kv, hd, I, V;
+    int qd, kvd, qkv; /* n_heads*hd, n_kv*hd, qd + 2*kvd */
+    int hdp;          /* head_dim padded to the attention kernels' tile width (16/32/64/128) */
+    int window;       /* sliding window, 0: none */
+    float eps;
+};
+
+struct gpu_layer_w {
+    bf16 *w_qkv;  /* (qkv, H) */
+    bf16 *w_o;    /* (H, qd) */
+    bf16 *w_gu;   /* (2I, H) */
+    bf16 *w_down; /* (H, I) */
+    float *b_qkv; /* (qkv) or NULL */
+    float *attn_norm, *ffn_norm; /* (H) */
+};
+
+/* One sequence as the kernels see it (device metadata). */
+struct gpu_seq_dev {
+    bf16 *k, *v; /* layer 0, head 0, position 0 of K and V */
+    int cap;     /* positions per (layer, head) row block */
+    int pad_;
+};
+
+struct gpu_kv {
+    bf16 *k; /* (n_layers, n_kv, cap, hd); V follows at k + n_layers*n_kv*cap*hd */
+    int cap;
+};
+
+/* Per-call metadata: one pinned host block and its device copy, uploaded with one copy. */
+struct gpu_meta_layout {
+    size_t ids, pos, seq, tbl, rows, seqs, inv, bytes; /* byte offsets */
+};
+
+#define GPU_EXPORT_RING 2    /* device slots the export quantizer alternates between */
+#define GPU_EXPORT_AHEAD 3   /* the host stays at most this many layers ahead of the copies */
+#define GPU_LOGIT_ROWS 256   /* logits computed per lm_head GEMM (all_logits in sub-batches) */
+#define GPU_DECODE_SPLIT_MAX 64
+
+struct gpu_engine {
+    int index;
+    char desc[96];
+    const model *m;
+    gpu_dims d;
+    int sms;
+    cudaStream_t compute, copy;
+    cublasHandle_t blas;
+    void *blas_ws;
+    size_t blas_ws_bytes;
+
+    /* weights */
+    gpu_layer_w *layers; /* host array of device pointers */
+    bf16 *embed;         /* (V, H) */
+    bf16 *lm_head;       /* (V, H), == embed when tied */
+    float *norm;         /* (H) */
+    float *inv_freq0;    /* host: head_dim/2, the static rope table (dynamic: recomputed per call) */
+
+    /* workspace */
+    int t_max;
+    float *x;      /* (t_max, H) residual stream */
+    bf16 *xb;      /* (t_max, H) normalized */
+    float *qkv;    /* (t_max, qkv) */
+    bf16 *q;       /* (t_max, qd) after rope */
+    bf16 *att;     /* (t_max, qd) attention output */
+    float *kf, *vf; /* (t_max, kvd) K after rope, V: the export quantizer's input */
+    bf16 *gu;      /* (t_max, 2I) */
+    bf16 *h;       /* (t_max, I) */
+    float2 *rope;  /* (t_max, hd/2) cos, sin */
+    bf16 *xn;      /* (GPU_LOGIT_ROWS, H) */
+    float *logits; /* (GPU_LOGIT_ROWS, V) */
+    float *part_o; /* decode split-K partials (slots, hdp) */
+    float2 *part_ml; /* (slots) running max (log2 domain) and sum */
+    size_t part_slots;
+    gpu_meta_layout ml;
+    unsigned char *meta_h, *meta_d;
+
+    /* export */
+    size_t exp_slot_bytes;               /* one layer's K+V values and scales for t_max tokens */
+    unsigned char *exp_d[GPU_EXPORT_RING];
+    unsigned char *exp_h;                /* pinned, n_layers slots */
+    size_t exp_h_bytes;
+    cudaEvent_t *ev_quant, *ev_copy0, *ev_copy1; /* per layer */
+    cudaEvent_t ev_t0, ev_t1;
+    gpu_export_stats stats;
+
+    /* import staging */
+    unsigned char *imp_d;
+    size_t imp_bytes;
+
+    uint64_t kv_budget, kv_per_token;
+};
+
+/* ---------------------------------------------------------------- pieces (see each .cu) */
+int gpu_weights_upload(gpu_engine *e, char *err, size_t errlen); /* weights.cu */
+void gpu_weights_free(gpu_engine *e);
+
+/* gemm.cu: out (T, N) = x (T, K) · W^T (W row-major (N, K)), float32 accumulation.
+ * out_f32: float32 output, beta 0 or 1 (1 adds into out: the residual); else bf16 output. */
+int gpu_gemm(gpu_engine *e, int T, int N, int K, const bf16 *W, const bf16 *x, void *out,
+             int out_f32, float beta);
+
+/* kernels.cu */
+int gpu_embed(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, float *x);
+int gpu_rmsnorm(cudaStream_t s, const float *x, const int *rows, const float *w, int T, int H,
+                float eps, bf16 *out);
+int gpu_rope_table(cudaStream_t s, const int *pos, const int *tbl, const float *inv, int T,
+                   int half, float2 *out);
+int gpu_rope_qkv(cudaStream_t s, const gpu_dims *d, int layer, int T, const float *qkv,
+                 const float *bias, const float2 *rope, const int *seq_idx, const int *pos,
+                 const gpu_seq_dev *seqs, bf16 *q, float *kf, float *vf);
+int gpu_swiglu(cudaStream_t s, const bf16 *gu, int T, int I, bf16 *h);
+int gpu_convert_to_bf16(cudaStream_t s, const void *src, int dtype, size_t n, bf16 *dst);
+int gpu_convert_to_f32(cudaStream_t s, const void *src, int dtype, size_t n, float *dst);
+
+/* attn_prefill.cu: causal attention of T query rows (positions pos0..pos0+T-1) of one sequence
+ * against its keys 0..pos0+T-1 in the cache (layer base pointers k, v; cap positions per head). */
+int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
+                     const bf16 *k, const bf16 *v, int cap, bf16 *out);
+/* attn_decode.cu: one query row per token t (position pos[t] of sequence seqs[seq_idx[t]]),
+ * split-K over its keys 0..pos[t]; part_* hold at least gpu_attn_decode_slots() entries. */
+int gpu_attn_decode(cudaStream_t s, const gpu_dims *d, int sms, int layer, int T, int max_pos,
+                    const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
+                    float *part_o, float2 *part_ml, bf16 *out);
+size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens);
+
+/* kv_quant.cu: x (T, n_kv, hd) float32 -> proto/kv.h bytes and fp16 scales. */
+int gpu_kv_quantize(cudaStream_t s, enum proto_kv_dtype t, const float *x, int T, int n_kv, int hd,
+                    unsigned char *q, unsigned short *scales);
+/* q/scales (T, n_kv, ...) -> bf16 cache rows at positions pos0.. of one layer (k: head 0 base). */
+int gpu_kv_dequantize(cudaStream_t s, enum proto_kv_dtype t, const unsigned char *q,
+                      const unsigned short *scales, int T, int n_kv, int hd, bf16 *cache, int cap,
+                      int pos0);
+
+/* engine.cu helpers */
+size_t gpu_export_slot_bytes(const gpu_dims *d, enum proto_kv_dtype t, int T);
+
+#endif

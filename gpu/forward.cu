@@ -1,0 +1,383 @@
+/* gpu/forward.cu — the forward pass: prefill (one sequence, in chunks of at most t_max tokens)
+ * and batched decode (one token for each of n sequences), the layer-by-layer KV export, and the
+ * KV import.
+ *
+ * A pass of T tokens: per-call metadata (token ids, positions, owning sequence, rope table per
+ * token, the sequences' cache pointers, inverse frequencies) goes to the device in one copy; then
+ * every kernel and GEMM is queued on the compute stream; the host waits once, at the end.
+ *
+ * KV export, per layer l (design: the host never waits for the GPU inside the layer loop, except
+ * to stay at most GPU_EXPORT_AHEAD layers ahead of the copies, which leaves that many layers of
+ * work queued so the GPU never idles):
+ *   compute stream:  rope writes K, V (float32) -> quantize into device slot l % RING -> event Q[l]
+ *                    (before reusing a slot it waits for the copy of layer l - RING: a GPU-side
+ *                    wait, cudaStreamWaitEvent)
+ *   copy stream:     waits Q[l] -> event C0[l] -> async copy to pinned host slot l -> event C1[l]
+ *   host:            after queuing layer l, calls the sink for every layer whose C1 has completed
+ *                    (cudaEventQuery, no blocking), in layer order; blocks on C1[l - AHEAD] only
+ *                    if that copy is still running; after the last layer, drains the rest.
+ * The host buffer holds every layer of a chunk, so nothing is overwritten before its sink call;
+ * between chunks the export is fully drained. */
+#include "gpu/engine.cuh"
+#include <string.h>
+
+/* Prefill chunks up to this many tokens use the single-row (decode) attention kernel: the tiled
+ * kernel's 64-row tiles would be mostly empty and its grid too small to spread a long cache. */
+#define SMALL_CHUNK 8
+
+struct meta_ptrs {
+    int *ids, *pos, *seq, *tbl;
+    gpu_seq_dev *seqs;
+    float *inv;
+};
+
+/* Compact per-call layout inside the metadata buffers (sized for the largest call). */
+struct meta_fill {
+    size_t off_ids, off_pos, off_seq, off_tbl, off_seqs, off_inv, bytes;
+};
+
+static size_t a16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+static meta_fill meta_plan(int T, int n_seqs, int n_tbl, int half)
+{
+    meta_fill f;
+    size_t o = 0;
+    f.off_ids = o, o = a16(o + T * sizeof(int));
+    f.off_pos = o, o = a16(o + T * sizeof(int));
+    f.off_seq = o, o = a16(o + T * sizeof(int));
+    f.off_tbl = o, o = a16(o + T * sizeof(int));
+    f.off_seqs = o, o = a16(o + n_seqs * sizeof(gpu_seq_dev));
+    f.off_inv = o, o = a16(o + (size_t)n_tbl * half * sizeof(float));
+    f.bytes = o;
+    return f;
+}
+
+static meta_ptrs meta_at(unsigned char *base, const meta_fill &f)
+{
+    meta_ptrs p;
+    p.ids = (int *)(base + f.off_ids);
+    p.pos = (int *)(base + f.off_pos);
+    p.seq = (int *)(base + f.off_seq);
+    p.tbl = (int *)(base + f.off_tbl);
+    p.seqs = (gpu_seq_dev *)(base + f.off_seqs);
+    p.inv = (float *)(base + f.off_inv);
+    return p;
+}
+
+static gpu_seq_dev seq_of(const gpu_engine *e, const gpu_kv *kv)
+{
+    gpu_seq_dev s;
+    s.k = kv->k;
+    s.v = kv->k + (size_t)e->d.L * e->d.kvd * kv->cap;
+    s.cap = kv->cap;
+    s.pad_ = 0;
+    return s;
+}
+
+/* ---------------------------------------------------------------- KV export */
+
+struct export_run {
+    const accel_kv_sink *sink;
+    enum proto_kv_dtype dt;
+    int T, pos0;
+    size_t vb, sc, used; /* bytes: K (or V) values, K (or V) scales, one layer in all */
+    int next;            /* next layer to hand to the sink */
+};
+
+static int export_enqueue(gpu_engine *e, export_run *x, int l)
+{
+    const gpu_dims &d = e->d;
+    cudaStream_t s = e->compute;
+    unsigned char *slot = e->exp_d[l % GPU_EXPORT_RING];
+    if (l >= GPU_EXPORT_RING) GPU_CHECK(cudaStreamWaitEvent(s, e->ev_copy1[l - GPU_EXPORT_RING], 0));
+    GPU_TRY(gpu_kv_quantize(s, x->dt, e->kf, x->T, d.n_kv, d.hd, slot,
+                            (unsigned short *)(slot + 2 * x->vb)));
+    GPU_TRY(gpu_kv_quantize(s, x->dt, e->vf, x->T, d.n_kv, d.hd, slot + x->vb,
+                            (unsigned short *)(slot + 2 * x->vb + x->sc)));
+    GPU_CHECK(cudaEventRecord(e->ev_quant[l], s));
+    GPU_CHECK(cudaStreamWaitEvent(e->copy, e->ev_quant[l], 0));
+    GPU_CHECK(cudaEventRecord(e->ev_copy0[l], e->copy));
+    GPU_CHECK(cudaMemcpyAsync(e->exp_h + (size_t)l * x->used, slot, x->used,
+                              cudaMemcpyDeviceToHost, e->copy));
+    GPU_CHECK(cudaEventRecord(e->ev_copy1[l], e->copy));
+    return ACCEL_OK;
+}
+
+static int export_deliver_one(gpu_engine *e, export_run *x)
+{
+    const int l = x->next;
+    const unsigned char *hp = e->exp_h + (size_t)l * x->used;
+    proto_kv_layer c;
+    c.layer = l;
+    c.pos0 = x->pos0;
+    c.n_tokens = x->T;
+    c.n_kv_heads = e->d.n_kv;
+    c.head_dim = e->d.hd;
+    c.dtype = x->dt;
+    c.k = hp;
+    c.v = hp + x->vb;
+    c.k_scale = (const uint16_t *)(hp + 2 * x->vb);
+    c.v_scale = (const uint16_t *)(hp + 2 * x->vb + x->sc);
+    float ms = 0;
+    GPU_CHECK(cudaEventElapsedTime(&ms, e->ev_copy0[l], e->ev_copy1[l]));
+    e->stats.copy_ms += ms;
+    e->stats.bytes += x->used;
+    e->stats.layers++;
+    x->next++;
+    return x->sink->layer(x->sink->ctx, &c);
+}
+
+/* Hands finished layers (up to `queued`) to the sink; waits only for layers more than
+ * GPU_EXPORT_AHEAD behind, or for all of them when draining. */
+static int export_poll(gpu_engine *e, export_run *x, int queued, int drain)
+{
+    while (x->next <= queued) {
+        cudaEvent_t ev = e->ev_copy1[x->next];
+        if (drain || x->next <= queued - GPU_EXPORT_AHEAD) {
+            GPU_CHECK(cudaEventSynchronize(ev));
+        } else {
+            cudaError_t q = cudaEventQuery(ev);
+            if (q == cudaErrorNotReady) break;
+            if (q != cudaSuccess) return gpu_cuda_status(q, "cudaEventQuery", __FILE__, __LINE__);
+        }
+        int st = export_deliver_one(e, x);
+        if (st) return st;
+    }
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- the layers */
+
+struct pass {
+    int T;
+    gpu_kv *kv;   /* prefill: the sequence (all tokens); decode: NULL */
+    int pos0;     /* prefill: position of token 0 */
+    int max_pos;  /* largest position in the pass */
+    export_run *xr; /* NULL: no export */
+    const volatile int *cancel;
+};
+
+static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
+{
+    const gpu_dims &d = e->d;
+    cudaStream_t s = e->compute;
+    const int T = p.T;
+    GPU_TRY(gpu_rope_table(s, md.pos, md.tbl, md.inv, T, d.hd / 2, e->rope));
+    GPU_TRY(gpu_embed(s, e->embed, md.ids, T, d.H, e->x));
+    for (int l = 0; l < d.L; l++) {
+        const gpu_layer_w &w = e->layers[l];
+        if (p.cancel && *p.cancel) return ACCEL_ERR_CANCELLED;
+        GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.attn_norm, T, d.H, d.eps, e->xb));
+        GPU_TRY(gpu_gemm(e, T, d.qkv, d.H, w.w_qkv, e->xb, e->qkv, 1, 0.f));
+        GPU_TRY(gpu_rope_qkv(s, &d, l, T, e->qkv, w.b_qkv, e->rope, md.seq, md.pos, md.seqs, e->q,
+                             p.xr ? e->kf : NULL, p.xr ? e->vf : NULL));
+        if (p.xr) GPU_TRY(export_enqueue(e, p.xr, l));
+        if (p.kv && T > SMALL_CHUNK) {
+            gpu_seq_dev sq = seq_of(e, p.kv);
+            size_t off = (size_t)l * d.n_kv * p.kv->cap * d.hd;
+            GPU_TRY(gpu_attn_prefill(s, &d, T, p.pos0, e->q, sq.k + off, sq.v + off, sq.cap, e->att));
+        } else {
+            GPU_TRY(gpu_attn_decode(s, &d, e->sms, l, T, p.max_pos, e->q, md.seq, md.pos, md.seqs,
+                                    e->part_o, e->part_ml, e->att));
+        }
+        GPU_TRY(gpu_gemm(e, T, d.H, d.qd, w.w_o, e->att, e->x, 1, 1.f)); /* x += attn · Wo^T */
+        GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.ffn_norm, T, d.H, d.eps, e->xb));
+        GPU_TRY(gpu_gemm(e, T, 2 * d.I, d.H, w.w_gu, e->xb, e->gu, 0, 0.f));
+        GPU_TRY(gpu_swiglu(s, e->gu, T, d.I, e->h));
+        GPU_TRY(gpu_gemm(e, T, d.H, d.I, w.w_down, e->h, e->x, 1, 1.f)); /* x += h · Wd^T */
+        if (p.xr) GPU_TRY(export_poll(e, p.xr, l, 0));
+    }
+    return ACCEL_OK;
+}
+
+/* Final norm + lm_head for rows row0.. of the pass, into host memory (float32), in sub-batches. */
+static int logits_rows(gpu_engine *e, int row0, int nrows, float *out)
+{
+    const gpu_dims &d = e->d;
+    for (int r = 0; r < nrows; r += GPU_LOGIT_ROWS) {
+        int nr = nrows - r < GPU_LOGIT_ROWS ? nrows - r : GPU_LOGIT_ROWS;
+        GPU_TRY(gpu_rmsnorm(e->compute, e->x + (size_t)(row0 + r) * d.H, NULL, e->norm, nr, d.H,
+                            d.eps, e->xn));
+        GPU_TRY(gpu_gemm(e, nr, d.V, d.H, e->lm_head, e->xn, e->logits, 1, 0.f));
+        GPU_CHECK(cudaMemcpyAsync(out + (size_t)r * d.V, e->logits, (size_t)nr * d.V * sizeof(float),
+                                  cudaMemcpyDeviceToHost, e->compute));
+    }
+    return ACCEL_OK;
+}
+
+/* Waits for both streams. A failure here is a device fault whatever st was. */
+static int finish(gpu_engine *e, int st)
+{
+    cudaError_t a = cudaStreamSynchronize(e->compute);
+    cudaError_t b = cudaStreamSynchronize(e->copy);
+    if (a != cudaSuccess) return gpu_cuda_status(a, "cudaStreamSynchronize(compute)", __FILE__, __LINE__);
+    if (b != cudaSuccess) return gpu_cuda_status(b, "cudaStreamSynchronize(copy)", __FILE__, __LINE__);
+    return st;
+}
+
+static void inv_table(const gpu_engine *e, int seq_len, float *out)
+{
+    const model_config *c = &e->m->cfg;
+    if (c->rope.type == MODEL_ROPE_DYNAMIC)
+        model_rope_inv_freq(c, seq_len, out);
+    else
+        memcpy(out, e->inv_freq0, sizeof(float) * (c->head_dim / 2));
+}
+
+static int grow_export_host(gpu_engine *e, size_t bytes)
+{
+    if (bytes <= e->exp_h_bytes) return ACCEL_OK;
+    if (e->exp_h) GPU_CHECK(cudaFreeHost(e->exp_h));
+    e->exp_h = NULL;
+    e->exp_h_bytes = 0;
+    GPU_CHECK(cudaHostAlloc((void **)&e->exp_h, bytes, cudaHostAllocDefault));
+    e->exp_h_bytes = bytes;
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- entries */
+
+int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, float *logits,
+                int all_logits, const accel_kv_sink *sink, enum proto_kv_dtype kv_dtype,
+                const volatile int *cancel)
+{
+    const gpu_dims &d = e->d;
+    if (n <= 0 || pos0 < 0 || pos0 > kv->cap - n) return ACCEL_ERR_INVALID;
+    if (sink && kv_dtype != PROTO_KV_INT8 && kv_dtype != PROTO_KV_INT4) return ACCEL_ERR_INVALID;
+    GPU_CHECK(cudaSetDevice(e->index));
+    export_run xr;
+    if (sink) {
+        memset(&e->stats, 0, sizeof e->stats);
+        int T0 = n < e->t_max ? n : e->t_max;
+        GPU_TRY(grow_export_host(e, (size_t)d.L * gpu_export_slot_bytes(&d, kv_dtype, T0)));
+    }
+    const int half = d.hd / 2;
+    for (int done = 0; done < n;) {
+        const int T = n - done < e->t_max ? n - done : e->t_max;
+        meta_fill mf = meta_plan(T, 1, 1, half);
+        meta_ptrs mh = meta_at(e->meta_h, mf), md = meta_at(e->meta_d, mf);
+        for (int t = 0; t < T; t++) {
+            mh.ids[t] = ids[done + t];
+            mh.pos[t] = pos0 + done + t;
+            mh.seq[t] = 0;
+            mh.tbl[t] = 0;
+        }
+        mh.seqs[0] = seq_of(e, kv);
+        /* dynamic NTK: the length the sequence reaches in this call (transformers recomputes
+         * inv_freq from max(position_ids) + 1 of the call) */
+        inv_table(e, pos0 + n, mh.inv);
+        GPU_CHECK(cudaMemcpyAsync(e->meta_d, e->meta_h, mf.bytes, cudaMemcpyHostToDevice, e->compute));
+
+        pass p;
+        p.T = T;
+        p.kv = kv;
+        p.pos0 = pos0 + done;
+        p.max_pos = pos0 + done + T - 1;
+        p.cancel = cancel;
+        p.xr = NULL;
+        if (sink) {
+            xr.sink = sink;
+            xr.dt = kv_dtype;
+            xr.T = T;
+            xr.pos0 = pos0 + done;
+            xr.vb = proto_kv_value_bytes(kv_dtype, T, d.n_kv, d.hd);
+            xr.sc = proto_kv_scale_count(kv_dtype, T, d.n_kv, d.hd) * sizeof(uint16_t);
+            xr.used = 2 * xr.vb + 2 * xr.sc;
+            xr.next = 0;
+            p.xr = &xr;
+        }
+        GPU_CHECK(cudaEventRecord(e->ev_t0, e->compute));
+        int st = run_layers(e, p, md);
+        if (!st) {
+            cudaError_t ce = cudaEventRecord(e->ev_t1, e->compute);
+            if (ce != cudaSuccess) st = gpu_cuda_status(ce, "cudaEventRecord", __FILE__, __LINE__);
+        }
+        if (!st && logits) {
+            if (all_logits)
+                st = logits_rows(e, 0, T, logits + (size_t)done * d.V);
+            else if (done + T == n)
+                st = logits_rows(e, T - 1, 1, logits);
+        }
+        if (!st && sink) st = export_poll(e, &xr, d.L - 1, 1);
+        st = finish(e, st);
+        if (st) return st;
+        float ms = 0;
+        GPU_CHECK(cudaEventElapsedTime(&ms, e->ev_t0, e->ev_t1));
+        e->stats.compute_ms += ms;
+        done += T;
+    }
+    return ACCEL_OK;
+}
+
+int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const int32_t *ids,
+               float *logits)
+{
+    const gpu_dims &d = e->d;
+    if (n <= 0 || n > GPU_MAX_BATCH || n > e->t_max) return ACCEL_ERR_INVALID;
+    GPU_CHECK(cudaSetDevice(e->index));
+    const int half = d.hd / 2;
+    const int dynamic = e->m->cfg.rope.type == MODEL_ROPE_DYNAMIC;
+    meta_fill mf = meta_plan(n, n, dynamic ? n + 1 : 1, half);
+    meta_ptrs mh = meta_at(e->meta_h, mf), md = meta_at(e->meta_d, mf);
+    int max_pos = 0;
+    inv_table(e, 0, mh.inv);
+    for (int i = 0; i < n; i++) {
+        if (pos[i] < 0 || pos[i] >= kvs[i]->cap) return ACCEL_ERR_INVALID;
+        mh.ids[i] = ids[i];
+        mh.pos[i] = pos[i];
+        mh.seq[i] = i;
+        mh.tbl[i] = dynamic ? i + 1 : 0;
+        mh.seqs[i] = seq_of(e, kvs[i]);
+        if (dynamic) inv_table(e, pos[i] + 1, mh.inv + (size_t)(i + 1) * half);
+        if (pos[i] > max_pos) max_pos = pos[i];
+    }
+    GPU_CHECK(cudaMemcpyAsync(e->meta_d, e->meta_h, mf.bytes, cudaMemcpyHostToDevice, e->compute));
+    pass p;
+    p.T = n;
+    p.kv = NULL;
+    p.pos0 = 0;
+    p.max_pos = max_pos;
+    p.xr = NULL;
+    p.cancel = NULL;
+    int st = run_layers(e, p, md);
+    if (!st) st = logits_rows(e, 0, n, logits);
+    return finish(e, st);
+}
+
+int gpu_kv_import(gpu_engine *e, gpu_kv *kv, const proto_kv_layer *c)
+{
+    const gpu_dims &d = e->d;
+    if (c->dtype != PROTO_KV_INT8 && c->dtype != PROTO_KV_INT4) return ACCEL_ERR_INVALID;
+    if (c->layer < 0 || c->layer >= d.L || c->n_kv_heads != d.n_kv || c->head_dim != d.hd ||
+        c->n_tokens <= 0 || c->pos0 < 0 || c->pos0 > kv->cap - c->n_tokens)
+        return ACCEL_ERR_INVALID;
+    if (!c->k || !c->v || !c->k_scale || !c->v_scale) return ACCEL_ERR_INVALID;
+    GPU_CHECK(cudaSetDevice(e->index));
+    size_t vb = proto_kv_value_bytes(c->dtype, c->n_tokens, d.n_kv, d.hd);
+    size_t sc = proto_kv_scale_count(c->dtype, c->n_tokens, d.n_kv, d.hd) * sizeof(uint16_t);
+    size_t need = 2 * vb + 2 * sc;
+    if (need > e->imp_bytes) {
+        if (e->imp_d) GPU_CHECK(cudaFree(e->imp_d));
+        e->imp_d = NULL;
+        e->imp_bytes = 0;
+        GPU_CHECK(cudaMalloc((void **)&e->imp_d, need));
+        e->imp_bytes = need;
+    }
+    unsigned char *b = e->imp_d;
+    cudaStream_t s = e->compute;
+    GPU_CHECK(cudaMemcpyAsync(b, c->k, vb, cudaMemcpyHostToDevice, s));
+    GPU_CHECK(cudaMemcpyAsync(b + vb, c->v, vb, cudaMemcpyHostToDevice, s));
+    GPU_CHECK(cudaMemcpyAsync(b + 2 * vb, c->k_scale, sc, cudaMemcpyHostToDevice, s));
+    GPU_CHECK(cudaMemcpyAsync(b + 2 * vb + sc, c->v_scale, sc, cudaMemcpyHostToDevice, s));
+    gpu_seq_dev sq = seq_of(e, kv);
+    size_t off = (size_t)c->layer * d.n_kv * kv->cap * d.hd;
+    int st = gpu_kv_dequantize(s, c->dtype, b, (const unsigned short *)(b + 2 * vb), c->n_tokens,
+                               d.n_kv, d.hd, sq.k + off, kv->cap, c->pos0);
+    if (!st)
+        st = gpu_kv_dequantize(s, c->dtype, b + vb, (const unsigned short *)(b + 2 * vb + sc),
+                               c->n_tokens, d.n_kv, d.hd, sq.v + off, kv->cap, c->pos0);
+    return finish(e, st);
+}

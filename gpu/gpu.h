@@ -1,0 +1,87 @@
+/* gpu/gpu.h — the CUDA engine behind the accel interface, as plain C (no CUDA types), so that the
+ * accel glue (gpu/accel.c, compiled as C: it embeds struct accel_dev, whose _Atomic members C++
+ * cannot parse) and the CUDA side (gpu/*.cu) meet here.
+ *
+ * One engine = one GPU holding one model's weights (bf16), its workspaces and two streams:
+ * `compute` (every kernel and GEMM, in order) and `copy` (the KV export's device-to-host copies,
+ * ordered against compute with events). A gpu_kv is one sequence's KV cache on the device.
+ *
+ * Threads: an engine is driven by one thread at a time (accel.h's rule). Every entry returns when
+ * the device has finished the work it queued (it synchronizes at the end), so host buffers passed
+ * in may be reused as soon as it returns.
+ *
+ * Errors: ACCEL_OK or a negative ACCEL_ERR_*: NOMEM when a device allocation fails (an admission
+ * answer: nothing else changed), DEVICE after any other CUDA/cuBLAS failure (logged to stderr with
+ * file:line; the accel wrapper then marks the device FAILED), INVALID/UNSUPPORTED for arguments
+ * outside what the engine was built for, CANCELLED, or a sink's own non-zero status. */
+#ifndef TANDEM_GPU_H
+#define TANDEM_GPU_H
+#include <stddef.h>
+#include <stdint.h>
+#include "model/model.h"
+#include "proto/kv.h"
+#include "scheduler/accel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpu_engine gpu_engine;
+typedef struct gpu_kv gpu_kv;
+
+/* Decode batch bound (sequences per accel_decode): sizes the per-step workspaces. */
+#define GPU_MAX_BATCH 256
+
+/* Opens CUDA device `index`, uploads m's weights (bf16; f32/f16 converted on the device) and sizes
+ * the workspaces. mem_limit (bytes, 0: none) caps the KV budget. NULL with a message in err when
+ * there is no such device, the model has a shape the kernels do not cover, or memory runs out. */
+gpu_engine *gpu_engine_new(int index, const model *m, uint64_t mem_limit, char *err, size_t errlen);
+void gpu_engine_free(gpu_engine *e);
+
+/* "NVIDIA H100 80GB HBM3, 132 SMs" */
+const char *gpu_engine_desc(const gpu_engine *e);
+/* Bytes available to KV caches: what was free after weights and workspaces, less a safety margin
+ * (and at most mem_limit). */
+uint64_t gpu_engine_kv_budget(const gpu_engine *e);
+/* Bytes one position of one sequence takes in the KV cache (K and V, every layer, bf16). */
+uint64_t gpu_engine_kv_bytes_per_token(const gpu_engine *e);
+
+/* A KV cache for `capacity` positions. ACCEL_ERR_NOMEM when the device has no room. */
+int gpu_kv_new(gpu_engine *e, int capacity, gpu_kv **out);
+void gpu_kv_free(gpu_engine *e, gpu_kv *kv);
+
+/* Appends n tokens at positions pos0.. of kv's sequence (pos0 = its current length).
+ * logits: NULL, (vocab) for the last token, or (n, vocab) when all_logits; float32 on the host.
+ * sink: when not NULL, each layer's K and V of these tokens are quantized to kv_dtype and handed to
+ * sink->layer() in layer order (in runs of at most the engine's internal chunk of tokens), each
+ * call as soon as its device-to-host copy has landed, while later layers still compute.
+ * cancel: polled between layers. */
+int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, float *logits,
+                int all_logits, const accel_kv_sink *sink, enum proto_kv_dtype kv_dtype,
+                const volatile int *cancel);
+
+/* One decode step for n sequences: token ids[i] at position pos[i] of kvs[i]; logits (n, vocab). */
+int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const int32_t *ids,
+               float *logits);
+
+/* Writes one imported layer chunk (dequantized to bf16) at positions c->pos0.. of kv. */
+int gpu_kv_import(gpu_engine *e, gpu_kv *kv, const proto_kv_layer *c);
+
+/* Waits for the device; reports any pending asynchronous error. */
+int gpu_engine_sync(gpu_engine *e);
+
+/* Counters of the last prefill that exported KV (for benchmarks): bytes copied to the host and
+ * the device time the copies took (sum over layers of copy start..end, milliseconds), and the
+ * device time from the first token's embedding to the last layer's end of compute. */
+typedef struct gpu_export_stats {
+    uint64_t bytes;
+    double copy_ms;
+    double compute_ms;
+    int layers;
+} gpu_export_stats;
+void gpu_engine_export_stats(const gpu_engine *e, gpu_export_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,246 @@
+/* gpu/kernels.cu — the element-wise and row-wise kernels of the forward pass: embedding gather,
+ * RMSNorm, rotary tables and rotation (with the scatter of K and V into the cache), SwiGLU, and
+ * the dtype conversions of the weight upload. Each follows the arithmetic of its cpu/ops.c
+ * reference (named at each kernel); where the GPU differs (FMA, float vs double), it says so. */
+#include "gpu/engine.cuh"
+
+/* Launch shape of the row kernels: one block per row. */
+#define ROW_THREADS 256
+
+static inline unsigned blocks_for(size_t n, int threads)
+{
+    return (unsigned)((n + threads - 1) / threads);
+}
+
+/* ---------------------------------------------------------------- embedding */
+
+__global__ void k_embed(const bf16 *table, const int *ids, int H, float *x)
+{
+    int t = blockIdx.x;
+    const bf16 *row = table + (size_t)ids[t] * H;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) x[(size_t)t * H + i] = __bfloat162float(row[i]);
+}
+
+int gpu_embed(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, float *x)
+{
+    k_embed<<<T, ROW_THREADS, 0, s>>>(table, ids, H, x);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- RMSNorm
+ * cpu_rmsnorm: mean of squares in double, inv = (float)(1 / sqrt(ms + eps)), out = x * inv * w.
+ * Here each thread sums its elements in double and the block reduces in double: the same value up
+ * to the order of a double sum (far below float32 resolution); the output is rounded to bf16. */
+
+__device__ double block_sum_double(double v)
+{
+    __shared__ double part[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    if (l == 0) part[w] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) / 32;
+    v = l < nw ? part[l] : 0.0;
+    if (w == 0)
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x == 0) part[0] = v;
+    __syncthreads();
+    return part[0];
+}
+
+__global__ void k_rmsnorm(const float *x, const int *rows, const float *w, int H, float eps,
+                          bf16 *out)
+{
+    int r = blockIdx.x;
+    const float *xr = x + (size_t)(rows ? rows[r] : r) * H;
+    double ss = 0;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = block_sum_double(ss);
+    float inv = (float)(1.0 / sqrt(ss / H + (double)eps));
+    for (int i = threadIdx.x; i < H; i += blockDim.x)
+        out[(size_t)r * H + i] = __float2bfloat16(__fmul_rn(__fmul_rn(xr[i], inv), w[i]));
+}
+
+int gpu_rmsnorm(cudaStream_t s, const float *x, const int *rows, const float *w, int T, int H,
+                float eps, bf16 *out)
+{
+    k_rmsnorm<<<T, ROW_THREADS, 0, s>>>(x, rows, w, H, eps, out);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- rotary embedding
+ * cpu_rope_angles: angle = (float)pos * inv_freq[i] in float32, then cosf/sinf. sincosf here is
+ * CUDA's full-range version (max 2 ulp; the angles stay below its slow-path bound of 105615 for
+ * positions up to ~105K at inv_freq[0] = 1, and are exact to reduce beyond it). One table per
+ * call: rows of (cos, sin) per token, read by every layer. tbl[t] picks the token's inv_freq
+ * table (dynamic NTK scaling gives each sequence its own). */
+
+__global__ void k_rope_table(const int *pos, const int *tbl, const float *inv, int T, int half,
+                             float2 *out)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * half) return;
+    int t = (int)(i / half), j = (int)(i % half);
+    float a = __fmul_rn((float)pos[t], inv[(size_t)(tbl ? tbl[t] : 0) * half + j]);
+    float sn, cs;
+    sincosf(a, &sn, &cs);
+    out[i] = make_float2(cs, sn);
+}
+
+int gpu_rope_table(cudaStream_t s, const int *pos, const int *tbl, const float *inv, int T,
+                   int half, float2 *out)
+{
+    size_t n = (size_t)T * half;
+    k_rope_table<<<blocks_for(n, 256), 256, 0, s>>>(pos, tbl, inv, T, half, out);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
+}
+
+/* cpu_rope: v[i] = a*cos - b*sin, v[i+half] = b*cos + a*sin with (a, b) = (v[i], v[i+half]),
+ * no FMA (the __f*_rn intrinsics keep the compiler from contracting). Also adds the q/k/v biases
+ * (cpu_matmul adds them to the projection output, before rotation), writes Q as bf16 for
+ * attention, K and V as bf16 into the cache at the token's position, and K, V as float32 for the
+ * export quantizer when kf is not NULL. One block per token. */
+__global__ void k_rope_qkv(gpu_dims d, int layer, const float *qkv, const float *bias,
+                           const float2 *rope, const int *seq_idx, const int *pos,
+                           const gpu_seq_dev *seqs, bf16 *q, float *kf, float *vf)
+{
+    int t = blockIdx.x, half = d.hd / 2;
+    const float *row = qkv + (size_t)t * d.qkv;
+    const float2 *cs = rope + (size_t)t * half;
+    gpu_seq_dev sq = seqs[seq_idx[t]];
+    int p = pos[t];
+    int n_q = d.n_heads * half, n_k = d.n_kv * half;
+    for (int w = threadIdx.x; w < n_q + n_k + d.kvd; w += blockDim.x) {
+        if (w < n_q + n_k) {
+            int k = w >= n_q, j = k ? w - n_q : w;
+            int head = j / half, i = j % half;
+            int c0 = (k ? d.qd : 0) + head * d.hd + i;
+            float a = row[c0], b = row[c0 + half];
+            if (bias) {
+                a = __fadd_rn(a, bias[c0]);
+                b = __fadd_rn(b, bias[c0 + half]);
+            }
+            float2 r = cs[i];
+            float o0 = __fsub_rn(__fmul_rn(a, r.x), __fmul_rn(b, r.y));
+            float o1 = __fadd_rn(__fmul_rn(b, r.x), __fmul_rn(a, r.y));
+            if (!k) {
+                bf16 *qo = q + (size_t)t * d.qd + head * d.hd + i;
+                qo[0] = __float2bfloat16(o0);
+                qo[half] = __float2bfloat16(o1);
+            } else {
+                bf16 *ko = sq.k + (((size_t)layer * d.n_kv + head) * sq.cap + p) * d.hd + i;
+                ko[0] = __float2bfloat16(o0);
+                ko[half] = __float2bfloat16(o1);
+                if (kf) {
+                    kf[(size_t)t * d.kvd + head * d.hd + i] = o0;
+                    kf[(size_t)t * d.kvd + head * d.hd + i + half] = o1;
+                }
+            }
+        } else {
+            int j = w - n_q - n_k, head = j / d.hd, i = j % d.hd;
+            int c = d.qd + d.kvd + j;
+            float v = row[c];
+            if (bias) v = __fadd_rn(v, bias[c]);
+            sq.v[(((size_t)layer * d.n_kv + head) * sq.cap + p) * d.hd + i] = __float2bfloat16(v);
+            if (vf) vf[(size_t)t * d.kvd + j] = v;
+        }
+    }
+}
+
+int gpu_rope_qkv(cudaStream_t s, const gpu_dims *d, int layer, int T, const float *qkv,
+                 const float *bias, const float2 *rope, const int *seq_idx, const int *pos,
+                 const gpu_seq_dev *seqs, bf16 *q, float *kf, float *vf)
+{
+    k_rope_qkv<<<T, ROW_THREADS, 0, s>>>(*d, layer, qkv, bias, rope, seq_idx, pos, seqs, q, kf, vf);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- SwiGLU
+ * cpu_swiglu: h = silu(g) * u, silu(g) = g / (1 + expf(-g)) — expf and the division are the
+ * accurate ones here too (no fast-math). g and u come from the gate/up GEMM in bf16 (one row
+ * holds the I gate values, then the I up values); h is rounded to bf16 for the down GEMM. */
+
+__device__ __forceinline__ float silu_mul(float g, float u)
+{
+    return __fmul_rn(g / (1.0f + expf(-g)), u);
+}
+
+/* Eight elements per thread with 16-byte loads (I % 8 == 0). */
+__global__ void k_swiglu8(const bf16 *gu, int T, int I, bf16 *h)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    int per_row = I / 8;
+    if (i >= (size_t)T * per_row) return;
+    size_t t = i / per_row, c = (i % per_row) * 8;
+    uint4 gv = *(const uint4 *)(gu + t * 2 * I + c);
+    uint4 uv = *(const uint4 *)(gu + t * 2 * I + I + c);
+    const bf16 *g8 = (const bf16 *)&gv, *u8 = (const bf16 *)&uv;
+    uint4 out;
+    bf16 *o8 = (bf16 *)&out;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        o8[j] = __float2bfloat16(silu_mul(__bfloat162float(g8[j]), __bfloat162float(u8[j])));
+    *(uint4 *)(h + t * I + c) = out;
+}
+
+__global__ void k_swiglu1(const bf16 *gu, int T, int I, bf16 *h)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * I) return;
+    size_t t = i / I, c = i % I;
+    h[i] = __float2bfloat16(silu_mul(__bfloat162float(gu[t * 2 * I + c]),
+                                     __bfloat162float(gu[t * 2 * I + I + c])));
+}
+
+int gpu_swiglu(cudaStream_t s, const bf16 *gu, int T, int I, bf16 *h)
+{
+    if (I % 8 == 0)
+        k_swiglu8<<<blocks_for((size_t)T * (I / 8), 256), 256, 0, s>>>(gu, T, I, h);
+    else
+        k_swiglu1<<<blocks_for((size_t)T * I, 256), 256, 0, s>>>(gu, T, I, h);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- dtype conversion
+ * model dtypes (enum model_dtype) to bf16 (round to nearest even) or float32 (exact). */
+
+__device__ __forceinline__ float load_as_float(const void *src, int dtype, size_t i)
+{
+    if (dtype == MODEL_DTYPE_F32) return ((const float *)src)[i];
+    unsigned short b = ((const unsigned short *)src)[i];
+    if (dtype == MODEL_DTYPE_F16) return __half2float(__ushort_as_half(b));
+    return __bfloat162float(__ushort_as_bfloat16(b));
+}
+
+__global__ void k_to_bf16(const void *src, int dtype, size_t n, bf16 *dst)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = __float2bfloat16(load_as_float(src, dtype, i));
+}
+
+__global__ void k_to_f32(const void *src, int dtype, size_t n, float *dst)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = load_as_float(src, dtype, i);
+}
+
+int gpu_convert_to_bf16(cudaStream_t s, const void *src, int dtype, size_t n, bf16 *dst)
+{
+    if (n == 0) return ACCEL_OK;
+    k_to_bf16<<<blocks_for(n, 256), 256, 0, s>>>(src, dtype, n, dst);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
+}
+
+int gpu_convert_to_f32(cudaStream_t s, const void *src, int dtype, size_t n, float *dst)
+{
+    if (n == 0) return ACCEL_OK;
+    k_to_f32<<<blocks_for(n, 256), 256, 0, s>>>(src, dtype, n, dst);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
+}

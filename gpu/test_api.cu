@@ -1,0 +1,318 @@
+/* gpu/test_api.cu — single-op entry points for tests/gpu (found with dlsym) and the attention
+ * benchmark. Each call runs on device 0 with its own allocations, copies float32 host arrays in
+ * (rounding to bf16 where the kernel reads bf16) and results out (bf16 results widened to
+ * float), and returns ACCEL_OK or a negative ACCEL_ERR_* (ACCEL_ERR_NOT_FOUND: no CUDA device).
+ * Not for serving: nothing here is tuned, and every call synchronizes. */
+#include "gpu/engine.cuh"
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <vector>
+
+extern "C" {
+int gpu_test_device_count(void);
+int gpu_test_rmsnorm(int T, int H, const float *x, const float *w, float eps, float *out);
+int gpu_test_rope(int T, int n_heads, int n_kv, int hd, const float *qkv, const float *bias,
+                  const int *pos, const float *inv_freq, float *q, float *k, float *v);
+int gpu_test_swiglu(int T, int I, const float *gu, float *h);
+int gpu_test_gemm(int T, int N, int K, const float *x, const float *w, float *out);
+int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int hd, int window,
+                       const float *q, const float *k, const float *v, float *out);
+int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, unsigned char *q,
+                         unsigned short *scales);
+int gpu_bench_attention(int T, int n_heads, int n_kv, int hd, int reps, double *ms);
+}
+
+namespace {
+
+/* Device buffers freed at scope exit; any failure turns into a status. */
+struct scratch {
+    std::vector<void *> bufs;
+    ~scratch()
+    {
+        for (void *p : bufs) cudaFree(p);
+    }
+    template <typename T> int alloc(T **p, size_t n)
+    {
+        GPU_CHECK(cudaMalloc((void **)p, (n ? n : 1) * sizeof(T)));
+        bufs.push_back(*p);
+        return ACCEL_OK;
+    }
+    int f32(float **p, const float *src, size_t n)
+    {
+        GPU_TRY(alloc(p, n));
+        if (src) GPU_CHECK(cudaMemcpy(*p, src, n * sizeof(float), cudaMemcpyHostToDevice));
+        return ACCEL_OK;
+    }
+    int bf(bf16 **p, const float *src, size_t n)
+    {
+        GPU_TRY(alloc(p, n));
+        if (src) {
+            std::vector<unsigned short> h(n);
+            for (size_t i = 0; i < n; i++) h[i] = model_f32_to_bf16(src[i]);
+            GPU_CHECK(cudaMemcpy(*p, h.data(), n * 2, cudaMemcpyHostToDevice));
+        }
+        return ACCEL_OK;
+    }
+};
+
+int get_bf(float *dst, const bf16 *src, size_t n)
+{
+    std::vector<unsigned short> h(n);
+    GPU_CHECK(cudaMemcpy(h.data(), src, n * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) dst[i] = model_bf16_to_f32(h[i]);
+    return ACCEL_OK;
+}
+
+int ready(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return ACCEL_ERR_NOT_FOUND;
+    }
+    GPU_CHECK(cudaSetDevice(0));
+    return ACCEL_OK;
+}
+
+gpu_dims dims_of(int n_heads, int n_kv, int hd, int window)
+{
+    gpu_dims d;
+    memset(&d, 0, sizeof d);
+    d.n_heads = n_heads;
+    d.n_kv = n_kv;
+    d.hd = hd;
+    d.qd = n_heads * hd;
+    d.kvd = n_kv * hd;
+    d.qkv = d.qd + 2 * d.kvd;
+    d.hdp = hd <= 16 ? 16 : hd <= 32 ? 32 : hd <= 64 ? 64 : 128;
+    d.window = window;
+    d.L = 1;
+    return d;
+}
+
+int sms_of_device0(void)
+{
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) return 1;
+    return sms;
+}
+
+} // namespace
+
+int gpu_test_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+int gpu_test_rmsnorm(int T, int H, const float *x, const float *w, float eps, float *out)
+{
+    GPU_TRY(ready());
+    scratch s;
+    float *dx, *dw;
+    bf16 *dout;
+    GPU_TRY(s.f32(&dx, x, (size_t)T * H));
+    GPU_TRY(s.f32(&dw, w, H));
+    GPU_TRY(s.alloc(&dout, (size_t)T * H));
+    GPU_TRY(gpu_rmsnorm(0, dx, NULL, dw, T, H, eps, dout));
+    GPU_CHECK(cudaDeviceSynchronize());
+    return get_bf(out, dout, (size_t)T * H);
+}
+
+/* One layer, one sequence with capacity T holding positions pos[t]: q (T, qd) as bf16 ->
+ * float, k and v (T, kvd) float32 (the export path's copies, before the cache's bf16). */
+int gpu_test_rope(int T, int n_heads, int n_kv, int hd, const float *qkv, const float *bias,
+                  const int *pos, const float *inv_freq, float *q, float *k, float *v)
+{
+    GPU_TRY(ready());
+    gpu_dims d = dims_of(n_heads, n_kv, hd, 0);
+    int cap = 0;
+    for (int t = 0; t < T; t++) cap = pos[t] + 1 > cap ? pos[t] + 1 : cap;
+    scratch s;
+    float *dqkv, *dbias = NULL, *dinv, *dkf, *dvf;
+    float2 *drope;
+    int *dpos, *dseq;
+    bf16 *dq, *dcache;
+    gpu_seq_dev *dseqs;
+    GPU_TRY(s.f32(&dqkv, qkv, (size_t)T * d.qkv));
+    if (bias) GPU_TRY(s.f32(&dbias, bias, d.qkv));
+    GPU_TRY(s.f32(&dinv, inv_freq, hd / 2));
+    GPU_TRY(s.alloc(&drope, (size_t)T * hd / 2));
+    GPU_TRY(s.alloc(&dpos, T));
+    GPU_TRY(s.alloc(&dseq, T));
+    GPU_TRY(s.alloc(&dq, (size_t)T * d.qd));
+    GPU_TRY(s.alloc(&dkf, (size_t)T * d.kvd));
+    GPU_TRY(s.alloc(&dvf, (size_t)T * d.kvd));
+    GPU_TRY(s.alloc(&dcache, 2 * (size_t)cap * d.kvd));
+    GPU_TRY(s.alloc(&dseqs, 1));
+    GPU_CHECK(cudaMemcpy(dpos, pos, T * sizeof(int), cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMemset(dseq, 0, T * sizeof(int)));
+    gpu_seq_dev sq = {dcache, dcache + (size_t)cap * d.kvd, cap, 0};
+    GPU_CHECK(cudaMemcpy(dseqs, &sq, sizeof sq, cudaMemcpyHostToDevice));
+    GPU_TRY(gpu_rope_table(0, dpos, NULL, dinv, T, hd / 2, drope));
+    GPU_TRY(gpu_rope_qkv(0, &d, 0, T, dqkv, dbias, drope, dseq, dpos, dseqs, dq, dkf, dvf));
+    GPU_CHECK(cudaDeviceSynchronize());
+    GPU_TRY(get_bf(q, dq, (size_t)T * d.qd));
+    GPU_CHECK(cudaMemcpy(k, dkf, (size_t)T * d.kvd * 4, cudaMemcpyDeviceToHost));
+    GPU_CHECK(cudaMemcpy(v, dvf, (size_t)T * d.kvd * 4, cudaMemcpyDeviceToHost));
+    return ACCEL_OK;
+}
+
+int gpu_test_swiglu(int T, int I, const float *gu, float *h)
+{
+    GPU_TRY(ready());
+    scratch s;
+    bf16 *dgu, *dh;
+    GPU_TRY(s.bf(&dgu, gu, (size_t)T * 2 * I));
+    GPU_TRY(s.alloc(&dh, (size_t)T * I));
+    GPU_TRY(gpu_swiglu(0, dgu, T, I, dh));
+    GPU_CHECK(cudaDeviceSynchronize());
+    return get_bf(h, dh, (size_t)T * I);
+}
+
+int gpu_test_gemm(int T, int N, int K, const float *x, const float *w, float *out)
+{
+    GPU_TRY(ready());
+    gpu_engine e;
+    memset(&e, 0, sizeof e);
+    GPU_CUBLAS(cublasCreate(&e.blas));
+    scratch s;
+    bf16 *dx, *dw;
+    float *dout;
+    int st = s.bf(&dx, x, (size_t)T * K);
+    if (!st) st = s.bf(&dw, w, (size_t)N * K);
+    if (!st) st = s.alloc(&dout, (size_t)T * N);
+    if (!st) st = gpu_gemm(&e, T, N, K, dw, dx, dout, 1, 0.f);
+    cudaError_t ce = cudaDeviceSynchronize();
+    if (!st && ce != cudaSuccess) st = gpu_cuda_status(ce, "gemm", __FILE__, __LINE__);
+    if (!st)
+        st = cudaMemcpy(out, dout, (size_t)T * N * 4, cudaMemcpyDeviceToHost) == cudaSuccess
+                 ? ACCEL_OK : ACCEL_ERR_DEVICE;
+    cublasDestroy(e.blas);
+    return st;
+}
+
+/* Causal attention of T query rows at positions pos0.. over keys 0..pos0+T-1.
+ * q (T, n_heads*hd); k, v (pos0+T, n_kv*hd) token-major as in the CPU cache.
+ * kernel 0: the tiled prefill kernel; 1: the split-K decode kernel, one row per query. */
+int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int hd, int window,
+                       const float *q, const float *k, const float *v, float *out)
+{
+    GPU_TRY(ready());
+    gpu_dims d = dims_of(n_heads, n_kv, hd, window);
+    int n = pos0 + T, cap = n;
+    /* the cache layout: (n_kv, cap, hd) per layer */
+    std::vector<float> kc((size_t)n * d.kvd), vc((size_t)n * d.kvd);
+    for (int p = 0; p < n; p++)
+        for (int g = 0; g < n_kv; g++)
+            for (int i = 0; i < hd; i++) {
+                kc[((size_t)g * cap + p) * hd + i] = k[(size_t)p * d.kvd + g * hd + i];
+                vc[((size_t)g * cap + p) * hd + i] = v[(size_t)p * d.kvd + g * hd + i];
+            }
+    scratch s;
+    bf16 *dq, *dk, *dv, *dout;
+    GPU_TRY(s.bf(&dq, q, (size_t)T * d.qd));
+    GPU_TRY(s.bf(&dk, kc.data(), kc.size()));
+    GPU_TRY(s.bf(&dv, vc.data(), vc.size()));
+    GPU_TRY(s.alloc(&dout, (size_t)T * d.qd));
+    GPU_CHECK(cudaMemset(dout, 0xff, (size_t)T * d.qd * 2)); /* poison: NaN where not written */
+    if (kernel == 0) {
+        GPU_TRY(gpu_attn_prefill(0, &d, T, pos0, dq, dk, dv, cap, dout));
+    } else {
+        int sms = sms_of_device0();
+        size_t slots = gpu_attn_decode_slots(&d, sms, T);
+        float *po;
+        float2 *pml;
+        int *dpos, *dseq;
+        gpu_seq_dev *dseqs;
+        GPU_TRY(s.alloc(&po, slots * d.hdp));
+        GPU_TRY(s.alloc(&pml, slots));
+        GPU_TRY(s.alloc(&dpos, T));
+        GPU_TRY(s.alloc(&dseq, T));
+        GPU_TRY(s.alloc(&dseqs, 1));
+        std::vector<int> pos(T);
+        for (int t = 0; t < T; t++) pos[t] = pos0 + t;
+        GPU_CHECK(cudaMemcpy(dpos, pos.data(), T * sizeof(int), cudaMemcpyHostToDevice));
+        GPU_CHECK(cudaMemset(dseq, 0, T * sizeof(int)));
+        gpu_seq_dev sq = {dk, dv, cap, 0};
+        GPU_CHECK(cudaMemcpy(dseqs, &sq, sizeof sq, cudaMemcpyHostToDevice));
+        GPU_TRY(gpu_attn_decode(0, &d, sms, 0, T, pos0 + T - 1, dq, dseq, dpos, dseqs, po, pml, dout));
+    }
+    GPU_CHECK(cudaDeviceSynchronize());
+    return get_bf(out, dout, (size_t)T * d.qd);
+}
+
+int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, unsigned char *q,
+                         unsigned short *scales)
+{
+    GPU_TRY(ready());
+    enum proto_kv_dtype t = (enum proto_kv_dtype)dtype;
+    if (t != PROTO_KV_INT8 && t != PROTO_KV_INT4) return ACCEL_ERR_INVALID;
+    size_t vb = proto_kv_value_bytes(t, T, n_kv, hd), ns = proto_kv_scale_count(t, T, n_kv, hd);
+    scratch s;
+    float *dx;
+    unsigned char *dq;
+    unsigned short *ds;
+    GPU_TRY(s.f32(&dx, x, (size_t)T * n_kv * hd));
+    GPU_TRY(s.alloc(&dq, vb));
+    GPU_TRY(s.alloc(&ds, ns));
+    GPU_TRY(gpu_kv_quantize(0, t, dx, T, n_kv, hd, dq, ds));
+    GPU_CHECK(cudaDeviceSynchronize());
+    GPU_CHECK(cudaMemcpy(q, dq, vb, cudaMemcpyDeviceToHost));
+    GPU_CHECK(cudaMemcpy(scales, ds, ns * 2, cudaMemcpyDeviceToHost));
+    return ACCEL_OK;
+}
+
+/* Median time (ms) of the tiled prefill attention kernel for a causal T-token prompt on random
+ * bf16 inputs (uniform, std ~0.6 so the softmax is neither flat nor one-hot). */
+__global__ void k_fill_random(bf16 *p, size_t n, unsigned seed)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned h = (unsigned)(i * 2654435761u) ^ seed;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    p[i] = __float2bfloat16(((h >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f);
+}
+
+int gpu_bench_attention(int T, int n_heads, int n_kv, int hd, int reps, double *ms)
+{
+    GPU_TRY(ready());
+    gpu_dims d = dims_of(n_heads, n_kv, hd, 0);
+    scratch s;
+    bf16 *dq, *dk, *dv, *dout;
+    size_t nq = (size_t)T * d.qd, nk = (size_t)T * d.kvd;
+    GPU_TRY(s.alloc(&dq, nq));
+    GPU_TRY(s.alloc(&dk, nk));
+    GPU_TRY(s.alloc(&dv, nk));
+    GPU_TRY(s.alloc(&dout, nq));
+    k_fill_random<<<(unsigned)((nq + 255) / 256), 256>>>(dq, nq, 1);
+    k_fill_random<<<(unsigned)((nk + 255) / 256), 256>>>(dk, nk, 2);
+    k_fill_random<<<(unsigned)((nk + 255) / 256), 256>>>(dv, nk, 3);
+    GPU_LAUNCHED();
+    cudaEvent_t a, b;
+    GPU_CHECK(cudaEventCreate(&a));
+    GPU_CHECK(cudaEventCreate(&b));
+    std::vector<float> t(reps > 0 ? reps : 1);
+    int st = gpu_attn_prefill(0, &d, T, 0, dq, dk, dv, T, dout); /* warm-up */
+    for (int r = 0; !st && r < (int)t.size(); r++) {
+        cudaEventRecord(a);
+        st = gpu_attn_prefill(0, &d, T, 0, dq, dk, dv, T, dout);
+        cudaEventRecord(b);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&t[r], a, b);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    GPU_CHECK(cudaDeviceSynchronize());
+    if (st) return st;
+    std::sort(t.begin(), t.end());
+    *ms = t[t.size() / 2];
+    return ACCEL_OK;
+}

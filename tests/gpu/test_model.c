@@ -1,0 +1,513 @@
+/* The CUDA device end to end, through the accel interface, against transformers' float64
+ * goldens and against itself (chunked vs whole prefill, batched vs single decode, decode from
+ * imported KV). Skipped where accel_open("cuda") fails (no plugin or no GPU, as on CI).
+ *
+ * Tolerances come from an emulation of the GPU's precision plan (bf16 weights, bf16 GEMM inputs,
+ * bf16 K/V/Q and P, bf16 gate/up; float32 elsewhere) in float64 against the float64 reference,
+ * over the golden prompts + greedy continuations (tests/gpu/README.md has the numbers):
+ *   stories260K (float32 checkpoint): max |logit diff| 0.28, mean KL 1.5e-4, top-1 0.993;
+ *   tiny-llama2-mha (bf16 checkpoint): max |logit diff| 0.023, mean KL 5e-6.
+ * Logits are held to 2x those maxima (0.6, 0.05), KL to the acceptance bound 1e-3 (and 1e-4 for
+ * the bf16 checkpoint), top-1 to 0.99. Two GPU runs that differ only in the order of float32
+ * sums (GEMM algorithm per batch size, tiled vs split-K attention) differ by bf16 rounding
+ * flips, a fraction of the above: the same bounds apply, and the worst values are printed. */
+#include "tests/test.h"
+#include "tests/util.h"
+#include "tests/gpu/gpu_util.h"
+#include "model/golden.h"
+#include "cpu/kv_quant.h"
+
+#define OPEN_OR_SKIP(dir, opts, m, d)                                                              \
+    model *m;                                                                                      \
+    accel_dev *d;                                                                                  \
+    do {                                                                                           \
+        char why_[600];                                                                            \
+        int r_ = tg_open(dir, opts, &m, &d, why_, sizeof why_);                                    \
+        if (r_ > 0) SKIP("%s", why_);                                                              \
+        REQUIRE(r_ == 0);                                                                          \
+    } while (0)
+
+#define STORIES "models/stories260K"
+#define TINY "models/tiny-llama2-mha"
+
+struct bounds {
+    double max_abs, kl, top1;
+};
+static const struct bounds stories_b = {0.6, 1e-3, 0.99}, tiny_b = {0.05, 1e-4, 0.0};
+
+static const struct bounds *bounds_for(const char *dir)
+{
+    return strstr(dir, "stories") ? &stories_b : &tiny_b;
+}
+
+static void check_close(const char *what, const char *dir, const float *ref, const float *got,
+                        int rows, int vocab)
+{
+    const struct bounds *b = bounds_for(dir);
+    double kl, top1, mx;
+    tg_compare(ref, got, rows, vocab, &kl, &top1, &mx);
+    fprintf(stderr, "  %s %s: max |diff| %.4g, mean KL %.3g, top-1 %.4f over %d rows\n", what, dir,
+            mx, kl, top1, rows);
+    CHECK_MSG(mx <= b->max_abs, "%s: max |logit diff| %.4g > %g", what, mx, b->max_abs);
+    CHECK_MSG(kl <= b->kl, "%s: mean KL %.3g > %g", what, kl, b->kl);
+    /* top-1 of random-weight models is a coin toss where the top two are within noise (their
+     * bound is 0); of stories260K it is meaningful over enough rows */
+    if (rows >= 20) CHECK_MSG(top1 >= b->top1, "%s: top-1 agreement %.4f < %g", what, top1, b->top1);
+}
+
+/* ---------------------------------------------------------------- goldens */
+
+static void golden_model(const char *dir, const char *golden_dir)
+{
+    OPEN_OR_SKIP(dir, NULL, m, d);
+    REQUIRE(accel_warmup(d) == 0);
+    char **paths, err[512];
+    int n = model_golden_list(golden_dir, &paths);
+    CHECK(n >= 5);
+    int V = m->cfg.vocab;
+    const struct bounds *b = bounds_for(dir);
+    for (int i = 0; i < n; i++) {
+        model_golden *g = model_golden_load(paths[i], V, err, sizeof err);
+        CHECK_MSG(g, "%s", err);
+        free(paths[i]);
+        if (!g) continue;
+        float *lg = t_prefill_all(d, g->ids, g->n_ids);
+        REQUIRE(lg);
+        double worst = 0;
+        for (int p = 0; p < g->n_ids; p++) {
+            const float *row = lg + (size_t)p * V;
+            for (int k = 0; k < g->topk; k++) {
+                double diff = fabs(row[g->top_ids[(size_t)p * g->topk + k]] -
+                                   g->top_logits[(size_t)p * g->topk + k]);
+                if (diff > worst || diff != diff) worst = diff != diff ? INFINITY : diff;
+            }
+            double lse = fabs(t_logsumexp(row, V) - g->logsumexp[p]);
+            if (lse > worst || lse != lse) worst = lse != lse ? INFINITY : lse;
+        }
+        if (g->all_logits) check_close(g->name, dir, g->all_logits, lg, g->n_ids, V);
+        if (g->last_logits)
+            check_close(g->name, dir, g->last_logits, lg + (size_t)(g->n_ids - 1) * V, 1, V);
+        fprintf(stderr, "  %s: worst top-%d logit / logsumexp difference %.4g\n", g->name, g->topk,
+                worst);
+        CHECK_MSG(worst <= b->max_abs, "%s: logit difference %.4g > %g", g->name, worst, b->max_abs);
+        free(lg);
+        model_golden_free(g);
+    }
+    free(paths);
+    accel_free(d);
+    model_free(m);
+}
+
+TEST(gpu_golden_stories260k_logits)
+{
+    golden_model(STORIES, "tests/data/golden/stories260K");
+}
+
+TEST(gpu_golden_tiny_llama2_logits)
+{
+    golden_model(TINY, "tests/data/golden/tiny-llama2-mha");
+}
+
+/* Teacher-forced over prompt + greedy continuation: every position's next-token distribution
+ * against the float64 reference's (stories260K ships every position's logits only for the
+ * prompt; the continuation is checked against the CPU backend, itself within 1e-5 of float64). */
+TEST(gpu_stories260k_teacher_forced_vs_cpu)
+{
+    OPEN_OR_SKIP(STORIES, NULL, m, d);
+    accel_opts co = {.threads = 2};
+    char err[512];
+    accel_dev *cpu = accel_open("cpu", m, &co, err, sizeof err);
+    REQUIRE(cpu);
+    char **paths;
+    int n = model_golden_list("tests/data/golden/stories260K", &paths), V = m->cfg.vocab;
+    size_t rows = 0;
+    float *all_c = NULL, *all_g = NULL;
+    for (int i = 0; i < n; i++) {
+        model_golden *g = model_golden_load(paths[i], V, err, sizeof err);
+        free(paths[i]);
+        REQUIRE(g);
+        int len = g->n_ids + g->n_greedy;
+        int32_t *ids = malloc(sizeof(int32_t) * len);
+        memcpy(ids, g->ids, sizeof(int32_t) * g->n_ids);
+        memcpy(ids + g->n_ids, g->greedy_ids, sizeof(int32_t) * g->n_greedy);
+        float *c = t_prefill_all(cpu, ids, len), *x = t_prefill_all(d, ids, len);
+        REQUIRE(c && x);
+        all_c = realloc(all_c, sizeof(float) * (rows + len) * V);
+        all_g = realloc(all_g, sizeof(float) * (rows + len) * V);
+        memcpy(all_c + rows * V, c, sizeof(float) * len * V);
+        memcpy(all_g + rows * V, x, sizeof(float) * len * V);
+        rows += len;
+        free(c), free(x), free(ids);
+        model_golden_free(g);
+    }
+    free(paths);
+    check_close("teacher-forced", STORIES, all_c, all_g, (int)rows, V);
+    free(all_c), free(all_g);
+    accel_free(cpu);
+    accel_free(d);
+    model_free(m);
+}
+
+/* ---------------------------------------------------------------- KV consistency */
+
+static void prefill_then_decode(const char *dir, int n, int k)
+{
+    OPEN_OR_SKIP(dir, NULL, m, d);
+    int V = m->cfg.vocab;
+    int32_t *ids = tg_ids(n, V, n);
+    float *full = t_prefill_all(d, ids, n);
+    REQUIRE(full);
+    accel_seq *s;
+    REQUIRE(accel_seq_new(d, n, &s) == 0);
+    float *lg = malloc(sizeof(float) * (size_t)(n - k + 1) * V);
+    accel_prefill_req r = {.seq = s, .ids = ids, .n = k, .logits = lg};
+    REQUIRE(accel_prefill(d, &r) == 0);
+    for (int p = k; p < n; p++) REQUIRE(accel_decode(d, 1, &s, &ids[p], lg + (size_t)(p - k + 1) * V) == 0);
+    CHECK_EQ(accel_seq_len(d, s), n);
+    check_close("prefill+decode vs prefill", dir, full + (size_t)(k - 1) * V, lg, n - k + 1, V);
+    accel_seq_free(d, s);
+    free(lg), free(full), free(ids);
+    accel_free(d);
+    model_free(m);
+}
+
+TEST(gpu_prefill_decode_matches_prefill_stories)
+{
+    prefill_then_decode(STORIES, 200, 7);
+}
+
+TEST(gpu_prefill_decode_matches_prefill_tiny)
+{
+    prefill_then_decode(TINY, 96, 40);
+}
+
+/* Uneven chunks (one of them a single token: the split-K path) against one prefill. */
+TEST(gpu_chunked_prefill_matches)
+{
+    OPEN_OR_SKIP(STORIES, NULL, m, d);
+    int V = m->cfg.vocab, n = 512;
+    int32_t *ids = tg_ids(n, V, 3);
+    float *full = t_prefill_all(d, ids, n);
+    REQUIRE(full);
+    accel_seq *s;
+    REQUIRE(accel_seq_new(d, n, &s) == 0);
+    float *lg = malloc(sizeof(float) * (size_t)n * V);
+    const int chunks[] = {1, 100, 37, 5, 295, 74};
+    int done = 0;
+    for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
+        accel_prefill_req r = {.seq = s, .ids = ids + done, .n = chunks[i],
+                               .logits = lg + (size_t)done * V, .all_logits = 1};
+        REQUIRE(accel_prefill(d, &r) == 0);
+        done += chunks[i];
+    }
+    CHECK_EQ(done, n);
+    check_close("chunked prefill", STORIES, full, lg, n, V);
+    accel_seq_free(d, s);
+    free(lg), free(full), free(ids);
+    accel_free(d);
+    model_free(m);
+}
+
+/* Three sequences of different lengths decoded in one batch equal each decoded alone. */
+TEST(gpu_batched_decode_matches_single)
+{
+    OPEN_OR_SKIP(TINY, NULL, m, d);
+    int V = m->cfg.vocab;
+    const int lens[3] = {5, 333, 17}, steps = 4;
+    accel_seq *bs[3], *ss[3];
+    int32_t *ids[3];
+    float *lg = malloc(3 * sizeof(float) * V), *one = malloc(sizeof(float) * V);
+    float *all_b = malloc(sizeof(float) * 3 * steps * V), *all_s = malloc(sizeof(float) * 3 * steps * V);
+    for (int i = 0; i < 3; i++) {
+        ids[i] = tg_ids(lens[i] + steps, V, 10 + i);
+        REQUIRE(accel_seq_new(d, lens[i] + steps, &bs[i]) == 0);
+        REQUIRE(accel_seq_new(d, lens[i] + steps, &ss[i]) == 0);
+        accel_prefill_req r = {.seq = bs[i], .ids = ids[i], .n = lens[i]};
+        REQUIRE(accel_prefill(d, &r) == 0);
+        r.seq = ss[i];
+        REQUIRE(accel_prefill(d, &r) == 0);
+    }
+    int rows = 0;
+    for (int step = 0; step < steps; step++) {
+        int32_t tok[3];
+        for (int i = 0; i < 3; i++) tok[i] = ids[i][lens[i] + step];
+        REQUIRE(accel_decode(d, 3, bs, tok, lg) == 0);
+        for (int i = 0; i < 3; i++) {
+            REQUIRE(accel_decode(d, 1, &ss[i], &tok[i], one) == 0);
+            memcpy(all_b + (size_t)rows * V, lg + (size_t)i * V, sizeof(float) * V);
+            memcpy(all_s + (size_t)rows * V, one, sizeof(float) * V);
+            rows++;
+        }
+    }
+    check_close("batched decode", TINY, all_s, all_b, rows, V);
+    for (int i = 0; i < 3; i++) {
+        accel_seq_free(d, bs[i]);
+        accel_seq_free(d, ss[i]);
+        free(ids[i]);
+    }
+    free(lg), free(one), free(all_b), free(all_s);
+    accel_free(d);
+    model_free(m);
+}
+
+/* ---------------------------------------------------------------- KV export and import */
+
+/* Collects exported layer chunks: copies of their bytes, in arrival order. */
+struct kv_store {
+    int n, cap, fail_at;
+    proto_kv_layer *chunks;
+};
+
+static int store_layer(void *ctx, const proto_kv_layer *c)
+{
+    struct kv_store *s = ctx;
+    if (s->fail_at >= 0 && s->n == s->fail_at) return ACCEL_ERR_CORRUPT;
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 16;
+        s->chunks = realloc(s->chunks, sizeof *s->chunks * s->cap);
+    }
+    proto_kv_layer *o = &s->chunks[s->n++];
+    *o = *c;
+    size_t vb = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    size_t ns = proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    uint8_t *k = malloc(vb), *v = malloc(vb);
+    uint16_t *ks = malloc(ns * 2), *vs = malloc(ns * 2);
+    memcpy(k, c->k, vb), memcpy(v, c->v, vb), memcpy(ks, c->k_scale, ns * 2), memcpy(vs, c->v_scale, ns * 2);
+    o->k = k, o->v = v, o->k_scale = ks, o->v_scale = vs;
+    return 0;
+}
+
+static void store_free(struct kv_store *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        free((void *)s->chunks[i].k), free((void *)s->chunks[i].v);
+        free((void *)s->chunks[i].k_scale), free((void *)s->chunks[i].v_scale);
+    }
+    free(s->chunks);
+}
+
+/* Prefill `n` tokens on `src` exporting KV into st (logits of the last token into lg). */
+static int export_prompt(accel_dev *src, const int32_t *ids, int n, struct kv_store *st, float *lg,
+                         accel_seq **seq_out)
+{
+    accel_seq *s;
+    int r = accel_seq_new(src, n + 1, &s);
+    if (r) return r;
+    accel_kv_sink sink = {store_layer, st};
+    accel_prefill_req q = {.seq = s, .ids = ids, .n = n, .logits = lg, .kv = &sink};
+    r = accel_prefill(src, &q);
+    if (seq_out && !r)
+        *seq_out = s;
+    else
+        accel_seq_free(src, s);
+    return r;
+}
+
+/* Decodes `steps` teacher-forced tokens after importing st's chunks into a fresh sequence of d. */
+static float *decode_from_import(accel_dev *d, const struct kv_store *st, int n, const int32_t *ids,
+                                 int steps)
+{
+    int V = accel_model(d)->cfg.vocab;
+    accel_seq *s;
+    if (accel_seq_new(d, n + steps, &s)) return NULL;
+    for (int i = 0; i < st->n; i++)
+        if (accel_kv_import(d, s, &st->chunks[i])) {
+            accel_seq_free(d, s);
+            return NULL;
+        }
+    float *lg = malloc(sizeof(float) * (size_t)steps * V);
+    int ok = accel_seq_len(d, s) == n;
+    for (int k = 0; ok && k < steps; k++) ok = accel_decode(d, 1, &s, &ids[n + k], lg + (size_t)k * V) == 0;
+    accel_seq_free(d, s);
+    if (!ok) {
+        free(lg);
+        return NULL;
+    }
+    return lg;
+}
+
+/* The chunk of a store holding (layer, position), and the row of that position in it. */
+static const proto_kv_layer *find_chunk(const struct kv_store *st, int layer, int pos, int *row)
+{
+    for (int i = 0; i < st->n; i++) {
+        const proto_kv_layer *c = &st->chunks[i];
+        if (c->layer == layer && pos >= c->pos0 && pos < c->pos0 + c->n_tokens) {
+            *row = pos - c->pos0;
+            return c;
+        }
+    }
+    return NULL;
+}
+
+/* Dequantized K/V of one (token, head) row of a chunk, its scales, into out[hd], s[hd]. */
+static void dequant_row(const proto_kv_layer *c, int row, int head, int v, float *out, float *s)
+{
+    int hd = c->head_dim, g = proto_kv_group(c->dtype, hd), ng = hd / g;
+    size_t r = (size_t)row * c->n_kv_heads + head;
+    const uint8_t *q = v ? c->v : c->k;
+    const uint16_t *sc = v ? c->v_scale : c->k_scale;
+    size_t vb = proto_kv_value_bytes(c->dtype, 1, 1, hd);
+    cpu_kv_dequantize(c->dtype, q + r * vb, sc + r * ng, 1, 1, hd, out);
+    for (int i = 0; i < hd; i++) s[i] = model_f16_to_f32(sc[r * ng + i / g]);
+}
+
+/* The GPU's export: layer by layer in order, covering every position once; its bytes, element by
+ * element, within one quantization step of the CPU's export of the same prompt (each side rounds
+ * its own K/V: |deq_g - deq_c| <= (s_g + s_c) / 2 + |x_g - x_c|, the last term bounded by 5% of
+ * the row's largest value: the bf16 pipeline's K/V noise is well under that, a wrong layer, token
+ * or head is of the row's size). Then decoding from imported KV: the GPU decoding from the CPU's
+ * bytes against the CPU decoding from the same bytes (only compute noise differs), and, for int8,
+ * the CPU decoding from the GPU's bytes against the CPU decoding from its own. */
+static void export_import(const char *dir, enum proto_kv_dtype dt, const char *env_chunk)
+{
+    if (env_chunk) setenv("TANDEM_GPU_CHUNK", env_chunk, 1);
+    accel_opts o = {.kv_dtype = dt};
+    OPEN_OR_SKIP(dir, &o, m, d);
+    accel_opts co = {.threads = 2, .kv_dtype = dt};
+    char err[512];
+    accel_dev *cpu = accel_open("cpu", m, &co, err, sizeof err);
+    REQUIRE(cpu);
+    int V = m->cfg.vocab, L = m->cfg.n_layers, n = 300, steps = 20;
+    int nkv = m->cfg.n_kv_heads, hd = m->cfg.head_dim;
+    int32_t *ids = tg_ids(n + steps, V, 77);
+    struct kv_store sg = {0, 0, -1, NULL}, sc = {0, 0, -1, NULL};
+    float *lg = malloc(sizeof(float) * V);
+    REQUIRE(export_prompt(d, ids, n, &sg, lg, NULL) == 0);
+    REQUIRE(export_prompt(cpu, ids, n, &sc, lg, NULL) == 0);
+    int pos = 0, ok = sg.n % L == 0;
+    for (int i = 0; ok && i < sg.n; i++) {
+        const proto_kv_layer *c = &sg.chunks[i];
+        ok = c->layer == i % L && c->pos0 == pos && c->dtype == dt && c->n_kv_heads == nkv &&
+             c->head_dim == hd;
+        if (ok && i % L) ok = c->n_tokens == sg.chunks[i - 1].n_tokens;
+        if (ok && i % L == L - 1) pos += c->n_tokens;
+    }
+    CHECK_MSG(ok && pos == n, "GPU export: %d chunks, order or coverage wrong (pos %d of %d)", sg.n, pos, n);
+    float *xg = malloc(sizeof(float) * hd), *xc = malloc(sizeof(float) * hd);
+    float *s_g = malloc(sizeof(float) * hd), *s_c = malloc(sizeof(float) * hd);
+    long bad = 0;
+    double worst = 0;
+    for (int l = 0; l < L; l++)
+        for (int p = 0; p < n; p++)
+            for (int h = 0; h < nkv; h++)
+                for (int v = 0; v < 2; v++) {
+                    int rg, rc;
+                    const proto_kv_layer *cg = find_chunk(&sg, l, p, &rg), *cc = find_chunk(&sc, l, p, &rc);
+                    if (!cg || !cc) {
+                        bad++;
+                        continue;
+                    }
+                    dequant_row(cg, rg, h, v, xg, s_g);
+                    dequant_row(cc, rc, h, v, xc, s_c);
+                    float amax = 0;
+                    for (int i = 0; i < hd; i++) amax = fmaxf(amax, fabsf(xc[i]));
+                    for (int i = 0; i < hd; i++) {
+                        double dd = fabs((double)xg[i] - xc[i]);
+                        double lim = 0.505 * (s_g[i] + s_c[i]) + 0.05 * amax;
+                        if (dd / (amax + 1e-30) > worst) worst = dd / (amax + 1e-30);
+                        if (!(dd <= lim)) bad++;
+                    }
+                }
+    fprintf(stderr, "  export %s: worst |deq_gpu - deq_cpu| = %.3g of the row's max\n",
+            dt == PROTO_KV_INT8 ? "int8" : "int4", worst);
+    CHECK_MSG(bad == 0, "GPU export: %ld values beyond a quantization step of the CPU's", bad);
+    float *from_cpu = decode_from_import(cpu, &sc, n, ids, steps);
+    float *gpu_dec = decode_from_import(d, &sc, n, ids, steps);
+    REQUIRE(from_cpu && gpu_dec);
+    check_close("gpu decode from imported KV", dir, from_cpu, gpu_dec, steps, V);
+    if (dt == PROTO_KV_INT8) {
+        float *from_gpu = decode_from_import(cpu, &sg, n, ids, steps);
+        REQUIRE(from_gpu);
+        check_close("cpu decode from gpu-exported KV", dir, from_cpu, from_gpu, steps, V);
+        free(from_gpu);
+    }
+    store_free(&sg), store_free(&sc);
+    free(xg), free(xc), free(s_g), free(s_c);
+    free(from_cpu), free(gpu_dec), free(lg), free(ids);
+    accel_free(cpu);
+    accel_free(d);
+    model_free(m);
+}
+
+TEST(gpu_kv_export_import_int8_stories)
+{
+    export_import(STORIES, PROTO_KV_INT8, NULL);
+}
+
+TEST(gpu_kv_export_import_int4_tiny)
+{
+    export_import(TINY, PROTO_KV_INT4, NULL);
+}
+
+/* An internal chunk of 256 tokens: a 300-token prefill runs as 256 + 44, each exported. */
+TEST(gpu_kv_export_internal_chunks)
+{
+    export_import(STORIES, PROTO_KV_INT8, "256");
+}
+
+/* ---------------------------------------------------------------- faults and admission */
+
+TEST(gpu_sink_error_aborts_and_device_survives)
+{
+    OPEN_OR_SKIP(STORIES, NULL, m, d);
+    int V = m->cfg.vocab, n = 50;
+    int32_t *ids = tg_ids(n, V, 5);
+    float *lg = malloc(sizeof(float) * V);
+    struct kv_store st = {0, 0, 2, NULL};
+    CHECK_EQ(export_prompt(d, ids, n, &st, lg, NULL), ACCEL_ERR_CORRUPT);
+    CHECK_EQ(st.n, 2);
+    accel_info info;
+    accel_get_info(d, &info);
+    CHECK_EQ(info.health, ACCEL_HEALTH_OK);
+    float *full = t_prefill_all(d, ids, n);
+    CHECK(full != NULL);
+    store_free(&st);
+    free(full), free(lg), free(ids);
+    accel_free(d);
+    model_free(m);
+}
+
+TEST(gpu_cancel)
+{
+    OPEN_OR_SKIP(STORIES, NULL, m, d);
+    int V = m->cfg.vocab, n = 40;
+    int32_t *ids = tg_ids(n, V, 6);
+    accel_seq *s;
+    REQUIRE(accel_seq_new(d, n, &s) == 0);
+    volatile int flag = 1;
+    accel_prefill_req r = {.seq = s, .ids = ids, .n = n, .cancel = &flag};
+    CHECK_EQ(accel_prefill(d, &r), ACCEL_ERR_CANCELLED);
+    CHECK_EQ(accel_seq_len(d, s), 0);
+    flag = 0;
+    CHECK_EQ(accel_prefill(d, &r), ACCEL_OK);
+    CHECK_EQ(accel_seq_len(d, s), n);
+    accel_seq_free(d, s);
+    free(ids);
+    (void)V;
+    accel_free(d);
+    model_free(m);
+}
+
+/* Out of KV memory is an admission answer (NOMEM), never a fault; freeing makes room again. */
+TEST(gpu_kv_budget_admission)
+{
+    OPEN_OR_SKIP(STORIES, NULL, m0, d0);
+    accel_info info;
+    accel_get_info(d0, &info);
+    CHECK(info.mem_total > 0 && info.kv_bytes_per_token > 0 && info.kind == ACCEL_KIND_CUDA);
+    uint64_t per = info.kv_bytes_per_token;
+    accel_free(d0);
+    model_free(m0);
+    accel_opts o = {.mem_limit = 300 * per};
+    OPEN_OR_SKIP(STORIES, &o, m, d);
+    accel_seq *a, *b;
+    REQUIRE(accel_seq_new(d, 200, &a) == 0);
+    CHECK_EQ(accel_seq_new(d, 200, &b), ACCEL_ERR_NOMEM);
+    accel_seq_free(d, a);
+    REQUIRE(accel_seq_new(d, 200, &b) == 0);
+    accel_seq_free(d, b);
+    accel_get_info(d, &info);
+    CHECK_EQ(info.health, ACCEL_HEALTH_OK);
+    accel_free(d);
+    model_free(m);
+}

@@ -1,0 +1,279 @@
+/* Each CUDA kernel against its cpu/ reference (tests/ops in DESIGN.md), on the inputs the kernel
+ * really sees: values the GPU reads as bf16 are rounded to bf16 before the CPU sees them too, so
+ * a tolerance only has to cover the GPU's own arithmetic. Tolerances, with their reasons:
+ *   bf16 outputs (RMSNorm, rope's Q, SwiGLU): one bf16 ulp of the value (2^-8 relative), since
+ *     the float32 result before rounding agrees to ~1e-6 and may sit on either side of a bf16
+ *     rounding boundary; plus 1e-6 absolute for values near zero.
+ *   float32 outputs of rope (K, V for export): sincosf is within 2 ulp of glibc's cosf/sinf, two
+ *     terms: 1e-5 of the row's largest value.
+ *   GEMM (bf16 in, float32 accumulate): the sum order differs (tensor-core tiles, split-K), each
+ *     order within ~sqrt(K) * 2^-24 of the exact sum relative to sum |x w|: 2e-5 * sum |x w|
+ *     (10x margin), while one wrong element moves the result by ~sum |x w| / K >= 1e-3 of it.
+ *   attention: P is rounded to bf16 before P·V (2^-9 relative per weight) while the row sum uses
+ *     float32 P, and the output is rounded to bf16: each a convex-combination error of at most
+ *     2^-9 * max|v|, so 3 * 2^-9 * max|v| ~ 6e-3, tested at 8e-3 * max|v|. The inputs make the
+ *     softmax peaked (q, k uniform in +-2.6, std 1.5: scores of std ~2.25), so a key wrongly
+ *     masked or leaked moves an output by ~0.1 * max|v|, far outside it.
+ *   KV quantizer: bit-exact (the reason is in gpu/kv_quant.cu). */
+#include "tests/test.h"
+#include "tests/util.h"
+#include "tests/gpu/gpu_util.h"
+#include "cpu/ops.h"
+#include "cpu/kv_quant.h"
+
+#define OPS_OR_SKIP(ops)                                                                           \
+    char why_[256];                                                                                \
+    const gpu_ops *ops = tg_ops(why_, sizeof why_);                                                \
+    if (!ops) SKIP("%s", why_)
+
+static model_tensor f32_tensor(const float *data, int64_t rows, int64_t cols)
+{
+    model_tensor t = {.data = data, .dtype = MODEL_DTYPE_F32, .ndim = cols > 1 ? 2 : 1,
+                      .shape = {rows, cols}};
+    return t;
+}
+
+/* |g - c| <= one bf16 ulp of c (2^-8 relative) + 1e-6 */
+static int bf16_close(float g, float c)
+{
+    return fabsf(g - c) <= fabsf(c) * (1.0f / 256) + 1e-6f;
+}
+
+TEST(gpu_op_rmsnorm)
+{
+    OPS_OR_SKIP(ops);
+    const int sizes[][2] = {{5, 4096}, {3, 64}, {2, 4100}};
+    for (int s = 0; s < 3; s++) {
+        int T = sizes[s][0], H = sizes[s][1];
+        float *x = malloc(sizeof(float) * T * H), *w = malloc(sizeof(float) * H);
+        float *g = malloc(sizeof(float) * T * H), *c = malloc(sizeof(float) * H);
+        tg_fill(x, (size_t)T * H, 3.0f, 1 + s);
+        tg_fill(w, H, 0.5f, 7 + s);
+        for (int i = 0; i < H; i++) w[i] += 1.0f;
+        REQUIRE(ops->rmsnorm(T, H, x, w, 1e-5f, g) == 0);
+        model_tensor wt = f32_tensor(w, H, 1);
+        int bad = 0;
+        for (int t = 0; t < T; t++) {
+            cpu_rmsnorm(c, x + (size_t)t * H, &wt, H, 1e-5f);
+            for (int i = 0; i < H; i++)
+                if (!bf16_close(g[(size_t)t * H + i], c[i])) bad++;
+        }
+        CHECK_MSG(bad == 0, "rmsnorm %dx%d: %d values off", T, H, bad);
+        free(x), free(w), free(g), free(c);
+    }
+}
+
+TEST(gpu_op_rope_llama3)
+{
+    OPS_OR_SKIP(ops);
+    /* Llama-3.1 rope (the largest angles: theta 500000, inv_freq[0] = 1) at positions up to 30K */
+    model_config cfg = {0};
+    cfg.head_dim = 128;
+    cfg.rope_theta = 500000.0f;
+    cfg.rope.type = MODEL_ROPE_LLAMA3;
+    cfg.rope.factor = 8;
+    cfg.rope.low_freq_factor = 1;
+    cfg.rope.high_freq_factor = 4;
+    cfg.rope.original_max_pos = 8192;
+    const int T = 7, nh = 4, nkv = 2, hd = 128, half = hd / 2;
+    const int qd = nh * hd, kvd = nkv * hd, W = qd + 2 * kvd;
+    const int pos[7] = {0, 1, 17, 511, 4097, 16385, 29999};
+    float inv[64], cs[64], sn[64];
+    model_rope_inv_freq(&cfg, 0, inv);
+    float *qkv = malloc(sizeof(float) * T * W), *bias = malloc(sizeof(float) * W);
+    float *q = malloc(sizeof(float) * T * qd), *k = malloc(sizeof(float) * T * kvd);
+    float *v = malloc(sizeof(float) * T * kvd), *ref = malloc(sizeof(float) * W);
+    tg_fill(qkv, (size_t)T * W, 2.0f, 3);
+    tg_fill(bias, W, 0.1f, 4);
+    REQUIRE(ops->rope(T, nh, nkv, hd, qkv, bias, pos, inv, q, k, v) == 0);
+    int bad_q = 0, bad_kv = 0;
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < W; i++) ref[i] = qkv[(size_t)t * W + i] + bias[i];
+        cpu_rope_angles(inv, half, pos[t], cs, sn);
+        cpu_rope(ref, nh, hd, cs, sn);
+        cpu_rope(ref + qd, nkv, hd, cs, sn);
+        float amax = 0;
+        for (int i = 0; i < W; i++) amax = fmaxf(amax, fabsf(ref[i]));
+        for (int i = 0; i < qd; i++)
+            if (!bf16_close(q[(size_t)t * qd + i], ref[i])) bad_q++;
+        for (int i = 0; i < kvd; i++) {
+            if (fabsf(k[(size_t)t * kvd + i] - ref[qd + i]) > 1e-5f * amax) bad_kv++;
+            if (fabsf(v[(size_t)t * kvd + i] - ref[qd + kvd + i]) > 1e-5f * amax) bad_kv++;
+        }
+    }
+    CHECK_MSG(bad_q == 0 && bad_kv == 0, "rope: %d q, %d k/v values off", bad_q, bad_kv);
+    free(qkv), free(bias), free(q), free(k), free(v), free(ref);
+}
+
+TEST(gpu_op_swiglu)
+{
+    OPS_OR_SKIP(ops);
+    const int shapes[][2] = {{3, 14336}, {4, 172}}; /* the 8-wide path and the scalar one */
+    for (int s = 0; s < 2; s++) {
+        int T = shapes[s][0], I = shapes[s][1];
+        float *gu = malloc(sizeof(float) * T * 2 * I), *h = malloc(sizeof(float) * T * I);
+        float *g = malloc(sizeof(float) * I), *u = malloc(sizeof(float) * I);
+        tg_fill(gu, (size_t)T * 2 * I, 6.0f, 5 + s);
+        tg_round_bf16(gu, (size_t)T * 2 * I);
+        REQUIRE(ops->swiglu(T, I, gu, h) == 0);
+        int bad = 0;
+        for (int t = 0; t < T; t++) {
+            memcpy(g, gu + (size_t)t * 2 * I, sizeof(float) * I);
+            memcpy(u, gu + (size_t)t * 2 * I + I, sizeof(float) * I);
+            cpu_swiglu(g, u, I);
+            for (int i = 0; i < I; i++)
+                if (!bf16_close(h[(size_t)t * I + i], g[i])) bad++;
+        }
+        CHECK_MSG(bad == 0, "swiglu %dx%d: %d values off", T, I, bad);
+        free(gu), free(h), free(g), free(u);
+    }
+}
+
+TEST(gpu_op_gemm)
+{
+    OPS_OR_SKIP(ops);
+    const int shapes[][3] = {{3, 300, 1000}, {77, 96, 64}, {1, 513, 172}, {130, 40, 4096}};
+    for (int s = 0; s < 4; s++) {
+        int T = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        float *x = malloc(sizeof(float) * T * K), *w = malloc(sizeof(float) * N * K);
+        float *g = malloc(sizeof(float) * T * N), *c = malloc(sizeof(float) * T * N);
+        tg_fill(x, (size_t)T * K, 1.0f, 11 + s);
+        tg_fill(w, (size_t)N * K, 0.05f, 21 + s);
+        tg_round_bf16(x, (size_t)T * K);
+        tg_round_bf16(w, (size_t)N * K);
+        REQUIRE(ops->gemm(T, N, K, x, w, g) == 0);
+        model_tensor wt = f32_tensor(w, N, K);
+        cpu_matmul(NULL, c, x, T, &wt, NULL);
+        int bad = 0;
+        double worst = 0;
+        for (int t = 0; t < T; t++)
+            for (int n = 0; n < N; n++) {
+                double mag = 0;
+                for (int k = 0; k < K; k++) mag += fabs((double)x[(size_t)t * K + k] * w[(size_t)n * K + k]);
+                double d = fabs((double)g[(size_t)t * N + n] - c[(size_t)t * N + n]) / (mag + 1e-30);
+                if (d > worst || d != d) worst = d;
+                if (!(d <= 2e-5)) bad++;
+            }
+        CHECK_MSG(bad == 0, "gemm %dx%dx%d: %d values off (worst %.3g of sum|xw|)", T, N, K, bad, worst);
+        free(x), free(w), free(g), free(c);
+    }
+}
+
+struct att_case {
+    int kernel, T, pos0, nh, nkv, hd, window;
+};
+
+static void attention_case(const gpu_ops *ops, const struct att_case *a, uint32_t seed)
+{
+    const int n = a->pos0 + a->T, qd = a->nh * a->hd, kvd = a->nkv * a->hd;
+    float *q = malloc(sizeof(float) * a->T * qd), *k = malloc(sizeof(float) * n * kvd);
+    float *v = malloc(sizeof(float) * n * kvd), *g = malloc(sizeof(float) * a->T * qd);
+    float *scores = malloc(sizeof(float) * n), ref[128];
+    tg_fill(q, (size_t)a->T * qd, 2.6f, seed);
+    tg_fill(k, (size_t)n * kvd, 2.6f, seed + 1);
+    tg_fill(v, (size_t)n * kvd, 1.0f, seed + 2);
+    tg_round_bf16(q, (size_t)a->T * qd);
+    tg_round_bf16(k, (size_t)n * kvd);
+    tg_round_bf16(v, (size_t)n * kvd);
+    REQUIRE(ops->attention(a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd, a->window, q, k, v, g) == 0);
+    float scale = (float)pow(a->hd, -0.5);
+    double worst = 0;
+    int group = a->nh / a->nkv;
+    for (int t = 0; t < a->T; t++) {
+        int pos = a->pos0 + t, first = 0;
+        if (a->window > 0 && pos + 1 > a->window) first = pos + 1 - a->window;
+        for (int h = 0; h < a->nh; h++) {
+            size_t base = (size_t)first * kvd + (size_t)(h / group) * a->hd;
+            cpu_attend(ref, q + (size_t)t * qd + h * a->hd, k + base, v + base, pos + 1 - first, kvd,
+                       a->hd, scale, scores);
+            for (int i = 0; i < a->hd; i++) {
+                double d = fabs((double)g[(size_t)t * qd + h * a->hd + i] - ref[i]);
+                if (d > worst || d != d) worst = d != d ? INFINITY : d;
+            }
+        }
+    }
+    CHECK_MSG(worst <= 8e-3, "attention kernel %d T=%d pos0=%d heads %d/%d hd %d window %d: "
+              "worst |diff| %.3g > 8e-3", a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd,
+              a->window, worst);
+    free(q), free(k), free(v), free(g), free(scores);
+}
+
+TEST(gpu_op_attention_prefill)
+{
+    OPS_OR_SKIP(ops);
+    const struct att_case cases[] = {
+        {0, 200, 0, 8, 2, 128, 0},   /* GQA 4:1, Llama head size, partial last tile */
+        {0, 130, 70, 4, 4, 64, 0},   /* a chunk after 70 cached positions */
+        {0, 65, 0, 8, 4, 8, 0},      /* stories260K's shape (head_dim 8 padded to 16) */
+        {0, 100, 0, 4, 4, 32, 37},   /* sliding window */
+        {0, 70, 5, 2, 1, 96, 0},     /* head_dim 96 padded to 128, MQA */
+        {0, 64, 1000, 4, 2, 128, 0}, /* a short chunk after a long cache */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attention_case(ops, &cases[i], 100 + i);
+}
+
+TEST(gpu_op_attention_decode)
+{
+    OPS_OR_SKIP(ops);
+    const struct att_case cases[] = {
+        {1, 3, 3000, 32, 8, 128, 0}, /* Llama-3-8B heads over a long cache: many splits */
+        {1, 5, 300, 8, 4, 8, 0},     /* stories260K's shape */
+        {1, 2, 1000, 16, 2, 64, 0},  /* group of 8 */
+        {1, 4, 500, 4, 4, 32, 100},  /* sliding window */
+        {1, 2, 700, 16, 1, 64, 0},   /* group of 16: two slices of 8 heads */
+        {1, 1, 0, 4, 2, 128, 0},     /* the first token: one key */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attention_case(ops, &cases[i], 200 + i);
+}
+
+/* Values that exercise every branch of the rule: ordinary rows, exact halves (x / s = k + 0.5),
+ * a zero row (scale 0), rows whose scale is an fp16 subnormal, rows that overflow fp16 (scale
+ * inf: all zeros), float subnormal inputs, and the clamp. */
+static void quant_input(float *x, int T, int nkv, int hd, uint32_t seed)
+{
+    tg_fill(x, (size_t)T * nkv * hd, 4.0f, seed);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nkv; h++) {
+            float *r = x + ((size_t)t * nkv + h) * hd;
+            int kind = (t * nkv + h) % 7;
+            for (int i = 0; i < hd; i++) {
+                if (kind == 1) r[i] = (float)((i % 9) - 4) * 0.5f * (127.0f / 2.0f) / 64.0f;
+                if (kind == 2) r[i] = 0.0f;
+                if (kind == 3) r[i] *= 1e-6f;
+                if (kind == 4) r[i] *= 1e20f;
+                if (kind == 5) r[i] *= 1e-39f;
+                if (kind == 6 && i == 3) r[i] = 1e4f;
+            }
+        }
+}
+
+static void quant_case(const gpu_ops *ops, enum proto_kv_dtype dt, int T, int nkv, int hd)
+{
+    size_t n = (size_t)T * nkv * hd, vb = proto_kv_value_bytes(dt, T, nkv, hd);
+    size_t ns = proto_kv_scale_count(dt, T, nkv, hd);
+    float *x = malloc(sizeof(float) * n);
+    uint8_t *qg = malloc(vb), *qc = malloc(vb);
+    uint16_t *sg = malloc(ns * 2), *sc = malloc(ns * 2);
+    quant_input(x, T, nkv, hd, (uint32_t)(T * 31 + hd));
+    REQUIRE(ops->kv_quantize(dt, T, nkv, hd, x, qg, sg) == 0);
+    if (dt == PROTO_KV_INT8)
+        cpu_kv_quantize_int8(x, T, nkv, hd, qc, sc);
+    else
+        cpu_kv_quantize_int4(x, T, nkv, hd, qc, sc);
+    size_t bad_q = 0, bad_s = 0;
+    for (size_t i = 0; i < vb; i++) bad_q += qg[i] != qc[i];
+    for (size_t i = 0; i < ns; i++) bad_s += sg[i] != sc[i];
+    CHECK_MSG(bad_q == 0 && bad_s == 0, "%s T=%d kv=%d hd=%d: %zu value bytes, %zu scales differ",
+              dt == PROTO_KV_INT8 ? "int8" : "int4", T, nkv, hd, bad_q, bad_s);
+    free(x), free(qg), free(qc), free(sg), free(sc);
+}
+
+TEST(gpu_op_kv_quantize_bit_exact)
+{
+    OPS_OR_SKIP(ops);
+    const int shapes[][3] = {{33, 8, 128}, {17, 4, 8}, {9, 4, 32}, {5, 2, 64}};
+    for (int s = 0; s < 4; s++) {
+        quant_case(ops, PROTO_KV_INT8, shapes[s][0], shapes[s][1], shapes[s][2]);
+        quant_case(ops, PROTO_KV_INT4, shapes[s][0], shapes[s][1], shapes[s][2]);
+    }
+}
