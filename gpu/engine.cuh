@@ -1,4 +1,4 @@
-/* gpu/engine.cuh — the engine's structures, shared by the gpu/*.cu files (C++ only).
+/* gpu/engine.cuh — the engine's structures, shared by the .cu files of gpu/ (C++ only).
  *
  * Memory plan (all device memory is taken at gpu_engine_new, except KV caches, taken per
  * sequence by gpu_kv_new, the pinned host export buffer, grown at the first export that needs

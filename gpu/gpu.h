@@ -1,6 +1,6 @@
 /* gpu/gpu.h — the CUDA engine behind the accel interface, as plain C (no CUDA types), so that the
  * accel glue (gpu/accel.c, compiled as C: it embeds struct accel_dev, whose _Atomic members C++
- * cannot parse) and the CUDA side (gpu/*.cu) meet here.
+ * cannot parse) and the CUDA side (the .cu files) meet here.
  *
  * One engine = one GPU holding one model's weights (bf16), its workspaces and two streams:
  * `compute` (every kernel and GEMM, in order) and `copy` (the KV export's device-to-host copies,

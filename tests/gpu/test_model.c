@@ -40,8 +40,10 @@ static const struct bounds *bounds_for(const char *dir)
     return strstr(dir, "stories") ? &stories_b : &tiny_b;
 }
 
-static void check_close(const char *what, const char *dir, const float *ref, const float *got,
-                        int rows, int vocab)
+/* top-1 agreement is checked only where the text is natural (the goldens): on random token ids
+ * the top two logits are often within noise of each other, so a flip says nothing. */
+static void check_close_t(const char *what, const char *dir, const float *ref, const float *got,
+                          int rows, int vocab, int top1_check)
 {
     const struct bounds *b = bounds_for(dir);
     double kl, top1, mx;
@@ -50,9 +52,13 @@ static void check_close(const char *what, const char *dir, const float *ref, con
             mx, kl, top1, rows);
     CHECK_MSG(mx <= b->max_abs, "%s: max |logit diff| %.4g > %g", what, mx, b->max_abs);
     CHECK_MSG(kl <= b->kl, "%s: mean KL %.3g > %g", what, kl, b->kl);
-    /* top-1 of random-weight models is a coin toss where the top two are within noise (their
-     * bound is 0); of stories260K it is meaningful over enough rows */
-    if (rows >= 20) CHECK_MSG(top1 >= b->top1, "%s: top-1 agreement %.4f < %g", what, top1, b->top1);
+    if (top1_check) CHECK_MSG(top1 >= b->top1, "%s: top-1 agreement %.4f < %g", what, top1, b->top1);
+}
+
+static void check_close(const char *what, const char *dir, const float *ref, const float *got,
+                        int rows, int vocab)
+{
+    check_close_t(what, dir, ref, got, rows, vocab, 0);
 }
 
 /* ---------------------------------------------------------------- goldens */
@@ -84,7 +90,7 @@ static void golden_model(const char *dir, const char *golden_dir)
             double lse = fabs(t_logsumexp(row, V) - g->logsumexp[p]);
             if (lse > worst || lse != lse) worst = lse != lse ? INFINITY : lse;
         }
-        if (g->all_logits) check_close(g->name, dir, g->all_logits, lg, g->n_ids, V);
+        if (g->all_logits) check_close_t(g->name, dir, g->all_logits, lg, g->n_ids, V, 0);
         if (g->last_logits)
             check_close(g->name, dir, g->last_logits, lg + (size_t)(g->n_ids - 1) * V, 1, V);
         fprintf(stderr, "  %s: worst top-%d logit / logsumexp difference %.4g\n", g->name, g->topk,
@@ -141,7 +147,7 @@ TEST(gpu_stories260k_teacher_forced_vs_cpu)
         model_golden_free(g);
     }
     free(paths);
-    check_close("teacher-forced", STORIES, all_c, all_g, (int)rows, V);
+    check_close_t("teacher-forced", STORIES, all_c, all_g, (int)rows, V, 1);
     free(all_c), free(all_g);
     accel_free(cpu);
     accel_free(d);

@@ -1,0 +1,106 @@
+#!/bin/bash
+# gpu/bench/run_all.sh — issue 5's whole device session in one call: the GPU tests, tandem eval on
+# stories260K, the hardware ceilings (limits.cu), a Llama-3-8B-shaped random checkpoint, our
+# benchmarks, torch SDPA's attention rate and the Hugging Face transformers peer; a table last.
+#
+# Run from the repository root on the GPU machine:  OUT=dir gpu/bench/run_all.sh
+#   PHASES   subset of "tests eval limits bench sdpa peer" (default: all, in that order)
+#   MODEL8B  where the random Llama-3-8B checkpoint goes (default /tmp/llama3-8b; ~16 GB)
+# Binaries: build/ as carried (built on the development machine with PORTABLE=1) when they load
+# here, else built here with make. peer/ holds limits.cu and hf_peer.py (not part of the repo).
+# Logs: $OUT/run.log (everything), tests.log, eval.jsonl, limits.txt, bench.jsonl, sdpa.txt,
+# hf_peer.txt, summary.md.
+set -u
+OUT=${OUT:-/tmp/tandem-out}
+MODEL8B=${MODEL8B:-/tmp/llama3-8b}
+PHASES=${PHASES:-tests eval limits bench sdpa peer}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/run.log") 2>&1
+t0=$(date +%s)
+stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
+has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
+ORIG_LDP=${LD_LIBRARY_PATH-}
+
+stamp "machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
+echo "kernel $(uname -r), $(nproc) cores, $(grep MemTotal /proc/meminfo)"; date -u
+
+# ---- binaries
+BINS="build/tandem build/tandem-tests build/bench_gpu build/mkmodel build/libtandem_cuda.so"
+missing() { ldd $BINS 2>&1 | grep "not found" | sort -u; }
+if [ -n "$(missing)" ]; then
+    # CUDA libraries outside /usr/local/cuda/lib64 (the plugin's rpath), jansson/libcrypto from rt/
+    for lib in libcublas.so.13 libcudart.so.13 libcublasLt.so.13; do
+        if missing | grep -q $lib; then
+            p=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
+            [ -n "$p" ] && export LD_LIBRARY_PATH="$(dirname "$p")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        fi
+    done
+    if [ -d rt ] && missing | grep -q "libjansson\|libcrypto"; then
+        mkdir -p /tmp/tandem-rt
+        for f in rt/*; do missing | grep -q "$(basename "$f")" && cp "$f" /tmp/tandem-rt/; done
+        export LD_LIBRARY_PATH="/tmp/tandem-rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+fi
+if [ -n "$(missing)" ] || [ ! -x build/tandem-tests ]; then
+    missing
+    stamp "building here"
+    make -j16 $BINS > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+fi
+echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}"
+
+# ---- correctness
+if has tests; then
+    stamp "GPU tests"
+    TANDEM_TEST_TIMEOUT=300 timeout 420 build/tandem-tests gpu_ > "$OUT/tests.log" 2>&1
+    grep -E "^(ok|not ok)|FAIL|max \|diff|worst|# unit" "$OUT/tests.log"
+fi
+if has eval; then
+    stamp "tandem eval (stories260K)"
+    G=tests/data/golden/stories260K
+    for args in "--mode prefill" "--mode decode" "--mode kv --kv-from cuda --kv int8" \
+                "--mode kv --kv-from cpu --kv int8" "--mode kv --kv-from cuda --kv int4"; do
+        timeout 120 build/tandem eval --model models/stories260K --device cuda --golden $G $args \
+            | tee -a "$OUT/eval.jsonl"
+    done
+    timeout 120 build/tandem eval --model models/tiny-llama2-mha --device cuda \
+        --golden tests/data/golden/tiny-llama2-mha --mode prefill | tee -a "$OUT/eval.jsonl"
+fi
+
+# ---- ceilings
+if has limits; then
+    stamp "limits"
+    L=peer/limits
+    [ -x $L ] || { nvcc -O3 -arch=sm_90 -o /tmp/limits peer/limits.cu -lcublas && L=/tmp/limits; }
+    timeout 120 $L | tee "$OUT/limits.txt"
+fi
+
+# ---- benchmarks (Llama-3-8B shape, random bf16 weights)
+if has bench; then
+    if [ ! -f "$MODEL8B/config.json" ]; then
+        stamp "mkmodel llama3-8b -> $MODEL8B"
+        timeout 300 build/mkmodel --preset llama3-8b --out "$MODEL8B" || exit 1
+        du -sh "$MODEL8B"
+    fi
+    stamp "bench_gpu"
+    timeout 400 build/bench_gpu --model "$MODEL8B" --prefill 1024,4096,16384,32768 \
+        --decode-ctx 1024,8192 --batch 1,8,32 --export 4096,32768 \
+        --attention 1024,4096,16384,32768 --reps 3 --steps 64 | tee "$OUT/bench.jsonl"
+fi
+if has sdpa; then
+    stamp "torch SDPA attention rate"
+    LD_LIBRARY_PATH=$ORIG_LDP timeout 120 python3 gpu/bench/sdpa_rate.py | tee "$OUT/sdpa.txt"
+fi
+if has peer; then
+    stamp "transformers peer"
+    LD_LIBRARY_PATH=$ORIG_LDP PYTHONUNBUFFERED=1 timeout 400 python3 peer/hf_peer.py llama3-8b \
+        | tee "$OUT/hf_peer.txt"
+fi
+
+stamp "summary"
+if [ -f "$MODEL8B/config.json" ]; then
+    LD_LIBRARY_PATH=$ORIG_LDP python3 gpu/bench/summary.py "$OUT" "$MODEL8B" | tee "$OUT/summary.md"
+fi
+grep -E "^not ok" "$OUT/tests.log" 2>/dev/null
+cat "$OUT/eval.jsonl" 2>/dev/null
+stamp "done"

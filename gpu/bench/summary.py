@@ -1,0 +1,79 @@
+# Builds the issue-5 table from one device run's logs: python3 summary.py OUT_DIR MODEL_DIR
+# Floors (see gpu/bench/README.md): prefill = GEMM FLOPs / measured cuBLAS rate + causal attention
+# FLOPs / measured attention rate (ours, and torch SDPA's best backend); decode = (weights + KV
+# bytes read per token) / measured device copy bandwidth (read + write counted, as limits.cu does).
+import json, re, sys, os
+out, mdir = sys.argv[1], sys.argv[2]
+
+def jl(name):
+    rows = []
+    p = os.path.join(out, name)
+    if not os.path.exists(p): return rows
+    for line in open(p):
+        line = line.strip()
+        if line.startswith("{"):
+            try: rows.append(json.loads(line))
+            except ValueError: pass
+    return rows
+
+lim = open(os.path.join(out, "limits.txt")).read() if os.path.exists(os.path.join(out, "limits.txt")) else ""
+gemm = max([float(x) for x in re.findall(r"bf16 gemm n=\d+: ([\d.]+) TFLOP/s", lim)] or [0])
+d2d = float((re.findall(r"d2d copy: ([\d.]+) GB/s", lim) or [0])[0])
+d2h = float((re.findall(r"pinned d2h: ([\d.]+) GB/s", lim) or [0])[0])
+cfg = json.load(open(os.path.join(mdir, "config.json")))
+H, L, nh, nkv = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+hd, I, V = cfg.get("head_dim", H // nh), cfg["intermediate_size"], cfg["vocab_size"]
+qd, kvd = nh * hd, nkv * hd
+per_layer = H * (qd + 2 * kvd) + qd * H + 3 * I * H
+wbytes = 2 * (L * per_layer + V * H) + 4 * H * (2 * L + 1)
+kv_tok = 2 * L * kvd * 2
+bench = jl("bench.jsonl")
+hf = (jl("hf_peer.txt") or [{}])[-1]
+sdpa = {}
+for r in jl("sdpa.txt"):
+    if "tflops" in r: sdpa[r["tokens"]] = max(sdpa.get(r["tokens"], 0), r["tflops"])
+att = {r["tokens"]: r["tflops"] for r in bench if r.get("bench") == "attention"}
+
+def att_rate(table, P):
+    if not table: return 0
+    k = min(table, key=lambda t: abs(t - P))
+    return table[k]
+
+print(f"ceilings: cuBLAS bf16 GEMM {gemm:.0f} TFLOP/s, device copy {d2d:.0f} GB/s, pinned D2H {d2h:.1f} GB/s")
+print()
+print("| prefill tokens | tandem TTFT ms | transformers ms | floor ms (our attn rate) | floor ms (SDPA rate) | tandem / floor(ours) | tandem / floor(SDPA) |")
+print("|---|---|---|---|---|---|---|")
+for r in bench:
+    if r.get("bench") != "prefill": continue
+    P = r["tokens"]
+    gf = 2.0 * P * L * per_layer + 2.0 * V * H
+    af = 4.0 * P * P / 2 * hd * nh * L
+    f_o = (gf / (gemm * 1e12) + (af / (att_rate(att, P) * 1e12) if att else 0)) * 1e3
+    f_s = (gf / (gemm * 1e12) + (af / (att_rate(sdpa, P) * 1e12) if sdpa else 0)) * 1e3
+    hfm = hf.get(f"prefill_{P}_ms", float("nan"))
+    print(f"| {P} | {r['ttft_ms']:.1f} | {hfm} | {f_o:.1f} | {f_s:.1f} | {r['ttft_ms']/f_o:.2f} | {r['ttft_ms']/f_s:.2f} |")
+print()
+print("| attention tokens | ours TFLOP/s | SDPA best TFLOP/s |")
+print("|---|---|---|")
+for T in sorted(att): print(f"| {T} | {att[T]} | {sdpa.get(T, 'n/a')} |")
+print()
+print("| decode after | tandem ms/token | floor ms (bytes / copy bw) | ratio | transformers ms/token |")
+print("|---|---|---|---|---|")
+for r in bench:
+    if r.get("bench") != "decode": continue
+    C = r["context"]
+    fl = (wbytes + C * kv_tok) / (d2d * 1e9) * 1e3
+    print(f"| {C} | {r['ms_per_token']:.3f} | {fl:.3f} | {r['ms_per_token']/fl:.3f} | {hf.get(f'decode_after_{C}_ms_per_tok', 'n/a')} |")
+print()
+print("| batch | context | ms/step | tokens/s |")
+print("|---|---|---|---|")
+for r in bench:
+    if r.get("bench") == "batch": print(f"| {r['batch']} | {r['context']} | {r['ms_per_step']:.3f} | {r['tok_s']:.0f} |")
+print()
+print("| export tokens | TTFT ms | TTFT + int8 export ms | added | KV bytes | copy GB/s | / pinned D2H |")
+print("|---|---|---|---|---|---|---|")
+for r in bench:
+    if r.get("bench") != "export": continue
+    print(f"| {r['tokens']} | {r['ttft_ms']:.1f} | {r['ttft_export_ms']:.1f} | {r['overhead_pct']:.2f}% | {r['bytes']/1e6:.0f} MB | {r['copy_gb_s']:.1f} | {r['copy_gb_s']/d2h*100 if d2h else 0:.0f}% |")
+print()
+for r in jl("eval.jsonl"): print("eval:", json.dumps(r))

@@ -1,0 +1,316 @@
+/* bench_gpu — the GPU backend's benchmark suite through the accel interface (issue 5):
+ *
+ *   bench_gpu --model DIR [--device cuda] [--prefill 1024,4096,16384,32768]
+ *             [--decode-ctx 1024,8192] [--batch 1,8,32] [--batch-ctx 1024]
+ *             [--export 4096,32768] [--attention 1024,4096,16384,32768] [--steps 64] [--reps 3]
+ *
+ *   prefill P     time to first token: one accel_prefill of P tokens returning the last logits
+ *                 (the call synchronizes); median of --reps after one warm-up run
+ *   decode C      ms per token at batch 1 after C tokens of context: median step of --steps
+ *   batch B       B sequences of --batch-ctx tokens decoded together: tokens/s over --steps steps
+ *   export P      TTFT with the int8 KV export to a host sink (which copies each chunk, as a
+ *                 consumer would) vs without; the export's bytes over the device time of its
+ *                 device-to-host copies (gpu_accel_export_stats, found with dlsym)
+ *   attention T   the prefill attention kernel alone (causal, Llama-3-8B heads: 32 query, 8 KV,
+ *                 head_dim 128): ms and TFLOP/s (4 * T^2/2 * 128 * 32 FLOPs)
+ * Every result is one JSON line on stdout. Timings are wall-clock (CLOCK_MONOTONIC) around calls
+ * that return only when the device is done. Prompts are pseudo-random token ids. */
+#include "scheduler/accel.h"
+#include "model/model.h"
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_LIST 16
+
+typedef struct export_stats {
+    uint64_t bytes;
+    double copy_ms, compute_ms;
+    int layers;
+} export_stats; /* = gpu_export_stats (gpu/gpu.h) */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int parse_list(const char *s, long *out, long lo, long hi)
+{
+    int n = 0;
+    while (*s && n < MAX_LIST) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < lo || v > hi) return -1;
+        out[n++] = v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
+static int32_t *make_ids(int n, int vocab, unsigned seed)
+{
+    int32_t *ids = malloc(sizeof(int32_t) * (n > 0 ? n : 1));
+    uint32_t x = 2463534242u ^ seed;
+    for (int i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        ids[i] = i == 0 ? 1 : (int32_t)(x % (uint32_t)vocab);
+    }
+    return ids;
+}
+
+static int32_t argmax(const float *x, int n)
+{
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* The sink of the export runs: copies each chunk into a buffer, as a consumer shipping it on
+ * would, and counts the bytes. */
+typedef struct sink_ctx {
+    unsigned char *buf;
+    size_t cap;
+    uint64_t bytes;
+} sink_ctx;
+
+static int sink_layer(void *vctx, const proto_kv_layer *c)
+{
+    sink_ctx *s = vctx;
+    size_t vb = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    size_t sb = proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim) * 2;
+    size_t need = 2 * vb + 2 * sb;
+    if (need > s->cap) {
+        free(s->buf);
+        s->buf = malloc(need);
+        s->cap = s->buf ? need : 0;
+        if (!s->buf) return ACCEL_ERR_NOMEM;
+    }
+    memcpy(s->buf, c->k, vb);
+    memcpy(s->buf + vb, c->v, vb);
+    memcpy(s->buf + 2 * vb, c->k_scale, sb);
+    memcpy(s->buf + 2 * vb + sb, c->v_scale, sb);
+    s->bytes += need;
+    return 0;
+}
+
+/* One prefill of P tokens: seconds, or < 0 on error (status printed). */
+static double prefill_once(accel_dev *d, const int32_t *ids, int P, float *lg, const accel_kv_sink *k)
+{
+    accel_seq *s;
+    int st = accel_seq_new(d, P, &s);
+    if (st) {
+        fprintf(stderr, "bench_gpu: seq_new(%d): %s\n", P, accel_strerror(st));
+        return -1;
+    }
+    accel_prefill_req r = {.seq = s, .ids = ids, .n = P, .logits = lg, .kv = k};
+    double t0 = now();
+    st = accel_prefill(d, &r);
+    double t = now() - t0;
+    accel_seq_free(d, s);
+    if (st) {
+        fprintf(stderr, "bench_gpu: prefill(%d): %s\n", P, accel_strerror(st));
+        return -1;
+    }
+    return t;
+}
+
+static double prefill_median(accel_dev *d, const int32_t *ids, int P, float *lg,
+                             const accel_kv_sink *k, int reps)
+{
+    double t[32];
+    if (prefill_once(d, ids, P, lg, k) < 0) return -1; /* warm-up: this shape's first run */
+    for (int r = 0; r < reps; r++)
+        if ((t[r] = prefill_once(d, ids, P, lg, k)) < 0) return -1;
+    return median(t, reps);
+}
+
+/* Decode `steps` greedy steps for B sequences after `ctx` tokens each: fills ms per step
+ * (median) and returns tokens/s, or < 0 on error. */
+static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, double *ms_step)
+{
+    accel_seq **seqs = calloc(B, sizeof *seqs);
+    int32_t *tok = malloc(sizeof(int32_t) * B), *ids = make_ids(ctx, vocab, 99);
+    float *lg = malloc(sizeof(float) * (size_t)B * vocab);
+    double *t = malloc(sizeof(double) * steps), rate = -1, total = 0;
+    int st = 0;
+    for (int b = 0; b < B && !st; b++) {
+        st = accel_seq_new(d, ctx + steps + 1, &seqs[b]);
+        accel_prefill_req r = {.seq = seqs[b], .ids = ids, .n = ctx, .logits = lg + (size_t)b * vocab};
+        if (!st) st = accel_prefill(d, &r);
+        if (!st) tok[b] = argmax(lg + (size_t)b * vocab, vocab);
+    }
+    if (!st) st = accel_decode(d, B, seqs, tok, lg); /* warm-up step (not timed) */
+    for (int i = 0; i < steps && !st; i++) {
+        for (int b = 0; b < B; b++) tok[b] = argmax(lg + (size_t)b * vocab, vocab);
+        double t0 = now();
+        st = accel_decode(d, B, seqs, tok, lg);
+        t[i] = now() - t0;
+        total += t[i];
+    }
+    if (st) {
+        fprintf(stderr, "bench_gpu: decode B=%d ctx=%d: %s\n", B, ctx, accel_strerror(st));
+    } else {
+        rate = (double)B * steps / total;
+        *ms_step = median(t, steps) * 1e3;
+    }
+    for (int b = 0; b < B; b++)
+        if (seqs[b]) accel_seq_free(d, seqs[b]);
+    free(seqs), free(tok), free(ids), free(lg), free(t);
+    return rate;
+}
+
+/* The CUDA plugin's handle when it is loaded (for its benchmark entry points), else NULL. */
+static void *plugin(void)
+{
+    char buf[PATH_MAX], path[PATH_MAX + 32];
+    ssize_t k = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (k <= 0) return NULL;
+    buf[k] = 0;
+    char *slash = strrchr(buf, '/');
+    if (slash) *slash = 0;
+    snprintf(path, sizeof path, "%s/libtandem_cuda.so", buf);
+    return dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = NULL, *device = "cuda";
+    long prefill[MAX_LIST], dctx[MAX_LIST], batch[MAX_LIST], exp_[MAX_LIST], att[MAX_LIST];
+    int np = 0, nd = 0, nb = 0, ne = 0, na = 0;
+    long steps = 64, reps = 3, bctx = 1024;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!v) bad = 1;
+        else if (!strcmp(a, "--model")) dir = v;
+        else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--prefill")) bad = (np = parse_list(v, prefill, 1, 1 << 20)) < 0;
+        else if (!strcmp(a, "--decode-ctx")) bad = (nd = parse_list(v, dctx, 1, 1 << 20)) < 0;
+        else if (!strcmp(a, "--batch")) bad = (nb = parse_list(v, batch, 1, 4096)) < 0;
+        else if (!strcmp(a, "--export")) bad = (ne = parse_list(v, exp_, 1, 1 << 20)) < 0;
+        else if (!strcmp(a, "--attention")) bad = (na = parse_list(v, att, 64, 1 << 20)) < 0;
+        else if (!strcmp(a, "--steps")) bad = (steps = atol(v)) < 1 || steps > 100000;
+        else if (!strcmp(a, "--reps")) bad = (reps = atol(v)) < 1 || reps > 32;
+        else if (!strcmp(a, "--batch-ctx")) bad = (bctx = atol(v)) < 1 || bctx > (1 << 20);
+        else bad = 1;
+        if (bad) {
+            fprintf(stderr, "bench_gpu: bad option %s (usage in tools/bench_gpu.c)\n", a);
+            return 2;
+        }
+        i++;
+    }
+    if (!dir) {
+        fprintf(stderr, "usage: bench_gpu --model DIR [options] (see tools/bench_gpu.c)\n");
+        return 2;
+    }
+    char err[1024];
+    double t0 = now();
+    model *m = model_load(dir, err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "bench_gpu: %s\n", err);
+        return 1;
+    }
+    accel_opts o = {.kv_dtype = PROTO_KV_INT8};
+    accel_dev *d = accel_open(device, m, &o, err, sizeof err);
+    if (!d) {
+        fprintf(stderr, "bench_gpu: %s\n", err);
+        return 1;
+    }
+    int st = accel_warmup(d);
+    if (st) {
+        fprintf(stderr, "bench_gpu: warm-up: %s\n", accel_strerror(st));
+        return 1;
+    }
+    accel_info info;
+    accel_get_info(d, &info);
+    printf("{\"bench\":\"open\",\"device\":\"%s\",\"desc\":\"%s\",\"load_s\":%.2f,"
+           "\"kv_budget_gb\":%.2f,\"kv_bytes_per_token\":%llu}\n", info.name, info.desc,
+           now() - t0, info.mem_total / 1e9, (unsigned long long)info.kv_bytes_per_token);
+    fflush(stdout);
+    int V = m->cfg.vocab;
+    float *lg = malloc(sizeof(float) * V);
+    void *h = plugin();
+    void (*stats)(accel_dev *, export_stats *) = h ? (void (*)(accel_dev *, export_stats *))dlsym(h, "gpu_accel_export_stats") : NULL;
+    int (*att_bench)(int, int, int, int, int, double *) =
+        h ? (int (*)(int, int, int, int, int, double *))dlsym(h, "gpu_bench_attention") : NULL;
+
+    for (int i = 0; i < np; i++) {
+        int32_t *ids = make_ids((int)prefill[i], V, 1);
+        double t = prefill_median(d, ids, (int)prefill[i], lg, NULL, (int)reps);
+        free(ids);
+        if (t < 0) return 1;
+        printf("{\"bench\":\"prefill\",\"tokens\":%ld,\"ttft_ms\":%.2f,\"tok_s\":%.0f}\n", prefill[i],
+               t * 1e3, prefill[i] / t);
+        fflush(stdout);
+    }
+    for (int i = 0; i < nd; i++) {
+        double ms = 0, rate = decode_run(d, V, 1, (int)dctx[i], (int)steps, &ms);
+        if (rate < 0) return 1;
+        printf("{\"bench\":\"decode\",\"context\":%ld,\"ms_per_token\":%.3f,\"tok_s\":%.1f}\n",
+               dctx[i], ms, rate);
+        fflush(stdout);
+    }
+    for (int i = 0; i < nb; i++) {
+        double ms = 0, rate = decode_run(d, V, (int)batch[i], (int)bctx, (int)steps, &ms);
+        if (rate < 0) return 1;
+        printf("{\"bench\":\"batch\",\"batch\":%ld,\"context\":%ld,\"ms_per_step\":%.3f,"
+               "\"tok_s\":%.1f}\n", batch[i], bctx, ms, rate);
+        fflush(stdout);
+    }
+    for (int i = 0; i < ne; i++) {
+        int P = (int)exp_[i];
+        int32_t *ids = make_ids(P, V, 2);
+        sink_ctx sc = {NULL, 0, 0};
+        accel_kv_sink sink = {sink_layer, &sc};
+        double plain = prefill_median(d, ids, P, lg, NULL, (int)reps);
+        double with = prefill_median(d, ids, P, lg, &sink, (int)reps);
+        free(ids);
+        free(sc.buf);
+        if (plain < 0 || with < 0) return 1;
+        export_stats es = {0};
+        if (stats) stats(d, &es);
+        double gbs = es.copy_ms > 0 ? es.bytes / (es.copy_ms * 1e-3) / 1e9 : 0;
+        printf("{\"bench\":\"export\",\"tokens\":%d,\"ttft_ms\":%.2f,\"ttft_export_ms\":%.2f,"
+               "\"overhead_pct\":%.2f,\"bytes\":%llu,\"copy_ms\":%.3f,\"copy_gb_s\":%.2f,"
+               "\"compute_ms\":%.2f,\"layers\":%d}\n", P, plain * 1e3, with * 1e3,
+               (with / plain - 1) * 100, (unsigned long long)es.bytes, es.copy_ms, gbs,
+               es.compute_ms, es.layers);
+        fflush(stdout);
+    }
+    for (int i = 0; i < na && att_bench; i++) {
+        double ms = 0;
+        int T = (int)att[i];
+        if ((st = att_bench(T, 32, 8, 128, (int)reps + 2, &ms))) {
+            fprintf(stderr, "bench_gpu: attention %d: %s\n", T, accel_strerror(st));
+            return 1;
+        }
+        double flops = 4.0 * T * (double)T / 2 * 128 * 32;
+        printf("{\"bench\":\"attention\",\"tokens\":%d,\"ms\":%.3f,\"tflops\":%.1f}\n", T, ms,
+               flops / (ms * 1e-3) / 1e12);
+        fflush(stdout);
+    }
+    free(lg);
+    accel_free(d);
+    model_free(m);
+    return 0;
+}
