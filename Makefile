@@ -102,10 +102,12 @@ $(BUILD)/tandem-tests: $(TEST_OBJ) $(BUILD)/libtandem.a | $(BUILD)/libxrt_emu.so
 	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%: tools/%.c $(BUILD)/libtandem.a
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtandem.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -rdynamic -o $@ $< $(BUILD)/libtandem.a $(LDLIBS)
 
 # ---------------------------------------------------------------- CUDA backend (dlopen'ed plugin)
-NVFLAGS ?= -O3 -std=c++17 -Xcompiler -fPIC -I. -gencode=arch=compute_90,code=sm_90 \
+# sm_90a (not plain sm_90): Hopper's wgmma, used by gpu/attn_prefill_sm90.cu; the compute_90 PTX
+# runs elsewhere without it (the plugin checks which one it got).
+NVFLAGS ?= -O3 -std=c++17 -Xcompiler -fPIC -I. -gencode=arch=compute_90a,code=sm_90a \
            -gencode=arch=compute_90,code=compute_90 -lineinfo
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 $(BUILD)/obj/%.cu.o: %.cu

@@ -11,11 +11,24 @@
  *   values:  the same lanes accumulate p * V chunk for every head; a shuffle + shared-memory
  *           reduction over key lanes gives the range's unnormalized output, its max and sum.
  * The merge weights each range by 2^(m_r - M) (scores are kept in log2 units).
- * Empty ranges (when splits do not divide evenly) write max -inf, sum 0 and weigh nothing. */
+ * Each token cuts its own keys into ns = min(splits, keys / 64) ranges (blocks past ns exit at
+ * once), so the launch depends only on the number of tokens; a range left empty by rounding
+ * writes max -inf, sum 0 and weighs nothing. */
 #include "gpu/engine.cuh"
 
 #define DEC_THREADS 128
 #define DEC_SUB 128
+#define DEC_MIN_SPLIT 64 /* keys: fewer per range would cost more in merging than they save */
+
+/* How token t's keys [kstart, qp] are split: ns ranges of len keys (the last may be short). */
+__device__ __forceinline__ void dec_ranges(int qp, int window, int splits, int *kstart, int *ns,
+                                           int *len)
+{
+    *kstart = window > 0 ? max(0, qp + 1 - window) : 0;
+    int n = qp + 1 - *kstart;
+    *ns = min(splits, max(1, (n + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT));
+    *len = (n + *ns - 1) / *ns;
+}
 
 struct dec_params {
     const bf16 *q;
@@ -23,7 +36,7 @@ struct dec_params {
     const gpu_seq_dev *seqs;
     float *part_o;
     float2 *part_ml;
-    int layer, n_kv, n_heads, group, hd, qd, window, split_len, splits, gslices;
+    int layer, n_kv, n_heads, group, hd, qd, window, splits, gslices;
     float scale_log2;
 };
 
@@ -53,8 +66,10 @@ __global__ void __launch_bounds__(DEC_THREADS) k_decode_split(dec_params p)
     const int h0 = g * p.group + slice * G, nh = min(G, p.group - slice * G);
     const gpu_seq_dev sq = p.seqs[p.seq_idx[t]];
     const int qp = p.pos[t];
-    const int kstart = p.window > 0 ? max(0, qp + 1 - p.window) : 0;
-    const int kb = kstart + split * p.split_len, ke = min(kb + p.split_len, qp + 1);
+    int kstart, ns, len;
+    dec_ranges(qp, p.window, p.splits, &kstart, &ns, &len);
+    if (split >= ns) return; /* this token needs fewer ranges: the merge reads only ns */
+    const int kb = kstart + split * len, ke = min(kb + len, qp + 1);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, c = tid % CH, kl = tid / CH;
     const bool cok = c * 8 < p.hd;
     const size_t head_off = ((size_t)p.layer * p.n_kv + g) * sq.cap * p.hd;
@@ -160,21 +175,24 @@ __global__ void __launch_bounds__(DEC_THREADS) k_decode_split(dec_params p)
     }
 }
 
-__global__ void k_decode_merge(const float *part_o, const float2 *part_ml, int splits, int n_heads,
-                               int hd, int hdp, int qd, bf16 *out)
+__global__ void k_decode_merge(const float *part_o, const float2 *part_ml, const int *pos,
+                               int window, int splits, int n_heads, int hd, int hdp, int qd,
+                               bf16 *out)
 {
     const int h = blockIdx.x, t = blockIdx.y;
     const size_t s0 = ((size_t)t * n_heads + h) * splits;
+    int kstart, ns, len;
+    dec_ranges(pos[t], window, splits, &kstart, &ns, &len);
     float M = -INFINITY;
-    for (int s = 0; s < splits; s++) M = fmaxf(M, part_ml[s0 + s].x);
+    for (int s = 0; s < ns; s++) M = fmaxf(M, part_ml[s0 + s].x);
     float L = 0.f;
-    for (int s = 0; s < splits; s++) {
+    for (int s = 0; s < ns; s++) {
         float2 ml = part_ml[s0 + s];
         if (ml.y > 0.f) L += ml.y * exp2f(ml.x - M);
     }
     for (int col = threadIdx.x; col < hd; col += blockDim.x) {
         float acc = 0.f;
-        for (int s = 0; s < splits; s++) {
+        for (int s = 0; s < ns; s++) {
             float2 ml = part_ml[s0 + s];
             if (ml.y > 0.f) acc += part_o[(s0 + s) * hdp + col] * exp2f(ml.x - M);
         }
@@ -188,22 +206,20 @@ static int heads_per_block(int group)
     return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
 }
 
-/* Ranges per row: enough blocks to fill the GPU ~4 times over, at least 64 keys per range. */
-static int n_splits(const gpu_dims *d, int sms, int T, int max_keys)
+/* Ranges per row at most: enough blocks to fill the GPU ~4 times over when the rows are long. */
+static int n_splits(const gpu_dims *d, int sms, int T)
 {
     int G = heads_per_block(d->n_heads / d->n_kv);
     int gslices = (d->n_heads / d->n_kv + G - 1) / G;
     long units = (long)T * d->n_kv * gslices;
     long want = (4L * sms + units - 1) / units;
-    long most = (max_keys + 63) / 64;
-    if (most > GPU_DECODE_SPLIT_MAX) most = GPU_DECODE_SPLIT_MAX;
-    if (want > most) want = most;
+    if (want > GPU_DECODE_SPLIT_MAX) want = GPU_DECODE_SPLIT_MAX;
     return want < 1 ? 1 : (int)want;
 }
 
 size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens)
 {
-    return (size_t)n_tokens * d->n_heads * n_splits(d, sms, n_tokens, 1 << 30);
+    return (size_t)n_tokens * d->n_heads * n_splits(d, sms, n_tokens);
 }
 
 template <int HDP, int G> static int launch(cudaStream_t s, const dec_params &p, int T)
@@ -225,14 +241,12 @@ template <int HDP> static int launch_g(cudaStream_t s, const dec_params &p, int 
     return ACCEL_ERR_UNSUPPORTED;
 }
 
-int gpu_attn_decode(cudaStream_t s, const gpu_dims *d, int sms, int layer, int T, int max_pos,
+int gpu_attn_decode(cudaStream_t s, const gpu_dims *d, int sms, int layer, int T,
                     const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
                     float *part_o, float2 *part_ml, bf16 *out)
 {
     if (T <= 0) return ACCEL_OK;
     if (T > 65535) return ACCEL_ERR_INVALID; /* grid.z bound */
-    int max_keys = max_pos + 1;
-    if (d->window > 0 && max_keys > d->window) max_keys = d->window;
     dec_params p;
     p.q = q;
     p.seq_idx = seq_idx;
@@ -249,8 +263,7 @@ int gpu_attn_decode(cudaStream_t s, const gpu_dims *d, int sms, int layer, int T
     p.window = d->window;
     int G = heads_per_block(p.group);
     p.gslices = (p.group + G - 1) / G;
-    p.splits = n_splits(d, sms, T, max_keys);
-    p.split_len = (max_keys + p.splits - 1) / p.splits;
+    p.splits = n_splits(d, sms, T);
     p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)d->hd));
     int st = ACCEL_ERR_UNSUPPORTED;
     switch (d->hdp) {
@@ -260,8 +273,8 @@ int gpu_attn_decode(cudaStream_t s, const gpu_dims *d, int sms, int layer, int T
     case 128: st = launch_g<128>(s, p, T, G); break;
     }
     if (st) return st;
-    k_decode_merge<<<dim3(d->n_heads, T), 128, 0, s>>>(part_o, part_ml, p.splits, d->n_heads, d->hd,
-                                                       d->hdp, d->qd, out);
+    k_decode_merge<<<dim3(d->n_heads, T), 128, 0, s>>>(part_o, part_ml, pos, d->window, p.splits,
+                                                       d->n_heads, d->hd, d->hdp, d->qd, out);
     GPU_LAUNCHED();
     return ACCEL_OK;
 }

@@ -152,6 +152,19 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     cudaDeviceProp prop;
     GPU_CHECK(cudaGetDeviceProperties(&prop, e->index));
     e->sms = prop.multiProcessorCount;
+    /* comparisons: TANDEM_GPU_GEMV=off (cuBLAS for decode projections too), TANDEM_GPU_GRAPHS=off */
+    const char *gv = getenv("TANDEM_GPU_GEMV"), *gr = getenv("TANDEM_GPU_GRAPHS");
+    e->gemv_off = gv && !strcmp(gv, "off");
+    e->graphs_off = gr && !strcmp(gr, "off");
+    e->dec_graph = (cudaGraphExec_t *)calloc(GPU_MAX_BATCH + 1, sizeof(cudaGraphExec_t));
+    if (!e->dec_graph) return ACCEL_ERR_NOMEM;
+    /* TANDEM_GPU_ATTN=mma keeps the mma.sync attention kernel (for comparisons) */
+    const char *attn = getenv("TANDEM_GPU_ATTN");
+    if (!(attn && !strcmp(attn, "mma")) && d.hd <= 128) {
+        int av = gpu_attn_sm90_available(e->index);
+        if (av < 0) return av;
+        e->sm90 = av;
+    }
     snprintf(e->desc, sizeof e->desc, "%s, %d SMs, %.0f GB", prop.name, e->sms,
              prop.totalGlobalMem / 1e9);
     GPU_CHECK(cudaStreamCreateWithFlags(&e->compute, cudaStreamNonBlocking));
@@ -240,6 +253,9 @@ void gpu_engine_free(gpu_engine *e)
     cudaSetDevice(e->index);
     if (e->compute) cudaStreamSynchronize(e->compute);
     if (e->copy) cudaStreamSynchronize(e->copy);
+    for (int n = 0; e->dec_graph && n <= GPU_MAX_BATCH; n++)
+        if (e->dec_graph[n]) cudaGraphExecDestroy(e->dec_graph[n]);
+    free(e->dec_graph);
     gpu_weights_free(e);
     void *bufs[] = {e->x, e->xb, e->qkv, e->q, e->att, e->kf, e->vf, e->gu, e->h, e->rope,
                     e->xn, e->logits, e->part_o, e->part_ml, e->meta_d, e->imp_d, e->blas_ws};

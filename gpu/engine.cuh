@@ -94,6 +94,7 @@ struct gpu_meta_layout {
 #define GPU_EXPORT_AHEAD 3   /* the host stays at most this many layers ahead of the copies */
 #define GPU_LOGIT_ROWS 256   /* logits computed per lm_head GEMM (all_logits in sub-batches) */
 #define GPU_DECODE_SPLIT_MAX 64
+#define GPU_GEMV_MAX_T 8     /* projections of at most this many tokens use gemm.cu's own GEMV */
 
 struct gpu_engine {
     int index;
@@ -101,6 +102,10 @@ struct gpu_engine {
     const model *m;
     gpu_dims d;
     int sms;
+    int sm90;      /* the wgmma attention kernel runs here (head_dim <= 128, sm_90a build) */
+    int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for every projection (comparisons) */
+    int graphs_off; /* TANDEM_GPU_GRAPHS=off, or a capture failed: decode without CUDA graphs */
+    cudaGraphExec_t *dec_graph; /* [GPU_MAX_BATCH + 1]: the decode step for n sequences */
     cudaStream_t compute, copy;
     cublasHandle_t blas;
     void *blas_ws;
@@ -174,9 +179,17 @@ int gpu_convert_to_f32(cudaStream_t s, const void *src, int dtype, size_t n, flo
  * against its keys 0..pos0+T-1 in the cache (layer base pointers k, v; cap positions per head). */
 int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
                      const bf16 *k, const bf16 *v, int cap, bf16 *out);
+/* attn_prefill_sm90.cu: the same on Hopper's wgmma (head_dim <= 128), 1.5-2x the mma.sync
+ * kernel's rate; only when gpu_attn_sm90_available(device) says this build and GPU have it
+ * (1 yes, 0 no, < 0 error). */
+int gpu_attn_prefill_sm90(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
+                          const bf16 *k, const bf16 *v, int cap, bf16 *out);
+int gpu_attn_sm90_available(int device);
 /* attn_decode.cu: one query row per token t (position pos[t] of sequence seqs[seq_idx[t]]),
- * split-K over its keys 0..pos[t]; part_* hold at least gpu_attn_decode_slots() entries. */
-int gpu_attn_decode(cudaStream_t s, const gpu_dims *d, int sms, int layer, int T, int max_pos,
+ * split-K over its keys 0..pos[t]; part_* hold at least gpu_attn_decode_slots() entries. The
+ * launch depends on T only (each token splits its own keys in the kernel), so a captured CUDA
+ * graph stays valid as the sequences grow. */
+int gpu_attn_decode(cudaStream_t s, const gpu_dims *d, int sms, int layer, int T,
                     const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
                     float *part_o, float2 *part_ml, bf16 *out);
 size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens);

@@ -155,7 +155,6 @@ struct pass {
     int T;
     gpu_kv *kv;   /* prefill: the sequence (all tokens); decode: NULL */
     int pos0;     /* prefill: position of token 0 */
-    int max_pos;  /* largest position in the pass */
     export_run *xr; /* NULL: no export */
     const volatile int *cancel;
 };
@@ -178,10 +177,15 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         if (p.kv && T > SMALL_CHUNK) {
             gpu_seq_dev sq = seq_of(e, p.kv);
             size_t off = (size_t)l * d.n_kv * p.kv->cap * d.hd;
-            GPU_TRY(gpu_attn_prefill(s, &d, T, p.pos0, e->q, sq.k + off, sq.v + off, sq.cap, e->att));
+            if (e->sm90)
+                GPU_TRY(gpu_attn_prefill_sm90(s, &d, T, p.pos0, e->q, sq.k + off, sq.v + off, sq.cap,
+                                              e->att));
+            else
+                GPU_TRY(gpu_attn_prefill(s, &d, T, p.pos0, e->q, sq.k + off, sq.v + off, sq.cap,
+                                         e->att));
         } else {
-            GPU_TRY(gpu_attn_decode(s, &d, e->sms, l, T, p.max_pos, e->q, md.seq, md.pos, md.seqs,
-                                    e->part_o, e->part_ml, e->att));
+            GPU_TRY(gpu_attn_decode(s, &d, e->sms, l, T, e->q, md.seq, md.pos, md.seqs, e->part_o,
+                                    e->part_ml, e->att));
         }
         GPU_TRY(gpu_gemm(e, T, d.H, d.qd, w.w_o, e->att, e->x, 1, 1.f)); /* x += attn · Wo^T */
         GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.ffn_norm, T, d.H, d.eps, e->xb));
@@ -193,15 +197,22 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
     return ACCEL_OK;
 }
 
-/* Final norm + lm_head for rows row0.. of the pass, into host memory (float32), in sub-batches. */
+/* Final norm + lm_head of nr (<= GPU_LOGIT_ROWS) rows from row0 into e->logits. */
+static int logits_compute(gpu_engine *e, int row0, int nr)
+{
+    const gpu_dims &d = e->d;
+    GPU_TRY(gpu_rmsnorm(e->compute, e->x + (size_t)row0 * d.H, NULL, e->norm, nr, d.H, d.eps, e->xn));
+    GPU_TRY(gpu_gemm(e, nr, d.V, d.H, e->lm_head, e->xn, e->logits, 1, 0.f));
+    return ACCEL_OK;
+}
+
+/* Logits of rows row0.. of the pass into host memory (float32), in sub-batches. */
 static int logits_rows(gpu_engine *e, int row0, int nrows, float *out)
 {
     const gpu_dims &d = e->d;
     for (int r = 0; r < nrows; r += GPU_LOGIT_ROWS) {
         int nr = nrows - r < GPU_LOGIT_ROWS ? nrows - r : GPU_LOGIT_ROWS;
-        GPU_TRY(gpu_rmsnorm(e->compute, e->x + (size_t)(row0 + r) * d.H, NULL, e->norm, nr, d.H,
-                            d.eps, e->xn));
-        GPU_TRY(gpu_gemm(e, nr, d.V, d.H, e->lm_head, e->xn, e->logits, 1, 0.f));
+        GPU_TRY(logits_compute(e, row0 + r, nr));
         GPU_CHECK(cudaMemcpyAsync(out + (size_t)r * d.V, e->logits, (size_t)nr * d.V * sizeof(float),
                                   cudaMemcpyDeviceToHost, e->compute));
     }
@@ -275,7 +286,6 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
         p.T = T;
         p.kv = kv;
         p.pos0 = pos0 + done;
-        p.max_pos = pos0 + done + T - 1;
         p.cancel = cancel;
         p.xr = NULL;
         if (sink) {
@@ -312,6 +322,43 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
     return ACCEL_OK;
 }
 
+/* The decode step for n sequences as a CUDA graph (captured at the first step with n sequences;
+ * every launch parameter of the step depends on n only: positions, cache pointers and rope
+ * tables are read from the metadata block on the device). NULL when capture is off or failed. */
+static cudaGraphExec_t decode_graph(gpu_engine *e, int n, const meta_ptrs &md)
+{
+    if (e->graphs_off || !e->dec_graph) return NULL;
+    if (e->dec_graph[n]) return e->dec_graph[n];
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    if (cudaStreamBeginCapture(e->compute, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        e->graphs_off = 1;
+        return NULL;
+    }
+    pass p;
+    p.T = n;
+    p.kv = NULL;
+    p.pos0 = 0;
+    p.xr = NULL;
+    p.cancel = NULL;
+    int st = run_layers(e, p, md);
+    if (!st) st = logits_compute(e, 0, n);
+    cudaError_t ce = cudaStreamEndCapture(e->compute, &g);
+    if (!st && ce == cudaSuccess) ce = cudaGraphInstantiate(&x, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (st || ce != cudaSuccess) {
+        /* not a device fault: decode goes on without graphs */
+        fprintf(stderr, "tandem cuda: decode graph capture failed (%s); running without graphs\n",
+                st ? accel_strerror(st) : cudaGetErrorString(ce));
+        cudaGetLastError();
+        e->graphs_off = 1;
+        return NULL;
+    }
+    e->dec_graph[n] = x;
+    return x;
+}
+
 int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const int32_t *ids,
                float *logits)
 {
@@ -322,7 +369,6 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
     const int dynamic = e->m->cfg.rope.type == MODEL_ROPE_DYNAMIC;
     meta_fill mf = meta_plan(n, n, dynamic ? n + 1 : 1, half);
     meta_ptrs mh = meta_at(e->meta_h, mf), md = meta_at(e->meta_d, mf);
-    int max_pos = 0;
     inv_table(e, 0, mh.inv);
     for (int i = 0; i < n; i++) {
         if (pos[i] < 0 || pos[i] >= kvs[i]->cap) return ACCEL_ERR_INVALID;
@@ -332,18 +378,24 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
         mh.tbl[i] = dynamic ? i + 1 : 0;
         mh.seqs[i] = seq_of(e, kvs[i]);
         if (dynamic) inv_table(e, pos[i] + 1, mh.inv + (size_t)(i + 1) * half);
-        if (pos[i] > max_pos) max_pos = pos[i];
     }
     GPU_CHECK(cudaMemcpyAsync(e->meta_d, e->meta_h, mf.bytes, cudaMemcpyHostToDevice, e->compute));
-    pass p;
-    p.T = n;
-    p.kv = NULL;
-    p.pos0 = 0;
-    p.max_pos = max_pos;
-    p.xr = NULL;
-    p.cancel = NULL;
-    int st = run_layers(e, p, md);
-    if (!st) st = logits_rows(e, 0, n, logits);
+    int st = ACCEL_OK;
+    cudaGraphExec_t g = decode_graph(e, n, md);
+    if (g) {
+        GPU_CHECK(cudaGraphLaunch(g, e->compute));
+        GPU_CHECK(cudaMemcpyAsync(logits, e->logits, (size_t)n * d.V * sizeof(float),
+                                  cudaMemcpyDeviceToHost, e->compute));
+    } else {
+        pass p;
+        p.T = n;
+        p.kv = NULL;
+        p.pos0 = 0;
+        p.xr = NULL;
+        p.cancel = NULL;
+        st = run_layers(e, p, md);
+        if (!st) st = logits_rows(e, 0, n, logits);
+    }
     return finish(e, st);
 }
 

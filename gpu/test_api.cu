@@ -20,7 +20,7 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
                        const float *q, const float *k, const float *v, float *out);
 int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, unsigned char *q,
                          unsigned short *scales);
-int gpu_bench_attention(int T, int n_heads, int n_kv, int hd, int reps, double *ms);
+int gpu_bench_attention(int variant, int T, int n_heads, int n_kv, int hd, int reps, double *ms);
 }
 
 namespace {
@@ -199,7 +199,8 @@ int gpu_test_gemm(int T, int N, int K, const float *x, const float *w, float *ou
 
 /* Causal attention of T query rows at positions pos0.. over keys 0..pos0+T-1.
  * q (T, n_heads*hd); k, v (pos0+T, n_kv*hd) token-major as in the CPU cache.
- * kernel 0: the tiled prefill kernel; 1: the split-K decode kernel, one row per query. */
+ * kernel 0: the tiled prefill kernel the engine uses (wgmma on Hopper builds); 1: the split-K
+ * decode kernel, one row per query; 2: the mma.sync tiled kernel (the one used off Hopper). */
 int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int hd, int window,
                        const float *q, const float *k, const float *v, float *out)
 {
@@ -221,8 +222,13 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
     GPU_TRY(s.bf(&dv, vc.data(), vc.size()));
     GPU_TRY(s.alloc(&dout, (size_t)T * d.qd));
     GPU_CHECK(cudaMemset(dout, 0xff, (size_t)T * d.qd * 2)); /* poison: NaN where not written */
-    if (kernel == 0) {
-        GPU_TRY(gpu_attn_prefill(0, &d, T, pos0, dq, dk, dv, cap, dout));
+    if (kernel == 0 || kernel == 2) {
+        int sm90 = kernel == 0 ? gpu_attn_sm90_available(0) : 0;
+        if (sm90 < 0) return sm90;
+        if (sm90 && hd <= 128)
+            GPU_TRY(gpu_attn_prefill_sm90(0, &d, T, pos0, dq, dk, dv, cap, dout));
+        else
+            GPU_TRY(gpu_attn_prefill(0, &d, T, pos0, dq, dk, dv, cap, dout));
     } else {
         int sms = sms_of_device0();
         size_t slots = gpu_attn_decode_slots(&d, sms, T);
@@ -241,7 +247,7 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
         GPU_CHECK(cudaMemset(dseq, 0, T * sizeof(int)));
         gpu_seq_dev sq = {dk, dv, cap, 0};
         GPU_CHECK(cudaMemcpy(dseqs, &sq, sizeof sq, cudaMemcpyHostToDevice));
-        GPU_TRY(gpu_attn_decode(0, &d, sms, 0, T, pos0 + T - 1, dq, dseq, dpos, dseqs, po, pml, dout));
+        GPU_TRY(gpu_attn_decode(0, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml, dout));
     }
     GPU_CHECK(cudaDeviceSynchronize());
     return get_bf(out, dout, (size_t)T * d.qd);
@@ -268,8 +274,8 @@ int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, uns
     return ACCEL_OK;
 }
 
-/* Median time (ms) of the tiled prefill attention kernel for a causal T-token prompt on random
- * bf16 inputs (uniform, std ~0.6 so the softmax is neither flat nor one-hot). */
+/* Median time (ms) of a tiled prefill attention kernel (variant 0: wgmma, where available; 2:
+ * mma.sync) for a causal T-token prompt on random bf16 inputs (uniform in +-1). */
 __global__ void k_fill_random(bf16 *p, size_t n, unsigned seed)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -281,7 +287,7 @@ __global__ void k_fill_random(bf16 *p, size_t n, unsigned seed)
     p[i] = __float2bfloat16(((h >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f);
 }
 
-int gpu_bench_attention(int T, int n_heads, int n_kv, int hd, int reps, double *ms)
+int gpu_bench_attention(int variant, int T, int n_heads, int n_kv, int hd, int reps, double *ms)
 {
     GPU_TRY(ready());
     gpu_dims d = dims_of(n_heads, n_kv, hd, 0);
@@ -300,10 +306,16 @@ int gpu_bench_attention(int T, int n_heads, int n_kv, int hd, int reps, double *
     GPU_CHECK(cudaEventCreate(&a));
     GPU_CHECK(cudaEventCreate(&b));
     std::vector<float> t(reps > 0 ? reps : 1);
-    int st = gpu_attn_prefill(0, &d, T, 0, dq, dk, dv, T, dout); /* warm-up */
+    int sm90 = variant == 0 ? gpu_attn_sm90_available(0) : 0;
+    if (sm90 < 0) return sm90;
+    auto run = [&]() {
+        return sm90 && hd <= 128 ? gpu_attn_prefill_sm90(0, &d, T, 0, dq, dk, dv, T, dout)
+                                 : gpu_attn_prefill(0, &d, T, 0, dq, dk, dv, T, dout);
+    };
+    int st = run(); /* warm-up */
     for (int r = 0; !st && r < (int)t.size(); r++) {
         cudaEventRecord(a);
-        st = gpu_attn_prefill(0, &d, T, 0, dq, dk, dv, T, dout);
+        st = run();
         cudaEventRecord(b);
         cudaEventSynchronize(b);
         cudaEventElapsedTime(&t[r], a, b);

@@ -11,8 +11,9 @@
  *   export P      TTFT with the int8 KV export to a host sink (which copies each chunk, as a
  *                 consumer would) vs without; the export's bytes over the device time of its
  *                 device-to-host copies (gpu_accel_export_stats, found with dlsym)
- *   attention T   the prefill attention kernel alone (causal, Llama-3-8B heads: 32 query, 8 KV,
- *                 head_dim 128): ms and TFLOP/s (4 * T^2/2 * 128 * 32 FLOPs)
+ *   attention T   the prefill attention kernels alone (causal, Llama-3-8B heads: 32 query, 8 KV,
+ *                 head_dim 128): ms and TFLOP/s (4 * T^2/2 * 128 * 32 FLOPs), for the engine's
+ *                 default (wgmma on Hopper) and the mma.sync kernel
  * Every result is one JSON line on stdout. Timings are wall-clock (CLOCK_MONOTONIC) around calls
  * that return only when the device is done. Prompts are pseudo-random token ids. */
 #include "scheduler/accel.h"
@@ -251,8 +252,8 @@ int main(int argc, char **argv)
     float *lg = malloc(sizeof(float) * V);
     void *h = plugin();
     void (*stats)(accel_dev *, export_stats *) = h ? (void (*)(accel_dev *, export_stats *))dlsym(h, "gpu_accel_export_stats") : NULL;
-    int (*att_bench)(int, int, int, int, int, double *) =
-        h ? (int (*)(int, int, int, int, int, double *))dlsym(h, "gpu_bench_attention") : NULL;
+    int (*att_bench)(int, int, int, int, int, int, double *) =
+        h ? (int (*)(int, int, int, int, int, int, double *))dlsym(h, "gpu_bench_attention") : NULL;
 
     for (int i = 0; i < np; i++) {
         int32_t *ids = make_ids((int)prefill[i], V, 1);
@@ -298,16 +299,19 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     for (int i = 0; i < na && att_bench; i++) {
-        double ms = 0;
-        int T = (int)att[i];
-        if ((st = att_bench(T, 32, 8, 128, (int)reps + 2, &ms))) {
-            fprintf(stderr, "bench_gpu: attention %d: %s\n", T, accel_strerror(st));
-            return 1;
+        for (int variant = 0; variant <= 2; variant += 2) {
+            double ms = 0;
+            int T = (int)att[i];
+            if ((st = att_bench(variant, T, 32, 8, 128, (int)reps + 2, &ms))) {
+                fprintf(stderr, "bench_gpu: attention %d: %s\n", T, accel_strerror(st));
+                return 1;
+            }
+            double flops = 4.0 * T * (double)T / 2 * 128 * 32;
+            printf("{\"bench\":\"attention\",\"kernel\":\"%s\",\"tokens\":%d,\"ms\":%.3f,"
+                   "\"tflops\":%.1f}\n", variant ? "mma.sync" : "default", T, ms,
+                   flops / (ms * 1e-3) / 1e12);
+            fflush(stdout);
         }
-        double flops = 4.0 * T * (double)T / 2 * 128 * 32;
-        printf("{\"bench\":\"attention\",\"tokens\":%d,\"ms\":%.3f,\"tflops\":%.1f}\n", T, ms,
-               flops / (ms * 1e-3) / 1e12);
-        fflush(stdout);
     }
     free(lg);
     accel_free(d);

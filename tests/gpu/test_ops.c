@@ -132,8 +132,10 @@ TEST(gpu_op_swiglu)
 TEST(gpu_op_gemm)
 {
     OPS_OR_SKIP(ops);
-    const int shapes[][3] = {{3, 300, 1000}, {77, 96, 64}, {1, 513, 172}, {130, 40, 4096}};
-    for (int s = 0; s < 4; s++) {
+    /* T <= 8 with K % 8 == 0 runs the engine's own GEMV, the rest cuBLAS */
+    const int shapes[][3] = {{3, 300, 1000}, {77, 96, 64}, {1, 513, 172}, {130, 40, 4096},
+                             {1, 1000, 4096}, {8, 257, 14336}, {5, 33, 64}};
+    for (int s = 0; s < 7; s++) {
         int T = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
         float *x = malloc(sizeof(float) * T * K), *w = malloc(sizeof(float) * N * K);
         float *g = malloc(sizeof(float) * T * N), *c = malloc(sizeof(float) * T * N);
@@ -198,10 +200,19 @@ static void attention_case(const gpu_ops *ops, const struct att_case *a, uint32_
     free(q), free(k), free(v), free(g), free(scores);
 }
 
+/* kernel 0 is what the engine runs (the wgmma kernel on Hopper for head_dim <= 128), kernel 2
+ * the mma.sync one (other GPUs, and head_dim <= 64 everywhere): both on every case */
 TEST(gpu_op_attention_prefill)
 {
     OPS_OR_SKIP(ops);
     const struct att_case cases[] = {
+        {2, 200, 0, 8, 2, 128, 0},
+        {2, 130, 70, 4, 4, 64, 0},
+        {2, 100, 0, 4, 4, 32, 37},
+        {2, 64, 1000, 4, 2, 128, 0},
+        {2, 300, 0, 2, 2, 128, 150},
+        {0, 300, 0, 2, 2, 128, 150}, /* window across several 128-key tiles */
+        {0, 129, 130, 2, 1, 128, 0}, /* 129 rows: a 1-row second tile */
         {0, 200, 0, 8, 2, 128, 0},   /* GQA 4:1, Llama head size, partial last tile */
         {0, 130, 70, 4, 4, 64, 0},   /* a chunk after 70 cached positions */
         {0, 65, 0, 8, 4, 8, 0},      /* stories260K's shape (head_dim 8 padded to 16) */

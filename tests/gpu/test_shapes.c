@@ -1,0 +1,101 @@
+/* The CUDA device on checkpoint shapes the goldens do not cover, written by tools/mkmodel:
+ * head_dim 128 with GQA and llama3 rope (the Llama-3-8B head: Hopper's wgmma attention kernel),
+ * Qwen2 biases in fp16, linear and dynamic rope in float32, the tiny-gqa preset (two shards). Each
+ * against the CPU backend (itself checked against a float64 forward in tests/model), and decode
+ * against prefill. Also the engine's comparison switches (mma.sync attention, no CUDA graphs, no
+ * own GEMV) on the head_dim-128 model, since those paths must stay correct too.
+ *
+ * Bounds: these are random-weight models with logits of std ~0.3, like tiny-llama2-mha, whose
+ * bf16-emulated error is 0.023 (tests/gpu/test_model.c): max |logit diff| 0.05, mean KL 1e-4. */
+#include "tests/test.h"
+#include "tests/util.h"
+#include "tests/gpu/gpu_util.h"
+
+static void shape_case(const char *args, const char *name, const char *env, const char *val,
+                       int decode_check)
+{
+    char dir[512], cmd[1024];
+    snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
+    snprintf(cmd, sizeof cmd, "build/mkmodel --out %s %s", dir, args);
+    REQUIRE(system(cmd) == 0);
+    if (env) setenv(env, val, 1);
+    model *m;
+    accel_dev *d;
+    char why[600];
+    int r = tg_open(dir, NULL, &m, &d, why, sizeof why);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    accel_opts co = {.threads = 2};
+    char err[512];
+    accel_dev *cpu = accel_open("cpu", m, &co, err, sizeof err);
+    REQUIRE(cpu);
+    int V = m->cfg.vocab, n = 300, k = 200;
+    int32_t *ids = tg_ids(n, V, 9);
+    float *c = t_prefill_all(cpu, ids, n), *g = t_prefill_all(d, ids, n);
+    REQUIRE(c && g);
+    double kl, top1, mx;
+    tg_compare(c, g, n, V, &kl, &top1, &mx);
+    fprintf(stderr, "  %s%s%s: gpu vs cpu max |diff| %.4g, mean KL %.3g\n", name, env ? " " : "",
+            env ? env : "", mx, kl);
+    CHECK_MSG(mx <= 0.05 && kl <= 1e-4, "%s: gpu vs cpu: max |diff| %.4g, KL %.3g", name, mx, kl);
+    /* prefill k, then decode the rest one by one, against the GPU's own full prefill (not for
+     * dynamic NTK past the trained length, where each decode step has its own rope base) */
+    if (!decode_check) k = n - 1;
+    accel_seq *s;
+    REQUIRE(accel_seq_new(d, n, &s) == 0);
+    float *lg = malloc(sizeof(float) * (size_t)(n - k) * V);
+    accel_prefill_req q = {.seq = s, .ids = ids, .n = k};
+    REQUIRE(accel_prefill(d, &q) == 0);
+    for (int p = k; p < n; p++) REQUIRE(accel_decode(d, 1, &s, &ids[p], lg + (size_t)(p - k) * V) == 0);
+    tg_compare(g + (size_t)k * V, lg, n - k, V, &kl, &top1, &mx);
+    CHECK_MSG(mx <= 0.05 && kl <= 1e-4, "%s: decode vs prefill: max |diff| %.4g, KL %.3g", name, mx, kl);
+    accel_seq_free(d, s);
+    free(lg), free(c), free(g), free(ids);
+    accel_free(cpu);
+    accel_free(d);
+    model_free(m);
+}
+
+#define HD128 "--hidden 512 --layers 2 --heads 4 --kv-heads 2 --head-dim 128 --intermediate 768 " \
+              "--vocab 2000 --max-pos 4096"
+
+TEST(gpu_shape_hd128_gqa_llama3)
+{
+    shape_case(HD128, "hd128", NULL, NULL, 1);
+}
+
+TEST(gpu_shape_hd128_mma_attention)
+{
+    shape_case(HD128, "hd128", "TANDEM_GPU_ATTN", "mma", 1);
+}
+
+TEST(gpu_shape_hd128_no_graphs)
+{
+    shape_case(HD128, "hd128", "TANDEM_GPU_GRAPHS", "off", 1);
+}
+
+TEST(gpu_shape_hd128_no_gemv)
+{
+    shape_case(HD128, "hd128", "TANDEM_GPU_GEMV", "off", 1);
+}
+
+TEST(gpu_shape_qwen2_bias_f16)
+{
+    shape_case("--bias --untie --dtype f16 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 "
+               "--intermediate 512 --vocab 1500", "qwen2", NULL, NULL, 1);
+}
+
+TEST(gpu_shape_rope_linear_f32)
+{
+    shape_case("--dtype f32 --rope linear --rope-factor 4 --max-pos 1024", "linear", NULL, NULL, 1);
+}
+
+TEST(gpu_shape_rope_dynamic_f32)
+{
+    shape_case("--dtype f32 --rope dynamic --rope-factor 2 --max-pos 256", "dynamic", NULL, NULL, 0);
+}
+
+TEST(gpu_shape_tiny_gqa_sharded)
+{
+    shape_case("--preset tiny-gqa", "tinygqa", NULL, NULL, 1);
+}
