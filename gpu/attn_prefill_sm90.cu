@@ -1,17 +1,19 @@
 /* gpu/attn_prefill_sm90.cu — the prefill attention kernel on Hopper's warpgroup MMA (wgmma), for
  * head_dim up to 128 (padded to 128). Same algorithm and arguments as gpu/attn_prefill.cu (causal,
- * sliding window, GQA, chunked prefill; online softmax in float32, P rounded to bf16), but:
- *   - a block is two warpgroups (256 threads) over BR = 128 query rows (64 each) of one head,
- *     against key tiles of BC = 128;
- *   - S = Q K^T is 8 wgmma m64n128k16 per warpgroup, both operands in shared memory;
- *   - O += P V is 8 wgmma with P straight from the S registers (the wgmma accumulator layout of
- *     each warp's 16 rows is the mma.sync one, so the FlashAttention-2 register trick carries
- *     over) and V from shared memory, read transposed (MN-major) by the tensor cores;
+ * sliding window, GQA, chunked prefill; online softmax in float32, P rounded to bf16), with the
+ * same block shape — BR = 64 query rows of one head against key tiles of BC = 64 — but one
+ * warpgroup (4 warps) driving the tensor cores with wgmma instead of mma.sync:
+ *   - S = Q K^T: 8 wgmma m64n64k16, both operands read by the tensor cores from shared memory
+ *     (no ldmatrix traffic through registers);
+ *   - O += P V: 4 wgmma m64n128k16 with P straight from the S registers (the wgmma accumulator
+ *     layout of each warp's 16 rows is the mma.sync one, so FlashAttention-2's register trick
+ *     carries over) and V read transposed (MN-major) from shared memory;
  *   - tiles are stored in the no-swizzle core-matrix layout (gpu/wgmma.cuh): element (row, col) at
  *     byte (row/8)*2048 + (col/8)*128 + (row%8)*16 + (col%8)*2. Thread i copies the 16-byte chunk
  *     that lands at byte 16 i, so the shared-memory writes are linear (no bank conflicts);
  *   - K/V tile i+1 is fetched with cp.async while tile i computes (two buffers).
- * Shared memory: Q 32 KB + 2 x (K 32 KB + V 32 KB) = 160 KB: one block per SM, 8 warps.
+ * Shared memory: Q 16 KB + 2 x (K 16 KB + V 16 KB) = 80 KB, so two blocks share an SM and one's
+ * softmax runs while the other's wgmma does (a block waits for its own wgmma before its softmax).
  * Compiled only for sm_90a (wgmma does not exist elsewhere); gpu_attn_sm90_available() tells the
  * host whether this build carries it (a probe kernel, compiled under the same guard). */
 #include "gpu/engine.cuh"
@@ -22,11 +24,11 @@
 #define SM90_WGMMA 1
 #endif
 
-#define WG_BR 128
-#define WG_BC 128
+#define WG_BR 64
+#define WG_BC 64
 #define WG_HD 128
-#define WG_THREADS 256
-#define WG_TILE_BYTES (128 * WG_HD * 2)                 /* 128 rows x 128 bf16 */
+#define WG_THREADS 128
+#define WG_TILE_BYTES (64 * WG_HD * 2)                   /* 64 rows x 128 bf16 */
 #define WG_SMEM (5 * WG_TILE_BYTES)                      /* Q, K[2], V[2] */
 #define WG_GROUP_STRIDE (WG_HD * 16)                     /* bytes between 8-row groups */
 
@@ -47,20 +49,20 @@ __global__ void k_sm90_probe(int *out)
 #endif
 }
 
-/* 128 rows x 16 chunks of 16 bytes: chunk idx -> (row, col chunk) with row%8 fastest, so that
+/* 64 rows x 16 chunks of 16 bytes: chunk idx -> (row, col chunk) with row%8 fastest, so that
  * the shared-memory byte offset is exactly 16 * idx. src(row, chunk) gives the global address
  * (NULL: zero fill; cp.async then reads nothing, but is still given a global address, any). */
 template <typename F>
 __device__ __forceinline__ void wg_load_tile(unsigned char *dst, const bf16 *any, F src)
 {
-    for (int idx = threadIdx.x; idx < 128 * 16; idx += WG_THREADS) {
+    for (int idx = threadIdx.x; idx < 64 * 16; idx += WG_THREADS) {
         int r8 = idx & 7, c = (idx >> 3) & 15, rg = idx >> 7;
         const bf16 *s = src(rg * 8 + r8, c);
         gpu_cp_async16(dst + 16 * idx, s ? s : any, s != NULL);
     }
 }
 
-__global__ void __launch_bounds__(WG_THREADS, 1) k_flash_prefill_sm90(wg_params p)
+__global__ void __launch_bounds__(WG_THREADS, 2) k_flash_prefill_sm90(wg_params p)
 {
 #ifdef SM90_WGMMA
     extern __shared__ __align__(128) unsigned char wg_smem[];
@@ -68,7 +70,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_flash_prefill_sm90(wg_params 
     unsigned char *sK = wg_smem + WG_TILE_BYTES;     /* [2] */
     unsigned char *sV = wg_smem + 3 * WG_TILE_BYTES; /* [2] */
 
-    const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int h = blockIdx.x, g = h / p.group;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * WG_BR;
     const int kv_len = p.pos0 + p.T;
@@ -93,13 +95,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_flash_prefill_sm90(wg_params 
     load_kv(t_first, 0);
     gpu_cp_async_commit();
 
-    float o[64], s[64];
+    float o[64], s[32];
 #pragma unroll
     for (int i = 0; i < 64; i++) o[i] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-    const int row0 = wg * 64 + warp * 16 + lane / 4; /* this thread's rows in the tile: row0, +8 */
+    const int row0 = warp * 16 + lane / 4; /* this thread's rows in the tile: row0, +8 */
     const int qp0 = qlo + row0, qp1 = qp0 + 8;
-    const unsigned char *qa = sQ + (wg * 64 / 8) * WG_GROUP_STRIDE;
 
     for (int tile = t_first; tile <= t_last; tile++) {
         const int buf = (tile - t_first) & 1;
@@ -113,22 +114,22 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_flash_prefill_sm90(wg_params 
         const unsigned char *cK = sK + buf * WG_TILE_BYTES, *cV = sV + buf * WG_TILE_BYTES;
 
         /* S = Q K^T: k-steps of 16 along head_dim = 2 core matrices (256 bytes) */
-        gpu_wgmma_fence_regs<64>(s);
+        gpu_wgmma_fence_regs<32>(s);
         gpu_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < WG_HD / 16; kk++)
-            gpu_wgmma_ss_m64n128(s, gpu_wgmma_desc(qa + kk * 256, 128, WG_GROUP_STRIDE),
-                                 gpu_wgmma_desc(cK + kk * 256, 128, WG_GROUP_STRIDE), kk > 0);
+            gpu_wgmma_ss_m64n64(s, gpu_wgmma_desc(sQ + kk * 256, 128, WG_GROUP_STRIDE),
+                                gpu_wgmma_desc(cK + kk * 256, 128, WG_GROUP_STRIDE), kk > 0);
         gpu_wgmma_commit();
         gpu_wgmma_wait0();
-        gpu_wgmma_fence_regs<64>(s);
+        gpu_wgmma_fence_regs<32>(s);
 
         const int kbase = tile * WG_BC;
         const bool edge = kbase + WG_BC - 1 > qlo || kbase + WG_BC > kv_len ||
                           (p.window > 0 && kbase <= qhi - p.window);
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < 8; j++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float v = s[4 * j + e] * p.scale_log2;
@@ -154,7 +155,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_flash_prefill_sm90(wg_params 
         m1 = mn1;
         float rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < 8; j++) {
             s[4 * j] = exp2f(s[4 * j] - mu0);
             s[4 * j + 1] = exp2f(s[4 * j + 1] - mu0);
             s[4 * j + 2] = exp2f(s[4 * j + 2] - mu1);
@@ -173,9 +174,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_flash_prefill_sm90(wg_params 
         }
 
         /* O += P V: k-steps of 16 keys = 2 groups of 8 rows of the V tile (4096 bytes) */
-        unsigned pa[8][4];
+        unsigned pa[4][4];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < 4; j++) {
             pa[j][0] = gpu_pack_bf16(s[8 * j], s[8 * j + 1]);
             pa[j][1] = gpu_pack_bf16(s[8 * j + 2], s[8 * j + 3]);
             pa[j][2] = gpu_pack_bf16(s[8 * j + 4], s[8 * j + 5]);
@@ -184,7 +185,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) k_flash_prefill_sm90(wg_params 
         gpu_wgmma_fence_regs<64>(o);
         gpu_wgmma_fence();
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < 4; j++)
             gpu_wgmma_rs_m64n128_tb(o, pa[j],
                                     gpu_wgmma_desc(cV + j * 2 * WG_GROUP_STRIDE, WG_GROUP_STRIDE, 128));
         gpu_wgmma_commit();

@@ -162,6 +162,18 @@ void gpu_weights_free(gpu_engine *e);
 int gpu_gemm(gpu_engine *e, int T, int N, int K, const bf16 *W, const bf16 *x, void *out,
              int out_f32, float beta);
 
+/* gemm.cu: the down projection with SwiGLU applied to its input: out (+)= swiglu(gu) · W^T,
+ * gu (T, 2I) bf16 (gate rows then up rows); h (T, I) is scratch for the unfused path. */
+int gpu_gemm_swiglu(gpu_engine *e, int T, int N, int I, const bf16 *W, const bf16 *gu, bf16 *h,
+                    float *out, float beta);
+
+/* cpu_swiglu's arithmetic: silu(g) * u with silu(g) = g / (1 + expf(-g)), accurate expf and
+ * division (no fast-math), no FMA. */
+__device__ __forceinline__ float gpu_silu_mul(float g, float u)
+{
+    return __fmul_rn(g / (1.0f + expf(-g)), u);
+}
+
 /* kernels.cu */
 int gpu_embed(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, float *x);
 int gpu_rmsnorm(cudaStream_t s, const float *x, const int *rows, const float *w, int T, int H,

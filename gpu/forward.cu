@@ -190,8 +190,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         GPU_TRY(gpu_gemm(e, T, d.H, d.qd, w.w_o, e->att, e->x, 1, 1.f)); /* x += attn · Wo^T */
         GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.ffn_norm, T, d.H, d.eps, e->xb));
         GPU_TRY(gpu_gemm(e, T, 2 * d.I, d.H, w.w_gu, e->xb, e->gu, 0, 0.f));
-        GPU_TRY(gpu_swiglu(s, e->gu, T, d.I, e->h));
-        GPU_TRY(gpu_gemm(e, T, d.H, d.I, w.w_down, e->h, e->x, 1, 1.f)); /* x += h · Wd^T */
+        GPU_TRY(gpu_gemm_swiglu(e, T, d.H, d.I, w.w_down, e->gu, e->h, e->x, 1.f)); /* x += .. */
         if (p.xr) GPU_TRY(export_poll(e, p.xr, l, 0));
     }
     return ACCEL_OK;

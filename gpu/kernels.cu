@@ -164,10 +164,6 @@ int gpu_rope_qkv(cudaStream_t s, const gpu_dims *d, int layer, int T, const floa
  * accurate ones here too (no fast-math). g and u come from the gate/up GEMM in bf16 (one row
  * holds the I gate values, then the I up values); h is rounded to bf16 for the down GEMM. */
 
-__device__ __forceinline__ float silu_mul(float g, float u)
-{
-    return __fmul_rn(g / (1.0f + expf(-g)), u);
-}
 
 /* Eight elements per thread with 16-byte loads (I % 8 == 0). */
 __global__ void k_swiglu8(const bf16 *gu, int T, int I, bf16 *h)
@@ -183,7 +179,7 @@ __global__ void k_swiglu8(const bf16 *gu, int T, int I, bf16 *h)
     bf16 *o8 = (bf16 *)&out;
 #pragma unroll
     for (int j = 0; j < 8; j++)
-        o8[j] = __float2bfloat16(silu_mul(__bfloat162float(g8[j]), __bfloat162float(u8[j])));
+        o8[j] = __float2bfloat16(gpu_silu_mul(__bfloat162float(g8[j]), __bfloat162float(u8[j])));
     *(uint4 *)(h + t * I + c) = out;
 }
 
@@ -192,7 +188,7 @@ __global__ void k_swiglu1(const bf16 *gu, int T, int I, bf16 *h)
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)T * I) return;
     size_t t = i / I, c = i % I;
-    h[i] = __float2bfloat16(silu_mul(__bfloat162float(gu[t * 2 * I + c]),
+    h[i] = __float2bfloat16(gpu_silu_mul(__bfloat162float(gu[t * 2 * I + c]),
                                      __bfloat162float(gu[t * 2 * I + I + c])));
 }
 

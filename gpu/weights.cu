@@ -1,7 +1,9 @@
 /* gpu/weights.cu — uploads a model's weights once, as bf16 (matrices) and float32 (norms,
  * biases). bf16 tensors are copied straight from the checkpoint's mapping; f32/f16 tensors go
  * through a device staging buffer and a conversion kernel (round to nearest even), so the host
- * never holds a converted copy. Q/K/V and gate/up are fused into one matrix each (rows stacked),
+ * never holds a converted copy. Every copy and conversion is queued on the compute stream (a
+ * non-blocking stream: plain cudaMemcpy on the legacy stream would not be ordered before the
+ * conversion kernels). Q/K/V and gate/up are fused into one matrix each (rows stacked),
  * so each pair of projections is one GEMM. */
 #include "gpu/engine.cuh"
 #include <stdlib.h>
@@ -21,6 +23,7 @@ struct uploader {
 static int stage_for(uploader *u, size_t bytes)
 {
     if (bytes <= u->stage_bytes) return ACCEL_OK;
+    GPU_CHECK(cudaStreamSynchronize(u->e->compute));
     if (u->stage) GPU_CHECK(cudaFree(u->stage));
     u->stage = NULL;
     u->stage_bytes = 0;
@@ -33,13 +36,14 @@ static int stage_for(uploader *u, size_t bytes)
 static int put_bf16(uploader *u, const model_tensor *t, bf16 *dst)
 {
     size_t n = tensor_elems(t), bytes = n * model_dtype_size(t->dtype);
+    cudaStream_t s = u->e->compute;
     if (t->dtype == MODEL_DTYPE_BF16) {
-        GPU_CHECK(cudaMemcpy(dst, t->data, bytes, cudaMemcpyHostToDevice));
+        GPU_CHECK(cudaMemcpyAsync(dst, t->data, bytes, cudaMemcpyHostToDevice, s));
         return ACCEL_OK;
     }
     GPU_TRY(stage_for(u, bytes));
-    GPU_CHECK(cudaMemcpy(u->stage, t->data, bytes, cudaMemcpyHostToDevice));
-    GPU_TRY(gpu_convert_to_bf16(u->e->compute, u->stage, t->dtype, n, dst));
+    GPU_CHECK(cudaMemcpyAsync(u->stage, t->data, bytes, cudaMemcpyHostToDevice, s));
+    GPU_TRY(gpu_convert_to_bf16(s, u->stage, t->dtype, n, dst));
     GPU_CHECK(cudaStreamSynchronize(u->e->compute)); /* the stage is reused next */
     return ACCEL_OK;
 }
@@ -47,13 +51,14 @@ static int put_bf16(uploader *u, const model_tensor *t, bf16 *dst)
 static int put_f32(uploader *u, const model_tensor *t, float *dst)
 {
     size_t n = tensor_elems(t), bytes = n * model_dtype_size(t->dtype);
+    cudaStream_t s = u->e->compute;
     if (t->dtype == MODEL_DTYPE_F32) {
-        GPU_CHECK(cudaMemcpy(dst, t->data, bytes, cudaMemcpyHostToDevice));
+        GPU_CHECK(cudaMemcpyAsync(dst, t->data, bytes, cudaMemcpyHostToDevice, s));
         return ACCEL_OK;
     }
     GPU_TRY(stage_for(u, bytes));
-    GPU_CHECK(cudaMemcpy(u->stage, t->data, bytes, cudaMemcpyHostToDevice));
-    GPU_TRY(gpu_convert_to_f32(u->e->compute, u->stage, t->dtype, n, dst));
+    GPU_CHECK(cudaMemcpyAsync(u->stage, t->data, bytes, cudaMemcpyHostToDevice, s));
+    GPU_TRY(gpu_convert_to_f32(s, u->stage, t->dtype, n, dst));
     GPU_CHECK(cudaStreamSynchronize(u->e->compute));
     return ACCEL_OK;
 }
@@ -99,7 +104,7 @@ static int upload_all(uploader *u)
         GPU_TRY(put_f32(u, &L->ffn_norm, w->ffn_norm));
         if (L->bq.data || L->bk.data || L->bv.data) {
             GPU_TRY(dev_alloc(&w->b_qkv, d.qkv));
-            GPU_CHECK(cudaMemset(w->b_qkv, 0, (size_t)d.qkv * sizeof(float)));
+            GPU_CHECK(cudaMemsetAsync(w->b_qkv, 0, (size_t)d.qkv * sizeof(float), e->compute));
             if (L->bq.data) GPU_TRY(put_f32(u, &L->bq, w->b_qkv));
             if (L->bk.data) GPU_TRY(put_f32(u, &L->bk, w->b_qkv + d.qd));
             if (L->bv.data) GPU_TRY(put_f32(u, &L->bv, w->b_qkv + d.qd + d.kvd));
@@ -117,6 +122,8 @@ int gpu_weights_upload(gpu_engine *e, char *err, size_t errlen)
     }
     uploader u = {e, NULL, 0};
     int st = upload_all(&u);
+    cudaError_t ce = cudaStreamSynchronize(e->compute);
+    if (!st && ce != cudaSuccess) st = gpu_cuda_status(ce, "weight upload", __FILE__, __LINE__);
     if (u.stage) cudaFree(u.stage);
     if (st) {
         snprintf(err, errlen, "cuda:%d: weight upload failed (%s)", e->index,

@@ -1,6 +1,6 @@
 /* gpu/wgmma.cuh — Hopper's warpgroup MMA (wgmma, sm_90a only) for the attention kernel: the
- * shared-memory matrix descriptor, the ordering instructions, and the two m64n128k16 bf16 shapes
- * it uses. PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
+ * shared-memory matrix descriptor, the ordering instructions, and the bf16 m64nNk16 shapes it
+ * uses. PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
  *
  * Shared-memory operands here use the no-swizzle ("interleave") canonical layout: the matrix is
  * cut into core matrices of 8 rows x 16 bytes, each stored as 128 contiguous bytes (row r of the
@@ -97,6 +97,22 @@ __device__ __forceinline__ void gpu_wgmma_rs_m64n128_tb(float *d, const unsigned
                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),
                    "+f"(d[62]), "+f"(d[63])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+/* D (64x64, f32) = A (shared, K-major) x B (shared, K-major), + D when accumulate != 0. */
+__device__ __forceinline__ void gpu_wgmma_ss_m64n64(float *d, uint64_t da, uint64_t db, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31 "
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+                   "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+                   "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(accumulate));
 }
 
 #endif

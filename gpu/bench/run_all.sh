@@ -4,7 +4,7 @@
 # benchmarks, torch SDPA's attention rate and the Hugging Face transformers peer; a table last.
 #
 # Run from the repository root on the GPU machine:  OUT=dir gpu/bench/run_all.sh
-#   PHASES   subset of "tests eval limits bench sdpa peer" (default: all, in that order)
+#   PHASES   subset of "tests eval limits bench ablation sdpa peer" (default: all, in that order)
 #   MODEL8B  where the random Llama-3-8B checkpoint goes (default /tmp/llama3-8b; ~16 GB)
 # Binaries: build/ as carried (built on the development machine with PORTABLE=1) when they load
 # here, else built here with make. peer/ holds limits.cu and hf_peer.py (not part of the repo).
@@ -13,7 +13,7 @@
 set -u
 OUT=${OUT:-/tmp/tandem-out}
 MODEL8B=${MODEL8B:-/tmp/llama3-8b}
-PHASES=${PHASES:-tests eval limits bench sdpa peer}
+PHASES=${PHASES:-tests eval limits bench ablation sdpa peer}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 t0=$(date +%s)
@@ -86,6 +86,15 @@ if has bench; then
     timeout 400 build/bench_gpu --model "$MODEL8B" --prefill 1024,4096,16384,32768 \
         --decode-ctx 1024,8192 --batch 1,8,32 --export 4096,32768 \
         --attention 1024,4096,16384,32768 --reps 3 --steps 64 | tee "$OUT/bench.jsonl"
+fi
+if has ablation && [ -f "$MODEL8B/config.json" ]; then
+    # the engine's switches (gpu/engine.cu), one at a time: what each piece buys
+    for sw in TANDEM_GPU_ATTN=mma TANDEM_GPU_GRAPHS=off TANDEM_GPU_GEMV=off; do
+        stamp "ablation $sw"
+        env $sw timeout 200 build/bench_gpu --model "$MODEL8B" --prefill 4096,32768 \
+            --decode-ctx 1024 --batch 8 --reps 3 --steps 32 | sed "s/^{/{\"switch\":\"$sw\",/" \
+            | tee -a "$OUT/bench.jsonl"
+    done
 fi
 if has sdpa; then
     stamp "torch SDPA attention rate"

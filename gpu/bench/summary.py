@@ -27,7 +27,9 @@ qd, kvd = nh * hd, nkv * hd
 per_layer = H * (qd + 2 * kvd) + qd * H + 3 * I * H
 wbytes = 2 * (L * per_layer + V * H) + 4 * H * (2 * L + 1)
 kv_tok = 2 * L * kvd * 2
-bench = jl("bench.jsonl")
+allbench = jl("bench.jsonl")
+bench = [r for r in allbench if "switch" not in r]
+ablation = [r for r in allbench if "switch" in r]
 hf = (jl("hf_peer.txt") or [{}])[-1]
 sdpa = {}
 for r in jl("sdpa.txt"):
@@ -77,4 +79,18 @@ for r in bench:
     if r.get("bench") != "export": continue
     print(f"| {r['tokens']} | {r['ttft_ms']:.1f} | {r['ttft_export_ms']:.1f} | {r['overhead_pct']:.2f}% | {r['bytes']/1e6:.0f} MB | {r['copy_gb_s']:.1f} | {r['copy_gb_s']/d2h*100 if d2h else 0:.0f}% |")
 print()
+if ablation:
+    print("| switch | prefill 4096 ms | prefill 32768 ms | decode ms/token (1K) | batch 8 ms/step |")
+    print("|---|---|---|---|---|")
+    base = {("prefill", r.get("tokens")): r.get("ttft_ms") for r in bench if r.get("bench") == "prefill"}
+    dec = [r for r in bench if r.get("bench") == "decode" and r["context"] == 1024]
+    b8 = [r for r in bench if r.get("bench") == "batch" and r["batch"] == 8]
+    print(f"| (default) | {base.get(('prefill', 4096), 'n/a')} | {base.get(('prefill', 32768), 'n/a')} | "
+          f"{dec[0]['ms_per_token'] if dec else 'n/a'} | {b8[0]['ms_per_step'] if b8 else 'n/a'} |")
+    for sw in sorted(set(r["switch"] for r in ablation)):
+        rs = [r for r in ablation if r["switch"] == sw]
+        g = lambda kind, key, val, field: next((r[field] for r in rs if r.get("bench") == kind and r.get(key) == val), "n/a")
+        print(f"| {sw} | {g('prefill', 'tokens', 4096, 'ttft_ms')} | {g('prefill', 'tokens', 32768, 'ttft_ms')} | "
+              f"{g('decode', 'context', 1024, 'ms_per_token')} | {g('batch', 'batch', 8, 'ms_per_step')} |")
+    print()
 for r in jl("eval.jsonl"): print("eval:", json.dumps(r))

