@@ -23,8 +23,6 @@
 #include "gpu/engine.cuh"
 #include "gpu/mma.cuh"
 
-#define FA_WARPS 4
-#define FA_BR (16 * FA_WARPS)
 #define FA_BC 64
 
 struct fa_params {
@@ -35,16 +33,20 @@ struct fa_params {
     float scale_log2; /* head_dim^-0.5 * log2(e) */
 };
 
-template <int HDP> struct fa_shape {
+/* WARPS warps of 16 query rows each: BR = 64 (4 warps, two blocks per SM) or 128 (8 warps, one
+ * block per SM, each K/V tile serving twice the rows: half the L2 traffic). */
+template <int HDP, int WARPS> struct fa_shape {
     static constexpr int ROW = HDP + 8; /* shared row: HDP bf16 + 16 bytes of padding */
     static constexpr int CH = HDP / 8;  /* 16-byte chunks per row */
-    static constexpr size_t SMEM = (size_t)(FA_BR + 4 * FA_BC) * ROW * sizeof(bf16);
+    static constexpr int BR = 16 * WARPS;
+    static constexpr size_t SMEM = (size_t)(BR + 4 * FA_BC) * ROW * sizeof(bf16);
 };
 
-template <int HDP>
-__global__ void __launch_bounds__(FA_WARPS * 32) k_flash_prefill(fa_params p)
+template <int HDP, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
 {
-    typedef fa_shape<HDP> S;
+    typedef fa_shape<HDP, WARPS> S;
+    constexpr int FA_WARPS = WARPS, FA_BR = S::BR;
     constexpr int ROW = S::ROW, CH = S::CH, NT = FA_BC / 8, DT = HDP / 8, KS = HDP / 16;
     extern __shared__ __align__(16) unsigned char fa_smem[];
     bf16 *sQ = (bf16 *)fa_smem;
@@ -206,22 +208,22 @@ __global__ void __launch_bounds__(FA_WARPS * 32) k_flash_prefill(fa_params p)
     }
 }
 
-template <int HDP> static int launch(cudaStream_t s, const fa_params &p, int n_heads)
+template <int HDP, int WARPS> static int launch(cudaStream_t s, const fa_params &p, int n_heads)
 {
-    size_t smem = fa_shape<HDP>::SMEM;
-    GPU_CHECK(cudaFuncSetAttribute(k_flash_prefill<HDP>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid(n_heads, (p.T + FA_BR - 1) / FA_BR);
-    k_flash_prefill<HDP><<<grid, FA_WARPS * 32, smem, s>>>(p);
+    typedef fa_shape<HDP, WARPS> S;
+    GPU_CHECK(cudaFuncSetAttribute(k_flash_prefill<HDP, WARPS>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM));
+    dim3 grid(n_heads, (p.T + S::BR - 1) / S::BR);
+    k_flash_prefill<HDP, WARPS><<<grid, WARPS * 32, S::SMEM, s>>>(p);
     GPU_LAUNCHED();
     return ACCEL_OK;
 }
 
 int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                     const bf16 *k, const bf16 *v, int cap, bf16 *out)
+                     const bf16 *k, const bf16 *v, int cap, bf16 *out, int warps)
 {
     if (T <= 0) return ACCEL_OK;
-    if ((T + FA_BR - 1) / FA_BR > 65535) return ACCEL_ERR_INVALID; /* grid.y bound */
+    if ((T + 63) / 64 > 65535) return ACCEL_ERR_INVALID; /* grid.y bound */
     fa_params p;
     p.q = q;
     p.k = k;
@@ -235,11 +237,12 @@ int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const b
     p.group = d->n_heads / d->n_kv;
     p.window = d->window;
     p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)d->hd));
+    if (warps == 8 && d->hdp == 128) return launch<128, 8>(s, p, d->n_heads);
     switch (d->hdp) {
-    case 16: return launch<16>(s, p, d->n_heads);
-    case 32: return launch<32>(s, p, d->n_heads);
-    case 64: return launch<64>(s, p, d->n_heads);
-    case 128: return launch<128>(s, p, d->n_heads);
+    case 16: return launch<16, 4>(s, p, d->n_heads);
+    case 32: return launch<32, 4>(s, p, d->n_heads);
+    case 64: return launch<64, 4>(s, p, d->n_heads);
+    case 128: return launch<128, 4>(s, p, d->n_heads);
     }
     return ACCEL_ERR_UNSUPPORTED;
 }

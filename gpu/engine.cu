@@ -158,12 +158,23 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     e->graphs_off = gr && !strcmp(gr, "off");
     e->dec_graph = (cudaGraphExec_t *)calloc(GPU_MAX_BATCH + 1, sizeof(cudaGraphExec_t));
     if (!e->dec_graph) return ACCEL_ERR_NOMEM;
-    /* TANDEM_GPU_ATTN=mma keeps the mma.sync attention kernel (for comparisons) */
+    /* prefill attention: the mma.sync kernel with 4 warps per block (the fastest measured,
+     * tests/gpu/README.md); TANDEM_GPU_ATTN=mma8 (8 warps, head_dim 128) or wgmma (Hopper) for
+     * comparisons */
     const char *attn = getenv("TANDEM_GPU_ATTN");
-    if (!(attn && !strcmp(attn, "mma")) && d.hd <= 128) {
+    e->fa_warps = attn && !strcmp(attn, "mma8") ? 8 : 4;
+    if (attn && !strcmp(attn, "wgmma") && d.hd <= 128) {
         int av = gpu_attn_sm90_available(e->index);
         if (av < 0) return av;
         e->sm90 = av;
+    }
+    const char *pr = getenv("TANDEM_GPU_PROFILE");
+    if (pr && !strcmp(pr, "1")) {
+        e->prof = 1;
+        e->graphs_off = 1;
+        e->prof_ev = (cudaEvent_t *)calloc(GPU_PROF_EVENTS, sizeof(cudaEvent_t));
+        if (!e->prof_ev) return ACCEL_ERR_NOMEM;
+        for (int i = 0; i < GPU_PROF_EVENTS; i++) GPU_CHECK(cudaEventCreate(&e->prof_ev[i]));
     }
     snprintf(e->desc, sizeof e->desc, "%s, %d SMs, %.0f GB", prop.name, e->sms,
              prop.totalGlobalMem / 1e9);
@@ -253,6 +264,10 @@ void gpu_engine_free(gpu_engine *e)
     cudaSetDevice(e->index);
     if (e->compute) cudaStreamSynchronize(e->compute);
     if (e->copy) cudaStreamSynchronize(e->copy);
+    if (e->prof) gpu_prof_report(e);
+    for (int i = 0; e->prof_ev && i < GPU_PROF_EVENTS; i++)
+        if (e->prof_ev[i]) cudaEventDestroy(e->prof_ev[i]);
+    free(e->prof_ev);
     for (int n = 0; e->dec_graph && n <= GPU_MAX_BATCH; n++)
         if (e->dec_graph[n]) cudaGraphExecDestroy(e->dec_graph[n]);
     free(e->dec_graph);

@@ -94,7 +94,9 @@ struct gpu_meta_layout {
 #define GPU_EXPORT_AHEAD 3   /* the host stays at most this many layers ahead of the copies */
 #define GPU_LOGIT_ROWS 256   /* logits computed per lm_head GEMM (all_logits in sub-batches) */
 #define GPU_DECODE_SPLIT_MAX 64
-#define GPU_GEMV_MAX_T 8     /* projections of at most this many tokens use gemm.cu's own GEMV */
+#define GPU_GEMV_MAX_T 1     /* projections of at most this many tokens use gemm.cu's own GEMV */
+#define GPU_PROF_EVENTS 1024
+#define GPU_PROF_CATS 13
 
 struct gpu_engine {
     int index;
@@ -102,7 +104,13 @@ struct gpu_engine {
     const model *m;
     gpu_dims d;
     int sms;
-    int sm90;      /* the wgmma attention kernel runs here (head_dim <= 128, sm_90a build) */
+    int sm90;      /* TANDEM_GPU_ATTN=wgmma and this build and GPU have the wgmma kernel */
+    int fa_warps;  /* warps per block of the mma.sync attention kernel: 4, or 8 (head_dim 128) */
+    int prof;      /* TANDEM_GPU_PROFILE=1: time every op (forward.cu; decode without graphs) */
+    cudaEvent_t *prof_ev; /* [GPU_PROF_EVENTS] */
+    int prof_cat[GPU_PROF_EVENTS], prof_n;
+    double prof_ms[2][GPU_PROF_CATS]; /* [prefill, decode][op] */
+    long prof_passes[2];
     int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for every projection (comparisons) */
     int graphs_off; /* TANDEM_GPU_GRAPHS=off, or a capture failed: decode without CUDA graphs */
     cudaGraphExec_t *dec_graph; /* [GPU_MAX_BATCH + 1]: the decode step for n sequences */
@@ -162,11 +170,6 @@ void gpu_weights_free(gpu_engine *e);
 int gpu_gemm(gpu_engine *e, int T, int N, int K, const bf16 *W, const bf16 *x, void *out,
              int out_f32, float beta);
 
-/* gemm.cu: the down projection with SwiGLU applied to its input: out (+)= swiglu(gu) · W^T,
- * gu (T, 2I) bf16 (gate rows then up rows); h (T, I) is scratch for the unfused path. */
-int gpu_gemm_swiglu(gpu_engine *e, int T, int N, int I, const bf16 *W, const bf16 *gu, bf16 *h,
-                    float *out, float beta);
-
 /* cpu_swiglu's arithmetic: silu(g) * u with silu(g) = g / (1 + expf(-g)), accurate expf and
  * division (no fast-math), no FMA. */
 __device__ __forceinline__ float gpu_silu_mul(float g, float u)
@@ -190,7 +193,7 @@ int gpu_convert_to_f32(cudaStream_t s, const void *src, int dtype, size_t n, flo
 /* attn_prefill.cu: causal attention of T query rows (positions pos0..pos0+T-1) of one sequence
  * against its keys 0..pos0+T-1 in the cache (layer base pointers k, v; cap positions per head). */
 int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                     const bf16 *k, const bf16 *v, int cap, bf16 *out);
+                     const bf16 *k, const bf16 *v, int cap, bf16 *out, int warps);
 /* attn_prefill_sm90.cu: the same on Hopper's wgmma (head_dim <= 128), 1.5-2x the mma.sync
  * kernel's rate; only when gpu_attn_sm90_available(device) says this build and GPU have it
  * (1 yes, 0 no, < 0 error). */
@@ -213,6 +216,9 @@ int gpu_kv_quantize(cudaStream_t s, enum proto_kv_dtype t, const float *x, int T
 int gpu_kv_dequantize(cudaStream_t s, enum proto_kv_dtype t, const unsigned char *q,
                       const unsigned short *scales, int T, int n_kv, int hd, bf16 *cache, int cap,
                       int pos0);
+
+/* forward.cu: the profile's report (stderr), called when the engine is freed */
+void gpu_prof_report(gpu_engine *e);
 
 /* engine.cu helpers */
 size_t gpu_export_slot_bytes(const gpu_dims *d, enum proto_kv_dtype t, int T);

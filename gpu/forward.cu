@@ -149,6 +149,54 @@ static int export_poll(gpu_engine *e, export_run *x, int queued, int drain)
     return ACCEL_OK;
 }
 
+/* ---------------------------------------------------------------- profile (TANDEM_GPU_PROFILE=1)
+ * An event after every op of a pass; after the pass (synchronized), the time between consecutive
+ * events goes to the op that ended at the second. Off by default: events cost a little, and
+ * decode then runs without CUDA graphs. */
+enum { P_START, P_ROPE_TAB, P_EMBED, P_NORM, P_QKV, P_ROPE, P_EXPORT, P_ATTN, P_O, P_GU, P_SWIGLU,
+       P_DOWN, P_LOGITS };
+static const char *prof_names[GPU_PROF_CATS] = {"start", "rope table", "embed", "rmsnorm",
+                                                "qkv gemm", "rope+cache", "kv export", "attention",
+                                                "o gemm", "gate/up gemm", "swiglu", "down gemm",
+                                                "norm+lm_head"};
+
+static void prof_mark(gpu_engine *e, int cat)
+{
+    if (!e->prof || e->prof_n >= GPU_PROF_EVENTS) return;
+    cudaEventRecord(e->prof_ev[e->prof_n], e->compute);
+    e->prof_cat[e->prof_n++] = cat;
+}
+
+static void prof_collect(gpu_engine *e, int kind)
+{
+    if (!e->prof) return;
+    cudaStreamSynchronize(e->compute);
+    for (int i = 1; i < e->prof_n; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, e->prof_ev[i - 1], e->prof_ev[i]) == cudaSuccess)
+            e->prof_ms[kind][e->prof_cat[i]] += ms;
+    }
+    cudaGetLastError();
+    e->prof_passes[kind]++;
+    e->prof_n = 0;
+}
+
+void gpu_prof_report(gpu_engine *e)
+{
+    for (int k = 0; k < 2; k++) {
+        if (!e->prof_passes[k]) continue;
+        double total = 0;
+        for (int c = 1; c < GPU_PROF_CATS; c++) total += e->prof_ms[k][c];
+        fprintf(stderr, "tandem cuda profile: %s, %ld passes, %.3f ms per pass:", k ? "decode" : "prefill",
+                e->prof_passes[k], total / e->prof_passes[k]);
+        for (int c = 1; c < GPU_PROF_CATS; c++)
+            if (e->prof_ms[k][c] > 0)
+                fprintf(stderr, " %s %.3f (%.1f%%);", prof_names[c], e->prof_ms[k][c] / e->prof_passes[k],
+                        100.0 * e->prof_ms[k][c] / total);
+        fprintf(stderr, "\n");
+    }
+}
+
 /* ---------------------------------------------------------------- the layers */
 
 struct pass {
@@ -164,16 +212,23 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
     const gpu_dims &d = e->d;
     cudaStream_t s = e->compute;
     const int T = p.T;
+    prof_mark(e, P_START);
     GPU_TRY(gpu_rope_table(s, md.pos, md.tbl, md.inv, T, d.hd / 2, e->rope));
+    prof_mark(e, P_ROPE_TAB);
     GPU_TRY(gpu_embed(s, e->embed, md.ids, T, d.H, e->x));
+    prof_mark(e, P_EMBED);
     for (int l = 0; l < d.L; l++) {
         const gpu_layer_w &w = e->layers[l];
         if (p.cancel && *p.cancel) return ACCEL_ERR_CANCELLED;
         GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.attn_norm, T, d.H, d.eps, e->xb));
+        prof_mark(e, P_NORM);
         GPU_TRY(gpu_gemm(e, T, d.qkv, d.H, w.w_qkv, e->xb, e->qkv, 1, 0.f));
+        prof_mark(e, P_QKV);
         GPU_TRY(gpu_rope_qkv(s, &d, l, T, e->qkv, w.b_qkv, e->rope, md.seq, md.pos, md.seqs, e->q,
                              p.xr ? e->kf : NULL, p.xr ? e->vf : NULL));
+        prof_mark(e, P_ROPE);
         if (p.xr) GPU_TRY(export_enqueue(e, p.xr, l));
+        prof_mark(e, P_EXPORT);
         if (p.kv && T > SMALL_CHUNK) {
             gpu_seq_dev sq = seq_of(e, p.kv);
             size_t off = (size_t)l * d.n_kv * p.kv->cap * d.hd;
@@ -182,15 +237,22 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
                                               e->att));
             else
                 GPU_TRY(gpu_attn_prefill(s, &d, T, p.pos0, e->q, sq.k + off, sq.v + off, sq.cap,
-                                         e->att));
+                                         e->att, e->fa_warps));
         } else {
             GPU_TRY(gpu_attn_decode(s, &d, e->sms, l, T, e->q, md.seq, md.pos, md.seqs, e->part_o,
                                     e->part_ml, e->att));
         }
+        prof_mark(e, P_ATTN);
         GPU_TRY(gpu_gemm(e, T, d.H, d.qd, w.w_o, e->att, e->x, 1, 1.f)); /* x += attn · Wo^T */
+        prof_mark(e, P_O);
         GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.ffn_norm, T, d.H, d.eps, e->xb));
+        prof_mark(e, P_NORM);
         GPU_TRY(gpu_gemm(e, T, 2 * d.I, d.H, w.w_gu, e->xb, e->gu, 0, 0.f));
-        GPU_TRY(gpu_gemm_swiglu(e, T, d.H, d.I, w.w_down, e->gu, e->h, e->x, 1.f)); /* x += .. */
+        prof_mark(e, P_GU);
+        GPU_TRY(gpu_swiglu(s, e->gu, T, d.I, e->h));
+        prof_mark(e, P_SWIGLU);
+        GPU_TRY(gpu_gemm(e, T, d.H, d.I, w.w_down, e->h, e->x, 1, 1.f)); /* x += h · Wd^T */
+        prof_mark(e, P_DOWN);
         if (p.xr) GPU_TRY(export_poll(e, p.xr, l, 0));
     }
     return ACCEL_OK;
@@ -212,6 +274,7 @@ static int logits_rows(gpu_engine *e, int row0, int nrows, float *out)
     for (int r = 0; r < nrows; r += GPU_LOGIT_ROWS) {
         int nr = nrows - r < GPU_LOGIT_ROWS ? nrows - r : GPU_LOGIT_ROWS;
         GPU_TRY(logits_compute(e, row0 + r, nr));
+        prof_mark(e, P_LOGITS);
         GPU_CHECK(cudaMemcpyAsync(out + (size_t)r * d.V, e->logits, (size_t)nr * d.V * sizeof(float),
                                   cudaMemcpyDeviceToHost, e->compute));
     }
@@ -312,6 +375,7 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
         }
         if (!st && sink) st = export_poll(e, &xr, d.L - 1, 1);
         st = finish(e, st);
+        if (!st) prof_collect(e, 0);
         if (st) return st;
         float ms = 0;
         GPU_CHECK(cudaEventElapsedTime(&ms, e->ev_t0, e->ev_t1));
@@ -395,7 +459,9 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
         st = run_layers(e, p, md);
         if (!st) st = logits_rows(e, 0, n, logits);
     }
-    return finish(e, st);
+    st = finish(e, st);
+    if (!st) prof_collect(e, 1);
+    return st;
 }
 
 int gpu_kv_import(gpu_engine *e, gpu_kv *kv, const proto_kv_layer *c)

@@ -199,8 +199,9 @@ int gpu_test_gemm(int T, int N, int K, const float *x, const float *w, float *ou
 
 /* Causal attention of T query rows at positions pos0.. over keys 0..pos0+T-1.
  * q (T, n_heads*hd); k, v (pos0+T, n_kv*hd) token-major as in the CPU cache.
- * kernel 0: the tiled prefill kernel the engine uses (wgmma on Hopper builds); 1: the split-K
- * decode kernel, one row per query; 2: the mma.sync tiled kernel (the one used off Hopper). */
+ * kernel 0: the tiled prefill kernel the engine uses (mma.sync, 4 warps); 1: the split-K decode
+ * kernel, one row per query; 2: the tiled kernel with 8 warps (head_dim 128; else 4); 3: the
+ * wgmma kernel (ACCEL_ERR_UNSUPPORTED where the build or GPU lacks it). */
 int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int hd, int window,
                        const float *q, const float *k, const float *v, float *out)
 {
@@ -222,13 +223,13 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
     GPU_TRY(s.bf(&dv, vc.data(), vc.size()));
     GPU_TRY(s.alloc(&dout, (size_t)T * d.qd));
     GPU_CHECK(cudaMemset(dout, 0xff, (size_t)T * d.qd * 2)); /* poison: NaN where not written */
-    if (kernel == 0 || kernel == 2) {
-        int sm90 = kernel == 0 ? gpu_attn_sm90_available(0) : 0;
+    if (kernel == 3) {
+        int sm90 = gpu_attn_sm90_available(0);
         if (sm90 < 0) return sm90;
-        if (sm90 && hd <= 128)
-            GPU_TRY(gpu_attn_prefill_sm90(0, &d, T, pos0, dq, dk, dv, cap, dout));
-        else
-            GPU_TRY(gpu_attn_prefill(0, &d, T, pos0, dq, dk, dv, cap, dout));
+        if (!sm90 || hd > 128) return ACCEL_ERR_UNSUPPORTED;
+        GPU_TRY(gpu_attn_prefill_sm90(0, &d, T, pos0, dq, dk, dv, cap, dout));
+    } else if (kernel == 0 || kernel == 2) {
+        GPU_TRY(gpu_attn_prefill(0, &d, T, pos0, dq, dk, dv, cap, dout, kernel == 2 ? 8 : 4));
     } else {
         int sms = sms_of_device0();
         size_t slots = gpu_attn_decode_slots(&d, sms, T);
@@ -274,8 +275,8 @@ int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, uns
     return ACCEL_OK;
 }
 
-/* Median time (ms) of a tiled prefill attention kernel (variant 0: wgmma, where available; 2:
- * mma.sync) for a causal T-token prompt on random bf16 inputs (uniform in +-1). */
+/* Median time (ms) of a tiled prefill attention kernel (variant 0: mma.sync 4 warps, 2: mma.sync
+ * 8 warps, 3: wgmma) for a causal T-token prompt on random bf16 inputs (uniform in +-1). */
 __global__ void k_fill_random(bf16 *p, size_t n, unsigned seed)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -306,11 +307,12 @@ int gpu_bench_attention(int variant, int T, int n_heads, int n_kv, int hd, int r
     GPU_CHECK(cudaEventCreate(&a));
     GPU_CHECK(cudaEventCreate(&b));
     std::vector<float> t(reps > 0 ? reps : 1);
-    int sm90 = variant == 0 ? gpu_attn_sm90_available(0) : 0;
+    int sm90 = variant == 3 ? gpu_attn_sm90_available(0) : 0;
     if (sm90 < 0) return sm90;
+    if (variant == 3 && (!sm90 || hd > 128)) return ACCEL_ERR_UNSUPPORTED;
     auto run = [&]() {
-        return sm90 && hd <= 128 ? gpu_attn_prefill_sm90(0, &d, T, 0, dq, dk, dv, T, dout)
-                                 : gpu_attn_prefill(0, &d, T, 0, dq, dk, dv, T, dout);
+        return variant == 3 ? gpu_attn_prefill_sm90(0, &d, T, 0, dq, dk, dv, T, dout)
+                            : gpu_attn_prefill(0, &d, T, 0, dq, dk, dv, T, dout, variant == 2 ? 8 : 4);
     };
     int st = run(); /* warm-up */
     for (int r = 0; !st && r < (int)t.size(); r++) {

@@ -12,8 +12,8 @@
  *                 consumer would) vs without; the export's bytes over the device time of its
  *                 device-to-host copies (gpu_accel_export_stats, found with dlsym)
  *   attention T   the prefill attention kernels alone (causal, Llama-3-8B heads: 32 query, 8 KV,
- *                 head_dim 128): ms and TFLOP/s (4 * T^2/2 * 128 * 32 FLOPs), for the engine's
- *                 default (wgmma on Hopper) and the mma.sync kernel
+ *                 head_dim 128): ms and TFLOP/s (4 * T^2/2 * 128 * 32 FLOPs), for each kernel
+ *                 variant (mma.sync with 4 and 8 warps per block, wgmma where available)
  * Every result is one JSON line on stdout. Timings are wall-clock (CLOCK_MONOTONIC) around calls
  * that return only when the device is done. Prompts are pseudo-random token ids. */
 #include "scheduler/accel.h"
@@ -299,16 +299,18 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     for (int i = 0; i < na && att_bench; i++) {
-        for (int variant = 0; variant <= 2; variant += 2) {
+        static const char *names[] = {"mma.sync-4w", "", "mma.sync-8w", "wgmma"};
+        for (int variant = 0; variant <= 3; variant += variant ? 1 : 2) {
             double ms = 0;
             int T = (int)att[i];
             if ((st = att_bench(variant, T, 32, 8, 128, (int)reps + 2, &ms))) {
+                if (st == ACCEL_ERR_UNSUPPORTED) continue;
                 fprintf(stderr, "bench_gpu: attention %d: %s\n", T, accel_strerror(st));
                 return 1;
             }
             double flops = 4.0 * T * (double)T / 2 * 128 * 32;
             printf("{\"bench\":\"attention\",\"kernel\":\"%s\",\"tokens\":%d,\"ms\":%.3f,"
-                   "\"tflops\":%.1f}\n", variant ? "mma.sync" : "default", T, ms,
+                   "\"tflops\":%.1f}\n", names[variant], T, ms,
                    flops / (ms * 1e-3) / 1e12);
             fflush(stdout);
         }

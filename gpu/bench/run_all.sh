@@ -4,16 +4,16 @@
 # benchmarks, torch SDPA's attention rate and the Hugging Face transformers peer; a table last.
 #
 # Run from the repository root on the GPU machine:  OUT=dir gpu/bench/run_all.sh
-#   PHASES   subset of "tests eval limits bench ablation sdpa peer" (default: all, in that order)
+#   PHASES   subset of "tests eval limits bench ablation profile sdpa peer" (default: all, in order)
 #   MODEL8B  where the random Llama-3-8B checkpoint goes (default /tmp/llama3-8b; ~16 GB)
 # Binaries: build/ as carried (built on the development machine with PORTABLE=1) when they load
 # here, else built here with make. peer/ holds limits.cu and hf_peer.py (not part of the repo).
-# Logs: $OUT/run.log (everything), tests.log, eval.jsonl, limits.txt, bench.jsonl, sdpa.txt,
-# hf_peer.txt, summary.md.
+# Logs: $OUT/run.log (everything, the profile too), tests.log, eval.jsonl, limits.txt,
+# bench.jsonl, sdpa.txt, hf_peer.txt, summary.md.
 set -u
 OUT=${OUT:-/tmp/tandem-out}
 MODEL8B=${MODEL8B:-/tmp/llama3-8b}
-PHASES=${PHASES:-tests eval limits bench ablation sdpa peer}
+PHASES=${PHASES:-tests eval limits bench ablation profile sdpa peer}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 t0=$(date +%s)
@@ -89,12 +89,18 @@ if has bench; then
 fi
 if has ablation && [ -f "$MODEL8B/config.json" ]; then
     # the engine's switches (gpu/engine.cu), one at a time: what each piece buys
-    for sw in TANDEM_GPU_ATTN=mma TANDEM_GPU_GRAPHS=off TANDEM_GPU_GEMV=off; do
+    for sw in TANDEM_GPU_ATTN=mma8 TANDEM_GPU_ATTN=wgmma TANDEM_GPU_GRAPHS=off TANDEM_GPU_GEMV=off; do
         stamp "ablation $sw"
         env $sw timeout 200 build/bench_gpu --model "$MODEL8B" --prefill 4096,32768 \
             --decode-ctx 1024 --batch 8 --reps 3 --steps 32 | sed "s/^{/{\"switch\":\"$sw\",/" \
             | tee -a "$OUT/bench.jsonl"
     done
+fi
+if has profile && [ -f "$MODEL8B/config.json" ]; then
+    # where the time goes: every op timed with events (decode then runs without graphs)
+    stamp "profile"
+    TANDEM_GPU_PROFILE=1 timeout 200 build/bench_gpu --model "$MODEL8B" --prefill 4096,32768 \
+        --decode-ctx 1024 --reps 2 --steps 16 2>&1 | grep -E "profile|prefill|decode" | tee -a "$OUT/bench.jsonl"
 fi
 if has sdpa; then
     stamp "torch SDPA attention rate"

@@ -3,7 +3,8 @@
  * Qwen2 biases in fp16, linear and dynamic rope in float32, the tiny-gqa preset (two shards). Each
  * against the CPU backend (itself checked against a float64 forward in tests/model), and decode
  * against prefill. Also the engine's comparison switches (mma.sync attention, no CUDA graphs, no
- * own GEMV) on the head_dim-128 model, since those paths must stay correct too.
+ * own GEMV, the 8-warp and wgmma attention kernels) on the head_dim-128 model, since those
+ * paths must stay correct too.
  *
  * Bounds: these are random-weight models with logits of std ~0.3, like tiny-llama2-mha, whose
  * bf16-emulated error is 0.023 (tests/gpu/test_model.c): max |logit diff| 0.05, mean KL 1e-4. */
@@ -64,9 +65,14 @@ TEST(gpu_shape_hd128_gqa_llama3)
     shape_case(HD128, "hd128", NULL, NULL, 1);
 }
 
-TEST(gpu_shape_hd128_mma_attention)
+TEST(gpu_shape_hd128_mma8_attention)
 {
-    shape_case(HD128, "hd128", "TANDEM_GPU_ATTN", "mma", 1);
+    shape_case(HD128, "hd128", "TANDEM_GPU_ATTN", "mma8", 1);
+}
+
+TEST(gpu_shape_hd128_wgmma_attention)
+{
+    shape_case(HD128, "hd128", "TANDEM_GPU_ATTN", "wgmma", 1);
 }
 
 TEST(gpu_shape_hd128_no_graphs)
