@@ -17,6 +17,12 @@
  *   - The heaviest query tiles (last rows, most keys) are scheduled first.
  * head_dim is padded to the template width HDP (16, 32, 64, 128): padded columns load as zeros.
  *
+ * Block-sparse attention (issue 8, FlexPrefill) fits without restructuring: only the tile loop's
+ * bounds (t_first..t_last) and the `edge` test know the pattern is dense and causal. A
+ * per-(head, query block) CSR list of key tiles, in increasing order, replaces the range (load
+ * and compute list[i], prefetch list[i+1]); the online softmax, the double-buffered loads and the
+ * masking of partial tiles are unchanged. FlexPrefill's 128-blocks are two of our 64-tiles.
+ *
  * Numerics vs cpu_attend (float32 softmax over float32 q·k, then P·V in float32): inputs are bf16
  * here, P is bf16 in the PV product, exp is exp2 of log2-scaled scores (ex2.approx, 2 ulp);
  * tests/gpu/test_ops.c states the tolerance. */

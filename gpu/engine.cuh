@@ -94,7 +94,6 @@ struct gpu_meta_layout {
 #define GPU_EXPORT_AHEAD 3   /* the host stays at most this many layers ahead of the copies */
 #define GPU_LOGIT_ROWS 256   /* logits computed per lm_head GEMM (all_logits in sub-batches) */
 #define GPU_DECODE_SPLIT_MAX 64
-#define GPU_GEMV_MAX_T 1     /* projections of at most this many tokens use gemm.cu's own GEMV */
 #define GPU_PROF_EVENTS 1024
 #define GPU_PROF_CATS 13
 
@@ -111,7 +110,7 @@ struct gpu_engine {
     int prof_cat[GPU_PROF_EVENTS], prof_n;
     double prof_ms[2][GPU_PROF_CATS]; /* [prefill, decode][op] */
     long prof_passes[2];
-    int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for every projection (comparisons) */
+    int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for single-token projections too (comparisons) */
     int graphs_off; /* TANDEM_GPU_GRAPHS=off, or a capture failed: decode without CUDA graphs */
     cudaGraphExec_t *dec_graph; /* [GPU_MAX_BATCH + 1]: the decode step for n sequences */
     cudaStream_t compute, copy;

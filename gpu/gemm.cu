@@ -1,18 +1,18 @@
 /* gpu/gemm.cu — every projection: out (T, N) = x (T, K) · W^T (+ out when beta = 1).
  *
- * T > GPU_GEMV_MAX_T (prefill, large decode batches): one cuBLAS call. Row-major W (N, K) is
+ * T > 1 (prefill, decode batches): one cuBLAS call. Row-major W (N, K) is
  * column-major (K, N), so in cuBLAS terms C (N x T, col-major = row-major (T, N)) =
  * op_T(W) (N x K) · x (K x T): the "TN" layout, cuBLAS's fastest for bf16. bf16 operands, float32
  * accumulation (CUBLAS_COMPUTE_32F); the engine's handle forbids reduced-precision split-K
  * reductions (engine.cu), so the only rounding is the output's.
  *
- * T <= GPU_GEMV_MAX_T (decode): our own kernel, because this is pure weight streaming (every
+ * T = 1 (single-sequence decode): our own kernel, because this is pure weight streaming (every
  * weight byte is used T times): one warp per output row, each lane streaming 16-byte chunks of
  * the row with four loads in flight, the activation row read through L1, float32 accumulation,
  * a shuffle reduction. Measured on an H200 (tests/gpu/README.md): ahead of cuBLAS at T = 1
- * (5.34 vs 5.61 ms per Llama-3-8B token), far behind it at T = 8 (each weight chunk costs T
- * activation loads), so only T = 1 takes it (GPU_GEMV_MAX_T). Needs K % 8 == 0 (16-byte row
- * chunks); other shapes go to cuBLAS. */
+ * (5.35 vs 5.64 ms per Llama-3-8B token), far behind it at T = 8 (each weight chunk costs T
+ * activation loads: 10.8 vs 6.2 ms per step), so only T = 1 takes it. Needs K % 8 == 0 (16-byte
+ * row chunks); other shapes go to cuBLAS. */
 #include "gpu/engine.cuh"
 
 #define GEMV_WARPS 8
@@ -98,11 +98,8 @@ static int gemv(cudaStream_t s, int N, int K, const bf16 *W, const bf16 *x, void
 int gpu_gemm(gpu_engine *e, int T, int N, int K, const bf16 *W, const bf16 *x, void *out,
              int out_f32, float beta)
 {
-    if (T <= GPU_GEMV_MAX_T && K % 8 == 0 && !e->gemv_off) {
-        switch (T) {
-        case 1: return gemv<1>(e->compute, N, K, W, x, out, out_f32, beta);
-        case 2: return gemv<2>(e->compute, N, K, W, x, out, out_f32, beta);
-        }
+    if (T == 1 && K % 8 == 0 && !e->gemv_off) {
+        return gemv<1>(e->compute, N, K, W, x, out, out_f32, beta);
     }
     const float alpha = 1.0f;
     GPU_CUBLAS(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, CUDA_R_16BF, K,

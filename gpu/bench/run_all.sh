@@ -100,7 +100,8 @@ if has profile && [ -f "$MODEL8B/config.json" ]; then
     # where the time goes: every op timed with events (decode then runs without graphs)
     stamp "profile"
     TANDEM_GPU_PROFILE=1 timeout 200 build/bench_gpu --model "$MODEL8B" --prefill 4096,32768 \
-        --decode-ctx 1024 --reps 2 --steps 16 2>&1 | grep -E "profile|prefill|decode" | tee -a "$OUT/bench.jsonl"
+        --decode-ctx 1024 --reps 2 --steps 16 2>&1 | grep -E "profile|prefill|decode" \
+        | sed "s/^{/{\"switch\":\"TANDEM_GPU_PROFILE=1\",/" | tee -a "$OUT/bench.jsonl"
 fi
 if has sdpa; then
     stamp "torch SDPA attention rate"
