@@ -6,6 +6,7 @@
 #include "scheduler/accel_impl.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct gpu_seq {
     struct accel_seq base;
@@ -63,9 +64,16 @@ static enum proto_kv_dtype export_dtype(accel_dev *d)
     return d->opts.kv_dtype ? d->opts.kv_dtype : PROTO_KV_INT8;
 }
 
+/* Sparse (FlexPrefill) requests run dense here for now — the index and block-sparse kernels
+ * (gpu_flex_*.cu) are not wired into the forward pass yet — and the report says so, as accel.h
+ * asks of a device without sparse attention. */
 static int gpu_dev_prefill(accel_dev *d, const accel_prefill_req *r)
 {
     gpu_seq *s = (gpu_seq *)r->seq;
+    if (r->sparse_report) {
+        memset(r->sparse_report, 0, sizeof *r->sparse_report);
+        r->sparse_report->density = 1.0;
+    }
     return gpu_prefill(eng(d), s->kv, s->base.len, r->ids, r->n, r->logits, r->all_logits, r->kv,
                        export_dtype(d), r->cancel);
 }
