@@ -87,6 +87,9 @@ typedef struct batch {
     const int32_t *ids;
     cpu_seq *const *seq; /* per token */
     const int *pos;      /* per token */
+    int rope_len;        /* dynamic NTK: the sequence length of the whole call (a prefill split
+                            in sub-batches rotates every token with the base of the call's end,
+                            as transformers does); 0: each sequence's last position here + 1 */
 } batch;
 
 struct att_ctx {
@@ -157,8 +160,8 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
     for (int t = 0; t < T; t++) {
         const float *inv = d->inv_freq;
         if (c->rope.type == MODEL_ROPE_DYNAMIC) {
-            int seq_len = 0;
-            for (int u = 0; u < T; u++)
+            int seq_len = b->rope_len;
+            for (int u = 0; !b->rope_len && u < T; u++)
                 if (b->seq[u] == b->seq[t] && b->pos[u] + 1 > seq_len) seq_len = b->pos[u] + 1;
             model_rope_inv_freq(c, seq_len, inv_dyn);
             inv = inv_dyn;
@@ -259,7 +262,7 @@ static int prefill_flex(cpu_dev *d, const accel_prefill_req *r, const cpu_flex_p
             rows[t] = t;
             seqs[t] = s;
         }
-        batch b = {n, r->ids, seqs, pos};
+        batch b = {n, r->ids, seqs, pos, n};
         st = forward(d, &b, r->logits, r->all_logits ? rows : &last,
                      r->logits ? (r->all_logits ? n : 1) : 0, r->kv, r->cancel, fp, r->sparse_report);
     }
@@ -296,7 +299,7 @@ static int cpu_prefill(accel_dev *ad, const accel_prefill_req *r)
             pos[t] = s->base.len + done + t;
             rows[t] = t;
         }
-        batch b = {T, r->ids + done, seqs, pos};
+        batch b = {T, r->ids + done, seqs, pos, s->base.len + r->n};
         float *out = NULL;
         int n_out = 0;
         if (r->logits && r->all_logits) {
@@ -328,7 +331,7 @@ static int cpu_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_
         pos[i] = seqs[i]->len;
         rows[i] = i;
     }
-    batch b = {n, ids, (cpu_seq *const *)seqs, pos};
+    batch b = {n, ids, (cpu_seq *const *)seqs, pos, 0};
     int st = forward(d, &b, logits, rows, n, NULL, NULL, NULL, NULL);
     free(pos);
     free(rows);
