@@ -128,9 +128,9 @@ static void dispatch(sched *s)
     while (s->wait_head && !s->stopping) {
         sched_req *r = s->wait_head;
         policy_views(s, v);
-        sched_policy_req pr = {r->n_prompt, r->max_tokens, r->n};
+        sched_policy_req pr = {r->n_prompt, r->max_tokens, r->n, 0};
         sched_placement pl;
-        enum sched_place res = sched_policy_place(v, s->n_devs, &pr, &pl);
+        enum sched_place res = sched_policy_place(v, s->n_devs, NULL, &pr, &pl);
         if (res == SCHED_PLACE_WAIT) break;
         if (res == SCHED_PLACE_NEVER) {
             fail_waiting(s, r, SCHED_ERR_NO_DEVICE, "no healthy device can serve this request");
@@ -275,9 +275,9 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
      * ever run, and may it wait? */
     sched_policy_dev v[SCHED_MAX_DEVICES];
     policy_views(s, v);
-    sched_policy_req pr = {p->n_prompt, p->max_tokens, p->n};
+    sched_policy_req pr = {p->n_prompt, p->max_tokens, p->n, 0};
     sched_placement pl;
-    enum sched_place res = sched_policy_place(v, s->n_devs, &pr, &pl);
+    enum sched_place res = sched_policy_place(v, s->n_devs, NULL, &pr, &pl);
     if (res == SCHED_PLACE_NEVER) {
         int healthy = 0;
         for (int i = 0; i < s->n_devs; i++) healthy |= v[i].health != ACCEL_HEALTH_FAILED;

@@ -1,4 +1,4 @@
-/* scheduler/sched_policy.c — see sched_policy.h. */
+/* scheduler/sched_policy.c — see sched_policy.h for the rules this implements. */
 #include "scheduler/sched_policy.h"
 
 uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req *r)
@@ -6,29 +6,170 @@ uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req
     return (uint64_t)r->n * (uint64_t)(r->n_prompt + r->max_tokens) * d->kv_bytes_per_token;
 }
 
-static int usable(const sched_policy_dev *d)
+uint64_t sched_policy_prompt_bytes(const sched_policy_dev *d, const sched_policy_req *r)
 {
-    const unsigned both = ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE;
-    return d->health != ACCEL_HEALTH_FAILED && (d->caps & both) == both && d->max_running > 0;
+    return (uint64_t)r->n_prompt * d->kv_bytes_per_token;
 }
 
-enum sched_place sched_policy_place(const sched_policy_dev *devs, int n_devs,
-                                    const sched_policy_req *r, sched_placement *out)
+static int usable(const sched_policy_dev *d, int i, unsigned avoid)
 {
-    int best = -1, could = 0;
-    for (int i = 0; i < n_devs; i++) {
-        const sched_policy_dev *d = &devs[i];
-        if (!usable(d)) continue;
-        uint64_t need = sched_policy_kv_bytes(d, r);
-        if (r->n > d->max_running || need > d->mem_total) continue; /* never fits here */
-        could = 1;
-        int room = d->running + r->n <= d->max_running && d->mem_committed <= d->mem_total &&
-                   need <= d->mem_total - d->mem_committed;
-        if (room && (best < 0 || d->running < devs[best].running)) best = i;
+    return d->health != ACCEL_HEALTH_FAILED && !(i < 32 && (avoid >> i) & 1u);
+}
+
+static int is_prefill(const sched_policy_dev *d, const sched_policy_opts *o)
+{
+    if (!(d->caps & ACCEL_CAP_PREFILL)) return 0;
+    return d->kind != ACCEL_KIND_FPGA || (o && o->fpga_prefill);
+}
+
+static int is_card(const sched_policy_dev *d)
+{
+    const unsigned need = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
+    return d->kind == ACCEL_KIND_FPGA && (d->caps & need) == need;
+}
+
+/* GPU first; an FPGA prefills only where configured, ahead of the CPU (FAST-Prefill on a U280
+ * is far faster than a host CPU for a 7B model); the CPU last. */
+static int kind_rank(enum accel_kind k)
+{
+    switch (k) {
+    case ACCEL_KIND_CUDA: return 0;
+    case ACCEL_KIND_FPGA: return 1;
+    case ACCEL_KIND_CPU: return 2;
     }
-    if (best >= 0) {
-        out->prefill = out->decode = best;
+    return 3;
+}
+
+static int fits(const sched_policy_dev *d, uint64_t bytes)
+{
+    return d->mem_committed <= d->mem_total && bytes <= d->mem_total - d->mem_committed;
+}
+
+static int card_slots(const sched_policy_dev *d)
+{
+    int b = d->max_batch > 0 ? d->max_batch : 1;
+    return b < d->max_running ? b : d->max_running;
+}
+
+/* Lexicographic comparison of two candidates: negative when a is better. */
+static int cmp(long long a0, long long b0)
+{
+    return a0 < b0 ? -1 : a0 > b0;
+}
+
+static int better_prefill(const sched_policy_dev *v, int a, int b)
+{
+    if (b < 0) return 1;
+    int c = cmp(kind_rank(v[a].kind), kind_rank(v[b].kind));
+    if (!c) c = cmp(v[a].health, v[b].health);
+    if (!c) c = cmp(v[a].prefill_tokens, v[b].prefill_tokens);
+    if (!c) c = cmp(v[a].running, v[b].running);
+    return c ? c < 0 : a < b;
+}
+
+static int better_fallback(const sched_policy_dev *v, int a, int b)
+{
+    if (b < 0) return 1;
+    int c = cmp(kind_rank(v[a].kind), kind_rank(v[b].kind));
+    if (!c) c = cmp(v[a].health, v[b].health);
+    if (!c) c = cmp(v[a].running, v[b].running);
+    if (!c) c = cmp(v[a].prefill_tokens, v[b].prefill_tokens);
+    return c ? c < 0 : a < b;
+}
+
+static int better_card(const sched_policy_dev *v, int a, int b)
+{
+    if (b < 0) return 1;
+    int c = cmp(v[a].health, v[b].health);
+    if (!c) c = cmp(v[a].running, v[b].running);
+    if (!c) c = cmp((long long)v[a].assigned, (long long)v[b].assigned);
+    return c ? c < 0 : a < b;
+}
+
+enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
+                                    const sched_policy_opts *o, const sched_policy_req *r,
+                                    sched_placement *out)
+{
+    int exporter = -1, card = -1, local = -1;
+    int could_local = 0, could_card = 0, could_export = 0;
+    for (int i = 0; i < n_devs; i++) {
+        const sched_policy_dev *d = &v[i];
+        if (!usable(d, i, r->avoid)) continue;
+        if (is_prefill(d, o)) {
+            uint64_t prompt = sched_policy_prompt_bytes(d, r);
+            if (d->caps & ACCEL_CAP_KV_EXPORT && prompt <= d->mem_total) {
+                could_export = 1;
+                if (fits(d, prompt) && better_prefill(v, i, exporter)) exporter = i;
+            }
+            if (d->caps & ACCEL_CAP_DECODE) {
+                uint64_t whole = sched_policy_kv_bytes(d, r);
+                if (r->n <= d->max_running && whole <= d->mem_total) {
+                    could_local = 1;
+                    if (d->running + r->n <= d->max_running && fits(d, whole) &&
+                        better_fallback(v, i, local))
+                        local = i;
+                }
+            }
+        }
+        if (is_card(d)) {
+            uint64_t whole = sched_policy_kv_bytes(d, r);
+            int slots = card_slots(d);
+            if (r->n <= slots && whole <= d->mem_total) {
+                could_card = 1;
+                if (d->running + r->n <= slots && fits(d, whole) && better_card(v, i, card))
+                    card = i;
+            }
+        }
+    }
+    if (card >= 0 && exporter >= 0 && exporter != card) {
+        out->prefill = exporter;
+        out->decode = card;
         return SCHED_PLACE_OK;
     }
-    return could ? SCHED_PLACE_WAIT : SCHED_PLACE_NEVER;
+    if (local >= 0) {
+        out->prefill = out->decode = local;
+        return SCHED_PLACE_OK;
+    }
+    return could_local || (could_card && could_export) ? SCHED_PLACE_WAIT : SCHED_PLACE_NEVER;
+}
+
+int sched_policy_can_serve(const sched_policy_dev *v, int n_devs, const sched_policy_opts *o)
+{
+    /* The same rules on idle devices: a one-token request is never NEVER exactly when some
+     * prefill device and some decode path exist. */
+    sched_policy_dev idle[64];
+    if (n_devs > 64) n_devs = 64;
+    for (int i = 0; i < n_devs; i++) {
+        idle[i] = v[i];
+        idle[i].running = 0;
+        idle[i].mem_committed = 0;
+    }
+    sched_policy_req r = {1, 1, 1, 0};
+    sched_placement pl;
+    return sched_policy_place(idle, n_devs, o, &r, &pl) != SCHED_PLACE_NEVER;
+}
+
+/* ---------------------------------------------------------------- chunked prefill */
+
+void sched_rate_observe(sched_rate *r, int tokens, double seconds)
+{
+    if (tokens <= 0 || !(seconds >= 0)) return;
+    double x = seconds / tokens;
+    r->s_per_token = r->s_per_token > 0 ? (1 - SCHED_RATE_WEIGHT) * r->s_per_token + SCHED_RATE_WEIGHT * x : x;
+}
+
+int sched_policy_chunk(int remaining, int decoding, double budget_s, double budget_left_s,
+                       const sched_rate *rate)
+{
+    if (remaining <= 0) return 0;
+    if (!decoding || budget_s <= 0) return remaining;
+    long long k;
+    if (!rate || rate->s_per_token <= 0) k = SCHED_CHUNK_PROBE;
+    else if (budget_left_s <= 0) k = SCHED_CHUNK_MIN;
+    else {
+        double t = budget_left_s / rate->s_per_token;
+        k = t > 1e9 ? 1000000000LL : (long long)t;
+    }
+    if (k < SCHED_CHUNK_MIN) k = SCHED_CHUNK_MIN;
+    return k < remaining ? (int)k : remaining;
 }

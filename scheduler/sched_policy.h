@@ -1,24 +1,51 @@
-/* scheduler/sched_policy.h — where a request runs: the placement policy, on its own.
+/* scheduler/sched_policy.h — where a request runs: GLITCHES' dispatch as a pure function.
  *
- * The scheduler core (sched_core.c) keeps the queue and the devices' bookkeeping; whenever a
- * device frees up or a request arrives it asks this module, for the request at the head of the
- * FCFS queue, which device prefills it and which decodes it. The policy sees plain numbers only
- * (no threads, no clocks, no accel calls), so it is unit-tested with simulated devices and can be
- * replaced — issue 7's GLITCHES dispatch (prefill on the GPU, decode FCFS to an idle FPGA with
- * room, else GPU fallback, else wait) is a different sched_policy_place() over the same views.
+ * The scheduler core (sched_core.c, through sched_book.h) and the system simulator
+ * (sched_sim.h) ask this module, for the request at the head of the FCFS queue, which device
+ * prefills it and which decodes it. It sees plain numbers only (no threads, no clocks, no accel
+ * calls), so it is unit-tested on simulated devices and the simulator runs the very same rules.
  *
- * This first policy (one device does both, the CPU backend's case):
- *   - only healthy (OK or DEGRADED) devices that can both prefill and decode are candidates;
- *   - a candidate has room when running + n <= max_running and the request's KV reservation
- *     (n sequences of prompt + max_tokens positions) fits in mem_total - mem_committed;
- *   - among candidates with room the one with the fewest running sequences wins (ties: the
- *     lowest index) — spreading load over identical devices;
- *   - none with room but one could hold it when empty: WAIT (strict FCFS: the head waits, and
- *     nothing behind it overtakes, so nothing starves);
- *   - no candidate could ever hold it: NEVER (no healthy device, or the request is larger than
- *     any device's whole budget).
+ * The rules (GLITCHES, Sec. III-C: "The scheduler distributes decode tasks to different FPGAs
+ * based on a first-come-first-served strategy. When all FPGAs are busy, new decode tasks will be
+ * processed on the GPU [...] the KV cache [...] remains in the GPU memory [...] If the incoming
+ * inference request exceeds the GPU memory, the task [...] will enter a task queue"):
  *
- * Threads: pure functions (the core calls them on the loop thread). */
+ *   usable      health is not FAILED and the device is not in the request's avoid set (devices
+ *               it already failed on). DEGRADED devices are used, but after every OK one.
+ *   prefill     a usable device with ACCEL_CAP_PREFILL; an FPGA only when opts.fpga_prefill
+ *   devices     (FAST-Prefill kernels configured). Ranked: CUDA, then FPGA, then CPU (the CPU plays
+ *               the GPU's role on a node without one); then OK before DEGRADED; then the fewest
+ *               prefill tokens queued; then the lowest index.
+ *   cards       usable FPGAs with ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT.
+ *   idle card   a card with a free decode slot for all n sequences: running + n <= slots, where
+ *               slots = min(max_batch, max_running). max_batch is what one accel_decode call
+ *               takes: 1 for the fpga backend (its kernel decodes one sequence per run, as
+ *               GLITCHES' FlightLLM-based cards do), so "idle" is "decoding nothing"; a batched
+ *               kernel reports more and is idle while it has a free batch slot. Reservations
+ *               count from placement (before the prefill starts, so that the KV can be shipped
+ *               while it is computed): a card a prefill is filling is busy.
+ *   room        mem_total - mem_committed holds the bytes: on a card n * (prompt + max_tokens)
+ *               positions at its kv_bytes_per_token.
+ *
+ *   1. split:    an idle card with room, and a prefill device with ACCEL_CAP_KV_EXPORT whose free
+ *                memory holds the prompt (one sequence at a time; freed when the prefill ends):
+ *                prefill there, decode on the card (OK before DEGRADED, then the fewest running,
+ *                then the fewest decodes assigned so far — round robin — then the lowest index).
+ *   2. fallback: otherwise (every card busy, none with room, or no card at all) a prefill device
+ *                that can also decode, with room for all n * (prompt + max_tokens) positions and
+ *                running + n <= max_running, decodes it itself: its KV never leaves it. Ranked
+ *                like prefill devices, but the fewest running before the fewest prefill tokens.
+ *   3. WAIT:     otherwise, when some usable device could hold it once idle; the head of the
+ *                queue then waits and nothing behind it overtakes (strict FCFS: no starvation).
+ *   4. NEVER:    no usable device could ever hold it.
+ *
+ * Chunked prefill (sched_policy_chunk): a device that is also decoding runs a long prompt in
+ * chunks (each accel_prefill appends to the sequence), interleaved with its decode steps, so that
+ * the prefill work between two decode steps stays within a time-between-tokens budget (the
+ * Sarathi-Serve rule in ../shared/papers/prefill-optimization-article.txt: size the chunk so the
+ * iteration stays within the decode latency target).
+ *
+ * Threads: pure functions. */
 #ifndef TANDEM_SCHED_POLICY_H
 #define TANDEM_SCHED_POLICY_H
 #include <stdint.h>
@@ -32,15 +59,24 @@ typedef struct sched_policy_dev {
     uint64_t mem_total;       /* KV budget, bytes */
     uint64_t mem_committed;   /* bytes promised to requests placed here and not finished */
     uint64_t kv_bytes_per_token;
-    int running;              /* sequences placed here and not finished */
-    int max_running;          /* sequences it may run at once */
+    int running;              /* decode sequences placed here and not finished */
+    int max_running;          /* decode sequences it may hold at once (the continuous batch) */
+    int max_batch;            /* sequences one decode call takes (accel_info.max_batch) */
+    int prefill_tokens;       /* prompt tokens queued for prefill here */
+    uint64_t assigned;        /* decodes ever placed here (round robin among idle cards) */
 } sched_policy_dev;
 
-/* The request at the head of the queue. */
+typedef struct sched_policy_opts {
+    int fpga_prefill; /* FPGAs with ACCEL_CAP_PREFILL may prefill (FAST-Prefill kernels) */
+} sched_policy_opts;
+
+/* The request at the head of the queue. A request that moved after a failure asks again with
+ * its generated tokens in n_prompt (they are prefilled again) and the rest in max_tokens. */
 typedef struct sched_policy_req {
     int n_prompt;
     int max_tokens;
-    int n; /* choices: n sequences */
+    int n;            /* choices: n sequences */
+    unsigned avoid;   /* bit i: do not use device i (it failed this request) */
 } sched_policy_req;
 
 enum sched_place {
@@ -51,13 +87,47 @@ enum sched_place {
 
 typedef struct sched_placement {
     int prefill; /* device index */
-    int decode;  /* device index (this policy: == prefill) */
+    int decode;  /* device index; == prefill when the prefill device decodes it (fallback) */
 } sched_placement;
 
-/* KV bytes the request reserves on a device with this many bytes per token. */
+/* KV bytes of n sequences of prompt + max_tokens positions on a device. */
 uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req *r);
+/* KV bytes of one prompt-only sequence (the prefill device's share of a split placement). */
+uint64_t sched_policy_prompt_bytes(const sched_policy_dev *d, const sched_policy_req *r);
 
 enum sched_place sched_policy_place(const sched_policy_dev *devs, int n_devs,
-                                    const sched_policy_req *r, sched_placement *out);
+                                    const sched_policy_opts *o, const sched_policy_req *r,
+                                    sched_placement *out);
+
+/* 1 when some request (one token, one choice) could be served by the usable devices at all:
+ * a prefill device and a decode path for it exist. The daemon is ready only then. */
+int sched_policy_can_serve(const sched_policy_dev *devs, int n_devs, const sched_policy_opts *o);
+
+/* ---------------------------------------------------------------- chunked prefill */
+
+/* A chunk never goes below this many tokens, so a prefill always progresses even when the
+ * budget is smaller than one token's time; a chunk of 16 also keeps each weight row in use for
+ * 16 tokens (a GEMM, not a GEMV). Before the device's rate is known the first chunk is
+ * SCHED_CHUNK_PROBE tokens: small enough not to stall decodes, big enough to measure. */
+#define SCHED_CHUNK_MIN 16
+#define SCHED_CHUNK_PROBE 64
+
+/* Seconds per prefill token on a device, learned from its prefill calls (an exponentially
+ * weighted mean, weight SCHED_RATE_WEIGHT for the newest call: it follows the attention cost
+ * growing with the position within a few chunks). */
+typedef struct sched_rate {
+    double s_per_token; /* 0: not measured yet */
+} sched_rate;
+#define SCHED_RATE_WEIGHT 0.3
+void sched_rate_observe(sched_rate *r, int tokens, double seconds);
+
+/* Tokens of the next prefill chunk on a device. budget_s is the configured time-between-tokens
+ * budget for the prefill work between two decode steps (0: chunking off), budget_left_s what
+ * this iteration has left of it. The whole `remaining` when the device has no decodes waiting
+ * on it (decoding == 0) or chunking is off; else as many tokens as fit budget_left_s at the
+ * measured rate, at least SCHED_CHUNK_MIN (SCHED_CHUNK_PROBE before the first measurement).
+ * The caller runs chunks while budget_left_s > 0, and always at least one per iteration. */
+int sched_policy_chunk(int remaining, int decoding, double budget_s, double budget_left_s,
+                       const sched_rate *rate);
 
 #endif

@@ -1,75 +1,282 @@
-/* Tests for scheduler/sched_policy.c with simulated devices: which device a request goes to,
- * when it waits, and when it can never run. */
+/* Tests for scheduler/sched_policy.c on simulated devices: GLITCHES' dispatch (split to an idle
+ * card with room, GPU fallback only when every card is busy or none has room, waiting when the
+ * GPU is full too), prefill ranking, health, the avoid set, batched cards, FPGA prefill, and the
+ * chunk size of a chunked prefill. */
 #include "tests/test.h"
 #include "scheduler/sched_policy.h"
 
-static sched_policy_dev dev(uint64_t mem_total, int max_running)
+#define ALL (ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT)
+#define CARD (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)
+
+static sched_policy_dev gpu(enum accel_kind k, uint64_t mem, int max_running)
 {
-    sched_policy_dev d = {ACCEL_KIND_CPU, ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE, ACCEL_HEALTH_OK,
-                          mem_total, 0, 100, 0, max_running};
+    sched_policy_dev d = {k, ALL, ACCEL_HEALTH_OK, mem, 0, 100, 0, max_running, 256, 0, 0};
     return d;
 }
 
+static sched_policy_dev card(uint64_t mem)
+{
+    sched_policy_dev d = {ACCEL_KIND_FPGA, CARD, ACCEL_HEALTH_OK, mem, 0, 10, 0, 16, 1, 0, 0};
+    return d;
+}
+
+static const sched_policy_opts no_opts = {0};
+
 TEST(sched_policy_kv_bytes)
 {
-    sched_policy_dev d = dev(1 << 20, 4);
-    sched_policy_req r = {10, 6, 3};
+    sched_policy_dev d = gpu(ACCEL_KIND_CPU, 1 << 20, 4);
+    sched_policy_req r = {10, 6, 3, 0};
     CHECK_EQ(sched_policy_kv_bytes(&d, &r), 3 * 16 * 100);
+    CHECK_EQ(sched_policy_prompt_bytes(&d, &r), 10 * 100);
 }
 
-TEST(sched_policy_places_on_least_loaded)
+TEST(sched_policy_split_to_an_idle_card)
 {
-    sched_policy_dev d[3] = {dev(1 << 20, 4), dev(1 << 20, 4), dev(1 << 20, 4)};
-    d[0].running = 2;
-    d[1].running = 1;
-    d[2].running = 1;
-    sched_policy_req r = {10, 10, 1};
+    sched_policy_dev v[3] = {gpu(ACCEL_KIND_CPU, 1 << 20, 4), card(1 << 20), card(1 << 20)};
+    sched_policy_req r = {10, 10, 1, 0};
     sched_placement pl;
-    REQUIRE(sched_policy_place(d, 3, &r, &pl) == SCHED_PLACE_OK);
-    CHECK_EQ(pl.prefill, 1); /* fewest running, lowest index among ties */
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.prefill, 0);
     CHECK_EQ(pl.decode, 1);
-}
-
-TEST(sched_policy_waits_for_room)
-{
-    sched_policy_dev d[2] = {dev(10000, 2), dev(10000, 2)};
-    sched_policy_req r = {20, 20, 1}; /* 4000 bytes */
-    sched_placement pl;
-    d[0].running = 2; /* no sequence slot */
-    d[1].mem_committed = 7000; /* no memory */
-    CHECK_EQ(sched_policy_place(d, 2, &r, &pl), SCHED_PLACE_WAIT);
-    d[1].mem_committed = 6000; /* exactly enough */
-    REQUIRE(sched_policy_place(d, 2, &r, &pl) == SCHED_PLACE_OK);
-    CHECK_EQ(pl.decode, 1);
-    /* n choices need n slots */
-    sched_policy_req r2 = {1, 1, 2};
-    d[1].running = 1;
-    d[1].mem_committed = 0;
-    CHECK_EQ(sched_policy_place(d, 2, &r2, &pl), SCHED_PLACE_WAIT);
-}
-
-TEST(sched_policy_never_when_it_cannot_fit)
-{
-    sched_policy_dev d[2] = {dev(1000, 4), dev(1000, 4)};
-    sched_placement pl;
-    sched_policy_req big = {10, 1, 1}; /* 1100 bytes > any budget */
-    CHECK_EQ(sched_policy_place(d, 2, &big, &pl), SCHED_PLACE_NEVER);
-    sched_policy_req many = {1, 1, 5}; /* 5 sequences > max_running */
-    CHECK_EQ(sched_policy_place(d, 2, &many, &pl), SCHED_PLACE_NEVER);
-    CHECK_EQ(sched_policy_place(d, 0, &many, &pl), SCHED_PLACE_NEVER);
-}
-
-TEST(sched_policy_skips_failed_and_incapable)
-{
-    sched_policy_dev d[3] = {dev(1 << 20, 4), dev(1 << 20, 4), dev(1 << 20, 4)};
-    d[0].health = ACCEL_HEALTH_FAILED;
-    d[1].caps = ACCEL_CAP_DECODE; /* cannot prefill */
-    d[2].health = ACCEL_HEALTH_DEGRADED; /* still serves */
-    d[2].running = 3;
-    sched_policy_req r = {1, 1, 1};
-    sched_placement pl;
-    REQUIRE(sched_policy_place(d, 3, &r, &pl) == SCHED_PLACE_OK);
+    /* card 1 decodes one sequence: busy; card 2 is idle */
+    v[1].running = 1;
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 2);
-    d[2].health = ACCEL_HEALTH_FAILED;
-    CHECK_EQ(sched_policy_place(d, 3, &r, &pl), SCHED_PLACE_NEVER);
+    /* both idle again: the one with fewer decodes so far (round robin) */
+    v[1].running = 0;
+    v[1].assigned = 5;
+    v[2].assigned = 6;
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+}
+
+TEST(sched_policy_fallback_when_every_card_is_busy_or_full)
+{
+    sched_policy_dev v[3] = {gpu(ACCEL_KIND_CUDA, 1 << 20, 4), card(1 << 20), card(3000)};
+    sched_policy_req r = {10, 10, 1, 0}; /* 200 bytes on a card, 2000 on the gpu */
+    sched_placement pl;
+    v[1].running = 1;               /* busy */
+    v[2].mem_committed = 2900;      /* idle but no room for 200 bytes */
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.prefill, 0);
+    CHECK_EQ(pl.decode, 0); /* the GPU decodes it itself: its KV never leaves */
+    v[2].mem_committed = 2800;      /* exactly room */
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 2);
+    /* a request too long for any card's HBM goes to the GPU even with idle cards */
+    v[1].running = 0;
+    sched_policy_req big = {200, 200, 1, 0}; /* 4000 bytes on a card > 3000; 40000 on the gpu */
+    v[1].mem_total = 3000;
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &big, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+}
+
+TEST(sched_policy_waits_when_the_gpu_is_full_too)
+{
+    sched_policy_dev v[2] = {gpu(ACCEL_KIND_CUDA, 10000, 4), card(1 << 20)};
+    sched_policy_req r = {20, 20, 1, 0}; /* 4000 bytes on the gpu, 2000 prompt */
+    sched_placement pl;
+    v[1].running = 1;
+    v[0].mem_committed = 7000;
+    CHECK_EQ(sched_policy_place(v, 2, &no_opts, &r, &pl), SCHED_PLACE_WAIT);
+    v[0].mem_committed = 6000; /* exactly room for the whole request */
+    REQUIRE(sched_policy_place(v, 2, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK(pl.prefill == 0 && pl.decode == 0);
+    /* the gpu's decode slots are all taken */
+    v[0].mem_committed = 0;
+    v[0].running = 4;
+    CHECK_EQ(sched_policy_place(v, 2, &no_opts, &r, &pl), SCHED_PLACE_WAIT);
+    /* a card frees up: the prompt's temporary KV still has to fit the gpu */
+    v[1].running = 0;
+    v[0].mem_committed = 8001;
+    CHECK_EQ(sched_policy_place(v, 2, &no_opts, &r, &pl), SCHED_PLACE_WAIT);
+    v[0].mem_committed = 8000;
+    REQUIRE(sched_policy_place(v, 2, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK(pl.prefill == 0 && pl.decode == 1);
+}
+
+TEST(sched_policy_prefill_ranking)
+{
+    /* GPU first; CPU when no GPU; the least queued among equals */
+    sched_policy_dev v[4] = {gpu(ACCEL_KIND_CPU, 1 << 20, 4), gpu(ACCEL_KIND_CUDA, 1 << 20, 4),
+                             gpu(ACCEL_KIND_CUDA, 1 << 20, 4), card(1 << 20)};
+    sched_policy_req r = {10, 10, 1, 0};
+    sched_placement pl;
+    v[1].prefill_tokens = 500;
+    v[2].prefill_tokens = 100;
+    REQUIRE(sched_policy_place(v, 4, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK(pl.prefill == 2 && pl.decode == 3);
+    v[1].health = v[2].health = ACCEL_HEALTH_FAILED;
+    REQUIRE(sched_policy_place(v, 4, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK(pl.prefill == 0 && pl.decode == 3);
+    /* a degraded GPU still beats the CPU (the kind ranks first), an OK one beats it */
+    v[1].health = ACCEL_HEALTH_DEGRADED;
+    REQUIRE(sched_policy_place(v, 4, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.prefill, 1);
+    v[2].health = ACCEL_HEALTH_OK;
+    REQUIRE(sched_policy_place(v, 4, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.prefill, 2);
+    /* fallback decode: the GPU with the fewest running */
+    v[3].running = 1;
+    v[1].health = ACCEL_HEALTH_OK;
+    v[1].running = 1;
+    v[2].running = 2;
+    REQUIRE(sched_policy_place(v, 4, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK(pl.prefill == 1 && pl.decode == 1);
+}
+
+TEST(sched_policy_health_and_avoid)
+{
+    sched_policy_dev v[3] = {gpu(ACCEL_KIND_CPU, 1 << 20, 4), card(1 << 20), card(1 << 20)};
+    sched_policy_req r = {10, 10, 1, 0};
+    sched_placement pl;
+    v[1].health = ACCEL_HEALTH_DEGRADED; /* an OK card first */
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 2);
+    v[2].health = ACCEL_HEALTH_FAILED; /* a degraded idle card before the fallback */
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+    r.avoid = 1u << 1; /* the request failed on card 1: the CPU decodes it */
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK(pl.prefill == 0 && pl.decode == 0);
+    r.avoid = 1u << 0; /* ... and on the CPU: nothing can prefill it */
+    CHECK_EQ(sched_policy_place(v, 3, &no_opts, &r, &pl), SCHED_PLACE_NEVER);
+}
+
+TEST(sched_policy_never)
+{
+    sched_policy_dev v[2] = {gpu(ACCEL_KIND_CPU, 1000, 4), card(100)};
+    sched_placement pl;
+    sched_policy_req big = {10, 1, 1, 0}; /* 1100 bytes > any budget */
+    CHECK_EQ(sched_policy_place(v, 2, &no_opts, &big, &pl), SCHED_PLACE_NEVER);
+    sched_policy_req many = {1, 1, 5, 0}; /* 5 sequences: > max_running, > a card's one slot */
+    CHECK_EQ(sched_policy_place(v, 2, &no_opts, &many, &pl), SCHED_PLACE_NEVER);
+    CHECK_EQ(sched_policy_place(v, 0, &no_opts, &many, &pl), SCHED_PLACE_NEVER);
+    /* cards alone cannot serve: nothing prefills */
+    sched_policy_dev cards[2] = {card(1 << 20), card(1 << 20)};
+    sched_policy_req r = {1, 1, 1, 0};
+    CHECK_EQ(sched_policy_place(cards, 2, &no_opts, &r, &pl), SCHED_PLACE_NEVER);
+    CHECK(!sched_policy_can_serve(cards, 2, &no_opts));
+    CHECK(sched_policy_can_serve(v, 2, &no_opts));
+    v[0].health = ACCEL_HEALTH_FAILED;
+    CHECK(!sched_policy_can_serve(v, 2, &no_opts));
+    /* can_serve ignores load: a busy node still serves */
+    v[0].health = ACCEL_HEALTH_OK;
+    v[0].running = 4;
+    v[0].mem_committed = 1000;
+    v[1].running = 1;
+    CHECK(sched_policy_can_serve(v, 2, &no_opts));
+}
+
+TEST(sched_policy_batched_card_and_fpga_prefill)
+{
+    sched_policy_dev v[2] = {gpu(ACCEL_KIND_CUDA, 1 << 20, 8), card(1 << 20)};
+    v[1].max_batch = 4; /* a batched kernel: idle while a batch slot is free */
+    sched_policy_req r = {10, 10, 2, 0};
+    sched_placement pl;
+    v[1].running = 2;
+    REQUIRE(sched_policy_place(v, 2, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+    v[1].running = 3;
+    REQUIRE(sched_policy_place(v, 2, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    /* the continuous-batch cap bounds a card too */
+    v[1].running = 0;
+    v[1].max_running = 1;
+    REQUIRE(sched_policy_place(v, 2, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+
+    /* all-FPGA node with prefill kernels: only when configured */
+    sched_policy_dev f[2] = {card(1 << 20), card(1 << 20)};
+    f[0].caps |= ACCEL_CAP_PREFILL;
+    f[1].caps |= ACCEL_CAP_PREFILL;
+    sched_policy_req one = {10, 10, 1, 0};
+    CHECK_EQ(sched_policy_place(f, 2, &no_opts, &one, &pl), SCHED_PLACE_NEVER);
+    sched_policy_opts fp = {1};
+    REQUIRE(sched_policy_place(f, 2, &fp, &one, &pl) == SCHED_PLACE_OK);
+    CHECK(pl.prefill == pl.decode); /* a card without KV export prefills for itself */
+    /* with a GPU present the GPU prefills and the card decodes */
+    sched_policy_dev g[2] = {gpu(ACCEL_KIND_CUDA, 1 << 20, 8), f[0]};
+    REQUIRE(sched_policy_place(g, 2, &fp, &one, &pl) == SCHED_PLACE_OK);
+    CHECK(pl.prefill == 0 && pl.decode == 1);
+}
+
+static int rnd(uint64_t *x, int n)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return (int)(*x % (uint64_t)n);
+}
+
+/* A property over many random node states: the policy's answer is always the GLITCHES one. */
+TEST(sched_policy_random_states)
+{
+    uint64_t x = 88172645463325252ull;
+#define RND(n) rnd(&x, n)
+    for (int it = 0; it < 20000; it++) {
+        sched_policy_dev v[6];
+        int n = 1 + RND(6);
+        for (int i = 0; i < n; i++) {
+            v[i] = RND(3) ? card(1000 + 100 * RND(20)) : gpu(RND(2) ? ACCEL_KIND_CUDA : ACCEL_KIND_CPU, 2000 + 1000 * RND(20), 1 + RND(4));
+            v[i].health = RND(5) == 0 ? ACCEL_HEALTH_FAILED : RND(5) == 0 ? ACCEL_HEALTH_DEGRADED : ACCEL_HEALTH_OK;
+            v[i].running = RND(v[i].max_running + 1);
+            v[i].mem_committed = (uint64_t)RND((int)v[i].mem_total + 1);
+        }
+        sched_policy_req r = {1 + RND(30), 1 + RND(30), 1, 0};
+        sched_placement pl;
+        enum sched_place res = sched_policy_place(v, n, &no_opts, &r, &pl);
+        /* is there an idle card with room, and an exporter with room? */
+        int idle_card = -1, exporter = 0, local_ok = 0;
+        for (int i = 0; i < n; i++) {
+            if (v[i].health == ACCEL_HEALTH_FAILED) continue;
+            uint64_t free = v[i].mem_total - v[i].mem_committed;
+            if (v[i].kind == ACCEL_KIND_FPGA) {
+                if (v[i].running == 0 && sched_policy_kv_bytes(&v[i], &r) <= free) idle_card = i;
+            } else {
+                if (sched_policy_prompt_bytes(&v[i], &r) <= free) exporter = 1;
+                if (v[i].running < v[i].max_running && sched_policy_kv_bytes(&v[i], &r) <= free) local_ok = 1;
+            }
+        }
+        if (idle_card >= 0 && exporter) {
+            CHECK_MSG(res == SCHED_PLACE_OK && pl.prefill != pl.decode, "iteration %d: an idle card was not used", it);
+            if (res == SCHED_PLACE_OK) {
+                const sched_policy_dev *c = &v[pl.decode];
+                CHECK(c->kind == ACCEL_KIND_FPGA && c->running == 0 && c->health != ACCEL_HEALTH_FAILED);
+                CHECK(sched_policy_kv_bytes(c, &r) <= c->mem_total - c->mem_committed);
+                CHECK(v[pl.prefill].kind != ACCEL_KIND_FPGA);
+            }
+        } else if (local_ok) {
+            CHECK_MSG(res == SCHED_PLACE_OK && pl.prefill == pl.decode, "iteration %d: no fallback", it);
+        } else {
+            CHECK_MSG(res != SCHED_PLACE_OK, "iteration %d: placed without room", it);
+        }
+        if (res == SCHED_PLACE_OK && pl.prefill == pl.decode) {
+            const sched_policy_dev *g = &v[pl.decode];
+            CHECK(g->kind != ACCEL_KIND_FPGA && g->running < g->max_running);
+            CHECK(sched_policy_kv_bytes(g, &r) <= g->mem_total - g->mem_committed);
+        }
+        if (t_failed()) break; /* one report is enough */
+    }
+#undef RND
+}
+
+TEST(sched_policy_chunk_sizes)
+{
+    sched_rate rate = {0};
+    /* nothing decodes on the device, or chunking is off: the whole prompt */
+    CHECK_EQ(sched_policy_chunk(5000, 0, 0.05, 0.05, &rate), 5000);
+    CHECK_EQ(sched_policy_chunk(5000, 1, 0, 0, &rate), 5000);
+    /* decoding, rate unknown: a probe chunk */
+    CHECK_EQ(sched_policy_chunk(5000, 1, 0.05, 0.05, &rate), SCHED_CHUNK_PROBE);
+    CHECK_EQ(sched_policy_chunk(10, 1, 0.05, 0.05, &rate), 10);
+    sched_rate_observe(&rate, 100, 0.01); /* 100 us per token */
+    CHECK_NEAR(rate.s_per_token, 1e-4, 1e-12);
+    CHECK_EQ(sched_policy_chunk(5000, 1, 0.05, 0.05, &rate), 500);
+    CHECK_EQ(sched_policy_chunk(5000, 1, 0.05, 0.02, &rate), 200);
+    CHECK_EQ(sched_policy_chunk(5000, 1, 0.05, 0.0001, &rate), SCHED_CHUNK_MIN);
+    CHECK_EQ(sched_policy_chunk(5000, 1, 0.05, -1, &rate), SCHED_CHUNK_MIN);
+    CHECK_EQ(sched_policy_chunk(300, 1, 0.05, 0.05, &rate), 300);
+    sched_rate_observe(&rate, 100, 0.02); /* 200 us: weighted mean */
+    CHECK_NEAR(rate.s_per_token, 0.7e-4 + 0.3 * 2e-4, 1e-12);
 }

@@ -1,0 +1,106 @@
+/* scheduler/sched_sim_model.h — timing models of the devices the system simulator drives.
+ *
+ * Every device call is priced with a roofline-shaped formula whose two rates come from one
+ * published or measured calibration point per device (the table in sched_sim_model.c names its
+ * source):
+ *
+ *   prefill of n tokens appended at position pos0 (compute-bound: GEMMs + causal attention)
+ *       t = fixed + flops(n, pos0) / prefill_flops
+ *       flops = 2 * params * n  +  4 * layers * (heads * head_dim) * n * (pos0 + n / 2)
+ *   decode step of `batch` sequences holding sum_ctx positions in all (bandwidth-bound)
+ *       t = fixed + max((weight_bytes + sum_ctx * kv_bytes_per_token) / decode_bps,
+ *                       2 * params * batch / prefill_flops)
+ *   KV ship of one layer's chunk from a prefill device to a card (GLITCHES: GPU -> host ->
+ *   FPGA over PCIe, "the GPU to FPGA latency is obtained by adding the latency from GPU to CPU
+ *   and from CPU to FPGA")
+ *       t = per hop: link_s + bytes / link_bps   (a CPU's hop is host memory: free)
+ *
+ * The calibration inverts the same formulas: prefill_flops = flops(cal tokens, 0) /
+ * (cal prefill time - fixed); decode_bps = bytes(cal context) / (cal decode time - fixed). So
+ * the model reproduces its calibration points exactly and scales to other lengths and shapes by
+ * FLOPs and bytes. What it leaves out: kernel efficiency changing with the shape, batch-size
+ * effects on GEMM efficiency, PCIe contention between cards, host CPU time.
+ *
+ * Weights and KV per device: GPUs hold fp16/bf16 weights and fp16 KV; a card holds W4A8 (4-bit
+ * weights + 5 % quantization metadata: GLITCHES Sec. IV says 4-6 %) or W8A8 weights and int8 KV
+ * with one fp16 scale per token and head (proto/kv.h). KV budget = memory - weights - 10 %
+ * (activations, workspace).
+ *
+ * Threads: pure functions and constant tables. */
+#ifndef TANDEM_SCHED_SIM_MODEL_H
+#define TANDEM_SCHED_SIM_MODEL_H
+#include <stddef.h>
+#include <stdint.h>
+#include "scheduler/sched_book.h"
+
+typedef struct sched_sim_shape {
+    const char *name;
+    double params;       /* weights, all layers + embeddings + head */
+    int n_layers, n_heads, n_kv_heads, head_dim;
+    int context;         /* the model's context length */
+} sched_sim_shape;
+
+/* One hardware profile: calibration points and physical facts (the table's rows). */
+typedef struct sched_sim_hw {
+    const char *name;
+    enum accel_kind kind;
+    unsigned caps;              /* ACCEL_CAP_* as the real backend reports them */
+    int max_batch;              /* sequences per decode call (1: a FlightLLM-style card) */
+    const char *cal_shape;      /* model of the calibration points */
+    double cal_prefill_tokens, cal_prefill_s; /* a prefill of this many tokens took */
+    double cal_decode_ctx, cal_decode_s;      /* one decode step, batch 1, at this context */
+    double fixed_s;             /* per call, not scaling with bytes or FLOPs */
+    double mem_bytes;           /* device memory */
+    int weight_bits, kv_bits;   /* 16/16 (GPU) or 4|8/8 (card) */
+    double link_bps, link_s;    /* host link per direction; 0 bps: host memory */
+    double price;               /* dollars (cost efficiency) */
+    const char *source;
+} sched_sim_hw;
+
+/* A device as the simulator prices it (derived from a profile and a shape). */
+typedef struct sched_sim_dev_model {
+    char name[32];
+    const sched_sim_hw *hw;
+    enum accel_kind kind;
+    unsigned caps;
+    int max_batch, max_running;
+    uint64_t mem_kv, kv_bytes_per_token;
+    double params, weight_bytes;
+    double prefill_flops, decode_bps, fixed_s;
+    int n_layers, attn_dim;
+    double link_bps, link_s;
+} sched_sim_dev_model;
+
+typedef struct sched_sim_model {
+    sched_sim_shape shape;
+    sched_sim_dev_model dev[SCHED_BOOK_MAX_DEVICES];
+    int n_devs;
+} sched_sim_model;
+
+const sched_sim_shape *sched_sim_shape_find(const char *name);
+const sched_sim_hw *sched_sim_hw_find(const char *name);
+/* The tables, for listing: element i, NULL past the end. */
+const sched_sim_shape *sched_sim_shape_at(int i);
+const sched_sim_hw *sched_sim_hw_at(int i);
+
+/* Prices hw running shape s. max_running: decode sequences it may hold (0: max_batch for a
+ * card, 256 otherwise). Returns 0, or -1 with a message (the model does not fit its memory, or
+ * a calibration point is unusable). */
+int sched_sim_dev_init(sched_sim_dev_model *out, const sched_sim_hw *hw,
+                       const sched_sim_shape *s, int max_running, int index, char *err,
+                       size_t errlen);
+/* Replaces a device's calibration with a measured point (e.g. the CUDA backend's bench):
+ * prefill of `tokens` tokens in `seconds`, or one batch-1 decode step at context `ctx`. */
+void sched_sim_dev_calibrate_prefill(sched_sim_dev_model *d, const sched_sim_shape *s,
+                                     double tokens, double seconds);
+void sched_sim_dev_calibrate_decode(sched_sim_dev_model *d, const sched_sim_shape *s,
+                                    double ctx, double seconds);
+
+double sched_sim_prefill_flops(const sched_sim_shape *s, double n, double pos0);
+double sched_sim_prefill_s(const sched_sim_dev_model *d, int n, int pos0);
+double sched_sim_decode_s(const sched_sim_dev_model *d, int batch, long long sum_ctx);
+/* One layer's KV chunk of `bytes` from a prefill device to a card. */
+double sched_sim_ship_s(const sched_sim_dev_model *from, const sched_sim_dev_model *to,
+                        double bytes);
+
+#endif

@@ -1,0 +1,243 @@
+/* Tests for the dispatch on a simulated clock (scheduler/sched_sim.c driving sched_book and
+ * sched_policy with modelled devices): FCFS order, the card chosen is idle and has room, GPU
+ * fallback only when every card is busy or full, queueing when the GPU is full, no starvation,
+ * cancellation frees everything, chunked prefill bounds the time between tokens, and the
+ * virtual times of a lone request equal the model's prices. */
+#include "tests/test.h"
+#include "scheduler/sched_sim.h"
+
+typedef struct checks {
+    int placements, last_id, fcfs_ok, card_ok, fallback_ok, n_cards;
+    int splits, locals;
+} checks;
+
+static void on_place(void *ctx, const sched_sim_req *r, const sched_book *b, const sched_placement *pl)
+{
+    checks *c = ctx;
+    c->placements++;
+    if (r->id < c->last_id) c->fcfs_ok = 0; /* placed before an earlier arrival */
+    c->last_id = r->id;
+    sched_policy_req pr = {r->n_prompt, r->n_out, 1, 0};
+    if (pl->prefill != pl->decode) {
+        c->splits++;
+        const sched_policy_dev *d = &b->dev[pl->decode];
+        if (d->kind != ACCEL_KIND_FPGA || d->running != 0 ||
+            sched_policy_kv_bytes(d, &pr) > d->mem_total - d->mem_committed)
+            c->card_ok = 0;
+    } else {
+        c->locals++;
+        /* a fallback is only right when no card was idle with room */
+        for (int i = 0; i < b->n; i++) {
+            const sched_policy_dev *d = &b->dev[i];
+            if (d->kind == ACCEL_KIND_FPGA && d->running == 0 &&
+                sched_policy_kv_bytes(d, &pr) <= d->mem_total - d->mem_committed)
+                c->fallback_ok = 0;
+        }
+    }
+}
+
+/* 1 GPU (a100) + n_cards U280, LLaMA2-7B. */
+static int node(sched_sim_model *m, const char *gpu, int n_gpus, int n_cards, int gpu_running)
+{
+    char err[256];
+    memset(m, 0, sizeof *m);
+    const sched_sim_shape *s = sched_sim_shape_find("llama2-7b");
+    if (!s) return -1;
+    m->shape = *s;
+    for (int i = 0; i < n_gpus + n_cards; i++) {
+        const sched_sim_hw *hw = sched_sim_hw_find(i < n_gpus ? gpu : "u280");
+        if (!hw || sched_sim_dev_init(&m->dev[i], hw, s, i < n_gpus ? gpu_running : 0, i, err, sizeof err)) {
+            t_fail(__FILE__, __LINE__, "%s", err);
+            return -1;
+        }
+    }
+    m->n_devs = n_gpus + n_cards;
+    return 0;
+}
+
+static sched_sim *sim_of(const sched_sim_model *m, checks *c, double budget)
+{
+    memset(c, 0, sizeof *c);
+    c->fcfs_ok = c->card_ok = c->fallback_ok = 1;
+    c->last_id = -1;
+    sched_sim_config cfg = {m, m->n_devs, budget, 0, on_place, NULL, c};
+    char err[128];
+    sched_sim *s = sched_sim_new(&cfg, err, sizeof err);
+    if (!s) t_fail(__FILE__, __LINE__, "%s", err);
+    return s;
+}
+
+TEST(sched_sim_lone_request_times)
+{
+    sched_sim_model m;
+    REQUIRE(node(&m, "a100", 1, 1, 8) == 0);
+    checks c;
+    sched_sim *s = sim_of(&m, &c, 0.05);
+    REQUIRE(s);
+    sched_sim_req r = {.arrival = 1.0, .n_prompt = 1536, .n_out = 512};
+    REQUIRE(sched_sim_submit(s, &r) == 0);
+    sched_sim_run(s, 0);
+    CHECK_EQ(r.state, SCHED_SIM_DONE);
+    CHECK(r.prefill_dev == 0 && r.decode_dev == 1);
+    /* nothing else decodes on the GPU: one whole prefill; the first token at its end */
+    double pf = sched_sim_prefill_s(&m.dev[0], 1536, 0);
+    CHECK_NEAR(pf, 0.17585, 1e-9); /* the a100 profile's own calibration point */
+    CHECK_NEAR(r.t_first, 1.0 + pf, 1e-9);
+    /* the card starts after the last layer of KV arrived; then one token per modelled step */
+    double ship = sched_sim_ship_s(&m.dev[0], &m.dev[1], 1536.0 * m.dev[1].kv_bytes_per_token / 32);
+    double t = 1.0 + pf + ship;
+    for (int g = 1; g < 512; g++) t += sched_sim_decode_s(&m.dev[1], 1, 1536 + g);
+    CHECK_NEAR(r.t_done, t, 1e-6);
+    /* the card's model reproduces GLITCHES' 21.5 ms/token at the mean context */
+    CHECK_NEAR(sched_sim_decode_s(&m.dev[1], 1, 1792), 0.0215, 1e-9);
+    CHECK_EQ(r.generated, 512);
+    CHECK(sched_book_empty(sched_sim_book(s)));
+    sched_sim_free(s);
+}
+
+TEST(sched_sim_fcfs_cards_then_fallback)
+{
+    sched_sim_model m;
+    REQUIRE(node(&m, "a100", 1, 3, 4) == 0);
+    checks c;
+    sched_sim *s = sim_of(&m, &c, 0.05);
+    REQUIRE(s);
+    enum { N = 40 };
+    sched_sim_req r[N];
+    for (int i = 0; i < N; i++) {
+        r[i] = (sched_sim_req){.arrival = 0.05 * i, .n_prompt = 128 + 97 * (i % 7), .n_out = 64 + 31 * (i % 5)};
+        REQUIRE(sched_sim_submit(s, &r[i]) == 0);
+    }
+    sched_sim_run(s, 0);
+    int on_cards = 0, fallback = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(r[i].state, SCHED_SIM_DONE);
+        CHECK_EQ(r[i].generated, r[i].n_out);
+        if (r[i].prefill_dev != r[i].decode_dev) on_cards++;
+        else fallback++;
+        CHECK_EQ(r[i].prefill_dev, 0);
+        if (i) CHECK(r[i].t_start >= r[i - 1].t_start); /* FCFS */
+    }
+    CHECK(c.fcfs_ok);
+    CHECK(c.card_ok);
+    CHECK(c.fallback_ok);
+    CHECK(on_cards > 0 && fallback > 0); /* 3 cards saturate at this rate */
+    CHECK(sched_book_empty(sched_sim_book(s)));
+    int w, run;
+    sched_sim_counts(s, &w, &run);
+    CHECK(w == 0 && run == 0);
+    sched_sim_dev_stats st;
+    sched_sim_dev_stats_get(s, 1, &st);
+    CHECK(st.decodes > 0 && st.busy_s > 0);
+    sched_sim_free(s);
+}
+
+TEST(sched_sim_queue_when_gpu_full_and_no_starvation)
+{
+    sched_sim_model m;
+    REQUIRE(node(&m, "a100", 1, 1, 64) == 0);
+    /* a GPU whose KV budget holds 3 requests of 2048 positions */
+    m.dev[0].mem_kv = 3 * 2048 * m.dev[0].kv_bytes_per_token;
+    checks c;
+    sched_sim *s = sim_of(&m, &c, 0.05);
+    REQUIRE(s);
+    enum { N = 30, BIG = 10 };
+    sched_sim_req r[N];
+    for (int i = 0; i < N; i++) {
+        r[i] = (sched_sim_req){.arrival = 0.01 * i, .n_prompt = 1024, .n_out = 1024};
+        /* one request needs the whole budget: it must wait for the others to drain, and
+         * nothing behind it may overtake it */
+        if (i == BIG) r[i].n_prompt = 3 * 2048 - 1024;
+        REQUIRE(sched_sim_submit(s, &r[i]) == 0);
+    }
+    sched_sim_run(s, 0);
+    int waited = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(r[i].state, SCHED_SIM_DONE);
+        waited += r[i].t_start > r[i].arrival;
+        if (i > BIG) CHECK(r[i].t_start >= r[BIG].t_start);
+    }
+    CHECK(waited > 0);
+    CHECK(c.fcfs_ok && c.card_ok && c.fallback_ok);
+    /* the big one waited until the GPU held nothing else */
+    for (int i = 0; i < BIG; i++)
+        if (r[i].decode_dev == 0) CHECK(r[i].t_done <= r[BIG].t_start + 1e-12);
+    CHECK(sched_book_empty(sched_sim_book(s)));
+    sched_sim_free(s);
+}
+
+TEST(sched_sim_cancel_frees_everything)
+{
+    sched_sim_model m;
+    REQUIRE(node(&m, "a100", 1, 2, 2) == 0);
+    m.dev[0].mem_kv = 2 * 1200 * m.dev[0].kv_bytes_per_token;
+    checks c;
+    sched_sim *s = sim_of(&m, &c, 0.05);
+    REQUIRE(s);
+    enum { N = 24 };
+    sched_sim_req r[N];
+    for (int i = 0; i < N; i++) {
+        r[i] = (sched_sim_req){.arrival = 0.02 * i, .n_prompt = 512, .n_out = 512};
+        /* cancels at every stage: waiting, prefilling, shipping, decoding on a card or the GPU */
+        if (i % 3 == 0) r[i].cancel_at = r[i].arrival + 0.001 + 0.7 * (i % 5);
+        REQUIRE(sched_sim_submit(s, &r[i]) == 0);
+    }
+    sched_sim_run(s, 0);
+    int cancelled = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK(r[i].state == SCHED_SIM_DONE || r[i].state == SCHED_SIM_CANCELLED);
+        if (r[i].state == SCHED_SIM_CANCELLED) {
+            cancelled++;
+            CHECK(r[i].cancel_at > 0);
+        }
+    }
+    CHECK(cancelled >= 4);
+    CHECK(sched_book_empty(sched_sim_book(s)));
+    int w, run;
+    sched_sim_counts(s, &w, &run);
+    CHECK(w == 0 && run == 0);
+    sched_sim_free(s);
+}
+
+TEST(sched_sim_chunked_prefill_bounds_tbt)
+{
+    /* One GPU decoding a request while 4096-token prompts arrive: with a 30 ms budget the
+     * decode's longest gap is one step plus at most the budget plus one minimal chunk; without
+     * chunking it is a whole prefill. */
+    double gap[2];
+    for (int k = 0; k < 2; k++) {
+        sched_sim_model m;
+        REQUIRE(node(&m, "a100", 1, 0, 8) == 0);
+        checks c;
+        double budget = k == 0 ? 0.030 : 0;
+        sched_sim *s = sim_of(&m, &c, budget);
+        REQUIRE(s);
+        sched_sim_req r[4];
+        r[0] = (sched_sim_req){.arrival = 0, .n_prompt = 16, .n_out = 400};
+        for (int i = 1; i < 4; i++) r[i] = (sched_sim_req){.arrival = 0.5 * i, .n_prompt = 4000, .n_out = 2};
+        for (int i = 0; i < 4; i++) REQUIRE(sched_sim_submit(s, &r[i]) == 0);
+        sched_sim_run(s, 0);
+        for (int i = 0; i < 4; i++) CHECK_EQ(r[i].state, SCHED_SIM_DONE);
+        gap[k] = r[0].max_tbt;
+        double step = sched_sim_decode_s(&m.dev[0], 4, 4 * 4096);
+        if (k == 0) {
+            double chunk_min = sched_sim_prefill_s(&m.dev[0], SCHED_CHUNK_MIN, 4000);
+            CHECK_MSG(gap[k] <= step + budget + sched_sim_prefill_s(&m.dev[0], SCHED_CHUNK_PROBE, 4000) + chunk_min,
+                      "gap %.4f s", gap[k]);
+        } else {
+            CHECK(gap[k] >= sched_sim_prefill_s(&m.dev[0], 4000, 0));
+        }
+        sched_sim_free(s);
+    }
+    CHECK(gap[0] < gap[1]);
+}
+
+TEST(sched_sim_percentiles)
+{
+    double v[] = {5, 1, 4, 2, 3};
+    CHECK_NEAR(sched_sim_percentile(v, 5, 50), 3, 1e-12);
+    CHECK_NEAR(sched_sim_percentile(v, 5, 0), 1, 1e-12);
+    CHECK_NEAR(sched_sim_percentile(v, 5, 100), 5, 1e-12);
+    CHECK_NEAR(sched_sim_percentile(v, 5, 90), 4.6, 1e-12);
+    CHECK_NEAR(sched_sim_percentile(v, 0, 50), 0, 0);
+}
