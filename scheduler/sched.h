@@ -1,4 +1,6 @@
-/* scheduler/sched.h — requests to devices: admission, placement, continuous batching, events.
+/* scheduler/sched.h — requests to devices: admission, GLITCHES placement (prefill on the GPU,
+ * decode FCFS on an idle FPGA, GPU fallback, waiting), KV hand-over between devices, chunked
+ * prefill, continuous batching, failover, events.
  *
  * Threads (the process model of daemon/serve.c):
  *   - The libuv loop thread calls everything in this header (sched_new, sched_submit,
@@ -52,8 +54,10 @@ const char *sched_strerror(int status);
 
 typedef struct sched_config {
     int max_waiting;      /* requests in the waiting queue before QUEUE_FULL */
-    int max_running;      /* sequences (choices) one device runs at once */
+    int max_running;      /* sequences (choices) one device decodes at once */
     double step_delay_ms; /* testing aid: sleep before each device step (0 in production) */
+    double tbt_budget_ms; /* prefill work between two decode steps of a device (0: no chunking) */
+    int fpga_prefill;     /* FPGAs that report ACCEL_CAP_PREFILL may prefill */
 } sched_config;
 
 /* What a request asks for. Everything is copied by sched_submit. */
@@ -89,6 +93,9 @@ typedef struct sched_event {
     double t;             /* when the worker produced it (sched_now clock) */
     /* PLACED */
     const char *prefill_dev, *decode_dev; /* stable for the scheduler's lifetime */
+    int moves;             /* > 0: placed again after a failure on failed_dev */
+    const char *failed_dev;
+    int failed_status;     /* ACCEL_ERR_* of that failure */
     /* TOKEN, CHOICE_DONE: text that is final (valid UTF-8, stop strings removed) */
     const char *text;
     size_t text_len;
@@ -149,8 +156,14 @@ typedef struct sched_req_info {
 void sched_req_get_info(const sched_req *r, sched_req_info *out);
 
 typedef struct sched_dev_stats {
-    accel_info info;        /* name, kind, health, memory (accel_get_info) */
-    int running;            /* sequences placed on it */
+    accel_info info;        /* name, kind, memory (accel_get_info); health: the worse of the
+                               backend's and the scheduler's own mark (failures in a row) */
+    int running;            /* decode sequences placed on it */
+    uint64_t decodes;       /* requests placed to decode on it */
+    uint64_t prefills;      /* requests placed to prefill on it */
+    uint64_t failovers;     /* requests that moved away after a failure on it */
+    uint64_t prefill_chunks; /* accel_prefill calls */
+    uint64_t kv_chunks, kv_bytes; /* KV layer chunks imported into it, and their bytes */
     uint64_t steps;         /* prefill + decode calls completed */
     uint64_t tokens;        /* tokens through the device (prompt + generated) */
     double busy_seconds;    /* time spent inside device calls */
@@ -161,9 +174,18 @@ typedef struct sched_dev_stats {
 
 typedef struct sched_stats {
     int n_waiting, n_running; /* requests */
+    /* decode placements: split to a card / in place on the prefill device although the node has
+     * cards (every card busy or full: GLITCHES' GPU fallback) / in place on a node without cards */
+    uint64_t placements_split, placements_fallback, placements_local;
+    uint64_t moves;           /* failovers (a request may move more than once) */
+    uint64_t moves_failed;    /* requests that failed after SCHED_MAX_MOVES moves */
     int n_devices;
     sched_dev_stats dev[SCHED_MAX_DEVICES];
 } sched_stats;
 void sched_get_stats(sched *s, sched_stats *out);
+
+/* 1 when the healthy, warm devices can serve a request at all (some device prefills and some
+ * decode path exists: sched_policy_can_serve); else 0 and *why says what is missing. */
+int sched_can_serve(sched *s, const char **why);
 
 #endif

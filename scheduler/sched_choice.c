@@ -6,6 +6,7 @@
  * events: one TOKEN event with the final text delta (and logprobs when asked), and a
  * CHOICE_DONE event when the choice finished. */
 #include "scheduler/sched_internal.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,12 +31,47 @@ int sched_choice_init(sched_choice *c, sched *s, const sched_params *p, int inde
     return c->gen ? 0 : -1;
 }
 
-void sched_choice_deinit(sched_choice *c, accel_dev *dev)
+void sched_choice_deinit(sched_choice *c, accel_dev *dev, unsigned which, int all)
 {
-    if (c->seq && dev) accel_seq_free(dev, c->seq);
-    c->seq = NULL;
+    accel_seq **seqs[] = {&c->seq, &c->pseq, &c->dseq};
+    for (int i = 0; i < 3; i++) {
+        if (!(which >> i & 1u)) continue;
+        if (*seqs[i] && dev) accel_seq_free(dev, *seqs[i]);
+        if (dev) *seqs[i] = NULL;
+    }
+    if (which & SCHED_SEQ_PREFILL) {
+        free(c->pf_buf);
+        c->pf_buf = NULL;
+        c->pf_ids = NULL;
+    }
+    if (!all) return;
+    free(c->pf_buf);
+    c->pf_buf = NULL;
     model_gen_free(c->gen);
     c->gen = NULL;
+    free(c->hist);
+    c->hist = NULL;
+}
+
+int sched_choice_prefill_ids(sched_req *r, sched_choice *c)
+{
+    free(c->pf_buf);
+    c->pf_buf = NULL;
+    c->pf_done = 0;
+    if (!r->moved || !c->n_hist) {
+        c->pf_ids = r->prompt;
+        c->pf_n = r->n_prompt;
+        return 0;
+    }
+    /* After a move: the prompt and every token generated so far (the last one was sampled but
+     * never fed), so the prefill's logits predict the next token. */
+    c->pf_buf = malloc(sizeof(int32_t) * (size_t)(r->n_prompt + c->n_hist));
+    if (!c->pf_buf) return SCHED_ERR_NOMEM;
+    memcpy(c->pf_buf, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
+    memcpy(c->pf_buf + r->n_prompt, c->hist, sizeof(int32_t) * (size_t)c->n_hist);
+    c->pf_ids = c->pf_buf;
+    c->pf_n = r->n_prompt + c->n_hist;
+    return 0;
 }
 
 static void post_token(sched *s, sched_req *r, sched_choice *c, const model_gen_out *o, double t)
@@ -79,12 +115,30 @@ static void post_choice_done(sched *s, sched_req *r, sched_choice *c, double t)
     sched_post(s, n);
 }
 
+/* A row without one finite logit is a device's garbage (the sampler would answer -1 after
+ * advancing its state): refuse it before sampling, so that the request can move unchanged. */
+static int any_finite(const float *x, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (isfinite(x[i])) return 1;
+    return 0;
+}
+
 int sched_choice_step(sched *s, sched_req *r, sched_choice *c, float *logits, double t)
 {
     model_gen_out o;
+    if (!any_finite(logits, s->vocab)) return ACCEL_ERR_DEVICE;
+    if (c->n_hist == c->cap_hist) {
+        int cap = c->cap_hist ? 2 * c->cap_hist : 64;
+        if (cap > r->max_tokens) cap = r->max_tokens;
+        int32_t *h = realloc(c->hist, sizeof(int32_t) * (size_t)(cap > c->n_hist ? cap : c->n_hist + 1));
+        if (!h) return SCHED_ERR_NOMEM;
+        c->hist = h;
+        c->cap_hist = cap > c->n_hist ? cap : c->n_hist + 1;
+    }
     if (model_gen_step(c->gen, logits, &o) < 0) return SCHED_ERR_NOMEM;
-    /* The sampler answers -1 when no logit is finite: the device computed garbage. */
-    if (o.token < 0) return ACCEL_ERR_DEVICE;
+    if (o.token < 0) return ACCEL_ERR_DEVICE; /* not reached: a finite logit was there */
+    c->hist[c->n_hist++] = o.token;
     c->generated++;
     atomic_fetch_add(&r->generated, 1);
     if (r->t_first_token == 0) r->t_first_token = t;

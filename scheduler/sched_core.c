@@ -1,6 +1,8 @@
 /* scheduler/sched_core.c — the loop-thread side of the scheduler: admission, the FCFS waiting
- * queue, dispatch through the placement policy, cancellation, event delivery and statistics.
- * See sched.h for the contract and sched_internal.h for who owns what. */
+ * queue, dispatch through the book (sched_book.h: GLITCHES' policy plus what each placement
+ * committed), failover (a moved request is queued again by arrival order), cancellation, event
+ * delivery and the devices' health marks. See sched.h for the contract and sched_internal.h for
+ * who owns what; sched_life.c starts and stops it. */
 #include "scheduler/sched_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,8 +42,7 @@ double sched_now(void)
 
 sched_node *sched_node_new(size_t data_bytes)
 {
-    sched_node *n = calloc(1, sizeof *n + data_bytes + 1);
-    return n;
+    return calloc(1, sizeof(sched_node) + data_bytes + 1);
 }
 
 void sched_post(sched *s, sched_node *n)
@@ -57,10 +58,10 @@ void sched_post(sched *s, sched_node *n)
 
 /* ---------------------------------------------------------------- requests */
 
-static void req_free(sched_req *r)
+void sched_req_free(sched_req *r)
 {
     if (r->choices) {
-        for (int i = 0; i < r->n; i++) sched_choice_deinit(&r->choices[i], NULL);
+        for (int i = 0; i < r->n; i++) sched_choice_deinit(&r->choices[i], NULL, 0, 1);
         free(r->choices);
     }
     free(r->prompt);
@@ -77,24 +78,74 @@ static void queue_unlink(sched *s, sched_req *r)
     s->n_waiting--;
 }
 
-/* The policy's view of every device right now. Devices still warming up, or whose warm-up
- * failed, count as failed: nothing is placed on them. */
-static void policy_views(sched *s, sched_policy_dev *v)
+/* Queues r in arrival order: at the tail for a new request, ahead of every later arrival for a
+ * request that moved (FCFS holds across failovers). */
+static void queue_insert(sched *s, sched_req *r)
 {
-    for (int i = 0; i < s->n_devs; i++) {
-        sched_dev *d = &s->dev[i];
-        accel_info info;
-        accel_get_info(d->dev, &info);
-        v[i].kind = info.kind;
-        v[i].caps = info.caps;
-        v[i].health = atomic_load(&d->warm) == 1 ? info.health : ACCEL_HEALTH_FAILED;
-        v[i].mem_total = info.mem_total;
-        v[i].mem_committed = d->committed;
-        v[i].kv_bytes_per_token = info.kv_bytes_per_token;
-        v[i].running = d->running;
-        v[i].max_running = s->cfg.max_running;
-    }
+    sched_req *after = s->wait_tail;
+    while (after && after->seqno > r->seqno) after = after->qprev;
+    r->qprev = after;
+    r->qnext = after ? after->qnext : s->wait_head;
+    if (r->qnext) r->qnext->qprev = r;
+    else s->wait_tail = r;
+    if (after) after->qnext = r;
+    else s->wait_head = r;
+    s->n_waiting++;
 }
+
+/* ---------------------------------------------------------------- health and the book */
+
+static enum accel_health worse(int a, int b)
+{
+    return (enum accel_health)(a > b ? a : b);
+}
+
+/* A device's health as the policy sees it: the backend's, the scheduler's own mark, and a
+ * device still warming up (or whose warm-up failed) counts as failed. */
+static enum accel_health health_of(sched *s, int i)
+{
+    sched_dev *d = &s->dev[i];
+    if (atomic_load(&d->warm) != 1) return ACCEL_HEALTH_FAILED;
+    accel_info info;
+    accel_get_info(d->dev, &info);
+    return worse(info.health, d->mark);
+}
+
+void sched_book_refresh(sched *s)
+{
+    for (int i = 0; i < s->n_devs; i++) s->book.dev[i].health = health_of(s, i);
+}
+
+/* A request failed on device i (it moved away, or failed): the scheduler's mark. */
+static void note_failure(sched *s, int i, int status)
+{
+    if (i < 0 || i >= s->n_devs || status == ACCEL_ERR_NOMEM) return; /* no room is no fault */
+    sched_dev *d = &s->dev[i];
+    if (++d->fails >= SCHED_FAILS_TO_FAIL) d->mark = ACCEL_HEALTH_FAILED;
+    else d->mark = worse(d->mark, ACCEL_HEALTH_DEGRADED);
+}
+
+/* A request finished on its devices: they work. A FAILED mark stays (sticky, as the backend's). */
+static void note_success(sched *s, int i)
+{
+    if (i < 0 || i >= s->n_devs) return;
+    sched_dev *d = &s->dev[i];
+    d->fails = 0;
+    if (d->mark == ACCEL_HEALTH_DEGRADED) d->mark = ACCEL_HEALTH_OK;
+}
+
+/* What the policy sees of r: after a move its generated tokens are prefilled again. */
+static sched_policy_req policy_req(const sched_req *r)
+{
+    int hist = 0;
+    for (int i = 0; i < r->n; i++)
+        if (r->choices[i].finish == MODEL_FINISH_NONE && r->choices[i].n_hist > hist) hist = r->choices[i].n_hist;
+    if (hist >= r->max_tokens) hist = r->max_tokens - 1;
+    sched_policy_req pr = {r->n_prompt + hist, r->max_tokens - hist, r->n, r->avoid};
+    return pr;
+}
+
+/* ---------------------------------------------------------------- dispatch */
 
 static void post_placed(sched *s, sched_req *r)
 {
@@ -106,6 +157,11 @@ static void post_placed(sched *s, sched_req *r)
     n->ev.t = sched_now();
     n->ev.prefill_dev = s->dev[r->dev_prefill].info0.name;
     n->ev.decode_dev = s->dev[r->dev_decode].info0.name;
+    n->ev.moves = r->moves;
+    if (r->moves && r->last_fail_dev >= 0) {
+        n->ev.failed_dev = s->dev[r->last_fail_dev].info0.name;
+        n->ev.failed_status = r->last_fail_status;
+    }
     sched_post(s, n);
 }
 
@@ -118,44 +174,62 @@ static void fail_waiting(sched *s, sched_req *r, int status, const char *msg)
         r->cancelled = 1;
         r->cb(r->ctx, &ev);
     }
-    req_free(r);
+    sched_req_free(r);
+}
+
+static void start(sched *s, sched_req *r)
+{
+    sched_book_entry *e = &r->be;
+    queue_unlink(s, r);
+    r->state = SCHED_REQ_RUNNING;
+    r->dev_prefill = r->w_prefill = e->prefill;
+    r->dev_decode = r->w_decode = e->decode;
+    r->w_split = e->split;
+    r->w_placement = ++r->placement;
+    atomic_store(&r->import_failed, 0);
+    s->n_running++;
+    s->dev[e->prefill].prefills++;
+    s->dev[e->decode].decodes++;
+    if (e->split) s->placements_split++;
+    else if (s->n_cards) s->placements_fallback++;
+    else s->placements_local++;
+    post_placed(s, r);
+    if (e->split) {
+        /* the card first: its sequences are reserved before any chunk can reach it */
+        r->t_attach = (sched_task){.kind = SCHED_TASK_ATTACH, .r = r};
+        sched_worker_push(&s->dev[e->decode], &r->t_attach);
+    }
+    r->t_run = (sched_task){.kind = SCHED_TASK_RUN, .r = r};
+    sched_worker_push(&s->dev[e->prefill], &r->t_run);
 }
 
 /* Places waiting requests, head first, until the head has to wait (strict FCFS). */
 static void dispatch(sched *s)
 {
-    sched_policy_dev v[SCHED_MAX_DEVICES];
     while (s->wait_head && !s->stopping) {
         sched_req *r = s->wait_head;
-        policy_views(s, v);
-        sched_policy_req pr = {r->n_prompt, r->max_tokens, r->n, 0};
-        sched_placement pl;
-        enum sched_place res = sched_policy_place(v, s->n_devs, NULL, &pr, &pl);
+        sched_book_refresh(s);
+        sched_policy_req pr = policy_req(r);
+        enum sched_place res = sched_book_place(&s->book, &pr, &r->be);
         if (res == SCHED_PLACE_WAIT) break;
         if (res == SCHED_PLACE_NEVER) {
-            fail_waiting(s, r, SCHED_ERR_NO_DEVICE, "no healthy device can serve this request");
+            if (r->last_fail_status) {
+                char msg[200];
+                snprintf(msg, sizeof msg, "%s failed (%s) and no other device can take the request",
+                         s->dev[r->last_fail_dev].info0.name, sched_strerror(r->last_fail_status));
+                fail_waiting(s, r, r->last_fail_status, msg);
+            } else {
+                fail_waiting(s, r, SCHED_ERR_NO_DEVICE, "no healthy device can serve this request");
+            }
             continue;
         }
-        /* This core runs prefill and decode on one device; a policy that splits them needs the
-         * KV hand-over of issue 7 first. */
-        sched_dev *d = &s->dev[pl.decode];
-        queue_unlink(s, r);
-        r->state = SCHED_REQ_RUNNING;
-        r->dev_prefill = pl.decode;
-        r->dev_decode = pl.decode;
-        r->committed = sched_policy_kv_bytes(&v[pl.decode], &pr);
-        d->committed += r->committed;
-        d->running += r->n;
-        s->n_running++;
-        post_placed(s, r);
-        pthread_mutex_lock(&d->mu);
-        r->wnext = NULL;
-        if (d->inbox_tail) d->inbox_tail->wnext = r;
-        else d->inbox_head = r;
-        d->inbox_tail = r;
-        pthread_cond_signal(&d->cv);
-        pthread_mutex_unlock(&d->mu);
+        start(s, r);
     }
+}
+
+void sched_dispatch(sched *s)
+{
+    dispatch(s);
 }
 
 static void deadline_tick(uv_timer_t *t)
@@ -174,6 +248,12 @@ static void deadline_tick(uv_timer_t *t)
     if (!s->wait_head) uv_timer_stop(&s->timer);
 }
 
+static void arm_deadlines(sched *s)
+{
+    if (s->wait_head && !uv_is_active((uv_handle_t *)&s->timer))
+        uv_timer_start(&s->timer, deadline_tick, SCHED_DEADLINE_TICK_MS, SCHED_DEADLINE_TICK_MS);
+}
+
 /* ---------------------------------------------------------------- events */
 
 static void deliver(sched_req *r, const sched_event *ev)
@@ -181,7 +261,57 @@ static void deliver(sched_req *r, const sched_event *ev)
     if (!r->cancelled && r->cb) r->cb(r->ctx, ev);
 }
 
-static void on_async(uv_async_t *a)
+/* The worker gave r up after a failure: queue it again, or fail it when it moved too often. */
+static void on_move(sched *s, sched_req *r, int dev, int status)
+{
+    sched_book_release(&s->book, &r->be);
+    s->n_running--;
+    note_failure(s, dev, status);
+    if (dev >= 0 && dev < s->n_devs) s->dev[dev].failovers++;
+    if (r->cancelled) { /* the client left meanwhile */
+        sched_req_free(r);
+        return;
+    }
+    r->moves++;
+    r->last_fail_dev = dev;
+    r->last_fail_status = status;
+    if (dev >= 0 && dev < 32) r->avoid |= 1u << dev;
+    if (r->moves > SCHED_MAX_MOVES) {
+        s->moves_failed++;
+        char msg[200];
+        snprintf(msg, sizeof msg, "the request failed on %d devices; the last, %s: %s", r->moves,
+                 s->dev[dev].info0.name, sched_strerror(status));
+        sched_event ev = {.type = SCHED_EV_ERROR, .status = status, .message = msg, .t = sched_now()};
+        deliver(r, &ev);
+        sched_req_free(r);
+        return;
+    }
+    s->moves++;
+    r->state = SCHED_REQ_WAITING;
+    r->dev_prefill = r->dev_decode = -1;
+    r->moved = 1;
+    r->wnext = r->anext = NULL;
+    queue_insert(s, r);
+    arm_deadlines(s);
+}
+
+static void on_final(sched *s, sched_node *n)
+{
+    sched_req *r = n->req;
+    if (n->kind == SCHED_NODE_FINAL && n->ev.type == SCHED_EV_DONE) {
+        note_success(s, r->dev_prefill);
+        note_success(s, r->dev_decode);
+    } else if (n->kind == SCHED_NODE_FINAL && sched_status_movable(n->ev.status)) {
+        note_failure(s, n->dev, n->ev.status);
+    }
+    sched_book_release(&s->book, &r->be);
+    s->n_running--;
+    if (n->kind == SCHED_NODE_FINAL) deliver(r, &n->ev);
+    r->cancelled = 1;
+    sched_req_free(r);
+}
+
+void sched_on_async(uv_async_t *a)
 {
     sched *s = a->data;
     pthread_mutex_lock(&s->ev_mu);
@@ -202,18 +332,19 @@ static void on_async(uv_async_t *a)
             freed = 1; /* devices became usable */
             break;
         case SCHED_NODE_EVENT: deliver(r, &n->ev); break;
-        case SCHED_NODE_FINAL:
-        case SCHED_NODE_RELEASE: {
-            sched_dev *d = &s->dev[r->dev_decode];
-            d->running -= r->n;
-            d->committed -= r->committed;
-            s->n_running--;
-            if (n->kind == SCHED_NODE_FINAL) deliver(r, &n->ev);
-            r->cancelled = 1;
-            req_free(r);
+        case SCHED_NODE_PREFILLED:
+            if (n->placement == r->placement) sched_book_prefilled(&s->book, &r->be);
             freed = 1;
             break;
-        }
+        case SCHED_NODE_MOVE:
+            on_move(s, r, n->dev, n->status);
+            freed = 1;
+            break;
+        case SCHED_NODE_FINAL:
+        case SCHED_NODE_RELEASE:
+            on_final(s, n);
+            freed = 1;
+            break;
         }
         free(n);
         n = next;
@@ -249,7 +380,7 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
     if (r) r->prompt = malloc(sizeof(int32_t) * (size_t)p->n_prompt);
     if (r) r->choices = calloc((size_t)p->n, sizeof *r->choices);
     if (!r || !r->prompt || !r->choices) {
-        if (r) req_free(r);
+        if (r) sched_req_free(r);
         snprintf(err, errlen, "out of memory");
         return SCHED_ERR_NOMEM;
     }
@@ -263,44 +394,46 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
     r->logprobs = p->sampling.logprobs;
     r->deadline = p->deadline;
     r->t_arrival = sched_now();
-    r->dev_prefill = r->dev_decode = -1;
+    r->dev_prefill = r->dev_decode = r->last_fail_dev = -1;
     r->state = SCHED_REQ_WAITING;
+    sched_book_entry_init(&r->be);
     for (int i = 0; i < p->n; i++) {
         if (sched_choice_init(&r->choices[i], s, p, i, err, errlen) < 0) {
-            req_free(r);
+            sched_req_free(r);
             return SCHED_ERR_INVALID;
         }
     }
     /* Admission (after validation: a bad request is a 400 even when the queue is full): can it
      * ever run, and may it wait? */
-    sched_policy_dev v[SCHED_MAX_DEVICES];
-    policy_views(s, v);
-    sched_policy_req pr = {p->n_prompt, p->max_tokens, p->n, 0};
+    sched_book_refresh(s);
+    sched_policy_req pr = policy_req(r);
     sched_placement pl;
-    enum sched_place res = sched_policy_place(v, s->n_devs, NULL, &pr, &pl);
+    enum sched_place res = sched_policy_place(s->book.dev, s->n_devs, &s->book.opts, &pr, &pl);
     if (res == SCHED_PLACE_NEVER) {
-        int healthy = 0;
-        for (int i = 0; i < s->n_devs; i++) healthy |= v[i].health != ACCEL_HEALTH_FAILED;
-        snprintf(err, errlen, healthy ? "the request needs more KV memory or sequences than any device has"
-                                      : "no healthy device");
-        req_free(r);
-        return healthy ? SCHED_ERR_TOO_LARGE : SCHED_ERR_NO_DEVICE;
+        int serve = sched_policy_can_serve(s->book.dev, s->n_devs, &s->book.opts);
+        snprintf(err, errlen, serve ? "the request needs more KV memory or sequences than any device has"
+                                    : "no healthy device");
+        sched_req_free(r);
+        return serve ? SCHED_ERR_TOO_LARGE : SCHED_ERR_NO_DEVICE;
     }
     if ((s->wait_head || res == SCHED_PLACE_WAIT) && s->n_waiting >= s->cfg.max_waiting) {
         snprintf(err, errlen, "%d requests are already waiting", s->n_waiting);
-        req_free(r);
+        sched_req_free(r);
         return SCHED_ERR_QUEUE_FULL;
     }
-    r->qprev = s->wait_tail;
-    if (s->wait_tail) s->wait_tail->qnext = r;
-    else s->wait_head = r;
-    s->wait_tail = r;
-    s->n_waiting++;
+    r->seqno = s->next_seqno++;
+    queue_insert(s, r);
     *out = r;
     dispatch(s);
-    if (s->wait_head && !uv_is_active((uv_handle_t *)&s->timer))
-        uv_timer_start(&s->timer, deadline_tick, SCHED_DEADLINE_TICK_MS, SCHED_DEADLINE_TICK_MS);
+    arm_deadlines(s);
     return SCHED_OK;
+}
+
+static void wake(sched_dev *d)
+{
+    pthread_mutex_lock(&d->mu);
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
 }
 
 void sched_cancel(sched *s, sched_req *r)
@@ -309,14 +442,12 @@ void sched_cancel(sched *s, sched_req *r)
     r->cancelled = 1;
     if (r->state == SCHED_REQ_WAITING) {
         queue_unlink(s, r);
-        req_free(r);
+        sched_req_free(r);
         return;
     }
     __atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
-    sched_dev *d = &s->dev[r->dev_decode];
-    pthread_mutex_lock(&d->mu);
-    pthread_cond_signal(&d->cv);
-    pthread_mutex_unlock(&d->mu);
+    wake(&s->dev[r->dev_prefill]);
+    if (r->dev_decode != r->dev_prefill) wake(&s->dev[r->dev_decode]);
 }
 
 void sched_req_get_info(const sched_req *r, sched_req_info *out)
@@ -332,131 +463,4 @@ void sched_req_get_info(const sched_req *r, sched_req_info *out)
     out->n = r->n;
     out->generated = atomic_load(&((sched_req *)r)->generated);
     out->t_arrival = r->t_arrival;
-}
-
-void sched_get_stats(sched *s, sched_stats *out)
-{
-    memset(out, 0, sizeof *out);
-    out->n_waiting = s->n_waiting;
-    out->n_running = s->n_running;
-    out->n_devices = s->n_devs;
-    for (int i = 0; i < s->n_devs; i++) {
-        sched_dev *d = &s->dev[i];
-        sched_dev_stats *o = &out->dev[i];
-        accel_get_info(d->dev, &o->info);
-        o->running = d->running;
-        o->steps = atomic_load(&d->steps);
-        o->tokens = atomic_load(&d->tokens);
-        o->busy_seconds = (double)atomic_load(&d->busy_ns) / 1e9;
-        o->last_progress = (double)atomic_load(&d->progress_ns) / 1e9;
-        o->in_step = atomic_load(&d->in_step);
-        o->warm = atomic_load(&d->warm) == 1;
-    }
-}
-
-sched *sched_new(uv_loop_t *loop, accel_dev *const *devs, int n, const model_tok *tok,
-                 const sched_config *cfg, void (*on_warm)(void *ctx, int ok), void *warm_ctx,
-                 char *err, size_t errlen)
-{
-    if (n < 1 || n > SCHED_MAX_DEVICES) {
-        snprintf(err, errlen, "between 1 and %d devices, got %d", SCHED_MAX_DEVICES, n);
-        return NULL;
-    }
-    sched *s = calloc(1, sizeof *s);
-    if (!s) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    s->loop = loop;
-    s->cfg = *cfg;
-    if (s->cfg.max_running < 1) s->cfg.max_running = 1;
-    s->tok = tok;
-    s->m = accel_model(devs[0]);
-    s->vocab = s->m->cfg.vocab;
-    s->on_warm = on_warm;
-    s->warm_ctx = warm_ctx;
-    pthread_mutex_init(&s->ev_mu, NULL);
-    if (sched_token_table_init(&s->tokens, tok, s->vocab) < 0) {
-        snprintf(err, errlen, "out of memory");
-        pthread_mutex_destroy(&s->ev_mu);
-        free(s);
-        return NULL;
-    }
-    uv_async_init(loop, &s->async, on_async);
-    s->async.data = s;
-    uv_timer_init(loop, &s->timer);
-    s->timer.data = s;
-    s->handles_open = 2;
-    s->n_devs = n;
-    s->warm_pending = n;
-    for (int i = 0; i < n; i++) {
-        sched_dev *d = &s->dev[i];
-        d->s = s;
-        d->index = i;
-        d->dev = devs[i];
-        accel_get_info(devs[i], &d->info0);
-        pthread_mutex_init(&d->mu, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&d->cv, &ca);
-        pthread_condattr_destroy(&ca);
-        atomic_store(&d->progress_ns, sched_now_ns());
-    }
-    for (int i = 0; i < n; i++) {
-        sched_dev *d = &s->dev[i];
-        if (pthread_create(&d->thread, NULL, sched_worker_main, d) != 0) {
-            snprintf(err, errlen, "cannot start the worker thread of %s", d->info0.name);
-            sched_free(s);
-            return NULL;
-        }
-        d->started = 1;
-    }
-    return s;
-}
-
-static void on_close(uv_handle_t *h)
-{
-    sched *s = h->data;
-    if (--s->handles_open == 0) {
-        sched_token_table_deinit(&s->tokens);
-        pthread_mutex_destroy(&s->ev_mu);
-        free(s);
-    }
-}
-
-void sched_free(sched *s)
-{
-    if (!s) return;
-    s->stopping = 1;
-    for (int i = 0; i < s->n_devs; i++) {
-        sched_dev *d = &s->dev[i];
-        pthread_mutex_lock(&d->mu);
-        d->stop = 1;
-        pthread_cond_signal(&d->cv);
-        pthread_mutex_unlock(&d->mu);
-    }
-    for (int i = 0; i < s->n_devs; i++) {
-        sched_dev *d = &s->dev[i];
-        if (d->started) pthread_join(d->thread, NULL);
-        pthread_mutex_destroy(&d->mu);
-        pthread_cond_destroy(&d->cv);
-    }
-    /* The workers posted a release for everything they held; free those and the waiting
-     * requests without callbacks. */
-    sched_node *n = s->ev_head;
-    s->ev_head = s->ev_tail = NULL;
-    while (n) {
-        sched_node *next = n->next;
-        if (n->kind == SCHED_NODE_FINAL || n->kind == SCHED_NODE_RELEASE) req_free(n->req);
-        free(n);
-        n = next;
-    }
-    while (s->wait_head) {
-        sched_req *r = s->wait_head;
-        queue_unlink(s, r);
-        req_free(r);
-    }
-    uv_close((uv_handle_t *)&s->async, on_close);
-    uv_close((uv_handle_t *)&s->timer, on_close);
 }

@@ -1,34 +1,86 @@
 /* scheduler/sched_internal.h — the structs shared by the scheduler's files (sched_core.c on the
- * loop thread, sched_worker.c on the device threads, sched_choice.c per choice). Nothing outside
- * scheduler/sched_*.c includes this.
+ * loop thread; sched_worker.c, sched_prefill.c and sched_handover.c on the device threads;
+ * sched_choice.c per choice). Nothing outside scheduler/sched_*.c includes this.
  *
  * Ownership of a sched_req, step by step:
  *   submit (loop)      allocates it, creates its choices' samplers / detokenizers / stop
  *                      matchers (validation happens here, synchronously), queues it;
- *   dispatch (loop)    hands it to a worker's inbox; from then on only that worker touches the
- *                      choices and the sequences;
- *   worker             runs it, posts events, and at the end frees the choices and sequences and
- *                      posts exactly one final node (DONE, ERROR, or a silent release when it was
- *                      cancelled), after which it never touches the request again;
- *   loop               on the final node: device bookkeeping, last callback, free(req).
- * Shared while running: cancel (loop writes, worker and accel_prefill read) and generated
- * (worker writes, loop reads for status) — both atomic. */
+ *   dispatch (loop)    places it through the book (sched_book.h): a RUN task to its prefill
+ *                      device's inbox and, when the decode happens elsewhere (split), an ATTACH
+ *                      task to the decode device's inbox first. From then on the workers own it.
+ *   prefill worker     owns the request while it prefills: the choices, their prefill-side
+ *                      sequences, the first token of each choice. Split: each layer's KV chunk
+ *                      is copied into a CHUNK task for the decode device's inbox, and at the
+ *                      end (success or not) a HANDOVER task passes the request on; the prefill
+ *                      worker never touches it again. Local (fallback): the request joins this
+ *                      worker's decode set.
+ *   decode worker      ATTACH reserves the card's sequences; CHUNKs are imported in order (the
+ *                      inbox is FIFO, so every chunk of a request is imported before its
+ *                      HANDOVER is seen); from HANDOVER on it owns the request and decodes it.
+ *   the end            the owning worker frees the device state and posts exactly one final
+ *                      node: FINAL (DONE or ERROR), RELEASE (cancelled, silent) or MOVE
+ *                      (failover: the loop queues it again, its generated tokens kept, and the
+ *                      next placement prefills prompt + generated tokens). It never touches the
+ *                      request afterwards.
+ *   loop               on the final node: book released, last callback, free(req).
+ * Only one thread ever calls into a device: its worker (the card's sequences are created,
+ * imported into, decoded and freed by the card's worker; the prefill worker only copies chunks).
+ * Shared while running: cancel (loop writes, workers and accel_prefill read), import_failed
+ * (decode worker writes, the prefill worker's KV sink reads) and generated (worker writes, loop
+ * reads for status) — all atomic. */
 #ifndef TANDEM_SCHED_INTERNAL_H
 #define TANDEM_SCHED_INTERNAL_H
 #include "scheduler/sched.h"
+#include "scheduler/sched_book.h"
 #include "scheduler/sched_policy.h"
 #include "model/gen.h"
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* A request moves at most this many times (device failures during one request); then it fails
+ * with the last device's error. Enough for a node losing several cards in a row. */
+#define SCHED_MAX_MOVES 4
+/* Request failures in a row on one device after which the scheduler marks it FAILED itself
+ * (statuses that do not fail a device in the backend: timeouts, corrupt imports, garbage
+ * logits). The first one marks it DEGRADED; a request finishing on it clears both. */
+#define SCHED_FAILS_TO_FAIL 3
+
 typedef struct sched_choice {
     int index;
     model_gen *gen;           /* sampler -> detokenizer -> stop matcher -> finish (model/gen.h) */
-    accel_seq *seq;
+    accel_seq *seq;           /* its sequence on the decode device (prefilled there, or the
+                                 imported one once handed over) */
+    accel_seq *pseq;          /* split: the prompt-only sequence on the prefill device */
+    accel_seq *dseq;          /* split: the decode device's sequence being imported into */
     int32_t last;             /* the token the next decode step feeds */
     int generated;
     enum model_finish finish; /* NONE while it runs */
+    int32_t *hist;            /* generated ids (a moved request prefills prompt + these) */
+    int n_hist, cap_hist;
+    /* prefill job (prefill worker) */
+    const int32_t *pf_ids;    /* r->prompt, or pf_buf */
+    int32_t *pf_buf;
+    int pf_n, pf_done;
 } sched_choice;
+
+enum sched_task_kind {
+    SCHED_TASK_RUN,      /* prefill the request here (then decode it here unless split) */
+    SCHED_TASK_ATTACH,   /* its KV will be imported here: reserve the sequences */
+    SCHED_TASK_CHUNK,    /* one layer chunk of one choice's KV */
+    SCHED_TASK_HANDOVER, /* the prefill ended (status): the request is this worker's now */
+};
+
+typedef struct sched_task {
+    struct sched_task *next;
+    enum sched_task_kind kind;
+    sched_req *r;
+    int choice;             /* CHUNK */
+    int status;             /* HANDOVER: ACCEL_OK, or why the prefill ended */
+    int from;               /* HANDOVER: the prefill device's index */
+    proto_kv_layer chunk;   /* CHUNK: pointers into data */
+    int heap;               /* malloc'ed (CHUNK); else embedded in the request */
+    uint8_t data[];
+} sched_task;
 
 struct sched_req {
     sched *s;
@@ -38,21 +90,33 @@ struct sched_req {
     int cancelled;               /* no more callbacks */
     sched_req *qprev, *qnext;    /* waiting queue */
     enum sched_req_state state;
-    int dev_prefill, dev_decode; /* device indices; -1 while waiting */
-    uint64_t committed;          /* KV bytes counted against the device */
+    uint64_t seqno;              /* arrival order: a moved request is queued again by it */
+    int dev_prefill, dev_decode; /* current placement; -1 while waiting */
+    sched_book_entry be;         /* what the placement committed */
+    unsigned placement;          /* placements so far (stale PREFILLED nodes are ignored) */
+    unsigned avoid;              /* devices it failed on */
+    int moves;
+    int last_fail_dev, last_fail_status;
     /* read-only after submit */
     int32_t *prompt;
     int n_prompt, max_tokens, n, logprobs;
     double deadline, t_arrival;
-    /* the worker's once dispatched */
+    /* the workers', once dispatched (see the ownership notes above) */
     sched_choice *choices;       /* n */
-    sched_req *wnext;            /* inbox / active list */
+    sched_task t_run, t_attach, t_handover; /* one of each per placement */
+    sched_req *wnext;            /* its worker's prefill queue or decode set */
+    sched_req *anext;            /* the decode worker's attached list (split, before handover) */
     double t_started, t_first_token;
     int n_done;
+    int pf_choice;               /* prefill worker: the choice being prefilled */
+    int moved;                   /* set by the loop before a re-placement */
+    unsigned w_placement;        /* the placement the workers run (set before its tasks go out) */
+    int w_prefill, w_decode, w_split;
     int wfail;                   /* worker: the status that failed it in this step (< 0) */
     int wfail_step;              /* ... in sampling/text (1) rather than in the device call (0) */
     /* shared */
     volatile int cancel;         /* 1: drop it (accel_prefill polls this between layers) */
+    atomic_int import_failed;    /* the decode device could not take its KV (a status) */
     atomic_int generated;
 };
 
@@ -84,10 +148,13 @@ typedef struct sched_dev {
     /* inbox, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    sched_req *inbox_head, *inbox_tail;
+    sched_task *inbox_head, *inbox_tail;
     int stop;
     /* worker only */
-    sched_req *active;
+    sched_req *active;           /* decoding here */
+    sched_req *pf_head, *pf_tail; /* prefill jobs, FCFS */
+    sched_req *attached;         /* split requests whose KV comes here, not handed over yet */
+    sched_rate rate;             /* seconds per prefill token here */
     float *logits;               /* (rows, vocab) */
     int rows;
     accel_seq **seqs;
@@ -95,22 +162,32 @@ typedef struct sched_dev {
     sched_choice **row_choice;
     sched_req **row_req;
     /* statistics, written by the worker, read anywhere */
-    atomic_uint_least64_t steps, tokens, busy_ns;
+    atomic_uint_least64_t steps, tokens, busy_ns, prefill_chunks, kv_chunks, kv_bytes;
     atomic_int_least64_t progress_ns;
     atomic_int in_step;
     atomic_int warm;             /* 0 warming, 1 ok, -1 failed */
     /* loop only */
-    int running;
-    uint64_t committed;
+    int fails;                   /* request failures in a row */
+    int mark;                    /* the scheduler's own health mark (enum accel_health) */
+    uint64_t decodes, prefills, failovers;
 } sched_dev;
 
 /* Event nodes, worker -> loop. */
-enum sched_node_kind { SCHED_NODE_EVENT, SCHED_NODE_FINAL, SCHED_NODE_RELEASE, SCHED_NODE_WARM };
+enum sched_node_kind {
+    SCHED_NODE_EVENT,     /* deliver ev */
+    SCHED_NODE_FINAL,     /* deliver ev (DONE or ERROR); the request is over */
+    SCHED_NODE_RELEASE,   /* the request is over without an event (cancelled) */
+    SCHED_NODE_MOVE,      /* the request left a failing device: queue it again */
+    SCHED_NODE_PREFILLED, /* its prompt is done: the prefill's share of the book goes back */
+    SCHED_NODE_WARM,
+};
 typedef struct sched_node {
     struct sched_node *next;
     enum sched_node_kind kind;
     sched_req *req;      /* NULL for WARM */
-    int dev;             /* WARM: device index */
+    int dev;             /* WARM: device index; MOVE: the device that failed */
+    int status;          /* MOVE: why */
+    unsigned placement;  /* PREFILLED, MOVE, FINAL: the placement it belongs to */
     sched_event ev;      /* pointers into data */
     char data[];
 } sched_node;
@@ -127,33 +204,94 @@ struct sched {
     sched_token_table tokens;
     sched_dev dev[SCHED_MAX_DEVICES];
     int n_devs;
+    int n_cards;         /* FPGA decode devices: a placement in place is a fallback */
     void (*on_warm)(void *ctx, int ok);
     void *warm_ctx;
     int warm_pending;
     /* loop only */
+    sched_book book;
     sched_req *wait_head, *wait_tail;
     int n_waiting, n_running;
+    uint64_t next_seqno;
+    uint64_t placements_split, placements_fallback, placements_local, moves, moves_failed;
     int stopping;
     /* event queue */
     pthread_mutex_t ev_mu;
     sched_node *ev_head, *ev_tail;
 };
 
-/* sched_core.c */
+/* sched_core.c (loop thread unless said otherwise) */
 void sched_post(sched *s, sched_node *n); /* any thread */
-sched_node *sched_node_new(size_t data_bytes);
-int64_t sched_now_ns(void);
+sched_node *sched_node_new(size_t data_bytes); /* any thread */
+int64_t sched_now_ns(void);               /* any thread */
+void sched_req_free(sched_req *r);
+void sched_on_async(uv_async_t *a);
+/* The book's health column from the devices (backend health, warm-up, the scheduler's mark). */
+void sched_book_refresh(sched *s);
+void sched_dispatch(sched *s);
 
 /* sched_choice.c */
 int sched_choice_init(sched_choice *c, sched *s, const sched_params *p, int index, char *err,
                       size_t errlen);
-void sched_choice_deinit(sched_choice *c, accel_dev *dev);
+/* Which of a choice's sequences a worker may free: on a split placement the prefill worker owns
+ * pseq and the decode worker seq and dseq (sched_worker_seqs says which for a worker). */
+enum { SCHED_SEQ_DECODE = 1, SCHED_SEQ_PREFILL = 2, SCHED_SEQ_IMPORT = 4, SCHED_SEQ_ALL = 7 };
+/* Frees the choice's sequences named by seqs on dev, and, when all is set, its generator and
+ * history too. */
+void sched_choice_deinit(sched_choice *c, accel_dev *dev, unsigned seqs, int all);
 /* One generated token for choice c of r from its logits row (modified in place): sample, accept,
- * detokenize, match stops, decide the finish, post TOKEN (and CHOICE_DONE). Returns 0, or a
- * negative status when the row had no finite logit (a device fault). */
+ * detokenize, match stops, decide the finish, post TOKEN (and CHOICE_DONE). Returns 0; or
+ * ACCEL_ERR_DEVICE, without consuming anything, when the row has no finite logit (the device
+ * computed garbage); or SCHED_ERR_NOMEM. */
 int sched_choice_step(sched *s, sched_req *r, sched_choice *c, float *logits, double t);
+/* The ids a (re-)prefill of choice c feeds: the prompt, plus its generated tokens when the
+ * request moved. 0 or SCHED_ERR_NOMEM. */
+int sched_choice_prefill_ids(sched_req *r, sched_choice *c);
 
 /* sched_worker.c */
 void *sched_worker_main(void *arg);
+/* Appends a task to a device's inbox and wakes its worker (any thread). */
+void sched_worker_push(sched_dev *d, sched_task *t);
+/* The end of a request on worker d (see the ownership notes): the device state on d is freed,
+ * then one node goes to the loop; d must not touch r afterwards. */
+void sched_worker_finish(sched_dev *d, sched_req *r, const sched_event *ev); /* FINAL/RELEASE */
+void sched_worker_fail(sched_dev *d, sched_req *r, int status, const char *msg);
+void sched_worker_done(sched_dev *d, sched_req *r);
+void sched_worker_move(sched_dev *d, sched_req *r, int failed_dev, int status);
+/* 1 when a status is a device's trouble that another device may not have (the request moves);
+ * 0 when it is the request's own (it fails). */
+int sched_status_movable(int status);
+int sched_req_cancelled(sched_req *r);
+/* The sequences worker d owns of r (SCHED_SEQ_*). */
+unsigned sched_worker_seqs(const sched_dev *d, const sched_req *r);
+void sched_list_remove(sched_req **head, sched_req *r);
+
+/* A device call, timed for busy_seconds and flagged for the watchdog. */
+#define SCHED_DEVICE_CALL(d, expr)                                                                 \
+    ({                                                                                             \
+        int64_t t0_ = sched_now_ns();                                                              \
+        atomic_store(&(d)->in_step, 1);                                                            \
+        int st_ = (expr);                                                                          \
+        atomic_store(&(d)->in_step, 0);                                                            \
+        int64_t t1_ = sched_now_ns();                                                              \
+        atomic_fetch_add(&(d)->busy_ns, (uint64_t)(t1_ - t0_));                                    \
+        atomic_fetch_add(&(d)->steps, 1);                                                          \
+        atomic_store(&(d)->progress_ns, t1_);                                                      \
+        st_;                                                                                       \
+    })
+
+/* sched_prefill.c: the prefill jobs of one worker iteration, within the time-between-tokens
+ * budget when the device also decodes. */
+void sched_prefill_work(sched_dev *d);
+/* Ends r's prefill on d (r is at the head of d's prefill queue or was just removed from it):
+ * split -> HANDOVER to the decode device; local -> decode set, DONE, RELEASE, MOVE or ERROR. */
+void sched_prefill_end(sched_dev *d, sched_req *r, int status);
+
+/* sched_handover.c: the decode device's side of a split placement. */
+void sched_handover_attach(sched_dev *d, sched_req *r);
+void sched_handover_chunk(sched_dev *d, sched_task *t);
+void sched_handover_take(sched_dev *d, sched_req *r, int status, int from);
+/* Stopping: frees the sequences of requests still attached (their prefill worker ends them). */
+void sched_handover_stop(sched_dev *d);
 
 #endif

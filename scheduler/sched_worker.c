@@ -1,22 +1,23 @@
-/* scheduler/sched_worker.c — one device's worker thread: continuous batching.
+/* scheduler/sched_worker.c — one device's worker thread: tasks, continuous batching, the end of
+ * a request.
  *
  * Loop, until told to stop:
- *   1. take newly placed requests from the inbox (under the device's mutex);
- *   2. drop cancelled requests and fail those past their deadline (their KV is freed here);
- *   3. start each new request: a sequence per choice with room for prompt + max_tokens, the
- *      prompt prefilled (the request's cancel flag is polled between layers), the first token
- *      of each choice sampled from the prefill's logits;
- *   4. one decode step for every unfinished choice of every active request on this device —
+ *   1. take the inbox's tasks (under the device's mutex), in order: RUN (a request to prefill
+ *      here) joins the prefill queue; ATTACH / CHUNK / HANDOVER are the decode side of a split
+ *      placement (sched_handover.c);
+ *   2. drop cancelled requests and fail those past their deadline, wherever they are on this
+ *      device (their KV is freed here);
+ *   3. one decode step for every unfinished choice of every request decoding here —
  *      accel_decode over all of them at once, in slices of the device's max_batch — then each
  *      choice's token (sched_choice_step);
- *   5. requests whose choices have all finished: DONE, free.
- * New requests join at step 3 of the next iteration, between decode steps of the others: that is
- * the continuous part of the batching. A prefill runs whole (no chunking yet: issue 7), so a long
- * prompt delays the other sequences' next token by its prefill time.
+ *   4. prefill work (sched_prefill.c): the head job whole when nothing decodes here, else chunks
+ *      while the time-between-tokens budget lasts.
+ * A request whose prefill ends here joins step 3 of the next iteration: continuous batching.
  *
- * Faults: a device status other than CANCELLED fails the requests of that call with an ERROR
- * event; ACCEL_ERR_DEVICE has made the device FAILED (accel.c), so the policy places nothing
- * more on it. Nothing here aborts. */
+ * Faults: a device status that is the device's trouble (sched_status_movable) moves the
+ * requests of that call to other devices (MOVE node, the loop queues them again); other
+ * statuses fail them with an ERROR event. ACCEL_ERR_DEVICE has made the device FAILED
+ * (accel.c), so the policy places nothing more on it. Nothing here aborts. */
 #include "scheduler/sched_internal.h"
 #include <errno.h>
 #include <stdio.h>
@@ -40,22 +41,77 @@ static void abs_deadline(struct timespec *ts, double ms)
     ts->tv_nsec = ns % 1000000000;
 }
 
-/* Frees the request's device state and tells the loop (final node with ev, or a silent release
- * when ev is NULL). The worker must not touch r afterwards. */
-static void finish_req(sched_dev *d, sched_req *r, const sched_event *ev)
+int sched_req_cancelled(sched_req *r)
 {
-    for (int i = 0; i < r->n; i++) sched_choice_deinit(&r->choices[i], d->dev);
-    size_t mlen = ev && ev->message ? strlen(ev->message) : 0;
-    sched_node *n = sched_node_new(mlen);
-    if (!n) {
-        /* Cannot happen in practice (a few bytes); without the node the loop would never free
-         * the request, so retry until memory is back. */
-        while (!(n = sched_node_new(mlen))) {
-            struct timespec ts = {0, 1000000};
-            nanosleep(&ts, NULL);
+    return __atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE);
+}
+
+void sched_list_remove(sched_req **head, sched_req *r)
+{
+    for (sched_req **pp = head; *pp; pp = &(*pp)->wnext)
+        if (*pp == r) {
+            *pp = r->wnext;
+            r->wnext = NULL;
+            return;
         }
+}
+
+int sched_status_movable(int st)
+{
+    switch (st) {
+    case ACCEL_ERR_DEVICE:  /* the device failed */
+    case ACCEL_ERR_TIMEOUT: /* a run did not finish in time */
+    case ACCEL_ERR_CORRUPT: /* imported KV failed its check */
+    case ACCEL_ERR_NOMEM:   /* this device has no room after all (fragmentation) */
+        return 1;
     }
+    return 0;
+}
+
+void sched_worker_push(sched_dev *d, sched_task *t)
+{
+    t->next = NULL;
+    pthread_mutex_lock(&d->mu);
+    if (d->inbox_tail) d->inbox_tail->next = t;
+    else d->inbox_head = t;
+    d->inbox_tail = t;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+static sched_node *node_new(size_t mlen)
+{
+    sched_node *n = sched_node_new(mlen);
+    /* Cannot fail in practice (a few bytes); without the node the loop would never free the
+     * request, so retry until memory is back. */
+    while (!n) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+        n = sched_node_new(mlen);
+    }
+    return n;
+}
+
+unsigned sched_worker_seqs(const sched_dev *d, const sched_req *r)
+{
+    if (r->w_split && d->index == r->w_prefill) return SCHED_SEQ_DECODE | SCHED_SEQ_PREFILL;
+    return SCHED_SEQ_ALL;
+}
+
+static void free_device_state(sched_dev *d, sched_req *r, int all)
+{
+    unsigned seqs = sched_worker_seqs(d, r);
+    for (int i = 0; i < r->n; i++) sched_choice_deinit(&r->choices[i], d->dev, seqs, all);
+}
+
+void sched_worker_finish(sched_dev *d, sched_req *r, const sched_event *ev)
+{
+    free_device_state(d, r, 1);
+    size_t mlen = ev && ev->message ? strlen(ev->message) : 0;
+    sched_node *n = node_new(mlen);
     n->req = r;
+    n->dev = d->index;
+    n->placement = r->w_placement;
     if (ev) {
         n->kind = SCHED_NODE_FINAL;
         n->ev = *ev;
@@ -69,13 +125,13 @@ static void finish_req(sched_dev *d, sched_req *r, const sched_event *ev)
     sched_post(d->s, n);
 }
 
-static void fail_req(sched_dev *d, sched_req *r, int status, const char *msg)
+void sched_worker_fail(sched_dev *d, sched_req *r, int status, const char *msg)
 {
     sched_event ev = {.type = SCHED_EV_ERROR, .status = status, .message = msg, .t = sched_now()};
-    finish_req(d, r, &ev);
+    sched_worker_finish(d, r, &ev);
 }
 
-static void done_req(sched_dev *d, sched_req *r)
+void sched_worker_done(sched_dev *d, sched_req *r)
 {
     sched_event ev = {.type = SCHED_EV_DONE, .t = sched_now()};
     ev.prompt_tokens = r->n_prompt;
@@ -84,100 +140,44 @@ static void done_req(sched_dev *d, sched_req *r)
     ev.t_started = r->t_started;
     ev.t_first_token = r->t_first_token;
     ev.t_done = ev.t;
-    finish_req(d, r, &ev);
+    sched_worker_finish(d, r, &ev);
 }
 
-static int cancelled(sched_req *r)
+void sched_worker_move(sched_dev *d, sched_req *r, int failed_dev, int status)
 {
-    return __atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE);
+    free_device_state(d, r, 0); /* the generators and histories travel with it */
+    sched_node *n = node_new(0);
+    n->kind = SCHED_NODE_MOVE;
+    n->req = r;
+    n->dev = failed_dev;
+    n->status = status;
+    n->placement = r->w_placement;
+    sched_post(d->s, n);
 }
-
-/* A device call, timed for busy_seconds and flagged for the watchdog. */
-#define DEVICE_CALL(d, expr)                                                                       \
-    ({                                                                                             \
-        int64_t t0_ = sched_now_ns();                                                              \
-        atomic_store(&(d)->in_step, 1);                                                            \
-        int st_ = (expr);                                                                          \
-        atomic_store(&(d)->in_step, 0);                                                            \
-        int64_t t1_ = sched_now_ns();                                                              \
-        atomic_fetch_add(&(d)->busy_ns, (uint64_t)(t1_ - t0_));                                    \
-        atomic_fetch_add(&(d)->steps, 1);                                                          \
-        atomic_store(&(d)->progress_ns, t1_);                                                      \
-        st_;                                                                                       \
-    })
 
 static const char *step_error(int st)
 {
     return st == ACCEL_ERR_DEVICE ? "the model produced no finite logit" : "out of host memory";
 }
 
-/* Prefills every choice and samples its first token. Returns 0 (r is active), or 1 when r was
- * finished here (error, cancel, or every choice done after one token). */
-static int start_req(sched_dev *d, sched_req *r)
-{
-    sched *s = d->s;
-    r->t_started = sched_now();
-    int capacity = r->n_prompt + r->max_tokens;
-    for (int i = 0; i < r->n; i++) {
-        sched_choice *c = &r->choices[i];
-        int st = accel_seq_new(d->dev, capacity, &c->seq);
-        if (st != ACCEL_OK) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "%s: cannot reserve KV for %d positions: %s", d->info0.name, capacity, accel_strerror(st));
-            fail_req(d, r, st, msg);
-            return 1;
-        }
-        accel_prefill_req pr = {.seq = c->seq, .ids = r->prompt, .n = r->n_prompt,
-                                .logits = d->logits, .cancel = &r->cancel};
-        st = DEVICE_CALL(d, accel_prefill(d->dev, &pr));
-        if (st == ACCEL_ERR_CANCELLED || cancelled(r)) {
-            finish_req(d, r, NULL);
-            return 1;
-        }
-        if (st != ACCEL_OK) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "%s: prefill failed: %s", d->info0.name, accel_strerror(st));
-            fail_req(d, r, st, msg);
-            return 1;
-        }
-        atomic_fetch_add(&d->tokens, (uint64_t)r->n_prompt);
-        st = sched_choice_step(s, r, c, d->logits, sched_now());
-        if (st < 0) {
-            fail_req(d, r, st, step_error(st));
-            return 1;
-        }
-    }
-    if (r->n_done == r->n) {
-        done_req(d, r);
-        return 1;
-    }
-    return 0;
-}
-
-/* Removes r from the active list. */
-static void unlink_active(sched_dev *d, sched_req *r)
-{
-    for (sched_req **pp = &d->active; *pp; pp = &(*pp)->wnext)
-        if (*pp == r) {
-            *pp = r->wnext;
-            r->wnext = NULL;
-            return;
-        }
-}
-
-/* Cancelled and timed-out requests leave now. */
+/* Cancelled and timed-out requests leave now: those decoding here and those prefilling here. */
 static void reap(sched_dev *d)
 {
     double now = sched_now();
     for (sched_req *r = d->active, *next; r; r = next) {
         next = r->wnext;
-        if (cancelled(r)) {
-            unlink_active(d, r);
-            finish_req(d, r, NULL);
+        if (sched_req_cancelled(r)) {
+            sched_list_remove(&d->active, r);
+            sched_worker_finish(d, r, NULL);
         } else if (r->deadline > 0 && now >= r->deadline) {
-            unlink_active(d, r);
-            fail_req(d, r, SCHED_ERR_TIMEOUT, "the request's deadline passed");
+            sched_list_remove(&d->active, r);
+            sched_worker_fail(d, r, SCHED_ERR_TIMEOUT, "the request's deadline passed");
         }
+    }
+    for (sched_req *r = d->pf_head, *next; r; r = next) {
+        next = r->wnext;
+        if (sched_req_cancelled(r)) sched_prefill_end(d, r, ACCEL_ERR_CANCELLED);
+        else if (r->deadline > 0 && now >= r->deadline) sched_prefill_end(d, r, SCHED_ERR_TIMEOUT);
     }
 }
 
@@ -187,7 +187,7 @@ static void decode_step(sched_dev *d)
     sched *s = d->s;
     int vocab = s->vocab, rows = 0;
     for (sched_req *r = d->active; r; r = r->wnext)
-        for (int i = 0; i < r->n; i++) {
+        for (int i = 0; i < r->n && rows < d->rows; i++) {
             sched_choice *c = &r->choices[i];
             if (c->finish != MODEL_FINISH_NONE) continue;
             d->seqs[rows] = c->seq;
@@ -200,11 +200,11 @@ static void decode_step(sched_dev *d)
     int max_batch = d->info0.max_batch > 0 ? d->info0.max_batch : 1;
     for (int b0 = 0; b0 < rows; b0 += max_batch) {
         int nb = rows - b0 < max_batch ? rows - b0 : max_batch;
-        int st = DEVICE_CALL(d, accel_decode(d->dev, nb, d->seqs + b0, d->ids + b0,
-                                             d->logits + (size_t)b0 * vocab));
+        int st = SCHED_DEVICE_CALL(d, accel_decode(d->dev, nb, d->seqs + b0, d->ids + b0,
+                                                   d->logits + (size_t)b0 * vocab));
         if (st != ACCEL_OK) {
-            /* This slice's requests fail; the other slices' sequences advanced and are sampled
-             * below as usual. */
+            /* This slice's requests fail or move; the other slices' sequences advanced and are
+             * sampled below as usual. */
             for (int i = b0; i < b0 + nb; i++) {
                 d->row_req[i]->wfail = st;
                 d->row_req[i]->wfail_step = 0;
@@ -226,18 +226,40 @@ static void decode_step(sched_dev *d)
     for (sched_req *r = d->active, *next; r; r = next) {
         next = r->wnext;
         if (r->wfail) {
-            char msg[160];
-            if (r->wfail_step)
-                snprintf(msg, sizeof msg, "%s", step_error(r->wfail));
-            else
-                snprintf(msg, sizeof msg, "%s: decode failed: %s", d->info0.name, accel_strerror(r->wfail));
-            unlink_active(d, r);
-            fail_req(d, r, r->wfail, msg);
+            int st = r->wfail;
+            r->wfail = 0;
+            sched_list_remove(&d->active, r);
+            if (sched_status_movable(st)) {
+                sched_worker_move(d, r, d->index, st);
+            } else {
+                char msg[160];
+                if (r->wfail_step) snprintf(msg, sizeof msg, "%s", step_error(st));
+                else snprintf(msg, sizeof msg, "%s: decode failed: %s", d->info0.name, accel_strerror(st));
+                sched_worker_fail(d, r, st, msg);
+            }
         } else if (r->n_done == r->n) {
-            unlink_active(d, r);
-            done_req(d, r);
+            sched_list_remove(&d->active, r);
+            sched_worker_done(d, r);
         }
     }
+}
+
+static void run_task(sched_dev *d, sched_task *t)
+{
+    sched_req *r = t->r;
+    switch (t->kind) {
+    case SCHED_TASK_RUN:
+        r->wnext = NULL;
+        r->pf_choice = 0;
+        if (d->pf_tail) d->pf_tail->wnext = r;
+        else d->pf_head = r;
+        d->pf_tail = r;
+        break;
+    case SCHED_TASK_ATTACH: sched_handover_attach(d, r); break;
+    case SCHED_TASK_CHUNK: sched_handover_chunk(d, t); break;
+    case SCHED_TASK_HANDOVER: sched_handover_take(d, r, t->status, t->from); break;
+    }
+    if (t->heap) free(t);
 }
 
 static int alloc_rows(sched_dev *d)
@@ -262,14 +284,31 @@ static void free_rows(sched_dev *d)
     free(d->row_req);
 }
 
+/* Stopping: release what this worker owns without events (the loop frees the requests once
+ * every worker has been joined; tasks left in inboxes are the loop's then). */
+static void stop_all(sched_dev *d)
+{
+    while (d->pf_head) {
+        sched_req *r = d->pf_head;
+        d->pf_head = r->wnext;
+        sched_worker_finish(d, r, NULL);
+    }
+    d->pf_tail = NULL;
+    while (d->active) {
+        sched_req *r = d->active;
+        d->active = r->wnext;
+        sched_worker_finish(d, r, NULL);
+    }
+    sched_handover_stop(d);
+}
+
 void *sched_worker_main(void *arg)
 {
     sched_dev *d = arg;
     sched *s = d->s;
-    int st = alloc_rows(d) < 0 ? ACCEL_ERR_NOMEM : DEVICE_CALL(d, accel_warmup(d->dev));
+    int st = alloc_rows(d) < 0 ? ACCEL_ERR_NOMEM : SCHED_DEVICE_CALL(d, accel_warmup(d->dev));
     atomic_store(&d->warm, st == ACCEL_OK ? 1 : -1);
-    sched_node *wn = sched_node_new(0);
-    while (!wn) wn = sched_node_new(0);
+    sched_node *wn = node_new(0);
     wn->kind = SCHED_NODE_WARM;
     wn->dev = d->index;
     wn->ev.status = st;
@@ -277,7 +316,7 @@ void *sched_worker_main(void *arg)
 
     for (;;) {
         pthread_mutex_lock(&d->mu);
-        while (!d->stop && !d->inbox_head && !d->active) {
+        while (!d->stop && !d->inbox_head && !d->active && !d->pf_head) {
             struct timespec ts;
             abs_deadline(&ts, IDLE_WAKE_MS);
             pthread_cond_timedwait(&d->cv, &d->mu, &ts);
@@ -287,7 +326,7 @@ void *sched_worker_main(void *arg)
             pthread_mutex_unlock(&d->mu);
             break;
         }
-        sched_req *fresh = d->inbox_head;
+        sched_task *tasks = d->inbox_head;
         d->inbox_head = d->inbox_tail = NULL;
         if (s->cfg.step_delay_ms > 0) {
             /* Testing aid: a slower device. A cancel or a stop wakes it early. */
@@ -297,36 +336,15 @@ void *sched_worker_main(void *arg)
         }
         pthread_mutex_unlock(&d->mu);
         stamp(d);
-
-        for (sched_req *r = fresh, *next; r; r = next) {
-            next = r->wnext;
-            r->wnext = NULL;
-            if (cancelled(r)) {
-                finish_req(d, r, NULL);
-                continue;
-            }
-            if (start_req(d, r) == 0) {
-                r->wnext = d->active;
-                d->active = r;
-            }
+        for (sched_task *t = tasks, *next; t; t = next) {
+            next = t->next;
+            run_task(d, t);
         }
         reap(d);
         decode_step(d);
+        sched_prefill_work(d);
     }
-    /* Stopping: release everything without events (the loop frees the requests). */
-    pthread_mutex_lock(&d->mu);
-    sched_req *rest = d->inbox_head;
-    d->inbox_head = d->inbox_tail = NULL;
-    pthread_mutex_unlock(&d->mu);
-    for (sched_req *r = rest, *next; r; r = next) {
-        next = r->wnext;
-        finish_req(d, r, NULL);
-    }
-    while (d->active) {
-        sched_req *r = d->active;
-        d->active = r->wnext;
-        finish_req(d, r, NULL);
-    }
+    stop_all(d);
     free_rows(d);
     return NULL;
 }

@@ -1,0 +1,210 @@
+/* scheduler/sched_prefill.c — the prefill side of a worker: its FCFS queue of prefill jobs
+ * (one per choice of each request placed to prefill here), chunked prefill within the
+ * time-between-tokens budget, the first token of each choice, and the KV shipped to the decode
+ * device of a split placement.
+ *
+ * Chunking (sched_policy_chunk): when requests decode on this device, the prefill work between
+ * two of their decode steps is bounded by cfg.tbt_budget_ms — chunks sized from this device's
+ * measured seconds per prompt token (sched_rate), at least one chunk per iteration so a prefill
+ * always progresses. When nothing decodes here the head job runs whole (one job per iteration,
+ * so new tasks, cancels and deadlines are seen between jobs; accel_prefill itself polls the
+ * cancel flag between layers). Each chunk is an accel_prefill appending to the sequence.
+ *
+ * KV shipping (split placements): the prefill runs on a prompt-only sequence with an
+ * accel_kv_sink. The sink runs on this thread, once per layer as soon as the layer's quantized
+ * chunk is on the host: it copies the chunk into a CHUNK task and appends it to the decode
+ * device's inbox, whose worker imports it (the only thread that touches that device). So the
+ * card imports layer l while this device computes layer l + 1 — the overlap of GLITCHES Fig. 4 —
+ * and a card that is busy importing never blocks this device. The copy costs host memory of at
+ * most one prompt's KV (int8) per request in flight. When the card reports an import failure
+ * (import_failed), the sink stops the prefill at once; the request is handed over anyway and
+ * the card's worker moves it. */
+#include "scheduler/sched_internal.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ship {
+    sched_dev *to;
+    sched_req *r;
+    int choice;
+} ship;
+
+static int ship_layer(void *ctx, const proto_kv_layer *c)
+{
+    ship *sh = ctx;
+    if (atomic_load(&sh->r->import_failed)) return ACCEL_ERR_CANCELLED;
+    size_t nv = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    size_t ns = proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    sched_task *t = malloc(sizeof *t + 2 * nv + 4 * ns);
+    if (!t) {
+        /* host memory ran out: the card cannot get this KV; it moves the request */
+        int zero = 0;
+        atomic_compare_exchange_strong(&sh->r->import_failed, &zero, ACCEL_ERR_NOMEM);
+        return ACCEL_ERR_CANCELLED;
+    }
+    memset(t, 0, sizeof *t);
+    t->kind = SCHED_TASK_CHUNK;
+    t->r = sh->r;
+    t->choice = sh->choice;
+    t->heap = 1;
+    t->chunk = *c;
+    uint8_t *p = t->data;
+    memcpy(p, c->k, nv);
+    t->chunk.k = p;
+    memcpy(p + nv, c->v, nv);
+    t->chunk.v = p + nv;
+    memcpy(p + 2 * nv, c->k_scale, 2 * ns);
+    t->chunk.k_scale = (const uint16_t *)(p + 2 * nv);
+    memcpy(p + 2 * nv + 2 * ns, c->v_scale, 2 * ns);
+    t->chunk.v_scale = (const uint16_t *)(p + 2 * nv + 2 * ns);
+    sched_worker_push(sh->to, t);
+    return ACCEL_OK;
+}
+
+static void post_prefilled(sched_dev *d, sched_req *r)
+{
+    sched_node *n = sched_node_new(0);
+    if (!n) return; /* the book's prefill share stays until the request ends */
+    n->kind = SCHED_NODE_PREFILLED;
+    n->req = r;
+    n->placement = r->w_placement;
+    sched_post(d->s, n);
+}
+
+static void remove_job(sched_dev *d, sched_req *r)
+{
+    sched_req *prev = NULL;
+    for (sched_req *x = d->pf_head; x; prev = x, x = x->wnext)
+        if (x == r) {
+            if (prev) prev->wnext = r->wnext;
+            else d->pf_head = r->wnext;
+            if (d->pf_tail == r) d->pf_tail = prev;
+            r->wnext = NULL;
+            return;
+        }
+}
+
+void sched_prefill_end(sched_dev *d, sched_req *r, int st)
+{
+    remove_job(d, r);
+    if (st == ACCEL_OK) post_prefilled(d, r);
+    if (r->w_split) {
+        /* Free what this worker holds; the decode worker owns the request from the HANDOVER on
+         * and ends it whatever the status (it also holds the card's sequences). */
+        for (int i = 0; i < r->n; i++) sched_choice_deinit(&r->choices[i], d->dev, SCHED_SEQ_PREFILL, 0);
+        sched_task *t = &r->t_handover;
+        memset(t, 0, sizeof *t);
+        t->kind = SCHED_TASK_HANDOVER;
+        t->r = r;
+        t->status = st;
+        t->from = d->index;
+        sched_worker_push(&d->s->dev[r->w_decode], t);
+        return;
+    }
+    if (st == ACCEL_OK) {
+        if (r->n_done == r->n) {
+            sched_worker_done(d, r);
+        } else {
+            r->wnext = d->active;
+            d->active = r;
+        }
+    } else if (st == ACCEL_ERR_CANCELLED) {
+        sched_worker_finish(d, r, NULL);
+    } else if (st == SCHED_ERR_TIMEOUT) {
+        sched_worker_fail(d, r, st, "the request's deadline passed");
+    } else if (sched_status_movable(st)) {
+        sched_worker_move(d, r, d->index, st);
+    } else {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s: prefill failed: %s", d->info0.name, sched_strerror(st));
+        sched_worker_fail(d, r, st, msg);
+    }
+}
+
+/* The next unfinished choice of r at or after r->pf_choice (a moved request skips the choices
+ * that already finished), with its ids ready; -1 when none is left. */
+static int next_choice(sched_req *r, int *st)
+{
+    *st = 0;
+    while (r->pf_choice < r->n && r->choices[r->pf_choice].finish != MODEL_FINISH_NONE) r->pf_choice++;
+    if (r->pf_choice >= r->n) return -1;
+    sched_choice *c = &r->choices[r->pf_choice];
+    if (!c->pf_ids) *st = sched_choice_prefill_ids(r, c);
+    return r->pf_choice;
+}
+
+/* Runs one chunk of r's current job. Returns the seconds it took (0 when the job ended
+ * without a device call), and ends the request's prefill when it is complete or failed. */
+static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget, double left)
+{
+    int st, ci = next_choice(r, &st);
+    if (st || ci < 0) {
+        sched_prefill_end(d, r, st);
+        return 0;
+    }
+    sched_choice *c = &r->choices[ci];
+    if (!c->pf_done) {
+        if (!r->t_started) r->t_started = sched_now();
+        /* split: a prompt-only sequence (its KV leaves for the card); local: the sequence the
+         * choice decodes in, with room for every token it may generate */
+        accel_seq **sq = r->w_split ? &c->pseq : &c->seq;
+        int cap = r->w_split ? c->pf_n : r->n_prompt + r->max_tokens;
+        st = accel_seq_new(d->dev, cap, sq);
+        if (st) {
+            sched_prefill_end(d, r, st);
+            return 0;
+        }
+    }
+    int k = sched_policy_chunk(c->pf_n - c->pf_done, decoding, budget, left, &d->rate);
+    int last = c->pf_done + k == c->pf_n;
+    ship sh = {&d->s->dev[r->w_decode], r, ci};
+    accel_kv_sink sink = {ship_layer, &sh};
+    accel_prefill_req pr = {.seq = r->w_split ? c->pseq : c->seq, .ids = c->pf_ids + c->pf_done,
+                            .n = k, .logits = last ? d->logits : NULL,
+                            .kv = r->w_split ? &sink : NULL, .cancel = &r->cancel};
+    int64_t t0 = sched_now_ns();
+    st = SCHED_DEVICE_CALL(d, accel_prefill(d->dev, &pr));
+    double dt = (double)(sched_now_ns() - t0) / 1e9;
+    atomic_fetch_add(&d->prefill_chunks, 1);
+    if (st == ACCEL_ERR_CANCELLED && !sched_req_cancelled(r) && atomic_load(&r->import_failed))
+        st = ACCEL_OK; /* the sink stopped it: the card's worker moves the request */
+    if (st) {
+        sched_prefill_end(d, r, sched_req_cancelled(r) ? ACCEL_ERR_CANCELLED : st);
+        return dt;
+    }
+    if (atomic_load(&r->import_failed)) {
+        sched_prefill_end(d, r, ACCEL_OK);
+        return dt;
+    }
+    sched_rate_observe(&d->rate, k, dt);
+    atomic_fetch_add(&d->tokens, (uint64_t)k);
+    c->pf_done += k;
+    if (!last) return dt;
+    if (r->w_split) {
+        accel_seq_free(d->dev, c->pseq);
+        c->pseq = NULL;
+    }
+    st = sched_choice_step(d->s, r, c, d->logits, sched_now());
+    if (st < 0) {
+        sched_prefill_end(d, r, st);
+        return dt;
+    }
+    r->pf_choice++;
+    if (next_choice(r, &st) < 0 || st) sched_prefill_end(d, r, st);
+    return dt;
+}
+
+void sched_prefill_work(sched_dev *d)
+{
+    int decoding = d->active != NULL;
+    double budget = d->s->cfg.tbt_budget_ms / 1e3, spent = 0;
+    for (int first = 1; d->pf_head && (first || (decoding && budget > 0 && spent < budget)); first = 0) {
+        sched_req *r = d->pf_head;
+        if (sched_req_cancelled(r)) {
+            sched_prefill_end(d, r, ACCEL_ERR_CANCELLED);
+            continue;
+        }
+        spent += one_chunk(d, r, decoding, budget, budget - spent);
+    }
+}

@@ -1,0 +1,407 @@
+/* Tests for the scheduler's split placement on real threads: the CPU backend prefills and the
+ * simulated cards of tests/scheduler/tcard.h decode from the KV shipped to them layer by layer.
+ * Text at temperature 0 equals what the decode device produces for the prompt alone (cards:
+ * CPU prefill + import + card decode, as `tandem generate --device <card>` runs it; CPU: the
+ * golden greedy text), under concurrency and with chunked prefill; fallback to the CPU when the
+ * cards are busy; failover when an import fails, a card faults or times out mid-decode;
+ * cancellation at every stage frees every sequence on every device. */
+#include "tests/test.h"
+#include "tests/util.h"
+#include "tests/scheduler/tcard.h"
+#include "model/gen.h"
+#include "model/golden.h"
+#include "model/tokenizer.h"
+#include "scheduler/sched.h"
+
+#define MAX_REQS 48
+#define MAX_DEVS 4
+
+typedef struct rec {
+    sched_req *r;
+    int placed, tokens, done, error, status, after_final, cancel_after;
+    char prefill[32], decode[32], first_decode[32];
+    char text[2048];
+    size_t len;
+} rec;
+
+typedef struct env {
+    uv_loop_t loop;
+    model *m;
+    model_tok *tok;
+    accel_dev *devs[MAX_DEVS];
+    int n_devs;
+    sched *s;
+    int warm;
+    rec recs[MAX_REQS];
+    int n_recs, finals, want_finals;
+} env;
+
+static env *E;
+
+static void on_warm(void *ctx, int ok)
+{
+    env *e = ctx;
+    e->warm = ok ? 1 : -1;
+    uv_stop(&e->loop);
+}
+
+static void on_event(void *ctx, const sched_event *ev)
+{
+    rec *r = ctx;
+    if (r->done || r->error) r->after_final++;
+    switch (ev->type) {
+    case SCHED_EV_PLACED:
+        if (!r->placed) snprintf(r->first_decode, sizeof r->first_decode, "%s", ev->decode_dev);
+        r->placed++;
+        snprintf(r->prefill, sizeof r->prefill, "%s", ev->prefill_dev);
+        snprintf(r->decode, sizeof r->decode, "%s", ev->decode_dev);
+        break;
+    case SCHED_EV_TOKEN:
+        r->tokens++;
+        if (r->len + ev->text_len < sizeof r->text) {
+            memcpy(r->text + r->len, ev->text, ev->text_len);
+            r->len += ev->text_len;
+            r->text[r->len] = 0;
+        }
+        if (r->cancel_after && r->tokens == r->cancel_after) {
+            sched_cancel(E->s, r->r);
+            if (++E->finals >= E->want_finals) uv_stop(&E->loop);
+        }
+        break;
+    case SCHED_EV_CHOICE_DONE: break;
+    case SCHED_EV_DONE: r->done++; break;
+    case SCHED_EV_ERROR:
+        r->error++;
+        r->status = ev->status;
+        break;
+    }
+    if (ev->type == SCHED_EV_DONE || ev->type == SCHED_EV_ERROR)
+        if (++E->finals >= E->want_finals) uv_stop(&E->loop);
+}
+
+/* cpu + n_cards test cards (faults for card i in f[i], may be NULL). */
+static int env_open(env *e, int n_cards, const tcard_faults *f, int max_running, double tbt_ms)
+{
+    memset(e, 0, sizeof *e);
+    E = e;
+    if (t_open("models/stories260K", "cpu", &e->m, &e->devs[0]) < 0) return -1;
+    char err[256];
+    for (int i = 0; i < n_cards; i++) {
+        e->devs[1 + i] = tcard_open(i, e->m, f ? &f[i] : NULL, err, sizeof err);
+        if (!e->devs[1 + i]) {
+            t_fail(__FILE__, __LINE__, "tcard: %s", err);
+            return -1;
+        }
+    }
+    e->n_devs = 1 + n_cards;
+    e->tok = model_tok_load_dir("models/stories260K", err, sizeof err);
+    if (!e->tok) {
+        t_fail(__FILE__, __LINE__, "tokenizer: %s", err);
+        return -1;
+    }
+    uv_loop_init(&e->loop);
+    sched_config cfg = {64, max_running, 0, tbt_ms, 0};
+    e->s = sched_new(&e->loop, e->devs, e->n_devs, e->tok, &cfg, on_warm, e, err, sizeof err);
+    if (!e->s) {
+        t_fail(__FILE__, __LINE__, "sched_new: %s", err);
+        return -1;
+    }
+    uv_run(&e->loop, UV_RUN_DEFAULT);
+    if (e->warm != 1) {
+        t_fail(__FILE__, __LINE__, "warm-up failed");
+        return -1;
+    }
+    return 0;
+}
+
+/* Every sequence freed on every device, the loop closes cleanly. */
+static void env_close(env *e)
+{
+    sched_free(e->s);
+    uv_run(&e->loop, UV_RUN_DEFAULT);
+    CHECK_EQ(uv_loop_close(&e->loop), 0);
+    for (int i = 0; i < e->n_devs; i++) {
+        accel_info info;
+        accel_get_info(e->devs[i], &info);
+        CHECK_MSG(info.n_seqs == 0 && info.mem_free == info.mem_total, "%s: %d sequences left",
+                  info.name, info.n_seqs);
+        accel_free(e->devs[i]);
+    }
+    model_tok_free(e->tok);
+    model_free(e->m);
+}
+
+static int submit(env *e, const int32_t *ids, int n, int max_tokens)
+{
+    rec *r = &e->recs[e->n_recs];
+    memset(r, 0, sizeof *r);
+    sched_params p = {0};
+    p.prompt = ids;
+    p.n_prompt = n;
+    p.max_tokens = max_tokens;
+    p.n = 1;
+    p.sampling = model_sampling_default();
+    p.sampling.temperature = 0;
+    char err[256];
+    int st = sched_submit(e->s, &p, on_event, r, &r->r, err, sizeof err);
+    CHECK_MSG(st == SCHED_OK, "submit: %s", err);
+    return e->n_recs++;
+}
+
+static void run_until_final(env *e, int n)
+{
+    e->want_finals = n;
+    if (e->finals < n) uv_run(&e->loop, UV_RUN_DEFAULT);
+}
+
+/* What a card produces for ids alone: CPU prefill exporting its KV into a fresh card, the first
+ * token from the prefill's logits, the rest decoded on the card; greedy, the scheduler's text
+ * rules (model/gen.h). */
+typedef struct ship {
+    accel_dev *to;
+    accel_seq *seq;
+} ship;
+
+static int ship_layer(void *ctx, const proto_kv_layer *c)
+{
+    ship *s = ctx;
+    return accel_kv_import(s->to, s->seq, c);
+}
+
+static void card_reference(env *e, const int32_t *ids, int n, int max_tokens, char *out, size_t outlen)
+{
+    char err[256];
+    out[0] = 0;
+    accel_opts o = {.threads = 1};
+    accel_dev *p = accel_open("cpu", e->m, &o, err, sizeof err);
+    accel_dev *c = tcard_open(9, e->m, NULL, err, sizeof err);
+    int vocab = e->m->cfg.vocab;
+    float *lg = malloc(sizeof(float) * (size_t)vocab);
+    accel_seq *ps = NULL, *cs = NULL;
+    REQUIRE(p && c && lg);
+    REQUIRE(accel_seq_new(p, n, &ps) == 0 && accel_seq_new(c, n + max_tokens, &cs) == 0);
+    ship sh = {c, cs};
+    accel_kv_sink sink = {ship_layer, &sh};
+    accel_prefill_req pr = {.seq = ps, .ids = ids, .n = n, .logits = lg, .kv = &sink};
+    REQUIRE(accel_prefill(p, &pr) == 0);
+    model_gen_params gp = {.sampling = model_sampling_default(), .max_tokens = max_tokens,
+                           .n_ctx = e->m->cfg.max_pos, .eos_ids = e->m->cfg.eos_ids,
+                           .n_eos = e->m->cfg.n_eos, .skip_special = 1};
+    gp.sampling.temperature = 0;
+    model_gen *g = model_gen_new(e->tok, &gp, vocab, ids, n, 0, err, sizeof err);
+    REQUIRE(g);
+    size_t len = 0;
+    for (;;) {
+        model_gen_out go;
+        REQUIRE(model_gen_step(g, lg, &go) == 0);
+        if (len + go.len < outlen) {
+            memcpy(out + len, go.text, go.len);
+            len += go.len;
+            out[len] = 0;
+        }
+        if (go.finish != MODEL_FINISH_NONE) break;
+        REQUIRE(accel_decode(c, 1, &cs, &go.token, lg) == 0);
+    }
+    model_gen_free(g);
+    accel_seq_free(p, ps);
+    accel_seq_free(c, cs);
+    accel_free(p);
+    accel_free(c);
+    free(lg);
+}
+
+static model_golden *golden[8];
+static int n_golden;
+
+static void load_golden(env *e)
+{
+    char **paths;
+    char err[256];
+    n_golden = model_golden_list("tests/data/golden/stories260K", &paths);
+    for (int i = 0; i < n_golden; i++) {
+        if (i < 8) golden[i] = model_golden_load(paths[i], e->m->cfg.vocab, err, sizeof err);
+        free(paths[i]);
+    }
+    free(paths);
+    if (n_golden > 8) n_golden = 8;
+}
+
+static void free_golden(void)
+{
+    for (int i = 0; i < n_golden; i++) model_golden_free(golden[i]);
+}
+
+TEST(sched_split_text_per_decode_device)
+{
+    env e;
+    if (env_open(&e, 2, NULL, 16, 0) < 0) return;
+    load_golden(&e);
+    REQUIRE(n_golden >= 4);
+    /* every golden prompt three times at once: the two cards take the first two, the CPU falls
+     * back for the rest while they are busy, and cards free up for later ones */
+    int idx[24], which[24], k = 0;
+    for (int rep = 0; rep < 3; rep++)
+        for (int i = 0; i < n_golden && k < 24; i++) {
+            which[k] = i;
+            idx[k++] = submit(&e, golden[i]->ids, golden[i]->n_ids, golden[i]->n_greedy);
+        }
+    run_until_final(&e, k);
+    char ref[8][2048];
+    for (int i = 0; i < n_golden; i++) card_reference(&e, golden[i]->ids, golden[i]->n_ids, golden[i]->n_greedy, ref[i], sizeof ref[i]);
+    int on_cards = 0, on_cpu = 0;
+    for (int j = 0; j < k; j++) {
+        rec *r = &e.recs[idx[j]];
+        const model_golden *g = golden[which[j]];
+        CHECK_MSG(r->done == 1 && r->error == 0 && r->placed == 1, "%s: done %d error %d", g->name, r->done, r->error);
+        CHECK_STR(r->prefill, "cpu");
+        if (!strncmp(r->decode, "tcard:", 6)) {
+            on_cards++;
+            CHECK_MSG(!strcmp(r->text, ref[which[j]]), "%s on %s:\n got  %s\n want %s", g->name, r->decode, r->text, ref[which[j]]);
+        } else {
+            on_cpu++;
+            CHECK_STR(r->decode, "cpu");
+            CHECK_MSG(!strcmp(r->text, g->greedy_text), "%s on cpu:\n got  %s\n want %s", g->name, r->text, g->greedy_text);
+        }
+    }
+    /* the devices' numerics differ (int4 KV on the card): each text is its device's */
+    for (int i = 0; i < n_golden; i++) CHECK(strcmp(ref[i], golden[i]->greedy_text) != 0);
+    CHECK(on_cards >= 2);
+    CHECK(on_cpu >= 1);
+    sched_stats st;
+    sched_get_stats(e.s, &st);
+    CHECK_EQ(st.placements_split, (uint64_t)on_cards);
+    CHECK_EQ(st.placements_fallback, (uint64_t)on_cpu);
+    CHECK(st.dev[1].kv_chunks > 0 && st.dev[1].decodes > 0);
+    CHECK_EQ(st.dev[0].prefills, (uint64_t)k);
+    CHECK_EQ(st.moves, 0);
+    free_golden();
+    env_close(&e);
+}
+
+TEST(sched_split_chunked_prefill_same_text)
+{
+    /* A budget far below one token's time: every prefill that meets a decode on the CPU runs in
+     * SCHED_CHUNK_MIN-token chunks. Chunks append to the sequence (and their KV to the card's),
+     * so the texts are the same as unchunked. */
+    env e;
+    if (env_open(&e, 1, NULL, 16, 0.001) < 0) return;
+    load_golden(&e);
+    int idx[16], which[16], k = 0;
+    for (int rep = 0; rep < 2; rep++)
+        for (int i = 0; i < n_golden && k < 16; i++) {
+            which[k] = i;
+            idx[k++] = submit(&e, golden[i]->ids, golden[i]->n_ids, golden[i]->n_greedy);
+        }
+    run_until_final(&e, k);
+    char ref[8][2048];
+    for (int i = 0; i < n_golden; i++) card_reference(&e, golden[i]->ids, golden[i]->n_ids, golden[i]->n_greedy, ref[i], sizeof ref[i]);
+    int chunked_prompt_tokens = 0;
+    for (int j = 0; j < k; j++) {
+        rec *r = &e.recs[idx[j]];
+        const char *want = !strcmp(r->decode, "cpu") ? golden[which[j]]->greedy_text : ref[which[j]];
+        CHECK(r->done == 1);
+        CHECK_MSG(!strcmp(r->text, want), "%s on %s:\n got  %s\n want %s", golden[which[j]]->name, r->decode, r->text, want);
+        chunked_prompt_tokens += golden[which[j]]->n_ids;
+    }
+    sched_stats st;
+    sched_get_stats(e.s, &st);
+    CHECK_MSG(st.dev[0].prefill_chunks > (uint64_t)k, "%llu chunks for %d prefills", (unsigned long long)st.dev[0].prefill_chunks, k);
+    free_golden();
+    env_close(&e);
+}
+
+static int32_t once[] = {1, 403, 407, 261, 378}; /* "Once upon a time" */
+
+TEST(sched_split_failover_card_fault_mid_decode)
+{
+    /* card 0 faults on its 5th decode step; the request moves and still completes */
+    tcard_faults f[2] = {{.decode_fault_at = 5}, {0}};
+    env e;
+    if (env_open(&e, 2, f, 16, 0) < 0) return;
+    int a = submit(&e, once, 5, 40);
+    run_until_final(&e, 1);
+    rec *r = &e.recs[a];
+    CHECK_MSG(r->done == 1 && r->error == 0, "error %d status %d", r->error, r->status);
+    CHECK_STR(r->first_decode, "tcard:0");
+    CHECK_EQ(r->placed, 2);
+    CHECK_STR(r->decode, "tcard:1"); /* another idle card, not the fallback */
+    CHECK_EQ(r->tokens, 40);
+    sched_stats st;
+    sched_get_stats(e.s, &st);
+    CHECK_EQ(st.moves, 1);
+    CHECK_EQ(st.dev[1].info.health, ACCEL_HEALTH_FAILED);
+    CHECK_EQ(st.dev[1].failovers, 1);
+    CHECK(sched_can_serve(e.s, NULL));
+    /* the node keeps serving on what is left */
+    int b = submit(&e, once, 5, 8);
+    run_until_final(&e, 2);
+    CHECK(e.recs[b].done == 1);
+    CHECK_STR(e.recs[b].decode, "tcard:1");
+    env_close(&e);
+}
+
+TEST(sched_split_failover_import_and_timeout)
+{
+    /* card 0's 3rd import is corrupt; card 1 times out on its 2nd step: the first request moves
+     * twice (card 0 -> card 1 -> the CPU, every card marked) and completes */
+    tcard_faults f[2] = {{.import_corrupt_at = 3}, {.decode_timeout_at = 2}};
+    env e;
+    if (env_open(&e, 2, f, 16, 0) < 0) return;
+    int a = submit(&e, once, 5, 30);
+    run_until_final(&e, 1);
+    rec *r = &e.recs[a];
+    CHECK_MSG(r->done == 1 && r->error == 0, "error %d status %d", r->error, r->status);
+    CHECK_EQ(r->placed, 3);
+    CHECK_STR(r->first_decode, "tcard:0");
+    CHECK_STR(r->decode, "cpu");
+    CHECK_EQ(r->tokens, 30);
+    sched_stats st;
+    sched_get_stats(e.s, &st);
+    CHECK_EQ(st.moves, 2);
+    CHECK_EQ(st.dev[1].info.health, ACCEL_HEALTH_DEGRADED);
+    CHECK_EQ(st.dev[2].info.health, ACCEL_HEALTH_DEGRADED);
+    /* (its text: the tokens made before each move, then the CPU's continuation after
+     * re-prefilling prompt + those tokens; no single device's output to compare with) */
+    env_close(&e);
+}
+
+TEST(sched_split_cancel_everywhere)
+{
+    /* slow cards: requests are caught waiting, prefilling, importing and decoding */
+    tcard_faults f[2] = {{.decode_ms = 2}, {.decode_ms = 2}};
+    env e;
+    if (env_open(&e, 2, f, 4, 0) < 0) return;
+    int n = 0;
+    for (int i = 0; i < 12; i++) {
+        int j = submit(&e, once, 5, 200);
+        e.recs[j].cancel_after = 1 + i % 6; /* after a few tokens */
+        n++;
+    }
+    /* and two cancelled right away (one waiting, one running) */
+    int w = submit(&e, once, 5, 100);
+    sched_cancel(e.s, e.recs[w].r);
+    run_until_final(&e, n);
+    /* the rest drains: stop when nothing runs */
+    for (int spins = 0; spins < 2000; spins++) {
+        sched_stats st;
+        sched_get_stats(e.s, &st);
+        if (st.n_running == 0 && st.n_waiting == 0) break;
+        uv_run(&e.loop, UV_RUN_NOWAIT);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    sched_stats st;
+    sched_get_stats(e.s, &st);
+    CHECK_EQ(st.n_running, 0);
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ(e.recs[i].done + e.recs[i].error, 0);
+        CHECK_EQ(e.recs[i].after_final, 0);
+    }
+    for (int i = 0; i < e.n_devs; i++) {
+        accel_info info;
+        accel_get_info(e.devs[i], &info);
+        CHECK_MSG(info.n_seqs == 0, "%s holds %d sequences", info.name, info.n_seqs);
+        CHECK_EQ(st.dev[i].running, 0);
+    }
+    env_close(&e);
+}
