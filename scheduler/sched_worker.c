@@ -247,6 +247,8 @@ static void decode_step(sched_dev *d)
 static void run_task(sched_dev *d, sched_task *t)
 {
     sched_req *r = t->r;
+    /* an embedded task lives in its request, which may be gone once the task ran */
+    int heap = t->heap;
     switch (t->kind) {
     case SCHED_TASK_RUN:
         r->wnext = NULL;
@@ -259,7 +261,7 @@ static void run_task(sched_dev *d, sched_task *t)
     case SCHED_TASK_CHUNK: sched_handover_chunk(d, t); break;
     case SCHED_TASK_HANDOVER: sched_handover_take(d, r, t->status, t->from); break;
     }
-    if (t->heap) free(t);
+    if (heap) free(t);
 }
 
 static int alloc_rows(sched_dev *d)
