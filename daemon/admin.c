@@ -48,14 +48,31 @@ static void metrics(dmn_serve *d, dmn_http_req *r)
         devs[i] = (dmn_metrics_dev){s->info.name, accel_kind_name(s->info.kind),
                                     accel_health_name(s->info.health), s->busy_seconds,
                                     s->info.mem_total, s->info.mem_total - s->info.mem_free,
-                                    s->running, s->steps, s->tokens};
+                                    s->running, s->steps, s->tokens, s->decodes, s->prefills,
+                                    s->failovers, s->kv_bytes, s->prefill_chunks};
     }
     dmn_buf b;
     dmn_buf_init(&b);
     dmn_metrics_render(&b, &d->metrics, st.n_running, st.n_waiting, devs, st.n_devices,
                        dmn_serve_ready(d, NULL), d->state == DMN_STATE_DRAINING);
+    dmn_metrics_render_dispatch(&b, st.placements_split, st.placements_fallback,
+                                st.placements_local, st.moves, st.moves_failed);
     /* The exposition format's content type (Prometheus text format 0.0.4). */
     reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", dmn_buf_take(&b));
+}
+
+/* "prefill,decode,kv_export,kv_import": the capabilities a device reports. */
+static void caps_text(unsigned caps, char *out, size_t n)
+{
+    static const struct {
+        unsigned bit;
+        const char *name;
+    } names[] = {{ACCEL_CAP_PREFILL, "prefill"}, {ACCEL_CAP_DECODE, "decode"},
+                 {ACCEL_CAP_KV_EXPORT, "kv_export"}, {ACCEL_CAP_KV_IMPORT, "kv_import"}};
+    size_t o = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (caps & names[i].bit) o += (size_t)snprintf(out + o, o < n ? n - o : 0, "%s%s", o ? "," : "", names[i].name);
 }
 
 static void status(dmn_serve *d, dmn_http_req *r)
@@ -64,6 +81,7 @@ static void status(dmn_serve *d, dmn_http_req *r)
     memset(&st, 0, sizeof st);
     if (d->sched) sched_get_stats(d->sched, &st);
     proto_status_dev devs[SCHED_MAX_DEVICES];
+    char caps[SCHED_MAX_DEVICES][48];
     double now = sched_now();
     for (int i = 0; i < st.n_devices; i++) {
         const sched_dev_stats *s = &st.dev[i];
@@ -71,7 +89,9 @@ static void status(dmn_serve *d, dmn_http_req *r)
                                      accel_health_name(s->info.health), s->warm, s->info.mem_total,
                                      s->info.mem_free, s->info.kv_bytes_per_token, s->info.max_batch,
                                      s->running, s->in_step, s->steps, s->tokens, s->busy_seconds,
-                                     now - s->last_progress};
+                                     now - s->last_progress, caps[i], s->decodes, s->prefills,
+                                     s->failovers, s->kv_bytes};
+        caps_text(s->info.caps, caps[i], sizeof caps[i]);
     }
     int cap = d->n_reqs < STATUS_MAX_REQS ? d->n_reqs : STATUS_MAX_REQS;
     proto_status_req *reqs = calloc((size_t)(cap ? cap : 1), sizeof *reqs);
@@ -79,7 +99,8 @@ static void status(dmn_serve *d, dmn_http_req *r)
     proto_status ps = {dmn_state_name(d->state), DMN_VERSION, d->served_name, d->cfg.model,
                        now - d->t_start, st.n_waiting, st.n_running, d->cfg.max_waiting,
                        d->cfg.max_running, d->api ? dmn_http_active(d->api) : 0, devs,
-                       st.n_devices, reqs, n};
+                       st.n_devices, reqs, n, st.placements_split, st.placements_fallback,
+                       st.placements_local, st.moves};
     reply(r, 200, "application/json", proto_status_json(&ps));
     free(reqs);
 }

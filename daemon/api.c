@@ -57,8 +57,9 @@ struct dmn_api_req {
     sched_req *sreq;
     int stream, include_usage, n, logprobs, prompt_tokens, max_tokens, completion_tokens;
     api_choice *choices;
-    char devices[96];
-    char prefill_dev[32], decode_dev[32];
+    char devices[160];
+    char prefill_dev[32], decode_dev[32], moved_from[32];
+    int moves;          /* failovers: placed again after a device failed it */
     uv_timer_t keepalive;
     int keepalive_on;
     int status;
@@ -190,11 +191,11 @@ static void log_request(dmn_api_req *a, int completed)
     dmn_log(DMN_LOG_INFO, "request",
             "id=%s method=%s path=%s client=%s status=%d completed=%d stream=%d n=%d "
             "prompt_tokens=%d completion_tokens=%d max_tokens=%d finish=%s prefill=%s decode=%s "
-            "queue_ms=%.3f ttft_ms=%.3f e2e_ms=%.3f daemon_us=%.0f in_us=%.0f out_us=%.0f cpu_us=%.0f error=%s",
+            "moves=%d moved_from=%s queue_ms=%.3f ttft_ms=%.3f e2e_ms=%.3f daemon_us=%.0f in_us=%.0f out_us=%.0f cpu_us=%.0f error=%s",
             a->id, dmn_http_method(a->http), path, client, a->status, completed, a->stream, a->n,
             a->prompt_tokens, a->completion_tokens, a->max_tokens, a->finish ? a->finish : "-",
             a->prefill_dev[0] ? a->prefill_dev : "-", a->decode_dev[0] ? a->decode_dev : "-",
-            queue * 1e3, ttft * 1e3, e2e * 1e3, own * 1e6, own_in * 1e6, own_out * 1e6,
+            a->moves, a->moved_from[0] ? a->moved_from : "-", queue * 1e3, ttft * 1e3, e2e * 1e3, own * 1e6, own_in * 1e6, own_out * 1e6,
             a->cpu_own * 1e6, a->err_code[0] ? a->err_code : "-");
 }
 
@@ -579,6 +580,24 @@ static void on_placed(dmn_api_req *a, const sched_event *ev)
     snprintf(a->prefill_dev, sizeof a->prefill_dev, "%s", ev->prefill_dev);
     snprintf(a->decode_dev, sizeof a->decode_dev, "%s", ev->decode_dev);
     snprintf(a->devices, sizeof a->devices, "prefill=%s; decode=%s", ev->prefill_dev, ev->decode_dev);
+    if (ev->moves > 0) {
+        /* A failover: the request continues on other devices; the client sees no error. The
+         * header of a whole response names the devices that finished it and the one that
+         * failed; a stream's headers are out already, so it gets an SSE comment (clients
+         * ignore comments). */
+        a->moves = ev->moves;
+        snprintf(a->moved_from, sizeof a->moved_from, "%s", ev->failed_dev ? ev->failed_dev : "?");
+        size_t n = strlen(a->devices);
+        snprintf(a->devices + n, sizeof a->devices - n, "; moved_from=%s", a->moved_from);
+        dmn_log(DMN_LOG_WARN, "request_moved", "id=%s moves=%d from=%s status=\"%s\" prefill=%s decode=%s",
+                a->id, ev->moves, a->moved_from, sched_strerror(ev->failed_status), ev->prefill_dev, ev->decode_dev);
+        if (a->stream && dmn_http_responded(a->http)) {
+            char c[224];
+            int k = snprintf(c, sizeof c, ": x-tandem-devices: %s\n\n", a->devices);
+            if (k > 0 && (size_t)k < sizeof c) stream_bytes(a, c, (size_t)k);
+        }
+        return;
+    }
     a->t_started = ev->t;
     if (!a->stream) return;
     /* Headers go out now, before the prefill: the client sees where it runs and, during a long

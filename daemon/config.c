@@ -44,6 +44,8 @@ static const key keys[] = {
     K(admin_key_file, KEY_STR, "", 0, 0, "file with admin keys, one per line"),
     K(max_waiting, KEY_INT, "64", 0, 1000000, "requests waiting for a device before 429"),
     K(max_running, KEY_INT, "16", 1, 4096, "sequences one device decodes at once"),
+    K(tbt_budget_ms, KEY_DOUBLE, "50", 0, 60000, "prefill time between two decode steps of a device (0: no chunking)"),
+    K(fpga_prefill, KEY_INT, "0", 0, 1, "1: FPGAs with prefill kernels may prefill"),
     K(max_body_bytes, KEY_BYTES, "4M", 1024, 1 << 30, "largest request body (413 above)"),
     K(max_header_bytes, KEY_BYTES, "64k", 4096, 1 << 24, "per-connection memory for headers"),
     K(max_connections, KEY_INT, "1024", 1, 1000000, "open connections per listener"),

@@ -33,6 +33,8 @@ typedef struct dmn_config {
     char *admin_key_file;
     int max_waiting;         /* bounded waiting queue: more -> 429 */
     int max_running;         /* sequences one device decodes at once */
+    double tbt_budget_ms;    /* prefill work between two decode steps of a device (0: no chunking) */
+    int fpga_prefill;        /* FPGAs with prefill kernels may prefill (1) */
     long long max_body_bytes;
     long long max_header_bytes;
     int max_connections;

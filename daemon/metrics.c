@@ -160,6 +160,11 @@ void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiti
         {"tandem:device_steps_total", "counter", "Prefill and decode calls completed."},
         {"tandem:device_tokens_total", "counter", "Tokens through the device (prompt and generated)."},
         {"tandem:device_health", "gauge", "1 for the device's current health state."},
+        {"tandem:device_decodes_total", "counter", "Requests placed to decode on the device."},
+        {"tandem:device_prefills_total", "counter", "Requests placed to prefill on the device."},
+        {"tandem:device_failovers_total", "counter", "Requests that moved away after a failure on the device."},
+        {"tandem:device_kv_import_bytes_total", "counter", "Bytes of KV imported into the device from a prefill device."},
+        {"tandem:device_prefill_chunks_total", "counter", "Prefill calls (chunks of prompts) on the device."},
     };
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         dmn_prom_header(b, fam[f].name, fam[f].type, fam[f].help);
@@ -184,6 +189,11 @@ void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiti
                 }
                 break;
             }
+            case 7: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->decodes); break;
+            case 8: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->prefills); break;
+            case 9: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->failovers); break;
+            case 10: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv_bytes_in); break;
+            case 11: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->prefill_chunks); break;
             }
         }
     }
@@ -215,4 +225,21 @@ void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiti
     dmn_prom_hist(b, "tandem:request_decode_time_seconds", "Time from the first to the last token.", &m->decode);
     dmn_prom_hist(b, "tandem:request_prompt_tokens", "Prompt length of finished requests.", &m->prompt_len);
     dmn_prom_hist(b, "tandem:request_generation_tokens", "Generated tokens of finished requests.", &m->gen_len);
+}
+
+void dmn_metrics_render_dispatch(dmn_buf *b, uint64_t split, uint64_t fallback, uint64_t local,
+                                 uint64_t moves, uint64_t moves_failed)
+{
+    dmn_prom_header(b, "tandem:decode_placements_total", "counter",
+                    "Decode placements: card (prefilled elsewhere, decoded on an FPGA), fallback "
+                    "(decoded on its prefill device: every card busy or full), local (no cards).");
+    dmn_prom_sample(b, "tandem:decode_placements_total", "target=\"card\"", (double)split);
+    dmn_prom_sample(b, "tandem:decode_placements_total", "target=\"fallback\"", (double)fallback);
+    dmn_prom_sample(b, "tandem:decode_placements_total", "target=\"local\"", (double)local);
+    dmn_prom_header(b, "tandem:request_failovers_total", "counter",
+                    "Times a request moved to other devices after a device failure.");
+    dmn_prom_sample(b, "tandem:request_failovers_total", NULL, (double)moves);
+    dmn_prom_header(b, "tandem:request_failover_errors_total", "counter",
+                    "Requests that failed after moving too many times.");
+    dmn_prom_sample(b, "tandem:request_failover_errors_total", NULL, (double)moves_failed);
 }

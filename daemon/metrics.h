@@ -59,10 +59,18 @@ typedef struct dmn_metrics_dev {
     uint64_t mem_total, mem_used;
     int running;
     uint64_t steps, tokens;
+    uint64_t decodes, prefills, failovers, kv_bytes_in, prefill_chunks;
 } dmn_metrics_dev;
 
 /* The whole /metrics text: requests running/waiting, per-device gauges, then m. */
 void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiting,
                         const dmn_metrics_dev *devs, int n_devs, int ready, int draining);
+
+/* The scheduler's dispatch counters (scheduler/sched.h sched_stats): decode placements by
+ * target — "card" (split: prefilled elsewhere, decoded on an FPGA), "fallback" (decoded on its
+ * prefill device because every card was busy or full), "local" (a node without cards) — and
+ * failovers. Appended after dmn_metrics_render's text. */
+void dmn_metrics_render_dispatch(dmn_buf *b, uint64_t split, uint64_t fallback, uint64_t local,
+                                 uint64_t moves, uint64_t moves_failed);
 
 #endif

@@ -107,15 +107,8 @@ int dmn_serve_ready(dmn_serve *d, const char **why)
     if (d->state == DMN_STATE_LOADING) w = "loading";
     else if (d->state == DMN_STATE_DRAINING) w = "draining";
     else if (d->state == DMN_STATE_FAILED) w = "failed";
-    else {
-        int healthy = 0;
-        for (int i = 0; i < d->n_devs; i++) {
-            accel_info info;
-            accel_get_info(d->devs[i], &info);
-            healthy |= info.health != ACCEL_HEALTH_FAILED;
-        }
-        if (!healthy) w = "no healthy device";
-    }
+    else if (!d->sched) w = "loading";
+    else sched_can_serve(d->sched, &w); /* a healthy prefill device and a decode path */
     if (why) *why = w;
     return w == NULL;
 }
@@ -267,8 +260,10 @@ static void on_warm(void *ctx, int ok)
     for (int i = 0; i < d->n_devs; i++) {
         accel_info info;
         accel_get_info(d->devs[i], &info);
-        dmn_log(DMN_LOG_INFO, "device", "name=%s kind=%s health=%s mem_total=%llu kv_bytes_per_token=%llu max_batch=%d desc=\"%s\"",
+        dmn_log(DMN_LOG_INFO, "device", "name=%s kind=%s health=%s prefill=%d decode=%d kv_export=%d kv_import=%d mem_total=%llu kv_bytes_per_token=%llu max_batch=%d desc=\"%s\"",
                 info.name, accel_kind_name(info.kind), accel_health_name(info.health),
+                !!(info.caps & ACCEL_CAP_PREFILL), !!(info.caps & ACCEL_CAP_DECODE),
+                !!(info.caps & ACCEL_CAP_KV_EXPORT), !!(info.caps & ACCEL_CAP_KV_IMPORT),
                 (unsigned long long)info.mem_total, (unsigned long long)info.kv_bytes_per_token,
                 info.max_batch, info.desc);
     }
@@ -377,7 +372,8 @@ static void after_load(uv_work_t *w, int status)
         const char *base = strrchr(d->cfg.model, '/');
         snprintf(d->served_name, sizeof d->served_name, "%s", base ? base + 1 : d->cfg.model);
     }
-    sched_config sc = {d->cfg.max_waiting, d->cfg.max_running, d->cfg.step_delay_ms};
+    sched_config sc = {d->cfg.max_waiting, d->cfg.max_running, d->cfg.step_delay_ms,
+                       d->cfg.tbt_budget_ms, d->cfg.fpga_prefill};
     char err[256];
     d->sched = sched_new(d->loop, d->devs, d->n_devs, d->tok, &sc, on_warm, d, err, sizeof err);
     if (!d->sched) {

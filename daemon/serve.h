@@ -84,7 +84,8 @@ void dmn_serve_drain(dmn_serve *d, int exiting);
 /* Back to ready after an admin drain (not after SIGTERM). Returns 0, or -1 when not possible. */
 int dmn_serve_resume(dmn_serve *d);
 const char *dmn_state_name(enum dmn_state s);
-/* 1 when /ready should say 200: ready state and at least one healthy warm device. */
+/* 1 when /ready should say 200: ready state, and the healthy warm devices can serve (some
+ * device prefills and some decode path exists: sched_can_serve). */
 int dmn_serve_ready(dmn_serve *d, const char **why);
 /* Sends an sd_notify message (no-op without NOTIFY_SOCKET) and logs it at debug level. */
 void dmn_notify(const char *msg);

@@ -27,15 +27,22 @@ char *proto_status_json(const proto_status *s)
     json_t *devs = json_array(), *reqs = json_array();
     for (int i = 0; devs && i < s->n_devs; i++) {
         const proto_status_dev *d = &s->devs[i];
-        json_array_append_new(
-            devs, json_pack("{s:o, s:o, s:o, s:o, s:b, s:I, s:I, s:I, s:i, s:i, s:b, s:I, s:I, s:f, s:f}",
+        json_t *o = json_pack("{s:o, s:o, s:o, s:o, s:b, s:I, s:I, s:I, s:i, s:i, s:b, s:I, s:I, s:f, s:f}",
                             "name", str_or_null(d->name), "kind", str_or_null(d->kind), "desc",
                             str_or_null(d->desc), "health", str_or_null(d->health), "warm", d->warm,
                             "mem_total", (json_int_t)d->mem_total, "mem_free", (json_int_t)d->mem_free,
                             "kv_bytes_per_token", (json_int_t)d->kv_bytes_per_token, "max_batch",
                             d->max_batch, "running", d->running, "in_step", d->in_step, "steps",
                             (json_int_t)d->steps, "tokens", (json_int_t)d->tokens, "busy_seconds",
-                            d->busy_seconds, "idle_seconds", d->idle_seconds));
+                            d->busy_seconds, "idle_seconds", d->idle_seconds);
+        if (o) {
+            json_object_set_new(o, "caps", str_or_null(d->caps));
+            json_object_set_new(o, "decodes", json_integer((json_int_t)d->decodes));
+            json_object_set_new(o, "prefills", json_integer((json_int_t)d->prefills));
+            json_object_set_new(o, "failovers", json_integer((json_int_t)d->failovers));
+            json_object_set_new(o, "kv_bytes_in", json_integer((json_int_t)d->kv_bytes_in));
+        }
+        json_array_append_new(devs, o);
     }
     for (int i = 0; reqs && i < s->n_reqs; i++) {
         const proto_status_req *r = &s->reqs[i];
@@ -55,6 +62,13 @@ char *proto_status_json(const proto_status *s)
                              "running", s->n_running, "max_waiting", s->max_waiting, "max_running",
                              s->max_running, "connections", s->connections, "devices",
                              devs ? devs : json_null(), "requests", reqs ? reqs : json_null());
+    if (root) {
+        json_object_set_new(root, "placements",
+                            json_pack("{s:I, s:I, s:I}", "split", (json_int_t)s->placements_split,
+                                      "fallback", (json_int_t)s->placements_fallback, "local",
+                                      (json_int_t)s->placements_local));
+        json_object_set_new(root, "moves", json_integer((json_int_t)s->moves));
+    }
     return dump(root);
 }
 

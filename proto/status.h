@@ -14,6 +14,8 @@ typedef struct proto_status_dev {
     int max_batch, running, in_step;
     uint64_t steps, tokens;
     double busy_seconds, idle_seconds; /* idle: since the worker's last sign of life */
+    const char *caps;   /* "prefill,decode,kv_export,kv_import" (those it has), or NULL */
+    uint64_t decodes, prefills, failovers, kv_bytes_in; /* requests placed / moved away, KV in */
 } proto_status_dev;
 
 typedef struct proto_status_req {
@@ -32,6 +34,9 @@ typedef struct proto_status {
     int n_devs;
     const proto_status_req *reqs;
     int n_reqs;
+    /* decode placements (scheduler/sched.h): split to a card, fallback in place, in place on a
+     * node without cards; failovers */
+    uint64_t placements_split, placements_fallback, placements_local, moves;
 } proto_status;
 
 char *proto_status_json(const proto_status *s);
