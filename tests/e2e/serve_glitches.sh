@@ -1,0 +1,137 @@
+#!/bin/sh
+# GLITCHES dispatch end to end: the daemon on the CPU backend (prefill + fallback decode) and
+# three emulated U280 cards (fpga-emu, paced by the emulator's timing model), 32 concurrent
+# streamed requests at temperature 0 on stories260K. Every request completes; its text equals
+# what the device that decoded it (x-tandem-devices) produces for the prompt alone — for a card
+# `tandem generate --device fpga-emu:N` (CPU prefill, KV imported, decoded on the card), for the
+# CPU the golden greedy text; the metrics show decodes on the cards and fallbacks to the CPU
+# while the cards are busy. Then the same with a card that disappears mid-decode, and with one
+# whose run hangs (the backend's watchdog times it out): every request still completes without
+# an error, the failed card is marked, /ready stays 200.
+. tests/e2e/lib/serve.sh
+
+NAMES="glitches_ready glitches_all_complete glitches_text_per_device glitches_on_cards glitches_fallback glitches_status_json glitches_gone_complete glitches_gone_moved glitches_gone_marked glitches_gone_ready glitches_hang_complete glitches_hang_moved"
+export TANDEM_CACHE_DIR="$T/cache" TANDEM_EMU_PACE=1 TANDEM_EMU_CARDS=3
+if ! "$TANDEM" generate --device fpga-emu:0 --ids 1 --max-tokens 1 >/dev/null 2>&1; then
+    for n in $NAMES; do echo "ok $n # SKIP the fpga-emu backend is not built into $TANDEM"; done
+    exit 0
+fi
+
+GOLD=tests/data/golden/stories260K
+CASES="bos_only lily once sun unicode"
+CARDS=3
+MAXTOK=64
+
+# references: the CPU's golden greedy text, each card's standalone output
+for c in $CASES; do
+    jq -j '.greedy_text' "$GOLD/$c.json" >"$T/ref.$c.cpu"
+    ids=$(jq -r '.ids | map(tostring) | join(",")' "$GOLD/$c.json")
+    i=0
+    while [ $i -lt $CARDS ]; do
+        "$TANDEM" generate --device fpga-emu:$i --ids "$ids" --max-tokens $MAXTOK --temperature 0 --json \
+            2>/dev/null | jq -j '.text' >"$T/ref.$c.fpga-emu:$i"
+        i=$((i + 1))
+    done
+done
+
+# burst N: N concurrent streamed requests over the golden prompts (bodies prepared first, so
+# that they arrive together); body k -> $T/b.k, headers $T/h.k
+burst() {
+    k=1
+    while [ $k -le $1 ]; do
+        c=$(echo $CASES | cut -d' ' -f$(((k - 1) % 5 + 1)))
+        echo "$c" >"$T/case.$k"
+        echo "{\"prompt\":$(jq -c '.ids' "$GOLD/$c.json"),\"max_tokens\":$MAXTOK,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" >"$T/req.$k"
+        k=$((k + 1))
+    done
+    k=1
+    pids=
+    while [ $k -le $1 ]; do
+        curl -s -N -D "$T/h.$k" -o "$T/b.$k" -H 'Content-Type: application/json' -d "@$T/req.$k" \
+            "$API/v1/completions" &
+        pids="$pids $!"
+        k=$((k + 1))
+    done
+    wait $pids # not the daemon, also a child of this shell
+}
+
+# complete N: every stream of the burst ended with [DONE], no error event, 200, all tokens
+complete() {
+    k=1
+    while [ $k -le $1 ]; do
+        grep -q '^HTTP/1.1 200' "$T/h.$k" || return 1
+        grep -q '^data: \[DONE\]' "$T/b.$k" || return 1
+        grep -q '"error"' "$T/b.$k" && return 1
+        n=$(grep '^data: {' "$T/b.$k" | sed 's/^data: //' | jq -s '[.[] | .usage.completion_tokens // empty] | add')
+        [ "$n" = "$MAXTOK" ] || return 1
+        k=$((k + 1))
+    done
+    return 0
+}
+
+text_of() { grep '^data: {' "$T/b.$1" | sed 's/^data: //' | jq -j '.choices[0].text // empty'; }
+decode_of() { sed -n 's/^x-tandem-devices: prefill=\([^;]*\); decode=\([^;\r]*\).*/\2/p' "$T/h.$1" | tr -d '\r'; }
+
+N=32
+serve_start --devices cpu,fpga-emu:0,fpga-emu:1,fpga-emu:2 --max-running 32 ||
+    { fail glitches_start "daemon did not start"; exit 0; }
+check glitches_ready sh -c "[ \$(curl -s -o /dev/null -w '%{http_code}' $ADMIN/ready) = 200 ]"
+burst $N
+check glitches_all_complete complete $N
+bad=""
+k=1
+while [ $k -le $N ]; do
+    c=$(cat "$T/case.$k")
+    dev=$(decode_of $k)
+    pre=$(sed -n 's/^x-tandem-devices: prefill=\([^;]*\);.*/\1/p' "$T/h.$k")
+    text_of $k >"$T/got.$k"
+    if [ "$pre" != cpu ] || [ ! -f "$T/ref.$c.$dev" ] || ! cmp -s "$T/got.$k" "$T/ref.$c.$dev"; then
+        bad="$bad $k($c on '$dev')"
+    fi
+    k=$((k + 1))
+done
+check glitches_text_per_device [ -z "$bad" ]
+[ -n "$bad" ] && echo "# texts differ from their device's:$bad" >&2
+curl -s "$ADMIN/metrics" >"$T/metrics"
+cards=$(sed -n 's/^tandem:decode_placements_total{target="card"} //p' "$T/metrics")
+fallback=$(sed -n 's/^tandem:decode_placements_total{target="fallback"} //p' "$T/metrics")
+on_dev=$(grep -c 'decode=fpga-emu' "$T"/h.* | awk -F: '{s += $2} END {print s}')
+check glitches_on_cards sh -c "[ '$cards' -ge 3 ] && [ '$cards' = '$on_dev' ] && grep -q '^tandem:device_kv_import_bytes_total{device=\"fpga-emu:0\",kind=\"fpga\"} [1-9]' $T/metrics"
+check glitches_fallback sh -c "[ '$fallback' -ge 1 ] && [ \$(($cards + $fallback)) = $N ]"
+code=$(get "$ADMIN/admin/status")
+check glitches_status_json sh -c "[ $code = 200 ] && jq -e '(.devices | length) == 4 and .devices[1].kind == \"fpga\" and .devices[1].caps == \"decode,kv_import\" and .placements.split == $cards and .placements.fallback == $fallback' $T/body >/dev/null"
+serve_stop
+
+# The runs a card makes before it serves: the weight upload's (found by failing run k: the open
+# fails while k falls inside the upload). Then come the warm-up's decode run, one import run per
+# layer chunk piece and one run per token: upload + 30 falls inside the first request a card
+# decodes (64 tokens).
+lo=1
+hi=400
+while [ $lo -lt $hi ]; do
+    mid=$(((lo + hi) / 2))
+    if TANDEM_EMU_FAULT="card=0,run=$mid,kind=gone" "$TANDEM" generate --device fpga-emu:0 --ids 1 \
+        --max-tokens 1 2>&1 | grep -q 'weight upload'; then lo=$((mid + 1)); else hi=$mid; fi
+done
+RUN=$((lo + 30))
+
+# A card disappears mid-decode.
+TANDEM_EMU_FAULT="card=1,run=$RUN,kind=gone" serve_start --devices cpu,fpga-emu:0,fpga-emu:1,fpga-emu:2 --max-running 32 ||
+    { fail glitches_gone_start "daemon did not start"; exit 0; }
+burst $N
+check glitches_gone_complete complete $N
+curl -s "$ADMIN/metrics" >"$T/metrics"
+check glitches_gone_moved sh -c "grep -q '^tandem:request_failovers_total [1-9]' $T/metrics && grep -q 'event=request_moved.*from=fpga-emu:1' $LOG"
+check glitches_gone_marked grep -q '^tandem:device_health{device="fpga-emu:1",kind="fpga",state="failed"} 1' "$T/metrics"
+check glitches_gone_ready sh -c "[ \$(curl -s -o /dev/null -w '%{http_code}' $ADMIN/ready) = 200 ]"
+serve_stop
+
+# A card's run hangs: the backend's watchdog (200 ms here) times it out, the request moves.
+TANDEM_FPGA_TIMEOUT_MS=200 TANDEM_EMU_FAULT="card=0,run=$RUN,kind=hang" \
+    serve_start --devices cpu,fpga-emu:0,fpga-emu:1,fpga-emu:2 --max-running 32 ||
+    { fail glitches_hang_start "daemon did not start"; exit 0; }
+burst $N
+check glitches_hang_complete complete $N
+curl -s "$ADMIN/metrics" >"$T/metrics"
+check glitches_hang_moved sh -c "grep -q 'event=request_moved.*from=fpga-emu:0' $LOG && ! grep -q '^tandem:device_health{device=\"fpga-emu:0\",kind=\"fpga\",state=\"ok\"} 1' $T/metrics"
+serve_stop
