@@ -3,6 +3,7 @@
 #include "scheduler/sched_sim_model.h"
 #include "fpga/u280.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Model shapes (the models' config.json). */
@@ -178,4 +179,52 @@ double sched_sim_ship_s(const sched_sim_dev_model *from, const sched_sim_dev_mod
                         double bytes)
 {
     return hop(from, bytes) + hop(to, bytes);
+}
+
+int sched_sim_model_build(sched_sim_model *m, const char *node, const char *shape,
+                          int gpu_max_running, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    const sched_sim_shape *s = sched_sim_shape_find(shape);
+    if (!s) {
+        snprintf(err, errlen, "unknown model shape '%s' (llama2-7b, llama3-8b)", shape);
+        return -1;
+    }
+    m->shape = *s;
+    char buf[256];
+    if (strlen(node) >= sizeof buf) {
+        snprintf(err, errlen, "node spec too long");
+        return -1;
+    }
+    snprintf(buf, sizeof buf, "%s", node);
+    int per_kind[8] = {0};
+    char *save = NULL;
+    for (char *t = strtok_r(buf, "+", &save); t; t = strtok_r(NULL, "+", &save)) {
+        long count = 1;
+        char *x = strchr(t, 'x');
+        if (x && x > t && strspn(t, "0123456789") == (size_t)(x - t)) {
+            count = strtol(t, NULL, 10);
+            t = x + 1;
+        }
+        const sched_sim_hw *hw = sched_sim_hw_find(t);
+        if (!hw) {
+            snprintf(err, errlen, "unknown device profile '%s' (see tandem simulate --list)", t);
+            return -1;
+        }
+        if (count < 1 || m->n_devs + count > SCHED_BOOK_MAX_DEVICES) {
+            snprintf(err, errlen, "a node holds 1 to %d devices", SCHED_BOOK_MAX_DEVICES);
+            return -1;
+        }
+        for (long i = 0; i < count; i++) {
+            int mr = hw->kind == ACCEL_KIND_FPGA ? 0 : gpu_max_running;
+            if (sched_sim_dev_init(&m->dev[m->n_devs], hw, s, mr, per_kind[hw->kind]++, err, errlen))
+                return -1;
+            m->n_devs++;
+        }
+    }
+    if (!m->n_devs) {
+        snprintf(err, errlen, "empty node spec");
+        return -1;
+    }
+    return 0;
 }

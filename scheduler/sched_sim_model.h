@@ -96,6 +96,12 @@ void sched_sim_dev_calibrate_prefill(sched_sim_dev_model *d, const sched_sim_sha
 void sched_sim_dev_calibrate_decode(sched_sim_dev_model *d, const sched_sim_shape *s,
                                     double ctx, double seconds);
 
+/* A node from a spec: '+'-separated terms "[N x]profile", e.g. "a100+7xu280", "8xa100",
+ * "h100+7xu280-tandem". gpu_max_running: decode sequences per GPU/CPU (1: GLITCHES'
+ * latency-sensitive batch of one; 0: 256). Returns 0, or -1 with a message. */
+int sched_sim_model_build(sched_sim_model *m, const char *node, const char *shape,
+                          int gpu_max_running, char *err, size_t errlen);
+
 double sched_sim_prefill_flops(const sched_sim_shape *s, double n, double pos0);
 double sched_sim_prefill_s(const sched_sim_dev_model *d, int n, int pos0);
 double sched_sim_decode_s(const sched_sim_dev_model *d, int batch, long long sum_ctx);

@@ -5,6 +5,7 @@
  * virtual times of a lone request equal the model's prices. */
 #include "tests/test.h"
 #include "scheduler/sched_sim.h"
+#include "scheduler/sched_sim_trace.h"
 
 typedef struct checks {
     int placements, last_id, fcfs_ok, card_ok, fallback_ok, n_cards;
@@ -240,4 +241,67 @@ TEST(sched_sim_percentiles)
     CHECK_NEAR(sched_sim_percentile(v, 5, 100), 5, 1e-12);
     CHECK_NEAR(sched_sim_percentile(v, 5, 90), 4.6, 1e-12);
     CHECK_NEAR(sched_sim_percentile(v, 0, 50), 0, 0);
+}
+
+TEST(sched_sim_node_specs_and_calibration)
+{
+    static sched_sim_model m;
+    char err[256];
+    REQUIRE(sched_sim_model_build(&m, "a100+7xu280", "llama2-7b", 1, err, sizeof err) == 0);
+    CHECK_EQ(m.n_devs, 8);
+    CHECK_STR(m.dev[0].name, "a100:0");
+    CHECK_STR(m.dev[7].name, "u280:6");
+    CHECK_EQ(m.dev[0].max_running, 1);
+    CHECK_EQ(m.dev[3].max_running, 1); /* a card: its max_batch */
+    /* every profile reproduces its own calibration points */
+    CHECK_NEAR(sched_sim_prefill_s(&m.dev[0], 1536, 0), 0.17585, 1e-9);
+    CHECK_NEAR(sched_sim_decode_s(&m.dev[0], 1, 1792), 0.02426, 1e-9);
+    CHECK_NEAR(sched_sim_prefill_s(&m.dev[1], 1536, 0), 5.0012, 1e-9);
+    /* the model's bytes: LLaMA2-7B fp16 weights, 512 KiB of fp16 KV per token on the GPU; W4 +
+     * 5 % on the card, int8 KV + one fp16 scale per head */
+    CHECK_NEAR(m.dev[0].weight_bytes, 2 * 6.738e9, 1e6);
+    CHECK_EQ(m.dev[0].kv_bytes_per_token, 2 * 32 * 32 * 128 * 2);
+    CHECK_EQ(m.dev[1].kv_bytes_per_token, 2 * 32 * 32 * (128 + 2));
+    CHECK_NEAR(m.dev[1].weight_bytes, 6.738e9 / 2 * 1.05, 1e6);
+    /* a measured point replaces the calibration */
+    sched_sim_dev_calibrate_decode(&m.dev[0], &m.shape, 4096, 0.010);
+    CHECK_NEAR(sched_sim_decode_s(&m.dev[0], 1, 4096), 0.010, 1e-12);
+    /* bad specs */
+    CHECK(sched_sim_model_build(&m, "a100+7xnope", "llama2-7b", 1, err, sizeof err) < 0);
+    CHECK(strstr(err, "nope") != NULL);
+    CHECK(sched_sim_model_build(&m, "40xa100", "llama2-7b", 1, err, sizeof err) < 0);
+    CHECK(sched_sim_model_build(&m, "a100", "gpt-5", 1, err, sizeof err) < 0);
+    /* weights larger than the card's memory */
+    CHECK(sched_sim_model_build(&m, "a100+u280", "llama3-8b", 1, err, sizeof err) == 0);
+    const sched_sim_hw *v = sched_sim_hw_find("v100s");
+    REQUIRE(v);
+    sched_sim_shape huge = m.shape;
+    huge.params = 70e9;
+    CHECK(sched_sim_dev_init(&m.dev[0], v, &huge, 1, 0, err, sizeof err) < 0);
+}
+
+TEST(sched_sim_trace_lengths_and_arrivals)
+{
+    sched_sim_trace t = {.rate = 4, .sharegpt = 1, .context = 4096, .seed = 7};
+    double sp = 0, so = 0, last = 0;
+    int n = 20000, ordered = 1, in_range = 1;
+    for (int i = 0; i < n; i++) {
+        sched_sim_req r;
+        sched_sim_trace_next(&t, &r);
+        sp += r.n_prompt;
+        so += r.n_out;
+        ordered &= r.arrival >= last;
+        last = r.arrival;
+        in_range &= r.n_prompt >= 4 && r.n_prompt <= 2048 && r.n_out >= 4 && r.n_out <= 2048;
+    }
+    CHECK(ordered && in_range);
+    /* the means the vLLM paper reports for ShareGPT, within sampling error and clipping */
+    CHECK_NEAR(sp / n, SCHED_SIM_SHAREGPT_PROMPT_MEAN, 0.06 * SCHED_SIM_SHAREGPT_PROMPT_MEAN);
+    CHECK_NEAR(so / n, SCHED_SIM_SHAREGPT_OUTPUT_MEAN, 0.06 * SCHED_SIM_SHAREGPT_OUTPUT_MEAN);
+    /* Poisson at 4/s: the mean gap is 0.25 s */
+    CHECK_NEAR(last / n, 0.25, 0.01);
+    sched_sim_trace f = {.prompt = 128, .output = 512};
+    sched_sim_req r;
+    sched_sim_trace_next(&f, &r);
+    CHECK(r.arrival == 0 && r.n_prompt == 128 && r.n_out == 512);
 }

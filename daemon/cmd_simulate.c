@@ -1,0 +1,373 @@
+/* tandem simulate — the scheduler's dispatch on a virtual clock (scheduler/sched_sim.h) with
+ * device timing models (scheduler/sched_sim_model.h) and a request trace
+ * (scheduler/sched_sim_trace.h): throughput, TTFT/TPOT percentiles, device utilisation, where
+ * the decodes went — to size a node (how many cards per GPU) and to compare with GLITCHES
+ * Fig. 7.
+ *
+ *   tandem simulate [--node SPEC] [--model llama2-7b|llama3-8b] [--workload P:O | --sharegpt]
+ *                   [--rate R | --clients C] [--requests N] [--seed S] [--tbt-budget-ms B]
+ *                   [--gpu-batch K] [--fpga-prefill] [--gpu-prefill MS@TOKENS]
+ *                   [--gpu-decode MS@CTX] [--list]
+ *   tandem simulate --fig7 [--gpus a100,v100s] [--card u280] [--gpu-batch K] [...]
+ *
+ * Throughput is measured in the steady state: the tokens of the requests that finished between
+ * the 10th and the 90th percentile of completion times, over that window (the ramp-up and the
+ * drain of a finite trace are left out). --fig7 runs, for each model shape and each
+ * [prompt, output] of GLITCHES Fig. 7 ([128, 512], [512, 512], [1536, 512]), a node of 8 GPUs, a
+ * node of 1 GPU + 7 cards and a node of 8 cards (which prefill on the cards, as GLITCHES'
+ * all-FPGA baseline does), saturated by closed-loop clients (twice the node's decode slots, each
+ * running at least 10 requests). */
+#include "daemon/cli.h"
+#include "daemon/cmd.h"
+#include "scheduler/sched_sim.h"
+#include "scheduler/sched_sim_trace.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The most requests one run may simulate (a bound on the trace's memory: ~100 bytes each). */
+#define SIM_MAX_REQUESTS 2000000
+
+typedef struct sim_run {
+    const char *node, *shape;
+    int prompt, output, sharegpt;
+    double rate;
+    int clients, requests;
+    uint64_t seed;
+    double tbt_ms;
+    int gpu_batch, fpga_prefill;
+    double gpu_prefill_ms, gpu_prefill_tokens, gpu_decode_ms, gpu_decode_ctx;
+} sim_run;
+
+typedef struct sim_result {
+    sched_sim_summary sum;
+    double steady_tps;      /* tokens/s in the steady-state window */
+    double price;           /* the node's dollars */
+    double util[SCHED_BOOK_MAX_DEVICES];
+    char names[SCHED_BOOK_MAX_DEVICES][32];
+    int n_devs;
+} sim_result;
+
+/* closed loop: every finished request is replaced by the next of the trace, until N */
+typedef struct closed {
+    sched_sim_trace *trace;
+    sched_sim_req *reqs;
+    int n, next;
+} closed;
+
+static void on_done(void *ctx, sched_sim *sim, sched_sim_req *r)
+{
+    closed *c = ctx;
+    if (!c || c->next >= c->n) return;
+    sched_sim_req *q = &c->reqs[c->next++];
+    sched_sim_trace_next(c->trace, q);
+    q->arrival = sched_sim_now(sim);
+    sched_sim_submit(sim, q);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double steady_tps(const sched_sim_req *r, int n)
+{
+    double *done = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    if (!done) return 0;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (r[i].state == SCHED_SIM_DONE) done[k++] = r[i].t_done;
+    double tps = 0;
+    if (k >= 10) {
+        qsort(done, (size_t)k, sizeof *done, cmp_double);
+        double a = done[k / 10], b = done[k - 1 - k / 10], tokens = 0;
+        for (int i = 0; i < n; i++)
+            if (r[i].state == SCHED_SIM_DONE && r[i].t_done > a && r[i].t_done <= b) tokens += r[i].generated;
+        tps = b > a ? tokens / (b - a) : 0;
+    }
+    free(done);
+    return tps;
+}
+
+static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
+{
+    memset(res, 0, sizeof *res);
+    static sched_sim_model m;
+    if (sched_sim_model_build(&m, o->node, o->shape, o->gpu_batch, err, errlen)) return -1;
+    for (int i = 0; i < m.n_devs; i++) {
+        sched_sim_dev_model *d = &m.dev[i];
+        if (d->kind != ACCEL_KIND_CUDA) continue;
+        if (o->gpu_prefill_ms > 0) sched_sim_dev_calibrate_prefill(d, &m.shape, o->gpu_prefill_tokens, o->gpu_prefill_ms / 1e3);
+        if (o->gpu_decode_ms > 0) sched_sim_dev_calibrate_decode(d, &m.shape, o->gpu_decode_ctx, o->gpu_decode_ms / 1e3);
+    }
+    sched_sim_req *reqs = calloc((size_t)o->requests, sizeof *reqs);
+    if (!reqs) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    sched_sim_trace tr = {.rate = o->clients > 0 ? 0 : o->rate, .prompt = o->prompt,
+                          .output = o->output, .sharegpt = o->sharegpt,
+                          .context = m.shape.context, .seed = o->seed};
+    closed cl = {&tr, reqs, o->requests, 0};
+    sched_sim_config cfg = {&m, m.n_devs, o->tbt_ms / 1e3, o->fpga_prefill, NULL,
+                            o->clients > 0 ? on_done : NULL, o->clients > 0 ? &cl : NULL};
+    sched_sim *sim = sched_sim_new(&cfg, err, errlen);
+    if (!sim) {
+        free(reqs);
+        return -1;
+    }
+    int first = o->clients > 0 ? (o->clients < o->requests ? o->clients : o->requests) : o->requests;
+    for (int i = 0; i < first; i++) {
+        sched_sim_trace_next(&tr, &reqs[i]);
+        if (sched_sim_submit(sim, &reqs[i])) {
+            snprintf(err, errlen, "cannot submit request %d", i);
+            sched_sim_free(sim);
+            free(reqs);
+            return -1;
+        }
+    }
+    cl.next = first;
+    double t_end = sched_sim_run(sim, 0);
+    int n = o->clients > 0 ? cl.next : o->requests;
+    sched_sim_summarize(reqs, n, &res->sum);
+    res->steady_tps = steady_tps(reqs, n);
+    res->n_devs = m.n_devs;
+    for (int i = 0; i < m.n_devs; i++) {
+        sched_sim_dev_stats st;
+        sched_sim_dev_stats_get(sim, i, &st);
+        res->util[i] = t_end > 0 ? st.busy_s / t_end : 0;
+        snprintf(res->names[i], sizeof res->names[i], "%s", m.dev[i].name);
+        res->price += m.dev[i].hw->price;
+    }
+    sched_sim_free(sim);
+    free(reqs);
+    return 0;
+}
+
+static void print_one(const sim_run *o, const sim_result *r)
+{
+    const sched_sim_summary *s = &r->sum;
+    printf("node %s, %s, ", o->node, o->shape);
+    if (o->sharegpt) printf("ShareGPT-like lengths");
+    else printf("[%d, %d]", o->prompt, o->output);
+    if (o->clients > 0) printf(", %d closed-loop clients", o->clients);
+    else printf(", Poisson %.3g req/s", o->rate);
+    printf(", %d requests, tbt budget %g ms, GPU decode batch %d\n", o->requests, o->tbt_ms,
+           o->gpu_batch > 0 ? o->gpu_batch : 256);
+    printf("  finished %d, rejected %d\n", s->n_done, s->n_rejected);
+    printf("  throughput %.1f tok/s steady (%.1f over the whole run), %.3f req/s\n", r->steady_tps, s->tokens_per_s, s->requests_per_s);
+    printf("  TTFT p50 %.3f s p99 %.3f s | TPOT p50 %.2f ms p99 %.2f ms | e2e p50 %.2f s p99 %.2f s | queue p50 %.3f s p99 %.3f s\n",
+           s->ttft_p50, s->ttft_p99, s->tpot_p50 * 1e3, s->tpot_p99 * 1e3, s->e2e_p50, s->e2e_p99, s->queue_p50, s->queue_p99);
+    printf("  decodes: %d on cards (split), %d in place (fallback or no card)\n", s->decodes_on_cards, s->decodes_fallback);
+    printf("  utilisation:");
+    for (int i = 0; i < r->n_devs; i++) printf(" %s %.0f%%", r->names[i], r->util[i] * 100);
+    printf("\n  cost: $%.0f, %.2f tok/s per $1000\n", r->price, r->steady_tps / r->price * 1e3);
+}
+
+static void list(void)
+{
+    printf("model shapes:\n");
+    for (int i = 0; sched_sim_shape_at(i); i++) {
+        const sched_sim_shape *s = sched_sim_shape_at(i);
+        printf("  %-10s %.2fB parameters, %d layers, %d/%d heads, head_dim %d, context %d\n", s->name,
+               s->params / 1e9, s->n_layers, s->n_heads, s->n_kv_heads, s->head_dim, s->context);
+    }
+    printf("device profiles:\n");
+    for (int i = 0; sched_sim_hw_at(i); i++) {
+        const sched_sim_hw *h = sched_sim_hw_at(i);
+        printf("  %-12s %s\n", h->name, h->source);
+    }
+}
+
+static int parse_at(const char *name, const char *v, double *ms, double *at)
+{
+    char *end;
+    *ms = strtod(v, &end);
+    if (*end != '@' || !(*ms > 0) || !isfinite(*ms)) goto bad;
+    *at = strtod(end + 1, &end);
+    if (*end || !(*at > 0) || *at > 1e7) goto bad;
+    return 0;
+bad:
+    fprintf(stderr, "tandem simulate: %s takes MS@N (e.g. 124@4096)\n", name);
+    return -1;
+}
+
+/* Twice the decode slots of the node: enough clients to keep every slot busy with a queue. */
+static int saturating_clients(const char *node, const char *shape, int gpu_batch)
+{
+    static sched_sim_model m;
+    char err[256];
+    if (sched_sim_model_build(&m, node, shape, gpu_batch, err, sizeof err)) return 16;
+    int slots = 0;
+    for (int i = 0; i < m.n_devs; i++) {
+        int b = m.dev[i].max_batch < m.dev[i].max_running ? m.dev[i].max_batch : m.dev[i].max_running;
+        slots += m.dev[i].kind == ACCEL_KIND_FPGA ? b : m.dev[i].max_running;
+    }
+    return 2 * slots;
+}
+
+/* Clients for the node, and enough requests that each client runs at least 10 of them (the
+ * steady-state window then holds many completions). */
+static void saturate(sim_run *o, int requests)
+{
+    o->clients = saturating_clients(o->node, o->shape, o->gpu_batch);
+    o->requests = requests > 10 * o->clients ? requests : 10 * o->clients;
+    if (o->requests > SIM_MAX_REQUESTS) o->requests = SIM_MAX_REQUESTS;
+}
+
+static int fig7(sim_run base, const char *gpus, const char *card)
+{
+    static const int work[3][2] = {{128, 512}, {512, 512}, {1536, 512}};
+    const char *shapes[] = {"llama2-7b", "llama3-8b"};
+    const sched_sim_hw *ch = sched_sim_hw_find(card);
+    if (!ch) {
+        fprintf(stderr, "tandem simulate: unknown card profile %s\n", card);
+        return 2;
+    }
+    int all_cards = (ch->caps & ACCEL_CAP_PREFILL) != 0;
+    printf("GLITCHES Fig. 7 node shapes on the simulator: closed-loop clients (2x the node's decode slots), "
+           "at least %d requests per run (and 10 per client), GPU decode batch %d, tbt budget %g ms, card %s\n\n",
+           base.requests, base.gpu_batch ? base.gpu_batch : 256, base.tbt_ms, card);
+    printf("| model | [prompt, output] | GPU | 8 GPU tok/s | 1 GPU + 7 cards tok/s | 8 cards tok/s | "
+           "hetero / 8 GPU | hetero / 8 cards | tok/s per $1000 (8 GPU / hetero / 8 cards) | "
+           "hetero decodes on cards | hetero TTFT p50 / p99 s | hetero TPOT p50 / p99 ms |\n");
+    printf("|---|---|---|---:|---:|---:|---:|---:|---|---:|---|---|\n");
+    char list[128];
+    snprintf(list, sizeof list, "%s", gpus);
+    for (size_t si = 0; si < 2; si++)
+        for (int w = 0; w < 3; w++) {
+            char *save = NULL;
+            char buf[128];
+            snprintf(buf, sizeof buf, "%s", list);
+            for (char *g = strtok_r(buf, ",", &save); g; g = strtok_r(NULL, ",", &save)) {
+                char n_gpu[64], n_het[64], n_card[64], err[256];
+                snprintf(n_gpu, sizeof n_gpu, "8x%s", g);
+                snprintf(n_het, sizeof n_het, "%s+7x%s", g, card);
+                snprintf(n_card, sizeof n_card, "8x%s", card);
+                sim_result rg, rh, rc;
+                sim_run o = base;
+                o.shape = shapes[si];
+                o.prompt = work[w][0];
+                o.output = work[w][1];
+                o.node = n_gpu;
+                saturate(&o, base.requests);
+                if (run_one(&o, &rg, err, sizeof err)) goto fail;
+                o.node = n_het;
+                saturate(&o, base.requests);
+                if (run_one(&o, &rh, err, sizeof err)) goto fail;
+                int have_cards = 0;
+                if (all_cards) {
+                    o.node = n_card;
+                    o.fpga_prefill = 1;
+                    saturate(&o, base.requests);
+                    if (run_one(&o, &rc, err, sizeof err)) goto fail;
+                    have_cards = 1;
+                }
+                printf("| %s | [%d, %d] | %s | %.0f | %.0f | ", shapes[si], work[w][0], work[w][1], g, rg.steady_tps, rh.steady_tps);
+                if (have_cards) printf("%.0f | %.2fx | %.2fx | ", rc.steady_tps, rh.steady_tps / rg.steady_tps, rh.steady_tps / rc.steady_tps);
+                else printf("- | %.2fx | - | ", rh.steady_tps / rg.steady_tps);
+                printf("%.2f / %.2f / ", rg.steady_tps / rg.price * 1e3, rh.steady_tps / rh.price * 1e3);
+                if (have_cards) printf("%.2f", rc.steady_tps / rc.price * 1e3);
+                else printf("-");
+                int tot = rh.sum.decodes_on_cards + rh.sum.decodes_fallback;
+                printf(" | %.0f%% | %.2f / %.2f | %.1f / %.1f |\n", tot ? 100.0 * rh.sum.decodes_on_cards / tot : 0,
+                       rh.sum.ttft_p50, rh.sum.ttft_p99, rh.sum.tpot_p50 * 1e3, rh.sum.tpot_p99 * 1e3);
+                fflush(stdout);
+                continue;
+            fail:
+                fprintf(stderr, "tandem simulate: %s\n", err);
+                return 1;
+            }
+        }
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: tandem simulate [--node SPEC] [--model llama2-7b|llama3-8b] [--workload P:O | --sharegpt]\n"
+            "         [--rate R | --clients C] [--requests N] [--seed S] [--tbt-budget-ms B] [--gpu-batch K]\n"
+            "         [--fpga-prefill] [--gpu-prefill MS@TOKENS] [--gpu-decode MS@CTX] [--list]\n"
+            "       tandem simulate --fig7 [--gpus a100,v100s] [--card u280] [--requests N] [--gpu-batch K]\n"
+            "  SPEC: '+'-separated [N x]profile terms, e.g. a100+7xu280 (the default), 8xa100, h100+7xu280-tandem\n");
+}
+
+int dmn_cmd_simulate(int argc, char **argv)
+{
+    sim_run o = {.node = "a100+7xu280", .shape = "llama2-7b", .prompt = 1536, .output = 512,
+                 .clients = 16, .requests = 400, .seed = 1, .tbt_ms = 50, .gpu_batch = 1};
+    const char *gpus = "a100,v100s", *card = "u280", *v;
+    int bad = 0, do_fig7 = 0, requests_set = 0;
+    for (int i = 1; i < argc && !bad; i++) {
+        long l;
+        double d;
+        if ((v = dmn_opt(&i, argc, argv, "--node", &bad))) o.node = v;
+        else if ((v = dmn_opt(&i, argc, argv, "--model", &bad))) o.shape = v;
+        else if ((v = dmn_opt(&i, argc, argv, "--workload", &bad))) {
+            char *end;
+            long p = strtol(v, &end, 10), out = *end == ':' ? strtol(end + 1, &end, 10) : -1;
+            if (*end || p < 1 || p > 1 << 20 || out < 1 || out > 1 << 20) {
+                fprintf(stderr, "tandem simulate: --workload takes PROMPT:OUTPUT tokens\n");
+                return 2;
+            }
+            o.prompt = (int)p;
+            o.output = (int)out;
+        } else if (dmn_flag(i, argv, "--sharegpt")) o.sharegpt = 1;
+        else if ((v = dmn_opt(&i, argc, argv, "--rate", &bad))) {
+            if (dmn_parse_float("--rate", v, 1e-6, 1e6, &d)) return 2;
+            o.rate = d;
+            o.clients = 0;
+        } else if ((v = dmn_opt(&i, argc, argv, "--clients", &bad))) {
+            if (dmn_parse_int("--clients", v, 1, 100000, &l)) return 2;
+            o.clients = (int)l;
+        } else if ((v = dmn_opt(&i, argc, argv, "--requests", &bad))) {
+            if (dmn_parse_int("--requests", v, 1, SIM_MAX_REQUESTS, &l)) return 2;
+            o.requests = (int)l;
+            requests_set = 1;
+        } else if ((v = dmn_opt(&i, argc, argv, "--seed", &bad))) {
+            if (dmn_parse_int("--seed", v, 1, 1L << 62, &l)) return 2;
+            o.seed = (uint64_t)l;
+        } else if ((v = dmn_opt(&i, argc, argv, "--tbt-budget-ms", &bad))) {
+            if (dmn_parse_float("--tbt-budget-ms", v, 0, 60000, &d)) return 2;
+            o.tbt_ms = d;
+        } else if ((v = dmn_opt(&i, argc, argv, "--gpu-batch", &bad))) {
+            if (dmn_parse_int("--gpu-batch", v, 1, 4096, &l)) return 2;
+            o.gpu_batch = (int)l;
+        } else if ((v = dmn_opt(&i, argc, argv, "--gpu-prefill", &bad))) {
+            if (parse_at("--gpu-prefill", v, &o.gpu_prefill_ms, &o.gpu_prefill_tokens)) return 2;
+        } else if ((v = dmn_opt(&i, argc, argv, "--gpu-decode", &bad))) {
+            if (parse_at("--gpu-decode", v, &o.gpu_decode_ms, &o.gpu_decode_ctx)) return 2;
+        } else if ((v = dmn_opt(&i, argc, argv, "--gpus", &bad))) gpus = v;
+        else if ((v = dmn_opt(&i, argc, argv, "--card", &bad))) card = v;
+        else if (dmn_flag(i, argv, "--fpga-prefill")) o.fpga_prefill = 1;
+        else if (dmn_flag(i, argv, "--fig7")) do_fig7 = 1;
+        else if (dmn_flag(i, argv, "--list")) {
+            list();
+            return 0;
+        } else if (dmn_flag(i, argv, "--help") || dmn_flag(i, argv, "-h")) {
+            usage();
+            return 0;
+        } else if (!bad) {
+            fprintf(stderr, "tandem simulate: unknown option %s\n", argv[i]);
+            bad = 1;
+        }
+    }
+    if (bad) {
+        usage();
+        return 2;
+    }
+    if (do_fig7) {
+        if (!requests_set) o.requests = 320;
+        return fig7(o, gpus, card);
+    }
+    sim_result r;
+    char err[256];
+    if (run_one(&o, &r, err, sizeof err)) {
+        fprintf(stderr, "tandem simulate: %s\n", err);
+        return 1;
+    }
+    print_one(&o, &r);
+    return 0;
+}

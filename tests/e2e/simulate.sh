@@ -1,0 +1,30 @@
+#!/bin/sh
+# tandem simulate: a run prints its summary, --fig7 its table, bad input is refused clearly.
+BUILD=${BUILD:-build}
+TANDEM=${TANDEM:-$BUILD/tandem}
+T=$(mktemp -d /tmp/tandem-sim.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+ok() { echo "ok $1"; }
+fail() { echo "not ok $1 # $2"; }
+check() {
+    name=$1
+    shift
+    if "$@"; then ok "$name"; else fail "$name" "$*"; fi
+}
+
+"$TANDEM" simulate --requests 60 >"$T/out" 2>&1
+check simulate_default sh -c "grep -q 'node a100+7xu280, llama2-7b, \[1536, 512\]' $T/out && grep -q 'finished 60, rejected 0' $T/out && grep -q 'throughput [0-9.]* tok/s' $T/out"
+"$TANDEM" simulate --node 2xa100+3xu280 --model llama3-8b --sharegpt --rate 0.5 --requests 40 --gpu-batch 8 >"$T/out" 2>&1
+check simulate_poisson_sharegpt sh -c "grep -q 'ShareGPT-like lengths, Poisson 0.5 req/s' $T/out && grep -q 'finished 40' $T/out && grep -q 'u280:2' $T/out"
+"$TANDEM" simulate --node 8xa100 --gpu-prefill 100@2048 --gpu-decode 10@1024 --requests 40 >"$T/out" 2>&1
+check simulate_calibration_override sh -c "grep -q 'decodes: 0 on cards (split), 40 in place' $T/out && grep -q 'TPOT p50 10\.[0-9]* ms' $T/out"
+"$TANDEM" simulate --fig7 --gpus a100 --requests 20 >"$T/fig7" 2>&1
+check simulate_fig7_rows sh -c "[ \$(grep -c '^| llama' $T/fig7) = 6 ] && grep -q '| llama2-7b | \[1536, 512\] | a100 |' $T/fig7"
+"$TANDEM" simulate --node a100+7xfoo >"$T/out" 2>&1
+rc=$?
+check simulate_bad_node sh -c "[ $rc = 1 ] && grep -q \"unknown device profile 'foo'\" $T/out"
+"$TANDEM" simulate --workload 12 >"$T/out" 2>&1
+rc=$?
+check simulate_bad_workload sh -c "[ $rc = 2 ] && grep -q 'PROMPT:OUTPUT' $T/out"
+"$TANDEM" simulate --list >"$T/out" 2>&1
+check simulate_list sh -c "grep -q 'u280-tandem' $T/out && grep -q 'PLACEHOLDER' $T/out"
