@@ -30,7 +30,9 @@ typedef struct key {
 static const key keys[] = {
     K(model, KEY_STR, "", 0, 0, "model directory (default: the bundled stories260K)"),
     K(served_model_name, KEY_STR, "", 0, 0, "model name clients send (default: directory name)"),
-    K(devices, KEY_STR, "cpu", 0, 0, "comma-separated devices: cpu, cuda:N, fpga-emu:N, fpga:N"),
+    K(devices, KEY_STR, "cpu,fpga-emu:0,fpga-emu:1", 0, 0, "comma-separated devices: cpu, cuda:N, fpga-emu:N, fpga:N"),
+    K(fpga_emu_pace, KEY_INT, "1", 0, 1, "1: emulated cards run at the U280 timing model's speed"),
+    K(cache_dir, KEY_STR, "", 0, 0, "FPGA weight-image cache directory (default: $TANDEM_CACHE_DIR, else ~/.cache/tandem)"),
     K(threads, KEY_INT, "0", 0, 1024, "cpu backend threads (0: all cores)"),
     K(kv_mem_limit, KEY_BYTES, "0", 0, 9.0e18, "KV bytes per device (0: device budget)"),
     K(chat_template, KEY_STR, "", 0, 0, "Jinja chat template file overriding the model's"),

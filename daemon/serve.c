@@ -284,6 +284,25 @@ static void on_warm(void *ctx, int ok)
     dmn_log(DMN_LOG_INFO, "ready", "model=%s devices=%s", d->served_name, d->cfg.devices);
 }
 
+/* The card emulator (build/libxrt_emu.so): beside the binary in a build tree, under
+ * <prefix>/lib/tandem once installed. "" when neither exists (the backend then says so). */
+static void emu_library(char *out, size_t n)
+{
+    char exe[PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    out[0] = 0;
+    if (k <= 0) return;
+    exe[k] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    const char *cands[] = {"%s/libxrt_emu.so", "%s/../lib/tandem/libxrt_emu.so"};
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
+        snprintf(out, n, cands[i], exe);
+        if (access(out, R_OK) == 0) return;
+    }
+    out[0] = 0;
+}
+
 /* Runs on a thread-pool thread: nothing here touches the loop's state except d's engine fields,
  * which nothing reads until after_load runs on the loop. */
 static void do_load(uv_work_t *w)
@@ -328,12 +347,18 @@ static void do_load(uv_work_t *w)
     opts.threads = d->cfg.threads;
     opts.mem_limit = (uint64_t)d->cfg.kv_mem_limit;
     opts.kv_dtype = PROTO_KV_INT8;
+    opts.pace = d->cfg.fpga_emu_pace;
+    opts.cache_dir = d->cfg.cache_dir[0] ? d->cfg.cache_dir : NULL;
+    char emu[PATH_MAX + 64];
+    emu_library(emu, sizeof emu);
     char *save = NULL;
     for (char *name = strtok_r(list, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
         if (d->n_devs == SCHED_MAX_DEVICES) {
             snprintf(d->load_err, sizeof d->load_err, "devices: at most %d", SCHED_MAX_DEVICES);
             return;
         }
+        /* the card emulator beside the binary (build/) or installed (lib/tandem/) */
+        opts.lib_path = !strncmp(name, "fpga-emu", 8) && emu[0] ? emu : NULL;
         accel_dev *dev = accel_open(name, d->m, &opts, err, sizeof err);
         if (!dev) {
             snprintf(d->load_err, sizeof d->load_err, "device %s: %s", name, err);

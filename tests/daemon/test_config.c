@@ -25,7 +25,7 @@ TEST(config_defaults)
     CHECK_EQ(c.port, 8080);
     CHECK_STR(c.admin_host, "127.0.0.1");
     CHECK_EQ(c.admin_port, 9090);
-    CHECK_STR(c.devices, "cpu");
+    CHECK_STR(c.devices, "cpu,fpga-emu:0,fpga-emu:1");
     CHECK_STR(c.model, "");
     CHECK_EQ(c.max_body_bytes, 4 << 20);
     dmn_config_deinit(&c);

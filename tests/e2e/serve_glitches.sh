@@ -10,7 +10,7 @@
 # an error, the failed card is marked, /ready stays 200.
 . tests/e2e/lib/serve.sh
 
-NAMES="glitches_ready glitches_all_complete glitches_text_per_device glitches_on_cards glitches_fallback glitches_status_json glitches_gone_complete glitches_gone_moved glitches_gone_marked glitches_gone_ready glitches_hang_complete glitches_hang_moved"
+NAMES="glitches_default_devices glitches_default_on_card glitches_ready glitches_all_complete glitches_text_per_device glitches_on_cards glitches_fallback glitches_status_json glitches_gone_complete glitches_gone_moved glitches_gone_marked glitches_gone_ready glitches_hang_complete glitches_hang_moved"
 export TANDEM_CACHE_DIR="$T/cache" TANDEM_EMU_PACE=1 TANDEM_EMU_CARDS=3
 if ! "$TANDEM" generate --device fpga-emu:0 --ids 1 --max-tokens 1 >/dev/null 2>&1; then
     for n in $NAMES; do echo "ok $n # SKIP the fpga-emu backend is not built into $TANDEM"; done
@@ -71,6 +71,15 @@ complete() {
 
 text_of() { grep '^data: {' "$T/b.$1" | sed 's/^data: //' | jq -j '.choices[0].text // empty'; }
 decode_of() { sed -n 's/^x-tandem-devices: prefill=\([^;]*\); decode=\([^;\r]*\).*/\2/p' "$T/h.$1" | tr -d '\r'; }
+
+# The default configuration: the CPU and two emulated cards.
+SERVE_DEVICES= serve_start || { fail glitches_default_start "daemon did not start"; exit 0; }
+code=$(get "$ADMIN/admin/status")
+check glitches_default_devices sh -c "[ $code = 200 ] && jq -e '[.devices[].name] == [\"cpu\",\"fpga-emu:0\",\"fpga-emu:1\"] and ([.devices[].warm] | all)' $T/body >/dev/null"
+post /v1/completions "{\"prompt\":$(jq -c '.ids' "$GOLD/once.json"),\"max_tokens\":$MAXTOK,\"temperature\":0}" >/dev/null
+jqb '.choices[0].text' | head -c -1 >"$T/got.default"
+check glitches_default_on_card sh -c "grep -qi '^x-tandem-devices: prefill=cpu; decode=fpga-emu:0' $T/hdr && cmp -s $T/got.default $T/ref.once.fpga-emu:0"
+serve_stop
 
 N=32
 serve_start --devices cpu,fpga-emu:0,fpga-emu:1,fpga-emu:2 --max-running 32 ||

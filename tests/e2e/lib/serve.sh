@@ -3,6 +3,9 @@
 # ephemeral ports (read back from its log) and the bundled stories260K model.
 #
 #   serve_start [flags...]   starts it, waits for event=ready; sets PID API ADMIN LOG T
+#                            (on the CPU alone — the texts the tests expect are the CPU's —
+#                            unless the flags name --devices; SERVE_DEVICES= keeps the default
+#                            configuration's devices)
 #   serve_stop               SIGTERM, waits; sets RC
 #   ok NAME / fail NAME WHY  result lines for tests/run.sh
 #   check NAME CMD...        ok when CMD succeeds
@@ -30,6 +33,9 @@ SERVE_N=0
 serve_start() {
     SERVE_N=$((SERVE_N + 1))
     LOG=$T/log.$SERVE_N
+    devs=${SERVE_DEVICES-cpu}
+    # a later --devices in "$@" overrides this one
+    [ -n "$devs" ] && set -- --devices "$devs" "$@"
     "$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --log-file "$LOG" "$@" \
         >"$T/out.$SERVE_N" 2>&1 &
     PID=$!
