@@ -9,7 +9,9 @@
  *       flops = 2 * params * n  +  4 * layers * (heads * head_dim) * n * (pos0 + n / 2)
  *   decode step of `batch` sequences holding sum_ctx positions in all (bandwidth-bound)
  *       t = fixed + max((weight_bytes + sum_ctx * kv_bytes_per_token) / decode_bps,
- *                       2 * params * batch / prefill_flops)
+ *                       2 * params * batch / prefill_flops) + (batch - 1) * seq_s
+ *       (seq_s: what each further sequence of a batch costs beyond its KV bytes, from a measured
+ *       batched step where there is one; 0 otherwise)
  *   KV ship of one layer's chunk from a prefill device to a card (GLITCHES: GPU -> host ->
  *   FPGA over PCIe, "the GPU to FPGA latency is obtained by adding the latency from GPU to CPU
  *   and from CPU to FPGA")
@@ -50,6 +52,7 @@ typedef struct sched_sim_hw {
     double cal_prefill_tokens, cal_prefill_s; /* a prefill of this many tokens took */
     double cal_decode_ctx, cal_decode_s;      /* one decode step, batch 1, at this context */
     double fixed_s;             /* per call, not scaling with bytes or FLOPs */
+    double seq_s;               /* per further sequence of a batched decode step */
     double mem_bytes;           /* device memory */
     int weight_bits, kv_bits;   /* 16/16 (GPU) or 4|8/8 (card) */
     double link_bps, link_s;    /* host link per direction; 0 bps: host memory */
@@ -66,7 +69,7 @@ typedef struct sched_sim_dev_model {
     int max_batch, max_running;
     uint64_t mem_kv, kv_bytes_per_token;
     double params, weight_bytes;
-    double prefill_flops, decode_bps, fixed_s;
+    double prefill_flops, decode_bps, fixed_s, seq_s;
     int n_layers, attn_dim;
     double link_bps, link_s;
 } sched_sim_dev_model;

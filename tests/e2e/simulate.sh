@@ -27,4 +27,4 @@ check simulate_bad_node sh -c "[ $rc = 1 ] && grep -q \"unknown device profile '
 rc=$?
 check simulate_bad_workload sh -c "[ $rc = 2 ] && grep -q 'PROMPT:OUTPUT' $T/out"
 "$TANDEM" simulate --list >"$T/out" 2>&1
-check simulate_list sh -c "grep -q 'u280-tandem' $T/out && grep -q 'PLACEHOLDER' $T/out"
+check simulate_list sh -c "grep -q 'u280-tandem' $T/out && grep -q 'h200-tandem' $T/out"
