@@ -22,7 +22,7 @@ THREADS=${THREADS:-1}
 T=$(mktemp -d /tmp/tandem-bench.XXXXXX)
 trap 'kill $PID 2>/dev/null; rm -rf "$T"' EXIT
 "$BUILD/tandem" serve --host 127.0.0.1 --port 0 --admin-port 0 --log-file "$T/log" \
-    --max-waiting 1024 --max-running 64 --threads "$THREADS" &
+    --devices cpu --max-waiting 1024 --max-running 64 --threads "$THREADS" &
 PID=$!
 i=0
 until grep -q 'event=listening listener=admin' "$T/log" 2>/dev/null || [ $i -gt 200 ]; do sleep 0.05; i=$((i+1)); done
