@@ -405,3 +405,34 @@ TEST(sched_split_cancel_everywhere)
     }
     env_close(&e);
 }
+
+TEST(sched_split_deadline_on_a_card)
+{
+    /* a slow card: the request's deadline passes while the card decodes it */
+    tcard_faults f[1] = {{.decode_ms = 5}};
+    env e;
+    if (env_open(&e, 1, f, 4, 0) < 0) return;
+    rec *r = &e.recs[e.n_recs];
+    memset(r, 0, sizeof *r);
+    sched_params p = {0};
+    p.prompt = once;
+    p.n_prompt = 5;
+    p.max_tokens = 200; /* 200 steps of >= 5 ms cannot finish in 0.1 s */
+    p.n = 1;
+    p.sampling = model_sampling_default();
+    p.sampling.temperature = 0;
+    p.deadline = sched_now() + 0.1;
+    char err[256];
+    REQUIRE(sched_submit(e.s, &p, on_event, r, &r->r, err, sizeof err) == SCHED_OK);
+    e.n_recs++;
+    run_until_final(&e, 1);
+    CHECK_EQ(r->error, 1);
+    CHECK_EQ(r->status, SCHED_ERR_TIMEOUT);
+    CHECK_STR(r->decode, "tcard:0");
+    CHECK(r->tokens > 0 && r->tokens < 200);
+    sched_stats st;
+    sched_get_stats(e.s, &st);
+    CHECK_EQ(st.moves, 0); /* a deadline is the request's, not the card's fault */
+    CHECK_EQ(st.dev[1].info.health, ACCEL_HEALTH_OK);
+    env_close(&e);
+}
