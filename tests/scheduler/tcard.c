@@ -11,7 +11,7 @@ typedef struct tcard {
     accel_dev *inner;
     int index;
     tcard_faults f;
-    int imports, decodes;
+    int imports, decodes, prefills;
 } tcard;
 
 typedef struct tseq {
@@ -29,6 +29,14 @@ static void t_free(accel_dev *d)
 static void t_describe(accel_dev *d, accel_info *out)
 {
     tcard *c = (tcard *)d;
+    if (c->f.gpu) {
+        snprintf(out->name, sizeof out->name, "tgpu:%d", c->index);
+        snprintf(out->desc, sizeof out->desc, "test GPU (CPU arithmetic)");
+        out->kind = ACCEL_KIND_CUDA;
+        out->caps = ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT;
+        out->max_batch = 256;
+        return;
+    }
     snprintf(out->name, sizeof out->name, "tcard:%d", c->index);
     snprintf(out->desc, sizeof out->desc, "test card (CPU arithmetic on imported int8 KV)");
     out->kind = ACCEL_KIND_FPGA;
@@ -59,7 +67,12 @@ static void t_seq_free(accel_dev *d, accel_seq *s)
 
 static int t_prefill(accel_dev *d, const accel_prefill_req *r)
 {
-    return ACCEL_ERR_UNSUPPORTED;
+    tcard *c = (tcard *)d;
+    if (!c->f.gpu) return ACCEL_ERR_UNSUPPORTED;
+    if (++c->prefills == c->f.prefill_fault_at) return ACCEL_ERR_DEVICE;
+    accel_prefill_req in = *r;
+    in.seq = ((tseq *)r->seq)->inner;
+    return accel_prefill(c->inner, &in);
 }
 
 static int t_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids, float *logits)
@@ -90,6 +103,7 @@ static int t_import(accel_dev *d, accel_seq *s, const proto_kv_layer *chunk)
 {
     tcard *c = (tcard *)d;
     if (++c->imports == c->f.import_corrupt_at) return ACCEL_ERR_CORRUPT;
+    if (c->f.gpu) return accel_kv_import(c->inner, ((tseq *)s)->inner, chunk);
     int n = chunk->n_tokens, h = chunk->n_kv_heads, hd = chunk->head_dim;
     size_t nf = (size_t)n * h * hd;
     float *k = malloc(sizeof(float) * nf * 2);

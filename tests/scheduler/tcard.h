@@ -1,5 +1,5 @@
-/* tests/scheduler/tcard.h — a simulated decode card for the scheduler's tests, where no card
- * backend is built (the fpga-emu backend has its own end-to-end tests in tests/e2e/): the
+/* tests/scheduler/tcard.h — a simulated decode card (or GPU) for the scheduler's tests, with
+ * faults on demand (the fpga-emu backend has its own end-to-end tests in tests/e2e/): the
  * accel interface of an FPGA decode device (kind FPGA, ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT,
  * max_batch 1) whose arithmetic is a private instance of the real CPU backend, decoding from
  * the int8 KV it imported (dequantized, as the CPU backend's import does). Faults on demand:
@@ -11,6 +11,10 @@
 #include "scheduler/accel.h"
 
 typedef struct tcard_faults {
+    int gpu;               /* 1: play a GPU instead (kind CUDA, prefill + decode + KV export and
+                              import, batched), prefilling and decoding with the CPU's arithmetic
+                              on its own float KV */
+    int prefill_fault_at;  /* gpu: the Nth accel_prefill faults the device (ACCEL_ERR_DEVICE) */
     int import_corrupt_at; /* the Nth accel_kv_import returns ACCEL_ERR_CORRUPT (0: never) */
     int decode_fault_at;   /* the Nth accel_decode faults the device (ACCEL_ERR_DEVICE) */
     int decode_timeout_at; /* the Nth accel_decode times out (ACCEL_ERR_TIMEOUT, DEGRADED) */

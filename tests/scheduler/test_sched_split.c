@@ -79,7 +79,8 @@ static void on_event(void *ctx, const sched_event *ev)
         if (++E->finals >= E->want_finals) uv_stop(&E->loop);
 }
 
-/* cpu + n_cards test cards (faults for card i in f[i], may be NULL). */
+/* cpu + n_cards test cards (faults for card i in f[i], may be NULL; a card with f[i].gpu set
+ * plays a GPU). */
 static int env_open(env *e, int n_cards, const tcard_faults *f, int max_running, double tbt_ms)
 {
     memset(e, 0, sizeof *e);
@@ -434,5 +435,32 @@ TEST(sched_split_deadline_on_a_card)
     sched_get_stats(e.s, &st);
     CHECK_EQ(st.moves, 0); /* a deadline is the request's, not the card's fault */
     CHECK_EQ(st.dev[1].info.health, ACCEL_HEALTH_OK);
+    env_close(&e);
+}
+
+TEST(sched_split_gpu_first_and_prefill_fault)
+{
+    /* cpu, a (test) GPU and a card: the GPU prefills and the card decodes; when the GPU faults
+     * during a prefill, the request moves — the CPU prefills it for the card, or decodes it
+     * itself — and the GPU is out */
+    tcard_faults f[2] = {{.gpu = 1, .prefill_fault_at = 2}, {.decode_ms = 1}};
+    env e;
+    if (env_open(&e, 2, f, 4, 0) < 0) return;
+    int a = submit(&e, once, 5, 20);
+    run_until_final(&e, 1);
+    CHECK_STR(e.recs[a].prefill, "tgpu:0");
+    CHECK_STR(e.recs[a].decode, "tcard:1");
+    int b = submit(&e, once, 5, 20);
+    run_until_final(&e, 2);
+    rec *r = &e.recs[b];
+    CHECK_MSG(r->done == 1 && r->error == 0, "error %d status %d", r->error, r->status);
+    CHECK_EQ(r->placed, 2);
+    CHECK_STR(r->prefill, "cpu");
+    CHECK_EQ(r->tokens, 20);
+    sched_stats st;
+    sched_get_stats(e.s, &st);
+    CHECK_EQ(st.dev[1].info.health, ACCEL_HEALTH_FAILED);
+    CHECK_EQ(st.dev[1].failovers, 1);
+    CHECK(sched_can_serve(e.s, NULL));
     env_close(&e);
 }
