@@ -7,7 +7,12 @@
 #    no -dev packages for the daemon's libraries):
 #        bench/sched_gpu.sh --prebuild
 #    builds build/portable/ (PORTABLE=1: no -march=native): tandem, libxrt_emu.so, serve_load,
-#    libtandem_cuda.so, and rt/ with the shared libraries beyond glibc and CUDA they need.
+#    libtandem_cuda.so, and rt/ with the shared libraries beyond glibc and CUDA they need, plus
+#    jq (the e2e checks use it; the GPU image has none). With the repository (~36 MB) it is over
+#    the device call's 64 MiB, so carry it compressed (ICU's data is most of it):
+#        tar -C build -cJf build/portable.tar.xz portable      (~16 MB)
+#    and start the device command with: tar -C build -xJf build/portable.tar.xz &&
+#    export PATH=$PWD/build/portable/rt:$PATH &&
 # 2. On the GPU machine, from the repository root, carrying build/portable:
 #        OUT=dir bench/sched_gpu.sh
 #    Logs in $OUT: run.log (everything), glitches_cuda.log (tests/e2e/serve_glitches.sh with
@@ -30,6 +35,10 @@ if [ "${1-}" = --prebuild ]; then
         *) cp -L "$lib" $B/rt/ ;;
         esac
     done
+    cp /usr/bin/jq $B/rt/ 2>/dev/null &&
+        for lib in $(ldd /usr/bin/jq | awk '/=>/ {print $3}'); do
+            case $(basename "$lib") in libc.so* | libm.so*) ;; *) cp -L "$lib" $B/rt/ ;; esac
+        done
     rm -rf $B/obj $B/*.a $B/*.d
     du -sh $B
     ls -la $B $B/rt
