@@ -32,6 +32,7 @@ static const key keys[] = {
     K(served_model_name, KEY_STR, "", 0, 0, "model name clients send (default: directory name)"),
     K(devices, KEY_STR, "cpu,fpga-emu:0,fpga-emu:1", 0, 0, "comma-separated devices: cpu, cuda:N, fpga-emu:N, fpga:N"),
     K(fpga_emu_pace, KEY_INT, "1", 0, 1, "1: emulated cards run at the U280 timing model's speed"),
+    K(fpga_run_timeout_ms, KEY_INT, "5000", 1, 3600000, "an FPGA run's watchdog in milliseconds: a run past it is timed out, the card marked and its requests moved; must stay below watchdog_stall"),
     K(cache_dir, KEY_STR, "", 0, 0, "FPGA weight-image cache directory (default: $TANDEM_CACHE_DIR, else ~/.cache/tandem)"),
     K(threads, KEY_INT, "0", 0, 1024, "cpu backend threads (0: all cores)"),
     K(kv_mem_limit, KEY_BYTES, "0", 0, 9.0e18, "KV bytes per device (0: device budget)"),
@@ -342,6 +343,14 @@ int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err
         char where[96];
         snprintf(where, sizeof where, "flag --%.*s", (int)n, a);
         if (set_key(c, k, v, where, err, errlen) < 0) return -1;
+    }
+    /* A hung card must time out (and its requests move) before systemd's watchdog restarts the
+     * whole service. Only matters when cards are configured. */
+    if (strstr(c->devices, "fpga") && c->fpga_run_timeout_ms >= c->watchdog_stall * 1000) {
+        snprintf(err, errlen, "fpga_run_timeout_ms (%d) must be below watchdog_stall (%g s): a hung "
+                 "card would get the service restarted before its requests can move",
+                 c->fpga_run_timeout_ms, c->watchdog_stall);
+        return -1;
     }
     return 0;
 }

@@ -348,6 +348,7 @@ static void do_load(uv_work_t *w)
     opts.mem_limit = (uint64_t)d->cfg.kv_mem_limit;
     opts.kv_dtype = PROTO_KV_INT8;
     opts.pace = d->cfg.fpga_emu_pace;
+    opts.run_timeout_ms = (unsigned)d->cfg.fpga_run_timeout_ms;
     opts.cache_dir = d->cfg.cache_dir[0] ? d->cfg.cache_dir : NULL;
     char emu[PATH_MAX + 64];
     emu_library(emu, sizeof emu);

@@ -347,8 +347,9 @@ static void exe_dir(char *out, size_t n)
     snprintf(out, n, "%s", buf);
 }
 
-static unsigned timeout_ms(void)
+static unsigned timeout_ms(const accel_opts *o)
 {
+    if (o->run_timeout_ms) return o->run_timeout_ms;
     const char *v = getenv("TANDEM_FPGA_TIMEOUT_MS");
     char *end;
     long t = v && *v ? strtol(v, &end, 10) : 0;
@@ -401,7 +402,7 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
         snprintf(lib, sizeof lib, "%s/libxrt_emu.so", dir);
     } else snprintf(lib, sizeof lib, "%s", FPGA_XRT_DEFAULT_LIB);
     char cerr[512];
-    int st = fpga_card_open(&d->card, lib, (unsigned)index, o->xclbin, &desc, timeout_ms(), cerr,
+    int st = fpga_card_open(&d->card, lib, (unsigned)index, o->xclbin, &desc, timeout_ms(o), cerr,
                             sizeof cerr);
     if (st) {
         snprintf(err, errlen, "%s:%d: %s", kind, index, cerr);

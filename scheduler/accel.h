@@ -66,6 +66,7 @@ typedef struct accel_opts {
     const char *xclbin;       /* fpga: bitstream path (NULL: use the loaded one / emulator) */
     int weight_bits;          /* fpga: 8 or 4 */
     int pace;                 /* fpga-emu: pace runs to the timing model in real time */
+    unsigned run_timeout_ms;  /* fpga: a run's watchdog (0: $TANDEM_FPGA_TIMEOUT_MS, else 30 s) */
     const char *cache_dir;    /* fpga: weight-image cache (NULL: $TANDEM_CACHE_DIR, else
                                  ~/.cache/tandem) */
 } accel_opts;

@@ -75,6 +75,8 @@ TEST(config_errors)
         const char *want; /* substring of the message */
     } cases[] = {
         {"port = 70000\n", NULL, "port"},
+        /* cards configured: their run watchdog must fire before systemd's */
+        {"devices = cpu,fpga-emu:0\nwatchdog_stall = 3\n", NULL, "fpga_run_timeout_ms"},
         {"colour = blue\n", NULL, "unknown key 'colour'"},
         {"just text\n", NULL, "key = value"},
         {"max_body_bytes = 12Q\n", NULL, "max_body_bytes"},
