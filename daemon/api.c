@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <math.h>
+#include <limits.h>
 
 /* CPU time of the calling thread: the daemon's own work per request, free of the waits that
  * wall-clock time picks up when the loop is preempted by device workers on a busy machine. */
@@ -466,6 +468,15 @@ static void prep_submit(api_prep *pp)
     p.stop = (const char *const *)q->stop;
     p.n_stop = q->n_stop;
     p.deadline = d->cfg.request_timeout > 0 ? a->t_arrival + d->cfg.request_timeout : 0;
+    /* FlexPrefill: the server's configuration, overridden member by member by the request */
+    accel_sparse sp = {(float)d->cfg.sparse_gamma, (float)d->cfg.sparse_tau,
+                       d->cfg.sparse_min_budget, d->cfg.sparse_max_budget, d->cfg.sparse_dense_below};
+    if (!isnan(q->sparse_gamma)) sp.gamma = (float)q->sparse_gamma;
+    if (!isnan(q->sparse_tau)) sp.tau = (float)q->sparse_tau;
+    if (q->sparse_min_budget != LLONG_MIN) sp.min_budget = (int)q->sparse_min_budget;
+    if (q->sparse_max_budget != LLONG_MIN) sp.max_budget = (int)q->sparse_max_budget;
+    if (q->sparse_dense_below != LLONG_MIN) sp.dense_below = (int)q->sparse_dense_below;
+    if (q->sparse == 1 || (q->sparse < 0 && d->cfg.sparse_prefill)) p.sparse = &sp;
 
     a->stream = q->stream;
     a->include_usage = q->include_usage;
@@ -698,7 +709,8 @@ static void on_done(dmn_api_req *a, const sched_event *ev)
     int any_stop = 0;
     for (int i = 0; i < a->n; i++) any_stop |= a->choices[i].finish && !strcmp(a->choices[i].finish, "stop");
     m->success[any_stop ? DMN_FINISH_STOP : DMN_FINISH_LENGTH]++;
-    proto_usage u = {ev->prompt_tokens, ev->completion_tokens};
+    proto_usage u = {ev->prompt_tokens, ev->completion_tokens, ev->prefill_density >= 0,
+                     ev->prefill_density};
     if (a->stream) {
         if (a->include_usage) stream_event(a, proto_usage_chunk_json(&a->meta, &u));
         stream_finish(a);

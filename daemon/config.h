@@ -22,6 +22,9 @@ typedef struct dmn_config {
     char *devices;           /* comma-separated device names, e.g. "cpu" or "cpu,fpga-emu:0" */
     int fpga_emu_pace;       /* emulated cards take the time the timing model says (1) */
     int fpga_run_timeout_ms; /* an FPGA run's watchdog (5000); below watchdog_stall */
+    int sparse_prefill;      /* FlexPrefill for long prompts by default (requests may override) */
+    double sparse_gamma, sparse_tau;
+    int sparse_min_budget, sparse_max_budget, sparse_dense_below;
     char *cache_dir;         /* FPGA weight-image cache ("": $TANDEM_CACHE_DIR, ~/.cache/tandem) */
     int threads;             /* cpu backend threads (0: all cores) */
     long long kv_mem_limit;  /* bytes of KV per device (0: the device's own budget) */

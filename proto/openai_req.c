@@ -2,6 +2,7 @@
 #include "proto/openai_req.h"
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -129,6 +130,47 @@ static char *dup_n(const char *s, size_t n)
     memcpy(d, s, n);
     d[n] = 0;
     return d;
+}
+
+/* "sparse_prefill": true | false | an object of FlexPrefill parameters (bounds as cpu/flex.h
+ * checks them; budgets in tokens up to 16M). */
+static int parse_sparse(pctx *c, json_t *o, proto_req *r)
+{
+    r->sparse = -1;
+    r->sparse_gamma = r->sparse_tau = NAN;
+    r->sparse_min_budget = r->sparse_max_budget = r->sparse_dense_below = LLONG_MIN;
+    json_t *v = json_object_get(o, "sparse_prefill");
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_boolean(v)) {
+        r->sparse = json_is_true(v);
+        return 0;
+    }
+    if (!json_is_object(v))
+        return fail(c, PROTO_ERR_INVALID_TYPE, "sparse_prefill", "'sparse_prefill' must be a boolean or an object, not %s", type_name(v));
+    const char *key;
+    json_t *m;
+    json_object_foreach(v, key, m)
+    {
+        if (strcmp(key, "gamma") && strcmp(key, "tau") && strcmp(key, "min_budget") &&
+            strcmp(key, "max_budget") && strcmp(key, "dense_below"))
+            return fail(c, PROTO_ERR_INVALID_VALUE, "sparse_prefill", "'sparse_prefill' has no member '%.40s' (gamma, tau, min_budget, max_budget, dense_below)", key);
+    }
+    r->sparse = 1;
+    double d;
+    long long x;
+    int k;
+    if ((k = get_number(c, v, "gamma", 0, 1, &d)) < 0) return -1;
+    if (k && d == 0) return fail(c, PROTO_ERR_INVALID_VALUE, "gamma", "'gamma' must be greater than 0");
+    if (k) r->sparse_gamma = d;
+    if ((k = get_number(c, v, "tau", 0, 1, &d)) < 0) return -1;
+    if (k) r->sparse_tau = d;
+    if ((k = get_int(c, v, "min_budget", 1, 1 << 24, &x)) < 0) return -1;
+    if (k) r->sparse_min_budget = x;
+    if ((k = get_int(c, v, "max_budget", 0, 1 << 24, &x)) < 0) return -1;
+    if (k) r->sparse_max_budget = x;
+    if ((k = get_int(c, v, "dense_below", -1, 1 << 24, &x)) < 0) return -1;
+    if (k) r->sparse_dense_below = x;
+    return 0;
 }
 
 static int parse_stop(pctx *c, json_t *o, proto_req *r)
@@ -464,6 +506,7 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
             r->top_logprobs = (int)x;
         }
     }
+    if (parse_sparse(c, o, r) < 0) return -1;
     v = json_object_get(o, "user");
     if (v && !json_is_null(v)) {
         if (!json_is_string(v)) return fail(c, PROTO_ERR_INVALID_TYPE, "user", "'user' must be a string, not %s", type_name(v));

@@ -77,6 +77,13 @@ typedef struct proto_req {
     int logprobs;              /* return logprobs of the chosen tokens */
     int top_logprobs;          /* and this many alternatives, [0, 20] */
     char *user;                /* NULL when absent */
+    /* tandem's extension "sparse_prefill": true | false | {"gamma", "tau", "min_budget",
+     * "max_budget", "dense_below"} (FlexPrefill for long prompts; absent members and an absent
+     * field take the server's configuration) */
+    int sparse;                /* -1: not given, 0: off, 1: on */
+    double sparse_gamma;       /* (0, 1]; NAN: not given */
+    double sparse_tau;         /* [0, 1]; NAN: not given */
+    long long sparse_min_budget, sparse_max_budget, sparse_dense_below; /* LLONG_MIN: not given */
 } proto_req;
 
 /* Parses body (len bytes, need not be NUL-terminated) for endpoint ep into *out (zeroed first).

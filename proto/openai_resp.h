@@ -54,6 +54,8 @@ typedef struct proto_choice_out {
 typedef struct proto_usage {
     int prompt_tokens;
     int completion_tokens;
+    int has_prefill_density; /* a sparse prefill was asked: usage carries "prefill_density" */
+    double prefill_density;
 } proto_usage;
 
 typedef struct proto_resp_meta {

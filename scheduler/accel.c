@@ -202,3 +202,13 @@ int accel_warmup(accel_dev *d)
     if (!d->i->warmup) return ACCEL_OK;
     return track(d, d->i->warmup(d));
 }
+
+int accel_sparse_dense_threshold(const accel_sparse *sp)
+{
+    /* flex_prefill_attention: dense when q_len <= max(2 * block, ceil(min_budget / block) *
+     * block), block 128 (cpu/flex.h keeps the same rule) */
+    if (sp->dense_below >= 0) return sp->dense_below;
+    long long mb = sp->min_budget > 0 ? ((long long)sp->min_budget + 127) / 128 * 128 : 0;
+    long long t = mb > 256 ? mb : 256;
+    return t > 0x7fffffff ? 0x7fffffff : (int)t;
+}

@@ -91,6 +91,9 @@ typedef struct accel_sparse {
     int dense_below; /* prompts of at most this many tokens run dense; -1: the official rule */
 } accel_sparse;
 
+/* The prompt length at or below which a sparse request runs dense (FlexPrefill's rule). */
+int accel_sparse_dense_threshold(const accel_sparse *sp);
+
 /* What a sparse prefill did, summed over layers and heads. */
 typedef struct accel_sparse_report {
     int layers_sparse;      /* layers that took the sparse path (0: the prompt ran dense) */

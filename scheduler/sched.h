@@ -70,6 +70,9 @@ typedef struct sched_params {
     const char *const *stop; /* stop strings (n_stop) */
     int n_stop;
     double deadline;      /* absolute time on sched_now()'s clock; 0: none */
+    const accel_sparse *sparse; /* FlexPrefill for long prompts (copied); NULL: dense. A sparse
+                                   prompt above the dense threshold is prefilled in one call
+                                   (never chunked: the index needs the whole prompt) */
 } sched_params;
 
 enum sched_ev_type {
@@ -109,6 +112,9 @@ typedef struct sched_event {
     /* DONE */
     int prompt_tokens;     /* per choice (the prompt is counted once, as OpenAI does) */
     int completion_tokens; /* summed over choices */
+    double prefill_density; /* sparse prefill: blocks computed / causal blocks, mean over the
+                               choices that took the sparse path (1: none did, the prompt was at
+                               or below the dense threshold); -1: no sparse prefill was asked */
     double t_arrival, t_started, t_first_token, t_done; /* sched_now clock */
     /* ERROR */
     int status;            /* ACCEL_ERR_* or SCHED_ERR_* */

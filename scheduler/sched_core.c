@@ -367,8 +367,8 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
         snprintf(err, errlen, "a request needs a prompt, max_tokens >= 1 and 1 <= n <= %d", MODEL_MAX_CHOICES);
         return SCHED_ERR_INVALID;
     }
-    if ((long long)p->n_prompt + p->max_tokens > mc->max_pos) {
-        snprintf(err, errlen, "prompt (%d tokens) + max_tokens (%d) exceed the context of %d", p->n_prompt, p->max_tokens, mc->max_pos);
+    if ((long long)p->n_prompt + p->max_tokens > model_context_limit(mc)) {
+        snprintf(err, errlen, "prompt (%d tokens) + max_tokens (%d) exceed the context of %d", p->n_prompt, p->max_tokens, model_context_limit(mc));
         return SCHED_ERR_TOO_LARGE;
     }
     for (int i = 0; i < p->n_prompt; i++)
@@ -393,6 +393,10 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
     r->n = p->n;
     r->logprobs = p->sampling.logprobs;
     r->deadline = p->deadline;
+    if (p->sparse) {
+        r->has_sparse = 1;
+        r->sparse = *p->sparse;
+    }
     r->t_arrival = sched_now();
     r->dev_prefill = r->dev_decode = r->last_fail_dev = -1;
     r->state = SCHED_REQ_WAITING;

@@ -101,6 +101,8 @@ struct sched_req {
     int32_t *prompt;
     int n_prompt, max_tokens, n, logprobs;
     double deadline, t_arrival;
+    int has_sparse;
+    accel_sparse sparse;
     /* the workers', once dispatched (see the ownership notes above) */
     sched_choice *choices;       /* n */
     sched_task t_run, t_attach, t_handover; /* one of each per placement */
@@ -108,6 +110,8 @@ struct sched_req {
     sched_req *anext;            /* the decode worker's attached list (split, before handover) */
     double t_started, t_first_token;
     int n_done;
+    double density_sum;          /* prefill worker: sparse densities of the choices prefilled */
+    int density_n;
     int pf_choice;               /* prefill worker: the choice being prefilled */
     int moved;                   /* set by the loop before a re-placement */
     unsigned w_placement;        /* the placement the workers run (set before its tasks go out) */

@@ -156,13 +156,19 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
             return 0;
         }
     }
-    int k = sched_policy_chunk(c->pf_n - c->pf_done, decoding, budget, left, &d->rate);
+    /* a sparse prompt goes whole, from an empty sequence (the index needs every query and key) */
+    int sparse = r->has_sparse && c->pf_done == 0 &&
+                 c->pf_n > accel_sparse_dense_threshold(&r->sparse);
+    int k = sparse ? c->pf_n : sched_policy_chunk(c->pf_n - c->pf_done, decoding, budget, left, &d->rate);
     int last = c->pf_done + k == c->pf_n;
     ship sh = {&d->s->dev[r->w_decode], r, ci};
     accel_kv_sink sink = {ship_layer, &sh};
     accel_prefill_req pr = {.seq = r->w_split ? c->pseq : c->seq, .ids = c->pf_ids + c->pf_done,
                             .n = k, .logits = last ? d->logits : NULL,
-                            .kv = r->w_split ? &sink : NULL, .cancel = &r->cancel};
+                            .kv = r->w_split ? &sink : NULL, .cancel = &r->cancel,
+                            .sparse = sparse ? &r->sparse : NULL};
+    accel_sparse_report rep = {0};
+    if (sparse) pr.sparse_report = &rep;
     int64_t t0 = sched_now_ns();
     st = SCHED_DEVICE_CALL(d, accel_prefill(d->dev, &pr));
     double dt = (double)(sched_now_ns() - t0) / 1e9;
@@ -177,7 +183,12 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
         sched_prefill_end(d, r, ACCEL_OK);
         return dt;
     }
-    sched_rate_observe(&d->rate, k, dt);
+    if (sparse) { /* a choice prefilled dense counts as density 1 in the request's mean */
+        r->density_sum += rep.layers_sparse ? rep.density : 1.0;
+        r->density_n++;
+    } else {
+        sched_rate_observe(&d->rate, k, dt); /* the chunk-size rate: dense work only */
+    }
     atomic_fetch_add(&d->tokens, (uint64_t)k);
     c->pf_done += k;
     if (!last) return dt;

@@ -136,6 +136,7 @@ void sched_worker_done(sched_dev *d, sched_req *r)
     sched_event ev = {.type = SCHED_EV_DONE, .t = sched_now()};
     ev.prompt_tokens = r->n_prompt;
     for (int i = 0; i < r->n; i++) ev.completion_tokens += r->choices[i].generated;
+    ev.prefill_density = !r->has_sparse ? -1 : r->density_n ? r->density_sum / r->density_n : 1;
     ev.t_arrival = r->t_arrival;
     ev.t_started = r->t_started;
     ev.t_first_token = r->t_first_token;

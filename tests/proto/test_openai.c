@@ -309,7 +309,7 @@ TEST(proto_resp_shapes)
         {"!", 1, -INFINITY, 2, 0, {{0}}},
     };
     proto_choice_out c = {0, "Hi!", 3, "length", 1, lp, 2};
-    proto_usage u = {5, 2};
+    proto_usage u = {5, 2, 0, 0};
     json_t *j = load(proto_resp_json(&m, &c, 1, &u));
     REQUIRE(j);
     CHECK_STR(json_string_value(json_object_get(j, "object")), "chat.completion");

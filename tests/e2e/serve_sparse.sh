@@ -1,0 +1,33 @@
+#!/bin/sh
+# FlexPrefill through the API (tandem's "sparse_prefill" extension) on the CPU backend: a prompt
+# above the dense threshold takes the sparse path and usage reports its density; the same prompt
+# with every block kept (gamma 1, budget = the whole prompt) gives the dense greedy text exactly;
+# a short prompt reports density 1; bad parameters get a 400 naming the field.
+. tests/e2e/lib/serve.sh
+
+serve_start || { fail serve_sparse_start "daemon did not start"; exit 0; }
+
+# 300 ids: above FlexPrefill's dense threshold max(256, min_budget 128 rounded to 128) = 256
+ids=$(python3 -c "print([1] + [(i * 37 + 11) % 500 + 3 for i in range(299)])")
+dense=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":16,\"temperature\":0}" >/dev/null; jqb '.choices[0].text')
+check sparse_dense_text [ -n "$dense" ]
+check sparse_dense_has_no_density [ "$(jqb '.usage.prefill_density')" = null ]
+
+code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":16,\"temperature\":0,\"sparse_prefill\":{\"min_budget\":128}}")
+d=$(jqb '.usage.prefill_density')
+check sparse_density_reported sh -c "[ $code = 200 ] && python3 -c 'import sys; d=float(sys.argv[1]); sys.exit(0 if 0 < d < 1 else 1)' '$d'"
+
+code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":16,\"temperature\":0,\"sparse_prefill\":{\"gamma\":1,\"min_budget\":300}}")
+check sparse_all_blocks_equals_dense sh -c "[ $code = 200 ] && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$dense' ] && [ \"\$(jq -r '.usage.prefill_density' $T/body)\" = 1 ]"
+
+code=$(post /v1/completions '{"prompt":"Once upon a time","max_tokens":4,"temperature":0,"sparse_prefill":true}')
+check sparse_short_prompt_dense sh -c "[ $code = 200 ] && [ \"\$(jq -r '.usage.prefill_density' $T/body)\" = 1 ]"
+
+code=$(post /v1/completions '{"prompt":"x","max_tokens":4,"sparse_prefill":{"gamma":2}}')
+check sparse_bad_gamma sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = gamma ]"
+code=$(post /v1/completions '{"prompt":"x","max_tokens":4,"sparse_prefill":{"beta":1}}')
+check sparse_bad_member sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = sparse_prefill ]"
+code=$(post /v1/completions '{"prompt":"x","max_tokens":4,"sparse_prefill":"yes"}')
+check sparse_bad_type [ "$code" = 400 ]
+
+serve_stop
