@@ -3,6 +3,7 @@
  * The accel wrappers do bounds, memory reservation and sequence lengths; this file maps each
  * entry to the engine and keeps the sequence -> KV cache link. */
 #include "gpu/gpu.h"
+#include "cpu/flex.h"
 #include "scheduler/accel_impl.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,9 +65,39 @@ static enum proto_kv_dtype export_dtype(accel_dev *d)
     return d->opts.kv_dtype ? d->opts.kv_dtype : PROTO_KV_INT8;
 }
 
-/* Sparse (FlexPrefill) requests run dense here for now — the index and block-sparse kernels
- * (gpu_flex_*.cu) are not wired into the forward pass yet — and the report says so, as accel.h
- * asks of a device without sparse attention. */
+/* FlexPrefill parameters for this request (1), or 0 when it runs dense, by the CPU backend's
+ * rule (cpu/backend.c): no sparse request, a chunk after existing KV, a sliding-window model, or
+ * a prompt at or below cpu_flex_dense_threshold. Past that rule, shapes the GPU index does not
+ * cover (head_dim other than 64/128, over GPU_FLEX_MAX_HEADS heads or GPU_FLEX_MAX_TOKENS tokens)
+ * run dense too, and the report says so. ACCEL_ERR_INVALID for bad parameters. */
+static int sparse_params(const accel_dev *d, const accel_prefill_req *r, gpu_flex_params *gp)
+{
+    const accel_sparse *sp = r->sparse;
+    const model_config *c = &d->m->cfg;
+    if (!sp || r->seq->len != 0 || c->sliding_window) return 0;
+    cpu_flex_params fp;
+    cpu_flex_params_default(&fp);
+    fp.gamma = sp->gamma;
+    fp.tau = sp->tau;
+    fp.min_budget = sp->min_budget;
+    fp.max_budget = sp->max_budget;
+    fp.dense_below = sp->dense_below;
+    char err[128];
+    if (cpu_flex_params_check(&fp, err, sizeof err)) return ACCEL_ERR_INVALID;
+    if (r->n <= cpu_flex_dense_threshold(&fp)) return 0;
+    if ((c->head_dim != 64 && c->head_dim != 128) || c->n_heads > GPU_FLEX_MAX_HEADS ||
+        r->n > GPU_FLEX_MAX_TOKENS)
+        return 0;
+    /* budgets in blocks of 128 as cpu/flex_index.c counts them: ceil(tokens / 128), min_budget 0
+     * meaning one token */
+    const int bs = GPU_FLEX_BS;
+    *gp = (gpu_flex_params){.gamma = fp.gamma, .tau = fp.tau,
+                            .min_blocks = ((fp.min_budget > 0 ? fp.min_budget : 1) + bs - 1) / bs,
+                            .max_blocks = fp.max_budget > 0 ? (fp.max_budget + bs - 1) / bs : 0,
+                            .gqa_interleave = fp.gqa_interleave};
+    return 1;
+}
+
 static int gpu_dev_prefill(accel_dev *d, const accel_prefill_req *r)
 {
     gpu_seq *s = (gpu_seq *)r->seq;
@@ -74,6 +105,12 @@ static int gpu_dev_prefill(accel_dev *d, const accel_prefill_req *r)
         memset(r->sparse_report, 0, sizeof *r->sparse_report);
         r->sparse_report->density = 1.0;
     }
+    gpu_flex_params gp;
+    int sparse = sparse_params(d, r, &gp);
+    if (sparse < 0) return sparse;
+    if (sparse)
+        return gpu_prefill_sparse(eng(d), s->kv, r->ids, r->n, r->logits, r->all_logits, r->kv,
+                                  export_dtype(d), r->cancel, &gp, r->sparse_report);
     return gpu_prefill(eng(d), s->kv, s->base.len, r->ids, r->n, r->logits, r->all_logits, r->kv,
                        export_dtype(d), r->cancel);
 }
@@ -155,4 +192,11 @@ accel_dev *gpu_accel_open(int index, const model *m, const accel_opts *o, char *
 void gpu_accel_export_stats(accel_dev *d, gpu_export_stats *out)
 {
     gpu_engine_export_stats(eng(d), out);
+}
+
+/* For benchmarks: device bytes a sparse prefill of n tokens takes beyond dense prefill's
+ * (gpu_sparse_bytes), with (sink 1) or without the KV export. */
+uint64_t gpu_accel_sparse_bytes(accel_dev *d, int n, int sink)
+{
+    return gpu_sparse_bytes(eng(d), n, sink, export_dtype(d));
 }

@@ -17,12 +17,16 @@
  *   - The heaviest query tiles (last rows, most keys) are scheduled first.
  * head_dim is padded to the template width HDP (16, 32, 64, 128): padded columns load as zeros.
  *
- * Block-sparse attention (issue 8, FlexPrefill) fits without restructuring: only the tile loop's
- * bounds (t_first..t_last) and the `edge` test know the pattern is dense and causal. A
- * per-(head, query block) CSR list of key tiles, in increasing order, replaces the range (load
- * and compute list[i], prefetch list[i+1]); the online softmax, the double-buffered loads and the
- * masking of partial tiles are unchanged. FlexPrefill's 128-blocks are two of our 64-tiles.
- *
+ * Block-sparse attention (issue 8, FlexPrefill): the same kernel with SPARSE = true walks a
+ * per-(head, query block of 128) CSR list of 128-key blocks (gpu_flex.h's index) instead of the
+ * dense tile range: each listed block is two of our 64-key tiles, loaded and computed in list
+ * order with the same double buffering (the list entry two tiles ahead is read one entry early,
+ * so its global load is not on the critical path); the online softmax and the masking of partial
+ * and diagonal tiles are unchanged. With every causal block listed it computes exactly the tiles
+ * of the dense kernel, in the same order: the same bits. A CTA's 64 (or 128) rows lie inside one
+ * query block because the chunk starts at a multiple of 128 (pos0 % 128 == 0).
+ * K/V addressing is by strides (elements between keys, between KV heads), so the same kernel
+ * reads the engine's cache (hd, cap * hd) and token-major (n, n_kv, hd) tensors (n_kv * hd, hd).
  * Numerics vs cpu_attend (float32 softmax over float32 q·k, then P·V in float32): inputs are bf16
  * here, P is bf16 in the PV product, exp is exp2 of log2-scaled scores (ex2.approx, 2 ulp);
  * tests/gpu/test_ops.c states the tolerance. */
@@ -31,12 +35,17 @@
 
 #define FA_BC 64
 
+#define FA_BLOCK 128 /* FlexPrefill's block: one CSR entry, two tiles */
+
 struct fa_params {
     const bf16 *q; /* (T, qd): row t, head h at q + t*qd + h*hd */
-    const bf16 *k, *v; /* one layer: head g's positions at k + g*cap*hd */
+    const bf16 *k, *v; /* key j of kv head g at k + g*k_head + j*k_tok */
     bf16 *out;     /* (T, qd) */
-    int T, pos0, cap, hd, qd, group, window;
+    size_t k_tok, k_head;
+    int T, pos0, hd, qd, group, n_kv, interleave, window;
     float scale_log2; /* head_dim^-0.5 * log2(e) */
+    const int32_t *row_ptr, *col; /* SPARSE: head h, query block r: col[row_ptr[h*(nb+1) + r] ..) */
+    int nb;
 };
 
 /* WARPS warps of 16 query rows each: BR = 64 (4 warps, two blocks per SM) or 128 (8 warps, one
@@ -48,7 +57,7 @@ template <int HDP, int WARPS> struct fa_shape {
     static constexpr size_t SMEM = (size_t)(BR + 4 * FA_BC) * ROW * sizeof(bf16);
 };
 
-template <int HDP, int WARPS>
+template <int HDP, int WARPS, bool SPARSE>
 __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
 {
     typedef fa_shape<HDP, WARPS> S;
@@ -60,13 +69,32 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
     bf16 *sV = sK + 2 * FA_BC * ROW;
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int h = blockIdx.x, g = h / p.group;
+    const int h = blockIdx.x, g = p.interleave ? h % p.n_kv : h / p.group;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * FA_BR;
     const int kv_len = p.pos0 + p.T;
     const int qlo = p.pos0 + q0, qhi = p.pos0 + min(q0 + FA_BR, p.T) - 1;
     const int kbeg = p.window > 0 ? max(0, qlo + 1 - p.window) : 0;
     const int t_first = kbeg / FA_BC, t_last = qhi / FA_BC;
-    const bf16 *kh = p.k + (size_t)g * p.cap * p.hd, *vh = p.v + (size_t)g * p.cap * p.hd;
+    const bf16 *kh = p.k + (size_t)g * p.k_head, *vh = p.v + (size_t)g * p.k_head;
+
+    /* the tiles to visit: t_first.. (dense), or two per listed block (SPARSE), less the trailing
+     * ones past the last row or key (only the diagonal block, last in its list, has any) */
+    int n_tiles = t_last - t_first + 1, tile0 = t_first, ne = 0, pf = 0;
+    const int32_t *lst = nullptr;
+    if (SPARSE) {
+        const int qb = qlo / FA_BLOCK;
+        const int e0 = p.row_ptr[h * (p.nb + 1) + qb], e1 = p.row_ptr[h * (p.nb + 1) + qb + 1];
+        const int t_lim = min(qhi, kv_len - 1) / FA_BC;
+        lst = p.col + e0;
+        ne = e1 - e0;
+        n_tiles = 2 * ne;
+        if (ne > 0) {
+            const int last = lst[ne - 1];
+            n_tiles -= (2 * last + 1 > t_lim) + (2 * last > t_lim);
+            tile0 = 2 * lst[0];
+        }
+        pf = ne > 1 ? lst[1] : 0; /* the block after the current one */
+    }
 
     for (int c = tid; c < FA_BR * CH; c += FA_WARPS * 32) {
         int r = c / CH, ch = c % CH;
@@ -81,12 +109,12 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
         for (int c = tid; c < FA_BC * CH; c += FA_WARPS * 32) {
             int r = c / CH, ch = c % CH, key = tile * FA_BC + r;
             bool ok = key < kv_len && ch * 8 < p.hd;
-            size_t off = ok ? (size_t)key * p.hd + ch * 8 : 0;
+            size_t off = ok ? (size_t)key * p.k_tok + ch * 8 : 0;
             gpu_cp_async16(dk + r * ROW + ch * 8, kh + off, ok);
             gpu_cp_async16(dv + r * ROW + ch * 8, vh + off, ok);
         }
     };
-    load_kv(t_first, 0);
+    if (n_tiles > 0) load_kv(tile0, 0);
     gpu_cp_async_commit();
     gpu_cp_async_wait<1>();
     __syncthreads();
@@ -103,10 +131,16 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     const int qp0 = qlo + warp * 16 + lane / 4, qp1 = qp0 + 8;
 
-    for (int tile = t_first; tile <= t_last; tile++) {
-        const int buf = (tile - t_first) & 1;
-        if (tile < t_last) {
-            load_kv(tile + 1, buf ^ 1);
+    for (int i = 0, tile = tile0; i < n_tiles; i++) {
+        const int buf = i & 1;
+        int next = tile + 1;
+        if (SPARSE && (i & 1)) { /* the next listed block; prefetch the one after it */
+            const int en = (i + 1) / 2 + 1;
+            next = 2 * pf;
+            pf = en < ne ? __ldg(lst + en) : 0;
+        }
+        if (i + 1 < n_tiles) {
+            load_kv(next, buf ^ 1);
             gpu_cp_async_commit();
             gpu_cp_async_wait<1>();
         } else {
@@ -193,6 +227,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
             }
         }
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
+        tile = next;
     }
 
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -214,41 +249,64 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
     }
 }
 
-template <int HDP, int WARPS> static int launch(cudaStream_t s, const fa_params &p, int n_heads)
+template <int HDP, int WARPS, bool SPARSE>
+static int launch(cudaStream_t s, const fa_params &p, int n_heads)
 {
     typedef fa_shape<HDP, WARPS> S;
-    GPU_CHECK(cudaFuncSetAttribute(k_flash_prefill<HDP, WARPS>,
+    GPU_CHECK(cudaFuncSetAttribute(k_flash_prefill<HDP, WARPS, SPARSE>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::SMEM));
     dim3 grid(n_heads, (p.T + S::BR - 1) / S::BR);
-    k_flash_prefill<HDP, WARPS><<<grid, WARPS * 32, S::SMEM, s>>>(p);
+    k_flash_prefill<HDP, WARPS, SPARSE><<<grid, WARPS * 32, S::SMEM, s>>>(p);
     GPU_LAUNCHED();
     return ACCEL_OK;
 }
 
-int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                     const bf16 *k, const bf16 *v, int cap, bf16 *out, int warps)
+template <bool SPARSE> static int dispatch(cudaStream_t s, const gpu_dims *d, const fa_params &p, int warps)
+{
+    if (warps == 8 && d->hdp == 128) return launch<128, 8, SPARSE>(s, p, d->n_heads);
+    switch (d->hdp) {
+    case 16: return launch<16, 4, SPARSE>(s, p, d->n_heads);
+    case 32: return launch<32, 4, SPARSE>(s, p, d->n_heads);
+    case 64: return launch<64, 4, SPARSE>(s, p, d->n_heads);
+    case 128: return launch<128, 4, SPARSE>(s, p, d->n_heads);
+    }
+    return ACCEL_ERR_UNSUPPORTED;
+}
+
+int gpu_attn_prefill_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
+                        const bf16 *k, const bf16 *v, size_t k_tok, size_t k_head, int interleave,
+                        const gpu_block_list *bl, bf16 *out, int warps)
 {
     if (T <= 0) return ACCEL_OK;
     if ((T + 63) / 64 > 65535) return ACCEL_ERR_INVALID; /* grid.y bound */
+    if (bl && (pos0 % FA_BLOCK || !bl->row_ptr || !bl->col ||
+               bl->nb < (pos0 + T + FA_BLOCK - 1) / FA_BLOCK))
+        return ACCEL_ERR_INVALID;
     fa_params p;
     p.q = q;
     p.k = k;
     p.v = v;
     p.out = out;
+    p.k_tok = k_tok;
+    p.k_head = k_head;
     p.T = T;
     p.pos0 = pos0;
-    p.cap = cap;
     p.hd = d->hd;
     p.qd = d->qd;
     p.group = d->n_heads / d->n_kv;
+    p.n_kv = d->n_kv;
+    p.interleave = interleave;
     p.window = d->window;
     p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)d->hd));
-    if (warps == 8 && d->hdp == 128) return launch<128, 8>(s, p, d->n_heads);
-    switch (d->hdp) {
-    case 16: return launch<16, 4>(s, p, d->n_heads);
-    case 32: return launch<32, 4>(s, p, d->n_heads);
-    case 64: return launch<64, 4>(s, p, d->n_heads);
-    case 128: return launch<128, 4>(s, p, d->n_heads);
-    }
-    return ACCEL_ERR_UNSUPPORTED;
+    p.row_ptr = bl ? bl->row_ptr : nullptr;
+    p.col = bl ? bl->col : nullptr;
+    p.nb = bl ? bl->nb : 0;
+    return bl ? dispatch<true>(s, d, p, warps) : dispatch<false>(s, d, p, warps);
+}
+
+int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
+                     const bf16 *k, const bf16 *v, int cap, bf16 *out, int warps)
+{
+    return gpu_attn_prefill_ex(s, d, T, pos0, q, k, v, (size_t)d->hd, (size_t)cap * d->hd, 0,
+                               nullptr, out, warps);
 }

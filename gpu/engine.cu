@@ -112,6 +112,7 @@ static int alloc_workspace(gpu_engine *e)
     }
     GPU_CHECK(cudaEventCreate(&e->ev_t0));
     GPU_CHECK(cudaEventCreate(&e->ev_t1));
+    GPU_CHECK(cudaMallocHost((void **)&e->nnz_h, (size_t)d.L * sizeof(int)));
     return ACCEL_OK;
 }
 
@@ -278,6 +279,7 @@ void gpu_engine_free(gpu_engine *e)
     for (int i = 0; i < GPU_EXPORT_RING; i++) cudaFree(e->exp_d[i]);
     if (e->meta_h) cudaFreeHost(e->meta_h);
     if (e->exp_h) cudaFreeHost(e->exp_h);
+    if (e->nnz_h) cudaFreeHost(e->nnz_h);
     for (int l = 0; l < e->d.L; l++) {
         if (e->ev_quant && e->ev_quant[l]) cudaEventDestroy(e->ev_quant[l]);
         if (e->ev_copy0 && e->ev_copy0[l]) cudaEventDestroy(e->ev_copy0[l]);

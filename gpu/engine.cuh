@@ -94,8 +94,8 @@ struct gpu_meta_layout {
 #define GPU_EXPORT_AHEAD 3   /* the host stays at most this many layers ahead of the copies */
 #define GPU_LOGIT_ROWS 256   /* logits computed per lm_head GEMM (all_logits in sub-batches) */
 #define GPU_DECODE_SPLIT_MAX 64
-#define GPU_PROF_EVENTS 1024
-#define GPU_PROF_CATS 13
+#define GPU_PROF_EVENTS 8192 /* a 128K sparse prefill marks ~10 ops x 16 chunks x 32 layers */
+#define GPU_PROF_CATS 14
 
 struct gpu_engine {
     int index;
@@ -157,6 +157,9 @@ struct gpu_engine {
     unsigned char *imp_d;
     size_t imp_bytes;
 
+    /* sparse prefill: blocks computed per layer (the last entry of its CSR row_ptr), pinned */
+    int *nnz_h; /* (n_layers) */
+
     uint64_t kv_budget, kv_per_token;
 };
 
@@ -193,6 +196,19 @@ int gpu_convert_to_f32(cudaStream_t s, const void *src, int dtype, size_t n, flo
  * against its keys 0..pos0+T-1 in the cache (layer base pointers k, v; cap positions per head). */
 int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
                      const bf16 *k, const bf16 *v, int cap, bf16 *out, int warps);
+/* A block-sparse pattern (gpu/gpu_flex.h's index, device memory): for head h and query block r
+ * of 128 positions, the 128-key blocks col[row_ptr[h * (nb + 1) + r] .. row_ptr[.. + r + 1]),
+ * ascending, none above the diagonal block r (which FlexPrefill always keeps). */
+struct gpu_block_list {
+    const int32_t *row_ptr, *col;
+    int nb; /* query blocks per head (at least ceil((pos0 + T) / 128)) */
+};
+/* The general form: key j of KV head g at k + g * k_head + j * k_tok (elements; v alike); query
+ * head h reads KV head h % n_kv when interleave, else h / (n_heads / n_kv); bl NULL: dense
+ * causal, else only the listed blocks (then pos0 must be a multiple of 128). */
+int gpu_attn_prefill_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
+                        const bf16 *k, const bf16 *v, size_t k_tok, size_t k_head, int interleave,
+                        const gpu_block_list *bl, bf16 *out, int warps);
 /* attn_prefill_sm90.cu: the same on Hopper's wgmma (head_dim <= 128), 1.5-2x the mma.sync
  * kernel's rate; only when gpu_attn_sm90_available(device) says this build and GPU have it
  * (1 yes, 0 no, < 0 error). */

@@ -84,32 +84,77 @@ struct export_run {
     enum proto_kv_dtype dt;
     int T, pos0;
     size_t vb, sc, used; /* bytes: K (or V) values, K (or V) scales, one layer in all */
+    size_t vb1, sc1;     /* the same for one token (rows are token-major: a chunk's offset) */
+    int host_ring;       /* 0: a host slot per layer; k: layer l in slot l % k (sparse prefill) */
+    unsigned char *dslot[GPU_EXPORT_RING]; /* device slots for T tokens (NULL: e->exp_d) */
     int next;            /* next layer to hand to the sink */
 };
 
-static int export_enqueue(gpu_engine *e, export_run *x, int l)
+static void export_init(export_run *x, const gpu_engine *e, const accel_kv_sink *sink,
+                        enum proto_kv_dtype dt, int T, int pos0)
+{
+    const gpu_dims &d = e->d;
+    memset(x, 0, sizeof *x);
+    x->sink = sink;
+    x->dt = dt;
+    x->T = T;
+    x->pos0 = pos0;
+    x->vb = proto_kv_value_bytes(dt, T, d.n_kv, d.hd);
+    x->sc = proto_kv_scale_count(dt, T, d.n_kv, d.hd) * sizeof(uint16_t);
+    x->used = 2 * x->vb + 2 * x->sc;
+    x->vb1 = proto_kv_value_bytes(dt, 1, d.n_kv, d.hd);
+    x->sc1 = proto_kv_scale_count(dt, 1, d.n_kv, d.hd) * sizeof(uint16_t);
+}
+
+static unsigned char *export_dev_slot(gpu_engine *e, const export_run *x, int l)
+{
+    return x->dslot[0] ? x->dslot[l % GPU_EXPORT_RING] : e->exp_d[l % GPU_EXPORT_RING];
+}
+
+static unsigned char *export_host_slot(gpu_engine *e, const export_run *x, int l)
+{
+    return e->exp_h + (size_t)(x->host_ring ? l % x->host_ring : l) * x->used;
+}
+
+/* Quantizes rows c0 .. c0+T-1 of layer l (e->kf, e->vf hold them) into the layer's device slot;
+ * the first rows of a layer first wait for the copy out of the slot's previous layer. */
+static int export_quantize(gpu_engine *e, export_run *x, int l, int c0, int T)
 {
     const gpu_dims &d = e->d;
     cudaStream_t s = e->compute;
-    unsigned char *slot = e->exp_d[l % GPU_EXPORT_RING];
-    if (l >= GPU_EXPORT_RING) GPU_CHECK(cudaStreamWaitEvent(s, e->ev_copy1[l - GPU_EXPORT_RING], 0));
-    GPU_TRY(gpu_kv_quantize(s, x->dt, e->kf, x->T, d.n_kv, d.hd, slot,
-                            (unsigned short *)(slot + 2 * x->vb)));
-    GPU_TRY(gpu_kv_quantize(s, x->dt, e->vf, x->T, d.n_kv, d.hd, slot + x->vb,
-                            (unsigned short *)(slot + 2 * x->vb + x->sc)));
-    GPU_CHECK(cudaEventRecord(e->ev_quant[l], s));
+    unsigned char *slot = export_dev_slot(e, x, l);
+    if (c0 == 0 && l >= GPU_EXPORT_RING)
+        GPU_CHECK(cudaStreamWaitEvent(s, e->ev_copy1[l - GPU_EXPORT_RING], 0));
+    const size_t vo = (size_t)c0 * x->vb1, so = (size_t)c0 * x->sc1;
+    GPU_TRY(gpu_kv_quantize(s, x->dt, e->kf, T, d.n_kv, d.hd, slot + vo,
+                            (unsigned short *)(slot + 2 * x->vb + so)));
+    GPU_TRY(gpu_kv_quantize(s, x->dt, e->vf, T, d.n_kv, d.hd, slot + x->vb + vo,
+                            (unsigned short *)(slot + 2 * x->vb + x->sc + so)));
+    return ACCEL_OK;
+}
+
+/* Queues layer l's device-to-host copy (copy stream) behind its quantization. */
+static int export_copy(gpu_engine *e, export_run *x, int l)
+{
+    GPU_CHECK(cudaEventRecord(e->ev_quant[l], e->compute));
     GPU_CHECK(cudaStreamWaitEvent(e->copy, e->ev_quant[l], 0));
     GPU_CHECK(cudaEventRecord(e->ev_copy0[l], e->copy));
-    GPU_CHECK(cudaMemcpyAsync(e->exp_h + (size_t)l * x->used, slot, x->used,
+    GPU_CHECK(cudaMemcpyAsync(export_host_slot(e, x, l), export_dev_slot(e, x, l), x->used,
                               cudaMemcpyDeviceToHost, e->copy));
     GPU_CHECK(cudaEventRecord(e->ev_copy1[l], e->copy));
     return ACCEL_OK;
 }
 
+static int export_enqueue(gpu_engine *e, export_run *x, int l)
+{
+    GPU_TRY(export_quantize(e, x, l, 0, x->T));
+    return export_copy(e, x, l);
+}
+
 static int export_deliver_one(gpu_engine *e, export_run *x)
 {
     const int l = x->next;
-    const unsigned char *hp = e->exp_h + (size_t)l * x->used;
+    const unsigned char *hp = export_host_slot(e, x, l);
     proto_kv_layer c;
     c.layer = l;
     c.pos0 = x->pos0;
@@ -154,11 +199,11 @@ static int export_poll(gpu_engine *e, export_run *x, int queued, int drain)
  * events goes to the op that ended at the second. Off by default: events cost a little, and
  * decode then runs without CUDA graphs. */
 enum { P_START, P_ROPE_TAB, P_EMBED, P_NORM, P_QKV, P_ROPE, P_EXPORT, P_ATTN, P_O, P_GU, P_SWIGLU,
-       P_DOWN, P_LOGITS };
+       P_DOWN, P_LOGITS, P_INDEX };
 static const char *prof_names[GPU_PROF_CATS] = {"start", "rope table", "embed", "rmsnorm",
                                                 "qkv gemm", "rope+cache", "kv export", "attention",
                                                 "o gemm", "gate/up gemm", "swiglu", "down gemm",
-                                                "norm+lm_head"};
+                                                "norm+lm_head", "flex index"};
 
 static void prof_mark(gpu_engine *e, int cat)
 {
@@ -258,22 +303,23 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
     return ACCEL_OK;
 }
 
-/* Final norm + lm_head of nr (<= GPU_LOGIT_ROWS) rows from row0 into e->logits. */
-static int logits_compute(gpu_engine *e, int row0, int nr)
+/* Final norm + lm_head of nr (<= GPU_LOGIT_ROWS) rows of x from row0 into e->logits. */
+static int logits_compute(gpu_engine *e, const float *x, int row0, int nr)
 {
     const gpu_dims &d = e->d;
-    GPU_TRY(gpu_rmsnorm(e->compute, e->x + (size_t)row0 * d.H, NULL, e->norm, nr, d.H, d.eps, e->xn));
+    GPU_TRY(gpu_rmsnorm(e->compute, x + (size_t)row0 * d.H, NULL, e->norm, nr, d.H, d.eps, e->xn));
     GPU_TRY(gpu_gemm(e, nr, d.V, d.H, e->lm_head, e->xn, e->logits, 1, 0.f));
     return ACCEL_OK;
 }
 
-/* Logits of rows row0.. of the pass into host memory (float32), in sub-batches. */
-static int logits_rows(gpu_engine *e, int row0, int nrows, float *out)
+/* Logits of rows row0.. of x (the pass's residual stream) into host memory (float32), in
+ * sub-batches. */
+static int logits_rows(gpu_engine *e, const float *x, int row0, int nrows, float *out)
 {
     const gpu_dims &d = e->d;
     for (int r = 0; r < nrows; r += GPU_LOGIT_ROWS) {
         int nr = nrows - r < GPU_LOGIT_ROWS ? nrows - r : GPU_LOGIT_ROWS;
-        GPU_TRY(logits_compute(e, row0 + r, nr));
+        GPU_TRY(logits_compute(e, x, row0 + r, nr));
         prof_mark(e, P_LOGITS);
         GPU_CHECK(cudaMemcpyAsync(out + (size_t)r * d.V, e->logits, (size_t)nr * d.V * sizeof(float),
                                   cudaMemcpyDeviceToHost, e->compute));
@@ -351,14 +397,7 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
         p.cancel = cancel;
         p.xr = NULL;
         if (sink) {
-            xr.sink = sink;
-            xr.dt = kv_dtype;
-            xr.T = T;
-            xr.pos0 = pos0 + done;
-            xr.vb = proto_kv_value_bytes(kv_dtype, T, d.n_kv, d.hd);
-            xr.sc = proto_kv_scale_count(kv_dtype, T, d.n_kv, d.hd) * sizeof(uint16_t);
-            xr.used = 2 * xr.vb + 2 * xr.sc;
-            xr.next = 0;
+            export_init(&xr, e, sink, kv_dtype, T, pos0 + done);
             p.xr = &xr;
         }
         GPU_CHECK(cudaEventRecord(e->ev_t0, e->compute));
@@ -369,9 +408,9 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
         }
         if (!st && logits) {
             if (all_logits)
-                st = logits_rows(e, 0, T, logits + (size_t)done * d.V);
+                st = logits_rows(e, e->x, 0, T, logits + (size_t)done * d.V);
             else if (done + T == n)
-                st = logits_rows(e, T - 1, 1, logits);
+                st = logits_rows(e, e->x, T - 1, 1, logits);
         }
         if (!st && sink) st = export_poll(e, &xr, d.L - 1, 1);
         st = finish(e, st);
@@ -381,6 +420,257 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
         GPU_CHECK(cudaEventElapsedTime(&ms, e->ev_t0, e->ev_t1));
         e->stats.compute_ms += ms;
         done += T;
+    }
+    return ACCEL_OK;
+}
+
+/* ---------------------------------------------------------------- sparse prefill (FlexPrefill)
+ *
+ * Layer-major over the whole prompt (the index of a layer needs every token's Q and K), with the
+ * per-token work still in chunks of C tokens (t_max rounded down to the 128-token block, so each
+ * chunk starts on a block boundary):
+ *   once     rope table and embedding of all n tokens, into per-call buffers (sparse_ws)
+ *   layer l  1. per chunk: RMSNorm, QKV GEMM, rope -> Q into sw.q (n rows), K/V into the cache;
+ *               with a sink, the chunk's K/V quantized into the layer's export slot (n rows)
+ *            2. the layer's export slot copied to the host (ring of two layers)
+ *            3. gpu_flex_index_kv over sw.q and the cache's K -> CSR lists; the list total goes
+ *               to the pinned nnz_h[l] (read after the final sync, for the report)
+ *            4. per chunk: block-sparse attention of its rows (the listed blocks of all earlier
+ *               keys are in the cache), o GEMM into the residual, RMSNorm, gate/up, SwiGLU, down
+ * Extra device memory, per call: the residual stream of all n tokens (4 H bytes per token), Q
+ * (2 qd), rope (2 hd), metadata (16), with a sink two layers of quantized KV, and the index
+ * workspace; sized by sparse_layout, taken before any work, returned before the call returns.
+ * The rest (weights, the t_max activations, the cache) is what dense prefill uses. */
+
+struct sparse_ws {
+    unsigned char *base;
+    float *x;     /* (n, H) residual stream */
+    bf16 *q;      /* (n, qd) Q after rope */
+    float2 *rope; /* (n, hd/2) */
+    int *ids, *pos, *seq, *tbl; /* (n) each: the metadata run_layers reads from meta_d */
+    gpu_seq_dev *seqs;          /* (1) */
+    float *inv;                 /* (hd/2) */
+    unsigned char *exp[GPU_EXPORT_RING];
+    gpu_flex_ws *fw;
+};
+
+struct sparse_off {
+    size_t x, q, rope, ids, pos, seq, tbl, seqs, inv, exp[GPU_EXPORT_RING], meta0, meta1, bytes;
+};
+
+static size_t a256(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
+}
+
+static sparse_off sparse_layout(const gpu_dims &d, int n, int sink, enum proto_kv_dtype dt)
+{
+    sparse_off o;
+    size_t at = 0;
+    o.x = at, at = a256(at + (size_t)n * d.H * sizeof(float));
+    o.q = at, at = a256(at + (size_t)n * d.qd * sizeof(bf16));
+    o.rope = at, at = a256(at + (size_t)n * (d.hd / 2) * sizeof(float2));
+    o.meta0 = at;
+    o.ids = at, at = a256(at + (size_t)n * sizeof(int));
+    o.pos = at, at = a256(at + (size_t)n * sizeof(int));
+    o.seq = at, at = a256(at + (size_t)n * sizeof(int));
+    o.tbl = at, at = a256(at + (size_t)n * sizeof(int));
+    o.seqs = at, at = a256(at + sizeof(gpu_seq_dev));
+    o.inv = at, at = a256(at + (size_t)(d.hd / 2) * sizeof(float));
+    o.meta1 = at;
+    for (int i = 0; i < GPU_EXPORT_RING; i++) {
+        o.exp[i] = at;
+        if (sink) at = a256(at + gpu_export_slot_bytes(&d, dt, n));
+    }
+    o.bytes = at;
+    return o;
+}
+
+uint64_t gpu_sparse_bytes(const gpu_engine *e, int n, int sink, enum proto_kv_dtype dt)
+{
+    const gpu_dims &d = e->d;
+    return sparse_layout(d, n, sink, dt).bytes + gpu_flex_ws_bytes(n, d.n_heads, d.n_kv, d.hd);
+}
+
+static void sparse_ws_free(sparse_ws *w)
+{
+    if (w->base) cudaFree(w->base);
+    gpu_flex_ws_free(w->fw);
+    memset(w, 0, sizeof *w);
+}
+
+/* Takes the per-call buffers; ACCEL_ERR_NOMEM (nothing held, not logged: an admission answer)
+ * when the device has no room for them. */
+static int sparse_ws_new(gpu_engine *e, int n, int sink, enum proto_kv_dtype dt, sparse_ws *w)
+{
+    const gpu_dims &d = e->d;
+    memset(w, 0, sizeof *w);
+    sparse_off o = sparse_layout(d, n, sink, dt);
+    cudaError_t ce = cudaMalloc((void **)&w->base, o.bytes);
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        w->base = NULL;
+        return ce == cudaErrorMemoryAllocation ? ACCEL_ERR_NOMEM
+                                               : gpu_cuda_status(ce, "cudaMalloc(sparse)", __FILE__, __LINE__);
+    }
+    int st = gpu_flex_ws_new(n, d.n_heads, d.n_kv, d.hd, &w->fw);
+    if (st) {
+        cudaGetLastError(); /* gpu_flex logs and returns; clear the allocation error */
+        sparse_ws_free(w);
+        return st;
+    }
+    unsigned char *b = w->base;
+    w->x = (float *)(b + o.x);
+    w->q = (bf16 *)(b + o.q);
+    w->rope = (float2 *)(b + o.rope);
+    w->ids = (int *)(b + o.ids);
+    w->pos = (int *)(b + o.pos);
+    w->seq = (int *)(b + o.seq);
+    w->tbl = (int *)(b + o.tbl);
+    w->seqs = (gpu_seq_dev *)(b + o.seqs);
+    w->inv = (float *)(b + o.inv);
+    for (int i = 0; i < GPU_EXPORT_RING; i++) w->exp[i] = sink ? b + o.exp[i] : NULL;
+    return ACCEL_OK;
+}
+
+/* Uploads ids, positions 0..n-1, the sequence and the rope frequencies (one synchronous copy from
+ * a host image of the metadata region). */
+static int sparse_meta(gpu_engine *e, const sparse_ws *w, gpu_kv *kv, const int32_t *ids, int n)
+{
+    const gpu_dims &d = e->d;
+    sparse_off o = sparse_layout(d, n, 0, PROTO_KV_INT8);
+    size_t bytes = o.meta1 - o.meta0;
+    unsigned char *h = (unsigned char *)calloc(1, bytes);
+    if (!h) return ACCEL_ERR_NOMEM;
+    int *hid = (int *)(h + o.ids - o.meta0), *hpos = (int *)(h + o.pos - o.meta0);
+    for (int t = 0; t < n; t++) {
+        hid[t] = ids[t];
+        hpos[t] = t;
+    }
+    *(gpu_seq_dev *)(h + o.seqs - o.meta0) = seq_of(e, kv);
+    inv_table(e, n, (float *)(h + o.inv - o.meta0));
+    cudaError_t ce = cudaMemcpy(w->ids, h, bytes, cudaMemcpyHostToDevice);
+    free(h);
+    if (ce != cudaSuccess) return gpu_cuda_status(ce, "cudaMemcpy(sparse meta)", __FILE__, __LINE__);
+    return ACCEL_OK;
+}
+
+static int event_status(cudaError_t ce)
+{
+    return ce == cudaSuccess ? ACCEL_OK : gpu_cuda_status(ce, "cudaEventRecord", __FILE__, __LINE__);
+}
+
+static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
+                         const gpu_flex_params *fp, export_run *xr, const volatile int *cancel)
+{
+    const gpu_dims &d = e->d;
+    cudaStream_t s = e->compute;
+    const int half = d.hd / 2, C = e->t_max / GPU_FLEX_BS * GPU_FLEX_BS;
+    const int nb = (n + GPU_FLEX_BS - 1) / GPU_FLEX_BS;
+    const gpu_seq_dev sq = seq_of(e, kv);
+    prof_mark(e, P_START);
+    GPU_TRY(gpu_rope_table(s, w.pos, w.tbl, w.inv, n, half, w.rope));
+    prof_mark(e, P_ROPE_TAB);
+    GPU_TRY(gpu_embed(s, e->embed, w.ids, n, d.H, w.x));
+    prof_mark(e, P_EMBED);
+    for (int l = 0; l < d.L; l++) {
+        const gpu_layer_w &lw = e->layers[l];
+        if (cancel && *cancel) return ACCEL_ERR_CANCELLED;
+        const size_t off = (size_t)l * d.n_kv * kv->cap * d.hd;
+        const bf16 *kl = sq.k + off, *vl = sq.v + off;
+        for (int c0 = 0; c0 < n; c0 += C) {
+            const int T = n - c0 < C ? n - c0 : C;
+            GPU_TRY(gpu_rmsnorm(s, w.x + (size_t)c0 * d.H, NULL, lw.attn_norm, T, d.H, d.eps, e->xb));
+            prof_mark(e, P_NORM);
+            GPU_TRY(gpu_gemm(e, T, d.qkv, d.H, lw.w_qkv, e->xb, e->qkv, 1, 0.f));
+            prof_mark(e, P_QKV);
+            GPU_TRY(gpu_rope_qkv(s, &d, l, T, e->qkv, lw.b_qkv, w.rope + (size_t)c0 * half,
+                                 w.seq + c0, w.pos + c0, w.seqs, w.q + (size_t)c0 * d.qd,
+                                 xr ? e->kf : NULL, xr ? e->vf : NULL));
+            prof_mark(e, P_ROPE);
+            if (xr) GPU_TRY(export_quantize(e, xr, l, c0, T));
+            prof_mark(e, P_EXPORT);
+        }
+        if (xr) {
+            /* the host slot of layer l held layer l - ring: hand that one over first */
+            if (l >= xr->host_ring) GPU_TRY(export_poll(e, xr, l - xr->host_ring, 1));
+            GPU_TRY(export_copy(e, xr, l));
+        }
+        GPU_TRY(gpu_flex_index_kv(w.fw, fp, w.q, kl, (size_t)d.hd, (size_t)kv->cap * d.hd, n, s));
+        const int32_t *rp = gpu_flex_ws_row_ptr(w.fw);
+        GPU_CHECK(cudaMemcpyAsync(e->nnz_h + l, rp + (size_t)d.n_heads * (nb + 1) - 1, sizeof(int),
+                                  cudaMemcpyDeviceToHost, s));
+        prof_mark(e, P_INDEX);
+        const gpu_block_list bl = {rp, gpu_flex_ws_col(w.fw), nb};
+        for (int c0 = 0; c0 < n; c0 += C) {
+            const int T = n - c0 < C ? n - c0 : C;
+            float *xc = w.x + (size_t)c0 * d.H;
+            GPU_TRY(gpu_attn_prefill_ex(s, &d, T, c0, w.q + (size_t)c0 * d.qd, kl, vl,
+                                        (size_t)d.hd, (size_t)kv->cap * d.hd, 0, &bl, e->att,
+                                        e->fa_warps));
+            prof_mark(e, P_ATTN);
+            GPU_TRY(gpu_gemm(e, T, d.H, d.qd, lw.w_o, e->att, xc, 1, 1.f));
+            prof_mark(e, P_O);
+            GPU_TRY(gpu_rmsnorm(s, xc, NULL, lw.ffn_norm, T, d.H, d.eps, e->xb));
+            prof_mark(e, P_NORM);
+            GPU_TRY(gpu_gemm(e, T, 2 * d.I, d.H, lw.w_gu, e->xb, e->gu, 0, 0.f));
+            prof_mark(e, P_GU);
+            GPU_TRY(gpu_swiglu(s, e->gu, T, d.I, e->h));
+            prof_mark(e, P_SWIGLU);
+            GPU_TRY(gpu_gemm(e, T, d.H, d.I, lw.w_down, e->h, xc, 1, 1.f));
+            prof_mark(e, P_DOWN);
+        }
+        if (xr) GPU_TRY(export_poll(e, xr, l, 0));
+    }
+    return ACCEL_OK;
+}
+
+int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, const int32_t *ids, int n, float *logits,
+                       int all_logits, const accel_kv_sink *sink, enum proto_kv_dtype kv_dtype,
+                       const volatile int *cancel, const gpu_flex_params *fp,
+                       accel_sparse_report *rep)
+{
+    const gpu_dims &d = e->d;
+    if (!fp || n < 2 * GPU_FLEX_BS || n > kv->cap) return ACCEL_ERR_INVALID;
+    if (sink && kv_dtype != PROTO_KV_INT8 && kv_dtype != PROTO_KV_INT4) return ACCEL_ERR_INVALID;
+    if ((d.hd != 64 && d.hd != 128) || d.n_heads > GPU_FLEX_MAX_HEADS || n > GPU_FLEX_MAX_TOKENS)
+        return ACCEL_ERR_UNSUPPORTED;
+    GPU_CHECK(cudaSetDevice(e->index));
+    export_run xr;
+    if (sink) {
+        memset(&e->stats, 0, sizeof e->stats);
+        /* a ring of two whole layers on the host (the dense path's buffer usually holds it) */
+        GPU_TRY(grow_export_host(e, 2 * gpu_export_slot_bytes(&d, kv_dtype, n)));
+    }
+    sparse_ws w;
+    GPU_TRY(sparse_ws_new(e, n, sink != NULL, kv_dtype, &w));
+    int st = sparse_meta(e, &w, kv, ids, n);
+    if (sink) {
+        export_init(&xr, e, sink, kv_dtype, n, 0);
+        xr.host_ring = 2;
+        for (int i = 0; i < GPU_EXPORT_RING; i++) xr.dslot[i] = w.exp[i];
+    }
+    if (!st) st = event_status(cudaEventRecord(e->ev_t0, e->compute));
+    if (!st) st = sparse_layers(e, w, kv, n, fp, sink ? &xr : NULL, cancel);
+    if (!st) st = event_status(cudaEventRecord(e->ev_t1, e->compute));
+    if (!st && logits) {
+        if (all_logits) st = logits_rows(e, w.x, 0, n, logits);
+        else st = logits_rows(e, w.x, n - 1, 1, logits);
+    }
+    if (!st && sink) st = export_poll(e, &xr, d.L - 1, 1);
+    st = finish(e, st);
+    if (!st) prof_collect(e, 0);
+    sparse_ws_free(&w);
+    if (st) return st;
+    float ms = 0;
+    GPU_CHECK(cudaEventElapsedTime(&ms, e->ev_t0, e->ev_t1));
+    e->stats.compute_ms += ms;
+    if (rep) {
+        memset(rep, 0, sizeof *rep);
+        rep->layers_sparse = d.L;
+        for (int l = 0; l < d.L; l++) rep->blocks_computed += e->nnz_h[l];
+        rep->blocks_causal = (int64_t)d.L * d.n_heads * ((int64_t)((n + GPU_FLEX_BS - 1) / GPU_FLEX_BS) * (((n + GPU_FLEX_BS - 1) / GPU_FLEX_BS) + 1) / 2);
+        rep->density = (double)rep->blocks_computed / (double)rep->blocks_causal;
     }
     return ACCEL_OK;
 }
@@ -406,7 +696,7 @@ static cudaGraphExec_t decode_graph(gpu_engine *e, int n, const meta_ptrs &md)
     p.xr = NULL;
     p.cancel = NULL;
     int st = run_layers(e, p, md);
-    if (!st) st = logits_compute(e, 0, n);
+    if (!st) st = logits_compute(e, e->x, 0, n);
     cudaError_t ce = cudaStreamEndCapture(e->compute, &g);
     if (!st && ce == cudaSuccess) ce = cudaGraphInstantiate(&x, g, 0);
     if (g) cudaGraphDestroy(g);
@@ -457,7 +747,7 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
         p.xr = NULL;
         p.cancel = NULL;
         st = run_layers(e, p, md);
-        if (!st) st = logits_rows(e, 0, n, logits);
+        if (!st) st = logits_rows(e, e->x, 0, n, logits);
     }
     st = finish(e, st);
     if (!st) prof_collect(e, 1);

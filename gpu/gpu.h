@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "proto/kv.h"
 #include "scheduler/accel.h"
+#include "gpu/gpu_flex.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,6 +60,27 @@ void gpu_kv_free(gpu_engine *e, gpu_kv *kv);
 int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, float *logits,
                 int all_logits, const accel_kv_sink *sink, enum proto_kv_dtype kv_dtype,
                 const volatile int *cancel);
+
+/* FlexPrefill sparse prefill of a whole prompt into an empty sequence (positions 0..n-1 of kv):
+ * each layer runs the Q/K/V projections of every token first (layer-major, in chunks of the
+ * engine's pass), builds the FlexPrefill index of that layer over the prompt's Q and K
+ * (gpu_flex_index_kv: per head, per query block of 128, a list of 128-key blocks), attends over
+ * the listed blocks only (the prefill attention kernel in its block-sparse form), then runs the
+ * rest of the layer chunk by chunk. logits, sink, cancel as gpu_prefill; the sink gets each layer
+ * as one chunk of all n tokens (as the CPU backend's sparse prefill hands them over). rep (may be
+ * NULL) gets the blocks computed, summed over layers and heads.
+ * Memory: besides what dense prefill uses, gpu_sparse_bytes(e, n, ...) of device memory for the
+ * call (the residual stream and Q of every token, the index workspace; with a sink, two layers of
+ * quantized KV), taken before any work and released before returning: ACCEL_ERR_NOMEM, with
+ * nothing changed, when it does not fit. ACCEL_ERR_UNSUPPORTED for head_dim other than 64 or 128
+ * or n past GPU_FLEX_MAX_TOKENS; ACCEL_ERR_INVALID for n < 256 (the caller's dense rule keeps
+ * such prompts dense). */
+int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, const int32_t *ids, int n, float *logits,
+                       int all_logits, const accel_kv_sink *sink, enum proto_kv_dtype kv_dtype,
+                       const volatile int *cancel, const gpu_flex_params *fp,
+                       accel_sparse_report *rep);
+/* Device bytes gpu_prefill_sparse takes for an n-token prompt (sink: with the KV export in dt). */
+uint64_t gpu_sparse_bytes(const gpu_engine *e, int n, int sink, enum proto_kv_dtype dt);
 
 /* One decode step for n sequences: token ids[i] at position pos[i] of kvs[i]; logits (n, vocab). */
 int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const int32_t *ids,

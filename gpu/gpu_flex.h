@@ -8,8 +8,9 @@
  *                       coverage budgets are radix selections over those n-long vectors (the
  *                       same counts a sort + cumsum gives), and the CSR lists are emitted
  *                       directly (count, scan, fill). Design notes in gpu/gpu_flex_index.cu.
- *   gpu_flex_attention  causal attention over a CSR block list, FlashAttention-2 style
- *                       (bf16 in and out, fp32 accumulation, online softmax), GQA.
+ *   gpu_flex_attention  causal attention over a CSR block list: the prefill attention kernel
+ *                       (gpu/attn_prefill.cu, mma.sync, FlashAttention-2 style) driven by the
+ *                       lists (bf16 in and out, fp32 accumulation, online softmax), GQA.
  * Layouts as the CPU reference: q (n, n_heads, d), k / v (n, n_kv_heads, d), out like q; bf16
  * device pointers; CSR int32: row_ptr (n_heads, nb + 1) absolute into col; block 128.
  * head_dim 64 or 128; n up to 256K tokens (nb <= 2048: the query-aware map keeps nb^2 floats per
@@ -53,10 +54,16 @@ typedef struct gpu_flex_ws gpu_flex_ws;
 /* Device workspace for prompts of up to n tokens with this head layout. */
 int gpu_flex_ws_new(int n, int n_heads, int n_kv_heads, int head_dim, gpu_flex_ws **out);
 void gpu_flex_ws_free(gpu_flex_ws *ws);
+/* Device bytes gpu_flex_ws_new takes for that shape (0: a shape it refuses). */
+size_t gpu_flex_ws_bytes(int n, int n_heads, int n_kv_heads, int head_dim);
 
 /* Builds the index of q, k (device bf16, n tokens, n >= 256) into the workspace. */
 int gpu_flex_index(gpu_flex_ws *ws, const gpu_flex_params *p, const void *q, const void *k,
                    int n, void *stream);
+/* The same with K at any layout: key j of KV head g at k + j * k_tok + g * k_head (bf16
+ * elements), e.g. the engine's KV cache (head_dim, capacity * head_dim). q stays (n, H, d). */
+int gpu_flex_index_kv(gpu_flex_ws *ws, const gpu_flex_params *p, const void *q, const void *k,
+                      size_t k_tok, size_t k_head, int n, void *stream);
 /* The workspace's index (device pointers, valid until the next gpu_flex_index). */
 const int32_t *gpu_flex_ws_row_ptr(const gpu_flex_ws *ws);
 const int32_t *gpu_flex_ws_col(const gpu_flex_ws *ws);
@@ -76,6 +83,12 @@ int gpu_flex_test_device_count(void);
 int gpu_flex_test_index(const float *q, const float *k, int n, int n_heads, int n_kv_heads,
                         int head_dim, const gpu_flex_params *p, int32_t *row_ptr, int32_t *col,
                         int64_t col_cap, int64_t *nnz, gpu_flex_head *heads);
+/* The same with K laid out per head, as in the engine's KV cache ((n_kv_heads, n + 64, d),
+ * through gpu_flex_index_kv) when head_major, else as above. */
+int gpu_flex_test_index_layout(const float *q, const float *k, int n, int n_heads, int n_kv_heads,
+                               int head_dim, int head_major, const gpu_flex_params *p,
+                               int32_t *row_ptr, int32_t *col, int64_t col_cap, int64_t *nnz,
+                               gpu_flex_head *heads);
 /* Attention of host float q, k, v (rounded to bf16) over a host CSR; out (n, n_heads, d) float
  * (the bf16 result widened). */
 int gpu_flex_test_attention(const float *q, const float *k, const float *v, int n, int n_heads,
@@ -86,6 +99,7 @@ typedef struct gpu_flex_bench_result {
     double index_ms;        /* median of reps */
     double sparse_ms;       /* block-sparse attention over the index */
     double dense_ms;        /* the same kernel over every causal block */
+    double dense_kernel_ms; /* the dense kernel (causal tile range, no lists) */
     double density;         /* computed / causal blocks */
     int64_t nnz;
     int n_query_aware;

@@ -3,6 +3,7 @@
 // round float inputs to bf16 on upload, run on the default device's default stream and copy
 // the results back. Device memory is released before returning, also on errors.
 #include "gpu/gpu_flex_common.cuh"
+#include "gpu/engine.cuh"
 #include <algorithm>
 #include <stdlib.h>
 #include <string.h>
@@ -89,14 +90,34 @@ extern "C" int gpu_flex_test_index(const float *q, const float *k, int n, int H,
                                    const gpu_flex_params *p, int32_t *row_ptr, int32_t *col,
                                    int64_t col_cap, int64_t *nnz, gpu_flex_head *heads)
 {
+    return gpu_flex_test_index_layout(q, k, n, H, Hk, d, 0, p, row_ptr, col, col_cap, nnz, heads);
+}
+
+extern "C" int gpu_flex_test_index_layout(const float *q, const float *k, int n, int H, int Hk,
+                                          int d, int head_major, const gpu_flex_params *p,
+                                          int32_t *row_ptr, int32_t *col, int64_t col_cap,
+                                          int64_t *nnz, gpu_flex_head *heads)
+{
     if (!q || !k || !p || !shape_ok(n, H, Hk, d) || n < 2 * BS) return GPU_FLEX_ERR_INVALID;
     dbuf dq, dk;
     ws_guard ws;
     int rc;
-    if ((rc = upload_bf16(dq, q, (size_t)n * H * d)) || (rc = upload_bf16(dk, k, (size_t)n * Hk * d)) ||
-        (rc = gpu_flex_ws_new(n, H, Hk, d, &ws.w)) ||
-        (rc = gpu_flex_index(ws.w, p, dq.p, dk.p, n, nullptr)))
+    /* head-major as the engine's KV cache: (Hk, cap, d) with cap past n (padding rows unread) */
+    const int cap = n + 64;
+    std::vector<float> kt;
+    if (head_major) {
+        kt.assign((size_t)Hk * cap * d, 0.0f);
+        for (int j = 0; j < n; j++)
+            for (int g = 0; g < Hk; g++)
+                memcpy(&kt[((size_t)g * cap + j) * d], k + ((size_t)j * Hk + g) * d, sizeof(float) * d);
+    }
+    if ((rc = upload_bf16(dq, q, (size_t)n * H * d)) ||
+        (rc = head_major ? upload_bf16(dk, kt.data(), kt.size()) : upload_bf16(dk, k, (size_t)n * Hk * d)) ||
+        (rc = gpu_flex_ws_new(n, H, Hk, d, &ws.w)))
         return rc;
+    rc = head_major ? gpu_flex_index_kv(ws.w, p, dq.p, dk.p, (size_t)d, (size_t)cap * d, n, nullptr)
+                    : gpu_flex_index(ws.w, p, dq.p, dk.p, n, nullptr);
+    if (rc) return rc;
     GF_CHECK(cudaDeviceSynchronize());
     return copy_index(ws.w, H, (n + BS - 1) / BS, row_ptr, col, col_cap, nnz, heads);
 }
@@ -149,7 +170,7 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
     cudaEvent_t e0, e1;
     GF_CHECK(cudaEventCreate(&e0));
     GF_CHECK(cudaEventCreate(&e1));
-    std::vector<double> t_index, t_sparse, t_dense;
+    std::vector<double> t_index, t_sparse, t_dense, t_kernel;
     for (int i = 0; i <= reps && !rc; i++) { // i == 0: warm-up
         cudaEventRecord(e0);
         rc = gpu_flex_index(ws.w, p, dq.p, dk.p, n, nullptr);
@@ -195,6 +216,21 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
                 cudaEventElapsedTime(&ms, e0, e1);
                 if (i) t_dense.push_back(ms);
             }
+        // the engine's dense kernel (tile range, no lists) on the same tensors
+        gpu_dims dd;
+        memset(&dd, 0, sizeof dd);
+        dd.n_heads = H, dd.n_kv = Hk, dd.hd = d, dd.hdp = d, dd.qd = H * d, dd.kvd = Hk * d;
+        for (int i = 0; i <= reps && !rc; i++) {
+            cudaEventRecord(e0);
+            rc = gpu_attn_prefill_ex(nullptr, &dd, n, 0, (const bf16 *)dq.p, (const bf16 *)dk.p,
+                                     (const bf16 *)dv.p, (size_t)Hk * d, (size_t)d,
+                                     p->gqa_interleave, nullptr, (bf16 *)dout.p, 4);
+            cudaEventRecord(e1);
+            if (!rc && cudaEventSynchronize(e1) != cudaSuccess) rc = GPU_FLEX_ERR_DEVICE;
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (i) t_kernel.push_back(ms);
+        }
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
@@ -202,6 +238,7 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
     res->index_ms = median(t_index);
     res->sparse_ms = median(t_sparse);
     res->dense_ms = median(t_dense);
+    res->dense_kernel_ms = median(t_kernel);
     res->density = (double)res->nnz / ((double)H * nb * (nb + 1) / 2);
     for (int h = 0; h < H; h++) res->n_query_aware += heads[h].query_aware;
     return 0;

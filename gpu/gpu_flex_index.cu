@@ -67,9 +67,9 @@ template <int D> struct lastq_smem {
 
 template <int D, bool ACCUM>
 __global__ void __launch_bounds__(256)
-    lastq_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k, int n, int H, int Hk,
-                 int interleave, float scale_log2, float2 *partial, const float *m2,
-                 const float *inv_l, float *vert, float *slash, float *carry_a, float *carry_b)
+    lastq_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k, size_t k_tok,
+                 size_t k_head, int n, int H, int Hk, int interleave, float scale_log2,
+                 float2 *partial, const float *m2, const float *inv_l, float *vert, float *slash, float *carry_a, float *carry_b)
 {
     typedef lastq_smem<D> L;
     constexpr int LDQ = L::LDQ;
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(256)
         for (int i = tid; i < SUB * D / 8; i += 256) {
             const int r = i / (D / 8), c = i % (D / 8), j = j0 + r;
             uint4 v = make_uint4(0, 0, 0, 0);
-            if (j < n) v = *(const uint4 *)(k + ((size_t)j * Hk + g) * D + 8 * c);
+            if (j < n) v = *(const uint4 *)(k + (size_t)j * k_tok + (size_t)g * k_head + 8 * c);
             *(uint4 *)(ks + r * LDQ + 8 * c) = v;
         }
         __syncthreads();
@@ -234,12 +234,13 @@ __global__ void mean_q_kernel(const bf16 *q, int n, int H, int D, float *mq)
     mq[h * D + e] = s / BS / sqrtf((float)D);
 }
 
-__global__ void avg_k_kernel(const bf16 *k, int n, int Hk, int D, float *avg_k)
+__global__ void avg_k_kernel(const bf16 *k, size_t k_tok, size_t k_head, int n, int D, float *avg_k)
 {
     const int b = blockIdx.x, g = blockIdx.y, e = threadIdx.x, nb = gridDim.x;
     const int j1 = (b + 1) * BS < n ? (b + 1) * BS : n;
     float s = 0;
-    for (int j = b * BS; j < j1; j++) s += __bfloat162float(k[((size_t)j * Hk + g) * D + e]);
+    for (int j = b * BS; j < j1; j++)
+        s += __bfloat162float(k[(size_t)j * k_tok + (size_t)g * k_head + e]);
     avg_k[((size_t)g * nb + b) * D + e] = s / (float)(j1 - b * BS);
 }
 
@@ -493,42 +494,67 @@ static int ws_alloc(void **p, size_t bytes)
     return 0;
 }
 
-extern "C" int gpu_flex_ws_new(int n, int H, int Hk, int d, gpu_flex_ws **out)
+// The workspace's buffers and their sizes in bytes, in one table for gpu_flex_ws_new and
+// gpu_flex_ws_bytes.
+#define WS_BUFFERS(X)                                                                             \
+    X(partial, sizeof(float2) * H * nch * BS)                                                     \
+    X(m2, sizeof(float) * H * BS)                                                                 \
+    X(inv_l, sizeof(float) * H * BS)                                                              \
+    X(vert, sizeof(float) * H * n)                                                                \
+    X(slash, sizeof(float) * H * n)                                                               \
+    X(carry_a, sizeof(float) * H * nch * BS)                                                      \
+    X(carry_b, sizeof(float) * H * nch * BS)                                                      \
+    X(mq, sizeof(float) * H * d)                                                                  \
+    X(avg_k, sizeof(float) * Hk * nb * d)                                                         \
+    X(vblk, sizeof(float) * H * nb)                                                               \
+    X(sblk, sizeof(float) * H * nb)                                                               \
+    X(avg_q, sizeof(float) * H * nb * d)                                                          \
+    X(qa_map, sizeof(float) * H * nb * nb)                                                        \
+    X(cnt, sizeof(unsigned long long) * H * 2)                                                    \
+    X(heads, sizeof(gpu_flex_head) * H)                                                           \
+    X(vmask, H * nb)                                                                              \
+    X(smask, H * nb)                                                                              \
+    X(cuts, sizeof(gf_cut) * H)                                                                   \
+    X(qa_keep, sizeof(uint32_t) * H * ((nb * nb + 31) / 32))                                      \
+    X(counts, sizeof(int) * H * nb)                                                               \
+    X(row_ptr, sizeof(int32_t) * H * (nb + 1))                                                    \
+    X(col, sizeof(int32_t) * H * nb * (nb + 1) / 2)
+
+static int ws_shape_ok(int n, int H, int Hk, int d)
+{
+    return n >= 2 * BS && n <= GPU_FLEX_MAX_TOKENS && H >= 1 && H <= GPU_FLEX_MAX_HEADS &&
+           Hk >= 1 && H % Hk == 0 && (d == 64 || d == 128);
+}
+
+extern "C" size_t gpu_flex_ws_bytes(int n_, int H_, int Hk_, int d_)
+{
+    if (!ws_shape_ok(n_, H_, Hk_, d_)) return 0;
+    const size_t n = n_, H = H_, Hk = Hk_, d = d_, nb = (n + BS - 1) / BS,
+                 nch = (n + KCHUNK - 1) / KCHUNK;
+    size_t total = 0;
+#define X(name, bytes) total += ((size_t)(bytes) + 255) / 256 * 256;
+    WS_BUFFERS(X)
+#undef X
+    return total;
+}
+
+extern "C" int gpu_flex_ws_new(int n_, int H_, int Hk_, int d_, gpu_flex_ws **out)
 {
     *out = NULL;
-    if (n < 2 * BS || n > GPU_FLEX_MAX_TOKENS || H < 1 || H > GPU_FLEX_MAX_HEADS || Hk < 1 ||
-        H % Hk || (d != 64 && d != 128))
-        return GPU_FLEX_ERR_INVALID;
+    if (!ws_shape_ok(n_, H_, Hk_, d_)) return GPU_FLEX_ERR_INVALID;
     gpu_flex_ws *w = (gpu_flex_ws *)calloc(1, sizeof *w);
     if (!w) return GPU_FLEX_ERR_NOMEM;
-    w->cap_n = n;
-    w->H = H;
-    w->Hk = Hk;
-    w->d = d;
-    const size_t nb = (n + BS - 1) / BS, nch = (n + KCHUNK - 1) / KCHUNK;
+    w->cap_n = n_;
+    w->H = H_;
+    w->Hk = Hk_;
+    w->d = d_;
+    const size_t n = n_, H = H_, Hk = Hk_, d = d_, nb = (n + BS - 1) / BS,
+                 nch = (n + KCHUNK - 1) / KCHUNK;
     int rc = 0;
-    if ((rc = ws_alloc((void **)&w->partial, sizeof(float2) * H * nch * BS)) ||
-        (rc = ws_alloc((void **)&w->m2, sizeof(float) * H * BS)) ||
-        (rc = ws_alloc((void **)&w->inv_l, sizeof(float) * H * BS)) ||
-        (rc = ws_alloc((void **)&w->vert, sizeof(float) * H * n)) ||
-        (rc = ws_alloc((void **)&w->slash, sizeof(float) * H * n)) ||
-        (rc = ws_alloc((void **)&w->carry_a, sizeof(float) * H * nch * BS)) ||
-        (rc = ws_alloc((void **)&w->carry_b, sizeof(float) * H * nch * BS)) ||
-        (rc = ws_alloc((void **)&w->mq, sizeof(float) * H * d)) ||
-        (rc = ws_alloc((void **)&w->avg_k, sizeof(float) * Hk * nb * d)) ||
-        (rc = ws_alloc((void **)&w->vblk, sizeof(float) * H * nb)) ||
-        (rc = ws_alloc((void **)&w->sblk, sizeof(float) * H * nb)) ||
-        (rc = ws_alloc((void **)&w->avg_q, sizeof(float) * H * nb * d)) ||
-        (rc = ws_alloc((void **)&w->qa_map, sizeof(float) * H * nb * nb)) ||
-        (rc = ws_alloc((void **)&w->cnt, sizeof(unsigned long long) * H * 2)) ||
-        (rc = ws_alloc((void **)&w->heads, sizeof(gpu_flex_head) * H)) ||
-        (rc = ws_alloc((void **)&w->vmask, H * nb)) ||
-        (rc = ws_alloc((void **)&w->smask, H * nb)) ||
-        (rc = ws_alloc((void **)&w->cuts, sizeof(gf_cut) * H)) ||
-        (rc = ws_alloc((void **)&w->qa_keep, sizeof(uint32_t) * H * ((nb * nb + 31) / 32))) ||
-        (rc = ws_alloc((void **)&w->counts, sizeof(int) * H * nb)) ||
-        (rc = ws_alloc((void **)&w->row_ptr, sizeof(int32_t) * H * (nb + 1))) ||
-        (rc = ws_alloc((void **)&w->col, sizeof(int32_t) * H * nb * (nb + 1) / 2))) {
+#define X(name, bytes) if (!rc) rc = ws_alloc((void **)&w->name, (size_t)(bytes));
+    WS_BUFFERS(X)
+#undef X
+    if (rc) {
         gpu_flex_ws_free(w);
         return rc;
     }
@@ -563,7 +589,7 @@ extern "C" const gpu_flex_head *gpu_flex_ws_heads(const gpu_flex_ws *w)
 
 template <int D>
 static int launch_lastq(gpu_flex_ws *w, const gpu_flex_params *p, const bf16 *q, const bf16 *k,
-                        int n, cudaStream_t st)
+                        size_t k_tok, size_t k_head, int n, cudaStream_t st)
 {
     const int nch = (n + KCHUNK - 1) / KCHUNK;
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
@@ -573,15 +599,16 @@ static int launch_lastq(gpu_flex_ws *w, const gpu_flex_params *p, const bf16 *q,
     GF_CHECK(cudaFuncSetAttribute(lastq_kernel<D, true>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
     const dim3 grid(nch, w->H);
-    lastq_kernel<D, false><<<grid, 256, s0, st>>>(q, k, n, w->H, w->Hk, p->gqa_interleave,
-                                                  scale_log2, w->partial, NULL, NULL, NULL, NULL,
-                                                  NULL, NULL);
+    lastq_kernel<D, false><<<grid, 256, s0, st>>>(q, k, k_tok, k_head, n, w->H, w->Hk,
+                                                  p->gqa_interleave, scale_log2, w->partial, NULL,
+                                                  NULL, NULL, NULL, NULL, NULL);
     GF_LAUNCHED();
     reduce_stats_kernel<<<w->H, BS, 0, st>>>(w->partial, nch, w->m2, w->inv_l);
     GF_LAUNCHED();
-    lastq_kernel<D, true><<<grid, 256, s1, st>>>(q, k, n, w->H, w->Hk, p->gqa_interleave,
-                                                 scale_log2, NULL, w->m2, w->inv_l, w->vert,
-                                                 w->slash, w->carry_a, w->carry_b);
+    lastq_kernel<D, true><<<grid, 256, s1, st>>>(q, k, k_tok, k_head, n, w->H, w->Hk,
+                                                 p->gqa_interleave, scale_log2, NULL, w->m2,
+                                                 w->inv_l, w->vert, w->slash, w->carry_a,
+                                                 w->carry_b);
     GF_LAUNCHED();
     slash_fixup_kernel<<<grid, BS, 0, st>>>(w->slash, w->carry_a, w->carry_b, n);
     GF_LAUNCHED();
@@ -591,6 +618,13 @@ static int launch_lastq(gpu_flex_ws *w, const gpu_flex_params *p, const bf16 *q,
 extern "C" int gpu_flex_index(gpu_flex_ws *w, const gpu_flex_params *p, const void *qv,
                               const void *kv, int n, void *stream)
 {
+    if (!w) return GPU_FLEX_ERR_INVALID;
+    return gpu_flex_index_kv(w, p, qv, kv, (size_t)w->Hk * w->d, (size_t)w->d, n, stream);
+}
+
+extern "C" int gpu_flex_index_kv(gpu_flex_ws *w, const gpu_flex_params *p, const void *qv,
+                                 const void *kv, size_t k_tok, size_t k_head, int n, void *stream)
+{
     if (!w || !p || !qv || !kv || n < 2 * BS || n > w->cap_n || !(p->gamma > 0 && p->gamma <= 1) ||
         !(p->tau >= 0 && p->tau <= 1) || p->min_blocks < 1 || p->max_blocks < 0)
         return GPU_FLEX_ERR_INVALID;
@@ -598,11 +632,12 @@ extern "C" int gpu_flex_index(gpu_flex_ws *w, const gpu_flex_params *p, const vo
     const bf16 *q = (const bf16 *)qv, *k = (const bf16 *)kv;
     const int H = w->H, Hk = w->Hk, D = w->d, nb = (n + BS - 1) / BS;
     const int max_b = p->max_blocks > 0 && p->max_blocks < nb ? p->max_blocks : nb;
-    int rc = D == 64 ? launch_lastq<64>(w, p, q, k, n, st) : launch_lastq<128>(w, p, q, k, n, st);
+    int rc = D == 64 ? launch_lastq<64>(w, p, q, k, k_tok, k_head, n, st)
+                     : launch_lastq<128>(w, p, q, k, k_tok, k_head, n, st);
     if (rc) return rc;
     mean_q_kernel<<<H, D, 0, st>>>(q, n, H, D, w->mq);
     GF_LAUNCHED();
-    avg_k_kernel<<<dim3(nb, Hk), D, 0, st>>>(k, n, Hk, D, w->avg_k);
+    avg_k_kernel<<<dim3(nb, Hk), D, 0, st>>>(k, k_tok, k_head, n, D, w->avg_k);
     GF_LAUNCHED();
     budget_kernel<<<dim3(H, 2), 1024, 0, st>>>(w->vert, w->slash, n, p->gamma, w->cnt);
     GF_LAUNCHED();

@@ -20,6 +20,9 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
                        const float *q, const float *k, const float *v, float *out);
 int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, unsigned char *q,
                          unsigned short *scales);
+int gpu_test_attention_sparse(int warps, int T, int pos0, int n_heads, int n_kv, int hd,
+                              const float *q, const float *k, const float *v,
+                              const int32_t *row_ptr, const int32_t *col, int nb, float *out);
 int gpu_bench_attention(int variant, int T, int n_heads, int n_kv, int hd, int reps, double *ms);
 }
 
@@ -250,6 +253,57 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
         GPU_CHECK(cudaMemcpy(dseqs, &sq, sizeof sq, cudaMemcpyHostToDevice));
         GPU_TRY(gpu_attn_decode(0, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml, dout));
     }
+    GPU_CHECK(cudaDeviceSynchronize());
+    return get_bf(out, dout, (size_t)T * d.qd);
+}
+
+/* The block-sparse form of the prefill kernel (warps 4 or 8) on the cache layout, as the engine
+ * runs it: T query rows at positions pos0.. (pos0 a multiple of 128) over keys 0..pos0+T-1 of k,
+ * v (token-major (pos0 + T, kvd) here, laid out per head on the device), attending only to the
+ * 128-key blocks listed for (head, query block): row_ptr (n_heads, nb + 1), col ascending, none
+ * above the diagonal (checked: ACCEL_ERR_INVALID otherwise). */
+int gpu_test_attention_sparse(int warps, int T, int pos0, int n_heads, int n_kv, int hd,
+                              const float *q, const float *k, const float *v,
+                              const int32_t *row_ptr, const int32_t *col, int nb, float *out)
+{
+    GPU_TRY(ready());
+    const int n = pos0 + T, cap = n;
+    if (T <= 0 || pos0 < 0 || pos0 % 128 || nb < (n + 127) / 128 || nb > 1 << 16)
+        return ACCEL_ERR_INVALID;
+    for (int h = 0; h < n_heads; h++)
+        for (int r = 0; r < nb; r++) {
+            const int32_t *rp = row_ptr + (size_t)h * (nb + 1);
+            if (rp[r + 1] < rp[r] || (h + r == 0 && rp[0] != 0)) return ACCEL_ERR_INVALID;
+            for (int32_t e = rp[r]; e < rp[r + 1]; e++)
+                if (col[e] < 0 || col[e] > r || (e > rp[r] && col[e] <= col[e - 1]))
+                    return ACCEL_ERR_INVALID;
+            if (r == nb - 1 && h + 1 < n_heads && row_ptr[(size_t)(h + 1) * (nb + 1)] != rp[nb])
+                return ACCEL_ERR_INVALID;
+        }
+    const size_t nnz = (size_t)row_ptr[(size_t)n_heads * (nb + 1) - 1];
+    gpu_dims d = dims_of(n_heads, n_kv, hd, 0);
+    std::vector<float> kc((size_t)n * d.kvd), vc((size_t)n * d.kvd);
+    for (int p = 0; p < n; p++)
+        for (int g = 0; g < n_kv; g++)
+            for (int i = 0; i < hd; i++) {
+                kc[((size_t)g * cap + p) * hd + i] = k[(size_t)p * d.kvd + g * hd + i];
+                vc[((size_t)g * cap + p) * hd + i] = v[(size_t)p * d.kvd + g * hd + i];
+            }
+    scratch s;
+    bf16 *dq, *dk, *dv, *dout;
+    int32_t *drp, *dcol;
+    GPU_TRY(s.bf(&dq, q, (size_t)T * d.qd));
+    GPU_TRY(s.bf(&dk, kc.data(), kc.size()));
+    GPU_TRY(s.bf(&dv, vc.data(), vc.size()));
+    GPU_TRY(s.alloc(&dout, (size_t)T * d.qd));
+    GPU_TRY(s.alloc(&drp, (size_t)n_heads * (nb + 1)));
+    GPU_TRY(s.alloc(&dcol, nnz));
+    GPU_CHECK(cudaMemcpy(drp, row_ptr, sizeof(int32_t) * n_heads * (nb + 1), cudaMemcpyHostToDevice));
+    if (nnz) GPU_CHECK(cudaMemcpy(dcol, col, sizeof(int32_t) * nnz, cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMemset(dout, 0xff, (size_t)T * d.qd * 2)); /* poison: NaN where not written */
+    gpu_block_list bl = {drp, dcol, nb};
+    GPU_TRY(gpu_attn_prefill_ex(0, &d, T, pos0, dq, dk, dv, (size_t)hd, (size_t)cap * hd, 0, &bl,
+                                dout, warps));
     GPU_CHECK(cudaDeviceSynchronize());
     return get_bf(out, dout, (size_t)T * d.qd);
 }

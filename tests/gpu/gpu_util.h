@@ -17,6 +17,9 @@ typedef struct gpu_ops {
                      const float *q, const float *k, const float *v, float *out);
     int (*kv_quantize)(int dtype, int T, int n_kv, int hd, const float *x, unsigned char *q,
                        unsigned short *scales);
+    int (*attention_sparse)(int warps, int T, int pos0, int n_heads, int n_kv, int hd,
+                            const float *q, const float *k, const float *v,
+                            const int32_t *row_ptr, const int32_t *col, int nb, float *out);
 } gpu_ops;
 
 /* Loads $BUILD/libtandem_cuda.so (BUILD defaults to build) and its entry points. Returns NULL

@@ -17,6 +17,9 @@ typedef struct api {
                  int32_t *, int32_t *, int64_t, int64_t *, gpu_flex_head *);
     int (*attention)(const float *, const float *, const float *, int, int, int, int,
                      const int32_t *, const int32_t *, int, float *);
+    int (*index_layout)(const float *, const float *, int, int, int, int, int,
+                        const gpu_flex_params *, int32_t *, int32_t *, int64_t, int64_t *,
+                        gpu_flex_head *);
 } api;
 
 /* 0 with the API loaded, or -1 after SKIP-worthy absence (reason in why). */
@@ -33,7 +36,8 @@ static int api_load(api *a, char *why, size_t n)
     a->device_count = (int (*)(void))dlsym(a->lib, "gpu_flex_test_device_count");
     *(void **)&a->index = dlsym(a->lib, "gpu_flex_test_index");
     *(void **)&a->attention = dlsym(a->lib, "gpu_flex_test_attention");
-    if (!a->device_count || !a->index || !a->attention) {
+    *(void **)&a->index_layout = dlsym(a->lib, "gpu_flex_test_index_layout");
+    if (!a->device_count || !a->index || !a->attention || !a->index_layout) {
         snprintf(why, n, "%.200s lacks the gpu_flex_test_* entry points", path);
         dlclose(a->lib);
         return -1;
@@ -166,6 +170,35 @@ TEST(gpu_flex_index_sets_equal_cpu)
         cpu_flex_index_free(ix);
         inputs_free(&in);
     }
+    dlclose(a.lib);
+}
+
+/* The index over K in the engine's cache layout (per head, rows of a longer capacity: what the
+ * sparse prefill passes) is the index over token-major K: the same arithmetic on the same values,
+ * so the same lists and per-head decisions, bit for bit. */
+TEST(gpu_flex_index_cache_layout)
+{
+    api a;
+    char why[256];
+    if (api_load(&a, why, sizeof why)) SKIP("%s", why);
+    inputs in;
+    inputs_synth(&in, 2500, 8, 2, 128, CPU_FLEX_SYNTH_MIXED, 81);
+    const int H = in.H, nb = (in.n + 127) / 128;
+    gpu_flex_params gp = {0.9f, 0.1f, 4, 0, 0};
+    int64_t cap = (int64_t)H * nb * (nb + 1) / 2, n1 = 0, n2 = 0;
+    int32_t *rp1 = malloc(sizeof(int32_t) * H * (nb + 1)), *rp2 = malloc(sizeof(int32_t) * H * (nb + 1));
+    int32_t *c1 = malloc(sizeof(int32_t) * cap), *c2 = malloc(sizeof(int32_t) * cap);
+    gpu_flex_head h1[8], h2[8];
+    REQUIRE(a.index_layout(in.q, in.k, in.n, H, in.Hk, in.d, 0, &gp, rp1, c1, cap, &n1, h1) == 0);
+    REQUIRE(a.index_layout(in.q, in.k, in.n, H, in.Hk, in.d, 1, &gp, rp2, c2, cap, &n2, h2) == 0);
+    CHECK_EQ(n1, n2);
+    CHECK(memcmp(rp1, rp2, sizeof(int32_t) * H * (nb + 1)) == 0);
+    CHECK(n1 == n2 && memcmp(c1, c2, sizeof(int32_t) * n1) == 0);
+    CHECK(memcmp(h1, h2, sizeof h1) == 0);
+    fprintf(stderr, "  cache layout: %lld blocks of %lld, identical lists\n", (long long)n1,
+            (long long)cap);
+    free(rp1), free(rp2), free(c1), free(c2);
+    inputs_free(&in);
     dlclose(a.lib);
 }
 

@@ -229,6 +229,111 @@ TEST(gpu_op_attention_prefill)
         }
 }
 
+/* Block lists for the sparse form: per (head, query block r), block 0 and r always (FlexPrefill
+ * keeps the sink and the diagonal), each other block with probability keep_pct / 100 (all when
+ * keep_pct is 100). row_ptr (nh, nb + 1), col (nh * nb * (nb + 1) / 2 at most). */
+static void random_lists(int nh, int nb, int keep_pct, uint32_t seed, int32_t *row_ptr, int32_t *col)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    int32_t nnz = 0;
+    for (int h = 0; h < nh; h++) {
+        for (int r = 0; r < nb; r++) {
+            row_ptr[h * (nb + 1) + r] = nnz;
+            for (int c = 0; c <= r; c++) {
+                x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+                if (c == 0 || c == r || (int)(x % 100) < keep_pct) col[nnz++] = c;
+            }
+        }
+        row_ptr[h * (nb + 1) + nb] = nnz;
+    }
+}
+
+struct sparse_case {
+    int warps, T, pos0, nh, nkv, hd, keep_pct;
+};
+
+/* The block-sparse kernel against cpu_attend over exactly the listed keys of each query (masked
+ * dense attention on the same blocks), with the dense case's tolerance and reasons (above); with
+ * every block listed, against the dense kernel too (the same tiles in the same order: the same
+ * bits expected, one bf16 ulp allowed). */
+static void sparse_case_run(const gpu_ops *ops, const struct sparse_case *a, uint32_t seed)
+{
+    const int n = a->pos0 + a->T, qd = a->nh * a->hd, kvd = a->nkv * a->hd, nb = (n + 127) / 128;
+    float *q = malloc(sizeof(float) * a->T * qd), *k = malloc(sizeof(float) * n * kvd);
+    float *v = malloc(sizeof(float) * n * kvd), *g = malloc(sizeof(float) * a->T * qd);
+    float *kk = malloc(sizeof(float) * n * a->hd), *vv = malloc(sizeof(float) * n * a->hd);
+    float *scores = malloc(sizeof(float) * n), ref[128];
+    int32_t *rp = malloc(sizeof(int32_t) * a->nh * (nb + 1));
+    int32_t *col = malloc(sizeof(int32_t) * ((size_t)a->nh * nb * (nb + 1) / 2 + 1));
+    tg_fill(q, (size_t)a->T * qd, 2.6f, seed);
+    tg_fill(k, (size_t)n * kvd, 2.6f, seed + 1);
+    tg_fill(v, (size_t)n * kvd, 1.0f, seed + 2);
+    tg_round_bf16(q, (size_t)a->T * qd);
+    tg_round_bf16(k, (size_t)n * kvd);
+    tg_round_bf16(v, (size_t)n * kvd);
+    random_lists(a->nh, nb, a->keep_pct, seed + 3, rp, col);
+    REQUIRE(ops->attention_sparse(a->warps, a->T, a->pos0, a->nh, a->nkv, a->hd, q, k, v, rp, col,
+                                  nb, g) == 0);
+    const float scale = (float)pow(a->hd, -0.5);
+    const int group = a->nh / a->nkv;
+    double worst = 0;
+    for (int t = 0; t < a->T; t++) {
+        const int pos = a->pos0 + t, r = pos / 128;
+        for (int h = 0; h < a->nh; h++) {
+            int m = 0;
+            for (int e = rp[h * (nb + 1) + r]; e < rp[h * (nb + 1) + r + 1]; e++)
+                for (int j = col[e] * 128; j < col[e] * 128 + 128 && j <= pos; j++, m++) {
+                    memcpy(kk + (size_t)m * a->hd, k + (size_t)j * kvd + (h / group) * a->hd,
+                           sizeof(float) * a->hd);
+                    memcpy(vv + (size_t)m * a->hd, v + (size_t)j * kvd + (h / group) * a->hd,
+                           sizeof(float) * a->hd);
+                }
+            cpu_attend(ref, q + (size_t)t * qd + h * a->hd, kk, vv, m, a->hd, a->hd, scale, scores);
+            for (int i = 0; i < a->hd; i++) {
+                double d = fabs((double)g[(size_t)t * qd + h * a->hd + i] - ref[i]);
+                if (d > worst || d != d) worst = d != d ? INFINITY : d;
+            }
+        }
+    }
+    fprintf(stderr, "  block-sparse T=%d pos0=%d heads %d/%d hd %d keep %d%% warps %d: worst %.3g\n",
+            a->T, a->pos0, a->nh, a->nkv, a->hd, a->keep_pct, a->warps, worst);
+    CHECK_MSG(worst <= 8e-3, "block-sparse attention T=%d pos0=%d heads %d/%d hd %d keep %d%%: "
+              "worst |diff| %.3g > 8e-3", a->T, a->pos0, a->nh, a->nkv, a->hd, a->keep_pct, worst);
+    if (a->keep_pct == 100) {
+        float *dense = malloc(sizeof(float) * a->T * qd);
+        REQUIRE(ops->attention(a->warps == 8 ? 2 : 0, a->T, a->pos0, a->nh, a->nkv, a->hd, 0, q, k,
+                               v, dense) == 0);
+        double dmax = 0;
+        long ndiff = 0;
+        for (size_t i = 0; i < (size_t)a->T * qd; i++) {
+            double d = fabs((double)dense[i] - g[i]);
+            ndiff += dense[i] != g[i];
+            if (d > dmax || d != d) dmax = d != d ? INFINITY : d;
+        }
+        fprintf(stderr, "    vs the dense kernel: %ld values differ, max %.3g\n", ndiff, dmax);
+        /* identical arithmetic; allow one bf16 ulp of max|v| in case the two instantiations
+         * contract a multiply-add differently */
+        CHECK_MSG(dmax <= 1.0 / 256, "every block listed: the sparse kernel differs from the dense "
+                  "one by %.3g", dmax);
+        free(dense);
+    }
+    free(q), free(k), free(v), free(g), free(kk), free(vv), free(scores), free(rp), free(col);
+}
+
+TEST(gpu_op_attention_block_sparse)
+{
+    OPS_OR_SKIP(ops);
+    const struct sparse_case cases[] = {
+        {4, 1000, 0, 8, 2, 128, 30},  /* Llama head, GQA 4:1, partial last block */
+        {8, 700, 0, 4, 1, 128, 50},   /* 8 warps (128 rows: one whole query block), MQA */
+        {4, 384, 256, 4, 4, 64, 40},  /* a chunk after two cached blocks */
+        {4, 300, 0, 2, 2, 64, 0},     /* sink and diagonal only */
+        {4, 1000, 0, 8, 2, 128, 100}, /* every block: the dense kernel's bits */
+        {8, 520, 128, 4, 2, 128, 100},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) sparse_case_run(ops, &cases[i], 300 + i);
+}
+
 TEST(gpu_op_attention_decode)
 {
     OPS_OR_SKIP(ops);
