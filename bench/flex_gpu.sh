@@ -7,29 +7,28 @@
 # The whole run is planned to end within FLEX_DEADLINE seconds (570: one device command may run
 # 600): each step gets at most its own cap and what is left; a step that cannot start in time
 # says so.
-# Needs: nvcc (sm_90), a C compiler, python3 with torch + triton, and the official FlexPrefill
-# module at .gpuwork-flex/flex_prefill_attention.py (a git-ignored copy of
+# Needs: the binaries gpu/bench/prebuild.sh builds on the development machine (build/
+# libtandem_cuda.so, flex_gpu_bench, tandem-tests: the device image lacks the daemon's -dev
+# packages, and the plugin's block-sparse attention is the engine's prefill kernel, so the
+# FlexPrefill kernels no longer build alone), python3 with torch + triton, and the official
+# FlexPrefill module at .gpuwork-flex/flex_prefill_attention.py (a git-ignored copy of
 # bytedance/FlexPrefill:flex_prefill/ops/flex_prefill_attention.py; never committed) for steps 4
-# and 6. It builds only what it needs with explicit commands (the device image lacks the
-# daemon's libraries; FLEX_FULL_MAKE=1 also tries the full `make`). Steps, each bounded by a
-# timeout so that one failure leaves the others' results:
-#   1 build      libtandem_cuda.so (gpu/*.cu, -Xptxas -v report), flex_gpu_bench, a test runner
-#   2 tests      the CPU FlexPrefill tests and tests/gpu/test_flex_gpu.c (GPU vs CPU sets,
-#                bf16 attention vs the float reference)
+# and 6. Steps, each bounded by a timeout so that one failure leaves the others' results:
+#   1 build      checks the prebuilt binaries load (ldd), -Xptxas -v is in prebuild's log
+#   2 tests      the gpu_flex tests (tests/gpu/test_flex_gpu.c: GPU vs CPU sets, bf16 attention
+#                vs the float reference; tests/gpu/test_flex_prefill.c: the wired prefill)
 #   3 check      GPU index == CPU index on Llama-3-8B-shaped prompts, 4K-16K (per-head Jaccard)
 #   4 official   the official get_active_blocks on the same bf16 Q/K: per-head Jaccard of ours
 #   5 bench      index / sparse / dense attention times at 32K, 64K, 128K, gamma 0.8/0.9/0.95
 #   6 official   the official code's times and torch SDPA (dense causal) at 32K, 64K, 128K
-# Files in $OUT (at most 8): build.log ptxas.txt tests.log check.md official_jaccard.md bench.md
+# Files in $OUT (at most 8): build.log tests.log check.md official_jaccard.md bench.md
 # official_time.md summary.md
 set -u
 OUT=${OUT:-/tmp/flex_out}
 WORK=${FLEX_WORK:-/tmp/flexwork}
-B=$WORK/build
-mkdir -p "$OUT" "$B"
+B=build
+mkdir -p "$OUT" "$WORK"
 export PYTHONUNBUFFERED=1
-NV=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NV")")}
 T=$(nproc)
 DEADLINE=${FLEX_DEADLINE:-570}
 STEPS=" ${*:-2 3 4 5 6} "
@@ -47,40 +46,24 @@ late() { echo "skipped: not enough time left (${SECONDS}s of $DEADLINE used)" | 
 step "1 build ($(date -u +%FT%TZ))"
 {
     nvidia-smi -L
-    "$NV" --version | tail -1
     python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 } >"$OUT/build.log" 2>&1
-NVFLAGS="-O3 -std=c++17 -Xcompiler -fPIC -I. -gencode=arch=compute_90,code=sm_90 -lineinfo"
 ok=1
-: >"$OUT/ptxas.txt"
-rm -f "$B"/*.cu.o # a warm machine keeps the last run's objects
-# only the FlexPrefill kernels: the rest of the plugin needs the host program's accel_*/model_*
-# symbols and cuBLAS, which this standalone runner does not carry
-for f in gpu/gpu_flex_*.cu; do
-    o=$B/$(basename "$f").o
-    timeout 300 "$NV" $NVFLAGS -Xptxas -v -c "$f" -o "$o" >>"$OUT/ptxas.txt" 2>&1 || ok=0
+for f in $B/libtandem_cuda.so $B/flex_gpu_bench $B/tandem-tests; do
+    [ -f "$f" ] || { echo "missing $f: run gpu/bench/prebuild.sh on the development machine"; ok=0; }
 done
-timeout 60 cc -shared -o "$B/libtandem_cuda.so" "$B"/*.cu.o -L"$CUDA_HOME/lib64" \
-    -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lstdc++ >>"$OUT/build.log" 2>&1 || ok=0
-CFLAGS="-O3 -march=native -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -Wno-unused-parameter -I."
-CPU="cpu/flex_common.c cpu/flex_index.c cpu/flex_attn.c cpu/flex_synth.c cpu/ops.c cpu/pool.c model/dtype.c"
-timeout 120 cc $CFLAGS -o "$B/flex_gpu_bench" tools/flex_gpu_bench.c $CPU -lm -ldl >>"$OUT/build.log" 2>&1 || ok=0
-grep -ho '^TEST([a-z0-9_]*)' tests/cpu/test_flex_index.c tests/cpu/test_flex_attn.c \
-    tests/gpu/test_flex_gpu.c | sed 's/^TEST(\(.*\))/X(\1)/' >"$B/test_list.h"
-timeout 120 cc $CFLAGS -I"$B" -o "$B/flex-tests" tests/main.c tests/cpu/test_flex_index.c \
-    tests/cpu/test_flex_attn.c tests/gpu/test_flex_gpu.c $CPU -lm -ldl >>"$OUT/build.log" 2>&1 || ok=0
-if [ "${FLEX_FULL_MAKE:-0}" = 1 ]; then # needs the daemon's -dev packages
-    (timeout "$(budget 200)" make -j"$T" CUDA=1 all >"$WORK/make.log" 2>&1 && echo "full make: ok" ||
-        echo "full make: failed (see the last lines)"; tail -5 "$WORK/make.log") >>"$OUT/build.log" 2>&1
+if [ -d rt ] && ldd $B/flex_gpu_bench $B/tandem-tests 2>&1 | grep -q "libjansson.*not found\|libcrypto.*not found"; then
+    export LD_LIBRARY_PATH="$PWD/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-grep -E "Compiling entry|registers|spill" "$OUT/ptxas.txt" | head -80 >"$WORK/ptxas.short" && cp "$WORK/ptxas.short" "$OUT/ptxas.txt"
+ldd $B/libtandem_cuda.so $B/flex_gpu_bench $B/tandem-tests 2>&1 | grep "not found" >>"$OUT/build.log" &&
+    ok=0
 step "build: $([ $ok = 1 ] && echo ok || echo FAILED, see build.log)"
 
 if want 2; then
     step "2 tests"
     t=$(budget 90)
     if [ "$t" -gt 0 ]; then
-        BUILD=$B timeout "$t" "$B/flex-tests" >"$OUT/tests.log" 2>&1
+        BUILD=$B timeout "$t" "$B/tandem-tests" gpu_flex >"$OUT/tests.log" 2>&1
         tail -1 "$OUT/tests.log" | tee -a "$OUT/summary.md"
     else late; fi
 fi

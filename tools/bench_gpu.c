@@ -3,9 +3,18 @@
  *   bench_gpu --model DIR [--device cuda] [--prefill 1024,4096,16384,32768]
  *             [--decode-ctx 1024,8192] [--batch 1,8,32] [--batch-ctx 1024]
  *             [--export 4096,32768] [--attention 1024,4096,16384,32768] [--steps 64] [--reps 3]
+ *             [--sparse 0.9[,G...] [--sparse-max 0,0.03] [--min-budget 1024] [--sparse-only]]
+ *             [--warm each|once]
  *
  *   prefill P     time to first token: one accel_prefill of P tokens returning the last logits
- *                 (the call synchronizes); median of --reps after one warm-up run
+ *                 (the call synchronizes); median of --reps after one warm-up run (--warm once:
+ *                 a warm-up before the first size only: the 8192-token passes of longer prompts
+ *                 share their GEMM shapes, and a 128K prefill takes ~20 s)
+ *   sparse        with --sparse: after each dense prefill P, the same prompt with FlexPrefill
+ *                 (accel_prefill_req.sparse: gamma G, tau 0.1, --min-budget tokens, max budget
+ *                 F * P tokens for each F of --sparse-max, 0: none): TTFT, speedup over dense,
+ *                 the density the device reports and the extra device memory of the call
+ *                 (gpu_accel_sparse_bytes); --sparse-only skips the dense runs
  *   decode C      ms per token at batch 1 after C tokens of context: median step of --steps
  *   batch B       B sequences of --batch-ctx tokens decoded together: tokens/s over --steps steps
  *   export P      TTFT with the int8 KV export to a host sink (which copies each chunk, as a
@@ -67,6 +76,21 @@ static int parse_list(const char *s, long *out, long lo, long hi)
     return n;
 }
 
+/* Comma-separated numbers in [lo, hi]: their count, or -1. */
+static int parse_flist(const char *s, double *out, double lo, double hi)
+{
+    int n = 0;
+    while (*s && n < MAX_LIST) {
+        char *end;
+        double v = strtod(s, &end);
+        if (end == s || !(v >= lo && v <= hi)) return -1;
+        out[n++] = v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
 static int32_t *make_ids(int n, int vocab, unsigned seed)
 {
     int32_t *ids = malloc(sizeof(int32_t) * (n > 0 ? n : 1));
@@ -115,7 +139,8 @@ static int sink_layer(void *vctx, const proto_kv_layer *c)
 }
 
 /* One prefill of P tokens: seconds, or < 0 on error (status printed). */
-static double prefill_once(accel_dev *d, const int32_t *ids, int P, float *lg, const accel_kv_sink *k)
+static double prefill_once(accel_dev *d, const int32_t *ids, int P, float *lg, const accel_kv_sink *k,
+                           const accel_sparse *sp, accel_sparse_report *rep)
 {
     accel_seq *s;
     int st = accel_seq_new(d, P, &s);
@@ -123,7 +148,8 @@ static double prefill_once(accel_dev *d, const int32_t *ids, int P, float *lg, c
         fprintf(stderr, "bench_gpu: seq_new(%d): %s\n", P, accel_strerror(st));
         return -1;
     }
-    accel_prefill_req r = {.seq = s, .ids = ids, .n = P, .logits = lg, .kv = k};
+    accel_prefill_req r = {.seq = s, .ids = ids, .n = P, .logits = lg, .kv = k, .sparse = sp,
+                           .sparse_report = rep};
     double t0 = now();
     st = accel_prefill(d, &r);
     double t = now() - t0;
@@ -135,14 +161,21 @@ static double prefill_once(accel_dev *d, const int32_t *ids, int P, float *lg, c
     return t;
 }
 
+static double prefill_median_sp(accel_dev *d, const int32_t *ids, int P, float *lg,
+                                const accel_kv_sink *k, int reps, int warm,
+                                const accel_sparse *sp, accel_sparse_report *rep)
+{
+    double t[32];
+    if (warm && prefill_once(d, ids, P, lg, k, sp, rep) < 0) return -1; /* this shape's first run */
+    for (int r = 0; r < reps; r++)
+        if ((t[r] = prefill_once(d, ids, P, lg, k, sp, rep)) < 0) return -1;
+    return median(t, reps);
+}
+
 static double prefill_median(accel_dev *d, const int32_t *ids, int P, float *lg,
                              const accel_kv_sink *k, int reps)
 {
-    double t[32];
-    if (prefill_once(d, ids, P, lg, k) < 0) return -1; /* warm-up: this shape's first run */
-    for (int r = 0; r < reps; r++)
-        if ((t[r] = prefill_once(d, ids, P, lg, k)) < 0) return -1;
-    return median(t, reps);
+    return prefill_median_sp(d, ids, P, lg, k, reps, 1, NULL, NULL);
 }
 
 /* Decode `steps` greedy steps for B sequences after `ctx` tokens each: fills ms per step
@@ -198,11 +231,13 @@ int main(int argc, char **argv)
     const char *dir = NULL, *device = "cuda";
     long prefill[MAX_LIST], dctx[MAX_LIST], batch[MAX_LIST], exp_[MAX_LIST], att[MAX_LIST];
     int np = 0, nd = 0, nb = 0, ne = 0, na = 0;
-    long steps = 64, reps = 3, bctx = 1024;
+    long steps = 64, reps = 3, bctx = 1024, min_budget = 1024;
+    double gammas[MAX_LIST], maxf[MAX_LIST] = {0};
+    int ng = 0, nmf = 1, sparse_only = 0, warm_once = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
-        if (!v) bad = 1;
+        if (!v && strcmp(a, "--sparse-only")) bad = 1;
         else if (!strcmp(a, "--model")) dir = v;
         else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "--prefill")) bad = (np = parse_list(v, prefill, 1, 1 << 20)) < 0;
@@ -213,7 +248,14 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--steps")) bad = (steps = atol(v)) < 1 || steps > 100000;
         else if (!strcmp(a, "--reps")) bad = (reps = atol(v)) < 1 || reps > 32;
         else if (!strcmp(a, "--batch-ctx")) bad = (bctx = atol(v)) < 1 || bctx > (1 << 20);
-        else bad = 1;
+        else if (!strcmp(a, "--sparse")) bad = (ng = parse_flist(v, gammas, 1e-6, 1)) <= 0;
+        else if (!strcmp(a, "--sparse-max")) bad = (nmf = parse_flist(v, maxf, 0, 1)) <= 0;
+        else if (!strcmp(a, "--min-budget")) bad = (min_budget = atol(v)) < 0 || min_budget > (1 << 20);
+        else if (!strcmp(a, "--warm")) bad = !(warm_once = !strcmp(v, "once")) && strcmp(v, "each");
+        else if (!strcmp(a, "--sparse-only")) {
+            sparse_only = 1;
+            continue; /* no value */
+        } else bad = 1;
         if (bad) {
             fprintf(stderr, "bench_gpu: bad option %s (usage in tools/bench_gpu.c)\n", a);
             return 2;
@@ -255,14 +297,40 @@ int main(int argc, char **argv)
     int (*att_bench)(int, int, int, int, int, int, double *) =
         h ? (int (*)(int, int, int, int, int, int, double *))dlsym(h, "gpu_bench_attention") : NULL;
 
+    uint64_t (*sp_bytes)(accel_dev *, int, int) =
+        h ? (uint64_t (*)(accel_dev *, int, int))dlsym(h, "gpu_accel_sparse_bytes") : NULL;
     for (int i = 0; i < np; i++) {
         int32_t *ids = make_ids((int)prefill[i], V, 1);
-        double t = prefill_median(d, ids, (int)prefill[i], lg, NULL, (int)reps);
+        double t = 0;
+        if (!sparse_only) {
+            t = prefill_median_sp(d, ids, (int)prefill[i], lg, NULL, (int)reps, !warm_once || i == 0,
+                                  NULL, NULL);
+            if (t < 0) return 1;
+            printf("{\"bench\":\"prefill\",\"tokens\":%ld,\"ttft_ms\":%.2f,\"tok_s\":%.0f}\n",
+                   prefill[i], t * 1e3, prefill[i] / t);
+            fflush(stdout);
+        }
+        for (int g = 0; g < ng; g++)
+            for (int f = 0; f < nmf; f++) {
+                int P = (int)prefill[i];
+                accel_sparse sp = {.gamma = (float)gammas[g], .tau = 0.1f,
+                                   .min_budget = (int)min_budget,
+                                   .max_budget = (int)(maxf[f] * P), .dense_below = -1};
+                accel_sparse_report rep = {0};
+                double ts = prefill_median_sp(d, ids, P, lg, NULL, (int)reps, !warm_once || i == 0,
+                                              &sp, &rep);
+                if (ts < 0) return 1;
+                double extra = sp_bytes ? sp_bytes(d, P, 0) / 1e9 : 0;
+                printf("{\"bench\":\"prefill_sparse\",\"tokens\":%d,\"gamma\":%.3g,"
+                       "\"min_budget\":%ld,\"max_budget\":%d,\"ttft_ms\":%.2f,\"dense_ttft_ms\":%.2f,"
+                       "\"speedup\":%.3f,\"density\":%.4f,\"layers_sparse\":%d,"
+                       "\"blocks_computed\":%lld,\"blocks_causal\":%lld,\"extra_gb\":%.3f}\n",
+                       P, gammas[g], min_budget, sp.max_budget, ts * 1e3, t * 1e3,
+                       t > 0 ? t / ts : 0, rep.density, rep.layers_sparse,
+                       (long long)rep.blocks_computed, (long long)rep.blocks_causal, extra);
+                fflush(stdout);
+            }
         free(ids);
-        if (t < 0) return 1;
-        printf("{\"bench\":\"prefill\",\"tokens\":%ld,\"ttft_ms\":%.2f,\"tok_s\":%.0f}\n", prefill[i],
-               t * 1e3, prefill[i] / t);
-        fflush(stdout);
     }
     for (int i = 0; i < nd; i++) {
         double ms = 0, rate = decode_run(d, V, 1, (int)dctx[i], (int)steps, &ms);

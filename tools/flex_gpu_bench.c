@@ -9,7 +9,10 @@
  *                                           32768,65536,131072), kinds x gamma
  *   build/flex_gpu_bench dump DIR N KIND    one prompt's bf16 Q/K/V for timing the official code
  * Options before the command: --lib PATH (build/libtandem_cuda.so), --threads T (16),
- * --heads H --kv-heads G --dim D (32, 8, 128: Llama-3-8B), --reps R (3).
+ * --heads H --kv-heads G --dim D (32, 8, 128: Llama-3-8B), --reps R (3), --kinds K[,K]
+ * (structured,mixed), --gammas G[,G] (0.8,0.9,0.95).
+ * The plugin is the daemon's libtandem_cuda.so: it takes the accel_*, model_* and cpu_flex_*
+ * functions it calls from the host program, so this tool links them in (plugin_needs below).
  *
  * Files (little-endian): q.bf16 (n, H, d) uint16, k.bf16 / v.bf16 (n, G, d), meta.txt
  * "n H G d gamma tau min_budget gqa_interleave kind", {gpu,cpu}_rowptr.i32 (H, nb + 1) and
@@ -18,6 +21,7 @@
 #include "cpu/flex_synth.h"
 #include "cpu/pool.h"
 #include "gpu/gpu_flex.h"
+#include "scheduler/accel.h"
 #include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
@@ -37,6 +41,11 @@ typedef struct api {
 } api;
 
 static int H = 32, HK = 8, D = 128, THREADS = 16, REPS = 3;
+static char KINDS[128] = "structured,mixed", GAMMAS[128] = "0.8,0.9,0.95";
+
+/* accel_open pulls the registry, the backends and the model code out of libtandem.a into this
+ * program; the CUDA plugin resolves its calls to them when dlopen'ed (RTLD_NOW). */
+void *plugin_needs[] = {(void *)accel_open};
 
 /* ---------------------------------------------------------------- inputs */
 
@@ -254,11 +263,35 @@ static int bench(const api *a, const char *sizes)
 {
     printf("## GPU timings (bf16, batch 1, H %d, KV heads %d, d %d; median of %d)\n\n", H, HK, D,
            REPS);
-    printf("| n | kind | gamma | density | query-aware | index ms | sparse ms | dense ms (same "
-           "kernel) | index / dense | dense / sparse |\n"
-           "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    const int kinds[] = {CPU_FLEX_SYNTH_STRUCTURED, CPU_FLEX_SYNTH_MIXED};
-    const float gammas[] = {0.8f, 0.9f, 0.95f};
+    printf("| n | kind | gamma | density | query-aware | index ms | sparse ms | dense ms (lists, "
+           "every block) | dense ms (tile range) | index / dense | dense / sparse | sparse TFLOP/s "
+           "(dense-equivalent / actual) |\n"
+           "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    int kinds[8], nk = 0;
+    float gammas[8];
+    int ngm = 0;
+    for (char *t = KINDS; *t && nk < 8;) {
+        char name[32];
+        size_t l = strcspn(t, ",");
+        snprintf(name, sizeof name, "%.*s", (int)(l < 31 ? l : 31), t);
+        int k = cpu_flex_synth_kind_parse(name);
+        if (k < 0) {
+            fprintf(stderr, "flex_gpu_bench: unknown kind %s\n", name);
+            return 2;
+        }
+        kinds[nk++] = k;
+        t += l + (t[l] == ',');
+    }
+    for (char *t = GAMMAS; *t && ngm < 8;) {
+        char *end;
+        double g = strtod(t, &end);
+        if (end == t || !(g > 0 && g <= 1)) {
+            fprintf(stderr, "flex_gpu_bench: bad gamma list %s\n", GAMMAS);
+            return 2;
+        }
+        gammas[ngm++] = (float)g;
+        t = *end == ',' ? end + 1 : end;
+    }
     char dev[128] = "";
     for (const char *s = sizes; s && *s;) {
         char *end;
@@ -268,36 +301,46 @@ static int bench(const api *a, const char *sizes)
             return 2;
         }
         s = *end == ',' ? end + 1 : end;
-        for (size_t ki = 0; ki < 2; ki++) {
+        /* causal attention FLOPs of the whole prompt: 4 d per (query, key) pair, n(n+1)/2 pairs */
+        const double flops = 4.0 * D * H * ((double)n * (n + 1) / 2);
+        for (int ki = 0; ki < nk; ki++) {
             prompt p;
             if (prompt_new(&p, (int)n, (enum cpu_flex_synth_kind)kinds[ki], 7)) {
                 fprintf(stderr, "flex_gpu_bench: out of memory at n %ld\n", n);
                 return 1;
             }
-            for (size_t gi = 0; gi < 3; gi++) {
+            double dense_ms = 0, kernel_ms = 0;
+            for (int gi = 0; gi < ngm; gi++) {
                 gpu_flex_params gp = {gammas[gi], 0.1f, 8, 0, 0};
                 gpu_flex_bench_result r;
                 int dense = gi == 0; /* one dense run per prompt: it does not depend on gamma */
-                static double dense_ms;
                 int rc = a->bench(p.q, p.k, p.v, p.n, H, HK, D, &gp, REPS, dense, &r, NULL, NULL, 0);
                 if (rc) {
                     printf("| %d | %s | %.2f | failed: %d |\n", p.n,
                            cpu_flex_synth_kind_name(p.kind), gp.gamma, rc);
                     continue;
                 }
-                if (dense) dense_ms = r.dense_ms;
+                if (dense) {
+                    dense_ms = r.dense_ms;
+                    kernel_ms = r.dense_kernel_ms;
+                }
                 snprintf(dev, sizeof dev, "%s", r.device);
-                printf("| %d | %s | %.2f | %.4f | %d/%d | %.2f | %.2f | %s%.1f | %.2f%% | %.2fx |\n",
+                printf("| %d | %s | %.2f | %.4f | %d/%d | %.2f | %.2f | %s%.2f | %s%.2f | %.2f%% | "
+                       "%.2fx | %.0f / %.0f |\n",
                        p.n, cpu_flex_synth_kind_name(p.kind), gp.gamma, r.density, r.n_query_aware,
-                       H, r.index_ms, r.sparse_ms, dense ? "" : "~", dense_ms,
-                       100 * r.index_ms / dense_ms, dense_ms / r.sparse_ms);
+                       H, r.index_ms, r.sparse_ms, dense ? "" : "~", dense_ms, dense ? "" : "~",
+                       kernel_ms, 100 * r.index_ms / kernel_ms, kernel_ms / r.sparse_ms,
+                       flops / (r.sparse_ms * 1e-3) / 1e12,
+                       flops * r.density / (r.sparse_ms * 1e-3) / 1e12);
                 fflush(stdout);
             }
             prompt_free(&p);
         }
     }
-    printf("\ndevice: %s. \"~\": the dense time measured at gamma 0.8 for that prompt (the dense "
-           "run does not depend on gamma).\n\n", dev);
+    printf("\ndevice: %s. \"~\": the dense times measured at the first gamma for that prompt (they "
+           "do not depend on gamma). dense / sparse and index / dense use the tile-range kernel "
+           "(the engine's dense attention); TFLOP/s: causal FLOPs (4 d H n(n+1)/2) over the sparse "
+           "time, and that times the density (the work actually done).\n\n", dev);
     return 0;
 }
 
@@ -331,6 +374,9 @@ int main(int argc, char **argv)
         else if (!strcmp(o, "--kv-heads") && x >= 1 && x <= GPU_FLEX_MAX_HEADS) HK = x;
         else if (!strcmp(o, "--dim") && (x == 64 || x == 128)) D = x;
         else if (!strcmp(o, "--reps") && x >= 1 && x <= 100) REPS = x;
+        else if (!strcmp(o, "--kinds") && strlen(v) < sizeof KINDS) snprintf(KINDS, sizeof KINDS, "%s", v);
+        else if (!strcmp(o, "--gammas") && strlen(v) < sizeof GAMMAS)
+            snprintf(GAMMAS, sizeof GAMMAS, "%s", v);
         else {
             fprintf(stderr, "flex_gpu_bench: bad option %s %s (see tools/flex_gpu_bench.c)\n", o, v);
             return 2;

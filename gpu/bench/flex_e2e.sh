@@ -1,0 +1,82 @@
+#!/bin/bash
+# gpu/bench/flex_e2e.sh — issue 8's GPU side in one device call (about 4 minutes on an H200):
+# FlexPrefill wired into the CUDA prefill, its tests, and its benchmarks.
+#
+# Run from the repository root on the GPU machine:  OUT=dir gpu/bench/flex_e2e.sh
+# Binaries come prebuilt (gpu/bench/prebuild.sh: the device image lacks our -dev packages).
+#   1 machine      nvidia-smi, driver, clocks
+#   2 tests        build/tandem-tests gpu_ (every GPU test: the new sparse ones and the old ones)
+#      (in the background meanwhile: mkmodel --preset llama3-8b into $MODEL8B, random bf16 weights)
+#   3 kernels      flex_gpu_bench on synthetic Llama-3-8B-shaped Q/K/V (cpu/flex_synth.h):
+#                  index / block-sparse / dense attention times at 32K, 64K, 128K, gamma 0.8-0.95
+#   4 end to end   bench_gpu on the 8B checkpoint: dense TTFT and FlexPrefill TTFT at 32K, 64K,
+#                  128K (gamma 0.9, no max budget: the density a random model gives; and a max
+#                  budget of 3% of the prompt per pattern: a low density on the same model)
+#   5 profile      per-op times (TANDEM_GPU_PROFILE=1) of one dense and one sparse 32K prefill:
+#                  the GEMM time per layer that the composed TTFT uses
+# Logs in $OUT: run.log (everything), tests.log, kernels.md, e2e.jsonl, profile.txt.
+set -u
+OUT=${OUT:-/tmp/flex-e2e}
+MODEL8B=${MODEL8B:-/tmp/llama3-8b}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/run.log") 2>&1
+t0=$(date +%s)
+stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
+
+stamp "machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
+echo "kernel $(uname -r), $(nproc) cores, $(grep MemTotal /proc/meminfo)"; date -u
+
+# shared libraries: CUDA's outside the plugin's rpath, jansson/libcrypto from rt/ (as run_all.sh)
+BINS="build/tandem-tests build/bench_gpu build/mkmodel build/flex_gpu_bench build/libtandem_cuda.so"
+missing() { ldd $BINS 2>&1 | grep "not found" | sort -u; }
+if [ -n "$(missing)" ]; then
+    for lib in libcublas.so.13 libcudart.so.13 libcublasLt.so.13; do
+        if missing | grep -q $lib; then
+            p=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
+            [ -n "$p" ] && export LD_LIBRARY_PATH="$(dirname "$p")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        fi
+    done
+    if [ -d rt ] && missing | grep -q "libjansson\|libcrypto"; then
+        mkdir -p /tmp/tandem-rt
+        for f in rt/*; do missing | grep -q "$(basename "$f")" && cp "$f" /tmp/tandem-rt/; done
+        export LD_LIBRARY_PATH="/tmp/tandem-rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+fi
+missing
+echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}"
+
+if [ ! -f "$MODEL8B/config.json" ]; then
+    (timeout 200 build/mkmodel --preset llama3-8b --out "$MODEL8B" > "$OUT/mkmodel.log" 2>&1;
+     echo "mkmodel rc $?" >> "$OUT/mkmodel.log") &
+    MK=$!
+else
+    MK=
+fi
+
+stamp "GPU tests"
+TANDEM_TEST_TIMEOUT=120 timeout 150 build/tandem-tests gpu_ > "$OUT/tests.log" 2>&1
+grep -E "^(ok|not ok)|FAIL|worst|max \|diff|density|block-sparse|vs the dense|identical|export:|# unit" "$OUT/tests.log"
+
+stamp "kernels: flex_gpu_bench (synthetic Q/K/V)"
+timeout 110 build/flex_gpu_bench --lib build/libtandem_cuda.so --threads "$(nproc)" --reps 3 \
+    --kinds structured,mixed --gammas 0.8,0.9,0.95 bench 32768,65536,131072 | tee "$OUT/kernels.md"
+
+if [ -n "$MK" ]; then
+    stamp "waiting for mkmodel"
+    wait $MK
+    cat "$OUT/mkmodel.log"
+fi
+if [ -f "$MODEL8B/config.json" ]; then
+    stamp "end to end: bench_gpu (Llama-3-8B shape, random weights)"
+    timeout 170 build/bench_gpu --model "$MODEL8B" --prefill 32768,65536,131072 --sparse 0.9 \
+        --sparse-max 0,0.03 --warm once --reps 1 | tee "$OUT/e2e.jsonl"
+    stamp "profile: dense and sparse 32K"
+    TANDEM_GPU_PROFILE=1 timeout 40 build/bench_gpu --model "$MODEL8B" --prefill 32768 --reps 1 \
+        --warm once 2>&1 | grep -E "profile|prefill" | tee "$OUT/profile.txt"
+    TANDEM_GPU_PROFILE=1 timeout 40 build/bench_gpu --model "$MODEL8B" --prefill 32768 --reps 1 \
+        --warm once --sparse 0.9 --sparse-max 0.03 --sparse-only 2>&1 | grep -E "profile|prefill" \
+        | tee -a "$OUT/profile.txt"
+fi
+grep -E "^not ok" "$OUT/tests.log"
+stamp "done"
