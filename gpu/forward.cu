@@ -533,14 +533,19 @@ static int sparse_ws_new(gpu_engine *e, int n, int sink, enum proto_kv_dtype dt,
     return ACCEL_OK;
 }
 
-/* Uploads ids, positions 0..n-1, the sequence and the rope frequencies (one synchronous copy from
- * a host image of the metadata region). */
-static int sparse_meta(gpu_engine *e, const sparse_ws *w, gpu_kv *kv, const int32_t *ids, int n)
+/* Queues the upload of ids, positions 0..n-1, the sequence and the rope frequencies: one copy
+ * of a host image of the metadata region (*host, malloc'ed: the caller frees it after the final
+ * sync), on the compute stream, so the kernels after it see it. (A plain cudaMemcpy from pageable
+ * memory may return before its DMA has landed, and the compute stream does not wait for the
+ * legacy stream.) */
+static int sparse_meta(gpu_engine *e, const sparse_ws *w, gpu_kv *kv, const int32_t *ids, int n,
+                       unsigned char **host)
 {
     const gpu_dims &d = e->d;
     sparse_off o = sparse_layout(d, n, 0, PROTO_KV_INT8);
     size_t bytes = o.meta1 - o.meta0;
     unsigned char *h = (unsigned char *)calloc(1, bytes);
+    *host = h;
     if (!h) return ACCEL_ERR_NOMEM;
     int *hid = (int *)(h + o.ids - o.meta0), *hpos = (int *)(h + o.pos - o.meta0);
     for (int t = 0; t < n; t++) {
@@ -549,9 +554,7 @@ static int sparse_meta(gpu_engine *e, const sparse_ws *w, gpu_kv *kv, const int3
     }
     *(gpu_seq_dev *)(h + o.seqs - o.meta0) = seq_of(e, kv);
     inv_table(e, n, (float *)(h + o.inv - o.meta0));
-    cudaError_t ce = cudaMemcpy(w->ids, h, bytes, cudaMemcpyHostToDevice);
-    free(h);
-    if (ce != cudaSuccess) return gpu_cuda_status(ce, "cudaMemcpy(sparse meta)", __FILE__, __LINE__);
+    GPU_CHECK(cudaMemcpyAsync(w->ids, h, bytes, cudaMemcpyHostToDevice, e->compute));
     return ACCEL_OK;
 }
 
@@ -607,7 +610,7 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
             float *xc = w.x + (size_t)c0 * d.H;
             GPU_TRY(gpu_attn_prefill_ex(s, &d, T, c0, w.q + (size_t)c0 * d.qd, kl, vl,
                                         (size_t)d.hd, (size_t)kv->cap * d.hd, 0, &bl, e->att,
-                                        e->fa_warps));
+                                        e->sparse_warps));
             prof_mark(e, P_ATTN);
             GPU_TRY(gpu_gemm(e, T, d.H, d.qd, lw.w_o, e->att, xc, 1, 1.f));
             prof_mark(e, P_O);
@@ -644,7 +647,8 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, const int32_t *ids, int n, flo
     }
     sparse_ws w;
     GPU_TRY(sparse_ws_new(e, n, sink != NULL, kv_dtype, &w));
-    int st = sparse_meta(e, &w, kv, ids, n);
+    unsigned char *meta_host = NULL;
+    int st = sparse_meta(e, &w, kv, ids, n, &meta_host);
     if (sink) {
         export_init(&xr, e, sink, kv_dtype, n, 0);
         xr.host_ring = 2;
@@ -661,6 +665,7 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, const int32_t *ids, int n, flo
     st = finish(e, st);
     if (!st) prof_collect(e, 0);
     sparse_ws_free(&w);
+    free(meta_host);
     if (st) return st;
     float ms = 0;
     GPU_CHECK(cudaEventElapsedTime(&ms, e->ev_t0, e->ev_t1));

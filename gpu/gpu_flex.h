@@ -97,7 +97,8 @@ int gpu_flex_test_attention(const float *q, const float *k, const float *v, int 
 
 typedef struct gpu_flex_bench_result {
     double index_ms;        /* median of reps */
-    double sparse_ms;       /* block-sparse attention over the index */
+    double sparse_ms;       /* block-sparse attention over the index (4 warps, 64 rows a block) */
+    double sparse8_ms;      /* the same with 8 warps (128 rows; head_dim 128 only, else 0) */
     double dense_ms;        /* the same kernel over every causal block */
     double dense_kernel_ms; /* the dense kernel (causal tile range, no lists) */
     double density;         /* computed / causal blocks */

@@ -170,7 +170,7 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
     cudaEvent_t e0, e1;
     GF_CHECK(cudaEventCreate(&e0));
     GF_CHECK(cudaEventCreate(&e1));
-    std::vector<double> t_index, t_sparse, t_dense, t_kernel;
+    std::vector<double> t_index, t_sparse, t_sparse8, t_dense, t_kernel;
     for (int i = 0; i <= reps && !rc; i++) { // i == 0: warm-up
         cudaEventRecord(e0);
         rc = gpu_flex_index(ws.w, p, dq.p, dk.p, n, nullptr);
@@ -189,6 +189,23 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
         float ms = 0;
         cudaEventElapsedTime(&ms, e0, e1);
         if (i) t_sparse.push_back(ms);
+    }
+    // the same lists on the 8-warp form (128 query rows per block: one FlexPrefill block, each
+    // K/V tile loaded once for all of them)
+    gpu_dims dd;
+    memset(&dd, 0, sizeof dd);
+    dd.n_heads = H, dd.n_kv = Hk, dd.hd = d, dd.hdp = d, dd.qd = H * d, dd.kvd = Hk * d;
+    const gpu_block_list bl = {gpu_flex_ws_row_ptr(ws.w), gpu_flex_ws_col(ws.w), nb};
+    for (int i = 0; i <= reps && !rc && d == 128; i++) {
+        cudaEventRecord(e0);
+        rc = gpu_attn_prefill_ex(nullptr, &dd, n, 0, (const bf16 *)dq.p, (const bf16 *)dk.p,
+                                 (const bf16 *)dv.p, (size_t)Hk * d, (size_t)d, p->gqa_interleave,
+                                 &bl, (bf16 *)dout.p, 8);
+        cudaEventRecord(e1);
+        if (!rc && cudaEventSynchronize(e1) != cudaSuccess) rc = GPU_FLEX_ERR_DEVICE;
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (i) t_sparse8.push_back(ms);
     }
     std::vector<gpu_flex_head> heads(H);
     if (!rc) rc = copy_index(ws.w, H, nb, row_ptr, col, col_cap, &res->nnz, heads.data());
@@ -217,9 +234,6 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
                 if (i) t_dense.push_back(ms);
             }
         // the engine's dense kernel (tile range, no lists) on the same tensors
-        gpu_dims dd;
-        memset(&dd, 0, sizeof dd);
-        dd.n_heads = H, dd.n_kv = Hk, dd.hd = d, dd.hdp = d, dd.qd = H * d, dd.kvd = Hk * d;
         for (int i = 0; i <= reps && !rc; i++) {
             cudaEventRecord(e0);
             rc = gpu_attn_prefill_ex(nullptr, &dd, n, 0, (const bf16 *)dq.p, (const bf16 *)dk.p,
@@ -237,6 +251,7 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
     if (rc) return rc;
     res->index_ms = median(t_index);
     res->sparse_ms = median(t_sparse);
+    res->sparse8_ms = median(t_sparse8);
     res->dense_ms = median(t_dense);
     res->dense_kernel_ms = median(t_kernel);
     res->density = (double)res->nnz / ((double)H * nb * (nb + 1) / 2);

@@ -3,7 +3,8 @@
  *   bench_gpu --model DIR [--device cuda] [--prefill 1024,4096,16384,32768]
  *             [--decode-ctx 1024,8192] [--batch 1,8,32] [--batch-ctx 1024]
  *             [--export 4096,32768] [--attention 1024,4096,16384,32768] [--steps 64] [--reps 3]
- *             [--sparse 0.9[,G...] [--sparse-max 0,0.03] [--min-budget 1024] [--sparse-only]]
+ *             [--sparse 0.9[,G...] [--sparse-max 0,0.03] [--min-budget 1024] [--tau 0.1]
+ *              [--sparse-only]]
  *             [--warm each|once]
  *
  *   prefill P     time to first token: one accel_prefill of P tokens returning the last logits
@@ -11,7 +12,7 @@
  *                 a warm-up before the first size only: the 8192-token passes of longer prompts
  *                 share their GEMM shapes, and a 128K prefill takes ~20 s)
  *   sparse        with --sparse: after each dense prefill P, the same prompt with FlexPrefill
- *                 (accel_prefill_req.sparse: gamma G, tau 0.1, --min-budget tokens, max budget
+ *                 (accel_prefill_req.sparse: gamma G, --tau, --min-budget tokens, max budget
  *                 F * P tokens for each F of --sparse-max, 0: none): TTFT, speedup over dense,
  *                 the density the device reports and the extra device memory of the call
  *                 (gpu_accel_sparse_bytes); --sparse-only skips the dense runs
@@ -232,6 +233,7 @@ int main(int argc, char **argv)
     long prefill[MAX_LIST], dctx[MAX_LIST], batch[MAX_LIST], exp_[MAX_LIST], att[MAX_LIST];
     int np = 0, nd = 0, nb = 0, ne = 0, na = 0;
     long steps = 64, reps = 3, bctx = 1024, min_budget = 1024;
+    double tau = 0.1;
     double gammas[MAX_LIST], maxf[MAX_LIST] = {0};
     int ng = 0, nmf = 1, sparse_only = 0, warm_once = 0;
     for (int i = 1; i < argc; i++) {
@@ -251,6 +253,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--sparse")) bad = (ng = parse_flist(v, gammas, 1e-6, 1)) <= 0;
         else if (!strcmp(a, "--sparse-max")) bad = (nmf = parse_flist(v, maxf, 0, 1)) <= 0;
         else if (!strcmp(a, "--min-budget")) bad = (min_budget = atol(v)) < 0 || min_budget > (1 << 20);
+        else if (!strcmp(a, "--tau")) bad = !((tau = atof(v)) >= 0 && tau <= 1);
         else if (!strcmp(a, "--warm")) bad = !(warm_once = !strcmp(v, "once")) && strcmp(v, "each");
         else if (!strcmp(a, "--sparse-only")) {
             sparse_only = 1;
@@ -313,7 +316,7 @@ int main(int argc, char **argv)
         for (int g = 0; g < ng; g++)
             for (int f = 0; f < nmf; f++) {
                 int P = (int)prefill[i];
-                accel_sparse sp = {.gamma = (float)gammas[g], .tau = 0.1f,
+                accel_sparse sp = {.gamma = (float)gammas[g], .tau = (float)tau,
                                    .min_budget = (int)min_budget,
                                    .max_budget = (int)(maxf[f] * P), .dense_below = -1};
                 accel_sparse_report rep = {0};
@@ -321,11 +324,11 @@ int main(int argc, char **argv)
                                               &sp, &rep);
                 if (ts < 0) return 1;
                 double extra = sp_bytes ? sp_bytes(d, P, 0) / 1e9 : 0;
-                printf("{\"bench\":\"prefill_sparse\",\"tokens\":%d,\"gamma\":%.3g,"
+                printf("{\"bench\":\"prefill_sparse\",\"tokens\":%d,\"gamma\":%.3g,\"tau\":%.3g,"
                        "\"min_budget\":%ld,\"max_budget\":%d,\"ttft_ms\":%.2f,\"dense_ttft_ms\":%.2f,"
                        "\"speedup\":%.3f,\"density\":%.4f,\"layers_sparse\":%d,"
                        "\"blocks_computed\":%lld,\"blocks_causal\":%lld,\"extra_gb\":%.3f}\n",
-                       P, gammas[g], min_budget, sp.max_budget, ts * 1e3, t * 1e3,
+                       P, gammas[g], tau, min_budget, sp.max_budget, ts * 1e3, t * 1e3,
                        t > 0 ? t / ts : 0, rep.density, rep.layers_sparse,
                        (long long)rep.blocks_computed, (long long)rep.blocks_causal, extra);
                 fflush(stdout);

@@ -10,8 +10,10 @@
 #   3 kernels      flex_gpu_bench on synthetic Llama-3-8B-shaped Q/K/V (cpu/flex_synth.h):
 #                  index / block-sparse / dense attention times at 32K, 64K, 128K, gamma 0.8-0.95
 #   4 end to end   bench_gpu on the 8B checkpoint: dense TTFT and FlexPrefill TTFT at 32K, 64K,
-#                  128K (gamma 0.9, no max budget: the density a random model gives; and a max
-#                  budget of 3% of the prompt per pattern: a low density on the same model)
+#                  128K: the defaults (gamma 0.9, tau 0.1: the density a random model gives, whose
+#                  heads all come out query-aware), and vertical-slash heads only (tau 0) with
+#                  budgets capped at 3% of the prompt per pattern (~9% density on the same
+#                  model), with the 4- and 8-warp sparse kernels
 #   5 profile      per-op times (TANDEM_GPU_PROFILE=1) of one dense and one sparse 32K prefill:
 #                  the GEMM time per layer that the composed TTFT uses
 # Logs in $OUT: run.log (everything), tests.log, kernels.md, e2e.jsonl, profile.txt.
@@ -68,15 +70,23 @@ if [ -n "$MK" ]; then
     cat "$OUT/mkmodel.log"
 fi
 if [ -f "$MODEL8B/config.json" ]; then
-    stamp "end to end: bench_gpu (Llama-3-8B shape, random weights)"
-    timeout 170 build/bench_gpu --model "$MODEL8B" --prefill 32768,65536,131072 --sparse 0.9 \
-        --sparse-max 0,0.03 --warm once --reps 1 | tee "$OUT/e2e.jsonl"
-    stamp "profile: dense and sparse 32K"
+    stamp "end to end: bench_gpu (Llama-3-8B shape, random weights), dense and FlexPrefill defaults"
+    timeout 120 build/bench_gpu --model "$MODEL8B" --prefill 32768,65536,131072 --sparse 0.9 \
+        --warm once --reps 1 | tee "$OUT/e2e.jsonl"
+    stamp "end to end: vertical-slash heads only (tau 0), budgets capped at 3% of the prompt"
+    timeout 60 build/bench_gpu --model "$MODEL8B" --prefill 32768,65536,131072 --sparse 0.9 \
+        --tau 0 --sparse-max 0.03 --sparse-only --warm once --reps 1 | tee -a "$OUT/e2e.jsonl"
+    stamp "the same with the 8-warp sparse kernel"
+    TANDEM_GPU_SPARSE_ATTN=mma8 timeout 60 build/bench_gpu --model "$MODEL8B" \
+        --prefill 32768,65536,131072 --sparse 0.9 --tau 0 --sparse-max 0.03 --sparse-only \
+        --warm once --reps 1 | sed 's/^{/{"switch":"TANDEM_GPU_SPARSE_ATTN=mma8",/' \
+        | tee -a "$OUT/e2e.jsonl"
+    stamp "profile: dense and sparse (tau 0, 3%) 32K"
     TANDEM_GPU_PROFILE=1 timeout 40 build/bench_gpu --model "$MODEL8B" --prefill 32768 --reps 1 \
         --warm once 2>&1 | grep -E "profile|prefill" | tee "$OUT/profile.txt"
     TANDEM_GPU_PROFILE=1 timeout 40 build/bench_gpu --model "$MODEL8B" --prefill 32768 --reps 1 \
-        --warm once --sparse 0.9 --sparse-max 0.03 --sparse-only 2>&1 | grep -E "profile|prefill" \
-        | tee -a "$OUT/profile.txt"
+        --warm once --sparse 0.9 --tau 0 --sparse-max 0.03 --sparse-only 2>&1 \
+        | grep -E "profile|prefill" | tee -a "$OUT/profile.txt"
 fi
 grep -E "^not ok" "$OUT/tests.log"
 stamp "done"
