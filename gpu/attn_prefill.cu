@@ -105,26 +105,39 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
     }
     gpu_cp_async_commit();
 
-    /* K/V tile loads: thread tid copies 16-byte chunk tid % CH of rows tid / CH + j * LD_ROWS.
-     * Its offsets inside a tile are the same for every tile (32-bit, computed once), so a tile
-     * costs one 64-bit base address per tensor: the sparse form's next tile comes from a list,
-     * and recomputing 64-bit key * stride products per chunk cost it ~15% against the dense
-     * form, whose compiler strength-reduces the sequential tiles. */
+    /* K/V tile loads. The dense form walks tiles in order and its compiler strength-reduces the
+     * addresses; the sparse form's next tile comes from a list, and recomputing a 64-bit
+     * key * stride per 16-byte chunk cost it ~15% of its rate (H200, 2026-11-21). There, thread
+     * tid copies chunk tid % CH of rows tid / CH + j * LD_ROWS, whose offsets inside a tile are
+     * the same for every tile (32-bit, computed once): one 64-bit base address per tile. (That
+     * form made the dense one 5-12% slower, so each keeps its own: tests/gpu/logs/
+     * 2026-11-21-h200-flex-e2e.) */
     constexpr int LD_ROWS = FA_WARPS * 32 / CH;
     const int ld_r0 = tid / CH, ld_ch = tid % CH;
     const bool ld_col_ok = ld_ch * 8 < p.hd;
     const unsigned ld_off0 = (unsigned)ld_r0 * p.k_tok + ld_ch * 8;
     auto load_kv = [&](int tile, int buf) {
-        bf16 *dk = sK + buf * FA_BC * ROW + ld_r0 * ROW + ld_ch * 8;
-        bf16 *dv = sV + buf * FA_BC * ROW + ld_r0 * ROW + ld_ch * 8;
-        const int kbase = tile * FA_BC;
-        const bf16 *kt = kh + (size_t)kbase * p.k_tok, *vt = vh + (size_t)kbase * p.k_tok;
+        if constexpr (SPARSE) {
+            bf16 *dk = sK + buf * FA_BC * ROW + ld_r0 * ROW + ld_ch * 8;
+            bf16 *dv = sV + buf * FA_BC * ROW + ld_r0 * ROW + ld_ch * 8;
+            const int kbase = tile * FA_BC;
+            const bf16 *kt = kh + (size_t)kbase * p.k_tok, *vt = vh + (size_t)kbase * p.k_tok;
 #pragma unroll
-        for (int j = 0; j < FA_BC / LD_ROWS; j++) {
-            const bool ok = kbase + ld_r0 + j * LD_ROWS < kv_len && ld_col_ok;
-            const unsigned off = ld_off0 + (unsigned)(j * LD_ROWS) * p.k_tok;
-            gpu_cp_async16(dk + j * LD_ROWS * ROW, ok ? kt + off : kh, ok);
-            gpu_cp_async16(dv + j * LD_ROWS * ROW, ok ? vt + off : vh, ok);
+            for (int j = 0; j < FA_BC / LD_ROWS; j++) {
+                const bool ok = kbase + ld_r0 + j * LD_ROWS < kv_len && ld_col_ok;
+                const unsigned off = ld_off0 + (unsigned)(j * LD_ROWS) * p.k_tok;
+                gpu_cp_async16(dk + j * LD_ROWS * ROW, ok ? kt + off : kh, ok);
+                gpu_cp_async16(dv + j * LD_ROWS * ROW, ok ? vt + off : vh, ok);
+            }
+        } else {
+            bf16 *dk = sK + buf * FA_BC * ROW, *dv = sV + buf * FA_BC * ROW;
+            for (int c = tid; c < FA_BC * CH; c += FA_WARPS * 32) {
+                int r = c / CH, ch = c % CH, key = tile * FA_BC + r;
+                bool ok = key < kv_len && ch * 8 < p.hd;
+                size_t off = ok ? (size_t)key * p.k_tok + ch * 8 : 0;
+                gpu_cp_async16(dk + r * ROW + ch * 8, kh + off, ok);
+                gpu_cp_async16(dv + r * ROW + ch * 8, vh + off, ok);
+            }
         }
     };
     if (n_tiles > 0) load_kv(tile0, 0);

@@ -164,9 +164,10 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
      * comparisons */
     const char *attn = getenv("TANDEM_GPU_ATTN");
     e->fa_warps = attn && !strcmp(attn, "mma8") ? 8 : 4;
-    /* block-sparse (FlexPrefill) attention: 4 warps; TANDEM_GPU_SPARSE_ATTN=mma8 for 8 */
+    /* block-sparse (FlexPrefill) attention: 0 picks by prompt length (forward.cu);
+     * TANDEM_GPU_SPARSE_ATTN=mma4 or mma8 fixes 4 or 8 warps (comparisons) */
     const char *sattn = getenv("TANDEM_GPU_SPARSE_ATTN");
-    e->sparse_warps = sattn && !strcmp(sattn, "mma8") ? 8 : 4;
+    e->sparse_warps = !sattn ? 0 : !strcmp(sattn, "mma8") ? 8 : !strcmp(sattn, "mma4") ? 4 : 0;
     if (attn && !strcmp(attn, "wgmma") && d.hd <= 128) {
         int av = gpu_attn_sm90_available(e->index);
         if (av < 0) return av;

@@ -105,7 +105,7 @@ struct gpu_engine {
     int sms;
     int sm90;      /* TANDEM_GPU_ATTN=wgmma and this build and GPU have the wgmma kernel */
     int fa_warps;  /* warps per block of the mma.sync attention kernel: 4, or 8 (head_dim 128) */
-    int sparse_warps; /* the same for its block-sparse form (sparse prefill) */
+    int sparse_warps; /* the same for its block-sparse form; 0: by prompt length (forward.cu) */
     int prof;      /* TANDEM_GPU_PROFILE=1: time every op (forward.cu; decode without graphs) */
     cudaEvent_t *prof_ev; /* [GPU_PROF_EVENTS] */
     int prof_cat[GPU_PROF_EVENTS], prof_n;

@@ -571,6 +571,11 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
     const int half = d.hd / 2, C = e->t_max / GPU_FLEX_BS * GPU_FLEX_BS;
     const int nb = (n + GPU_FLEX_BS - 1) / GPU_FLEX_BS;
     const gpu_seq_dev sq = seq_of(e, kv);
+    /* 8 warps (128 query rows, one FlexPrefill block, per CTA: each K/V tile loaded once for all
+     * of them) from 128K tokens on, 4 below: on the H200, 8 warps took 3% less end-to-end time
+     * at 128K (density 0.06) and 1% less at 64K, 1% more at 32K (tests/gpu/logs/
+     * 2026-11-21-h200-flex-e2e) */
+    const int warps = e->sparse_warps ? e->sparse_warps : n >= 131072 ? 8 : 4;
     prof_mark(e, P_START);
     GPU_TRY(gpu_rope_table(s, w.pos, w.tbl, w.inv, n, half, w.rope));
     prof_mark(e, P_ROPE_TAB);
@@ -610,7 +615,7 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
             float *xc = w.x + (size_t)c0 * d.H;
             GPU_TRY(gpu_attn_prefill_ex(s, &d, T, c0, w.q + (size_t)c0 * d.qd, kl, vl,
                                         (size_t)d.hd, (size_t)kv->cap * d.hd, 0, &bl, e->att,
-                                        e->sparse_warps));
+                                        d.hdp == 128 ? warps : 4));
             prof_mark(e, P_ATTN);
             GPU_TRY(gpu_gemm(e, T, d.H, d.qd, lw.w_o, e->att, xc, 1, 1.f));
             prof_mark(e, P_O);

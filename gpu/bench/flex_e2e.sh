@@ -17,7 +17,13 @@
 #   5 profile      per-op times (TANDEM_GPU_PROFILE=1) of one dense and one sparse 32K prefill:
 #                  the GEMM time per layer that the composed TTFT uses
 # Logs in $OUT: run.log (everything), tests.log, kernels.md, e2e.jsonl, profile.txt.
+#   PHASES  subset of "tests kernels e2e vs8 defaults profile" (default: all)
+#   KINDS, GAMMAS  flex_gpu_bench's synthetic kinds and gammas (structured,mixed; 0.8,0.9,0.95)
 set -u
+PHASES=${PHASES:-tests kernels e2e vs8 defaults profile}
+KINDS=${KINDS:-structured,mixed}
+GAMMAS=${GAMMAS:-0.8,0.9,0.95}
+has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 OUT=${OUT:-/tmp/flex-e2e}
 MODEL8B=${MODEL8B:-/tmp/llama3-8b}
 mkdir -p "$OUT"
@@ -56,13 +62,17 @@ else
     MK=
 fi
 
-stamp "GPU tests"
-TANDEM_TEST_TIMEOUT=120 timeout 150 build/tandem-tests gpu_ > "$OUT/tests.log" 2>&1
-grep -E "^(ok|not ok)|FAIL|worst|max \|diff|density|block-sparse|vs the dense|identical|export:|# unit" "$OUT/tests.log"
+if has tests; then
+    stamp "GPU tests"
+    TANDEM_TEST_TIMEOUT=120 timeout 150 build/tandem-tests gpu_ > "$OUT/tests.log" 2>&1
+    grep -E "^(ok|not ok)|FAIL|worst|max \|diff|density|block-sparse|vs the dense|identical|export:|# unit" "$OUT/tests.log"
+fi
 
-stamp "kernels: flex_gpu_bench (synthetic Q/K/V)"
-timeout 110 build/flex_gpu_bench --lib build/libtandem_cuda.so --threads "$(nproc)" --reps 3 \
-    --kinds structured,mixed --gammas 0.8,0.9,0.95 bench 32768,65536,131072 | tee "$OUT/kernels.md"
+if has kernels; then
+    stamp "kernels: flex_gpu_bench (synthetic Q/K/V)"
+    timeout 110 build/flex_gpu_bench --lib build/libtandem_cuda.so --threads "$(nproc)" --reps 3 \
+        --kinds "$KINDS" --gammas "$GAMMAS" bench 32768,65536,131072 | tee "$OUT/kernels.md"
+fi
 
 if [ -n "$MK" ]; then
     stamp "waiting for mkmodel"
@@ -70,23 +80,37 @@ if [ -n "$MK" ]; then
     cat "$OUT/mkmodel.log"
 fi
 if [ -f "$MODEL8B/config.json" ]; then
-    stamp "end to end: bench_gpu (Llama-3-8B shape, random weights), dense and FlexPrefill defaults"
-    timeout 120 build/bench_gpu --model "$MODEL8B" --prefill 32768,65536,131072 --sparse 0.9 \
-        --warm once --reps 1 | tee "$OUT/e2e.jsonl"
-    stamp "end to end: vertical-slash heads only (tau 0), budgets capped at 3% of the prompt"
-    timeout 60 build/bench_gpu --model "$MODEL8B" --prefill 32768,65536,131072 --sparse 0.9 \
-        --tau 0 --sparse-max 0.03 --sparse-only --warm once --reps 1 | tee -a "$OUT/e2e.jsonl"
-    stamp "the same with the 8-warp sparse kernel"
-    TANDEM_GPU_SPARSE_ATTN=mma8 timeout 60 build/bench_gpu --model "$MODEL8B" \
-        --prefill 32768,65536,131072 --sparse 0.9 --tau 0 --sparse-max 0.03 --sparse-only \
-        --warm once --reps 1 | sed 's/^{/{"switch":"TANDEM_GPU_SPARSE_ATTN=mma8",/' \
-        | tee -a "$OUT/e2e.jsonl"
-    stamp "profile: dense and sparse (tau 0, 3%) 32K"
-    TANDEM_GPU_PROFILE=1 timeout 40 build/bench_gpu --model "$MODEL8B" --prefill 32768 --reps 1 \
-        --warm once 2>&1 | grep -E "profile|prefill" | tee "$OUT/profile.txt"
-    TANDEM_GPU_PROFILE=1 timeout 40 build/bench_gpu --model "$MODEL8B" --prefill 32768 --reps 1 \
-        --warm once --sparse 0.9 --tau 0 --sparse-max 0.03 --sparse-only 2>&1 \
-        | grep -E "profile|prefill" | tee -a "$OUT/profile.txt"
+    if has defaults; then
+        stamp "end to end: dense and FlexPrefill defaults (Llama-3-8B shape, random weights)"
+        timeout 120 build/bench_gpu --model "$MODEL8B" --prefill 32768,65536,131072 --sparse 0.9 \
+            --warm once --reps 1 | tee -a "$OUT/e2e.jsonl"
+    elif has e2e; then
+        stamp "end to end: dense (Llama-3-8B shape, random weights)"
+        timeout 60 build/bench_gpu --model "$MODEL8B" --prefill 32768,65536,131072 --warm once \
+            --reps 1 | tee -a "$OUT/e2e.jsonl"
+    fi
+    if has e2e; then
+        stamp "end to end: vertical-slash heads only (tau 0), budgets capped at 3% of the prompt"
+        timeout 60 build/bench_gpu --model "$MODEL8B" --prefill 32768,65536,131072 --sparse 0.9 \
+            --tau 0 --sparse-max 0.03 --sparse-only --warm once --reps 1 | tee -a "$OUT/e2e.jsonl"
+    fi
+    if has vs8; then
+        stamp "the same with the 4- and 8-warp sparse kernel at every length"
+        for w in mma4 mma8; do
+            TANDEM_GPU_SPARSE_ATTN=$w timeout 60 build/bench_gpu --model "$MODEL8B" \
+                --prefill 32768,65536,131072 --sparse 0.9 --tau 0 --sparse-max 0.03 --sparse-only \
+                --warm once --reps 1 | sed "s/^{/{\"switch\":\"TANDEM_GPU_SPARSE_ATTN=$w\",/" \
+                | tee -a "$OUT/e2e.jsonl"
+        done
+    fi
+    if has profile; then
+        stamp "profile: dense and sparse (tau 0, 3%) 32K"
+        TANDEM_GPU_PROFILE=1 timeout 40 build/bench_gpu --model "$MODEL8B" --prefill 32768 --reps 1 \
+            --warm once 2>&1 | grep -E "profile|prefill" | tee "$OUT/profile.txt"
+        TANDEM_GPU_PROFILE=1 timeout 40 build/bench_gpu --model "$MODEL8B" --prefill 32768 --reps 1 \
+            --warm once --sparse 0.9 --tau 0 --sparse-max 0.03 --sparse-only 2>&1 \
+            | grep -E "profile|prefill" | tee -a "$OUT/profile.txt"
+    fi
 fi
-grep -E "^not ok" "$OUT/tests.log"
+grep -E "^not ok" "$OUT/tests.log" 2>/dev/null
 stamp "done"
