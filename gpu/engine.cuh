@@ -10,6 +10,10 @@
  *              per-step metadata, the split-K partials of decode attention, the export ring
  *   KV cache   per sequence, bf16, (2, n_layers, n_kv_heads, capacity, head_dim): the keys of one
  *              head are contiguous, so attention tiles are plain row blocks
+ *   sparse     a FlexPrefill prefill (forward.cu, gpu_prefill_sparse) takes, for the call only,
+ *              the residual stream and Q of the whole prompt and the index workspace
+ *              (gpu_sparse_bytes: 3.6 GB for 128K tokens of an 8B model); NOMEM when it does
+ *              not fit
  *
  * Numerics: the residual stream is float32; GEMM inputs are bf16 (weights, normalized
  * activations), GEMMs accumulate in float32 and write float32 (Q/K/V, and the o/down
