@@ -510,8 +510,8 @@ static int sparse_ws_new(gpu_engine *e, int n, int sink, enum proto_kv_dtype dt,
     if (ce != cudaSuccess) {
         cudaGetLastError();
         w->base = NULL;
-        return ce == cudaErrorMemoryAllocation ? ACCEL_ERR_NOMEM
-                                               : gpu_cuda_status(ce, "cudaMalloc(sparse)", __FILE__, __LINE__);
+        if (ce == cudaErrorMemoryAllocation) return ACCEL_ERR_NOMEM;
+        return gpu_cuda_status(ce, "cudaMalloc(sparse)", __FILE__, __LINE__);
     }
     int st = gpu_flex_ws_new(n, d.n_heads, d.n_kv, d.hd, &w->fw);
     if (st) {
@@ -679,7 +679,8 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, const int32_t *ids, int n, flo
         memset(rep, 0, sizeof *rep);
         rep->layers_sparse = d.L;
         for (int l = 0; l < d.L; l++) rep->blocks_computed += e->nnz_h[l];
-        rep->blocks_causal = (int64_t)d.L * d.n_heads * ((int64_t)((n + GPU_FLEX_BS - 1) / GPU_FLEX_BS) * (((n + GPU_FLEX_BS - 1) / GPU_FLEX_BS) + 1) / 2);
+        const int64_t nb = (n + GPU_FLEX_BS - 1) / GPU_FLEX_BS;
+        rep->blocks_causal = (int64_t)d.L * d.n_heads * (nb * (nb + 1) / 2);
         rep->density = (double)rep->blocks_computed / (double)rep->blocks_causal;
     }
     return ACCEL_OK;

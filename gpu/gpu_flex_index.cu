@@ -69,7 +69,8 @@ template <int D, bool ACCUM>
 __global__ void __launch_bounds__(256)
     lastq_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k, size_t k_tok,
                  size_t k_head, int n, int H, int Hk, int interleave, float scale_log2,
-                 float2 *partial, const float *m2, const float *inv_l, float *vert, float *slash, float *carry_a, float *carry_b)
+                 float2 *partial, const float *m2, const float *inv_l, float *vert, float *slash,
+                 float *carry_a, float *carry_b)
 {
     typedef lastq_smem<D> L;
     constexpr int LDQ = L::LDQ;
