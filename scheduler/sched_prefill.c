@@ -175,6 +175,12 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
     atomic_fetch_add(&d->prefill_chunks, 1);
     if (st == ACCEL_ERR_CANCELLED && !sched_req_cancelled(r) && atomic_load(&r->import_failed))
         st = ACCEL_OK; /* the sink stopped it: the card's worker moves the request */
+    if (st == ACCEL_ERR_NOMEM && sparse) {
+        /* the sparse pass needs whole-prompt workspaces beside the reserved KV (a device leaves
+         * the sequence as it was): prefill this request dense instead, in chunks */
+        r->has_sparse = 0;
+        return dt;
+    }
     if (st) {
         sched_prefill_end(d, r, sched_req_cancelled(r) ? ACCEL_ERR_CANCELLED : st);
         return dt;
