@@ -102,6 +102,7 @@ struct sched_req {
     int n_prompt, max_tokens, n, logprobs;
     double deadline, t_arrival;
     int has_sparse;
+    int sparse_off;              /* prefill worker: a sparse pass found no memory, run dense */
     accel_sparse sparse;
     /* the workers', once dispatched (see the ownership notes above) */
     sched_choice *choices;       /* n */

@@ -157,7 +157,7 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
         }
     }
     /* a sparse prompt goes whole, from an empty sequence (the index needs every query and key) */
-    int sparse = r->has_sparse && c->pf_done == 0 &&
+    int sparse = r->has_sparse && !r->sparse_off && c->pf_done == 0 &&
                  c->pf_n > accel_sparse_dense_threshold(&r->sparse);
     int k = sparse ? c->pf_n : sched_policy_chunk(c->pf_n - c->pf_done, decoding, budget, left, &d->rate);
     int last = c->pf_done + k == c->pf_n;
@@ -178,7 +178,7 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
     if (st == ACCEL_ERR_NOMEM && sparse) {
         /* the sparse pass needs whole-prompt workspaces beside the reserved KV (a device leaves
          * the sequence as it was): prefill this request dense instead, in chunks */
-        r->has_sparse = 0;
+        r->sparse_off = 1;
         return dt;
     }
     if (st) {
