@@ -33,7 +33,7 @@ int fpga_image_desc_cfg(const model_config *c, const fpga_quant_opts *q, fpga_de
 {
     memset(d, 0, sizeof *d);
     if (c->sliding_window > 0) {
-        snprintf(err, errlen, "fpga: sliding-window attention is not implemented by the decode "
+        snprintf(err, errlen, "fpga: sliding-window attention is not supported by the decode "
                               "kernel");
         return -1;
     }
