@@ -23,19 +23,9 @@ uint64_t fpga_flex_kv_bytes(int n, int n_kv_heads, int d)
     return (uint64_t)n_kv_heads * nblocks(n) * fpga_flex_kvblock_bytes(d);
 }
 
-/* One (token, head) row into a block at row i: values and scale. */
 static void quant_row(const float *x, int d, uint8_t *blk, int i)
 {
-    float amax = 0;
-    for (int e = 0; e < d; e++)
-        if (fabsf(x[e]) > amax) amax = fabsf(x[e]);
-    const float s = amax / 127.0f;
-    int8_t *q = (int8_t *)blk + (size_t)i * d;
-    for (int e = 0; e < d; e++) {
-        float r = s == 0 ? 0 : rintf(x[e] / s);
-        q[e] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
-    }
-    memcpy(blk + (size_t)BS * d + 4 * (size_t)i, &s, 4);
+    fpga_flex_quant_row(x, d, blk, i);
 }
 
 static void dequant_row(const uint8_t *blk, int d, int i, float *x)
@@ -193,7 +183,8 @@ int fpga_flex_attention(fpga_xrt *x, xrtDeviceHandle dev, const fpga_flex_opts *
         (rc = alloc_bo(&c, c.sigu, 4, col_bytes, 0, B_COL)) ||
         (rc = alloc_bo(&c, c.sigu, 5, (uint64_t)H * sizeof(fpga_flex_head_info), 0, B_INFO)) ||
         (rc = alloc_bo(&c, c.sau, 4, col_bytes, 1, B_JOBS)) ||
-        (rc = alloc_bo(&c, c.sau, 5, (uint64_t)n * H * d * 4, o->schedule_only, B_OUT)) ||
+        (rc = alloc_bo(&c, c.sau, 5, (uint64_t)H * nb * fpga_flex_oblock_bytes(d), o->schedule_only,
+                       B_OUT)) ||
         (rc = alloc_bo(&c, c.sau, 6, sizeof(fpga_flex_sau_stats), 0, B_STATS)))
         goto done;
     if ((rc = put(&c, B_Q, qpack, fpga_flex_q_bytes(n, H, d), res)) ||
@@ -245,17 +236,18 @@ int fpga_flex_attention(fpga_xrt *x, xrtDeviceHandle dev, const fpga_flex_opts *
         if ((rc = launch(&c, c.sau, slots, 7, u, 9, &res->sau_run))) goto done;
         if ((rc = get(&c, B_STATS, &res->sau, sizeof res->sau))) goto done;
         if (!o->schedule_only) {
-            /* (n_heads, n, d) on the card -> (n, n_heads, d) */
-            float *tmp = malloc((size_t)n * H * d * 4);
+            /* (n_heads, nb, 128, d) on the card -> (n, n_heads, d) */
+            const uint64_t ob = (uint64_t)H * nb * fpga_flex_oblock_bytes(d);
+            float *tmp = malloc(ob);
             if (!tmp) {
                 rc = ACCEL_ERR_NOMEM;
                 goto done;
             }
-            rc = get(&c, B_OUT, tmp, (uint64_t)n * H * d * 4);
+            rc = get(&c, B_OUT, tmp, ob);
             for (int h = 0; !rc && h < H; h++)
                 for (int t = 0; t < n; t++)
-                    memcpy(res->out + ((size_t)t * H + h) * d, tmp + ((size_t)h * n + t) * d,
-                           (size_t)d * 4);
+                    memcpy(res->out + ((size_t)t * H + h) * d,
+                           tmp + ((size_t)h * nb * BS + t) * d, (size_t)d * 4);
             free(tmp);
         }
     }

@@ -32,6 +32,7 @@
  * 33 token u32, 34 pos u32, 35 kv_off u64, 36 part_tiles u32. */
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/kernels/dec_math.h"
+#include "fpga/kernels/dec_ops.h"
 #include "fpga/kernels/kernel.h"
 #include <math.h>
 
@@ -57,10 +58,7 @@ typedef struct dec_ctx {
 
 static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps)
 {
-    float ss = 0.0f;
-    for (uint32_t i = 0; i < n; i++) ss += x[i] * x[i];
-    float inv = 1.0f / sqrtf(ss / (float)n + eps);
-    for (uint32_t i = 0; i < n; i++) out[i] = x[i] * inv * w[i];
+    fpga_kd_rmsnorm(out, x, w, n, eps);
     fpga_k_stall(2 * n / FPGA_DEC_SFU_LANES); /* the reduction, then the scaling pass */
 }
 
@@ -91,133 +89,37 @@ static void matvec(const dec_ctx *c, int mat, uint64_t off, const float *x, cons
     fpga_k_cycles((uint64_t)m->rows * m->k / FPGA_DEC_MACS_PER_CYCLE);
 }
 
-/* transformers' rotate_half pairing (i, i + hd/2), as cpu_rope */
-static void rope(float *v, uint32_t nh, uint32_t hd, const float *cs, const float *sn)
-{
-    uint32_t half = hd / 2;
-    for (uint32_t h = 0; h < nh; h++) {
-        float *p = v + (uint64_t)h * hd;
-        for (uint32_t i = 0; i < half; i++) {
-            float a = p[i], b = p[i + half];
-            p[i] = a * cs[i] - b * sn[i];
-            p[i + half] = b * cs[i] + a * sn[i];
-        }
-    }
-}
-
-static uint8_t *tile_at(const dec_ctx *c, uint32_t l, uint32_t h, uint32_t part, uint32_t tile)
-{
-    return c->ch[fpga_dec_stream_ch(&c->d, l, h, part)] + c->kv_off +
-           fpga_dec_stream_off(&c->d, &c->lo, l, h, part, c->part_tiles) +
-           (uint64_t)tile * c->lo.tile_bytes;
-}
-
 /* The new position's K and V, quantized exactly as proto/kv.h says, into its tile row. */
 static void kv_append(const dec_ctx *c, uint32_t l, const float *k, const float *v, uint32_t pos)
 {
     const uint32_t hd = c->d.head_dim;
     uint32_t part, tile, row;
     fpga_dec_pos_where(&c->d, pos, &part, &tile, &row);
-    int8_t q[FPGA_DEC_MAX_HEAD_DIM];
     for (uint32_t h = 0; h < c->d.n_kv_heads; h++) {
-        uint8_t *t = tile_at(c, l, h, part, tile);
-        for (int which = 0; which < 2; which++) {
-            const float *x = (which ? v : k) + (uint64_t)h * hd;
-            uint16_t s = fpga_km_kv_quant(x, hd, q);
-            uint8_t *dv = t + (which ? fpga_dec_tile_v(hd, row) : fpga_dec_tile_k(hd, row));
-            uint8_t *ds = t + (which ? fpga_dec_tile_vs(hd, row) : fpga_dec_tile_ks(hd, row));
-            fpga_k_write(dv, hd);
-            fpga_k_write(ds, 2);
-            memcpy(dv, q, hd);
-            memcpy(ds, &s, 2);
-        }
+        uint8_t *t = fpga_kd_tile(c->ch, &c->d, &c->lo, c->kv_off, c->part_tiles, l, h, part, tile);
+        fpga_k_write(t + fpga_dec_tile_k(hd, row), hd);
+        fpga_k_write(t + fpga_dec_tile_ks(hd, row), 2);
+        fpga_k_write(t + fpga_dec_tile_v(hd, row), hd);
+        fpga_k_write(t + fpga_dec_tile_vs(hd, row), 2);
     }
+    fpga_kd_kv_store(c->ch, &c->d, &c->lo, c->kv_off, c->part_tiles, l, k, v, pos);
 }
 
 /* Attention of every query head over positions 0..pos. Per KV head, each part's tiles are one
- * read; the group's query heads share it. Per (query head, part) an online softmax (m, l, o),
- * merged over the parts in part order. */
+ * read; the group's query heads share it (fpga_kd_attend: the arithmetic). */
 static void attention(const dec_ctx *c, uint32_t l, const float *q, uint32_t pos, float *out)
 {
     const uint32_t hd = c->d.head_dim, group = c->d.n_heads / c->d.n_kv_heads;
-    const int qint8 = (c->d.flags & FPGA_DEC_F_QINT8) != 0;
-    float gm[FPGA_DEC_MAX_HEADS], gl[FPGA_DEC_MAX_HEADS], pm[FPGA_DEC_MAX_HEADS],
-        pl[FPGA_DEC_MAX_HEADS], qs[FPGA_DEC_MAX_HEADS];
-    float go[FPGA_DEC_MAX_QDIM], po[FPGA_DEC_MAX_QDIM];
-    int8_t q8[FPGA_DEC_MAX_QDIM];
     uint64_t macs = 0;
     for (uint32_t kh = 0; kh < c->d.n_kv_heads; kh++) {
-        const float *qg = q + (uint64_t)kh * group * hd;
-        for (uint32_t g = 0; g < group; g++) {
-            gm[g] = -INFINITY;
-            gl[g] = 0.0f;
-            for (uint32_t i = 0; i < hd; i++) go[g * hd + i] = 0.0f;
-            if (qint8) fpga_km_act_quant(qg + g * hd, 0, hd, 0, q8 + g * hd, &qs[g]);
-        }
         for (uint32_t b = 0; b < c->d.kv_parts; b++) {
             uint32_t nt = fpga_dec_part_used_tiles(&c->d, pos + 1, b);
-            if (!nt) continue;
-            const uint8_t *base = tile_at(c, l, kh, b, 0);
-            fpga_k_read(base, (uint64_t)nt * c->lo.tile_bytes);
-            for (uint32_t g = 0; g < group; g++) {
-                pm[g] = -INFINITY;
-                pl[g] = 0.0f;
-                for (uint32_t i = 0; i < hd; i++) po[g * hd + i] = 0.0f;
-            }
-            for (uint32_t t = 0; t < nt; t++) {
-                const uint8_t *tl = base + (uint64_t)t * c->lo.tile_bytes;
-                uint32_t p0 = (t * c->d.kv_parts + b) * FPGA_DEC_TILE;
-                uint32_t rows = pos + 1 - p0 < FPGA_DEC_TILE ? pos + 1 - p0 : FPGA_DEC_TILE;
-                for (uint32_t g = 0; g < group; g++) {
-                    float s[FPGA_DEC_TILE], mt = -INFINITY;
-                    for (uint32_t r = 0; r < rows; r++) {
-                        const int8_t *kr = (const int8_t *)(tl + fpga_dec_tile_k(hd, r));
-                        uint16_t ks;
-                        memcpy(&ks, tl + fpga_dec_tile_ks(hd, r), 2);
-                        float dot;
-                        if (qint8) {
-                            int32_t acc = 0;
-                            for (uint32_t i = 0; i < hd; i++) acc += (int32_t)q8[g * hd + i] * kr[i];
-                            dot = (float)acc * qs[g];
-                        } else {
-                            dot = 0.0f;
-                            for (uint32_t i = 0; i < hd; i++) dot += qg[g * hd + i] * (float)kr[i];
-                        }
-                        s[r] = dot * fpga_km_f16_to_f32(ks) * c->d.attn_scale;
-                        if (s[r] > mt) mt = s[r];
-                    }
-                    if (mt > pm[g]) {
-                        float f = expf(pm[g] - mt);
-                        pl[g] *= f;
-                        for (uint32_t i = 0; i < hd; i++) po[g * hd + i] *= f;
-                        pm[g] = mt;
-                    }
-                    for (uint32_t r = 0; r < rows; r++) {
-                        const int8_t *vr = (const int8_t *)(tl + fpga_dec_tile_v(hd, r));
-                        uint16_t vs;
-                        memcpy(&vs, tl + fpga_dec_tile_vs(hd, r), 2);
-                        float p = expf(s[r] - pm[g]);
-                        pl[g] += p;
-                        float w = p * fpga_km_f16_to_f32(vs);
-                        for (uint32_t i = 0; i < hd; i++) po[g * hd + i] += w * (float)vr[i];
-                    }
-                }
-                macs += 2ull * rows * hd * group;
-            }
-            /* merge this part into the head's state */
-            for (uint32_t g = 0; g < group; g++) {
-                float m = pm[g] > gm[g] ? pm[g] : gm[g];
-                float fa = expf(gm[g] - m), fb = expf(pm[g] - m);
-                gl[g] = gl[g] * fa + pl[g] * fb;
-                for (uint32_t i = 0; i < hd; i++)
-                    go[g * hd + i] = go[g * hd + i] * fa + po[g * hd + i] * fb;
-                gm[g] = m;
-            }
+            if (nt)
+                fpga_k_read(fpga_kd_tile(c->ch, &c->d, &c->lo, c->kv_off, c->part_tiles, l, kh, b, 0),
+                            (uint64_t)nt * c->lo.tile_bytes);
         }
-        for (uint32_t g = 0; g < group; g++) {
-            float inv = gl[g] > 0.0f ? 1.0f / gl[g] : 0.0f;
-            for (uint32_t i = 0; i < hd; i++) out[(kh * group + g) * hd + i] = go[g * hd + i] * inv;
-        }
+        macs += fpga_kd_attend(c->ch, &c->d, &c->lo, c->kv_off, c->part_tiles, l, kh,
+                               q + (uint64_t)kh * group * hd, pos, out + (uint64_t)kh * group * hd);
     }
     fpga_k_cycles(macs / FPGA_DEC_MACS_PER_CYCLE);
     /* the first tile's latency, and the merge of the parts */
@@ -262,8 +164,8 @@ void tandem_decode(DEC_PORTS(DEC_PARAM) uint8_t *io, uint32_t token, uint32_t po
         matvec(&c, FPGA_DEC_QKV, lo_off + c.lo.off[FPGA_DEC_QKV], xn, 0, wide, 0, xq, xs);
         if (d->flags & FPGA_DEC_F_BIAS)
             for (uint32_t i = 0; i < qd + 2 * kvd; i++) wide[i] += misc[c.lo.mi_bias + i];
-        rope(wide, d->n_heads, hd, cs, sn);
-        rope(wide + qd, d->n_kv_heads, hd, cs, sn);
+        fpga_kd_rope(wide, d->n_heads, hd, cs, sn);
+        fpga_kd_rope(wide + qd, d->n_kv_heads, hd, cs, sn);
         kv_append(&c, l, wide + qd, wide + qd + kvd, pos);
         attention(&c, l, wide, pos, att);
         matvec(&c, FPGA_DEC_O, lo_off + c.lo.off[FPGA_DEC_O], att, misc + c.lo.mi_sm_o, xn, 0, xq,
@@ -272,10 +174,7 @@ void tandem_decode(DEC_PORTS(DEC_PARAM) uint8_t *io, uint32_t token, uint32_t po
 
         rmsnorm(xn, x, misc + c.lo.mi_ffn_norm, H, d->rms_eps);
         matvec(&c, FPGA_DEC_GU, lo_off + c.lo.off[FPGA_DEC_GU], xn, 0, wide, 0, xq, xs);
-        for (uint32_t i = 0; i < I; i++) {
-            float g = wide[i];
-            wide[i] = g / (1.0f + expf(-g)) * wide[I + i];
-        }
+        fpga_kd_swiglu(wide, wide + I, I);
         fpga_k_stall(I / FPGA_DEC_SFU_LANES);
         matvec(&c, FPGA_DEC_D, lo_off + c.lo.off[FPGA_DEC_D], wide, misc + c.lo.mi_sm_d, xn, 0, xq,
                xs);

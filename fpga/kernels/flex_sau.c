@@ -31,8 +31,8 @@
  * mode 1 runs the schedule, the cache and the accounting without the arithmetic (outputs are
  * not written): the same statistics at any length, for the benchmarks.
  *
- * Arguments: 0 qbuf  1 kvbuf  2 row_ptr  3 col  4 jobs (scratch, 4 x nnz bytes)  5 out (float32,
- * (n_heads, n, d))  6 stats (fpga_flex_sau_stats)  7 n  8 n_heads  9 n_kv_heads  10 head_dim
+ * Arguments: 0 qbuf  1 kvbuf  2 row_ptr  3 col  4 jobs (scratch, 4 x nnz bytes)  5 out (float32
+ * blocks, (n_heads, nb, 128, d): flex_kernel.h)  6 stats (fpga_flex_sau_stats)  7 n  8 n_heads  9 n_kv_heads  10 head_dim
  * 11 gqa_interleave  12 cache_blocks  13 hot_blocks  14 window  15 mode  (scalars u32). */
 #include "fpga/kernels/flex_kernel.h"
 #include <math.h>
@@ -65,10 +65,9 @@ typedef struct sau_chip {
 } sau_chip;
 
 typedef struct sau {
-    const uint8_t *qbuf, *kvbuf;
+    const fpga_flex_buf *qbuf, *kvbuf, *out;
     const uint32_t *row_ptr, *col;
     uint32_t *jobs;
-    float *out;
     fpga_flex_sau_stats st;
     int n, H, Hk, d, G, nb, interleave, cache, hot, W, mode;
     float scale;
@@ -243,7 +242,7 @@ static void run_window(sau *a, sau_chip *s, int g, int r0, int r1, int *used_hot
     for (int u = 0; u < G; u++)
         for (int r = r0; r < r1; r++) {
             const int w = r - r0, h = head_of(a, g, u);
-            const uint8_t *p = a->qbuf + ((uint64_t)h * nb + r) * qb;
+            const uint8_t *p = fpga_flex_blk(a->qbuf, (uint64_t)h * nb + r);
             fpga_k_read(p, qb);
             a->st.q_bytes += qb;
             if (a->mode) continue;
@@ -275,7 +274,7 @@ static void run_window(sau *a, sau_chip *s, int g, int r0, int r1, int *used_hot
             kvb = s->slot[s->where[blk]];
         } else {
             a->st.misses++;
-            const uint8_t *p = a->kvbuf + (uint64_t)blk * kvbytes;
+            const uint8_t *p = fpga_flex_blk(a->kvbuf, blk);
             fpga_k_read(p, kvbytes);
             a->st.kv_bytes += kvbytes;
             if (a->mode == 0) memcpy(s->stage, p, (size_t)kvbytes);
@@ -312,7 +311,7 @@ static void run_window(sau *a, sau_chip *s, int g, int r0, int r1, int *used_hot
         for (int r = r0; r < r1; r++) {
             const int w = r - r0, h = head_of(a, g, u);
             const int rows = (r + 1) * BS <= a->n ? BS : a->n - r * BS;
-            float *o = a->out + ((uint64_t)h * a->n + (uint64_t)r * BS) * d;
+            float *o = (float *)fpga_flex_blk(a->out, (uint64_t)h * nb + r);
             fpga_k_write(o, (uint64_t)rows * d * 4);
             a->st.out_bytes += (uint64_t)rows * d * 4;
             if (a->mode) continue;
@@ -323,12 +322,18 @@ static void run_window(sau *a, sau_chip *s, int g, int r0, int r1, int *used_hot
         }
 }
 
-void flex_sau(const uint8_t *qbuf, const uint8_t *kvbuf, const uint32_t *row_ptr,
-              const uint32_t *col, uint32_t *jobs, float *out, fpga_flex_sau_stats *stats,
-              uint32_t n, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
-              uint32_t gqa_interleave, uint32_t cache_blocks, uint32_t hot_blocks,
-              uint32_t window, uint32_t mode, sau_chip *s)
+uint64_t fpga_flex_sau_chip_bytes(void)
 {
+    return sizeof(sau_chip);
+}
+
+void flex_sau(const fpga_flex_buf *qbuf, const fpga_flex_buf *kvbuf, const uint32_t *row_ptr,
+              const uint32_t *col, uint32_t *jobs, const fpga_flex_buf *out,
+              fpga_flex_sau_stats *stats, uint32_t n, uint32_t n_heads, uint32_t n_kv_heads,
+              uint32_t head_dim, uint32_t gqa_interleave, uint32_t cache_blocks,
+              uint32_t hot_blocks, uint32_t window, uint32_t mode, void *chip)
+{
+    sau_chip *s = chip;
 #pragma HLS INTERFACE m_axi port = qbuf offset = slave bundle = gmem0
 #pragma HLS INTERFACE m_axi port = kvbuf offset = slave bundle = gmem1
 #pragma HLS INTERFACE m_axi port = row_ptr offset = slave bundle = gmem2
@@ -387,7 +392,7 @@ static int flex_sau_adapter(const fpga_kargs *k)
     if (!fpga_k_range_ok(0, (uint64_t)H * nb * fpga_flex_qblock_bytes((int)d), k->a[0].size) ||
         !fpga_k_range_ok(0, (uint64_t)Hk * nb * fpga_flex_kvblock_bytes((int)d), k->a[1].size) ||
         !fpga_k_range_ok(0, (uint64_t)H * (nb + 1) * 4, k->a[2].size) ||
-        !fpga_k_range_ok(0, (uint64_t)n * H * d * 4, k->a[5].size) ||
+        !fpga_k_range_ok(0, (uint64_t)H * nb * fpga_flex_oblock_bytes((int)d), k->a[5].size) ||
         !fpga_k_range_ok(0, sizeof(fpga_flex_sau_stats), k->a[6].size))
         return -1;
     if (!index_ok(k->a[2].ptr, k->a[3].ptr, k->a[3].size, (int)H, (int)nb)) return -1;
@@ -395,8 +400,11 @@ static int flex_sau_adapter(const fpga_kargs *k)
     if (!fpga_k_range_ok(0, (uint64_t)nnz * 4, k->a[4].size)) return -1;
     sau_chip *chip = calloc(1, sizeof *chip);
     if (!chip) return -1;
-    flex_sau(k->a[0].ptr, k->a[1].ptr, k->a[2].ptr, k->a[3].ptr, k->a[4].ptr, k->a[5].ptr,
-             k->a[6].ptr, n, H, Hk, d, (uint32_t)k->a[11].u, cache, hot, W,
+    fpga_flex_buf qb, kvb, ob;
+    fpga_flex_buf_flat(&qb, k->a[0].ptr, fpga_flex_qblock_bytes((int)d));
+    fpga_flex_buf_flat(&kvb, k->a[1].ptr, fpga_flex_kvblock_bytes((int)d));
+    fpga_flex_buf_flat(&ob, k->a[5].ptr, fpga_flex_oblock_bytes((int)d));
+    flex_sau(&qb, &kvb, k->a[2].ptr, k->a[3].ptr, k->a[4].ptr, &ob, k->a[6].ptr, n, H, Hk, d, (uint32_t)k->a[11].u, cache, hot, W,
              (uint32_t)k->a[15].u, chip);
     free(chip);
     return 0;

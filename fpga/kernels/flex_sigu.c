@@ -63,7 +63,7 @@ typedef struct sigu_chip {
 } sigu_chip;
 
 typedef struct sigu_args {
-    const uint8_t *qbuf, *kvbuf;
+    const fpga_flex_buf *qbuf, *kvbuf;
     float *scratch;
     uint32_t *row_ptr, *col;
     fpga_flex_head_info *info;
@@ -104,8 +104,7 @@ static void charge_tile(int G, int d)
 /* Loads key block c of kv head g into the Key Block Buffer (one burst: values + scales). */
 static void load_key_block(const sigu_args *a, sigu_chip *s, int g, int c)
 {
-    const uint8_t *p = a->kvbuf + ((uint64_t)g * ((a->n + BS - 1) / BS) + c) *
-                                      fpga_flex_kvblock_bytes(a->d);
+    const uint8_t *p = fpga_flex_blk(a->kvbuf, (uint64_t)g * ((a->n + BS - 1) / BS) + c);
     fpga_k_read(p, fpga_flex_qblock_bytes(a->d));
     for (int j = 0; j < BS; j++) {
         memcpy(s->kb[j], blk_vals(p) + (size_t)j * a->d, (size_t)a->d);
@@ -166,14 +165,13 @@ static void estimate_group(const sigu_args *a, sigu_chip *s, int g)
 
     /* the last BS rows of each head (they may straddle two query blocks) */
     for (int u = 0; u < G; u++) {
-        const uint64_t qb = fpga_flex_qblock_bytes(d);
-        const uint8_t *base = a->qbuf + (uint64_t)heads[u] * nb * qb;
+        const uint64_t qb = fpga_flex_qblock_bytes(d), q0 = (uint64_t)heads[u] * nb;
         int b0 = (n - BS) / BS, b1 = (n - 1) / BS;
-        for (int b = b0; b <= b1; b++) fpga_k_read(base + (uint64_t)b * qb, qb);
+        for (int b = b0; b <= b1; b++) fpga_k_read(fpga_flex_blk(a->qbuf, q0 + b), qb);
         double mq[MAXD] = {0};
         for (int i = 0; i < BS; i++) {
             const int t = n - BS + i;
-            const uint8_t *p = base + (uint64_t)(t / BS) * qb;
+            const uint8_t *p = fpga_flex_blk(a->qbuf, q0 + t / BS);
             memcpy(s->lq[u][i], blk_vals(p) + (size_t)(t % BS) * d, (size_t)d);
             float sc = blk_scale(p, d, t % BS);
             s->lqs[u][i] = sc * rsd;
@@ -301,7 +299,7 @@ static void query_aware_map(const sigu_args *a, sigu_chip *s, int h)
     const uint64_t qb = fpga_flex_qblock_bytes(d);
     /* Query Pooling Module: one burst per query block of the head */
     for (int r = 0; r < nb; r++) {
-        const uint8_t *p = a->qbuf + ((uint64_t)h * nb + r) * qb;
+        const uint8_t *p = fpga_flex_blk(a->qbuf, (uint64_t)h * nb + r);
         fpga_k_read(p, qb);
         double acc[MAXD] = {0};
         for (int i = 0; i < BS && r * BS + i < n; i++) {
@@ -394,12 +392,18 @@ static uint32_t select_head(const sigu_args *a, sigu_chip *s, int h, int k_v, in
     return k;
 }
 
-void flex_sigu(const uint8_t *qbuf, const uint8_t *kvbuf, float *scratch, uint32_t *row_ptr,
-               uint32_t *col, fpga_flex_head_info *info, uint32_t n, uint32_t n_heads,
-               uint32_t n_kv_heads, uint32_t head_dim, uint32_t gamma_bits, uint32_t tau_bits,
-               uint32_t min_blocks, uint32_t max_blocks, uint32_t gqa_interleave,
-               sigu_chip *chip)
+uint64_t fpga_flex_sigu_chip_bytes(void)
 {
+    return sizeof(sigu_chip);
+}
+
+void flex_sigu(const fpga_flex_buf *qbuf, const fpga_flex_buf *kvbuf, float *scratch,
+               uint32_t *row_ptr, uint32_t *col, fpga_flex_head_info *info, uint32_t n,
+               uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t gamma_bits,
+               uint32_t tau_bits, uint32_t min_blocks, uint32_t max_blocks,
+               uint32_t gqa_interleave, void *chip_mem)
+{
+    sigu_chip *chip = chip_mem;
 #pragma HLS INTERFACE m_axi port = qbuf offset = slave bundle = gmem0
 #pragma HLS INTERFACE m_axi port = kvbuf offset = slave bundle = gmem1
 #pragma HLS INTERFACE m_axi port = scratch offset = slave bundle = gmem2
@@ -447,7 +451,10 @@ static int flex_sigu_adapter(const fpga_kargs *k)
     if (!(gamma > 0 && gamma <= 1) || !(tau >= 0 && tau <= 1)) return -1;
     sigu_chip *chip = calloc(1, sizeof *chip);
     if (!chip) return -1;
-    flex_sigu(k->a[0].ptr, k->a[1].ptr, k->a[2].ptr, k->a[3].ptr, k->a[4].ptr, k->a[5].ptr, n, H,
+    fpga_flex_buf qb, kvb;
+    fpga_flex_buf_flat(&qb, k->a[0].ptr, fpga_flex_qblock_bytes((int)d));
+    fpga_flex_buf_flat(&kvb, k->a[1].ptr, fpga_flex_kvblock_bytes((int)d));
+    flex_sigu(&qb, &kvb, k->a[2].ptr, k->a[3].ptr, k->a[4].ptr, k->a[5].ptr, n, H,
               Hk, d, (uint32_t)k->a[10].u, (uint32_t)k->a[11].u, minb, maxb,
               (uint32_t)k->a[14].u, chip);
     free(chip);
