@@ -1,9 +1,11 @@
 /* tandem generate — complete a prompt (text or ids) on a device and stream the text.
  *
- * A decode device that cannot prefill (an FPGA card) gets the prompt's KV from a prefill device
- * (--prefill-device, default cpu): the prompt is prefilled there with its KV exported layer by
- * layer and imported into the decode device, the first token comes from the prefill's logits and
- * every later one from the decode device — the path a request takes in the daemon. */
+ * A decode device that cannot prefill, and an FPGA card (as the daemon places them unless
+ * fpga_prefill is set), gets the prompt's KV from a prefill device (--prefill-device, default
+ * cpu): the prompt is prefilled there with its KV exported layer by layer and imported into the
+ * decode device, the first token comes from the prefill's logits and every later one from the
+ * decode device — the path a request takes in the daemon. --prefill-device naming the decode
+ * device itself prefills there (a card with FAST-Prefill's kernel: fpga/kernels/prefill.c). */
 #include "daemon/cli.h"
 #include "daemon/cmd.h"
 #include "model/gen.h"
@@ -130,7 +132,7 @@ int dmn_cmd_generate(int argc, char **argv)
     }
     accel_info di, pi;
     accel_get_info(d, &di);
-    if (!pdev && !(di.caps & ACCEL_CAP_PREFILL)) pdev = "cpu";
+    if (!pdev && (!(di.caps & ACCEL_CAP_PREFILL) || di.kind == ACCEL_KIND_FPGA)) pdev = "cpu";
     if (pdev && strcmp(pdev, device) != 0) {
         p = accel_open(pdev, m, &opts, err, sizeof err);
         if (!p) {

@@ -1,4 +1,5 @@
-/* fpga/backend.c — the U280 decode device (fpga-emu, fpga) behind the accel interface.
+/* fpga/backend.c — the U280 device (fpga-emu, fpga) behind the accel interface: decode, KV
+ * import, and prefill with FAST-Prefill's kernel where the xclbin has it.
  *
  * Design note
  * -----------
@@ -20,6 +21,17 @@
  * token and position, waits, and reads the status and logits back. Sampling stays with the
  * caller. One sequence per run.
  *
+ * Prefill (fpga/prefill.c drives fpga/kernels/prefill.c): a card whose xclbin has the prefill
+ * kernel keeps a standing workspace in the pool for a dense pass of FPGA_PF_PASS rows (with the
+ * kvf blocks, so that a dense prefill can export its KV), taken from mem_total at open; longer
+ * prompts run in several passes. A sparse prompt (FlexPrefill parameters, from an empty
+ * sequence, above the dense threshold, within the sparse units' bounds) needs the whole prompt
+ * at once: its workspace is placed in the pool for the call and freed after; when the pool has
+ * no room the call returns ACCEL_ERR_NOMEM and leaves the sequence as it was (the scheduler
+ * then prefills it dense). A card without the kernel prefills with one decode run per token
+ * and cannot export. Imports in flight are drained first (the workspace travels through the
+ * same staging slots).
+ *
  * Import: a chunk is validated on the host (int8 values in -127..127, scales finite and >= 0:
  * proto/kv.h's rules; the wire CRC was checked by the reader), then shipped in pieces through
  * the staging slots and reordered on the card by kv_scatter, whose CRC32C report is checked
@@ -29,7 +41,10 @@
  *
  * Threads: one thread drives the device (accel.h); describe() reads immutable fields only. */
 #include "fpga/backend.h"
+#include "cpu/flex.h"
 #include "cpu/ops.h"
+#include "fpga/flex_host.h"
+#include "fpga/prefill.h"
 #include "scheduler/accel_impl.h"
 #include <limits.h>
 #include <math.h>
@@ -65,6 +80,11 @@ typedef struct fpga_dev {
     extent *ext;
     int n_ext, cap_ext;
     uint64_t pool_lo, pool_hi;
+    int can_prefill;      /* the prefill kernel and its standing workspace are there */
+    uint64_t pf_ws_off;   /* the standing workspace: FPGA_PF_PASS rows, FPGA_PF_F_KVF */
+    uint32_t pass_rows;   /* rows per dense pass: FPGA_PF_PASS (tests: fewer) */
+    fpga_pf_result last_pf;
+    fpga_pf_job last_job; /* for tests: where the last prefill's workspace was */
 } fpga_dev;
 
 static const struct accel_dev_i fpga_i;
@@ -179,11 +199,10 @@ static int fpga_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32
     return ACCEL_OK;
 }
 
-static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
+/* One decode run per prompt token: a card without the prefill kernel. */
+static int prefill_by_steps(fpga_dev *d, fpga_seq *s, const accel_prefill_req *r)
 {
-    fpga_dev *d = (fpga_dev *)ad;
-    fpga_seq *s = (fpga_seq *)r->seq;
-    int vocab = ad->m->cfg.vocab;
+    int vocab = d->base.m->cfg.vocab;
     if (r->kv) return ACCEL_ERR_UNSUPPORTED;
     for (int i = 0; i < r->n; i++) {
         if (r->cancel && *r->cancel) return ACCEL_ERR_CANCELLED;
@@ -194,6 +213,85 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
         if (st) return st;
     }
     return ACCEL_OK;
+}
+
+/* 1: the request runs sparse (its parameters into p), 0: dense, or ACCEL_ERR_INVALID. FlexPrefill
+ * as the CPU reference decides it (cpu/flex.h), plus the sparse units' bounds (flex_kernel.h):
+ * outside them the card runs dense and the report says so. */
+static int sparse_params(const fpga_dev *d, const fpga_seq *s, const accel_prefill_req *r,
+                         fpga_pf_params *p)
+{
+    const accel_sparse *sp = r->sparse;
+    const fpga_dec_desc *desc = &d->card.desc;
+    if (!sp || s->base.len != 0) return 0;
+    cpu_flex_params fp;
+    cpu_flex_params_default(&fp);
+    fp.gamma = sp->gamma;
+    fp.tau = sp->tau;
+    fp.min_budget = sp->min_budget;
+    fp.max_budget = sp->max_budget;
+    fp.dense_below = sp->dense_below;
+    if (cpu_flex_params_check(&fp, NULL, 0)) return ACCEL_ERR_INVALID;
+    if (r->n <= cpu_flex_dense_threshold(&fp)) return 0;
+    if (r->n < 2 * FPGA_FLEX_BS || r->n > FPGA_FLEX_MAX_TOKENS ||
+        desc->n_heads > FPGA_FLEX_MAX_HEADS ||
+        desc->n_heads / desc->n_kv_heads > FPGA_FLEX_MAX_GROUP || desc->head_dim > FPGA_FLEX_MAX_D)
+        return 0;
+    const int64_t nb = (r->n + FPGA_FLEX_BS - 1) / FPGA_FLEX_BS;
+    int64_t minb = ((int64_t)(fp.min_budget > 0 ? fp.min_budget : 1) + FPGA_FLEX_BS - 1) / FPGA_FLEX_BS;
+    int64_t maxb = ((int64_t)(fp.max_budget > 0 ? fp.max_budget : 2147483647) + FPGA_FLEX_BS - 1) /
+                   FPGA_FLEX_BS;
+    *p = (fpga_pf_params){.gamma_bits = fpga_flex_bits(fp.gamma), .tau_bits = fpga_flex_bits(fp.tau),
+                          .min_blocks = (uint32_t)minb, .max_blocks = (uint32_t)(maxb < nb ? maxb : nb)};
+    /* the SAU's cache: FAST-Prefill's 16 MB in KV blocks, half hot; 16 query blocks a window
+     * (fpga_flex_opts_default) */
+    fpga_flex_opts fo;
+    fpga_flex_opts_default(&fo, (int)desc->head_dim);
+    p->cache_blocks = (uint32_t)fo.cache_blocks;
+    p->hot_blocks = (uint32_t)fo.hot_blocks;
+    p->window = (uint32_t)fo.window;
+    return 1;
+}
+
+static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
+{
+    fpga_dev *d = (fpga_dev *)ad;
+    fpga_seq *s = (fpga_seq *)r->seq;
+    if (r->sparse_report) *r->sparse_report = (accel_sparse_report){.density = 1.0};
+    if (r->kv && !r->kv->layer) return ACCEL_ERR_INVALID;
+    if (s->failed) return ACCEL_ERR_CORRUPT;
+    if (!d->can_prefill) return prefill_by_steps(d, s, r);
+    int st = drain(d, s);
+    if (st) return st;
+    if (s->failed) return ACCEL_ERR_CORRUPT;
+    fpga_pf_job j = {.m = ad->m, .ids = r->ids, .n = r->n, .pos0 = (uint32_t)s->base.len,
+                     .rope_len = s->base.len + r->n, .kv_off = s->kv_off,
+                     .part_tiles = s->part_tiles, .ws_off = d->pf_ws_off, .ws_rows = d->pass_rows,
+                     .ws_flags = FPGA_PF_F_KVF, .logits = r->logits, .all_logits = r->all_logits,
+                     .kv = r->kv, .cancel = r->cancel};
+    int sparse = sparse_params(d, s, r, &j.params);
+    if (sparse < 0) return sparse;
+    uint64_t ws = 0;
+    if (sparse) {
+        fpga_pf_ws w;
+        fpga_pf_ws_of(&d->card.desc, (uint32_t)r->n, FPGA_PF_F_KVF | FPGA_PF_F_SPARSE, &w);
+        if (pool_alloc(d, w.bytes, &ws)) return ACCEL_ERR_NOMEM;
+        j.sparse = 1;
+        j.ws_off = ws;
+        j.ws_rows = (uint32_t)r->n;
+        j.ws_flags = FPGA_PF_F_KVF | FPGA_PF_F_SPARSE;
+    }
+    st = card_status(d, fpga_pf_prefill(&d->card, &j, &d->last_pf));
+    d->last_job = j;
+    if (ws) pool_free(d, ws);
+    if (!st && r->sparse_report && d->last_pf.layers_sparse) {
+        accel_sparse_report *rep = r->sparse_report;
+        rep->layers_sparse = d->last_pf.layers_sparse;
+        rep->blocks_computed = d->last_pf.blocks_computed;
+        rep->blocks_causal = d->last_pf.blocks_causal;
+        rep->density = rep->blocks_causal ? (double)rep->blocks_computed / rep->blocks_causal : 1.0;
+    }
+    return st;
 }
 
 /* proto/kv.h allows int8 values -127..127 and scales that are finite and not negative. */
@@ -302,6 +400,7 @@ static void fpga_describe(accel_dev *ad, accel_info *out)
              d->emu ? " (emulated)" : "", d->q.wbits, d->q.head_bits);
     out->kind = ACCEL_KIND_FPGA;
     out->caps = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
+    if (d->can_prefill) out->caps |= ACCEL_CAP_PREFILL | ACCEL_CAP_KV_EXPORT;
     out->max_batch = 1;
 }
 
@@ -427,6 +526,17 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
     }
     d->pool_lo = fpga_card_pool_lo(&d->card);
     d->pool_hi = fpga_card_pool_hi(&d->card);
+    if (fpga_card_can_prefill(&d->card)) {
+        /* the standing workspace of dense passes sits at the bottom of the pool */
+        fpga_pf_ws w;
+        fpga_pf_ws_of(&desc, FPGA_PF_PASS, FPGA_PF_F_KVF, &w);
+        if (d->pool_lo + w.bytes < d->pool_hi) {
+            d->can_prefill = 1;
+            d->pass_rows = FPGA_PF_PASS;
+            d->pf_ws_off = d->pool_lo;
+            d->pool_lo += w.bytes;
+        }
+    }
     d->base.mem_total = (d->pool_hi - d->pool_lo) * FPGA_DEC_CH;
     if (o->mem_limit && o->mem_limit < d->base.mem_total) d->base.mem_total = o->mem_limit;
     d->base.kv_bytes_per_token = 2ull * c->n_layers * c->n_kv_heads * (c->head_dim + 2);
@@ -488,4 +598,23 @@ void fpga_dev_seq_slab(accel_dev *ad, accel_seq *as, uint64_t *kv_off, uint32_t 
     fpga_seq *s = (fpga_seq *)as;
     *kv_off = s->kv_off;
     *part_tiles = s->part_tiles;
+}
+
+int fpga_dev_last_prefill(accel_dev *ad, fpga_pf_result *res, uint64_t *ws_off, uint32_t *ws_rows,
+                          uint32_t *ws_flags)
+{
+    if (!ad || ad->i != &fpga_i) return -1;
+    fpga_dev *d = (fpga_dev *)ad;
+    if (res) *res = d->last_pf;
+    if (ws_off) *ws_off = d->last_job.ws_off;
+    if (ws_rows) *ws_rows = d->last_job.ws_rows;
+    if (ws_flags) *ws_flags = d->last_job.ws_flags;
+    return 0;
+}
+
+int fpga_dev_set_pass_rows(accel_dev *ad, int rows)
+{
+    if (!ad || ad->i != &fpga_i || rows < 1 || rows > FPGA_PF_PASS) return -1;
+    ((fpga_dev *)ad)->pass_rows = (uint32_t)rows;
+    return 0;
 }

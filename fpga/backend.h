@@ -8,9 +8,14 @@
  *
  * Capabilities: DECODE | KV_IMPORT, max_batch 1 (the kernel decodes one sequence per run, as
  * GLITCHES' FlightLLM-based cards do; accel_decode with n > 1 runs them one after another).
- * accel_prefill works too, one decode run per prompt token (slow on a card, hence no PREFILL
- * capability; its KV export is not supported). mem_total is the HBM left for KV after the
- * weight image (the KV pool of every channel, fpga/BANKS.md), capped by opts->mem_limit;
+ * With FAST-Prefill's kernel in the xclbin (fpga/kernels/prefill.c; the emulator's has it) also
+ * PREFILL | KV_EXPORT: accel_prefill runs the prompt through the card's prefill kernel, dense
+ * or FlexPrefill-sparse (accel_prefill_req.sparse; the report gives its density), and exports
+ * each layer's int8 KV to a sink; a dense card prefill computes exactly what decoding the
+ * prompt token by token would (logits and KV, bit for bit). Without the kernel accel_prefill is
+ * one decode run per token and cannot export. mem_total is the HBM left for KV after the weight
+ * image and the prefill's standing workspace (the KV pool of every channel, fpga/BANKS.md),
+ * capped by opts->mem_limit;
  * kv_bytes_per_token = 2 * layers * kv_heads * (head_dim + 2) (int8 + one fp16 scale per head).
  * KV is int8 only (opts->kv_dtype int4 is refused at open).
  *
@@ -24,6 +29,7 @@
 #ifndef TANDEM_FPGA_BACKEND_H
 #define TANDEM_FPGA_BACKEND_H
 #include "fpga/card.h"
+#include "fpga/prefill.h"
 #include "fpga/quant.h"
 #include "scheduler/accel.h"
 
@@ -35,5 +41,13 @@ const fpga_quant_opts *fpga_dev_quant(accel_dev *d);
 int fpga_dev_image_cached(accel_dev *d, const char **path);
 /* Where a sequence's KV lives (same offset in every channel). */
 void fpga_dev_seq_slab(accel_dev *d, accel_seq *s, uint64_t *kv_off, uint32_t *part_tiles);
+/* What the last card prefill did, and the workspace it used (the standing one, or a sparse
+ * call's, freed since but not cleared: tests read its last layer back). Any pointer may be
+ * NULL. 0, or -1 when d is not an FPGA device. */
+int fpga_dev_last_prefill(accel_dev *d, fpga_pf_result *res, uint64_t *ws_off, uint32_t *ws_rows,
+                          uint32_t *ws_flags);
+/* Tests: dense passes of at most `rows` rows (1..FPGA_PF_PASS; the standing workspace holds
+ * FPGA_PF_PASS). 0, or -1. */
+int fpga_dev_set_pass_rows(accel_dev *d, int rows);
 
 #endif

@@ -8,6 +8,7 @@
 /* kernel argument numbers (fpga/kernels/decode.c, kv_scatter.c, kv_gather.c) */
 enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES };
 enum { SC_BANK0 = 4, SC_LAYER = 36, SC_POS0, SC_N, SC_PER, SC_KV_OFF, SC_PART_TILES, SC_STAGE_BYTES };
+enum { PF_IO = 32, PF_MODE, PF_LAYER, PF_POS0, PF_N, PF_R0, PF_R1, PF_KV_OFF, PF_PART_TILES, PF_WS_OFF };
 
 #define TRY(expr)                                                                                  \
     do {                                                                                           \
@@ -43,6 +44,7 @@ void fpga_card_close(fpga_card *c)
     /* A hung run keeps its BOs alive inside XRT until the device closes; closing in any order
      * is fine (the emulator counts references, XRT does the same). */
     if (c->r_dec) fpga_xrt_run_close(x, c->r_dec);
+    if (c->r_pf) fpga_xrt_run_close(x, c->r_pf);
     for (int g = 0; g < FPGA_CARD_GROUPS; g++)
         if (c->r_sc[g]) fpga_xrt_run_close(x, c->r_sc[g]);
     for (int i = 0; i < FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS; i++)
@@ -56,6 +58,7 @@ void fpga_card_close(fpga_card *c)
     if (c->k_dec) fpga_xrt_kernel_close(x, c->k_dec);
     if (c->k_sc) fpga_xrt_kernel_close(x, c->k_sc);
     if (c->k_gather) fpga_xrt_kernel_close(x, c->k_gather);
+    if (c->k_pf) fpga_xrt_kernel_close(x, c->k_pf);
     if (c->dev) fpga_xrt_device_close(x, c->dev);
     fpga_xrt_free(x);
     memset(c, 0, sizeof *c);
@@ -78,6 +81,16 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
     for (int i = 0; i <= FPGA_DEC_CH; i++)
         if ((st = fpga_xrt_kernel_group(x, c->k_dec, i, &grp[i])))
             return fail_msg(st, err, errlen, "decode kernel connectivity");
+    /* FAST-Prefill's kernel is optional: an xclbin without it leaves the card decode-only */
+    if (fpga_xrt_kernel_open(x, c->dev, uuid, "tandem_prefill", 0, &c->k_pf)) c->k_pf = NULL;
+    for (int i = 0; c->k_pf && i <= FPGA_DEC_CH; i++) {
+        uint32_t g;
+        if (fpga_xrt_kernel_group(x, c->k_pf, i, &g) || g != grp[i]) {
+            /* not on the decode kernel's banks: it could not reach the image */
+            fpga_xrt_kernel_close(x, c->k_pf);
+            c->k_pf = NULL;
+        }
+    }
     /* Reserve at the top of every channel: the io block in HBM[0], a staging slot in HBM[1..8];
      * the same reserve everywhere keeps the KV pool at the same offsets in all channels. */
     c->io_bytes = fpga_dec_align(fpga_dec_io_bytes(&c->desc), 4096);
@@ -118,6 +131,12 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
             st = fpga_xrt_run_set_bo(x, c->r_sc[g], SC_BANK0 + i, c->bank[i]);
         if (st || (st = fpga_xrt_run_set_u64(x, c->r_sc[g], SC_STAGE_BYTES, FPGA_CARD_STAGE_BYTES)))
             return fail_msg(st, err, errlen, "scatter arguments");
+    }
+    if (c->k_pf) {
+        if ((st = fpga_xrt_run_open(x, c->k_pf, &c->r_pf))) return fail_msg(st, err, errlen, "run");
+        for (int i = 0; i < FPGA_DEC_CH && !st; i++) st = fpga_xrt_run_set_bo(x, c->r_pf, i, c->bank[i]);
+        if (st || (st = fpga_xrt_run_set_bo(x, c->r_pf, PF_IO, c->io)))
+            return fail_msg(st, err, errlen, "prefill arguments");
     }
     for (int i = 0; i < FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS; i++)
         if ((st = fpga_xrt_run_open(x, c->k_gather, &c->r_gather[i])) ||
@@ -181,15 +200,24 @@ int fpga_card_upload(fpga_card *c, const uint8_t *image, char *err, size_t errle
     return 0;
 }
 
-/* A decode run that timed out earlier: still running means the card is stuck. */
+static int in_flight(fpga_card *c, xrtRunHandle r)
+{
+    enum ert_cmd_state s = fpga_xrt_run_state(c->x, r);
+    return s == ERT_CMD_STATE_QUEUED || s == ERT_CMD_STATE_RUNNING || s == ERT_CMD_STATE_NEW ||
+           s == ERT_CMD_STATE_SUBMITTED;
+}
+
+/* A decode or prefill run that timed out earlier: still running means the card is stuck. */
 static int check_stuck(fpga_card *c)
 {
-    if (!c->dec_in_flight) return 0;
-    enum ert_cmd_state s = fpga_xrt_run_state(c->x, c->r_dec);
-    if (s == ERT_CMD_STATE_QUEUED || s == ERT_CMD_STATE_RUNNING || s == ERT_CMD_STATE_NEW ||
-        s == ERT_CMD_STATE_SUBMITTED)
-        return ACCEL_ERR_DEVICE;
-    c->dec_in_flight = 0;
+    if (c->dec_in_flight) {
+        if (in_flight(c, c->r_dec)) return ACCEL_ERR_DEVICE;
+        c->dec_in_flight = 0;
+    }
+    if (c->pf_in_flight) {
+        if (in_flight(c, c->r_pf)) return ACCEL_ERR_DEVICE;
+        c->pf_in_flight = 0;
+    }
     return 0;
 }
 
@@ -367,4 +395,106 @@ int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n)
     }
     /* the gather run's source was changed: restore it for uploads */
     return fpga_xrt_run_set_bo(c->x, r, 0, c->stage[0][0]);
+}
+
+int fpga_card_write_bank(fpga_card *c, int ch, uint64_t off, const void *src, size_t n)
+{
+    void *owner;
+    TRY(fpga_card_drain(c, &owner, NULL));
+    TRY(check_stuck(c));
+    const int slots = FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS;
+    const uint8_t *in = src;
+    int slot = 0, st = 0;
+    while (n && !st) {
+        size_t k = n < FPGA_CARD_STAGE_BYTES ? n : FPGA_CARD_STAGE_BYTES;
+        xrtRunHandle r = c->r_gather[slot];
+        if (c->gather_busy[slot] && (st = wait_run(c, r))) break;
+        c->gather_busy[slot] = 0;
+        memcpy(c->stage_host[slot / 4][slot % 4], in, k);
+        if ((st = fpga_xrt_bo_sync(c->x, c->stage[slot / 4][slot % 4], XCL_BO_SYNC_BO_TO_DEVICE, k,
+                                   0)) ||
+            (st = fpga_xrt_run_set_bo(c->x, r, 1, c->bank[ch])) ||
+            (st = fpga_xrt_run_set_u64(c->x, r, 2, 0)) || (st = fpga_xrt_run_set_u64(c->x, r, 3, off)) ||
+            (st = fpga_xrt_run_set_u64(c->x, r, 4, k)) || (st = fpga_xrt_run_start(c->x, r)))
+            break;
+        c->gather_busy[slot] = 1;
+        slot = (slot + 1) % slots;
+        in += k;
+        off += k;
+        n -= k;
+    }
+    for (int i = 0; i < slots; i++) {
+        if (!c->gather_busy[i]) continue;
+        int s2 = wait_run(c, c->r_gather[i]);
+        if (!st) st = s2;
+        if (s2 != ACCEL_ERR_TIMEOUT) c->gather_busy[i] = 0;
+        fpga_emu_run_stats rs;
+        if (!s2 && c->emu && fpga_xrt_emu_run_stats(c->x, c->r_gather[i], &rs) == 0) {
+            c->gather_runs++;
+            c->gather_modeled_ns += rs.modeled_ns;
+        }
+    }
+    return st;
+}
+
+/* ---------------------------------------------------------------- prefill */
+
+int fpga_card_can_prefill(const fpga_card *c)
+{
+    return c->k_pf && fpga_dec_io_logits_off(&c->desc) >= fpga_pf_io_need();
+}
+
+int fpga_card_pf_params(fpga_card *c, const fpga_pf_params *p)
+{
+    TRY(fpga_xrt_bo_write(c->x, c->io, p, sizeof *p, FPGA_PF_IO_PARAMS));
+    return fpga_xrt_bo_sync(c->x, c->io, XCL_BO_SYNC_BO_TO_DEVICE, sizeof *p, FPGA_PF_IO_PARAMS);
+}
+
+int fpga_card_pf_run(fpga_card *c, uint32_t mode, uint32_t layer, uint32_t pos0, uint32_t n,
+                     uint32_t r0, uint32_t r1, uint64_t kv_off, uint32_t part_tiles,
+                     uint64_t ws_off)
+{
+    fpga_xrt *x = c->x;
+    if (!c->k_pf) return ACCEL_ERR_UNSUPPORTED;
+    TRY(check_stuck(c));
+    xrtRunHandle r = c->r_pf;
+    TRY(fpga_xrt_run_set_u32(x, r, PF_MODE, mode));
+    TRY(fpga_xrt_run_set_u32(x, r, PF_LAYER, layer));
+    TRY(fpga_xrt_run_set_u32(x, r, PF_POS0, pos0));
+    TRY(fpga_xrt_run_set_u32(x, r, PF_N, n));
+    TRY(fpga_xrt_run_set_u32(x, r, PF_R0, r0));
+    TRY(fpga_xrt_run_set_u32(x, r, PF_R1, r1));
+    TRY(fpga_xrt_run_set_u64(x, r, PF_KV_OFF, kv_off));
+    TRY(fpga_xrt_run_set_u32(x, r, PF_PART_TILES, part_tiles));
+    TRY(fpga_xrt_run_set_u64(x, r, PF_WS_OFF, ws_off));
+    TRY(fpga_xrt_run_start(x, r));
+    int st = wait_run(c, r);
+    if (st == ACCEL_ERR_TIMEOUT) c->pf_in_flight = 1;
+    if (st) return st;
+    if (c->emu && fpga_xrt_emu_run_stats(x, r, &c->last_pf) == 0) {
+        c->pf_runs++;
+        c->pf_modeled_ns += c->last_pf.modeled_ns;
+    }
+    uint32_t status[4];
+    TRY(fpga_xrt_bo_sync(x, c->io, XCL_BO_SYNC_BO_FROM_DEVICE, sizeof status, 0));
+    TRY(fpga_xrt_bo_read(x, c->io, status, sizeof status, 0));
+    uint32_t where = (mode & FPGA_PF_MODE_MASK) == FPGA_PF_HEAD ? r0 : layer;
+    if (status[0] != FPGA_PF_STATUS_MAGIC || status[1] != mode || status[2] != where ||
+        status[3] != r1)
+        return ACCEL_ERR_DEVICE; /* the kernel did not finish this run */
+    return 0;
+}
+
+int fpga_card_pf_report(fpga_card *c, fpga_pf_report *r)
+{
+    TRY(fpga_xrt_bo_sync(c->x, c->io, XCL_BO_SYNC_BO_FROM_DEVICE, sizeof *r, FPGA_PF_IO_REPORT));
+    TRY(fpga_xrt_bo_read(c->x, c->io, r, sizeof *r, FPGA_PF_IO_REPORT));
+    return r->magic == FPGA_PF_REPORT_MAGIC ? 0 : ACCEL_ERR_DEVICE;
+}
+
+int fpga_card_logits(fpga_card *c, float *logits)
+{
+    uint64_t off = fpga_dec_io_logits_off(&c->desc), n = 4ull * c->desc.vocab;
+    TRY(fpga_xrt_bo_sync(c->x, c->io, XCL_BO_SYNC_BO_FROM_DEVICE, n, off));
+    return fpga_xrt_bo_read(c->x, c->io, logits, n, off);
 }

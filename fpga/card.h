@@ -2,7 +2,7 @@
  * of the bank plan (fpga/BANKS.md), the weight upload, decode runs and KV import pieces.
  *
  * Objects: 32 bank BOs (DEV_ONLY, one per pseudo-channel, each 256 MiB minus a reserve at the
- * top): image at the bottom, KV pool above. In the reserves: the io BO (HBM[0]: step input,
+ * top): image at the bottom, KV pool above (sequence slabs and prefill workspaces). In the reserves: the io BO (HBM[0]: step input,
  * status, logits) and 2 x 4 staging BOs (HBM[1..8], host-visible, mapped) through which the
  * weights are uploaded (kv_gather copies) and KV is imported (kv_scatter). One run handle per
  * kernel use, its buffer arguments set once.
@@ -19,6 +19,7 @@
 #ifndef TANDEM_FPGA_CARD_H
 #define TANDEM_FPGA_CARD_H
 #include "fpga/image_cache.h"
+#include "fpga/kernels/pf_layout.h"
 #include "fpga/xrt_load.h"
 #include "proto/kv.h"
 
@@ -40,19 +41,24 @@ typedef struct fpga_card {
     fpga_dec_desc desc;
     fpga_dec_layout lo;
     xrtKernelHandle k_dec, k_sc, k_gather;
+    xrtKernelHandle k_pf; /* tandem_prefill, NULL when the xclbin has none */
     xrtBufferHandle bank[FPGA_DEC_CH], io;
     xrtBufferHandle stage[FPGA_CARD_GROUPS][FPGA_DEC_STAGE_SLOTS];
     uint8_t *stage_host[FPGA_CARD_GROUPS][FPGA_DEC_STAGE_SLOTS];
     xrtRunHandle r_dec, r_sc[FPGA_CARD_GROUPS], r_gather[FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS];
+    xrtRunHandle r_pf;
     int gather_busy[FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS];
     uint64_t bank_bytes, io_bytes;
     fpga_card_pending pend[FPGA_CARD_GROUPS];
     int next_group;
     int piece_limit;   /* 0, or fewer positions per import piece (tests: many pieces) */
     int dec_in_flight; /* a decode run timed out and may still be running */
+    int pf_in_flight;  /* the same for a prefill run */
     /* timing model (emulator only; zeros on a real card) */
     fpga_emu_run_stats last_dec;
     uint64_t dec_runs, dec_modeled_ns, sc_runs, sc_modeled_ns;
+    fpga_emu_run_stats last_pf;
+    uint64_t pf_runs, pf_modeled_ns, gather_runs, gather_modeled_ns;
 } fpga_card;
 
 /* Loads the XRT library lib (NULL: the default), opens device `index`, loads `xclbin` if given
@@ -90,7 +96,26 @@ int fpga_card_piece_tokens_for(const fpga_dec_desc *d);
 int fpga_card_drain(fpga_card *c, void **failed_owner, void (*on_fail)(void *owner, int st));
 
 /* Reads n bytes at off of bank BO ch as the card sees them (a kv_gather run into a staging
- * slot): for tests of what the kernels read. Drains first. */
+ * slot): for tests of what the kernels read, and the prefill's results. Drains first. */
 int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n);
+/* Writes n bytes at off of bank BO ch (staging slots + kv_gather runs, pipelined over the
+ * slots as the weight upload is). Drains first. */
+int fpga_card_write_bank(fpga_card *c, int ch, uint64_t off, const void *src, size_t n);
+
+/* ---------------------------------------------------------------- prefill (pf_layout.h) */
+
+/* 1 when the xclbin has the prefill kernel and the model's io block has room for its records. */
+int fpga_card_can_prefill(const fpga_card *c);
+/* Writes the sparse units' parameters into io (read by the next ATTN runs). */
+int fpga_card_pf_params(fpga_card *c, const fpga_pf_params *p);
+/* One prefill run (arguments as fpga/kernels/prefill.c takes them): starts it, waits, checks the
+ * status record it leaves in io. */
+int fpga_card_pf_run(fpga_card *c, uint32_t mode, uint32_t layer, uint32_t pos0, uint32_t n,
+                     uint32_t r0, uint32_t r1, uint64_t kv_off, uint32_t part_tiles,
+                     uint64_t ws_off);
+/* The report of the last ATTN run. */
+int fpga_card_pf_report(fpga_card *c, fpga_pf_report *r);
+/* The logits the last HEAD (or decode) run left in io (vocab floats). */
+int fpga_card_logits(fpga_card *c, float *logits);
 
 #endif

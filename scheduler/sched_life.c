@@ -53,7 +53,8 @@ int sched_can_serve(sched *s, const char **why)
         for (int i = 0; i < s->n_devs; i++) {
             const sched_policy_dev *v = &s->book.dev[i];
             if (v->health == ACCEL_HEALTH_FAILED) continue;
-            prefill |= (v->caps & ACCEL_CAP_PREFILL) != 0;
+            prefill |= (v->caps & ACCEL_CAP_PREFILL) != 0 &&
+                       (v->kind != ACCEL_KIND_FPGA || s->book.opts.fpga_prefill);
             decode |= (v->caps & ACCEL_CAP_DECODE) != 0;
         }
         *why = ok ? NULL : !prefill ? "no healthy device can prefill" : !decode ? "no healthy device can decode"

@@ -10,6 +10,7 @@ static const fpga_k_desc *const kernels[] = {
     &fpga_k_kv_scatter_desc,
     &fpga_k_flex_sigu_desc,
     &fpga_k_flex_sau_desc,
+    &fpga_k_prefill_desc,
 };
 
 const fpga_k_desc *emu_registry_find(const char *name)

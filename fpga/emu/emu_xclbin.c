@@ -93,7 +93,19 @@ const char emu_xclbin_builtin[] =
     "arg cache_blocks u32\n"
     "arg hot_blocks u32\n"
     "arg window u32\n"
-    "arg mode u32\n";
+    "arg mode u32\n"
+    "# FAST-Prefill's accelerator for whole prompts (fpga/kernels/prefill.c), on the decode banks\n"
+    "kernel tandem_prefill\n" XC_PORTS(XC_BANK)
+    "arg io global HBM[0]\n"
+    "arg mode u32\n"
+    "arg layer u32\n"
+    "arg pos0 u32\n"
+    "arg n u32\n"
+    "arg r0 u32\n"
+    "arg r1 u32\n"
+    "arg kv_off u64\n"
+    "arg part_tiles u32\n"
+    "arg ws_off u64\n";
 
 static int hexval(int ch)
 {

@@ -113,3 +113,43 @@ int tf_card_stats(accel_dev *d, fpga_emu_card_stats *st)
     if (!c) return -1;
     return fpga_xrt_emu_card_stats(c->x, c->dev, st);
 }
+
+uint64_t tf_kv_bytes(accel_dev *d, int n)
+{
+    const model_config *c = &accel_model(d)->cfg;
+    return (uint64_t)c->n_layers * n * c->n_kv_heads * 2 * (c->head_dim + 2);
+}
+
+int tf_read_kv(accel_dev *d, accel_seq *s, int n, uint8_t *out)
+{
+    fpga_card *c = fpga_dev_card(d);
+    if (!c) return ACCEL_ERR_INVALID;
+    const fpga_dec_desc *de = &c->desc;
+    const uint32_t hd = de->head_dim;
+    uint64_t kv_off;
+    uint32_t part_tiles;
+    fpga_dev_seq_slab(d, s, &kv_off, &part_tiles);
+    const uint64_t slab = fpga_dec_slab_bytes(&c->lo, part_tiles);
+    uint8_t *buf = malloc(slab * FPGA_DEC_CH);
+    if (!buf) return ACCEL_ERR_NOMEM;
+    int st = 0;
+    for (int ch = 0; ch < FPGA_DEC_CH && !st; ch++)
+        st = fpga_card_read_bank(c, ch, kv_off, buf + ch * slab, slab);
+    uint8_t *o = out;
+    for (uint32_t l = 0; !st && l < de->n_layers; l++)
+        for (int p = 0; p < n; p++)
+            for (uint32_t h = 0; h < de->n_kv_heads; h++) {
+                uint32_t part, tile, row;
+                fpga_dec_pos_where(de, (uint32_t)p, &part, &tile, &row);
+                const uint8_t *t = buf + fpga_dec_stream_ch(de, l, h, part) * slab +
+                                   fpga_dec_stream_off(de, &c->lo, l, h, part, part_tiles) +
+                                   (uint64_t)tile * c->lo.tile_bytes;
+                memcpy(o, t + fpga_dec_tile_k(hd, row), hd);
+                memcpy(o + hd, t + fpga_dec_tile_ks(hd, row), 2);
+                memcpy(o + hd + 2, t + fpga_dec_tile_v(hd, row), hd);
+                memcpy(o + 2 * hd + 2, t + fpga_dec_tile_vs(hd, row), 2);
+                o += 2 * (hd + 2);
+            }
+    free(buf);
+    return st;
+}

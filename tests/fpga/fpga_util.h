@@ -28,6 +28,12 @@ void tf_kv_free(tf_kv *k);
 /* Imports every captured chunk into s on d; the first failing status. */
 int tf_import(accel_dev *d, accel_seq *s, const tf_kv *k);
 
+/* Positions [0, n) of sequence s on card device d as its tiles hold them, into out:
+ * (layer, position, kv head) records of K values (hd) | K scale (2) | V values | V scale (2),
+ * tf_kv_bytes(d, n) bytes. 0 or a status. */
+uint64_t tf_kv_bytes(accel_dev *d, int n);
+int tf_read_kv(accel_dev *d, accel_seq *s, int n, uint8_t *out);
+
 /* Emulator card stats of an FPGA device's card. */
 int tf_card_stats(accel_dev *d, fpga_emu_card_stats *st);
 

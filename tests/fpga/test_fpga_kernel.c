@@ -178,14 +178,18 @@ TEST(fpga_device_describes_itself)
     accel_get_info(f, &info);
     CHECK_STR(info.name, "fpga-emu:1");
     CHECK_EQ(info.kind, ACCEL_KIND_FPGA);
-    CHECK_EQ(info.caps, ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT);
+    CHECK_EQ(info.caps, ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT | ACCEL_CAP_PREFILL |
+                            ACCEL_CAP_KV_EXPORT);
     CHECK_EQ(info.max_batch, 1);
     const model_config *c = &m->cfg;
     CHECK_EQ(info.kv_bytes_per_token, 2 * c->n_layers * c->n_kv_heads * (c->head_dim + 2));
-    /* free HBM for KV: every channel's pool, 256 MiB less the image and the 1 MiB reserve */
+    /* free HBM for KV: every channel's pool, 256 MiB less the image, the 1 MiB reserve and the
+     * prefill's standing workspace */
     fpga_card *card = fpga_dev_card(f);
     REQUIRE(card);
-    CHECK_EQ(info.mem_total, 32 * (card->bank_bytes - card->lo.image_bytes));
+    fpga_pf_ws ws;
+    fpga_pf_ws_of(&card->desc, FPGA_PF_PASS, FPGA_PF_F_KVF, &ws);
+    CHECK_EQ(info.mem_total, 32 * (card->bank_bytes - card->lo.image_bytes - ws.bytes));
     CHECK(info.mem_total > 7ull << 30 && info.mem_total < 8ull << 30);
     CHECK_EQ(accel_warmup(f), 0);
     /* two emulated cards are independent devices */
@@ -205,13 +209,53 @@ TEST(fpga_device_describes_itself)
     model_free(m);
 }
 
-/* accel_prefill on a card is one decode run per position: the same logits, bit for bit, as
- * decoding the positions one by one; exporting KV from a card is not supported. */
-TEST(fpga_prefill_is_decode_steps)
+static int count_layer(void *ctx, const proto_kv_layer *c)
 {
-    model *m;
-    accel_dev *f;
-    if (tf_open("fpga-emu", 8, &m, &f)) return;
+    (void)c;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+/* A card whose xclbin has no prefill kernel (FAST-Prefill's is optional): no PREFILL
+ * capability, accel_prefill is one decode run per position — the same logits, bit for bit, as
+ * decoding the positions one by one — and it cannot export KV. */
+TEST(fpga_prefill_without_kernel_is_decode_steps)
+{
+    /* the emulator's built-in kernels less tandem_prefill */
+    char text[8192];
+    int k = snprintf(text, sizeof text,
+                     "tandem-emu-xclbin 1\nuuid 0b1e7c2a-5d3f-4a8e-9b61-2c0d8f3e1a58\n"
+                     "kernel kv_gather\narg src global HBM[0:31]\narg dst global HBM[0:31]\n"
+                     "arg src_off u64\narg dst_off u64\narg n u64\nkernel tandem_decode\n");
+    for (int c = 0; c < 32; c++) k += snprintf(text + k, sizeof text - k, "arg hbm%d global HBM[%d]\n", c, c);
+    k += snprintf(text + k, sizeof text - k,
+                  "arg io global HBM[0]\narg token u32\narg pos u32\narg kv_off u64\n"
+                  "arg part_tiles u32\nkernel kv_scatter\n");
+    for (int j = 0; j < 4; j++) k += snprintf(text + k, sizeof text - k, "arg stage%d global HBM[1:8]\n", j);
+    for (int c = 0; c < 32; c++) k += snprintf(text + k, sizeof text - k, "arg hbm%d global HBM[%d]\n", c, c);
+    snprintf(text + k, sizeof text - k,
+             "arg layer u32\narg pos0 u32\narg n u32\narg per u32\narg kv_off u64\n"
+             "arg part_tiles u32\narg stage_bytes u64\n");
+    char path[512];
+    snprintf(path, sizeof path, "%s/decode_only.xclbin", t_tmpdir());
+    FILE *fx = fopen(path, "w");
+    REQUIRE(fx);
+    fputs(text, fx);
+    fclose(fx);
+    char err[512];
+    tf_cache_env();
+    model *m = model_load(TF_MODEL, err, sizeof err);
+    REQUIRE(m);
+    accel_opts o = {.xclbin = path};
+    accel_dev *f = accel_open("fpga-emu", m, &o, err, sizeof err);
+    CHECK_MSG(f != NULL, "%s", err);
+    if (!f) {
+        model_free(m);
+        return;
+    }
+    accel_info info;
+    accel_get_info(f, &info);
+    CHECK_EQ(info.caps, ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT);
     enum { N = 20 };
     const int V = m->cfg.vocab;
     int32_t ids[N];
@@ -227,10 +271,12 @@ TEST(fpga_prefill_is_decode_steps)
     for (int i = 0; i < N; i++) REQUIRE(accel_decode(f, 1, &s, &ids[i], b + (size_t)i * V) == 0);
     CHECK(memcmp(a, b, sizeof(float) * N * V) == 0);
     accel_seq_free(f, s);
-    accel_kv_sink sink = {NULL, NULL};
+    int calls = 0;
+    accel_kv_sink sink = {count_layer, &calls};
     REQUIRE(accel_seq_new(f, N, &s) == 0);
     accel_prefill_req rk = {.seq = s, .ids = ids, .n = 2, .logits = a, .kv = &sink};
     CHECK_EQ(accel_prefill(f, &rk), ACCEL_ERR_UNSUPPORTED);
+    CHECK_EQ(calls, 0);
     accel_seq_free(f, s);
     free(a);
     free(b);

@@ -1,0 +1,184 @@
+/* fpga/prefill.c — see prefill.h. Host buffers: one pass of embeddings and rotary angles, one
+ * channel's share of a striped array while it travels, and (with a KV sink) one layer's kvf
+ * blocks and its wire chunk. */
+#include "fpga/prefill.h"
+#include "cpu/ops.h"
+#include "fpga/kernels/dec_math.h"
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct pf_bufs {
+    float *x, *rope;          /* (rows, hidden), (rows, head_dim) */
+    uint8_t *stripe;          /* one channel's items of a striped array */
+    uint8_t *kvf;             /* a layer's kvf blocks, (Hk, nb) */
+    uint8_t *wire;            /* its wire chunk: K | V | K scales | V scales */
+} pf_bufs;
+
+static void bufs_free(pf_bufs *b)
+{
+    free(b->x);
+    free(b->rope);
+    free(b->stripe);
+    free(b->kvf);
+    free(b->wire);
+}
+
+/* Items [0, count) of striped array a: from / to host rows of `item` bytes each, one channel
+ * (one contiguous run on the card) at a time. */
+static int put_striped(fpga_card *c, const fpga_pf_job *j, const fpga_pf_arr *a, uint64_t count,
+                       const uint8_t *src, pf_bufs *b)
+{
+    for (uint32_t ch = 0; ch < FPGA_DEC_CH && ch < count; ch++) {
+        uint64_t k = 0;
+        for (uint64_t i = ch; i < count; i += FPGA_DEC_CH, k++)
+            memcpy(b->stripe + k * a->item, src + i * a->item, a->item);
+        int st = fpga_card_write_bank(c, (int)ch, j->ws_off + a->off, b->stripe, k * a->item);
+        if (st) return st;
+    }
+    return 0;
+}
+
+static int get_striped(fpga_card *c, const fpga_pf_job *j, const fpga_pf_arr *a, uint64_t count,
+                       uint8_t *dst, pf_bufs *b)
+{
+    for (uint32_t ch = 0; ch < FPGA_DEC_CH && ch < count; ch++) {
+        uint64_t k = (count - ch + FPGA_DEC_CH - 1) / FPGA_DEC_CH;
+        int st = fpga_card_read_bank(c, (int)ch, j->ws_off + a->off, b->stripe, k * a->item);
+        if (st) return st;
+        for (uint64_t i = ch, e = 0; i < count; i += FPGA_DEC_CH, e++)
+            memcpy(dst + i * a->item, b->stripe + e * a->item, a->item);
+    }
+    return 0;
+}
+
+/* Layer l's K/V of the pass's np rows (from the kvf blocks) as one wire chunk to the sink. */
+static int export_layer(fpga_card *c, const fpga_pf_job *j, const fpga_pf_ws *w, int l,
+                        uint32_t pos0, uint32_t np, pf_bufs *b)
+{
+    const fpga_dec_desc *d = &c->desc;
+    const uint32_t Hk = d->n_kv_heads, hd = d->head_dim;
+    const uint64_t qb = fpga_flex_qblock_bytes((int)hd), vbytes = (uint64_t)np * Hk * hd;
+    int st = get_striped(c, j, &w->kvf, (uint64_t)Hk * w->nb, b->kvf, b);
+    if (st) return st;
+    uint8_t *kv[2] = {b->wire, b->wire + vbytes};
+    uint16_t *sc[2] = {(uint16_t *)(b->wire + 2 * vbytes),
+                       (uint16_t *)(b->wire + 2 * vbytes) + (uint64_t)np * Hk};
+    for (uint32_t t = 0; t < np; t++)
+        for (uint32_t g = 0; g < Hk; g++) {
+            const uint8_t *blk = b->kvf + ((uint64_t)g * w->nb + t / FPGA_FLEX_BS) * 2 * qb;
+            for (int which = 0; which < 2; which++) {
+                const uint8_t *half = blk + which * qb;
+                float s;
+                memcpy(kv[which] + ((uint64_t)t * Hk + g) * hd, half + (uint64_t)(t % FPGA_FLEX_BS) * hd, hd);
+                memcpy(&s, half + (uint64_t)FPGA_FLEX_BS * hd + 4ull * (t % FPGA_FLEX_BS), 4);
+                /* the scale was an fp16 value (proto/kv.h): the conversion back is exact */
+                sc[which][(uint64_t)t * Hk + g] = fpga_km_f32_to_f16(s);
+            }
+        }
+    proto_kv_layer chunk = {.layer = l, .pos0 = (int)pos0, .n_tokens = (int)np,
+                            .n_kv_heads = (int)Hk, .head_dim = (int)hd, .dtype = PROTO_KV_INT8,
+                            .k = kv[0], .v = kv[1], .k_scale = sc[0], .v_scale = sc[1]};
+    return j->kv->layer(j->kv->ctx, &chunk);
+}
+
+static void add_report(fpga_pf_result *r, const fpga_pf_report *p)
+{
+    r->layers_sparse++;
+    r->n_query_aware += (int)p->n_query_aware;
+    r->blocks_computed += (int64_t)p->nnz;
+    r->blocks_causal += (int64_t)p->causal;
+    r->accesses += p->accesses;
+    r->hits += p->hits;
+    r->hot_hits += p->hot_hits;
+    r->cold_hits += p->cold_hits;
+    r->misses += p->misses;
+    r->kv_bytes += p->kv_bytes;
+    r->kv_bytes_nocache += p->kv_bytes_nocache;
+}
+
+/* One pass: rows done .. done + np of the job. */
+static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, pf_bufs *b,
+                fpga_pf_result *res)
+{
+    const model *m = j->m;
+    const fpga_dec_desc *d = &c->desc;
+    const uint32_t pos0 = j->pos0 + done, hd = d->head_dim, half = hd / 2;
+    const uint32_t flags = j->ws_flags;
+    fpga_pf_ws w;
+    fpga_pf_ws_of(d, np, flags, &w);
+    float inv[FPGA_DEC_MAX_HEAD_DIM / 2];
+    model_rope_inv_freq(&m->cfg, m->cfg.rope.type == MODEL_ROPE_DYNAMIC ? j->rope_len : 0, inv);
+    for (uint32_t t = 0; t < np; t++) {
+        cpu_row_f32(&m->embed, j->ids[done + t], b->x + (uint64_t)t * d->hidden);
+        cpu_rope_angles(inv, (int)half, (int)(pos0 + t), b->rope + (uint64_t)t * hd,
+                        b->rope + (uint64_t)t * hd + half);
+    }
+    int st = put_striped(c, j, &w.x, np, (const uint8_t *)b->x, b);
+    if (!st) st = put_striped(c, j, &w.rope, np, (const uint8_t *)b->rope, b);
+    for (uint32_t l = 0; !st && l < d->n_layers; l++) {
+        if (j->cancel && *j->cancel) return ACCEL_ERR_CANCELLED;
+        if (j->sparse) {
+            fpga_pf_report rep;
+            st = fpga_card_pf_run(c, FPGA_PF_QKV | flags, l, pos0, np, 0, np, j->kv_off,
+                                  j->part_tiles, j->ws_off);
+            if (!st) st = fpga_card_pf_run(c, FPGA_PF_ATTN | flags, l, pos0, np, 0, np, j->kv_off,
+                                           j->part_tiles, j->ws_off);
+            if (!st) st = fpga_card_pf_report(c, &rep);
+            if (!st && (rep.layer != l || rep.n != np)) st = ACCEL_ERR_DEVICE;
+            if (!st) add_report(res, &rep);
+            if (!st) st = fpga_card_pf_run(c, FPGA_PF_POST | flags, l, pos0, np, 0, np, j->kv_off,
+                                           j->part_tiles, j->ws_off);
+            res->runs += 3;
+        } else {
+            st = fpga_card_pf_run(c, FPGA_PF_DENSE | flags, l, pos0, np, 0, np, j->kv_off,
+                                  j->part_tiles, j->ws_off);
+            res->runs++;
+        }
+        if (!st && j->kv) st = export_layer(c, j, &w, (int)l, pos0, np, b);
+    }
+    if (st || !j->logits) return st;
+    const int vocab = m->cfg.vocab;
+    for (uint32_t t = j->all_logits ? 0 : np - 1; t < np; t++) {
+        if (!j->all_logits && done + np != (uint32_t)j->n) break;
+        st = fpga_card_pf_run(c, FPGA_PF_HEAD | flags, 0, pos0, np, t, t + 1, j->kv_off,
+                              j->part_tiles, j->ws_off);
+        res->runs++;
+        if (!st) st = fpga_card_logits(c, j->logits + (j->all_logits ? (uint64_t)(done + t) * vocab : 0));
+        if (st) return st;
+    }
+    return 0;
+}
+
+int fpga_pf_prefill(fpga_card *c, const fpga_pf_job *j, fpga_pf_result *res)
+{
+    const fpga_dec_desc *d = &c->desc;
+    memset(res, 0, sizeof *res);
+    const uint32_t P = j->sparse ? (uint32_t)j->n : j->ws_rows;
+    if (!P || (j->sparse && (uint32_t)j->n > j->ws_rows)) return ACCEL_ERR_INVALID;
+    fpga_pf_ws w;
+    fpga_pf_ws_of(d, P, j->ws_flags, &w);
+    const uint64_t items = (uint64_t)d->n_kv_heads * w.nb;
+    uint64_t stripe = (P + FPGA_DEC_CH - 1) / FPGA_DEC_CH * w.x.item;
+    if (j->kv && (items + FPGA_DEC_CH - 1) / FPGA_DEC_CH * w.kvf.item > stripe)
+        stripe = (items + FPGA_DEC_CH - 1) / FPGA_DEC_CH * w.kvf.item;
+    pf_bufs b = {
+        .x = malloc(4ull * P * d->hidden),
+        .rope = malloc(4ull * P * d->head_dim),
+        .stripe = malloc(stripe),
+        .kvf = j->kv ? malloc(items * w.kvf.item) : NULL,
+        .wire = j->kv ? malloc((uint64_t)P * d->n_kv_heads * (2ull * d->head_dim + 4)) : NULL,
+    };
+    int st = ACCEL_ERR_NOMEM;
+    if (b.x && b.rope && b.stripe && (!j->kv || (b.kvf && b.wire))) {
+        st = 0;
+        if (j->sparse) st = fpga_card_pf_params(c, &j->params);
+        uint64_t ns0 = c->pf_modeled_ns;
+        for (uint32_t done = 0; !st && done < (uint32_t)j->n; done += P) {
+            uint32_t np = (uint32_t)j->n - done < P ? (uint32_t)j->n - done : P;
+            st = pass(c, j, done, np, &b, res);
+        }
+        res->modeled_ns = c->pf_modeled_ns - ns0;
+    }
+    bufs_free(&b);
+    return st;
+}

@@ -1,0 +1,53 @@
+/* fpga/prefill.h — the host side of a prefill on a card: FAST-Prefill's global FSM, driving
+ * the prefill kernel (fpga/kernels/prefill.c) layer by layer over a pass of prompt rows.
+ *
+ * A job appends n tokens to a sequence whose slab (kv_off, part_tiles) already holds pos0
+ * positions, using a workspace at ws_off laid out for up to ws_rows rows with ws_flags
+ * (fpga/kernels/pf_layout.h). Dense: passes of at most ws_rows rows; per pass the host writes
+ * the rows' embeddings (looked up in the mapped checkpoint, as for decode) and rotary angles into
+ * the workspace, runs DENSE for every layer, then HEAD for the rows whose logits are wanted.
+ * Sparse (a whole prompt from position 0, the workspace laid out for n rows with
+ * FPGA_PF_F_SPARSE | FPGA_PF_F_KVF): per layer QKV, ATTN (the SIGU's index, the SAU's
+ * attention; its report read back), POST. With a KV sink, each layer's K/V of the pass are read
+ * back from the workspace's kvf blocks after that layer's run and handed out as one int8 wire
+ * chunk (the same values and scales the card's tiles hold).
+ *
+ * Ownership: the job's buffers are the caller's; nothing is kept after the call.
+ * Threads: the card's driving thread. Errors: ACCEL_* statuses (a card status, a sink's
+ * non-zero return, ACCEL_ERR_CANCELLED between layers, ACCEL_ERR_NOMEM for host buffers). */
+#ifndef TANDEM_FPGA_PREFILL_H
+#define TANDEM_FPGA_PREFILL_H
+#include "fpga/card.h"
+#include "model/model.h"
+#include "scheduler/accel.h"
+
+typedef struct fpga_pf_job {
+    const model *m;
+    const int32_t *ids;
+    int n;
+    uint32_t pos0;         /* positions pos0 .. pos0 + n - 1 */
+    int rope_len;          /* dynamic RoPE: the sequence length transformers scales by */
+    uint64_t kv_off;
+    uint32_t part_tiles;
+    uint64_t ws_off;
+    uint32_t ws_rows, ws_flags;
+    int sparse;            /* the sparse path (pos0 0, ws laid out for n rows) */
+    fpga_pf_params params; /* sparse: the units' parameters */
+    float *logits;         /* (n, vocab) if all_logits, else (vocab) of the last row; may be NULL */
+    int all_logits;
+    const accel_kv_sink *kv;
+    const volatile int *cancel;
+} fpga_pf_job;
+
+/* What the job did, summed over its layers. */
+typedef struct fpga_pf_result {
+    int layers_sparse, n_query_aware;
+    int64_t blocks_computed, blocks_causal;
+    uint64_t accesses, hits, hot_hits, cold_hits, misses, kv_bytes, kv_bytes_nocache;
+    uint64_t runs;          /* prefill kernel runs */
+    uint64_t modeled_ns;    /* their modeled time (emulator; 0 on a real card) */
+} fpga_pf_result;
+
+int fpga_pf_prefill(fpga_card *c, const fpga_pf_job *j, fpga_pf_result *res);
+
+#endif
