@@ -4,7 +4,7 @@
 #include "fpga/dec_model.h"
 #include <string.h>
 
-static void charge(fpga_dec_cost *c, int ch, uint64_t n, int write)
+void fpga_dec_model_charge(fpga_dec_cost *c, int ch, uint64_t n, int write)
 {
     if (!n) return;
     c->chan_bytes[ch] += n;
@@ -13,7 +13,7 @@ static void charge(fpga_dec_cost *c, int ch, uint64_t n, int write)
     else c->bytes_read += n;
 }
 
-static void price(fpga_dec_cost *c)
+void fpga_dec_model_price(fpga_dec_cost *c)
 {
     const double bps = FPGA_U280_HBM_PC_BPS * FPGA_U280_HBM_UTIL;
     const double cmd_ns = FPGA_U280_CMD_CYCLES / FPGA_U280_KERNEL_HZ * 1e9;
@@ -42,8 +42,8 @@ static void matvec(fpga_dec_cost *c, const fpga_dec_layout *lo, int mat, int y_h
     for (uint32_t ch = 0; ch < FPGA_DEC_CH; ch++) {
         uint32_t n = fpga_dec_rows_in(m, ch);
         if (!n) continue;
-        charge(c, (int)ch, fpga_dec_stream_bytes(m, n), 0);
-        if (y_hbm) charge(c, 0, 4ull * n, 1); /* the logits go to io, in HBM[0] */
+        fpga_dec_model_charge(c, (int)ch, fpga_dec_stream_bytes(m, n), 0);
+        if (y_hbm) fpga_dec_model_charge(c, 0, 4ull * n, 1); /* the logits go to io, in HBM[0] */
     }
     c->compute_cycles += (uint64_t)m->rows * m->k / FPGA_DEC_MACS_PER_CYCLE;
 }
@@ -59,19 +59,19 @@ void fpga_dec_model_step(const fpga_dec_desc *d, uint32_t pos, fpga_dec_cost *c)
     fpga_dec_layout_of(d, &lo);
     memset(c, 0, sizeof *c);
     const uint32_t H = d->hidden, hd = d->head_dim, group = d->n_heads / d->n_kv_heads;
-    charge(c, 0, sizeof(fpga_dec_desc), 0);
-    charge(c, 0, fpga_dec_io_step_bytes(d), 0);
+    fpga_dec_model_charge(c, 0, sizeof(fpga_dec_desc), 0);
+    fpga_dec_model_charge(c, 0, fpga_dec_io_step_bytes(d), 0);
     uint32_t part, tile, row;
     fpga_dec_pos_where(d, pos, &part, &tile, &row);
     for (uint32_t l = 0; l < d->n_layers; l++) {
-        charge(c, (int)(l % FPGA_DEC_CH), 4ull * lo.mi_floats, 0);
+        fpga_dec_model_charge(c, (int)(l % FPGA_DEC_CH), 4ull * lo.mi_floats, 0);
         rmsnorm(c, H);
         matvec(c, &lo, FPGA_DEC_QKV, 0);
         for (uint32_t h = 0; h < d->n_kv_heads; h++) {
             int ch = (int)fpga_dec_stream_ch(d, l, h, part);
             for (int which = 0; which < 2; which++) {
-                charge(c, ch, hd, 1);
-                charge(c, ch, 2, 1);
+                fpga_dec_model_charge(c, ch, hd, 1);
+                fpga_dec_model_charge(c, ch, 2, 1);
             }
         }
         uint64_t macs = 0;
@@ -79,7 +79,7 @@ void fpga_dec_model_step(const fpga_dec_desc *d, uint32_t pos, fpga_dec_cost *c)
             for (uint32_t b = 0; b < d->kv_parts; b++) {
                 uint32_t nt = fpga_dec_part_used_tiles(d, pos + 1, b);
                 if (!nt) continue;
-                charge(c, (int)fpga_dec_stream_ch(d, l, h, b), (uint64_t)nt * lo.tile_bytes, 0);
+                fpga_dec_model_charge(c, (int)fpga_dec_stream_ch(d, l, h, b), (uint64_t)nt * lo.tile_bytes, 0);
                 for (uint32_t t = 0; t < nt; t++) {
                     uint32_t p0 = (t * d->kv_parts + b) * FPGA_DEC_TILE;
                     uint32_t rows = pos + 1 - p0 < FPGA_DEC_TILE ? pos + 1 - p0 : FPGA_DEC_TILE;
@@ -94,11 +94,11 @@ void fpga_dec_model_step(const fpga_dec_desc *d, uint32_t pos, fpga_dec_cost *c)
         c->stall_cycles += d->inter / FPGA_DEC_SFU_LANES;
         matvec(c, &lo, FPGA_DEC_D, 0);
     }
-    charge(c, (int)(d->n_layers % FPGA_DEC_CH), 4ull * H, 0);
+    fpga_dec_model_charge(c, (int)(d->n_layers % FPGA_DEC_CH), 4ull * H, 0);
     rmsnorm(c, H);
     matvec(c, &lo, FPGA_DEC_LM, 1);
-    charge(c, 0, 16, 1);
-    price(c);
+    fpga_dec_model_charge(c, 0, 16, 1);
+    fpga_dec_model_price(c);
 }
 
 void fpga_dec_model_scatter(const fpga_dec_desc *d, uint32_t layer, uint32_t pos0, uint32_t n,
@@ -108,13 +108,13 @@ void fpga_dec_model_scatter(const fpga_dec_desc *d, uint32_t layer, uint32_t pos
     fpga_dec_layout lo;
     fpga_dec_layout_of(d, &lo);
     memset(c, 0, sizeof *c);
-    charge(c, 0, sizeof(fpga_dec_desc), 0);
+    fpga_dec_model_charge(c, 0, sizeof(fpga_dec_desc), 0);
     for (uint32_t j = 0; j < FPGA_DEC_STAGE_SLOTS; j++) {
         uint32_t first_pos = j * per;
         if (first_pos >= n) break;
         uint32_t cnt = n - first_pos < per ? n - first_pos : per;
         uint32_t p0 = pos0 + first_pos;
-        charge(c, stage_ch[j], fpga_dec_stage_section(cnt, d->n_kv_heads, d->head_dim, 4), 0);
+        fpga_dec_model_charge(c, stage_ch[j], fpga_dec_stage_section(cnt, d->n_kv_heads, d->head_dim, 4), 0);
         for (uint32_t h = 0; h < d->n_kv_heads; h++)
             for (uint32_t b = 0; b < d->kv_parts; b++) {
                 uint32_t first = 0xffffffffu, last = 0;
@@ -126,13 +126,13 @@ void fpga_dec_model_scatter(const fpga_dec_desc *d, uint32_t layer, uint32_t pos
                     if (tile > last) last = tile;
                 }
                 if (first <= last)
-                    charge(c, (int)fpga_dec_stream_ch(d, layer, h, b),
+                    fpga_dec_model_charge(c, (int)fpga_dec_stream_ch(d, layer, h, b),
                            (uint64_t)(last - first + 1) * lo.tile_bytes, 1);
             }
     }
     c->stall_cycles += FPGA_DEC_PHASE_CYCLES;
-    charge(c, stage_ch[0], 64, 1);
-    price(c);
+    fpga_dec_model_charge(c, stage_ch[0], 64, 1);
+    fpga_dec_model_price(c);
 }
 
 uint64_t fpga_dec_model_sync_ns(uint64_t bytes)

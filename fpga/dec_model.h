@@ -28,6 +28,11 @@ void fpga_dec_model_step(const fpga_dec_desc *d, uint32_t pos, fpga_dec_cost *ou
 void fpga_dec_model_scatter(const fpga_dec_desc *d, uint32_t layer, uint32_t pos0, uint32_t n,
                             uint32_t per, const int stage_ch[FPGA_DEC_STAGE_SLOTS],
                             fpga_dec_cost *out);
+/* The building blocks (fpga/pf_model.c prices the prefill kernel with them): one memory command
+ * of n bytes in channel ch (n 0: none), and the formula of fpga/emu/emu_timing.c over the
+ * charges so far (fills mem_ns .. modeled_ns, busiest). */
+void fpga_dec_model_charge(fpga_dec_cost *c, int ch, uint64_t n, int write);
+void fpga_dec_model_price(fpga_dec_cost *c);
 /* The emulator's price of one BO sync (fpga/emu/emu_timing.c). */
 uint64_t fpga_dec_model_sync_ns(uint64_t bytes);
 
