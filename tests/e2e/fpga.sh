@@ -32,3 +32,17 @@ if $B/tandem generate --model $M --prompt "Hi" --max-tokens 2 --device fpga-emu:
     echo "not ok fpga_missing_card"; else echo "ok fpga_missing_card"; fi
 e=$(TANDEM_FPGA_QUANT=wbits=5 $B/tandem generate --model $M --prompt "Hi" --max-tokens 2 --device fpga-emu 2>&1)
 case "$e" in *"bad value '5' for wbits"*) echo "ok fpga_bad_quant_spec" ;; *) echo "not ok fpga_bad_quant_spec # $e" ;; esac
+# FAST-Prefill on the card: --prefill-device naming the card prefills there (the prefill kernel,
+# dense for this short prompt); a prefill on one card with its KV exported into another gives
+# the same text. A dense card prefill computes what the card's decode kernel would: eval's
+# prefill mode gives the numbers of its decode mode exactly.
+ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$G/sun.json'))['ids'])))")
+self=$($B/tandem generate --model $M --ids "$ids" --max-tokens 48 --temperature 0 --ignore-eos --json --device fpga-emu:0 --prefill-device fpga-emu:0 | jq -c '[.devices, .ids]')
+other=$($B/tandem generate --model $M --ids "$ids" --max-tokens 48 --temperature 0 --ignore-eos --json --device fpga-emu:1 --prefill-device fpga-emu:0 | jq -c '[.devices, .ids]')
+case "$self $other" in '["prefill=fpga-emu:0; decode=fpga-emu:0",'*'["prefill=fpga-emu:0; decode=fpga-emu:1",'*) echo "ok fpga_generate_card_prefill_devices" ;; *) echo "not ok fpga_generate_card_prefill_devices # $self $other" ;; esac
+a=$(printf '%s' "$self" | jq -c '.[1]'); o=$(printf '%s' "$other" | jq -c '.[1]')
+[ -n "$a" ] && [ "$a" = "$o" ] && [ "$(printf '%s' "$a" | jq length)" = 48 ] && echo "ok fpga_generate_card_prefill_export" || echo "not ok fpga_generate_card_prefill_export # $a vs $o"
+# eval in prefill mode on the card: the same numbers as its decode mode, bit for bit
+pe=$($B/tandem eval --model $M --golden $G --device fpga-emu --mode prefill | jq -c '[.positions, .top1_agreement, .mean_kl, .max_kl]')
+de=$($B/tandem eval --model $M --golden $G --device fpga-emu --mode decode | jq -c '[.positions, .top1_agreement, .mean_kl, .max_kl]')
+[ -n "$pe" ] && [ "$pe" = "$de" ] && echo "ok fpga_eval_prefill_equals_decode" || echo "not ok fpga_eval_prefill_equals_decode # prefill $pe decode $de"

@@ -135,7 +135,7 @@ on_dev=$(grep -c 'decode=fpga-emu' "$T"/h.* | awk -F: '{s += $2} END {print s}')
 check glitches_on_cards sh -c "[ '$cards' -ge 3 ] && [ '$cards' = '$on_dev' ] && grep -q '^tandem:device_kv_import_bytes_total{device=\"fpga-emu:0\",kind=\"fpga\"} [1-9]' $T/metrics"
 check glitches_fallback sh -c "[ '$fallback' -ge 1 ] && [ \$(($cards + $fallback)) = $N ]"
 code=$(get "$ADMIN/admin/status")
-check glitches_status_json sh -c "[ $code = 200 ] && jq -e '(.devices | length) == 4 and .devices[0].name == \"$P\" and .devices[1].kind == \"fpga\" and .devices[1].caps == \"decode,kv_import\" and .placements.split == $cards and .placements.fallback == $fallback' $T/body >/dev/null"
+check glitches_status_json sh -c "[ $code = 200 ] && jq -e '(.devices | length) == 4 and .devices[0].name == \"$P\" and .devices[1].kind == \"fpga\" and .devices[1].caps == \"prefill,decode,kv_export,kv_import\" and .placements.split == $cards and .placements.fallback == $fallback' $T/body >/dev/null"
 serve_stop
 
 # The runs a card makes before it serves: the weight upload's (found by failing run k: the open
