@@ -103,7 +103,10 @@ static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, 
     const model *m = j->m;
     const fpga_dec_desc *d = &c->desc;
     const uint32_t pos0 = j->pos0 + done, hd = d->head_dim, half = hd / 2;
-    const uint32_t flags = j->ws_flags;
+    /* a dense pass writes the kvf blocks only for an export (x, rope, out and wide sit at the
+     * same offsets whatever the flags: pf_layout.h) */
+    const uint32_t flags = j->sparse ? j->ws_flags : j->kv ? FPGA_PF_F_KVF : 0;
+    if ((flags & ~j->ws_flags) != 0) return ACCEL_ERR_INVALID;
     fpga_pf_ws w;
     fpga_pf_ws_of(d, np, flags, &w);
     float inv[FPGA_DEC_MAX_HEAD_DIM / 2];

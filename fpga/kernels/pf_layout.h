@@ -20,6 +20,8 @@
  *                                          (FPGA_PF_F_SPARSE)
  *   flat arrays (FPGA_PF_F_SPARSE), one per channel 0..5 at `flat`: the SIGU scratch, the CSR
  *   row offsets and columns, the per-head info, the SAU job list and its statistics.
+ * x, rope, out and wide come first, so their offsets do not depend on the flags: a run without
+ * FPGA_PF_F_KVF may use a workspace laid out with it (a dense pass that exports nothing).
  *
  * The io BO (HBM[0], shared with the decode kernel) carries the sparse parameters at
  * FPGA_PF_IO_PARAMS (host -> card), the kernel's report of a layer at FPGA_PF_IO_REPORT and its
