@@ -83,6 +83,7 @@ typedef struct fpga_dev {
     int can_prefill;      /* the prefill kernel and its standing workspace are there */
     uint64_t pf_ws_off;   /* the standing workspace: FPGA_PF_PASS rows, FPGA_PF_F_KVF */
     uint32_t pass_rows;   /* rows per dense pass: FPGA_PF_PASS (tests: fewer) */
+    uint32_t run_rows;    /* rows per kernel run: FPGA_PF_RUN_ROWS (tests: fewer) */
     fpga_pf_result last_pf;
     fpga_pf_job last_job; /* for tests: where the last prefill's workspace was */
 } fpga_dev;
@@ -266,7 +267,7 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
     if (s->failed) return ACCEL_ERR_CORRUPT;
     fpga_pf_job j = {.m = ad->m, .ids = r->ids, .n = r->n, .pos0 = (uint32_t)s->base.len,
                      .rope_len = s->base.len + r->n, .kv_off = s->kv_off,
-                     .part_tiles = s->part_tiles, .ws_off = d->pf_ws_off, .ws_rows = d->pass_rows,
+                     .part_tiles = s->part_tiles, .ws_off = d->pf_ws_off, .ws_rows = d->pass_rows, .run_rows = d->run_rows,
                      .ws_flags = FPGA_PF_F_KVF, .logits = r->logits, .all_logits = r->all_logits,
                      .kv = r->kv, .cancel = r->cancel};
     int sparse = sparse_params(d, s, r, &j.params);
@@ -612,9 +613,12 @@ int fpga_dev_last_prefill(accel_dev *ad, fpga_pf_result *res, uint64_t *ws_off, 
     return 0;
 }
 
-int fpga_dev_set_pass_rows(accel_dev *ad, int rows)
+int fpga_dev_set_pass_rows(accel_dev *ad, int rows, int run_rows)
 {
-    if (!ad || ad->i != &fpga_i || rows < 1 || rows > FPGA_PF_PASS) return -1;
+    if (!ad || ad->i != &fpga_i || rows < 1 || rows > FPGA_PF_PASS || run_rows < 0 ||
+        run_rows % FPGA_PF_CHUNK)
+        return -1;
     ((fpga_dev *)ad)->pass_rows = (uint32_t)rows;
+    ((fpga_dev *)ad)->run_rows = (uint32_t)run_rows;
     return 0;
 }

@@ -47,7 +47,8 @@ void fpga_dev_seq_slab(accel_dev *d, accel_seq *s, uint64_t *kv_off, uint32_t *p
 int fpga_dev_last_prefill(accel_dev *d, fpga_pf_result *res, uint64_t *ws_off, uint32_t *ws_rows,
                           uint32_t *ws_flags);
 /* Tests: dense passes of at most `rows` rows (1..FPGA_PF_PASS; the standing workspace holds
- * FPGA_PF_PASS). 0, or -1. */
-int fpga_dev_set_pass_rows(accel_dev *d, int rows);
+ * FPGA_PF_PASS) and kernel runs of at most run_rows rows (a multiple of FPGA_PF_CHUNK; 0:
+ * FPGA_PF_RUN_ROWS). 0, or -1. */
+int fpga_dev_set_pass_rows(accel_dev *d, int rows, int run_rows);
 
 #endif

@@ -96,6 +96,21 @@ static void add_report(fpga_pf_result *r, const fpga_pf_report *p)
     r->kv_bytes_nocache += p->kv_bytes_nocache;
 }
 
+/* A phase of a layer over rows [0, np), in runs of at most FPGA_PF_RUN_ROWS rows so that no run
+ * outlasts the card's watchdog (a U280 spends ~0.3 s on 4096 rows of a 7B layer's QKV + FFN). */
+static int rows_run(fpga_card *c, const fpga_pf_job *j, uint32_t mode, uint32_t l, uint32_t pos0,
+                    uint32_t np, fpga_pf_result *res)
+{
+    const uint32_t k = j->run_rows ? j->run_rows : FPGA_PF_RUN_ROWS;
+    for (uint32_t r0 = 0; r0 < np; r0 += k) {
+        uint32_t r1 = np - r0 < k ? np : r0 + k;
+        int st = fpga_card_pf_run(c, mode, l, pos0, np, r0, r1, j->kv_off, j->part_tiles, j->ws_off);
+        res->runs++;
+        if (st) return st;
+    }
+    return 0;
+}
+
 /* One pass: rows done .. done + np of the job. */
 static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, pf_bufs *b,
                 fpga_pf_result *res)
@@ -122,20 +137,16 @@ static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, 
         if (j->cancel && *j->cancel) return ACCEL_ERR_CANCELLED;
         if (j->sparse) {
             fpga_pf_report rep;
-            st = fpga_card_pf_run(c, FPGA_PF_QKV | flags, l, pos0, np, 0, np, j->kv_off,
-                                  j->part_tiles, j->ws_off);
+            st = rows_run(c, j, FPGA_PF_QKV | flags, l, pos0, np, res);
             if (!st) st = fpga_card_pf_run(c, FPGA_PF_ATTN | flags, l, pos0, np, 0, np, j->kv_off,
                                            j->part_tiles, j->ws_off);
+            res->runs++;
             if (!st) st = fpga_card_pf_report(c, &rep);
             if (!st && (rep.layer != l || rep.n != np)) st = ACCEL_ERR_DEVICE;
             if (!st) add_report(res, &rep);
-            if (!st) st = fpga_card_pf_run(c, FPGA_PF_POST | flags, l, pos0, np, 0, np, j->kv_off,
-                                           j->part_tiles, j->ws_off);
-            res->runs += 3;
+            if (!st) st = rows_run(c, j, FPGA_PF_POST | flags, l, pos0, np, res);
         } else {
-            st = fpga_card_pf_run(c, FPGA_PF_DENSE | flags, l, pos0, np, 0, np, j->kv_off,
-                                  j->part_tiles, j->ws_off);
-            res->runs++;
+            st = rows_run(c, j, FPGA_PF_DENSE | flags, l, pos0, np, res);
         }
         if (!st && j->kv) st = export_layer(c, j, &w, (int)l, pos0, np, b);
     }
@@ -157,7 +168,8 @@ int fpga_pf_prefill(fpga_card *c, const fpga_pf_job *j, fpga_pf_result *res)
     const fpga_dec_desc *d = &c->desc;
     memset(res, 0, sizeof *res);
     const uint32_t P = j->sparse ? (uint32_t)j->n : j->ws_rows;
-    if (!P || (j->sparse && (uint32_t)j->n > j->ws_rows)) return ACCEL_ERR_INVALID;
+    if (!P || (j->sparse && (uint32_t)j->n > j->ws_rows) || j->run_rows % FPGA_PF_CHUNK)
+        return ACCEL_ERR_INVALID;
     fpga_pf_ws w;
     fpga_pf_ws_of(d, P, j->ws_flags, &w);
     const uint64_t items = (uint64_t)d->n_kv_heads * w.nb;

@@ -31,6 +31,8 @@ typedef struct fpga_pf_job {
     uint32_t part_tiles;
     uint64_t ws_off;
     uint32_t ws_rows, ws_flags;
+    uint32_t run_rows;     /* rows per QKV / POST / DENSE run (0: FPGA_PF_RUN_ROWS; a multiple
+                              of FPGA_PF_CHUNK) */
     int sparse;            /* the sparse path (pos0 0, ws laid out for n rows) */
     fpga_pf_params params; /* sparse: the units' parameters */
     float *logits;         /* (n, vocab) if all_logits, else (vocab) of the last row; may be NULL */

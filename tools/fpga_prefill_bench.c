@@ -374,6 +374,7 @@ static void part3(const char *lens, int sigu_max, int threads)
     }
     cpu_pool *pool = cpu_pool_new(threads);
     printf("## 3. Long prompts: dense vs FlexPrefill (gamma 0.9, tau 0.1, min budget 1024) on a U280\n\n");
+    fprintf(stderr, "(QKV and POST runs of %d rows at most)\n", FPGA_PF_RUN_ROWS);
     printf("Structured synthetic attention (sinks, local windows, vertical columns, query-specific "
            "blocks; cpu/flex_synth.h), W8A8. TTFT = layers x (QKV + SIGU + SAU + POST) + lm_head + "
            "host, the SAU with FAST-Prefill's 16 MB cache (half hot) and windows of 16 query blocks; "
@@ -414,13 +415,17 @@ static void part3(const char *lens, int sigu_max, int threads)
             const uint32_t f = FPGA_PF_F_KVF | FPGA_PF_F_SPARSE;
             double lin = 0;
             for (uint32_t l = 0; l < d.n_layers; l++) {
-                fpga_dec_cost c;
-                fpga_pf_model_run(&d, FPGA_PF_QKV | f, l, 0, (uint32_t)n, 0, (uint32_t)n, &c);
-                add_run(&sp, &c);
-                lin += (double)c.modeled_ns;
-                fpga_pf_model_run(&d, FPGA_PF_POST | f, l, 0, (uint32_t)n, 0, (uint32_t)n, &c);
-                add_run(&sp, &c);
-                lin += (double)c.modeled_ns;
+                /* QKV and POST in runs of FPGA_PF_RUN_ROWS rows, as fpga/prefill.c splits them */
+                for (uint32_t r0 = 0; r0 < (uint32_t)n; r0 += FPGA_PF_RUN_ROWS) {
+                    uint32_t r1 = (uint32_t)n - r0 < FPGA_PF_RUN_ROWS ? (uint32_t)n : r0 + FPGA_PF_RUN_ROWS;
+                    fpga_dec_cost c;
+                    fpga_pf_model_run(&d, FPGA_PF_QKV | f, l, 0, (uint32_t)n, r0, r1, &c);
+                    add_run(&sp, &c);
+                    lin += (double)c.modeled_ns;
+                    fpga_pf_model_run(&d, FPGA_PF_POST | f, l, 0, (uint32_t)n, r0, r1, &c);
+                    add_run(&sp, &c);
+                    lin += (double)c.modeled_ns;
+                }
                 sp.host_ns += run_host_ns() + (double)fpga_dec_model_sync_ns(sizeof(fpga_pf_report));
             }
             double attn = d.n_layers * (u.sigu_ns + u.sau_ns);

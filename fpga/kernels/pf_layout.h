@@ -39,6 +39,9 @@
  * several passes; a chunk's weights are streamed once per chunk either way, so passes cost
  * only run overheads). */
 #define FPGA_PF_PASS 512
+/* Rows one QKV / POST / DENSE run covers at most (the host splits longer passes into runs of
+ * this many, chunk-aligned: a run stays well inside the card's watchdog). */
+#define FPGA_PF_RUN_ROWS 4096
 
 /* Kernel modes (low byte of the mode argument) and workspace flags (the layout's). */
 enum fpga_pf_mode {

@@ -40,7 +40,7 @@ static int prefill(accel_dev *d, accel_seq *s, const int32_t *ids, int n, float 
 /* Card prefill vs decoding the same ids one by one on the same card: logits, KV, and `more`
  * decode steps after it, all bit for bit. `chunk`: the prefill in calls of that many tokens. */
 static void prefill_vs_decode(const char *model_dir, int wbits, int n, int chunk, int more,
-                              int pass_rows)
+                              int pass_rows, int run_rows)
 {
     char err[512];
     tf_cache_env();
@@ -52,7 +52,7 @@ static void prefill_vs_decode(const char *model_dir, int wbits, int n, int chunk
     accel_info info;
     accel_get_info(f, &info);
     CHECK(info.caps & ACCEL_CAP_PREFILL);
-    if (pass_rows) REQUIRE(fpga_dev_set_pass_rows(f, pass_rows) == 0);
+    if (pass_rows) REQUIRE(fpga_dev_set_pass_rows(f, pass_rows, run_rows) == 0);
     const int V = m->cfg.vocab, cap = n + more;
     int32_t *ids = ids_of(cap, V, n);
     float *a = malloc(sizeof(float) * cap * V), *b = malloc(sizeof(float) * cap * V);
@@ -92,27 +92,29 @@ static void prefill_vs_decode(const char *model_dir, int wbits, int n, int chunk
 
 TEST(fpga_prefill_dense_equals_decode_w8)
 {
-    prefill_vs_decode("models/stories260K", 8, 300, 300, 6, 0); /* 3 chunks, a partial one */
+    prefill_vs_decode("models/stories260K", 8, 300, 300, 6, 0, 0); /* 3 chunks, a partial one */
 }
 
 TEST(fpga_prefill_dense_equals_decode_w4)
 {
-    prefill_vs_decode("models/stories260K", 4, 141, 141, 4, 0);
+    prefill_vs_decode("models/stories260K", 4, 141, 141, 4, 0, 0);
 }
 
 TEST(fpga_prefill_in_calls_equals_decode)
 {
     /* chunked prefill as the scheduler runs it: calls at positions that are no chunk multiple */
-    prefill_vs_decode("models/stories260K", 8, 200, 37, 3, 0);
+    prefill_vs_decode("models/stories260K", 8, 200, 37, 3, 0, 0);
 }
 
 TEST(fpga_prefill_passes_equal_decode)
 {
-    /* passes of 128 rows (the standing workspace holds FPGA_PF_PASS): 3 passes, the last partial */
-    prefill_vs_decode("models/stories260K", 8, 290, 290, 2, 128);
+    /* passes of 128 rows (the standing workspace holds FPGA_PF_PASS): 3 passes, the last partial;
+     * then one pass in runs of 128 rows */
+    prefill_vs_decode("models/stories260K", 8, 290, 290, 2, 128, 0);
+    prefill_vs_decode("models/stories260K", 8, 290, 290, 2, FPGA_PF_PASS, 128);
     /* multi-head attention, head_dim 32, vocab 32000 */
     setenv("TANDEM_FPGA_QUANT", "calib=0", 1);
-    prefill_vs_decode("models/tiny-llama2-mha", 8, 150, 150, 2, 0);
+    prefill_vs_decode("models/tiny-llama2-mha", 8, 150, 150, 2, 0, 0);
 }
 
 /* mean and max KL(a || b) over n rows */
@@ -239,7 +241,7 @@ static int read_striped(fpga_card *c, uint64_t ws_off, const fpga_pf_arr *a, uin
  * cache counts consistent), and the index the SIGU built inside the prefill for the last layer
  * equals the CPU reference's (cpu_flex_index_build) on the card's own quantized q and k of that
  * layer, read back from the workspace. */
-static void sparse_index(const char *dir, int n, int min_budget)
+static void sparse_index(const char *dir, int n, int min_budget, int run_rows)
 {
     char err[512];
     tf_cache_env();
@@ -250,6 +252,7 @@ static void sparse_index(const char *dir, int n, int min_budget)
     accel_dev *f = accel_open("fpga-emu", m, &o, err, sizeof err);
     REQUIRE(f);
     const int L = m->cfg.n_layers, H = m->cfg.n_heads, Hk = m->cfg.n_kv_heads, d = m->cfg.head_dim;
+    REQUIRE(fpga_dev_set_pass_rows(f, FPGA_PF_PASS, run_rows) == 0);
     int32_t *ids = structured_ids(m, n);
     REQUIRE(ids);
     float *lg = malloc(sizeof(float) * m->cfg.vocab);
@@ -266,6 +269,8 @@ static void sparse_index(const char *dir, int n, int min_budget)
     CHECK_EQ(rep.layers_sparse, L);
     CHECK_EQ(rep.blocks_causal, (int64_t)L * H * nb * (nb + 1) / 2);
     CHECK(rep.density > 0 && rep.density < 1);
+    const int per_run = run_rows ? run_rows : FPGA_PF_RUN_ROWS, runs = (n + per_run - 1) / per_run;
+    CHECK_EQ(res.runs, (uint64_t)L * (2 * runs + 1) + 1); /* QKV, ATTN, POST per layer; HEAD */
     CHECK_EQ(res.hits + res.misses, res.accesses);
     CHECK_EQ(res.hot_hits + res.cold_hits, res.hits);
     CHECK_EQ(res.kv_bytes, res.misses * fpga_flex_kvblock_bytes(d));
@@ -320,9 +325,10 @@ static void sparse_index(const char *dir, int n, int min_budget)
 
 TEST(fpga_prefill_sparse_index_equals_cpu)
 {
-    sparse_index("models/stories260K", 500, 128); /* a partial last block */
-    /* a structured long prompt: 2K tokens, 16 blocks, multi-head attention */
-    sparse_index("models/tiny-llama2-mha", 2048, 256);
+    sparse_index("models/stories260K", 500, 128, 0); /* a partial last block */
+    /* a structured long prompt: 2K tokens, 16 blocks, multi-head attention; QKV and POST in
+     * runs of 512 rows */
+    sparse_index("models/tiny-llama2-mha", 2048, 256, 512);
 }
 
 /* The KV a card prefill exports: per pass every layer in order, exactly the bytes its tiles hold
@@ -337,7 +343,7 @@ TEST(fpga_prefill_exports_its_kv)
     accel_opts o = {.weight_bits = 8};
     accel_dev *b = accel_open("fpga-emu:1", m, &o, err, sizeof err);
     REQUIRE(b);
-    REQUIRE(fpga_dev_set_pass_rows(a, 128) == 0);
+    REQUIRE(fpga_dev_set_pass_rows(a, 128, 0) == 0);
     enum { N = 300, MORE = 5 };
     const int V = m->cfg.vocab, L = m->cfg.n_layers;
     const int Hk = m->cfg.n_kv_heads, hd = m->cfg.head_dim;
