@@ -267,9 +267,9 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
     if (s->failed) return ACCEL_ERR_CORRUPT;
     fpga_pf_job j = {.m = ad->m, .ids = r->ids, .n = r->n, .pos0 = (uint32_t)s->base.len,
                      .rope_len = s->base.len + r->n, .kv_off = s->kv_off,
-                     .part_tiles = s->part_tiles, .ws_off = d->pf_ws_off, .ws_rows = d->pass_rows, .run_rows = d->run_rows,
-                     .ws_flags = FPGA_PF_F_KVF, .logits = r->logits, .all_logits = r->all_logits,
-                     .kv = r->kv, .cancel = r->cancel};
+                     .part_tiles = s->part_tiles, .ws_off = d->pf_ws_off, .ws_rows = d->pass_rows,
+                     .run_rows = d->run_rows, .ws_flags = FPGA_PF_F_KVF, .logits = r->logits,
+                     .all_logits = r->all_logits, .kv = r->kv, .cancel = r->cancel};
     int sparse = sparse_params(d, s, r, &j.params);
     if (sparse < 0) return sparse;
     uint64_t ws = 0;
@@ -282,7 +282,9 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
         j.ws_rows = (uint32_t)r->n;
         j.ws_flags = FPGA_PF_F_KVF | FPGA_PF_F_SPARSE;
     }
-    st = card_status(d, fpga_pf_prefill(&d->card, &j, &d->last_pf));
+    st = fpga_pf_prefill(&d->card, &j, &d->last_pf);
+    /* the sink's refusal and the host's own failures are theirs; the rest is the card's */
+    if (st && !d->last_pf.host_status) st = card_status(d, st);
     d->last_job = j;
     if (ws) pool_free(d, ws);
     if (!st && r->sparse_report && d->last_pf.layers_sparse) {

@@ -51,9 +51,16 @@ static int get_striped(fpga_card *c, const fpga_pf_job *j, const fpga_pf_arr *a,
     return 0;
 }
 
+/* A failure that is not the card's: recorded so that the caller does not blame the card. */
+static int host_fail(fpga_pf_result *res, int st)
+{
+    res->host_status = st;
+    return st;
+}
+
 /* Layer l's K/V of the pass's np rows (from the kvf blocks) as one wire chunk to the sink. */
 static int export_layer(fpga_card *c, const fpga_pf_job *j, const fpga_pf_ws *w, int l,
-                        uint32_t pos0, uint32_t np, pf_bufs *b)
+                        uint32_t pos0, uint32_t np, pf_bufs *b, fpga_pf_result *res)
 {
     const fpga_dec_desc *d = &c->desc;
     const uint32_t Hk = d->n_kv_heads, hd = d->head_dim;
@@ -78,8 +85,10 @@ static int export_layer(fpga_card *c, const fpga_pf_job *j, const fpga_pf_ws *w,
     proto_kv_layer chunk = {.layer = l, .pos0 = (int)pos0, .n_tokens = (int)np,
                             .n_kv_heads = (int)Hk, .head_dim = (int)hd, .dtype = PROTO_KV_INT8,
                             .k = kv[0], .v = kv[1], .k_scale = sc[0], .v_scale = sc[1]};
-    return j->kv->layer(j->kv->ctx, &chunk);
+    st = j->kv->layer(j->kv->ctx, &chunk);
+    return st ? host_fail(res, st) : 0;
 }
+
 
 static void add_report(fpga_pf_result *r, const fpga_pf_report *p)
 {
@@ -121,7 +130,7 @@ static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, 
     /* a dense pass writes the kvf blocks only for an export (x, rope, out and wide sit at the
      * same offsets whatever the flags: pf_layout.h) */
     const uint32_t flags = j->sparse ? j->ws_flags : j->kv ? FPGA_PF_F_KVF : 0;
-    if ((flags & ~j->ws_flags) != 0) return ACCEL_ERR_INVALID;
+    if ((flags & ~j->ws_flags) != 0) return host_fail(res, ACCEL_ERR_INVALID);
     fpga_pf_ws w;
     fpga_pf_ws_of(d, np, flags, &w);
     float inv[FPGA_DEC_MAX_HEAD_DIM / 2];
@@ -134,7 +143,7 @@ static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, 
     int st = put_striped(c, j, &w.x, np, (const uint8_t *)b->x, b);
     if (!st) st = put_striped(c, j, &w.rope, np, (const uint8_t *)b->rope, b);
     for (uint32_t l = 0; !st && l < d->n_layers; l++) {
-        if (j->cancel && *j->cancel) return ACCEL_ERR_CANCELLED;
+        if (j->cancel && *j->cancel) return host_fail(res, ACCEL_ERR_CANCELLED);
         if (j->sparse) {
             fpga_pf_report rep;
             st = rows_run(c, j, FPGA_PF_QKV | flags, l, pos0, np, res);
@@ -148,7 +157,8 @@ static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, 
         } else {
             st = rows_run(c, j, FPGA_PF_DENSE | flags, l, pos0, np, res);
         }
-        if (!st && j->kv) st = export_layer(c, j, &w, (int)l, pos0, np, b);
+        if (!st && j->kv && (st = export_layer(c, j, &w, (int)l, pos0, np, b, res)))
+            return st;
     }
     if (st || !j->logits) return st;
     const int vocab = m->cfg.vocab;
@@ -169,7 +179,7 @@ int fpga_pf_prefill(fpga_card *c, const fpga_pf_job *j, fpga_pf_result *res)
     memset(res, 0, sizeof *res);
     const uint32_t P = j->sparse ? (uint32_t)j->n : j->ws_rows;
     if (!P || (j->sparse && (uint32_t)j->n > j->ws_rows) || j->run_rows % FPGA_PF_CHUNK)
-        return ACCEL_ERR_INVALID;
+        return host_fail(res, ACCEL_ERR_INVALID);
     fpga_pf_ws w;
     fpga_pf_ws_of(d, P, j->ws_flags, &w);
     const uint64_t items = (uint64_t)d->n_kv_heads * w.nb;
@@ -183,8 +193,9 @@ int fpga_pf_prefill(fpga_card *c, const fpga_pf_job *j, fpga_pf_result *res)
         .kvf = j->kv ? malloc(items * w.kvf.item) : NULL,
         .wire = j->kv ? malloc((uint64_t)P * d->n_kv_heads * (2ull * d->head_dim + 4)) : NULL,
     };
-    int st = ACCEL_ERR_NOMEM;
+    int st = host_fail(res, ACCEL_ERR_NOMEM);
     if (b.x && b.rope && b.stripe && (!j->kv || (b.kvf && b.wire))) {
+        res->host_status = 0;
         st = 0;
         if (j->sparse) st = fpga_card_pf_params(c, &j->params);
         uint64_t ns0 = c->pf_modeled_ns;

@@ -13,8 +13,9 @@
  * chunk (the same values and scales the card's tiles hold).
  *
  * Ownership: the job's buffers are the caller's; nothing is kept after the call.
- * Threads: the card's driving thread. Errors: ACCEL_* statuses (a card status, a sink's
- * non-zero return, ACCEL_ERR_CANCELLED between layers, ACCEL_ERR_NOMEM for host buffers). */
+ * Threads: the card's driving thread. Errors: ACCEL_* statuses: a card call's, or (with
+ * res->host_status set to it) a sink's non-zero return, ACCEL_ERR_CANCELLED between layers,
+ * ACCEL_ERR_NOMEM for host buffers, ACCEL_ERR_INVALID for a job the workspace cannot take. */
 #ifndef TANDEM_FPGA_PREFILL_H
 #define TANDEM_FPGA_PREFILL_H
 #include "fpga/card.h"
@@ -48,6 +49,8 @@ typedef struct fpga_pf_result {
     uint64_t accesses, hits, hot_hits, cold_hits, misses, kv_bytes, kv_bytes_nocache;
     uint64_t runs;          /* prefill kernel runs */
     uint64_t modeled_ns;    /* their modeled time (emulator; 0 on a real card) */
+    int host_status;        /* the failure came from the sink, the cancel flag or host memory
+                               (not from the card): its status, else 0 */
 } fpga_pf_result;
 
 int fpga_pf_prefill(fpga_card *c, const fpga_pf_job *j, fpga_pf_result *res);

@@ -441,7 +441,7 @@ static int fail_layer(void *ctx, const proto_kv_layer *c)
 {
     int *left = ctx;
     (void)c;
-    return --*left < 0 ? ACCEL_ERR_NOMEM : 0;
+    return --*left < 0 ? ACCEL_ERR_INVALID : 0; /* the sink's status, not the card's */
 }
 
 /* Bad requests are refused before anything runs; a sink's refusal and the cancel flag stop a
@@ -476,8 +476,11 @@ TEST(fpga_prefill_bad_inputs)
     int left = 2;
     accel_kv_sink sink = {fail_layer, &left};
     r.kv = &sink;
-    CHECK_EQ(accel_prefill(f, &r), ACCEL_ERR_NOMEM);
+    CHECK_EQ(accel_prefill(f, &r), ACCEL_ERR_INVALID);
     CHECK_EQ(accel_seq_len(f, s), 0);
+    accel_info info;
+    accel_get_info(f, &info);
+    CHECK_EQ(info.health, ACCEL_HEALTH_OK); /* a refusing sink is not a card fault */
     /* cancelled */
     volatile int cancel = 1;
     accel_prefill_req rc = {.seq = s, .ids = ids, .n = N, .logits = lg, .cancel = &cancel};
@@ -514,7 +517,6 @@ TEST(fpga_prefill_bad_inputs)
     ((uint8_t *)kv.chunks[0].k)[3] = 0x80; /* -128: not a proto/kv.h value */
     CHECK_EQ(tf_import(f, s, &kv), ACCEL_ERR_CORRUPT);
     CHECK_EQ(prefill(f, s, ids, 4, lg, 0, NULL, NULL), ACCEL_ERR_CORRUPT);
-    accel_info info;
     accel_get_info(f, &info);
     CHECK_EQ(info.health, ACCEL_HEALTH_OK);
     tf_kv_free(&kv);
