@@ -239,11 +239,15 @@ static int sparse_params(const fpga_dev *d, const fpga_seq *s, const accel_prefi
         desc->n_heads / desc->n_kv_heads > FPGA_FLEX_MAX_GROUP || desc->head_dim > FPGA_FLEX_MAX_D)
         return 0;
     const int64_t nb = (r->n + FPGA_FLEX_BS - 1) / FPGA_FLEX_BS;
-    int64_t minb = ((int64_t)(fp.min_budget > 0 ? fp.min_budget : 1) + FPGA_FLEX_BS - 1) / FPGA_FLEX_BS;
+    /* budgets in blocks as cpu_flex_index_build counts them (0: the official None) */
+    int64_t minb = ((int64_t)(fp.min_budget > 0 ? fp.min_budget : 1) + FPGA_FLEX_BS - 1) /
+                   FPGA_FLEX_BS;
     int64_t maxb = ((int64_t)(fp.max_budget > 0 ? fp.max_budget : 2147483647) + FPGA_FLEX_BS - 1) /
                    FPGA_FLEX_BS;
-    *p = (fpga_pf_params){.gamma_bits = fpga_flex_bits(fp.gamma), .tau_bits = fpga_flex_bits(fp.tau),
-                          .min_blocks = (uint32_t)minb, .max_blocks = (uint32_t)(maxb < nb ? maxb : nb)};
+    *p = (fpga_pf_params){.gamma_bits = fpga_flex_bits(fp.gamma),
+                          .tau_bits = fpga_flex_bits(fp.tau),
+                          .min_blocks = (uint32_t)minb,
+                          .max_blocks = (uint32_t)(maxb < nb ? maxb : nb)};
     /* the SAU's cache: FAST-Prefill's 16 MB in KV blocks, half hot; 16 query blocks a window
      * (fpga_flex_opts_default) */
     fpga_flex_opts fo;

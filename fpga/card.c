@@ -8,7 +8,8 @@
 /* kernel argument numbers (fpga/kernels/decode.c, kv_scatter.c, kv_gather.c) */
 enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES };
 enum { SC_BANK0 = 4, SC_LAYER = 36, SC_POS0, SC_N, SC_PER, SC_KV_OFF, SC_PART_TILES, SC_STAGE_BYTES };
-enum { PF_IO = 32, PF_MODE, PF_LAYER, PF_POS0, PF_N, PF_R0, PF_R1, PF_KV_OFF, PF_PART_TILES, PF_WS_OFF };
+enum { PF_IO = 32, PF_MODE, PF_LAYER, PF_POS0, PF_N, PF_R0, PF_R1, PF_KV_OFF, PF_PART_TILES,
+       PF_WS_OFF };
 
 #define TRY(expr)                                                                                  \
     do {                                                                                           \
@@ -134,7 +135,8 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
     }
     if (c->k_pf) {
         if ((st = fpga_xrt_run_open(x, c->k_pf, &c->r_pf))) return fail_msg(st, err, errlen, "run");
-        for (int i = 0; i < FPGA_DEC_CH && !st; i++) st = fpga_xrt_run_set_bo(x, c->r_pf, i, c->bank[i]);
+        for (int i = 0; i < FPGA_DEC_CH && !st; i++)
+            st = fpga_xrt_run_set_bo(x, c->r_pf, i, c->bank[i]);
         if (st || (st = fpga_xrt_run_set_bo(x, c->r_pf, PF_IO, c->io)))
             return fail_msg(st, err, errlen, "prefill arguments");
     }
@@ -414,7 +416,8 @@ int fpga_card_write_bank(fpga_card *c, int ch, uint64_t off, const void *src, si
         if ((st = fpga_xrt_bo_sync(c->x, c->stage[slot / 4][slot % 4], XCL_BO_SYNC_BO_TO_DEVICE, k,
                                    0)) ||
             (st = fpga_xrt_run_set_bo(c->x, r, 1, c->bank[ch])) ||
-            (st = fpga_xrt_run_set_u64(c->x, r, 2, 0)) || (st = fpga_xrt_run_set_u64(c->x, r, 3, off)) ||
+            (st = fpga_xrt_run_set_u64(c->x, r, 2, 0)) ||
+            (st = fpga_xrt_run_set_u64(c->x, r, 3, off)) ||
             (st = fpga_xrt_run_set_u64(c->x, r, 4, k)) || (st = fpga_xrt_run_start(c->x, r)))
             break;
         c->gather_busy[slot] = 1;

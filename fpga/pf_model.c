@@ -19,7 +19,8 @@ static void charge_items(pm *m, const fpga_pf_arr *a, uint64_t i0, uint64_t k, u
         uint64_t first = i0 + (ch + FPGA_DEC_CH - i0 % FPGA_DEC_CH) % FPGA_DEC_CH;
         if (first >= i0 + k) continue;
         uint64_t cnt = (i0 + k - 1 - first) / FPGA_DEC_CH + 1;
-        fpga_dec_model_charge(m->c, (int)fpga_pf_item_ch(first), (cnt - 1) * a->item + bytes, write);
+        fpga_dec_model_charge(m->c, (int)fpga_pf_item_ch(first), (cnt - 1) * a->item + bytes,
+                              write);
     }
 }
 

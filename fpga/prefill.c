@@ -8,10 +8,10 @@
 #include <string.h>
 
 typedef struct pf_bufs {
-    float *x, *rope;          /* (rows, hidden), (rows, head_dim) */
-    uint8_t *stripe;          /* one channel's items of a striped array */
-    uint8_t *kvf;             /* a layer's kvf blocks, (Hk, nb) */
-    uint8_t *wire;            /* its wire chunk: K | V | K scales | V scales */
+    float *x, *rope; /* (rows, hidden), (rows, head_dim) */
+    uint8_t *stripe; /* one channel's items of a striped array */
+    uint8_t *kvf;    /* a layer's kvf blocks, (Hk, nb) */
+    uint8_t *wire;   /* its wire chunk: K | V | K scales | V scales */
 } pf_bufs;
 
 static void bufs_free(pf_bufs *b)
@@ -76,19 +76,26 @@ static int export_layer(fpga_card *c, const fpga_pf_job *j, const fpga_pf_ws *w,
             for (int which = 0; which < 2; which++) {
                 const uint8_t *half = blk + which * qb;
                 float s;
-                memcpy(kv[which] + ((uint64_t)t * Hk + g) * hd, half + (uint64_t)(t % FPGA_FLEX_BS) * hd, hd);
+                memcpy(kv[which] + ((uint64_t)t * Hk + g) * hd,
+                       half + (uint64_t)(t % FPGA_FLEX_BS) * hd, hd);
                 memcpy(&s, half + (uint64_t)FPGA_FLEX_BS * hd + 4ull * (t % FPGA_FLEX_BS), 4);
                 /* the scale was an fp16 value (proto/kv.h): the conversion back is exact */
                 sc[which][(uint64_t)t * Hk + g] = fpga_km_f32_to_f16(s);
             }
         }
-    proto_kv_layer chunk = {.layer = l, .pos0 = (int)pos0, .n_tokens = (int)np,
-                            .n_kv_heads = (int)Hk, .head_dim = (int)hd, .dtype = PROTO_KV_INT8,
-                            .k = kv[0], .v = kv[1], .k_scale = sc[0], .v_scale = sc[1]};
+    proto_kv_layer chunk = {.layer = l,
+                            .pos0 = (int)pos0,
+                            .n_tokens = (int)np,
+                            .n_kv_heads = (int)Hk,
+                            .head_dim = (int)hd,
+                            .dtype = PROTO_KV_INT8,
+                            .k = kv[0],
+                            .v = kv[1],
+                            .k_scale = sc[0],
+                            .v_scale = sc[1]};
     st = j->kv->layer(j->kv->ctx, &chunk);
     return st ? host_fail(res, st) : 0;
 }
-
 
 static void add_report(fpga_pf_result *r, const fpga_pf_report *p)
 {
@@ -113,7 +120,8 @@ static int rows_run(fpga_card *c, const fpga_pf_job *j, uint32_t mode, uint32_t 
     const uint32_t k = j->run_rows ? j->run_rows : FPGA_PF_RUN_ROWS;
     for (uint32_t r0 = 0; r0 < np; r0 += k) {
         uint32_t r1 = np - r0 < k ? np : r0 + k;
-        int st = fpga_card_pf_run(c, mode, l, pos0, np, r0, r1, j->kv_off, j->part_tiles, j->ws_off);
+        int st =
+            fpga_card_pf_run(c, mode, l, pos0, np, r0, r1, j->kv_off, j->part_tiles, j->ws_off);
         res->runs++;
         if (st) return st;
     }
@@ -147,8 +155,9 @@ static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, 
         if (j->sparse) {
             fpga_pf_report rep;
             st = rows_run(c, j, FPGA_PF_QKV | flags, l, pos0, np, res);
-            if (!st) st = fpga_card_pf_run(c, FPGA_PF_ATTN | flags, l, pos0, np, 0, np, j->kv_off,
-                                           j->part_tiles, j->ws_off);
+            if (!st)
+                st = fpga_card_pf_run(c, FPGA_PF_ATTN | flags, l, pos0, np, 0, np, j->kv_off,
+                                      j->part_tiles, j->ws_off);
             res->runs++;
             if (!st) st = fpga_card_pf_report(c, &rep);
             if (!st && (rep.layer != l || rep.n != np)) st = ACCEL_ERR_DEVICE;
@@ -157,8 +166,7 @@ static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, 
         } else {
             st = rows_run(c, j, FPGA_PF_DENSE | flags, l, pos0, np, res);
         }
-        if (!st && j->kv && (st = export_layer(c, j, &w, (int)l, pos0, np, b, res)))
-            return st;
+        if (!st && j->kv && (st = export_layer(c, j, &w, (int)l, pos0, np, b, res))) return st;
     }
     if (st || !j->logits) return st;
     const int vocab = m->cfg.vocab;
@@ -167,7 +175,9 @@ static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, 
         st = fpga_card_pf_run(c, FPGA_PF_HEAD | flags, 0, pos0, np, t, t + 1, j->kv_off,
                               j->part_tiles, j->ws_off);
         res->runs++;
-        if (!st) st = fpga_card_logits(c, j->logits + (j->all_logits ? (uint64_t)(done + t) * vocab : 0));
+        if (!st)
+            st =
+                fpga_card_logits(c, j->logits + (j->all_logits ? (uint64_t)(done + t) * vocab : 0));
         if (st) return st;
     }
     return 0;

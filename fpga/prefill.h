@@ -26,8 +26,8 @@ typedef struct fpga_pf_job {
     const model *m;
     const int32_t *ids;
     int n;
-    uint32_t pos0;         /* positions pos0 .. pos0 + n - 1 */
-    int rope_len;          /* dynamic RoPE: the sequence length transformers scales by */
+    uint32_t pos0; /* positions pos0 .. pos0 + n - 1 */
+    int rope_len;  /* dynamic RoPE: the sequence length transformers scales by */
     uint64_t kv_off;
     uint32_t part_tiles;
     uint64_t ws_off;
@@ -47,10 +47,10 @@ typedef struct fpga_pf_result {
     int layers_sparse, n_query_aware;
     int64_t blocks_computed, blocks_causal;
     uint64_t accesses, hits, hot_hits, cold_hits, misses, kv_bytes, kv_bytes_nocache;
-    uint64_t runs;          /* prefill kernel runs */
-    uint64_t modeled_ns;    /* their modeled time (emulator; 0 on a real card) */
-    int host_status;        /* the failure came from the sink, the cancel flag or host memory
-                               (not from the card): its status, else 0 */
+    uint64_t runs;       /* prefill kernel runs */
+    uint64_t modeled_ns; /* their modeled time (emulator; 0 on a real card) */
+    int host_status;     /* the failure came from the sink, the cancel flag or host memory
+                            (not from the card): its status, else 0 */
 } fpga_pf_result;
 
 int fpga_pf_prefill(fpga_card *c, const fpga_pf_job *j, fpga_pf_result *res);

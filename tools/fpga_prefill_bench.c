@@ -82,8 +82,9 @@ static void part1(void)
         accel_prefill_req r = {.seq = s, .ids = ids, .n = n, .logits = lg};
         int st = accel_prefill(d, &r);
         double w = now_s() - t0;
-        printf("| %d | prefill kernel (%s) | %.1f | %.3f | %llu |\n", n, st ? accel_strerror(st) : "ok",
-               w * 1e3, (c->pf_modeled_ns - ns0) / 1e6, (unsigned long long)(c->pf_runs - r0));
+        printf("| %d | prefill kernel (%s) | %.1f | %.3f | %llu |\n", n,
+               st ? accel_strerror(st) : "ok", w * 1e3, (c->pf_modeled_ns - ns0) / 1e6,
+               (unsigned long long)(c->pf_runs - r0));
         accel_seq_free(d, s);
         if (accel_seq_new(d, n, &s)) break;
         r0 = c->dec_runs;
@@ -111,22 +112,43 @@ typedef struct shape {
 
 static shape llama2_7b(void)
 {
-    return (shape){"LLaMA2-7B", {.hidden = 4096, .n_layers = 32, .n_heads = 32, .n_kv_heads = 32,
-                                 .head_dim = 128, .intermediate = 11008, .vocab = 32000,
-                                 .max_pos = 4096, .rms_eps = 1e-5f}};
+    return (shape){"LLaMA2-7B",
+                   {.hidden = 4096,
+                    .n_layers = 32,
+                    .n_heads = 32,
+                    .n_kv_heads = 32,
+                    .head_dim = 128,
+                    .intermediate = 11008,
+                    .vocab = 32000,
+                    .max_pos = 4096,
+                    .rms_eps = 1e-5f}};
 }
 static shape llama3_8b(void)
 {
-    return (shape){"Llama-3-8B", {.hidden = 4096, .n_layers = 32, .n_heads = 32, .n_kv_heads = 8,
-                                  .head_dim = 128, .intermediate = 14336, .vocab = 128256,
-                                  .max_pos = 131072, .rms_eps = 1e-5f}};
+    return (shape){"Llama-3-8B",
+                   {.hidden = 4096,
+                    .n_layers = 32,
+                    .n_heads = 32,
+                    .n_kv_heads = 8,
+                    .head_dim = 128,
+                    .intermediate = 14336,
+                    .vocab = 128256,
+                    .max_pos = 131072,
+                    .rms_eps = 1e-5f}};
 }
 /* FAST-Prefill's smallest model (config.json of meta-llama/Llama-3.2-1B) */
 static shape llama32_1b(void)
 {
-    return (shape){"Llama-3.2-1B", {.hidden = 2048, .n_layers = 16, .n_heads = 32, .n_kv_heads = 8,
-                                    .head_dim = 64, .intermediate = 8192, .vocab = 128256,
-                                    .max_pos = 131072, .rms_eps = 1e-5f}};
+    return (shape){"Llama-3.2-1B",
+                   {.hidden = 2048,
+                    .n_layers = 16,
+                    .n_heads = 32,
+                    .n_kv_heads = 8,
+                    .head_dim = 64,
+                    .intermediate = 8192,
+                    .vocab = 128256,
+                    .max_pos = 131072,
+                    .rms_eps = 1e-5f}};
 }
 
 static int desc_of(const shape *s, int bits, fpga_dec_desc *d)
@@ -151,7 +173,8 @@ static int fits(const fpga_dec_desc *d, uint32_t n, int sparse)
     fpga_pf_ws_of(d, FPGA_PF_PASS, FPGA_PF_F_KVF, &w);
     fpga_pf_ws_of(d, n, FPGA_PF_F_KVF | FPGA_PF_F_SPARSE, &ws);
     uint64_t io = fpga_dec_align(fpga_dec_io_bytes(d), 4096);
-    uint64_t bank = FPGA_U280_HBM_BANK_BYTES - (io > FPGA_CARD_STAGE_BYTES ? io : FPGA_CARD_STAGE_BYTES);
+    uint64_t bank =
+        FPGA_U280_HBM_BANK_BYTES - (io > FPGA_CARD_STAGE_BYTES ? io : FPGA_CARD_STAGE_BYTES);
     uint64_t need = lo.image_bytes + w.bytes +
                     fpga_dec_slab_bytes(&lo, fpga_dec_part_tiles(n, d->kv_parts)) +
                     (sparse ? ws.bytes : 0);
@@ -164,11 +187,13 @@ static int fits(const fpga_dec_desc *d, uint32_t n, int sparse)
 static double input_ns(const fpga_dec_desc *d, uint32_t rows)
 {
     double t = 0;
-    const uint64_t per_ch[2] = {(rows + 31) / 32 * 4ull * d->hidden, (rows + 31) / 32 * 4ull * d->head_dim};
+    const uint64_t per_ch[2] = {(rows + 31) / 32 * 4ull * d->hidden,
+                                (rows + 31) / 32 * 4ull * d->head_dim};
     for (int a = 0; a < 2; a++)
         for (int ch = 0; ch < FPGA_DEC_CH; ch++)
             for (uint64_t off = 0; off < per_ch[a]; off += FPGA_CARD_STAGE_BYTES) {
-                uint64_t k = per_ch[a] - off < FPGA_CARD_STAGE_BYTES ? per_ch[a] - off : FPGA_CARD_STAGE_BYTES;
+                uint64_t k = per_ch[a] - off < FPGA_CARD_STAGE_BYTES ? per_ch[a] - off
+                                                                     : FPGA_CARD_STAGE_BYTES;
                 t += (double)fpga_dec_model_sync_ns(k);
             }
     return t + FPGA_U280_RUN_OVERHEAD_NS;
@@ -234,13 +259,15 @@ static double mpu_ns(double macs, double hz)
 
 static void part2(void)
 {
-    printf("## 2. Modeled TTFT, dense prefill on a U280: LLaMA2-7B, 1536 tokens (fpga/pf_model.c)\n\n");
-    printf("TTFT = the prefill kernel's runs (32 layers x 3 passes of 512 rows, then lm_head of the "
-           "last row; each run 50 us + max(busiest channel, MPU/SFU cycles) + stalls) + the host "
-           "(embeddings and rotary angles over PCIe, a status sync per run, the logits). MPU floor = "
-           "every MAC (projections, FFN, causal attention, lm_head row) at 12,288 int8 MACs per "
-           "cycle. GLITCHES Table I: 5001.2 ms on a U280 with FlightLLM (~W4A8, 6.91 TOPS peak, "
-           "61.15 %% compute utilisation), A100 175.85 ms.\n\n");
+    printf("## 2. Modeled TTFT, dense prefill on a U280: LLaMA2-7B, 1536 tokens "
+           "(fpga/pf_model.c)\n\n");
+    printf(
+        "TTFT = the prefill kernel's runs (32 layers x 3 passes of 512 rows, then lm_head of the "
+        "last row; each run 50 us + max(busiest channel, MPU/SFU cycles) + stalls) + the host "
+        "(embeddings and rotary angles over PCIe, a status sync per run, the logits). MPU floor = "
+        "every MAC (projections, FFN, causal attention, lm_head row) at 12,288 int8 MACs per "
+        "cycle. GLITCHES Table I: 5001.2 ms on a U280 with FlightLLM (~W4A8, 6.91 TOPS peak, "
+        "61.15 %% compute utilisation), A100 175.85 ms.\n\n");
     printf("| weights | TTFT ms (225 MHz) | runs | compute ms | memory ms (busiest channel) | "
            "stalls ms | run overheads ms | host ms | MPU floor ms | MPU floor at 175 MHz | "
            "GLITCHES U280 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -252,10 +279,11 @@ static void part2(void)
         ttft t = dense_ttft(&d, n);
         double attn = (double)d.n_layers * d.n_heads * d.head_dim * 2.0 * ((double)n * (n + 1) / 2);
         double macs = layer_macs(&d) * d.n_layers * n + attn + (double)d.hidden * d.vocab;
-        printf("| W%dA8%s | %.0f | %llu | %.0f | %.0f | %.1f | %.1f | %.1f | %.0f | %.0f | 5001 |\n", bits,
-               bits == 4 ? " g128" : " per-row", t.total_ns / 1e6, (unsigned long long)t.runs,
-               t.compute_ns / 1e6, t.mem_ns / 1e6, t.stall_ns / 1e6, t.overhead_ns / 1e6,
-               t.host_ns / 1e6, mpu_ns(macs, FPGA_U280_KERNEL_HZ) / 1e6, mpu_ns(macs, 175e6) / 1e6);
+        printf(
+            "| W%dA8%s | %.0f | %llu | %.0f | %.0f | %.1f | %.1f | %.1f | %.0f | %.0f | 5001 |\n",
+            bits, bits == 4 ? " g128" : " per-row", t.total_ns / 1e6, (unsigned long long)t.runs,
+            t.compute_ns / 1e6, t.mem_ns / 1e6, t.stall_ns / 1e6, t.overhead_ns / 1e6,
+            t.host_ns / 1e6, mpu_ns(macs, FPGA_U280_KERNEL_HZ) / 1e6, mpu_ns(macs, 175e6) / 1e6);
     }
     printf("\n");
 }
@@ -373,19 +401,22 @@ static void part3(const char *lens, int sigu_max, int threads)
         return;
     }
     cpu_pool *pool = cpu_pool_new(threads);
-    printf("## 3. Long prompts: dense vs FlexPrefill (gamma 0.9, tau 0.1, min budget 1024) on a U280\n\n");
+    printf("## 3. Long prompts: dense vs FlexPrefill (gamma 0.9, tau 0.1, min budget 1024) on a "
+           "U280\n\n");
     fprintf(stderr, "(QKV and POST runs of %d rows at most)\n", FPGA_PF_RUN_ROWS);
-    printf("Structured synthetic attention (sinks, local windows, vertical columns, query-specific "
-           "blocks; cpu/flex_synth.h), W8A8. TTFT = layers x (QKV + SIGU + SAU + POST) + lm_head + "
-           "host, the SAU with FAST-Prefill's 16 MB cache (half hot) and windows of 16 query blocks; "
-           "hit rate = hits / (window, KV block) uses; KV MiB per layer with / without the cache / "
-           "row-major gather (every tile fetches its block). \"fits\": the prompt's KV and the "
-           "standing workspace in the KV pool left after the weight image, dense / sparse (the sparse "
-           "pass's workspace too). SAU ms: striped over "
-           "the 32 channels as inside the prefill kernel, with the cache / without; \"1 ch\": the "
-           "same schedule with the KV stream in one pseudo-channel (14.4 GB/s), with / without the "
-           "cache.\n\n");
-    printf("| model | n | fits dense / sparse | density | hit rate (hot/cold) | KV MiB with cache | without | "
+    printf(
+        "Structured synthetic attention (sinks, local windows, vertical columns, query-specific "
+        "blocks; cpu/flex_synth.h), W8A8. TTFT = layers x (QKV + SIGU + SAU + POST) + lm_head + "
+        "host, the SAU with FAST-Prefill's 16 MB cache (half hot) and windows of 16 query blocks; "
+        "hit rate = hits / (window, KV block) uses; KV MiB per layer with / without the cache / "
+        "row-major gather (every tile fetches its block). \"fits\": the prompt's KV and the "
+        "standing workspace in the KV pool left after the weight image, dense / sparse (the sparse "
+        "pass's workspace too). SAU ms: striped over "
+        "the 32 channels as inside the prefill kernel, with the cache / without; \"1 ch\": the "
+        "same schedule with the KV stream in one pseudo-channel (14.4 GB/s), with / without the "
+        "cache.\n\n");
+    printf("| model | n | fits dense / sparse | density | hit rate (hot/cold) | KV MiB with cache "
+           "| without | "
            "row-major | SIGU ms/layer | SAU ms/layer (no cache) | SAU 1 ch ms (no cache) | dense "
            "TTFT s | sparse TTFT s | speedup | sparse TTFT 1 ch s (no cache) |\n"
            "|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -417,7 +448,8 @@ static void part3(const char *lens, int sigu_max, int threads)
             for (uint32_t l = 0; l < d.n_layers; l++) {
                 /* QKV and POST in runs of FPGA_PF_RUN_ROWS rows, as fpga/prefill.c splits them */
                 for (uint32_t r0 = 0; r0 < (uint32_t)n; r0 += FPGA_PF_RUN_ROWS) {
-                    uint32_t r1 = (uint32_t)n - r0 < FPGA_PF_RUN_ROWS ? (uint32_t)n : r0 + FPGA_PF_RUN_ROWS;
+                    uint32_t r1 =
+                        (uint32_t)n - r0 < FPGA_PF_RUN_ROWS ? (uint32_t)n : r0 + FPGA_PF_RUN_ROWS;
                     fpga_dec_cost c;
                     fpga_pf_model_run(&d, FPGA_PF_QKV | f, l, 0, (uint32_t)n, r0, r1, &c);
                     add_run(&sp, &c);
@@ -426,7 +458,8 @@ static void part3(const char *lens, int sigu_max, int threads)
                     add_run(&sp, &c);
                     lin += (double)c.modeled_ns;
                 }
-                sp.host_ns += run_host_ns() + (double)fpga_dec_model_sync_ns(sizeof(fpga_pf_report));
+                sp.host_ns +=
+                    run_host_ns() + (double)fpga_dec_model_sync_ns(sizeof(fpga_pf_report));
             }
             double attn = d.n_layers * (u.sigu_ns + u.sau_ns);
             double attn_nc = d.n_layers * (u.sigu_ns + u.sau_nocache_ns);
@@ -442,13 +475,13 @@ static void part3(const char *lens, int sigu_max, int threads)
                    shapes[si].name, n,
                    fits(&d, (uint32_t)n, 0) ? (fits(&d, (uint32_t)n, 1) ? "yes / yes" : "yes / no")
                                             : (fits(&d, (uint32_t)n, 1) ? "no / yes" : "no / no"),
-                   u.density,
-                   100 * u.hit, 100 * u.hot, 100 * u.cold, u.kv_mib, u.kv_mib_nocache,
+                   u.density, 100 * u.hit, 100 * u.hot, 100 * u.cold, u.kv_mib, u.kv_mib_nocache,
                    u.kv_mib_naive, u.sigu_ns / 1e6, u.sigu_ran ? "" : "*", u.sau_ns / 1e6,
                    u.sau_nocache_ns / 1e6, u.sau1_ns / 1e6, u.sau1_nocache_ns / 1e6, dense_s,
                    sparse_s, dense_s / sparse_s, one_s, one_nc_s);
-            fprintf(stderr, "%s n %ld: emulator %.1f s; projections+FFN %.2f s of the sparse TTFT; "
-                            "%d query-aware heads\n",
+            fprintf(stderr,
+                    "%s n %ld: emulator %.1f s; projections+FFN %.2f s of the sparse TTFT; "
+                    "%d query-aware heads\n",
                     shapes[si].name, n, now_s() - t0, lin / 1e9, u.n_qa);
             fflush(stdout);
         }
@@ -470,8 +503,9 @@ static void part4(const char *dir, int tokens)
         fprintf(stderr, "%s\n", err);
         return;
     }
-    printf("## 4. A real %d-layer checkpoint of %s through the emulator: %d-token dense prefill\n\n",
-           m->cfg.n_layers, dir, tokens);
+    printf(
+        "## 4. A real %d-layer checkpoint of %s through the emulator: %d-token dense prefill\n\n",
+        m->cfg.n_layers, dir, tokens);
     printf("| weights | wall s | modeled ms (runs) | pf_model ms | runs equal to the model |\n"
            "|---|---:|---:|---:|---|\n");
     for (int bits = 8; bits >= 4; bits -= 4) {
@@ -495,7 +529,8 @@ static void part4(const char *dir, int tokens)
             double wall = now_s() - t0;
             uint32_t np = 0;
             for (uint32_t done = 0; done < (uint32_t)tokens; done += FPGA_PF_PASS) {
-                np = (uint32_t)tokens - done < FPGA_PF_PASS ? (uint32_t)tokens - done : FPGA_PF_PASS;
+                np =
+                    (uint32_t)tokens - done < FPGA_PF_PASS ? (uint32_t)tokens - done : FPGA_PF_PASS;
                 for (uint32_t l = 0; l < c->desc.n_layers; l++) {
                     fpga_dec_cost mc;
                     fpga_pf_model_run(&c->desc, FPGA_PF_DENSE, l, done, np, 0, np, &mc);
@@ -524,12 +559,18 @@ int main(int argc, char **argv)
     const char *check = NULL, *lens = "8192,16384,32768";
     int tokens = 128, sigu_max = 8192, threads = 2, skip_long = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--check") && i + 1 < argc) check = argv[++i];
-        else if (!strcmp(argv[i], "--check-tokens") && i + 1 < argc) tokens = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--long") && i + 1 < argc) lens = argv[++i];
-        else if (!strcmp(argv[i], "--sigu-max") && i + 1 < argc) sigu_max = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--skip-long")) skip_long = 1;
+        if (!strcmp(argv[i], "--check") && i + 1 < argc)
+            check = argv[++i];
+        else if (!strcmp(argv[i], "--check-tokens") && i + 1 < argc)
+            tokens = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--long") && i + 1 < argc)
+            lens = argv[++i];
+        else if (!strcmp(argv[i], "--sigu-max") && i + 1 < argc)
+            sigu_max = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--skip-long"))
+            skip_long = 1;
         else {
             fprintf(stderr, "usage: fpga_prefill_bench [--check DIR] [--check-tokens T] "
                             "[--long N,N,...] [--sigu-max N] [--threads N] [--skip-long]\n");

@@ -155,7 +155,8 @@ static inline uint64_t fpga_kd_attend(uint8_t *const *ch, const fpga_dec_desc *d
             float m = pm[g] > gm[g] ? pm[g] : gm[g];
             float fa = expf(gm[g] - m), fb = expf(pm[g] - m);
             gl[g] = gl[g] * fa + pl[g] * fb;
-            for (uint32_t i = 0; i < hd; i++) go[g * hd + i] = go[g * hd + i] * fa + po[g * hd + i] * fb;
+            for (uint32_t i = 0; i < hd; i++)
+                go[g * hd + i] = go[g * hd + i] * fa + po[g * hd + i] * fb;
             gm[g] = m;
         }
     }

@@ -351,7 +351,8 @@ static void sparse_attention(const pf_ctx *c, void *sigu_chip, void *sau_chip)
     qf.round = c->w.qf.item;
     kvf.round = c->w.kvf.item;
     out.round = c->w.out.item;
-    uint32_t *rows = (uint32_t *)flat(c, FPGA_PF_FLAT_ROWS), *col = (uint32_t *)flat(c, FPGA_PF_FLAT_COL);
+    uint32_t *rows = (uint32_t *)flat(c, FPGA_PF_FLAT_ROWS);
+    uint32_t *col = (uint32_t *)flat(c, FPGA_PF_FLAT_COL);
     fpga_flex_head_info *info = (fpga_flex_head_info *)flat(c, FPGA_PF_FLAT_INFO);
     fpga_flex_sau_stats *st = (fpga_flex_sau_stats *)flat(c, FPGA_PF_FLAT_STATS);
     const uint32_t n = c->w.n, nb = c->w.nb, H = d->n_heads;

@@ -32,8 +32,13 @@ static int32_t *ids_of(int n, int vocab, int seed)
 static int prefill(accel_dev *d, accel_seq *s, const int32_t *ids, int n, float *lg, int all,
                    const accel_sparse *sp, accel_sparse_report *rep)
 {
-    accel_prefill_req r = {.seq = s, .ids = ids, .n = n, .logits = lg, .all_logits = all,
-                           .sparse = sp, .sparse_report = rep};
+    accel_prefill_req r = {.seq = s,
+                           .ids = ids,
+                           .n = n,
+                           .logits = lg,
+                           .all_logits = all,
+                           .sparse = sp,
+                           .sparse_report = rep};
     return accel_prefill(d, &r);
 }
 
@@ -176,7 +181,8 @@ TEST(fpga_prefill_sparse_all_blocks_near_dense)
     double mean, mx;
     kl_rows(a, b, N, V, &mean, &mx);
     int agree = 0;
-    for (int p = 0; p < N; p++) agree += argmax(a + (size_t)p * V, V) == argmax(b + (size_t)p * V, V);
+    for (int p = 0; p < N; p++)
+        agree += argmax(a + (size_t)p * V, V) == argmax(b + (size_t)p * V, V);
     /* measured: mean 0.0026, max 0.067, 379 of 400 (random ids: flat distributions, near ties) */
     CHECK_MSG(mean <= SAU_MEAN_KL, "mean KL %.5f", mean);
     CHECK_MSG(mx <= 0.25, "max KL %.4f", mx);
@@ -369,10 +375,12 @@ TEST(fpga_prefill_exports_its_kv)
         const proto_kv_layer *c = &kv.chunks[i];
         for (int t = 0; t < c->n_tokens; t++)
             for (int h = 0; h < Hk; h++) {
-                const uint8_t *r = tiles + (((size_t)c->layer * N + c->pos0 + t) * Hk + h) * 2 * (hd + 2);
+                const uint8_t *r =
+                    tiles + (((size_t)c->layer * N + c->pos0 + t) * Hk + h) * 2 * (hd + 2);
                 size_t e = (size_t)t * Hk + h;
                 bad += memcmp(r, c->k + e * hd, hd) || memcmp(r + hd, &c->k_scale[e], 2) ||
-                       memcmp(r + hd + 2, c->v + e * hd, hd) || memcmp(r + 2 * hd + 2, &c->v_scale[e], 2);
+                       memcmp(r + hd + 2, c->v + e * hd, hd) ||
+                       memcmp(r + 2 * hd + 2, &c->v_scale[e], 2);
             }
     }
     CHECK_EQ(bad, 0);
@@ -407,8 +415,8 @@ TEST(fpga_prefill_matches_cpu_w8a8)
     char err[512];
     accel_opts oc = {.threads = 1};
     accel_dev *c = accel_open("cpu", m, &oc, err, sizeof err);
-    model_golden *g = model_golden_load("tests/data/golden/stories260K/sun.json", m->cfg.vocab, err,
-                                        sizeof err);
+    model_golden *g =
+        model_golden_load("tests/data/golden/stories260K/sun.json", m->cfg.vocab, err, sizeof err);
     REQUIRE(c && g);
     const int n = g->n_ids + g->n_greedy - 1, V = m->cfg.vocab;
     int32_t *seq = malloc(sizeof *seq * n);
@@ -422,7 +430,8 @@ TEST(fpga_prefill_matches_cpu_w8a8)
     double mean, mx;
     kl_rows(a, b, n, V, &mean, &mx);
     int agree = 0;
-    for (int p = 0; p < n; p++) agree += argmax(a + (size_t)p * V, V) == argmax(b + (size_t)p * V, V);
+    for (int p = 0; p < n; p++)
+        agree += argmax(a + (size_t)p * V, V) == argmax(b + (size_t)p * V, V);
     CHECK_MSG(mean <= 0.005, "mean KL %.5f", mean);
     CHECK_MSG(mx <= 0.25, "max KL %.4f", mx);
     CHECK_MSG((double)agree / n >= 0.95, "argmax agreement %.3f", (double)agree / n);
@@ -492,17 +501,22 @@ TEST(fpga_prefill_bad_inputs)
     uint64_t kv_off, ws_off;
     uint32_t part_tiles;
     fpga_dev_seq_slab(f, s, &kv_off, &part_tiles);
-    CHECK_EQ(accel_prefill(f, &(accel_prefill_req){.seq = s, .ids = ids, .n = 10, .logits = lg}), 0);
+    CHECK_EQ(accel_prefill(f, &(accel_prefill_req){.seq = s, .ids = ids, .n = 10, .logits = lg}),
+             0);
     REQUIRE(fpga_dev_last_prefill(f, NULL, &ws_off, NULL, NULL) == 0);
     CHECK_EQ(fpga_card_pf_run(c, FPGA_PF_DENSE | FPGA_PF_F_KVF, 0, 10, 10, 0, 10, kv_off,
-                              part_tiles, c->bank_bytes), ACCEL_ERR_DEVICE);
-    CHECK_EQ(fpga_card_pf_run(c, 9, 0, 10, 10, 0, 10, kv_off, part_tiles, ws_off), ACCEL_ERR_DEVICE);
+                              part_tiles, c->bank_bytes),
+             ACCEL_ERR_DEVICE);
+    CHECK_EQ(fpga_card_pf_run(c, 9, 0, 10, 10, 0, 10, kv_off, part_tiles, ws_off),
+             ACCEL_ERR_DEVICE);
     CHECK_EQ(fpga_card_pf_run(c, FPGA_PF_DENSE, 0, 10, 10, 3, 10, kv_off, part_tiles, ws_off),
              ACCEL_ERR_DEVICE);
     CHECK_EQ(fpga_card_pf_run(c, FPGA_PF_DENSE, m->cfg.n_layers, 10, 10, 0, 10, kv_off, part_tiles,
-                              ws_off), ACCEL_ERR_DEVICE);
+                              ws_off),
+             ACCEL_ERR_DEVICE);
     CHECK_EQ(fpga_card_pf_run(c, FPGA_PF_ATTN | FPGA_PF_F_KVF | FPGA_PF_F_SPARSE, 0, 0, 10, 0, 10,
-                              kv_off, part_tiles, ws_off), ACCEL_ERR_DEVICE);
+                              kv_off, part_tiles, ws_off),
+             ACCEL_ERR_DEVICE);
     /* the card is fine: the sequence goes on */
     CHECK_EQ(accel_decode(f, 1, &s, &ids[10], lg), 0);
     CHECK_EQ(accel_seq_len(f, s), 11);

@@ -37,7 +37,8 @@ static void runs(const char *model_dir, int wbits)
     REQUIRE(accel_seq_new(d, 400, &s) == 0);
     int32_t id = 1;
     float *lg = malloc(sizeof(float) * m->cfg.vocab);
-    REQUIRE(accel_prefill(d, &(accel_prefill_req){.seq = s, .ids = &id, .n = 1, .logits = lg}) == 0);
+    REQUIRE(accel_prefill(d, &(accel_prefill_req){.seq = s, .ids = &id, .n = 1, .logits = lg}) ==
+            0);
     uint64_t kv_off, ws_off;
     uint32_t part_tiles;
     fpga_dev_seq_slab(d, s, &kv_off, &part_tiles);
@@ -46,8 +47,8 @@ static void runs(const char *model_dir, int wbits)
     const struct {
         uint32_t mode, layer, pos0, n, r0, r1;
     } cases[] = {
-        {FPGA_PF_DENSE | kvf, 0, 0, 300, 0, 300},        /* 3 chunks, the last partial */
-        {FPGA_PF_DENSE, L - 1, 37, 100, 0, 100},        /* after existing KV, off tile */
+        {FPGA_PF_DENSE | kvf, 0, 0, 300, 0, 300},         /* 3 chunks, the last partial */
+        {FPGA_PF_DENSE, L - 1, 37, 100, 0, 100},          /* after existing KV, off tile */
         {FPGA_PF_DENSE | kvf, 1 % L, 130, 260, 128, 256}, /* rows of a later chunk only */
         {FPGA_PF_QKV | sp, 2 % L, 0, 300, 0, 300},
         {FPGA_PF_POST | sp, 3 % L, 0, 300, 0, 300},
