@@ -61,6 +61,8 @@ __global__ void __launch_bounds__(DEC_THREADS) k_decode_split(dec_params p)
     __shared__ float s_alpha[G], s_m[G], s_l[G];
     __shared__ float red[WARPS][G][HDP];
 
+    gpu_pdl_wait(); /* q, and the cache row the QKV kernel wrote */
+    gpu_pdl_trigger();
     const int t = blockIdx.z, split = blockIdx.y;
     const int g = blockIdx.x / p.gslices, slice = blockIdx.x % p.gslices;
     const int h0 = g * p.group + slice * G, nh = min(G, p.group - slice * G);
@@ -179,6 +181,8 @@ __global__ void k_decode_merge(const float *part_o, const float2 *part_ml, const
                                int window, int splits, int n_heads, int hd, int hdp, int qd,
                                bf16 *out)
 {
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
     const int h = blockIdx.x, t = blockIdx.y;
     const size_t s0 = ((size_t)t * n_heads + h) * splits;
     int kstart, ns, len;
@@ -222,26 +226,25 @@ size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens)
     return (size_t)n_tokens * d->n_heads * n_splits(d, sms, n_tokens);
 }
 
-template <int HDP, int G> static int launch(cudaStream_t s, const dec_params &p, int T)
+template <int HDP, int G> static int launch(cudaStream_t s, int pdl, const dec_params &p, int T)
 {
     dim3 grid(p.n_kv * p.gslices, p.splits, T);
-    k_decode_split<HDP, G><<<grid, DEC_THREADS, 0, s>>>(p);
-    GPU_LAUNCHED();
+    GPU_CHECK(gpu_launch(k_decode_split<HDP, G>, grid, DEC_THREADS, 0, s, pdl, p));
     return ACCEL_OK;
 }
 
-template <int HDP> static int launch_g(cudaStream_t s, const dec_params &p, int T, int G)
+template <int HDP> static int launch_g(cudaStream_t s, int pdl, const dec_params &p, int T, int G)
 {
     switch (G) {
-    case 1: return launch<HDP, 1>(s, p, T);
-    case 2: return launch<HDP, 2>(s, p, T);
-    case 4: return launch<HDP, 4>(s, p, T);
-    case 8: return launch<HDP, 8>(s, p, T);
+    case 1: return launch<HDP, 1>(s, pdl, p, T);
+    case 2: return launch<HDP, 2>(s, pdl, p, T);
+    case 4: return launch<HDP, 4>(s, pdl, p, T);
+    case 8: return launch<HDP, 8>(s, pdl, p, T);
     }
     return ACCEL_ERR_UNSUPPORTED;
 }
 
-int gpu_attn_decode(cudaStream_t s, const gpu_dims *d, int sms, int layer, int T,
+int gpu_attn_decode(cudaStream_t s, int pdl, const gpu_dims *d, int sms, int layer, int T,
                     const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
                     float *part_o, float2 *part_ml, bf16 *out)
 {
@@ -267,14 +270,14 @@ int gpu_attn_decode(cudaStream_t s, const gpu_dims *d, int sms, int layer, int T
     p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)d->hd));
     int st = ACCEL_ERR_UNSUPPORTED;
     switch (d->hdp) {
-    case 16: st = launch_g<16>(s, p, T, G); break;
-    case 32: st = launch_g<32>(s, p, T, G); break;
-    case 64: st = launch_g<64>(s, p, T, G); break;
-    case 128: st = launch_g<128>(s, p, T, G); break;
+    case 16: st = launch_g<16>(s, pdl, p, T, G); break;
+    case 32: st = launch_g<32>(s, pdl, p, T, G); break;
+    case 64: st = launch_g<64>(s, pdl, p, T, G); break;
+    case 128: st = launch_g<128>(s, pdl, p, T, G); break;
     }
     if (st) return st;
-    k_decode_merge<<<dim3(d->n_heads, T), 128, 0, s>>>(part_o, part_ml, pos, d->window, p.splits,
-                                                       d->n_heads, d->hd, d->hdp, d->qd, out);
-    GPU_LAUNCHED();
+    GPU_CHECK(gpu_launch(k_decode_merge, dim3(d->n_heads, T), 128, 0, s, pdl, (const float *)part_o,
+                         (const float2 *)part_ml, pos, d->window, p.splits, d->n_heads, d->hd,
+                         d->hdp, d->qd, out));
     return ACCEL_OK;
 }

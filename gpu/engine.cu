@@ -153,9 +153,20 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     cudaDeviceProp prop;
     GPU_CHECK(cudaGetDeviceProperties(&prop, e->index));
     e->sms = prop.multiProcessorCount;
-    /* comparisons: TANDEM_GPU_GEMV=off (cuBLAS for decode projections too), TANDEM_GPU_GRAPHS=off */
+    /* comparisons: TANDEM_GPU_GEMV=off (cuBLAS for decode projections too), TANDEM_GPU_GRAPHS=off,
+     * TANDEM_GPU_FUSED=off, TANDEM_GPU_PDL=on */
     const char *gv = getenv("TANDEM_GPU_GEMV"), *gr = getenv("TANDEM_GPU_GRAPHS");
     e->gemv_off = gv && !strcmp(gv, "off");
+    /* the fused decode kernels (decode_fused.cu) stream with the GEMV's loop: off with it;
+     * TANDEM_GPU_FUSED=off for comparisons */
+    const char *fu = getenv("TANDEM_GPU_FUSED");
+    e->fused = !e->gemv_off && !(fu && !strcmp(fu, "off")) && gpu_fused_ok(&d);
+    /* programmatic dependent launch in the decode chain (engine.cuh): off unless TANDEM_GPU_PDL=on.
+     * Measured on the H200 (Llama-3-8B, 1K context): 5.01 ms per token with it, 4.67 without —
+     * the early-launched blocks' L2 prefetches and waiting warps cost more than the launch gaps
+     * they hide; kept as a switch for the next attempt (trigger placement, fewer kernels) */
+    const char *pd = getenv("TANDEM_GPU_PDL");
+    e->pdl = pd && !strcmp(pd, "on") && prop.major >= 9;
     e->graphs_off = gr && !strcmp(gr, "off");
     e->dec_graph = (cudaGraphExec_t *)calloc(GPU_MAX_BATCH + 1, sizeof(cudaGraphExec_t));
     if (!e->dec_graph) return ACCEL_ERR_NOMEM;

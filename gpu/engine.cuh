@@ -27,6 +27,7 @@
 #include <cuda_fp16.h>
 #include <cublas_v2.h>
 #include <stdio.h>
+#include <string.h>
 extern "C" {
 #include "gpu/gpu.h"
 }
@@ -58,6 +59,41 @@ int gpu_cublas_status(cublasStatus_t st, const char *what, const char *file, int
         int st_ = (expr);                                                                          \
         if (st_) return st_;                                                                       \
     } while (0)
+
+/* ---------------------------------------------------------------- programmatic dependent launch
+ * The decode step is a chain of small kernels, each waiting for the one before. Launched with
+ * gpu_launch(..., pdl = 1), a kernel's blocks may start while its predecessor is still finishing
+ * (once every block of the predecessor has started and called gpu_pdl_trigger); they do only
+ * work on immutable data (prefetching their weights into L2) before gpu_pdl_wait, which returns
+ * when the predecessor has completed and its writes are visible. A kernel launched without it,
+ * or one whose predecessor is not a kernel, waits as usual and gpu_pdl_wait returns at once.
+ * Rule for every kernel that calls these: no global write and no read of a predecessor's output
+ * before gpu_pdl_wait. Hopper's griddepcontrol (PTX 7.8, sm_90). */
+__device__ __forceinline__ void gpu_pdl_wait()
+{
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void gpu_pdl_trigger()
+{
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+template <typename... KArgs, typename... Args>
+static inline cudaError_t gpu_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                     cudaStream_t s, int pdl, Args... args)
+{
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
 
 /* ---------------------------------------------------------------- model on the device */
 struct gpu_dims {
@@ -115,6 +151,8 @@ struct gpu_engine {
     int prof_cat[GPU_PROF_EVENTS], prof_n;
     double prof_ms[2][GPU_PROF_CATS]; /* [prefill, decode][op] */
     long prof_passes[2];
+    int pdl;       /* launch the decode chain's kernels with PDL (TANDEM_GPU_PDL=on; off by default) */
+    int fused;     /* single-token decode through decode_fused.cu (TANDEM_GPU_FUSED=off: unfused) */
     int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for single-token projections too (comparisons) */
     int graphs_off; /* TANDEM_GPU_GRAPHS=off, or a capture failed: decode without CUDA graphs */
     cudaGraphExec_t *dec_graph; /* [GPU_MAX_BATCH + 1]: the decode step for n sequences */
@@ -184,6 +222,18 @@ __device__ __forceinline__ float gpu_silu_mul(float g, float u)
     return __fmul_rn(g / (1.0f + expf(-g)), u);
 }
 
+/* decode_fused.cu: the T = 1 step's RMSNorm + QKV + bias + rope + cache write, and RMSNorm +
+ * gate/up + SwiGLU, each one kernel with the unfused kernels' bits (see the file). x is the
+ * float32 residual row, norm its RMSNorm weights, rope the token's (cos, sin) row; q (qd) bf16;
+ * h (I) bf16. gpu_fused_ok: the shapes they take (H % 8 == 0, H <= GPU_FUSED_MAX_H). */
+#define GPU_FUSED_MAX_H 16384 /* the normalized row is kept in shared memory (2 H bytes) */
+int gpu_fused_ok(const gpu_dims *d);
+int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const bf16 *w,
+                  const float *bias, const float *x, const float *norm, const float2 *rope,
+                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q);
+int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const bf16 *w, const float *x,
+                 const float *norm, bf16 *h);
+
 /* kernels.cu */
 int gpu_embed(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, float *x);
 int gpu_rmsnorm(cudaStream_t s, const float *x, const int *rows, const float *w, int T, int H,
@@ -224,7 +274,7 @@ int gpu_attn_sm90_available(int device);
  * split-K over its keys 0..pos[t]; part_* hold at least gpu_attn_decode_slots() entries. The
  * launch depends on T only (each token splits its own keys in the kernel), so a captured CUDA
  * graph stays valid as the sequences grow. */
-int gpu_attn_decode(cudaStream_t s, const gpu_dims *d, int sms, int layer, int T,
+int gpu_attn_decode(cudaStream_t s, int pdl, const gpu_dims *d, int sms, int layer, int T,
                     const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
                     float *part_o, float2 *part_ml, bf16 *out);
 size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens);

@@ -257,6 +257,8 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
     const gpu_dims &d = e->d;
     cudaStream_t s = e->compute;
     const int T = p.T;
+    /* one token without export: the fused kernels of decode_fused.cu (the same bits) */
+    const bool fused = e->fused && T == 1 && !p.xr;
     prof_mark(e, P_START);
     GPU_TRY(gpu_rope_table(s, md.pos, md.tbl, md.inv, T, d.hd / 2, e->rope));
     prof_mark(e, P_ROPE_TAB);
@@ -265,13 +267,19 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
     for (int l = 0; l < d.L; l++) {
         const gpu_layer_w &w = e->layers[l];
         if (p.cancel && *p.cancel) return ACCEL_ERR_CANCELLED;
-        GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.attn_norm, T, d.H, d.eps, e->xb));
-        prof_mark(e, P_NORM);
-        GPU_TRY(gpu_gemm(e, T, d.qkv, d.H, w.w_qkv, e->xb, e->qkv, 1, 0.f));
-        prof_mark(e, P_QKV);
-        GPU_TRY(gpu_rope_qkv(s, &d, l, T, e->qkv, w.b_qkv, e->rope, md.seq, md.pos, md.seqs, e->q,
-                             p.xr ? e->kf : NULL, p.xr ? e->vf : NULL));
-        prof_mark(e, P_ROPE);
+        if (fused) {
+            GPU_TRY(gpu_qkv_fused(s, e->pdl, e->sms, &d, l, w.w_qkv, w.b_qkv, e->x, w.attn_norm, e->rope,
+                                  md.seq, md.pos, md.seqs, e->q));
+            prof_mark(e, P_QKV);
+        } else {
+            GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.attn_norm, T, d.H, d.eps, e->xb));
+            prof_mark(e, P_NORM);
+            GPU_TRY(gpu_gemm(e, T, d.qkv, d.H, w.w_qkv, e->xb, e->qkv, 1, 0.f));
+            prof_mark(e, P_QKV);
+            GPU_TRY(gpu_rope_qkv(s, &d, l, T, e->qkv, w.b_qkv, e->rope, md.seq, md.pos, md.seqs,
+                                 e->q, p.xr ? e->kf : NULL, p.xr ? e->vf : NULL));
+            prof_mark(e, P_ROPE);
+        }
         if (p.xr) GPU_TRY(export_enqueue(e, p.xr, l));
         prof_mark(e, P_EXPORT);
         if (p.kv && T > SMALL_CHUNK) {
@@ -284,18 +292,23 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
                 GPU_TRY(gpu_attn_prefill(s, &d, T, p.pos0, e->q, sq.k + off, sq.v + off, sq.cap,
                                          e->att, e->fa_warps));
         } else {
-            GPU_TRY(gpu_attn_decode(s, &d, e->sms, l, T, e->q, md.seq, md.pos, md.seqs, e->part_o,
+            GPU_TRY(gpu_attn_decode(s, e->pdl, &d, e->sms, l, T, e->q, md.seq, md.pos, md.seqs, e->part_o,
                                     e->part_ml, e->att));
         }
         prof_mark(e, P_ATTN);
         GPU_TRY(gpu_gemm(e, T, d.H, d.qd, w.w_o, e->att, e->x, 1, 1.f)); /* x += attn · Wo^T */
         prof_mark(e, P_O);
-        GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.ffn_norm, T, d.H, d.eps, e->xb));
-        prof_mark(e, P_NORM);
-        GPU_TRY(gpu_gemm(e, T, 2 * d.I, d.H, w.w_gu, e->xb, e->gu, 0, 0.f));
-        prof_mark(e, P_GU);
-        GPU_TRY(gpu_swiglu(s, e->gu, T, d.I, e->h));
-        prof_mark(e, P_SWIGLU);
+        if (fused) {
+            GPU_TRY(gpu_gu_fused(s, e->pdl, e->sms, &d, w.w_gu, e->x, w.ffn_norm, e->h));
+            prof_mark(e, P_GU);
+        } else {
+            GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.ffn_norm, T, d.H, d.eps, e->xb));
+            prof_mark(e, P_NORM);
+            GPU_TRY(gpu_gemm(e, T, 2 * d.I, d.H, w.w_gu, e->xb, e->gu, 0, 0.f));
+            prof_mark(e, P_GU);
+            GPU_TRY(gpu_swiglu(s, e->gu, T, d.I, e->h));
+            prof_mark(e, P_SWIGLU);
+        }
         GPU_TRY(gpu_gemm(e, T, d.H, d.I, w.w_down, e->h, e->x, 1, 1.f)); /* x += h · Wd^T */
         prof_mark(e, P_DOWN);
         if (p.xr) GPU_TRY(export_poll(e, p.xr, l, 0));

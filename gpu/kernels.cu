@@ -3,6 +3,7 @@
  * the dtype conversions of the weight upload. Each follows the arithmetic of its cpu/ops.c
  * reference (named at each kernel); where the GPU differs (FMA, float vs double), it says so. */
 #include "gpu/engine.cuh"
+#include "gpu/gemv.cuh"
 
 /* Launch shape of the row kernels: one block per row. */
 #define ROW_THREADS 256
@@ -31,35 +32,14 @@ int gpu_embed(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, f
 /* ---------------------------------------------------------------- RMSNorm
  * cpu_rmsnorm: mean of squares in double, inv = (float)(1 / sqrt(ms + eps)), out = x * inv * w.
  * Here each thread sums its elements in double and the block reduces in double: the same value up
- * to the order of a double sum (far below float32 resolution); the output is rounded to bf16. */
-
-__device__ double block_sum_double(double v)
-{
-    __shared__ double part[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    int w = threadIdx.x / 32, l = threadIdx.x % 32;
-    if (l == 0) part[w] = v;
-    __syncthreads();
-    int nw = (blockDim.x + 31) / 32;
-    v = l < nw ? part[l] : 0.0;
-    if (w == 0)
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (threadIdx.x == 0) part[0] = v;
-    __syncthreads();
-    return part[0];
-}
+ * to the order of a double sum (far below float32 resolution); the output is rounded to bf16.
+ * The block's code is gpu_block_rmsnorm (gemv.cuh), shared with the fused decode kernels. */
 
 __global__ void k_rmsnorm(const float *x, const int *rows, const float *w, int H, float eps,
                           bf16 *out)
 {
     int r = blockIdx.x;
-    const float *xr = x + (size_t)(rows ? rows[r] : r) * H;
-    double ss = 0;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    ss = block_sum_double(ss);
-    float inv = (float)(1.0 / sqrt(ss / H + (double)eps));
-    for (int i = threadIdx.x; i < H; i += blockDim.x)
-        out[(size_t)r * H + i] = __float2bfloat16(__fmul_rn(__fmul_rn(xr[i], inv), w[i]));
+    gpu_block_rmsnorm(x + (size_t)(rows ? rows[r] : r) * H, w, H, eps, out + (size_t)r * H);
 }
 
 int gpu_rmsnorm(cudaStream_t s, const float *x, const int *rows, const float *w, int T, int H,

@@ -23,6 +23,10 @@ int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, uns
 int gpu_test_attention_sparse(int warps, int T, int pos0, int n_heads, int n_kv, int hd,
                               const float *q, const float *k, const float *v,
                               const int32_t *row_ptr, const int32_t *col, int nb, float *out);
+int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I, int pos,
+                          const float *x, const float *attn_norm, const float *ffn_norm,
+                          const float *w_qkv, const float *bias, const float *inv_freq,
+                          const float *w_gu, float eps, float *q, float *k, float *v, float *h);
 int gpu_bench_attention(int variant, int T, int n_heads, int n_kv, int hd, int reps, double *ms);
 }
 
@@ -200,6 +204,80 @@ int gpu_test_gemm(int T, int N, int K, const float *x, const float *w, float *ou
     return st;
 }
 
+/* One decode token's QKV (+ bias, rope, cache write at pos) and gate/up + SwiGLU, either through
+ * the fused kernels (fused = 1: decode_fused.cu) or the unfused chain (RMSNorm, GEMV, rope, SwiGLU
+ * kernels) the engine runs otherwise. x (H) float32; norms (H); w_qkv (qkv, H) and w_gu (2I, H)
+ * rounded to bf16; bias (qkv) or NULL; inv_freq (hd/2). Out: q (qd), the cache's k and v rows at
+ * pos (kvd each) and h (I), all bf16 widened to float. */
+int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I, int pos,
+                          const float *x, const float *attn_norm, const float *ffn_norm,
+                          const float *w_qkv, const float *bias, const float *inv_freq,
+                          const float *w_gu, float eps, float *q, float *k, float *v, float *h)
+{
+    GPU_TRY(ready());
+    gpu_dims d = dims_of(n_heads, n_kv, hd, 0);
+    d.H = H;
+    d.I = I;
+    d.eps = eps;
+    if (fused && !gpu_fused_ok(&d)) return ACCEL_ERR_UNSUPPORTED;
+    const int cap = pos + 1;
+    scratch s;
+    float *dx, *dan, *dfn, *dbias = NULL, *dinv, *dqkv;
+    bf16 *dwqkv, *dwgu, *dxb, *dq, *dcache, *dgu, *dh;
+    float2 *drope;
+    int *dpos, *dseq;
+    gpu_seq_dev *dseqs;
+    GPU_TRY(s.f32(&dx, x, H));
+    GPU_TRY(s.f32(&dan, attn_norm, H));
+    GPU_TRY(s.f32(&dfn, ffn_norm, H));
+    if (bias) GPU_TRY(s.f32(&dbias, bias, d.qkv));
+    GPU_TRY(s.f32(&dinv, inv_freq, hd / 2));
+    GPU_TRY(s.alloc(&dqkv, d.qkv));
+    GPU_TRY(s.bf(&dwqkv, w_qkv, (size_t)d.qkv * H));
+    GPU_TRY(s.bf(&dwgu, w_gu, (size_t)2 * I * H));
+    GPU_TRY(s.alloc(&dxb, H));
+    GPU_TRY(s.alloc(&dq, d.qd));
+    GPU_TRY(s.alloc(&dcache, 2 * (size_t)cap * d.kvd));
+    GPU_TRY(s.alloc(&dgu, 2 * (size_t)I));
+    GPU_TRY(s.alloc(&dh, I));
+    GPU_TRY(s.alloc(&drope, hd / 2));
+    GPU_TRY(s.alloc(&dpos, 1));
+    GPU_TRY(s.alloc(&dseq, 1));
+    GPU_TRY(s.alloc(&dseqs, 1));
+    GPU_CHECK(cudaMemcpy(dpos, &pos, sizeof(int), cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMemset(dseq, 0, sizeof(int)));
+    GPU_CHECK(cudaMemset(dcache, 0, 2 * (size_t)cap * d.kvd * sizeof(bf16)));
+    /* the cache of one layer: (n_kv, cap, hd) for K, then V */
+    gpu_seq_dev sq = {dcache, dcache + (size_t)cap * d.kvd, cap, 0};
+    GPU_CHECK(cudaMemcpy(dseqs, &sq, sizeof sq, cudaMemcpyHostToDevice));
+    GPU_TRY(gpu_rope_table(0, dpos, NULL, dinv, 1, hd / 2, drope));
+    gpu_engine e;
+    memset(&e, 0, sizeof e);
+    const int sms = sms_of_device0();
+    int st = ACCEL_OK;
+    if (fused) {
+        st = gpu_qkv_fused(0, 1, sms, &d, 0, dwqkv, dbias, dx, dan, drope, dseq, dpos, dseqs, dq);
+        if (!st) st = gpu_gu_fused(0, 1, sms, &d, dwgu, dx, dfn, dh);
+    } else {
+        if (H % 8) return ACCEL_ERR_UNSUPPORTED; /* the GEMV needs 16-byte rows */
+        st = gpu_rmsnorm(0, dx, NULL, dan, 1, H, eps, dxb);
+        if (!st) st = gpu_gemm(&e, 1, d.qkv, H, dwqkv, dxb, dqkv, 1, 0.f);
+        if (!st)
+            st = gpu_rope_qkv(0, &d, 0, 1, dqkv, dbias, drope, dseq, dpos, dseqs, dq, NULL, NULL);
+        if (!st) st = gpu_rmsnorm(0, dx, NULL, dfn, 1, H, eps, dxb);
+        if (!st) st = gpu_gemm(&e, 1, 2 * I, H, dwgu, dxb, dgu, 0, 0.f);
+        if (!st) st = gpu_swiglu(0, dgu, 1, I, dh);
+    }
+    if (st) return st;
+    GPU_CHECK(cudaDeviceSynchronize());
+    GPU_TRY(get_bf(q, dq, d.qd));
+    for (int g = 0; g < n_kv; g++) {
+        GPU_TRY(get_bf(k + (size_t)g * hd, dcache + ((size_t)g * cap + pos) * hd, hd));
+        GPU_TRY(get_bf(v + (size_t)g * hd, sq.v + ((size_t)g * cap + pos) * hd, hd));
+    }
+    return get_bf(h, dh, I);
+}
+
 /* Causal attention of T query rows at positions pos0.. over keys 0..pos0+T-1.
  * q (T, n_heads*hd); k, v (pos0+T, n_kv*hd) token-major as in the CPU cache.
  * kernel 0: the tiled prefill kernel the engine uses (mma.sync, 4 warps); 1: the split-K decode
@@ -251,7 +329,7 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
         GPU_CHECK(cudaMemset(dseq, 0, T * sizeof(int)));
         gpu_seq_dev sq = {dk, dv, cap, 0};
         GPU_CHECK(cudaMemcpy(dseqs, &sq, sizeof sq, cudaMemcpyHostToDevice));
-        GPU_TRY(gpu_attn_decode(0, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml, dout));
+        GPU_TRY(gpu_attn_decode(0, 1, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml, dout));
     }
     GPU_CHECK(cudaDeviceSynchronize());
     return get_bf(out, dout, (size_t)T * d.qd);

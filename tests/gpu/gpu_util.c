@@ -28,6 +28,7 @@ const gpu_ops *tg_ops(char *why, size_t n)
     SYM(attention, "gpu_test_attention")
     SYM(kv_quantize, "gpu_test_kv_quantize")
     SYM(attention_sparse, "gpu_test_attention_sparse")
+    SYM(decode_fused, "gpu_test_decode_fused")
 #undef SYM
     if (ops.device_count() <= 0) {
         snprintf(why, n, "no CUDA device");

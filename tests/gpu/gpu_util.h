@@ -20,6 +20,10 @@ typedef struct gpu_ops {
     int (*attention_sparse)(int warps, int T, int pos0, int n_heads, int n_kv, int hd,
                             const float *q, const float *k, const float *v,
                             const int32_t *row_ptr, const int32_t *col, int nb, float *out);
+    int (*decode_fused)(int fused, int H, int n_heads, int n_kv, int hd, int I, int pos,
+                        const float *x, const float *attn_norm, const float *ffn_norm,
+                        const float *w_qkv, const float *bias, const float *inv_freq,
+                        const float *w_gu, float eps, float *q, float *k, float *v, float *h);
 } gpu_ops;
 
 /* Loads $BUILD/libtandem_cuda.so (BUILD defaults to build) and its entry points. Returns NULL

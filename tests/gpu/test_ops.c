@@ -129,6 +129,56 @@ TEST(gpu_op_swiglu)
     }
 }
 
+/* The fused decode kernels (gpu/decode_fused.cu) against the unfused chain the engine runs
+ * otherwise (RMSNorm, GEMV, rope + cache write, SwiGLU — each checked against cpu/ above): the
+ * same bits, on a Llama-3-8B-like head layout and on an odd one (bias, head_dim 64, H not a
+ * multiple of the block, items not a multiple of the grid). */
+TEST(gpu_op_decode_fused)
+{
+    OPS_OR_SKIP(ops);
+    const struct { int H, nh, nkv, hd, I, pos, bias; } sh[] = {
+        {2048, 16, 4, 128, 5632, 1000, 0}, {776, 6, 2, 64, 1000, 0, 1}, {4096, 32, 8, 128, 1024, 70000, 0}};
+    for (int c = 0; c < 3; c++) {
+        const int H = sh[c].H, hd = sh[c].hd, I = sh[c].I, qd = sh[c].nh * hd, kvd = sh[c].nkv * hd;
+        const int qkv = qd + 2 * kvd;
+        float *x = malloc(sizeof(float) * H), *an = malloc(sizeof(float) * H),
+              *fn = malloc(sizeof(float) * H), *bias = malloc(sizeof(float) * qkv),
+              *inv = malloc(sizeof(float) * hd / 2), *wqkv = malloc(sizeof(float) * qkv * H),
+              *wgu = malloc(sizeof(float) * 2 * (size_t)I * H);
+        float *out[2][4];
+        const size_t n_out[4] = {(size_t)qd, (size_t)kvd, (size_t)kvd, (size_t)I};
+        for (int f = 0; f < 2; f++)
+            for (int o = 0; o < 4; o++) out[f][o] = malloc(sizeof(float) * n_out[o]);
+        tg_fill(x, H, 3.0f, 11 + c);
+        tg_fill(an, H, 1.5f, 12 + c);
+        tg_fill(fn, H, 1.5f, 13 + c);
+        tg_fill(bias, qkv, 0.5f, 14 + c);
+        tg_fill(wqkv, (size_t)qkv * H, 0.1f, 15 + c);
+        tg_fill(wgu, 2 * (size_t)I * H, 0.1f, 16 + c);
+        tg_round_bf16(wqkv, (size_t)qkv * H);
+        tg_round_bf16(wgu, 2 * (size_t)I * H);
+        for (int i = 0; i < hd / 2; i++) inv[i] = powf(500000.0f, -2.0f * i / hd);
+        for (int f = 0; f < 2; f++)
+            REQUIRE(ops->decode_fused(f, H, sh[c].nh, sh[c].nkv, hd, I, sh[c].pos, x, an, fn, wqkv,
+                                      sh[c].bias ? bias : NULL, inv, wgu, 1e-5f, out[f][0],
+                                      out[f][1], out[f][2], out[f][3]) == 0);
+        static const char *names[4] = {"q", "k", "v", "h"};
+        for (int o = 0; o < 4; o++) {
+            size_t diff = 0, nonzero = 0;
+            for (size_t i = 0; i < n_out[o]; i++) {
+                diff += memcmp(&out[0][o][i], &out[1][o][i], sizeof(float)) != 0;
+                nonzero += out[1][o][i] != 0.f;
+            }
+            CHECK_MSG(diff == 0, "shape %d: fused %s differs in %zu of %zu values", c, names[o],
+                      diff, n_out[o]);
+            CHECK_MSG(nonzero > n_out[o] / 2, "shape %d: fused %s mostly zero", c, names[o]);
+        }
+        for (int f = 0; f < 2; f++)
+            for (int o = 0; o < 4; o++) free(out[f][o]);
+        free(x), free(an), free(fn), free(bias), free(inv), free(wqkv), free(wgu);
+    }
+}
+
 TEST(gpu_op_gemm)
 {
     OPS_OR_SKIP(ops);

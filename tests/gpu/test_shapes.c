@@ -85,6 +85,16 @@ TEST(gpu_shape_hd128_no_gemv)
     shape_case(HD128, "hd128", "TANDEM_GPU_GEMV", "off", 1);
 }
 
+TEST(gpu_shape_hd128_unfused_decode)
+{
+    shape_case(HD128, "hd128", "TANDEM_GPU_FUSED", "off", 1);
+}
+
+TEST(gpu_shape_hd128_pdl_decode)
+{
+    shape_case(HD128, "hd128", "TANDEM_GPU_PDL", "on", 1);
+}
+
 TEST(gpu_shape_qwen2_bias_f16)
 {
     shape_case("--bias --untie --dtype f16 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 "

@@ -1,0 +1,204 @@
+/* gpu/decode_fused.cu — the single-token decode step's projections with their neighbours fused
+ * in, so that a layer is five kernels instead of nine:
+ *
+ *   gpu_qkv_fused  RMSNorm(x) -> [wq; wk; wv] -> (+ bias) -> rope of q and k -> q (bf16) and k, v
+ *                  written into the sequence's cache at its position
+ *                  (replaces k_rmsnorm + k_gemv + k_rope_qkv)
+ *   gpu_gu_fused   RMSNorm(x) -> [w_gate; w_up] -> h = silu(g) * u (bf16)
+ *                  (replaces k_rmsnorm + k_gemv + k_swiglu)
+ *
+ * Why: at batch 1 every projection is pure weight streaming (16 GB per Llama-3-8B token) and the
+ * small kernels between them (one block each: RMSNorm, rope, SwiGLU) cost more in launch gaps
+ * and in the idle HBM around them than in work; on the H200 they were ~20% of a token
+ * (tests/gpu/README.md, the profile).
+ *
+ * How: every block first normalizes the residual row itself (4 H bytes from L2, cheap next to the
+ * weights it streams) into shared memory, with the exact arithmetic of k_rmsnorm (the same code,
+ * gpu_block_rmsnorm, with the same 256 threads). Meanwhile the weights of its first rows are
+ * already on their way into L2 (prefetched before the norm). Then each warp takes work items in
+ * turn: a rope pair (rows i and i + head_dim/2 of one q or k head, streamed together, so the
+ * rotation needs no exchange), a v row, or a gate/up pair (rows j and I + j). The dot products
+ * are gpu_warp_dot, the plain GEMV's; the epilogues are k_rope_qkv's and k_swiglu's arithmetic,
+ * including their roundings (q/k/v as float32 before the bias and rope; g and u rounded to bf16
+ * before SiLU). So the fused step gives the unfused step's bits (tests/gpu/test_ops.c checks it).
+ *
+ * Both are launched with programmatic dependent launch when the engine says so (engine.cuh): the
+ * L2 prefetch of the first rows runs before gpu_pdl_wait, under the previous kernel's tail.
+ *
+ * Only T = 1 without a KV export (the export reads float32 K/V the fused kernel does not write);
+ * H <= GPU_FUSED_MAX_H and H % 8 == 0. Grid: at most one resident wave (blocks per SM from the
+ * occupancy calculator), warps looping over items, so the norm is not recomputed by more blocks
+ * than run at once. */
+#include "gpu/engine.cuh"
+#include "gpu/gemv.cuh"
+
+#define FUSED_THREADS 256 /* 8 warps; also the norm's thread count (k_rmsnorm's ROW_THREADS) */
+#define FUSED_WARPS (FUSED_THREADS / 32)
+
+struct qkv_fused_params {
+    const bf16 *w;      /* (qkv, H) */
+    const float *x;     /* (H) residual row */
+    const float *norm;  /* (H) */
+    const float *bias;  /* (qkv) or NULL */
+    const float2 *rope; /* (hd/2) cos, sin of the token */
+    const int *seq_idx, *pos;
+    const gpu_seq_dev *seqs;
+    bf16 *q; /* (qd) */
+    gpu_dims d;
+    int layer;
+};
+
+/* L2 prefetch (weights only: immutable, so allowed before gpu_pdl_wait) of the first 2 KB of a row (one iteration of gpu_warp_dot: 4 loads x 32 lanes x 16
+ * bytes): 16 lines of 128 bytes; lanes 0-15 take row a, 16-31 row b (b may equal a). */
+__device__ __forceinline__ void prefetch_rows(const bf16 *a, const bf16 *b, int lane)
+{
+    const char *p = (const char *)(lane < 16 ? a : b) + (lane % 16) * 128;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* Item it of the QKV step: < n_q + n_k a rope pair (head, i), else a v row. */
+__device__ __forceinline__ int qkv_items(const gpu_dims &d)
+{
+    return (d.n_heads + d.n_kv) * (d.hd / 2) + d.kvd;
+}
+
+__device__ __forceinline__ int qkv_first_row(const gpu_dims &d, int it, int *second)
+{
+    const int half = d.hd / 2, n_qk = (d.n_heads + d.n_kv) * half, n_q = d.n_heads * half;
+    if (it < n_qk) {
+        int k = it >= n_q, j = k ? it - n_q : it;
+        int c0 = (k ? d.qd : 0) + (j / half) * d.hd + j % half;
+        *second = c0 + half;
+        return c0;
+    }
+    *second = -1;
+    return d.qd + d.kvd + (it - n_qk);
+}
+
+__global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
+{
+    extern __shared__ __align__(16) unsigned char fused_smem[];
+    bf16 *xs = (bf16 *)fused_smem;
+    const gpu_dims &d = p.d;
+    const int lane = threadIdx.x % 32, H = d.H, half = d.hd / 2;
+    const int n_q = d.n_heads * half, n_qk = (d.n_heads + d.n_kv) * half, items = qkv_items(d);
+    const int stride = gridDim.x * FUSED_WARPS;
+    int it = blockIdx.x * FUSED_WARPS + threadIdx.x / 32;
+    if (it < items) {
+        int r1, r0 = qkv_first_row(d, it, &r1);
+        prefetch_rows(p.w + (size_t)r0 * H, p.w + (size_t)(r1 < 0 ? r0 : r1) * H, lane);
+    }
+    gpu_pdl_wait(); /* x, and the cache slot the attention before may still read */
+    gpu_pdl_trigger();
+    gpu_block_rmsnorm(p.x, p.norm, H, d.eps, xs);
+    __syncthreads();
+    const gpu_seq_dev sq = p.seqs[p.seq_idx[0]];
+    const int pos = p.pos[0];
+    for (; it < items; it += stride) {
+        if (it < n_qk) {
+            int r1, r0 = qkv_first_row(d, it, &r1);
+            float v[2];
+            gpu_warp_dot<2, false>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, xs, H, lane, v);
+            if (lane != 0) continue;
+            /* k_rope_qkv's arithmetic */
+            float a = v[0], b = v[1];
+            if (p.bias) {
+                a = __fadd_rn(a, p.bias[r0]);
+                b = __fadd_rn(b, p.bias[r1]);
+            }
+            const int k = it >= n_q, j = k ? it - n_q : it, head = j / half, i = j % half;
+            float2 r = p.rope[i];
+            float o0 = __fsub_rn(__fmul_rn(a, r.x), __fmul_rn(b, r.y));
+            float o1 = __fadd_rn(__fmul_rn(b, r.x), __fmul_rn(a, r.y));
+            bf16 *dst = k ? sq.k + (((size_t)p.layer * d.n_kv + head) * sq.cap + pos) * d.hd + i
+                          : p.q + (size_t)head * d.hd + i;
+            dst[0] = __float2bfloat16(o0);
+            dst[half] = __float2bfloat16(o1);
+        } else {
+            const int j = it - n_qk, r0 = d.qd + d.kvd + j;
+            float v[1];
+            gpu_warp_dot<1, false>(p.w + (size_t)r0 * H, 0, xs, H, lane, v);
+            if (lane != 0) continue;
+            float o = v[0];
+            if (p.bias) o = __fadd_rn(o, p.bias[r0]);
+            sq.v[(((size_t)p.layer * d.n_kv + j / d.hd) * sq.cap + pos) * d.hd + j % d.hd] =
+                __float2bfloat16(o);
+        }
+    }
+}
+
+__global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const float *x,
+                                                            const float *norm, int H, int I,
+                                                            float eps, bf16 *h)
+{
+    extern __shared__ __align__(16) unsigned char fused_smem[];
+    bf16 *xs = (bf16 *)fused_smem;
+    const int lane = threadIdx.x % 32, stride = gridDim.x * FUSED_WARPS;
+    int j = blockIdx.x * FUSED_WARPS + threadIdx.x / 32;
+    if (j < I) prefetch_rows(w + (size_t)j * H, w + (size_t)(I + j) * H, lane);
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    gpu_block_rmsnorm(x, norm, H, eps, xs);
+    __syncthreads();
+    for (; j < I; j += stride) {
+        float v[2];
+        gpu_warp_dot<2, false>(w + (size_t)j * H, (size_t)I * H, xs, H, lane, v);
+        if (lane != 0) continue;
+        /* the unfused path stores g and u as bf16 (the gate/up GEMM's output), then k_swiglu */
+        float g = __bfloat162float(__float2bfloat16(v[0]));
+        float u = __bfloat162float(__float2bfloat16(v[1]));
+        h[j] = __float2bfloat16(gpu_silu_mul(g, u));
+    }
+}
+
+/* Blocks for `items` work items: one per 8 items, at most one resident wave. */
+template <typename K> static int fused_grid(K kernel, size_t smem, int sms, int items, int *blocks)
+{
+    int per_sm = 0;
+    GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, FUSED_THREADS, smem));
+    int want = (items + FUSED_WARPS - 1) / FUSED_WARPS, wave = (per_sm > 0 ? per_sm : 1) * sms;
+    *blocks = want < wave ? want : wave;
+    return ACCEL_OK;
+}
+
+int gpu_fused_ok(const gpu_dims *d)
+{
+    return d->H % 8 == 0 && d->H <= GPU_FUSED_MAX_H && d->hd % 2 == 0;
+}
+
+int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const bf16 *w,
+                  const float *bias, const float *x, const float *norm, const float2 *rope,
+                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q)
+{
+    if (!gpu_fused_ok(d)) return ACCEL_ERR_INVALID;
+    qkv_fused_params p;
+    p.w = w;
+    p.x = x;
+    p.norm = norm;
+    p.bias = bias;
+    p.rope = rope;
+    p.seq_idx = seq_idx;
+    p.pos = pos;
+    p.seqs = seqs;
+    p.q = q;
+    p.d = *d;
+    p.layer = layer;
+    const size_t smem = (size_t)d->H * sizeof(bf16);
+    const int items = (d->n_heads + d->n_kv) * (d->hd / 2) + d->kvd;
+    int blocks;
+    GPU_TRY(fused_grid(k_qkv_fused, smem, sms, items, &blocks));
+    GPU_CHECK(gpu_launch(k_qkv_fused, blocks, FUSED_THREADS, smem, s, pdl, p));
+    return ACCEL_OK;
+}
+
+int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const bf16 *w, const float *x,
+                 const float *norm, bf16 *h)
+{
+    if (!gpu_fused_ok(d)) return ACCEL_ERR_INVALID;
+    const size_t smem = (size_t)d->H * sizeof(bf16);
+    int blocks;
+    GPU_TRY(fused_grid(k_gu_fused, smem, sms, d->I, &blocks));
+    GPU_CHECK(gpu_launch(k_gu_fused, blocks, FUSED_THREADS, smem, s, pdl, w, x, norm, d->H, d->I,
+                         d->eps, h));
+    return ACCEL_OK;
+}

@@ -1,0 +1,141 @@
+/* gpu/gemv.cuh — the device building blocks of single-token projections (decode, T = 1), shared
+ * by the plain GEMV (gemm.cu) and the fused decode kernels (decode_fused.cu), so that both sum in
+ * the same order and give the same bits:
+ *   gpu_warp_dot    one warp streams R weight rows (16-byte chunks, four loads in flight per row
+ *                   and lane, read once: ld.global.cs) against one bf16 activation row, float32
+ *                   accumulation in chunk order, then a butterfly shuffle reduction; every lane
+ *                   ends with the R sums;
+ *   gpu_block_rmsnorm  a block's RMSNorm of one float32 row into bf16 (cpu_rmsnorm's arithmetic:
+ *                   the mean of squares in double, inv = (float)(1 / sqrt(ms + eps)),
+ *                   out = x * inv * w rounded once); with the same thread count it is the same
+ *                   computation as kernels.cu's k_rmsnorm, bit for bit. */
+#ifndef TANDEM_GPU_GEMV_CUH
+#define TANDEM_GPU_GEMV_CUH
+#include "gpu/engine.cuh"
+
+/* acc[r] = sum_k W[r * rstride + k] * x[k] for r < R (K % 8 == 0, rows 16-byte aligned).
+ * LDG: x is global memory read through the read-only path (else shared or generic). */
+template <int R, bool LDG>
+__device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t rstride,
+                                             const bf16 *__restrict__ x, int K, int lane,
+                                             float acc[R])
+{
+    const uint4 *xp = (const uint4 *)x;
+    const int chunks = K / 8;
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    int c = lane;
+    for (; c + 96 < chunks; c += 128) {
+        uint4 wv[R][4];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) wv[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            uint4 xv = LDG ? __ldg(xp + c + 32 * u) : xp[c + 32 * u];
+            const bf16 *xb = (const bf16 *)&xv;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const bf16 *wb = (const bf16 *)&wv[r][u];
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
+            }
+        }
+    }
+    for (; c < chunks; c += 32) {
+        uint4 xv = LDG ? __ldg(xp + c) : xp[c];
+        const bf16 *xb = (const bf16 *)&xv;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            uint4 wv = __ldcs((const uint4 *)(W + r * rstride) + c);
+            const bf16 *wb = (const bf16 *)&wv;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float v = acc[r];
+#pragma unroll
+        for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+        acc[r] = v;
+    }
+}
+
+/* Sum of v over the block (any size up to 1024 threads), in double; every thread gets it.
+ * Holds a barrier: every thread of the block must call it. */
+__device__ __forceinline__ double gpu_block_sum_double(double v)
+{
+    __shared__ double part[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    if (l == 0) part[w] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) / 32;
+    v = l < nw ? part[l] : 0.0;
+    if (w == 0)
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x == 0) part[0] = v;
+    __syncthreads();
+    v = part[0];
+    __syncthreads(); /* part is reused by the next call */
+    return v;
+}
+
+/* out (H, bf16) = RMSNorm(x) * w, computed by the whole block (every thread must call it).
+ * Vector path (H % 4 == 0, x and w 16-byte aligned, out 8-byte aligned, H <= 16 * blockDim.x):
+ * every thread issues all its float4 loads of x and w at once (the row is in L2: one round trip
+ * instead of one per element), sums its chunks in order, keeps them in registers for the output.
+ * Else one element at a time. Either way the arithmetic per element is cpu_rmsnorm's; only the
+ * order of the double sum depends on the path. */
+__device__ __forceinline__ void gpu_block_rmsnorm(const float *x, const float *w, int H, float eps,
+                                                  bf16 *out)
+{
+    constexpr int MAXV = 4; /* float4 chunks per thread held in registers */
+    const int nt = blockDim.x, tid = threadIdx.x;
+    const bool vec = H % 4 == 0 && H <= 4 * MAXV * nt && ((uintptr_t)x | (uintptr_t)w) % 16 == 0 &&
+                     (uintptr_t)out % 8 == 0;
+    double ss = 0;
+    if (vec) {
+        const float4 *x4 = (const float4 *)x, *w4 = (const float4 *)w;
+        const int n4 = H / 4;
+        float4 xv[MAXV], wv[MAXV];
+#pragma unroll
+        for (int v = 0; v < MAXV; v++) {
+            const int c = tid + v * nt;
+            if (c < n4) {
+                xv[v] = x4[c];
+                wv[v] = w4[c];
+            }
+        }
+#pragma unroll
+        for (int v = 0; v < MAXV; v++)
+            if (tid + v * nt < n4)
+                ss += (double)xv[v].x * xv[v].x + (double)xv[v].y * xv[v].y +
+                      (double)xv[v].z * xv[v].z + (double)xv[v].w * xv[v].w;
+        ss = gpu_block_sum_double(ss);
+        const float inv = (float)(1.0 / sqrt(ss / H + (double)eps));
+#pragma unroll
+        for (int v = 0; v < MAXV; v++) {
+            const int c = tid + v * nt;
+            if (c < n4) {
+                __nv_bfloat162 lo = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(xv[v].x, inv), wv[v].x),
+                                                          __fmul_rn(__fmul_rn(xv[v].y, inv), wv[v].y));
+                __nv_bfloat162 hi = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(xv[v].z, inv), wv[v].z),
+                                                          __fmul_rn(__fmul_rn(xv[v].w, inv), wv[v].w));
+                uint2 pk;
+                pk.x = *(const unsigned *)&lo;
+                pk.y = *(const unsigned *)&hi;
+                *(uint2 *)(out + 4 * (size_t)c) = pk;
+            }
+        }
+        return;
+    }
+    for (int i = tid; i < H; i += nt) ss += (double)x[i] * x[i];
+    ss = gpu_block_sum_double(ss);
+    float inv = (float)(1.0 / sqrt(ss / H + (double)eps));
+    for (int i = tid; i < H; i += nt) out[i] = __float2bfloat16(__fmul_rn(__fmul_rn(x[i], inv), w[i]));
+}
+
+#endif
