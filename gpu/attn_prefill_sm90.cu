@@ -231,7 +231,19 @@ int gpu_attn_sm90_available(int device)
 int gpu_attn_prefill_sm90(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
                           const bf16 *k, const bf16 *v, int cap, bf16 *out)
 {
+    return gpu_attn_prefill_sm90_ex(s, d, T, pos0, q, k, v, cap, out, GPU_SM90_AUTO);
+}
+
+int gpu_attn_prefill_sm90_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
+                             const bf16 *k, const bf16 *v, int cap, bf16 *out, int variant)
+{
     if (T <= 0) return ACCEL_OK;
+    if (variant != GPU_SM90_ONE_WG) {
+        if (gpu_attn_ws_usable(d, q, k, v, cap))
+            return gpu_attn_prefill_ws(s, d, T, pos0, q, k, v, cap, out,
+                                       variant == GPU_SM90_WS_NOPP ? 1 : variant == GPU_SM90_WS_3ST ? 2 : 0);
+        if (variant != GPU_SM90_AUTO) return ACCEL_ERR_UNSUPPORTED;
+    }
     if (d->hd > WG_HD || (T + WG_BR - 1) / WG_BR > 65535) return ACCEL_ERR_INVALID;
     wg_params p;
     p.q = q;

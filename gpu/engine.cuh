@@ -264,12 +264,28 @@ struct gpu_block_list {
 int gpu_attn_prefill_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
                         const bf16 *k, const bf16 *v, size_t k_tok, size_t k_head, int interleave,
                         const gpu_block_list *bl, bf16 *out, int warps);
-/* attn_prefill_sm90.cu: the same on Hopper's wgmma (head_dim <= 128), 1.5-2x the mma.sync
- * kernel's rate; only when gpu_attn_sm90_available(device) says this build and GPU have it
- * (1 yes, 0 no, < 0 error). */
+/* attn_prefill_sm90.cu: the same on Hopper's wgmma (head_dim <= 128); only when
+ * gpu_attn_sm90_available(device) says this build and GPU have it (1 yes, 0 no, < 0 error).
+ * head_dim 128 takes the warp-specialized kernel (attn_prefill_ws.cu, 2 stages, ping-pong),
+ * other head_dims the one-warpgroup kernel. _ex picks a variant (tests, benchmarks). */
+enum {
+    GPU_SM90_AUTO = 0,   /* what gpu_attn_prefill_sm90 does */
+    GPU_SM90_ONE_WG = 1, /* one warpgroup, core-matrix layout, cp.async (any head_dim <= 128) */
+    GPU_SM90_WS = 2,     /* warp-specialized, 2 stages, ping-pong (head_dim 128) */
+    GPU_SM90_WS_NOPP = 3, /* the same without the ping-pong */
+    GPU_SM90_WS_3ST = 4, /* 3 stages, ping-pong */
+};
 int gpu_attn_prefill_sm90(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
                           const bf16 *k, const bf16 *v, int cap, bf16 *out);
+int gpu_attn_prefill_sm90_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
+                             const bf16 *k, const bf16 *v, int cap, bf16 *out, int variant);
 int gpu_attn_sm90_available(int device);
+/* attn_prefill_ws.cu: the warp-specialized kernel (variant: 0 two stages with ping-pong, 1 two
+ * stages without, 2 three stages with); usable when head_dim is 128, the pointers 16-byte
+ * aligned and the driver gives cuTensorMapEncodeTiled. */
+int gpu_attn_ws_usable(const gpu_dims *d, const bf16 *q, const bf16 *k, const bf16 *v, int cap);
+int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
+                        const bf16 *k, const bf16 *v, int cap, bf16 *out, int variant);
 /* attn_decode.cu: one query row per token t (position pos[t] of sequence seqs[seq_idx[t]]),
  * split-K over its keys 0..pos[t]; part_* hold at least gpu_attn_decode_slots() entries. The
  * launch depends on T only (each token splits its own keys in the kernel), so a captured CUDA

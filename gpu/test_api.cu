@@ -282,7 +282,15 @@ int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I
  * q (T, n_heads*hd); k, v (pos0+T, n_kv*hd) token-major as in the CPU cache.
  * kernel 0: the tiled prefill kernel the engine uses (mma.sync, 4 warps); 1: the split-K decode
  * kernel, one row per query; 2: the tiled kernel with 8 warps (head_dim 128; else 4); 3: the
- * wgmma kernel (ACCEL_ERR_UNSUPPORTED where the build or GPU lacks it). */
+ * wgmma path as the engine takes it, 4: the one-warpgroup wgmma kernel, 5: the warp-specialized
+ * one without ping-pong, 6: with 3 stages (ACCEL_ERR_UNSUPPORTED where the build or GPU lacks
+ * wgmma, or for 5 and 6 where head_dim is not 128). */
+static int sm90_variant(int kernel)
+{
+    return kernel == 4 ? GPU_SM90_ONE_WG : kernel == 5 ? GPU_SM90_WS_NOPP : kernel == 6 ? GPU_SM90_WS_3ST
+                                                                                     : GPU_SM90_AUTO;
+}
+
 int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int hd, int window,
                        const float *q, const float *k, const float *v, float *out)
 {
@@ -304,11 +312,11 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
     GPU_TRY(s.bf(&dv, vc.data(), vc.size()));
     GPU_TRY(s.alloc(&dout, (size_t)T * d.qd));
     GPU_CHECK(cudaMemset(dout, 0xff, (size_t)T * d.qd * 2)); /* poison: NaN where not written */
-    if (kernel == 3) {
+    if (kernel >= 3 && kernel <= 6) {
         int sm90 = gpu_attn_sm90_available(0);
         if (sm90 < 0) return sm90;
         if (!sm90 || hd > 128) return ACCEL_ERR_UNSUPPORTED;
-        GPU_TRY(gpu_attn_prefill_sm90(0, &d, T, pos0, dq, dk, dv, cap, dout));
+        GPU_TRY(gpu_attn_prefill_sm90_ex(0, &d, T, pos0, dq, dk, dv, cap, dout, sm90_variant(kernel)));
     } else if (kernel == 0 || kernel == 2) {
         GPU_TRY(gpu_attn_prefill(0, &d, T, pos0, dq, dk, dv, cap, dout, kernel == 2 ? 8 : 4));
     } else {
@@ -408,7 +416,7 @@ int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, uns
 }
 
 /* Median time (ms) of a tiled prefill attention kernel (variant 0: mma.sync 4 warps, 2: mma.sync
- * 8 warps, 3: wgmma) for a causal T-token prompt on random bf16 inputs (uniform in +-1). */
+ * 8 warps, 3..6: the wgmma kernels as in gpu_test_attention) for a causal T-token prompt on random bf16 inputs (uniform in +-1). */
 __global__ void k_fill_random(bf16 *p, size_t n, unsigned seed)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -439,11 +447,12 @@ int gpu_bench_attention(int variant, int T, int n_heads, int n_kv, int hd, int r
     GPU_CHECK(cudaEventCreate(&a));
     GPU_CHECK(cudaEventCreate(&b));
     std::vector<float> t(reps > 0 ? reps : 1);
-    int sm90 = variant == 3 ? gpu_attn_sm90_available(0) : 0;
+    const bool wg = variant >= 3 && variant <= 6;
+    int sm90 = wg ? gpu_attn_sm90_available(0) : 0;
     if (sm90 < 0) return sm90;
-    if (variant == 3 && (!sm90 || hd > 128)) return ACCEL_ERR_UNSUPPORTED;
+    if (wg && (!sm90 || hd > 128)) return ACCEL_ERR_UNSUPPORTED;
     auto run = [&]() {
-        return variant == 3 ? gpu_attn_prefill_sm90(0, &d, T, 0, dq, dk, dv, T, dout)
+        return wg ? gpu_attn_prefill_sm90_ex(0, &d, T, 0, dq, dk, dv, T, dout, sm90_variant(variant))
                             : gpu_attn_prefill(0, &d, T, 0, dq, dk, dv, T, dout, variant == 2 ? 8 : 4);
     };
     int st = run(); /* warm-up */

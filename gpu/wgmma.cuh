@@ -43,10 +43,33 @@ __device__ __forceinline__ void gpu_wgmma_wait0()
 {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+/* wait until at most N of this warpgroup's committed groups are still in flight */
+template <int N> __device__ __forceinline__ void gpu_wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* 128-byte swizzled operand (descriptor bits [62,64) = 1): rows of 128 bytes whose 16-byte
+ * chunks are permuted, chunk c of row r stored at chunk c ^ (r % 8), in atoms of 8 rows (1024
+ * bytes, 1024-aligned) -- what the copy engine writes with CU_TENSOR_MAP_SWIZZLE_128B.
+ *   K-major: SBO = bytes between 8-row groups along M/N (1024 for packed rows); LBO unused (a
+ *     k16 step, 32 bytes, never leaves the 128-byte row); step along K by moving the start
+ *     address 32 bytes within the row.
+ *   MN-major: 64 M/N elements per 128-byte row, K rows at 128 bytes; LBO = bytes between the
+ *     64-wide M/N blocks, SBO = bytes between 8-row groups along K. */
+__device__ __forceinline__ uint64_t gpu_wgmma_desc_sw128(const void *smem, uint32_t lbo, uint32_t sbo)
+{
+    return gpu_wgmma_desc(smem, lbo, sbo) | (1ull << 62);
+}
 template <int N> __device__ __forceinline__ void gpu_wgmma_fence_regs(float *d)
 {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* the same for A fragments in registers that an in-flight wgmma still reads */
+template <int N> __device__ __forceinline__ void gpu_wgmma_fence_uregs(unsigned *a)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i])::"memory");
 }
 
 /* D (64x128, f32) = A (shared, K-major) x B (shared, K-major), + D when accumulate != 0.

@@ -370,8 +370,9 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     for (int i = 0; i < na && att_bench; i++) {
-        static const char *names[] = {"mma.sync-4w", "", "mma.sync-8w", "wgmma"};
-        for (int variant = 0; variant <= 3; variant += variant ? 1 : 2) {
+        static const char *names[] = {"mma.sync-4w", "", "mma.sync-8w", "wgmma", "wgmma-1wg",
+                                      "wgmma-ws-nopp", "wgmma-ws-3stage"};
+        for (int variant = 0; variant <= 6; variant += variant ? 1 : 2) {
             double ms = 0;
             int T = (int)att[i];
             if ((st = att_bench(variant, T, 32, 8, 128, (int)reps + 2, &ms))) {

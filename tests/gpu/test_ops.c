@@ -228,7 +228,7 @@ static void attention_case(const gpu_ops *ops, const struct att_case *a, uint32_
     tg_round_bf16(k, (size_t)n * kvd);
     tg_round_bf16(v, (size_t)n * kvd);
     int st = ops->attention(a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd, a->window, q, k, v, g);
-    if (st == ACCEL_ERR_UNSUPPORTED && a->kernel == 3) { /* no wgmma on this GPU or build */
+    if (st == ACCEL_ERR_UNSUPPORTED && a->kernel >= 3) { /* no wgmma on this GPU or build */
         free(q), free(k), free(v), free(g), free(scores);
         return;
     }
@@ -256,8 +256,9 @@ static void attention_case(const gpu_ops *ops, const struct att_case *a, uint32_
 }
 
 /* Every case on every tiled kernel: 0 the engine's (mma.sync, 4 warps), 2 mma.sync with 8
- * warps (head_dim 128; else the same as 0), 3 the wgmma kernel (Hopper builds; skipped where
- * the GPU or build lacks it). */
+ * warps (head_dim 128; else the same as 0), 3..6 the wgmma kernels (gpu/test_api.cu: the
+ * engine's choice, one warpgroup, warp-specialized without ping-pong, with 3 stages; Hopper
+ * builds only, skipped where the GPU or build lacks them). */
 TEST(gpu_op_attention_prefill)
 {
     OPS_OR_SKIP(ops);
@@ -270,9 +271,14 @@ TEST(gpu_op_attention_prefill)
         {0, 100, 0, 4, 4, 32, 37},   /* sliding window */
         {0, 70, 5, 2, 1, 96, 0},     /* head_dim 96 padded to 128, MQA */
         {0, 64, 1000, 4, 2, 128, 0}, /* a short chunk after a long cache */
+        /* the warp-specialized kernel (head_dim 128): many key tiles through its 2- and 3-slot
+         * rings, a chunk start that is no multiple of its 128-key tile, a window over tiles */
+        {0, 1000, 77, 4, 1, 128, 0},
+        {0, 700, 300, 2, 2, 128, 250},
+        {0, 257, 0, 2, 1, 128, 0},   /* 1 row in the last query tile */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int kernel = 0; kernel <= 3; kernel += kernel ? 1 : 2) {
+        for (int kernel = 0; kernel <= 6; kernel += kernel ? 1 : 2) {
             struct att_case c = cases[i];
             c.kernel = kernel;
             attention_case(ops, &c, 100 + i);

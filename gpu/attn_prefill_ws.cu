@@ -1,0 +1,394 @@
+/* gpu/attn_prefill_ws.cu — the warp-specialized Hopper prefill attention kernel (head_dim 128):
+ * the FlashAttention-3 paper's ideas (Shah et al. 2024), our code. Same function as
+ * gpu/attn_prefill.cu (causal, sliding window, GQA, chunked prefill after cached keys; online
+ * softmax in float32, P rounded to bf16 for the PV product).
+ *
+ * One block = BR = 128 query rows of one head, 3 warpgroups (384 threads, one block per SM):
+ *   - warpgroup 0, the producer: one thread drives the copy engine (TMA). Q (128 x 128) once,
+ *     then the K and V tiles (BC = 128 keys x 128) into a ring of STAGES slots, each slot's K and
+ *     V with their own "full" barrier (the consumers can start S = Q K^T before V lands) and
+ *     "empty" barrier (K is free once S is computed, V once P V is). setmaxnreg gives its
+ *     registers to the consumers (24 per thread left).
+ *   - warpgroups 1 and 2, the consumers: 64 query rows each (the wgmma m64 shape), 240 registers
+ *     per thread: O (64 x 128, f32) in 64 registers, S (64 x 128) in 64, P (bf16) in 32.
+ *     Per key tile j: issue S_j = Q K_j^T (8 wgmma m64n128k16, both operands in shared memory)
+ *     and then O += P_{j-1} V_{j-1} (8 wgmma m64n128k16, P from registers, V transposed from
+ *     shared memory); wait for S_j only (wgmma.wait_group 1) and do its softmax while the
+ *     tensor cores still run P_{j-1} V_{j-1}; then wait for that and rescale O. With PINGPONG
+ *     the two consumers also take turns issuing their GEMMs (two named barriers), so one
+ *     warpgroup's softmax runs under the other's GEMMs.
+ *   - shared memory: 128-byte swizzled tiles as the copy engine writes them (CU_TENSOR_MAP_
+ *     SWIZZLE_128B) and wgmma reads them (gpu/wgmma.cuh): each 128 x 128 tile is two 64-column
+ *     halves of 128 rows x 128 bytes. Q, K: K-major operands; V: the MN-major (transposed) B
+ *     operand of P V. Q 32 KB + STAGES x (K 32 KB + V 32 KB): 160 KB (2 stages), 224 KB (3).
+ *   - rows past T read zeros (the copy engine fills outside the tensor: Q's tensor is T rows,
+ *     K's and V's pos0 + T keys) and are not stored; masking (causal, window, keys past the
+ *     end) only on the tiles that straddle a boundary of this warpgroup's rows.
+ *   - the heaviest query tiles (last rows, most keys) are launched first; the heads of one GQA
+ *     group are neighbours in the grid (blockIdx.x = head), so their K/V tiles come from L2.
+ * The host side builds three tensor maps per call (Q, K, V; cuTensorMapEncodeTiled through the
+ * runtime's driver entry point) and passes them by value (__grid_constant__). Compiled only for
+ * sm_90a (wgmma, setmaxnreg). */
+#include "gpu/engine.cuh"
+#include "gpu/mma.cuh"
+#include "gpu/tma.cuh"
+#include "gpu/wgmma.cuh"
+#include <cudaTypedefs.h>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WS_SM90A 1
+#endif
+
+#define WS_BR 128
+#define WS_BC 128
+#define WS_HD 128
+#define WS_THREADS 384
+#define WS_TILE (128 * 128 * 2)  /* bytes of a 128 x 128 bf16 tile */
+#define WS_HALF (128 * 128)      /* bytes of one 64-column half of it */
+#define WS_BAR_PP 1              /* named barriers 1, 2: consumer 0's and 1's turn to issue */
+
+struct ws_params {
+    bf16 *out;
+    int T, pos0, qd, group, window;
+    float scale_log2; /* head_dim^-0.5 * log2(e) */
+};
+
+static constexpr size_t ws_smem(int stages)
+{
+    /* Q + stages x (K + V), the barriers, and 1 KB to align the tiles to the swizzle atom */
+    return (size_t)(1 + 2 * stages) * WS_TILE + 128 + 1024;
+}
+
+/* P = exp2(S * scale - m) of one tile, the online softmax's update, for this thread's two rows
+ * (r and r + 8 of its warp's 16): masks when edge, returns the scale factors of O and l. */
+__device__ __forceinline__ void ws_softmax(float *s, unsigned (*pn)[4], float &m0, float &m1,
+                                           float &l0, float &l1, float &a0, float &a1, bool edge,
+                                           int kbase, int qp0, int kv_len, int window, float sc)
+{
+    const int lane = threadIdx.x % 32;
+    if (edge) {
+        const int qp1 = qp0 + 8;
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = kbase + j * 8 + (lane % 4) * 2 + (e & 1);
+                int qp = e < 2 ? qp0 : qp1;
+                if (key > qp || key >= kv_len || (window > 0 && key <= qp - window))
+                    s[4 * j + e] = -INFINITY;
+            }
+    }
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+        mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    /* raw-score maxima; ms = max * scale (0 while the row has seen only masked keys) */
+    const float ms0 = mx0 == -INFINITY ? 0.f : mx0 * sc, ms1 = mx1 == -INFINITY ? 0.f : mx1 * sc;
+    a0 = exp2f(m0 * sc - ms0);
+    a1 = exp2f(m1 * sc - ms1);
+    m0 = mx0;
+    m1 = mx1;
+    float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        s[4 * j] = exp2f(fmaf(s[4 * j], sc, -ms0));
+        s[4 * j + 1] = exp2f(fmaf(s[4 * j + 1], sc, -ms0));
+        s[4 * j + 2] = exp2f(fmaf(s[4 * j + 2], sc, -ms1));
+        s[4 * j + 3] = exp2f(fmaf(s[4 * j + 3], sc, -ms1));
+        rs0 += s[4 * j] + s[4 * j + 1];
+        rs1 += s[4 * j + 2] + s[4 * j + 3];
+    }
+    l0 = l0 * a0 + rs0;
+    l1 = l1 * a1 + rs1;
+    /* the m16n8k16 A fragments of the PV product: k-step kk = keys 16 kk .. 16 kk + 15 */
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) {
+        pn[kk][0] = gpu_pack_bf16(s[8 * kk], s[8 * kk + 1]);
+        pn[kk][1] = gpu_pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        pn[kk][2] = gpu_pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        pn[kk][3] = gpu_pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+}
+
+template <int STAGES, bool PINGPONG>
+__global__ void __launch_bounds__(WS_THREADS, 1)
+    k_flash_prefill_ws(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                       const __grid_constant__ CUtensorMap tv, ws_params p)
+{
+#ifdef WS_SM90A
+    extern __shared__ __align__(1024) unsigned char ws_raw[];
+    unsigned char *sm = (unsigned char *)(((uintptr_t)ws_raw + 1023) & ~(uintptr_t)1023);
+    unsigned char *sQ = sm, *sK = sm + WS_TILE, *sV = sm + (1 + STAGES) * WS_TILE;
+    const uint32_t bars = gpu_smem_addr(sm + (1 + 2 * STAGES) * WS_TILE);
+    /* 8-byte barriers: Q, then full K[s], full V[s], empty K[s], empty V[s] */
+    const uint32_t bar_q = bars;
+#define WS_FULL_K(s) (bars + 8 * (1 + (s)))
+#define WS_FULL_V(s) (bars + 8 * (1 + STAGES + (s)))
+#define WS_EMPTY_K(s) (bars + 8 * (1 + 2 * STAGES + (s)))
+#define WS_EMPTY_V(s) (bars + 8 * (1 + 3 * STAGES + (s)))
+
+    /* the warpgroup index through a shuffle: the compiler then knows it is warp-uniform, keeps
+     * what derives from it (the wgmma descriptors) in uniform registers, and does not serialize
+     * the wgmmas for the instructions that would move them there */
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+    const int h = blockIdx.x, g = h / p.group;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * WS_BR;
+    const int kv_len = p.pos0 + p.T;
+    const int qlo = p.pos0 + q0, qhi = p.pos0 + min(q0 + WS_BR, p.T) - 1;
+    const int kbeg = p.window > 0 ? max(0, qlo + 1 - p.window) : 0;
+    const int t_first = kbeg / WS_BC, n = qhi / WS_BC - t_first + 1;
+
+    if (tid == 0) {
+        gpu_mbar_init(bar_q, 1);
+        for (int s = 0; s < STAGES; s++) {
+            gpu_mbar_init(WS_FULL_K(s), 1);
+            gpu_mbar_init(WS_FULL_V(s), 1);
+            gpu_mbar_init(WS_EMPTY_K(s), 8); /* lane 0 of each consumer warp */
+            gpu_mbar_init(WS_EMPTY_V(s), 8);
+        }
+        gpu_mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        if (tid == 0) {
+            const uint32_t q_s = gpu_smem_addr(sQ);
+            gpu_mbar_expect_tx(bar_q, WS_TILE);
+            gpu_tma_load_2d(q_s, &tq, h * WS_HD, q0, bar_q);
+            gpu_tma_load_2d(q_s + WS_HALF, &tq, h * WS_HD + 64, q0, bar_q);
+            /* in the order the consumers need them: K_0, then K_i and V_{i-1} */
+            for (int i = 0; i <= n; i++) {
+                if (i < n) {
+                    const int s = i % STAGES, ph = (i / STAGES) & 1, key0 = (t_first + i) * WS_BC;
+                    const uint32_t k_s = gpu_smem_addr(sK + s * WS_TILE);
+                    gpu_mbar_wait(WS_EMPTY_K(s), ph ^ 1);
+                    gpu_mbar_expect_tx(WS_FULL_K(s), WS_TILE);
+                    gpu_tma_load_3d(k_s, &tk, 0, key0, g, WS_FULL_K(s));
+                    gpu_tma_load_3d(k_s + WS_HALF, &tk, 64, key0, g, WS_FULL_K(s));
+                }
+                if (i > 0) {
+                    const int j = i - 1, s = j % STAGES, ph = (j / STAGES) & 1;
+                    const int key0 = (t_first + j) * WS_BC;
+                    const uint32_t v_s = gpu_smem_addr(sV + s * WS_TILE);
+                    gpu_mbar_wait(WS_EMPTY_V(s), ph ^ 1);
+                    gpu_mbar_expect_tx(WS_FULL_V(s), WS_TILE);
+                    gpu_tma_load_3d(v_s, &tv, 0, key0, g, WS_FULL_V(s));
+                    gpu_tma_load_3d(v_s + WS_HALF, &tv, 64, key0, g, WS_FULL_V(s));
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+        const int cw = wg - 1, ct = tid - 128 * wg, warp = ct / 32, lane = ct % 32;
+        const bool lane0 = lane == 0; /* the 8 consumer warps' lanes 0 free a slot */
+        const int row0 = cw * 64 + warp * 16 + lane / 4; /* rows row0, row0 + 8 of the tile */
+        const int qp0 = qlo + row0;
+        const int wlo = qlo + cw * 64, whi = wlo + 63; /* this warpgroup's query positions */
+        const float sc = p.scale_log2;
+        /* Q of this warpgroup: rows cw*64.. of both halves (8 KB in each) */
+        unsigned char *myQ = sQ + cw * 64 * 128;
+
+        float o[64], s[64];
+        unsigned pa[8][4], pn[8][4];
+#pragma unroll
+        for (int i = 0; i < 64; i++) o[i] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) pa[kk][e] = 0u;
+        float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, a0 = 1.f, a1 = 1.f;
+
+        gpu_mbar_wait(bar_q, 0);
+        /* consumer 0 issues first; consumer 1 skips its last arrival (nobody would wait for it) */
+        if (PINGPONG) gpu_bar_arrive_if(WS_BAR_PP, 256, cw == 1);
+
+        /* the three steps of a tile, straight-line code each (a branch between a wgmma and its
+         * wait makes ptxas serialize the wgmmas) */
+        auto issue_s = [&](int i) {
+            const unsigned char *cK = sK + (i % STAGES) * WS_TILE;
+            gpu_wgmma_fence_regs<64>(s);
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++)
+                gpu_wgmma_ss_m64n128(
+                    s, gpu_wgmma_desc_sw128(myQ + (kk / 4) * WS_HALF + (kk % 4) * 32, 16, 1024),
+                    gpu_wgmma_desc_sw128(cK + (kk / 4) * WS_HALF + (kk % 4) * 32, 16, 1024), kk > 0);
+            gpu_wgmma_commit();
+        };
+        auto issue_pv = [&](int j) {
+            const unsigned char *cV = sV + (j % STAGES) * WS_TILE;
+            gpu_wgmma_fence_regs<64>(o);
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++)
+                gpu_wgmma_rs_m64n128_tb(o, pa[kk], gpu_wgmma_desc_sw128(cV + kk * 2048, WS_HALF, 1024));
+            gpu_wgmma_commit();
+        };
+        auto softmax = [&](int i) {
+            gpu_wgmma_fence_regs<64>(s);
+            gpu_mbar_arrive_if(WS_EMPTY_K(i % STAGES), lane0);
+            const int kbase = (t_first + i) * WS_BC;
+            const bool edge = kbase + WS_BC - 1 > wlo || kbase + WS_BC > kv_len ||
+                              (p.window > 0 && kbase <= whi - p.window);
+            ws_softmax(s, pn, m0, m1, l0, l1, a0, a1, edge, kbase, qp0, kv_len, p.window, sc);
+        };
+        auto pv_done = [&](int j) {
+            gpu_wgmma_fence_regs<64>(o);
+            gpu_wgmma_fence_uregs<32>(&pa[0][0]);
+            gpu_mbar_arrive_if(WS_EMPTY_V(j % STAGES), lane0);
+        };
+        auto rescale = [&]() {
+#pragma unroll
+            for (int c = 0; c < 16; c++) {
+                o[4 * c] *= a0;
+                o[4 * c + 1] *= a0;
+                o[4 * c + 2] *= a1;
+                o[4 * c + 3] *= a1;
+            }
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) pa[kk][e] = pn[kk][e];
+            gpu_wgmma_fence_uregs<32>(&pa[0][0]); /* the copies done before the next wgmma.fence */
+        };
+
+        /* tile 0: S_0 alone */
+        gpu_mbar_wait(WS_FULL_K(0), 0);
+        if (PINGPONG) gpu_bar_sync(WS_BAR_PP + cw, 256);
+        gpu_wgmma_fence();
+        issue_s(0);
+        if (PINGPONG) gpu_bar_arrive(WS_BAR_PP + (1 - cw), 256);
+        gpu_wgmma_wait<0>();
+        softmax(0);
+        rescale();
+        /* tile i: S_i and P_{i-1} V_{i-1}; the softmax of S_i under the PV product */
+        for (int i = 1; i < n; i++) {
+            const int j = i - 1;
+            gpu_mbar_wait(WS_FULL_K(i % STAGES), (i / STAGES) & 1);
+            gpu_mbar_wait(WS_FULL_V(j % STAGES), (j / STAGES) & 1);
+            if (PINGPONG) gpu_bar_sync(WS_BAR_PP + cw, 256);
+            gpu_wgmma_fence();
+            issue_s(i);
+            issue_pv(j);
+            if (PINGPONG) gpu_bar_arrive(WS_BAR_PP + (1 - cw), 256);
+            gpu_wgmma_wait<1>();
+            softmax(i);
+            gpu_wgmma_wait<0>();
+            pv_done(j);
+            rescale();
+        }
+        /* the last P V */
+        {
+            const int j = n - 1;
+            gpu_mbar_wait(WS_FULL_V(j % STAGES), (j / STAGES) & 1);
+            if (PINGPONG) gpu_bar_sync(WS_BAR_PP + cw, 256);
+            gpu_wgmma_fence();
+            issue_pv(j);
+            if (PINGPONG) gpu_bar_arrive_if(WS_BAR_PP + (1 - cw), 256, cw == 0);
+            gpu_wgmma_wait<0>();
+            pv_done(j);
+        }
+
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+        const int r0 = q0 + row0, r1 = r0 + 8;
+        bf16 *out0 = p.out + (size_t)r0 * p.qd + h * WS_HD, *out1 = out0 + (size_t)8 * p.qd;
+#pragma unroll
+        for (int c = 0; c < 16; c++) {
+            const int col = c * 8 + (lane % 4) * 2;
+            if (r0 < p.T)
+                *(__nv_bfloat162 *)(out0 + col) = __floats2bfloat162_rn(o[4 * c] * inv0, o[4 * c + 1] * inv0);
+            if (r1 < p.T)
+                *(__nv_bfloat162 *)(out1 + col) =
+                    __floats2bfloat162_rn(o[4 * c + 2] * inv1, o[4 * c + 3] * inv1);
+        }
+    }
+#undef WS_FULL_K
+#undef WS_FULL_V
+#undef WS_EMPTY_K
+#undef WS_EMPTY_V
+#endif
+}
+
+/* cuTensorMapEncodeTiled from the driver, looked up once through the runtime (no -lcuda) */
+static PFN_cuTensorMapEncodeTiled_v12000 ws_encoder(void)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void *f = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            f = NULL;
+        cudaGetLastError();
+        return (PFN_cuTensorMapEncodeTiled_v12000)f;
+    }();
+    return fn;
+}
+
+/* a bf16 tensor of `rank` dims (dims[0] contiguous; strides in bytes of dims 1..), read in boxes
+ * of 64 x rows (x 1), 128-byte swizzled, zeros outside */
+static int ws_map(CUtensorMap *m, const void *base, int rank, const cuuint64_t *dims,
+                  const cuuint64_t *strides, cuuint32_t rows)
+{
+    cuuint32_t box[3] = {64, rows, 1}, es[3] = {1, 1, 1};
+    CUresult r = ws_encoder()(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, (void *)base, dims, strides, box,
+                              es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? ACCEL_OK : ACCEL_ERR_DEVICE;
+}
+
+int gpu_attn_ws_usable(const gpu_dims *d, const bf16 *q, const bf16 *k, const bf16 *v, int cap)
+{
+    return d->hd == WS_HD && ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16 == 0 && cap > 0 &&
+           ws_encoder() != NULL;
+}
+
+template <int STAGES, bool PINGPONG>
+static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q, const bf16 *k,
+                     const bf16 *v, int cap, bf16 *out)
+{
+    CUtensorMap tq, tk, tv;
+    const cuuint64_t qdims[2] = {(cuuint64_t)d->qd, (cuuint64_t)T}, qstr[1] = {(cuuint64_t)d->qd * 2};
+    const cuuint64_t kdims[3] = {WS_HD, (cuuint64_t)(pos0 + T), (cuuint64_t)d->n_kv};
+    const cuuint64_t kstr[2] = {WS_HD * 2, (cuuint64_t)cap * WS_HD * 2};
+    int st = ws_map(&tq, q, 2, qdims, qstr, WS_BR);
+    if (!st) st = ws_map(&tk, k, 3, kdims, kstr, WS_BC);
+    if (!st) st = ws_map(&tv, v, 3, kdims, kstr, WS_BC);
+    if (st) return st;
+    ws_params p;
+    p.out = out;
+    p.T = T;
+    p.pos0 = pos0;
+    p.qd = d->qd;
+    p.group = d->n_heads / d->n_kv;
+    p.window = d->window;
+    p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)WS_HD));
+    const size_t smem = ws_smem(STAGES);
+    GPU_CHECK(cudaFuncSetAttribute(k_flash_prefill_ws<STAGES, PINGPONG>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid(d->n_heads, (T + WS_BR - 1) / WS_BR);
+    k_flash_prefill_ws<STAGES, PINGPONG><<<grid, WS_THREADS, smem, s>>>(tq, tk, tv, p);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
+}
+
+int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
+                        const bf16 *k, const bf16 *v, int cap, bf16 *out, int variant)
+{
+    if (T <= 0) return ACCEL_OK;
+    if ((T + WS_BR - 1) / WS_BR > 65535 || pos0 + T > cap) return ACCEL_ERR_INVALID;
+    switch (variant) {
+    case 1: return ws_launch<2, false>(s, d, T, pos0, q, k, v, cap, out);
+    case 2: return ws_launch<3, true>(s, d, T, pos0, q, k, v, cap, out);
+    default: return ws_launch<2, true>(s, d, T, pos0, q, k, v, cap, out);
+    }
+}
