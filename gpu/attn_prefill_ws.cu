@@ -59,9 +59,9 @@ static constexpr size_t ws_smem(int stages)
     return (size_t)(1 + 2 * stages) * WS_TILE + 128 + 1024;
 }
 
-/* P = exp2(S * scale - m) of one tile, the online softmax's update, for this thread's two rows
- * (r and r + 8 of its warp's 16): masks when edge, returns the scale factors of O and l. */
-__device__ __forceinline__ void ws_softmax(float *s, unsigned (*pn)[4], float &m0, float &m1,
+/* P = exp2(S * scale - m) of one tile in place, the online softmax's update, for this thread's two
+ * rows (r and r + 8 of its warp's 16): masks when edge, returns the scale factors of O and l. */
+__device__ __forceinline__ void ws_softmax(float *s, float &m0, float &m1,
                                            float &l0, float &l1, float &a0, float &a1, bool edge,
                                            int kbase, int qp0, int kv_len, int window, float sc)
 {
@@ -106,13 +106,18 @@ __device__ __forceinline__ void ws_softmax(float *s, unsigned (*pn)[4], float &m
     }
     l0 = l0 * a0 + rs0;
     l1 = l1 * a1 + rs1;
-    /* the m16n8k16 A fragments of the PV product: k-step kk = keys 16 kk .. 16 kk + 15 */
+}
+
+/* P (float, in the S registers) -> the m16n8k16 A fragments of the PV product: k-step kk = keys
+ * 16 kk .. 16 kk + 15 of the tile */
+__device__ __forceinline__ void ws_pack(const float *s, unsigned (*pa)[4])
+{
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) {
-        pn[kk][0] = gpu_pack_bf16(s[8 * kk], s[8 * kk + 1]);
-        pn[kk][1] = gpu_pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-        pn[kk][2] = gpu_pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-        pn[kk][3] = gpu_pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+        pa[kk][0] = gpu_pack_bf16(s[8 * kk], s[8 * kk + 1]);
+        pa[kk][1] = gpu_pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = gpu_pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = gpu_pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
     }
 }
 
@@ -196,7 +201,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         unsigned char *myQ = sQ + cw * 64 * 128;
 
         float o[64], s[64];
-        unsigned pa[8][4], pn[8][4];
+        unsigned pa[8][4];
 #pragma unroll
         for (int i = 0; i < 64; i++) o[i] = 0.f;
 #pragma unroll
@@ -235,13 +240,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
             const int kbase = (t_first + i) * WS_BC;
             const bool edge = kbase + WS_BC - 1 > wlo || kbase + WS_BC > kv_len ||
                               (p.window > 0 && kbase <= whi - p.window);
-            ws_softmax(s, pn, m0, m1, l0, l1, a0, a1, edge, kbase, qp0, kv_len, p.window, sc);
+            ws_softmax(s, m0, m1, l0, l1, a0, a1, edge, kbase, qp0, kv_len, p.window, sc);
         };
         auto pv_done = [&](int j) {
             gpu_wgmma_fence_regs<64>(o);
-            gpu_wgmma_fence_uregs<32>(&pa[0][0]);
             gpu_mbar_arrive_if(WS_EMPTY_V(j % STAGES), lane0);
         };
+        /* after the PV product that read pa: nothing may write pa (or O) while a wgmma that
+         * reads it is in flight, or ptxas serializes every wgmma of the kernel (C7513) */
         auto rescale = [&]() {
 #pragma unroll
             for (int c = 0; c < 16; c++) {
@@ -250,11 +256,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
                 o[4 * c + 2] *= a1;
                 o[4 * c + 3] *= a1;
             }
-#pragma unroll
-            for (int kk = 0; kk < 8; kk++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) pa[kk][e] = pn[kk][e];
-            gpu_wgmma_fence_uregs<32>(&pa[0][0]); /* the copies done before the next wgmma.fence */
+            ws_pack(s, pa);
         };
 
         /* tile 0: S_0 alone */
