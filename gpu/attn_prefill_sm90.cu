@@ -1,5 +1,9 @@
-/* gpu/attn_prefill_sm90.cu — the prefill attention kernel on Hopper's warpgroup MMA (wgmma), for
- * head_dim up to 128 (padded to 128). Same algorithm and arguments as gpu/attn_prefill.cu (causal,
+/* gpu/attn_prefill_sm90.cu — the prefill attention on Hopper's warpgroup MMA (wgmma), for head_dim
+ * up to 128. gpu_attn_prefill_sm90 sends head_dim 128 to the warp-specialized kernel
+ * (gpu/attn_prefill_ws.cu, 2-3.5x this one's rate) and other head_dims to the one-warpgroup kernel
+ * below (padded to 128), which also stays for comparisons (GPU_SM90_ONE_WG).
+ *
+ * The one-warpgroup kernel: the same algorithm and arguments as gpu/attn_prefill.cu (causal,
  * sliding window, GQA, chunked prefill; online softmax in float32, P rounded to bf16), with the
  * same block shape — BR = 64 query rows of one head against key tiles of BC = 64 — but one
  * warpgroup (4 warps) driving the tensor cores with wgmma instead of mma.sync:

@@ -170,16 +170,18 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     e->graphs_off = gr && !strcmp(gr, "off");
     e->dec_graph = (cudaGraphExec_t *)calloc(GPU_MAX_BATCH + 1, sizeof(cudaGraphExec_t));
     if (!e->dec_graph) return ACCEL_ERR_NOMEM;
-    /* prefill attention: the mma.sync kernel with 4 warps per block (the fastest measured,
-     * tests/gpu/README.md); TANDEM_GPU_ATTN=mma8 (8 warps, head_dim 128) or wgmma (Hopper) for
-     * comparisons */
+    /* prefill attention: on Hopper with head_dim 128 the warp-specialized wgmma kernel
+     * (gpu/attn_prefill_ws.cu, the fastest measured at every length, tests/gpu/README.md),
+     * elsewhere the mma.sync kernel with 4 warps per block. TANDEM_GPU_ATTN=mma4 or mma8 forces
+     * the mma.sync kernel (4 or 8 warps), wgmma the Hopper path for any head_dim <= 128
+     * (comparisons) */
     const char *attn = getenv("TANDEM_GPU_ATTN");
     e->fa_warps = attn && !strcmp(attn, "mma8") ? 8 : 4;
     /* block-sparse (FlexPrefill) attention: 0 picks by prompt length (forward.cu);
      * TANDEM_GPU_SPARSE_ATTN=mma4 or mma8 fixes 4 or 8 warps (comparisons) */
     const char *sattn = getenv("TANDEM_GPU_SPARSE_ATTN");
     e->sparse_warps = !sattn ? 0 : !strcmp(sattn, "mma8") ? 8 : !strcmp(sattn, "mma4") ? 4 : 0;
-    if (attn && !strcmp(attn, "wgmma") && d.hd <= 128) {
+    if (attn ? !strcmp(attn, "wgmma") && d.hd <= 128 : d.hd == 128) {
         int av = gpu_attn_sm90_available(e->index);
         if (av < 0) return av;
         e->sm90 = av;

@@ -143,7 +143,8 @@ struct gpu_engine {
     const model *m;
     gpu_dims d;
     int sms;
-    int sm90;      /* TANDEM_GPU_ATTN=wgmma and this build and GPU have the wgmma kernel */
+    int sm90;      /* prefill attention on wgmma: this build and GPU have it, and head_dim 128 (or
+                    * TANDEM_GPU_ATTN=wgmma); TANDEM_GPU_ATTN=mma4/mma8 turn it off */
     int fa_warps;  /* warps per block of the mma.sync attention kernel: 4, or 8 (head_dim 128) */
     int sparse_warps; /* the same for its block-sparse form; 0: by prompt length (forward.cu) */
     int prof;      /* TANDEM_GPU_PROFILE=1: time every op (forward.cu; decode without graphs) */

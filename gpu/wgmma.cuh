@@ -9,7 +9,8 @@
  *     LBO = distance between core matrices adjacent along K, SBO = along M (or N);
  *   MN-major operand (M or N contiguous inside a row), layout ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)):
  *     SBO = distance between core matrices adjacent along M/N, LBO = along K.
- * Descriptor bits: [0,14) address >> 4, [16,30) LBO >> 4, [32,46) SBO >> 4, [62,64) swizzle (0).
+ * Descriptor bits: [0,14) address >> 4, [16,30) LBO >> 4, [32,46) SBO >> 4, [62,64) swizzle (0;
+ * 1 for the 128-byte swizzle, gpu_wgmma_desc_sw128).
  *
  * Order of use: operands written to shared memory by ordinary or cp.async stores need
  * fence.proxy.async before the barrier that publishes them (wgmma reads through the async proxy);
@@ -65,13 +66,6 @@ template <int N> __device__ __forceinline__ void gpu_wgmma_fence_regs(float *d)
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
-/* the same for A fragments in registers that an in-flight wgmma still reads */
-template <int N> __device__ __forceinline__ void gpu_wgmma_fence_uregs(unsigned *a)
-{
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i])::"memory");
-}
-
 /* D (64x128, f32) = A (shared, K-major) x B (shared, K-major), + D when accumulate != 0.
  * One warpgroup; A is 64 x 16, B is 16 x 128 (both described by gpu_wgmma_desc). */
 __device__ __forceinline__ void gpu_wgmma_ss_m64n128(float *d, uint64_t da, uint64_t db, int accumulate)
