@@ -37,7 +37,7 @@ for r in jl("sdpa.txt"):
 kernels = {}
 for r in bench:
     if r.get("bench") == "attention": kernels.setdefault(r["kernel"], {})[r["tokens"]] = r["tflops"]
-att = kernels.get("mma.sync-4w", {}) # the engine's default
+att = kernels.get("wgmma") or kernels.get("mma.sync-4w", {}) # the engine's default on sm_90 (else mma.sync)
 
 def att_rate(table, P):
     if not table: return 0
