@@ -81,6 +81,11 @@ static int alloc_workspace(gpu_engine *e)
     e->part_slots = slots;
     GPU_TRY(dev_alloc(&e->part_o, slots * d.hdp));
     GPU_TRY(dev_alloc(&e->part_ml, slots));
+    const char *da = getenv("TANDEM_GPU_DECODE_ATTN");
+    if (!(da && !strcmp(da, "two"))) {
+        GPU_TRY(dev_alloc(&e->part_cnt, (size_t)GPU_MAX_BATCH * d.n_heads));
+        GPU_CHECK(cudaMemset(e->part_cnt, 0, (size_t)GPU_MAX_BATCH * d.n_heads * sizeof(int)));
+    }
     /* per-call metadata */
     gpu_meta_layout &ml = e->ml;
     size_t off = 0;
@@ -162,9 +167,10 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     const char *fu = getenv("TANDEM_GPU_FUSED");
     e->fused = !e->gemv_off && !(fu && !strcmp(fu, "off")) && gpu_fused_ok(&d);
     /* programmatic dependent launch in the decode chain (engine.cuh): off unless TANDEM_GPU_PDL=on.
-     * Measured on the H200 (Llama-3-8B, 1K context): 5.01 ms per token with it, 4.67 without —
-     * the early-launched blocks' L2 prefetches and waiting warps cost more than the launch gaps
-     * they hide; kept as a switch for the next attempt (trigger placement, fewer kernels) */
+     * Measured on the H200 (Llama-3-8B, 1K context): 4.75 ms per token with it, 4.55 without
+     * (and 4.98 / 4.64 with L2 prefetches of the weights before the wait): the blocks launched
+     * early and waiting cost more than the launch gaps they hide; kept as a switch for the next
+     * attempt (trigger placement, fewer kernels) */
     const char *pd = getenv("TANDEM_GPU_PDL");
     e->pdl = pd && !strcmp(pd, "on") && prop.major >= 9;
     e->graphs_off = gr && !strcmp(gr, "off");
@@ -291,7 +297,7 @@ void gpu_engine_free(gpu_engine *e)
     free(e->dec_graph);
     gpu_weights_free(e);
     void *bufs[] = {e->x, e->xb, e->qkv, e->q, e->att, e->kf, e->vf, e->gu, e->h, e->rope,
-                    e->xn, e->logits, e->part_o, e->part_ml, e->meta_d, e->imp_d, e->blas_ws};
+                    e->xn, e->logits, e->part_o, e->part_ml, e->part_cnt, e->meta_d, e->imp_d, e->blas_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     for (int i = 0; i < GPU_EXPORT_RING; i++) cudaFree(e->exp_d[i]);
     if (e->meta_h) cudaFreeHost(e->meta_h);

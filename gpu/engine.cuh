@@ -64,7 +64,7 @@ int gpu_cublas_status(cublasStatus_t st, const char *what, const char *file, int
  * The decode step is a chain of small kernels, each waiting for the one before. Launched with
  * gpu_launch(..., pdl = 1), a kernel's blocks may start while its predecessor is still finishing
  * (once every block of the predecessor has started and called gpu_pdl_trigger); they do only
- * work on immutable data (prefetching their weights into L2) before gpu_pdl_wait, which returns
+ * work on immutable data before gpu_pdl_wait, which returns
  * when the predecessor has completed and its writes are visible. A kernel launched without it,
  * or one whose predecessor is not a kernel, waits as usual and gpu_pdl_wait returns at once.
  * Rule for every kernel that calls these: no global write and no read of a predecessor's output
@@ -184,6 +184,8 @@ struct gpu_engine {
     float *logits; /* (GPU_LOGIT_ROWS, V) */
     float *part_o; /* decode split-K partials (slots, hdp) */
     float2 *part_ml; /* (slots) running max (log2 domain) and sum */
+    int *part_cnt;   /* (GPU_MAX_BATCH * n_heads) ranges finished per row, zero between steps;
+                        NULL: the two-kernel decode attention (TANDEM_GPU_DECODE_ATTN=two) */
     size_t part_slots;
     gpu_meta_layout ml;
     unsigned char *meta_h, *meta_d;
@@ -293,7 +295,7 @@ int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, cons
  * graph stays valid as the sequences grow. */
 int gpu_attn_decode(cudaStream_t s, int pdl, const gpu_dims *d, int sms, int layer, int T,
                     const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
-                    float *part_o, float2 *part_ml, bf16 *out);
+                    float *part_o, float2 *part_ml, int *part_cnt, bf16 *out);
 size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens);
 
 /* kv_quant.cu: x (T, n_kv, hd) float32 -> proto/kv.h bytes and fp16 scales. */

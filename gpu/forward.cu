@@ -293,7 +293,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
                                          e->att, e->fa_warps));
         } else {
             GPU_TRY(gpu_attn_decode(s, e->pdl, &d, e->sms, l, T, e->q, md.seq, md.pos, md.seqs, e->part_o,
-                                    e->part_ml, e->att));
+                                    e->part_ml, e->part_cnt, e->att));
         }
         prof_mark(e, P_ATTN);
         GPU_TRY(gpu_gemm(e, T, d.H, d.qd, w.w_o, e->att, e->x, 1, 1.f)); /* x += attn · Wo^T */

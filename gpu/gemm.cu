@@ -26,8 +26,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const bf16 *__restrict
 {
     const int lane = threadIdx.x % 32;
     const int n = blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
-    if (n < N) /* the first 2 KB of the row into L2 while the kernel before finishes */
-        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)(W + (size_t)n * K) + (lane % 16) * 128));
     gpu_pdl_wait(); /* x, and out (the residual) */
     gpu_pdl_trigger();
     if (n >= N) return;

@@ -284,7 +284,9 @@ int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I
  * kernel, one row per query; 2: the tiled kernel with 8 warps (head_dim 128; else 4); 3: the
  * wgmma path as the engine takes it, 4: the one-warpgroup wgmma kernel, 5: the warp-specialized
  * one without ping-pong, 6: with 3 stages (ACCEL_ERR_UNSUPPORTED where the build or GPU lacks
- * wgmma, or for 5 and 6 where head_dim is not 128). */
+ * wgmma, or for 5 and 6 where head_dim is not 128); 7: the decode kernel's one-kernel form
+ * (head_dim 128; run twice, so the second call finds the range counters reset), 1 its
+ * two-kernel form. */
 static int sm90_variant(int kernel)
 {
     return kernel == 4 ? GPU_SM90_ONE_WG : kernel == 5 ? GPU_SM90_WS_NOPP : kernel == 6 ? GPU_SM90_WS_3ST
@@ -337,7 +339,16 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
         GPU_CHECK(cudaMemset(dseq, 0, T * sizeof(int)));
         gpu_seq_dev sq = {dk, dv, cap, 0};
         GPU_CHECK(cudaMemcpy(dseqs, &sq, sizeof sq, cudaMemcpyHostToDevice));
-        GPU_TRY(gpu_attn_decode(0, 1, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml, dout));
+        int *cnt = NULL; /* kernel 7: the one-kernel form (head_dim 128), else the two-kernel one */
+        if (kernel == 7) {
+            GPU_TRY(s.alloc(&cnt, (size_t)GPU_MAX_BATCH * n_heads));
+            GPU_CHECK(cudaMemset(cnt, 0, (size_t)GPU_MAX_BATCH * n_heads * sizeof(int)));
+        }
+        GPU_TRY(gpu_attn_decode(0, 1, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml, cnt, dout));
+        if (kernel == 7) { /* twice: the counters must have been reset by the first call */
+            GPU_CHECK(cudaMemset(dout, 0xff, (size_t)T * d.qd * 2));
+            GPU_TRY(gpu_attn_decode(0, 1, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml, cnt, dout));
+        }
     }
     GPU_CHECK(cudaDeviceSynchronize());
     return get_bf(out, dout, (size_t)T * d.qd);

@@ -400,6 +400,17 @@ TEST(gpu_op_attention_decode)
         {1, 4, 500, 4, 4, 32, 100},  /* sliding window */
         {1, 2, 700, 16, 1, 64, 0},   /* group of 16: two slices of 8 heads */
         {1, 1, 0, 4, 2, 128, 0},     /* the first token: one key */
+        /* the one-kernel form (head_dim 128): ranges of one tile and of many, every group
+         * slice, a window, tokens of a batch at different positions, near-empty ranges */
+        {7, 3, 3000, 32, 8, 128, 0},
+        {7, 1, 70000, 32, 8, 128, 0},
+        {7, 5, 300, 8, 8, 128, 0},
+        {7, 2, 1000, 16, 8, 128, 0},
+        {7, 2, 700, 32, 2, 128, 0},
+        {7, 4, 500, 8, 4, 128, 100},
+        {7, 1, 0, 4, 2, 128, 0},
+        {7, 8, 10, 8, 2, 128, 0},
+        {1, 1, 70000, 32, 8, 128, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attention_case(ops, &cases[i], 200 + i);
 }
