@@ -26,6 +26,20 @@
  *     end) only on the tiles that straddle a boundary of this warpgroup's rows.
  *   - the heaviest query tiles (last rows, most keys) are launched first; the heads of one GQA
  *     group are neighbours in the grid (blockIdx.x = head), so their K/V tiles come from L2.
+ *
+ * Block-sparse form (SPARSE, FlexPrefill's lists: gpu_block_list in gpu/engine.cuh): a block's
+ * 128 query rows are exactly one FlexPrefill query block (pos0 is a multiple of 128, and so is
+ * q0), so the block's list is one CSR row; the producer walks it and loads only the listed
+ * 128-key tiles (the copy engine takes any key offset: the list costs nothing but its reads, one
+ * entry ahead). The consumers learn each tile's key block from a small ring in shared memory
+ * that the producer writes before the tile's "full" barrier (its arrive releases, the consumers'
+ * wait acquires) and read it before they free the slot. Masking is unchanged: per tile, from its
+ * key offset, so only the diagonal (and the end-of-sequence) tile is masked. With every causal
+ * block listed it computes the dense kernel's tiles in the dense kernel's order: the same bits.
+ * K/V addressing by strides (key j of KV head g at k + g * k_head + j * k_tok): the engine's cache
+ * (hd, cap * hd) and token-major tensors (n_kv * hd, hd; the tensor map then orders its
+ * dimensions (d, head, key), as the copy engine wants strides ascending); GQA by h / group, or
+ * h % n_kv when interleave.
  * The host side builds three tensor maps per call (Q, K, V; cuTensorMapEncodeTiled through the
  * runtime's driver entry point) and passes them by value (__grid_constant__). Compiled only for
  * sm_90a (wgmma, setmaxnreg). */
@@ -47,16 +61,22 @@
 #define WS_HALF (128 * 128)      /* bytes of one 64-column half of it */
 #define WS_BAR_PP 1              /* named barriers 1, 2: consumer 0's and 1's turn to issue */
 
+#define WS_BLOCK 128          /* FlexPrefill's block (GPU_FLEX_BS): one CSR entry, one key tile */
+
 struct ws_params {
     bf16 *out;
-    int T, pos0, qd, group, window;
+    int T, pos0, qd, group, n_kv, interleave, window;
+    int head_inner;   /* K/V maps ordered (d, head, key): token-major tensors */
     float scale_log2; /* head_dim^-0.5 * log2(e) */
+    const int32_t *row_ptr, *col; /* SPARSE: head h, query block r: col[row_ptr[h*(nb+1) + r] ..) */
+    int nb;
 };
 
 static constexpr size_t ws_smem(int stages)
 {
-    /* Q + stages x (K + V), the barriers, and 1 KB to align the tiles to the swizzle atom */
-    return (size_t)(1 + 2 * stages) * WS_TILE + 128 + 1024;
+    /* Q + stages x (K + V), the barriers (8 x (1 + 4 stages) bytes), the ring of key blocks
+     * (SPARSE: 4 bytes a slot), and 1 KB to align the tiles to the swizzle atom */
+    return (size_t)(1 + 2 * stages) * WS_TILE + 128 + 64 + 1024;
 }
 
 /* P = exp2(S * scale - m) of one tile in place, the online softmax's update, for this thread's two
@@ -121,7 +141,7 @@ __device__ __forceinline__ void ws_pack(const float *s, unsigned (*pa)[4])
     }
 }
 
-template <int STAGES, bool PINGPONG>
+template <int STAGES, bool PINGPONG, bool SPARSE>
 __global__ void __launch_bounds__(WS_THREADS, 1)
     k_flash_prefill_ws(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                        const __grid_constant__ CUtensorMap tv, ws_params p)
@@ -137,17 +157,28 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
 #define WS_FULL_V(s) (bars + 8 * (1 + STAGES + (s)))
 #define WS_EMPTY_K(s) (bars + 8 * (1 + 2 * STAGES + (s)))
 #define WS_EMPTY_V(s) (bars + 8 * (1 + 3 * STAGES + (s)))
+    /* SPARSE: the key block of the tile in each slot (the producer's write, the consumers' read) */
+    volatile int *kring = (volatile int *)(sm + (1 + 2 * STAGES) * WS_TILE + 128);
 
     /* the warpgroup index through a shuffle: the compiler then knows it is warp-uniform, keeps
      * what derives from it (the wgmma descriptors) in uniform registers, and does not serialize
      * the wgmmas for the instructions that would move them there */
     const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
-    const int h = blockIdx.x, g = h / p.group;
+    const int h = blockIdx.x, g = p.interleave ? h % p.n_kv : h / p.group;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * WS_BR;
     const int kv_len = p.pos0 + p.T;
     const int qlo = p.pos0 + q0, qhi = p.pos0 + min(q0 + WS_BR, p.T) - 1;
     const int kbeg = p.window > 0 ? max(0, qlo + 1 - p.window) : 0;
-    const int t_first = kbeg / WS_BC, n = qhi / WS_BC - t_first + 1;
+    const int t_first = kbeg / WS_BC;
+    /* the tiles: t_first .. the last row's (dense), or the block's list (SPARSE; may be empty:
+     * then the rows are written as zeros, as the mma.sync kernel does) */
+    int n = qhi / WS_BC - t_first + 1;
+    const int32_t *lst = nullptr;
+    if (SPARSE) {
+        const int32_t *rp = p.row_ptr + (size_t)h * (p.nb + 1) + qlo / WS_BLOCK;
+        lst = p.col + rp[0];
+        n = rp[1] - rp[0];
+    }
 
     if (tid == 0) {
         gpu_mbar_init(bar_q, 1);
@@ -168,25 +199,37 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
             gpu_mbar_expect_tx(bar_q, WS_TILE);
             gpu_tma_load_2d(q_s, &tq, h * WS_HD, q0, bar_q);
             gpu_tma_load_2d(q_s + WS_HALF, &tq, h * WS_HD + 64, q0, bar_q);
+            /* both 64-column halves of the 128 keys from key0 of KV head g */
+            auto load = [&](uint32_t dst, const CUtensorMap *m, int key0, uint32_t bar) {
+                if (p.head_inner) {
+                    gpu_tma_load_3d(dst, m, 0, g, key0, bar);
+                    gpu_tma_load_3d(dst + WS_HALF, m, 64, g, key0, bar);
+                } else {
+                    gpu_tma_load_3d(dst, m, 0, key0, g, bar);
+                    gpu_tma_load_3d(dst + WS_HALF, m, 64, key0, g, bar);
+                }
+            };
+            /* SPARSE: the list entry of tile i + 1 is read while tile i is issued */
+            int blk = SPARSE && n > 0 ? __ldg(lst) : t_first, blk_prev = 0;
             /* in the order the consumers need them: K_0, then K_i and V_{i-1} */
             for (int i = 0; i <= n; i++) {
+                int blk_next = t_first + i + 1;
+                if (SPARSE) blk_next = i + 1 < n ? __ldg(lst + i + 1) : 0;
                 if (i < n) {
-                    const int s = i % STAGES, ph = (i / STAGES) & 1, key0 = (t_first + i) * WS_BC;
-                    const uint32_t k_s = gpu_smem_addr(sK + s * WS_TILE);
+                    const int s = i % STAGES, ph = (i / STAGES) & 1;
                     gpu_mbar_wait(WS_EMPTY_K(s), ph ^ 1);
+                    if (SPARSE) kring[s] = blk; /* released by the arrive below */
                     gpu_mbar_expect_tx(WS_FULL_K(s), WS_TILE);
-                    gpu_tma_load_3d(k_s, &tk, 0, key0, g, WS_FULL_K(s));
-                    gpu_tma_load_3d(k_s + WS_HALF, &tk, 64, key0, g, WS_FULL_K(s));
+                    load(gpu_smem_addr(sK + s * WS_TILE), &tk, blk * WS_BC, WS_FULL_K(s));
                 }
                 if (i > 0) {
                     const int j = i - 1, s = j % STAGES, ph = (j / STAGES) & 1;
-                    const int key0 = (t_first + j) * WS_BC;
-                    const uint32_t v_s = gpu_smem_addr(sV + s * WS_TILE);
                     gpu_mbar_wait(WS_EMPTY_V(s), ph ^ 1);
                     gpu_mbar_expect_tx(WS_FULL_V(s), WS_TILE);
-                    gpu_tma_load_3d(v_s, &tv, 0, key0, g, WS_FULL_V(s));
-                    gpu_tma_load_3d(v_s + WS_HALF, &tv, 64, key0, g, WS_FULL_V(s));
+                    load(gpu_smem_addr(sV + s * WS_TILE), &tv, blk_prev * WS_BC, WS_FULL_V(s));
                 }
+                blk_prev = blk;
+                blk = blk_next;
             }
         }
     } else {
@@ -211,8 +254,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, a0 = 1.f, a1 = 1.f;
 
         gpu_mbar_wait(bar_q, 0);
-        /* consumer 0 issues first; consumer 1 skips its last arrival (nobody would wait for it) */
-        if (PINGPONG) gpu_bar_arrive_if(WS_BAR_PP, 256, cw == 1);
+        /* tile i's first key (SPARSE: read after its "full K" wait, before the slot's release) */
+        auto key_base = [&](int i) { return (SPARSE ? kring[i % STAGES] : t_first + i) * WS_BC; };
 
         /* the three steps of a tile, straight-line code each (a branch between a wgmma and its
          * wait makes ptxas serialize the wgmmas) */
@@ -234,10 +277,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
                 gpu_wgmma_rs_m64n128_tb(o, pa[kk], gpu_wgmma_desc_sw128(cV + kk * 2048, WS_HALF, 1024));
             gpu_wgmma_commit();
         };
-        auto softmax = [&](int i) {
+        auto softmax = [&](int i, int kbase) {
             gpu_wgmma_fence_regs<64>(s);
             gpu_mbar_arrive_if(WS_EMPTY_K(i % STAGES), lane0);
-            const int kbase = (t_first + i) * WS_BC;
             const bool edge = kbase + WS_BC - 1 > wlo || kbase + WS_BC > kv_len ||
                               (p.window > 0 && kbase <= whi - p.window);
             ws_softmax(s, m0, m1, l0, l1, a0, a1, edge, kbase, qp0, kv_len, p.window, sc);
@@ -259,41 +301,47 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
             ws_pack(s, pa);
         };
 
-        /* tile 0: S_0 alone */
-        gpu_mbar_wait(WS_FULL_K(0), 0);
-        if (PINGPONG) gpu_bar_sync(WS_BAR_PP + cw, 256);
-        gpu_wgmma_fence();
-        issue_s(0);
-        if (PINGPONG) gpu_bar_arrive(WS_BAR_PP + (1 - cw), 256);
-        gpu_wgmma_wait<0>();
-        softmax(0);
-        rescale();
-        /* tile i: S_i and P_{i-1} V_{i-1}; the softmax of S_i under the PV product */
-        for (int i = 1; i < n; i++) {
-            const int j = i - 1;
-            gpu_mbar_wait(WS_FULL_K(i % STAGES), (i / STAGES) & 1);
-            gpu_mbar_wait(WS_FULL_V(j % STAGES), (j / STAGES) & 1);
+        if (n > 0) { /* (SPARSE: an empty list skips to the store, with l = 0) */
+            /* consumer 0 issues first; consumer 1 skips its last arrival (nobody would wait for it) */
+            if (PINGPONG) gpu_bar_arrive_if(WS_BAR_PP, 256, cw == 1);
+            /* tile 0: S_0 alone */
+            gpu_mbar_wait(WS_FULL_K(0), 0);
+            const int kb0 = key_base(0);
             if (PINGPONG) gpu_bar_sync(WS_BAR_PP + cw, 256);
             gpu_wgmma_fence();
-            issue_s(i);
-            issue_pv(j);
+            issue_s(0);
             if (PINGPONG) gpu_bar_arrive(WS_BAR_PP + (1 - cw), 256);
-            gpu_wgmma_wait<1>();
-            softmax(i);
             gpu_wgmma_wait<0>();
-            pv_done(j);
+            softmax(0, kb0);
             rescale();
-        }
-        /* the last P V */
-        {
-            const int j = n - 1;
-            gpu_mbar_wait(WS_FULL_V(j % STAGES), (j / STAGES) & 1);
-            if (PINGPONG) gpu_bar_sync(WS_BAR_PP + cw, 256);
-            gpu_wgmma_fence();
-            issue_pv(j);
-            if (PINGPONG) gpu_bar_arrive_if(WS_BAR_PP + (1 - cw), 256, cw == 0);
-            gpu_wgmma_wait<0>();
-            pv_done(j);
+            /* tile i: S_i and P_{i-1} V_{i-1}; the softmax of S_i under the PV product */
+            for (int i = 1; i < n; i++) {
+                const int j = i - 1;
+                gpu_mbar_wait(WS_FULL_K(i % STAGES), (i / STAGES) & 1);
+                const int kb = key_base(i);
+                gpu_mbar_wait(WS_FULL_V(j % STAGES), (j / STAGES) & 1);
+                if (PINGPONG) gpu_bar_sync(WS_BAR_PP + cw, 256);
+                gpu_wgmma_fence();
+                issue_s(i);
+                issue_pv(j);
+                if (PINGPONG) gpu_bar_arrive(WS_BAR_PP + (1 - cw), 256);
+                gpu_wgmma_wait<1>();
+                softmax(i, kb);
+                gpu_wgmma_wait<0>();
+                pv_done(j);
+                rescale();
+            }
+            /* the last P V */
+            {
+                const int j = n - 1;
+                gpu_mbar_wait(WS_FULL_V(j % STAGES), (j / STAGES) & 1);
+                if (PINGPONG) gpu_bar_sync(WS_BAR_PP + cw, 256);
+                gpu_wgmma_fence();
+                issue_pv(j);
+                if (PINGPONG) gpu_bar_arrive_if(WS_BAR_PP + (1 - cw), 256, cw == 0);
+                gpu_wgmma_wait<0>();
+                pv_done(j);
+            }
         }
 
         l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -337,11 +385,11 @@ static PFN_cuTensorMapEncodeTiled_v12000 ws_encoder(void)
 }
 
 /* a bf16 tensor of `rank` dims (dims[0] contiguous; strides in bytes of dims 1..), read in boxes
- * of 64 x rows (x 1), 128-byte swizzled, zeros outside */
+ * of box[0..rank), 128-byte swizzled, zeros outside */
 static int ws_map(CUtensorMap *m, const void *base, int rank, const cuuint64_t *dims,
-                  const cuuint64_t *strides, cuuint32_t rows)
+                  const cuuint64_t *strides, const cuuint32_t *box)
 {
-    cuuint32_t box[3] = {64, rows, 1}, es[3] = {1, 1, 1};
+    cuuint32_t es[3] = {1, 1, 1};
     CUresult r = ws_encoder()(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, (void *)base, dims, strides, box,
                               es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -354,17 +402,24 @@ int gpu_attn_ws_usable(const gpu_dims *d, const bf16 *q, const bf16 *k, const bf
            ws_encoder() != NULL;
 }
 
-template <int STAGES, bool PINGPONG>
+template <int STAGES, bool PINGPONG, bool SPARSE>
 static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q, const bf16 *k,
-                     const bf16 *v, int cap, bf16 *out)
+                     const bf16 *v, size_t k_tok, size_t k_head, int interleave,
+                     const gpu_block_list *bl, bf16 *out)
 {
     CUtensorMap tq, tk, tv;
     const cuuint64_t qdims[2] = {(cuuint64_t)d->qd, (cuuint64_t)T}, qstr[1] = {(cuuint64_t)d->qd * 2};
-    const cuuint64_t kdims[3] = {WS_HD, (cuuint64_t)(pos0 + T), (cuuint64_t)d->n_kv};
-    const cuuint64_t kstr[2] = {WS_HD * 2, (cuuint64_t)cap * WS_HD * 2};
-    int st = ws_map(&tq, q, 2, qdims, qstr, WS_BR);
-    if (!st) st = ws_map(&tk, k, 3, kdims, kstr, WS_BC);
-    if (!st) st = ws_map(&tv, v, 3, kdims, kstr, WS_BC);
+    const cuuint32_t qbox[2] = {64, WS_BR};
+    /* the copy engine wants the strides ascending: (d, key, head) for the cache layout, (d,
+     * head, key) for token-major tensors; one head's 128 keys land in the same shared rows */
+    const int head_inner = k_head < k_tok;
+    const cuuint64_t keys = (cuuint64_t)(pos0 + T), heads = (cuuint64_t)d->n_kv;
+    const cuuint64_t kdims[3] = {WS_HD, head_inner ? heads : keys, head_inner ? keys : heads};
+    const cuuint64_t kstr[2] = {(head_inner ? k_head : k_tok) * 2, (head_inner ? k_tok : k_head) * 2};
+    const cuuint32_t kbox[3] = {64, head_inner ? 1u : (cuuint32_t)WS_BC, head_inner ? (cuuint32_t)WS_BC : 1u};
+    int st = ws_map(&tq, q, 2, qdims, qstr, qbox);
+    if (!st) st = ws_map(&tk, k, 3, kdims, kstr, kbox);
+    if (!st) st = ws_map(&tv, v, 3, kdims, kstr, kbox);
     if (st) return st;
     ws_params p;
     p.out = out;
@@ -372,25 +427,58 @@ static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const b
     p.pos0 = pos0;
     p.qd = d->qd;
     p.group = d->n_heads / d->n_kv;
+    p.n_kv = d->n_kv;
+    p.interleave = interleave;
     p.window = d->window;
+    p.head_inner = head_inner;
     p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)WS_HD));
+    p.row_ptr = bl ? bl->row_ptr : nullptr;
+    p.col = bl ? bl->col : nullptr;
+    p.nb = bl ? bl->nb : 0;
     const size_t smem = ws_smem(STAGES);
-    GPU_CHECK(cudaFuncSetAttribute(k_flash_prefill_ws<STAGES, PINGPONG>,
+    GPU_CHECK(cudaFuncSetAttribute(k_flash_prefill_ws<STAGES, PINGPONG, SPARSE>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(d->n_heads, (T + WS_BR - 1) / WS_BR);
-    k_flash_prefill_ws<STAGES, PINGPONG><<<grid, WS_THREADS, smem, s>>>(tq, tk, tv, p);
+    k_flash_prefill_ws<STAGES, PINGPONG, SPARSE><<<grid, WS_THREADS, smem, s>>>(tq, tk, tv, p);
     GPU_LAUNCHED();
     return ACCEL_OK;
+}
+
+template <bool SPARSE>
+static int ws_variant(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q, const bf16 *k,
+                      const bf16 *v, size_t k_tok, size_t k_head, int interleave,
+                      const gpu_block_list *bl, bf16 *out, int variant)
+{
+    switch (variant) {
+    case 1: return ws_launch<2, false, SPARSE>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out);
+    case 2: return ws_launch<3, true, SPARSE>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out);
+    default: return ws_launch<2, true, SPARSE>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out);
+    }
+}
+
+int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
+                           const bf16 *k, const bf16 *v, size_t k_tok, size_t k_head, int interleave,
+                           const gpu_block_list *bl, bf16 *out, int variant)
+{
+    if (T <= 0) return ACCEL_OK;
+    if ((T + WS_BR - 1) / WS_BR > 65535 || pos0 < 0 || d->n_kv < 1 || d->n_heads % d->n_kv)
+        return ACCEL_ERR_INVALID;
+    if (bl && (pos0 % WS_BLOCK || !bl->row_ptr || !bl->col ||
+               bl->nb < (pos0 + T + WS_BLOCK - 1) / WS_BLOCK))
+        return ACCEL_ERR_INVALID;
+    /* the copy engine's limits: 16-byte aligned bases and strides, strides below 2^40 bytes */
+    if (d->hd != WS_HD || ws_encoder() == NULL || ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16 ||
+        (k_tok * 2) % 16 || (k_head * 2) % 16 || k_tok >= (1ull << 38) || k_head >= (1ull << 38))
+        return ACCEL_ERR_UNSUPPORTED;
+    return bl ? ws_variant<true>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, variant)
+              : ws_variant<false>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, variant);
 }
 
 int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
                         const bf16 *k, const bf16 *v, int cap, bf16 *out, int variant)
 {
     if (T <= 0) return ACCEL_OK;
-    if ((T + WS_BR - 1) / WS_BR > 65535 || pos0 + T > cap) return ACCEL_ERR_INVALID;
-    switch (variant) {
-    case 1: return ws_launch<2, false>(s, d, T, pos0, q, k, v, cap, out);
-    case 2: return ws_launch<3, true>(s, d, T, pos0, q, k, v, cap, out);
-    default: return ws_launch<2, true>(s, d, T, pos0, q, k, v, cap, out);
-    }
+    if (pos0 + T > cap) return ACCEL_ERR_INVALID;
+    return gpu_attn_prefill_ws_ex(s, d, T, pos0, q, k, v, (size_t)WS_HD, (size_t)cap * WS_HD, 0, nullptr,
+                                  out, variant);
 }

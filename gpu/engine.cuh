@@ -289,6 +289,12 @@ int gpu_attn_sm90_available(int device);
 int gpu_attn_ws_usable(const gpu_dims *d, const bf16 *q, const bf16 *k, const bf16 *v, int cap);
 int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
                         const bf16 *k, const bf16 *v, int cap, bf16 *out, int variant);
+/* Its general form, gpu_attn_prefill_ex's contract (strides, interleave, bl NULL: dense causal,
+ * else only the listed blocks, pos0 a multiple of 128): ACCEL_ERR_UNSUPPORTED where the kernel
+ * cannot run (head_dim not 128, no tensor-map encoder, bases or strides not 16-byte aligned). */
+int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
+                           const bf16 *k, const bf16 *v, size_t k_tok, size_t k_head, int interleave,
+                           const gpu_block_list *bl, bf16 *out, int variant);
 /* attn_decode.cu: one query row per token t (position pos[t] of sequence seqs[seq_idx[t]]),
  * split-K over its keys 0..pos[t]; part_* hold at least gpu_attn_decode_slots() entries. The
  * launch depends on T only (each token splits its own keys in the kernel), so a captured CUDA
