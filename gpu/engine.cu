@@ -183,8 +183,11 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
      * (comparisons) */
     const char *attn = getenv("TANDEM_GPU_ATTN");
     e->fa_warps = attn && !strcmp(attn, "mma8") ? 8 : 4;
-    /* block-sparse (FlexPrefill) attention: 0 picks by prompt length (forward.cu);
-     * TANDEM_GPU_SPARSE_ATTN=mma4 or mma8 fixes 4 or 8 warps (comparisons) */
+    /* block-sparse (FlexPrefill) attention: where the dense one runs on wgmma with head_dim 128,
+     * the warp-specialized kernel's sparse form (2 stages with ping-pong, as dense; ws3: 3
+     * stages), else the mma.sync kernel, 4 or 8 warps by prompt length (forward.cu).
+     * TANDEM_GPU_SPARSE_ATTN=mma4 or mma8 forces the mma.sync kernel with 4 or 8 warps
+     * (comparisons) */
     const char *sattn = getenv("TANDEM_GPU_SPARSE_ATTN");
     e->sparse_warps = !sattn ? 0 : !strcmp(sattn, "mma8") ? 8 : !strcmp(sattn, "mma4") ? 4 : 0;
     if (attn ? !strcmp(attn, "wgmma") && d.hd <= 128 : d.hd == 128) {
@@ -192,6 +195,7 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
         if (av < 0) return av;
         e->sm90 = av;
     }
+    if (e->sm90 && d.hd == 128 && !e->sparse_warps) e->sparse_ws = sattn && !strcmp(sattn, "ws3") ? 3 : 1;
     const char *pr = getenv("TANDEM_GPU_PROFILE");
     if (pr && !strcmp(pr, "1")) {
         e->prof = 1;

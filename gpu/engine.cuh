@@ -147,6 +147,8 @@ struct gpu_engine {
                     * TANDEM_GPU_ATTN=wgmma); TANDEM_GPU_ATTN=mma4/mma8 turn it off */
     int fa_warps;  /* warps per block of the mma.sync attention kernel: 4, or 8 (head_dim 128) */
     int sparse_warps; /* the same for its block-sparse form; 0: by prompt length (forward.cu) */
+    int sparse_ws;    /* block-sparse attention on the warp-specialized kernel (sm90, head_dim
+                       * 128): 1 + its variant (gpu_attn_prefill_ws); 0: the mma.sync kernel */
     int prof;      /* TANDEM_GPU_PROFILE=1: time every op (forward.cu; decode without graphs) */
     cudaEvent_t *prof_ev; /* [GPU_PROF_EVENTS] */
     int prof_cat[GPU_PROF_EVENTS], prof_n;

@@ -589,6 +589,9 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
      * at 128K (density 0.06) and 1% less at 64K, 1% more at 32K (tests/gpu/logs/
      * 2026-11-21-h200-flex-e2e) */
     const int warps = e->sparse_warps ? e->sparse_warps : n >= 131072 ? 8 : 4;
+    /* on Hopper with head_dim 128 the warp-specialized kernel's block-sparse form, as the dense
+     * prefill (engine.cu: e->sparse_ws; TANDEM_GPU_SPARSE_ATTN=mma4/mma8 turn it off) */
+    const bool ws = e->sparse_ws && gpu_attn_ws_usable(&d, w.q, sq.k, sq.v, kv->cap);
     prof_mark(e, P_START);
     GPU_TRY(gpu_rope_table(s, w.pos, w.tbl, w.inv, n, half, w.rope));
     prof_mark(e, P_ROPE_TAB);
@@ -626,9 +629,14 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
         for (int c0 = 0; c0 < n; c0 += C) {
             const int T = n - c0 < C ? n - c0 : C;
             float *xc = w.x + (size_t)c0 * d.H;
-            GPU_TRY(gpu_attn_prefill_ex(s, &d, T, c0, w.q + (size_t)c0 * d.qd, kl, vl,
-                                        (size_t)d.hd, (size_t)kv->cap * d.hd, 0, &bl, e->att,
-                                        d.hdp == 128 ? warps : 4));
+            const bf16 *qc = w.q + (size_t)c0 * d.qd;
+            if (ws)
+                GPU_TRY(gpu_attn_prefill_ws_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd,
+                                               (size_t)kv->cap * d.hd, 0, &bl, e->att, e->sparse_ws - 1));
+            else
+                GPU_TRY(gpu_attn_prefill_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd,
+                                            (size_t)kv->cap * d.hd, 0, &bl, e->att,
+                                            d.hdp == 128 ? warps : 4));
             prof_mark(e, P_ATTN);
             GPU_TRY(gpu_gemm(e, T, d.H, d.qd, lw.w_o, e->att, xc, 1, 1.f));
             prof_mark(e, P_O);

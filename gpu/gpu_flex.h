@@ -97,10 +97,14 @@ int gpu_flex_test_attention(const float *q, const float *k, const float *v, int 
 
 typedef struct gpu_flex_bench_result {
     double index_ms;        /* median of reps */
-    double sparse_ms;       /* block-sparse attention over the index (4 warps, 64 rows a block) */
+    double sparse_ms;       /* block-sparse attention over the index: gpu_flex_attention (the
+                             * warp-specialized kernel on Hopper with head_dim 128, else mma.sync
+                             * with 4 warps) */
+    double sparse4_ms;      /* the mma.sync kernel, 4 warps (64 rows a block) */
     double sparse8_ms;      /* the same with 8 warps (128 rows; head_dim 128 only, else 0) */
-    double dense_ms;        /* the same kernel over every causal block */
-    double dense_kernel_ms; /* the dense kernel (causal tile range, no lists) */
+    double sparse_ws3_ms;   /* the warp-specialized kernel with 3 stages (0 where it cannot run) */
+    double dense_ms;        /* gpu_flex_attention over every causal block */
+    double dense_kernel_ms; /* the dense kernel of the same family (causal tile range, no lists) */
     double density;         /* computed / causal blocks */
     int64_t nnz;
     int n_query_aware;

@@ -1,13 +1,33 @@
 // gpu/gpu_flex_attn.cu — gpu_flex_attention (gpu/gpu_flex.h): causal attention over a CSR block
-// list, on the prefill attention kernel of gpu/attn_prefill.cu in its block-sparse form (each
-// 128-block is two of its 64-key tiles; the engine's sparse prefill calls the same kernel on the
-// KV cache). This entry reads token-major K/V, (n, n_kv_heads, d), through the kernel's strides.
+// list, on the kernel the engine's sparse prefill takes (gpu/forward.cu: sparse_layers) in its
+// block-sparse form: on Hopper with head_dim 128 the warp-specialized kernel
+// (gpu/attn_prefill_ws.cu, one 128-key tile per block), else the mma.sync kernel of
+// gpu/attn_prefill.cu (each 128-block two of its 64-key tiles). This entry reads token-major
+// K/V, (n, n_kv_heads, d), through the kernels' strides.
 // It replaced a WMMA kernel that kept its output accumulator in shared memory and ran at 47
 // TFLOP/s dense-equivalent (tests/gpu/logs/2026-11-21-h200-flex/bench.md); its test
 // (gpu_flex_attention_matches_cpu) now checks this path against the same CPU reference.
 #include "gpu/engine.cuh"
 #include "gpu/gpu_flex.h"
+#include "gpu/gpu_flex_common.cuh"
+#include <atomic>
 #include <string.h>
+
+int gpu_flex_ws_here(void)
+{
+    static std::atomic<int> known[16]; /* 0 not asked, 1 no, 2 yes */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (!known[dev].load()) {
+        int av = gpu_attn_sm90_available(dev);
+        if (av < 0) cudaGetLastError();
+        known[dev].store(av > 0 ? 2 : 1);
+    }
+    return known[dev].load() == 2;
+}
 
 extern "C" int gpu_flex_attention(const void *q, const void *k, const void *v, void *out, int n,
                                   int H, int Hk, int d, const int32_t *row_ptr,
@@ -26,6 +46,12 @@ extern "C" int gpu_flex_attention(const void *q, const void *k, const void *v, v
     dd.kvd = Hk * d;
     dd.L = 1;
     gpu_block_list bl = {row_ptr, col, (n + GPU_FLEX_BS - 1) / GPU_FLEX_BS};
+    if (d == 128 && gpu_flex_ws_here()) {
+        int st = gpu_attn_prefill_ws_ex((cudaStream_t)stream, &dd, n, 0, (const bf16 *)q,
+                                        (const bf16 *)k, (const bf16 *)v, (size_t)Hk * d, (size_t)d,
+                                        interleave, &bl, (bf16 *)out, 0);
+        if (st != ACCEL_ERR_UNSUPPORTED) return st;
+    }
     return gpu_attn_prefill_ex((cudaStream_t)stream, &dd, n, 0, (const bf16 *)q, (const bf16 *)k,
                                (const bf16 *)v, (size_t)Hk * d, (size_t)d, interleave, &bl,
                                (bf16 *)out, 4);

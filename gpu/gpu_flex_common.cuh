@@ -11,6 +11,10 @@
 
 typedef __nv_bfloat16 bf16;
 
+// 1 when the current device runs the wgmma kernels (gpu_attn_sm90_available, probed once per
+// device, thread-safe): gpu_flex_attention then takes the warp-specialized kernel for head_dim 128.
+int gpu_flex_ws_here(void);
+
 // Logs and returns: one failed call must not take the process down (STYLE.md, errors 2).
 #define GF_CHECK(call)                                                                            \
     do {                                                                                          \

@@ -170,7 +170,7 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
     cudaEvent_t e0, e1;
     GF_CHECK(cudaEventCreate(&e0));
     GF_CHECK(cudaEventCreate(&e1));
-    std::vector<double> t_index, t_sparse, t_sparse8, t_dense, t_kernel;
+    std::vector<double> t_index, t_sparse, t_sparse4, t_sparse8, t_ws3, t_dense, t_kernel;
     for (int i = 0; i <= reps && !rc; i++) { // i == 0: warm-up
         cudaEventRecord(e0);
         rc = gpu_flex_index(ws.w, p, dq.p, dk.p, n, nullptr);
@@ -190,23 +190,41 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
         cudaEventElapsedTime(&ms, e0, e1);
         if (i) t_sparse.push_back(ms);
     }
-    // the same lists on the 8-warp form (128 query rows per block: one FlexPrefill block, each
-    // K/V tile loaded once for all of them)
+    // the same lists on the mma.sync kernel with 4 and 8 warps (8: 128 query rows per block, one
+    // FlexPrefill block, each K/V tile loaded once for all of them), and on the warp-specialized
+    // kernel with 3 stages
     gpu_dims dd;
     memset(&dd, 0, sizeof dd);
     dd.n_heads = H, dd.n_kv = Hk, dd.hd = d, dd.hdp = d, dd.qd = H * d, dd.kvd = Hk * d;
     const gpu_block_list bl = {gpu_flex_ws_row_ptr(ws.w), gpu_flex_ws_col(ws.w), nb};
-    for (int i = 0; i <= reps && !rc && d == 128; i++) {
-        cudaEventRecord(e0);
-        rc = gpu_attn_prefill_ex(nullptr, &dd, n, 0, (const bf16 *)dq.p, (const bf16 *)dk.p,
-                                 (const bf16 *)dv.p, (size_t)Hk * d, (size_t)d, p->gqa_interleave,
-                                 &bl, (bf16 *)dout.p, 8);
-        cudaEventRecord(e1);
-        if (!rc && cudaEventSynchronize(e1) != cudaSuccess) rc = GPU_FLEX_ERR_DEVICE;
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (i) t_sparse8.push_back(ms);
-    }
+    // which: 4, 8 mma.sync warps; 3 the ws kernel, 3 stages (skipped where it cannot run)
+    auto time_kernel = [&](int which, const gpu_block_list *b, std::vector<double> &t) {
+        for (int i = 0; i <= reps && !rc; i++) {
+            cudaEventRecord(e0);
+            if (which == 3)
+                rc = gpu_attn_prefill_ws_ex(nullptr, &dd, n, 0, (const bf16 *)dq.p, (const bf16 *)dk.p,
+                                            (const bf16 *)dv.p, (size_t)Hk * d, (size_t)d,
+                                            p->gqa_interleave, b, (bf16 *)dout.p, 2);
+            else
+                rc = gpu_attn_prefill_ex(nullptr, &dd, n, 0, (const bf16 *)dq.p, (const bf16 *)dk.p,
+                                         (const bf16 *)dv.p, (size_t)Hk * d, (size_t)d,
+                                         p->gqa_interleave, b, (bf16 *)dout.p, which);
+            cudaEventRecord(e1);
+            if (rc == ACCEL_ERR_UNSUPPORTED) {
+                cudaEventSynchronize(e1);
+                rc = 0;
+                t.clear();
+                return;
+            }
+            if (!rc && cudaEventSynchronize(e1) != cudaSuccess) rc = GPU_FLEX_ERR_DEVICE;
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (i) t.push_back(ms);
+        }
+    };
+    time_kernel(4, &bl, t_sparse4);
+    if (d == 128) time_kernel(8, &bl, t_sparse8);
+    if (d == 128 && gpu_flex_ws_here()) time_kernel(3, &bl, t_ws3);
     std::vector<gpu_flex_head> heads(H);
     if (!rc) rc = copy_index(ws.w, H, nb, row_ptr, col, col_cap, &res->nnz, heads.data());
     if (!rc && dense) {
@@ -233,12 +251,20 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
                 cudaEventElapsedTime(&ms, e0, e1);
                 if (i) t_dense.push_back(ms);
             }
-        // the engine's dense kernel (tile range, no lists) on the same tensors
+        // the dense kernel of gpu_flex_attention's family (tile range, no lists) on the same
+        // tensors: the warp-specialized one (2 stages, ping-pong, as the engine's dense prefill)
+        // where it runs, else mma.sync with 4 warps
         for (int i = 0; i <= reps && !rc; i++) {
             cudaEventRecord(e0);
-            rc = gpu_attn_prefill_ex(nullptr, &dd, n, 0, (const bf16 *)dq.p, (const bf16 *)dk.p,
-                                     (const bf16 *)dv.p, (size_t)Hk * d, (size_t)d,
-                                     p->gqa_interleave, nullptr, (bf16 *)dout.p, 4);
+            rc = ACCEL_ERR_UNSUPPORTED;
+            if (d == 128 && gpu_flex_ws_here())
+                rc = gpu_attn_prefill_ws_ex(nullptr, &dd, n, 0, (const bf16 *)dq.p, (const bf16 *)dk.p,
+                                            (const bf16 *)dv.p, (size_t)Hk * d, (size_t)d,
+                                            p->gqa_interleave, nullptr, (bf16 *)dout.p, 0);
+            if (rc == ACCEL_ERR_UNSUPPORTED)
+                rc = gpu_attn_prefill_ex(nullptr, &dd, n, 0, (const bf16 *)dq.p, (const bf16 *)dk.p,
+                                         (const bf16 *)dv.p, (size_t)Hk * d, (size_t)d,
+                                         p->gqa_interleave, nullptr, (bf16 *)dout.p, 4);
             cudaEventRecord(e1);
             if (!rc && cudaEventSynchronize(e1) != cudaSuccess) rc = GPU_FLEX_ERR_DEVICE;
             float ms = 0;
@@ -251,7 +277,9 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
     if (rc) return rc;
     res->index_ms = median(t_index);
     res->sparse_ms = median(t_sparse);
+    res->sparse4_ms = median(t_sparse4);
     res->sparse8_ms = median(t_sparse8);
+    res->sparse_ws3_ms = median(t_ws3);
     res->dense_ms = median(t_dense);
     res->dense_kernel_ms = median(t_kernel);
     res->density = (double)res->nnz / ((double)H * nb * (nb + 1) / 2);

@@ -20,7 +20,7 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
                        const float *q, const float *k, const float *v, float *out);
 int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, unsigned char *q,
                          unsigned short *scales);
-int gpu_test_attention_sparse(int warps, int T, int pos0, int n_heads, int n_kv, int hd,
+int gpu_test_attention_sparse(int kernel, int T, int pos0, int n_heads, int n_kv, int hd,
                               const float *q, const float *k, const float *v,
                               const int32_t *row_ptr, const int32_t *col, int nb, float *out);
 int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I, int pos,
@@ -354,12 +354,15 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
     return get_bf(out, dout, (size_t)T * d.qd);
 }
 
-/* The block-sparse form of the prefill kernel (warps 4 or 8) on the cache layout, as the engine
- * runs it: T query rows at positions pos0.. (pos0 a multiple of 128) over keys 0..pos0+T-1 of k,
- * v (token-major (pos0 + T, kvd) here, laid out per head on the device), attending only to the
- * 128-key blocks listed for (head, query block): row_ptr (n_heads, nb + 1), col ascending, none
- * above the diagonal (checked: ACCEL_ERR_INVALID otherwise). */
-int gpu_test_attention_sparse(int warps, int T, int pos0, int n_heads, int n_kv, int hd,
+/* The block-sparse form of a prefill kernel on the cache layout, as the engine runs it: T query
+ * rows at positions pos0.. (pos0 a multiple of 128) over keys 0..pos0+T-1 of k, v (token-major
+ * (pos0 + T, kvd) here, laid out per head on the device), attending only to the 128-key blocks
+ * listed for (head, query block): row_ptr (n_heads, nb + 1), col ascending, none above the
+ * diagonal (checked: ACCEL_ERR_INVALID otherwise). kernel 4 or 8: the mma.sync kernel with that
+ * many warps; 1, 2, 3: the warp-specialized kernel (2 stages with ping-pong, without, 3 stages
+ * with: gpu_test_attention's kernels 3, 5, 6 in dense form), ACCEL_ERR_UNSUPPORTED where the
+ * build or GPU lacks wgmma or head_dim is not 128. */
+int gpu_test_attention_sparse(int kernel, int T, int pos0, int n_heads, int n_kv, int hd,
                               const float *q, const float *k, const float *v,
                               const int32_t *row_ptr, const int32_t *col, int nb, float *out)
 {
@@ -378,6 +381,13 @@ int gpu_test_attention_sparse(int warps, int T, int pos0, int n_heads, int n_kv,
                 return ACCEL_ERR_INVALID;
         }
     const size_t nnz = (size_t)row_ptr[(size_t)n_heads * (nb + 1) - 1];
+    const bool ws = kernel >= 1 && kernel <= 3;
+    if (!ws && kernel != 4 && kernel != 8) return ACCEL_ERR_INVALID;
+    if (ws) {
+        int sm90 = gpu_attn_sm90_available(0);
+        if (sm90 < 0) return sm90;
+        if (!sm90 || hd != 128) return ACCEL_ERR_UNSUPPORTED;
+    }
     gpu_dims d = dims_of(n_heads, n_kv, hd, 0);
     std::vector<float> kc((size_t)n * d.kvd), vc((size_t)n * d.kvd);
     for (int p = 0; p < n; p++)
@@ -399,8 +409,12 @@ int gpu_test_attention_sparse(int warps, int T, int pos0, int n_heads, int n_kv,
     if (nnz) GPU_CHECK(cudaMemcpy(dcol, col, sizeof(int32_t) * nnz, cudaMemcpyHostToDevice));
     GPU_CHECK(cudaMemset(dout, 0xff, (size_t)T * d.qd * 2)); /* poison: NaN where not written */
     gpu_block_list bl = {drp, dcol, nb};
-    GPU_TRY(gpu_attn_prefill_ex(0, &d, T, pos0, dq, dk, dv, (size_t)hd, (size_t)cap * hd, 0, &bl,
-                                dout, warps));
+    if (ws)
+        GPU_TRY(gpu_attn_prefill_ws_ex(0, &d, T, pos0, dq, dk, dv, (size_t)hd, (size_t)cap * hd, 0,
+                                       &bl, dout, kernel - 1));
+    else
+        GPU_TRY(gpu_attn_prefill_ex(0, &d, T, pos0, dq, dk, dv, (size_t)hd, (size_t)cap * hd, 0,
+                                    &bl, dout, kernel));
     GPU_CHECK(cudaDeviceSynchronize());
     return get_bf(out, dout, (size_t)T * d.qd);
 }

@@ -263,10 +263,11 @@ static int bench(const api *a, const char *sizes)
 {
     printf("## GPU timings (bf16, batch 1, H %d, KV heads %d, d %d; median of %d)\n\n", H, HK, D,
            REPS);
-    printf("| n | kind | gamma | density | query-aware | index ms | sparse ms | sparse ms (8 warps) "
-           "| dense ms (lists, every block) | dense ms (tile range) | index / dense | dense / sparse "
-           "| sparse TFLOP/s (dense-equivalent / actual) |\n"
-           "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| n | kind | gamma | density | query-aware | index ms | sparse ms | sparse ms (ws, 3 "
+           "stages) | sparse ms (mma 4 warps) | sparse ms (mma 8 warps) | dense ms (lists, every "
+           "block) | dense ms (tile range) | index / dense | dense / sparse | sparse TFLOP/s "
+           "(dense-equivalent / actual) |\n"
+           "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     int kinds[8], nk = 0;
     float gammas[8];
     int ngm = 0;
@@ -325,10 +326,11 @@ static int bench(const api *a, const char *sizes)
                     kernel_ms = r.dense_kernel_ms;
                 }
                 snprintf(dev, sizeof dev, "%s", r.device);
-                printf("| %d | %s | %.2f | %.4f | %d/%d | %.2f | %.2f | %.2f | %s%.2f | %s%.2f | "
-                       "%.2f%% | %.2fx | %.0f / %.0f |\n",
+                printf("| %d | %s | %.2f | %.4f | %d/%d | %.2f | %.2f | %.2f | %.2f | %.2f | %s%.2f | "
+                       "%s%.2f | %.2f%% | %.2fx | %.0f / %.0f |\n",
                        p.n, cpu_flex_synth_kind_name(p.kind), gp.gamma, r.density, r.n_query_aware,
-                       H, r.index_ms, r.sparse_ms, r.sparse8_ms, dense ? "" : "~", dense_ms,
+                       H, r.index_ms, r.sparse_ms, r.sparse_ws3_ms, r.sparse4_ms, r.sparse8_ms,
+                       dense ? "" : "~", dense_ms,
                        dense ? "" : "~",
                        kernel_ms, 100 * r.index_ms / kernel_ms, kernel_ms / r.sparse_ms,
                        flops / (r.sparse_ms * 1e-3) / 1e12,
@@ -338,10 +340,13 @@ static int bench(const api *a, const char *sizes)
             prompt_free(&p);
         }
     }
-    printf("\ndevice: %s. \"~\": the dense times measured at the first gamma for that prompt (they "
-           "do not depend on gamma). dense / sparse and index / dense use the tile-range kernel "
-           "(the engine's dense attention); TFLOP/s: causal FLOPs (4 d H n(n+1)/2) over the sparse "
-           "time, and that times the density (the work actually done).\n\n", dev);
+    printf("\ndevice: %s. sparse ms: gpu_flex_attention, the engine's block-sparse kernel (on "
+           "Hopper with d 128 the warp-specialized one, 2 stages, ping-pong; else mma.sync, 4 "
+           "warps); 0: not run. \"~\": the dense times measured at the first gamma for that prompt "
+           "(they do not depend on gamma). dense / sparse and index / dense use the tile-range "
+           "kernel of the same family (the engine's dense attention); TFLOP/s: causal FLOPs "
+           "(4 d H n(n+1)/2) over the sparse time, and that times the density (the work actually "
+           "done).\n\n", dev);
     return 0;
 }
 

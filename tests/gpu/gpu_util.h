@@ -17,7 +17,7 @@ typedef struct gpu_ops {
                      const float *q, const float *k, const float *v, float *out);
     int (*kv_quantize)(int dtype, int T, int n_kv, int hd, const float *x, unsigned char *q,
                        unsigned short *scales);
-    int (*attention_sparse)(int warps, int T, int pos0, int n_heads, int n_kv, int hd,
+    int (*attention_sparse)(int kernel, int T, int pos0, int n_heads, int n_kv, int hd,
                             const float *q, const float *k, const float *v,
                             const int32_t *row_ptr, const int32_t *col, int nb, float *out);
     int (*decode_fused)(int fused, int H, int n_heads, int n_kv, int hd, int I, int pos,

@@ -304,14 +304,16 @@ static void random_lists(int nh, int nb, int keep_pct, uint32_t seed, int32_t *r
     }
 }
 
+/* kernel (gpu_test_attention_sparse): 4, 8 the mma.sync kernel's warps; 1, 2, 3 the
+ * warp-specialized kernel (2 stages with ping-pong, without, 3 stages), head_dim 128 only */
 struct sparse_case {
-    int warps, T, pos0, nh, nkv, hd, keep_pct;
+    int kernel, T, pos0, nh, nkv, hd, keep_pct;
 };
 
 /* The block-sparse kernel against cpu_attend over exactly the listed keys of each query (masked
  * dense attention on the same blocks), with the dense case's tolerance and reasons (above); with
- * every block listed, against the dense kernel too (the same tiles in the same order: the same
- * bits expected, one bf16 ulp allowed). */
+ * every block listed, against the same kernel's dense form too (the same tiles in the same order:
+ * the same bits expected, one bf16 ulp allowed). */
 static void sparse_case_run(const gpu_ops *ops, const struct sparse_case *a, uint32_t seed)
 {
     const int n = a->pos0 + a->T, qd = a->nh * a->hd, kvd = a->nkv * a->hd, nb = (n + 127) / 128;
@@ -328,8 +330,13 @@ static void sparse_case_run(const gpu_ops *ops, const struct sparse_case *a, uin
     tg_round_bf16(k, (size_t)n * kvd);
     tg_round_bf16(v, (size_t)n * kvd);
     random_lists(a->nh, nb, a->keep_pct, seed + 3, rp, col);
-    REQUIRE(ops->attention_sparse(a->warps, a->T, a->pos0, a->nh, a->nkv, a->hd, q, k, v, rp, col,
-                                  nb, g) == 0);
+    int st = ops->attention_sparse(a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd, q, k, v, rp,
+                                   col, nb, g);
+    if (st == ACCEL_ERR_UNSUPPORTED && a->kernel < 4) { /* no wgmma on this GPU or build */
+        free(q), free(k), free(v), free(g), free(kk), free(vv), free(scores), free(rp), free(col);
+        return;
+    }
+    REQUIRE(st == 0);
     const float scale = (float)pow(a->hd, -0.5);
     const int group = a->nh / a->nkv;
     double worst = 0;
@@ -351,14 +358,16 @@ static void sparse_case_run(const gpu_ops *ops, const struct sparse_case *a, uin
             }
         }
     }
-    fprintf(stderr, "  block-sparse T=%d pos0=%d heads %d/%d hd %d keep %d%% warps %d: worst %.3g\n",
-            a->T, a->pos0, a->nh, a->nkv, a->hd, a->keep_pct, a->warps, worst);
-    CHECK_MSG(worst <= 8e-3, "block-sparse attention T=%d pos0=%d heads %d/%d hd %d keep %d%%: "
-              "worst |diff| %.3g > 8e-3", a->T, a->pos0, a->nh, a->nkv, a->hd, a->keep_pct, worst);
+    fprintf(stderr, "  block-sparse T=%d pos0=%d heads %d/%d hd %d keep %d%% kernel %d: worst %.3g\n",
+            a->T, a->pos0, a->nh, a->nkv, a->hd, a->keep_pct, a->kernel, worst);
+    CHECK_MSG(worst <= 8e-3, "block-sparse attention kernel %d T=%d pos0=%d heads %d/%d hd %d "
+              "keep %d%%: worst |diff| %.3g > 8e-3", a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd,
+              a->keep_pct, worst);
     if (a->keep_pct == 100) {
         float *dense = malloc(sizeof(float) * a->T * qd);
-        REQUIRE(ops->attention(a->warps == 8 ? 2 : 0, a->T, a->pos0, a->nh, a->nkv, a->hd, 0, q, k,
-                               v, dense) == 0);
+        /* the dense form: gpu_test_attention's kernel of the same shape */
+        const int dk = a->kernel == 8 ? 2 : a->kernel == 4 ? 0 : a->kernel == 1 ? 3 : a->kernel + 3;
+        REQUIRE(ops->attention(dk, a->T, a->pos0, a->nh, a->nkv, a->hd, 0, q, k, v, dense) == 0);
         double dmax = 0;
         long ndiff = 0;
         for (size_t i = 0; i < (size_t)a->T * qd; i++) {
@@ -369,8 +378,8 @@ static void sparse_case_run(const gpu_ops *ops, const struct sparse_case *a, uin
         fprintf(stderr, "    vs the dense kernel: %ld values differ, max %.3g\n", ndiff, dmax);
         /* identical arithmetic; allow one bf16 ulp of max|v| in case the two instantiations
          * contract a multiply-add differently */
-        CHECK_MSG(dmax <= 1.0 / 256, "every block listed: the sparse kernel differs from the dense "
-                  "one by %.3g", dmax);
+        CHECK_MSG(dmax <= 1.0 / 256, "every block listed: the sparse kernel %d differs from the "
+                  "dense one by %.3g", a->kernel, dmax);
         free(dense);
     }
     free(q), free(k), free(v), free(g), free(kk), free(vv), free(scores), free(rp), free(col);
@@ -388,6 +397,30 @@ TEST(gpu_op_attention_block_sparse)
         {8, 520, 128, 4, 2, 128, 100},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) sparse_case_run(ops, &cases[i], 300 + i);
+}
+
+/* The warp-specialized kernel's block-sparse form (Hopper builds; skipped elsewhere), each case on
+ * its three variants: random lists, sink and diagonal only, chunks after cached blocks, GQA and
+ * MQA, T not a multiple of 128 (a 1-row and a 104-row last block), and every block listed (the
+ * dense ws kernel's bits). */
+TEST(gpu_op_attention_block_sparse_ws)
+{
+    OPS_OR_SKIP(ops);
+    const struct sparse_case cases[] = {
+        {1, 1000, 0, 8, 2, 128, 30},   /* GQA 4:1, partial last block */
+        {1, 700, 0, 4, 1, 128, 50},    /* MQA */
+        {1, 384, 256, 4, 4, 128, 40},  /* a chunk after two cached blocks */
+        {1, 300, 0, 2, 2, 128, 0},     /* sink and diagonal only */
+        {1, 1025, 640, 4, 2, 128, 20}, /* a long chunk after 5 cached blocks, 1-row last block */
+        {1, 1000, 0, 8, 2, 128, 100},  /* every block: the dense kernel's bits */
+        {1, 520, 128, 4, 2, 128, 100},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int kernel = 1; kernel <= 3; kernel++) {
+            struct sparse_case c = cases[i];
+            c.kernel = kernel;
+            sparse_case_run(ops, &c, 400 + i);
+        }
 }
 
 TEST(gpu_op_attention_decode)
