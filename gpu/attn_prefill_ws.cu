@@ -254,8 +254,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, a0 = 1.f, a1 = 1.f;
 
         gpu_mbar_wait(bar_q, 0);
-        /* tile i's first key (SPARSE: read after its "full K" wait, before the slot's release) */
-        auto key_base = [&](int i) { return (SPARSE ? kring[i % STAGES] : t_first + i) * WS_BC; };
+        /* tile i's first key. SPARSE: read after its "full K" wait by the lane that will release
+         * the slot (its arrive then orders the read before the producer's next write), and
+         * handed to the warp */
+        auto key_base = [&](int i) {
+            if (!SPARSE) return (t_first + i) * WS_BC;
+            const int b = lane0 ? kring[i % STAGES] : 0;
+            return __shfl_sync(0xffffffffu, b, 0) * WS_BC;
+        };
 
         /* the three steps of a tile, straight-line code each (a branch between a wgmma and its
          * wait makes ptxas serialize the wgmmas) */
@@ -412,7 +418,8 @@ static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const b
     const cuuint32_t qbox[2] = {64, WS_BR};
     /* the copy engine wants the strides ascending: (d, key, head) for the cache layout, (d,
      * head, key) for token-major tensors; one head's 128 keys land in the same shared rows */
-    const int head_inner = k_head < k_tok;
+    const int head_inner = k_head < k_tok && d->n_kv > 1;
+    if (d->n_kv == 1) k_head = k_tok * (pos0 + T); /* one head: any stride past the keys */
     const cuuint64_t keys = (cuuint64_t)(pos0 + T), heads = (cuuint64_t)d->n_kv;
     const cuuint64_t kdims[3] = {WS_HD, head_inner ? heads : keys, head_inner ? keys : heads};
     const cuuint64_t kstr[2] = {(head_inner ? k_head : k_tok) * 2, (head_inner ? k_tok : k_head) * 2};
