@@ -308,7 +308,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         };
 
         if (n > 0) { /* (SPARSE: an empty list skips to the store, with l = 0) */
-            /* consumer 0 issues first; consumer 1 skips its last arrival (nobody would wait for it) */
+            /* consumer 0 issues first; consumer 1 skips its last arrival (nobody would wait
+             * for it) */
             if (PINGPONG) gpu_bar_arrive_if(WS_BAR_PP, 256, cw == 1);
             /* tile 0: S_0 alone */
             gpu_mbar_wait(WS_FULL_K(0), 0);
@@ -422,8 +423,10 @@ static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const b
     if (d->n_kv == 1) k_head = k_tok * (pos0 + T); /* one head: any stride past the keys */
     const cuuint64_t keys = (cuuint64_t)(pos0 + T), heads = (cuuint64_t)d->n_kv;
     const cuuint64_t kdims[3] = {WS_HD, head_inner ? heads : keys, head_inner ? keys : heads};
-    const cuuint64_t kstr[2] = {(head_inner ? k_head : k_tok) * 2, (head_inner ? k_tok : k_head) * 2};
-    const cuuint32_t kbox[3] = {64, head_inner ? 1u : (cuuint32_t)WS_BC, head_inner ? (cuuint32_t)WS_BC : 1u};
+    const cuuint64_t kstr[2] = {(head_inner ? k_head : k_tok) * 2,
+                                (head_inner ? k_tok : k_head) * 2};
+    const cuuint32_t one = 1, bc = WS_BC;
+    const cuuint32_t kbox[3] = {64, head_inner ? one : bc, head_inner ? bc : one};
     int st = ws_map(&tq, q, 2, qdims, qstr, qbox);
     if (!st) st = ws_map(&tk, k, 3, kdims, kstr, kbox);
     if (!st) st = ws_map(&tv, v, 3, kdims, kstr, kbox);
@@ -456,11 +459,13 @@ static int ws_variant(cudaStream_t s, const gpu_dims *d, int T, int pos0, const 
                       const bf16 *v, size_t k_tok, size_t k_head, int interleave,
                       const gpu_block_list *bl, bf16 *out, int variant)
 {
+#define WS_ARGS s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out
     switch (variant) {
-    case 1: return ws_launch<2, false, SPARSE>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out);
-    case 2: return ws_launch<3, true, SPARSE>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out);
-    default: return ws_launch<2, true, SPARSE>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out);
+    case 1: return ws_launch<2, false, SPARSE>(WS_ARGS);
+    case 2: return ws_launch<3, true, SPARSE>(WS_ARGS);
+    default: return ws_launch<2, true, SPARSE>(WS_ARGS);
     }
+#undef WS_ARGS
 }
 
 int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
@@ -474,8 +479,8 @@ int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, c
                bl->nb < (pos0 + T + WS_BLOCK - 1) / WS_BLOCK))
         return ACCEL_ERR_INVALID;
     /* the copy engine's limits: 16-byte aligned bases and strides, strides below 2^40 bytes */
-    if (d->hd != WS_HD || ws_encoder() == NULL || ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16 ||
-        (k_tok * 2) % 16 || (k_head * 2) % 16 || k_tok >= (1ull << 38) || k_head >= (1ull << 38))
+    if (d->hd != WS_HD || ws_encoder() == NULL ||
+        ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16 || (k_tok * 2) % 16 || (k_head * 2) % 16 || k_tok >= (1ull << 38) || k_head >= (1ull << 38))
         return ACCEL_ERR_UNSUPPORTED;
     return bl ? ws_variant<true>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, variant)
               : ws_variant<false>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, variant);
@@ -486,6 +491,6 @@ int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, cons
 {
     if (T <= 0) return ACCEL_OK;
     if (pos0 + T > cap) return ACCEL_ERR_INVALID;
-    return gpu_attn_prefill_ws_ex(s, d, T, pos0, q, k, v, (size_t)WS_HD, (size_t)cap * WS_HD, 0, nullptr,
-                                  out, variant);
+    return gpu_attn_prefill_ws_ex(s, d, T, pos0, q, k, v, (size_t)WS_HD, (size_t)cap * WS_HD, 0,
+                                  nullptr, out, variant);
 }

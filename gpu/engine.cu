@@ -195,7 +195,8 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
         if (av < 0) return av;
         e->sm90 = av;
     }
-    if (e->sm90 && d.hd == 128 && !e->sparse_warps) e->sparse_ws = sattn && !strcmp(sattn, "ws3") ? 3 : 1;
+    if (e->sm90 && d.hd == 128 && !e->sparse_warps)
+        e->sparse_ws = sattn && !strcmp(sattn, "ws3") ? 3 : 1;
     const char *pr = getenv("TANDEM_GPU_PROFILE");
     if (pr && !strcmp(pr, "1")) {
         e->prof = 1;

@@ -632,7 +632,8 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
             const bf16 *qc = w.q + (size_t)c0 * d.qd;
             if (ws)
                 GPU_TRY(gpu_attn_prefill_ws_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd,
-                                               (size_t)kv->cap * d.hd, 0, &bl, e->att, e->sparse_ws - 1));
+                                               (size_t)kv->cap * d.hd, 0, &bl, e->att,
+                                               e->sparse_ws - 1));
             else
                 GPU_TRY(gpu_attn_prefill_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd,
                                             (size_t)kv->cap * d.hd, 0, &bl, e->att,
