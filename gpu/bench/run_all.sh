@@ -89,7 +89,7 @@ if has bench; then
 fi
 if has ablation && [ -f "$MODEL8B/config.json" ]; then
     # the engine's switches (gpu/engine.cu), one at a time: what each piece buys
-    for sw in ${SWITCHES:-TANDEM_GPU_ATTN=mma8 TANDEM_GPU_ATTN=wgmma TANDEM_GPU_GRAPHS=off TANDEM_GPU_GEMV=off TANDEM_GPU_FUSED=off TANDEM_GPU_PDL=on}; do
+    for sw in ${SWITCHES:-TANDEM_GPU_ATTN=mma4 TANDEM_GPU_DECODE_ATTN=two TANDEM_GPU_FUSED=off TANDEM_GPU_PDL=on TANDEM_GPU_GRAPHS=off TANDEM_GPU_GEMV=off}; do
         stamp "ablation $sw"
         env $sw timeout 200 build/bench_gpu --model "$MODEL8B" --prefill 4096,32768 \
             --decode-ctx 1024 --batch 8 --reps 3 --steps 32 | sed "s/^{/{\"switch\":\"$sw\",/" \
