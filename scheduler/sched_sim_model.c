@@ -33,13 +33,13 @@ static const sched_sim_hw hws[] = {
      "DESIGN.md's probe of HF transformers bf16 on an H100, Llama-3-8B: prefill 4K 124 ms, "
      "decode 50 ms/token (context taken as 4K); pinned PCIe Gen5 55 GB/s (DESIGN.md); price "
      "$30,000 assumed"},
-    /* seq_s: (9.70 - 5.35) / 31 ms per further sequence at 32 x 1024 tokens, less the 1024
+    /* seq_s: (7.630 - 4.457) / 31 ms per further sequence at 32 x 1024 tokens, less the 1024
      * positions of KV each adds at the calibrated bandwidth (about 0.044 ms) */
-    {"h200-tandem", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama3-8b", 4096, 0.1094, 1024, 0.005348,
-     0, 0.096e-3, 141e9, 16, 16, 55.4e9, 10e-6, 35000,
-     "tandem's CUDA backend measured on an H200 (tests/gpu/logs/2026-11-21-h200: Llama-3-8B "
-     "shape, prefill 4096 tokens 109.4 ms, decode 5.348 ms/token after 1024, batch 32 9.70 "
-     "ms/step, pinned D2H 55.4 GB/s); 141 GB; price $35,000 assumed"},
+    {"h200-tandem", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama3-8b", 4096, 0.1026, 1024, 0.004456,
+     0, 0.058e-3, 141e9, 16, 16, 55.3e9, 10e-6, 35000,
+     "tandem's CUDA backend measured on an H200 (tests/gpu/logs/2026-11-21-h200-final: "
+     "Llama-3-8B shape, prefill 4096 tokens 102.6 ms, decode 4.456 ms/token after 1024, batch "
+     "32 7.63 ms/step, pinned D2H 55.3 GB/s); 141 GB; price $35,000 assumed"},
     {"u280", ACCEL_KIND_FPGA, CARD_CAPS | ACCEL_CAP_PREFILL, 1, "llama2-7b", 1536, 5.0012, 1792,
      0.0215, 0, 0, (double)FPGA_U280_HBM_BYTES, 4, 8, FPGA_U280_PCIE_BPS,
      FPGA_U280_SYNC_OVERHEAD_NS * 1e-9, 8000,
