@@ -159,7 +159,7 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     GPU_CHECK(cudaGetDeviceProperties(&prop, e->index));
     e->sms = prop.multiProcessorCount;
     /* comparisons: TANDEM_GPU_GEMV=off (cuBLAS for decode projections too), TANDEM_GPU_GRAPHS=off,
-     * TANDEM_GPU_FUSED=off, TANDEM_GPU_PDL=on */
+     * TANDEM_GPU_FUSED=off, TANDEM_GPU_PDL=on, TANDEM_GPU_DECODE_ATTN=two (below) */
     const char *gv = getenv("TANDEM_GPU_GEMV"), *gr = getenv("TANDEM_GPU_GRAPHS");
     e->gemv_off = gv && !strcmp(gv, "off");
     /* the fused decode kernels (decode_fused.cu) stream with the GEMV's loop: off with it;

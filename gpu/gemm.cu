@@ -9,8 +9,9 @@
  * T = 1 (single-sequence decode): our own kernel, because this is pure weight streaming (every
  * weight byte is used T times): one warp per output row, each lane streaming 16-byte chunks of
  * the row with four loads in flight, the activation row read through L1, float32 accumulation,
- * a shuffle reduction. Measured on an H200 (tests/gpu/README.md): ahead of cuBLAS at T = 1
- * (5.35 vs 5.64 ms per Llama-3-8B token), far behind it at T = 8 (each weight chunk costs T
+ * a shuffle reduction (gpu_warp_dot, shared with decode_fused.cu). Measured on an H200
+ * (BENCHMARKS.md): ahead of cuBLAS at T = 1 (5.35 vs 5.64 ms per Llama-3-8B token before the
+ * fused kernels; 4.46 vs 5.05 with them), far behind it at T = 8 (each weight chunk costs T
  * activation loads: 10.8 vs 6.2 ms per step), so only T = 1 takes it. Needs K % 8 == 0 (16-byte
  * row chunks); other shapes go to cuBLAS. */
 #include "gpu/engine.cuh"
