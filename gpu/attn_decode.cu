@@ -373,12 +373,13 @@ __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_fast(dec_
     /* the last range of this (token, KV head slice) to finish merges them all */
     __threadfence();
     __syncthreads();
-    int *ctr = cnt + (size_t)t * gridDim.x + blockIdx.x;
-    if (tid == 0) s_last = atomicAdd(ctr, 1) == ns - 1;
+    /* atomicInc wraps to 0 at the ns-th arrival: the counter is ready for the next step (the graph
+     * replays this launch) without a separate reset store */
+    unsigned *ctr = (unsigned *)cnt + (size_t)t * gridDim.x + blockIdx.x;
+    if (tid == 0) s_last = atomicInc(ctr, (unsigned)ns - 1) == (unsigned)ns - 1;
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    if (tid == 0) *ctr = 0; /* ready for the next step (the graph replays this launch) */
     const size_t base = (size_t)t * p.n_heads * p.splits;
     for (int i = tid; i < nh * D2_HD; i += D2_THREADS) {
         const int gh = i / D2_HD, col = i % D2_HD;

@@ -73,7 +73,7 @@ __device__ __forceinline__ double gpu_block_sum_double(double v)
     if (l == 0) part[w] = v;
     __syncthreads();
     int nw = (blockDim.x + 31) / 32;
-    v = l < nw ? part[l] : 0.0;
+    v = w == 0 && l < nw ? part[l] : 0.0; /* only warp 0 reads: thread 0 rewrites part[0] below */
     if (w == 0)
         for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     if (threadIdx.x == 0) part[0] = v;

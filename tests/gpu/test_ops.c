@@ -276,6 +276,7 @@ TEST(gpu_op_attention_prefill)
         {0, 1000, 77, 4, 1, 128, 0},
         {0, 700, 300, 2, 2, 128, 250},
         {0, 257, 0, 2, 1, 128, 0},   /* 1 row in the last query tile */
+        {0, 50, 0, 4, 2, 128, 0},    /* fewer keys than one tile */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int kernel = 0; kernel <= 6; kernel += kernel ? 1 : 2) {
@@ -443,6 +444,11 @@ TEST(gpu_op_attention_decode)
         {7, 4, 500, 8, 4, 128, 100},
         {7, 1, 0, 4, 2, 128, 0},
         {7, 8, 10, 8, 2, 128, 0},
+        {7, 2, 700, 28, 4, 128, 0},  /* group 7: a slice of 8 with one head unused */
+        {7, 2, 700, 24, 2, 128, 0},  /* group 12: slices of 8 and 4 */
+        {7, 256, 100, 8, 8, 128, 0}, /* the largest batch, MHA: the last counter; ranges per
+                                        token from 2 to 6 in one launch */
+        {1, 2, 700, 28, 4, 128, 0},
         {1, 1, 70000, 32, 8, 128, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attention_case(ops, &cases[i], 200 + i);
