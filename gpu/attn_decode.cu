@@ -208,7 +208,7 @@ __global__ void k_decode_merge(const float *part_o, const float2 *part_ml, const
     }
 }
 
-/* ---------------------------------------------------------------- the one-kernel form (head_dim 128)
+/* ---------------------------------------------------------------- one kernel (head_dim 128)
  * Same ranges and arithmetic contract (scores in log2 units, float32 throughout), built for
  * latency: at batch 1 with 1K of context a layer's K and V are 4 MB (1 us of HBM time) while
  * the two-kernel form above took ~17 us per layer on the H200 (a latency chain of dependent
@@ -279,8 +279,8 @@ __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_fast(dec_
     float acc[G][8], m[G], l[G];
 #pragma unroll
     for (int gh = 0; gh < G; gh++) {
-        qv[gh] = gh < nh ? __ldg((const uint4 *)(p.q + (size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD) + c)
-                         : make_uint4(0, 0, 0, 0);
+        const bf16 *qh = p.q + (size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD;
+        qv[gh] = gh < nh ? __ldg((const uint4 *)qh + c) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int e = 0; e < 8; e++) acc[gh][e] = 0.f;
         m[gh] = -INFINITY;
@@ -334,7 +334,8 @@ __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_fast(dec_
             for (int e = 0; e < 8; e++) {
                 float v = acc[gh][e] * a;
 #pragma unroll
-                for (int i = 0; i < D2_NI; i++) v += pr[i] * __bfloat162float(((const bf16 *)&vc[i])[e]);
+                for (int i = 0; i < D2_NI; i++)
+                    v += pr[i] * __bfloat162float(((const bf16 *)&vc[i])[e]);
                 acc[gh][e] = v;
             }
         }
@@ -466,12 +467,11 @@ int gpu_attn_decode(cudaStream_t s, int pdl, const gpu_dims *d, int sms, int lay
     p.out = out;
     if (part_cnt && d->hd == D2_HD && T <= GPU_MAX_BATCH) {
         dim3 grid(p.n_kv * p.gslices, p.splits, T);
-        switch (G) {
-        case 1: GPU_CHECK(gpu_launch(k_decode_fast<1>, grid, D2_THREADS, 0, s, pdl, p, part_cnt)); break;
-        case 2: GPU_CHECK(gpu_launch(k_decode_fast<2>, grid, D2_THREADS, 0, s, pdl, p, part_cnt)); break;
-        case 4: GPU_CHECK(gpu_launch(k_decode_fast<4>, grid, D2_THREADS, 0, s, pdl, p, part_cnt)); break;
-        default: GPU_CHECK(gpu_launch(k_decode_fast<8>, grid, D2_THREADS, 0, s, pdl, p, part_cnt)); break;
-        }
+        void (*k)(dec_params, int *) = G == 1   ? k_decode_fast<1>
+                                       : G == 2 ? k_decode_fast<2>
+                                       : G == 4 ? k_decode_fast<4>
+                                                : k_decode_fast<8>;
+        GPU_CHECK(gpu_launch(k, grid, D2_THREADS, 0, s, pdl, p, part_cnt));
         return ACCEL_OK;
     }
     int st = ACCEL_ERR_UNSUPPORTED;

@@ -154,7 +154,7 @@ struct gpu_engine {
     int prof_cat[GPU_PROF_EVENTS], prof_n;
     double prof_ms[2][GPU_PROF_CATS]; /* [prefill, decode][op] */
     long prof_passes[2];
-    int pdl;       /* launch the decode chain's kernels with PDL (TANDEM_GPU_PDL=on; off by default) */
+    int pdl;       /* the decode chain's kernels with PDL (TANDEM_GPU_PDL=on; off by default) */
     int fused;     /* single-token decode through decode_fused.cu (TANDEM_GPU_FUSED=off: unfused) */
     int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for single-token projections too (comparisons) */
     int graphs_off; /* TANDEM_GPU_GRAPHS=off, or a capture failed: decode without CUDA graphs */

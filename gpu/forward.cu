@@ -268,8 +268,8 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         const gpu_layer_w &w = e->layers[l];
         if (p.cancel && *p.cancel) return ACCEL_ERR_CANCELLED;
         if (fused) {
-            GPU_TRY(gpu_qkv_fused(s, e->pdl, e->sms, &d, l, w.w_qkv, w.b_qkv, e->x, w.attn_norm, e->rope,
-                                  md.seq, md.pos, md.seqs, e->q));
+            GPU_TRY(gpu_qkv_fused(s, e->pdl, e->sms, &d, l, w.w_qkv, w.b_qkv, e->x, w.attn_norm,
+                                  e->rope, md.seq, md.pos, md.seqs, e->q));
             prof_mark(e, P_QKV);
         } else {
             GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.attn_norm, T, d.H, d.eps, e->xb));
@@ -292,8 +292,8 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
                 GPU_TRY(gpu_attn_prefill(s, &d, T, p.pos0, e->q, sq.k + off, sq.v + off, sq.cap,
                                          e->att, e->fa_warps));
         } else {
-            GPU_TRY(gpu_attn_decode(s, e->pdl, &d, e->sms, l, T, e->q, md.seq, md.pos, md.seqs, e->part_o,
-                                    e->part_ml, e->part_cnt, e->att));
+            GPU_TRY(gpu_attn_decode(s, e->pdl, &d, e->sms, l, T, e->q, md.seq, md.pos, md.seqs,
+                                    e->part_o, e->part_ml, e->part_cnt, e->att));
         }
         prof_mark(e, P_ATTN);
         GPU_TRY(gpu_gemm(e, T, d.H, d.qd, w.w_o, e->att, e->x, 1, 1.f)); /* x += attn · Wo^T */

@@ -30,7 +30,8 @@ __device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t 
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int u = 0; u < 4; u++) wv[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
+            for (int u = 0; u < 4; u++)
+                wv[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             uint4 xv = LDG ? __ldg(xp + c + 32 * u) : xp[c + 32 * u];
@@ -39,7 +40,8 @@ __device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t 
             for (int r = 0; r < R; r++) {
                 const bf16 *wb = (const bf16 *)&wv[r][u];
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
+                for (int e = 0; e < 8; e++)
+                    acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
             }
         }
     }
@@ -120,10 +122,11 @@ __device__ __forceinline__ void gpu_block_rmsnorm(const float *x, const float *w
         for (int v = 0; v < MAXV; v++) {
             const int c = tid + v * nt;
             if (c < n4) {
-                __nv_bfloat162 lo = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(xv[v].x, inv), wv[v].x),
-                                                          __fmul_rn(__fmul_rn(xv[v].y, inv), wv[v].y));
-                __nv_bfloat162 hi = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(xv[v].z, inv), wv[v].z),
-                                                          __fmul_rn(__fmul_rn(xv[v].w, inv), wv[v].w));
+                const float4 a = xv[v], b = wv[v];
+                __nv_bfloat162 lo = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(a.x, inv), b.x),
+                                                          __fmul_rn(__fmul_rn(a.y, inv), b.y));
+                __nv_bfloat162 hi = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(a.z, inv), b.z),
+                                                          __fmul_rn(__fmul_rn(a.w, inv), b.w));
                 uint2 pk;
                 pk.x = *(const unsigned *)&lo;
                 pk.y = *(const unsigned *)&hi;
@@ -135,7 +138,8 @@ __device__ __forceinline__ void gpu_block_rmsnorm(const float *x, const float *w
     for (int i = tid; i < H; i += nt) ss += (double)x[i] * x[i];
     ss = gpu_block_sum_double(ss);
     float inv = (float)(1.0 / sqrt(ss / H + (double)eps));
-    for (int i = tid; i < H; i += nt) out[i] = __float2bfloat16(__fmul_rn(__fmul_rn(x[i], inv), w[i]));
+    for (int i = tid; i < H; i += nt)
+        out[i] = __float2bfloat16(__fmul_rn(__fmul_rn(x[i], inv), w[i]));
 }
 
 #endif
