@@ -243,10 +243,12 @@ int gpu_attn_prefill_sm90_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0,
 {
     if (T <= 0) return ACCEL_OK;
     if (variant != GPU_SM90_ONE_WG) {
+        int st = ACCEL_ERR_UNSUPPORTED;
         if (gpu_attn_ws_usable(d, q, k, v, cap))
-            return gpu_attn_prefill_ws(s, d, T, pos0, q, k, v, cap, out,
-                                       variant == GPU_SM90_WS_NOPP ? 1 : variant == GPU_SM90_WS_3ST ? 2 : 0);
-        if (variant != GPU_SM90_AUTO) return ACCEL_ERR_UNSUPPORTED;
+            st = gpu_attn_prefill_ws(s, d, T, pos0, q, k, v, cap, out,
+                                     variant == GPU_SM90_WS_NOPP ? 1 : variant == GPU_SM90_WS_3ST ? 2 : 0);
+        /* UNSUPPORTED (no tensor map for these operands): the one-warpgroup kernel below */
+        if (st != ACCEL_ERR_UNSUPPORTED || variant != GPU_SM90_AUTO) return st;
     }
     if (d->hd > WG_HD || (T + WG_BR - 1) / WG_BR > 65535) return ACCEL_ERR_INVALID;
     wg_params p;

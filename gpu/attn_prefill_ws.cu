@@ -400,7 +400,12 @@ static int ws_map(CUtensorMap *m, const void *base, int rank, const cuuint64_t *
     CUresult r = ws_encoder()(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, (void *)base, dims, strides, box,
                               es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS ? ACCEL_OK : ACCEL_ERR_DEVICE;
+    if (r == CUDA_SUCCESS) return ACCEL_OK;
+    /* a shape or address the copy engine cannot describe: not a device fault, the caller
+     * falls back to a kernel without tensor maps */
+    fprintf(stderr, "tandem cuda: cuTensorMapEncodeTiled failed (CUresult %d); attention falls back\n",
+            (int)r);
+    return ACCEL_ERR_UNSUPPORTED;
 }
 
 int gpu_attn_ws_usable(const gpu_dims *d, const bf16 *q, const bf16 *k, const bf16 *v, int cap)

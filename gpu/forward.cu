@@ -630,14 +630,16 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
             const int T = n - c0 < C ? n - c0 : C;
             float *xc = w.x + (size_t)c0 * d.H;
             const bf16 *qc = w.q + (size_t)c0 * d.qd;
+            int st = ACCEL_ERR_UNSUPPORTED;
             if (ws)
-                GPU_TRY(gpu_attn_prefill_ws_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd,
-                                               (size_t)kv->cap * d.hd, 0, &bl, e->att,
-                                               e->sparse_ws - 1));
-            else
-                GPU_TRY(gpu_attn_prefill_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd,
+                st = gpu_attn_prefill_ws_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd,
                                             (size_t)kv->cap * d.hd, 0, &bl, e->att,
-                                            d.hdp == 128 ? warps : 4));
+                                            e->sparse_ws - 1);
+            if (st == ACCEL_ERR_UNSUPPORTED) /* no ws kernel, or no tensor map for these */
+                st = gpu_attn_prefill_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd,
+                                         (size_t)kv->cap * d.hd, 0, &bl, e->att,
+                                         d.hdp == 128 ? warps : 4);
+            GPU_TRY(st);
             prof_mark(e, P_ATTN);
             GPU_TRY(gpu_gemm(e, T, d.H, d.qd, lw.w_o, e->att, xc, 1, 1.f));
             prof_mark(e, P_O);
