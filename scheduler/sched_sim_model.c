@@ -45,13 +45,15 @@ static const sched_sim_hw hws[] = {
      FPGA_U280_SYNC_OVERHEAD_NS * 1e-9, 8000,
      "GLITCHES Table I (FlightLLM-based W4A8 with prefetching: prefill 5001.20 ms, decode "
      "21.50 ms/token), Table II ($8,000); 8 GiB HBM, PCIe per fpga/u280.h"},
-    {"u280-tandem", ACCEL_KIND_FPGA, CARD_CAPS, 1, "llama2-7b", 0, 0, 1792, 0.01027,
+    {"u280-tandem", ACCEL_KIND_FPGA, CARD_CAPS | ACCEL_CAP_PREFILL, 1, "llama2-7b", 1536, 3.720,
+     1792, 0.01027,
      FPGA_U280_RUN_OVERHEAD_NS * 1e-9 + 0.546e-3, 0, (double)FPGA_U280_HBM_BYTES, 4, 8,
      FPGA_U280_PCIE_BPS, FPGA_U280_SYNC_OVERHEAD_NS * 1e-9, 8000,
      "tandem's own decode kernel in the emulator's timing model (fpga/dec_model.c on branch "
      "fpga2, tools/fpga_decode_bench: LLaMA2-7B W4A8 g128 at context 1792 = 10.27 ms/token "
-     "with host syncs, of which 0.05 ms run overhead + 0.546 ms serial stalls are fixed); no "
-     "prefill kernel yet"},
+     "with host syncs, of which 0.05 ms run overhead + 0.546 ms serial stalls are fixed); "
+     "prefill: fpga/kernels/prefill.c's cost model, LLaMA2-7B 1536 tokens dense in 3,720 ms "
+     "(fpga/PREFILL.md, tools/fpga_prefill_bench)"},
 };
 
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
