@@ -4,7 +4,8 @@
 #   make run        install deps, build, start the daemon on the bundled stories260K model
 #   make test       install deps, build, run every test; last line "N passed, N failed"
 #   make deps       install the Debian packages the build needs (idempotent)
-#   make SAN=1 ...  the same with ASan+UBSan, into build/san/
+#   make SAN=1 ...  the same with ASan+UBSan, into build/san/ (make test-san runs the tests so)
+#   make SAN=thread ... ThreadSanitizer, into build/tsan/ (make test-tsan; without CUDA)
 #   make CUDA=0     skip the CUDA backend even when nvcc is present
 #   make install    binary, unit file and example config under $(PREFIX) / /etc
 
@@ -16,6 +17,9 @@ PREFIX   ?= /usr/local
 BUILD    := build
 ifeq ($(SAN),1)
 BUILD    := build/san
+endif
+ifeq ($(SAN),thread)
+BUILD    := build/tsan
 endif
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
@@ -40,6 +44,10 @@ LDLIBS   += $(PKG_LIBS) -lm -ldl -pthread
 ifeq ($(SAN),1)
 CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -O1
 LDFLAGS  += -fsanitize=address,undefined
+endif
+ifeq ($(SAN),thread)
+CFLAGS   += -fsanitize=thread -fno-omit-frame-pointer -O1
+LDFLAGS  += -fsanitize=thread
 endif
 
 # ---------------------------------------------------------------- sources
@@ -68,7 +76,7 @@ TARGETS  += $(BUILD)/libtandem_cuda.so
 endif
 endif
 
-.PHONY: all deps run test test-unit test-san bench install clean format
+.PHONY: all deps run test test-unit test-san test-tsan bench install clean format
 all: $(TARGETS)
 
 # ---------------------------------------------------------------- rules
@@ -139,6 +147,15 @@ test-unit: all
 test-san:
 	@$(MAKE) --no-print-directory SAN=1 all
 	@BUILD=build/san tests/run.sh
+
+# ThreadSanitizer (without the CUDA plugin): every process, daemons of the e2e scripts included,
+# writes its reports to build/tsan/reports/tsan.<pid>; the run fails if any appear
+test-tsan:
+	@$(MAKE) --no-print-directory SAN=thread CUDA=0 all
+	@rm -rf build/tsan/reports && mkdir -p build/tsan/reports
+	@BUILD=build/tsan TSAN_OPTIONS="log_path=$(CURDIR)/build/tsan/reports/tsan" tests/run.sh
+	@if ls build/tsan/reports/tsan.* >/dev/null 2>&1; then \
+	    echo "ThreadSanitizer reports:"; ls build/tsan/reports; exit 1; fi
 
 bench: all
 	$(BUILD)/tandem bench --model models/stories260K --device cpu

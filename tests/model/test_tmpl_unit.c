@@ -344,8 +344,8 @@ TEST(tmpl_depth_limits_fit_a_small_stack)
 {
     pthread_attr_t at;
     pthread_attr_init(&at);
-#ifdef __SANITIZE_ADDRESS__
-    size_t stack = 16 << 20; /* AddressSanitizer's redzones make every frame several times larger */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    size_t stack = 16 << 20; /* the sanitizers' redzones and shadow make frames several times larger */
 #else
     size_t stack = getenv("TMPL_TEST_STACK") ? (size_t)atol(getenv("TMPL_TEST_STACK")) : 1 << 20;
 #endif
