@@ -107,6 +107,12 @@ int t_write_file(const char *path, const void *data, size_t n)
     return (fclose(fp) == 0 && w == n) ? 0 : -1;
 }
 
+const char *t_build_dir(void)
+{
+    const char *b = getenv("BUILD");
+    return b && *b ? b : "build";
+}
+
 int t_run(const char *cmd, char *err, size_t errlen)
 {
     char full[8192];

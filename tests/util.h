@@ -20,5 +20,8 @@ int t_write_file(const char *path, const void *data, size_t n);
 /* Runs a shell command, returns its exit status (-1 if it did not exit normally). Its stderr is
  * captured into err (first line) when err is not NULL. */
 int t_run(const char *cmd, char *err, size_t errlen);
+/* The build directory the programs under test are in: $BUILD (tests/run.sh exports it: build,
+ * build/san, build/tsan), else "build". */
+const char *t_build_dir(void);
 
 #endif

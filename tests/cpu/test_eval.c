@@ -2,14 +2,15 @@
  * CPU (KL 0) and the reference's argmax everywhere on stories260K (trained, margins >= 0.0027),
  * and int8 KV shipped through the sink/import path must stay close. */
 #include "tests/test.h"
+#include "tests/util.h"
 #include <jansson.h>
 
 static json_t *eval(const char *args)
 {
     char cmd[1024], buf[4096];
     snprintf(cmd, sizeof cmd,
-             "build/tandem eval --model models/stories260K --golden tests/data/golden/stories260K %s",
-             args);
+             "%s/tandem eval --model models/stories260K --golden tests/data/golden/stories260K %s",
+             t_build_dir(), args);
     FILE *p = popen(cmd, "r");
     if (!p) return NULL;
     size_t n = fread(buf, 1, sizeof buf - 1, p);

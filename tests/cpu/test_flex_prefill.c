@@ -9,7 +9,7 @@ static int mk(char *dir, size_t n)
 {
     char cmd[1024];
     snprintf(dir, n, "%s/m", t_tmpdir());
-    snprintf(cmd, sizeof cmd, "build/mkmodel --preset tiny-gqa --shards 1 --out %s", dir);
+    snprintf(cmd, sizeof cmd, "%s/mkmodel --preset tiny-gqa --shards 1 --out %s", t_build_dir(), dir);
     return system(cmd);
 }
 

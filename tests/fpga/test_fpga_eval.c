@@ -5,6 +5,7 @@
  * free-running greedy text, which must follow the reference for a while in every case. */
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"
+#include "tests/util.h"
 #include <jansson.h>
 
 static json_t *eval(const char *args)
@@ -12,9 +13,9 @@ static json_t *eval(const char *args)
     char cmd[1024], buf[4096];
     tf_cache_env();
     snprintf(cmd, sizeof cmd,
-             "build/tandem eval --model models/stories260K --golden tests/data/golden/stories260K "
+             "%s/tandem eval --model models/stories260K --golden tests/data/golden/stories260K "
              "--device fpga-emu %s",
-             args);
+             t_build_dir(), args);
     FILE *p = popen(cmd, "r");
     if (!p) return NULL;
     size_t n = fread(buf, 1, sizeof buf - 1, p);

@@ -22,7 +22,7 @@ static int open_hd128(const char *chunk, model **m, accel_dev **d, char *why, si
 {
     char dir[512], cmd[1024];
     snprintf(dir, sizeof dir, "%s/hd128", t_tmpdir());
-    snprintf(cmd, sizeof cmd, "build/mkmodel --out %s " HD128, dir);
+    snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s " HD128, t_build_dir(), dir);
     if (system(cmd) != 0) return -1;
     if (chunk) setenv("TANDEM_GPU_CHUNK", chunk, 1);
     return tg_open(dir, NULL, m, d, why, n);

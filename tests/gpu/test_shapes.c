@@ -17,7 +17,7 @@ static void shape_case(const char *args, const char *name, const char *env, cons
 {
     char dir[512], cmd[1024];
     snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
-    snprintf(cmd, sizeof cmd, "build/mkmodel --out %s %s", dir, args);
+    snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s %s", t_build_dir(), dir, args);
     REQUIRE(system(cmd) == 0);
     if (env) setenv(env, val, 1);
     model *m;

@@ -52,7 +52,8 @@ static void expect_error(const char *dir, const char *const *needles)
 {
     REQUIRE(dir);
     char cmd[800], line[1024];
-    snprintf(cmd, sizeof cmd, "build/tandem logits --model %s --ids 1,2,3 --out /dev/null", dir);
+    snprintf(cmd, sizeof cmd, "%s/tandem logits --model %s --ids 1,2,3 --out /dev/null",
+             t_build_dir(), dir);
     int rc = t_run(cmd, line, sizeof line);
     CHECK_MSG(rc > 0 && rc < 128, "exit status %d (want a clean non-zero exit)", rc);
     for (const char *const *n = needles; *n; n++)

@@ -10,7 +10,7 @@ static void check_dir(const char *args, const char *name, int n, int decode_chec
 {
     char dir[512], cmd[1024];
     snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
-    snprintf(cmd, sizeof cmd, "build/mkmodel --out %s %s", dir, args);
+    snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s %s", t_build_dir(), dir, args);
     REQUIRE(system(cmd) == 0);
     model *m;
     accel_dev *d;
@@ -60,7 +60,7 @@ TEST(mkmodel_gqa_llama3_tied_bf16_sharded)
 {
     char err[256], dir[512], cmd[1024];
     snprintf(dir, sizeof dir, "%s/gqa", t_tmpdir());
-    snprintf(cmd, sizeof cmd, "build/mkmodel --preset tiny-gqa --out %s", dir);
+    snprintf(cmd, sizeof cmd, "%s/mkmodel --preset tiny-gqa --out %s", t_build_dir(), dir);
     REQUIRE(system(cmd) == 0);
     model *m = model_load(dir, err, sizeof err);
     REQUIRE(m);
