@@ -37,20 +37,7 @@ echo "kernel $(uname -r), $(nproc) cores, $(grep MemTotal /proc/meminfo)"; date 
 
 # shared libraries: CUDA's outside the plugin's rpath, jansson/libcrypto from rt/ (as run_all.sh)
 BINS="build/tandem-tests build/bench_gpu build/mkmodel build/flex_gpu_bench build/libtandem_cuda.so"
-missing() { ldd $BINS 2>&1 | grep "not found" | sort -u; }
-if [ -n "$(missing)" ]; then
-    for lib in libcublas.so.13 libcudart.so.13 libcublasLt.so.13; do
-        if missing | grep -q $lib; then
-            p=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
-            [ -n "$p" ] && export LD_LIBRARY_PATH="$(dirname "$p")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-        fi
-    done
-    if [ -d rt ] && missing | grep -q "libjansson\|libcrypto"; then
-        mkdir -p /tmp/tandem-rt
-        for f in rt/*; do missing | grep -q "$(basename "$f")" && cp "$f" /tmp/tandem-rt/; done
-        export LD_LIBRARY_PATH="/tmp/tandem-rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    fi
-fi
+. gpu/bench/libpath.sh
 missing
 echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}"
 
