@@ -36,14 +36,6 @@
 #include "fpga/kernels/kernel.h"
 #include <math.h>
 
-#define DEC_PORTS(X)                                                                               \
-    X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) \
-    X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
-#define DEC_STR(x) #x
-#define DEC_PARAM(n) uint8_t *hbm##n,
-#define DEC_NAME(n) hbm##n,
-#define DEC_PRAGMA(n)                                                                              \
-    _Pragma(DEC_STR(HLS INTERFACE m_axi port = hbm##n offset = slave bundle = gmem##n))
 
 /* largest of the fused outputs: QKV rows (qd + 2 kvd) and gate/up rows (2 * inter) */
 #define DEC_MAX_WIDE (2 * FPGA_DEC_MAX_INTER)
@@ -126,17 +118,18 @@ static void attention(const dec_ctx *c, uint32_t l, const float *q, uint32_t pos
     fpga_k_stall(FPGA_DEC_PHASE_CYCLES + c->d.kv_parts * 4);
 }
 
-void tandem_decode(DEC_PORTS(DEC_PARAM) uint8_t *io, uint32_t token, uint32_t pos, uint64_t kv_off,
-            uint32_t part_tiles)
+void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, uint32_t pos,
+                   uint64_t kv_off, uint32_t part_tiles)
 {
-    DEC_PORTS(DEC_PRAGMA)
+    FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
 #pragma HLS INTERFACE m_axi port = io offset = slave bundle = gmem_io
 #pragma HLS INTERFACE s_axilite port = token
 #pragma HLS INTERFACE s_axilite port = pos
 #pragma HLS INTERFACE s_axilite port = kv_off
 #pragma HLS INTERFACE s_axilite port = part_tiles
 #pragma HLS INTERFACE s_axilite port = return
-    dec_ctx c = {.ch = {DEC_PORTS(DEC_NAME)}, .kv_off = kv_off, .part_tiles = part_tiles};
+    dec_ctx c = {
+        .ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}, .kv_off = kv_off, .part_tiles = part_tiles};
     fpga_k_read(hbm0, sizeof c.d);
     memcpy(&c.d, hbm0, sizeof c.d);
     fpga_dec_layout_of(&c.d, &c.lo);
@@ -218,16 +211,15 @@ static int decode_adapter(const fpga_kargs *a)
     uint8_t *p[FPGA_DEC_CH];
     for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[c].ptr;
 #define DEC_ARG(n) p[n],
-    tandem_decode(DEC_PORTS(DEC_ARG) io->ptr, token, pos, kv_off, part_tiles);
+    tandem_decode(FPGA_K_PORTS(DEC_ARG) io->ptr, token, pos, kv_off, part_tiles);
 #undef DEC_ARG
     return 0;
 }
 
-#define DEC_KIND(n) FPGA_K_ARG_GLOBAL,
 const fpga_k_desc fpga_k_decode_desc = {
     .name = "tandem_decode",
     .n_args = 37,
-    .kinds = {DEC_PORTS(DEC_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
+    .kinds = {FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
               FPGA_K_ARG_U64, FPGA_K_ARG_U32},
     .run = decode_adapter,
 };

@@ -32,6 +32,20 @@
 
 #define FPGA_K_MAX_ARGS 48
 
+/* The 32 HBM pseudo-channel ports every kernel takes (fpga/BANKS.md), as an X-macro:
+ * FPGA_K_PORTS(FPGA_K_PORT_PARAM) declares them, FPGA_K_PORTS(FPGA_K_PORT_PRAGMA) gives each its
+ * own AXI bundle, FPGA_K_PORTS(FPGA_K_PORT_NAME) lists them, FPGA_K_PORTS(FPGA_K_PORT_KIND) gives
+ * their argument kinds for a descriptor. */
+#define FPGA_K_PORTS(X)                                                                            \
+    X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) \
+    X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
+#define FPGA_K_STR(x) #x
+#define FPGA_K_PORT_PARAM(n) uint8_t *hbm##n,
+#define FPGA_K_PORT_NAME(n) hbm##n,
+#define FPGA_K_PORT_KIND(n) FPGA_K_ARG_GLOBAL,
+#define FPGA_K_PORT_PRAGMA(n)                                                                      \
+    _Pragma(FPGA_K_STR(HLS INTERFACE m_axi port = hbm##n offset = slave bundle = gmem##n))
+
 enum fpga_k_arg_kind {
     FPGA_K_ARG_GLOBAL = 1, /* a buffer in HBM (passed to xrtRunSetArg as an xrtBufferHandle) */
     FPGA_K_ARG_U32,        /* "uint": passed as uint32_t */

@@ -20,14 +20,6 @@
 #include "fpga/kernels/dec_math.h"
 #include "fpga/kernels/kernel.h"
 
-#define SC_PORTS(X)                                                                                \
-    X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) \
-    X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
-#define SC_STR(x) #x
-#define SC_PARAM(n) uint8_t *hbm##n,
-#define SC_NAME(n) hbm##n,
-#define SC_PRAGMA(n)                                                                               \
-    _Pragma(SC_STR(HLS INTERFACE m_axi port = hbm##n offset = slave bundle = gmem##n))
 
 typedef struct sc_ctx {
     uint8_t *ch[FPGA_DEC_CH];
@@ -87,16 +79,16 @@ static uint32_t scatter_slot(const sc_ctx *c, const uint8_t *slot, uint32_t p0, 
 }
 
 void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stage3,
-                SC_PORTS(SC_PARAM) uint32_t layer, uint32_t pos0, uint32_t n, uint32_t per,
-                uint64_t kv_off, uint32_t part_tiles, uint64_t stage_bytes)
+                FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint32_t layer, uint32_t pos0, uint32_t n,
+                uint32_t per, uint64_t kv_off, uint32_t part_tiles, uint64_t stage_bytes)
 {
 #pragma HLS INTERFACE m_axi port = stage0 offset = slave bundle = gmem_s0
 #pragma HLS INTERFACE m_axi port = stage1 offset = slave bundle = gmem_s1
 #pragma HLS INTERFACE m_axi port = stage2 offset = slave bundle = gmem_s2
 #pragma HLS INTERFACE m_axi port = stage3 offset = slave bundle = gmem_s3
-    SC_PORTS(SC_PRAGMA)
+    FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
 #pragma HLS INTERFACE s_axilite port = return
-    sc_ctx c = {.ch = {SC_PORTS(SC_NAME)}, .kv_off = kv_off, .part_tiles = part_tiles,
+    sc_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}, .kv_off = kv_off, .part_tiles = part_tiles,
                 .layer = layer};
     fpga_k_read(hbm0, sizeof c.d);
     memcpy(&c.d, hbm0, sizeof c.d);
@@ -146,18 +138,17 @@ static int kv_scatter_adapter(const fpga_kargs *a)
     uint8_t *p[FPGA_DEC_CH];
     for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[S + c].ptr;
 #define SC_ARG(n) p[n],
-    kv_scatter(a->a[0].ptr, a->a[1].ptr, a->a[2].ptr, a->a[3].ptr, SC_PORTS(SC_ARG) layer, pos0,
+    kv_scatter(a->a[0].ptr, a->a[1].ptr, a->a[2].ptr, a->a[3].ptr, FPGA_K_PORTS(SC_ARG) layer, pos0,
                n, per, kv_off, part_tiles, stage_bytes);
 #undef SC_ARG
     return 0;
 }
 
-#define SC_KIND(n) FPGA_K_ARG_GLOBAL,
 const fpga_k_desc fpga_k_kv_scatter_desc = {
     .name = "kv_scatter",
     .n_args = 43,
     .kinds = {FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL,
-              SC_PORTS(SC_KIND) FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
-              FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U64},
+              FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
+              FPGA_K_ARG_U32, FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U64},
     .run = kv_scatter_adapter,
 };

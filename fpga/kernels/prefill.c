@@ -47,14 +47,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define PF_PORTS(X)                                                                                \
-    X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) \
-    X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
-#define PF_STR(x) #x
-#define PF_PARAM(n) uint8_t *hbm##n,
-#define PF_NAME(n) hbm##n,
-#define PF_PRAGMA(n)                                                                               \
-    _Pragma(PF_STR(HLS INTERFACE m_axi port = hbm##n offset = slave bundle = gmem##n))
 
 #define T_MAX FPGA_PF_CHUNK
 
@@ -382,11 +374,11 @@ static void sparse_attention(const pf_ctx *c, void *sigu_chip, void *sau_chip)
 
 /* ---------------------------------------------------------------- top */
 
-void tandem_prefill(PF_PORTS(PF_PARAM) uint8_t *io, uint32_t mode, uint32_t layer, uint32_t pos0,
-                    uint32_t n, uint32_t r0, uint32_t r1, uint64_t kv_off, uint32_t part_tiles,
+void tandem_prefill(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t mode, uint32_t layer,
+                    uint32_t pos0, uint32_t n, uint32_t r0, uint32_t r1, uint64_t kv_off, uint32_t part_tiles,
                     uint64_t ws_off, pf_chip *chip, void *sigu_chip, void *sau_chip)
 {
-    PF_PORTS(PF_PRAGMA)
+    FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
 #pragma HLS INTERFACE m_axi port = io offset = slave bundle = gmem_io
 #pragma HLS INTERFACE s_axilite port = mode
 #pragma HLS INTERFACE s_axilite port = layer
@@ -398,7 +390,7 @@ void tandem_prefill(PF_PORTS(PF_PARAM) uint8_t *io, uint32_t mode, uint32_t laye
 #pragma HLS INTERFACE s_axilite port = part_tiles
 #pragma HLS INTERFACE s_axilite port = ws_off
 #pragma HLS INTERFACE s_axilite port = return
-    pf_ctx c = {.ch = {PF_PORTS(PF_NAME)}, .io = io, .mode = mode & FPGA_PF_MODE_MASK,
+    pf_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}, .io = io, .mode = mode & FPGA_PF_MODE_MASK,
                 .flags = mode & ~FPGA_PF_MODE_MASK, .layer = layer, .pos0 = pos0,
                 .kv_off = kv_off, .ws_off = ws_off, .part_tiles = part_tiles, .chip = chip};
     fpga_k_read(hbm0, sizeof c.d);
@@ -505,7 +497,7 @@ static int prefill_adapter(const fpga_kargs *a)
         uint8_t *p[FPGA_DEC_CH];
         for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[c].ptr;
 #define PF_ARG(n) p[n],
-        tandem_prefill(PF_PORTS(PF_ARG) a->a[FPGA_DEC_CH].ptr, mode, (uint32_t)a->a[34].u,
+        tandem_prefill(FPGA_K_PORTS(PF_ARG) a->a[FPGA_DEC_CH].ptr, mode, (uint32_t)a->a[34].u,
                        (uint32_t)a->a[35].u, (uint32_t)a->a[36].u, (uint32_t)a->a[37].u,
                        (uint32_t)a->a[38].u, a->a[39].u, (uint32_t)a->a[40].u, a->a[41].u, chip,
                        sigu, sau);
@@ -518,12 +510,11 @@ static int prefill_adapter(const fpga_kargs *a)
     return rc;
 }
 
-#define PF_KIND(n) FPGA_K_ARG_GLOBAL,
 const fpga_k_desc fpga_k_prefill_desc = {
     .name = "tandem_prefill",
     .n_args = 42,
-    .kinds = {PF_PORTS(PF_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
-              FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U64, FPGA_K_ARG_U32,
+    .kinds = {FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
+              FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U64, FPGA_K_ARG_U32,
               FPGA_K_ARG_U64},
     .run = prefill_adapter,
 };
