@@ -10,6 +10,7 @@
 /* The largest forward pass: 8192 tokens keep the GEMMs at full rate (M = 8192 fills the GPU many
  * times over) while the activations of an 8B-shaped model stay near 1.3 GB. */
 #define T_MAX_DEFAULT 8192
+#define T_MAX_LIMIT 65536 /* the largest pass TANDEM_GPU_CHUNK may ask for */
 /* Device memory left out of the KV budget: cuBLAS/driver allocations after start-up, the CUDA
  * context's growth, fragmentation of per-sequence allocations. */
 #define MARGIN_FIXED (512ull << 20)
@@ -229,13 +230,14 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     GPU_CHECK(cudaMemGetInfo(&free_b, &total_b));
     size_t per_tok = ws_bytes_per_token(&d);
     int t_max = T_MAX_DEFAULT;
-    while (t_max > GPU_MAX_BATCH && (size_t)t_max * per_tok > free_b / 4) t_max /= 2;
-    /* tests only: a smaller pass, so that short prompts run as several internal chunks */
+    /* TANDEM_GPU_CHUNK: another pass size (tests: a small one, so that short prompts run as
+     * several internal chunks; benchmarks: a larger one), bounded like the default */
     const char *env = getenv("TANDEM_GPU_CHUNK");
     if (env) {
         long v = strtol(env, NULL, 10);
-        if (v >= GPU_MAX_BATCH && v < t_max) t_max = (int)v;
+        if (v >= GPU_MAX_BATCH && v <= T_MAX_LIMIT) t_max = (int)v;
     }
+    while (t_max > GPU_MAX_BATCH && (size_t)t_max * per_tok > free_b / 4) t_max /= 2;
     e->t_max = t_max;
     st = alloc_workspace(e);
     if (st) {

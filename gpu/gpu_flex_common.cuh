@@ -1,6 +1,7 @@
 // gpu/gpu_flex_common.cuh — device helpers shared by the gpu_flex_*.cu files: the error macro,
 // fixed-order block reductions and scans (results do not depend on timing), and the radix
-// coverage cut (the same algorithm as fpga/kernels/flex_select.c, one thread block per vector).
+// coverage cut (the algorithm of fpga/kernels/flex_select.c, spread over the GPU:
+// gpu/gpu_flex_cut.cu).
 #ifndef TANDEM_GPU_FLEX_COMMON_CUH
 #define TANDEM_GPU_FLEX_COMMON_CUH
 #include "gpu/gpu_flex.h"
@@ -105,79 +106,16 @@ struct gf_cut {
     unsigned long long take, count;
 };
 
-// Whole block; x has m values >= 0. Histogram sums are double; their atomic order varies, so a
-// bucket sum can differ in the last double ulp between runs (decisions flip only on exact ties
-// with the limit at 1e-16).
-static __device__ gf_cut gf_radix_cut(const float *x, long long m, double limit)
-{
-    __shared__ unsigned int cnt[256];
-    __shared__ double sum[256];
-    __shared__ gf_cut res;
-    __shared__ uint32_t prefix, mask;
-    __shared__ double acc;
-    __shared__ int done;
-    if (threadIdx.x == 0) {
-        res.all = 0;
-        res.bits = 0;
-        res.take = 0;
-        res.count = 0;
-        prefix = 0;
-        mask = 0;
-        acc = 0;
-        done = 0;
-    }
-    for (int level = 0; level < 4; level++) {
-        const int shift = 24 - 8 * level;
-        for (int b = threadIdx.x; b < 256; b += blockDim.x) {
-            cnt[b] = 0;
-            sum[b] = 0;
-        }
-        __syncthreads();
-        const uint32_t pf = prefix, mk = mask;
-        for (long long i = threadIdx.x; i < m; i += blockDim.x) {
-            const float v = x[i];
-            const uint32_t u = gf_bits(v);
-            if ((u & mk) != pf) continue;
-            const int b = (int)(u >> shift & 255u);
-            atomicAdd(&cnt[b], 1u);
-            atomicAdd(&sum[b], (double)v);
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            int b = 255;
-            for (; b >= 0; b--) {
-                if (!cnt[b]) continue;
-                if (acc + sum[b] <= limit) {
-                    acc += sum[b];
-                    res.count += cnt[b];
-                    continue;
-                }
-                break;
-            }
-            if (b < 0) {
-                res.all = 1;
-                done = 1;
-            } else {
-                prefix |= (uint32_t)b << shift;
-                mask |= 255u << shift;
-                if (level == 3) {
-                    const double v = (double)__uint_as_float(prefix);
-                    res.bits = prefix;
-                    for (unsigned t = 0; t < cnt[b]; t++) {
-                        if (acc + v > limit) break;
-                        acc += v;
-                        res.take++;
-                        res.count++;
-                    }
-                }
-            }
-        }
-        __syncthreads();
-        if (done) break;
-    }
-    gf_cut r = res;
-    __syncthreads();
-    return r;
-}
+// The coverage cut over many vectors at once, spread over the whole GPU (gpu/gpu_flex_cut.cu):
+// segment s is x_a + s * m, or with `paired` head s / 2's vector of x_a (s even) or x_b (s odd)
+// at (s / 2) * m; with `heads`, a segment whose head is not query-aware is skipped (its cut is
+// not written). Four 8-bit radix levels, each a histogram pass over every element (a block per
+// 8192 of them, warp-aggregated) and a choice per segment. The bucket sums are fixed point
+// (2^-40, values clamped to [0, 1]) added with integer atomics: exact, so the cut does not depend
+// on timing; each value is rounded by at most 4.5e-13 against the double sums of a sort.
+// scratch: gf_cut_scratch_bytes(S) bytes of device memory. Returns 0 or a GPU_FLEX_ERR_*.
+size_t gf_cut_scratch_bytes(int S);
+int gf_cut_run(const float *x_a, const float *x_b, long long m, int S, int paired, double limit,
+               const gpu_flex_head *heads, void *scratch, gf_cut *out, cudaStream_t st);
 
 #endif

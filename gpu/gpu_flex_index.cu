@@ -13,20 +13,22 @@
 //                  chunk go to carry buffers) — FAST-Prefill's stream-and-accumulate
 //   slash_fixup    the shared diagonals: own part + previous chunk's part, in that order
 //   mean_q, avg_k  the mean last row (/ sqrt d) and the key-block means
-//   budget         per (head, vertical|slash): radix coverage cut -> count(cumsum <= gamma)
+//   budget         per (head, vertical|slash): radix coverage cut -> count(cumsum <= gamma),
+//                  all 2 H vectors in one spread-out cut (gf_cut_run, gpu/gpu_flex_cut.cu)
 //   pool_js        block sums of both distributions, softmax(mean_q . avg_k), square-root JS,
 //                  the budgets ((count + 1) // 128 + 1, clamp min then max), query-aware reset
 //   select         top-n by rank (value desc, index asc; sink column and diagonal forced): the
 //                  first n of torch.topk's order, which is what survives the overwrite with 0
-//   avg_q, qa_scores, qa_cut, qa_emit   query-aware heads only: block-pooled causal softmax map,
-//                  coverage cut at gamma * nb, kept ids as a bit map (ties by ascending id)
+//   avg_q, qa_dot, qa_softmax, cut, qa_ties, qa_emit   query-aware heads only: block-pooled
+//                  causal softmax map (a tiled product, then a warp per row), coverage cut at
+//                  gamma * nb, kept ids as a bit map (ties by ascending id)
 //   csr_count, scan, csr_fill          the CSR rows, causal blocks only, columns ascending
-// All reductions have a fixed order except the double histogram sums of the radix cut (atomic):
-// the index is the same from run to run unless a cumulative sum lands within a double ulp of
-// the limit.
+// Every reduction has a fixed order, and the cut's sums are exact integers: the index is the same
+// from run to run.
 #include "gpu/gpu_flex_common.cuh"
 #include <mma.h>
 #include <stdlib.h>
+#include <vector>
 
 using namespace nvcuda;
 
@@ -41,12 +43,12 @@ struct gpu_flex_ws {
     float2 *partial;
     float *m2, *inv_l, *vert, *slash, *carry_a, *carry_b, *mq, *avg_k, *vblk, *sblk, *avg_q,
         *qa_map;
-    unsigned long long *cnt;
     gpu_flex_head *heads;
     uint8_t *vmask, *smask;
-    gf_cut *cuts;
+    gf_cut *vs_cuts, *cuts;
+    void *cut_scratch;
     uint32_t *qa_keep;
-    int *counts;
+    int *tiecnt, *counts;
     int32_t *row_ptr, *col;
 };
 
@@ -247,18 +249,9 @@ __global__ void avg_k_kernel(const bf16 *k, size_t k_tok, size_t k_head, int n, 
 
 // ---------------------------------------------------------------- budgets and decisions
 
-__global__ void __launch_bounds__(1024)
-    budget_kernel(const float *vert, const float *slash, int n, float gamma, unsigned long long *cnt)
-{
-    const int h = blockIdx.x, which = blockIdx.y;
-    const float *x = (which ? slash : vert) + (size_t)h * n;
-    gf_cut c = gf_radix_cut(x, n, (double)gamma);
-    if (threadIdx.x == 0) cnt[h * 2 + which] = c.count;
-}
-
 __global__ void __launch_bounds__(256)
     pool_js_kernel(const float *vert, const float *slash, const float *mq, const float *avg_k,
-                   const unsigned long long *cnt, int n, int nb, int H, int Hk, int D,
+                   const gf_cut *vs_cuts, int n, int nb, int H, int Hk, int D,
                    int interleave, float tau, int min_b, int max_b, float *vblk, float *sblk,
                    gpu_flex_head *heads)
 {
@@ -300,8 +293,8 @@ __global__ void __launch_bounds__(256)
     jb = gf_block_sum<double>(jb, dred);
     if (threadIdx.x == 0) {
         const float js = (float)sqrt(0.5 * ja + 0.5 * jb);
-        long long nv = (long long)(cnt[h * 2] + 1) / 128 + 1; // QUIRK kept: 128, not bs
-        long long ns = (long long)(cnt[h * 2 + 1] + 1) / 128 + 1;
+        long long nv = (long long)(vs_cuts[h * 2].count + 1) / 128 + 1; // QUIRK kept: 128, not bs
+        long long ns = (long long)(vs_cuts[h * 2 + 1].count + 1) / 128 + 1;
         nv = nv < min_b ? min_b : nv;
         nv = nv > max_b ? max_b : nv;
         ns = ns < min_b ? min_b : ns;
@@ -356,71 +349,124 @@ __global__ void avg_q_kernel(const bf16 *q, int n, int H, int D, const gpu_flex_
     avg_q[((size_t)h * nb + r) * D + e] = a / sqrtf((float)D);
 }
 
+// The block-pooled scores avg_q . avg_k as a tiled product: a block owns QT x QT of the map
+// (tiles wholly above the diagonal are skipped), each thread 4 x 4 entries, both operands staged
+// in shared memory 32 dimensions at a time. Every entry is one fma chain over e = 0 .. d - 1 in
+// order, the sum the CPU reference's cpu_dot forms. Raw scores (c <= r only) go to qa_map; the
+// softmax below turns each row into probabilities in place.
+#define QT 64
+#define QE 32
 __global__ void __launch_bounds__(256)
-    qa_scores_kernel(const float *avg_q, const float *avg_k, int H, int Hk, int D, int interleave,
-                     const gpu_flex_head *heads, float *qa_map)
+    qa_dot_kernel(const float *avg_q, const float *avg_k, int nb, int H, int Hk, int D,
+                  int interleave, const gpu_flex_head *heads, float *qa_map)
 {
-    extern __shared__ float row[]; // nb
-    __shared__ double dred[32];
-    __shared__ float fred[32];
-    const int r = blockIdx.x, h = blockIdx.y, nb = gridDim.x;
-    if (!heads[h].query_aware) return;
+    __shared__ float as[QE][QT + 1], bs_[QE][QT + 1];
+    const int h = blockIdx.z, r0 = blockIdx.y * QT, c0 = blockIdx.x * QT;
+    if (!heads[h].query_aware || c0 > r0 + QT - 1) return;
     const int g = kv_head(h, H, Hk, interleave);
-    const float *aq = avg_q + ((size_t)h * nb + r) * D;
-    float mx = -INFINITY;
-    for (int c = threadIdx.x; c < nb; c += blockDim.x) {
-        float s = -INFINITY;
-        if (c <= r) {
-            s = 0;
-            for (int e = 0; e < D; e++) s += aq[e] * avg_k[((size_t)g * nb + c) * D + e];
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    float acc[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i][j] = 0;
+    for (int e0 = 0; e0 < D; e0 += QE) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < QT * QE; idx += blockDim.x) {
+            const int rr = idx / QE, e = idx % QE;
+            const int r = r0 + rr, c = c0 + rr;
+            as[e][rr] = r < nb ? avg_q[((size_t)h * nb + r) * D + e0 + e] : 0.0f;
+            bs_[e][rr] = c < nb ? avg_k[((size_t)g * nb + c) * D + e0 + e] : 0.0f;
         }
-        row[c] = s;
-        mx = fmaxf(mx, s);
+        __syncthreads();
+        for (int e = 0; e < QE; e++) {
+            float a[4], b[4];
+            for (int i = 0; i < 4; i++) a[i] = as[e][ty + 16 * i];
+            for (int j = 0; j < 4; j++) b[j] = bs_[e][tx + 16 * j];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
     }
-    mx = gf_block_max(mx, fred);
-    double sum = 0;
-    for (int c = threadIdx.x; c < nb; c += blockDim.x) {
-        row[c] = expf(row[c] - mx);
-        sum += row[c];
+    for (int i = 0; i < 4; i++) {
+        const int r = r0 + ty + 16 * i;
+        if (r >= nb) continue;
+        for (int j = 0; j < 4; j++) {
+            const int c = c0 + tx + 16 * j;
+            if (c <= r) qa_map[((size_t)h * nb + r) * nb + c] = acc[i][j];
+        }
     }
-    sum = gf_block_sum<double>(sum, dred);
-    const float inv = (float)(1.0 / sum);
-    for (int c = threadIdx.x; c < nb; c += blockDim.x)
-        qa_map[(size_t)h * nb * nb + (size_t)r * nb + c] = row[c] * inv;
 }
 
-__global__ void __launch_bounds__(1024)
-    qa_cut_kernel(const float *qa_map, int nb, float limit, const gpu_flex_head *heads, gf_cut *cuts)
+// Causal softmax of each row of the map, a warp per row (entries right of the diagonal -> 0).
+__global__ void __launch_bounds__(256)
+    qa_softmax_kernel(int nb, const gpu_flex_head *heads, float *qa_map)
 {
-    const int h = blockIdx.x;
-    if (!heads[h].query_aware) return;
-    gf_cut c = gf_radix_cut(qa_map + (size_t)h * nb * nb, (long long)nb * nb, (double)limit);
-    if (threadIdx.x == 0) cuts[h] = c;
+    const int h = blockIdx.y, r = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (!heads[h].query_aware || r >= nb) return;
+    float *row = qa_map + ((size_t)h * nb + r) * nb;
+    float mx = -INFINITY;
+    for (int c = lane; c <= r; c += 32) mx = fmaxf(mx, row[c]);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    double sum = 0;
+    for (int c = lane; c <= r; c += 32) {
+        const float e = expf(row[c] - mx);
+        row[c] = e;
+        sum += e;
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float inv = (float)(1.0 / sum);
+    for (int c = lane; c < nb; c += 32) row[c] = c <= r ? row[c] * inv : 0.0f;
 }
 
-__global__ void __launch_bounds__(1024)
+// The kept map as bits. Values above the cut are kept; of the values equal to it, the first
+// `take` in id order (the order a stable sort leaves them in): qa_ties counts them per block of
+// EMIT_PER_BLOCK ids, qa_emit ranks them by the counts of the blocks before plus a block scan.
+#define EMIT_PER_BLOCK 8192
+__global__ void __launch_bounds__(256)
+    qa_ties_kernel(const float *qa_map, int nb, const gpu_flex_head *heads, const gf_cut *cuts,
+                   int *tiecnt)
+{
+    __shared__ int red[32];
+    const int h = blockIdx.y, blk = blockIdx.x, nblk = gridDim.x;
+    if (!heads[h].query_aware) return;
+    const gf_cut c = cuts[h];
+    const long long m = (long long)nb * nb, b0 = (long long)blk * EMIT_PER_BLOCK;
+    int t = 0;
+    if (!c.all)
+        for (long long i = b0 + threadIdx.x; i < b0 + EMIT_PER_BLOCK && i < m; i += blockDim.x)
+            t += gf_bits(qa_map[(size_t)h * m + i]) == c.bits;
+    t = gf_block_sum<int>(t, red);
+    if (threadIdx.x == 0) tiecnt[h * nblk + blk] = t;
+}
+
+__global__ void __launch_bounds__(256)
     qa_emit_kernel(const float *qa_map, int nb, const gpu_flex_head *heads, const gf_cut *cuts,
-                   uint32_t *qa_keep)
+                   const int *tiecnt, uint32_t *qa_keep)
 {
     __shared__ int scan_tmp[32];
-    const int h = blockIdx.x;
+    __shared__ long long before_s;
+    const int h = blockIdx.y, blk = blockIdx.x, nblk = gridDim.x;
     if (!heads[h].query_aware) return;
     const gf_cut c = cuts[h];
     const long long m = (long long)nb * nb, words = (m + 31) / 32;
     const float *x = qa_map + (size_t)h * m;
     uint32_t *keep = qa_keep + (size_t)h * words;
-    unsigned long long ties_before = 0;
-    for (long long base = 0; base < m; base += blockDim.x) {
+    if (threadIdx.x == 0) {
+        long long b = 0;
+        for (int j = 0; j < blk; j++) b += tiecnt[h * nblk + j];
+        before_s = b;
+    }
+    __syncthreads();
+    long long ties_before = before_s;
+    const long long b0 = (long long)blk * EMIT_PER_BLOCK;
+    for (long long base = b0; base < b0 + EMIT_PER_BLOCK && base < m; base += blockDim.x) {
         const long long id = base + threadIdx.x;
         const int valid = id < m;
         const uint32_t u = valid ? gf_bits(x[id]) : 0;
         const int tie = valid && !c.all && u == c.bits;
         int total;
         const int rank = gf_block_exclusive_scan(tie, &total, scan_tmp);
-        const int k = valid && (c.all || u > c.bits || (tie && ties_before + rank < c.take));
+        const int k = valid && (c.all || u > c.bits || (tie && ties_before + rank < (long long)c.take));
         const uint32_t word = __ballot_sync(0xffffffffu, k);
-        if ((threadIdx.x & 31) == 0 && (base + threadIdx.x) / 32 < words)
-            keep[(base + threadIdx.x) / 32] = word;
+        if ((threadIdx.x & 31) == 0 && id / 32 < words) keep[id / 32] = word;
         ties_before += total;
     }
 }
@@ -511,11 +557,13 @@ static int ws_alloc(void **p, size_t bytes)
     X(sblk, sizeof(float) * H * nb)                                                               \
     X(avg_q, sizeof(float) * H * nb * d)                                                          \
     X(qa_map, sizeof(float) * H * nb * nb)                                                        \
-    X(cnt, sizeof(unsigned long long) * H * 2)                                                    \
     X(heads, sizeof(gpu_flex_head) * H)                                                           \
     X(vmask, H * nb)                                                                              \
     X(smask, H * nb)                                                                              \
+    X(vs_cuts, sizeof(gf_cut) * H * 2)                                                            \
     X(cuts, sizeof(gf_cut) * H)                                                                   \
+    X(cut_scratch, gf_cut_scratch_bytes(2 * (int)H))                                              \
+    X(tiecnt, sizeof(int) * H * ((nb * nb + EMIT_PER_BLOCK - 1) / EMIT_PER_BLOCK))                \
     X(qa_keep, sizeof(uint32_t) * H * ((nb * nb + 31) / 32))                                      \
     X(counts, sizeof(int) * H * nb)                                                               \
     X(row_ptr, sizeof(int32_t) * H * (nb + 1))                                                    \
@@ -566,10 +614,10 @@ extern "C" int gpu_flex_ws_new(int n_, int H_, int Hk_, int d_, gpu_flex_ws **ou
 extern "C" void gpu_flex_ws_free(gpu_flex_ws *w)
 {
     if (!w) return;
-    void *ps[] = {w->partial, w->m2,   w->inv_l, w->vert,  w->slash,   w->carry_a, w->carry_b,
-                  w->mq,      w->avg_k, w->vblk,  w->sblk,  w->avg_q,   w->qa_map,  w->cnt,
-                  w->heads,   w->vmask, w->smask, w->cuts,  w->qa_keep, w->counts,  w->row_ptr,
-                  w->col};
+    void *ps[] = {w->partial, w->m2,      w->inv_l,       w->vert,   w->slash,  w->carry_a,
+                  w->carry_b, w->mq,      w->avg_k,       w->vblk,   w->sblk,   w->avg_q,
+                  w->qa_map,  w->heads,   w->vmask,       w->smask,  w->vs_cuts, w->cuts,
+                  w->cut_scratch, w->qa_keep, w->tiecnt,  w->counts, w->row_ptr, w->col};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) cudaFree(ps[i]);
     free(w);
@@ -640,10 +688,11 @@ extern "C" int gpu_flex_index_kv(gpu_flex_ws *w, const gpu_flex_params *p, const
     GF_LAUNCHED();
     avg_k_kernel<<<dim3(nb, Hk), D, 0, st>>>(k, k_tok, k_head, n, D, w->avg_k);
     GF_LAUNCHED();
-    budget_kernel<<<dim3(H, 2), 1024, 0, st>>>(w->vert, w->slash, n, p->gamma, w->cnt);
-    GF_LAUNCHED();
+    rc = gf_cut_run(w->vert, w->slash, n, 2 * H, 1, (double)p->gamma, NULL, w->cut_scratch,
+                    w->vs_cuts, st);
+    if (rc) return rc;
     pool_js_kernel<<<H, 256, sizeof(float) * nb, st>>>(
-        w->vert, w->slash, w->mq, w->avg_k, w->cnt, n, nb, H, Hk, D, p->gqa_interleave, p->tau,
+        w->vert, w->slash, w->mq, w->avg_k, w->vs_cuts, n, nb, H, Hk, D, p->gqa_interleave, p->tau,
         p->min_blocks, max_b, w->vblk, w->sblk, w->heads);
     GF_LAUNCHED();
     select_kernel<<<H, 1024, 2 * sizeof(float) * nb, st>>>(w->vblk, w->sblk, nb, w->heads,
@@ -651,14 +700,21 @@ extern "C" int gpu_flex_index_kv(gpu_flex_ws *w, const gpu_flex_params *p, const
     GF_LAUNCHED();
     avg_q_kernel<<<dim3(nb, H), D, 0, st>>>(q, n, H, D, w->heads, w->avg_q);
     GF_LAUNCHED();
-    qa_scores_kernel<<<dim3(nb, H), 256, sizeof(float) * nb, st>>>(
-        w->avg_q, w->avg_k, H, Hk, D, p->gqa_interleave, w->heads, w->qa_map);
+    const int qt = (nb + QT - 1) / QT;
+    qa_dot_kernel<<<dim3(qt, qt, H), 256, 0, st>>>(w->avg_q, w->avg_k, nb, H, Hk, D,
+                                                   p->gqa_interleave, w->heads, w->qa_map);
+    GF_LAUNCHED();
+    qa_softmax_kernel<<<dim3((nb + 7) / 8, H), 256, 0, st>>>(nb, w->heads, w->qa_map);
     GF_LAUNCHED();
     // gamma * num_blocks is a Python float; torch compares it with the float32 cumsum as float32
     const float limit = (float)((double)p->gamma * nb);
-    qa_cut_kernel<<<H, 1024, 0, st>>>(w->qa_map, nb, limit, w->heads, w->cuts);
+    rc = gf_cut_run(w->qa_map, NULL, (long long)nb * nb, H, 0, (double)limit, w->heads,
+                    w->cut_scratch, w->cuts, st);
+    if (rc) return rc;
+    const dim3 eg((unsigned)(((long long)nb * nb + EMIT_PER_BLOCK - 1) / EMIT_PER_BLOCK), H);
+    qa_ties_kernel<<<eg, 256, 0, st>>>(w->qa_map, nb, w->heads, w->cuts, w->tiecnt);
     GF_LAUNCHED();
-    qa_emit_kernel<<<H, 1024, 0, st>>>(w->qa_map, nb, w->heads, w->cuts, w->qa_keep);
+    qa_emit_kernel<<<eg, 256, 0, st>>>(w->qa_map, nb, w->heads, w->cuts, w->tiecnt, w->qa_keep);
     GF_LAUNCHED();
     csr_count_kernel<<<dim3(nb, H), 128, 0, st>>>(nb, w->vmask, w->smask, w->heads, w->qa_keep,
                                                   w->counts);
@@ -668,5 +724,70 @@ extern "C" int gpu_flex_index_kv(gpu_flex_ws *w, const gpu_flex_params *p, const
     csr_fill_kernel<<<dim3(nb, H), 128, 0, st>>>(nb, w->vmask, w->smask, w->heads, w->qa_keep,
                                                  w->row_ptr, w->col);
     GF_LAUNCHED();
+    return 0;
+}
+
+// Tests only (tests/gpu/test_flex_gpu.c): the query-aware cut and emission on given maps. map:
+// S maps of nb x nb values (host); limit as the index passes it; qa[s] says whether map s is a
+// query-aware head's (others are skipped: their outputs are left as they are). Out, per map:
+// all, bits, take, count of the cut and the kept bits ((nb * nb + 31) / 32 words).
+extern "C" int gpu_flex_test_cut(const float *map, int nb, int S, double limit, const int *qa,
+                                 int *all, uint32_t *bits, unsigned long long *take,
+                                 unsigned long long *count, uint32_t *keep)
+{
+    if (!map || !qa || nb < 1 || nb > MAX_NB || S < 1 || S > GPU_FLEX_MAX_HEADS) return GPU_FLEX_ERR_INVALID;
+    const size_t m = (size_t)nb * nb, words = (m + 31) / 32;
+    const unsigned nblk = (unsigned)((m + EMIT_PER_BLOCK - 1) / EMIT_PER_BLOCK);
+    float *dmap = NULL;
+    gpu_flex_head *dheads = NULL;
+    gf_cut *dcuts = NULL;
+    void *scratch = NULL;
+    int *dties = NULL;
+    uint32_t *dkeep = NULL;
+    std::vector<gpu_flex_head> heads(S);
+    std::vector<gf_cut> cuts(S);
+    for (int s = 0; s < S; s++) heads[s] = gpu_flex_head{0, 0, qa[s] != 0, 0.0f};
+    int rc = 0;
+    cudaError_t e = cudaSuccess;
+#define T_TRY(call) if (e == cudaSuccess) e = (call)
+    T_TRY(cudaMalloc(&dmap, sizeof(float) * m * S));
+    T_TRY(cudaMalloc(&dheads, sizeof(gpu_flex_head) * S));
+    T_TRY(cudaMalloc(&dcuts, sizeof(gf_cut) * S));
+    T_TRY(cudaMalloc(&scratch, gf_cut_scratch_bytes(S)));
+    T_TRY(cudaMalloc(&dties, sizeof(int) * nblk * S));
+    T_TRY(cudaMalloc(&dkeep, sizeof(uint32_t) * words * S));
+    T_TRY(cudaMemcpy(dmap, map, sizeof(float) * m * S, cudaMemcpyHostToDevice));
+    T_TRY(cudaMemcpy(dheads, heads.data(), sizeof(gpu_flex_head) * S, cudaMemcpyHostToDevice));
+    for (int s = 0; s < S; s++) {
+        cuts[s] = gf_cut{all[s], bits[s], take[s], count[s]};
+    }
+    T_TRY(cudaMemcpy(dcuts, cuts.data(), sizeof(gf_cut) * S, cudaMemcpyHostToDevice));
+    T_TRY(cudaMemcpy(dkeep, keep, sizeof(uint32_t) * words * S, cudaMemcpyHostToDevice));
+    if (e == cudaSuccess) {
+        rc = gf_cut_run(dmap, NULL, (long long)m, S, 0, limit, dheads, scratch, dcuts, 0);
+        if (!rc) {
+            qa_ties_kernel<<<dim3(nblk, S), 256>>>(dmap, nb, dheads, dcuts, dties);
+            qa_emit_kernel<<<dim3(nblk, S), 256>>>(dmap, nb, dheads, dcuts, dties, dkeep);
+            T_TRY(cudaGetLastError());
+            T_TRY(cudaDeviceSynchronize());
+            T_TRY(cudaMemcpy(cuts.data(), dcuts, sizeof(gf_cut) * S, cudaMemcpyDeviceToHost));
+            T_TRY(cudaMemcpy(keep, dkeep, sizeof(uint32_t) * words * S, cudaMemcpyDeviceToHost));
+        }
+    }
+#undef T_TRY
+    void *ps[] = {dmap, dheads, dcuts, scratch, dties, dkeep};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        if (ps[i]) cudaFree(ps[i]);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "gpu_flex_test_cut: %s\n", cudaGetErrorString(e));
+        return GPU_FLEX_ERR_DEVICE;
+    }
+    if (rc) return rc;
+    for (int s = 0; s < S; s++) {
+        all[s] = cuts[s].all;
+        bits[s] = cuts[s].bits;
+        take[s] = cuts[s].take;
+        count[s] = cuts[s].count;
+    }
     return 0;
 }

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct api {
     void *lib;
@@ -20,6 +21,8 @@ typedef struct api {
     int (*index_layout)(const float *, const float *, int, int, int, int, int,
                         const gpu_flex_params *, int32_t *, int32_t *, int64_t, int64_t *,
                         gpu_flex_head *);
+    int (*cut)(const float *, int, int, double, const int *, int *, uint32_t *,
+               unsigned long long *, unsigned long long *, uint32_t *);
 } api;
 
 /* 0 with the API loaded, or -1 after SKIP-worthy absence (reason in why). */
@@ -37,7 +40,8 @@ static int api_load(api *a, char *why, size_t n)
     *(void **)&a->index = dlsym(a->lib, "gpu_flex_test_index");
     *(void **)&a->attention = dlsym(a->lib, "gpu_flex_test_attention");
     *(void **)&a->index_layout = dlsym(a->lib, "gpu_flex_test_index_layout");
-    if (!a->device_count || !a->index || !a->attention || !a->index_layout) {
+    *(void **)&a->cut = dlsym(a->lib, "gpu_flex_test_cut");
+    if (!a->device_count || !a->index || !a->attention || !a->index_layout || !a->cut) {
         snprintf(why, n, "%.200s lacks the gpu_flex_test_* entry points", path);
         dlclose(a->lib);
         return -1;
@@ -255,5 +259,103 @@ TEST(gpu_flex_attention_matches_cpu)
         cpu_flex_index_free(ix);
         inputs_free(&in);
     }
+    dlclose(a.lib);
+}
+
+/* The coverage cut and the kept-id bits of the query-aware map, spread over many blocks
+ * (gpu/gpu_flex_cut.cu, qa_ties / qa_emit), against the definition: ids ordered by value
+ * descending then id ascending, the longest prefix whose sum stays within the limit. Values are
+ * multiples of 2^-30, so both sides sum exactly and must agree bit for bit — including a cut in
+ * the middle of 4000 equal values scattered over every block (the first 1500 by id are kept), a
+ * limit above the total, a map that is half zeros, and a map of a head that is not query-aware
+ * (left untouched). nb 181: 32761 ids, five blocks, a partial last word. */
+static int cmp_desc_id(const void *a, const void *b, void *ctx)
+{
+    const float *x = ctx;
+    const int i = *(const int *)a, j = *(const int *)b;
+    if (x[i] != x[j]) return x[i] > x[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+static uint64_t cut_rng(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+TEST(gpu_flex_cut_matches_sorted_prefix)
+{
+    api a;
+    char why[256];
+    if (api_load(&a, why, sizeof why)) SKIP("%s", why);
+    enum { NB = 181, M = NB * NB, S = 4, W = (M + 31) / 32 };
+    const double unit = 0x1p-30;
+    float *map = malloc(sizeof(float) * M * S);
+    uint64_t rng = 99;
+    for (int s = 0; s < S; s++)
+        for (int i = 0; i < M; i++) map[(size_t)s * M + i] = (float)((1 + cut_rng(&rng) % (1u << 20)) * unit);
+    const float tv = (float)(3000.0 * 256 * unit); /* the tied value, mid-range */
+    for (int t = 0; t < 4000; t++) map[cut_rng(&rng) % M] = tv;
+    for (int r = 0; r < NB; r++) /* map 2: a causal map's zeros */
+        for (int c = r + 1; c < NB; c++) map[(size_t)2 * M + r * NB + c] = 0;
+    double above = 0, total1 = 0, total2 = 0;
+    for (int i = 0; i < M; i++) {
+        if (map[i] > tv) above += map[i];
+        total1 += map[M + i];
+        total2 += map[(size_t)2 * M + i];
+    }
+    /* one limit for all maps as the index has; map 1 is scaled so that everything fits */
+    const double limit = above + 1500.5 * tv;
+    const double f1 = limit / total1 * 0.999, f2 = limit / total2 * 1.6;
+    for (int i = 0; i < M; i++) {
+        map[M + i] = (float)(floor(map[M + i] * f1 / unit) * unit);
+        map[(size_t)2 * M + i] = (float)(floor(map[(size_t)2 * M + i] * f2 / unit) * unit);
+    }
+    const int qa[S] = {1, 1, 1, 0};
+    int all[S];
+    uint32_t bits[S];
+    unsigned long long take[S], count[S];
+    uint32_t *keep = malloc(sizeof(uint32_t) * W * S);
+    for (int s = 0; s < S; s++) {
+        all[s] = 7;
+        bits[s] = 0xabcdu;
+        take[s] = 3;
+        count[s] = 12345;
+    }
+    for (size_t i = 0; i < (size_t)W * S; i++) keep[i] = 0xdeadbeefu;
+    int rc = a.cut(map, NB, S, limit, qa, all, bits, take, count, keep);
+    REQUIRE(rc == 0);
+    int *ord = malloc(sizeof(int) * M);
+    for (int s = 0; s < 3; s++) {
+        const float *x = map + (size_t)s * M;
+        for (int i = 0; i < M; i++) ord[i] = i;
+        qsort_r(ord, M, sizeof(int), cmp_desc_id, (void *)x);
+        double cum = 0;
+        int kept = 0;
+        while (kept < M && cum + x[ord[kept]] <= limit) cum += x[ord[kept++]];
+        CHECK_MSG(count[s] == (unsigned long long)kept, "map %d: count %llu, expected %d", s,
+                  count[s], kept);
+        CHECK_MSG(all[s] == (kept == M), "map %d: all %d with %d of %d kept", s, all[s], kept, M);
+        uint8_t *want = calloc(M, 1);
+        for (int i = 0; i < kept; i++) want[ord[i]] = 1;
+        int bad = 0;
+        for (int i = 0; i < M; i++) bad += want[i] != (keep[(size_t)s * W + i / 32] >> (i % 32) & 1u);
+        CHECK_MSG(bad == 0, "map %d: %d ids kept differently", s, bad);
+        for (int i = M; i < W * 32; i++)
+            CHECK_MSG(!(keep[(size_t)s * W + i / 32] >> (i % 32) & 1u), "map %d: bit past the end", s);
+        free(want);
+    }
+    CHECK_MSG(take[0] == 1500, "map 0: %llu of the tied values taken, expected 1500", take[0]);
+    uint32_t tvb;
+    memcpy(&tvb, &tv, 4);
+    CHECK_MSG(bits[0] == tvb && !all[0], "map 0: cut at bits %08x, expected the tied value's %08x",
+              bits[0], tvb);
+    CHECK(all[1] == 1);
+    CHECK(count[2] > 0 && count[2] < (unsigned long long)M && !all[2]);
+    CHECK_MSG(all[3] == 7 && count[3] == 12345 && keep[(size_t)3 * W] == 0xdeadbeefu,
+              "a map that is not query-aware was written");
+    free(ord);
+    free(keep);
+    free(map);
     dlclose(a.lib);
 }
