@@ -41,6 +41,7 @@ struct dec_params {
     float2 *part_ml;
     bf16 *out; /* the one-kernel form writes the merged rows itself */
     int layer, n_kv, n_heads, group, hd, qd, window, splits, gslices;
+    int early; /* PDL and one new row per sequence: a first tile below it is read before the wait */
     float scale_log2;
 };
 
@@ -254,8 +255,10 @@ __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_fast(dec_
     __shared__ float sm_acc[D2_WARPS][G][D2_HD];
     __shared__ float sm_m[D2_WARPS][G], sm_l[D2_WARPS][G];
     __shared__ int s_last;
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
+    /* positions and sequences come from the host (meta upload), not from the kernel before: read
+     * before gpu_pdl_wait; so are, in decode (p.early), the cached keys before this token's (only
+     * its own row, qp, is written by the QKV kernel before): a first tile wholly below qp is
+     * loaded before the wait */
     const int t = blockIdx.z, split = blockIdx.y;
     const int g = blockIdx.x / p.gslices, slice = blockIdx.x % p.gslices;
     const int h0 = g * p.group + slice * G, nh = min(G, p.group - slice * G);
@@ -271,11 +274,21 @@ __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_fast(dec_
     const bf16 *K = sq.k + head_off, *V = sq.v + head_off;
 
     uint4 kr[D2_NI], vr[D2_NI], qv[G];
+    const bool early = p.early && kb + D2_TILE <= qp;
+    if (early)
 #pragma unroll
-    for (int i = 0; i < D2_NI; i++) {
-        d2_load(K, kb + i * 16 + kofs, ke, c, &kr[i]);
-        d2_load(V, kb + i * 16 + kofs, ke, c, &vr[i]);
-    }
+        for (int i = 0; i < D2_NI; i++) {
+            d2_load(K, kb + i * 16 + kofs, ke, c, &kr[i]);
+            d2_load(V, kb + i * 16 + kofs, ke, c, &vr[i]);
+        }
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    if (!early)
+#pragma unroll
+        for (int i = 0; i < D2_NI; i++) {
+            d2_load(K, kb + i * 16 + kofs, ke, c, &kr[i]);
+            d2_load(V, kb + i * 16 + kofs, ke, c, &vr[i]);
+        }
     float acc[G][8], m[G], l[G];
 #pragma unroll
     for (int gh = 0; gh < G; gh++) {
@@ -381,22 +394,40 @@ __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_fast(dec_
     __syncthreads();
     if (!s_last) return;
     __threadfence();
+    /* the merge: the ranges' (max, sum) fetched at once into shared memory, each head's weights
+     * computed once (in range order: k_decode_merge's arithmetic), then every output column sums
+     * its ranges with all their loads independent */
+    __shared__ float2 s_ml[G][GPU_DECODE_SPLIT_MAX];
+    __shared__ float s_L[G];
     const size_t base = (size_t)t * p.n_heads * p.splits;
+    for (int i = tid; i < nh * ns; i += D2_THREADS) {
+        const int gh = i / ns, r = i % ns;
+        s_ml[gh][r] = __ldcg(&p.part_ml[base + (size_t)(h0 + gh) * p.splits + r]);
+    }
+    __syncthreads();
+    if (tid < nh) {
+        float M = -INFINITY;
+        for (int r = 0; r < ns; r++) M = fmaxf(M, s_ml[tid][r].x);
+        float L = 0.f;
+        for (int r = 0; r < ns; r++) {
+            const float2 ml = s_ml[tid][r];
+            const float wt = ml.y > 0.f ? exp2f(ml.x - M) : 0.f;
+            if (ml.y > 0.f) L += ml.y * wt;
+            s_ml[tid][r].x = wt; /* the range's weight from here on */
+        }
+        s_L[tid] = L;
+    }
+    __syncthreads();
     for (int i = tid; i < nh * D2_HD; i += D2_THREADS) {
         const int gh = i / D2_HD, col = i % D2_HD;
         const size_t s0 = base + (size_t)(h0 + gh) * p.splits;
-        float M = -INFINITY;
-        for (int r = 0; r < ns; r++) M = fmaxf(M, __ldcg(&p.part_ml[s0 + r]).x);
-        float L = 0.f, O = 0.f;
+        float O = 0.f;
+#pragma unroll 8
         for (int r = 0; r < ns; r++) {
-            const float2 ml = __ldcg(&p.part_ml[s0 + r]);
-            if (ml.y > 0.f) {
-                const float wt = exp2f(ml.x - M);
-                L += ml.y * wt;
-                O += __ldcg(&p.part_o[(s0 + r) * D2_HD + col]) * wt;
-            }
+            const float2 ml = s_ml[gh][r];
+            if (ml.y > 0.f) O += __ldcg(&p.part_o[(s0 + r) * D2_HD + col]) * ml.x;
         }
-        p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = __float2bfloat16(O / L);
+        p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = __float2bfloat16(O / s_L[gh]);
     }
 }
 
@@ -406,13 +437,22 @@ static int heads_per_block(int group)
     return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
 }
 
-/* Ranges per row at most: enough blocks to fill the GPU ~4 times over when the rows are long. */
+/* Ranges per row at most: enough blocks to fill the GPU `fill` times over when the rows are long
+ * (two blocks of k_decode_fast fit on an SM: fill 2 is one resident wave). TANDEM_GPU_DECODE_FILL
+ * (1-8) for measurements; on the H200 (Llama-3-8B, batch 1, BENCHMARKS.md) fill 2 decoded 8K of
+ * context in 4.61 ms per token against 4.87 with 4 and 4.82 with 1, the same at 1K. */
 static int n_splits(const gpu_dims *d, int sms, int T)
 {
+    static int fill = 0;
+    if (!fill) {
+        const char *f = getenv("TANDEM_GPU_DECODE_FILL");
+        const int v = f ? atoi(f) : 0;
+        fill = v >= 1 && v <= 8 ? v : 2;
+    }
     int G = heads_per_block(d->n_heads / d->n_kv);
     int gslices = (d->n_heads / d->n_kv + G - 1) / G;
     long units = (long)T * d->n_kv * gslices;
-    long want = (4L * sms + units - 1) / units;
+    long want = ((long)fill * sms + units - 1) / units;
     if (want > GPU_DECODE_SPLIT_MAX) want = GPU_DECODE_SPLIT_MAX;
     return want < 1 ? 1 : (int)want;
 }
@@ -440,7 +480,7 @@ template <int HDP> static int launch_g(cudaStream_t s, int pdl, const dec_params
     return ACCEL_ERR_UNSUPPORTED;
 }
 
-int gpu_attn_decode(cudaStream_t s, int pdl, const gpu_dims *d, int sms, int layer, int T,
+int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int sms, int layer, int T,
                     const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
                     float *part_o, float2 *part_ml, int *part_cnt, bf16 *out)
 {
@@ -465,6 +505,7 @@ int gpu_attn_decode(cudaStream_t s, int pdl, const gpu_dims *d, int sms, int lay
     p.splits = n_splits(d, sms, T);
     p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)d->hd));
     p.out = out;
+    p.early = pdl && one_row;
     if (part_cnt && d->hd == D2_HD && T <= GPU_MAX_BATCH) {
         dim3 grid(p.n_kv * p.gslices, p.splits, T);
         void (*k)(dec_params, int *) = G == 1   ? k_decode_fast<1>

@@ -21,9 +21,11 @@
  * including their roundings (q/k/v as float32 before the bias and rope; g and u rounded to bf16
  * before SiLU). So the fused step gives the unfused step's bits (tests/gpu/test_ops.c checks it).
  *
- * Both are launched with programmatic dependent launch when the engine says so (engine.cuh).
- * An L2 prefetch of each warp's first rows before the norm was measured and dropped: 4.64 ms
- * per token with it, 4.55 without (H200, Llama-3-8B, 1K context).
+ * Both are launched with programmatic dependent launch when the engine says so (engine.cuh): then
+ * each warp loads its first item's first weight chunks into registers before waiting for the
+ * kernel before (gpu_warp_prefetch) and before the norm. (An L2 prefetch of each warp's first
+ * rows before the norm, without PDL, was measured and dropped: 4.64 ms per token with it, 4.55
+ * without; H200, Llama-3-8B, 1K context.)
  *
  * Only T = 1 without a KV export (the export reads float32 K/V the fused kernel does not write);
  * H <= GPU_FUSED_MAX_H and H % 8 == 0. Grid: at most one resident wave (blocks per SM from the
@@ -46,6 +48,7 @@ struct qkv_fused_params {
     bf16 *q; /* (qd) */
     gpu_dims d;
     int layer;
+    int pdl; /* launched with PDL: the first item's first weight loads go out before the wait */
 };
 
 /* Item it of the QKV step: < n_q + n_k a rope pair (head, i), else a v row. */
@@ -75,7 +78,15 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
     const int lane = threadIdx.x % 32, H = d.H, half = d.hd / 2;
     const int n_q = d.n_heads * half, n_qk = (d.n_heads + d.n_kv) * half, items = qkv_items(d);
     const int stride = gridDim.x * FUSED_WARPS;
-    int it = blockIdx.x * FUSED_WARPS + threadIdx.x / 32;
+    const int it0 = blockIdx.x * FUSED_WARPS + threadIdx.x / 32;
+    int it = it0;
+    uint4 pre[2][4];
+    int have = 0;
+    if (p.pdl && it0 < items) {
+        int r1, r0 = qkv_first_row(d, it0, &r1);
+        have = it0 < n_qk ? gpu_warp_prefetch<2>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, H, lane, pre)
+                          : gpu_warp_prefetch<1>(p.w + (size_t)r0 * H, 0, H, lane, pre);
+    }
     gpu_pdl_wait(); /* x, and the cache slot the attention before may still read */
     gpu_pdl_trigger();
     gpu_block_rmsnorm(p.x, p.norm, H, d.eps, xs);
@@ -83,10 +94,15 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
     const gpu_seq_dev sq = p.seqs[p.seq_idx[0]];
     const int pos = p.pos[0];
     for (; it < items; it += stride) {
+        const bool first = have && it == it0;
         if (it < n_qk) {
             int r1, r0 = qkv_first_row(d, it, &r1);
             float v[2];
-            gpu_warp_dot<2, false>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, xs, H, lane, v);
+            if (first)
+                gpu_warp_dot<2, false, true>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, xs, H,
+                                             lane, v, pre);
+            else
+                gpu_warp_dot<2, false>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, xs, H, lane, v);
             if (lane != 0) continue;
             /* k_rope_qkv's arithmetic */
             float a = v[0], b = v[1];
@@ -105,7 +121,10 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
         } else {
             const int j = it - n_qk, r0 = d.qd + d.kvd + j;
             float v[1];
-            gpu_warp_dot<1, false>(p.w + (size_t)r0 * H, 0, xs, H, lane, v);
+            if (first)
+                gpu_warp_dot<1, false, true>(p.w + (size_t)r0 * H, 0, xs, H, lane, v, pre);
+            else
+                gpu_warp_dot<1, false>(p.w + (size_t)r0 * H, 0, xs, H, lane, v);
             if (lane != 0) continue;
             float o = v[0];
             if (p.bias) o = __fadd_rn(o, p.bias[r0]);
@@ -117,19 +136,24 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
 
 __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const float *x,
                                                             const float *norm, int H, int I,
-                                                            float eps, bf16 *h)
+                                                            float eps, bf16 *h, int pdl)
 {
     extern __shared__ __align__(16) unsigned char fused_smem[];
     bf16 *xs = (bf16 *)fused_smem;
     const int lane = threadIdx.x % 32, stride = gridDim.x * FUSED_WARPS;
-    int j = blockIdx.x * FUSED_WARPS + threadIdx.x / 32;
+    const int j0 = blockIdx.x * FUSED_WARPS + threadIdx.x / 32;
+    uint4 pre[2][4];
+    const int have = pdl && j0 < I && gpu_warp_prefetch<2>(w + (size_t)j0 * H, (size_t)I * H, H, lane, pre);
     gpu_pdl_wait();
     gpu_pdl_trigger();
     gpu_block_rmsnorm(x, norm, H, eps, xs);
     __syncthreads();
-    for (; j < I; j += stride) {
+    for (int j = j0; j < I; j += stride) {
         float v[2];
-        gpu_warp_dot<2, false>(w + (size_t)j * H, (size_t)I * H, xs, H, lane, v);
+        if (have && j == j0)
+            gpu_warp_dot<2, false, true>(w + (size_t)j * H, (size_t)I * H, xs, H, lane, v, pre);
+        else
+            gpu_warp_dot<2, false>(w + (size_t)j * H, (size_t)I * H, xs, H, lane, v);
         if (lane != 0) continue;
         /* the unfused path stores g and u as bf16 (the gate/up GEMM's output), then k_swiglu */
         float g = __bfloat162float(__float2bfloat16(v[0]));
@@ -170,6 +194,7 @@ int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer
     p.q = q;
     p.d = *d;
     p.layer = layer;
+    p.pdl = pdl;
     const size_t smem = (size_t)d->H * sizeof(bf16);
     const int items = (d->n_heads + d->n_kv) * (d->hd / 2) + d->kvd;
     int blocks;
@@ -186,6 +211,6 @@ int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const bf16
     int blocks;
     GPU_TRY(fused_grid(k_gu_fused, smem, sms, d->I, &blocks));
     GPU_CHECK(gpu_launch(k_gu_fused, blocks, FUSED_THREADS, smem, s, pdl, w, x, norm, d->H, d->I,
-                         d->eps, h));
+                         d->eps, h, pdl));
     return ACCEL_OK;
 }

@@ -160,20 +160,22 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     GPU_CHECK(cudaGetDeviceProperties(&prop, e->index));
     e->sms = prop.multiProcessorCount;
     /* comparisons: TANDEM_GPU_GEMV=off (cuBLAS for decode projections too), TANDEM_GPU_GRAPHS=off,
-     * TANDEM_GPU_FUSED=off, TANDEM_GPU_PDL=on, TANDEM_GPU_DECODE_ATTN=two (below) */
+     * TANDEM_GPU_FUSED=off, TANDEM_GPU_PDL=off, TANDEM_GPU_DECODE_ATTN=two (below) */
     const char *gv = getenv("TANDEM_GPU_GEMV"), *gr = getenv("TANDEM_GPU_GRAPHS");
     e->gemv_off = gv && !strcmp(gv, "off");
     /* the fused decode kernels (decode_fused.cu) stream with the GEMV's loop: off with it;
      * TANDEM_GPU_FUSED=off for comparisons */
     const char *fu = getenv("TANDEM_GPU_FUSED");
     e->fused = !e->gemv_off && !(fu && !strcmp(fu, "off")) && gpu_fused_ok(&d);
-    /* programmatic dependent launch in the decode chain (engine.cuh): off unless TANDEM_GPU_PDL=on.
-     * Measured on the H200 (Llama-3-8B, 1K context): 4.75 ms per token with it, 4.55 without
-     * (and 4.98 / 4.64 with L2 prefetches of the weights before the wait): the blocks launched
-     * early and waiting cost more than the launch gaps they hide; kept as a switch for the next
-     * attempt (trigger placement, fewer kernels) */
+    /* programmatic dependent launch in the decode chain (engine.cuh), on Hopper unless
+     * TANDEM_GPU_PDL=off: each kernel's blocks issue their first weight loads (and the attention
+     * its first tile of older keys) before waiting for the kernel before, so HBM keeps streaming
+     * across kernel boundaries. Measured on the H200 (Llama-3-8B, BENCHMARKS.md): 4.51 -> 4.36 ms
+     * per token at 1K. The first attempt (wait first, no early loads) was slower (4.75 vs 4.55);
+     * so was halving the grids so that two kernels' blocks share every SM (5.4 ms: too few loads
+     * in flight). */
     const char *pd = getenv("TANDEM_GPU_PDL");
-    e->pdl = pd && !strcmp(pd, "on") && prop.major >= 9;
+    e->pdl = prop.major >= 9 && !(pd && !strcmp(pd, "off"));
     e->graphs_off = gr && !strcmp(gr, "off");
     e->dec_graph = (cudaGraphExec_t *)calloc(GPU_MAX_BATCH + 1, sizeof(cudaGraphExec_t));
     if (!e->dec_graph) return ACCEL_ERR_NOMEM;

@@ -154,7 +154,7 @@ struct gpu_engine {
     int prof_cat[GPU_PROF_EVENTS], prof_n;
     double prof_ms[2][GPU_PROF_CATS]; /* [prefill, decode][op] */
     long prof_passes[2];
-    int pdl;       /* the decode chain's kernels with PDL (TANDEM_GPU_PDL=on; off by default) */
+    int pdl;       /* the decode chain's kernels with PDL (on Hopper unless TANDEM_GPU_PDL=off) */
     int fused;     /* single-token decode through decode_fused.cu (TANDEM_GPU_FUSED=off: unfused) */
     int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for single-token projections too (comparisons) */
     int graphs_off; /* TANDEM_GPU_GRAPHS=off, or a capture failed: decode without CUDA graphs */
@@ -300,8 +300,10 @@ int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, c
 /* attn_decode.cu: one query row per token t (position pos[t] of sequence seqs[seq_idx[t]]),
  * split-K over its keys 0..pos[t]; part_* hold at least gpu_attn_decode_slots() entries. The
  * launch depends on T only (each token splits its own keys in the kernel), so a captured CUDA
- * graph stays valid as the sequences grow. */
-int gpu_attn_decode(cudaStream_t s, int pdl, const gpu_dims *d, int sms, int layer, int T,
+ * graph stays valid as the sequences grow. one_row: every token is the only new row of its
+ * sequence in this pass (decode, not a prefill chunk), so with PDL the keys below it may be read
+ * before the kernel before has finished. */
+int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int sms, int layer, int T,
                     const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
                     float *part_o, float2 *part_ml, int *part_cnt, bf16 *out);
 size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens);

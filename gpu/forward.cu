@@ -292,7 +292,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
                 GPU_TRY(gpu_attn_prefill(s, &d, T, p.pos0, e->q, sq.k + off, sq.v + off, sq.cap,
                                          e->att, e->fa_warps));
         } else {
-            GPU_TRY(gpu_attn_decode(s, e->pdl, &d, e->sms, l, T, e->q, md.seq, md.pos, md.seqs,
+            GPU_TRY(gpu_attn_decode(s, e->pdl, !p.kv, &d, e->sms, l, T, e->q, md.seq, md.pos, md.seqs,
                                     e->part_o, e->part_ml, e->part_cnt, e->att));
         }
         prof_mark(e, P_ATTN);

@@ -13,12 +13,30 @@
 #define TANDEM_GPU_GEMV_CUH
 #include "gpu/engine.cuh"
 
+/* The weight chunks gpu_warp_dot loads first (its first round of four per row and lane), issued
+ * ahead: a kernel launched with programmatic dependent launch calls this before gpu_pdl_wait
+ * (weights never depend on the kernel before) and hands the registers to gpu_warp_dot<.., true>.
+ * Returns 0 when K is too short for a full round (then nothing is loaded). */
+template <int R>
+__device__ __forceinline__ int gpu_warp_prefetch(const bf16 *__restrict__ W, size_t rstride, int K,
+                                                 int lane, uint4 pre[R][4])
+{
+    if (lane + 96 >= K / 8) return 0;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int u = 0; u < 4; u++) pre[r][u] = __ldcs((const uint4 *)(W + r * rstride) + lane + 32 * u);
+    return 1;
+}
+
 /* acc[r] = sum_k W[r * rstride + k] * x[k] for r < R (K % 8 == 0, rows 16-byte aligned).
- * LDG: x is global memory read through the read-only path (else shared or generic). */
-template <int R, bool LDG>
+ * LDG: x is global memory read through the read-only path (else shared or generic).
+ * PRE: the first round of weight chunks is in pre (gpu_warp_prefetch returned 1). The same
+ * arithmetic in the same order either way. */
+template <int R, bool LDG, bool PRE = false>
 __device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t rstride,
                                              const bf16 *__restrict__ x, int K, int lane,
-                                             float acc[R])
+                                             float acc[R], const uint4 (*pre)[4] = nullptr)
 {
     const uint4 *xp = (const uint4 *)x;
     const int chunks = K / 8;
@@ -27,11 +45,18 @@ __device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t 
     int c = lane;
     for (; c + 96 < chunks; c += 128) {
         uint4 wv[R][4];
+        if (PRE && c == lane) {
 #pragma unroll
-        for (int r = 0; r < R; r++)
+            for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int u = 0; u < 4; u++)
-                wv[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
+                for (int u = 0; u < 4; u++) wv[r][u] = pre[r][u];
+        } else {
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    wv[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
+        }
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             uint4 xv = LDG ? __ldg(xp + c + 32 * u) : xp[c + 32 * u];

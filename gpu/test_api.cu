@@ -344,7 +344,7 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
             GPU_TRY(s.alloc(&cnt, (size_t)GPU_MAX_BATCH * n_heads));
             GPU_CHECK(cudaMemset(cnt, 0, (size_t)GPU_MAX_BATCH * n_heads * sizeof(int)));
         }
-        GPU_TRY(gpu_attn_decode(0, 1, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml, cnt, dout));
+        GPU_TRY(gpu_attn_decode(0, 1, 0, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml, cnt, dout));
         if (kernel == 7) {
             /* again, with the partials and the output poisoned (NaN): the second call must find
              * the counters reset and merge only what it wrote; both outputs must agree bit for
@@ -354,7 +354,7 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
             GPU_CHECK(cudaMemset(dout, 0xff, (size_t)T * d.qd * 2));
             GPU_CHECK(cudaMemset(po, 0xff, slots * d.hdp * sizeof(float)));
             GPU_CHECK(cudaMemset(pml, 0xff, slots * sizeof(float2)));
-            GPU_TRY(gpu_attn_decode(0, 1, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml, cnt, dout));
+            GPU_TRY(gpu_attn_decode(0, 1, 0, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml, cnt, dout));
             GPU_CHECK(cudaDeviceSynchronize());
             GPU_CHECK(cudaMemcpy(second.data(), dout, second.size() * 2, cudaMemcpyDeviceToHost));
             if (first != second) {

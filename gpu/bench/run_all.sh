@@ -4,16 +4,18 @@
 # benchmarks, torch SDPA's attention rate and the Hugging Face transformers peer; a table last.
 #
 # Run from the repository root on the GPU machine:  OUT=dir gpu/bench/run_all.sh
-#   PHASES   subset of "tests eval limits bench ablation profile sdpa peer" (default: all, in order)
+#   PHASES   subset of "tests eval limits gemm bench ablation profile sparse sdpa peer" (default:
+#            all, in order)
 #   MODEL8B  where the random Llama-3-8B checkpoint goes (default /tmp/llama3-8b; ~16 GB)
 # Binaries: build/ as carried (built on the development machine with PORTABLE=1) when they load
 # here, else built here with make. peer/ holds limits.cu and hf_peer.py (not part of the repo).
-# Logs: $OUT/run.log (everything, the profile too), tests.log, eval.jsonl, limits.txt,
+# Logs (8 files, the most a device call returns): $OUT/run.log (everything: the profile and the
+# sparse prefill too), tests.log, eval.jsonl, limits.txt (with the sustained GEMM shapes),
 # bench.jsonl, sdpa.txt, hf_peer.txt, summary.md.
 set -u
 OUT=${OUT:-/tmp/tandem-out}
 MODEL8B=${MODEL8B:-/tmp/llama3-8b}
-PHASES=${PHASES:-tests eval limits bench ablation profile sdpa peer}
+PHASES=${PHASES:-tests eval limits gemm bench ablation profile sparse sdpa peer}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 t0=$(date +%s)
@@ -61,6 +63,18 @@ if has limits; then
     timeout 120 $L | tee "$OUT/limits.txt"
 fi
 
+if has gemm && [ -x build/gemm_shapes ]; then
+    # the prefill projections' shapes, sustained (~1 s each), with the SM clock and power sampled:
+    # under a long GEMM the GPU holds its power cap by lowering the clock
+    stamp "gemm shapes (sustained) + clocks"
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active \
+        --format=csv,noheader -lms 250 > /tmp/tandem-clocks.csv & SMI=$!
+    timeout 120 build/gemm_shapes 8192 | tee -a "$OUT/limits.txt"
+    kill $SMI 2>/dev/null
+    awk -F', ' '$3+0 > 300 {n++; c+=$2; p+=$3} END {if (n) printf "under load: %d samples, mean SM clock %.0f MHz, mean power %.0f W\n", n, c/n, p/n}' \
+        /tmp/tandem-clocks.csv | tee -a "$OUT/limits.txt"
+fi
+
 # ---- benchmarks (Llama-3-8B shape, random bf16 weights)
 if has bench; then
     if [ ! -f "$MODEL8B/config.json" ]; then
@@ -75,7 +89,7 @@ if has bench; then
 fi
 if has ablation && [ -f "$MODEL8B/config.json" ]; then
     # the engine's switches (gpu/engine.cu), one at a time: what each piece buys
-    for sw in ${SWITCHES:-TANDEM_GPU_ATTN=mma4 TANDEM_GPU_DECODE_ATTN=two TANDEM_GPU_FUSED=off TANDEM_GPU_PDL=on TANDEM_GPU_GRAPHS=off TANDEM_GPU_GEMV=off}; do
+    for sw in ${SWITCHES:-TANDEM_GPU_ATTN=mma4 TANDEM_GPU_DECODE_ATTN=two TANDEM_GPU_FUSED=off TANDEM_GPU_PDL=off TANDEM_GPU_GRAPHS=off TANDEM_GPU_GEMV=off}; do
         stamp "ablation $sw"
         env $sw timeout 200 build/bench_gpu --model "$MODEL8B" --prefill 4096,32768 \
             --decode-ctx 1024 --batch 8 --reps 3 --steps 32 | sed "s/^{/{\"switch\":\"$sw\",/" \
@@ -88,6 +102,13 @@ if has profile && [ -f "$MODEL8B/config.json" ]; then
     TANDEM_GPU_PROFILE=1 timeout 200 build/bench_gpu --model "$MODEL8B" --prefill 4096,32768 \
         --decode-ctx 1024 --reps 2 --steps 16 2>&1 | grep -E "profile|prefill|decode" \
         | sed "s/^{/{\"switch\":\"TANDEM_GPU_PROFILE=1\",/" | tee -a "$OUT/bench.jsonl"
+fi
+if has sparse && [ -f "$MODEL8B/config.json" ]; then
+    # FlexPrefill end to end (issue 8): tau 0 and budgets capped at 3 % force structured-like
+    # density on the random-weight model (BENCHMARKS.md says why)
+    stamp "sparse prefill end to end"
+    timeout 300 build/bench_gpu --model "$MODEL8B" --prefill 32768,65536,131072 --sparse 0.9 \
+        --tau 0 --sparse-max 0.03 --warm once --reps 1 # (in run.log: $OUT holds at most 8 files)
 fi
 if has sdpa; then
     stamp "torch SDPA attention rate"

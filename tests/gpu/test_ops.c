@@ -131,14 +131,18 @@ TEST(gpu_op_swiglu)
 
 /* The fused decode kernels (gpu/decode_fused.cu) against the unfused chain the engine runs
  * otherwise (RMSNorm, GEMV, rope + cache write, SwiGLU — each checked against cpu/ above): the
- * same bits, on a Llama-3-8B-like head layout and on an odd one (bias, head_dim 64, H not a
- * multiple of the block, items not a multiple of the grid). */
+ * same bits, on a Llama-3-8B-like head layout, on an odd one (bias, head_dim 64, H not a
+ * multiple of the block, items not a multiple of the grid) and on one with more work items than
+ * the grid has warps. */
 TEST(gpu_op_decode_fused)
 {
     OPS_OR_SKIP(ops);
     const struct { int H, nh, nkv, hd, I, pos, bias; } sh[] = {
-        {2048, 16, 4, 128, 5632, 1000, 0}, {776, 6, 2, 64, 1000, 0, 1}, {4096, 32, 8, 128, 1024, 70000, 0}};
-    for (int c = 0; c < 3; c++) {
+        {2048, 16, 4, 128, 5632, 1000, 0}, {776, 6, 2, 64, 1000, 0, 1}, {4096, 32, 8, 128, 1024, 70000, 0},
+        /* more items than one resident wave has warps (128 heads: 10752 QKV items; I 9000):
+         * warps loop over several items each */
+        {1024, 128, 8, 128, 9000, 17, 0}};
+    for (int c = 0; c < (int)(sizeof sh / sizeof sh[0]); c++) {
         const int H = sh[c].H, hd = sh[c].hd, I = sh[c].I, qd = sh[c].nh * hd, kvd = sh[c].nkv * hd;
         const int qkv = qd + 2 * kvd;
         float *x = malloc(sizeof(float) * H), *an = malloc(sizeof(float) * H),
