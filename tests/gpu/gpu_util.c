@@ -103,3 +103,55 @@ void tg_compare(const float *a, const float *b, int rows, int vocab, double *mea
     *top1 = agree / rows;
     *max_abs = mx;
 }
+
+int tg_batched_vs_single(accel_dev *d, int vocab, int n, const int *lens, int steps, uint32_t seed,
+                         float *batched, float *single)
+{
+    enum { MAXN = 16 };
+    if (n < 1 || n > MAXN) return -1;
+    accel_seq *bs[MAXN] = {0}, *ss[MAXN] = {0};
+    int32_t *ids[MAXN] = {0};
+    float *lg = malloc(sizeof(float) * n * vocab);
+    int rc = lg ? 0 : -1;
+    for (int i = 0; !rc && i < n; i++) {
+        ids[i] = tg_ids(lens[i] + steps, vocab, seed + i);
+        accel_prefill_req q = {.ids = ids[i], .n = lens[i]};
+        if (accel_seq_new(d, lens[i] + steps, &bs[i]) || accel_seq_new(d, lens[i] + steps, &ss[i]))
+            rc = -1;
+        q.seq = bs[i];
+        if (!rc && accel_prefill(d, &q)) rc = -1;
+        q.seq = ss[i];
+        if (!rc && accel_prefill(d, &q)) rc = -1;
+    }
+    for (int step = 0, rows = 0; !rc && step < steps; step++) {
+        int32_t tok[MAXN];
+        for (int i = 0; i < n; i++) tok[i] = ids[i][lens[i] + step];
+        if (accel_decode(d, n, bs, tok, lg)) rc = -1;
+        for (int i = 0; !rc && i < n; i++, rows++) {
+            memcpy(batched + (size_t)rows * vocab, lg + (size_t)i * vocab, sizeof(float) * vocab);
+            if (accel_decode(d, 1, &ss[i], &tok[i], single + (size_t)rows * vocab)) rc = -1;
+        }
+    }
+    if (rc) fprintf(stderr, "  tg_batched_vs_single: a prefill or decode call failed\n");
+    for (int i = 0; i < n; i++) {
+        if (bs[i]) accel_seq_free(d, bs[i]);
+        if (ss[i]) accel_seq_free(d, ss[i]);
+        free(ids[i]);
+    }
+    free(lg);
+    return rc;
+}
+
+int tg_open_mkmodel(const char *args, const char *name, const char *env, const char *val,
+                    model **m, accel_dev **d, char *why, size_t n)
+{
+    char dir[512], cmd[1024];
+    snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
+    snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s %s", t_build_dir(), dir, args);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "  %s failed\n", cmd);
+        return -1;
+    }
+    if (env) setenv(env, val, 1);
+    return tg_open(dir, NULL, m, d, why, n);
+}

@@ -40,6 +40,16 @@ void tg_fill(float *x, size_t n, float a, uint32_t seed);
 void tg_round_bf16(float *x, size_t n);
 /* Token ids: BOS then pseudo-random ids < vocab. */
 int32_t *tg_ids(int n, int vocab, uint32_t seed);
+/* n sequences of lens[i] pseudo-random tokens (seeds seed + i) prefilled twice on d, then
+ * `steps` tokens decoded: one copy in batches of n, the other one sequence at a time. Logits of
+ * every (step, sequence) go to batched and single (n * steps rows of vocab each). Returns 0, or -1
+ * after reporting a failed call. */
+int tg_batched_vs_single(accel_dev *d, int vocab, int n, const int *lens, int steps, uint32_t seed,
+                         float *batched, float *single);
+/* tools/mkmodel --out $TMP/name args, then tg_open (env=val set first when env). Returns as
+ * tg_open; -1 also when mkmodel fails. */
+int tg_open_mkmodel(const char *args, const char *name, const char *env, const char *val,
+                    model **m, accel_dev **d, char *why, size_t n);
 /* Mean KL(p || q) in nats and top-1 agreement between rows of logits a (reference) and b. */
 void tg_compare(const float *a, const float *b, int rows, int vocab, double *mean_kl,
                 double *top1, double *max_abs);

@@ -219,39 +219,11 @@ TEST(gpu_batched_decode_matches_single)
 {
     OPEN_OR_SKIP(TINY, NULL, m, d);
     int V = m->cfg.vocab;
-    const int lens[3] = {5, 333, 17}, steps = 4;
-    accel_seq *bs[3], *ss[3];
-    int32_t *ids[3];
-    float *lg = malloc(3 * sizeof(float) * V), *one = malloc(sizeof(float) * V);
-    float *all_b = malloc(sizeof(float) * 3 * steps * V), *all_s = malloc(sizeof(float) * 3 * steps * V);
-    for (int i = 0; i < 3; i++) {
-        ids[i] = tg_ids(lens[i] + steps, V, 10 + i);
-        REQUIRE(accel_seq_new(d, lens[i] + steps, &bs[i]) == 0);
-        REQUIRE(accel_seq_new(d, lens[i] + steps, &ss[i]) == 0);
-        accel_prefill_req r = {.seq = bs[i], .ids = ids[i], .n = lens[i]};
-        REQUIRE(accel_prefill(d, &r) == 0);
-        r.seq = ss[i];
-        REQUIRE(accel_prefill(d, &r) == 0);
-    }
-    int rows = 0;
-    for (int step = 0; step < steps; step++) {
-        int32_t tok[3];
-        for (int i = 0; i < 3; i++) tok[i] = ids[i][lens[i] + step];
-        REQUIRE(accel_decode(d, 3, bs, tok, lg) == 0);
-        for (int i = 0; i < 3; i++) {
-            REQUIRE(accel_decode(d, 1, &ss[i], &tok[i], one) == 0);
-            memcpy(all_b + (size_t)rows * V, lg + (size_t)i * V, sizeof(float) * V);
-            memcpy(all_s + (size_t)rows * V, one, sizeof(float) * V);
-            rows++;
-        }
-    }
+    const int lens[3] = {5, 333, 17}, steps = 4, rows = 3 * steps;
+    float *all_b = malloc(sizeof(float) * rows * V), *all_s = malloc(sizeof(float) * rows * V);
+    REQUIRE(tg_batched_vs_single(d, V, 3, lens, steps, 10, all_b, all_s) == 0);
     check_close("batched decode", TINY, all_s, all_b, rows, V);
-    for (int i = 0; i < 3; i++) {
-        accel_seq_free(d, bs[i]);
-        accel_seq_free(d, ss[i]);
-        free(ids[i]);
-    }
-    free(lg), free(one), free(all_b), free(all_s);
+    free(all_b), free(all_s);
     accel_free(d);
     model_free(m);
 }

@@ -15,15 +15,10 @@
 static void shape_case(const char *args, const char *name, const char *env, const char *val,
                        int decode_check)
 {
-    char dir[512], cmd[1024];
-    snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
-    snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s %s", t_build_dir(), dir, args);
-    REQUIRE(system(cmd) == 0);
-    if (env) setenv(env, val, 1);
     model *m;
     accel_dev *d;
     char why[600];
-    int r = tg_open(dir, NULL, &m, &d, why, sizeof why);
+    int r = tg_open_mkmodel(args, name, env, val, &m, &d, why, sizeof why);
     if (r > 0) SKIP("%s", why);
     REQUIRE(r == 0);
     accel_opts co = {.threads = 2};
@@ -123,53 +118,21 @@ TEST(gpu_shape_tiny_gqa_sharded)
  * shape bounds above. */
 static void batched_case(const char *env, const char *val)
 {
-    char dir[512], cmd[1024];
-    snprintf(dir, sizeof dir, "%s/hd128b", t_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s %s", t_build_dir(), dir, HD128);
-    REQUIRE(system(cmd) == 0);
-    if (env) setenv(env, val, 1);
     model *m;
     accel_dev *d;
     char why[600];
-    int r = tg_open(dir, NULL, &m, &d, why, sizeof why);
+    int r = tg_open_mkmodel(HD128, "hd128b", env, val, &m, &d, why, sizeof why);
     if (r > 0) SKIP("%s", why);
     REQUIRE(r == 0);
-    const int V = m->cfg.vocab, lens[3] = {7, 2100, 300}, steps = 3;
-    accel_seq *bs[3], *ss[3];
-    int32_t *ids[3];
-    float *lg = malloc(3 * sizeof(float) * V);
-    float *all_b = malloc(sizeof(float) * 3 * steps * V), *all_s = malloc(sizeof(float) * 3 * steps * V);
-    for (int i = 0; i < 3; i++) {
-        ids[i] = tg_ids(lens[i] + steps, V, 40 + i);
-        REQUIRE(accel_seq_new(d, lens[i] + steps, &bs[i]) == 0);
-        REQUIRE(accel_seq_new(d, lens[i] + steps, &ss[i]) == 0);
-        accel_prefill_req q = {.seq = bs[i], .ids = ids[i], .n = lens[i]};
-        REQUIRE(accel_prefill(d, &q) == 0);
-        q.seq = ss[i];
-        REQUIRE(accel_prefill(d, &q) == 0);
-    }
-    int rows = 0;
-    for (int step = 0; step < steps; step++) {
-        int32_t tok[3];
-        for (int i = 0; i < 3; i++) tok[i] = ids[i][lens[i] + step];
-        REQUIRE(accel_decode(d, 3, bs, tok, lg) == 0);
-        for (int i = 0; i < 3; i++) {
-            memcpy(all_b + (size_t)rows * V, lg + (size_t)i * V, sizeof(float) * V);
-            REQUIRE(accel_decode(d, 1, &ss[i], &tok[i], all_s + (size_t)rows * V) == 0);
-            rows++;
-        }
-    }
+    const int V = m->cfg.vocab, lens[3] = {7, 2100, 300}, steps = 3, rows = 3 * steps;
+    float *all_b = malloc(sizeof(float) * rows * V), *all_s = malloc(sizeof(float) * rows * V);
+    REQUIRE(tg_batched_vs_single(d, V, 3, lens, steps, 40, all_b, all_s) == 0);
     double kl, top1, mx;
     tg_compare(all_s, all_b, rows, V, &kl, &top1, &mx);
     fprintf(stderr, "  batched vs single decode%s%s: max |diff| %.4g, mean KL %.3g\n",
             env ? " " : "", env ? env : "", mx, kl);
     CHECK_MSG(mx <= 0.05 && kl <= 1e-4, "batched vs single decode: max |diff| %.4g, KL %.3g", mx, kl);
-    for (int i = 0; i < 3; i++) {
-        accel_seq_free(d, bs[i]);
-        accel_seq_free(d, ss[i]);
-        free(ids[i]);
-    }
-    free(lg), free(all_b), free(all_s);
+    free(all_b), free(all_s);
     accel_free(d);
     model_free(m);
 }
