@@ -232,7 +232,9 @@ __global__ void k_decode_merge(const float *part_o, const float2 *part_ml, const
 
 __device__ __forceinline__ void d2_load(const bf16 *base, int key, int ke, int c, uint4 *k)
 {
-    if (key < ke) *k = __ldg((const uint4 *)(base + (size_t)key * D2_HD) + c);
+    /* coherent loads (not __ldg): under PDL the QKV kernel may still be writing this token's row
+     * when the block starts; it is read only after gpu_pdl_wait */
+    if (key < ke) *k = __ldca((const uint4 *)(base + (size_t)key * D2_HD) + c);
     else *k = make_uint4(0, 0, 0, 0);
 }
 
@@ -293,7 +295,7 @@ __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_fast(dec_
 #pragma unroll
     for (int gh = 0; gh < G; gh++) {
         const bf16 *qh = p.q + (size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD;
-        qv[gh] = gh < nh ? __ldg((const uint4 *)qh + c) : make_uint4(0, 0, 0, 0);
+        qv[gh] = gh < nh ? __ldca((const uint4 *)qh + c) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int e = 0; e < 8; e++) acc[gh][e] = 0.f;
         m[gh] = -INFINITY;

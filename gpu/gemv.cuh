@@ -30,10 +30,13 @@ __device__ __forceinline__ int gpu_warp_prefetch(const bf16 *__restrict__ W, siz
 }
 
 /* acc[r] = sum_k W[r * rstride + k] * x[k] for r < R (K % 8 == 0, rows 16-byte aligned).
- * LDG: x is global memory read through the read-only path (else shared or generic).
+ * GLOBAL: x is global memory (an earlier kernel's output, which under PDL is still being written
+ * while this kernel starts), read with coherent L1-cached loads (ld.global.ca, not the
+ * non-coherent ld.global.nc, whose data must stay unwritten for the kernel's whole life); else
+ * x is shared memory.
  * PRE: the first round of weight chunks is in pre (gpu_warp_prefetch returned 1). The same
  * arithmetic in the same order either way. */
-template <int R, bool LDG, bool PRE = false>
+template <int R, bool GLOBAL, bool PRE = false>
 __device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t rstride,
                                              const bf16 *__restrict__ x, int K, int lane,
                                              float acc[R], const uint4 (*pre)[4] = nullptr)
@@ -59,7 +62,7 @@ __device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t 
         }
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            uint4 xv = LDG ? __ldg(xp + c + 32 * u) : xp[c + 32 * u];
+            uint4 xv = GLOBAL ? __ldca(xp + c + 32 * u) : xp[c + 32 * u];
             const bf16 *xb = (const bf16 *)&xv;
 #pragma unroll
             for (int r = 0; r < R; r++) {
@@ -71,7 +74,7 @@ __device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t 
         }
     }
     for (; c < chunks; c += 32) {
-        uint4 xv = LDG ? __ldg(xp + c) : xp[c];
+        uint4 xv = GLOBAL ? __ldca(xp + c) : xp[c];
         const bf16 *xb = (const bf16 *)&xv;
 #pragma unroll
         for (int r = 0; r < R; r++) {
