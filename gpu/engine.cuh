@@ -67,8 +67,10 @@ int gpu_cublas_status(cublasStatus_t st, const char *what, const char *file, int
  * work on immutable data before gpu_pdl_wait, which returns
  * when the predecessor has completed and its writes are visible. A kernel launched without it,
  * or one whose predecessor is not a kernel, waits as usual and gpu_pdl_wait returns at once.
- * Rule for every kernel that calls these: no global write and no read of a predecessor's output
- * before gpu_pdl_wait. Hopper's griddepcontrol (PTX 7.8, sm_90). */
+ * Rules for every kernel that calls these: no global write and no read of a predecessor's output
+ * before gpu_pdl_wait, and those outputs are read with coherent loads (__ldca or plain), never
+ * __ldg (ld.global.nc wants its data unwritten for the whole life of the kernel, and this one
+ * started before the predecessor finished). Hopper's griddepcontrol (PTX 7.8, sm_90). */
 __device__ __forceinline__ void gpu_pdl_wait()
 {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
