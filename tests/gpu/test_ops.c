@@ -292,17 +292,20 @@ TEST(gpu_op_attention_prefill)
 
 /* Block lists for the sparse form: per (head, query block r), block 0 and r always (FlexPrefill
  * keeps the sink and the diagonal), each other block with probability keep_pct / 100 (all when
- * keep_pct is 100). row_ptr (nh, nb + 1), col (nh * nb * (nb + 1) / 2 at most). */
+ * keep_pct is 100). A negative keep_pct forces nothing: each block with probability -keep_pct /
+ * 100, so some rows list no block at all (their output must be zeros, as cpu_attend over no keys
+ * gives). row_ptr (nh, nb + 1), col (nh * nb * (nb + 1) / 2 at most). */
 static void random_lists(int nh, int nb, int keep_pct, uint32_t seed, int32_t *row_ptr, int32_t *col)
 {
     uint32_t x = seed * 2654435761u + 1;
     int32_t nnz = 0;
+    const int forced = keep_pct >= 0, pct = forced ? keep_pct : -keep_pct;
     for (int h = 0; h < nh; h++) {
         for (int r = 0; r < nb; r++) {
             row_ptr[h * (nb + 1) + r] = nnz;
             for (int c = 0; c <= r; c++) {
                 x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-                if (c == 0 || c == r || (int)(x % 100) < keep_pct) col[nnz++] = c;
+                if ((forced && (c == 0 || c == r)) || (int)(x % 100) < pct) col[nnz++] = c;
             }
         }
         row_ptr[h * (nb + 1) + nb] = nnz;
@@ -398,6 +401,7 @@ TEST(gpu_op_attention_block_sparse)
         {8, 700, 0, 4, 1, 128, 50},   /* 8 warps (128 rows: one whole query block), MQA */
         {4, 384, 256, 4, 4, 64, 40},  /* a chunk after two cached blocks */
         {4, 300, 0, 2, 2, 64, 0},     /* sink and diagonal only */
+        {4, 900, 0, 4, 2, 128, -30},  /* nothing forced: some rows list no block */
         {4, 1000, 0, 8, 2, 128, 100}, /* every block: the dense kernel's bits */
         {8, 520, 128, 4, 2, 128, 100},
     };
@@ -405,8 +409,8 @@ TEST(gpu_op_attention_block_sparse)
 }
 
 /* The warp-specialized kernel's block-sparse form (Hopper builds; skipped elsewhere), each case on
- * its three variants: random lists, sink and diagonal only, chunks after cached blocks, GQA and
- * MQA, T not a multiple of 128 (a 1-row and a 104-row last block), and every block listed (the
+ * its three variants: random lists, sink and diagonal only, rows with no block, chunks after
+ * cached blocks, GQA and MQA, T not a multiple of 128 (a 1-row and a 104-row last block), and every block listed (the
  * dense ws kernel's bits). */
 TEST(gpu_op_attention_block_sparse_ws)
 {
@@ -416,6 +420,7 @@ TEST(gpu_op_attention_block_sparse_ws)
         {1, 700, 0, 4, 1, 128, 50},    /* MQA */
         {1, 384, 256, 4, 4, 128, 40},  /* a chunk after two cached blocks */
         {1, 300, 0, 2, 2, 128, 0},     /* sink and diagonal only */
+        {1, 900, 0, 4, 2, 128, -30},   /* nothing forced: some rows list no block */
         {1, 1025, 640, 4, 2, 128, 20}, /* a long chunk after 5 cached blocks, 1-row last block */
         {1, 1000, 0, 8, 2, 128, 100},  /* every block: the dense kernel's bits */
         {1, 520, 128, 4, 2, 128, 100},
