@@ -20,32 +20,30 @@
 #define GEMV_WARPS 8
 
 /* One warp per row of W (gpu_warp_dot), the activation row through L1. With PDL (pdl = 1) the
- * warp issues its row's first weight loads before waiting for the kernel before. The grid-stride
- * loop is for grids smaller than N / 8 (none today). */
+ * warp issues its row's first weight loads before waiting for the kernel before. */
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const bf16 *__restrict__ W,
                                                            const bf16 *__restrict__ x, int N,
                                                            int K, void *out, int out_f32,
                                                            float beta, int pdl)
 {
     const int lane = threadIdx.x % 32;
-    const int n0 = blockIdx.x * GEMV_WARPS + threadIdx.x / 32, stride = gridDim.x * GEMV_WARPS;
+    const int n = blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
     uint4 pre[1][4];
-    const int have = pdl && n0 < N && gpu_warp_prefetch<1>(W + (size_t)n0 * K, 0, K, lane, pre);
+    const int have = pdl && n < N && gpu_warp_prefetch<1>(W + (size_t)n * K, 0, K, lane, pre);
     gpu_pdl_wait(); /* x, and out (the residual) */
     gpu_pdl_trigger();
-    for (int n = n0; n < N; n += stride) {
-        float v[1];
-        if (have && n == n0)
-            gpu_warp_dot<1, true, true>(W + (size_t)n * K, 0, x, K, lane, v, pre);
-        else
-            gpu_warp_dot<1, true>(W + (size_t)n * K, 0, x, K, lane, v);
-        if (lane == 0) {
-            if (out_f32) {
-                float *o = (float *)out;
-                o[n] = beta != 0.f ? o[n] + v[0] : v[0];
-            } else {
-                ((bf16 *)out)[n] = __float2bfloat16(v[0]);
-            }
+    if (n >= N) return;
+    float v[1];
+    if (have)
+        gpu_warp_dot<1, true, true>(W + (size_t)n * K, 0, x, K, lane, v, pre);
+    else
+        gpu_warp_dot<1, true>(W + (size_t)n * K, 0, x, K, lane, v);
+    if (lane == 0) {
+        if (out_f32) {
+            float *o = (float *)out;
+            o[n] = beta != 0.f ? o[n] + v[0] : v[0];
+        } else {
+            ((bf16 *)out)[n] = __float2bfloat16(v[0]);
         }
     }
 }
