@@ -440,17 +440,14 @@ static int heads_per_block(int group)
 }
 
 /* Ranges per row at most: enough blocks to fill the GPU `fill` times over when the rows are long
- * (two blocks of k_decode_fast fit on an SM: fill 2 is one resident wave). TANDEM_GPU_DECODE_FILL
- * (1-8) for measurements; on the H200 (Llama-3-8B, batch 1, BENCHMARKS.md) fill 2 decoded 8K of
- * context in 4.61 ms per token against 4.87 with 4 and 4.82 with 1, the same at 1K. */
+ * (two blocks of k_decode_fast fit on an SM for groups of up to 4 heads: fill 2 is then one
+ * resident wave). TANDEM_GPU_DECODE_FILL (1-8) for measurements; on the H200 (Llama-3-8B, batch
+ * 1, BENCHMARKS.md) fill 2 decoded 8K of context in 4.61 ms per token against 4.87 with 4 and 4.82
+ * with 1, the same at 1K. (Read at each call: with CUDA graphs that is once per captured batch.) */
 static int n_splits(const gpu_dims *d, int sms, int T)
 {
-    static int fill = 0;
-    if (!fill) {
-        const char *f = getenv("TANDEM_GPU_DECODE_FILL");
-        const int v = f ? atoi(f) : 0;
-        fill = v >= 1 && v <= 8 ? v : 2;
-    }
+    const char *f = getenv("TANDEM_GPU_DECODE_FILL");
+    const int v = f ? atoi(f) : 0, fill = v >= 1 && v <= 8 ? v : 2;
     int G = heads_per_block(d->n_heads / d->n_kv);
     int gslices = (d->n_heads / d->n_kv + G - 1) / G;
     long units = (long)T * d->n_kv * gslices;

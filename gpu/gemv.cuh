@@ -16,12 +16,14 @@
 /* The weight chunks gpu_warp_dot loads first (its first round of four per row and lane), issued
  * ahead: a kernel launched with programmatic dependent launch calls this before gpu_pdl_wait
  * (weights never depend on the kernel before) and hands the registers to gpu_warp_dot<.., true>.
- * Returns 0 when K is too short for a full round (then nothing is loaded). */
+ * Returns 0, the same in every lane, when K is too short for a full round of the whole warp
+ * (K < 1024; then nothing is loaded and every lane takes the plain gpu_warp_dot, whose shuffles
+ * must be reached by the whole warp at one call site). */
 template <int R>
 __device__ __forceinline__ int gpu_warp_prefetch(const bf16 *__restrict__ W, size_t rstride, int K,
                                                  int lane, uint4 pre[R][4])
 {
-    if (lane + 96 >= K / 8) return 0;
+    if (K / 8 < 128) return 0;
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll

@@ -167,6 +167,11 @@ int accel_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids
     if (!valid_ids(d->m, ids, n)) return ACCEL_ERR_INVALID;
     for (int i = 0; i < n; i++)
         if (!seqs[i] || seqs[i]->len >= seqs[i]->capacity) return ACCEL_ERR_INVALID;
+    /* a sequence twice in one step would have two tokens written at one position (and, on the
+     * GPU with PDL, one token's attention could read the other's row while it is written) */
+    for (int i = 1; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (seqs[i] == seqs[j]) return ACCEL_ERR_INVALID;
     int st = track(d, d->i->decode(d, n, seqs, ids, logits));
     if (st == ACCEL_OK)
         for (int i = 0; i < n; i++) seqs[i]->len++;

@@ -135,7 +135,8 @@ int accel_seq_len(accel_dev *d, const accel_seq *s);
 int accel_seq_truncate(accel_dev *d, accel_seq *s, int len);
 
 int accel_prefill(accel_dev *d, const accel_prefill_req *r);
-/* One decode step: seqs[i] gets token ids[i] at its next position; logits is (n, vocab). */
+/* One decode step: seqs[i] gets token ids[i] at its next position; logits is (n, vocab). Each
+ * sequence at most once per call (ACCEL_ERR_INVALID otherwise). */
 int accel_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids, float *logits);
 /* Appends one layer chunk of imported KV. Chunks of a layer arrive in position order; a
  * sequence's length grows when the last layer of a run of positions has arrived.

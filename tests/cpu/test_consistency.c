@@ -153,6 +153,18 @@ TEST(accel_bounds)
     CHECK_EQ(accel_prefill(d, &r), ACCEL_OK);
     float *lg = malloc(m->cfg.vocab * sizeof(float));
     CHECK_EQ(accel_decode(d, 1, &s, ids, lg), ACCEL_ERR_INVALID); /* full */
+    /* one sequence twice in a decode batch: refused, nothing written */
+    accel_seq *t;
+    REQUIRE(accel_seq_new(d, 8, &t) == 0);
+    r.seq = t;
+    r.n = 2;
+    REQUIRE(accel_prefill(d, &r) == ACCEL_OK);
+    accel_seq *twice[2] = {t, t};
+    float *lg2 = malloc(2 * m->cfg.vocab * sizeof(float));
+    CHECK_EQ(accel_decode(d, 2, twice, ids, lg2), ACCEL_ERR_INVALID);
+    CHECK_EQ(accel_decode(d, 1, &t, ids, lg2), ACCEL_OK); /* the sequence is intact: len 2 -> 3 */
+    free(lg2);
+    accel_seq_free(d, t);
     accel_info info;
     accel_get_info(d, &info);
     CHECK_EQ(info.n_seqs, 1);

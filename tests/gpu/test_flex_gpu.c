@@ -266,9 +266,10 @@ TEST(gpu_flex_attention_matches_cpu)
  * (gpu/gpu_flex_cut.cu, qa_ties / qa_emit), against the definition: ids ordered by value
  * descending then id ascending, the longest prefix whose sum stays within the limit. Values are
  * multiples of 2^-30, so both sides sum exactly and must agree bit for bit — including a cut in
- * the middle of 4000 equal values scattered over every block (the first 1500 by id are kept), a
- * limit above the total, a map that is half zeros, and a map of a head that is not query-aware
- * (left untouched). nb 181: 32761 ids, five blocks, a partial last word. */
+ * the middle of ~3,800 equal values scattered over every block (4000 random placements; the
+ * first 1500 by id are kept), a limit above the total, a map that is half zeros, and a map of a
+ * head that is not query-aware (left untouched). nb 181: 32761 ids, four blocks of the emission,
+ * a partial last word. */
 static int cmp_desc_id(const void *a, const void *b, void *ctx)
 {
     const float *x = ctx;

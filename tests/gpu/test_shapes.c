@@ -111,11 +111,11 @@ TEST(gpu_shape_tiny_gqa_sharded)
     shape_case("--preset tiny-gqa", "tinygqa", NULL, NULL, 1);
 }
 
-/* Batched decode on the head_dim-128 model (the Llama-3 head: the split-K decode attention and
- * cuBLAS projections at T > 1, against the one-kernel attention and the fused GEMV path at
- * T = 1): three sequences of very different lengths (7, 2100 and 300 tokens: one, seventeen and
- * three KV blocks of 128) decoded together for three steps equal each decoded alone, within the
- * shape bounds above. */
+/* Batched decode on the head_dim-128 model (the Llama-3 head): cuBLAS projections and the batch's
+ * metadata (one attention range split per token, each over its own sequence) at T = 3 against the
+ * GEMV / fused path at T = 1 (the one-kernel decode attention both times). Three sequences of very
+ * different lengths (7, 2100 and 300 tokens: one, seventeen and three KV blocks of 128) decoded
+ * together for three steps equal each decoded alone, within the shape bounds above. */
 static void batched_case(const char *env, const char *val)
 {
     model *m;
