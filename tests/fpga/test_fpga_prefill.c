@@ -44,6 +44,27 @@ static int prefill(accel_dev *d, accel_seq *s, const int32_t *ids, int n, float 
 
 /* Card prefill vs decoding the same ids one by one on the same card: logits, KV, and `more`
  * decode steps after it, all bit for bit. `chunk`: the prefill in calls of that many tokens. */
+/* Decodes ids[from .. to) on both sequences, logits of position p at row p of a and b. */
+static void decode_pair(accel_dev *f, accel_seq *sa, accel_seq *sb, const int32_t *ids, int from,
+                        int to, int V, float *a, float *b)
+{
+    for (int p = from; p < to; p++) {
+        REQUIRE(accel_decode(f, 1, &sa, &ids[p], a + (size_t)p * V) == 0);
+        REQUIRE(accel_decode(f, 1, &sb, &ids[p], b + (size_t)p * V) == 0);
+    }
+}
+
+/* Frees what a two-sequence comparison holds. */
+static void pair_free(accel_dev *f, model *m, accel_seq *sa, accel_seq *sb, void *p0, void *p1,
+                      void *p2, void *p3, void *p4)
+{
+    accel_seq_free(f, sa);
+    accel_seq_free(f, sb);
+    free(p0), free(p1), free(p2), free(p3), free(p4);
+    accel_free(f);
+    model_free(m);
+}
+
 static void prefill_vs_decode(const char *model_dir, int wbits, int n, int chunk, int more,
                               int pass_rows, int run_rows)
 {
@@ -79,20 +100,9 @@ static void prefill_vs_decode(const char *model_dir, int wbits, int n, int chunk
     REQUIRE(tf_read_kv(f, sa, n, ka) == 0 && tf_read_kv(f, sb, n, kb) == 0);
     CHECK_MSG(memcmp(ka, kb, tf_kv_bytes(f, n)) == 0, "%s W%d: prefill KV differs from decode",
               model_dir, wbits);
-    for (int p = n; p < cap; p++) {
-        REQUIRE(accel_decode(f, 1, &sa, &ids[p], a + (size_t)p * V) == 0);
-        REQUIRE(accel_decode(f, 1, &sb, &ids[p], b + (size_t)p * V) == 0);
-    }
+    decode_pair(f, sa, sb, ids, n, cap, V, a, b);
     CHECK(memcmp(a + (size_t)n * V, b + (size_t)n * V, sizeof(float) * more * V) == 0);
-    accel_seq_free(f, sa);
-    accel_seq_free(f, sb);
-    free(ids);
-    free(a);
-    free(b);
-    free(ka);
-    free(kb);
-    accel_free(f);
-    model_free(m);
+    pair_free(f, m, sa, sb, ids, a, b, ka, kb);
 }
 
 TEST(fpga_prefill_dense_equals_decode_w8)
@@ -191,21 +201,10 @@ TEST(fpga_prefill_sparse_all_blocks_near_dense)
     const uint64_t layer_bytes = tf_kv_bytes(f, N) / L;
     CHECK(memcmp(ka, kb, layer_bytes) == 0);
 
-    for (int p = N; p < N + MORE; p++) {
-        REQUIRE(accel_decode(f, 1, &sa, &ids[p], a + (size_t)p * V) == 0);
-        REQUIRE(accel_decode(f, 1, &sb, &ids[p], b + (size_t)p * V) == 0);
-    }
+    decode_pair(f, sa, sb, ids, N, N + MORE, V, a, b);
     kl_rows(a + (size_t)N * V, b + (size_t)N * V, MORE, V, &mean, &mx);
     CHECK_MSG(mean <= SAU_MEAN_KL, "decoding after: mean KL %.5f", mean); /* measured 0.0013 */
-    accel_seq_free(f, sa);
-    accel_seq_free(f, sb);
-    free(ids);
-    free(a);
-    free(b);
-    free(ka);
-    free(kb);
-    accel_free(f);
-    model_free(m);
+    pair_free(f, m, sa, sb, ids, a, b, ka, kb);
 }
 
 /* A structured prompt: the golden prompts repeated (a repetition gives attention its
