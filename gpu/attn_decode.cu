@@ -17,33 +17,10 @@
  * head_dim 128 (every Llama-3/2 7-8B shape) takes the one-kernel form below (k_decode_fast: same
  * ranges, the merge done by the last block of each row); other head_dims, and the engine with
  * TANDEM_GPU_DECODE_ATTN=two (part_cnt NULL), the two-kernel form. */
-#include "gpu/engine.cuh"
+#include "gpu/attn_decode.cuh"
 
 #define DEC_THREADS 128
-#define DEC_SUB 128
-#define DEC_MIN_SPLIT 64 /* keys: fewer per range would cost more in merging than they save */
-
-/* How token t's keys [kstart, qp] are split: ns ranges of len keys (the last may be short). */
-__device__ __forceinline__ void dec_ranges(int qp, int window, int splits, int *kstart, int *ns,
-                                           int *len)
-{
-    *kstart = window > 0 ? max(0, qp + 1 - window) : 0;
-    int n = qp + 1 - *kstart;
-    *ns = min(splits, max(1, (n + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT));
-    *len = (n + *ns - 1) / *ns;
-}
-
-struct dec_params {
-    const bf16 *q;
-    const int *seq_idx, *pos;
-    const gpu_seq_dev *seqs;
-    float *part_o;
-    float2 *part_ml;
-    bf16 *out; /* the one-kernel form writes the merged rows itself */
-    int layer, n_kv, n_heads, group, hd, qd, window, splits, gslices;
-    int early; /* PDL and one new row per sequence: a first tile below it is read before the wait */
-    float scale_log2;
-};
+#define DEC_SUB     128
 
 __device__ __forceinline__ void load8(const bf16 *src, bool ok, float out[8])
 {
@@ -210,233 +187,12 @@ __global__ void k_decode_merge(const float *part_o, const float2 *part_ml, const
 }
 
 /* ---------------------------------------------------------------- one kernel (head_dim 128)
- * Same ranges and arithmetic contract (scores in log2 units, float32 throughout), built for
- * latency: at batch 1 with 1K of context a layer's K and V are 4 MB (1 us of HBM time) while
- * the two-kernel form above took ~17 us per layer on the H200 (a latency chain of dependent
- * loads, block barriers per sub-tile and a second launch). Here:
- *   - 256 threads; a tile of D2_TILE = 32 keys: half-warp lanes c = lane % 16 own 8 dims, the key
- *     of a thread in the tile is i * 16 + warp * 2 + lane / 16 (i < 2); a thread's K and V loads
- *     of the next tile go out before this tile's arithmetic (a register double buffer), so a
- *     range costs about one memory round trip plus its arithmetic;
- *   - q stays bf16 in registers (the dot product is scaled afterwards): with 2 blocks per SM the
- *     kernel must fit 128 registers;
- *   - no barrier inside the loop: every warp runs its own online softmax over its keys;
- *   - the 8 warps merge through shared memory once, the block writes its range's partial, and
- *     the last block of the (token, KV head slice) to finish (a counter, which that block resets)
- *     merges the ranges with k_decode_merge's arithmetic — no second kernel. */
-#define D2_THREADS 256
-#define D2_WARPS 8
-#define D2_NI 2
-#define D2_TILE (D2_NI * 16)
-#define D2_HD 128
-
-__device__ __forceinline__ void d2_load(const bf16 *base, int key, int ke, int c, uint4 *k)
-{
-    /* coherent loads (not __ldg): under PDL the QKV kernel may still be writing this token's row
-     * when the block starts; it is read only after gpu_pdl_wait */
-    if (key < ke) *k = __ldca((const uint4 *)(base + (size_t)key * D2_HD) + c);
-    else *k = make_uint4(0, 0, 0, 0);
-}
-
-__device__ __forceinline__ float d2_dot(uint4 a, uint4 b)
-{
-    const __nv_bfloat162 *x = (const __nv_bfloat162 *)&a, *y = (const __nv_bfloat162 *)&b;
-    float d = 0.f;
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        float2 u = __bfloat1622float2(x[e]), v = __bfloat1622float2(y[e]);
-        d += u.x * v.x;
-        d += u.y * v.y;
-    }
-    return d;
-}
-
+ * The ranges of attn_decode.cuh (d2_range), one block per (token, KV head slice, range). */
 template <int G>
 __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_fast(dec_params p, int *cnt)
 {
-    __shared__ float sm_acc[D2_WARPS][G][D2_HD];
-    __shared__ float sm_m[D2_WARPS][G], sm_l[D2_WARPS][G];
-    __shared__ int s_last;
-    /* positions and sequences come from the host (meta upload), not from the kernel before: read
-     * before gpu_pdl_wait; so are, in decode (p.early), the cached keys before this token's (only
-     * its own row, qp, is written by the QKV kernel before): a first tile wholly below qp is
-     * loaded before the wait */
-    const int t = blockIdx.z, split = blockIdx.y;
-    const int g = blockIdx.x / p.gslices, slice = blockIdx.x % p.gslices;
-    const int h0 = g * p.group + slice * G, nh = min(G, p.group - slice * G);
-    const int qp = p.pos[t];
-    int kstart, ns, len;
-    dec_ranges(qp, p.window, p.splits, &kstart, &ns, &len);
-    if (split >= ns) return; /* not counted: the merge waits for ns ranges */
-    const gpu_seq_dev sq = p.seqs[p.seq_idx[t]];
-    const int kb = kstart + split * len, ke = min(kb + len, qp + 1);
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, c = lane % 16;
-    const int kofs = warp * 2 + lane / 16;
-    const size_t head_off = ((size_t)p.layer * p.n_kv + g) * sq.cap * D2_HD;
-    const bf16 *K = sq.k + head_off, *V = sq.v + head_off;
-
-    uint4 kr[D2_NI], vr[D2_NI], qv[G];
-    const bool early = p.early && kb + D2_TILE <= qp;
-    if (early)
-#pragma unroll
-        for (int i = 0; i < D2_NI; i++) {
-            d2_load(K, kb + i * 16 + kofs, ke, c, &kr[i]);
-            d2_load(V, kb + i * 16 + kofs, ke, c, &vr[i]);
-        }
-    gpu_pdl_wait();
-    gpu_pdl_trigger();
-    if (!early)
-#pragma unroll
-        for (int i = 0; i < D2_NI; i++) {
-            d2_load(K, kb + i * 16 + kofs, ke, c, &kr[i]);
-            d2_load(V, kb + i * 16 + kofs, ke, c, &vr[i]);
-        }
-    float acc[G][8], m[G], l[G];
-#pragma unroll
-    for (int gh = 0; gh < G; gh++) {
-        const bf16 *qh = p.q + (size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD;
-        qv[gh] = gh < nh ? __ldca((const uint4 *)qh + c) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[gh][e] = 0.f;
-        m[gh] = -INFINITY;
-        l[gh] = 0.f;
-    }
-    for (int t0 = kb; t0 < ke; t0 += D2_TILE) {
-        uint4 kc[D2_NI], vc[D2_NI];
-#pragma unroll
-        for (int i = 0; i < D2_NI; i++) {
-            kc[i] = kr[i];
-            vc[i] = vr[i];
-        }
-        if (t0 + D2_TILE < ke) { /* the next tile's loads go out before this tile's arithmetic */
-#pragma unroll
-            for (int i = 0; i < D2_NI; i++) {
-                d2_load(K, t0 + D2_TILE + i * 16 + kofs, ke, c, &kr[i]);
-                d2_load(V, t0 + D2_TILE + i * 16 + kofs, ke, c, &vr[i]);
-            }
-        }
-        float s[D2_NI][G];
-#pragma unroll
-        for (int i = 0; i < D2_NI; i++) {
-            const bool ok = t0 + i * 16 + kofs < ke;
-#pragma unroll
-            for (int gh = 0; gh < G; gh++) {
-                float d = d2_dot(qv[gh], kc[i]);
-#pragma unroll
-                for (int o = 8; o >= 1; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
-                s[i][gh] = ok ? d * p.scale_log2 : -INFINITY;
-            }
-        }
-#pragma unroll
-        for (int gh = 0; gh < G; gh++) {
-            float mx = s[0][gh];
-#pragma unroll
-            for (int i = 1; i < D2_NI; i++) mx = fmaxf(mx, s[i][gh]);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-            const float mn = fmaxf(m[gh], mx);
-            const float mu = mn == -INFINITY ? 0.f : mn;
-            const float a = exp2f(m[gh] - mu); /* m = -inf: 0 */
-            float pr[D2_NI], rs = 0.f;
-#pragma unroll
-            for (int i = 0; i < D2_NI; i++) {
-                pr[i] = exp2f(s[i][gh] - mu);
-                rs += pr[i];
-            }
-            rs += __shfl_xor_sync(0xffffffffu, rs, 16);
-            l[gh] = l[gh] * a + rs;
-            m[gh] = mn;
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                float v = acc[gh][e] * a;
-#pragma unroll
-                for (int i = 0; i < D2_NI; i++)
-                    v += pr[i] * __bfloat162float(((const bf16 *)&vc[i])[e]);
-                acc[gh][e] = v;
-            }
-        }
-    }
-    /* the two half-warps hold different keys under the same running max: add them */
-#pragma unroll
-    for (int gh = 0; gh < G; gh++) {
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[gh][e] += __shfl_xor_sync(0xffffffffu, acc[gh][e], 16);
-        if (lane < 16)
-#pragma unroll
-            for (int e = 0; e < 8; e++) sm_acc[warp][gh][c * 8 + e] = acc[gh][e];
-        if (lane == 0) {
-            sm_m[warp][gh] = m[gh];
-            sm_l[warp][gh] = l[gh];
-        }
-    }
-    __syncthreads();
-    const size_t slot0 = ((size_t)t * p.n_heads + h0) * p.splits + split;
-    for (int i = tid; i < nh * D2_HD; i += D2_THREADS) {
-        const int gh = i / D2_HD, col = i % D2_HD;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < D2_WARPS; w++) M = fmaxf(M, sm_m[w][gh]);
-        float L = 0.f, O = 0.f;
-#pragma unroll
-        for (int w = 0; w < D2_WARPS; w++) {
-            const float wt = sm_m[w][gh] == -INFINITY ? 0.f : exp2f(sm_m[w][gh] - M);
-            L += sm_l[w][gh] * wt;
-            O += sm_acc[w][gh][col] * wt;
-        }
-        const size_t slot = slot0 + (size_t)gh * p.splits;
-        p.part_o[slot * D2_HD + col] = O;
-        if (col == 0) p.part_ml[slot] = make_float2(M, L);
-    }
-    /* the last range of this (token, KV head slice) to finish merges them all */
-    __threadfence();
-    __syncthreads();
-    /* atomicInc wraps to 0 at the ns-th arrival: the counter is ready for the next step (the graph
-     * replays this launch) without a separate reset store */
-    unsigned *ctr = (unsigned *)cnt + (size_t)t * gridDim.x + blockIdx.x;
-    if (tid == 0) s_last = atomicInc(ctr, (unsigned)ns - 1) == (unsigned)ns - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    /* the merge: the ranges' (max, sum) fetched at once into shared memory, each head's weights
-     * computed once (in range order: k_decode_merge's arithmetic), then every output column sums
-     * its ranges with all their loads independent */
-    __shared__ float2 s_ml[G][GPU_DECODE_SPLIT_MAX];
-    __shared__ float s_L[G];
-    const size_t base = (size_t)t * p.n_heads * p.splits;
-    for (int i = tid; i < nh * ns; i += D2_THREADS) {
-        const int gh = i / ns, r = i % ns;
-        s_ml[gh][r] = __ldcg(&p.part_ml[base + (size_t)(h0 + gh) * p.splits + r]);
-    }
-    __syncthreads();
-    if (tid < nh) {
-        float M = -INFINITY;
-        for (int r = 0; r < ns; r++) M = fmaxf(M, s_ml[tid][r].x);
-        float L = 0.f;
-        for (int r = 0; r < ns; r++) {
-            const float2 ml = s_ml[tid][r];
-            const float wt = ml.y > 0.f ? exp2f(ml.x - M) : 0.f;
-            if (ml.y > 0.f) L += ml.y * wt;
-            s_ml[tid][r].x = wt; /* the range's weight from here on */
-        }
-        s_L[tid] = L;
-    }
-    __syncthreads();
-    for (int i = tid; i < nh * D2_HD; i += D2_THREADS) {
-        const int gh = i / D2_HD, col = i % D2_HD;
-        const size_t s0 = base + (size_t)(h0 + gh) * p.splits;
-        float O = 0.f;
-#pragma unroll 8
-        for (int r = 0; r < ns; r++) {
-            const float2 ml = s_ml[gh][r];
-            if (ml.y > 0.f) O += __ldcg(&p.part_o[(s0 + r) * D2_HD + col]) * ml.x;
-        }
-        p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = __float2bfloat16(O / s_L[gh]);
-    }
-}
-
-/* Query heads per block: the GQA group, in slices of at most 8 (registers: 2 * 8 * G floats). */
-static int heads_per_block(int group)
-{
-    return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+    __shared__ d2_smem<G> sm;
+    d2_range<G, false>(p, blockIdx.z, blockIdx.x, blockIdx.y, gridDim.x, cnt, sm);
 }
 
 /* Ranges per row at most: enough blocks to fill the GPU `fill` times over when the rows are long
@@ -448,7 +204,7 @@ static int n_splits(const gpu_dims *d, int sms, int T)
 {
     const char *f = getenv("TANDEM_GPU_DECODE_FILL");
     const int v = f ? atoi(f) : 0, fill = v >= 1 && v <= 8 ? v : 2;
-    int G = heads_per_block(d->n_heads / d->n_kv);
+    int G = gpu_decode_heads_per_block(d->n_heads / d->n_kv);
     int gslices = (d->n_heads / d->n_kv + G - 1) / G;
     long units = (long)T * d->n_kv * gslices;
     long want = ((long)fill * sms + units - 1) / units;
@@ -471,17 +227,22 @@ template <int HDP, int G> static int launch(cudaStream_t s, int pdl, const dec_p
 template <int HDP> static int launch_g(cudaStream_t s, int pdl, const dec_params &p, int T, int G)
 {
     switch (G) {
-    case 1: return launch<HDP, 1>(s, pdl, p, T);
-    case 2: return launch<HDP, 2>(s, pdl, p, T);
-    case 4: return launch<HDP, 4>(s, pdl, p, T);
-    case 8: return launch<HDP, 8>(s, pdl, p, T);
+    case 1:
+        return launch<HDP, 1>(s, pdl, p, T);
+    case 2:
+        return launch<HDP, 2>(s, pdl, p, T);
+    case 4:
+        return launch<HDP, 4>(s, pdl, p, T);
+    case 8:
+        return launch<HDP, 8>(s, pdl, p, T);
     }
     return ACCEL_ERR_UNSUPPORTED;
 }
 
-int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int sms, int layer, int T,
-                    const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
-                    float *part_o, float2 *part_ml, int *part_cnt, bf16 *out)
+int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int sms, int layer,
+                    int T, const bf16 *q, const int *seq_idx, const int *pos,
+                    const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt,
+                    bf16 *out)
 {
     if (T <= 0) return ACCEL_OK;
     if (T > 65535) return ACCEL_ERR_INVALID; /* grid.z bound */
@@ -499,7 +260,7 @@ int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int
     p.hd = d->hd;
     p.qd = d->qd;
     p.window = d->window;
-    int G = heads_per_block(p.group);
+    int G = gpu_decode_heads_per_block(p.group);
     p.gslices = (p.group + G - 1) / G;
     p.splits = n_splits(d, sms, T);
     p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)d->hd));
@@ -516,10 +277,18 @@ int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int
     }
     int st = ACCEL_ERR_UNSUPPORTED;
     switch (d->hdp) {
-    case 16: st = launch_g<16>(s, pdl, p, T, G); break;
-    case 32: st = launch_g<32>(s, pdl, p, T, G); break;
-    case 64: st = launch_g<64>(s, pdl, p, T, G); break;
-    case 128: st = launch_g<128>(s, pdl, p, T, G); break;
+    case 16:
+        st = launch_g<16>(s, pdl, p, T, G);
+        break;
+    case 32:
+        st = launch_g<32>(s, pdl, p, T, G);
+        break;
+    case 64:
+        st = launch_g<64>(s, pdl, p, T, G);
+        break;
+    case 128:
+        st = launch_g<128>(s, pdl, p, T, G);
+        break;
     }
     if (st) return st;
     GPU_CHECK(gpu_launch(k_decode_merge, dim3(d->n_heads, T), 128, 0, s, pdl, (const float *)part_o,

@@ -246,6 +246,11 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
         snprintf(err, errlen, "cuda:%d: workspace allocation failed", e->index);
         return st;
     }
+    st = gpu_step_setup(e);
+    if (st) {
+        snprintf(err, errlen, "cuda:%d: decode step kernel set-up failed", e->index);
+        return st;
+    }
     GPU_CHECK(cudaDeviceSynchronize());
     GPU_CHECK(cudaMemGetInfo(&free_b, &total_b));
     uint64_t margin = MARGIN_FIXED + (uint64_t)(MARGIN_FRACTION * (double)total_b);
@@ -306,7 +311,8 @@ void gpu_engine_free(gpu_engine *e)
     free(e->dec_graph);
     gpu_weights_free(e);
     void *bufs[] = {e->x, e->xb, e->qkv, e->q, e->att, e->kf, e->vf, e->gu, e->h, e->rope,
-                    e->xn, e->logits, e->part_o, e->part_ml, e->part_cnt, e->meta_d, e->imp_d, e->blas_ws};
+                    e->xn, e->logits, e->part_o, e->part_ml, e->part_cnt, e->meta_d, e->imp_d, e->blas_ws,
+                    e->layers_d, e->step_bar};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     for (int i = 0; i < GPU_EXPORT_RING; i++) cudaFree(e->exp_d[i]);
     if (e->meta_h) cudaFreeHost(e->meta_h);

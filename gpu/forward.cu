@@ -199,11 +199,11 @@ static int export_poll(gpu_engine *e, export_run *x, int queued, int drain)
  * events goes to the op that ended at the second. Off by default: events cost a little, and
  * decode then runs without CUDA graphs. */
 enum { P_START, P_ROPE_TAB, P_EMBED, P_NORM, P_QKV, P_ROPE, P_EXPORT, P_ATTN, P_O, P_GU, P_SWIGLU,
-       P_DOWN, P_LOGITS, P_INDEX };
+       P_DOWN, P_LOGITS, P_INDEX, P_STEP };
 static const char *prof_names[GPU_PROF_CATS] = {"start", "rope table", "embed", "rmsnorm",
                                                 "qkv gemm", "rope+cache", "kv export", "attention",
                                                 "o gemm", "gate/up gemm", "swiglu", "down gemm",
-                                                "norm+lm_head", "flex index"};
+                                                "norm+lm_head", "flex index", "decode step"};
 
 static void prof_mark(gpu_engine *e, int cat)
 {
@@ -264,6 +264,11 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
     prof_mark(e, P_ROPE_TAB);
     GPU_TRY(gpu_embed(s, e->embed, md.ids, T, d.H, e->x));
     prof_mark(e, P_EMBED);
+    if (e->step && T == 1 && !p.xr && !p.kv) { /* decode, one sequence: one kernel */
+        GPU_TRY(gpu_decode_step(e, md.seq, md.pos, md.seqs));
+        prof_mark(e, P_STEP);
+        return ACCEL_OK;
+    }
     for (int l = 0; l < d.L; l++) {
         const gpu_layer_w &w = e->layers[l];
         if (p.cancel && *p.cancel) return ACCEL_ERR_CANCELLED;

@@ -8,7 +8,8 @@
  *   gpu_block_rmsnorm  a block's RMSNorm of one float32 row into bf16 (cpu_rmsnorm's arithmetic:
  *                   the mean of squares in double, inv = (float)(1 / sqrt(ms + eps)),
  *                   out = x * inv * w rounded once); with the same thread count it is the same
- *                   computation as kernels.cu's k_rmsnorm, bit for bit. */
+ *                   computation as kernels.cu's k_rmsnorm, bit for bit; CG = true reads x past
+ *                   L1 (__ldcg: the decode step kernel, where other blocks wrote it). */
 #ifndef TANDEM_GPU_GEMV_CUH
 #define TANDEM_GPU_GEMV_CUH
 #include "gpu/engine.cuh"
@@ -121,6 +122,7 @@ __device__ __forceinline__ double gpu_block_sum_double(double v)
  * instead of one per element), sums its chunks in order, keeps them in registers for the output.
  * Else one element at a time. Either way the arithmetic per element is cpu_rmsnorm's; only the
  * order of the double sum depends on the path. */
+template <bool CG = false>
 __device__ __forceinline__ void gpu_block_rmsnorm(const float *x, const float *w, int H, float eps,
                                                   bf16 *out)
 {
@@ -137,7 +139,7 @@ __device__ __forceinline__ void gpu_block_rmsnorm(const float *x, const float *w
         for (int v = 0; v < MAXV; v++) {
             const int c = tid + v * nt;
             if (c < n4) {
-                xv[v] = x4[c];
+                xv[v] = CG ? __ldcg(x4 + c) : x4[c];
                 wv[v] = w4[c];
             }
         }
@@ -165,11 +167,14 @@ __device__ __forceinline__ void gpu_block_rmsnorm(const float *x, const float *w
         }
         return;
     }
-    for (int i = tid; i < H; i += nt) ss += (double)x[i] * x[i];
+    for (int i = tid; i < H; i += nt) {
+        const float xi = CG ? __ldcg(x + i) : x[i];
+        ss += (double)xi * xi;
+    }
     ss = gpu_block_sum_double(ss);
     float inv = (float)(1.0 / sqrt(ss / H + (double)eps));
     for (int i = tid; i < H; i += nt)
-        out[i] = __float2bfloat16(__fmul_rn(__fmul_rn(x[i], inv), w[i]));
+        out[i] = __float2bfloat16(__fmul_rn(__fmul_rn(CG ? __ldcg(x + i) : x[i], inv), w[i]));
 }
 
 #endif

@@ -90,6 +90,12 @@ TEST(gpu_shape_hd128_no_pdl_decode)
     shape_case(HD128, "hd128", "TANDEM_GPU_PDL", "off", 1);
 }
 
+/* the five-kernel decode chain (the default decode is the one-kernel step, decode_step.cu) */
+TEST(gpu_shape_hd128_chain_decode)
+{
+    shape_case(HD128, "hd128", "TANDEM_GPU_STEP", "off", 1);
+}
+
 TEST(gpu_shape_qwen2_bias_f16)
 {
     shape_case("--bias --untie --dtype f16 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 "
@@ -145,4 +151,60 @@ TEST(gpu_shape_hd128_batched_decode)
 TEST(gpu_shape_hd128_batched_decode_no_pdl)
 {
     batched_case("TANDEM_GPU_PDL", "off");
+}
+
+/* The one-kernel decode step (gpu/decode_step.cu) against the five-kernel chain
+ * (TANDEM_GPU_STEP=off) on a model with the Llama-3 GQA group (4 query heads per KV head) and
+ * enough rows that every block streams several chunks per projection (QKV 11-12 rows in chunks of
+ * 8, down 7-8 rows in chunks of 5): 2100 tokens prefilled, then 6 decode steps each way, within
+ * the shape bounds above (both are bf16 weights with float32 sums, in different orders). */
+#define STEPM "--hidden 1024 --layers 2 --heads 8 --kv-heads 2 --head-dim 128 --intermediate 2816 " \
+              "--vocab 2000 --max-pos 4096"
+
+static int decode_run(accel_dev *d, const int32_t *ids, int n, int steps, int V, float *out)
+{
+    accel_seq *s;
+    if (accel_seq_new(d, n + steps, &s)) return -1;
+    accel_prefill_req q = {.seq = s, .ids = ids, .n = n};
+    int rc = accel_prefill(d, &q);
+    for (int i = 0; !rc && i < steps; i++)
+        rc = accel_decode(d, 1, &s, &ids[n + i], out + (size_t)i * V);
+    accel_seq_free(d, s);
+    return rc;
+}
+
+TEST(gpu_decode_step_matches_chain)
+{
+    model *m, *m2;
+    accel_dev *d, *dc;
+    char why[600], dir[512];
+    int r = tg_open_mkmodel(STEPM, "stepm", NULL, NULL, &m, &d, why, sizeof why);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    accel_info info;
+    accel_get_info(d, &info);
+    if (!strstr(info.desc, "one-kernel decode")) SKIP("no decode step kernel on %s", info.desc);
+    setenv("TANDEM_GPU_STEP", "off", 1);
+    snprintf(dir, sizeof dir, "%s/stepm", t_tmpdir());
+    REQUIRE(tg_open(dir, NULL, &m2, &dc, why, sizeof why) == 0);
+    accel_get_info(dc, &info);
+    CHECK(!strstr(info.desc, "one-kernel decode"));
+    const int V = m->cfg.vocab, n = 2100, steps = 6;
+    int32_t *ids = tg_ids(n + steps, V, 77);
+    float *a = malloc(sizeof(float) * steps * V), *b = malloc(sizeof(float) * steps * V);
+    REQUIRE(a && b);
+    REQUIRE(decode_run(d, ids, n, steps, V, a) == 0);
+    REQUIRE(decode_run(dc, ids, n, steps, V, b) == 0);
+    double kl, top1, mx;
+    tg_compare(b, a, steps, V, &kl, &top1, &mx);
+    fprintf(stderr, "  decode step vs chain: max |diff| %.4g, mean KL %.3g, top-1 %.3f\n", mx, kl, top1);
+    CHECK_MSG(mx <= 0.05 && kl <= 1e-4, "step vs chain: max |diff| %.4g, KL %.3g", mx, kl);
+    /* deterministic: the same step again gives the same bits */
+    REQUIRE(decode_run(d, ids, n, steps, V, b) == 0);
+    CHECK(memcmp(a, b, sizeof(float) * steps * V) == 0);
+    free(a), free(b), free(ids);
+    accel_free(dc);
+    accel_free(d);
+    model_free(m2);
+    model_free(m);
 }

@@ -1,0 +1,285 @@
+/* gpu/attn_decode.cuh — the single-row decode attention's ranges (flash-decoding), shared by
+ * the decode attention kernel (attn_decode.cu, k_decode_fast) and the decode step kernel
+ * (decode_step.cu), which runs the same range body inside its attention phase.
+ *
+ * A row's keys [kstart, qp] are cut into ns ranges (dec_ranges); d2_range computes one range of
+ * one (token, KV head slice) with 256 threads and, in the last block of the row to finish, merges
+ * the ranges (see the comment below). */
+#ifndef TANDEM_GPU_ATTN_DECODE_CUH
+#define TANDEM_GPU_ATTN_DECODE_CUH
+#include "gpu/engine.cuh"
+
+#define DEC_MIN_SPLIT 64 /* keys: fewer per range would cost more in merging than they save */
+
+/* How token t's keys [kstart, qp] are split: ns ranges of len keys (the last may be short). */
+__device__ __forceinline__ void dec_ranges(int qp, int window, int splits, int *kstart, int *ns,
+                                           int *len)
+{
+    *kstart = window > 0 ? max(0, qp + 1 - window) : 0;
+    int n = qp + 1 - *kstart;
+    *ns = min(splits, max(1, (n + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT));
+    *len = (n + *ns - 1) / *ns;
+}
+
+/* Query heads per block: the GQA group, in slices of at most 8 (registers: 2 * 8 * G floats). */
+static inline int gpu_decode_heads_per_block(int group)
+{
+    return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+}
+
+struct dec_params {
+    const bf16 *q;
+    const int *seq_idx, *pos;
+    const gpu_seq_dev *seqs;
+    float *part_o;
+    float2 *part_ml;
+    bf16 *out; /* the one-kernel form writes the merged rows itself */
+    int layer, n_kv, n_heads, group, hd, qd, window, splits, gslices;
+    int early; /* PDL and one new row per sequence: a first tile below it is read before the wait */
+    float scale_log2;
+};
+
+/* ---------------------------------------------------------------- the range body (head_dim 128)
+ * Same ranges and arithmetic contract as attn_decode.cu's two-kernel form (scores in log2 units,
+ * float32 throughout), built for latency: at batch 1 with 1K of context a layer's K and V are
+ * 4 MB (1 us of HBM time) while the two-kernel form took ~17 us per layer on the H200 (a latency
+ * chain of dependent loads, block barriers per sub-tile and a second launch). Here:
+ *   - 256 threads; a tile of D2_TILE = 32 keys: half-warp lanes c = lane % 16 own 8 dims, the key
+ *     of a thread in the tile is i * 16 + warp * 2 + lane / 16 (i < 2); a thread's K and V loads
+ *     of the next tile go out before this tile's arithmetic (a register double buffer), so a
+ *     range costs about one memory round trip plus its arithmetic;
+ *   - q stays bf16 in registers (the dot product is scaled afterwards): with 2 blocks per SM the
+ *     kernel must fit 128 registers;
+ *   - no barrier inside the loop: every warp runs its own online softmax over its keys;
+ *   - the 8 warps merge through shared memory once, the block writes its range's partial, and
+ *     the last block of the (token, KV head slice) to finish (a counter, which that block resets)
+ *     merges the ranges with k_decode_merge's arithmetic — no second kernel.
+ * d2_range<G, STEP> is that body for the block's (token t, KV head slice gx of ngx, range split):
+ * STEP = false is the kernel's (PDL wait inside, L1-cached coherent loads), STEP = true the decode
+ * step kernel's (no PDL; every load of data written in the same kernel bypasses L1). Every thread
+ * of the block calls it; it returns in the same way in all of them. */
+#define D2_THREADS 256
+#define D2_WARPS   8
+#define D2_NI      2
+#define D2_TILE    (D2_NI * 16)
+#define D2_HD      128
+
+/* Coherent loads (not __ldg): under PDL the QKV kernel may still be writing this token's row
+ * when the block starts (it is read only after gpu_pdl_wait); in the decode step kernel
+ * (CG = true) another block wrote it in this kernel, so the load bypasses L1 (__ldcg). */
+template <bool CG>
+__device__ __forceinline__ void d2_load(const bf16 *base, int key, int ke, int c, uint4 *k)
+{
+    const uint4 *a = (const uint4 *)(base + (size_t)key * D2_HD) + c;
+    if (key < ke)
+        *k = CG ? __ldcg(a) : __ldca(a);
+    else
+        *k = make_uint4(0, 0, 0, 0);
+}
+
+/* The shared memory of one range (a kernel's static shared memory, or a slice of the decode
+ * step kernel's dynamic shared memory). */
+template <int G> struct d2_smem {
+    float acc[D2_WARPS][G][D2_HD];
+    float m[D2_WARPS][G], l[D2_WARPS][G];
+    float2 ml[G][GPU_DECODE_SPLIT_MAX];
+    float L[G];
+    int last;
+};
+
+__device__ __forceinline__ float d2_dot(uint4 a, uint4 b)
+{
+    const __nv_bfloat162 *x = (const __nv_bfloat162 *)&a, *y = (const __nv_bfloat162 *)&b;
+    float d = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float2 u = __bfloat1622float2(x[e]), v = __bfloat1622float2(y[e]);
+        d += u.x * v.x;
+        d += u.y * v.y;
+    }
+    return d;
+}
+
+template <int G, bool STEP>
+__device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int split, int ngx,
+                                         int *cnt, d2_smem<G> &sm)
+{
+    /* positions and sequences come from the host (meta upload), not from the kernel before: read
+     * before gpu_pdl_wait; so are, in decode (p.early), the cached keys before this token's (only
+     * its own row, qp, is written by the QKV kernel before): a first tile wholly below qp is
+     * loaded before the wait */
+    const int g = gx / p.gslices, slice = gx % p.gslices;
+    const int h0 = g * p.group + slice * G, nh = min(G, p.group - slice * G);
+    const int qp = p.pos[t];
+    int kstart, ns, len;
+    dec_ranges(qp, p.window, p.splits, &kstart, &ns, &len);
+    if (split >= ns) return; /* not counted: the merge waits for ns ranges */
+    const gpu_seq_dev sq = p.seqs[p.seq_idx[t]];
+    const int kb = kstart + split * len, ke = min(kb + len, qp + 1);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, c = lane % 16;
+    const int kofs = warp * 2 + lane / 16;
+    const size_t head_off = ((size_t)p.layer * p.n_kv + g) * sq.cap * D2_HD;
+    const bf16 *K = sq.k + head_off, *V = sq.v + head_off;
+
+    uint4 kr[D2_NI], vr[D2_NI], qv[G];
+    const bool early = !STEP && p.early && kb + D2_TILE <= qp;
+    if (early)
+#pragma unroll
+        for (int i = 0; i < D2_NI; i++) {
+            d2_load<STEP>(K, kb + i * 16 + kofs, ke, c, &kr[i]);
+            d2_load<STEP>(V, kb + i * 16 + kofs, ke, c, &vr[i]);
+        }
+    if (!STEP) {
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
+    }
+    if (!early)
+#pragma unroll
+        for (int i = 0; i < D2_NI; i++) {
+            d2_load<STEP>(K, kb + i * 16 + kofs, ke, c, &kr[i]);
+            d2_load<STEP>(V, kb + i * 16 + kofs, ke, c, &vr[i]);
+        }
+    float acc[G][8], m[G], l[G];
+#pragma unroll
+    for (int gh = 0; gh < G; gh++) {
+        const bf16 *qh = p.q + (size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD;
+        qv[gh] = gh >= nh ? make_uint4(0, 0, 0, 0)
+                 : STEP   ? __ldcg((const uint4 *)qh + c)
+                          : __ldca((const uint4 *)qh + c);
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[gh][e] = 0.f;
+        m[gh] = -INFINITY;
+        l[gh] = 0.f;
+    }
+    for (int t0 = kb; t0 < ke; t0 += D2_TILE) {
+        uint4 kc[D2_NI], vc[D2_NI];
+#pragma unroll
+        for (int i = 0; i < D2_NI; i++) {
+            kc[i] = kr[i];
+            vc[i] = vr[i];
+        }
+        if (t0 + D2_TILE < ke) { /* the next tile's loads go out before this tile's arithmetic */
+#pragma unroll
+            for (int i = 0; i < D2_NI; i++) {
+                d2_load<STEP>(K, t0 + D2_TILE + i * 16 + kofs, ke, c, &kr[i]);
+                d2_load<STEP>(V, t0 + D2_TILE + i * 16 + kofs, ke, c, &vr[i]);
+            }
+        }
+        float s[D2_NI][G];
+#pragma unroll
+        for (int i = 0; i < D2_NI; i++) {
+            const bool ok = t0 + i * 16 + kofs < ke;
+#pragma unroll
+            for (int gh = 0; gh < G; gh++) {
+                float d = d2_dot(qv[gh], kc[i]);
+#pragma unroll
+                for (int o = 8; o >= 1; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
+                s[i][gh] = ok ? d * p.scale_log2 : -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int gh = 0; gh < G; gh++) {
+            float mx = s[0][gh];
+#pragma unroll
+            for (int i = 1; i < D2_NI; i++) mx = fmaxf(mx, s[i][gh]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+            const float mn = fmaxf(m[gh], mx);
+            const float mu = mn == -INFINITY ? 0.f : mn;
+            const float a = exp2f(m[gh] - mu); /* m = -inf: 0 */
+            float pr[D2_NI], rs = 0.f;
+#pragma unroll
+            for (int i = 0; i < D2_NI; i++) {
+                pr[i] = exp2f(s[i][gh] - mu);
+                rs += pr[i];
+            }
+            rs += __shfl_xor_sync(0xffffffffu, rs, 16);
+            l[gh] = l[gh] * a + rs;
+            m[gh] = mn;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float v = acc[gh][e] * a;
+#pragma unroll
+                for (int i = 0; i < D2_NI; i++)
+                    v += pr[i] * __bfloat162float(((const bf16 *)&vc[i])[e]);
+                acc[gh][e] = v;
+            }
+        }
+    }
+    /* the two half-warps hold different keys under the same running max: add them */
+#pragma unroll
+    for (int gh = 0; gh < G; gh++) {
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[gh][e] += __shfl_xor_sync(0xffffffffu, acc[gh][e], 16);
+        if (lane < 16)
+#pragma unroll
+            for (int e = 0; e < 8; e++) sm.acc[warp][gh][c * 8 + e] = acc[gh][e];
+        if (lane == 0) {
+            sm.m[warp][gh] = m[gh];
+            sm.l[warp][gh] = l[gh];
+        }
+    }
+    __syncthreads();
+    const size_t slot0 = ((size_t)t * p.n_heads + h0) * p.splits + split;
+    for (int i = tid; i < nh * D2_HD; i += D2_THREADS) {
+        const int gh = i / D2_HD, col = i % D2_HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < D2_WARPS; w++) M = fmaxf(M, sm.m[w][gh]);
+        float L = 0.f, O = 0.f;
+#pragma unroll
+        for (int w = 0; w < D2_WARPS; w++) {
+            const float wt = sm.m[w][gh] == -INFINITY ? 0.f : exp2f(sm.m[w][gh] - M);
+            L += sm.l[w][gh] * wt;
+            O += sm.acc[w][gh][col] * wt;
+        }
+        const size_t slot = slot0 + (size_t)gh * p.splits;
+        p.part_o[slot * D2_HD + col] = O;
+        if (col == 0) p.part_ml[slot] = make_float2(M, L);
+    }
+    /* the last range of this (token, KV head slice) to finish merges them all */
+    __threadfence();
+    __syncthreads();
+    /* atomicInc wraps to 0 at the ns-th arrival: the counter is ready for the next step (the graph
+     * replays this launch) without a separate reset store */
+    unsigned *ctr = (unsigned *)cnt + (size_t)t * ngx + gx;
+    if (tid == 0) sm.last = atomicInc(ctr, (unsigned)ns - 1) == (unsigned)ns - 1;
+    __syncthreads();
+    if (!sm.last) return;
+    __threadfence();
+    /* the merge: the ranges' (max, sum) fetched at once into shared memory, each head's weights
+     * computed once (in range order: k_decode_merge's arithmetic), then every output column sums
+     * its ranges with all their loads independent */
+    const size_t base = (size_t)t * p.n_heads * p.splits;
+    for (int i = tid; i < nh * ns; i += D2_THREADS) {
+        const int gh = i / ns, r = i % ns;
+        sm.ml[gh][r] = __ldcg(&p.part_ml[base + (size_t)(h0 + gh) * p.splits + r]);
+    }
+    __syncthreads();
+    if (tid < nh) {
+        float M = -INFINITY;
+        for (int r = 0; r < ns; r++) M = fmaxf(M, sm.ml[tid][r].x);
+        float L = 0.f;
+        for (int r = 0; r < ns; r++) {
+            const float2 ml = sm.ml[tid][r];
+            const float wt = ml.y > 0.f ? exp2f(ml.x - M) : 0.f;
+            if (ml.y > 0.f) L += ml.y * wt;
+            sm.ml[tid][r].x = wt; /* the range's weight from here on */
+        }
+        sm.L[tid] = L;
+    }
+    __syncthreads();
+    for (int i = tid; i < nh * D2_HD; i += D2_THREADS) {
+        const int gh = i / D2_HD, col = i % D2_HD;
+        const size_t s0 = base + (size_t)(h0 + gh) * p.splits;
+        float O = 0.f;
+#pragma unroll 8
+        for (int r = 0; r < ns; r++) {
+            const float2 ml = sm.ml[gh][r];
+            if (ml.y > 0.f) O += __ldcg(&p.part_o[(s0 + r) * D2_HD + col]) * ml.x;
+        }
+        p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = __float2bfloat16(O / sm.L[gh]);
+    }
+    if (STEP) __syncthreads(); /* sm is the next range's */
+}
+
+#endif
