@@ -65,8 +65,8 @@ struct dec_params {
 #define D2_HD      128
 
 /* Coherent loads (not __ldg): under PDL the QKV kernel may still be writing this token's row
- * when the block starts (it is read only after gpu_pdl_wait); in the decode step kernel
- * (CG = true) another block wrote it in this kernel, so the load bypasses L1 (__ldcg). */
+ * when the block starts (it is read only after gpu_pdl_wait); in the decode step kernel (CG = true)
+ * another block wrote it in this kernel, so the load bypasses L1 (__ldcg). */
 template <bool CG>
 __device__ __forceinline__ void d2_load(const bf16 *base, int key, int ke, int c, uint4 *k)
 {

@@ -38,8 +38,10 @@
  *
  * When (gpu_step_setup): Hopper (bulk copies), head_dim 128, H, q dim and I multiples of 64 and at
  * most 16384, the one-kernel decode attention, every block resident (cooperative launch), T = 1
- * without a KV export. TANDEM_GPU_STEP=off keeps the chain (comparisons), as do the chain's own
- * switches (TANDEM_GPU_FUSED, _GEMV, _PDL = off). */
+ * without a KV export, and only with TANDEM_GPU_STEP=on: measured on the H200 it is slower than
+ * the chain (Llama-3-8B, 1K context: 5.9 ms per token against 4.3; see gpu/KERNELS.md), so the
+ * chain stays the default. The chain's own switches (TANDEM_GPU_FUSED, _GEMV, _PDL = off) keep
+ * the chain. */
 #include "gpu/attn_decode.cuh"
 #include "gpu/gemv.cuh"
 #include "gpu/tma.cuh"
@@ -52,6 +54,7 @@
 #define STEP_MAXU      8 /* 16-byte activation pieces per lane: K <= 64 * 32 * STEP_MAXU / 8 */
 #define STEP_MAX_K     16384
 #define STEP_GMAX      256 /* gate values a block keeps for its up rows */
+#define STEP_PREFETCH  8   /* chunks prefetched into L2 ahead of the ring (default) */
 #define STEP_SEGS      5   /* weight segments per layer: qkv, o, gate, up, down */
 
 struct step_params {
@@ -62,22 +65,21 @@ struct step_params {
     const float2 *rope;        /* (hd / 2) the token's cos, sin */
     dec_params dp;             /* the attention's: q, att (out), positions, partials, splits */
     int *part_cnt;
-    unsigned *bar; /* [2] grid barrier: arrivals, generation */
+    unsigned *bar; /* grid barrier: arrivals in this launch (zeroed before it) */
     gpu_dims d;
-    int slots;    /* ring slots */
-    int un_bytes; /* the union of the normalized row and the attention's scratch */
+    unsigned long long *trace; /* TANDEM_GPU_STEP_TRACE=1: (L, STEP_MARKS, blocks) timestamps */
+    int slots;                 /* ring slots */
+    int prefetch;              /* chunks prefetched into L2 beyond the ring */
+    int un_bytes;              /* the union of the normalized row and the attention's scratch */
 };
 
-/* Shared memory: ring | union (xs or d2_smem) | part[2][warps][rmax] | gs[gmax] | full[slots] */
-__host__ __device__ static inline size_t step_smem_bytes(int slots, int un_bytes)
-{
-    return (size_t)slots * STEP_SLOT + un_bytes + 2 * STEP_WARPS * STEP_RMAX * sizeof(float) +
-           STEP_GMAX * sizeof(float) + STEP_SLOTS_MAX * sizeof(uint64_t);
-}
-
+/* Rows per chunk: the largest power of two up to STEP_RMAX whose rows fit a slot (so that the
+ * 8 warps split a chunk into equal parts, STEP_WARPS / rpc warps per row). */
 __device__ __forceinline__ int step_rpc(int K)
 {
-    return min(STEP_RMAX, STEP_SLOT / (2 * K));
+    int r = STEP_RMAX;
+    while (r > 1 && r * 2 * K > STEP_SLOT) r /= 2;
+    return r;
 }
 
 struct step_seg {
@@ -85,9 +87,21 @@ struct step_seg {
     int rows, K, r0;
 };
 
+/* Layer l's weight pointers through the read-only cache (immutable; every block reads them at
+ * every phase). */
+__device__ __forceinline__ gpu_layer_w step_layer(const step_params &p, int l)
+{
+    gpu_layer_w w;
+    const unsigned long long *src = (const unsigned long long *)(p.layers + l);
+    unsigned long long *dst = (unsigned long long *)&w;
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof w / 8); i++) dst[i] = __ldg(src + i);
+    return w;
+}
+
 __device__ __forceinline__ step_seg step_seg_of(const step_params &p, int l, int s)
 {
-    const gpu_layer_w &lw = p.layers[l];
+    const gpu_layer_w lw = step_layer(p, l);
     const gpu_dims &d = p.d;
     const bf16 *W;
     int N, K;
@@ -118,71 +132,102 @@ __device__ __forceinline__ step_seg step_seg_of(const step_params &p, int l, int
     return sg;
 }
 
-/* The copy side (thread 0 only): the next chunk of the block's weight stream. */
-struct step_prod {
+/* A position in the block's weight stream (layer, segment, next row). */
+struct step_it {
     int l, s, row;
     step_seg sg;
-    uint64_t pol;
 };
 
-__device__ __forceinline__ void step_issue(const step_params &p, step_prod &pr, uint32_t ring,
-                                           uint32_t full, int slot)
+/* The block's bookkeeping in shared memory. */
+struct step_misc {
+    uint64_t full[STEP_SLOTS_MAX];          /* mbarrier per slot: its copy landed */
+    float part[STEP_SLOTS_MAX][STEP_WARPS]; /* warp sums of the chunk in the slot */
+    int cnt[STEP_SLOTS_MAX];                /* warps done with the slot */
+    step_it ring_it, pf_it;                 /* next chunk to copy into the ring / to prefetch */
+    uint64_t pol;                           /* L2 policy of the ring copies: evict first */
+    float gs[STEP_GMAX];                    /* gate values, or the block's residual rows */
+};
+
+/* Shared memory: ring | union (xs or d2_smem) | step_misc */
+__host__ __device__ static inline size_t step_smem_bytes(int slots, int un_bytes)
 {
-    while (pr.l < p.d.L && pr.row >= pr.sg.rows) {
-        pr.row = 0;
-        if (++pr.s == STEP_SEGS) pr.s = 0, pr.l++;
-        if (pr.l < p.d.L) pr.sg = step_seg_of(p, pr.l, pr.s);
-    }
-    if (pr.l >= p.d.L) return;
-    const int n = min(step_rpc(pr.sg.K), pr.sg.rows - pr.row);
-    const uint32_t bytes = (uint32_t)n * pr.sg.K * 2, bar = full + 8 * slot;
-    gpu_mbar_expect_tx(bar, bytes);
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-                 " [%0], [%1], %2, [%3], %4;\n" ::"r"(ring + (uint32_t)slot * STEP_SLOT),
-                 "l"(pr.sg.w + (size_t)pr.row * pr.sg.K), "r"(bytes), "r"(bar), "l"(pr.pol)
-                 : "memory");
-    pr.row += n;
+    return (size_t)slots * STEP_SLOT + un_bytes + sizeof(step_misc);
 }
 
-/* Grid-wide barrier: every block's writes before it are visible to every block after it. The
- * generation is read before arriving (it can only move once this block has arrived); the last
- * block to arrive resets the counter and moves the generation. */
-__device__ __forceinline__ void step_grid_sync(unsigned *bar)
+__device__ __forceinline__ void step_it_init(const step_params &p, step_it &it)
+{
+    it.l = 0, it.s = 0, it.row = 0;
+    it.sg = step_seg_of(p, 0, 0);
+}
+
+/* The next chunk of the stream (false past the last layer). */
+__device__ __forceinline__ bool step_next(const step_params &p, step_it &it, const bf16 **src,
+                                          uint32_t *bytes)
+{
+    while (it.l < p.d.L && it.row >= it.sg.rows) {
+        it.row = 0;
+        if (++it.s == STEP_SEGS) it.s = 0, it.l++;
+        if (it.l < p.d.L) it.sg = step_seg_of(p, it.l, it.s);
+    }
+    if (it.l >= p.d.L) return false;
+    const int n = min(step_rpc(it.sg.K), it.sg.rows - it.row);
+    *src = it.sg.w + (size_t)it.row * it.sg.K;
+    *bytes = (uint32_t)n * it.sg.K * 2;
+    it.row += n;
+    return true;
+}
+
+/* One thread: the next chunk into the slot (the copy engine; completion on the slot's mbarrier)
+ * and, `prefetch` chunks further on, one into L2, so that HBM streams ahead of the ring while
+ * the block waits at a grid barrier or computes attention. */
+__device__ __forceinline__ void step_issue(const step_params &p, step_misc &m, uint32_t ring_a,
+                                           int slot, bool pf = true)
+{
+    const bf16 *src;
+    uint32_t bytes;
+    if (step_next(p, m.ring_it, &src, &bytes)) {
+        const uint32_t bar = gpu_smem_addr(&m.full[slot]);
+        gpu_mbar_expect_tx(bar, bytes);
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+            " [%0], [%1], %2, [%3], %4;\n" ::"r"(ring_a + (uint32_t)slot * STEP_SLOT),
+            "l"(src), "r"(bytes), "r"(bar), "l"(m.pol)
+            : "memory");
+    }
+    if (pf && p.prefetch && step_next(p, m.pf_it, &src, &bytes))
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes)
+                     : "memory");
+}
+
+/* Grid-wide barrier number k (1, 2, ... in this launch; the counter is zeroed before every
+ * launch): every block's writes before it are visible to every block after it. */
+__device__ __forceinline__ void step_grid_sync(unsigned *bar, unsigned k)
 {
     __syncthreads();
     if (threadIdx.x == 0) {
-        unsigned g;
-        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(g) : "l"(bar + 1) : "memory");
-        __threadfence();
-        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-            atomicExch(bar, 0u);
-            __threadfence();
-            atomicAdd(bar + 1, 1u);
-        } else {
-            unsigned now;
-            do {
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n"
-                             : "=r"(now)
-                             : "l"(bar + 1)
-                             : "memory");
-            } while (now == g);
-        }
-        __threadfence();
+        const unsigned target = k * gridDim.x;
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(bar) : "memory");
+        unsigned now;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(now) : "l"(bar) : "memory");
+        } while (now < target);
     }
     __syncthreads();
 }
 
-/* The lane's activation pieces for a K-wide phase (src: shared memory, or global written in this
+/* The activation pieces of this warp's part of a row (K wide, rpc rows per chunk, so 8 / rpc
+ * warps per row): lane l holds pieces l, l + 32, ... (src: shared memory, or global written in this
  * kernel: read past L1). */
 template <bool GLOBAL>
 __device__ __forceinline__ void step_act(const bf16 *src, int K, uint4 act[STEP_MAXU])
 {
-    const int per_w = K / 64, lane = threadIdx.x % 32;
-    const uint4 *a = (const uint4 *)src + (threadIdx.x / 32) * per_w;
+    const int rpc = step_rpc(K), wpr = STEP_WARPS / rpc, pu = K / 8 / wpr;
+    const int lane = threadIdx.x % 32;
+    const uint4 *a = (const uint4 *)src + (threadIdx.x / 32 % wpr) * pu;
 #pragma unroll
     for (int j = 0; j < STEP_MAXU; j++) {
         const int i = lane + 32 * j;
-        act[j] = i >= per_w ? make_uint4(0, 0, 0, 0) : GLOBAL ? __ldcg(a + i) : a[i];
+        act[j] = i >= pu ? make_uint4(0, 0, 0, 0) : GLOBAL ? __ldcg(a + i) : a[i];
     }
 }
 
@@ -190,60 +235,82 @@ enum { EPI_QKV, EPI_RESID, EPI_GATE, EPI_UP };
 
 struct step_state {
     unsigned char *ring;
-    float (*part)[STEP_WARPS][STEP_RMAX];
-    float *gs;
-    uint32_t ring_a, full_a;
-    int c; /* chunks consumed */
-    step_prod pr;
+    step_misc *m;
+    uint32_t ring_a;
+    int c; /* chunks this warp has consumed */
 };
 
-/* Consume segment sg of the block's stream: every row's dot product with the activation, then
- * the epilogue EPI on (row index in the matrix, row index in the block's range, sum). */
+/* Consume segment sg of the block's stream. A chunk of rpc rows is cut into 8 equal parts, one
+ * per warp (warp w: row w / (8 / rpc), its (w % (8 / rpc))-th slice of it); each warp goes through
+ * the chunks on its own (mbarrier wait, dot product, shuffle reduction, its sum into the slot's
+ * `part`, an arrival on the slot's counter). The warp that arrives last at a slot runs the
+ * chunk's epilogue (lanes < rows: the row's warp sums in warp order, then EPI on (row index in
+ * the matrix, in the block's range, sum)) and refills the slot; so no block-wide barrier per chunk,
+ * and warps run up to a ring ahead of each other. */
 template <int EPI>
 __device__ __forceinline__ void step_stream(const step_params &p, step_state &st,
                                             const step_seg &sg, const uint4 act[STEP_MAXU],
                                             float *out)
 {
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int K = sg.K, per_w = K / 64, rowu = K / 8, rpc = step_rpc(K);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int K = sg.K, rpc = step_rpc(K), wpr = STEP_WARPS / rpc, pu = K / 8 / wpr;
+    const int myrow = warp / wpr, rowu = K / 8;
+    step_misc &m = *st.m;
+    /* the block's residual rows, fetched once (the epilogues then only store) */
+    if (EPI == EPI_RESID) {
+        for (int i = threadIdx.x; i < sg.rows; i += STEP_THREADS) m.gs[i] = __ldcg(out + sg.r0 + i);
+        __syncthreads();
+    }
     for (int row = 0; row < sg.rows; row += rpc, st.c++) {
         const int slot = st.c % p.slots, n = min(rpc, sg.rows - row);
-        gpu_mbar_wait(st.full_a + 8 * slot, (uint32_t)(st.c / p.slots) & 1);
-        const uint4 *tile = (const uint4 *)(st.ring + (size_t)slot * STEP_SLOT) + warp * per_w;
-        float(*part)[STEP_RMAX] = st.part[st.c & 1];
-#pragma unroll
-        for (int r = 0; r < STEP_RMAX; r++) {
-            if (r >= n) break;
-            float a = 0.f;
+        float a = 0.f;
+        /* every warp waits for every chunk, even one with no row of it: a phase of the slot's
+         * mbarrier may then never be skipped (a parity wait on a phase two ahead would pass) */
+        gpu_mbar_wait(gpu_smem_addr(&m.full[slot]), (uint32_t)(st.c / p.slots) & 1);
+        if (myrow < n) {
+            const uint4 *t = (const uint4 *)(st.ring + (size_t)slot * STEP_SLOT) + myrow * rowu +
+                             (warp % wpr) * pu;
 #pragma unroll
             for (int j = 0; j < STEP_MAXU; j++) {
                 const int i = lane + 32 * j;
-                if (i < per_w) a += d2_dot(tile[r * rowu + i], act[j]);
+                if (i < pu) a += d2_dot(t[i], act[j]);
             }
 #pragma unroll
             for (int o = 16; o >= 1; o /= 2) a += __shfl_xor_sync(0xffffffffu, a, o);
-            if (lane == 0) part[warp][r] = a;
         }
-        __syncthreads(); /* the slot is read: refill it; the warp sums are in */
-        if (tid == 0) step_issue(p, st.pr, st.ring_a, st.full_a, slot);
-        if (tid < n) {
-            float v = 0.f;
-#pragma unroll
-            for (int w = 0; w < STEP_WARPS; w++) v += part[w][tid];
-            const int loc = row + tid, r = sg.r0 + loc;
+        int last = 0;
+        if (lane == 0) {
+            m.part[slot][warp] = a;
+            __threadfence_block();
+            last = atomicAdd(&m.cnt[slot], 1) == STEP_WARPS - 1;
+        }
+        if (!__shfl_sync(0xffffffffu, last, 0)) continue;
+        /* the last warp at this slot: every warp's sum is in, nobody reads the slot any more */
+        __threadfence_block();
+        float v = 0.f;
+        if (lane < n)
+            for (int k = 0; k < wpr; k++) v += m.part[slot][lane * wpr + k];
+        __syncwarp();
+        if (lane == 0) {
+            m.cnt[slot] = 0;
+            step_issue(p, m, st.ring_a, slot);
+        }
+        if (lane < n) {
+            const int loc = row + lane, r = sg.r0 + loc;
             if (EPI == EPI_QKV) {
                 out[r] = v;
             } else if (EPI == EPI_RESID) {
-                out[r] = __ldcg(out + r) + v;
+                out[r] = m.gs[loc] + v;
             } else if (EPI == EPI_GATE) {
-                st.gs[loc] = v;
+                m.gs[loc] = v;
             } else {
                 /* the chain stores g and u as bf16 (the gate/up GEMM's output), then k_swiglu */
-                const float g = __bfloat162float(__float2bfloat16(st.gs[loc]));
+                const float g = __bfloat162float(__float2bfloat16(m.gs[loc]));
                 const float u = __bfloat162float(__float2bfloat16(v));
                 p.h[r] = __float2bfloat16(gpu_silu_mul(g, u));
             }
         }
+        __threadfence_block(); /* the epilogue's shared writes before this warp's next arrival */
     }
 }
 
@@ -253,7 +320,7 @@ __device__ __forceinline__ void step_rope(const step_params &p, int l)
 {
     const gpu_dims &d = p.d;
     const int half = d.hd / 2, n_q = d.n_heads * half, n_k = d.n_kv * half;
-    const float *bias = p.layers[l].b_qkv;
+    const float *bias = step_layer(p, l).b_qkv;
     const gpu_seq_dev sq = p.dp.seqs[p.dp.seq_idx[0]];
     const int pos = p.dp.pos[0];
     bf16 *q = (bf16 *)p.dp.q;
@@ -283,6 +350,15 @@ __device__ __forceinline__ void step_rope(const step_params &p, int l)
     }
 }
 
+#define STEP_MARKS 8
+__device__ __forceinline__ void step_mark(const step_params &p, int l, int k)
+{
+    if (!p.trace || threadIdx.x != 0) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+    p.trace[((size_t)l * STEP_MARKS + k) * gridDim.x + blockIdx.x] = t;
+}
+
 template <int G> __global__ void __launch_bounds__(STEP_THREADS, 1) k_decode_step(step_params p)
 {
     extern __shared__ __align__(128) unsigned char step_smem[];
@@ -290,60 +366,77 @@ template <int G> __global__ void __launch_bounds__(STEP_THREADS, 1) k_decode_ste
     step_state st;
     st.ring = step_smem;
     unsigned char *un = step_smem + (size_t)p.slots * STEP_SLOT;
-    st.part = (float(*)[STEP_WARPS][STEP_RMAX])(un + p.un_bytes);
-    st.gs = (float *)(un + p.un_bytes + 2 * STEP_WARPS * STEP_RMAX * sizeof(float));
-    uint64_t *full = (uint64_t *)(st.gs + STEP_GMAX);
+    st.m = (step_misc *)(un + p.un_bytes);
     st.ring_a = gpu_smem_addr(st.ring);
-    st.full_a = gpu_smem_addr(full);
     st.c = 0;
+    step_misc &m = *st.m;
     bf16 *xs = (bf16 *)un;
     d2_smem<G> &asm_ = *(d2_smem<G> *)un;
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < p.slots; s++) gpu_mbar_init(st.full_a + 8 * s, 1);
+        for (int s = 0; s < p.slots; s++) {
+            gpu_mbar_init(gpu_smem_addr(&m.full[s]), 1);
+            m.cnt[s] = 0;
+        }
         gpu_mbar_init_fence();
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(m.pol));
+        step_it_init(p, m.ring_it);
+        step_it_init(p, m.pf_it);
+        const bf16 *src;
+        uint32_t bytes;
+        /* the ring's first fill, then chunks slots .. slots + prefetch - 1 into L2; from here on
+         * every refill of chunk c prefetches chunk c + prefetch */
+        for (int s = 0; s < p.slots; s++) step_issue(p, m, st.ring_a, s, false);
+        for (int s = 0; s < p.slots; s++) step_next(p, m.pf_it, &src, &bytes);
+        for (int i = 0; i < p.prefetch; i++)
+            if (step_next(p, m.pf_it, &src, &bytes))
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes)
+                             : "memory");
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(st.pr.pol));
-        st.pr.l = 0, st.pr.s = 0, st.pr.row = 0;
-        st.pr.sg = step_seg_of(p, 0, 0);
-        for (int s = 0; s < p.slots; s++) step_issue(p, st.pr, st.ring_a, st.full_a, s);
-    }
+    unsigned nbar = 0;
     const int ngx = d.n_kv * p.dp.gslices, items = ngx * p.dp.splits;
     uint4 act[STEP_MAXU];
     for (int l = 0; l < d.L; l++) {
-        const gpu_layer_w &lw = p.layers[l];
+        const gpu_layer_w lw = step_layer(p, l);
         /* 1. norm + QKV */
+        step_mark(p, l, 0);
         gpu_block_rmsnorm<true>(p.x, lw.attn_norm, d.H, d.eps, xs);
         __syncthreads();
+        step_mark(p, l, 1);
         step_act<false>(xs, d.H, act);
         step_stream<EPI_QKV>(p, st, step_seg_of(p, l, 0), act, p.qkv);
-        step_grid_sync(p.bar);
+        step_mark(p, l, 2);
+        step_grid_sync(p.bar, ++nbar);
         /* 2. bias + rope, q and the cache rows */
         step_rope(p, l);
-        step_grid_sync(p.bar);
+        step_grid_sync(p.bar, ++nbar);
+        step_mark(p, l, 3);
         /* 3. attention */
         dec_params dp = p.dp;
         dp.layer = l;
         for (int it = blockIdx.x; it < items; it += gridDim.x)
             d2_range<G, true>(dp, 0, it % ngx, it / ngx, ngx, p.part_cnt, asm_);
-        step_grid_sync(p.bar);
+        step_grid_sync(p.bar, ++nbar);
+        step_mark(p, l, 4);
         /* 4. o + residual */
         step_act<true>(p.dp.out, d.qd, act);
         step_stream<EPI_RESID>(p, st, step_seg_of(p, l, 1), act, p.x);
-        step_grid_sync(p.bar);
+        step_grid_sync(p.bar, ++nbar);
+        step_mark(p, l, 5);
         /* 5. norm + gate/up + SwiGLU */
         gpu_block_rmsnorm<true>(p.x, lw.ffn_norm, d.H, d.eps, xs);
         __syncthreads();
         step_act<false>(xs, d.H, act);
         step_stream<EPI_GATE>(p, st, step_seg_of(p, l, 2), act, NULL);
         step_stream<EPI_UP>(p, st, step_seg_of(p, l, 3), act, NULL);
-        step_grid_sync(p.bar);
+        step_grid_sync(p.bar, ++nbar);
+        step_mark(p, l, 6);
         /* 6. down + residual */
         step_act<true>(p.h, d.I, act);
         step_stream<EPI_RESID>(p, st, step_seg_of(p, l, 4), act, p.x);
-        step_grid_sync(p.bar);
+        step_mark(p, l, 7);
+        step_grid_sync(p.bar, ++nbar);
     }
 }
 
@@ -390,8 +483,9 @@ int gpu_step_setup(gpu_engine *e)
 {
     const gpu_dims &d = e->d;
     e->step = 0;
+    /* opt-in (TANDEM_GPU_STEP=on): on the H200 it decodes slower than the chain (see the top) */
     const char *env = getenv("TANDEM_GPU_STEP");
-    if (env && !strcmp(env, "off")) return ACCEL_OK;
+    if (!env || strcmp(env, "on")) return ACCEL_OK;
     cudaDeviceProp prop;
     GPU_CHECK(cudaGetDeviceProperties(&prop, e->index));
     if (prop.major < 9 || !prop.cooperativeLaunch || !e->part_cnt || !step_fits(&d))
@@ -401,7 +495,8 @@ int gpu_step_setup(gpu_engine *e)
     /* the deepest ring that fits next to the rest (the kernel's static shared memory: the
      * norm's 32 doubles) */
     const size_t avail = prop.sharedMemPerBlockOptin - 1024;
-    int slots = STEP_SLOTS_MAX;
+    const char *se = getenv("TANDEM_GPU_STEP_SLOTS"); /* fewer slots (measurements) */
+    int slots = se && atoi(se) >= 2 && atoi(se) <= STEP_SLOTS_MAX ? atoi(se) : STEP_SLOTS_MAX;
     while (slots >= 2 && step_smem_bytes(slots, un) > avail) slots--;
     if (slots < 2) return ACCEL_OK;
     const size_t smem = step_smem_bytes(slots, un);
@@ -411,7 +506,7 @@ int gpu_step_setup(gpu_engine *e)
     GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, STEP_THREADS, smem));
     if (per_sm < 1) return ACCEL_OK;
     const int B = e->sms; /* one block per SM: the ring is the SM's shared memory */
-    if ((d.I + B - 1) / B > STEP_GMAX) return ACCEL_OK;
+    if ((d.I + B - 1) / B > STEP_GMAX || (d.H + B - 1) / B > STEP_GMAX) return ACCEL_OK;
     /* attention ranges: one per block at most, within the partial slots the engine holds */
     const int gslices = (d.n_heads / d.n_kv + G - 1) / G, ngx = d.n_kv * gslices;
     int splits = B / ngx;
@@ -424,15 +519,69 @@ int gpu_step_setup(gpu_engine *e)
                          cudaMemcpyHostToDevice));
     GPU_CHECK(cudaMalloc((void **)&e->step_bar, 2 * sizeof(unsigned)));
     GPU_CHECK(cudaMemset(e->step_bar, 0, 2 * sizeof(unsigned)));
+    const char *tr = getenv("TANDEM_GPU_STEP_TRACE");
+    if (tr && !strcmp(tr, "1"))
+        GPU_CHECK(cudaMalloc((void **)&e->step_trace, (size_t)d.L * STEP_MARKS * B * 8));
     e->step = 1;
     const size_t dl = strlen(e->desc);
     snprintf(e->desc + dl, sizeof e->desc - dl, ", one-kernel decode");
     e->step_blocks = B;
     e->step_slots = slots;
+    /* L2 prefetch distance beyond the ring, in chunks (TANDEM_GPU_STEP_PREFETCH, 0-64) */
+    const char *pf = getenv("TANDEM_GPU_STEP_PREFETCH");
+    e->step_prefetch = pf ? atoi(pf) : STEP_PREFETCH;
+    if (e->step_prefetch < 0 || e->step_prefetch > 64) e->step_prefetch = STEP_PREFETCH;
     e->step_splits = splits;
     e->step_un = un;
     e->step_smem = smem;
     return ACCEL_OK;
+}
+
+/* TANDEM_GPU_STEP_TRACE=1: where the 50th step's time went (stderr), per phase the mean over
+ * layers and blocks of the time since the mark before, and of the slowest block's. */
+static void step_trace_report(gpu_engine *e)
+{
+    const int L = e->d.L, B = e->step_blocks;
+    static const char *names[STEP_MARKS] = {"barrier->layer", "norm",          "qkv stream",
+                                            "bar+rope+bar",   "attention+bar", "o+bar",
+                                            "norm+gu+bar",    "down"};
+    size_t n = (size_t)L * STEP_MARKS * B;
+    unsigned long long *h = (unsigned long long *)malloc(n * 8);
+    if (!h || cudaStreamSynchronize(e->compute) != cudaSuccess ||
+        cudaMemcpy(h, e->step_trace, n * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        free(h);
+        cudaGetLastError();
+        return;
+    }
+    double mean[STEP_MARKS] = {0}, mx[STEP_MARKS] = {0};
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < STEP_MARKS; k++) {
+            double worst = 0;
+            for (int b = 0; b < B; b++) {
+                unsigned long long t = h[((size_t)l * STEP_MARKS + k) * B + b];
+                unsigned long long t0 =
+                    k   ? h[((size_t)l * STEP_MARKS + k - 1) * B + b]
+                    : l ? h[((size_t)(l - 1) * STEP_MARKS + STEP_MARKS - 1) * B + b]
+                        : t;
+                double dt = (double)(t - t0) / 1e3;
+                mean[k] += dt / B;
+                if (dt > worst) worst = dt;
+            }
+            mx[k] += worst;
+        }
+    unsigned long long first = ~0ull, last = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (h[i] < first) first = h[i];
+        if (h[i] > last) last = h[i];
+    }
+    fprintf(stderr,
+            "tandem cuda step trace: %.1f us from first to last mark; per layer (us, mean / "
+            "slowest block):",
+            (double)(last - first) / 1e3);
+    for (int k = 0; k < STEP_MARKS; k++)
+        fprintf(stderr, " %s %.2f / %.2f;", names[k], mean[k] / L, mx[k] / L);
+    fprintf(stderr, "\n");
+    free(h);
 }
 
 int gpu_decode_step(gpu_engine *e, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs)
@@ -450,6 +599,7 @@ int gpu_decode_step(gpu_engine *e, const int *seq_idx, const int *pos, const gpu
     p.bar = e->step_bar;
     p.d = d;
     p.slots = e->step_slots;
+    p.prefetch = e->step_prefetch;
     p.un_bytes = e->step_un;
     dec_params &a = p.dp;
     a.q = e->q;
@@ -481,6 +631,9 @@ int gpu_decode_step(gpu_engine *e, const int *seq_idx, const int *pos, const gpu
     at[0].val.cooperative = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
+    p.trace = e->step_trace;
+    GPU_CHECK(cudaMemsetAsync(e->step_bar, 0, sizeof(unsigned), e->compute));
     GPU_CHECK(cudaLaunchKernelEx(&cfg, step_kernel_for(G), p));
+    if (e->step_trace && ++e->step_traced == 50) step_trace_report(e);
     return ACCEL_OK;
 }

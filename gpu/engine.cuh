@@ -163,10 +163,12 @@ struct gpu_engine {
     cudaGraphExec_t *dec_graph; /* [GPU_MAX_BATCH + 1]: the decode step for n sequences */
     int step; /* single-token decode as one kernel (decode_step.cu; TANDEM_GPU_STEP=off: the
                * chain of five kernels per layer) */
-    int step_blocks, step_slots, step_splits, step_un;
+    int step_blocks, step_slots, step_splits, step_un, step_prefetch;
     size_t step_smem;
-    gpu_layer_w *layers_d; /* device copy of layers (the step kernel's) */
-    unsigned *step_bar;    /* its grid barrier: arrivals, generation */
+    gpu_layer_w *layers_d;          /* device copy of layers (the step kernel's) */
+    unsigned *step_bar;             /* its grid barrier: arrivals, generation */
+    unsigned long long *step_trace; /* TANDEM_GPU_STEP_TRACE=1: phase timestamps (decode_step.cu) */
+    int step_traced;
     cudaStream_t compute, copy;
     cublasHandle_t blas;
     void *blas_ws;

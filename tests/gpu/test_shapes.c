@@ -90,10 +90,10 @@ TEST(gpu_shape_hd128_no_pdl_decode)
     shape_case(HD128, "hd128", "TANDEM_GPU_PDL", "off", 1);
 }
 
-/* the five-kernel decode chain (the default decode is the one-kernel step, decode_step.cu) */
-TEST(gpu_shape_hd128_chain_decode)
+/* the one-kernel decode step (decode_step.cu, opt-in) against prefill and the CPU */
+TEST(gpu_shape_hd128_step_decode)
 {
-    shape_case(HD128, "hd128", "TANDEM_GPU_STEP", "off", 1);
+    shape_case(HD128, "hd128", "TANDEM_GPU_STEP", "on", 1);
 }
 
 TEST(gpu_shape_qwen2_bias_f16)
@@ -154,7 +154,7 @@ TEST(gpu_shape_hd128_batched_decode_no_pdl)
 }
 
 /* The one-kernel decode step (gpu/decode_step.cu) against the five-kernel chain
- * (TANDEM_GPU_STEP=off) on a model with the Llama-3 GQA group (4 query heads per KV head) and
+ * (the default) on a model with the Llama-3 GQA group (4 query heads per KV head) and
  * enough rows that every block streams several chunks per projection (QKV 11-12 rows in chunks of
  * 8, down 7-8 rows in chunks of 5): 2100 tokens prefilled, then 6 decode steps each way, within
  * the shape bounds above (both are bf16 weights with float32 sums, in different orders). */
@@ -178,13 +178,13 @@ TEST(gpu_decode_step_matches_chain)
     model *m, *m2;
     accel_dev *d, *dc;
     char why[600], dir[512];
-    int r = tg_open_mkmodel(STEPM, "stepm", NULL, NULL, &m, &d, why, sizeof why);
+    int r = tg_open_mkmodel(STEPM, "stepm", "TANDEM_GPU_STEP", "on", &m, &d, why, sizeof why);
     if (r > 0) SKIP("%s", why);
     REQUIRE(r == 0);
     accel_info info;
     accel_get_info(d, &info);
     if (!strstr(info.desc, "one-kernel decode")) SKIP("no decode step kernel on %s", info.desc);
-    setenv("TANDEM_GPU_STEP", "off", 1);
+    unsetenv("TANDEM_GPU_STEP");
     snprintf(dir, sizeof dir, "%s/stepm", t_tmpdir());
     REQUIRE(tg_open(dir, NULL, &m2, &dc, why, sizeof why) == 0);
     accel_get_info(dc, &info);
