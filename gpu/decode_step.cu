@@ -9,11 +9,11 @@
  * How: one cooperative launch, one block per SM (256 threads), every block resident for the whole
  * step. Weights never depend on activations, so each block streams *its* weight rows of every
  * layer, in order, through a ring of shared-memory slots filled by the copy engine
- * (cp.async.bulk, 32 KB per slot, completion on an mbarrier per slot): thread 0 issues the ring
- * full at the start and refills a slot as soon as the block has consumed it. Between the phases
- * that need each other's results the blocks meet at a grid-wide barrier (an arrival counter and a
- * generation word in global memory); the copies already in flight keep HBM busy through the
- * barrier, the rope and the attention, up to the ring's depth (~190 KB per SM: ~6 us of HBM time).
+ * (cp.async.bulk, 32 KB per slot, completion on an mbarrier per slot), optionally with an L2
+ * prefetch further ahead (TANDEM_GPU_STEP_PREFETCH chunks). Between the phases that need each
+ * other's results the blocks meet at a grid-wide barrier (a counter zeroed before the launch);
+ * the copies in flight keep HBM busy through the barrier, the rope and the attention, up to the
+ * ring's depth (~190 KB per SM).
  *
  * Phases of a layer (block b of B takes rows [N b / B, N (b + 1) / B) of each matrix):
  *   1. RMSNorm of the residual row into shared memory (every block, k_rmsnorm's arithmetic:
@@ -27,21 +27,28 @@
  *   6. down rows: x += h · Wd^T                                            | grid barrier
  * The final norm and lm_head stay separate kernels (one big GEMV at full rate already).
  *
- * A chunk (a slot's content) is up to STEP_RMAX whole rows; the 8 warps split every row of the
- * chunk (warp w: its K / 8 columns, lane l: 16-byte pieces l, l + 32, ... of them, against the
- * activation pieces it holds in registers for the whole phase), sum in float32, reduce with
- * shuffles, and threads < rows add the 8 warp sums in warp order. So the projections' sums are
- * in another order than the GEMV's (not the chain's bits: the same bf16 inputs, float32 sums;
- * tests/gpu compares against the CPU and against the chain within bf16 tolerance), but fixed:
- * the step is deterministic. Everything else (norm, rope, attention, SwiGLU, the residual adds)
- * is the chain's arithmetic.
+ * A chunk (a slot's content) is rpc whole rows (a power of two up to 8); the 8 warps split it
+ * into equal parts (8 / rpc warps per row), each warp against the activation pieces it holds in
+ * registers for the whole phase; float32 sums, shuffle reductions, and the warp that finishes a
+ * slot last adds the row's warp sums in warp order (step_stream). So the projections' sums are in
+ * another order than the GEMV's (not the chain's bits: the same bf16 inputs, float32 sums;
+ * tests/gpu compares against the CPU, against prefill and against the chain within bf16
+ * tolerance), but fixed: the step is deterministic (tested). Everything else (norm, rope,
+ * attention, SwiGLU, the residual adds) is the chain's arithmetic.
  *
- * When (gpu_step_setup): Hopper (bulk copies), head_dim 128, H, q dim and I multiples of 64 and at
- * most 16384, the one-kernel decode attention, every block resident (cooperative launch), T = 1
- * without a KV export, and only with TANDEM_GPU_STEP=on: measured on the H200 it is slower than
- * the chain (Llama-3-8B, 1K context: 5.9 ms per token against 4.3; see gpu/KERNELS.md), so the
- * chain stays the default. The chain's own switches (TANDEM_GPU_FUSED, _GEMV, _PDL = off) keep
- * the chain. */
+ * Measured (H200, Llama-3-8B random bf16, 1K context; TANDEM_GPU_STEP_TRACE=1 prints where a
+ * step's time goes): 5.89 ms per token against the chain's 4.33-4.37 — so it is opt-in. Per layer
+ * the weight phases stream at ~1.4x their bytes/bandwidth time (gate/up 80 us against 55, down 39
+ * against 27.5) whatever the ring depth (3 or 6 slots: the same 5.88 ms, so not the bytes in
+ * flight), and each grid barrier under full HBM load costs 4-7 us (six per layer: ~1 ms per
+ * token), several times a PDL kernel boundary. An L2 prefetch 8 chunks ahead made it slower
+ * (6.9 ms). What would be needed: weights streamed by the SMs' own loads (as the chain's GEMV,
+ * which reaches ~95 % of copy bandwidth) and far fewer grid-wide meetings; see gpu/KERNELS.md.
+ *
+ * When (gpu_step_setup): TANDEM_GPU_STEP=on, Hopper (bulk copies), head_dim 128, H, q dim and I
+ * multiples of 64 and at most 16384, the one-kernel decode attention, every block resident
+ * (cooperative launch), T = 1 without a KV export. The chain's own switches (TANDEM_GPU_FUSED,
+ * _GEMV, _PDL = off) keep the chain. */
 #include "gpu/attn_decode.cuh"
 #include "gpu/gemv.cuh"
 #include "gpu/tma.cuh"
@@ -54,7 +61,7 @@
 #define STEP_MAXU      8 /* 16-byte activation pieces per lane: K <= 64 * 32 * STEP_MAXU / 8 */
 #define STEP_MAX_K     16384
 #define STEP_GMAX      256 /* gate values a block keeps for its up rows */
-#define STEP_PREFETCH  8   /* chunks prefetched into L2 ahead of the ring (default) */
+#define STEP_PREFETCH  0   /* chunks prefetched into L2 ahead of the ring (0: none; 8 measured slower) */
 #define STEP_SEGS      5   /* weight segments per layer: qkv, o, gate, up, down */
 
 struct step_params {
