@@ -56,10 +56,11 @@ for r in bench:
     P = r["tokens"]
     gf = 2.0 * P * L * per_layer + 2.0 * V * H
     af = 4.0 * P * P / 2 * hd * nh * L
-    f_o = (gf / (gemm * 1e12) + (af / (att_rate(att, P) * 1e12) if att else 0)) * 1e3
-    f_s = (gf / (gemm * 1e12) + (af / (att_rate(sdpa, P) * 1e12) if sdpa else 0)) * 1e3
-    f_u = (gf / (gemm_sus * 1e12) + (af / (att_rate(att, P) * 1e12) if att else 0)) * 1e3 if gemm_sus else float("nan")
-    hfm = hf.get(f"prefill_{P}_ms", float("nan"))
+    nan = float("nan") # a ceiling this run did not measure (no limits / gemm phase): no floor
+    f_o = (gf / (gemm * 1e12) + (af / (att_rate(att, P) * 1e12) if att else 0)) * 1e3 if gemm else nan
+    f_s = (gf / (gemm * 1e12) + (af / (att_rate(sdpa, P) * 1e12) if sdpa else 0)) * 1e3 if gemm else nan
+    f_u = (gf / (gemm_sus * 1e12) + (af / (att_rate(att, P) * 1e12) if att else 0)) * 1e3 if gemm_sus else nan
+    hfm = hf.get(f"prefill_{P}_ms", nan)
     print(f"| {P} | {r['ttft_ms']:.1f} | {hfm} | {f_o:.1f} | {f_s:.1f} | {r['ttft_ms']/f_o:.2f} | {r['ttft_ms']/f_s:.2f} | {f_u:.1f} | {r['ttft_ms']/f_u:.2f} |")
 print()
 names = sorted(kernels)
@@ -72,7 +73,7 @@ print("|---|---|---|---|---|")
 for r in bench:
     if r.get("bench") != "decode": continue
     C = r["context"]
-    fl = (wbytes + C * kv_tok) / (d2d * 1e9) * 1e3
+    fl = (wbytes + C * kv_tok) / (d2d * 1e9) * 1e3 if d2d else float("nan")
     print(f"| {C} | {r['ms_per_token']:.3f} | {fl:.3f} | {r['ms_per_token']/fl:.3f} | {hf.get(f'decode_after_{C}_ms_per_tok', 'n/a')} |")
 print()
 print("| batch | context | ms/step | tokens/s |")
