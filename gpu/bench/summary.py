@@ -85,7 +85,8 @@ print("| export tokens | TTFT ms | TTFT + int8 export ms | added | KV bytes | co
 print("|---|---|---|---|---|---|---|")
 for r in bench:
     if r.get("bench") != "export": continue
-    print(f"| {r['tokens']} | {r['ttft_ms']:.1f} | {r['ttft_export_ms']:.1f} | {r['overhead_pct']:.2f}% | {r['bytes']/1e6:.0f} MB | {r['copy_gb_s']:.1f} | {r['copy_gb_s']/d2h*100 if d2h else 0:.0f}% |")
+    share = "%.0f%%" % (r["copy_gb_s"] / d2h * 100) if d2h else "n/a"
+    print(f"| {r['tokens']} | {r['ttft_ms']:.1f} | {r['ttft_export_ms']:.1f} | {r['overhead_pct']:.2f}% | {r['bytes']/1e6:.0f} MB | {r['copy_gb_s']:.1f} | {share} |")
 print()
 if ablation:
     print("| switch | prefill 4096 ms | prefill 32768 ms | decode ms/token (1K) | batch 8 ms/step |")
