@@ -10,10 +10,10 @@
 /* The largest forward pass: 8192 tokens keep the GEMMs at full rate (M = 8192 fills the GPU many
  * times over) while the activations of an 8B-shaped model stay near 1.3 GB. */
 #define T_MAX_DEFAULT 8192
-#define T_MAX_LIMIT   65536 /* the largest pass TANDEM_GPU_CHUNK may ask for */
+#define T_MAX_LIMIT 65536 /* the largest pass TANDEM_GPU_CHUNK may ask for */
 /* Device memory left out of the KV budget: cuBLAS/driver allocations after start-up, the CUDA
  * context's growth, fragmentation of per-sequence allocations. */
-#define MARGIN_FIXED    (512ull << 20)
+#define MARGIN_FIXED (512ull << 20)
 #define MARGIN_FRACTION 0.02
 
 int gpu_cuda_status(cudaError_t err, const char *what, const char *file, int line)
@@ -215,8 +215,7 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     GPU_CUBLAS(cublasCreate(&e->blas));
     GPU_CUBLAS(cublasSetStream(e->blas, e->compute));
     GPU_CUBLAS(cublasSetMathMode(
-        e->blas,
-        (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+        e->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     GPU_CHECK(cudaMalloc(&e->blas_ws, BLAS_WS_BYTES));
     e->blas_ws_bytes = BLAS_WS_BYTES;
     GPU_CUBLAS(cublasSetWorkspace(e->blas, e->blas_ws, e->blas_ws_bytes));
@@ -311,9 +310,8 @@ void gpu_engine_free(gpu_engine *e)
         if (e->dec_graph[n]) cudaGraphExecDestroy(e->dec_graph[n]);
     free(e->dec_graph);
     gpu_weights_free(e);
-    void *bufs[] = {e->x,        e->xb,       e->qkv,       e->q,      e->att,   e->kf,
-                    e->vf,       e->gu,       e->h,         e->rope,   e->xn,    e->logits,
-                    e->part_o,   e->part_ml,  e->part_cnt,  e->meta_d, e->imp_d, e->blas_ws,
+    void *bufs[] = {e->x, e->xb, e->qkv, e->q, e->att, e->kf, e->vf, e->gu, e->h, e->rope,
+                    e->xn, e->logits, e->part_o, e->part_ml, e->part_cnt, e->meta_d, e->imp_d, e->blas_ws,
                     e->layers_d, e->step_bar, e->step_trace};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     for (int i = 0; i < GPU_EXPORT_RING; i++) cudaFree(e->exp_d[i]);

@@ -107,11 +107,11 @@ struct gpu_dims {
 };
 
 struct gpu_layer_w {
-    bf16 *w_qkv;                 /* (qkv, H) */
-    bf16 *w_o;                   /* (H, qd) */
-    bf16 *w_gu;                  /* (2I, H) */
-    bf16 *w_down;                /* (H, I) */
-    float *b_qkv;                /* (qkv) or NULL */
+    bf16 *w_qkv;  /* (qkv, H) */
+    bf16 *w_o;    /* (H, qd) */
+    bf16 *w_gu;   /* (2I, H) */
+    bf16 *w_down; /* (H, I) */
+    float *b_qkv; /* (qkv) or NULL */
     float *attn_norm, *ffn_norm; /* (H) */
 };
 
@@ -132,12 +132,12 @@ struct gpu_meta_layout {
     size_t ids, pos, seq, tbl, rows, seqs, inv, bytes; /* byte offsets */
 };
 
-#define GPU_EXPORT_RING      2   /* device slots the export quantizer alternates between */
-#define GPU_EXPORT_AHEAD     3   /* the host stays at most this many layers ahead of the copies */
-#define GPU_LOGIT_ROWS       256 /* logits computed per lm_head GEMM (all_logits in sub-batches) */
+#define GPU_EXPORT_RING 2    /* device slots the export quantizer alternates between */
+#define GPU_EXPORT_AHEAD 3   /* the host stays at most this many layers ahead of the copies */
+#define GPU_LOGIT_ROWS 256   /* logits computed per lm_head GEMM (all_logits in sub-batches) */
 #define GPU_DECODE_SPLIT_MAX 64
-#define GPU_PROF_EVENTS      8192 /* a 128K sparse prefill marks ~10 ops x 16 chunks x 32 layers */
-#define GPU_PROF_CATS        15
+#define GPU_PROF_EVENTS 8192 /* a 128K sparse prefill marks ~10 ops x 16 chunks x 32 layers */
+#define GPU_PROF_CATS 15
 
 struct gpu_engine {
     int index;
@@ -145,28 +145,28 @@ struct gpu_engine {
     const model *m;
     gpu_dims d;
     int sms;
-    int sm90;     /* prefill attention on wgmma: this build and GPU have it, and head_dim 128 (or
-                   * TANDEM_GPU_ATTN=wgmma); TANDEM_GPU_ATTN=mma4/mma8 turn it off */
-    int fa_warps; /* warps per block of the mma.sync attention kernel: 4, or 8 (head_dim 128) */
+    int sm90;      /* prefill attention on wgmma: this build and GPU have it, and head_dim 128 (or
+                    * TANDEM_GPU_ATTN=wgmma); TANDEM_GPU_ATTN=mma4/mma8 turn it off */
+    int fa_warps;  /* warps per block of the mma.sync attention kernel: 4, or 8 (head_dim 128) */
     int sparse_warps; /* the same for its block-sparse form; 0: by prompt length (forward.cu) */
     int sparse_ws;    /* block-sparse attention on the warp-specialized kernel (sm90, head_dim
                        * 128): 1 + its variant (gpu_attn_prefill_ws); 0: the mma.sync kernel */
-    int prof;         /* TANDEM_GPU_PROFILE=1: time every op (forward.cu; decode without graphs) */
+    int prof;      /* TANDEM_GPU_PROFILE=1: time every op (forward.cu; decode without graphs) */
     cudaEvent_t *prof_ev; /* [GPU_PROF_EVENTS] */
     int prof_cat[GPU_PROF_EVENTS], prof_n;
     double prof_ms[2][GPU_PROF_CATS]; /* [prefill, decode][op] */
     long prof_passes[2];
-    int pdl;      /* the decode chain's kernels with PDL (on Hopper unless TANDEM_GPU_PDL=off) */
-    int fused;    /* single-token decode through decode_fused.cu (TANDEM_GPU_FUSED=off: unfused) */
-    int gemv_off; /* TANDEM_GPU_GEMV=off: cuBLAS for single-token projections too (comparisons) */
+    int pdl;       /* the decode chain's kernels with PDL (on Hopper unless TANDEM_GPU_PDL=off) */
+    int fused;     /* single-token decode through decode_fused.cu (TANDEM_GPU_FUSED=off: unfused) */
+    int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for single-token projections too (comparisons) */
     int graphs_off; /* TANDEM_GPU_GRAPHS=off, or a capture failed: decode without CUDA graphs */
     cudaGraphExec_t *dec_graph; /* [GPU_MAX_BATCH + 1]: the decode step for n sequences */
-    int step; /* single-token decode as one kernel (decode_step.cu; TANDEM_GPU_STEP=off: the
-               * chain of five kernels per layer) */
+    int step;      /* single-token decode as one kernel (decode_step.cu, TANDEM_GPU_STEP=on; else
+                    * the chain of five kernels per layer) */
     int step_blocks, step_slots, step_splits, step_un, step_prefetch;
     size_t step_smem;
-    gpu_layer_w *layers_d;          /* device copy of layers (the step kernel's) */
-    unsigned *step_bar;             /* its grid barrier: arrivals, generation */
+    gpu_layer_w *layers_d; /* device copy of layers (the step kernel's) */
+    unsigned *step_bar;    /* its grid barrier: arrivals in a launch (zeroed before each) */
     unsigned long long *step_trace; /* TANDEM_GPU_STEP_TRACE=1: phase timestamps (decode_step.cu) */
     int step_traced;
     cudaStream_t compute, copy;
@@ -179,22 +179,22 @@ struct gpu_engine {
     bf16 *embed;         /* (V, H) */
     bf16 *lm_head;       /* (V, H), == embed when tied */
     float *norm;         /* (H) */
-    float *inv_freq0; /* host: head_dim/2, the static rope table (dynamic: recomputed per call) */
+    float *inv_freq0;    /* host: head_dim/2, the static rope table (dynamic: recomputed per call) */
 
     /* workspace */
     int t_max;
-    float *x;        /* (t_max, H) residual stream */
-    bf16 *xb;        /* (t_max, H) normalized */
-    float *qkv;      /* (t_max, qkv) */
-    bf16 *q;         /* (t_max, qd) after rope */
-    bf16 *att;       /* (t_max, qd) attention output */
-    float *kf, *vf;  /* (t_max, kvd) K after rope, V: the export quantizer's input */
-    bf16 *gu;        /* (t_max, 2I) */
-    bf16 *h;         /* (t_max, I) */
-    float2 *rope;    /* (t_max, hd/2) cos, sin */
-    bf16 *xn;        /* (GPU_LOGIT_ROWS, H) */
-    float *logits;   /* (GPU_LOGIT_ROWS, V) */
-    float *part_o;   /* decode split-K partials (slots, hdp) */
+    float *x;      /* (t_max, H) residual stream */
+    bf16 *xb;      /* (t_max, H) normalized */
+    float *qkv;    /* (t_max, qkv) */
+    bf16 *q;       /* (t_max, qd) after rope */
+    bf16 *att;     /* (t_max, qd) attention output */
+    float *kf, *vf; /* (t_max, kvd) K after rope, V: the export quantizer's input */
+    bf16 *gu;      /* (t_max, 2I) */
+    bf16 *h;       /* (t_max, I) */
+    float2 *rope;  /* (t_max, hd/2) cos, sin */
+    bf16 *xn;      /* (GPU_LOGIT_ROWS, H) */
+    float *logits; /* (GPU_LOGIT_ROWS, V) */
+    float *part_o; /* decode split-K partials (slots, hdp) */
     float2 *part_ml; /* (slots) running max (log2 domain) and sum */
     int *part_cnt;   /* (GPU_MAX_BATCH * n_heads) ranges finished per row, zero between steps;
                         NULL: the two-kernel decode attention (TANDEM_GPU_DECODE_ATTN=two) */
@@ -203,9 +203,9 @@ struct gpu_engine {
     unsigned char *meta_h, *meta_d;
 
     /* export */
-    size_t exp_slot_bytes; /* one layer's K+V values and scales for t_max tokens */
+    size_t exp_slot_bytes;               /* one layer's K+V values and scales for t_max tokens */
     unsigned char *exp_d[GPU_EXPORT_RING];
-    unsigned char *exp_h; /* pinned, n_layers slots */
+    unsigned char *exp_h;                /* pinned, n_layers slots */
     size_t exp_h_bytes;
     cudaEvent_t *ev_quant, *ev_copy0, *ev_copy1; /* per layer */
     cudaEvent_t ev_t0, ev_t1;
@@ -290,11 +290,11 @@ int gpu_attn_prefill_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, cons
  * head_dim 128 takes the warp-specialized kernel (attn_prefill_ws.cu, 2 stages, ping-pong),
  * other head_dims the one-warpgroup kernel. _ex picks a variant (tests, benchmarks). */
 enum {
-    GPU_SM90_AUTO = 0,    /* what gpu_attn_prefill_sm90 does */
-    GPU_SM90_ONE_WG = 1,  /* one warpgroup, core-matrix layout, cp.async (any head_dim <= 128) */
-    GPU_SM90_WS = 2,      /* warp-specialized, 2 stages, ping-pong (head_dim 128) */
+    GPU_SM90_AUTO = 0,   /* what gpu_attn_prefill_sm90 does */
+    GPU_SM90_ONE_WG = 1, /* one warpgroup, core-matrix layout, cp.async (any head_dim <= 128) */
+    GPU_SM90_WS = 2,     /* warp-specialized, 2 stages, ping-pong (head_dim 128) */
     GPU_SM90_WS_NOPP = 3, /* the same without the ping-pong */
-    GPU_SM90_WS_3ST = 4,  /* 3 stages, ping-pong */
+    GPU_SM90_WS_3ST = 4, /* 3 stages, ping-pong */
 };
 int gpu_attn_prefill_sm90(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
                           const bf16 *k, const bf16 *v, int cap, bf16 *out);
@@ -311,18 +311,17 @@ int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, cons
  * else only the listed blocks, pos0 a multiple of 128): ACCEL_ERR_UNSUPPORTED where the kernel
  * cannot run (head_dim not 128, no tensor-map encoder, bases or strides not 16-byte aligned). */
 int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                           const bf16 *k, const bf16 *v, size_t k_tok, size_t k_head,
-                           int interleave, const gpu_block_list *bl, bf16 *out, int variant);
+                           const bf16 *k, const bf16 *v, size_t k_tok, size_t k_head, int interleave,
+                           const gpu_block_list *bl, bf16 *out, int variant);
 /* attn_decode.cu: one query row per token t (position pos[t] of sequence seqs[seq_idx[t]]),
  * split-K over its keys 0..pos[t]; part_* hold at least gpu_attn_decode_slots() entries. The
  * launch depends on T only (each token splits its own keys in the kernel), so a captured CUDA
  * graph stays valid as the sequences grow. one_row: every token is the only new row of its
  * sequence in this pass (decode, not a prefill chunk), so with PDL the keys below it may be read
  * before the kernel before has finished. */
-int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int sms, int layer,
-                    int T, const bf16 *q, const int *seq_idx, const int *pos,
-                    const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt,
-                    bf16 *out);
+int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int sms, int layer, int T,
+                    const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
+                    float *part_o, float2 *part_ml, int *part_cnt, bf16 *out);
 size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens);
 
 /* kv_quant.cu: x (T, n_kv, hd) float32 -> proto/kv.h bytes and fp16 scales. */
