@@ -20,7 +20,7 @@
 #include "gpu/attn_decode.cuh"
 
 #define DEC_THREADS 128
-#define DEC_SUB     128
+#define DEC_SUB 128
 
 __device__ __forceinline__ void load8(const bf16 *src, bool ok, float out[8])
 {
@@ -227,22 +227,17 @@ template <int HDP, int G> static int launch(cudaStream_t s, int pdl, const dec_p
 template <int HDP> static int launch_g(cudaStream_t s, int pdl, const dec_params &p, int T, int G)
 {
     switch (G) {
-    case 1:
-        return launch<HDP, 1>(s, pdl, p, T);
-    case 2:
-        return launch<HDP, 2>(s, pdl, p, T);
-    case 4:
-        return launch<HDP, 4>(s, pdl, p, T);
-    case 8:
-        return launch<HDP, 8>(s, pdl, p, T);
+    case 1: return launch<HDP, 1>(s, pdl, p, T);
+    case 2: return launch<HDP, 2>(s, pdl, p, T);
+    case 4: return launch<HDP, 4>(s, pdl, p, T);
+    case 8: return launch<HDP, 8>(s, pdl, p, T);
     }
     return ACCEL_ERR_UNSUPPORTED;
 }
 
-int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int sms, int layer,
-                    int T, const bf16 *q, const int *seq_idx, const int *pos,
-                    const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt,
-                    bf16 *out)
+int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int sms, int layer, int T,
+                    const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
+                    float *part_o, float2 *part_ml, int *part_cnt, bf16 *out)
 {
     if (T <= 0) return ACCEL_OK;
     if (T > 65535) return ACCEL_ERR_INVALID; /* grid.z bound */
@@ -277,18 +272,10 @@ int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int
     }
     int st = ACCEL_ERR_UNSUPPORTED;
     switch (d->hdp) {
-    case 16:
-        st = launch_g<16>(s, pdl, p, T, G);
-        break;
-    case 32:
-        st = launch_g<32>(s, pdl, p, T, G);
-        break;
-    case 64:
-        st = launch_g<64>(s, pdl, p, T, G);
-        break;
-    case 128:
-        st = launch_g<128>(s, pdl, p, T, G);
-        break;
+    case 16: st = launch_g<16>(s, pdl, p, T, G); break;
+    case 32: st = launch_g<32>(s, pdl, p, T, G); break;
+    case 64: st = launch_g<64>(s, pdl, p, T, G); break;
+    case 128: st = launch_g<128>(s, pdl, p, T, G); break;
     }
     if (st) return st;
     GPU_CHECK(gpu_launch(k_decode_merge, dim3(d->n_heads, T), 128, 0, s, pdl, (const float *)part_o,

@@ -58,9 +58,10 @@
 #define STEP_SLOT      32768 /* bytes per ring slot */
 #define STEP_SLOTS_MAX 8
 #define STEP_RMAX      8 /* rows per chunk at most */
-#define STEP_MAXU      8 /* 16-byte activation pieces per lane: K <= 64 * 32 * STEP_MAXU / 8 */
+#define STEP_MAXU      8 /* 16-byte activation pieces per lane: a warp's part of a chunk is at most
+                          * STEP_SLOT / 8 bytes = 32 lanes x 8 pieces */
 #define STEP_MAX_K     16384
-#define STEP_GMAX      256 /* gate values a block keeps for its up rows */
+#define STEP_GMAX      256 /* gate values (or residual rows) a block keeps in shared memory */
 #define STEP_PREFETCH  0   /* chunks prefetched into L2 ahead of the ring (0: none; 8 measured slower) */
 #define STEP_SEGS      5   /* weight segments per layer: qkv, o, gate, up, down */
 
