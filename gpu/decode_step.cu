@@ -362,9 +362,7 @@ __device__ __forceinline__ void step_rope(const step_params &p, int l)
 __device__ __forceinline__ void step_mark(const step_params &p, int l, int k)
 {
     if (!p.trace || threadIdx.x != 0) return;
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-    p.trace[((size_t)l * STEP_MARKS + k) * gridDim.x + blockIdx.x] = t;
+    p.trace[((size_t)l * STEP_MARKS + k) * gridDim.x + blockIdx.x] = gpu_globaltimer();
 }
 
 template <int G> __global__ void __launch_bounds__(STEP_THREADS, 1) k_decode_step(step_params p)

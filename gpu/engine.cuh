@@ -79,6 +79,13 @@ __device__ __forceinline__ void gpu_pdl_trigger()
 {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
+/* The GPU's nanosecond clock (the kernels' optional phase traces). */
+__device__ __forceinline__ unsigned long long gpu_globaltimer()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+    return t;
+}
 template <typename... KArgs, typename... Args>
 static inline cudaError_t gpu_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                                      cudaStream_t s, int pdl, Args... args)
