@@ -195,6 +195,111 @@ __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_fast(dec_
     d2_range<G, false>(p, blockIdx.z, blockIdx.x, blockIdx.y, gridDim.x, cnt, sm);
 }
 
+/* The cluster form (short rows): one thread-block cluster of GPU_DECODE_CLUSTER blocks per
+ * (token, KV head slice), one range each, merged through distributed shared memory
+ * (d2_cluster_merge). */
+template <int G>
+__global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_cluster(dec_params p, int *cnt)
+{
+    __shared__ d2_smem<G> sm;
+    d2_range<G, false, true>(p, blockIdx.z, blockIdx.x, blockIdx.y, gridDim.x, cnt, sm);
+}
+
+template <int G> static void (*cluster_kernel())(dec_params, int *)
+{
+    return k_decode_cluster<G>;
+}
+
+static void (*cluster_for(int G))(dec_params, int *)
+{
+    return G == 1 ? cluster_kernel<1>() : G == 2 ? cluster_kernel<2>() : G == 4 ? cluster_kernel<4>() : cluster_kernel<8>();
+}
+
+static int ring_setup();
+
+/* Whether this GPU runs the cluster form for the model's group (clusters of 16 blocks are a
+ * Hopper feature beyond the portable 8: allowed per kernel, then checked for residency). */
+int gpu_attn_decode_cluster_ok(const gpu_dims *d)
+{
+    if (d->hd != D2_HD) return 0;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9) {
+        cudaGetLastError();
+        return 0;
+    }
+    const int G = gpu_decode_heads_per_block(d->n_heads / d->n_kv);
+    void (*k)(dec_params, int *) = cluster_for(G);
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
+        ring_setup() != ACCEL_OK) {
+        cudaGetLastError();
+        return 0;
+    }
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(d->n_kv, GPU_DECODE_CLUSTER, 1);
+    cfg.blockDim = D2_THREADS;
+    cfg.dynamicSmemBytes = D2_RING_BYTES;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = GPU_DECODE_CLUSTER;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n > 0;
+}
+
+/* The one-kernel forms take D2_RING_BYTES of dynamic shared memory (their tile ring): above the
+ * default 48 KB, so allowed once per kernel. */
+static int ring_allow(void (*k)(dec_params, int *))
+{
+    GPU_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, D2_RING_BYTES));
+    return ACCEL_OK;
+}
+
+static int ring_setup()
+{
+    static int done; /* the same value from any thread: a benign race */
+    if (done) return ACCEL_OK;
+    GPU_TRY(ring_allow(k_decode_fast<1>));
+    GPU_TRY(ring_allow(k_decode_fast<2>));
+    GPU_TRY(ring_allow(k_decode_fast<4>));
+    GPU_TRY(ring_allow(k_decode_fast<8>));
+    GPU_TRY(ring_allow(k_decode_cluster<1>));
+    GPU_TRY(ring_allow(k_decode_cluster<2>));
+    GPU_TRY(ring_allow(k_decode_cluster<4>));
+    GPU_TRY(ring_allow(k_decode_cluster<8>));
+    done = 1;
+    return ACCEL_OK;
+}
+
+static int launch_cluster(cudaStream_t s, int pdl, const dec_params &p, int T, int G, int *cnt)
+{
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(p.n_kv * p.gslices, GPU_DECODE_CLUSTER, T);
+    cfg.blockDim = D2_THREADS;
+    cfg.dynamicSmemBytes = D2_RING_BYTES;
+    cfg.stream = s;
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = GPU_DECODE_CLUSTER;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 2 : 1;
+    GPU_CHECK(cudaLaunchKernelEx(&cfg, cluster_for(G), p, cnt));
+    return ACCEL_OK;
+}
+
 /* Ranges per row at most: enough blocks to fill the GPU `fill` times over when the rows are long
  * (two blocks of k_decode_fast fit on an SM for groups of up to 4 heads: fill 2 is then one
  * resident wave). TANDEM_GPU_DECODE_FILL (1-8) for measurements; on the H200 (Llama-3-8B, batch
@@ -235,9 +340,10 @@ template <int HDP> static int launch_g(cudaStream_t s, int pdl, const dec_params
     return ACCEL_ERR_UNSUPPORTED;
 }
 
-int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int sms, int layer, int T,
-                    const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
-                    float *part_o, float2 *part_ml, int *part_cnt, bf16 *out)
+int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu_dims *d, int sms,
+                    int layer, int T, const bf16 *q, const int *seq_idx, const int *pos,
+                    const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, bf16 *out,
+                    unsigned long long *tr)
 {
     if (T <= 0) return ACCEL_OK;
     if (T > 65535) return ACCEL_ERR_INVALID; /* grid.z bound */
@@ -261,13 +367,19 @@ int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int
     p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)d->hd));
     p.out = out;
     p.early = pdl && one_row;
+    p.tr = tr;
+    if (d->hd == D2_HD) GPU_TRY(ring_setup());
+    if (cluster && d->hd == D2_HD && T <= 65535) {
+        p.splits = GPU_DECODE_CLUSTER;
+        return launch_cluster(s, pdl, p, T, G, part_cnt);
+    }
     if (part_cnt && d->hd == D2_HD && T <= GPU_MAX_BATCH) {
         dim3 grid(p.n_kv * p.gslices, p.splits, T);
         void (*k)(dec_params, int *) = G == 1   ? k_decode_fast<1>
                                        : G == 2 ? k_decode_fast<2>
                                        : G == 4 ? k_decode_fast<4>
                                                 : k_decode_fast<8>;
-        GPU_CHECK(gpu_launch(k, grid, D2_THREADS, 0, s, pdl, p, part_cnt));
+        GPU_CHECK(gpu_launch(k, grid, D2_THREADS, D2_RING_BYTES, s, pdl, p, part_cnt));
         return ACCEL_OK;
     }
     int st = ACCEL_ERR_UNSUPPORTED;

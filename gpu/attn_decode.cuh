@@ -8,6 +8,7 @@
 #ifndef TANDEM_GPU_ATTN_DECODE_CUH
 #define TANDEM_GPU_ATTN_DECODE_CUH
 #include "gpu/engine.cuh"
+#include <cooperative_groups.h>
 
 #define DEC_MIN_SPLIT 64 /* keys: fewer per range would cost more in merging than they save */
 
@@ -37,6 +38,7 @@ struct dec_params {
     int layer, n_kv, n_heads, group, hd, qd, window, splits, gslices;
     int early; /* PDL and one new row per sequence: a first tile below it is read before the wait */
     float scale_log2;
+    unsigned long long *tr; /* chain trace slot (engine.cuh), NULL: off */
 };
 
 /* ---------------------------------------------------------------- the range body (head_dim 128)
@@ -77,14 +79,50 @@ __device__ __forceinline__ void d2_load(const bf16 *base, int key, int ke, int c
         *k = make_uint4(0, 0, 0, 0);
 }
 
+/* The kernels' tile ring (dynamic shared memory, D2_RING_BYTES per block): slot s holds, for
+ * every thread, its 16-byte chunks of the tile's keys i * 16 + kofs (i < D2_NI), K then V:
+ * [s][2 * i + (0: K, 1: V)][thread]. A thread copies (cp.async) exactly the chunks it later
+ * reads, so no block barrier is needed: its own cp.async.wait_group orders them. Keys past the
+ * range are zero-filled (source size 0). Depth: at 8K of context a range is 8 tiles, and the
+ * register double buffer it replaces kept only one tile per thread in flight (16 KB per block). */
+#define D2_STAGES 4
+#define D2_RING_BYTES (D2_STAGES * 2 * D2_NI * D2_THREADS * 16)
+__device__ __forceinline__ uint4 *d2_ring()
+{
+    extern __shared__ __align__(16) uint4 d2_ring_smem[];
+    return d2_ring_smem;
+}
+__device__ __forceinline__ void d2_cp16(uint4 *dst, const void *src, bool ok)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+/* Tile `tile` of the range [kb, ke) into its ring slot, as one cp.async group. */
+__device__ __forceinline__ void d2_issue(const bf16 *K, const bf16 *V, int kb, int ke, int tile,
+                                         int kofs, int c)
+{
+    uint4 *slot = d2_ring() + (size_t)(tile % D2_STAGES) * 2 * D2_NI * D2_THREADS + threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < D2_NI; i++) {
+        const int key = kb + tile * D2_TILE + i * 16 + kofs;
+        const bool ok = key < ke;
+        const size_t off = ok ? (size_t)key * D2_HD + c * 8 : 0;
+        d2_cp16(slot + (2 * i) * D2_THREADS, K + off, ok);
+        d2_cp16(slot + (2 * i + 1) * D2_THREADS, V + off, ok);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
 /* The shared memory of one range (a kernel's static shared memory, or a slice of the decode
  * step kernel's dynamic shared memory). */
 template <int G> struct d2_smem {
     float acc[D2_WARPS][G][D2_HD];
     float m[D2_WARPS][G], l[D2_WARPS][G];
-    float2 ml[G][GPU_DECODE_SPLIT_MAX];
+    float2 ml[G][GPU_DECODE_SPLIT_MAX]; /* the cluster form: the received column values instead */
     float L[G];
     int last;
+    float2 rcv_ml[GPU_DECODE_CLUSTER][G]; /* the cluster form: every range's (max, sum) per head */
 };
 
 __device__ __forceinline__ float d2_dot(uint4 a, uint4 b)
@@ -100,126 +138,92 @@ __device__ __forceinline__ float d2_dot(uint4 a, uint4 b)
     return d;
 }
 
-template <int G, bool STEP>
-__device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int split, int ngx,
-                                         int *cnt, d2_smem<G> &sm)
+/* The cluster form's merge (CLUSTER = true below): the ns ranges of one (token, KV head slice) are
+ * the blocks of one thread-block cluster. Block `rank` merges the output columns i = rank + 16 k
+ * (i = head * 128 + column). Each block pushes its range's values straight into the shared
+ * memory of the blocks that merge them (distributed shared memory stores: its unnormalized
+ * column values, and its (max, sum) per head to every block), one cluster barrier (release /
+ * acquire) makes them visible, and every block merges from its own shared memory with the
+ * arithmetic of the global merge below, in range order (so the result is the one-kernel form's
+ * for the same ranges). This replaces the global partials, the fence, the counter and the last
+ * block's two round trips through L2 by one barrier. The kernel arrives at the cluster barrier
+ * once at its start and waits on it before the first store (a block may write another's shared
+ * memory only once that block is running). */
+__device__ __forceinline__ unsigned d2_dsmem(const void *local, unsigned rank)
 {
-    /* positions and sequences come from the host (meta upload), not from the kernel before: read
-     * before gpu_pdl_wait; so are, in decode (p.early), the cached keys before this token's (only
-     * its own row, qp, is written by the QKV kernel before): a first tile wholly below qp is
-     * loaded before the wait */
-    const int g = gx / p.gslices, slice = gx % p.gslices;
-    const int h0 = g * p.group + slice * G, nh = min(G, p.group - slice * G);
-    const int qp = p.pos[t];
-    int kstart, ns, len;
-    dec_ranges(qp, p.window, p.splits, &kstart, &ns, &len);
-    if (split >= ns) return; /* not counted: the merge waits for ns ranges */
-    const gpu_seq_dev sq = p.seqs[p.seq_idx[t]];
-    const int kb = kstart + split * len, ke = min(kb + len, qp + 1);
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, c = lane % 16;
-    const int kofs = warp * 2 + lane / 16;
-    const size_t head_off = ((size_t)p.layer * p.n_kv + g) * sq.cap * D2_HD;
-    const bf16 *K = sq.k + head_off, *V = sq.v + head_off;
+    unsigned a = (unsigned)__cvta_generic_to_shared(local), r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void d2_dsmem_st(unsigned a, float v)
+{
+    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(a), "f"(v) : "memory");
+}
+__device__ __forceinline__ void d2_dsmem_st2(unsigned a, float2 v)
+{
+    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(v.x), "f"(v.y) : "memory");
+}
+__device__ __forceinline__ void d2_cluster_arrive()
+{
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void d2_cluster_wait()
+{
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void d2_cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
 
-    uint4 kr[D2_NI], vr[D2_NI], qv[G];
-    const bool early = !STEP && p.early && kb + D2_TILE <= qp;
-    if (early)
-#pragma unroll
-        for (int i = 0; i < D2_NI; i++) {
-            d2_load<STEP>(K, kb + i * 16 + kofs, ke, c, &kr[i]);
-            d2_load<STEP>(V, kb + i * 16 + kofs, ke, c, &vr[i]);
+/* Column values per merging block (G heads of 128 columns over the cluster's blocks). */
+#define D2_PER_RANK(G) ((G) * D2_HD / GPU_DECODE_CLUSTER)
+
+/* A block's pushes: column i of its range's output to the block that merges it (range = the
+ * sender's rank). */
+template <int G>
+__device__ __forceinline__ void d2_cluster_push(d2_smem<G> &sm, int range, int i, float o)
+{
+    float *rcv = (float *)sm.ml; /* [GPU_DECODE_CLUSTER][D2_PER_RANK(G)] in the receiver */
+    d2_dsmem_st(d2_dsmem(rcv + range * D2_PER_RANK(G) + i / GPU_DECODE_CLUSTER, i % GPU_DECODE_CLUSTER), o);
+}
+
+template <int G>
+__device__ __forceinline__ void d2_cluster_merge(const dec_params &p, int t, int h0, int nh, int ns,
+                                                 int rank, d2_smem<G> &sm)
+{
+    d2_cluster_sync(); /* every range's pushes are here */
+    const float *rcv = (const float *)sm.ml;
+    for (int k = threadIdx.x; k < D2_PER_RANK(G); k += D2_THREADS) {
+        const int i = rank + GPU_DECODE_CLUSTER * k, gh = i / D2_HD, col = i % D2_HD;
+        if (gh >= nh) continue;
+        float M = -INFINITY;
+        for (int r = 0; r < ns; r++) M = fmaxf(M, sm.rcv_ml[r][gh].x);
+        float L = 0.f, O = 0.f;
+        for (int r = 0; r < ns; r++) {
+            const float2 ml = sm.rcv_ml[r][gh];
+            const float wt = ml.y > 0.f ? exp2f(ml.x - M) : 0.f;
+            if (ml.y > 0.f) L += ml.y * wt;
         }
-    if (!STEP) {
-        gpu_pdl_wait();
-        gpu_pdl_trigger();
+        for (int r = 0; r < ns; r++) {
+            const float2 ml = sm.rcv_ml[r][gh];
+            const float wt = ml.y > 0.f ? exp2f(ml.x - M) : 0.f;
+            if (ml.y > 0.f) O += rcv[r * D2_PER_RANK(G) + k] * wt;
+        }
+        p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = __float2bfloat16(O / L);
     }
-    if (!early)
-#pragma unroll
-        for (int i = 0; i < D2_NI; i++) {
-            d2_load<STEP>(K, kb + i * 16 + kofs, ke, c, &kr[i]);
-            d2_load<STEP>(V, kb + i * 16 + kofs, ke, c, &vr[i]);
-        }
-    float acc[G][8], m[G], l[G];
-#pragma unroll
-    for (int gh = 0; gh < G; gh++) {
-        const bf16 *qh = p.q + (size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD;
-        qv[gh] = gh >= nh ? make_uint4(0, 0, 0, 0)
-                 : STEP   ? __ldcg((const uint4 *)qh + c)
-                          : __ldca((const uint4 *)qh + c);
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[gh][e] = 0.f;
-        m[gh] = -INFINITY;
-        l[gh] = 0.f;
-    }
-    for (int t0 = kb; t0 < ke; t0 += D2_TILE) {
-        uint4 kc[D2_NI], vc[D2_NI];
-#pragma unroll
-        for (int i = 0; i < D2_NI; i++) {
-            kc[i] = kr[i];
-            vc[i] = vr[i];
-        }
-        if (t0 + D2_TILE < ke) { /* the next tile's loads go out before this tile's arithmetic */
-#pragma unroll
-            for (int i = 0; i < D2_NI; i++) {
-                d2_load<STEP>(K, t0 + D2_TILE + i * 16 + kofs, ke, c, &kr[i]);
-                d2_load<STEP>(V, t0 + D2_TILE + i * 16 + kofs, ke, c, &vr[i]);
-            }
-        }
-        float s[D2_NI][G];
-#pragma unroll
-        for (int i = 0; i < D2_NI; i++) {
-            const bool ok = t0 + i * 16 + kofs < ke;
-#pragma unroll
-            for (int gh = 0; gh < G; gh++) {
-                float d = d2_dot(qv[gh], kc[i]);
-#pragma unroll
-                for (int o = 8; o >= 1; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
-                s[i][gh] = ok ? d * p.scale_log2 : -INFINITY;
-            }
-        }
-#pragma unroll
-        for (int gh = 0; gh < G; gh++) {
-            float mx = s[0][gh];
-#pragma unroll
-            for (int i = 1; i < D2_NI; i++) mx = fmaxf(mx, s[i][gh]);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-            const float mn = fmaxf(m[gh], mx);
-            const float mu = mn == -INFINITY ? 0.f : mn;
-            const float a = exp2f(m[gh] - mu); /* m = -inf: 0 */
-            float pr[D2_NI], rs = 0.f;
-#pragma unroll
-            for (int i = 0; i < D2_NI; i++) {
-                pr[i] = exp2f(s[i][gh] - mu);
-                rs += pr[i];
-            }
-            rs += __shfl_xor_sync(0xffffffffu, rs, 16);
-            l[gh] = l[gh] * a + rs;
-            m[gh] = mn;
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                float v = acc[gh][e] * a;
-#pragma unroll
-                for (int i = 0; i < D2_NI; i++)
-                    v += pr[i] * __bfloat162float(((const bf16 *)&vc[i])[e]);
-                acc[gh][e] = v;
-            }
-        }
-    }
-    /* the two half-warps hold different keys under the same running max: add them */
-#pragma unroll
-    for (int gh = 0; gh < G; gh++) {
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[gh][e] += __shfl_xor_sync(0xffffffffu, acc[gh][e], 16);
-        if (lane < 16)
-#pragma unroll
-            for (int e = 0; e < 8; e++) sm.acc[warp][gh][c * 8 + e] = acc[gh][e];
-        if (lane == 0) {
-            sm.m[warp][gh] = m[gh];
-            sm.l[warp][gh] = l[gh];
-        }
-    }
-    __syncthreads();
-    const size_t slot0 = ((size_t)t * p.n_heads + h0) * p.splits + split;
+    if (threadIdx.x == 0) gpu_chain_mark_any(p.tr, 5);
+}
+
+/* The one-kernel form's merge through global memory (d2_range's tail when not CLUSTER): the
+ * block's range partial to part_o / part_ml, and the last block of the row merges them all. */
+template <int G, bool STEP>
+__device__ __forceinline__ void d2_global_merge(const dec_params &p, int t, int gx, int ngx, int h0,
+                                                int nh, int ns, size_t slot0, int *cnt,
+                                                d2_smem<G> &sm)
+{
+    const int tid = threadIdx.x;
     for (int i = tid; i < nh * D2_HD; i += D2_THREADS) {
         const int gh = i / D2_HD, col = i % D2_HD;
         float M = -INFINITY;
@@ -280,6 +284,199 @@ __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int
         p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = __float2bfloat16(O / sm.L[gh]);
     }
     if (STEP) __syncthreads(); /* sm is the next range's */
+}
+
+template <int G, bool STEP, bool CLUSTER = false>
+__device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int split, int ngx,
+                                         int *cnt, d2_smem<G> &sm)
+{
+    /* positions and sequences come from the host (meta upload), not from the kernel before: read
+     * before gpu_pdl_wait; so are, in decode (p.early), the cached keys before this token's (only
+     * its own row, qp, is written by the QKV kernel before): a first tile wholly below qp is
+     * loaded before the wait */
+    const int g = gx / p.gslices, slice = gx % p.gslices;
+    const int h0 = g * p.group + slice * G, nh = min(G, p.group - slice * G);
+    const int qp = p.pos[t];
+    int kstart, ns, len;
+    if (!STEP) gpu_chain_mark(p.tr, 0);
+    dec_ranges(qp, p.window, p.splits, &kstart, &ns, &len);
+    if (split >= ns) { /* not counted: the merge waits for ns ranges */
+        if constexpr (CLUSTER) { /* the block still takes its share of the cluster's merge */
+            d2_cluster_arrive();
+            gpu_pdl_wait();
+            gpu_pdl_trigger();
+            d2_cluster_wait();
+            d2_cluster_merge<G>(p, t, h0, nh, ns, split, sm);
+        }
+        return;
+    }
+    const gpu_seq_dev sq = p.seqs[p.seq_idx[t]];
+    const int kb = kstart + split * len, ke = min(kb + len, qp + 1);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, c = lane % 16;
+    const int kofs = warp * 2 + lane / 16;
+    const size_t head_off = ((size_t)p.layer * p.n_kv + g) * sq.cap * D2_HD;
+    const bf16 *K = sq.k + head_off, *V = sq.v + head_off;
+
+    if constexpr (CLUSTER) d2_cluster_arrive(); /* this block runs: the others may push to it */
+    uint4 kr[D2_NI], vr[D2_NI], qv[G];
+    /* RING (the kernels, not the step): the range's tiles stream through a per-thread ring of
+     * D2_STAGES shared-memory slots (d2_issue), D2_STAGES - 1 tiles ahead */
+    constexpr bool RING = !STEP;
+    const int ntile = (ke - kb + D2_TILE - 1) / D2_TILE;
+    const int ahead = min(D2_STAGES - 1, ntile);
+    int issued = 0;
+    const bool early = !STEP && p.early && kb + D2_TILE <= qp;
+    if constexpr (RING) {
+        /* tiles wholly below this token's row hold only older keys: requested before the wait */
+        if (!STEP && p.early)
+            while (issued < ahead && kb + (issued + 1) * D2_TILE <= qp) d2_issue(K, V, kb, ke, issued++, kofs, c);
+    } else if (early) {
+#pragma unroll
+        for (int i = 0; i < D2_NI; i++) {
+            d2_load<STEP>(K, kb + i * 16 + kofs, ke, c, &kr[i]);
+            d2_load<STEP>(V, kb + i * 16 + kofs, ke, c, &vr[i]);
+        }
+    }
+    if (!STEP) {
+        gpu_pdl_wait();
+        gpu_pdl_trigger();
+        gpu_chain_mark(p.tr, 1);
+    }
+    if constexpr (RING) {
+        while (issued < ahead) d2_issue(K, V, kb, ke, issued++, kofs, c);
+        /* always D2_STAGES - 1 groups ahead (empty ones for a range of fewer tiles), so that
+         * the wait in the loop covers the tile it reads */
+        for (int k = ahead; k < D2_STAGES - 1; k++) asm volatile("cp.async.commit_group;\n" ::: "memory");
+    } else if (!early) {
+#pragma unroll
+        for (int i = 0; i < D2_NI; i++) {
+            d2_load<STEP>(K, kb + i * 16 + kofs, ke, c, &kr[i]);
+            d2_load<STEP>(V, kb + i * 16 + kofs, ke, c, &vr[i]);
+        }
+    }
+    float acc[G][8], m[G], l[G];
+#pragma unroll
+    for (int gh = 0; gh < G; gh++) {
+        const bf16 *qh = p.q + (size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD;
+        qv[gh] = gh >= nh ? make_uint4(0, 0, 0, 0)
+                 : STEP   ? __ldcg((const uint4 *)qh + c)
+                          : __ldca((const uint4 *)qh + c);
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[gh][e] = 0.f;
+        m[gh] = -INFINITY;
+        l[gh] = 0.f;
+    }
+    for (int t0 = kb, tile = 0; t0 < ke; t0 += D2_TILE, tile++) {
+        uint4 kc[D2_NI], vc[D2_NI];
+        if constexpr (RING) {
+            /* one more tile in flight (or an empty group, so that the count below holds), then
+             * this tile's group is complete; each thread reads only the slots it filled */
+            if (issued < ntile)
+                d2_issue(K, V, kb, ke, issued++, kofs, c);
+            else
+                asm volatile("cp.async.commit_group;\n" ::: "memory");
+            asm volatile("cp.async.wait_group %0;\n" ::"n"(D2_STAGES - 1) : "memory");
+            const uint4 *slot = d2_ring() + (size_t)(tile % D2_STAGES) * 2 * D2_NI * D2_THREADS + threadIdx.x;
+#pragma unroll
+            for (int i = 0; i < D2_NI; i++) {
+                kc[i] = slot[(2 * i) * D2_THREADS];
+                vc[i] = slot[(2 * i + 1) * D2_THREADS];
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < D2_NI; i++) {
+                kc[i] = kr[i];
+                vc[i] = vr[i];
+            }
+            if (t0 + D2_TILE < ke) { /* the next tile's loads go out before this tile's arithmetic */
+#pragma unroll
+                for (int i = 0; i < D2_NI; i++) {
+                    d2_load<STEP>(K, t0 + D2_TILE + i * 16 + kofs, ke, c, &kr[i]);
+                    d2_load<STEP>(V, t0 + D2_TILE + i * 16 + kofs, ke, c, &vr[i]);
+                }
+            }
+        }
+        float s[D2_NI][G];
+#pragma unroll
+        for (int i = 0; i < D2_NI; i++) {
+            const bool ok = t0 + i * 16 + kofs < ke;
+#pragma unroll
+            for (int gh = 0; gh < G; gh++) {
+                float d = d2_dot(qv[gh], kc[i]);
+#pragma unroll
+                for (int o = 8; o >= 1; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
+                s[i][gh] = ok ? d * p.scale_log2 : -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int gh = 0; gh < G; gh++) {
+            float mx = s[0][gh];
+#pragma unroll
+            for (int i = 1; i < D2_NI; i++) mx = fmaxf(mx, s[i][gh]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+            const float mn = fmaxf(m[gh], mx);
+            const float mu = mn == -INFINITY ? 0.f : mn;
+            const float a = exp2f(m[gh] - mu); /* m = -inf: 0 */
+            float pr[D2_NI], rs = 0.f;
+#pragma unroll
+            for (int i = 0; i < D2_NI; i++) {
+                pr[i] = exp2f(s[i][gh] - mu);
+                rs += pr[i];
+            }
+            rs += __shfl_xor_sync(0xffffffffu, rs, 16);
+            l[gh] = l[gh] * a + rs;
+            m[gh] = mn;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float v = acc[gh][e] * a;
+#pragma unroll
+                for (int i = 0; i < D2_NI; i++)
+                    v += pr[i] * __bfloat162float(((const bf16 *)&vc[i])[e]);
+                acc[gh][e] = v;
+            }
+        }
+    }
+    if (!STEP && threadIdx.x == 0) gpu_chain_mark_any(p.tr, 2);
+    /* the two half-warps hold different keys under the same running max: add them */
+#pragma unroll
+    for (int gh = 0; gh < G; gh++) {
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[gh][e] += __shfl_xor_sync(0xffffffffu, acc[gh][e], 16);
+        if (lane < 16)
+#pragma unroll
+            for (int e = 0; e < 8; e++) sm.acc[warp][gh][c * 8 + e] = acc[gh][e];
+        if (lane == 0) {
+            sm.m[warp][gh] = m[gh];
+            sm.l[warp][gh] = l[gh];
+        }
+    }
+    __syncthreads();
+    const size_t slot0 = ((size_t)t * p.n_heads + h0) * p.splits + split;
+    if constexpr (CLUSTER) { /* the range's partial goes straight to the merging blocks */
+        d2_cluster_wait(); /* every block of the cluster is running */
+        if (threadIdx.x == 0) gpu_chain_mark_any(p.tr, 3);
+        for (int i = tid; i < nh * D2_HD; i += D2_THREADS) {
+            const int gh = i / D2_HD, col = i % D2_HD;
+            float M = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < D2_WARPS; w++) M = fmaxf(M, sm.m[w][gh]);
+            float L = 0.f, O = 0.f;
+#pragma unroll
+            for (int w = 0; w < D2_WARPS; w++) {
+                const float wt = sm.m[w][gh] == -INFINITY ? 0.f : exp2f(sm.m[w][gh] - M);
+                L += sm.l[w][gh] * wt;
+                O += sm.acc[w][gh][col] * wt;
+            }
+            d2_cluster_push<G>(sm, split, i, O);
+            if (col == 0)
+                for (int r = 0; r < GPU_DECODE_CLUSTER; r++)
+                    d2_dsmem_st2(d2_dsmem(&sm.rcv_ml[split][gh], r), make_float2(M, L));
+        }
+        if (threadIdx.x == 0) gpu_chain_mark_any(p.tr, 4);
+        d2_cluster_merge<G>(p, t, h0, nh, ns, split, sm);
+    } else {
+        d2_global_merge<G, STEP>(p, t, gx, ngx, h0, nh, ns, slot0, cnt, sm);
+    }
 }
 
 #endif

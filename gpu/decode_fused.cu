@@ -49,6 +49,7 @@ struct qkv_fused_params {
     gpu_dims d;
     int layer;
     int pdl; /* launched with PDL: the first item's first weight loads go out before the wait */
+    unsigned long long *tr; /* chain trace slot (engine.cuh), NULL: off */
 };
 
 /* Item it of the QKV step: < n_q + n_k a rope pair (head, i), else a v row. */
@@ -82,6 +83,7 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
     int it = it0;
     uint4 pre[2][4];
     int have = 0;
+    gpu_chain_mark(p.tr, 0);
     if (p.pdl && it0 < items) {
         int r1, r0 = qkv_first_row(d, it0, &r1);
         have = it0 < n_qk ? gpu_warp_prefetch<2>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, H, lane, pre)
@@ -89,6 +91,7 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
     }
     gpu_pdl_wait(); /* x, and the cache slot the attention before may still read */
     gpu_pdl_trigger();
+    gpu_chain_mark(p.tr, 1);
     gpu_block_rmsnorm(p.x, p.norm, H, d.eps, xs);
     __syncthreads();
     const gpu_seq_dev sq = p.seqs[p.seq_idx[0]];
@@ -136,16 +139,19 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
 
 __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const float *x,
                                                             const float *norm, int H, int I,
-                                                            float eps, bf16 *h, int pdl)
+                                                            float eps, bf16 *h, int pdl,
+                                                            unsigned long long *tr)
 {
     extern __shared__ __align__(16) unsigned char fused_smem[];
     bf16 *xs = (bf16 *)fused_smem;
     const int lane = threadIdx.x % 32, stride = gridDim.x * FUSED_WARPS;
     const int j0 = blockIdx.x * FUSED_WARPS + threadIdx.x / 32;
     uint4 pre[2][4];
+    gpu_chain_mark(tr, 0);
     const int have = pdl && j0 < I && gpu_warp_prefetch<2>(w + (size_t)j0 * H, (size_t)I * H, H, lane, pre);
     gpu_pdl_wait();
     gpu_pdl_trigger();
+    gpu_chain_mark(tr, 1);
     gpu_block_rmsnorm(x, norm, H, eps, xs);
     __syncthreads();
     for (int j = j0; j < I; j += stride) {
@@ -179,7 +185,7 @@ int gpu_fused_ok(const gpu_dims *d)
 
 int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const bf16 *w,
                   const float *bias, const float *x, const float *norm, const float2 *rope,
-                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q)
+                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q, unsigned long long *tr)
 {
     if (!gpu_fused_ok(d)) return ACCEL_ERR_INVALID;
     qkv_fused_params p;
@@ -195,6 +201,7 @@ int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer
     p.d = *d;
     p.layer = layer;
     p.pdl = pdl;
+    p.tr = tr;
     const size_t smem = (size_t)d->H * sizeof(bf16);
     const int items = (d->n_heads + d->n_kv) * (d->hd / 2) + d->kvd;
     int blocks;
@@ -204,13 +211,13 @@ int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer
 }
 
 int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const bf16 *w, const float *x,
-                 const float *norm, bf16 *h)
+                 const float *norm, bf16 *h, unsigned long long *tr)
 {
     if (!gpu_fused_ok(d)) return ACCEL_ERR_INVALID;
     const size_t smem = (size_t)d->H * sizeof(bf16);
     int blocks;
     GPU_TRY(fused_grid(k_gu_fused, smem, sms, d->I, &blocks));
     GPU_CHECK(gpu_launch(k_gu_fused, blocks, FUSED_THREADS, smem, s, pdl, w, x, norm, d->H, d->I,
-                         d->eps, h, pdl));
+                         d->eps, h, pdl, tr));
     return ACCEL_OK;
 }

@@ -177,7 +177,7 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     const char *pd = getenv("TANDEM_GPU_PDL");
     e->pdl = prop.major >= 9 && !(pd && !strcmp(pd, "off"));
     e->graphs_off = gr && !strcmp(gr, "off");
-    e->dec_graph = (cudaGraphExec_t *)calloc(GPU_MAX_BATCH + 1, sizeof(cudaGraphExec_t));
+    e->dec_graph = (cudaGraphExec_t *)calloc(2 * (GPU_MAX_BATCH + 1), sizeof(cudaGraphExec_t));
     if (!e->dec_graph) return ACCEL_ERR_NOMEM;
     /* prefill attention: on Hopper with head_dim 128 the warp-specialized wgmma kernel
      * (gpu/attn_prefill_ws.cu, the fastest measured at every length, tests/gpu/README.md),
@@ -200,6 +200,21 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     }
     if (e->sm90 && d.hd == 128 && !e->sparse_warps)
         e->sparse_ws = sattn && !strcmp(sattn, "ws3") ? 3 : 1;
+    /* decode attention of short rows (at most dec_cluster_max keys in the step's longest row) in
+     * its cluster form (attn_decode.cu): the ranges merged through distributed shared memory, a
+     * latency chain of three round trips instead of six. TANDEM_GPU_DECODE_CLUSTER=off, or =N
+     * for another key bound (comparisons) */
+    const char *dc = getenv("TANDEM_GPU_DECODE_CLUSTER");
+    e->dec_cluster = !(dc && !strcmp(dc, "off")) && gpu_attn_decode_cluster_ok(&d);
+    e->dec_cluster_max = 2048;
+    if (dc && atoi(dc) > 0) e->dec_cluster_max = atoi(dc);
+    const char *ct = getenv("TANDEM_GPU_CHAIN_TRACE");
+    if (ct && !strcmp(ct, "1")) {
+        GPU_CHECK(cudaMalloc((void **)&e->ctrace, GPU_CHAIN_STAMPS * sizeof(unsigned long long) * GPU_CHAIN_SLOTS));
+        GPU_CHECK(cudaMemset(e->ctrace, 0, GPU_CHAIN_STAMPS * sizeof(unsigned long long) * GPU_CHAIN_SLOTS));
+        for (int k = 0; k < 4; k++) GPU_CHECK(cudaEventCreate(&e->tev[k]));
+    }
+    e->ctrace_n = -1;
     const char *pr = getenv("TANDEM_GPU_PROFILE");
     if (pr && !strcmp(pr, "1")) {
         e->prof = 1;
@@ -303,20 +318,24 @@ void gpu_engine_free(gpu_engine *e)
     if (e->compute) cudaStreamSynchronize(e->compute);
     if (e->copy) cudaStreamSynchronize(e->copy);
     if (e->prof) gpu_prof_report(e);
+    gpu_chain_report(e);
+    for (int k = 0; e->ctrace && k < 4; k++)
+        if (e->tev[k]) cudaEventDestroy(e->tev[k]);
     for (int i = 0; e->prof_ev && i < GPU_PROF_EVENTS; i++)
         if (e->prof_ev[i]) cudaEventDestroy(e->prof_ev[i]);
     free(e->prof_ev);
-    for (int n = 0; e->dec_graph && n <= GPU_MAX_BATCH; n++)
+    for (int n = 0; e->dec_graph && n < 2 * (GPU_MAX_BATCH + 1); n++)
         if (e->dec_graph[n]) cudaGraphExecDestroy(e->dec_graph[n]);
     free(e->dec_graph);
     gpu_weights_free(e);
     void *bufs[] = {e->x, e->xb, e->qkv, e->q, e->att, e->kf, e->vf, e->gu, e->h, e->rope,
                     e->xn, e->logits, e->part_o, e->part_ml, e->part_cnt, e->meta_d, e->imp_d, e->blas_ws,
-                    e->layers_d, e->step_bar, e->step_trace};
+                    e->layers_d, e->step_bar, e->step_trace, e->ctrace};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     for (int i = 0; i < GPU_EXPORT_RING; i++) cudaFree(e->exp_d[i]);
     if (e->meta_h) cudaFreeHost(e->meta_h);
     if (e->exp_h) cudaFreeHost(e->exp_h);
+    if (e->logits_h) cudaFreeHost(e->logits_h);
     if (e->nnz_h) cudaFreeHost(e->nnz_h);
     for (int l = 0; l < e->d.L; l++) {
         if (e->ev_quant && e->ev_quant[l]) cudaEventDestroy(e->ev_quant[l]);

@@ -28,6 +28,7 @@
 #include <cublas_v2.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 extern "C" {
 #include "gpu/gpu.h"
 }
@@ -86,6 +87,19 @@ __device__ __forceinline__ unsigned long long gpu_globaltimer()
     asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
     return t;
 }
+/* TANDEM_GPU_CHAIN_TRACE=1: the decode chain's kernels stamp, in their first block, when it
+ * started (i = 0) and when its gpu_pdl_wait returned (i = 1) into their launch's slot tr
+ * (NULL: off); forward.cu hands out the slots and reports the split per op. */
+__device__ __forceinline__ void gpu_chain_mark(unsigned long long *tr, int i)
+{
+    if (tr && threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
+        tr[i] = gpu_globaltimer();
+}
+/* A mark inside a kernel's first block where a whole block reaches it (any thread may call). */
+__device__ __forceinline__ void gpu_chain_mark_any(unsigned long long *tr, int i)
+{
+    if (tr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) tr[i] = gpu_globaltimer();
+}
 template <typename... KArgs, typename... Args>
 static inline cudaError_t gpu_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                                      cudaStream_t s, int pdl, Args... args)
@@ -143,6 +157,9 @@ struct gpu_meta_layout {
 #define GPU_EXPORT_AHEAD 3   /* the host stays at most this many layers ahead of the copies */
 #define GPU_LOGIT_ROWS 256   /* logits computed per lm_head GEMM (all_logits in sub-batches) */
 #define GPU_DECODE_SPLIT_MAX 64
+#define GPU_DECODE_CLUSTER 16
+#define GPU_CHAIN_SLOTS 1024
+#define GPU_CHAIN_STAMPS 8 /* per slot: start, wait returned, kernel-specific marks */ /* ranges per row in the cluster form of the decode attention */
 #define GPU_PROF_EVENTS 8192 /* a 128K sparse prefill marks ~10 ops x 16 chunks x 32 layers */
 #define GPU_PROF_CATS 15
 
@@ -167,7 +184,16 @@ struct gpu_engine {
     int fused;     /* single-token decode through decode_fused.cu (TANDEM_GPU_FUSED=off: unfused) */
     int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for single-token projections too (comparisons) */
     int graphs_off; /* TANDEM_GPU_GRAPHS=off, or a capture failed: decode without CUDA graphs */
-    cudaGraphExec_t *dec_graph; /* [GPU_MAX_BATCH + 1]: the decode step for n sequences */
+    cudaGraphExec_t *dec_graph; /* [2][GPU_MAX_BATCH + 1]: the decode step for n sequences, with
+                                 * the split decode attention and with its cluster form */
+    int dec_cluster;     /* the cluster form of the decode attention runs (Hopper, head_dim 128) */
+    int dec_cluster_max; /* ... for steps whose longest row has at most this many keys */
+    unsigned long long *ctrace; /* TANDEM_GPU_CHAIN_TRACE=1: GPU_CHAIN_SLOTS x 2 stamps */
+    int ctrace_n;               /* slots handed out in this pass */
+    int ctrace_passes;
+    cudaEvent_t tev[4];      /* ... and the decode step's phases: start, graph in, graph done, logits out */
+    double tstep[4][64];     /* host step, H2D + graph to its end, logits copy, host before the sync */
+    int tsteps;
     int step;      /* single-token decode as one kernel (decode_step.cu, TANDEM_GPU_STEP=on; else
                     * the chain of five kernels per layer) */
     int step_blocks, step_slots, step_splits, step_un, step_prefetch;
@@ -214,6 +240,8 @@ struct gpu_engine {
     unsigned char *exp_d[GPU_EXPORT_RING];
     unsigned char *exp_h;                /* pinned, n_layers slots */
     size_t exp_h_bytes;
+    float *logits_h;      /* pinned staging of the decode step's logits (grown to n rows) */
+    size_t logits_h_bytes;
     cudaEvent_t *ev_quant, *ev_copy0, *ev_copy1; /* per layer */
     cudaEvent_t ev_t0, ev_t1;
     gpu_export_stats stats;
@@ -234,6 +262,13 @@ void gpu_weights_free(gpu_engine *e);
 
 /* gemm.cu: out (T, N) = x (T, K) · W^T (W row-major (N, K)), float32 accumulation.
  * out_f32: float32 output, beta 0 or 1 (1 adds into out: the residual); else bf16 output. */
+/* The next chain-trace slot (2 stamps) for a launch of the decode chain, NULL when not tracing. */
+unsigned long long *gpu_chain_slot(gpu_engine *e);
+/* chain_trace.cu: the pass's start (which = 0) and end (1) stamps; the report at engine exit;
+ * one decode step's host and event times (h0 at its start, h1 before its sync). */
+int gpu_chain_stamp(gpu_engine *e, int which);
+void gpu_chain_report(gpu_engine *e);
+void gpu_chain_step(gpu_engine *e, const struct timespec *h0, const struct timespec *h1);
 int gpu_gemm(gpu_engine *e, int T, int N, int K, const bf16 *W, const bf16 *x, void *out,
              int out_f32, float beta);
 
@@ -252,9 +287,9 @@ __device__ __forceinline__ float gpu_silu_mul(float g, float u)
 int gpu_fused_ok(const gpu_dims *d);
 int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const bf16 *w,
                   const float *bias, const float *x, const float *norm, const float2 *rope,
-                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q);
+                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q, unsigned long long *tr = nullptr);
 int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const bf16 *w, const float *x,
-                 const float *norm, bf16 *h);
+                 const float *norm, bf16 *h, unsigned long long *tr = nullptr);
 
 /* decode_step.cu: the whole T = 1 decode step (all layers, up to the final norm) as one
  * cooperative kernel; gpu_step_setup decides at engine start whether it runs (e->step), and takes
@@ -326,9 +361,15 @@ int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, c
  * graph stays valid as the sequences grow. one_row: every token is the only new row of its
  * sequence in this pass (decode, not a prefill chunk), so with PDL the keys below it may be read
  * before the kernel before has finished. */
-int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, const gpu_dims *d, int sms, int layer, int T,
-                    const bf16 *q, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs,
-                    float *part_o, float2 *part_ml, int *part_cnt, bf16 *out);
+int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu_dims *d, int sms,
+                    int layer, int T, const bf16 *q, const int *seq_idx, const int *pos,
+                    const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, bf16 *out,
+                    unsigned long long *tr = nullptr);
+/* cluster = 1 (where gpu_attn_decode_cluster_ok): the cluster form for short rows — each row's
+ * keys in GPU_DECODE_CLUSTER ranges, one thread-block cluster per (token, KV head slice), merged
+ * through distributed shared memory instead of global partials (part_* unused); built for
+ * latency, it loses to the split form once rows are long (forward.cu picks by context). */
+int gpu_attn_decode_cluster_ok(const gpu_dims *d);
 size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens);
 
 /* kv_quant.cu: x (T, n_kv, hd) float32 -> proto/kv.h bytes and fp16 scales. */

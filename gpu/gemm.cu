@@ -19,40 +19,52 @@
 
 #define GEMV_WARPS 8
 
-/* One warp per row of W (gpu_warp_dot), the activation row through L1. With PDL (pdl = 1) the
- * warp issues its row's first weight loads before waiting for the kernel before. */
+/* One warp per row of W (gpu_warp_dot), the activation row through L1; the warps of at most one
+ * resident wave loop over the rows with the grid's stride (the lm_head's 128K rows launched as
+ * 16K blocks of short-lived warps took 253 us per Llama-3 token on the H200, as a wave 237; its
+ * 1.05 GB at copy bandwidth are 245). With PDL (pdl = 1) each warp issues its first row's first
+ * weight loads before waiting for the kernel before. (Two rows per warp, with the activation
+ * row in shared memory, measured no better on the lm_head: 243 us.) */
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const bf16 *__restrict__ W,
                                                            const bf16 *__restrict__ x, int N,
                                                            int K, void *out, int out_f32,
-                                                           float beta, int pdl)
+                                                           float beta, int pdl,
+                                                           unsigned long long *tr)
 {
     const int lane = threadIdx.x % 32;
-    const int n = blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+    const int n0 = blockIdx.x * GEMV_WARPS + threadIdx.x / 32, stride = gridDim.x * GEMV_WARPS;
     uint4 pre[1][4];
-    const int have = pdl && n < N && gpu_warp_prefetch<1>(W + (size_t)n * K, 0, K, lane, pre);
+    gpu_chain_mark(tr, 0);
+    const int have = pdl && n0 < N && gpu_warp_prefetch<1>(W + (size_t)n0 * K, 0, K, lane, pre);
     gpu_pdl_wait(); /* x, and out (the residual) */
     gpu_pdl_trigger();
-    if (n >= N) return;
-    float v[1];
-    if (have)
-        gpu_warp_dot<1, true, true>(W + (size_t)n * K, 0, x, K, lane, v, pre);
-    else
-        gpu_warp_dot<1, true>(W + (size_t)n * K, 0, x, K, lane, v);
-    if (lane == 0) {
-        if (out_f32) {
-            float *o = (float *)out;
-            o[n] = beta != 0.f ? o[n] + v[0] : v[0];
-        } else {
-            ((bf16 *)out)[n] = __float2bfloat16(v[0]);
+    gpu_chain_mark(tr, 1);
+    for (int n = n0; n < N; n += stride) {
+        float v[1];
+        if (have && n == n0)
+            gpu_warp_dot<1, true, true>(W + (size_t)n * K, 0, x, K, lane, v, pre);
+        else
+            gpu_warp_dot<1, true>(W + (size_t)n * K, 0, x, K, lane, v);
+        if (lane == 0) {
+            if (out_f32) {
+                float *o = (float *)out;
+                o[n] = beta != 0.f ? o[n] + v[0] : v[0];
+            } else {
+                ((bf16 *)out)[n] = __float2bfloat16(v[0]);
+            }
         }
     }
 }
 
-static int gemv(cudaStream_t s, int pdl, int N, int K, const bf16 *W, const bf16 *x, void *out,
-                int out_f32, float beta)
+static int gemv(cudaStream_t s, int pdl, int sms, int N, int K, const bf16 *W, const bf16 *x,
+                void *out, int out_f32, float beta, unsigned long long *tr)
 {
-    GPU_CHECK(gpu_launch(k_gemv, (N + GEMV_WARPS - 1) / GEMV_WARPS, GEMV_WARPS * 32, 0, s, pdl, W,
-                         x, N, K, out, out_f32, beta, pdl));
+    int per_sm = 0;
+    GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv, GEMV_WARPS * 32, 0));
+    const long want = (N + GEMV_WARPS - 1) / GEMV_WARPS;
+    const long wave = (long)(per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+    GPU_CHECK(gpu_launch(k_gemv, (int)(want < wave ? want : wave), GEMV_WARPS * 32, 0, s, pdl, W,
+                         x, N, K, out, out_f32, beta, pdl, tr));
     return ACCEL_OK;
 }
 
@@ -60,7 +72,7 @@ int gpu_gemm(gpu_engine *e, int T, int N, int K, const bf16 *W, const bf16 *x, v
              int out_f32, float beta)
 {
     if (T == 1 && K % 8 == 0 && !e->gemv_off) {
-        return gemv(e->compute, e->pdl, N, K, W, x, out, out_f32, beta);
+        return gemv(e->compute, e->pdl, e->sms, N, K, W, x, out, out_f32, beta, gpu_chain_slot(e));
     }
     const float alpha = 1.0f;
     GPU_CUBLAS(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, CUDA_R_16BF, K,

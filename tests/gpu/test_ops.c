@@ -187,9 +187,10 @@ TEST(gpu_op_gemm)
 {
     OPS_OR_SKIP(ops);
     /* T <= 8 with K % 8 == 0 runs the engine's own GEMV, the rest cuBLAS */
+    /* T = 1: the test engine counts one SM, so the GEMV's warps loop over many rows */
     const int shapes[][3] = {{3, 300, 1000}, {77, 96, 64}, {1, 513, 172}, {130, 40, 4096},
-                             {1, 1000, 4096}, {8, 257, 14336}, {5, 33, 64}};
-    for (int s = 0; s < 7; s++) {
+                             {1, 1000, 4096}, {8, 257, 14336}, {5, 33, 64}, {1, 1001, 2048}};
+    for (int s = 0; s < 8; s++) {
         int T = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
         float *x = malloc(sizeof(float) * T * K), *w = malloc(sizeof(float) * N * K);
         float *g = malloc(sizeof(float) * T * N), *c = malloc(sizeof(float) * T * N);
@@ -459,6 +460,18 @@ TEST(gpu_op_attention_decode)
                                         token from 2 to 6 in one launch */
         {1, 2, 700, 28, 4, 128, 0},
         {1, 1, 70000, 32, 8, 128, 0},
+        /* its cluster form (Hopper; short rows in the engine, any length here): fewer keys than
+         * ranges (empty ranges in a cluster), the engine's 1K case, a window, group slices, long
+         * rows, the largest batch with positions that differ per token */
+        {8, 1, 0, 4, 2, 128, 0},
+        {8, 8, 10, 8, 2, 128, 0},
+        {8, 1, 1024, 32, 8, 128, 0},
+        {8, 3, 2000, 32, 8, 128, 0},
+        {8, 4, 500, 8, 4, 128, 100},
+        {8, 2, 700, 28, 4, 128, 0},
+        {8, 2, 700, 24, 2, 128, 0},
+        {8, 1, 9000, 32, 8, 128, 0},
+        {8, 256, 100, 8, 8, 128, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attention_case(ops, &cases[i], 200 + i);
 }

@@ -1,0 +1,119 @@
+/* gpu/chain_trace.cu — where a single-token decode step's time goes (TANDEM_GPU_CHAIN_TRACE=1,
+ * for measurements; off by default, when none of this runs).
+ *
+ * Each traced launch of a decode pass (fused QKV, attention, GEMVs, fused gate/up, lm_head) gets
+ * a slot; its first block stamps its start and the moment its PDL wait returned (engine.cuh,
+ * gpu_chain_mark), the attention also points inside its block 0. A one-thread kernel stamps the
+ * pass's start and the lm_head's end. The slots are rewritten by every pass (CUDA graphs
+ * included: the pointers are part of the capture); gpu_chain_report reads the last pass at
+ * engine exit. An op's time on the critical path is the gap between its wait's return and the
+ * next op's. gpu_chain_step adds the host's view of the step (forward.cu, gpu_decode): the
+ * host's wall time, the GPU's time from the metadata upload to the graph's end, the logits'
+ * device-to-host copy. */
+#include "gpu/engine.cuh"
+#include <stdlib.h>
+#include <time.h>
+#include <algorithm>
+#include <vector>
+
+/* A one-thread kernel stamping the GPU clock (the trace's step start and lm_head end). */
+__global__ void k_chain_stamp(unsigned long long *p)
+{
+    *p = gpu_globaltimer();
+}
+
+int gpu_chain_stamp(gpu_engine *e, int which)
+{
+    if (!e->ctrace || e->ctrace_n < 0) return ACCEL_OK;
+    k_chain_stamp<<<1, 1, 0, e->compute>>>(e->ctrace + GPU_CHAIN_STAMPS * (size_t)(GPU_CHAIN_SLOTS - 1) + which);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
+}
+
+unsigned long long *gpu_chain_slot(gpu_engine *e)
+{
+    if (!e->ctrace || e->ctrace_n < 0 || e->ctrace_n >= GPU_CHAIN_SLOTS - 1) return NULL; /* the last: stamps */
+    return e->ctrace + GPU_CHAIN_STAMPS * (size_t)e->ctrace_n++;
+}
+
+void gpu_chain_report(gpu_engine *e)
+{
+    if (!e->ctrace || e->ctrace_passes == 0) return;
+    const int L = e->d.L, n = 5 * L + 1;
+    if (n > GPU_CHAIN_SLOTS) return;
+    unsigned long long *h = (unsigned long long *)malloc(GPU_CHAIN_STAMPS * sizeof *h * n);
+    if (!h || cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpy(h, e->ctrace, GPU_CHAIN_STAMPS * sizeof *h * n, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        cudaGetLastError();
+        free(h);
+        return;
+    }
+    const int S = GPU_CHAIN_STAMPS;
+    static const char *ops[5] = {"qkv+norm", "attention", "o", "gate/up+norm", "down"};
+    std::vector<double> dur[5], lead[5];
+    for (int l = 0; l < L; l++)
+        for (int o = 0; o < 5; o++) {
+            const int k = 5 * l + o;
+            dur[o].push_back((double)(h[S * (k + 1) + 1] - h[S * k + 1]) / 1e3);
+            lead[o].push_back((double)(h[S * k + 1] - h[S * k]) / 1e3);
+        }
+    double total = (double)(h[S * (n - 1) + 1] - h[1]) / 1e3;
+    unsigned long long stamp[2] = {0, 0};
+    if (cudaMemcpy(stamp, e->ctrace + GPU_CHAIN_STAMPS * (size_t)(GPU_CHAIN_SLOTS - 1), sizeof stamp,
+                   cudaMemcpyDeviceToHost) == cudaSuccess && stamp[0] && stamp[1])
+        fprintf(stderr, "tandem cuda chain trace: step start to first QKV wait %.1f us, lm_head wait to "
+                "lm_head done %.1f us\n", (double)(h[1] - stamp[0]) / 1e3,
+                (double)(stamp[1] - h[S * (n - 1) + 1]) / 1e3);
+    fprintf(stderr, "tandem cuda chain trace (last decode pass, %d layers): first QKV wait to lm_head wait %.1f us;", L, total);
+    for (int o = 0; o < 5; o++) {
+        std::sort(dur[o].begin(), dur[o].end());
+        std::sort(lead[o].begin(), lead[o].end());
+        double sum = 0;
+        for (double v : dur[o]) sum += v;
+        fprintf(stderr, " %s median %.2f us (min %.2f, max %.2f, total %.1f; started %.2f us before its wait returned);",
+                ops[o], dur[o][L / 2], dur[o][0], dur[o][L - 1], sum, lead[o][L / 2]);
+    }
+    fprintf(stderr, "\n");
+    /* the attention's first block inside (stamps 2..6 where its kernel sets them) */
+    static const char *in[5] = {"ranges computed", "block merged + cluster running", "pushed", "rows merged", "-"};
+    fprintf(stderr, "tandem cuda chain trace: attention block 0 after its wait (median over layers):");
+    for (int i = 2; i < S - 1; i++) {
+        std::vector<double> v;
+        for (int l = 0; l < L; l++) {
+            const unsigned long long *a = h + S * (5 * l + 1);
+            if (a[i] > a[1]) v.push_back((double)(a[i] - a[1]) / 1e3);
+        }
+        if (v.empty()) continue;
+        std::sort(v.begin(), v.end());
+        fprintf(stderr, " %s %.2f us;", in[i - 2], v[v.size() / 2]);
+    }
+    fprintf(stderr, "\n");
+    free(h);
+    const int ns = e->tsteps < 64 ? e->tsteps : 64;
+    if (ns > 0) {
+        static const char *ph[4] = {"host step", "H2D + graph (GPU)", "logits D2H (GPU)",
+                                    "host enqueue"};
+        fprintf(stderr, "tandem cuda decode step (median of the last %d single-token steps):", ns);
+        for (int k = 0; k < 4; k++) {
+            std::vector<double> v(e->tstep[k], e->tstep[k] + ns);
+            std::sort(v.begin(), v.end());
+            fprintf(stderr, " %s %.1f us;", ph[k], v[ns / 2]);
+        }
+        fprintf(stderr, "\n");
+    }
+}
+
+void gpu_chain_step(gpu_engine *e, const struct timespec *h0, const struct timespec *h1)
+{
+    struct timespec h2;
+    clock_gettime(CLOCK_MONOTONIC, &h2);
+    float a = 0, b = 0;
+    cudaEventElapsedTime(&a, e->tev[0], e->tev[1]);
+    cudaEventElapsedTime(&b, e->tev[1], e->tev[2]);
+    cudaGetLastError();
+    const int k = e->tsteps++ % 64;
+    e->tstep[0][k] = (h2.tv_sec - h0->tv_sec) * 1e6 + (h2.tv_nsec - h0->tv_nsec) / 1e3;
+    e->tstep[1][k] = a * 1e3;
+    e->tstep[2][k] = b * 1e3;
+    e->tstep[3][k] = (h1->tv_sec - h0->tv_sec) * 1e6 + (h1->tv_nsec - h0->tv_nsec) / 1e3;
+}
