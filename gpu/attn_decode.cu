@@ -217,6 +217,26 @@ static void (*cluster_for(int G))(dec_params, int *)
 
 static int ring_setup();
 
+/* A launch of the cluster form: clusters of GPU_DECODE_CLUSTER blocks along y, the tile ring's
+ * shared memory, PDL when asked (at: room for two attributes). */
+static void cluster_config(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *at, dim3 grid,
+                           cudaStream_t s, int pdl)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->gridDim = grid;
+    cfg->blockDim = D2_THREADS;
+    cfg->dynamicSmemBytes = D2_RING_BYTES;
+    cfg->stream = s;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = GPU_DECODE_CLUSTER;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg->attrs = at;
+    cfg->numAttrs = pdl ? 2 : 1;
+}
+
 /* Whether this GPU runs the cluster form for the model's group (clusters of 16 blocks are a
  * Hopper feature beyond the portable 8: allowed per kernel, then checked for residency). */
 int gpu_attn_decode_cluster_ok(const gpu_dims *d)
@@ -236,17 +256,8 @@ int gpu_attn_decode_cluster_ok(const gpu_dims *d)
         return 0;
     }
     cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(d->n_kv, GPU_DECODE_CLUSTER, 1);
-    cfg.blockDim = D2_THREADS;
-    cfg.dynamicSmemBytes = D2_RING_BYTES;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1;
-    at[0].val.clusterDim.y = GPU_DECODE_CLUSTER;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute at[2];
+    cluster_config(&cfg, at, dim3(d->n_kv, GPU_DECODE_CLUSTER, 1), 0, 0);
     int n = 0;
     if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) != cudaSuccess) {
         cudaGetLastError();
@@ -263,10 +274,14 @@ static int ring_allow(void (*k)(dec_params, int *))
     return ACCEL_OK;
 }
 
+/* Per device (the attribute is the current device's): a bit per device index set once done. */
 static int ring_setup()
 {
-    static int done; /* the same value from any thread: a benign race */
-    if (done) return ACCEL_OK;
+    static unsigned long long done;
+    int dev = 0;
+    GPU_CHECK(cudaGetDevice(&dev));
+    const unsigned long long bit = dev >= 0 && dev < 64 ? 1ull << dev : 0;
+    if (bit && (__atomic_load_n(&done, __ATOMIC_ACQUIRE) & bit)) return ACCEL_OK;
     GPU_TRY(ring_allow(k_decode_fast<1>));
     GPU_TRY(ring_allow(k_decode_fast<2>));
     GPU_TRY(ring_allow(k_decode_fast<4>));
@@ -275,27 +290,15 @@ static int ring_setup()
     GPU_TRY(ring_allow(k_decode_cluster<2>));
     GPU_TRY(ring_allow(k_decode_cluster<4>));
     GPU_TRY(ring_allow(k_decode_cluster<8>));
-    done = 1;
+    if (bit) __atomic_fetch_or(&done, bit, __ATOMIC_RELEASE);
     return ACCEL_OK;
 }
 
 static int launch_cluster(cudaStream_t s, int pdl, const dec_params &p, int T, int G, int *cnt)
 {
     cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(p.n_kv * p.gslices, GPU_DECODE_CLUSTER, T);
-    cfg.blockDim = D2_THREADS;
-    cfg.dynamicSmemBytes = D2_RING_BYTES;
-    cfg.stream = s;
     cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1;
-    at[0].val.clusterDim.y = GPU_DECODE_CLUSTER;
-    at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 2 : 1;
+    cluster_config(&cfg, at, dim3(p.n_kv * p.gslices, GPU_DECODE_CLUSTER, T), s, pdl);
     GPU_CHECK(cudaLaunchKernelEx(&cfg, cluster_for(G), p, cnt));
     return ACCEL_OK;
 }

@@ -216,6 +216,27 @@ __device__ __forceinline__ void d2_cluster_merge(const dec_params &p, int t, int
     if (threadIdx.x == 0) gpu_chain_mark_any(p.tr, 5);
 }
 
+/* The block's range partial for head gh, column col: the 8 warps' online-softmax states merged
+ * (their max M and sum L; returns the unnormalized column value). */
+template <int G>
+__device__ __forceinline__ float d2_block_partial(const d2_smem<G> &sm, int gh, int col, float *M_,
+                                                  float *L_)
+{
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < D2_WARPS; w++) M = fmaxf(M, sm.m[w][gh]);
+    float L = 0.f, O = 0.f;
+#pragma unroll
+    for (int w = 0; w < D2_WARPS; w++) {
+        const float wt = sm.m[w][gh] == -INFINITY ? 0.f : exp2f(sm.m[w][gh] - M);
+        L += sm.l[w][gh] * wt;
+        O += sm.acc[w][gh][col] * wt;
+    }
+    *M_ = M;
+    *L_ = L;
+    return O;
+}
+
 /* The one-kernel form's merge through global memory (d2_range's tail when not CLUSTER): the
  * block's range partial to part_o / part_ml, and the last block of the row merges them all. */
 template <int G, bool STEP>
@@ -226,16 +247,8 @@ __device__ __forceinline__ void d2_global_merge(const dec_params &p, int t, int 
     const int tid = threadIdx.x;
     for (int i = tid; i < nh * D2_HD; i += D2_THREADS) {
         const int gh = i / D2_HD, col = i % D2_HD;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < D2_WARPS; w++) M = fmaxf(M, sm.m[w][gh]);
-        float L = 0.f, O = 0.f;
-#pragma unroll
-        for (int w = 0; w < D2_WARPS; w++) {
-            const float wt = sm.m[w][gh] == -INFINITY ? 0.f : exp2f(sm.m[w][gh] - M);
-            L += sm.l[w][gh] * wt;
-            O += sm.acc[w][gh][col] * wt;
-        }
+        float M, L;
+        const float O = d2_block_partial<G>(sm, gh, col, &M, &L);
         const size_t slot = slot0 + (size_t)gh * p.splits;
         p.part_o[slot * D2_HD + col] = O;
         if (col == 0) p.part_ml[slot] = make_float2(M, L);
@@ -457,16 +470,8 @@ __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int
         if (threadIdx.x == 0) gpu_chain_mark_any(p.tr, 3);
         for (int i = tid; i < nh * D2_HD; i += D2_THREADS) {
             const int gh = i / D2_HD, col = i % D2_HD;
-            float M = -INFINITY;
-#pragma unroll
-            for (int w = 0; w < D2_WARPS; w++) M = fmaxf(M, sm.m[w][gh]);
-            float L = 0.f, O = 0.f;
-#pragma unroll
-            for (int w = 0; w < D2_WARPS; w++) {
-                const float wt = sm.m[w][gh] == -INFINITY ? 0.f : exp2f(sm.m[w][gh] - M);
-                L += sm.l[w][gh] * wt;
-                O += sm.acc[w][gh][col] * wt;
-            }
+            float M, L;
+            const float O = d2_block_partial<G>(sm, gh, col, &M, &L);
             d2_cluster_push<G>(sm, split, i, O);
             if (col == 0)
                 for (int r = 0; r < GPU_DECODE_CLUSTER; r++)

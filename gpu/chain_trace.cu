@@ -49,6 +49,14 @@ void gpu_chain_report(gpu_engine *e)
         return;
     }
     const int S = GPU_CHAIN_STAMPS;
+    /* the fused chain only (5 traced kernels per layer and the lm_head): with other paths
+     * (TANDEM_GPU_FUSED=off, GEMV=off, the step kernel) the slots do not line up */
+    for (int k = 0; k < n; k++)
+        if (!h[S * k + 1] || (k && h[S * k + 1] < h[S * (k - 1) + 1])) {
+            fprintf(stderr, "tandem cuda chain trace: slots missing or out of order (not the fused chain?)\n");
+            free(h);
+            return;
+        }
     static const char *ops[5] = {"qkv+norm", "attention", "o", "gate/up+norm", "down"};
     std::vector<double> dur[5], lead[5];
     for (int l = 0; l < L; l++)

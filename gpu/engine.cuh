@@ -157,9 +157,9 @@ struct gpu_meta_layout {
 #define GPU_EXPORT_AHEAD 3   /* the host stays at most this many layers ahead of the copies */
 #define GPU_LOGIT_ROWS 256   /* logits computed per lm_head GEMM (all_logits in sub-batches) */
 #define GPU_DECODE_SPLIT_MAX 64
-#define GPU_DECODE_CLUSTER 16
-#define GPU_CHAIN_SLOTS 1024
-#define GPU_CHAIN_STAMPS 8 /* per slot: start, wait returned, kernel-specific marks */ /* ranges per row in the cluster form of the decode attention */
+#define GPU_DECODE_CLUSTER 16 /* ranges per row in the cluster form of the decode attention */
+#define GPU_CHAIN_SLOTS 1024  /* chain trace: launches of a pass traced (the last: the stamps) */
+#define GPU_CHAIN_STAMPS 8    /* per slot: start, wait returned, kernel-specific marks */
 #define GPU_PROF_EVENTS 8192 /* a 128K sparse prefill marks ~10 ops x 16 chunks x 32 layers */
 #define GPU_PROF_CATS 15
 
@@ -183,12 +183,13 @@ struct gpu_engine {
     int pdl;       /* the decode chain's kernels with PDL (on Hopper unless TANDEM_GPU_PDL=off) */
     int fused;     /* single-token decode through decode_fused.cu (TANDEM_GPU_FUSED=off: unfused) */
     int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for single-token projections too (comparisons) */
+    int gemv_per_sm; /* resident blocks of the GEMV kernel per SM (gemm.cu, at its first launch) */
     int graphs_off; /* TANDEM_GPU_GRAPHS=off, or a capture failed: decode without CUDA graphs */
     cudaGraphExec_t *dec_graph; /* [2][GPU_MAX_BATCH + 1]: the decode step for n sequences, with
                                  * the split decode attention and with its cluster form */
     int dec_cluster;     /* the cluster form of the decode attention runs (Hopper, head_dim 128) */
     int dec_cluster_max; /* ... for steps whose longest row has at most this many keys */
-    unsigned long long *ctrace; /* TANDEM_GPU_CHAIN_TRACE=1: GPU_CHAIN_SLOTS x 2 stamps */
+    unsigned long long *ctrace; /* TANDEM_GPU_CHAIN_TRACE=1: GPU_CHAIN_SLOTS x GPU_CHAIN_STAMPS */
     int ctrace_n;               /* slots handed out in this pass */
     int ctrace_passes;
     cudaEvent_t tev[4];      /* ... and the decode step's phases: start, graph in, graph done, logits out */

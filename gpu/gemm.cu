@@ -56,11 +56,12 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const bf16 *__restrict
     }
 }
 
-static int gemv(cudaStream_t s, int pdl, int sms, int N, int K, const bf16 *W, const bf16 *x,
-                void *out, int out_f32, float beta, unsigned long long *tr)
+static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int K, const bf16 *W,
+                const bf16 *x, void *out, int out_f32, float beta, unsigned long long *tr)
 {
-    int per_sm = 0;
-    GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv, GEMV_WARPS * 32, 0));
+    if (*per_sm_cache <= 0)
+        GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm_cache, k_gemv, GEMV_WARPS * 32, 0));
+    const int per_sm = *per_sm_cache;
     const long want = (N + GEMV_WARPS - 1) / GEMV_WARPS;
     const long wave = (long)(per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
     GPU_CHECK(gpu_launch(k_gemv, (int)(want < wave ? want : wave), GEMV_WARPS * 32, 0, s, pdl, W,
@@ -72,7 +73,8 @@ int gpu_gemm(gpu_engine *e, int T, int N, int K, const bf16 *W, const bf16 *x, v
              int out_f32, float beta)
 {
     if (T == 1 && K % 8 == 0 && !e->gemv_off) {
-        return gemv(e->compute, e->pdl, e->sms, N, K, W, x, out, out_f32, beta, gpu_chain_slot(e));
+        return gemv(e->compute, e->pdl, e->sms, &e->gemv_per_sm, N, K, W, x, out, out_f32, beta,
+                    gpu_chain_slot(e));
     }
     const float alpha = 1.0f;
     GPU_CUBLAS(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, CUDA_R_16BF, K,
