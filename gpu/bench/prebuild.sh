@@ -2,7 +2,7 @@
 # gpu/bench/prebuild.sh DEST — builds on the development machine what gpu/bench/run_all.sh runs
 # on the lent GPU machine, whose CUDA image has no -dev packages for our C dependencies:
 #   DEST/build/  tandem (eval only), tandem-tests (the gpu_ tests only), bench_gpu, mkmodel,
-#                flex_gpu_bench, libtandem_cuda.so, gemm_shapes — PORTABLE=1 (no -march=native: another CPU runs them), and
+#                flex_gpu_bench, libtandem_cuda.so, gemm_shapes, gemv_bw — PORTABLE=1 (no -march=native: another CPU runs them), and
 #                linked without the tokenizer, so the ICU libraries are not needed there
 #   DEST/rt/     the shared libraries they need beyond glibc and CUDA (used there only if missing)
 #   DEST/peer/limits  limits.cu built for sm_90 (when DEST/peer/limits.cu exists)
@@ -31,6 +31,7 @@ for lib in $(ldd "$DEST"/build/* | awk '/=>/ {print $3}' | sort -u); do
 done
 nvcc -O3 -gencode=arch=compute_90,code=sm_90 -o "$DEST/build/gemm_shapes" gpu/bench/gemm_shapes.cu \
     -lcublasLt -lcublas -Xlinker -rpath=/usr/local/cuda/lib64
+nvcc -O3 -std=c++17 -I. -gencode=arch=compute_90a,code=sm_90a -o "$DEST/build/gemv_bw" gpu/bench/gemv_bw.cu
 if [ -f "$DEST/peer/limits.cu" ]; then
     nvcc -O3 -gencode=arch=compute_90,code=sm_90 -o "$DEST/peer/limits" "$DEST/peer/limits.cu" \
         -lcublas -Xlinker -rpath=/usr/local/cuda/lib64
