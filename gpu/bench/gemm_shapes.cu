@@ -5,7 +5,7 @@
 // a second, so the rate is the sustained one; the SM clock is read before and after (NVML-free:
 // cudaDeviceGetAttribute gives only the nominal clock, so the script samples nvidia-smi beside).
 //
-//   nvcc -O3 -arch=sm_90 -o gemm_shapes gpu/bench/gemm_shapes.cu -lcublasLt -lcublas
+//   nvcc -O3 -I. -arch=sm_90 -o gemm_shapes gpu/bench/gemm_shapes.cu -lcublasLt -lcublas
 //   ./gemm_shapes [T=8192] [ms per entry=1000]   (a short entry gives the burst rate)
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -16,15 +16,8 @@
 #include <unistd.h>
 #include <algorithm>
 #include <vector>
+#include "gpu/bench/bench_util.cuh"
 
-#define CK(x)                                                                                     \
-    do {                                                                                          \
-        cudaError_t e_ = (x);                                                                     \
-        if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));           \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
 #define CB(x)                                                                                     \
     do {                                                                                          \
         int s_ = (int)(x);                                                                        \

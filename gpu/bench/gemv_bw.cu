@@ -14,17 +14,9 @@
 //   nvcc -O3 -std=c++17 -I. -gencode=arch=compute_90a,code=sm_90a -o gemv_bw gpu/bench/gemv_bw.cu
 //   ./gemv_bw [copy GB/s for the chain's floor, e.g. 4248]
 #include "gpu/gemv.cuh"
+#include "gpu/bench/bench_util.cuh"
 #include <stdlib.h>
 #include <vector>
-
-#define CK(x)                                                                                     \
-    do {                                                                                          \
-        cudaError_t e_ = (x);                                                                     \
-        if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));           \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
 
 #define THREADS 256
 #define WARPS (THREADS / 32)
@@ -55,6 +47,34 @@ template <int U> __global__ void __launch_bounds__(THREADS) k_read(const uint4 *
     if (acc == 0x12345678u) *sink = acc;
 }
 
+/* acc[r] += the round's U chunks of row r times x's chunks c0, c0 + 32, ... (gpu_warp_dot's order). */
+template <int R, int U>
+__device__ __forceinline__ void sum_round(float acc[R], const uint4 (&w)[R][U], const uint4 *xp, int c0)
+{
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        uint4 xv = xp[c0 + 32 * u];
+        const bf16 *xb = (const bf16 *)&xv;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const bf16 *wb = (const bf16 *)&w[r][u];
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
+        }
+    }
+}
+
+template <int R> __device__ __forceinline__ void warp_sums(float acc[R])
+{
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float v = acc[r];
+#pragma unroll
+        for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+        acc[r] = v;
+    }
+}
+
 /* The pipelined form: rounds of U chunks per row and lane; round r + 1's loads go out before
  * round r is summed. Chunk order per lane is gpu_warp_dot's (c, c + 32, ..., round by round), so
  * with U = 4 the sums are the same bits. Needs K / 8 to be a multiple of 32 * U. */
@@ -81,30 +101,13 @@ __device__ __forceinline__ void dot_pipe(const bf16 *__restrict__ W, size_t rstr
 #pragma unroll
                 for (int u = 0; u < U; u++) nxt[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
         }
-        const int c0 = k * 32 * U + lane;
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            uint4 xv = xp[c0 + 32 * u];
-            const bf16 *xb = (const bf16 *)&xv;
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const bf16 *wb = (const bf16 *)&cur[r][u];
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
-            }
-        }
+        sum_round<R, U>(acc, cur, xp, k * 32 * U + lane);
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int u = 0; u < U; u++) cur[r][u] = nxt[r][u];
     }
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        float v = acc[r];
-#pragma unroll
-        for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-        acc[r] = v;
-    }
+    warp_sums<R>(acc);
 }
 
 /* Non-pipelined rounds of U chunks (U = 4 is gpu_warp_dot's loop). */
@@ -122,25 +125,9 @@ __device__ __forceinline__ void dot_round(const bf16 *__restrict__ W, size_t rst
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int u = 0; u < U; u++) wv[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            uint4 xv = xp[c + 32 * u];
-            const bf16 *xb = (const bf16 *)&xv;
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const bf16 *wb = (const bf16 *)&wv[r][u];
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
-            }
-        }
+        sum_round<R, U>(acc, wv, xp, c);
     }
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        float v = acc[r];
-#pragma unroll
-        for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-        acc[r] = v;
-    }
+    warp_sums<R>(acc);
 }
 
 enum { F_CUR, F_PIPE, F_U8, F_PIPE2, F_N };

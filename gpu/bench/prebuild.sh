@@ -29,7 +29,7 @@ for lib in $(ldd "$DEST"/build/* | awk '/=>/ {print $3}' | sort -u); do
     *) cp -L $lib "$DEST/rt/" ;;
     esac
 done
-nvcc -O3 -gencode=arch=compute_90,code=sm_90 -o "$DEST/build/gemm_shapes" gpu/bench/gemm_shapes.cu \
+nvcc -O3 -I. -gencode=arch=compute_90,code=sm_90 -o "$DEST/build/gemm_shapes" gpu/bench/gemm_shapes.cu \
     -lcublasLt -lcublas -Xlinker -rpath=/usr/local/cuda/lib64
 nvcc -O3 -std=c++17 -I. -gencode=arch=compute_90a,code=sm_90a -o "$DEST/build/gemv_bw" gpu/bench/gemv_bw.cu
 if [ -f "$DEST/peer/limits.cu" ]; then
