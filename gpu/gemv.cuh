@@ -32,6 +32,18 @@ __device__ __forceinline__ int gpu_warp_prefetch(const bf16 *__restrict__ W, siz
     return 1;
 }
 
+/* Each acc[r] summed over the warp (butterfly: every lane ends with the sums). */
+template <int R> __device__ __forceinline__ void gpu_warp_sums(float acc[R])
+{
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float v = acc[r];
+#pragma unroll
+        for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+        acc[r] = v;
+    }
+}
+
 /* acc[r] = sum_k W[r * rstride + k] * x[k] for r < R (K % 8 == 0, rows 16-byte aligned).
  * GLOBAL: x is global memory (an earlier kernel's output, which under PDL is still being written
  * while this kernel starts), read with coherent L1-cached loads (ld.global.ca, not the
@@ -87,13 +99,7 @@ __device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t 
             for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
         }
     }
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        float v = acc[r];
-#pragma unroll
-        for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-        acc[r] = v;
-    }
+    gpu_warp_sums<R>(acc);
 }
 
 /* Sum of v over the block (any size up to 1024 threads), in double; every thread gets it.

@@ -64,17 +64,6 @@ __device__ __forceinline__ void sum_round(float acc[R], const uint4 (&w)[R][U], 
     }
 }
 
-template <int R> __device__ __forceinline__ void warp_sums(float acc[R])
-{
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        float v = acc[r];
-#pragma unroll
-        for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-        acc[r] = v;
-    }
-}
-
 /* The pipelined form: rounds of U chunks per row and lane; round r + 1's loads go out before
  * round r is summed. Chunk order per lane is gpu_warp_dot's (c, c + 32, ..., round by round), so
  * with U = 4 the sums are the same bits. Needs K / 8 to be a multiple of 32 * U. */
@@ -107,7 +96,7 @@ __device__ __forceinline__ void dot_pipe(const bf16 *__restrict__ W, size_t rstr
 #pragma unroll
             for (int u = 0; u < U; u++) cur[r][u] = nxt[r][u];
     }
-    warp_sums<R>(acc);
+    gpu_warp_sums<R>(acc);
 }
 
 /* Non-pipelined rounds of U chunks (U = 4 is gpu_warp_dot's loop). */
@@ -127,7 +116,7 @@ __device__ __forceinline__ void dot_round(const bf16 *__restrict__ W, size_t rst
             for (int u = 0; u < U; u++) wv[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
         sum_round<R, U>(acc, wv, xp, c);
     }
-    warp_sums<R>(acc);
+    gpu_warp_sums<R>(acc);
 }
 
 enum { F_CUR, F_PIPE, F_U8, F_PIPE2, F_N };
