@@ -8,11 +8,14 @@
  * characters). Without arguments: llama-3.1-instruct with tools, qwen2.5-instruct with tools,
  * mistral-7b-instruct-v0.3 with tools. Timings only: correctness is the tests' job. */
 #include "model/tmpl.h"
+#include "model/model.h"
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#define MAX_TMPL_FILE (16u << 20) /* templates, expected outputs: far below */
 
 #define DIR_ "tests/data/chat_templates"
 
@@ -21,26 +24,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        *len = (size_t)n;
-    }
-    return buf;
 }
 
 /* Renders input through t for about `seconds`; prints one line. Returns 0 when it rendered. */
@@ -108,7 +91,7 @@ static int run(const char *spec, double seconds)
     }
     snprintf(path, sizeof path, DIR_ "/%s", json_string_value(json_object_get(doc, "template_file")));
     size_t len;
-    char *src = slurp(path, &len);
+    char *src = model_read_file(path, MAX_TMPL_FILE, &len);
     if (!src) {
         fprintf(stderr, "cannot read %s\n", path);
         json_decref(doc);

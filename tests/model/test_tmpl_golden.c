@@ -3,32 +3,15 @@
  * and every error case must fail (raise_exception cases with that message, others with the same
  * Python exception type and message). */
 #include "tests/model/tmpl_case.h"
+#include "model/model.h"
 #include <dirent.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define DIR_ "tests/data/chat_templates"
+#define MAX_TMPL_FILE (16u << 20) /* templates, expected outputs: far below */
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        *len = (size_t)n;
-    }
-    return buf;
-}
+#define DIR_ "tests/data/chat_templates"
 
 static int run_file(const char *json_path, int *cases)
 {
@@ -37,7 +20,7 @@ static int run_file(const char *json_path, int *cases)
     char tpath[512];
     snprintf(tpath, sizeof tpath, DIR_ "/%s", json_string_value(json_object_get(doc, "template_file")));
     size_t tlen;
-    char *src = slurp(tpath, &tlen);
+    char *src = model_read_file(tpath, MAX_TMPL_FILE, &tlen);
     int ok = 1;
     if (!src) {
         t_fail(__FILE__, __LINE__, "cannot read %s", tpath);
@@ -117,7 +100,7 @@ TEST(tmpl_cli_template_command)
     if (st != 0 && access(out, F_OK) != 0) SKIP("%s/tandem not built", bin);
     CHECK_EQ(st, 0);
     size_t n = 0;
-    char *got = slurp(out, &n);
+    char *got = model_read_file(out, MAX_TMPL_FILE, &n);
     REQUIRE(got);
     CHECK_STR(got, "<s>[INST] Hi [/INST]");
     free(got);
@@ -131,7 +114,7 @@ TEST(tmpl_cli_template_command)
     snprintf(cmd, sizeof cmd, "%s/tandem template --template " DIR_ "/gemma-2-it.jinja --input %s > %s 2> %s", bin, in, out, errp);
     st = system(cmd);
     CHECK(st != 0);
-    got = slurp(errp, &n);
+    got = model_read_file(errp, MAX_TMPL_FILE, &n);
     REQUIRE(got);
     CHECK_STR(got, "System role not supported\n");
     free(got);
