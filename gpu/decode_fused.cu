@@ -33,6 +33,7 @@
  * than run at once. */
 #include "gpu/engine.cuh"
 #include "gpu/gemv.cuh"
+#include <stdlib.h>
 
 #define FUSED_THREADS 256 /* 8 warps; also the norm's thread count (k_rmsnorm's ROW_THREADS) */
 #define FUSED_WARPS (FUSED_THREADS / 32)
@@ -169,10 +170,24 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const
 }
 
 /* Blocks for `items` work items: one per 8 items, at most one resident wave. */
-template <typename K> static int fused_grid(K kernel, size_t smem, int sms, int items, int *blocks)
+/* TANDEM_GPU_QKV_BLOCKS=1..8 (measurements, not yet measured): at most that many blocks per SM
+ * for the fused QKV kernel, so that the decode attention's blocks (which hold 32K registers each)
+ * can be resident beside it and stream their older keys while it runs — at 8K of context the
+ * attention takes 19.5 us per layer for 7.9 us of bytes, its blocks waiting for the QKV kernel's
+ * to leave (BENCHMARKS.md, "Night"). Read at each call (with graphs: once per capture). */
+static int qkv_blocks_cap()
+{
+    const char *v = getenv("TANDEM_GPU_QKV_BLOCKS");
+    const int n = v ? atoi(v) : 0;
+    return n >= 1 && n <= 8 ? n : 0;
+}
+
+template <typename K> static int fused_grid(K kernel, size_t smem, int sms, int items, int *blocks,
+                                            int cap = 0)
 {
     int per_sm = 0;
     GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, FUSED_THREADS, smem));
+    if (cap > 0 && per_sm > cap) per_sm = cap;
     int want = (items + FUSED_WARPS - 1) / FUSED_WARPS, wave = (per_sm > 0 ? per_sm : 1) * sms;
     *blocks = want < wave ? want : wave;
     return ACCEL_OK;
@@ -205,7 +220,7 @@ int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer
     const size_t smem = (size_t)d->H * sizeof(bf16);
     const int items = (d->n_heads + d->n_kv) * (d->hd / 2) + d->kvd;
     int blocks;
-    GPU_TRY(fused_grid(k_qkv_fused, smem, sms, items, &blocks));
+    GPU_TRY(fused_grid(k_qkv_fused, smem, sms, items, &blocks, qkv_blocks_cap()));
     GPU_CHECK(gpu_launch(k_qkv_fused, blocks, FUSED_THREADS, smem, s, pdl, p));
     return ACCEL_OK;
 }

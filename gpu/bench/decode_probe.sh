@@ -1,0 +1,27 @@
+#!/bin/bash
+# gpu/bench/decode_probe.sh — one device call for decode work: the gpu_ tests, then the chain trace
+# (TANDEM_GPU_CHAIN_TRACE=1, gpu/chain_trace.cu) and the decode time at each context for each
+# switch setting, on the Llama-3-8B-shaped random checkpoint. Run from the repository root on the
+# GPU machine with the binaries of gpu/bench/prebuild.sh in build/ and rt/:
+#   OUT=dir [CTXS="1024 8192"] [SWITCHES="X=1 TANDEM_GPU_QKV_BLOCKS=1"] [TESTS=0] gpu/bench/decode_probe.sh
+# Writes $OUT/tests.log and $OUT/probe.txt (one "== ctx C switch" block per run).
+set -u
+OUT=${OUT:-/tmp/tandem-out}
+MODEL8B=${MODEL8B:-/tmp/llama3-8b}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/rt:${LD_LIBRARY_PATH-}
+if [ ! -f "$MODEL8B/config.json" ]; then
+    (build/mkmodel --preset llama3-8b --out "$MODEL8B" > /tmp/mkmodel.log 2>&1) & MK=$!
+fi
+if [ "${TESTS:-1}" != 0 ]; then
+    TANDEM_TEST_TIMEOUT=60 timeout 200 build/tandem-tests gpu_ > "$OUT/tests.log" 2>&1
+    tail -1 "$OUT/tests.log"; grep -E "^not ok" "$OUT/tests.log"
+fi
+[ -n "${MK-}" ] && wait $MK
+for ctx in ${CTXS:-1024 8192}; do
+    for sw in ${SWITCHES:-X=1}; do
+        echo "== ctx $ctx $sw"
+        env $sw TANDEM_GPU_CHAIN_TRACE=1 timeout 100 build/bench_gpu --model "$MODEL8B" \
+            --decode-ctx $ctx --steps 64 --reps 1 2>&1 | grep -E '"decode"|chain trace|decode step'
+    done
+done 2>&1 | tee "$OUT/probe.txt"
