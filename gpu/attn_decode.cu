@@ -205,14 +205,9 @@ __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_cluster(d
     d2_range<G, false, true>(p, blockIdx.z, blockIdx.x, blockIdx.y, gridDim.x, cnt, sm);
 }
 
-template <int G> static void (*cluster_kernel())(dec_params, int *)
-{
-    return k_decode_cluster<G>;
-}
-
 static void (*cluster_for(int G))(dec_params, int *)
 {
-    return G == 1 ? cluster_kernel<1>() : G == 2 ? cluster_kernel<2>() : G == 4 ? cluster_kernel<4>() : cluster_kernel<8>();
+    return G == 1 ? k_decode_cluster<1> : G == 2 ? k_decode_cluster<2> : G == 4 ? k_decode_cluster<4> : k_decode_cluster<8>;
 }
 
 static int ring_setup();

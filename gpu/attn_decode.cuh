@@ -8,7 +8,6 @@
 #ifndef TANDEM_GPU_ATTN_DECODE_CUH
 #define TANDEM_GPU_ATTN_DECODE_CUH
 #include "gpu/engine.cuh"
-#include <cooperative_groups.h>
 
 #define DEC_MIN_SPLIT 64 /* keys: fewer per range would cost more in merging than they save */
 
