@@ -152,6 +152,16 @@ static int gpu_dev_warmup(accel_dev *d)
     return st;
 }
 
+static void *gpu_dev_host_alloc(accel_dev *d, size_t bytes)
+{
+    return gpu_host_alloc(eng(d), bytes);
+}
+
+static void gpu_dev_host_free(accel_dev *d, void *p)
+{
+    gpu_host_free(eng(d), p);
+}
+
 static const struct accel_dev_i gpu_i = {
     .free = gpu_dev_free,
     .describe = gpu_dev_describe,
@@ -161,6 +171,8 @@ static const struct accel_dev_i gpu_i = {
     .decode = gpu_dev_decode,
     .kv_import = gpu_dev_kv_import,
     .warmup = gpu_dev_warmup,
+    .host_alloc = gpu_dev_host_alloc,
+    .host_free = gpu_dev_host_free,
 };
 
 accel_dev *gpu_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen)

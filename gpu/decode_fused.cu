@@ -50,6 +50,7 @@ struct qkv_fused_params {
     gpu_dims d;
     int layer;
     int pdl; /* launched with PDL: the first item's first weight loads go out before the wait */
+    int l2pf; /* ... and the next l2pf bytes of its rows into L2 (gemv.cuh gpu_l2_prefetch) */
     unsigned long long *tr; /* chain trace slot (engine.cuh), NULL: off */
 };
 
@@ -89,6 +90,8 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
         int r1, r0 = qkv_first_row(d, it0, &r1);
         have = it0 < n_qk ? gpu_warp_prefetch<2>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, H, lane, pre)
                           : gpu_warp_prefetch<1>(p.w + (size_t)r0 * H, 0, H, lane, pre);
+        if (have && p.l2pf > 0 && (lane == 0 || (lane == 1 && r1 >= 0)))
+            gpu_l2_prefetch(p.w + (size_t)(lane ? r1 : r0) * H, 2048u, gpu_l2_prefetch_end(H, p.l2pf));
     }
     gpu_pdl_wait(); /* x, and the cache slot the attention before may still read */
     gpu_pdl_trigger();
@@ -140,7 +143,7 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
 
 __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const float *x,
                                                             const float *norm, int H, int I,
-                                                            float eps, bf16 *h, int pdl,
+                                                            float eps, bf16 *h, int pdl, int l2pf,
                                                             unsigned long long *tr)
 {
     extern __shared__ __align__(16) unsigned char fused_smem[];
@@ -150,6 +153,8 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const
     uint4 pre[2][4];
     gpu_chain_mark(tr, 0);
     const int have = pdl && j0 < I && gpu_warp_prefetch<2>(w + (size_t)j0 * H, (size_t)I * H, H, lane, pre);
+    if (have && l2pf > 0 && lane < 2) /* the gate row, the up row */
+        gpu_l2_prefetch(w + (size_t)(j0 + lane * I) * H, 2048u, gpu_l2_prefetch_end(H, l2pf));
     gpu_pdl_wait();
     gpu_pdl_trigger();
     gpu_chain_mark(tr, 1);
@@ -200,7 +205,8 @@ int gpu_fused_ok(const gpu_dims *d)
 
 int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const bf16 *w,
                   const float *bias, const float *x, const float *norm, const float2 *rope,
-                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q, unsigned long long *tr)
+                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q, unsigned long long *tr,
+                  int l2pf)
 {
     if (!gpu_fused_ok(d)) return ACCEL_ERR_INVALID;
     qkv_fused_params p;
@@ -216,6 +222,7 @@ int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer
     p.d = *d;
     p.layer = layer;
     p.pdl = pdl;
+    p.l2pf = l2pf;
     p.tr = tr;
     const size_t smem = (size_t)d->H * sizeof(bf16);
     const int items = (d->n_heads + d->n_kv) * (d->hd / 2) + d->kvd;
@@ -226,13 +233,13 @@ int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer
 }
 
 int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const bf16 *w, const float *x,
-                 const float *norm, bf16 *h, unsigned long long *tr)
+                 const float *norm, bf16 *h, unsigned long long *tr, int l2pf)
 {
     if (!gpu_fused_ok(d)) return ACCEL_ERR_INVALID;
     const size_t smem = (size_t)d->H * sizeof(bf16);
     int blocks;
     GPU_TRY(fused_grid(k_gu_fused, smem, sms, d->I, &blocks));
     GPU_CHECK(gpu_launch(k_gu_fused, blocks, FUSED_THREADS, smem, s, pdl, w, x, norm, d->H, d->I,
-                         d->eps, h, pdl, tr));
+                         d->eps, h, pdl, l2pf, tr));
     return ACCEL_OK;
 }

@@ -123,6 +123,16 @@ static int alloc_workspace(gpu_engine *e)
 }
 
 /* Checks the model against what the kernels cover; 0 or -1 with a message. */
+/* A byte count from the environment, 0..65536 (else dflt). */
+static int env_bytes(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    long n = strtol(v, &end, 10);
+    return *end || n < 0 || n > 65536 ? dflt : (int)n;
+}
+
 static int check_shape(const model_config *c, int index, char *err, size_t errlen)
 {
     if (c->head_dim % 8 || c->head_dim > 128) {
@@ -176,6 +186,14 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
      * in flight). */
     const char *pd = getenv("TANDEM_GPU_PDL");
     e->pdl = prop.major >= 9 && !(pd && !strcmp(pd, "off"));
+    /* L2 prefetch, before the PDL wait, of the rest of each warp's first row(s) of the o
+     * projection (resident while the latency-bound decode attention leaves HBM idle), of the
+     * fused QKV (whose RMSNorm after the wait issues no weight loads) and of the fused gate/up:
+     * bytes per row beyond the first round of register loads, 0..65536
+     * (TANDEM_GPU_L2PF_QKV / _O / _GU; defaults: measurements in BENCHMARKS.md) */
+    e->l2pf_qkv = env_bytes("TANDEM_GPU_L2PF_QKV", 0);
+    e->l2pf_o = env_bytes("TANDEM_GPU_L2PF_O", 0);
+    e->l2pf_gu = env_bytes("TANDEM_GPU_L2PF_GU", 0);
     e->graphs_off = gr && !strcmp(gr, "off");
     e->dec_graph = (cudaGraphExec_t *)calloc(2 * (GPU_MAX_BATCH + 1), sizeof(cudaGraphExec_t));
     if (!e->dec_graph) return ACCEL_ERR_NOMEM;
@@ -372,6 +390,23 @@ uint64_t gpu_engine_kv_bytes_per_token(const gpu_engine *e)
 void gpu_engine_export_stats(const gpu_engine *e, gpu_export_stats *out)
 {
     *out = e->stats;
+}
+
+void *gpu_host_alloc(gpu_engine *e, size_t bytes)
+{
+    void *p = NULL;
+    if (cudaSetDevice(e->index) != cudaSuccess || cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: the caller sees NULL */
+        return NULL;
+    }
+    return p;
+}
+
+void gpu_host_free(gpu_engine *e, void *p)
+{
+    if (!p) return;
+    cudaSetDevice(e->index);
+    if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
 }
 
 int gpu_engine_sync(gpu_engine *e)

@@ -184,6 +184,10 @@ struct gpu_engine {
     int fused;     /* single-token decode through decode_fused.cu (TANDEM_GPU_FUSED=off: unfused) */
     int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for single-token projections too (comparisons) */
     int gemv_per_sm; /* resident blocks of the GEMV kernel per SM (gemm.cu, at its first launch) */
+    int l2pf_qkv, l2pf_o, l2pf_gu; /* decode chain: bytes of each warp's first row(s) of the
+                          * fused QKV, the o projection, the fused gate/up requested into L2
+                          * before the PDL wait (TANDEM_GPU_L2PF_QKV / _O / _GU; gemv.cuh
+                          * gpu_l2_prefetch) */
     int graphs_off; /* TANDEM_GPU_GRAPHS=off, or a capture failed: decode without CUDA graphs */
     cudaGraphExec_t *dec_graph; /* [2][GPU_MAX_BATCH + 1]: the decode step for n sequences, with
                                  * the split decode attention and with its cluster form */
@@ -270,8 +274,10 @@ unsigned long long *gpu_chain_slot(gpu_engine *e);
 int gpu_chain_stamp(gpu_engine *e, int which);
 void gpu_chain_report(gpu_engine *e);
 void gpu_chain_step(gpu_engine *e, const struct timespec *h0, const struct timespec *h1);
+/* gemm.cu: out = x · W^T (+ beta out). l2pf: with the single-token GEMV under PDL, bytes of each
+ * warp's first row requested into L2 before the wait (gpu_l2_prefetch; e->l2pf_o). */
 int gpu_gemm(gpu_engine *e, int T, int N, int K, const bf16 *W, const bf16 *x, void *out,
-             int out_f32, float beta);
+             int out_f32, float beta, int l2pf = 0);
 
 /* cpu_swiglu's arithmetic: silu(g) * u with silu(g) = g / (1 + expf(-g)), accurate expf and
  * division (no fast-math), no FMA. */
@@ -288,9 +294,10 @@ __device__ __forceinline__ float gpu_silu_mul(float g, float u)
 int gpu_fused_ok(const gpu_dims *d);
 int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const bf16 *w,
                   const float *bias, const float *x, const float *norm, const float2 *rope,
-                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q, unsigned long long *tr = nullptr);
+                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q, unsigned long long *tr = nullptr,
+                  int l2pf = 0);
 int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const bf16 *w, const float *x,
-                 const float *norm, bf16 *h, unsigned long long *tr = nullptr);
+                 const float *norm, bf16 *h, unsigned long long *tr = nullptr, int l2pf = 0);
 
 /* decode_step.cu: the whole T = 1 decode step (all layers, up to the final norm) as one
  * cooperative kernel; gpu_step_setup decides at engine start whether it runs (e->step), and takes

@@ -280,7 +280,8 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         if (p.cancel && *p.cancel) return ACCEL_ERR_CANCELLED;
         if (fused) {
             GPU_TRY(gpu_qkv_fused(s, e->pdl, e->sms, &d, l, w.w_qkv, w.b_qkv, e->x, w.attn_norm,
-                                  e->rope, md.seq, md.pos, md.seqs, e->q, gpu_chain_slot(e)));
+                                  e->rope, md.seq, md.pos, md.seqs, e->q, gpu_chain_slot(e),
+                                  e->l2pf_qkv));
             prof_mark(e, P_QKV);
         } else {
             GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.attn_norm, T, d.H, d.eps, e->xb));
@@ -308,11 +309,12 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
                                     gpu_chain_slot(e)));
         }
         prof_mark(e, P_ATTN);
-        GPU_TRY(gpu_gemm(e, T, d.H, d.qd, w.w_o, e->att, e->x, 1, 1.f)); /* x += attn · Wo^T */
+        /* x += attn · Wo^T; the single-token GEMV's blocks are resident beside the attention */
+        GPU_TRY(gpu_gemm(e, T, d.H, d.qd, w.w_o, e->att, e->x, 1, 1.f, e->l2pf_o));
         prof_mark(e, P_O);
         if (fused) {
             GPU_TRY(gpu_gu_fused(s, e->pdl, e->sms, &d, w.w_gu, e->x, w.ffn_norm, e->h,
-                                 gpu_chain_slot(e)));
+                                 gpu_chain_slot(e), e->l2pf_gu));
             prof_mark(e, P_GU);
         } else {
             GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.ffn_norm, T, d.H, d.eps, e->xb));
@@ -764,6 +766,17 @@ static cudaGraphExec_t decode_graph(gpu_engine *e, int n, int cluster, const met
     return x;
 }
 
+/* p is page-locked host memory the device can copy into (cudaHostAlloc'd or registered). */
+static int host_pinned(const void *p)
+{
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
 int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const int32_t *ids,
                float *logits)
 {
@@ -799,7 +812,9 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
      * 7.7, H200) */
     const int cluster = e->dec_cluster && n == 1 && longest <= e->dec_cluster_max;
     cudaGraphExec_t g = decode_graph(e, n, cluster, md);
-    if (g && lbytes > e->logits_h_bytes) {
+    /* a caller's page-locked buffer (accel_host_alloc) takes the copy directly */
+    const int direct = g && host_pinned(logits);
+    if (g && !direct && lbytes > e->logits_h_bytes) {
         /* the logits come back through pinned memory: a device-to-host copy into the caller's
          * (pageable) buffer is staged by the driver and took 75-109 us per Llama-3 row on the
          * H200 against ~16-20 us pinned plus a host copy */
@@ -813,7 +828,8 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
     if (g) {
         GPU_CHECK(cudaGraphLaunch(g, e->compute));
         if (timed) GPU_CHECK(cudaEventRecord(e->tev[1], e->compute));
-        GPU_CHECK(cudaMemcpyAsync(e->logits_h, e->logits, lbytes, cudaMemcpyDeviceToHost, e->compute));
+        GPU_CHECK(cudaMemcpyAsync(direct ? logits : e->logits_h, e->logits, lbytes,
+                                  cudaMemcpyDeviceToHost, e->compute));
         if (timed) GPU_CHECK(cudaEventRecord(e->tev[2], e->compute));
     } else {
         pass p;
@@ -829,7 +845,7 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
     }
     if (timed) clock_gettime(CLOCK_MONOTONIC, &h1);
     st = finish(e, st);
-    if (g && !st) memcpy(logits, e->logits_h, lbytes);
+    if (g && !direct && !st) memcpy(logits, e->logits_h, lbytes);
     if (timed && g && !st) gpu_chain_step(e, &h0, &h1);
     if (!st) prof_collect(e, 1);
     return st;

@@ -23,12 +23,14 @@
  * resident wave loop over the rows with the grid's stride (the lm_head's 128K rows launched as
  * 16K blocks of short-lived warps took 253 us per Llama-3 token on the H200, as a wave 237; its
  * 1.05 GB at copy bandwidth are 245). With PDL (pdl = 1) each warp issues its first row's first
- * weight loads before waiting for the kernel before. (Two rows per warp, with the activation
+ * weight loads before waiting for the kernel before, and with l2pf > 0 also an L2 prefetch of
+ * the next l2pf bytes of that row (gpu_l2_prefetch: the o projection, whose blocks are resident
+ * during the latency-bound decode attention). (Two rows per warp, with the activation
  * row in shared memory, measured no better on the lm_head: 243 us.) */
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const bf16 *__restrict__ W,
                                                            const bf16 *__restrict__ x, int N,
                                                            int K, void *out, int out_f32,
-                                                           float beta, int pdl,
+                                                           float beta, int pdl, int l2pf,
                                                            unsigned long long *tr)
 {
     const int lane = threadIdx.x % 32;
@@ -36,6 +38,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const bf16 *__restrict
     uint4 pre[1][4];
     gpu_chain_mark(tr, 0);
     const int have = pdl && n0 < N && gpu_warp_prefetch<1>(W + (size_t)n0 * K, 0, K, lane, pre);
+    if (have && l2pf > 0 && lane == 0)
+        gpu_l2_prefetch(W + (size_t)n0 * K, 2048u, gpu_l2_prefetch_end(K, l2pf));
     gpu_pdl_wait(); /* x, and out (the residual) */
     gpu_pdl_trigger();
     gpu_chain_mark(tr, 1);
@@ -57,7 +61,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const bf16 *__restrict
 }
 
 static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int K, const bf16 *W,
-                const bf16 *x, void *out, int out_f32, float beta, unsigned long long *tr)
+                const bf16 *x, void *out, int out_f32, float beta, int l2pf, unsigned long long *tr)
 {
     if (*per_sm_cache <= 0)
         GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm_cache, k_gemv, GEMV_WARPS * 32, 0));
@@ -65,16 +69,16 @@ static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int 
     const long want = (N + GEMV_WARPS - 1) / GEMV_WARPS;
     const long wave = (long)(per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
     GPU_CHECK(gpu_launch(k_gemv, (int)(want < wave ? want : wave), GEMV_WARPS * 32, 0, s, pdl, W,
-                         x, N, K, out, out_f32, beta, pdl, tr));
+                         x, N, K, out, out_f32, beta, pdl, l2pf, tr));
     return ACCEL_OK;
 }
 
 int gpu_gemm(gpu_engine *e, int T, int N, int K, const bf16 *W, const bf16 *x, void *out,
-             int out_f32, float beta)
+             int out_f32, float beta, int l2pf)
 {
     if (T == 1 && K % 8 == 0 && !e->gemv_off) {
         return gemv(e->compute, e->pdl, e->sms, &e->gemv_per_sm, N, K, W, x, out, out_f32, beta,
-                    gpu_chain_slot(e));
+                    l2pf, gpu_chain_slot(e));
     }
     const float alpha = 1.0f;
     GPU_CUBLAS(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, CUDA_R_16BF, K,

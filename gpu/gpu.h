@@ -92,6 +92,12 @@ int gpu_kv_import(gpu_engine *e, gpu_kv *kv, const proto_kv_layer *c);
 /* Waits for the device; reports any pending asynchronous error. */
 int gpu_engine_sync(gpu_engine *e);
 
+/* Page-locked host memory (cudaHostAlloc) for buffers the device fills every step: gpu_decode
+ * copies its logits straight into such a buffer instead of through its staging buffer and a
+ * host copy. NULL when out of memory. */
+void *gpu_host_alloc(gpu_engine *e, size_t bytes);
+void gpu_host_free(gpu_engine *e, void *p);
+
 /* Counters of the last prefill that exported KV (for benchmarks): bytes copied to the host and
  * the device time the copies took (sum over layers of copy start..end, milliseconds), and the
  * device time from the first token's embedding to the last layer's end of compute. */

@@ -178,6 +178,19 @@ int accel_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids
     return st;
 }
 
+void *accel_host_alloc(accel_dev *d, size_t bytes)
+{
+    if (!d || !bytes) return NULL;
+    return d->i->host_alloc && d->i->host_free ? d->i->host_alloc(d, bytes) : malloc(bytes);
+}
+
+void accel_host_free(accel_dev *d, void *p)
+{
+    if (!p) return;
+    if (d && d->i->host_alloc && d->i->host_free) d->i->host_free(d, p);
+    else free(p);
+}
+
 int accel_kv_import(accel_dev *d, accel_seq *s, const proto_kv_layer *c)
 {
     const model_config *cfg = &d->m->cfg;

@@ -144,6 +144,12 @@ int accel_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids
 int accel_kv_import(accel_dev *d, accel_seq *s, const proto_kv_layer *chunk);
 /* Runs a small step and waits for the device (asynchronous errors surface here). */
 int accel_warmup(accel_dev *d);
+/* Host memory for buffers the device fills often (accel_decode's logits): where the device
+ * copies into page-locked memory directly (cuda: cudaHostAlloc), such a buffer skips a staging
+ * copy on every step; elsewhere plain malloc. NULL when bytes is 0, or out of memory. Free it
+ * with accel_host_free on the same device, before accel_free. */
+void *accel_host_alloc(accel_dev *d, size_t bytes);
+void accel_host_free(accel_dev *d, void *p);
 
 /* Helpers built on the above. */
 /* bytes of KV one sequence reserves for `capacity` positions on this device */

@@ -26,6 +26,8 @@ struct accel_dev_i {
     int (*kv_import)(accel_dev *d, accel_seq *s, const proto_kv_layer *chunk);
     int (*warmup)(accel_dev *d);
     int (*seq_truncate)(accel_dev *d, accel_seq *s, int len);
+    void *(*host_alloc)(accel_dev *d, size_t bytes); /* page-locked host memory (NULL: malloc) */
+    void (*host_free)(accel_dev *d, void *p);
 };
 
 struct accel_dev {

@@ -270,7 +270,8 @@ static int alloc_rows(sched_dev *d)
     sched *s = d->s;
     int rows = s->cfg.max_running;
     d->rows = rows;
-    d->logits = malloc(sizeof(float) * (size_t)rows * (size_t)s->vocab);
+    /* page-locked where the device copies into it directly (the GPU's decode logits) */
+    d->logits = accel_host_alloc(d->dev, sizeof(float) * (size_t)rows * (size_t)s->vocab);
     d->seqs = calloc((size_t)rows, sizeof *d->seqs);
     d->ids = calloc((size_t)rows, sizeof *d->ids);
     d->row_choice = calloc((size_t)rows, sizeof *d->row_choice);
@@ -280,7 +281,7 @@ static int alloc_rows(sched_dev *d)
 
 static void free_rows(sched_dev *d)
 {
-    free(d->logits);
+    accel_host_free(d->dev, d->logits);
     free(d->seqs);
     free(d->ids);
     free(d->row_choice);

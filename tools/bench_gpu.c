@@ -5,7 +5,7 @@
  *             [--export 4096,32768] [--attention 1024,4096,16384,32768] [--steps 64] [--reps 3]
  *             [--sparse 0.9[,G...] [--sparse-max 0,0.03] [--min-budget 1024] [--tau 0.1]
  *              [--sparse-only]]
- *             [--warm each|once]
+ *             [--warm each|once] [--logits host|pageable]
  *
  *   prefill P     time to first token: one accel_prefill of P tokens returning the last logits
  *                 (the call synchronizes); median of --reps after one warm-up run (--warm once:
@@ -17,6 +17,8 @@
  *                 the density the device reports and the extra device memory of the call
  *                 (gpu_accel_sparse_bytes); --sparse-only skips the dense runs
  *   decode C      ms per token at batch 1 after C tokens of context: median step of --steps
+ *                 (the logits into a buffer from accel_host_alloc, as the daemon's scheduler
+ *                 takes it; --logits pageable: malloc, for comparison)
  *   batch B       B sequences of --batch-ctx tokens decoded together: tokens/s over --steps steps
  *   export P      TTFT with the int8 KV export to a host sink (which copies each chunk, as a
  *                 consumer would) vs without; the export's bytes over the device time of its
@@ -37,6 +39,8 @@
 #include <unistd.h>
 
 #define MAX_LIST 16
+
+static int pageable_logits; /* --logits pageable: decode logits into malloc'd memory */
 
 typedef struct export_stats {
     uint64_t bytes;
@@ -185,9 +189,11 @@ static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, dou
 {
     accel_seq **seqs = calloc(B, sizeof *seqs);
     int32_t *tok = malloc(sizeof(int32_t) * B), *ids = make_ids(ctx, vocab, 99);
-    float *lg = malloc(sizeof(float) * (size_t)B * vocab);
+    /* the logits buffer as the daemon's scheduler takes it (page-locked on the GPU) */
+    const size_t lbytes = sizeof(float) * (size_t)B * vocab;
+    float *lg = pageable_logits ? malloc(lbytes) : accel_host_alloc(d, lbytes);
     double *t = malloc(sizeof(double) * steps), rate = -1, total = 0;
-    int st = 0;
+    int st = seqs && tok && ids && lg && t ? 0 : ACCEL_ERR_NOMEM;
     for (int b = 0; b < B && !st; b++) {
         st = accel_seq_new(d, ctx + steps + 1, &seqs[b]);
         accel_prefill_req r = {.seq = seqs[b], .ids = ids, .n = ctx, .logits = lg + (size_t)b * vocab};
@@ -208,9 +214,11 @@ static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, dou
         rate = (double)B * steps / total;
         *ms_step = median(t, steps) * 1e3;
     }
-    for (int b = 0; b < B; b++)
+    for (int b = 0; b < B && seqs; b++)
         if (seqs[b]) accel_seq_free(d, seqs[b]);
-    free(seqs), free(tok), free(ids), free(lg), free(t);
+    if (pageable_logits) free(lg);
+    else accel_host_free(d, lg);
+    free(seqs), free(tok), free(ids), free(t);
     return rate;
 }
 
@@ -255,6 +263,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--min-budget")) bad = (min_budget = atol(v)) < 0 || min_budget > (1 << 20);
         else if (!strcmp(a, "--tau")) bad = !((tau = atof(v)) >= 0 && tau <= 1);
         else if (!strcmp(a, "--warm")) bad = !(warm_once = !strcmp(v, "once")) && strcmp(v, "each");
+        else if (!strcmp(a, "--logits"))
+            bad = !(pageable_logits = !strcmp(v, "pageable")) && strcmp(v, "host");
         else if (!strcmp(a, "--sparse-only")) {
             sparse_only = 1;
             continue; /* no value */

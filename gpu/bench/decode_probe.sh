@@ -3,7 +3,11 @@
 # (TANDEM_GPU_CHAIN_TRACE=1, gpu/chain_trace.cu) and the decode time at each context for each
 # switch setting, on the Llama-3-8B-shaped random checkpoint. Run from the repository root on the
 # GPU machine with the binaries of gpu/bench/prebuild.sh in build/ and rt/:
-#   OUT=dir [CTXS="1024 8192"] [SWITCHES="X=1 TANDEM_GPU_QKV_BLOCKS=1"] [TESTS=0] gpu/bench/decode_probe.sh
+#   OUT=dir [CTXS="1024 8192"] [SWITCHES="X=1 TANDEM_GPU_QKV_BLOCKS=1"] [TESTS=0] [ROUNDS=1]
+#   gpu/bench/decode_probe.sh
+# A setting joins several with '+': environment variables (NAME=value) and bench_gpu options
+# (--name=value), e.g. TANDEM_GPU_L2PF_O=6144+--logits=pageable. ROUNDS: the whole sweep again
+# (units drift: compare settings within one round and across rounds).
 # Writes $OUT/tests.log and $OUT/probe.txt (one "== ctx C switch" block per run).
 set -u
 OUT=${OUT:-/tmp/tandem-out}
@@ -18,10 +22,21 @@ if [ "${TESTS:-1}" != 0 ]; then
     tail -1 "$OUT/tests.log"; grep -E "^not ok" "$OUT/tests.log"
 fi
 [ -n "${MK-}" ] && wait $MK
+for round in $(seq 1 "${ROUNDS:-1}"); do
 for ctx in ${CTXS:-1024 8192}; do
     for sw in ${SWITCHES:-X=1}; do
-        echo "== ctx $ctx $sw"
-        env $sw TANDEM_GPU_CHAIN_TRACE=1 timeout 100 build/bench_gpu --model "$MODEL8B" \
-            --decode-ctx $ctx --steps 64 --reps 1 2>&1 | grep -E '"decode"|chain trace|decode step'
+        echo "== round $round ctx $ctx $sw"
+        vars=() args=()
+        IFS=+ read -ra parts <<< "$sw"
+        for p in "${parts[@]}"; do
+            case "$p" in
+            --*=*) args+=("${p%%=*}" "${p#*=}") ;;
+            *) vars+=("$p") ;;
+            esac
+        done
+        env "${vars[@]}" TANDEM_GPU_CHAIN_TRACE=1 timeout 100 build/bench_gpu --model "$MODEL8B" \
+            --decode-ctx $ctx --steps 64 --reps 1 "${args[@]}" 2>&1 |
+            grep -E '"decode"|chain trace|decode step'
     done
+done
 done 2>&1 | tee "$OUT/probe.txt"

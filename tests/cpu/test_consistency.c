@@ -165,6 +165,14 @@ TEST(accel_bounds)
     CHECK_EQ(accel_decode(d, 1, &t, ids, lg2), ACCEL_OK); /* the sequence is intact: len 2 -> 3 */
     free(lg2);
     accel_seq_free(d, t);
+    /* host buffers: none for 0 bytes; usable memory (plain malloc on the CPU) */
+    CHECK(accel_host_alloc(d, 0) == NULL);
+    float *h = accel_host_alloc(d, 16 * sizeof(float));
+    REQUIRE(h);
+    for (int i = 0; i < 16; i++) h[i] = (float)i;
+    CHECK(h[15] == 15.f);
+    accel_host_free(d, h);
+    accel_host_free(d, NULL);
     accel_info info;
     accel_get_info(d, &info);
     CHECK_EQ(info.n_seqs, 1);

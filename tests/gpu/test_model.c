@@ -228,6 +228,38 @@ TEST(gpu_batched_decode_matches_single)
     model_free(m);
 }
 
+/* Decode logits into page-locked memory from accel_host_alloc (copied there directly) are the
+ * bits of the same steps into malloc'd memory (through the engine's staging buffer): two
+ * sequences of one prompt, the same tokens, alternating steps. */
+TEST(gpu_decode_into_host_buffer)
+{
+    OPEN_OR_SKIP(STORIES, NULL, m, d);
+    const int V = m->cfg.vocab, n = 40, steps = 6;
+    int32_t *ids = tg_ids(n + steps, V, 7);
+    float *pin = accel_host_alloc(d, sizeof(float) * (size_t)steps * V);
+    float *pag = malloc(sizeof(float) * (size_t)steps * V);
+    REQUIRE(pin && pag);
+    accel_seq *a, *b;
+    REQUIRE(accel_seq_new(d, n + steps, &a) == 0);
+    REQUIRE(accel_seq_new(d, n + steps, &b) == 0);
+    accel_prefill_req r = {.seq = a, .ids = ids, .n = n, .logits = pin};
+    REQUIRE(accel_prefill(d, &r) == 0);
+    r.seq = b;
+    r.logits = pag;
+    REQUIRE(accel_prefill(d, &r) == 0);
+    for (int k = 0; k < steps; k++) {
+        REQUIRE(accel_decode(d, 1, &a, &ids[n + k], pin + (size_t)k * V) == 0);
+        REQUIRE(accel_decode(d, 1, &b, &ids[n + k], pag + (size_t)k * V) == 0);
+    }
+    CHECK(memcmp(pin, pag, sizeof(float) * (size_t)steps * V) == 0);
+    accel_seq_free(d, a);
+    accel_seq_free(d, b);
+    accel_host_free(d, pin);
+    free(pag), free(ids);
+    accel_free(d);
+    model_free(m);
+}
+
 /* ---------------------------------------------------------------- KV export and import */
 
 /* Collects exported layer chunks: copies of their bytes, in arrival order. */
