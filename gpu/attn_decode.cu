@@ -192,7 +192,10 @@ template <int G>
 __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_fast(dec_params p, int *cnt)
 {
     __shared__ d2_smem<G> sm;
+    d2_bmark(p, 0);
+    d2_l2_prefetch(p);
     d2_range<G, false>(p, blockIdx.z, blockIdx.x, blockIdx.y, gridDim.x, cnt, sm);
+    d2_bmark(p, 3);
 }
 
 /* The cluster form (short rows): one thread-block cluster of GPU_DECODE_CLUSTER blocks per
@@ -202,7 +205,10 @@ template <int G>
 __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_cluster(dec_params p, int *cnt)
 {
     __shared__ d2_smem<G> sm;
+    d2_bmark(p, 0);
+    d2_l2_prefetch(p);
     d2_range<G, false, true>(p, blockIdx.z, blockIdx.x, blockIdx.y, gridDim.x, cnt, sm);
+    d2_bmark(p, 3);
 }
 
 static void (*cluster_for(int G))(dec_params, int *)
@@ -341,7 +347,7 @@ template <int HDP> static int launch_g(cudaStream_t s, int pdl, const dec_params
 int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu_dims *d, int sms,
                     int layer, int T, const bf16 *q, const int *seq_idx, const int *pos,
                     const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, bf16 *out,
-                    unsigned long long *tr)
+                    unsigned long long *tr, unsigned long long *btr, const void *pf, size_t pf_bytes)
 {
     if (T <= 0) return ACCEL_OK;
     if (T > 65535) return ACCEL_ERR_INVALID; /* grid.z bound */
@@ -366,6 +372,10 @@ int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu
     p.out = out;
     p.early = pdl && one_row;
     p.tr = tr;
+    p.btr = btr;
+    p.pf = (const char *)pf;
+    p.pf_bytes = pf && pf_bytes < (1ull << 32) ? (unsigned)pf_bytes : 0;
+    if (!p.pf_bytes) p.pf = NULL;
     if (d->hd == D2_HD) GPU_TRY(ring_setup());
     if (cluster && d->hd == D2_HD && T <= 65535) {
         p.splits = GPU_DECODE_CLUSTER;

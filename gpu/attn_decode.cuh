@@ -38,7 +38,11 @@ struct dec_params {
     int early; /* PDL and one new row per sequence: a first tile below it is read before the wait */
     float scale_log2;
     unsigned long long *tr; /* chain trace slot (engine.cuh), NULL: off */
+    unsigned long long *btr; /* chain trace, every block: GPU_ATRACE_STAMPS per block (NULL: off) */
+    const char *pf;          /* bytes to request into L2 while the kernel runs (the o */
+    unsigned pf_bytes;       /* projection's weights; d2_l2_prefetch), NULL: none */
 };
+
 
 /* ---------------------------------------------------------------- the range body (head_dim 128)
  * Same ranges and arithmetic contract as attn_decode.cu's two-kernel form (scores in log2 units,
@@ -64,6 +68,32 @@ struct dec_params {
 #define D2_NI      2
 #define D2_TILE    (D2_NI * 16)
 #define D2_HD      128
+
+/* Per-block stamps of the chain trace (TANDEM_GPU_CHAIN_TRACE=1): start, wait returned, range
+ * computed, done; block b of the launch at btr[GPU_ATRACE_STAMPS * b] (engine.cuh). */
+__device__ __forceinline__ void d2_bmark(const dec_params &p, int i)
+{
+    if (!p.btr || threadIdx.x != 0) return;
+    const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (b < GPU_ATRACE_BLOCKS) p.btr[GPU_ATRACE_STAMPS * b + i] = gpu_globaltimer();
+}
+
+/* The block's share of p.pf requested into L2 (one bulk prefetch per warp, before the PDL wait:
+ * weights never depend on the kernel before): the decode attention is latency-bound and leaves
+ * HBM mostly idle, so the o projection after it finds its rows in L2. */
+__device__ __forceinline__ void d2_l2_prefetch(const dec_params &p)
+{
+#if __CUDA_ARCH__ >= 900
+    if (!p.pf || threadIdx.x % 32) return;
+    const unsigned long long nb = (unsigned long long)gridDim.x * gridDim.y * gridDim.z * D2_WARPS;
+    const unsigned long long b = (blockIdx.x + gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z)) *
+                                     D2_WARPS + threadIdx.x / 32;
+    const unsigned long long a = (p.pf_bytes * b / nb) & ~15ull, e = (p.pf_bytes * (b + 1) / nb) & ~15ull;
+    if (e > a)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p.pf + a), "r"((unsigned)(e - a))
+                     : "memory");
+#endif
+}
 
 /* Coherent loads (not __ldg): under PDL the QKV kernel may still be writing this token's row
  * when the block starts (it is read only after gpu_pdl_wait); in the decode step kernel (CG = true)
@@ -353,6 +383,7 @@ __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int
         gpu_pdl_wait();
         gpu_pdl_trigger();
         gpu_chain_mark(p.tr, 1);
+        d2_bmark(p, 1);
     }
     if constexpr (RING) {
         while (issued < ahead) d2_issue(K, V, kb, ke, issued++, kofs, c);
@@ -449,6 +480,7 @@ __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int
         }
     }
     if (!STEP && threadIdx.x == 0) gpu_chain_mark_any(p.tr, 2);
+    if (!STEP) d2_bmark(p, 2);
     /* the two half-warps hold different keys under the same running max: add them */
 #pragma unroll
     for (int gh = 0; gh < G; gh++) {

@@ -36,6 +36,56 @@ unsigned long long *gpu_chain_slot(gpu_engine *e)
     return e->ctrace + GPU_CHAIN_STAMPS * (size_t)e->ctrace_n++;
 }
 
+/* Every block of the one-kernel decode attention (e->atrace): per layer, each stamp's min /
+ * median / max over the blocks stamped in this pass, relative to block 0's wait; the report
+ * gives the median of those over the layers. h: the chain slots (the layer's QKV wait bounds
+ * the pass: older stamps are another pass's). */
+static void attention_blocks(gpu_engine *e, const unsigned long long *h)
+{
+    if (!e->atrace) return;
+    const int L = e->d.L, S = GPU_CHAIN_STAMPS, B = GPU_ATRACE_BLOCKS, A = GPU_ATRACE_STAMPS;
+    std::vector<unsigned long long> a((size_t)L * B * A);
+    if (cudaMemcpy(a.data(), e->atrace, a.size() * sizeof a[0], cudaMemcpyDeviceToHost) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    static const char *nm[4] = {"start", "wait returned", "range computed", "done"};
+    std::vector<double> stat[4][3], nblk;
+    for (int l = 0; l < L; l++) {
+        const unsigned long long lo = h[S * (5 * l) + 1], w0 = h[S * (5 * l + 1) + 1];
+        std::vector<double> v[4];
+        for (int b = 0; b < B; b++) {
+            const unsigned long long *r = &a[((size_t)l * B + b) * A];
+            if (r[0] < lo || r[3] < r[0]) continue;
+            for (int i = 0; i < A; i++)
+                if (r[i] >= lo) v[i].push_back(((double)r[i] - (double)w0) / 1e3);
+        }
+        if (v[0].empty()) continue;
+        nblk.push_back((double)v[0].size());
+        for (int i = 0; i < A; i++) {
+            if (v[i].empty()) continue;
+            std::sort(v[i].begin(), v[i].end());
+            stat[i][0].push_back(v[i][0]);
+            stat[i][1].push_back(v[i][v[i].size() / 2]);
+            stat[i][2].push_back(v[i].back());
+        }
+    }
+    if (nblk.empty()) return;
+    std::sort(nblk.begin(), nblk.end());
+    fprintf(stderr, "tandem cuda chain trace: attention, all %.0f blocks, us from block 0's wait (min / median / max over blocks, median over layers):",
+            nblk[nblk.size() / 2]);
+    for (int i = 0; i < A; i++) {
+        if (stat[i][0].empty()) continue;
+        double m[3];
+        for (int k = 0; k < 3; k++) {
+            std::sort(stat[i][k].begin(), stat[i][k].end());
+            m[k] = stat[i][k][stat[i][k].size() / 2];
+        }
+        fprintf(stderr, " %s %.2f / %.2f / %.2f;", nm[i], m[0], m[1], m[2]);
+    }
+    fprintf(stderr, "\n");
+}
+
 void gpu_chain_report(gpu_engine *e)
 {
     if (!e->ctrace || e->ctrace_passes == 0) return;
@@ -96,6 +146,7 @@ void gpu_chain_report(gpu_engine *e)
         fprintf(stderr, " %s %.2f us;", in[i - 2], v[v.size() / 2]);
     }
     fprintf(stderr, "\n");
+    attention_blocks(e, h);
     free(h);
     const int ns = e->tsteps < 64 ? e->tsteps : 64;
     if (ns > 0) {

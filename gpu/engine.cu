@@ -191,6 +191,12 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
      * fused QKV (whose RMSNorm after the wait issues no weight loads) and of the fused gate/up:
      * bytes per row beyond the first round of register loads, 0..65536
      * (TANDEM_GPU_L2PF_QKV / _O / _GU; defaults: measurements in BENCHMARKS.md) */
+    /* the decode attention's warps request this much of the o projection's weights into L2
+     * before their PDL wait (attn_decode.cuh d2_l2_prefetch): in the cluster form (short rows,
+     * where the attention is latency-bound) and in the split form (long rows, where it streams
+     * the keys itself). TANDEM_GPU_ATTN_PF_MB / TANDEM_GPU_ATTN_PF_LONG_MB (at most the matrix) */
+    e->attn_pf_short = (size_t)env_bytes("TANDEM_GPU_ATTN_PF_MB", 0) << 20;
+    e->attn_pf_long = (size_t)env_bytes("TANDEM_GPU_ATTN_PF_LONG_MB", 0) << 20;
     e->l2pf_qkv = env_bytes("TANDEM_GPU_L2PF_QKV", 0);
     e->l2pf_o = env_bytes("TANDEM_GPU_L2PF_O", 0);
     e->l2pf_gu = env_bytes("TANDEM_GPU_L2PF_GU", 0);
@@ -230,6 +236,9 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     if (ct && !strcmp(ct, "1")) {
         GPU_CHECK(cudaMalloc((void **)&e->ctrace, GPU_CHAIN_STAMPS * sizeof(unsigned long long) * GPU_CHAIN_SLOTS));
         GPU_CHECK(cudaMemset(e->ctrace, 0, GPU_CHAIN_STAMPS * sizeof(unsigned long long) * GPU_CHAIN_SLOTS));
+        const size_t ab = (size_t)d.L * GPU_ATRACE_BLOCKS * GPU_ATRACE_STAMPS * sizeof(unsigned long long);
+        GPU_CHECK(cudaMalloc((void **)&e->atrace, ab));
+        GPU_CHECK(cudaMemset(e->atrace, 0, ab));
         for (int k = 0; k < 4; k++) GPU_CHECK(cudaEventCreate(&e->tev[k]));
     }
     e->ctrace_n = -1;
@@ -348,7 +357,7 @@ void gpu_engine_free(gpu_engine *e)
     gpu_weights_free(e);
     void *bufs[] = {e->x, e->xb, e->qkv, e->q, e->att, e->kf, e->vf, e->gu, e->h, e->rope,
                     e->xn, e->logits, e->part_o, e->part_ml, e->part_cnt, e->meta_d, e->imp_d, e->blas_ws,
-                    e->layers_d, e->step_bar, e->step_trace, e->ctrace};
+                    e->layers_d, e->step_bar, e->step_trace, e->ctrace, e->atrace};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     for (int i = 0; i < GPU_EXPORT_RING; i++) cudaFree(e->exp_d[i]);
     if (e->meta_h) cudaFreeHost(e->meta_h);

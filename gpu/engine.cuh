@@ -160,6 +160,8 @@ struct gpu_meta_layout {
 #define GPU_DECODE_CLUSTER 16 /* ranges per row in the cluster form of the decode attention */
 #define GPU_CHAIN_SLOTS 1024  /* chain trace: launches of a pass traced (the last: the stamps) */
 #define GPU_CHAIN_STAMPS 8    /* per slot: start, wait returned, kernel-specific marks */
+#define GPU_ATRACE_BLOCKS 1024 /* chain trace: the decode attention's blocks stamped per layer */
+#define GPU_ATRACE_STAMPS 4    /* ... start, wait returned, range computed, done */
 #define GPU_PROF_EVENTS 8192 /* a 128K sparse prefill marks ~10 ops x 16 chunks x 32 layers */
 #define GPU_PROF_CATS 15
 
@@ -184,6 +186,8 @@ struct gpu_engine {
     int fused;     /* single-token decode through decode_fused.cu (TANDEM_GPU_FUSED=off: unfused) */
     int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for single-token projections too (comparisons) */
     int gemv_per_sm; /* resident blocks of the GEMV kernel per SM (gemm.cu, at its first launch) */
+    size_t attn_pf_short, attn_pf_long; /* bytes of W_o the decode attention requests into L2
+                          * (cluster form / split form; TANDEM_GPU_ATTN_PF_MB / _LONG_MB) */
     int l2pf_qkv, l2pf_o, l2pf_gu; /* decode chain: bytes of each warp's first row(s) of the
                           * fused QKV, the o projection, the fused gate/up requested into L2
                           * before the PDL wait (TANDEM_GPU_L2PF_QKV / _O / _GU; gemv.cuh
@@ -195,6 +199,7 @@ struct gpu_engine {
     int dec_cluster_max; /* ... for steps whose longest row has at most this many keys */
     unsigned long long *ctrace; /* TANDEM_GPU_CHAIN_TRACE=1: GPU_CHAIN_SLOTS x GPU_CHAIN_STAMPS */
     int ctrace_n;               /* slots handed out in this pass */
+    unsigned long long *atrace; /* ... and every attention block: L x GPU_ATRACE_BLOCKS x _STAMPS */
     int ctrace_passes;
     cudaEvent_t tev[4];      /* ... and the decode step's phases: start, graph in, graph done, logits out */
     double tstep[4][64];     /* host step, H2D + graph to its end, logits copy, host before the sync */
@@ -372,7 +377,11 @@ int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, c
 int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu_dims *d, int sms,
                     int layer, int T, const bf16 *q, const int *seq_idx, const int *pos,
                     const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, bf16 *out,
-                    unsigned long long *tr = nullptr);
+                    unsigned long long *tr = nullptr, unsigned long long *btr = nullptr,
+                    const void *pf = nullptr, size_t pf_bytes = 0);
+/* btr: the chain trace's per-block stamps of the one-kernel forms (attn_decode.cuh d2_bmark);
+ * pf: pf_bytes (< 4 GB) the one-kernel forms' warps request into L2 before their PDL wait, split
+ * evenly (the o projection's weights: d2_l2_prefetch). */
 /* cluster = 1 (where gpu_attn_decode_cluster_ok): the cluster form for short rows — each row's
  * keys in GPU_DECODE_CLUSTER ranges, one thread-block cluster per (token, KV head slice), merged
  * through distributed shared memory instead of global partials (part_* unused); built for

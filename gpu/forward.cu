@@ -304,9 +304,14 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
                 GPU_TRY(gpu_attn_prefill(s, &d, T, p.pos0, e->q, sq.k + off, sq.v + off, sq.cap,
                                          e->att, e->fa_warps));
         } else {
+            /* the o projection's weights into L2 while the attention runs (single-token steps) */
+            const size_t pf = T == 1 && !p.kv && !p.xr ? (p.cluster ? e->attn_pf_short : e->attn_pf_long) : 0;
+            const size_t wo = (size_t)d.H * d.qd * sizeof(bf16);
+            unsigned long long *btr =
+                e->atrace && e->ctrace_n >= 0 ? e->atrace + (size_t)l * GPU_ATRACE_BLOCKS * GPU_ATRACE_STAMPS : NULL;
             GPU_TRY(gpu_attn_decode(s, e->pdl, !p.kv, p.cluster, &d, e->sms, l, T, e->q, md.seq, md.pos, md.seqs,
                                     e->part_o, e->part_ml, e->part_cnt, e->att,
-                                    gpu_chain_slot(e)));
+                                    gpu_chain_slot(e), btr, pf ? w.w_o : NULL, pf < wo ? pf : wo));
         }
         prof_mark(e, P_ATTN);
         /* x += attn · Wo^T; the single-token GEMV's blocks are resident beside the attention */
