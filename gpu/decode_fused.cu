@@ -95,6 +95,11 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
     }
     gpu_pdl_wait(); /* x, and the cache slot the attention before may still read */
     gpu_pdl_trigger();
+    if (have && p.l2pf < 0 && (lane == 0 || lane == 1)) { /* after the wait: HBM idles in the norm */
+        int r1, r0 = qkv_first_row(d, it0, &r1);
+        if (lane == 0 || r1 >= 0)
+            gpu_l2_prefetch(p.w + (size_t)(lane ? r1 : r0) * H, 2048u, gpu_l2_prefetch_end(H, -p.l2pf));
+    }
     gpu_chain_mark(p.tr, 1);
     gpu_block_rmsnorm(p.x, p.norm, H, d.eps, xs);
     __syncthreads();
@@ -157,6 +162,8 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const
         gpu_l2_prefetch(w + (size_t)(j0 + lane * I) * H, 2048u, gpu_l2_prefetch_end(H, l2pf));
     gpu_pdl_wait();
     gpu_pdl_trigger();
+    if (have && l2pf < 0 && lane < 2) /* after the wait: HBM idles in the norm */
+        gpu_l2_prefetch(w + (size_t)(j0 + lane * I) * H, 2048u, gpu_l2_prefetch_end(H, -l2pf));
     gpu_chain_mark(tr, 1);
     gpu_block_rmsnorm(x, norm, H, eps, xs);
     __syncthreads();

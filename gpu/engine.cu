@@ -123,14 +123,14 @@ static int alloc_workspace(gpu_engine *e)
 }
 
 /* Checks the model against what the kernels cover; 0 or -1 with a message. */
-/* A byte count from the environment, 0..65536 (else dflt). */
-static int env_bytes(const char *name, int dflt)
+/* A byte count from the environment, lo..65536 (else dflt). */
+static int env_bytes(const char *name, int dflt, int lo = 0)
 {
     const char *v = getenv(name);
     if (!v || !*v) return dflt;
     char *end;
     long n = strtol(v, &end, 10);
-    return *end || n < 0 || n > 65536 ? dflt : (int)n;
+    return *end || n < lo || n > 65536 ? dflt : (int)n;
 }
 
 static int check_shape(const model_config *c, int index, char *err, size_t errlen)
@@ -189,17 +189,19 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     /* L2 prefetch, before the PDL wait, of the rest of each warp's first row(s) of the o
      * projection (resident while the latency-bound decode attention leaves HBM idle), of the
      * fused QKV (whose RMSNorm after the wait issues no weight loads) and of the fused gate/up:
-     * bytes per row beyond the first round of register loads, 0..65536
-     * (TANDEM_GPU_L2PF_QKV / _O / _GU; defaults: measurements in BENCHMARKS.md) */
+     * bytes per row beyond the first round of register loads, up to 65536 (the whole row);
+     * negative: as many, issued once the wait returned (TANDEM_GPU_L2PF_QKV / _O / _GU;
+     * defaults: measurements in BENCHMARKS.md — the o projection's whole rows, in the chain of
+     * short rows only (forward.cu): at 8K of context the prefetch slowed the attention) */
     /* the decode attention's warps request this much of the o projection's weights into L2
      * before their PDL wait (attn_decode.cuh d2_l2_prefetch): in the cluster form (short rows,
      * where the attention is latency-bound) and in the split form (long rows, where it streams
      * the keys itself). TANDEM_GPU_ATTN_PF_MB / TANDEM_GPU_ATTN_PF_LONG_MB (at most the matrix) */
     e->attn_pf_short = (size_t)env_bytes("TANDEM_GPU_ATTN_PF_MB", 0) << 20;
     e->attn_pf_long = (size_t)env_bytes("TANDEM_GPU_ATTN_PF_LONG_MB", 0) << 20;
-    e->l2pf_qkv = env_bytes("TANDEM_GPU_L2PF_QKV", 0);
-    e->l2pf_o = env_bytes("TANDEM_GPU_L2PF_O", 0);
-    e->l2pf_gu = env_bytes("TANDEM_GPU_L2PF_GU", 0);
+    e->l2pf_qkv = env_bytes("TANDEM_GPU_L2PF_QKV", 0, -65536);
+    e->l2pf_o = env_bytes("TANDEM_GPU_L2PF_O", 65536, -65536);
+    e->l2pf_gu = env_bytes("TANDEM_GPU_L2PF_GU", 0, -65536);
     e->graphs_off = gr && !strcmp(gr, "off");
     e->dec_graph = (cudaGraphExec_t *)calloc(2 * (GPU_MAX_BATCH + 1), sizeof(cudaGraphExec_t));
     if (!e->dec_graph) return ACCEL_ERR_NOMEM;

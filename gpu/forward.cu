@@ -315,7 +315,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         }
         prof_mark(e, P_ATTN);
         /* x += attn · Wo^T; the single-token GEMV's blocks are resident beside the attention */
-        GPU_TRY(gpu_gemm(e, T, d.H, d.qd, w.w_o, e->att, e->x, 1, 1.f, e->l2pf_o));
+        GPU_TRY(gpu_gemm(e, T, d.H, d.qd, w.w_o, e->att, e->x, 1, 1.f, p.cluster ? e->l2pf_o : 0));
         prof_mark(e, P_O);
         if (fused) {
             GPU_TRY(gpu_gu_fused(s, e->pdl, e->sms, &d, w.w_gu, e->x, w.ffn_norm, e->h,

@@ -42,6 +42,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const bf16 *__restrict
         gpu_l2_prefetch(W + (size_t)n0 * K, 2048u, gpu_l2_prefetch_end(K, l2pf));
     gpu_pdl_wait(); /* x, and out (the residual) */
     gpu_pdl_trigger();
+    if (have && l2pf < 0 && lane == 0) /* l2pf < 0: the same, once the kernel before is done */
+        gpu_l2_prefetch(W + (size_t)n0 * K, 2048u, gpu_l2_prefetch_end(K, -l2pf));
     gpu_chain_mark(tr, 1);
     for (int n = n0; n < N; n += stride) {
         float v[1];
