@@ -266,6 +266,82 @@ __device__ __forceinline__ float d2_block_partial(const d2_smem<G> &sm, int gh, 
     return O;
 }
 
+/* The kernels' merge of a row's ranges (the last block of the row to finish; the step kernel
+ * keeps the plain loop in d2_global_merge): k_decode_merge's arithmetic in the same order, built
+ * for latency — at 8K of context (33 ranges) the merge was ~7 us of a 19 us layer (H200, chain
+ * trace), a chain of dependent round trips and a serial loop. Here the partials of a piece of
+ * heads (as many as fit the idle tile ring) are copied into shared memory (cp.async, all in
+ * flight at once) while the ranges' (max, sum) are fetched; a warp per head takes the max and the
+ * ranges' weights in parallel (max is exact, the weights the same exp2f), one lane sums L in range
+ * order; every column then sums its ranges from shared memory in range order. */
+template <int G>
+__device__ __forceinline__ void d2_merge_staged(const dec_params &p, int t, int h0, int nh, int ns,
+                                                d2_smem<G> &sm)
+{
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const size_t base = (size_t)t * p.n_heads * p.splits;
+    float *buf = (float *)d2_ring();
+    const int per_head = ns * D2_HD, q4 = per_head / 4; /* floats, 16-byte chunks per head */
+    const int hp = max(1, (int)(D2_RING_BYTES / sizeof(float)) / per_head);
+    auto issue = [&](int g0) {
+        const int gn = min(hp, nh - g0);
+        for (int i = tid; i < gn * q4; i += D2_THREADS) {
+            const int gh = i / q4, k = i % q4;
+            const size_t s0 = base + (size_t)(h0 + g0 + gh) * p.splits;
+            d2_cp16((uint4 *)(buf + (size_t)gh * per_head) + k, (const uint4 *)(p.part_o + s0 * D2_HD) + k, true);
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+    issue(0);
+    d2_bmark(p, 4);
+    for (int i = tid; i < nh * ns; i += D2_THREADS) {
+        const int gh = i / ns, r = i % ns;
+        sm.ml[gh][r] = __ldcg(&p.part_ml[base + (size_t)(h0 + gh) * p.splits + r]);
+    }
+    __syncthreads();
+    for (int gh = warp; gh < nh; gh += D2_WARPS) {
+        float M = -INFINITY;
+        for (int r = lane; r < ns; r += 32) M = fmaxf(M, sm.ml[gh][r].x);
+#pragma unroll
+        for (int o = 16; o >= 1; o /= 2) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        for (int r = lane; r < ns; r += 32) {
+            const float2 ml = sm.ml[gh][r];
+            sm.ml[gh][r].x = ml.y > 0.f ? exp2f(ml.x - M) : 0.f; /* the range's weight from here on */
+        }
+        __syncwarp();
+        if (lane == 0) {
+            float L = 0.f;
+            for (int r = 0; r < ns; r++) {
+                const float2 ml = sm.ml[gh][r];
+                if (ml.y > 0.f) L += ml.y * ml.x;
+            }
+            sm.L[gh] = L;
+        }
+    }
+    d2_bmark(p, 5);
+    for (int g0 = 0; g0 < nh; g0 += hp) {
+        const int gn = min(hp, nh - g0);
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        __syncthreads(); /* the piece, the weights and L */
+        if (g0 == 0) d2_bmark(p, 6);
+        for (int i = tid; i < gn * D2_HD; i += D2_THREADS) {
+            const int gl = i / D2_HD, gh = g0 + gl, col = i % D2_HD;
+            const float *src = buf + (size_t)gl * per_head + col;
+            float O = 0.f;
+            for (int r = 0; r < ns; r++) {
+                const float2 ml = sm.ml[gh][r];
+                if (ml.y > 0.f) O += src[(size_t)r * D2_HD] * ml.x;
+            }
+            p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = __float2bfloat16(O / sm.L[gh]);
+        }
+        if (g0 + hp < nh) {
+            __syncthreads(); /* buf is the next piece's */
+            issue(g0 + hp);
+        }
+    }
+    d2_bmark(p, 7);
+}
+
 /* The one-kernel form's merge through global memory (d2_range's tail when not CLUSTER): the
  * block's range partial to part_o / part_ml, and the last block of the row merges them all. */
 template <int G, bool STEP>
@@ -292,6 +368,10 @@ __device__ __forceinline__ void d2_global_merge(const dec_params &p, int t, int 
     __syncthreads();
     if (!sm.last) return;
     __threadfence();
+    if constexpr (!STEP) {
+        d2_merge_staged<G>(p, t, h0, nh, ns, sm);
+        return;
+    }
     /* the merge: the ranges' (max, sum) fetched at once into shared memory, each head's weights
      * computed once (in range order: k_decode_merge's arithmetic), then every output column sums
      * its ranges with all their loads independent */
@@ -314,38 +394,6 @@ __device__ __forceinline__ void d2_global_merge(const dec_params &p, int t, int 
         sm.L[tid] = L;
     }
     __syncthreads();
-    if constexpr (!STEP) {
-        /* the kernels: the ranges' partials first staged in the (idle) tile ring, all of a piece's
-         * copies in flight at once, then summed from shared memory in the same order — a column
-         * summing its ranges straight from L2 was a chain of dependent round trips: 8 us of a
-         * 19.5 us layer at 8K of context (33 ranges; H200, chain trace) */
-        float *buf = (float *)d2_ring();
-        const int per_head = ns * D2_HD; /* floats */
-        const int hp = max(1, (int)(D2_RING_BYTES / sizeof(float)) / per_head);
-        for (int g0 = 0; g0 < nh; g0 += hp) {
-            const int gn = min(hp, nh - g0), q4 = per_head / 4; /* 16-byte chunks per head */
-            for (int i = tid; i < gn * q4; i += D2_THREADS) {
-                const int gh = i / q4, k = i % q4;
-                const size_t s0 = base + (size_t)(h0 + g0 + gh) * p.splits;
-                d2_cp16((uint4 *)(buf + (size_t)gh * per_head) + k, (const uint4 *)(p.part_o + s0 * D2_HD) + k, true);
-            }
-            asm volatile("cp.async.commit_group;\n" ::: "memory");
-            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-            __syncthreads();
-            for (int i = tid; i < gn * D2_HD; i += D2_THREADS) {
-                const int gl = i / D2_HD, gh = g0 + gl, col = i % D2_HD;
-                const float *src = buf + (size_t)gl * per_head + col;
-                float O = 0.f;
-                for (int r = 0; r < ns; r++) {
-                    const float2 ml = sm.ml[gh][r];
-                    if (ml.y > 0.f) O += src[(size_t)r * D2_HD] * ml.x;
-                }
-                p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = __float2bfloat16(O / sm.L[gh]);
-            }
-            __syncthreads(); /* buf is the next piece's */
-        }
-        return;
-    }
     for (int i = tid; i < nh * D2_HD; i += D2_THREADS) {
         const int gh = i / D2_HD, col = i % D2_HD;
         const size_t s0 = base + (size_t)(h0 + gh) * p.splits;

@@ -42,6 +42,7 @@ unsigned long long *gpu_chain_slot(gpu_engine *e)
  * the pass: older stamps are another pass's). */
 static void attention_blocks(gpu_engine *e, const unsigned long long *h)
 {
+    static_assert(GPU_ATRACE_STAMPS <= 8, "names below");
     if (!e->atrace) return;
     const int L = e->d.L, S = GPU_CHAIN_STAMPS, B = GPU_ATRACE_BLOCKS, A = GPU_ATRACE_STAMPS;
     std::vector<unsigned long long> a((size_t)L * B * A);
@@ -49,16 +50,18 @@ static void attention_blocks(gpu_engine *e, const unsigned long long *h)
         cudaGetLastError();
         return;
     }
-    static const char *nm[4] = {"start", "wait returned", "range computed", "done"};
-    std::vector<double> stat[4][3], nblk;
+    static const char *nm[8] = {"start", "wait returned", "range computed", "done",
+                                "merge: copies issued", "merge: weights", "merge: first piece in",
+                                "merged"};
+    std::vector<double> stat[8][3], nblk;
     for (int l = 0; l < L; l++) {
         const unsigned long long lo = h[S * (5 * l) + 1], w0 = h[S * (5 * l + 1) + 1];
-        std::vector<double> v[4];
+        std::vector<double> v[8];
         for (int b = 0; b < B; b++) {
             const unsigned long long *r = &a[((size_t)l * B + b) * A];
             if (r[0] < lo || r[3] < r[0]) continue;
             for (int i = 0; i < A; i++)
-                if (r[i] >= lo) v[i].push_back(((double)r[i] - (double)w0) / 1e3);
+                if (r[i] >= lo && r[i] >= r[0]) v[i].push_back(((double)r[i] - (double)w0) / 1e3);
         }
         if (v[0].empty()) continue;
         nblk.push_back((double)v[0].size());
@@ -72,7 +75,7 @@ static void attention_blocks(gpu_engine *e, const unsigned long long *h)
     }
     if (nblk.empty()) return;
     std::sort(nblk.begin(), nblk.end());
-    fprintf(stderr, "tandem cuda chain trace: attention, all %.0f blocks, us from block 0's wait (min / median / max over blocks, median over layers):",
+    fprintf(stderr, "tandem cuda chain trace: attention, all %.0f blocks, us from block 0's wait (min / median / max over the blocks that stamp it, median over layers):",
             nblk[nblk.size() / 2]);
     for (int i = 0; i < A; i++) {
         if (stat[i][0].empty()) continue;

@@ -161,7 +161,8 @@ struct gpu_meta_layout {
 #define GPU_CHAIN_SLOTS 1024  /* chain trace: launches of a pass traced (the last: the stamps) */
 #define GPU_CHAIN_STAMPS 8    /* per slot: start, wait returned, kernel-specific marks */
 #define GPU_ATRACE_BLOCKS 1024 /* chain trace: the decode attention's blocks stamped per layer */
-#define GPU_ATRACE_STAMPS 4    /* ... start, wait returned, range computed, done */
+#define GPU_ATRACE_STAMPS 8    /* ... start, wait returned, range computed, done; the merging
+                                * block's merge: copies issued, weights, first piece, merged */
 #define GPU_PROF_EVENTS 8192 /* a 128K sparse prefill marks ~10 ops x 16 chunks x 32 layers */
 #define GPU_PROF_CATS 15
 
