@@ -269,10 +269,21 @@ int gpu_attn_decode_cluster_ok(const gpu_dims *d)
 
 /* The one-kernel forms take D2_RING_BYTES of dynamic shared memory (their tile ring): above the
  * default 48 KB, so allowed once per kernel. */
-static int ring_allow(void (*k)(dec_params, int *))
+static int ring_allow(void (*k)(dec_params, int *), int bytes = D2_RING_BYTES)
 {
-    GPU_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, D2_RING_BYTES));
+    GPU_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     return ACCEL_OK;
+}
+
+/* k_decode_fast's dynamic shared memory: the tile ring, or more where the merge's staging of a
+ * row's partials (G heads x splits ranges x D2_HD floats: 67.6 KB for 4 heads and 33 ranges)
+ * then fits in one piece (d2_merge_staged; two blocks per SM still fit at 4 heads); at most
+ * D2_MERGE_SMEM_MAX (beyond it the merge takes pieces). */
+#define D2_MERGE_SMEM_MAX (96 * 1024)
+static size_t d2_merge_smem(int G, int splits)
+{
+    const size_t need = (size_t)G * splits * D2_HD * sizeof(float);
+    return need <= D2_RING_BYTES ? D2_RING_BYTES : need <= D2_MERGE_SMEM_MAX ? need : D2_RING_BYTES;
 }
 
 /* Per device (the attribute is the current device's): a bit per device index set once done. */
@@ -283,10 +294,10 @@ static int ring_setup()
     GPU_CHECK(cudaGetDevice(&dev));
     const unsigned long long bit = dev >= 0 && dev < 64 ? 1ull << dev : 0;
     if (bit && (__atomic_load_n(&done, __ATOMIC_ACQUIRE) & bit)) return ACCEL_OK;
-    GPU_TRY(ring_allow(k_decode_fast<1>));
-    GPU_TRY(ring_allow(k_decode_fast<2>));
-    GPU_TRY(ring_allow(k_decode_fast<4>));
-    GPU_TRY(ring_allow(k_decode_fast<8>));
+    GPU_TRY(ring_allow(k_decode_fast<1>, D2_MERGE_SMEM_MAX));
+    GPU_TRY(ring_allow(k_decode_fast<2>, D2_MERGE_SMEM_MAX));
+    GPU_TRY(ring_allow(k_decode_fast<4>, D2_MERGE_SMEM_MAX));
+    GPU_TRY(ring_allow(k_decode_fast<8>, D2_MERGE_SMEM_MAX));
     GPU_TRY(ring_allow(k_decode_cluster<1>));
     GPU_TRY(ring_allow(k_decode_cluster<2>));
     GPU_TRY(ring_allow(k_decode_cluster<4>));
@@ -387,7 +398,7 @@ int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu
                                        : G == 2 ? k_decode_fast<2>
                                        : G == 4 ? k_decode_fast<4>
                                                 : k_decode_fast<8>;
-        GPU_CHECK(gpu_launch(k, grid, D2_THREADS, D2_RING_BYTES, s, pdl, p, part_cnt));
+        GPU_CHECK(gpu_launch(k, grid, D2_THREADS, d2_merge_smem(G, p.splits), s, pdl, p, part_cnt));
         return ACCEL_OK;
     }
     int st = ACCEL_ERR_UNSUPPORTED;

@@ -270,8 +270,9 @@ __device__ __forceinline__ float d2_block_partial(const d2_smem<G> &sm, int gh, 
  * keeps the plain loop in d2_global_merge): k_decode_merge's arithmetic in the same order, built
  * for latency — at 8K of context (33 ranges) the merge was ~7 us of a 19 us layer (H200, chain
  * trace), a chain of dependent round trips and a serial loop. Here the partials of a piece of
- * heads (as many as fit the idle tile ring) are copied into shared memory (cp.async, all in
- * flight at once) while the ranges' (max, sum) are fetched; a warp per head takes the max and the
+ * heads (as many as fit the idle tile ring, which the launch sizes for all of a row's where that
+ * fits: d2_merge_smem) are copied into shared memory (cp.async, all in flight at once) while the
+ * ranges' (max, sum) are fetched; a warp per head takes the max and the
  * ranges' weights in parallel (max is exact, the weights the same exp2f), one lane sums L in range
  * order; every column then sums its ranges from shared memory in range order. */
 template <int G>
@@ -281,8 +282,10 @@ __device__ __forceinline__ void d2_merge_staged(const dec_params &p, int t, int 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const size_t base = (size_t)t * p.n_heads * p.splits;
     float *buf = (float *)d2_ring();
+    unsigned dyn; /* the launch gives the ring room for a row's partials where they fit */
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
     const int per_head = ns * D2_HD, q4 = per_head / 4; /* floats, 16-byte chunks per head */
-    const int hp = max(1, (int)(D2_RING_BYTES / sizeof(float)) / per_head);
+    const int hp = max(1, (int)(dyn / sizeof(float)) / per_head);
     auto issue = [&](int g0) {
         const int gn = min(hp, nh - g0);
         for (int i = tid; i < gn * q4; i += D2_THREADS) {
@@ -358,13 +361,17 @@ __device__ __forceinline__ void d2_global_merge(const dec_params &p, int t, int 
         p.part_o[slot * D2_HD + col] = O;
         if (col == 0) p.part_ml[slot] = make_float2(M, L);
     }
-    /* the last range of this (token, KV head slice) to finish merges them all */
-    __threadfence();
+    /* the last range of this (token, KV head slice) to finish merges them all; the block's
+     * stores are ordered before its arrival by the barrier and one fence of the arriving thread
+     * (cumulative: the grid barrier's pattern) */
     __syncthreads();
     /* atomicInc wraps to 0 at the ns-th arrival: the counter is ready for the next step (the graph
      * replays this launch) without a separate reset store */
     unsigned *ctr = (unsigned *)cnt + (size_t)t * ngx + gx;
-    if (tid == 0) sm.last = atomicInc(ctr, (unsigned)ns - 1) == (unsigned)ns - 1;
+    if (tid == 0) {
+        __threadfence();
+        sm.last = atomicInc(ctr, (unsigned)ns - 1) == (unsigned)ns - 1;
+    }
     __syncthreads();
     if (!sm.last) return;
     __threadfence();
