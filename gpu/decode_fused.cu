@@ -34,7 +34,6 @@
 #include "gpu/engine.cuh"
 #include "gpu/gemv.cuh"
 #include <stdlib.h>
-#include <string.h>
 
 #define FUSED_THREADS 256 /* 8 warps; also the norm's thread count (k_rmsnorm's ROW_THREADS) */
 #define FUSED_WARPS (FUSED_THREADS / 32)
@@ -74,7 +73,7 @@ __device__ __forceinline__ int qkv_first_row(const gpu_dims &d, int it, int *sec
     return d.qd + d.kvd + (it - n_qk);
 }
 
-template <int U> __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
+__global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
 {
     extern __shared__ __align__(16) unsigned char fused_smem[];
     bf16 *xs = (bf16 *)fused_smem;
@@ -84,22 +83,22 @@ template <int U> __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qk
     const int stride = gridDim.x * FUSED_WARPS;
     const int it0 = blockIdx.x * FUSED_WARPS + threadIdx.x / 32;
     int it = it0;
-    uint4 pre[2][U];
+    uint4 pre[2][4];
     int have = 0;
     gpu_chain_mark(p.tr, 0);
     if (p.pdl && it0 < items) {
         int r1, r0 = qkv_first_row(d, it0, &r1);
-        have = it0 < n_qk ? gpu_warp_prefetch<2, U>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, H, lane, pre)
-                          : gpu_warp_prefetch<1, U>(p.w + (size_t)r0 * H, 0, H, lane, pre);
+        have = it0 < n_qk ? gpu_warp_prefetch<2>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, H, lane, pre)
+                          : gpu_warp_prefetch<1>(p.w + (size_t)r0 * H, 0, H, lane, pre);
         if (have && p.l2pf > 0 && (lane == 0 || (lane == 1 && r1 >= 0)))
-            gpu_l2_prefetch(p.w + (size_t)(lane ? r1 : r0) * H, 512u * U, gpu_l2_prefetch_end(H, p.l2pf, U));
+            gpu_l2_prefetch(p.w + (size_t)(lane ? r1 : r0) * H, 2048u, gpu_l2_prefetch_end(H, p.l2pf));
     }
     gpu_pdl_wait(); /* x, and the cache slot the attention before may still read */
     gpu_pdl_trigger();
     if (have && p.l2pf < 0 && (lane == 0 || lane == 1)) { /* after the wait: HBM idles in the norm */
         int r1, r0 = qkv_first_row(d, it0, &r1);
         if (lane == 0 || r1 >= 0)
-            gpu_l2_prefetch(p.w + (size_t)(lane ? r1 : r0) * H, 512u * U, gpu_l2_prefetch_end(H, -p.l2pf, U));
+            gpu_l2_prefetch(p.w + (size_t)(lane ? r1 : r0) * H, 2048u, gpu_l2_prefetch_end(H, -p.l2pf));
     }
     gpu_chain_mark(p.tr, 1);
     gpu_block_rmsnorm(p.x, p.norm, H, d.eps, xs);
@@ -112,11 +111,10 @@ template <int U> __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qk
             int r1, r0 = qkv_first_row(d, it, &r1);
             float v[2];
             if (first)
-                gpu_warp_dot<2, false, true, U>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, xs, H,
-                                                lane, v, pre);
+                gpu_warp_dot<2, false, true>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, xs, H,
+                                             lane, v, pre);
             else
-                gpu_warp_dot<2, false, false, U>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, xs, H,
-                                                 lane, v);
+                gpu_warp_dot<2, false>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, xs, H, lane, v);
             if (lane != 0) continue;
             /* k_rope_qkv's arithmetic */
             float a = v[0], b = v[1];
@@ -136,9 +134,9 @@ template <int U> __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qk
             const int j = it - n_qk, r0 = d.qd + d.kvd + j;
             float v[1];
             if (first)
-                gpu_warp_dot<1, false, true, U>(p.w + (size_t)r0 * H, 0, xs, H, lane, v, pre);
+                gpu_warp_dot<1, false, true>(p.w + (size_t)r0 * H, 0, xs, H, lane, v, pre);
             else
-                gpu_warp_dot<1, false, false, U>(p.w + (size_t)r0 * H, 0, xs, H, lane, v);
+                gpu_warp_dot<1, false>(p.w + (size_t)r0 * H, 0, xs, H, lane, v);
             if (lane != 0) continue;
             float o = v[0];
             if (p.bias) o = __fadd_rn(o, p.bias[r0]);
@@ -236,12 +234,8 @@ int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer
     const size_t smem = (size_t)d->H * sizeof(bf16);
     const int items = (d->n_heads + d->n_kv) * (d->hd / 2) + d->kvd;
     int blocks;
-    /* TANDEM_GPU_QKV_U=8: 8 weight loads in flight per lane and row instead of 4 (the same sums;
-     * measurements) */
-    const char *u = getenv("TANDEM_GPU_QKV_U");
-    void (*k)(qkv_fused_params) = u && !strcmp(u, "8") ? k_qkv_fused<8> : k_qkv_fused<4>;
-    GPU_TRY(fused_grid(k, smem, sms, items, &blocks, qkv_blocks_cap()));
-    GPU_CHECK(gpu_launch(k, blocks, FUSED_THREADS, smem, s, pdl, p));
+    GPU_TRY(fused_grid(k_qkv_fused, smem, sms, items, &blocks, qkv_blocks_cap()));
+    GPU_CHECK(gpu_launch(k_qkv_fused, blocks, FUSED_THREADS, smem, s, pdl, p));
     return ACCEL_OK;
 }
 

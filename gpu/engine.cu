@@ -199,9 +199,6 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
      * the keys itself). TANDEM_GPU_ATTN_PF_MB / TANDEM_GPU_ATTN_PF_LONG_MB (at most the matrix) */
     e->attn_pf_short = (size_t)env_bytes("TANDEM_GPU_ATTN_PF_MB", 0) << 20;
     e->attn_pf_long = (size_t)env_bytes("TANDEM_GPU_ATTN_PF_LONG_MB", 0) << 20;
-    /* the single-token GEMV's loads in flight per lane and row: 4 or 8 (TANDEM_GPU_GEMV_U; the
-     * same sums either way) */
-    e->gemv_u8 = env_bytes("TANDEM_GPU_GEMV_U", 4) == 8;
     e->l2pf_qkv = env_bytes("TANDEM_GPU_L2PF_QKV", 0, -65536);
     e->l2pf_o = env_bytes("TANDEM_GPU_L2PF_O", 65536, -65536);
     e->l2pf_gu = env_bytes("TANDEM_GPU_L2PF_GU", 0, -65536);

@@ -186,9 +186,7 @@ struct gpu_engine {
     int pdl;       /* the decode chain's kernels with PDL (on Hopper unless TANDEM_GPU_PDL=off) */
     int fused;     /* single-token decode through decode_fused.cu (TANDEM_GPU_FUSED=off: unfused) */
     int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for single-token projections too (comparisons) */
-    int gemv_per_sm[2]; /* resident blocks of the GEMV kernel per SM (gemm.cu, at its first
-                         * launch), with 4 and 8 loads in flight per lane */
-    int gemv_u8;    /* the single-token GEMV with 8 loads in flight per lane (TANDEM_GPU_GEMV_U) */
+    int gemv_per_sm; /* resident blocks of the GEMV kernel per SM (gemm.cu, at its first launch) */
     size_t attn_pf_short, attn_pf_long; /* bytes of W_o the decode attention requests into L2
                           * (cluster form / split form; TANDEM_GPU_ATTN_PF_MB / _LONG_MB) */
     int l2pf_qkv, l2pf_o, l2pf_gu; /* decode chain: bytes of each warp's first row(s) of the

@@ -27,7 +27,6 @@
  * the next l2pf bytes of that row (gpu_l2_prefetch: the o projection, whose blocks are resident
  * during the latency-bound decode attention). (Two rows per warp, with the activation
  * row in shared memory, measured no better on the lm_head: 243 us.) */
-template <int U>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const bf16 *__restrict__ W,
                                                            const bf16 *__restrict__ x, int N,
                                                            int K, void *out, int out_f32,
@@ -36,22 +35,22 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const bf16 *__restrict
 {
     const int lane = threadIdx.x % 32;
     const int n0 = blockIdx.x * GEMV_WARPS + threadIdx.x / 32, stride = gridDim.x * GEMV_WARPS;
-    uint4 pre[1][U];
+    uint4 pre[1][4];
     gpu_chain_mark(tr, 0);
-    const int have = pdl && n0 < N && gpu_warp_prefetch<1, U>(W + (size_t)n0 * K, 0, K, lane, pre);
+    const int have = pdl && n0 < N && gpu_warp_prefetch<1>(W + (size_t)n0 * K, 0, K, lane, pre);
     if (have && l2pf > 0 && lane == 0)
-        gpu_l2_prefetch(W + (size_t)n0 * K, 512u * U, gpu_l2_prefetch_end(K, l2pf, U));
+        gpu_l2_prefetch(W + (size_t)n0 * K, 2048u, gpu_l2_prefetch_end(K, l2pf));
     gpu_pdl_wait(); /* x, and out (the residual) */
     gpu_pdl_trigger();
     if (have && l2pf < 0 && lane == 0) /* l2pf < 0: the same, once the kernel before is done */
-        gpu_l2_prefetch(W + (size_t)n0 * K, 512u * U, gpu_l2_prefetch_end(K, -l2pf, U));
+        gpu_l2_prefetch(W + (size_t)n0 * K, 2048u, gpu_l2_prefetch_end(K, -l2pf));
     gpu_chain_mark(tr, 1);
     for (int n = n0; n < N; n += stride) {
         float v[1];
         if (have && n == n0)
-            gpu_warp_dot<1, true, true, U>(W + (size_t)n * K, 0, x, K, lane, v, pre);
+            gpu_warp_dot<1, true, true>(W + (size_t)n * K, 0, x, K, lane, v, pre);
         else
-            gpu_warp_dot<1, true, false, U>(W + (size_t)n * K, 0, x, K, lane, v);
+            gpu_warp_dot<1, true>(W + (size_t)n * K, 0, x, K, lane, v);
         if (lane == 0) {
             if (out_f32) {
                 float *o = (float *)out;
@@ -63,19 +62,16 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const bf16 *__restrict
     }
 }
 
-static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int u8, int N, int K,
-                const bf16 *W, const bf16 *x, void *out, int out_f32, float beta, int l2pf,
-                unsigned long long *tr)
+static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int K, const bf16 *W,
+                const bf16 *x, void *out, int out_f32, float beta, int l2pf, unsigned long long *tr)
 {
-    void (*k)(const bf16 *, const bf16 *, int, int, void *, int, float, int, int,
-              unsigned long long *) = u8 ? k_gemv<8> : k_gemv<4>;
-    if (per_sm_cache[u8] <= 0)
-        GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_cache[u8], k, GEMV_WARPS * 32, 0));
-    const int per_sm = per_sm_cache[u8];
+    if (*per_sm_cache <= 0)
+        GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm_cache, k_gemv, GEMV_WARPS * 32, 0));
+    const int per_sm = *per_sm_cache;
     const long want = (N + GEMV_WARPS - 1) / GEMV_WARPS;
     const long wave = (long)(per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
-    GPU_CHECK(gpu_launch(k, (int)(want < wave ? want : wave), GEMV_WARPS * 32, 0, s, pdl, W, x, N,
-                         K, out, out_f32, beta, pdl, l2pf, tr));
+    GPU_CHECK(gpu_launch(k_gemv, (int)(want < wave ? want : wave), GEMV_WARPS * 32, 0, s, pdl, W,
+                         x, N, K, out, out_f32, beta, pdl, l2pf, tr));
     return ACCEL_OK;
 }
 
@@ -83,8 +79,8 @@ int gpu_gemm(gpu_engine *e, int T, int N, int K, const bf16 *W, const bf16 *x, v
              int out_f32, float beta, int l2pf)
 {
     if (T == 1 && K % 8 == 0 && !e->gemv_off) {
-        return gemv(e->compute, e->pdl, e->sms, e->gemv_per_sm, e->gemv_u8, N, K, W, x, out,
-                    out_f32, beta, l2pf, gpu_chain_slot(e));
+        return gemv(e->compute, e->pdl, e->sms, &e->gemv_per_sm, N, K, W, x, out, out_f32, beta,
+                    l2pf, gpu_chain_slot(e));
     }
     const float alpha = 1.0f;
     GPU_CUBLAS(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, CUDA_R_16BF, K,

@@ -1,10 +1,10 @@
 /* gpu/gemv.cuh — the device building blocks of single-token projections (decode, T = 1), shared
  * by the plain GEMV (gemm.cu) and the fused decode kernels (decode_fused.cu), so that both sum in
  * the same order and give the same bits:
- *   gpu_warp_dot    one warp streams R weight rows (16-byte chunks, U = 4 or 8 loads in flight
- *                   per row and lane, read once: ld.global.cs) against one bf16 activation row,
- *                   float32 accumulation in chunk order (the same sums for any U), then a
- *                   butterfly shuffle reduction; every lane ends with the R sums;
+ *   gpu_warp_dot    one warp streams R weight rows (16-byte chunks, four loads in flight per row
+ *                   and lane, read once: ld.global.cs) against one bf16 activation row, float32
+ *                   accumulation in chunk order, then a butterfly shuffle reduction; every lane
+ *                   ends with the R sums;
  *   gpu_block_rmsnorm  a block's RMSNorm of one float32 row into bf16 (cpu_rmsnorm's arithmetic:
  *                   the mean of squares in double, inv = (float)(1 / sqrt(ms + eps)),
  *                   out = x * inv * w rounded once); with the same thread count it is the same
@@ -20,15 +20,15 @@
  * Returns 0, the same in every lane, when K is too short for a full round of the whole warp
  * (K < 1024; then nothing is loaded and every lane takes the plain gpu_warp_dot, whose shuffles
  * must be reached by the whole warp at one call site). */
-template <int R, int U = 4>
+template <int R>
 __device__ __forceinline__ int gpu_warp_prefetch(const bf16 *__restrict__ W, size_t rstride, int K,
-                                                 int lane, uint4 pre[R][U])
+                                                 int lane, uint4 pre[R][4])
 {
-    if (K / 8 < 32 * U) return 0;
+    if (K / 8 < 128) return 0;
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int u = 0; u < U; u++) pre[r][u] = __ldcs((const uint4 *)(W + r * rstride) + lane + 32 * u);
+        for (int u = 0; u < 4; u++) pre[r][u] = __ldcs((const uint4 *)(W + r * rstride) + lane + 32 * u);
     return 1;
 }
 
@@ -51,10 +51,10 @@ __device__ __forceinline__ void gpu_l2_prefetch(const void *row, unsigned from, 
 }
 
 /* The part of a K-long bf16 row that an L2 prefetch of pf bytes per row covers beyond the first
- * round gpu_warp_prefetch loads into registers (U x 32 x 16 bytes): [512 U, min(2 K, 512 U + pf)). */
-__device__ __forceinline__ unsigned gpu_l2_prefetch_end(int K, int pf, int U = 4)
+ * round gpu_warp_prefetch loads into registers (4 x 32 x 16 bytes): [2048, min(2 K, 2048 + pf)). */
+__device__ __forceinline__ unsigned gpu_l2_prefetch_end(int K, int pf)
 {
-    const unsigned row = 2u * (unsigned)K, end = 512u * U + (unsigned)pf;
+    const unsigned row = 2u * (unsigned)K, end = 2048u + (unsigned)pf;
     return (end < row ? end : row) & ~15u;
 }
 
@@ -77,32 +77,32 @@ template <int R> __device__ __forceinline__ void gpu_warp_sums(float acc[R])
  * x is shared memory.
  * PRE: the first round of weight chunks is in pre (gpu_warp_prefetch returned 1). The same
  * arithmetic in the same order either way. */
-template <int R, bool GLOBAL, bool PRE = false, int U = 4>
+template <int R, bool GLOBAL, bool PRE = false>
 __device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t rstride,
                                              const bf16 *__restrict__ x, int K, int lane,
-                                             float acc[R], const uint4 (*pre)[U] = nullptr)
+                                             float acc[R], const uint4 (*pre)[4] = nullptr)
 {
     const uint4 *xp = (const uint4 *)x;
     const int chunks = K / 8;
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.f;
     int c = lane;
-    for (; c + 32 * (U - 1) < chunks; c += 32 * U) {
-        uint4 wv[R][U];
+    for (; c + 96 < chunks; c += 128) {
+        uint4 wv[R][4];
         if (PRE && c == lane) {
 #pragma unroll
             for (int r = 0; r < R; r++)
 #pragma unroll
-                for (int u = 0; u < U; u++) wv[r][u] = pre[r][u];
+                for (int u = 0; u < 4; u++) wv[r][u] = pre[r][u];
         } else {
 #pragma unroll
             for (int r = 0; r < R; r++)
 #pragma unroll
-                for (int u = 0; u < U; u++)
+                for (int u = 0; u < 4; u++)
                     wv[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
         }
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+        for (int u = 0; u < 4; u++) {
             uint4 xv = GLOBAL ? __ldca(xp + c + 32 * u) : xp[c + 32 * u];
             const bf16 *xb = (const bf16 *)&xv;
 #pragma unroll
