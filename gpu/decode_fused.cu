@@ -182,11 +182,12 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const
 }
 
 /* Blocks for `items` work items: one per 8 items, at most one resident wave. */
-/* TANDEM_GPU_QKV_BLOCKS=1..8 (measurements, not yet measured): at most that many blocks per SM
- * for the fused QKV kernel, so that the decode attention's blocks (which hold 32K registers each)
- * can be resident beside it and stream their older keys while it runs — at 8K of context the
- * attention takes 19.5 us per layer for 7.9 us of bytes, its blocks waiting for the QKV kernel's
- * to leave (BENCHMARKS.md, "Night"). Read at each call (with graphs: once per capture). */
+/* TANDEM_GPU_QKV_BLOCKS=1..8 (measurements): at most that many blocks per SM for the fused QKV
+ * kernel, so that the decode attention's blocks could be resident beside it. Measured on the
+ * H200 (BENCHMARKS.md, "Late"): 2 changes nothing (4.178 / 4.572 ms at 1K / 8K against 4.177 /
+ * 4.577), 1 is slower (4.315 / 4.695: QKV 15 -> 20 us per layer) — the per-block trace showed the
+ * 8K attention's 264 blocks all resident before the QKV kernel ends anyway (its time was the
+ * merge). Read at each call (with graphs: once per capture). */
 static int qkv_blocks_cap()
 {
     const char *v = getenv("TANDEM_GPU_QKV_BLOCKS");

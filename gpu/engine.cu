@@ -187,16 +187,17 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     const char *pd = getenv("TANDEM_GPU_PDL");
     e->pdl = prop.major >= 9 && !(pd && !strcmp(pd, "off"));
     /* L2 prefetch, before the PDL wait, of the rest of each warp's first row(s) of the o
-     * projection (resident while the latency-bound decode attention leaves HBM idle), of the
-     * fused QKV (whose RMSNorm after the wait issues no weight loads) and of the fused gate/up:
-     * bytes per row beyond the first round of register loads, up to 65536 (the whole row);
-     * negative: as many, issued once the wait returned (TANDEM_GPU_L2PF_QKV / _O / _GU;
-     * defaults: measurements in BENCHMARKS.md — the o projection's whole rows, in the chain of
-     * short rows only (forward.cu): at 8K of context the prefetch slowed the attention) */
-    /* the decode attention's warps request this much of the o projection's weights into L2
-     * before their PDL wait (attn_decode.cuh d2_l2_prefetch): in the cluster form (short rows,
-     * where the attention is latency-bound) and in the split form (long rows, where it streams
-     * the keys itself). TANDEM_GPU_ATTN_PF_MB / TANDEM_GPU_ATTN_PF_LONG_MB (at most the matrix) */
+     * projection, whose blocks are resident while the latency-bound decode attention leaves HBM
+     * idle: bytes per row beyond the first round of register loads, up to 65536 (the whole row);
+     * negative: as many, issued once the wait returned. Default: whole rows, in the chain of short
+     * rows only (forward.cu). Measured on the H200 (Llama-3-8B, BENCHMARKS.md "Late"): 1K 4.122 /
+     * 4.125 ms per token against 4.162 / 4.153 without (o 9.6 against 10.1 us per layer); at 8K
+     * (the split attention streams 33 MB of keys itself) 4.65-4.67 against 4.58-4.59, so off there.
+     * The same for the fused QKV and gate/up (TANDEM_GPU_L2PF_QKV / _GU), and the o weights
+     * requested by the attention's own warps (TANDEM_GPU_ATTN_PF_MB for the cluster form,
+     * _LONG_MB for the split form; attn_decode.cuh d2_l2_prefetch): measured, no gain or slower
+     * (1K with 16 / 32 MB: 4.24-4.31 ms, the attention 8.5 -> 10.8-11.7 us), so off; kept for
+     * measurements. TANDEM_GPU_L2PF_O=0 turns the default off. */
     e->attn_pf_short = (size_t)env_bytes("TANDEM_GPU_ATTN_PF_MB", 0) << 20;
     e->attn_pf_long = (size_t)env_bytes("TANDEM_GPU_ATTN_PF_LONG_MB", 0) << 20;
     e->l2pf_qkv = env_bytes("TANDEM_GPU_L2PF_QKV", 0, -65536);
