@@ -407,7 +407,8 @@ void gpu_engine_export_stats(const gpu_engine *e, gpu_export_stats *out)
 void *gpu_host_alloc(gpu_engine *e, size_t bytes)
 {
     void *p = NULL;
-    if (cudaSetDevice(e->index) != cudaSuccess || cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+    /* portable: page-locked for every device's context, not only this one's */
+    if (cudaSetDevice(e->index) != cudaSuccess || cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
         cudaGetLastError(); /* not sticky: the caller sees NULL */
         return NULL;
     }
