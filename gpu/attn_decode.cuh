@@ -89,9 +89,7 @@ __device__ __forceinline__ void d2_l2_prefetch(const dec_params &p)
     const unsigned long long b = (blockIdx.x + gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z)) *
                                      D2_WARPS + threadIdx.x / 32;
     const unsigned long long a = (p.pf_bytes * b / nb) & ~15ull, e = (p.pf_bytes * (b + 1) / nb) & ~15ull;
-    if (e > a)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p.pf + a), "r"((unsigned)(e - a))
-                     : "memory");
+    gpu_l2_prefetch(p.pf, (unsigned)a, (unsigned)e); /* pf_bytes < 4 GB (gpu_attn_decode) */
 #endif
 }
 

@@ -50,7 +50,7 @@ struct qkv_fused_params {
     gpu_dims d;
     int layer;
     int pdl; /* launched with PDL: the first item's first weight loads go out before the wait */
-    int l2pf; /* ... and the next l2pf bytes of its rows into L2 (gemv.cuh gpu_l2_prefetch) */
+    int l2pf; /* ... and the next l2pf bytes of its rows into L2 (engine.cuh gpu_l2_prefetch) */
     unsigned long long *tr; /* chain trace slot (engine.cuh), NULL: off */
 };
 

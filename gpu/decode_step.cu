@@ -203,8 +203,7 @@ __device__ __forceinline__ void step_issue(const step_params &p, step_misc &m, u
             : "memory");
     }
     if (pf && p.prefetch && step_next(p, m.pf_it, &src, &bytes))
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes)
-                     : "memory");
+        gpu_l2_prefetch(src, 0, bytes);
 }
 
 /* Grid-wide barrier number k (1, 2, ... in this launch; the counter is zeroed before every
@@ -396,8 +395,7 @@ template <int G> __global__ void __launch_bounds__(STEP_THREADS, 1) k_decode_ste
         for (int s = 0; s < p.slots; s++) step_next(p, m.pf_it, &src, &bytes);
         for (int i = 0; i < p.prefetch; i++)
             if (step_next(p, m.pf_it, &src, &bytes))
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes)
-                             : "memory");
+                gpu_l2_prefetch(src, 0, bytes);
     }
     __syncthreads();
     unsigned nbar = 0;

@@ -87,6 +87,22 @@ __device__ __forceinline__ unsigned long long gpu_globaltimer()
     asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
     return t;
 }
+/* Bytes [from, to) from row (16-byte aligned; from, to multiples of 16) requested into L2,
+ * without waiting and without registers (the decode GEMV's rows before its PDL wait: gemv.cuh;
+ * the step kernel's ring: decode_step.cu). Hopper: one bulk prefetch (the copy engine); before
+ * it one prefetch per 128-byte line. */
+__device__ __forceinline__ void gpu_l2_prefetch(const void *row, unsigned from, unsigned to)
+{
+    if (to <= from) return;
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"((const char *)row + from),
+                 "r"(to - from)
+                 : "memory");
+#else
+    for (unsigned o = from; o < to; o += 128)
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"((const char *)row + o));
+#endif
+}
 /* TANDEM_GPU_CHAIN_TRACE=1: the decode chain's kernels stamp, in their first block, when it
  * started (i = 0) and when its gpu_pdl_wait returned (i = 1) into their launch's slot tr
  * (NULL: off); forward.cu hands out the slots and reports the split per op. */
@@ -191,7 +207,7 @@ struct gpu_engine {
                           * (cluster form / split form; TANDEM_GPU_ATTN_PF_MB / _LONG_MB) */
     int l2pf_qkv, l2pf_o, l2pf_gu; /* decode chain: bytes of each warp's first row(s) of the
                           * fused QKV, the o projection, the fused gate/up requested into L2
-                          * before the PDL wait (TANDEM_GPU_L2PF_QKV / _O / _GU; gemv.cuh
+                          * before the PDL wait (TANDEM_GPU_L2PF_QKV / _O / _GU; engine.cuh
                           * gpu_l2_prefetch) */
     int graphs_off; /* TANDEM_GPU_GRAPHS=off, or a capture failed: decode without CUDA graphs */
     cudaGraphExec_t *dec_graph; /* [2][GPU_MAX_BATCH + 1]: the decode step for n sequences, with

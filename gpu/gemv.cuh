@@ -32,24 +32,6 @@ __device__ __forceinline__ int gpu_warp_prefetch(const bf16 *__restrict__ W, siz
     return 1;
 }
 
-/* Bytes [from, to) of a weight row (16-byte aligned; from, to multiples of 16) requested into
- * L2, without waiting and without registers: a kernel launched with PDL whose blocks are resident
- * while the kernel before is latency-bound (the o projection beside the decode attention) calls
- * this for the rest of its first rows before gpu_pdl_wait, so HBM streams them while it waits.
- * Hopper: one bulk prefetch (the copy engine); before it one prefetch per 128-byte line. */
-__device__ __forceinline__ void gpu_l2_prefetch(const void *row, unsigned from, unsigned to)
-{
-    if (to <= from) return;
-#if __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"((const char *)row + from),
-                 "r"(to - from)
-                 : "memory");
-#else
-    for (unsigned o = from; o < to; o += 128)
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"((const char *)row + o));
-#endif
-}
-
 /* The part of a K-long bf16 row that an L2 prefetch of pf bytes per row covers beyond the first
  * round gpu_warp_prefetch loads into registers (4 x 32 x 16 bytes): [2048, min(2 K, 2048 + pf)). */
 __device__ __forceinline__ unsigned gpu_l2_prefetch_end(int K, int pf)
