@@ -358,7 +358,8 @@ template <int HDP> static int launch_g(cudaStream_t s, int pdl, const dec_params
 int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu_dims *d, int sms,
                     int layer, int T, const bf16 *q, const int *seq_idx, const int *pos,
                     const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, bf16 *out,
-                    unsigned long long *tr, unsigned long long *btr, const void *pf, size_t pf_bytes)
+                    unsigned long long *tr, unsigned long long *btr, const void *pf, size_t pf_bytes,
+                    int mma)
 {
     if (T <= 0) return ACCEL_OK;
     if (T > 65535) return ACCEL_ERR_INVALID; /* grid.z bound */
@@ -387,6 +388,7 @@ int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu
     p.pf = (const char *)pf;
     p.pf_bytes = pf && pf_bytes < (1ull << 32) ? (unsigned)pf_bytes : 0;
     if (!p.pf_bytes) p.pf = NULL;
+    p.mma = mma && d->hd == D2_HD;
     if (d->hd == D2_HD) GPU_TRY(ring_setup());
     if (cluster && d->hd == D2_HD && T <= 65535) {
         p.splits = GPU_DECODE_CLUSTER;

@@ -8,6 +8,7 @@
 #ifndef TANDEM_GPU_ATTN_DECODE_CUH
 #define TANDEM_GPU_ATTN_DECODE_CUH
 #include "gpu/engine.cuh"
+#include "gpu/mma.cuh"
 
 #define DEC_MIN_SPLIT 64 /* keys: fewer per range would cost more in merging than they save */
 
@@ -41,6 +42,7 @@ struct dec_params {
     unsigned long long *btr; /* chain trace, every block: GPU_ATRACE_STAMPS per block (NULL: off) */
     const char *pf;          /* bytes to request into L2 while the kernel runs (the o */
     unsigned pf_bytes;       /* projection's weights; d2_l2_prefetch), NULL: none */
+    int mma;                 /* 1: the kernels' ranges on the tensor cores (d2_mma_range) */
 };
 
 
@@ -413,6 +415,159 @@ __device__ __forceinline__ void d2_global_merge(const dec_params &p, int t, int 
     __syncthreads(); /* the step kernel: sm is the next range's */
 }
 
+/* ---------------------------------------------------------------- the range on the tensor cores
+ * The kernels' (not the step's) range body with p.mma: the scalar body above is bound by its
+ * instruction issue at long context (ncu, 8K: 60 % of the schedulers' cycles issue, 6 cycles per
+ * instruction) and by its dependent arithmetic at short context. Here every warp owns steps of
+ * 8 keys (step g of the range: keys kb + 8 g .., warp w takes g = w, w + 8, ...) and streams them
+ * through its own D2M_STAGES-slot ring in the dynamic shared memory (cp.async, keys XOR-swizzled
+ * by chunk so that ldmatrix is free of bank conflicts; a warp reads only what it copied, so
+ * __syncwarp suffices). Per step:
+ *   S^T (16 x 8: heads x keys) = Q (heads, zero-padded to 16) . K^T   8 x mma.m16n8k16
+ *   online softmax per head (rows: a head is the 4 lanes l / 4), p rounded to bf16 (the sum l
+ *   adds the rounded p, the values the product uses)
+ *   O^T (128 x 8: dims x heads) += V^T . P                             8 x mma.m16n8k8
+ * (S^T's accumulator layout is P's operand layout: no shuffle of P.) Float32 accumulation; P in
+ * bf16 as in the prefill kernels. The warp's (acc, m, l) go to sm as the scalar body leaves them,
+ * so the block and global / cluster merges are the same code. */
+#define D2M_KEYS 8
+#define D2M_STAGE 256 /* uint4 per stage: K and V, 8 keys x 16 chunks each */
+#define D2M_STAGES (D2_RING_BYTES / 16 / D2_WARPS / D2M_STAGE)
+static_assert(D2M_STAGES >= 2, "the ring holds two steps per warp");
+
+__device__ __forceinline__ void d2m_issue(uint4 *stage, const bf16 *K, const bf16 *V, int k0, int ke, int lane)
+{
+#pragma unroll
+    for (int it = 0; it < 8; it++) {
+        const int idx = it * 32 + lane, kv = idx >> 7, r = idx & 127, k = r >> 4, c = r & 15;
+        const int key = k0 + k;
+        const bool ok = key < ke;
+        const size_t off = ok ? (size_t)key * D2_HD + c * 8 : 0;
+        d2_cp16(stage + kv * 128 + k * 16 + (c ^ k), (kv ? V : K) + off, ok);
+    }
+}
+
+template <int G>
+__device__ __forceinline__ void d2_mma_range(const dec_params &p, int t, int h0, int nh, int qp,
+                                             const bf16 *K, const bf16 *V, int kb, int ke,
+                                             d2_smem<G> &sm)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hr = lane / 4, q4 = lane % 4;
+    const int nsteps = (ke - kb + D2M_KEYS - 1) / D2M_KEYS;
+    const int nj = nsteps > warp ? (nsteps - warp + D2_WARPS - 1) / D2_WARPS : 0;
+    uint4 *ring = d2_ring() + (size_t)warp * D2M_STAGES * D2M_STAGE;
+    auto first_key = [&](int j) { return kb + (warp + j * D2_WARPS) * D2M_KEYS; };
+    int issued = 0;
+    const int ahead = min(D2M_STAGES, nj);
+    /* steps wholly below this token's row hold only older keys: requested before the wait */
+    if (p.early)
+        while (issued < ahead && first_key(issued) + D2M_KEYS <= qp) {
+            d2m_issue(ring + (issued % D2M_STAGES) * D2M_STAGE, K, V, first_key(issued), ke, lane);
+            asm volatile("cp.async.commit_group;\n" ::: "memory");
+            issued++;
+        }
+    gpu_pdl_wait();
+    gpu_pdl_trigger();
+    gpu_chain_mark(p.tr, 1);
+    d2_bmark(p, 1);
+    while (issued < ahead) {
+        d2m_issue(ring + (issued % D2M_STAGES) * D2M_STAGE, K, V, first_key(issued), ke, lane);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        issued++;
+    }
+    for (int k = ahead; k < D2M_STAGES; k++) asm volatile("cp.async.commit_group;\n" ::: "memory");
+    /* Q as the A operand: row hr (a head of the slice), k-step ks: dims 16 ks + 2 q4 (+8) */
+    unsigned qa[8], qb[8];
+    {
+        const unsigned *qh = (const unsigned *)(p.q + (size_t)t * p.qd + (size_t)(h0 + hr) * D2_HD);
+#pragma unroll
+        for (int ks = 0; ks < 8; ks++) {
+            qa[ks] = hr < nh ? __ldca(qh + ks * 8 + q4) : 0u;
+            qb[ks] = hr < nh ? __ldca(qh + ks * 8 + 4 + q4) : 0u;
+        }
+    }
+    float o[8][4];
+#pragma unroll
+    for (int mt = 0; mt < 8; mt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[mt][e] = 0.f;
+    float m = -INFINITY, l = 0.f; /* head hr's, the same in its 4 lanes */
+    const int lrow = lane & 7, lsel = lane >> 3;
+    for (int j = 0; j < nj; j++) {
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(D2M_STAGES - 1) : "memory");
+        __syncwarp();
+        const uint4 *st = ring + (j % D2M_STAGES) * D2M_STAGE;
+        float sc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int pp = 0; pp < 4; pp++) { /* chunks 4 pp .. 4 pp + 3: k-steps 2 pp, 2 pp + 1 */
+            unsigned b[4];
+            gpu_ldmatrix_x4(b, st + lrow * 16 + ((4 * pp + lsel) ^ lrow));
+            const unsigned a0[4] = {qa[2 * pp], 0u, qb[2 * pp], 0u};
+            const unsigned a1[4] = {qa[2 * pp + 1], 0u, qb[2 * pp + 1], 0u};
+            gpu_mma_bf16(sc, a0, b[0], b[1]);
+            gpu_mma_bf16(sc, a1, b[2], b[3]);
+        }
+        const int key0 = first_key(j) + 2 * q4;
+        const float s0 = key0 < ke ? sc[0] * p.scale_log2 : -INFINITY;
+        const float s1 = key0 + 1 < ke ? sc[1] * p.scale_log2 : -INFINITY;
+        float mx = fmaxf(s0, s1);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m, mx);
+        const float mu = mn == -INFINITY ? 0.f : mn;
+        const float alpha = exp2f(m - mu); /* m = -inf: 0 */
+        const unsigned pb = gpu_pack_bf16(exp2f(s0 - mu), exp2f(s1 - mu));
+        const float2 pr = __bfloat1622float2(*(const __nv_bfloat162 *)&pb);
+        float rs = pr.x + pr.y;
+        rs += __shfl_xor_sync(0xffffffffu, rs, 1);
+        rs += __shfl_xor_sync(0xffffffffu, rs, 2);
+        l = l * alpha + rs;
+        m = mn;
+        /* O^T's columns are heads 2 q4, 2 q4 + 1: their rescale factors from those heads' lanes */
+        const float a_lo = __shfl_sync(0xffffffffu, alpha, 8 * q4);
+        const float a_hi = __shfl_sync(0xffffffffu, alpha, 8 * q4 + 4);
+#pragma unroll
+        for (int pp = 0; pp < 4; pp++) { /* dims 32 pp .. 32 pp + 31: m-tiles 2 pp, 2 pp + 1 */
+            unsigned v[4];
+            gpu_ldmatrix_x4_trans(v, st + 128 + lrow * 16 + ((4 * pp + lsel) ^ lrow));
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float *c = o[2 * pp + h];
+                c[0] *= a_lo;
+                c[1] *= a_hi;
+                c[2] *= a_lo;
+                c[3] *= a_hi;
+                gpu_mma_bf16_k8(c, v[2 * h], v[2 * h + 1], pb);
+            }
+        }
+        __syncwarp(); /* every lane has read the slot before it is refilled */
+        if (j + D2M_STAGES < nj)
+            d2m_issue(ring + (j % D2M_STAGES) * D2M_STAGE, K, V, first_key(j + D2M_STAGES), ke, lane);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    gpu_chain_mark_any(p.tr, 2);
+    d2_bmark(p, 2);
+    /* the warp's partial as the scalar body leaves it: acc[warp][head][dim], m and l per head */
+    const int c0 = 2 * q4;
+#pragma unroll
+    for (int mt = 0; mt < 8; mt++) {
+        const int dim = 16 * mt + hr;
+        if (c0 < nh) {
+            sm.acc[warp][c0][dim] = o[mt][0];
+            sm.acc[warp][c0][dim + 8] = o[mt][2];
+        }
+        if (c0 + 1 < nh) {
+            sm.acc[warp][c0 + 1][dim] = o[mt][1];
+            sm.acc[warp][c0 + 1][dim + 8] = o[mt][3];
+        }
+    }
+    if (q4 == 0 && hr < nh) {
+        sm.m[warp][hr] = m;
+        sm.l[warp][hr] = l;
+    }
+}
+
 template <int G, bool STEP, bool CLUSTER = false>
 __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int split, int ngx,
                                          int *cnt, d2_smem<G> &sm)
@@ -445,138 +600,142 @@ __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int
     const bf16 *K = sq.k + head_off, *V = sq.v + head_off;
 
     if constexpr (CLUSTER) d2_cluster_arrive(); /* this block runs: the others may push to it */
-    uint4 kr[D2_NI], vr[D2_NI], qv[G];
-    /* RING (the kernels, not the step): the range's tiles stream through a per-thread ring of
-     * D2_STAGES shared-memory slots (d2_issue), D2_STAGES - 1 tiles ahead */
-    constexpr bool RING = !STEP;
-    const int ntile = (ke - kb + D2_TILE - 1) / D2_TILE;
-    const int ahead = min(D2_STAGES - 1, ntile);
-    int issued = 0;
-    const bool early = !STEP && p.early && kb + D2_TILE <= qp;
-    if constexpr (RING) {
-        /* tiles wholly below this token's row hold only older keys: requested before the wait */
-        if (!STEP && p.early)
-            while (issued < ahead && kb + (issued + 1) * D2_TILE <= qp) d2_issue(K, V, kb, ke, issued++, kofs, c);
-    } else if (early) {
-#pragma unroll
-        for (int i = 0; i < D2_NI; i++) {
-            d2_load<STEP>(K, kb + i * 16 + kofs, ke, c, &kr[i]);
-            d2_load<STEP>(V, kb + i * 16 + kofs, ke, c, &vr[i]);
-        }
-    }
-    if (!STEP) {
-        gpu_pdl_wait();
-        gpu_pdl_trigger();
-        gpu_chain_mark(p.tr, 1);
-        d2_bmark(p, 1);
-    }
-    if constexpr (RING) {
-        while (issued < ahead) d2_issue(K, V, kb, ke, issued++, kofs, c);
-        /* always D2_STAGES - 1 groups ahead (empty ones for a range of fewer tiles), so that
-         * the wait in the loop covers the tile it reads */
-        for (int k = ahead; k < D2_STAGES - 1; k++) asm volatile("cp.async.commit_group;\n" ::: "memory");
-    } else if (!early) {
-#pragma unroll
-        for (int i = 0; i < D2_NI; i++) {
-            d2_load<STEP>(K, kb + i * 16 + kofs, ke, c, &kr[i]);
-            d2_load<STEP>(V, kb + i * 16 + kofs, ke, c, &vr[i]);
-        }
-    }
-    float acc[G][8], m[G], l[G];
-#pragma unroll
-    for (int gh = 0; gh < G; gh++) {
-        const bf16 *qh = p.q + (size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD;
-        qv[gh] = gh >= nh ? make_uint4(0, 0, 0, 0)
-                 : STEP   ? __ldcg((const uint4 *)qh + c)
-                          : __ldca((const uint4 *)qh + c);
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[gh][e] = 0.f;
-        m[gh] = -INFINITY;
-        l[gh] = 0.f;
-    }
-    for (int t0 = kb, tile = 0; t0 < ke; t0 += D2_TILE, tile++) {
-        uint4 kc[D2_NI], vc[D2_NI];
+    if (!STEP && p.mma) {
+        d2_mma_range<G>(p, t, h0, nh, qp, K, V, kb, ke, sm);
+    } else {
+        uint4 kr[D2_NI], vr[D2_NI], qv[G];
+        /* RING (the kernels, not the step): the range's tiles stream through a per-thread ring of
+         * D2_STAGES shared-memory slots (d2_issue), D2_STAGES - 1 tiles ahead */
+        constexpr bool RING = !STEP;
+        const int ntile = (ke - kb + D2_TILE - 1) / D2_TILE;
+        const int ahead = min(D2_STAGES - 1, ntile);
+        int issued = 0;
+        const bool early = !STEP && p.early && kb + D2_TILE <= qp;
         if constexpr (RING) {
-            /* one more tile in flight (or an empty group, so that the count below holds), then
-             * this tile's group is complete; each thread reads only the slots it filled */
-            if (issued < ntile)
-                d2_issue(K, V, kb, ke, issued++, kofs, c);
-            else
-                asm volatile("cp.async.commit_group;\n" ::: "memory");
-            asm volatile("cp.async.wait_group %0;\n" ::"n"(D2_STAGES - 1) : "memory");
-            const uint4 *slot = d2_ring() + (size_t)(tile % D2_STAGES) * 2 * D2_NI * D2_THREADS + threadIdx.x;
-#pragma unroll
+            /* tiles wholly below this token's row hold only older keys: requested before the wait */
+            if (!STEP && p.early)
+                while (issued < ahead && kb + (issued + 1) * D2_TILE <= qp) d2_issue(K, V, kb, ke, issued++, kofs, c);
+        } else if (early) {
+    #pragma unroll
             for (int i = 0; i < D2_NI; i++) {
-                kc[i] = slot[(2 * i) * D2_THREADS];
-                vc[i] = slot[(2 * i + 1) * D2_THREADS];
+                d2_load<STEP>(K, kb + i * 16 + kofs, ke, c, &kr[i]);
+                d2_load<STEP>(V, kb + i * 16 + kofs, ke, c, &vr[i]);
             }
-        } else {
-#pragma unroll
+        }
+        if (!STEP) {
+            gpu_pdl_wait();
+            gpu_pdl_trigger();
+            gpu_chain_mark(p.tr, 1);
+            d2_bmark(p, 1);
+        }
+        if constexpr (RING) {
+            while (issued < ahead) d2_issue(K, V, kb, ke, issued++, kofs, c);
+            /* always D2_STAGES - 1 groups ahead (empty ones for a range of fewer tiles), so that
+             * the wait in the loop covers the tile it reads */
+            for (int k = ahead; k < D2_STAGES - 1; k++) asm volatile("cp.async.commit_group;\n" ::: "memory");
+        } else if (!early) {
+    #pragma unroll
             for (int i = 0; i < D2_NI; i++) {
-                kc[i] = kr[i];
-                vc[i] = vr[i];
+                d2_load<STEP>(K, kb + i * 16 + kofs, ke, c, &kr[i]);
+                d2_load<STEP>(V, kb + i * 16 + kofs, ke, c, &vr[i]);
             }
-            if (t0 + D2_TILE < ke) { /* the next tile's loads go out before this tile's arithmetic */
-#pragma unroll
+        }
+        float acc[G][8], m[G], l[G];
+    #pragma unroll
+        for (int gh = 0; gh < G; gh++) {
+            const bf16 *qh = p.q + (size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD;
+            qv[gh] = gh >= nh ? make_uint4(0, 0, 0, 0)
+                     : STEP   ? __ldcg((const uint4 *)qh + c)
+                              : __ldca((const uint4 *)qh + c);
+    #pragma unroll
+            for (int e = 0; e < 8; e++) acc[gh][e] = 0.f;
+            m[gh] = -INFINITY;
+            l[gh] = 0.f;
+        }
+        for (int t0 = kb, tile = 0; t0 < ke; t0 += D2_TILE, tile++) {
+            uint4 kc[D2_NI], vc[D2_NI];
+            if constexpr (RING) {
+                /* one more tile in flight (or an empty group, so that the count below holds), then
+                 * this tile's group is complete; each thread reads only the slots it filled */
+                if (issued < ntile)
+                    d2_issue(K, V, kb, ke, issued++, kofs, c);
+                else
+                    asm volatile("cp.async.commit_group;\n" ::: "memory");
+                asm volatile("cp.async.wait_group %0;\n" ::"n"(D2_STAGES - 1) : "memory");
+                const uint4 *slot = d2_ring() + (size_t)(tile % D2_STAGES) * 2 * D2_NI * D2_THREADS + threadIdx.x;
+    #pragma unroll
                 for (int i = 0; i < D2_NI; i++) {
-                    d2_load<STEP>(K, t0 + D2_TILE + i * 16 + kofs, ke, c, &kr[i]);
-                    d2_load<STEP>(V, t0 + D2_TILE + i * 16 + kofs, ke, c, &vr[i]);
+                    kc[i] = slot[(2 * i) * D2_THREADS];
+                    vc[i] = slot[(2 * i + 1) * D2_THREADS];
+                }
+            } else {
+    #pragma unroll
+                for (int i = 0; i < D2_NI; i++) {
+                    kc[i] = kr[i];
+                    vc[i] = vr[i];
+                }
+                if (t0 + D2_TILE < ke) { /* the next tile's loads go out before this tile's arithmetic */
+    #pragma unroll
+                    for (int i = 0; i < D2_NI; i++) {
+                        d2_load<STEP>(K, t0 + D2_TILE + i * 16 + kofs, ke, c, &kr[i]);
+                        d2_load<STEP>(V, t0 + D2_TILE + i * 16 + kofs, ke, c, &vr[i]);
+                    }
+                }
+            }
+            float s[D2_NI][G];
+    #pragma unroll
+            for (int i = 0; i < D2_NI; i++) {
+                const bool ok = t0 + i * 16 + kofs < ke;
+    #pragma unroll
+                for (int gh = 0; gh < G; gh++) {
+                    float d = d2_dot(qv[gh], kc[i]);
+    #pragma unroll
+                    for (int o = 8; o >= 1; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
+                    s[i][gh] = ok ? d * p.scale_log2 : -INFINITY;
+                }
+            }
+    #pragma unroll
+            for (int gh = 0; gh < G; gh++) {
+                float mx = s[0][gh];
+    #pragma unroll
+                for (int i = 1; i < D2_NI; i++) mx = fmaxf(mx, s[i][gh]);
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+                const float mn = fmaxf(m[gh], mx);
+                const float mu = mn == -INFINITY ? 0.f : mn;
+                const float a = exp2f(m[gh] - mu); /* m = -inf: 0 */
+                float pr[D2_NI], rs = 0.f;
+    #pragma unroll
+                for (int i = 0; i < D2_NI; i++) {
+                    pr[i] = exp2f(s[i][gh] - mu);
+                    rs += pr[i];
+                }
+                rs += __shfl_xor_sync(0xffffffffu, rs, 16);
+                l[gh] = l[gh] * a + rs;
+                m[gh] = mn;
+    #pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    float v = acc[gh][e] * a;
+    #pragma unroll
+                    for (int i = 0; i < D2_NI; i++)
+                        v += pr[i] * __bfloat162float(((const bf16 *)&vc[i])[e]);
+                    acc[gh][e] = v;
                 }
             }
         }
-        float s[D2_NI][G];
-#pragma unroll
-        for (int i = 0; i < D2_NI; i++) {
-            const bool ok = t0 + i * 16 + kofs < ke;
-#pragma unroll
-            for (int gh = 0; gh < G; gh++) {
-                float d = d2_dot(qv[gh], kc[i]);
-#pragma unroll
-                for (int o = 8; o >= 1; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
-                s[i][gh] = ok ? d * p.scale_log2 : -INFINITY;
-            }
-        }
-#pragma unroll
+        if (!STEP && threadIdx.x == 0) gpu_chain_mark_any(p.tr, 2);
+        if (!STEP) d2_bmark(p, 2);
+        /* the two half-warps hold different keys under the same running max: add them */
+    #pragma unroll
         for (int gh = 0; gh < G; gh++) {
-            float mx = s[0][gh];
-#pragma unroll
-            for (int i = 1; i < D2_NI; i++) mx = fmaxf(mx, s[i][gh]);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-            const float mn = fmaxf(m[gh], mx);
-            const float mu = mn == -INFINITY ? 0.f : mn;
-            const float a = exp2f(m[gh] - mu); /* m = -inf: 0 */
-            float pr[D2_NI], rs = 0.f;
-#pragma unroll
-            for (int i = 0; i < D2_NI; i++) {
-                pr[i] = exp2f(s[i][gh] - mu);
-                rs += pr[i];
+    #pragma unroll
+            for (int e = 0; e < 8; e++) acc[gh][e] += __shfl_xor_sync(0xffffffffu, acc[gh][e], 16);
+            if (lane < 16)
+    #pragma unroll
+                for (int e = 0; e < 8; e++) sm.acc[warp][gh][c * 8 + e] = acc[gh][e];
+            if (lane == 0) {
+                sm.m[warp][gh] = m[gh];
+                sm.l[warp][gh] = l[gh];
             }
-            rs += __shfl_xor_sync(0xffffffffu, rs, 16);
-            l[gh] = l[gh] * a + rs;
-            m[gh] = mn;
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                float v = acc[gh][e] * a;
-#pragma unroll
-                for (int i = 0; i < D2_NI; i++)
-                    v += pr[i] * __bfloat162float(((const bf16 *)&vc[i])[e]);
-                acc[gh][e] = v;
-            }
-        }
-    }
-    if (!STEP && threadIdx.x == 0) gpu_chain_mark_any(p.tr, 2);
-    if (!STEP) d2_bmark(p, 2);
-    /* the two half-warps hold different keys under the same running max: add them */
-#pragma unroll
-    for (int gh = 0; gh < G; gh++) {
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[gh][e] += __shfl_xor_sync(0xffffffffu, acc[gh][e], 16);
-        if (lane < 16)
-#pragma unroll
-            for (int e = 0; e < 8; e++) sm.acc[warp][gh][c * 8 + e] = acc[gh][e];
-        if (lane == 0) {
-            sm.m[warp][gh] = m[gh];
-            sm.l[warp][gh] = l[gh];
         }
     }
     __syncthreads();

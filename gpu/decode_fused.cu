@@ -16,8 +16,9 @@
  * weights it streams) into shared memory, with the exact arithmetic of k_rmsnorm (the same code,
  * gpu_block_rmsnorm, with the same 256 threads). Then each warp takes work items in
  * turn: a rope pair (rows i and i + head_dim/2 of one q or k head, streamed together, so the
- * rotation needs no exchange), a v row, or a gate/up pair (rows j and I + j). The dot products
- * are gpu_warp_dot, the plain GEMV's; the epilogues are k_rope_qkv's and k_swiglu's arithmetic,
+ * rotation needs no exchange), a pair of v rows (j and kvd/2 + j: every QKV item streams two
+ * rows), or a gate/up pair (rows j and I + j). The dot products are gpu_warp_dot, the plain
+ * GEMV's; the epilogues are k_rope_qkv's and k_swiglu's arithmetic,
  * including their roundings (q/k/v as float32 before the bias and rope; g and u rounded to bf16
  * before SiLU). So the fused step gives the unfused step's bits (tests/gpu/test_ops.c checks it).
  *
@@ -54,10 +55,11 @@ struct qkv_fused_params {
     unsigned long long *tr; /* chain trace slot (engine.cuh), NULL: off */
 };
 
-/* Item it of the QKV step: < n_q + n_k a rope pair (head, i), else a v row. */
+/* Item it of the QKV step, always two rows: < n_q + n_k a rope pair (head, i), else a pair of v
+ * rows (j, j + kvd / 2), so that every warp's items stream the same bytes. */
 __device__ __forceinline__ int qkv_items(const gpu_dims &d)
 {
-    return (d.n_heads + d.n_kv) * (d.hd / 2) + d.kvd;
+    return (d.n_heads + d.n_kv) * (d.hd / 2) + d.kvd / 2;
 }
 
 __device__ __forceinline__ int qkv_first_row(const gpu_dims &d, int it, int *second)
@@ -69,8 +71,9 @@ __device__ __forceinline__ int qkv_first_row(const gpu_dims &d, int it, int *sec
         *second = c0 + half;
         return c0;
     }
-    *second = -1;
-    return d.qd + d.kvd + (it - n_qk);
+    const int c0 = d.qd + d.kvd + (it - n_qk);
+    *second = c0 + d.kvd / 2;
+    return c0;
 }
 
 __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
@@ -84,44 +87,40 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
     const int it0 = blockIdx.x * FUSED_WARPS + threadIdx.x / 32;
     int it = it0;
     uint4 pre[2][4];
-    int have = 0;
+    int have = 0, r01 = 0, r00 = 0;
     gpu_chain_mark(p.tr, 0);
     if (p.pdl && it0 < items) {
-        int r1, r0 = qkv_first_row(d, it0, &r1);
-        have = it0 < n_qk ? gpu_warp_prefetch<2>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, H, lane, pre)
-                          : gpu_warp_prefetch<1>(p.w + (size_t)r0 * H, 0, H, lane, pre);
-        if (have && p.l2pf > 0 && (lane == 0 || (lane == 1 && r1 >= 0)))
-            gpu_l2_prefetch(p.w + (size_t)(lane ? r1 : r0) * H, 2048u, gpu_l2_prefetch_end(H, p.l2pf));
+        r00 = qkv_first_row(d, it0, &r01);
+        have = gpu_warp_prefetch<2>(p.w + (size_t)r00 * H, (size_t)(r01 - r00) * H, H, lane, pre);
+        if (have && p.l2pf > 0 && lane < 2)
+            gpu_l2_prefetch(p.w + (size_t)(lane ? r01 : r00) * H, 2048u, gpu_l2_prefetch_end(H, p.l2pf));
     }
     gpu_pdl_wait(); /* x, and the cache slot the attention before may still read */
     gpu_pdl_trigger();
-    if (have && p.l2pf < 0 && (lane == 0 || lane == 1)) { /* after the wait: HBM idles in the norm */
-        int r1, r0 = qkv_first_row(d, it0, &r1);
-        if (lane == 0 || r1 >= 0)
-            gpu_l2_prefetch(p.w + (size_t)(lane ? r1 : r0) * H, 2048u, gpu_l2_prefetch_end(H, -p.l2pf));
-    }
+    if (have && p.l2pf < 0 && lane < 2) /* after the wait: HBM idles in the norm */
+        gpu_l2_prefetch(p.w + (size_t)(lane ? r01 : r00) * H, 2048u, gpu_l2_prefetch_end(H, -p.l2pf));
     gpu_chain_mark(p.tr, 1);
     gpu_block_rmsnorm(p.x, p.norm, H, d.eps, xs);
     __syncthreads();
     const gpu_seq_dev sq = p.seqs[p.seq_idx[0]];
     const int pos = p.pos[0];
     for (; it < items; it += stride) {
-        const bool first = have && it == it0;
+        int r1, r0 = qkv_first_row(d, it, &r1);
+        float v[2];
+        const bf16 *w = p.w + (size_t)r0 * H;
+        const size_t rs = (size_t)(r1 - r0) * H;
+        if (have && it == it0)
+            gpu_warp_dot<2, false, true>(w, rs, xs, H, lane, v, pre);
+        else
+            gpu_warp_dot<2, false>(w, rs, xs, H, lane, v);
+        if (lane != 0) continue;
+        /* k_rope_qkv's arithmetic */
+        float a = v[0], b = v[1];
+        if (p.bias) {
+            a = __fadd_rn(a, p.bias[r0]);
+            b = __fadd_rn(b, p.bias[r1]);
+        }
         if (it < n_qk) {
-            int r1, r0 = qkv_first_row(d, it, &r1);
-            float v[2];
-            if (first)
-                gpu_warp_dot<2, false, true>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, xs, H,
-                                             lane, v, pre);
-            else
-                gpu_warp_dot<2, false>(p.w + (size_t)r0 * H, (size_t)(r1 - r0) * H, xs, H, lane, v);
-            if (lane != 0) continue;
-            /* k_rope_qkv's arithmetic */
-            float a = v[0], b = v[1];
-            if (p.bias) {
-                a = __fadd_rn(a, p.bias[r0]);
-                b = __fadd_rn(b, p.bias[r1]);
-            }
             const int k = it >= n_q, j = k ? it - n_q : it, head = j / half, i = j % half;
             float2 r = p.rope[i];
             float o0 = __fsub_rn(__fmul_rn(a, r.x), __fmul_rn(b, r.y));
@@ -131,17 +130,11 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
             dst[0] = __float2bfloat16(o0);
             dst[half] = __float2bfloat16(o1);
         } else {
-            const int j = it - n_qk, r0 = d.qd + d.kvd + j;
-            float v[1];
-            if (first)
-                gpu_warp_dot<1, false, true>(p.w + (size_t)r0 * H, 0, xs, H, lane, v, pre);
-            else
-                gpu_warp_dot<1, false>(p.w + (size_t)r0 * H, 0, xs, H, lane, v);
-            if (lane != 0) continue;
-            float o = v[0];
-            if (p.bias) o = __fadd_rn(o, p.bias[r0]);
-            sq.v[(((size_t)p.layer * d.n_kv + j / d.hd) * sq.cap + pos) * d.hd + j % d.hd] =
-                __float2bfloat16(o);
+            const int j0 = it - n_qk, j1 = j0 + d.kvd / 2;
+            sq.v[(((size_t)p.layer * d.n_kv + j0 / d.hd) * sq.cap + pos) * d.hd + j0 % d.hd] =
+                __float2bfloat16(a);
+            sq.v[(((size_t)p.layer * d.n_kv + j1 / d.hd) * sq.cap + pos) * d.hd + j1 % d.hd] =
+                __float2bfloat16(b);
         }
     }
 }
@@ -233,7 +226,7 @@ int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer
     p.l2pf = l2pf;
     p.tr = tr;
     const size_t smem = (size_t)d->H * sizeof(bf16);
-    const int items = (d->n_heads + d->n_kv) * (d->hd / 2) + d->kvd;
+    const int items = (d->n_heads + d->n_kv) * (d->hd / 2) + d->kvd / 2;
     int blocks;
     GPU_TRY(fused_grid(k_qkv_fused, smem, sms, items, &blocks, qkv_blocks_cap()));
     GPU_CHECK(gpu_launch(k_qkv_fused, blocks, FUSED_THREADS, smem, s, pdl, p));

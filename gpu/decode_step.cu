@@ -627,6 +627,7 @@ int gpu_decode_step(gpu_engine *e, const int *seq_idx, const int *pos, const gpu
     a.btr = NULL;
     a.pf = NULL;
     a.pf_bytes = 0;
+    a.mma = 0;
     a.scale_log2 = (float)(1.4426950408889634 / sqrt((double)d.hd));
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);

@@ -203,6 +203,7 @@ struct gpu_engine {
     int fused;     /* single-token decode through decode_fused.cu (TANDEM_GPU_FUSED=off: unfused) */
     int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for single-token projections too (comparisons) */
     int gemv_per_sm; /* resident blocks of the GEMV kernel per SM (gemm.cu, at its first launch) */
+    int dec_mma; /* the decode attention's ranges on the tensor cores (TANDEM_GPU_DECODE_MMA) */
     size_t attn_pf_short, attn_pf_long; /* bytes of W_o the decode attention requests into L2
                           * (cluster form / split form; TANDEM_GPU_ATTN_PF_MB / _LONG_MB) */
     int l2pf_qkv, l2pf_o, l2pf_gu; /* decode chain: bytes of each warp's first row(s) of the
@@ -395,10 +396,11 @@ int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu
                     int layer, int T, const bf16 *q, const int *seq_idx, const int *pos,
                     const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, bf16 *out,
                     unsigned long long *tr = nullptr, unsigned long long *btr = nullptr,
-                    const void *pf = nullptr, size_t pf_bytes = 0);
+                    const void *pf = nullptr, size_t pf_bytes = 0, int mma = 0);
 /* btr: the chain trace's per-block stamps of the one-kernel forms (attn_decode.cuh d2_bmark);
  * pf: pf_bytes (< 4 GB) the one-kernel forms' warps request into L2 before their PDL wait, split
- * evenly (the o projection's weights: d2_l2_prefetch). */
+ * evenly (the o projection's weights: d2_l2_prefetch). mma = 1 (head_dim 128): the one-kernel
+ * forms' ranges on the tensor cores (attn_decode.cuh d2_mma_range). */
 /* cluster = 1 (where gpu_attn_decode_cluster_ok): the cluster form for short rows — each row's
  * keys in GPU_DECODE_CLUSTER ranges, one thread-block cluster per (token, KV head slice), merged
  * through distributed shared memory instead of global partials (part_* unused); built for

@@ -311,7 +311,8 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
                 e->atrace && e->ctrace_n >= 0 ? e->atrace + (size_t)l * GPU_ATRACE_BLOCKS * GPU_ATRACE_STAMPS : NULL;
             GPU_TRY(gpu_attn_decode(s, e->pdl, !p.kv, p.cluster, &d, e->sms, l, T, e->q, md.seq, md.pos, md.seqs,
                                     e->part_o, e->part_ml, e->part_cnt, e->att,
-                                    gpu_chain_slot(e), btr, pf ? w.w_o : NULL, pf < wo ? pf : wo));
+                                    gpu_chain_slot(e), btr, pf ? w.w_o : NULL, pf < wo ? pf : wo,
+                                    e->dec_mma));
         }
         prof_mark(e, P_ATTN);
         /* x += attn · Wo^T; the single-token GEMV's blocks are resident beside the attention */

@@ -51,6 +51,15 @@ __device__ __forceinline__ void gpu_mma_bf16(float c[4], const unsigned a[4], un
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* c += a · b, the m16n8k8 shape: a = {a0 (row l/4, k 2(l%4)+{0,1}), a1 (row +8)}, b = (k 2(l%4)+{0,1}, n l/4) */
+__device__ __forceinline__ void gpu_mma_bf16_k8(float c[4], unsigned a0, unsigned a1, unsigned b0)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+}
+
 /* Two floats as a bf16x2 register: lo in the low half (the lower column of a fragment pair). */
 __device__ __forceinline__ unsigned gpu_pack_bf16(float lo, float hi)
 {

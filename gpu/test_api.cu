@@ -340,15 +340,18 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
         GPU_CHECK(cudaMemset(dseq, 0, T * sizeof(int)));
         gpu_seq_dev sq = {dk, dv, cap, 0};
         GPU_CHECK(cudaMemcpy(dseqs, &sq, sizeof sq, cudaMemcpyHostToDevice));
-        /* kernel 7: the one-kernel form (head_dim 128), 8: its cluster form, else the two-kernel one */
+        /* kernel 7: the one-kernel form (head_dim 128), 8: its cluster form, 9 / 10: the same with
+         * the ranges on the tensor cores (d2_mma_range), else the two-kernel one */
+        const int mma = kernel == 9 || kernel == 10, cluster = kernel == 8 || kernel == 10;
+        if (mma) kernel -= 2;
         int *cnt = NULL;
         if (kernel == 7) {
             GPU_TRY(s.alloc(&cnt, (size_t)GPU_MAX_BATCH * n_heads));
             GPU_CHECK(cudaMemset(cnt, 0, (size_t)GPU_MAX_BATCH * n_heads * sizeof(int)));
         }
-        if (kernel == 8 && !gpu_attn_decode_cluster_ok(&d)) return ACCEL_ERR_UNSUPPORTED;
-        GPU_TRY(gpu_attn_decode(0, 1, 0, kernel == 8, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml,
-                                cnt, dout));
+        if (cluster && !gpu_attn_decode_cluster_ok(&d)) return ACCEL_ERR_UNSUPPORTED;
+        GPU_TRY(gpu_attn_decode(0, 1, 0, cluster, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml,
+                                cnt, dout, nullptr, nullptr, nullptr, 0, mma));
         if (kernel == 7 || kernel == 8) {
             /* again, with the partials and the output poisoned (NaN): the second call must find
              * the counters reset and merge only what it wrote; both outputs must agree bit for
@@ -360,8 +363,8 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
             GPU_CHECK(cudaMemset(dout, 0xff, (size_t)T * d.qd * 2));
             GPU_CHECK(cudaMemset(po, 0xff, slots * d.hdp * sizeof(float)));
             GPU_CHECK(cudaMemset(pml, 0xff, slots * sizeof(float2)));
-            GPU_TRY(gpu_attn_decode(0, 1, 1, kernel == 8, &d, sms, 0, T, dq, dseq, dpos, dseqs, po,
-                                    pml, cnt, dout));
+            GPU_TRY(gpu_attn_decode(0, 1, 1, cluster, &d, sms, 0, T, dq, dseq, dpos, dseqs, po,
+                                    pml, cnt, dout, nullptr, nullptr, nullptr, 0, mma));
             GPU_CHECK(cudaDeviceSynchronize());
             GPU_CHECK(cudaMemcpy(second.data(), dout, second.size() * 2, cudaMemcpyDeviceToHost));
             if (first != second) {

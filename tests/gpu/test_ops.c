@@ -472,6 +472,29 @@ TEST(gpu_op_attention_decode)
         {8, 2, 700, 24, 2, 128, 0},
         {8, 1, 9000, 32, 8, 128, 0},
         {8, 256, 100, 8, 8, 128, 0},
+        /* both with the ranges on the tensor cores (9: one-kernel, 10: cluster; P in bf16 as in
+         * the prefill kernels, the same tolerance): steps of 8 keys with a partial last one, every
+         * group slice (group 7's unused head, 12's slice of 4), a window, a batch, empty ranges */
+        {9, 3, 3000, 32, 8, 128, 0},
+        {9, 1, 70000, 32, 8, 128, 0},
+        {9, 5, 300, 8, 8, 128, 0},
+        {9, 2, 1000, 16, 8, 128, 0},
+        {9, 2, 700, 32, 2, 128, 0},
+        {9, 4, 500, 8, 4, 128, 100},
+        {9, 1, 0, 4, 2, 128, 0},
+        {9, 8, 10, 8, 2, 128, 0},
+        {9, 2, 700, 28, 4, 128, 0},
+        {9, 2, 700, 24, 2, 128, 0},
+        {9, 256, 100, 8, 8, 128, 0},
+        {10, 1, 0, 4, 2, 128, 0},
+        {10, 8, 10, 8, 2, 128, 0},
+        {10, 1, 1024, 32, 8, 128, 0},
+        {10, 3, 2000, 32, 8, 128, 0},
+        {10, 4, 500, 8, 4, 128, 100},
+        {10, 2, 700, 28, 4, 128, 0},
+        {10, 2, 700, 24, 2, 128, 0},
+        {10, 1, 9000, 32, 8, 128, 0},
+        {10, 256, 100, 8, 8, 128, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attention_case(ops, &cases[i], 200 + i);
 }
