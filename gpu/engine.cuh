@@ -173,7 +173,9 @@ struct gpu_meta_layout {
 #define GPU_EXPORT_AHEAD 3   /* the host stays at most this many layers ahead of the copies */
 #define GPU_LOGIT_ROWS 256   /* logits computed per lm_head GEMM (all_logits in sub-batches) */
 #define GPU_DECODE_SPLIT_MAX 64
+#ifndef GPU_DECODE_CLUSTER /* (overridable at build time, for measurements) */
 #define GPU_DECODE_CLUSTER 16 /* ranges per row in the cluster form of the decode attention */
+#endif
 #define GPU_CHAIN_SLOTS 1024  /* chain trace: launches of a pass traced (the last: the stamps) */
 #define GPU_CHAIN_STAMPS 8    /* per slot: start, wait returned, kernel-specific marks */
 #define GPU_ATRACE_BLOCKS 1024 /* chain trace: the decode attention's blocks stamped per layer */
