@@ -76,6 +76,8 @@ __device__ __forceinline__ int qkv_first_row(const gpu_dims &d, int it, int *sec
     return c0;
 }
 
+/* PIPE: the dot products pipelined (gpu_warp_dot_pipe; H % 1024 == 0), the same bits. */
+template <bool PIPE>
 __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
 {
     extern __shared__ __align__(16) unsigned char fused_smem[];
@@ -109,7 +111,11 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
         float v[2];
         const bf16 *w = p.w + (size_t)r0 * H;
         const size_t rs = (size_t)(r1 - r0) * H;
-        if (have && it == it0)
+        if (PIPE && have && it == it0)
+            gpu_warp_dot_pipe<2, true>(w, rs, xs, H, lane, v, pre);
+        else if (PIPE)
+            gpu_warp_dot_pipe<2>(w, rs, xs, H, lane, v);
+        else if (have && it == it0)
             gpu_warp_dot<2, false, true>(w, rs, xs, H, lane, v, pre);
         else
             gpu_warp_dot<2, false>(w, rs, xs, H, lane, v);
@@ -139,6 +145,7 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
     }
 }
 
+template <bool PIPE>
 __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const float *x,
                                                             const float *norm, int H, int I,
                                                             float eps, bf16 *h, int pdl, int l2pf,
@@ -162,7 +169,11 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const
     __syncthreads();
     for (int j = j0; j < I; j += stride) {
         float v[2];
-        if (have && j == j0)
+        if (PIPE && have && j == j0)
+            gpu_warp_dot_pipe<2, true>(w + (size_t)j * H, (size_t)I * H, xs, H, lane, v, pre);
+        else if (PIPE)
+            gpu_warp_dot_pipe<2>(w + (size_t)j * H, (size_t)I * H, xs, H, lane, v);
+        else if (have && j == j0)
             gpu_warp_dot<2, false, true>(w + (size_t)j * H, (size_t)I * H, xs, H, lane, v, pre);
         else
             gpu_warp_dot<2, false>(w + (size_t)j * H, (size_t)I * H, xs, H, lane, v);
@@ -181,6 +192,18 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const
  * 4.577), 1 is slower (4.315 / 4.695: QKV 15 -> 20 us per layer) — the per-block trace showed the
  * 8K attention's 264 blocks all resident before the QKV kernel ends anyway (its time was the
  * merge). Read at each call (with graphs: once per capture). */
+/* Which fused kernels pipeline their dot products (gpu_warp_dot_pipe, same bits; H % 1024 == 0):
+ * 1 gate/up, 2 QKV, 3 both (the default). Measured on the H200 (Llama-3-8B, BENCHMARKS.md "Night
+ * 2"), two rounds in one call: 1K 4.000 / 4.001 ms per token against 4.156 / 4.137 unpipelined,
+ * 8K 4.313 / 4.307 against 4.420 / 4.416 (gate/up 58.1 -> 55.8 us per layer, QKV 16.4 -> 15.1-15.4
+ * at 1K); gate/up alone 4.041 / 4.325, QKV alone 4.082 / 4.402. TANDEM_GPU_PIPE=0..3 overrides
+ * (read at each call; with graphs once per capture). */
+static int pipe_mask(int H)
+{
+    const char *v = getenv("TANDEM_GPU_PIPE");
+    return H % 1024 ? 0 : v && *v ? atoi(v) & 3 : 3;
+}
+
 static int qkv_blocks_cap()
 {
     const char *v = getenv("TANDEM_GPU_QKV_BLOCKS");
@@ -227,9 +250,10 @@ int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer
     p.tr = tr;
     const size_t smem = (size_t)d->H * sizeof(bf16);
     const int items = (d->n_heads + d->n_kv) * (d->hd / 2) + d->kvd / 2;
+    void (*k)(qkv_fused_params) = pipe_mask(d->H) & 2 ? k_qkv_fused<true> : k_qkv_fused<false>;
     int blocks;
-    GPU_TRY(fused_grid(k_qkv_fused, smem, sms, items, &blocks, qkv_blocks_cap()));
-    GPU_CHECK(gpu_launch(k_qkv_fused, blocks, FUSED_THREADS, smem, s, pdl, p));
+    GPU_TRY(fused_grid(k, smem, sms, items, &blocks, qkv_blocks_cap()));
+    GPU_CHECK(gpu_launch(k, blocks, FUSED_THREADS, smem, s, pdl, p));
     return ACCEL_OK;
 }
 
@@ -238,9 +262,11 @@ int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const bf16
 {
     if (!gpu_fused_ok(d)) return ACCEL_ERR_INVALID;
     const size_t smem = (size_t)d->H * sizeof(bf16);
+    void (*k)(const bf16 *, const float *, const float *, int, int, float, bf16 *, int, int,
+              unsigned long long *) = pipe_mask(d->H) & 1 ? k_gu_fused<true> : k_gu_fused<false>;
     int blocks;
-    GPU_TRY(fused_grid(k_gu_fused, smem, sms, d->I, &blocks));
-    GPU_CHECK(gpu_launch(k_gu_fused, blocks, FUSED_THREADS, smem, s, pdl, w, x, norm, d->H, d->I,
-                         d->eps, h, pdl, l2pf, tr));
+    GPU_TRY(fused_grid(k, smem, sms, d->I, &blocks));
+    GPU_CHECK(gpu_launch(k, blocks, FUSED_THREADS, smem, s, pdl, w, x, norm, d->H, d->I, d->eps, h,
+                         pdl, l2pf, tr));
     return ACCEL_OK;
 }

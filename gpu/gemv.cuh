@@ -5,6 +5,8 @@
  *                   and lane, read once: ld.global.cs) against one bf16 activation row, float32
  *                   accumulation in chunk order, then a butterfly shuffle reduction; every lane
  *                   ends with the R sums;
+ *   gpu_warp_dot_pipe  the same with the next round's loads issued before the current round is
+ *                   summed (the fused kernels, x in shared memory; same bits);
  *   gpu_block_rmsnorm  a block's RMSNorm of one float32 row into bf16 (cpu_rmsnorm's arithmetic:
  *                   the mean of squares in double, inv = (float)(1 / sqrt(ms + eps)),
  *                   out = x * inv * w rounded once); with the same thread count it is the same
@@ -106,6 +108,54 @@ __device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t 
 #pragma unroll
             for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
         }
+    }
+    gpu_warp_sums<R>(acc);
+}
+
+/* gpu_warp_dot<R, false, PRE> with x in shared memory, pipelined: round k + 1's weight loads go
+ * out before round k is summed, so a lane keeps its loads in flight while it computes (twice the
+ * registers). The same chunks in the same order: the same bits. Needs K % 1024 == 0 (whole rounds
+ * of 4 x 32 chunks); PRE: the first round is in pre (gpu_warp_prefetch). */
+template <int R, bool PRE = false>
+__device__ __forceinline__ void gpu_warp_dot_pipe(const bf16 *__restrict__ W, size_t rstride,
+                                                  const bf16 *__restrict__ x, int K, int lane,
+                                                  float acc[R], const uint4 (*pre)[4] = nullptr)
+{
+    const uint4 *xp = (const uint4 *)x;
+    const int rounds = K / 1024;
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    uint4 cur[R][4];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            cur[r][u] = PRE ? pre[r][u] : __ldcs((const uint4 *)(W + r * rstride) + lane + 32 * u);
+    for (int k = 0; k < rounds; k++) {
+        uint4 nxt[R][4];
+        if (k + 1 < rounds) {
+            const int c = (k + 1) * 128 + lane;
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int u = 0; u < 4; u++) nxt[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
+        }
+        const int c0 = k * 128 + lane;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const uint4 xv = xp[c0 + 32 * u];
+            const bf16 *xb = (const bf16 *)&xv;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const bf16 *wb = (const bf16 *)&cur[r][u];
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) cur[r][u] = nxt[r][u];
     }
     gpu_warp_sums<R>(acc);
 }
