@@ -332,6 +332,9 @@ int gpu_decode_step(gpu_engine *e, const int *seq_idx, const int *pos, const gpu
 
 /* kernels.cu */
 int gpu_embed(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, float *x);
+/* gpu_embed and gpu_rope_table (below) in one launch (the same values). */
+int gpu_embed_rope(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, float *x,
+                   const int *pos, const int *tbl, const float *inv, int half, float2 *rope);
 int gpu_rmsnorm(cudaStream_t s, const float *x, const int *rows, const float *w, int T, int H,
                 float eps, bf16 *out);
 int gpu_rope_table(cudaStream_t s, const int *pos, const int *tbl, const float *inv, int T,

@@ -15,11 +15,15 @@ static inline unsigned blocks_for(size_t n, int threads)
 
 /* ---------------------------------------------------------------- embedding */
 
-__global__ void k_embed(const bf16 *table, const int *ids, int H, float *x)
+__device__ __forceinline__ void embed_row(const bf16 *table, const int *ids, int H, float *x, int t)
 {
-    int t = blockIdx.x;
     const bf16 *row = table + (size_t)ids[t] * H;
     for (int i = threadIdx.x; i < H; i += blockDim.x) x[(size_t)t * H + i] = __bfloat162float(row[i]);
+}
+
+__global__ void k_embed(const bf16 *table, const int *ids, int H, float *x)
+{
+    embed_row(table, ids, H, x, blockIdx.x);
 }
 
 int gpu_embed(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, float *x)
@@ -57,16 +61,42 @@ int gpu_rmsnorm(cudaStream_t s, const float *x, const int *rows, const float *w,
  * call: rows of (cos, sin) per token, read by every layer. tbl[t] picks the token's inv_freq
  * table (dynamic NTK scaling gives each sequence its own). */
 
-__global__ void k_rope_table(const int *pos, const int *tbl, const float *inv, int T, int half,
-                             float2 *out)
+__device__ __forceinline__ void rope_entry(const int *pos, const int *tbl, const float *inv, int T,
+                                           int half, float2 *out, size_t i)
 {
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)T * half) return;
     int t = (int)(i / half), j = (int)(i % half);
     float a = __fmul_rn((float)pos[t], inv[(size_t)(tbl ? tbl[t] : 0) * half + j]);
     float sn, cs;
     sincosf(a, &sn, &cs);
     out[i] = make_float2(cs, sn);
+}
+
+__global__ void k_rope_table(const int *pos, const int *tbl, const float *inv, int T, int half,
+                             float2 *out)
+{
+    rope_entry(pos, tbl, inv, T, half, out, blockIdx.x * (size_t)blockDim.x + threadIdx.x);
+}
+
+/* Both at once, for a pass's prologue (one launch, one kernel boundary fewer before the first
+ * layer): blocks [0, T) gather the embedding rows, the rest compute the rope table. */
+__global__ void k_embed_rope(const bf16 *table, const int *ids, int H, float *x, const int *pos,
+                             const int *tbl, const float *inv, int T, int half, float2 *out)
+{
+    if ((int)blockIdx.x < T)
+        embed_row(table, ids, H, x, blockIdx.x);
+    else
+        rope_entry(pos, tbl, inv, T, half, out, (blockIdx.x - T) * (size_t)blockDim.x + threadIdx.x);
+}
+
+int gpu_embed_rope(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, float *x,
+                   const int *pos, const int *tbl, const float *inv, int half, float2 *rope)
+{
+    const size_t n = (size_t)T * half;
+    k_embed_rope<<<(unsigned)T + blocks_for(n, ROW_THREADS), ROW_THREADS, 0, s>>>(table, ids, H, x, pos,
+                                                                                tbl, inv, T, half, rope);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
 }
 
 int gpu_rope_table(cudaStream_t s, const int *pos, const int *tbl, const float *inv, int T,
