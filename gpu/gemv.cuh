@@ -16,6 +16,17 @@
 #define TANDEM_GPU_GEMV_CUH
 #include "gpu/engine.cuh"
 
+/* One round of weight chunks per row: w[r][u] = chunk c + 32 u of row r (read once: ld.global.cs). */
+template <int R>
+__device__ __forceinline__ void gpu_load_round(uint4 (&w)[R][4], const bf16 *__restrict__ W,
+                                               size_t rstride, int c)
+{
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int u = 0; u < 4; u++) w[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
+}
+
 /* The weight chunks gpu_warp_dot loads first (its first round of four per row and lane), issued
  * ahead: a kernel launched with programmatic dependent launch calls this before gpu_pdl_wait
  * (weights never depend on the kernel before) and hands the registers to gpu_warp_dot<.., true>.
@@ -27,10 +38,7 @@ __device__ __forceinline__ int gpu_warp_prefetch(const bf16 *__restrict__ W, siz
                                                  int lane, uint4 pre[R][4])
 {
     if (K / 8 < 128) return 0;
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int u = 0; u < 4; u++) pre[r][u] = __ldcs((const uint4 *)(W + r * rstride) + lane + 32 * u);
+    gpu_load_round<R>(*(uint4(*)[R][4])pre, W, rstride, lane);
     return 1;
 }
 
@@ -51,6 +59,26 @@ template <int R> __device__ __forceinline__ void gpu_warp_sums(float acc[R])
 #pragma unroll
         for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
         acc[r] = v;
+    }
+}
+
+/* acc[r] += one round of row r's weight chunks w[r][u] (chunks c + 32 u of the row) times x's
+ * same chunks, in chunk order: the arithmetic every form of the warp dot product shares (so that
+ * they give the same bits). */
+template <int R, bool GLOBAL>
+__device__ __forceinline__ void gpu_sum_round(float acc[R], const uint4 (&w)[R][4], const uint4 *xp,
+                                              int c)
+{
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const uint4 xv = GLOBAL ? __ldca(xp + c + 32 * u) : xp[c + 32 * u];
+        const bf16 *xb = (const bf16 *)&xv;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const bf16 *wb = (const bf16 *)&w[r][u];
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
+        }
     }
 }
 
@@ -79,24 +107,9 @@ __device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t 
 #pragma unroll
                 for (int u = 0; u < 4; u++) wv[r][u] = pre[r][u];
         } else {
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int u = 0; u < 4; u++)
-                    wv[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
+            gpu_load_round<R>(wv, W, rstride, c);
         }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            uint4 xv = GLOBAL ? __ldca(xp + c + 32 * u) : xp[c + 32 * u];
-            const bf16 *xb = (const bf16 *)&xv;
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const bf16 *wb = (const bf16 *)&wv[r][u];
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
-            }
-        }
+        gpu_sum_round<R, GLOBAL>(acc, wv, xp, c);
     }
     for (; c < chunks; c += 32) {
         uint4 xv = GLOBAL ? __ldca(xp + c) : xp[c];
@@ -126,32 +139,18 @@ __device__ __forceinline__ void gpu_warp_dot_pipe(const bf16 *__restrict__ W, si
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.f;
     uint4 cur[R][4];
+    if (PRE) {
 #pragma unroll
-    for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int u = 0; u < 4; u++)
-            cur[r][u] = PRE ? pre[r][u] : __ldcs((const uint4 *)(W + r * rstride) + lane + 32 * u);
+            for (int u = 0; u < 4; u++) cur[r][u] = pre[r][u];
+    } else {
+        gpu_load_round<R>(cur, W, rstride, lane);
+    }
     for (int k = 0; k < rounds; k++) {
         uint4 nxt[R][4];
-        if (k + 1 < rounds) {
-            const int c = (k + 1) * 128 + lane;
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int u = 0; u < 4; u++) nxt[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
-        }
-        const int c0 = k * 128 + lane;
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const uint4 xv = xp[c0 + 32 * u];
-            const bf16 *xb = (const bf16 *)&xv;
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const bf16 *wb = (const bf16 *)&cur[r][u];
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
-            }
-        }
+        if (k + 1 < rounds) gpu_load_round<R>(nxt, W, rstride, (k + 1) * 128 + lane);
+        gpu_sum_round<R, false>(acc, cur, xp, k * 128 + lane);
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
