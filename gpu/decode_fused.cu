@@ -185,7 +185,6 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const
     }
 }
 
-/* Blocks for `items` work items: one per 8 items, at most one resident wave. */
 /* TANDEM_GPU_QKV_BLOCKS=1..8 (measurements): at most that many blocks per SM for the fused QKV
  * kernel, so that the decode attention's blocks could be resident beside it. Measured on the
  * H200 (BENCHMARKS.md, "Late"): 2 changes nothing (4.178 / 4.572 ms at 1K / 8K against 4.177 /
@@ -211,14 +210,23 @@ static int qkv_blocks_cap()
     return n >= 1 && n <= 8 ? n : 0;
 }
 
+/* Blocks for `items` work items: one per 8 items, at most one resident wave; balanced: as few
+ * warps as give every warp the same number of items as the wave would give its busiest one (no
+ * warp idle while others take one more item: Llama-3-8B's gate/up 14336 items on 2112 warps ->
+ * 7 each on 2048, QKV 3072 -> 2 each on 1536). */
 template <typename K> static int fused_grid(K kernel, size_t smem, int sms, int items, int *blocks,
-                                            int cap = 0)
+                                            int cap = 0, int balanced = 0)
 {
     int per_sm = 0;
     GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, FUSED_THREADS, smem));
     if (cap > 0 && per_sm > cap) per_sm = cap;
     int want = (items + FUSED_WARPS - 1) / FUSED_WARPS, wave = (per_sm > 0 ? per_sm : 1) * sms;
     *blocks = want < wave ? want : wave;
+    if (balanced && items > 0) {
+        const int per_warp = (items + *blocks * FUSED_WARPS - 1) / (*blocks * FUSED_WARPS);
+        const int warps = (items + per_warp - 1) / per_warp;
+        *blocks = (warps + FUSED_WARPS - 1) / FUSED_WARPS;
+    }
     return ACCEL_OK;
 }
 
@@ -230,7 +238,7 @@ int gpu_fused_ok(const gpu_dims *d)
 int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const bf16 *w,
                   const float *bias, const float *x, const float *norm, const float2 *rope,
                   const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q, unsigned long long *tr,
-                  int l2pf)
+                  int l2pf, int balanced)
 {
     if (!gpu_fused_ok(d)) return ACCEL_ERR_INVALID;
     qkv_fused_params p;
@@ -252,7 +260,7 @@ int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer
     const int items = (d->n_heads + d->n_kv) * (d->hd / 2) + d->kvd / 2;
     void (*k)(qkv_fused_params) = pipe_mask(d->H) & 2 ? k_qkv_fused<true> : k_qkv_fused<false>;
     int blocks;
-    GPU_TRY(fused_grid(k, smem, sms, items, &blocks, qkv_blocks_cap()));
+    GPU_TRY(fused_grid(k, smem, sms, items, &blocks, qkv_blocks_cap(), balanced));
     GPU_CHECK(gpu_launch(k, blocks, FUSED_THREADS, smem, s, pdl, p));
     return ACCEL_OK;
 }
@@ -265,7 +273,9 @@ int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const bf16
     void (*k)(const bf16 *, const float *, const float *, int, int, float, bf16 *, int, int,
               unsigned long long *) = pipe_mask(d->H) & 1 ? k_gu_fused<true> : k_gu_fused<false>;
     int blocks;
-    GPU_TRY(fused_grid(k, smem, sms, d->I, &blocks));
+    /* balanced: 1K 3.959 / 3.962 against 3.977 / 3.974 ms per token, 8K 4.265 / 4.267 against
+     * 4.272 / 4.271 (H200, BENCHMARKS.md "Night 2") */
+    GPU_TRY(fused_grid(k, smem, sms, d->I, &blocks, 0, 1));
     GPU_CHECK(gpu_launch(k, blocks, FUSED_THREADS, smem, s, pdl, w, x, norm, d->H, d->I, d->eps, h,
                          pdl, l2pf, tr));
     return ACCEL_OK;

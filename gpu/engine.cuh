@@ -320,7 +320,9 @@ int gpu_fused_ok(const gpu_dims *d);
 int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const bf16 *w,
                   const float *bias, const float *x, const float *norm, const float2 *rope,
                   const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q, unsigned long long *tr = nullptr,
-                  int l2pf = 0);
+                  int l2pf = 0, int balanced = 0);
+/* balanced (gpu_qkv_fused): the grid that gives every warp the same number of items (fewer
+ * blocks), which leaves room for the split-form decode attention's blocks to start early. */
 int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const bf16 *w, const float *x,
                  const float *norm, bf16 *h, unsigned long long *tr = nullptr, int l2pf = 0);
 
