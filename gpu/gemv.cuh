@@ -62,15 +62,15 @@ template <int R> __device__ __forceinline__ void gpu_warp_sums(float acc[R])
     }
 }
 
-/* acc[r] += one round of row r's weight chunks w[r][u] (chunks c + 32 u of the row) times x's
- * same chunks, in chunk order: the arithmetic every form of the warp dot product shares (so that
- * they give the same bits). */
-template <int R, bool GLOBAL>
-__device__ __forceinline__ void gpu_sum_round(float acc[R], const uint4 (&w)[R][4], const uint4 *xp,
+/* acc[r] += one round of row r's weight chunks w[r][u] (chunks c + 32 u of the row, U per round:
+ * 4 in the engine) times x's same chunks, in chunk order: the arithmetic every form of the warp
+ * dot product shares (so that they give the same bits; gpu/bench/gemv_bw.cu's variants too). */
+template <int R, bool GLOBAL, int U = 4>
+__device__ __forceinline__ void gpu_sum_round(float acc[R], const uint4 (&w)[R][U], const uint4 *xp,
                                               int c)
 {
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
+    for (int u = 0; u < U; u++) {
         const uint4 xv = GLOBAL ? __ldca(xp + c + 32 * u) : xp[c + 32 * u];
         const bf16 *xb = (const bf16 *)&xv;
 #pragma unroll

@@ -47,23 +47,6 @@ template <int U> __global__ void __launch_bounds__(THREADS) k_read(const uint4 *
     if (acc == 0x12345678u) *sink = acc;
 }
 
-/* acc[r] += the round's U chunks of row r times x's chunks c0, c0 + 32, ... (gpu_warp_dot's order). */
-template <int R, int U>
-__device__ __forceinline__ void sum_round(float acc[R], const uint4 (&w)[R][U], const uint4 *xp, int c0)
-{
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        uint4 xv = xp[c0 + 32 * u];
-        const bf16 *xb = (const bf16 *)&xv;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const bf16 *wb = (const bf16 *)&w[r][u];
-#pragma unroll
-            for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
-        }
-    }
-}
-
 /* The pipelined form: rounds of U chunks per row and lane; round r + 1's loads go out before
  * round r is summed. Chunk order per lane is gpu_warp_dot's (c, c + 32, ..., round by round), so
  * with U = 4 the sums are the same bits. Needs K / 8 to be a multiple of 32 * U. */
@@ -90,7 +73,7 @@ __device__ __forceinline__ void dot_pipe(const bf16 *__restrict__ W, size_t rstr
 #pragma unroll
                 for (int u = 0; u < U; u++) nxt[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
         }
-        sum_round<R, U>(acc, cur, xp, k * 32 * U + lane);
+        gpu_sum_round<R, false, U>(acc, cur, xp, k * 32 * U + lane);
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
@@ -114,7 +97,7 @@ __device__ __forceinline__ void dot_round(const bf16 *__restrict__ W, size_t rst
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int u = 0; u < U; u++) wv[r][u] = __ldcs((const uint4 *)(W + r * rstride) + c + 32 * u);
-        sum_round<R, U>(acc, wv, xp, c);
+        gpu_sum_round<R, false, U>(acc, wv, xp, c);
     }
     gpu_warp_sums<R>(acc);
 }
