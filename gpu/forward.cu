@@ -620,9 +620,8 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
      * prefill (engine.cu: e->sparse_ws; TANDEM_GPU_SPARSE_ATTN=mma4/mma8 turn it off) */
     const bool ws = e->sparse_ws && gpu_attn_ws_usable(&d, w.q, sq.k, sq.v, kv->cap);
     prof_mark(e, P_START);
-    GPU_TRY(gpu_rope_table(s, w.pos, w.tbl, w.inv, n, half, w.rope));
+    GPU_TRY(gpu_embed_rope(s, e->embed, w.ids, n, d.H, w.x, w.pos, w.tbl, w.inv, half, w.rope));
     prof_mark(e, P_ROPE_TAB);
-    GPU_TRY(gpu_embed(s, e->embed, w.ids, n, d.H, w.x));
     prof_mark(e, P_EMBED);
     for (int l = 0; l < d.L; l++) {
         const gpu_layer_w &lw = e->layers[l];
