@@ -240,6 +240,8 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
      * the H200 (Llama-3-8B, BENCHMARKS.md "Decode"): 1K 3.982 against 4.023 ms per token (the
      * attention 6.5 against 9.3 us per layer), 8K 4.246 against 4.346 (13.6 against 17.1).
      * TANDEM_GPU_DECODE_MMA=off: the scalar body (comparisons). */
+    const char *pn = getenv("TANDEM_GPU_PRUNE");
+    e->prune_off = pn && !strcmp(pn, "off");
     const char *dm = getenv("TANDEM_GPU_DECODE_MMA");
     e->dec_mma = !(dm && !strcmp(dm, "off"));
     const char *ct = getenv("TANDEM_GPU_CHAIN_TRACE");

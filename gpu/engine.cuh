@@ -196,6 +196,8 @@ struct gpu_engine {
     int sparse_warps; /* the same for its block-sparse form; 0: by prompt length (forward.cu) */
     int sparse_ws;    /* block-sparse attention on the warp-specialized kernel (sm90, head_dim
                        * 128): 1 + its variant (gpu_attn_prefill_ws); 0: the mma.sync kernel */
+    int prune_off; /* TANDEM_GPU_PRUNE=off: prefill's last layer carries every row through
+                    * attention and MLP, read or not (comparisons; forward.cu run_layers) */
     int prof;      /* TANDEM_GPU_PROFILE=1: time every op (forward.cu; decode without graphs) */
     cudaEvent_t *prof_ev; /* [GPU_PROF_EVENTS] */
     int prof_cat[GPU_PROF_EVENTS], prof_n;

@@ -252,6 +252,8 @@ struct pass {
     export_run *xr; /* NULL: no export */
     const volatile int *cancel;
     int cluster;  /* decode: the cluster form of the decode attention (short rows) */
+    int keep;     /* rows of the last layer's output that are read (the logits): T, 1 (the last
+                   * row) or 0; the last layer's K/V are written for every row either way */
 };
 
 static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
@@ -299,43 +301,53 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         }
         if (p.xr) GPU_TRY(export_enqueue(e, p.xr, l));
         prof_mark(e, P_EXPORT);
-        if (p.kv && T > SMALL_CHUNK) {
+        /* the rows this layer carries past its K/V: all, except in the last layer of a prefill
+         * pass whose hidden states are not all read (only the logits read them) — there the last
+         * row, or none: 1/L of the pass's MLP and attention work that nothing would read */
+        const int r0 = l == d.L - 1 ? T - p.keep : 0, nr = T - r0;
+        if (nr == 0) {
+            if (p.xr) GPU_TRY(export_poll(e, p.xr, l, 0));
+            continue;
+        }
+        bf16 *const q_r = e->q + (size_t)r0 * d.qd, *const att_r = e->att + (size_t)r0 * d.qd;
+        float *const x_r = e->x + (size_t)r0 * d.H;
+        if (p.kv && nr > SMALL_CHUNK) {
             gpu_seq_dev sq = seq_of(e, p.kv);
             size_t off = (size_t)l * d.n_kv * p.kv->cap * d.hd;
             if (e->sm90)
-                GPU_TRY(gpu_attn_prefill_sm90(s, &d, T, p.pos0, e->q, sq.k + off, sq.v + off, sq.cap,
-                                              e->att));
+                GPU_TRY(gpu_attn_prefill_sm90(s, &d, nr, p.pos0 + r0, q_r, sq.k + off, sq.v + off, sq.cap,
+                                              att_r));
             else
-                GPU_TRY(gpu_attn_prefill(s, &d, T, p.pos0, e->q, sq.k + off, sq.v + off, sq.cap,
-                                         e->att, e->fa_warps));
+                GPU_TRY(gpu_attn_prefill(s, &d, nr, p.pos0 + r0, q_r, sq.k + off, sq.v + off, sq.cap,
+                                         att_r, e->fa_warps));
         } else {
             /* the o projection's weights into L2 while the attention runs (single-token steps) */
             const size_t pf = T == 1 && !p.kv && !p.xr ? (p.cluster ? e->attn_pf_short : e->attn_pf_long) : 0;
             const size_t wo = (size_t)d.H * d.qd * sizeof(bf16);
             unsigned long long *btr =
                 e->atrace && e->ctrace_n >= 0 ? e->atrace + (size_t)l * GPU_ATRACE_BLOCKS * GPU_ATRACE_STAMPS : NULL;
-            GPU_TRY(gpu_attn_decode(s, e->pdl, !p.kv, p.cluster, &d, e->sms, l, T, e->q, md.seq, md.pos, md.seqs,
-                                    e->part_o, e->part_ml, e->part_cnt, e->att,
+            GPU_TRY(gpu_attn_decode(s, e->pdl, !p.kv, p.cluster, &d, e->sms, l, nr, q_r, md.seq + r0,
+                                    md.pos + r0, md.seqs, e->part_o, e->part_ml, e->part_cnt, att_r,
                                     gpu_chain_slot(e), btr, pf ? w.w_o : NULL, pf < wo ? pf : wo,
                                     e->dec_mma));
         }
         prof_mark(e, P_ATTN);
         /* x += attn · Wo^T; the single-token GEMV's blocks are resident beside the attention */
-        GPU_TRY(gpu_gemm(e, T, d.H, d.qd, w.w_o, e->att, e->x, 1, 1.f, p.cluster ? e->l2pf_o : 0));
+        GPU_TRY(gpu_gemm(e, nr, d.H, d.qd, w.w_o, att_r, x_r, 1, 1.f, p.cluster ? e->l2pf_o : 0));
         prof_mark(e, P_O);
         if (fused) {
             GPU_TRY(gpu_gu_fused(s, e->pdl, e->sms, &d, w.w_gu, e->x, w.ffn_norm, e->h,
                                  gpu_chain_slot(e), e->l2pf_gu));
             prof_mark(e, P_GU);
         } else {
-            GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.ffn_norm, T, d.H, d.eps, e->xb));
+            GPU_TRY(gpu_rmsnorm(s, x_r, NULL, w.ffn_norm, nr, d.H, d.eps, e->xb));
             prof_mark(e, P_NORM);
-            GPU_TRY(gpu_gemm(e, T, 2 * d.I, d.H, w.w_gu, e->xb, e->gu, 0, 0.f));
+            GPU_TRY(gpu_gemm(e, nr, 2 * d.I, d.H, w.w_gu, e->xb, e->gu, 0, 0.f));
             prof_mark(e, P_GU);
-            GPU_TRY(gpu_swiglu(s, e->gu, T, d.I, e->h));
+            GPU_TRY(gpu_swiglu(s, e->gu, nr, d.I, e->h));
             prof_mark(e, P_SWIGLU);
         }
-        GPU_TRY(gpu_gemm(e, T, d.H, d.I, w.w_down, e->h, e->x, 1, 1.f)); /* x += h · Wd^T */
+        GPU_TRY(gpu_gemm(e, nr, d.H, d.I, w.w_down, e->h, x_r, 1, 1.f)); /* x += h · Wd^T */
         prof_mark(e, P_DOWN);
         if (p.xr) GPU_TRY(export_poll(e, p.xr, l, 0));
     }
@@ -436,6 +448,7 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
         p.cancel = cancel;
         p.xr = NULL;
         p.cluster = 0;
+        p.keep = e->prune_off || (logits && all_logits) ? T : logits && done + T == n ? 1 : 0;
         if (sink) {
             export_init(&xr, e, sink, kv_dtype, T, pos0 + done);
             p.xr = &xr;
@@ -758,6 +771,7 @@ static cudaGraphExec_t decode_graph(gpu_engine *e, int n, int cluster, const met
     p.xr = NULL;
     p.cancel = NULL;
     p.cluster = cluster;
+    p.keep = n;
     int st = run_layers(e, p, md);
     if (!st) st = logits_compute(e, e->x, 0, n);
     if (!st) st = gpu_chain_stamp(e, 1);
@@ -849,6 +863,7 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
         p.xr = NULL;
         p.cancel = NULL;
         p.cluster = cluster;
+        p.keep = n;
         st = run_layers(e, p, md);
         if (!st) st = logits_rows(e, e->x, 0, n, logits);
         if (!st) st = gpu_chain_stamp(e, 1);

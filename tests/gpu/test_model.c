@@ -187,6 +187,41 @@ TEST(gpu_prefill_decode_matches_prefill_tiny)
     prefill_then_decode(TINY, 96, 40);
 }
 
+/* A prefill asked for the last token's logits only carries just that row through the last
+ * layer's attention and MLP, and no row of an inner pass (run_layers' keep). In passes of 256
+ * tokens (600 = 256 + 256 + 88; the last pass's row through the split-K attention), against the
+ * same prompt with every row's logits: the last row within the bounds (another attention kernel
+ * computed it), and the decode steps after it bit for bit (the last layer's K/V are written for
+ * every row either way). */
+TEST(gpu_prefill_last_row_only)
+{
+    setenv("TANDEM_GPU_CHUNK", "256", 1);
+    OPEN_OR_SKIP(TINY, NULL, m, d);
+    int V = m->cfg.vocab, n = 600, steps = 5;
+    int32_t *ids = tg_ids(n + steps, V, 11);
+    float *full = malloc(sizeof(float) * (size_t)n * V);
+    float *dec_a = malloc(sizeof(float) * (size_t)(steps + 1) * V);
+    float *dec_b = malloc(sizeof(float) * (size_t)(steps + 1) * V);
+    accel_seq *a, *b;
+    REQUIRE(accel_seq_new(d, n + steps, &a) == 0 && accel_seq_new(d, n + steps, &b) == 0);
+    accel_prefill_req ra = {.seq = a, .ids = ids, .n = n, .logits = full, .all_logits = 1};
+    accel_prefill_req rb = {.seq = b, .ids = ids, .n = n, .logits = dec_b};
+    REQUIRE(accel_prefill(d, &ra) == 0 && accel_prefill(d, &rb) == 0);
+    memcpy(dec_a, full + (size_t)(n - 1) * V, sizeof(float) * V);
+    for (int k = 0; k < steps; k++) {
+        REQUIRE(accel_decode(d, 1, &a, &ids[n + k], dec_a + (size_t)(k + 1) * V) == 0);
+        REQUIRE(accel_decode(d, 1, &b, &ids[n + k], dec_b + (size_t)(k + 1) * V) == 0);
+    }
+    check_close("last row only vs every row", TINY, dec_a, dec_b, 1, V);
+    CHECK_MSG(!memcmp(dec_a + V, dec_b + V, sizeof(float) * (size_t)steps * V),
+              "decode after a last-row-only prefill differs from decode after a full one");
+    accel_seq_free(d, a);
+    accel_seq_free(d, b);
+    free(full), free(dec_a), free(dec_b), free(ids);
+    accel_free(d);
+    model_free(m);
+}
+
 /* Uneven chunks (one of them a single token: the split-K path) against one prefill. */
 TEST(gpu_chunked_prefill_matches)
 {
