@@ -112,7 +112,41 @@ int gpu_rope_table(cudaStream_t s, const int *pos, const int *tbl, const float *
  * no FMA (the __f*_rn intrinsics keep the compiler from contracting). Also adds the q/k/v biases
  * (cpu_matmul adds them to the projection output, before rotation), writes Q as bf16 for
  * attention, K and V as bf16 into the cache at the token's position, and K, V as float32 for the
- * export quantizer when kf is not NULL. One block per token. */
+ * export quantizer when kf is not NULL. One block per token; each thread takes 4 consecutive
+ * elements of a row (16-byte float loads, 8-byte bf16 stores; head_dim % 8 == 0, which
+ * check_shape requires). Measured (ncu, H200, 8192 tokens of Llama-3-8B): 75 against 111 us per
+ * layer for one element per thread (83 against 57 % of DRAM bandwidth). */
+#define ROPE_VW 4
+
+__device__ __forceinline__ void ld4(const float *p, float (&v)[4])
+{
+    float4 t = *(const float4 *)p;
+    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+}
+
+__device__ __forceinline__ void st4(bf16 *p, const float (&v)[4])
+{
+    __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]), b = __floats2bfloat162_rn(v[2], v[3]);
+    uint2 t;
+    t.x = *(const unsigned *)&a;
+    t.y = *(const unsigned *)&b;
+    *(uint2 *)p = t;
+}
+
+__device__ __forceinline__ void st4(float *p, const float (&v)[4])
+{
+    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+}
+
+__device__ __forceinline__ void add_bias4(float (&v)[4], const float *bias, int c)
+{
+    if (!bias) return;
+    float b[4];
+    ld4(bias + c, b);
+#pragma unroll
+    for (int u = 0; u < 4; u++) v[u] = __fadd_rn(v[u], b[u]);
+}
+
 __global__ void k_rope_qkv(gpu_dims d, int layer, const float *qkv, const float *bias,
                            const float2 *rope, const int *seq_idx, const int *pos,
                            const gpu_seq_dev *seqs, bf16 *q, float *kf, float *vf)
@@ -122,40 +156,44 @@ __global__ void k_rope_qkv(gpu_dims d, int layer, const float *qkv, const float 
     const float2 *cs = rope + (size_t)t * half;
     gpu_seq_dev sq = seqs[seq_idx[t]];
     int p = pos[t];
-    int n_q = d.n_heads * half, n_k = d.n_kv * half;
-    for (int w = threadIdx.x; w < n_q + n_k + d.kvd; w += blockDim.x) {
+    int n_q = d.n_heads * half / ROPE_VW, n_k = d.n_kv * half / ROPE_VW, n_v = d.kvd / ROPE_VW;
+    for (int w = threadIdx.x; w < n_q + n_k + n_v; w += blockDim.x) {
         if (w < n_q + n_k) {
-            int k = w >= n_q, j = k ? w - n_q : w;
+            int k = w >= n_q, j = (k ? w - n_q : w) * ROPE_VW;
             int head = j / half, i = j % half;
             int c0 = (k ? d.qd : 0) + head * d.hd + i;
-            float a = row[c0], b = row[c0 + half];
-            if (bias) {
-                a = __fadd_rn(a, bias[c0]);
-                b = __fadd_rn(b, bias[c0 + half]);
+            float a[4], b[4], o0[4], o1[4];
+            ld4(row + c0, a);
+            ld4(row + c0 + half, b);
+            add_bias4(a, bias, c0);
+            add_bias4(b, bias, c0 + half);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                float2 r = cs[i + u];
+                o0[u] = __fsub_rn(__fmul_rn(a[u], r.x), __fmul_rn(b[u], r.y));
+                o1[u] = __fadd_rn(__fmul_rn(b[u], r.x), __fmul_rn(a[u], r.y));
             }
-            float2 r = cs[i];
-            float o0 = __fsub_rn(__fmul_rn(a, r.x), __fmul_rn(b, r.y));
-            float o1 = __fadd_rn(__fmul_rn(b, r.x), __fmul_rn(a, r.y));
             if (!k) {
                 bf16 *qo = q + (size_t)t * d.qd + head * d.hd + i;
-                qo[0] = __float2bfloat16(o0);
-                qo[half] = __float2bfloat16(o1);
+                st4(qo, o0);
+                st4(qo + half, o1);
             } else {
                 bf16 *ko = sq.k + (((size_t)layer * d.n_kv + head) * sq.cap + p) * d.hd + i;
-                ko[0] = __float2bfloat16(o0);
-                ko[half] = __float2bfloat16(o1);
+                st4(ko, o0);
+                st4(ko + half, o1);
                 if (kf) {
-                    kf[(size_t)t * d.kvd + head * d.hd + i] = o0;
-                    kf[(size_t)t * d.kvd + head * d.hd + i + half] = o1;
+                    st4(kf + (size_t)t * d.kvd + head * d.hd + i, o0);
+                    st4(kf + (size_t)t * d.kvd + head * d.hd + i + half, o1);
                 }
             }
         } else {
-            int j = w - n_q - n_k, head = j / d.hd, i = j % d.hd;
+            int j = (w - n_q - n_k) * ROPE_VW, head = j / d.hd, i = j % d.hd;
             int c = d.qd + d.kvd + j;
-            float v = row[c];
-            if (bias) v = __fadd_rn(v, bias[c]);
-            sq.v[(((size_t)layer * d.n_kv + head) * sq.cap + p) * d.hd + i] = __float2bfloat16(v);
-            if (vf) vf[(size_t)t * d.kvd + j] = v;
+            float v[4];
+            ld4(row + c, v);
+            add_bias4(v, bias, c);
+            st4(sq.v + (((size_t)layer * d.n_kv + head) * sq.cap + p) * d.hd + i, v);
+            if (vf) st4(vf + (size_t)t * d.kvd + j, v);
         }
     }
 }
@@ -164,7 +202,8 @@ int gpu_rope_qkv(cudaStream_t s, const gpu_dims *d, int layer, int T, const floa
                  const float *bias, const float2 *rope, const int *seq_idx, const int *pos,
                  const gpu_seq_dev *seqs, bf16 *q, float *kf, float *vf)
 {
-    k_rope_qkv<<<T, ROW_THREADS, 0, s>>>(*d, layer, qkv, bias, rope, seq_idx, pos, seqs, q, kf, vf);
+    if ((d->hd / 2) % ROPE_VW) return ACCEL_ERR_UNSUPPORTED;
+    k_rope_qkv<<<T, ROW_THREADS / 2, 0, s>>>(*d, layer, qkv, bias, rope, seq_idx, pos, seqs, q, kf, vf);
     GPU_LAUNCHED();
     return ACCEL_OK;
 }
