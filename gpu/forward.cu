@@ -616,8 +616,12 @@ static int event_status(cudaError_t ce)
     return ce == cudaSuccess ? ACCEL_OK : gpu_cuda_status(ce, "cudaEventRecord", __FILE__, __LINE__);
 }
 
+/* last_from: the first row the last layer carries past its K/V (0: all; a block boundary: the
+ * last block, whose tile of the block-sparse attention is the one a whole pass computes; n: none),
+ * as run_layers' keep. */
 static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
-                         const gpu_flex_params *fp, export_run *xr, const volatile int *cancel)
+                         const gpu_flex_params *fp, export_run *xr, const volatile int *cancel,
+                         int last_from)
 {
     const gpu_dims &d = e->d;
     cudaStream_t s = e->compute;
@@ -665,7 +669,7 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
                                   cudaMemcpyDeviceToHost, s));
         prof_mark(e, P_INDEX);
         const gpu_block_list bl = {rp, gpu_flex_ws_col(w.fw), nb};
-        for (int c0 = 0; c0 < n; c0 += C) {
+        for (int c0 = l == d.L - 1 ? last_from : 0; c0 < n; c0 += C) {
             const int T = n - c0 < C ? n - c0 : C;
             float *xc = w.x + (size_t)c0 * d.H;
             const bf16 *qc = w.q + (size_t)c0 * d.qd;
@@ -723,7 +727,9 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, const int32_t *ids, int n, flo
         for (int i = 0; i < GPU_EXPORT_RING; i++) xr.dslot[i] = w.exp[i];
     }
     if (!st) st = event_status(cudaEventRecord(e->ev_t0, e->compute));
-    if (!st) st = sparse_layers(e, w, kv, n, fp, sink ? &xr : NULL, cancel);
+    const int last_from = e->prune_off || (logits && all_logits) ? 0
+                          : logits ? (n - 1) / GPU_FLEX_BS * GPU_FLEX_BS : n;
+    if (!st) st = sparse_layers(e, w, kv, n, fp, sink ? &xr : NULL, cancel, last_from);
     if (!st) st = event_status(cudaEventRecord(e->ev_t1, e->compute));
     if (!st && logits) {
         if (all_logits) st = logits_rows(e, w.x, 0, n, logits);

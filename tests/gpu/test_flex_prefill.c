@@ -151,6 +151,39 @@ TEST(gpu_flex_prefill_then_decode)
     model_free(m);
 }
 
+/* Asked for the last token's logits only, the sparse path carries only the last 128-block through
+ * the last layer's attention and MLP (sparse_layers' last_from; passes of 256 here): that row
+ * against the same prompt with every row's logits within the bounds (the same attention tile; the
+ * GEMMs run over 104 rows instead of 256), and the decode steps after it bit for bit. */
+TEST(gpu_flex_prefill_last_row_only)
+{
+    OPEN_OR_SKIP("300", m, d);
+    const int n = 1000, steps = 4, V = m->cfg.vocab;
+    int32_t *ids = tg_ids(n + steps, V, 23);
+    accel_sparse real = {.gamma = 0.9f, .tau = 0.1f, .min_budget = 256, .dense_below = -1};
+    accel_sparse_report rep;
+    accel_seq *sa = NULL, *sb = NULL;
+    float *all = prefill(d, ids, n, steps, &real, &rep, NULL, &sa);
+    REQUIRE(all && sa);
+    REQUIRE(accel_seq_new(d, n + steps, &sb) == 0);
+    float *la = malloc(sizeof(float) * (size_t)(steps + 1) * V), *lb = malloc(sizeof(float) * (size_t)(steps + 1) * V);
+    accel_prefill_req r = {.seq = sb, .ids = ids, .n = n, .logits = lb, .sparse = &real, .sparse_report = &rep};
+    REQUIRE(accel_prefill(d, &r) == 0);
+    CHECK_EQ(rep.layers_sparse, m->cfg.n_layers);
+    memcpy(la, all + (size_t)(n - 1) * V, sizeof(float) * V);
+    for (int k = 0; k < steps; k++) {
+        REQUIRE(accel_decode(d, 1, &sa, &ids[n + k], la + (size_t)(k + 1) * V) == 0);
+        REQUIRE(accel_decode(d, 1, &sb, &ids[n + k], lb + (size_t)(k + 1) * V) == 0);
+    }
+    check_logits("sparse, last row only vs every row", la, lb, 1, V);
+    CHECK_MSG(!memcmp(la + V, lb + V, sizeof(float) * (size_t)steps * V),
+              "decode after a last-row-only sparse prefill differs from decode after a full one");
+    accel_seq_free(d, sa), accel_seq_free(d, sb);
+    free(all), free(la), free(lb), free(ids);
+    accel_free(d);
+    model_free(m);
+}
+
 /* Real budgets (vertical and slash capped at 2 blocks each): every layer sparse, a density
  * strictly between what the always-kept sink and diagonal blocks give and 1, the same causal
  * block count as the CPU backend reports (its density printed beside ours); prompts at or below
