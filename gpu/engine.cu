@@ -235,13 +235,15 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     e->dec_cluster = !(dc && !strcmp(dc, "off")) && gpu_attn_decode_cluster_ok(&d);
     e->dec_cluster_max = 2048;
     if (dc && atoi(dc) > 0) e->dec_cluster_max = atoi(dc);
+    /* prefill's last layer past its K/V only for the rows the logits read (forward.cu);
+     * TANDEM_GPU_PRUNE=off: every row (comparisons) */
+    const char *pn = getenv("TANDEM_GPU_PRUNE");
+    e->prune_off = pn && !strcmp(pn, "off");
     /* the one-kernel decode attention's ranges on the tensor cores (attn_decode.cuh
      * d2_mma_range; head_dim 128): the scalar body was bound by instruction issue. Measured on
      * the H200 (Llama-3-8B, BENCHMARKS.md "Decode"): 1K 3.982 against 4.023 ms per token (the
      * attention 6.5 against 9.3 us per layer), 8K 4.246 against 4.346 (13.6 against 17.1).
      * TANDEM_GPU_DECODE_MMA=off: the scalar body (comparisons). */
-    const char *pn = getenv("TANDEM_GPU_PRUNE");
-    e->prune_off = pn && !strcmp(pn, "off");
     const char *dm = getenv("TANDEM_GPU_DECODE_MMA");
     e->dec_mma = !(dm && !strcmp(dm, "off"));
     const char *ct = getenv("TANDEM_GPU_CHAIN_TRACE");

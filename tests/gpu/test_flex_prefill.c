@@ -154,7 +154,7 @@ TEST(gpu_flex_prefill_then_decode)
 /* Asked for the last token's logits only, the sparse path carries only the last 128-block through
  * the last layer's attention and MLP (sparse_layers' last_from; passes of 256 here): that row
  * against the same prompt with every row's logits within the bounds (the same attention tile; the
- * GEMMs run over 104 rows instead of 256), and the decode steps after it bit for bit. */
+ * GEMMs run over 104 rows instead of the last pass's 232), and the decode steps after it bit for bit. */
 TEST(gpu_flex_prefill_last_row_only)
 {
     OPEN_OR_SKIP("300", m, d);
