@@ -1,6 +1,7 @@
 # tandem — one Makefile, read top to bottom as the table of contents.
 #
-#   make            build build/tandem (+ build/libxrt_emu.so, + build/libtandem_cuda.so when nvcc exists)
+#   make            build build/tandem (+ build/libxrt_emu.so, + build/libtandem_cuda.so and its fp16 twin
+#                   build/libtandem_cuda_f16.so when nvcc exists)
 #   make run        install deps, build, start the daemon on the bundled stories260K model
 #   make test       install deps, build, run every test; last line "N passed, N failed"
 #   make deps       install the Debian packages the build needs (idempotent)
@@ -68,11 +69,13 @@ EMU_OBJ  := $(EMU_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 TOOLS    := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
 GPU_OBJ  := $(GPU_CU:%.cu=$(BUILD)/obj/%.cu.o) $(GPU_C:%.c=$(BUILD)/obj/%.o)
+# the same sources with fp16 in place of bf16 (gpu/h16.cuh): libtandem_cuda_f16.so
+GPU_OBJ_F16 := $(GPU_CU:%.cu=$(BUILD)/obj-f16/%.cu.o) $(GPU_C:%.c=$(BUILD)/obj/%.o)
 
 TARGETS  := $(BUILD)/tandem $(BUILD)/libxrt_emu.so $(BUILD)/tandem-tests $(TOOLS)
 ifeq ($(CUDA),1)
 ifneq ($(GPU_CU)$(GPU_C),)
-TARGETS  += $(BUILD)/libtandem_cuda.so
+TARGETS  += $(BUILD)/libtandem_cuda.so $(BUILD)/libtandem_cuda_f16.so
 endif
 endif
 
@@ -122,8 +125,16 @@ $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
+$(BUILD)/obj-f16/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -DGPU_H16_F16 -MMD -MP -c $< -o $@
+
 $(BUILD)/libtandem_cuda.so: $(GPU_OBJ) $(BUILD)/libtandem.a
 	$(CC) $(LDFLAGS) -shared -o $@ $(GPU_OBJ) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+	    -lcublasLt -lcublas -lcudart -lstdc++ $(LDLIBS)
+
+$(BUILD)/libtandem_cuda_f16.so: $(GPU_OBJ_F16) $(BUILD)/libtandem.a
+	$(CC) $(LDFLAGS) -shared -o $@ $(GPU_OBJ_F16) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	    -lcublasLt -lcublas -lcudart -lstdc++ $(LDLIBS)
 
 # ---------------------------------------------------------------- workflows
@@ -165,7 +176,8 @@ install: all
 	    $(DESTDIR)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/tandem/models
 	install -m 755 $(BUILD)/tandem $(DESTDIR)$(PREFIX)/bin/tandem
 	install -m 755 $(BUILD)/libxrt_emu.so $(DESTDIR)$(PREFIX)/lib/tandem/
-	if [ -f $(BUILD)/libtandem_cuda.so ]; then install -m 755 $(BUILD)/libtandem_cuda.so $(DESTDIR)$(PREFIX)/lib/tandem/; fi
+	for p in libtandem_cuda.so libtandem_cuda_f16.so; do \
+	    if [ -f $(BUILD)/$$p ]; then install -m 755 $(BUILD)/$$p $(DESTDIR)$(PREFIX)/lib/tandem/; fi; done
 	cp -r models/stories260K $(DESTDIR)$(PREFIX)/share/tandem/models/
 	install -d $(DESTDIR)$(PREFIX)/share/doc/tandem $(DESTDIR)/usr/lib/sysusers.d
 	install -m 644 README.md deploy/tandem.conf.example $(DESTDIR)$(PREFIX)/share/doc/tandem/
@@ -182,4 +194,4 @@ format:
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/obj-f16 -name '*.d' 2>/dev/null)

@@ -22,13 +22,13 @@
 #define DEC_THREADS 128
 #define DEC_SUB 128
 
-__device__ __forceinline__ void load8(const bf16 *src, bool ok, float out[8])
+__device__ __forceinline__ void load8(const h16 *src, bool ok, float out[8])
 {
     if (ok) {
         uint4 raw = *(const uint4 *)src;
-        const bf16 *b = (const bf16 *)&raw;
+        const h16 *b = (const h16 *)&raw;
 #pragma unroll
-        for (int e = 0; e < 8; e++) out[e] = __bfloat162float(b[e]);
+        for (int e = 0; e < 8; e++) out[e] = h16_to(b[e]);
     } else {
 #pragma unroll
         for (int e = 0; e < 8; e++) out[e] = 0.f;
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_decode_split(dec_params p)
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, c = tid % CH, kl = tid / CH;
     const bool cok = c * 8 < p.hd;
     const size_t head_off = ((size_t)p.layer * p.n_kv + g) * sq.cap * p.hd;
-    const bf16 *K = sq.k + head_off, *V = sq.v + head_off;
+    const h16 *K = sq.k + head_off, *V = sq.v + head_off;
 
     float qv[G][8], acc[G][8];
 #pragma unroll
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_decode_split(dec_params p)
 
 __global__ void k_decode_merge(const float *part_o, const float2 *part_ml, const int *pos,
                                int window, int splits, int n_heads, int hd, int hdp, int qd,
-                               bf16 *out)
+                               h16 *out)
 {
     gpu_pdl_wait();
     gpu_pdl_trigger();
@@ -182,7 +182,7 @@ __global__ void k_decode_merge(const float *part_o, const float2 *part_ml, const
             float2 ml = part_ml[s0 + s];
             if (ml.y > 0.f) acc += part_o[(s0 + s) * hdp + col] * exp2f(ml.x - M);
         }
-        out[(size_t)t * qd + (size_t)h * hd + col] = __float2bfloat16(acc / L);
+        out[(size_t)t * qd + (size_t)h * hd + col] = h16_from(acc / L);
     }
 }
 
@@ -356,8 +356,8 @@ template <int HDP> static int launch_g(cudaStream_t s, int pdl, const dec_params
 }
 
 int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu_dims *d, int sms,
-                    int layer, int T, const bf16 *q, const int *seq_idx, const int *pos,
-                    const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, bf16 *out,
+                    int layer, int T, const h16 *q, const int *seq_idx, const int *pos,
+                    const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, h16 *out,
                     unsigned long long *tr, unsigned long long *btr, const void *pf, size_t pf_bytes,
                     int mma)
 {

@@ -29,12 +29,12 @@ static inline int gpu_decode_heads_per_block(int group)
 }
 
 struct dec_params {
-    const bf16 *q;
+    const h16 *q;
     const int *seq_idx, *pos;
     const gpu_seq_dev *seqs;
     float *part_o;
     float2 *part_ml;
-    bf16 *out; /* the one-kernel form writes the merged rows itself */
+    h16 *out; /* the one-kernel form writes the merged rows itself */
     int layer, n_kv, n_heads, group, hd, qd, window, splits, gslices;
     int early; /* PDL and one new row per sequence: a first tile below it is read before the wait */
     float scale_log2;
@@ -55,7 +55,7 @@ struct dec_params {
  *     of a thread in the tile is i * 16 + warp * 2 + lane / 16 (i < 2); a thread's K and V loads
  *     of the next tile go out before this tile's arithmetic (a register double buffer), so a
  *     range costs about one memory round trip plus its arithmetic;
- *   - q stays bf16 in registers (the dot product is scaled afterwards): with 2 blocks per SM the
+ *   - q stays h16 in registers (the dot product is scaled afterwards): with 2 blocks per SM the
  *     kernel must fit 128 registers;
  *   - no barrier inside the loop: every warp runs its own online softmax over its keys;
  *   - the 8 warps merge through shared memory once, the block writes its range's partial, and
@@ -99,7 +99,7 @@ __device__ __forceinline__ void d2_l2_prefetch(const dec_params &p)
  * when the block starts (it is read only after gpu_pdl_wait); in the decode step kernel (CG = true)
  * another block wrote it in this kernel, so the load bypasses L1 (__ldcg). */
 template <bool CG>
-__device__ __forceinline__ void d2_load(const bf16 *base, int key, int ke, int c, uint4 *k)
+__device__ __forceinline__ void d2_load(const h16 *base, int key, int ke, int c, uint4 *k)
 {
     const uint4 *a = (const uint4 *)(base + (size_t)key * D2_HD) + c;
     if (key < ke)
@@ -128,7 +128,7 @@ __device__ __forceinline__ void d2_cp16(uint4 *dst, const void *src, bool ok)
                  : "memory");
 }
 /* Tile `tile` of the range [kb, ke) into its ring slot, as one cp.async group. */
-__device__ __forceinline__ void d2_issue(const bf16 *K, const bf16 *V, int kb, int ke, int tile,
+__device__ __forceinline__ void d2_issue(const h16 *K, const h16 *V, int kb, int ke, int tile,
                                          int kofs, int c)
 {
     uint4 *slot = d2_ring() + (size_t)(tile % D2_STAGES) * 2 * D2_NI * D2_THREADS + threadIdx.x;
@@ -156,11 +156,11 @@ template <int G> struct d2_smem {
 
 __device__ __forceinline__ float d2_dot(uint4 a, uint4 b)
 {
-    const __nv_bfloat162 *x = (const __nv_bfloat162 *)&a, *y = (const __nv_bfloat162 *)&b;
+    const h16x2 *x = (const h16x2 *)&a, *y = (const h16x2 *)&b;
     float d = 0.f;
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-        float2 u = __bfloat1622float2(x[e]), v = __bfloat1622float2(y[e]);
+        float2 u = h16x2_to(x[e]), v = h16x2_to(y[e]);
         d += u.x * v.x;
         d += u.y * v.y;
     }
@@ -240,7 +240,7 @@ __device__ __forceinline__ void d2_cluster_merge(const dec_params &p, int t, int
             const float wt = ml.y > 0.f ? exp2f(ml.x - M) : 0.f;
             if (ml.y > 0.f) O += rcv[r * D2_PER_RANK(G) + k] * wt;
         }
-        p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = __float2bfloat16(O / L);
+        p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = h16_from(O / L);
     }
     if (threadIdx.x == 0) gpu_chain_mark_any(p.tr, 5);
 }
@@ -347,7 +347,7 @@ __device__ __forceinline__ void d2_merge_staged(const dec_params &p, int t, int 
                 const float2 ml = sm.ml[gh][r];
                 if (ml.y > 0.f) O += src[(size_t)r * D2_HD] * ml.x;
             }
-            p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = __float2bfloat16(O / sm.L[gh]);
+            p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = h16_from(O / sm.L[gh]);
         }
         if (g0 + hp < nh) {
             __syncthreads(); /* buf is the next piece's */
@@ -431,7 +431,7 @@ __device__ __forceinline__ void d2_global_merge(const dec_params &p, int t, int 
             const float2 ml = sm.ml[gh][r];
             if (ml.y > 0.f) O += __ldcg(&p.part_o[(s0 + r) * D2_HD + col]) * ml.x;
         }
-        p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = __float2bfloat16(O / sm.L[gh]);
+        p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = h16_from(O / sm.L[gh]);
     }
     __syncthreads(); /* the step kernel: sm is the next range's */
 }
@@ -445,18 +445,18 @@ __device__ __forceinline__ void d2_global_merge(const dec_params &p, int t, int 
  * by chunk so that ldmatrix is free of bank conflicts; a warp reads only what it copied, so
  * __syncwarp suffices). Per step:
  *   S^T (16 x 8: heads x keys) = Q (heads, zero-padded to 16) . K^T   8 x mma.m16n8k16
- *   online softmax per head (rows: a head is the 4 lanes l / 4), p rounded to bf16 (the sum l
+ *   online softmax per head (rows: a head is the 4 lanes l / 4), p rounded to h16 (the sum l
  *   adds the rounded p, the values the product uses)
  *   O^T (128 x 8: dims x heads) += V^T . P                             8 x mma.m16n8k8
  * (S^T's accumulator layout is P's operand layout: no shuffle of P.) Float32 accumulation; P in
- * bf16 as in the prefill kernels. The warp's (acc, m, l) go to sm as the scalar body leaves them,
+ * h16 as in the prefill kernels. The warp's (acc, m, l) go to sm as the scalar body leaves them,
  * so the block and global / cluster merges are the same code. */
 #define D2M_KEYS 8
 #define D2M_STAGE 256 /* uint4 per stage: K and V, 8 keys x 16 chunks each */
 #define D2M_STAGES (D2_RING_BYTES / 16 / D2_WARPS / D2M_STAGE)
 static_assert(D2M_STAGES >= 2, "the ring holds two steps per warp");
 
-__device__ __forceinline__ void d2m_issue(uint4 *stage, const bf16 *K, const bf16 *V, int k0, int ke, int lane)
+__device__ __forceinline__ void d2m_issue(uint4 *stage, const h16 *K, const h16 *V, int k0, int ke, int lane)
 {
 #pragma unroll
     for (int it = 0; it < 8; it++) {
@@ -470,7 +470,7 @@ __device__ __forceinline__ void d2m_issue(uint4 *stage, const bf16 *K, const bf1
 
 template <int G>
 __device__ __forceinline__ void d2_mma_range(const dec_params &p, int t, int h0, int nh, int qp,
-                                             const bf16 *K, const bf16 *V, int kb, int ke,
+                                             const h16 *K, const h16 *V, int kb, int ke,
                                              d2_smem<G> &sm)
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hr = lane / 4, q4 = lane % 4;
@@ -525,8 +525,8 @@ __device__ __forceinline__ void d2_mma_range(const dec_params &p, int t, int h0,
             gpu_ldmatrix_x4(b, st + lrow * 16 + ((4 * pp + lsel) ^ lrow));
             const unsigned a0[4] = {qa[2 * pp], 0u, qb[2 * pp], 0u};
             const unsigned a1[4] = {qa[2 * pp + 1], 0u, qb[2 * pp + 1], 0u};
-            gpu_mma_bf16(sc, a0, b[0], b[1]);
-            gpu_mma_bf16(sc, a1, b[2], b[3]);
+            gpu_mma_h16(sc, a0, b[0], b[1]);
+            gpu_mma_h16(sc, a1, b[2], b[3]);
         }
         const int key0 = first_key(j) + 2 * q4;
         const float s0 = key0 < ke ? sc[0] * p.scale_log2 : -INFINITY;
@@ -537,8 +537,8 @@ __device__ __forceinline__ void d2_mma_range(const dec_params &p, int t, int h0,
         const float mn = fmaxf(m, mx);
         const float mu = mn == -INFINITY ? 0.f : mn;
         const float alpha = exp2f(m - mu); /* m = -inf: 0 */
-        const unsigned pb = gpu_pack_bf16(exp2f(s0 - mu), exp2f(s1 - mu));
-        const float2 pr = __bfloat1622float2(*(const __nv_bfloat162 *)&pb);
+        const unsigned pb = gpu_pack_h16(exp2f(s0 - mu), exp2f(s1 - mu));
+        const float2 pr = h16x2_to(*(const h16x2 *)&pb);
         float rs = pr.x + pr.y;
         rs += __shfl_xor_sync(0xffffffffu, rs, 1);
         rs += __shfl_xor_sync(0xffffffffu, rs, 2);
@@ -558,7 +558,7 @@ __device__ __forceinline__ void d2_mma_range(const dec_params &p, int t, int h0,
                 c[1] *= a_hi;
                 c[2] *= a_lo;
                 c[3] *= a_hi;
-                gpu_mma_bf16_k8(c, v[2 * h], v[2 * h + 1], pb);
+                gpu_mma_h16_k8(c, v[2 * h], v[2 * h + 1], pb);
             }
         }
         __syncwarp(); /* every lane has read the slot before it is refilled */
@@ -618,7 +618,7 @@ __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, c = lane % 16;
     const int kofs = warp * 2 + lane / 16;
     const size_t head_off = ((size_t)p.layer * p.n_kv + g) * sq.cap * D2_HD;
-    const bf16 *K = sq.k + head_off, *V = sq.v + head_off;
+    const h16 *K = sq.k + head_off, *V = sq.v + head_off;
 
     if constexpr (CLUSTER) d2_cluster_arrive(); /* this block runs: the others may push to it */
     if (!STEP && p.mma) {
@@ -664,7 +664,7 @@ __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int
         float acc[G][8], m[G], l[G];
     #pragma unroll
         for (int gh = 0; gh < G; gh++) {
-            const bf16 *qh = p.q + (size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD;
+            const h16 *qh = p.q + (size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD;
             qv[gh] = gh >= nh ? make_uint4(0, 0, 0, 0)
                      : STEP   ? __ldcg((const uint4 *)qh + c)
                               : __ldca((const uint4 *)qh + c);
@@ -738,7 +738,7 @@ __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int
                     float v = acc[gh][e] * a;
     #pragma unroll
                     for (int i = 0; i < D2_NI; i++)
-                        v += pr[i] * __bfloat162float(((const bf16 *)&vc[i])[e]);
+                        v += pr[i] * h16_to(((const h16 *)&vc[i])[e]);
                     acc[gh][e] = v;
                 }
             }

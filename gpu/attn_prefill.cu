@@ -7,8 +7,8 @@
  *   - K, V tiles: double-buffered in shared memory with cp.async (tile i+1 loads while tile i
  *     computes); rows padded by 16 bytes, so ldmatrix's 8 row addresses hit 8 different bank
  *     groups (row strides 48/80/144/272 bytes are all distinct multiples of 16 modulo 128).
- *   - S = Q K^T and O += P V on the tensor cores (mma m16n8k16, bf16 in, float32 accumulate);
- *     P is rounded to bf16 for the PV product, the row sums use the float32 P.
+ *   - S = Q K^T and O += P V on the tensor cores (mma m16n8k16, h16 in, float32 accumulate);
+ *     P is rounded to h16 for the PV product, the row sums use the float32 P.
  *   - Causal (and sliding-window) masking only on the tiles that straddle a boundary.
  *   - GQA: the block of query head h reads K/V head h / group; heads of one group run next to
  *     each other (blockIdx.x = head) so their K/V tiles come from L2.
@@ -27,8 +27,8 @@
  * query block because the chunk starts at a multiple of 128 (pos0 % 128 == 0).
  * K/V addressing is by strides (elements between keys, between KV heads), so the same kernel
  * reads the engine's cache (hd, cap * hd) and token-major (n, n_kv, hd) tensors (n_kv * hd, hd).
- * Numerics vs cpu_attend (float32 softmax over float32 q·k, then P·V in float32): inputs are bf16
- * here, P is bf16 in the PV product, exp is exp2 of log2-scaled scores (ex2.approx, 2 ulp);
+ * Numerics vs cpu_attend (float32 softmax over float32 q·k, then P·V in float32): inputs are h16
+ * here, P is h16 in the PV product, exp is exp2 of log2-scaled scores (ex2.approx, 2 ulp);
  * tests/gpu/test_ops.c states the tolerance. */
 #include "gpu/engine.cuh"
 #include "gpu/mma.cuh"
@@ -38,9 +38,9 @@
 #define FA_BLOCK 128 /* FlexPrefill's block: one CSR entry, two tiles */
 
 struct fa_params {
-    const bf16 *q; /* (T, qd): row t, head h at q + t*qd + h*hd */
-    const bf16 *k, *v; /* key j of kv head g at k + g*k_head + j*k_tok */
-    bf16 *out;     /* (T, qd) */
+    const h16 *q; /* (T, qd): row t, head h at q + t*qd + h*hd */
+    const h16 *k, *v; /* key j of kv head g at k + g*k_head + j*k_tok */
+    h16 *out;     /* (T, qd) */
     unsigned k_tok; /* at most 2^24 (checked): 64 rows of offsets stay 32-bit */
     size_t k_head;
     int T, pos0, hd, qd, group, n_kv, interleave, window;
@@ -52,10 +52,10 @@ struct fa_params {
 /* WARPS warps of 16 query rows each: BR = 64 (4 warps, two blocks per SM) or 128 (8 warps, one
  * block per SM, each K/V tile serving twice the rows: half the L2 traffic). */
 template <int HDP, int WARPS> struct fa_shape {
-    static constexpr int ROW = HDP + 8; /* shared row: HDP bf16 + 16 bytes of padding */
+    static constexpr int ROW = HDP + 8; /* shared row: HDP h16 + 16 bytes of padding */
     static constexpr int CH = HDP / 8;  /* 16-byte chunks per row */
     static constexpr int BR = 16 * WARPS;
-    static constexpr size_t SMEM = (size_t)(BR + 4 * FA_BC) * ROW * sizeof(bf16);
+    static constexpr size_t SMEM = (size_t)(BR + 4 * FA_BC) * ROW * sizeof(h16);
 };
 
 template <int HDP, int WARPS, bool SPARSE>
@@ -65,9 +65,9 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
     constexpr int FA_WARPS = WARPS, FA_BR = S::BR;
     constexpr int ROW = S::ROW, CH = S::CH, NT = FA_BC / 8, DT = HDP / 8, KS = HDP / 16;
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    bf16 *sQ = (bf16 *)fa_smem;
-    bf16 *sK = sQ + FA_BR * ROW;
-    bf16 *sV = sK + 2 * FA_BC * ROW;
+    h16 *sQ = (h16 *)fa_smem;
+    h16 *sK = sQ + FA_BR * ROW;
+    h16 *sV = sK + 2 * FA_BC * ROW;
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int h = blockIdx.x, g = p.interleave ? h % p.n_kv : h / p.group;
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
     const int qlo = p.pos0 + q0, qhi = p.pos0 + min(q0 + FA_BR, p.T) - 1;
     const int kbeg = p.window > 0 ? max(0, qlo + 1 - p.window) : 0;
     const int t_first = kbeg / FA_BC, t_last = qhi / FA_BC;
-    const bf16 *kh = p.k + (size_t)g * p.k_head, *vh = p.v + (size_t)g * p.k_head;
+    const h16 *kh = p.k + (size_t)g * p.k_head, *vh = p.v + (size_t)g * p.k_head;
 
     /* the tiles to visit: t_first.. (dense), or two per listed block (SPARSE), less the trailing
      * ones past the last row or key (only the diagonal block, last in its list, has any) */
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
     for (int c = tid; c < FA_BR * CH; c += FA_WARPS * 32) {
         int r = c / CH, ch = c % CH;
         bool ok = q0 + r < p.T && ch * 8 < p.hd;
-        const bf16 *src = ok ? p.q + (size_t)(q0 + r) * p.qd + h * p.hd + ch * 8 : p.q;
+        const h16 *src = ok ? p.q + (size_t)(q0 + r) * p.qd + h * p.hd + ch * 8 : p.q;
         gpu_cp_async16(sQ + r * ROW + ch * 8, src, ok);
     }
     gpu_cp_async_commit();
@@ -118,10 +118,10 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
     const unsigned ld_off0 = (unsigned)ld_r0 * p.k_tok + ld_ch * 8;
     auto load_kv = [&](int tile, int buf) {
         if constexpr (SPARSE) {
-            bf16 *dk = sK + buf * FA_BC * ROW + ld_r0 * ROW + ld_ch * 8;
-            bf16 *dv = sV + buf * FA_BC * ROW + ld_r0 * ROW + ld_ch * 8;
+            h16 *dk = sK + buf * FA_BC * ROW + ld_r0 * ROW + ld_ch * 8;
+            h16 *dv = sV + buf * FA_BC * ROW + ld_r0 * ROW + ld_ch * 8;
             const int kbase = tile * FA_BC;
-            const bf16 *kt = kh + (size_t)kbase * p.k_tok, *vt = vh + (size_t)kbase * p.k_tok;
+            const h16 *kt = kh + (size_t)kbase * p.k_tok, *vt = vh + (size_t)kbase * p.k_tok;
 #pragma unroll
             for (int j = 0; j < FA_BC / LD_ROWS; j++) {
                 const bool ok = kbase + ld_r0 + j * LD_ROWS < kv_len && ld_col_ok;
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
                 gpu_cp_async16(dv + j * LD_ROWS * ROW, ok ? vt + off : vh, ok);
             }
         } else {
-            bf16 *dk = sK + buf * FA_BC * ROW, *dv = sV + buf * FA_BC * ROW;
+            h16 *dk = sK + buf * FA_BC * ROW, *dv = sV + buf * FA_BC * ROW;
             for (int c = tid; c < FA_BC * CH; c += FA_WARPS * 32) {
                 int r = c / CH, ch = c % CH, key = tile * FA_BC + r;
                 bool ok = key < kv_len && ch * 8 < p.hd;
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
             gpu_cp_async_wait<0>();
         }
         __syncthreads();
-        const bf16 *cK = sK + buf * FA_BC * ROW, *cV = sV + buf * FA_BC * ROW;
+        const h16 *cK = sK + buf * FA_BC * ROW, *cV = sV + buf * FA_BC * ROW;
 
         float s[NT][4];
 #pragma unroll
@@ -184,8 +184,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
             for (int nt = 0; nt < NT; nt += 2) {
                 unsigned b[4];
                 gpu_ldmatrix_x4(b, cK + ((nt + jm / 2) * 8 + li) * ROW + kk * 16 + (jm % 2) * 8);
-                gpu_mma_bf16(s[nt], qa[kk], b[0], b[1]);
-                gpu_mma_bf16(s[nt + 1], qa[kk], b[2], b[3]);
+                gpu_mma_h16(s[nt], qa[kk], b[0], b[1]);
+                gpu_mma_h16(s[nt + 1], qa[kk], b[2], b[3]);
             }
         }
 
@@ -240,16 +240,16 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
         }
 #pragma unroll
         for (int j = 0; j < FA_BC / 16; j++) {
-            unsigned pa[4] = {gpu_pack_bf16(s[2 * j][0], s[2 * j][1]),
-                              gpu_pack_bf16(s[2 * j][2], s[2 * j][3]),
-                              gpu_pack_bf16(s[2 * j + 1][0], s[2 * j + 1][1]),
-                              gpu_pack_bf16(s[2 * j + 1][2], s[2 * j + 1][3])};
+            unsigned pa[4] = {gpu_pack_h16(s[2 * j][0], s[2 * j][1]),
+                              gpu_pack_h16(s[2 * j][2], s[2 * j][3]),
+                              gpu_pack_h16(s[2 * j + 1][0], s[2 * j + 1][1]),
+                              gpu_pack_h16(s[2 * j + 1][2], s[2 * j + 1][3])};
 #pragma unroll
             for (int dn = 0; dn < DT; dn += 2) {
                 unsigned b[4];
                 gpu_ldmatrix_x4_trans(b, cV + (j * 16 + (jm % 2) * 8 + li) * ROW + (dn + jm / 2) * 8);
-                gpu_mma_bf16(o[dn], pa, b[0], b[1]);
-                gpu_mma_bf16(o[dn + 1], pa, b[2], b[3]);
+                gpu_mma_h16(o[dn], pa, b[0], b[1]);
+                gpu_mma_h16(o[dn + 1], pa, b[2], b[3]);
             }
         }
         __syncthreads(); /* every warp is done with this buffer before it is refilled */
@@ -267,11 +267,11 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
         int col = dn * 8 + (lane % 4) * 2;
         if (col >= p.hd) continue;
         if (r0 < p.T)
-            *(__nv_bfloat162 *)(p.out + (size_t)r0 * p.qd + h * p.hd + col) =
-                __floats2bfloat162_rn(o[dn][0] * inv0, o[dn][1] * inv0);
+            *(h16x2 *)(p.out + (size_t)r0 * p.qd + h * p.hd + col) =
+                h16x2_from(o[dn][0] * inv0, o[dn][1] * inv0);
         if (r1 < p.T)
-            *(__nv_bfloat162 *)(p.out + (size_t)r1 * p.qd + h * p.hd + col) =
-                __floats2bfloat162_rn(o[dn][2] * inv1, o[dn][3] * inv1);
+            *(h16x2 *)(p.out + (size_t)r1 * p.qd + h * p.hd + col) =
+                h16x2_from(o[dn][2] * inv1, o[dn][3] * inv1);
     }
 }
 
@@ -299,9 +299,9 @@ template <bool SPARSE> static int dispatch(cudaStream_t s, const gpu_dims *d, co
     return ACCEL_ERR_UNSUPPORTED;
 }
 
-int gpu_attn_prefill_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                        const bf16 *k, const bf16 *v, size_t k_tok, size_t k_head, int interleave,
-                        const gpu_block_list *bl, bf16 *out, int warps)
+int gpu_attn_prefill_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
+                        const h16 *k, const h16 *v, size_t k_tok, size_t k_head, int interleave,
+                        const gpu_block_list *bl, h16 *out, int warps)
 {
     if (T <= 0) return ACCEL_OK;
     if ((T + 63) / 64 > 65535) return ACCEL_ERR_INVALID; /* grid.y bound */
@@ -331,8 +331,8 @@ int gpu_attn_prefill_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, cons
     return bl ? dispatch<true>(s, d, p, warps) : dispatch<false>(s, d, p, warps);
 }
 
-int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                     const bf16 *k, const bf16 *v, int cap, bf16 *out, int warps)
+int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
+                     const h16 *k, const h16 *v, int cap, h16 *out, int warps)
 {
     return gpu_attn_prefill_ex(s, d, T, pos0, q, k, v, (size_t)d->hd, (size_t)cap * d->hd, 0,
                                nullptr, out, warps);

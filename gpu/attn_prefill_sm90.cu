@@ -4,7 +4,7 @@
  * below (padded to 128), which also stays for comparisons (GPU_SM90_ONE_WG).
  *
  * The one-warpgroup kernel: the same algorithm and arguments as gpu/attn_prefill.cu (causal,
- * sliding window, GQA, chunked prefill; online softmax in float32, P rounded to bf16), with the
+ * sliding window, GQA, chunked prefill; online softmax in float32, P rounded to h16), with the
  * same block shape — BR = 64 query rows of one head against key tiles of BC = 64 — but one
  * warpgroup (4 warps) driving the tensor cores with wgmma instead of mma.sync:
  *   - S = Q K^T: 8 wgmma m64n64k16, both operands read by the tensor cores from shared memory
@@ -32,14 +32,14 @@
 #define WG_BC 64
 #define WG_HD 128
 #define WG_THREADS 128
-#define WG_TILE_BYTES (64 * WG_HD * 2)                   /* 64 rows x 128 bf16 */
+#define WG_TILE_BYTES (64 * WG_HD * 2)                   /* 64 rows x 128 h16 */
 #define WG_SMEM (5 * WG_TILE_BYTES)                      /* Q, K[2], V[2] */
 #define WG_GROUP_STRIDE (WG_HD * 16)                     /* bytes between 8-row groups */
 
 struct wg_params {
-    const bf16 *q;
-    const bf16 *k, *v;
-    bf16 *out;
+    const h16 *q;
+    const h16 *k, *v;
+    h16 *out;
     int T, pos0, cap, hd, qd, group, window;
     float scale_log2;
 };
@@ -57,11 +57,11 @@ __global__ void k_sm90_probe(int *out)
  * the shared-memory byte offset is exactly 16 * idx. src(row, chunk) gives the global address
  * (NULL: zero fill; cp.async then reads nothing, but is still given a global address, any). */
 template <typename F>
-__device__ __forceinline__ void wg_load_tile(unsigned char *dst, const bf16 *any, F src)
+__device__ __forceinline__ void wg_load_tile(unsigned char *dst, const h16 *any, F src)
 {
     for (int idx = threadIdx.x; idx < 64 * 16; idx += WG_THREADS) {
         int r8 = idx & 7, c = (idx >> 3) & 15, rg = idx >> 7;
-        const bf16 *s = src(rg * 8 + r8, c);
+        const h16 *s = src(rg * 8 + r8, c);
         gpu_cp_async16(dst + 16 * idx, s ? s : any, s != NULL);
     }
 }
@@ -81,18 +81,18 @@ __global__ void __launch_bounds__(WG_THREADS, 2) k_flash_prefill_sm90(wg_params 
     const int qlo = p.pos0 + q0, qhi = p.pos0 + min(q0 + WG_BR, p.T) - 1;
     const int kbeg = p.window > 0 ? max(0, qlo + 1 - p.window) : 0;
     const int t_first = kbeg / WG_BC, t_last = qhi / WG_BC;
-    const bf16 *kh = p.k + (size_t)g * p.cap * p.hd, *vh = p.v + (size_t)g * p.cap * p.hd;
+    const h16 *kh = p.k + (size_t)g * p.cap * p.hd, *vh = p.v + (size_t)g * p.cap * p.hd;
     const int hd_chunks = p.hd / 8;
 
-    wg_load_tile(sQ, p.q, [&](int r, int c) -> const bf16 * {
+    wg_load_tile(sQ, p.q, [&](int r, int c) -> const h16 * {
         return q0 + r < p.T && c < hd_chunks ? p.q + (size_t)(q0 + r) * p.qd + h * p.hd + c * 8 : NULL;
     });
     auto load_kv = [&](int tile, int buf) {
         int key0 = tile * WG_BC;
-        wg_load_tile(sK + buf * WG_TILE_BYTES, kh, [&](int r, int c) -> const bf16 * {
+        wg_load_tile(sK + buf * WG_TILE_BYTES, kh, [&](int r, int c) -> const h16 * {
             return key0 + r < kv_len && c < hd_chunks ? kh + (size_t)(key0 + r) * p.hd + c * 8 : NULL;
         });
-        wg_load_tile(sV + buf * WG_TILE_BYTES, vh, [&](int r, int c) -> const bf16 * {
+        wg_load_tile(sV + buf * WG_TILE_BYTES, vh, [&](int r, int c) -> const h16 * {
             return key0 + r < kv_len && c < hd_chunks ? vh + (size_t)(key0 + r) * p.hd + c * 8 : NULL;
         });
     };
@@ -181,10 +181,10 @@ __global__ void __launch_bounds__(WG_THREADS, 2) k_flash_prefill_sm90(wg_params 
         unsigned pa[4][4];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            pa[j][0] = gpu_pack_bf16(s[8 * j], s[8 * j + 1]);
-            pa[j][1] = gpu_pack_bf16(s[8 * j + 2], s[8 * j + 3]);
-            pa[j][2] = gpu_pack_bf16(s[8 * j + 4], s[8 * j + 5]);
-            pa[j][3] = gpu_pack_bf16(s[8 * j + 6], s[8 * j + 7]);
+            pa[j][0] = gpu_pack_h16(s[8 * j], s[8 * j + 1]);
+            pa[j][1] = gpu_pack_h16(s[8 * j + 2], s[8 * j + 3]);
+            pa[j][2] = gpu_pack_h16(s[8 * j + 4], s[8 * j + 5]);
+            pa[j][3] = gpu_pack_h16(s[8 * j + 6], s[8 * j + 7]);
         }
         gpu_wgmma_fence_regs<64>(o);
         gpu_wgmma_fence();
@@ -208,11 +208,11 @@ __global__ void __launch_bounds__(WG_THREADS, 2) k_flash_prefill_sm90(wg_params 
         int col = j * 8 + (lane % 4) * 2;
         if (col >= p.hd) continue;
         if (r0 < p.T)
-            *(__nv_bfloat162 *)(p.out + (size_t)r0 * p.qd + h * p.hd + col) =
-                __floats2bfloat162_rn(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            *(h16x2 *)(p.out + (size_t)r0 * p.qd + h * p.hd + col) =
+                h16x2_from(o[4 * j] * inv0, o[4 * j + 1] * inv0);
         if (r1 < p.T)
-            *(__nv_bfloat162 *)(p.out + (size_t)r1 * p.qd + h * p.hd + col) =
-                __floats2bfloat162_rn(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+            *(h16x2 *)(p.out + (size_t)r1 * p.qd + h * p.hd + col) =
+                h16x2_from(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
     }
 #endif
 }
@@ -232,14 +232,14 @@ int gpu_attn_sm90_available(int device)
     return h == 1;
 }
 
-int gpu_attn_prefill_sm90(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                          const bf16 *k, const bf16 *v, int cap, bf16 *out)
+int gpu_attn_prefill_sm90(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
+                          const h16 *k, const h16 *v, int cap, h16 *out)
 {
     return gpu_attn_prefill_sm90_ex(s, d, T, pos0, q, k, v, cap, out, GPU_SM90_AUTO);
 }
 
-int gpu_attn_prefill_sm90_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                             const bf16 *k, const bf16 *v, int cap, bf16 *out, int variant)
+int gpu_attn_prefill_sm90_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
+                             const h16 *k, const h16 *v, int cap, h16 *out, int variant)
 {
     if (T <= 0) return ACCEL_OK;
     if (variant != GPU_SM90_ONE_WG) {

@@ -1,7 +1,7 @@
 /* gpu/attn_prefill_ws.cu — the warp-specialized Hopper prefill attention kernel (head_dim 128):
  * the FlashAttention-3 paper's ideas (Shah et al. 2024), our code. Same function as
  * gpu/attn_prefill.cu (causal, sliding window, GQA, chunked prefill after cached keys; online
- * softmax in float32, P rounded to bf16 for the PV product).
+ * softmax in float32, P rounded to h16 for the PV product).
  *
  * One block = BR = 128 query rows of one head, 3 warpgroups (384 threads, one block per SM):
  *   - warpgroup 0, the producer: one thread drives the copy engine (TMA). Q (128 x 128) once,
@@ -10,7 +10,7 @@
  *     "empty" barrier (K is free once S is computed, V once P V is). setmaxnreg gives its
  *     registers to the consumers (24 per thread left).
  *   - warpgroups 1 and 2, the consumers: 64 query rows each (the wgmma m64 shape), 240 registers
- *     per thread: O (64 x 128, f32) in 64 registers, S (64 x 128) in 64, P (bf16) in 32.
+ *     per thread: O (64 x 128, f32) in 64 registers, S (64 x 128) in 64, P (h16) in 32.
  *     Per key tile j: issue S_j = Q K_j^T (8 wgmma m64n128k16, both operands in shared memory)
  *     and then O += P_{j-1} V_{j-1} (8 wgmma m64n128k16, P from registers, V transposed from
  *     shared memory); wait for S_j only (wgmma.wait_group 1) and do its softmax while the
@@ -57,14 +57,14 @@
 #define WS_BC 128
 #define WS_HD 128
 #define WS_THREADS 384
-#define WS_TILE (128 * 128 * 2)  /* bytes of a 128 x 128 bf16 tile */
+#define WS_TILE (128 * 128 * 2)  /* bytes of a 128 x 128 h16 tile */
 #define WS_HALF (128 * 128)      /* bytes of one 64-column half of it */
 #define WS_BAR_PP 1              /* named barriers 1, 2: consumer 0's and 1's turn to issue */
 
 #define WS_BLOCK 128          /* FlexPrefill's block (GPU_FLEX_BS): one CSR entry, one key tile */
 
 struct ws_params {
-    bf16 *out;
+    h16 *out;
     int T, pos0, qd, group, n_kv, interleave, window;
     int head_inner;   /* K/V maps ordered (d, head, key): token-major tensors */
     float scale_log2; /* head_dim^-0.5 * log2(e) */
@@ -134,10 +134,10 @@ __device__ __forceinline__ void ws_pack(const float *s, unsigned (*pa)[4])
 {
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) {
-        pa[kk][0] = gpu_pack_bf16(s[8 * kk], s[8 * kk + 1]);
-        pa[kk][1] = gpu_pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = gpu_pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = gpu_pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+        pa[kk][0] = gpu_pack_h16(s[8 * kk], s[8 * kk + 1]);
+        pa[kk][1] = gpu_pack_h16(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = gpu_pack_h16(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = gpu_pack_h16(s[8 * kk + 6], s[8 * kk + 7]);
     }
 }
 
@@ -357,15 +357,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
         const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
         const int r0 = q0 + row0, r1 = r0 + 8;
-        bf16 *out0 = p.out + (size_t)r0 * p.qd + h * WS_HD, *out1 = out0 + (size_t)8 * p.qd;
+        h16 *out0 = p.out + (size_t)r0 * p.qd + h * WS_HD, *out1 = out0 + (size_t)8 * p.qd;
 #pragma unroll
         for (int c = 0; c < 16; c++) {
             const int col = c * 8 + (lane % 4) * 2;
             if (r0 < p.T)
-                *(__nv_bfloat162 *)(out0 + col) = __floats2bfloat162_rn(o[4 * c] * inv0, o[4 * c + 1] * inv0);
+                *(h16x2 *)(out0 + col) = h16x2_from(o[4 * c] * inv0, o[4 * c + 1] * inv0);
             if (r1 < p.T)
-                *(__nv_bfloat162 *)(out1 + col) =
-                    __floats2bfloat162_rn(o[4 * c + 2] * inv1, o[4 * c + 3] * inv1);
+                *(h16x2 *)(out1 + col) =
+                    h16x2_from(o[4 * c + 2] * inv1, o[4 * c + 3] * inv1);
         }
     }
 #undef WS_FULL_K
@@ -391,13 +391,13 @@ static PFN_cuTensorMapEncodeTiled_v12000 ws_encoder(void)
     return fn;
 }
 
-/* a bf16 tensor of `rank` dims (dims[0] contiguous; strides in bytes of dims 1..), read in boxes
+/* a h16 tensor of `rank` dims (dims[0] contiguous; strides in bytes of dims 1..), read in boxes
  * of box[0..rank), 128-byte swizzled, zeros outside */
 static int ws_map(CUtensorMap *m, const void *base, int rank, const cuuint64_t *dims,
                   const cuuint64_t *strides, const cuuint32_t *box)
 {
     cuuint32_t es[3] = {1, 1, 1};
-    CUresult r = ws_encoder()(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, (void *)base, dims, strides, box,
+    CUresult r = ws_encoder()(m, GPU_H16_TMA, rank, (void *)base, dims, strides, box,
                               es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r == CUDA_SUCCESS) return ACCEL_OK;
@@ -408,16 +408,16 @@ static int ws_map(CUtensorMap *m, const void *base, int rank, const cuuint64_t *
     return ACCEL_ERR_UNSUPPORTED;
 }
 
-int gpu_attn_ws_usable(const gpu_dims *d, const bf16 *q, const bf16 *k, const bf16 *v, int cap)
+int gpu_attn_ws_usable(const gpu_dims *d, const h16 *q, const h16 *k, const h16 *v, int cap)
 {
     return d->hd == WS_HD && ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16 == 0 && cap > 0 &&
            ws_encoder() != NULL;
 }
 
 template <int STAGES, bool PINGPONG, bool SPARSE>
-static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q, const bf16 *k,
-                     const bf16 *v, size_t k_tok, size_t k_head, int interleave,
-                     const gpu_block_list *bl, bf16 *out)
+static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q, const h16 *k,
+                     const h16 *v, size_t k_tok, size_t k_head, int interleave,
+                     const gpu_block_list *bl, h16 *out)
 {
     CUtensorMap tq, tk, tv;
     const cuuint64_t qdims[2] = {(cuuint64_t)d->qd, (cuuint64_t)T}, qstr[1] = {(cuuint64_t)d->qd * 2};
@@ -460,9 +460,9 @@ static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const b
 }
 
 template <bool SPARSE>
-static int ws_variant(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q, const bf16 *k,
-                      const bf16 *v, size_t k_tok, size_t k_head, int interleave,
-                      const gpu_block_list *bl, bf16 *out, int variant)
+static int ws_variant(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q, const h16 *k,
+                      const h16 *v, size_t k_tok, size_t k_head, int interleave,
+                      const gpu_block_list *bl, h16 *out, int variant)
 {
 #define WS_ARGS s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out
     switch (variant) {
@@ -473,9 +473,9 @@ static int ws_variant(cudaStream_t s, const gpu_dims *d, int T, int pos0, const 
 #undef WS_ARGS
 }
 
-int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                           const bf16 *k, const bf16 *v, size_t k_tok, size_t k_head, int interleave,
-                           const gpu_block_list *bl, bf16 *out, int variant)
+int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
+                           const h16 *k, const h16 *v, size_t k_tok, size_t k_head, int interleave,
+                           const gpu_block_list *bl, h16 *out, int variant)
 {
     if (T <= 0) return ACCEL_OK;
     if ((T + WS_BR - 1) / WS_BR > 65535 || pos0 < 0 || d->n_kv < 1 || d->n_heads % d->n_kv)
@@ -491,8 +491,8 @@ int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, c
               : ws_variant<false>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, variant);
 }
 
-int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                        const bf16 *k, const bf16 *v, int cap, bf16 *out, int variant)
+int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
+                        const h16 *k, const h16 *v, int cap, h16 *out, int variant)
 {
     if (T <= 0) return ACCEL_OK;
     if (pos0 + T > cap) return ACCEL_ERR_INVALID;

@@ -1,10 +1,10 @@
 /* gpu/decode_fused.cu — the single-token decode step's projections with their neighbours fused
  * in, so that a layer is five kernels instead of nine:
  *
- *   gpu_qkv_fused  RMSNorm(x) -> [wq; wk; wv] -> (+ bias) -> rope of q and k -> q (bf16) and k, v
+ *   gpu_qkv_fused  RMSNorm(x) -> [wq; wk; wv] -> (+ bias) -> rope of q and k -> q (h16) and k, v
  *                  written into the sequence's cache at its position
  *                  (replaces k_rmsnorm + k_gemv + k_rope_qkv)
- *   gpu_gu_fused   RMSNorm(x) -> [w_gate; w_up] -> h = silu(g) * u (bf16)
+ *   gpu_gu_fused   RMSNorm(x) -> [w_gate; w_up] -> h = silu(g) * u (h16)
  *                  (replaces k_rmsnorm + k_gemv + k_swiglu)
  *
  * Why: at batch 1 every projection is pure weight streaming (16 GB per Llama-3-8B token) and the
@@ -19,7 +19,7 @@
  * rotation needs no exchange), a pair of v rows (j and kvd/2 + j: every QKV item streams two
  * rows), or a gate/up pair (rows j and I + j). The dot products are gpu_warp_dot, the plain
  * GEMV's; the epilogues are k_rope_qkv's and k_swiglu's arithmetic,
- * including their roundings (q/k/v as float32 before the bias and rope; g and u rounded to bf16
+ * including their roundings (q/k/v as float32 before the bias and rope; g and u rounded to h16
  * before SiLU). So the fused step gives the unfused step's bits (tests/gpu/test_ops.c checks it).
  *
  * Both are launched with programmatic dependent launch when the engine says so (engine.cuh): then
@@ -40,14 +40,14 @@
 #define FUSED_WARPS (FUSED_THREADS / 32)
 
 struct qkv_fused_params {
-    const bf16 *w;      /* (qkv, H) */
+    const h16 *w;      /* (qkv, H) */
     const float *x;     /* (H) residual row */
     const float *norm;  /* (H) */
     const float *bias;  /* (qkv) or NULL */
     const float2 *rope; /* (hd/2) cos, sin of the token */
     const int *seq_idx, *pos;
     const gpu_seq_dev *seqs;
-    bf16 *q; /* (qd) */
+    h16 *q; /* (qd) */
     gpu_dims d;
     int layer;
     int pdl; /* launched with PDL: the first item's first weight loads go out before the wait */
@@ -81,7 +81,7 @@ template <bool PIPE>
 __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
 {
     extern __shared__ __align__(16) unsigned char fused_smem[];
-    bf16 *xs = (bf16 *)fused_smem;
+    h16 *xs = (h16 *)fused_smem;
     const gpu_dims &d = p.d;
     const int lane = threadIdx.x % 32, H = d.H, half = d.hd / 2;
     const int n_q = d.n_heads * half, n_qk = (d.n_heads + d.n_kv) * half, items = qkv_items(d);
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
     for (; it < items; it += stride) {
         int r1, r0 = qkv_first_row(d, it, &r1);
         float v[2];
-        const bf16 *w = p.w + (size_t)r0 * H;
+        const h16 *w = p.w + (size_t)r0 * H;
         const size_t rs = (size_t)(r1 - r0) * H;
         if (PIPE && have && it == it0)
             gpu_warp_dot_pipe<2, true>(w, rs, xs, H, lane, v, pre);
@@ -131,28 +131,28 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
             float2 r = p.rope[i];
             float o0 = __fsub_rn(__fmul_rn(a, r.x), __fmul_rn(b, r.y));
             float o1 = __fadd_rn(__fmul_rn(b, r.x), __fmul_rn(a, r.y));
-            bf16 *dst = k ? sq.k + (((size_t)p.layer * d.n_kv + head) * sq.cap + pos) * d.hd + i
+            h16 *dst = k ? sq.k + (((size_t)p.layer * d.n_kv + head) * sq.cap + pos) * d.hd + i
                           : p.q + (size_t)head * d.hd + i;
-            dst[0] = __float2bfloat16(o0);
-            dst[half] = __float2bfloat16(o1);
+            dst[0] = h16_from(o0);
+            dst[half] = h16_from(o1);
         } else {
             const int j0 = it - n_qk, j1 = j0 + d.kvd / 2;
             sq.v[(((size_t)p.layer * d.n_kv + j0 / d.hd) * sq.cap + pos) * d.hd + j0 % d.hd] =
-                __float2bfloat16(a);
+                h16_from(a);
             sq.v[(((size_t)p.layer * d.n_kv + j1 / d.hd) * sq.cap + pos) * d.hd + j1 % d.hd] =
-                __float2bfloat16(b);
+                h16_from(b);
         }
     }
 }
 
 template <bool PIPE>
-__global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const float *x,
+__global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const h16 *w, const float *x,
                                                             const float *norm, int H, int I,
-                                                            float eps, bf16 *h, int pdl, int l2pf,
+                                                            float eps, h16 *h, int pdl, int l2pf,
                                                             unsigned long long *tr)
 {
     extern __shared__ __align__(16) unsigned char fused_smem[];
-    bf16 *xs = (bf16 *)fused_smem;
+    h16 *xs = (h16 *)fused_smem;
     const int lane = threadIdx.x % 32, stride = gridDim.x * FUSED_WARPS;
     const int j0 = blockIdx.x * FUSED_WARPS + threadIdx.x / 32;
     uint4 pre[2][4];
@@ -178,10 +178,10 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const bf16 *w, const
         else
             gpu_warp_dot<2, false>(w + (size_t)j * H, (size_t)I * H, xs, H, lane, v);
         if (lane != 0) continue;
-        /* the unfused path stores g and u as bf16 (the gate/up GEMM's output), then k_swiglu */
-        float g = __bfloat162float(__float2bfloat16(v[0]));
-        float u = __bfloat162float(__float2bfloat16(v[1]));
-        h[j] = __float2bfloat16(gpu_silu_mul(g, u));
+        /* the unfused path stores g and u as h16 (the gate/up GEMM's output), then k_swiglu */
+        float g = h16_to(h16_from(v[0]));
+        float u = h16_to(h16_from(v[1]));
+        h[j] = h16_from(gpu_silu_mul(g, u));
     }
 }
 
@@ -235,9 +235,9 @@ int gpu_fused_ok(const gpu_dims *d)
     return d->H % 8 == 0 && d->H <= GPU_FUSED_MAX_H && d->hd % 2 == 0;
 }
 
-int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const bf16 *w,
+int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const h16 *w,
                   const float *bias, const float *x, const float *norm, const float2 *rope,
-                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q, unsigned long long *tr,
+                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, h16 *q, unsigned long long *tr,
                   int l2pf, int balanced)
 {
     if (!gpu_fused_ok(d)) return ACCEL_ERR_INVALID;
@@ -256,7 +256,7 @@ int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer
     p.pdl = pdl;
     p.l2pf = l2pf;
     p.tr = tr;
-    const size_t smem = (size_t)d->H * sizeof(bf16);
+    const size_t smem = (size_t)d->H * sizeof(h16);
     const int items = (d->n_heads + d->n_kv) * (d->hd / 2) + d->kvd / 2;
     void (*k)(qkv_fused_params) = pipe_mask(d->H) & 2 ? k_qkv_fused<true> : k_qkv_fused<false>;
     int blocks;
@@ -265,12 +265,12 @@ int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer
     return ACCEL_OK;
 }
 
-int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const bf16 *w, const float *x,
-                 const float *norm, bf16 *h, unsigned long long *tr, int l2pf)
+int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const h16 *w, const float *x,
+                 const float *norm, h16 *h, unsigned long long *tr, int l2pf)
 {
     if (!gpu_fused_ok(d)) return ACCEL_ERR_INVALID;
-    const size_t smem = (size_t)d->H * sizeof(bf16);
-    void (*k)(const bf16 *, const float *, const float *, int, int, float, bf16 *, int, int,
+    const size_t smem = (size_t)d->H * sizeof(h16);
+    void (*k)(const h16 *, const float *, const float *, int, int, float, h16 *, int, int,
               unsigned long long *) = pipe_mask(d->H) & 1 ? k_gu_fused<true> : k_gu_fused<false>;
     int blocks;
     /* balanced: 1K 3.959 / 3.962 against 3.977 / 3.974 ms per token, 8K 4.265 / 4.267 against

@@ -18,12 +18,12 @@
  * Phases of a layer (block b of B takes rows [N b / B, N (b + 1) / B) of each matrix):
  *   1. RMSNorm of the residual row into shared memory (every block, k_rmsnorm's arithmetic:
  *      gpu_block_rmsnorm), QKV rows -> float32 q/k/v                       | grid barrier
- *   2. bias + rope of q and k, q (bf16) and the cache rows of k and v (k_rope_qkv's arithmetic)
+ *   2. bias + rope of q and k, q (h16) and the cache rows of k and v (k_rope_qkv's arithmetic)
  *                                                                          | grid barrier
  *   3. attention: the ranges of attn_decode.cuh (d2_range), one block per (KV head slice, range),
  *      the last range of a row merging them                                | grid barrier
  *   4. o rows: x += att · Wo^T                                             | grid barrier
- *   5. RMSNorm again, gate rows then up rows, h = silu(g) * u (bf16)       | grid barrier
+ *   5. RMSNorm again, gate rows then up rows, h = silu(g) * u (h16)       | grid barrier
  *   6. down rows: x += h · Wd^T                                            | grid barrier
  * The final norm and lm_head stay separate kernels (one big GEMV at full rate already).
  *
@@ -31,12 +31,12 @@
  * into equal parts (8 / rpc warps per row), each warp against the activation pieces it holds in
  * registers for the whole phase; float32 sums, shuffle reductions, and the warp that finishes a
  * slot last adds the row's warp sums in warp order (step_stream). So the projections' sums are in
- * another order than the GEMV's (not the chain's bits: the same bf16 inputs, float32 sums;
- * tests/gpu compares against the CPU, against prefill and against the chain within bf16
+ * another order than the GEMV's (not the chain's bits: the same h16 inputs, float32 sums;
+ * tests/gpu compares against the CPU, against prefill and against the chain within h16
  * tolerance), but fixed: the step is deterministic (tested). Everything else (norm, rope,
  * attention, SwiGLU, the residual adds) is the chain's arithmetic.
  *
- * Measured (H200, Llama-3-8B random bf16, 1K context; TANDEM_GPU_STEP_TRACE=1 prints where a
+ * Measured (H200, Llama-3-8B random h16, 1K context; TANDEM_GPU_STEP_TRACE=1 prints where a
  * step's time goes): 5.89 ms per token against the chain's 4.33-4.37 — so it is opt-in. Per layer
  * the weight phases stream at ~1.4x their bytes/bandwidth time (gate/up 80 us against 55, down 39
  * against 27.5) whatever the ring depth (3 or 6 slots: the same 5.88 ms, so not the bytes in
@@ -69,7 +69,7 @@ struct step_params {
     const gpu_layer_w *layers; /* device copy of e->layers */
     float *x;                  /* (H) residual row */
     float *qkv;                /* (qkv) projections before bias and rope */
-    bf16 *h;                   /* (I) */
+    h16 *h;                   /* (I) */
     const float2 *rope;        /* (hd / 2) the token's cos, sin */
     dec_params dp;             /* the attention's: q, att (out), positions, partials, splits */
     int *part_cnt;
@@ -91,7 +91,7 @@ __device__ __forceinline__ int step_rpc(int K)
 }
 
 struct step_seg {
-    const bf16 *w; /* the block's first row */
+    const h16 *w; /* the block's first row */
     int rows, K, r0;
 };
 
@@ -111,7 +111,7 @@ __device__ __forceinline__ step_seg step_seg_of(const step_params &p, int l, int
 {
     const gpu_layer_w lw = step_layer(p, l);
     const gpu_dims &d = p.d;
-    const bf16 *W;
+    const h16 *W;
     int N, K;
     switch (s) {
     case 0:
@@ -169,7 +169,7 @@ __device__ __forceinline__ void step_it_init(const step_params &p, step_it &it)
 }
 
 /* The next chunk of the stream (false past the last layer). */
-__device__ __forceinline__ bool step_next(const step_params &p, step_it &it, const bf16 **src,
+__device__ __forceinline__ bool step_next(const step_params &p, step_it &it, const h16 **src,
                                           uint32_t *bytes)
 {
     while (it.l < p.d.L && it.row >= it.sg.rows) {
@@ -191,7 +191,7 @@ __device__ __forceinline__ bool step_next(const step_params &p, step_it &it, con
 __device__ __forceinline__ void step_issue(const step_params &p, step_misc &m, uint32_t ring_a,
                                            int slot, bool pf = true)
 {
-    const bf16 *src;
+    const h16 *src;
     uint32_t bytes;
     if (step_next(p, m.ring_it, &src, &bytes)) {
         const uint32_t bar = gpu_smem_addr(&m.full[slot]);
@@ -226,7 +226,7 @@ __device__ __forceinline__ void step_grid_sync(unsigned *bar, unsigned k)
  * warps per row): lane l holds pieces l, l + 32, ... (src: shared memory, or global written in this
  * kernel: read past L1). */
 template <bool GLOBAL>
-__device__ __forceinline__ void step_act(const bf16 *src, int K, uint4 act[STEP_MAXU])
+__device__ __forceinline__ void step_act(const h16 *src, int K, uint4 act[STEP_MAXU])
 {
     const int rpc = step_rpc(K), wpr = STEP_WARPS / rpc, pu = K / 8 / wpr;
     const int lane = threadIdx.x % 32;
@@ -311,10 +311,10 @@ __device__ __forceinline__ void step_stream(const step_params &p, step_state &st
             } else if (EPI == EPI_GATE) {
                 m.gs[loc] = v;
             } else {
-                /* the chain stores g and u as bf16 (the gate/up GEMM's output), then k_swiglu */
-                const float g = __bfloat162float(__float2bfloat16(m.gs[loc]));
-                const float u = __bfloat162float(__float2bfloat16(v));
-                p.h[r] = __float2bfloat16(gpu_silu_mul(g, u));
+                /* the chain stores g and u as h16 (the gate/up GEMM's output), then k_swiglu */
+                const float g = h16_to(h16_from(m.gs[loc]));
+                const float u = h16_to(h16_from(v));
+                p.h[r] = h16_from(gpu_silu_mul(g, u));
             }
         }
         __threadfence_block(); /* the epilogue's shared writes before this warp's next arrival */
@@ -330,7 +330,7 @@ __device__ __forceinline__ void step_rope(const step_params &p, int l)
     const float *bias = step_layer(p, l).b_qkv;
     const gpu_seq_dev sq = p.dp.seqs[p.dp.seq_idx[0]];
     const int pos = p.dp.pos[0];
-    bf16 *q = (bf16 *)p.dp.q;
+    h16 *q = (h16 *)p.dp.q;
     for (int w = blockIdx.x * STEP_THREADS + threadIdx.x; w < n_q + n_k + d.kvd;
          w += gridDim.x * STEP_THREADS) {
         if (w < n_q + n_k) {
@@ -344,15 +344,15 @@ __device__ __forceinline__ void step_rope(const step_params &p, int l)
             const float2 r = p.rope[i];
             const float o0 = __fsub_rn(__fmul_rn(a, r.x), __fmul_rn(b, r.y));
             const float o1 = __fadd_rn(__fmul_rn(b, r.x), __fmul_rn(a, r.y));
-            bf16 *dst = k ? sq.k + (((size_t)l * d.n_kv + head) * sq.cap + pos) * d.hd + i
+            h16 *dst = k ? sq.k + (((size_t)l * d.n_kv + head) * sq.cap + pos) * d.hd + i
                           : q + (size_t)head * d.hd + i;
-            dst[0] = __float2bfloat16(o0);
-            dst[half] = __float2bfloat16(o1);
+            dst[0] = h16_from(o0);
+            dst[half] = h16_from(o1);
         } else {
             const int j = w - n_q - n_k, head = j / d.hd, i = j % d.hd, c = d.qd + d.kvd + j;
             float v = __ldcg(p.qkv + c);
             if (bias) v = __fadd_rn(v, bias[c]);
-            sq.v[(((size_t)l * d.n_kv + head) * sq.cap + pos) * d.hd + i] = __float2bfloat16(v);
+            sq.v[(((size_t)l * d.n_kv + head) * sq.cap + pos) * d.hd + i] = h16_from(v);
         }
     }
 }
@@ -375,7 +375,7 @@ template <int G> __global__ void __launch_bounds__(STEP_THREADS, 1) k_decode_ste
     st.ring_a = gpu_smem_addr(st.ring);
     st.c = 0;
     step_misc &m = *st.m;
-    bf16 *xs = (bf16 *)un;
+    h16 *xs = (h16 *)un;
     d2_smem<G> &asm_ = *(d2_smem<G> *)un;
 
     if (threadIdx.x == 0) {
@@ -387,7 +387,7 @@ template <int G> __global__ void __launch_bounds__(STEP_THREADS, 1) k_decode_ste
         asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(m.pol));
         step_it_init(p, m.ring_it);
         step_it_init(p, m.pf_it);
-        const bf16 *src;
+        const h16 *src;
         uint32_t bytes;
         /* the ring's first fill, then chunks slots .. slots + prefetch - 1 into L2; from here on
          * every refill of chunk c prefetches chunk c + prefetch */
@@ -458,7 +458,7 @@ static step_kernel step_kernel_for(int G)
 
 static int step_un_bytes(const gpu_dims *d, int G)
 {
-    size_t a = (size_t)d->H * sizeof(bf16), b;
+    size_t a = (size_t)d->H * sizeof(h16), b;
     switch (G) {
     case 1:
         b = sizeof(d2_smem<1>);

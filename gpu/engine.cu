@@ -264,7 +264,7 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
         if (!e->prof_ev) return ACCEL_ERR_NOMEM;
         for (int i = 0; i < GPU_PROF_EVENTS; i++) GPU_CHECK(cudaEventCreate(&e->prof_ev[i]));
     }
-    snprintf(e->desc, sizeof e->desc, "%s, %d SMs, %.0f GB", prop.name, e->sms,
+    snprintf(e->desc, sizeof e->desc, "%s, %d SMs, %.0f GB, " GPU_H16_NAME, prop.name, e->sms,
              prop.totalGlobalMem / 1e9);
     GPU_CHECK(cudaStreamCreateWithFlags(&e->compute, cudaStreamNonBlocking));
     GPU_CHECK(cudaStreamCreateWithFlags(&e->copy, cudaStreamNonBlocking));
@@ -312,7 +312,7 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     uint64_t margin = MARGIN_FIXED + (uint64_t)(MARGIN_FRACTION * (double)total_b);
     e->kv_budget = free_b > margin ? free_b - margin : 0;
     if (mem_limit && mem_limit < e->kv_budget) e->kv_budget = mem_limit;
-    e->kv_per_token = 2ull * d.L * d.kvd * sizeof(bf16);
+    e->kv_per_token = 2ull * d.L * d.kvd * sizeof(h16);
     return ACCEL_OK;
 }
 
@@ -449,7 +449,7 @@ int gpu_kv_new(gpu_engine *e, int capacity, gpu_kv **out)
     gpu_kv *kv = (gpu_kv *)calloc(1, sizeof *kv);
     if (!kv) return ACCEL_ERR_NOMEM;
     size_t n = 2 * (size_t)e->d.L * e->d.kvd * (size_t)capacity;
-    cudaError_t ce = cudaMalloc((void **)&kv->k, n * sizeof(bf16));
+    cudaError_t ce = cudaMalloc((void **)&kv->k, n * sizeof(h16));
     if (ce != cudaSuccess) {
         free(kv);
         if (ce == cudaErrorMemoryAllocation) { /* an admission answer, not a fault: no log */

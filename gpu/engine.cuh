@@ -3,27 +3,27 @@
  * Memory plan (all device memory is taken at gpu_engine_new, except KV caches, taken per
  * sequence by gpu_kv_new, the pinned host export buffer, grown at the first export that needs
  * it, and the import staging buffer, grown at the first import that needs it):
- *   weights    bf16, fused per layer: w_qkv = [wq; wk; wv] (one GEMM for Q, K and V) and
+ *   weights    h16, fused per layer: w_qkv = [wq; wk; wv] (one GEMM for Q, K and V) and
  *              w_gu = [w_gate; w_up] (one GEMM for both FFN inputs); norms and biases float32
  *   workspace  activations for up to t_max tokens per forward pass (a longer prefill runs in
  *              chunks of t_max: attention of a chunk reads the KV of the earlier ones), the
  *              per-step metadata, the split-K partials of decode attention, the export ring
- *   KV cache   per sequence, bf16, (2, n_layers, n_kv_heads, capacity, head_dim): the keys of one
+ *   KV cache   per sequence, h16, (2, n_layers, n_kv_heads, capacity, head_dim): the keys of one
  *              head are contiguous, so attention tiles are plain row blocks
  *   sparse     a FlexPrefill prefill (forward.cu, gpu_prefill_sparse) takes, for the call only,
  *              the residual stream and Q of the whole prompt and the index workspace
  *              (gpu_sparse_bytes: 3.6 GB for 128K tokens of an 8B model); NOMEM when it does
  *              not fit
  *
- * Numerics: the residual stream is float32; GEMM inputs are bf16 (weights, normalized
+ * Numerics (h16: the 16-bit float of this build of the plugin, bf16 or fp16: gpu/h16.cuh):
+ * the residual stream is float32; GEMM inputs are h16 (weights, normalized
  * activations), GEMMs accumulate in float32 and write float32 (Q/K/V, and the o/down
- * projections, which add into the residual through beta = 1) or bf16 (gate/up, re-read once by
- * SwiGLU). Attention reads bf16 Q/K/V, accumulates in float32 and rounds P to bf16 for the PV
+ * projections, which add into the residual through beta = 1) or h16 (gate/up, re-read once by
+ * SwiGLU). Attention reads h16 Q/K/V, accumulates in float32 and rounds P to h16 for the PV
  * product (FlashAttention's arithmetic). */
 #ifndef TANDEM_GPU_ENGINE_CUH
 #define TANDEM_GPU_ENGINE_CUH
 #include <cuda_runtime.h>
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cublas_v2.h>
 #include <stdio.h>
@@ -33,7 +33,7 @@ extern "C" {
 #include "gpu/gpu.h"
 }
 
-typedef __nv_bfloat16 bf16;
+#include "gpu/h16.cuh"
 
 /* ---------------------------------------------------------------- error checks
  * Every CUDA / cuBLAS call goes through these: on failure they log the call with file:line and
@@ -144,23 +144,23 @@ struct gpu_dims {
 };
 
 struct gpu_layer_w {
-    bf16 *w_qkv;  /* (qkv, H) */
-    bf16 *w_o;    /* (H, qd) */
-    bf16 *w_gu;   /* (2I, H) */
-    bf16 *w_down; /* (H, I) */
+    h16 *w_qkv;  /* (qkv, H) */
+    h16 *w_o;    /* (H, qd) */
+    h16 *w_gu;   /* (2I, H) */
+    h16 *w_down; /* (H, I) */
     float *b_qkv; /* (qkv) or NULL */
     float *attn_norm, *ffn_norm; /* (H) */
 };
 
 /* One sequence as the kernels see it (device metadata). */
 struct gpu_seq_dev {
-    bf16 *k, *v; /* layer 0, head 0, position 0 of K and V */
+    h16 *k, *v; /* layer 0, head 0, position 0 of K and V */
     int cap;     /* positions per (layer, head) row block */
     int pad_;
 };
 
 struct gpu_kv {
-    bf16 *k; /* (n_layers, n_kv, cap, hd); V follows at k + n_layers*n_kv*cap*hd */
+    h16 *k; /* (n_layers, n_kv, cap, hd); V follows at k + n_layers*n_kv*cap*hd */
     int cap;
 };
 
@@ -241,23 +241,23 @@ struct gpu_engine {
 
     /* weights */
     gpu_layer_w *layers; /* host array of device pointers */
-    bf16 *embed;         /* (V, H) */
-    bf16 *lm_head;       /* (V, H), == embed when tied */
+    h16 *embed;         /* (V, H) */
+    h16 *lm_head;       /* (V, H), == embed when tied */
     float *norm;         /* (H) */
     float *inv_freq0;    /* host: head_dim/2, the static rope table (dynamic: recomputed per call) */
 
     /* workspace */
     int t_max;
     float *x;      /* (t_max, H) residual stream */
-    bf16 *xb;      /* (t_max, H) normalized */
+    h16 *xb;      /* (t_max, H) normalized */
     float *qkv;    /* (t_max, qkv) */
-    bf16 *q;       /* (t_max, qd) after rope */
-    bf16 *att;     /* (t_max, qd) attention output */
+    h16 *q;       /* (t_max, qd) after rope */
+    h16 *att;     /* (t_max, qd) attention output */
     float *kf, *vf; /* (t_max, kvd) K after rope, V: the export quantizer's input */
-    bf16 *gu;      /* (t_max, 2I) */
-    bf16 *h;       /* (t_max, I) */
+    h16 *gu;      /* (t_max, 2I) */
+    h16 *h;       /* (t_max, I) */
     float2 *rope;  /* (t_max, hd/2) cos, sin */
-    bf16 *xn;      /* (GPU_LOGIT_ROWS, H) */
+    h16 *xn;      /* (GPU_LOGIT_ROWS, H) */
     float *logits; /* (GPU_LOGIT_ROWS, V) */
     float *part_o; /* decode split-K partials (slots, hdp) */
     float2 *part_ml; /* (slots) running max (log2 domain) and sum */
@@ -293,7 +293,7 @@ int gpu_weights_upload(gpu_engine *e, char *err, size_t errlen); /* weights.cu *
 void gpu_weights_free(gpu_engine *e);
 
 /* gemm.cu: out (T, N) = x (T, K) · W^T (W row-major (N, K)), float32 accumulation.
- * out_f32: float32 output, beta 0 or 1 (1 adds into out: the residual); else bf16 output. */
+ * out_f32: float32 output, beta 0 or 1 (1 adds into out: the residual); else h16 output. */
 /* The next chain-trace slot (2 stamps) for a launch of the decode chain, NULL when not tracing. */
 unsigned long long *gpu_chain_slot(gpu_engine *e);
 /* chain_trace.cu: the pass's start (which = 0) and end (1) stamps; the report at engine exit;
@@ -303,7 +303,7 @@ void gpu_chain_report(gpu_engine *e);
 void gpu_chain_step(gpu_engine *e, const struct timespec *h0, const struct timespec *h1);
 /* gemm.cu: out = x · W^T (+ beta out). l2pf: with the single-token GEMV under PDL, bytes of each
  * warp's first row requested into L2 before the wait (gpu_l2_prefetch; e->l2pf_o). */
-int gpu_gemm(gpu_engine *e, int T, int N, int K, const bf16 *W, const bf16 *x, void *out,
+int gpu_gemm(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
              int out_f32, float beta, int l2pf = 0);
 
 /* cpu_swiglu's arithmetic: silu(g) * u with silu(g) = g / (1 + expf(-g)), accurate expf and
@@ -315,18 +315,18 @@ __device__ __forceinline__ float gpu_silu_mul(float g, float u)
 
 /* decode_fused.cu: the T = 1 step's RMSNorm + QKV + bias + rope + cache write, and RMSNorm +
  * gate/up + SwiGLU, each one kernel with the unfused kernels' bits (see the file). x is the
- * float32 residual row, norm its RMSNorm weights, rope the token's (cos, sin) row; q (qd) bf16;
- * h (I) bf16. gpu_fused_ok: the shapes they take (H % 8 == 0, H <= GPU_FUSED_MAX_H). */
+ * float32 residual row, norm its RMSNorm weights, rope the token's (cos, sin) row; q (qd) h16;
+ * h (I) h16. gpu_fused_ok: the shapes they take (H % 8 == 0, H <= GPU_FUSED_MAX_H). */
 #define GPU_FUSED_MAX_H 16384 /* the normalized row is kept in shared memory (2 H bytes) */
 int gpu_fused_ok(const gpu_dims *d);
-int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const bf16 *w,
+int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const h16 *w,
                   const float *bias, const float *x, const float *norm, const float2 *rope,
-                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, bf16 *q, unsigned long long *tr = nullptr,
+                  const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, h16 *q, unsigned long long *tr = nullptr,
                   int l2pf = 0, int balanced = 0);
 /* balanced (gpu_qkv_fused): the grid that gives every warp the same number of items (fewer
  * blocks), which leaves room for the split-form decode attention's blocks to start early. */
-int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const bf16 *w, const float *x,
-                 const float *norm, bf16 *h, unsigned long long *tr = nullptr, int l2pf = 0);
+int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const h16 *w, const float *x,
+                 const float *norm, h16 *h, unsigned long long *tr = nullptr, int l2pf = 0);
 
 /* decode_step.cu: the whole T = 1 decode step (all layers, up to the final norm) as one
  * cooperative kernel; gpu_step_setup decides at engine start whether it runs (e->step), and takes
@@ -335,25 +335,27 @@ int gpu_step_setup(gpu_engine *e);
 int gpu_decode_step(gpu_engine *e, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs);
 
 /* kernels.cu */
-int gpu_embed(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, float *x);
+int gpu_embed(cudaStream_t s, const h16 *table, const int *ids, int T, int H, float *x);
 /* gpu_embed and gpu_rope_table (below) in one launch (the same values). */
-int gpu_embed_rope(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, float *x,
+int gpu_embed_rope(cudaStream_t s, const h16 *table, const int *ids, int T, int H, float *x,
                    const int *pos, const int *tbl, const float *inv, int half, float2 *rope);
 int gpu_rmsnorm(cudaStream_t s, const float *x, const int *rows, const float *w, int T, int H,
-                float eps, bf16 *out);
+                float eps, h16 *out);
 int gpu_rope_table(cudaStream_t s, const int *pos, const int *tbl, const float *inv, int T,
                    int half, float2 *out);
 int gpu_rope_qkv(cudaStream_t s, const gpu_dims *d, int layer, int T, const float *qkv,
                  const float *bias, const float2 *rope, const int *seq_idx, const int *pos,
-                 const gpu_seq_dev *seqs, bf16 *q, float *kf, float *vf);
-int gpu_swiglu(cudaStream_t s, const bf16 *gu, int T, int I, bf16 *h);
-int gpu_convert_to_bf16(cudaStream_t s, const void *src, int dtype, size_t n, bf16 *dst);
+                 const gpu_seq_dev *seqs, h16 *q, float *kf, float *vf);
+int gpu_swiglu(cudaStream_t s, const h16 *gu, int T, int I, h16 *h);
+/* overflow: device flag set to 1 when a finite value rounds to infinity (NULL: not checked) */
+int gpu_convert_to_h16(cudaStream_t s, const void *src, int dtype, size_t n, h16 *dst,
+                       int *overflow);
 int gpu_convert_to_f32(cudaStream_t s, const void *src, int dtype, size_t n, float *dst);
 
 /* attn_prefill.cu: causal attention of T query rows (positions pos0..pos0+T-1) of one sequence
  * against its keys 0..pos0+T-1 in the cache (layer base pointers k, v; cap positions per head). */
-int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                     const bf16 *k, const bf16 *v, int cap, bf16 *out, int warps);
+int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
+                     const h16 *k, const h16 *v, int cap, h16 *out, int warps);
 /* A block-sparse pattern (gpu/gpu_flex.h's index, device memory): for head h and query block r
  * of 128 positions, the 128-key blocks col[row_ptr[h * (nb + 1) + r] .. row_ptr[.. + r + 1]),
  * ascending, none above the diagonal block r (which FlexPrefill always keeps). */
@@ -364,9 +366,9 @@ struct gpu_block_list {
 /* The general form: key j of KV head g at k + g * k_head + j * k_tok (elements; v alike); query
  * head h reads KV head h % n_kv when interleave, else h / (n_heads / n_kv); bl NULL: dense
  * causal, else only the listed blocks (then pos0 must be a multiple of 128). */
-int gpu_attn_prefill_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                        const bf16 *k, const bf16 *v, size_t k_tok, size_t k_head, int interleave,
-                        const gpu_block_list *bl, bf16 *out, int warps);
+int gpu_attn_prefill_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
+                        const h16 *k, const h16 *v, size_t k_tok, size_t k_head, int interleave,
+                        const gpu_block_list *bl, h16 *out, int warps);
 /* attn_prefill_sm90.cu: the same on Hopper's wgmma (head_dim <= 128); only when
  * gpu_attn_sm90_available(device) says this build and GPU have it (1 yes, 0 no, < 0 error).
  * head_dim 128 takes the warp-specialized kernel (attn_prefill_ws.cu, 2 stages, ping-pong),
@@ -378,23 +380,23 @@ enum {
     GPU_SM90_WS_NOPP = 3, /* the same without the ping-pong */
     GPU_SM90_WS_3ST = 4, /* 3 stages, ping-pong */
 };
-int gpu_attn_prefill_sm90(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                          const bf16 *k, const bf16 *v, int cap, bf16 *out);
-int gpu_attn_prefill_sm90_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                             const bf16 *k, const bf16 *v, int cap, bf16 *out, int variant);
+int gpu_attn_prefill_sm90(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
+                          const h16 *k, const h16 *v, int cap, h16 *out);
+int gpu_attn_prefill_sm90_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
+                             const h16 *k, const h16 *v, int cap, h16 *out, int variant);
 int gpu_attn_sm90_available(int device);
 /* attn_prefill_ws.cu: the warp-specialized kernel (variant: 0 two stages with ping-pong, 1 two
  * stages without, 2 three stages with); usable when head_dim is 128, the pointers 16-byte
  * aligned and the driver gives cuTensorMapEncodeTiled. */
-int gpu_attn_ws_usable(const gpu_dims *d, const bf16 *q, const bf16 *k, const bf16 *v, int cap);
-int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                        const bf16 *k, const bf16 *v, int cap, bf16 *out, int variant);
+int gpu_attn_ws_usable(const gpu_dims *d, const h16 *q, const h16 *k, const h16 *v, int cap);
+int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
+                        const h16 *k, const h16 *v, int cap, h16 *out, int variant);
 /* Its general form, gpu_attn_prefill_ex's contract (strides, interleave, bl NULL: dense causal,
  * else only the listed blocks, pos0 a multiple of 128): ACCEL_ERR_UNSUPPORTED where the kernel
  * cannot run (head_dim not 128, no tensor-map encoder, bases or strides not 16-byte aligned). */
-int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const bf16 *q,
-                           const bf16 *k, const bf16 *v, size_t k_tok, size_t k_head, int interleave,
-                           const gpu_block_list *bl, bf16 *out, int variant);
+int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
+                           const h16 *k, const h16 *v, size_t k_tok, size_t k_head, int interleave,
+                           const gpu_block_list *bl, h16 *out, int variant);
 /* attn_decode.cu: one query row per token t (position pos[t] of sequence seqs[seq_idx[t]]),
  * split-K over its keys 0..pos[t]; part_* hold at least gpu_attn_decode_slots() entries. The
  * launch depends on T only (each token splits its own keys in the kernel), so a captured CUDA
@@ -402,8 +404,8 @@ int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, c
  * sequence in this pass (decode, not a prefill chunk), so with PDL the keys below it may be read
  * before the kernel before has finished. */
 int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu_dims *d, int sms,
-                    int layer, int T, const bf16 *q, const int *seq_idx, const int *pos,
-                    const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, bf16 *out,
+                    int layer, int T, const h16 *q, const int *seq_idx, const int *pos,
+                    const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, h16 *out,
                     unsigned long long *tr = nullptr, unsigned long long *btr = nullptr,
                     const void *pf = nullptr, size_t pf_bytes = 0, int mma = 0);
 /* btr: the chain trace's per-block stamps of the one-kernel forms (attn_decode.cuh d2_bmark);
@@ -420,9 +422,9 @@ size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens);
 /* kv_quant.cu: x (T, n_kv, hd) float32 -> proto/kv.h bytes and fp16 scales. */
 int gpu_kv_quantize(cudaStream_t s, enum proto_kv_dtype t, const float *x, int T, int n_kv, int hd,
                     unsigned char *q, unsigned short *scales);
-/* q/scales (T, n_kv, ...) -> bf16 cache rows at positions pos0.. of one layer (k: head 0 base). */
+/* q/scales (T, n_kv, ...) -> h16 cache rows at positions pos0.. of one layer (k: head 0 base). */
 int gpu_kv_dequantize(cudaStream_t s, enum proto_kv_dtype t, const unsigned char *q,
-                      const unsigned short *scales, int T, int n_kv, int hd, bf16 *cache, int cap,
+                      const unsigned short *scales, int T, int n_kv, int hd, h16 *cache, int cap,
                       int pos0);
 
 /* forward.cu: the profile's report (stderr), called when the engine is freed */

@@ -309,7 +309,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
             if (p.xr) GPU_TRY(export_poll(e, p.xr, l, 0));
             continue;
         }
-        bf16 *const q_r = e->q + (size_t)r0 * d.qd, *const att_r = e->att + (size_t)r0 * d.qd;
+        h16 *const q_r = e->q + (size_t)r0 * d.qd, *const att_r = e->att + (size_t)r0 * d.qd;
         float *const x_r = e->x + (size_t)r0 * d.H;
         if (p.kv && nr > SMALL_CHUNK) {
             gpu_seq_dev sq = seq_of(e, p.kv);
@@ -323,7 +323,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         } else {
             /* the o projection's weights into L2 while the attention runs (single-token steps) */
             const size_t pf = T == 1 && !p.kv && !p.xr ? (p.cluster ? e->attn_pf_short : e->attn_pf_long) : 0;
-            const size_t wo = (size_t)d.H * d.qd * sizeof(bf16);
+            const size_t wo = (size_t)d.H * d.qd * sizeof(h16);
             unsigned long long *btr =
                 e->atrace && e->ctrace_n >= 0 ? e->atrace + (size_t)l * GPU_ATRACE_BLOCKS * GPU_ATRACE_STAMPS : NULL;
             GPU_TRY(gpu_attn_decode(s, e->pdl, !p.kv, p.cluster, &d, e->sms, l, nr, q_r, md.seq + r0,
@@ -498,7 +498,7 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
 struct sparse_ws {
     unsigned char *base;
     float *x;     /* (n, H) residual stream */
-    bf16 *q;      /* (n, qd) Q after rope */
+    h16 *q;      /* (n, qd) Q after rope */
     float2 *rope; /* (n, hd/2) */
     int *ids, *pos, *seq, *tbl; /* (n) each: the metadata run_layers reads from meta_d */
     gpu_seq_dev *seqs;          /* (1) */
@@ -521,7 +521,7 @@ static sparse_off sparse_layout(const gpu_dims &d, int n, int sink, enum proto_k
     sparse_off o;
     size_t at = 0;
     o.x = at, at = a256(at + (size_t)n * d.H * sizeof(float));
-    o.q = at, at = a256(at + (size_t)n * d.qd * sizeof(bf16));
+    o.q = at, at = a256(at + (size_t)n * d.qd * sizeof(h16));
     o.rope = at, at = a256(at + (size_t)n * (d.hd / 2) * sizeof(float2));
     o.meta0 = at;
     o.ids = at, at = a256(at + (size_t)n * sizeof(int));
@@ -574,7 +574,7 @@ static int sparse_ws_new(gpu_engine *e, int n, int sink, enum proto_kv_dtype dt,
     }
     unsigned char *b = w->base;
     w->x = (float *)(b + o.x);
-    w->q = (bf16 *)(b + o.q);
+    w->q = (h16 *)(b + o.q);
     w->rope = (float2 *)(b + o.rope);
     w->ids = (int *)(b + o.ids);
     w->pos = (int *)(b + o.pos);
@@ -644,7 +644,7 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
         const gpu_layer_w &lw = e->layers[l];
         if (cancel && *cancel) return ACCEL_ERR_CANCELLED;
         const size_t off = (size_t)l * d.n_kv * kv->cap * d.hd;
-        const bf16 *kl = sq.k + off, *vl = sq.v + off;
+        const h16 *kl = sq.k + off, *vl = sq.v + off;
         for (int c0 = 0; c0 < n; c0 += C) {
             const int T = n - c0 < C ? n - c0 : C;
             GPU_TRY(gpu_rmsnorm(s, w.x + (size_t)c0 * d.H, NULL, lw.attn_norm, T, d.H, d.eps, e->xb));
@@ -672,7 +672,7 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
         for (int c0 = l == d.L - 1 ? last_from : 0; c0 < n; c0 += C) {
             const int T = n - c0 < C ? n - c0 : C;
             float *xc = w.x + (size_t)c0 * d.H;
-            const bf16 *qc = w.q + (size_t)c0 * d.qd;
+            const h16 *qc = w.q + (size_t)c0 * d.qd;
             int st = ACCEL_ERR_UNSUPPORTED;
             if (ws)
                 st = gpu_attn_prefill_ws_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd,

@@ -2,7 +2,7 @@
  *
  * T > 1 (prefill, decode batches): one cuBLAS call. Row-major W (N, K) is
  * column-major (K, N), so in cuBLAS terms C (N x T, col-major = row-major (T, N)) =
- * op_T(W) (N x K) · x (K x T): the "TN" layout, cuBLAS's fastest for bf16. bf16 operands, float32
+ * op_T(W) (N x K) · x (K x T): the "TN" layout, cuBLAS's fastest for h16. h16 operands, float32
  * accumulation (CUBLAS_COMPUTE_32F); the engine's handle forbids reduced-precision split-K
  * reductions (engine.cu), so the only rounding is the output's.
  *
@@ -27,8 +27,8 @@
  * the next l2pf bytes of that row (gpu_l2_prefetch: the o projection, whose blocks are resident
  * during the latency-bound decode attention). (Two rows per warp, with the activation
  * row in shared memory, measured no better on the lm_head: 243 us.) */
-__global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const bf16 *__restrict__ W,
-                                                           const bf16 *__restrict__ x, int N,
+__global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const h16 *__restrict__ W,
+                                                           const h16 *__restrict__ x, int N,
                                                            int K, void *out, int out_f32,
                                                            float beta, int pdl, int l2pf,
                                                            unsigned long long *tr)
@@ -56,14 +56,14 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const bf16 *__restrict
                 float *o = (float *)out;
                 o[n] = beta != 0.f ? o[n] + v[0] : v[0];
             } else {
-                ((bf16 *)out)[n] = __float2bfloat16(v[0]);
+                ((h16 *)out)[n] = h16_from(v[0]);
             }
         }
     }
 }
 
-static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int K, const bf16 *W,
-                const bf16 *x, void *out, int out_f32, float beta, int l2pf, unsigned long long *tr)
+static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int K, const h16 *W,
+                const h16 *x, void *out, int out_f32, float beta, int l2pf, unsigned long long *tr)
 {
     if (*per_sm_cache <= 0)
         GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm_cache, k_gemv, GEMV_WARPS * 32, 0));
@@ -75,7 +75,7 @@ static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int 
     return ACCEL_OK;
 }
 
-int gpu_gemm(gpu_engine *e, int T, int N, int K, const bf16 *W, const bf16 *x, void *out,
+int gpu_gemm(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
              int out_f32, float beta, int l2pf)
 {
     if (T == 1 && K % 8 == 0 && !e->gemv_off) {
@@ -83,8 +83,8 @@ int gpu_gemm(gpu_engine *e, int T, int N, int K, const bf16 *W, const bf16 *x, v
                     l2pf, gpu_chain_slot(e));
     }
     const float alpha = 1.0f;
-    GPU_CUBLAS(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, CUDA_R_16BF, K,
-                            x, CUDA_R_16BF, K, &beta, out, out_f32 ? CUDA_R_32F : CUDA_R_16BF, N,
+    GPU_CUBLAS(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, GPU_H16_CUDA, K,
+                            x, GPU_H16_CUDA, K, &beta, out, out_f32 ? CUDA_R_32F : GPU_H16_CUDA, N,
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return ACCEL_OK;
 }

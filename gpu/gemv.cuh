@@ -2,12 +2,12 @@
  * by the plain GEMV (gemm.cu) and the fused decode kernels (decode_fused.cu), so that both sum in
  * the same order and give the same bits:
  *   gpu_warp_dot    one warp streams R weight rows (16-byte chunks, four loads in flight per row
- *                   and lane, read once: ld.global.cs) against one bf16 activation row, float32
+ *                   and lane, read once: ld.global.cs) against one h16 activation row, float32
  *                   accumulation in chunk order, then a butterfly shuffle reduction; every lane
  *                   ends with the R sums;
  *   gpu_warp_dot_pipe  the same with the next round's loads issued before the current round is
  *                   summed (the fused kernels, x in shared memory; same bits);
- *   gpu_block_rmsnorm  a block's RMSNorm of one float32 row into bf16 (cpu_rmsnorm's arithmetic:
+ *   gpu_block_rmsnorm  a block's RMSNorm of one float32 row into h16 (cpu_rmsnorm's arithmetic:
  *                   the mean of squares in double, inv = (float)(1 / sqrt(ms + eps)),
  *                   out = x * inv * w rounded once); with the same thread count it is the same
  *                   computation as kernels.cu's k_rmsnorm, bit for bit; CG = true reads x past
@@ -18,7 +18,7 @@
 
 /* One round of weight chunks per row: w[r][u] = chunk c + 32 u of row r (read once: ld.global.cs). */
 template <int R>
-__device__ __forceinline__ void gpu_load_round(uint4 (&w)[R][4], const bf16 *__restrict__ W,
+__device__ __forceinline__ void gpu_load_round(uint4 (&w)[R][4], const h16 *__restrict__ W,
                                                size_t rstride, int c)
 {
 #pragma unroll
@@ -34,7 +34,7 @@ __device__ __forceinline__ void gpu_load_round(uint4 (&w)[R][4], const bf16 *__r
  * (K < 1024; then nothing is loaded and every lane takes the plain gpu_warp_dot, whose shuffles
  * must be reached by the whole warp at one call site). */
 template <int R>
-__device__ __forceinline__ int gpu_warp_prefetch(const bf16 *__restrict__ W, size_t rstride, int K,
+__device__ __forceinline__ int gpu_warp_prefetch(const h16 *__restrict__ W, size_t rstride, int K,
                                                  int lane, uint4 pre[R][4])
 {
     if (K / 8 < 128) return 0;
@@ -42,7 +42,7 @@ __device__ __forceinline__ int gpu_warp_prefetch(const bf16 *__restrict__ W, siz
     return 1;
 }
 
-/* The part of a K-long bf16 row that an L2 prefetch of pf bytes per row covers beyond the first
+/* The part of a K-long h16 row that an L2 prefetch of pf bytes per row covers beyond the first
  * round gpu_warp_prefetch loads into registers (4 x 32 x 16 bytes): [2048, min(2 K, 2048 + pf)). */
 __device__ __forceinline__ unsigned gpu_l2_prefetch_end(int K, int pf)
 {
@@ -72,12 +72,12 @@ __device__ __forceinline__ void gpu_sum_round(float acc[R], const uint4 (&w)[R][
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const uint4 xv = GLOBAL ? __ldca(xp + c + 32 * u) : xp[c + 32 * u];
-        const bf16 *xb = (const bf16 *)&xv;
+        const h16 *xb = (const h16 *)&xv;
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            const bf16 *wb = (const bf16 *)&w[r][u];
+            const h16 *wb = (const h16 *)&w[r][u];
 #pragma unroll
-            for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
+            for (int e = 0; e < 8; e++) acc[r] += h16_to(wb[e]) * h16_to(xb[e]);
         }
     }
 }
@@ -90,8 +90,8 @@ __device__ __forceinline__ void gpu_sum_round(float acc[R], const uint4 (&w)[R][
  * PRE: the first round of weight chunks is in pre (gpu_warp_prefetch returned 1). The same
  * arithmetic in the same order either way. */
 template <int R, bool GLOBAL, bool PRE = false>
-__device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t rstride,
-                                             const bf16 *__restrict__ x, int K, int lane,
+__device__ __forceinline__ void gpu_warp_dot(const h16 *__restrict__ W, size_t rstride,
+                                             const h16 *__restrict__ x, int K, int lane,
                                              float acc[R], const uint4 (*pre)[4] = nullptr)
 {
     const uint4 *xp = (const uint4 *)x;
@@ -113,13 +113,13 @@ __device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t 
     }
     for (; c < chunks; c += 32) {
         uint4 xv = GLOBAL ? __ldca(xp + c) : xp[c];
-        const bf16 *xb = (const bf16 *)&xv;
+        const h16 *xb = (const h16 *)&xv;
 #pragma unroll
         for (int r = 0; r < R; r++) {
             uint4 wv = __ldcs((const uint4 *)(W + r * rstride) + c);
-            const bf16 *wb = (const bf16 *)&wv;
+            const h16 *wb = (const h16 *)&wv;
 #pragma unroll
-            for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * __bfloat162float(xb[e]);
+            for (int e = 0; e < 8; e++) acc[r] += h16_to(wb[e]) * h16_to(xb[e]);
         }
     }
     gpu_warp_sums<R>(acc);
@@ -130,8 +130,8 @@ __device__ __forceinline__ void gpu_warp_dot(const bf16 *__restrict__ W, size_t 
  * registers). The same chunks in the same order: the same bits. Needs K % 1024 == 0 (whole rounds
  * of 4 x 32 chunks); PRE: the first round is in pre (gpu_warp_prefetch). */
 template <int R, bool PRE = false>
-__device__ __forceinline__ void gpu_warp_dot_pipe(const bf16 *__restrict__ W, size_t rstride,
-                                                  const bf16 *__restrict__ x, int K, int lane,
+__device__ __forceinline__ void gpu_warp_dot_pipe(const h16 *__restrict__ W, size_t rstride,
+                                                  const h16 *__restrict__ x, int K, int lane,
                                                   float acc[R], const uint4 (*pre)[4] = nullptr)
 {
     const uint4 *xp = (const uint4 *)x;
@@ -179,7 +179,7 @@ __device__ __forceinline__ double gpu_block_sum_double(double v)
     return v;
 }
 
-/* out (H, bf16) = RMSNorm(x) * w, computed by the whole block (every thread must call it).
+/* out (H, h16) = RMSNorm(x) * w, computed by the whole block (every thread must call it).
  * Vector path (H % 4 == 0, x and w 16-byte aligned, out 8-byte aligned, H <= 16 * blockDim.x):
  * every thread issues all its float4 loads of x and w at once (the row is in L2: one round trip
  * instead of one per element), sums its chunks in order, keeps them in registers for the output.
@@ -187,7 +187,7 @@ __device__ __forceinline__ double gpu_block_sum_double(double v)
  * order of the double sum depends on the path. */
 template <bool CG = false>
 __device__ __forceinline__ void gpu_block_rmsnorm(const float *x, const float *w, int H, float eps,
-                                                  bf16 *out)
+                                                  h16 *out)
 {
     constexpr int MAXV = 4; /* float4 chunks per thread held in registers */
     const int nt = blockDim.x, tid = threadIdx.x;
@@ -218,9 +218,9 @@ __device__ __forceinline__ void gpu_block_rmsnorm(const float *x, const float *w
             const int c = tid + v * nt;
             if (c < n4) {
                 const float4 a = xv[v], b = wv[v];
-                __nv_bfloat162 lo = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(a.x, inv), b.x),
+                h16x2 lo = h16x2_from(__fmul_rn(__fmul_rn(a.x, inv), b.x),
                                                           __fmul_rn(__fmul_rn(a.y, inv), b.y));
-                __nv_bfloat162 hi = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(a.z, inv), b.z),
+                h16x2 hi = h16x2_from(__fmul_rn(__fmul_rn(a.z, inv), b.z),
                                                           __fmul_rn(__fmul_rn(a.w, inv), b.w));
                 uint2 pk;
                 pk.x = *(const unsigned *)&lo;
@@ -237,7 +237,7 @@ __device__ __forceinline__ void gpu_block_rmsnorm(const float *x, const float *w
     ss = gpu_block_sum_double(ss);
     float inv = (float)(1.0 / sqrt(ss / H + (double)eps));
     for (int i = tid; i < H; i += nt)
-        out[i] = __float2bfloat16(__fmul_rn(__fmul_rn(CG ? __ldcg(x + i) : x[i], inv), w[i]));
+        out[i] = h16_from(__fmul_rn(__fmul_rn(CG ? __ldcg(x + i) : x[i], inv), w[i]));
 }
 
 #endif

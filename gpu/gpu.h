@@ -2,7 +2,8 @@
  * accel glue (gpu/accel.c, compiled as C: it embeds struct accel_dev, whose _Atomic members C++
  * cannot parse) and the CUDA side (the .cu files) meet here.
  *
- * One engine = one GPU holding one model's weights (bf16), its workspaces and two streams:
+ * One engine = one GPU holding one model's weights (h16: bf16 or fp16, the build's type,
+ * gpu/h16.cuh), its workspaces and two streams:
  * `compute` (every kernel and GEMM, in order) and `copy` (the KV export's device-to-host copies,
  * ordered against compute with events). A gpu_kv is one sequence's KV cache on the device.
  *
@@ -33,7 +34,8 @@ typedef struct gpu_kv gpu_kv;
 /* Decode batch bound (sequences per accel_decode): sizes the per-step workspaces. */
 #define GPU_MAX_BATCH 256
 
-/* Opens CUDA device `index`, uploads m's weights (bf16; f32/f16 converted on the device) and sizes
+/* Opens CUDA device `index`, uploads m's weights (h16; other dtypes converted on the device; a
+ * weight past fp16's range fails the fp16 build's upload) and sizes
  * the workspaces. mem_limit (bytes, 0: none) caps the KV budget. NULL with a message in err when
  * there is no such device, the model has a shape the kernels do not cover, or memory runs out. */
 gpu_engine *gpu_engine_new(int index, const model *m, uint64_t mem_limit, char *err, size_t errlen);
@@ -44,7 +46,7 @@ const char *gpu_engine_desc(const gpu_engine *e);
 /* Bytes available to KV caches: what was free after weights and workspaces, less a safety margin
  * (and at most mem_limit). */
 uint64_t gpu_engine_kv_budget(const gpu_engine *e);
-/* Bytes one position of one sequence takes in the KV cache (K and V, every layer, bf16). */
+/* Bytes one position of one sequence takes in the KV cache (K and V, every layer, h16). */
 uint64_t gpu_engine_kv_bytes_per_token(const gpu_engine *e);
 
 /* A KV cache for `capacity` positions. ACCEL_ERR_NOMEM when the device has no room. */
@@ -86,7 +88,7 @@ uint64_t gpu_sparse_bytes(const gpu_engine *e, int n, int sink, enum proto_kv_dt
 int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const int32_t *ids,
                float *logits);
 
-/* Writes one imported layer chunk (dequantized to bf16) at positions c->pos0.. of kv. */
+/* Writes one imported layer chunk (dequantized to h16) at positions c->pos0.. of kv. */
 int gpu_kv_import(gpu_engine *e, gpu_kv *kv, const proto_kv_layer *c);
 
 /* Waits for the device; reports any pending asynchronous error. */

@@ -47,12 +47,12 @@ extern "C" int gpu_flex_attention(const void *q, const void *k, const void *v, v
     dd.L = 1;
     gpu_block_list bl = {row_ptr, col, (n + GPU_FLEX_BS - 1) / GPU_FLEX_BS};
     if (d == 128 && gpu_flex_ws_here()) {
-        int st = gpu_attn_prefill_ws_ex((cudaStream_t)stream, &dd, n, 0, (const bf16 *)q,
-                                        (const bf16 *)k, (const bf16 *)v, (size_t)Hk * d, (size_t)d,
-                                        interleave, &bl, (bf16 *)out, 0);
+        int st = gpu_attn_prefill_ws_ex((cudaStream_t)stream, &dd, n, 0, (const h16 *)q,
+                                        (const h16 *)k, (const h16 *)v, (size_t)Hk * d, (size_t)d,
+                                        interleave, &bl, (h16 *)out, 0);
         if (st != ACCEL_ERR_UNSUPPORTED) return st;
     }
-    return gpu_attn_prefill_ex((cudaStream_t)stream, &dd, n, 0, (const bf16 *)q, (const bf16 *)k,
-                               (const bf16 *)v, (size_t)Hk * d, (size_t)d, interleave, &bl,
-                               (bf16 *)out, 4);
+    return gpu_attn_prefill_ex((cudaStream_t)stream, &dd, n, 0, (const h16 *)q, (const h16 *)k,
+                               (const h16 *)v, (size_t)Hk * d, (size_t)d, interleave, &bl,
+                               (h16 *)out, 4);
 }

@@ -5,12 +5,11 @@
 #ifndef TANDEM_GPU_FLEX_COMMON_CUH
 #define TANDEM_GPU_FLEX_COMMON_CUH
 #include "gpu/gpu_flex.h"
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 
-typedef __nv_bfloat16 bf16;
+#include "gpu/h16.cuh"
 
 // 1 when the current device runs the wgmma kernels (gpu_attn_sm90_available, probed once per
 // device, thread-safe): gpu_flex_attention then takes the warp-specialized kernel for head_dim 128.

@@ -1,6 +1,6 @@
 // gpu/gpu_flex_entry.cu — host-array entry points of the FlexPrefill GPU path for tests and the
 // benchmark (declared in gpu/gpu_flex.h, found with dlsym in build/libtandem_cuda.so): they
-// round float inputs to bf16 on upload, run on the default device's default stream and copy
+// round float inputs to h16 on upload, run on the default device's default stream and copy
 // the results back. Device memory is released before returning, also on errors.
 #include "gpu/gpu_flex_common.cuh"
 #include "gpu/engine.cuh"
@@ -22,12 +22,12 @@ struct dbuf {
     }
 };
 
-int upload_bf16(dbuf &d, const float *x, size_t n)
+int upload_h16(dbuf &d, const float *x, size_t n)
 {
-    std::vector<bf16> h(n);
-    for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(x[i]);
-    GF_CHECK(cudaMalloc(&d.p, n * sizeof(bf16)));
-    GF_CHECK(cudaMemcpy(d.p, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = h16_bits_host(x[i]);
+    GF_CHECK(cudaMalloc(&d.p, n * sizeof(h16)));
+    GF_CHECK(cudaMemcpy(d.p, h.data(), n * sizeof(h16), cudaMemcpyHostToDevice));
     return 0;
 }
 
@@ -111,8 +111,8 @@ extern "C" int gpu_flex_test_index_layout(const float *q, const float *k, int n,
             for (int g = 0; g < Hk; g++)
                 memcpy(&kt[((size_t)g * cap + j) * d], k + ((size_t)j * Hk + g) * d, sizeof(float) * d);
     }
-    if ((rc = upload_bf16(dq, q, (size_t)n * H * d)) ||
-        (rc = head_major ? upload_bf16(dk, kt.data(), kt.size()) : upload_bf16(dk, k, (size_t)n * Hk * d)) ||
+    if ((rc = upload_h16(dq, q, (size_t)n * H * d)) ||
+        (rc = head_major ? upload_h16(dk, kt.data(), kt.size()) : upload_h16(dk, k, (size_t)n * Hk * d)) ||
         (rc = gpu_flex_ws_new(n, H, Hk, d, &ws.w)))
         return rc;
     rc = head_major ? gpu_flex_index_kv(ws.w, p, dq.p, dk.p, (size_t)d, (size_t)cap * d, n, nullptr)
@@ -132,19 +132,19 @@ extern "C" int gpu_flex_test_attention(const float *q, const float *k, const flo
     const int64_t nnz = row_ptr[(size_t)H * (nb + 1) - 1];
     dbuf dq, dk, dv, drp, dcol, dout;
     int rc;
-    if ((rc = upload_bf16(dq, q, (size_t)n * H * d)) || (rc = upload_bf16(dk, k, (size_t)n * Hk * d)) ||
-        (rc = upload_bf16(dv, v, (size_t)n * Hk * d)) ||
+    if ((rc = upload_h16(dq, q, (size_t)n * H * d)) || (rc = upload_h16(dk, k, (size_t)n * Hk * d)) ||
+        (rc = upload_h16(dv, v, (size_t)n * Hk * d)) ||
         (rc = upload(drp, row_ptr, sizeof(int32_t) * H * (nb + 1))) ||
         (rc = upload(dcol, col, sizeof(int32_t) * nnz)))
         return rc;
-    GF_CHECK(cudaMalloc(&dout.p, sizeof(bf16) * n * H * d));
+    GF_CHECK(cudaMalloc(&dout.p, sizeof(h16) * n * H * d));
     if ((rc = gpu_flex_attention(dq.p, dk.p, dv.p, dout.p, n, H, Hk, d, (const int32_t *)drp.p,
                                  (const int32_t *)dcol.p, interleave, nullptr)))
         return rc;
     GF_CHECK(cudaDeviceSynchronize());
-    std::vector<bf16> h((size_t)n * H * d);
-    GF_CHECK(cudaMemcpy(h.data(), dout.p, h.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < h.size(); i++) out[i] = __bfloat162float(h[i]);
+    std::vector<uint16_t> h((size_t)n * H * d);
+    GF_CHECK(cudaMemcpy(h.data(), dout.p, h.size() * sizeof(h16), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < h.size(); i++) out[i] = h16_float_host(h[i]);
     return 0;
 }
 
@@ -163,10 +163,10 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
     dbuf dq, dk, dv, dout, drp, dcol;
     ws_guard ws;
     int rc;
-    if ((rc = upload_bf16(dq, q, (size_t)n * H * d)) || (rc = upload_bf16(dk, k, (size_t)n * Hk * d)) ||
-        (rc = upload_bf16(dv, v, (size_t)n * Hk * d)) || (rc = gpu_flex_ws_new(n, H, Hk, d, &ws.w)))
+    if ((rc = upload_h16(dq, q, (size_t)n * H * d)) || (rc = upload_h16(dk, k, (size_t)n * Hk * d)) ||
+        (rc = upload_h16(dv, v, (size_t)n * Hk * d)) || (rc = gpu_flex_ws_new(n, H, Hk, d, &ws.w)))
         return rc;
-    GF_CHECK(cudaMalloc(&dout.p, sizeof(bf16) * n * H * d));
+    GF_CHECK(cudaMalloc(&dout.p, sizeof(h16) * n * H * d));
     cudaEvent_t e0, e1;
     GF_CHECK(cudaEventCreate(&e0));
     GF_CHECK(cudaEventCreate(&e1));
@@ -202,13 +202,13 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
         for (int i = 0; i <= reps && !rc; i++) {
             cudaEventRecord(e0);
             if (which == 3)
-                rc = gpu_attn_prefill_ws_ex(nullptr, &dd, n, 0, (const bf16 *)dq.p, (const bf16 *)dk.p,
-                                            (const bf16 *)dv.p, (size_t)Hk * d, (size_t)d,
-                                            p->gqa_interleave, b, (bf16 *)dout.p, 2);
+                rc = gpu_attn_prefill_ws_ex(nullptr, &dd, n, 0, (const h16 *)dq.p, (const h16 *)dk.p,
+                                            (const h16 *)dv.p, (size_t)Hk * d, (size_t)d,
+                                            p->gqa_interleave, b, (h16 *)dout.p, 2);
             else
-                rc = gpu_attn_prefill_ex(nullptr, &dd, n, 0, (const bf16 *)dq.p, (const bf16 *)dk.p,
-                                         (const bf16 *)dv.p, (size_t)Hk * d, (size_t)d,
-                                         p->gqa_interleave, b, (bf16 *)dout.p, which);
+                rc = gpu_attn_prefill_ex(nullptr, &dd, n, 0, (const h16 *)dq.p, (const h16 *)dk.p,
+                                         (const h16 *)dv.p, (size_t)Hk * d, (size_t)d,
+                                         p->gqa_interleave, b, (h16 *)dout.p, which);
             cudaEventRecord(e1);
             if (rc == ACCEL_ERR_UNSUPPORTED) {
                 cudaEventSynchronize(e1);
@@ -258,13 +258,13 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
             cudaEventRecord(e0);
             rc = ACCEL_ERR_UNSUPPORTED;
             if (d == 128 && gpu_flex_ws_here())
-                rc = gpu_attn_prefill_ws_ex(nullptr, &dd, n, 0, (const bf16 *)dq.p, (const bf16 *)dk.p,
-                                            (const bf16 *)dv.p, (size_t)Hk * d, (size_t)d,
-                                            p->gqa_interleave, nullptr, (bf16 *)dout.p, 0);
+                rc = gpu_attn_prefill_ws_ex(nullptr, &dd, n, 0, (const h16 *)dq.p, (const h16 *)dk.p,
+                                            (const h16 *)dv.p, (size_t)Hk * d, (size_t)d,
+                                            p->gqa_interleave, nullptr, (h16 *)dout.p, 0);
             if (rc == ACCEL_ERR_UNSUPPORTED)
-                rc = gpu_attn_prefill_ex(nullptr, &dd, n, 0, (const bf16 *)dq.p, (const bf16 *)dk.p,
-                                         (const bf16 *)dv.p, (size_t)Hk * d, (size_t)d,
-                                         p->gqa_interleave, nullptr, (bf16 *)dout.p, 4);
+                rc = gpu_attn_prefill_ex(nullptr, &dd, n, 0, (const h16 *)dq.p, (const h16 *)dk.p,
+                                         (const h16 *)dv.p, (size_t)Hk * d, (size_t)d,
+                                         p->gqa_interleave, nullptr, (h16 *)dout.p, 4);
             cudaEventRecord(e1);
             if (!rc && cudaEventSynchronize(e1) != cudaSuccess) rc = GPU_FLEX_ERR_DEVICE;
             float ms = 0;

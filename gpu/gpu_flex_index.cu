@@ -4,7 +4,7 @@
 // Kernels, in launch order (nothing n x n is ever stored; the largest buffers are the two n-long
 // token distributions per head and, for query-aware heads only, the nb x nb block map):
 //   lastq<false>   grid (key chunks of 1024, heads): the last 128 query rows against the chunk's
-//                  keys, 64 at a time on tensor cores (WMMA bf16 -> fp32), corner-causal mask,
+//                  keys, 64 at a time on tensor cores (WMMA h16 -> fp32), corner-causal mask,
 //                  per-row running max / sum of exp2 -> a partial (m, l) per (chunk, row)
 //   reduce_stats   the partials of every row combined in chunk order -> m, 1 / l
 //   lastq<true>    the same tiles again, now normalised: column sums -> vertical[j] (each key
@@ -69,7 +69,7 @@ template <int D> struct lastq_smem {
 
 template <int D, bool ACCUM>
 __global__ void __launch_bounds__(256)
-    lastq_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k, size_t k_tok,
+    lastq_kernel(const h16 *__restrict__ q, const h16 *__restrict__ k, size_t k_tok,
                  size_t k_head, int n, int H, int Hk, int interleave, float scale_log2,
                  float2 *partial, const float *m2, const float *inv_l, float *vert, float *slash,
                  float *carry_a, float *carry_b)
@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(256)
     typedef lastq_smem<D> L;
     constexpr int LDQ = L::LDQ;
     extern __shared__ __align__(128) unsigned char smem[];
-    bf16 *qs = (bf16 *)smem;
-    bf16 *ks = (bf16 *)(smem + L::q);
+    h16 *qs = (h16 *)smem;
+    h16 *ks = (h16 *)(smem + L::q);
     float *ss = (float *)(smem + L::q + L::k);
     float *sl = (float *)(smem + L::q + L::k + L::s);
     float *colpart = sl + KCHUNK + BS;
@@ -117,10 +117,10 @@ __global__ void __launch_bounds__(256)
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[SUB / 16];
             for (int f = 0; f < SUB / 16; f++) wmma::fill_fragment(acc[f], 0.0f);
             for (int kk = 0; kk < D / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, h16, wmma::row_major> a;
                 wmma::load_matrix_sync(a, qs + 16 * w * LDQ + 16 * kk, LDQ);
                 for (int f = 0; f < SUB / 16; f++) {
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, h16, wmma::col_major> b;
                     wmma::load_matrix_sync(b, ks + 16 * f * LDQ + 16 * kk, LDQ);
                     wmma::mma_sync(acc[f], a, b, acc[f]);
                 }
@@ -229,21 +229,21 @@ __global__ void slash_fixup_kernel(float *slash, const float *carry_a, const flo
     slash[(size_t)h * n + t] = s * (1.0f / BS);
 }
 
-__global__ void mean_q_kernel(const bf16 *q, int n, int H, int D, float *mq)
+__global__ void mean_q_kernel(const h16 *q, int n, int H, int D, float *mq)
 {
     const int h = blockIdx.x, e = threadIdx.x;
     float s = 0;
-    for (int i = 0; i < BS; i++) s += __bfloat162float(q[((size_t)(n - BS + i) * H + h) * D + e]);
+    for (int i = 0; i < BS; i++) s += h16_to(q[((size_t)(n - BS + i) * H + h) * D + e]);
     mq[h * D + e] = s / BS / sqrtf((float)D);
 }
 
-__global__ void avg_k_kernel(const bf16 *k, size_t k_tok, size_t k_head, int n, int D, float *avg_k)
+__global__ void avg_k_kernel(const h16 *k, size_t k_tok, size_t k_head, int n, int D, float *avg_k)
 {
     const int b = blockIdx.x, g = blockIdx.y, e = threadIdx.x, nb = gridDim.x;
     const int j1 = (b + 1) * BS < n ? (b + 1) * BS : n;
     float s = 0;
     for (int j = b * BS; j < j1; j++)
-        s += __bfloat162float(k[(size_t)j * k_tok + (size_t)g * k_head + e]);
+        s += h16_to(k[(size_t)j * k_tok + (size_t)g * k_head + e]);
     avg_k[((size_t)g * nb + b) * D + e] = s / (float)(j1 - b * BS);
 }
 
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(1024)
 
 // ---------------------------------------------------------------- query-aware heads
 
-__global__ void avg_q_kernel(const bf16 *q, int n, int H, int D, const gpu_flex_head *heads,
+__global__ void avg_q_kernel(const h16 *q, int n, int H, int D, const gpu_flex_head *heads,
                              float *avg_q)
 {
     const int r = blockIdx.x, h = blockIdx.y, nb = gridDim.x, e = threadIdx.x;
@@ -343,7 +343,7 @@ __global__ void avg_q_kernel(const bf16 *q, int n, int H, int D, const gpu_flex_
     const int pad = nb * BS - n;
     float s = 0;
     for (int t = r * BS; t < (r + 1) * BS && t < n; t++)
-        s += __bfloat162float(q[((size_t)t * H + h) * D + e]);
+        s += h16_to(q[((size_t)t * H + h) * D + e]);
     float a = s / BS;
     if (r == nb - 1) a = a * (float)BS / (float)(BS - pad);
     avg_q[((size_t)h * nb + r) * D + e] = a / sqrtf((float)D);
@@ -637,7 +637,7 @@ extern "C" const gpu_flex_head *gpu_flex_ws_heads(const gpu_flex_ws *w)
 }
 
 template <int D>
-static int launch_lastq(gpu_flex_ws *w, const gpu_flex_params *p, const bf16 *q, const bf16 *k,
+static int launch_lastq(gpu_flex_ws *w, const gpu_flex_params *p, const h16 *q, const h16 *k,
                         size_t k_tok, size_t k_head, int n, cudaStream_t st)
 {
     const int nch = (n + KCHUNK - 1) / KCHUNK;
@@ -678,7 +678,7 @@ extern "C" int gpu_flex_index_kv(gpu_flex_ws *w, const gpu_flex_params *p, const
         !(p->tau >= 0 && p->tau <= 1) || p->min_blocks < 1 || p->max_blocks < 0)
         return GPU_FLEX_ERR_INVALID;
     cudaStream_t st = (cudaStream_t)stream;
-    const bf16 *q = (const bf16 *)qv, *k = (const bf16 *)kv;
+    const h16 *q = (const h16 *)qv, *k = (const h16 *)kv;
     const int H = w->H, Hk = w->Hk, D = w->d, nb = (n + BS - 1) / BS;
     const int max_b = p->max_blocks > 0 && p->max_blocks < nb ? p->max_blocks : nb;
     int rc = D == 64 ? launch_lastq<64>(w, p, q, k, k_tok, k_head, n, st)

@@ -15,18 +15,18 @@ static inline unsigned blocks_for(size_t n, int threads)
 
 /* ---------------------------------------------------------------- embedding */
 
-__device__ __forceinline__ void embed_row(const bf16 *table, const int *ids, int H, float *x, int t)
+__device__ __forceinline__ void embed_row(const h16 *table, const int *ids, int H, float *x, int t)
 {
-    const bf16 *row = table + (size_t)ids[t] * H;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) x[(size_t)t * H + i] = __bfloat162float(row[i]);
+    const h16 *row = table + (size_t)ids[t] * H;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) x[(size_t)t * H + i] = h16_to(row[i]);
 }
 
-__global__ void k_embed(const bf16 *table, const int *ids, int H, float *x)
+__global__ void k_embed(const h16 *table, const int *ids, int H, float *x)
 {
     embed_row(table, ids, H, x, blockIdx.x);
 }
 
-int gpu_embed(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, float *x)
+int gpu_embed(cudaStream_t s, const h16 *table, const int *ids, int T, int H, float *x)
 {
     k_embed<<<T, ROW_THREADS, 0, s>>>(table, ids, H, x);
     GPU_LAUNCHED();
@@ -36,18 +36,18 @@ int gpu_embed(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, f
 /* ---------------------------------------------------------------- RMSNorm
  * cpu_rmsnorm: mean of squares in double, inv = (float)(1 / sqrt(ms + eps)), out = x * inv * w.
  * Here each thread sums its elements in double and the block reduces in double: the same value up
- * to the order of a double sum (far below float32 resolution); the output is rounded to bf16.
+ * to the order of a double sum (far below float32 resolution); the output is rounded to h16.
  * The block's code is gpu_block_rmsnorm (gemv.cuh), shared with the fused decode kernels. */
 
 __global__ void k_rmsnorm(const float *x, const int *rows, const float *w, int H, float eps,
-                          bf16 *out)
+                          h16 *out)
 {
     int r = blockIdx.x;
     gpu_block_rmsnorm(x + (size_t)(rows ? rows[r] : r) * H, w, H, eps, out + (size_t)r * H);
 }
 
 int gpu_rmsnorm(cudaStream_t s, const float *x, const int *rows, const float *w, int T, int H,
-                float eps, bf16 *out)
+                float eps, h16 *out)
 {
     k_rmsnorm<<<T, ROW_THREADS, 0, s>>>(x, rows, w, H, eps, out);
     GPU_LAUNCHED();
@@ -80,7 +80,7 @@ __global__ void k_rope_table(const int *pos, const int *tbl, const float *inv, i
 
 /* Both at once, for a pass's prologue (one launch, one kernel boundary fewer before the first
  * layer): blocks [0, T) gather the embedding rows, the rest compute the rope table. */
-__global__ void k_embed_rope(const bf16 *table, const int *ids, int H, float *x, const int *pos,
+__global__ void k_embed_rope(const h16 *table, const int *ids, int H, float *x, const int *pos,
                              const int *tbl, const float *inv, int T, int half, float2 *out)
 {
     if ((int)blockIdx.x < T)
@@ -89,7 +89,7 @@ __global__ void k_embed_rope(const bf16 *table, const int *ids, int H, float *x,
         rope_entry(pos, tbl, inv, T, half, out, (blockIdx.x - T) * (size_t)blockDim.x + threadIdx.x);
 }
 
-int gpu_embed_rope(cudaStream_t s, const bf16 *table, const int *ids, int T, int H, float *x,
+int gpu_embed_rope(cudaStream_t s, const h16 *table, const int *ids, int T, int H, float *x,
                    const int *pos, const int *tbl, const float *inv, int half, float2 *rope)
 {
     const size_t n = (size_t)T * half;
@@ -110,10 +110,10 @@ int gpu_rope_table(cudaStream_t s, const int *pos, const int *tbl, const float *
 
 /* cpu_rope: v[i] = a*cos - b*sin, v[i+half] = b*cos + a*sin with (a, b) = (v[i], v[i+half]),
  * no FMA (the __f*_rn intrinsics keep the compiler from contracting). Also adds the q/k/v biases
- * (cpu_matmul adds them to the projection output, before rotation), writes Q as bf16 for
- * attention, K and V as bf16 into the cache at the token's position, and K, V as float32 for the
+ * (cpu_matmul adds them to the projection output, before rotation), writes Q as h16 for
+ * attention, K and V as h16 into the cache at the token's position, and K, V as float32 for the
  * export quantizer when kf is not NULL. One block per token; each thread takes 4 consecutive
- * elements of a row (16-byte float loads, 8-byte bf16 stores; head_dim % 8 == 0, which
+ * elements of a row (16-byte float loads, 8-byte h16 stores; head_dim % 8 == 0, which
  * check_shape requires). Measured (ncu, H200, 8192 tokens of Llama-3-8B): 75 against 111 us per
  * layer for one element per thread (83 against 57 % of DRAM bandwidth). */
 #define ROPE_VW 4
@@ -124,9 +124,9 @@ __device__ __forceinline__ void ld4(const float *p, float (&v)[4])
     v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
 }
 
-__device__ __forceinline__ void st4(bf16 *p, const float (&v)[4])
+__device__ __forceinline__ void st4(h16 *p, const float (&v)[4])
 {
-    __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]), b = __floats2bfloat162_rn(v[2], v[3]);
+    h16x2 a = h16x2_from(v[0], v[1]), b = h16x2_from(v[2], v[3]);
     uint2 t;
     t.x = *(const unsigned *)&a;
     t.y = *(const unsigned *)&b;
@@ -149,7 +149,7 @@ __device__ __forceinline__ void add_bias4(float (&v)[4], const float *bias, int 
 
 __global__ void k_rope_qkv(gpu_dims d, int layer, const float *qkv, const float *bias,
                            const float2 *rope, const int *seq_idx, const int *pos,
-                           const gpu_seq_dev *seqs, bf16 *q, float *kf, float *vf)
+                           const gpu_seq_dev *seqs, h16 *q, float *kf, float *vf)
 {
     int t = blockIdx.x, half = d.hd / 2;
     const float *row = qkv + (size_t)t * d.qkv;
@@ -174,11 +174,11 @@ __global__ void k_rope_qkv(gpu_dims d, int layer, const float *qkv, const float 
                 o1[u] = __fadd_rn(__fmul_rn(b[u], r.x), __fmul_rn(a[u], r.y));
             }
             if (!k) {
-                bf16 *qo = q + (size_t)t * d.qd + head * d.hd + i;
+                h16 *qo = q + (size_t)t * d.qd + head * d.hd + i;
                 st4(qo, o0);
                 st4(qo + half, o1);
             } else {
-                bf16 *ko = sq.k + (((size_t)layer * d.n_kv + head) * sq.cap + p) * d.hd + i;
+                h16 *ko = sq.k + (((size_t)layer * d.n_kv + head) * sq.cap + p) * d.hd + i;
                 st4(ko, o0);
                 st4(ko + half, o1);
                 if (kf) {
@@ -200,7 +200,7 @@ __global__ void k_rope_qkv(gpu_dims d, int layer, const float *qkv, const float 
 
 int gpu_rope_qkv(cudaStream_t s, const gpu_dims *d, int layer, int T, const float *qkv,
                  const float *bias, const float2 *rope, const int *seq_idx, const int *pos,
-                 const gpu_seq_dev *seqs, bf16 *q, float *kf, float *vf)
+                 const gpu_seq_dev *seqs, h16 *q, float *kf, float *vf)
 {
     if ((d->hd / 2) % ROPE_VW) return ACCEL_ERR_UNSUPPORTED;
     k_rope_qkv<<<T, ROW_THREADS / 2, 0, s>>>(*d, layer, qkv, bias, rope, seq_idx, pos, seqs, q, kf, vf);
@@ -210,12 +210,12 @@ int gpu_rope_qkv(cudaStream_t s, const gpu_dims *d, int layer, int T, const floa
 
 /* ---------------------------------------------------------------- SwiGLU
  * cpu_swiglu: h = silu(g) * u, silu(g) = g / (1 + expf(-g)) — expf and the division are the
- * accurate ones here too (no fast-math). g and u come from the gate/up GEMM in bf16 (one row
- * holds the I gate values, then the I up values); h is rounded to bf16 for the down GEMM. */
+ * accurate ones here too (no fast-math). g and u come from the gate/up GEMM in h16 (one row
+ * holds the I gate values, then the I up values); h is rounded to h16 for the down GEMM. */
 
 
 /* Eight elements per thread with 16-byte loads (I % 8 == 0). */
-__global__ void k_swiglu8(const bf16 *gu, int T, int I, bf16 *h)
+__global__ void k_swiglu8(const h16 *gu, int T, int I, h16 *h)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     int per_row = I / 8;
@@ -223,25 +223,25 @@ __global__ void k_swiglu8(const bf16 *gu, int T, int I, bf16 *h)
     size_t t = i / per_row, c = (i % per_row) * 8;
     uint4 gv = *(const uint4 *)(gu + t * 2 * I + c);
     uint4 uv = *(const uint4 *)(gu + t * 2 * I + I + c);
-    const bf16 *g8 = (const bf16 *)&gv, *u8 = (const bf16 *)&uv;
+    const h16 *g8 = (const h16 *)&gv, *u8 = (const h16 *)&uv;
     uint4 out;
-    bf16 *o8 = (bf16 *)&out;
+    h16 *o8 = (h16 *)&out;
 #pragma unroll
     for (int j = 0; j < 8; j++)
-        o8[j] = __float2bfloat16(gpu_silu_mul(__bfloat162float(g8[j]), __bfloat162float(u8[j])));
+        o8[j] = h16_from(gpu_silu_mul(h16_to(g8[j]), h16_to(u8[j])));
     *(uint4 *)(h + t * I + c) = out;
 }
 
-__global__ void k_swiglu1(const bf16 *gu, int T, int I, bf16 *h)
+__global__ void k_swiglu1(const h16 *gu, int T, int I, h16 *h)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)T * I) return;
     size_t t = i / I, c = i % I;
-    h[i] = __float2bfloat16(gpu_silu_mul(__bfloat162float(gu[t * 2 * I + c]),
-                                     __bfloat162float(gu[t * 2 * I + I + c])));
+    h[i] = h16_from(gpu_silu_mul(h16_to(gu[t * 2 * I + c]),
+                                     h16_to(gu[t * 2 * I + I + c])));
 }
 
-int gpu_swiglu(cudaStream_t s, const bf16 *gu, int T, int I, bf16 *h)
+int gpu_swiglu(cudaStream_t s, const h16 *gu, int T, int I, h16 *h)
 {
     if (I % 8 == 0)
         k_swiglu8<<<blocks_for((size_t)T * (I / 8), 256), 256, 0, s>>>(gu, T, I, h);
@@ -252,20 +252,25 @@ int gpu_swiglu(cudaStream_t s, const bf16 *gu, int T, int I, bf16 *h)
 }
 
 /* ---------------------------------------------------------------- dtype conversion
- * model dtypes (enum model_dtype) to bf16 (round to nearest even) or float32 (exact). */
+ * model dtypes (enum model_dtype) to h16 (round to nearest even) or float32 (exact). */
 
 __device__ __forceinline__ float load_as_float(const void *src, int dtype, size_t i)
 {
     if (dtype == MODEL_DTYPE_F32) return ((const float *)src)[i];
     unsigned short b = ((const unsigned short *)src)[i];
     if (dtype == MODEL_DTYPE_F16) return __half2float(__ushort_as_half(b));
-    return __bfloat162float(__ushort_as_bfloat16(b));
+    return h16_to(h16_from_bits(b));
 }
 
-__global__ void k_to_bf16(const void *src, int dtype, size_t n, bf16 *dst)
+/* overflow (may be NULL): set when a finite value rounds to infinity (fp16 stops at 65504) */
+__global__ void k_to_h16(const void *src, int dtype, size_t n, h16 *dst, int *overflow)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = __float2bfloat16(load_as_float(src, dtype, i));
+    if (i >= n) return;
+    const float v = load_as_float(src, dtype, i);
+    const h16 r = h16_from(v);
+    dst[i] = r;
+    if (overflow && isfinite(v) && isinf(h16_to(r))) *overflow = 1;
 }
 
 __global__ void k_to_f32(const void *src, int dtype, size_t n, float *dst)
@@ -274,10 +279,11 @@ __global__ void k_to_f32(const void *src, int dtype, size_t n, float *dst)
     if (i < n) dst[i] = load_as_float(src, dtype, i);
 }
 
-int gpu_convert_to_bf16(cudaStream_t s, const void *src, int dtype, size_t n, bf16 *dst)
+int gpu_convert_to_h16(cudaStream_t s, const void *src, int dtype, size_t n, h16 *dst,
+                       int *overflow)
 {
     if (n == 0) return ACCEL_OK;
-    k_to_bf16<<<blocks_for(n, 256), 256, 0, s>>>(src, dtype, n, dst);
+    k_to_h16<<<blocks_for(n, 256), 256, 0, s>>>(src, dtype, n, dst, overflow);
     GPU_LAUNCHED();
     return ACCEL_OK;
 }

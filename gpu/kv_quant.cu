@@ -75,10 +75,10 @@ int gpu_kv_quantize(cudaStream_t s, enum proto_kv_dtype t, const float *x, int T
     return ACCEL_OK;
 }
 
-/* Dequantize: value = q * float(scale) (cpu_kv_dequantize), rounded to the cache's bf16. One
+/* Dequantize: value = q * float(scale) (cpu_kv_dequantize), rounded to the cache's h16. One
  * thread per element; token t, head h goes to cache row (h, pos0 + t). */
 __global__ void k_dequant(int dtype, const unsigned char *q, const unsigned short *scales, int T,
-                          int n_kv, int hd, int g, bf16 *cache, int cap, int pos0)
+                          int n_kv, int hd, int g, h16 *cache, int cap, int pos0)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)T * n_kv * hd) return;
@@ -94,11 +94,11 @@ __global__ void k_dequant(int dtype, const unsigned char *q, const unsigned shor
         int nib = e % 2 ? b >> 4 : b & 0xf;
         v = nib >= 8 ? nib - 16 : nib;
     }
-    cache[((size_t)h * cap + pos0 + t) * hd + e] = __float2bfloat16((float)v * s);
+    cache[((size_t)h * cap + pos0 + t) * hd + e] = h16_from((float)v * s);
 }
 
 int gpu_kv_dequantize(cudaStream_t s, enum proto_kv_dtype t, const unsigned char *q,
-                      const unsigned short *scales, int T, int n_kv, int hd, bf16 *cache, int cap,
+                      const unsigned short *scales, int T, int n_kv, int hd, h16 *cache, int cap,
                       int pos0)
 {
     size_t n = (size_t)T * n_kv * hd;

@@ -1,6 +1,6 @@
 /* gpu/test_api.cu — single-op entry points for tests/gpu (found with dlsym) and the attention
  * benchmark. Each call runs on device 0 with its own allocations, copies float32 host arrays in
- * (rounding to bf16 where the kernel reads bf16) and results out (bf16 results widened to
+ * (rounding to h16 where the kernel reads h16) and results out (h16 results widened to
  * float), and returns ACCEL_OK or a negative ACCEL_ERR_* (ACCEL_ERR_NOT_FOUND: no CUDA device).
  * Not for serving: nothing here is tuned, and every call synchronizes. */
 #include "gpu/engine.cuh"
@@ -10,6 +10,7 @@
 #include <vector>
 
 extern "C" {
+const char *gpu_test_h16(void);
 int gpu_test_device_count(void);
 int gpu_test_rmsnorm(int T, int H, const float *x, const float *w, float eps, float *out);
 int gpu_test_rope(int T, int n_heads, int n_kv, int hd, const float *qkv, const float *bias,
@@ -28,6 +29,13 @@ int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I
                           const float *w_qkv, const float *bias, const float *inv_freq,
                           const float *w_gu, float eps, float *q, float *k, float *v, float *h);
 int gpu_bench_attention(int variant, int T, int n_heads, int n_kv, int hd, int reps, double *ms);
+}
+
+/* "bf16" or "fp16": the 16-bit type of this build (gpu/h16.cuh), so that a test rounds its
+ * inputs as the kernels will */
+const char *gpu_test_h16(void)
+{
+    return GPU_H16_NAME;
 }
 
 namespace {
@@ -51,23 +59,23 @@ struct scratch {
         if (src) GPU_CHECK(cudaMemcpy(*p, src, n * sizeof(float), cudaMemcpyHostToDevice));
         return ACCEL_OK;
     }
-    int bf(bf16 **p, const float *src, size_t n)
+    int half(h16 **p, const float *src, size_t n)
     {
         GPU_TRY(alloc(p, n));
         if (src) {
             std::vector<unsigned short> h(n);
-            for (size_t i = 0; i < n; i++) h[i] = model_f32_to_bf16(src[i]);
+            for (size_t i = 0; i < n; i++) h[i] = h16_bits_host(src[i]);
             GPU_CHECK(cudaMemcpy(*p, h.data(), n * 2, cudaMemcpyHostToDevice));
         }
         return ACCEL_OK;
     }
 };
 
-int get_bf(float *dst, const bf16 *src, size_t n)
+int get_half(float *dst, const h16 *src, size_t n)
 {
     std::vector<unsigned short> h(n);
     GPU_CHECK(cudaMemcpy(h.data(), src, n * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++) dst[i] = model_bf16_to_f32(h[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = h16_float_host(h[i]);
     return ACCEL_OK;
 }
 
@@ -122,17 +130,17 @@ int gpu_test_rmsnorm(int T, int H, const float *x, const float *w, float eps, fl
     GPU_TRY(ready());
     scratch s;
     float *dx, *dw;
-    bf16 *dout;
+    h16 *dout;
     GPU_TRY(s.f32(&dx, x, (size_t)T * H));
     GPU_TRY(s.f32(&dw, w, H));
     GPU_TRY(s.alloc(&dout, (size_t)T * H));
     GPU_TRY(gpu_rmsnorm(0, dx, NULL, dw, T, H, eps, dout));
     GPU_CHECK(cudaDeviceSynchronize());
-    return get_bf(out, dout, (size_t)T * H);
+    return get_half(out, dout, (size_t)T * H);
 }
 
-/* One layer, one sequence with capacity T holding positions pos[t]: q (T, qd) as bf16 ->
- * float, k and v (T, kvd) float32 (the export path's copies, before the cache's bf16). */
+/* One layer, one sequence with capacity T holding positions pos[t]: q (T, qd) as h16 ->
+ * float, k and v (T, kvd) float32 (the export path's copies, before the cache's h16). */
 int gpu_test_rope(int T, int n_heads, int n_kv, int hd, const float *qkv, const float *bias,
                   const int *pos, const float *inv_freq, float *q, float *k, float *v)
 {
@@ -144,7 +152,7 @@ int gpu_test_rope(int T, int n_heads, int n_kv, int hd, const float *qkv, const 
     float *dqkv, *dbias = NULL, *dinv, *dkf, *dvf;
     float2 *drope;
     int *dpos, *dseq;
-    bf16 *dq, *dcache;
+    h16 *dq, *dcache;
     gpu_seq_dev *dseqs;
     GPU_TRY(s.f32(&dqkv, qkv, (size_t)T * d.qkv));
     if (bias) GPU_TRY(s.f32(&dbias, bias, d.qkv));
@@ -164,7 +172,7 @@ int gpu_test_rope(int T, int n_heads, int n_kv, int hd, const float *qkv, const 
     GPU_TRY(gpu_rope_table(0, dpos, NULL, dinv, T, hd / 2, drope));
     GPU_TRY(gpu_rope_qkv(0, &d, 0, T, dqkv, dbias, drope, dseq, dpos, dseqs, dq, dkf, dvf));
     GPU_CHECK(cudaDeviceSynchronize());
-    GPU_TRY(get_bf(q, dq, (size_t)T * d.qd));
+    GPU_TRY(get_half(q, dq, (size_t)T * d.qd));
     GPU_CHECK(cudaMemcpy(k, dkf, (size_t)T * d.kvd * 4, cudaMemcpyDeviceToHost));
     GPU_CHECK(cudaMemcpy(v, dvf, (size_t)T * d.kvd * 4, cudaMemcpyDeviceToHost));
     return ACCEL_OK;
@@ -174,12 +182,12 @@ int gpu_test_swiglu(int T, int I, const float *gu, float *h)
 {
     GPU_TRY(ready());
     scratch s;
-    bf16 *dgu, *dh;
-    GPU_TRY(s.bf(&dgu, gu, (size_t)T * 2 * I));
+    h16 *dgu, *dh;
+    GPU_TRY(s.half(&dgu, gu, (size_t)T * 2 * I));
     GPU_TRY(s.alloc(&dh, (size_t)T * I));
     GPU_TRY(gpu_swiglu(0, dgu, T, I, dh));
     GPU_CHECK(cudaDeviceSynchronize());
-    return get_bf(h, dh, (size_t)T * I);
+    return get_half(h, dh, (size_t)T * I);
 }
 
 int gpu_test_gemm(int T, int N, int K, const float *x, const float *w, float *out)
@@ -190,10 +198,10 @@ int gpu_test_gemm(int T, int N, int K, const float *x, const float *w, float *ou
     e.pdl = 1; /* the engine's default on Hopper: T = 1 takes the GEMV's early-load path */
     GPU_CUBLAS(cublasCreate(&e.blas));
     scratch s;
-    bf16 *dx, *dw;
+    h16 *dx, *dw;
     float *dout;
-    int st = s.bf(&dx, x, (size_t)T * K);
-    if (!st) st = s.bf(&dw, w, (size_t)N * K);
+    int st = s.half(&dx, x, (size_t)T * K);
+    if (!st) st = s.half(&dw, w, (size_t)N * K);
     if (!st) st = s.alloc(&dout, (size_t)T * N);
     if (!st) st = gpu_gemm(&e, T, N, K, dw, dx, dout, 1, 0.f);
     cudaError_t ce = cudaDeviceSynchronize();
@@ -208,8 +216,8 @@ int gpu_test_gemm(int T, int N, int K, const float *x, const float *w, float *ou
 /* One decode token's QKV (+ bias, rope, cache write at pos) and gate/up + SwiGLU, either through
  * the fused kernels (fused = 1: decode_fused.cu) or the unfused chain (RMSNorm, GEMV, rope, SwiGLU
  * kernels) the engine runs otherwise. x (H) float32; norms (H); w_qkv (qkv, H) and w_gu (2I, H)
- * rounded to bf16; bias (qkv) or NULL; inv_freq (hd/2). Out: q (qd), the cache's k and v rows at
- * pos (kvd each) and h (I), all bf16 widened to float. */
+ * rounded to h16; bias (qkv) or NULL; inv_freq (hd/2). Out: q (qd), the cache's k and v rows at
+ * pos (kvd each) and h (I), all h16 widened to float. */
 int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I, int pos,
                           const float *x, const float *attn_norm, const float *ffn_norm,
                           const float *w_qkv, const float *bias, const float *inv_freq,
@@ -224,7 +232,7 @@ int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I
     const int cap = pos + 1;
     scratch s;
     float *dx, *dan, *dfn, *dbias = NULL, *dinv, *dqkv;
-    bf16 *dwqkv, *dwgu, *dxb, *dq, *dcache, *dgu, *dh;
+    h16 *dwqkv, *dwgu, *dxb, *dq, *dcache, *dgu, *dh;
     float2 *drope;
     int *dpos, *dseq;
     gpu_seq_dev *dseqs;
@@ -234,8 +242,8 @@ int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I
     if (bias) GPU_TRY(s.f32(&dbias, bias, d.qkv));
     GPU_TRY(s.f32(&dinv, inv_freq, hd / 2));
     GPU_TRY(s.alloc(&dqkv, d.qkv));
-    GPU_TRY(s.bf(&dwqkv, w_qkv, (size_t)d.qkv * H));
-    GPU_TRY(s.bf(&dwgu, w_gu, (size_t)2 * I * H));
+    GPU_TRY(s.half(&dwqkv, w_qkv, (size_t)d.qkv * H));
+    GPU_TRY(s.half(&dwgu, w_gu, (size_t)2 * I * H));
     GPU_TRY(s.alloc(&dxb, H));
     GPU_TRY(s.alloc(&dq, d.qd));
     GPU_TRY(s.alloc(&dcache, 2 * (size_t)cap * d.kvd));
@@ -247,7 +255,7 @@ int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I
     GPU_TRY(s.alloc(&dseqs, 1));
     GPU_CHECK(cudaMemcpy(dpos, &pos, sizeof(int), cudaMemcpyHostToDevice));
     GPU_CHECK(cudaMemset(dseq, 0, sizeof(int)));
-    GPU_CHECK(cudaMemset(dcache, 0, 2 * (size_t)cap * d.kvd * sizeof(bf16)));
+    GPU_CHECK(cudaMemset(dcache, 0, 2 * (size_t)cap * d.kvd * sizeof(h16)));
     /* the cache of one layer: (n_kv, cap, hd) for K, then V */
     gpu_seq_dev sq = {dcache, dcache + (size_t)cap * d.kvd, cap, 0};
     GPU_CHECK(cudaMemcpy(dseqs, &sq, sizeof sq, cudaMemcpyHostToDevice));
@@ -271,12 +279,12 @@ int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I
     }
     if (st) return st;
     GPU_CHECK(cudaDeviceSynchronize());
-    GPU_TRY(get_bf(q, dq, d.qd));
+    GPU_TRY(get_half(q, dq, d.qd));
     for (int g = 0; g < n_kv; g++) {
-        GPU_TRY(get_bf(k + (size_t)g * hd, dcache + ((size_t)g * cap + pos) * hd, hd));
-        GPU_TRY(get_bf(v + (size_t)g * hd, sq.v + ((size_t)g * cap + pos) * hd, hd));
+        GPU_TRY(get_half(k + (size_t)g * hd, dcache + ((size_t)g * cap + pos) * hd, hd));
+        GPU_TRY(get_half(v + (size_t)g * hd, sq.v + ((size_t)g * cap + pos) * hd, hd));
     }
-    return get_bf(h, dh, I);
+    return get_half(h, dh, I);
 }
 
 /* Causal attention of T query rows at positions pos0.. over keys 0..pos0+T-1.
@@ -309,10 +317,10 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
                 vc[((size_t)g * cap + p) * hd + i] = v[(size_t)p * d.kvd + g * hd + i];
             }
     scratch s;
-    bf16 *dq, *dk, *dv, *dout;
-    GPU_TRY(s.bf(&dq, q, (size_t)T * d.qd));
-    GPU_TRY(s.bf(&dk, kc.data(), kc.size()));
-    GPU_TRY(s.bf(&dv, vc.data(), vc.size()));
+    h16 *dq, *dk, *dv, *dout;
+    GPU_TRY(s.half(&dq, q, (size_t)T * d.qd));
+    GPU_TRY(s.half(&dk, kc.data(), kc.size()));
+    GPU_TRY(s.half(&dv, vc.data(), vc.size()));
     GPU_TRY(s.alloc(&dout, (size_t)T * d.qd));
     GPU_CHECK(cudaMemset(dout, 0xff, (size_t)T * d.qd * 2)); /* poison: NaN where not written */
     if (kernel >= 3 && kernel <= 6) {
@@ -375,7 +383,7 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
         }
     }
     GPU_CHECK(cudaDeviceSynchronize());
-    return get_bf(out, dout, (size_t)T * d.qd);
+    return get_half(out, dout, (size_t)T * d.qd);
 }
 
 /* The block-sparse form of a prefill kernel on the cache layout, as the engine runs it: T query
@@ -421,11 +429,11 @@ int gpu_test_attention_sparse(int kernel, int T, int pos0, int n_heads, int n_kv
                 vc[((size_t)g * cap + p) * hd + i] = v[(size_t)p * d.kvd + g * hd + i];
             }
     scratch s;
-    bf16 *dq, *dk, *dv, *dout;
+    h16 *dq, *dk, *dv, *dout;
     int32_t *drp, *dcol;
-    GPU_TRY(s.bf(&dq, q, (size_t)T * d.qd));
-    GPU_TRY(s.bf(&dk, kc.data(), kc.size()));
-    GPU_TRY(s.bf(&dv, vc.data(), vc.size()));
+    GPU_TRY(s.half(&dq, q, (size_t)T * d.qd));
+    GPU_TRY(s.half(&dk, kc.data(), kc.size()));
+    GPU_TRY(s.half(&dv, vc.data(), vc.size()));
     GPU_TRY(s.alloc(&dout, (size_t)T * d.qd));
     GPU_TRY(s.alloc(&drp, (size_t)n_heads * (nb + 1)));
     GPU_TRY(s.alloc(&dcol, nnz));
@@ -440,7 +448,7 @@ int gpu_test_attention_sparse(int kernel, int T, int pos0, int n_heads, int n_kv
         GPU_TRY(gpu_attn_prefill_ex(0, &d, T, pos0, dq, dk, dv, (size_t)hd, (size_t)cap * hd, 0,
                                     &bl, dout, kernel));
     GPU_CHECK(cudaDeviceSynchronize());
-    return get_bf(out, dout, (size_t)T * d.qd);
+    return get_half(out, dout, (size_t)T * d.qd);
 }
 
 int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, unsigned char *q,
@@ -465,8 +473,8 @@ int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, uns
 }
 
 /* Median time (ms) of a tiled prefill attention kernel (variant 0: mma.sync 4 warps, 2: mma.sync
- * 8 warps, 3..6: the wgmma kernels as in gpu_test_attention) for a causal T-token prompt on random bf16 inputs (uniform in +-1). */
-__global__ void k_fill_random(bf16 *p, size_t n, unsigned seed)
+ * 8 warps, 3..6: the wgmma kernels as in gpu_test_attention) for a causal T-token prompt on random h16 inputs (uniform in +-1). */
+__global__ void k_fill_random(h16 *p, size_t n, unsigned seed)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -474,7 +482,7 @@ __global__ void k_fill_random(bf16 *p, size_t n, unsigned seed)
     h ^= h >> 13;
     h *= 0x5bd1e995u;
     h ^= h >> 15;
-    p[i] = __float2bfloat16(((h >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f);
+    p[i] = h16_from(((h >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f);
 }
 
 int gpu_bench_attention(int variant, int T, int n_heads, int n_kv, int hd, int reps, double *ms)
@@ -482,7 +490,7 @@ int gpu_bench_attention(int variant, int T, int n_heads, int n_kv, int hd, int r
     GPU_TRY(ready());
     gpu_dims d = dims_of(n_heads, n_kv, hd, 0);
     scratch s;
-    bf16 *dq, *dk, *dv, *dout;
+    h16 *dq, *dk, *dv, *dout;
     size_t nq = (size_t)T * d.qd, nk = (size_t)T * d.kvd;
     GPU_TRY(s.alloc(&dq, nq));
     GPU_TRY(s.alloc(&dk, nk));

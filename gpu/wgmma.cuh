@@ -1,5 +1,5 @@
 /* gpu/wgmma.cuh — Hopper's warpgroup MMA (wgmma, sm_90a only) for the attention kernel: the
- * shared-memory matrix descriptor, the ordering instructions, and the bf16 m64nNk16 shapes it
+ * shared-memory matrix descriptor, the ordering instructions, and the h16 m64nNk16 shapes it
  * uses. PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
  *
  * Shared-memory operands here use the no-swizzle ("interleave") canonical layout: the matrix is
@@ -71,7 +71,7 @@ template <int N> __device__ __forceinline__ void gpu_wgmma_fence_regs(float *d)
 __device__ __forceinline__ void gpu_wgmma_ss_m64n128(float *d, uint64_t da, uint64_t db, int accumulate)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." GPU_H16_PTX "." GPU_H16_PTX " {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
                  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
                  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
@@ -96,7 +96,7 @@ __device__ __forceinline__ void gpu_wgmma_ss_m64n128(float *d, uint64_t da, uint
 __device__ __forceinline__ void gpu_wgmma_rs_m64n128_tb(float *d, const unsigned a[4], uint64_t db)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." GPU_H16_PTX "." GPU_H16_PTX " {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
                  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
                  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
@@ -120,7 +120,7 @@ __device__ __forceinline__ void gpu_wgmma_rs_m64n128_tb(float *d, const unsigned
 __device__ __forceinline__ void gpu_wgmma_ss_m64n64(float *d, uint64_t da, uint64_t db, int accumulate)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." GPU_H16_PTX "." GPU_H16_PTX " {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
                  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31 "
                  "}, %32, %33, p, 1, 1, 0, 0;\n}\n"

@@ -6,7 +6,8 @@
  *      $(pkg-config --libs jansson libcrypto icu-uc libpcre2-8) -lm -pthread -o /tmp/precemu
  *   /tmp/precemu models/stories260K tests/data/golden/stories260K
  *
- * Each variant rounds chosen intermediates to bf16 (or fp16) exactly where the GPU does:
+ * Each variant rounds chosen intermediates to bf16 (or fp16: H16F, the plugin's fp16 build)
+ * exactly where the GPU does:
  *   W   weights (bf16 on the device whatever the checkpoint's dtype)
  *   A   GEMM inputs: normalized activations, attention output, SwiGLU output
  *   QKV Q and the K/V cache (bf16), P the attention probabilities before P·V
@@ -22,11 +23,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { RW = 1, RA = 2, RQKV = 4, RP = 8, RGU = 16, KV8 = 32, F16KV = 64 };
+enum { RW = 1, RA = 2, RQKV = 4, RP = 8, RGU = 16, KV8 = 32, F16KV = 64, H16F = 128 };
 static int F, NP; /* variant flags; prompt length (KV8 applies below it) */
 
-static double bf(double x) { return model_bf16_to_f32(model_f32_to_bf16((float)x)); }
 static double hf(double x) { return model_f16_to_f32(model_f32_to_f16((float)x)); }
+/* the plugin's 16-bit type: bf16, or fp16 with H16F (libtandem_cuda_f16.so, gpu/h16.cuh) */
+static double bf(double x)
+{
+    return F & H16F ? hf(x) : model_bf16_to_f32(model_f32_to_bf16((float)x));
+}
 static double W(const model_tensor *t, int64_t r, int64_t c)
 {
     double v = model_tensor_get(t, r, c);
@@ -206,5 +211,8 @@ int main(int argc, char **argv)
     run(m, paths, nc, "int8 KV of the prompt only", KV8, 1);
     run(m, paths, nc, "the GPU's bf16 plan + int8 prompt KV", gpu | KV8, 1);
     run(m, paths, nc, "same with an fp16 KV cache", gpu | KV8 | F16KV, 1);
+    run(m, paths, nc, "fp16 weights only", RW | H16F, 0);
+    run(m, paths, nc, "the GPU's fp16 plan", gpu | H16F, 0);
+    run(m, paths, nc, "the GPU's fp16 plan + int8 prompt KV", gpu | H16F | KV8, 1);
     return 0;
 }

@@ -28,7 +28,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,
 echo "kernel $(uname -r), $(nproc) cores, $(grep MemTotal /proc/meminfo)"; date -u
 
 # ---- binaries
-BINS="build/tandem build/tandem-tests build/bench_gpu build/mkmodel build/libtandem_cuda.so"
+BINS="build/tandem build/tandem-tests build/bench_gpu build/mkmodel build/libtandem_cuda.so build/libtandem_cuda_f16.so"
 . gpu/bench/libpath.sh
 if [ -n "$(missing)" ] || [ ! -x build/tandem-tests ]; then
     missing

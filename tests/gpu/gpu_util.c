@@ -3,23 +3,27 @@
 #include "tests/util.h"
 #include <dlfcn.h>
 
-const gpu_ops *tg_ops(char *why, size_t n)
+static const char *const builds[TG_BUILDS] = {"libtandem_cuda.so", "libtandem_cuda_f16.so"};
+
+const gpu_ops *tg_ops_build(int build, char *why, size_t n)
 {
-    static gpu_ops ops;
+    static gpu_ops ops[TG_BUILDS];
+    gpu_ops *o = &ops[build];
     const char *b = getenv("BUILD");
     char path[512];
-    snprintf(path, sizeof path, "%s/libtandem_cuda.so", b && *b ? b : "build");
+    snprintf(path, sizeof path, "%s/%s", b && *b ? b : "build", builds[build]);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         snprintf(why, n, "no CUDA plugin (%s)", path);
         return NULL;
     }
 #define SYM(field, name)                                                                           \
-    *(void **)&ops.field = dlsym(h, name);                                                         \
-    if (!ops.field) {                                                                              \
+    *(void **)&o->field = dlsym(h, name);                                                          \
+    if (!o->field) {                                                                               \
         snprintf(why, n, "%s lacks %s", path, name);                                               \
         return NULL;                                                                               \
     }
+    SYM(h16, "gpu_test_h16")
     SYM(device_count, "gpu_test_device_count")
     SYM(rmsnorm, "gpu_test_rmsnorm")
     SYM(rope, "gpu_test_rope")
@@ -30,11 +34,25 @@ const gpu_ops *tg_ops(char *why, size_t n)
     SYM(attention_sparse, "gpu_test_attention_sparse")
     SYM(decode_fused, "gpu_test_decode_fused")
 #undef SYM
-    if (ops.device_count() <= 0) {
+    if (o->device_count() <= 0) {
         snprintf(why, n, "no CUDA device");
         return NULL;
     }
-    return &ops;
+    o->f16 = strcmp(o->h16(), "fp16") == 0;
+    o->ulp = o->f16 ? 1.0 / 2048 : 1.0 / 256;
+    return o;
+}
+
+const gpu_ops *tg_ops(char *why, size_t n)
+{
+    return tg_ops_build(0, why, n);
+}
+
+void tg_round(const gpu_ops *o, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = o->f16 ? model_f16_to_f32(model_f32_to_f16(x[i]))
+                      : model_bf16_to_f32(model_f32_to_bf16(x[i]));
 }
 
 int tg_open(const char *dir, const accel_opts *opts, model **m, accel_dev **d, char *why, size_t n)
@@ -66,10 +84,6 @@ void tg_fill(float *x, size_t n, float a, uint32_t seed)
     }
 }
 
-void tg_round_bf16(float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++) x[i] = model_bf16_to_f32(model_f32_to_bf16(x[i]));
-}
 
 int32_t *tg_ids(int n, int vocab, uint32_t seed)
 {

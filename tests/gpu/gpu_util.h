@@ -7,6 +7,9 @@
 #include <stdint.h>
 
 typedef struct gpu_ops {
+    const char *(*h16)(void); /* "bf16" or "fp16": the build's 16-bit type (gpu/h16.cuh) */
+    int f16;                  /* h16 is fp16 */
+    double ulp;               /* half the spacing of h16 numbers at 1: 2^-8 (bf16), 2^-11 (fp16) */
     int (*device_count)(void);
     int (*rmsnorm)(int T, int H, const float *x, const float *w, float eps, float *out);
     int (*rope)(int T, int n_heads, int n_kv, int hd, const float *qkv, const float *bias,
@@ -26,9 +29,33 @@ typedef struct gpu_ops {
                         const float *w_gu, float eps, float *q, float *k, float *v, float *h);
 } gpu_ops;
 
-/* Loads $BUILD/libtandem_cuda.so (BUILD defaults to build) and its entry points. Returns NULL
- * with a reason in why when the plugin is missing or no CUDA device is present: skip then. */
+/* The plugin's two builds: 0 libtandem_cuda.so (bf16), 1 libtandem_cuda_f16.so (fp16). */
+#define TG_BUILDS 2
+
+/* Loads $BUILD/<build's file> (BUILD defaults to build) and its entry points. Returns NULL with a
+ * reason in why when the plugin is missing or no CUDA device is present: skip then. */
+const gpu_ops *tg_ops_build(int build, char *why, size_t n);
+/* tg_ops_build(0: the bf16 build) */
 const gpu_ops *tg_ops(char *why, size_t n);
+/* Round every value to the build's h16 (what its kernels read), in place. */
+void tg_round(const gpu_ops *o, float *x, size_t n);
+/* Runs fn(ops) on each build (a failure names the build); skips when no build has a device. */
+#define TG_EACH_BUILD(fn)                                                                          \
+    do {                                                                                           \
+        char why_[256];                                                                            \
+        const gpu_ops *o0_ = tg_ops_build(0, why_, sizeof why_);                                   \
+        if (!o0_) SKIP("%s", why_);                                                                \
+        for (int b_ = 0; b_ < TG_BUILDS; b_++) {                                                   \
+            const gpu_ops *o_ = tg_ops_build(b_, why_, sizeof why_);                               \
+            if (!o_) {                                                                             \
+                t_fail(__FILE__, __LINE__, "build %d: %s", b_, why_);                              \
+                continue;                                                                          \
+            }                                                                                      \
+            int f0_ = t_failed();                                                                  \
+            fn(o_);                                                                                \
+            if (t_failed() != f0_) fprintf(stderr, "  (above: the %s build)\n", o_->h16());        \
+        }                                                                                          \
+    } while (0)
 
 /* model_load + accel_open("cuda", opts). 1 when CUDA is absent (the caller skips, reason in why),
  * 0 on success, -1 after reporting a failure. opts may be NULL. */
@@ -36,8 +63,6 @@ int tg_open(const char *dir, const accel_opts *opts, model **m, accel_dev **d, c
 
 /* Deterministic test data: uniform in [-a, a). */
 void tg_fill(float *x, size_t n, float a, uint32_t seed);
-/* Round every value to bf16 (the GPU's input precision), in place. */
-void tg_round_bf16(float *x, size_t n);
 /* Token ids: BOS then pseudo-random ids < vocab. */
 int32_t *tg_ids(int n, int vocab, uint32_t seed);
 /* n sequences of lens[i] pseudo-random tokens (seeds seed + i) prefilled twice on d, then

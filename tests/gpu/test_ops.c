@@ -1,8 +1,10 @@
 /* Each CUDA kernel against its cpu/ reference (tests/ops in DESIGN.md), on the inputs the kernel
- * really sees: values the GPU reads as bf16 are rounded to bf16 before the CPU sees them too, so
- * a tolerance only has to cover the GPU's own arithmetic. Tolerances, with their reasons:
- *   bf16 outputs (RMSNorm, rope's Q, SwiGLU): one bf16 ulp of the value (2^-8 relative), since
- *     the float32 result before rounding agrees to ~1e-6 and may sit on either side of a bf16
+ * really sees, in both builds of the plugin (gpu/h16.cuh: bf16 and fp16; each test runs on
+ * each): values the GPU reads as h16 are rounded to h16 before the CPU sees them too, so a
+ * tolerance only has to cover the GPU's own arithmetic. Tolerances, with their reasons (bf16's;
+ * fp16's, with 3 more mantissa bits, 8x smaller where the 16-bit rounding sets them):
+ *   h16 outputs (RMSNorm, rope's Q, SwiGLU): one rounding of the value (2^-8 relative; 2^-11),
+ *     since the float32 result before rounding agrees to ~1e-6 and may sit on either side of a
  *     rounding boundary; plus 1e-6 absolute for values near zero.
  *   float32 outputs of rope (K, V for export): sincosf is within 2 ulp of glibc's cosf/sinf, two
  *     terms: 1e-5 of the row's largest value.
@@ -11,7 +13,8 @@
  *     (10x margin), while one wrong element moves the result by ~sum |x w| / K >= 1e-3 of it.
  *   attention: P is rounded to bf16 before P·V (2^-9 relative per weight) while the row sum uses
  *     float32 P, and the output is rounded to bf16: each a convex-combination error of at most
- *     2^-9 * max|v|, so 3 * 2^-9 * max|v| ~ 6e-3, tested at 8e-3 * max|v|. The inputs make the
+ *     2^-9 * max|v|, so 3 * 2^-9 * max|v| ~ 6e-3, tested at 8e-3 * max|v| (fp16: 3 * 2^-12 ~
+ *     7e-4, tested at 1e-3). The inputs make the
  *     softmax peaked (q, k uniform in +-2.6, std 1.5: scores of std ~2.25), so a key wrongly
  *     masked or leaked moves an output by ~0.1 * max|v|, far outside it.
  *   KV quantizer: bit-exact (the reason is in gpu/kv_quant.cu). */
@@ -21,11 +24,6 @@
 #include "cpu/ops.h"
 #include "cpu/kv_quant.h"
 
-#define OPS_OR_SKIP(ops)                                                                           \
-    char why_[256];                                                                                \
-    const gpu_ops *ops = tg_ops(why_, sizeof why_);                                                \
-    if (!ops) SKIP("%s", why_)
-
 static model_tensor f32_tensor(const float *data, int64_t rows, int64_t cols)
 {
     model_tensor t = {.data = data, .dtype = MODEL_DTYPE_F32, .ndim = cols > 1 ? 2 : 1,
@@ -33,15 +31,21 @@ static model_tensor f32_tensor(const float *data, int64_t rows, int64_t cols)
     return t;
 }
 
-/* |g - c| <= one bf16 ulp of c (2^-8 relative) + 1e-6 */
-static int bf16_close(float g, float c)
+/* |g - c| <= one rounding of c to the build's h16 (2^-8 relative in bf16, 2^-11 in fp16)
+ * + 1e-6 */
+static int h16_close(const gpu_ops *ops, float g, float c)
 {
-    return fabsf(g - c) <= fabsf(c) * (1.0f / 256) + 1e-6f;
+    return fabsf(g - c) <= fabsf(c) * (float)ops->ulp + 1e-6f;
 }
 
-TEST(gpu_op_rmsnorm)
+/* attention's bound as a multiple of max|v| (header): 8e-3 in bf16, 8x less in fp16 */
+static double att_tol(const gpu_ops *ops)
 {
-    OPS_OR_SKIP(ops);
+    return ops->f16 ? 1e-3 : 8e-3;
+}
+
+static void op_rmsnorm(const gpu_ops *ops)
+{
     const int sizes[][2] = {{5, 4096}, {3, 64}, {2, 4100}};
     for (int s = 0; s < 3; s++) {
         int T = sizes[s][0], H = sizes[s][1];
@@ -56,16 +60,15 @@ TEST(gpu_op_rmsnorm)
         for (int t = 0; t < T; t++) {
             cpu_rmsnorm(c, x + (size_t)t * H, &wt, H, 1e-5f);
             for (int i = 0; i < H; i++)
-                if (!bf16_close(g[(size_t)t * H + i], c[i])) bad++;
+                if (!h16_close(ops, g[(size_t)t * H + i], c[i])) bad++;
         }
         CHECK_MSG(bad == 0, "rmsnorm %dx%d: %d values off", T, H, bad);
         free(x), free(w), free(g), free(c);
     }
 }
 
-TEST(gpu_op_rope_llama3)
+static void op_rope_llama3(const gpu_ops *ops)
 {
-    OPS_OR_SKIP(ops);
     /* Llama-3.1 rope (the largest angles: theta 500000, inv_freq[0] = 1) at positions up to 30K */
     model_config cfg = {0};
     cfg.head_dim = 128;
@@ -95,7 +98,7 @@ TEST(gpu_op_rope_llama3)
         float amax = 0;
         for (int i = 0; i < W; i++) amax = fmaxf(amax, fabsf(ref[i]));
         for (int i = 0; i < qd; i++)
-            if (!bf16_close(q[(size_t)t * qd + i], ref[i])) bad_q++;
+            if (!h16_close(ops, q[(size_t)t * qd + i], ref[i])) bad_q++;
         for (int i = 0; i < kvd; i++) {
             if (fabsf(k[(size_t)t * kvd + i] - ref[qd + i]) > 1e-5f * amax) bad_kv++;
             if (fabsf(v[(size_t)t * kvd + i] - ref[qd + kvd + i]) > 1e-5f * amax) bad_kv++;
@@ -105,16 +108,15 @@ TEST(gpu_op_rope_llama3)
     free(qkv), free(bias), free(q), free(k), free(v), free(ref);
 }
 
-TEST(gpu_op_swiglu)
+static void op_swiglu(const gpu_ops *ops)
 {
-    OPS_OR_SKIP(ops);
     const int shapes[][2] = {{3, 14336}, {4, 172}}; /* the 8-wide path and the scalar one */
     for (int s = 0; s < 2; s++) {
         int T = shapes[s][0], I = shapes[s][1];
         float *gu = malloc(sizeof(float) * T * 2 * I), *h = malloc(sizeof(float) * T * I);
         float *g = malloc(sizeof(float) * I), *u = malloc(sizeof(float) * I);
         tg_fill(gu, (size_t)T * 2 * I, 6.0f, 5 + s);
-        tg_round_bf16(gu, (size_t)T * 2 * I);
+        tg_round(ops, gu, (size_t)T * 2 * I);
         REQUIRE(ops->swiglu(T, I, gu, h) == 0);
         int bad = 0;
         for (int t = 0; t < T; t++) {
@@ -122,7 +124,7 @@ TEST(gpu_op_swiglu)
             memcpy(u, gu + (size_t)t * 2 * I + I, sizeof(float) * I);
             cpu_swiglu(g, u, I);
             for (int i = 0; i < I; i++)
-                if (!bf16_close(h[(size_t)t * I + i], g[i])) bad++;
+                if (!h16_close(ops, h[(size_t)t * I + i], g[i])) bad++;
         }
         CHECK_MSG(bad == 0, "swiglu %dx%d: %d values off", T, I, bad);
         free(gu), free(h), free(g), free(u);
@@ -134,9 +136,8 @@ TEST(gpu_op_swiglu)
  * same bits, on a Llama-3-8B-like head layout, on an odd one (bias, head_dim 64, H not a
  * multiple of the block, items not a multiple of the grid) and on one with more work items than
  * the grid has warps. */
-TEST(gpu_op_decode_fused)
+static void op_decode_fused(const gpu_ops *ops)
 {
-    OPS_OR_SKIP(ops);
     const struct { int H, nh, nkv, hd, I, pos, bias; } sh[] = {
         {2048, 16, 4, 128, 5632, 1000, 0}, {776, 6, 2, 64, 1000, 0, 1}, {4096, 32, 8, 128, 1024, 70000, 0},
         /* more items than one resident wave has warps (128 heads: 10752 QKV items; I 9000):
@@ -159,8 +160,8 @@ TEST(gpu_op_decode_fused)
         tg_fill(bias, qkv, 0.5f, 14 + c);
         tg_fill(wqkv, (size_t)qkv * H, 0.1f, 15 + c);
         tg_fill(wgu, 2 * (size_t)I * H, 0.1f, 16 + c);
-        tg_round_bf16(wqkv, (size_t)qkv * H);
-        tg_round_bf16(wgu, 2 * (size_t)I * H);
+        tg_round(ops, wqkv, (size_t)qkv * H);
+        tg_round(ops, wgu, 2 * (size_t)I * H);
         for (int i = 0; i < hd / 2; i++) inv[i] = powf(500000.0f, -2.0f * i / hd);
         for (int f = 0; f < 2; f++)
             REQUIRE(ops->decode_fused(f, H, sh[c].nh, sh[c].nkv, hd, I, sh[c].pos, x, an, fn, wqkv,
@@ -183,9 +184,8 @@ TEST(gpu_op_decode_fused)
     }
 }
 
-TEST(gpu_op_gemm)
+static void op_gemm(const gpu_ops *ops)
 {
-    OPS_OR_SKIP(ops);
     /* T <= 8 with K % 8 == 0 runs the engine's own GEMV, the rest cuBLAS */
     /* T = 1: the test engine counts one SM, so the GEMV's warps loop over many rows */
     const int shapes[][3] = {{3, 300, 1000}, {77, 96, 64}, {1, 513, 172}, {130, 40, 4096},
@@ -196,8 +196,8 @@ TEST(gpu_op_gemm)
         float *g = malloc(sizeof(float) * T * N), *c = malloc(sizeof(float) * T * N);
         tg_fill(x, (size_t)T * K, 1.0f, 11 + s);
         tg_fill(w, (size_t)N * K, 0.05f, 21 + s);
-        tg_round_bf16(x, (size_t)T * K);
-        tg_round_bf16(w, (size_t)N * K);
+        tg_round(ops, x, (size_t)T * K);
+        tg_round(ops, w, (size_t)N * K);
         REQUIRE(ops->gemm(T, N, K, x, w, g) == 0);
         model_tensor wt = f32_tensor(w, N, K);
         cpu_matmul(NULL, c, x, T, &wt, NULL);
@@ -229,9 +229,9 @@ static void attention_case(const gpu_ops *ops, const struct att_case *a, uint32_
     tg_fill(q, (size_t)a->T * qd, 2.6f, seed);
     tg_fill(k, (size_t)n * kvd, 2.6f, seed + 1);
     tg_fill(v, (size_t)n * kvd, 1.0f, seed + 2);
-    tg_round_bf16(q, (size_t)a->T * qd);
-    tg_round_bf16(k, (size_t)n * kvd);
-    tg_round_bf16(v, (size_t)n * kvd);
+    tg_round(ops, q, (size_t)a->T * qd);
+    tg_round(ops, k, (size_t)n * kvd);
+    tg_round(ops, v, (size_t)n * kvd);
     int st = ops->attention(a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd, a->window, q, k, v, g);
     if (st == ACCEL_ERR_UNSUPPORTED && a->kernel >= 3) { /* no wgmma on this GPU or build */
         free(q), free(k), free(v), free(g), free(scores);
@@ -254,9 +254,9 @@ static void attention_case(const gpu_ops *ops, const struct att_case *a, uint32_
             }
         }
     }
-    CHECK_MSG(worst <= 8e-3, "attention kernel %d T=%d pos0=%d heads %d/%d hd %d window %d: "
-              "worst |diff| %.3g > 8e-3", a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd,
-              a->window, worst);
+    CHECK_MSG(worst <= att_tol(ops), "attention kernel %d T=%d pos0=%d heads %d/%d hd %d window %d: "
+              "worst |diff| %.3g > %g", a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd,
+              a->window, worst, att_tol(ops));
     free(q), free(k), free(v), free(g), free(scores);
 }
 
@@ -264,9 +264,8 @@ static void attention_case(const gpu_ops *ops, const struct att_case *a, uint32_
  * warps (head_dim 128; else the same as 0), 3..6 the wgmma kernels (gpu/test_api.cu: the
  * engine's choice, one warpgroup, warp-specialized without ping-pong, with 3 stages; Hopper
  * builds only, skipped where the GPU or build lacks them). */
-TEST(gpu_op_attention_prefill)
+static void op_attention_prefill(const gpu_ops *ops)
 {
-    OPS_OR_SKIP(ops);
     const struct att_case cases[] = {
         {0, 300, 0, 2, 2, 128, 150}, /* window across several key tiles */
         {0, 129, 130, 2, 1, 128, 0}, /* 129 rows: a 1-row last tile (BR 64 and 128) */
@@ -335,9 +334,9 @@ static void sparse_case_run(const gpu_ops *ops, const struct sparse_case *a, uin
     tg_fill(q, (size_t)a->T * qd, 2.6f, seed);
     tg_fill(k, (size_t)n * kvd, 2.6f, seed + 1);
     tg_fill(v, (size_t)n * kvd, 1.0f, seed + 2);
-    tg_round_bf16(q, (size_t)a->T * qd);
-    tg_round_bf16(k, (size_t)n * kvd);
-    tg_round_bf16(v, (size_t)n * kvd);
+    tg_round(ops, q, (size_t)a->T * qd);
+    tg_round(ops, k, (size_t)n * kvd);
+    tg_round(ops, v, (size_t)n * kvd);
     random_lists(a->nh, nb, a->keep_pct, seed + 3, rp, col);
     int st = ops->attention_sparse(a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd, q, k, v, rp,
                                    col, nb, g);
@@ -369,9 +368,9 @@ static void sparse_case_run(const gpu_ops *ops, const struct sparse_case *a, uin
     }
     fprintf(stderr, "  block-sparse T=%d pos0=%d heads %d/%d hd %d keep %d%% kernel %d: worst %.3g\n",
             a->T, a->pos0, a->nh, a->nkv, a->hd, a->keep_pct, a->kernel, worst);
-    CHECK_MSG(worst <= 8e-3, "block-sparse attention kernel %d T=%d pos0=%d heads %d/%d hd %d "
-              "keep %d%%: worst |diff| %.3g > 8e-3", a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd,
-              a->keep_pct, worst);
+    CHECK_MSG(worst <= att_tol(ops), "block-sparse attention kernel %d T=%d pos0=%d heads %d/%d "
+              "hd %d keep %d%%: worst |diff| %.3g > %g", a->kernel, a->T, a->pos0, a->nh, a->nkv,
+              a->hd, a->keep_pct, worst, att_tol(ops));
     if (a->keep_pct == 100) {
         float *dense = malloc(sizeof(float) * a->T * qd);
         /* the dense form: gpu_test_attention's kernel of the same shape */
@@ -394,9 +393,8 @@ static void sparse_case_run(const gpu_ops *ops, const struct sparse_case *a, uin
     free(q), free(k), free(v), free(g), free(kk), free(vv), free(scores), free(rp), free(col);
 }
 
-TEST(gpu_op_attention_block_sparse)
+static void op_attention_block_sparse(const gpu_ops *ops)
 {
-    OPS_OR_SKIP(ops);
     const struct sparse_case cases[] = {
         {4, 1000, 0, 8, 2, 128, 30},  /* Llama head, GQA 4:1, partial last block */
         {8, 700, 0, 4, 1, 128, 50},   /* 8 warps (128 rows: one whole query block), MQA */
@@ -413,9 +411,8 @@ TEST(gpu_op_attention_block_sparse)
  * its three variants: random lists, sink and diagonal only, rows with no block, chunks after
  * cached blocks, GQA and MQA, T not a multiple of 128 (a 1-row and a 104-row last block), and every block listed (the
  * dense ws kernel's bits). */
-TEST(gpu_op_attention_block_sparse_ws)
+static void op_attention_block_sparse_ws(const gpu_ops *ops)
 {
-    OPS_OR_SKIP(ops);
     const struct sparse_case cases[] = {
         {1, 1000, 0, 8, 2, 128, 30},   /* GQA 4:1, partial last block */
         {1, 700, 0, 4, 1, 128, 50},    /* MQA */
@@ -434,9 +431,8 @@ TEST(gpu_op_attention_block_sparse_ws)
         }
 }
 
-TEST(gpu_op_attention_decode)
+static void op_attention_decode(const gpu_ops *ops)
 {
-    OPS_OR_SKIP(ops);
     const struct att_case cases[] = {
         {1, 3, 3000, 32, 8, 128, 0}, /* Llama-3-8B heads over a long cache: many splits */
         {1, 5, 300, 8, 4, 8, 0},     /* stories260K's shape */
@@ -541,12 +537,23 @@ static void quant_case(const gpu_ops *ops, enum proto_kv_dtype dt, int T, int nk
     free(x), free(qg), free(qc), free(sg), free(sc);
 }
 
-TEST(gpu_op_kv_quantize_bit_exact)
+static void op_kv_quantize_bit_exact(const gpu_ops *ops)
 {
-    OPS_OR_SKIP(ops);
     const int shapes[][3] = {{33, 8, 128}, {17, 4, 8}, {9, 4, 32}, {5, 2, 64}};
     for (int s = 0; s < 4; s++) {
         quant_case(ops, PROTO_KV_INT8, shapes[s][0], shapes[s][1], shapes[s][2]);
         quant_case(ops, PROTO_KV_INT4, shapes[s][0], shapes[s][1], shapes[s][2]);
     }
 }
+
+/* every op on both builds of the plugin (bf16, fp16) */
+TEST(gpu_op_rmsnorm) { TG_EACH_BUILD(op_rmsnorm); }
+TEST(gpu_op_rope_llama3) { TG_EACH_BUILD(op_rope_llama3); }
+TEST(gpu_op_swiglu) { TG_EACH_BUILD(op_swiglu); }
+TEST(gpu_op_decode_fused) { TG_EACH_BUILD(op_decode_fused); }
+TEST(gpu_op_gemm) { TG_EACH_BUILD(op_gemm); }
+TEST(gpu_op_attention_prefill) { TG_EACH_BUILD(op_attention_prefill); }
+TEST(gpu_op_attention_block_sparse) { TG_EACH_BUILD(op_attention_block_sparse); }
+TEST(gpu_op_attention_block_sparse_ws) { TG_EACH_BUILD(op_attention_block_sparse_ws); }
+TEST(gpu_op_attention_decode) { TG_EACH_BUILD(op_attention_decode); }
+TEST(gpu_op_kv_quantize_bit_exact) { TG_EACH_BUILD(op_kv_quantize_bit_exact); }
