@@ -97,6 +97,13 @@ int dmn_parse_float(const char *name, const char *s, double lo, double hi, doubl
     return 0;
 }
 
+int dmn_parse_gpu_dtype(const char *s, enum accel_gpu_half *out)
+{
+    if (accel_gpu_half_parse(s, out) == 0) return 0;
+    fprintf(stderr, "tandem: --gpu-dtype must be auto, bf16 or fp16, got '%s'\n", s);
+    return -1;
+}
+
 int dmn_sampling_opt(int *i, int argc, char **argv, model_sampling *s, int *bad)
 {
     const char *v;

@@ -25,6 +25,9 @@ int dmn_parse_ids(const char *s, int32_t **ids, size_t *n, char *err, size_t err
 int dmn_parse_int(const char *name, const char *s, long lo, long hi, long *out);
 int dmn_parse_float(const char *name, const char *s, double lo, double hi, double *out);
 
+/* --gpu-dtype auto|bf16|fp16 (accel_opts.gpu_half, cuda only): 0 or -1 (printed). */
+int dmn_parse_gpu_dtype(const char *s, enum accel_gpu_half *out);
+
 /* The sampling options every generating subcommand takes: --temperature, --top-p, --top-k,
  * --min-p, --seed. Returns 1 when argv[*i] was one of them (consumed into s), 0 when not, -1 on a
  * bad value (printed). */

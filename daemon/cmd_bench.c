@@ -83,6 +83,8 @@ int dmn_cmd_bench(int argc, char **argv)
         } else if ((v = dmn_opt(&i, argc, argv, "--threads", &bad))) {
             if (dmn_parse_int("--threads", v, 1, 1024, &t)) return 2;
             opts.threads = (int)t;
+        } else if ((v = dmn_opt(&i, argc, argv, "--gpu-dtype", &bad))) {
+            if (dmn_parse_gpu_dtype(v, &opts.gpu_half)) return 2;
         } else if (dmn_flag(i, argv, "--json")) json = 1;
         else if (!bad) {
             fprintf(stderr, "tandem bench: unknown option %s\n", argv[i]);
@@ -91,7 +93,8 @@ int dmn_cmd_bench(int argc, char **argv)
     }
     if (bad || !dir) {
         fprintf(stderr, "usage: tandem bench --model DIR [--device cpu] [--tokens N] [--context C] "
-                        "[--prompt P] [--batch B] [--threads T] [--repeat R] [--json]\n");
+                        "[--prompt P] [--batch B] [--threads T] [--gpu-dtype auto|bf16|fp16] "
+                        "[--repeat R] [--json]\n");
         return 2;
     }
     model *m;

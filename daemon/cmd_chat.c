@@ -47,6 +47,7 @@ int dmn_cmd_chat(int argc, char **argv)
     const char *dir = NULL, *device = "cpu", *tfile = NULL, *system = NULL, *v;
     long max_tokens = 256;
     int bad = 0;
+    enum accel_gpu_half half = ACCEL_GPU_HALF_AUTO;
     model_gen_params gp = {.sampling = model_sampling_default(), .skip_special = 1};
     for (int i = 1; i < argc && !bad; i++) {
         long t;
@@ -56,6 +57,8 @@ int dmn_cmd_chat(int argc, char **argv)
         else if ((v = dmn_opt(&i, argc, argv, "--system", &bad))) system = v;
         else if ((v = dmn_opt(&i, argc, argv, "--max-tokens", &bad))) {
             if (dmn_parse_int("--max-tokens", v, 1, 1 << 24, &max_tokens)) return 2;
+        } else if ((v = dmn_opt(&i, argc, argv, "--gpu-dtype", &bad))) {
+            if (dmn_parse_gpu_dtype(v, &half)) return 2;
         } else if ((t = dmn_sampling_opt(&i, argc, argv, &gp.sampling, &bad))) {
             if (t < 0) return 2;
         } else if (!bad) {
@@ -65,7 +68,8 @@ int dmn_cmd_chat(int argc, char **argv)
     }
     if (bad) {
         fprintf(stderr, "usage: tandem chat [--model DIR] [--chat-template FILE] [--system TEXT] "
-                        "[--device cpu] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]\n");
+                        "[--device cpu] [--gpu-dtype auto|bf16|fp16] [--max-tokens N] [--temperature T] "
+                        "[--top-p P] [--top-k K] [--min-p P] [--seed S]\n");
         return 2;
     }
     char defdir[4096], err[1024];
@@ -105,7 +109,7 @@ int dmn_cmd_chat(int argc, char **argv)
         fprintf(stderr, "tandem chat: template: %s\n", err);
         goto out;
     }
-    accel_opts o = {0};
+    accel_opts o = {.gpu_half = half};
     if (!(d = accel_open(device, m, &o, err, sizeof err))) {
         fprintf(stderr, "tandem chat: %s\n", err);
         goto out;

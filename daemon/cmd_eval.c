@@ -180,6 +180,7 @@ int dmn_cmd_eval(int argc, char **argv)
     const char *kv_s = "int8", *lib = NULL;
     int bad = 0, free_run = 0, verbose = 0;
     long wbits = 8;
+    enum accel_gpu_half half = ACCEL_GPU_HALF_AUTO;
     for (int i = 1; i < argc && !bad; i++) {
         if ((v = dmn_opt(&i, argc, argv, "--model", &bad))) dir = v;
         else if ((v = dmn_opt(&i, argc, argv, "--device", &bad))) device = v;
@@ -191,6 +192,8 @@ int dmn_cmd_eval(int argc, char **argv)
         else if ((v = dmn_opt(&i, argc, argv, "--weight-bits", &bad))) {
             if (dmn_parse_int("--weight-bits", v, 4, 8, &wbits) || (wbits != 4 && wbits != 8))
                 return 2;
+        } else if ((v = dmn_opt(&i, argc, argv, "--gpu-dtype", &bad))) {
+            if (dmn_parse_gpu_dtype(v, &half)) return 2;
         } else if (dmn_flag(i, argv, "--free-run")) free_run = 1;
         else if (dmn_flag(i, argv, "--verbose")) verbose = 1;
         else if (!bad) {
@@ -201,7 +204,7 @@ int dmn_cmd_eval(int argc, char **argv)
     if (bad || !dir || !golden) {
         fprintf(stderr, "usage: tandem eval --model DIR --golden DIR [--device D] "
                         "[--mode prefill|decode|kv] [--kv-from DEVICE] [--kv int8|int4] "
-                        "[--weight-bits 8|4] [--free-run] [--verbose]\n");
+                        "[--weight-bits 8|4] [--gpu-dtype auto|bf16|fp16] [--free-run] [--verbose]\n");
         return 2;
     }
     enum proto_kv_dtype kvt = !strcmp(kv_s, "int4") ? PROTO_KV_INT4 : PROTO_KV_INT8;
@@ -215,8 +218,8 @@ int dmn_cmd_eval(int argc, char **argv)
         fprintf(stderr, "tandem eval: %s\n", err);
         return 1;
     }
-    accel_opts o = {.kv_dtype = kvt, .weight_bits = (int)wbits, .lib_path = lib};
-    accel_opts ocpu = {.kv_dtype = kvt};
+    accel_opts o = {.kv_dtype = kvt, .weight_bits = (int)wbits, .lib_path = lib, .gpu_half = half};
+    accel_opts ocpu = {.kv_dtype = kvt, .gpu_half = half}; /* --kv-from may name a GPU */
     accel_dev *d = accel_open(device, m, &o, err, sizeof err);
     accel_dev *cpu = d ? accel_open("cpu", m, &ocpu, err, sizeof err) : NULL;
     accel_dev *src = NULL;

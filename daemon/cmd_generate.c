@@ -22,7 +22,7 @@ static void usage(void)
             "usage: tandem generate [--model DIR] (--prompt TEXT | --ids LIST) [--max-tokens N]\n"
             "         [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]\n"
             "         [--stop STR]... [--device D] [--prefill-device D] [--kv int8|int4]\n"
-            "         [--ignore-eos] [--json]\n");
+            "         [--gpu-dtype auto|bf16|fp16] [--ignore-eos] [--json]\n");
 }
 
 typedef struct ship {
@@ -67,6 +67,8 @@ int dmn_cmd_generate(int argc, char **argv)
                 return 2;
             }
             opts.kv_dtype = !strcmp(v, "int4") ? PROTO_KV_INT4 : PROTO_KV_INT8;
+        } else if ((v = dmn_opt(&i, argc, argv, "--gpu-dtype", &bad))) {
+            if (dmn_parse_gpu_dtype(v, &opts.gpu_half)) return 2;
         } else if (dmn_flag(i, argv, "--ignore-eos")) gp.ignore_eos = 1;
         else if (dmn_flag(i, argv, "--json")) json = 1;
         else if (!bad) {

@@ -9,7 +9,7 @@
 static void usage(void)
 {
     fprintf(stderr, "usage: tandem logits --model DIR (--ids LIST | --ids-file FILE) --out FILE "
-                    "[--last] [--device cpu] [--threads N]\n");
+                    "[--last] [--device cpu] [--threads N] [--gpu-dtype auto|bf16|fp16]\n");
 }
 
 int dmn_cmd_logits(int argc, char **argv)
@@ -27,6 +27,8 @@ int dmn_cmd_logits(int argc, char **argv)
             long t;
             if (dmn_parse_int("--threads", v, 1, 1024, &t)) return 2;
             opts.threads = (int)t;
+        } else if ((v = dmn_opt(&i, argc, argv, "--gpu-dtype", &bad))) {
+            if (dmn_parse_gpu_dtype(v, &opts.gpu_half)) return 2;
         } else if (dmn_flag(i, argv, "--last")) last = 1;
         else if (!bad) {
             fprintf(stderr, "tandem logits: unknown option %s\n", argv[i]);

@@ -1,5 +1,6 @@
 /* daemon/config.c — see config.h. */
 #include "daemon/config.h"
+#include "scheduler/accel.h"
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -31,6 +32,7 @@ static const key keys[] = {
     K(model, KEY_STR, "", 0, 0, "model directory (default: the bundled stories260K)"),
     K(served_model_name, KEY_STR, "", 0, 0, "model name clients send (default: directory name)"),
     K(devices, KEY_STR, "cpu,fpga-emu:0,fpga-emu:1", 0, 0, "comma-separated devices: cpu, cuda:N, fpga-emu:N, fpga:N"),
+    K(gpu_dtype, KEY_STR, "auto", 0, 0, "cuda devices compute in auto, bf16 or fp16 (auto: fp16 for float32/float16 checkpoints, bf16 for bfloat16 ones)"),
     K(fpga_emu_pace, KEY_INT, "1", 0, 1, "1: emulated cards run at the U280 timing model's speed"),
     K(fpga_run_timeout_ms, KEY_INT, "5000", 1, 3600000, "an FPGA run's watchdog in milliseconds: a run past it is timed out, the card marked and its requests moved; must stay below watchdog_stall"),
     K(sparse_prefill, KEY_INT, "0", 0, 1, "1: FlexPrefill sparse attention for prompts above the dense threshold unless a request says otherwise"),
@@ -349,6 +351,12 @@ int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err
         char where[96];
         snprintf(where, sizeof where, "flag --%.*s", (int)n, a);
         if (set_key(c, k, v, where, err, errlen) < 0) return -1;
+    }
+    /* Checked once here, whichever layer set it, so that a typo stops start-up before loading. */
+    enum accel_gpu_half half;
+    if (accel_gpu_half_parse(c->gpu_dtype, &half) < 0) {
+        snprintf(err, errlen, "gpu_dtype must be auto, bf16 or fp16, got '%.64s'", c->gpu_dtype);
+        return -1;
     }
     /* A hung card must time out (and its requests move) before systemd's watchdog restarts the
      * whole service. Only matters when cards are configured. */

@@ -20,6 +20,7 @@ typedef struct dmn_config {
     char *model;             /* model directory ("" until dmn_config_resolve_model) */
     char *served_model_name; /* the name clients use ("" -> the model directory's name) */
     char *devices;           /* comma-separated device names, e.g. "cpu" or "cpu,fpga-emu:0" */
+    char *gpu_dtype;         /* auto | bf16 | fp16: accel_opts.gpu_half of cuda devices */
     int fpga_emu_pace;       /* emulated cards take the time the timing model says (1) */
     int fpga_run_timeout_ms; /* an FPGA run's watchdog (5000); below watchdog_stall */
     int sparse_prefill;      /* FlexPrefill for long prompts by default (requests may override) */

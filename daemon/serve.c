@@ -350,6 +350,7 @@ static void do_load(uv_work_t *w)
     opts.pace = d->cfg.fpga_emu_pace;
     opts.run_timeout_ms = (unsigned)d->cfg.fpga_run_timeout_ms;
     opts.cache_dir = d->cfg.cache_dir[0] ? d->cfg.cache_dir : NULL;
+    accel_gpu_half_parse(d->cfg.gpu_dtype, &opts.gpu_half); /* checked by dmn_config_load */
     char emu[PATH_MAX + 64];
     emu_library(emu, sizeof emu);
     char *save = NULL;

@@ -58,17 +58,36 @@ typedef struct accel_info {
     int n_seqs;               /* live sequences */
 } accel_info;
 
+/* The half-precision format the cuda backend keeps weights and activations in (cuda only; the
+ * other backends ignore it). Each is its own build of the plugin, beside the binary:
+ *   ACCEL_GPU_HALF_BF16  libtandem_cuda.so      bfloat16: float32's range, 8 mantissa bits
+ *   ACCEL_GPU_HALF_F16   libtandem_cuda_f16.so  float16: 11 mantissa bits (3 more), but a range
+ *                                               of +-65504: activations past it overflow to inf
+ *   ACCEL_GPU_HALF_AUTO  by the checkpoint's projection matrices (layers[0].wq; embed when the
+ *                        model has no layers): F16 for float32 and float16, which bf16 would round
+ *                        away 3 bits of; BF16 for bfloat16, whose range float16 cannot hold.
+ * A checkpoint whose activations overflow fp16 runs with ACCEL_GPU_HALF_BF16. Where AUTO picks
+ * fp16 and only the bf16 plugin is installed, the device opens on it with a one-line warning on
+ * stderr (serving at bf16's precision beats not serving); an explicit F16 never falls back: the
+ * open fails, naming the missing file (accel_cuda_plugin_find). */
+enum accel_gpu_half { ACCEL_GPU_HALF_AUTO = 0, ACCEL_GPU_HALF_BF16, ACCEL_GPU_HALF_F16 };
+
 typedef struct accel_opts {
     int threads;              /* cpu: worker threads (0: all cores) */
     uint64_t mem_limit;       /* 0: the device's own; else cap the KV budget at this many bytes */
     enum proto_kv_dtype kv_dtype; /* dtype the device exports / imports KV in (default int8) */
-    const char *lib_path;     /* cuda: libtandem_cuda.so; fpga: libxrt_coreutil.so.2 or emulator */
+    const char *lib_path;     /* cuda: the plugin (NULL: the one gpu_half picks, found beside the
+                                 binary or in ../lib/tandem; a path given here wins, whatever
+                                 gpu_half says); fpga: libxrt_coreutil.so.2 or emulator */
     const char *xclbin;       /* fpga: bitstream path (NULL: use the loaded one / emulator) */
     int weight_bits;          /* fpga: 8 or 4 */
     int pace;                 /* fpga-emu: pace runs to the timing model in real time */
     unsigned run_timeout_ms;  /* fpga: a run's watchdog (0: $TANDEM_FPGA_TIMEOUT_MS, else 30 s) */
     const char *cache_dir;    /* fpga: weight-image cache (NULL: $TANDEM_CACHE_DIR, else
                                  ~/.cache/tandem) */
+    enum accel_gpu_half gpu_half; /* cuda: the bf16 or fp16 build of the plugin (default AUTO);
+                                     last, so that a plugin built before it still reads the
+                                     fields above where they were */
 } accel_opts;
 
 /* Sink for the quantized KV a prefill produces, one call per layer in layer order, from the
@@ -150,6 +169,26 @@ int accel_warmup(accel_dev *d);
  * with accel_host_free on the same device, before accel_free. */
 void *accel_host_alloc(accel_dev *d, size_t bytes);
 void accel_host_free(accel_dev *d, void *p);
+
+/* AUTO resolved for model m: ACCEL_GPU_HALF_F16 or ACCEL_GPU_HALF_BF16 (h itself when it is not
+ * AUTO; BF16 for a NULL model). Pure; any thread. */
+enum accel_gpu_half accel_gpu_half_resolve(const model *m, enum accel_gpu_half h);
+/* File name (no directory) of the cuda plugin that serves m under h: "libtandem_cuda.so" (bf16)
+ * or "libtandem_cuda_f16.so" (fp16). A static string. Pure; any thread. */
+const char *accel_cuda_plugin(const model *m, enum accel_gpu_half h);
+/* "auto" | "bf16" | "fp16" -> *out: 0, or -1 (out untouched) for anything else. */
+int accel_gpu_half_parse(const char *s, enum accel_gpu_half *out);
+/* "auto", "bf16", "fp16" (for logs and messages). */
+const char *accel_gpu_half_name(enum accel_gpu_half h);
+/* Finds the cuda plugin for m under h in exe_dir, then exe_dir/../lib/tandem, and writes its path.
+ * Returns 0 when the chosen plugin is there; 1 when h is AUTO, the fp16 plugin is missing and
+ * the bf16 one is there: path is the bf16 one and err holds a one-line warning (an older or
+ * partial install keeps working, at bf16's precision); ACCEL_ERR_NOT_FOUND with a message in
+ * err otherwise. An explicit F16 never falls back: the message names the missing file and says
+ * that --gpu-dtype bf16 uses the bf16 build. accel_open("cuda...") calls it with the binary's
+ * directory (and prints the warning to stderr); exposed for tests. */
+int accel_cuda_plugin_find(const char *exe_dir, const model *m, enum accel_gpu_half h, char *path,
+                           size_t pathlen, char *err, size_t errlen);
 
 /* Helpers built on the above. */
 /* bytes of KV one sequence reserves for `capacity` positions on this device */

@@ -86,6 +86,8 @@ TEST(config_errors)
         {NULL, "--max-n=0", "max_n"},
         {NULL, "--port", "needs a value"},
         {NULL, "stray", "unexpected argument"},
+        {"gpu_dtype = fp8\n", NULL, "gpu_dtype must be auto, bf16 or fp16, got 'fp8'"},
+        {NULL, "--gpu-dtype=BF16", "gpu_dtype must be auto, bf16 or fp16"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *argv[4] = {"serve", NULL, NULL, NULL};
@@ -105,6 +107,28 @@ TEST(config_errors)
     char *argv[] = {"serve", "--config", "/nonexistent/x.conf", NULL};
     CHECK_EQ(dmn_config_load(&c, 3, argv, env, err, sizeof err), -1);
     CHECK(strstr(err, "/nonexistent/x.conf") != NULL);
+    dmn_config_deinit(&c);
+}
+
+/* gpu_dtype goes through every layer like any key, checked once after the last. */
+TEST(config_gpu_dtype)
+{
+    dmn_config c;
+    char err[256];
+    dmn_config_defaults(&c);
+    CHECK_STR(c.gpu_dtype, "auto");
+    dmn_config_deinit(&c);
+    char *path = write_file("g.conf", "gpu_dtype = bf16\n");
+    char *env[] = {"TANDEM_GPU_DTYPE=fp16", NULL}, *noenv[] = {NULL};
+    char *argv[] = {"serve", "--config", path, "--gpu-dtype", "auto", NULL};
+    REQUIRE(dmn_config_load(&c, 3, argv, noenv, err, sizeof err) == 0);
+    CHECK_STR(c.gpu_dtype, "bf16"); /* file */
+    dmn_config_deinit(&c);
+    REQUIRE(dmn_config_load(&c, 3, argv, env, err, sizeof err) == 0);
+    CHECK_STR(c.gpu_dtype, "fp16"); /* env beats file */
+    dmn_config_deinit(&c);
+    REQUIRE(dmn_config_load(&c, 5, argv, env, err, sizeof err) == 0);
+    CHECK_STR(c.gpu_dtype, "auto"); /* flag beats env */
     dmn_config_deinit(&c);
 }
 
