@@ -289,6 +289,9 @@ int dmn_cmd_eval(int argc, char **argv)
            st.positions ? (double)st.agree / st.positions : 0, st.positions ? st.kl_sum / st.positions : 0,
            st.kl_max);
     if (mode == MODE_KV) printf(",\"kv\":\"%s\",\"kv_from\":\"%s\"", kv_s, kvfrom);
+    /* the CUDA plugin's build names its 16-bit type at the end of its description */
+    if (strstr(info.desc, ", fp16") || strstr(info.desc, ", bf16"))
+        printf(",\"gpu_dtype\":\"%s\"", strstr(info.desc, ", fp16") ? "fp16" : "bf16");
     if (free_run) printf(",\"free_run_first_divergence\":{%s}", divs);
     printf("}\n");
     rc = 0;

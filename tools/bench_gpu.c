@@ -1,6 +1,6 @@
 /* bench_gpu — the GPU backend's benchmark suite through the accel interface (issue 5):
  *
- *   bench_gpu --model DIR [--device cuda] [--prefill 1024,4096,16384,32768]
+ *   bench_gpu --model DIR [--device cuda] [--gpu-dtype auto|bf16|fp16] [--prefill 1024,4096,16384,32768]
  *             [--decode-ctx 1024,8192] [--batch 1,8,32] [--batch-ctx 1024]
  *             [--export 4096,32768] [--attention 1024,4096,16384,32768] [--steps 64] [--reps 3]
  *             [--sparse 0.9[,G...] [--sparse-max 0,0.03] [--min-budget 1024] [--tau 0.1]
@@ -231,13 +231,19 @@ static void *plugin(void)
     buf[k] = 0;
     char *slash = strrchr(buf, '/');
     if (slash) *slash = 0;
-    snprintf(path, sizeof path, "%s/libtandem_cuda.so", buf);
-    return dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    const char *names[] = {"libtandem_cuda.so", "libtandem_cuda_f16.so"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", buf, names[i]);
+        void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+        if (h) return h;
+    }
+    return NULL;
 }
 
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *device = "cuda";
+    enum accel_gpu_half half = ACCEL_GPU_HALF_AUTO;
     long prefill[MAX_LIST], dctx[MAX_LIST], batch[MAX_LIST], exp_[MAX_LIST], att[MAX_LIST];
     int np = 0, nd = 0, nb = 0, ne = 0, na = 0;
     long steps = 64, reps = 3, bctx = 1024, min_budget = 1024;
@@ -250,6 +256,7 @@ int main(int argc, char **argv)
         if (!v && strcmp(a, "--sparse-only")) bad = 1;
         else if (!strcmp(a, "--model")) dir = v;
         else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--gpu-dtype")) bad = accel_gpu_half_parse(v, &half) != 0;
         else if (!strcmp(a, "--prefill")) bad = (np = parse_list(v, prefill, 1, 1 << 20)) < 0;
         else if (!strcmp(a, "--decode-ctx")) bad = (nd = parse_list(v, dctx, 1, 1 << 20)) < 0;
         else if (!strcmp(a, "--batch")) bad = (nb = parse_list(v, batch, 1, 4096)) < 0;
@@ -286,7 +293,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_gpu: %s\n", err);
         return 1;
     }
-    accel_opts o = {.kv_dtype = PROTO_KV_INT8};
+    accel_opts o = {.kv_dtype = PROTO_KV_INT8, .gpu_half = half};
     accel_dev *d = accel_open(device, m, &o, err, sizeof err);
     if (!d) {
         fprintf(stderr, "bench_gpu: %s\n", err);

@@ -51,7 +51,7 @@ template <int U> __global__ void __launch_bounds__(THREADS) k_read(const uint4 *
  * round r is summed. Chunk order per lane is gpu_warp_dot's (c, c + 32, ..., round by round), so
  * with U = 4 the sums are the same bits. Needs K / 8 to be a multiple of 32 * U. */
 template <int R, int U>
-__device__ __forceinline__ void dot_pipe(const bf16 *__restrict__ W, size_t rstride, const bf16 *x,
+__device__ __forceinline__ void dot_pipe(const h16 *__restrict__ W, size_t rstride, const h16 *x,
                                          int K, int lane, float acc[R], uint4 (*pre)[U], bool have)
 {
     const uint4 *xp = (const uint4 *)x;
@@ -84,7 +84,7 @@ __device__ __forceinline__ void dot_pipe(const bf16 *__restrict__ W, size_t rstr
 
 /* Non-pipelined rounds of U chunks (U = 4 is gpu_warp_dot's loop). */
 template <int R, int U>
-__device__ __forceinline__ void dot_round(const bf16 *__restrict__ W, size_t rstride, const bf16 *x,
+__device__ __forceinline__ void dot_round(const h16 *__restrict__ W, size_t rstride, const h16 *x,
                                           int K, int lane, float acc[R])
 {
     const uint4 *xp = (const uint4 *)x;
@@ -105,14 +105,14 @@ __device__ __forceinline__ void dot_round(const bf16 *__restrict__ W, size_t rst
 enum { F_CUR, F_PIPE, F_U8, F_PIPE2, F_N };
 static const char *fname[F_N] = {"cur", "pipe", "u8", "pipe-u2"};
 
-/* items of R rows (row j and j + rstride), x (K bf16) staged in shared memory as the fused
+/* items of R rows (row j and j + rstride), x (K h16) staged in shared memory as the fused
  * kernels do, warps looping over items with the grid's stride. */
 template <int R, int F>
-__global__ void __launch_bounds__(THREADS) k_gemv(const bf16 *W, size_t rstride, int items, int K,
-                                                  const bf16 *x, float *out, int pdl)
+__global__ void __launch_bounds__(THREADS) k_gemv(const h16 *W, size_t rstride, int items, int K,
+                                                  const h16 *x, float *out, int pdl)
 {
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *xs = (bf16 *)smem;
+    h16 *xs = (h16 *)smem;
     const int lane = threadIdx.x % 32, stride = gridDim.x * WARPS;
     const int j0 = blockIdx.x * WARPS + threadIdx.x / 32;
     constexpr int U = F == F_PIPE2 ? 2 : 4;
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(THREADS) k_gemv(const bf16 *W, size_t rstride,
     __syncthreads();
     for (int j = j0; j < items; j += stride) {
         float v[R];
-        const bf16 *w = W + (size_t)j * K;
+        const h16 *w = W + (size_t)j * K;
         if (F == F_CUR) {
             if (have && j == j0)
                 gpu_warp_dot<R, false, true>(w, rstride, xs, K, lane, v, (const uint4(*)[4])pre);
@@ -167,20 +167,20 @@ template <int R, int F> static int grid_for(int sms, int items)
 }
 
 template <int R, int F>
-static void launch(cudaStream_t s, int sms, const shp &h, const bf16 *W, const bf16 *x, float *out, int pdl)
+static void launch(cudaStream_t s, int sms, const shp &h, const h16 *W, const h16 *x, float *out, int pdl)
 {
     int g = grid_for<R, F>(sms, h.items);
     CK(gpu_launch(k_gemv<R, F>, g, THREADS, (size_t)h.K * 2, s, pdl, W, (size_t)h.items * h.K, h.items, h.K, x, out, pdl));
 }
 
 template <int F>
-static void launch_shape(cudaStream_t s, int sms, const shp &h, const bf16 *W, const bf16 *x, float *out, int pdl)
+static void launch_shape(cudaStream_t s, int sms, const shp &h, const h16 *W, const h16 *x, float *out, int pdl)
 {
     if (h.R == 2) launch<2, F>(s, sms, h, W, x, out, pdl);
     else launch<1, F>(s, sms, h, W, x, out, pdl);
 }
 
-static void launch_form(int f, cudaStream_t s, int sms, const shp &h, const bf16 *W, const bf16 *x, float *out, int pdl)
+static void launch_form(int f, cudaStream_t s, int sms, const shp &h, const h16 *W, const h16 *x, float *out, int pdl)
 {
     switch (f) {
     case F_CUR: launch_shape<F_CUR>(s, sms, h, W, x, out, pdl); break;
@@ -261,13 +261,13 @@ int main(int argc, char **argv)
     uint4 *Wall;
     CK(cudaMalloc(&Wall, lbytes * L));
     k_fill<<<4096, 256>>>(Wall, lbytes * L / 16);
-    bf16 *x;
+    h16 *x;
     float *out;
     CK(cudaMalloc(&x, 14336 * 2));
     CK(cudaMalloc(&out, 32768 * 4));
     k_fill<<<8, 256>>>((uint4 *)x, 14336 * 2 / 16);
     CK(cudaDeviceSynchronize());
-    auto Wl = [&](int l, int i) { return (const bf16 *)((const char *)Wall + lbytes * l + off[i]); };
+    auto Wl = [&](int l, int i) { return (const h16 *)((const char *)Wall + lbytes * l + off[i]); };
 
     /* shapes alone, rotating over the 32 layers' copies */
     for (int i = 0; i < 4; i++) {

@@ -46,13 +46,20 @@ fi
 if has eval; then
     stamp "tandem eval (stories260K)"
     G=tests/data/golden/stories260K
-    for args in "--mode prefill" "--mode decode" "--mode kv --kv-from cuda --kv int8" \
-                "--mode kv --kv-from cpu --kv int8" "--mode kv --kv-from cuda --kv int4"; do
-        timeout 120 build/tandem eval --model models/stories260K --device cuda --golden $G $args \
+    # each in the build --gpu-dtype auto takes (stories260K: fp16, tiny-llama2-mha: bf16) and in
+    # the other one (gpu/h16.cuh)
+    for dt in auto bf16; do
+        for args in "--mode prefill" "--mode decode" "--mode kv --kv-from cuda --kv int8" \
+                    "--mode kv --kv-from cpu --kv int8" "--mode kv --kv-from cuda --kv int4"; do
+            timeout 120 build/tandem eval --model models/stories260K --device cuda \
+                --gpu-dtype $dt --golden $G $args | tee -a "$OUT/eval.jsonl"
+        done
+    done
+    for dt in auto fp16; do
+        timeout 120 build/tandem eval --model models/tiny-llama2-mha --device cuda \
+            --gpu-dtype $dt --golden tests/data/golden/tiny-llama2-mha --mode prefill \
             | tee -a "$OUT/eval.jsonl"
     done
-    timeout 120 build/tandem eval --model models/tiny-llama2-mha --device cuda \
-        --golden tests/data/golden/tiny-llama2-mha --mode prefill | tee -a "$OUT/eval.jsonl"
 fi
 
 # ---- ceilings

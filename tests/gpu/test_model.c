@@ -76,9 +76,12 @@ static void check_close(const char *what, const char *dir, const float *ref, con
 
 /* ---------------------------------------------------------------- goldens */
 
-static void golden_model(const char *dir, const char *golden_dir, const accel_opts *opts)
+/* expect_f16: the build the options must have opened (the desc names it) */
+static void golden_model(const char *dir, const char *golden_dir, const accel_opts *opts,
+                         int expect_f16)
 {
     OPEN_OR_SKIP(dir, opts, m, d);
+    CHECK_EQ(dev_f16, expect_f16);
     REQUIRE(accel_warmup(d) == 0);
     char **paths, err[512];
     int n = model_golden_list(golden_dir, &paths);
@@ -124,26 +127,22 @@ static const accel_opts f16_opts = {.gpu_half = ACCEL_GPU_HALF_F16};
 
 TEST(gpu_golden_stories260k_logits)
 {
-    golden_model(STORIES, "tests/data/golden/stories260K", NULL);
-    CHECK(dev_f16);
+    golden_model(STORIES, "tests/data/golden/stories260K", NULL, 1);
 }
 
 TEST(gpu_golden_stories260k_logits_bf16)
 {
-    golden_model(STORIES, "tests/data/golden/stories260K", &bf16_opts);
-    CHECK(!dev_f16);
+    golden_model(STORIES, "tests/data/golden/stories260K", &bf16_opts, 0);
 }
 
 TEST(gpu_golden_tiny_llama2_logits)
 {
-    golden_model(TINY, "tests/data/golden/tiny-llama2-mha", NULL);
-    CHECK(!dev_f16);
+    golden_model(TINY, "tests/data/golden/tiny-llama2-mha", NULL, 0);
 }
 
 TEST(gpu_golden_tiny_llama2_logits_fp16)
 {
-    golden_model(TINY, "tests/data/golden/tiny-llama2-mha", &f16_opts);
-    CHECK(dev_f16);
+    golden_model(TINY, "tests/data/golden/tiny-llama2-mha", &f16_opts, 1);
 }
 
 /* Teacher-forced over prompt + greedy continuation: every position's next-token distribution
