@@ -32,7 +32,6 @@ typedef __half2 h16x2;
 #define GPU_H16_MODEL_DTYPE MODEL_DTYPE_F16           /* checkpoint tensors uploaded as they are */
 static __device__ __forceinline__ h16 h16_from(float f) { return __float2half_rn(f); }
 static __device__ __forceinline__ float h16_to(h16 h) { return __half2float(h); }
-static __device__ __forceinline__ h16 h16_from_bits(unsigned short b) { return __ushort_as_half(b); }
 static __device__ __forceinline__ h16x2 h16x2_from(float lo, float hi)
 {
     return __floats2half2_rn(lo, hi);
@@ -50,10 +49,6 @@ typedef __nv_bfloat162 h16x2;
 #define GPU_H16_MODEL_DTYPE MODEL_DTYPE_BF16
 static __device__ __forceinline__ h16 h16_from(float f) { return __float2bfloat16(f); }
 static __device__ __forceinline__ float h16_to(h16 h) { return __bfloat162float(h); }
-static __device__ __forceinline__ h16 h16_from_bits(unsigned short b)
-{
-    return __ushort_as_bfloat16(b);
-}
 static __device__ __forceinline__ h16x2 h16x2_from(float lo, float hi)
 {
     return __floats2bfloat162_rn(lo, hi);

@@ -259,7 +259,7 @@ __device__ __forceinline__ float load_as_float(const void *src, int dtype, size_
     if (dtype == MODEL_DTYPE_F32) return ((const float *)src)[i];
     unsigned short b = ((const unsigned short *)src)[i];
     if (dtype == MODEL_DTYPE_F16) return __half2float(__ushort_as_half(b));
-    return h16_to(h16_from_bits(b));
+    return __bfloat162float(__ushort_as_bfloat16(b)); /* the checkpoint's bf16, whatever h16 is */
 }
 
 /* overflow (may be NULL): set when a finite value rounds to infinity (fp16 stops at 65504) */
