@@ -94,6 +94,13 @@ TEST(gpu_half_auto_by_checkpoint_dtype)
     CHECK_STR(accel_cuda_plugin(NULL, ACCEL_GPU_HALF_AUTO), BF16_SO);
 }
 
+/* accel_cuda_plugin_find into the test's path / err buffers (sizes as declared below) */
+static int find(const char *dir, const model *m, enum accel_gpu_half h, char path[1200],
+                char err[1024])
+{
+    return accel_cuda_plugin_find(dir, m, h, path, 1200, err, 1024);
+}
+
 TEST(gpu_half_plugin_find)
 {
     model f32, bf16;
@@ -105,43 +112,27 @@ TEST(gpu_half_plugin_find)
     REQUIRE(mkdir(dir, 0700) == 0);
 
     /* nothing installed: the chosen file is named */
-    CHECK_EQ(accel_cuda_plugin_find(dir, &f32, ACCEL_GPU_HALF_AUTO, path, sizeof path, err,
-                                    sizeof err),
-             ACCEL_ERR_NOT_FOUND);
+    CHECK_EQ(find(dir, &f32, ACCEL_GPU_HALF_AUTO, path, err), ACCEL_ERR_NOT_FOUND);
     CHECK_MSG(strstr(err, F16_SO) && strstr(err, "nor " BF16_SO) && strstr(err, dir), "%s", err);
-    CHECK_EQ(accel_cuda_plugin_find(dir, &f32, ACCEL_GPU_HALF_F16, path, sizeof path, err,
-                                    sizeof err),
-             ACCEL_ERR_NOT_FOUND);
+    CHECK_EQ(find(dir, &f32, ACCEL_GPU_HALF_F16, path, err), ACCEL_ERR_NOT_FOUND);
     CHECK_MSG(strstr(err, F16_SO) && !strstr(err, BF16_SO), "%s", err);
-    CHECK_EQ(accel_cuda_plugin_find(dir, &bf16, ACCEL_GPU_HALF_AUTO, path, sizeof path, err,
-                                    sizeof err),
-             ACCEL_ERR_NOT_FOUND);
+    CHECK_EQ(find(dir, &bf16, ACCEL_GPU_HALF_AUTO, path, err), ACCEL_ERR_NOT_FOUND);
     CHECK_MSG(strstr(err, BF16_SO) && !strstr(err, F16_SO), "%s", err);
 
     /* only the bf16 build */
     touch(dir, BF16_SO);
     err[0] = 0;
-    CHECK_EQ(accel_cuda_plugin_find(dir, &bf16, ACCEL_GPU_HALF_AUTO, path, sizeof path, err,
-                                    sizeof err),
-             0);
+    CHECK_EQ(find(dir, &bf16, ACCEL_GPU_HALF_AUTO, path, err), 0);
     CHECK(ends_with(path, "/bin/" BF16_SO));
     /* AUTO on a float32 checkpoint falls back, and says so */
-    CHECK_EQ(accel_cuda_plugin_find(dir, &f32, ACCEL_GPU_HALF_AUTO, path, sizeof path, err,
-                                    sizeof err),
-             1);
+    CHECK_EQ(find(dir, &f32, ACCEL_GPU_HALF_AUTO, path, err), 1);
     CHECK(ends_with(path, "/bin/" BF16_SO));
     CHECK_MSG(strstr(err, F16_SO) && strstr(err, "bf16") && !strchr(err, '\n'), "%s", err);
     /* an explicit fp16 never does: the message names the file and the way to bf16 */
-    CHECK_EQ(accel_cuda_plugin_find(dir, &f32, ACCEL_GPU_HALF_F16, path, sizeof path, err,
-                                    sizeof err),
-             ACCEL_ERR_NOT_FOUND);
+    CHECK_EQ(find(dir, &f32, ACCEL_GPU_HALF_F16, path, err), ACCEL_ERR_NOT_FOUND);
     CHECK_MSG(strstr(err, F16_SO) && strstr(err, "--gpu-dtype bf16"), "%s", err);
-    CHECK_EQ(accel_cuda_plugin_find(dir, &bf16, ACCEL_GPU_HALF_F16, path, sizeof path, err,
-                                    sizeof err),
-             ACCEL_ERR_NOT_FOUND);
-    CHECK_EQ(accel_cuda_plugin_find(dir, &f32, ACCEL_GPU_HALF_BF16, path, sizeof path, err,
-                                    sizeof err),
-             0);
+    CHECK_EQ(find(dir, &bf16, ACCEL_GPU_HALF_F16, path, err), ACCEL_ERR_NOT_FOUND);
+    CHECK_EQ(find(dir, &f32, ACCEL_GPU_HALF_BF16, path, err), 0);
     CHECK(ends_with(path, "/bin/" BF16_SO));
 
     /* the fp16 build installed under ../lib/tandem (make install's layout) */
@@ -151,23 +142,15 @@ TEST(gpu_half_plugin_find)
     snprintf(lib, sizeof lib, "%s/lib/tandem", t_tmpdir());
     REQUIRE(mkdir(lib, 0700) == 0);
     touch(lib, F16_SO);
-    CHECK_EQ(accel_cuda_plugin_find(dir, &f32, ACCEL_GPU_HALF_AUTO, path, sizeof path, err,
-                                    sizeof err),
-             0);
+    CHECK_EQ(find(dir, &f32, ACCEL_GPU_HALF_AUTO, path, err), 0);
     CHECK(ends_with(path, "/bin/../lib/tandem/" F16_SO));
-    CHECK_EQ(accel_cuda_plugin_find(dir, &f32, ACCEL_GPU_HALF_F16, path, sizeof path, err,
-                                    sizeof err),
-             0);
+    CHECK_EQ(find(dir, &f32, ACCEL_GPU_HALF_F16, path, err), 0);
     /* beside the binary beats ../lib/tandem */
     touch(dir, F16_SO);
-    CHECK_EQ(accel_cuda_plugin_find(dir, &f32, ACCEL_GPU_HALF_AUTO, path, sizeof path, err,
-                                    sizeof err),
-             0);
+    CHECK_EQ(find(dir, &f32, ACCEL_GPU_HALF_AUTO, path, err), 0);
     CHECK(ends_with(path, "/bin/" F16_SO));
     /* and a bf16 checkpoint still gets the bf16 build */
-    CHECK_EQ(accel_cuda_plugin_find(dir, &bf16, ACCEL_GPU_HALF_AUTO, path, sizeof path, err,
-                                    sizeof err),
-             0);
+    CHECK_EQ(find(dir, &bf16, ACCEL_GPU_HALF_AUTO, path, err), 0);
     CHECK(ends_with(path, "/bin/" BF16_SO));
 }
 
