@@ -17,6 +17,9 @@
 #define HD128 "--hidden 512 --layers 2 --heads 4 --kv-heads 2 --head-dim 128 --intermediate 768 " \
               "--vocab 2000 --max-pos 4096"
 
+/* The options the next open_hd128 takes (NULL: defaults; a test is one process). */
+static const accel_opts *open_opts;
+
 /* Writes the model, sets the engine's pass size (NULL: default), opens cuda; 1: skip. */
 static int open_hd128(const char *chunk, model **m, accel_dev **d, char *why, size_t n)
 {
@@ -25,7 +28,7 @@ static int open_hd128(const char *chunk, model **m, accel_dev **d, char *why, si
     snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s " HD128, t_build_dir(), dir);
     if (system(cmd) != 0) return -1;
     if (chunk) setenv("TANDEM_GPU_CHUNK", chunk, 1);
-    return tg_open(dir, NULL, m, d, why, n);
+    return tg_open(dir, open_opts, m, d, why, n);
 }
 
 #define OPEN_OR_SKIP(chunk, m, d)                                                                  \
@@ -110,11 +113,20 @@ TEST(gpu_flex_prefill_every_block_equals_dense_chunked)
     full_budget_case("300");
 }
 
+/* The same in the plugin's fp16 build (gpu/h16.cuh; this bf16 checkpoint converted at load):
+ * its index (WMMA on fp16) and block-sparse attention */
+TEST(gpu_flex_prefill_every_block_equals_dense_fp16)
+{
+    static const accel_opts f16 = {.gpu_half = ACCEL_GPU_HALF_F16};
+    open_opts = &f16;
+    full_budget_case(NULL);
+}
+
 /* Decode continues from the KV a sparse prefill left in the cache: after every-block sparse
  * prefill, 24 teacher-forced steps against the same steps after a dense prefill. After a real
  * sparse prefill the steps run and give finite logits, and a later prefill chunk (existing KV)
  * runs dense whatever its request says. */
-TEST(gpu_flex_prefill_then_decode)
+static void then_decode(void)
 {
     OPEN_OR_SKIP(NULL, m, d);
     const int n = 900, steps = 24, V = m->cfg.vocab;
@@ -149,6 +161,19 @@ TEST(gpu_flex_prefill_then_decode)
     free(a), free(b), free(c), free(ld), free(ls), free(lr), free(ids);
     accel_free(d);
     model_free(m);
+}
+
+TEST(gpu_flex_prefill_then_decode)
+{
+    then_decode();
+}
+
+/* a real sparse prefill (and the decode after it) in the fp16 build too */
+TEST(gpu_flex_prefill_then_decode_fp16)
+{
+    static const accel_opts f16 = {.gpu_half = ACCEL_GPU_HALF_F16};
+    open_opts = &f16;
+    then_decode();
 }
 
 /* Asked for the last token's logits only, the sparse path carries only the last 128-block through
