@@ -391,7 +391,7 @@ static PFN_cuTensorMapEncodeTiled_v12000 ws_encoder(void)
     return fn;
 }
 
-/* a h16 tensor of `rank` dims (dims[0] contiguous; strides in bytes of dims 1..), read in boxes
+/* an h16 tensor of `rank` dims (dims[0] contiguous; strides in bytes of dims 1..), read in boxes
  * of box[0..rank), 128-byte swizzled, zeros outside */
 static int ws_map(CUtensorMap *m, const void *base, int rank, const cuuint64_t *dims,
                   const cuuint64_t *strides, const cuuint32_t *box)

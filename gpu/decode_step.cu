@@ -36,7 +36,7 @@
  * tolerance), but fixed: the step is deterministic (tested). Everything else (norm, rope,
  * attention, SwiGLU, the residual adds) is the chain's arithmetic.
  *
- * Measured (H200, Llama-3-8B random h16, 1K context; TANDEM_GPU_STEP_TRACE=1 prints where a
+ * Measured (H200, Llama-3-8B random bf16, 1K context; TANDEM_GPU_STEP_TRACE=1 prints where a
  * step's time goes): 5.89 ms per token against the chain's 4.33-4.37 — so it is opt-in. Per layer
  * the weight phases stream at ~1.4x their bytes/bandwidth time (gate/up 80 us against 55, down 39
  * against 27.5) whatever the ring depth (3 or 6 slots: the same 5.88 ms, so not the bytes in
