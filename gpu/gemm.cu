@@ -2,9 +2,9 @@
  *
  * T > 1 (prefill, decode batches): one cuBLAS call. Row-major W (N, K) is
  * column-major (K, N), so in cuBLAS terms C (N x T, col-major = row-major (T, N)) =
- * op_T(W) (N x K) · x (K x T): the "TN" layout, cuBLAS's fastest for 16-bit types. h16 operands, float32
- * accumulation (CUBLAS_COMPUTE_32F); the engine's handle forbids reduced-precision split-K
- * reductions (engine.cu), so the only rounding is the output's.
+ * op_T(W) (N x K) · x (K x T): the "TN" layout, cuBLAS's fastest for 16-bit types. h16
+ * operands, float32 accumulation (CUBLAS_COMPUTE_32F); the engine's handle forbids
+ * reduced-precision split-K reductions (engine.cu), so the only rounding is the output's.
  *
  * T = 1 (single-sequence decode): our own kernel, because this is pure weight streaming (every
  * weight byte is used T times): one warp per output row, each lane streaming 16-byte chunks of
