@@ -5,12 +5,15 @@
  *             [--export 4096,32768] [--attention 1024,4096,16384,32768] [--steps 64] [--reps 3]
  *             [--sparse 0.9[,G...] [--sparse-max 0,0.03] [--min-budget 1024] [--tau 0.1]
  *              [--sparse-only]]
- *             [--warm each|once] [--logits host|pageable]
+ *             [--warm each|once] [--idle MS] [--logits host|pageable]
  *
  *   prefill P     time to first token: one accel_prefill of P tokens returning the last logits
  *                 (the call synchronizes); median of --reps after one warm-up run (--warm once:
  *                 a warm-up before the first size only: the 8192-token passes of longer prompts
- *                 share their GEMM shapes, and a 128K prefill takes ~20 s)
+ *                 share their GEMM shapes, and a 128K prefill takes ~20 s); --idle MS: the
+ *                 device idles MS ms before each timed run (a request reaching an idle GPU: its
+ *                 clocks back from the power cap's sustained level, as when the GEMM ceiling
+ *                 of gpu/bench/run_all.sh's limits phase is measured; 0, the default: back to back)
  *   sparse        with --sparse: after each dense prefill P, the same prompt with FlexPrefill
  *                 (accel_prefill_req.sparse: gamma G, --tau, --min-budget tokens, max budget
  *                 F * P tokens for each F of --sparse-max, 0: none): TTFT, speedup over dense,
@@ -166,14 +169,22 @@ static double prefill_once(accel_dev *d, const int32_t *ids, int P, float *lg, c
     return t;
 }
 
+/* --idle MS: the device idles this long before each timed prefill */
+static long idle_ms;
+
 static double prefill_median_sp(accel_dev *d, const int32_t *ids, int P, float *lg,
                                 const accel_kv_sink *k, int reps, int warm,
                                 const accel_sparse *sp, accel_sparse_report *rep)
 {
     double t[32];
     if (warm && prefill_once(d, ids, P, lg, k, sp, rep) < 0) return -1; /* this shape's first run */
-    for (int r = 0; r < reps; r++)
+    for (int r = 0; r < reps; r++) {
+        if (idle_ms > 0) {
+            struct timespec ts = {idle_ms / 1000, (idle_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         if ((t[r] = prefill_once(d, ids, P, lg, k, sp, rep)) < 0) return -1;
+    }
     return median(t, reps);
 }
 
@@ -264,6 +275,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--attention")) bad = (na = parse_list(v, att, 64, 1 << 20)) < 0;
         else if (!strcmp(a, "--steps")) bad = (steps = atol(v)) < 1 || steps > 100000;
         else if (!strcmp(a, "--reps")) bad = (reps = atol(v)) < 1 || reps > 32;
+        else if (!strcmp(a, "--idle")) bad = (idle_ms = atol(v)) < 0 || idle_ms > 60000;
         else if (!strcmp(a, "--batch-ctx")) bad = (bctx = atol(v)) < 1 || bctx > (1 << 20);
         else if (!strcmp(a, "--sparse")) bad = (ng = parse_flist(v, gammas, 1e-6, 1)) <= 0;
         else if (!strcmp(a, "--sparse-max")) bad = (nmf = parse_flist(v, maxf, 0, 1)) <= 0;
@@ -326,8 +338,8 @@ int main(int argc, char **argv)
             t = prefill_median_sp(d, ids, (int)prefill[i], lg, NULL, (int)reps, !warm_once || i == 0,
                                   NULL, NULL);
             if (t < 0) return 1;
-            printf("{\"bench\":\"prefill\",\"tokens\":%ld,\"ttft_ms\":%.2f,\"tok_s\":%.0f}\n",
-                   prefill[i], t * 1e3, prefill[i] / t);
+            printf("{\"bench\":\"prefill\",\"tokens\":%ld,\"ttft_ms\":%.2f,\"tok_s\":%.0f,"
+                   "\"idle_ms\":%ld}\n", prefill[i], t * 1e3, prefill[i] / t, idle_ms);
             fflush(stdout);
         }
         for (int g = 0; g < ng; g++)

@@ -93,6 +93,11 @@ if has bench; then
     timeout 400 build/bench_gpu --model "$MODEL8B" --prefill 1024,4096,16384,32768 \
         --decode-ctx 1024,8192 --batch 1,8,32 --export 4096,32768 \
         --attention 1024,4096,16384,32768 --reps 3 --steps 64 | tee "$OUT/bench.jsonl"
+    # the same prefills reaching an idle GPU (1 s idle before each), as the limits phase's
+    # burst GEMM ceiling is measured: the summary's "after idle" columns
+    stamp "bench_gpu --idle 1000"
+    timeout 200 build/bench_gpu --model "$MODEL8B" --prefill 1024,4096,16384,32768 --reps 3 \
+        --idle 1000 | grep '"prefill"' | tee -a "$OUT/bench.jsonl"
 fi
 if has ablation && [ -f "$MODEL8B/config.json" ]; then
     # the engine's switches (gpu/engine.cu), one at a time: what each piece buys
