@@ -1,7 +1,8 @@
 # Builds the issue-5 table from one device run's logs: python3 summary.py OUT_DIR MODEL_DIR
-# Floors (see gpu/bench/README.md): prefill = GEMM FLOPs / measured cuBLAS rate + causal attention
+# Floors (BENCHMARKS.md, "GPU backend"): prefill = GEMM FLOPs / measured cuBLAS rate + causal attention
 # FLOPs / measured attention rate (ours, and torch SDPA's best backend); decode = (weights + KV
 # bytes read per token) / measured device copy bandwidth (read + write counted, as limits.cu does).
+# Prefill TTFT back to back and, where bench.jsonl has bench_gpu --idle rows, after idle.
 import json, re, sys, os
 out, mdir = sys.argv[1], sys.argv[2]
 
