@@ -156,6 +156,22 @@ long long proto_kv_chunk_write(const proto_kv_layer *c, uint8_t *out, size_t cap
     return (long long)need;
 }
 
+uint32_t proto_kv_payload_crc(const proto_kv_layer *c)
+{
+    static const uint8_t zeros[PROTO_KV_SECTION_ALIGN];
+    if (!chunk_shape_ok(c)) return 0;
+    proto_kv_payload_layout L;
+    proto_kv_payload_layout_of(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim, &L);
+    const void *sec[4] = {c->k, c->v, c->k_scale, c->v_scale};
+    size_t len[4] = {L.value_bytes, L.value_bytes, L.scale_bytes, L.scale_bytes};
+    uint32_t crc = 0;
+    for (int i = 0; i < 4; i++) {
+        crc = proto_crc32c(crc, sec[i], len[i]);
+        crc = proto_crc32c(crc, zeros, pad(len[i]) - len[i]);
+    }
+    return crc;
+}
+
 /* ---------------------------------------------------------------- reader */
 
 enum rstate { R_HEADER, R_CHUNK_HEADER, R_PAYLOAD, R_DONE, R_FAILED };

@@ -84,6 +84,11 @@ size_t proto_kv_chunk_bytes(const proto_kv_layer *c);
 /* Serializes one chunk into out (cap bytes). Returns the bytes written, or a negative status
  * (PROTO_KV_ERR_BOUNDS for a bad shape or a short buffer). */
 long long proto_kv_chunk_write(const proto_kv_layer *c, uint8_t *out, size_t cap);
+/* The CRC32C of the payload proto_kv_chunk_write would write for c (sections and zero padding),
+ * computed from c's arrays without building it: what a receiver that stored the chunk in its
+ * own layout compares with the wire's payload_crc, or computes itself for a chunk that did not
+ * come over the wire. 0 for an invalid shape. Pure. */
+uint32_t proto_kv_payload_crc(const proto_kv_layer *c);
 
 /* What the receiver accepts. */
 typedef struct proto_kv_expect {

@@ -163,6 +163,52 @@ TEST(kv_wire_round_trip_in_any_pieces)
     }
 }
 
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* proto_kv_payload_crc (what a device that stored a chunk in its own layout compares with the
+ * wire) equals the payload CRC the writer puts in the chunk header, padding included: the
+ * stream's chunks, and odd shapes whose every section is padded. */
+TEST(kv_wire_payload_crc_equals_the_written_one)
+{
+    for (int dt = PROTO_KV_INT8; dt <= PROTO_KV_INT4; dt++) {
+        stream s;
+        stream_make(&s, dt, 7);
+        for (int i = 0; i < s.n_chunks; i++)
+            CHECK_EQ(proto_kv_payload_crc(&s.want[i]),
+                     le32(s.bytes + s.chunk_off[i] + 40));
+        stream_free(&s);
+    }
+    unsigned st = 5;
+    int shapes[][3] = {{1, 3, 10}, {3, 1, 6}, {2, 5, 34}, {17, 2, 32}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int n = shapes[i][0], h = shapes[i][1], d = shapes[i][2];
+        enum proto_kv_dtype dt = d % 32 == 0 ? PROTO_KV_INT4 : PROTO_KV_INT8;
+        float k[17 * 5 * 34], v[17 * 5 * 34];
+        for (int j = 0; j < n * h * d; j++) {
+            k[j] = frand(&st);
+            v[j] = frand(&st);
+        }
+        size_t need = cpu_kv_layer_bytes(dt, n, h, d);
+        void *buf = aligned_alloc(8, (need + 7) & ~(size_t)7);
+        proto_kv_layer c;
+        REQUIRE(cpu_kv_quantize_layer(dt, k, v, 2, 9, n, h, d, buf, need, &c) == 0);
+        size_t len = proto_kv_chunk_bytes(&c);
+        uint8_t *w = malloc(len);
+        CHECK_EQ(proto_kv_chunk_write(&c, w, len), (long long)len);
+        CHECK_MSG(proto_kv_payload_crc(&c) == le32(w + 40), "shape %d x %d x %d", n, h, d);
+        /* one changed value changes it */
+        ((uint8_t *)c.v)[n * h * (dt == PROTO_KV_INT8 ? d : d / 2) - 1] ^= 0x04;
+        CHECK(proto_kv_payload_crc(&c) != le32(w + 40));
+        free(w);
+        free(buf);
+    }
+    proto_kv_layer bad = {.n_tokens = 0};
+    CHECK_EQ(proto_kv_payload_crc(&bad), 0u);
+}
+
 /* Runs the stream (modified by the caller) through a reader; returns the feed status and the
  * number of chunks the callback saw. */
 static int run_reader(const stream *s, const uint8_t *bytes, size_t n, const proto_kv_expect *e,
