@@ -1,4 +1,4 @@
-/* daemon/admin.c — the admin listener (default 127.0.0.1:9090, separate from the API):
+/* daemon/admin.c — the admin listener (default 127.0.0.1:8090, separate from the API):
  *
  *   GET  /metrics        Prometheus text (daemon/metrics.h)
  *   GET  /admin/status   JSON: state, devices, queues, every in-flight request

@@ -1,5 +1,6 @@
 /* daemon/cli.c — see cli.h. */
 #include "daemon/cli.h"
+#include "scheduler/exe_dir.h"
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -150,36 +151,41 @@ int dmn_open_model(const char *dir, const char *device, const accel_opts *opts, 
     return 0;
 }
 
-static int is_dir(const char *p)
+int dmn_is_model_dir(const char *dir)
 {
+    char p[PATH_MAX + 32];
     struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+    snprintf(p, sizeof p, "%.*s/config.json", PATH_MAX, dir);
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int dmn_bundled_model(char *out, size_t n)
+{
+    char exe[PATH_MAX];
+    accel_exe_dir(exe, sizeof exe);
+    /* build/tandem, build/san/tandem (a checkout), bin/tandem (installed under a prefix) */
+    static const char *const rel[] = {"%s/../models/stories260K", "%s/../../models/stories260K",
+                                      "%s/../share/tandem/models/stories260K"};
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        char cand[PATH_MAX + 64], real[PATH_MAX];
+        snprintf(cand, sizeof cand, rel[i], exe);
+        if (dmn_is_model_dir(cand)) {
+            snprintf(out, n, "%s", realpath(cand, real) ? real : cand);
+            return 0;
+        }
+    }
+    snprintf(out, n, "%s", exe);
+    return -1;
 }
 
 void dmn_default_model(char *out, size_t n)
 {
     const char *env = getenv("TANDEM_MODEL");
-    if (env && *env) {
-        snprintf(out, n, "%s", env);
-        return;
-    }
-    char exe[PATH_MAX];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (k > 0) {
-        exe[k] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = 0;
-        /* build/tandem or build/san/tandem in a checkout; bin/tandem under a prefix */
-        const char *rel[] = {"%s/../models/stories260K", "%s/../../models/stories260K",
-                             "%s/../share/tandem/models/stories260K"};
-        for (size_t i = 0; i < 3; i++) {
-            char cand[PATH_MAX + 64];
-            snprintf(cand, sizeof cand, rel[i], exe);
-            if (is_dir(cand)) {
-                snprintf(out, n, "%s", cand);
-                return;
-            }
-        }
-    }
-    snprintf(out, n, "models/stories260K");
+    if (env && *env) snprintf(out, n, "%s", env);
+    else if (dmn_bundled_model(out, n) != 0) snprintf(out, n, "models/stories260K");
+}
+
+int dmn_help(int i, char **argv)
+{
+    return !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
 }

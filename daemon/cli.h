@@ -37,8 +37,18 @@ int dmn_sampling_opt(int *i, int argc, char **argv, model_sampling *s, int *bad)
 int dmn_open_model(const char *dir, const char *device, const accel_opts *opts, model **m,
                    accel_dev **d);
 
-/* Default model directory: $TANDEM_MODEL, else models/stories260K beside the binary's repo, else
- * the installed copy. Writes into out. */
+/* 1 when dir holds a config.json (a checkpoint directory), else 0. */
+int dmn_is_model_dir(const char *dir);
+/* The bundled models/stories260K found from the binary's directory: ../models (build/tandem in a
+ * checkout), ../../models (build/san/tandem), ../share/tandem/models (PREFIX/bin/tandem once
+ * installed). Returns 0 with its real path in out, or -1 with the binary's directory in out. */
+int dmn_bundled_model(char *out, size_t n);
+/* Default model directory of the subcommands: $TANDEM_MODEL, else dmn_bundled_model(), else
+ * models/stories260K (relative to the working directory). Writes into out. */
 void dmn_default_model(char *out, size_t n);
+
+/* argv[i] is --help or -h. Every subcommand then prints its usage to stdout and exits 0 (a
+ * usage error prints it to stderr and exits 2). */
+int dmn_help(int i, char **argv);
 
 #endif

@@ -60,6 +60,15 @@ out:
     return rate;
 }
 
+static int usage(FILE *f)
+{
+    fprintf(f, "usage: tandem bench --model DIR [--device cpu] [--tokens N] [--context C] [--prompt P]\n"
+               "         [--batch B] [--threads T] [--gpu-dtype auto|bf16|fp16] [--repeat R] [--json]\n"
+               "Decode tokens/s at batch 1 (and at --batch B) after a --context C token prefix, and\n"
+               "prefill tokens/s for a --prompt P token prompt, on one device, greedy, after warm-up.\n");
+    return f == stdout ? 0 : 2;
+}
+
 int dmn_cmd_bench(int argc, char **argv)
 {
     const char *dir = NULL, *device = "cpu", *v;
@@ -68,6 +77,7 @@ int dmn_cmd_bench(int argc, char **argv)
     accel_opts opts = {0};
     for (int i = 1; i < argc && !bad; i++) {
         long t;
+        if (dmn_help(i, argv)) return usage(stdout);
         if ((v = dmn_opt(&i, argc, argv, "--model", &bad))) dir = v;
         else if ((v = dmn_opt(&i, argc, argv, "--device", &bad))) device = v;
         else if ((v = dmn_opt(&i, argc, argv, "--tokens", &bad))) {
@@ -91,12 +101,7 @@ int dmn_cmd_bench(int argc, char **argv)
             bad = 1;
         }
     }
-    if (bad || !dir) {
-        fprintf(stderr, "usage: tandem bench --model DIR [--device cpu] [--tokens N] [--context C] "
-                        "[--prompt P] [--batch B] [--threads T] [--gpu-dtype auto|bf16|fp16] "
-                        "[--repeat R] [--json]\n");
-        return 2;
-    }
+    if (bad || !dir) return usage(stderr);
     model *m;
     accel_dev *d;
     if (dmn_open_model(dir, device, &opts, &m, &d)) return 1;

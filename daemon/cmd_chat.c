@@ -42,6 +42,15 @@ static int convo_add(convo *c, const char *role, const char *content, size_t len
     return 0;
 }
 
+static int usage(FILE *f)
+{
+    fprintf(f, "usage: tandem chat [--model DIR] [--chat-template FILE] [--system TEXT] [--device cpu]\n"
+               "         [--gpu-dtype auto|bf16|fp16] [--max-tokens N] [--temperature T] [--top-p P]\n"
+               "         [--top-k K] [--min-p P] [--seed S]\n"
+               "An interactive chat on stdin/stdout through the model's chat template (or FILE).\n");
+    return f == stdout ? 0 : 2;
+}
+
 int dmn_cmd_chat(int argc, char **argv)
 {
     const char *dir = NULL, *device = "cpu", *tfile = NULL, *system = NULL, *v;
@@ -51,6 +60,7 @@ int dmn_cmd_chat(int argc, char **argv)
     model_gen_params gp = {.sampling = model_sampling_default(), .skip_special = 1};
     for (int i = 1; i < argc && !bad; i++) {
         long t;
+        if (dmn_help(i, argv)) return usage(stdout);
         if ((v = dmn_opt(&i, argc, argv, "--model", &bad))) dir = v;
         else if ((v = dmn_opt(&i, argc, argv, "--device", &bad))) device = v;
         else if ((v = dmn_opt(&i, argc, argv, "--chat-template", &bad))) tfile = v;
@@ -66,12 +76,7 @@ int dmn_cmd_chat(int argc, char **argv)
             bad = 1;
         }
     }
-    if (bad) {
-        fprintf(stderr, "usage: tandem chat [--model DIR] [--chat-template FILE] [--system TEXT] "
-                        "[--device cpu] [--gpu-dtype auto|bf16|fp16] [--max-tokens N] [--temperature T] "
-                        "[--top-p P] [--top-k K] [--min-p P] [--seed S]\n");
-        return 2;
-    }
+    if (bad) return usage(stderr);
     char defdir[4096], err[1024];
     if (!dir) {
         dmn_default_model(defdir, sizeof defdir);

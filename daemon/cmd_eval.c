@@ -174,6 +174,15 @@ out:
     return rc;
 }
 
+static int usage(FILE *f)
+{
+    fprintf(f, "usage: tandem eval --model DIR --golden DIR [--device D] [--mode prefill|decode|kv]\n"
+               "         [--kv-from DEVICE] [--kv int8|int4] [--weight-bits 8|4] [--lib FILE]\n"
+               "         [--gpu-dtype auto|bf16|fp16] [--free-run] [--verbose]\n"
+               "Teacher-forced top-1 agreement and KL of a device's logits against golden references.\n");
+    return f == stdout ? 0 : 2;
+}
+
 int dmn_cmd_eval(int argc, char **argv)
 {
     const char *dir = NULL, *device = "cpu", *golden = NULL, *mode_s = NULL, *kvfrom = "cpu", *v;
@@ -182,6 +191,7 @@ int dmn_cmd_eval(int argc, char **argv)
     long wbits = 8;
     enum accel_gpu_half half = ACCEL_GPU_HALF_AUTO;
     for (int i = 1; i < argc && !bad; i++) {
+        if (dmn_help(i, argv)) return usage(stdout);
         if ((v = dmn_opt(&i, argc, argv, "--model", &bad))) dir = v;
         else if ((v = dmn_opt(&i, argc, argv, "--device", &bad))) device = v;
         else if ((v = dmn_opt(&i, argc, argv, "--golden", &bad))) golden = v;
@@ -201,12 +211,7 @@ int dmn_cmd_eval(int argc, char **argv)
             bad = 1;
         }
     }
-    if (bad || !dir || !golden) {
-        fprintf(stderr, "usage: tandem eval --model DIR --golden DIR [--device D] "
-                        "[--mode prefill|decode|kv] [--kv-from DEVICE] [--kv int8|int4] "
-                        "[--weight-bits 8|4] [--gpu-dtype auto|bf16|fp16] [--free-run] [--verbose]\n");
-        return 2;
-    }
+    if (bad || !dir || !golden) return usage(stderr);
     enum proto_kv_dtype kvt = !strcmp(kv_s, "int4") ? PROTO_KV_INT4 : PROTO_KV_INT8;
     if (strcmp(kv_s, "int4") && strcmp(kv_s, "int8")) {
         fprintf(stderr, "tandem eval: --kv must be int8 or int4\n");

@@ -16,13 +16,16 @@
 
 #define MAX_STOPS 16
 
-static void usage(void)
+static int usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: tandem generate [--model DIR] (--prompt TEXT | --ids LIST) [--max-tokens N]\n"
             "         [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]\n"
             "         [--stop STR]... [--device D] [--prefill-device D] [--kv int8|int4]\n"
-            "         [--gpu-dtype auto|bf16|fp16] [--ignore-eos] [--json]\n");
+            "         [--gpu-dtype auto|bf16|fp16] [--ignore-eos] [--json]\n"
+            "--device cpu | cuda[:N] | fpga-emu[:N] | fpga[:N] (default cpu); --model defaults to the\n"
+            "bundled stories260K.\n");
+    return f == stdout ? 0 : 2;
 }
 
 typedef struct ship {
@@ -46,6 +49,7 @@ int dmn_cmd_generate(int argc, char **argv)
     accel_opts opts = {0};
     for (int i = 1; i < argc && !bad; i++) {
         long t;
+        if (dmn_help(i, argv)) return usage(stdout);
         if ((v = dmn_opt(&i, argc, argv, "--model", &bad))) dir = v;
         else if ((v = dmn_opt(&i, argc, argv, "--prompt", &bad))) prompt = v;
         else if ((v = dmn_opt(&i, argc, argv, "--ids", &bad))) ids_s = v;
@@ -76,10 +80,7 @@ int dmn_cmd_generate(int argc, char **argv)
             bad = 1;
         }
     }
-    if (bad || !!prompt == !!ids_s) {
-        usage();
-        return 2;
-    }
+    if (bad || !!prompt == !!ids_s) return usage(stderr);
     char defdir[4096];
     if (!dir) {
         dmn_default_model(defdir, sizeof defdir);

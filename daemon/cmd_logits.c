@@ -6,10 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(void)
+static int usage(FILE *f)
 {
-    fprintf(stderr, "usage: tandem logits --model DIR (--ids LIST | --ids-file FILE) --out FILE "
-                    "[--last] [--device cpu] [--threads N] [--gpu-dtype auto|bf16|fp16]\n");
+    fprintf(f, "usage: tandem logits --model DIR (--ids LIST | --ids-file FILE) --out FILE [--last]\n"
+               "         [--device cpu] [--threads N] [--gpu-dtype auto|bf16|fp16]\n"
+               "Writes float32 little-endian logits, vocab values per position (--last: the last only).\n");
+    return f == stdout ? 0 : 2;
 }
 
 int dmn_cmd_logits(int argc, char **argv)
@@ -18,6 +20,7 @@ int dmn_cmd_logits(int argc, char **argv)
     int last = 0, bad = 0;
     accel_opts opts = {0};
     for (int i = 1; i < argc && !bad; i++) {
+        if (dmn_help(i, argv)) return usage(stdout);
         if ((v = dmn_opt(&i, argc, argv, "--model", &bad))) dir = v;
         else if ((v = dmn_opt(&i, argc, argv, "--ids", &bad))) ids_s = v;
         else if ((v = dmn_opt(&i, argc, argv, "--ids-file", &bad))) ids_file = v;
@@ -35,10 +38,7 @@ int dmn_cmd_logits(int argc, char **argv)
             bad = 1;
         }
     }
-    if (bad || !dir || !out || !!ids_s == !!ids_file) {
-        usage();
-        return 2;
-    }
+    if (bad || !dir || !out || !!ids_s == !!ids_file) return usage(stderr);
     char *text = NULL;
     if (ids_file) {
         text = model_read_file(ids_file, 256u << 20, NULL);

@@ -284,14 +284,15 @@ static int fig7(sim_run base, const char *gpus, const char *card)
     return 0;
 }
 
-static void usage(void)
+static int usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: tandem simulate [--node SPEC] [--model llama2-7b|llama3-8b] [--workload P:O | --sharegpt]\n"
             "         [--rate R | --clients C] [--requests N] [--seed S] [--tbt-budget-ms B] [--gpu-batch K]\n"
             "         [--fpga-prefill] [--gpu-prefill MS@TOKENS] [--gpu-decode MS@CTX] [--list]\n"
             "       tandem simulate --fig7 [--gpus a100,v100s] [--card u280] [--requests N] [--gpu-batch K]\n"
             "  SPEC: '+'-separated [N x]profile terms, e.g. a100+7xu280 (the default), 8xa100, h100+7xu280-tandem\n");
+    return f == stdout ? 0 : 2;
 }
 
 int dmn_cmd_simulate(int argc, char **argv)
@@ -346,18 +347,14 @@ int dmn_cmd_simulate(int argc, char **argv)
         else if (dmn_flag(i, argv, "--list")) {
             list();
             return 0;
-        } else if (dmn_flag(i, argv, "--help") || dmn_flag(i, argv, "-h")) {
-            usage();
-            return 0;
+        } else if (dmn_help(i, argv)) {
+            return usage(stdout);
         } else if (!bad) {
             fprintf(stderr, "tandem simulate: unknown option %s\n", argv[i]);
             bad = 1;
         }
     }
-    if (bad) {
-        usage();
-        return 2;
-    }
+    if (bad) return usage(stderr);
     if (do_fig7) {
         if (!requests_set) o.requests = 320;
         return fig7(o, gpus, card);

@@ -61,13 +61,13 @@ static char *read_all(const char *path, size_t max, size_t *len)
     return buf;
 }
 
-static int usage(void)
+static int usage(FILE *f)
 {
-    fprintf(stderr, "usage: tandem template --template FILE --input FILE\n"
-                    "  renders the conversation in FILE ({\"messages\":[...],\"tools\":...,\n"
-                    "  \"add_generation_prompt\":...,\"bos_token\":...,\"eos_token\":...,\"extra\":{...}})\n"
-                    "  through the Jinja2 chat template to stdout\n");
-    return 2;
+    fprintf(f, "usage: tandem template --template FILE --input FILE\n"
+               "  renders the conversation in FILE ({\"messages\":[...],\"tools\":...,\n"
+               "  \"add_generation_prompt\":...,\"bos_token\":...,\"eos_token\":...,\"extra\":{...}})\n"
+               "  through the Jinja2 chat template to stdout\n");
+    return f == stdout ? 0 : 2;
 }
 
 int dmn_cmd_template(int argc, char **argv)
@@ -76,10 +76,10 @@ int dmn_cmd_template(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--template") && i + 1 < argc) tpath = argv[++i];
         else if (!strcmp(argv[i], "--input") && i + 1 < argc) ipath = argv[++i];
-        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage() - 2;
-        else return usage();
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
+        else return usage(stderr);
     }
-    if (!tpath || !ipath) return usage();
+    if (!tpath || !ipath) return usage(stderr);
     size_t tlen, ilen;
     char *src = read_all(tpath, MAX_TEMPLATE_BYTES, &tlen);
     if (!src) return 1;

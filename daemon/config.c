@@ -1,5 +1,6 @@
 /* daemon/config.c — see config.h. */
 #include "daemon/config.h"
+#include "daemon/cli.h"
 #include "scheduler/accel.h"
 #include <ctype.h>
 #include <errno.h>
@@ -48,7 +49,7 @@ static const key keys[] = {
     K(host, KEY_STR, "0.0.0.0", 0, 0, "API listener address"),
     K(port, KEY_INT, "8080", 0, 65535, "API listener port"),
     K(admin_host, KEY_STR, "127.0.0.1", 0, 0, "admin/metrics listener address"),
-    K(admin_port, KEY_INT, "9090", 0, 65535, "admin/metrics listener port"),
+    K(admin_port, KEY_INT, "8090", 0, 65535, "admin/metrics listener port"),
     K(api_key, KEY_STR, "", 0, 0, "API key clients must send as Bearer token"),
     K(api_key_file, KEY_STR, "", 0, 0, "file with API keys, one per line"),
     K(admin_key, KEY_STR, "", 0, 0, "key for the admin listener"),
@@ -62,6 +63,7 @@ static const key keys[] = {
     K(max_connections, KEY_INT, "1024", 1, 1000000, "open connections per listener"),
     K(max_connections_per_ip, KEY_INT, "128", 0, 1000000, "open connections per client address (0: no limit)"),
     K(connection_timeout, KEY_INT, "60", 1, 86400, "seconds an idle connection stays open"),
+    K(receive_timeout, KEY_INT, "30", 1, 86400, "seconds to receive a request's head and body, in total (408 after)"),
     K(max_n, KEY_INT, "16", 1, 128, "most choices (n) per request"),
     K(default_max_tokens, KEY_INT, "4096", 1, 1 << 24, "max_tokens of a chat request that gives none (capped by the context)"),
     K(request_timeout, KEY_DOUBLE, "600", 0, 86400 * 7, "seconds a request may take (0: none)"),
@@ -276,16 +278,48 @@ static void env_name(const char *key, char *out, size_t n)
 
 static void print_help(void)
 {
-    printf("usage: tandem serve [--config FILE] [--key value ...]\n\n"
+    printf("usage: tandem serve [--config FILE] [--print-config] [--key value ...]\n\n"
            "Every key below can be set in the config file, as TANDEM_<KEY> in the environment, or\n"
-           "as --key (dashes or underscores); a flag beats the environment, which beats the file.\n\n");
+           "as --key (dashes or underscores); a flag beats the environment, which beats the file.\n"
+           "--print-config prints the configuration these layers give, in the file's format, and\n"
+           "exits (keys are not shown).\n\n");
     for (size_t i = 0; i < N_KEYS; i++) {
         char flag[64];
         snprintf(flag, sizeof flag, "--%s", keys[i].name);
         for (char *p = flag + 2; *p; p++)
             if (*p == '_') *p = '-';
-        printf("  %-26s %s (default: %s)\n", flag, keys[i].doc,
-               keys[i].def[0] ? keys[i].def : "none");
+        /* a doc that explains its default itself ("default: the bundled ...") is not given a
+         * second one */
+        if (strstr(keys[i].doc, "default")) printf("  %-26s %s\n", flag, keys[i].doc);
+        else printf("  %-26s %s (default: %s)\n", flag, keys[i].doc, keys[i].def[0] ? keys[i].def : "none");
+    }
+}
+
+static int is_secret(const key *k)
+{
+    return !strcmp(k->name, "api_key") || !strcmp(k->name, "admin_key");
+}
+
+/* The effective configuration in the file's format (a file that reads back the same), secrets
+ * left out: what `tandem serve --print-config` shows, and what `make run` reads its port from. */
+static void print_config(const dmn_config *c)
+{
+    printf("# tandem serve: the configuration from %s, the environment and the flags\n",
+           c->config[0] ? c->config : "the defaults");
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const key *k = &keys[i];
+        const void *p = (const char *)c + k->off;
+        switch (k->type) {
+        case KEY_STR: {
+            const char *v = *(char *const *)p;
+            if (is_secret(k)) printf("# %s is %s\n", k->name, v[0] ? "set (not shown)" : "not set");
+            else printf("%s = \"%s\"\n", k->name, v);
+            break;
+        }
+        case KEY_INT: printf("%s = %d\n", k->name, *(const int *)p); break;
+        case KEY_DOUBLE: printf("%s = %.15g\n", k->name, *(const double *)p); break;
+        case KEY_BYTES: printf("%s = %lld\n", k->name, *(const long long *)p); break;
+        }
     }
 }
 
@@ -295,12 +329,15 @@ int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err
     dmn_config_defaults(c);
     /* The config file's path first: --config beats TANDEM_CONFIG. */
     const char *path = env_get(envp, "TANDEM_CONFIG");
+    int print = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             print_help();
             return 1;
         }
-        if (!strcmp(argv[i], "--config")) {
+        if (!strcmp(argv[i], "--print-config")) {
+            print = 1;
+        } else if (!strcmp(argv[i], "--config")) {
             if (i + 1 >= argc) {
                 snprintf(err, errlen, "--config needs a file");
                 return -1;
@@ -336,6 +373,7 @@ int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err
             if (!v) i++;
             continue;
         }
+        if (!strcmp(a, "print-config")) continue;
         const key *k = find_key(a, n);
         if (!k) {
             snprintf(err, errlen, "unknown flag '--%.*s' (tandem serve --help lists the flags)", (int)n, a);
@@ -366,45 +404,26 @@ int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err
                  c->fpga_run_timeout_ms, c->watchdog_stall);
         return -1;
     }
+    if (print) {
+        print_config(c);
+        return 1;
+    }
     return 0;
-}
-
-static int is_model_dir(const char *dir)
-{
-    char p[PATH_MAX + 32];
-    struct stat st;
-    snprintf(p, sizeof p, "%.*s/config.json", PATH_MAX, dir);
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 int dmn_config_resolve_model(dmn_config *c, char *err, size_t errlen)
 {
     if (c->model[0]) {
-        if (is_model_dir(c->model)) return 0;
+        if (dmn_is_model_dir(c->model)) return 0;
         snprintf(err, errlen, "model directory %s has no config.json", c->model);
         return -1;
     }
-    char exe[PATH_MAX];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (k <= 0) {
-        snprintf(err, errlen, "no --model given and the binary's location is unknown");
+    char dir[PATH_MAX];
+    if (dmn_bundled_model(dir, sizeof dir) != 0) {
+        snprintf(err, errlen, "no --model given and the bundled models/stories260K was not found near %s", dir);
         return -1;
     }
-    exe[k] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = 0;
-    /* build/tandem, build/san/tandem (repository), bin/tandem (installed under a prefix) */
-    const char *cands[] = {"%s/../models/stories260K", "%s/../../models/stories260K",
-                           "%s/../share/tandem/models/stories260K"};
-    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
-        char p[PATH_MAX + 64], real[PATH_MAX];
-        snprintf(p, sizeof p, cands[i], exe);
-        if (is_model_dir(p) && realpath(p, real)) {
-            free(c->model);
-            c->model = strdup(real);
-            return c->model ? 0 : -1;
-        }
-    }
-    snprintf(err, errlen, "no --model given and the bundled models/stories260K was not found near %s", exe);
-    return -1;
+    free(c->model);
+    c->model = strdup(dir);
+    return c->model ? 0 : -1;
 }

@@ -47,6 +47,7 @@ typedef struct dmn_config {
     int max_connections;
     int max_connections_per_ip;
     int connection_timeout;  /* seconds an idle connection is kept */
+    int receive_timeout;     /* seconds to receive a request's head and body, in total */
     int max_n;
     int default_max_tokens;  /* chat requests without max_tokens (capped by the context) */
     double request_timeout;  /* seconds from arrival to the last token (0: none) */
@@ -60,8 +61,9 @@ typedef struct dmn_config {
 } dmn_config;
 
 /* Fills defaults, then the file, environment and flags (argv[0] is the command name). Returns 0,
- * 1 when --help was asked (help printed to stdout), or -1 with a message in err. envp may be
- * NULL (the process environment). */
+ * 1 when --help or --print-config was asked (the help, or the effective configuration in the
+ * file's format without the keys, printed to stdout: the caller exits 0), or -1 with a message
+ * in err. envp may be NULL (the process environment). */
 int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err, size_t errlen);
 
 /* Just the defaults (tests). */

@@ -1,9 +1,11 @@
 /* tandem — one binary, subcommands. `tandem help` lists them. */
 #include "daemon/cmd.h"
+#include "daemon/serve.h"
 #include <stdio.h>
 #include <string.h>
 
 static int cmd_help(int argc, char **argv);
+static int cmd_version(int argc, char **argv);
 
 /* Subcommands live in daemon/cmd_<name>.c. Weak so that the table links while a module is
  * still missing from a partial build; a missing one answers "not built". */
@@ -23,16 +25,42 @@ const dmn_cmd dmn_cmds[] = {
     {"template", "render a conversation through a chat template", dmn_cmd_template},
     {"bench", "decode/prefill throughput of a device", dmn_cmd_bench},
     {"simulate", "the scheduler on a virtual clock with device timing models", dmn_cmd_simulate},
-    {"help", "this list", cmd_help},
+    {"version", "print the version", cmd_version},
+    {"help", "this list, or `tandem help COMMAND`: that command's options", cmd_help},
     {NULL, NULL, NULL},
 };
 
+static const dmn_cmd *find(const char *name)
+{
+    for (const dmn_cmd *c = dmn_cmds; c->name; c++)
+        if (!strcmp(c->name, name)) return c;
+    return NULL;
+}
+
+static int cmd_version(int argc, char **argv)
+{
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: tandem version (or tandem --version): prints \"tandem VERSION\"\n");
+        return 0;
+    }
+    printf("tandem %s\n", DMN_VERSION);
+    return 0;
+}
+
+/* `tandem help` lists the commands; `tandem help generate` is `tandem generate --help`. */
 static int cmd_help(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
+    const dmn_cmd *c = argc > 1 ? find(argv[1]) : NULL;
+    if (c && c->run && c->run != cmd_help) {
+        char *sub[] = {argv[1], "--help", NULL};
+        return c->run(2, sub);
+    }
+    if (argc > 1 && strcmp(argv[1], "--help") && strcmp(argv[1], "-h") && !c) {
+        fprintf(stderr, "tandem: unknown command '%s'\n", argv[1]);
+        return 2;
+    }
     printf("usage: tandem <command> [options]   (tandem <command> --help for its options)\n\n");
-    for (const dmn_cmd *c = dmn_cmds; c->name; c++)
+    for (c = dmn_cmds; c->name; c++)
         if (c->run) printf("  %-11s %s\n", c->name, c->summary);
     return 0;
 }
@@ -40,19 +68,16 @@ static int cmd_help(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
-        return cmd_help(argc, argv);
-    if (!strcmp(argv[1], "--version")) {
-        printf("tandem 0.1\n");
-        return 0;
+        return cmd_help(1, argv);
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) return cmd_version(argc, argv);
+    const dmn_cmd *c = find(argv[1]);
+    if (!c) {
+        fprintf(stderr, "tandem: unknown command '%s' (tandem help lists them)\n", argv[1]);
+        return 2;
     }
-    for (const dmn_cmd *c = dmn_cmds; c->name; c++) {
-        if (strcmp(c->name, argv[1]) != 0) continue;
-        if (!c->run) {
-            fprintf(stderr, "tandem: '%s' is not built into this binary\n", argv[1]);
-            return 2;
-        }
-        return c->run(argc - 1, argv + 1);
+    if (!c->run) {
+        fprintf(stderr, "tandem: '%s' is not built into this binary\n", argv[1]);
+        return 2;
     }
-    fprintf(stderr, "tandem: unknown command '%s' (tandem help lists them)\n", argv[1]);
-    return 2;
+    return c->run(argc - 1, argv + 1);
 }

@@ -138,14 +138,14 @@ static void dev_labels(dmn_buf *lb, const dmn_metrics_dev *d)
 void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiting,
                         const dmn_metrics_dev *devs, int n_devs, int ready, int draining)
 {
-    dmn_prom_header(b, "tandem:num_requests_running", "gauge", "Requests currently on a device.");
-    dmn_prom_sample(b, "tandem:num_requests_running", NULL, running);
-    dmn_prom_header(b, "tandem:num_requests_waiting", "gauge", "Requests waiting for a device.");
-    dmn_prom_sample(b, "tandem:num_requests_waiting", NULL, waiting);
-    dmn_prom_header(b, "tandem:ready", "gauge", "1 when /ready answers 200.");
-    dmn_prom_sample(b, "tandem:ready", NULL, ready);
-    dmn_prom_header(b, "tandem:draining", "gauge", "1 while draining (no new requests).");
-    dmn_prom_sample(b, "tandem:draining", NULL, draining);
+    dmn_prom_header(b, "tandem_num_requests_running", "gauge", "Requests currently on a device.");
+    dmn_prom_sample(b, "tandem_num_requests_running", NULL, running);
+    dmn_prom_header(b, "tandem_num_requests_waiting", "gauge", "Requests waiting for a device.");
+    dmn_prom_sample(b, "tandem_num_requests_waiting", NULL, waiting);
+    dmn_prom_header(b, "tandem_ready", "gauge", "1 when /ready answers 200.");
+    dmn_prom_sample(b, "tandem_ready", NULL, ready);
+    dmn_prom_header(b, "tandem_draining", "gauge", "1 while draining (no new requests).");
+    dmn_prom_sample(b, "tandem_draining", NULL, draining);
 
     dmn_buf lb;
     dmn_buf_init(&lb);
@@ -153,18 +153,18 @@ void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiti
     struct {
         const char *name, *type, *help;
     } fam[] = {
-        {"tandem:device_busy_seconds_total", "counter", "Seconds the device spent in device calls."},
-        {"tandem:device_memory_used_bytes", "gauge", "KV memory reserved by live sequences."},
-        {"tandem:device_memory_total_bytes", "gauge", "KV memory budget of the device."},
-        {"tandem:device_sequences_running", "gauge", "Sequences placed on the device."},
-        {"tandem:device_steps_total", "counter", "Prefill and decode calls completed."},
-        {"tandem:device_tokens_total", "counter", "Tokens through the device (prompt and generated)."},
-        {"tandem:device_health", "gauge", "1 for the device's current health state."},
-        {"tandem:device_decodes_total", "counter", "Requests placed to decode on the device."},
-        {"tandem:device_prefills_total", "counter", "Requests placed to prefill on the device."},
-        {"tandem:device_failovers_total", "counter", "Requests that moved away after a failure on the device."},
-        {"tandem:device_kv_import_bytes_total", "counter", "Bytes of KV imported into the device from a prefill device."},
-        {"tandem:device_prefill_chunks_total", "counter", "Prefill calls (chunks of prompts) on the device."},
+        {"tandem_device_busy_seconds_total", "counter", "Seconds the device spent in device calls."},
+        {"tandem_device_memory_used_bytes", "gauge", "KV memory reserved by live sequences."},
+        {"tandem_device_memory_total_bytes", "gauge", "KV memory budget of the device."},
+        {"tandem_device_sequences_running", "gauge", "Sequences placed on the device."},
+        {"tandem_device_steps_total", "counter", "Prefill and decode calls completed."},
+        {"tandem_device_tokens_total", "counter", "Tokens through the device (prompt and generated)."},
+        {"tandem_device_health", "gauge", "1 for the device's current health state."},
+        {"tandem_device_decodes_total", "counter", "Requests placed to decode on the device."},
+        {"tandem_device_prefills_total", "counter", "Requests placed to prefill on the device."},
+        {"tandem_device_failovers_total", "counter", "Requests that moved away after a failure on the device."},
+        {"tandem_device_kv_import_bytes_total", "counter", "Bytes of KV imported into the device from a prefill device."},
+        {"tandem_device_prefill_chunks_total", "counter", "Prefill calls (chunks of prompts) on the device."},
     };
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         dmn_prom_header(b, fam[f].name, fam[f].type, fam[f].help);
@@ -199,47 +199,47 @@ void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiti
     }
     dmn_buf_deinit(&lb);
 
-    dmn_prom_header(b, "tandem:prompt_tokens_total", "counter", "Prefill tokens processed.");
-    dmn_prom_sample(b, "tandem:prompt_tokens_total", NULL, (double)m->prompt_tokens);
-    dmn_prom_header(b, "tandem:generation_tokens_total", "counter", "Generated tokens.");
-    dmn_prom_sample(b, "tandem:generation_tokens_total", NULL, (double)m->generation_tokens);
+    dmn_prom_header(b, "tandem_prompt_tokens_total", "counter", "Prefill tokens processed.");
+    dmn_prom_sample(b, "tandem_prompt_tokens_total", NULL, (double)m->prompt_tokens);
+    dmn_prom_header(b, "tandem_generation_tokens_total", "counter", "Generated tokens.");
+    dmn_prom_sample(b, "tandem_generation_tokens_total", NULL, (double)m->generation_tokens);
     static const char *const finish[DMN_FINISH_COUNT] = {"stop", "length", "abort"};
-    dmn_prom_header(b, "tandem:request_success_total", "counter", "Finished requests by finish reason.");
+    dmn_prom_header(b, "tandem_request_success_total", "counter", "Finished requests by finish reason.");
     for (int i = 0; i < DMN_FINISH_COUNT; i++) {
         char l[64];
         snprintf(l, sizeof l, "finished_reason=\"%s\"", finish[i]);
-        dmn_prom_sample(b, "tandem:request_success_total", l, (double)m->success[i]);
+        dmn_prom_sample(b, "tandem_request_success_total", l, (double)m->success[i]);
     }
-    dmn_prom_header(b, "tandem:http_responses_total", "counter", "API responses by HTTP status.");
+    dmn_prom_header(b, "tandem_http_responses_total", "counter", "API responses by HTTP status.");
     for (int i = 0; i < DMN_METRICS_STATUSES; i++) {
         char l[64];
         if (dmn_metrics_statuses[i]) snprintf(l, sizeof l, "status=\"%d\"", dmn_metrics_statuses[i]);
         else snprintf(l, sizeof l, "status=\"other\"");
-        dmn_prom_sample(b, "tandem:http_responses_total", l, (double)m->responses[i]);
+        dmn_prom_sample(b, "tandem_http_responses_total", l, (double)m->responses[i]);
     }
-    dmn_prom_hist(b, "tandem:time_to_first_token_seconds", "Time from arrival to the first token.", &m->ttft);
-    dmn_prom_hist(b, "tandem:inter_token_latency_seconds", "Time between consecutive tokens of a choice.", &m->itl);
-    dmn_prom_hist(b, "tandem:e2e_request_latency_seconds", "Time from arrival to the last token.", &m->e2e);
-    dmn_prom_hist(b, "tandem:request_queue_time_seconds", "Time a request waited for a device.", &m->queue);
-    dmn_prom_hist(b, "tandem:request_prefill_time_seconds", "Time from device start to the first token.", &m->prefill);
-    dmn_prom_hist(b, "tandem:request_decode_time_seconds", "Time from the first to the last token.", &m->decode);
-    dmn_prom_hist(b, "tandem:request_prompt_tokens", "Prompt length of finished requests.", &m->prompt_len);
-    dmn_prom_hist(b, "tandem:request_generation_tokens", "Generated tokens of finished requests.", &m->gen_len);
+    dmn_prom_hist(b, "tandem_time_to_first_token_seconds", "Time from arrival to the first token.", &m->ttft);
+    dmn_prom_hist(b, "tandem_inter_token_latency_seconds", "Time between consecutive tokens of a choice.", &m->itl);
+    dmn_prom_hist(b, "tandem_e2e_request_latency_seconds", "Time from arrival to the last token.", &m->e2e);
+    dmn_prom_hist(b, "tandem_request_queue_time_seconds", "Time a request waited for a device.", &m->queue);
+    dmn_prom_hist(b, "tandem_request_prefill_time_seconds", "Time from device start to the first token.", &m->prefill);
+    dmn_prom_hist(b, "tandem_request_decode_time_seconds", "Time from the first to the last token.", &m->decode);
+    dmn_prom_hist(b, "tandem_request_prompt_tokens", "Prompt length of finished requests.", &m->prompt_len);
+    dmn_prom_hist(b, "tandem_request_generation_tokens", "Generated tokens of finished requests.", &m->gen_len);
 }
 
 void dmn_metrics_render_dispatch(dmn_buf *b, uint64_t split, uint64_t fallback, uint64_t local,
                                  uint64_t moves, uint64_t moves_failed)
 {
-    dmn_prom_header(b, "tandem:decode_placements_total", "counter",
+    dmn_prom_header(b, "tandem_decode_placements_total", "counter",
                     "Decode placements: card (prefilled elsewhere, decoded on an FPGA), fallback "
                     "(decoded on its prefill device: every card busy or full), local (no cards).");
-    dmn_prom_sample(b, "tandem:decode_placements_total", "target=\"card\"", (double)split);
-    dmn_prom_sample(b, "tandem:decode_placements_total", "target=\"fallback\"", (double)fallback);
-    dmn_prom_sample(b, "tandem:decode_placements_total", "target=\"local\"", (double)local);
-    dmn_prom_header(b, "tandem:request_failovers_total", "counter",
+    dmn_prom_sample(b, "tandem_decode_placements_total", "target=\"card\"", (double)split);
+    dmn_prom_sample(b, "tandem_decode_placements_total", "target=\"fallback\"", (double)fallback);
+    dmn_prom_sample(b, "tandem_decode_placements_total", "target=\"local\"", (double)local);
+    dmn_prom_header(b, "tandem_request_failovers_total", "counter",
                     "Times a request moved to other devices after a device failure.");
-    dmn_prom_sample(b, "tandem:request_failovers_total", NULL, (double)moves);
-    dmn_prom_header(b, "tandem:request_failover_errors_total", "counter",
+    dmn_prom_sample(b, "tandem_request_failovers_total", NULL, (double)moves);
+    dmn_prom_header(b, "tandem_request_failover_errors_total", "counter",
                     "Requests that failed after moving too many times.");
-    dmn_prom_sample(b, "tandem:request_failover_errors_total", NULL, (double)moves_failed);
+    dmn_prom_sample(b, "tandem_request_failover_errors_total", NULL, (double)moves_failed);
 }

@@ -1,8 +1,10 @@
 /* daemon/metrics.h — Prometheus text exposition (format 0.0.4) and tandem's metric set.
  *
- * Names follow vLLM's (vllm:time_to_first_token_seconds -> tandem:time_to_first_token_seconds,
- * ...), so that dashboards built for vLLM work with a changed prefix. Counters end in _total;
- * histograms expose cumulative _bucket{le=...}, _sum and _count.
+ * Names follow vLLM's with the prefix tandem_ for vllm: (vllm:time_to_first_token_seconds ->
+ * tandem_time_to_first_token_seconds, ...): Prometheus reserves ':' for recording rules, which
+ * `promtool check metrics` enforces; the README has the table for dashboards and routers that
+ * expect vLLM's names. Counters end in _total; histograms expose cumulative _bucket{le=...},
+ * _sum and _count.
  *
  * Threads: a dmn_metrics is owned by the loop thread (observations arrive with scheduler events
  * there); device statistics come from the scheduler's snapshot at render time. */
@@ -31,10 +33,10 @@ void dmn_prom_hist(dmn_buf *b, const char *name, const char *help, const dmn_his
 /* A label value escaped per the format (backslash, double quote, line feed). */
 void dmn_prom_label_value(dmn_buf *b, const char *v);
 
-/* Finish reasons counted in tandem:request_success_total{finished_reason}. */
+/* Finish reasons counted in tandem_request_success_total{finished_reason}. */
 enum dmn_finish_label { DMN_FINISH_STOP, DMN_FINISH_LENGTH, DMN_FINISH_ABORT, DMN_FINISH_COUNT };
 
-/* HTTP statuses counted in tandem:http_responses_total{status}. */
+/* HTTP statuses counted in tandem_http_responses_total{status}. */
 #define DMN_METRICS_STATUSES 12
 
 typedef struct dmn_metrics {

@@ -37,6 +37,8 @@
  *   SIGHUP:  the log file is reopened (logrotate). */
 #include "daemon/serve.h"
 #include "daemon/log.h"
+#include "scheduler/accel_registry.h"
+#include "scheduler/exe_dir.h"
 #include <errno.h>
 #include <limits.h>
 #include <openssl/rand.h>
@@ -284,23 +286,12 @@ static void on_warm(void *ctx, int ok)
     dmn_log(DMN_LOG_INFO, "ready", "model=%s devices=%s", d->served_name, d->cfg.devices);
 }
 
-/* The card emulator (build/libxrt_emu.so): beside the binary in a build tree, under
- * <prefix>/lib/tandem once installed. "" when neither exists (the backend then says so). */
+/* The card emulator: the registry's one lookup (build/libxrt_emu.so beside the binary,
+ * <prefix>/lib/tandem/libxrt_emu.so once installed). "" when neither exists (the backend then
+ * says so). */
 static void emu_library(char *out, size_t n)
 {
-    char exe[PATH_MAX];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    out[0] = 0;
-    if (k <= 0) return;
-    exe[k] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = 0;
-    const char *cands[] = {"%s/libxrt_emu.so", "%s/../lib/tandem/libxrt_emu.so"};
-    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
-        snprintf(out, n, cands[i], exe);
-        if (access(out, R_OK) == 0) return;
-    }
-    out[0] = 0;
+    if (accel_lib_find(ACCEL_EMU_LIB, out, n) != 0) out[0] = 0;
 }
 
 /* Runs on a thread-pool thread: nothing here touches the loop's state except d's engine fields,
@@ -359,6 +350,14 @@ static void do_load(uv_work_t *w)
             snprintf(d->load_err, sizeof d->load_err, "devices: at most %d", SCHED_MAX_DEVICES);
             return;
         }
+        /* A device this machine does not have (no GPU, no card) is skipped, so that one
+         * configuration serves on every node; one that is there but fails to open stops start-up. */
+        char why[256], q[300];
+        if (!accel_present(name, why, sizeof why)) {
+            dmn_log(DMN_LOG_WARN, "device_skipped", "device=%s reason=%s", name,
+                    dmn_log_quote(q, sizeof q, why));
+            continue;
+        }
         /* the card emulator beside the binary (build/) or installed (lib/tandem/) */
         opts.lib_path = !strncmp(name, "fpga-emu", 8) && emu[0] ? emu : NULL;
         accel_dev *dev = accel_open(name, d->m, &opts, err, sizeof err);
@@ -368,7 +367,9 @@ static void do_load(uv_work_t *w)
         }
         d->devs[d->n_devs++] = dev;
     }
-    if (d->n_devs == 0) snprintf(d->load_err, sizeof d->load_err, "devices: the list is empty");
+    if (d->n_devs == 0)
+        snprintf(d->load_err, sizeof d->load_err, "devices: %s%s%s", d->cfg.devices[0] ? "none of '" : "",
+                 d->cfg.devices, d->cfg.devices[0] ? "' is on this machine" : "the list is empty");
 }
 
 static void after_load(uv_work_t *w, int status)

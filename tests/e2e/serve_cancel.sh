@@ -5,9 +5,9 @@
 
 serve_start --max-running 1 --step-delay-ms 50 || { fail cancel_start "daemon did not start"; exit 0; }
 
-running() { curl -s "$ADMIN/metrics" | sed -n 's/^tandem:num_requests_running \([0-9]*\)$/\1/p'; }
-waiting() { curl -s "$ADMIN/metrics" | sed -n 's/^tandem:num_requests_waiting \([0-9]*\)$/\1/p'; }
-kv_used() { curl -s "$ADMIN/metrics" | sed -n 's/^tandem:device_memory_used_bytes{device="cpu",kind="cpu"} \([0-9]*\)$/\1/p'; }
+running() { curl -s "$ADMIN/metrics" | sed -n 's/^tandem_num_requests_running \([0-9]*\)$/\1/p'; }
+waiting() { curl -s "$ADMIN/metrics" | sed -n 's/^tandem_num_requests_waiting \([0-9]*\)$/\1/p'; }
+kv_used() { curl -s "$ADMIN/metrics" | sed -n 's/^tandem_device_memory_used_bytes{device="cpu",kind="cpu"} \([0-9]*\)$/\1/p'; }
 
 # free_within NAME: after the client was killed, running and KV go to 0 within 1 s.
 free_within() {

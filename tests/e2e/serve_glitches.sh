@@ -129,10 +129,10 @@ check glitches_text_on_cards [ -z "$bad_cards" ]
 check glitches_text_on_prefill_device [ -z "$bad_local" ]
 [ -n "$bad_cards$bad_local" ] && echo "# texts differ from their device's: cards:$bad_cards $P:$bad_local" >&2
 curl -s "$ADMIN/metrics" >"$T/metrics"
-cards=$(sed -n 's/^tandem:decode_placements_total{target="card"} //p' "$T/metrics")
-fallback=$(sed -n 's/^tandem:decode_placements_total{target="fallback"} //p' "$T/metrics")
+cards=$(sed -n 's/^tandem_decode_placements_total{target="card"} //p' "$T/metrics")
+fallback=$(sed -n 's/^tandem_decode_placements_total{target="fallback"} //p' "$T/metrics")
 on_dev=$(grep -c 'decode=fpga-emu' "$T"/h.* | awk -F: '{s += $2} END {print s}')
-check glitches_on_cards sh -c "[ '$cards' -ge 3 ] && [ '$cards' = '$on_dev' ] && grep -q '^tandem:device_kv_import_bytes_total{device=\"fpga-emu:0\",kind=\"fpga\"} [1-9]' $T/metrics"
+check glitches_on_cards sh -c "[ '$cards' -ge 3 ] && [ '$cards' = '$on_dev' ] && grep -q '^tandem_device_kv_import_bytes_total{device=\"fpga-emu:0\",kind=\"fpga\"} [1-9]' $T/metrics"
 check glitches_fallback sh -c "[ '$fallback' -ge 1 ] && [ \$(($cards + $fallback)) = $N ]"
 code=$(get "$ADMIN/admin/status")
 check glitches_status_json sh -c "[ $code = 200 ] && jq -e '(.devices | length) == 4 and .devices[0].name == \"$P\" and .devices[1].kind == \"fpga\" and .devices[1].caps == \"prefill,decode,kv_export,kv_import\" and .placements.split == $cards and .placements.fallback == $fallback' $T/body >/dev/null"
@@ -157,8 +157,8 @@ TANDEM_EMU_FAULT="card=1,run=$RUN,kind=gone" serve_start --devices "$DEVS" --max
 burst $N
 check glitches_gone_complete complete $N
 curl -s "$ADMIN/metrics" >"$T/metrics"
-check glitches_gone_moved sh -c "grep -q '^tandem:request_failovers_total [1-9]' $T/metrics && grep -q 'event=request_moved.*from=fpga-emu:1' $LOG"
-check glitches_gone_marked grep -q '^tandem:device_health{device="fpga-emu:1",kind="fpga",state="failed"} 1' "$T/metrics"
+check glitches_gone_moved sh -c "grep -q '^tandem_request_failovers_total [1-9]' $T/metrics && grep -q 'event=request_moved.*from=fpga-emu:1' $LOG"
+check glitches_gone_marked grep -q '^tandem_device_health{device="fpga-emu:1",kind="fpga",state="failed"} 1' "$T/metrics"
 check glitches_gone_ready sh -c "[ \$(curl -s -o /dev/null -w '%{http_code}' $ADMIN/ready) = 200 ]"
 serve_stop
 
@@ -169,5 +169,5 @@ TANDEM_FPGA_TIMEOUT_MS=200 TANDEM_EMU_FAULT="card=0,run=$RUN,kind=hang" \
 burst $N
 check glitches_hang_complete complete $N
 curl -s "$ADMIN/metrics" >"$T/metrics"
-check glitches_hang_moved sh -c "grep -q 'event=request_moved.*from=fpga-emu:0' $LOG && ! grep -q '^tandem:device_health{device=\"fpga-emu:0\",kind=\"fpga\",state=\"ok\"} 1' $T/metrics"
+check glitches_hang_moved sh -c "grep -q 'event=request_moved.*from=fpga-emu:0' $LOG && ! grep -q '^tandem_device_health{device=\"fpga-emu:0\",kind=\"fpga\",state=\"ok\"} 1' $T/metrics"
 serve_stop

@@ -9,6 +9,10 @@
 #   serve_stop               SIGTERM, waits; sets RC
 #   ok NAME / fail NAME WHY  result lines for tests/run.sh
 #   check NAME CMD...        ok when CMD succeeds
+#
+# The helpers are sourced into the caller's shell, where every variable is global: their own
+# variables carry a _serve_ prefix so that they never overwrite a caller's (a test's `name`, `i`
+# or `path`). Only the documented ones (PID API ADMIN LOG T RC) are set for the caller.
 BUILD=${BUILD:-build}
 TANDEM=${TANDEM:-$BUILD/tandem}
 T=$(mktemp -d /tmp/tandem-e2e.XXXXXX)
@@ -18,9 +22,9 @@ PID=
 ok() { echo "ok $1"; }
 fail() { echo "not ok $1 # $2"; }
 check() {
-    name=$1
+    _serve_check=$1
     shift
-    if "$@"; then ok "$name"; else fail "$name" "$*"; fi
+    if "$@"; then ok "$_serve_check"; else fail "$_serve_check" "$*"; fi
 }
 
 serve_cleanup() {
@@ -33,23 +37,23 @@ SERVE_N=0
 serve_start() {
     SERVE_N=$((SERVE_N + 1))
     LOG=$T/log.$SERVE_N
-    devs=${SERVE_DEVICES-cpu}
+    _serve_devs=${SERVE_DEVICES-cpu}
     # a later --devices in "$@" overrides this one
-    [ -n "$devs" ] && set -- --devices "$devs" "$@"
+    [ -n "$_serve_devs" ] && set -- --devices "$_serve_devs" "$@"
     "$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --log-file "$LOG" "$@" \
         >"$T/out.$SERVE_N" 2>&1 &
     PID=$!
-    i=0
-    while [ $i -lt 200 ]; do
+    _serve_i=0
+    while [ $_serve_i -lt 200 ]; do
         if grep -q "event=ready" "$LOG" 2>/dev/null; then break; fi
         if ! kill -0 "$PID" 2>/dev/null; then break; fi
         sleep 0.05
-        i=$((i + 1))
+        _serve_i=$((_serve_i + 1))
     done
-    p1=$(sed -n 's/.*event=listening listener=api .*port=\([0-9]*\).*/\1/p' "$LOG" 2>/dev/null | head -1)
-    p2=$(sed -n 's/.*event=listening listener=admin .*port=\([0-9]*\).*/\1/p' "$LOG" 2>/dev/null | head -1)
-    API=http://127.0.0.1:$p1
-    ADMIN=http://127.0.0.1:$p2
+    _serve_p1=$(sed -n 's/.*event=listening listener=api .*port=\([0-9]*\).*/\1/p' "$LOG" 2>/dev/null | head -1)
+    _serve_p2=$(sed -n 's/.*event=listening listener=admin .*port=\([0-9]*\).*/\1/p' "$LOG" 2>/dev/null | head -1)
+    API=http://127.0.0.1:$_serve_p1
+    ADMIN=http://127.0.0.1:$_serve_p2
     if ! grep -q "event=ready" "$LOG" 2>/dev/null; then
         echo "# daemon did not become ready; log:" >&2
         cat "$LOG" "$T/out.$SERVE_N" >&2 2>/dev/null
@@ -67,17 +71,17 @@ serve_stop() {
 
 # post PATH JSON [curl args...]: body to $T/body, headers to $T/hdr, prints the status code.
 post() {
-    path=$1
-    data=$2
+    _serve_path=$1
+    _serve_data=$2
     shift 2
     curl -s -o "$T/body" -D "$T/hdr" -w '%{http_code}' -H 'Content-Type: application/json' \
-        --data-binary "$data" "$@" "$API$path"
+        --data-binary "$_serve_data" "$@" "$API$_serve_path"
 }
 
 get() {
-    url=$1
+    _serve_url=$1
     shift
-    curl -s -o "$T/body" -D "$T/hdr" -w '%{http_code}' "$@" "$url"
+    curl -s -o "$T/body" -D "$T/hdr" -w '%{http_code}' "$@" "$_serve_url"
 }
 
 # jqb FILTER: jq over the last body, raw output.
