@@ -30,7 +30,7 @@ else
 CUDA ?= 1
 endif
 
-PKGS     := libuv libmicrohttpd jansson libpcre2-8 libcrypto libsystemd icu-uc
+PKGS     := libuv jansson libpcre2-8 libcrypto libsystemd icu-uc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -195,3 +195,49 @@ clean:
 	rm -rf build
 
 -include $(shell find $(BUILD)/obj $(BUILD)/obj-f16 -name '*.d' 2>/dev/null)
+
+# ---------------------------------------------------------------- fuzzing (tests/fuzz/, FUZZING.md)
+# libFuzzer harnesses, one per parser that takes outside bytes (tests/fuzz/harness/fuzz_*.c).
+# The library sources they reach (proto/, model/) are built again with clang, the fuzzer's
+# coverage instrumentation and ASan+UBSan into build/fuzz/ (UBSan aborts, so that libFuzzer
+# counts it as a crash); each harness links them with libFuzzer's main.
+#   make fuzz-build                 build/fuzz/fuzz_<name> for every harness
+#   make fuzz [FUZZ_TIME=60]        each harness FUZZ_TIME seconds on a scratch copy of its
+#                                   corpus (build/fuzz/run/<name>/); fails on a crash, a leak,
+#                                   a timeout or an out-of-memory; FUZZ_ONLY="tmpl kv_wire" picks
+FUZZ_CC      ?= clang
+FUZZ_TIME    ?= 60
+FUZZ_ONLY    ?=
+FUZZ_DIR     := build/fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CFLAGS  := -O1 -g $(filter -march=%,$(OPT)) -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -Wno-unused-parameter \
+                -fno-strict-aliasing -I. $(PKG_CFLAGS) -MMD -MP $(FUZZ_SAN)
+FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(filter proto/%.c model/%.c,$(LIB_SRC)))
+FUZZ_HELPERS := $(FUZZ_DIR)/obj/tests/fuzz/harness/harness_util.o \
+                $(FUZZ_DIR)/obj/tests/fuzz/harness/tiny_model.o
+FUZZ_NAMES   := $(patsubst tests/fuzz/harness/fuzz_%.c,%,$(wildcard tests/fuzz/harness/fuzz_*.c))
+FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
+
+.PHONY: fuzz fuzz-build
+fuzz-build: $(FUZZ_BINS) $(FUZZ_DIR)/mkseeds
+
+$(FUZZ_DIR)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/libtandem_fuzz.a: $(FUZZ_LIB_OBJ) $(FUZZ_HELPERS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/harness/fuzz_%.o $(FUZZ_DIR)/libtandem_fuzz.a
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(PKG_LIBS) -lm -ldl -pthread
+
+# remakes the binary seeds (kv_wire, model_load): build/fuzz/mkseeds tests/fuzz/corpus
+$(FUZZ_DIR)/mkseeds: tests/fuzz/harness/mkseeds.c tests/fuzz/harness/tiny_model.c proto/kv_wire.c proto/crc32c.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -O1 -g -std=c11 -D_GNU_SOURCE -pthread -I. -o $@ $^
+
+fuzz: fuzz-build
+	@FUZZ_TIME=$(FUZZ_TIME) tests/fuzz/run.sh $(or $(FUZZ_ONLY),$(FUZZ_NAMES))
+
+-include $(shell find $(FUZZ_DIR)/obj -name '*.d' 2>/dev/null)
