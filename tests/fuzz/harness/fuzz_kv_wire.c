@@ -22,7 +22,7 @@
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);            \
+            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
             abort();                                                                               \
         }                                                                                          \
     } while (0)
@@ -98,9 +98,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const enum proto_kv_dtype dts[4] = {0, PROTO_KV_INT8, PROTO_KV_INT4, PROTO_KV_INT8};
     uint8_t fp[32];
     for (int i = 0; i < 32; i++) fp[i] = (uint8_t)(0xa0 + i);
-    proto_kv_expect e = {.fingerprint = cfg & 0x20 ? fp : NULL, .n_layers = FZ_LAYERS,
-                         .n_kv_heads = FZ_HEADS, .head_dim = FZ_HEAD_DIM, .dtype = dts[cfg & 3],
-                         .max_tokens = FZ_MAX_TOKENS, .max_pos = FZ_MAX_POS};
+    proto_kv_expect e = {.fingerprint = cfg & 0x20 ? fp : NULL,
+                         .n_layers = FZ_LAYERS,
+                         .n_kv_heads = FZ_HEADS,
+                         .head_dim = FZ_HEAD_DIM,
+                         .dtype = dts[cfg & 3],
+                         .max_tokens = FZ_MAX_TOKENS,
+                         .max_pos = FZ_MAX_POS};
     size_t n = size - 1, piece = pieces[(cfg >> 2) & 7];
     /* an exact-size heap copy (8-byte aligned from malloc, or at an odd address) */
     int odd = (cfg & 0x40) != 0;

@@ -23,7 +23,7 @@
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);            \
+            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
             abort();                                                                               \
         }                                                                                          \
     } while (0)
@@ -144,11 +144,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* put the valid file back */
     switch (which) {
-    case 0: fuzz_write(dir, names[0], tiny_config_json, strlen(tiny_config_json)); break;
-    case 1: fuzz_write(dir, names[1], tiny_gen_json, strlen(tiny_gen_json)); break;
-    case 2: fuzz_write(dir, names[2], st_whole, st_whole_n); break;
-    case 3: fuzz_write(dir, names[3], tiny_index_json, strlen(tiny_index_json)); break;
-    case 4: fuzz_write(dir, names[4], st_shard[0], st_shard_n[0]); break;
+    case 0:
+        fuzz_write(dir, names[0], tiny_config_json, strlen(tiny_config_json));
+        break;
+    case 1:
+        fuzz_write(dir, names[1], tiny_gen_json, strlen(tiny_gen_json));
+        break;
+    case 2:
+        fuzz_write(dir, names[2], st_whole, st_whole_n);
+        break;
+    case 3:
+        fuzz_write(dir, names[3], tiny_index_json, strlen(tiny_index_json));
+        break;
+    case 4:
+        fuzz_write(dir, names[4], st_shard[0], st_shard_n[0]);
+        break;
     }
     return 0;
 }

@@ -16,7 +16,7 @@
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);            \
+            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
             abort();                                                                               \
         }                                                                                          \
     } while (0)
@@ -85,9 +85,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(body, data + 1, n);
     proto_req r;
     char msg[256], param[64];
-    enum proto_err e = proto_req_parse(ep, body, n, &l, data[0] & 4 ? NULL : "<s>",
-                                       data[0] & 4 ? NULL : "</s>", &r, msg, sizeof msg, param,
-                                       sizeof param);
+    enum proto_err e =
+        proto_req_parse(ep, body, n, &l, data[0] & 4 ? NULL : "<s>", data[0] & 4 ? NULL : "</s>",
+                        &r, msg, sizeof msg, param, sizeof param);
     if (e == PROTO_ERR_NONE) {
         CHECK(r.ep == ep);
         check_req(&r, &l);

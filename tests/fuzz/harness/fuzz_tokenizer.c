@@ -16,7 +16,7 @@
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);            \
+            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
             abort();                                                                               \
         }                                                                                          \
     } while (0)
@@ -38,8 +38,8 @@ static void check_decode(const model_tok *t, const int32_t *ids, size_t n, int s
     int ok = 1;
     for (size_t i = 0; i <= n && ok; i++) {
         size_t k = 0;
-        const char *piece = i < n ? model_tok_stream_push(s, ids[i], &k)
-                                  : model_tok_stream_flush(s, &k);
+        const char *piece =
+            i < n ? model_tok_stream_push(s, ids[i], &k) : model_tok_stream_flush(s, &k);
         if (!piece) abort();
         if (got + k > len || memcmp(text + got, piece, k) != 0) {
             ok = 0;
@@ -49,8 +49,10 @@ static void check_decode(const model_tok *t, const int32_t *ids, size_t n, int s
         }
     }
     if (!ok || got != len) {
-        fprintf(stderr, "streamed decode differs from decode (skip_special %d): whole \"%s\", "
-                "streamed prefix \"%.*s\"\n", skip_special, text, (int)got, cat);
+        fprintf(stderr,
+                "streamed decode differs from decode (skip_special %d): whole \"%s\", "
+                "streamed prefix \"%.*s\"\n",
+                skip_special, text, (int)got, cat);
         abort();
     }
     model_tok_stream_free(s);
@@ -74,8 +76,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *dir = fuzz_tmpdir();
     char tok_path[1024], cfg_path[1024];
     snprintf(tok_path, sizeof tok_path, "%s", fuzz_write(dir, "tokenizer.json", json, json_n));
-    if (config) snprintf(cfg_path, sizeof cfg_path, "%s", fuzz_write(dir, "tokenizer_config.json",
-                                                                   config, config_n));
+    if (config)
+        snprintf(cfg_path, sizeof cfg_path, "%s",
+                 fuzz_write(dir, "tokenizer_config.json", config, config_n));
     char err[512];
     err[0] = 0;
     model_tok *t = model_tok_load(tok_path, config ? cfg_path : NULL, err, sizeof err);

@@ -26,7 +26,8 @@ const char *fuzz_tmpdir(void)
     if (tmpdir[0]) return tmpdir;
     const char *base = getenv("TMPDIR");
     struct stat st;
-    if (!base || !*base) base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
+    if (!base || !*base)
+        base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
     snprintf(tmpdir, sizeof tmpdir, "%s/tandem-fuzz.XXXXXX", base);
     if (!mkdtemp(tmpdir)) {
         perror("fuzz: mkdtemp");

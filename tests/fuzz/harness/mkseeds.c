@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void put(const char *dir, const char *sub, const char *name, uint8_t first,
-                const void *data, size_t n)
+static void put(const char *dir, const char *sub, const char *name, uint8_t first, const void *data,
+                size_t n)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s/%s", dir, sub, name);
@@ -22,11 +22,10 @@ static void put(const char *dir, const char *sub, const char *name, uint8_t firs
 }
 
 /* A stream of the harness's shape (2 layers x 2 heads x 32) carrying `n_runs` runs. */
-static size_t kv_stream(enum proto_kv_dtype dt, const int *runs, int n_runs, int pos0,
-                        uint8_t *out, size_t cap)
+static size_t kv_stream(enum proto_kv_dtype dt, const int *runs, int n_runs, int pos0, uint8_t *out,
+                        size_t cap)
 {
-    proto_kv_header h = {.n_layers = 2, .n_kv_heads = 2, .head_dim = 32, .pos0 = pos0,
-                         .dtype = dt};
+    proto_kv_header h = {.n_layers = 2, .n_kv_heads = 2, .head_dim = 32, .pos0 = pos0, .dtype = dt};
     for (int i = 0; i < 32; i++) h.fingerprint[i] = (uint8_t)(0xa0 + i);
     for (int r = 0; r < n_runs; r++) h.n_tokens += runs[r];
     if (proto_kv_header_write(&h, out) != PROTO_KV_HEADER_BYTES) exit(1);
@@ -38,9 +37,16 @@ static size_t kv_stream(enum proto_kv_dtype dt, const int *runs, int n_runs, int
     int p = pos0;
     for (int r = 0; r < n_runs; r++) {
         for (int l = 0; l < 2; l++) {
-            proto_kv_layer c = {.layer = l, .pos0 = p, .n_tokens = runs[r], .n_kv_heads = 2,
-                                .head_dim = 32, .dtype = dt, .k = vals, .v = vals + 7,
-                                .k_scale = scales, .v_scale = scales + 3};
+            proto_kv_layer c = {.layer = l,
+                                .pos0 = p,
+                                .n_tokens = runs[r],
+                                .n_kv_heads = 2,
+                                .head_dim = 32,
+                                .dtype = dt,
+                                .k = vals,
+                                .v = vals + 7,
+                                .k_scale = scales,
+                                .v_scale = scales + 3};
             long long w = proto_kv_chunk_write(&c, out + n, cap - n);
             if (w < 0) exit(1);
             n += (size_t)w;
@@ -60,10 +66,14 @@ int main(int argc, char **argv)
     static uint8_t s[1 << 16];
     int two[2] = {3, 2}, one[1] = {4};
     /* config byte: see fuzz_kv_wire.c (dtype, piece size, fingerprint, odd address, raw CRCs) */
-    put(dir, "kv_wire", "seed_int8_two_runs", 0x00, s, kv_stream(PROTO_KV_INT8, two, 2, 100, s, sizeof s));
-    put(dir, "kv_wire", "seed_int8_pieces_fp", 0x21 | 3 << 2, s, kv_stream(PROTO_KV_INT8, two, 2, 0, s, sizeof s));
-    put(dir, "kv_wire", "seed_int4_one_run", 0x02 | 0x40, s, kv_stream(PROTO_KV_INT4, one, 1, 7, s, sizeof s));
-    put(dir, "kv_wire", "seed_int4_raw_crc", 0x80 | 1 << 2, s, kv_stream(PROTO_KV_INT4, two, 2, 4000, s, sizeof s));
+    put(dir, "kv_wire", "seed_int8_two_runs", 0x00, s,
+        kv_stream(PROTO_KV_INT8, two, 2, 100, s, sizeof s));
+    put(dir, "kv_wire", "seed_int8_pieces_fp", 0x21 | 3 << 2, s,
+        kv_stream(PROTO_KV_INT8, two, 2, 0, s, sizeof s));
+    put(dir, "kv_wire", "seed_int4_one_run", 0x02 | 0x40, s,
+        kv_stream(PROTO_KV_INT4, one, 1, 7, s, sizeof s));
+    put(dir, "kv_wire", "seed_int4_raw_crc", 0x80 | 1 << 2, s,
+        kv_stream(PROTO_KV_INT4, two, 2, 4000, s, sizeof s));
     size_t n = kv_stream(PROTO_KV_INT8, two, 2, 100, s, sizeof s);
     put(dir, "kv_wire", "seed_int8_truncated", 0x00 | 6 << 2, s, n - 100);
 

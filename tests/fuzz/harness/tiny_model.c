@@ -83,8 +83,8 @@ size_t tiny_safetensors(int shard, uint8_t **out)
     h += snprintf(hdr + h, sizeof hdr - h, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (int i = 0; i < N_TENSORS; i++) {
         if (shard >= 0 && tensors[i].shard != shard) continue;
-        size_t bytes = (size_t)tensors[i].rows * (tensors[i].cols ? tensors[i].cols : 1) *
-                       tensors[i].esize;
+        size_t bytes =
+            (size_t)tensors[i].rows * (tensors[i].cols ? tensors[i].cols : 1) * tensors[i].esize;
         char shape[32];
         if (tensors[i].cols)
             snprintf(shape, sizeof shape, "%d,%d", tensors[i].rows, tensors[i].cols);
