@@ -33,11 +33,16 @@
  * same staging slots).
  *
  * Import: a chunk is validated on the host (int8 values in -127..127, scales finite and >= 0:
- * proto/kv.h's rules; the wire CRC was checked by the reader), then shipped in pieces through
- * the staging slots and reordered on the card by kv_scatter, whose CRC32C report is checked
- * before the staging group is reused, before any decode run, and before the last layer's
- * import returns: when a run of positions is complete on the card, its bytes are verified.
- * Pieces of different sequences may be in flight together; a failure marks its own sequence.
+ * proto/kv.h's rules), then shipped in pieces through the staging slots and reordered on the
+ * card by kv_scatter, whose CRC32C report (the transfer of each piece) is checked before the
+ * staging group is reused, before any decode run, and before the last layer's import returns.
+ * Each layer's wire payload CRC is kept: the producer's (accel_kv_import_crc, from the wire
+ * format), else one computed here from the chunk as it arrived. When a run of positions is
+ * complete, kv_check reads every layer of it back from the tiles the decode kernel will read and
+ * reports its CRC; a layer whose CRC differs fails the import (ACCEL_ERR_CORRUPT), so KV that
+ * changed anywhere between the producer and the HBM — on the host, over PCIe, in the card's
+ * memory while the import went on — is never decoded. Pieces of different sequences may be in
+ * flight together; a failure marks its own sequence.
  *
  * Threads: one thread drives the device (accel.h); describe() reads immutable fields only. */
 #include "fpga/backend.h"
@@ -45,6 +50,7 @@
 #include "cpu/ops.h"
 #include "fpga/flex_host.h"
 #include "fpga/prefill.h"
+#include "proto/kv_wire.h"
 #include "scheduler/accel_impl.h"
 #include <limits.h>
 #include <math.h>
@@ -62,6 +68,8 @@ typedef struct fpga_seq {
     uint64_t kv_off, slab;
     uint32_t part_tiles;
     int failed; /* an import of it failed: its KV cannot be trusted */
+    uint32_t *run_crc; /* (n_layers) the wire payload CRC of each layer of the run of positions
+                          being imported: what kv_check must find once the run is complete */
 } fpga_seq;
 
 typedef struct extent {
@@ -77,6 +85,8 @@ typedef struct fpga_dev {
     int image_cached;
     char image_path[1100];
     float *inv_freq, *x0, *cs, *sn, *scratch_logits;
+    uint32_t *check_crc;  /* (n_layers) kv_check's report */
+    uint64_t landed_corrupt; /* imports whose KV changed after the producer's CRC (kv_check) */
     extent *ext;
     int n_ext, cap_ext;
     uint64_t pool_lo, pool_hi;
@@ -317,16 +327,35 @@ static int chunk_valid(const proto_kv_layer *c)
     return 1;
 }
 
-static int fpga_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
+/* A complete run of positions [pos0, pos0 + n): every layer of it, read back from the tiles by
+ * kv_check, must have the payload CRC its chunk had. */
+static int check_landed(fpga_dev *d, fpga_seq *s, int pos0, int n)
 {
-    fpga_dev *d = (fpga_dev *)ad;
-    fpga_seq *s = (fpga_seq *)as;
+    int st = drain(d, s);
+    if (st) return st;
+    if (s->failed) return ACCEL_ERR_CORRUPT;
+    void *owner = NULL;
+    st = fpga_card_check(&d->card, (uint32_t)pos0, (uint32_t)n, s->kv_off, s->part_tiles,
+                         d->check_crc, &owner);
+    if (st) return card_status(d, st);
+    for (int l = 0; l < d->base.m->cfg.n_layers; l++)
+        if (d->check_crc[l] != s->run_crc[l]) {
+            s->failed = 1;
+            d->landed_corrupt++;
+            return ACCEL_ERR_CORRUPT;
+        }
+    return ACCEL_OK;
+}
+
+static int import(fpga_dev *d, fpga_seq *s, const proto_kv_layer *c, int has_crc, uint32_t crc)
+{
     if (c->dtype != PROTO_KV_INT8) return ACCEL_ERR_UNSUPPORTED;
     if (s->failed) return ACCEL_ERR_CORRUPT;
     if (!chunk_valid(c)) {
         s->failed = 1;
         return ACCEL_ERR_CORRUPT;
     }
+    s->run_crc[c->layer] = has_crc ? crc : proto_kv_payload_crc(c);
     int piece = fpga_card_piece_tokens(&d->card);
     for (int t0 = 0; t0 < c->n_tokens; t0 += piece) {
         int n = c->n_tokens - t0 < piece ? c->n_tokens - t0 : piece;
@@ -341,12 +370,18 @@ static int fpga_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
         }
     }
     /* the run of positions is complete: it is verified on the card before anyone uses it */
-    if (c->layer == ad->m->cfg.n_layers - 1) {
-        int st = drain(d, s);
-        if (st) return st;
-        if (s->failed) return ACCEL_ERR_CORRUPT;
-    }
+    if (c->layer == d->base.m->cfg.n_layers - 1) return check_landed(d, s, c->pos0, c->n_tokens);
     return ACCEL_OK;
+}
+
+static int fpga_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
+{
+    return import((fpga_dev *)ad, (fpga_seq *)as, c, 0, 0);
+}
+
+static int fpga_kv_import_crc(accel_dev *ad, accel_seq *as, const proto_kv_layer *c, uint32_t crc)
+{
+    return import((fpga_dev *)ad, (fpga_seq *)as, c, 1, crc);
 }
 
 /* ---------------------------------------------------------------- sequences */
@@ -355,10 +390,15 @@ static int fpga_seq_new(accel_dev *ad, int capacity, accel_seq **out)
 {
     fpga_dev *d = (fpga_dev *)ad;
     fpga_seq *s = calloc(1, sizeof *s);
-    if (!s) return ACCEL_ERR_NOMEM;
+    if (s) s->run_crc = calloc((size_t)ad->m->cfg.n_layers, sizeof *s->run_crc);
+    if (!s || !s->run_crc) {
+        free(s);
+        return ACCEL_ERR_NOMEM;
+    }
     s->part_tiles = fpga_dec_part_tiles((uint32_t)capacity, d->card.desc.kv_parts);
     s->slab = fpga_dec_slab_bytes(&d->card.lo, s->part_tiles);
     if (pool_alloc(d, s->slab, &s->kv_off)) {
+        free(s->run_crc);
         free(s);
         return ACCEL_ERR_NOMEM;
     }
@@ -382,6 +422,7 @@ static void fpga_seq_free(accel_dev *ad, accel_seq *as)
         if (st) mark_failed(owner, st);
         pool_free(d, s->kv_off);
     }
+    free(s->run_crc);
     free(s);
 }
 
@@ -423,6 +464,7 @@ static void fpga_free(accel_dev *ad)
     free(d->cs);
     free(d->sn);
     free(d->scratch_logits);
+    free(d->check_crc);
     free(d->ext);
     free(d);
 }
@@ -436,6 +478,7 @@ static const struct accel_dev_i fpga_i = {
     .decode = fpga_decode,
     .kv_import = fpga_kv_import,
     .warmup = fpga_warmup,
+    .kv_import_crc = fpga_kv_import_crc,
 };
 
 /* ---------------------------------------------------------------- open */
@@ -553,7 +596,8 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
     d->cs = malloc(sizeof(float) * half);
     d->sn = malloc(sizeof(float) * half);
     d->scratch_logits = malloc(sizeof(float) * c->vocab);
-    if (!d->inv_freq || !d->x0 || !d->cs || !d->sn || !d->scratch_logits) {
+    d->check_crc = calloc((size_t)c->n_layers, sizeof *d->check_crc);
+    if (!d->inv_freq || !d->x0 || !d->cs || !d->sn || !d->scratch_logits || !d->check_crc) {
         snprintf(err, errlen, "%s: out of memory", kind);
         goto fail;
     }

@@ -24,8 +24,12 @@
  * Health: a run past its watchdog returns ACCEL_ERR_TIMEOUT and marks the device DEGRADED; if
  * it is still running at the next call, or a run faults, or the card disappears, the call
  * returns ACCEL_ERR_DEVICE and the device is FAILED. A KV chunk whose values or scales are not
- * what proto/kv.h allows, or whose bytes changed between host and HBM (the scatter kernel's
- * CRC32C), fails its import with ACCEL_ERR_CORRUPT; the sequence then refuses to decode. */
+ * what proto/kv.h allows, whose bytes changed between host and HBM (the scatter kernel's
+ * CRC32C), or — checked when a run of positions is complete, by kv_check reading it back from
+ * the tiles — whose landed bytes do not have the producer's payload CRC (accel_kv_import_crc;
+ * plain accel_kv_import: the CRC of the chunk as it arrived) fails its import with
+ * ACCEL_ERR_CORRUPT; the sequence then refuses to decode, the device's health is unchanged (the
+ * scheduler keeps count). */
 #ifndef TANDEM_FPGA_BACKEND_H
 #define TANDEM_FPGA_BACKEND_H
 #include "fpga/card.h"

@@ -5,9 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
-/* kernel argument numbers (fpga/kernels/decode.c, kv_scatter.c, kv_gather.c) */
+/* kernel argument numbers (fpga/kernels/decode.c, kv_scatter.c, kv_check.c, kv_gather.c) */
 enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES };
 enum { SC_BANK0 = 4, SC_LAYER = 36, SC_POS0, SC_N, SC_PER, SC_KV_OFF, SC_PART_TILES, SC_STAGE_BYTES };
+enum { CK_REPORT = 32, CK_POS0, CK_N, CK_KV_OFF, CK_PART_TILES, CK_REPORT_BYTES };
 enum { PF_IO = 32, PF_MODE, PF_LAYER, PF_POS0, PF_N, PF_R0, PF_R1, PF_KV_OFF, PF_PART_TILES,
        PF_WS_OFF };
 
@@ -46,6 +47,7 @@ void fpga_card_close(fpga_card *c)
      * is fine (the emulator counts references, XRT does the same). */
     if (c->r_dec) fpga_xrt_run_close(x, c->r_dec);
     if (c->r_pf) fpga_xrt_run_close(x, c->r_pf);
+    if (c->r_check) fpga_xrt_run_close(x, c->r_check);
     for (int g = 0; g < FPGA_CARD_GROUPS; g++)
         if (c->r_sc[g]) fpga_xrt_run_close(x, c->r_sc[g]);
     for (int i = 0; i < FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS; i++)
@@ -59,6 +61,7 @@ void fpga_card_close(fpga_card *c)
     if (c->k_dec) fpga_xrt_kernel_close(x, c->k_dec);
     if (c->k_sc) fpga_xrt_kernel_close(x, c->k_sc);
     if (c->k_gather) fpga_xrt_kernel_close(x, c->k_gather);
+    if (c->k_check) fpga_xrt_kernel_close(x, c->k_check);
     if (c->k_pf) fpga_xrt_kernel_close(x, c->k_pf);
     if (c->dev) fpga_xrt_device_close(x, c->dev);
     fpga_xrt_free(x);
@@ -76,8 +79,9 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
     if ((st = fpga_xrt_xclbin_uuid(x, c->dev, uuid))) return fail_msg(st, err, errlen, "xclbin uuid");
     if ((st = fpga_xrt_kernel_open(x, c->dev, uuid, "tandem_decode", 0, &c->k_dec)) ||
         (st = fpga_xrt_kernel_open(x, c->dev, uuid, "kv_scatter", 0, &c->k_sc)) ||
-        (st = fpga_xrt_kernel_open(x, c->dev, uuid, "kv_gather", 0, &c->k_gather)))
-        return fail_msg(st, err, errlen, "kernels (tandem_decode, kv_scatter, kv_gather)");
+        (st = fpga_xrt_kernel_open(x, c->dev, uuid, "kv_gather", 0, &c->k_gather)) ||
+        (st = fpga_xrt_kernel_open(x, c->dev, uuid, "kv_check", 0, &c->k_check)))
+        return fail_msg(st, err, errlen, "kernels (tandem_decode, kv_scatter, kv_gather, kv_check)");
     uint32_t grp[FPGA_DEC_CH + 1];
     for (int i = 0; i <= FPGA_DEC_CH; i++)
         if ((st = fpga_xrt_kernel_group(x, c->k_dec, i, &grp[i])))
@@ -133,6 +137,11 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
         if (st || (st = fpga_xrt_run_set_u64(x, c->r_sc[g], SC_STAGE_BYTES, FPGA_CARD_STAGE_BYTES)))
             return fail_msg(st, err, errlen, "scatter arguments");
     }
+    if ((st = fpga_xrt_run_open(x, c->k_check, &c->r_check))) return fail_msg(st, err, errlen, "run");
+    for (int i = 0; i < FPGA_DEC_CH && !st; i++) st = fpga_xrt_run_set_bo(x, c->r_check, i, c->bank[i]);
+    if (st || (st = fpga_xrt_run_set_bo(x, c->r_check, CK_REPORT, c->stage[0][0])) ||
+        (st = fpga_xrt_run_set_u64(x, c->r_check, CK_REPORT_BYTES, FPGA_CARD_STAGE_BYTES)))
+        return fail_msg(st, err, errlen, "check arguments");
     if (c->k_pf) {
         if ((st = fpga_xrt_run_open(x, c->k_pf, &c->r_pf))) return fail_msg(st, err, errlen, "run");
         for (int i = 0; i < FPGA_DEC_CH && !st; i++)
@@ -209,7 +218,7 @@ static int in_flight(fpga_card *c, xrtRunHandle r)
            s == ERT_CMD_STATE_SUBMITTED;
 }
 
-/* A decode or prefill run that timed out earlier: still running means the card is stuck. */
+/* A decode, prefill or check run that timed out earlier: still running means the card is stuck. */
 static int check_stuck(fpga_card *c)
 {
     if (c->dec_in_flight) {
@@ -219,6 +228,10 @@ static int check_stuck(fpga_card *c)
     if (c->pf_in_flight) {
         if (in_flight(c, c->r_pf)) return ACCEL_ERR_DEVICE;
         c->pf_in_flight = 0;
+    }
+    if (c->check_in_flight) {
+        if (in_flight(c, c->r_check)) return ACCEL_ERR_DEVICE;
+        c->check_in_flight = 0;
     }
     return 0;
 }
@@ -371,6 +384,40 @@ int fpga_card_drain(fpga_card *c, void **failed_owner, void (*on_fail)(void *own
         }
     }
     return first;
+}
+
+int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, uint32_t part_tiles,
+                    uint32_t *crc, void **failed_owner)
+{
+    TRY(fpga_card_drain(c, failed_owner, NULL));
+    TRY(check_stuck(c));
+    const uint32_t L = c->desc.n_layers;
+    const uint64_t bytes = fpga_dec_check_report_bytes(L);
+    xrtRunHandle r = c->r_check;
+    /* a stale report must not pass for this run's */
+    memset(c->stage_host[0][0], 0, 16);
+    TRY(fpga_xrt_bo_sync(c->x, c->stage[0][0], XCL_BO_SYNC_BO_TO_DEVICE, 16, 0));
+    TRY(fpga_xrt_run_set_u32(c->x, r, CK_POS0, pos0));
+    TRY(fpga_xrt_run_set_u32(c->x, r, CK_N, n));
+    TRY(fpga_xrt_run_set_u64(c->x, r, CK_KV_OFF, kv_off));
+    TRY(fpga_xrt_run_set_u32(c->x, r, CK_PART_TILES, part_tiles));
+    TRY(fpga_xrt_run_start(c->x, r));
+    int st = wait_run(c, r);
+    if (st == ACCEL_ERR_TIMEOUT) c->check_in_flight = 1;
+    if (st) return st;
+    if (c->emu) {
+        fpga_emu_run_stats rs;
+        if (fpga_xrt_emu_run_stats(c->x, r, &rs) == 0) {
+            c->check_runs++;
+            c->check_modeled_ns += rs.modeled_ns;
+        }
+    }
+    TRY(fpga_xrt_bo_sync(c->x, c->stage[0][0], XCL_BO_SYNC_BO_FROM_DEVICE, bytes, 0));
+    uint32_t head[4];
+    TRY(fpga_xrt_bo_read(c->x, c->stage[0][0], head, sizeof head, 0));
+    if (head[0] != FPGA_DEC_CHECK_MAGIC || head[1] != pos0 || head[2] != n || head[3] != L)
+        return ACCEL_ERR_DEVICE; /* the kernel did not finish this run */
+    return fpga_xrt_bo_read(c->x, c->stage[0][0], crc, 4ull * L, 16);
 }
 
 int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n)

@@ -10,7 +10,10 @@
  * Import pipeline: fpga_card_scatter() fills one staging group, syncs it and starts a scatter
  * run without waiting; the next piece uses the other group, so the copy and the PCIe transfer
  * of piece i+1 overlap the kernel reordering piece i. A group is waited for (and its CRC report
- * checked) before it is refilled, by fpga_card_drain(), or before a decode run.
+ * checked) before it is refilled, by fpga_card_drain(), or before a decode run. When a run of
+ * positions is complete, fpga_card_check() has kv_check read every layer of it back from the
+ * tiles and report the CRC32C of each layer's wire payload (the backend compares it with the
+ * producer's).
  *
  * Errors: ACCEL_* statuses; messages in err where given, else fpga_xrt_error(). A run that
  * does not complete within timeout_ms returns ACCEL_ERR_TIMEOUT and is remembered: if it is
@@ -40,13 +43,14 @@ typedef struct fpga_card {
     unsigned timeout_ms;
     fpga_dec_desc desc;
     fpga_dec_layout lo;
-    xrtKernelHandle k_dec, k_sc, k_gather;
+    xrtKernelHandle k_dec, k_sc, k_gather, k_check;
     xrtKernelHandle k_pf; /* tandem_prefill, NULL when the xclbin has none */
     xrtBufferHandle bank[FPGA_DEC_CH], io;
     xrtBufferHandle stage[FPGA_CARD_GROUPS][FPGA_DEC_STAGE_SLOTS];
     uint8_t *stage_host[FPGA_CARD_GROUPS][FPGA_DEC_STAGE_SLOTS];
     xrtRunHandle r_dec, r_sc[FPGA_CARD_GROUPS], r_gather[FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS];
     xrtRunHandle r_pf;
+    xrtRunHandle r_check; /* kv_check, its report in staging slot [0][0] */
     int gather_busy[FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS];
     uint64_t bank_bytes, io_bytes;
     fpga_card_pending pend[FPGA_CARD_GROUPS];
@@ -54,11 +58,12 @@ typedef struct fpga_card {
     int piece_limit;   /* 0, or fewer positions per import piece (tests: many pieces) */
     int dec_in_flight; /* a decode run timed out and may still be running */
     int pf_in_flight;  /* the same for a prefill run */
+    int check_in_flight; /* and for a kv_check run */
     /* timing model (emulator only; zeros on a real card) */
     fpga_emu_run_stats last_dec;
     uint64_t dec_runs, dec_modeled_ns, sc_runs, sc_modeled_ns;
     fpga_emu_run_stats last_pf;
-    uint64_t pf_runs, pf_modeled_ns, gather_runs, gather_modeled_ns;
+    uint64_t pf_runs, pf_modeled_ns, gather_runs, gather_modeled_ns, check_runs, check_modeled_ns;
 } fpga_card;
 
 /* Loads the XRT library lib (NULL: the default), opens device `index`, loads `xclbin` if given
@@ -94,6 +99,14 @@ int fpga_card_piece_tokens_for(const fpga_dec_desc *d);
  * *failed_owner (the others are still waited for; a later failing owner is reported through
  * on_fail, which may be NULL). */
 int fpga_card_drain(fpga_card *c, void **failed_owner, void (*on_fail)(void *owner, int st));
+
+/* Checks what landed: a kv_check run over positions [pos0, pos0 + n) of every layer of the slab
+ * at kv_off, after draining the import pieces in flight (their status is returned first, as by
+ * fpga_card_drain, *failed_owner set). On 0, crc[l] is the CRC32C of the wire payload that layer
+ * l's tiles hold for those positions (proto/KV_FORMAT.md), crc having n_layers entries. A run
+ * that ends without its report is ACCEL_ERR_DEVICE. */
+int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, uint32_t part_tiles,
+                    uint32_t *crc, void **failed_owner);
 
 /* Reads n bytes at off of bank BO ch as the card sees them (a kv_gather run into a staging
  * slot): for tests of what the kernels read, and the prefill's results. Drains first. */

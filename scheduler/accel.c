@@ -191,7 +191,8 @@ void accel_host_free(accel_dev *d, void *p)
     else free(p);
 }
 
-int accel_kv_import(accel_dev *d, accel_seq *s, const proto_kv_layer *c)
+static int kv_import(accel_dev *d, accel_seq *s, const proto_kv_layer *c, int has_crc,
+                     uint32_t crc)
 {
     const model_config *cfg = &d->m->cfg;
     if (failed(d)) return ACCEL_ERR_DEVICE;
@@ -203,7 +204,8 @@ int accel_kv_import(accel_dev *d, accel_seq *s, const proto_kv_layer *c)
     if (c->pos0 != s->len || c->n_tokens > s->capacity - s->len) return ACCEL_ERR_INVALID;
     if (c->layer != s->import_layers_done) return ACCEL_ERR_INVALID;
     if (c->layer > 0 && c->n_tokens != s->import_n) return ACCEL_ERR_INVALID;
-    int st = track(d, d->i->kv_import(d, s, c));
+    int st = track(d, has_crc && d->i->kv_import_crc ? d->i->kv_import_crc(d, s, c, crc)
+                                                    : d->i->kv_import(d, s, c));
     if (st) return st;
     s->import_n = c->n_tokens;
     s->import_pos0 = c->pos0;
@@ -212,6 +214,16 @@ int accel_kv_import(accel_dev *d, accel_seq *s, const proto_kv_layer *c)
         s->len += c->n_tokens;
     }
     return ACCEL_OK;
+}
+
+int accel_kv_import(accel_dev *d, accel_seq *s, const proto_kv_layer *c)
+{
+    return kv_import(d, s, c, 0, 0);
+}
+
+int accel_kv_import_crc(accel_dev *d, accel_seq *s, const proto_kv_layer *c, uint32_t crc)
+{
+    return kv_import(d, s, c, 1, crc);
 }
 
 int accel_warmup(accel_dev *d)

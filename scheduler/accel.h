@@ -9,6 +9,7 @@
  *   accel_prefill(dev, req)              append tokens (a whole prompt or a chunk of it):
  *                                        logits, and optionally the quantized KV, layer by layer
  *   accel_kv_import(dev, seq, layer)     fill a sequence from KV another device exported
+ *                                        (accel_kv_import_crc: with the producer's CRC)
  *   accel_decode(dev, n, seqs, ids, logits)  one step for n sequences (continuous batching)
  *   accel_seq_free(dev, seq)             release its memory
  *
@@ -161,6 +162,15 @@ int accel_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids
  * sequence's length grows when the last layer of a run of positions has arrived.
  * Optional entry: ACCEL_ERR_UNSUPPORTED where the device has none. */
 int accel_kv_import(accel_dev *d, accel_seq *s, const proto_kv_layer *chunk);
+/* The same for a chunk that came in the KV wire format: payload_crc is the CRC32C of its wire
+ * payload (proto/KV_FORMAT.md) as the producer computed it, where the KV was made. A device
+ * that verifies what landed in its own memory (fpga: when a run of positions is complete, the
+ * card reads every layer of it back from where the decode kernel will read it) checks against
+ * this CRC, so corruption anywhere from the producer to the device's memory fails the import
+ * with ACCEL_ERR_CORRUPT; plain accel_kv_import makes such a device check against a CRC of the
+ * chunk as it received it. Devices without a check of their own import as accel_kv_import. */
+int accel_kv_import_crc(accel_dev *d, accel_seq *s, const proto_kv_layer *chunk,
+                        uint32_t payload_crc);
 /* Runs a small step and waits for the device (asynchronous errors surface here). */
 int accel_warmup(accel_dev *d);
 /* Host memory for buffers the device fills often (accel_decode's logits): where the device

@@ -28,6 +28,10 @@ struct accel_dev_i {
     int (*seq_truncate)(accel_dev *d, accel_seq *s, int len);
     void *(*host_alloc)(accel_dev *d, size_t bytes); /* page-locked host memory (NULL: malloc) */
     void (*host_free)(accel_dev *d, void *p);
+    /* optional: kv_import with the producer's payload CRC (accel_kv_import_crc), for a device
+     * that verifies what landed in its memory; NULL: kv_import, the CRC unused. Last, so that
+     * the entries above keep their places for the cuda plugin (built from the same tree) */
+    int (*kv_import_crc)(accel_dev *d, accel_seq *s, const proto_kv_layer *chunk, uint32_t crc);
 };
 
 struct accel_dev {

@@ -60,6 +60,13 @@ const char emu_xclbin_builtin[] =
     "arg kv_off u64\n"
     "arg part_tiles u32\n"
     "arg stage_bytes u64\n"
+    "kernel kv_check\n" XC_PORTS(XC_BANK)
+    "arg report global HBM[1:8]\n"
+    "arg pos0 u32\n"
+    "arg n u32\n"
+    "arg kv_off u64\n"
+    "arg part_tiles u32\n"
+    "arg report_bytes u64\n"
     "# FAST-Prefill sparse prefill (fpga/kernels/flex_sigu.c, flex_sau.c)\n"
     "kernel flex_sigu\n"
     "arg qbuf global HBM[0:31]\n"

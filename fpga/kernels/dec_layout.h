@@ -312,6 +312,13 @@ static inline uint64_t fpga_dec_io_bytes(const fpga_dec_desc *d)
  * 64 bytes of slot 0 take the kernel's report: magic, then the CRC32C of each slot's bytes. */
 #define FPGA_DEC_STAGE_SLOTS 4
 #define FPGA_DEC_STAGE_REPORT_MAGIC 0x52435354u /* "TSCR" */
+/* kv_check's report (fpga/kernels/kv_check.c), at the start of a staging slot:
+ * {magic, pos0, n, n_layers, crc[n_layers]}. */
+#define FPGA_DEC_CHECK_MAGIC 0x4b434b54u /* "TKCK" */
+static inline uint64_t fpga_dec_check_report_bytes(uint32_t n_layers)
+{
+    return 16 + 4ull * n_layers;
+}
 static inline uint64_t fpga_dec_stage_section(uint32_t n, uint32_t kvh, uint32_t hd, int which)
 {
     uint64_t vb = fpga_dec_align((uint64_t)n * kvh * hd, FPGA_DEC_ALIGN);

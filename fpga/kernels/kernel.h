@@ -99,6 +99,7 @@ void fpga_k_stall(uint64_t c);
 extern const fpga_k_desc fpga_k_kv_gather_desc;
 extern const fpga_k_desc fpga_k_decode_desc;
 extern const fpga_k_desc fpga_k_kv_scatter_desc;
+extern const fpga_k_desc fpga_k_kv_check_desc;
 extern const fpga_k_desc fpga_k_prefill_desc;
 
 #endif

@@ -153,3 +153,25 @@ int tf_read_kv(accel_dev *d, accel_seq *s, int n, uint8_t *out)
     free(buf);
     return st;
 }
+
+void tf_kv_flip_spec(accel_dev *d, accel_seq *s, int layer, int pos, int head, int byte, int bit,
+                     uint64_t run, int bank0_arg, char *spec, size_t n)
+{
+    fpga_card *c = fpga_dev_card(d);
+    accel_info info;
+    accel_get_info(d, &info);
+    const char *colon = strrchr(info.name, ':');
+    int card = colon ? atoi(colon + 1) : 0;
+    uint64_t kv_off;
+    uint32_t part_tiles, part, tile, row;
+    fpga_dev_seq_slab(d, s, &kv_off, &part_tiles);
+    fpga_dec_pos_where(&c->desc, (uint32_t)pos, &part, &tile, &row);
+    uint32_t ch = fpga_dec_stream_ch(&c->desc, (uint32_t)layer, (uint32_t)head, part);
+    uint64_t off = kv_off +
+                   fpga_dec_stream_off(&c->desc, &c->lo, (uint32_t)layer, (uint32_t)head, part,
+                                       part_tiles) +
+                   (uint64_t)tile * c->lo.tile_bytes + fpga_dec_tile_k(c->desc.head_dim, row) +
+                   (uint64_t)byte;
+    snprintf(spec, n, "card=%d,run=%llu,kind=bitflip,arg=%d,byte=%llu,bit=%d", card,
+             (unsigned long long)run, bank0_arg + (int)ch, (unsigned long long)off, bit);
+}

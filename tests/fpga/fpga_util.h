@@ -34,6 +34,14 @@ int tf_import(accel_dev *d, accel_seq *s, const tf_kv *k);
 uint64_t tf_kv_bytes(accel_dev *d, int n);
 int tf_read_kv(accel_dev *d, accel_seq *s, int n, uint8_t *out);
 
+/* A TANDEM_EMU_FAULT spec (into spec, n bytes) that flips bit `bit` of K value `byte` of
+ * (layer, position pos, KV head) of sequence s where card device d keeps it in HBM, before the
+ * card's run number `run` executes. bank0_arg: the argument index of that run's kernel's hbm0
+ * port (kv_scatter: 4; tandem_decode, kv_check: 0). Sequences are placed first-fit, so the same
+ * capacity asked for in the same order on a fresh card gets the same slab. */
+void tf_kv_flip_spec(accel_dev *d, accel_seq *s, int layer, int pos, int head, int byte, int bit,
+                     uint64_t run, int bank0_arg, char *spec, size_t n);
+
 /* Emulator card stats of an FPGA device's card. */
 int tf_card_stats(accel_dev *d, fpga_emu_card_stats *st);
 

@@ -260,6 +260,95 @@ TEST(fpga_kv_import_bitflip_on_card_detected)
     model_free(m);
 }
 
+/* A bit flipped in the card's HBM after the KV landed (the emulator's fault injection, in the
+ * bank BO of layer 0's tiles, before the last layer's scatter run: the issue's "bitflip in a
+ * shipped KV buffer" where it does harm). The staging slots and their CRC reports are intact;
+ * only the check of the complete run against the producer's CRCs (kv_check reading the tiles
+ * back) sees it: the import fails, the sequence refuses to decode. Then the producer's CRC
+ * itself: a chunk changed on the host after its CRC was computed fails the same way, and the
+ * right CRCs import and decode. */
+TEST(fpga_kv_import_flip_in_hbm_after_landing_detected)
+{
+    model *m;
+    accel_dev *d;
+    char err[256];
+    if (tf_open("fpga-emu:1", 8, &m, &d)) return;
+    const int L = m->cfg.n_layers;
+    fpga_emu_card_stats cs;
+    REQUIRE(tf_card_stats(d, &cs) == 0);
+    uint64_t runs_at_open = cs.runs_started;
+    accel_seq *s;
+    REQUIRE(accel_seq_new(d, 64, &s) == 0);
+    /* one scatter run per layer (37 positions are one piece): run L is the last layer's */
+    char spec[160];
+    tf_kv_flip_spec(d, s, 0, 5, 1, 3, 6, runs_at_open + (uint64_t)L, 4, spec, sizeof spec);
+    uint64_t kv_off0;
+    uint32_t pt0;
+    fpga_dev_seq_slab(d, s, &kv_off0, &pt0);
+    accel_seq_free(d, s);
+    accel_free(d);
+    setenv("TANDEM_EMU_FAULT", spec, 1);
+    accel_opts o = {.weight_bits = 8};
+    d = accel_open("fpga-emu:1", m, &o, err, sizeof err);
+    REQUIRE(d);
+    accel_opts oc = {.threads = 1};
+    accel_dev *cpu = accel_open("cpu", m, &oc, err, sizeof err);
+    REQUIRE(cpu);
+    int32_t ids[NT + 1];
+    prompt(ids, NT + 1, m->cfg.vocab);
+    tf_kv kv;
+    REQUIRE(tf_cpu_kv(cpu, ids, NT, NULL, &kv) == 0);
+    REQUIRE(accel_seq_new(d, 64, &s) == 0);
+    uint64_t kv_off;
+    uint32_t pt;
+    fpga_dev_seq_slab(d, s, &kv_off, &pt);
+    REQUIRE(kv_off == kv_off0 && pt == pt0);
+    CHECK_EQ(tf_import(d, s, &kv), ACCEL_ERR_CORRUPT);
+    /* the flip is real: layer 0, position 5, head 1 holds K value 3 with bit 6 changed */
+    const int H = m->cfg.n_kv_heads, hd = m->cfg.head_dim;
+    uint8_t k[256], v[256];
+    uint16_t ks, vs;
+    read_row(d, s, 0, 1, 5, k, v, &ks, &vs);
+    const uint8_t *want = kv.chunks[0].k + (size_t)(5 * H + 1) * hd;
+    CHECK_EQ(k[3], (uint8_t)(want[3] ^ 0x40));
+    CHECK(memcmp(k, want, 3) == 0 && memcmp(k + 4, want + 4, (size_t)hd - 4) == 0);
+    float *lg = malloc(sizeof(float) * m->cfg.vocab);
+    CHECK_EQ(accel_decode(d, 1, &s, &ids[NT], lg), ACCEL_ERR_CORRUPT);
+    accel_seq_free(d, s);
+    accel_info info;
+    accel_get_info(d, &info);
+    CHECK_EQ(info.health, ACCEL_HEALTH_OK); /* one bad import: the scheduler decides */
+    /* the producer's CRCs: layer 3 changed after its CRC was computed (a valid value, so only
+     * the CRC can tell) -> caught once the run is on the card */
+    uint32_t crc[64];
+    REQUIRE(kv.n_chunks <= 64);
+    for (int l = 0; l < kv.n_chunks; l++) crc[l] = proto_kv_payload_crc(&kv.chunks[l]);
+    uint8_t *k3 = (uint8_t *)kv.chunks[3].k;
+    k3[7] = k3[7] == 5 ? 6 : 5;
+    REQUIRE(accel_seq_new(d, 64, &s) == 0);
+    int st = 0;
+    for (int l = 0; l < kv.n_chunks && !st; l++) st = accel_kv_import_crc(d, s, &kv.chunks[l], crc[l]);
+    CHECK_EQ(st, ACCEL_ERR_CORRUPT);
+    CHECK_EQ(accel_seq_len(d, s), 0);
+    accel_seq_free(d, s);
+    /* with the CRCs of what is sent, the KV imports and decodes */
+    for (int l = 0; l < kv.n_chunks; l++) crc[l] = proto_kv_payload_crc(&kv.chunks[l]);
+    REQUIRE(accel_seq_new(d, 64, &s) == 0);
+    st = 0;
+    for (int l = 0; l < kv.n_chunks && !st; l++) st = accel_kv_import_crc(d, s, &kv.chunks[l], crc[l]);
+    CHECK_EQ(st, 0);
+    CHECK_EQ(accel_seq_len(d, s), NT);
+    CHECK_EQ(accel_decode(d, 1, &s, &ids[NT], lg), 0);
+    accel_seq_free(d, s);
+    fpga_card *c = fpga_dev_card(d);
+    CHECK_EQ(c->check_runs, 3); /* one per complete run of positions; the first two differed */
+    free(lg);
+    tf_kv_free(&kv);
+    accel_free(cpu);
+    accel_free(d);
+    model_free(m);
+}
+
 /* The production path (prompt on the CPU, its KV imported, continuation on the card) against
  * the card decoding everything itself: both close to the CPU and to each other. Their KV
  * differs only by where the floats came from (CPU float32 vs. the card's W8A8). */

@@ -1,0 +1,140 @@
+/* fpga/kernels/kv_check.c — the CRC32C of imported KV as it landed: reads positions
+ * [pos0, pos0 + n) of every layer back from the sequence's tiles (dec_layout.h) and reports, per
+ * layer, the CRC32C of the wire payload those bytes make (proto/KV_FORMAT.md: K values | pad |
+ * V values | pad | K scales | pad | V scales | pad, token-major (position, head), every section
+ * padded with zeros to a multiple of 64 bytes).
+ *
+ * Why: kv_scatter checks the staging slots it reads, i.e. the transfer of each piece; this
+ * kernel checks the bytes where the decode kernel will read them, once a run of positions is
+ * complete. The host compares each layer's CRC with the payload CRC the producer computed
+ * where the KV was made (carried by the wire format), so corruption anywhere in between — host
+ * copies, PCIe, the scatter's writes, an HBM bit that flipped while the import went on — fails
+ * the import before the sequence is decoded. What changes in HBM after this check (during the
+ * decode runs) is not covered.
+ *
+ * Arguments: 0..31 hbm0..hbm31 (global, HBM[c]), 32 report (global, HBM[1:8]: a staging slot
+ * the host reads back), 33 pos0 u32, 34 n u32, 35 kv_off u64, 36 part_tiles u32,
+ * 37 report_bytes u64 (the room at the start of `report`).
+ * Report at offset 0 of `report`: {FPGA_DEC_CHECK_MAGIC, pos0, n, n_layers, crc[n_layers]}. */
+#include "fpga/kernels/dec_layout.h"
+#include "fpga/kernels/dec_math.h"
+#include "fpga/kernels/kernel.h"
+
+typedef struct ck_ctx {
+    uint8_t *ch[FPGA_DEC_CH];
+    fpga_dec_desc d;
+    fpga_dec_layout lo;
+    uint64_t kv_off;
+    uint32_t part_tiles;
+} ck_ctx;
+
+static const uint8_t *ck_tile(const ck_ctx *c, uint32_t l, uint32_t h, uint32_t part,
+                              uint32_t tile)
+{
+    return c->ch[fpga_dec_stream_ch(&c->d, l, h, part)] + c->kv_off +
+           fpga_dec_stream_off(&c->d, &c->lo, l, h, part, c->part_tiles) +
+           (uint64_t)tile * c->lo.tile_bytes;
+}
+
+/* The CRC continued over the zero padding that follows a section of `len` bytes. */
+static uint32_t ck_pad(uint32_t crc, uint64_t len)
+{
+    static const uint8_t zeros[FPGA_DEC_ALIGN];
+    return fpga_km_crc32c(crc, zeros, fpga_dec_align(len, FPGA_DEC_ALIGN) - len);
+}
+
+/* One layer: the tiles it touches are read as one burst per (head, part), then the four
+ * sections are checksummed in wire order. */
+static uint32_t ck_layer(const ck_ctx *c, uint32_t l, uint32_t pos0, uint32_t n)
+{
+    const uint32_t H = c->d.n_kv_heads, hd = c->d.head_dim;
+    for (uint32_t h = 0; h < H; h++)
+        for (uint32_t b = 0; b < c->d.kv_parts; b++) {
+            uint32_t first = 0xffffffffu, last = 0;
+            for (uint32_t t = 0; t < n; t += FPGA_DEC_TILE - (pos0 + t) % FPGA_DEC_TILE) {
+                uint32_t part, tile, row;
+                fpga_dec_pos_where(&c->d, pos0 + t, &part, &tile, &row);
+                if (part != b) continue;
+                if (tile < first) first = tile;
+                if (tile > last) last = tile;
+            }
+            if (first <= last)
+                fpga_k_read(ck_tile(c, l, h, b, first), (uint64_t)(last - first + 1) * c->lo.tile_bytes);
+        }
+    uint32_t crc = 0;
+    for (int sec = 0; sec < 4; sec++) {
+        const int scale = sec >= 2, v = sec & 1;
+        for (uint32_t t = 0; t < n; t++) {
+            uint32_t part, tile, row;
+            fpga_dec_pos_where(&c->d, pos0 + t, &part, &tile, &row);
+            for (uint32_t h = 0; h < H; h++) {
+#pragma HLS PIPELINE
+                const uint8_t *tl = ck_tile(c, l, h, part, tile);
+                uint64_t at = scale ? (v ? fpga_dec_tile_vs(hd, row) : fpga_dec_tile_ks(hd, row))
+                                    : (v ? fpga_dec_tile_v(hd, row) : fpga_dec_tile_k(hd, row));
+                crc = fpga_km_crc32c(crc, tl + at, scale ? 2 : hd);
+            }
+        }
+        crc = ck_pad(crc, (uint64_t)n * H * (scale ? 2 : hd));
+    }
+    return crc;
+}
+
+void kv_check(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *report, uint32_t pos0, uint32_t n,
+              uint64_t kv_off, uint32_t part_tiles, uint64_t report_bytes)
+{
+    FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
+#pragma HLS INTERFACE m_axi port = report offset = slave bundle = gmem_r
+#pragma HLS INTERFACE s_axilite port = return
+    ck_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}, .kv_off = kv_off, .part_tiles = part_tiles};
+    fpga_k_read(hbm0, sizeof c.d);
+    memcpy(&c.d, hbm0, sizeof c.d);
+    fpga_dec_layout_of(&c.d, &c.lo);
+    if (report_bytes < fpga_dec_check_report_bytes(c.d.n_layers))
+        return; /* no room: no report, which the host takes as a failed run */
+    uint32_t head[4] = {FPGA_DEC_CHECK_MAGIC, pos0, n, c.d.n_layers};
+    uint32_t *out = (uint32_t *)(void *)report;
+    for (uint32_t l = 0; l < c.d.n_layers; l++) out[4 + l] = ck_layer(&c, l, pos0, n);
+    fpga_k_stall(FPGA_DEC_PHASE_CYCLES);
+    memcpy(report, head, sizeof head);
+    fpga_k_write(report, fpga_dec_check_report_bytes(c.d.n_layers));
+}
+
+static int kv_check_adapter(const fpga_kargs *a)
+{
+    const int R = FPGA_DEC_CH;
+    uint32_t pos0 = (uint32_t)a->a[R + 1].u, n = (uint32_t)a->a[R + 2].u;
+    uint64_t kv_off = a->a[R + 3].u, report_bytes = a->a[R + 5].u;
+    uint32_t part_tiles = (uint32_t)a->a[R + 4].u;
+    uint64_t min_size = a->a[0].size;
+    for (int c = 1; c < FPGA_DEC_CH; c++)
+        if (a->a[c].size < min_size) min_size = a->a[c].size;
+    fpga_dec_desc d;
+    if (a->a[0].size < sizeof d) return -1;
+    memcpy(&d, a->a[0].ptr, sizeof d);
+    if (fpga_dec_desc_check(&d) != 0) return -1;
+    fpga_dec_layout lo;
+    fpga_dec_layout_of(&d, &lo);
+    if (!n || !part_tiles || part_tiles > FPGA_DEC_MAX_POS) return -1;
+    if ((uint64_t)pos0 + n > (uint64_t)part_tiles * d.kv_parts * FPGA_DEC_TILE) return -1;
+    if (kv_off < lo.image_bytes || lo.image_bytes > min_size ||
+        !fpga_k_range_ok(kv_off, fpga_dec_slab_bytes(&lo, part_tiles), min_size))
+        return -1;
+    if (report_bytes < fpga_dec_check_report_bytes(d.n_layers) || a->a[R].size < report_bytes ||
+        ((uintptr_t)a->a[R].ptr & 3))
+        return -1;
+    uint8_t *p[FPGA_DEC_CH];
+    for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[c].ptr;
+#define CK_ARG(n) p[n],
+    kv_check(FPGA_K_PORTS(CK_ARG) a->a[R].ptr, pos0, n, kv_off, part_tiles, report_bytes);
+#undef CK_ARG
+    return 0;
+}
+
+const fpga_k_desc fpga_k_kv_check_desc = {
+    .name = "kv_check",
+    .n_args = 38,
+    .kinds = {FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
+              FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U64},
+    .run = kv_check_adapter,
+};
