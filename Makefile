@@ -2,13 +2,15 @@
 #
 #   make            build build/tandem (+ build/libxrt_emu.so, + build/libtandem_cuda.so and its fp16 twin
 #                   build/libtandem_cuda_f16.so when nvcc exists)
-#   make run        install deps, build, start the daemon on the bundled stories260K model
-#   make test       install deps, build, run every test; last line "N passed, N failed"
-#   make deps       install the Debian packages the build needs (idempotent)
+#   make run        install what running needs, build, start the daemon on the bundled
+#                   stories260K model (ARGS="--port 8081" or TANDEM_* variables change it)
+#   make test       install the test tools too, build, run every test; last line "N passed, N failed"
+#   make deps       install the Debian packages the build and the tests need (idempotent)
 #   make SAN=1 ...  the same with ASan+UBSan, into build/san/ (make test-san runs the tests so)
 #   make SAN=thread ... ThreadSanitizer, into build/tsan/ (make test-tsan; without CUDA)
 #   make CUDA=0     skip the CUDA backend even when nvcc is present
-#   make install    binary, unit file and example config under $(PREFIX) / /etc
+#   make install    binary, unit file and example config under $(PREFIX) / /etc (DESTDIR stages;
+#                   install-files copies an existing build without building)
 
 # ---------------------------------------------------------------- toolchain
 CC       ?= cc
@@ -79,7 +81,7 @@ TARGETS  += $(BUILD)/libtandem_cuda.so $(BUILD)/libtandem_cuda_f16.so
 endif
 endif
 
-.PHONY: all deps run test test-unit test-san test-tsan bench install clean format
+.PHONY: all deps run test test-unit test-san test-tsan bench install install-files clean format
 all: $(TARGETS)
 
 # ---------------------------------------------------------------- rules
@@ -138,17 +140,18 @@ $(BUILD)/libtandem_cuda_f16.so: $(GPU_OBJ_F16) $(BUILD)/libtandem.a
 	    -lcublasLt -lcublas -lcudart -lstdc++ $(LDLIBS)
 
 # ---------------------------------------------------------------- workflows
+# deps: TANDEM_DEPS_TEST=0 is what building and running need, 1 (the default) adds the test tools
 deps:
 	@tools/deps.sh
 
-run: deps
+# tools/run.sh prints the curl for the port the daemon's configuration gives, then starts it
+run:
+	@TANDEM_DEPS_TEST=0 tools/deps.sh
 	@$(MAKE) --no-print-directory all
-	@echo "tandem: serving models/stories260K on http://127.0.0.1:8080 (Ctrl-C drains and stops)."
-	@echo "Once it logs event=ready, try:"
-	@echo "  curl -s http://127.0.0.1:8080/v1/completions -H 'Content-Type: application/json' -d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 32, \"temperature\": 0}'"
-	$(BUILD)/tandem serve $(ARGS)
+	@tools/run.sh $(BUILD)/tandem $(ARGS)
 
-test: deps
+test:
+	@TANDEM_DEPS_TEST=1 tools/deps.sh
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/run.sh
 
@@ -172,6 +175,9 @@ bench: all
 	$(BUILD)/tandem bench --model models/stories260K --device cpu
 
 install: all
+	@$(MAKE) --no-print-directory install-files
+
+install-files:
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/tandem $(DESTDIR)/etc/tandem \
 	    $(DESTDIR)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/tandem/models
 	install -m 755 $(BUILD)/tandem $(DESTDIR)$(PREFIX)/bin/tandem

@@ -290,7 +290,7 @@ static void print_help(void)
             if (*p == '_') *p = '-';
         /* a doc that explains its default itself ("default: the bundled ...") is not given a
          * second one */
-        if (strstr(keys[i].doc, "default")) printf("  %-26s %s\n", flag, keys[i].doc);
+        if (strstr(keys[i].doc, "(default:")) printf("  %-26s %s\n", flag, keys[i].doc);
         else printf("  %-26s %s (default: %s)\n", flag, keys[i].doc, keys[i].def[0] ? keys[i].def : "none");
     }
 }

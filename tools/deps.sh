@@ -1,17 +1,28 @@
 #!/bin/sh
-# Installs the Debian packages tandem builds and tests with; does nothing when all are present.
-# Runs apt-get as root, else through sudo. Idempotent: safe to call before every make run/test.
+# Installs the Debian packages tandem needs; does nothing when all are present. Idempotent: safe
+# to call before every make run / make test.
+#
+#   TANDEM_DEPS_TEST=0 tools/deps.sh   building and running (make run)
+#   TANDEM_DEPS_TEST=1 tools/deps.sh   and the tools the tests use (make test, make deps)
+#
+# Runs apt-get as root, else through sudo. apt's and dpkg's output goes to a log file that is
+# printed only when the installation fails, so that a test log holds one line per install.
 set -e
-PKGS="build-essential pkg-config libuv1-dev libmicrohttpd-dev libjansson-dev libpcre2-dev libssl-dev libicu-dev
-      libsystemd-dev curl python3"
-# Test-only tools (end-to-end tests use real clients: curl, Node's openai package, promtool).
-# Node.js may come from Debian or from elsewhere (nodesource): only install it when no node exists.
-[ "${TANDEM_DEPS_TEST:-1}" = 1 ] && PKGS="$PKGS prometheus systemd wrk jq"
+PKGS="build-essential pkg-config libuv1-dev libmicrohttpd-dev libjansson-dev libpcre2-dev libssl-dev
+      libicu-dev libsystemd-dev curl"
+# Test-only tools: real clients (curl above, Node's openai package through npm, wrk, and
+# slowhttptest for slow-client attacks), promtool (Debian ships it only inside the prometheus
+# package), jq, python3, systemd-analyze (systemd), clang with libFuzzer's runtime for the fuzzers
+# (clang-14 is bookworm's; the clang package gives the plain `clang` name).
+# Node.js may come from Debian or from elsewhere (nodesource): only installed when no node exists.
+TEST_PKGS="prometheus systemd wrk jq python3 slowhttptest clang clang-14 libclang-rt-14-dev"
+test_tools=${TANDEM_DEPS_TEST:-1}
+[ "$test_tools" = 1 ] && PKGS="$PKGS $TEST_PKGS"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 done
-if [ "${TANDEM_DEPS_TEST:-1}" = 1 ]; then
+if [ "$test_tools" = 1 ]; then
     command -v node >/dev/null 2>&1 || missing="$missing nodejs"
     command -v npm >/dev/null 2>&1 || missing="$missing npm"
 fi
@@ -19,6 +30,40 @@ fi
 echo "deps: installing$missing"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq || true
-$SUDO apt-get install -y -qq --no-install-recommends $missing
+
+# Debian's prometheus package enables and starts a Prometheus server on :9090. Only promtool is
+# wanted: while it installs, a policy-rc.d (invoke-rc.d's veto, exit 101 = "forbidden") keeps
+# the service from starting, and it is disabled afterwards, so that a test machine does not gain
+# a server (and a busy port) from make test. An existing policy-rc.d is left as it is.
+prometheus=0
+case " $missing " in *" prometheus "*) prometheus=1 ;; esac
+policy=/usr/sbin/policy-rc.d
+own_policy=0
+log=$(mktemp /tmp/tandem-deps.XXXXXX)
+cleanup() {
+    [ $own_policy = 1 ] && $SUDO rm -f "$policy"
+    rm -f "$log"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+if [ $prometheus = 1 ] && [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# tools/deps.sh: no service starts while tandem installs its tools\nexit 101\n' |
+        $SUDO tee "$policy" >/dev/null
+    $SUDO chmod 755 "$policy"
+    own_policy=1
+fi
+
+apt() { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -qq -o Dpkg::Use-Pty=0 "$@" >>"$log" 2>&1; }
+apt update || true # an offline machine may still have what it needs in its package cache
+# shellcheck disable=SC2086 # $missing is a list of package names
+if ! apt install -y --no-install-recommends $missing; then
+    echo "deps: apt-get install failed; its output:" >&2
+    cat "$log" >&2
+    exit 1
+fi
+if [ $prometheus = 1 ] && command -v systemctl >/dev/null 2>&1; then
+    $SUDO systemctl disable --now prometheus.service >>"$log" 2>&1 ||
+        $SUDO systemctl disable prometheus.service >>"$log" 2>&1 || true
+    echo "deps: prometheus is installed for promtool only; its service is disabled"
+fi
+echo "deps: done"
