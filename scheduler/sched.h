@@ -170,6 +170,9 @@ typedef struct sched_dev_stats {
     uint64_t failovers;     /* requests that moved away after a failure on it */
     uint64_t prefill_chunks; /* accel_prefill calls */
     uint64_t kv_chunks, kv_bytes; /* KV layer chunks imported into it, and their bytes */
+    uint64_t kv_corrupt;    /* imports into it that failed their check: a chunk whose wire CRC
+                               or bounds failed, or KV that differed from the producer's CRC
+                               once it landed (the request moved; the device was marked) */
     uint64_t steps;         /* prefill + decode calls completed */
     uint64_t tokens;        /* tokens through the device (prompt + generated) */
     double busy_seconds;    /* time spent inside device calls */

@@ -39,6 +39,10 @@ void sched_choice_deinit(sched_choice *c, accel_dev *dev, unsigned which, int al
         if (*seqs[i] && dev) accel_seq_free(dev, *seqs[i]);
         if (dev) *seqs[i] = NULL;
     }
+    if ((which & SCHED_SEQ_IMPORT) || all) {
+        proto_kv_reader_free(c->kvr);
+        c->kvr = NULL;
+    }
     if (which & SCHED_SEQ_PREFILL) {
         free(c->pf_buf);
         c->pf_buf = NULL;

@@ -10,13 +10,17 @@
  *                      task to the decode device's inbox first. From then on the workers own it.
  *   prefill worker     owns the request while it prefills: the choices, their prefill-side
  *                      sequences, the first token of each choice. Split: each layer's KV chunk
- *                      is copied into a CHUNK task for the decode device's inbox, and at the
- *                      end (success or not) a HANDOVER task passes the request on; the prefill
- *                      worker never touches it again. Local (fallback): the request joins this
- *                      worker's decode set.
- *   decode worker      ATTACH reserves the card's sequences; CHUNKs are imported in order (the
- *                      inbox is FIFO, so every chunk of a request is imported before its
- *                      HANDOVER is seen); from HANDOVER on it owns the request and decodes it.
+ *                      is written in the KV wire format (proto/kv_wire.h: its payload CRC
+ *                      computed there, where the KV was made; the choice's first chunk after
+ *                      the stream header) into a CHUNK task for the decode device's inbox, and
+ *                      at the end (success or not) a HANDOVER task passes the request on; the
+ *                      prefill worker never touches it again. Local (fallback): the request
+ *                      joins this worker's decode set.
+ *   decode worker      ATTACH reserves the card's sequences and a wire reader per choice; CHUNKs
+ *                      go through the reader (bounds, order, CRC) into accel_kv_import_crc, in
+ *                      order (the inbox is FIFO, so every chunk of a request is imported before
+ *                      its HANDOVER is seen); from HANDOVER on it owns the request and decodes
+ *                      it.
  *   the end            the owning worker frees the device state and posts exactly one final
  *                      node: FINAL (DONE or ERROR), RELEASE (cancelled, silent) or MOVE
  *                      (failover: the loop queues it again, its generated tokens kept, and the
@@ -34,6 +38,7 @@
 #include "scheduler/sched_book.h"
 #include "scheduler/sched_policy.h"
 #include "model/gen.h"
+#include "proto/kv_wire.h"
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -52,6 +57,9 @@ typedef struct sched_choice {
                                  imported one once handed over) */
     accel_seq *pseq;          /* split: the prompt-only sequence on the prefill device */
     accel_seq *dseq;          /* split: the decode device's sequence being imported into */
+    proto_kv_reader *kvr;     /* split: the wire reader its KV stream goes through (decode
+                                 worker), into dseq on kv_dev */
+    struct sched_dev *kv_dev;
     int32_t last;             /* the token the next decode step feeds */
     int generated;
     enum model_finish finish; /* NONE while it runs */
@@ -66,7 +74,7 @@ typedef struct sched_choice {
 enum sched_task_kind {
     SCHED_TASK_RUN,      /* prefill the request here (then decode it here unless split) */
     SCHED_TASK_ATTACH,   /* its KV will be imported here: reserve the sequences */
-    SCHED_TASK_CHUNK,    /* one layer chunk of one choice's KV */
+    SCHED_TASK_CHUNK,    /* one layer chunk of one choice's KV, in the wire format */
     SCHED_TASK_HANDOVER, /* the prefill ended (status): the request is this worker's now */
 };
 
@@ -77,9 +85,9 @@ typedef struct sched_task {
     int choice;             /* CHUNK */
     int status;             /* HANDOVER: ACCEL_OK, or why the prefill ended */
     int from;               /* HANDOVER: the prefill device's index */
-    proto_kv_layer chunk;   /* CHUNK: pointers into data */
     int heap;               /* malloc'ed (CHUNK); else embedded in the request */
-    uint8_t data[];
+    size_t len;             /* CHUNK: bytes in data: [stream header] chunk header, payload */
+    uint8_t data[];         /* 8-byte aligned (after len), so the reader takes it in place */
 } sched_task;
 
 struct sched_req {
@@ -167,7 +175,7 @@ typedef struct sched_dev {
     sched_choice **row_choice;
     sched_req **row_req;
     /* statistics, written by the worker, read anywhere */
-    atomic_uint_least64_t steps, tokens, busy_ns, prefill_chunks, kv_chunks, kv_bytes;
+    atomic_uint_least64_t steps, tokens, busy_ns, prefill_chunks, kv_chunks, kv_bytes, kv_corrupt;
     atomic_int_least64_t progress_ns;
     atomic_int in_step;
     atomic_int warm;             /* 0 warming, 1 ok, -1 failed */
@@ -241,8 +249,8 @@ int sched_choice_init(sched_choice *c, sched *s, const sched_params *p, int inde
 /* Which of a choice's sequences a worker may free: on a split placement the prefill worker owns
  * pseq and the decode worker seq and dseq (sched_worker_seqs says which for a worker). */
 enum { SCHED_SEQ_DECODE = 1, SCHED_SEQ_PREFILL = 2, SCHED_SEQ_IMPORT = 4, SCHED_SEQ_ALL = 7 };
-/* Frees the choice's sequences named by seqs on dev, and, when all is set, its generator and
- * history too. */
+/* Frees the choice's sequences named by seqs on dev (SCHED_SEQ_IMPORT: with its KV wire
+ * reader), and, when all is set, its reader, generator and history too. */
 void sched_choice_deinit(sched_choice *c, accel_dev *dev, unsigned seqs, int all);
 /* One generated token for choice c of r from its logits row (modified in place): sample, accept,
  * detokenize, match stops, decide the finish, post TOKEN (and CHOICE_DONE). Returns 0; or

@@ -37,6 +37,7 @@ void sched_get_stats(sched *s, sched_stats *out)
         o->prefill_chunks = atomic_load(&d->prefill_chunks);
         o->kv_chunks = atomic_load(&d->kv_chunks);
         o->kv_bytes = atomic_load(&d->kv_bytes);
+        o->kv_corrupt = atomic_load(&d->kv_corrupt);
         o->busy_seconds = (double)atomic_load(&d->busy_ns) / 1e9;
         o->last_progress = (double)atomic_load(&d->progress_ns) / 1e9;
         o->in_step = atomic_load(&d->in_step);

@@ -12,9 +12,13 @@
  *
  * KV shipping (split placements): the prefill runs on a prompt-only sequence with an
  * accel_kv_sink. The sink runs on this thread, once per layer as soon as the layer's quantized
- * chunk is on the host: it copies the chunk into a CHUNK task and appends it to the decode
- * device's inbox, whose worker imports it (the only thread that touches that device). So the
- * card imports layer l while this device computes layer l + 1 — the overlap of GLITCHES Fig. 4 —
+ * chunk is on the host: it writes the chunk in the KV wire format (proto/kv_wire.h; a choice's
+ * stream starts with its header, carrying the model's fingerprint and the positions the stream
+ * will cover) into a CHUNK task and appends it to the decode device's inbox, whose worker reads
+ * and imports it (the only thread that touches that device). The chunk's payload CRC is computed
+ * here, where the KV was made: the reader checks it on the host and the card checks the KV it
+ * stored against it, so a byte that changes on the way is caught wherever it changed. The card
+ * imports layer l while this device computes layer l + 1 — the overlap of GLITCHES Fig. 4 —
  * and a card that is busy importing never blocks this device. The copy costs host memory of at
  * most one prompt's KV (int8) per request in flight. When the card reports an import failure
  * (import_failed), the sink stops the prefill at once; the request is handed over anyway and
@@ -30,34 +34,46 @@ typedef struct ship {
     int choice;
 } ship;
 
+static int ship_fail(ship *sh, int st)
+{
+    /* the card cannot get this KV; it moves the request */
+    int zero = 0;
+    atomic_compare_exchange_strong(&sh->r->import_failed, &zero, st);
+    return ACCEL_ERR_CANCELLED;
+}
+
 static int ship_layer(void *ctx, const proto_kv_layer *c)
 {
     ship *sh = ctx;
     if (atomic_load(&sh->r->import_failed)) return ACCEL_ERR_CANCELLED;
-    size_t nv = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
-    size_t ns = proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
-    sched_task *t = malloc(sizeof *t + 2 * nv + 4 * ns);
-    if (!t) {
-        /* host memory ran out: the card cannot get this KV; it moves the request */
-        int zero = 0;
-        atomic_compare_exchange_strong(&sh->r->import_failed, &zero, ACCEL_ERR_NOMEM);
-        return ACCEL_ERR_CANCELLED;
-    }
+    const model *m = sh->to->s->m;
+    /* a choice's stream: its header, then runs of layer chunks from position 0 */
+    size_t hb = c->layer == 0 && c->pos0 == 0 ? PROTO_KV_HEADER_BYTES : 0;
+    size_t cb = proto_kv_chunk_bytes(c);
+    if (!cb) return ship_fail(sh, ACCEL_ERR_INVALID); /* a shape the format cannot carry */
+    sched_task *t = malloc(sizeof *t + hb + cb);
+    if (!t) return ship_fail(sh, ACCEL_ERR_NOMEM); /* host memory ran out */
     memset(t, 0, sizeof *t);
     t->kind = SCHED_TASK_CHUNK;
     t->r = sh->r;
     t->choice = sh->choice;
     t->heap = 1;
-    t->chunk = *c;
-    uint8_t *p = t->data;
-    memcpy(p, c->k, nv);
-    t->chunk.k = p;
-    memcpy(p + nv, c->v, nv);
-    t->chunk.v = p + nv;
-    memcpy(p + 2 * nv, c->k_scale, 2 * ns);
-    t->chunk.k_scale = (const uint16_t *)(p + 2 * nv);
-    memcpy(p + 2 * nv + 2 * ns, c->v_scale, 2 * ns);
-    t->chunk.v_scale = (const uint16_t *)(p + 2 * nv + 2 * ns);
+    if (hb) {
+        proto_kv_header h = {.n_layers = m->cfg.n_layers, .n_kv_heads = c->n_kv_heads,
+                             .head_dim = c->head_dim, .n_tokens = sh->r->choices[sh->choice].pf_n,
+                             .pos0 = 0, .dtype = c->dtype};
+        memcpy(h.fingerprint, m->fingerprint, sizeof h.fingerprint);
+        if (proto_kv_header_write(&h, t->data) < 0) {
+            free(t);
+            return ship_fail(sh, ACCEL_ERR_INVALID);
+        }
+    }
+    long long w = proto_kv_chunk_write(c, t->data + hb, cb);
+    if (w < 0) {
+        free(t);
+        return ship_fail(sh, ACCEL_ERR_INVALID);
+    }
+    t->len = hb + (size_t)w;
     sched_worker_push(sh->to, t);
     return ACCEL_OK;
 }
