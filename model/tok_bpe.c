@@ -252,7 +252,8 @@ static int cached_word(tok_work *w, const char *s, size_t n)
     if (c->mask) {
         for (size_t i = h & c->mask; c->hash[i]; i = (i + 1) & c->mask)
             if (c->hash[i] == h && c->key_len[i] == n && !memcmp(c->keys.p + c->key_off[i], s, n))
-                return model_tok_ids_put(&w->out, c->ids.p + c->ids_off[i], c->ids_len[i]);
+                return model_tok_ids_put(&w->out, c->ids_len[i] ? c->ids.p + c->ids_off[i] : NULL,
+                                         c->ids_len[i]);
     }
     size_t start = w->out.len;
     if (word(w, s, n)) return -1;
@@ -263,8 +264,10 @@ static int cached_word(tok_work *w, const char *s, size_t n)
     size_t i = h & c->mask;
     while (c->hash[i]) i = (i + 1) & c->mask;
     size_t ko = c->keys.len, io = c->ids.len;
+    /* a word may encode to no ids (no unk token): then out.p and ids.p may still be NULL, and
+     * NULL + 0 is undefined in C */
     if (model_tok_buf_put(&c->keys, s, n) ||
-        model_tok_ids_put(&c->ids, w->out.p + start, w->out.len - start))
+        model_tok_ids_put(&c->ids, w->out.len > start ? w->out.p + start : NULL, w->out.len - start))
         return -1;
     c->hash[i] = h;
     c->key_off[i] = (uint32_t)ko;

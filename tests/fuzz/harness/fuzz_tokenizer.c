@@ -101,10 +101,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int32_t *ids = NULL;
         size_t n = 0;
         if (model_tok_encode(t, txt, text_n, add_special, &ids, &n) != 0) abort(); /* OOM only */
-        for (size_t i = 0; i < n; i++) {
-            CHECK(ids[i] >= 0 && ids[i] < vocab);
-            CHECK(model_tok_piece(t, ids[i]) != NULL);
-        }
+        /* in range; not necessarily with a token: a post-processor may name a hole in the
+         * vocabulary, and tokenizers emits it as well */
+        for (size_t i = 0; i < n; i++) CHECK(ids[i] >= 0 && ids[i] < vocab);
         check_decode(t, ids, n, add_special);
         free(ids);
     }
