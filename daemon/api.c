@@ -673,6 +673,30 @@ static void on_token(dmn_api_req *a, const sched_event *ev)
     c->text_offset += ev->text_len;
 }
 
+/* The last chunk of a stream says where the request ended (the x-tandem-devices header went out
+ * before a failover could move it): "tandem": {"devices": "prefill=...; decode=...[; moved_from=
+ * ...]", "moves": N}, a field OpenAI clients ignore. json: a chunk object from proto/ (malloc'ed);
+ * returns it with the field, or as it was when memory is short. */
+static char *with_devices(const dmn_api_req *a, char *json)
+{
+    size_t n = json ? strlen(json) : 0;
+    if (!n || json[n - 1] != '}') return json;
+    char esc[2 * sizeof a->devices], tail[sizeof esc + 64];
+    size_t k = 0;
+    for (const char *p = a->devices; *p && k + 3 < sizeof esc; p++) {
+        if ((unsigned char)*p < 0x20) continue;
+        if (*p == '"' || *p == '\\') esc[k++] = '\\';
+        esc[k++] = *p;
+    }
+    esc[k] = 0;
+    int t = snprintf(tail, sizeof tail, ",\"tandem\":{\"devices\":\"%s\",\"moves\":%d}}", esc,
+                     a->moves);
+    char *out = t > 0 ? realloc(json, n + (size_t)t) : NULL;
+    if (!out) return json;
+    memcpy(out + n - 1, tail, (size_t)t + 1);
+    return out;
+}
+
 static void on_choice_done(dmn_api_req *a, const sched_event *ev)
 {
     if (ev->choice < 0 || ev->choice >= a->n) return;
@@ -681,7 +705,10 @@ static void on_choice_done(dmn_api_req *a, const sched_event *ev)
     a->finish = c->finish;
     if (a->stream) {
         proto_choice_out out = {ev->choice, NULL, 0, c->finish, 0, NULL, 0};
-        stream_event(a, proto_chunk_json(&a->meta, &out, !c->started, a->include_usage));
+        char *json = proto_chunk_json(&a->meta, &out, !c->started, a->include_usage);
+        int last = !a->include_usage; /* without a usage chunk, the last choice's finish is last */
+        for (int i = 0; i < a->n && last; i++) last = a->choices[i].finish != NULL;
+        stream_event(a, last ? with_devices(a, json) : json);
         c->started = 1;
     }
 }
@@ -712,7 +739,8 @@ static void on_done(dmn_api_req *a, const sched_event *ev)
     proto_usage u = {ev->prompt_tokens, ev->completion_tokens, ev->prefill_density >= 0,
                      ev->prefill_density};
     if (a->stream) {
-        if (a->include_usage) stream_event(a, proto_usage_chunk_json(&a->meta, &u));
+        if (a->include_usage)
+            stream_event(a, with_devices(a, proto_usage_chunk_json(&a->meta, &u)));
         stream_finish(a);
         a->t_answered = sched_now();
         a->cpu_own += thread_cpu() - c0;
