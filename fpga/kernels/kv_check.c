@@ -28,8 +28,7 @@ typedef struct ck_ctx {
     uint32_t part_tiles;
 } ck_ctx;
 
-static const uint8_t *ck_tile(const ck_ctx *c, uint32_t l, uint32_t h, uint32_t part,
-                              uint32_t tile)
+static const uint8_t *ck_tile(const ck_ctx *c, uint32_t l, uint32_t h, uint32_t part, uint32_t tile)
 {
     return c->ch[fpga_dec_stream_ch(&c->d, l, h, part)] + c->kv_off +
            fpga_dec_stream_off(&c->d, &c->lo, l, h, part, c->part_tiles) +
@@ -59,7 +58,8 @@ static uint32_t ck_layer(const ck_ctx *c, uint32_t l, uint32_t pos0, uint32_t n)
                 if (tile > last) last = tile;
             }
             if (first <= last)
-                fpga_k_read(ck_tile(c, l, h, b, first), (uint64_t)(last - first + 1) * c->lo.tile_bytes);
+                fpga_k_read(ck_tile(c, l, h, b, first),
+                            (uint64_t)(last - first + 1) * c->lo.tile_bytes);
         }
     uint32_t crc = 0;
     for (int sec = 0; sec < 4; sec++) {
