@@ -102,11 +102,13 @@ static void respond_error(dmn_api_req *a, enum proto_err e, const char *msg, con
 {
     const proto_err_row *row = proto_err_info(e);
     snprintf(a->err_code, sizeof a->err_code, "%s", row->code);
-    if (e == PROTO_ERR_QUEUE_FULL) {
+    if (e == PROTO_ERR_QUEUE_FULL || e == PROTO_ERR_DRAINING || e == PROTO_ERR_NOT_READY) {
         char ra[16];
         snprintf(ra, sizeof ra, "%d", a->d->cfg.retry_after);
         dmn_http_add_header(a->http, "Retry-After", ra);
     }
+    /* a draining daemon sends its clients elsewhere: this connection is not reused */
+    if (e == PROTO_ERR_DRAINING) dmn_http_add_header(a->http, "Connection", "close");
     if (e == PROTO_ERR_UNAUTHORIZED) dmn_http_add_header(a->http, "WWW-Authenticate", "Bearer");
     if (e == PROTO_ERR_METHOD) {
         const char *allow = a->route == ROUTE_COMPLETIONS || a->route == ROUTE_CHAT ? "POST" : "GET, HEAD";
@@ -174,8 +176,35 @@ static void api_free(dmn_api_req *a)
     }
 }
 
+/* Refusals under overload (429 queue full, 503 draining / not ready) come in floods: 10x
+ * overload wrote 606 MB of request lines in 100 s. The first refusal of each second is logged
+ * whole; the rest are counted and the count logged with the next one (loop thread only). */
+static struct {
+    double window;
+    unsigned suppressed;
+    int last_status;
+} refused_log;
+
+static int refusal_suppressed(int status)
+{
+    if (status != 429 && status != 503) return 0;
+    double now = sched_now();
+    if (now - refused_log.window < 1.0) {
+        refused_log.suppressed++;
+        refused_log.last_status = status;
+        return 1;
+    }
+    if (refused_log.suppressed)
+        dmn_log(DMN_LOG_WARN, "requests_refused", "suppressed=%u last_status=%d window_s=%.1f msg=\"refusals not logged one by one\"",
+                refused_log.suppressed, refused_log.last_status, now - refused_log.window);
+    refused_log.window = now;
+    refused_log.suppressed = 0;
+    return 0;
+}
+
 static void log_request(dmn_api_req *a, int completed)
 {
+    if (!a->t_started && refusal_suppressed(a->status)) return;
     char client[80], path[160];
     dmn_log_quote(client, sizeof client, dmn_http_client(a->http));
     dmn_log_quote(path, sizeof path, dmn_http_path(a->http));
@@ -183,8 +212,8 @@ static void log_request(dmn_api_req *a, int completed)
     double e2e = (a->t_done ? a->t_done : now) - a->t_arrival;
     /* The daemon's own share of the latency: body -> parse, template, tokenize, submit; and the
      * engine's last token -> the response handed to the HTTP layer (which writes it on the next
-     * loop turn). The completion notice itself is no measure: in keep-alive MHD only notices a
-     * finished response when the connection is next active. */
+     * loop turn). The completion notice itself is no measure of the write: it comes when the
+     * last bytes were handed to the kernel. */
     double own_in = a->t_submitted > 0 ? a->t_submitted - a->t_body : -1;
     double own_out = a->t_done > 0 && a->t_answered > 0 ? a->t_answered - a->t_done : -1;
     double own = own_in >= 0 && own_out >= 0 ? own_in + own_out : -1;

@@ -1,154 +1,853 @@
-/* daemon/http.c — libmicrohttpd under the libuv loop (see http.h for the design). */
+/* daemon/http.c — HTTP/1.1 listeners on the libuv loop (see http.h for the design). */
 #include "daemon/http.h"
 #include "daemon/buf.h"
+#include "daemon/http_parse.h"
 #include "daemon/log.h"
+#include "proto/errors.h"
 #include <arpa/inet.h>
-#include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
+#include <time.h>
 
-/* Bytes MHD asks the content reader for at most; SSE chunks are far smaller. */
-#define STREAM_BLOCK (16 * 1024)
+/* One read's worth; the loop reads one socket at a time, so one buffer per listener serves all. */
+#define READ_CHUNK (64 * 1024)
+/* How long a connection closed after an error keeps draining what the client still sends, so the
+ * client reads our answer instead of a reset (nginx's lingering_close does the same, 5 s). */
+#define LINGER_MS 2000
+/* Bytes queued for a client that does not read them: past this the client is treated as gone.
+ * An SSE token event is ~200 bytes; 4 MiB is minutes of tokens. */
+#define MAX_PENDING_OUT (4u << 20)
+
+typedef struct conn conn;
+
+enum conn_state {
+    CS_IDLE,    /* keep-alive: waiting for the next request's first byte (timeout_s) */
+    CS_HEAD,    /* receiving a request head (recv deadline) */
+    CS_BODY,    /* receiving a body (recv deadline) */
+    CS_HANDLER, /* the request is with the handler / its response is being written */
+    CS_LINGER,  /* answered, write side shut: draining input until EOF or LINGER_MS */
+};
+
+typedef struct probe probe;
 
 struct dmn_http {
     uv_loop_t *loop;
     dmn_http_cfg cfg;
     char name[16];
     dmn_http_handler h;
-    struct MHD_Daemon *mhd;
-    uv_poll_t poll;
-    uv_timer_t timer;
-    int handles_open;
-    int port;
-    int quiesced;
+    uv_tcp_t listener;
+    int listening;
+    int handles; /* open uv handles: the listener, 2 per connection, 2 per probe */
     int closing;
-    dmn_http_req *reqs;
+    int port;
+    struct sockaddr_storage bound;
+    conn *conns;
+    int n_conns;     /* connections counted against the limits */
+    int n_lingering; /* refused connections draining before close */
     int n_active;
+    probe *probe;
+    int probe_fails;
+    double probe_fail_since;
+    struct sockaddr_storage probe_addr; /* the probe's own end, to recognise it when accepted */
+    int probe_addr_set;
+    /* refusals are logged at most once a second, with a count (a flood must not fill the disk) */
+    double refused_window;
+    unsigned refused_n;
+    const char *refused_last;
+    char rbuf[READ_CHUNK];
 };
 
 struct dmn_http_req {
     dmn_http *h;
-    struct MHD_Connection *conn;
-    dmn_http_req *prev, *next;
-    char method[16];
+    conn *c;
+    char *headbuf; /* the request head, parsed in place (head's strings point into it) */
+    dmn_http_head head;
     char *path;
     char client[INET6_ADDRSTRLEN + 8];
     dmn_buf body;
-    int too_large;
-    int in_body;      /* on_body was called */
-    int suspended;
-    uv_poll_t *watch; /* hang-up watch while suspended (NULL until first needed) */
-    int fd;
-    char **hdrs;      /* name, value, name, value ... */
+    dmn_http_chunked ck;
+    unsigned long long cl_left;
+    int has_body, in_body, is_head;
+    char **hdrs; /* response headers: name, value, name, value ... */
     int n_hdrs;
-    struct MHD_Response *resp; /* built, not yet queued */
-    unsigned status;
-    int responded;
-    int streaming, stream_end;
-    dmn_buf out;
+    int close_after;
+    int responded, streaming, chunked_out, stream_end;
+    int gone, notified;
     double last_write;
-    int gone;         /* the client hung up, or the request ended */
-    int notified;     /* on_close was called */
-    int refs;         /* MHD's con_cls + the stream response */
     void *data;
 };
 
-static void run_mhd(dmn_http *h);
-static void on_timer(uv_timer_t *t);
+struct conn {
+    dmn_http *h;
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_shutdown_t shut;
+    conn *prev, *next;
+    int counted, lingering, is_probe;
+    enum conn_state st;
+    struct sockaddr_storage peer;
+    char client[INET6_ADDRSTRLEN + 8];
+    dmn_buf in;          /* received, not yet parsed (in.off: consumed) */
+    double since;        /* loop seconds: the request's first byte (HEAD/BODY) or idle start */
+    dmn_http_req *req;
+    int keep_alive;
+    int reading, closing, handles;
+    unsigned long long body_total;
+};
 
-/* ---------------------------------------------------------------- request objects */
+typedef struct wreq {
+    uv_write_t w;
+    conn *c;
+    int final; /* the response's last bytes */
+    size_t len;
+    char data[];
+} wreq;
 
-static void watch_closed(uv_handle_t *hd)
+static void conn_close(conn *c);
+static void process(conn *c);
+static void arm(conn *c);
+static void on_alloc(uv_handle_t *hd, size_t want, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static void on_shutdown(uv_shutdown_t *req, int status)
 {
-    free(hd);
+    (void)req;
+    (void)status; /* the linger timer or the client's EOF closes the connection */
 }
 
-static void watch_stop(dmn_http_req *r)
+static double now_s(const dmn_http *h)
 {
-    if (r->watch && uv_is_active((uv_handle_t *)r->watch)) uv_poll_stop(r->watch);
+    return (double)uv_now(h->loop) / 1e3;
 }
 
-static void unref(dmn_http_req *r)
+/* ---------------------------------------------------------------- refusal log */
+
+static void log_refused(dmn_http *h, const char *client, const char *why)
 {
-    if (--r->refs > 0) return;
-    if (r->watch) {
-        uv_poll_stop(r->watch);
-        uv_close((uv_handle_t *)r->watch, watch_closed);
+    double now = now_s(h);
+    if (now - h->refused_window < 1.0) {
+        h->refused_n++;
+        h->refused_last = why;
+        return;
     }
-    for (int i = 0; i < r->n_hdrs * 2; i++) free(r->hdrs[i]);
-    free(r->hdrs);
-    if (r->resp) MHD_destroy_response(r->resp);
-    dmn_buf_deinit(&r->body);
-    dmn_buf_deinit(&r->out);
-    free(r->path);
-    free(r);
+    char q[160], cq[80];
+    if (h->refused_n)
+        dmn_log(DMN_LOG_WARN, "http_refused", "listener=%s suppressed=%u last=%s", h->name, h->refused_n,
+                dmn_log_quote(q, sizeof q, h->refused_last ? h->refused_last : "-"));
+    dmn_log(DMN_LOG_WARN, "http_refused", "listener=%s client=%s reason=%s", h->name,
+            dmn_log_quote(cq, sizeof cq, client), dmn_log_quote(q, sizeof q, why));
+    h->refused_window = now;
+    h->refused_n = 0;
 }
+
+/* ---------------------------------------------------------------- writing */
+
+static void date_header(char *out, size_t n)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, n, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+}
+
+static void on_written(uv_write_t *w, int status);
+
+/* Queues a + b as one write. final: these are the response's last bytes. */
+static void conn_write(conn *c, const char *a, size_t na, const char *b, size_t nb, int final)
+{
+    if (c->closing) return;
+    wreq *wr = malloc(sizeof *wr + na + nb);
+    if (!wr) {
+        conn_close(c);
+        return;
+    }
+    wr->c = c;
+    wr->final = final;
+    wr->len = na + nb;
+    if (na) memcpy(wr->data, a, na);
+    if (nb) memcpy(wr->data + na, b, nb);
+    uv_buf_t buf = uv_buf_init(wr->data, (unsigned)wr->len);
+    if (uv_write(&wr->w, (uv_stream_t *)&c->tcp, &buf, 1, on_written) != 0) {
+        free(wr);
+        conn_close(c);
+    }
+}
+
+/* The head of a response: status line, Date, the framing, the handler's headers. clen < 0: the
+ * body is streamed (chunked on HTTP/1.1, close-delimited on HTTP/1.0). */
+static void build_head(dmn_buf *b, int status, const char *ctype, long long clen, int chunked,
+                       char **hdrs, int n_hdrs, int close_after, int extra_no_cache)
+{
+    char date[64];
+    date_header(date, sizeof date);
+    dmn_buf_printf(b, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status, dmn_http_reason(status), date);
+    if (ctype) dmn_buf_printf(b, "Content-Type: %s\r\n", ctype);
+    if (clen >= 0) dmn_buf_printf(b, "Content-Length: %lld\r\n", clen);
+    else if (chunked) dmn_buf_str(b, "Transfer-Encoding: chunked\r\n");
+    if (extra_no_cache) /* proxies must not buffer an event stream (nginx honours X-Accel-Buffering) */
+        dmn_buf_str(b, "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+    int has_conn = 0;
+    for (int i = 0; i < n_hdrs; i++) {
+        if (!strcasecmp(hdrs[2 * i], "Connection")) has_conn = 1;
+        dmn_buf_printf(b, "%s: %s\r\n", hdrs[2 * i], hdrs[2 * i + 1]);
+    }
+    if (close_after && !has_conn) dmn_buf_str(b, "Connection: close\r\n");
+    dmn_buf_str(b, "\r\n");
+}
+
+static enum proto_err err_of_status(int status)
+{
+    switch (status) {
+    case 408: return PROTO_ERR_RECV_TIMEOUT;
+    case 413: return PROTO_ERR_TOO_LARGE;
+    case 414: return PROTO_ERR_URI_TOO_LONG;
+    case 429: return PROTO_ERR_CONNS_PER_IP;
+    case 431: return PROTO_ERR_HEADERS_TOO_LARGE;
+    case 501: return PROTO_ERR_NOT_IMPLEMENTED;
+    case 503: return PROTO_ERR_CONNS_FULL;
+    case 505: return PROTO_ERR_HTTP_VERSION;
+    }
+    return PROTO_ERR_BAD_REQUEST;
+}
+
+/* An error written by the listener itself (no handler saw the request, or it cannot go on):
+ * one JSON response, then the connection closes. */
+static void conn_error(conn *c, int status, const char *why)
+{
+    if (c->closing || c->st == CS_LINGER) return;
+    char *json = proto_err_json(err_of_status(status), why, NULL);
+    dmn_buf b;
+    dmn_buf_init(&b);
+    char *hdr[2] = {"Retry-After", "1"};
+    build_head(&b, status, "application/json", json ? (long long)strlen(json) : 0, 0, hdr,
+               status == 503 || status == 429, 1, 0);
+    c->keep_alive = 0;
+    c->st = CS_HANDLER;
+    conn_write(c, b.p, b.len, json, json ? strlen(json) : 0, 1);
+    dmn_buf_deinit(&b);
+    free(json);
+    log_refused(c->h, c->client, why);
+}
+
+/* ---------------------------------------------------------------- requests */
 
 static void notify_close(dmn_http_req *r, int completed)
 {
     if (r->notified) return;
     r->notified = 1;
     r->gone = 1;
-    if (r->h->h.on_close) r->h->h.on_close(r->h->h.ctx, r, completed);
-}
-
-static void resume(dmn_http_req *r)
-{
-    if (!r->suspended) return;
-    watch_stop(r);
-    r->suspended = 0;
-    MHD_resume_connection(r->conn);
-    /* In external polling MHD only notices a resumed connection when it runs next: run it on
-     * the next loop turn (not here: this may be called from inside an MHD callback). */
-    if (r->h->mhd && !r->h->closing) uv_timer_start(&r->h->timer, on_timer, 0, 0);
-}
-
-static void on_watch(uv_poll_t *p, int status, int events)
-{
-    dmn_http_req *r = p->data;
-    if (status < 0 || (events & UV_DISCONNECT)) {
-        watch_stop(r);
-        /* Tell the owner now (it cancels its work), then let MHD see the closed socket. */
-        notify_close(r, 0);
-        resume(r);
+    dmn_http *h = r->h;
+    if (!r->c || !r->c->is_probe) {
+        h->n_active--;
+        if (h->h.on_close) h->h.on_close(h->h.ctx, r, completed);
     }
 }
 
-static void suspend(dmn_http_req *r)
+static void req_free(dmn_http_req *r)
 {
-    if (r->suspended) return;
-    MHD_suspend_connection(r->conn);
-    r->suspended = 1;
-    if (!r->watch && r->fd >= 0) {
-        r->watch = malloc(sizeof *r->watch);
-        if (r->watch && uv_poll_init(r->h->loop, r->watch, r->fd) != 0) {
-            free(r->watch);
-            r->watch = NULL;
+    for (int i = 0; i < r->n_hdrs * 2; i++) free(r->hdrs[i]);
+    free(r->hdrs);
+    dmn_buf_deinit(&r->body);
+    free(r->path);
+    free(r->headbuf);
+    free(r);
+}
+
+/* The response's last bytes are written: the request is over; the connection carries the next
+ * one, or closes. */
+static void response_done(conn *c)
+{
+    dmn_http_req *r = c->req;
+    c->req = NULL;
+    if (r) {
+        notify_close(r, 1);
+        req_free(r);
+    }
+    if (c->closing) return;
+    if (!c->keep_alive || c->h->closing) {
+        /* lingering close: FIN now, drain what the client still sends, then close */
+        c->st = CS_LINGER;
+        if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+            conn_close(c);
+            return;
         }
-        if (r->watch) r->watch->data = r;
+        arm(c);
+        if (!c->reading && uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = 1;
+        return;
     }
-    if (r->watch) uv_poll_start(r->watch, UV_DISCONNECT, on_watch);
+    c->st = CS_IDLE;
+    c->since = now_s(c->h);
+    process(c);
 }
 
-static void add_headers(dmn_http_req *r, struct MHD_Response *resp)
+static void on_written(uv_write_t *w, int status)
 {
-    for (int i = 0; i < r->n_hdrs; i++) MHD_add_response_header(resp, r->hdrs[2 * i], r->hdrs[2 * i + 1]);
+    wreq *wr = (wreq *)w;
+    conn *c = wr->c;
+    int final = wr->final;
+    free(wr);
+    if (c->closing) return;
+    if (status < 0) {
+        conn_close(c); /* the client went away mid-response */
+        return;
+    }
+    if (c->req) c->req->last_write = now_s(c->h);
+    if (final) response_done(c);
 }
 
-static enum MHD_Result queue_pending(dmn_http_req *r)
+/* ---------------------------------------------------------------- timers */
+
+static void on_timer(uv_timer_t *t);
+
+static void arm(conn *c)
 {
-    enum MHD_Result ret = MHD_queue_response(r->conn, r->status, r->resp);
-    MHD_destroy_response(r->resp);
-    r->resp = NULL;
-    return ret;
+    dmn_http *h = c->h;
+    double left;
+    switch (c->st) {
+    case CS_IDLE: left = h->cfg.timeout_s - (now_s(h) - c->since); break;
+    case CS_HEAD:
+    case CS_BODY: left = h->cfg.recv_timeout_s - (now_s(h) - c->since); break;
+    case CS_LINGER: left = LINGER_MS / 1e3; break;
+    default:
+        /* with the handler: a response that makes no progress (the client reads nothing)
+         * is checked every timeout_s */
+        left = h->cfg.timeout_s;
+        break;
+    }
+    if (left < 0) left = 0;
+    uv_timer_start(&c->timer, on_timer, (uint64_t)(left * 1e3) + 1, 0);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    conn *c = t->data;
+    dmn_http *h = c->h;
+    if (c->closing) return;
+    switch (c->st) {
+    case CS_IDLE:
+        if (now_s(h) - c->since >= h->cfg.timeout_s) conn_close(c);
+        else arm(c);
+        break;
+    case CS_HEAD:
+    case CS_BODY:
+        if (now_s(h) - c->since >= h->cfg.recv_timeout_s) {
+            if (c->req) {
+                notify_close(c->req, 0);
+            }
+            conn_error(c, 408, c->st == CS_BODY ? "the request body did not arrive in time"
+                                                : "the request head did not arrive in time");
+        } else {
+            arm(c);
+        }
+        break;
+    case CS_HANDLER:
+        if (c->req && c->req->responded && c->tcp.write_queue_size > 0 &&
+            now_s(h) - c->req->last_write >= h->cfg.timeout_s) {
+            conn_close(c); /* the client stopped reading its response */
+            return;
+        }
+        arm(c);
+        break;
+    case CS_LINGER:
+        conn_close(c);
+        break;
+    }
+}
+
+/* ---------------------------------------------------------------- reading and framing */
+
+static void on_alloc(uv_handle_t *hd, size_t want, uv_buf_t *buf)
+{
+    conn *c = hd->data;
+    *buf = uv_buf_init(c->h->rbuf, sizeof c->h->rbuf);
+}
+
+static void emit_body(void *ctx, const char *data, size_t len)
+{
+    dmn_buf_add(&((dmn_http_req *)ctx)->body, data, len);
+}
+
+static void call_body(conn *c)
+{
+    dmn_http_req *r = c->req;
+    c->st = CS_HANDLER;
+    arm(c);
+    r->in_body = 1;
+    if (r->body.oom) {
+        dmn_http_respond(r, 500, "application/json",
+                         "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":\"internal_error\"}}",
+                         99);
+        return;
+    }
+    c->h->h.on_body(c->h->h.ctx, r);
+}
+
+/* A whole head is in c->in[off, off+len): parse it and hand the request over. */
+static void start_request(conn *c, const char *p, size_t len)
+{
+    dmn_http *h = c->h;
+    dmn_http_req *r = calloc(1, sizeof *r);
+    char *hb = malloc(len + 1);
+    if (!r || !hb) {
+        free(r);
+        free(hb);
+        conn_close(c);
+        return;
+    }
+    memcpy(hb, p, len);
+    hb[len] = 0;
+    const char *why;
+    int st = dmn_http_parse_head(hb, len, h->cfg.max_body, &r->head, &why);
+    if (st) {
+        free(hb);
+        free(r);
+        conn_error(c, st, why);
+        return;
+    }
+    r->headbuf = hb;
+    r->h = h;
+    r->c = c;
+    r->path = strndup(r->head.target, strcspn(r->head.target, "?"));
+    if (!r->path) {
+        req_free(r);
+        conn_close(c);
+        return;
+    }
+    snprintf(r->client, sizeof r->client, "%s", c->client);
+    r->is_head = !strcmp(r->head.method, "HEAD");
+    r->has_body = r->head.chunked || r->head.content_length > 0;
+    r->cl_left = r->head.content_length > 0 ? (unsigned long long)r->head.content_length : 0;
+    c->keep_alive = r->head.keep_alive;
+    c->req = r;
+    c->body_total = 0;
+    c->st = CS_HANDLER; /* until the body is wanted */
+    if (c->is_probe) {
+        static const char ok[] = "{\"status\":\"ok\"}";
+        dmn_http_add_header(r, "Connection", "close");
+        dmn_http_respond(r, 200, "application/json", ok, sizeof ok - 1);
+        return;
+    }
+    h->n_active++;
+    if (h->h.on_headers) h->h.on_headers(h->h.ctx, r);
+    if (c->closing || c->req != r) return;
+    if (r->responded) {
+        /* answered from the head: a body is not read (the connection closes after the answer,
+         * set when the response was built) */
+        return;
+    }
+    if (r->has_body) {
+        c->st = CS_BODY; /* the recv deadline still runs from the head's first byte */
+        arm(c);
+        if (r->head.expect_continue && r->head.minor == 1) {
+            static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            conn_write(c, cont, sizeof cont - 1, NULL, 0, 0);
+        }
+        return;
+    }
+    call_body(c);
+}
+
+/* Parses what has arrived, as far as the connection's state allows. */
+static void process(conn *c)
+{
+    dmn_http *h = c->h;
+    while (!c->closing) {
+        const char *p = c->in.p ? c->in.p + c->in.off : NULL;
+        size_t n = dmn_buf_pending(&c->in);
+        if (c->st == CS_IDLE || c->st == CS_HEAD) {
+            if (c->st == CS_IDLE) {
+                /* skip the CR LFs a client may send between requests */
+                size_t k = 0;
+                while (k + 1 < n && p[k] == '\r' && p[k + 1] == '\n') k += 2;
+                if (k) dmn_buf_consume(&c->in, k);
+                p = c->in.p ? c->in.p + c->in.off : NULL;
+                n = dmn_buf_pending(&c->in);
+                if (!n) {
+                    arm(c);
+                    return;
+                }
+                c->st = CS_HEAD;
+                c->since = now_s(h);
+                arm(c);
+            }
+            long e = dmn_http_head_end(p, n);
+            if (e < 0) {
+                conn_error(c, 400, "a bare LF ends a line of the request head (CR LF expected)");
+                return;
+            }
+            if (e == 0 || (size_t)e > h->cfg.mem_limit) {
+                if (n > h->cfg.mem_limit || (size_t)e > h->cfg.mem_limit) {
+                    int in_line = memchr(p, '\n', n < h->cfg.mem_limit ? n : h->cfg.mem_limit) == NULL;
+                    conn_error(c, in_line ? 414 : 431,
+                               in_line ? "the request line is longer than this server accepts"
+                                       : "the request head is larger than this server accepts");
+                }
+                return;
+            }
+            start_request(c, p, (size_t)e);
+            if (!c->closing && c->st != CS_LINGER) dmn_buf_consume(&c->in, (size_t)e);
+            continue;
+        }
+        if (c->st == CS_BODY) {
+            dmn_http_req *r = c->req;
+            if (!n) return;
+            size_t used = 0;
+            int done;
+            if (r->head.chunked) {
+                const char *why;
+                done = dmn_http_chunked_feed(&r->ck, p, n, &used, &c->body_total, h->cfg.max_body,
+                                             emit_body, r, &why);
+                if (done > 1) {
+                    dmn_buf_consume(&c->in, used);
+                    notify_close(r, 0);
+                    conn_error(c, done, why);
+                    return;
+                }
+            } else {
+                used = n < r->cl_left ? n : (size_t)r->cl_left;
+                dmn_buf_add(&r->body, p, used);
+                r->cl_left -= used;
+                done = r->cl_left == 0;
+            }
+            dmn_buf_consume(&c->in, used);
+            if (!done) return;
+            call_body(c);
+            continue;
+        }
+        return; /* CS_HANDLER: pipelined bytes wait; CS_LINGER: discarded on read */
+    }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    conn *c = s->data;
+    dmn_http *h = c->h;
+    if (c->closing || nread == 0) return;
+    if (nread < 0) {
+        /* EOF or a reset: a request with the handler ends now (it is cancelled) */
+        conn_close(c);
+        return;
+    }
+    if (c->st == CS_LINGER) return;
+    if (c->in.off) {
+        /* what is left of the last read goes to the front: a long keep-alive connection must
+         * not creep through memory */
+        size_t n = dmn_buf_pending(&c->in);
+        memmove(c->in.p, c->in.p + c->in.off, n);
+        c->in.len = n;
+        c->in.off = 0;
+    }
+    dmn_buf_add(&c->in, buf->base, (size_t)nread);
+    if (c->in.oom) {
+        conn_close(c);
+        return;
+    }
+    if (c->st == CS_HANDLER) {
+        /* pipelined bytes of the next request: keep at most one head's worth, then stop reading
+         * (a hang-up is then noticed when the response is written) */
+        if (dmn_buf_pending(&c->in) > h->cfg.mem_limit + READ_CHUNK) {
+            uv_read_stop(s);
+            c->reading = 0;
+        }
+        return;
+    }
+    process(c);
+}
+
+/* ---------------------------------------------------------------- connections */
+
+static void conn_handle_closed(uv_handle_t *hd)
+{
+    conn *c = hd->data;
+    dmn_http *h = c->h;
+    h->handles--;
+    if (--c->handles == 0) {
+        dmn_buf_deinit(&c->in);
+        free(c);
+    }
+    if (h->closing && h->handles == 0) free(h);
+}
+
+static void conn_close(conn *c)
+{
+    if (c->closing) return;
+    dmn_http *h = c->h;
+    c->closing = 1;
+    if (c->req) {
+        notify_close(c->req, 0);
+        req_free(c->req);
+        c->req = NULL;
+    }
+    if (c->prev) c->prev->next = c->next;
+    else if (h->conns == c) h->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    if (c->counted) h->n_conns--;
+    if (c->lingering) h->n_lingering--;
+    uv_timer_stop(&c->timer);
+    uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+    uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
+}
+
+static int same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family) return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+    return 0;
+}
+
+static int same_endpoint(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (!same_host(a, b)) return 0;
+    if (a->ss_family == AF_INET) return ((const struct sockaddr_in *)a)->sin_port == ((const struct sockaddr_in *)b)->sin_port;
+    return ((const struct sockaddr_in6 *)a)->sin6_port == ((const struct sockaddr_in6 *)b)->sin6_port;
+}
+
+/* The connection to give up for a newcomer: the one that has been sending its request (or sat
+ * idle between requests) the longest, of one address (peer) or of all (NULL). A connection whose
+ * request is with the handler is never chosen: it is doing real work. */
+static conn *oldest_receiving(dmn_http *h, const struct sockaddr_storage *peer)
+{
+    conn *best = NULL;
+    for (conn *c = h->conns; c; c = c->next) {
+        if (!c->counted || c->closing) continue;
+        if (c->st != CS_IDLE && c->st != CS_HEAD && c->st != CS_BODY) continue;
+        if (peer && !same_host(&c->peer, peer)) continue;
+        if (!best || c->since < best->since) best = c;
+    }
+    return best;
+}
+
+static int count_host(dmn_http *h, const struct sockaddr_storage *peer)
+{
+    int n = 0;
+    for (conn *c = h->conns; c; c = c->next)
+        if (c->counted && !c->closing && same_host(&c->peer, peer)) n++;
+    return n;
+}
+
+static void evict(conn *victim, const char *why)
+{
+    log_refused(victim->h, victim->client, why);
+    if (victim->req) notify_close(victim->req, 0);
+    conn_error(victim, 408, why);
+}
+
+static void on_connection(uv_stream_t *srv, int status)
+{
+    dmn_http *h = srv->data;
+    if (status < 0 || h->closing) {
+        if (status < 0) log_refused(h, "-", uv_strerror(status)); /* EMFILE and the like */
+        return;
+    }
+    conn *c = calloc(1, sizeof *c);
+    if (!c) return;
+    c->h = h;
+    uv_tcp_init(h->loop, &c->tcp);
+    uv_timer_init(h->loop, &c->timer);
+    c->tcp.data = c->timer.data = c;
+    c->handles = 2;
+    h->handles += 2;
+    c->next = h->conns;
+    if (h->conns) h->conns->prev = c;
+    h->conns = c;
+    if (uv_accept(srv, (uv_stream_t *)&c->tcp) != 0) {
+        conn_close(c);
+        return;
+    }
+    int alen = sizeof c->peer;
+    uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &alen);
+    if (c->peer.ss_family == AF_INET) uv_ip4_name((struct sockaddr_in *)&c->peer, c->client, sizeof c->client);
+    else if (c->peer.ss_family == AF_INET6) uv_ip6_name((struct sockaddr_in6 *)&c->peer, c->client, sizeof c->client);
+    uv_tcp_nodelay(&c->tcp, 1);
+    c->st = CS_HEAD; /* a new connection owes its first request within the recv deadline */
+    c->since = now_s(h);
+    c->keep_alive = 1;
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = 1;
+    if (h->probe_addr_set && same_endpoint(&c->peer, &h->probe_addr)) {
+        c->is_probe = 1; /* not counted, not limited; answered in start_request */
+        arm(c);
+        return;
+    }
+    /* the limits: make room by closing the slowest sender, else refuse the newcomer */
+    if (h->cfg.max_conns_per_ip > 0 && count_host(h, &c->peer) >= h->cfg.max_conns_per_ip) {
+        conn *v = oldest_receiving(h, &c->peer);
+        if (v) {
+            evict(v, "closed for a newer connection of the same address (per-address connection limit)");
+        } else {
+            c->lingering = 1;
+            h->n_lingering++;
+            conn_error(c, 429, "too many connections from this address");
+            return;
+        }
+    }
+    if (h->n_conns >= h->cfg.max_conns) {
+        conn *v = oldest_receiving(h, NULL);
+        if (v) {
+            evict(v, "closed for a newer connection (connection limit reached)");
+        } else {
+            if (h->n_lingering >= h->cfg.max_conns) {
+                conn_close(c);
+                return;
+            }
+            c->lingering = 1;
+            h->n_lingering++;
+            conn_error(c, 503, "the server holds as many connections as it accepts; retry shortly");
+            return;
+        }
+    }
+    c->counted = 1;
+    h->n_conns++;
+    arm(c);
+}
+
+/* ---------------------------------------------------------------- the self-probe */
+
+struct probe {
+    dmn_http *h;
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_connect_t creq;
+    uv_write_t wreq;
+    int handles;
+    int done;
+    char resp[64];
+    size_t n;
+};
+
+static const char probe_req[] = "GET /health HTTP/1.1\r\nHost: tandem-self-probe\r\nConnection: close\r\n\r\n";
+
+static void probe_handle_closed(uv_handle_t *hd)
+{
+    probe *p = hd->data;
+    dmn_http *h = p->h;
+    h->handles--;
+    if (--p->handles == 0) free(p);
+    if (h->closing && h->handles == 0) free(h);
+}
+
+static void probe_finish(probe *p, int ok)
+{
+    if (p->done) return;
+    p->done = 1;
+    dmn_http *h = p->h;
+    if (h->probe == p) h->probe = NULL;
+    h->probe_addr_set = 0;
+    if (!h->closing) {
+        if (ok) {
+            if (h->probe_fails) dmn_log(DMN_LOG_INFO, "http_probe", "listener=%s ok=1 after_failures=%d", h->name, h->probe_fails);
+            h->probe_fails = 0;
+        } else {
+            if (!h->probe_fails++) h->probe_fail_since = now_s(h);
+            dmn_log(DMN_LOG_ERROR, "http_probe", "listener=%s ok=0 failures=%d msg=\"the listener did not answer its self-probe\"",
+                    h->name, h->probe_fails);
+        }
+    }
+    uv_timer_stop(&p->timer);
+    uv_close((uv_handle_t *)&p->timer, probe_handle_closed);
+    uv_close((uv_handle_t *)&p->tcp, probe_handle_closed);
+}
+
+static void probe_alloc(uv_handle_t *hd, size_t want, uv_buf_t *buf)
+{
+    probe *p = hd->data;
+    *buf = uv_buf_init(p->h->rbuf, sizeof p->h->rbuf);
+}
+
+static void probe_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    probe *p = s->data;
+    if (p->done) return;
+    if (nread > 0) {
+        size_t k = (size_t)nread;
+        if (k > sizeof p->resp - 1 - p->n) k = sizeof p->resp - 1 - p->n;
+        memcpy(p->resp + p->n, buf->base, k);
+        p->n += k;
+        p->resp[p->n] = 0;
+        if (!strncmp(p->resp, "HTTP/1.1 200 ", p->n < 13 ? p->n : 13) && p->n >= 13) probe_finish(p, 1);
+        else if (p->n >= 13) probe_finish(p, 0);
+        return;
+    }
+    if (nread < 0) probe_finish(p, 0);
+}
+
+static void probe_written(uv_write_t *w, int status)
+{
+    probe *p = w->data;
+    if (status < 0) probe_finish(p, 0);
+}
+
+static void probe_connected(uv_connect_t *cr, int status)
+{
+    probe *p = cr->data;
+    if (p->done) return;
+    if (status < 0) {
+        probe_finish(p, 0);
+        return;
+    }
+    uv_buf_t b = uv_buf_init((char *)probe_req, sizeof probe_req - 1);
+    p->wreq.data = p;
+    if (uv_write(&p->wreq, (uv_stream_t *)&p->tcp, &b, 1, probe_written) != 0 ||
+        uv_read_start((uv_stream_t *)&p->tcp, probe_alloc, probe_read) != 0)
+        probe_finish(p, 0);
+}
+
+static void probe_timeout(uv_timer_t *t)
+{
+    probe_finish(t->data, 0);
+}
+
+void dmn_http_probe(dmn_http *h, unsigned timeout_ms)
+{
+    if (h->probe || h->closing || !h->listening) return;
+    probe *p = calloc(1, sizeof *p);
+    if (!p) return;
+    p->h = h;
+    uv_tcp_init(h->loop, &p->tcp);
+    uv_timer_init(h->loop, &p->timer);
+    p->tcp.data = p->timer.data = p->creq.data = p;
+    p->handles = 2;
+    h->handles += 2;
+    h->probe = p;
+    /* to the listener's address, or loopback when it listens on every address */
+    struct sockaddr_storage to = h->bound, from;
+    memset(&from, 0, sizeof from);
+    if (to.ss_family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&to;
+        if (!memcmp(&a->sin6_addr, &in6addr_any, 16)) a->sin6_addr = in6addr_loopback;
+        uv_ip6_addr("::", 0, (struct sockaddr_in6 *)&from);
+        ((struct sockaddr_in6 *)&from)->sin6_addr = a->sin6_addr;
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&to;
+        if (a->sin_addr.s_addr == htonl(INADDR_ANY)) a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        uv_ip4_addr("0.0.0.0", 0, (struct sockaddr_in *)&from);
+        ((struct sockaddr_in *)&from)->sin_addr = a->sin_addr;
+    }
+    /* bind first, so the accepting side knows the probe by its address before it arrives */
+    int alen = sizeof h->probe_addr;
+    if (uv_tcp_bind(&p->tcp, (struct sockaddr *)&from, 0) != 0 ||
+        uv_tcp_getsockname(&p->tcp, (struct sockaddr *)&h->probe_addr, &alen) != 0) {
+        probe_finish(p, 0);
+        return;
+    }
+    h->probe_addr_set = 1;
+    uv_timer_start(&p->timer, probe_timeout, timeout_ms, 0);
+    if (uv_tcp_connect(&p->creq, &p->tcp, (struct sockaddr *)&to, probe_connected) != 0) probe_finish(p, 0);
+}
+
+int dmn_http_probe_failing(const dmn_http *h, double *since)
+{
+    if (since) *since = h->probe_fails ? h->probe_fail_since : 0;
+    return h->probe_fails;
 }
 
 /* ---------------------------------------------------------------- public request API */
 
-const char *dmn_http_method(const dmn_http_req *r) { return r->method; }
+const char *dmn_http_method(const dmn_http_req *r) { return r->head.method; }
 const char *dmn_http_path(const dmn_http_req *r) { return r->path; }
 const char *dmn_http_client(const dmn_http_req *r) { return r->client; }
 void dmn_http_set_data(dmn_http_req *r, void *data) { r->data = data; }
@@ -157,7 +856,7 @@ int dmn_http_responded(const dmn_http_req *r) { return r->responded; }
 
 const char *dmn_http_header(const dmn_http_req *r, const char *name)
 {
-    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+    return dmn_http_head_get(&r->head, name);
 }
 
 const char *dmn_http_body(const dmn_http_req *r, size_t *len)
@@ -169,6 +868,8 @@ const char *dmn_http_body(const dmn_http_req *r, size_t *len)
 void dmn_http_add_header(dmn_http_req *r, const char *name, const char *value)
 {
     if (r->responded) return;
+    /* a header must not smuggle a line break into the response */
+    if (strpbrk(name, "\r\n:") || strpbrk(value, "\r\n")) return;
     char **p = realloc(r->hdrs, sizeof(char *) * 2 * (size_t)(r->n_hdrs + 1));
     if (!p) return;
     r->hdrs = p;
@@ -179,253 +880,102 @@ void dmn_http_add_header(dmn_http_req *r, const char *name, const char *value)
         free(p[2 * r->n_hdrs + 1]);
         return;
     }
+    if (!strcasecmp(name, "Connection") && strcasestr(value, "close")) r->close_after = 1;
     r->n_hdrs++;
+}
+
+/* Whether the connection closes after this response: asked for by either side, HTTP/1.0 without
+ * keep-alive, a body left unread (answered from the head), or the listener closing. */
+static int closes_after(dmn_http_req *r)
+{
+    conn *c = r->c;
+    if (r->close_after || !c->keep_alive || c->h->closing || (r->has_body && !r->in_body)) c->keep_alive = 0;
+    return !c->keep_alive;
 }
 
 void dmn_http_respond(dmn_http_req *r, int status, const char *content_type, const char *body,
                       size_t len)
 {
-    if (r->responded || r->gone) return;
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (!resp) return; /* out of memory: the connection is closed when MHD gets no response */
-    if (content_type) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-    add_headers(r, resp);
-    r->resp = resp;
-    r->status = (unsigned)status;
+    if (r->responded || r->gone || !r->c || r->c->closing) return;
+    conn *c = r->c;
     r->responded = 1;
-    resume(r);
-}
-
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    dmn_http_req *r = cls;
-    if (r->gone) return MHD_CONTENT_READER_END_WITH_ERROR;
-    size_t n = dmn_buf_pending(&r->out);
-    if (n) {
-        if (n > max) n = max;
-        memcpy(buf, r->out.p + r->out.off, n);
-        dmn_buf_consume(&r->out, n);
-        return (ssize_t)n;
+    int close = closes_after(r);
+    dmn_buf b;
+    dmn_buf_init(&b);
+    build_head(&b, status, content_type, (long long)len, 0, r->hdrs, r->n_hdrs, close, 0);
+    if (b.oom) {
+        dmn_buf_deinit(&b);
+        conn_close(c);
+        return;
     }
-    if (r->stream_end) return MHD_CONTENT_READER_END_OF_STREAM;
-    suspend(r); /* resumed by the next write or the end */
-    return 0;
-}
-
-static void stream_free(void *cls)
-{
-    unref(cls);
+    conn_write(c, b.p, b.len, body, r->is_head ? 0 : len, 1);
+    dmn_buf_deinit(&b);
 }
 
 void dmn_http_stream_begin(dmn_http_req *r, int status, const char *content_type)
 {
-    if (r->responded || r->gone) return;
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, r, stream_free);
-    if (!resp) return;
-    r->refs++;
-    if (content_type) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-    /* Proxies must not buffer an event stream (nginx honours X-Accel-Buffering). */
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    add_headers(r, resp);
-    r->resp = resp;
-    r->status = (unsigned)status;
+    if (r->responded || r->gone || !r->c || r->c->closing) return;
+    conn *c = r->c;
     r->responded = 1;
     r->streaming = 1;
-    r->last_write = uv_now(r->h->loop) / 1e3;
-    resume(r);
+    r->chunked_out = r->head.minor == 1;
+    if (!r->chunked_out) r->close_after = 1; /* HTTP/1.0: the body ends with the connection */
+    int close = closes_after(r);
+    dmn_buf b;
+    dmn_buf_init(&b);
+    build_head(&b, status, content_type, -1, r->chunked_out, r->hdrs, r->n_hdrs, close, 1);
+    r->last_write = now_s(c->h);
+    conn_write(c, b.p, b.len, NULL, 0, 0);
+    dmn_buf_deinit(&b);
 }
 
 void dmn_http_stream_write(dmn_http_req *r, const char *data, size_t len)
 {
-    if (!r->streaming || r->gone || r->stream_end || !len) return;
-    dmn_buf_add(&r->out, data, len);
-    r->last_write = uv_now(r->h->loop) / 1e3;
-    resume(r);
+    if (!r->streaming || r->gone || r->stream_end || !len || r->is_head || r->c->closing) return;
+    conn *c = r->c;
+    if (c->tcp.write_queue_size > MAX_PENDING_OUT) {
+        /* the client does not read what it asked for: it is gone as far as we are concerned */
+        conn_close(c);
+        return;
+    }
+    r->last_write = now_s(c->h);
+    if (r->chunked_out) {
+        char pre[24];
+        int k = snprintf(pre, sizeof pre, "%zx\r\n", len);
+        dmn_buf b;
+        dmn_buf_init(&b);
+        dmn_buf_add(&b, pre, (size_t)k);
+        dmn_buf_add(&b, data, len);
+        dmn_buf_add(&b, "\r\n", 2);
+        if (b.oom) conn_close(c);
+        else conn_write(c, b.p, b.len, NULL, 0, 0);
+        dmn_buf_deinit(&b);
+    } else {
+        conn_write(c, data, len, NULL, 0, 0);
+    }
 }
 
 void dmn_http_stream_end(dmn_http_req *r)
 {
-    if (!r->streaming || r->stream_end) return;
+    if (!r->streaming || r->stream_end || r->gone || r->c->closing) return;
     r->stream_end = 1;
-    resume(r);
+    /* the last chunk; HTTP/1.0 has none, and an empty write still completes in order */
+    if (r->chunked_out && !r->is_head) conn_write(r->c, "0\r\n\r\n", 5, NULL, 0, 1);
+    else conn_write(r->c, "", 0, NULL, 0, 1);
 }
 
 double dmn_http_stream_idle(const dmn_http_req *r)
 {
-    return uv_now(r->h->loop) / 1e3 - r->last_write;
+    return now_s(r->h) - r->last_write;
 }
 
-/* ---------------------------------------------------------------- MHD callbacks */
+/* ---------------------------------------------------------------- the listener */
 
-typedef struct hdr_scan {
-    int n_cl, cl_conflict, has_te;
-    char cl[32];
-} hdr_scan;
-
-static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
-                                   const char *value)
+static void listener_closed(uv_handle_t *hd)
 {
-    hdr_scan *s = cls;
-    if (!key) return MHD_YES;
-    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
-        if (s->n_cl++ && strcmp(s->cl, value ? value : "") != 0) s->cl_conflict = 1;
-        snprintf(s->cl, sizeof s->cl, "%s", value ? value : "");
-    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
-        s->has_te = 1;
-    }
-    return MHD_YES;
-}
-
-/* An early error response; the body will not be read, so the connection closes after it. */
-static void early_error(dmn_http_req *r, int status, const char *json)
-{
-    dmn_http_add_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    dmn_http_respond(r, status, "application/json", json, strlen(json));
-}
-
-static const char *const body_too_large =
-    "{\"error\":{\"message\":\"the request body is larger than this server accepts\","
-    "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"request_too_large\"}}";
-
-static dmn_http_req *req_new(dmn_http *h, struct MHD_Connection *conn, const char *url,
-                             const char *method)
-{
-    dmn_http_req *r = calloc(1, sizeof *r);
-    if (!r) return NULL;
-    r->h = h;
-    r->conn = conn;
-    r->refs = 1;
-    r->fd = -1;
-    snprintf(r->method, sizeof r->method, "%s", method);
-    size_t n = strcspn(url, "?");
-    r->path = strndup(url, n);
-    if (!r->path) {
-        free(r);
-        return NULL;
-    }
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci) r->fd = ci->connect_fd;
-    ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (ci && ci->client_addr) {
-        const struct sockaddr *sa = ci->client_addr;
-        if (sa->sa_family == AF_INET)
-            uv_ip4_name((const struct sockaddr_in *)sa, r->client, sizeof r->client);
-        else if (sa->sa_family == AF_INET6)
-            uv_ip6_name((const struct sockaddr_in6 *)sa, r->client, sizeof r->client);
-    }
-    r->next = h->reqs;
-    if (h->reqs) h->reqs->prev = r;
-    h->reqs = r;
-    h->n_active++;
-    return r;
-}
-
-static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
-                                 const char *method, const char *version, const char *upload,
-                                 size_t *upload_size, void **con_cls)
-{
-    dmn_http *h = cls;
-    dmn_http_req *r = *con_cls;
-    if (!r) {
-        r = req_new(h, conn, url, method);
-        if (!r) return MHD_NO;
-        *con_cls = r;
-        hdr_scan sc = {0};
-        MHD_get_connection_values(conn, MHD_HEADER_KIND, scan_header, &sc);
-        if (sc.cl_conflict || (sc.n_cl && sc.has_te)) {
-            early_error(r, 400, "{\"error\":{\"message\":\"conflicting Content-Length / Transfer-Encoding headers\","
-                                "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"invalid_header\"}}");
-        } else if (sc.n_cl) {
-            char *end;
-            unsigned long long cl = strtoull(sc.cl, &end, 10);
-            if (*end || cl > h->cfg.max_body) early_error(r, 413, body_too_large);
-        }
-        if (!r->responded && h->h.on_headers) h->h.on_headers(h->h.ctx, r);
-        /* A response queued before the body is read makes MHD close the connection afterwards
-         * (it cannot know what is left unread). That is right for a rejected upload; a request
-         * without a body (GET /health) gets its answer on the next call instead, and keeps its
-         * connection alive. */
-        int has_body = sc.has_te || (sc.n_cl && strcmp(sc.cl, "0") != 0);
-        if (r->resp && has_body) return queue_pending(r);
-        return MHD_YES;
-    }
-    if (*upload_size) {
-        if (!r->responded) {
-            if (r->body.len + *upload_size > h->cfg.max_body) {
-                r->too_large = 1;
-                dmn_buf_deinit(&r->body);
-            } else if (!r->too_large) {
-                dmn_buf_add(&r->body, upload, *upload_size);
-            }
-        }
-        *upload_size = 0;
-        return MHD_YES;
-    }
-    if (r->resp) return queue_pending(r);
-    if (r->gone || r->responded) return MHD_NO; /* client left, or a response MHD already has */
-    if (!r->in_body) {
-        r->in_body = 1;
-        if (r->too_large) early_error(r, 413, body_too_large);
-        else if (r->body.oom) early_error(r, 413, body_too_large);
-        else h->h.on_body(h->h.ctx, r);
-        if (r->resp) return queue_pending(r);
-        if (r->gone) return MHD_NO;
-    }
-    suspend(r);
-    return MHD_YES;
-}
-
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-                         enum MHD_RequestTerminationCode toe)
-{
-    dmn_http *h = cls;
-    dmn_http_req *r = *con_cls;
-    if (!r) return;
-    *con_cls = NULL;
-    watch_stop(r);
-    notify_close(r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
-    if (r->prev) r->prev->next = r->next;
-    else h->reqs = r->next;
-    if (r->next) r->next->prev = r->prev;
-    h->n_active--;
-    unref(r);
-}
-
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
-{
-    dmn_http *h = cls;
-    char msg[512], q[600];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    size_t n = strlen(msg);
-    while (n && msg[n - 1] == '\n') msg[--n] = 0;
-    dmn_log(DMN_LOG_DEBUG, "http", "listener=%s msg=%s", h->name, dmn_log_quote(q, sizeof q, msg));
-}
-
-/* ---------------------------------------------------------------- driving MHD from the loop */
-
-static void on_timer(uv_timer_t *t)
-{
-    run_mhd(t->data);
-}
-
-static void on_poll(uv_poll_t *p, int status, int events)
-{
-    run_mhd(p->data);
-}
-
-static void run_mhd(dmn_http *h)
-{
-    if (!h->mhd) return;
-    MHD_run(h->mhd);
-    MHD_UNSIGNED_LONG_LONG to;
-    if (MHD_get_timeout(h->mhd, &to) == MHD_YES) {
-        /* 0 means MHD has work it could not finish in this run (its edge-triggered sockets
-         * will not make the epoll fd readable again): come back on the next loop turn. */
-        uv_timer_start(&h->timer, on_timer, to, 0);
-    } else {
-        uv_timer_stop(&h->timer);
-    }
+    dmn_http *h = hd->data;
+    h->handles--;
+    if (h->closing && h->handles == 0) free(h);
 }
 
 dmn_http *dmn_http_new(uv_loop_t *loop, const dmn_http_cfg *cfg, const dmn_http_handler *hd,
@@ -433,13 +983,11 @@ dmn_http *dmn_http_new(uv_loop_t *loop, const dmn_http_cfg *cfg, const dmn_http_
 {
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (strchr(cfg->host, ':')) {
         if (uv_ip6_addr(cfg->host, cfg->port, (struct sockaddr_in6 *)&ss) != 0) {
             snprintf(err, errlen, "%s listener: bad IPv6 address '%s'", cfg->name, cfg->host);
             return NULL;
         }
-        flags |= MHD_USE_IPv6;
     } else if (uv_ip4_addr(cfg->host, cfg->port, (struct sockaddr_in *)&ss) != 0) {
         snprintf(err, errlen, "%s listener: bad IPv4 address '%s' (use a numeric address)", cfg->name, cfg->host);
         return NULL;
@@ -454,29 +1002,27 @@ dmn_http *dmn_http_new(uv_loop_t *loop, const dmn_http_cfg *cfg, const dmn_http_
     snprintf(h->name, sizeof h->name, "%s", cfg->name);
     h->cfg.name = h->name;
     h->cfg.host = NULL;
+    if (h->cfg.recv_timeout_s <= 0) h->cfg.recv_timeout_s = h->cfg.timeout_s;
+    if (h->cfg.max_conns <= 0) h->cfg.max_conns = 1;
     h->h = *hd;
-    h->mhd = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, on_access, h, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)cfg->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_conns_per_ip,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        cfg->mem_limit, MHD_OPTION_END);
-    if (!h->mhd) {
-        snprintf(err, errlen, "%s listener: cannot listen on %s:%d (address in use or not local?)", cfg->name, cfg->host, cfg->port);
-        free(h);
+    uv_tcp_init(loop, &h->listener);
+    h->listener.data = h;
+    h->handles = 1;
+    h->listening = 1;
+    /* the backlog: what arrives in a burst between two turns of the loop; SOMAXCONN caps it */
+    int rc = uv_tcp_bind(&h->listener, (struct sockaddr *)&ss, 0);
+    if (rc == 0) rc = uv_listen((uv_stream_t *)&h->listener, 1024, on_connection);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s listener: cannot listen on %s:%d: %s", cfg->name, cfg->host, cfg->port, uv_strerror(rc));
+        h->closing = 1;
+        h->listening = 0;
+        uv_close((uv_handle_t *)&h->listener, listener_closed);
         return NULL;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    h->port = di ? di->port : cfg->port;
-    di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-    uv_poll_init(loop, &h->poll, di->epoll_fd);
-    h->poll.data = h;
-    uv_timer_init(loop, &h->timer);
-    h->timer.data = h;
-    h->handles_open = 2;
-    uv_poll_start(&h->poll, UV_READABLE, on_poll);
-    run_mhd(h);
+    int alen = sizeof h->bound;
+    uv_tcp_getsockname(&h->listener, (struct sockaddr *)&h->bound, &alen);
+    h->port = ntohs(h->bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&h->bound)->sin6_port
+                                                   : ((struct sockaddr_in *)&h->bound)->sin_port);
     return h;
 }
 
@@ -490,33 +1036,24 @@ int dmn_http_active(const dmn_http *h)
     return h->n_active;
 }
 
-void dmn_http_quiesce(dmn_http *h)
+int dmn_http_conns(const dmn_http *h)
 {
-    if (h->quiesced || !h->mhd) return;
-    h->quiesced = 1;
-    MHD_socket s = MHD_quiesce_daemon(h->mhd);
-    if (s != MHD_INVALID_SOCKET) close(s);
+    return h->n_conns;
 }
 
-static void handle_closed(uv_handle_t *hd)
+void dmn_http_quiesce(dmn_http *h)
 {
-    dmn_http *h = hd->data;
-    if (--h->handles_open == 0) free(h);
+    if (!h->listening) return;
+    h->listening = 0;
+    uv_close((uv_handle_t *)&h->listener, listener_closed);
 }
 
 void dmn_http_free(dmn_http *h)
 {
     if (!h) return;
+    dmn_http_quiesce(h);
     h->closing = 1;
-    /* MHD requires every suspended connection to be resumed before it stops. */
-    for (dmn_http_req *r = h->reqs; r; r = r->next) {
-        notify_close(r, 0);
-        resume(r);
-    }
-    uv_poll_stop(&h->poll);
-    uv_timer_stop(&h->timer);
-    MHD_stop_daemon(h->mhd); /* runs on_completed for the rest */
-    h->mhd = NULL;
-    uv_close((uv_handle_t *)&h->poll, handle_closed);
-    uv_close((uv_handle_t *)&h->timer, handle_closed);
+    while (h->conns) conn_close(h->conns);
+    if (h->probe) probe_finish(h->probe, 0);
+    if (h->handles == 0) free(h);
 }

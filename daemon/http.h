@@ -1,30 +1,47 @@
-/* daemon/http.h — an HTTP/1.1 listener (libmicrohttpd) driven by the libuv loop.
+/* daemon/http.h — the HTTP/1.1 listeners (API and admin), on the libuv loop.
  *
- * MHD runs without threads of its own ("external polling" with MHD_USE_EPOLL): its epoll fd is
- * watched by a uv_poll_t, a uv_timer_t follows MHD_get_timeout(), and MHD_run() is called from
- * those two callbacks. So every MHD callback — request handlers, content readers, completion
- * notices — runs on the loop thread, the same thread that owns the scheduler's state and receives
- * its events: handlers need no locks, and a response can be written the moment an event arrives.
- * (The alternative, MHD's own thread pool handing requests to the loop through a queue, needs a
- * second queue back for every streamed byte and locks around each connection's state.)
+ * The loop owns every socket: a uv_tcp_t listens and accepts, each connection is a uv_tcp_t read
+ * and written by the loop, and the request framing is daemon/http_parse.c. So every callback —
+ * request handlers, stream writes, hang-up notices — runs on the loop thread, the thread that owns
+ * the scheduler's state and receives its events: handlers need no locks, and a response is
+ * written the moment an event arrives.
  *
- * A request whose answer is not ready is suspended (MHD_suspend_connection) and resumed when the
- * handler responds or has stream bytes; a suspended connection costs no polling. MHD does not
- * watch a suspended socket, so to notice a client that hangs up while its request computes, the
- * socket is watched for EPOLLRDHUP by a second uv_poll_t during suspension; a hang-up ends the
- * request at once (on_close), which lets the owner cancel its work within the same loop turn.
- * (A client that half-closes its sending side while waiting for the answer counts as gone; HTTP
- * clients do not do that.)
+ * Why not libmicrohttpd any more (it served until this wave): driven from an external epoll, it
+ * stopped accepting for good once it had been at its connection limit and the last connection
+ * closed inside the same MHD_run (it re-arms the listening socket only at the start of the next
+ * run, and nothing made another run happen); it times out idle connections but not slow ones (a
+ * header line every 10 s kept a connection for ever); and the errors it writes itself are HTML,
+ * with the status line and headers sent twice for a bad Content-Length. Each of those is the
+ * front door of the daemon; owning the framing (a few hundred lines, fuzzed) fixes all of them.
  *
- * Bounds enforced here, before the handler sees a request: body size (Content-Length checked
- * before reading, chunked bodies while reading: 413), conflicting Content-Length headers or
- * Content-Length together with Transfer-Encoding (400, connection closed: libmicrohttpd 0.9.75
- * accepts both and that is how requests are smuggled past proxies), header memory
- * (MHD_OPTION_CONNECTION_MEMORY_LIMIT), connections in total and per client address, idle
- * timeouts.
+ * What a connection goes through:
+ *   accepted   always, while the listener is open (the accept queue never stalls). Over the
+ *              per-address limit: the oldest connection of that address still sending its
+ *              request is closed to make room, else the newcomer gets 429 JSON. Over the total
+ *              limit: the oldest connection still sending its request (a slow client, a
+ *              slowloris) is closed, else the newcomer gets 503 JSON with Retry-After.
+ *   head       bytes until CR LF CR LF, at most mem_limit bytes (431 / 414 JSON beyond);
+ *   body       Content-Length or chunked, at most max_body (413 JSON); Expect: 100-continue is
+ *              answered;
+ *              the head and the body must arrive within recv_timeout_s of the request's first
+ *              byte — a total, not a time between bytes (nginx's client_header_timeout /
+ *              client_body_timeout idea): 408 JSON and the connection closes;
+ *   handler    on_headers, on_body; the connection keeps being read, so a hang-up is noticed
+ *              at once (on_close with completed = 0) while the request computes;
+ *   response   whole (Content-Length) or streamed (chunked); a client that stops reading its
+ *              stream for timeout_s, or lets more than a few MiB pile up, is closed;
+ *   keep-alive the next request on the connection, or close after timeout_s idle.
+ * Every error the listener itself writes is one well-formed response with the OpenAI-style JSON
+ * error body (proto/errors.h), then a lingering close (the unread rest of the request is drained
+ * for a moment so the client reads the error instead of a reset).
+ *
+ * The self-probe: dmn_http_probe() connects to the listener from the loop and asks for /health,
+ * answered by this module itself (never logged or counted). A listener that cannot answer it
+ * makes /ready fail, and a stuck one withholds the systemd watchdog (daemon/serve.c), so a daemon
+ * that cannot accept is restarted instead of trusted.
  *
  * Ownership: dmn_http_req objects belong to this module; a handler may keep a pointer from
- * on_body until on_close, never after. Threads: loop thread only. */
+ * on_headers until on_close, never after. Threads: loop thread only. */
 #ifndef TANDEM_DMN_HTTP_H
 #define TANDEM_DMN_HTTP_H
 #include <stddef.h>
@@ -40,8 +57,8 @@ typedef struct dmn_http_handler {
     /* The whole body is in. Must respond now or later (dmn_http_respond / dmn_http_stream_*). */
     void (*on_body)(void *ctx, dmn_http_req *r);
     /* The request is over: the response was sent, or the client went away, or the listener is
-     * closing. Called once for every request that reached on_body, and for those that got an
-     * early response. After it returns the request pointer is invalid. May be NULL. */
+     * closing. Called once for every request that reached on_headers. After it returns the
+     * request pointer is invalid. May be NULL. */
     void (*on_close)(void *ctx, dmn_http_req *r, int completed);
     void *ctx;
 } dmn_http_handler;
@@ -51,10 +68,11 @@ typedef struct dmn_http_cfg {
     const char *host; /* IPv4 or IPv6 literal */
     int port;         /* 0: any free port (see dmn_http_port) */
     size_t max_body;
-    size_t mem_limit; /* per-connection memory (headers + buffers) */
+    size_t mem_limit; /* bytes of one request head (request line + header fields) */
     int max_conns;
     int max_conns_per_ip; /* 0: no limit */
-    int timeout_s;        /* idle connection timeout */
+    int timeout_s;        /* idle keep-alive connection / stalled response writes */
+    int recv_timeout_s;   /* a request's head and body, in total; 0: timeout_s */
 } dmn_http_cfg;
 
 /* Starts listening. Returns NULL with a message in err (address in use, bad host, ...). */
@@ -62,13 +80,22 @@ dmn_http *dmn_http_new(uv_loop_t *loop, const dmn_http_cfg *cfg, const dmn_http_
                        char *err, size_t errlen);
 /* The port actually bound. */
 int dmn_http_port(const dmn_http *h);
-/* Stops accepting new connections (drain); open connections go on. */
+/* Stops accepting new connections; open connections go on. */
 void dmn_http_quiesce(dmn_http *h);
-/* Open connections / requests between headers and on_close. */
+/* Requests between on_headers and on_close. */
 int dmn_http_active(const dmn_http *h);
-/* Ends every request (on_close with completed = 0), stops MHD, closes the loop handles; memory
- * is released after the loop ran the close callbacks. */
+/* Open connections (the self-probe's excluded). */
+int dmn_http_conns(const dmn_http *h);
+/* Ends every request (on_close with completed = 0), closes every connection and the listener;
+ * memory is released after the loop ran the close callbacks. */
 void dmn_http_free(dmn_http *h);
+
+/* Starts a self-probe unless one is in flight: connect, GET /health, expect 200 within
+ * timeout_ms. The result is read with dmn_http_probe_failing. */
+void dmn_http_probe(dmn_http *h, unsigned timeout_ms);
+/* Consecutive self-probes that failed (0: the last one succeeded, or none ran yet), and in
+ * *since the loop time (seconds) of the first of them. */
+int dmn_http_probe_failing(const dmn_http *h, double *since);
 
 /* Request accessors. Strings are valid until on_close. */
 const char *dmn_http_method(const dmn_http_req *r);
@@ -80,7 +107,8 @@ void dmn_http_set_data(dmn_http_req *r, void *data);
 void *dmn_http_get_data(const dmn_http_req *r);
 int dmn_http_responded(const dmn_http_req *r);
 
-/* Adds a response header (before dmn_http_respond / dmn_http_stream_begin). Copies both. */
+/* Adds a response header (before dmn_http_respond / dmn_http_stream_begin). Copies both.
+ * "Connection: close" also closes the connection after the response. */
 void dmn_http_add_header(dmn_http_req *r, const char *name, const char *value);
 /* A whole response; body is copied. Ignored after the request ended or once responded. */
 void dmn_http_respond(dmn_http_req *r, int status, const char *content_type, const char *body,

@@ -3,8 +3,8 @@
  * Process model
  * -------------
  * One libuv loop thread owns all I/O, timers, signals and shared state:
- *   - both HTTP listeners (daemon/http.c: libmicrohttpd without threads of its own, driven by
- *     the loop through its epoll fd, so every request handler runs on this thread);
+ *   - both HTTP listeners (daemon/http.c: the loop accepts, reads and writes every connection,
+ *     so every request handler runs on this thread);
  *   - the scheduler's queues, placement and bookkeeping (scheduler/sched_core.c);
  *   - metrics, the request list, sd_notify, signals (SIGTERM/SIGINT drain, SIGHUP reopens logs).
  * Device worker threads, one per device (scheduler/sched_worker.c), run compute: prefill,
@@ -14,7 +14,7 @@
  * a libuv thread-pool thread (uv_queue_work) so that /health answers and /ready says 503 while a
  * large checkpoint loads; the loop takes them over when that work completes.
  *
- * Why MHD runs inside the loop rather than in its own threads: every handler then sees the
+ * Why HTTP runs inside the loop rather than in threads of its own: every handler then sees the
  * scheduler and the request list without locks, a token event becomes SSE bytes in the same
  * thread without a second hand-over queue, and a client's hang-up reaches sched_cancel directly.
  * The cost is that request parsing, tokenization and template rendering run on the loop thread;
@@ -30,10 +30,15 @@
  *   running: every tick, STATUS= with the queue, WATCHDOG=1 only when no device is stuck in a
  *            call for longer than watchdog_stall (an idle worker wakes twice a second to prove
  *            it is alive)
- *   SIGTERM: STOPPING=1, the API listener stops accepting, new requests on open connections get
- *            503, in-flight requests finish; exit 0 when none is left, or at drain_timeout
- *            (requests still running then are cancelled and told so). A second SIGTERM/SIGINT
- *            cuts the drain short.
+ *   SIGTERM: STOPPING=1, new requests get 503 with Retry-After and Connection: close (the
+ *            listener keeps accepting, so a load balancer sees an answer, not a refused
+ *            connection), in-flight requests finish; exit 0 when none is left, or exit 3
+ *            (DMN_EXIT_DRAIN_TIMEOUT) at drain_timeout, the requests still running then
+ *            cancelled and told so. A second SIGTERM/SIGINT cuts the drain short (exit 3 when
+ *            that cancelled requests).
+ *   self-probe: every second the loop asks its own API listener for /health; /ready fails
+ *            after 2 unanswered probes, WATCHDOG=1 stops after 5 (a stuck listener is
+ *            restarted, a full one is only taken out of rotation).
  *   SIGHUP:  the log file is reopened (logrotate). */
 #include "daemon/serve.h"
 #include "daemon/log.h"
@@ -41,6 +46,7 @@
 #include "scheduler/exe_dir.h"
 #include <errno.h>
 #include <limits.h>
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <signal.h>
 #include <stdio.h>
@@ -54,6 +60,14 @@
  * so the tick runs at the smaller of that and this. */
 #define TICK_MS 100
 #define STATUS_EVERY_S 5.0
+/* The API listener's self-probe: one a second, each given 2 s (a loaded loop answers /health in
+ * well under that: the probe is handled by the HTTP layer itself, not queued behind requests).
+ * /ready fails after 2 failed probes in a row; the watchdog is starved after 5 (~5-10 s, within
+ * the unit's WatchdogSec). */
+#define PROBE_EVERY_S 1.0
+#define PROBE_TIMEOUT_MS 2000
+#define PROBE_FAILS_UNREADY 2
+#define PROBE_FAILS_DEAD 5
 
 /* The chat template used when neither the model nor the chat_template key provides one: the
  * messages' contents joined by newlines — text a base (non-chat) model such as stories260K can
@@ -110,6 +124,10 @@ int dmn_serve_ready(dmn_serve *d, const char **why)
     else if (d->state == DMN_STATE_DRAINING) w = "draining";
     else if (d->state == DMN_STATE_FAILED) w = "failed";
     else if (!d->sched) w = "loading";
+    else if (d->api && dmn_http_probe_failing(d->api, NULL) >= PROBE_FAILS_UNREADY)
+        w = dmn_http_conns(d->api) >= d->cfg.max_connections
+                ? "the API listener holds as many connections as it accepts"
+                : "the API listener does not answer its self-probe";
     else sched_can_serve(d->sched, &w); /* a healthy prefill device and a decode path */
     if (why) *why = w;
     return w == NULL;
@@ -150,7 +168,9 @@ void dmn_serve_drain(dmn_serve *d, int exiting)
         d->exiting = 1;
         d->drain_deadline = sched_now() + d->cfg.drain_timeout;
         dmn_notify("STOPPING=1\nSTATUS=draining");
-        if (d->api) dmn_http_quiesce(d->api);
+        /* The API listener stays open while draining: a new request gets 503 with Retry-After
+         * and Connection: close (what a load balancer takes as "go elsewhere"), not a refused
+         * connection. It closes when the drain ends. */
     }
     if (d->state == DMN_STATE_READY || d->state == DMN_STATE_LOADING) {
         d->state = d->state == DMN_STATE_LOADING && exiting ? DMN_STATE_FAILED : DMN_STATE_DRAINING;
@@ -194,6 +214,26 @@ static int engine_alive(dmn_serve *d)
     return 1;
 }
 
+/* WATCHDOG=1 only while the API listener answers its self-probe: a daemon that cannot accept
+ * connections is restarted by systemd rather than trusted. A listener whose every connection
+ * slot holds a request being served also fails the probe, but that is load, not a fault: it
+ * fails /ready (the balancer sends elsewhere) and keeps the watchdog fed. */
+static int listener_alive(dmn_serve *d)
+{
+    double since;
+    if (!d->api || dmn_http_probe_failing(d->api, &since) < PROBE_FAILS_DEAD) {
+        d->listener_dead = 0;
+        return 1;
+    }
+    if (dmn_http_conns(d->api) >= d->cfg.max_connections) return 1;
+    if (!d->listener_dead) {
+        dmn_log(DMN_LOG_ERROR, "listener_stuck", "listener=api failing_s=%.1f watchdog=%s",
+                sched_now() - since, d->watchdog_usec ? "starved" : "off");
+        d->listener_dead = 1;
+    }
+    return 0;
+}
+
 static void on_tick(uv_timer_t *t)
 {
     dmn_serve *d = t->data;
@@ -208,13 +248,20 @@ static void on_tick(uv_timer_t *t)
             return;
         }
         if (now >= d->drain_deadline) {
+            /* not a clean stop: some clients lost their answers (systemd shows it as failed) */
+            d->exit_code = DMN_EXIT_DRAIN_TIMEOUT;
             shutdown_now(d, "drain timeout: requests still in flight were cancelled");
             return;
         }
     }
+    /* The API listener's self-probe: /ready and the watchdog believe it, not the state. */
+    if (d->api && now - d->last_probe >= PROBE_EVERY_S) {
+        dmn_http_probe(d->api, PROBE_TIMEOUT_MS);
+        d->last_probe = now;
+    }
     /* Ping at a quarter of WatchdogSec: systemd asks for at least every half. */
     if (d->watchdog_usec && d->state != DMN_STATE_LOADING &&
-        now - d->last_watchdog >= (double)d->watchdog_usec / 4e6 && engine_alive(d)) {
+        now - d->last_watchdog >= (double)d->watchdog_usec / 4e6 && engine_alive(d) && listener_alive(d)) {
         dmn_notify("WATCHDOG=1");
         d->last_watchdog = now;
     }
@@ -240,6 +287,7 @@ static void on_signal(uv_signal_t *s, int signum)
         return;
     }
     if (d->exiting) {
+        if (d->n_reqs) d->exit_code = DMN_EXIT_DRAIN_TIMEOUT;
         shutdown_now(d, "second signal: drain cut short");
         return;
     }
@@ -296,9 +344,18 @@ static void emu_library(char *out, size_t n)
 
 /* Runs on a thread-pool thread: nothing here touches the loop's state except d's engine fields,
  * which nothing reads until after_load runs on the loop. */
+static void do_load_on(dmn_serve *d);
+
 static void do_load(uv_work_t *w)
 {
-    dmn_serve *d = w->data;
+    do_load_on(w->data);
+    /* model_load's fingerprint (SHA-256) made OpenSSL keep per-thread state (its error queue)
+     * on this pool thread, which libuv never ends: free it here (OPENSSL_thread_stop(3)). */
+    OPENSSL_thread_stop();
+}
+
+static void do_load_on(dmn_serve *d)
+{
     char err[768];
     d->m = model_load(d->cfg.model, err, sizeof err);
     if (!d->m) {
@@ -454,14 +511,15 @@ static int start_listeners(dmn_serve *d, char *err, size_t errlen)
 {
     dmn_config *c = &d->cfg;
     dmn_http_cfg hc = {"api", c->host, c->port, (size_t)c->max_body_bytes, (size_t)c->max_header_bytes,
-                       c->max_connections, c->max_connections_per_ip, c->connection_timeout};
+                       c->max_connections, c->max_connections_per_ip, c->connection_timeout,
+                       c->receive_timeout};
     dmn_http_handler h = dmn_api_handler;
     h.ctx = d;
     d->api = dmn_http_new(d->loop, &hc, &h, err, errlen);
     if (!d->api) return -1;
     /* Admin bodies are tiny (drain takes none); 64 KiB is plenty. */
     dmn_http_cfg ac = {"admin", c->admin_host, c->admin_port, 64 << 10, (size_t)c->max_header_bytes,
-                       64, 0, c->connection_timeout};
+                       64, 0, c->connection_timeout, c->receive_timeout};
     h = dmn_admin_handler;
     h.ctx = d;
     d->admin = dmn_http_new(d->loop, &ac, &h, err, errlen);

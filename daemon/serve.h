@@ -19,6 +19,12 @@
 
 #define DMN_VERSION "0.1"
 
+/* Exit codes of `tandem serve` (documented in systemd/tandem.service and the README). */
+#define DMN_EXIT_OK 0
+#define DMN_EXIT_FAILED 1            /* loading, warm-up or listening failed */
+#define DMN_EXIT_CONFIG 2            /* bad configuration or flags */
+#define DMN_EXIT_DRAIN_TIMEOUT 3     /* stopped with requests still running: they were cancelled */
+
 enum dmn_state {
     DMN_STATE_LOADING,  /* model loading, devices warming up: /ready 503 */
     DMN_STATE_READY,
@@ -62,6 +68,8 @@ typedef struct dmn_serve {
     double last_status;
     double last_watchdog;
     int stalled;        /* a device made no progress for watchdog_stall: WATCHDOG=1 withheld */
+    double last_probe;  /* the API listener's last self-probe */
+    int listener_dead;  /* the API listener failed its self-probes: WATCHDOG=1 withheld */
     char load_err[1024];
 } dmn_serve;
 

@@ -35,6 +35,18 @@ static const proto_err_row rows[PROTO_ERR_COUNT] = {
     [PROTO_ERR_TIMEOUT] = {PROTO_ERR_TIMEOUT, 504, "timeout_error", "request_timeout"},
     [PROTO_ERR_DEVICE] = {PROTO_ERR_DEVICE, 500, "server_error", "device_error"},
     [PROTO_ERR_INTERNAL] = {PROTO_ERR_INTERNAL, 500, "server_error", "internal_error"},
+    [PROTO_ERR_BAD_REQUEST] = {PROTO_ERR_BAD_REQUEST, 400, "invalid_request_error", "bad_request"},
+    [PROTO_ERR_RECV_TIMEOUT] = {PROTO_ERR_RECV_TIMEOUT, 408, "invalid_request_error",
+                                "request_receive_timeout"},
+    [PROTO_ERR_URI_TOO_LONG] = {PROTO_ERR_URI_TOO_LONG, 414, "invalid_request_error", "uri_too_long"},
+    [PROTO_ERR_HEADERS_TOO_LARGE] = {PROTO_ERR_HEADERS_TOO_LARGE, 431, "invalid_request_error",
+                                     "headers_too_large"},
+    [PROTO_ERR_NOT_IMPLEMENTED] = {PROTO_ERR_NOT_IMPLEMENTED, 501, "invalid_request_error",
+                                   "not_implemented"},
+    [PROTO_ERR_HTTP_VERSION] = {PROTO_ERR_HTTP_VERSION, 505, "invalid_request_error",
+                                "http_version_not_supported"},
+    [PROTO_ERR_CONNS_PER_IP] = {PROTO_ERR_CONNS_PER_IP, 429, "rate_limit_error", "too_many_connections"},
+    [PROTO_ERR_CONNS_FULL] = {PROTO_ERR_CONNS_FULL, 503, "service_unavailable_error", "server_busy"},
 };
 
 const proto_err_row *proto_err_info(enum proto_err err)

@@ -33,6 +33,15 @@ enum proto_err {
     PROTO_ERR_TIMEOUT,         /* 504 the request's deadline passed before it finished */
     PROTO_ERR_DEVICE,          /* 500 a device failed while serving (never bad input) */
     PROTO_ERR_INTERNAL,        /* 500 out of memory or a bug (never bad input) */
+    /* HTTP framing, refused by the listener before any handler sees the request (daemon/http.c) */
+    PROTO_ERR_BAD_REQUEST,     /* 400 malformed request line, header or chunked body */
+    PROTO_ERR_RECV_TIMEOUT,    /* 408 the request's head and body did not arrive in time */
+    PROTO_ERR_URI_TOO_LONG,    /* 414 request target over its limit */
+    PROTO_ERR_HEADERS_TOO_LARGE, /* 431 request head over its size or field-count limit */
+    PROTO_ERR_NOT_IMPLEMENTED, /* 501 a transfer coding other than chunked */
+    PROTO_ERR_HTTP_VERSION,    /* 505 not HTTP/1.0 or HTTP/1.1 */
+    PROTO_ERR_CONNS_PER_IP,    /* 429 this client address holds its share of connections */
+    PROTO_ERR_CONNS_FULL,      /* 503 every connection slot holds a request being served */
     PROTO_ERR_COUNT
 };
 

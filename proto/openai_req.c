@@ -492,7 +492,7 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
     if (parse_logit_bias(c, o, r) < 0) return -1;
     /* logprobs: an integer count on /v1/completions, a boolean plus top_logprobs on chat. */
     if (ep == PROTO_EP_COMPLETIONS) {
-        if ((k = get_int(c, o, "logprobs", 0, PROTO_MAX_TOP_LOGPROBS, &x)) < 0) return -1;
+        if ((k = get_int(c, o, "logprobs", 0, PROTO_MAX_COMPLETION_LOGPROBS, &x)) < 0) return -1;
         if (k) {
             r->logprobs = 1;
             r->top_logprobs = (int)x;

@@ -23,7 +23,11 @@
 
 enum proto_endpoint { PROTO_EP_COMPLETIONS, PROTO_EP_CHAT };
 
-#define PROTO_MAX_TOP_LOGPROBS 20 /* OpenAI's documented maximum for top_logprobs */
+#define PROTO_MAX_TOP_LOGPROBS 20 /* OpenAI's documented maximum for chat top_logprobs */
+/* OpenAI's documented maximum for the legacy /v1/completions `logprobs` count. We follow it
+ * rather than vLLM's 20: a client written against OpenAI that asks for more gets the same 400
+ * here as there, instead of an answer it would not get in production. */
+#define PROTO_MAX_COMPLETION_LOGPROBS 5
 
 typedef struct proto_limits {
     int vocab;            /* token ids (prompt ids, logit_bias keys) must be in [0, vocab) */

@@ -1,5 +1,5 @@
-/* Tests for daemon/http.c: libmicrohttpd driven by the libuv loop, against a raw-socket client
- * on loopback (so that malformed framing can be sent on purpose). The loop runs on the test's
+/* Tests for daemon/http.c: the listener on the libuv loop, against a raw-socket client on
+ * loopback (so that malformed framing can be sent on purpose). The loop runs on the test's
  * thread; the client runs on a second thread and stops the loop when done. */
 #include "tests/test.h"
 #include "daemon/http.h"
@@ -192,14 +192,14 @@ static void client(void *arg)
     uv_async_send(&T.stop);
 }
 
-TEST(http_loop_driven_mhd)
+TEST(http_loop_driven)
 {
     memset(&T, 0, sizeof T);
     memset(&R, 0, sizeof R);
     REQUIRE(uv_loop_init(&T.loop) == 0);
     uv_async_init(&T.loop, &T.stop, on_stop);
     uv_timer_init(&T.loop, &T.later);
-    dmn_http_cfg cfg = {"test", "127.0.0.1", 0, 1024, 32 * 1024, 16, 8, 10};
+    dmn_http_cfg cfg = {"test", "127.0.0.1", 0, 1024, 32 * 1024, 16, 8, 10, 10};
     dmn_http_handler hd = {h_headers, h_body, h_close, NULL};
     char err[256];
     T.h = dmn_http_new(&T.loop, &cfg, &hd, err, sizeof err);

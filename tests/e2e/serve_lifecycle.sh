@@ -51,9 +51,13 @@ client=$!
 sleep 0.3
 kill -TERM "$PID"
 sleep 0.1
-# new connections are refused or answered 503 while it drains
-code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -d '{"prompt":"a","max_tokens":1}' "$API/v1/completions")
-check drain_refuses_new sh -c "[ '$code' = 000 ] || [ '$code' = 503 ]"
+# new requests get 503 with Retry-After while it drains (the listener still accepts: a load
+# balancer sees an answer telling it to go elsewhere, not a refused connection)
+code=$(curl -s -o "$T/drain_body" -D "$T/drain_hdr" -w '%{http_code}' -H 'Content-Type: application/json' -d '{"prompt":"a","max_tokens":1}' "$API/v1/completions")
+check drain_answers_503 [ "$code" = 503 ]
+check drain_retry_after grep -qi '^Retry-After: [0-9]' "$T/drain_hdr"
+check drain_connection_close grep -qi '^Connection: close' "$T/drain_hdr"
+check drain_json_error [ "$(jq -r .error.code "$T/drain_body")" = draining ]
 wait "$client"
 wait "$PID"
 RC=$?
@@ -64,6 +68,20 @@ check drain_exit_zero [ "$RC" = 0 ]
 check notify_stopping grep -q '^STOPPING=1' "$T/notify.log"
 check drain_logged grep -q 'event=shutdown reason=drained' "$LOG"
 kill "$listener" 2>/dev/null
+
+# A drain that times out cancels what still runs and exits 3, not 0 (systemd marks the stop failed).
+serve_start --step-delay-ms 400 --drain-timeout 0.5 || { fail drain_timeout_start "daemon did not start"; exit 0; }
+curl -s -o "$T/cut" -H 'Content-Type: application/json' -d '{"prompt":"Once upon a time","max_tokens":64,"temperature":0}' "$API/v1/completions" &
+client=$!
+sleep 0.3
+kill -TERM "$PID"
+wait "$PID"
+RC=$?
+PID=
+wait "$client"
+check drain_timeout_exit_3 [ "$RC" = 3 ]
+check drain_timeout_client_told [ "$(jq -r .error.code "$T/cut")" != null ]
+check drain_timeout_logged grep -q 'event=shutdown reason="drain timeout' "$LOG"
 
 # WATCHDOG=1 only while the engine makes progress: a device step that takes longer than
 # watchdog_stall (the step delay stands in for a hung device) withholds the pings, which resume

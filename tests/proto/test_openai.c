@@ -242,6 +242,7 @@ TEST(proto_req_rejects_bad_input)
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"6\":101}}", PROTO_ERR_INVALID_VALUE, "logit_bias"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":[1]}", PROTO_ERR_INVALID_TYPE, "logit_bias"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":21}", PROTO_ERR_INVALID_VALUE, "logprobs"},
+        {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":6}", PROTO_ERR_INVALID_VALUE, "logprobs"}, /* OpenAI: at most 5 */
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}", PROTO_ERR_INVALID_VALUE, "stream_options"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"echo\":true}", PROTO_ERR_UNSUPPORTED, "echo"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"best_of\":3}", PROTO_ERR_UNSUPPORTED, "best_of"},
