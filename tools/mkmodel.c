@@ -271,7 +271,9 @@ int main(int argc, char **argv)
     char path[4200];
     if (s.shards == 1) {
         snprintf(path, sizeof path, "%s/model.safetensors", out);
-        return write_shard(path, &s, t, 0, nt) ? 1 : 0;
+        int rc = write_shard(path, &s, t, 0, nt) ? 1 : 0;
+        free(t);
+        return rc;
     }
     /* sharded: contiguous runs of tensors, one file each, and the index */
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", out);
