@@ -10,6 +10,7 @@ corpus=${2:-tests/fuzz/corpus/$name}
 case $name in
 openai_req) src="proto/openai_req.c" ;;
 kv_wire) src="proto/kv_wire.c" ;;
+http) src="daemon/http_parse.c" ;;
 model_load) src="model/model.c model/config.c model/safetensors.c" ;;
 tokenizer) src=$(ls model/tok_*.c) ;;
 tmpl) src=$(ls model/tmpl*.c) ;;
