@@ -49,7 +49,7 @@ static void metrics(dmn_serve *d, dmn_http_req *r)
                                     accel_health_name(s->info.health), s->busy_seconds,
                                     s->info.mem_total, s->info.mem_total - s->info.mem_free,
                                     s->running, s->steps, s->tokens, s->decodes, s->prefills,
-                                    s->failovers, s->kv_bytes, s->prefill_chunks};
+                                    s->failovers, s->kv_bytes, s->prefill_chunks, s->kv_corrupt};
     }
     dmn_buf b;
     dmn_buf_init(&b);

@@ -165,6 +165,7 @@ void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiti
         {"tandem_device_failovers_total", "counter", "Requests that moved away after a failure on the device."},
         {"tandem_device_kv_import_bytes_total", "counter", "Bytes of KV imported into the device from a prefill device."},
         {"tandem_device_prefill_chunks_total", "counter", "Prefill calls (chunks of prompts) on the device."},
+        {"tandem_device_kv_corrupt_total", "counter", "KV imports into the device that failed their wire CRC where the KV landed (the request moved)."},
     };
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         dmn_prom_header(b, fam[f].name, fam[f].type, fam[f].help);
@@ -194,6 +195,7 @@ void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiti
             case 9: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->failovers); break;
             case 10: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv_bytes_in); break;
             case 11: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->prefill_chunks); break;
+            case 12: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv_corrupt); break;
             }
         }
     }

@@ -62,6 +62,7 @@ typedef struct dmn_metrics_dev {
     int running;
     uint64_t steps, tokens;
     uint64_t decodes, prefills, failovers, kv_bytes_in, prefill_chunks;
+    uint64_t kv_corrupt; /* KV imports whose wire CRC did not match where the KV landed */
 } dmn_metrics_dev;
 
 /* The whole /metrics text: requests running/waiting, per-device gauges, then m. */

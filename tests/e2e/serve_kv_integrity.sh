@@ -19,7 +19,7 @@
 # response's header does too.
 . tests/e2e/lib/serve.sh
 
-NAMES="kv_corrupt_complete kv_corrupt_text kv_corrupt_logged kv_corrupt_marked kv_corrupt_ready stream_moved_usage_chunk stream_moved_log stream_unmoved_last_chunk stream_moved_finish_chunk whole_moved_header"
+NAMES="kv_corrupt_complete kv_corrupt_text kv_corrupt_logged kv_corrupt_marked kv_corrupt_counted kv_corrupt_ready stream_moved_usage_chunk stream_moved_log stream_unmoved_last_chunk stream_moved_finish_chunk whole_moved_header"
 export TANDEM_CACHE_DIR="$T/cache"
 if ! "$TANDEM" generate --device fpga-emu:0 --ids 1 --max-tokens 1 >/dev/null 2>&1; then
     for n in $NAMES; do echo "ok $n # SKIP the fpga-emu backend is not built into $TANDEM"; done
@@ -57,6 +57,7 @@ check kv_corrupt_text cmp -s "$T/got.corrupt" "$T/ref.cpu"
 check kv_corrupt_logged grep -q 'event=request_moved .*from=fpga-emu:0 status="corrupt data"' "$LOG"
 curl -s "$ADMIN/metrics" >"$T/metrics"
 check kv_corrupt_marked sh -c "grep -Eq '^tandem[:_]device_health\{device=\"fpga-emu:0\",kind=\"fpga\",state=\"degraded\"\} 1' $T/metrics && grep -Eq '^tandem[:_]device_failovers_total\{device=\"fpga-emu:0\",kind=\"fpga\"\} 1' $T/metrics"
+check kv_corrupt_counted grep -Eq '^tandem_device_kv_corrupt_total\{device="fpga-emu:0",kind="fpga"\} 1' "$T/metrics"
 check kv_corrupt_ready sh -c "[ \$(curl -s -o /dev/null -w '%{http_code}' $ADMIN/ready) = 200 ]"
 serve_stop
 
