@@ -58,7 +58,8 @@ endif
 # The subcommands (daemon/main.c, daemon/cmd_*.c) link into the binary directly, the rest through
 # build/libtandem.a, which the tests and the plugins link too.
 MAIN_SRC := daemon/main.c $(wildcard daemon/cmd_*.c)
-LIB_SRC  := $(filter-out $(MAIN_SRC),$(wildcard proto/*.c model/*.c scheduler/*.c cpu/*.c fpga/*.c daemon/*.c))
+LIB_SRC  := $(filter-out $(MAIN_SRC),$(wildcard proto/*.c model/*.c sparse/*.c scheduler/*.c cpu/*.c fpga/*.c \
+                                          devices/*.c daemon/*.c))
 EMU_SRC  := $(wildcard fpga/emu/*.c fpga/kernels/*.c)
 TEST_SRC := $(wildcard tests/*.c tests/*/*.c)
 TOOL_SRC := $(wildcard tools/*.c)

@@ -10,6 +10,7 @@
  * rows), attention per (token, head) pair (parallel over pairs). Because every op has a fixed
  * arithmetic order (cpu/ops.h), a token's result does not depend on what else is in the batch:
  * prefill of n tokens then decode gives the same bits as one prefill of the whole sequence. */
+#include "cpu/backend.h"
 #include "cpu/ops.h"
 #include "cpu/pool.h"
 #include "cpu/kv_quant.h"
@@ -143,7 +144,7 @@ static int export_layer(cpu_dev *d, const batch *b, int layer, const accel_kv_si
  * logit_rows (n_logits of them), or NULL. */
 static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_rows, int n_logits,
                    const accel_kv_sink *sink, const volatile int *cancel,
-                   const cpu_flex_params *flex, accel_sparse_report *rep)
+                   const sparse_flex_params *flex, accel_sparse_report *rep)
 {
     const model *m = d->base.m;
     const model_config *c = &m->cfg;
@@ -166,9 +167,9 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
             model_rope_inv_freq(c, seq_len, inv_dyn);
             inv = inv_dyn;
         }
-        cpu_rope_angles(inv, half, b->pos[t], d->cs + (size_t)t * half, d->sn + (size_t)t * half);
+        model_rope_angles(inv, half, b->pos[t], d->cs + (size_t)t * half, d->sn + (size_t)t * half);
     }
-    for (int t = 0; t < T; t++) cpu_row_f32(&m->embed, b->ids[t], d->x + (size_t)t * H);
+    for (int t = 0; t < T; t++) model_row_f32(&m->embed, b->ids[t], d->x + (size_t)t * H);
 
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->layers[l];
@@ -234,23 +235,23 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
 
 /* FlexPrefill parameters for this request, or NULL when it runs dense: no sparse request, a
  * chunk after existing KV, a sliding-window model, or a prompt at or below the dense threshold. */
-static int flex_params(const accel_dev *ad, const accel_prefill_req *r, cpu_flex_params *fp)
+static int flex_params(const accel_dev *ad, const accel_prefill_req *r, sparse_flex_params *fp)
 {
     const accel_sparse *sp = r->sparse;
     if (!sp || r->seq->len != 0 || ad->m->cfg.sliding_window) return 0;
-    cpu_flex_params_default(fp);
+    sparse_flex_params_default(fp);
     fp->gamma = sp->gamma;
     fp->tau = sp->tau;
     fp->min_budget = sp->min_budget;
     fp->max_budget = sp->max_budget;
     fp->dense_below = sp->dense_below;
     char err[128];
-    if (cpu_flex_params_check(fp, err, sizeof err)) return ACCEL_ERR_INVALID;
-    return r->n > cpu_flex_dense_threshold(fp);
+    if (sparse_flex_params_check(fp, err, sizeof err)) return ACCEL_ERR_INVALID;
+    return r->n > sparse_flex_dense_threshold(fp);
 }
 
 /* The whole prompt through every layer at once with sparse attention. */
-static int prefill_flex(cpu_dev *d, const accel_prefill_req *r, const cpu_flex_params *fp)
+static int prefill_flex(cpu_dev *d, const accel_prefill_req *r, const sparse_flex_params *fp)
 {
     cpu_seq *s = (cpu_seq *)r->seq;
     int n = r->n, vocab = d->base.m->cfg.vocab, last = n - 1, st = ACCEL_ERR_NOMEM;
@@ -279,7 +280,7 @@ static int cpu_prefill(accel_dev *ad, const accel_prefill_req *r)
     cpu_seq *s = (cpu_seq *)r->seq;
     int vocab = ad->m->cfg.vocab;
     if (r->sparse_report) memset(r->sparse_report, 0, sizeof *r->sparse_report);
-    cpu_flex_params fp;
+    sparse_flex_params fp;
     int sparse = flex_params(ad, r, &fp);
     if (sparse < 0) return sparse;
     if (sparse) {

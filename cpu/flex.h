@@ -29,37 +29,23 @@
 #ifndef TANDEM_CPU_FLEX_H
 #define TANDEM_CPU_FLEX_H
 #include "cpu/pool.h"
+#include "sparse/flex.h"
 #include <stddef.h>
 #include <stdint.h>
 
-enum { CPU_FLEX_ERR_INVALID = -1, CPU_FLEX_ERR_NOMEM = -2 };
+enum { CPU_FLEX_ERR_INVALID = SPARSE_FLEX_ERR_INVALID, CPU_FLEX_ERR_NOMEM = -2 };
 const char *cpu_flex_strerror(int status);
 
 /* Bounds: 1M tokens (8x the 128K target), heads and head_dim as cpu_attend allows. */
-#define CPU_FLEX_MAX_TOKENS   (1 << 20)
+#define CPU_FLEX_MAX_TOKENS   SPARSE_FLEX_MAX_TOKENS
 #define CPU_FLEX_MAX_HEADS    256
 #define CPU_FLEX_MAX_HEAD_DIM 1024
 /* Query / key blocks per prompt: the selection keeps nb^2 bytes (and nb^2 scores for a
  * query-aware head) per thread: 8192 blocks = 1M tokens of 128, 64 MiB of marks. */
 #define CPU_FLEX_MAX_BLOCKS   8192
 
-typedef struct cpu_flex_params {
-    float gamma;        /* coverage of the attention mass, (0, 1]; default 0.9 */
-    float tau;          /* JS-distance threshold for query-aware heads, [0, 1]; default 0.1 */
-    int min_budget;     /* tokens per pattern at least (ceil'ed to blocks); 0: the official None
-                           (1 token); default 1024 */
-    int max_budget;     /* tokens per pattern at most; 0: none (the official None) */
-    int block_size;     /* 16, 32, 64 or 128 (the official set); default 128 */
-    int gqa_interleave; /* 0: kv head = h / (n_heads / n_kv_heads); 1: h % n_kv_heads */
-    int dense_below;    /* prompts of at most this many tokens run dense; -1 (default): the
-                           official rule max(2 * block_size, ceil(min_budget / bs) * bs) */
-} cpu_flex_params;
-
-void cpu_flex_params_default(cpu_flex_params *p);
-/* 0, or CPU_FLEX_ERR_INVALID with the reason in err. */
-int cpu_flex_params_check(const cpu_flex_params *p, char *err, size_t errlen);
-/* The prompt length at or below which flex attention runs dense. */
-int cpu_flex_dense_threshold(const cpu_flex_params *p);
+/* The parameters, their defaults and the dense rule are sparse/flex.h's (sparse_flex_params),
+ * shared with the GPU and card implementations. */
 
 typedef struct cpu_flex_qkv {
     int n_tokens, n_heads, n_kv_heads, head_dim;
@@ -92,7 +78,7 @@ typedef struct cpu_flex_index {
 
 /* Runs get_active_blocks on x (n_tokens must be at least 2 * block_size, as every sparse call of
  * the official code has). The index is malloc'ed; free it with cpu_flex_index_free. */
-int cpu_flex_index_build(cpu_pool *pool, const cpu_flex_params *p, const cpu_flex_qkv *x,
+int cpu_flex_index_build(cpu_pool *pool, const sparse_flex_params *p, const cpu_flex_qkv *x,
                          cpu_flex_index **out);
 void cpu_flex_index_free(cpu_flex_index *ix);
 /* An index with every causal block of every head (dense attention as a block list). */
@@ -123,7 +109,7 @@ typedef struct cpu_flex_report {
 /* flex_prefill_attention: dense below the threshold, else index + sparse attention.
  * rep (may be NULL) gets the report; ix_out (may be NULL) receives the index of a sparse call
  * (NULL for a dense one), owned by the caller. */
-int cpu_flex_attention(cpu_pool *pool, const cpu_flex_params *p, const cpu_flex_qkv *x,
+int cpu_flex_attention(cpu_pool *pool, const sparse_flex_params *p, const cpu_flex_qkv *x,
                        float *out, size_t out_stride, cpu_flex_report *rep,
                        cpu_flex_index **ix_out);
 

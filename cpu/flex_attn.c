@@ -116,12 +116,12 @@ int cpu_flex_dense_attention(cpu_pool *pool, const cpu_flex_qkv *x, int gqa_inte
     return run_attn(pool, &a, x->n_tokens * x->n_heads, dense_range);
 }
 
-int cpu_flex_attention(cpu_pool *pool, const cpu_flex_params *p, const cpu_flex_qkv *x,
+int cpu_flex_attention(cpu_pool *pool, const sparse_flex_params *p, const cpu_flex_qkv *x,
                        float *out, size_t out_stride, cpu_flex_report *rep,
                        cpu_flex_index **ix_out)
 {
     if (ix_out) *ix_out = NULL;
-    if (cpu_flex_params_check(p, NULL, 0) || cpu_flex_qkv_check(x, NULL, 0))
+    if (sparse_flex_params_check(p, NULL, 0) || cpu_flex_qkv_check(x, NULL, 0))
         return CPU_FLEX_ERR_INVALID;
     const int n = x->n_tokens, bs = p->block_size, nb = (n + bs - 1) / bs;
     cpu_flex_report r = {.n_heads = x->n_heads, .n_blocks = nb};
@@ -129,7 +129,7 @@ int cpu_flex_attention(cpu_pool *pool, const cpu_flex_params *p, const cpu_flex_
     int rc;
     /* The official rule, plus: a prompt shorter than two blocks never goes sparse (the
      * estimate needs a full last block; only a dense_below override can ask for that). */
-    if (n <= cpu_flex_dense_threshold(p) || n < 2 * bs) {
+    if (n <= sparse_flex_dense_threshold(p) || n < 2 * bs) {
         rc = cpu_flex_dense_attention(pool, x, p->gqa_interleave, 0, out, out_stride);
         r.dense = 1;
         r.blocks_computed = r.blocks_causal;

@@ -19,12 +19,6 @@ int cpu_flex_cmp_pair_desc(const void *a, const void *b);
  * (0 * log 0), as it does in the official code. */
 float cpu_flex_js_distance(const float *p, const float *q, int n);
 
-/* ceil(tokens / bs) in blocks (tokens up to INT32_MAX). */
-static inline int64_t cpu_flex_budget_blocks(int64_t tokens, int bs)
-{
-    return (tokens + bs - 1) / bs;
-}
-
 /* An index with row_ptr and the per-head arrays allocated (col NULL, nnz 0). */
 cpu_flex_index *cpu_flex_index_alloc(int n_heads, int n_tokens, int block_size);
 

@@ -80,7 +80,7 @@ typedef struct scratch {
 } scratch;
 
 typedef struct build {
-    const cpu_flex_params *p;
+    const sparse_flex_params *p;
     const cpu_flex_qkv *x;
     int bs, nb, n, d, min_b, max_b;
     float *avg_k; /* (n_kv_heads, nb, d) */
@@ -353,19 +353,19 @@ static void scratch_free(scratch *s)
     free(s->row);
 }
 
-int cpu_flex_index_build(cpu_pool *pool, const cpu_flex_params *p, const cpu_flex_qkv *x,
+int cpu_flex_index_build(cpu_pool *pool, const sparse_flex_params *p, const cpu_flex_qkv *x,
                          cpu_flex_index **out)
 {
     char err[128];
     *out = NULL;
-    if (cpu_flex_params_check(p, err, sizeof err) || cpu_flex_qkv_check(x, err, sizeof err))
+    if (sparse_flex_params_check(p, err, sizeof err) || cpu_flex_qkv_check(x, err, sizeof err))
         return CPU_FLEX_ERR_INVALID;
     const int bs = p->block_size, n = x->n_tokens, H = x->n_heads;
     const int nb = (n + bs - 1) / bs;
     if (n < 2 * bs || nb > CPU_FLEX_MAX_BLOCKS) return CPU_FLEX_ERR_INVALID;
     build b = {.p = p, .x = x, .bs = bs, .nb = nb, .n = n, .d = x->head_dim};
-    b.min_b = cpu_flex_budget_blocks(p->min_budget > 0 ? p->min_budget : 1, bs);
-    int64_t maxb = cpu_flex_budget_blocks(p->max_budget > 0 ? p->max_budget : 2147483647, bs);
+    b.min_b = sparse_flex_budget_blocks(p->min_budget > 0 ? p->min_budget : 1, bs);
+    int64_t maxb = sparse_flex_budget_blocks(p->max_budget > 0 ? p->max_budget : 2147483647, bs);
     b.max_b = (int)(maxb < nb ? maxb : nb);
 
     const int threads = pool ? cpu_pool_threads(pool) : 1;

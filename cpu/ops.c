@@ -1,5 +1,6 @@
 /* cpu/ops.c — see ops.h for the arithmetic each op fixes. */
 #include "cpu/ops.h"
+#include "model/numerics.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -70,27 +71,6 @@ static inline void dot_rows(const float *const *w, const float *x, int n, float 
     for (int r = 0; r < ROWS; r++) out[r] = finish16(acc[r], w[r] + j, x + j, n - j);
 }
 
-void cpu_row_f32(const model_tensor *t, int64_t r, float *out)
-{
-    int64_t n = t->shape[1];
-    switch (t->dtype) {
-    case MODEL_DTYPE_F32:
-        memcpy(out, (const float *)t->data + r * n, n * sizeof(float));
-        break;
-    case MODEL_DTYPE_BF16: {
-        const uint16_t *s = (const uint16_t *)t->data + r * n;
-        uint32_t *o = (uint32_t *)out;
-        for (int64_t i = 0; i < n; i++) o[i] = (uint32_t)s[i] << 16;
-        break;
-    }
-    case MODEL_DTYPE_F16: {
-        const uint16_t *s = (const uint16_t *)t->data + r * n;
-        for (int64_t i = 0; i < n; i++) out[i] = model_f16_to_f32(s[i]);
-        break;
-    }
-    }
-}
-
 void cpu_rmsnorm(float *out, const float *x, const model_tensor *w, int n, float eps)
 {
     double ss = 0;
@@ -153,7 +133,7 @@ static void mm_range(void *vctx, int begin, int end, int thread)
         const float *rows[ROW_BLOCK];
         for (int i = 0; i < nr; i++) {
             if (conv) {
-                cpu_row_f32(c->w, r0 + i, conv + (size_t)i * K);
+                model_row_f32(c->w, r0 + i, conv + (size_t)i * K);
                 rows[i] = conv + (size_t)i * K;
             } else {
                 rows[i] = (const float *)c->w->data + (size_t)(r0 + i) * K;
@@ -184,15 +164,6 @@ void cpu_matmul(cpu_pool *p, float *out, const float *x, int T, const model_tens
         cpu_pool_for(p, c.N, grain, mm_range, &c);
     else
         mm_range(&c, 0, c.N, 0);
-}
-
-void cpu_rope_angles(const float *inv_freq, int half, int pos, float *cs, float *sn)
-{
-    for (int i = 0; i < half; i++) {
-        float a = (float)pos * inv_freq[i];
-        cs[i] = cosf(a);
-        sn[i] = sinf(a);
-    }
 }
 
 void cpu_rope(float *x, int n_heads, int hd, const float *cs, const float *sn)

@@ -15,11 +15,12 @@
 #define TANDEM_CPU_OPS_H
 #include "model/model.h"
 #include "cpu/pool.h"
+#include "model/numerics.h"
 
 float cpu_dot(const float *a, const float *b, int n);
 
-/* Row r of a (rows, n) tensor as float32 into out[n]. */
-void cpu_row_f32(const model_tensor *t, int64_t r, float *out);
+/* Row r of a tensor as float32, and the rotary angles of a position, are model/numerics.h's
+ * (model_row_f32, model_rope_angles): the FPGA host code reads the checkpoint with them too. */
 
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], i < n. out may equal x. */
 void cpu_rmsnorm(float *out, const float *x, const model_tensor *w, int n, float eps);
@@ -29,8 +30,6 @@ void cpu_rmsnorm(float *out, const float *x, const model_tensor *w, int n, float
 void cpu_matmul(cpu_pool *p, float *out, const float *x, int T, const model_tensor *w,
                 const model_tensor *bias);
 
-/* cos/sin for one position: angle_i = (float)pos * inv_freq[i], i < half. */
-void cpu_rope_angles(const float *inv_freq, int half, int pos, float *cos_out, float *sin_out);
 /* Rotate n_heads vectors of head_dim in place, transformers' rotate_half pairing (i, i + hd/2). */
 void cpu_rope(float *x, int n_heads, int head_dim, const float *cos_t, const float *sin_t);
 

@@ -1,6 +1,7 @@
 /* daemon/cli.c — see cli.h. */
 #include "daemon/cli.h"
-#include "scheduler/exe_dir.h"
+#include "devices/devices.h"
+#include "devices/exe_dir.h"
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -141,7 +142,7 @@ int dmn_open_model(const char *dir, const char *device, const accel_opts *opts, 
         fprintf(stderr, "tandem: %s\n", err);
         return -1;
     }
-    *d = accel_open(device, *m, opts, err, sizeof err);
+    *d = devices_open(device, *m, opts, err, sizeof err);
     if (!*d) {
         fprintf(stderr, "tandem: %s\n", err);
         model_free(*m);
@@ -162,7 +163,7 @@ int dmn_is_model_dir(const char *dir)
 int dmn_bundled_model(char *out, size_t n)
 {
     char exe[PATH_MAX];
-    accel_exe_dir(exe, sizeof exe);
+    devices_exe_dir(exe, sizeof exe);
     /* build/tandem, build/san/tandem (a checkout), bin/tandem (installed under a prefix) */
     static const char *const rel[] = {"%s/../models/stories260K", "%s/../../models/stories260K",
                                       "%s/../share/tandem/models/stories260K"};

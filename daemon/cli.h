@@ -33,7 +33,7 @@ int dmn_parse_gpu_dtype(const char *s, enum accel_gpu_half *out);
  * bad value (printed). */
 int dmn_sampling_opt(int *i, int argc, char **argv, model_sampling *s, int *bad);
 
-/* model_load + accel_open, printing errors. Returns 0 or -1. */
+/* model_load + devices_open, printing errors. Returns 0 or -1. */
 int dmn_open_model(const char *dir, const char *device, const accel_opts *opts, model **m,
                    accel_dev **d);
 

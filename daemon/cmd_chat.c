@@ -7,6 +7,7 @@
  * are commands: /exit, /reset. */
 #include "daemon/cli.h"
 #include "daemon/cmd.h"
+#include "devices/devices.h"
 #include "model/gen.h"
 #include "model/tmpl.h"
 #include "proto/cli_json.h"
@@ -115,7 +116,7 @@ int dmn_cmd_chat(int argc, char **argv)
         goto out;
     }
     accel_opts o = {.gpu_half = half};
-    if (!(d = accel_open(device, m, &o, err, sizeof err))) {
+    if (!(d = devices_open(device, m, &o, err, sizeof err))) {
         fprintf(stderr, "tandem chat: %s\n", err);
         goto out;
     }

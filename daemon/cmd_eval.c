@@ -18,6 +18,7 @@
  * Output: one JSON line {"positions","top1_agreement","mean_kl","max_kl",...}. */
 #include "daemon/cli.h"
 #include "daemon/cmd.h"
+#include "devices/devices.h"
 #include "model/golden.h"
 #include <math.h>
 #include <stdio.h>
@@ -225,8 +226,8 @@ int dmn_cmd_eval(int argc, char **argv)
     }
     accel_opts o = {.kv_dtype = kvt, .weight_bits = (int)wbits, .lib_path = lib, .gpu_half = half};
     accel_opts ocpu = {.kv_dtype = kvt, .gpu_half = half}; /* --kv-from may name a GPU */
-    accel_dev *d = accel_open(device, m, &o, err, sizeof err);
-    accel_dev *cpu = d ? accel_open("cpu", m, &ocpu, err, sizeof err) : NULL;
+    accel_dev *d = devices_open(device, m, &o, err, sizeof err);
+    accel_dev *cpu = d ? devices_open("cpu", m, &ocpu, err, sizeof err) : NULL;
     accel_dev *src = NULL;
     if (!d || !cpu) {
         fprintf(stderr, "tandem eval: %s\n", err);
@@ -250,7 +251,7 @@ int dmn_cmd_eval(int argc, char **argv)
         goto out;
     }
     if (mode == MODE_KV) {
-        src = !strcmp(kvfrom, "cpu") ? cpu : accel_open(kvfrom, m, &ocpu, err, sizeof err);
+        src = !strcmp(kvfrom, "cpu") ? cpu : devices_open(kvfrom, m, &ocpu, err, sizeof err);
         if (!src) {
             fprintf(stderr, "tandem eval: %s\n", err);
             goto out;

@@ -8,6 +8,7 @@
  * device itself prefills there (a card with FAST-Prefill's kernel: fpga/kernels/prefill.c). */
 #include "daemon/cli.h"
 #include "daemon/cmd.h"
+#include "devices/devices.h"
 #include "model/gen.h"
 #include "proto/cli_json.h"
 #include <stdio.h>
@@ -128,7 +129,7 @@ int dmn_cmd_generate(int argc, char **argv)
             rc = 2;
             goto out;
         }
-    d = accel_open(device, m, &opts, err, sizeof err);
+    d = devices_open(device, m, &opts, err, sizeof err);
     if (!d) {
         fprintf(stderr, "tandem generate: %s\n", err);
         goto out;
@@ -137,7 +138,7 @@ int dmn_cmd_generate(int argc, char **argv)
     accel_get_info(d, &di);
     if (!pdev && (!(di.caps & ACCEL_CAP_PREFILL) || di.kind == ACCEL_KIND_FPGA)) pdev = "cpu";
     if (pdev && strcmp(pdev, device) != 0) {
-        p = accel_open(pdev, m, &opts, err, sizeof err);
+        p = devices_open(pdev, m, &opts, err, sizeof err);
         if (!p) {
             fprintf(stderr, "tandem generate: %s\n", err);
             goto out;

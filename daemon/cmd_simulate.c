@@ -19,6 +19,7 @@
  * running at least 10 requests). */
 #include "daemon/cli.h"
 #include "daemon/cmd.h"
+#include "devices/sim_hw.h"
 #include "scheduler/sched_sim.h"
 #include "scheduler/sched_sim_trace.h"
 #include <math.h>
@@ -95,7 +96,8 @@ static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
 {
     memset(res, 0, sizeof *res);
     static sched_sim_model m;
-    if (sched_sim_model_build(&m, o->node, o->shape, o->gpu_batch, err, errlen)) return -1;
+    if (sched_sim_model_build(&m, devices_sim_hw(), o->node, o->shape, o->gpu_batch, err, errlen))
+        return -1;
     for (int i = 0; i < m.n_devs; i++) {
         sched_sim_dev_model *d = &m.dev[i];
         if (d->kind != ACCEL_KIND_CUDA) continue;
@@ -175,8 +177,9 @@ static void list(void)
                s->params / 1e9, s->n_layers, s->n_heads, s->n_kv_heads, s->head_dim, s->context);
     }
     printf("device profiles:\n");
-    for (int i = 0; sched_sim_hw_at(i); i++) {
-        const sched_sim_hw *h = sched_sim_hw_at(i);
+    const sched_sim_catalog *c = devices_sim_hw();
+    for (int i = 0; i < c->n; i++) {
+        const sched_sim_hw *h = &c->hw[i];
         printf("  %-12s %s\n", h->name, h->source);
     }
 }
@@ -199,7 +202,8 @@ static int saturating_clients(const char *node, const char *shape, int gpu_batch
 {
     static sched_sim_model m;
     char err[256];
-    if (sched_sim_model_build(&m, node, shape, gpu_batch, err, sizeof err)) return 16;
+    if (sched_sim_model_build(&m, devices_sim_hw(), node, shape, gpu_batch, err, sizeof err))
+        return 16;
     int slots = 0;
     for (int i = 0; i < m.n_devs; i++) {
         int b = m.dev[i].max_batch < m.dev[i].max_running ? m.dev[i].max_batch : m.dev[i].max_running;
@@ -221,7 +225,7 @@ static int fig7(sim_run base, const char *gpus, const char *card)
 {
     static const int work[3][2] = {{128, 512}, {512, 512}, {1536, 512}};
     const char *shapes[] = {"llama2-7b", "llama3-8b"};
-    const sched_sim_hw *ch = sched_sim_hw_find(card);
+    const sched_sim_hw *ch = sched_sim_hw_find(devices_sim_hw(), card);
     if (!ch) {
         fprintf(stderr, "tandem simulate: unknown card profile %s\n", card);
         return 2;

@@ -42,8 +42,7 @@
  *   SIGHUP:  the log file is reopened (logrotate). */
 #include "daemon/serve.h"
 #include "daemon/log.h"
-#include "scheduler/accel_registry.h"
-#include "scheduler/exe_dir.h"
+#include "devices/devices.h"
 #include <errno.h>
 #include <limits.h>
 #include <openssl/crypto.h>
@@ -334,14 +333,6 @@ static void on_warm(void *ctx, int ok)
     dmn_log(DMN_LOG_INFO, "ready", "model=%s devices=%s", d->served_name, d->cfg.devices);
 }
 
-/* The card emulator: the registry's one lookup (build/libxrt_emu.so beside the binary,
- * <prefix>/lib/tandem/libxrt_emu.so once installed). "" when neither exists (the backend then
- * says so). */
-static void emu_library(char *out, size_t n)
-{
-    if (accel_lib_find(ACCEL_EMU_LIB, out, n) != 0) out[0] = 0;
-}
-
 /* Runs on a thread-pool thread: nothing here touches the loop's state except d's engine fields,
  * which nothing reads until after_load runs on the loop. */
 static void do_load_on(dmn_serve *d);
@@ -399,8 +390,6 @@ static void do_load_on(dmn_serve *d)
     opts.run_timeout_ms = (unsigned)d->cfg.fpga_run_timeout_ms;
     opts.cache_dir = d->cfg.cache_dir[0] ? d->cfg.cache_dir : NULL;
     accel_gpu_half_parse(d->cfg.gpu_dtype, &opts.gpu_half); /* checked by dmn_config_load */
-    char emu[PATH_MAX + 64];
-    emu_library(emu, sizeof emu);
     char *save = NULL;
     for (char *name = strtok_r(list, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
         if (d->n_devs == SCHED_MAX_DEVICES) {
@@ -410,14 +399,14 @@ static void do_load_on(dmn_serve *d)
         /* A device this machine does not have (no GPU, no card) is skipped, so that one
          * configuration serves on every node; one that is there but fails to open stops start-up. */
         char why[256], q[300];
-        if (!accel_present(name, why, sizeof why)) {
+        if (!devices_present(name, why, sizeof why)) {
             dmn_log(DMN_LOG_WARN, "device_skipped", "device=%s reason=%s", name,
                     dmn_log_quote(q, sizeof q, why));
             continue;
         }
-        /* the card emulator beside the binary (build/) or installed (lib/tandem/) */
-        opts.lib_path = !strncmp(name, "fpga-emu", 8) && emu[0] ? emu : NULL;
-        accel_dev *dev = accel_open(name, d->m, &opts, err, sizeof err);
+        /* devices_open finds the card emulator beside the binary (build/) or installed
+         * (lib/tandem/), as every subcommand does */
+        accel_dev *dev = devices_open(name, d->m, &opts, err, sizeof err);
         if (!dev) {
             snprintf(d->load_err, sizeof d->load_err, "device %s: %s", name, err);
             return;

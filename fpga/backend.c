@@ -46,8 +46,8 @@
  *
  * Threads: one thread drives the device (accel.h); describe() reads immutable fields only. */
 #include "fpga/backend.h"
-#include "cpu/flex.h"
-#include "cpu/ops.h"
+#include "sparse/flex.h"
+#include "model/numerics.h"
 #include "fpga/flex_host.h"
 #include "fpga/prefill.h"
 #include "proto/kv_wire.h"
@@ -183,7 +183,7 @@ static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits)
     if (st) return st;
     if (s->failed) return ACCEL_ERR_CORRUPT;
     const int half = c->head_dim / 2;
-    cpu_row_f32(&m->embed, id, d->x0);
+    model_row_f32(&m->embed, id, d->x0);
     const float *inv = d->inv_freq;
     float dyn[FPGA_DEC_MAX_HEAD_DIM / 2];
     if (c->rope.type == MODEL_ROPE_DYNAMIC) {
@@ -191,7 +191,7 @@ static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits)
         model_rope_inv_freq(c, pos + 1, dyn);
         inv = dyn;
     }
-    cpu_rope_angles(inv, half, pos, d->cs, d->sn);
+    model_rope_angles(inv, half, pos, d->cs, d->sn);
     st = fpga_card_step(&d->card, d->x0, d->cs, d->sn, (uint32_t)id, (uint32_t)pos, s->kv_off,
                         s->part_tiles, logits);
     return card_status(d, st);
@@ -235,15 +235,15 @@ static int sparse_params(const fpga_dev *d, const fpga_seq *s, const accel_prefi
     const accel_sparse *sp = r->sparse;
     const fpga_dec_desc *desc = &d->card.desc;
     if (!sp || s->base.len != 0) return 0;
-    cpu_flex_params fp;
-    cpu_flex_params_default(&fp);
+    sparse_flex_params fp;
+    sparse_flex_params_default(&fp);
     fp.gamma = sp->gamma;
     fp.tau = sp->tau;
     fp.min_budget = sp->min_budget;
     fp.max_budget = sp->max_budget;
     fp.dense_below = sp->dense_below;
-    if (cpu_flex_params_check(&fp, NULL, 0)) return ACCEL_ERR_INVALID;
-    if (r->n <= cpu_flex_dense_threshold(&fp)) return 0;
+    if (sparse_flex_params_check(&fp, NULL, 0)) return ACCEL_ERR_INVALID;
+    if (r->n <= sparse_flex_dense_threshold(&fp)) return 0;
     if (r->n < 2 * FPGA_FLEX_BS || r->n > FPGA_FLEX_MAX_TOKENS ||
         desc->n_heads > FPGA_FLEX_MAX_HEADS ||
         desc->n_heads / desc->n_kv_heads > FPGA_FLEX_MAX_GROUP || desc->head_dim > FPGA_FLEX_MAX_D)
@@ -483,19 +483,6 @@ static const struct accel_dev_i fpga_i = {
 
 /* ---------------------------------------------------------------- open */
 
-static void exe_dir(char *out, size_t n)
-{
-    char buf[PATH_MAX];
-    ssize_t k = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    char *slash = k > 0 ? (buf[k] = 0, strrchr(buf, '/')) : NULL;
-    if (!slash) {
-        snprintf(out, n, ".");
-        return;
-    }
-    *slash = 0;
-    snprintf(out, n, "%s", buf);
-}
-
 static unsigned timeout_ms(const accel_opts *o)
 {
     if (o->run_timeout_ms) return o->run_timeout_ms;
@@ -505,8 +492,8 @@ static unsigned timeout_ms(const accel_opts *o)
     return v && *v && !*end && t >= 1 && t <= 3600000 ? (unsigned)t : DEFAULT_TIMEOUT_MS;
 }
 
-static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts *o, char *err,
-                           size_t errlen)
+static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts *o,
+                           const fpga_calib_ref *ref, char *err, size_t errlen)
 {
     const char *kind = emu ? "fpga-emu" : "fpga";
     if (o->kv_dtype && o->kv_dtype != PROTO_KV_INT8) {
@@ -546,9 +533,10 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
     char lib[PATH_MAX + 32];
     if (o->lib_path && *o->lib_path) snprintf(lib, sizeof lib, "%s", o->lib_path);
     else if (emu) {
-        char dir[PATH_MAX];
-        exe_dir(dir, sizeof dir);
-        snprintf(lib, sizeof lib, "%s/libxrt_emu.so", dir);
+        /* where the emulator is installed is the composition root's knowledge (devices/) */
+        snprintf(err, errlen, "%s:%d: no emulator library given (accel_opts.lib_path)", kind,
+                 index);
+        goto fail;
     } else snprintf(lib, sizeof lib, "%s", FPGA_XRT_DEFAULT_LIB);
     char cerr[512];
     int st = fpga_card_open(&d->card, lib, (unsigned)index, o->xclbin, &desc, timeout_ms(o), cerr,
@@ -565,7 +553,7 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
         snprintf(err, errlen, "%s:%d: %s", kind, index, fpga_xrt_error());
         goto fail;
     }
-    if (fpga_image_get(m, &d->q, o->cache_dir, &img, NULL, err, errlen)) goto fail;
+    if (fpga_image_get(m, &d->q, ref, o->cache_dir, &img, NULL, err, errlen)) goto fail;
     d->image_cached = img.from_cache;
     snprintf(d->image_path, sizeof d->image_path, "%s", img.path);
     st = fpga_card_upload(&d->card, img.data, cerr, sizeof cerr);
@@ -609,16 +597,16 @@ fail:
     return NULL;
 }
 
-accel_dev *fpga_emu_accel_open(int index, const model *m, const accel_opts *o, char *err,
-                               size_t errlen)
+accel_dev *fpga_emu_accel_open(int index, const model *m, const accel_opts *o,
+                               const fpga_calib_ref *ref, char *err, size_t errlen)
 {
-    return open_dev(1, index, m, o, err, errlen);
+    return open_dev(1, index, m, o, ref, err, errlen);
 }
 
-accel_dev *fpga_accel_open(int index, const model *m, const accel_opts *o, char *err,
-                           size_t errlen)
+accel_dev *fpga_accel_open(int index, const model *m, const accel_opts *o,
+                           const fpga_calib_ref *ref, char *err, size_t errlen)
 {
-    return open_dev(0, index, m, o, err, errlen);
+    return open_dev(0, index, m, o, ref, err, errlen);
 }
 
 /* ---------------------------------------------------------------- introspection */

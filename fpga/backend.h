@@ -1,10 +1,13 @@
 /* fpga/backend.h — the FPGA decode device behind scheduler/accel.h, and what tests and tools
  * may ask it beyond that interface.
  *
- *   fpga-emu[:N]  emulated card N: build/libxrt_emu.so beside the binary, or opts->lib_path
+ *   fpga-emu[:N]  emulated card N: the emulator library opts->lib_path (required; the
+ *                 composition root, devices/, finds build/libxrt_emu.so or the installed one)
  *   fpga[:N]      a real U280 through XRT: libxrt_coreutil.so.2 or opts->lib_path, the xclbin
  *                 opts->xclbin (else the one already loaded on the card)
- * Constructors: fpga_emu_accel_open / fpga_accel_open (declared in scheduler/accel_impl.h).
+ * Constructors: fpga_emu_accel_open / fpga_accel_open below, called by devices/ (the one module
+ * that opens devices by name), which hands them the float reference the weight image's
+ * calibration runs on (fpga/calib.h).
  *
  * Capabilities: DECODE | KV_IMPORT, max_batch 1 (the kernel decodes one sequence per run, as
  * GLITCHES' FlightLLM-based cards do; accel_decode with n > 1 runs them one after another).
@@ -32,10 +35,19 @@
  * scheduler keeps count). */
 #ifndef TANDEM_FPGA_BACKEND_H
 #define TANDEM_FPGA_BACKEND_H
+#include "fpga/calib.h"
 #include "fpga/card.h"
 #include "fpga/prefill.h"
 #include "fpga/quant.h"
 #include "scheduler/accel.h"
+
+/* Open card `index` for m (which must outlive the device) and load its weight image (from the
+ * cache, or built: calibrating on ref, which may be NULL when TANDEM_FPGA_QUANT turns
+ * calibration off). NULL with a message in err. */
+accel_dev *fpga_emu_accel_open(int index, const model *m, const accel_opts *o,
+                               const fpga_calib_ref *ref, char *err, size_t errlen);
+accel_dev *fpga_accel_open(int index, const model *m, const accel_opts *o,
+                           const fpga_calib_ref *ref, char *err, size_t errlen);
 
 /* NULL unless d is an FPGA device. For tests and tools; same thread rules as the device. */
 fpga_card *fpga_dev_card(accel_dev *d);

@@ -1,32 +1,32 @@
-/* fpga/calib.h — calibration inputs for the weight image builder.
+/* fpga/calib.h — what the weight image's calibration runs on, handed in by whoever opens a card.
  *
- * The text is the model's own: S sequences of T tokens sampled at temperature 1 from BOS with a
- * fixed seed through the CPU backend (self-generated calibration data, as LLM-QAT does: no
- * dataset to ship, and never the golden cases). The activations are then computed layer by
- * layer in float32 with the CPU reference ops (cpu/ops.h), and each quantized matrix's input,
- * exactly as the kernel will see it before its own quantization, is handed to a callback:
- *   layer l: QKV (RMSNorm(x) * attn_norm), O (attention output), GU (RMSNorm(x) * ffn_norm),
- *            D (SiLU(gate) * up); then layer L: LM (final RMSNorm(x) * norm).
- * The stream through the layers uses the float weights (not the quantized ones).
+ * Calibration (fpga/image.c) needs the model's own text and each quantized matrix's float input
+ * as the kernel will see it: a float reference forward. fpga/ names no other backend, so it does
+ * not call one: the composition root (devices/) hands the CPU reference's two entries in
+ * (cpu/calib.h says what they compute), and asserts at compile time that its projection order
+ * is the card's FPGA_DEC_QKV .. FPGA_DEC_LM (fpga/kernels/dec_layout.h).
  *
- * Threads: runs on the caller's thread (with a pool of worker threads for the products). */
+ * Without a reference (NULL) an image can only be built with calibration off
+ * (TANDEM_FPGA_QUANT=calib=0): asking for it otherwise is an error, never a silent change of
+ * the quantized weights. */
 #ifndef TANDEM_FPGA_CALIB_H
 #define TANDEM_FPGA_CALIB_H
 #include "model/model.h"
 #include <stddef.h>
 #include <stdint.h>
 
-/* Samples n_seqs x len ids into ids. 0, or -1 with a message. */
-int fpga_calib_ids(const model *m, int n_seqs, int len, uint64_t seed, int32_t *ids, char *err,
-                   size_t errlen);
-
 /* x: (T, K) inputs of matrix `mat` (FPGA_DEC_QKV .. FPGA_DEC_LM of dec_layout.h) of `layer`
  * (n_layers for the LM head), valid during the call. A non-zero return stops the run. */
 typedef int (*fpga_calib_fn)(void *ctx, int layer, int mat, const float *x, int T, int K);
 
-/* Runs the float forward over n_seqs sequences of len ids. 0, the callback's status, or -1 out
- * of memory. */
-int fpga_calib_run(const model *m, const int32_t *ids, int n_seqs, int len, fpga_calib_fn fn,
-                   void *ctx);
+typedef struct fpga_calib_ref {
+    /* Samples n_seqs x len ids into ids with seed. 0, or -1 with a message. */
+    int (*ids)(const model *m, int n_seqs, int len, uint64_t seed, int32_t *ids, char *err,
+               size_t errlen);
+    /* Runs the float forward over n_seqs sequences of len ids, calling fn with each matrix's
+     * input. 0, fn's status, or -1 out of memory. */
+    int (*run)(const model *m, const int32_t *ids, int n_seqs, int len, fpga_calib_fn fn,
+               void *ctx);
+} fpga_calib_ref;
 
 #endif

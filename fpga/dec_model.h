@@ -9,7 +9,7 @@
 #ifndef TANDEM_FPGA_DEC_MODEL_H
 #define TANDEM_FPGA_DEC_MODEL_H
 #include "fpga/kernels/dec_layout.h"
-#include "fpga/u280.h"
+#include "fpga/xrt/u280.h"
 
 typedef struct fpga_dec_cost {
     uint64_t chan_bytes[FPGA_DEC_CH];

@@ -12,8 +12,7 @@
  *      gate/up and lm_head, or stored as the O / down activation multiplier (misc block).
  * Without calibration every matrix gets plain (unweighted) clipping search and no smoothing. */
 #include "fpga/image.h"
-#include "cpu/ops.h"
-#include "fpga/calib.h"
+#include "model/numerics.h"
 #include "fpga/kernels/dec_math.h"
 #include <math.h>
 #include <stdio.h>
@@ -100,7 +99,7 @@ static void load_rows(builder *b, int l, int mat, float *w)
     for (int i = 0; i < 3 && parts[i]; i++) {
         const model_tensor *t = parts[i];
         for (int64_t r = 0; r < t->shape[0]; r++, at++)
-            cpu_row_f32(t, r, w + at * t->shape[1]);
+            model_row_f32(t, r, w + at * t->shape[1]);
     }
 }
 
@@ -268,8 +267,9 @@ static int calib_cb(void *ctx, int layer, int mat, const float *x, int T, int K)
     return quantize_one(ctx, layer, mat, x, T);
 }
 
-int fpga_image_build(const model *m, const fpga_quant_opts *q, const fpga_dec_desc *d,
-                     uint8_t *out, fpga_image_report *rep, char *err, size_t errlen)
+int fpga_image_build(const model *m, const fpga_quant_opts *q, const fpga_calib_ref *ref,
+                     const fpga_dec_desc *d, uint8_t *out, fpga_image_report *rep, char *err,
+                     size_t errlen)
 {
     builder b = {.m = m, .q = q, .d = d, .out = out, .rep = rep, .err = err, .errlen = errlen};
     fpga_dec_layout_of(d, &b.lo);
@@ -286,18 +286,24 @@ int fpga_image_build(const model *m, const fpga_quant_opts *q, const fpga_dec_de
                     dst[at] = bt[i]->data ? model_tensor_get(bt[i], j, 0) : 0.0f;
         }
     if (q->calib_seqs > 0 && q->calib_len > 1) {
+        if (!ref || !ref->ids || !ref->run) {
+            snprintf(err, errlen, "fpga: calibration asked for (%dx%d) but no float reference "
+                     "was handed in (TANDEM_FPGA_QUANT=calib=0 builds without it)",
+                     q->calib_seqs, q->calib_len);
+            return -1;
+        }
         size_t n = (size_t)q->calib_seqs * q->calib_len;
         int32_t *ids = malloc(sizeof(int32_t) * n);
         if (!ids) {
             snprintf(err, errlen, "fpga: out of memory");
             return -1;
         }
-        if (fpga_calib_ids(m, q->calib_seqs, q->calib_len, q->seed, ids, err, errlen)) {
+        if (ref->ids(m, q->calib_seqs, q->calib_len, q->seed, ids, err, errlen)) {
             free(ids);
             return -1;
         }
         if (rep) rep->calib_tokens = (int)n;
-        int rc = fpga_calib_run(m, ids, q->calib_seqs, q->calib_len, calib_cb, &b);
+        int rc = ref->run(m, ids, q->calib_seqs, q->calib_len, calib_cb, &b);
         free(ids);
         if (rc && !*err) snprintf(err, errlen, "fpga: calibration ran out of memory");
         return rc ? -1 : 0;

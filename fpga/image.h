@@ -10,6 +10,7 @@
  * Threads: the caller's (plus a calibration pool); the model is only read. */
 #ifndef TANDEM_FPGA_IMAGE_H
 #define TANDEM_FPGA_IMAGE_H
+#include "fpga/calib.h"
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/quant.h"
 #include "model/model.h"
@@ -36,8 +37,10 @@ typedef struct fpga_image_report {
 } fpga_image_report;
 
 /* Builds the image for desc d (from fpga_image_desc) into out, FPGA_DEC_CH * image_bytes bytes
- * that the caller zeroed. rep may be NULL. 0, or -1 with a message. */
-int fpga_image_build(const model *m, const fpga_quant_opts *q, const fpga_dec_desc *d,
-                     uint8_t *out, fpga_image_report *rep, char *err, size_t errlen);
+ * that the caller zeroed. ref: the float reference calibration runs on (fpga/calib.h; may be
+ * NULL when q turns calibration off). rep may be NULL. 0, or -1 with a message. */
+int fpga_image_build(const model *m, const fpga_quant_opts *q, const fpga_calib_ref *ref,
+                     const fpga_dec_desc *d, uint8_t *out, fpga_image_report *rep, char *err,
+                     size_t errlen);
 
 #endif

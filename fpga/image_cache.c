@@ -152,8 +152,9 @@ static int try_load(const char *path, const uint8_t key[32], const fpga_dec_desc
     return 0;
 }
 
-int fpga_image_get(const model *m, const fpga_quant_opts *q, const char *dir, fpga_image_file *f,
-                   fpga_image_report *rep, char *err, size_t errlen)
+int fpga_image_get(const model *m, const fpga_quant_opts *q, const fpga_calib_ref *ref,
+                   const char *dir, fpga_image_file *f, fpga_image_report *rep, char *err,
+                   size_t errlen)
 {
     memset(f, 0, sizeof *f);
     *err = 0;
@@ -200,7 +201,7 @@ int fpga_image_get(const model *m, const fpga_quant_opts *q, const char *dir, fp
         return -1;
     }
     uint8_t *data = (uint8_t *)map + IMG_HEADER;
-    if (fpga_image_build(m, q, &f->desc, data, rep, err, errlen)) {
+    if (fpga_image_build(m, q, ref, &f->desc, data, rep, err, errlen)) {
         munmap(map, bytes);
         if (fd >= 0) {
             close(fd);

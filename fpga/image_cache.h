@@ -31,10 +31,12 @@ typedef struct fpga_image_file {
     size_t map_bytes;
 } fpga_image_file;
 
-/* Finds or builds the image for (m, q). dir may be NULL. rep (may be NULL) describes a build.
- * 0, or -1 with a message (a model the card cannot run, out of memory). */
-int fpga_image_get(const model *m, const fpga_quant_opts *q, const char *dir, fpga_image_file *out,
-                   fpga_image_report *rep, char *err, size_t errlen);
+/* Finds or builds the image for (m, q). ref: what a build calibrates on (fpga_image_build; may be
+ * NULL with calibration off). dir may be NULL. rep (may be NULL) describes a build. 0, or -1
+ * with a message (a model the card cannot run, out of memory). */
+int fpga_image_get(const model *m, const fpga_quant_opts *q, const fpga_calib_ref *ref,
+                   const char *dir, fpga_image_file *out, fpga_image_report *rep, char *err,
+                   size_t errlen);
 void fpga_image_release(fpga_image_file *f);
 
 #endif

@@ -2,7 +2,7 @@
  * channel's share of a striped array while it travels, and (with a KV sink) one layer's kvf
  * blocks and its wire chunk. */
 #include "fpga/prefill.h"
-#include "cpu/ops.h"
+#include "model/numerics.h"
 #include "fpga/kernels/dec_math.h"
 #include <stdlib.h>
 #include <string.h>
@@ -144,8 +144,8 @@ static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, 
     float inv[FPGA_DEC_MAX_HEAD_DIM / 2];
     model_rope_inv_freq(&m->cfg, m->cfg.rope.type == MODEL_ROPE_DYNAMIC ? j->rope_len : 0, inv);
     for (uint32_t t = 0; t < np; t++) {
-        cpu_row_f32(&m->embed, j->ids[done + t], b->x + (uint64_t)t * d->hidden);
-        cpu_rope_angles(inv, (int)half, (int)(pos0 + t), b->rope + (uint64_t)t * hd,
+        model_row_f32(&m->embed, j->ids[done + t], b->x + (uint64_t)t * d->hidden);
+        model_rope_angles(inv, (int)half, (int)(pos0 + t), b->rope + (uint64_t)t * hd,
                         b->rope + (uint64_t)t * hd + half);
     }
     int st = put_striped(c, j, &w.x, np, (const uint8_t *)b->x, b);

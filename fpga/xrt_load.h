@@ -2,7 +2,7 @@
  *
  * fpga_xrt_new() dlopen()s an XRT library (libxrt_coreutil.so.2 by default, or a path from the
  * configuration, e.g. build/libxrt_emu.so for the emulator) and resolves every function of
- * fpga/xrt_api.h into a table; a missing library or symbol is a clean error, so the daemon
+ * fpga/xrt/xrt_api.h into a table; a missing library or symbol is a clean error, so the daemon
  * builds and starts on machines without XRT. Nothing is linked against XRT at build time.
  *
  * Each wrapper calls one XRT function and turns XRT's error style (NULL / -1 / ABORT + errno,
@@ -22,8 +22,8 @@
  * with XRT's own rules for each handle (a run handle is driven by one thread at a time). */
 #ifndef TANDEM_FPGA_XRT_LOAD_H
 #define TANDEM_FPGA_XRT_LOAD_H
-#include "fpga/emu_api.h"
-#include "fpga/xrt_api.h"
+#include "fpga/xrt/emu_api.h"
+#include "fpga/xrt/xrt_api.h"
 #include "scheduler/accel.h"
 #include <stddef.h>
 #include <stdint.h>
@@ -86,7 +86,7 @@ int fpga_xrt_run_wait(fpga_xrt *x, xrtRunHandle r, unsigned timeout_ms, enum ert
 enum ert_cmd_state fpga_xrt_run_state(fpga_xrt *x, xrtRunHandle r);
 int fpga_xrt_run_close(fpga_xrt *x, xrtRunHandle r);
 
-/* emulator extensions (fpga/emu_api.h); ACCEL_ERR_UNSUPPORTED on real XRT */
+/* emulator extensions (fpga/xrt/emu_api.h); ACCEL_ERR_UNSUPPORTED on real XRT */
 int fpga_xrt_emu_run_stats(fpga_xrt *x, xrtRunHandle r, fpga_emu_run_stats *out);
 int fpga_xrt_emu_card_stats(fpga_xrt *x, xrtDeviceHandle d, fpga_emu_card_stats *out);
 int fpga_xrt_emu_set_pace(fpga_xrt *x, xrtDeviceHandle d, int on);

@@ -1,9 +1,10 @@
 /* gpu/accel.c — the CUDA device behind accel.h: the vtable over the engine (gpu/gpu.h).
- * Loaded by scheduler/accel_registry.c with dlopen; gpu_accel_open is the one symbol it looks up.
+ * Loaded by devices/open.c with dlopen; gpu_plugin_open (gpu/plugin.h) is the one symbol it looks
+ * up, and hands it the shared FlexPrefill rules, which this file calls through that table.
  * The accel wrappers do bounds, memory reservation and sequence lengths; this file maps each
  * entry to the engine and keeps the sequence -> KV cache link. */
 #include "gpu/gpu.h"
-#include "cpu/flex.h"
+#include "gpu/plugin.h"
 #include "scheduler/accel_impl.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@ typedef struct gpu_dev {
     struct accel_dev base;
     gpu_engine *e;
     int index;
+    sparse_flex_fns flex; /* from the host, at open */
 } gpu_dev;
 
 static gpu_engine *eng(accel_dev *d)
@@ -67,24 +69,25 @@ static enum proto_kv_dtype export_dtype(accel_dev *d)
 
 /* FlexPrefill parameters for this request (1), or 0 when it runs dense, by the CPU backend's
  * rule (cpu/backend.c): no sparse request, a chunk after existing KV, a sliding-window model, or
- * a prompt at or below cpu_flex_dense_threshold. Past that rule, shapes the GPU index does not
- * cover (head_dim other than 64/128, over GPU_FLEX_MAX_HEADS heads or GPU_FLEX_MAX_TOKENS tokens)
- * run dense too, and the report says so. ACCEL_ERR_INVALID for bad parameters. */
+ * a prompt at or below sparse_flex_dense_threshold. Past that rule, shapes the GPU index does
+ * not cover (head_dim other than 64/128, over GPU_FLEX_MAX_HEADS heads or GPU_FLEX_MAX_TOKENS
+ * tokens) run dense too, and the report says so. ACCEL_ERR_INVALID for bad parameters. */
 static int sparse_params(const accel_dev *d, const accel_prefill_req *r, gpu_flex_params *gp)
 {
     const accel_sparse *sp = r->sparse;
     const model_config *c = &d->m->cfg;
     if (!sp || r->seq->len != 0 || c->sliding_window) return 0;
-    cpu_flex_params fp;
-    cpu_flex_params_default(&fp);
+    const sparse_flex_fns *fx = &((const gpu_dev *)d)->flex;
+    sparse_flex_params fp;
+    fx->params_default(&fp);
     fp.gamma = sp->gamma;
     fp.tau = sp->tau;
     fp.min_budget = sp->min_budget;
     fp.max_budget = sp->max_budget;
     fp.dense_below = sp->dense_below;
     char err[128];
-    if (cpu_flex_params_check(&fp, err, sizeof err)) return ACCEL_ERR_INVALID;
-    if (r->n <= cpu_flex_dense_threshold(&fp)) return 0;
+    if (fx->params_check(&fp, err, sizeof err)) return ACCEL_ERR_INVALID;
+    if (r->n <= fx->dense_threshold(&fp)) return 0;
     if ((c->head_dim != 64 && c->head_dim != 128) || c->n_heads > GPU_FLEX_MAX_HEADS ||
         r->n > GPU_FLEX_MAX_TOKENS)
         return 0;
@@ -175,8 +178,14 @@ static const struct accel_dev_i gpu_i = {
     .host_free = gpu_dev_host_free,
 };
 
-accel_dev *gpu_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen)
+accel_dev *gpu_plugin_open(int index, const model *m, const accel_opts *o,
+                           const gpu_plugin_host *host, char *err, size_t errlen)
 {
+    if (!host || !host->flex || !host->flex->params_default || !host->flex->params_check ||
+        !host->flex->dense_threshold) {
+        snprintf(err, errlen, "cuda:%d: the host gave no FlexPrefill rules", index);
+        return NULL;
+    }
     if (o->kv_dtype && o->kv_dtype != PROTO_KV_INT8 && o->kv_dtype != PROTO_KV_INT4) {
         snprintf(err, errlen, "cuda:%d: unknown KV dtype %d", index, (int)o->kv_dtype);
         return NULL;
@@ -196,11 +205,12 @@ accel_dev *gpu_accel_open(int index, const model *m, const accel_opts *o, char *
     d->base.kv_bytes_per_token = gpu_engine_kv_bytes_per_token(e);
     d->e = e;
     d->index = index;
+    d->flex = *host->flex;
     return &d->base;
 }
 
 /* For benchmarks (tools/bench_gpu.c finds it with dlsym): the export counters of the last
- * prefill on this device. d must come from gpu_accel_open. */
+ * prefill on this device. d must come from gpu_plugin_open. */
 void gpu_accel_export_stats(accel_dev *d, gpu_export_stats *out)
 {
     gpu_engine_export_stats(eng(d), out);

@@ -14,7 +14,7 @@
  * Layouts as the CPU reference: q (n, n_heads, d), k / v (n, n_kv_heads, d), out like q; bf16
  * device pointers; CSR int32: row_ptr (n_heads, nb + 1) absolute into col; block 128.
  * head_dim 64 or 128; n up to 256K tokens (nb <= 2048: the query-aware map keeps nb^2 floats per
- * head). The caller applies flex_prefill_attention's dense rule first (cpu_flex_dense_threshold:
+ * head). The caller applies flex_prefill_attention's dense rule first (sparse_flex_dense_threshold:
  * prompts of at most max(256, ceil(min_budget / 128) * 128) tokens run dense); gpu_flex_index
  * needs n >= 256.
  *

@@ -5,7 +5,7 @@
  * One source, two builds (Makefile): libtandem_cuda.so with bf16, and libtandem_cuda_f16.so with
  * fp16 (compiled with -DGPU_H16_F16). bf16 checkpoints take the bf16 build (their values need
  * its range: fp16 stops at 65504); float32 and fp16 checkpoints take the fp16 one by default
- * (scheduler/accel_registry.c, --gpu-dtype): fp16 keeps 10 mantissa bits against bf16's 7, so
+ * (devices/cuda_plugin.c, --gpu-dtype): fp16 keeps 10 mantissa bits against bf16's 7, so
  * every weight, normalized activation, Q/K/V and cached key or value is rounded 8x more finely —
  * an fp16 checkpoint is uploaded exactly instead of losing 3 bits, and a float32 one loses 13
  * bits instead of 16. The arithmetic (float32 accumulation everywhere, float32 residual) is the

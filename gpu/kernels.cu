@@ -55,7 +55,7 @@ int gpu_rmsnorm(cudaStream_t s, const float *x, const int *rows, const float *w,
 }
 
 /* ---------------------------------------------------------------- rotary embedding
- * cpu_rope_angles: angle = (float)pos * inv_freq[i] in float32, then cosf/sinf. sincosf here is
+ * model_rope_angles: angle = (float)pos * inv_freq[i] in float32, then cosf/sinf. sincosf here is
  * CUDA's full-range version (max 2 ulp; the angles stay below its slow-path bound of 105615 for
  * positions up to ~105K at inv_freq[0] = 1, and are exact to reduce beyond it). One table per
  * call: rows of (cos, sin) per token, read by every layer. tbl[t] picks the token's inv_freq

@@ -242,3 +242,39 @@ int accel_sparse_dense_threshold(const accel_sparse *sp)
     long long t = mb > 256 ? mb : 256;
     return t > 0x7fffffff ? 0x7fffffff : (int)t;
 }
+
+/* ---------------------------------------------------------------- the GPU's 16-bit format */
+
+enum model_dtype accel_ckpt_dtype(const model *m)
+{
+    return m->cfg.n_layers > 0 && m->layers ? m->layers[0].wq.dtype : m->embed.dtype;
+}
+
+enum accel_gpu_half accel_gpu_half_resolve(const model *m, enum accel_gpu_half h)
+{
+    if (h != ACCEL_GPU_HALF_AUTO) return h;
+    if (!m) return ACCEL_GPU_HALF_BF16;
+    return accel_ckpt_dtype(m) == MODEL_DTYPE_BF16 ? ACCEL_GPU_HALF_BF16 : ACCEL_GPU_HALF_F16;
+}
+
+int accel_gpu_half_parse(const char *s, enum accel_gpu_half *out)
+{
+    static const enum accel_gpu_half all[] = {ACCEL_GPU_HALF_AUTO, ACCEL_GPU_HALF_BF16,
+                                              ACCEL_GPU_HALF_F16};
+    for (size_t i = 0; s && i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(s, accel_gpu_half_name(all[i]))) {
+            *out = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+const char *accel_gpu_half_name(enum accel_gpu_half h)
+{
+    switch (h) {
+    case ACCEL_GPU_HALF_AUTO: return "auto";
+    case ACCEL_GPU_HALF_BF16: return "bf16";
+    case ACCEL_GPU_HALF_F16: return "fp16";
+    }
+    return "?";
+}

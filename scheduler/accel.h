@@ -1,10 +1,12 @@
 /* scheduler/accel.h — the one device interface every backend implements (cpu, cuda, fpga).
  *
- * A device (accel_dev) holds one model's weights, loaded once at accel_open(). A sequence
+ * A device (accel_dev) holds one model's weights, loaded once when it is opened. A sequence
  * (accel_seq) is one request's state on that device: its KV cache for up to `capacity`
  * positions, reserved (and counted against the device's memory) when the sequence is created.
  *
- *   accel_open("cpu" | "cuda:0" | "fpga-emu:1" | "fpga:0", model, opts)   weights -> device
+ *   devices_open("cpu" | "cuda:0" | "fpga-emu:1" | "fpga:0", model, opts)  weights -> device
+ *                                        (devices/devices.h, the composition root: the one
+ *                                        module that knows the backends by name)
  *   accel_seq_new(dev, capacity)         reserve KV; ACCEL_ERR_NOMEM is an admission answer
  *   accel_prefill(dev, req)              append tokens (a whole prompt or a chunk of it):
  *                                        logits, and optionally the quantized KV, layer by layer
@@ -70,7 +72,7 @@ typedef struct accel_info {
  * A checkpoint whose activations overflow fp16 runs with ACCEL_GPU_HALF_BF16. Where AUTO picks
  * fp16 and only the bf16 plugin is installed, the device opens on it with a one-line warning on
  * stderr (serving at bf16's precision beats not serving); an explicit F16 never falls back: the
- * open fails, naming the missing file (accel_cuda_plugin_find). */
+ * open fails, naming the missing file (devices_cuda_plugin_find, devices/devices.h). */
 enum accel_gpu_half { ACCEL_GPU_HALF_AUTO = 0, ACCEL_GPU_HALF_BF16, ACCEL_GPU_HALF_F16 };
 
 typedef struct accel_opts {
@@ -137,11 +139,7 @@ typedef struct accel_prefill_req {
     accel_sparse_report *sparse_report; /* optional out */
 } accel_prefill_req;
 
-/* Opens a device by name for model m (which must outlive the device) and loads the weights.
- * Returns NULL with a message in err when the device does not exist or cannot load the model.
- * opts may be NULL (defaults). */
-accel_dev *accel_open(const char *name, const model *m, const accel_opts *opts, char *err,
-                      size_t errlen);
+/* Devices are opened by name through devices_open (devices/devices.h); this frees one. */
 void accel_free(accel_dev *d);
 
 void accel_get_info(accel_dev *d, accel_info *out);
@@ -180,25 +178,16 @@ int accel_warmup(accel_dev *d);
 void *accel_host_alloc(accel_dev *d, size_t bytes);
 void accel_host_free(accel_dev *d, void *p);
 
+/* The dtype AUTO decides by: layers[0].wq's (the projections hold nearly all the weights),
+ * embed's in a model without layers. Pure; any thread. */
+enum model_dtype accel_ckpt_dtype(const model *m);
 /* AUTO resolved for model m: ACCEL_GPU_HALF_F16 or ACCEL_GPU_HALF_BF16 (h itself when it is not
  * AUTO; BF16 for a NULL model). Pure; any thread. */
 enum accel_gpu_half accel_gpu_half_resolve(const model *m, enum accel_gpu_half h);
-/* File name (no directory) of the cuda plugin that serves m under h: "libtandem_cuda.so" (bf16)
- * or "libtandem_cuda_f16.so" (fp16). A static string. Pure; any thread. */
-const char *accel_cuda_plugin(const model *m, enum accel_gpu_half h);
 /* "auto" | "bf16" | "fp16" -> *out: 0, or -1 (out untouched) for anything else. */
 int accel_gpu_half_parse(const char *s, enum accel_gpu_half *out);
 /* "auto", "bf16", "fp16" (for logs and messages). */
 const char *accel_gpu_half_name(enum accel_gpu_half h);
-/* Finds the cuda plugin for m under h in exe_dir, then exe_dir/../lib/tandem, and writes its path.
- * Returns 0 when the chosen plugin is there; 1 when h is AUTO, the fp16 plugin is missing and
- * the bf16 one is there: path is the bf16 one and err holds a one-line warning (an older or
- * partial install keeps working, at bf16's precision); ACCEL_ERR_NOT_FOUND with a message in
- * err otherwise. An explicit F16 never falls back: the message names the missing file and says
- * that --gpu-dtype bf16 uses the bf16 build. accel_open("cuda...") calls it with the binary's
- * directory (and prints the warning to stderr); exposed for tests. */
-int accel_cuda_plugin_find(const char *exe_dir, const model *m, enum accel_gpu_half h, char *path,
-                           size_t pathlen, char *err, size_t errlen);
 
 /* Helpers built on the above. */
 /* bytes of KV one sequence reserves for `capacity` positions on this device */

@@ -1,5 +1,7 @@
 /* scheduler/accel_impl.h — what a backend implements (the ggml-backend idea, in our names).
- * Only backends and scheduler/accel.c include this.
+ * Only backends and scheduler/accel.c include this. Each backend declares its own constructor
+ * in its own header (cpu/backend.h, fpga/backend.h, gpu/plugin.h); only the composition root
+ * (devices/) calls them.
  *
  * A backend embeds `struct accel_dev` as the first member of its device struct and
  * `struct accel_seq` as the first member of its sequence struct. The wrappers in accel.c do the
@@ -56,11 +58,5 @@ struct accel_seq {
 int accel_dev_fail(accel_dev *d);
 /* For backends: mark the device DEGRADED (recoverable faults, e.g. a timed-out run). */
 void accel_dev_degrade(accel_dev *d);
-
-/* Backend constructors the registry knows (accel_registry.c). */
-accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen);
-accel_dev *fpga_emu_accel_open(int index, const model *m, const accel_opts *o, char *err,
-                               size_t errlen);
-accel_dev *fpga_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen);
 
 #endif

@@ -1,8 +1,8 @@
 /* scheduler/sched_sim_model.h — timing models of the devices the system simulator drives.
  *
  * Every device call is priced with a roofline-shaped formula whose two rates come from one
- * published or measured calibration point per device (the table in sched_sim_model.c names its
- * source):
+ * published or measured calibration point per device (each profile of the catalogue,
+ * devices/sim_hw.c, names its source):
  *
  *   prefill of n tokens appended at position pos0 (compute-bound: GEMMs + causal attention)
  *       t = fixed + flops(n, pos0) / prefill_flops
@@ -80,11 +80,19 @@ typedef struct sched_sim_model {
     int n_devs;
 } sched_sim_model;
 
+/* The hardware profiles a simulation may price: a table its caller owns. The scheduler knows
+ * no device by name; the composition root holds tandem's catalogue (devices/sim_hw.h), whose
+ * card profiles take the U280's facts from the FPGA backend's own header. */
+typedef struct sched_sim_catalog {
+    const sched_sim_hw *hw;
+    int n;
+} sched_sim_catalog;
+
 const sched_sim_shape *sched_sim_shape_find(const char *name);
-const sched_sim_hw *sched_sim_hw_find(const char *name);
-/* The tables, for listing: element i, NULL past the end. */
+/* The profile called name in c, or NULL. */
+const sched_sim_hw *sched_sim_hw_find(const sched_sim_catalog *c, const char *name);
+/* The shapes, for listing: element i, NULL past the end. */
 const sched_sim_shape *sched_sim_shape_at(int i);
-const sched_sim_hw *sched_sim_hw_at(int i);
 
 /* Prices hw running shape s. max_running: decode sequences it may hold (0: max_batch for a
  * card, 256 otherwise). Returns 0, or -1 with a message (the model does not fit its memory, or
@@ -99,11 +107,11 @@ void sched_sim_dev_calibrate_prefill(sched_sim_dev_model *d, const sched_sim_sha
 void sched_sim_dev_calibrate_decode(sched_sim_dev_model *d, const sched_sim_shape *s,
                                     double ctx, double seconds);
 
-/* A node from a spec: '+'-separated terms "[N x]profile", e.g. "a100+7xu280", "8xa100",
- * "h100+7xu280-tandem". gpu_max_running: decode sequences per GPU/CPU (1: GLITCHES'
+/* A node from a spec: '+'-separated terms "[N x]profile" of catalogue c, e.g. "a100+7xu280",
+ * "8xa100", "h100+7xu280-tandem". gpu_max_running: decode sequences per GPU/CPU (1: GLITCHES'
  * latency-sensitive batch of one; 0: 256). Returns 0, or -1 with a message. */
-int sched_sim_model_build(sched_sim_model *m, const char *node, const char *shape,
-                          int gpu_max_running, char *err, size_t errlen);
+int sched_sim_model_build(sched_sim_model *m, const sched_sim_catalog *c, const char *node,
+                          const char *shape, int gpu_max_running, char *err, size_t errlen);
 
 double sched_sim_prefill_flops(const sched_sim_shape *s, double n, double pos0);
 double sched_sim_prefill_s(const sched_sim_dev_model *d, int n, int pos0);

@@ -1,5 +1,6 @@
 #include "tests/util.h"
 #include "tests/test.h"
+#include "devices/devices.h"
 #include <sys/wait.h>
 
 int t_open(const char *model_dir, const char *device, model **m, accel_dev **d)
@@ -11,9 +12,9 @@ int t_open(const char *model_dir, const char *device, model **m, accel_dev **d)
         return -1;
     }
     accel_opts o = {.threads = 2};
-    *d = accel_open(device, *m, &o, err, sizeof err);
+    *d = devices_open(device, *m, &o, err, sizeof err);
     if (!*d) {
-        t_fail(__FILE__, __LINE__, "accel_open(%s): %s", device, err);
+        t_fail(__FILE__, __LINE__, "devices_open(%s): %s", device, err);
         model_free(*m);
         return -1;
     }

@@ -4,7 +4,7 @@
 #include "model/model.h"
 #include "scheduler/accel.h"
 
-/* model_load + accel_open (2 threads for cpu); 0, or -1 after reporting a failure. */
+/* model_load + devices_open (2 threads for cpu); 0, or -1 after reporting a failure. */
 int t_open(const char *model_dir, const char *device, model **m, accel_dev **d);
 /* Logits of every position of ids (prefill in chunks of 256 on a fresh sequence): (n, vocab),
  * malloc'ed; NULL after reporting a failure. */

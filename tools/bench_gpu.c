@@ -31,6 +31,8 @@
  *                 variant (mma.sync with 4 and 8 warps per block, wgmma where available)
  * Every result is one JSON line on stdout. Timings are wall-clock (CLOCK_MONOTONIC) around calls
  * that return only when the device is done. Prompts are pseudo-random token ids. */
+#include "devices/devices.h"
+#include "devices/exe_dir.h"
 #include "scheduler/accel.h"
 #include "model/model.h"
 #include <dlfcn.h>
@@ -236,15 +238,11 @@ static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, dou
 /* The CUDA plugin's handle when it is loaded (for its benchmark entry points), else NULL. */
 static void *plugin(void)
 {
-    char buf[PATH_MAX], path[PATH_MAX + 32];
-    ssize_t k = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (k <= 0) return NULL;
-    buf[k] = 0;
-    char *slash = strrchr(buf, '/');
-    if (slash) *slash = 0;
+    char path[PATH_MAX + 32];
     const char *names[] = {"libtandem_cuda.so", "libtandem_cuda_f16.so"};
     for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/%s", buf, names[i]);
+        /* where devices_open loaded it from: beside the binary, else ../lib/tandem */
+        devices_lib_find(names[i], path, sizeof path);
         void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
         if (h) return h;
     }
@@ -306,7 +304,7 @@ int main(int argc, char **argv)
         return 1;
     }
     accel_opts o = {.kv_dtype = PROTO_KV_INT8, .gpu_half = half};
-    accel_dev *d = accel_open(device, m, &o, err, sizeof err);
+    accel_dev *d = devices_open(device, m, &o, err, sizeof err);
     if (!d) {
         fprintf(stderr, "bench_gpu: %s\n", err);
         return 1;

@@ -38,8 +38,8 @@ static int arg_int(const char *v, long lo, long hi, const char *name)
 
 int main(int argc, char **argv)
 {
-    cpu_flex_params p;
-    cpu_flex_params_default(&p);
+    sparse_flex_params p;
+    sparse_flex_params_default(&p);
     cpu_flex_synth s = {.kind = CPU_FLEX_SYNTH_MIXED, .n_tokens = 8192, .n_heads = 8,
                         .n_kv_heads = 2, .head_dim = 128, .block_size = 128, .seed = 1};
     int threads = 2, attn = 0, dense = 0, detail = 0;
@@ -79,7 +79,7 @@ int main(int argc, char **argv)
     }
     s.block_size = p.block_size;
     char err[128];
-    if (cpu_flex_params_check(&p, err, sizeof err)) {
+    if (sparse_flex_params_check(&p, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return 2;
     }

@@ -139,8 +139,8 @@ int main(int argc, char **argv)
             /* the CPU reference on the dequantized inputs: the SIGU's sets (tests/fpga) */
             fpga_flex_unpack_q(qp, (int)n, H, d, q);
             fpga_flex_unpack_kv(kvp, (int)n, G, d, k, v);
-            cpu_flex_params cp;
-            cpu_flex_params_default(&cp);
+            sparse_flex_params cp;
+            sparse_flex_params_default(&cp);
             cpu_flex_qkv xq = {(int)n, H, G, d, q, (size_t)H * d, k, v, (size_t)G * d};
             cpu_flex_index *ix;
             if (cpu_flex_index_build(pool, &cp, &xq, &ix)) return 1;

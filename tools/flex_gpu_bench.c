@@ -11,13 +11,14 @@
  * Options before the command: --lib PATH (build/libtandem_cuda.so), --threads T (16),
  * --heads H --kv-heads G --dim D (32, 8, 128: Llama-3-8B), --reps R (3), --kinds K[,K]
  * (structured,mixed), --gammas G[,G] (0.8,0.9,0.95).
- * The plugin is the daemon's libtandem_cuda.so: it takes the accel_*, model_* and cpu_flex_*
- * functions it calls from the host program, so this tool links them in (plugin_needs below).
+ * The plugin is the daemon's libtandem_cuda.so: it takes the accel_* and model_* functions it
+ * calls from the host program, so this tool links them in (plugin_needs below).
  *
  * Files (little-endian): q.bf16 (n, H, d) uint16, k.bf16 / v.bf16 (n, G, d), meta.txt
  * "n H G d gamma tau min_budget gqa_interleave kind", {gpu,cpu}_rowptr.i32 (H, nb + 1) and
  * {gpu,cpu}_col.i32. */
 #include "cpu/flex.h"
+#include "devices/devices.h"
 #include "cpu/flex_synth.h"
 #include "cpu/pool.h"
 #include "gpu/gpu_flex.h"
@@ -43,9 +44,9 @@ typedef struct api {
 static int H = 32, HK = 8, D = 128, THREADS = 16, REPS = 3;
 static char KINDS[128] = "structured,mixed", GAMMAS[128] = "0.8,0.9,0.95";
 
-/* accel_open pulls the registry, the backends and the model code out of libtandem.a into this
- * program; the CUDA plugin resolves its calls to them when dlopen'ed (RTLD_NOW). */
-void *plugin_needs[] = {(void *)accel_open};
+/* devices_open pulls the composition root, the backends and the model code out of libtandem.a
+ * into this program; the CUDA plugin resolves its calls to them when dlopen'ed (RTLD_NOW). */
+void *plugin_needs[] = {(void *)devices_open};
 
 /* ---------------------------------------------------------------- inputs */
 
@@ -138,7 +139,7 @@ static int write_bf16(const char *dir, const char *name, const float *x, size_t 
     return rc;
 }
 
-static int write_prompt(const char *dir, const prompt *p, const cpu_flex_params *cp)
+static int write_prompt(const char *dir, const prompt *p, const sparse_flex_params *cp)
 {
     char meta[256];
     snprintf(meta, sizeof meta, "%d %d %d %d %.9g %.9g %d %d %s\n", p->n, H, HK, D, cp->gamma,
@@ -194,8 +195,8 @@ static int check(const api *a, const char *dir)
             fprintf(stderr, "flex_gpu_bench: out of memory\n");
             return 1;
         }
-        cpu_flex_params cp;
-        cpu_flex_params_default(&cp);
+        sparse_flex_params cp;
+        sparse_flex_params_default(&cp);
         cp.gamma = cases[ci].gamma;
         cp.min_budget = cases[ci].min_budget;
         cp.gqa_interleave = cases[ci].il;
@@ -360,8 +361,8 @@ static int dump(const char *dir, int n, const char *kind)
     mkdir(dir, 0755);
     prompt p;
     if (prompt_new(&p, n, (enum cpu_flex_synth_kind)k, 7)) return 1;
-    cpu_flex_params cp;
-    cpu_flex_params_default(&cp);
+    sparse_flex_params cp;
+    sparse_flex_params_default(&cp);
     int rc = write_prompt(dir, &p, &cp);
     prompt_free(&p);
     return rc ? 1 : 0;

@@ -17,6 +17,7 @@
  *    formula, the wall time per step, and an import of --prompt T random-KV positions against
  *    part 3's pipeline. */
 #include "cpu/kv_quant.h"
+#include "devices/devices.h"
 #include "fpga/backend.h"
 #include "fpga/dec_model.h"
 #include "fpga/image.h"
@@ -73,7 +74,7 @@ static void part1(int steps)
     printf("| device | wall ms/token | tokens/s (wall) | modeled ms/token (U280) |\n|---|---:|---:|---:|\n");
     for (int bits = 8; bits >= 4; bits -= 4) {
         accel_opts o = {.weight_bits = bits};
-        accel_dev *d = accel_open("fpga-emu", m, &o, err, sizeof err);
+        accel_dev *d = devices_open("fpga-emu", m, &o, err, sizeof err);
         if (!d) {
             fprintf(stderr, "%s\n", err);
             continue;
@@ -83,7 +84,7 @@ static void part1(int steps)
         accel_free(d);
     }
     accel_opts oc = {.threads = 1};
-    accel_dev *c = accel_open("cpu", m, &oc, err, sizeof err);
+    accel_dev *c = devices_open("cpu", m, &oc, err, sizeof err);
     if (c) {
         double per = decode_run(c, steps, NULL);
         printf("| cpu (1 thread, float32) | %.3f | %.0f | |\n", per * 1e3, 1 / per);
@@ -297,7 +298,7 @@ static void part4(const char *dir, int prompt)
     for (int bits = 8; bits >= 4; bits -= 4) {
         accel_opts o = {.weight_bits = bits};
         double t0 = now_s();
-        accel_dev *d = accel_open("fpga-emu", m, &o, err, sizeof err);
+        accel_dev *d = devices_open("fpga-emu", m, &o, err, sizeof err);
         double t_open = now_s() - t0;
         if (!d) {
             fprintf(stderr, "%s\n", err);

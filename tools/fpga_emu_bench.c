@@ -3,7 +3,7 @@
  *
  *   build/fpga_emu_bench [--lib build/libxrt_emu.so] [--max-gib 4]
  *
- * Part 1 prints the sync model (fixed cost + bytes at 11 GB/s, fpga/u280.h) for a range of
+ * Part 1 prints the sync model (fixed cost + bytes at 11 GB/s, fpga/xrt/u280.h) for a range of
  * sizes, beside what the emulator's memcpy takes on this machine. Part 2 ships KV the way an
  * import does: one layer's floats are quantized on the CPU (cpu/kv_quant.c), serialized into a
  * wire chunk (proto/kv_wire.c), and for each layer the chunk is validated by the streaming
@@ -170,7 +170,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", fpga_xrt_error());
         return 1;
     }
-    printf("# fpga_emu_bench: U280 timing model (fpga/u280.h)\n\n");
+    printf("# fpga_emu_bench: U280 timing model (fpga/xrt/u280.h)\n\n");
     printf("HBM %.3f GB/s per pseudo-channel x %.2f utilisation, %d cycles per memory command at "
            "%.0f MHz, %.0f us per run; PCIe %.0f GB/s + %.0f us per sync.\n\n",
            FPGA_U280_HBM_PC_BPS / 1e9, FPGA_U280_HBM_UTIL, FPGA_U280_CMD_CYCLES,

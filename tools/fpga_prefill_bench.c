@@ -26,6 +26,7 @@
 #include "cpu/flex.h"
 #include "cpu/flex_synth.h"
 #include "cpu/pool.h"
+#include "devices/devices.h"
 #include "fpga/backend.h"
 #include "fpga/flex_host.h"
 #include "fpga/image.h"
@@ -62,7 +63,7 @@ static void part1(void)
     printf("## 1. Emulated card, stories260K: prefill kernel vs one decode run per token\n\n");
     printf("| prompt | path | wall ms | modeled ms (runs) | runs |\n|---:|---|---:|---:|---:|\n");
     accel_opts o = {.weight_bits = 8};
-    accel_dev *d = accel_open("fpga-emu", m, &o, err, sizeof err);
+    accel_dev *d = devices_open("fpga-emu", m, &o, err, sizeof err);
     if (!d) {
         fprintf(stderr, "%s\n", err);
         model_free(m);
@@ -332,8 +333,8 @@ static int run_units(fpga_xrt *x, xrtDeviceHandle dev, cpu_pool *pool, const fpg
     if (!u->sigu_ran) {
         fpga_flex_unpack_q(qp, n, H, hd, q);
         fpga_flex_unpack_kv(kvp, n, G, hd, k, v);
-        cpu_flex_params cp;
-        cpu_flex_params_default(&cp);
+        sparse_flex_params cp;
+        sparse_flex_params_default(&cp);
         cpu_flex_qkv xq = {n, H, G, hd, q, (size_t)H * hd, k, v, (size_t)G * hd};
         cpu_flex_index *ix;
         if (cpu_flex_index_build(pool, &cp, &xq, &ix)) return -1;
@@ -510,7 +511,7 @@ static void part4(const char *dir, int tokens)
            "|---|---:|---:|---:|---|\n");
     for (int bits = 8; bits >= 4; bits -= 4) {
         accel_opts o = {.weight_bits = bits};
-        accel_dev *d = accel_open("fpga-emu", m, &o, err, sizeof err);
+        accel_dev *d = devices_open("fpga-emu", m, &o, err, sizeof err);
         if (!d) {
             fprintf(stderr, "%s\n", err);
             continue;

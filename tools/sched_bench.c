@@ -6,6 +6,7 @@
  *   sched_bench [--model DIR] [--clients C] [--seconds S] [--max-tokens N] [--prompt TEXT]
  *               [--threads T] [--max-running R] */
 #include "model/model.h"
+#include "devices/devices.h"
 #include "model/tokenizer.h"
 #include "scheduler/sched.h"
 #include <stdio.h>
@@ -107,7 +108,7 @@ int main(int argc, char **argv)
     }
     accel_opts opts = {0};
     opts.threads = threads;
-    accel_dev *dev = accel_open("cpu", m, &opts, err, sizeof err);
+    accel_dev *dev = devices_open("cpu", m, &opts, err, sizeof err);
     if (!dev) {
         fprintf(stderr, "sched_bench: %s\n", err);
         return 1;

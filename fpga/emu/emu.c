@@ -3,7 +3,7 @@
  * Design note
  * -----------
  * What it is for: tandem's FPGA backend talks to cards only through the XRT C functions of
- * fpga/xrt_api.h, loaded with dlopen. This library exports the same functions, so the backend
+ * fpga/xrt/xrt_api.h, loaded with dlopen. This library exports the same functions, so the backend
  * runs unchanged on machines without a card, and the rules a real card imposes are enforced
  * (more strictly where the hardware would fail silently), so that host bugs show up here.
  *
@@ -41,7 +41,7 @@
  * worker while a run is queued), so closing handles in any order, even with runs in flight or a
  * hung compute unit, frees everything when the card's last user handle goes.
  *
- * Timing model (emu_timing.c, constants in fpga/u280.h): a run costs a fixed overhead plus the
+ * Timing model (emu_timing.c, constants in fpga/xrt/u280.h): a run costs a fixed overhead plus the
  * larger of its busiest pseudo-channel's time (bytes at 14.375 GB/s x 0.90, plus a fixed cost
  * per memory command) and the compute cycles it reported at 225 MHz; a sync costs a fixed
  * overhead plus bytes at 11 GB/s. Reported per run (fpga_emu_run_stats) and per card; with

@@ -2,10 +2,10 @@
  * The design note is at the top of fpga/emu/emu.c. */
 #ifndef TANDEM_FPGA_EMU_H
 #define TANDEM_FPGA_EMU_H
-#include "fpga/emu_api.h"
+#include "fpga/xrt/emu_api.h"
 #include "fpga/kernels/kernel.h"
-#include "fpga/u280.h"
-#include "fpga/xrt_api.h"
+#include "fpga/xrt/u280.h"
+#include "fpga/xrt/xrt_api.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>

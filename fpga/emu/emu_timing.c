@@ -14,7 +14,7 @@
  *                   (dataflow overlaps memory and compute, not the dependences)
  *   a BO sync     = 5 us + bytes / 11 GB/s
  *
- * with the constants and their sources in fpga/u280.h. What it leaves out: HBM bank conflicts
+ * with the constants and their sources in fpga/xrt/u280.h. What it leaves out: HBM bank conflicts
  * and refresh beyond the utilisation factor, the HBM switch's cross-channel penalty (a port
  * reading a channel outside its own pays nothing extra here), clock-domain crossings, and PCIe
  * contention between concurrent syncs. Reads and writes share a channel's bandwidth.

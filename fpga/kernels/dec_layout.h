@@ -33,7 +33,7 @@
 #define TANDEM_FPGA_DEC_LAYOUT_H
 #include <stdint.h>
 
-#define FPGA_DEC_CH         32       /* pseudo-channels = kernel ports (fpga/u280.h) */
+#define FPGA_DEC_CH         32       /* pseudo-channels = kernel ports (fpga/xrt/u280.h) */
 #define FPGA_DEC_TILE       16       /* KV positions per tile (FlightLLM aligns decode to 16) */
 #define FPGA_DEC_ALIGN      64       /* one 512-bit AXI beat */
 #define FPGA_DEC_DESC_BYTES 4096

@@ -4,6 +4,7 @@
  * assert 1e-4 while reporting the actual difference on failure. */
 #include "tests/test.h"
 #include "tests/util.h"
+#include "devices/devices.h"
 
 static int32_t *some_ids(int n, int vocab, int seed)
 {
@@ -193,7 +194,7 @@ TEST(accel_memory_admission)
     REQUIRE(m);
     uint64_t per = 2ull * m->cfg.n_layers * m->cfg.n_kv_heads * m->cfg.head_dim * 4;
     accel_opts o = {.threads = 1, .mem_limit = per * 300};
-    accel_dev *d = accel_open("cpu", m, &o, err, sizeof err);
+    accel_dev *d = devices_open("cpu", m, &o, err, sizeof err);
     REQUIRE(d);
     accel_seq *a, *b;
     CHECK_EQ(accel_seq_new(d, 200, &a), ACCEL_OK);

@@ -102,8 +102,8 @@ TEST(flex_sparse_equals_masked_dense_f64)
     const int n = 1200, H = 4, Hk = 1, d = 32, bs = 64;
     inputs in;
     inputs_synth(&in, n, H, Hk, d, CPU_FLEX_SYNTH_MIXED, bs, 9);
-    cpu_flex_params p;
-    cpu_flex_params_default(&p);
+    sparse_flex_params p;
+    sparse_flex_params_default(&p);
     p.block_size = bs;
     p.min_budget = 128;
     cpu_flex_index *ix;
@@ -133,8 +133,8 @@ TEST(flex_attention_gamma_one_is_dense)
     const int n = 640, H = 2, Hk = 1, d = 32, bs = 32, nb = 20;
     inputs in;
     inputs_synth(&in, n, H, Hk, d, CPU_FLEX_SYNTH_STRUCTURED, bs, 4);
-    cpu_flex_params p;
-    cpu_flex_params_default(&p);
+    sparse_flex_params p;
+    sparse_flex_params_default(&p);
     p.block_size = bs;
     p.gamma = 1.0f;
     p.min_budget = n;
@@ -162,8 +162,8 @@ TEST(flex_attention_gamma_one_is_dense)
 TEST(flex_attention_short_prompt_runs_dense)
 {
     const int H = 2, Hk = 2, d = 16, bs = 16;
-    cpu_flex_params p;
-    cpu_flex_params_default(&p);
+    sparse_flex_params p;
+    sparse_flex_params_default(&p);
     p.block_size = bs;
     p.min_budget = 100; /* ceil(100 / 16) * 16 = 112 > 2 * 16 */
     for (int n = 112; n <= 113; n++) {
@@ -195,8 +195,8 @@ TEST(flex_attention_rejects_bad_input)
 {
     inputs in;
     inputs_synth(&in, 300, 2, 1, 16, CPU_FLEX_SYNTH_RANDOM, 16, 1);
-    cpu_flex_params p;
-    cpu_flex_params_default(&p);
+    sparse_flex_params p;
+    sparse_flex_params_default(&p);
     float *o = malloc(sizeof(float) * 300 * 2 * 16);
     cpu_flex_index *ix;
     REQUIRE(cpu_flex_index_full(2, 300, 16, &ix) == 0);

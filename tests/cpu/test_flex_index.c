@@ -43,10 +43,10 @@ static int row_cols(const cpu_flex_index *ix, int h, int r, const int32_t **cols
     return (int)(rp[r + 1] - rp[r]);
 }
 
-static cpu_flex_params small_params(int bs)
+static sparse_flex_params small_params(int bs)
 {
-    cpu_flex_params p;
-    cpu_flex_params_default(&p);
+    sparse_flex_params p;
+    sparse_flex_params_default(&p);
     p.block_size = bs;
     p.min_budget = 0; /* the official None: 1 token = 1 block */
     return p;
@@ -54,43 +54,43 @@ static cpu_flex_params small_params(int bs)
 
 TEST(flex_params_defaults_and_dense_rule)
 {
-    cpu_flex_params p;
-    cpu_flex_params_default(&p);
+    sparse_flex_params p;
+    sparse_flex_params_default(&p);
     CHECK(p.gamma == 0.9f && p.tau == 0.1f && p.min_budget == 1024 && p.block_size == 128);
-    CHECK_EQ(cpu_flex_params_check(&p, NULL, 0), 0);
+    CHECK_EQ(sparse_flex_params_check(&p, NULL, 0), 0);
     /* max(2 * 128, ceil(1024 / 128) * 128) */
-    CHECK_EQ(cpu_flex_dense_threshold(&p), 1024);
+    CHECK_EQ(sparse_flex_dense_threshold(&p), 1024);
     p.min_budget = 0;
-    CHECK_EQ(cpu_flex_dense_threshold(&p), 256);
+    CHECK_EQ(sparse_flex_dense_threshold(&p), 256);
     p.min_budget = 1000; /* ceil(1000 / 128) * 128 */
-    CHECK_EQ(cpu_flex_dense_threshold(&p), 1024);
+    CHECK_EQ(sparse_flex_dense_threshold(&p), 1024);
     p.min_budget = 1025;
-    CHECK_EQ(cpu_flex_dense_threshold(&p), 1152);
+    CHECK_EQ(sparse_flex_dense_threshold(&p), 1152);
     p.dense_below = 5;
-    CHECK_EQ(cpu_flex_dense_threshold(&p), 5);
+    CHECK_EQ(sparse_flex_dense_threshold(&p), 5);
     char err[128];
-    cpu_flex_params bad = p;
+    sparse_flex_params bad = p;
     bad.block_size = 96;
-    CHECK_EQ(cpu_flex_params_check(&bad, err, sizeof err), CPU_FLEX_ERR_INVALID);
+    CHECK_EQ(sparse_flex_params_check(&bad, err, sizeof err), CPU_FLEX_ERR_INVALID);
     bad = p;
     bad.gamma = 0;
-    CHECK_EQ(cpu_flex_params_check(&bad, err, sizeof err), CPU_FLEX_ERR_INVALID);
+    CHECK_EQ(sparse_flex_params_check(&bad, err, sizeof err), CPU_FLEX_ERR_INVALID);
     bad = p;
     bad.gamma = NAN;
-    CHECK_EQ(cpu_flex_params_check(&bad, err, sizeof err), CPU_FLEX_ERR_INVALID);
+    CHECK_EQ(sparse_flex_params_check(&bad, err, sizeof err), CPU_FLEX_ERR_INVALID);
     bad = p;
     bad.tau = 1.5f;
-    CHECK_EQ(cpu_flex_params_check(&bad, err, sizeof err), CPU_FLEX_ERR_INVALID);
+    CHECK_EQ(sparse_flex_params_check(&bad, err, sizeof err), CPU_FLEX_ERR_INVALID);
     bad = p;
     bad.min_budget = -1;
-    CHECK_EQ(cpu_flex_params_check(&bad, err, sizeof err), CPU_FLEX_ERR_INVALID);
+    CHECK_EQ(sparse_flex_params_check(&bad, err, sizeof err), CPU_FLEX_ERR_INVALID);
 }
 
 TEST(flex_index_rejects_bad_shapes)
 {
     inputs in;
     inputs_new(&in, 64, 4, 3, 16); /* 4 heads over 3 kv heads */
-    cpu_flex_params p = small_params(16);
+    sparse_flex_params p = small_params(16);
     cpu_flex_index *ix = (cpu_flex_index *)1;
     CHECK_EQ(cpu_flex_index_build(NULL, &p, &in.x, &ix), CPU_FLEX_ERR_INVALID);
     CHECK(ix == NULL);
@@ -128,7 +128,7 @@ TEST(flex_index_sink_head_by_hand_and_nan_js)
     const float c = sqrtf(800.0f);
     for (int t = 0; t < 96; t++) in.q[(size_t)t * 16] = c;
     in.k[0] = c;
-    cpu_flex_params p = small_params(16);
+    sparse_flex_params p = small_params(16);
     cpu_flex_index *ix;
     REQUIRE(cpu_flex_index_build(NULL, &p, &in.x, &ix) == 0);
     CHECK_EQ(ix->n_blocks, 6);
@@ -165,7 +165,7 @@ TEST(flex_index_query_aware_decision_by_hand)
     const float c = sqrtf(384.0f);
     for (int t = 0; t < 96; t++) in.q[(size_t)t * 16] = c;
     in.k[0] = c;
-    cpu_flex_params p = small_params(16);
+    sparse_flex_params p = small_params(16);
     p.min_budget = 32;
     cpu_flex_index *ix;
     REQUIRE(cpu_flex_index_build(NULL, &p, &in.x, &ix) == 0);
@@ -218,7 +218,7 @@ TEST(flex_index_budget_uses_128_not_block_size)
     }
     const int official = (cnt + 1) / 128 + 1, per_block = (cnt + 1) / bs + 1;
     CHECK(official != per_block);
-    cpu_flex_params p = small_params(bs);
+    sparse_flex_params p = small_params(bs);
     p.tau = 0;
     cpu_flex_index *ix;
     REQUIRE(cpu_flex_index_build(NULL, &p, &in.x, &ix) == 0);
@@ -241,7 +241,7 @@ TEST(flex_index_clamp_order_min_then_max)
     inputs in;
     inputs_new(&in, 512, 2, 1, 32);
     synth(&in, CPU_FLEX_SYNTH_RANDOM, 64, 3);
-    cpu_flex_params p = small_params(64);
+    sparse_flex_params p = small_params(64);
     p.min_budget = 256; /* 4 blocks */
     p.max_budget = 128; /* 2 blocks */
     cpu_flex_index *ix;
@@ -275,8 +275,8 @@ TEST(flex_index_invariants_on_patterns)
             inputs in;
             inputs_new(&in, n, H, Hk, d);
             synth(&in, (enum cpu_flex_synth_kind)kind, bs, 11 + kind);
-            cpu_flex_params p;
-            cpu_flex_params_default(&p);
+            sparse_flex_params p;
+            sparse_flex_params_default(&p);
             p.block_size = bs;
             p.min_budget = 256; /* 4 blocks */
             p.max_budget = 1280; /* 20 blocks */
@@ -320,7 +320,7 @@ TEST(flex_index_gamma_one_full_budget_is_dense)
     inputs in;
     inputs_new(&in, n, 4, 2, 32);
     synth(&in, CPU_FLEX_SYNTH_MIXED, bs, 5);
-    cpu_flex_params p = small_params(bs);
+    sparse_flex_params p = small_params(bs);
     p.gamma = 1.0f;
     p.min_budget = n;
     cpu_flex_index *ix;
@@ -340,8 +340,8 @@ TEST(flex_index_patterns_have_expected_character)
     inputs in;
     inputs_new(&in, n, H, 1, d);
     synth(&in, CPU_FLEX_SYNTH_MIXED, 128, 1);
-    cpu_flex_params p;
-    cpu_flex_params_default(&p);
+    sparse_flex_params p;
+    sparse_flex_params_default(&p);
     cpu_pool *pool = cpu_pool_new(2);
     cpu_flex_index *ix;
     REQUIRE(cpu_flex_index_build(pool, &p, &in.x, &ix) == 0);

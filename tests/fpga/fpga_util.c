@@ -1,6 +1,7 @@
 #include "tests/fpga/fpga_util.h"
 #include "cpu/kv_quant.h"
 #include "tests/test.h"
+#include "devices/devices.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -23,9 +24,9 @@ int tf_open(const char *device, int wbits, model **m, accel_dev **d)
         return -1;
     }
     accel_opts o = {.weight_bits = wbits, .threads = 1};
-    *d = accel_open(device, *m, &o, err, sizeof err);
+    *d = devices_open(device, *m, &o, err, sizeof err);
     if (!*d) {
-        t_fail(__FILE__, __LINE__, "accel_open(%s): %s", device, err);
+        t_fail(__FILE__, __LINE__, "devices_open(%s): %s", device, err);
         model_free(*m);
         return -1;
     }

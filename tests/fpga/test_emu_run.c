@@ -102,7 +102,7 @@ TEST(emu_run_states_and_modeled_time)
     CHECK_EQ(st.chan_cmds[9], 1);
     CHECK_EQ(st.chan_bytes[0] + st.chan_bytes[4], 0);
     CHECK_EQ(st.seq, 1);
-    /* The model's arithmetic, from fpga/u280.h: 1 MiB at 14.375 GB/s x 0.9, plus one command. */
+    /* The model's arithmetic, from fpga/xrt/u280.h: 1 MiB at 14.375 GB/s x 0.9, plus one command. */
     double mem = 1048576.0 / (14.375e9 * 0.90) * 1e9 + 64 / 225e6 * 1e9;
     CHECK_NEAR(st.mem_ns, mem, 2);
     CHECK_EQ(st.overhead_ns, 50000);

@@ -129,10 +129,10 @@ static void compare_out(const packed *p, const cpu_flex_index *ix, const float *
     free(ref);
 }
 
-static cpu_flex_params cpu_params(const fpga_flex_opts *o)
+static sparse_flex_params cpu_params(const fpga_flex_opts *o)
 {
-    cpu_flex_params p;
-    cpu_flex_params_default(&p);
+    sparse_flex_params p;
+    sparse_flex_params_default(&p);
     p.gamma = o->gamma;
     p.tau = o->tau;
     p.min_budget = o->min_blocks * FPGA_FLEX_BS;
@@ -169,7 +169,7 @@ TEST(fpga_flex_sigu_sets_equal_cpu_and_sau_output)
             packed_free(&p);
             continue;
         }
-        cpu_flex_params cp = cpu_params(&o);
+        sparse_flex_params cp = cpu_params(&o);
         cpu_flex_qkv x = packed_qkv(&p);
         cpu_flex_index *ix;
         REQUIRE(cpu_flex_index_build(NULL, &cp, &x, &ix) == 0);

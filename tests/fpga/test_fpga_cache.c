@@ -1,6 +1,7 @@
 /* The weight image cache: a miss builds and stores, a hit loads the same bytes without
  * quantizing, a corrupt / truncated / tampered file is rejected and rebuilt, other settings
  * get their own file, and a device opened from the cache decodes exactly like one built fresh. */
+#include "devices/devices.h"
 #include "fpga/image_cache.h"
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"
@@ -36,7 +37,7 @@ TEST(fpga_image_cache_hit_miss_corrupt)
     fpga_image_report *rep = calloc(1, sizeof *rep);
     fpga_image_file f;
     /* miss: built, stored */
-    REQUIRE(fpga_image_get(m, &q, NULL, &f, rep, err, sizeof err) == 0);
+    REQUIRE(fpga_image_get(m, &q, devices_fpga_calib(), NULL, &f, rep, err, sizeof err) == 0);
     CHECK_EQ(f.from_cache, 0);
     CHECK_EQ(f.cached, 1);
     CHECK_EQ(rep->calib_tokens, 64);
@@ -52,29 +53,29 @@ TEST(fpga_image_cache_hit_miss_corrupt)
     CHECK(stat(path, &st) == 0 && (size_t)st.st_size == 4096 + bytes);
     /* hit: nothing quantized, the same bytes */
     memset(rep, 0, sizeof *rep);
-    REQUIRE(fpga_image_get(m, &q, NULL, &f, rep, err, sizeof err) == 0);
+    REQUIRE(fpga_image_get(m, &q, devices_fpga_calib(), NULL, &f, rep, err, sizeof err) == 0);
     CHECK_EQ(f.from_cache, 1);
     CHECK_EQ(rep->calib_tokens, 0);
     CHECK(memcmp(f.data, saved, bytes) == 0);
     fpga_image_release(&f);
     /* a flipped byte in channel 3's section: rejected, rebuilt (the build is deterministic) */
     flip(path, 4096 + 3 * sec + 100);
-    REQUIRE(fpga_image_get(m, &q, NULL, &f, rep, err, sizeof err) == 0);
+    REQUIRE(fpga_image_get(m, &q, devices_fpga_calib(), NULL, &f, rep, err, sizeof err) == 0);
     CHECK_EQ(f.from_cache, 0);
     CHECK(strstr(f.why, "section checksum") != NULL);
     CHECK(memcmp(f.data, saved, bytes) == 0);
     fpga_image_release(&f);
-    REQUIRE(fpga_image_get(m, &q, NULL, &f, rep, err, sizeof err) == 0);
+    REQUIRE(fpga_image_get(m, &q, devices_fpga_calib(), NULL, &f, rep, err, sizeof err) == 0);
     CHECK_EQ(f.from_cache, 1);
     fpga_image_release(&f);
     /* a tampered header, then a truncated file */
     flip(path, 20);
-    REQUIRE(fpga_image_get(m, &q, NULL, &f, rep, err, sizeof err) == 0);
+    REQUIRE(fpga_image_get(m, &q, devices_fpga_calib(), NULL, &f, rep, err, sizeof err) == 0);
     CHECK_EQ(f.from_cache, 0);
     CHECK(strstr(f.why, "header") != NULL || strstr(f.why, "key") != NULL);
     fpga_image_release(&f);
     CHECK(truncate(path, 4096 + bytes - 1) == 0);
-    REQUIRE(fpga_image_get(m, &q, NULL, &f, rep, err, sizeof err) == 0);
+    REQUIRE(fpga_image_get(m, &q, devices_fpga_calib(), NULL, &f, rep, err, sizeof err) == 0);
     CHECK_EQ(f.from_cache, 0);
     CHECK(strstr(f.why, "size") != NULL);
     CHECK(memcmp(f.data, saved, bytes) == 0);
@@ -83,16 +84,25 @@ TEST(fpga_image_cache_hit_miss_corrupt)
     fpga_quant_opts q4;
     fpga_quant_opts_default(&q4, 4, m->cfg.hidden);
     REQUIRE(fpga_quant_opts_parse(&q4, "calib=2x32", err, sizeof err) == 0);
-    REQUIRE(fpga_image_get(m, &q4, NULL, &f, rep, err, sizeof err) == 0);
+    REQUIRE(fpga_image_get(m, &q4, devices_fpga_calib(), NULL, &f, rep, err, sizeof err) == 0);
     CHECK_EQ(f.from_cache, 0);
     CHECK(strcmp(f.path, path) != 0);
     fpga_image_release(&f);
     /* no cache */
     setenv("TANDEM_CACHE_DIR", "off", 1);
-    REQUIRE(fpga_image_get(m, &q, NULL, &f, rep, err, sizeof err) == 0);
+    REQUIRE(fpga_image_get(m, &q, devices_fpga_calib(), NULL, &f, rep, err, sizeof err) == 0);
     CHECK_EQ(f.cached, 0);
     CHECK_EQ(f.from_cache, 0);
     CHECK(memcmp(f.data, saved, bytes) == 0);
+    fpga_image_release(&f);
+    /* no float reference handed in: calibration is refused, never silently skipped; with it
+     * turned off the image builds without one */
+    CHECK(fpga_image_get(m, &q, NULL, NULL, &f, rep, err, sizeof err) == -1);
+    CHECK_MSG(strstr(err, "no float reference") != NULL, "%s", err);
+    fpga_quant_opts q0 = q;
+    REQUIRE(fpga_quant_opts_parse(&q0, "calib=0", err, sizeof err) == 0);
+    REQUIRE(fpga_image_get(m, &q0, NULL, NULL, &f, rep, err, sizeof err) == 0);
+    CHECK_EQ(rep->calib_tokens, 0);
     fpga_image_release(&f);
     /* no temporary files left behind */
     char cmd[700];

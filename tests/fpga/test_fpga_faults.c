@@ -4,6 +4,7 @@
  * fails it at once. Calls on a FAILED device fail fast; the other card and the process go on. */
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"
+#include "devices/devices.h"
 #include <stdlib.h>
 
 /* Runs a card makes while it opens (the weight upload), so that a fault can target the n-th
@@ -13,7 +14,7 @@ static uint64_t runs_at_open(const char *device, const model *m)
     char err[256];
     accel_opts o = {.weight_bits = 8};
     tf_cache_env();
-    accel_dev *d = accel_open(device, m, &o, err, sizeof err);
+    accel_dev *d = devices_open(device, m, &o, err, sizeof err);
     if (!d) {
         t_fail(__FILE__, __LINE__, "%s", err);
         return 0;
@@ -68,7 +69,7 @@ TEST(fpga_fault_hang_times_out_then_fails)
     accel_seq_free(d, s);
     /* the other card decodes */
     accel_opts o = {.weight_bits = 8};
-    other = accel_open("fpga-emu:1", m, &o, err, sizeof err);
+    other = devices_open("fpga-emu:1", m, &o, err, sizeof err);
     REQUIRE(other);
     CHECK_EQ(accel_warmup(other), 0);
     CHECK_EQ(health(other), ACCEL_HEALTH_OK);
@@ -91,8 +92,8 @@ TEST(fpga_fault_error_and_gone_fail_the_device)
              (unsigned long long)r0 + 2, (unsigned long long)r1 + 1);
     setenv("TANDEM_EMU_FAULT", spec, 1);
     accel_opts o = {.weight_bits = 8};
-    accel_dev *d0 = accel_open("fpga-emu:0", m, &o, err, sizeof err);
-    accel_dev *d1 = accel_open("fpga-emu:1", m, &o, err, sizeof err);
+    accel_dev *d0 = devices_open("fpga-emu:0", m, &o, err, sizeof err);
+    accel_dev *d1 = devices_open("fpga-emu:1", m, &o, err, sizeof err);
     REQUIRE(d0 && d1);
     float *lg = malloc(sizeof(float) * m->cfg.vocab);
     accel_seq *s0, *s1;
@@ -109,9 +110,9 @@ TEST(fpga_fault_error_and_gone_fail_the_device)
     accel_free(d0);
     accel_free(d1);
     /* a card that disappeared stays gone; one whose run failed is usable again after a reset */
-    CHECK(accel_open("fpga-emu:1", m, &o, err, sizeof err) == NULL);
+    CHECK(devices_open("fpga-emu:1", m, &o, err, sizeof err) == NULL);
     unsetenv("TANDEM_EMU_FAULT");
-    d0 = accel_open("fpga-emu:0", m, &o, err, sizeof err);
+    d0 = devices_open("fpga-emu:0", m, &o, err, sizeof err);
     REQUIRE(d0);
     CHECK_EQ(accel_warmup(d0), 0);
     accel_free(d0);

@@ -4,6 +4,7 @@
  * bytes the CPU quantized. Corrupt chunks (bad values, or bytes changed on the card) fail the
  * import cleanly and never reach the decode kernel. */
 #include "fpga/kernels/dec_layout.h"
+#include "devices/devices.h"
 #include "model/golden.h"
 #include "proto/kv_wire.h"
 #include "tests/fpga/fpga_util.h"
@@ -96,7 +97,7 @@ TEST(fpga_kv_import_round_trip_into_tiles)
     char err[256];
     if (tf_open("fpga-emu", 8, &m, &d)) return;
     accel_opts oc = {.threads = 1};
-    accel_dev *cpu = accel_open("cpu", m, &oc, err, sizeof err);
+    accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
     REQUIRE(cpu);
     int32_t ids[NT + 1];
     prompt(ids, NT + 1, m->cfg.vocab);
@@ -162,7 +163,7 @@ TEST(fpga_kv_import_corrupt_chunk_rejected)
     char err[256];
     if (tf_open("fpga-emu", 8, &m, &d)) return;
     accel_opts oc = {.threads = 1};
-    accel_dev *cpu = accel_open("cpu", m, &oc, err, sizeof err);
+    accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
     REQUIRE(cpu);
     int32_t ids[NT];
     prompt(ids, NT, m->cfg.vocab);
@@ -230,10 +231,10 @@ TEST(fpga_kv_import_bitflip_on_card_detected)
              (unsigned long long)runs_at_open + 2);
     setenv("TANDEM_EMU_FAULT", spec, 1);
     accel_opts o = {.weight_bits = 8};
-    d = accel_open("fpga-emu:1", m, &o, err, sizeof err);
+    d = devices_open("fpga-emu:1", m, &o, err, sizeof err);
     REQUIRE(d);
     accel_opts oc = {.threads = 1};
-    accel_dev *cpu = accel_open("cpu", m, &oc, err, sizeof err);
+    accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
     REQUIRE(cpu);
     int32_t ids[NT];
     prompt(ids, NT, m->cfg.vocab);
@@ -289,10 +290,10 @@ TEST(fpga_kv_import_flip_in_hbm_after_landing_detected)
     accel_free(d);
     setenv("TANDEM_EMU_FAULT", spec, 1);
     accel_opts o = {.weight_bits = 8};
-    d = accel_open("fpga-emu:1", m, &o, err, sizeof err);
+    d = devices_open("fpga-emu:1", m, &o, err, sizeof err);
     REQUIRE(d);
     accel_opts oc = {.threads = 1};
-    accel_dev *cpu = accel_open("cpu", m, &oc, err, sizeof err);
+    accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
     REQUIRE(cpu);
     int32_t ids[NT + 1];
     prompt(ids, NT + 1, m->cfg.vocab);
@@ -359,7 +360,7 @@ TEST(fpga_decode_imported_vs_from_empty)
     char err[256];
     if (tf_open("fpga-emu", 8, &m, &d)) return;
     accel_opts oc = {.threads = 1};
-    accel_dev *cpu = accel_open("cpu", m, &oc, err, sizeof err);
+    accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
     model_golden *g = model_golden_load("tests/data/golden/stories260K/lily.json", m->cfg.vocab,
                                         err, sizeof err);
     REQUIRE(cpu && g);

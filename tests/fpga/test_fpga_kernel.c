@@ -8,6 +8,7 @@
  * ~0.0004 (fpga/QUANT.md); a mean of 0.005 is the issue's bound. Single positions reach 0.07,
  * so 0.25 bounds any one position. W4A8 measures ~0.06 (bound 0.1). */
 #include "cpu/kv_quant.h"
+#include "devices/devices.h"
 #include "fpga/kernels/dec_math.h"
 #include "model/golden.h"
 #include "proto/crc32c.h"
@@ -115,7 +116,7 @@ static void lockstep(int wbits, double mean_bound, double max_bound, double agre
     char err[512];
     if (tf_open("fpga-emu", wbits, &m, &f)) return;
     accel_opts oc = {.threads = 1};
-    accel_dev *c = accel_open("cpu", m, &oc, err, sizeof err);
+    accel_dev *c = devices_open("cpu", m, &oc, err, sizeof err);
     model_golden *g = model_golden_load("tests/data/golden/stories260K/sun.json", m->cfg.vocab, err,
                                         sizeof err);
     REQUIRE(c && g);
@@ -195,15 +196,15 @@ TEST(fpga_device_describes_itself)
     /* two emulated cards are independent devices */
     char err[256];
     accel_opts o = {0};
-    accel_dev *f0 = accel_open("fpga-emu:0", m, &o, err, sizeof err);
+    accel_dev *f0 = devices_open("fpga-emu:0", m, &o, err, sizeof err);
     CHECK(f0 != NULL);
     if (f0) accel_free(f0);
     /* a card that does not exist, an int4 KV request, a missing library */
-    CHECK(accel_open("fpga-emu:7", m, &o, err, sizeof err) == NULL);
+    CHECK(devices_open("fpga-emu:7", m, &o, err, sizeof err) == NULL);
     accel_opts o4 = {.kv_dtype = PROTO_KV_INT4};
-    CHECK(accel_open("fpga-emu", m, &o4, err, sizeof err) == NULL);
+    CHECK(devices_open("fpga-emu", m, &o4, err, sizeof err) == NULL);
     accel_opts ol = {.lib_path = "/nonexistent/libxrt_coreutil.so.2"};
-    CHECK(accel_open("fpga", m, &ol, err, sizeof err) == NULL);
+    CHECK(devices_open("fpga", m, &ol, err, sizeof err) == NULL);
     CHECK(strstr(err, "cannot load") != NULL);
     accel_free(f);
     model_free(m);
@@ -251,7 +252,7 @@ TEST(fpga_prefill_without_kernel_is_decode_steps)
     model *m = model_load(TF_MODEL, err, sizeof err);
     REQUIRE(m);
     accel_opts o = {.xclbin = path};
-    accel_dev *f = accel_open("fpga-emu", m, &o, err, sizeof err);
+    accel_dev *f = devices_open("fpga-emu", m, &o, err, sizeof err);
     CHECK_MSG(f != NULL, "%s", err);
     if (!f) {
         model_free(m);

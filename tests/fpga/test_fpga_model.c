@@ -5,6 +5,7 @@
 #include "fpga/dec_model.h"
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"
+#include "devices/devices.h"
 #include <stdlib.h>
 
 static void same(const fpga_dec_cost *m, const fpga_emu_run_stats *e, const char *what, int pos)
@@ -30,7 +31,7 @@ static void steps(const char *model_dir, int wbits)
     model *m = model_load(model_dir, err, sizeof err);
     REQUIRE(m);
     accel_opts o = {.weight_bits = wbits};
-    accel_dev *d = accel_open("fpga-emu", m, &o, err, sizeof err);
+    accel_dev *d = devices_open("fpga-emu", m, &o, err, sizeof err);
     REQUIRE(d);
     fpga_card *c = fpga_dev_card(d);
     float *lg = malloc(sizeof(float) * m->cfg.vocab);
@@ -66,7 +67,7 @@ TEST(fpga_cost_model_equals_emulator_scatter)
     char err[256];
     if (tf_open("fpga-emu", 8, &m, &d)) return;
     accel_opts oc = {.threads = 1};
-    accel_dev *cpu = accel_open("cpu", m, &oc, err, sizeof err);
+    accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
     REQUIRE(cpu);
     enum { NT = 45, PIECE = 11 };
     int32_t ids[NT];

@@ -13,6 +13,7 @@
  *    prefill equals the CPU reference's on the card's own quantized q and k;
  * plus the bad inputs. */
 #include "cpu/flex.h"
+#include "devices/devices.h"
 #include "fpga/flex_host.h"
 #include "fpga/kernels/dec_math.h"
 #include "model/golden.h"
@@ -73,7 +74,7 @@ static void prefill_vs_decode(const char *model_dir, int wbits, int n, int chunk
     model *m = model_load(model_dir, err, sizeof err);
     REQUIRE(m);
     accel_opts o = {.weight_bits = wbits};
-    accel_dev *f = accel_open("fpga-emu", m, &o, err, sizeof err);
+    accel_dev *f = devices_open("fpga-emu", m, &o, err, sizeof err);
     REQUIRE(f);
     accel_info info;
     accel_get_info(f, &info);
@@ -254,7 +255,7 @@ static void sparse_index(const char *dir, int n, int min_budget, int run_rows)
     model *m = model_load(dir, err, sizeof err);
     REQUIRE(m);
     accel_opts o = {.weight_bits = 8};
-    accel_dev *f = accel_open("fpga-emu", m, &o, err, sizeof err);
+    accel_dev *f = devices_open("fpga-emu", m, &o, err, sizeof err);
     REQUIRE(f);
     const int L = m->cfg.n_layers, H = m->cfg.n_heads, Hk = m->cfg.n_kv_heads, d = m->cfg.head_dim;
     REQUIRE(fpga_dev_set_pass_rows(f, FPGA_PF_PASS, run_rows) == 0);
@@ -302,8 +303,8 @@ static void sparse_index(const char *dir, int n, int min_budget, int run_rows)
           *v = malloc(sizeof(float) * n * Hk * d);
     fpga_flex_unpack_q(qp, n, H, d, q);
     fpga_flex_unpack_kv(kvp, n, Hk, d, k, v);
-    cpu_flex_params cp;
-    cpu_flex_params_default(&cp);
+    sparse_flex_params cp;
+    sparse_flex_params_default(&cp);
     cp.min_budget = min_budget;
     cpu_flex_qkv x = {n, H, Hk, d, q, (size_t)H * d, k, v, (size_t)Hk * d};
     cpu_flex_index *ix;
@@ -346,7 +347,7 @@ TEST(fpga_prefill_exports_its_kv)
     if (tf_open("fpga-emu:0", 8, &m, &a)) return;
     char err[512];
     accel_opts o = {.weight_bits = 8};
-    accel_dev *b = accel_open("fpga-emu:1", m, &o, err, sizeof err);
+    accel_dev *b = devices_open("fpga-emu:1", m, &o, err, sizeof err);
     REQUIRE(b);
     REQUIRE(fpga_dev_set_pass_rows(a, 128, 0) == 0);
     enum { N = 300, MORE = 5 };
@@ -413,7 +414,7 @@ TEST(fpga_prefill_matches_cpu_w8a8)
     if (tf_open("fpga-emu", 8, &m, &f)) return;
     char err[512];
     accel_opts oc = {.threads = 1};
-    accel_dev *c = accel_open("cpu", m, &oc, err, sizeof err);
+    accel_dev *c = devices_open("cpu", m, &oc, err, sizeof err);
     model_golden *g =
         model_golden_load("tests/data/golden/stories260K/sun.json", m->cfg.vocab, err, sizeof err);
     REQUIRE(c && g);
@@ -525,7 +526,7 @@ TEST(fpga_prefill_bad_inputs)
     tf_kv kv;
     accel_opts oc = {.threads = 1};
     char err[256];
-    accel_dev *cpu = accel_open("cpu", m, &oc, err, sizeof err);
+    accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
     REQUIRE(cpu && tf_cpu_kv(cpu, ids, 4, lg, &kv) == 0);
     ((uint8_t *)kv.chunks[0].k)[3] = 0x80; /* -128: not a proto/kv.h value */
     CHECK_EQ(tf_import(f, s, &kv), ACCEL_ERR_CORRUPT);
@@ -552,7 +553,7 @@ TEST(fpga_prefill_sparse_matches_cpu_sparse)
     if (tf_open("fpga-emu", 8, &m, &f)) return;
     char err[256];
     accel_opts oc = {.threads = 1};
-    accel_dev *c = accel_open("cpu", m, &oc, err, sizeof err);
+    accel_dev *c = devices_open("cpu", m, &oc, err, sizeof err);
     REQUIRE(c);
     enum { N = 400 };
     const int V = m->cfg.vocab;

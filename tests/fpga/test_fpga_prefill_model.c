@@ -6,6 +6,7 @@
 #include "fpga/pf_model.h"
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"
+#include "devices/devices.h"
 #include <stdlib.h>
 
 static void same(const fpga_dec_cost *m, const fpga_emu_run_stats *e, const char *what)
@@ -30,7 +31,7 @@ static void runs(const char *model_dir, int wbits)
     model *m = model_load(model_dir, err, sizeof err);
     REQUIRE(m);
     accel_opts o = {.weight_bits = wbits};
-    accel_dev *d = accel_open("fpga-emu", m, &o, err, sizeof err);
+    accel_dev *d = devices_open("fpga-emu", m, &o, err, sizeof err);
     REQUIRE(d);
     fpga_card *c = fpga_dev_card(d);
     accel_seq *s;

@@ -1,6 +1,7 @@
 #include "tests/gpu/gpu_util.h"
 #include "tests/test.h"
 #include "tests/util.h"
+#include "devices/devices.h"
 #include <dlfcn.h>
 
 static const char *const builds[TG_BUILDS] = {"libtandem_cuda.so", "libtandem_cuda_f16.so"};
@@ -65,7 +66,7 @@ int tg_open(const char *dir, const accel_opts *opts, model **m, accel_dev **d, c
     }
     accel_opts o = {0};
     if (opts) o = *opts;
-    *d = accel_open("cuda", *m, &o, err, sizeof err);
+    *d = devices_open("cuda", *m, &o, err, sizeof err);
     if (!*d) {
         snprintf(why, n, "no CUDA device (%s)", err);
         model_free(*m);

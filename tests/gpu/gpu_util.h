@@ -57,7 +57,7 @@ void tg_round(const gpu_ops *o, float *x, size_t n);
         }                                                                                          \
     } while (0)
 
-/* model_load + accel_open("cuda", opts). 1 when CUDA is absent (the caller skips, reason in why),
+/* model_load + devices_open("cuda", opts). 1 when CUDA is absent (the caller skips, reason in why),
  * 0 on success, -1 after reporting a failure. opts may be NULL. */
 int tg_open(const char *dir, const accel_opts *opts, model **m, accel_dev **d, char *why, size_t n);
 

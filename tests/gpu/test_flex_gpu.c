@@ -136,8 +136,8 @@ TEST(gpu_flex_index_sets_equal_cpu)
         inputs in;
         inputs_synth(&in, cases[ci].n, cases[ci].H, cases[ci].Hk, cases[ci].d, cases[ci].kind,
                      70 + ci);
-        cpu_flex_params cp;
-        cpu_flex_params_default(&cp);
+        sparse_flex_params cp;
+        sparse_flex_params_default(&cp);
         cp.min_budget = cases[ci].min_tokens;
         cp.gqa_interleave = cases[ci].il;
         cpu_flex_index *ix;
@@ -222,8 +222,8 @@ TEST(gpu_flex_attention_matches_cpu)
         inputs in;
         inputs_synth(&in, cases[ci].n, cases[ci].H, cases[ci].Hk, cases[ci].d,
                      CPU_FLEX_SYNTH_MIXED, 90 + ci);
-        cpu_flex_params cp;
-        cpu_flex_params_default(&cp);
+        sparse_flex_params cp;
+        sparse_flex_params_default(&cp);
         cp.min_budget = 256;
         cp.gqa_interleave = cases[ci].il;
         cpu_flex_index *ix;

@@ -13,6 +13,7 @@
 #include "tests/util.h"
 #include "tests/gpu/gpu_util.h"
 #include "cpu/kv_quant.h"
+#include "devices/devices.h"
 
 #define HD128 "--hidden 512 --layers 2 --heads 4 --kv-heads 2 --head-dim 128 --intermediate 768 " \
               "--vocab 2000 --max-pos 4096"
@@ -224,7 +225,7 @@ TEST(gpu_flex_prefill_reports_density)
     float *g = prefill(d, ids, n, 0, &sp, &rg, NULL, NULL);
     accel_opts co = {.threads = 2};
     char err[512];
-    accel_dev *cpu = accel_open("cpu", m, &co, err, sizeof err);
+    accel_dev *cpu = devices_open("cpu", m, &co, err, sizeof err);
     REQUIRE(cpu && g);
     float *c = prefill(cpu, ids, n, 0, &sp, &rc, NULL, NULL);
     REQUIRE(c);

@@ -1,6 +1,6 @@
 /* The CUDA device end to end, through the accel interface, against transformers' float64
  * goldens and against itself (chunked vs whole prefill, batched vs single decode, decode from
- * imported KV). Skipped where accel_open("cuda") fails (no plugin or no GPU, as on CI).
+ * imported KV). Skipped where devices_open("cuda") fails (no plugin or no GPU, as on CI).
  *
  * Tolerances come from an emulation of the GPU's precision plan (bf16 weights, bf16 GEMM inputs,
  * bf16 K/V/Q and P, bf16 gate/up; float32 elsewhere) in float64 against the float64 reference,
@@ -17,6 +17,7 @@
 #include "tests/test.h"
 #include "tests/util.h"
 #include "tests/gpu/gpu_util.h"
+#include "devices/devices.h"
 #include "model/golden.h"
 #include "cpu/kv_quant.h"
 
@@ -153,7 +154,7 @@ static void teacher_forced(const accel_opts *opts)
     OPEN_OR_SKIP(STORIES, opts, m, d);
     accel_opts co = {.threads = 2};
     char err[512];
-    accel_dev *cpu = accel_open("cpu", m, &co, err, sizeof err);
+    accel_dev *cpu = devices_open("cpu", m, &co, err, sizeof err);
     REQUIRE(cpu);
     char **paths;
     int n = model_golden_list("tests/data/golden/stories260K", &paths), V = m->cfg.vocab;
@@ -451,7 +452,7 @@ static void export_import(const char *dir, enum proto_kv_dtype dt, const char *e
     OPEN_OR_SKIP(dir, &o, m, d);
     accel_opts co = {.threads = 2, .kv_dtype = dt};
     char err[512];
-    accel_dev *cpu = accel_open("cpu", m, &co, err, sizeof err);
+    accel_dev *cpu = devices_open("cpu", m, &co, err, sizeof err);
     REQUIRE(cpu);
     int V = m->cfg.vocab, L = m->cfg.n_layers, n = 300, steps = 20;
     int nkv = m->cfg.n_kv_heads, hd = m->cfg.head_dim;

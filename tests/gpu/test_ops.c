@@ -92,7 +92,7 @@ static void op_rope_llama3(const gpu_ops *ops)
     int bad_q = 0, bad_kv = 0;
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < W; i++) ref[i] = qkv[(size_t)t * W + i] + bias[i];
-        cpu_rope_angles(inv, half, pos[t], cs, sn);
+        model_rope_angles(inv, half, pos[t], cs, sn);
         cpu_rope(ref, nh, hd, cs, sn);
         cpu_rope(ref + qd, nkv, hd, cs, sn);
         float amax = 0;

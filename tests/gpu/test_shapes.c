@@ -11,6 +11,7 @@
 #include "tests/test.h"
 #include "tests/util.h"
 #include "tests/gpu/gpu_util.h"
+#include "devices/devices.h"
 
 static void shape_case(const char *args, const char *name, const char *env, const char *val,
                        int decode_check)
@@ -23,7 +24,7 @@ static void shape_case(const char *args, const char *name, const char *env, cons
     REQUIRE(r == 0);
     accel_opts co = {.threads = 2};
     char err[512];
-    accel_dev *cpu = accel_open("cpu", m, &co, err, sizeof err);
+    accel_dev *cpu = devices_open("cpu", m, &co, err, sizeof err);
     REQUIRE(cpu);
     int V = m->cfg.vocab, n = 300, k = 200;
     int32_t *ids = tg_ids(n, V, 9);

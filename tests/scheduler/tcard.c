@@ -1,6 +1,7 @@
 /* tests/scheduler/tcard.c — see tcard.h. */
 #include "tests/scheduler/tcard.h"
 #include "scheduler/accel_impl.h"
+#include "cpu/backend.h"
 #include "cpu/kv_quant.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,10 +1,11 @@
-/* Tests for the cuda plugin's choice of 16-bit format (scheduler/accel_registry.c): AUTO by the
+/* Tests for the cuda plugin's choice of 16-bit format (devices/cuda_plugin.c): AUTO by the
  * checkpoint's dtype (the float32 stories260K -> fp16; an in-memory model with bfloat16
  * projections -> bf16), the parser, and where the plugin is looked for: a temporary directory
  * stands in for the binary's, holding empty files named like the plugins (only their presence
  * matters before dlopen). No GPU needed. */
 #include "tests/test.h"
 #include "tests/util.h"
+#include "devices/devices.h"
 #include "scheduler/accel.h"
 #include <sys/stat.h>
 #include <unistd.h>
@@ -64,41 +65,41 @@ TEST(gpu_half_auto_by_checkpoint_dtype)
     model *m = model_load("models/stories260K", err, sizeof err);
     REQUIRE(m);
     CHECK_EQ(m->layers[0].wq.dtype, MODEL_DTYPE_F32);
-    CHECK_STR(accel_cuda_plugin(m, ACCEL_GPU_HALF_AUTO), F16_SO);
+    CHECK_STR(devices_cuda_plugin(m, ACCEL_GPU_HALF_AUTO), F16_SO);
     CHECK_EQ(accel_gpu_half_resolve(m, ACCEL_GPU_HALF_AUTO), ACCEL_GPU_HALF_F16);
     /* an explicit choice wins over the dtype */
-    CHECK_STR(accel_cuda_plugin(m, ACCEL_GPU_HALF_BF16), BF16_SO);
-    CHECK_STR(accel_cuda_plugin(m, ACCEL_GPU_HALF_F16), F16_SO);
+    CHECK_STR(devices_cuda_plugin(m, ACCEL_GPU_HALF_BF16), BF16_SO);
+    CHECK_STR(devices_cuda_plugin(m, ACCEL_GPU_HALF_F16), F16_SO);
     model_free(m);
 
     model fm;
     model_layer l;
     fake_model(&fm, &l, MODEL_DTYPE_BF16);
-    CHECK_STR(accel_cuda_plugin(&fm, ACCEL_GPU_HALF_AUTO), BF16_SO);
+    CHECK_STR(devices_cuda_plugin(&fm, ACCEL_GPU_HALF_AUTO), BF16_SO);
     CHECK_EQ(accel_gpu_half_resolve(&fm, ACCEL_GPU_HALF_AUTO), ACCEL_GPU_HALF_BF16);
-    CHECK_STR(accel_cuda_plugin(&fm, ACCEL_GPU_HALF_F16), F16_SO);
+    CHECK_STR(devices_cuda_plugin(&fm, ACCEL_GPU_HALF_F16), F16_SO);
     fake_model(&fm, &l, MODEL_DTYPE_F16);
-    CHECK_STR(accel_cuda_plugin(&fm, ACCEL_GPU_HALF_AUTO), F16_SO);
-    CHECK_STR(accel_cuda_plugin(&fm, ACCEL_GPU_HALF_BF16), BF16_SO);
+    CHECK_STR(devices_cuda_plugin(&fm, ACCEL_GPU_HALF_AUTO), F16_SO);
+    CHECK_STR(devices_cuda_plugin(&fm, ACCEL_GPU_HALF_BF16), BF16_SO);
     /* the projections decide, not the embedding (a bf16 checkpoint with an fp32 embedding) */
     fake_model(&fm, &l, MODEL_DTYPE_BF16);
     fm.embed.dtype = MODEL_DTYPE_F32;
-    CHECK_STR(accel_cuda_plugin(&fm, ACCEL_GPU_HALF_AUTO), BF16_SO);
+    CHECK_STR(devices_cuda_plugin(&fm, ACCEL_GPU_HALF_AUTO), BF16_SO);
     /* no layers: the embedding decides */
     fm.cfg.n_layers = 0;
     fm.layers = NULL;
-    CHECK_STR(accel_cuda_plugin(&fm, ACCEL_GPU_HALF_AUTO), F16_SO);
+    CHECK_STR(devices_cuda_plugin(&fm, ACCEL_GPU_HALF_AUTO), F16_SO);
     fm.embed.dtype = MODEL_DTYPE_BF16;
-    CHECK_STR(accel_cuda_plugin(&fm, ACCEL_GPU_HALF_AUTO), BF16_SO);
+    CHECK_STR(devices_cuda_plugin(&fm, ACCEL_GPU_HALF_AUTO), BF16_SO);
     /* no model: the bf16 build, the one that existed before the choice */
-    CHECK_STR(accel_cuda_plugin(NULL, ACCEL_GPU_HALF_AUTO), BF16_SO);
+    CHECK_STR(devices_cuda_plugin(NULL, ACCEL_GPU_HALF_AUTO), BF16_SO);
 }
 
-/* accel_cuda_plugin_find into the test's path / err buffers (sizes as declared below) */
+/* devices_cuda_plugin_find into the test's path / err buffers (sizes as declared below) */
 static int find(const char *dir, const model *m, enum accel_gpu_half h, char path[1200],
                 char err[1024])
 {
-    return accel_cuda_plugin_find(dir, m, h, path, 1200, err, 1024);
+    return devices_cuda_plugin_find(dir, m, h, path, 1200, err, 1024);
 }
 
 TEST(gpu_half_plugin_find)
@@ -154,7 +155,7 @@ TEST(gpu_half_plugin_find)
     CHECK(ends_with(path, "/bin/" BF16_SO));
 }
 
-/* accel_open("cuda") goes through the same search from the binary's directory; an explicit
+/* devices_open("cuda") goes through the same search from the binary's directory; an explicit
  * lib_path is taken as given. */
 TEST(gpu_half_open_errors)
 {
@@ -163,12 +164,12 @@ TEST(gpu_half_open_errors)
     fake_model(&fm, &l, MODEL_DTYPE_F32);
     char err[1024];
     accel_opts o = {.lib_path = "/nonexistent/libmine.so", .gpu_half = ACCEL_GPU_HALF_F16};
-    CHECK(accel_open("cuda:0", &fm, &o, err, sizeof err) == NULL);
+    CHECK(devices_open("cuda:0", &fm, &o, err, sizeof err) == NULL);
     CHECK_MSG(strstr(err, "/nonexistent/libmine.so") && !strstr(err, F16_SO), "%s", err);
     char f16[600];
     snprintf(f16, sizeof f16, "%s/" F16_SO, t_build_dir());
     if (access(f16, F_OK) == 0) SKIP("%s is built: its absence cannot be tested here", f16);
     o = (accel_opts){.gpu_half = ACCEL_GPU_HALF_F16};
-    CHECK(accel_open("cuda:0", &fm, &o, err, sizeof err) == NULL);
+    CHECK(devices_open("cuda:0", &fm, &o, err, sizeof err) == NULL);
     CHECK_MSG(strstr(err, F16_SO), "%s", err);
 }

@@ -8,6 +8,7 @@
 #include "tests/test.h"
 #include "tests/util.h"
 #include "tests/fpga/fpga_util.h"
+#include "devices/devices.h"
 #include "model/golden.h"
 #include "model/tokenizer.h"
 #include "scheduler/sched.h"
@@ -94,7 +95,7 @@ TEST(sched_kv_flip_on_card_detected_moved_and_marked)
      * prompt is one piece); its sequence is the first one placed. Flip bit 6 of a K value of
      * layer 0 (position 3, head 2) before run L of the import: layer 0 landed long before. */
     accel_opts o = {.weight_bits = 8};
-    accel_dev *card = accel_open("fpga-emu:0", m, &o, err, sizeof err);
+    accel_dev *card = devices_open("fpga-emu:0", m, &o, err, sizeof err);
     REQUIRE(card);
     fpga_emu_card_stats cs;
     REQUIRE(tf_card_stats(card, &cs) == 0);
@@ -106,8 +107,8 @@ TEST(sched_kv_flip_on_card_detected_moved_and_marked)
     accel_free(card);
     setenv("TANDEM_EMU_FAULT", spec, 1);
     accel_opts oc = {.threads = 1};
-    accel_dev *devs[2] = {accel_open("cpu", m, &oc, err, sizeof err),
-                          accel_open("fpga-emu:0", m, &o, err, sizeof err)};
+    accel_dev *devs[2] = {devices_open("cpu", m, &oc, err, sizeof err),
+                          devices_open("fpga-emu:0", m, &o, err, sizeof err)};
     REQUIRE(devs[0] && devs[1]);
     kenv e = {0};
     K = &e;

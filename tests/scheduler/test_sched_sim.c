@@ -6,6 +6,7 @@
 #include "tests/test.h"
 #include "scheduler/sched_sim.h"
 #include "scheduler/sched_sim_trace.h"
+#include "devices/sim_hw.h"
 
 typedef struct checks {
     int placements, last_id, fcfs_ok, card_ok, fallback_ok, n_cards;
@@ -46,7 +47,7 @@ static int node(sched_sim_model *m, const char *gpu, int n_gpus, int n_cards, in
     if (!s) return -1;
     m->shape = *s;
     for (int i = 0; i < n_gpus + n_cards; i++) {
-        const sched_sim_hw *hw = sched_sim_hw_find(i < n_gpus ? gpu : "u280");
+        const sched_sim_hw *hw = sched_sim_hw_find(devices_sim_hw(), i < n_gpus ? gpu : "u280");
         if (!hw || sched_sim_dev_init(&m->dev[i], hw, s, i < n_gpus ? gpu_running : 0, i, err, sizeof err)) {
             t_fail(__FILE__, __LINE__, "%s", err);
             return -1;
@@ -247,7 +248,7 @@ TEST(sched_sim_node_specs_and_calibration)
 {
     static sched_sim_model m;
     char err[256];
-    REQUIRE(sched_sim_model_build(&m, "a100+7xu280", "llama2-7b", 1, err, sizeof err) == 0);
+    REQUIRE(sched_sim_model_build(&m, devices_sim_hw(), "a100+7xu280", "llama2-7b", 1, err, sizeof err) == 0);
     CHECK_EQ(m.n_devs, 8);
     CHECK_STR(m.dev[0].name, "a100:0");
     CHECK_STR(m.dev[7].name, "u280:6");
@@ -267,13 +268,13 @@ TEST(sched_sim_node_specs_and_calibration)
     sched_sim_dev_calibrate_decode(&m.dev[0], &m.shape, 4096, 0.010);
     CHECK_NEAR(sched_sim_decode_s(&m.dev[0], 1, 4096), 0.010, 1e-12);
     /* bad specs */
-    CHECK(sched_sim_model_build(&m, "a100+7xnope", "llama2-7b", 1, err, sizeof err) < 0);
+    CHECK(sched_sim_model_build(&m, devices_sim_hw(), "a100+7xnope", "llama2-7b", 1, err, sizeof err) < 0);
     CHECK(strstr(err, "nope") != NULL);
-    CHECK(sched_sim_model_build(&m, "40xa100", "llama2-7b", 1, err, sizeof err) < 0);
-    CHECK(sched_sim_model_build(&m, "a100", "gpt-5", 1, err, sizeof err) < 0);
+    CHECK(sched_sim_model_build(&m, devices_sim_hw(), "40xa100", "llama2-7b", 1, err, sizeof err) < 0);
+    CHECK(sched_sim_model_build(&m, devices_sim_hw(), "a100", "gpt-5", 1, err, sizeof err) < 0);
     /* weights larger than the card's memory */
-    CHECK(sched_sim_model_build(&m, "a100+u280", "llama3-8b", 1, err, sizeof err) == 0);
-    const sched_sim_hw *v = sched_sim_hw_find("v100s");
+    CHECK(sched_sim_model_build(&m, devices_sim_hw(), "a100+u280", "llama3-8b", 1, err, sizeof err) == 0);
+    const sched_sim_hw *v = sched_sim_hw_find(devices_sim_hw(), "v100s");
     REQUIRE(v);
     sched_sim_shape huge = m.shape;
     huge.params = 70e9;

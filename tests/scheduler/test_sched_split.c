@@ -8,6 +8,7 @@
 #include "tests/test.h"
 #include "tests/util.h"
 #include "tests/scheduler/tcard.h"
+#include "devices/devices.h"
 #include "model/gen.h"
 #include "model/golden.h"
 #include "model/tokenizer.h"
@@ -174,7 +175,7 @@ static void card_reference(env *e, const int32_t *ids, int n, int max_tokens, ch
     char err[256];
     out[0] = 0;
     accel_opts o = {.threads = 1};
-    accel_dev *p = accel_open("cpu", e->m, &o, err, sizeof err);
+    accel_dev *p = devices_open("cpu", e->m, &o, err, sizeof err);
     accel_dev *c = tcard_open(9, e->m, NULL, err, sizeof err);
     int vocab = e->m->cfg.vocab;
     float *lg = malloc(sizeof(float) * (size_t)vocab);

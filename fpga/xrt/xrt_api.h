@@ -1,10 +1,15 @@
-/* fpga/xrt_api.h — our own declarations of the part of the XRT C API that tandem uses.
+/* fpga/xrt/xrt_api.h — our own declarations of the part of the XRT C API that tandem uses.
  *
  * This is the edge where XRT's names (xrtCamelCase, XCL_*, ERT_*) are kept as XRT spells them:
  * the same prototypes are (a) looked up with dlsym in libxrt_coreutil.so.2 by fpga/xrt_load.c and
  * (b) implemented by the card emulator (fpga/emu/), which includes this header so that the
  * compiler checks its definitions against these prototypes. Nothing else in tandem calls these
  * functions directly: it calls the fpga_xrt_* wrappers of fpga/xrt_load.h.
+ *
+ * fpga/xrt/ is the contract between the host code (fpga/) and a card: this API, the emulator's
+ * extensions to it (emu_api.h) and the U280's facts both sides use (u280.h). The emulator
+ * (fpga/emu/) implements it and includes nothing of fpga/ beyond this folder and the kernels
+ * (fpga/kernels/), which the layout check (tools/check_layout.py) enforces.
  *
  * Source of the signatures: XRT 2.14 (tag 202220.2.14.354) headers
  * src/runtime_src/core/include/xrt/xrt_device.h, xrt_bo.h, xrt_kernel.h (the extern "C" part),

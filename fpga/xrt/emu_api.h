@@ -1,12 +1,12 @@
-/* fpga/emu_api.h — extensions the card emulator (build/libxrt_emu.so) exports beside the XRT C
+/* fpga/xrt/emu_api.h — extensions the card emulator (build/libxrt_emu.so) exports beside the XRT C
  * API. They are not part of XRT: host code finds them with dlsym and treats them as absent on a
  * real node (fpga/xrt_load.c). The emulator includes this header to define them.
  *
  * Threads: every function may be called from any thread. */
 #ifndef TANDEM_FPGA_EMU_API_H
 #define TANDEM_FPGA_EMU_API_H
-#include "fpga/u280.h"
-#include "fpga/xrt_api.h"
+#include "fpga/xrt/u280.h"
+#include "fpga/xrt/xrt_api.h"
 #include <stdint.h>
 
 /* What one completed kernel execution cost in the timing model (fpga/emu/emu_timing.c). */

@@ -1,11 +1,11 @@
-/* scheduler/exe_dir.c — see exe_dir.h. */
-#include "scheduler/exe_dir.h"
+/* devices/exe_dir.c — see exe_dir.h. */
+#include "devices/exe_dir.h"
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-int accel_exe_dir(char *out, size_t n)
+int devices_exe_dir(char *out, size_t n)
 {
     char buf[PATH_MAX];
     ssize_t k = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -18,7 +18,7 @@ int accel_exe_dir(char *out, size_t n)
     return -1;
 }
 
-int accel_lib_find_in(const char *dir, const char *name, char *path, size_t n)
+int devices_lib_find_in(const char *dir, const char *name, char *path, size_t n)
 {
     static const char *const fmts[] = {"%s/%s", "%s/../lib/tandem/%s"};
     for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
@@ -29,9 +29,9 @@ int accel_lib_find_in(const char *dir, const char *name, char *path, size_t n)
     return -1;
 }
 
-int accel_lib_find(const char *name, char *path, size_t n)
+int devices_lib_find(const char *name, char *path, size_t n)
 {
     char dir[PATH_MAX];
-    accel_exe_dir(dir, sizeof dir);
-    return accel_lib_find_in(dir, name, path, n);
+    devices_exe_dir(dir, sizeof dir);
+    return devices_lib_find_in(dir, name, path, n);
 }

@@ -1,22 +1,21 @@
-/* fpga/calib.c — calibration ids and activations (see calib.h). */
-#include "fpga/calib.h"
+/* cpu/calib.c — calibration ids and activations from the reference (see calib.h). */
+#include "cpu/calib.h"
+#include "cpu/backend.h"
 #include "cpu/ops.h"
 #include "cpu/pool.h"
-#include "fpga/kernels/dec_layout.h"
 #include "model/sample.h"
-#include "scheduler/accel.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-int fpga_calib_ids(const model *m, int n_seqs, int len, uint64_t seed, int32_t *ids, char *err,
+int cpu_calib_ids(const model *m, int n_seqs, int len, uint64_t seed, int32_t *ids, char *err,
                    size_t errlen)
 {
     const int vocab = m->cfg.vocab;
     accel_opts o = {.threads = 1};
-    accel_dev *cpu = accel_open("cpu", m, &o, err, errlen);
+    accel_dev *cpu = cpu_accel_open(0, m, &o, err, errlen);
     if (!cpu) return -1;
     float *lg = malloc(sizeof(float) * vocab);
     model_sampling p = model_sampling_default();
@@ -81,8 +80,8 @@ static void att_range(void *vctx, int begin, int end, int thread)
     }
 }
 
-int fpga_calib_run(const model *m, const int32_t *ids, int n_seqs, int len, fpga_calib_fn fn,
-                   void *ctx)
+int cpu_calib_run(const model *m, const int32_t *ids, int n_seqs, int len, cpu_calib_fn fn,
+                  void *ctx)
 {
     const model_config *c = &m->cfg;
     const int T = n_seqs * len, H = c->hidden, hd = c->head_dim, half = hd / 2;
@@ -100,13 +99,13 @@ int fpga_calib_run(const model *m, const int32_t *ids, int n_seqs, int len, fpga
     if (!pool || !x || !xb || !q || !att || !k || !v || !g || !u || !cs || !sn || !inv || !scores)
         goto out;
     model_rope_inv_freq(c, len, inv);
-    for (int p = 0; p < len; p++) cpu_rope_angles(inv, half, p, cs + (size_t)p * half, sn + (size_t)p * half);
-    for (int t = 0; t < T; t++) cpu_row_f32(&m->embed, ids[t], x + (size_t)t * H);
+    for (int p = 0; p < len; p++) model_rope_angles(inv, half, p, cs + (size_t)p * half, sn + (size_t)p * half);
+    for (int t = 0; t < T; t++) model_row_f32(&m->embed, ids[t], x + (size_t)t * H);
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->layers[l];
         for (int t = 0; t < T; t++)
             cpu_rmsnorm(xb + (size_t)t * H, x + (size_t)t * H, &L->attn_norm, H, c->rms_eps);
-        if ((rc = fn(ctx, l, FPGA_DEC_QKV, xb, T, H))) goto out;
+        if ((rc = fn(ctx, l, CPU_CALIB_QKV, xb, T, H))) goto out;
         cpu_matmul(pool, q, xb, T, &L->wq, &L->bq);
         cpu_matmul(pool, k, xb, T, &L->wk, &L->bk);
         cpu_matmul(pool, v, xb, T, &L->wv, &L->bv);
@@ -117,23 +116,23 @@ int fpga_calib_run(const model *m, const int32_t *ids, int n_seqs, int len, fpga
         }
         calib_att a = {c, q, k, v, att, scores, len};
         cpu_pool_for(pool, T * c->n_heads, 64, att_range, &a);
-        if ((rc = fn(ctx, l, FPGA_DEC_O, att, T, qd))) goto out;
+        if ((rc = fn(ctx, l, CPU_CALIB_O, att, T, qd))) goto out;
         float *o = xb;
         cpu_matmul(pool, o, att, T, &L->wo, NULL);
         for (size_t i = 0; i < (size_t)T * H; i++) x[i] += o[i];
         for (int t = 0; t < T; t++)
             cpu_rmsnorm(xb + (size_t)t * H, x + (size_t)t * H, &L->ffn_norm, H, c->rms_eps);
-        if ((rc = fn(ctx, l, FPGA_DEC_GU, xb, T, H))) goto out;
+        if ((rc = fn(ctx, l, CPU_CALIB_GU, xb, T, H))) goto out;
         cpu_matmul(pool, g, xb, T, &L->w_gate, NULL);
         cpu_matmul(pool, u, xb, T, &L->w_up, NULL);
         cpu_swiglu(g, u, T * I);
-        if ((rc = fn(ctx, l, FPGA_DEC_D, g, T, I))) goto out;
+        if ((rc = fn(ctx, l, CPU_CALIB_D, g, T, I))) goto out;
         cpu_matmul(pool, xb, g, T, &L->w_down, NULL);
         for (size_t i = 0; i < (size_t)T * H; i++) x[i] += xb[i];
     }
     for (int t = 0; t < T; t++)
         cpu_rmsnorm(xb + (size_t)t * H, x + (size_t)t * H, &m->norm, H, c->rms_eps);
-    rc = fn(ctx, c->n_layers, FPGA_DEC_LM, xb, T, H);
+    rc = fn(ctx, c->n_layers, CPU_CALIB_LM, xb, T, H);
 out:
     cpu_pool_free(pool);
     free(x);

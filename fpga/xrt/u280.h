@@ -1,4 +1,4 @@
-/* fpga/u280.h — facts about the Alveo U280 that host code and the emulator share.
+/* fpga/xrt/u280.h — facts about the Alveo U280 that host code and the emulator share.
  *
  * Every number says where it comes from; the timing constants are the emulator's model
  * (fpga/emu/emu_timing.c explains how each is used). */

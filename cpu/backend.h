@@ -1,0 +1,14 @@
+/* cpu/backend.h — the CPU device behind scheduler/accel.h: the reference forward pass, threaded.
+ *
+ * Opened by name ("cpu") through the composition root (devices/devices.h); declared here for it
+ * and for tests that wrap a CPU device. There is one CPU device: index must be 0. o->threads
+ * picks the pool's size (0: every online core); the KV budget is o->mem_limit, else half of
+ * physical memory. Capabilities: PREFILL | DECODE | KV_EXPORT | KV_IMPORT. NULL, with a message
+ * in err, when the model cannot be served (head_dim above 1024, out of memory). */
+#ifndef TANDEM_CPU_BACKEND_H
+#define TANDEM_CPU_BACKEND_H
+#include "scheduler/accel.h"
+
+accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen);
+
+#endif

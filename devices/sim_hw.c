@@ -1,0 +1,54 @@
+/* devices/sim_hw.c — the hardware profiles `tandem simulate` can price (devices/sim_hw.h): the
+ * devices tandem knows, each with its calibration points and their source. The card profiles
+ * take the U280's memory and PCIe facts from the FPGA backend's own header, so that the
+ * simulator and the emulator's timing model agree. */
+#include "devices/sim_hw.h"
+#include "fpga/xrt/u280.h"
+
+#define ALL_CAPS (ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT)
+#define CARD_CAPS (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)
+
+/* Hardware profiles. GLITCHES' decode latencies are averages over 512 decode steps after a
+ * 1536-token prompt: the calibration context is their mean, 1536 + 255.5 ~ 1792. */
+static const sched_sim_hw hws[] = {
+    {"a100", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama2-7b", 1536, 0.17585, 1792, 0.02426, 0, 0,
+     80e9, 16, 16, 25e9, 10e-6, 17000,
+     "GLITCHES Table I (HF transformers FP16, LLaMA2-7B [1536,512]: prefill 175.85 ms, decode "
+     "24.26 ms/token), Table II ($17,000); 80 GB and PCIe Gen4 x16 at 25 GB/s assumed"},
+    {"v100s", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama2-7b", 1536, 0.39880, 1792, 0.02952, 0, 0,
+     32e9, 16, 16, 12e9, 10e-6, 12000,
+     "GLITCHES Table I (prefill 398.80 ms, decode 29.52 ms/token), Table II ($12,000); PCIe "
+     "Gen3 x16 at 12 GB/s assumed"},
+    {"h100-hf", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama3-8b", 4096, 0.124, 4096, 0.050, 0, 0,
+     80e9, 16, 16, 55e9, 10e-6, 30000,
+     "DESIGN.md's probe of HF transformers bf16 on an H100, Llama-3-8B: prefill 4K 124 ms, "
+     "decode 50 ms/token (context taken as 4K); pinned PCIe Gen5 55 GB/s (DESIGN.md); price "
+     "$30,000 assumed"},
+    /* seq_s: (7.630 - 4.457) / 31 ms per further sequence at 32 x 1024 tokens, less the 1024
+     * positions of KV each adds at the calibrated bandwidth (about 0.044 ms) */
+    {"h200-tandem", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama3-8b", 4096, 0.1026, 1024, 0.004456,
+     0, 0.058e-3, 141e9, 16, 16, 55.3e9, 10e-6, 35000,
+     "tandem's CUDA backend measured on an H200 (tests/gpu/logs/2026-11-21-h200-final: "
+     "Llama-3-8B shape, prefill 4096 tokens 102.6 ms, decode 4.456 ms/token after 1024, batch "
+     "32 7.63 ms/step, pinned D2H 55.3 GB/s); 141 GB; price $35,000 assumed"},
+    {"u280", ACCEL_KIND_FPGA, CARD_CAPS | ACCEL_CAP_PREFILL, 1, "llama2-7b", 1536, 5.0012, 1792,
+     0.0215, 0, 0, (double)FPGA_U280_HBM_BYTES, 4, 8, FPGA_U280_PCIE_BPS,
+     FPGA_U280_SYNC_OVERHEAD_NS * 1e-9, 8000,
+     "GLITCHES Table I (FlightLLM-based W4A8 with prefetching: prefill 5001.20 ms, decode "
+     "21.50 ms/token), Table II ($8,000); 8 GiB HBM, PCIe per fpga/xrt/u280.h"},
+    {"u280-tandem", ACCEL_KIND_FPGA, CARD_CAPS | ACCEL_CAP_PREFILL, 1, "llama2-7b", 1536, 3.720,
+     1792, 0.01027,
+     FPGA_U280_RUN_OVERHEAD_NS * 1e-9 + 0.546e-3, 0, (double)FPGA_U280_HBM_BYTES, 4, 8,
+     FPGA_U280_PCIE_BPS, FPGA_U280_SYNC_OVERHEAD_NS * 1e-9, 8000,
+     "tandem's own decode kernel in the emulator's timing model (fpga/dec_model.c on branch "
+     "fpga2, tools/fpga_decode_bench: LLaMA2-7B W4A8 g128 at context 1792 = 10.27 ms/token "
+     "with host syncs, of which 0.05 ms run overhead + 0.546 ms serial stalls are fixed); "
+     "prefill: fpga/kernels/prefill.c's cost model, LLaMA2-7B 1536 tokens dense in 3,720 ms "
+     "(fpga/PREFILL.md, tools/fpga_prefill_bench)"},
+};
+
+const sched_sim_catalog *devices_sim_hw(void)
+{
+    static const sched_sim_catalog c = {hws, (int)(sizeof hws / sizeof hws[0])};
+    return &c;
+}
