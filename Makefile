@@ -140,6 +140,34 @@ $(BUILD)/libtandem_cuda_f16.so: $(GPU_OBJ_F16) $(BUILD)/libtandem.a
 	$(CC) $(LDFLAGS) -shared -o $@ $(GPU_OBJ_F16) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	    -lcublasLt -lcublas -lcudart -lstdc++ $(LDLIBS)
 
+# The GPU tests' and benchmarks' entry points (gpu/test/: one kernel at a time on host arrays,
+# kernel timings) are a library beside each plugin, linked against it, so that they drive the
+# serving plugin's own kernels without the plugin exporting them (tests/gpu dlopen it).
+GPU_TEST_CU := $(wildcard gpu/test/*.cu)
+CUDA_TEST_LINK = $(CC) $(LDFLAGS) -shared -o $@ $(filter %.o,$^) -L$(BUILD) -l:$(notdir $(filter %.so,$^)) \
+	    -Wl,-rpath,'$$ORIGIN' -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++ $(LDLIBS)
+$(BUILD)/libtandem_cuda_test.so: $(GPU_TEST_CU:%.cu=$(BUILD)/obj/%.cu.o) $(BUILD)/libtandem_cuda.so
+	$(CUDA_TEST_LINK)
+$(BUILD)/libtandem_cuda_f16_test.so: $(GPU_TEST_CU:%.cu=$(BUILD)/obj-f16/%.cu.o) $(BUILD)/libtandem_cuda_f16.so
+	$(CUDA_TEST_LINK)
+ifeq ($(CUDA),1)
+all: $(BUILD)/libtandem_cuda_test.so $(BUILD)/libtandem_cuda_f16_test.so
+endif
+
+# The lab plugin (make gpu-lab): the serving plugin's objects plus gpu/bench/'s kernel variants
+# that lost (gpu/KERNELS.md), under the serving name in $(BUILD)/lab/, so that a program copied
+# beside it, or opening it through accel_opts.lib_path, runs them. For benchmarks only.
+GPU_LAB_CU := gpu/bench/decode_step.cu
+.PHONY: gpu-lab
+gpu-lab: $(BUILD)/lab/libtandem_cuda.so
+$(BUILD)/lab/libtandem_cuda.so: $(GPU_OBJ) $(GPU_LAB_CU:%.cu=$(BUILD)/obj/%.cu.o)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -shared -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+	    -lcublasLt -lcublas -lcudart -lstdc++ $(LDLIBS)
+
+# The engine's settings parser (gpu/tuning.c, plain C) is tested everywhere, with or without CUDA.
+$(BUILD)/tandem-tests: $(BUILD)/obj/gpu/tuning.o
+
 # ---------------------------------------------------------------- workflows
 # deps: TANDEM_DEPS_TEST=0 is what building and running need, 1 (the default) adds the test tools
 deps:

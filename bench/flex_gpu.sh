@@ -49,7 +49,7 @@ step "1 build ($(date -u +%FT%TZ))"
     python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 } >"$OUT/build.log" 2>&1
 ok=1
-for f in $B/libtandem_cuda.so $B/flex_gpu_bench $B/tandem-tests; do
+for f in $B/libtandem_cuda.so $B/libtandem_cuda_test.so $B/flex_gpu_bench $B/tandem-tests; do
     [ -f "$f" ] || { echo "missing $f: run gpu/bench/prebuild.sh on the development machine"; ok=0; }
 done
 if [ -d rt ] && ldd $B/flex_gpu_bench $B/tandem-tests 2>&1 | grep -q "libjansson.*not found\|libcrypto.*not found"; then
@@ -72,7 +72,7 @@ if want 3 || want 4; then
     step "3 check: GPU index vs CPU index"
     t=$(budget 120)
     if [ "$t" -gt 0 ]; then
-        timeout "$t" "$B/flex_gpu_bench" --lib "$B/libtandem_cuda.so" --threads "$T" check \
+        timeout "$t" "$B/flex_gpu_bench" --lib "$B/libtandem_cuda_test.so" --threads "$T" check \
             "$WORK/cmp" >"$OUT/check.md" 2>"$WORK/check.err"
         echo "rc $?; heads that differ: $(wc -l <"$WORK/check.err")" | tee -a "$OUT/summary.md"
         head -40 "$WORK/check.err" >>"$OUT/check.md"
@@ -94,7 +94,7 @@ if want 5; then
     step "5 bench: ours at 32K / 64K / 128K"
     t=$(budget 200)
     if [ "$t" -gt 0 ]; then
-        timeout "$t" "$B/flex_gpu_bench" --lib "$B/libtandem_cuda.so" --threads "$T" bench \
+        timeout "$t" "$B/flex_gpu_bench" --lib "$B/libtandem_cuda_test.so" --threads "$T" bench \
             32768,65536,131072 >"$OUT/bench.md" 2>&1
         echo "rc $?" | tee -a "$OUT/summary.md"
     else late; fi

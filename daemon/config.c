@@ -74,6 +74,7 @@ static const key keys[] = {
     K(log_level, KEY_STR, "info", 0, 0, "debug, info, warn or error"),
     K(watchdog_stall, KEY_DOUBLE, "10", 0.1, 86400, "seconds a busy device may make no progress before the watchdog stops being fed"),
     K(step_delay_ms, KEY_DOUBLE, "0", 0, 60000, "testing only: sleep before each device step"),
+    K(gpu_tune, KEY_STR, "", 0, 0, "cuda devices' settings, key=value,... (chunk=N tokens per pass, graphs=0|1)"),
 };
 #undef K
 #define N_KEYS (sizeof keys / sizeof keys[0])

@@ -190,7 +190,9 @@ accel_dev *gpu_plugin_open(int index, const model *m, const accel_opts *o,
         snprintf(err, errlen, "cuda:%d: unknown KV dtype %d", index, (int)o->kv_dtype);
         return NULL;
     }
-    gpu_engine *e = gpu_engine_new(index, m, o->mem_limit, err, errlen);
+    gpu_tuning t; /* read once, here: the daemon's gpu_tune, else $TANDEM_GPU_TUNE */
+    if (gpu_tuning_read(&t, o->gpu_tune, err, errlen)) return NULL;
+    gpu_engine *e = gpu_engine_new(index, m, o->mem_limit, &t, err, errlen);
     if (!e) return NULL;
     gpu_dev *d = calloc(1, sizeof *d);
     if (!d) {

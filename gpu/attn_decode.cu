@@ -16,7 +16,7 @@
  * writes max -inf, sum 0 and weighs nothing.
  * head_dim 128 (every Llama-3/2 7-8B shape) takes the one-kernel form below (k_decode_fast: same
  * ranges, the merge done by the last block of each row); other head_dims, and the engine with
- * TANDEM_GPU_DECODE_ATTN=two (part_cnt NULL), the two-kernel form. */
+ * decode_attn=two (part_cnt NULL), the two-kernel form. */
 #include "gpu/attn_decode.cuh"
 
 #define DEC_THREADS 128
@@ -193,7 +193,6 @@ __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_fast(dec_
 {
     __shared__ d2_smem<G> sm;
     d2_bmark(p, 0);
-    d2_l2_prefetch(p);
     d2_range<G, false>(p, blockIdx.z, blockIdx.x, blockIdx.y, gridDim.x, cnt, sm);
     d2_bmark(p, 3);
 }
@@ -206,7 +205,6 @@ __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_cluster(d
 {
     __shared__ d2_smem<G> sm;
     d2_bmark(p, 0);
-    d2_l2_prefetch(p);
     d2_range<G, false, true>(p, blockIdx.z, blockIdx.x, blockIdx.y, gridDim.x, cnt, sm);
     d2_bmark(p, 3);
 }
@@ -315,15 +313,13 @@ static int launch_cluster(cudaStream_t s, int pdl, const dec_params &p, int T, i
     return ACCEL_OK;
 }
 
-/* Ranges per row at most: enough blocks to fill the GPU `fill` times over when the rows are long
- * (two blocks of k_decode_fast fit on an SM for groups of up to 4 heads: fill 2 is then one
- * resident wave). TANDEM_GPU_DECODE_FILL (1-8) for measurements; on the H200 (Llama-3-8B, batch
- * 1, BENCHMARKS.md) fill 2 decoded 8K of context in 4.61 ms per token against 4.87 with 4 and 4.82
- * with 1, the same at 1K. (Read at each call: with CUDA graphs that is once per captured batch.) */
+/* Ranges per row at most: enough blocks to fill the GPU DECODE_FILL times over when the rows are
+ * long. Two blocks of k_decode_fast fit on an SM for groups of up to 4 heads, so 2 is one resident
+ * wave: more ranges only add merge work, fewer leave SMs idle (gpu/KERNELS.md). */
+#define DECODE_FILL 2
 static int n_splits(const gpu_dims *d, int sms, int T)
 {
-    const char *f = getenv("TANDEM_GPU_DECODE_FILL");
-    const int v = f ? atoi(f) : 0, fill = v >= 1 && v <= 8 ? v : 2;
+    const int fill = DECODE_FILL;
     int G = gpu_decode_heads_per_block(d->n_heads / d->n_kv);
     int gslices = (d->n_heads / d->n_kv + G - 1) / G;
     long units = (long)T * d->n_kv * gslices;
@@ -358,8 +354,7 @@ template <int HDP> static int launch_g(cudaStream_t s, int pdl, const dec_params
 int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu_dims *d, int sms,
                     int layer, int T, const h16 *q, const int *seq_idx, const int *pos,
                     const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, h16 *out,
-                    unsigned long long *tr, unsigned long long *btr, const void *pf, size_t pf_bytes,
-                    int mma)
+                    unsigned long long *tr, unsigned long long *btr, int mma)
 {
     if (T <= 0) return ACCEL_OK;
     if (T > 65535) return ACCEL_ERR_INVALID; /* grid.z bound */
@@ -385,9 +380,6 @@ int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu
     p.early = pdl && one_row;
     p.tr = tr;
     p.btr = btr;
-    p.pf = (const char *)pf;
-    p.pf_bytes = pf && pf_bytes < (1ull << 32) ? (unsigned)pf_bytes : 0;
-    if (!p.pf_bytes) p.pf = NULL;
     p.mma = mma && d->hd == D2_HD;
     if (d->hd == D2_HD) GPU_TRY(ring_setup());
     if (cluster && d->hd == D2_HD && T <= 65535) {

@@ -40,8 +40,6 @@ struct dec_params {
     float scale_log2;
     unsigned long long *tr; /* chain trace slot (engine.cuh), NULL: off */
     unsigned long long *btr; /* chain trace, every block: GPU_ATRACE_STAMPS per block (NULL: off) */
-    const char *pf;          /* bytes to request into L2 while the kernel runs (the o */
-    unsigned pf_bytes;       /* projection's weights; d2_l2_prefetch), NULL: none */
     int mma;                 /* 1: the kernels' ranges on the tensor cores (d2_mma_range) */
 };
 
@@ -49,8 +47,8 @@ struct dec_params {
 /* ---------------------------------------------------------------- the range body (head_dim 128)
  * Same ranges and arithmetic contract as attn_decode.cu's two-kernel form (scores in log2 units,
  * float32 throughout), built for latency: at batch 1 with 1K of context a layer's K and V are
- * 4 MB (1 us of HBM time) while the two-kernel form took ~17 us per layer on the H200 (a latency
- * chain of dependent loads, block barriers per sub-tile and a second launch). Here:
+ * 4 MB (1 us of HBM time) while the two-kernel form took many times that (a latency chain of
+ * dependent loads, block barriers per sub-tile and a second launch). Here:
  *   - 256 threads; a tile of D2_TILE = 32 keys: half-warp lanes c = lane % 16 own 8 dims, the key
  *     of a thread in the tile is i * 16 + warp * 2 + lane / 16 (i < 2); a thread's K and V loads
  *     of the next tile go out before this tile's arithmetic (a register double buffer), so a
@@ -62,8 +60,9 @@ struct dec_params {
  *     the last block of the (token, KV head slice) to finish (a counter, which that block resets)
  *     merges the ranges with k_decode_merge's arithmetic — no second kernel.
  * d2_range<G, STEP> is that body for the block's (token t, KV head slice gx of ngx, range split):
- * STEP = false is the kernel's (PDL wait inside, L1-cached coherent loads), STEP = true the decode
- * step kernel's (no PDL; every load of data written in the same kernel bypasses L1). Every thread
+ * STEP = false is the kernel's (PDL wait inside, L1-cached coherent loads), STEP = true the lab's
+ * decode step kernel's (gpu/bench/decode_step.cu: no PDL; every load of data written in the same
+ * kernel bypasses L1). Every thread
  * of the block calls it; it returns in the same way in all of them. */
 #define D2_THREADS 256
 #define D2_WARPS   8
@@ -71,28 +70,13 @@ struct dec_params {
 #define D2_TILE    (D2_NI * 16)
 #define D2_HD      128
 
-/* Per-block stamps of the chain trace (TANDEM_GPU_CHAIN_TRACE=1): start, wait returned, range
+/* Per-block stamps of the chain trace (chain_trace=1): start, wait returned, range
  * computed, done; block b of the launch at btr[GPU_ATRACE_STAMPS * b] (engine.cuh). */
 __device__ __forceinline__ void d2_bmark(const dec_params &p, int i)
 {
     if (!p.btr || threadIdx.x != 0) return;
     const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     if (b < GPU_ATRACE_BLOCKS) p.btr[GPU_ATRACE_STAMPS * b + i] = gpu_globaltimer();
-}
-
-/* The block's share of p.pf requested into L2 (one bulk prefetch per warp, before the PDL wait:
- * weights never depend on the kernel before): the decode attention is latency-bound and leaves
- * HBM mostly idle, so the o projection after it finds its rows in L2. */
-__device__ __forceinline__ void d2_l2_prefetch(const dec_params &p)
-{
-#if __CUDA_ARCH__ >= 900
-    if (!p.pf || threadIdx.x % 32) return;
-    const unsigned long long nb = (unsigned long long)gridDim.x * gridDim.y * gridDim.z * D2_WARPS;
-    const unsigned long long b = (blockIdx.x + gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z)) *
-                                     D2_WARPS + threadIdx.x / 32;
-    const unsigned long long a = (p.pf_bytes * b / nb) & ~15ull, e = (p.pf_bytes * (b + 1) / nb) & ~15ull;
-    gpu_l2_prefetch(p.pf, (unsigned)a, (unsigned)e); /* pf_bytes < 4 GB (gpu_attn_decode) */
-#endif
 }
 
 /* Coherent loads (not __ldg): under PDL the QKV kernel may still be writing this token's row
@@ -268,8 +252,9 @@ __device__ __forceinline__ float d2_block_partial(const d2_smem<G> &sm, int gh, 
 
 /* The kernels' merge of a row's ranges (the last block of the row to finish; the step kernel
  * keeps the plain loop in d2_global_merge): k_decode_merge's arithmetic in the same order, built
- * for latency — at 8K of context (33 ranges) the merge was ~7 us of a 19 us layer (H200, chain
- * trace), a chain of dependent round trips and a serial loop. Here the partials of a piece of
+ * for latency — at 8K of context (33 ranges) a plain merge was over a third of the layer's
+ * attention (the chain trace: gpu/KERNELS.md), a chain of dependent round trips and a serial
+ * loop. Here the partials of a piece of
  * heads (as many as fit the idle tile ring, which the launch sizes for all of a row's where that
  * fits: d2_merge_smem) are copied into shared memory (cp.async, all in flight at once) while the
  * ranges' (max, sum) are fetched; a warp per head takes the max and the
@@ -382,8 +367,7 @@ __device__ __forceinline__ void d2_global_merge(const dec_params &p, int t, int 
      * replays this launch) without a separate reset store */
     unsigned *ctr = (unsigned *)cnt + (size_t)t * ngx + gx;
     if (tid == 0) {
-        if (!STEP) { /* one acquire-release arrival instead of two full fences (8K: 4.342 against
-                      * 4.357 ms per token, H200) */
+        if (!STEP) { /* one acquire-release arrival instead of two full fences: shorter at 8K */
             unsigned old;
             asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;\n"
                          : "=r"(old) : "l"(ctr), "r"((unsigned)ns - 1) : "memory");

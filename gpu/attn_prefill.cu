@@ -107,11 +107,10 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
 
     /* K/V tile loads. The dense form walks tiles in order and its compiler strength-reduces the
      * addresses; the sparse form's next tile comes from a list, and recomputing a 64-bit
-     * key * stride per 16-byte chunk cost it ~15% of its rate (H200, 2026-11-21). There, thread
+     * key * stride per 16-byte chunk cost it a good part of its rate. There, thread
      * tid copies chunk tid % CH of rows tid / CH + j * LD_ROWS, whose offsets inside a tile are
      * the same for every tile (32-bit, computed once): one 64-bit base address per tile. (That
-     * form made the dense one 5-12% slower, so each keeps its own: tests/gpu/logs/
-     * 2026-11-21-h200-flex-e2e.) */
+     * form made the dense one slower, so each keeps its own: gpu/KERNELS.md.) */
     constexpr int LD_ROWS = FA_WARPS * 32 / CH;
     const int ld_r0 = tid / CH, ld_ch = tid % CH;
     const bool ld_col_ok = ld_ch * 8 < p.hd;

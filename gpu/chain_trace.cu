@@ -1,5 +1,5 @@
-/* gpu/chain_trace.cu — where a single-token decode step's time goes (TANDEM_GPU_CHAIN_TRACE=1,
- * for measurements; off by default, when none of this runs).
+/* gpu/chain_trace.cu — where a single-token decode step's time goes (chain_trace=1 in
+ * gpu/tuning.h, for measurements; off by default, when none of this runs).
  *
  * Each traced launch of a decode pass (fused QKV, attention, GEMVs, fused gate/up, lm_head) gets
  * a slot; its first block stamps its start and the moment its PDL wait returned (engine.cuh,
@@ -103,7 +103,7 @@ void gpu_chain_report(gpu_engine *e)
     }
     const int S = GPU_CHAIN_STAMPS;
     /* the fused chain only (5 traced kernels per layer and the lm_head): with other paths
-     * (TANDEM_GPU_FUSED=off, GEMV=off, the step kernel) the slots do not line up */
+     * (fused=0, gemv=0, the lab's step kernel) the slots do not line up */
     for (int k = 0; k < n; k++)
         if (!h[S * k + 1] || (k && h[S * k + 1] < h[S * (k - 1) + 1])) {
             fprintf(stderr, "tandem cuda chain trace: slots missing or out of order (not the fused chain?)\n");

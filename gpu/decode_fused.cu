@@ -9,8 +9,7 @@
  *
  * Why: at batch 1 every projection is pure weight streaming (16 GB per Llama-3-8B token) and the
  * small kernels between them (one block each: RMSNorm, rope, SwiGLU) cost more in launch gaps
- * and in the idle HBM around them than in work; on the H200 they were ~20% of a token
- * (tests/gpu/README.md, the profile).
+ * and in the idle HBM around them than in work (~20% of a token: gpu/KERNELS.md).
  *
  * How: every block first normalizes the residual row itself (4 H bytes from L2, cheap next to the
  * weights it streams) into shared memory, with the exact arithmetic of k_rmsnorm (the same code,
@@ -24,9 +23,8 @@
  *
  * Both are launched with programmatic dependent launch when the engine says so (engine.cuh): then
  * each warp loads its first item's first weight chunks into registers before waiting for the
- * kernel before (gpu_warp_prefetch) and before the norm. (An L2 prefetch of each warp's first
- * rows before the norm, without PDL, was measured and dropped: 4.64 ms per token with it, 4.55
- * without; H200, Llama-3-8B, 1K context.)
+ * kernel before (gpu_warp_prefetch) and before the norm. (L2 prefetches of each warp's rows,
+ * before or after the wait, were measured slower and dropped: gpu/KERNELS.md.)
  *
  * Only T = 1 without a KV export (the export reads float32 K/V the fused kernel does not write);
  * H <= GPU_FUSED_MAX_H and H % 8 == 0. Grid: at most one resident wave (blocks per SM from the
@@ -51,7 +49,6 @@ struct qkv_fused_params {
     gpu_dims d;
     int layer;
     int pdl; /* launched with PDL: the first item's first weight loads go out before the wait */
-    int l2pf; /* ... and the next l2pf bytes of its rows into L2 (engine.cuh gpu_l2_prefetch) */
     unsigned long long *tr; /* chain trace slot (engine.cuh), NULL: off */
 };
 
@@ -94,13 +91,9 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
     if (p.pdl && it0 < items) {
         r00 = qkv_first_row(d, it0, &r01);
         have = gpu_warp_prefetch<2>(p.w + (size_t)r00 * H, (size_t)(r01 - r00) * H, H, lane, pre);
-        if (have && p.l2pf > 0 && lane < 2)
-            gpu_l2_prefetch(p.w + (size_t)(lane ? r01 : r00) * H, 2048u, gpu_l2_prefetch_end(H, p.l2pf));
     }
     gpu_pdl_wait(); /* x, and the cache slot the attention before may still read */
     gpu_pdl_trigger();
-    if (have && p.l2pf < 0 && lane < 2) /* after the wait: HBM idles in the norm */
-        gpu_l2_prefetch(p.w + (size_t)(lane ? r01 : r00) * H, 2048u, gpu_l2_prefetch_end(H, -p.l2pf));
     gpu_chain_mark(p.tr, 1);
     gpu_block_rmsnorm(p.x, p.norm, H, d.eps, xs);
     __syncthreads();
@@ -148,7 +141,7 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
 template <bool PIPE>
 __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const h16 *w, const float *x,
                                                             const float *norm, int H, int I,
-                                                            float eps, h16 *h, int pdl, int l2pf,
+                                                            float eps, h16 *h, int pdl,
                                                             unsigned long long *tr)
 {
     extern __shared__ __align__(16) unsigned char fused_smem[];
@@ -158,12 +151,8 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const h16 *w, const 
     uint4 pre[2][4];
     gpu_chain_mark(tr, 0);
     const int have = pdl && j0 < I && gpu_warp_prefetch<2>(w + (size_t)j0 * H, (size_t)I * H, H, lane, pre);
-    if (have && l2pf > 0 && lane < 2) /* the gate row, the up row */
-        gpu_l2_prefetch(w + (size_t)(j0 + lane * I) * H, 2048u, gpu_l2_prefetch_end(H, l2pf));
     gpu_pdl_wait();
     gpu_pdl_trigger();
-    if (have && l2pf < 0 && lane < 2) /* after the wait: HBM idles in the norm */
-        gpu_l2_prefetch(w + (size_t)(j0 + lane * I) * H, 2048u, gpu_l2_prefetch_end(H, -l2pf));
     gpu_chain_mark(tr, 1);
     gpu_block_rmsnorm(x, norm, H, eps, xs);
     __syncthreads();
@@ -185,29 +174,11 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_gu_fused(const h16 *w, const 
     }
 }
 
-/* TANDEM_GPU_QKV_BLOCKS=1..8 (measurements): at most that many blocks per SM for the fused QKV
- * kernel, so that the decode attention's blocks could be resident beside it. Measured on the
- * H200 (BENCHMARKS.md, "Late"): 2 changes nothing (4.178 / 4.572 ms at 1K / 8K against 4.177 /
- * 4.577), 1 is slower (4.315 / 4.695: QKV 15 -> 20 us per layer) — the per-block trace showed the
- * 8K attention's 264 blocks all resident before the QKV kernel ends anyway (its time was the
- * merge). Read at each call (with graphs: once per capture). */
-/* Which fused kernels pipeline their dot products (gpu_warp_dot_pipe, same bits; H % 1024 == 0):
- * 1 gate/up, 2 QKV, 3 both (the default). Measured on the H200 (Llama-3-8B, BENCHMARKS.md "Night
- * 2"), two rounds in one call: 1K 4.000 / 4.001 ms per token against 4.156 / 4.137 unpipelined,
- * 8K 4.313 / 4.307 against 4.420 / 4.416 (gate/up 58.1 -> 55.8 us per layer, QKV 16.4 -> 15.1-15.4
- * at 1K); gate/up alone 4.041 / 4.325, QKV alone 4.082 / 4.402. TANDEM_GPU_PIPE=0..3 overrides
- * (read at each call; with graphs once per capture). */
-static int pipe_mask(int H)
+/* Both fused kernels pipeline their dot products (gpu_warp_dot_pipe: the next round's loads go
+ * out before the current round is summed; the same bits) where the row length allows it. */
+static int pipelined(int H)
 {
-    const char *v = getenv("TANDEM_GPU_PIPE");
-    return H % 1024 ? 0 : v && *v ? atoi(v) & 3 : 3;
-}
-
-static int qkv_blocks_cap()
-{
-    const char *v = getenv("TANDEM_GPU_QKV_BLOCKS");
-    const int n = v ? atoi(v) : 0;
-    return n >= 1 && n <= 8 ? n : 0;
+    return H % 1024 == 0;
 }
 
 /* Blocks for `items` work items: one per 8 items, at most one resident wave; balanced: as few
@@ -215,11 +186,10 @@ static int qkv_blocks_cap()
  * warp idle while others take one more item: Llama-3-8B's gate/up 14336 items on 2112 warps ->
  * 7 each on 2048, QKV 3072 -> 2 each on 1536). */
 template <typename K> static int fused_grid(K kernel, size_t smem, int sms, int items, int *blocks,
-                                            int cap = 0, int balanced = 0)
+                                            int balanced)
 {
     int per_sm = 0;
     GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, FUSED_THREADS, smem));
-    if (cap > 0 && per_sm > cap) per_sm = cap;
     int want = (items + FUSED_WARPS - 1) / FUSED_WARPS, wave = (per_sm > 0 ? per_sm : 1) * sms;
     *blocks = want < wave ? want : wave;
     if (balanced && items > 0) {
@@ -238,7 +208,7 @@ int gpu_fused_ok(const gpu_dims *d)
 int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const h16 *w,
                   const float *bias, const float *x, const float *norm, const float2 *rope,
                   const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, h16 *q, unsigned long long *tr,
-                  int l2pf, int balanced)
+                  int balanced)
 {
     if (!gpu_fused_ok(d)) return ACCEL_ERR_INVALID;
     qkv_fused_params p;
@@ -254,29 +224,27 @@ int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer
     p.d = *d;
     p.layer = layer;
     p.pdl = pdl;
-    p.l2pf = l2pf;
     p.tr = tr;
     const size_t smem = (size_t)d->H * sizeof(h16);
     const int items = (d->n_heads + d->n_kv) * (d->hd / 2) + d->kvd / 2;
-    void (*k)(qkv_fused_params) = pipe_mask(d->H) & 2 ? k_qkv_fused<true> : k_qkv_fused<false>;
+    void (*k)(qkv_fused_params) = pipelined(d->H) ? k_qkv_fused<true> : k_qkv_fused<false>;
     int blocks;
-    GPU_TRY(fused_grid(k, smem, sms, items, &blocks, qkv_blocks_cap(), balanced));
+    GPU_TRY(fused_grid(k, smem, sms, items, &blocks, balanced));
     GPU_CHECK(gpu_launch(k, blocks, FUSED_THREADS, smem, s, pdl, p));
     return ACCEL_OK;
 }
 
 int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const h16 *w, const float *x,
-                 const float *norm, h16 *h, unsigned long long *tr, int l2pf)
+                 const float *norm, h16 *h, unsigned long long *tr)
 {
     if (!gpu_fused_ok(d)) return ACCEL_ERR_INVALID;
     const size_t smem = (size_t)d->H * sizeof(h16);
-    void (*k)(const h16 *, const float *, const float *, int, int, float, h16 *, int, int,
-              unsigned long long *) = pipe_mask(d->H) & 1 ? k_gu_fused<true> : k_gu_fused<false>;
+    void (*k)(const h16 *, const float *, const float *, int, int, float, h16 *, int,
+              unsigned long long *) = pipelined(d->H) ? k_gu_fused<true> : k_gu_fused<false>;
     int blocks;
-    /* balanced: 1K 3.959 / 3.962 against 3.977 / 3.974 ms per token, 8K 4.265 / 4.267 against
-     * 4.272 / 4.271 (H200, BENCHMARKS.md "Night 2") */
-    GPU_TRY(fused_grid(k, smem, sms, d->I, &blocks, 0, 1));
+    /* balanced always: a little faster at 1K and 8K (gpu/KERNELS.md) */
+    GPU_TRY(fused_grid(k, smem, sms, d->I, &blocks, 1));
     GPU_CHECK(gpu_launch(k, blocks, FUSED_THREADS, smem, s, pdl, w, x, norm, d->H, d->I, d->eps, h,
-                         pdl, l2pf, tr));
+                         pdl, tr));
     return ACCEL_OK;
 }

@@ -7,10 +7,6 @@
 
 /* cuBLAS's recommended workspace on Hopper (cuBLAS docs, cublasSetWorkspace: 32 MiB). */
 #define BLAS_WS_BYTES (32u << 20)
-/* The largest forward pass: 8192 tokens keep the GEMMs at full rate (M = 8192 fills the GPU many
- * times over) while the activations of an 8B-shaped model stay near 1.3 GB. */
-#define T_MAX_DEFAULT 8192
-#define T_MAX_LIMIT 65536 /* the largest pass TANDEM_GPU_CHUNK may ask for */
 /* Device memory left out of the KV budget: cuBLAS/driver allocations after start-up, the CUDA
  * context's growth, fragmentation of per-sequence allocations. */
 #define MARGIN_FIXED (512ull << 20)
@@ -82,8 +78,7 @@ static int alloc_workspace(gpu_engine *e)
     e->part_slots = slots;
     GPU_TRY(dev_alloc(&e->part_o, slots * d.hdp));
     GPU_TRY(dev_alloc(&e->part_ml, slots));
-    const char *da = getenv("TANDEM_GPU_DECODE_ATTN");
-    if (!(da && !strcmp(da, "two"))) {
+    if (!e->tune.decode_two) { /* the one-kernel decode attention's arrival counters */
         GPU_TRY(dev_alloc(&e->part_cnt, (size_t)GPU_MAX_BATCH * d.n_heads));
         GPU_CHECK(cudaMemset(e->part_cnt, 0, (size_t)GPU_MAX_BATCH * d.n_heads * sizeof(int)));
     }
@@ -123,16 +118,6 @@ static int alloc_workspace(gpu_engine *e)
 }
 
 /* Checks the model against what the kernels cover; 0 or -1 with a message. */
-/* A byte count from the environment, lo..65536 (else dflt). */
-static int env_bytes(const char *name, int dflt, int lo = 0)
-{
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    char *end;
-    long n = strtol(v, &end, 10);
-    return *end || n < lo || n > 65536 ? dflt : (int)n;
-}
-
 static int check_shape(const model_config *c, int index, char *err, size_t errlen)
 {
     if (c->head_dim % 8 || c->head_dim > 128) {
@@ -148,10 +133,8 @@ static int check_shape(const model_config *c, int index, char *err, size_t errle
     return 0;
 }
 
-static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errlen)
+static void set_dims(gpu_dims &d, const model_config *c)
 {
-    const model_config *c = &e->m->cfg;
-    gpu_dims &d = e->d;
     d.H = c->hidden;
     d.L = c->n_layers;
     d.n_heads = c->n_heads;
@@ -165,107 +148,73 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     d.hdp = d.hd <= 16 ? 16 : d.hd <= 32 ? 32 : d.hd <= 64 ? 64 : 128;
     d.window = c->sliding_window;
     d.eps = c->rms_eps;
+}
 
-    cudaDeviceProp prop;
-    GPU_CHECK(cudaGetDeviceProperties(&prop, e->index));
-    e->sms = prop.multiProcessorCount;
-    /* comparisons: TANDEM_GPU_GEMV=off (cuBLAS for decode projections too), TANDEM_GPU_GRAPHS=off,
-     * TANDEM_GPU_FUSED=off, TANDEM_GPU_PDL=off, TANDEM_GPU_DECODE_ATTN=two (below) */
-    const char *gv = getenv("TANDEM_GPU_GEMV"), *gr = getenv("TANDEM_GPU_GRAPHS");
-    e->gemv_off = gv && !strcmp(gv, "off");
-    /* the fused decode kernels (decode_fused.cu) stream with the GEMV's loop: off with it;
-     * TANDEM_GPU_FUSED=off for comparisons */
-    const char *fu = getenv("TANDEM_GPU_FUSED");
-    e->fused = !e->gemv_off && !(fu && !strcmp(fu, "off")) && gpu_fused_ok(&d);
-    /* programmatic dependent launch in the decode chain (engine.cuh), on Hopper unless
-     * TANDEM_GPU_PDL=off: each kernel's blocks issue their first weight loads (and the attention
-     * its first tile of older keys) before waiting for the kernel before, so HBM keeps streaming
-     * across kernel boundaries. Measured on the H200 (Llama-3-8B, BENCHMARKS.md): 4.51 -> 4.36 ms
-     * per token at 1K. The first attempt (wait first, no early loads) was slower (4.75 vs 4.55);
-     * so was halving the grids so that two kernels' blocks share every SM (5.4 ms: too few loads
-     * in flight). */
-    const char *pd = getenv("TANDEM_GPU_PDL");
-    e->pdl = prop.major >= 9 && !(pd && !strcmp(pd, "off"));
-    /* L2 prefetch, before the PDL wait, of the rest of each warp's first row(s) of the o
-     * projection, whose blocks are resident while the latency-bound decode attention leaves HBM
-     * idle: bytes per row beyond the first round of register loads, up to 65536 (the whole row);
-     * negative: as many, issued once the wait returned. Default: whole rows, in the chain of short
-     * rows only (forward.cu). Measured on the H200 (Llama-3-8B, BENCHMARKS.md "Late"): 1K 4.122 /
-     * 4.125 ms per token against 4.162 / 4.153 without (o 9.6 against 10.1 us per layer); at 8K
-     * (the split attention streams 33 MB of keys itself) 4.65-4.67 against 4.58-4.59, so off there.
-     * The same for the fused QKV and gate/up (TANDEM_GPU_L2PF_QKV / _GU), and the o weights
-     * requested by the attention's own warps (TANDEM_GPU_ATTN_PF_MB for the cluster form,
-     * _LONG_MB for the split form; attn_decode.cuh d2_l2_prefetch): measured, no gain or slower
-     * (1K with 16 / 32 MB: 4.24-4.31 ms, the attention 8.5 -> 10.8-11.7 us), so off; kept for
-     * measurements. TANDEM_GPU_L2PF_O=0 turns the default off. */
-    e->attn_pf_short = (size_t)env_bytes("TANDEM_GPU_ATTN_PF_MB", 0) << 20;
-    e->attn_pf_long = (size_t)env_bytes("TANDEM_GPU_ATTN_PF_LONG_MB", 0) << 20;
-    e->l2pf_qkv = env_bytes("TANDEM_GPU_L2PF_QKV", 0, -65536);
-    e->l2pf_o = env_bytes("TANDEM_GPU_L2PF_O", 65536, -65536);
-    e->l2pf_gu = env_bytes("TANDEM_GPU_L2PF_GU", 0, -65536);
-    e->graphs_off = gr && !strcmp(gr, "off");
-    e->dec_graph = (cudaGraphExec_t *)calloc(2 * (GPU_MAX_BATCH + 1), sizeof(cudaGraphExec_t));
-    if (!e->dec_graph) return ACCEL_ERR_NOMEM;
+/* Which kernels run, from the settings and what this GPU and model have (gpu/KERNELS.md has the
+ * table and the measurements behind each default). */
+static int pick_kernels(gpu_engine *e, const cudaDeviceProp &prop)
+{
+    const gpu_tuning &t = e->tune;
+    const gpu_dims &d = e->d;
+    /* single-token projections: our GEMV (one warp per row streams the weights at copy bandwidth,
+     * where cuBLAS's T = 1 kernels do not), and around it the fused QKV and gate/up kernels,
+     * which stream with the GEMV's loop (so off with it) */
+    e->gemv_off = !t.gemv;
+    e->fused = t.gemv && t.fused && gpu_fused_ok(&d);
+    /* programmatic dependent launch (engine.cuh): each decode kernel's first weight loads go out
+     * before it waits for the kernel before, so HBM keeps streaming across kernel boundaries */
+    e->pdl = prop.major >= 9 && t.pdl;
+    e->graphs_off = !t.graphs;
     /* prefill attention: on Hopper with head_dim 128 the warp-specialized wgmma kernel
-     * (gpu/attn_prefill_ws.cu, the fastest measured at every length, tests/gpu/README.md),
-     * elsewhere the mma.sync kernel with 4 warps per block. TANDEM_GPU_ATTN=mma4 or mma8 forces
-     * the mma.sync kernel (4 or 8 warps), wgmma the Hopper path for any head_dim <= 128
-     * (comparisons) */
-    const char *attn = getenv("TANDEM_GPU_ATTN");
-    e->fa_warps = attn && !strcmp(attn, "mma8") ? 8 : 4;
-    /* block-sparse (FlexPrefill) attention: where the dense one runs on wgmma with head_dim 128,
-     * the warp-specialized kernel's sparse form (2 stages with ping-pong, as dense; ws3: 3
-     * stages), else the mma.sync kernel, 4 or 8 warps by prompt length (forward.cu).
-     * TANDEM_GPU_SPARSE_ATTN=mma4 or mma8 forces the mma.sync kernel with 4 or 8 warps
-     * (comparisons) */
-    const char *sattn = getenv("TANDEM_GPU_SPARSE_ATTN");
-    e->sparse_warps = !sattn ? 0 : !strcmp(sattn, "mma8") ? 8 : !strcmp(sattn, "mma4") ? 4 : 0;
-    if (attn ? !strcmp(attn, "wgmma") && d.hd <= 128 : d.hd == 128) {
+     * (attn_prefill_ws.cu), elsewhere mma.sync with 4 warps per block */
+    e->fa_warps = t.attn == GPU_ATTN_MMA8 ? 8 : 4;
+    e->sparse_warps = t.sparse_attn == GPU_ATTN_MMA8 ? 8 : t.sparse_attn == GPU_ATTN_MMA4 ? 4 : 0;
+    if (t.attn == GPU_ATTN_AUTO ? d.hd == 128 : t.attn == GPU_ATTN_WGMMA && d.hd <= 128) {
         int av = gpu_attn_sm90_available(e->index);
         if (av < 0) return av;
         e->sm90 = av;
     }
-    if (e->sm90 && d.hd == 128 && !e->sparse_warps)
-        e->sparse_ws = sattn && !strcmp(sattn, "ws3") ? 3 : 1;
-    /* decode attention of short rows (at most dec_cluster_max keys in the step's longest row) in
-     * its cluster form (attn_decode.cu): the ranges merged through distributed shared memory, a
-     * latency chain of three round trips instead of six. TANDEM_GPU_DECODE_CLUSTER=off, or =N
-     * for another key bound (comparisons) */
-    const char *dc = getenv("TANDEM_GPU_DECODE_CLUSTER");
-    e->dec_cluster = !(dc && !strcmp(dc, "off")) && gpu_attn_decode_cluster_ok(&d);
-    e->dec_cluster_max = 2048;
-    if (dc && atoi(dc) > 0) e->dec_cluster_max = atoi(dc);
-    /* prefill's last layer past its K/V only for the rows the logits read (forward.cu);
-     * TANDEM_GPU_PRUNE=off: every row (comparisons) */
-    const char *pn = getenv("TANDEM_GPU_PRUNE");
-    e->prune_off = pn && !strcmp(pn, "off");
-    /* the one-kernel decode attention's ranges on the tensor cores (attn_decode.cuh
-     * d2_mma_range; head_dim 128): the scalar body was bound by instruction issue. Measured on
-     * the H200 (Llama-3-8B, BENCHMARKS.md "Decode"): 1K 3.982 against 4.023 ms per token (the
-     * attention 6.5 against 9.3 us per layer), 8K 4.246 against 4.346 (13.6 against 17.1).
-     * TANDEM_GPU_DECODE_MMA=off: the scalar body (comparisons). */
-    const char *dm = getenv("TANDEM_GPU_DECODE_MMA");
-    e->dec_mma = !(dm && !strcmp(dm, "off"));
-    const char *ct = getenv("TANDEM_GPU_CHAIN_TRACE");
-    if (ct && !strcmp(ct, "1")) {
-        GPU_CHECK(cudaMalloc((void **)&e->ctrace, GPU_CHAIN_STAMPS * sizeof(unsigned long long) * GPU_CHAIN_SLOTS));
-        GPU_CHECK(cudaMemset(e->ctrace, 0, GPU_CHAIN_STAMPS * sizeof(unsigned long long) * GPU_CHAIN_SLOTS));
-        const size_t ab = (size_t)d.L * GPU_ATRACE_BLOCKS * GPU_ATRACE_STAMPS * sizeof(unsigned long long);
+    /* block-sparse attention on the dense one's kernel where that is the ws kernel */
+    e->sparse_ws = e->sm90 && d.hd == 128 && !e->sparse_warps;
+    /* decode attention: one kernel whose last range block merges (the two-kernel form, split +
+     * merge, with decode_attn=two); for short rows of one sequence its cluster form (the ranges
+     * merged through distributed shared memory: three round trips instead of six) */
+    e->dec_cluster = t.decode_cluster > 0 && gpu_attn_decode_cluster_ok(&d);
+    e->dec_cluster_max = t.decode_cluster;
+    /* its ranges on the tensor cores: the scalar body is bound by instruction issue */
+    e->dec_mma = t.decode_mma;
+    /* prefill's last layer past its K/V only for the rows the logits read (forward.cu) */
+    e->prune_off = !t.prune;
+    return ACCEL_OK;
+}
+
+/* The lab's traces (profile=1, chain_trace=1): their events and device buffers. */
+static int open_traces(gpu_engine *e)
+{
+    e->ctrace_n = -1;
+    if (e->tune.chain_trace) {
+        const size_t cb = GPU_CHAIN_STAMPS * sizeof(unsigned long long) * GPU_CHAIN_SLOTS;
+        const size_t ab = (size_t)e->d.L * GPU_ATRACE_BLOCKS * GPU_ATRACE_STAMPS * sizeof(unsigned long long);
+        GPU_CHECK(cudaMalloc((void **)&e->ctrace, cb));
+        GPU_CHECK(cudaMemset(e->ctrace, 0, cb));
         GPU_CHECK(cudaMalloc((void **)&e->atrace, ab));
         GPU_CHECK(cudaMemset(e->atrace, 0, ab));
         for (int k = 0; k < 4; k++) GPU_CHECK(cudaEventCreate(&e->tev[k]));
     }
-    e->ctrace_n = -1;
-    const char *pr = getenv("TANDEM_GPU_PROFILE");
-    if (pr && !strcmp(pr, "1")) {
+    if (e->tune.profile) {
         e->prof = 1;
-        e->graphs_off = 1;
+        e->graphs_off = 1; /* events between the ops of a step */
         e->prof_ev = (cudaEvent_t *)calloc(GPU_PROF_EVENTS, sizeof(cudaEvent_t));
         if (!e->prof_ev) return ACCEL_ERR_NOMEM;
         for (int i = 0; i < GPU_PROF_EVENTS; i++) GPU_CHECK(cudaEventCreate(&e->prof_ev[i]));
     }
-    snprintf(e->desc, sizeof e->desc, "%s, %d SMs, %.0f GB, " GPU_H16_NAME, prop.name, e->sms,
-             prop.totalGlobalMem / 1e9);
+    return ACCEL_OK;
+}
+
+/* The streams and cuBLAS: float32 accumulation without reduced-precision reductions (the
+ * numerics engine.cuh states). */
+static int open_streams(gpu_engine *e)
+{
     GPU_CHECK(cudaStreamCreateWithFlags(&e->compute, cudaStreamNonBlocking));
     GPU_CHECK(cudaStreamCreateWithFlags(&e->copy, cudaStreamNonBlocking));
     GPU_CUBLAS(cublasCreate(&e->blas));
@@ -275,38 +224,47 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     GPU_CHECK(cudaMalloc(&e->blas_ws, BLAS_WS_BYTES));
     e->blas_ws_bytes = BLAS_WS_BYTES;
     GPU_CUBLAS(cublasSetWorkspace(e->blas, e->blas_ws, e->blas_ws_bytes));
+    return ACCEL_OK;
+}
 
+static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errlen)
+{
+    const model_config *c = &e->m->cfg;
+    gpu_dims &d = e->d;
+    set_dims(d, c);
+    cudaDeviceProp prop;
+    GPU_CHECK(cudaGetDeviceProperties(&prop, e->index));
+    e->sms = prop.multiProcessorCount;
+    snprintf(e->desc, sizeof e->desc, "%s, %d SMs, %.0f GB, " GPU_H16_NAME, prop.name, e->sms,
+             prop.totalGlobalMem / 1e9);
+    GPU_TRY(pick_kernels(e, prop));
+    e->dec_graph = (cudaGraphExec_t *)calloc(2 * (GPU_MAX_BATCH + 1), sizeof(cudaGraphExec_t));
+    if (!e->dec_graph) return ACCEL_ERR_NOMEM;
+    GPU_TRY(open_traces(e));
+    GPU_TRY(open_streams(e));
     e->inv_freq0 = (float *)malloc(sizeof(float) * (d.hd / 2));
     if (!e->inv_freq0) return ACCEL_ERR_NOMEM;
     model_rope_inv_freq(c, 0, e->inv_freq0);
+    GPU_TRY(gpu_weights_upload(e, err, errlen));
 
-    int st = gpu_weights_upload(e, err, errlen);
-    if (st) return st;
-
-    /* workspace: t_max tokens, fewer when that would take over a quarter of what is left */
+    /* workspace: chunk tokens per pass, fewer when that would take over a quarter of what is
+     * left after the weights */
     size_t free_b, total_b;
     GPU_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    size_t per_tok = ws_bytes_per_token(&d);
-    int t_max = T_MAX_DEFAULT;
-    /* TANDEM_GPU_CHUNK: another pass size (tests: a small one, so that short prompts run as
-     * several internal chunks; benchmarks: a larger one), bounded like the default */
-    const char *env = getenv("TANDEM_GPU_CHUNK");
-    if (env) {
-        long v = strtol(env, NULL, 10);
-        if (v >= GPU_MAX_BATCH && v <= T_MAX_LIMIT) t_max = (int)v;
-    }
-    while (t_max > GPU_MAX_BATCH && (size_t)t_max * per_tok > free_b / 4) t_max /= 2;
-    e->t_max = t_max;
-    st = alloc_workspace(e);
+    const size_t per_tok = ws_bytes_per_token(&d);
+    e->t_max = e->tune.chunk;
+    while (e->t_max > GPU_MAX_BATCH && (size_t)e->t_max * per_tok > free_b / 4) e->t_max /= 2;
+    int st = alloc_workspace(e);
     if (st) {
         snprintf(err, errlen, "cuda:%d: workspace allocation failed", e->index);
         return st;
     }
-    st = gpu_step_setup(e);
-    if (st) {
-        snprintf(err, errlen, "cuda:%d: decode step kernel set-up failed", e->index);
+    if (gpu_lab_open && (st = gpu_lab_open(e))) {
+        snprintf(err, errlen, "cuda:%d: lab set-up failed", e->index);
         return st;
     }
+
+    /* KV budget: what is free now, less a margin */
     GPU_CHECK(cudaDeviceSynchronize());
     GPU_CHECK(cudaMemGetInfo(&free_b, &total_b));
     uint64_t margin = MARGIN_FIXED + (uint64_t)(MARGIN_FRACTION * (double)total_b);
@@ -316,7 +274,8 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     return ACCEL_OK;
 }
 
-gpu_engine *gpu_engine_new(int index, const model *m, uint64_t mem_limit, char *err, size_t errlen)
+gpu_engine *gpu_engine_new(int index, const model *m, uint64_t mem_limit, const gpu_tuning *t,
+                           char *err, size_t errlen)
 {
     int count = 0;
     cudaError_t ce = cudaGetDeviceCount(&count);
@@ -341,6 +300,8 @@ gpu_engine *gpu_engine_new(int index, const model *m, uint64_t mem_limit, char *
     }
     e->index = index;
     e->m = m;
+    if (t) e->tune = *t;
+    else gpu_tuning_default(&e->tune);
     err[0] = 0;
     int st = open_device(e, mem_limit, err, errlen);
     if (st) {
@@ -360,6 +321,7 @@ void gpu_engine_free(gpu_engine *e)
     if (e->copy) cudaStreamSynchronize(e->copy);
     if (e->prof) gpu_prof_report(e);
     gpu_chain_report(e);
+    if (e->lab && gpu_lab_free) gpu_lab_free(e);
     for (int k = 0; e->ctrace && k < 4; k++)
         if (e->tev[k]) cudaEventDestroy(e->tev[k]);
     for (int i = 0; e->prof_ev && i < GPU_PROF_EVENTS; i++)
@@ -371,7 +333,7 @@ void gpu_engine_free(gpu_engine *e)
     gpu_weights_free(e);
     void *bufs[] = {e->x, e->xb, e->qkv, e->q, e->att, e->kf, e->vf, e->gu, e->h, e->rope,
                     e->xn, e->logits, e->part_o, e->part_ml, e->part_cnt, e->meta_d, e->imp_d, e->blas_ws,
-                    e->layers_d, e->step_bar, e->step_trace, e->ctrace, e->atrace};
+                    e->ctrace, e->atrace};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     for (int i = 0; i < GPU_EXPORT_RING; i++) cudaFree(e->exp_d[i]);
     if (e->meta_h) cudaFreeHost(e->meta_h);

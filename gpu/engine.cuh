@@ -31,6 +31,7 @@
 #include <time.h>
 extern "C" {
 #include "gpu/gpu.h"
+#include "gpu/tuning.h"
 }
 
 #include "gpu/h16.cuh"
@@ -88,8 +89,8 @@ __device__ __forceinline__ unsigned long long gpu_globaltimer()
     return t;
 }
 /* Bytes [from, to) from row (16-byte aligned; from, to multiples of 16) requested into L2,
- * without waiting and without registers (the decode GEMV's rows before its PDL wait: gemv.cuh;
- * the step kernel's ring: decode_step.cu). Hopper: one bulk prefetch (the copy engine); before
+ * without waiting and without registers (the o projection's rows before its PDL wait: gemm.cu;
+ * the lab's step kernel: gpu/bench/decode_step.cu). Hopper: one bulk prefetch (the copy engine); before
  * it one prefetch per 128-byte line. */
 __device__ __forceinline__ void gpu_l2_prefetch(const void *row, unsigned from, unsigned to)
 {
@@ -103,7 +104,7 @@ __device__ __forceinline__ void gpu_l2_prefetch(const void *row, unsigned from, 
         asm volatile("prefetch.global.L2 [%0];\n" ::"l"((const char *)row + o));
 #endif
 }
-/* TANDEM_GPU_CHAIN_TRACE=1: the decode chain's kernels stamp, in their first block, when it
+/* chain_trace=1 (gpu/tuning.h): the decode chain's kernels stamp, in their first block, when it
  * started (i = 0) and when its gpu_pdl_wait returned (i = 1) into their launch's slot tr
  * (NULL: off); forward.cu hands out the slots and reports the split per op. */
 __device__ __forceinline__ void gpu_chain_mark(unsigned long long *tr, int i)
@@ -190,50 +191,41 @@ struct gpu_engine {
     const model *m;
     gpu_dims d;
     int sms;
-    int sm90;      /* prefill attention on wgmma: this build and GPU have it, and head_dim 128 (or
-                    * TANDEM_GPU_ATTN=wgmma); TANDEM_GPU_ATTN=mma4/mma8 turn it off */
-    int fa_warps;  /* warps per block of the mma.sync attention kernel: 4, or 8 (head_dim 128) */
+    gpu_tuning tune; /* the settings it was opened with (gpu/tuning.h), read once */
+    /* what runs, picked at open from the settings and what the device and model have: */
+    int sm90;      /* prefill attention on wgmma (this build and GPU have it; head_dim 128, or
+                    * attn=wgmma) */
+    int fa_warps;  /* warps per block of the mma.sync prefill attention: 4, or 8 (attn=mma8) */
     int sparse_warps; /* the same for its block-sparse form; 0: by prompt length (forward.cu) */
-    int sparse_ws;    /* block-sparse attention on the warp-specialized kernel (sm90, head_dim
-                       * 128): 1 + its variant (gpu_attn_prefill_ws); 0: the mma.sync kernel */
-    int prune_off; /* TANDEM_GPU_PRUNE=off: prefill's last layer carries every row through
-                    * attention and MLP, read or not (comparisons; forward.cu run_layers) */
-    int prof;      /* TANDEM_GPU_PROFILE=1: time every op (forward.cu; decode without graphs) */
-    cudaEvent_t *prof_ev; /* [GPU_PROF_EVENTS] */
-    int prof_cat[GPU_PROF_EVENTS], prof_n;
-    double prof_ms[2][GPU_PROF_CATS]; /* [prefill, decode][op] */
-    long prof_passes[2];
-    int pdl;       /* the decode chain's kernels with PDL (on Hopper unless TANDEM_GPU_PDL=off) */
-    int fused;     /* single-token decode through decode_fused.cu (TANDEM_GPU_FUSED=off: unfused) */
-    int gemv_off;  /* TANDEM_GPU_GEMV=off: cuBLAS for single-token projections too (comparisons) */
+    int sparse_ws;    /* block-sparse attention on the warp-specialized kernel (sm90, head_dim 128) */
+    int prune_off; /* prefill's last layer carries every row through attention and MLP (prune=0) */
+    int pdl;       /* the decode chain's kernels with programmatic dependent launch (Hopper) */
+    int fused;     /* single-token decode through decode_fused.cu */
+    int gemv_off;  /* cuBLAS for single-token projections too (gemv=0) */
     int gemv_per_sm; /* resident blocks of the GEMV kernel per SM (gemm.cu, at its first launch) */
-    int dec_mma; /* the decode attention's ranges on the tensor cores (TANDEM_GPU_DECODE_MMA) */
-    size_t attn_pf_short, attn_pf_long; /* bytes of W_o the decode attention requests into L2
-                          * (cluster form / split form; TANDEM_GPU_ATTN_PF_MB / _LONG_MB) */
-    int l2pf_qkv, l2pf_o, l2pf_gu; /* decode chain: bytes of each warp's first row(s) of the
-                          * fused QKV, the o projection, the fused gate/up requested into L2
-                          * before the PDL wait (TANDEM_GPU_L2PF_QKV / _O / _GU; engine.cuh
-                          * gpu_l2_prefetch) */
-    int graphs_off; /* TANDEM_GPU_GRAPHS=off, or a capture failed: decode without CUDA graphs */
+    int dec_mma; /* the decode attention's ranges on the tensor cores */
+    int graphs_off; /* graphs=0, profile=1, or a capture failed: decode without CUDA graphs */
     cudaGraphExec_t *dec_graph; /* [2][GPU_MAX_BATCH + 1]: the decode step for n sequences, with
                                  * the split decode attention and with its cluster form */
     int dec_cluster;     /* the cluster form of the decode attention runs (Hopper, head_dim 128) */
     int dec_cluster_max; /* ... for steps whose longest row has at most this many keys */
-    unsigned long long *ctrace; /* TANDEM_GPU_CHAIN_TRACE=1: GPU_CHAIN_SLOTS x GPU_CHAIN_STAMPS */
+    /* traces (profile=1, chain_trace=1): */
+    int prof;      /* time every op (forward.cu; decode without graphs) */
+    cudaEvent_t *prof_ev; /* [GPU_PROF_EVENTS] */
+    int prof_cat[GPU_PROF_EVENTS], prof_n;
+    double prof_ms[2][GPU_PROF_CATS]; /* [prefill, decode][op] */
+    long prof_passes[2];
+    unsigned long long *ctrace; /* chain trace: GPU_CHAIN_SLOTS x GPU_CHAIN_STAMPS */
     int ctrace_n;               /* slots handed out in this pass */
     unsigned long long *atrace; /* ... and every attention block: L x GPU_ATRACE_BLOCKS x _STAMPS */
     int ctrace_passes;
     cudaEvent_t tev[4];      /* ... and the decode step's phases: start, graph in, graph done, logits out */
     double tstep[4][64];     /* host step, H2D + graph to its end, logits copy, host before the sync */
     int tsteps;
-    int step;      /* single-token decode as one kernel (decode_step.cu, TANDEM_GPU_STEP=on; else
-                    * the chain of five kernels per layer) */
-    int step_blocks, step_slots, step_splits, step_un, step_prefetch;
-    size_t step_smem;
-    gpu_layer_w *layers_d; /* device copy of layers (the step kernel's) */
-    unsigned *step_bar;    /* its grid barrier: arrivals in a launch (zeroed before each) */
-    unsigned long long *step_trace; /* TANDEM_GPU_STEP_TRACE=1: phase timestamps (decode_step.cu) */
-    int step_traced;
+    /* a lab variant of the single-token decode layers (gpu/bench/, built into the lab plugin
+     * only: gpu_lab_open below); NULL in the serving plugin */
+    int (*lab_decode)(gpu_engine *e, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs);
+    void *lab;     /* its state */
     cudaStream_t compute, copy;
     cublasHandle_t blas;
     void *blas_ws;
@@ -262,7 +254,7 @@ struct gpu_engine {
     float *part_o; /* decode split-K partials (slots, hdp) */
     float2 *part_ml; /* (slots) running max (log2 domain) and sum */
     int *part_cnt;   /* (GPU_MAX_BATCH * n_heads) ranges finished per row, zero between steps;
-                        NULL: the two-kernel decode attention (TANDEM_GPU_DECODE_ATTN=two) */
+                        NULL: the two-kernel decode attention (decode_attn=two) */
     size_t part_slots;
     gpu_meta_layout ml;
     unsigned char *meta_h, *meta_d;
@@ -302,9 +294,12 @@ int gpu_chain_stamp(gpu_engine *e, int which);
 void gpu_chain_report(gpu_engine *e);
 void gpu_chain_step(gpu_engine *e, const struct timespec *h0, const struct timespec *h1);
 /* gemm.cu: out = x · W^T (+ beta out). l2pf: with the single-token GEMV under PDL, bytes of each
- * warp's first row requested into L2 before the wait (gpu_l2_prefetch; e->l2pf_o). */
+ * warp's first row requested into L2 before the wait (gpu_l2_prefetch; the o projection's). */
 int gpu_gemm(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
              int out_f32, float beta, int l2pf = 0);
+/* The o projection's l2pf in the decode chain of short rows: whole rows (gpu_l2_prefetch_end caps
+ * it at the row). */
+#define GPU_L2PF_O 65536
 
 /* cpu_swiglu's arithmetic: silu(g) * u with silu(g) = g / (1 + expf(-g)), accurate expf and
  * division (no fast-math), no FMA. */
@@ -322,17 +317,20 @@ int gpu_fused_ok(const gpu_dims *d);
 int gpu_qkv_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, int layer, const h16 *w,
                   const float *bias, const float *x, const float *norm, const float2 *rope,
                   const int *seq_idx, const int *pos, const gpu_seq_dev *seqs, h16 *q, unsigned long long *tr = nullptr,
-                  int l2pf = 0, int balanced = 0);
+                  int balanced = 0);
 /* balanced (gpu_qkv_fused): the grid that gives every warp the same number of items (fewer
  * blocks), which leaves room for the split-form decode attention's blocks to start early. */
 int gpu_gu_fused(cudaStream_t s, int pdl, int sms, const gpu_dims *d, const h16 *w, const float *x,
-                 const float *norm, h16 *h, unsigned long long *tr = nullptr, int l2pf = 0);
+                 const float *norm, h16 *h, unsigned long long *tr = nullptr);
 
-/* decode_step.cu: the whole T = 1 decode step (all layers, up to the final norm) as one
- * cooperative kernel; gpu_step_setup decides at engine start whether it runs (e->step), and takes
- * its device memory. seq_idx, pos, seqs: the step's metadata (device). */
-int gpu_step_setup(gpu_engine *e);
-int gpu_decode_step(gpu_engine *e, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs);
+/* The lab plugin (gpu/bench/: the serving plugin's objects plus the lab's) defines these; the
+ * serving plugin does not, and the engine skips them (weak references, NULL there). gpu_lab_open
+ * runs at the end of the engine's open, before the KV budget is taken (it may take device memory,
+ * set e->lab_decode and e->lab; a non-zero status fails the open); gpu_lab_free when the engine is
+ * freed. e->lab_decode(e, seq_idx, pos, seqs) then runs a single-token decode step's layers (up to
+ * the final norm) in place of the chain; seq_idx, pos, seqs: the step's metadata (device). */
+extern "C" int gpu_lab_open(gpu_engine *e) __attribute__((weak));
+extern "C" void gpu_lab_free(gpu_engine *e) __attribute__((weak));
 
 /* kernels.cu */
 int gpu_embed(cudaStream_t s, const h16 *table, const int *ids, int T, int H, float *x);
@@ -406,12 +404,10 @@ int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, c
 int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu_dims *d, int sms,
                     int layer, int T, const h16 *q, const int *seq_idx, const int *pos,
                     const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, h16 *out,
-                    unsigned long long *tr = nullptr, unsigned long long *btr = nullptr,
-                    const void *pf = nullptr, size_t pf_bytes = 0, int mma = 0);
+                    unsigned long long *tr = nullptr, unsigned long long *btr = nullptr, int mma = 0);
 /* btr: the chain trace's per-block stamps of the one-kernel forms (attn_decode.cuh d2_bmark);
- * pf: pf_bytes (< 4 GB) the one-kernel forms' warps request into L2 before their PDL wait, split
- * evenly (the o projection's weights: d2_l2_prefetch). mma = 1 (head_dim 128): the one-kernel
- * forms' ranges on the tensor cores (attn_decode.cuh d2_mma_range). */
+ * mma = 1 (head_dim 128): the one-kernel forms' ranges on the tensor cores (attn_decode.cuh
+ * d2_mma_range). */
 /* cluster = 1 (where gpu_attn_decode_cluster_ok): the cluster form for short rows — each row's
  * keys in GPU_DECODE_CLUSTER ranges, one thread-block cluster per (token, KV head slice), merged
  * through distributed shared memory instead of global partials (part_* unused); built for

@@ -195,16 +195,16 @@ static int export_poll(gpu_engine *e, export_run *x, int queued, int drain)
     return ACCEL_OK;
 }
 
-/* ---------------------------------------------------------------- profile (TANDEM_GPU_PROFILE=1)
+/* ---------------------------------------------------------------- profile (profile=1)
  * An event after every op of a pass; after the pass (synchronized), the time between consecutive
  * events goes to the op that ended at the second. Off by default: events cost a little, and
  * decode then runs without CUDA graphs. */
 enum { P_START, P_ROPE_TAB, P_EMBED, P_NORM, P_QKV, P_ROPE, P_EXPORT, P_ATTN, P_O, P_GU, P_SWIGLU,
-       P_DOWN, P_LOGITS, P_INDEX, P_STEP };
+       P_DOWN, P_LOGITS, P_INDEX, P_LAB };
 static const char *prof_names[GPU_PROF_CATS] = {"start", "rope table", "embed", "rmsnorm",
                                                 "qkv gemm", "rope+cache", "kv export", "attention",
                                                 "o gemm", "gate/up gemm", "swiglu", "down gemm",
-                                                "norm+lm_head", "flex index", "decode step"};
+                                                "norm+lm_head", "flex index", "lab decode"};
 
 static void prof_mark(gpu_engine *e, int cat)
 {
@@ -268,14 +268,14 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
     /* one token without export: the fused kernels of decode_fused.cu (the same bits) */
     const bool fused = e->fused && T == 1 && !p.xr;
     prof_mark(e, P_START);
-    /* the rope table and the embedding rows in one launch (the profile books it as the rope table;
-     * measured: 8.9 against 9.7 us from the step's start to the first QKV wait, H200) */
+    /* the rope table and the embedding rows in one launch (the profile books it as the rope
+     * table): one launch less at the head of every decode step */
     GPU_TRY(gpu_embed_rope(s, e->embed, md.ids, T, d.H, e->x, md.pos, md.tbl, md.inv, d.hd / 2, e->rope));
     prof_mark(e, P_ROPE_TAB);
     prof_mark(e, P_EMBED);
-    if (e->step && T == 1 && !p.xr && !p.kv) { /* decode, one sequence: one kernel */
-        GPU_TRY(gpu_decode_step(e, md.seq, md.pos, md.seqs));
-        prof_mark(e, P_STEP);
+    if (e->lab_decode && T == 1 && !p.xr && !p.kv) { /* the lab plugin's variant (engine.cuh) */
+        GPU_TRY(e->lab_decode(e, md.seq, md.pos, md.seqs));
+        prof_mark(e, P_LAB);
         return ACCEL_OK;
     }
     for (int l = 0; l < d.L; l++) {
@@ -283,12 +283,11 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         if (p.cancel && *p.cancel) return ACCEL_ERR_CANCELLED;
         if (fused) {
             /* the balanced QKV grid (two items per warp on Llama-3-8B) leaves SMs to the split-form
-             * attention's blocks, which then start early and request their first keys: 8K 4.233 /
-             * 4.231 against 4.272 / 4.271 ms per token; before the cluster form it is slower
-             * (1K 3.993 / 3.994 against 3.977 / 3.974: the clusters start later). H200. */
+             * attention's blocks, which then start early and request their first keys; before
+             * the cluster form it is slower: the clusters start later (gpu/KERNELS.md) */
             GPU_TRY(gpu_qkv_fused(s, e->pdl, e->sms, &d, l, w.w_qkv, w.b_qkv, e->x, w.attn_norm,
                                   e->rope, md.seq, md.pos, md.seqs, e->q, gpu_chain_slot(e),
-                                  e->l2pf_qkv, !p.cluster));
+                                  !p.cluster));
             prof_mark(e, P_QKV);
         } else {
             GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.attn_norm, T, d.H, d.eps, e->xb));
@@ -321,23 +320,21 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
                 GPU_TRY(gpu_attn_prefill(s, &d, nr, p.pos0 + r0, q_r, sq.k + off, sq.v + off, sq.cap,
                                          att_r, e->fa_warps));
         } else {
-            /* the o projection's weights into L2 while the attention runs (single-token steps) */
-            const size_t pf = T == 1 && !p.kv && !p.xr ? (p.cluster ? e->attn_pf_short : e->attn_pf_long) : 0;
-            const size_t wo = (size_t)d.H * d.qd * sizeof(h16);
             unsigned long long *btr =
                 e->atrace && e->ctrace_n >= 0 ? e->atrace + (size_t)l * GPU_ATRACE_BLOCKS * GPU_ATRACE_STAMPS : NULL;
             GPU_TRY(gpu_attn_decode(s, e->pdl, !p.kv, p.cluster, &d, e->sms, l, nr, q_r, md.seq + r0,
                                     md.pos + r0, md.seqs, e->part_o, e->part_ml, e->part_cnt, att_r,
-                                    gpu_chain_slot(e), btr, pf ? w.w_o : NULL, pf < wo ? pf : wo,
-                                    e->dec_mma));
+                                    gpu_chain_slot(e), btr, e->dec_mma));
         }
         prof_mark(e, P_ATTN);
-        /* x += attn · Wo^T; the single-token GEMV's blocks are resident beside the attention */
-        GPU_TRY(gpu_gemm(e, nr, d.H, d.qd, w.w_o, att_r, x_r, 1, 1.f, p.cluster ? e->l2pf_o : 0));
+        /* x += attn · Wo^T; the single-token GEMV's blocks are resident beside the attention, and
+         * while the short rows' attention leaves HBM idle they request their whole rows into L2
+         * (the long rows' split attention streams its keys itself: there it loses) */
+        GPU_TRY(gpu_gemm(e, nr, d.H, d.qd, w.w_o, att_r, x_r, 1, 1.f, p.cluster ? GPU_L2PF_O : 0));
         prof_mark(e, P_O);
         if (fused) {
             GPU_TRY(gpu_gu_fused(s, e->pdl, e->sms, &d, w.w_gu, e->x, w.ffn_norm, e->h,
-                                 gpu_chain_slot(e), e->l2pf_gu));
+                                 gpu_chain_slot(e)));
             prof_mark(e, P_GU);
         } else {
             GPU_TRY(gpu_rmsnorm(s, x_r, NULL, w.ffn_norm, nr, d.H, d.eps, e->xb));
@@ -629,12 +626,10 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
     const int nb = (n + GPU_FLEX_BS - 1) / GPU_FLEX_BS;
     const gpu_seq_dev sq = seq_of(e, kv);
     /* 8 warps (128 query rows, one FlexPrefill block, per CTA: each K/V tile loaded once for all
-     * of them) from 128K tokens on, 4 below: on the H200, 8 warps took 3% less end-to-end time
-     * at 128K (density 0.06) and 1% less at 64K, 1% more at 32K (tests/gpu/logs/
-     * 2026-11-21-h200-flex-e2e) */
+     * of them) from 128K tokens on, where that wins; 4 below (gpu/KERNELS.md) */
     const int warps = e->sparse_warps ? e->sparse_warps : n >= 131072 ? 8 : 4;
     /* on Hopper with head_dim 128 the warp-specialized kernel's block-sparse form, as the dense
-     * prefill (engine.cu: e->sparse_ws; TANDEM_GPU_SPARSE_ATTN=mma4/mma8 turn it off) */
+     * prefill (engine.cu: e->sparse_ws; sparse_attn=mma4/mma8 turn it off) */
     const bool ws = e->sparse_ws && gpu_attn_ws_usable(&d, w.q, sq.k, sq.v, kv->cap);
     prof_mark(e, P_START);
     GPU_TRY(gpu_embed_rope(s, e->embed, w.ids, n, d.H, w.x, w.pos, w.tbl, w.inv, half, w.rope));
@@ -676,8 +671,7 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
             int st = ACCEL_ERR_UNSUPPORTED;
             if (ws)
                 st = gpu_attn_prefill_ws_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd,
-                                            (size_t)kv->cap * d.hd, 0, &bl, e->att,
-                                            e->sparse_ws - 1);
+                                            (size_t)kv->cap * d.hd, 0, &bl, e->att, 0);
             if (st == ACCEL_ERR_UNSUPPORTED) /* no ws kernel, or no tensor map for these */
                 st = gpu_attn_prefill_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd,
                                          (size_t)kv->cap * d.hd, 0, &bl, e->att,
@@ -838,16 +832,15 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
     int st = ACCEL_OK, longest = 0;
     for (int i = 0; i < n; i++) longest = pos[i] + 1 > longest ? pos[i] + 1 : longest;
     /* one sequence only: in a batch the split form already has few ranges per row, and the
-     * clusters' blocks outnumber its (batch 8 / 32 at 1K: 6.4 / 11.1 ms per step against 5.7 /
-     * 7.7, H200) */
+     * clusters' blocks outnumber its (slower at batch 8 and 32: gpu/KERNELS.md) */
     const int cluster = e->dec_cluster && n == 1 && longest <= e->dec_cluster_max;
     cudaGraphExec_t g = decode_graph(e, n, cluster, md);
     /* a caller's page-locked buffer (accel_host_alloc) takes the copy directly */
     const int direct = g && host_pinned(logits);
     if (g && !direct && lbytes > e->logits_h_bytes) {
         /* the logits come back through pinned memory: a device-to-host copy into the caller's
-         * (pageable) buffer is staged by the driver and took 75-109 us per Llama-3 row on the
-         * H200 against ~16-20 us pinned plus a host copy */
+         * (pageable) buffer is staged by the driver, several times slower than a pinned copy
+         * plus a host copy (gpu/KERNELS.md) */
         float *old = e->logits_h;
         e->logits_h = NULL;
         e->logits_h_bytes = 0;

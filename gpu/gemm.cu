@@ -9,24 +9,21 @@
  * T = 1 (single-sequence decode): our own kernel, because this is pure weight streaming (every
  * weight byte is used T times): one warp per output row, each lane streaming 16-byte chunks of
  * the row with four loads in flight, the activation row read through L1, float32 accumulation,
- * a shuffle reduction (gpu_warp_dot, shared with decode_fused.cu). Measured on an H200
- * (BENCHMARKS.md): ahead of cuBLAS at T = 1 (5.35 vs 5.64 ms per Llama-3-8B token before the
- * fused kernels; 4.46 vs 5.05 with them), far behind it at T = 8 (each weight chunk costs T
- * activation loads: 10.8 vs 6.2 ms per step), so only T = 1 takes it. Needs K % 8 == 0 (16-byte
- * row chunks); other shapes go to cuBLAS. */
+ * a shuffle reduction (gpu_warp_dot, shared with decode_fused.cu). It beats cuBLAS at T = 1
+ * and loses far behind it at T = 8 (each weight chunk then costs T activation loads), so only
+ * T = 1 takes it (gpu/KERNELS.md has the numbers). Needs K % 8 == 0 (16-byte row chunks); other
+ * shapes go to cuBLAS. */
 #include "gpu/engine.cuh"
 #include "gpu/gemv.cuh"
 
 #define GEMV_WARPS 8
 
 /* One warp per row of W (gpu_warp_dot), the activation row through L1; the warps of at most one
- * resident wave loop over the rows with the grid's stride (the lm_head's 128K rows launched as
- * 16K blocks of short-lived warps took 253 us per Llama-3 token on the H200, as a wave 237; its
- * 1.05 GB at copy bandwidth are 245). With PDL (pdl = 1) each warp issues its first row's first
- * weight loads before waiting for the kernel before, and with l2pf > 0 also an L2 prefetch of
- * the next l2pf bytes of that row (gpu_l2_prefetch: the o projection, whose blocks are resident
- * during the latency-bound decode attention). (Two rows per warp, with the activation
- * row in shared memory, measured no better on the lm_head: 243 us.) */
+ * resident wave loop over the rows with the grid's stride (a wave of long-lived warps streams
+ * the lm_head's 128K rows faster than 16K blocks of short-lived ones). With PDL (pdl = 1) each
+ * warp issues its first row's first weight loads before waiting for the kernel before, and with
+ * l2pf > 0 also an L2 prefetch of the next l2pf bytes of that row (gpu_l2_prefetch: the o
+ * projection, whose blocks are resident during the latency-bound decode attention). */
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const h16 *__restrict__ W,
                                                            const h16 *__restrict__ x, int N,
                                                            int K, void *out, int out_f32,
@@ -42,8 +39,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(const h16 *__restrict_
         gpu_l2_prefetch(W + (size_t)n0 * K, 2048u, gpu_l2_prefetch_end(K, l2pf));
     gpu_pdl_wait(); /* x, and out (the residual) */
     gpu_pdl_trigger();
-    if (have && l2pf < 0 && lane == 0) /* l2pf < 0: the same, once the kernel before is done */
-        gpu_l2_prefetch(W + (size_t)n0 * K, 2048u, gpu_l2_prefetch_end(K, -l2pf));
     gpu_chain_mark(tr, 1);
     for (int n = n0; n < N; n += stride) {
         float v[1];

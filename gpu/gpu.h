@@ -23,6 +23,7 @@
 #include "proto/kv.h"
 #include "scheduler/accel.h"
 #include "gpu/gpu_flex.h"
+#include "gpu/tuning.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,9 +37,11 @@ typedef struct gpu_kv gpu_kv;
 
 /* Opens CUDA device `index`, uploads m's weights (h16; other dtypes converted on the device; a
  * weight past fp16's range fails the fp16 build's upload) and sizes
- * the workspaces. mem_limit (bytes, 0: none) caps the KV budget. NULL with a message in err when
- * there is no such device, the model has a shape the kernels do not cover, or memory runs out. */
-gpu_engine *gpu_engine_new(int index, const model *m, uint64_t mem_limit, char *err, size_t errlen);
+ * the workspaces. mem_limit (bytes, 0: none) caps the KV budget; t: the settings (gpu/tuning.h,
+ * copied; NULL: the defaults). NULL with a message in err when there is no such device, the model
+ * has a shape the kernels do not cover, or memory runs out. */
+gpu_engine *gpu_engine_new(int index, const model *m, uint64_t mem_limit, const gpu_tuning *t,
+                           char *err, size_t errlen);
 void gpu_engine_free(gpu_engine *e);
 
 /* "NVIDIA H100 80GB HBM3, 132 SMs" */

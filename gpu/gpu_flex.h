@@ -74,7 +74,8 @@ int gpu_flex_attention(const void *q, const void *k, const void *v, void *out, i
                        int n_heads, int n_kv_heads, int head_dim, const int32_t *row_ptr,
                        const int32_t *col, int gqa_interleave, void *stream);
 
-/* ---- entry points for tests and benchmarks (host arrays; found with dlsym) ---- */
+/* ---- entry points for tests and benchmarks (host arrays; found with dlsym in the test library
+ * beside the plugin, build/libtandem_cuda_test.so: gpu/test/flex_test_api.cu) ---- */
 
 /* Number of CUDA devices (0 when none or no driver). */
 int gpu_flex_test_device_count(void);

@@ -3,10 +3,8 @@
 // block-sparse form: on Hopper with head_dim 128 the warp-specialized kernel
 // (gpu/attn_prefill_ws.cu, one 128-key tile per block), else the mma.sync kernel of
 // gpu/attn_prefill.cu (each 128-block two of its 64-key tiles). This entry reads token-major
-// K/V, (n, n_kv_heads, d), through the kernels' strides.
-// It replaced a WMMA kernel that kept its output accumulator in shared memory and ran at 47
-// TFLOP/s dense-equivalent (tests/gpu/logs/2026-11-21-h200-flex/bench.md); its test
-// (gpu_flex_attention_matches_cpu) now checks this path against the same CPU reference.
+// K/V, (n, n_kv_heads, d), through the kernels' strides (its test, gpu_flex_attention_matches_cpu,
+// checks it against the CPU reference; the WMMA kernel it replaced: gpu/KERNELS.md).
 #include "gpu/engine.cuh"
 #include "gpu/gpu_flex.h"
 #include "gpu/gpu_flex_common.cuh"

@@ -116,5 +116,11 @@ struct gf_cut {
 size_t gf_cut_scratch_bytes(int S);
 int gf_cut_run(const float *x_a, const float *x_b, long long m, int S, int paired, double limit,
                const gpu_flex_head *heads, void *scratch, gf_cut *out, cudaStream_t st);
+// After the query-aware heads' cut: their ties and kept bits on S maps of nb x nb, as the index
+// runs them (gpu/gpu_flex_index.cu). ties: gpu_flex_emit_ties(nb) ints per map (scratch); keep:
+// (nb * nb + 31) / 32 words per map. Returns 0 or a GPU_FLEX_ERR_*.
+size_t gpu_flex_emit_ties(int nb);
+int gpu_flex_emit(const float *map, int nb, int S, const gpu_flex_head *heads, const gf_cut *cuts,
+                  int *ties, uint32_t *keep, cudaStream_t st);
 
 #endif

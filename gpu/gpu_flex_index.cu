@@ -727,67 +727,22 @@ extern "C" int gpu_flex_index_kv(gpu_flex_ws *w, const gpu_flex_params *p, const
     return 0;
 }
 
-// Tests only (tests/gpu/test_flex_gpu.c): the query-aware cut and emission on given maps. map:
-// S maps of nb x nb values (host); limit as the index passes it; qa[s] says whether map s is a
-// query-aware head's (others are skipped: their outputs are left as they are). Out, per map:
-// all, bits, take, count of the cut and the kept bits ((nb * nb + 31) / 32 words).
-extern "C" int gpu_flex_test_cut(const float *map, int nb, int S, double limit, const int *qa,
-                                 int *all, uint32_t *bits, unsigned long long *take,
-                                 unsigned long long *count, uint32_t *keep)
+// The query-aware heads' ties and emission after their cut (gf_cut_run), as gpu_flex_index runs
+// them, on S given maps of nb x nb (device memory; the test library's gpu_flex_test_cut drives it
+// on host data). ties: gpu_flex_emit_ties(nb) ints per map.
+size_t gpu_flex_emit_ties(int nb)
 {
-    if (!map || !qa || nb < 1 || nb > MAX_NB || S < 1 || S > GPU_FLEX_MAX_HEADS) return GPU_FLEX_ERR_INVALID;
-    const size_t m = (size_t)nb * nb, words = (m + 31) / 32;
-    const unsigned nblk = (unsigned)((m + EMIT_PER_BLOCK - 1) / EMIT_PER_BLOCK);
-    float *dmap = NULL;
-    gpu_flex_head *dheads = NULL;
-    gf_cut *dcuts = NULL;
-    void *scratch = NULL;
-    int *dties = NULL;
-    uint32_t *dkeep = NULL;
-    std::vector<gpu_flex_head> heads(S);
-    std::vector<gf_cut> cuts(S);
-    for (int s = 0; s < S; s++) heads[s] = gpu_flex_head{0, 0, qa[s] != 0, 0.0f};
-    int rc = 0;
-    cudaError_t e = cudaSuccess;
-#define T_TRY(call) if (e == cudaSuccess) e = (call)
-    T_TRY(cudaMalloc(&dmap, sizeof(float) * m * S));
-    T_TRY(cudaMalloc(&dheads, sizeof(gpu_flex_head) * S));
-    T_TRY(cudaMalloc(&dcuts, sizeof(gf_cut) * S));
-    T_TRY(cudaMalloc(&scratch, gf_cut_scratch_bytes(S)));
-    T_TRY(cudaMalloc(&dties, sizeof(int) * nblk * S));
-    T_TRY(cudaMalloc(&dkeep, sizeof(uint32_t) * words * S));
-    T_TRY(cudaMemcpy(dmap, map, sizeof(float) * m * S, cudaMemcpyHostToDevice));
-    T_TRY(cudaMemcpy(dheads, heads.data(), sizeof(gpu_flex_head) * S, cudaMemcpyHostToDevice));
-    for (int s = 0; s < S; s++) {
-        cuts[s] = gf_cut{all[s], bits[s], take[s], count[s]};
-    }
-    T_TRY(cudaMemcpy(dcuts, cuts.data(), sizeof(gf_cut) * S, cudaMemcpyHostToDevice));
-    T_TRY(cudaMemcpy(dkeep, keep, sizeof(uint32_t) * words * S, cudaMemcpyHostToDevice));
-    if (e == cudaSuccess) {
-        rc = gf_cut_run(dmap, NULL, (long long)m, S, 0, limit, dheads, scratch, dcuts, 0);
-        if (!rc) {
-            qa_ties_kernel<<<dim3(nblk, S), 256>>>(dmap, nb, dheads, dcuts, dties);
-            qa_emit_kernel<<<dim3(nblk, S), 256>>>(dmap, nb, dheads, dcuts, dties, dkeep);
-            T_TRY(cudaGetLastError());
-            T_TRY(cudaDeviceSynchronize());
-            T_TRY(cudaMemcpy(cuts.data(), dcuts, sizeof(gf_cut) * S, cudaMemcpyDeviceToHost));
-            T_TRY(cudaMemcpy(keep, dkeep, sizeof(uint32_t) * words * S, cudaMemcpyDeviceToHost));
-        }
-    }
-#undef T_TRY
-    void *ps[] = {dmap, dheads, dcuts, scratch, dties, dkeep};
-    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
-        if (ps[i]) cudaFree(ps[i]);
-    if (e != cudaSuccess) {
-        fprintf(stderr, "gpu_flex_test_cut: %s\n", cudaGetErrorString(e));
-        return GPU_FLEX_ERR_DEVICE;
-    }
-    if (rc) return rc;
-    for (int s = 0; s < S; s++) {
-        all[s] = cuts[s].all;
-        bits[s] = cuts[s].bits;
-        take[s] = cuts[s].take;
-        count[s] = cuts[s].count;
-    }
+    return ((size_t)nb * nb + EMIT_PER_BLOCK - 1) / EMIT_PER_BLOCK;
+}
+
+int gpu_flex_emit(const float *map, int nb, int S, const gpu_flex_head *heads, const gf_cut *cuts,
+                  int *ties, uint32_t *keep, cudaStream_t st)
+{
+    if (nb < 1 || nb > MAX_NB || S < 1) return GPU_FLEX_ERR_INVALID;
+    const dim3 eg((unsigned)gpu_flex_emit_ties(nb), S);
+    qa_ties_kernel<<<eg, 256, 0, st>>>(map, nb, heads, cuts, ties);
+    GF_LAUNCHED();
+    qa_emit_kernel<<<eg, 256, 0, st>>>(map, nb, heads, cuts, ties, keep);
+    GF_LAUNCHED();
     return 0;
 }

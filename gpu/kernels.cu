@@ -114,8 +114,8 @@ int gpu_rope_table(cudaStream_t s, const int *pos, const int *tbl, const float *
  * attention, K and V as h16 into the cache at the token's position, and K, V as float32 for the
  * export quantizer when kf is not NULL. One block per token; each thread takes 4 consecutive
  * elements of a row (16-byte float loads, 8-byte h16 stores; head_dim % 8 == 0, which
- * check_shape requires). Measured (ncu, H200, 8192 tokens of Llama-3-8B): 75 against 111 us per
- * layer for one element per thread (83 against 57 % of DRAM bandwidth). */
+ * check_shape requires): wide accesses bring it near DRAM peak, where one element per thread
+ * was far below (gpu/KERNELS.md). */
 #define ROPE_VW 4
 
 __device__ __forceinline__ void ld4(const float *p, float (&v)[4])

@@ -91,6 +91,8 @@ typedef struct accel_opts {
     enum accel_gpu_half gpu_half; /* cuda: the bf16 or fp16 build of the plugin (default AUTO);
                                      last, so that a plugin built before it still reads the
                                      fields above where they were */
+    const char *gpu_tune;     /* cuda: the engine's settings, "key=value,..." (gpu/tuning.h; the
+                                 daemon's gpu_tune key), read at open; NULL: $TANDEM_GPU_TUNE */
 } accel_opts;
 
 /* Sink for the quantized KV a prefill produces, one call per layer in layer order, from the

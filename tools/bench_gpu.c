@@ -28,7 +28,9 @@
  *                 device-to-host copies (gpu_accel_export_stats, found with dlsym)
  *   attention T   the prefill attention kernels alone (causal, Llama-3-8B heads: 32 query, 8 KV,
  *                 head_dim 128): ms and TFLOP/s (4 * T^2/2 * 128 * 32 FLOPs), for each kernel
- *                 variant (mma.sync with 4 and 8 warps per block, wgmma where available)
+ *                 variant (mma.sync with 4 and 8 warps per block, wgmma where available;
+ *                 gpu_bench_attention, in the test library beside the plugin)
+ * The engine's settings (gpu/tuning.h) come from TANDEM_GPU_TUNE="key=value,...".
  * Every result is one JSON line on stdout. Timings are wall-clock (CLOCK_MONOTONIC) around calls
  * that return only when the device is done. Prompts are pseudo-random token ids. */
 #include "devices/devices.h"
@@ -37,6 +39,7 @@
 #include "model/model.h"
 #include <dlfcn.h>
 #include <limits.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,6 +252,19 @@ static void *plugin(void)
     return NULL;
 }
 
+/* The test library beside the loaded plugin (libtandem_cuda_test.so for libtandem_cuda.so, the
+ * same for _f16: gpu/test/), which holds the kernel timings of --attention; NULL without it. */
+static void *test_library(void *plugin)
+{
+    struct link_map *lm = NULL;
+    char path[PATH_MAX + 16];
+    if (!plugin || dlinfo(plugin, RTLD_DI_LINKMAP, &lm) || !lm || !lm->l_name) return NULL;
+    size_t n = strlen(lm->l_name);
+    if (n < 3 || strcmp(lm->l_name + n - 3, ".so")) return NULL;
+    snprintf(path, sizeof path, "%.*s_test.so", (int)(n - 3), lm->l_name);
+    return dlopen(path, RTLD_NOW | RTLD_LOCAL);
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *device = "cuda";
@@ -324,8 +340,9 @@ int main(int argc, char **argv)
     float *lg = malloc(sizeof(float) * V);
     void *h = plugin();
     void (*stats)(accel_dev *, export_stats *) = h ? (void (*)(accel_dev *, export_stats *))dlsym(h, "gpu_accel_export_stats") : NULL;
+    void *ht = test_library(h);
     int (*att_bench)(int, int, int, int, int, int, double *) =
-        h ? (int (*)(int, int, int, int, int, int, double *))dlsym(h, "gpu_bench_attention") : NULL;
+        ht ? (int (*)(int, int, int, int, int, int, double *))dlsym(ht, "gpu_bench_attention") : NULL;
 
     uint64_t (*sp_bytes)(accel_dev *, int, int) =
         h ? (uint64_t (*)(accel_dev *, int, int))dlsym(h, "gpu_accel_sparse_bytes") : NULL;

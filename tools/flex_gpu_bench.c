@@ -8,7 +8,8 @@
  *   build/flex_gpu_bench bench [N,N,...]    index / sparse / dense attention times (default
  *                                           32768,65536,131072), kinds x gamma
  *   build/flex_gpu_bench dump DIR N KIND    one prompt's bf16 Q/K/V for timing the official code
- * Options before the command: --lib PATH (build/libtandem_cuda.so), --threads T (16),
+ * Options before the command: --lib PATH (build/libtandem_cuda_test.so: the test library beside
+ * the plugin, gpu/test/, which loads build/libtandem_cuda.so), --threads T (16),
  * --heads H --kv-heads G --dim D (32, 8, 128: Llama-3-8B), --reps R (3), --kinds K[,K]
  * (structured,mixed), --gammas G[,G] (0.8,0.9,0.95).
  * The plugin is the daemon's libtandem_cuda.so: it takes the accel_* and model_* functions it
@@ -370,7 +371,7 @@ static int dump(const char *dir, int n, const char *kind)
 
 int main(int argc, char **argv)
 {
-    const char *lib = "build/libtandem_cuda.so";
+    const char *lib = "build/libtandem_cuda_test.so";
     int i = 1;
     for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];

@@ -14,7 +14,7 @@
 #                  heads all come out query-aware), and vertical-slash heads only (tau 0) with
 #                  budgets capped at 3% of the prompt per pattern (~9% density on the same
 #                  model), with the 4- and 8-warp sparse kernels
-#   5 profile      per-op times (TANDEM_GPU_PROFILE=1) of one dense and one sparse 32K prefill:
+#   5 profile      per-op times (TANDEM_GPU_TUNE=profile=1) of one dense and one sparse 32K prefill:
 #                  the GEMM time per layer that the composed TTFT uses
 # Logs in $OUT: run.log (everything), tests.log, kernels.md, e2e.jsonl, profile.txt.
 #   PHASES  subset of "tests kernels e2e vs8 defaults profile" (default: all)
@@ -36,7 +36,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,
 echo "kernel $(uname -r), $(nproc) cores, $(grep MemTotal /proc/meminfo)"; date -u
 
 # shared libraries: CUDA's outside the plugin's rpath, jansson/libcrypto from rt/ (as run_all.sh)
-BINS="build/tandem-tests build/bench_gpu build/mkmodel build/flex_gpu_bench build/libtandem_cuda.so"
+BINS="build/tandem-tests build/bench_gpu build/mkmodel build/flex_gpu_bench build/libtandem_cuda.so build/libtandem_cuda_test.so"
 . gpu/bench/libpath.sh
 missing
 echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}"
@@ -57,7 +57,7 @@ fi
 
 if has kernels; then
     stamp "kernels: flex_gpu_bench (synthetic Q/K/V)"
-    timeout 110 build/flex_gpu_bench --lib build/libtandem_cuda.so --threads "$(nproc)" --reps 3 \
+    timeout 110 build/flex_gpu_bench --lib build/libtandem_cuda_test.so --threads "$(nproc)" --reps 3 \
         --kinds "$KINDS" --gammas "$GAMMAS" bench 32768,65536,131072 | tee "$OUT/kernels.md"
 fi
 
@@ -84,17 +84,17 @@ if [ -f "$MODEL8B/config.json" ]; then
     if has vs8; then
         stamp "the same with the 4- and 8-warp sparse kernel at every length"
         for w in mma4 mma8; do
-            TANDEM_GPU_SPARSE_ATTN=$w timeout 60 build/bench_gpu --model "$MODEL8B" \
+            TANDEM_GPU_TUNE=sparse_attn=$w timeout 60 build/bench_gpu --model "$MODEL8B" \
                 --prefill 32768,65536,131072 --sparse 0.9 --tau 0 --sparse-max 0.03 --sparse-only \
-                --warm once --reps 1 | sed "s/^{/{\"switch\":\"TANDEM_GPU_SPARSE_ATTN=$w\",/" \
+                --warm once --reps 1 | sed "s/^{/{\"switch\":\"sparse_attn=$w\",/" \
                 | tee -a "$OUT/e2e.jsonl"
         done
     fi
     if has profile; then
         stamp "profile: dense and sparse (tau 0, 3%) 32K"
-        TANDEM_GPU_PROFILE=1 timeout 40 build/bench_gpu --model "$MODEL8B" --prefill 32768 --reps 1 \
+        TANDEM_GPU_TUNE=profile=1 timeout 40 build/bench_gpu --model "$MODEL8B" --prefill 32768 --reps 1 \
             --warm once 2>&1 | grep -E "profile|prefill" | tee "$OUT/profile.txt"
-        TANDEM_GPU_PROFILE=1 timeout 40 build/bench_gpu --model "$MODEL8B" --prefill 32768 --reps 1 \
+        TANDEM_GPU_TUNE=profile=1 timeout 40 build/bench_gpu --model "$MODEL8B" --prefill 32768 --reps 1 \
             --warm once --sparse 0.9 --tau 0 --sparse-max 0.03 --sparse-only 2>&1 \
             | grep -E "profile|prefill" | tee -a "$OUT/profile.txt"
     fi

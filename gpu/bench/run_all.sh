@@ -7,6 +7,8 @@
 #   PHASES   subset of "tests eval limits gemm bench ablation profile sparse sdpa peer" (default:
 #            all, in order)
 #   MODEL8B  where the random Llama-3-8B checkpoint goes (default /tmp/llama3-8b; ~16 GB)
+#   SWITCHES the ablation's engine settings, one run each (gpu/tuning.h keys; default: the six
+#            below)
 # Binaries: build/ as carried (built on the development machine with PORTABLE=1) when they load
 # here, else built here with make. peer/ holds limits.cu and hf_peer.py (not part of the repo).
 # Logs (8 files, the most a device call returns): $OUT/run.log (everything: the profile and the
@@ -28,7 +30,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,
 echo "kernel $(uname -r), $(nproc) cores, $(grep MemTotal /proc/meminfo)"; date -u
 
 # ---- binaries
-BINS="build/tandem build/tandem-tests build/bench_gpu build/mkmodel build/libtandem_cuda.so build/libtandem_cuda_f16.so"
+BINS="build/tandem build/tandem-tests build/bench_gpu build/mkmodel build/libtandem_cuda.so build/libtandem_cuda_f16.so build/libtandem_cuda_test.so build/libtandem_cuda_f16_test.so"
 . gpu/bench/libpath.sh
 if [ -n "$(missing)" ] || [ ! -x build/tandem-tests ]; then
     missing
@@ -100,10 +102,10 @@ if has bench; then
         --idle 1000 | grep '"prefill"' | tee -a "$OUT/bench.jsonl"
 fi
 if has ablation && [ -f "$MODEL8B/config.json" ]; then
-    # the engine's switches (gpu/engine.cu), one at a time: what each piece buys
-    for sw in ${SWITCHES:-TANDEM_GPU_ATTN=mma4 TANDEM_GPU_DECODE_ATTN=two TANDEM_GPU_FUSED=off TANDEM_GPU_PDL=off TANDEM_GPU_GRAPHS=off TANDEM_GPU_GEMV=off}; do
+    # the engine's comparison settings (gpu/tuning.h), one at a time: what each piece buys
+    for sw in ${SWITCHES:-attn=mma4 decode_attn=two fused=0 pdl=0 graphs=0 gemv=0}; do
         stamp "ablation $sw"
-        env $sw timeout 200 build/bench_gpu --model "$MODEL8B" --prefill 4096,32768 \
+        TANDEM_GPU_TUNE=$sw timeout 200 build/bench_gpu --model "$MODEL8B" --prefill 4096,32768 \
             --decode-ctx 1024 --batch 8 --reps 3 --steps 32 | sed "s/^{/{\"switch\":\"$sw\",/" \
             | tee -a "$OUT/bench.jsonl"
     done
@@ -111,9 +113,9 @@ fi
 if has profile && [ -f "$MODEL8B/config.json" ]; then
     # where the time goes: every op timed with events (decode then runs without graphs)
     stamp "profile"
-    TANDEM_GPU_PROFILE=1 timeout 200 build/bench_gpu --model "$MODEL8B" --prefill 4096,32768 \
+    TANDEM_GPU_TUNE=profile=1 timeout 200 build/bench_gpu --model "$MODEL8B" --prefill 4096,32768 \
         --decode-ctx 1024 --reps 2 --steps 16 2>&1 | grep -E "profile|prefill|decode" \
-        | sed "s/^{/{\"switch\":\"TANDEM_GPU_PROFILE=1\",/" | tee -a "$OUT/bench.jsonl"
+        | sed "s/^{/{\"switch\":\"profile=1\",/" | tee -a "$OUT/bench.jsonl"
 fi
 if has sparse && [ -f "$MODEL8B/config.json" ]; then
     # FlexPrefill end to end (issue 8): tau 0 and budgets capped at 3 % force structured-like

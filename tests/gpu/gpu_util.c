@@ -3,8 +3,10 @@
 #include "tests/util.h"
 #include "devices/devices.h"
 #include <dlfcn.h>
+#include <unistd.h>
 
-static const char *const builds[TG_BUILDS] = {"libtandem_cuda.so", "libtandem_cuda_f16.so"};
+/* the test libraries beside each plugin (gpu/test/, linked against it: the Makefile) */
+static const char *const builds[TG_BUILDS] = {"libtandem_cuda_test.so", "libtandem_cuda_f16_test.so"};
 
 const gpu_ops *tg_ops_build(int build, char *why, size_t n)
 {
@@ -15,7 +17,7 @@ const gpu_ops *tg_ops_build(int build, char *why, size_t n)
     snprintf(path, sizeof path, "%s/%s", b && *b ? b : "build", builds[build]);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        snprintf(why, n, "no CUDA plugin (%s)", path);
+        snprintf(why, n, "no CUDA test library (%s)", path);
         return NULL;
     }
 #define SYM(field, name)                                                                           \
@@ -157,8 +159,8 @@ int tg_batched_vs_single(accel_dev *d, int vocab, int n, const int *lens, int st
     return rc;
 }
 
-int tg_open_mkmodel(const char *args, const char *name, const char *env, const char *val,
-                    model **m, accel_dev **d, char *why, size_t n)
+int tg_open_mkmodel(const char *args, const char *name, const accel_opts *opts, model **m,
+                    accel_dev **d, char *why, size_t n)
 {
     char dir[512], cmd[1024];
     snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
@@ -167,6 +169,11 @@ int tg_open_mkmodel(const char *args, const char *name, const char *env, const c
         fprintf(stderr, "  %s failed\n", cmd);
         return -1;
     }
-    if (env) setenv(env, val, 1);
-    return tg_open(dir, NULL, m, d, why, n);
+    return tg_open(dir, opts, m, d, why, n);
+}
+
+int tg_lab_plugin(char *path, size_t n)
+{
+    snprintf(path, n, "%s/lab/libtandem_cuda.so", t_build_dir());
+    return access(path, R_OK) == 0 ? 0 : -1;
 }

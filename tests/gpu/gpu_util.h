@@ -1,5 +1,6 @@
 /* Helpers for the CUDA tests: opening the cuda device (or skipping: CI has no GPU), and the
- * plugin's single-op entry points (gpu/test_api.cu) looked up with dlsym. */
+ * single-op entry points of the test library beside each plugin (gpu/test/test_api.cu, in
+ * $BUILD/libtandem_cuda_test.so and _f16_test.so) looked up with dlsym. */
 #ifndef TANDEM_TESTS_GPU_UTIL_H
 #define TANDEM_TESTS_GPU_UTIL_H
 #include "model/model.h"
@@ -32,8 +33,9 @@ typedef struct gpu_ops {
 /* The plugin's two builds: 0 libtandem_cuda.so (bf16), 1 libtandem_cuda_f16.so (fp16). */
 #define TG_BUILDS 2
 
-/* Loads $BUILD/<build's file> (BUILD defaults to build) and its entry points. Returns NULL with a
- * reason in why when the plugin is missing or no CUDA device is present: skip then. */
+/* Loads the build's test library, $BUILD/libtandem_cuda_test.so or _f16_test.so (BUILD defaults
+ * to build; it loads its plugin beside it), and its entry points. Returns NULL with a reason in
+ * why when it is missing or no CUDA device is present: skip then. */
 const gpu_ops *tg_ops_build(int build, char *why, size_t n);
 /* tg_ops_build(0: the bf16 build) */
 const gpu_ops *tg_ops(char *why, size_t n);
@@ -71,10 +73,13 @@ int32_t *tg_ids(int n, int vocab, uint32_t seed);
  * after reporting a failed call. */
 int tg_batched_vs_single(accel_dev *d, int vocab, int n, const int *lens, int steps, uint32_t seed,
                          float *batched, float *single);
-/* tools/mkmodel --out $TMP/name args, then tg_open (env=val set first when env). Returns as
- * tg_open; -1 also when mkmodel fails. */
-int tg_open_mkmodel(const char *args, const char *name, const char *env, const char *val,
-                    model **m, accel_dev **d, char *why, size_t n);
+/* tools/mkmodel --out $TMP/name args, then tg_open(opts). Returns as tg_open; -1 also when
+ * mkmodel fails. */
+int tg_open_mkmodel(const char *args, const char *name, const accel_opts *opts, model **m,
+                    accel_dev **d, char *why, size_t n);
+/* The lab plugin's path ($BUILD/lab/libtandem_cuda.so, make gpu-lab: gpu/bench/'s variants) into
+ * path: 0 when it is there, -1 when not built. */
+int tg_lab_plugin(char *path, size_t n);
 /* Mean KL(p || q) in nats and top-1 agreement between rows of logits a (reference) and b. */
 void tg_compare(const float *a, const float *b, int rows, int vocab, double *mean_kl,
                 double *top1, double *max_abs);

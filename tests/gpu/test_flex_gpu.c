@@ -1,4 +1,5 @@
-/* The FlexPrefill GPU path (gpu/gpu_flex_*.cu, reached with dlsym in build/libtandem_cuda.so)
+/* The FlexPrefill GPU path (gpu/gpu_flex_*.cu, reached with dlsym through the test library beside
+ * the plugin, build/libtandem_cuda_test.so: gpu/test/flex_test_api.cu)
  * against the CPU reference on the same bf16-rounded inputs: the block sets, and block-sparse
  * attention over one index. Skipped without the CUDA build or without a device (CI). */
 #include "cpu/flex.h"
@@ -30,7 +31,7 @@ static int api_load(api *a, char *why, size_t n)
 {
     const char *b = getenv("BUILD");
     char path[512];
-    snprintf(path, sizeof path, "%s/libtandem_cuda.so", b && *b ? b : "build");
+    snprintf(path, sizeof path, "%s/libtandem_cuda_test.so", b && *b ? b : "build");
     a->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!a->lib) {
         snprintf(why, n, "no CUDA build (%.200s)", dlerror());

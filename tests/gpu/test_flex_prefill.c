@@ -28,8 +28,14 @@ static int open_hd128(const char *chunk, model **m, accel_dev **d, char *why, si
     snprintf(dir, sizeof dir, "%s/hd128", t_tmpdir());
     snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s " HD128, t_build_dir(), dir);
     if (system(cmd) != 0) return -1;
-    if (chunk) setenv("TANDEM_GPU_CHUNK", chunk, 1);
-    return tg_open(dir, open_opts, m, d, why, n);
+    accel_opts o = {0};
+    if (open_opts) o = *open_opts;
+    char tune[64];
+    if (chunk) {
+        snprintf(tune, sizeof tune, "chunk=%s", chunk);
+        o.gpu_tune = tune;
+    }
+    return tg_open(dir, &o, m, d, why, n);
 }
 
 #define OPEN_OR_SKIP(chunk, m, d)                                                                  \

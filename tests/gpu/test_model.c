@@ -237,8 +237,8 @@ TEST(gpu_prefill_decode_matches_prefill_tiny)
  * every row either way). */
 TEST(gpu_prefill_last_row_only)
 {
-    setenv("TANDEM_GPU_CHUNK", "256", 1);
-    OPEN_OR_SKIP(TINY, NULL, m, d);
+    static const accel_opts passes = {.gpu_tune = "chunk=256"};
+    OPEN_OR_SKIP(TINY, &passes, m, d);
     int V = m->cfg.vocab, n = 600, steps = 5;
     int32_t *ids = tg_ids(n + steps, V, 11);
     float *full = malloc(sizeof(float) * (size_t)n * V);
@@ -444,11 +444,11 @@ static void dequant_row(const proto_kv_layer *c, int row, int head, int v, float
  * the row's largest value: the bf16 pipeline's K/V noise reached 7.0% in the deepest layers of
  * stories260K (H200, 2026-11-21), a wrong layer, token or head is of the row's size). Then decoding from imported KV: the GPU decoding from the CPU's
  * bytes against the CPU decoding from the same bytes (only compute noise differs), and, for int8,
- * the CPU decoding from the GPU's bytes against the CPU decoding from its own. */
-static void export_import(const char *dir, enum proto_kv_dtype dt, const char *env_chunk)
+ * the CPU decoding from the GPU's bytes against the CPU decoding from its own. tune: the engine's
+ * settings (gpu/tuning.h; NULL: the defaults). */
+static void export_import(const char *dir, enum proto_kv_dtype dt, const char *tune)
 {
-    if (env_chunk) setenv("TANDEM_GPU_CHUNK", env_chunk, 1);
-    accel_opts o = {.kv_dtype = dt};
+    accel_opts o = {.kv_dtype = dt, .gpu_tune = tune};
     OPEN_OR_SKIP(dir, &o, m, d);
     accel_opts co = {.threads = 2, .kv_dtype = dt};
     char err[512];
@@ -529,7 +529,7 @@ TEST(gpu_kv_export_import_int4_tiny)
 /* An internal chunk of 256 tokens: a 300-token prefill runs as 256 + 44, each exported. */
 TEST(gpu_kv_export_internal_chunks)
 {
-    export_import(STORIES, PROTO_KV_INT8, "256");
+    export_import(STORIES, PROTO_KV_INT8, "chunk=256");
 }
 
 /* ---------------------------------------------------------------- faults and admission */

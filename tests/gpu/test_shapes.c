@@ -2,9 +2,10 @@
  * head_dim 128 with GQA and llama3 rope (the Llama-3-8B head: Hopper's wgmma attention kernel),
  * Qwen2 biases in fp16, linear and dynamic rope in float32, the tiny-gqa preset (two shards). Each
  * against the CPU backend (itself checked against a float64 forward in tests/model), and decode
- * against prefill. Also the engine's comparison switches (mma.sync attention, no CUDA graphs, no
- * own GEMV, the 8-warp and wgmma attention kernels, no programmatic dependent launch) on the
- * head_dim-128 model, since those paths must stay correct too.
+ * against prefill. Also the engine's comparison settings (gpu/tuning.h: mma.sync attention, no CUDA
+ * graphs, no own GEMV, the 8-warp and wgmma attention kernels, no programmatic dependent launch)
+ * on the head_dim-128 model, since those paths must stay correct too, and the lab plugin's
+ * one-kernel decode step (gpu/bench/decode_step.cu) where it is built.
  *
  * Bounds: these are random-weight models with logits of std ~0.3, like tiny-llama2-mha, whose
  * bf16-emulated error is 0.023 (tests/gpu/test_model.c): max |logit diff| 0.05, mean KL 1e-4. */
@@ -13,13 +14,14 @@
 #include "tests/gpu/gpu_util.h"
 #include "devices/devices.h"
 
-static void shape_case(const char *args, const char *name, const char *env, const char *val,
-                       int decode_check)
+static void shape_case_opts(const char *args, const char *name, const accel_opts *o,
+                            int decode_check)
 {
     model *m;
     accel_dev *d;
     char why[600];
-    int r = tg_open_mkmodel(args, name, env, val, &m, &d, why, sizeof why);
+    const char *tune = o && o->gpu_tune ? o->gpu_tune : NULL;
+    int r = tg_open_mkmodel(args, name, o, &m, &d, why, sizeof why);
     if (r > 0) SKIP("%s", why);
     REQUIRE(r == 0);
     accel_opts co = {.threads = 2};
@@ -32,8 +34,8 @@ static void shape_case(const char *args, const char *name, const char *env, cons
     REQUIRE(c && g);
     double kl, top1, mx;
     tg_compare(c, g, n, V, &kl, &top1, &mx);
-    fprintf(stderr, "  %s%s%s: gpu vs cpu max |diff| %.4g, mean KL %.3g\n", name, env ? " " : "",
-            env ? env : "", mx, kl);
+    fprintf(stderr, "  %s%s%s: gpu vs cpu max |diff| %.4g, mean KL %.3g\n", name, tune ? " " : "",
+            tune ? tune : "", mx, kl);
     CHECK_MSG(mx <= 0.05 && kl <= 1e-4, "%s: gpu vs cpu: max |diff| %.4g, KL %.3g", name, mx, kl);
     /* prefill k, then decode the rest one by one, against the GPU's own full prefill (not for
      * dynamic NTK past the trained length, where each decode step has its own rope base) */
@@ -53,69 +55,79 @@ static void shape_case(const char *args, const char *name, const char *env, cons
     model_free(m);
 }
 
+/* tune: the engine's settings (gpu/tuning.h; NULL: the defaults) */
+static void shape_case(const char *args, const char *name, const char *tune, int decode_check)
+{
+    accel_opts o = {.gpu_tune = tune};
+    shape_case_opts(args, name, &o, decode_check);
+}
+
 #define HD128 "--hidden 512 --layers 2 --heads 4 --kv-heads 2 --head-dim 128 --intermediate 768 " \
               "--vocab 2000 --max-pos 4096"
 
 TEST(gpu_shape_hd128_gqa_llama3)
 {
-    shape_case(HD128, "hd128", NULL, NULL, 1);
+    shape_case(HD128, "hd128", NULL, 1);
 }
 
 TEST(gpu_shape_hd128_mma8_attention)
 {
-    shape_case(HD128, "hd128", "TANDEM_GPU_ATTN", "mma8", 1);
+    shape_case(HD128, "hd128", "attn=mma8", 1);
 }
 
 TEST(gpu_shape_hd128_wgmma_attention)
 {
-    shape_case(HD128, "hd128", "TANDEM_GPU_ATTN", "wgmma", 1);
+    shape_case(HD128, "hd128", "attn=wgmma", 1);
 }
 
 TEST(gpu_shape_hd128_no_graphs)
 {
-    shape_case(HD128, "hd128", "TANDEM_GPU_GRAPHS", "off", 1);
+    shape_case(HD128, "hd128", "graphs=0", 1);
 }
 
 TEST(gpu_shape_hd128_no_gemv)
 {
-    shape_case(HD128, "hd128", "TANDEM_GPU_GEMV", "off", 1);
+    shape_case(HD128, "hd128", "gemv=0", 1);
 }
 
 TEST(gpu_shape_hd128_unfused_decode)
 {
-    shape_case(HD128, "hd128", "TANDEM_GPU_FUSED", "off", 1);
+    shape_case(HD128, "hd128", "fused=0", 1);
 }
 
 TEST(gpu_shape_hd128_no_pdl_decode)
 {
-    shape_case(HD128, "hd128", "TANDEM_GPU_PDL", "off", 1);
+    shape_case(HD128, "hd128", "pdl=0", 1);
 }
 
-/* the one-kernel decode step (decode_step.cu, opt-in) against prefill and the CPU */
+/* the lab plugin's one-kernel decode step (gpu/bench/decode_step.cu) against prefill and the CPU */
 TEST(gpu_shape_hd128_step_decode)
 {
-    shape_case(HD128, "hd128", "TANDEM_GPU_STEP", "on", 1);
+    char lab[512];
+    if (tg_lab_plugin(lab, sizeof lab)) SKIP("no lab plugin (%s: make gpu-lab)", lab);
+    accel_opts o = {.lib_path = lab};
+    shape_case_opts(HD128, "hd128", &o, 1);
 }
 
 TEST(gpu_shape_qwen2_bias_f16)
 {
     shape_case("--bias --untie --dtype f16 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 "
-               "--intermediate 512 --vocab 1500", "qwen2", NULL, NULL, 1);
+               "--intermediate 512 --vocab 1500", "qwen2", NULL, 1);
 }
 
 TEST(gpu_shape_rope_linear_f32)
 {
-    shape_case("--dtype f32 --rope linear --rope-factor 4 --max-pos 1024", "linear", NULL, NULL, 1);
+    shape_case("--dtype f32 --rope linear --rope-factor 4 --max-pos 1024", "linear", NULL, 1);
 }
 
 TEST(gpu_shape_rope_dynamic_f32)
 {
-    shape_case("--dtype f32 --rope dynamic --rope-factor 2 --max-pos 256", "dynamic", NULL, NULL, 0);
+    shape_case("--dtype f32 --rope dynamic --rope-factor 2 --max-pos 256", "dynamic", NULL, 0);
 }
 
 TEST(gpu_shape_tiny_gqa_sharded)
 {
-    shape_case("--preset tiny-gqa", "tinygqa", NULL, NULL, 1);
+    shape_case("--preset tiny-gqa", "tinygqa", NULL, 1);
 }
 
 /* Batched decode on the head_dim-128 model (the Llama-3 head): cuBLAS projections and the batch's
@@ -123,12 +135,13 @@ TEST(gpu_shape_tiny_gqa_sharded)
  * GEMV / fused path at T = 1 (the one-kernel decode attention both times). Three sequences of very
  * different lengths (7, 2100 and 300 tokens: one, seventeen and three KV blocks of 128) decoded
  * together for three steps equal each decoded alone, within the shape bounds above. */
-static void batched_case(const char *env, const char *val)
+static void batched_case(const char *tune)
 {
     model *m;
     accel_dev *d;
     char why[600];
-    int r = tg_open_mkmodel(HD128, "hd128b", env, val, &m, &d, why, sizeof why);
+    accel_opts o = {.gpu_tune = tune};
+    int r = tg_open_mkmodel(HD128, "hd128b", &o, &m, &d, why, sizeof why);
     if (r > 0) SKIP("%s", why);
     REQUIRE(r == 0);
     const int V = m->cfg.vocab, lens[3] = {7, 2100, 300}, steps = 3, rows = 3 * steps;
@@ -137,7 +150,7 @@ static void batched_case(const char *env, const char *val)
     double kl, top1, mx;
     tg_compare(all_s, all_b, rows, V, &kl, &top1, &mx);
     fprintf(stderr, "  batched vs single decode%s%s: max |diff| %.4g, mean KL %.3g\n",
-            env ? " " : "", env ? env : "", mx, kl);
+            tune ? " " : "", tune ? tune : "", mx, kl);
     CHECK_MSG(mx <= 0.05 && kl <= 1e-4, "batched vs single decode: max |diff| %.4g, KL %.3g", mx, kl);
     free(all_b), free(all_s);
     accel_free(d);
@@ -146,16 +159,16 @@ static void batched_case(const char *env, const char *val)
 
 TEST(gpu_shape_hd128_batched_decode)
 {
-    batched_case(NULL, NULL);
+    batched_case(NULL);
 }
 
 TEST(gpu_shape_hd128_batched_decode_no_pdl)
 {
-    batched_case("TANDEM_GPU_PDL", "off");
+    batched_case("pdl=0");
 }
 
-/* The one-kernel decode step (gpu/decode_step.cu) against the five-kernel chain
- * (the default) on a model with the Llama-3 GQA group (4 query heads per KV head) and
+/* The lab plugin's one-kernel decode step (gpu/bench/decode_step.cu) against the serving
+ * plugin's five-kernel chain (both bf16 builds) on a model with the Llama-3 GQA group (4 query heads per KV head) and
  * enough rows that every block streams several chunks per projection (QKV 11-12 rows in chunks of
  * 8, down 7-8 rows in chunks of 5): 2100 tokens prefilled, then 6 decode steps each way, within
  * the shape bounds above (both are bf16 weights with float32 sums, in different orders). */
@@ -178,16 +191,17 @@ TEST(gpu_decode_step_matches_chain)
 {
     model *m, *m2;
     accel_dev *d, *dc;
-    char why[600], dir[512];
-    int r = tg_open_mkmodel(STEPM, "stepm", "TANDEM_GPU_STEP", "on", &m, &d, why, sizeof why);
+    char why[600], dir[512], lab[512];
+    if (tg_lab_plugin(lab, sizeof lab)) SKIP("no lab plugin (%s: make gpu-lab)", lab);
+    accel_opts lo = {.lib_path = lab}, co = {.gpu_half = ACCEL_GPU_HALF_BF16};
+    int r = tg_open_mkmodel(STEPM, "stepm", &lo, &m, &d, why, sizeof why);
     if (r > 0) SKIP("%s", why);
     REQUIRE(r == 0);
     accel_info info;
     accel_get_info(d, &info);
     if (!strstr(info.desc, "one-kernel decode")) SKIP("no decode step kernel on %s", info.desc);
-    unsetenv("TANDEM_GPU_STEP");
     snprintf(dir, sizeof dir, "%s/stepm", t_tmpdir());
-    REQUIRE(tg_open(dir, NULL, &m2, &dc, why, sizeof why) == 0);
+    REQUIRE(tg_open(dir, &co, &m2, &dc, why, sizeof why) == 0);
     accel_get_info(dc, &info);
     CHECK(!strstr(info.desc, "one-kernel decode"));
     const int V = m->cfg.vocab, n = 2100, steps = 6;

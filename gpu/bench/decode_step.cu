@@ -1,4 +1,5 @@
-/* gpu/decode_step.cu — the whole single-token decode step (batch 1, all layers) as one kernel.
+/* gpu/bench/decode_step.cu — the lab's variant of the whole single-token decode step (batch 1,
+ * all layers) as one kernel: built, measured, slower than the chain, kept for measurements.
  *
  * Why: at batch 1 a Llama-3-8B token is 15 GB of weights streamed once; the five-kernel chain per
  * layer (decode_fused.cu, gemm.cu's GEMV, attn_decode.cu) loses about a microsecond of HBM time
@@ -37,7 +38,8 @@
  * attention, SwiGLU, the residual adds) is the chain's arithmetic.
  *
  * Measured (H200, Llama-3-8B random bf16, 1K context; TANDEM_GPU_STEP_TRACE=1 prints where a
- * step's time goes): 5.89 ms per token against the chain's 4.33-4.37 — so it is opt-in. Per layer
+ * step's time goes): 5.89 ms per token against the chain's 4.33-4.37 — so it is not the serving
+ * plugin's. Per layer
  * the weight phases stream at ~1.4x their bytes/bandwidth time (gate/up 80 us against 55, down 39
  * against 27.5) whatever the ring depth (3 or 6 slots: the same 5.88 ms, so not the bytes in
  * flight), and each grid barrier under full HBM load costs 4-7 us (six per layer: ~1 ms per
@@ -45,13 +47,19 @@
  * (6.9 ms). What would be needed: weights streamed by the SMs' own loads (as the chain's GEMV,
  * which reaches ~95 % of copy bandwidth) and far fewer grid-wide meetings; see gpu/KERNELS.md.
  *
- * When (gpu_step_setup): TANDEM_GPU_STEP=on, Hopper (bulk copies), head_dim 128, H, q dim and I
- * multiples of 64 and at most 16384, the one-kernel decode attention, every block resident
- * (cooperative launch), T = 1 without a KV export. The chain's own switches (TANDEM_GPU_FUSED,
- * _GEMV, _PDL = off) keep the chain. */
+ * The lab plugin only (the serving plugin's objects plus this file: `make gpu-lab` builds
+ * build/lab/libtandem_cuda.so; any program beside it, or opened with accel_opts.lib_path on it,
+ * decodes through this kernel). It runs where it fits (gpu_lab_open: Hopper (bulk copies),
+ * head_dim 128, H, q dim and I multiples of 64 and at most 16384, the one-kernel decode attention,
+ * every block resident for a cooperative launch), for T = 1 without a KV export; elsewhere the
+ * chain. Its own knobs, for measurements: TANDEM_GPU_STEP_SLOTS (ring depth, 2-8),
+ * TANDEM_GPU_STEP_PREFETCH (chunks, 0-64), TANDEM_GPU_STEP_TRACE=1 (the phase split at the 50th
+ * step, with gpu_tune graphs=0 so that steps are launched one by one). */
 #include "gpu/attn_decode.cuh"
 #include "gpu/gemv.cuh"
 #include "gpu/tma.cuh"
+#include <stdlib.h>
+#include <string.h>
 
 #define STEP_THREADS   256
 #define STEP_WARPS     (STEP_THREADS / 32)
@@ -483,13 +491,24 @@ static int step_fits(const gpu_dims *d)
            d->H <= STEP_MAX_K && d->qd <= STEP_MAX_K && d->I <= STEP_MAX_K;
 }
 
-int gpu_step_setup(gpu_engine *e)
+/* The lab's state beside the engine (e->lab). */
+struct lab_step {
+    int blocks, slots, splits, un, prefetch;
+    size_t smem;
+    gpu_layer_w *layers_d;        /* device copy of e->layers */
+    unsigned *bar;                /* the grid barrier: arrivals in a launch (zeroed before each) */
+    unsigned long long *trace;    /* TANDEM_GPU_STEP_TRACE=1: phase timestamps */
+    int traced;
+};
+
+static int lab_step_decode(gpu_engine *e, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs);
+
+/* The engine's lab hook (engine.cuh): the step kernel replaces the chain for single-token decode
+ * where it fits (Hopper, cooperative launch, the one-kernel decode attention, the shapes of
+ * step_fits); elsewhere the lab plugin runs the chain like the serving one. */
+extern "C" int gpu_lab_open(gpu_engine *e)
 {
     const gpu_dims &d = e->d;
-    e->step = 0;
-    /* opt-in (TANDEM_GPU_STEP=on): on the H200 it decodes slower than the chain (see the top) */
-    const char *env = getenv("TANDEM_GPU_STEP");
-    if (!env || strcmp(env, "on")) return ACCEL_OK;
     cudaDeviceProp prop;
     GPU_CHECK(cudaGetDeviceProperties(&prop, e->index));
     if (prop.major < 9 || !prop.cooperativeLaunch || !e->part_cnt || !step_fits(&d))
@@ -518,41 +537,57 @@ int gpu_step_setup(gpu_engine *e)
     if (splits > have) splits = have;
     if (splits > GPU_DECODE_SPLIT_MAX) splits = GPU_DECODE_SPLIT_MAX;
     if (splits < 1) splits = 1;
-    GPU_CHECK(cudaMalloc((void **)&e->layers_d, (size_t)d.L * sizeof(gpu_layer_w)));
-    GPU_CHECK(cudaMemcpy(e->layers_d, e->layers, (size_t)d.L * sizeof(gpu_layer_w),
+    lab_step *ls = (lab_step *)calloc(1, sizeof *ls);
+    if (!ls) return ACCEL_ERR_NOMEM;
+    e->lab = ls; /* gpu_lab_free releases what is taken below, also after a failure */
+    GPU_CHECK(cudaMalloc((void **)&ls->layers_d, (size_t)d.L * sizeof(gpu_layer_w)));
+    GPU_CHECK(cudaMemcpy(ls->layers_d, e->layers, (size_t)d.L * sizeof(gpu_layer_w),
                          cudaMemcpyHostToDevice));
-    GPU_CHECK(cudaMalloc((void **)&e->step_bar, 2 * sizeof(unsigned)));
-    GPU_CHECK(cudaMemset(e->step_bar, 0, 2 * sizeof(unsigned)));
+    GPU_CHECK(cudaMalloc((void **)&ls->bar, 2 * sizeof(unsigned)));
+    GPU_CHECK(cudaMemset(ls->bar, 0, 2 * sizeof(unsigned)));
     const char *tr = getenv("TANDEM_GPU_STEP_TRACE");
     if (tr && !strcmp(tr, "1"))
-        GPU_CHECK(cudaMalloc((void **)&e->step_trace, (size_t)d.L * STEP_MARKS * B * 8));
-    e->step = 1;
+        GPU_CHECK(cudaMalloc((void **)&ls->trace, (size_t)d.L * STEP_MARKS * B * 8));
     const size_t dl = strlen(e->desc);
     snprintf(e->desc + dl, sizeof e->desc - dl, ", one-kernel decode");
-    e->step_blocks = B;
-    e->step_slots = slots;
+    ls->blocks = B;
+    ls->slots = slots;
     /* L2 prefetch distance beyond the ring, in chunks (TANDEM_GPU_STEP_PREFETCH, 0-64) */
     const char *pf = getenv("TANDEM_GPU_STEP_PREFETCH");
-    e->step_prefetch = pf ? atoi(pf) : STEP_PREFETCH;
-    if (e->step_prefetch < 0 || e->step_prefetch > 64) e->step_prefetch = STEP_PREFETCH;
-    e->step_splits = splits;
-    e->step_un = un;
-    e->step_smem = smem;
+    ls->prefetch = pf ? atoi(pf) : STEP_PREFETCH;
+    if (ls->prefetch < 0 || ls->prefetch > 64) ls->prefetch = STEP_PREFETCH;
+    ls->splits = splits;
+    ls->un = un;
+    ls->smem = smem;
+    e->lab_decode = lab_step_decode;
     return ACCEL_OK;
+}
+
+extern "C" void gpu_lab_free(gpu_engine *e)
+{
+    lab_step *ls = (lab_step *)e->lab;
+    if (!ls) return;
+    cudaFree(ls->layers_d);
+    cudaFree(ls->bar);
+    cudaFree(ls->trace);
+    free(ls);
+    e->lab = NULL;
+    e->lab_decode = NULL;
 }
 
 /* TANDEM_GPU_STEP_TRACE=1: where the 50th step's time went (stderr), per phase the mean over
  * layers and blocks of the time since the mark before, and of the slowest block's. */
 static void step_trace_report(gpu_engine *e)
 {
-    const int L = e->d.L, B = e->step_blocks;
+    const lab_step *ls = (const lab_step *)e->lab;
+    const int L = e->d.L, B = ls->blocks;
     static const char *names[STEP_MARKS] = {"barrier->layer", "norm",          "qkv stream",
                                             "bar+rope+bar",   "attention+bar", "o+bar",
                                             "norm+gu+bar",    "down"};
     size_t n = (size_t)L * STEP_MARKS * B;
     unsigned long long *h = (unsigned long long *)malloc(n * 8);
     if (!h || cudaStreamSynchronize(e->compute) != cudaSuccess ||
-        cudaMemcpy(h, e->step_trace, n * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        cudaMemcpy(h, ls->trace, n * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
         free(h);
         cudaGetLastError();
         return;
@@ -588,23 +623,23 @@ static void step_trace_report(gpu_engine *e)
     free(h);
 }
 
-int gpu_decode_step(gpu_engine *e, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs)
+static int lab_step_decode(gpu_engine *e, const int *seq_idx, const int *pos, const gpu_seq_dev *seqs)
 {
     const gpu_dims &d = e->d;
-    if (!e->step) return ACCEL_ERR_UNSUPPORTED;
+    lab_step *ls = (lab_step *)e->lab;
     step_params p;
     memset(&p, 0, sizeof p);
-    p.layers = e->layers_d;
+    p.layers = ls->layers_d;
     p.x = e->x;
     p.qkv = e->qkv;
     p.h = e->h;
     p.rope = e->rope;
     p.part_cnt = e->part_cnt;
-    p.bar = e->step_bar;
+    p.bar = ls->bar;
     p.d = d;
-    p.slots = e->step_slots;
-    p.prefetch = e->step_prefetch;
-    p.un_bytes = e->step_un;
+    p.slots = ls->slots;
+    p.prefetch = ls->prefetch;
+    p.un_bytes = ls->un;
     dec_params &a = p.dp;
     a.q = e->q;
     a.seq_idx = seq_idx;
@@ -621,28 +656,26 @@ int gpu_decode_step(gpu_engine *e, const int *seq_idx, const int *pos, const gpu
     a.window = d.window;
     const int G = gpu_decode_heads_per_block(a.group);
     a.gslices = (a.group + G - 1) / G;
-    a.splits = e->step_splits;
+    a.splits = ls->splits;
     a.early = 0;
     a.tr = NULL;
     a.btr = NULL;
-    a.pf = NULL;
-    a.pf_bytes = 0;
     a.mma = 0;
     a.scale_log2 = (float)(1.4426950408889634 / sqrt((double)d.hd));
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(e->step_blocks);
+    cfg.gridDim = dim3(ls->blocks);
     cfg.blockDim = dim3(STEP_THREADS);
-    cfg.dynamicSmemBytes = e->step_smem;
+    cfg.dynamicSmemBytes = ls->smem;
     cfg.stream = e->compute;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeCooperative;
     at[0].val.cooperative = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    p.trace = e->step_trace;
-    GPU_CHECK(cudaMemsetAsync(e->step_bar, 0, sizeof(unsigned), e->compute));
+    p.trace = ls->trace;
+    GPU_CHECK(cudaMemsetAsync(ls->bar, 0, sizeof(unsigned), e->compute));
     GPU_CHECK(cudaLaunchKernelEx(&cfg, step_kernel_for(G), p));
-    if (e->step_trace && ++e->step_traced == 50) step_trace_report(e);
+    if (ls->trace && ++ls->traced == 50) step_trace_report(e);
     return ACCEL_OK;
 }

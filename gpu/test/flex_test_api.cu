@@ -1,5 +1,6 @@
-// gpu/gpu_flex_entry.cu — host-array entry points of the FlexPrefill GPU path for tests and the
-// benchmark (declared in gpu/gpu_flex.h, found with dlsym in build/libtandem_cuda.so): they
+// gpu/test/flex_test_api.cu — host-array entry points of the FlexPrefill GPU path for tests and
+// the benchmark (declared in gpu/gpu_flex.h, found with dlsym in build/libtandem_cuda_test.so,
+// the test library beside the plugin: the Makefile): they
 // round float inputs to h16 on upload, run on the default device's default stream and copy
 // the results back. Device memory is released before returning, also on errors.
 #include "gpu/gpu_flex_common.cuh"
@@ -284,5 +285,69 @@ extern "C" int gpu_flex_bench(const float *q, const float *k, const float *v, in
     res->dense_kernel_ms = median(t_kernel);
     res->density = (double)res->nnz / ((double)H * nb * (nb + 1) / 2);
     for (int h = 0; h < H; h++) res->n_query_aware += heads[h].query_aware;
+    return 0;
+}
+
+// The query-aware cut and emission on given maps (tests/gpu/test_flex_gpu.c). map:
+// S maps of nb x nb values (host); limit as the index passes it; qa[s] says whether map s is a
+// query-aware head's (others are skipped: their outputs are left as they are). Out, per map:
+// all, bits, take, count of the cut and the kept bits ((nb * nb + 31) / 32 words).
+extern "C" int gpu_flex_test_cut(const float *map, int nb, int S, double limit, const int *qa,
+                                 int *all, uint32_t *bits, unsigned long long *take,
+                                 unsigned long long *count, uint32_t *keep)
+{
+    if (!map || !qa || nb < 1 || nb > GPU_FLEX_MAX_TOKENS / BS || S < 1 || S > GPU_FLEX_MAX_HEADS)
+        return GPU_FLEX_ERR_INVALID;
+    const size_t m = (size_t)nb * nb, words = (m + 31) / 32;
+    const size_t nblk = gpu_flex_emit_ties(nb);
+    float *dmap = NULL;
+    gpu_flex_head *dheads = NULL;
+    gf_cut *dcuts = NULL;
+    void *scratch = NULL;
+    int *dties = NULL;
+    uint32_t *dkeep = NULL;
+    std::vector<gpu_flex_head> heads(S);
+    std::vector<gf_cut> cuts(S);
+    for (int s = 0; s < S; s++) heads[s] = gpu_flex_head{0, 0, qa[s] != 0, 0.0f};
+    int rc = 0;
+    cudaError_t e = cudaSuccess;
+#define T_TRY(call) if (e == cudaSuccess) e = (call)
+    T_TRY(cudaMalloc(&dmap, sizeof(float) * m * S));
+    T_TRY(cudaMalloc(&dheads, sizeof(gpu_flex_head) * S));
+    T_TRY(cudaMalloc(&dcuts, sizeof(gf_cut) * S));
+    T_TRY(cudaMalloc(&scratch, gf_cut_scratch_bytes(S)));
+    T_TRY(cudaMalloc(&dties, sizeof(int) * nblk * S));
+    T_TRY(cudaMalloc(&dkeep, sizeof(uint32_t) * words * S));
+    T_TRY(cudaMemcpy(dmap, map, sizeof(float) * m * S, cudaMemcpyHostToDevice));
+    T_TRY(cudaMemcpy(dheads, heads.data(), sizeof(gpu_flex_head) * S, cudaMemcpyHostToDevice));
+    for (int s = 0; s < S; s++) {
+        cuts[s] = gf_cut{all[s], bits[s], take[s], count[s]};
+    }
+    T_TRY(cudaMemcpy(dcuts, cuts.data(), sizeof(gf_cut) * S, cudaMemcpyHostToDevice));
+    T_TRY(cudaMemcpy(dkeep, keep, sizeof(uint32_t) * words * S, cudaMemcpyHostToDevice));
+    if (e == cudaSuccess) {
+        rc = gf_cut_run(dmap, NULL, (long long)m, S, 0, limit, dheads, scratch, dcuts, 0);
+        if (!rc) rc = gpu_flex_emit(dmap, nb, S, dheads, dcuts, dties, dkeep, 0);
+        if (!rc) {
+            T_TRY(cudaDeviceSynchronize());
+            T_TRY(cudaMemcpy(cuts.data(), dcuts, sizeof(gf_cut) * S, cudaMemcpyDeviceToHost));
+            T_TRY(cudaMemcpy(keep, dkeep, sizeof(uint32_t) * words * S, cudaMemcpyDeviceToHost));
+        }
+    }
+#undef T_TRY
+    void *ps[] = {dmap, dheads, dcuts, scratch, dties, dkeep};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        if (ps[i]) cudaFree(ps[i]);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "gpu_flex_test_cut: %s\n", cudaGetErrorString(e));
+        return GPU_FLEX_ERR_DEVICE;
+    }
+    if (rc) return rc;
+    for (int s = 0; s < S; s++) {
+        all[s] = cuts[s].all;
+        bits[s] = cuts[s].bits;
+        take[s] = cuts[s].take;
+        count[s] = cuts[s].count;
+    }
     return 0;
 }

@@ -1,8 +1,10 @@
-/* gpu/test_api.cu — single-op entry points for tests/gpu (found with dlsym) and the attention
- * benchmark. Each call runs on device 0 with its own allocations, copies float32 host arrays in
- * (rounding to h16 where the kernel reads h16) and results out (h16 results widened to
- * float), and returns ACCEL_OK or a negative ACCEL_ERR_* (ACCEL_ERR_NOT_FOUND: no CUDA device).
- * Not for serving: nothing here is tuned, and every call synchronizes. */
+/* gpu/test/test_api.cu — single-op entry points for tests/gpu (found with dlsym) and the
+ * attention benchmark (tools/bench_gpu.c), built into the test library beside each plugin
+ * (build/libtandem_cuda_test.so, _f16_test.so: the Makefile), never into the plugin itself. Each
+ * call runs on device 0 with its own allocations, copies float32 host arrays in (rounding to h16
+ * where the kernel reads h16) and results out (h16 results widened to float), and returns
+ * ACCEL_OK or a negative ACCEL_ERR_* (ACCEL_ERR_NOT_FOUND: no CUDA device). Not for serving:
+ * nothing here is tuned, and every call synchronizes. */
 #include "gpu/engine.cuh"
 #include <stdlib.h>
 #include <string.h>
@@ -359,7 +361,7 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
         }
         if (cluster && !gpu_attn_decode_cluster_ok(&d)) return ACCEL_ERR_UNSUPPORTED;
         GPU_TRY(gpu_attn_decode(0, 1, 0, cluster, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml,
-                                cnt, dout, nullptr, nullptr, nullptr, 0, mma));
+                                cnt, dout, nullptr, nullptr, mma));
         if (kernel == 7 || kernel == 8) {
             /* again, with the partials and the output poisoned (NaN): the second call must find
              * the counters reset and merge only what it wrote; both outputs must agree bit for
@@ -372,7 +374,7 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
             GPU_CHECK(cudaMemset(po, 0xff, slots * d.hdp * sizeof(float)));
             GPU_CHECK(cudaMemset(pml, 0xff, slots * sizeof(float2)));
             GPU_TRY(gpu_attn_decode(0, 1, 1, cluster, &d, sms, 0, T, dq, dseq, dpos, dseqs, po,
-                                    pml, cnt, dout, nullptr, nullptr, nullptr, 0, mma));
+                                    pml, cnt, dout, nullptr, nullptr, mma));
             GPU_CHECK(cudaDeviceSynchronize());
             GPU_CHECK(cudaMemcpy(second.data(), dout, second.size() * 2, cudaMemcpyDeviceToHost));
             if (first != second) {

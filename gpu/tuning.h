@@ -1,0 +1,69 @@
+/* gpu/tuning.h — the CUDA engine's settings: one struct, read once when a device opens.
+ *
+ * Where they come from (gpu_tuning_read): a spec string "key=value,..." — the daemon's
+ * `gpu_tune` configuration key, handed over in accel_opts.gpu_tune — or, when the opener passes
+ * none (tests, benchmarks, the one-shot commands), the environment variable TANDEM_GPU_TUNE in
+ * the same format. Nothing else in gpu/ reads the environment. Tests may also fill the struct
+ * directly (gpu_tuning_default, then the fields).
+ *
+ * Keys (gpu/KERNELS.md says which kernel each one picks and what it measured):
+ *   settings an operator may use (deploy/tandem.conf.example, gpu_tune):
+ *     chunk=N           tokens per forward pass, GPU_MAX_BATCH..65536 (default 8192): a longer
+ *                       prefill runs in passes of N; the engine halves it while its activations
+ *                       would take over a quarter of the free device memory
+ *     graphs=0|1        decode steps replayed as CUDA graphs (1)
+ *   comparisons (tests keep the paths they force correct; benchmarks measure what each piece
+ *   buys; every forced path is also a fallback the engine takes on other GPUs or shapes):
+ *     attn=auto|mma4|mma8|wgmma   prefill attention: auto = the warp-specialized wgmma kernel on
+ *                       Hopper with head_dim 128, else mma.sync with 4 warps
+ *     sparse_attn=auto|mma4|mma8  block-sparse (FlexPrefill) attention; auto: as the dense one,
+ *                       mma.sync warps by prompt length
+ *     gemv=0|1          own GEMV for single-token projections (0: cuBLAS; also unfuses)
+ *     fused=0|1         fused single-token QKV and gate/up kernels
+ *     pdl=0|1           programmatic dependent launch in the decode chain (Hopper)
+ *     decode_attn=one|two   one-kernel decode attention (two: split + merge kernels)
+ *     decode_cluster=0|N    cluster form of the decode attention for rows of at most N keys
+ *                       (default 2048; 0: off)
+ *     decode_mma=0|1    decode attention ranges on the tensor cores
+ *     prune=0|1         prefill's last layer only for the rows the logits read
+ *   traces (stderr at exit; the lab's, not for serving):
+ *     profile=1         every op timed with events (decode then runs without graphs)
+ *     chain_trace=1     where a single-token decode step's time goes (gpu/chain_trace.cu)
+ *
+ * Threads: pure functions over caller memory; any thread. */
+#ifndef TANDEM_GPU_TUNING_H
+#define TANDEM_GPU_TUNING_H
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum gpu_attn_pick { GPU_ATTN_AUTO = 0, GPU_ATTN_MMA4, GPU_ATTN_MMA8, GPU_ATTN_WGMMA };
+
+typedef struct gpu_tuning {
+    int chunk;            /* tokens per forward pass */
+    int graphs;           /* 1: decode through CUDA graphs */
+    int attn;             /* enum gpu_attn_pick: prefill attention */
+    int sparse_attn;      /* enum gpu_attn_pick (no WGMMA): block-sparse attention */
+    int gemv, fused, pdl; /* 1: on */
+    int decode_two;       /* 1: the two-kernel decode attention */
+    int decode_cluster;   /* longest row (keys) for the cluster form; 0: off */
+    int decode_mma, prune; /* 1: on */
+    int profile, chain_trace; /* 1: on */
+} gpu_tuning;
+
+/* The defaults: what the engine runs when nobody sets anything. */
+void gpu_tuning_default(gpu_tuning *t);
+
+/* Applies spec ("key=value,...", spaces around items allowed; NULL or "": nothing) on top of t.
+ * Returns 0, or -1 with a message naming the key in err (t then partly applied). */
+int gpu_tuning_parse(gpu_tuning *t, const char *spec, char *err, size_t errlen);
+
+/* Defaults, then spec when not NULL, else $TANDEM_GPU_TUNE. 0, or -1 with a message in err. */
+int gpu_tuning_read(gpu_tuning *t, const char *spec, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
