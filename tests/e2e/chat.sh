@@ -18,3 +18,6 @@ rm -f /tmp/chat.err.$$
 # invalid UTF-8 input is refused for that line, not fatal
 out3=$(printf '\377\376\nhello\n' | $B/tandem chat --model $M --chat-template $T --temperature 0 --max-tokens 5 2>/dev/null)
 [ $? = 0 ] && [ -n "$out3" ] && echo "ok chat_invalid_utf8" || echo "not ok chat_invalid_utf8"
+# The same bytes as before chat became a client of the scheduler (tests/data/cli)
+PATTERNS='chat_* cuda_chat_*'
+. tests/data/cli/check.sh

@@ -38,3 +38,7 @@ assert j['text'] == ', there was a little girl named ', j
 assert j['finish_reason'] == 'stop', j" && echo "ok generate_stop_string" || echo "not ok generate_stop_string"
 # bad input: a clear error and a non-zero exit
 if $B/tandem generate --model $M --ids 1,99999 --max-tokens 2 2>/dev/null; then echo "not ok generate_bad_id"; else echo "ok generate_bad_id"; fi
+# The same bytes as before generate became a client of the scheduler, on every device
+# combination (tests/data/cli: stdout, stderr and exit status of each run in cases.sh)
+PATTERNS='gen_* cuda_gen_*'
+. tests/data/cli/check.sh
