@@ -2,10 +2,16 @@
  *
  * Each turn renders the whole conversation with add_generation_prompt, tokenizes it without
  * adding special tokens (the template writes them, as apply_chat_template(tokenize=True) does),
- * keeps the KV of the longest prefix shared with the previous turn and prefills only the rest,
- * then streams the reply until an eos token, a stop or the context ends. Lines starting with "/"
- * are commands: /exit, /reset. */
+ * and sends it as one request through the scheduler `tandem serve` runs (daemon/cli_sched.h;
+ * prefill and decode on --device, as a chat completion pinned there), streaming the reply until
+ * an eos token, a stop or the context ends. Lines starting with "/" are commands: /exit, /reset.
+ *
+ * Each turn prefills the whole conversation again, as the daemon does for every request: the
+ * backends' prefill and decode compute the same numbers (tests/cpu/test_consistency.c; the
+ * card's prefill kernel matches its decode kernel exactly, e2e fpga_eval_prefill_equals_decode),
+ * so the replies are those of keeping the previous turn's KV, at the cost of a longer prefill. */
 #include "daemon/cli.h"
+#include "daemon/cli_sched.h"
 #include "daemon/cmd.h"
 #include "devices/devices.h"
 #include "model/gen.h"
@@ -43,6 +49,33 @@ static int convo_add(convo *c, const char *role, const char *content, size_t len
     return 0;
 }
 
+/* One turn's reply, as its events arrive. */
+typedef struct chat_turn {
+    char *reply;
+    size_t len;
+    int failed;
+    char msg[512];
+} chat_turn;
+
+static void on_event(void *ctx, const sched_event *ev)
+{
+    chat_turn *t = ctx;
+    if (ev->type == SCHED_EV_ERROR) {
+        t->failed = 1;
+        snprintf(t->msg, sizeof t->msg, "%s",
+                 ev->message ? ev->message : sched_strerror(ev->status));
+    }
+    if (ev->type != SCHED_EV_TOKEN || !ev->text_len) return;
+    fwrite(ev->text, 1, ev->text_len, stdout);
+    fflush(stdout);
+    char *nr = realloc(t->reply, t->len + ev->text_len + 1);
+    if (!nr) return; /* the reply kept in the conversation loses this piece */
+    t->reply = nr;
+    memcpy(t->reply + t->len, ev->text, ev->text_len);
+    t->len += ev->text_len;
+    t->reply[t->len] = 0;
+}
+
 static int usage(FILE *f)
 {
     fprintf(f, "usage: tandem chat [--model DIR] [--chat-template FILE] [--system TEXT] [--device cpu]\n"
@@ -58,7 +91,7 @@ int dmn_cmd_chat(int argc, char **argv)
     long max_tokens = 256;
     int bad = 0;
     enum accel_gpu_half half = ACCEL_GPU_HALF_AUTO;
-    model_gen_params gp = {.sampling = model_sampling_default(), .skip_special = 1};
+    model_sampling sampling = model_sampling_default();
     for (int i = 1; i < argc && !bad; i++) {
         long t;
         if (dmn_help(i, argv)) return usage(stdout);
@@ -70,7 +103,7 @@ int dmn_cmd_chat(int argc, char **argv)
             if (dmn_parse_int("--max-tokens", v, 1, 1 << 24, &max_tokens)) return 2;
         } else if ((v = dmn_opt(&i, argc, argv, "--gpu-dtype", &bad))) {
             if (dmn_parse_gpu_dtype(v, &half)) return 2;
-        } else if ((t = dmn_sampling_opt(&i, argc, argv, &gp.sampling, &bad))) {
+        } else if ((t = dmn_sampling_opt(&i, argc, argv, &sampling, &bad))) {
             if (t < 0) return 2;
         } else if (!bad) {
             fprintf(stderr, "tandem chat: unknown option %s\n", argv[i]);
@@ -88,11 +121,8 @@ int dmn_cmd_chat(int argc, char **argv)
     model_tok *tok = NULL;
     model_tmpl *tm = NULL;
     accel_dev *d = NULL;
-    accel_seq *s = NULL;
+    dmn_cli_sched *cs = NULL;
     char *src = NULL, *line = NULL;
-    int32_t *prev = NULL;
-    size_t n_prev = 0;
-    float *lg = NULL;
     convo cv = {0};
     if (!(m = model_load(dir, err, sizeof err)) || !(tok = model_tok_load_dir(dir, err, sizeof err))) {
         fprintf(stderr, "tandem chat: %s\n", err);
@@ -120,17 +150,15 @@ int dmn_cmd_chat(int argc, char **argv)
         fprintf(stderr, "tandem chat: %s\n", err);
         goto out;
     }
-    int n_ctx = model_context_limit(&m->cfg), vocab = m->cfg.vocab;
-    if (accel_seq_new(d, n_ctx, &s) || !(lg = malloc(vocab * sizeof(float))) ||
+    accel_info di;
+    accel_get_info(d, &di);
+    if (!(cs = dmn_cli_sched_new(&d, 1, tok, di.kind == ACCEL_KIND_FPGA, err, sizeof err)) ||
         !(line = malloc(MAX_LINE))) {
-        fprintf(stderr, "tandem chat: cannot reserve a %d-token context on %s\n", n_ctx, device);
+        fprintf(stderr, "tandem chat: %s\n", cs ? "out of memory" : err);
         goto out;
     }
+    int n_ctx = model_context_limit(&m->cfg);
     if (system && convo_add(&cv, "system", system, strlen(system))) goto out;
-    gp.eos_ids = m->cfg.eos_ids;
-    gp.n_eos = m->cfg.n_eos;
-    gp.n_ctx = n_ctx;
-    gp.max_tokens = (int)max_tokens;
     int tty = isatty(0);
     for (;;) {
         if (tty) fputs("> ", stderr);
@@ -173,63 +201,27 @@ int dmn_cmd_chat(int argc, char **argv)
             free(ids);
             break;
         }
-        /* reuse the KV of the prefix this turn shares with the last one (at least one token is
-         * prefilled so that there are logits to sample from) */
-        size_t keep = 0;
-        while (keep < n_prev && keep + 1 < n && prev[keep] == ids[keep]) keep++;
-        if (keep > (size_t)accel_seq_len(d, s)) keep = accel_seq_len(d, s);
-        accel_seq_truncate(d, s, (int)keep);
-        accel_prefill_req r = {.seq = s, .ids = ids + keep, .n = (int)(n - keep), .logits = lg};
-        if ((st = accel_prefill(d, &r))) {
-            fprintf(stderr, "tandem chat: prefill: %s\n", accel_strerror(st));
-            free(ids);
-            break;
-        }
-        model_gen *g = model_gen_new(tok, &gp, vocab, ids, (int)n, 0, err, sizeof err);
-        if (!g) {
-            fprintf(stderr, "tandem chat: %s\n", err);
-            free(ids);
-            break;
-        }
-        char *reply = NULL;
-        size_t rlen = 0;
-        model_gen_out go;
-        for (;;) {
-            if (model_gen_step(g, lg, &go)) break;
-            if (go.len) {
-                fwrite(go.text, 1, go.len, stdout);
-                fflush(stdout);
-                char *nr = realloc(reply, rlen + go.len + 1);
-                if (!nr) break;
-                reply = nr;
-                memcpy(reply + rlen, go.text, go.len);
-                rlen += go.len;
-                reply[rlen] = 0;
-            }
-            if (go.finish != MODEL_FINISH_NONE) break;
-            if ((st = accel_decode(d, 1, &s, &go.token, lg))) {
-                fprintf(stderr, "\ntandem chat: decode: %s\n", accel_strerror(st));
-                break;
-            }
-        }
+        /* the scheduler admits prompt + max_tokens within the context; the reply stops there
+         * anyway ("length", as a larger max_tokens does when the context fills) */
+        int room = n_ctx - (int)n;
+        sched_params sp = {.prompt = ids, .n_prompt = (int)n, .n = 1, .sampling = sampling,
+                           .max_tokens = max_tokens < room ? (int)max_tokens : room,
+                           .prefill_on = 1u, .decode_on = 1u};
+        chat_turn turn = {0};
+        st = dmn_cli_sched_run(cs, &sp, on_event, &turn, err, sizeof err);
+        free(ids);
+        if (st || turn.failed) fprintf(stderr, "\ntandem chat: %s\n", st ? err : turn.msg);
         fputc('\n', stdout);
         fflush(stdout);
-        model_gen_free(g);
-        convo_add(&cv, "assistant", reply ? reply : "", rlen);
-        free(reply);
-        /* the sequence now holds the prompt plus the reply's tokens except the last sampled one */
-        free(prev);
-        prev = ids;
-        n_prev = n;
-        if (st) break;
+        convo_add(&cv, "assistant", turn.reply ? turn.reply : "", turn.len);
+        free(turn.reply);
+        if (st || turn.failed) break;
     }
     rc = 0;
 out:
     convo_clear(&cv, 0);
-    free(prev);
     free(line);
-    free(lg);
-    if (s) accel_seq_free(d, s);
+    dmn_cli_sched_free(cs); /* before the device it runs on */
     accel_free(d);
     model_tmpl_free(tm);
     free(src);

@@ -1,12 +1,15 @@
 /* tandem generate — complete a prompt (text or ids) on a device and stream the text.
  *
- * A decode device that cannot prefill, and an FPGA card (as the daemon places them unless
- * fpga_prefill is set), gets the prompt's KV from a prefill device (--prefill-device, default
- * cpu): the prompt is prefilled there with its KV exported layer by layer and imported into the
- * decode device, the first token comes from the prefill's logits and every later one from the
- * decode device — the path a request takes in the daemon. --prefill-device naming the decode
- * device itself prefills there (a card with FAST-Prefill's kernel: fpga/kernels/prefill.c). */
+ * The request goes through the scheduler `tandem serve` runs (daemon/cli_sched.h), pinned to
+ * the devices the flags name. A decode device that cannot prefill, and an FPGA card (as the
+ * daemon places them unless fpga_prefill is set), gets the prompt's KV from a prefill device
+ * (--prefill-device, default cpu): the prompt is prefilled there with its KV shipped layer by
+ * layer in the wire format into the decode device, the first token comes from the prefill's
+ * logits and every later one from the decode device — the path a request takes in the daemon.
+ * --prefill-device naming the decode device itself prefills there (a card with FAST-Prefill's
+ * kernel: fpga/kernels/prefill.c). */
 #include "daemon/cli.h"
+#include "daemon/cli_sched.h"
 #include "daemon/cmd.h"
 #include "devices/devices.h"
 #include "model/gen.h"
@@ -29,15 +32,59 @@ static int usage(FILE *f)
     return f == stdout ? 0 : 2;
 }
 
-typedef struct ship {
-    accel_dev *dst;
-    accel_seq *seq;
-} ship;
+/* What the events of the one request leave behind. */
+typedef struct gen_run {
+    int json;
+    int32_t *ids; /* generated, max_tokens of them at most */
+    int n_ids, cap;
+    char *text; /* --json: the text, gathered */
+    size_t text_len, text_cap;
+    char devs[128];
+    enum model_finish finish;
+    int failed, printed, nomem;
+    char msg[512];
+} gen_run;
 
-static int ship_layer(void *ctx, const proto_kv_layer *chunk)
+static void on_event(void *ctx, const sched_event *ev)
 {
-    ship *s = ctx;
-    return accel_kv_import(s->dst, s->seq, chunk);
+    gen_run *g = ctx;
+    switch (ev->type) {
+    case SCHED_EV_PLACED:
+        snprintf(g->devs, sizeof g->devs, "prefill=%s; decode=%s", ev->prefill_dev, ev->decode_dev);
+        break;
+    case SCHED_EV_TOKEN:
+        if (g->n_ids < g->cap) g->ids[g->n_ids++] = ev->token_id;
+        if (!ev->text_len) break;
+        if (g->json) {
+            if (g->text_len + ev->text_len + 1 > g->text_cap) {
+                size_t cap = (g->text_len + ev->text_len + 1) * 2;
+                char *nt = realloc(g->text, cap);
+                if (!nt) {
+                    g->nomem = 1;
+                    break;
+                }
+                g->text = nt;
+                g->text_cap = cap;
+            }
+            memcpy(g->text + g->text_len, ev->text, ev->text_len);
+            g->text_len += ev->text_len;
+        } else {
+            fwrite(ev->text, 1, ev->text_len, stdout);
+            fflush(stdout);
+            g->printed = 1;
+        }
+        break;
+    case SCHED_EV_CHOICE_DONE:
+        g->finish = ev->finish;
+        break;
+    case SCHED_EV_DONE:
+        break;
+    case SCHED_EV_ERROR:
+        g->failed = 1;
+        snprintf(g->msg, sizeof g->msg, "%s",
+                 ev->message ? ev->message : sched_strerror(ev->status));
+        break;
+    }
 }
 
 int dmn_cmd_generate(int argc, char **argv)
@@ -96,12 +143,9 @@ int dmn_cmd_generate(int argc, char **argv)
     }
     model_tok *tok = model_tok_load_dir(dir, err, sizeof err);
     accel_dev *d = NULL, *p = NULL;
-    accel_seq *s = NULL, *ps = NULL;
-    model_gen *g = NULL;
-    int32_t *ids = NULL, *out_ids = NULL;
-    char *text = NULL;
-    size_t n_ids = 0, text_len = 0, text_cap = 0;
-    float *lg = NULL;
+    dmn_cli_sched *cs = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
     if (!tok && prompt) {
         fprintf(stderr, "tandem generate: --prompt needs the model's tokenizer: %s\n", err);
         goto out;
@@ -145,99 +189,55 @@ int dmn_cmd_generate(int argc, char **argv)
         }
     }
     accel_get_info(p ? p : d, &pi);
-    int cap = (long)n_ids + max_tokens < n_ctx ? (int)(n_ids + max_tokens) : n_ctx;
-    int st = accel_seq_new(d, cap, &s);
-    lg = malloc(vocab * sizeof(float));
-    if (st || !lg) {
-        fprintf(stderr, "tandem generate: %s: %s\n", di.name, accel_strerror(st ? st : ACCEL_ERR_NOMEM));
+    /* devs[0] prefills, the last one decodes (the same device without --prefill-device) */
+    accel_dev *devs[2] = {p ? p : d, d};
+    int n_devs = p ? 2 : 1;
+    if (!(cs = dmn_cli_sched_new(devs, n_devs, tok, pi.kind == ACCEL_KIND_FPGA, err, sizeof err))) {
+        fprintf(stderr, "tandem generate: %s\n", err);
         goto out;
     }
-    if (p) {
-        ship sh = {d, s};
-        accel_kv_sink sink = {ship_layer, &sh};
-        if (!(st = accel_seq_new(p, (int)n_ids, &ps))) {
-            accel_prefill_req r = {.seq = ps, .ids = ids, .n = (int)n_ids, .logits = lg, .kv = &sink};
-            st = accel_prefill(p, &r);
-        }
-    } else {
-        accel_prefill_req r = {.seq = s, .ids = ids, .n = (int)n_ids, .logits = lg};
-        st = accel_prefill(d, &r);
-    }
-    if (st) {
-        fprintf(stderr, "tandem generate: prefill on %s: %s\n", pi.name, accel_strerror(st));
+    /* the scheduler admits prompt + max_tokens within the context; generation stops there
+     * anyway ("length", the same finish a larger max_tokens gets when the context fills) */
+    int room = n_ctx - (int)n_ids;
+    gen_run run = {.json = json, .cap = (int)(max_tokens < room ? max_tokens : room)};
+    if (!(run.ids = malloc(sizeof(int32_t) * (size_t)run.cap))) {
+        fprintf(stderr, "tandem generate: out of memory\n");
         goto out;
     }
-    if (ps) {
-        accel_seq_free(p, ps);
-        ps = NULL;
-    }
-    gp.stops = stops;
-    gp.n_stops = n_stops;
-    gp.max_tokens = (int)max_tokens;
-    gp.n_ctx = n_ctx;
-    gp.eos_ids = m->cfg.eos_ids;
-    gp.n_eos = m->cfg.n_eos;
-    g = model_gen_new(tok, &gp, vocab, ids, (int)n_ids, 0, err, sizeof err);
-    out_ids = malloc((max_tokens + 1) * sizeof *out_ids);
-    if (!g || !out_ids) {
-        fprintf(stderr, "tandem generate: %s\n", g ? "out of memory" : err);
-        rc = 2;
+    sched_params sp = {.prompt = ids, .n_prompt = (int)n_ids, .max_tokens = run.cap, .n = 1,
+                       .sampling = gp.sampling, .stop = stops, .n_stop = n_stops,
+                       .ignore_eos = gp.ignore_eos, .prefill_on = 1u,
+                       .decode_on = 1u << (n_devs - 1)};
+    int st = dmn_cli_sched_run(cs, &sp, on_event, &run, err, sizeof err);
+    if (st || run.failed || run.nomem) {
+        fprintf(stderr, "%standem generate: %s\n", run.printed ? "\n" : "",
+                st ? err : run.failed ? run.msg : "out of memory");
+        rc = st == SCHED_ERR_INVALID ? 2 : 1;
+        free(run.ids);
+        free(run.text);
         goto out;
     }
-    model_gen_out o;
-    int n_out = 0;
-    for (;;) {
-        if (model_gen_step(g, lg, &o)) {
-            fprintf(stderr, "tandem generate: out of memory\n");
-            goto out;
-        }
-        out_ids[n_out++] = o.token;
-        if (o.len) {
-            if (json) {
-                if (text_len + o.len + 1 > text_cap) {
-                    text_cap = (text_len + o.len + 1) * 2;
-                    char *nt = realloc(text, text_cap);
-                    if (!nt) goto out;
-                    text = nt;
-                }
-                memcpy(text + text_len, o.text, o.len);
-                text_len += o.len;
-            } else {
-                fwrite(o.text, 1, o.len, stdout);
-                fflush(stdout);
-            }
-        }
-        if (o.finish != MODEL_FINISH_NONE) break;
-        if ((st = accel_decode(d, 1, &s, &o.token, lg))) {
-            fprintf(stderr, "\ntandem generate: decode on %s: %s\n", di.name, accel_strerror(st));
-            goto out;
-        }
-    }
-    char devs[128];
-    snprintf(devs, sizeof devs, "prefill=%s; decode=%s", pi.name, di.name);
     if (json) {
-        char *js = proto_cli_generate_json(out_ids, n_out, text, text_len,
-                                           model_finish_name(o.finish), (int)n_ids, devs);
-        if (!js) goto out;
-        printf("%s\n", js);
+        char *js = proto_cli_generate_json(run.ids, run.n_ids, run.text, run.text_len,
+                                           model_finish_name(run.finish), (int)n_ids, run.devs);
+        if (js) printf("%s\n", js);
+        else fprintf(stderr, "tandem generate: out of memory\n");
         free(js);
+        rc = js ? 0 : 1;
     } else {
         printf("\n");
-        fprintf(stderr, "[%d prompt + %d generated tokens, finish %s, %s]\n", (int)n_ids, n_out,
-                model_finish_name(o.finish), devs);
+        fprintf(stderr, "[%d prompt + %d generated tokens, finish %s, %s]\n", (int)n_ids,
+                run.n_ids, model_finish_name(run.finish), run.devs);
+        rc = 0;
     }
-    rc = 0;
+    free(run.ids);
+    free(run.text);
 out:
-    model_gen_free(g);
-    if (ps) accel_seq_free(p, ps);
-    if (s) accel_seq_free(d, s);
+    dmn_cli_sched_free(cs); /* before the devices it runs on */
     accel_free(p);
     accel_free(d);
     model_tok_free(tok);
     model_free(m);
     free(ids);
-    free(out_ids);
-    free(text);
-    free(lg);
     return rc;
 }

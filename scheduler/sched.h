@@ -73,6 +73,13 @@ typedef struct sched_params {
     const accel_sparse *sparse; /* FlexPrefill for long prompts (copied); NULL: dense. A sparse
                                    prompt above the dense threshold is prefilled in one call
                                    (never chunked: the index needs the whole prompt) */
+    int ignore_eos;       /* keep generating through eos tokens (tandem generate --ignore-eos) */
+    /* Device pins (tandem generate / chat: the devices --prefill-device and --device name): bit
+     * i lets devs[i] of sched_new prefill / decode this request, 0 lets the policy choose. A
+     * decode pin also makes a device that is not an FPGA card (the CPU, a GPU) a target for KV
+     * prefilled elsewhere, when it can decode and import KV. Otherwise the policy's rules hold
+     * (sched_policy.h; an FPGA prefills only with sched_config.fpga_prefill). */
+    unsigned prefill_on, decode_on;
 } sched_params;
 
 enum sched_ev_type {
@@ -102,6 +109,7 @@ typedef struct sched_event {
     /* TOKEN, CHOICE_DONE: text that is final (valid UTF-8, stop strings removed) */
     const char *text;
     size_t text_len;
+    int32_t token_id;      /* TOKEN: the sampled token */
     /* TOKEN with logprobs */
     int has_logprobs;
     sched_lp_entry token;

@@ -22,7 +22,8 @@ int sched_choice_init(sched_choice *c, sched *s, const sched_params *p, int inde
     gp.stops = p->stop;
     gp.n_stops = p->n_stop;
     gp.max_tokens = p->max_tokens;
-    gp.n_ctx = mc->max_pos;
+    gp.n_ctx = model_context_limit(mc); /* what sched_submit admits prompt + max_tokens to */
+    gp.ignore_eos = p->ignore_eos;
     gp.eos_ids = mc->eos_ids;
     gp.n_eos = mc->n_eos;
     gp.skip_special = 1; /* special tokens (<s>, <|eot_id|>) are control, not text */
@@ -91,6 +92,7 @@ static void post_token(sched *s, sched_req *r, sched_choice *c, const model_gen_
     if (o->len) memcpy(n->data, o->text, o->len);
     ev->text = n->data;
     ev->text_len = o->len;
+    ev->token_id = o->token;
     if (r->logprobs) {
         /* Token bytes point into the scheduler's token table, which outlives every event. */
         ev->has_logprobs = 1;

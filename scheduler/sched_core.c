@@ -141,7 +141,8 @@ static sched_policy_req policy_req(const sched_req *r)
     for (int i = 0; i < r->n; i++)
         if (r->choices[i].finish == MODEL_FINISH_NONE && r->choices[i].n_hist > hist) hist = r->choices[i].n_hist;
     if (hist >= r->max_tokens) hist = r->max_tokens - 1;
-    sched_policy_req pr = {r->n_prompt + hist, r->max_tokens - hist, r->n, r->avoid};
+    sched_policy_req pr = {r->n_prompt + hist, r->max_tokens - hist, r->n, r->avoid,
+                           r->prefill_on, r->decode_on};
     return pr;
 }
 
@@ -393,6 +394,8 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
     r->n = p->n;
     r->logprobs = p->sampling.logprobs;
     r->deadline = p->deadline;
+    r->prefill_on = p->prefill_on;
+    r->decode_on = p->decode_on;
     if (p->sparse) {
         r->has_sparse = 1;
         r->sparse = *p->sparse;

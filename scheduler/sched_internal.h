@@ -108,6 +108,7 @@ struct sched_req {
     /* read-only after submit */
     int32_t *prompt;
     int n_prompt, max_tokens, n, logprobs;
+    unsigned prefill_on, decode_on; /* device pins (sched_params) */
     double deadline, t_arrival;
     int has_sparse;
     int sparse_off;              /* prefill worker: a sparse pass found no memory, run dense */

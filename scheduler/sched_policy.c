@@ -28,6 +28,21 @@ static int is_card(const sched_policy_dev *d)
     return d->kind == ACCEL_KIND_FPGA && (d->caps & need) == need;
 }
 
+/* A pin mask (sched_policy_req.prefill_on / decode_on) lets device i: no pin lets every device. */
+static int pinned(unsigned mask, int i)
+{
+    return !mask || (i < 32 && (mask >> i) & 1u);
+}
+
+/* Where a split's KV may go: a card, or a device the request pins its decode to that can
+ * decode imported KV (tandem generate --device cpu --prefill-device fpga-emu). */
+static int is_target(const sched_policy_dev *d, const sched_policy_req *r, int i)
+{
+    const unsigned need = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
+    if (!pinned(r->decode_on, i)) return 0;
+    return is_card(d) || (r->decode_on && (d->caps & need) == need);
+}
+
 /* GPU first; an FPGA prefills only where configured, ahead of the CPU (FAST-Prefill on a U280
  * is far faster than a host CPU for a 7B model); the CPU last. */
 static int kind_rank(enum accel_kind k)
@@ -95,13 +110,13 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
     for (int i = 0; i < n_devs; i++) {
         const sched_policy_dev *d = &v[i];
         if (!usable(d, i, r->avoid)) continue;
-        if (is_prefill(d, o)) {
+        if (is_prefill(d, o) && pinned(r->prefill_on, i)) {
             uint64_t prompt = sched_policy_prompt_bytes(d, r);
             if (d->caps & ACCEL_CAP_KV_EXPORT && prompt <= d->mem_total) {
                 could_export = 1;
                 if (fits(d, prompt) && better_prefill(v, i, exporter)) exporter = i;
             }
-            if (d->caps & ACCEL_CAP_DECODE) {
+            if (d->caps & ACCEL_CAP_DECODE && pinned(r->decode_on, i)) {
                 uint64_t whole = sched_policy_kv_bytes(d, r);
                 if (r->n <= d->max_running && whole <= d->mem_total) {
                     could_local = 1;
@@ -111,7 +126,7 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
                 }
             }
         }
-        if (is_card(d)) {
+        if (is_target(d, r, i)) {
             uint64_t whole = sched_policy_kv_bytes(d, r);
             int slots = card_slots(d);
             if (r->n <= slots && whole <= d->mem_total) {
@@ -144,7 +159,7 @@ int sched_policy_can_serve(const sched_policy_dev *v, int n_devs, const sched_po
         idle[i].running = 0;
         idle[i].mem_committed = 0;
     }
-    sched_policy_req r = {1, 1, 1, 0};
+    sched_policy_req r = {1, 1, 1, 0, 0, 0};
     sched_placement pl;
     return sched_policy_place(idle, n_devs, o, &r, &pl) != SCHED_PLACE_NEVER;
 }

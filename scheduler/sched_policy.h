@@ -39,6 +39,10 @@
  *                queue then waits and nothing behind it overtakes (strict FCFS: no starvation).
  *   4. NEVER:    no usable device could ever hold it.
  *
+ *   pins         a request may name the devices that may prefill and decode it (prefill_on,
+ *                decode_on: tandem generate's --prefill-device and --device); the rules above
+ *                then see only those, and a pinned decoder that imports KV counts as a card.
+ *
  * Chunked prefill (sched_policy_chunk): a device that is also decoding runs a long prompt in
  * chunks (each accel_prefill appends to the sequence), interleaved with its decode steps, so that
  * the prefill work between two decode steps stays within a time-between-tokens budget (the
@@ -77,6 +81,9 @@ typedef struct sched_policy_req {
     int max_tokens;
     int n;            /* choices: n sequences */
     unsigned avoid;   /* bit i: do not use device i (it failed this request) */
+    unsigned prefill_on, decode_on; /* pins (sched_params): bit i: only such devices prefill /
+                                       decode it, a pinned decoder being a KV target like a card
+                                       when it can decode and import; 0: no pin */
 } sched_policy_req;
 
 enum sched_place {
