@@ -94,6 +94,7 @@ struct conn {
     dmn_http_req *req;
     int keep_alive;
     int reading, closing, handles;
+    int doomed; /* to be closed on the next loop turn (see conn_doom) */
     unsigned long long body_total;
 };
 
@@ -153,14 +154,31 @@ static void date_header(char *out, size_t n)
 }
 
 static void on_written(uv_write_t *w, int status);
+static void on_timer(uv_timer_t *t);
+
+/* Closes c on the next loop turn. The functions a handler calls (respond, stream_write, ...)
+ * use this instead of conn_close: closing at once would call the handler's on_close, which frees
+ * the handler's request, from inside the handler's own call. The request ignores whatever the
+ * handler does with it until then. */
+static void conn_doom(conn *c)
+{
+    if (c->closing || c->doomed) return;
+    c->doomed = 1;
+    if (c->req) c->req->gone = 1;
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = 0;
+    }
+    uv_timer_start(&c->timer, on_timer, 0, 0);
+}
 
 /* Queues a + b as one write. final: these are the response's last bytes. */
 static void conn_write(conn *c, const char *a, size_t na, const char *b, size_t nb, int final)
 {
-    if (c->closing) return;
+    if (c->closing || c->doomed) return;
     wreq *wr = malloc(sizeof *wr + na + nb);
     if (!wr) {
-        conn_close(c);
+        conn_doom(c);
         return;
     }
     wr->c = c;
@@ -171,7 +189,7 @@ static void conn_write(conn *c, const char *a, size_t na, const char *b, size_t 
     uv_buf_t buf = uv_buf_init(wr->data, (unsigned)wr->len);
     if (uv_write(&wr->w, (uv_stream_t *)&c->tcp, &buf, 1, on_written) != 0) {
         free(wr);
-        conn_close(c);
+        conn_doom(c);
     }
 }
 
@@ -279,6 +297,7 @@ static void response_done(conn *c)
     }
     c->st = CS_IDLE;
     c->since = now_s(c->h);
+    if (!c->reading && uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = 1;
     process(c);
 }
 
@@ -299,11 +318,10 @@ static void on_written(uv_write_t *w, int status)
 
 /* ---------------------------------------------------------------- timers */
 
-static void on_timer(uv_timer_t *t);
-
 static void arm(conn *c)
 {
     dmn_http *h = c->h;
+    if (c->doomed) return;
     double left;
     switch (c->st) {
     case CS_IDLE: left = h->cfg.timeout_s - (now_s(h) - c->since); break;
@@ -325,6 +343,10 @@ static void on_timer(uv_timer_t *t)
     conn *c = t->data;
     dmn_http *h = c->h;
     if (c->closing) return;
+    if (c->doomed) {
+        conn_close(c);
+        return;
+    }
     switch (c->st) {
     case CS_IDLE:
         if (now_s(h) - c->since >= h->cfg.timeout_s) conn_close(c);
@@ -453,7 +475,7 @@ static void start_request(conn *c, const char *p, size_t len)
 static void process(conn *c)
 {
     dmn_http *h = c->h;
-    while (!c->closing) {
+    while (!c->closing && !c->doomed) {
         const char *p = c->in.p ? c->in.p + c->in.off : NULL;
         size_t n = dmn_buf_pending(&c->in);
         if (c->st == CS_IDLE || c->st == CS_HEAD) {
@@ -524,7 +546,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     conn *c = s->data;
     dmn_http *h = c->h;
-    if (c->closing || nread == 0) return;
+    if (c->closing || c->doomed || nread == 0) return;
     if (nread < 0) {
         /* EOF or a reset: a request with the handler ends now (it is cancelled) */
         conn_close(c);
@@ -633,6 +655,10 @@ static int count_host(dmn_http *h, const struct sockaddr_storage *peer)
 static void evict(conn *victim, const char *why)
 {
     log_refused(victim->h, victim->client, why);
+    if (victim->st == CS_IDLE) {
+        conn_close(victim); /* between requests: nothing to answer */
+        return;
+    }
     if (victim->req) notify_close(victim->req, 0);
     conn_error(victim, 408, why);
 }
@@ -905,7 +931,7 @@ void dmn_http_respond(dmn_http_req *r, int status, const char *content_type, con
     build_head(&b, status, content_type, (long long)len, 0, r->hdrs, r->n_hdrs, close, 0);
     if (b.oom) {
         dmn_buf_deinit(&b);
-        conn_close(c);
+        conn_doom(c);
         return;
     }
     conn_write(c, b.p, b.len, body, r->is_head ? 0 : len, 1);
@@ -935,7 +961,7 @@ void dmn_http_stream_write(dmn_http_req *r, const char *data, size_t len)
     conn *c = r->c;
     if (c->tcp.write_queue_size > MAX_PENDING_OUT) {
         /* the client does not read what it asked for: it is gone as far as we are concerned */
-        conn_close(c);
+        conn_doom(c);
         return;
     }
     r->last_write = now_s(c->h);
@@ -947,7 +973,7 @@ void dmn_http_stream_write(dmn_http_req *r, const char *data, size_t len)
         dmn_buf_add(&b, pre, (size_t)k);
         dmn_buf_add(&b, data, len);
         dmn_buf_add(&b, "\r\n", 2);
-        if (b.oom) conn_close(c);
+        if (b.oom) conn_doom(c);
         else conn_write(c, b.p, b.len, NULL, 0, 0);
         dmn_buf_deinit(&b);
     } else {

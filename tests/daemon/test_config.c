@@ -277,7 +277,7 @@ TEST(metrics_render_families)
     m.success[DMN_FINISH_LENGTH] = 2;
     dmn_metrics_count_status(&m, 429);
     dmn_metrics_count_status(&m, 418); /* "other" */
-    dmn_metrics_dev dev = {"cpu", "cpu", "ok", 1.5, 1000, 250, 2, 7, 70, 0, 0, 0, 0, 0};
+    dmn_metrics_dev dev = {"cpu", "cpu", "ok", 1.5, 1000, 250, 2, 7, 70, 0, 0, 0, 0, 0, 0};
     dmn_buf b;
     dmn_buf_init(&b);
     dmn_metrics_render(&b, &m, 1, 3, &dev, 1, 1, 0);
