@@ -7,7 +7,7 @@
  * an eos token, a stop or the context ends. Lines starting with "/" are commands: /exit, /reset.
  *
  * Each turn prefills the whole conversation again, as the daemon does for every request: the
- * backends' prefill and decode compute the same numbers (tests/cpu/test_consistency.c; the
+ * backends' prefill and decode compute the same numbers (tests/accel: conf_prefill_decode_*; the
  * card's prefill kernel matches its decode kernel exactly, e2e fpga_eval_prefill_equals_decode),
  * so the replies are those of keeping the previous turn's KV, at the cost of a longer prefill. */
 #include "daemon/cli.h"
