@@ -32,7 +32,7 @@ mkdir -p "$DEST/build/lab"
 cp $B/lab/libtandem_cuda.so $B/bench_gpu "$DEST/build/lab/"
 for lib in $(ldd "$DEST"/build/* 2>/dev/null | awk '/=>/ {print $3}' | sort -u); do
     case $(basename $lib) in
-    libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libgcc_s*|libstdc++*|libcu*) ;;
+    libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libgcc_s*|libstdc++*|libcu*|libtandem*) ;;
     *) cp -L $lib "$DEST/rt/" ;;
     esac
 done

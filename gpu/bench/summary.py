@@ -96,7 +96,8 @@ print()
 if ablation:
     print("| switch | prefill 4096 ms | prefill 32768 ms | decode ms/token (1K) | batch 8 ms/step |")
     print("|---|---|---|---|---|")
-    base = {("prefill", r.get("tokens")): r.get("ttft_ms") for r in bench if r.get("bench") == "prefill"}
+    base = {("prefill", r.get("tokens")): r.get("ttft_ms") for r in bench
+            if r.get("bench") == "prefill" and not r.get("idle_ms")} # back to back, as the ablation
     dec = [r for r in bench if r.get("bench") == "decode" and r["context"] == 1024]
     b8 = [r for r in bench if r.get("bench") == "batch" and r["batch"] == 8]
     print(f"| (default) | {base.get(('prefill', 4096), 'n/a')} | {base.get(('prefill', 32768), 'n/a')} | "
