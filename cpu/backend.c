@@ -1,9 +1,11 @@
 /* cpu/backend.c — the CPU device: the reference forward pass behind the accel interface.
  *
- * Memory plan: weights stay in the model's read-only mappings (never copied); each sequence owns
- * float32 K and V caches of (n_layers, capacity, kv_dim), allocated with calloc so that untouched
- * capacity costs no resident memory; per-call activations live in scratch buffers that grow to
- * the largest batch seen (the device is driven by one thread at a time, see accel.h).
+ * Memory plan: weights stay in the model's read-only mappings (never copied); the KV cache is
+ * float32 in fixed-size blocks of the device's pool (cpu/kv_cache.h: CPU_KV_BLOCK positions of
+ * every layer per block), each sequence a block table over them, reserved up front for its
+ * capacity; every reader and writer of a sequence's KV goes through its table, so blocks can be
+ * shared (accel_seq_fork) and copied on write. Per-call activations live in scratch buffers that
+ * grow to the largest batch seen (the device is driven by one thread at a time, see accel.h).
  *
  * One forward pass serves prefill and batched decode alike: a batch is T tokens, each with its
  * own sequence and position. Projections run over all T tokens at once (parallel over weight
@@ -15,6 +17,7 @@
 #include "cpu/pool.h"
 #include "cpu/kv_quant.h"
 #include "cpu/flex.h"
+#include "cpu/kv_cache.h"
 #include "scheduler/accel_impl.h"
 #include <math.h>
 #include <stdio.h>
@@ -29,12 +32,14 @@
 
 typedef struct cpu_seq {
     struct accel_seq base;
-    float *k, *v; /* (n_layers, capacity, kv_dim) */
+    cpu_kv_table kv; /* ceil(capacity / CPU_KV_BLOCK) blocks of the device's kv pool */
 } cpu_seq;
 
 typedef struct cpu_dev {
     struct accel_dev base;
     cpu_pool *pool;
+    cpu_kv_pool kv; /* every sequence's KV blocks */
+    int kv_ready;   /* kv initialized */
     float *inv_freq; /* head_dim/2, for the non-dynamic rope types */
     /* scratch, grown on demand */
     size_t cap_tokens, cap_keys;
@@ -114,9 +119,10 @@ static void att_range(void *vctx, int begin, int end, int thread)
         int pos = a->b->pos[t];
         int first = 0;
         if (c->sliding_window > 0 && pos + 1 > c->sliding_window) first = pos + 1 - c->sliding_window;
-        size_t base = ((size_t)a->layer * s->base.capacity + first) * kvd + (size_t)(h / group) * hd;
-        cpu_attend(d->att + (size_t)t * qd + (size_t)h * hd, d->q + (size_t)t * qd + (size_t)h * hd,
-                   s->k + base, s->v + base, pos + 1 - first, kvd, hd, scale, scores);
+        size_t off = (size_t)a->layer * CPU_KV_BLOCK * kvd + (size_t)(h / group) * hd;
+        cpu_attend_blocks(d->att + (size_t)t * qd + (size_t)h * hd,
+                          d->q + (size_t)t * qd + (size_t)h * hd, d->kv.k, d->kv.v, s->kv.blocks,
+                          CPU_KV_BLOCK, off, first, pos + 1 - first, kvd, hd, scale, scores);
     }
 }
 
@@ -154,6 +160,9 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
     for (int t = 0; t < T; t++)
         if (b->pos[t] + 1 > max_keys) max_keys = b->pos[t] + 1;
     if (ensure_scratch(d, T, max_keys)) return ACCEL_ERR_NOMEM;
+    /* the positions written below into blocks of their own (copy-on-write of shared ones) */
+    for (int t = 0; t < T; t++)
+        if (cpu_kv_table_writable(&d->kv, &b->seq[t]->kv, b->pos[t], 1)) return ACCEL_ERR_NOMEM;
 
     /* rotary tables per token; dynamic NTK scaling depends on each sequence's length in this
      * call (transformers recomputes inv_freq from max(position_ids) + 1) */
@@ -183,21 +192,25 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
             const float *cs = d->cs + (size_t)t * half, *sn = d->sn + (size_t)t * half;
             cpu_rope(d->q + (size_t)t * qd, c->n_heads, hd, cs, sn);
             cpu_rope(d->k + (size_t)t * kvd, c->n_kv_heads, hd, cs, sn);
-            cpu_seq *s = b->seq[t];
-            size_t off = ((size_t)l * s->base.capacity + b->pos[t]) * kvd;
-            memcpy(s->k + off, d->k + (size_t)t * kvd, kvd * sizeof(float));
-            memcpy(s->v + off, d->v + (size_t)t * kvd, kvd * sizeof(float));
+            const cpu_kv_table *kt = &b->seq[t]->kv;
+            memcpy(cpu_kv_row(d->kv.k, &d->kv, kt, l, b->pos[t]), d->k + (size_t)t * kvd,
+                   kvd * sizeof(float));
+            memcpy(cpu_kv_row(d->kv.v, &d->kv, kt, l, b->pos[t]), d->v + (size_t)t * kvd,
+                   kvd * sizeof(float));
         }
         if (sink) {
             int st = export_layer(d, b, l, sink);
             if (st) return st;
         }
         if (flex) {
-            /* FlexPrefill over the whole prompt (one sequence from position 0: the caller checked) */
-            cpu_seq *s = b->seq[0];
-            size_t base = (size_t)l * s->base.capacity * kvd;
+            /* FlexPrefill over the whole prompt (one sequence from position 0: the caller
+             * checked). Its keys and values are this layer's rows 0 .. T-1 just stored into the
+             * sequence's blocks above, still in d->k / d->v in position order: the index and
+             * the attention read them there, the same floats as the blocks hold, without a
+             * gather. (A sparse prefill after cached blocks would gather them through the
+             * table; flex_params keeps a chunk after existing KV dense.) */
             cpu_flex_qkv x = {T, c->n_heads, c->n_kv_heads, hd, d->q, (size_t)qd,
-                              s->k + base, s->v + base, (size_t)kvd};
+                              d->k, d->v, (size_t)kvd};
             cpu_flex_report fr;
             int st = cpu_flex_attention(d->pool, flex, &x, d->att, qd, &fr, NULL);
             if (st) return st == CPU_FLEX_ERR_NOMEM ? ACCEL_ERR_NOMEM : ACCEL_ERR_INVALID;
@@ -343,28 +356,45 @@ static int cpu_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_
  * wire carried. */
 static int cpu_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
 {
+    cpu_dev *d = (cpu_dev *)ad;
     cpu_seq *s = (cpu_seq *)as;
-    const model_config *cfg = &ad->m->cfg;
-    int kvd = cfg->n_kv_heads * cfg->head_dim;
-    size_t off = ((size_t)c->layer * s->base.capacity + c->pos0) * kvd;
-    cpu_kv_dequantize(c->dtype, c->k, c->k_scale, c->n_tokens, c->n_kv_heads, c->head_dim,
-                      s->k + off);
-    cpu_kv_dequantize(c->dtype, c->v, c->v_scale, c->n_tokens, c->n_kv_heads, c->head_dim,
-                      s->v + off);
+    if (cpu_kv_table_writable(&d->kv, &s->kv, c->pos0, c->n_tokens)) return ACCEL_ERR_NOMEM;
+    /* one contiguous run per block; the chunk's tokens are whole rows of values and scales */
+    for (int t = 0; t < c->n_tokens;) {
+        int p = c->pos0 + t, n = CPU_KV_BLOCK - p % CPU_KV_BLOCK;
+        if (n > c->n_tokens - t) n = c->n_tokens - t;
+        size_t qo = proto_kv_value_bytes(c->dtype, t, c->n_kv_heads, c->head_dim);
+        size_t so = proto_kv_scale_count(c->dtype, t, c->n_kv_heads, c->head_dim);
+        cpu_kv_dequantize(c->dtype, c->k + qo, c->k_scale + so, n, c->n_kv_heads, c->head_dim,
+                          cpu_kv_row(d->kv.k, &d->kv, &s->kv, c->layer, p));
+        cpu_kv_dequantize(c->dtype, c->v + qo, c->v_scale + so, n, c->n_kv_heads, c->head_dim,
+                          cpu_kv_row(d->kv.v, &d->kv, &s->kv, c->layer, p));
+        t += n;
+    }
     return ACCEL_OK;
 }
 
+/* Every block of the capacity is taken now (accel.c reserved capacity * kv_bytes_per_token for
+ * it; block-level admission by the scheduler comes later). */
 static int cpu_seq_new(accel_dev *ad, int capacity, accel_seq **out)
 {
-    const model_config *c = &ad->m->cfg;
+    cpu_dev *d = (cpu_dev *)ad;
     cpu_seq *s = calloc(1, sizeof *s);
-    size_t n = (size_t)c->n_layers * capacity * c->n_kv_heads * c->head_dim;
-    if (!s) return ACCEL_ERR_NOMEM;
-    s->k = calloc(n, sizeof(float));
-    s->v = calloc(n, sizeof(float));
-    if (!s->k || !s->v) {
-        free(s->k);
-        free(s->v);
+    if (!s || cpu_kv_table_new(&d->kv, capacity, &s->kv)) {
+        free(s);
+        return ACCEL_ERR_NOMEM;
+    }
+    *out = &s->base;
+    return ACCEL_OK;
+}
+
+/* src's blocks of positions [0, n_tokens) shared, the partial last one copied by whichever side
+ * writes into it first (cpu_kv_table_writable in forward and kv_import). */
+static int cpu_seq_fork(accel_dev *ad, accel_seq *asrc, int n_tokens, accel_seq **out)
+{
+    cpu_dev *d = (cpu_dev *)ad;
+    cpu_seq *src = (cpu_seq *)asrc, *s = calloc(1, sizeof *s);
+    if (!s || cpu_kv_table_fork(&d->kv, &src->kv, n_tokens, src->base.capacity, &s->kv)) {
         free(s);
         return ACCEL_ERR_NOMEM;
     }
@@ -374,10 +404,15 @@ static int cpu_seq_new(accel_dev *ad, int capacity, accel_seq **out)
 
 static void cpu_seq_free(accel_dev *ad, accel_seq *as)
 {
+    cpu_dev *d = (cpu_dev *)ad;
     cpu_seq *s = (cpu_seq *)as;
-    free(s->k);
-    free(s->v);
+    cpu_kv_table_free(&d->kv, &s->kv);
     free(s);
+}
+
+int cpu_accel_kv_blocks_in_use(accel_dev *ad)
+{
+    return cpu_kv_pool_in_use(&((cpu_dev *)ad)->kv);
 }
 
 static int cpu_warmup(accel_dev *ad)
@@ -409,6 +444,7 @@ static void cpu_free(accel_dev *ad)
 {
     cpu_dev *d = (cpu_dev *)ad;
     cpu_pool_free(d->pool);
+    if (d->kv_ready) cpu_kv_pool_deinit(&d->kv);
     float *bufs[] = {d->inv_freq, d->x, d->xb, d->q, d->k, d->v, d->att,
                      d->hb, d->hb2, d->cs, d->sn, d->scores};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
@@ -428,6 +464,7 @@ static const struct accel_dev_i cpu_i = {
     .decode = cpu_decode,
     .kv_import = cpu_kv_import,
     .warmup = cpu_warmup,
+    .seq_fork = cpu_seq_fork,
 };
 
 accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen)
@@ -453,7 +490,8 @@ accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     d->pool = cpu_pool_new(threads < 1 ? 1 : threads);
     d->inv_freq = malloc(sizeof(float) * (c->head_dim / 2));
-    if (!d->pool || !d->inv_freq) {
+    d->kv_ready = cpu_kv_pool_init(&d->kv, c->n_layers, c->n_kv_heads * c->head_dim) == 0;
+    if (!d->pool || !d->inv_freq || !d->kv_ready) {
         cpu_free(&d->base);
         snprintf(err, errlen, "cpu: out of memory");
         return NULL;

@@ -11,4 +11,8 @@
 
 accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen);
 
+/* KV blocks (cpu/kv_cache.h) referenced by at least one live sequence of this CPU device: for
+ * tests and accounting (0 once every sequence is freed). Any thread. */
+int cpu_accel_kv_blocks_in_use(accel_dev *d);
+
 #endif

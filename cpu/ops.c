@@ -212,3 +212,35 @@ void cpu_attend(float *out, const float *q, const float *k, const float *v, int 
     }
     memcpy(out, acc, sizeof(float) * hd);
 }
+
+void cpu_attend_blocks(float *out, const float *q, float *const *k_blocks, float *const *v_blocks,
+                       const int32_t *table, int block, size_t off, int first, int n_keys,
+                       int stride, int hd, float scale, float *scores)
+{
+    /* cpu_attend's three loops, each walking the keys in position order one block's contiguous
+     * run at a time: every score, the softmax and every accumulation see the same operands in
+     * the same order, hence the same bits */
+    const int end = first + n_keys;
+    for (int p = first, j = 0; p < end;) {
+        const int r = p % block, n = block - r < end - p ? block - r : end - p;
+        const float *k = k_blocks[table[p / block]] + off + (size_t)r * stride;
+        for (int i = 0; i < n; i++) scores[j + i] = cpu_dot(q, k + (size_t)i * stride, hd) * scale;
+        p += n;
+        j += n;
+    }
+    cpu_softmax(scores, n_keys);
+    float acc[1024]; /* head_dim <= 1024 (config bound) */
+    memset(acc, 0, sizeof(float) * hd);
+    for (int p = first, j = 0; p < end;) {
+        const int r = p % block, n = block - r < end - p ? block - r : end - p;
+        const float *v = v_blocks[table[p / block]] + off + (size_t)r * stride;
+        for (int i = 0; i < n; i++) {
+            const float *vj = v + (size_t)i * stride;
+            float s = scores[j + i];
+            for (int e = 0; e < hd; e++) acc[e] += s * vj[e];
+        }
+        p += n;
+        j += n;
+    }
+    memcpy(out, acc, sizeof(float) * hd);
+}

@@ -48,4 +48,12 @@ void cpu_swiglu(float *g, const float *u, int n);
 void cpu_attend(float *out, const float *q, const float *k, const float *v, int n_keys,
                 int stride, int head_dim, float scale, float *scores);
 
+/* cpu_attend over positions first .. first + n_keys - 1 of a cache kept in blocks of `block`
+ * positions (cpu/kv_cache.h): position p's key is k_blocks[table[p / block]] + off +
+ * (p % block) * stride, its value the same place in v_blocks. Same arithmetic in the same key
+ * order as cpu_attend, so the same bits as cpu_attend over those rows laid out in one run. */
+void cpu_attend_blocks(float *out, const float *q, float *const *k_blocks, float *const *v_blocks,
+                       const int32_t *table, int block, size_t off, int first, int n_keys,
+                       int stride, int head_dim, float scale, float *scores);
+
 #endif

@@ -34,6 +34,12 @@ struct accel_dev_i {
      * that verifies what landed in its memory; NULL: kv_import, the CRC unused. Last, so that
      * the entries above keep their places for the cuda plugin (built from the same tree) */
     int (*kv_import_crc)(accel_dev *d, accel_seq *s, const proto_kv_layer *chunk, uint32_t crc);
+    /* optional: a new sequence of src->capacity positions whose first n_tokens positions share
+     * src's KV blocks (reference counts; a shared partial block is copied by whichever side
+     * writes into it first). The wrapper has checked 0 <= n_tokens <= src->len, reserved the
+     * memory and sets len = n_tokens. NULL: accel_seq_fork answers ACCEL_ERR_UNSUPPORTED.
+     * Appended last, like kv_import_crc, for the same reason. */
+    int (*seq_fork)(accel_dev *d, accel_seq *src, int n_tokens, accel_seq **out);
 };
 
 struct accel_dev {

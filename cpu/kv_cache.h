@@ -1,0 +1,86 @@
+/* cpu/kv_cache.h — the CPU device's KV cache in fixed-size blocks: one pool of blocks per device,
+ * a block table per sequence, reference counts, copy-on-write of a shared block.
+ *
+ * Block size: CPU_KV_BLOCK = 16 positions. Why 16:
+ *   - small enough that a sequence's partial last block wastes little (at most 15 positions, and
+ *     a forked prompt copies at most 16 rows on its first write);
+ *   - large enough that a block's rows are a contiguous run for the attention loop: 16 keys of
+ *     one layer are 16 * kv_dim floats one after another (4 KiB to 64 KiB for real shapes), so
+ *     the per-block pointer lookup is amortized over 16 dot products;
+ *   - a power of two that divides 128, so the block tables line up with FlexPrefill's 128-token
+ *     blocks (8 of ours per sparse block) and with the 16-position pages the GPU kernels will
+ *     want: a table can be handed between devices or to the scheduler (scheduler/kv_blocks.h)
+ *     without re-cutting positions.
+ *
+ * Layout: block id b holds K and V for CPU_KV_BLOCK positions of every layer, each
+ *   k[b] (n_layers, CPU_KV_BLOCK, kv_dim)   v[b] likewise
+ * so position p of a sequence with table `blocks`, layer l, is the row
+ *   k[blocks[p / CPU_KV_BLOCK]] + (l * CPU_KV_BLOCK + p % CPU_KV_BLOCK) * kv_dim.
+ * One block covers all layers, so one table (and one reference count) serves the whole model,
+ * as a shared prefix is shared in every layer at once.
+ *
+ * Memory plan: a block's storage is malloc'ed when its id is handed out and freed when its last
+ * reference goes (rows past a sequence's length are never read, so nothing is zeroed); ids are
+ * recycled through a free list. Accounting stays with accel.c (capacity * kv_bytes_per_token per
+ * sequence); the pool only counts blocks in use.
+ *
+ * Threads: the pool's mutex guards ids, storage and counts, so sequences may be created and
+ * freed from any thread; the k/v arrays are only reallocated when an id is handed out, which
+ * accel.h's rule (calls on one device never overlap) keeps apart from a forward pass reading
+ * them. */
+#ifndef TANDEM_CPU_KV_CACHE_H
+#define TANDEM_CPU_KV_CACHE_H
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CPU_KV_BLOCK 16
+
+typedef struct cpu_kv_pool {
+    pthread_mutex_t mu;
+    int n_layers, kv_dim;
+    size_t block_floats; /* floats of K (or of V) in one block: n_layers * CPU_KV_BLOCK * kv_dim */
+    float **k, **v;      /* per id (cap of them): the block's storage, NULL while the id is free */
+    int32_t *ref;        /* per id: references (tables holding it) */
+    int32_t *free_ids;   /* ids handed out before and free now */
+    int n_free, n_ids, cap; /* n_ids: ids ever handed out (the high-water mark) */
+    int in_use;          /* ids with ref > 0 */
+} cpu_kv_pool;
+
+/* A sequence's view of the pool: blocks[i] holds positions [i * CPU_KV_BLOCK, (i + 1) *
+ * CPU_KV_BLOCK); n entries cover its capacity. */
+typedef struct cpu_kv_table {
+    int32_t *blocks;
+    int n;
+} cpu_kv_table;
+
+/* 0, or -1 out of memory. */
+int cpu_kv_pool_init(cpu_kv_pool *p, int n_layers, int kv_dim);
+/* Frees every block's storage (tables still pointing into it must not be used). */
+void cpu_kv_pool_deinit(cpu_kv_pool *p);
+int cpu_kv_pool_in_use(cpu_kv_pool *p);
+
+/* A table of fresh blocks (reference 1 each) for `capacity` positions. 0, or -1 out of memory
+ * (nothing taken). */
+int cpu_kv_table_new(cpu_kv_pool *p, int capacity, cpu_kv_table *t);
+/* A table for `capacity` positions whose blocks holding positions [0, n_tokens) are src's
+ * (one more reference each; a partial last block is shared too and copied on the first write
+ * of either side), the rest fresh. n_tokens <= capacity and within src. 0, or -1. */
+int cpu_kv_table_fork(cpu_kv_pool *p, const cpu_kv_table *src, int n_tokens, int capacity,
+                      cpu_kv_table *t);
+/* Drops the table's references (a block's storage goes with its last one). */
+void cpu_kv_table_free(cpu_kv_pool *p, cpu_kv_table *t);
+/* Before positions [pos0, pos0 + n) are written: every block they fall in that another table
+ * also references is replaced by a copy of it (copy-on-write). 0, or -1 out of memory (blocks
+ * copied so far stay copied: the table is consistent either way). */
+int cpu_kv_table_writable(cpu_kv_pool *p, cpu_kv_table *t, int pos0, int n);
+
+/* The K (or V) row of position pos in layer l. */
+static inline float *cpu_kv_row(float *const *store, const cpu_kv_pool *p, const cpu_kv_table *t,
+                                int layer, int pos)
+{
+    return store[t->blocks[pos / CPU_KV_BLOCK]] +
+           ((size_t)layer * CPU_KV_BLOCK + pos % CPU_KV_BLOCK) * p->kv_dim;
+}
+
+#endif
