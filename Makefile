@@ -55,11 +55,12 @@ endif
 
 # ---------------------------------------------------------------- sources
 # Every module folder is globbed: a new file joins the build without touching this file.
+# model/ is globbed one level down too (model/ckpt, tok, tmpl, sample, gen).
 # The subcommands (daemon/main.c, daemon/cmd_*.c) link into the binary directly, the rest through
 # build/libtandem.a, which the tests and the plugins link too.
 MAIN_SRC := daemon/main.c $(wildcard daemon/cmd_*.c)
-LIB_SRC  := $(filter-out $(MAIN_SRC),$(wildcard proto/*.c model/*.c sparse/*.c scheduler/*.c cpu/*.c fpga/*.c \
-                                          devices/*.c daemon/*.c))
+LIB_SRC  := $(filter-out $(MAIN_SRC),$(wildcard proto/*.c model/*.c model/*/*.c sparse/*.c scheduler/*.c \
+                                          cpu/*.c fpga/*.c devices/*.c daemon/*.c))
 EMU_SRC  := $(wildcard fpga/emu/*.c fpga/kernels/*.c)
 TEST_SRC := $(wildcard tests/*.c tests/*/*.c)
 TOOL_SRC := $(wildcard tools/*.c)

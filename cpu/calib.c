@@ -3,7 +3,7 @@
 #include "cpu/backend.h"
 #include "cpu/ops.h"
 #include "cpu/pool.h"
-#include "model/sample.h"
+#include "model/sample/sample.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -15,7 +15,7 @@
  * Threads: runs on the caller's thread (with a pool of worker threads for the products). */
 #ifndef TANDEM_CPU_CALIB_H
 #define TANDEM_CPU_CALIB_H
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include <stddef.h>
 #include <stdint.h>
 

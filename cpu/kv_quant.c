@@ -1,6 +1,6 @@
 /* cpu/kv_quant.c — reference KV quantizer (see kv_quant.h and proto/kv.h). */
 #include "cpu/kv_quant.h"
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include "proto/kv_wire.h"
 #include <math.h>
 #include <string.h>

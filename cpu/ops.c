@@ -1,6 +1,6 @@
 /* cpu/ops.c — see ops.h for the arithmetic each op fixes. */
 #include "cpu/ops.h"
-#include "model/numerics.h"
+#include "model/ckpt/numerics.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>

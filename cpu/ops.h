@@ -13,9 +13,9 @@
  * All functions are thread-safe on disjoint outputs. */
 #ifndef TANDEM_CPU_OPS_H
 #define TANDEM_CPU_OPS_H
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include "cpu/pool.h"
-#include "model/numerics.h"
+#include "model/ckpt/numerics.h"
 
 float cpu_dot(const float *a, const float *b, int n);
 

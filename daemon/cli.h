@@ -4,9 +4,9 @@
 #define TANDEM_CLI_H
 #include <stddef.h>
 #include <stdint.h>
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include "scheduler/accel.h"
-#include "model/sample.h"
+#include "model/sample/sample.h"
 
 /* Longest id list the CLI takes (a bound before allocation; far above any context length). */
 #define DMN_MAX_IDS (1 << 24)

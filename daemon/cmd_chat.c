@@ -14,8 +14,8 @@
 #include "daemon/cli_sched.h"
 #include "daemon/cmd.h"
 #include "devices/devices.h"
-#include "model/gen.h"
-#include "model/tmpl.h"
+#include "model/gen/gen.h"
+#include "model/tmpl/tmpl.h"
 #include "proto/cli_json.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* daemon/cmd_detokenize.c — `tandem detokenize`: ids -> text with a model's tokenizer.json.
  * --ids takes "1,2,3", "1 2 3" or "[1, 2, 3]". Exit 0, or 1/2 with one line on stderr. */
-#include "model/tokenizer.h"
+#include "model/tok/tokenizer.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

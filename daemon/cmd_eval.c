@@ -19,7 +19,7 @@
 #include "daemon/cli.h"
 #include "daemon/cmd.h"
 #include "devices/devices.h"
-#include "model/golden.h"
+#include "model/ckpt/golden.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

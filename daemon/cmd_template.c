@@ -6,7 +6,7 @@
  * maps to template variables). The rendering goes to stdout byte for byte, with no newline
  * added; an error (including the template's own raise_exception) goes to stderr and the exit
  * status is 1 (2 for usage errors). */
-#include "model/tmpl.h"
+#include "model/tmpl/tmpl.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* daemon/cmd_tokenize.c — `tandem tokenize`: text -> {"ids":[...]} with a model's tokenizer.json.
  * The text is the argument, or the exact bytes of --text-file (NULs and invalid UTF-8 included;
  * invalid sequences are tokenized as U+FFFD). Exit 0, or 1 with one line on stderr. */
-#include "model/tokenizer.h"
+#include "model/tok/tokenizer.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,9 +11,9 @@
 #include "daemon/config.h"
 #include "daemon/http.h"
 #include "daemon/metrics.h"
-#include "model/model.h"
-#include "model/tmpl.h"
-#include "model/tokenizer.h"
+#include "model/ckpt/model.h"
+#include "model/tmpl/tmpl.h"
+#include "model/tok/tokenizer.h"
 #include "proto/openai_req.h"
 #include "scheduler/sched.h"
 

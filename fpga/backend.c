@@ -47,7 +47,7 @@
  * Threads: one thread drives the device (accel.h); describe() reads immutable fields only. */
 #include "fpga/backend.h"
 #include "sparse/flex.h"
-#include "model/numerics.h"
+#include "model/ckpt/numerics.h"
 #include "fpga/flex_host.h"
 #include "fpga/prefill.h"
 #include "proto/kv_wire.h"

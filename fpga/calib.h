@@ -11,7 +11,7 @@
  * the quantized weights. */
 #ifndef TANDEM_FPGA_CALIB_H
 #define TANDEM_FPGA_CALIB_H
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include <stddef.h>
 #include <stdint.h>
 

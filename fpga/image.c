@@ -12,7 +12,7 @@
  *      gate/up and lm_head, or stored as the O / down activation multiplier (misc block).
  * Without calibration every matrix gets plain (unweighted) clipping search and no smoothing. */
 #include "fpga/image.h"
-#include "model/numerics.h"
+#include "model/ckpt/numerics.h"
 #include "fpga/kernels/dec_math.h"
 #include <math.h>
 #include <stdio.h>

@@ -13,7 +13,7 @@
 #include "fpga/calib.h"
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/quant.h"
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include <stddef.h>
 
 /* Bumped whenever the builder's output for the same inputs changes (an algorithm or layout

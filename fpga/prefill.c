@@ -2,7 +2,7 @@
  * channel's share of a striped array while it travels, and (with a KV sink) one layer's kvf
  * blocks and its wire chunk. */
 #include "fpga/prefill.h"
-#include "model/numerics.h"
+#include "model/ckpt/numerics.h"
 #include "fpga/kernels/dec_math.h"
 #include <stdlib.h>
 #include <string.h>

@@ -19,7 +19,7 @@
 #ifndef TANDEM_FPGA_PREFILL_H
 #define TANDEM_FPGA_PREFILL_H
 #include "fpga/card.h"
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include "scheduler/accel.h"
 
 typedef struct fpga_pf_job {

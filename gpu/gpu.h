@@ -19,7 +19,7 @@
 #define TANDEM_GPU_H
 #include <stddef.h>
 #include <stdint.h>
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include "proto/kv.h"
 #include "scheduler/accel.h"
 #include "gpu/gpu_flex.h"

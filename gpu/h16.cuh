@@ -19,7 +19,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 extern "C" {
-#include "model/model.h"
+#include "model/ckpt/model.h"
 }
 
 #ifdef GPU_H16_F16

@@ -25,7 +25,7 @@
 #define TANDEM_ACCEL_H
 #include <stddef.h>
 #include <stdint.h>
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include "proto/kv.h"
 
 typedef struct accel_dev accel_dev;

@@ -30,9 +30,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
-#include "model/finish.h"
-#include "model/sample.h"
-#include "model/tokenizer.h"
+#include "model/gen/finish.h"
+#include "model/sample/sample.h"
+#include "model/tok/tokenizer.h"
 #include "scheduler/accel.h"
 
 typedef struct sched sched;

@@ -37,7 +37,7 @@
 #include "scheduler/sched.h"
 #include "scheduler/sched_book.h"
 #include "scheduler/sched_policy.h"
-#include "model/gen.h"
+#include "model/gen/gen.h"
 #include "proto/kv_wire.h"
 #include <pthread.h>
 #include <stdatomic.h>

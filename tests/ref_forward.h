@@ -4,7 +4,7 @@
  * goldens do not cover (GQA with llama3 rope, biases, sliding window). Slow: keep inputs short. */
 #ifndef TANDEM_TESTS_REF_FORWARD_H
 #define TANDEM_TESTS_REF_FORWARD_H
-#include "model/model.h"
+#include "model/ckpt/model.h"
 
 /* Logits (n, vocab) in double for ids[0..n). */
 double *ref_forward(const model *m, const int32_t *ids, int n);

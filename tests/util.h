@@ -1,7 +1,7 @@
 /* Helpers for tests that drive a device (any backend) through the accel interface. */
 #ifndef TANDEM_TESTS_UTIL_H
 #define TANDEM_TESTS_UTIL_H
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include "scheduler/accel.h"
 
 /* model_load + devices_open (2 threads for cpu); 0, or -1 after reporting a failure. */

@@ -36,7 +36,7 @@
 #include "devices/devices.h"
 #include "devices/exe_dir.h"
 #include "scheduler/accel.h"
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include <dlfcn.h>
 #include <limits.h>
 #include <link.h>

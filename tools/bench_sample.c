@@ -8,8 +8,8 @@
  * cache sees a new row each token, as it would after a forward pass. Nothing in these paths
  * rewrites finite logits, so rows are reused without copying. Prints a markdown table of
  * microseconds per sampled token. */
-#include "model/rng.h"
-#include "model/sample.h"
+#include "model/sample/rng.h"
+#include "model/sample/sample.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

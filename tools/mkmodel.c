@@ -10,7 +10,7 @@
  *
  * Weights are uniform with the standard deviation transformers initialises with (0.02), norms
  * 1 ± 0.1, biases ± 0.02: random, but with activations of a realistic scale. */
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

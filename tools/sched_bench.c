@@ -5,9 +5,9 @@
  *
  *   sched_bench [--model DIR] [--clients C] [--seconds S] [--max-tokens N] [--prompt TEXT]
  *               [--threads T] [--max-running R] */
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include "devices/devices.h"
-#include "model/tokenizer.h"
+#include "model/tok/tokenizer.h"
 #include "scheduler/sched.h"
 #include <stdio.h>
 #include <stdlib.h>

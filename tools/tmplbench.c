@@ -7,8 +7,8 @@
  * time per render, plus the same template on a synthetic long conversation (100 turns of ~500
  * characters). Without arguments: llama-3.1-instruct with tools, qwen2.5-instruct with tools,
  * mistral-7b-instruct-v0.3 with tools. Timings only: correctness is the tests' job. */
-#include "model/tmpl.h"
-#include "model/model.h"
+#include "model/tmpl/tmpl.h"
+#include "model/ckpt/model.h"
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* tools/tmplrun.c — renders templates given on stdin, one JSON object per line:
  * {"t": "<template source>", "c": {<context>}} -> one line {"rendered": "..."} or {"error": "..."}.
  * The C side of tools/tmpldiff.py (differential testing against the real jinja2). */
-#include "model/tmpl.h"
+#include "model/tmpl/tmpl.h"
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>

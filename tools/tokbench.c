@@ -7,7 +7,7 @@
  * so that words recur as in real text without whole passages repeating. Each tokenizer encodes
  * the whole corpus in one call (best of R runs), then a ~100k-token prefix, then decodes.
  * Default tokenizers: Llama-2 (models/tiny-llama2-mha), GPT-2 and Llama-3 (tests/data). */
-#include "model/tokenizer.h"
+#include "model/tok/tokenizer.h"
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>

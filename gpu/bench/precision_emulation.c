@@ -16,8 +16,8 @@
  * and reports, like tandem eval, top-1 agreement with the float64 argmax and mean KL(f64 || variant)
  * over every position (prefill view) or the continuation only (kv view), plus the largest logit
  * difference over the prompt positions. */
-#include "model/golden.h"
-#include "model/model.h"
+#include "model/ckpt/golden.h"
+#include "model/ckpt/model.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -42,7 +42,7 @@
  *             1e-6; top-1 agreement 0.99 on natural text. Two GPU computations that differ only
  *             in the order of float32 sums stay within the same bounds. */
 #include "devices/devices.h"
-#include "model/golden.h"
+#include "model/ckpt/golden.h"
 #include "tests/test.h"
 #include "tests/util.h"
 

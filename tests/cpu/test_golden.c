@@ -4,7 +4,7 @@
  * 1e-3 has two orders of margin and still catches any wrong op (those move logits by > 1e-2). */
 #include "tests/test.h"
 #include "tests/util.h"
-#include "model/golden.h"
+#include "model/ckpt/golden.h"
 #include "scheduler/accel.h"
 
 #define TOL 1e-3

@@ -2,7 +2,7 @@
  * proto/kv.h, and the fp16 conversion it rounds with (model_f32_to_f16) against the
  * compiler's _Float16. */
 #include "cpu/kv_quant.h"
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include "tests/test.h"
 #include <stdint.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
 #ifndef TANDEM_TESTS_FPGA_UTIL_H
 #define TANDEM_TESTS_FPGA_UTIL_H
 #include "fpga/backend.h"
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include "proto/kv.h"
 #include "scheduler/accel.h"
 

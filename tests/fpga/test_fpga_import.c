@@ -5,7 +5,7 @@
  * import cleanly and never reach the decode kernel. */
 #include "fpga/kernels/dec_layout.h"
 #include "devices/devices.h"
-#include "model/golden.h"
+#include "model/ckpt/golden.h"
 #include "proto/kv_wire.h"
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"

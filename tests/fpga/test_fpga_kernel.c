@@ -10,7 +10,7 @@
 #include "cpu/kv_quant.h"
 #include "devices/devices.h"
 #include "fpga/kernels/dec_math.h"
-#include "model/golden.h"
+#include "model/ckpt/golden.h"
 #include "proto/crc32c.h"
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"

@@ -17,7 +17,7 @@
 #include "devices/devices.h"
 #include "fpga/flex_host.h"
 #include "fpga/kernels/dec_math.h"
-#include "model/golden.h"
+#include "model/ckpt/golden.h"
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"
 #include <math.h>

@@ -11,9 +11,9 @@ case $name in
 openai_req) src="proto/openai_req.c" ;;
 kv_wire) src="proto/kv_wire.c" ;;
 http) src="daemon/http_parse.c" ;;
-model_load) src="model/model.c model/config.c model/safetensors.c" ;;
-tokenizer) src=$(ls model/tok_*.c) ;;
-tmpl) src=$(ls model/tmpl*.c) ;;
+model_load) src="model/ckpt/model.c model/ckpt/config.c model/ckpt/safetensors.c" ;;
+tokenizer) src=$(ls model/tok/*.c) ;;
+tmpl) src=$(ls model/tmpl/*.c) ;;
 *) echo "$0: unknown harness $name" >&2; exit 2 ;;
 esac
 out=build/fuzz-cov

@@ -3,7 +3,7 @@
  * $BUILD/libtandem_cuda_test.so and _f16_test.so) looked up with dlsym. */
 #ifndef TANDEM_TESTS_GPU_UTIL_H
 #define TANDEM_TESTS_GPU_UTIL_H
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include "scheduler/accel.h"
 #include <stdint.h>
 

@@ -18,7 +18,7 @@
 #include "tests/util.h"
 #include "tests/gpu/gpu_util.h"
 #include "devices/devices.h"
-#include "model/golden.h"
+#include "model/ckpt/golden.h"
 #include "cpu/kv_quant.h"
 
 /* The plugin build the last OPEN_OR_SKIP got is fp16 (bounds_for; a test is one process). */

@@ -1,10 +1,10 @@
 /* Helpers shared by the sampler tests. */
 #ifndef TANDEM_TEST_SAMPLE_UTIL_H
 #define TANDEM_TEST_SAMPLE_UTIL_H
-#include "model/rng.h"
+#include "model/sample/rng.h"
 #include <math.h>
 #include <stdio.h>
-#include "model/sample.h"
+#include "model/sample/sample.h"
 
 /* A sampler from p with a fixed seed; the test fails (and NULL returns) when p is rejected. */
 static inline model_sampler *su_new(model_sampling p, int vocab, uint64_t seed)

@@ -1,5 +1,5 @@
 /* Finish reasons: eos ids (all of them), stop strings, max_tokens, context length, precedence. */
-#include "model/finish.h"
+#include "model/gen/finish.h"
 #include "tests/test.h"
 
 TEST(finish_reasons)

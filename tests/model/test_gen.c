@@ -1,6 +1,6 @@
 /* model_gen: the per-choice pipeline (sample -> text -> stop -> finish) on forced tokens. */
 #include "tests/test.h"
-#include "model/gen.h"
+#include "model/gen/gen.h"
 
 static int32_t force(model_gen *g, int vocab, int32_t id, model_gen_out *o)
 {

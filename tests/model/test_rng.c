@@ -1,6 +1,6 @@
 /* The sampler's generator against published known answers (xoshiro256** at state {1,2,3,4} and
  * splitmix64 from 0, as recorded by independent implementations), and the jump's algebra. */
-#include "model/rng.h"
+#include "model/sample/rng.h"
 #include "tests/test.h"
 
 TEST(rng_xoshiro_known_answers)

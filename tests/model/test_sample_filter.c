@@ -2,7 +2,7 @@
  * k > vocab, min_p = 1), the same against a sort-based reference on 32k/128k vocabularies (the
  * sampler itself never sorts the vocabulary), and the draws against the distribution they should
  * follow (chi-square with a fixed seed). */
-#include "model/sample_vec.h"
+#include "model/sample/sample_vec.h"
 #include "tests/model/sample_util.h"
 #include "tests/test.h"
 

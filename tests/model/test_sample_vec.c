@@ -1,6 +1,6 @@
 /* The sampler's vectorized passes: exp against libm, the scan against a plain loop (NaN, inf,
  * ties, tails), k-th largest and the blocked draw against brute force. */
-#include "model/sample_vec.h"
+#include "model/sample/sample_vec.h"
 #include "tests/model/sample_util.h"
 #include "tests/test.h"
 #include <float.h>

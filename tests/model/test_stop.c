@@ -1,8 +1,8 @@
 /* Stop strings: caught across pushes and never emitted, partial matches released, overlapping
  * stops, multi-byte UTF-8, a stop at the very start, flush, bounds; and every way of splitting a
  * text into pushes against a brute-force reference. */
-#include "model/rng.h"
-#include "model/stop.h"
+#include "model/sample/rng.h"
+#include "model/gen/stop.h"
 #include "tests/test.h"
 
 typedef struct run {

@@ -3,7 +3,7 @@
  * and every error case must fail (raise_exception cases with that message, others with the same
  * Python exception type and message). */
 #include "tests/model/tmpl_case.h"
-#include "model/model.h"
+#include "model/ckpt/model.h"
 #include <dirent.h>
 #include <unistd.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Chat-template interpreter: the API contract, clear errors for unsupported or broken syntax, and
  * hostile templates and inputs (deep nesting, huge loops, runaway strings, recursion, bad JSON)
  * that must fail cleanly within their limits rather than crash or hang. */
-#include "model/tmpl.h"
+#include "model/tmpl/tmpl.h"
 #include "tests/test.h"
 #include <pthread.h>
 #include <stdlib.h>

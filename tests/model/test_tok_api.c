@@ -1,7 +1,7 @@
 /* Tokenizer API behaviour: load errors name their cause, tokenizer_config.json rules, added-token
  * flags (lstrip/rstrip/single_word as tokenizers' AddedVocabulary::find_matches applies them),
  * argument edges, and the streaming decoder's holding rules. */
-#include "model/tokenizer.h"
+#include "model/tok/tokenizer.h"
 #include "tests/model/tok_test_util.h"
 #include "tests/test.h"
 #include <jansson.h>

@@ -2,7 +2,7 @@
  * random bytes (invalid UTF-8, NULs) encode without error to ids in range and decode to valid
  * UTF-8; streamed decoding equals the full decode for random id sequences; for byte-level BPE,
  * decode(encode(text)) == text on valid UTF-8. */
-#include "model/tokenizer.h"
+#include "model/tok/tokenizer.h"
 #include "tests/model/tok_test_util.h"
 #include "tests/test.h"
 

@@ -1,6 +1,6 @@
 /* GPT-2's tokenizer.json (byte-level BPE) against swift-transformers' recorded encoding and
  * llama.cpp's gpt-2 vectors (tests/data/tokenizer/gpt2/). */
-#include "model/tokenizer.h"
+#include "model/tok/tokenizer.h"
 #include "tests/model/tok_test_util.h"
 #include "tests/test.h"
 #include <jansson.h>

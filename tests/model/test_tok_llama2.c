@@ -1,7 +1,7 @@
 /* Llama-2's tokenizer.json (SentencePiece-style BPE) against references we did not write:
  * tokenizers 0.23.2's encodings (tests/data/golden/tokenizer/llama2.json), transformers 4.57.1's
  * TinyLlama encodings (tests/data/tokenizer/tinyllama_basic_*), llama.cpp's llama-spm vectors. */
-#include "model/tokenizer.h"
+#include "model/tok/tokenizer.h"
 #include "tests/model/tok_test_util.h"
 #include "tests/test.h"
 #include <jansson.h>

@@ -2,7 +2,7 @@
  * ((?i:'s|'t|...), \p{L}, \p{N}{1,3}, \s+(?!\S)), ignore_merges and 256 special tokens.
  * Expected ids: llama.cpp's models/ggml-vocab-llama-bpe.gguf.{inp,out} (written by transformers'
  * AutoTokenizer for Meta-Llama-3-8B, add_special_tokens=False), a selection of its cases. */
-#include "model/tokenizer.h"
+#include "model/tok/tokenizer.h"
 #include "tests/model/tok_test_util.h"
 #include "tests/test.h"
 

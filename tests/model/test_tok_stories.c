@@ -1,7 +1,7 @@
 /* The stories260K tokenizer against the golden files transformers produced for it
  * (tests/data/golden/stories260K/NAME.json): every prompt "text" encodes to "ids" (BOS included),
  * and greedy_ids decode to greedy_text, both in one call and streamed token by token. */
-#include "model/tokenizer.h"
+#include "model/tok/tokenizer.h"
 #include "tests/model/tok_test_util.h"
 #include "tests/test.h"
 #include <dirent.h>

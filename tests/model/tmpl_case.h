@@ -2,7 +2,7 @@
  * compare one rendering (or one expected error) with what jinja2/transformers produced. */
 #ifndef TANDEM_TESTS_TMPL_CASE_H
 #define TANDEM_TESTS_TMPL_CASE_H
-#include "model/tmpl.h"
+#include "model/tmpl/tmpl.h"
 #include "tests/test.h"
 #include <jansson.h>
 

@@ -1,7 +1,7 @@
 /* tests/model/tok_test_util.h — helpers shared by the tokenizer tests. */
 #ifndef TANDEM_TESTS_TOK_TEST_UTIL_H
 #define TANDEM_TESTS_TOK_TEST_UTIL_H
-#include "model/tokenizer.h"
+#include "model/tok/tokenizer.h"
 #include <stddef.h>
 #include <stdint.h>
 

@@ -4,8 +4,8 @@
  * parameters, deadlines, and a clean shutdown (every loop handle closed). */
 #include "tests/test.h"
 #include "tests/util.h"
-#include "model/golden.h"
-#include "model/tokenizer.h"
+#include "model/ckpt/golden.h"
+#include "model/tok/tokenizer.h"
 #include "scheduler/sched.h"
 
 #define MAX_REQS 32

@@ -9,8 +9,8 @@
 #include "tests/util.h"
 #include "tests/fpga/fpga_util.h"
 #include "devices/devices.h"
-#include "model/golden.h"
-#include "model/tokenizer.h"
+#include "model/ckpt/golden.h"
+#include "model/tok/tokenizer.h"
 #include "scheduler/sched.h"
 #include <stdlib.h>
 

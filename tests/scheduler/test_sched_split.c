@@ -9,9 +9,9 @@
 #include "tests/util.h"
 #include "tests/scheduler/tcard.h"
 #include "devices/devices.h"
-#include "model/gen.h"
-#include "model/golden.h"
-#include "model/tokenizer.h"
+#include "model/gen/gen.h"
+#include "model/ckpt/golden.h"
+#include "model/tok/tokenizer.h"
 #include "scheduler/sched.h"
 
 #define MAX_REQS 48

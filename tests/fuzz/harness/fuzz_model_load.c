@@ -11,8 +11,8 @@
  *   4 the first shard         (model-00001-of-00002.safetensors), with the valid index
  * A model that loads must keep model.h's promises: every tensor inside its file's mapping, with
  * the shape the config gives it. */
-#include "model/model.h"
-#include "model/safetensors.h"
+#include "model/ckpt/model.h"
+#include "model/ckpt/safetensors.h"
 #include "tests/fuzz/harness/harness_util.h"
 #include "tests/fuzz/harness/tiny_model.h"
 #include <stdio.h>

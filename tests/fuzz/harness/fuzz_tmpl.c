@@ -6,7 +6,7 @@
  * ..., "eos_token": ..., "extra": {...}}). Without one, a small fixed conversation is rendered.
  * Limits are tighter than the daemon's defaults so that a slow input is a limit error within
  * milliseconds, not a libFuzzer timeout; a limit reached is a clean error, never a crash. */
-#include "model/tmpl.h"
+#include "model/tmpl/tmpl.h"
 #include "tests/fuzz/harness/harness_util.h"
 #include <stdio.h>
 #include <stdlib.h>

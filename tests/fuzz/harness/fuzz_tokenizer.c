@@ -6,7 +6,7 @@
  * a text, a fixed one with added tokens, byte fallback, invalid UTF-8 and NULs is encoded.
  * A loaded tokenizer must keep model/tokenizer.h's promises: ids inside the vocabulary, decoded
  * text valid UTF-8, and the streamed decode equal to the whole decode. */
-#include "model/tokenizer.h"
+#include "model/tok/tokenizer.h"
 #include "proto/utf8.h"
 #include "tests/fuzz/harness/harness_util.h"
 #include <stdio.h>

@@ -1,0 +1,132 @@
+/* model/gen/gen.c — see gen.h. */
+#include "model/gen/gen.h"
+#include "model/gen/stop.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct model_gen {
+    model_sampler *sampler;
+    model_tok_stream *stream; /* NULL without a tokenizer */
+    model_stop *stop;         /* NULL without stop strings */
+    int32_t *eos;
+    int n_eos, ignore_eos, max_tokens, n_ctx, n_past, generated, want_lp;
+    char *buf; /* the step's text */
+    size_t cap;
+};
+
+static int append(model_gen *g, size_t *len, const char *s, size_t n)
+{
+    if (*len + n + 1 > g->cap) {
+        size_t cap = (*len + n + 1) * 2;
+        char *b = realloc(g->buf, cap);
+        if (!b) return -1;
+        g->buf = b;
+        g->cap = cap;
+    }
+    memcpy(g->buf + *len, s, n);
+    *len += n;
+    g->buf[*len] = 0;
+    return 0;
+}
+
+model_gen *model_gen_new(const model_tok *tok, const model_gen_params *p, int vocab,
+                         const int32_t *prompt, int n_prompt, int choice, char *err, size_t errlen)
+{
+    model_gen *g = calloc(1, sizeof *g);
+    if (!g) goto oom;
+    g->sampler = model_sampler_new(&p->sampling, vocab, prompt, n_prompt, choice, err, errlen);
+    if (!g->sampler) goto fail;
+    if (p->n_stops > 0) {
+        g->stop = model_stop_new(p->stops, p->n_stops, err, errlen);
+        if (!g->stop) goto fail;
+    }
+    if (tok && !(g->stream = model_tok_stream_new(tok, p->skip_special))) goto oom;
+    if (p->n_eos > 0) {
+        if (!(g->eos = malloc(p->n_eos * sizeof *g->eos))) goto oom;
+        memcpy(g->eos, p->eos_ids, p->n_eos * sizeof *g->eos);
+    }
+    g->n_eos = p->n_eos;
+    g->ignore_eos = p->ignore_eos;
+    g->max_tokens = p->max_tokens;
+    g->n_ctx = p->n_ctx;
+    g->n_past = n_prompt;
+    g->want_lp = p->sampling.logprobs || p->sampling.top_logprobs;
+    g->cap = 256;
+    if (!(g->buf = malloc(g->cap))) goto oom;
+    return g;
+oom:
+    snprintf(err, errlen, "out of memory");
+fail:
+    model_gen_free(g);
+    return NULL;
+}
+
+int model_gen_step(model_gen *g, float *logits, model_gen_out *out)
+{
+    memset(out, 0, sizeof *out);
+    out->token = model_sampler_sample(g->sampler, logits, g->want_lp ? &out->lp : NULL);
+    if (model_sampler_accept(g->sampler, out->token)) return -1;
+    g->generated++;
+    g->n_past++;
+    int is_eos = !g->ignore_eos && model_finish_is_eos(out->token, g->eos, g->n_eos);
+    size_t len = 0;
+    int hit = 0;
+    g->buf[0] = 0;
+    if (g->stream && !is_eos) {
+        size_t n;
+        const char *t = model_tok_stream_push(g->stream, out->token, &n);
+        if (!t) return -1;
+        if (g->stop) {
+            size_t m;
+            const char *s = model_stop_push(g->stop, t, n, &m, &hit);
+            if (!s || append(g, &len, s, m)) return -1;
+        } else if (append(g, &len, t, n)) {
+            return -1;
+        }
+    }
+    out->finish = model_finish_step(out->token, g->ignore_eos ? NULL : g->eos,
+                                    g->ignore_eos ? 0 : g->n_eos, hit, g->generated, g->max_tokens,
+                                    g->n_past, g->n_ctx);
+    out->stop_string = hit;
+    /* A finish for any other reason than a stop string releases what was held back. */
+    if (out->finish != MODEL_FINISH_NONE && !hit && g->stream) {
+        size_t n;
+        const char *t = model_tok_stream_flush(g->stream, &n);
+        if (!t) return -1;
+        if (g->stop) {
+            size_t m;
+            int hit2 = 0;
+            const char *s = model_stop_push(g->stop, t, n, &m, &hit2);
+            if (!s || append(g, &len, s, m)) return -1;
+            if (!hit2) {
+                s = model_stop_flush(g->stop, &m);
+                if (!s || append(g, &len, s, m)) return -1;
+            } else {
+                out->finish = MODEL_FINISH_STOP;
+                out->stop_string = 1;
+            }
+        } else if (append(g, &len, t, n)) {
+            return -1;
+        }
+    }
+    out->text = g->buf;
+    out->len = len;
+    return 0;
+}
+
+int model_gen_generated(const model_gen *g)
+{
+    return g->generated;
+}
+
+void model_gen_free(model_gen *g)
+{
+    if (!g) return;
+    model_sampler_free(g->sampler);
+    model_tok_stream_free(g->stream);
+    model_stop_free(g->stop);
+    free(g->eos);
+    free(g->buf);
+    free(g);
+}

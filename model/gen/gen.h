@@ -1,0 +1,52 @@
+/* model/gen/gen.h — one choice of one generation, from logits to finished text: the sampler, the
+ * streaming detokenizer, the stop-string matcher and the finish rules in the one order every
+ * caller needs (tandem generate/chat, the scheduler's device workers).
+ *
+ * Per step: sample the next token from the logits -> record it for the penalties -> decide the
+ * finish (eos, stop string, max_tokens, context) -> produce the text that is now final: the
+ * token's text through the UTF-8-safe stream and the stop matcher; an eos token's text is never
+ * emitted, nor a stop string or anything after it; on any finish the held-back text is flushed.
+ *
+ * Ownership and threads: a model_gen belongs to one choice and is used by one thread at a time;
+ * the tokenizer it reads (may be NULL: ids only, no text) must outlive it. */
+#ifndef TANDEM_MODEL_GEN_H
+#define TANDEM_MODEL_GEN_H
+#include "model/gen/finish.h"
+#include "model/sample/sample.h"
+#include "model/tok/tokenizer.h"
+
+typedef struct model_gen_params {
+    model_sampling sampling;
+    const char *const *stops; /* stop strings (copied) */
+    int n_stops;
+    int max_tokens;           /* <= 0: only the context bounds the generation */
+    int n_ctx;                /* the context length (prompt + generated must stay below) */
+    const int32_t *eos_ids;   /* copied; the model's eos ids */
+    int n_eos;
+    int ignore_eos;           /* keep going through eos tokens (benchmarks) */
+    int skip_special;         /* special tokens produce no text (OpenAI servers do this) */
+} model_gen_params;
+
+typedef struct model_gen_out {
+    int32_t token;            /* the sampled token */
+    const char *text;         /* final text of this step (valid until the next call), may be "" */
+    size_t len;
+    enum model_finish finish; /* MODEL_FINISH_NONE while generating */
+    int stop_string;          /* the finish came from a stop string */
+    model_logprobs lp;        /* when the sampling asked for logprobs */
+} model_gen_out;
+
+typedef struct model_gen model_gen;
+
+/* prompt: the prompt ids (for repetition penalty and context accounting). choice: index of this
+ * choice among the request's n (independent, reproducible seeds). NULL + err on bad parameters
+ * (the message names the parameter). */
+model_gen *model_gen_new(const model_tok *tok, const model_gen_params *p, int vocab,
+                         const int32_t *prompt, int n_prompt, int choice, char *err, size_t errlen);
+/* One step from the logits of the next position (modified in place). Returns 0, or -1 on
+ * out-of-memory. After a finish, further calls are invalid. */
+int model_gen_step(model_gen *g, float *logits, model_gen_out *out);
+int model_gen_generated(const model_gen *g);
+void model_gen_free(model_gen *g);
+
+#endif

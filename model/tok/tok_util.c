@@ -1,0 +1,344 @@
+/* model/tok/tok_util.c — containers and UTF-8 helpers for the tokenizer (see
+ * model/tok/tok_internal.h). */
+#include "model/tok/tok_internal.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- growable buffers */
+int model_tok_buf_reserve(tok_buf *b, size_t extra)
+{
+    if (extra > SIZE_MAX / 4 - b->len) return -1;
+    size_t need = b->len + extra + 1; /* +1: room for a NUL terminator */
+    if (need <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < need) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) return -1;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+int model_tok_buf_put(tok_buf *b, const void *p, size_t n)
+{
+    if (model_tok_buf_reserve(b, n)) return -1;
+    if (n) memcpy(b->p + b->len, p, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return 0;
+}
+
+void model_tok_buf_free(tok_buf *b)
+{
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+int model_tok_ids_put(tok_ids *v, const int32_t *ids, size_t n)
+{
+    if (n > (SIZE_MAX / sizeof(int32_t)) / 4 - v->len) return -1;
+    if (v->len + n > v->cap) {
+        size_t cap = v->cap ? v->cap : 64;
+        while (cap < v->len + n) cap *= 2;
+        int32_t *p = realloc(v->p, cap * sizeof *p);
+        if (!p) return -1;
+        v->p = p;
+        v->cap = cap;
+    }
+    if (n) memcpy(v->p + v->len, ids, n * sizeof *ids);
+    v->len += n;
+    return 0;
+}
+
+void model_tok_ids_free(tok_ids *v)
+{
+    free(v->p);
+    v->p = NULL;
+    v->len = v->cap = 0;
+}
+
+/* ---------------------------------------------------------------- arena */
+struct tok_arena_block {
+    struct tok_arena_block *next;
+    size_t used, cap;
+    char data[];
+};
+
+char *model_tok_arena_dup(tok_arena *a, const char *s, size_t n)
+{
+    if (n > TOK_MAX_FILE_BYTES) return NULL;
+    struct tok_arena_block *b = a->head;
+    if (!b || b->cap - b->used < n + 1) {
+        size_t cap = n + 1 > (1u << 20) ? n + 1 : (1u << 20); /* 1 MiB blocks: few mallocs */
+        b = malloc(sizeof *b + cap);
+        if (!b) return NULL;
+        b->next = a->head;
+        b->used = 0;
+        b->cap = cap;
+        a->head = b;
+    }
+    char *p = b->data + b->used;
+    if (n) memcpy(p, s, n);
+    p[n] = 0;
+    b->used += n + 1;
+    return p;
+}
+
+void model_tok_arena_free(tok_arena *a)
+{
+    for (struct tok_arena_block *b = a->head, *nx; b; b = nx) {
+        nx = b->next;
+        free(b);
+    }
+    a->head = NULL;
+}
+
+/* ---------------------------------------------------------------- hashing */
+static inline uint64_t mix64(uint64_t x)
+{
+    /* splitmix64's finalizer: cheap and good enough for open addressing */
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return x;
+}
+
+uint64_t model_tok_hash(const void *p, size_t n)
+{
+    const uint8_t *s = p;
+    uint64_t h = 0x243F6A8885A308D3ull ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, s, 8);
+        h = mix64(h ^ v);
+        s += 8;
+        n -= 8;
+    }
+    uint64_t v = 0;
+    memcpy(&v, s, n);
+    return mix64(h ^ v ^ 0x9E3779B97F4A7C15ull);
+}
+
+/* ---------------------------------------------------------------- string map */
+int model_tok_map_init(tok_map *m, size_t expected)
+{
+    memset(m, 0, sizeof *m);
+    if (expected > TOK_MAX_VOCAB * 2u) return -1;
+    size_t slots = 16;
+    while (slots < expected * 2 + 2) slots *= 2; /* load factor <= 1/2 */
+    m->slot = calloc(slots, sizeof *m->slot);
+    m->cap = expected + 1;
+    m->key = malloc(m->cap * sizeof *m->key);
+    m->klen = malloc(m->cap * sizeof *m->klen);
+    m->val = malloc(m->cap * sizeof *m->val);
+    if (!m->slot || !m->key || !m->klen || !m->val) {
+        model_tok_map_free(m);
+        return -1;
+    }
+    m->mask = slots - 1;
+    return 0;
+}
+
+int model_tok_map_put(tok_map *m, const char *key, size_t klen, int32_t val)
+{
+    if (klen > UINT32_MAX) return -1;
+    for (size_t i = model_tok_hash(key, klen) & m->mask;; i = (i + 1) & m->mask) {
+        uint32_t e = m->slot[i];
+        if (!e) {
+            if (m->n >= m->cap) return -1;
+            m->key[m->n] = key;
+            m->klen[m->n] = (uint32_t)klen;
+            m->val[m->n] = val;
+            m->slot[i] = (uint32_t)++m->n;
+            return 0;
+        }
+        e--;
+        if (m->klen[e] == klen && memcmp(m->key[e], key, klen) == 0) {
+            m->val[e] = val;
+            return 0;
+        }
+    }
+}
+
+int32_t model_tok_map_get(const tok_map *m, const char *key, size_t klen)
+{
+    if (!m->slot) return -1;
+    for (size_t i = model_tok_hash(key, klen) & m->mask;; i = (i + 1) & m->mask) {
+        uint32_t e = m->slot[i];
+        if (!e) return -1;
+        e--;
+        if (m->klen[e] == klen && memcmp(m->key[e], key, klen) == 0) return m->val[e];
+    }
+}
+
+void model_tok_map_free(tok_map *m)
+{
+    free(m->slot);
+    free(m->key);
+    free(m->klen);
+    free(m->val);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---------------------------------------------------------------- pair map */
+int model_tok_pairs_init(tok_pairs *p, size_t expected)
+{
+    memset(p, 0, sizeof *p);
+    if (expected > TOK_MAX_MERGES) return -1;
+    size_t slots = 16;
+    while (slots < expected * 2 + 2) slots *= 2;
+    p->key = calloc(slots, sizeof *p->key);
+    p->rank = malloc(slots * sizeof *p->rank);
+    p->merged = malloc(slots * sizeof *p->merged);
+    if (!p->key || !p->rank || !p->merged) {
+        model_tok_pairs_free(p);
+        return -1;
+    }
+    p->mask = slots - 1;
+    return 0;
+}
+
+/* A pair listed twice keeps its last rank: tokenizers collects the merges into a hash map, where
+ * the later entry overwrites the earlier. */
+int model_tok_pairs_put(tok_pairs *p, int32_t a, int32_t b, uint32_t rank, int32_t merged)
+{
+    uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
+    for (size_t i = (size_t)model_tok_pair_hash(k) & p->mask;; i = (i + 1) & p->mask) {
+        if (p->key[i] == 0 || p->key[i] == k) {
+            if (p->key[i] == 0) {
+                if (p->n + 1 > (p->mask + 1) / 2) return -1;
+                p->n++;
+            }
+            p->key[i] = k;
+            p->rank[i] = rank;
+            p->merged[i] = merged;
+            return 0;
+        }
+    }
+}
+
+void model_tok_pairs_free(tok_pairs *p)
+{
+    free(p->key);
+    free(p->rank);
+    free(p->merged);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---------------------------------------------------------------- UTF-8 */
+int model_tok_utf8_scan(const uint8_t *s, size_t n, size_t *len, uint32_t *cp)
+{
+    uint8_t b0 = s[0];
+    if (b0 < 0x80) {
+        *len = 1;
+        *cp = b0;
+        return TOK_UTF8_OK;
+    }
+    size_t need;
+    uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the second byte (Unicode Table 3-7) */
+    uint32_t c;
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+        need = 2;
+        c = b0 & 0x1F;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+        need = 3;
+        c = b0 & 0x0F;
+        if (b0 == 0xE0) lo = 0xA0;
+        if (b0 == 0xED) hi = 0x9F;
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+        need = 4;
+        c = b0 & 0x07;
+        if (b0 == 0xF0) lo = 0x90;
+        if (b0 == 0xF4) hi = 0x8F;
+    } else {
+        *len = 1;
+        return TOK_UTF8_BAD;
+    }
+    for (size_t i = 1; i < need; i++) {
+        if (i >= n) {
+            *len = n;
+            return TOK_UTF8_SHORT;
+        }
+        uint8_t b = s[i];
+        uint8_t l = i == 1 ? lo : 0x80, h = i == 1 ? hi : 0xBF;
+        if (b < l || b > h) {
+            *len = i;
+            return TOK_UTF8_BAD;
+        }
+        c = (c << 6) | (b & 0x3F);
+    }
+    *len = need;
+    *cp = c;
+    return TOK_UTF8_OK;
+}
+
+size_t model_tok_utf8_valid_len(const char *s, size_t n)
+{
+    const uint8_t *u = (const uint8_t *)s;
+    size_t i = 0;
+    while (i < n) {
+        /* ASCII runs, 8 bytes at a time */
+        while (i + 8 <= n) {
+            uint64_t v;
+            memcpy(&v, u + i, 8);
+            if (v & 0x8080808080808080ull) break;
+            i += 8;
+        }
+        if (i >= n) break;
+        if (u[i] < 0x80) {
+            i++;
+            continue;
+        }
+        size_t l;
+        uint32_t cp;
+        if (model_tok_utf8_scan(u + i, n - i, &l, &cp) != TOK_UTF8_OK) return i;
+        i += l;
+    }
+    return n;
+}
+
+int model_tok_utf8_lossy(tok_buf *out, const char *s, size_t n)
+{
+    const uint8_t *u = (const uint8_t *)s;
+    size_t i = 0;
+    while (i < n) {
+        size_t ok = model_tok_utf8_valid_len(s + i, n - i);
+        if (model_tok_buf_put(out, s + i, ok)) return -1;
+        i += ok;
+        if (i >= n) break;
+        size_t l;
+        uint32_t cp;
+        model_tok_utf8_scan(u + i, n - i, &l, &cp); /* BAD or SHORT: l bytes become one U+FFFD */
+        if (model_tok_buf_put(out, TOK_FFFD, 3)) return -1;
+        i += l;
+    }
+    return 0;
+}
+
+size_t model_tok_utf8_put(char *dst, uint32_t cp)
+{
+    uint8_t *d = (uint8_t *)dst;
+    if (cp < 0x80) {
+        d[0] = (uint8_t)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        d[0] = (uint8_t)(0xC0 | (cp >> 6));
+        d[1] = (uint8_t)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        d[0] = (uint8_t)(0xE0 | (cp >> 12));
+        d[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+        d[2] = (uint8_t)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    d[0] = (uint8_t)(0xF0 | (cp >> 18));
+    d[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
+    d[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+    d[3] = (uint8_t)(0x80 | (cp & 0x3F));
+    return 4;
+}

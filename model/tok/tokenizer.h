@@ -1,0 +1,97 @@
+/* model/tok/tokenizer.h — Hugging Face tokenizer.json (model type BPE): text <-> token ids, the
+ * same ids as the `tokenizers` library produces for the same file.
+ *
+ * Both BPE families real checkpoints use are handled by one pipeline, configured by the file:
+ *   added tokens (matched first, never split) -> normalizer -> pre-tokenizer -> BPE model
+ *   -> post-processor (BOS/EOS template);  decoding runs the file's decoder chain.
+ * - SentencePiece-style (Llama-2, TinyLlama, Mistral): Prepend/Replace "▁" normalizers or a
+ *   Metaspace pre-tokenizer, byte fallback <0xNN>, fuse_unk, decoder Replace/ByteFallback/Fuse/Strip.
+ * - Byte-level (GPT-2, Llama-3, Qwen2): Split pre-tokenizers with the file's regex (PCRE2, UTF +
+ *   UCP), ByteLevel byte<->unicode mapping, ignore_merges, the ByteLevel decoder.
+ * Unicode normalizers (NFC, NFKC, ...) use ICU.
+ *
+ * Where tokenizers versions differ, this follows tokenizers 0.22 (transformers 4.57): an added
+ * token decodes to its content (0.23 decodes a `normalized` added token to its normalized form).
+ *
+ * Special tokens on encode (add_special = 1): the tokenizer.json post-processor adds them
+ * (TemplateProcessing, Roberta/Bert, Sequence). When a tokenizer_config.json is given and it
+ * carries "add_bos_token" or "add_eos_token", those keys win, as transformers does: the template
+ * becomes [bos] $A [eos] from the two flags (an absent flag is false, except add_bos_token of a
+ * LlamaTokenizer/LlamaTokenizerFast/CodeLlama/Gemma class, whose class default is true).
+ * model_tok_special_note() says which rule is in force.
+ *
+ * Decoding runs the file's decoder chain and then, when tokenizer_config.json sets
+ * clean_up_tokenization_spaces to true, transformers' clean_up_tokenization (" ." -> ".",
+ * " n't" -> "n't", ...), as transformers' decode() does (absent means false since 4.45).
+ *
+ * Text that is not valid UTF-8 is encoded as if each maximal invalid subsequence were U+FFFD (the
+ * same as Python's bytes.decode(errors="replace") before tokenizing). Decoded text is always
+ * valid UTF-8.
+ *
+ * Ownership and threads: a loaded model_tok is immutable; any number of threads may encode and
+ * decode with it at once. A model_tok_stream belongs to one request (one thread at a time).
+ * Every size read from the files is bounded (see model/tok/tok_internal.h) before use. */
+#ifndef TANDEM_MODEL_TOKENIZER_H
+#define TANDEM_MODEL_TOKENIZER_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct model_tok model_tok;
+
+/* Loads tokenizer.json and, when tokenizer_config_path is not NULL, tokenizer_config.json (bos/eos
+ * strings, add_bos_token/add_eos_token, chat_template). Returns NULL with a one-line reason in err
+ * on any error (unreadable file, malformed JSON, unsupported model/normalizer/pre-tokenizer/decoder
+ * type, a size over the limits, a merge naming an unknown token). */
+model_tok *model_tok_load(const char *tokenizer_json_path, const char *tokenizer_config_path,
+                          char *err, size_t errlen);
+/* model_dir/tokenizer.json + model_dir/tokenizer_config.json (optional); a chat_template.jinja in
+ * the directory overrides the config's chat_template, as transformers does. */
+model_tok *model_tok_load_dir(const char *model_dir, char *err, size_t errlen);
+void model_tok_free(model_tok *t);
+
+/* Encodes len bytes of text (NUL bytes are text). add_special: add the post-processor's special
+ * tokens (see above). On success returns 0 and a malloc'ed array in *ids_out (caller frees; NULL
+ * when *n_out == 0). Returns -1 on out-of-memory, bad arguments or text over 1 GiB. */
+int model_tok_encode(const model_tok *t, const char *text, size_t len, int add_special,
+                     int32_t **ids_out, size_t *n_out);
+/* Decodes ids to text (malloc'ed, NUL-terminated, caller frees; *len_out without the NUL).
+ * skip_special drops special added tokens. Ids with no token (negative, past the vocabulary, holes)
+ * are skipped, as tokenizers does. Returns 0, or -1 on out-of-memory / bad arguments. */
+int model_tok_decode(const model_tok *t, const int32_t *ids, size_t n, int skip_special,
+                     char **text_out, size_t *len_out);
+
+/* Number of ids: one past the largest id of the model vocabulary and the added tokens. */
+int model_tok_vocab_size(const model_tok *t);
+/* Exact token string (as in the file: "▁the", "Ġthe", "<0x0A>", "<s>") -> id; -1 if none. */
+int32_t model_tok_id(const model_tok *t, const char *token);
+/* id -> token string (owned by t), NULL if the id has none. */
+const char *model_tok_piece(const model_tok *t, int32_t id);
+/* 1 when id is an added token marked special (skipped by skip_special). */
+int model_tok_is_special(const model_tok *t, int32_t id);
+
+/* Strings from tokenizer_config.json, owned by t; NULL when absent or no config was loaded. */
+const char *model_tok_bos_token(const model_tok *t);
+const char *model_tok_eos_token(const model_tok *t);
+/* Their ids (-1 when absent or not in the vocabulary). */
+int32_t model_tok_bos_id(const model_tok *t);
+int32_t model_tok_eos_id(const model_tok *t);
+/* "chat_template" (a string, or the entry named "default" of the list form), or
+ * chat_template.jinja from the model directory; NULL if none. */
+const char *model_tok_chat_template(const model_tok *t);
+/* One line saying which special tokens encode adds and why (post-processor or config flags). */
+const char *model_tok_special_note(const model_tok *t);
+
+/* Streaming decode for one generation. push() takes the next id and returns the text that is now
+ * final (possibly ""): bytes that end inside a UTF-8 character, and byte-fallback runs that could
+ * still turn out invalid, are held until they are complete. The returned pointer stays valid until
+ * the next call on the stream. flush() ends the stream: held bytes come out (as U+FFFD where
+ * invalid). The concatenation of everything returned equals model_tok_decode() of the same ids
+ * with the same skip_special, including the decoder's strip of the first leading space.
+ * push/flush return NULL only on out-of-memory (then *len = 0). */
+typedef struct model_tok_stream model_tok_stream;
+model_tok_stream *model_tok_stream_new(const model_tok *t, int skip_special);
+const char *model_tok_stream_push(model_tok_stream *s, int32_t id, size_t *len);
+const char *model_tok_stream_flush(model_tok_stream *s, size_t *len);
+void model_tok_stream_free(model_tok_stream *s);
+
+#endif
