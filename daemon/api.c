@@ -546,7 +546,9 @@ static void prep_submit(api_prep *pp)
         break;
     case SCHED_ERR_NO_DEVICE:
     case SCHED_ERR_STOPPED: respond_error(a, PROTO_ERR_NOT_READY, err, NULL); break;
-    default: respond_error(a, PROTO_ERR_INTERNAL, err[0] ? err : "out of memory", NULL); break;
+    default: /* SCHED_ERR_NOMEM: the table of the one error space (scheduler/sched.h) */
+        respond_error(a, sched_status_api_err(st), err[0] ? err : sched_strerror(st), NULL);
+        break;
     }
 }
 
@@ -798,11 +800,14 @@ static void on_error(dmn_api_req *a, const sched_event *ev)
     a->done = 1;
     a->t_done = ev->t;
     a->d->metrics.success[DMN_FINISH_ABORT]++;
-    enum proto_err e = ev->status == SCHED_ERR_TIMEOUT ? PROTO_ERR_TIMEOUT
-                       : ev->status == SCHED_ERR_NO_DEVICE ? PROTO_ERR_NOT_READY
-                                                            : PROTO_ERR_DEVICE;
+    /* ev->status is an accel or a scheduler status (disjoint ranges: scheduler/sched.h), whose
+     * API error the scheduler's one table gives: e.g. SCHED_ERR_TIMEOUT 504, SCHED_ERR_NO_DEVICE
+     * 503, a device's fault 500 device_error */
+    enum proto_err e = sched_status_api_err(ev->status);
+    if (e == PROTO_ERR_NONE) e = PROTO_ERR_INTERNAL; /* an ERROR event always carries a status */
     snprintf(a->err_code, sizeof a->err_code, "%s", proto_err_info(e)->code);
-    dmn_log(DMN_LOG_WARN, "request_failed", "id=%s status=%d msg=\"%s\"", a->id, ev->status, ev->message ? ev->message : "");
+    dmn_log(DMN_LOG_WARN, "request_failed", "id=%s status=%d error=\"%s\" msg=\"%s\"", a->id, ev->status,
+            sched_strerror(ev->status), ev->message ? ev->message : "");
     if (a->stream && dmn_http_responded(a->http)) {
         stream_event(a, proto_err_json(e, ev->message, NULL));
         stream_finish(a);

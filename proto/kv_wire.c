@@ -45,7 +45,7 @@ static uint32_t header_crc(const uint8_t *p)
 
 const char *proto_kv_wire_strerror(int status)
 {
-    switch (status) {
+    switch ((enum proto_kv_wire_status)status) { /* over the enum: -Wswitch names a code left out */
     case PROTO_KV_OK: return "ok";
     case PROTO_KV_ERR_MAGIC: return "not a KV stream";
     case PROTO_KV_ERR_VERSION: return "unsupported KV stream version";
@@ -54,7 +54,7 @@ const char *proto_kv_wire_strerror(int status)
     case PROTO_KV_ERR_ORDER: return "KV chunk out of order";
     case PROTO_KV_ERR_CRC: return "KV chunk checksum mismatch";
     case PROTO_KV_ERR_TRUNCATED: return "KV stream truncated";
-    case PROTO_KV_ERR_NOMEM: return "out of memory";
+    case PROTO_KV_ERR_NOMEM: return "out of memory buffering a KV chunk";
     case PROTO_KV_ERR_STATE: return "KV reader already failed or finished";
     }
     return "unknown KV wire status";

@@ -39,18 +39,29 @@
 #define PROTO_KV_MAX_HEAD_DIM 1024
 #define PROTO_KV_MAX_TOKENS   (1 << 24)
 
+/* The reader's and writer's statuses, in -300 .. -399: a range of their own in the process's
+ * one error space, where the device interface's statuses are -1 .. -99 and the scheduler's
+ * -200 .. -299 (scheduler/accel.h, scheduler/sched.h; proto/ sees neither, so the ranges are
+ * written here as numbers, and the scheduler, which sees all three, asserts that they are
+ * disjoint). The reader returns its callback's status as is: a callback's statuses must lie
+ * outside this range, so that a status out of proto_kv_reader_feed says whose it is. Values are
+ * never written on the wire or in a file (the names are in proto/KV_FORMAT.md). */
 enum proto_kv_wire_status {
     PROTO_KV_OK = 0,
-    PROTO_KV_ERR_MAGIC = -101,    /* not a KV stream / not a chunk where one should start */
-    PROTO_KV_ERR_VERSION = -102,  /* a version or flag this reader does not know */
-    PROTO_KV_ERR_MODEL = -103,    /* produced for another model (fingerprint or shape) */
-    PROTO_KV_ERR_BOUNDS = -104,   /* a size, count or position outside its bounds */
-    PROTO_KV_ERR_ORDER = -105,    /* a chunk out of sequence (layer or position) */
-    PROTO_KV_ERR_CRC = -106,      /* a checksum does not match: the bytes are corrupt */
-    PROTO_KV_ERR_TRUNCATED = -107,/* the stream ended before every chunk arrived */
-    PROTO_KV_ERR_NOMEM = -108,
-    PROTO_KV_ERR_STATE = -109,    /* the reader already failed, or bytes after the end */
+    PROTO_KV_ERR_MAGIC = -301,    /* not a KV stream / not a chunk where one should start */
+    PROTO_KV_ERR_VERSION = -302,  /* a version or flag this reader does not know */
+    PROTO_KV_ERR_MODEL = -303,    /* produced for another model (fingerprint or shape) */
+    PROTO_KV_ERR_BOUNDS = -304,   /* a size, count or position outside its bounds */
+    PROTO_KV_ERR_ORDER = -305,    /* a chunk out of sequence (layer or position) */
+    PROTO_KV_ERR_CRC = -306,      /* a checksum does not match: the bytes are corrupt */
+    PROTO_KV_ERR_TRUNCATED = -307,/* the stream ended before every chunk arrived */
+    PROTO_KV_ERR_NOMEM = -308,    /* the reader could not buffer a chunk */
+    PROTO_KV_ERR_STATE = -309,    /* the reader already failed, or bytes after the end */
 };
+#define PROTO_KV_ERR_RANGE_HI (-300)
+#define PROTO_KV_ERR_RANGE_LO (-399)
+#define PROTO_KV_IS_ERR(st) ((st) <= PROTO_KV_ERR_RANGE_HI && (st) >= PROTO_KV_ERR_RANGE_LO)
+/* Names a status of this header ("unknown KV wire status" for any other value). */
 const char *proto_kv_wire_strerror(int status);
 
 typedef struct proto_kv_header {
@@ -104,7 +115,8 @@ typedef struct proto_kv_reader proto_kv_reader;
 /* Called for each validated chunk, in stream order. The view (and the header) are valid only
  * during the call. payload/payload_bytes: the chunk's payload exactly as it was on the wire
  * (what a device may copy verbatim), and payload_crc its CRC32C. Return 0 to go on, or a
- * negative status of your own, which proto_kv_reader_feed() returns as is (the reader stops). */
+ * negative status of your own (outside PROTO_KV_ERR_RANGE_*), which proto_kv_reader_feed()
+ * returns as is (the reader stops). */
 typedef struct proto_kv_chunk_info {
     const uint8_t *payload;
     size_t payload_bytes;

@@ -7,7 +7,7 @@
 
 const char *accel_strerror(int st)
 {
-    switch (st) {
+    switch ((enum accel_status)st) { /* over the enum: -Wswitch names a code left out */
     case ACCEL_OK: return "ok";
     case ACCEL_ERR_NOMEM: return "not enough device memory";
     case ACCEL_ERR_DEVICE: return "device failed";

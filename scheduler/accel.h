@@ -20,7 +20,9 @@
  *
  * Errors: functions return ACCEL_OK (0) or a negative ACCEL_ERR_*; accel_strerror() names it.
  * ACCEL_ERR_DEVICE marks the device FAILED (sticky): every later call fails fast, and the
- * scheduler moves the work elsewhere. Nothing here exits or aborts on a device fault. */
+ * scheduler moves the work elsewhere. Nothing here exits or aborts on a device fault.
+ * The ACCEL_ERR_* values lie in -1 .. -99, their own range of the process's one error space
+ * (scheduler/sched.h says which module owns which range and names any status). */
 #ifndef TANDEM_ACCEL_H
 #define TANDEM_ACCEL_H
 #include <stddef.h>
@@ -42,6 +44,14 @@ enum accel_status {
     ACCEL_ERR_CANCELLED = -7,   /* the request's cancel flag was raised */
     ACCEL_ERR_NOT_FOUND = -8,   /* no such device / backend library */
 };
+/* The range of accel statuses (a new code takes the next value down, inside it). These values
+ * stay where they have always been: every backend returns them, the CUDA plugin is built apart
+ * from the binary that loads it, and gpu/gpu_flex.h mirrors three of them as literals. */
+#define ACCEL_ERR_RANGE_HI (-1)
+#define ACCEL_ERR_RANGE_LO (-99)
+#define ACCEL_IS_ERR(st) ((st) <= ACCEL_ERR_RANGE_HI && (st) >= ACCEL_ERR_RANGE_LO)
+/* Names an accel status ("unknown device status" for any other value; sched_strerror names
+ * the statuses of every module). */
 const char *accel_strerror(int status);
 
 enum accel_kind { ACCEL_KIND_CPU, ACCEL_KIND_CUDA, ACCEL_KIND_FPGA };

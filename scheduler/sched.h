@@ -24,7 +24,27 @@
  *   layers of a prefill through accel_prefill_req.cancel), which frees its KV.
  *
  * Errors: sched_submit returns a sched_status; events carry accel statuses (device faults) or
- * SCHED_ERR_TIMEOUT. Nothing here exits or aborts on a device fault. */
+ * SCHED_ERR_* (TIMEOUT, NO_DEVICE, NOMEM). Nothing here exits or aborts on a device fault.
+ *
+ * One error space. A status field here may hold a code of three modules: the device
+ * interface's (ACCEL_ERR_*, scheduler/accel.h), the scheduler's own (SCHED_ERR_*, below) and
+ * the KV wire reader's (PROTO_KV_ERR_*, proto/kv_wire.h; the reader hands its callback's
+ * accel statuses through, and the scheduler turns its own codes into accel ones before any
+ * event). Each module owns a disjoint range of negative values, so that no code of one can be
+ * read as another's:
+ *
+ *     ACCEL_ERR_*       -1 ..  -99   scheduler/accel.h   ACCEL_IS_ERR()
+ *     (none)          -100 .. -199   unused: the old SCHED_ / PROTO_KV_ values, never reused
+ *     SCHED_ERR_*     -200 .. -299   scheduler/sched.h   SCHED_IS_ERR()
+ *     PROTO_KV_ERR_*  -300 .. -399   proto/kv_wire.h     PROTO_KV_IS_ERR()
+ *
+ * Each range is defined in its module's own header, since proto/ may include only proto/ and a
+ * backend sees only accel.h; the one function that names a status of any of them,
+ * sched_strerror(), and the one that classes it for the API, sched_status_api_err(), live here,
+ * in the scheduler, the only module that sees all three headers (and whose events carry the
+ * mix); scheduler/sched_status.c asserts at compile time that the ranges are disjoint. The
+ * values are process-internal: nothing writes them on the wire or in a file (logs carry the
+ * name beside the number). */
 #ifndef TANDEM_SCHED_H
 #define TANDEM_SCHED_H
 #include <stddef.h>
@@ -33,6 +53,7 @@
 #include "model/gen/finish.h"
 #include "model/sample/sample.h"
 #include "model/tok/tokenizer.h"
+#include "proto/errors.h"
 #include "scheduler/accel.h"
 
 typedef struct sched sched;
@@ -42,15 +63,26 @@ typedef struct sched_req sched_req;
 
 enum sched_status {
     SCHED_OK = 0,
-    SCHED_ERR_QUEUE_FULL = -100, /* the waiting queue is at max_waiting: try later (429) */
-    SCHED_ERR_INVALID = -101,    /* a parameter was refused (sampler/stop ranges): message in err */
-    SCHED_ERR_NO_DEVICE = -102,  /* no healthy device can serve requests at all (503) */
-    SCHED_ERR_TOO_LARGE = -103,  /* no device could ever hold this request's KV (400) */
-    SCHED_ERR_TIMEOUT = -104,    /* the request's deadline passed (event status) */
-    SCHED_ERR_NOMEM = -105,      /* host memory ran out */
-    SCHED_ERR_STOPPED = -106,    /* the scheduler is shutting down */
+    SCHED_ERR_QUEUE_FULL = -200, /* the waiting queue is at max_waiting: try later (429) */
+    SCHED_ERR_INVALID = -201,    /* a parameter was refused (sampler/stop ranges): message in err */
+    SCHED_ERR_NO_DEVICE = -202,  /* no healthy device can serve requests at all (503) */
+    SCHED_ERR_TOO_LARGE = -203,  /* no device could ever hold this request's KV (400) */
+    SCHED_ERR_TIMEOUT = -204,    /* the request's deadline passed (event status) */
+    SCHED_ERR_NOMEM = -205,      /* host memory ran out */
+    SCHED_ERR_STOPPED = -206,    /* the scheduler is shutting down */
 };
+#define SCHED_ERR_RANGE_HI (-200)
+#define SCHED_ERR_RANGE_LO (-299)
+#define SCHED_IS_ERR(st) ((st) <= SCHED_ERR_RANGE_HI && (st) >= SCHED_ERR_RANGE_LO)
+
+/* Names any status: 0, an ACCEL_ERR_*, a SCHED_ERR_* or a PROTO_KV_ERR_* (each code its own
+ * text; "unknown status" outside the three ranges). Never NULL; static strings. */
 const char *sched_strerror(int status);
+/* The API error a request that ended with this status answers (proto/errors.h's table gives
+ * its HTTP status): the scheduler's own codes as their comments above say, a device's trouble
+ * (any accel status a client can see, a failed KV hand-over) PROTO_ERR_DEVICE (500), and what
+ * can only be a bug or host memory PROTO_ERR_INTERNAL (500). */
+enum proto_err sched_status_api_err(int status);
 
 typedef struct sched_config {
     int max_waiting;      /* requests in the waiting queue before QUEUE_FULL */
@@ -125,7 +157,7 @@ typedef struct sched_event {
                                or below the dense threshold); -1: no sparse prefill was asked */
     double t_arrival, t_started, t_first_token, t_done; /* sched_now clock */
     /* ERROR */
-    int status;            /* ACCEL_ERR_* or SCHED_ERR_* */
+    int status;            /* ACCEL_ERR_* or SCHED_ERR_* (sched_strerror, sched_status_api_err) */
     const char *message;
 } sched_event;
 

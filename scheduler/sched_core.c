@@ -13,21 +13,6 @@
  * their worker every step). A deadline is honoured to within this much while queued. */
 #define SCHED_DEADLINE_TICK_MS 250
 
-const char *sched_strerror(int st)
-{
-    switch (st) {
-    case SCHED_OK: return "ok";
-    case SCHED_ERR_QUEUE_FULL: return "the waiting queue is full";
-    case SCHED_ERR_INVALID: return "invalid parameters";
-    case SCHED_ERR_NO_DEVICE: return "no healthy device";
-    case SCHED_ERR_TOO_LARGE: return "the request does not fit any device";
-    case SCHED_ERR_TIMEOUT: return "the request's deadline passed";
-    case SCHED_ERR_NOMEM: return "out of memory";
-    case SCHED_ERR_STOPPED: return "the scheduler is stopping";
-    }
-    return accel_strerror(st);
-}
-
 int64_t sched_now_ns(void)
 {
     struct timespec ts;

@@ -78,9 +78,9 @@ void sched_handover_chunk(sched_dev *d, sched_task *t)
     if (atomic_load(&r->import_failed) || sched_req_cancelled(r) || !c->dseq || !c->kvr) return;
     int st = proto_kv_reader_feed(c->kvr, t->data, t->len);
     if (!st) return;
-    /* the reader's own statuses (PROTO_KV_ERR_*): a stream that is not what was shipped */
-    if (st <= PROTO_KV_ERR_MAGIC && st >= PROTO_KV_ERR_STATE)
-        st = st == PROTO_KV_ERR_NOMEM ? ACCEL_ERR_NOMEM : ACCEL_ERR_CORRUPT;
+    /* the reader's own statuses (PROTO_KV_ERR_*): a stream that is not what was shipped; the
+     * rest are import_chunk's accel statuses, handed through (disjoint ranges: sched.h) */
+    if (PROTO_KV_IS_ERR(st)) st = st == PROTO_KV_ERR_NOMEM ? ACCEL_ERR_NOMEM : ACCEL_ERR_CORRUPT;
     if (st == ACCEL_ERR_CORRUPT) atomic_fetch_add(&d->kv_corrupt, 1);
     mark_import_failed(r, st);
 }

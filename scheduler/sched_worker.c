@@ -156,9 +156,10 @@ void sched_worker_move(sched_dev *d, sched_req *r, int failed_dev, int status)
     sched_post(d->s, n);
 }
 
+/* sched_choice_step's failures: ACCEL_ERR_DEVICE (no finite logit) or SCHED_ERR_NOMEM. */
 static const char *step_error(int st)
 {
-    return st == ACCEL_ERR_DEVICE ? "the model produced no finite logit" : "out of host memory";
+    return st == ACCEL_ERR_DEVICE ? "the model produced no finite logit" : sched_strerror(st);
 }
 
 /* Cancelled and timed-out requests leave now: those decoding here and those prefilling here. */
@@ -235,7 +236,7 @@ static void decode_step(sched_dev *d)
             } else {
                 char msg[160];
                 if (r->wfail_step) snprintf(msg, sizeof msg, "%s", step_error(st));
-                else snprintf(msg, sizeof msg, "%s: decode failed: %s", d->info0.name, accel_strerror(st));
+                else snprintf(msg, sizeof msg, "%s: decode failed: %s", d->info0.name, sched_strerror(st));
                 sched_worker_fail(d, r, st, msg);
             }
         } else if (r->n_done == r->n) {

@@ -2,7 +2,7 @@
 # tandem serve, every error row of proto's table as a client sees it: status, OpenAI error JSON
 # ({"error":{"message","type","param","code"}}), and the headers that go with some rows
 # (Allow, Retry-After). Also: context_length_exceeded on a stream is a JSON 400 before any SSE
-# byte, and no bad input ever gets a 500.
+# byte, no bad input ever gets a 500, and a device's fault gets 500 device_error.
 . tests/e2e/lib/serve.sh
 
 # err NAME WANT_STATUS WANT_CODE PATH BODY: checks status, code and the error object's shape.
@@ -91,3 +91,33 @@ wait $bg
 check err_queue_frees [ "$(post /v1/completions '{"prompt":"Once","max_tokens":1}')" = 200 ]
 serve_stop
 check err_exit_zero [ "$RC" = 0 ]
+
+# a device's fault that no other device can take over: the device's own status (an accel code,
+# one of the three disjoint ranges of scheduler/sched.h's one error space) reaches the client as
+# 500 device_error, neither the request's deadline (504) nor "not ready" (503), and the log
+# names it. One emulated card that prefills and decodes alone (TANDEM_EMU_FAULT: it disappears
+# inside the first request; U is the number of runs its open makes, as serve_kv_integrity.sh
+# finds it).
+export TANDEM_CACHE_DIR="$T/cache"
+if "$TANDEM" generate --device fpga-emu:0 --ids 1 --max-tokens 1 >/dev/null 2>&1; then
+    lo=1
+    hi=400
+    while [ $lo -lt $hi ]; do
+        mid=$(((lo + hi) / 2))
+        if TANDEM_EMU_FAULT="card=0,run=$mid,kind=gone" "$TANDEM" generate --device fpga-emu:0 --ids 1 \
+            --max-tokens 1 2>&1 | grep -q 'weight upload'; then lo=$((mid + 1)); else hi=$mid; fi
+    done
+    U=$((lo - 1))
+    if TANDEM_EMU_FAULT="card=0,run=$((U + 30)),kind=gone" serve_start --devices fpga-emu:0 --fpga-prefill 1; then
+        err err_device_fault 500 device_error /v1/completions '{"prompt":"Once upon a time","max_tokens":64,"temperature":0}'
+        check err_device_fault_message grep -q 'fpga-emu:0 failed (device failed)' "$T/body"
+        check err_device_fault_logged grep -q 'event=request_failed .* error="device failed"' "$LOG"
+        serve_stop
+    else
+        fail err_device_fault "daemon did not start"
+    fi
+else
+    for n in err_device_fault err_device_fault_message err_device_fault_logged; do
+        echo "ok $n # SKIP the fpga-emu backend is not built into $TANDEM"
+    done
+fi
