@@ -4,9 +4,11 @@
 # (stderr, then "[exit N]"); OUTDIR defaults to this folder, i.e. it (re)writes the goldens.
 # cuda_ cases are recorded only where `nvidia-smi -L` lists a GPU.
 #
-# The goldens in this folder were recorded with the commit before generate and chat became
-# clients of the scheduler (93bdd7f, built with CUDA=0), so that the tests hold the new path to
-# the tokens and bytes of the old one. Re-record only for an intended change of output, and say
+# The goldens in this folder were recorded with the code from before generate and chat became
+# clients of the scheduler, so that the tests hold the new path to the tokens and bytes of the
+# old one: the cpu and fpga-emu cases with 93bdd7f (built with CUDA=0), the cuda_ cases on an
+# H200 with 9a522ec's cmd_generate.c / cmd_chat.c on the plugins of the day
+# (tests/accel/logs/2026-11-26-h200). Re-record only for an intended change of output, and say
 # why in the commit.
 B=${BUILD:-build}
 D=tests/data/cli
