@@ -40,7 +40,8 @@
  *             build (auto for a float32 checkpoint) max |logit diff| 0.05, mean KL 2e-5, in bf16
  *             0.6 / 1e-3; tiny-llama2-mha (bfloat16: bf16 build) 0.05 / 1e-4, in fp16 0.007 /
  *             1e-6; top-1 agreement 0.99 on natural text. Two GPU computations that differ only
- *             in the order of float32 sums stay within the same bounds. */
+ *             in the order of float32 sums stay within the same bounds. Decode steps against the
+ *             CPU: both bounds added (decode is held to prefill, prefill to the CPU). */
 #include "devices/devices.h"
 #include "model/ckpt/golden.h"
 #include "tests/test.h"
@@ -68,6 +69,7 @@ typedef struct conf {
     int V;
     conf_tol ref;  /* the device against the CPU */
     conf_tol self; /* the device against itself computed another way */
+    conf_tol dec;  /* its decode steps against the CPU's */
 } conf;
 
 static const conf_tol exact = {0, 0, 0, 1};
@@ -120,16 +122,22 @@ static int conf_open(conf *c, const char *device, const char *dir, const accel_o
     c->V = c->m->cfg.vocab;
     switch (c->info.kind) {
     case ACCEL_KIND_CPU:
-        c->ref = exact;
+        c->ref = c->dec = exact;
         c->self = cpu_self;
         break;
     case ACCEL_KIND_FPGA:
-        c->ref = w8a8;
+        c->ref = c->dec = w8a8; /* the card's prefill is its decode kernel's arithmetic */
         c->self = exact;
         break;
     case ACCEL_KIND_CUDA:
         cuda_tol(c, dir, &c->ref);
         c->self = c->ref;
+        /* the decode kernels are held to the prefill (self) and the prefill to the CPU (ref):
+         * against the CPU the two bounds add (measured on an H200, fp16 build, stories260K:
+         * 0.056 max |diff|, mean KL 1.9e-6 over the 405 golden rows; prefill 0.044, 2.0e-6) */
+        c->dec = c->ref;
+        c->dec.max_abs += c->self.max_abs;
+        c->dec.kl_mean += c->self.kl_mean;
         break;
     }
     return 0;
@@ -335,7 +343,7 @@ static void decode_vs_cpu(const char *device)
         accel_seq_free(c.d, sd);
         accel_seq_free(c.cpu, sc);
     }
-    check_rows("decode vs cpu", &c, &c.ref, ref, got, gs.rows, 1);
+    check_rows("decode vs cpu", &c, &c.dec, ref, got, gs.rows, 1);
     CHECK_EQ(health(c.d), ACCEL_HEALTH_OK);
     check_idle("after decoding", c.d);
     free(ref), free(got);
