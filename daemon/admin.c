@@ -9,8 +9,8 @@
  * When admin keys are configured (required when the listener is not on loopback), every route
  * but /health and /ready needs one as a Bearer token. */
 #include "daemon/serve.h"
-#include "daemon/buf.h"
 #include "daemon/log.h"
+#include "proto/buf.h"
 #include "proto/errors.h"
 #include "proto/status.h"
 #include <stdlib.h>
@@ -51,14 +51,14 @@ static void metrics(dmn_serve *d, dmn_http_req *r)
                                     s->running, s->steps, s->tokens, s->decodes, s->prefills,
                                     s->failovers, s->kv_bytes, s->prefill_chunks, s->kv_corrupt};
     }
-    dmn_buf b;
-    dmn_buf_init(&b);
+    proto_buf b;
+    proto_buf_init(&b);
     dmn_metrics_render(&b, &d->metrics, st.n_running, st.n_waiting, devs, st.n_devices,
                        dmn_serve_ready(d, NULL), d->state == DMN_STATE_DRAINING);
     dmn_metrics_render_dispatch(&b, st.placements_split, st.placements_fallback,
                                 st.placements_local, st.moves, st.moves_failed);
     /* The exposition format's content type (Prometheus text format 0.0.4). */
-    reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", dmn_buf_take(&b));
+    reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", proto_buf_take(&b));
 }
 
 /* "prefill,decode,kv_export,kv_import": the capabilities a device reports. */

@@ -10,8 +10,8 @@
  * A client that goes away (on_close before DONE) cancels its scheduler request: the device
  * worker frees its KV at its next check. */
 #include "daemon/serve.h"
-#include "daemon/buf.h"
 #include "daemon/log.h"
+#include "proto/buf.h"
 #include "proto/errors.h"
 #include "proto/openai_resp.h"
 #include "proto/sse.h"
@@ -37,7 +37,7 @@ static double thread_cpu(void)
 #define COMPLETIONS_DEFAULT_MAX_TOKENS 16
 
 typedef struct api_choice {
-    dmn_buf text;
+    proto_buf text;
     proto_lp_token *lps;
     int n_lps, cap_lps;
     size_t text_offset;
@@ -148,7 +148,7 @@ static void api_free_mem(dmn_api_req *a)
 {
     if (a->choices) {
         for (int i = 0; i < a->n; i++) {
-            dmn_buf_deinit(&a->choices[i].text);
+            proto_buf_deinit(&a->choices[i].text);
             free(a->choices[i].lps);
         }
         free(a->choices);
@@ -688,7 +688,7 @@ static void on_token(dmn_api_req *a, const sched_event *ev)
         stream_event(a, proto_chunk_json(&a->meta, &out, !c->started, a->include_usage));
         c->started = 1;
     } else {
-        dmn_buf_add(&c->text, ev->text, ev->text_len);
+        proto_buf_add(&c->text, ev->text, ev->text_len);
         if (ev->has_logprobs) {
             if (c->n_lps == c->cap_lps) {
                 int cap = c->cap_lps ? c->cap_lps * 2 : 16;

@@ -1,9 +1,9 @@
 /* daemon/http.c — HTTP/1.1 listeners on the libuv loop (see http.h for the design). */
 #include "daemon/http.h"
-#include "daemon/buf.h"
 #include "daemon/http_impl.h"
 #include "daemon/http_parse.h"
 #include "daemon/log.h"
+#include "proto/buf.h"
 #include "proto/errors.h"
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -37,7 +37,7 @@ struct dmn_http_req {
     dmn_http_head head;
     char *path;
     char client[INET6_ADDRSTRLEN + 8];
-    dmn_buf body;
+    proto_buf body;
     dmn_http_chunked ck;
     unsigned long long cl_left;
     int has_body, in_body, is_head;
@@ -60,7 +60,7 @@ struct conn {
     enum conn_state st;
     struct sockaddr_storage peer;
     char client[INET6_ADDRSTRLEN + 8];
-    dmn_buf in;          /* received, not yet parsed (in.off: consumed) */
+    proto_buf in;          /* received, not yet parsed (in.off: consumed) */
     double since;        /* loop seconds: the request's first byte (HEAD/BODY) or idle start */
     dmn_http_req *req;
     int keep_alive;
@@ -166,24 +166,24 @@ static void conn_write(conn *c, const char *a, size_t na, const char *b, size_t 
 
 /* The head of a response: status line, Date, the framing, the handler's headers. clen < 0: the
  * body is streamed (chunked on HTTP/1.1, close-delimited on HTTP/1.0). */
-static void build_head(dmn_buf *b, int status, const char *ctype, long long clen, int chunked,
+static void build_head(proto_buf *b, int status, const char *ctype, long long clen, int chunked,
                        char **hdrs, int n_hdrs, int close_after, int extra_no_cache)
 {
     char date[64];
     date_header(date, sizeof date);
-    dmn_buf_printf(b, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status, dmn_http_reason(status), date);
-    if (ctype) dmn_buf_printf(b, "Content-Type: %s\r\n", ctype);
-    if (clen >= 0) dmn_buf_printf(b, "Content-Length: %lld\r\n", clen);
-    else if (chunked) dmn_buf_str(b, "Transfer-Encoding: chunked\r\n");
+    proto_buf_printf(b, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status, dmn_http_reason(status), date);
+    if (ctype) proto_buf_printf(b, "Content-Type: %s\r\n", ctype);
+    if (clen >= 0) proto_buf_printf(b, "Content-Length: %lld\r\n", clen);
+    else if (chunked) proto_buf_str(b, "Transfer-Encoding: chunked\r\n");
     if (extra_no_cache) /* proxies must not buffer an event stream (nginx honours X-Accel-Buffering) */
-        dmn_buf_str(b, "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+        proto_buf_str(b, "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
     int has_conn = 0;
     for (int i = 0; i < n_hdrs; i++) {
         if (!strcasecmp(hdrs[2 * i], "Connection")) has_conn = 1;
-        dmn_buf_printf(b, "%s: %s\r\n", hdrs[2 * i], hdrs[2 * i + 1]);
+        proto_buf_printf(b, "%s: %s\r\n", hdrs[2 * i], hdrs[2 * i + 1]);
     }
-    if (close_after && !has_conn) dmn_buf_str(b, "Connection: close\r\n");
-    dmn_buf_str(b, "\r\n");
+    if (close_after && !has_conn) proto_buf_str(b, "Connection: close\r\n");
+    proto_buf_str(b, "\r\n");
 }
 
 static enum proto_err err_of_status(int status)
@@ -207,15 +207,15 @@ static void conn_error(conn *c, int status, const char *why)
 {
     if (c->closing || c->st == CS_LINGER) return;
     char *json = proto_err_json(err_of_status(status), why, NULL);
-    dmn_buf b;
-    dmn_buf_init(&b);
+    proto_buf b;
+    proto_buf_init(&b);
     char *hdr[2] = {"Retry-After", "1"};
     build_head(&b, status, "application/json", json ? (long long)strlen(json) : 0, 0, hdr,
                status == 503 || status == 429, 1, 0);
     c->keep_alive = 0;
     c->st = CS_HANDLER;
     conn_write(c, b.p, b.len, json, json ? strlen(json) : 0, 1);
-    dmn_buf_deinit(&b);
+    proto_buf_deinit(&b);
     free(json);
     log_refused(c->h, c->client, why);
 }
@@ -238,7 +238,7 @@ static void req_free(dmn_http_req *r)
 {
     for (int i = 0; i < r->n_hdrs * 2; i++) free(r->hdrs[i]);
     free(r->hdrs);
-    dmn_buf_deinit(&r->body);
+    proto_buf_deinit(&r->body);
     free(r->path);
     free(r->headbuf);
     free(r);
@@ -359,7 +359,7 @@ static void on_alloc(uv_handle_t *hd, size_t want, uv_buf_t *buf)
 
 static void emit_body(void *ctx, const char *data, size_t len)
 {
-    dmn_buf_add(&((dmn_http_req *)ctx)->body, data, len);
+    proto_buf_add(&((dmn_http_req *)ctx)->body, data, len);
 }
 
 static void call_body(conn *c)
@@ -448,15 +448,15 @@ static void process(conn *c)
     dmn_http *h = c->h;
     while (!c->closing && !c->doomed) {
         const char *p = c->in.p ? c->in.p + c->in.off : NULL;
-        size_t n = dmn_buf_pending(&c->in);
+        size_t n = proto_buf_pending(&c->in);
         if (c->st == CS_IDLE || c->st == CS_HEAD) {
             if (c->st == CS_IDLE) {
                 /* skip the CR LFs a client may send between requests */
                 size_t k = 0;
                 while (k + 1 < n && p[k] == '\r' && p[k + 1] == '\n') k += 2;
-                if (k) dmn_buf_consume(&c->in, k);
+                if (k) proto_buf_consume(&c->in, k);
                 p = c->in.p ? c->in.p + c->in.off : NULL;
-                n = dmn_buf_pending(&c->in);
+                n = proto_buf_pending(&c->in);
                 if (!n) {
                     arm(c);
                     return;
@@ -480,7 +480,7 @@ static void process(conn *c)
                 return;
             }
             start_request(c, p, (size_t)e);
-            if (!c->closing && c->st != CS_LINGER) dmn_buf_consume(&c->in, (size_t)e);
+            if (!c->closing && c->st != CS_LINGER) proto_buf_consume(&c->in, (size_t)e);
             continue;
         }
         if (c->st == CS_BODY) {
@@ -493,18 +493,18 @@ static void process(conn *c)
                 done = dmn_http_chunked_feed(&r->ck, p, n, &used, &c->body_total, h->cfg.max_body,
                                              emit_body, r, &why);
                 if (done > 1) {
-                    dmn_buf_consume(&c->in, used);
+                    proto_buf_consume(&c->in, used);
                     notify_close(r, 0);
                     conn_error(c, done, why);
                     return;
                 }
             } else {
                 used = n < r->cl_left ? n : (size_t)r->cl_left;
-                dmn_buf_add(&r->body, p, used);
+                proto_buf_add(&r->body, p, used);
                 r->cl_left -= used;
                 done = r->cl_left == 0;
             }
-            dmn_buf_consume(&c->in, used);
+            proto_buf_consume(&c->in, used);
             if (!done) return;
             call_body(c);
             continue;
@@ -527,12 +527,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (c->in.off) {
         /* what is left of the last read goes to the front: a long keep-alive connection must
          * not creep through memory */
-        size_t n = dmn_buf_pending(&c->in);
+        size_t n = proto_buf_pending(&c->in);
         memmove(c->in.p, c->in.p + c->in.off, n);
         c->in.len = n;
         c->in.off = 0;
     }
-    dmn_buf_add(&c->in, buf->base, (size_t)nread);
+    proto_buf_add(&c->in, buf->base, (size_t)nread);
     if (c->in.oom) {
         conn_close(c);
         return;
@@ -540,7 +540,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (c->st == CS_HANDLER) {
         /* pipelined bytes of the next request: keep at most one head's worth, then stop reading
          * (a hang-up is then noticed when the response is written) */
-        if (dmn_buf_pending(&c->in) > h->cfg.mem_limit + READ_CHUNK) {
+        if (proto_buf_pending(&c->in) > h->cfg.mem_limit + READ_CHUNK) {
             uv_read_stop(s);
             c->reading = 0;
         }
@@ -556,7 +556,7 @@ static void conn_handle_closed(uv_handle_t *hd)
     conn *c = hd->data;
     dmn_http *h = c->h;
     if (--c->handles == 0) {
-        dmn_buf_deinit(&c->in);
+        proto_buf_deinit(&c->in);
         free(c);
     }
     dmn_http_handle_closed(h);
@@ -756,16 +756,16 @@ void dmn_http_respond(dmn_http_req *r, int status, const char *content_type, con
     conn *c = r->c;
     r->responded = 1;
     int close = closes_after(r);
-    dmn_buf b;
-    dmn_buf_init(&b);
+    proto_buf b;
+    proto_buf_init(&b);
     build_head(&b, status, content_type, (long long)len, 0, r->hdrs, r->n_hdrs, close, 0);
     if (b.oom) {
-        dmn_buf_deinit(&b);
+        proto_buf_deinit(&b);
         conn_doom(c);
         return;
     }
     conn_write(c, b.p, b.len, body, r->is_head ? 0 : len, 1);
-    dmn_buf_deinit(&b);
+    proto_buf_deinit(&b);
 }
 
 void dmn_http_stream_begin(dmn_http_req *r, int status, const char *content_type)
@@ -777,12 +777,12 @@ void dmn_http_stream_begin(dmn_http_req *r, int status, const char *content_type
     r->chunked_out = r->head.minor == 1;
     if (!r->chunked_out) r->close_after = 1; /* HTTP/1.0: the body ends with the connection */
     int close = closes_after(r);
-    dmn_buf b;
-    dmn_buf_init(&b);
+    proto_buf b;
+    proto_buf_init(&b);
     build_head(&b, status, content_type, -1, r->chunked_out, r->hdrs, r->n_hdrs, close, 1);
     r->last_write = now_s(c->h);
     conn_write(c, b.p, b.len, NULL, 0, 0);
-    dmn_buf_deinit(&b);
+    proto_buf_deinit(&b);
 }
 
 void dmn_http_stream_write(dmn_http_req *r, const char *data, size_t len)
@@ -798,14 +798,14 @@ void dmn_http_stream_write(dmn_http_req *r, const char *data, size_t len)
     if (r->chunked_out) {
         char pre[24];
         int k = snprintf(pre, sizeof pre, "%zx\r\n", len);
-        dmn_buf b;
-        dmn_buf_init(&b);
-        dmn_buf_add(&b, pre, (size_t)k);
-        dmn_buf_add(&b, data, len);
-        dmn_buf_add(&b, "\r\n", 2);
+        proto_buf b;
+        proto_buf_init(&b);
+        proto_buf_add(&b, pre, (size_t)k);
+        proto_buf_add(&b, data, len);
+        proto_buf_add(&b, "\r\n", 2);
         if (b.oom) conn_doom(c);
         else conn_write(c, b.p, b.len, NULL, 0, 0);
-        dmn_buf_deinit(&b);
+        proto_buf_deinit(&b);
     } else {
         conn_write(c, data, len, NULL, 0, 0);
     }

@@ -64,78 +64,78 @@ void dmn_metrics_count_status(dmn_metrics *m, int status)
         }
 }
 
-void dmn_prom_header(dmn_buf *b, const char *name, const char *type, const char *help)
+void dmn_prom_header(proto_buf *b, const char *name, const char *type, const char *help)
 {
-    dmn_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    proto_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* The shortest text that reads back as the same double (what Prometheus' Go code writes:
  * 0.1, not 0.10000000000000001); integers print without a fraction. */
-static void value(dmn_buf *b, double v)
+static void value(proto_buf *b, double v)
 {
     if (isnan(v)) {
-        dmn_buf_str(b, "NaN");
+        proto_buf_str(b, "NaN");
     } else if (isinf(v)) {
-        dmn_buf_str(b, v > 0 ? "+Inf" : "-Inf");
+        proto_buf_str(b, v > 0 ? "+Inf" : "-Inf");
     } else if (v == floor(v) && fabs(v) < 1e15) {
-        dmn_buf_printf(b, "%.0f", v);
+        proto_buf_printf(b, "%.0f", v);
     } else {
         char s[32];
         for (int prec = 15; prec <= 17; prec++) {
             snprintf(s, sizeof s, "%.*g", prec, v);
             if (strtod(s, NULL) == v) break;
         }
-        dmn_buf_str(b, s);
+        proto_buf_str(b, s);
     }
 }
 
-void dmn_prom_sample(dmn_buf *b, const char *name, const char *labels, double v)
+void dmn_prom_sample(proto_buf *b, const char *name, const char *labels, double v)
 {
-    dmn_buf_str(b, name);
-    if (labels && *labels) dmn_buf_printf(b, "{%s}", labels);
-    dmn_buf_str(b, " ");
+    proto_buf_str(b, name);
+    if (labels && *labels) proto_buf_printf(b, "{%s}", labels);
+    proto_buf_str(b, " ");
     value(b, v);
-    dmn_buf_str(b, "\n");
+    proto_buf_str(b, "\n");
 }
 
-void dmn_prom_label_value(dmn_buf *b, const char *v)
+void dmn_prom_label_value(proto_buf *b, const char *v)
 {
-    dmn_buf_str(b, "\"");
+    proto_buf_str(b, "\"");
     for (; *v; v++) {
-        if (*v == '\\') dmn_buf_str(b, "\\\\");
-        else if (*v == '"') dmn_buf_str(b, "\\\"");
-        else if (*v == '\n') dmn_buf_str(b, "\\n");
-        else dmn_buf_add(b, v, 1);
+        if (*v == '\\') proto_buf_str(b, "\\\\");
+        else if (*v == '"') proto_buf_str(b, "\\\"");
+        else if (*v == '\n') proto_buf_str(b, "\\n");
+        else proto_buf_add(b, v, 1);
     }
-    dmn_buf_str(b, "\"");
+    proto_buf_str(b, "\"");
 }
 
-void dmn_prom_hist(dmn_buf *b, const char *name, const char *help, const dmn_hist *h)
+void dmn_prom_hist(proto_buf *b, const char *name, const char *help, const dmn_hist *h)
 {
     dmn_prom_header(b, name, "histogram", help);
     uint64_t cum = 0;
     for (int i = 0; i <= h->n_bounds; i++) {
         cum += h->counts[i];
-        dmn_buf_printf(b, "%s_bucket{le=\"", name);
+        proto_buf_printf(b, "%s_bucket{le=\"", name);
         if (i < h->n_bounds) value(b, h->bounds[i]);
-        else dmn_buf_str(b, "+Inf");
-        dmn_buf_printf(b, "\"} %llu\n", (unsigned long long)cum);
+        else proto_buf_str(b, "+Inf");
+        proto_buf_printf(b, "\"} %llu\n", (unsigned long long)cum);
     }
-    dmn_buf_printf(b, "%s_sum ", name);
+    proto_buf_printf(b, "%s_sum ", name);
     value(b, h->sum);
-    dmn_buf_printf(b, "\n%s_count %llu\n", name, (unsigned long long)h->count);
+    proto_buf_printf(b, "\n%s_count %llu\n", name, (unsigned long long)h->count);
 }
 
-static void dev_labels(dmn_buf *lb, const dmn_metrics_dev *d)
+static void dev_labels(proto_buf *lb, const dmn_metrics_dev *d)
 {
     lb->len = lb->off = 0;
-    dmn_buf_str(lb, "device=");
+    proto_buf_str(lb, "device=");
     dmn_prom_label_value(lb, d->name);
-    dmn_buf_str(lb, ",kind=");
+    proto_buf_str(lb, ",kind=");
     dmn_prom_label_value(lb, d->kind);
 }
 
-void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiting,
+void dmn_metrics_render(proto_buf *b, const dmn_metrics *m, int running, int waiting,
                         const dmn_metrics_dev *devs, int n_devs, int ready, int draining)
 {
     dmn_prom_header(b, "tandem_num_requests_running", "gauge", "Requests currently on a device.");
@@ -147,8 +147,8 @@ void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiti
     dmn_prom_header(b, "tandem_draining", "gauge", "1 while draining (no new requests).");
     dmn_prom_sample(b, "tandem_draining", NULL, draining);
 
-    dmn_buf lb;
-    dmn_buf_init(&lb);
+    proto_buf lb;
+    proto_buf_init(&lb);
     static const char *const healths[] = {"ok", "degraded", "failed"};
     struct {
         const char *name, *type, *help;
@@ -184,7 +184,7 @@ void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiti
                 for (int h = 0; h < 3; h++) {
                     lb.len = base;
                     lb.p[base] = 0;
-                    dmn_buf_str(&lb, ",state=");
+                    proto_buf_str(&lb, ",state=");
                     dmn_prom_label_value(&lb, healths[h]);
                     dmn_prom_sample(b, fam[f].name, lb.p, !strcmp(d->health, healths[h]));
                 }
@@ -199,7 +199,7 @@ void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiti
             }
         }
     }
-    dmn_buf_deinit(&lb);
+    proto_buf_deinit(&lb);
 
     dmn_prom_header(b, "tandem_prompt_tokens_total", "counter", "Prefill tokens processed.");
     dmn_prom_sample(b, "tandem_prompt_tokens_total", NULL, (double)m->prompt_tokens);
@@ -229,7 +229,7 @@ void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiti
     dmn_prom_hist(b, "tandem_request_generation_tokens", "Generated tokens of finished requests.", &m->gen_len);
 }
 
-void dmn_metrics_render_dispatch(dmn_buf *b, uint64_t split, uint64_t fallback, uint64_t local,
+void dmn_metrics_render_dispatch(proto_buf *b, uint64_t split, uint64_t fallback, uint64_t local,
                                  uint64_t moves, uint64_t moves_failed)
 {
     dmn_prom_header(b, "tandem_decode_placements_total", "counter",

@@ -11,7 +11,7 @@
 #ifndef TANDEM_DMN_METRICS_H
 #define TANDEM_DMN_METRICS_H
 #include <stdint.h>
-#include "daemon/buf.h"
+#include "proto/buf.h"
 
 #define DMN_HIST_MAX_BUCKETS 32
 
@@ -27,11 +27,11 @@ void dmn_hist_init(dmn_hist *h, const double *bounds, int n_bounds);
 void dmn_hist_observe(dmn_hist *h, double v);
 
 /* Exposition helpers. labels: the text inside {} (e.g. `device="cpu"`), or NULL. */
-void dmn_prom_header(dmn_buf *b, const char *name, const char *type, const char *help);
-void dmn_prom_sample(dmn_buf *b, const char *name, const char *labels, double v);
-void dmn_prom_hist(dmn_buf *b, const char *name, const char *help, const dmn_hist *h);
+void dmn_prom_header(proto_buf *b, const char *name, const char *type, const char *help);
+void dmn_prom_sample(proto_buf *b, const char *name, const char *labels, double v);
+void dmn_prom_hist(proto_buf *b, const char *name, const char *help, const dmn_hist *h);
 /* A label value escaped per the format (backslash, double quote, line feed). */
-void dmn_prom_label_value(dmn_buf *b, const char *v);
+void dmn_prom_label_value(proto_buf *b, const char *v);
 
 /* Finish reasons counted in tandem_request_success_total{finished_reason}. */
 enum dmn_finish_label { DMN_FINISH_STOP, DMN_FINISH_LENGTH, DMN_FINISH_ABORT, DMN_FINISH_COUNT };
@@ -66,14 +66,14 @@ typedef struct dmn_metrics_dev {
 } dmn_metrics_dev;
 
 /* The whole /metrics text: requests running/waiting, per-device gauges, then m. */
-void dmn_metrics_render(dmn_buf *b, const dmn_metrics *m, int running, int waiting,
+void dmn_metrics_render(proto_buf *b, const dmn_metrics *m, int running, int waiting,
                         const dmn_metrics_dev *devs, int n_devs, int ready, int draining);
 
 /* The scheduler's dispatch counters (scheduler/sched.h sched_stats): decode placements by
  * target — "card" (split: prefilled elsewhere, decoded on an FPGA), "fallback" (decoded on its
  * prefill device because every card was busy or full), "local" (a node without cards) — and
  * failovers. Appended after dmn_metrics_render's text. */
-void dmn_metrics_render_dispatch(dmn_buf *b, uint64_t split, uint64_t fallback, uint64_t local,
+void dmn_metrics_render_dispatch(proto_buf *b, uint64_t split, uint64_t fallback, uint64_t local,
                                  uint64_t moves, uint64_t moves_failed);
 
 #endif

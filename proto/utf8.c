@@ -1,42 +1,150 @@
-/* proto/utf8.c — see utf8.h. Validation follows RFC 3629 (table 3-7 of the Unicode standard:
- * no overlong forms, no surrogates, nothing above U+10FFFF). */
+/* proto/utf8.c — see utf8.h. */
 #include "proto/utf8.h"
 #include <stdlib.h>
 #include <string.h>
 
+int proto_utf8_scan(const unsigned char *s, size_t n, size_t *len, uint32_t *cp)
+{
+    unsigned b0 = s[0];
+    if (b0 < 0x80) {
+        *len = 1;
+        *cp = b0;
+        return PROTO_UTF8_OK;
+    }
+    size_t need;
+    unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte (Unicode table 3-7) */
+    uint32_t c;
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+        need = 2;
+        c = b0 & 0x1F;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+        need = 3;
+        c = b0 & 0x0F;
+        if (b0 == 0xE0) lo = 0xA0; /* no overlong forms */
+        if (b0 == 0xED) hi = 0x9F; /* no surrogates */
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+        need = 4;
+        c = b0 & 0x07;
+        if (b0 == 0xF0) lo = 0x90; /* no overlong forms */
+        if (b0 == 0xF4) hi = 0x8F; /* <= U+10FFFF */
+    } else {
+        *len = 1;
+        return PROTO_UTF8_BAD;
+    }
+    for (size_t i = 1; i < need; i++) {
+        if (i >= n) {
+            *len = n;
+            return PROTO_UTF8_SHORT;
+        }
+        unsigned b = s[i];
+        if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xBF)) {
+            *len = i;
+            return PROTO_UTF8_BAD;
+        }
+        c = (c << 6) | (b & 0x3F);
+    }
+    *len = need;
+    *cp = c;
+    return PROTO_UTF8_OK;
+}
+
 int proto_utf8_seq_len(const unsigned char *s, size_t n)
 {
-    if (n == 0) return 0;
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    int len;
-    unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) len = 3, lo = 0xA0;
-    else if (c >= 0xE1 && c <= 0xEC) len = 3;
-    else if (c == 0xED) len = 3, hi = 0x9F; /* excludes surrogates */
-    else if (c >= 0xEE && c <= 0xEF) len = 3;
-    else if (c == 0xF0) len = 4, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else if (c == 0xF4) len = 4, hi = 0x8F; /* <= U+10FFFF */
-    else return 0;
-    if ((size_t)len > n) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (int i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
-    return len;
+    size_t len;
+    uint32_t cp;
+    return n && proto_utf8_scan(s, n, &len, &cp) == PROTO_UTF8_OK ? (int)len : 0;
+}
+
+size_t proto_utf8_valid_len(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        /* ASCII runs, 8 bytes at a time */
+        while (i + 8 <= n) {
+            uint64_t v;
+            memcpy(&v, u + i, 8);
+            if (v & 0x8080808080808080ull) break;
+            i += 8;
+        }
+        if (i >= n) break;
+        if (u[i] < 0x80) {
+            i++;
+            continue;
+        }
+        size_t l;
+        uint32_t cp;
+        if (proto_utf8_scan(u + i, n - i, &l, &cp) != PROTO_UTF8_OK) return i;
+        i += l;
+    }
+    return n;
 }
 
 int proto_utf8_valid(const char *s, size_t n)
 {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        int k = proto_utf8_seq_len(p + i, n - i);
-        if (!k) return 0;
-        i += (size_t)k;
+    return proto_utf8_valid_len(s, n) == n;
+}
+
+uint32_t proto_utf8_next(const char *s, size_t n, size_t *i)
+{
+    const unsigned char *u = (const unsigned char *)s + *i;
+    if (u[0] < 0x80) {
+        (*i)++;
+        return u[0];
     }
-    return 1;
+    size_t len;
+    uint32_t cp;
+    int st = proto_utf8_scan(u, n - *i, &len, &cp);
+    *i += len;
+    return st == PROTO_UTF8_OK ? cp : 0xFFFD;
+}
+
+size_t proto_utf8_prev(const char *s, size_t i)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    if (i == 0) return 0;
+    size_t k = i - 1;
+    for (int back = 0; k > 0 && (u[k] & 0xC0) == 0x80 && back < 3; back++) k--;
+    return k;
+}
+
+size_t proto_utf8_put(char out[4], uint32_t cp)
+{
+    unsigned char *d = (unsigned char *)out;
+    if (cp < 0x80) {
+        d[0] = (unsigned char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        d[0] = (unsigned char)(0xC0 | cp >> 6);
+        d[1] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        d[0] = (unsigned char)(0xE0 | cp >> 12);
+        d[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+        d[2] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    d[0] = (unsigned char)(0xF0 | cp >> 18);
+    d[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
+    d[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+    d[3] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+size_t proto_utf8_count(const char *s, size_t n)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
+size_t proto_utf8_offset(const char *s, size_t n, size_t k)
+{
+    size_t i = 0;
+    for (; k > 0 && i < n; k--) proto_utf8_next(s, n, &i);
+    return i;
 }
 
 char *proto_utf8_sanitize(const char *s, size_t n, size_t *out_len)
@@ -53,7 +161,7 @@ char *proto_utf8_sanitize(const char *s, size_t n, size_t *out_len)
             o += (size_t)k;
             i += (size_t)k;
         } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            memcpy(out + o, PROTO_UTF8_FFFD, 3);
             o += 3;
             i++;
         }
@@ -61,4 +169,22 @@ char *proto_utf8_sanitize(const char *s, size_t n, size_t *out_len)
     out[o] = 0;
     if (out_len) *out_len = o;
     return out;
+}
+
+int proto_utf8_lossy(proto_buf *out, const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        size_t ok = proto_utf8_valid_len(s + i, n - i);
+        if (proto_buf_add(out, s + i, ok)) return -1;
+        i += ok;
+        if (i >= n) break;
+        size_t l;
+        uint32_t cp;
+        proto_utf8_scan(u + i, n - i, &l, &cp); /* BAD or SHORT: l bytes become one U+FFFD */
+        if (proto_buf_add(out, PROTO_UTF8_FFFD, 3)) return -1;
+        i += l;
+    }
+    return 0;
 }

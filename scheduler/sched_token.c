@@ -11,6 +11,7 @@
  * (Streaming text never uses this table: it comes from the tokenizer's own decoder. This only
  * labels logprob entries, where a token's bytes are shown one token at a time.) */
 #include "scheduler/sched_internal.h"
+#include "proto/utf8.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,25 +25,6 @@ static void byte_level_inverse(int inv[324])
         if (printable) inv[b] = b;
         else inv[256 + k++] = b;
     }
-}
-
-/* Decodes one UTF-8 code point at s (n bytes); returns its length, 0 when invalid. */
-static int utf8_cp(const unsigned char *s, size_t n, int *cp)
-{
-    if (!n) return 0;
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    int len = s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC0 ? 2 : 0;
-    if (!len || (size_t)len > n) return 0;
-    int v = s[0] & (0x3F >> (len - 1));
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    *cp = v;
-    return len;
 }
 
 static int hexval(char c)
@@ -65,7 +47,9 @@ static size_t piece_bytes(const char *piece, int byte_level, const int inv[324],
     if (byte_level) {
         const unsigned char *p = (const unsigned char *)piece;
         for (size_t i = 0; i < n;) {
-            int cp, k = utf8_cp(p + i, n - i, &cp);
+            size_t k = 0;
+            uint32_t cp = 0;
+            if (proto_utf8_scan(p + i, n - i, &k, &cp) != PROTO_UTF8_OK) k = 0;
             if (!k || cp >= 324 || inv[cp] < 0) { /* not a byte-level piece: show it as it is */
                 memcpy(out, piece, n);
                 return n;

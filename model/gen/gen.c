@@ -1,6 +1,7 @@
 /* model/gen/gen.c — see gen.h. */
 #include "model/gen/gen.h"
 #include "model/gen/stop.h"
+#include "proto/buf.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,23 +12,12 @@ struct model_gen {
     model_stop *stop;         /* NULL without stop strings */
     int32_t *eos;
     int n_eos, ignore_eos, max_tokens, n_ctx, n_past, generated, want_lp;
-    char *buf; /* the step's text */
-    size_t cap;
+    proto_buf text; /* the step's text */
 };
 
-static int append(model_gen *g, size_t *len, const char *s, size_t n)
+static int append(model_gen *g, const char *s, size_t n)
 {
-    if (*len + n + 1 > g->cap) {
-        size_t cap = (*len + n + 1) * 2;
-        char *b = realloc(g->buf, cap);
-        if (!b) return -1;
-        g->buf = b;
-        g->cap = cap;
-    }
-    memcpy(g->buf + *len, s, n);
-    *len += n;
-    g->buf[*len] = 0;
-    return 0;
+    return proto_buf_add(&g->text, s, n);
 }
 
 model_gen *model_gen_new(const model_tok *tok, const model_gen_params *p, int vocab,
@@ -52,8 +42,7 @@ model_gen *model_gen_new(const model_tok *tok, const model_gen_params *p, int vo
     g->n_ctx = p->n_ctx;
     g->n_past = n_prompt;
     g->want_lp = p->sampling.logprobs || p->sampling.top_logprobs;
-    g->cap = 256;
-    if (!(g->buf = malloc(g->cap))) goto oom;
+    if (proto_buf_reserve(&g->text, 256)) goto oom;
     return g;
 oom:
     snprintf(err, errlen, "out of memory");
@@ -70,9 +59,9 @@ int model_gen_step(model_gen *g, float *logits, model_gen_out *out)
     g->generated++;
     g->n_past++;
     int is_eos = !g->ignore_eos && model_finish_is_eos(out->token, g->eos, g->n_eos);
-    size_t len = 0;
     int hit = 0;
-    g->buf[0] = 0;
+    g->text.len = 0;
+    g->text.p[0] = 0;
     if (g->stream && !is_eos) {
         size_t n;
         const char *t = model_tok_stream_push(g->stream, out->token, &n);
@@ -80,8 +69,8 @@ int model_gen_step(model_gen *g, float *logits, model_gen_out *out)
         if (g->stop) {
             size_t m;
             const char *s = model_stop_push(g->stop, t, n, &m, &hit);
-            if (!s || append(g, &len, s, m)) return -1;
-        } else if (append(g, &len, t, n)) {
+            if (!s || append(g, s, m)) return -1;
+        } else if (append(g, t, n)) {
             return -1;
         }
     }
@@ -98,20 +87,20 @@ int model_gen_step(model_gen *g, float *logits, model_gen_out *out)
             size_t m;
             int hit2 = 0;
             const char *s = model_stop_push(g->stop, t, n, &m, &hit2);
-            if (!s || append(g, &len, s, m)) return -1;
+            if (!s || append(g, s, m)) return -1;
             if (!hit2) {
                 s = model_stop_flush(g->stop, &m);
-                if (!s || append(g, &len, s, m)) return -1;
+                if (!s || append(g, s, m)) return -1;
             } else {
                 out->finish = MODEL_FINISH_STOP;
                 out->stop_string = 1;
             }
-        } else if (append(g, &len, t, n)) {
+        } else if (append(g, t, n)) {
             return -1;
         }
     }
-    out->text = g->buf;
-    out->len = len;
+    out->text = g->text.p;
+    out->len = g->text.len;
     return 0;
 }
 
@@ -127,6 +116,6 @@ void model_gen_free(model_gen *g)
     model_tok_stream_free(g->stream);
     model_stop_free(g->stop);
     free(g->eos);
-    free(g->buf);
+    proto_buf_deinit(&g->text);
     free(g);
 }

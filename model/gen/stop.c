@@ -1,5 +1,7 @@
 /* model/gen/stop.c — stop-string matching with one KMP automaton per stop (see stop.h). */
 #include "model/gen/stop.h"
+#include "proto/buf.h"
+#include "proto/utf8.h"
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,8 +23,7 @@ struct model_stop {
      * boundary check moves back over continuation bytes. */
     char held[MODEL_MAX_STOP_LEN + 4];
     size_t n_held;
-    char *out; /* held + the latest push; what push/flush return points here */
-    size_t cap;
+    proto_buf out; /* held + the latest push; what push/flush return points here */
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -33,39 +34,6 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
-}
-
-/* Strict UTF-8 (RFC 3629): no overlongs, no surrogates, nothing above U+10FFFF. */
-static int utf8_valid(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t k;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xC2 && c <= 0xDF) {
-            k = 1;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            k = 2;
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            k = 3;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        } else {
-            return 0;
-        }
-        if (n - i <= k) return 0;
-        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
-        for (size_t j = 2; j <= k; j++)
-            if ((s[i + j] & 0xC0) != 0x80) return 0;
-        i += k + 1;
-    }
-    return 1;
 }
 
 model_stop *model_stop_new(const char *const *stops, int n, char *err, size_t errlen)
@@ -84,16 +52,14 @@ model_stop *model_stop_new(const char *const *stops, int n, char *err, size_t er
             set_err(err, errlen, "stop[%d] must be 1 to %d bytes long", i, MODEL_MAX_STOP_LEN);
             return NULL;
         }
-        if (!utf8_valid((const unsigned char *)stops[i], len)) {
+        if (!proto_utf8_valid(stops[i], len)) {
             set_err(err, errlen, "stop[%d] is not valid UTF-8", i);
             return NULL;
         }
     }
     model_stop *s = calloc(1, sizeof *s);
     if (!s) goto oom;
-    s->cap = 2 * MODEL_MAX_STOP_LEN;
-    s->out = malloc(s->cap);
-    if (!s->out) goto oom;
+    if (proto_buf_reserve(&s->out, 2 * MODEL_MAX_STOP_LEN)) goto oom;
     for (int i = 0; i < n; i++) {
         stop_pat *p = &s->pat[i];
         p->len = (int)strlen(stops[i]);
@@ -135,22 +101,14 @@ const char *model_stop_push(model_stop *s, const char *text, size_t len, size_t 
 {
     *out_len = 0;
     *hit = s->done;
-    if (s->done) return s->out;
+    if (s->done) return s->out.p;
     if (len > SIZE_MAX - sizeof s->held - 1) return NULL;
     size_t total = s->n_held + len;
-    if (total + 1 > s->cap) {
-        size_t cap = s->cap;
-        while (cap < total + 1) cap = cap > SIZE_MAX / 2 ? total + 1 : cap * 2;
-        char *o = realloc(s->out, cap);
-        if (!o) return NULL;
-        s->out = o;
-        s->cap = cap;
-    }
-    memcpy(s->out, s->held, s->n_held);
-    if (len) memcpy(s->out + s->n_held, text, len);
-    s->out[total] = '\0';
+    s->out.len = 0;
+    if (proto_buf_add(&s->out, s->held, s->n_held) || proto_buf_add(&s->out, text, len))
+        return NULL;
 
-    const unsigned char *b = (const unsigned char *)s->out;
+    const unsigned char *b = (const unsigned char *)s->out.p;
     for (size_t i = s->n_held; i < total; i++) {
         int best = 0; /* the longest stop completing at byte i */
         for (int j = 0; j < s->n; j++)
@@ -160,8 +118,8 @@ const char *model_stop_push(model_stop *s, const char *text, size_t len, size_t 
             s->n_held = 0;
             *hit = 1;
             *out_len = i + 1 - (size_t)best;
-            s->out[*out_len] = '\0';
-            return s->out;
+            s->out.p[*out_len] = '\0';
+            return s->out.p;
         }
     }
 
@@ -173,20 +131,20 @@ const char *model_stop_push(model_stop *s, const char *text, size_t len, size_t 
      * byte; the bound also keeps held[] in range should the input not be valid UTF-8). */
     for (int k = 0; k < 3 && emit > 0 && emit < total && (b[emit] & 0xC0) == 0x80; k++) emit--;
     s->n_held = total - emit;
-    memcpy(s->held, s->out + emit, s->n_held);
+    memcpy(s->held, s->out.p + emit, s->n_held);
     *out_len = emit;
-    return s->out;
+    return s->out.p;
 }
 
 const char *model_stop_flush(model_stop *s, size_t *out_len)
 {
-    memcpy(s->out, s->held, s->n_held);
+    memcpy(s->out.p, s->held, s->n_held);
     *out_len = s->n_held;
-    s->out[s->n_held] = '\0';
+    s->out.p[s->n_held] = '\0';
     s->n_held = 0;
     s->done = 0;
     for (int j = 0; j < s->n; j++) s->pat[j].q = 0;
-    return s->out;
+    return s->out.p;
 }
 
 void model_stop_free(model_stop *s)
@@ -196,6 +154,6 @@ void model_stop_free(model_stop *s)
         free(s->pat[i].s);
         free(s->pat[i].fail);
     }
-    free(s->out);
+    proto_buf_deinit(&s->out);
     free(s);
 }

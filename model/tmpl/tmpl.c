@@ -28,7 +28,7 @@ void model_tmpl_default_opts(model_tmpl_opts *o)
 model_tmpl *model_tmpl_compile(const char *source, size_t len, char *err, size_t errlen)
 {
     if (errlen) err[0] = 0;
-    if (!model_tmpl_utf8_valid(source, len)) {
+    if (!proto_utf8_valid(source, len)) {
         snprintf(err, errlen, "TemplateSyntaxError: the template is not valid UTF-8");
         return NULL;
     }
@@ -115,7 +115,7 @@ static int render(const model_tmpl *t, const char *ctx, size_t ctx_len, bool con
     r->lim = opts->limits;
     r->now = opts->now ? opts->now : time(NULL);
     r->live.next = r->live.prev = &r->live;
-    tmpl_buf buf = {.max = r->lim.max_output};
+    proto_buf buf = {.max = r->lim.max_output};
     r->out = &buf;
     tmpl_scope *root = model_tmpl_scope_new(r, NULL);
     int rc = root ? model_tmpl_ctx_load(r, ctx, ctx_len, root, conversation) : -1;
@@ -138,14 +138,14 @@ static int render(const model_tmpl *t, const char *ctx, size_t ctx_len, bool con
                  : r->ek == TMPL_EK_LIMIT ? MODEL_TMPL_ERR_LIMIT
                  : r->ek == TMPL_EK_CONTEXT ? MODEL_TMPL_ERR_CONTEXT
                                              : MODEL_TMPL_ERR_RUNTIME;
-        model_tmpl_buf_free(&buf);
+        proto_buf_deinit(&buf);
     } else {
-        if (!buf.p && model_tmpl_buf_put(&buf, "", 0)) {
+        if (!buf.p && proto_buf_add(&buf, "", 0)) {
             snprintf(err, errlen, "MemoryError: out of memory");
             status = MODEL_TMPL_ERR_RUNTIME;
         } else {
             *out = buf.p;
-            if (out_len) *out_len = buf.n;
+            if (out_len) *out_len = buf.len;
         }
     }
     free(r);

@@ -132,7 +132,7 @@ static int assign(tmpl_rt *r, tmpl_scope *s, const tmpl_node *t, tmpl_val v)
 
 static int emit(tmpl_rt *r, const char *s, size_t n)
 {
-    if (model_tmpl_buf_put(r->out, s, n)) return model_tmpl_fail_limit(r, "output size");
+    if (proto_buf_add(r->out, s, n)) return model_tmpl_fail_limit(r, "output size");
     return 0;
 }
 
@@ -145,13 +145,13 @@ static int emit_val(tmpl_rt *r, tmpl_val v)
 /* Runs body in scope s with output captured into a new str (*out). */
 static int capture(tmpl_rt *r, tmpl_scope *s, tmpl_node *const *body, uint32_t n, tmpl_val *out)
 {
-    tmpl_buf buf = {.max = r->lim.max_output};
-    tmpl_buf *saved = r->out;
+    proto_buf buf = {.max = r->lim.max_output};
+    proto_buf *saved = r->out;
     r->out = &buf;
     int rc = model_tmpl_exec_body(r, s, body, n);
     r->out = saved;
     if (rc < 0) {
-        model_tmpl_buf_free(&buf);
+        proto_buf_deinit(&buf);
         return -1;
     }
     return model_tmpl_str_from_buf(r, &buf, out);
@@ -263,8 +263,8 @@ int model_tmpl_loop_call(tmpl_rt *r, tmpl_loop *l, const tmpl_args *a, tmpl_val 
     if (a->npos != 1 || a->nkw)
         return model_tmpl_fail(r, "TypeError", "loop() takes exactly one argument (%zu given)", a->npos + a->nkw);
     if (r->depth >= r->lim.max_depth) return model_tmpl_fail_limit(r, "recursion depth");
-    tmpl_buf buf = {.max = r->lim.max_output};
-    tmpl_buf *saved = r->out;
+    proto_buf buf = {.max = r->lim.max_output};
+    proto_buf *saved = r->out;
     r->out = &buf;
     r->depth++;
     tmpl_incref(a->pos[0]);
@@ -272,7 +272,7 @@ int model_tmpl_loop_call(tmpl_rt *r, tmpl_loop *l, const tmpl_args *a, tmpl_val 
     r->depth--;
     r->out = saved;
     if (rc < 0) {
-        model_tmpl_buf_free(&buf);
+        proto_buf_deinit(&buf);
         return -1;
     }
     return model_tmpl_str_from_buf(r, &buf, out);

@@ -36,10 +36,10 @@ static int repeat(tmpl_rt *r, tmpl_val seq, int64_t times, tmpl_val *out)
     if (seq.kind == TMPL_STR) {
         tmpl_str *s = tmpl_s(seq);
         if (s->len && (uint64_t)times > r->lim.max_output / s->len) return model_tmpl_fail_limit(r, "string length");
-        tmpl_buf b = {.max = r->lim.max_output};
+        proto_buf b = {.max = r->lim.max_output};
         for (int64_t i = 0; i < times; i++)
-            if (model_tmpl_buf_put(&b, s->s, s->len)) {
-                model_tmpl_buf_free(&b);
+            if (proto_buf_add(&b, s->s, s->len)) {
+                proto_buf_deinit(&b);
                 return model_tmpl_fail(r, "MemoryError", "out of memory");
             }
         return model_tmpl_str_from_buf(r, &b, out);
@@ -391,8 +391,8 @@ int model_tmpl_getitem(tmpl_rt *r, tmpl_val obj, tmpl_val key, tmpl_val *out)
     case TMPL_STR: {
         tmpl_str *s = tmpl_s(obj);
         if (index_of(key, model_tmpl_str_ncp(s), &at)) {
-            size_t off = s->ncp == s->len ? at : model_tmpl_utf8_offset(s->s, s->len, at), end = off;
-            model_tmpl_utf8_next(s->s, s->len, &end);
+            size_t off = s->ncp == s->len ? at : proto_utf8_offset(s->s, s->len, at), end = off;
+            proto_utf8_next(s->s, s->len, &end);
             return model_tmpl_str_new(r, s->s + off, end - off, out);
         }
         if (key.kind == TMPL_INT || key.kind == TMPL_BOOL) return model_tmpl_undef_attr(r, obj, key, out);
@@ -469,8 +469,8 @@ int model_tmpl_slice(tmpl_rt *r, tmpl_val obj, tmpl_val start, tmpl_val stop, tm
     if (is_str) {
         tmpl_str *s = tmpl_s(obj);
         if (st == 1 && count > 0) {
-            size_t from = s->ncp == s->len ? (size_t)b : model_tmpl_utf8_offset(s->s, s->len, (size_t)b);
-            size_t to = s->ncp == s->len ? (size_t)e : from + model_tmpl_utf8_offset(s->s + from, s->len - from, (size_t)(e - b));
+            size_t from = s->ncp == s->len ? (size_t)b : proto_utf8_offset(s->s, s->len, (size_t)b);
+            size_t to = s->ncp == s->len ? (size_t)e : from + proto_utf8_offset(s->s + from, s->len - from, (size_t)(e - b));
             return model_tmpl_str_new(r, s->s + from, to - from, out);
         }
         /* general step: collect the code points' offsets */
@@ -479,16 +479,16 @@ int model_tmpl_slice(tmpl_rt *r, tmpl_val obj, tmpl_val start, tmpl_val stop, tm
         size_t i = 0, k = 0;
         while (i < s->len) {
             offs[k++] = i;
-            model_tmpl_utf8_next(s->s, s->len, &i);
+            proto_utf8_next(s->s, s->len, &i);
         }
         offs[k] = s->len;
-        tmpl_buf buf = {.max = r->lim.max_output};
+        proto_buf buf = {.max = r->lim.max_output};
         int rc = 0;
         for (int64_t c = 0, j = b; c < count && !rc; c++, j += st)
-            rc = model_tmpl_buf_put(&buf, s->s + offs[j], offs[j + 1] - offs[j]);
+            rc = proto_buf_add(&buf, s->s + offs[j], offs[j + 1] - offs[j]);
         free(offs);
         if (rc) {
-            model_tmpl_buf_free(&buf);
+            proto_buf_deinit(&buf);
             return model_tmpl_fail_limit(r, "string length");
         }
         return model_tmpl_str_from_buf(r, &buf, out);
@@ -798,16 +798,16 @@ int model_tmpl_eval(tmpl_rt *r, tmpl_scope *s, const tmpl_node *n, tmpl_val *out
         tmpl_decref(r, b);
         return rc;
     case TN_CONCAT: {
-        tmpl_buf buf = {.max = r->lim.max_output};
+        proto_buf buf = {.max = r->lim.max_output};
         for (uint32_t i = 0; i < n->nkids; i++) {
             if (model_tmpl_eval(r, s, n->kids[i], &a)) {
-                model_tmpl_buf_free(&buf);
+                proto_buf_deinit(&buf);
                 return -1;
             }
             rc = model_tmpl_str_of(r, a, &buf);
             tmpl_decref(r, a);
             if (rc) {
-                model_tmpl_buf_free(&buf);
+                proto_buf_deinit(&buf);
                 return -1;
             }
         }

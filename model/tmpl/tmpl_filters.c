@@ -31,11 +31,11 @@ static int case_filter(tmpl_rt *r, tmpl_val in, const tmpl_args *a, const char *
 {
     tmpl_val s;
     if (check(r, a, name, 0, NULL) || model_tmpl_to_str(r, in, &s)) return -1;
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     int rc = model_tmpl_case(&b, tmpl_s(s)->s, tmpl_s(s)->len, mode);
     tmpl_decref(r, s);
     if (rc) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return model_tmpl_fail_limit(r, "string length");
     }
     return model_tmpl_str_from_buf(r, &b, out);
@@ -51,12 +51,12 @@ FILTER(title)
     tmpl_val s;
     if (check(r, a, "title", 0, NULL) || model_tmpl_to_str(r, in, &s)) return -1;
     tmpl_str *x = tmpl_s(s);
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     bool start = true, prev_sep = false;
     int rc = 0;
     for (size_t i = 0; i < x->len && !rc;) {
         size_t st = i;
-        uint32_t c = model_tmpl_utf8_next(x->s, x->len, &i);
+        uint32_t c = proto_utf8_next(x->s, x->len, &i);
         bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || model_tmpl_py_isspace(c);
         if (sep != prev_sep) start = true;
         rc = model_tmpl_case(&b, x->s + st, i - st, start ? 'u' : 'l');
@@ -65,7 +65,7 @@ FILTER(title)
     }
     tmpl_decref(r, s);
     if (rc) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return model_tmpl_fail_limit(r, "string length");
     }
     return model_tmpl_str_from_buf(r, &b, out);
@@ -160,21 +160,21 @@ FILTER(escape)
     tmpl_val s;
     if (model_tmpl_to_str(r, in, &s)) return -1;
     tmpl_str *x = tmpl_s(s);
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     int rc = 0;
     for (size_t i = 0; i < x->len && !rc; i++) {
         switch (x->s[i]) {
-        case '&': rc = model_tmpl_buf_put(&b, "&amp;", 5); break;
-        case '<': rc = model_tmpl_buf_put(&b, "&lt;", 4); break;
-        case '>': rc = model_tmpl_buf_put(&b, "&gt;", 4); break;
-        case '"': rc = model_tmpl_buf_put(&b, "&#34;", 5); break;
-        case '\'': rc = model_tmpl_buf_put(&b, "&#39;", 5); break;
-        default: rc = model_tmpl_buf_putc(&b, x->s[i]);
+        case '&': rc = proto_buf_add(&b, "&amp;", 5); break;
+        case '<': rc = proto_buf_add(&b, "&lt;", 4); break;
+        case '>': rc = proto_buf_add(&b, "&gt;", 4); break;
+        case '"': rc = proto_buf_add(&b, "&#34;", 5); break;
+        case '\'': rc = proto_buf_add(&b, "&#39;", 5); break;
+        default: rc = proto_buf_putc(&b, x->s[i]);
         }
     }
     tmpl_decref(r, s);
     if (rc) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return model_tmpl_fail_limit(r, "string length");
     }
     if (model_tmpl_str_from_buf(r, &b, out)) return -1;
@@ -411,19 +411,19 @@ FILTER(indent)
         return model_tmpl_fail(r, "AttributeError", "'list' object has no attribute 'splitlines'");
     if (in.kind != TMPL_STR)
         return model_tmpl_fail(r, "TypeError", "unsupported operand type(s) for +=: '%s' and 'str'", model_tmpl_type_name(in));
-    tmpl_buf ind = {.max = r->lim.max_output};
+    proto_buf ind = {.max = r->lim.max_output};
     if (w.kind == TMPL_STR) {
-        model_tmpl_buf_put(&ind, tmpl_s(w)->s, tmpl_s(w)->len);
+        proto_buf_add(&ind, tmpl_s(w)->s, tmpl_s(w)->len);
     } else if (w.kind == TMPL_INT || w.kind == TMPL_BOOL) {
         if (w.u.i > 10000) return model_tmpl_fail_limit(r, "indent width");
-        for (int64_t i = 0; i < w.u.i; i++) model_tmpl_buf_putc(&ind, ' ');
+        for (int64_t i = 0; i < w.u.i; i++) proto_buf_putc(&ind, ' ');
     } else {
-        model_tmpl_buf_free(&ind);
+        proto_buf_deinit(&ind);
         if (w.kind == TMPL_UNDEF) return model_tmpl_undef_fail(r, w);
         return model_tmpl_fail(r, "TypeError", "can't multiply sequence by non-int of type '%s'", model_tmpl_type_name(w));
     }
     if (model_tmpl_to_str(r, in, &s)) {
-        model_tmpl_buf_free(&ind);
+        proto_buf_deinit(&ind);
         return -1;
     }
     /* s + "\n", split into lines (the trailing newline makes splitlines keep a last empty line) */
@@ -433,26 +433,26 @@ FILTER(indent)
         tmpl_decref(r, s);
     }
     if (rc) {
-        model_tmpl_buf_free(&ind);
+        proto_buf_deinit(&ind);
         return -1;
     }
     tmpl_list *l = tmpl_l(lines);
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     const char *ip = ind.p ? ind.p : "";
     bool bl = model_tmpl_truthy(blank);
-    if (model_tmpl_truthy(first)) rc |= model_tmpl_buf_put(&b, ip, ind.n);
+    if (model_tmpl_truthy(first)) rc |= proto_buf_add(&b, ip, ind.len);
     for (size_t i = 0; i < l->n && !rc; i++) {
         tmpl_str *line = tmpl_s(l->v[i]);
         if (i) {
-            rc |= model_tmpl_buf_putc(&b, '\n');
-            if (bl || line->len) rc |= model_tmpl_buf_put(&b, ip, ind.n);
+            rc |= proto_buf_putc(&b, '\n');
+            if (bl || line->len) rc |= proto_buf_add(&b, ip, ind.len);
         }
-        rc |= model_tmpl_buf_put(&b, line->s, line->len);
+        rc |= proto_buf_add(&b, line->s, line->len);
     }
     tmpl_decref(r, lines);
-    model_tmpl_buf_free(&ind);
+    proto_buf_deinit(&ind);
     if (rc) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return model_tmpl_fail_limit(r, "string length");
     }
     return model_tmpl_str_from_buf(r, &b, out);
@@ -487,7 +487,7 @@ FILTER(tojson)
     o.key_sep = ": ";
     if (sep.kind == TMPL_STR && model_tmpl_str_ncp(tmpl_s(sep)) == 2) { /* unpacks into two characters */
         tmpl_str *x = tmpl_s(sep);
-        size_t k = model_tmpl_utf8_offset(x->s, x->len, 1);
+        size_t k = proto_utf8_offset(x->s, x->len, 1);
         o.item_sep = x->s;
         o.item_sep_len = k;
         o.key_sep = x->s + k;
@@ -506,9 +506,9 @@ FILTER(tojson)
         o.item_sep_len = strlen(o.item_sep);
         o.key_sep_len = strlen(o.key_sep);
     }
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     if (model_tmpl_tojson(r, in, &o, &b)) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return -1;
     }
     return model_tmpl_str_from_buf(r, &b, out);
@@ -550,7 +550,7 @@ FILTER(wordcount)
     int64_t n = 0;
     bool in_word = false;
     for (size_t i = 0; i < x->len;) {
-        uint32_t c = model_tmpl_utf8_next(x->s, x->len, &i);
+        uint32_t c = proto_utf8_next(x->s, x->len, &i);
         bool w = c == '_' || model_tmpl_py_isalnum(c); /* Python's \w */
         if (w && !in_word) n++;
         in_word = w;
@@ -575,7 +575,7 @@ FILTER(truncate)
     const char *end = endv.kind == TMPL_STR ? tmpl_s(endv)->s : "...";
     size_t end_len = endv.kind == TMPL_STR ? tmpl_s(endv)->len : 3;
     int64_t length = lenv.kind == TMPL_INT ? lenv.u.i : 255, leeway = lee.kind == TMPL_INT ? lee.u.i : 5;
-    int64_t end_cp = (int64_t)model_tmpl_utf8_count(end, end_len);
+    int64_t end_cp = (int64_t)proto_utf8_count(end, end_len);
     if (length < end_cp) return model_tmpl_fail(r, "AssertionError", "expected length >= %lld, got %lld", (long long)end_cp, (long long)length);
     if (leeway < 0) return model_tmpl_fail(r, "AssertionError", "expected leeway >= 0, got %lld", (long long)leeway);
     /* jinja2 works on the value itself (len(), slicing, rsplit): strings, and short sequences */
@@ -596,7 +596,7 @@ FILTER(truncate)
         *out = s;
         return 0;
     }
-    size_t cut = model_tmpl_utf8_offset(x->s, x->len, (size_t)(length - end_cp));
+    size_t cut = proto_utf8_offset(x->s, x->len, (size_t)(length - end_cp));
     if (!model_tmpl_truthy(kill)) { /* drop the last (partial) word: rsplit(" ", 1)[0] */
         for (size_t k = cut; k-- > 0;)
             if (x->s[k] == ' ') {
@@ -604,11 +604,11 @@ FILTER(truncate)
                 break;
             }
     }
-    tmpl_buf b = {.max = r->lim.max_output};
-    int rc = model_tmpl_buf_put(&b, x->s, cut) || model_tmpl_buf_put(&b, end, end_len);
+    proto_buf b = {.max = r->lim.max_output};
+    int rc = proto_buf_add(&b, x->s, cut) || proto_buf_add(&b, end, end_len);
     tmpl_decref(r, s);
     if (rc) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return model_tmpl_fail_limit(r, "string length");
     }
     return model_tmpl_str_from_buf(r, &b, out);
@@ -619,36 +619,36 @@ FILTER(striptags)
     tmpl_val s;
     if (check(r, a, "striptags", 0, NULL) || model_tmpl_to_str(r, in, &s)) return -1;
     tmpl_str *x = tmpl_s(s);
-    tmpl_buf t = {.max = r->lim.max_output}, b = {.max = r->lim.max_output};
+    proto_buf t = {.max = r->lim.max_output}, b = {.max = r->lim.max_output};
     /* comments, then tags (markupsafe's order), then whitespace runs to one space */
     size_t i = 0;
     while (i < x->len) {
         const char *c = memmem(x->s + i, x->len - i, "<!--", 4);
         const char *e = c ? memmem(c, x->len - (size_t)(c - x->s), "-->", 3) : NULL;
         size_t stop = e ? (size_t)(c - x->s) : x->len;
-        model_tmpl_buf_put(&t, x->s + i, stop - i);
+        proto_buf_add(&t, x->s + i, stop - i);
         i = e ? (size_t)(e - x->s) + 3 : x->len;
     }
-    tmpl_buf u = {.max = r->lim.max_output};
+    proto_buf u = {.max = r->lim.max_output};
     const char *p = t.p ? t.p : "";
-    for (i = 0; i < t.n;) {
-        const char *lt = memchr(p + i, '<', t.n - i);
-        const char *gt = lt ? memchr(lt, '>', t.n - (size_t)(lt - p)) : NULL;
-        size_t stop = gt ? (size_t)(lt - p) : t.n;
-        model_tmpl_buf_put(&u, p + i, stop - i);
-        i = gt ? (size_t)(gt - p) + 1 : t.n;
+    for (i = 0; i < t.len;) {
+        const char *lt = memchr(p + i, '<', t.len - i);
+        const char *gt = lt ? memchr(lt, '>', t.len - (size_t)(lt - p)) : NULL;
+        size_t stop = gt ? (size_t)(lt - p) : t.len;
+        proto_buf_add(&u, p + i, stop - i);
+        i = gt ? (size_t)(gt - p) + 1 : t.len;
     }
-    model_tmpl_buf_free(&t);
+    proto_buf_deinit(&t);
     bool space = false, any = false;
     const char *q = u.p ? u.p : "";
-    for (i = 0; i < u.n;) {
+    for (i = 0; i < u.len;) {
         size_t st = i;
-        uint32_t c = model_tmpl_utf8_next(q, u.n, &i);
+        uint32_t c = proto_utf8_next(q, u.len, &i);
         if (model_tmpl_py_isspace(c)) {
             space = any;
             continue;
         }
-        if (space) model_tmpl_buf_putc(&b, ' ');
+        if (space) proto_buf_putc(&b, ' ');
         space = false;
         any = true;
         /* the common HTML entities (markupsafe unescapes all of HTML5's) */
@@ -660,20 +660,20 @@ FILTER(striptags)
         if (c == '&')
             for (size_t k = 0; k < sizeof ents / sizeof *ents && !done; k++) {
                 size_t l = strlen(ents[k].ent);
-                if (st + l <= u.n && !memcmp(q + st, ents[k].ent, l)) {
-                    model_tmpl_buf_put(&b, ents[k].txt, strlen(ents[k].txt));
+                if (st + l <= u.len && !memcmp(q + st, ents[k].ent, l)) {
+                    proto_buf_add(&b, ents[k].txt, strlen(ents[k].txt));
                     i = st + l;
                     done = true;
                 }
             }
-        if (!done) model_tmpl_buf_put(&b, q + st, i - st);
+        if (!done) proto_buf_add(&b, q + st, i - st);
     }
-    model_tmpl_buf_free(&u);
+    proto_buf_deinit(&u);
     tmpl_decref(r, s);
     return model_tmpl_str_from_buf(r, &b, out);
 }
 
-static int url_quote(tmpl_rt *r, tmpl_val v, const char *safe, bool plus, tmpl_buf *b)
+static int url_quote(tmpl_rt *r, tmpl_val v, const char *safe, bool plus, proto_buf *b)
 {
     tmpl_val s;
     if (model_tmpl_to_str(r, v, &s)) return -1;
@@ -682,9 +682,9 @@ static int url_quote(tmpl_rt *r, tmpl_val v, const char *safe, bool plus, tmpl_b
     for (size_t i = 0; i < x->len && !rc; i++) {
         unsigned char c = (unsigned char)x->s[i];
         if ((unsigned)((c | 0x20) - 'a') < 26u || (c >= '0' && c <= '9') || (c && (strchr("_.-~", c) || strchr(safe, c)))) {
-            rc = model_tmpl_buf_putc(b, plus && c == ' ' ? '+' : (char)c);
+            rc = proto_buf_putc(b, plus && c == ' ' ? '+' : (char)c);
         } else {
-            rc = model_tmpl_buf_printf(b, "%%%02X", c);
+            rc = proto_buf_printf(b, "%%%02X", c);
         }
     }
     tmpl_decref(r, s);
@@ -694,7 +694,7 @@ static int url_quote(tmpl_rt *r, tmpl_val v, const char *safe, bool plus, tmpl_b
 FILTER(urlencode)
 {
     if (check(r, a, "urlencode", 0, NULL)) return -1;
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     int rc = 0;
     if (in.kind == TMPL_STR) {
         rc = url_quote(r, in, "/", false, &b);
@@ -709,15 +709,15 @@ FILTER(urlencode)
                 rc = model_tmpl_fail(r, "ValueError", "urlencode needs (key, value) pairs");
                 break;
             }
-            if (i) model_tmpl_buf_putc(&b, '&');
+            if (i) proto_buf_putc(&b, '&');
             rc = url_quote(r, tmpl_l(p)->v[0], " ", true, &b);
-            if (!rc) rc = model_tmpl_buf_putc(&b, '=') ? model_tmpl_fail_limit(r, "string length") : 0;
+            if (!rc) rc = proto_buf_putc(&b, '=') ? model_tmpl_fail_limit(r, "string length") : 0;
             if (!rc) rc = url_quote(r, tmpl_l(p)->v[1], " ", true, &b);
         }
         tmpl_decref(r, items);
     }
     if (rc) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return -1;
     }
     return model_tmpl_str_from_buf(r, &b, out);

@@ -43,9 +43,9 @@ int model_tmpl_ignore_case(tmpl_rt *r, tmpl_val v, tmpl_val *out)
         *out = v;
         return 0;
     }
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     if (model_tmpl_case(&b, tmpl_s(v)->s, tmpl_s(v)->len, 'l')) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return model_tmpl_fail_limit(r, "string length");
     }
     return model_tmpl_str_from_buf(r, &b, out);
@@ -527,11 +527,11 @@ int model_tmpl_f_reverse(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *
     if (model_tmpl_args_check(r, a, "reverse", 0, NULL)) return -1;
     if (in.kind == TMPL_STR) {
         tmpl_str *s = tmpl_s(in);
-        tmpl_buf b = {.max = r->lim.max_output};
+        proto_buf b = {.max = r->lim.max_output};
         for (size_t i = s->len; i > 0;) {
-            size_t p = model_tmpl_utf8_prev(s->s, i);
-            if (model_tmpl_buf_put(&b, s->s + p, i - p)) {
-                model_tmpl_buf_free(&b);
+            size_t p = proto_utf8_prev(s->s, i);
+            if (proto_buf_add(&b, s->s + p, i - p)) {
+                proto_buf_deinit(&b);
                 return model_tmpl_fail_limit(r, "string length");
             }
             i = p;
@@ -580,19 +580,19 @@ int model_tmpl_f_join(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *out
         return -1;
     }
     tmpl_list *l = tmpl_l(items);
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     int rc = 0;
     for (size_t i = 0; i < l->n && !rc; i++) {
         tmpl_val k;
         if ((rc = key_of(r, l->v[i], attr, false, tmpl_none(), &k))) break;
-        if (i && model_tmpl_buf_put(&b, tmpl_s(sep)->s, tmpl_s(sep)->len)) rc = model_tmpl_fail_limit(r, "string length");
+        if (i && proto_buf_add(&b, tmpl_s(sep)->s, tmpl_s(sep)->len)) rc = model_tmpl_fail_limit(r, "string length");
         if (!rc) rc = model_tmpl_str_of(r, k, &b);
         tmpl_decref(r, k);
     }
     tmpl_decref(r, items);
     tmpl_decref(r, sep);
     if (rc) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return -1;
     }
     return model_tmpl_str_from_buf(r, &b, out);

@@ -95,10 +95,10 @@ int model_tmpl_global_call(tmpl_rt *r, tmpl_func *f, const tmpl_args *a, tmpl_va
     case TG_DICT: return g_dict(r, TMPL_DICT, a, out);
     case TG_RAISE: {
         if (model_tmpl_arg(r, a, 0, "message", &x) <= 0) return model_tmpl_fail(r, "TypeError", "raise_exception() missing 1 required positional argument: 'message'");
-        tmpl_buf b = {.max = 4096};
+        proto_buf b = {.max = 4096};
         model_tmpl_str_of(r, x, &b);
         model_tmpl_fail(r, "TemplateError", "%s", b.p ? b.p : "");
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return -1;
     }
     case TG_STRFTIME: {

@@ -18,6 +18,8 @@
 #ifndef TANDEM_MODEL_TMPL_INT_H
 #define TANDEM_MODEL_TMPL_INT_H
 #include "model/tmpl/tmpl.h"
+#include "proto/buf.h"
+#include "proto/utf8.h"
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -174,32 +176,10 @@ static inline bool tmpl_is_iter(tmpl_val v)
     return v.kind == TMPL_LIST && (v.u.o->sub == TMPL_SEQ_GEN || v.u.o->sub == TMPL_SEQ_REVITER);
 }
 
-/* ------------------------------------------------------------------------------ string buffer */
+/* ------------------------------------------- text: Python's character classes and case mappings
+ * (model/tmpl/tmpl_unicode.c). Strings are built in proto/buf.h's proto_buf, bounded by
+ * {.max = r->lim.max_output}; UTF-8 is proto/utf8.h's. */
 
-typedef struct tmpl_buf {
-    char *p;
-    size_t n, cap;
-    size_t max; /* bytes the buffer may hold; past it appends fail */
-} tmpl_buf;
-
-/* Append; return -1 when the result would exceed b->max or memory runs out. */
-int model_tmpl_buf_put(tmpl_buf *b, const char *s, size_t n);
-int model_tmpl_buf_putc(tmpl_buf *b, char c);
-int model_tmpl_buf_printf(tmpl_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void model_tmpl_buf_free(tmpl_buf *b);
-
-/* ------------------------------------------------------------------------------------ UTF-8 */
-
-/* Decodes one code point at s[*i] (n bytes total) and advances *i; invalid bytes decode as
- * themselves (U+0080..U+00FF range is never produced by them: returns 0xFFFD). */
-uint32_t model_tmpl_utf8_next(const char *s, size_t n, size_t *i);
-/* Start of the code point that ends at s[i-1]. */
-size_t model_tmpl_utf8_prev(const char *s, size_t i);
-int model_tmpl_utf8_put(char out[4], uint32_t cp);
-size_t model_tmpl_utf8_count(const char *s, size_t n);
-/* Byte offset of code point index k (k <= number of code points). */
-size_t model_tmpl_utf8_offset(const char *s, size_t n, size_t k);
-bool model_tmpl_utf8_valid(const char *s, size_t n);
 bool model_tmpl_py_isspace(uint32_t cp);   /* Python str.isspace() for one character */
 bool model_tmpl_py_printable(uint32_t cp); /* Python str.isprintable() (approximate for Cn) */
 bool model_tmpl_py_isalpha(uint32_t cp);
@@ -208,7 +188,7 @@ bool model_tmpl_py_isalnum(uint32_t cp);
 /* Case conversions of a whole string as Python's str methods (full Unicode simple mappings,
  * plus the common one-to-many special cases such as ß -> SS). mode: 'u' upper, 'l' lower,
  * 's' swapcase, 't' title (str.title), 'c' capitalize, 'f' casefold. */
-int model_tmpl_case(tmpl_buf *out, const char *s, size_t n, int mode);
+int model_tmpl_case(proto_buf *out, const char *s, size_t n, int mode);
 bool model_tmpl_cp_cased(uint32_t cp);
 bool model_tmpl_cp_upper(uint32_t cp); /* has a lowercase mapping, i.e. is uppercase */
 bool model_tmpl_cp_lower(uint32_t cp);
@@ -369,7 +349,7 @@ typedef struct tmpl_rt {
     uint64_t steps;
     int depth;       /* macro call depth */
     int line;        /* line of the node being evaluated (error messages) */
-    tmpl_buf *out;   /* where {{ }} and text go (a macro call redirects it) */
+    proto_buf *out;   /* where {{ }} and text go (a macro call redirects it) */
     enum tmpl_err_kind ek;
     char err[1024];
 } tmpl_rt;
@@ -412,7 +392,7 @@ static inline void tmpl_decref_obj(tmpl_rt *r, tmpl_obj *o)
 }
 
 int model_tmpl_str_new(tmpl_rt *r, const char *s, size_t n, tmpl_val *out);
-int model_tmpl_str_from_buf(tmpl_rt *r, tmpl_buf *b, tmpl_val *out); /* frees b */
+int model_tmpl_str_from_buf(tmpl_rt *r, proto_buf *b, tmpl_val *out); /* frees b */
 int model_tmpl_str_cat(tmpl_rt *r, tmpl_val a, const char *s, size_t n, tmpl_val *out); /* consumes a */
 size_t model_tmpl_str_ncp(tmpl_str *s);
 int model_tmpl_list_new(tmpl_rt *r, int seq, size_t cap, tmpl_val *out);
@@ -444,8 +424,8 @@ int model_tmpl_len(tmpl_rt *r, tmpl_val v, size_t *n);
 int model_tmpl_iter(tmpl_rt *r, tmpl_val v, tmpl_val *list);
 
 /* Printing (tmpl_print.c). str(): what {{ v }} prints; repr(): inside containers. */
-int model_tmpl_str_of(tmpl_rt *r, tmpl_val v, tmpl_buf *b);
-int model_tmpl_repr(tmpl_rt *r, tmpl_val v, tmpl_buf *b, int depth);
+int model_tmpl_str_of(tmpl_rt *r, tmpl_val v, proto_buf *b);
+int model_tmpl_repr(tmpl_rt *r, tmpl_val v, proto_buf *b, int depth);
 /* v as a str value (new reference; a str is returned shared). */
 int model_tmpl_to_str(tmpl_rt *r, tmpl_val v, tmpl_val *out);
 void model_tmpl_float_repr(double f, char out[32]);
@@ -456,7 +436,7 @@ typedef struct tmpl_json_opts {
     const char *item_sep, *key_sep;
     size_t item_sep_len, key_sep_len;
 } tmpl_json_opts;
-int model_tmpl_tojson(tmpl_rt *r, tmpl_val v, const tmpl_json_opts *o, tmpl_buf *b);
+int model_tmpl_tojson(tmpl_rt *r, tmpl_val v, const tmpl_json_opts *o, proto_buf *b);
 
 /* The context: JSON text -> the variables of the root scope (tmpl_ctx.c). conversation: the
  * members of "extra" are variables too, and tools/documents/add_generation_prompt default. */

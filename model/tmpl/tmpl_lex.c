@@ -73,7 +73,7 @@ static size_t ws_len(const char *s, size_t n, size_t i)
     unsigned char c = (unsigned char)s[i];
     if (c < 0x80) return model_tmpl_py_isspace(c) ? 1 : 0;
     size_t k = i;
-    uint32_t cp = model_tmpl_utf8_next(s, n, &k);
+    uint32_t cp = proto_utf8_next(s, n, &k);
     return model_tmpl_py_isspace(cp) ? k - i : 0;
 }
 
@@ -88,7 +88,7 @@ static size_t skip_ws(const char *s, size_t n, size_t i)
 static size_t rstrip_end(const char *s, size_t start, size_t end)
 {
     while (end > start) {
-        size_t p = model_tmpl_utf8_prev(s, end);
+        size_t p = proto_utf8_prev(s, end);
         if (p < start) break;
         if (ws_len(s, end, p) != end - p) break;
         end = p;
@@ -253,12 +253,12 @@ static int unescape(lexer *L, const char *s, size_t n, tmpl_tok *k)
             if (c >= '0' && c <= '7') {
                 cp = (uint32_t)(c - '0');
                 for (int j = 0; j < 2 && i < n && s[i] >= '0' && s[i] <= '7'; j++) cp = cp * 8 + (uint32_t)(s[i++] - '0');
-                m += (size_t)model_tmpl_utf8_put(o + m, cp);
+                m += (size_t)proto_utf8_put(o + m, cp);
                 continue;
             }
             if ((unsigned char)c >= 0x80) { /* backslashreplace quirk */
                 size_t st = i - 1;
-                uint32_t u = model_tmpl_utf8_next(s, n, &st);
+                uint32_t u = proto_utf8_next(s, n, &st);
                 i = st;
                 m += (size_t)sprintf(o + m, u < 0x100 ? "\\x%02x" : u < 0x10000 ? "\\u%04x" : "\\U%08x", u);
                 continue;
@@ -278,7 +278,7 @@ static int unescape(lexer *L, const char *s, size_t n, tmpl_tok *k)
         if (cp > 0x10FFFF) return lex_fail(L, "illegal Unicode character in string");
         if (cp >= 0xD800 && cp <= 0xDFFF)
             return lex_fail(L, "surrogate escape \\%c%04x in a string is not supported", c, cp);
-        m += (size_t)model_tmpl_utf8_put(o + m, cp);
+        m += (size_t)proto_utf8_put(o + m, cp);
     }
     k->s = o;
     k->len = m;
@@ -401,7 +401,7 @@ static int lex_tag(lexer *L, bool block, bool *ended_nl)
         }
         if (type < 0) {
             size_t k2 = i;
-            uint32_t cp = model_tmpl_utf8_next(s, n, &k2);
+            uint32_t cp = proto_utf8_next(s, n, &k2);
             if (cp < 0x80) return lex_fail(L, "unexpected char '%c' at %zu", (char)cp, i);
             return lex_fail(L, "unexpected char U+%04X at %zu", cp, i);
         }

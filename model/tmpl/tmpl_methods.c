@@ -152,12 +152,12 @@ static void strip_range(const char *s, size_t n, const tmpl_str *chars, bool lef
     if (left)
         while (i < j) {
             size_t k = i;
-            uint32_t c = model_tmpl_utf8_next(s, n, &k);
+            uint32_t c = proto_utf8_next(s, n, &k);
             bool hit;
             if (!chars) hit = model_tmpl_py_isspace(c);
             else {
                 char u[4];
-                int m = model_tmpl_utf8_put(u, c);
+                int m = proto_utf8_put(u, c);
                 hit = chars->len && memmem(chars->s, chars->len, u, (size_t)m) != NULL;
             }
             if (!hit) break;
@@ -165,13 +165,13 @@ static void strip_range(const char *s, size_t n, const tmpl_str *chars, bool lef
         }
     if (right)
         while (j > i) {
-            size_t p = model_tmpl_utf8_prev(s, j), k = p;
-            uint32_t c = model_tmpl_utf8_next(s, n, &k);
+            size_t p = proto_utf8_prev(s, j), k = p;
+            uint32_t c = proto_utf8_next(s, n, &k);
             bool hit;
             if (!chars) hit = model_tmpl_py_isspace(c);
             else {
                 char u[4];
-                int m = model_tmpl_utf8_put(u, c);
+                int m = proto_utf8_put(u, c);
                 hit = chars->len && memmem(chars->s, chars->len, u, (size_t)m) != NULL;
             }
             if (!hit) break;
@@ -248,7 +248,7 @@ static int split(tmpl_rt *r, tmpl_str *x, tmpl_val sep, int64_t maxsplit, bool f
             for (;;) {
                 while (i < n) {
                     size_t k = i;
-                    if (!model_tmpl_py_isspace(model_tmpl_utf8_next(s, n, &k))) break;
+                    if (!model_tmpl_py_isspace(proto_utf8_next(s, n, &k))) break;
                     i = k;
                 }
                 if (i >= n) break;
@@ -256,7 +256,7 @@ static int split(tmpl_rt *r, tmpl_str *x, tmpl_val sep, int64_t maxsplit, bool f
                 size_t st = i;
                 while (i < n) {
                     size_t k = i;
-                    if (model_tmpl_py_isspace(model_tmpl_utf8_next(s, n, &k))) break;
+                    if (model_tmpl_py_isspace(proto_utf8_next(s, n, &k))) break;
                     i = k;
                 }
                 if (push_str(r, *out, s + st, i - st)) return -1;
@@ -267,8 +267,8 @@ static int split(tmpl_rt *r, tmpl_str *x, tmpl_val sep, int64_t maxsplit, bool f
         size_t j = n;
         for (;;) {
             while (j > 0) {
-                size_t p = model_tmpl_utf8_prev(s, j), k = p;
-                if (!model_tmpl_py_isspace(model_tmpl_utf8_next(s, n, &k))) break;
+                size_t p = proto_utf8_prev(s, j), k = p;
+                if (!model_tmpl_py_isspace(proto_utf8_next(s, n, &k))) break;
                 j = p;
             }
             if (j == 0) break;
@@ -278,8 +278,8 @@ static int split(tmpl_rt *r, tmpl_str *x, tmpl_val sep, int64_t maxsplit, bool f
             }
             size_t end = j;
             while (j > 0) {
-                size_t p = model_tmpl_utf8_prev(s, j), k = p;
-                if (model_tmpl_py_isspace(model_tmpl_utf8_next(s, n, &k))) break;
+                size_t p = proto_utf8_prev(s, j), k = p;
+                if (model_tmpl_py_isspace(proto_utf8_next(s, n, &k))) break;
                 j = p;
             }
             if (push_str(r, *out, s + j, end - j)) return -1;
@@ -298,7 +298,7 @@ static int split(tmpl_rt *r, tmpl_str *x, tmpl_val sep, int64_t maxsplit, bool f
 static size_t line_break_at(const char *s, size_t n, size_t i, uint32_t *cp)
 {
     size_t k = i;
-    uint32_t c = model_tmpl_utf8_next(s, n, &k);
+    uint32_t c = proto_utf8_next(s, n, &k);
     *cp = c;
     if (c == '\n' || c == '\v' || c == '\f' || (c >= 0x1C && c <= 0x1E) || c == 0x85 || c == 0x2028 || c == 0x2029) return k - i;
     if (c == '\r') return k < n && s[k] == '\n' ? 2 : 1;
@@ -313,7 +313,7 @@ int model_tmpl_splitlines(tmpl_rt *r, tmpl_str *x, bool keepends, tmpl_val *out)
         uint32_t c;
         size_t br = line_break_at(x->s, x->len, i, &c);
         if (!br) {
-            model_tmpl_utf8_next(x->s, x->len, &i);
+            proto_utf8_next(x->s, x->len, &i);
             continue;
         }
         if (push_str(r, *out, x->s + st, (keepends ? i + br : i) - st)) return -1;
@@ -327,37 +327,37 @@ int model_tmpl_splitlines(tmpl_rt *r, tmpl_str *x, bool keepends, tmpl_val *out)
 /* Python str.replace(old, new, count) */
 int model_tmpl_replace(tmpl_rt *r, tmpl_str *s, tmpl_str *old, tmpl_str *new, int64_t count, tmpl_val *out)
 {
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     int rc = 0;
     if (old->len == 0) { /* insert new before every character and at the end */
         size_t i = 0;
         while (!rc && (count < 0 || count-- > 0)) {
-            rc = model_tmpl_buf_put(&b, new->s, new->len);
+            rc = proto_buf_add(&b, new->s, new->len);
             if (i >= s->len) break;
             size_t k = i;
-            model_tmpl_utf8_next(s->s, s->len, &k);
-            if (!rc) rc = model_tmpl_buf_put(&b, s->s + i, k - i);
+            proto_utf8_next(s->s, s->len, &k);
+            if (!rc) rc = proto_buf_add(&b, s->s + i, k - i);
             i = k;
         }
-        if (!rc && i < s->len) rc = model_tmpl_buf_put(&b, s->s + i, s->len - i);
+        if (!rc && i < s->len) rc = proto_buf_add(&b, s->s + i, s->len - i);
     } else {
         size_t i = 0;
         while (!rc && count != 0) {
             const char *hit = memmem(s->s + i, s->len - i, old->s, old->len);
             if (!hit) break;
             size_t at = (size_t)(hit - s->s);
-            rc = model_tmpl_buf_put(&b, s->s + i, at - i) || model_tmpl_buf_put(&b, new->s, new->len);
+            rc = proto_buf_add(&b, s->s + i, at - i) || proto_buf_add(&b, new->s, new->len);
             i = at + old->len;
             if (count > 0) count--;
         }
-        if (!rc) rc = model_tmpl_buf_put(&b, s->s + i, s->len - i);
+        if (!rc) rc = proto_buf_add(&b, s->s + i, s->len - i);
     }
     if (rc) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return model_tmpl_fail_limit(r, "string length");
     }
     if (tmpl_step(r, s->len / 16)) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return -1;
     }
     return model_tmpl_str_from_buf(r, &b, out);
@@ -375,7 +375,7 @@ static int64_t find(tmpl_str *s, tmpl_str *sub, bool last)
                 break;
             }
     if (!hit) return -1;
-    return (int64_t)model_tmpl_utf8_count(s->s, (size_t)(hit - s->s));
+    return (int64_t)proto_utf8_count(s->s, (size_t)(hit - s->s));
 }
 
 static int pad(tmpl_rt *r, tmpl_val self, int64_t width, tmpl_val fill, int how, tmpl_val *out)
@@ -402,13 +402,13 @@ static int pad(tmpl_rt *r, tmpl_val self, int64_t width, tmpl_val fill, int how,
     if (how == 'l') left = 0;
     else if (how == 'r') left = total;
     else left = total / 2 + (total & width & 1); /* CPython's centering rule */
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     int rc = 0;
-    for (int64_t i = 0; i < left && !rc; i++) rc = model_tmpl_buf_put(&b, f, fl);
-    if (!rc) rc = model_tmpl_buf_put(&b, s->s, s->len);
-    for (int64_t i = left; i < total && !rc; i++) rc = model_tmpl_buf_put(&b, f, fl);
+    for (int64_t i = 0; i < left && !rc; i++) rc = proto_buf_add(&b, f, fl);
+    if (!rc) rc = proto_buf_add(&b, s->s, s->len);
+    for (int64_t i = left; i < total && !rc; i++) rc = proto_buf_add(&b, f, fl);
     if (rc) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return model_tmpl_fail_limit(r, "string length");
     }
     return model_tmpl_str_from_buf(r, &b, out);
@@ -424,7 +424,7 @@ static bool str_class(tmpl_str *s, int id)
     if (s->len == 0) return false;
     bool cased = false, prev_cased = false, any_upper = false, any_lower = false;
     for (size_t i = 0; i < s->len;) {
-        uint32_t c = model_tmpl_utf8_next(s->s, s->len, &i);
+        uint32_t c = proto_utf8_next(s->s, s->len, &i);
         switch (id) {
         case M_ISALPHA: if (!model_tmpl_py_isalpha(c)) return false; break;
         case M_ISDIGIT:
@@ -522,9 +522,9 @@ static int str_method(tmpl_rt *r, int id, tmpl_val self, const tmpl_args *a, tmp
     case M_CASEFOLD: {
         if (model_tmpl_args_check(r, a, method_names[id], 0, NULL)) return -1;
         int mode = id == M_UPPER ? 'u' : id == M_LOWER ? 'l' : id == M_TITLE ? 't' : id == M_CAPITALIZE ? 'c' : id == M_SWAPCASE ? 's' : 'f';
-        tmpl_buf b = {.max = r->lim.max_output};
+        proto_buf b = {.max = r->lim.max_output};
         if (model_tmpl_case(&b, s->s, s->len, mode)) {
-            model_tmpl_buf_free(&b);
+            proto_buf_deinit(&b);
             return model_tmpl_fail_limit(r, "string length");
         }
         return model_tmpl_str_from_buf(r, &b, out);
@@ -566,19 +566,19 @@ static int str_method(tmpl_rt *r, int id, tmpl_val self, const tmpl_args *a, tmp
         tmpl_val items;
         if (model_tmpl_iter(r, x, &items)) return -1;
         tmpl_list *l = tmpl_l(items);
-        tmpl_buf b = {.max = r->lim.max_output};
+        proto_buf b = {.max = r->lim.max_output};
         int rc = 0;
         for (size_t i = 0; i < l->n && !rc; i++) {
             if (l->v[i].kind != TMPL_STR) {
                 rc = model_tmpl_fail(r, "TypeError", "sequence item %zu: expected str instance, %s found", i, model_tmpl_type_name(l->v[i]));
                 break;
             }
-            if ((i && model_tmpl_buf_put(&b, s->s, s->len)) || model_tmpl_buf_put(&b, tmpl_s(l->v[i])->s, tmpl_s(l->v[i])->len))
+            if ((i && proto_buf_add(&b, s->s, s->len)) || proto_buf_add(&b, tmpl_s(l->v[i])->s, tmpl_s(l->v[i])->len))
                 rc = model_tmpl_fail_limit(r, "string length");
         }
         tmpl_decref(r, items);
         if (rc) {
-            model_tmpl_buf_free(&b);
+            proto_buf_deinit(&b);
             return -1;
         }
         return model_tmpl_str_from_buf(r, &b, out);
@@ -596,13 +596,13 @@ static int str_method(tmpl_rt *r, int id, tmpl_val self, const tmpl_args *a, tmp
                 *out = self;
                 return 0;
             }
-            tmpl_buf b = {.max = r->lim.max_output};
+            proto_buf b = {.max = r->lim.max_output};
             size_t sign = s->len && (s->s[0] == '+' || s->s[0] == '-');
-            int rc = model_tmpl_buf_put(&b, s->s, sign);
-            for (int64_t i = len; i < n && !rc; i++) rc = model_tmpl_buf_putc(&b, '0');
-            if (!rc) rc = model_tmpl_buf_put(&b, s->s + sign, s->len - sign);
+            int rc = proto_buf_add(&b, s->s, sign);
+            for (int64_t i = len; i < n && !rc; i++) rc = proto_buf_putc(&b, '0');
+            if (!rc) rc = proto_buf_add(&b, s->s + sign, s->len - sign);
             if (rc) {
-                model_tmpl_buf_free(&b);
+                proto_buf_deinit(&b);
                 return model_tmpl_fail_limit(r, "string length");
             }
             return model_tmpl_str_from_buf(r, &b, out);
@@ -635,7 +635,7 @@ static int str_method(tmpl_rt *r, int id, tmpl_val self, const tmpl_args *a, tmp
             if (id == M_PARTITION) return push_str(r, *out, s->s, s->len) || push_str(r, *out, "", 0) || push_str(r, *out, "", 0) ? -1 : 0;
             return push_str(r, *out, "", 0) || push_str(r, *out, "", 0) || push_str(r, *out, s->s, s->len) ? -1 : 0;
         }
-        size_t off = model_tmpl_utf8_offset(s->s, s->len, (size_t)at);
+        size_t off = proto_utf8_offset(s->s, s->len, (size_t)at);
         return push_str(r, *out, s->s, off) || push_str(r, *out, sep->s, sep->len) ||
                        push_str(r, *out, s->s + off + sep->len, s->len - off - sep->len)
                    ? -1 : 0;
@@ -658,23 +658,23 @@ static int str_method(tmpl_rt *r, int id, tmpl_val self, const tmpl_args *a, tmp
     case M_EXPANDTABS: {
         int64_t tab = 8;
         if (model_tmpl_arg(r, a, 0, "tabsize", &x) > 0 && need_int(r, x, "tabsize", &tab)) return -1;
-        tmpl_buf b = {.max = r->lim.max_output};
+        proto_buf b = {.max = r->lim.max_output};
         int64_t col = 0;
         int rc = 0;
         for (size_t i = 0; i < s->len && !rc;) {
             size_t st = i;
-            uint32_t c = model_tmpl_utf8_next(s->s, s->len, &i);
+            uint32_t c = proto_utf8_next(s->s, s->len, &i);
             if (c == '\t') {
                 int64_t k = tab > 0 ? tab - col % tab : 0;
-                for (int64_t j = 0; j < k && !rc; j++) rc = model_tmpl_buf_putc(&b, ' ');
+                for (int64_t j = 0; j < k && !rc; j++) rc = proto_buf_putc(&b, ' ');
                 col += k;
             } else {
-                rc = model_tmpl_buf_put(&b, s->s + st, i - st);
+                rc = proto_buf_add(&b, s->s + st, i - st);
                 col = c == '\n' || c == '\r' ? 0 : col + 1;
             }
         }
         if (rc) {
-            model_tmpl_buf_free(&b);
+            proto_buf_deinit(&b);
             return model_tmpl_fail_limit(r, "string length");
         }
         return model_tmpl_str_from_buf(r, &b, out);

@@ -175,7 +175,7 @@ int model_tmpl_p_str(P_t *P, const char *s, size_t n, tmpl_val *out)
     o->cap = n + 1;
     memcpy(o->s, s, n);
     o->s[n] = 0;
-    o->ncp = model_tmpl_utf8_count(s, n);
+    o->ncp = proto_utf8_count(s, n);
     o->hash = model_tmpl_str_hash(s, n);
     *out = tmpl_obj_val(&o->h);
     return 0;

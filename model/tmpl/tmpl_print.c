@@ -75,19 +75,19 @@ void model_tmpl_float_repr(double f, char out[32])
 }
 
 /* A full buffer: the output (r->out) or a string being built. */
-static int full(tmpl_rt *r, tmpl_buf *b)
+static int full(tmpl_rt *r, proto_buf *b)
 {
     return model_tmpl_fail_limit(r, b == r->out ? "output size" : "string length");
 }
 
-static int put(tmpl_rt *r, tmpl_buf *b, const char *s, size_t n)
+static int put(tmpl_rt *r, proto_buf *b, const char *s, size_t n)
 {
-    return model_tmpl_buf_put(b, s, n) ? full(r, b) : 0;
+    return proto_buf_add(b, s, n) ? full(r, b) : 0;
 }
 
 #define PUTS(b, lit) put(r, b, lit, sizeof(lit) - 1)
 
-static int str_repr(tmpl_rt *r, tmpl_str *s, tmpl_buf *b)
+static int str_repr(tmpl_rt *r, tmpl_str *s, proto_buf *b)
 {
     bool sq = memchr(s->s, '\'', s->len) != NULL, dq = memchr(s->s, '"', s->len) != NULL;
     char q = sq && !dq ? '"' : '\'';
@@ -106,7 +106,7 @@ static int str_repr(tmpl_rt *r, tmpl_str *s, tmpl_buf *b)
             else if (c == '\t') en = sprintf(esc, "\\t");
             else if (c < 0x20 || c == 0x7F) en = sprintf(esc, "\\x%02x", c);
         } else {
-            uint32_t cp = model_tmpl_utf8_next(s->s, s->len, &i);
+            uint32_t cp = proto_utf8_next(s->s, s->len, &i);
             if (!model_tmpl_py_printable(cp))
                 en = sprintf(esc, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", cp);
         }
@@ -121,7 +121,7 @@ static int str_repr(tmpl_rt *r, tmpl_str *s, tmpl_buf *b)
     return put(r, b, &q, 1);
 }
 
-static int items_repr(tmpl_rt *r, tmpl_list *l, tmpl_buf *b, int depth)
+static int items_repr(tmpl_rt *r, tmpl_list *l, proto_buf *b, int depth)
 {
     for (size_t i = 0; i < l->n; i++) {
         if (i && PUTS(b, ", ")) return -1;
@@ -130,7 +130,7 @@ static int items_repr(tmpl_rt *r, tmpl_list *l, tmpl_buf *b, int depth)
     return 0;
 }
 
-static int dict_repr(tmpl_rt *r, tmpl_dict *d, tmpl_buf *b, int depth)
+static int dict_repr(tmpl_rt *r, tmpl_dict *d, proto_buf *b, int depth)
 {
     if (PUTS(b, "{")) return -1;
     for (size_t i = 0; i < d->n; i++) {
@@ -142,14 +142,14 @@ static int dict_repr(tmpl_rt *r, tmpl_dict *d, tmpl_buf *b, int depth)
     return PUTS(b, "}");
 }
 
-static int func_repr(tmpl_rt *r, tmpl_func *f, tmpl_buf *b)
+static int func_repr(tmpl_rt *r, tmpl_func *f, proto_buf *b)
 {
     switch (f->h.sub) {
     case TMPL_FN_MACRO:
-        return model_tmpl_buf_printf(b, "<Macro '%s'>", r->t->names[f->node->sym]) ? full(r, b) : 0;
+        return proto_buf_printf(b, "<Macro '%s'>", r->t->names[f->node->sym]) ? full(r, b) : 0;
     case TMPL_FN_CALLER: return PUTS(b, "<Macro 'caller'>");
     case TMPL_FN_METHOD:
-        return model_tmpl_buf_printf(b, "<built-in method of %s object>", model_tmpl_type_name(f->self))
+        return proto_buf_printf(b, "<built-in method of %s object>", model_tmpl_type_name(f->self))
                    ? full(r, b) : 0;
     case TMPL_FN_CYCLER: return PUTS(b, "<jinja2.utils.Cycler object>");
     case TMPL_FN_JOINER: return PUTS(b, "<jinja2.utils.Joiner object>");
@@ -157,7 +157,7 @@ static int func_repr(tmpl_rt *r, tmpl_func *f, tmpl_buf *b)
     }
 }
 
-int model_tmpl_repr(tmpl_rt *r, tmpl_val v, tmpl_buf *b, int depth)
+int model_tmpl_repr(tmpl_rt *r, tmpl_val v, proto_buf *b, int depth)
 {
     if (depth > r->lim.max_depth) return model_tmpl_fail_limit(r, "nesting depth");
     switch (v.kind) {
@@ -173,9 +173,9 @@ int model_tmpl_repr(tmpl_rt *r, tmpl_val v, tmpl_buf *b, int depth)
         case TMPL_SEQ_REVITER: return PUTS(b, "<list_reverseiterator object>");
         case TMPL_SEQ_RANGE:
             if (l->r_step == 1)
-                return model_tmpl_buf_printf(b, "range(%lld, %lld)", (long long)l->r_start, (long long)l->r_stop)
+                return proto_buf_printf(b, "range(%lld, %lld)", (long long)l->r_start, (long long)l->r_stop)
                            ? full(r, b) : 0;
-            return model_tmpl_buf_printf(b, "range(%lld, %lld, %lld)", (long long)l->r_start,
+            return proto_buf_printf(b, "range(%lld, %lld, %lld)", (long long)l->r_start,
                                          (long long)l->r_stop, (long long)l->r_step)
                        ? full(r, b) : 0;
         case TMPL_SEQ_KEYS:
@@ -197,13 +197,13 @@ int model_tmpl_repr(tmpl_rt *r, tmpl_val v, tmpl_buf *b, int depth)
     case TMPL_FUNC: return func_repr(r, tmpl_fn(v), b);
     case TMPL_LOOP: {
         tmpl_loop *l = tmpl_lp(v);
-        return model_tmpl_buf_printf(b, "<LoopContext %zu/%zu>", l->i + 1, l->n) ? full(r, b) : 0;
+        return proto_buf_printf(b, "<LoopContext %zu/%zu>", l->i + 1, l->n) ? full(r, b) : 0;
     }
     default: return model_tmpl_str_of(r, v, b);
     }
 }
 
-int model_tmpl_str_of(tmpl_rt *r, tmpl_val v, tmpl_buf *b)
+int model_tmpl_str_of(tmpl_rt *r, tmpl_val v, proto_buf *b)
 {
     switch (v.kind) {
     case TMPL_UNDEF: return 0;
@@ -231,9 +231,9 @@ int model_tmpl_to_str(tmpl_rt *r, tmpl_val v, tmpl_val *out)
         *out = v;
         return 0;
     }
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     if (model_tmpl_str_of(r, v, &b)) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return -1;
     }
     return model_tmpl_str_from_buf(r, &b, out);
@@ -241,7 +241,7 @@ int model_tmpl_to_str(tmpl_rt *r, tmpl_val v, tmpl_val *out)
 
 /* ------------------------------------------------------------------------------- json.dumps */
 
-static int json_str(tmpl_rt *r, const char *s, size_t n, bool ascii, tmpl_buf *b)
+static int json_str(tmpl_rt *r, const char *s, size_t n, bool ascii, proto_buf *b)
 {
     if (PUTS(b, "\"")) return -1;
     size_t run = 0;
@@ -264,7 +264,7 @@ static int json_str(tmpl_rt *r, const char *s, size_t n, bool ascii, tmpl_buf *b
                 if (c < 0x20 || (ascii && c == 0x7F)) en = sprintf(esc, "\\u%04x", c);
             }
         } else if (ascii) {
-            uint32_t cp = model_tmpl_utf8_next(s, n, &i);
+            uint32_t cp = proto_utf8_next(s, n, &i);
             if (cp >= 0x10000) {
                 cp -= 0x10000;
                 en = sprintf(esc, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
@@ -285,7 +285,7 @@ static int json_str(tmpl_rt *r, const char *s, size_t n, bool ascii, tmpl_buf *b
     return PUTS(b, "\"");
 }
 
-static int json_newline(tmpl_rt *r, const tmpl_json_opts *o, tmpl_buf *b, int level)
+static int json_newline(tmpl_rt *r, const tmpl_json_opts *o, proto_buf *b, int level)
 {
     if (PUTS(b, "\n")) return -1;
     for (int i = 0; i < level; i++)
@@ -293,9 +293,9 @@ static int json_newline(tmpl_rt *r, const tmpl_json_opts *o, tmpl_buf *b, int le
     return 0;
 }
 
-static int json_value(tmpl_rt *r, tmpl_val v, const tmpl_json_opts *o, tmpl_buf *b, int level);
+static int json_value(tmpl_rt *r, tmpl_val v, const tmpl_json_opts *o, proto_buf *b, int level);
 
-static int json_key(tmpl_rt *r, tmpl_val k, const tmpl_json_opts *o, tmpl_buf *b)
+static int json_key(tmpl_rt *r, tmpl_val k, const tmpl_json_opts *o, proto_buf *b)
 {
     switch (k.kind) {
     case TMPL_STR: return json_str(r, tmpl_s(k)->s, tmpl_s(k)->len, o->ensure_ascii, b);
@@ -310,7 +310,7 @@ static int json_key(tmpl_rt *r, tmpl_val k, const tmpl_json_opts *o, tmpl_buf *b
                            model_tmpl_type_name(k));
 }
 
-static int json_value(tmpl_rt *r, tmpl_val v, const tmpl_json_opts *o, tmpl_buf *b, int level)
+static int json_value(tmpl_rt *r, tmpl_val v, const tmpl_json_opts *o, proto_buf *b, int level)
 {
     if (level > r->lim.max_depth) return model_tmpl_fail_limit(r, "nesting depth");
     switch (v.kind) {
@@ -373,7 +373,7 @@ static int json_value(tmpl_rt *r, tmpl_val v, const tmpl_json_opts *o, tmpl_buf 
     return model_tmpl_fail(r, "TypeError", "Object of type %s is not JSON serializable", model_tmpl_type_name(v));
 }
 
-int model_tmpl_tojson(tmpl_rt *r, tmpl_val v, const tmpl_json_opts *o, tmpl_buf *b)
+int model_tmpl_tojson(tmpl_rt *r, tmpl_val v, const tmpl_json_opts *o, proto_buf *b)
 {
     return json_value(r, v, o, b, 0);
 }

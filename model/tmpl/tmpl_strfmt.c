@@ -26,7 +26,7 @@ static int parse_spec(tmpl_rt *r, const char *s, size_t n, spec *p)
     size_t i = 0;
     size_t k = 0;
     if (n) {
-        model_tmpl_utf8_next(s, n, &k);
+        proto_utf8_next(s, n, &k);
         if (k < n && strchr("<>^=", s[k])) {
             memcpy(p->fill, s, k);
             p->fill[k] = 0;
@@ -62,20 +62,20 @@ static int parse_spec(tmpl_rt *r, const char *s, size_t n, spec *p)
 }
 
 /* Pads body (sign/prefix kept before fill for '=') into b. */
-static int pad_out(tmpl_buf *b, const spec *p, const char *pre, const char *body, size_t blen, char def_align)
+static int pad_out(proto_buf *b, const spec *p, const char *pre, const char *body, size_t blen, char def_align)
 {
     size_t plen = strlen(pre);
-    size_t len = plen + model_tmpl_utf8_count(body, blen);
+    size_t len = plen + proto_utf8_count(body, blen);
     int64_t fill = p->width > (int64_t)len ? p->width - (int64_t)len : 0;
     char align = p->align ? p->align : def_align;
     int64_t left = align == '>' || align == '=' ? fill : align == '^' ? fill / 2 : 0, right = fill - left;
     size_t fl = strlen(p->fill);
     int rc = 0;
-    if (align == '=') rc |= model_tmpl_buf_put(b, pre, plen);
-    for (int64_t i = 0; i < left && !rc; i++) rc |= model_tmpl_buf_put(b, p->fill, fl);
-    if (align != '=') rc |= model_tmpl_buf_put(b, pre, plen);
-    rc |= model_tmpl_buf_put(b, body, blen);
-    for (int64_t i = 0; i < right && !rc; i++) rc |= model_tmpl_buf_put(b, p->fill, fl);
+    if (align == '=') rc |= proto_buf_add(b, pre, plen);
+    for (int64_t i = 0; i < left && !rc; i++) rc |= proto_buf_add(b, p->fill, fl);
+    if (align != '=') rc |= proto_buf_add(b, pre, plen);
+    rc |= proto_buf_add(b, body, blen);
+    for (int64_t i = 0; i < right && !rc; i++) rc |= proto_buf_add(b, p->fill, fl);
     return rc;
 }
 
@@ -95,7 +95,7 @@ static void group_digits(char *digits, char sep, int every)
     }
 }
 
-static int fmt_number(tmpl_rt *r, tmpl_val v, const spec *p, tmpl_buf *b)
+static int fmt_number(tmpl_rt *r, tmpl_val v, const spec *p, proto_buf *b)
 {
     char body[1200], pre[8] = "";
     char type = p->type;
@@ -148,7 +148,7 @@ static int fmt_number(tmpl_rt *r, tmpl_val v, const spec *p, tmpl_buf *b)
             }
             case 'c': {
                 if (i < 0 || i > 0x10FFFF) return model_tmpl_fail(r, "OverflowError", "%%c arg not in range(0x110000)");
-                int n = model_tmpl_utf8_put(body, (uint32_t)i);
+                int n = proto_utf8_put(body, (uint32_t)i);
                 body[n] = 0;
                 neg = false;
                 break;
@@ -167,7 +167,7 @@ static int fmt_number(tmpl_rt *r, tmpl_val v, const spec *p, tmpl_buf *b)
 }
 
 /* format(value, spec) */
-static int format_value(tmpl_rt *r, tmpl_val v, const char *s, size_t n, tmpl_buf *b)
+static int format_value(tmpl_rt *r, tmpl_val v, const char *s, size_t n, proto_buf *b)
 {
     if (!n) return model_tmpl_str_of(r, v, b);
     spec p;
@@ -180,7 +180,7 @@ static int format_value(tmpl_rt *r, tmpl_val v, const char *s, size_t n, tmpl_bu
         if (p.align == '=') return model_tmpl_fail(r, "ValueError", "'=' alignment not allowed in string format specifier");
         tmpl_str *x = tmpl_s(v);
         size_t len = x->len;
-        if (p.prec >= 0) len = model_tmpl_utf8_offset(x->s, x->len, (size_t)p.prec);
+        if (p.prec >= 0) len = proto_utf8_offset(x->s, x->len, (size_t)p.prec);
         return pad_out(b, &p, "", x->s, len, '<') ? model_tmpl_fail_limit(r, "string length") : 0;
     }
     return model_tmpl_fail(r, "TypeError", "unsupported format string passed to %s.__format__", model_tmpl_type_name(v));
@@ -192,12 +192,12 @@ int model_tmpl_str_format(tmpl_rt *r, tmpl_val fmtv, const tmpl_args *a, tmpl_va
     const char *s = f->s;
     size_t n = f->len, auto_idx = 0;
     bool manual = false;
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     for (size_t i = 0; i < n;) {
         char c = s[i];
         if (c == '}') {
             if (i + 1 < n && s[i + 1] == '}') {
-                if (model_tmpl_buf_putc(&b, '}')) goto limit;
+                if (proto_buf_putc(&b, '}')) goto limit;
                 i += 2;
                 continue;
             }
@@ -207,12 +207,12 @@ int model_tmpl_str_format(tmpl_rt *r, tmpl_val fmtv, const tmpl_args *a, tmpl_va
         if (c != '{') {
             size_t j = i;
             while (j < n && s[j] != '{' && s[j] != '}') j++;
-            if (model_tmpl_buf_put(&b, s + i, j - i)) goto limit;
+            if (proto_buf_add(&b, s + i, j - i)) goto limit;
             i = j;
             continue;
         }
         if (i + 1 < n && s[i + 1] == '{') {
-            if (model_tmpl_buf_putc(&b, '{')) goto limit;
+            if (proto_buf_putc(&b, '{')) goto limit;
             i += 2;
             continue;
         }
@@ -303,7 +303,7 @@ int model_tmpl_str_format(tmpl_rt *r, tmpl_val fmtv, const tmpl_args *a, tmpl_va
             v = next;
         }
         int rc = 0;
-        tmpl_buf sb = {.max = 4096};
+        proto_buf sb = {.max = 4096};
         if (memchr(sp, '{', splen)) { /* nested fields in the spec, e.g. {:{width}} */
             tmpl_val inner, spec_fmt;
             rc = model_tmpl_str_new(r, sp, splen, &spec_fmt);
@@ -312,19 +312,19 @@ int model_tmpl_str_format(tmpl_rt *r, tmpl_val fmtv, const tmpl_args *a, tmpl_va
                 tmpl_decref(r, spec_fmt);
             }
             if (!rc) {
-                model_tmpl_buf_put(&sb, tmpl_s(inner)->s, tmpl_s(inner)->len);
+                proto_buf_add(&sb, tmpl_s(inner)->s, tmpl_s(inner)->len);
                 tmpl_decref(r, inner);
                 sp = sb.p ? sb.p : "";
-                splen = sb.n;
+                splen = sb.len;
             }
         }
         if (!rc) {
             if (conv == 'r' || conv == 'a') {
-                tmpl_buf rb = {.max = r->lim.max_output};
+                proto_buf rb = {.max = r->lim.max_output};
                 rc = model_tmpl_repr(r, v, &rb, 0);
                 tmpl_val rs;
                 if (!rc) rc = model_tmpl_str_from_buf(r, &rb, &rs);
-                else model_tmpl_buf_free(&rb);
+                else proto_buf_deinit(&rb);
                 if (!rc) {
                     rc = format_value(r, rs, sp, splen, &b);
                     tmpl_decref(r, rs);
@@ -341,7 +341,7 @@ int model_tmpl_str_format(tmpl_rt *r, tmpl_val fmtv, const tmpl_args *a, tmpl_va
                 rc = model_tmpl_fail(r, "ValueError", "Unknown conversion specifier %c", conv);
             }
         }
-        model_tmpl_buf_free(&sb);
+        proto_buf_deinit(&sb);
         tmpl_decref(r, v);
         if (rc) goto fail;
         i = j + 1;
@@ -354,7 +354,7 @@ int model_tmpl_str_format(tmpl_rt *r, tmpl_val fmtv, const tmpl_args *a, tmpl_va
 limit:
     model_tmpl_fail_limit(r, "string length");
 fail:
-    model_tmpl_buf_free(&b);
+    proto_buf_deinit(&b);
     return -1;
 }
 
@@ -371,12 +371,12 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
                                 (args.kind == TMPL_LIST && !tmpl_is_iter(args)));
     tmpl_list *tl = is_tuple ? tmpl_l(args) : NULL;
     size_t nargs = is_tuple ? tl->n : 1, used = 0;
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     for (size_t i = 0; i < n;) {
         if (s[i] != '%') {
             const char *pct = memchr(s + i, '%', n - i);
             size_t j = pct ? (size_t)(pct - s) : n;
-            if (model_tmpl_buf_put(&b, s + i, j - i)) goto limit;
+            if (proto_buf_add(&b, s + i, j - i)) goto limit;
             i = j;
             continue;
         }
@@ -428,7 +428,7 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
         }
         char conv = s[i++];
         if (conv == '%') {
-            if (model_tmpl_buf_putc(&b, '%')) goto limit;
+            if (proto_buf_putc(&b, '%')) goto limit;
             continue;
         }
         if (!have_v) {
@@ -445,14 +445,14 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
         case 's':
         case 'r':
         case 'a': {
-            tmpl_buf t = {.max = r->lim.max_output};
+            proto_buf t = {.max = r->lim.max_output};
             rc = conv == 's' ? model_tmpl_str_of(r, v, &t) : model_tmpl_repr(r, v, &t, 0);
             if (!rc) {
-                size_t len = t.n;
-                if (p.prec >= 0) len = model_tmpl_utf8_offset(t.p ? t.p : "", t.n, (size_t)p.prec);
+                size_t len = t.len;
+                if (p.prec >= 0) len = proto_utf8_offset(t.p ? t.p : "", t.len, (size_t)p.prec);
                 rc = pad_out(&b, &p, "", t.p ? t.p : "", len, '>') ? model_tmpl_fail_limit(r, "string length") : 0;
             }
-            model_tmpl_buf_free(&t);
+            proto_buf_deinit(&t);
             break;
         }
         case 'd':
@@ -507,6 +507,6 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
 limit:
     model_tmpl_fail_limit(r, "string length");
 fail:
-    model_tmpl_buf_free(&b);
+    proto_buf_deinit(&b);
     return -1;
 }

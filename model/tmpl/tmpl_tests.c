@@ -60,18 +60,18 @@ static int mod_is(tmpl_rt *r, tmpl_val v, tmpl_val n, int64_t want, bool *res)
 
 static bool str_case(tmpl_rt *r, tmpl_val v, bool upper, bool *res)
 {
-    tmpl_buf b = {.max = r->lim.max_output};
+    proto_buf b = {.max = r->lim.max_output};
     if (model_tmpl_str_of(r, v, &b)) {
-        model_tmpl_buf_free(&b);
+        proto_buf_deinit(&b);
         return false;
     }
     bool any_up = false, any_lo = false;
-    for (size_t i = 0; i < b.n;) {
-        uint32_t c = model_tmpl_utf8_next(b.p, b.n, &i);
+    for (size_t i = 0; i < b.len;) {
+        uint32_t c = proto_utf8_next(b.p, b.len, &i);
         any_up |= model_tmpl_cp_upper(c);
         any_lo |= model_tmpl_cp_lower(c);
     }
-    model_tmpl_buf_free(&b);
+    proto_buf_deinit(&b);
     *res = upper ? any_up && !any_lo : any_lo && !any_up;
     return true;
 }

@@ -169,10 +169,10 @@ int model_tmpl_str_new(tmpl_rt *r, const char *s, size_t n, tmpl_val *out)
     return 0;
 }
 
-int model_tmpl_str_from_buf(tmpl_rt *r, tmpl_buf *b, tmpl_val *out)
+int model_tmpl_str_from_buf(tmpl_rt *r, proto_buf *b, tmpl_val *out)
 {
-    int rc = model_tmpl_str_new(r, b->p ? b->p : "", b->n, out);
-    model_tmpl_buf_free(b);
+    int rc = model_tmpl_str_new(r, b->p ? b->p : "", b->len, out);
+    proto_buf_deinit(b);
     return rc;
 }
 
@@ -228,7 +228,7 @@ int model_tmpl_str_cat(tmpl_rt *r, tmpl_val a, const char *s, size_t n, tmpl_val
 
 size_t model_tmpl_str_ncp(tmpl_str *s)
 {
-    if (s->ncp == SIZE_MAX) s->ncp = model_tmpl_utf8_count(s->s, s->len);
+    if (s->ncp == SIZE_MAX) s->ncp = proto_utf8_count(s->s, s->len);
     return s->ncp;
 }
 
@@ -536,12 +536,12 @@ int model_tmpl_undef_attr(tmpl_rt *r, tmpl_val obj, tmpl_val name, tmpl_val *out
         tmpl_incref(name);
         return 0;
     }
-    tmpl_buf b = {.max = 4096};
+    proto_buf b = {.max = 4096};
     const char *t = obj.kind == TMPL_NONE ? "None" : owner_type(owner_code(obj));
-    model_tmpl_buf_printf(&b, obj.kind == TMPL_NONE ? "%s has no element " : "%s object has no element ", t);
+    proto_buf_printf(&b, obj.kind == TMPL_NONE ? "%s has no element " : "%s object has no element ", t);
     model_tmpl_repr(r, name, &b, 0);
     int rc = model_tmpl_undef_msg(r, TMPL_UH_MSG, b.p ? b.p : "", out);
-    model_tmpl_buf_free(&b);
+    proto_buf_deinit(&b);
     return rc;
 }
 
@@ -777,7 +777,7 @@ int model_tmpl_iter(tmpl_rt *r, tmpl_val v, tmpl_val *out)
         if (model_tmpl_list_new(r, TMPL_SEQ_LIST, model_tmpl_str_ncp(s), out)) return -1;
         for (size_t i = 0; i < s->len;) {
             size_t st = i;
-            model_tmpl_utf8_next(s->s, s->len, &i);
+            proto_utf8_next(s->s, s->len, &i);
             tmpl_val c;
             if (model_tmpl_str_new(r, s->s + st, i - st, &c) || model_tmpl_list_push(r, *out, c)) {
                 tmpl_decref(r, *out);

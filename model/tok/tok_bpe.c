@@ -114,14 +114,14 @@ static int add_unknown(syms *s, const model_tok *t, const uint8_t *key, size_t n
 }
 
 static int32_t lookup_char(const model_tok *t, const char *s, size_t i, size_t l, size_t n,
-                           uint32_t cp, tok_buf *key)
+                           uint32_t cp, proto_buf *key)
 {
     if (cp < 0x800 && t->cp_id[cp] != -2) return t->cp_id[cp];
     key->len = 0;
-    if (i > 0 && t->cont_prefix && model_tok_buf_put(key, t->cont_prefix, t->cont_prefix_len))
+    if (i > 0 && t->cont_prefix && proto_buf_add(key, t->cont_prefix, t->cont_prefix_len))
         return -3;
-    if (model_tok_buf_put(key, s + i, l)) return -3;
-    if (i + l == n && t->eow_suffix && model_tok_buf_put(key, t->eow_suffix, t->eow_suffix_len))
+    if (proto_buf_add(key, s + i, l)) return -3;
+    if (i + l == n && t->eow_suffix && proto_buf_add(key, t->eow_suffix, t->eow_suffix_len))
         return -3;
     return model_tok_map_get(&t->vocab, key->p, key->len);
 }
@@ -142,7 +142,7 @@ static int word(tok_work *w, const char *s, size_t n)
                 if (add_known(&sy, t->byte_id[b])) return -1;
             } else {
                 char k[4];
-                size_t kl = model_tok_utf8_put(k, model_tok_byte_char(b));
+                size_t kl = proto_utf8_put(k, model_tok_byte_char(b));
                 if (add_unknown(&sy, t, (const uint8_t *)k, kl)) return -1;
             }
         }
@@ -150,7 +150,7 @@ static int word(tok_work *w, const char *s, size_t n)
         for (size_t i = 0; i < n;) {
             size_t l;
             uint32_t cp;
-            if (model_tok_utf8_scan((const uint8_t *)s + i, n - i, &l, &cp) != TOK_UTF8_OK)
+            if (proto_utf8_scan((const uint8_t *)s + i, n - i, &l, &cp) != PROTO_UTF8_OK)
                 cp = 0x110000; /* cannot happen (input is sanitized); keep going byte-wise */
             int32_t id = lookup_char(t, s, i, l, n, cp, &w->tmp);
             if (id == -3) return -1;
@@ -266,7 +266,7 @@ static int cached_word(tok_work *w, const char *s, size_t n)
     size_t ko = c->keys.len, io = c->ids.len;
     /* a word may encode to no ids (no unk token): then out.p and ids.p may still be NULL, and
      * NULL + 0 is undefined in C */
-    if (model_tok_buf_put(&c->keys, s, n) ||
+    if (proto_buf_add(&c->keys, s, n) ||
         model_tok_ids_put(&c->ids, w->out.len > start ? w->out.p + start : NULL, w->out.len - start))
         return -1;
     c->hash[i] = h;
@@ -295,8 +295,8 @@ int model_tok_bpe(tok_work *w, const char *s, size_t n)
 void model_tok_work_free(tok_work *w)
 {
     model_tok_ids_free(&w->out);
-    model_tok_buf_free(&w->text);
-    model_tok_buf_free(&w->tmp);
+    proto_buf_deinit(&w->text);
+    proto_buf_deinit(&w->tmp);
     if (w->md) pcre2_match_data_free(w->md);
     free(w->sym);
     free(w->heap);
@@ -306,7 +306,7 @@ void model_tok_work_free(tok_work *w)
     free(c->key_len);
     free(c->ids_off);
     free(c->ids_len);
-    model_tok_buf_free(&c->keys);
+    proto_buf_deinit(&c->keys);
     model_tok_ids_free(&c->ids);
     memset(w, 0, sizeof *w);
 }

@@ -23,8 +23,8 @@
 
 typedef struct stage {
     size_t count; /* tokens seen (Metaspace) */
-    tok_buf run;  /* ByteFallback: bytes of the open run; ByteLevel: unfinished UTF-8 */
-    tok_buf scratch, tmp;
+    proto_buf run;  /* ByteFallback: bytes of the open run; ByteLevel: unfinished UTF-8 */
+    proto_buf scratch, tmp;
     int left_closed;  /* Strip after Fuse: the leading strip is over */
     size_t left_done; /* ... chars stripped so far */
     size_t held;      /* ... trailing strip chars held back */
@@ -40,8 +40,8 @@ static const char *const cleanup_pat[CLEANUP_PASSES][2] = {
 struct model_tok_stream {
     const model_tok *t;
     int skip_special;
-    tok_buf out;
-    tok_buf clean_hold[CLEANUP_PASSES], clean_work[CLEANUP_PASSES];
+    proto_buf out;
+    proto_buf clean_hold[CLEANUP_PASSES], clean_work[CLEANUP_PASSES];
     size_t ntok; /* tokens emitted with no decoder (joined with spaces) */
     stage *st;
     pcre2_match_data *md;
@@ -50,9 +50,9 @@ struct model_tok_stream {
 
 static void push(model_tok_stream *s, int i, const char *p, size_t n);
 
-static void put(model_tok_stream *s, tok_buf *b, const void *p, size_t n)
+static void put(model_tok_stream *s, proto_buf *b, const void *p, size_t n)
 {
-    if (model_tok_buf_put(b, p, n)) s->failed = 1;
+    if (proto_buf_add(b, p, n)) s->failed = 1;
 }
 
 /* Cleanup pass k over the next chunk of text (final: the end, release what is held). The
@@ -65,7 +65,7 @@ static void cleanup(model_tok_stream *s, int k, const char *p, size_t n, int fin
     }
     const char *pat = cleanup_pat[k][0], *rep = cleanup_pat[k][1];
     size_t pl = strlen(pat), rl = strlen(rep);
-    tok_buf *w = &s->clean_work[k], *h = &s->clean_hold[k];
+    proto_buf *w = &s->clean_work[k], *h = &s->clean_hold[k];
     w->len = 0;
     put(s, w, h->p, h->len);
     put(s, w, p, n);
@@ -122,13 +122,13 @@ static int byte_token(const char *p, size_t n)
 static uint32_t cp_of(const char *p, size_t n, size_t *l)
 {
     uint32_t cp;
-    if (model_tok_utf8_scan((const uint8_t *)p, n, l, &cp) != TOK_UTF8_OK) cp = 0xFFFD;
+    if (proto_utf8_scan((const uint8_t *)p, n, l, &cp) != PROTO_UTF8_OK) cp = 0xFFFD;
     return cp;
 }
 
 static void replace(model_tok_stream *s, int i, const tok_dec *d, const char *p, size_t n)
 {
-    tok_buf *o = &s->st[i].scratch;
+    proto_buf *o = &s->st[i].scratch;
     o->len = 0;
     size_t pos = 0, last = 0, ms, me;
     int r;
@@ -154,7 +154,7 @@ static void metaspace(model_tok_stream *s, int i, const tok_dec *d, const char *
     stage *st = &s->st[i];
     size_t idx = d->joined ? 0 : st->count++;
     int drop = idx == 0 && d->prepend; /* the first token loses its replacement chars */
-    tok_buf *o = &st->scratch;
+    proto_buf *o = &st->scratch;
     o->len = 0;
     for (size_t k = 0; k < n;) {
         if (k + d->repl_len <= n && !memcmp(p + k, d->repl, d->repl_len)) {
@@ -173,7 +173,7 @@ static size_t count_run(const char *p, size_t n, uint32_t cp, size_t max, int fr
                         size_t *chars)
 {
     char enc[4];
-    size_t cl = model_tok_utf8_put(enc, cp), b = 0, c = 0;
+    size_t cl = proto_utf8_put(enc, cp), b = 0, c = 0;
     while (c < max && b + cl <= n &&
            !memcmp(from_end ? p + n - b - cl : p + b, enc, cl)) {
         b += cl;
@@ -194,7 +194,7 @@ static void strip_joined(model_tok_stream *s, int i, const tok_dec *d, const cha
 {
     stage *st = &s->st[i];
     char enc[4];
-    size_t cl = model_tok_utf8_put(enc, d->strip_cp), c;
+    size_t cl = proto_utf8_put(enc, d->strip_cp), c;
     if (!st->left_closed) {
         size_t k = count_run(p, n, d->strip_cp, d->strip_start - st->left_done, 0, &c);
         st->left_done += c;
@@ -208,7 +208,7 @@ static void strip_joined(model_tok_stream *s, int i, const tok_dec *d, const cha
         return;
     }
     size_t tail = count_run(p, n, d->strip_cp, (size_t)-1, 1, &c);
-    tok_buf *o = &st->tmp;
+    proto_buf *o = &st->tmp;
     o->len = 0;
     if (tail == n) { /* all strip chars: they may be the end; keep at most `stop` of them */
         st->held += c;
@@ -225,35 +225,35 @@ static void strip_joined(model_tok_stream *s, int i, const tok_dec *d, const cha
 
 static void close_run(model_tok_stream *s, int i)
 {
-    tok_buf *r = &s->st[i].run;
+    proto_buf *r = &s->st[i].run;
     if (!r->len) return;
     size_t n = r->len;
     r->len = 0; /* nothing downstream touches this stage's buffer */
-    if (model_tok_utf8_valid_len(r->p, n) == n)
+    if (proto_utf8_valid_len(r->p, n) == n)
         push(s, i + 1, r->p, n);
     else
-        for (size_t k = 0; k < n; k++) push(s, i + 1, TOK_FFFD, 3);
+        for (size_t k = 0; k < n; k++) push(s, i + 1, PROTO_UTF8_FFFD, 3);
 }
 
 /* Appends bytes to the pending UTF-8 and passes on everything that is now final. */
 static void lossy_feed(model_tok_stream *s, int i, const char *p, size_t n)
 {
     stage *st = &s->st[i];
-    tok_buf *acc = &st->run, *o = &st->tmp;
+    proto_buf *acc = &st->run, *o = &st->tmp;
     put(s, acc, p, n);
     o->len = 0;
     size_t k = 0;
     while (k < acc->len) {
-        size_t ok = model_tok_utf8_valid_len(acc->p + k, acc->len - k);
+        size_t ok = proto_utf8_valid_len(acc->p + k, acc->len - k);
         put(s, o, acc->p + k, ok);
         k += ok;
         if (k >= acc->len) break;
         size_t l;
         uint32_t cp;
-        if (model_tok_utf8_scan((const uint8_t *)acc->p + k, acc->len - k, &l, &cp) ==
-            TOK_UTF8_SHORT)
+        if (proto_utf8_scan((const uint8_t *)acc->p + k, acc->len - k, &l, &cp) ==
+            PROTO_UTF8_SHORT)
             break; /* may still complete */
-        put(s, o, TOK_FFFD, 3);
+        put(s, o, PROTO_UTF8_FFFD, 3);
         k += l;
     }
     memmove(acc->p, acc->p + k, acc->len - k);
@@ -265,7 +265,7 @@ static void byte_level(model_tok_stream *s, int i, const char *p, size_t n)
 {
     /* tokenizers maps each char back to its byte; a token with any char outside the map (an
      * added token such as one with a real space) contributes its UTF-8 bytes unchanged. */
-    tok_buf *o = &s->st[i].scratch;
+    proto_buf *o = &s->st[i].scratch;
     o->len = 0;
     for (size_t k = 0; k < n;) {
         size_t l;
@@ -330,7 +330,7 @@ static void flush(model_tok_stream *s, int i)
     if (d->kind == TOK_DEC_BYTE_FALLBACK) close_run(s, i);
     if (d->kind == TOK_DEC_BYTE_LEVEL && st->run.len) {
         st->run.len = 0; /* an unfinished sequence at the end: one U+FFFD */
-        push(s, i + 1, TOK_FFFD, 3);
+        push(s, i + 1, PROTO_UTF8_FFFD, 3);
     }
     if (d->kind == TOK_DEC_STRIP && d->joined) st->held = 0; /* trailing strip chars: dropped */
     flush(s, i + 1);
@@ -354,7 +354,7 @@ model_tok_stream *model_tok_stream_new(const model_tok *t, int skip_special)
     s->skip_special = skip_special;
     s->st = calloc((size_t)t->n_dec + 1, sizeof *s->st);
     s->md = model_tok_re_match_data();
-    if (!s->st || !s->md || model_tok_buf_put(&s->out, "", 0)) {
+    if (!s->st || !s->md || proto_buf_add(&s->out, "", 0)) {
         model_tok_stream_free(s);
         return NULL;
     }
@@ -403,17 +403,17 @@ void model_tok_stream_free(model_tok_stream *s)
 {
     if (!s) return;
     for (int i = 0; s->st && i < s->t->n_dec; i++) {
-        model_tok_buf_free(&s->st[i].run);
-        model_tok_buf_free(&s->st[i].scratch);
-        model_tok_buf_free(&s->st[i].tmp);
+        proto_buf_deinit(&s->st[i].run);
+        proto_buf_deinit(&s->st[i].scratch);
+        proto_buf_deinit(&s->st[i].tmp);
     }
     for (int k = 0; k < CLEANUP_PASSES; k++) {
-        model_tok_buf_free(&s->clean_hold[k]);
-        model_tok_buf_free(&s->clean_work[k]);
+        proto_buf_deinit(&s->clean_hold[k]);
+        proto_buf_deinit(&s->clean_work[k]);
     }
     free(s->st);
     if (s->md) pcre2_match_data_free(s->md);
-    model_tok_buf_free(&s->out);
+    proto_buf_deinit(&s->out);
     free(s);
 }
 

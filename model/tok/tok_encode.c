@@ -36,10 +36,9 @@ static int segs_push(segs *v, size_t a, size_t b, int32_t id)
 /* The code point that ends at s[end) (end > 0). */
 static uint32_t cp_before(const char *s, size_t end, size_t *start)
 {
-    size_t k = end - 1, l;
-    while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80 && end - k < 4) k--;
+    size_t k = proto_utf8_prev(s, end), l;
     uint32_t cp;
-    if (model_tok_utf8_scan((const uint8_t *)s + k, end - k, &l, &cp) != TOK_UTF8_OK || k + l != end)
+    if (proto_utf8_scan((const uint8_t *)s + k, end - k, &l, &cp) != PROTO_UTF8_OK || k + l != end)
         cp = 0xFFFD, k = end - 1;
     *start = k;
     return cp;
@@ -48,7 +47,7 @@ static uint32_t cp_before(const char *s, size_t end, size_t *start)
 static uint32_t cp_at(const char *s, size_t n, size_t *len)
 {
     uint32_t cp;
-    if (model_tok_utf8_scan((const uint8_t *)s, n, len, &cp) != TOK_UTF8_OK) cp = 0xFFFD;
+    if (proto_utf8_scan((const uint8_t *)s, n, len, &cp) != PROTO_UTF8_OK) cp = 0xFFFD;
     return cp;
 }
 
@@ -107,7 +106,7 @@ static int find_added(const model_tok *t, const tok_trie *tr, const char *s, siz
 }
 
 /* Normalizes one raw span, cuts out normalized added tokens, pre-tokenizes the rest. */
-static int encode_span(tok_work *w, const char *s, size_t n, int at_origin, tok_buf *norm,
+static int encode_span(tok_work *w, const char *s, size_t n, int at_origin, proto_buf *norm,
                        segs *sv)
 {
     const model_tok *t = w->t;
@@ -127,7 +126,7 @@ static int encode_span(tok_work *w, const char *s, size_t n, int at_origin, tok_
         }
         if (g.b <= g.a) continue;
         size_t mark = w->text.len;
-        if (model_tok_buf_put(&w->text, ns + g.a, g.b - g.a)) return -1;
+        if (proto_buf_add(&w->text, ns + g.a, g.b - g.a)) return -1;
         int rc = model_tok_pretokenize(w, mark, g.b - g.a, at_origin && g.a == 0);
         w->text.len = mark;
         if (rc) return -1;
@@ -141,7 +140,7 @@ int model_tok_encode(const model_tok *t, const char *text, size_t len, int add_s
     if (ids_out) *ids_out = NULL;
     if (n_out) *n_out = 0;
     if (!t || !ids_out || !n_out || (!text && len) || len > TOK_MAX_INPUT_BYTES) return -1;
-    tok_buf clean = {0}, norm = {0};
+    proto_buf clean = {0}, norm = {0};
     segs raw = {0}, sv = {0};
     tok_work w;
     memset(&w, 0, sizeof w);
@@ -150,8 +149,8 @@ int model_tok_encode(const model_tok *t, const char *text, size_t len, int add_s
     w.use_cache = len >= 1024; /* short texts rarely repeat a word */
     int rc = -1;
     if (!w.md) goto done;
-    if (model_tok_utf8_valid_len(text, len) != len) {
-        if (model_tok_utf8_lossy(&clean, text, len)) goto done;
+    if (proto_utf8_valid_len(text, len) != len) {
+        if (proto_utf8_lossy(&clean, text, len)) goto done;
         text = clean.p;
         len = clean.len;
     }
@@ -174,8 +173,8 @@ int model_tok_encode(const model_tok *t, const char *text, size_t len, int add_s
     }
 done:
     model_tok_work_free(&w);
-    model_tok_buf_free(&clean);
-    model_tok_buf_free(&norm);
+    proto_buf_deinit(&clean);
+    proto_buf_deinit(&norm);
     free(raw.p);
     free(sv.p);
     return rc;

@@ -8,6 +8,8 @@
 #define TANDEM_MODEL_TOK_INTERNAL_H
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "model/tok/tokenizer.h"
+#include "proto/buf.h"
+#include "proto/utf8.h"
 #include <pcre2.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,15 +33,8 @@
 #define TOK_MAX_INPUT_BYTES ((size_t)1 << 30)
 #define TOK_MAX_TEMPLATE_IDS 256
 
-/* ------------------------------------------------------------ containers (model/tok/tok_util.c) */
-typedef struct tok_buf {
-    char *p;
-    size_t len, cap;
-} tok_buf;
-int model_tok_buf_reserve(tok_buf *b, size_t extra); /* 0 / -1 (OOM or overflow) */
-int model_tok_buf_put(tok_buf *b, const void *p, size_t n);
-void model_tok_buf_free(tok_buf *b);
-
+/* ------------------------------------------------------------ containers (model/tok/tok_util.c)
+ * Byte buffers are proto/buf.h's proto_buf; UTF-8 is proto/utf8.h's. */
 typedef struct tok_ids {
     int32_t *p;
     size_t len, cap;
@@ -105,20 +100,6 @@ static inline int model_tok_pairs_get(const tok_pairs *p, int32_t a, int32_t b, 
     }
 }
 void model_tok_pairs_free(tok_pairs *p);
-
-/* ---------------------------------------------------------------- UTF-8 (model/tok/tok_util.c) */
-enum { TOK_UTF8_OK, TOK_UTF8_BAD, TOK_UTF8_SHORT };
-/* Classifies the sequence at s[0..n) (n >= 1): OK with *len bytes and code point *cp; BAD with *len
- * = the maximal invalid subpart (Unicode 3.9, D93b: what one U+FFFD replaces); SHORT when all n
- * bytes are a valid but unfinished prefix (*len = n). */
-int model_tok_utf8_scan(const uint8_t *s, size_t n, size_t *len, uint32_t *cp);
-/* Bytes up to which s is valid UTF-8 (== n when all of it is). */
-size_t model_tok_utf8_valid_len(const char *s, size_t n);
-/* Appends s with every maximal invalid subpart replaced by U+FFFD. A trailing unfinished sequence
- * is replaced too. 0 / -1 (OOM). */
-int model_tok_utf8_lossy(tok_buf *out, const char *s, size_t n);
-size_t model_tok_utf8_put(char *dst, uint32_t cp); /* 1..4 bytes written */
-#define TOK_FFFD "\xEF\xBF\xBD"
 
 /* ---------------------------------------------------------------- regex (model/tok/tok_regex.c) */
 /* tokenizers compiles patterns with Oniguruma; we use PCRE2 (UTF, UCP, MULTILINE as Oniguruma's
@@ -282,15 +263,15 @@ typedef struct tok_cache {
     uint64_t *hash; /* 0: empty */
     uint32_t *key_off, *key_len, *ids_off, *ids_len;
     size_t mask, n;
-    tok_buf keys;
+    proto_buf keys;
     tok_ids ids;
 } tok_cache;
 
 typedef struct tok_work {
     const model_tok *t;
     tok_ids out;
-    tok_buf text; /* piece text, used as a stack */
-    tok_buf tmp;
+    proto_buf text; /* piece text, used as a stack */
+    proto_buf tmp;
     pcre2_match_data *md;
     tok_sym *sym;
     size_t sym_cap;
@@ -312,7 +293,7 @@ int model_tok_trie_add(tok_trie *tr, const char *s, size_t n, int32_t term);
 void model_tok_trie_free(tok_trie *tr);
 
 /* model/tok/tok_norm.c: runs the normalizer steps over s[0..n), result in out (replaced). */
-int model_tok_normalize(const model_tok *t, const char *s, size_t n, tok_buf *out);
+int model_tok_normalize(const model_tok *t, const char *s, size_t n, proto_buf *out);
 /* Unicode predicates tokenizers uses around added tokens (Rust's char::is_whitespace and regex \w). */
 int model_tok_cp_is_space(uint32_t cp);
 int model_tok_cp_is_word(uint32_t cp);

@@ -278,7 +278,7 @@ static int load_added(model_tok *t, json_t *added, char *err, size_t errlen)
  * as their own content normalized (so Llama-2's "<s>" is looked for as "▁<s>"). */
 static int build_tries(model_tok *t, char *err, size_t errlen)
 {
-    tok_buf nb = {0};
+    proto_buf nb = {0};
     if (model_tok_trie_add(&t->raw_trie, "", 0, -1) || model_tok_trie_add(&t->norm_trie, "", 0, -1))
         FAIL("out of memory");
     for (size_t i = 0; i < t->n_added; i++) {
@@ -293,10 +293,10 @@ static int build_tries(model_tok *t, char *err, size_t errlen)
         if (!x->norm || model_tok_trie_add(&t->norm_trie, x->norm, x->norm_len, (int32_t)i))
             goto oom;
     }
-    model_tok_buf_free(&nb);
+    proto_buf_deinit(&nb);
     return 0;
 oom:
-    model_tok_buf_free(&nb);
+    proto_buf_deinit(&nb);
     FAIL("out of memory");
 }
 
@@ -316,7 +316,7 @@ static int derive(model_tok *t, char *err, size_t errlen)
         if (t->cont_prefix || t->eow_suffix)
             FAIL("continuing_subword_prefix/end_of_word_suffix with ByteLevel is not supported");
         for (int b = 0; b < 256; b++) {
-            size_t l = model_tok_utf8_put(key, model_tok_byte_char((uint8_t)b));
+            size_t l = proto_utf8_put(key, model_tok_byte_char((uint8_t)b));
             t->byte_id[b] = model_tok_map_get(&t->vocab, key, l);
         }
         /* Tokens as raw bytes, for ignore_merges' whole-word look-up. */
@@ -330,7 +330,7 @@ static int derive(model_tok *t, char *err, size_t errlen)
             int ok = 1;
             while (i < n && ok) {
                 int c;
-                if (model_tok_utf8_scan(s + i, n - i, &l, &cp) != TOK_UTF8_OK ||
+                if (proto_utf8_scan(s + i, n - i, &l, &cp) != PROTO_UTF8_OK ||
                     (c = model_tok_char_byte(cp)) < 0)
                     ok = 0;
                 else
@@ -348,7 +348,7 @@ static int derive(model_tok *t, char *err, size_t errlen)
     }
     /* Char mode: single characters below U+0800 straight from a table (ids, -1: absent). */
     for (uint32_t cp = 0; cp < 0x800; cp++) {
-        size_t l = model_tok_utf8_put(key, cp);
+        size_t l = proto_utf8_put(key, cp);
         t->cp_id[cp] = (t->cont_prefix || t->eow_suffix) ? -2 : model_tok_map_get(&t->vocab, key, l);
     }
     /* Cutting words before U+2581 is exact when no merge can ever cross such a cut: no token holds
@@ -520,21 +520,21 @@ model_tok *model_tok_load_dir(const char *dir, char *err, size_t errlen)
     /* transformers prefers a separate chat_template.jinja to the config's entry. */
     FILE *f = fopen(jt, "rb");
     if (f) {
-        tok_buf b = {0};
+        proto_buf b = {0};
         char chunk[65536];
         size_t n;
         int bad = 0;
         while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-            if (b.len + n > TOK_MAX_CONFIG_BYTES || model_tok_buf_put(&b, chunk, n)) bad = 1;
+            if (b.len + n > TOK_MAX_CONFIG_BYTES || proto_buf_add(&b, chunk, n)) bad = 1;
         fclose(f);
-        if (bad || model_tok_buf_put(&b, "", 0)) {
-            model_tok_buf_free(&b);
+        if (bad || proto_buf_add(&b, "", 0)) {
+            proto_buf_deinit(&b);
             model_tok_free(t);
             snprintf(err, errlen, "%s: too large or out of memory", jt);
             return NULL;
         }
         t->chat_template = model_tok_arena_dup(&t->arena, b.p, b.len);
-        model_tok_buf_free(&b);
+        proto_buf_deinit(&b);
     }
     return t;
 }

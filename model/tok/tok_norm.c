@@ -32,7 +32,7 @@ static int is_ascii(const char *s, size_t n)
 
 /* UTF-8 -> UTF-16 -> normalized -> UTF-8. ICU lengths are int32: inputs are bounded by
  * TOK_MAX_INPUT_BYTES (1 GiB), and an expansion past int32 fails cleanly. */
-static int unicode_normalize(enum tok_norm_kind kind, const char *s, size_t n, tok_buf *out)
+static int unicode_normalize(enum tok_norm_kind kind, const char *s, size_t n, proto_buf *out)
 {
     UErrorCode st = U_ZERO_ERROR;
     const UNormalizer2 *nz = kind == TOK_NORM_NFC    ? unorm2_getNFCInstance(&st)
@@ -61,7 +61,7 @@ static int unicode_normalize(enum tok_norm_kind kind, const char *s, size_t n, t
     u_strToUTF8(NULL, 0, &blen, v, vlen, &st); /* preflight */
     if (st != U_BUFFER_OVERFLOW_ERROR && U_FAILURE(st)) goto fail;
     out->len = 0;
-    if (model_tok_buf_reserve(out, (size_t)blen + 1)) goto fail;
+    if (proto_buf_reserve(out, (size_t)blen + 1)) goto fail;
     st = U_ZERO_ERROR;
     u_strToUTF8(out->p, blen + 1, &blen, v, vlen, &st);
     if (U_FAILURE(st)) goto fail;
@@ -75,21 +75,21 @@ fail:
     return -1;
 }
 
-static int lowercase(const char *s, size_t n, tok_buf *out)
+static int lowercase(const char *s, size_t n, proto_buf *out)
 {
     out->len = 0;
-    if (model_tok_buf_reserve(out, n)) return -1;
+    if (proto_buf_reserve(out, n)) return -1;
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
         if (c < 0x80) {
             char l = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
-            if (model_tok_buf_put(out, &l, 1)) return -1;
+            if (proto_buf_add(out, &l, 1)) return -1;
             i++;
             continue;
         }
         size_t l;
         uint32_t cp;
-        if (model_tok_utf8_scan((const uint8_t *)s + i, n - i, &l, &cp) != TOK_UTF8_OK) return -1;
+        if (proto_utf8_scan((const uint8_t *)s + i, n - i, &l, &cp) != PROTO_UTF8_OK) return -1;
         /* Rust's char::to_lowercase: the full, context-free mapping of one character. */
         UChar in[2], low[8];
         int32_t il = 0, ol;
@@ -103,13 +103,13 @@ static int lowercase(const char *s, size_t n, tok_buf *out)
             bl = (int32_t)l;
             memcpy(b, s + i, l);
         }
-        if (model_tok_buf_put(out, b, (size_t)bl)) return -1;
+        if (proto_buf_add(out, b, (size_t)bl)) return -1;
         i += l;
     }
     return 0;
 }
 
-static int replace(const tok_norm *nm, const char *s, size_t n, tok_buf *out)
+static int replace(const tok_norm *nm, const char *s, size_t n, proto_buf *out)
 {
     pcre2_match_data *md = model_tok_re_match_data();
     if (!md) return -1;
@@ -120,48 +120,48 @@ static int replace(const tok_norm *nm, const char *s, size_t n, tok_buf *out)
         if (me == ms) { /* an empty match replaces nothing; step over one character */
             size_t l = 1;
             uint32_t cp;
-            if (ms < n) model_tok_utf8_scan((const uint8_t *)s + ms, n - ms, &l, &cp);
+            if (ms < n) proto_utf8_scan((const uint8_t *)s + ms, n - ms, &l, &cp);
             pos = ms + l;
             if (pos > n) break;
             continue;
         }
-        if (model_tok_buf_put(out, s + last, ms - last) ||
-            model_tok_buf_put(out, nm->str, nm->str_len)) {
+        if (proto_buf_add(out, s + last, ms - last) ||
+            proto_buf_add(out, nm->str, nm->str_len)) {
             rc = -1;
             break;
         }
         last = pos = me;
     }
     if (r < 0) rc = -1;
-    if (!rc && model_tok_buf_put(out, s + last, n - last)) rc = -1;
+    if (!rc && proto_buf_add(out, s + last, n - last)) rc = -1;
     pcre2_match_data_free(md);
     return rc;
 }
 
-static int strip(const tok_norm *nm, const char *s, size_t n, tok_buf *out)
+static int strip(const tok_norm *nm, const char *s, size_t n, proto_buf *out)
 {
     size_t a = 0, b = n, l;
     uint32_t cp;
     while (nm->left && a < b &&
-           model_tok_utf8_scan((const uint8_t *)s + a, b - a, &l, &cp) == TOK_UTF8_OK &&
+           proto_utf8_scan((const uint8_t *)s + a, b - a, &l, &cp) == PROTO_UTF8_OK &&
            model_tok_cp_is_space(cp))
         a += l;
     while (nm->right && b > a) {
         size_t k = b - 1;
         while (k > a && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
-        if (model_tok_utf8_scan((const uint8_t *)s + k, b - k, &l, &cp) != TOK_UTF8_OK ||
+        if (proto_utf8_scan((const uint8_t *)s + k, b - k, &l, &cp) != PROTO_UTF8_OK ||
             !model_tok_cp_is_space(cp))
             break;
         b = k;
     }
     out->len = 0;
-    return model_tok_buf_put(out, s + a, b - a);
+    return proto_buf_add(out, s + a, b - a);
 }
 
-int model_tok_normalize(const model_tok *t, const char *s, size_t n, tok_buf *out)
+int model_tok_normalize(const model_tok *t, const char *s, size_t n, proto_buf *out)
 {
-    tok_buf a = {0}, b = {0};
-    if (model_tok_buf_put(&a, s, n)) return -1;
+    proto_buf a = {0}, b = {0};
+    if (proto_buf_add(&a, s, n)) return -1;
     int rc = 0;
     for (int i = 0; i < t->n_norm && !rc; i++) {
         const tok_norm *nm = &t->norm[i];
@@ -170,7 +170,7 @@ int model_tok_normalize(const model_tok *t, const char *s, size_t n, tok_buf *ou
         case TOK_NORM_PREPEND:
             /* tokenizers prepends only to non-empty text */
             if (a.len == 0) continue;
-            rc = model_tok_buf_put(&b, nm->str, nm->str_len) || model_tok_buf_put(&b, a.p, a.len);
+            rc = proto_buf_add(&b, nm->str, nm->str_len) || proto_buf_add(&b, a.p, a.len);
             break;
         case TOK_NORM_REPLACE: rc = replace(nm, a.p, a.len, &b); break;
         case TOK_NORM_NFC:
@@ -183,17 +183,17 @@ int model_tok_normalize(const model_tok *t, const char *s, size_t n, tok_buf *ou
         case TOK_NORM_LOWERCASE: rc = lowercase(a.p, a.len, &b); break;
         case TOK_NORM_STRIP: rc = strip(nm, a.p, a.len, &b); break;
         }
-        tok_buf x = a;
+        proto_buf x = a;
         a = b;
         b = x;
     }
-    model_tok_buf_free(&b);
+    proto_buf_deinit(&b);
     if (rc) {
-        model_tok_buf_free(&a);
+        proto_buf_deinit(&a);
         return -1;
     }
-    model_tok_buf_free(out);
+    proto_buf_deinit(out);
     *out = a;
-    if (!out->p && model_tok_buf_put(out, "", 0)) return -1;
+    if (!out->p && proto_buf_add(out, "", 0)) return -1;
     return 0;
 }

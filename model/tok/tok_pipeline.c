@@ -22,7 +22,7 @@ static int one_char(const char *s, size_t n, char *buf, size_t *blen, uint32_t *
 {
     size_t l;
     uint32_t c;
-    if (!s || n == 0 || model_tok_utf8_scan((const uint8_t *)s, n, &l, &c) != TOK_UTF8_OK ||
+    if (!s || n == 0 || proto_utf8_scan((const uint8_t *)s, n, &l, &c) != PROTO_UTF8_OK ||
         l != n)
         return -1;
     memcpy(buf, s, l);

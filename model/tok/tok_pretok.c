@@ -68,7 +68,7 @@ static int find_matches(tok_work *w, const tok_re *re, const char *s, size_t n, 
         if (ms == me) {
             size_t l = 1;
             uint32_t cp;
-            if (ms < n) model_tok_utf8_scan((const uint8_t *)s + ms, n - ms, &l, &cp);
+            if (ms < n) proto_utf8_scan((const uint8_t *)s + ms, n - ms, &l, &cp);
             pos = ms + l;
             if (had && ms == prev) continue;
         } else {
@@ -158,7 +158,7 @@ static int byte_level_step(tok_work *w, int step, const tok_pre *p, size_t off, 
 {
     size_t mark = w->text.len;
     if (p->add_prefix_space && w->text.p[off] != ' ') {
-        if (model_tok_buf_reserve(&w->text, len + 1)) return -1;
+        if (proto_buf_reserve(&w->text, len + 1)) return -1;
         w->text.p[w->text.len] = ' ';
         memcpy(w->text.p + w->text.len + 1, w->text.p + off, len);
         off = w->text.len;
@@ -176,7 +176,7 @@ static int metaspace_step(tok_work *w, int step, const tok_pre *p, size_t off, s
 {
     size_t mark = w->text.len, spaces = 0;
     for (size_t i = 0; i < len; i++) spaces += w->text.p[off + i] == ' ';
-    if (model_tok_buf_reserve(&w->text, len + (spaces + 1) * p->repl_len)) return -1;
+    if (proto_buf_reserve(&w->text, len + (spaces + 1) * p->repl_len)) return -1;
     char *dst = w->text.p + mark;
     const char *src = w->text.p + off;
     size_t o = 0;

@@ -21,7 +21,7 @@ static int is_hex(char c)
 
 /* Rewrites an Oniguruma pattern for PCRE2 (see above). Character classes are tracked so that a
  * rewritten escape stays valid where it lands. */
-static int translate(const char *p, size_t n, tok_buf *out)
+static int translate(const char *p, size_t n, proto_buf *out)
 {
     int in_class = 0;
     size_t class_start = 0; /* output offset just past '[' or '[^' */
@@ -42,7 +42,7 @@ static int translate(const char *p, size_t n, tok_buf *out)
                 if (i + 5 < n && is_hex(p[i + 2]) && is_hex(p[i + 3]) && is_hex(p[i + 4]) &&
                     is_hex(p[i + 5])) {
                     snprintf(ubuf, sizeof ubuf, "\\x{%.4s}", p + i + 2);
-                    if (model_tok_buf_put(out, ubuf, strlen(ubuf))) return -1;
+                    if (proto_buf_add(out, ubuf, strlen(ubuf))) return -1;
                     i += 5;
                     continue;
                 }
@@ -50,8 +50,8 @@ static int translate(const char *p, size_t n, tok_buf *out)
             default: break;
             }
             if (rep) {
-                if (model_tok_buf_put(out, rep, strlen(rep))) return -1;
-            } else if (model_tok_buf_put(out, p + i, 2)) {
+                if (proto_buf_add(out, rep, strlen(rep))) return -1;
+            } else if (proto_buf_add(out, p + i, 2)) {
                 return -1;
             }
             i++;
@@ -59,16 +59,16 @@ static int translate(const char *p, size_t n, tok_buf *out)
         }
         if (!in_class && c == '[') {
             in_class = 1;
-            if (model_tok_buf_put(out, "[", 1)) return -1;
+            if (proto_buf_add(out, "[", 1)) return -1;
             if (i + 1 < n && p[i + 1] == '^') {
-                if (model_tok_buf_put(out, "^", 1)) return -1;
+                if (proto_buf_add(out, "^", 1)) return -1;
                 i++;
             }
             class_start = out->len;
             continue;
         }
         if (in_class && c == ']' && out->len != class_start) in_class = 0;
-        if (model_tok_buf_put(out, &c, 1)) return -1;
+        if (proto_buf_add(out, &c, 1)) return -1;
     }
     return 0;
 }
@@ -81,14 +81,14 @@ int model_tok_re_compile(tok_re *re, const char *pat, size_t len, int literal, c
         snprintf(err, errlen, "regex of %zu bytes (limit %d)", len, TOK_MAX_PATTERN_BYTES);
         return -1;
     }
-    tok_buf b = {0};
+    proto_buf b = {0};
     uint32_t opts = PCRE2_UTF;
     if (literal) {
         opts |= PCRE2_LITERAL; /* PCRE2 takes no UCP/MULTILINE with LITERAL: they do not apply */
-        if (model_tok_buf_put(&b, pat, len)) goto oom;
+        if (proto_buf_add(&b, pat, len)) goto oom;
     } else {
         opts |= PCRE2_UCP | PCRE2_MULTILINE;
-        if (translate(pat, len, &b) || model_tok_buf_put(&b, "", 0)) goto oom;
+        if (translate(pat, len, &b) || proto_buf_add(&b, "", 0)) goto oom;
     }
     int ec;
     PCRE2_SIZE eo;
@@ -98,15 +98,15 @@ int model_tok_re_compile(tok_re *re, const char *pat, size_t len, int literal, c
         pcre2_get_error_message(ec, msg, sizeof msg);
         snprintf(err, errlen, "regex /%.*s/: %s at offset %zu", (int)(len > 80 ? 80 : len), pat,
                  (char *)msg, (size_t)eo);
-        model_tok_buf_free(&b);
+        proto_buf_deinit(&b);
         return -1;
     }
-    model_tok_buf_free(&b);
+    proto_buf_deinit(&b);
     /* The JIT is several times faster; without it (unsupported CPU) the interpreter still works. */
     pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE);
     return 0;
 oom:
-    model_tok_buf_free(&b);
+    proto_buf_deinit(&b);
     snprintf(err, errlen, "out of memory");
     return -1;
 }

@@ -250,8 +250,8 @@ TEST(metrics_histogram_format)
     dmn_hist_observe(&h, 0.7);
     dmn_hist_observe(&h, 3);
     dmn_hist_observe(&h, NAN); /* ignored */
-    dmn_buf buf;
-    dmn_buf_init(&buf);
+    proto_buf buf;
+    proto_buf_init(&buf);
     dmn_prom_hist(&buf, "tandem_x_seconds", "An example.", &h);
     CHECK_STR(buf.p, "# HELP tandem_x_seconds An example.\n"
                      "# TYPE tandem_x_seconds histogram\n"
@@ -261,11 +261,11 @@ TEST(metrics_histogram_format)
                      "tandem_x_seconds_bucket{le=\"+Inf\"} 4\n"
                      "tandem_x_seconds_sum 3.85\n"
                      "tandem_x_seconds_count 4\n");
-    dmn_buf_deinit(&buf);
-    dmn_buf_init(&buf);
+    proto_buf_deinit(&buf);
+    proto_buf_init(&buf);
     dmn_prom_label_value(&buf, "a\"b\\c\nd");
     CHECK_STR(buf.p, "\"a\\\"b\\\\c\\nd\"");
-    dmn_buf_deinit(&buf);
+    proto_buf_deinit(&buf);
 }
 
 TEST(metrics_render_families)
@@ -278,8 +278,8 @@ TEST(metrics_render_families)
     dmn_metrics_count_status(&m, 429);
     dmn_metrics_count_status(&m, 418); /* "other" */
     dmn_metrics_dev dev = {"cpu", "cpu", "ok", 1.5, 1000, 250, 2, 7, 70, 0, 0, 0, 0, 0, 0};
-    dmn_buf b;
-    dmn_buf_init(&b);
+    proto_buf b;
+    proto_buf_init(&b);
     dmn_metrics_render(&b, &m, 1, 3, &dev, 1, 1, 0);
     REQUIRE(b.p && !b.oom);
     const char *want[] = {
@@ -312,5 +312,5 @@ TEST(metrics_render_families)
         CHECK_MSG(memchr(line, ':', name_len) == NULL, "a ':' in %.*s", (int)name_len, line);
         line = end + 1;
     }
-    dmn_buf_deinit(&b);
+    proto_buf_deinit(&b);
 }

@@ -3,6 +3,7 @@
  * UTF-8; streamed decoding equals the full decode for random id sequences; for byte-level BPE,
  * decode(encode(text)) == text on valid UTF-8. */
 #include "model/tok/tokenizer.h"
+#include "proto/utf8.h"
 #include "tests/model/tok_test_util.h"
 #include "tests/test.h"
 
@@ -79,14 +80,14 @@ static void check_stream(const model_tok *t, const int32_t *ids, size_t n, int s
         t_fail(__FILE__, __LINE__, "decode failed");
         return;
     }
-    CHECK(tt_valid_utf8(full, flen));
+    CHECK(proto_utf8_valid(full, flen));
     model_tok_stream *s = model_tok_stream_new(t, skip);
     char *acc = malloc(flen + 1);
     size_t al = 0, l;
     int ok = 1;
     for (size_t i = 0; i <= n && ok; i++) {
         const char *p = i < n ? model_tok_stream_push(s, ids[i], &l) : model_tok_stream_flush(s, &l);
-        if (!p || !tt_valid_utf8(p, l) || al + l > flen || memcmp(full + al, p, l) != 0) ok = 0;
+        if (!p || !proto_utf8_valid(p, l) || al + l > flen || memcmp(full + al, p, l) != 0) ok = 0;
         else al += l;
     }
     CHECK_MSG(ok && al == flen, "stream != decode for %zu ids %s (skip=%d)", n, tt_ids_str(ids, n), skip);

@@ -2,6 +2,7 @@
  * (tests/data/golden/stories260K/NAME.json): every prompt "text" encodes to "ids" (BOS included),
  * and greedy_ids decode to greedy_text, both in one call and streamed token by token. */
 #include "model/tok/tokenizer.h"
+#include "proto/utf8.h"
 #include "tests/model/tok_test_util.h"
 #include "tests/test.h"
 #include <dirent.h>
@@ -40,7 +41,7 @@ static void check_golden(model_tok *t, const char *path, int *n_text, int *n_gre
         size_t al = 0, l;
         for (size_t i = 0; i < n; i++) {
             const char *p = model_tok_stream_push(s, ids[i], &l);
-            CHECK(p && tt_valid_utf8(p, l) && al + l < sizeof acc);
+            CHECK(p && proto_utf8_valid(p, l) && al + l < sizeof acc);
             memcpy(acc + al, p, l);
             al += l;
         }

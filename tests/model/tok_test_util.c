@@ -116,36 +116,3 @@ int tt_check_encode(const model_tok *t, const char *text, size_t len, int add_sp
     free(ids);
     return ok;
 }
-
-int tt_valid_utf8(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned char b = u[i];
-        size_t need;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (b < 0x80) {
-            i++;
-            continue;
-        } else if (b >= 0xC2 && b <= 0xDF) {
-            need = 1;
-        } else if (b >= 0xE0 && b <= 0xEF) {
-            need = 2;
-            if (b == 0xE0) lo = 0xA0;
-            if (b == 0xED) hi = 0x9F;
-        } else if (b >= 0xF0 && b <= 0xF4) {
-            need = 3;
-            if (b == 0xF0) lo = 0x90;
-            if (b == 0xF4) hi = 0x8F;
-        } else {
-            return 0;
-        }
-        for (size_t k = 1; k <= need; k++) {
-            if (i + k >= n) return 0;
-            unsigned c = u[i + k];
-            if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return 0;
-        }
-        i += need + 1;
-    }
-    return 1;
-}

@@ -27,6 +27,4 @@ const char *tt_ids_str(const int32_t *ids, size_t n);
 int tt_check_encode(const model_tok *t, const char *text, size_t len, int add_special,
                     const int32_t *expect, size_t n, const char *what);
 
-/* 1 if s[0..n) is valid UTF-8. */
-int tt_valid_utf8(const char *s, size_t n);
 #endif

@@ -1,5 +1,5 @@
-/* model/tmpl/tmpl_utf8.c — text helpers for the template interpreter: a bounded string buffer,
- * UTF-8 decoding, and Python's character classes and case mappings.
+/* model/tmpl/tmpl_unicode.c — Python's character classes and case mappings, for the template
+ * interpreter's str methods, filters and repr.
  *
  * Python decides whitespace, printability and case per code point. Case mappings come from the C
  * library's C.UTF-8 locale (glibc carries the full Unicode simple mappings there, and they agree
@@ -13,172 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <wctype.h>
-
-/* --------------------------------------------------------------------------- string buffer */
-
-static int buf_grow(tmpl_buf *b, size_t add)
-{
-    if (add > b->max || b->n > b->max - add) return -1;
-    size_t need = b->n + add + 1;
-    if (need <= b->cap) return 0;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return -1;
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-int model_tmpl_buf_put(tmpl_buf *b, const char *s, size_t n)
-{
-    if (buf_grow(b, n)) return -1;
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
-
-int model_tmpl_buf_putc(tmpl_buf *b, char c)
-{
-    if (b->n + 1 < b->cap && b->n < b->max) {
-        b->p[b->n++] = c;
-        b->p[b->n] = 0;
-        return 0;
-    }
-    return model_tmpl_buf_put(b, &c, 1);
-}
-
-int model_tmpl_buf_printf(tmpl_buf *b, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (k < 0) return -1;
-    if ((size_t)k < sizeof tmp) return model_tmpl_buf_put(b, tmp, (size_t)k);
-    if (buf_grow(b, (size_t)k)) return -1;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)k;
-    return 0;
-}
-
-void model_tmpl_buf_free(tmpl_buf *b)
-{
-    free(b->p);
-    b->p = NULL;
-    b->n = b->cap = 0;
-}
-
-/* ----------------------------------------------------------------------------------- UTF-8 */
-
-uint32_t model_tmpl_utf8_next(const char *str, size_t n, size_t *i)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    size_t k = *i;
-    unsigned c = s[k];
-    if (c < 0x80) {
-        *i = k + 1;
-        return c;
-    }
-    int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-    if (len == 0 || k + (size_t)len > n) {
-        *i = k + 1;
-        return 0xFFFD;
-    }
-    uint32_t cp = c & (0x3F >> (len - 1));
-    for (int j = 1; j < len; j++) {
-        if ((s[k + j] & 0xC0) != 0x80) {
-            *i = k + 1;
-            return 0xFFFD;
-        }
-        cp = cp << 6 | (s[k + j] & 0x3F);
-    }
-    *i = k + (size_t)len;
-    return cp;
-}
-
-size_t model_tmpl_utf8_prev(const char *str, size_t i)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    if (i == 0) return 0;
-    size_t k = i - 1;
-    int back = 0;
-    while (k > 0 && (s[k] & 0xC0) == 0x80 && back < 3) {
-        k--;
-        back++;
-    }
-    return k;
-}
-
-int model_tmpl_utf8_put(char out[4], uint32_t cp)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | cp >> 6);
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | cp >> 12);
-        out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | cp >> 18);
-    out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    out[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-size_t model_tmpl_utf8_count(const char *s, size_t n)
-{
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return c;
-}
-
-size_t model_tmpl_utf8_offset(const char *s, size_t n, size_t k)
-{
-    size_t i = 0;
-    while (k > 0 && i < n) {
-        model_tmpl_utf8_next(s, n, &i);
-        k--;
-    }
-    return i;
-}
-
-bool model_tmpl_utf8_valid(const char *str, size_t n)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        int len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
-        if (!len || i + (size_t)len > n) return false;
-        uint32_t cp = c & (0x3F >> (len - 1));
-        for (int j = 1; j < len; j++) {
-            if ((s[i + j] & 0xC0) != 0x80) return false;
-            cp = cp << 6 | (s[i + j] & 0x3F);
-        }
-        if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-            (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-            return false;
-        i += (size_t)len;
-    }
-    return true;
-}
 
 /* ---------------------------------------------------------------------- character classes */
 
@@ -299,13 +133,13 @@ static const struct {
     {0xFB16, {0x54E, 0x546, 0}, {0, 0}},        {0xFB17, {0x544, 0x53D, 0}, {0, 0}},
 };
 
-static int put_cp(tmpl_buf *b, uint32_t c)
+static int put_cp(proto_buf *b, uint32_t c)
 {
     char u[4];
-    return model_tmpl_buf_put(b, u, (size_t)model_tmpl_utf8_put(u, c));
+    return proto_buf_add(b, u, (size_t)proto_utf8_put(u, c));
 }
 
-static int put_upper(tmpl_buf *b, uint32_t c)
+static int put_upper(proto_buf *b, uint32_t c)
 {
     if (c >= 0xDF)
         for (size_t k = 0; k < sizeof special / sizeof *special; k++)
@@ -318,14 +152,14 @@ static int put_upper(tmpl_buf *b, uint32_t c)
 }
 
 /* Title case of one character: upper, except the DŽ/LJ/NJ/DZ digraphs, which have titlecase forms. */
-static int put_title(tmpl_buf *b, uint32_t c)
+static int put_title(proto_buf *b, uint32_t c)
 {
     if (c >= 0x1C4 && c <= 0x1CC) return put_cp(b, 0x1C5 + (c - 0x1C4) / 3 * 3);
     if (c >= 0x1F1 && c <= 0x1F3) return put_cp(b, 0x1F2);
     if (c == 0xDF) return put_cp(b, 0x53) || put_cp(b, 0x73); /* ß -> Ss */
     if (c >= 0xFB00 && c <= 0xFB06) {
         static const char *t[] = {"Ff", "Fi", "Fl", "Ffi", "Ffl", "St", "St"};
-        return model_tmpl_buf_put(b, t[c - 0xFB00], strlen(t[c - 0xFB00]));
+        return proto_buf_add(b, t[c - 0xFB00], strlen(t[c - 0xFB00]));
     }
     return put_upper(b, c);
 }
@@ -337,9 +171,9 @@ static bool final_sigma(const char *s, size_t n, size_t start, size_t end)
     size_t i = start;
     bool before = false;
     while (i > 0) {
-        i = model_tmpl_utf8_prev(s, i);
+        i = proto_utf8_prev(s, i);
         size_t k = i;
-        uint32_t c = model_tmpl_utf8_next(s, n, &k);
+        uint32_t c = proto_utf8_next(s, n, &k);
         if (c == '\'' || (c >= 0x300 && c <= 0x36F)) continue;
         before = model_tmpl_cp_cased(c);
         break;
@@ -347,21 +181,21 @@ static bool final_sigma(const char *s, size_t n, size_t start, size_t end)
     if (!before) return false;
     i = end;
     while (i < n) {
-        uint32_t c = model_tmpl_utf8_next(s, n, &i);
+        uint32_t c = proto_utf8_next(s, n, &i);
         if (c == '\'' || (c >= 0x300 && c <= 0x36F)) continue;
         return !model_tmpl_cp_cased(c);
     }
     return true;
 }
 
-static int put_lower(tmpl_buf *b, const char *s, size_t n, size_t start, size_t end, uint32_t c)
+static int put_lower(proto_buf *b, const char *s, size_t n, size_t start, size_t end, uint32_t c)
 {
     if (c == 0x130) return put_cp(b, 0x69) || put_cp(b, 0x307);
     if (c == 0x3A3) return put_cp(b, final_sigma(s, n, start, end) ? 0x3C2 : 0x3C3);
     return put_cp(b, to_lower(c));
 }
 
-int model_tmpl_case(tmpl_buf *b, const char *s, size_t n, int mode)
+int model_tmpl_case(proto_buf *b, const char *s, size_t n, int mode)
 {
     size_t i = 0;
     bool prev_cased = false, first = true;
@@ -374,16 +208,16 @@ int model_tmpl_case(tmpl_buf *b, const char *s, size_t n, int mode)
                 o = (char)(ch - 32);
             else if ((mode == 'l' || mode == 'f' || mode == 's') && ch >= 'A' && ch <= 'Z')
                 o = (char)(ch + 32);
-            if (model_tmpl_buf_putc(b, o)) return -1;
+            if (proto_buf_putc(b, o)) return -1;
             i++;
             continue;
         }
-        uint32_t c = model_tmpl_utf8_next(s, n, &i);
+        uint32_t c = proto_utf8_next(s, n, &i);
         int rc = 0;
         switch (mode) {
         case 'u': rc = put_upper(b, c); break;
         case 'l': rc = put_lower(b, s, n, start, i, c); break;
-        case 'f': rc = c == 0xDF ? model_tmpl_buf_put(b, "ss", 2) : put_lower(b, s, n, start, i, c); break;
+        case 'f': rc = c == 0xDF ? proto_buf_add(b, "ss", 2) : put_lower(b, s, n, start, i, c); break;
         case 's':
             if (model_tmpl_cp_upper(c)) rc = put_lower(b, s, n, start, i, c);
             else if (model_tmpl_cp_lower(c)) rc = put_upper(b, c);
