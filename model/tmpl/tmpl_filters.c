@@ -45,23 +45,32 @@ FILTER(upper) { return case_filter(r, in, a, "upper", 'u', out); }
 FILTER(lower) { return case_filter(r, in, a, "lower", 'l', out); }
 FILTER(capitalize) { return case_filter(r, in, a, "capitalize", 'c', out); }
 
-/* jinja2's title: every run split at [-\s({[<] starts upper, continues lower */
+static bool title_sep(uint32_t c)
+{
+    return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || model_tmpl_py_isspace(c);
+}
+
+/* jinja2's title: the text split into runs of [-\s({[<] and runs of anything else, each run its
+ * first character upper and the rest lower (item[0].upper() + item[1:].lower(): the rest's final
+ * sigma sees the rest only) */
 FILTER(title)
 {
     tmpl_val s;
     if (check(r, a, "title", 0, NULL) || model_tmpl_to_str(r, in, &s)) return -1;
     tmpl_str *x = tmpl_s(s);
     proto_buf b = {.max = r->lim.max_output};
-    bool start = true, prev_sep = false;
     int rc = 0;
     for (size_t i = 0; i < x->len && !rc;) {
-        size_t st = i;
-        uint32_t c = proto_utf8_next(x->s, x->len, &i);
-        bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || model_tmpl_py_isspace(c);
-        if (sep != prev_sep) start = true;
-        rc = model_tmpl_case(&b, x->s + st, i - st, start ? 'u' : 'l');
-        start = false;
-        prev_sep = sep;
+        size_t st = i, first;
+        bool sep = title_sep(proto_utf8_next(x->s, x->len, &i));
+        first = i;
+        while (i < x->len) {
+            size_t k = i;
+            if (title_sep(proto_utf8_next(x->s, x->len, &k)) != sep) break;
+            i = k;
+        }
+        rc = model_tmpl_case(&b, x->s + st, first - st, 'u') ||
+             model_tmpl_case(&b, x->s + first, i - first, 'l');
     }
     tmpl_decref(r, s);
     if (rc) {
@@ -200,9 +209,8 @@ FILTER(abs)
 /* Python's float(str): surrounding whitespace, sign, digits with single underscores, inf/nan. */
 static bool parse_float(const char *s, size_t n, double *out)
 {
-    size_t b = 0, e = n;
-    while (b < e && model_tmpl_py_isspace((unsigned char)s[b])) b++;
-    while (e > b && model_tmpl_py_isspace((unsigned char)s[e - 1])) e--;
+    size_t b, e;
+    model_tmpl_py_trim(s, n, &b, &e);
     if (b == e || e - b > 400) return false;
     char buf[512];
     size_t m = 0;
@@ -232,9 +240,8 @@ static bool parse_float(const char *s, size_t n, double *out)
 static bool parse_int(const char *s, size_t n, int base, int64_t *out)
 {
     if (base != 0 && (base < 2 || base > 36)) return false; /* int(): ValueError */
-    size_t b = 0, e = n;
-    while (b < e && model_tmpl_py_isspace((unsigned char)s[b])) b++;
-    while (e > b && model_tmpl_py_isspace((unsigned char)s[e - 1])) e--;
+    size_t b, e;
+    model_tmpl_py_trim(s, n, &b, &e);
     bool neg = false;
     if (b < e && (s[b] == '+' || s[b] == '-')) neg = s[b++] == '-';
     if (b + 1 < e && s[b] == '0') {
@@ -551,7 +558,7 @@ FILTER(wordcount)
     bool in_word = false;
     for (size_t i = 0; i < x->len;) {
         uint32_t c = proto_utf8_next(x->s, x->len, &i);
-        bool w = c == '_' || model_tmpl_py_isalnum(c); /* Python's \w */
+        bool w = model_tmpl_py_isword(c);
         if (w && !in_word) n++;
         in_word = w;
     }

@@ -177,21 +177,34 @@ static inline bool tmpl_is_iter(tmpl_val v)
 }
 
 /* ------------------------------------------- text: Python's character classes and case mappings
- * (model/tmpl/tmpl_unicode.c). Strings are built in proto/buf.h's proto_buf, bounded by
- * {.max = r->lim.max_output}; UTF-8 is proto/utf8.h's. */
+ * (model/tmpl/tmpl_unicode.c, from ICU's Unicode data). Strings are built in proto/buf.h's
+ * proto_buf, bounded by {.max = r->lim.max_output}; UTF-8 is proto/utf8.h's. */
 
-bool model_tmpl_py_isspace(uint32_t cp);   /* Python str.isspace() for one character */
-bool model_tmpl_py_printable(uint32_t cp); /* Python str.isprintable() (approximate for Cn) */
-bool model_tmpl_py_isalpha(uint32_t cp);
-bool model_tmpl_py_isdigit(uint32_t cp);
-bool model_tmpl_py_isalnum(uint32_t cp);
-/* Case conversions of a whole string as Python's str methods (full Unicode simple mappings,
- * plus the common one-to-many special cases such as ß -> SS). mode: 'u' upper, 'l' lower,
- * 's' swapcase, 't' title (str.title), 'c' capitalize, 'f' casefold. */
+/* One character, as CPython's str methods decide it. */
+bool model_tmpl_py_isspace(uint32_t cp);   /* isspace(): bidi WS, B, S or category Zs */
+bool model_tmpl_py_printable(uint32_t cp); /* isprintable(): ' ' or not C* / Z* (repr's rule) */
+bool model_tmpl_py_isalpha(uint32_t cp);   /* L* */
+bool model_tmpl_py_isdecimal(uint32_t cp); /* Numeric_Type Decimal */
+bool model_tmpl_py_isdigit(uint32_t cp);   /* Decimal or Digit */
+bool model_tmpl_py_isnumeric(uint32_t cp); /* any Numeric_Type */
+bool model_tmpl_py_isalnum(uint32_t cp);   /* alpha or numeric */
+bool model_tmpl_py_isword(uint32_t cp);    /* Python regex \w: alnum or '_' */
+/* A character of an identifier (str.isidentifier: XID_Start or '_' first, XID_Continue after). */
+bool model_tmpl_py_isident(uint32_t cp, bool first);
+bool model_tmpl_cp_upper(uint32_t cp); /* the Uppercase property */
+bool model_tmpl_cp_lower(uint32_t cp); /* the Lowercase property */
+bool model_tmpl_cp_title(uint32_t cp); /* category Lt (ǅ) */
+bool model_tmpl_cp_cased(uint32_t cp); /* the Cased property */
+/* A whole string: str.isalpha() ... str.istitle() (false for ""). */
+enum { TMPL_IS_ALPHA, TMPL_IS_DECIMAL, TMPL_IS_DIGIT, TMPL_IS_NUMERIC, TMPL_IS_ALNUM, TMPL_IS_SPACE,
+       TMPL_IS_LOWER, TMPL_IS_UPPER, TMPL_IS_TITLE };
+bool model_tmpl_str_is(const char *s, size_t n, int cls);
+/* s[*b..*e) is s[0..n) without Python whitespace at either end (str.strip()'s bounds). */
+void model_tmpl_py_trim(const char *s, size_t n, size_t *b, size_t *e);
+/* Appends s converted as Python's str methods do (full case mappings: ß -> SS, final sigma).
+ * mode: 'u' upper, 'l' lower, 'f' casefold, 't' title (str.title), 'c' capitalize, 's' swapcase.
+ * 0, or -1 when out fails (its bound or memory). */
 int model_tmpl_case(proto_buf *out, const char *s, size_t n, int mode);
-bool model_tmpl_cp_cased(uint32_t cp);
-bool model_tmpl_cp_upper(uint32_t cp); /* has a lowercase mapping, i.e. is uppercase */
-bool model_tmpl_cp_lower(uint32_t cp);
 
 /* ------------------------------------------------------------------------------------- AST */
 

@@ -140,8 +140,27 @@ static size_t var_end_at(const lexer *L, size_t i)
     return 0;
 }
 
-static bool is_name_start(unsigned char c) { return c == '_' || (unsigned)((c | 0x20) - 'a') < 26u || c >= 0x80; }
-static bool is_name_char(unsigned char c) { return is_name_start(c) || (c >= '0' && c <= '9'); }
+/* A character of jinja2's name pattern: \w and the other identifier characters (XID_Continue);
+ * ASCII digits never start one (numbers are lexed first). The run must then be an identifier. */
+static size_t name_char_len(const char *s, size_t n, size_t i, bool first)
+{
+    unsigned char c = (unsigned char)s[i];
+    if (c < 0x80)
+        return c == '_' || (unsigned)((c | 0x20) - 'a') < 26u || (!first && c >= '0' && c <= '9');
+    size_t k = i;
+    uint32_t cp = proto_utf8_next(s, n, &k);
+    return model_tmpl_py_isword(cp) || model_tmpl_py_isident(cp, false) ? k - i : 0;
+}
+
+static bool is_identifier(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        bool first = i == 0;
+        if (!model_tmpl_py_isident(proto_utf8_next(s, n, &i), first)) return false;
+    }
+    return true;
+}
+
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 /* digits with single underscores between them: (\d+_)*\d+ ; returns end or 0 */
@@ -372,9 +391,13 @@ static int lex_tag(lexer *L, bool block, bool *ended_nl)
             L->pos = e;
             continue;
         }
-        if (is_name_start((unsigned char)s[i])) {
-            e = i;
-            while (e < n && is_name_char((unsigned char)s[e])) e++;
+        if ((e = name_char_len(s, n, i, true)) > 0) {
+            bool ascii = e == 1;
+            e += i;
+            for (size_t l; e < n && (l = name_char_len(s, n, e, false)) > 0; e += l)
+                ascii &= l == 1;
+            if (!ascii && !is_identifier(s + i, e - i)) /* jinja2 checks str.isidentifier() */
+                return lex_fail(L, "Invalid character in identifier");
             if (push(L, TOK_NAME, i, s + i, e - i, NULL)) return -1;
             L->pos = e;
             continue;
@@ -400,10 +423,15 @@ static int lex_tag(lexer *L, bool block, bool *ended_nl)
             }
         }
         if (type < 0) {
-            size_t k2 = i;
+            size_t k2 = i, at = proto_utf8_count(s, i); /* jinja2 counts characters */
             uint32_t cp = proto_utf8_next(s, n, &k2);
-            if (cp < 0x80) return lex_fail(L, "unexpected char '%c' at %zu", (char)cp, i);
-            return lex_fail(L, "unexpected char U+%04X at %zu", cp, i);
+            if (cp < 0x80) return lex_fail(L, "unexpected char '%c' at %zu", (char)cp, at);
+            if (model_tmpl_py_printable(cp)) /* as Python's repr() shows it */
+                return lex_fail(L, "unexpected char '%.*s' at %zu", (int)(k2 - i), s + i, at);
+            return lex_fail(L, cp < 0x100 ? "unexpected char '\\x%02x' at %zu"
+                               : cp < 0x10000 ? "unexpected char '\\u%04x' at %zu"
+                                              : "unexpected char '\\U%08x' at %zu",
+                            (unsigned)cp, at);
         }
         if (type == TOK_LBRACE || type == TOK_LPAREN || type == TOK_LBRACKET) {
             if (depth == (int)sizeof stack) return lex_fail(L, "brackets nested too deeply");

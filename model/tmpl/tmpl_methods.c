@@ -421,41 +421,16 @@ int model_tmpl_center(tmpl_rt *r, tmpl_val self, int64_t width, tmpl_val *out)
 
 static bool str_class(tmpl_str *s, int id)
 {
-    if (s->len == 0) return false;
-    bool cased = false, prev_cased = false, any_upper = false, any_lower = false;
-    for (size_t i = 0; i < s->len;) {
-        uint32_t c = proto_utf8_next(s->s, s->len, &i);
-        switch (id) {
-        case M_ISALPHA: if (!model_tmpl_py_isalpha(c)) return false; break;
-        case M_ISDIGIT:
-        case M_ISDECIMAL:
-        case M_ISNUMERIC: if (!model_tmpl_py_isdigit(c)) return false; break;
-        case M_ISALNUM: if (!model_tmpl_py_isalnum(c)) return false; break;
-        case M_ISSPACE: if (!model_tmpl_py_isspace(c)) return false; break;
-        case M_ISLOWER:
-        case M_ISUPPER:
-            any_upper |= model_tmpl_cp_upper(c);
-            any_lower |= model_tmpl_cp_lower(c);
-            break;
-        case M_ISTITLE: {
-            bool up = model_tmpl_cp_upper(c), lo = model_tmpl_cp_lower(c);
-            if (up) {
-                if (prev_cased) return false;
-                prev_cased = cased = true;
-            } else if (lo) {
-                if (!prev_cased) return false;
-                prev_cased = true;
-            } else {
-                prev_cased = false;
-            }
-            break;
-        }
-        }
-    }
-    if (id == M_ISLOWER) return any_lower && !any_upper;
-    if (id == M_ISUPPER) return any_upper && !any_lower;
-    if (id == M_ISTITLE) return cased;
-    return true;
+    int cls = id == M_ISALPHA     ? TMPL_IS_ALPHA
+              : id == M_ISDECIMAL ? TMPL_IS_DECIMAL
+              : id == M_ISDIGIT   ? TMPL_IS_DIGIT
+              : id == M_ISNUMERIC ? TMPL_IS_NUMERIC
+              : id == M_ISALNUM   ? TMPL_IS_ALNUM
+              : id == M_ISSPACE   ? TMPL_IS_SPACE
+              : id == M_ISLOWER   ? TMPL_IS_LOWER
+              : id == M_ISUPPER   ? TMPL_IS_UPPER
+                                  : TMPL_IS_TITLE;
+    return model_tmpl_str_is(s->s, s->len, cls);
 }
 
 static int prefix_match(tmpl_rt *r, tmpl_str *s, tmpl_val p, bool end, bool *res)

@@ -65,14 +65,8 @@ static bool str_case(tmpl_rt *r, tmpl_val v, bool upper, bool *res)
         proto_buf_deinit(&b);
         return false;
     }
-    bool any_up = false, any_lo = false;
-    for (size_t i = 0; i < b.len;) {
-        uint32_t c = proto_utf8_next(b.p, b.len, &i);
-        any_up |= model_tmpl_cp_upper(c);
-        any_lo |= model_tmpl_cp_lower(c);
-    }
+    *res = model_tmpl_str_is(b.p ? b.p : "", b.len, upper ? TMPL_IS_UPPER : TMPL_IS_LOWER);
     proto_buf_deinit(&b);
-    *res = upper ? any_up && !any_lo : any_lo && !any_up;
     return true;
 }
 

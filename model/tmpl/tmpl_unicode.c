@@ -1,241 +1,317 @@
 /* model/tmpl/tmpl_unicode.c — Python's character classes and case mappings, for the template
- * interpreter's str methods, filters and repr.
+ * interpreter's str methods, filters, repr and identifiers.
  *
- * Python decides whitespace, printability and case per code point. Case mappings come from the C
- * library's C.UTF-8 locale (glibc carries the full Unicode simple mappings there, and they agree
- * with Python's); the handful of one-to-many special cases Python applies (ß -> SS, ligatures,
- * final sigma) are added here. The locale object is created once and only read afterwards, so
- * every function here may run on any thread. */
+ * Every class is CPython's definition (Objects/unicodectype.c, generated from the Unicode
+ * database) asked of ICU, which carries the same database: no table here. Whitespace is bidi
+ * class WS, B or S or category Zs; printable is ' ' or any category outside C* and Z*; alpha is
+ * L*; decimal, digit and numeric are the Numeric_Type values Decimal, Decimal or Digit, and any;
+ * upper, lower and cased are the derived properties Uppercase, Lowercase and Cased, title is Lt.
+ * Case mappings are Unicode's full ones (SpecialCasing's unconditional one-to-many mappings, the
+ * Final_Sigma condition), which CPython applies too, through ICU's root locale (no language's
+ * tailoring, as Python has none).
+ *
+ * Threads: any. The two ICU case maps below are opened once and only read afterwards (ICU's
+ * const case-mapping functions); titlecasing, whose ICU map is not const, opens its own per
+ * call. */
 #include "model/tmpl/tmpl_int.h"
-#include <locale.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
-#include <wctype.h>
+#include <unicode/ucasemap.h>
+#include <unicode/uchar.h>
 
 /* ---------------------------------------------------------------------- character classes */
 
 bool model_tmpl_py_isspace(uint32_t c)
 {
-    /* Python's str.isspace(): bidirectional class WS/B/S or category Zs (CPython's table). */
     if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
-    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-static pthread_once_t loc_once = PTHREAD_ONCE_INIT;
-static locale_t loc_utf8;
-
-static void loc_init(void)
-{
-    loc_utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
-}
-
-static locale_t loc(void)
-{
-    pthread_once(&loc_once, loc_init);
-    return loc_utf8;
+    UCharDirection d = u_charDirection((UChar32)c);
+    return u_charType((UChar32)c) == U_SPACE_SEPARATOR || d == U_WHITE_SPACE_NEUTRAL ||
+           d == U_BLOCK_SEPARATOR || d == U_SEGMENT_SEPARATOR;
 }
 
 bool model_tmpl_py_printable(uint32_t c)
 {
-    /* Python: not printable = categories Cc, Cf, Cs, Co, Cn, Zl, Zp, and Zs except ' '. */
     if (c < 0x80) return c >= 0x20 && c < 0x7F;
-    if (c < 0xA0) return false;
-    if (c == 0xA0 || c == 0xAD || c == 0x1680 || (c >= 0x2000 && c <= 0x200F) ||
-        (c >= 0x2028 && c <= 0x202F) || (c >= 0x205F && c <= 0x2064) ||
-        (c >= 0x2066 && c <= 0x206F) || c == 0x3000 || c == 0xFEFF || (c >= 0xFFF9 && c <= 0xFFFB) ||
-        (c >= 0x600 && c <= 0x605) || c == 0x61C || c == 0x6DD || c == 0x70F || c == 0x180E ||
-        c == 0x8E2 || c == 0x110BD || c == 0x110CD || (c >= 0x1D173 && c <= 0x1D17A) ||
-        c == 0xE0001 || (c >= 0xE0020 && c <= 0xE007F) || (c >= 0xD800 && c <= 0xF8FF) ||
-        c >= 0xF0000 || (c & 0xFFFE) == 0xFFFE)
-        return false;
-    locale_t l = loc();
-    return l ? iswprint_l((wint_t)c, l) != 0 : true;
+    return !(U_GET_GC_MASK((UChar32)c) & (U_GC_C_MASK | U_GC_Z_MASK));
 }
 
 bool model_tmpl_py_isalpha(uint32_t c)
 {
     if (c < 0x80) return (c | 0x20) >= 'a' && (c | 0x20) <= 'z';
-    locale_t l = loc();
-    return l ? iswalpha_l((wint_t)c, l) != 0 : false;
+    return (U_GET_GC_MASK((UChar32)c) & U_GC_L_MASK) != 0;
+}
+
+static int numeric_type(uint32_t c)
+{
+    if (c < 0x80) return c >= '0' && c <= '9' ? U_NT_DECIMAL : U_NT_NONE;
+    return u_getIntPropertyValue((UChar32)c, UCHAR_NUMERIC_TYPE);
+}
+
+bool model_tmpl_py_isdecimal(uint32_t c)
+{
+    return numeric_type(c) == U_NT_DECIMAL;
 }
 
 bool model_tmpl_py_isdigit(uint32_t c)
 {
-    if (c < 0x80) return c >= '0' && c <= '9';
-    locale_t l = loc();
-    /* glibc's C.UTF-8 counts only ASCII digits as digit; Python's isdigit also takes the other
-     * decimal digit sets, which glibc files under alnum-but-not-alpha. */
-    return l ? (iswalnum_l((wint_t)c, l) && !iswalpha_l((wint_t)c, l)) : false;
+    int t = numeric_type(c);
+    return t == U_NT_DECIMAL || t == U_NT_DIGIT;
+}
+
+bool model_tmpl_py_isnumeric(uint32_t c)
+{
+    return numeric_type(c) != U_NT_NONE;
 }
 
 bool model_tmpl_py_isalnum(uint32_t c)
 {
-    return model_tmpl_py_isalpha(c) || model_tmpl_py_isdigit(c);
+    return model_tmpl_py_isalpha(c) || model_tmpl_py_isnumeric(c);
 }
 
-static uint32_t to_upper(uint32_t c)
+bool model_tmpl_py_isword(uint32_t c)
 {
-    if (c < 0x80) return c >= 'a' && c <= 'z' ? c - 32 : c;
-    locale_t l = loc();
-    return l ? (uint32_t)towupper_l((wint_t)c, l) : c;
+    return c == '_' || model_tmpl_py_isalnum(c);
 }
 
-static uint32_t to_lower(uint32_t c)
+bool model_tmpl_py_isident(uint32_t c, bool first)
 {
-    if (c < 0x80) return c >= 'A' && c <= 'Z' ? c + 32 : c;
-    locale_t l = loc();
-    return l ? (uint32_t)towlower_l((wint_t)c, l) : c;
+    if (c < 0x80) return c == '_' || model_tmpl_py_isalpha(c) || (!first && c >= '0' && c <= '9');
+    return u_hasBinaryProperty((UChar32)c, first ? UCHAR_XID_START : UCHAR_XID_CONTINUE) != 0;
 }
 
 bool model_tmpl_cp_upper(uint32_t c)
 {
     if (c < 0x80) return c >= 'A' && c <= 'Z';
-    locale_t l = loc();
-    return l ? iswupper_l((wint_t)c, l) != 0 : false;
+    return u_hasBinaryProperty((UChar32)c, UCHAR_UPPERCASE) != 0;
 }
 
 bool model_tmpl_cp_lower(uint32_t c)
 {
     if (c < 0x80) return c >= 'a' && c <= 'z';
-    locale_t l = loc();
-    return l ? iswlower_l((wint_t)c, l) != 0 : false;
+    return u_hasBinaryProperty((UChar32)c, UCHAR_LOWERCASE) != 0;
+}
+
+bool model_tmpl_cp_title(uint32_t c)
+{
+    return c >= 0x80 && u_charType((UChar32)c) == U_TITLECASE_LETTER;
 }
 
 bool model_tmpl_cp_cased(uint32_t c)
 {
-    if (c < 0x80) return ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
-    return model_tmpl_cp_upper(c) || model_tmpl_cp_lower(c) || to_upper(c) != c ||
-           to_lower(c) != c;
+    if (c < 0x80) return model_tmpl_py_isalpha(c);
+    return u_hasBinaryProperty((UChar32)c, UCHAR_CASED) != 0;
 }
 
-/* Unicode SpecialCasing.txt's unconditional one-to-many mappings that Python applies (the
- * common ones: German sharp s, Latin/Armenian ligatures, a few Greek and Latin letters with
- * combining marks). Each: code point, upper (up to 3), lower (up to 2, 0 = simple mapping). */
-static const struct {
-    uint32_t cp;
-    uint32_t up[3];
-    uint32_t lo[2];
-} special[] = {
-    {0x00DF, {0x53, 0x53, 0}, {0, 0}},          {0x0130, {0, 0, 0}, {0x69, 0x307}},
-    {0x0149, {0x2BC, 0x4E, 0}, {0, 0}},         {0x01F0, {0x4A, 0x30C, 0}, {0, 0}},
-    {0x0390, {0x399, 0x308, 0x301}, {0, 0}},    {0x03B0, {0x3A5, 0x308, 0x301}, {0, 0}},
-    {0x0587, {0x535, 0x552, 0}, {0, 0}},        {0x1E96, {0x48, 0x331, 0}, {0, 0}},
-    {0x1E97, {0x54, 0x308, 0}, {0, 0}},         {0x1E98, {0x57, 0x30A, 0}, {0, 0}},
-    {0x1E99, {0x59, 0x30A, 0}, {0, 0}},         {0x1E9A, {0x41, 0x2BE, 0}, {0, 0}},
-    {0xFB00, {0x46, 0x46, 0}, {0, 0}},          {0xFB01, {0x46, 0x49, 0}, {0, 0}},
-    {0xFB02, {0x46, 0x4C, 0}, {0, 0}},          {0xFB03, {0x46, 0x46, 0x49}, {0, 0}},
-    {0xFB04, {0x46, 0x46, 0x4C}, {0, 0}},       {0xFB05, {0x53, 0x54, 0}, {0, 0}},
-    {0xFB06, {0x53, 0x54, 0}, {0, 0}},          {0xFB13, {0x544, 0x546, 0}, {0, 0}},
-    {0xFB14, {0x544, 0x535, 0}, {0, 0}},        {0xFB15, {0x544, 0x53B, 0}, {0, 0}},
-    {0xFB16, {0x54E, 0x546, 0}, {0, 0}},        {0xFB17, {0x544, 0x53D, 0}, {0, 0}},
-};
-
-static int put_cp(proto_buf *b, uint32_t c)
+static bool case_ignorable(uint32_t c)
 {
-    char u[4];
-    return proto_buf_add(b, u, (size_t)proto_utf8_put(u, c));
+    return u_hasBinaryProperty((UChar32)c, UCHAR_CASE_IGNORABLE) != 0;
 }
 
-static int put_upper(proto_buf *b, uint32_t c)
+bool model_tmpl_str_is(const char *s, size_t n, int cls)
 {
-    if (c >= 0xDF)
-        for (size_t k = 0; k < sizeof special / sizeof *special; k++)
-            if (special[k].cp == c && special[k].up[0]) {
-                for (int j = 0; j < 3 && special[k].up[j]; j++)
-                    if (put_cp(b, special[k].up[j])) return -1;
-                return 0;
+    if (n == 0) return false;
+    /* str.islower/isupper/istitle (CPython's unicode_islower...): any title letter, or an upper
+     * one (islower) or a lower one (isupper), fails; at least one cased letter is needed. */
+    bool cased = false, prev_cased = false;
+    for (size_t i = 0; i < n;) {
+        uint32_t c = proto_utf8_next(s, n, &i);
+        switch (cls) {
+        case TMPL_IS_ALPHA: if (!model_tmpl_py_isalpha(c)) return false; break;
+        case TMPL_IS_DECIMAL: if (!model_tmpl_py_isdecimal(c)) return false; break;
+        case TMPL_IS_DIGIT: if (!model_tmpl_py_isdigit(c)) return false; break;
+        case TMPL_IS_NUMERIC: if (!model_tmpl_py_isnumeric(c)) return false; break;
+        case TMPL_IS_ALNUM: if (!model_tmpl_py_isalnum(c)) return false; break;
+        case TMPL_IS_SPACE: if (!model_tmpl_py_isspace(c)) return false; break;
+        case TMPL_IS_LOWER:
+            if (model_tmpl_cp_upper(c) || model_tmpl_cp_title(c)) return false;
+            cased |= model_tmpl_cp_lower(c);
+            break;
+        case TMPL_IS_UPPER:
+            if (model_tmpl_cp_lower(c) || model_tmpl_cp_title(c)) return false;
+            cased |= model_tmpl_cp_upper(c);
+            break;
+        case TMPL_IS_TITLE:
+            if (model_tmpl_cp_upper(c) || model_tmpl_cp_title(c)) {
+                if (prev_cased) return false;
+                prev_cased = cased = true;
+            } else if (model_tmpl_cp_lower(c)) {
+                if (!prev_cased) return false;
+                prev_cased = cased = true;
+            } else {
+                prev_cased = false;
             }
-    return put_cp(b, to_upper(c));
-}
-
-/* Title case of one character: upper, except the DŽ/LJ/NJ/DZ digraphs, which have titlecase forms. */
-static int put_title(proto_buf *b, uint32_t c)
-{
-    if (c >= 0x1C4 && c <= 0x1CC) return put_cp(b, 0x1C5 + (c - 0x1C4) / 3 * 3);
-    if (c >= 0x1F1 && c <= 0x1F3) return put_cp(b, 0x1F2);
-    if (c == 0xDF) return put_cp(b, 0x53) || put_cp(b, 0x73); /* ß -> Ss */
-    if (c >= 0xFB00 && c <= 0xFB06) {
-        static const char *t[] = {"Ff", "Fi", "Fl", "Ffi", "Ffl", "St", "St"};
-        return proto_buf_add(b, t[c - 0xFB00], strlen(t[c - 0xFB00]));
+            break;
+        default: return false;
+        }
     }
-    return put_upper(b, c);
+    return cls == TMPL_IS_LOWER || cls == TMPL_IS_UPPER || cls == TMPL_IS_TITLE ? cased : true;
 }
 
+void model_tmpl_py_trim(const char *s, size_t n, size_t *b, size_t *e)
+{
+    size_t i = 0, j = n;
+    while (i < j) {
+        size_t k = i;
+        if (!model_tmpl_py_isspace(proto_utf8_next(s, n, &k))) break;
+        i = k;
+    }
+    while (j > i) {
+        size_t p = proto_utf8_prev(s, j), k = p;
+        if (!model_tmpl_py_isspace(proto_utf8_next(s, n, &k))) break;
+        j = p;
+    }
+    *b = i;
+    *e = j;
+}
+
+/* --------------------------------------------------------------------------- case mappings */
+
+static pthread_once_t maps_once = PTHREAD_ONCE_INIT;
+static UCaseMap *map_root, *map_fold; /* opened once, never written again */
+
+static void maps_open(void)
+{
+    UErrorCode st = U_ZERO_ERROR;
+    map_root = ucasemap_open("", 0, &st);
+    st = U_ZERO_ERROR;
+    map_fold = ucasemap_open("", U_FOLD_CASE_DEFAULT, &st);
+}
+
+enum { MAP_UPPER, MAP_LOWER, MAP_FOLD, MAP_TITLE };
+
+/* Appends the mapping of s[0..n) to out, growing it to the length ICU asks for. t: the
+ * titlecasing map (MAP_TITLE only). */
+static int map_into(proto_buf *out, int how, UCaseMap *t, const char *s, size_t n)
+{
+    if (n > INT32_MAX / 4) return -1;
+    size_t room = n + 16; /* most mappings keep the length; ICU says when not */
+    if (out->max && out->len <= out->max && out->max - out->len < room) room = out->max - out->len;
+    for (int tries = 0; tries < 2; tries++) {
+        if (proto_buf_reserve(out, room)) return -1;
+        char *d = out->p + out->len;
+        UErrorCode st = U_ZERO_ERROR;
+        int32_t k, cap = (int32_t)room, len = (int32_t)n;
+        switch (how) {
+        case MAP_UPPER: k = ucasemap_utf8ToUpper(map_root, d, cap, s, len, &st); break;
+        case MAP_LOWER: k = ucasemap_utf8ToLower(map_root, d, cap, s, len, &st); break;
+        case MAP_FOLD: k = ucasemap_utf8FoldCase(map_fold, d, cap, s, len, &st); break;
+        default: k = ucasemap_utf8ToTitle(t, d, cap, s, len, &st);
+        }
+        if (U_SUCCESS(st) && k >= 0 && (size_t)k <= room) { /* a not-terminated warning: fits */
+            out->len += (size_t)k;
+            out->p[out->len] = 0;
+            return 0;
+        }
+        if (st != U_BUFFER_OVERFLOW_ERROR || k < 0) return -1;
+        room = (size_t)k;
+    }
+    return -1;
+}
+
+static int upper_of(proto_buf *out, const char *s, size_t n)
+{
+    return map_into(out, MAP_UPPER, NULL, s, n);
+}
+
+static int lower_of(proto_buf *out, const char *s, size_t n)
+{
+    return map_into(out, MAP_LOWER, NULL, s, n);
+}
+
+/* Capital sigma lowers to final sigma when a cased letter precedes it and none follows, case
+ * ignorable characters skipped both ways (Unicode's Final_Sigma; CPython's handle_capital_sigma).
+ * s[start..end) is the sigma, s[0..n) the whole string. */
 static bool final_sigma(const char *s, size_t n, size_t start, size_t end)
 {
-    /* Σ lowers to ς when a cased letter precedes it and none follows (case-ignorable skipped;
-     * approximated by apostrophes and combining marks). */
-    size_t i = start;
     bool before = false;
-    while (i > 0) {
+    for (size_t i = start; i > 0;) {
         i = proto_utf8_prev(s, i);
         size_t k = i;
         uint32_t c = proto_utf8_next(s, n, &k);
-        if (c == '\'' || (c >= 0x300 && c <= 0x36F)) continue;
+        if (case_ignorable(c)) continue;
         before = model_tmpl_cp_cased(c);
         break;
     }
     if (!before) return false;
-    i = end;
-    while (i < n) {
+    for (size_t i = end; i < n;) {
         uint32_t c = proto_utf8_next(s, n, &i);
-        if (c == '\'' || (c >= 0x300 && c <= 0x36F)) continue;
+        if (case_ignorable(c)) continue;
         return !model_tmpl_cp_cased(c);
     }
     return true;
 }
 
-static int put_lower(proto_buf *b, const char *s, size_t n, size_t start, size_t end, uint32_t c)
+/* The lowercase of the character s[start..end) of s[0..n), in its context. */
+static int lower_at(proto_buf *out, const char *s, size_t n, size_t start, size_t end, uint32_t c)
 {
-    if (c == 0x130) return put_cp(b, 0x69) || put_cp(b, 0x307);
-    if (c == 0x3A3) return put_cp(b, final_sigma(s, n, start, end) ? 0x3C2 : 0x3C3);
-    return put_cp(b, to_lower(c));
+    if (c == 0x3A3) return proto_buf_add(out, final_sigma(s, n, start, end) ? "ς" : "σ", 2);
+    return lower_of(out, s + start, end - start);
 }
 
-int model_tmpl_case(proto_buf *b, const char *s, size_t n, int mode)
+/* Full titlecase of the one character s[0..n) (ǆ -> ǅ, ß -> Ss, ﬁ -> Fi, ᾳ -> ᾼ): the string as
+ * one word, the break exactly at its start. t is opened by the caller, one per call of
+ * model_tmpl_case (ICU's titlecasing map keeps state between calls). */
+static int title_of(proto_buf *out, UCaseMap *t, const char *s, size_t n)
 {
-    size_t i = 0;
-    bool prev_cased = false, first = true;
-    while (i < n) {
-        size_t start = i;
-        unsigned char ch = (unsigned char)s[i];
-        if (ch < 0x80 && mode != 't' && mode != 'c') { /* ASCII fast path */
-            char o = (char)ch;
-            if ((mode == 'u' || (mode == 's' && ch >= 'a' && ch <= 'z')) && ch >= 'a' && ch <= 'z')
-                o = (char)(ch - 32);
-            else if ((mode == 'l' || mode == 'f' || mode == 's') && ch >= 'A' && ch <= 'Z')
-                o = (char)(ch + 32);
-            if (proto_buf_putc(b, o)) return -1;
-            i++;
-            continue;
-        }
-        uint32_t c = proto_utf8_next(s, n, &i);
-        int rc = 0;
-        switch (mode) {
-        case 'u': rc = put_upper(b, c); break;
-        case 'l': rc = put_lower(b, s, n, start, i, c); break;
-        case 'f': rc = c == 0xDF ? proto_buf_add(b, "ss", 2) : put_lower(b, s, n, start, i, c); break;
-        case 's':
-            if (model_tmpl_cp_upper(c)) rc = put_lower(b, s, n, start, i, c);
-            else if (model_tmpl_cp_lower(c)) rc = put_upper(b, c);
-            else rc = put_cp(b, c);
-            break;
-        case 'c': rc = first ? put_title(b, c) : put_lower(b, s, n, start, i, c); break;
-        case 't': {
-            bool cased = model_tmpl_cp_cased(c);
-            if (!cased) rc = put_cp(b, c);
-            else if (prev_cased) rc = put_lower(b, s, n, start, i, c);
-            else rc = put_title(b, c);
-            prev_cased = cased;
-            break;
-        }
-        default: rc = put_cp(b, c);
-        }
-        if (rc) return -1;
-        first = false;
+    return map_into(out, MAP_TITLE, t, s, n);
+}
+
+static char ascii_upper(char c)
+{
+    return c >= 'a' && c <= 'z' ? (char)(c - 32) : c;
+}
+
+static char ascii_lower(char c)
+{
+    return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
+}
+
+int model_tmpl_case(proto_buf *out, const char *s, size_t n, int mode)
+{
+    pthread_once(&maps_once, maps_open);
+    if (!map_root || !map_fold) return -1;
+    switch (mode) {
+    case 'u': return upper_of(out, s, n);
+    case 'l': return lower_of(out, s, n);
+    case 'f': return map_into(out, MAP_FOLD, NULL, s, n);
     }
-    return 0;
+    /* title, capitalize, swapcase: one character at a time, as CPython's do_title, do_capitalize
+     * and do_swapcase (ASCII without ICU) */
+    UCaseMap *t = NULL;
+    if (mode == 't' || mode == 'c') {
+        UErrorCode st = U_ZERO_ERROR;
+        t = ucasemap_open("", U_TITLECASE_WHOLE_STRING | U_TITLECASE_NO_BREAK_ADJUSTMENT, &st);
+        if (U_FAILURE(st)) return -1;
+    }
+    int rc = 0;
+    bool prev_cased = false;
+    for (size_t i = 0; i < n && !rc;) {
+        size_t start = i;
+        char a = s[i];
+        uint32_t c = proto_utf8_next(s, n, &i);
+        bool ascii = c < 0x80;
+        switch (mode) {
+        case 't':
+            if (ascii) rc = proto_buf_putc(out, prev_cased ? ascii_lower(a) : ascii_upper(a));
+            else if (prev_cased) rc = lower_at(out, s, n, start, i, c);
+            else rc = title_of(out, t, s + start, i - start);
+            prev_cased = model_tmpl_cp_cased(c);
+            break;
+        case 'c':
+            if (ascii) rc = proto_buf_putc(out, start == 0 ? ascii_upper(a) : ascii_lower(a));
+            else if (start == 0) rc = title_of(out, t, s, i);
+            else rc = lower_at(out, s, n, start, i, c);
+            break;
+        case 's':
+            if (ascii) rc = proto_buf_putc(out, a >= 'a' ? ascii_upper(a) : ascii_lower(a));
+            else if (model_tmpl_cp_upper(c)) rc = lower_at(out, s, n, start, i, c);
+            else if (model_tmpl_cp_lower(c)) rc = upper_of(out, s + start, i - start);
+            else rc = proto_buf_add(out, s + start, i - start);
+            break;
+        default: rc = -1;
+        }
+    }
+    ucasemap_close(t);
+    return rc;
 }

@@ -367,6 +367,40 @@ case("dictsort_reverse_str", "{{ d|dictsort(reverse='yes') }}")
 case("items_lazy", "{{ ([1]|items) is defined }}")
 case("test_extra_arg_typeonly", "{{ 'odd' is test 'int' }}")
 
+# ---------------------------------------------------------------- Unicode: Python's str beyond ASCII
+# Character classes and case mappings as CPython defines them (unicodedata's categories, bidi
+# classes, numeric types, the derived Uppercase/Lowercase/Cased/Case_Ignorable properties,
+# SpecialCasing's one-to-many mappings, final sigma). Characters assigned since Unicode 6 only,
+# so that the tables of any recent Python and ICU agree.
+UCHARS = ["a", "é", "ǅ", "ʰ", "ª", "ß", "Σ", "ς", "K", "𝔄", "Ⅻ", "ⅻ", "²", "٣", "½", "一", "〇",
+          "\u0301", "_", "🚀", "\u00a0", "\u2028", "\u200b", "\u1680", "\u180e", "\x1c", "\x85",
+          "\u3000", "\u2007"]
+UCLASSES = ("{% for c in chars %}{{ c|tojson }}:{{ [c.isalpha(), c.isdecimal(), c.isdigit(), "
+            "c.isnumeric(), c.isalnum(), c.isspace(), c.islower(), c.isupper(), c.istitle()] }}\n"
+            "{% endfor %}")
+case("u_char_classes", UCLASSES, {"chars": UCHARS})
+case("u_string_classes", "{{ ['ǅungla'.istitle(), 'ΣΑΣ'.isupper(), 'ʰa'.islower(), 'ǅ'.isupper(), "
+     "'Ⅻ'.isupper(), '²³'.isdigit(), '²³'.isdecimal(), '一二'.isnumeric(), 'é1'.isalnum(), "
+     "'\u2003\u00a0'.isspace(), '\u200b'.isspace(), 'Aǅ'.istitle(), 'ǅa Ǉb'.istitle()] }}")
+UCASE = "ǆemal ΣΑΣ ὈΔΥΣΣΕΎΣ ﬁne ŉ İstanbul straße ᾳ ΑΣ' aΣb Σ ﬀ ǈ K ΐ"
+case("u_upper_lower", "{{ s|upper }}\n{{ s|lower }}\n{{ s.upper() }}\n{{ s.lower() }}", {"s": UCASE})
+case("u_title_capitalize", "{{ s.title() }}\n{{ s.capitalize() }}\n{{ s|title }}\n{{ s|capitalize }}",
+     {"s": "ǆemal ßen ﬁne o'neil 3rd ΑΣ. αΣ-βΑΣ ǳ ΣΑΣ ΒΑΣ-ΑΣΑ ᾳx ŉ"})
+case("u_swapcase_casefold", "{{ s.swapcase() }}\n{{ s.casefold() }}", {"s": "ΑΣ ǅ ß ﬁ İ Σa ﬀ K Å ΣΑΣ ǈx ΐ ᾳ"})
+case("u_repr_escapes", "{{ [s] }}", {"s": "a\u00adb\u200b\u2028\x7f\u0378\ue000é🚀\u00a0\U000e0001\u061c \t\x85\U0010ffff"})
+case("u_wordcount", "{{ s|wordcount }}", {"s": "héllo wörld ²³ 一二 Ⅻ ½ a_b ǅx \u0301 🚀 x\u200by"})
+case("u_split_strip", "{{ s.split() }} [{{ s.strip() }}] {{ s.split()|length }}",
+     {"s": "\u3000a\u2003b\u00a0c\u200bd\x1ce\u180ef\u2029"})
+case("u_strip_blocks", "a\u2003\u3000{%- if true %}b{% endif %}\u00a0\n{{- 'c' -}}\u2028\u1680d")
+case("u_identifiers", "{{ é }}|{% set café = 1 %}{{ café }}|{% set x\u0301 = 2 %}{{ x\u0301 }}|"
+     "{% set ǅa = 3 %}{{ ǅa }}|{% set ℘ = 4 %}{{ ℘ }}|{{ a·b }}")
+case("u_ident_superscript", "{{ x² }}")
+case("u_ident_digit_start", "{{ ²x }}")
+case("u_unexpected_char", "é {{ → }}")
+case("u_unexpected_invisible", "{{ x\u200bz }}")
+case("u_int_float_strip", "{{ '\u00a012\u2003'|int }} {{ ' 1.5\u3000'|float }} {{ '\u20071'|int + 1 }}")
+case("u_center_pad", "[{{ 'é中'.center(6, '·') }}][{{ 'ß'.ljust(3, '—') }}][{{ 'ǅ'.rjust(3) }}][{{ 'ab'.zfill(4) }}]")
+
 # ---------------------------------------------------------------- template-shaped
 case("chatml_full", "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 case("llama2_like", "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' ' + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}")

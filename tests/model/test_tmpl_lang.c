@@ -1,6 +1,7 @@
 /* The Jinja2 language, case by case, against the real jinja2: tests/data/tmpl_cases.json holds
- * ~200 snippets (whitespace control, literals and printing, operators, access, tests, every
- * filter, string methods, loops, scoping, macros, call blocks, errors) with the output — or the
+ * ~280 snippets (whitespace control, literals and printing, operators, access, tests, every
+ * filter, string methods, loops, scoping, macros, call blocks, errors, and Python's str beyond
+ * ASCII: character classes, case mappings, repr, identifiers) with the output — or the
  * exception — that jinja2 produced in transformers' environment (see
  * tests/model/gen_tmpl_cases.py, which generated the file). */
 #include "tests/model/tmpl_case.h"
