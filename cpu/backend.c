@@ -119,7 +119,7 @@ static void att_range(void *vctx, int begin, int end, int thread)
         int pos = a->b->pos[t];
         int first = 0;
         if (c->sliding_window > 0 && pos + 1 > c->sliding_window) first = pos + 1 - c->sliding_window;
-        size_t off = (size_t)a->layer * CPU_KV_BLOCK * kvd + (size_t)(h / group) * hd;
+        size_t off = (size_t)a->layer * d->kv.layer_floats + (size_t)(h / group) * hd;
         cpu_attend_blocks(d->att + (size_t)t * qd + (size_t)h * hd,
                           d->q + (size_t)t * qd + (size_t)h * hd, d->kv.k, d->kv.v, s->kv.blocks,
                           CPU_KV_BLOCK, off, first, pos + 1 - first, kvd, hd, scale, scores);

@@ -9,12 +9,14 @@ int cpu_kv_pool_init(cpu_kv_pool *p, int n_layers, int kv_dim)
     p->n_layers = n_layers;
     p->kv_dim = kv_dim;
     p->block_floats = (size_t)n_layers * CPU_KV_BLOCK * kv_dim;
+    p->run_floats = (size_t)CPU_KV_BLOCK * kv_dim;
     return pthread_mutex_init(&p->mu, NULL) ? -1 : 0;
 }
 
 void cpu_kv_pool_deinit(cpu_kv_pool *p)
 {
-    for (int i = 0; i < p->n_ids; i++) free(p->k[i]); /* v[i] lives in the same allocation */
+    free(p->k_arena);
+    free(p->v_arena);
     free(p->k);
     free(p->v);
     free(p->ref);
@@ -32,26 +34,49 @@ int cpu_kv_pool_in_use(cpu_kv_pool *p)
 }
 
 /* Under the lock: an id with fresh storage and reference 1, or -1. */
+/* Under the lock: the arenas grown to hold cap ids per layer. Each layer's region is copied to
+ * its place in the new arenas, and every id's pointer moves with it. */
+static int grow_arenas(cpu_kv_pool *p, int cap)
+{
+    size_t lf = (size_t)cap * p->run_floats, bytes = lf * (size_t)p->n_layers * sizeof(float);
+    bytes = (bytes + 4095) / 4096 * 4096; /* aligned_alloc wants a multiple of the alignment */
+    float *k = aligned_alloc(4096, bytes), *v = k ? aligned_alloc(4096, bytes) : NULL;
+    float **kp = v ? realloc(p->k, cap * sizeof *kp) : NULL;
+    if (kp) p->k = kp;
+    float **vp = kp ? realloc(p->v, cap * sizeof *vp) : NULL;
+    if (vp) p->v = vp;
+    int32_t *r = vp ? realloc(p->ref, cap * sizeof *r) : NULL;
+    if (r) p->ref = r;
+    int32_t *f = r ? realloc(p->free_ids, cap * sizeof *f) : NULL;
+    if (!f) {
+        free(k);
+        free(v);
+        return -1;
+    }
+    p->free_ids = f;
+    size_t used = (size_t)p->n_ids * p->run_floats;
+    for (int l = 0; l < p->n_layers && used; l++) {
+        memcpy(k + l * lf, p->k_arena + l * p->layer_floats, used * sizeof(float));
+        memcpy(v + l * lf, p->v_arena + l * p->layer_floats, used * sizeof(float));
+    }
+    free(p->k_arena);
+    free(p->v_arena);
+    p->k_arena = k;
+    p->v_arena = v;
+    p->layer_floats = lf;
+    p->cap = cap;
+    for (int id = 0; id < cap; id++) {
+        p->k[id] = k + (size_t)id * p->run_floats;
+        p->v[id] = v + (size_t)id * p->run_floats;
+    }
+    return 0;
+}
+
+/* Under the lock: an id with reference 1, or -1. */
 static int32_t block_new(cpu_kv_pool *p)
 {
-    if (!p->n_free && p->n_ids == p->cap) {
-        int cap = p->cap ? p->cap * 2 : 256;
-        float **k = realloc(p->k, cap * sizeof *k);
-        if (k) p->k = k;
-        float **v = k ? realloc(p->v, cap * sizeof *v) : NULL;
-        if (v) p->v = v;
-        int32_t *r = v ? realloc(p->ref, cap * sizeof *r) : NULL;
-        if (r) p->ref = r;
-        int32_t *f = r ? realloc(p->free_ids, cap * sizeof *f) : NULL;
-        if (!f) return -1;
-        p->free_ids = f;
-        p->cap = cap;
-    }
-    float *mem = malloc(2 * p->block_floats * sizeof(float));
-    if (!mem) return -1;
+    if (!p->n_free && p->n_ids == p->cap && grow_arenas(p, p->cap ? p->cap * 2 : 64) < 0) return -1;
     int32_t id = p->n_free ? p->free_ids[--p->n_free] : p->n_ids++;
-    p->k[id] = mem;
-    p->v[id] = mem + p->block_floats;
     p->ref[id] = 1;
     p->in_use++;
     return id;
@@ -61,8 +86,6 @@ static int32_t block_new(cpu_kv_pool *p)
 static void block_unref(cpu_kv_pool *p, int32_t id)
 {
     if (--p->ref[id] > 0) return;
-    free(p->k[id]);
-    p->k[id] = p->v[id] = NULL;
     p->free_ids[p->n_free++] = id;
     p->in_use--;
 }
@@ -117,7 +140,9 @@ int cpu_kv_table_fork(cpu_kv_pool *p, const cpu_kv_table *src, int n_tokens, int
 void cpu_kv_table_free(cpu_kv_pool *p, cpu_kv_table *t)
 {
     pthread_mutex_lock(&p->mu);
-    for (int i = 0; i < t->n; i++) block_unref(p, t->blocks[i]);
+    /* last block first: the free list is a stack, so the next table gets these ids back in
+     * ascending order, its positions in ascending addresses of each layer's arena */
+    for (int i = t->n - 1; i >= 0; i--) block_unref(p, t->blocks[i]);
     pthread_mutex_unlock(&p->mu);
     free(t->blocks);
     t->blocks = NULL;
@@ -139,7 +164,10 @@ int cpu_kv_table_writable(cpu_kv_pool *p, cpu_kv_table *t, int pos0, int n)
         }
         /* the whole block, every layer: rows past the shared length are not read, but copying
          * them keeps this one memcpy */
-        memcpy(p->k[id], p->k[old], 2 * p->block_floats * sizeof(float));
+        for (int l = 0; l < p->n_layers; l++) {
+            memcpy(p->k[id] + l * p->layer_floats, p->k[old] + l * p->layer_floats, p->run_floats * sizeof(float));
+            memcpy(p->v[id] + l * p->layer_floats, p->v[old] + l * p->layer_floats, p->run_floats * sizeof(float));
+        }
         block_unref(p, old);
         t->blocks[i] = id;
     }

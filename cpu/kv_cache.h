@@ -12,17 +12,22 @@
  *     want: a table can be handed between devices or to the scheduler (scheduler/kv_blocks.h)
  *     without re-cutting positions.
  *
- * Layout: block id b holds K and V for CPU_KV_BLOCK positions of every layer, each
- *   k[b] (n_layers, CPU_KV_BLOCK, kv_dim)   v[b] likewise
- * so position p of a sequence with table `blocks`, layer l, is the row
- *   k[blocks[p / CPU_KV_BLOCK]] + (l * CPU_KV_BLOCK + p % CPU_KV_BLOCK) * kv_dim.
- * One block covers all layers, so one table (and one reference count) serves the whole model,
- * as a shared prefix is shared in every layer at once.
+ * Layout: one arena for K and one for V, (n_layers, cap, CPU_KV_BLOCK, kv_dim), page-aligned: block
+ * id b's rows of layer l are the CPU_KV_BLOCK * kv_dim floats at
+ *   k[b] + l * layer_floats      (k[b] = k_arena + b * CPU_KV_BLOCK * kv_dim)
+ * so position p of a sequence with table `blocks` is cpu_kv_row(). A sequence whose blocks are
+ * consecutive ids (the usual case: tables take fresh ids in order, and give them back so that the
+ * next table gets them in order again) has each layer's keys in one contiguous run, as the
+ * contiguous cache had. (The first paged layout, one malloc per block holding every layer, left a
+ * layer's keys in 4 KiB runs 16 KiB apart and cost decode 6 % at 1K and 14 % at 8K keys:
+ * BENCHMARKS.md.) One block id covers all layers, so one table (and one reference count) serves
+ * the whole model, as a shared prefix is shared in every layer at once.
  *
- * Memory plan: a block's storage is malloc'ed when its id is handed out and freed when its last
- * reference goes (rows past a sequence's length are never read, so nothing is zeroed); ids are
- * recycled through a free list. Accounting stays with accel.c (capacity * kv_bytes_per_token per
- * sequence); the pool only counts blocks in use.
+ * Memory plan: the arenas grow by doubling the number of ids (each layer's region copied to its
+ * new place, every id's pointer moved); a freed id's rows stay in the arena for the next table
+ * (rows past a sequence's length are never read, so nothing is zeroed). Accounting stays with
+ * accel.c (capacity * kv_bytes_per_token per sequence), which bounds the arenas; the pool counts
+ * ids in use.
  *
  * Threads: the pool's mutex guards ids, storage and counts, so sequences may be created and
  * freed from any thread; the k/v arrays are only reallocated when an id is handed out, which
@@ -40,7 +45,10 @@ typedef struct cpu_kv_pool {
     pthread_mutex_t mu;
     int n_layers, kv_dim;
     size_t block_floats; /* floats of K (or of V) in one block: n_layers * CPU_KV_BLOCK * kv_dim */
-    float **k, **v;      /* per id (cap of them): the block's storage, NULL while the id is free */
+    size_t run_floats;   /* one layer's rows of one block: CPU_KV_BLOCK * kv_dim */
+    size_t layer_floats; /* distance between a block's rows of layer l and l + 1: cap * run_floats */
+    float *k_arena, *v_arena; /* (n_layers, cap, CPU_KV_BLOCK, kv_dim), page-aligned */
+    float **k, **v;      /* per id (cap of them): the block's layer-0 rows in the arenas */
     int32_t *ref;        /* per id: references (tables holding it) */
     int32_t *free_ids;   /* ids handed out before and free now */
     int n_free, n_ids, cap; /* n_ids: ids ever handed out (the high-water mark) */
@@ -79,8 +87,8 @@ int cpu_kv_table_writable(cpu_kv_pool *p, cpu_kv_table *t, int pos0, int n);
 static inline float *cpu_kv_row(float *const *store, const cpu_kv_pool *p, const cpu_kv_table *t,
                                 int layer, int pos)
 {
-    return store[t->blocks[pos / CPU_KV_BLOCK]] +
-           ((size_t)layer * CPU_KV_BLOCK + pos % CPU_KV_BLOCK) * p->kv_dim;
+    return store[t->blocks[pos / CPU_KV_BLOCK]] + (size_t)layer * p->layer_floats +
+           (size_t)(pos % CPU_KV_BLOCK) * p->kv_dim;
 }
 
 #endif
