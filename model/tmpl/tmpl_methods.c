@@ -145,6 +145,15 @@ int model_tmpl_method_get(tmpl_rt *r, tmpl_val obj, int id, tmpl_val *out)
     return model_tmpl_func_new(r, TMPL_FN_METHOD, id, obj, out) ? -1 : 1;
 }
 
+/* Is c one of the code points strip() removes: those in `chars`, or Python whitespace (NULL)? */
+static bool strip_hit(const tmpl_str *chars, uint32_t c)
+{
+    if (!chars) return model_tmpl_py_isspace(c);
+    char u[4];
+    int m = proto_utf8_put(u, c);
+    return chars->len && memmem(chars->s, chars->len, u, (size_t)m) != NULL;
+}
+
 /* Strips code points in `chars` (NULL: Python whitespace) from the ends of s. */
 static void strip_range(const char *s, size_t n, const tmpl_str *chars, bool left, bool right, size_t *b, size_t *e)
 {
@@ -153,28 +162,14 @@ static void strip_range(const char *s, size_t n, const tmpl_str *chars, bool lef
         while (i < j) {
             size_t k = i;
             uint32_t c = proto_utf8_next(s, n, &k);
-            bool hit;
-            if (!chars) hit = model_tmpl_py_isspace(c);
-            else {
-                char u[4];
-                int m = proto_utf8_put(u, c);
-                hit = chars->len && memmem(chars->s, chars->len, u, (size_t)m) != NULL;
-            }
-            if (!hit) break;
+            if (!strip_hit(chars, c)) break;
             i = k;
         }
     if (right)
         while (j > i) {
             size_t p = proto_utf8_prev(s, j), k = p;
             uint32_t c = proto_utf8_next(s, n, &k);
-            bool hit;
-            if (!chars) hit = model_tmpl_py_isspace(c);
-            else {
-                char u[4];
-                int m = proto_utf8_put(u, c);
-                hit = chars->len && memmem(chars->s, chars->len, u, (size_t)m) != NULL;
-            }
-            if (!hit) break;
+            if (!strip_hit(chars, c)) break;
             j = p;
         }
     *b = i;
