@@ -117,15 +117,8 @@ void fpga_dec_model_scatter(const fpga_dec_desc *d, uint32_t layer, uint32_t pos
         fpga_dec_model_charge(c, stage_ch[j], fpga_dec_stage_section(cnt, d->n_kv_heads, d->head_dim, 4), 0);
         for (uint32_t h = 0; h < d->n_kv_heads; h++)
             for (uint32_t b = 0; b < d->kv_parts; b++) {
-                uint32_t first = 0xffffffffu, last = 0;
-                for (uint32_t t = 0; t < cnt; t += FPGA_DEC_TILE - (p0 + t) % FPGA_DEC_TILE) {
-                    uint32_t part, tile, row;
-                    fpga_dec_pos_where(d, p0 + t, &part, &tile, &row);
-                    if (part != b) continue;
-                    if (tile < first) first = tile;
-                    if (tile > last) last = tile;
-                }
-                if (first <= last)
+                uint32_t first, last;
+                if (fpga_dec_part_tile_run(d, p0, cnt, b, &first, &last))
                     fpga_dec_model_charge(c, (int)fpga_dec_stream_ch(d, layer, h, b),
                            (uint64_t)(last - first + 1) * lo.tile_bytes, 1);
             }

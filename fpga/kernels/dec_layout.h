@@ -260,6 +260,21 @@ static inline void fpga_dec_pos_where(const fpga_dec_desc *d, uint32_t p, uint32
     *tile = t / d->kv_parts;
     *row = p % FPGA_DEC_TILE;
 }
+/* Positions p0 .. p0+n-1 that fall in part b: the first and last tile of that part they touch
+ * (the run one burst moves). Returns 0 when none of them is in part b. */
+static inline int fpga_dec_part_tile_run(const fpga_dec_desc *d, uint32_t p0, uint32_t n, uint32_t b,
+                                         uint32_t *first, uint32_t *last)
+{
+    if (!n) return 0;
+    *first = 0xffffffffu;
+    *last = 0;
+    for (uint32_t tl = p0 / FPGA_DEC_TILE; tl <= (p0 + n - 1) / FPGA_DEC_TILE; tl++)
+        if (tl % d->kv_parts == b) {
+            if (tl / d->kv_parts < *first) *first = tl / d->kv_parts;
+            *last = tl / d->kv_parts;
+        }
+    return *first <= *last;
+}
 /* Positions 0..n-1 that part b holds: how many whole-or-partial tiles. */
 static inline uint32_t fpga_dec_part_used_tiles(const fpga_dec_desc *d, uint32_t n, uint32_t b)
 {

@@ -49,15 +49,8 @@ static uint32_t ck_layer(const ck_ctx *c, uint32_t l, uint32_t pos0, uint32_t n)
     const uint32_t H = c->d.n_kv_heads, hd = c->d.head_dim;
     for (uint32_t h = 0; h < H; h++)
         for (uint32_t b = 0; b < c->d.kv_parts; b++) {
-            uint32_t first = 0xffffffffu, last = 0;
-            for (uint32_t t = 0; t < n; t += FPGA_DEC_TILE - (pos0 + t) % FPGA_DEC_TILE) {
-                uint32_t part, tile, row;
-                fpga_dec_pos_where(&c->d, pos0 + t, &part, &tile, &row);
-                if (part != b) continue;
-                if (tile < first) first = tile;
-                if (tile > last) last = tile;
-            }
-            if (first <= last)
+            uint32_t first, last;
+            if (fpga_dec_part_tile_run(&c->d, pos0, n, b, &first, &last))
                 fpga_k_read(ck_tile(c, l, h, b, first),
                             (uint64_t)(last - first + 1) * c->lo.tile_bytes);
         }

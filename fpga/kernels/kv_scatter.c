@@ -64,15 +64,8 @@ static uint32_t scatter_slot(const sc_ctx *c, const uint8_t *slot, uint32_t p0, 
      * positions touch is one burst (byte-enabled at the partial ends). */
     for (uint32_t h = 0; h < H; h++)
         for (uint32_t b = 0; b < c->d.kv_parts; b++) {
-            uint32_t first = 0xffffffffu, last = 0;
-            for (uint32_t t = 0; t < n; t += FPGA_DEC_TILE - (p0 + t) % FPGA_DEC_TILE) {
-                uint32_t part, tile, row;
-                fpga_dec_pos_where(&c->d, p0 + t, &part, &tile, &row);
-                if (part != b) continue;
-                if (tile < first) first = tile;
-                if (tile > last) last = tile;
-            }
-            if (first <= last)
+            uint32_t first, last;
+            if (fpga_dec_part_tile_run(&c->d, p0, n, b, &first, &last))
                 fpga_k_write(sc_tile(c, h, b, first), (uint64_t)(last - first + 1) * c->lo.tile_bytes);
         }
     return crc;

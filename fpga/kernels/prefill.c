@@ -201,13 +201,8 @@ static void chunk_qkv(const pf_ctx *c, uint32_t t0, uint32_t T)
     const uint32_t p0 = c->pos0 + t0, p1 = p0 + T - 1;
     for (uint32_t h = 0; h < d->n_kv_heads; h++)
         for (uint32_t b = 0; b < d->kv_parts; b++) {
-            uint32_t first = 0xffffffffu, last = 0;
-            for (uint32_t tl = p0 / FPGA_DEC_TILE; tl <= p1 / FPGA_DEC_TILE; tl++)
-                if (tl % d->kv_parts == b) {
-                    if (tl / d->kv_parts < first) first = tl / d->kv_parts;
-                    last = tl / d->kv_parts;
-                }
-            if (first <= last)
+            uint32_t first, last;
+            if (fpga_dec_part_tile_run(d, p0, p1 - p0 + 1, b, &first, &last))
                 fpga_k_write(fpga_kd_tile(c->ch, d, &c->lo, c->kv_off, c->part_tiles, c->layer,
                                           h, b, first),
                              (uint64_t)(last - first + 1) * c->lo.tile_bytes);
