@@ -59,6 +59,11 @@ static int failed(accel_dev *d)
 }
 
 /* A device status from a backend: ACCEL_ERR_DEVICE makes the failure sticky. */
+static int paged(const accel_dev *d)
+{
+    return d->kv_block_tokens > 0 && d->i->kv_usage;
+}
+
 static int track(accel_dev *d, int st)
 {
     if (st == ACCEL_ERR_DEVICE) atomic_store(&d->health, ACCEL_HEALTH_FAILED);
@@ -86,6 +91,18 @@ void accel_get_info(accel_dev *d, accel_info *out)
     out->mem_free = r < d->mem_total ? d->mem_total - r : 0;
     out->kv_bytes_per_token = d->kv_bytes_per_token;
     out->n_seqs = atomic_load(&d->n_seqs);
+    if (paged(d)) {
+        int total = 0, used = 0, cached = 0;
+        d->i->kv_usage(d, &total, &used, &cached);
+        out->caps |= ACCEL_CAP_PAGED;
+        out->kv_block_tokens = d->kv_block_tokens;
+        out->kv_block_bytes = (uint64_t)d->kv_block_tokens * d->kv_bytes_per_token;
+        out->kv_blocks_total = total;
+        out->kv_blocks_used = used;
+        out->kv_blocks_cached = cached;
+        int avail = total - used + cached;
+        out->mem_free = avail > 0 ? (uint64_t)avail * out->kv_block_bytes : 0;
+    }
 }
 
 uint64_t accel_kv_bytes(accel_dev *d, int capacity)
@@ -98,7 +115,7 @@ int accel_seq_new(accel_dev *d, int capacity, accel_seq **out)
     *out = NULL;
     if (failed(d)) return ACCEL_ERR_DEVICE;
     if (capacity <= 0 || capacity > model_context_limit(&d->m->cfg)) return ACCEL_ERR_INVALID;
-    uint64_t need = accel_kv_bytes(d, capacity);
+    uint64_t need = paged(d) ? 0 : accel_kv_bytes(d, capacity); /* paged: blocks as it grows */
     uint64_t cur = atomic_load(&d->mem_reserved);
     do {
         if (cur + need > d->mem_total) return ACCEL_ERR_NOMEM;
@@ -112,6 +129,7 @@ int accel_seq_new(accel_dev *d, int capacity, accel_seq **out)
     (*out)->len = 0;
     (*out)->capacity = capacity;
     (*out)->import_layers_done = 0;
+    (*out)->holder = 0;
     atomic_fetch_add(&d->n_seqs, 1);
     return ACCEL_OK;
 }
@@ -119,7 +137,7 @@ int accel_seq_new(accel_dev *d, int capacity, accel_seq **out)
 void accel_seq_free(accel_dev *d, accel_seq *s)
 {
     if (!s) return;
-    uint64_t need = accel_kv_bytes(d, s->capacity);
+    uint64_t need = paged(d) ? 0 : accel_kv_bytes(d, s->capacity);
     d->i->seq_free(d, s);
     atomic_fetch_sub(&d->mem_reserved, need);
     atomic_fetch_sub(&d->n_seqs, 1);
@@ -132,8 +150,8 @@ int accel_seq_fork(accel_dev *d, accel_seq *src, int n_tokens, accel_seq **out)
     if (!src || n_tokens < 0 || n_tokens > src->len || src->import_layers_done)
         return ACCEL_ERR_INVALID;
     if (!d->i->seq_fork) return ACCEL_ERR_UNSUPPORTED;
-    /* counted in full, shared blocks included, until admission counts blocks (issue 20) */
-    uint64_t need = accel_kv_bytes(d, src->capacity);
+    /* paged: the pool counts blocks (shared ones once); else counted in full */
+    uint64_t need = paged(d) ? 0 : accel_kv_bytes(d, src->capacity);
     uint64_t cur = atomic_load(&d->mem_reserved);
     do {
         if (cur + need > d->mem_total) return ACCEL_ERR_NOMEM;
@@ -147,6 +165,7 @@ int accel_seq_fork(accel_dev *d, accel_seq *src, int n_tokens, accel_seq **out)
     (*out)->len = n_tokens;
     (*out)->capacity = src->capacity;
     (*out)->import_layers_done = 0;
+    (*out)->holder = 0;
     atomic_fetch_add(&d->n_seqs, 1);
     return ACCEL_OK;
 }
@@ -168,6 +187,38 @@ int accel_seq_truncate(accel_dev *d, accel_seq *s, int len)
     return ACCEL_OK;
 }
 
+int accel_seq_hold(accel_dev *d, accel_seq *s)
+{
+    if (failed(d)) return ACCEL_ERR_DEVICE;
+    if (!s || s->import_layers_done) return ACCEL_ERR_INVALID;
+    if (!paged(d) || !d->i->seq_hold) return ACCEL_ERR_UNSUPPORTED;
+    if (s->holder) return ACCEL_OK;
+    int st = track(d, d->i->seq_hold(d, s));
+    if (st == ACCEL_OK) s->holder = 1;
+    return st;
+}
+
+int accel_kv_block_save(accel_dev *d, accel_seq *s, int block, void *dst)
+{
+    if (failed(d)) return ACCEL_ERR_DEVICE;
+    if (!paged(d) || !d->i->kv_block_save) return ACCEL_ERR_UNSUPPORTED;
+    if (!s || !dst || block < 0 || (int64_t)(block + 1) * d->kv_block_tokens > s->len)
+        return ACCEL_ERR_INVALID;
+    return track(d, d->i->kv_block_save(d, s, block, dst));
+}
+
+int accel_kv_block_load(accel_dev *d, accel_seq *s, const void *src)
+{
+    if (failed(d)) return ACCEL_ERR_DEVICE;
+    if (!paged(d) || !d->i->kv_block_load) return ACCEL_ERR_UNSUPPORTED;
+    if (!s || !src || s->holder || s->import_layers_done || s->len % d->kv_block_tokens ||
+        d->kv_block_tokens > s->capacity - s->len)
+        return ACCEL_ERR_INVALID;
+    int st = track(d, d->i->kv_block_load(d, s, src));
+    if (st == ACCEL_OK) s->len += d->kv_block_tokens;
+    return st;
+}
+
 static int valid_ids(const model *m, const int32_t *ids, int n)
 {
     for (int i = 0; i < n; i++)
@@ -178,7 +229,7 @@ static int valid_ids(const model *m, const int32_t *ids, int n)
 int accel_prefill(accel_dev *d, const accel_prefill_req *r)
 {
     if (failed(d)) return ACCEL_ERR_DEVICE;
-    if (!r->seq || r->n <= 0 || !r->ids) return ACCEL_ERR_INVALID;
+    if (!r->seq || r->n <= 0 || !r->ids || r->seq->holder) return ACCEL_ERR_INVALID;
     if (r->n > r->seq->capacity - r->seq->len) return ACCEL_ERR_INVALID;
     if (!valid_ids(d->m, r->ids, r->n)) return ACCEL_ERR_INVALID;
     int st = track(d, d->i->prefill(d, r));
@@ -192,7 +243,8 @@ int accel_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids
     if (n <= 0 || !seqs || !ids || !logits) return ACCEL_ERR_INVALID;
     if (!valid_ids(d->m, ids, n)) return ACCEL_ERR_INVALID;
     for (int i = 0; i < n; i++)
-        if (!seqs[i] || seqs[i]->len >= seqs[i]->capacity) return ACCEL_ERR_INVALID;
+        if (!seqs[i] || seqs[i]->holder || seqs[i]->len >= seqs[i]->capacity)
+            return ACCEL_ERR_INVALID;
     /* a sequence twice in one step would have two tokens written at one position (and, on the
      * GPU with PDL, one token's attention could read the other's row while it is written) */
     for (int i = 1; i < n; i++)
@@ -227,7 +279,8 @@ static int kv_import(accel_dev *d, accel_seq *s, const proto_kv_layer *c, int ha
         c->n_kv_heads != cfg->n_kv_heads || c->head_dim != cfg->head_dim)
         return ACCEL_ERR_INVALID;
     /* Chunks of one run of positions arrive layer 0 .. L-1, each starting at the current length. */
-    if (c->pos0 != s->len || c->n_tokens > s->capacity - s->len) return ACCEL_ERR_INVALID;
+    if (s->holder || c->pos0 != s->len || c->n_tokens > s->capacity - s->len)
+        return ACCEL_ERR_INVALID;
     if (c->layer != s->import_layers_done) return ACCEL_ERR_INVALID;
     if (c->layer > 0 && c->n_tokens != s->import_n) return ACCEL_ERR_INVALID;
     int st = track(d, has_crc && d->i->kv_import_crc ? d->i->kv_import_crc(d, s, c, crc)

@@ -56,7 +56,8 @@ const char *accel_strerror(int status);
 
 enum accel_kind { ACCEL_KIND_CPU, ACCEL_KIND_CUDA, ACCEL_KIND_FPGA };
 enum accel_health { ACCEL_HEALTH_OK, ACCEL_HEALTH_DEGRADED, ACCEL_HEALTH_FAILED };
-enum { ACCEL_CAP_PREFILL = 1, ACCEL_CAP_DECODE = 2, ACCEL_CAP_KV_EXPORT = 4, ACCEL_CAP_KV_IMPORT = 8 };
+enum { ACCEL_CAP_PREFILL = 1, ACCEL_CAP_DECODE = 2, ACCEL_CAP_KV_EXPORT = 4, ACCEL_CAP_KV_IMPORT = 8,
+       ACCEL_CAP_PAGED = 16 /* KV in a pool of fixed-size blocks (see "Paged devices" below) */ };
 
 typedef struct accel_info {
     char name[32];            /* "cpu", "cuda:0", "fpga:1" */
@@ -69,6 +70,12 @@ typedef struct accel_info {
     uint64_t kv_bytes_per_token; /* what one position of one sequence reserves */
     int max_batch;            /* sequences one accel_decode can take (1: not batched) */
     int n_seqs;               /* live sequences */
+    /* paged devices (ACCEL_CAP_PAGED; all 0 elsewhere) */
+    int kv_block_tokens;      /* positions per block (a per-device constant) */
+    uint64_t kv_block_bytes;  /* one block of one sequence: kv_block_tokens * kv_bytes_per_token */
+    int kv_blocks_total;      /* the pool: mem_total / kv_block_bytes */
+    int kv_blocks_used;       /* referenced by any sequence, cache holders included */
+    int kv_blocks_cached;     /* of which referenced by cache holders only (evictable) */
 } accel_info;
 
 /* The half-precision format the cuda backend keeps weights and activations in (cuda only; the
@@ -151,6 +158,26 @@ typedef struct accel_prefill_req {
     accel_sparse_report *sparse_report; /* optional out */
 } accel_prefill_req;
 
+/* Paged devices (ACCEL_CAP_PAGED). The KV of every sequence lives in fixed-size blocks of
+ * kv_block_tokens positions taken from one pool per device (kv_blocks_total blocks), through a
+ * block table per sequence, with reference counts: accel_seq_fork shares blocks, and a write into
+ * a shared block lands in a private copy (copy-on-write). On such a device:
+ *   - accel_seq_new / accel_seq_fork reserve no memory: `capacity` is only the most positions
+ *     the sequence may hold. Blocks are taken as the sequence grows: accel_prefill, accel_decode
+ *     and accel_kv_import take the blocks their new positions need (and the copy of a shared
+ *     block they write into) first, and answer ACCEL_ERR_NOMEM with every sequence unchanged
+ *     when the pool cannot supply them — the caller frees something (evicts cached prefixes,
+ *     preempts a sequence) and calls again.
+ *   - mem_free is what a new sequence can take: (total - used + cached) * kv_block_bytes;
+ *     cached blocks are given back by freeing the holder sequences that keep them.
+ *   - accel_seq_hold marks a sequence as a prefix-cache holder: the blocks only holders
+ *     reference count as cached (kv_blocks_cached) rather than in use.
+ *   - accel_kv_block_save / accel_kv_block_load move one block's exact bytes (every layer's K
+ *     and V as the device stores them) to and from host memory: the host tier. A block saved
+ *     and loaded back gives bit-identical results to the block never having left.
+ * Devices without ACCEL_CAP_PAGED keep the older contract: a sequence reserves capacity *
+ * kv_bytes_per_token when it is created. */
+
 /* Devices are opened by name through devices_open (devices/devices.h); this frees one. */
 void accel_free(accel_dev *d);
 
@@ -171,6 +198,18 @@ int accel_seq_truncate(accel_dev *d, accel_seq *s, int len);
  * it with accel_seq_free, in any order with src. Optional entry: ACCEL_ERR_UNSUPPORTED where the
  * device cannot share blocks (ACCEL_ERR_INVALID for bad arguments, ACCEL_ERR_NOMEM). */
 int accel_seq_fork(accel_dev *d, accel_seq *src, int n_tokens, accel_seq **out);
+
+/* Marks s as a prefix-cache holder (paged devices; ACCEL_ERR_UNSUPPORTED elsewhere). A holder
+ * is never prefilled, decoded or imported into again (ACCEL_ERR_INVALID); fork it to reuse it. */
+int accel_seq_hold(accel_dev *d, accel_seq *s);
+/* Copies block `block` (positions [block * kv_block_tokens, +kv_block_tokens), which must all
+ * hold KV) of s into dst: kv_block_bytes bytes, page-locked memory from accel_host_alloc for
+ * the fastest copy. Waits until the bytes are in dst. Paged devices only. */
+int accel_kv_block_save(accel_dev *d, accel_seq *s, int block, void *dst);
+/* Appends one full block of bytes saved by accel_kv_block_save (on this device, or on another
+ * of the same kind and model) at the end of s, whose length must be a multiple of
+ * kv_block_tokens: its length grows by kv_block_tokens. ACCEL_ERR_NOMEM as for a prefill. */
+int accel_kv_block_load(accel_dev *d, accel_seq *s, const void *src);
 
 int accel_prefill(accel_dev *d, const accel_prefill_req *r);
 /* One decode step: seqs[i] gets token ids[i] at its next position; logits is (n, vocab). Each

@@ -6,7 +6,8 @@
  * A backend embeds `struct accel_dev` as the first member of its device struct and
  * `struct accel_seq` as the first member of its sequence struct. The wrappers in accel.c do the
  * shared work: argument bounds, memory reservation (capacity * kv_bytes_per_token against
- * mem_total), sequence length bookkeeping, the sticky FAILED state, and NULL checks of optional
+ * mem_total; on a paged device (ACCEL_CAP_PAGED) the backend's block pool does the accounting
+ * instead, capped at mem_total / kv_block_bytes blocks), sequence length bookkeeping, the sticky FAILED state, and NULL checks of optional
  * entries. */
 #ifndef TANDEM_ACCEL_IMPL_H
 #define TANDEM_ACCEL_IMPL_H
@@ -40,6 +41,15 @@ struct accel_dev_i {
      * memory and sets len = n_tokens. NULL: accel_seq_fork answers ACCEL_ERR_UNSUPPORTED.
      * Appended last, like kv_import_crc, for the same reason. */
     int (*seq_fork)(accel_dev *d, accel_seq *src, int n_tokens, accel_seq **out);
+    /* Paged devices (ACCEL_CAP_PAGED, accel.h): the pool's blocks in all, referenced by any
+     * sequence, and referenced by holders only. Any thread. Appended last, as above. */
+    void (*kv_usage)(accel_dev *d, int *total, int *used, int *cached);
+    /* Paged devices: mark s a holder (accel_seq_hold); the wrapper sets s->holder. */
+    int (*seq_hold)(accel_dev *d, accel_seq *s);
+    /* Paged devices: one block's exact bytes out (the wrapper checked the block is full) and one
+     * block appended at s->len (the wrapper checked alignment and capacity, and adds to len). */
+    int (*kv_block_save)(accel_dev *d, accel_seq *s, int block, void *dst);
+    int (*kv_block_load)(accel_dev *d, accel_seq *s, const void *src);
 };
 
 struct accel_dev {
@@ -51,6 +61,8 @@ struct accel_dev {
     _Atomic uint64_t mem_reserved;
     _Atomic int n_seqs;
     _Atomic int health;          /* enum accel_health; FAILED is sticky */
+    int kv_block_tokens;         /* paged devices: positions per block, set by the backend at
+                                    open (with ACCEL_CAP_PAGED and kv_usage); 0: not paged */
 };
 
 struct accel_seq {
@@ -58,6 +70,7 @@ struct accel_seq {
     int capacity; /* positions reserved */
     int import_layers_done; /* kv_import: layers received for the current run of positions */
     int import_pos0, import_n;
+    int holder;   /* accel_seq_hold: a prefix-cache holder, read-only */
 };
 
 /* For backends: mark the device FAILED (sticky) and return ACCEL_ERR_DEVICE. */
