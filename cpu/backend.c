@@ -162,7 +162,7 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
     if (ensure_scratch(d, T, max_keys)) return ACCEL_ERR_NOMEM;
     /* the positions written below into blocks of their own (copy-on-write of shared ones) */
     for (int t = 0; t < T; t++)
-        if (cpu_kv_table_writable(&d->kv, &b->seq[t]->kv, b->pos[t], 1)) return ACCEL_ERR_NOMEM;
+        if (cpu_kv_table_prepare(&d->kv, &b->seq[t]->kv, b->pos[t], 1)) return ACCEL_ERR_NOMEM;
 
     /* rotary tables per token; dynamic NTK scaling depends on each sequence's length in this
      * call (transformers recomputes inv_freq from max(position_ids) + 1) */
@@ -287,9 +287,23 @@ static int prefill_flex(cpu_dev *d, const accel_prefill_req *r, const sparse_fle
     return st;
 }
 
+static int prefill_blocks(cpu_dev *d, const accel_prefill_req *r);
+
+/* Every block the new positions need first (paged contract: a refusal leaves the sequence as it
+ * was), and the blocks past its length given back when the pass fails. */
 static int cpu_prefill(accel_dev *ad, const accel_prefill_req *r)
 {
     cpu_dev *d = (cpu_dev *)ad;
+    cpu_seq *s = (cpu_seq *)r->seq;
+    if (cpu_kv_table_prepare(&d->kv, &s->kv, s->base.len, r->n)) return ACCEL_ERR_NOMEM;
+    int st = prefill_blocks(d, r);
+    if (st) cpu_kv_table_shrink(&d->kv, &s->kv, s->base.len);
+    return st;
+}
+
+static int prefill_blocks(cpu_dev *d, const accel_prefill_req *r)
+{
+    accel_dev *ad = &d->base;
     cpu_seq *s = (cpu_seq *)r->seq;
     int vocab = ad->m->cfg.vocab;
     if (r->sparse_report) memset(r->sparse_report, 0, sizeof *r->sparse_report);
@@ -341,12 +355,19 @@ static int cpu_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_
         free(rows);
         return ACCEL_ERR_NOMEM;
     }
+    int st = ACCEL_OK, ready = 0;
     for (int i = 0; i < n; i++) {
         pos[i] = seqs[i]->len;
         rows[i] = i;
+        if (!st && cpu_kv_table_prepare(&d->kv, &((cpu_seq *)seqs[i])->kv, pos[i], 1))
+            st = ACCEL_ERR_NOMEM;
+        ready += !st;
     }
     batch b = {n, ids, (cpu_seq *const *)seqs, pos, 0};
-    int st = forward(d, &b, logits, rows, n, NULL, NULL, NULL, NULL);
+    if (!st) st = forward(d, &b, logits, rows, n, NULL, NULL, NULL, NULL);
+    /* a refused or failed step leaves every sequence as it was */
+    for (int i = 0; st && i < ready; i++)
+        cpu_kv_table_shrink(&d->kv, &((cpu_seq *)seqs[i])->kv, seqs[i]->len);
     free(pos);
     free(rows);
     return st;
@@ -358,7 +379,9 @@ static int cpu_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
 {
     cpu_dev *d = (cpu_dev *)ad;
     cpu_seq *s = (cpu_seq *)as;
-    if (cpu_kv_table_writable(&d->kv, &s->kv, c->pos0, c->n_tokens)) return ACCEL_ERR_NOMEM;
+    /* the run's blocks are taken with layer 0's chunk; a refusal there leaves the sequence as it
+     * was (later layers of the run find them taken) */
+    if (cpu_kv_table_prepare(&d->kv, &s->kv, c->pos0, c->n_tokens)) return ACCEL_ERR_NOMEM;
     /* one contiguous run per block; the chunk's tokens are whole rows of values and scales */
     for (int t = 0; t < c->n_tokens;) {
         int p = c->pos0 + t, n = CPU_KV_BLOCK - p % CPU_KV_BLOCK;
@@ -374,8 +397,7 @@ static int cpu_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
     return ACCEL_OK;
 }
 
-/* Every block of the capacity is taken now (accel.c reserved capacity * kv_bytes_per_token for
- * it; block-level admission by the scheduler comes later). */
+/* No block is taken yet: forward and kv_import take them as the sequence grows. */
 static int cpu_seq_new(accel_dev *ad, int capacity, accel_seq **out)
 {
     cpu_dev *d = (cpu_dev *)ad;
@@ -389,7 +411,7 @@ static int cpu_seq_new(accel_dev *ad, int capacity, accel_seq **out)
 }
 
 /* src's blocks of positions [0, n_tokens) shared, the partial last one copied by whichever side
- * writes into it first (cpu_kv_table_writable in forward and kv_import). */
+ * writes into it first (cpu_kv_table_prepare in forward and kv_import). */
 static int cpu_seq_fork(accel_dev *ad, accel_seq *asrc, int n_tokens, accel_seq **out)
 {
     cpu_dev *d = (cpu_dev *)ad;
@@ -408,6 +430,39 @@ static void cpu_seq_free(accel_dev *ad, accel_seq *as)
     cpu_seq *s = (cpu_seq *)as;
     cpu_kv_table_free(&d->kv, &s->kv);
     free(s);
+}
+
+static int cpu_seq_truncate(accel_dev *ad, accel_seq *as, int len)
+{
+    cpu_kv_table_shrink(&((cpu_dev *)ad)->kv, &((cpu_seq *)as)->kv, len);
+    return ACCEL_OK;
+}
+
+static void cpu_kv_usage(accel_dev *ad, int *total, int *used, int *cached)
+{
+    cpu_kv_pool_usage(&((cpu_dev *)ad)->kv, total, used, cached);
+}
+
+static int cpu_seq_hold(accel_dev *ad, accel_seq *as)
+{
+    cpu_kv_table_hold(&((cpu_dev *)ad)->kv, &((cpu_seq *)as)->kv);
+    return ACCEL_OK;
+}
+
+/* The host tier's unit: the block's float32 rows as the cache holds them, K then V. */
+static int cpu_dev_block_save(accel_dev *ad, accel_seq *as, int block, void *dst)
+{
+    cpu_kv_block_save(&((cpu_dev *)ad)->kv, &((cpu_seq *)as)->kv, block, dst);
+    return ACCEL_OK;
+}
+
+static int cpu_dev_block_load(accel_dev *ad, accel_seq *as, const void *src)
+{
+    cpu_dev *d = (cpu_dev *)ad;
+    cpu_seq *s = (cpu_seq *)as;
+    if (cpu_kv_table_prepare(&d->kv, &s->kv, as->len, CPU_KV_BLOCK)) return ACCEL_ERR_NOMEM;
+    cpu_kv_block_load(&d->kv, &s->kv, as->len / CPU_KV_BLOCK, src);
+    return ACCEL_OK;
 }
 
 int cpu_accel_kv_blocks_in_use(accel_dev *ad)
@@ -436,7 +491,8 @@ static void cpu_describe(accel_dev *ad, accel_info *out)
     snprintf(out->desc, sizeof out->desc, "CPU reference backend, %d threads",
              cpu_pool_threads(d->pool));
     out->kind = ACCEL_KIND_CPU;
-    out->caps = ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT;
+    out->caps = ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT |
+                ACCEL_CAP_PAGED;
     out->max_batch = 256;
 }
 
@@ -465,6 +521,11 @@ static const struct accel_dev_i cpu_i = {
     .kv_import = cpu_kv_import,
     .warmup = cpu_warmup,
     .seq_fork = cpu_seq_fork,
+    .seq_truncate = cpu_seq_truncate,
+    .kv_usage = cpu_kv_usage,
+    .seq_hold = cpu_seq_hold,
+    .kv_block_save = cpu_dev_block_save,
+    .kv_block_load = cpu_dev_block_load,
 };
 
 accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen)
@@ -490,7 +551,13 @@ accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     d->pool = cpu_pool_new(threads < 1 ? 1 : threads);
     d->inv_freq = malloc(sizeof(float) * (c->head_dim / 2));
-    d->kv_ready = cpu_kv_pool_init(&d->kv, c->n_layers, c->n_kv_heads * c->head_dim) == 0;
+    /* the pool: the budget in whole blocks (at least one, so a tiny limit still refuses by
+     * growth rather than at open) */
+    uint64_t block_bytes = (uint64_t)CPU_KV_BLOCK * d->base.kv_bytes_per_token;
+    uint64_t max_ids = d->base.mem_total / block_bytes;
+    d->base.kv_block_tokens = CPU_KV_BLOCK;
+    d->kv_ready = cpu_kv_pool_init(&d->kv, c->n_layers, c->n_kv_heads * c->head_dim,
+                                   max_ids > INT32_MAX / 2 ? INT32_MAX / 2 : (int)max_ids) == 0;
     if (!d->pool || !d->inv_freq || !d->kv_ready) {
         cpu_free(&d->base);
         snprintf(err, errlen, "cpu: out of memory");

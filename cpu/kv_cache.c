@@ -3,11 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cpu_kv_pool_init(cpu_kv_pool *p, int n_layers, int kv_dim)
+int cpu_kv_pool_init(cpu_kv_pool *p, int n_layers, int kv_dim, int max_ids)
 {
     memset(p, 0, sizeof *p);
     p->n_layers = n_layers;
     p->kv_dim = kv_dim;
+    p->max_ids = max_ids > 0 ? max_ids : 1;
     p->block_floats = (size_t)n_layers * CPU_KV_BLOCK * kv_dim;
     p->run_floats = (size_t)CPU_KV_BLOCK * kv_dim;
     return pthread_mutex_init(&p->mu, NULL) ? -1 : 0;
@@ -20,6 +21,7 @@ void cpu_kv_pool_deinit(cpu_kv_pool *p)
     free(p->k);
     free(p->v);
     free(p->ref);
+    free(p->hold);
     free(p->free_ids);
     pthread_mutex_destroy(&p->mu);
     memset(p, 0, sizeof *p);
@@ -33,7 +35,15 @@ int cpu_kv_pool_in_use(cpu_kv_pool *p)
     return n;
 }
 
-/* Under the lock: an id with fresh storage and reference 1, or -1. */
+void cpu_kv_pool_usage(cpu_kv_pool *p, int *total, int *used, int *cached)
+{
+    pthread_mutex_lock(&p->mu);
+    *total = p->max_ids;
+    *used = p->in_use;
+    *cached = p->cached;
+    pthread_mutex_unlock(&p->mu);
+}
+
 /* Under the lock: the arenas grown to hold cap ids per layer. Each layer's region is copied to
  * its place in the new arenas, and every id's pointer moves with it. */
 static int grow_arenas(cpu_kv_pool *p, int cap)
@@ -47,7 +57,9 @@ static int grow_arenas(cpu_kv_pool *p, int cap)
     if (vp) p->v = vp;
     int32_t *r = vp ? realloc(p->ref, cap * sizeof *r) : NULL;
     if (r) p->ref = r;
-    int32_t *f = r ? realloc(p->free_ids, cap * sizeof *f) : NULL;
+    int32_t *h = r ? realloc(p->hold, cap * sizeof *h) : NULL;
+    if (h) p->hold = h;
+    int32_t *f = h ? realloc(p->free_ids, cap * sizeof *f) : NULL;
     if (!f) {
         free(k);
         free(v);
@@ -72,20 +84,47 @@ static int grow_arenas(cpu_kv_pool *p, int cap)
     return 0;
 }
 
-/* Under the lock: an id with reference 1, or -1. */
+/* Under the lock: is id counted as cached (referenced, by holders only)? */
+static int is_cached(const cpu_kv_pool *p, int32_t id)
+{
+    return p->ref[id] > 0 && p->ref[id] == p->hold[id];
+}
+
+/* Under the lock: an id with reference 1 (not a holder's), or -1 at the budget or out of
+ * memory. */
 static int32_t block_new(cpu_kv_pool *p)
 {
-    if (!p->n_free && p->n_ids == p->cap && grow_arenas(p, p->cap ? p->cap * 2 : 64) < 0) return -1;
+    if (p->in_use >= p->max_ids) return -1;
+    if (!p->n_free && p->n_ids == p->cap) {
+        int cap = p->cap ? p->cap * 2 : 64;
+        if (cap > p->max_ids) cap = p->max_ids;
+        if (cap <= p->cap || grow_arenas(p, cap) < 0) return -1;
+    }
     int32_t id = p->n_free ? p->free_ids[--p->n_free] : p->n_ids++;
     p->ref[id] = 1;
+    p->hold[id] = 0;
     p->in_use++;
     return id;
 }
 
-/* Under the lock. */
-static void block_unref(cpu_kv_pool *p, int32_t id)
+/* Under the lock: one more reference (a holder's when holder). */
+static void block_ref(cpu_kv_pool *p, int32_t id, int holder)
 {
-    if (--p->ref[id] > 0) return;
+    p->cached -= is_cached(p, id);
+    p->ref[id]++;
+    p->hold[id] += holder;
+    p->cached += is_cached(p, id);
+}
+
+/* Under the lock. */
+static void block_unref(cpu_kv_pool *p, int32_t id, int holder)
+{
+    p->cached -= is_cached(p, id);
+    p->hold[id] -= holder;
+    if (--p->ref[id] > 0) {
+        p->cached += is_cached(p, id);
+        return;
+    }
     p->free_ids[p->n_free++] = id;
     p->in_use--;
 }
@@ -95,46 +134,30 @@ static int blocks_for(int capacity)
     return (capacity + CPU_KV_BLOCK - 1) / CPU_KV_BLOCK;
 }
 
-/* Entries [from, t->n) fresh; on failure everything the table holds is released. */
-static int fill_fresh(cpu_kv_pool *p, cpu_kv_table *t, int from)
-{
-    pthread_mutex_lock(&p->mu);
-    int i = from;
-    for (; i < t->n; i++)
-        if ((t->blocks[i] = block_new(p)) < 0) break;
-    if (i < t->n)
-        for (int j = 0; j < i; j++) block_unref(p, t->blocks[j]);
-    pthread_mutex_unlock(&p->mu);
-    if (i == t->n) return 0;
-    free(t->blocks);
-    t->blocks = NULL;
-    t->n = 0;
-    return -1;
-}
-
 int cpu_kv_table_new(cpu_kv_pool *p, int capacity, cpu_kv_table *t)
 {
-    t->n = blocks_for(capacity);
-    t->blocks = malloc((t->n ? t->n : 1) * sizeof *t->blocks);
-    if (!t->blocks) return -1;
-    return fill_fresh(p, t, 0);
+    (void)p;
+    t->n = 0;
+    t->holder = 0;
+    t->max_n = blocks_for(capacity);
+    t->blocks = malloc((t->max_n ? t->max_n : 1) * sizeof *t->blocks);
+    return t->blocks ? 0 : -1;
 }
 
 int cpu_kv_table_fork(cpu_kv_pool *p, const cpu_kv_table *src, int n_tokens, int capacity,
                       cpu_kv_table *t)
 {
     int shared = blocks_for(n_tokens);
-    t->n = blocks_for(capacity);
-    if (shared > t->n || shared > src->n) return -1;
-    t->blocks = malloc((t->n ? t->n : 1) * sizeof *t->blocks);
-    if (!t->blocks) return -1;
+    if (shared > blocks_for(capacity) || shared > src->n) return -1;
+    if (cpu_kv_table_new(p, capacity, t)) return -1;
     pthread_mutex_lock(&p->mu);
     for (int i = 0; i < shared; i++) {
         t->blocks[i] = src->blocks[i];
-        p->ref[src->blocks[i]]++;
+        block_ref(p, src->blocks[i], 0);
     }
     pthread_mutex_unlock(&p->mu);
-    return fill_fresh(p, t, shared);
+    t->n = shared;
+    return 0;
 }
 
 void cpu_kv_table_free(cpu_kv_pool *p, cpu_kv_table *t)
@@ -142,19 +165,63 @@ void cpu_kv_table_free(cpu_kv_pool *p, cpu_kv_table *t)
     pthread_mutex_lock(&p->mu);
     /* last block first: the free list is a stack, so the next table gets these ids back in
      * ascending order, its positions in ascending addresses of each layer's arena */
-    for (int i = t->n - 1; i >= 0; i--) block_unref(p, t->blocks[i]);
+    for (int i = t->n - 1; i >= 0; i--) block_unref(p, t->blocks[i], t->holder);
     pthread_mutex_unlock(&p->mu);
     free(t->blocks);
     t->blocks = NULL;
-    t->n = 0;
+    t->n = t->max_n = 0;
 }
 
-int cpu_kv_table_writable(cpu_kv_pool *p, cpu_kv_table *t, int pos0, int n)
+void cpu_kv_table_hold(cpu_kv_pool *p, cpu_kv_table *t)
+{
+    if (t->holder) return;
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < t->n; i++) {
+        int32_t id = t->blocks[i];
+        p->cached -= is_cached(p, id);
+        p->hold[id]++;
+        p->cached += is_cached(p, id);
+    }
+    t->holder = 1;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void cpu_kv_table_shrink(cpu_kv_pool *p, cpu_kv_table *t, int len)
+{
+    int keep = blocks_for(len);
+    pthread_mutex_lock(&p->mu);
+    while (t->n > keep) block_unref(p, t->blocks[--t->n], t->holder);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Under the lock: block id's rows, every layer, copied into block dst. */
+static void copy_block(cpu_kv_pool *p, int32_t dst, int32_t src)
+{
+    for (int l = 0; l < p->n_layers; l++) {
+        memcpy(p->k[dst] + l * p->layer_floats, p->k[src] + l * p->layer_floats,
+               p->run_floats * sizeof(float));
+        memcpy(p->v[dst] + l * p->layer_floats, p->v[src] + l * p->layer_floats,
+               p->run_floats * sizeof(float));
+    }
+}
+
+int cpu_kv_table_prepare(cpu_kv_pool *p, cpu_kv_table *t, int pos0, int n)
 {
     if (n <= 0) return 0;
-    int st = 0;
+    int need = blocks_for(pos0 + n), first = pos0 / CPU_KV_BLOCK;
+    if (need > t->max_n || first > t->n) return -1;
+    int32_t copies_s[64], olds_s[64], *copies = copies_s, *olds = olds_s;
+    int span = (need < t->n ? need : t->n) - first;
+    if (span > 64) {
+        copies = malloc(2 * (size_t)span * sizeof *copies);
+        if (!copies) return -1;
+        olds = copies + span;
+    }
+    int n_copy = 0, n0 = t->n, st = 0;
     pthread_mutex_lock(&p->mu);
-    for (int i = pos0 / CPU_KV_BLOCK; i <= (pos0 + n - 1) / CPU_KV_BLOCK && i < t->n; i++) {
+    /* shared blocks the write falls in: a private copy each (taken before the table changes,
+     * so that a failure leaves it as it was) */
+    for (int i = first; i < n0 && i < need; i++) {
         int32_t old = t->blocks[i];
         if (p->ref[old] == 1) continue;
         int32_t id = block_new(p);
@@ -162,15 +229,50 @@ int cpu_kv_table_writable(cpu_kv_pool *p, cpu_kv_table *t, int pos0, int n)
             st = -1;
             break;
         }
-        /* the whole block, every layer: rows past the shared length are not read, but copying
-         * them keeps this one memcpy */
-        for (int l = 0; l < p->n_layers; l++) {
-            memcpy(p->k[id] + l * p->layer_floats, p->k[old] + l * p->layer_floats, p->run_floats * sizeof(float));
-            memcpy(p->v[id] + l * p->layer_floats, p->v[old] + l * p->layer_floats, p->run_floats * sizeof(float));
+        copy_block(p, id, old); /* rows past the shared length are copied too: one memcpy */
+        copies[n_copy] = id;
+        olds[n_copy++] = i;
+    }
+    while (!st && t->n < need) {
+        int32_t id = block_new(p);
+        if (id < 0) st = -1;
+        else t->blocks[t->n++] = id;
+    }
+    if (st) {
+        while (t->n > n0) block_unref(p, t->blocks[--t->n], 0);
+        for (int c = 0; c < n_copy; c++) block_unref(p, copies[c], 0);
+    } else {
+        for (int c = 0; c < n_copy; c++) {
+            block_unref(p, t->blocks[olds[c]], t->holder);
+            t->blocks[olds[c]] = copies[c];
         }
-        block_unref(p, old);
-        t->blocks[i] = id;
     }
     pthread_mutex_unlock(&p->mu);
+    if (copies != copies_s) free(copies);
     return st;
+}
+
+size_t cpu_kv_block_floats(const cpu_kv_pool *p)
+{
+    return p->block_floats;
+}
+
+void cpu_kv_block_save(const cpu_kv_pool *p, const cpu_kv_table *t, int i, float *dst)
+{
+    int32_t id = t->blocks[i];
+    for (int l = 0; l < p->n_layers; l++) {
+        memcpy(dst + l * p->run_floats, p->k[id] + l * p->layer_floats, p->run_floats * sizeof(float));
+        memcpy(dst + p->block_floats + l * p->run_floats, p->v[id] + l * p->layer_floats,
+               p->run_floats * sizeof(float));
+    }
+}
+
+void cpu_kv_block_load(cpu_kv_pool *p, cpu_kv_table *t, int i, const float *src)
+{
+    int32_t id = t->blocks[i];
+    for (int l = 0; l < p->n_layers; l++) {
+        memcpy(p->k[id] + l * p->layer_floats, src + l * p->run_floats, p->run_floats * sizeof(float));
+        memcpy(p->v[id] + l * p->layer_floats, src + p->block_floats + l * p->run_floats,
+               p->run_floats * sizeof(float));
+    }
 }

@@ -24,10 +24,12 @@
  * the whole model, as a shared prefix is shared in every layer at once.
  *
  * Memory plan: the arenas grow by doubling the number of ids (each layer's region copied to its
- * new place, every id's pointer moved); a freed id's rows stay in the arena for the next table
- * (rows past a sequence's length are never read, so nothing is zeroed). Accounting stays with
- * accel.c (capacity * kv_bytes_per_token per sequence), which bounds the arenas; the pool counts
- * ids in use.
+ * new place, every id's pointer moved), never past max_ids (the device's KV budget in blocks); a
+ * freed id's rows stay in the arena for the next table (rows past a sequence's length are never
+ * read, so nothing is zeroed). The pool is the device's accounting (accel.h, "Paged devices"): a
+ * table takes blocks as its sequence grows (cpu_kv_table_prepare) and the pool refuses past
+ * max_ids in use. Ids referenced only by holder tables (prefix-cache holders, accel_seq_hold)
+ * are counted apart as cached: evictable by freeing their holders.
  *
  * Threads: the pool's mutex guards ids, storage and counts, so sequences may be created and
  * freed from any thread; the k/v arrays are only reallocated when an id is handed out, which
@@ -50,38 +52,53 @@ typedef struct cpu_kv_pool {
     float *k_arena, *v_arena; /* (n_layers, cap, CPU_KV_BLOCK, kv_dim), page-aligned */
     float **k, **v;      /* per id (cap of them): the block's layer-0 rows in the arenas */
     int32_t *ref;        /* per id: references (tables holding it) */
+    int32_t *hold;       /* per id: of which from holder tables */
     int32_t *free_ids;   /* ids handed out before and free now */
     int n_free, n_ids, cap; /* n_ids: ids ever handed out (the high-water mark) */
+    int max_ids;         /* the budget: ids in use at most */
     int in_use;          /* ids with ref > 0 */
+    int cached;          /* ids with ref > 0 whose every reference is a holder's */
 } cpu_kv_pool;
 
 /* A sequence's view of the pool: blocks[i] holds positions [i * CPU_KV_BLOCK, (i + 1) *
- * CPU_KV_BLOCK); n entries cover its capacity. */
+ * CPU_KV_BLOCK); n entries cover the positions prepared so far (at most max_n: its capacity). */
 typedef struct cpu_kv_table {
     int32_t *blocks;
-    int n;
+    int n, max_n;
+    int holder; /* a prefix-cache holder's (cpu_kv_table_hold) */
 } cpu_kv_table;
 
-/* 0, or -1 out of memory. */
-int cpu_kv_pool_init(cpu_kv_pool *p, int n_layers, int kv_dim);
+/* max_ids: the most blocks in use at once (> 0). 0, or -1 out of memory. */
+int cpu_kv_pool_init(cpu_kv_pool *p, int n_layers, int kv_dim, int max_ids);
 /* Frees every block's storage (tables still pointing into it must not be used). */
 void cpu_kv_pool_deinit(cpu_kv_pool *p);
 int cpu_kv_pool_in_use(cpu_kv_pool *p);
+/* The pool's ids: the budget, in use, cached (any thread). */
+void cpu_kv_pool_usage(cpu_kv_pool *p, int *total, int *used, int *cached);
 
-/* A table of fresh blocks (reference 1 each) for `capacity` positions. 0, or -1 out of memory
- * (nothing taken). */
+/* An empty table for up to `capacity` positions (no block taken yet). 0, or -1. */
 int cpu_kv_table_new(cpu_kv_pool *p, int capacity, cpu_kv_table *t);
-/* A table for `capacity` positions whose blocks holding positions [0, n_tokens) are src's
+/* A table for up to `capacity` positions whose blocks holding positions [0, n_tokens) are src's
  * (one more reference each; a partial last block is shared too and copied on the first write
- * of either side), the rest fresh. n_tokens <= capacity and within src. 0, or -1. */
+ * of either side). n_tokens <= capacity and within src's blocks. 0, or -1. */
 int cpu_kv_table_fork(cpu_kv_pool *p, const cpu_kv_table *src, int n_tokens, int capacity,
                       cpu_kv_table *t);
 /* Drops the table's references (a block's storage goes with its last one). */
 void cpu_kv_table_free(cpu_kv_pool *p, cpu_kv_table *t);
-/* Before positions [pos0, pos0 + n) are written: every block they fall in that another table
- * also references is replaced by a copy of it (copy-on-write). 0, or -1 out of memory (blocks
- * copied so far stay copied: the table is consistent either way). */
-int cpu_kv_table_writable(cpu_kv_pool *p, cpu_kv_table *t, int pos0, int n);
+/* Marks the table a holder's: its references count as a holder's from now on. */
+void cpu_kv_table_hold(cpu_kv_pool *p, cpu_kv_table *t);
+/* Before positions [pos0, pos0 + n) are written: the table grows to cover them (fresh blocks),
+ * and every block they fall in that another table also references is replaced by a copy of it
+ * (copy-on-write). 0, or -1 when the pool cannot supply the blocks (past max_ids, or out of
+ * memory): the blocks this call took are given back, the table is as it was. */
+int cpu_kv_table_prepare(cpu_kv_pool *p, cpu_kv_table *t, int pos0, int n);
+/* Gives back the blocks past the first ceil(len / CPU_KV_BLOCK). */
+void cpu_kv_table_shrink(cpu_kv_pool *p, cpu_kv_table *t, int len);
+/* Floats of K and V in one block, all layers: the host tier's unit (cpu_kv_block_save). */
+size_t cpu_kv_block_floats(const cpu_kv_pool *p);
+/* Block i's K then V rows, layer by layer, to dst (2 * block_floats floats); from src. */
+void cpu_kv_block_save(const cpu_kv_pool *p, const cpu_kv_table *t, int i, float *dst);
+void cpu_kv_block_load(cpu_kv_pool *p, cpu_kv_table *t, int i, const float *src);
 
 /* The K (or V) row of position pos in layer l. */
 static inline float *cpu_kv_row(float *const *store, const cpu_kv_pool *p, const cpu_kv_table *t,

@@ -100,6 +100,7 @@ void accel_get_info(accel_dev *d, accel_info *out)
         out->kv_blocks_total = total;
         out->kv_blocks_used = used;
         out->kv_blocks_cached = cached;
+        out->mem_total = (uint64_t)total * out->kv_block_bytes; /* whole blocks */
         int avail = total - used + cached;
         out->mem_free = avail > 0 ? (uint64_t)avail * out->kv_block_bytes : 0;
     }

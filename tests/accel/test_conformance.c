@@ -726,12 +726,87 @@ static void bad_args(const char *device)
     conf_close(&c);
 }
 
+/* Prefills n tokens (ids 1, 2, ...) into s; the status. */
+static int fill(accel_dev *d, accel_seq *s, int n)
+{
+    int32_t *ids = malloc(n * sizeof *ids);
+    if (!ids) return ACCEL_ERR_NOMEM;
+    for (int i = 0; i < n; i++) ids[i] = 1 + i % 200;
+    accel_prefill_req r = {.seq = s, .ids = ids, .n = n};
+    int st = accel_prefill(d, &r);
+    free(ids);
+    return st;
+}
+
+/* A paged device (accel.h, "Paged devices"): sequences take blocks as they grow, the pool
+ * refuses past the budget with the sequence unchanged, and frees give the blocks back. */
+static void memory_paged(const char *device, uint64_t per, int bt)
+{
+    /* a budget of 20 blocks: 200 positions take 13, another 200 do not fit, 100 (7) do */
+    uint64_t block = (uint64_t)bt * per;
+    accel_opts o = {.threads = 2, .mem_limit = 20 * block + block / 2};
+    CONF_OPEN(c, device, STORIES, &o);
+    CHECK_EQ(c.info.kv_blocks_total, 20);
+    CHECK_EQ(c.info.mem_total, 20 * block); /* whole blocks */
+    int b200 = (200 + bt - 1) / bt, b100 = (100 + bt - 1) / bt;
+    accel_seq *a, *b, *x;
+    REQUIRE(accel_seq_new(c.d, 400, &a) == 0 && accel_seq_new(c.d, 400, &b) == 0);
+    accel_info i;
+    accel_get_info(c.d, &i);
+    CHECK(i.mem_free == i.mem_total && i.kv_blocks_used == 0); /* nothing taken up front */
+    REQUIRE(fill(c.d, a, 200) == 0);
+    accel_get_info(c.d, &i);
+    CHECK_EQ(i.kv_blocks_used, b200);
+    CHECK_EQ(i.mem_free, (uint64_t)(20 - b200) * block);
+    if (b200 * 2 > 20) {
+        CHECK_EQ(fill(c.d, b, 200), ACCEL_ERR_NOMEM);
+        CHECK_EQ(accel_seq_len(c.d, b), 0); /* unchanged */
+        accel_get_info(c.d, &i);
+        CHECK_EQ(i.kv_blocks_used, b200); /* nothing kept from the refused call */
+    }
+    REQUIRE(accel_seq_new(c.d, 400, &x) == 0);
+    if (b200 + b100 <= 20) REQUIRE(fill(c.d, x, 100) == 0);
+    accel_seq_free(c.d, a);
+    REQUIRE(fill(c.d, b, 200) == 0);
+    CHECK_EQ(health(c.d), ACCEL_HEALTH_OK); /* no room is an answer, not a fault */
+    /* a holder: its blocks count as cached, a fork of it shares them */
+    accel_seq *h, *f;
+    REQUIRE(accel_seq_fork(c.d, b, 2 * bt, &h) == 0);
+    REQUIRE(accel_seq_hold(c.d, h) == 0);
+    accel_get_info(c.d, &i);
+    CHECK_EQ(i.kv_blocks_cached, 0); /* still referenced by b */
+    accel_seq_free(c.d, b);
+    accel_get_info(c.d, &i);
+    CHECK_EQ(i.kv_blocks_cached, 2);
+    CHECK_EQ(fill(c.d, h, 1), ACCEL_ERR_INVALID); /* a holder is read-only */
+    REQUIRE(accel_seq_fork(c.d, h, 2 * bt, &f) == 0);
+    accel_get_info(c.d, &i);
+    CHECK_EQ(i.kv_blocks_cached, 0);
+    accel_seq_free(c.d, f);
+    accel_seq_free(c.d, h);
+    accel_seq_free(c.d, x);
+    check_idle("after the budget test", c.d);
+    accel_get_info(c.d, &i);
+    CHECK_EQ(i.kv_blocks_used, 0);
+    conf_close(&c);
+}
+
 static void memory(const char *device)
 {
     uint64_t per;
+    int bt;
     {
         CONF_OPEN(c, device, STORIES, NULL);
         per = c.info.kv_bytes_per_token;
+        bt = c.info.caps & ACCEL_CAP_PAGED ? c.info.kv_block_tokens : 0;
+        conf_close(&c);
+    }
+    if (bt) {
+        memory_paged(device, per, bt);
+        return;
+    }
+    {
+        CONF_OPEN(c, device, STORIES, NULL);
         accel_seq *a, *b;
         REQUIRE(accel_seq_new(c.d, 4, &a) == 0 && accel_seq_new(c.d, 8, &b) == 0);
         accel_info i;
