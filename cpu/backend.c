@@ -412,11 +412,12 @@ static int cpu_seq_new(accel_dev *ad, int capacity, accel_seq **out)
 
 /* src's blocks of positions [0, n_tokens) shared, the partial last one copied by whichever side
  * writes into it first (cpu_kv_table_prepare in forward and kv_import). */
-static int cpu_seq_fork(accel_dev *ad, accel_seq *asrc, int n_tokens, accel_seq **out)
+static int cpu_seq_fork(accel_dev *ad, accel_seq *asrc, int n_tokens, int capacity,
+                        accel_seq **out)
 {
     cpu_dev *d = (cpu_dev *)ad;
     cpu_seq *src = (cpu_seq *)asrc, *s = calloc(1, sizeof *s);
-    if (!s || cpu_kv_table_fork(&d->kv, &src->kv, n_tokens, src->base.capacity, &s->kv)) {
+    if (!s || cpu_kv_table_fork(&d->kv, &src->kv, n_tokens, capacity, &s->kv)) {
         free(s);
         return ACCEL_ERR_NOMEM;
     }

@@ -144,27 +144,28 @@ void accel_seq_free(accel_dev *d, accel_seq *s)
     atomic_fetch_sub(&d->n_seqs, 1);
 }
 
-int accel_seq_fork(accel_dev *d, accel_seq *src, int n_tokens, accel_seq **out)
+int accel_seq_fork(accel_dev *d, accel_seq *src, int n_tokens, int capacity, accel_seq **out)
 {
     *out = NULL;
     if (failed(d)) return ACCEL_ERR_DEVICE;
-    if (!src || n_tokens < 0 || n_tokens > src->len || src->import_layers_done)
+    if (!src || n_tokens < 0 || n_tokens > src->len || src->import_layers_done ||
+        capacity < n_tokens || capacity < 1 || capacity > model_context_limit(&d->m->cfg))
         return ACCEL_ERR_INVALID;
     if (!d->i->seq_fork) return ACCEL_ERR_UNSUPPORTED;
     /* paged: the pool counts blocks (shared ones once); else counted in full */
-    uint64_t need = paged(d) ? 0 : accel_kv_bytes(d, src->capacity);
+    uint64_t need = paged(d) ? 0 : accel_kv_bytes(d, capacity);
     uint64_t cur = atomic_load(&d->mem_reserved);
     do {
         if (cur + need > d->mem_total) return ACCEL_ERR_NOMEM;
     } while (!atomic_compare_exchange_weak(&d->mem_reserved, &cur, cur + need));
-    int st = track(d, d->i->seq_fork(d, src, n_tokens, out));
+    int st = track(d, d->i->seq_fork(d, src, n_tokens, capacity, out));
     if (st != ACCEL_OK) {
         atomic_fetch_sub(&d->mem_reserved, need);
         *out = NULL;
         return st;
     }
     (*out)->len = n_tokens;
-    (*out)->capacity = src->capacity;
+    (*out)->capacity = capacity;
     (*out)->import_layers_done = 0;
     (*out)->holder = 0;
     atomic_fetch_add(&d->n_seqs, 1);

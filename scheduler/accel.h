@@ -190,14 +190,15 @@ void accel_seq_free(accel_dev *d, accel_seq *s);
 int accel_seq_len(accel_dev *d, const accel_seq *s);
 /* Forgets positions >= len (keeps the first len). */
 int accel_seq_truncate(accel_dev *d, accel_seq *s, int len);
-/* A new sequence (capacity: src's) holding src's first n_tokens positions (0 <= n_tokens <=
- * src's length, no import in progress on src) without recomputing or copying them: the device
- * shares src's KV blocks, and a write of either side into a shared block lands in a copy, so the
- * two never see each other's later tokens (n choices of one prompt, a reused prefix). The new
- * sequence reserves memory as accel_seq_new(src's capacity) does, shared blocks included; free
- * it with accel_seq_free, in any order with src. Optional entry: ACCEL_ERR_UNSUPPORTED where the
- * device cannot share blocks (ACCEL_ERR_INVALID for bad arguments, ACCEL_ERR_NOMEM). */
-int accel_seq_fork(accel_dev *d, accel_seq *src, int n_tokens, accel_seq **out);
+/* A new sequence of `capacity` positions (n_tokens <= capacity <= the model's context) holding
+ * src's first n_tokens positions (0 <= n_tokens <= src's length, no import in progress on src)
+ * without recomputing or copying them: the device shares src's KV blocks, and a write of either
+ * side into a shared block lands in a copy, so the two never see each other's later tokens (n
+ * choices of one prompt, a reused prefix). A paged device takes no memory for it until it
+ * grows; elsewhere it reserves as accel_seq_new(capacity) does. Free it with accel_seq_free, in
+ * any order with src. Optional entry: ACCEL_ERR_UNSUPPORTED where the device cannot share
+ * blocks (ACCEL_ERR_INVALID for bad arguments, ACCEL_ERR_NOMEM). */
+int accel_seq_fork(accel_dev *d, accel_seq *src, int n_tokens, int capacity, accel_seq **out);
 
 /* Marks s as a prefix-cache holder (paged devices; ACCEL_ERR_UNSUPPORTED elsewhere). A holder
  * is never prefilled, decoded or imported into again (ACCEL_ERR_INVALID); fork it to reuse it. */

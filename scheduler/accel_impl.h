@@ -35,12 +35,14 @@ struct accel_dev_i {
      * that verifies what landed in its memory; NULL: kv_import, the CRC unused. Last, so that
      * the entries above keep their places for the cuda plugin (built from the same tree) */
     int (*kv_import_crc)(accel_dev *d, accel_seq *s, const proto_kv_layer *chunk, uint32_t crc);
-    /* optional: a new sequence of src->capacity positions whose first n_tokens positions share
+    /* optional: a new sequence of `capacity` positions whose first n_tokens positions share
      * src's KV blocks (reference counts; a shared partial block is copied by whichever side
-     * writes into it first). The wrapper has checked 0 <= n_tokens <= src->len, reserved the
-     * memory and sets len = n_tokens. NULL: accel_seq_fork answers ACCEL_ERR_UNSUPPORTED.
+     * writes into it first). The wrapper has checked 0 <= n_tokens <= src->len,
+     * n_tokens <= capacity <= the model's context, reserved the memory (not paged) and sets len
+     * = n_tokens and capacity. (capacity was added in issue 20: a prefix-cache holder is forked
+     * at its own length and its forks take the capacity of the request that reuses it.) NULL: accel_seq_fork answers ACCEL_ERR_UNSUPPORTED.
      * Appended last, like kv_import_crc, for the same reason. */
-    int (*seq_fork)(accel_dev *d, accel_seq *src, int n_tokens, accel_seq **out);
+    int (*seq_fork)(accel_dev *d, accel_seq *src, int n_tokens, int capacity, accel_seq **out);
     /* Paged devices (ACCEL_CAP_PAGED, accel.h): the pool's blocks in all, referenced by any
      * sequence, and referenced by holders only. Any thread. Appended last, as above. */
     void (*kv_usage)(accel_dev *d, int *total, int *used, int *cached);

@@ -302,7 +302,7 @@ static void fork_case(accel_dev *d, const int32_t *prompt, int a, int n_tokens,
     accel_prefill_req r = {.seq = src, .ids = prompt, .n = a};
     REQUIRE(accel_prefill(d, &r) == 0);
     int one = cpu_accel_kv_blocks_in_use(d) - before;
-    REQUIRE(accel_seq_fork(d, src, n_tokens, &f) == 0);
+    REQUIRE(accel_seq_fork(d, src, n_tokens, cap, &f) == 0);
     CHECK_EQ(accel_seq_len(d, f), n_tokens);
     CHECK_EQ(one, (a + CPU_KV_BLOCK - 1) / CPU_KV_BLOCK);
     CHECK_EQ(cpu_accel_kv_blocks_in_use(d) - before, one); /* the fork takes nothing yet */
@@ -365,8 +365,8 @@ TEST(cpu_kv_fork_cow)
     REQUIRE(accel_seq_new(d, 64, &src) == 0);
     accel_prefill_req r = {.seq = src, .ids = p, .n = 37};
     REQUIRE(accel_prefill(d, &r) == 0);
-    REQUIRE(accel_seq_fork(d, src, 37, &f1) == 0);
-    REQUIRE(accel_seq_fork(d, src, 37, &f2) == 0);
+    REQUIRE(accel_seq_fork(d, src, 37, 64, &f1) == 0);
+    REQUIRE(accel_seq_fork(d, src, 37, 64, &f2) == 0);
     for (int i = 0; i < 10; i++) {
         accel_seq *both[2] = {f1, f2};
         int32_t t2[2] = {x[i], x[i]};
@@ -401,11 +401,12 @@ TEST(cpu_kv_fork_bad_args)
     REQUIRE(accel_prefill(d, &r) == 0);
     accel_info before, during, after;
     accel_get_info(d, &before);
-    CHECK_EQ(accel_seq_fork(d, s, 21, &f), ACCEL_ERR_INVALID);
+    CHECK_EQ(accel_seq_fork(d, s, 21, 32, &f), ACCEL_ERR_INVALID);
     CHECK(f == NULL);
-    CHECK_EQ(accel_seq_fork(d, s, -1, &f), ACCEL_ERR_INVALID);
-    CHECK_EQ(accel_seq_fork(d, NULL, 0, &f), ACCEL_ERR_INVALID);
-    REQUIRE(accel_seq_fork(d, s, 20, &f) == 0);
+    CHECK_EQ(accel_seq_fork(d, s, -1, 32, &f), ACCEL_ERR_INVALID);
+    CHECK_EQ(accel_seq_fork(d, NULL, 0, 32, &f), ACCEL_ERR_INVALID);
+    CHECK_EQ(accel_seq_fork(d, s, 20, 19, &f), ACCEL_ERR_INVALID); /* capacity below n_tokens */
+    REQUIRE(accel_seq_fork(d, s, 20, 32, &f) == 0);
     accel_get_info(d, &during);
     /* a paged device: the fork shares the source's blocks and takes none of its own yet */
     CHECK_EQ(before.mem_free - during.mem_free, 0);
@@ -418,7 +419,7 @@ TEST(cpu_kv_fork_bad_args)
     static const struct accel_dev_i nofork_i = {.free = nofork_free, .describe = nofork_describe};
     struct accel_dev nd = {.i = &nofork_i, .m = m, .mem_total = 1 << 20};
     struct accel_seq ns = {.len = 4, .capacity = 8};
-    CHECK_EQ(accel_seq_fork(&nd, &ns, 2, &f), ACCEL_ERR_UNSUPPORTED);
+    CHECK_EQ(accel_seq_fork(&nd, &ns, 2, 8, &f), ACCEL_ERR_UNSUPPORTED);
     CHECK_EQ(atomic_load(&nd.mem_reserved), 0);
     free(p);
     accel_free(d);
