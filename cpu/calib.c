@@ -14,7 +14,7 @@ int cpu_calib_ids(const model *m, int n_seqs, int len, uint64_t seed, int32_t *i
                    size_t errlen)
 {
     const int vocab = m->cfg.vocab;
-    accel_opts o = {.threads = 1};
+    accel_opts o = {.threads = 1, .decode_sparse = ""}; /* the dense reference, whatever the environment says */
     accel_dev *cpu = cpu_accel_open(0, m, &o, err, errlen);
     if (!cpu) return -1;
     float *lg = malloc(sizeof(float) * vocab);
@@ -80,8 +80,8 @@ static void att_range(void *vctx, int begin, int end, int thread)
     }
 }
 
-int cpu_calib_run(const model *m, const int32_t *ids, int n_seqs, int len, cpu_calib_fn fn,
-                  void *ctx)
+static int calib_run(const model *m, const int32_t *ids, int n_seqs, int len, cpu_calib_fn fn,
+                     cpu_calib_qk_fn qk_fn, void *ctx)
 {
     const model_config *c = &m->cfg;
     const int T = n_seqs * len, H = c->hidden, hd = c->head_dim, half = hd / 2;
@@ -105,7 +105,7 @@ int cpu_calib_run(const model *m, const int32_t *ids, int n_seqs, int len, cpu_c
         const model_layer *L = &m->layers[l];
         for (int t = 0; t < T; t++)
             cpu_rmsnorm(xb + (size_t)t * H, x + (size_t)t * H, &L->attn_norm, H, c->rms_eps);
-        if ((rc = fn(ctx, l, CPU_CALIB_QKV, xb, T, H))) goto out;
+        if (fn && (rc = fn(ctx, l, CPU_CALIB_QKV, xb, T, H))) goto out;
         cpu_matmul(pool, q, xb, T, &L->wq, &L->bq);
         cpu_matmul(pool, k, xb, T, &L->wk, &L->bk);
         cpu_matmul(pool, v, xb, T, &L->wv, &L->bv);
@@ -114,25 +114,26 @@ int cpu_calib_run(const model *m, const int32_t *ids, int n_seqs, int len, cpu_c
             cpu_rope(q + (size_t)t * qd, c->n_heads, hd, ct, st);
             cpu_rope(k + (size_t)t * kvd, c->n_kv_heads, hd, ct, st);
         }
+        if (qk_fn && (rc = qk_fn(ctx, l, q, k, T))) goto out;
         calib_att a = {c, q, k, v, att, scores, len};
         cpu_pool_for(pool, T * c->n_heads, 64, att_range, &a);
-        if ((rc = fn(ctx, l, CPU_CALIB_O, att, T, qd))) goto out;
+        if (fn && (rc = fn(ctx, l, CPU_CALIB_O, att, T, qd))) goto out;
         float *o = xb;
         cpu_matmul(pool, o, att, T, &L->wo, NULL);
         for (size_t i = 0; i < (size_t)T * H; i++) x[i] += o[i];
         for (int t = 0; t < T; t++)
             cpu_rmsnorm(xb + (size_t)t * H, x + (size_t)t * H, &L->ffn_norm, H, c->rms_eps);
-        if ((rc = fn(ctx, l, CPU_CALIB_GU, xb, T, H))) goto out;
+        if (fn && (rc = fn(ctx, l, CPU_CALIB_GU, xb, T, H))) goto out;
         cpu_matmul(pool, g, xb, T, &L->w_gate, NULL);
         cpu_matmul(pool, u, xb, T, &L->w_up, NULL);
         cpu_swiglu(g, u, T * I);
-        if ((rc = fn(ctx, l, CPU_CALIB_D, g, T, I))) goto out;
+        if (fn && (rc = fn(ctx, l, CPU_CALIB_D, g, T, I))) goto out;
         cpu_matmul(pool, xb, g, T, &L->w_down, NULL);
         for (size_t i = 0; i < (size_t)T * H; i++) x[i] += xb[i];
     }
     for (int t = 0; t < T; t++)
         cpu_rmsnorm(xb + (size_t)t * H, x + (size_t)t * H, &m->norm, H, c->rms_eps);
-    rc = fn(ctx, c->n_layers, CPU_CALIB_LM, xb, T, H);
+    rc = fn ? fn(ctx, c->n_layers, CPU_CALIB_LM, xb, T, H) : 0;
 out:
     cpu_pool_free(pool);
     free(x);
@@ -148,4 +149,16 @@ out:
     free(inv);
     free(scores);
     return rc;
+}
+
+int cpu_calib_run(const model *m, const int32_t *ids, int n_seqs, int len, cpu_calib_fn fn,
+                  void *ctx)
+{
+    return calib_run(m, ids, n_seqs, len, fn, NULL, ctx);
+}
+
+int cpu_calib_run_qk(const model *m, const int32_t *ids, int n_seqs, int len, cpu_calib_qk_fn fn,
+                     void *ctx)
+{
+    return calib_run(m, ids, n_seqs, len, NULL, fn, ctx);
 }

@@ -35,4 +35,13 @@ typedef int (*cpu_calib_fn)(void *ctx, int layer, int mat, const float *x, int T
 int cpu_calib_run(const model *m, const int32_t *ids, int n_seqs, int len, cpu_calib_fn fn,
                   void *ctx);
 
+/* Layer l's queries (T, n_heads * head_dim) and keys (T, n_kv_heads * head_dim) after RoPE, as
+ * attention sees them, valid during the call (AsyncTLS's channel calibration, devices/tls_calib.h).
+ * A non-zero return stops the run. */
+typedef int (*cpu_calib_qk_fn)(void *ctx, int layer, const float *q, const float *k, int T);
+
+/* cpu_calib_run calling qk_fn (instead of a projection callback) once per layer. */
+int cpu_calib_run_qk(const model *m, const int32_t *ids, int n_seqs, int len, cpu_calib_qk_fn fn,
+                     void *ctx);
+
 #endif
