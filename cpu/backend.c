@@ -18,7 +18,11 @@
 #include "cpu/kv_quant.h"
 #include "cpu/flex.h"
 #include "cpu/kv_cache.h"
+#include "cpu/tls.h"
+#include "model/ckpt/tls_channels.h"
 #include "scheduler/accel_impl.h"
+#include "sparse/tls.h"
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +37,7 @@
 typedef struct cpu_seq {
     struct accel_seq base;
     cpu_kv_table kv; /* ceil(capacity / CPU_KV_BLOCK) blocks of the device's kv pool */
+    sparse_tls_seq *tls; /* AsyncTLS key summaries when sparse decode is on, else NULL */
 } cpu_seq;
 
 typedef struct cpu_dev {
@@ -46,6 +51,15 @@ typedef struct cpu_dev {
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *cs, *sn, *scores;
     uint8_t *qk, *qv;
     uint16_t *sk, *sv;
+    /* AsyncTLS sparse decode (accel_opts.decode_sparse): parameters, the channel file, per-thread
+     * selection scratch for cap_tls_keys keys, and what decode read (keys attended / keys) */
+    int tls_on;
+    sparse_tls_params tls;
+    model_channels ch;
+    size_t cap_tls_keys, tls_fn, tls_in;
+    float *tls_f;
+    int32_t *tls_i;
+    _Atomic int64_t tls_read, tls_total;
 } cpu_dev;
 
 static int grow(float **p, size_t n)
@@ -83,6 +97,19 @@ static int ensure_scratch(cpu_dev *d, size_t T, size_t max_keys)
         if (grow(&d->scores, max_keys * cpu_pool_threads(d->pool))) return -1;
         d->cap_keys = max_keys;
     }
+    if (d->tls_on && max_keys > d->cap_tls_keys) {
+        size_t th = cpu_pool_threads(d->pool);
+        size_t fn = sparse_tls_work_floats(&d->tls, c->head_dim, (int)max_keys);
+        size_t in = sparse_tls_work_ints(&d->tls, (int)max_keys) + max_keys; /* + the positions */
+        float *f = realloc(d->tls_f, th * fn * sizeof(float));
+        if (f) d->tls_f = f;
+        int32_t *i = f ? realloc(d->tls_i, th * in * sizeof(int32_t)) : NULL;
+        if (i) d->tls_i = i;
+        if (!f || !i) return -1;
+        d->tls_fn = fn;
+        d->tls_in = in;
+        d->cap_tls_keys = max_keys;
+    }
     return 0;
 }
 
@@ -96,6 +123,7 @@ typedef struct batch {
     int rope_len;        /* dynamic NTK: the sequence length of the whole call (a prefill split
                             in sub-batches rotates every token with the base of the call's end,
                             as transformers does); 0: each sequence's last position here + 1 */
+    int decode;          /* a decode step: AsyncTLS sparse attention where it is on */
 } batch;
 
 struct att_ctx {
@@ -124,6 +152,56 @@ static void att_range(void *vctx, int begin, int end, int thread)
                           d->q + (size_t)t * qd + (size_t)h * hd, d->kv.k, d->kv.v, s->kv.blocks,
                           CPU_KV_BLOCK, off, first, pos + 1 - first, kvd, hd, scale, scores);
     }
+}
+
+/* AsyncTLS decode attention per (token, KV head): the selection once for the group, then each
+ * of its query heads over the kept tokens (sparse/tls.h, cpu/tls.h); dense where the rules say. */
+static void att_tls_range(void *vctx, int begin, int end, int thread)
+{
+    struct att_ctx *a = vctx;
+    cpu_dev *d = a->d;
+    const model_config *c = &d->base.m->cfg;
+    int hd = c->head_dim, kvd = c->n_kv_heads * hd, G = c->n_heads / c->n_kv_heads;
+    int qd = c->n_heads * hd;
+    float scale = (float)pow(hd, -0.5);
+    float *scores = d->scores + (size_t)thread * d->cap_keys;
+    float *fw = d->tls_f + (size_t)thread * d->tls_fn;
+    int32_t *iw = d->tls_i + (size_t)thread * d->tls_in;
+    int32_t *pos = iw + (d->tls_in - d->cap_tls_keys);
+    int64_t read = 0, total = 0;
+    for (int i = begin; i < end; i++) {
+        int t = i / c->n_kv_heads, g = i % c->n_kv_heads;
+        cpu_seq *s = a->b->seq[t];
+        int n = a->b->pos[t] + 1;
+        size_t off = (size_t)a->layer * d->kv.layer_floats + (size_t)g * hd;
+        const float *q = d->q + (size_t)t * qd + (size_t)g * G * hd;
+        float *out = d->att + (size_t)t * qd + (size_t)g * G * hd;
+        if (!s->tls || sparse_tls_dense(&d->tls, a->layer, n)) {
+            for (int h = 0; h < G; h++)
+                cpu_attend_blocks(out + (size_t)h * hd, q + (size_t)h * hd, d->kv.k, d->kv.v,
+                                  s->kv.blocks, CPU_KV_BLOCK, off, 0, n, kvd, hd, scale, scores);
+            read += n;
+        } else {
+            int m = sparse_tls_select(&d->tls, s->tls, a->layer, g, q, G, hd, n, pos, fw, iw, NULL);
+            for (int h = 0; h < G; h++)
+                cpu_tls_attend(out + (size_t)h * hd, q + (size_t)h * hd, d->kv.k, d->kv.v,
+                               s->kv.blocks, CPU_KV_BLOCK, off, pos, m, kvd, hd, scale, scores);
+            read += m;
+        }
+        total += n;
+    }
+    atomic_fetch_add(&d->tls_read, read);
+    atomic_fetch_add(&d->tls_total, total);
+}
+
+/* Re-records positions [from, to) of every layer into s's summaries from its KV rows (after a
+ * fork or a truncation cut a level-1 block: its max / min restart at the block's first
+ * position). */
+static void tls_rebuild(cpu_dev *d, cpu_seq *s, int from, int to)
+{
+    for (int l = 0; l < d->base.m->cfg.n_layers; l++)
+        for (int p = from; p < to; p++)
+            sparse_tls_put(s->tls, l, p, cpu_kv_row(d->kv.k, &d->kv, &s->kv, l, p));
 }
 
 /* Quantizes and hands out this layer's K/V of a single-sequence batch. */
@@ -197,6 +275,7 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
                    kvd * sizeof(float));
             memcpy(cpu_kv_row(d->kv.v, &d->kv, kt, l, b->pos[t]), d->v + (size_t)t * kvd,
                    kvd * sizeof(float));
+            if (b->seq[t]->tls) sparse_tls_put(b->seq[t]->tls, l, b->pos[t], d->k + (size_t)t * kvd);
         }
         if (sink) {
             int st = export_layer(d, b, l, sink);
@@ -219,6 +298,9 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
                 rep->blocks_computed += fr.blocks_computed;
                 rep->blocks_causal += fr.blocks_causal;
             }
+        } else if (b->decode && d->tls_on) {
+            struct att_ctx ac = {d, b, l};
+            cpu_pool_for(d->pool, T * c->n_kv_heads, 1, att_tls_range, &ac);
         } else {
             struct att_ctx ac = {d, b, l};
             cpu_pool_for(d->pool, T * c->n_heads, max_keys * hd < 4096 ? T * c->n_heads : 1,
@@ -276,7 +358,7 @@ static int prefill_flex(cpu_dev *d, const accel_prefill_req *r, const sparse_fle
             rows[t] = t;
             seqs[t] = s;
         }
-        batch b = {n, r->ids, seqs, pos, n};
+        batch b = {n, r->ids, seqs, pos, n, 0};
         st = forward(d, &b, r->logits, r->all_logits ? rows : &last,
                      r->logits ? (r->all_logits ? n : 1) : 0, r->kv, r->cancel, fp, r->sparse_report);
     }
@@ -327,7 +409,7 @@ static int prefill_blocks(cpu_dev *d, const accel_prefill_req *r)
             pos[t] = s->base.len + done + t;
             rows[t] = t;
         }
-        batch b = {T, r->ids + done, seqs, pos, s->base.len + r->n};
+        batch b = {T, r->ids + done, seqs, pos, s->base.len + r->n, 0};
         float *out = NULL;
         int n_out = 0;
         if (r->logits && r->all_logits) {
@@ -363,7 +445,7 @@ static int cpu_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_
             st = ACCEL_ERR_NOMEM;
         ready += !st;
     }
-    batch b = {n, ids, (cpu_seq *const *)seqs, pos, 0};
+    batch b = {n, ids, (cpu_seq *const *)seqs, pos, 0, 1};
     if (!st) st = forward(d, &b, logits, rows, n, NULL, NULL, NULL, NULL);
     /* a refused or failed step leaves every sequence as it was */
     for (int i = 0; st && i < ready; i++)
@@ -392,6 +474,8 @@ static int cpu_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
                           cpu_kv_row(d->kv.k, &d->kv, &s->kv, c->layer, p));
         cpu_kv_dequantize(c->dtype, c->v + qo, c->v_scale + so, n, c->n_kv_heads, c->head_dim,
                           cpu_kv_row(d->kv.v, &d->kv, &s->kv, c->layer, p));
+        for (int i = 0; s->tls && i < n; i++)
+            sparse_tls_put(s->tls, c->layer, p + i, cpu_kv_row(d->kv.k, &d->kv, &s->kv, c->layer, p + i));
         t += n;
     }
     return ACCEL_OK;
@@ -405,6 +489,16 @@ static int cpu_seq_new(accel_dev *ad, int capacity, accel_seq **out)
     if (!s || cpu_kv_table_new(&d->kv, capacity, &s->kv)) {
         free(s);
         return ACCEL_ERR_NOMEM;
+    }
+    if (d->tls_on) {
+        const model_config *c = &ad->m->cfg;
+        s->tls = sparse_tls_seq_new(c->n_layers, c->n_kv_heads, c->head_dim, d->ch.r,
+                                    d->tls.block_size, capacity, d->ch.idx);
+        if (!s->tls) {
+            cpu_kv_table_free(&d->kv, &s->kv);
+            free(s);
+            return ACCEL_ERR_NOMEM;
+        }
     }
     *out = &s->base;
     return ACCEL_OK;
@@ -421,6 +515,18 @@ static int cpu_seq_fork(accel_dev *ad, accel_seq *asrc, int n_tokens, int capaci
         free(s);
         return ACCEL_ERR_NOMEM;
     }
+    if (src->tls) {
+        const model_config *c = &ad->m->cfg;
+        s->tls = sparse_tls_seq_new(c->n_layers, c->n_kv_heads, c->head_dim, d->ch.r,
+                                    d->tls.block_size, capacity, d->ch.idx);
+        if (!s->tls) {
+            cpu_kv_table_free(&d->kv, &s->kv);
+            free(s);
+            return ACCEL_ERR_NOMEM;
+        }
+        sparse_tls_copy(s->tls, src->tls, n_tokens);
+        tls_rebuild(d, s, n_tokens / d->tls.block_size * d->tls.block_size, n_tokens);
+    }
     *out = &s->base;
     return ACCEL_OK;
 }
@@ -430,13 +536,26 @@ static void cpu_seq_free(accel_dev *ad, accel_seq *as)
     cpu_dev *d = (cpu_dev *)ad;
     cpu_seq *s = (cpu_seq *)as;
     cpu_kv_table_free(&d->kv, &s->kv);
+    sparse_tls_seq_free(s->tls);
     free(s);
 }
 
+/* Positions past len are forgotten; a level-1 block that len cuts is rebuilt from its rows. */
 static int cpu_seq_truncate(accel_dev *ad, accel_seq *as, int len)
 {
-    cpu_kv_table_shrink(&((cpu_dev *)ad)->kv, &((cpu_seq *)as)->kv, len);
+    cpu_dev *d = (cpu_dev *)ad;
+    cpu_seq *s = (cpu_seq *)as;
+    if (s->tls && len % d->tls.block_size)
+        tls_rebuild(d, s, len / d->tls.block_size * d->tls.block_size, len);
+    cpu_kv_table_shrink(&d->kv, &s->kv, len);
     return ACCEL_OK;
+}
+
+void cpu_accel_tls_stats(accel_dev *ad, int64_t *keys_read, int64_t *keys_total)
+{
+    cpu_dev *d = (cpu_dev *)ad;
+    *keys_read = atomic_load(&d->tls_read);
+    *keys_total = atomic_load(&d->tls_total);
 }
 
 static void cpu_kv_usage(accel_dev *ad, int *total, int *used, int *cached)
@@ -463,6 +582,7 @@ static int cpu_dev_block_load(accel_dev *ad, accel_seq *as, const void *src)
     cpu_seq *s = (cpu_seq *)as;
     if (cpu_kv_table_prepare(&d->kv, &s->kv, as->len, CPU_KV_BLOCK)) return ACCEL_ERR_NOMEM;
     cpu_kv_block_load(&d->kv, &s->kv, as->len / CPU_KV_BLOCK, src);
+    if (s->tls) tls_rebuild(d, s, as->len, as->len + CPU_KV_BLOCK); /* the block's summaries */
     return ACCEL_OK;
 }
 
@@ -509,6 +629,9 @@ static void cpu_free(accel_dev *ad)
     free(d->qv);
     free(d->sk);
     free(d->sv);
+    free(d->tls_f);
+    free(d->tls_i);
+    model_channels_free(&d->ch);
     free(d);
 }
 
@@ -529,6 +652,42 @@ static const struct accel_dev_i cpu_i = {
     .kv_block_load = cpu_dev_block_load,
 };
 
+/* accel_opts.decode_sparse (or $TANDEM_DECODE_SPARSE) onto d->tls, with the channel file. */
+static int tls_open(cpu_dev *d, const model *m, const accel_opts *o, char *err, size_t errlen)
+{
+    const char *spec = o->decode_sparse ? o->decode_sparse : getenv("TANDEM_DECODE_SPARSE");
+    int chan_set = 0;
+    char why[300];
+    if (sparse_tls_parse(spec, m->cfg.head_dim, &d->tls, &d->tls_on, &chan_set, why, sizeof why)) {
+        snprintf(err, errlen, "cpu: %s", why);
+        return -1;
+    }
+    if (!d->tls_on) return 0;
+    if (m->cfg.sliding_window > 0) {
+        snprintf(err, errlen, "cpu: decode_sparse asynctls: sliding-window models are not supported");
+        return -1;
+    }
+    char path[4200];
+    if (o->sparse_channels) snprintf(path, sizeof path, "%s", o->sparse_channels);
+    else model_channels_path(m->dir, path, sizeof path);
+    if (model_channels_load(path, &d->ch, why, sizeof why)) {
+        snprintf(err, errlen, "cpu: decode_sparse asynctls needs the channel file (tandem "
+                              "calibrate-channels --model DIR writes it): %s", why);
+        return -1;
+    }
+    if (model_channels_match(&d->ch, &m->cfg, why, sizeof why)) {
+        snprintf(err, errlen, "cpu: decode_sparse asynctls: %s: %s", path, why);
+        return -1;
+    }
+    if (chan_set && d->tls.channels != d->ch.r) {
+        snprintf(err, errlen, "cpu: decode_sparse asynctls: channels=%d but %s holds %d",
+                 d->tls.channels, path, d->ch.r);
+        return -1;
+    }
+    d->tls.channels = d->ch.r;
+    return 0;
+}
+
 accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *err, size_t errlen)
 {
     if (index != 0) {
@@ -546,6 +705,14 @@ accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *
     d->base.opts = *o;
     const model_config *c = &m->cfg;
     d->base.kv_bytes_per_token = 2ull * c->n_layers * c->n_kv_heads * c->head_dim * sizeof(float);
+    if (tls_open(d, m, o, err, errlen)) {
+        model_channels_free(&d->ch);
+        free(d);
+        return NULL;
+    }
+    if (d->tls_on)
+        d->base.kv_bytes_per_token += sparse_tls_bytes_per_token(
+            c->n_layers, c->n_kv_heads, c->head_dim, d->ch.r, d->tls.block_size);
     /* KV budget: the configured limit, else half of physical memory */
     uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
     d->base.mem_total = o->mem_limit ? o->mem_limit : phys / 2;

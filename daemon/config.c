@@ -75,6 +75,7 @@ static const key keys[] = {
     K(watchdog_stall, KEY_DOUBLE, "10", 0.1, 86400, "seconds a busy device may make no progress before the watchdog stops being fed"),
     K(step_delay_ms, KEY_DOUBLE, "0", 0, 60000, "testing only: sleep before each device step"),
     K(gpu_tune, KEY_STR, "", 0, 0, "cuda devices' settings, key=value,... (chunk=N tokens per pass, graphs=0|1)"),
+    K(decode_sparse, KEY_STR, "", 0, 0, "sparse decode of long contexts: off, or asynctls[,key=value...] (cpu; needs tandem calibrate-channels)"),
 };
 #undef K
 #define N_KEYS (sizeof keys / sizeof keys[0])

@@ -59,6 +59,7 @@ typedef struct dmn_config {
     double watchdog_stall;   /* seconds a busy device may go without progress before WATCHDOG=1 stops */
     double step_delay_ms;    /* testing: sleep before each device step (0 in production) */
     char *gpu_tune;          /* cuda devices' settings, "key=value,..." (accel_opts.gpu_tune) */
+    char *decode_sparse;     /* "" | off | asynctls[,key=value...] (accel_opts.decode_sparse) */
 } dmn_config;
 
 /* Fills defaults, then the file, environment and flags (argv[0] is the command name). Returns 0,

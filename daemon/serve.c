@@ -391,6 +391,7 @@ static void do_load_on(dmn_serve *d)
     opts.cache_dir = d->cfg.cache_dir[0] ? d->cfg.cache_dir : NULL;
     accel_gpu_half_parse(d->cfg.gpu_dtype, &opts.gpu_half); /* checked by dmn_config_load */
     opts.gpu_tune = d->cfg.gpu_tune; /* checked by the plugin when a cuda device opens */
+    opts.decode_sparse = d->cfg.decode_sparse; /* checked by the cpu device when it opens */
     char *save = NULL;
     for (char *name = strtok_r(list, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
         if (d->n_devs == SCHED_MAX_DEVICES) {

@@ -110,6 +110,13 @@ typedef struct accel_opts {
                                      fields above where they were */
     const char *gpu_tune;     /* cuda: the engine's settings, "key=value,..." (gpu/tuning.h; the
                                  daemon's gpu_tune key), read at open; NULL: $TANDEM_GPU_TUNE */
+    const char *decode_sparse; /* sparse decode of long contexts (the daemon's decode_sparse key):
+                                  NULL: $TANDEM_DECODE_SPARSE; "" or "off": dense; "asynctls" or
+                                  "asynctls,key=value,...": AsyncTLS two-level selection with
+                                  sparse/tls.h's parameters (cpu; other devices run dense). Needs
+                                  the channel file: opening fails with a message without it */
+    const char *sparse_channels; /* that file (NULL: <model dir>/tandem-channels.bin, written by
+                                    tandem calibrate-channels) */
 } accel_opts;
 
 /* Sink for the quantized KV a prefill produces, one call per layer in layer order, from the

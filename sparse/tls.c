@@ -6,6 +6,7 @@
  * the group's heads run in head order. */
 #include "sparse/tls.h"
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,66 @@ int sparse_tls_params_check(const sparse_tls_params *p, int head_dim, char *err,
         why = "dense_below must be -1 (the token budget) or 0 .. 1M tokens";
     if (why && err) snprintf(err, errlen, "asynctls: %s", why);
     return why ? SPARSE_TLS_ERR_INVALID : 0;
+}
+
+int sparse_tls_parse(const char *spec, int head_dim, sparse_tls_params *p, int *on,
+                     int *channels_set, char *err, size_t errlen)
+{
+    sparse_tls_params_default(p);
+    *on = 0;
+    if (channels_set) *channels_set = 0;
+    if (!spec || !*spec || !strcmp(spec, "off")) return 0;
+    size_t n = strlen(spec);
+    if (n > 512 || strncmp(spec, "asynctls", 8) || (spec[8] && spec[8] != ',')) {
+        if (err) snprintf(err, errlen, "decode_sparse: \"off\" or \"asynctls[,key=value...]\"");
+        return SPARSE_TLS_ERR_INVALID;
+    }
+    static const struct {
+        const char *key;
+        size_t off;
+    } keys[] = {
+        {"block_size", offsetof(sparse_tls_params, block_size)},
+        {"block_budget", offsetof(sparse_tls_params, block_budget)},
+        {"token_budget", offsetof(sparse_tls_params, token_budget)},
+        {"channels", offsetof(sparse_tls_params, channels)},
+        {"dense_layers", offsetof(sparse_tls_params, dense_layers)},
+        {"dense_below", offsetof(sparse_tls_params, dense_below)},
+    };
+    const char *c = spec + 8;
+    int named_channels = 0;
+    while (*c == ',') {
+        c++;
+        const char *eq = strchr(c, '='), *end = strchr(c, ',');
+        if (!end) end = c + strlen(c);
+        size_t kl = eq && eq < end ? (size_t)(eq - c) : (size_t)(end - c);
+        size_t i = 0;
+        while (i < sizeof keys / sizeof keys[0] &&
+               (strlen(keys[i].key) != kl || strncmp(keys[i].key, c, kl)))
+            i++;
+        if (i == sizeof keys / sizeof keys[0] || !eq || eq > end) {
+            if (err)
+                snprintf(err, errlen, "decode_sparse: unknown key or no value: %.*s", (int)kl, c);
+            return SPARSE_TLS_ERR_INVALID;
+        }
+        char *stop;
+        long v = strtol(eq + 1, &stop, 10);
+        if (stop == eq + 1 || stop != end || v < -1 || v > SPARSE_TLS_MAX_TOKENS) {
+            if (err) snprintf(err, errlen, "decode_sparse: %s: not an integer in range", keys[i].key);
+            return SPARSE_TLS_ERR_INVALID;
+        }
+        *(int *)((char *)p + keys[i].off) = (int)v;
+        if (!strcmp(keys[i].key, "channels")) named_channels = 1;
+        c = end;
+    }
+    if (*c) {
+        if (err) snprintf(err, errlen, "decode_sparse: trailing text: %s", c);
+        return SPARSE_TLS_ERR_INVALID;
+    }
+    if (channels_set) *channels_set = named_channels;
+    /* channels left to the file are checked against it by the device */
+    int st = sparse_tls_params_check(p, named_channels ? head_dim : 0, err, errlen);
+    if (!st) *on = 1;
+    return st;
 }
 
 int sparse_tls_dense(const sparse_tls_params *p, int layer, int n_keys)

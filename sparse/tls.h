@@ -66,6 +66,14 @@ void sparse_tls_params_default(sparse_tls_params *p);
 /* 0, or SPARSE_TLS_ERR_INVALID with the reason (naming the parameter) in err (may be NULL).
  * head_dim: the model's (0: not checked against channels). */
 int sparse_tls_params_check(const sparse_tls_params *p, int head_dim, char *err, size_t errlen);
+/* A spec string, as the daemon's decode_sparse key and accel_opts.decode_sparse carry it:
+ * NULL, "" or "off": *on = 0; "asynctls" or "asynctls,key=value,..." with the keys block_size,
+ * block_budget, token_budget, channels, dense_layers, dense_below: *on = 1 and p the defaults
+ * with those replaced, checked (head_dim as in params_check). *channels_set says whether the
+ * spec named channels (else the channel file decides). 0, or SPARSE_TLS_ERR_INVALID with the
+ * reason, naming the key, in err. */
+int sparse_tls_parse(const char *spec, int head_dim, sparse_tls_params *p, int *on,
+                     int *channels_set, char *err, size_t errlen);
 /* 1 when layer `layer` attends densely over n_keys keys. */
 int sparse_tls_dense(const sparse_tls_params *p, int layer, int n_keys);
 
