@@ -32,7 +32,7 @@ else
 CUDA ?= 1
 endif
 
-PKGS     := libuv jansson libpcre2-8 libcrypto libsystemd icu-uc
+PKGS     := libuv jansson libpcre2-8 libcrypto libsystemd icu-uc ucx
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -60,7 +60,7 @@ endif
 # build/libtandem.a, which the tests and the plugins link too.
 MAIN_SRC := daemon/main.c $(wildcard daemon/cmd_*.c)
 LIB_SRC  := $(filter-out $(MAIN_SRC),$(wildcard proto/*.c model/*.c model/*/*.c sparse/*.c scheduler/*.c \
-                                          cpu/*.c fpga/*.c devices/*.c daemon/*.c))
+                                          cpu/*.c fpga/*.c peer/*.c devices/*.c daemon/*.c))
 EMU_SRC  := $(wildcard fpga/emu/*.c fpga/kernels/*.c)
 TEST_SRC := $(wildcard tests/*.c tests/*/*.c)
 TOOL_SRC := $(wildcard tools/*.c)

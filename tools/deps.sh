@@ -9,13 +9,16 @@
 # printed only when the installation fails, so that a test log holds one line per install.
 set -e
 PKGS="build-essential pkg-config libuv1-dev libmicrohttpd-dev libjansson-dev libpcre2-dev libssl-dev
-      libicu-dev libsystemd-dev curl"
+      libicu-dev libsystemd-dev libucx-dev curl"
 # Test-only tools: real clients (curl above, Node's openai package through npm, wrk, and
 # slowhttptest for slow-client attacks), promtool (Debian ships it only inside the prometheus
 # package), jq, python3, systemd-analyze (systemd), clang with libFuzzer's runtime for the fuzzers
-# (clang-14 is bookworm's; the clang package gives the plain `clang` name).
+# (clang-14 is bookworm's; the clang package gives the plain `clang` name), haproxy (the fleet
+# test puts it in front of two daemons), ucx-utils (ucx_perftest, the transfer benchmark's
+# yardstick), python3-yaml (the Kubernetes manifest's check).
 # Node.js may come from Debian or from elsewhere (nodesource): only installed when no node exists.
-TEST_PKGS="prometheus systemd wrk jq python3 slowhttptest clang clang-14 libclang-rt-14-dev"
+TEST_PKGS="prometheus systemd wrk jq python3 slowhttptest clang clang-14 libclang-rt-14-dev haproxy
+           ucx-utils python3-yaml"
 test_tools=${TANDEM_DEPS_TEST:-1}
 [ "$test_tools" = 1 ] && PKGS="$PKGS $TEST_PKGS"
 missing=""
@@ -37,6 +40,9 @@ SUDO=""
 # a server (and a busy port) from make test. An existing policy-rc.d is left as it is.
 prometheus=0
 case " $missing " in *" prometheus "*) prometheus=1 ;; esac
+# haproxy's package starts a load balancer on :80 the same way; the tests run their own
+haproxy=0
+case " $missing " in *" haproxy "*) haproxy=1 ;; esac
 policy=/usr/sbin/policy-rc.d
 own_policy=0
 log=$(mktemp /tmp/tandem-deps.XXXXXX)
@@ -46,7 +52,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-if [ $prometheus = 1 ] && [ ! -e "$policy" ]; then
+if [ $((prometheus + haproxy)) -gt 0 ] && [ ! -e "$policy" ]; then
     printf '#!/bin/sh\n# tools/deps.sh: no service starts while tandem installs its tools\nexit 101\n' |
         $SUDO tee "$policy" >/dev/null
     $SUDO chmod 755 "$policy"
@@ -65,5 +71,9 @@ if [ $prometheus = 1 ] && command -v systemctl >/dev/null 2>&1; then
     $SUDO systemctl disable --now prometheus.service >>"$log" 2>&1 ||
         $SUDO systemctl disable prometheus.service >>"$log" 2>&1 || true
     echo "deps: prometheus is installed for promtool only; its service is disabled"
+fi
+if [ $haproxy = 1 ] && command -v systemctl >/dev/null 2>&1; then
+    $SUDO systemctl disable --now haproxy.service >>"$log" 2>&1 ||
+        $SUDO systemctl disable haproxy.service >>"$log" 2>&1 || true
 fi
 echo "deps: done"

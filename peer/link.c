@@ -1,0 +1,487 @@
+/* peer/link.c — see link.h.
+ *
+ * Waiting: a wait progresses the worker, and when nothing moved arms the worker's event file
+ * descriptor (UCP_FEATURE_WAKEUP) and polls it for at most 10 ms, so that an idle link costs no
+ * CPU and a transport without wake-up events (some shared-memory ones) still makes progress
+ * every 10 ms. */
+#include "peer/link.h"
+#include "proto/buf.h"
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <ucp/api/ucp.h>
+
+struct peer_conn {
+    ucp_worker_h worker;
+    int owns_worker;
+    int efd;
+    ucp_ep_h ep;
+    _Atomic int dead;
+    proto_buf rx;
+    size_t frame; /* bytes of the frame handed out by the last receive (consumed at the next) */
+    void *user;
+    char addr[64];
+    peer_conn *next; /* a listener's list of accepted, not yet handed out connections */
+};
+
+struct peer_listener {
+    ucp_worker_h worker;
+    int efd;
+    ucp_listener_h listener;
+    int port;
+    peer_conn *pending;
+};
+
+double peer_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---------------------------------------------------------------- one UCX context per process */
+
+static ucp_context_h g_ctx;
+static ucs_status_t g_ctx_status = UCS_ERR_NO_ELEM;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void ctx_init(void)
+{
+    ucp_config_t *cfg;
+    g_ctx_status = ucp_config_read(NULL, NULL, &cfg);
+    if (g_ctx_status != UCS_OK) return;
+    ucp_params_t p = {0};
+    p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    p.features = UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP;
+    p.mt_workers_shared = 1; /* one worker per thread, several threads: the context is shared */
+    g_ctx_status = ucp_init(&p, cfg, &g_ctx);
+    ucp_config_release(cfg);
+}
+
+static int worker_new(ucp_worker_h *w, int *efd, char *err, size_t errlen)
+{
+    pthread_once(&g_once, ctx_init);
+    if (g_ctx_status != UCS_OK) {
+        snprintf(err, errlen, "UCX: %s", ucs_status_string(g_ctx_status));
+        return PEER_ERR_IO;
+    }
+    ucp_worker_params_t wp = {0};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    ucs_status_t st = ucp_worker_create(g_ctx, &wp, w);
+    if (st == UCS_OK && ucp_worker_get_efd(*w, efd) != UCS_OK) *efd = -1;
+    if (st != UCS_OK) {
+        snprintf(err, errlen, "UCX worker: %s", ucs_status_string(st));
+        return PEER_ERR_IO;
+    }
+    return PEER_OK;
+}
+
+/* Progresses w; when nothing moved, sleeps on its event fd up to ms milliseconds. */
+static void worker_wait(ucp_worker_h w, int efd, int ms)
+{
+    if (ucp_worker_progress(w)) return;
+    if (ms <= 0) return;
+    if (efd < 0) {
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+        return;
+    }
+    ucs_status_t st = ucp_worker_arm(w);
+    if (st == UCS_ERR_BUSY) return;
+    struct pollfd pfd = {efd, POLLIN, 0};
+    poll(&pfd, 1, ms);
+}
+
+static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *len, char *err,
+                      size_t errlen)
+{
+    char host[256];
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof host || !colon[1]) {
+        snprintf(err, errlen, "bad address '%s' (HOST:PORT)", addr);
+        return -1;
+    }
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = 0;
+    if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+        memmove(host, host + 1, strlen(host));
+        host[strlen(host) - 1] = 0;
+    }
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || port < 0 || port > 65535) {
+        snprintf(err, errlen, "bad port in '%s'", addr);
+        return -1;
+    }
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc || !res) {
+        snprintf(err, errlen, "cannot resolve '%s': %s", host, gai_strerror(rc));
+        return -1;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    if (ss->ss_family == AF_INET) ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+    else ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+    return 0;
+}
+
+static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    (void)ep;
+    (void)status;
+    peer_conn *c = arg;
+    atomic_store(&c->dead, 1);
+}
+
+static peer_conn *conn_alloc(ucp_worker_h w, int efd)
+{
+    peer_conn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->worker = w;
+    c->efd = efd;
+    proto_buf_init(&c->rx);
+    return c;
+}
+
+int peer_conn_connect(const char *addr, peer_conn **out, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    *out = NULL;
+    if (parse_addr(addr, &ss, &sl, err, errlen)) return PEER_ERR_IO;
+    ucp_worker_h w;
+    int efd;
+    int st = worker_new(&w, &efd, err, errlen);
+    if (st) return st;
+    peer_conn *c = conn_alloc(w, efd);
+    if (!c) {
+        ucp_worker_destroy(w);
+        return PEER_ERR_NOMEM;
+    }
+    c->owns_worker = 1;
+    snprintf(c->addr, sizeof c->addr, "%s", addr);
+    ucp_ep_params_t ep = {0};
+    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.sockaddr.addr = (const struct sockaddr *)&ss;
+    ep.sockaddr.addrlen = sl;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = on_ep_error;
+    ep.err_handler.arg = c;
+    ucs_status_t us = ucp_ep_create(w, &ep, &c->ep);
+    if (us != UCS_OK) {
+        snprintf(err, errlen, "connect %s: %s", addr, ucs_status_string(us));
+        c->ep = NULL;
+        peer_conn_free(c);
+        return PEER_ERR_IO;
+    }
+    *out = c;
+    return PEER_OK;
+}
+
+int peer_conn_dead(const peer_conn *c)
+{
+    return atomic_load(&c->dead);
+}
+
+const char *peer_conn_addr(const peer_conn *c)
+{
+    return c->addr;
+}
+
+void peer_conn_set_user(peer_conn *c, void *user)
+{
+    c->user = user;
+}
+
+void *peer_conn_user(const peer_conn *c)
+{
+    return c->user;
+}
+
+void peer_conn_free(peer_conn *c)
+{
+    if (!c) return;
+    if (c->ep) {
+        ucp_request_param_t p = {0};
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = atomic_load(&c->dead) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        ucs_status_ptr_t r = ucp_ep_close_nbx(c->ep, &p);
+        if (UCS_PTR_IS_PTR(r)) {
+            /* a graceful close flushes; 2 s bounds it for a peer that no longer answers */
+            double end = peer_now() + 2;
+            while (ucp_request_check_status(r) == UCS_INPROGRESS && peer_now() < end)
+                worker_wait(c->worker, c->efd, 5);
+            if (ucp_request_check_status(r) == UCS_INPROGRESS) {
+                ucp_request_cancel(c->worker, r);
+                while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(c->worker);
+            }
+            ucp_request_free(r);
+        }
+    }
+    if (c->owns_worker) ucp_worker_destroy(c->worker);
+    proto_buf_deinit(&c->rx);
+    free(c);
+}
+
+/* Waits for a request of c's worker; frees it. PEER_OK or an error (c is then dead). */
+static int wait_req(peer_conn *c, ucs_status_ptr_t r, double end)
+{
+    if (r == NULL) return PEER_OK;
+    if (UCS_PTR_IS_ERR(r)) {
+        atomic_store(&c->dead, 1);
+        return PEER_ERR_IO;
+    }
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
+        double now = peer_now();
+        if (now >= end || atomic_load(&c->dead)) break;
+        int ms = (int)((end - now) * 1000) + 1;
+        worker_wait(c->worker, c->efd, ms < 10 ? ms : 10);
+    }
+    if (st == UCS_INPROGRESS) {
+        /* a timed-out or dead connection: UCX must give the buffer back before we return */
+        atomic_store(&c->dead, 1);
+        ucp_request_cancel(c->worker, r);
+        double stop = peer_now() + 2;
+        while (ucp_request_check_status(r) == UCS_INPROGRESS && peer_now() < stop)
+            ucp_worker_progress(c->worker);
+        ucp_request_free(r);
+        return PEER_ERR_TIMEOUT;
+    }
+    ucp_request_free(r);
+    if (st != UCS_OK) {
+        atomic_store(&c->dead, 1);
+        return PEER_ERR_IO;
+    }
+    return PEER_OK;
+}
+
+static void send_done(void *req, ucs_status_t status, void *user)
+{
+    (void)req;
+    (void)status;
+    (void)user;
+}
+
+int peer_conn_send(peer_conn *c, int type, const void *a, size_t na, const void *b, size_t nb,
+                   double timeout_s)
+{
+    if (atomic_load(&c->dead)) return PEER_ERR_IO;
+    if (na + nb > PEER_MAX_PAYLOAD) return PEER_ERR_PROTO;
+    uint8_t hdr[PEER_HEADER_BYTES];
+    peer_header_write(hdr, type, (uint32_t)(na + nb));
+    double end = peer_now() + timeout_s;
+    const void *parts[3] = {hdr, a, b};
+    size_t lens[3] = {sizeof hdr, na, nb};
+    ucs_status_ptr_t reqs[3] = {NULL, NULL, NULL};
+    ucp_request_param_t p = {0};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    p.cb.send = send_done;
+    int st = PEER_OK;
+    for (int i = 0; i < 3; i++) {
+        if (!lens[i]) continue;
+        reqs[i] = ucp_stream_send_nbx(c->ep, parts[i], lens[i], &p);
+        if (UCS_PTR_IS_ERR(reqs[i])) {
+            reqs[i] = NULL;
+            atomic_store(&c->dead, 1);
+            st = PEER_ERR_IO;
+            break;
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        int s = wait_req(c, reqs[i], end);
+        if (!st) st = s;
+    }
+    return st;
+}
+
+/* Moves whatever the stream holds into c->rx (bounded by its max). */
+static int pull(peer_conn *c)
+{
+    for (;;) {
+        size_t len = 0;
+        ucs_status_ptr_t d = ucp_stream_recv_data_nb(c->ep, &len);
+        if (d == NULL) return PEER_OK;
+        if (UCS_PTR_IS_ERR(d)) {
+            atomic_store(&c->dead, 1);
+            return PEER_ERR_IO;
+        }
+        int st = proto_buf_add(&c->rx, d, len);
+        ucp_stream_data_release(c->ep, d);
+        if (st) {
+            atomic_store(&c->dead, 1);
+            return PEER_ERR_PROTO; /* more than one frame's bound is waiting: not our protocol */
+        }
+    }
+}
+
+int peer_conn_poll(peer_conn *c, uint32_t max_payload, peer_header *h, const uint8_t **payload)
+{
+    if (c->frame) {
+        proto_buf_consume(&c->rx, c->frame);
+        c->frame = 0;
+        if (c->rx.off) { /* keep the next frame's first bytes at the front */
+            size_t left = proto_buf_pending(&c->rx);
+            memmove(c->rx.p, c->rx.p + c->rx.off, left);
+            c->rx.len = left;
+            c->rx.off = 0;
+        }
+    }
+    /* the buffer may hold one whole frame and the start of the next: one bound for both */
+    c->rx.max = 2 * ((size_t)max_payload + PEER_HEADER_BYTES);
+    int st = atomic_load(&c->dead) ? PEER_ERR_IO : pull(c);
+    size_t have = proto_buf_pending(&c->rx);
+    if (have >= PEER_HEADER_BYTES) {
+        const uint8_t *p = (const uint8_t *)c->rx.p + c->rx.off;
+        if (peer_header_read(p, max_payload, h) != PEER_OK) {
+            atomic_store(&c->dead, 1);
+            return PEER_ERR_PROTO;
+        }
+        if (have >= PEER_HEADER_BYTES + (size_t)h->length) {
+            *payload = p + PEER_HEADER_BYTES;
+            c->frame = PEER_HEADER_BYTES + h->length;
+            return 1;
+        }
+    }
+    return st ? st : 0;
+}
+
+int peer_conn_recv(peer_conn *c, uint32_t max_payload, peer_header *h, const uint8_t **payload,
+                   double timeout_s)
+{
+    double end = peer_now() + timeout_s;
+    for (;;) {
+        int st = peer_conn_poll(c, max_payload, h, payload);
+        if (st == 1) return PEER_OK;
+        if (st < 0) return st;
+        double now = peer_now();
+        if (now >= end) return PEER_ERR_TIMEOUT;
+        int ms = (int)((end - now) * 1000) + 1;
+        worker_wait(c->worker, c->efd, ms < 10 ? ms : 10);
+    }
+}
+
+/* ---------------------------------------------------------------- listener */
+
+static void on_conn_request(ucp_conn_request_h req, void *arg)
+{
+    peer_listener *l = arg;
+    peer_conn *c = conn_alloc(l->worker, l->efd);
+    if (!c) {
+        ucp_listener_reject(l->listener, req);
+        return;
+    }
+    ucp_conn_request_attr_t at = {0};
+    at.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    if (ucp_conn_request_query(req, &at) == UCS_OK) {
+        char host[INET6_ADDRSTRLEN] = "?";
+        int port = 0;
+        if (at.client_address.ss_family == AF_INET) {
+            struct sockaddr_in *s = (struct sockaddr_in *)&at.client_address;
+            inet_ntop(AF_INET, &s->sin_addr, host, sizeof host);
+            port = ntohs(s->sin_port);
+        } else if (at.client_address.ss_family == AF_INET6) {
+            struct sockaddr_in6 *s = (struct sockaddr_in6 *)&at.client_address;
+            inet_ntop(AF_INET6, &s->sin6_addr, host, sizeof host);
+            port = ntohs(s->sin6_port);
+        }
+        snprintf(c->addr, sizeof c->addr, "%s:%d", host, port);
+    }
+    ucp_ep_params_t ep = {0};
+    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.conn_request = req;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = on_ep_error;
+    ep.err_handler.arg = c;
+    if (ucp_ep_create(l->worker, &ep, &c->ep) != UCS_OK) {
+        c->ep = NULL;
+        peer_conn_free(c);
+        return;
+    }
+    c->next = l->pending;
+    l->pending = c;
+}
+
+int peer_listener_new(const char *addr, peer_listener **out, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    *out = NULL;
+    if (parse_addr(addr, &ss, &sl, err, errlen)) return PEER_ERR_IO;
+    peer_listener *l = calloc(1, sizeof *l);
+    if (!l) return PEER_ERR_NOMEM;
+    int st = worker_new(&l->worker, &l->efd, err, errlen);
+    if (st) {
+        free(l);
+        return st;
+    }
+    ucp_listener_params_t lp = {0};
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = (const struct sockaddr *)&ss;
+    lp.sockaddr.addrlen = sl;
+    lp.conn_handler.cb = on_conn_request;
+    lp.conn_handler.arg = l;
+    ucs_status_t us = ucp_listener_create(l->worker, &lp, &l->listener);
+    if (us != UCS_OK) {
+        snprintf(err, errlen, "listen on %s: %s", addr, ucs_status_string(us));
+        ucp_worker_destroy(l->worker);
+        free(l);
+        return PEER_ERR_IO;
+    }
+    ucp_listener_attr_t la = {0};
+    la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    if (ucp_listener_query(l->listener, &la) == UCS_OK) {
+        if (la.sockaddr.ss_family == AF_INET) l->port = ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port);
+        else if (la.sockaddr.ss_family == AF_INET6) l->port = ntohs(((struct sockaddr_in6 *)&la.sockaddr)->sin6_port);
+    }
+    *out = l;
+    return PEER_OK;
+}
+
+int peer_listener_port(const peer_listener *l)
+{
+    return l->port;
+}
+
+void peer_listener_progress(peer_listener *l, double timeout_s)
+{
+    int ms = (int)(timeout_s * 1000);
+    worker_wait(l->worker, l->efd, ms);
+    while (ucp_worker_progress(l->worker)) {
+    }
+}
+
+peer_conn *peer_listener_accept(peer_listener *l)
+{
+    peer_conn *c = l->pending;
+    if (c) {
+        l->pending = c->next;
+        c->next = NULL;
+    }
+    return c;
+}
+
+void peer_listener_free(peer_listener *l)
+{
+    if (!l) return;
+    peer_conn *c;
+    while ((c = peer_listener_accept(l))) peer_conn_free(c);
+    ucp_listener_destroy(l->listener);
+    ucp_worker_destroy(l->worker);
+    free(l);
+}

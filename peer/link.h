@@ -1,0 +1,67 @@
+/* peer/link.h — framed messages (peer/msg.h) between two daemons over a UCX stream endpoint.
+ *
+ * UCX (the library NIXL, Dynamo's and Mooncake's transfer engines run on) picks the transport:
+ * RDMA where a NIC offers it, shared memory between processes of one host, TCP otherwise;
+ * UCX_TLS and the other UCX_* variables of its documentation choose among them. We use its
+ * worker/endpoint API (ucp_*): a client connects to ADDR:PORT (ucp_ep_create with a socket
+ * address), a listener accepts (ucp_listener_create), and each side sends and receives a byte
+ * stream (ucp_stream_send_nbx, ucp_stream_recv_data_nb) that this module cuts into frames.
+ *
+ * Memory plan: a connection keeps one receive buffer; a frame is handed out as a view into it,
+ * valid until the next receive on that connection. A frame's length is bounded by the caller's
+ * limit before its bytes are waited for, so a peer cannot make us hold more than that limit.
+ *
+ * Threads: a connection and its UCX worker belong to one thread at a time (a client's device
+ * worker, the heartbeat, or the listener's thread for every connection it accepted). Only
+ * peer_conn_dead may be read from any thread. */
+#ifndef TANDEM_PEER_LINK_H
+#define TANDEM_PEER_LINK_H
+#include "peer/msg.h"
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct peer_conn peer_conn;
+typedef struct peer_listener peer_listener;
+
+/* Connects to "HOST:PORT" on a worker of its own. The connection completes in the background:
+ * the first send or receive waits for it (and fails with PEER_ERR_IO when nobody listens).
+ * PEER_OK, or a status with a message in err. */
+int peer_conn_connect(const char *addr, peer_conn **out, char *err, size_t errlen);
+/* Closes the endpoint (a bounded wait for UCX to flush it) and frees everything. */
+void peer_conn_free(peer_conn *c);
+/* 1 once the transport reported an error (the other side went away) or a wait timed out. */
+int peer_conn_dead(const peer_conn *c);
+/* The other end's address as text ("" if unknown). */
+const char *peer_conn_addr(const peer_conn *c);
+
+/* Sends one frame: a header, then `a` and `b` (either may be empty) as its payload. Waits until
+ * UCX is done with the buffers, at most timeout_s. PEER_OK, PEER_ERR_IO, PEER_ERR_TIMEOUT (the
+ * connection is then dead: a half-sent frame cannot be taken back). */
+int peer_conn_send(peer_conn *c, int type, const void *a, size_t na, const void *b, size_t nb,
+                   double timeout_s);
+/* Receives one frame of at most max_payload bytes, waiting at most timeout_s. *payload points
+ * into the connection's buffer until the next receive. PEER_OK, PEER_ERR_PROTO (a bad header:
+ * the connection is then dead), PEER_ERR_IO, PEER_ERR_TIMEOUT. */
+int peer_conn_recv(peer_conn *c, uint32_t max_payload, peer_header *h, const uint8_t **payload,
+                   double timeout_s);
+/* The listener's side: a frame if one is whole in what has arrived, without waiting. 1 with
+ * the frame, 0 when none is complete yet, or a negative status (the connection is then dead). */
+int peer_conn_poll(peer_conn *c, uint32_t max_payload, peer_header *h, const uint8_t **payload);
+/* A caller's pointer kept with the connection. */
+void peer_conn_set_user(peer_conn *c, void *user);
+void *peer_conn_user(const peer_conn *c);
+
+/* Listens on "ADDR:PORT" (port 0: any free port; peer_listener_port says which). */
+int peer_listener_new(const char *addr, peer_listener **out, char *err, size_t errlen);
+void peer_listener_free(peer_listener *l);
+int peer_listener_port(const peer_listener *l);
+/* Progresses the listener's worker, waiting up to timeout_s for something to happen. New
+ * connections are handed out by peer_listener_accept (they share the listener's worker:
+ * use them on this thread only, free them before the listener). */
+void peer_listener_progress(peer_listener *l, double timeout_s);
+peer_conn *peer_listener_accept(peer_listener *l);
+
+/* Seconds on a monotonic clock. */
+double peer_now(void);
+
+#endif

@@ -1,0 +1,274 @@
+/* peer/msg.c — see msg.h. Every read checks the bytes present before it reads them. */
+#include "peer/msg.h"
+#include <string.h>
+
+static const uint8_t magic[4] = {'T', 'N', 'D', 'P'};
+
+const char *peer_strerror(int st)
+{
+    switch (st) {
+    case PEER_OK: return "ok";
+    case PEER_ERR_PROTO: return "malformed or unexpected peer message";
+    case PEER_ERR_AUTH: return "peer authentication failed";
+    case PEER_ERR_IO: return "peer connection failed";
+    case PEER_ERR_TIMEOUT: return "peer did not answer in time";
+    case PEER_ERR_NOMEM: return "out of memory";
+    case PEER_ERR_REFUSED: return "refused by the peer";
+    case PEER_ERR_MODEL: return "the peer serves another model";
+    }
+    return "unknown peer status";
+}
+
+const char *peer_type_name(int t)
+{
+    static const char *names[] = {"?", "hello", "challenge", "auth", "welcome", "refuse", "ping",
+                                  "info", "seq_new", "seq_free", "kv", "decode", "logits",
+                                  "truncate", "warmup", "reply"};
+    return t >= 1 && t <= PEER_TYPE_LAST ? names[t] : "?";
+}
+
+void peer_header_write(uint8_t out[PEER_HEADER_BYTES], int type, uint32_t length)
+{
+    memcpy(out, magic, 4);
+    out[4] = PEER_VERSION & 0xff;
+    out[5] = PEER_VERSION >> 8;
+    out[6] = (uint8_t)type;
+    out[7] = (uint8_t)(type >> 8);
+    peer_wr32(out + 8, length);
+    peer_wr32(out + 12, 0);
+}
+
+int peer_header_read(const uint8_t in[PEER_HEADER_BYTES], uint32_t max_payload, peer_header *out)
+{
+    if (memcmp(in, magic, 4)) return PEER_ERR_PROTO;
+    if ((in[4] | in[5] << 8) != PEER_VERSION) return PEER_ERR_PROTO;
+    int type = in[6] | in[7] << 8;
+    if (type < 1 || type > PEER_TYPE_LAST) return PEER_ERR_PROTO;
+    if (peer_rd32(in + 12) != 0) return PEER_ERR_PROTO;
+    uint32_t len = peer_rd32(in + 8);
+    if (len > max_payload) return PEER_ERR_PROTO;
+    out->type = type;
+    out->length = len;
+    return PEER_OK;
+}
+
+/* ---------------------------------------------------------------- handshake */
+
+int peer_name_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > PEER_NAME_MAX) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+size_t peer_hello_write(uint8_t *out, const peer_hello *h, int with_mac)
+{
+    size_t o = 0, n = strlen(h->name);
+    memcpy(out, h->nonce, PEER_NONCE);
+    o += PEER_NONCE;
+    if (with_mac) {
+        memcpy(out + o, h->mac, PEER_MAC);
+        o += PEER_MAC;
+    }
+    out[o++] = (uint8_t)n;
+    memcpy(out + o, h->name, n);
+    return o + n;
+}
+
+int peer_hello_read(const uint8_t *p, size_t n, int with_mac, peer_hello *out)
+{
+    size_t fixed = PEER_NONCE + (with_mac ? PEER_MAC : 0) + 1;
+    if (n < fixed) return PEER_ERR_PROTO;
+    size_t name_len = p[fixed - 1];
+    if (name_len > PEER_NAME_MAX || n != fixed + name_len) return PEER_ERR_PROTO;
+    memset(out, 0, sizeof *out);
+    memcpy(out->nonce, p, PEER_NONCE);
+    if (with_mac) memcpy(out->mac, p + PEER_NONCE, PEER_MAC);
+    memcpy(out->name, p + fixed, name_len);
+    out->name[name_len] = 0;
+    return peer_name_valid(out->name) ? PEER_OK : PEER_ERR_PROTO;
+}
+
+/* info: fingerprint[32] vocab n_layers n_kv_heads head_dim n_devs (u32 each), then per device
+ * name[32] (NUL-padded) kind caps health max_batch (u32) mem_total mem_free kv_bytes (u64) */
+#define INFO_FIXED (32 + 5 * 4)
+#define DEV_BYTES (32 + 4 * 4 + 3 * 8)
+
+size_t peer_info_bytes(int n_devs)
+{
+    return INFO_FIXED + (size_t)n_devs * DEV_BYTES;
+}
+
+size_t peer_info_write(uint8_t *out, const peer_info *in)
+{
+    memcpy(out, in->fingerprint, 32);
+    uint8_t *p = out + 32;
+    peer_wr32(p, (uint32_t)in->vocab);
+    peer_wr32(p + 4, (uint32_t)in->n_layers);
+    peer_wr32(p + 8, (uint32_t)in->n_kv_heads);
+    peer_wr32(p + 12, (uint32_t)in->head_dim);
+    peer_wr32(p + 16, (uint32_t)in->n_devs);
+    p += 20;
+    for (int i = 0; i < in->n_devs; i++) {
+        const peer_dev_info *d = &in->devs[i];
+        memset(p, 0, 32);
+        memcpy(p, d->name, strnlen(d->name, PEER_DEV_NAME_MAX));
+        peer_wr32(p + 32, (uint32_t)d->kind);
+        peer_wr32(p + 36, d->caps);
+        peer_wr32(p + 40, (uint32_t)d->health);
+        peer_wr32(p + 44, (uint32_t)d->max_batch);
+        peer_wr64(p + 48, d->mem_total);
+        peer_wr64(p + 56, d->mem_free);
+        peer_wr64(p + 64, d->kv_bytes_per_token);
+        p += DEV_BYTES;
+    }
+    return (size_t)(p - out);
+}
+
+/* 2^20: above every dimension of a Llama-family model (vocab 128K..256K, context 128K) */
+#define DIM_MAX (1u << 20)
+
+int peer_info_read(const uint8_t *p, size_t n, peer_info *out)
+{
+    if (n < INFO_FIXED) return PEER_ERR_PROTO;
+    uint32_t nd = peer_rd32(p + 32 + 16);
+    if (nd > PEER_MAX_DEVS || n != peer_info_bytes((int)nd)) return PEER_ERR_PROTO;
+    memset(out, 0, sizeof *out);
+    memcpy(out->fingerprint, p, 32);
+    uint32_t dims[4];
+    for (int i = 0; i < 4; i++) {
+        dims[i] = peer_rd32(p + 32 + 4 * i);
+        if (dims[i] == 0 || dims[i] > DIM_MAX) return PEER_ERR_PROTO;
+    }
+    out->vocab = (int)dims[0];
+    out->n_layers = (int)dims[1];
+    out->n_kv_heads = (int)dims[2];
+    out->head_dim = (int)dims[3];
+    out->n_devs = (int)nd;
+    const uint8_t *q = p + INFO_FIXED;
+    for (uint32_t i = 0; i < nd; i++, q += DEV_BYTES) {
+        peer_dev_info *d = &out->devs[i];
+        if (q[31] != 0) return PEER_ERR_PROTO; /* the name must end inside its 32 bytes */
+        memcpy(d->name, q, 32);
+        if (!d->name[0]) return PEER_ERR_PROTO;
+        for (const char *c = d->name; *c; c++)
+            if (*c < 0x21 || *c > 0x7e) return PEER_ERR_PROTO;
+        uint32_t kind = peer_rd32(q + 32), health = peer_rd32(q + 40), mb = peer_rd32(q + 44);
+        if (kind > 2 || health > 2 || mb == 0 || mb > PEER_MAX_BATCH) return PEER_ERR_PROTO;
+        d->kind = (int)kind;
+        d->caps = peer_rd32(q + 36) & 15u;
+        d->health = (int)health;
+        d->max_batch = (int)mb;
+        d->mem_total = peer_rd64(q + 48);
+        d->mem_free = peer_rd64(q + 56);
+        d->kv_bytes_per_token = peer_rd64(q + 64);
+        if (d->mem_free > d->mem_total || d->kv_bytes_per_token == 0 ||
+            d->kv_bytes_per_token > (1ull << 32))
+            return PEER_ERR_PROTO;
+    }
+    return PEER_OK;
+}
+
+/* ---------------------------------------------------------------- requests */
+
+size_t peer_words_write(uint8_t *out, const peer_words *w, int n_words)
+{
+    for (int i = 0; i < n_words; i++) peer_wr32(out + 4 * i, w->w[i]);
+    return 4 * (size_t)n_words;
+}
+
+int peer_words_read(const uint8_t *p, size_t n, int n_words, peer_words *out)
+{
+    if (n_words < 0 || n_words > 4 || n != 4 * (size_t)n_words) return PEER_ERR_PROTO;
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < n_words; i++) out->w[i] = peer_rd32(p + 4 * i);
+    return PEER_OK;
+}
+
+void peer_kv_write_fixed(uint8_t out[PEER_KV_FIXED], const peer_kv *k)
+{
+    peer_wr32(out, k->dev);
+    peer_wr32(out + 4, k->seq);
+    peer_wr32(out + 8, k->producer_crc);
+    peer_wr32(out + 12, k->flags);
+}
+
+int peer_kv_read(const uint8_t *p, size_t n, peer_kv *out)
+{
+    if (n <= PEER_KV_FIXED) return PEER_ERR_PROTO;
+    out->dev = peer_rd32(p);
+    out->seq = peer_rd32(p + 4);
+    out->producer_crc = peer_rd32(p + 8);
+    out->flags = peer_rd32(p + 12);
+    if (out->flags & ~PEER_KV_RUN_START) return PEER_ERR_PROTO;
+    out->bytes = p + PEER_KV_FIXED;
+    out->n_bytes = n - PEER_KV_FIXED;
+    return PEER_OK;
+}
+
+size_t peer_decode_bytes(int n)
+{
+    return 8 + 8 * (size_t)n;
+}
+
+size_t peer_decode_write(uint8_t *out, uint32_t dev, int n, const uint32_t *seqs, const int32_t *ids)
+{
+    peer_wr32(out, dev);
+    peer_wr32(out + 4, (uint32_t)n);
+    for (int i = 0; i < n; i++) {
+        peer_wr32(out + 8 + 8 * i, seqs[i]);
+        peer_wr32(out + 12 + 8 * i, (uint32_t)ids[i]);
+    }
+    return peer_decode_bytes(n);
+}
+
+int peer_decode_read(const uint8_t *p, size_t n, uint32_t *dev, int *n_seqs, uint32_t *seqs,
+                     int32_t *ids)
+{
+    if (n < 8) return PEER_ERR_PROTO;
+    uint32_t k = peer_rd32(p + 4);
+    if (k < 1 || k > PEER_MAX_BATCH || n != peer_decode_bytes((int)k)) return PEER_ERR_PROTO;
+    *dev = peer_rd32(p);
+    *n_seqs = (int)k;
+    for (uint32_t i = 0; i < k; i++) {
+        seqs[i] = peer_rd32(p + 8 + 8 * i);
+        ids[i] = (int32_t)peer_rd32(p + 12 + 8 * i);
+    }
+    return PEER_OK;
+}
+
+void peer_logits_write_fixed(uint8_t out[PEER_LOGITS_FIXED], int32_t status, int n, int vocab)
+{
+    peer_wr32(out, (uint32_t)status);
+    peer_wr32(out + 4, (uint32_t)n);
+    peer_wr32(out + 8, (uint32_t)vocab);
+}
+
+int peer_logits_read(const uint8_t *p, size_t len, int n, int vocab, int32_t *status,
+                     const uint8_t **logits)
+{
+    if (len < PEER_LOGITS_FIXED) return PEER_ERR_PROTO;
+    *status = (int32_t)peer_rd32(p);
+    *logits = NULL;
+    if (*status != 0) return len == PEER_LOGITS_FIXED ? PEER_OK : PEER_ERR_PROTO;
+    if (peer_rd32(p + 4) != (uint32_t)n || peer_rd32(p + 8) != (uint32_t)vocab) return PEER_ERR_PROTO;
+    if (len != PEER_LOGITS_FIXED + 4 * (size_t)n * (size_t)vocab) return PEER_ERR_PROTO;
+    *logits = p + PEER_LOGITS_FIXED;
+    return PEER_OK;
+}
+
+int peer_reason_read(const uint8_t *p, size_t n, char *out)
+{
+    if (n > PEER_REASON_MAX) return PEER_ERR_PROTO;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < 0x20 || p[i] > 0x7e) return PEER_ERR_PROTO;
+    memcpy(out, p, n);
+    out[n] = 0;
+    return PEER_OK;
+}

@@ -1,0 +1,194 @@
+/* peer/msg.h — the messages tandem daemons exchange over UCX (peer/link.h carries the bytes).
+ *
+ * A UCX stream carries frames: a 16-byte header, then `length` payload bytes.
+ *
+ *   header  magic "TNDP" | version u16 | type u16 | length u32 | zero u32   (little-endian)
+ *
+ * Every frame is bounded before anything is allocated for it: `length` may not exceed the limit
+ * the receiver passes (PEER_MAX_PREAUTH before the handshake has authenticated the other side,
+ * PEER_MAX_PAYLOAD after), an unknown version or type is refused, and each payload parser below
+ * checks every count against the bytes present and against its own bound. Nothing from a peer
+ * is trusted: a failed parse returns PEER_ERR_PROTO and the connection is closed with a log line.
+ *
+ * The conversation (c: the node that holds the client connection, s: the node with the device):
+ *
+ *   c->s HELLO      nonce_c[32], name                  s->c CHALLENGE nonce_s[32], mac_s[32], name
+ *   c->s AUTH       mac_c[32]                          s->c WELCOME   info     (or REFUSE reason)
+ *   c->s PING                                          s->c INFO      info     (the heartbeat)
+ *   c->s SEQ_NEW    dev, capacity                      s->c REPLY     status, seq
+ *   c->s SEQ_FREE   dev, seq                           s->c REPLY     status
+ *   c->s KV         dev, seq, crc, flags, [stream header 96 B], chunk  s->c REPLY status
+ *   c->s DECODE     dev, n, (seq, id) * n              s->c LOGITS    status, n, vocab, f32 * n*vocab
+ *   c->s TRUNCATE   dev, seq, len                      s->c REPLY     status
+ *   c->s WARMUP     dev                                s->c REPLY     status
+ *
+ * mac_s = HMAC-SHA256(key, "tandem-peer-1 s" | nonce_c | nonce_s), mac_c the same over
+ * "tandem-peer-1 c" | nonce_s | nonce_c (peer/auth.h): each side proves it holds the key over
+ * the other's fresh nonce, so neither a replay nor an unkeyed node gets past the handshake.
+ *
+ * Threads: pure functions. */
+#ifndef TANDEM_PEER_MSG_H
+#define TANDEM_PEER_MSG_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define PEER_VERSION 1
+#define PEER_HEADER_BYTES 16
+/* Before authentication a frame is a handshake message: 1 KiB holds any of them. */
+#define PEER_MAX_PREAUTH 1024
+/* After: one KV layer chunk of 32K positions of Llama-3-8B at int8 is 64 MiB (+ scales); the
+ * logits of a 16-sequence step at a 128K vocabulary are 8 MiB. 256 MiB holds both with room. */
+#define PEER_MAX_PAYLOAD (256u << 20)
+#define PEER_NAME_MAX 31   /* a node's name (node_name), "NODE/device" must fit accel_info.name */
+#define PEER_DEV_NAME_MAX 31
+#define PEER_MAX_DEVS 32   /* devices one node offers */
+#define PEER_MAX_BATCH 1024 /* sequences one DECODE may carry */
+#define PEER_NONCE 32
+#define PEER_MAC 32
+#define PEER_REASON_MAX 200
+
+/* peer statuses: -400 .. -499, a range of their own in the process's one error space */
+enum peer_status {
+    PEER_OK = 0,
+    PEER_ERR_PROTO = -401,   /* a malformed, oversized or unexpected message */
+    PEER_ERR_AUTH = -402,    /* the other side does not hold the key */
+    PEER_ERR_IO = -403,      /* the transport failed (UCX error, the peer went away) */
+    PEER_ERR_TIMEOUT = -404, /* no answer in time */
+    PEER_ERR_NOMEM = -405,
+    PEER_ERR_REFUSED = -406, /* the other side refused us (REFUSE) */
+    PEER_ERR_MODEL = -407,   /* the peer serves another model */
+};
+const char *peer_strerror(int status);
+
+enum peer_type {
+    PEER_HELLO = 1,
+    PEER_CHALLENGE,
+    PEER_AUTH,
+    PEER_WELCOME,
+    PEER_REFUSE,
+    PEER_PING,
+    PEER_INFO,
+    PEER_SEQ_NEW,
+    PEER_SEQ_FREE,
+    PEER_KV,
+    PEER_DECODE,
+    PEER_LOGITS,
+    PEER_TRUNCATE,
+    PEER_WARMUP,
+    PEER_REPLY,
+    PEER_TYPE_LAST = PEER_REPLY,
+};
+const char *peer_type_name(int type);
+
+typedef struct peer_header {
+    int type;
+    uint32_t length;
+} peer_header;
+
+/* Writes a header. */
+void peer_header_write(uint8_t out[PEER_HEADER_BYTES], int type, uint32_t length);
+/* Parses and bounds a header: PEER_OK, or PEER_ERR_PROTO (magic, version, type, a non-zero
+ * reserved word, length > max_payload). */
+int peer_header_read(const uint8_t in[PEER_HEADER_BYTES], uint32_t max_payload, peer_header *out);
+
+/* ---------------------------------------------------------------- handshake */
+
+typedef struct peer_hello {
+    uint8_t nonce[PEER_NONCE];
+    uint8_t mac[PEER_MAC];       /* CHALLENGE only */
+    char name[PEER_NAME_MAX + 1];
+} peer_hello;
+/* HELLO (with_mac 0) and CHALLENGE (with_mac 1) payloads. write returns the bytes (out holds
+ * PEER_MAX_PREAUTH); read: PEER_OK or PEER_ERR_PROTO (a name that is empty, too long or not
+ * [A-Za-z0-9._-]). */
+size_t peer_hello_write(uint8_t *out, const peer_hello *h, int with_mac);
+int peer_hello_read(const uint8_t *p, size_t n, int with_mac, peer_hello *out);
+/* 1 when s is a valid node name (1..PEER_NAME_MAX of [A-Za-z0-9._-]). */
+int peer_name_valid(const char *s);
+
+/* What a node tells its peers about itself (WELCOME and INFO). */
+typedef struct peer_dev_info {
+    char name[PEER_DEV_NAME_MAX + 1]; /* the device's name on its node: "fpga-emu:0" */
+    int kind;                         /* enum accel_kind */
+    unsigned caps;
+    int health;                       /* enum accel_health */
+    int max_batch;
+    uint64_t mem_total, mem_free, kv_bytes_per_token;
+} peer_dev_info;
+
+typedef struct peer_info {
+    uint8_t fingerprint[32]; /* the model it serves (model->fingerprint) */
+    int vocab, n_layers, n_kv_heads, head_dim;
+    int n_devs;
+    peer_dev_info devs[PEER_MAX_DEVS];
+} peer_info;
+/* out must hold peer_info_bytes(n_devs). read: PEER_OK or PEER_ERR_PROTO (n_devs past
+ * PEER_MAX_DEVS, a count that disagrees with the bytes, an unterminated name, a kind, health
+ * or dimension outside its range). */
+size_t peer_info_bytes(int n_devs);
+size_t peer_info_write(uint8_t *out, const peer_info *in);
+int peer_info_read(const uint8_t *p, size_t n, peer_info *out);
+
+/* ---------------------------------------------------------------- requests */
+
+/* SEQ_NEW (a = dev, b = capacity), SEQ_FREE (dev, seq), WARMUP (dev, 0), TRUNCATE (dev, seq,
+ * c = len), REPLY (a = status as int32, b = seq): a fixed number of u32 words. */
+typedef struct peer_words {
+    uint32_t w[4];
+} peer_words;
+size_t peer_words_write(uint8_t *out, const peer_words *w, int n_words);
+/* PEER_ERR_PROTO unless n == 4 * n_words. */
+int peer_words_read(const uint8_t *p, size_t n, int n_words, peer_words *out);
+
+/* KV: a chunk of one sequence in the KV wire format (proto/KV_FORMAT.md); a chunk that starts a
+ * run of positions (flags & PEER_KV_RUN_START) is preceded by the stream header of that run. */
+#define PEER_KV_RUN_START 1u
+#define PEER_KV_FIXED 16
+typedef struct peer_kv {
+    uint32_t dev, seq, producer_crc, flags;
+    const uint8_t *bytes; /* [stream header] chunk header + payload, pointing into the frame */
+    size_t n_bytes;
+} peer_kv;
+void peer_kv_write_fixed(uint8_t out[PEER_KV_FIXED], const peer_kv *k);
+/* PEER_ERR_PROTO for unknown flags or no bytes after the fixed part. */
+int peer_kv_read(const uint8_t *p, size_t n, peer_kv *out);
+
+/* DECODE: dev u32, n u32, then n * (seq u32, id i32). */
+size_t peer_decode_bytes(int n);
+size_t peer_decode_write(uint8_t *out, uint32_t dev, int n, const uint32_t *seqs, const int32_t *ids);
+/* seqs/ids point into caller arrays of PEER_MAX_BATCH. PEER_ERR_PROTO for n outside
+ * 1..PEER_MAX_BATCH or a length that disagrees with n. */
+int peer_decode_read(const uint8_t *p, size_t n, uint32_t *dev, int *n_seqs, uint32_t *seqs,
+                     int32_t *ids);
+
+/* LOGITS: status i32, n u32, vocab u32, then float32 * n * vocab (only when status is 0). */
+#define PEER_LOGITS_FIXED 12
+void peer_logits_write_fixed(uint8_t out[PEER_LOGITS_FIXED], int32_t status, int n, int vocab);
+/* Checks the answer against what was asked: PEER_OK with *status and *logits (pointing into the
+ * frame, n * vocab floats, unaligned: copy them out) or PEER_ERR_PROTO. */
+int peer_logits_read(const uint8_t *p, size_t len, int n, int vocab, int32_t *status,
+                     const uint8_t **logits);
+
+/* REFUSE: a reason, printable ASCII, at most PEER_REASON_MAX bytes (out: +1 for the NUL). */
+int peer_reason_read(const uint8_t *p, size_t n, char *out);
+
+/* Little-endian helpers (also for peer/auth.c and the tests). */
+static inline uint32_t peer_rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline void peer_wr32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+}
+static inline uint64_t peer_rd64(const uint8_t *p)
+{
+    return (uint64_t)peer_rd32(p) | (uint64_t)peer_rd32(p + 4) << 32;
+}
+static inline void peer_wr64(uint8_t *p, uint64_t v)
+{
+    peer_wr32(p, (uint32_t)v);
+    peer_wr32(p + 4, (uint32_t)(v >> 32));
+}
+
+#endif

@@ -1,0 +1,88 @@
+/* peer/peer.h — prefill on one node, decode on another: daemons as each other's devices.
+ *
+ * Two halves, over UCX (peer/link.h) with the messages of peer/msg.h:
+ *
+ *   server  a daemon with `kv_listen = ADDR:PORT` offers devices (`peer_devices`) to its peers:
+ *           a thread of its own accepts connections, authenticates them (peer/auth.h), answers
+ *           heartbeats with its device list and free memory, and runs what they ask on those
+ *           devices: sequences, KV imports in the KV wire format (proto/KV_FORMAT.md; every
+ *           chunk's CRC checked on arrival), decode steps. The devices it offers are its own:
+ *           the daemon's scheduler does not drive them (accel.h: one thread per device).
+ *   client  a daemon with `peers = ADDR:PORT,...` connects to each (peer_node_connect) and opens
+ *           each device a peer offers as a device of its own (peer_remote_open, through the
+ *           composition root devices/): a "remote" accel backend whose calls go to the peer. Its
+ *           scheduler places on it like on a local card (local cards first). Decode steps bring
+ *           back the full logits, so that sampling, stop strings and logprobs stay where the
+ *           client connection is and a request means the same whichever node decodes it.
+ *
+ * Faults: a peer that stops answering its heartbeat (PEER_HEARTBEAT_S, PEER_DEAD_S) or fails a
+ * call has its devices marked FAILED: the scheduler moves their requests (re-prefilled where
+ * their KV was). A chunk whose CRC fails is refused with ACCEL_ERR_CORRUPT and logged on the
+ * receiving node; the sender's scheduler counts it and marks the device. A peer that sends
+ * anything malformed, oversized or unauthenticated is disconnected with a log line.
+ *
+ * Testing: TANDEM_PEER_FAULT="kv_bitflip=N" flips one payload bit of the N-th KV chunk this
+ * process sends (after its CRC was computed): corruption on the wire, as the receiver sees it.
+ *
+ * Threads: peer_server_* and peer_node_* from one thread (the daemon's loading / shutdown);
+ * a remote device is driven as accel.h says; the log hook may be called from any thread. */
+#ifndef TANDEM_PEER_H
+#define TANDEM_PEER_H
+#include "model/ckpt/model.h"
+#include "peer/msg.h"
+#include "scheduler/accel.h"
+#include <stddef.h>
+
+/* Heartbeat period, and the silence after which a peer is dead: "within seconds". */
+#define PEER_HEARTBEAT_S 1.0
+#define PEER_DEAD_S 3.0
+/* A call on a remote device (one decode step, one KV chunk) that takes longer fails it: far
+ * above a step of any model on any card, far below the scheduler's watchdog (10 s default). */
+#define PEER_CALL_TIMEOUT_S 8.0
+
+/* Where log lines go: warn 1 for warnings. event is a word ("peer_refused"), msg key=value
+ * pairs. Default: stderr. Set once before anything starts. */
+typedef void (*peer_log_fn)(int warn, const char *event, const char *msg);
+void peer_set_log(peer_log_fn fn);
+
+/* ---------------------------------------------------------------- server */
+
+typedef struct peer_server peer_server;
+typedef struct peer_server_cfg {
+    const char *listen;        /* "ADDR:PORT" */
+    const char *name;          /* this node's name (peer_name_valid) */
+    const char *key;           /* the shared key (peer/auth.h bounds) */
+    const model *m;
+    accel_dev *const *devs;    /* offered devices: driven by the server's thread from now on */
+    int n_devs;
+} peer_server_cfg;
+/* Starts listening and the server's thread. PEER_OK, or a status with a message in err. The
+ * devices stay the caller's to free, after peer_server_stop. */
+int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, size_t errlen);
+int peer_server_port(const peer_server *s);
+/* Stops the thread, closes every connection (their sequences freed) and the listener. */
+void peer_server_stop(peer_server *s);
+
+/* ---------------------------------------------------------------- client */
+
+typedef struct peer_node peer_node;
+/* Connects to the node at addr, authenticates both ways, checks that it serves model m, and
+ * starts its heartbeat. Retries a node that is not up yet for up to wait_s seconds; a wrong key
+ * or another model is not retried. PEER_OK or a status with a message in err. */
+int peer_node_connect(const char *addr, const char *my_name, const char *key, const model *m,
+                      double wait_s, peer_node **out, char *err, size_t errlen);
+/* The node's name, and the devices it offered when we connected. */
+const char *peer_node_name(const peer_node *n);
+int peer_node_n_devs(const peer_node *n);
+/* Stops the heartbeat and closes. Free the node's remote devices first. */
+void peer_node_free(peer_node *n);
+
+/* The remote backend's constructor (the composition root calls it): device i of node n as an
+ * accel_dev named "NODE/DEVICE". opts->mem_limit caps its KV budget like a local device's. */
+accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opts *o, char *err,
+                            size_t errlen);
+
+/* For the modules of this folder. */
+void peer_log(int warn, const char *event, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

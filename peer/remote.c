@@ -1,0 +1,505 @@
+/* peer/remote.c — the node that holds the client connection: a peer's devices as accel devices
+ * of its own (peer.h), and the heartbeat that notices a peer gone.
+ *
+ * Connections: one per remote device (its scheduler worker is the only thread that calls it,
+ * accel.h's rule, so a call is a plain request and answer on it) and one for the heartbeat
+ * thread. Each is authenticated on its own. A call waits in slices of 50 ms and gives up when
+ * the node is marked dead by the heartbeat, so a peer that hangs costs at most PEER_DEAD_S.
+ *
+ * What goes over the wire per decode step: n (sequence, token) pairs out, n * vocab float32
+ * logits back (a 128K vocabulary: 512 KiB a sequence a step; 2 KiB for the bundled model). The
+ * logits come back whole so that sampling, logprobs and stop strings run where they run for a
+ * local device, and a request means the same on any node; sampling on the peer would cut this
+ * to a few bytes (BENCHMARKS.md measures what it costs). */
+#include "peer/auth.h"
+#include "peer/link.h"
+#include "peer/peer.h"
+#include "proto/kv_wire.h"
+#include "scheduler/accel_impl.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <openssl/crypto.h>
+
+struct peer_node {
+    char addr[128];
+    char my_name[PEER_NAME_MAX + 1];
+    char name[PEER_NAME_MAX + 1];
+    char key[PEER_KEY_MAX + 1];
+    const model *m;
+    peer_info info;          /* as of the handshake */
+    peer_conn *hb;           /* the heartbeat's connection */
+    pthread_t th;
+    int th_started;
+    _Atomic int stop;
+    _Atomic int dead;
+    pthread_mutex_t mu;      /* devs, live */
+    accel_dev *devs[PEER_MAX_DEVS];
+    peer_info live;          /* the last heartbeat's answer */
+};
+
+typedef struct rdev {
+    accel_dev base;
+    peer_node *node;
+    int index;               /* the device's index on its node */
+    peer_conn *c;
+    peer_dev_info di;
+    char name[32];
+    uint8_t *buf;            /* a KV chunk serialized */
+    size_t buf_cap;
+} rdev;
+
+typedef struct rseq {
+    accel_seq base;
+    uint32_t id;
+} rseq;
+
+/* ---------------------------------------------------------------- fault injection (tests) */
+
+static long fault_kv_bitflip(void)
+{
+    static long n = -2;
+    if (n == -2) {
+        const char *f = getenv("TANDEM_PEER_FAULT");
+        n = -1;
+        if (f && !strncmp(f, "kv_bitflip=", 11)) n = strtol(f + 11, NULL, 10);
+    }
+    return n;
+}
+static _Atomic long g_kv_sent;
+
+/* ---------------------------------------------------------------- handshake */
+
+static int expect(peer_conn *c, int type, uint32_t max, const uint8_t **p, peer_header *h,
+                  double timeout_s, char *err, size_t errlen)
+{
+    int st = peer_conn_recv(c, max, h, p, timeout_s);
+    if (st) {
+        snprintf(err, errlen, "%s", peer_strerror(st));
+        return st;
+    }
+    if (h->type == PEER_REFUSE) {
+        char why[PEER_REASON_MAX + 1] = "?";
+        peer_reason_read(*p, h->length, why);
+        snprintf(err, errlen, "refused: %s", why);
+        return PEER_ERR_REFUSED;
+    }
+    if (h->type != type) {
+        snprintf(err, errlen, "expected %s, got %s", peer_type_name(type), peer_type_name(h->type));
+        return PEER_ERR_PROTO;
+    }
+    return PEER_OK;
+}
+
+/* Authenticates c both ways and reads the node's info. */
+static int handshake(peer_conn *c, const char *my_name, const char *key, char *peer_name,
+                     peer_info *info, char *err, size_t errlen)
+{
+    peer_hello hello = {0}, ch;
+    if (peer_nonce(hello.nonce)) {
+        snprintf(err, errlen, "no random bytes");
+        return PEER_ERR_IO;
+    }
+    snprintf(hello.name, sizeof hello.name, "%s", my_name);
+    uint8_t buf[PEER_MAX_PREAUTH];
+    size_t n = peer_hello_write(buf, &hello, 0);
+    int st = peer_conn_send(c, PEER_HELLO, buf, n, NULL, 0, 5.0);
+    if (st) {
+        snprintf(err, errlen, "%s", peer_strerror(st));
+        return st;
+    }
+    peer_header h;
+    const uint8_t *p;
+    if ((st = expect(c, PEER_CHALLENGE, PEER_MAX_PREAUTH, &p, &h, 5.0, err, errlen))) return st;
+    if (peer_hello_read(p, h.length, 1, &ch)) {
+        snprintf(err, errlen, "malformed challenge");
+        return PEER_ERR_PROTO;
+    }
+    uint8_t want[PEER_MAC];
+    size_t kl = strlen(key);
+    peer_mac((const uint8_t *)key, kl, 's', hello.nonce, ch.nonce, want);
+    if (!peer_mac_equal(ch.mac, want)) {
+        snprintf(err, errlen, "the node does not hold our peer_key");
+        return PEER_ERR_AUTH;
+    }
+    uint8_t mac[PEER_MAC];
+    peer_mac((const uint8_t *)key, kl, 'c', ch.nonce, hello.nonce, mac);
+    if ((st = peer_conn_send(c, PEER_AUTH, mac, sizeof mac, NULL, 0, 5.0))) {
+        snprintf(err, errlen, "%s", peer_strerror(st));
+        return st;
+    }
+    if ((st = expect(c, PEER_WELCOME, (uint32_t)peer_info_bytes(PEER_MAX_DEVS), &p, &h, 5.0, err, errlen))) {
+        /* a connection closed right after AUTH: the server refused our proof */
+        if (st == PEER_ERR_IO) snprintf(err, errlen, "refused after authentication (a different peer_key?)");
+        return st == PEER_ERR_IO ? PEER_ERR_AUTH : st;
+    }
+    if (peer_info_read(p, h.length, info)) {
+        snprintf(err, errlen, "malformed device list");
+        return PEER_ERR_PROTO;
+    }
+    snprintf(peer_name, PEER_NAME_MAX + 1, "%s", ch.name);
+    return PEER_OK;
+}
+
+static int connect_auth(peer_node *n, peer_conn **out, peer_info *info, char *err, size_t errlen)
+{
+    peer_conn *c;
+    int st = peer_conn_connect(n->addr, &c, err, errlen);
+    if (st) return st;
+    char name[PEER_NAME_MAX + 1];
+    st = handshake(c, n->my_name, n->key, name, info, err, errlen);
+    if (!st && n->name[0] && strcmp(name, n->name)) {
+        snprintf(err, errlen, "the node at %s is now '%s', was '%s'", n->addr, name, n->name);
+        st = PEER_ERR_PROTO;
+    }
+    if (!st) snprintf(n->name, sizeof n->name, "%s", name);
+    if (st) {
+        peer_conn_free(c);
+        return st;
+    }
+    *out = c;
+    return PEER_OK;
+}
+
+/* ---------------------------------------------------------------- heartbeat */
+
+static void node_mark_dead(peer_node *n, const char *why)
+{
+    if (atomic_exchange(&n->dead, 1)) return;
+    pthread_mutex_lock(&n->mu);
+    for (int i = 0; i < PEER_MAX_DEVS; i++)
+        if (n->devs[i]) accel_dev_fail(n->devs[i]);
+    pthread_mutex_unlock(&n->mu);
+    peer_log(1, "peer_lost", "peer=%s addr=%s reason=\"%s\"", n->name, n->addr, why);
+}
+
+static void *heartbeat_main(void *arg)
+{
+    peer_node *n = arg;
+    double last_ok = peer_now();
+    while (!atomic_load(&n->stop) && !atomic_load(&n->dead)) {
+        struct timespec ts = {0, (long)(PEER_HEARTBEAT_S * 1e9) % 1000000000L};
+        ts.tv_sec = (time_t)PEER_HEARTBEAT_S;
+        nanosleep(&ts, NULL);
+        if (atomic_load(&n->stop)) break;
+        peer_header h;
+        const uint8_t *p;
+        int st = peer_conn_send(n->hb, PEER_PING, NULL, 0, NULL, 0, PEER_DEAD_S);
+        if (!st) st = peer_conn_recv(n->hb, (uint32_t)peer_info_bytes(PEER_MAX_DEVS), &h, &p, PEER_DEAD_S);
+        peer_info in;
+        if (!st && (h.type != PEER_INFO || peer_info_read(p, h.length, &in) || in.n_devs != n->info.n_devs))
+            st = PEER_ERR_PROTO;
+        if (!st) {
+            last_ok = peer_now();
+            pthread_mutex_lock(&n->mu);
+            n->live = in;
+            pthread_mutex_unlock(&n->mu);
+            continue;
+        }
+        if (st == PEER_ERR_PROTO || peer_conn_dead(n->hb) || peer_now() - last_ok >= PEER_DEAD_S) {
+            node_mark_dead(n, st == PEER_ERR_PROTO ? "bad heartbeat answer" : peer_strerror(st));
+            break;
+        }
+    }
+    return NULL;
+}
+
+int peer_node_connect(const char *addr, const char *my_name, const char *key, const model *m,
+                      double wait_s, peer_node **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    peer_node *n = calloc(1, sizeof *n);
+    if (!n) return PEER_ERR_NOMEM;
+    snprintf(n->addr, sizeof n->addr, "%s", addr);
+    snprintf(n->my_name, sizeof n->my_name, "%s", my_name);
+    snprintf(n->key, sizeof n->key, "%s", key);
+    n->m = m;
+    pthread_mutex_init(&n->mu, NULL);
+    double end = peer_now() + wait_s;
+    int st;
+    for (;;) {
+        st = connect_auth(n, &n->hb, &n->info, err, errlen);
+        if (st != PEER_ERR_IO && st != PEER_ERR_TIMEOUT) break;
+        if (peer_now() >= end) break;
+        struct timespec ts = {0, 200000000}; /* a node that is still starting: again in 0.2 s */
+        nanosleep(&ts, NULL);
+    }
+    if (!st) {
+        const model_config *c = &m->cfg;
+        if (memcmp(n->info.fingerprint, m->fingerprint, 32) || n->info.vocab != c->vocab ||
+            n->info.n_layers != c->n_layers || n->info.n_kv_heads != c->n_kv_heads ||
+            n->info.head_dim != c->head_dim) {
+            snprintf(err, errlen, "the node serves another model (fingerprint or shape differ)");
+            st = PEER_ERR_MODEL;
+        }
+    }
+    if (!st && pthread_create(&n->th, NULL, heartbeat_main, n) == 0) n->th_started = 1;
+    else if (!st) st = PEER_ERR_NOMEM;
+    if (st) {
+        char e2[256];
+        snprintf(e2, sizeof e2, "peer %s: %s", addr, err);
+        snprintf(err, errlen, "%s", e2);
+        peer_node_free(n);
+        return st;
+    }
+    n->live = n->info;
+    *out = n;
+    peer_log(0, "peer_connected", "peer=%s addr=%s devices=%d", n->name, addr, n->info.n_devs);
+    return PEER_OK;
+}
+
+const char *peer_node_name(const peer_node *n)
+{
+    return n->name;
+}
+
+int peer_node_n_devs(const peer_node *n)
+{
+    return n->info.n_devs;
+}
+
+void peer_node_free(peer_node *n)
+{
+    if (!n) return;
+    atomic_store(&n->stop, 1);
+    if (n->th_started) pthread_join(n->th, NULL);
+    peer_conn_free(n->hb);
+    pthread_mutex_destroy(&n->mu);
+    OPENSSL_cleanse(n->key, sizeof n->key);
+    free(n);
+}
+
+/* ---------------------------------------------------------------- calls */
+
+/* Sends a request and waits for its answer of `type`: PEER_OK with the payload, or a failure
+ * that fails the device (the caller returns accel_dev_fail's status). */
+static int call(rdev *d, int type, const void *a, size_t na, const void *b, size_t nb, int answer,
+                uint32_t max, peer_header *h, const uint8_t **p)
+{
+    peer_node *n = d->node;
+    if (atomic_load(&n->dead) || peer_conn_dead(d->c)) return PEER_ERR_IO;
+    int st = peer_conn_send(d->c, type, a, na, b, nb, PEER_CALL_TIMEOUT_S);
+    double end = peer_now() + PEER_CALL_TIMEOUT_S;
+    while (!st) {
+        st = peer_conn_recv(d->c, max, h, p, 0.05);
+        if (st == PEER_ERR_TIMEOUT && !atomic_load(&n->dead) && peer_now() < end) st = 0;
+        else break;
+    }
+    if (!st && h->type != answer) st = PEER_ERR_PROTO;
+    if (st)
+        peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name, peer_type_name(type),
+                 peer_strerror(st));
+    return st;
+}
+
+/* A REPLY's status as an accel status: a value outside accel's range is the peer's bug. */
+static int reply_status(rdev *d, const peer_header *h, const uint8_t *p, uint32_t *value)
+{
+    peer_words w;
+    if (peer_words_read(p, h->length, 2, &w)) return accel_dev_fail(&d->base);
+    int32_t st = (int32_t)w.w[0];
+    if (value) *value = w.w[1];
+    if (st == 0 || ACCEL_IS_ERR(st)) return st;
+    return accel_dev_fail(&d->base);
+}
+
+static int words_call(rdev *d, int type, uint32_t a, uint32_t b, uint32_t c, int n_words, uint32_t *value)
+{
+    peer_words w = {{a, b, c, 0}};
+    uint8_t buf[16];
+    size_t len = peer_words_write(buf, &w, n_words);
+    peer_header h;
+    const uint8_t *p;
+    if (call(d, type, buf, len, NULL, 0, PEER_REPLY, 8, &h, &p)) return accel_dev_fail(&d->base);
+    return reply_status(d, &h, p, value);
+}
+
+/* ---------------------------------------------------------------- the backend */
+
+static void r_describe(accel_dev *ad, accel_info *out)
+{
+    rdev *d = (rdev *)ad;
+    snprintf(out->name, sizeof out->name, "%s", d->name);
+    snprintf(out->desc, sizeof out->desc, "%.31s on %.31s (%.20s, UCX)", d->di.name, d->node->name, d->node->addr);
+    out->kind = (enum accel_kind)d->di.kind;
+    out->caps = d->di.caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT);
+    out->max_batch = d->di.max_batch;
+}
+
+static int r_seq_new(accel_dev *ad, int capacity, accel_seq **out)
+{
+    rdev *d = (rdev *)ad;
+    rseq *s = calloc(1, sizeof *s);
+    if (!s) return ACCEL_ERR_NOMEM;
+    int st = words_call(d, PEER_SEQ_NEW, (uint32_t)d->index, (uint32_t)capacity, 0, 2, &s->id);
+    if (st) {
+        free(s);
+        return st;
+    }
+    *out = &s->base;
+    return ACCEL_OK;
+}
+
+static void r_seq_free(accel_dev *ad, accel_seq *as)
+{
+    rdev *d = (rdev *)ad;
+    rseq *s = (rseq *)as;
+    /* a dead peer freed its side when the connection went */
+    if (!atomic_load(&d->node->dead) && !peer_conn_dead(d->c))
+        words_call(d, PEER_SEQ_FREE, (uint32_t)d->index, s->id, 0, 2, NULL);
+    free(s);
+}
+
+static int r_prefill(accel_dev *ad, const accel_prefill_req *r)
+{
+    (void)ad;
+    (void)r;
+    return ACCEL_ERR_UNSUPPORTED; /* a remote device decodes (caps say so) */
+}
+
+static int r_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_t *ids, float *logits)
+{
+    rdev *d = (rdev *)ad;
+    if (n > PEER_MAX_BATCH) return ACCEL_ERR_INVALID;
+    uint32_t sid[PEER_MAX_BATCH];
+    for (int i = 0; i < n; i++) sid[i] = ((rseq *)seqs[i])->id;
+    uint8_t req[8 + 8 * PEER_MAX_BATCH];
+    size_t len = peer_decode_write(req, (uint32_t)d->index, n, sid, ids);
+    int vocab = d->base.m->cfg.vocab;
+    peer_header h;
+    const uint8_t *p, *l;
+    int32_t status;
+    uint32_t max = PEER_LOGITS_FIXED + 4u * (uint32_t)n * (uint32_t)vocab;
+    if (call(d, PEER_DECODE, req, len, NULL, 0, PEER_LOGITS, max, &h, &p) ||
+        peer_logits_read(p, h.length, n, vocab, &status, &l))
+        return accel_dev_fail(&d->base);
+    if (status != 0) return ACCEL_IS_ERR(status) ? status : accel_dev_fail(&d->base);
+    memcpy(logits, l, sizeof(float) * (size_t)n * (size_t)vocab);
+    return ACCEL_OK;
+}
+
+static int r_kv_import_crc(accel_dev *ad, accel_seq *as, const proto_kv_layer *c, uint32_t crc)
+{
+    rdev *d = (rdev *)ad;
+    rseq *s = (rseq *)as;
+    const model *m = d->base.m;
+    size_t cb = proto_kv_chunk_bytes(c);
+    if (!cb) return ACCEL_ERR_INVALID;
+    size_t need = PEER_KV_FIXED + PROTO_KV_HEADER_BYTES + cb;
+    if (need > PEER_MAX_PAYLOAD) return ACCEL_ERR_INVALID;
+    if (need > d->buf_cap) {
+        uint8_t *b = realloc(d->buf, need);
+        if (!b) return ACCEL_ERR_NOMEM;
+        d->buf = b;
+        d->buf_cap = need;
+    }
+    peer_kv k = {(uint32_t)d->index, s->id, crc, c->layer == 0 ? PEER_KV_RUN_START : 0, NULL, 0};
+    peer_kv_write_fixed(d->buf, &k);
+    size_t o = PEER_KV_FIXED;
+    if (c->layer == 0) {
+        proto_kv_header hd = {.n_layers = m->cfg.n_layers, .n_kv_heads = c->n_kv_heads,
+                              .head_dim = c->head_dim, .n_tokens = c->n_tokens, .pos0 = c->pos0,
+                              .dtype = c->dtype};
+        memcpy(hd.fingerprint, m->fingerprint, 32);
+        if (proto_kv_header_write(&hd, d->buf + o) < 0) return ACCEL_ERR_INVALID;
+        o += PROTO_KV_HEADER_BYTES;
+    }
+    long long w = proto_kv_chunk_write(c, d->buf + o, d->buf_cap - o);
+    if (w < 0) return ACCEL_ERR_INVALID;
+    o += (size_t)w;
+    long flip = fault_kv_bitflip();
+    if (flip >= 0 && atomic_fetch_add(&g_kv_sent, 1) + 1 == flip && (size_t)w > PROTO_KV_CHUNK_HEADER_BYTES) {
+        d->buf[o - 1 - ((size_t)w - PROTO_KV_CHUNK_HEADER_BYTES) / 2] ^= 0x08; /* mid-payload */
+        peer_log(1, "peer_fault_injected", "device=%s kind=kv_bitflip chunk=%ld", d->name, flip);
+    }
+    peer_header h;
+    const uint8_t *p;
+    if (call(d, PEER_KV, d->buf, o, NULL, 0, PEER_REPLY, 8, &h, &p)) return accel_dev_fail(&d->base);
+    return reply_status(d, &h, p, NULL);
+}
+
+static int r_kv_import(accel_dev *ad, accel_seq *s, const proto_kv_layer *c)
+{
+    return r_kv_import_crc(ad, s, c, proto_kv_payload_crc(c));
+}
+
+static int r_warmup(accel_dev *ad)
+{
+    rdev *d = (rdev *)ad;
+    return words_call(d, PEER_WARMUP, (uint32_t)d->index, 0, 0, 1, NULL);
+}
+
+static int r_seq_truncate(accel_dev *ad, accel_seq *as, int len)
+{
+    rdev *d = (rdev *)ad;
+    return words_call(d, PEER_TRUNCATE, (uint32_t)d->index, ((rseq *)as)->id, (uint32_t)len, 3, NULL);
+}
+
+static void r_free(accel_dev *ad)
+{
+    rdev *d = (rdev *)ad;
+    pthread_mutex_lock(&d->node->mu);
+    d->node->devs[d->index] = NULL;
+    pthread_mutex_unlock(&d->node->mu);
+    peer_conn_free(d->c);
+    free(d->buf);
+    free(d);
+}
+
+static const struct accel_dev_i remote_i = {
+    .free = r_free,
+    .describe = r_describe,
+    .seq_new = r_seq_new,
+    .seq_free = r_seq_free,
+    .prefill = r_prefill,
+    .decode = r_decode,
+    .kv_import = r_kv_import,
+    .warmup = r_warmup,
+    .seq_truncate = r_seq_truncate,
+    .kv_import_crc = r_kv_import_crc,
+};
+
+accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opts *o, char *err,
+                            size_t errlen)
+{
+    if (i < 0 || i >= n->info.n_devs) {
+        snprintf(err, errlen, "peer %s has no device %d", n->name, i);
+        return NULL;
+    }
+    rdev *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    d->node = n;
+    d->index = i;
+    d->di = n->info.devs[i];
+    if (strlen(n->name) + 1 + strlen(d->di.name) >= sizeof d->name) {
+        snprintf(err, errlen, "'%s/%s' is longer than a device name may be (%zu)", n->name,
+                 d->di.name, sizeof d->name - 1);
+        free(d);
+        return NULL;
+    }
+    size_t nl = strlen(n->name);
+    memcpy(d->name, n->name, nl);
+    d->name[nl] = '/';
+    memcpy(d->name + nl + 1, d->di.name, strlen(d->di.name) + 1);
+    peer_info in;
+    if (connect_auth(n, &d->c, &in, err, errlen)) {
+        free(d);
+        return NULL;
+    }
+    d->base.i = &remote_i;
+    d->base.m = m;
+    if (o) d->base.opts = *o;
+    d->base.kv_bytes_per_token = d->di.kv_bytes_per_token;
+    d->base.mem_total = o && o->mem_limit && o->mem_limit < d->di.mem_total ? o->mem_limit : d->di.mem_total;
+    pthread_mutex_lock(&n->mu);
+    n->devs[i] = &d->base;
+    pthread_mutex_unlock(&n->mu);
+    if (atomic_load(&n->dead)) accel_dev_fail(&d->base);
+    return &d->base;
+}

@@ -1,0 +1,442 @@
+/* peer/server.c — the node that offers devices (peer.h).
+ *
+ * One thread owns the listener, every accepted connection and the offered devices: it
+ * progresses UCX, takes whole frames off each connection and answers each in turn (a device
+ * call runs inline: the devices are this thread's alone). A connection is
+ *   HELLO_WAIT -> AUTH_WAIT -> READY
+ * and anything else than the message its state expects closes it with a log line, as does a
+ * handshake not done within HANDSHAKE_S. Each connection holds the sequences it created (at most
+ * MAX_SEQS); they are freed when it closes, whatever way. */
+#include "peer/auth.h"
+#include "peer/link.h"
+#include "peer/peer.h"
+#include "proto/kv_wire.h"
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <openssl/crypto.h>
+
+#define HANDSHAKE_S 5.0
+#define MAX_SEQS 4096 /* per connection: above any continuous batch of a node's cards */
+#define SEND_TIMEOUT_S 10.0
+
+static peer_log_fn g_log;
+
+void peer_set_log(peer_log_fn fn)
+{
+    g_log = fn;
+}
+
+void peer_log(int warn, const char *event, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (g_log) g_log(warn, event, msg);
+    else fprintf(stderr, "tandem: %s event=%s %s\n", warn ? "warn" : "info", event, msg);
+}
+
+enum sconn_state { S_HELLO_WAIT, S_AUTH_WAIT, S_READY };
+
+/* What the KV reader's callback needs: heap-held, since the table of sequences may move */
+typedef struct kvctx {
+    accel_dev *dev;
+    accel_seq *seq;
+    uint32_t crc; /* the producer's CRC of the chunk being fed */
+} kvctx;
+
+typedef struct sseq {
+    accel_seq *s;
+    int dev;
+    int capacity;
+    proto_kv_reader *r;
+    kvctx *kc;
+} sseq;
+
+typedef struct sconn {
+    peer_conn *c;
+    enum sconn_state state;
+    double t0;
+    uint8_t nonce_c[PEER_NONCE], nonce_s[PEER_NONCE];
+    char name[PEER_NAME_MAX + 1];
+    sseq *seqs;
+    int n_seqs, cap_seqs;
+    struct sconn *next;
+} sconn;
+
+struct peer_server {
+    peer_server_cfg cfg;
+    char name[PEER_NAME_MAX + 1];
+    char key[PEER_KEY_MAX + 1];
+    size_t key_len;
+    accel_dev *devs[PEER_MAX_DEVS];
+    peer_listener *l;
+    sconn *conns;
+    pthread_t th;
+    _Atomic int stop;
+    float *logits;
+    size_t logits_cap;
+    uint8_t *out;
+    size_t out_cap;
+};
+
+/* ---------------------------------------------------------------- sequences */
+
+static void sseq_release(peer_server *s, sseq *q)
+{
+    if (q->s) accel_seq_free(s->devs[q->dev], q->s);
+    proto_kv_reader_free(q->r);
+    free(q->kc);
+    memset(q, 0, sizeof *q);
+}
+
+static void sconn_close(peer_server *s, sconn *sc, const char *why)
+{
+    int live = 0;
+    for (int i = 0; i < sc->n_seqs; i++)
+        if (sc->seqs[i].s) {
+            live++;
+            sseq_release(s, &sc->seqs[i]);
+        }
+    if (why)
+        peer_log(1, "peer_closed", "peer=%s addr=%s seqs_freed=%d reason=\"%s\"",
+                 sc->name[0] ? sc->name : "?", peer_conn_addr(sc->c), live, why);
+    free(sc->seqs);
+    peer_conn_free(sc->c);
+    free(sc);
+}
+
+static sseq *seq_get(sconn *sc, uint32_t id, uint32_t dev)
+{
+    if (id >= (uint32_t)sc->n_seqs || !sc->seqs[id].s || (uint32_t)sc->seqs[id].dev != dev) return NULL;
+    return &sc->seqs[id];
+}
+
+static int seq_slot(sconn *sc)
+{
+    for (int i = 0; i < sc->n_seqs; i++)
+        if (!sc->seqs[i].s) return i;
+    if (sc->n_seqs == sc->cap_seqs) {
+        if (sc->cap_seqs >= MAX_SEQS) return -1;
+        int cap = sc->cap_seqs ? 2 * sc->cap_seqs : 16;
+        if (cap > MAX_SEQS) cap = MAX_SEQS;
+        sseq *q = realloc(sc->seqs, sizeof *q * (size_t)cap);
+        if (!q) return -1;
+        sc->seqs = q;
+        sc->cap_seqs = cap;
+    }
+    memset(&sc->seqs[sc->n_seqs], 0, sizeof sc->seqs[0]);
+    return sc->n_seqs++;
+}
+
+/* ---------------------------------------------------------------- answers */
+
+static int reply(sconn *sc, int32_t status, uint32_t value)
+{
+    peer_words w = {{(uint32_t)status, value, 0, 0}};
+    uint8_t b[8];
+    peer_words_write(b, &w, 2);
+    return peer_conn_send(sc->c, PEER_REPLY, b, sizeof b, NULL, 0, SEND_TIMEOUT_S);
+}
+
+static void fill_info(peer_server *s, peer_info *in)
+{
+    const model_config *c = &s->cfg.m->cfg;
+    memset(in, 0, sizeof *in);
+    memcpy(in->fingerprint, s->cfg.m->fingerprint, 32);
+    in->vocab = c->vocab;
+    in->n_layers = c->n_layers;
+    in->n_kv_heads = c->n_kv_heads;
+    in->head_dim = c->head_dim;
+    in->n_devs = s->cfg.n_devs;
+    for (int i = 0; i < s->cfg.n_devs; i++) {
+        accel_info ai;
+        accel_get_info(s->devs[i], &ai);
+        peer_dev_info *d = &in->devs[i];
+        snprintf(d->name, sizeof d->name, "%s", ai.name);
+        d->kind = ai.kind;
+        d->caps = ai.caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT);
+        d->health = ai.health;
+        d->max_batch = ai.max_batch < 1 ? 1 : ai.max_batch > PEER_MAX_BATCH ? PEER_MAX_BATCH : ai.max_batch;
+        d->mem_total = ai.mem_total;
+        d->mem_free = ai.mem_free <= ai.mem_total ? ai.mem_free : ai.mem_total;
+        d->kv_bytes_per_token = ai.kv_bytes_per_token ? ai.kv_bytes_per_token : 1;
+    }
+}
+
+static int send_info(peer_server *s, sconn *sc, int type)
+{
+    peer_info in;
+    fill_info(s, &in);
+    uint8_t buf[52 + PEER_MAX_DEVS * 72];
+    _Static_assert(sizeof buf >= 52 + PEER_MAX_DEVS * 72, "peer_info_bytes(PEER_MAX_DEVS)");
+    size_t n = peer_info_write(buf, &in);
+    return peer_conn_send(sc->c, type, buf, n, NULL, 0, SEND_TIMEOUT_S);
+}
+
+static void refuse(sconn *sc, const char *reason)
+{
+    peer_conn_send(sc->c, PEER_REFUSE, reason, strlen(reason), NULL, 0, 1.0);
+}
+
+/* The reader hands each checked chunk to the device with the producer's CRC. */
+static int import_chunk(void *ctx, const proto_kv_header *h, const proto_kv_layer *chunk,
+                        const proto_kv_chunk_info *info)
+{
+    (void)h;
+    (void)info;
+    kvctx *kc = ctx;
+    return accel_kv_import_crc(kc->dev, kc->seq, chunk, kc->crc);
+}
+
+static int on_kv(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
+{
+    peer_kv k;
+    if (peer_kv_read(p, n, &k)) return PEER_ERR_PROTO;
+    sseq *q = seq_get(sc, k.seq, k.dev);
+    if (!q) return reply(sc, ACCEL_ERR_INVALID, 0);
+    if (k.flags & PEER_KV_RUN_START) {
+        /* a run of positions is one KV stream: its header, then layers 0 .. L-1 */
+        const model *m = s->cfg.m;
+        proto_kv_reader_free(q->r);
+        q->r = NULL;
+        if (!q->kc && !(q->kc = calloc(1, sizeof *q->kc))) return reply(sc, ACCEL_ERR_NOMEM, 0);
+        q->kc->dev = s->devs[q->dev];
+        q->kc->seq = q->s;
+        proto_kv_expect e = {.fingerprint = m->fingerprint, .n_layers = m->cfg.n_layers,
+                             .n_kv_heads = m->cfg.n_kv_heads, .head_dim = m->cfg.head_dim,
+                             .max_tokens = q->capacity - accel_seq_len(q->kc->dev, q->s),
+                             .max_pos = model_context_limit(&m->cfg)};
+        q->r = proto_kv_reader_new(&e, import_chunk, q->kc);
+        if (!q->r) return reply(sc, ACCEL_ERR_NOMEM, 0);
+    }
+    if (!q->r) return reply(sc, ACCEL_ERR_INVALID, 0);
+    q->kc->crc = k.producer_crc;
+    int st = proto_kv_reader_feed(q->r, k.bytes, k.n_bytes);
+    if (PROTO_KV_IS_ERR(st)) {
+        peer_log(1, "peer_kv_corrupt", "peer=%s seq=%u status=\"%s\" detail=\"%s\"", sc->name,
+                 k.seq, proto_kv_wire_strerror(st), proto_kv_reader_error(q->r));
+        st = st == PROTO_KV_ERR_NOMEM ? ACCEL_ERR_NOMEM : ACCEL_ERR_CORRUPT;
+    } else if (st == ACCEL_ERR_CORRUPT) {
+        peer_log(1, "peer_kv_corrupt", "peer=%s seq=%u status=\"device check\"", sc->name, k.seq);
+    }
+    return reply(sc, st, 0);
+}
+
+static int on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
+{
+    static __thread uint32_t ids_seq[PEER_MAX_BATCH];
+    static __thread int32_t ids[PEER_MAX_BATCH];
+    accel_seq *seqs[PEER_MAX_BATCH];
+    uint32_t dev;
+    int k;
+    if (peer_decode_read(p, n, &dev, &k, ids_seq, ids)) return PEER_ERR_PROTO;
+    uint8_t fixed[PEER_LOGITS_FIXED];
+    int vocab = s->cfg.m->cfg.vocab, st = 0;
+    for (int i = 0; i < k && !st; i++) {
+        sseq *q = seq_get(sc, ids_seq[i], dev);
+        if (!q) st = ACCEL_ERR_INVALID;
+        else seqs[i] = q->s;
+    }
+    size_t need = (size_t)k * (size_t)vocab;
+    if (!st && need > s->logits_cap) {
+        float *l = realloc(s->logits, need * sizeof *l);
+        if (!l) st = ACCEL_ERR_NOMEM;
+        else s->logits = l, s->logits_cap = need;
+    }
+    if (!st) st = accel_decode(s->devs[dev], k, seqs, ids, s->logits);
+    peer_logits_write_fixed(fixed, st, k, vocab);
+    return peer_conn_send(sc->c, PEER_LOGITS, fixed, sizeof fixed, st ? NULL : s->logits,
+                          st ? 0 : need * sizeof(float), SEND_TIMEOUT_S);
+}
+
+static int on_ready(peer_server *s, sconn *sc, const peer_header *h, const uint8_t *p)
+{
+    peer_words w;
+    switch (h->type) {
+    case PEER_PING: return h->length ? PEER_ERR_PROTO : send_info(s, sc, PEER_INFO);
+    case PEER_SEQ_NEW: {
+        if (peer_words_read(p, h->length, 2, &w) || w.w[0] >= (uint32_t)s->cfg.n_devs) return PEER_ERR_PROTO;
+        if (w.w[1] < 1 || w.w[1] > (uint32_t)model_context_limit(&s->cfg.m->cfg)) return reply(sc, ACCEL_ERR_INVALID, 0);
+        int slot = seq_slot(sc);
+        if (slot < 0) return reply(sc, ACCEL_ERR_NOMEM, 0);
+        sseq *q = &sc->seqs[slot];
+        int st = accel_seq_new(s->devs[w.w[0]], (int)w.w[1], &q->s);
+        if (st) q->s = NULL;
+        q->dev = (int)w.w[0];
+        q->capacity = (int)w.w[1];
+        return reply(sc, st, (uint32_t)slot);
+    }
+    case PEER_SEQ_FREE: {
+        if (peer_words_read(p, h->length, 2, &w)) return PEER_ERR_PROTO;
+        sseq *q = seq_get(sc, w.w[1], w.w[0]);
+        if (!q) return reply(sc, ACCEL_ERR_INVALID, 0);
+        sseq_release(s, q);
+        return reply(sc, 0, 0);
+    }
+    case PEER_TRUNCATE: {
+        if (peer_words_read(p, h->length, 3, &w)) return PEER_ERR_PROTO;
+        sseq *q = seq_get(sc, w.w[1], w.w[0]);
+        if (!q || w.w[2] > (uint32_t)accel_seq_len(s->devs[q->dev], q->s)) return reply(sc, ACCEL_ERR_INVALID, 0);
+        return reply(sc, accel_seq_truncate(s->devs[q->dev], q->s, (int)w.w[2]), 0);
+    }
+    case PEER_WARMUP:
+        if (peer_words_read(p, h->length, 1, &w) || w.w[0] >= (uint32_t)s->cfg.n_devs) return PEER_ERR_PROTO;
+        return reply(sc, accel_warmup(s->devs[w.w[0]]), 0);
+    case PEER_KV: return on_kv(s, sc, p, h->length);
+    case PEER_DECODE: return on_decode(s, sc, p, h->length);
+    }
+    return PEER_ERR_PROTO;
+}
+
+/* One frame. PEER_OK, or a status that closes the connection. */
+static int handle(peer_server *s, sconn *sc, const peer_header *h, const uint8_t *p)
+{
+    if (sc->state == S_HELLO_WAIT) {
+        peer_hello hello;
+        if (h->type != PEER_HELLO || peer_hello_read(p, h->length, 0, &hello)) return PEER_ERR_PROTO;
+        memcpy(sc->nonce_c, hello.nonce, PEER_NONCE);
+        snprintf(sc->name, sizeof sc->name, "%s", hello.name);
+        peer_hello ch = {0};
+        if (peer_nonce(ch.nonce)) return PEER_ERR_IO;
+        memcpy(sc->nonce_s, ch.nonce, PEER_NONCE);
+        peer_mac((const uint8_t *)s->key, s->key_len, 's', sc->nonce_c, sc->nonce_s, ch.mac);
+        snprintf(ch.name, sizeof ch.name, "%s", s->name);
+        uint8_t buf[PEER_MAX_PREAUTH];
+        size_t n = peer_hello_write(buf, &ch, 1);
+        sc->state = S_AUTH_WAIT;
+        return peer_conn_send(sc->c, PEER_CHALLENGE, buf, n, NULL, 0, SEND_TIMEOUT_S);
+    }
+    if (sc->state == S_AUTH_WAIT) {
+        if (h->type != PEER_AUTH || h->length != PEER_MAC) return PEER_ERR_PROTO;
+        uint8_t want[PEER_MAC];
+        peer_mac((const uint8_t *)s->key, s->key_len, 'c', sc->nonce_s, sc->nonce_c, want);
+        if (!peer_mac_equal(p, want)) {
+            refuse(sc, "authentication failed: not the same peer_key");
+            return PEER_ERR_AUTH;
+        }
+        sc->state = S_READY;
+        peer_log(0, "peer_connected", "peer=%s addr=%s", sc->name, peer_conn_addr(sc->c));
+        return send_info(s, sc, PEER_WELCOME);
+    }
+    return on_ready(s, sc, h, p);
+}
+
+static void *server_main(void *arg)
+{
+    peer_server *s = arg;
+    while (!atomic_load(&s->stop)) {
+        peer_listener_progress(s->l, 0.05);
+        peer_conn *c;
+        while ((c = peer_listener_accept(s->l))) {
+            sconn *sc = calloc(1, sizeof *sc);
+            if (!sc) {
+                peer_conn_free(c);
+                continue;
+            }
+            sc->c = c;
+            sc->t0 = peer_now();
+            sc->next = s->conns;
+            s->conns = sc;
+        }
+        double now = peer_now();
+        for (sconn **pp = &s->conns; *pp;) {
+            sconn *sc = *pp;
+            int st = 0, got;
+            peer_header h;
+            const uint8_t *p;
+            uint32_t max = sc->state == S_READY ? PEER_MAX_PAYLOAD : PEER_MAX_PREAUTH;
+            /* a bounded number of frames per pass, so that one busy peer cannot starve the rest */
+            for (int k = 0; k < 64 && (got = peer_conn_poll(sc->c, max, &h, &p)) == 1; k++) {
+                st = handle(s, sc, &h, p);
+                if (st) break;
+                max = sc->state == S_READY ? PEER_MAX_PAYLOAD : PEER_MAX_PREAUTH;
+            }
+            if (!st && got < 0) st = got;
+            const char *why = NULL;
+            if (st == PEER_ERR_PROTO) why = "bad message (malformed, oversized, unknown version or out of turn)";
+            else if (st == PEER_ERR_AUTH) why = "authentication failed: not the same peer_key";
+            else if (st) why = peer_strerror(st);
+            else if (peer_conn_dead(sc->c)) why = sc->state == S_READY ? "connection lost" : "connection lost during the handshake";
+            else if (sc->state != S_READY && now - sc->t0 > HANDSHAKE_S) why = "handshake timed out";
+            if (why) {
+                *pp = sc->next;
+                if (st == PEER_ERR_AUTH || st == PEER_ERR_PROTO)
+                    peer_log(1, "peer_refused", "addr=%s peer=%s reason=\"%s\"", peer_conn_addr(sc->c),
+                             sc->name[0] ? sc->name : "?", why);
+                sconn_close(s, sc, st == PEER_ERR_AUTH || st == PEER_ERR_PROTO ? NULL : why);
+                continue;
+            }
+            pp = &sc->next;
+        }
+    }
+    while (s->conns) {
+        sconn *sc = s->conns;
+        s->conns = sc->next;
+        sconn_close(s, sc, NULL);
+    }
+    return NULL;
+}
+
+int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!peer_name_valid(cfg->name)) {
+        snprintf(err, errlen, "node_name '%s': 1 to %d of A-Z a-z 0-9 . _ -", cfg->name, PEER_NAME_MAX);
+        return PEER_ERR_PROTO;
+    }
+    if (cfg->n_devs < 0 || cfg->n_devs > PEER_MAX_DEVS) {
+        snprintf(err, errlen, "peer_devices: at most %d", PEER_MAX_DEVS);
+        return PEER_ERR_PROTO;
+    }
+    size_t kl = strlen(cfg->key);
+    if (kl < PEER_KEY_MIN || kl > PEER_KEY_MAX) {
+        snprintf(err, errlen, "the peer key must be %d to %d characters", PEER_KEY_MIN, PEER_KEY_MAX);
+        return PEER_ERR_AUTH;
+    }
+    peer_server *s = calloc(1, sizeof *s);
+    if (!s) return PEER_ERR_NOMEM;
+    s->cfg = *cfg;
+    snprintf(s->name, sizeof s->name, "%s", cfg->name);
+    memcpy(s->key, cfg->key, kl + 1);
+    s->key_len = kl;
+    for (int i = 0; i < cfg->n_devs; i++) s->devs[i] = cfg->devs[i];
+    s->cfg.devs = s->devs;
+    int st = peer_listener_new(cfg->listen, &s->l, err, errlen);
+    if (st) {
+        OPENSSL_cleanse(s->key, sizeof s->key);
+        free(s);
+        return st;
+    }
+    if (pthread_create(&s->th, NULL, server_main, s)) {
+        snprintf(err, errlen, "cannot start the peer thread");
+        peer_listener_free(s->l);
+        OPENSSL_cleanse(s->key, sizeof s->key);
+        free(s);
+        return PEER_ERR_NOMEM;
+    }
+    *out = s;
+    return PEER_OK;
+}
+
+int peer_server_port(const peer_server *s)
+{
+    return peer_listener_port(s->l);
+}
+
+void peer_server_stop(peer_server *s)
+{
+    if (!s) return;
+    atomic_store(&s->stop, 1);
+    pthread_join(s->th, NULL);
+    peer_listener_free(s->l);
+    OPENSSL_cleanse(s->key, sizeof s->key);
+    free(s->logits);
+    free(s->out);
+    free(s);
+}
