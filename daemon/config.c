@@ -76,6 +76,13 @@ static const key keys[] = {
     K(step_delay_ms, KEY_DOUBLE, "0", 0, 60000, "testing only: sleep before each device step"),
     K(gpu_tune, KEY_STR, "", 0, 0, "cuda devices' settings, key=value,... (chunk=N tokens per pass, graphs=0|1)"),
     K(decode_sparse, KEY_STR, "", 0, 0, "sparse decode of long contexts: off, or asynctls[,key=value...] (cpu; needs tandem calibrate-channels)"),
+    K(node_name, KEY_STR, "", 0, 0, "this node's name among its peers, in x-tandem-devices (NODE/device; default: the host name)"),
+    K(kv_listen, KEY_STR, "", 0, 0, "ADDR:PORT where peers connect over UCX to decode on peer_devices (empty: none)"),
+    K(peer_devices, KEY_STR, "", 0, 0, "comma-separated devices this node offers to its peers (not used by its own requests)"),
+    K(peers, KEY_STR, "", 0, 0, "comma-separated ADDR:PORT of nodes whose devices decode this node's requests"),
+    K(peer_key, KEY_STR, "", 0, 0, "the key every node of the fleet shares (16+ characters)"),
+    K(peer_key_file, KEY_STR, "", 0, 0, "file holding the peer key (its first line)"),
+    K(peer_wait, KEY_DOUBLE, "30", 0, 3600, "seconds start-up waits for each peer to answer"),
 };
 #undef K
 #define N_KEYS (sizeof keys / sizeof keys[0])
@@ -194,6 +201,7 @@ void dmn_config_wipe_secrets(dmn_config *c)
     char err[256];
     set_key(c, find_key("api_key", 7), "", "wipe", err, sizeof err);
     set_key(c, find_key("admin_key", 9), "", "wipe", err, sizeof err);
+    set_key(c, find_key("peer_key", 8), "", "wipe", err, sizeof err);
 }
 
 void dmn_config_deinit(dmn_config *c)
@@ -299,7 +307,7 @@ static void print_help(void)
 
 static int is_secret(const key *k)
 {
-    return !strcmp(k->name, "api_key") || !strcmp(k->name, "admin_key");
+    return !strcmp(k->name, "api_key") || !strcmp(k->name, "admin_key") || !strcmp(k->name, "peer_key");
 }
 
 /* The effective configuration in the file's format (a file that reads back the same), secrets

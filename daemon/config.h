@@ -9,7 +9,7 @@
  * double quotes (no escapes); an unknown key is an error that names the line.
  *
  * Ownership: dmn_config owns its strings; dmn_config_deinit frees them. Secrets (api_key,
- * admin_key) are wiped with dmn_config_wipe_secrets once the auth module has hashed them.
+ * admin_key, peer_key) are wiped with dmn_config_wipe_secrets once the auth module has hashed them.
  * Threads: loaded once on the main thread before anything else starts. */
 #ifndef TANDEM_DMN_CONFIG_H
 #define TANDEM_DMN_CONFIG_H
@@ -60,6 +60,13 @@ typedef struct dmn_config {
     double step_delay_ms;    /* testing: sleep before each device step (0 in production) */
     char *gpu_tune;          /* cuda devices' settings, "key=value,..." (accel_opts.gpu_tune) */
     char *decode_sparse;     /* "" | off | asynctls[,key=value...] (accel_opts.decode_sparse) */
+    char *node_name;         /* this node among its peers ("": the host name) */
+    char *kv_listen;         /* ADDR:PORT peers connect to ("": none) */
+    char *peer_devices;      /* devices offered to peers */
+    char *peers;             /* ADDR:PORT,... of nodes whose devices we use */
+    char *peer_key;          /* the fleet's shared key (wiped with the others) */
+    char *peer_key_file;
+    double peer_wait;        /* seconds start-up waits for a peer */
 } dmn_config;
 
 /* Fills defaults, then the file, environment and flags (argv[0] is the command name). Returns 0,

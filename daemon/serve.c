@@ -415,6 +415,8 @@ static void do_load_on(dmn_serve *d)
         }
         d->devs[d->n_devs++] = dev;
     }
+    dmn_peer_open(d, &opts);
+    if (d->load_err[0]) return;
     if (d->n_devs == 0)
         snprintf(d->load_err, sizeof d->load_err, "devices: %s%s%s", d->cfg.devices[0] ? "none of '" : "",
                  d->cfg.devices, d->cfg.devices[0] ? "' is on this machine" : "the list is empty");
@@ -480,6 +482,7 @@ static int setup_auth(dmn_serve *d, char *err, size_t errlen)
         return -1;
     }
     dmn_config *c = &d->cfg;
+    if (dmn_peer_load_key(d, err, errlen) < 0) return -1;
     if (c->api_key[0] && dmn_auth_add_key(d->auth, c->api_key, strlen(c->api_key)) < 0) goto oom;
     if (c->api_key_file[0] && dmn_auth_add_file(d->auth, c->api_key_file, err, errlen) < 0) return -1;
     if (c->admin_key[0] && dmn_auth_add_key(d->admin_auth, c->admin_key, strlen(c->admin_key)) < 0) goto oom;
@@ -524,6 +527,7 @@ static void release_engine(dmn_serve *d)
 {
     for (int i = 0; i < d->n_devs; i++) accel_free(d->devs[i]);
     d->n_devs = 0;
+    dmn_peer_close(d);
     model_tmpl_free(d->tmpl);
     model_tok_free(d->tok);
     model_free(d->m);

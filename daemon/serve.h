@@ -18,6 +18,7 @@
 #include "scheduler/sched.h"
 
 #define DMN_VERSION "0.1"
+#define DMN_MAX_PEERS 16
 
 /* Exit codes of `tandem serve` (documented in systemd/tandem.service and the README). */
 #define DMN_EXIT_OK 0
@@ -46,8 +47,16 @@ typedef struct dmn_serve {
     model_tok *tok;
     model_tmpl *tmpl;
     int tmpl_plain;     /* the fallback template: encode its text with the tokenizer's specials */
-    accel_dev *devs[SCHED_MAX_DEVICES];
+    accel_dev *devs[SCHED_MAX_DEVICES]; /* local devices, then the peers' (serve_peer.c) */
     int n_devs;
+    /* peers (serve_peer.c, peer/peer.h) */
+    char node_name[32];
+    char peer_key[1025];
+    struct peer_server *peer_srv;
+    accel_dev *peer_devs[32];  /* lent to peers: driven by the peer server's thread */
+    int n_peer_devs;
+    struct peer_node *nodes[DMN_MAX_PEERS];
+    int n_nodes;
     sched *sched;
     char served_name[128];
     proto_limits limits;
@@ -72,6 +81,14 @@ typedef struct dmn_serve {
     int listener_dead;  /* the API listener failed its self-probes: WATCHDOG=1 withheld */
     char load_err[1024];
 } dmn_serve;
+
+/* serve_peer.c: the key and node name (before the secrets are wiped: 0 or -1 with err); the
+ * lent devices, listener and peers' devices while loading (errors in load_err); and their
+ * release after the engine's devices. */
+struct accel_opts;
+int dmn_peer_load_key(dmn_serve *d, char *err, size_t errlen);
+void dmn_peer_open(dmn_serve *d, const struct accel_opts *opts);
+void dmn_peer_close(dmn_serve *d);
 
 /* api.c */
 extern const dmn_http_handler dmn_api_handler; /* ctx: dmn_serve */

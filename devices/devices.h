@@ -8,6 +8,7 @@
  *   fpga-emu[:N]   an emulated U280 card (fpga/emu, through the XRT C API): build/libxrt_emu.so,
  *                  or <prefix>/lib/tandem/libxrt_emu.so once installed, unless opts->lib_path
  *   fpga[:N]       a real U280 through XRT (libxrt_coreutil.so.2)
+ *   NODE/DEVICE    a device another daemon lends over UCX (peer/peer.h; devices_open_remote)
  *
  * Everything else sees devices through scheduler/accel.h only: the scheduler drives the
  * accel_dev handles this module opens, and no backend opens, includes or calls another. What a
@@ -31,6 +32,13 @@
  * an unknown or malformed name says which names exist. opts may be NULL (defaults). */
 accel_dev *devices_open(const char *name, const model *m, const accel_opts *opts, char *err,
                         size_t errlen);
+
+/* Device i of a peer node (peer/peer.h: peer_node_connect) as a device of this process, named
+ * "NODE/DEVICE": the remote backend, whose calls go to that node over UCX. NULL with a message
+ * in err when the node cannot be reached or the name does not fit. */
+struct peer_node;
+accel_dev *devices_open_remote(struct peer_node *n, int i, const model *m, const accel_opts *o,
+                               char *err, size_t errlen);
 
 /* Whether the device `name` ("cpu", "cuda:1", "fpga:0", ...) exists on this machine, without
  * opening it or loading a model:

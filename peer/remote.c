@@ -325,7 +325,7 @@ static void r_describe(accel_dev *ad, accel_info *out)
     snprintf(out->name, sizeof out->name, "%s", d->name);
     snprintf(out->desc, sizeof out->desc, "%.31s on %.31s (%.20s, UCX)", d->di.name, d->node->name, d->node->addr);
     out->kind = (enum accel_kind)d->di.kind;
-    out->caps = d->di.caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT);
+    out->caps = (d->di.caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)) | ACCEL_CAP_REMOTE;
     out->max_batch = d->di.max_batch;
 }
 

@@ -57,7 +57,8 @@ const char *accel_strerror(int status);
 enum accel_kind { ACCEL_KIND_CPU, ACCEL_KIND_CUDA, ACCEL_KIND_FPGA };
 enum accel_health { ACCEL_HEALTH_OK, ACCEL_HEALTH_DEGRADED, ACCEL_HEALTH_FAILED };
 enum { ACCEL_CAP_PREFILL = 1, ACCEL_CAP_DECODE = 2, ACCEL_CAP_KV_EXPORT = 4, ACCEL_CAP_KV_IMPORT = 8,
-       ACCEL_CAP_PAGED = 16 /* KV in a pool of fixed-size blocks (see "Paged devices" below) */ };
+       ACCEL_CAP_PAGED = 16, /* KV in a pool of fixed-size blocks (see "Paged devices" below) */
+       ACCEL_CAP_REMOTE = 32 /* on another node (peer/peer.h): placed after local devices */ };
 
 typedef struct accel_info {
     char name[32];            /* "cpu", "cuda:0", "fpga:1" */

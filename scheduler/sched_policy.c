@@ -25,7 +25,8 @@ static int is_prefill(const sched_policy_dev *d, const sched_policy_opts *o)
 static int is_card(const sched_policy_dev *d)
 {
     const unsigned need = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
-    return d->kind == ACCEL_KIND_FPGA && (d->caps & need) == need;
+    /* another node's GPU or CPU offered for decode is a KV target like a card */
+    return (d->kind == ACCEL_KIND_FPGA || d->caps & ACCEL_CAP_REMOTE) && (d->caps & need) == need;
 }
 
 /* A pin mask (sched_policy_req.prefill_on / decode_on) lets device i: no pin lets every device. */
@@ -95,7 +96,8 @@ static int better_fallback(const sched_policy_dev *v, int a, int b)
 static int better_card(const sched_policy_dev *v, int a, int b)
 {
     if (b < 0) return 1;
-    int c = cmp(v[a].health, v[b].health);
+    int c = cmp(!!(v[a].caps & ACCEL_CAP_REMOTE), !!(v[b].caps & ACCEL_CAP_REMOTE));
+    if (!c) c = cmp(v[a].health, v[b].health);
     if (!c) c = cmp(v[a].running, v[b].running);
     if (!c) c = cmp((long long)v[a].assigned, (long long)v[b].assigned);
     return c ? c < 0 : a < b;

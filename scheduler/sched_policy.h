@@ -16,7 +16,8 @@
  *   devices     (FAST-Prefill kernels configured). Ranked: CUDA, then FPGA, then CPU (the CPU plays
  *               the GPU's role on a node without one); then OK before DEGRADED; then the fewest
  *               prefill tokens queued; then the lowest index.
- *   cards       usable FPGAs with ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT.
+ *   cards       usable FPGAs with ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT, and any device of
+ *               another node (ACCEL_CAP_REMOTE) with both.
  *   idle card   a card with a free decode slot for all n sequences: running + n <= slots, where
  *               slots = min(max_batch, max_running). max_batch is what one accel_decode call
  *               takes: 1 for the fpga backend (its kernel decodes one sequence per run, as
@@ -29,8 +30,10 @@
  *
  *   1. split:    an idle card with room, and a prefill device with ACCEL_CAP_KV_EXPORT whose free
  *                memory holds the prompt (one sequence at a time; freed when the prefill ends):
- *                prefill there, decode on the card (OK before DEGRADED, then the fewest running,
- *                then the fewest decodes assigned so far — round robin — then the lowest index).
+ *                prefill there, decode on the card (local before remote: ACCEL_CAP_REMOTE, a
+ *                card of another node, whose KV crosses the network; then OK before DEGRADED,
+ *                then the fewest running, then the fewest decodes assigned so far — round
+ *                robin — then the lowest index).
  *   2. fallback: otherwise (every card busy, none with room, or no card at all) a prefill device
  *                that can also decode, with room for all n * (prompt + max_tokens) positions and
  *                running + n <= max_running, decodes it itself: its KV never leaves it. Ranked

@@ -1,0 +1,118 @@
+/* daemon/serve_peer.c — the daemon's side of peer/peer.h: lends peer_devices to the nodes that
+ * connect to kv_listen, and opens the devices of the nodes in `peers` as devices of its own
+ * (after its local ones: the scheduler places on local cards first). Runs while loading (a
+ * thread-pool thread) and at release, like the rest of the engine. */
+#include "daemon/log.h"
+#include "daemon/serve.h"
+#include "devices/devices.h"
+#include "peer/auth.h"
+#include "peer/peer.h"
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <openssl/crypto.h>
+
+static void log_hook(int warn, const char *event, const char *msg)
+{
+    dmn_log(warn ? DMN_LOG_WARN : DMN_LOG_INFO, event, "%s", msg);
+}
+
+int dmn_peer_load_key(dmn_serve *d, char *err, size_t errlen)
+{
+    dmn_config *c = &d->cfg;
+    if (!c->kv_listen[0] && !c->peers[0]) return 0;
+    if (peer_key_load(c->peer_key, c->peer_key_file, d->peer_key, sizeof d->peer_key, err, errlen))
+        return -1;
+    if (c->node_name[0]) {
+        snprintf(d->node_name, sizeof d->node_name, "%s", c->node_name);
+    } else {
+        char h[256] = "";
+        gethostname(h, sizeof h - 1);
+        char *dot = strchr(h, '.');
+        if (dot) *dot = 0;
+        snprintf(d->node_name, sizeof d->node_name, "%.31s", h);
+    }
+    if (!peer_name_valid(d->node_name)) {
+        snprintf(err, errlen, "node_name '%s': 1 to %d of A-Z a-z 0-9 . _ -", d->node_name, PEER_NAME_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+/* Opens the lent devices and starts listening; connects to the peers and appends their devices
+ * to d->devs. A message in d->load_err stops start-up (a broken configuration); a peer that is
+ * down or refuses us is skipped with a warning, as an absent local device is. */
+void dmn_peer_open(dmn_serve *d, const accel_opts *opts)
+{
+    dmn_config *c = &d->cfg;
+    char err[512], list[1024];
+    peer_set_log(log_hook);
+    if (c->kv_listen[0]) {
+        snprintf(list, sizeof list, "%s", c->peer_devices);
+        char *save = NULL;
+        for (char *name = strtok_r(list, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+            if (d->n_peer_devs == PEER_MAX_DEVS) {
+                snprintf(d->load_err, sizeof d->load_err, "peer_devices: at most %d", PEER_MAX_DEVS);
+                return;
+            }
+            accel_dev *dev = devices_open(name, d->m, opts, err, sizeof err);
+            if (!dev) {
+                snprintf(d->load_err, sizeof d->load_err, "peer device %s: %s", name, err);
+                return;
+            }
+            d->peer_devs[d->n_peer_devs++] = dev;
+            int st = accel_warmup(dev);
+            if (st) {
+                snprintf(d->load_err, sizeof d->load_err, "peer device %s: warm-up: %s", name, accel_strerror(st));
+                return;
+            }
+        }
+        peer_server_cfg sc = {c->kv_listen, d->node_name, d->peer_key, d->m, d->peer_devs, d->n_peer_devs};
+        if (peer_server_start(&sc, &d->peer_srv, err, sizeof err)) {
+            snprintf(d->load_err, sizeof d->load_err, "kv_listen %s: %s", c->kv_listen, err);
+            return;
+        }
+        dmn_log(DMN_LOG_INFO, "listening", "listener=peers addr=%s port=%d node=%s devices=%d", c->kv_listen,
+                peer_server_port(d->peer_srv), d->node_name, d->n_peer_devs);
+    }
+    if (!c->peers[0]) return;
+    snprintf(list, sizeof list, "%s", c->peers);
+    char *save = NULL;
+    for (char *addr = strtok_r(list, ", ", &save); addr; addr = strtok_r(NULL, ", ", &save)) {
+        if (d->n_nodes == DMN_MAX_PEERS) {
+            snprintf(d->load_err, sizeof d->load_err, "peers: at most %d", DMN_MAX_PEERS);
+            return;
+        }
+        peer_node *n;
+        if (peer_node_connect(addr, d->node_name, d->peer_key, d->m, c->peer_wait, &n, err, sizeof err)) {
+            dmn_log(DMN_LOG_WARN, "peer_skipped", "addr=%s reason=\"%s\"", addr, err);
+            continue;
+        }
+        d->nodes[d->n_nodes++] = n;
+        for (int i = 0; i < peer_node_n_devs(n); i++) {
+            if (d->n_devs == SCHED_MAX_DEVICES) {
+                snprintf(d->load_err, sizeof d->load_err, "devices (local and remote): at most %d", SCHED_MAX_DEVICES);
+                return;
+            }
+            accel_dev *dev = devices_open_remote(n, i, d->m, opts, err, sizeof err);
+            if (!dev) {
+                dmn_log(DMN_LOG_WARN, "peer_device_skipped", "peer=%s index=%d reason=\"%s\"",
+                        peer_node_name(n), i, err);
+                continue;
+            }
+            d->devs[d->n_devs++] = dev;
+        }
+    }
+}
+
+/* After the scheduler and every device of d->devs are gone (remote ones included). */
+void dmn_peer_close(dmn_serve *d)
+{
+    for (int i = 0; i < d->n_nodes; i++) peer_node_free(d->nodes[i]);
+    d->n_nodes = 0;
+    peer_server_stop(d->peer_srv);
+    d->peer_srv = NULL;
+    for (int i = 0; i < d->n_peer_devs; i++) accel_free(d->peer_devs[i]);
+    d->n_peer_devs = 0;
+    OPENSSL_cleanse(d->peer_key, sizeof d->peer_key);
+}
