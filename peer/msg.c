@@ -92,7 +92,8 @@ int peer_hello_read(const uint8_t *p, size_t n, int with_mac, peer_hello *out)
     if (with_mac) memcpy(out->mac, p + PEER_NONCE, PEER_MAC);
     memcpy(out->name, p + fixed, name_len);
     out->name[name_len] = 0;
-    return peer_name_valid(out->name) ? PEER_OK : PEER_ERR_PROTO;
+    /* every byte of the name counts: a NUL inside it would hide the rest */
+    return strlen(out->name) == name_len && peer_name_valid(out->name) ? PEER_OK : PEER_ERR_PROTO;
 }
 
 /* info: fingerprint[32] vocab n_layers n_kv_heads head_dim n_devs (u32 each), then per device
