@@ -192,6 +192,11 @@ int peer_conn_connect(const char *addr, peer_conn **out, char *err, size_t errle
     return PEER_OK;
 }
 
+void peer_conn_kill(peer_conn *c)
+{
+    atomic_store(&c->dead, 1);
+}
+
 int peer_conn_dead(const peer_conn *c)
 {
     return atomic_load(&c->dead);
@@ -225,11 +230,8 @@ void peer_conn_free(peer_conn *c)
             double end = peer_now() + 2;
             while (ucp_request_check_status(r) == UCS_INPROGRESS && peer_now() < end)
                 worker_wait(c->worker, c->efd, 5);
-            if (ucp_request_check_status(r) == UCS_INPROGRESS) {
-                ucp_request_cancel(c->worker, r);
-                while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(c->worker);
-            }
-            ucp_request_free(r);
+            /* still in progress: the worker's destruction below takes it with the endpoint */
+            if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
         }
     }
     if (c->owns_worker) ucp_worker_destroy(c->worker);
@@ -259,7 +261,7 @@ static int wait_req(peer_conn *c, ucs_status_ptr_t r, double end)
         double stop = peer_now() + 2;
         while (ucp_request_check_status(r) == UCS_INPROGRESS && peer_now() < stop)
             ucp_worker_progress(c->worker);
-        ucp_request_free(r);
+        ucp_request_free(r); /* marks it for release when UCX is done with it */
         return PEER_ERR_TIMEOUT;
     }
     ucp_request_free(r);
@@ -307,6 +309,15 @@ int peer_conn_send(peer_conn *c, int type, const void *a, size_t na, const void 
         if (!st) st = s;
     }
     return st;
+}
+
+int peer_conn_send_raw(peer_conn *c, const void *p, size_t n, double timeout_s)
+{
+    if (atomic_load(&c->dead)) return PEER_ERR_IO;
+    ucp_request_param_t rp = {0};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    rp.cb.send = send_done;
+    return wait_req(c, ucp_stream_send_nbx(c->ep, p, n, &rp), peer_now() + timeout_s);
 }
 
 /* Moves whatever the stream holds into c->rx (bounded by its max). */

@@ -29,6 +29,8 @@ typedef struct peer_listener peer_listener;
 int peer_conn_connect(const char *addr, peer_conn **out, char *err, size_t errlen);
 /* Closes the endpoint (a bounded wait for UCX to flush it) and frees everything. */
 void peer_conn_free(peer_conn *c);
+/* Marks c dead: its free closes at once, without waiting for UCX to flush (a peer gone). */
+void peer_conn_kill(peer_conn *c);
 /* 1 once the transport reported an error (the other side went away) or a wait timed out. */
 int peer_conn_dead(const peer_conn *c);
 /* The other end's address as text ("" if unknown). */
@@ -39,6 +41,9 @@ const char *peer_conn_addr(const peer_conn *c);
  * connection is then dead: a half-sent frame cannot be taken back). */
 int peer_conn_send(peer_conn *c, int type, const void *a, size_t na, const void *b, size_t nb,
                    double timeout_s);
+/* Sends bytes as they are, no header (tests: a malformed frame as a broken or hostile peer
+ * would send it). Same statuses as peer_conn_send. */
+int peer_conn_send_raw(peer_conn *c, const void *p, size_t n, double timeout_s);
 /* Receives one frame of at most max_payload bytes, waiting at most timeout_s. *payload points
  * into the connection's buffer until the next receive. PEER_OK, PEER_ERR_PROTO (a bad header:
  * the connection is then dead), PEER_ERR_IO, PEER_ERR_TIMEOUT. */

@@ -122,6 +122,11 @@ static int handshake(peer_conn *c, const char *my_name, const char *key, char *p
     size_t kl = strlen(key);
     peer_mac((const uint8_t *)key, kl, 's', hello.nonce, ch.nonce, want);
     if (!peer_mac_equal(ch.mac, want)) {
+        /* an AUTH that proves nothing (zeros never pass peer_mac_equal), so that the node logs
+         * the refusal too, without handing a node that lacks the key a proof over its nonce */
+        uint8_t zero[PEER_MAC] = {0};
+        peer_conn_send(c, PEER_AUTH, zero, sizeof zero, NULL, 0, 1.0);
+        peer_conn_recv(c, PEER_MAX_PREAUTH, &h, &p, 1.0); /* its REFUSE, or the close */
         snprintf(err, errlen, "the node does not hold our peer_key");
         return PEER_ERR_AUTH;
     }
@@ -266,6 +271,7 @@ void peer_node_free(peer_node *n)
     if (!n) return;
     atomic_store(&n->stop, 1);
     if (n->th_started) pthread_join(n->th, NULL);
+    if (n->hb && atomic_load(&n->dead)) peer_conn_kill(n->hb);
     peer_conn_free(n->hb);
     pthread_mutex_destroy(&n->mu);
     OPENSSL_cleanse(n->key, sizeof n->key);
@@ -444,6 +450,7 @@ static void r_free(accel_dev *ad)
     pthread_mutex_lock(&d->node->mu);
     d->node->devs[d->index] = NULL;
     pthread_mutex_unlock(&d->node->mu);
+    if (atomic_load(&d->node->dead)) peer_conn_kill(d->c);
     peer_conn_free(d->c);
     free(d->buf);
     free(d);

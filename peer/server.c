@@ -103,8 +103,8 @@ static void sconn_close(peer_server *s, sconn *sc, const char *why)
             live++;
             sseq_release(s, &sc->seqs[i]);
         }
-    if (why)
-        peer_log(1, "peer_closed", "peer=%s addr=%s seqs_freed=%d reason=\"%s\"",
+    if (why) /* a peer that closes when done is news; one that vanishes is a warning */
+        peer_log(live || sc->state != S_READY, "peer_closed", "peer=%s addr=%s seqs_freed=%d reason=\"%s\"",
                  sc->name[0] ? sc->name : "?", peer_conn_addr(sc->c), live, why);
     free(sc->seqs);
     peer_conn_free(sc->c);
@@ -361,8 +361,9 @@ static void *server_main(void *arg)
             const char *why = NULL;
             if (st == PEER_ERR_PROTO) why = "bad message (malformed, oversized, unknown version or out of turn)";
             else if (st == PEER_ERR_AUTH) why = "authentication failed: not the same peer_key";
+            else if (st == PEER_ERR_IO || (!st && peer_conn_dead(sc->c)))
+                why = sc->state == S_READY ? "connection closed" : "connection closed during the handshake";
             else if (st) why = peer_strerror(st);
-            else if (peer_conn_dead(sc->c)) why = sc->state == S_READY ? "connection lost" : "connection lost during the handshake";
             else if (sc->state != S_READY && now - sc->t0 > HANDSHAKE_S) why = "handshake timed out";
             if (why) {
                 *pp = sc->next;
@@ -378,6 +379,7 @@ static void *server_main(void *arg)
     while (s->conns) {
         sconn *sc = s->conns;
         s->conns = sc->next;
+        peer_conn_kill(sc->c); /* stopping: no flush owed to anyone */
         sconn_close(s, sc, NULL);
     }
     return NULL;

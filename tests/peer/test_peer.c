@@ -1,0 +1,322 @@
+/* tests/peer — the peer protocol (peer/msg.h), its proofs (peer/auth.h, against Python's hmac),
+ * and two nodes in one process over UCX on loopback (peer/peer.h): a device lent by one is
+ * driven by the other through the remote backend and decodes as the device itself does; a
+ * wrong key, an oversized or malformed frame and a message out of turn are refused while the
+ * server goes on serving; a node that stops is noticed. */
+#include "tests/test.h"
+#include "devices/devices.h"
+#include "peer/auth.h"
+#include "peer/link.h"
+#include "peer/peer.h"
+#include "proto/kv_wire.h"
+#include "tests/util.h"
+#include <time.h>
+#include <unistd.h>
+
+#define KEY "0123456789abcdef-key"
+#define MODEL "models/stories260K"
+
+/* ---------------------------------------------------------------- messages and proofs */
+
+TEST(peer_mac_matches_python_hmac)
+{
+    /* python3: hmac.new(key, b'tandem-peer-1 s' + nc + ns, hashlib.sha256).hexdigest(), with
+     * nc = bytes(range(32)), ns = bytes(range(100, 132)); and 'c' over ns + nc */
+    static const char *want_s = "0de24cc6ce1ac5f775aa1bbf755c895746976003d2ffb098f6c97e5357f22fc3";
+    static const char *want_c = "fd08cfcf45a52600211ab272690a75d16abb7727186414ca288d7cd3bfa23ef8";
+    uint8_t nc[32], ns[32], mac[32];
+    for (int i = 0; i < 32; i++) nc[i] = (uint8_t)i, ns[i] = (uint8_t)(100 + i);
+    char hex[65];
+    peer_mac((const uint8_t *)KEY, strlen(KEY), 's', nc, ns, mac);
+    for (int i = 0; i < 32; i++) sprintf(hex + 2 * i, "%02x", mac[i]);
+    CHECK_STR(hex, want_s);
+    peer_mac((const uint8_t *)KEY, strlen(KEY), 'c', ns, nc, mac);
+    for (int i = 0; i < 32; i++) sprintf(hex + 2 * i, "%02x", mac[i]);
+    CHECK_STR(hex, want_c);
+    uint8_t other[32];
+    memcpy(other, mac, 32);
+    CHECK(peer_mac_equal(mac, other));
+    other[31] ^= 1;
+    CHECK(!peer_mac_equal(mac, other));
+}
+
+TEST(peer_key_bounds)
+{
+    char key[PEER_KEY_MAX + 1], err[256];
+    CHECK(peer_key_load("short", NULL, key, sizeof key, err, sizeof err) < 0);
+    CHECK(peer_key_load("", "", key, sizeof key, err, sizeof err) < 0);
+    CHECK(peer_key_load("  " KEY "\n", NULL, key, sizeof key, err, sizeof err) == 0);
+    CHECK_STR(key, KEY);
+    char path[512];
+    snprintf(path, sizeof path, "%s/key", t_tmpdir());
+    CHECK(t_write_file(path, KEY "\nignored\n", strlen(KEY) + 9) == 0);
+    CHECK(peer_key_load(NULL, path, key, sizeof key, err, sizeof err) == 0);
+    CHECK_STR(key, KEY);
+    CHECK(peer_key_load(NULL, "/nonexistent/key", key, sizeof key, err, sizeof err) < 0);
+}
+
+TEST(peer_msg_bounds)
+{
+    uint8_t h[PEER_HEADER_BYTES];
+    peer_header ph;
+    peer_header_write(h, PEER_HELLO, 100);
+    CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_OK);
+    CHECK_EQ(ph.type, PEER_HELLO);
+    peer_header_write(h, PEER_HELLO, PEER_MAX_PREAUTH + 1); /* oversized before the handshake */
+    CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
+    peer_header_write(h, PEER_KV, PEER_MAX_PAYLOAD + 1u);
+    CHECK_EQ(peer_header_read(h, PEER_MAX_PAYLOAD, &ph), PEER_ERR_PROTO);
+    peer_header_write(h, PEER_HELLO, 10);
+    h[4] = 2; /* unknown version */
+    CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
+    peer_header_write(h, PEER_TYPE_LAST + 1, 0);
+    CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
+    peer_header_write(h, PEER_PING, 0);
+    h[0] = 'X';
+    CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
+
+    /* a device list: round trip, then counts that disagree with the bytes */
+    static peer_info in, out;
+    memset(&in, 0, sizeof in);
+    in.vocab = 512, in.n_layers = 5, in.n_kv_heads = 4, in.head_dim = 8, in.n_devs = 2;
+    for (int i = 0; i < 2; i++) {
+        snprintf(in.devs[i].name, sizeof in.devs[i].name, "fpga-emu:%d", i);
+        in.devs[i].kind = ACCEL_KIND_FPGA, in.devs[i].caps = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
+        in.devs[i].max_batch = 1, in.devs[i].mem_total = 8ull << 30, in.devs[i].mem_free = 1 << 20;
+        in.devs[i].kv_bytes_per_token = 400;
+    }
+    uint8_t buf[4096];
+    size_t n = peer_info_write(buf, &in);
+    CHECK_EQ(n, peer_info_bytes(2));
+    REQUIRE(peer_info_read(buf, n, &out) == PEER_OK);
+    CHECK_STR(out.devs[1].name, "fpga-emu:1");
+    CHECK_EQ(out.devs[0].mem_total, 8ull << 30);
+    CHECK_EQ(peer_info_read(buf, n - 1, &out), PEER_ERR_PROTO);
+    peer_wr32(buf + 32 + 16, PEER_MAX_DEVS + 1);
+    CHECK_EQ(peer_info_read(buf, n, &out), PEER_ERR_PROTO);
+    peer_wr32(buf + 32 + 16, 2);
+    buf[52 + 31] = 'x'; /* a name that does not end inside its field */
+    CHECK_EQ(peer_info_read(buf, n, &out), PEER_ERR_PROTO);
+
+    uint32_t seqs[PEER_MAX_BATCH], dev;
+    int32_t ids[PEER_MAX_BATCH];
+    int k;
+    uint8_t d[8 + 8 * 2];
+    uint32_t s2[2] = {1, 2};
+    int32_t i2[2] = {5, 6};
+    n = peer_decode_write(d, 0, 2, s2, i2);
+    CHECK_EQ(peer_decode_read(d, n, &dev, &k, seqs, ids), PEER_OK);
+    CHECK_EQ(k, 2);
+    CHECK_EQ(ids[1], 6);
+    peer_wr32(d + 4, PEER_MAX_BATCH + 1);
+    CHECK_EQ(peer_decode_read(d, n, &dev, &k, seqs, ids), PEER_ERR_PROTO);
+    peer_wr32(d + 4, 0);
+    CHECK_EQ(peer_decode_read(d, 8, &dev, &k, seqs, ids), PEER_ERR_PROTO);
+
+    peer_hello hello;
+    uint8_t hb[64] = {0};
+    hb[32] = 3;
+    memcpy(hb + 33, "a\0b", 3); /* a NUL inside a name (found by fuzz_peer_msg) */
+    CHECK_EQ(peer_hello_read(hb, 36, 0, &hello), PEER_ERR_PROTO);
+    memcpy(hb + 33, "a/b", 3);
+    CHECK_EQ(peer_hello_read(hb, 36, 0, &hello), PEER_ERR_PROTO);
+    memcpy(hb + 33, "a-b", 3);
+    CHECK_EQ(peer_hello_read(hb, 36, 0, &hello), PEER_OK);
+}
+
+/* ---------------------------------------------------------------- two nodes in one process */
+
+typedef struct two {
+    model *m;
+    accel_dev *lent;   /* node B's device, lent */
+    peer_server *srv;
+    char addr[64];
+} two;
+
+static int two_start(two *t, const char *device)
+{
+    memset(t, 0, sizeof *t);
+    if (t_open(MODEL, device, &t->m, &t->lent)) return -1;
+    if (accel_warmup(t->lent)) return -1;
+    char err[256];
+    peer_server_cfg sc = {"127.0.0.1:0", "nodeB", KEY, t->m, &t->lent, 1};
+    if (peer_server_start(&sc, &t->srv, err, sizeof err)) {
+        t_fail(__FILE__, __LINE__, "peer_server_start: %s", err);
+        return -1;
+    }
+    snprintf(t->addr, sizeof t->addr, "127.0.0.1:%d", peer_server_port(t->srv));
+    return 0;
+}
+
+static void two_stop(two *t)
+{
+    peer_server_stop(t->srv);
+    if (t->lent) accel_free(t->lent);
+    model_free(t->m);
+}
+
+/* KV of a prompt prefilled on `src`, collected as wire chunks' views: the sink copies each
+ * layer into one buffer per layer (the chunk is valid only during the call). */
+typedef struct kvcopy {
+    proto_kv_layer l[16];
+    uint8_t *mem[16];
+    uint32_t crc[16];
+    int n;
+} kvcopy;
+
+static int keep_layer(void *ctx, const proto_kv_layer *c)
+{
+    kvcopy *k = ctx;
+    if (k->n >= 16) return -1000;
+    size_t nv = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    size_t ns = proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim) * 2;
+    uint8_t *m = malloc(2 * nv + 2 * ns);
+    memcpy(m, c->k, nv);
+    memcpy(m + nv, c->v, nv);
+    memcpy(m + 2 * nv, c->k_scale, ns);
+    memcpy(m + 2 * nv + ns, c->v_scale, ns);
+    proto_kv_layer l = *c;
+    l.k = m, l.v = m + nv, l.k_scale = (const uint16_t *)(m + 2 * nv);
+    l.v_scale = (const uint16_t *)(m + 2 * nv + ns);
+    k->crc[k->n] = proto_kv_payload_crc(c);
+    k->mem[k->n] = m;
+    k->l[k->n++] = l;
+    return 0;
+}
+
+/* Imports kv into a fresh sequence of d, then decodes `steps` greedy tokens; the tokens. */
+static int import_decode(accel_dev *d, const kvcopy *kv, int32_t first, int steps, int32_t *out)
+{
+    accel_seq *s;
+    int vocab = accel_model(d)->cfg.vocab;
+    int st = accel_seq_new(d, kv->l[0].n_tokens + steps + 1, &s);
+    if (st) return st;
+    for (int i = 0; i < kv->n && !st; i++) st = accel_kv_import_crc(d, s, &kv->l[i], kv->crc[i]);
+    float *lg = malloc(sizeof(float) * (size_t)vocab);
+    int32_t tok = first;
+    for (int i = 0; i < steps && !st; i++) {
+        st = accel_decode(d, 1, &s, &tok, lg);
+        tok = out[i] = t_argmax(lg, vocab);
+    }
+    free(lg);
+    accel_seq_free(d, s);
+    return st;
+}
+
+TEST(peer_remote_decodes_like_the_device)
+{
+    two t;
+    setenv("TANDEM_PEER_FAULT", "kv_bitflip=6", 1); /* read at the first chunk sent */
+    if (two_start(&t, "cpu")) return;
+    accel_dev *pf;
+    char err[256];
+    accel_opts o = {.threads = 2};
+    pf = devices_open("cpu", t.m, &o, err, sizeof err);
+    REQUIRE(pf);
+    int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
+    int n = 8;
+    kvcopy kv = {0};
+    accel_seq *ps;
+    REQUIRE(accel_seq_new(pf, n, &ps) == 0);
+    float *lg = malloc(sizeof(float) * 512);
+    accel_kv_sink sink = {keep_layer, &kv};
+    accel_prefill_req pr = {.seq = ps, .ids = ids, .n = n, .logits = lg, .kv = &sink};
+    REQUIRE(accel_prefill(pf, &pr) == 0);
+    int32_t first = t_argmax(lg, 512);
+
+    peer_node *node;
+    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
+    CHECK_STR(peer_node_name(node), "nodeB");
+    CHECK_EQ(peer_node_n_devs(node), 1);
+    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
+    REQUIRE(rd);
+    accel_info info;
+    accel_get_info(rd, &info);
+    CHECK_STR(info.name, "nodeB/cpu");
+    CHECK(info.caps & ACCEL_CAP_REMOTE);
+    CHECK(!(info.caps & ACCEL_CAP_PREFILL));
+    CHECK_EQ(accel_warmup(rd), 0);
+
+    int32_t want[12], got[12];
+    CHECK_EQ(import_decode(t.lent, &kv, first, 12, want), 0); /* the lent device, driven here */
+    CHECK_EQ(import_decode(rd, &kv, first, 12, got), 0);      /* the same device over UCX */
+    for (int i = 0; i < 12; i++) CHECK_EQ(got[i], want[i]);
+
+    /* a corrupt chunk on the wire (the 6th sent: layer 0 of the second import, the first
+     * import sent 5): refused as corrupt, the device stays usable */
+    accel_seq *s;
+    REQUIRE(accel_seq_new(rd, 16, &s) == 0);
+    int st = 0;
+    for (int i = 0; i < kv.n && !st; i++) st = accel_kv_import_crc(rd, s, &kv.l[i], kv.crc[i]);
+    CHECK_EQ(st, ACCEL_ERR_CORRUPT);
+    accel_seq_free(rd, s);
+    accel_get_info(rd, &info);
+    CHECK(info.health != ACCEL_HEALTH_FAILED);
+
+    for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
+    free(lg);
+    accel_seq_free(pf, ps);
+    accel_free(pf);
+    accel_free(rd);
+    peer_node_free(node);
+    two_stop(&t);
+}
+
+TEST(peer_refuses_wrong_key_and_bad_frames)
+{
+    two t;
+    if (two_start(&t, "cpu")) return;
+    char err[256];
+    peer_node *node;
+    int st = peer_node_connect(t.addr, "intruder", "a-different-key-of-20", t.m, 5, &node, err, sizeof err);
+    CHECK_EQ(st, PEER_ERR_AUTH);
+
+    /* raw connections: each bad first frame closes the connection, the server stays up */
+    const char *what[] = {"oversized", "unknown version", "out of turn", "garbage"};
+    for (int k = 0; k < 4; k++) {
+        peer_conn *c;
+        REQUIRE(peer_conn_connect(t.addr, &c, err, sizeof err) == PEER_OK);
+        uint8_t h[PEER_HEADER_BYTES + 8] = {0};
+        if (k == 0) peer_header_write(h, PEER_HELLO, 1u << 30);
+        if (k == 1) peer_header_write(h, PEER_HELLO, 8), h[4] = 9;
+        if (k == 2) peer_header_write(h, PEER_DECODE, 8);
+        if (k == 3) memcpy(h, "GET / HTTP/1.1\r\n\r\n", 18);
+        peer_conn_send_raw(c, h, sizeof h, 2);
+        peer_header ph;
+        const uint8_t *p;
+        int r = peer_conn_recv(c, PEER_MAX_PREAUTH, &ph, &p, 3);
+        CHECK_MSG(r == PEER_ERR_IO, "%s: the server answered (%s) instead of closing", what[k], peer_strerror(r));
+        peer_conn_free(c);
+    }
+    /* and a good node still gets in */
+    st = peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err);
+    CHECK_MSG(st == PEER_OK, "%s", err);
+    if (!st) peer_node_free(node);
+    two_stop(&t);
+}
+
+TEST(peer_dead_node_noticed)
+{
+    two t;
+    if (two_start(&t, "cpu")) return;
+    char err[256];
+    peer_node *node;
+    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
+    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
+    REQUIRE(rd);
+    peer_server_stop(t.srv);
+    t.srv = NULL;
+    double t0 = peer_now();
+    accel_info info;
+    do {
+        usleep(100000);
+        accel_get_info(rd, &info);
+    } while (info.health != ACCEL_HEALTH_FAILED && peer_now() - t0 < PEER_HEARTBEAT_S + PEER_DEAD_S + 2);
+    CHECK_MSG(info.health == ACCEL_HEALTH_FAILED, "still %s after %.1f s", accel_health_name(info.health),
+              peer_now() - t0);
+    accel_seq *s;
+    CHECK_EQ(accel_seq_new(rd, 8, &s), ACCEL_ERR_DEVICE);
+    accel_free(rd);
+    peer_node_free(node);
+    two_stop(&t);
+}
