@@ -123,7 +123,11 @@ static void on_headers(void *ctx, dmn_http_req *r)
         }
         return;
     }
-    if (dmn_auth_count(d->admin_auth) && !dmn_auth_check_bearer(d->admin_auth, dmn_http_header(r, "Authorization"))) {
+    /* admin_metrics_open: a load-aware router (the GIE/llm-d endpoint picker) scrapes /metrics
+     * without credentials; the routes that change or reveal more keep the key */
+    int open_metrics = d->cfg.admin_metrics_open && !strcmp(path, "/metrics");
+    if (!open_metrics && dmn_auth_count(d->admin_auth) &&
+        !dmn_auth_check_bearer(d->admin_auth, dmn_http_header(r, "Authorization"))) {
         reply_error(r, PROTO_ERR_UNAUTHORIZED, "a valid admin key is required (Authorization: Bearer <key>)");
         return;
     }

@@ -54,6 +54,7 @@ static const key keys[] = {
     K(api_key_file, KEY_STR, "", 0, 0, "file with API keys, one per line"),
     K(admin_key, KEY_STR, "", 0, 0, "key for the admin listener"),
     K(admin_key_file, KEY_STR, "", 0, 0, "file with admin keys, one per line"),
+    K(admin_metrics_open, KEY_INT, "0", 0, 1, "1: /metrics answers without the admin key (a router or Prometheus scraping without credentials); drain, resume and status still need it"),
     K(max_waiting, KEY_INT, "64", 0, 1000000, "requests waiting for a device before 429"),
     K(max_running, KEY_INT, "16", 1, 4096, "sequences one device decodes at once"),
     K(tbt_budget_ms, KEY_DOUBLE, "50", 0, 60000, "prefill time between two decode steps of a device (0: no chunking)"),

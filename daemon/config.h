@@ -38,6 +38,7 @@ typedef struct dmn_config {
     char *api_key_file;
     char *admin_key;
     char *admin_key_file;
+    int admin_metrics_open;  /* /metrics without the admin key (a router scrapes it) */
     int max_waiting;         /* bounded waiting queue: more -> 429 */
     int max_running;         /* sequences one device decodes at once */
     double tbt_budget_ms;    /* prefill work between two decode steps of a device (0: no chunking) */

@@ -15,10 +15,10 @@ PKGS="build-essential pkg-config libuv1-dev libmicrohttpd-dev libjansson-dev lib
 # package), jq, python3, systemd-analyze (systemd), clang with libFuzzer's runtime for the fuzzers
 # (clang-14 is bookworm's; the clang package gives the plain `clang` name), haproxy (the fleet
 # test puts it in front of two daemons), ucx-utils (ucx_perftest, the transfer benchmark's
-# yardstick), python3-yaml (the Kubernetes manifest's check).
+# yardstick), python3-yaml and python3-jsonschema (the Kubernetes manifest's check).
 # Node.js may come from Debian or from elsewhere (nodesource): only installed when no node exists.
 TEST_PKGS="prometheus systemd wrk jq python3 slowhttptest clang clang-14 libclang-rt-14-dev haproxy
-           ucx-utils python3-yaml"
+           ucx-utils python3-yaml python3-jsonschema"
 test_tools=${TANDEM_DEPS_TEST:-1}
 [ "$test_tools" = 1 ] && PKGS="$PKGS $TEST_PKGS"
 missing=""
