@@ -43,6 +43,9 @@ typedef struct dmn_config {
     int max_running;         /* sequences one device decodes at once */
     double tbt_budget_ms;    /* prefill work between two decode steps of a device (0: no chunking) */
     int fpga_prefill;        /* FPGAs with prefill kernels may prefill (1) */
+    int prefix_cache;        /* automatic prefix caching (1, the default) */
+    int host_cache;          /* the prefix cache's host-memory tier (1, the default) */
+    long long host_cache_bytes; /* its bytes per device (0: an eighth of physical memory) */
     long long max_body_bytes;
     long long max_header_bytes;
     int max_connections;

@@ -450,8 +450,18 @@ static void after_load(uv_work_t *w, int status)
         const char *base = strrchr(d->cfg.model, '/');
         snprintf(d->served_name, sizeof d->served_name, "%s", base ? base + 1 : d->cfg.model);
     }
-    sched_config sc = {d->cfg.max_waiting, d->cfg.max_running, d->cfg.step_delay_ms,
-                       d->cfg.tbt_budget_ms, d->cfg.fpga_prefill};
+    uint64_t host = 0;
+    if (d->cfg.host_cache) {
+        host = (uint64_t)d->cfg.host_cache_bytes;
+        if (!host) host = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 8;
+    }
+    sched_config sc = {.max_waiting = d->cfg.max_waiting,
+                       .max_running = d->cfg.max_running,
+                       .step_delay_ms = d->cfg.step_delay_ms,
+                       .tbt_budget_ms = d->cfg.tbt_budget_ms,
+                       .fpga_prefill = d->cfg.fpga_prefill,
+                       .no_prefix_cache = !d->cfg.prefix_cache,
+                       .host_cache_bytes = host};
     char err[256];
     d->sched = sched_new(d->loop, d->devs, d->n_devs, d->tok, &sc, on_warm, d, err, sizeof err);
     if (!d->sched) {

@@ -100,6 +100,7 @@ void accel_get_info(accel_dev *d, accel_info *out)
         out->kv_blocks_total = total;
         out->kv_blocks_used = used;
         out->kv_blocks_cached = cached;
+        out->n_holders = atomic_load(&d->n_holders);
         out->mem_total = (uint64_t)total * out->kv_block_bytes; /* whole blocks */
         int avail = total - used + cached;
         out->mem_free = avail > 0 ? (uint64_t)avail * out->kv_block_bytes : 0;
@@ -139,9 +140,10 @@ void accel_seq_free(accel_dev *d, accel_seq *s)
 {
     if (!s) return;
     uint64_t need = paged(d) ? 0 : accel_kv_bytes(d, s->capacity);
+    int holder = s->holder;
     d->i->seq_free(d, s);
     atomic_fetch_sub(&d->mem_reserved, need);
-    atomic_fetch_sub(&d->n_seqs, 1);
+    atomic_fetch_sub(holder ? &d->n_holders : &d->n_seqs, 1);
 }
 
 int accel_seq_fork(accel_dev *d, accel_seq *src, int n_tokens, int capacity, accel_seq **out)
@@ -196,7 +198,11 @@ int accel_seq_hold(accel_dev *d, accel_seq *s)
     if (!paged(d) || !d->i->seq_hold) return ACCEL_ERR_UNSUPPORTED;
     if (s->holder) return ACCEL_OK;
     int st = track(d, d->i->seq_hold(d, s));
-    if (st == ACCEL_OK) s->holder = 1;
+    if (st == ACCEL_OK) {
+        s->holder = 1;
+        atomic_fetch_sub(&d->n_seqs, 1);
+        atomic_fetch_add(&d->n_holders, 1);
+    }
     return st;
 }
 

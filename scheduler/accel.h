@@ -70,13 +70,14 @@ typedef struct accel_info {
     uint64_t mem_free;        /* of which not reserved by live sequences */
     uint64_t kv_bytes_per_token; /* what one position of one sequence reserves */
     int max_batch;            /* sequences one accel_decode can take (1: not batched) */
-    int n_seqs;               /* live sequences */
+    int n_seqs;               /* live sequences (prefix-cache holders not counted) */
     /* paged devices (ACCEL_CAP_PAGED; all 0 elsewhere) */
     int kv_block_tokens;      /* positions per block (a per-device constant) */
     uint64_t kv_block_bytes;  /* one block of one sequence: kv_block_tokens * kv_bytes_per_token */
     int kv_blocks_total;      /* the pool: mem_total / kv_block_bytes */
     int kv_blocks_used;       /* referenced by any sequence, cache holders included */
     int kv_blocks_cached;     /* of which referenced by cache holders only (evictable) */
+    int n_holders;            /* prefix-cache holders (accel_seq_hold) */
 } accel_info;
 
 /* The half-precision format the cuda backend keeps weights and activations in (cuda only; the

@@ -65,6 +65,7 @@ struct accel_dev {
     _Atomic int health;          /* enum accel_health; FAILED is sticky */
     int kv_block_tokens;         /* paged devices: positions per block, set by the backend at
                                     open (with ACCEL_CAP_PAGED and kv_usage); 0: not paged */
+    _Atomic int n_holders;       /* sequences marked by accel_seq_hold (not in n_seqs) */
 };
 
 struct accel_seq {

@@ -90,6 +90,9 @@ typedef struct sched_config {
     double step_delay_ms; /* testing aid: sleep before each device step (0 in production) */
     double tbt_budget_ms; /* prefill work between two decode steps of a device (0: no chunking) */
     int fpga_prefill;     /* FPGAs that report ACCEL_CAP_PREFILL may prefill */
+    int no_prefix_cache;  /* 1: no automatic prefix caching (the config switch; on by default) */
+    uint64_t host_cache_bytes; /* the host-memory tier of each paged device's prefix cache:
+                                  evicted prefixes are kept there (0: none) */
 } sched_config;
 
 /* What a request asks for. Everything is copied by sched_submit. */
@@ -112,6 +115,8 @@ typedef struct sched_params {
      * prefilled elsewhere, when it can decode and import KV. Otherwise the policy's rules hold
      * (sched_policy.h; an FPGA prefills only with sched_config.fpga_prefill). */
     unsigned prefill_on, decode_on;
+    int no_prefix_cache;  /* 1: this request neither reuses nor leaves cached prefixes (the
+                             per-request opt-out: llama.cpp's "cache_prompt": false) */
 } sched_params;
 
 enum sched_ev_type {
@@ -152,6 +157,7 @@ typedef struct sched_event {
     /* DONE */
     int prompt_tokens;     /* per choice (the prompt is counted once, as OpenAI does) */
     int completion_tokens; /* summed over choices */
+    int cached_tokens;     /* prompt tokens reused from the prefix cache, not computed */
     double prefill_density; /* sparse prefill: blocks computed / causal blocks, mean over the
                                choices that took the sparse path (1: none did, the prompt was at
                                or below the dense threshold); -1: no sparse prefill was asked */
@@ -214,6 +220,15 @@ typedef struct sched_dev_stats {
                                or bounds failed, or KV that differed from the producer's CRC
                                once it landed (the request moved; the device was marked) */
     uint64_t steps;         /* prefill + decode calls completed */
+    uint64_t prefill_tokens; /* prompt positions computed (prefix-cache hits and forks not) */
+    uint64_t preemptions;   /* requests preempted on it for KV memory (they resumed later) */
+    uint64_t forks;         /* choices that took another choice's prefill (n > 1) */
+    /* its prefix cache (paged devices with caching on; zeros otherwise) */
+    uint64_t pc_queries, pc_hits, pc_host_hits; /* prompt tokens looked up / found / of which
+                                                   from the host tier */
+    uint64_t pc_evictions, pc_host_saves, pc_host_dropped;
+    int pc_holders, pc_host_entries;
+    uint64_t pc_host_bytes;
     uint64_t tokens;        /* tokens through the device (prompt + generated) */
     double busy_seconds;    /* time spent inside device calls */
     double last_progress;   /* sched_now() of the worker's last sign of life */

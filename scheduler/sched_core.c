@@ -281,6 +281,24 @@ static void on_move(sched *s, sched_req *r, int dev, int status)
     arm_deadlines(s);
 }
 
+/* Preempted for memory: not a failure of anything — queued again by its arrival order, with its
+ * generated tokens (the next placement prefills prompt + generated, mostly from the cache). */
+static void on_preempt(sched *s, sched_req *r)
+{
+    sched_book_release(&s->book, &r->be);
+    s->n_running--;
+    if (r->cancelled) {
+        sched_req_free(r);
+        return;
+    }
+    r->state = SCHED_REQ_WAITING;
+    r->dev_prefill = r->dev_decode = -1;
+    r->moved = 1;
+    r->wnext = r->anext = NULL;
+    queue_insert(s, r);
+    arm_deadlines(s);
+}
+
 static void on_final(sched *s, sched_node *n)
 {
     sched_req *r = n->req;
@@ -324,6 +342,10 @@ void sched_on_async(uv_async_t *a)
             break;
         case SCHED_NODE_MOVE:
             on_move(s, r, n->dev, n->status);
+            freed = 1;
+            break;
+        case SCHED_NODE_PREEMPT:
+            on_preempt(s, r);
             freed = 1;
             break;
         case SCHED_NODE_FINAL:
@@ -377,6 +399,7 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
     r->n_prompt = p->n_prompt;
     r->max_tokens = p->max_tokens;
     r->n = p->n;
+    r->no_cache = p->no_prefix_cache != 0;
     r->logprobs = p->sampling.logprobs;
     r->deadline = p->deadline;
     r->prefill_on = p->prefill_on;

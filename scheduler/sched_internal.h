@@ -39,6 +39,7 @@
 #include "scheduler/sched_policy.h"
 #include "model/gen/gen.h"
 #include "proto/kv_wire.h"
+#include "scheduler/sched_pcache.h"
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -69,6 +70,8 @@ typedef struct sched_choice {
     const int32_t *pf_ids;    /* r->prompt, or pf_buf */
     int32_t *pf_buf;
     int pf_n, pf_done;
+    int forked;               /* 1: its sequence is a fork of choice 0's prefill, its first
+                                 token still to sample; 2: sampled (one prefill for n choices) */
 } sched_choice;
 
 enum sched_task_kind {
@@ -111,6 +114,7 @@ struct sched_req {
     unsigned prefill_on, decode_on; /* device pins (sched_params) */
     double deadline, t_arrival;
     int has_sparse;
+    int no_cache;                /* sched_params.no_prefix_cache */
     int sparse_off;              /* prefill worker: a sparse pass found no memory, run dense */
     accel_sparse sparse;
     /* the workers', once dispatched (see the ownership notes above) */
@@ -123,6 +127,9 @@ struct sched_req {
     double density_sum;          /* prefill worker: sparse densities of the choices prefilled */
     int density_n;
     int pf_choice;               /* prefill worker: the choice being prefilled */
+    int cached_tokens;           /* prefill worker: prompt positions the prefix cache gave the
+                                    first prefill of this request (usage.cached_tokens) */
+    int cached_set;              /* ... set once, by that first prefill */
     int moved;                   /* set by the loop before a re-placement */
     unsigned w_placement;        /* the placement the workers run (set before its tasks go out) */
     int w_prefill, w_decode, w_split;
@@ -175,8 +182,12 @@ typedef struct sched_dev {
     int32_t *ids;
     sched_choice **row_choice;
     sched_req **row_req;
+    sched_pcache *pc;            /* worker only: the prefix cache (paged devices, when on) */
     /* statistics, written by the worker, read anywhere */
     atomic_uint_least64_t steps, tokens, busy_ns, prefill_chunks, kv_chunks, kv_bytes, kv_corrupt;
+    atomic_uint_least64_t prefill_tokens; /* prompt positions computed by prefills */
+    atomic_uint_least64_t preemptions;    /* requests preempted here for room */
+    atomic_uint_least64_t forks;          /* choices that shared another's prefill */
     atomic_int_least64_t progress_ns;
     atomic_int in_step;
     atomic_int warm;             /* 0 warming, 1 ok, -1 failed */
@@ -192,6 +203,7 @@ enum sched_node_kind {
     SCHED_NODE_FINAL,     /* deliver ev (DONE or ERROR); the request is over */
     SCHED_NODE_RELEASE,   /* the request is over without an event (cancelled) */
     SCHED_NODE_MOVE,      /* the request left a failing device: queue it again */
+    SCHED_NODE_PREEMPT,   /* the request gave its device's memory back: queue it again */
     SCHED_NODE_PREFILLED, /* its prompt is done: the prefill's share of the book goes back */
     SCHED_NODE_WARM,
 };
@@ -272,6 +284,12 @@ void sched_worker_finish(sched_dev *d, sched_req *r, const sched_event *ev); /* 
 void sched_worker_fail(sched_dev *d, sched_req *r, int status, const char *msg);
 void sched_worker_done(sched_dev *d, sched_req *r);
 void sched_worker_move(sched_dev *d, sched_req *r, int failed_dev, int status);
+/* Out of KV memory on d: gives up a cached prefix, or else preempts the youngest request
+ * decoding here other than `keep` (its KV published to the prefix cache first, so its
+ * re-prefill finds it). 1 when memory was given back, 0 when there was nothing to give. */
+int sched_worker_make_room(sched_dev *d, const sched_req *keep);
+/* The choice's KV on d kept in the prefix cache (prompt + generated, local placements). */
+void sched_worker_publish(sched_dev *d, sched_req *r, sched_choice *c);
 /* 1 when a status is a device's trouble that another device may not have (the request moves);
  * 0 when it is the request's own (it fails). */
 int sched_status_movable(int status);

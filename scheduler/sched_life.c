@@ -42,6 +42,21 @@ void sched_get_stats(sched *s, sched_stats *out)
         o->last_progress = (double)atomic_load(&d->progress_ns) / 1e9;
         o->in_step = atomic_load(&d->in_step);
         o->warm = atomic_load(&d->warm) == 1;
+        o->prefill_tokens = atomic_load(&d->prefill_tokens);
+        o->preemptions = atomic_load(&d->preemptions);
+        o->forks = atomic_load(&d->forks);
+        if (d->pc) {
+            const sched_pcache_stats *p = sched_pcache_get_stats(d->pc);
+            o->pc_queries = atomic_load(&p->queries_tokens);
+            o->pc_hits = atomic_load(&p->hit_tokens);
+            o->pc_host_hits = atomic_load(&p->host_hit_tokens);
+            o->pc_evictions = atomic_load(&p->evictions);
+            o->pc_host_saves = atomic_load(&p->host_saves);
+            o->pc_host_dropped = atomic_load(&p->host_dropped);
+            o->pc_holders = atomic_load(&p->holders);
+            o->pc_host_entries = atomic_load(&p->host_entries);
+            o->pc_host_bytes = atomic_load(&p->host_bytes);
+        }
     }
 }
 
@@ -125,6 +140,13 @@ sched *sched_new(uv_loop_t *loop, accel_dev *const *devs, int n, const model_tok
         pthread_cond_init(&d->cv, &ca);
         pthread_condattr_destroy(&ca);
         atomic_store(&d->progress_ns, sched_now_ns());
+        /* the prefix cache of a paged device; the salt: the model's fingerprint (its config:
+         * dtype, rope scaling and the rest that changes the KV) */
+        if (!s->cfg.no_prefix_cache) {
+            uint64_t salt;
+            memcpy(&salt, s->m->fingerprint, sizeof salt);
+            d->pc = sched_pcache_new(devs[i], salt, s->cfg.host_cache_bytes);
+        }
     }
     for (int i = 0; i < n; i++) {
         sched_dev *d = &s->dev[i];
@@ -202,6 +224,8 @@ void sched_free(sched *s)
     drain_inboxes(s);
     for (int i = 0; i < s->n_devs; i++) {
         sched_dev *d = &s->dev[i];
+        sched_pcache_free(d->pc); /* its holders: the devices outlive the scheduler */
+        d->pc = NULL;
         pthread_mutex_destroy(&d->mu);
         pthread_cond_destroy(&d->cv);
     }
@@ -211,7 +235,8 @@ void sched_free(sched *s)
     s->ev_head = s->ev_tail = NULL;
     while (n) {
         sched_node *next = n->next;
-        if (n->kind == SCHED_NODE_FINAL || n->kind == SCHED_NODE_RELEASE || n->kind == SCHED_NODE_MOVE)
+        if (n->kind == SCHED_NODE_FINAL || n->kind == SCHED_NODE_RELEASE || n->kind == SCHED_NODE_MOVE ||
+            n->kind == SCHED_NODE_PREEMPT)
             sched_req_free(n->req);
         free(n);
         n = next;

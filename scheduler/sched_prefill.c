@@ -139,15 +139,44 @@ void sched_prefill_end(sched_dev *d, sched_req *r, int st)
 }
 
 /* The next unfinished choice of r at or after r->pf_choice (a moved request skips the choices
- * that already finished), with its ids ready; -1 when none is left. */
+ * that already finished, and every choice skips when another choice's prefill was forked for
+ * it), with its ids ready; -1 when none is left. */
 static int next_choice(sched_req *r, int *st)
 {
     *st = 0;
-    while (r->pf_choice < r->n && r->choices[r->pf_choice].finish != MODEL_FINISH_NONE) r->pf_choice++;
+    while (r->pf_choice < r->n && (r->choices[r->pf_choice].finish != MODEL_FINISH_NONE ||
+                                   r->choices[r->pf_choice].forked))
+        r->pf_choice++;
     if (r->pf_choice >= r->n) return -1;
     sched_choice *c = &r->choices[r->pf_choice];
     if (!c->pf_ids) *st = sched_choice_prefill_ids(r, c);
     return r->pf_choice;
+}
+
+/* One prefill for n choices: when choice c (local, the request's first prefill) has just been
+ * prefilled, every other choice that would prefill the same ids gets a fork of c's sequence
+ * instead (its blocks shared, the partial last one copied on the first write) and a copy of
+ * c's last logits in its own row of d->logits (sampled by the caller). Choices forked here are
+ * marked forked = 1. Returns how many. */
+static int fork_choices(sched_dev *d, sched_req *r, sched_choice *c)
+{
+    if (r->w_split || r->n < 2 || c->index != 0) return 0;
+    int vocab = d->s->vocab, n = 0;
+    for (int i = 1; i < r->n && i < d->rows; i++) {
+        sched_choice *o = &r->choices[i];
+        if (o->finish != MODEL_FINISH_NONE || o->forked || o->seq || o->pf_done) continue;
+        if (!o->pf_ids && sched_choice_prefill_ids(r, o)) continue;
+        if (o->pf_n != c->pf_n || memcmp(o->pf_ids, c->pf_ids, sizeof(int32_t) * (size_t)c->pf_n))
+            continue; /* a moved choice with its own history */
+        if (accel_seq_fork(d->dev, c->seq, c->pf_n, r->n_prompt + r->max_tokens, &o->seq))
+            break; /* no fork here (unsupported, no memory): the rest prefill as usual */
+        o->pf_done = o->pf_n;
+        o->forked = 1;
+        memcpy(d->logits + (size_t)i * vocab, d->logits, sizeof(float) * (size_t)vocab);
+        atomic_fetch_add(&d->forks, 1);
+        n++;
+    }
+    return n;
 }
 
 /* Runs one chunk of r's current job. Returns the seconds it took (0 when the job ended
@@ -160,21 +189,33 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
         return 0;
     }
     sched_choice *c = &r->choices[ci];
-    if (!c->pf_done) {
+    /* a sparse prompt goes whole, from an empty sequence (the index needs every query and key) */
+    int sparse_prompt = r->has_sparse && !r->sparse_off &&
+                        c->pf_n > accel_sparse_dense_threshold(&r->sparse);
+    if (!c->pf_done && !(r->w_split ? c->pseq : c->seq)) {
         if (!r->t_started) r->t_started = sched_now();
         /* split: a prompt-only sequence (its KV leaves for the card); local: the sequence the
-         * choice decodes in, with room for every token it may generate */
+         * choice decodes in, with room for every token it may generate — holding the longest
+         * cached prefix of its ids when the prefix cache has one (the rest is prefilled) */
         accel_seq **sq = r->w_split ? &c->pseq : &c->seq;
         int cap = r->w_split ? c->pf_n : r->n_prompt + r->max_tokens;
-        st = accel_seq_new(d->dev, cap, sq);
+        int reused = 0, from_host = 0;
+        if (d->pc && !r->w_split && !r->no_cache && !sparse_prompt)
+            st = sched_pcache_begin(d->pc, c->pf_ids, c->pf_n, cap, sq, &reused, &from_host);
+        else
+            st = accel_seq_new(d->dev, cap, sq);
+        if (st == ACCEL_ERR_NOMEM && sched_worker_make_room(d, r)) return 0; /* again next time */
         if (st) {
             sched_prefill_end(d, r, st);
             return 0;
         }
+        c->pf_done = reused;
+        if (!r->cached_set) {
+            r->cached_tokens = reused < r->n_prompt ? reused : r->n_prompt;
+            r->cached_set = 1;
+        }
     }
-    /* a sparse prompt goes whole, from an empty sequence (the index needs every query and key) */
-    int sparse = r->has_sparse && !r->sparse_off && c->pf_done == 0 &&
-                 c->pf_n > accel_sparse_dense_threshold(&r->sparse);
+    int sparse = sparse_prompt && c->pf_done == 0;
     int k = sparse ? c->pf_n : sched_policy_chunk(c->pf_n - c->pf_done, decoding, budget, left, &d->rate);
     int last = c->pf_done + k == c->pf_n;
     ship sh = {&d->s->dev[r->w_decode], r, ci};
@@ -191,6 +232,8 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
     atomic_fetch_add(&d->prefill_chunks, 1);
     if (st == ACCEL_ERR_CANCELLED && !sched_req_cancelled(r) && atomic_load(&r->import_failed))
         st = ACCEL_OK; /* the sink stopped it: the card's worker moves the request */
+    if (st == ACCEL_ERR_NOMEM && !sparse && sched_worker_make_room(d, r))
+        return dt; /* the device gave memory back: this chunk again next time */
     if (st == ACCEL_ERR_NOMEM && sparse) {
         /* the sparse pass needs whole-prompt workspaces beside the reserved KV (a device leaves
          * the sequence as it was): prefill this request dense instead, in chunks */
@@ -212,13 +255,25 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
         sched_rate_observe(&d->rate, k, dt); /* the chunk-size rate: dense work only */
     }
     atomic_fetch_add(&d->tokens, (uint64_t)k);
+    atomic_fetch_add(&d->prefill_tokens, (uint64_t)k);
     c->pf_done += k;
     if (!last) return dt;
     if (r->w_split) {
         accel_seq_free(d->dev, c->pseq);
         c->pseq = NULL;
+    } else if (d->pc && !r->no_cache) {
+        sched_pcache_publish(d->pc, c->seq, c->pf_ids, c->pf_n);
     }
+    int forked = fork_choices(d, r, c);
     st = sched_choice_step(d->s, r, c, d->logits, sched_now());
+    for (int i = 0; !st && i < r->n; i++) {
+        sched_choice *o = &r->choices[i];
+        if (o->forked == 1) {
+            o->forked = 2;
+            st = sched_choice_step(d->s, r, o, d->logits + (size_t)i * d->s->vocab, sched_now());
+        }
+    }
+    (void)forked;
     if (st < 0) {
         sched_prefill_end(d, r, st);
         return dt;

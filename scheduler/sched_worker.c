@@ -98,10 +98,33 @@ unsigned sched_worker_seqs(const sched_dev *d, const sched_req *r)
     return SCHED_SEQ_ALL;
 }
 
+void sched_worker_publish(sched_dev *d, sched_req *r, sched_choice *c)
+{
+    if (!d->pc || r->no_cache || r->w_split || !c->seq) return;
+    /* the sequence holds the prompt, then the generated tokens it was fed (a moved request's
+     * re-prefill fed them too: sched_choice_prefill_ids) */
+    int len = accel_seq_len(d->dev, c->seq);
+    if (len <= r->n_prompt) {
+        sched_pcache_publish(d->pc, c->seq, r->prompt, len);
+        return;
+    }
+    if (len - r->n_prompt > c->n_hist) return; /* not what it holds: keep nothing */
+    int32_t *ids = malloc(sizeof *ids * (size_t)len);
+    if (!ids) return;
+    memcpy(ids, r->prompt, sizeof *ids * (size_t)r->n_prompt);
+    memcpy(ids + r->n_prompt, c->hist, sizeof *ids * (size_t)(len - r->n_prompt));
+    sched_pcache_publish(d->pc, c->seq, ids, len);
+    free(ids);
+}
+
 static void free_device_state(sched_dev *d, sched_req *r, int all)
 {
     unsigned seqs = sched_worker_seqs(d, r);
-    for (int i = 0; i < r->n; i++) sched_choice_deinit(&r->choices[i], d->dev, seqs, all);
+    for (int i = 0; i < r->n; i++) {
+        if (seqs & SCHED_SEQ_DECODE) sched_worker_publish(d, r, &r->choices[i]);
+        sched_choice_deinit(&r->choices[i], d->dev, seqs, all);
+        r->choices[i].forked = 0; /* a re-placed request prefills its choices again */
+    }
 }
 
 void sched_worker_finish(sched_dev *d, sched_req *r, const sched_event *ev)
@@ -135,6 +158,7 @@ void sched_worker_done(sched_dev *d, sched_req *r)
 {
     sched_event ev = {.type = SCHED_EV_DONE, .t = sched_now()};
     ev.prompt_tokens = r->n_prompt;
+    ev.cached_tokens = r->cached_tokens;
     for (int i = 0; i < r->n; i++) ev.completion_tokens += r->choices[i].generated;
     ev.prefill_density = !r->has_sparse ? -1 : r->density_n ? r->density_sum / r->density_n : 1;
     ev.t_arrival = r->t_arrival;
@@ -154,6 +178,36 @@ void sched_worker_move(sched_dev *d, sched_req *r, int failed_dev, int status)
     n->status = status;
     n->placement = r->w_placement;
     sched_post(d->s, n);
+}
+
+/* Preemption: r leaves d's decode set, its KV published to the prefix cache and freed; the
+ * loop queues it again by its arrival order (its generated tokens kept: the next placement
+ * prefills prompt + generated, mostly from the cache). */
+static void preempt(sched_dev *d, sched_req *r)
+{
+    sched_list_remove(&d->active, r);
+    free_device_state(d, r, 0);
+    atomic_fetch_add(&d->preemptions, 1);
+    sched_node *n = node_new(0);
+    n->kind = SCHED_NODE_PREEMPT;
+    n->req = r;
+    n->dev = d->index;
+    n->placement = r->w_placement;
+    sched_post(d->s, n);
+}
+
+int sched_worker_make_room(sched_dev *d, const sched_req *keep)
+{
+    if (d->pc && sched_pcache_evict(d->pc)) return 1;
+    /* the youngest request decoding here (the last to arrive): vLLM's recompute preemption */
+    sched_req *young = NULL;
+    for (sched_req *r = d->active; r; r = r->wnext)
+        if (r != keep && (!young || r->seqno > young->seqno)) young = r;
+    if (!young) return 0;
+    preempt(d, young);
+    /* what it published may be all that holds its blocks: give those up too when nothing else
+     * frees memory (the re-prefill then recomputes) — only the holders, never a live sequence */
+    return 1;
 }
 
 /* sched_choice_step's failures: ACCEL_ERR_DEVICE (no finite logit) or SCHED_ERR_NOMEM. */
@@ -199,11 +253,19 @@ static void decode_step(sched_dev *d)
             rows++;
         }
     if (!rows) return;
+    int need_room = 0;
     int max_batch = d->info0.max_batch > 0 ? d->info0.max_batch : 1;
     for (int b0 = 0; b0 < rows; b0 += max_batch) {
         int nb = rows - b0 < max_batch ? rows - b0 : max_batch;
         int st = SCHED_DEVICE_CALL(d, accel_decode(d->dev, nb, d->seqs + b0, d->ids + b0,
                                                    d->logits + (size_t)b0 * vocab));
+        if (st == ACCEL_ERR_NOMEM && (d->pc || d->active->wnext)) {
+            /* no room to grow (a paged device leaves every sequence as it was): the slice is
+             * not sampled and steps again next time, after memory is given back below */
+            for (int i = b0; i < b0 + nb; i++) d->row_choice[i] = NULL;
+            need_room = 1;
+            continue;
+        }
         if (st != ACCEL_OK) {
             /* This slice's requests fail or move; the other slices' sequences advanced and are
              * sampled below as usual. */
@@ -218,7 +280,7 @@ static void decode_step(sched_dev *d)
     double t = sched_now();
     for (int i = 0; i < rows; i++) {
         sched_req *r = d->row_req[i];
-        if (r->wfail) continue;
+        if (r->wfail || !d->row_choice[i]) continue;
         int st = sched_choice_step(s, r, d->row_choice[i], d->logits + (size_t)i * vocab, t);
         if (st < 0) {
             r->wfail = st;
@@ -242,6 +304,15 @@ static void decode_step(sched_dev *d)
         } else if (r->n_done == r->n) {
             sched_list_remove(&d->active, r);
             sched_worker_done(d, r);
+        }
+    }
+    if (need_room && !sched_worker_make_room(d, NULL)) {
+        /* nothing cached, nobody to preempt: the requests here cannot grow at all (the
+         * admission's bound makes this a lone request on a device whose memory went elsewhere) */
+        for (sched_req *r = d->active, *next; r; r = next) {
+            next = r->wnext;
+            sched_list_remove(&d->active, r);
+            sched_worker_move(d, r, d->index, ACCEL_ERR_NOMEM);
         }
     }
 }

@@ -128,7 +128,7 @@ int main(int argc, char **argv)
     b.p.sampling.temperature = 0;
     clients = calloc((size_t)n_clients, sizeof *clients);
     /* as the daemon in bench/serve_bench.sh: a deep queue, the same batch limit */
-    sched_config sc = {4096, max_running, 0, 50, 0};
+    sched_config sc = {.max_waiting = 4096, .max_running = max_running, .tbt_budget_ms = 50};
     b.s = sched_new(&loop, &dev, 1, tok, &sc, on_warm, &b, err, sizeof err);
     if (!b.s) {
         fprintf(stderr, "sched_bench: %s\n", err);

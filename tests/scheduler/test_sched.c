@@ -115,7 +115,8 @@ static int env_open(env *e, int max_running, int max_waiting, double step_delay_
     }
     uv_loop_init(&e->loop);
     uv_timer_init(&e->loop, &e->timer);
-    sched_config cfg = {max_waiting, max_running, step_delay_ms, 0, 0};
+    sched_config cfg = {.max_waiting = max_waiting, .max_running = max_running,
+                       .step_delay_ms = step_delay_ms};
     e->s = sched_new(&e->loop, &e->dev, 1, e->tok, &cfg, on_warm, e, err, sizeof err);
     if (!e->s) {
         t_fail(__FILE__, __LINE__, "sched_new: %s", err);

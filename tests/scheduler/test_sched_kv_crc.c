@@ -113,7 +113,7 @@ TEST(sched_kv_flip_on_card_detected_moved_and_marked)
     kenv e = {0};
     K = &e;
     uv_loop_init(&e.loop);
-    sched_config cfg = {64, 16, 0, 0, 0};
+    sched_config cfg = {.max_waiting = 64, .max_running = 16};
     sched *sc = sched_new(&e.loop, devs, 2, tok, &cfg, on_warm, &e, err, sizeof err);
     REQUIRE(sc);
     uv_run(&e.loop, UV_RUN_DEFAULT);

@@ -102,7 +102,7 @@ static int env_open(env *e, int n_cards, const tcard_faults *f, int max_running,
         return -1;
     }
     uv_loop_init(&e->loop);
-    sched_config cfg = {64, max_running, 0, tbt_ms, 0};
+    sched_config cfg = {.max_waiting = 64, .max_running = max_running, .tbt_budget_ms = tbt_ms};
     e->s = sched_new(&e->loop, e->devs, e->n_devs, e->tok, &cfg, on_warm, e, err, sizeof err);
     if (!e->s) {
         t_fail(__FILE__, __LINE__, "sched_new: %s", err);

@@ -202,7 +202,7 @@ static int env_open(env *e, const tcard_faults *f)
         return -1;
     }
     uv_loop_init(&e->loop);
-    sched_config cfg = {64, 16, 0, 0, 0};
+    sched_config cfg = {.max_waiting = 64, .max_running = 16};
     e->s = sched_new(&e->loop, e->devs, 2, e->tok, &cfg, on_warm, e, err, sizeof err);
     if (!e->s) {
         t_fail(__FILE__, __LINE__, "sched_new: %s", err);

@@ -1,0 +1,397 @@
+/* scheduler/sched_pcache.c — a paged device's prefix cache and host tier (see sched_pcache.h). */
+#include "scheduler/sched_pcache.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* A holder on the device (seq) or a host entry (bytes): the ids of its whole blocks and their
+ * chain names. */
+typedef struct entry {
+    struct entry *prev, *next; /* its tier's LRU list, least recent first */
+    int32_t *ids;
+    uint64_t *names;
+    int nb;                    /* whole blocks: nb * block_tokens ids */
+    accel_seq *seq;
+    unsigned char *bytes;      /* nb * block_bytes */
+} entry;
+
+/* name -> (an entry whose block `pos` has that name) */
+typedef struct slot {
+    struct slot *next;
+    uint64_t name;
+    entry *e;
+    int pos;
+} slot;
+
+typedef struct tier {
+    entry *head, *tail;
+    int count;
+    slot **bucket;
+    int n_bucket, n_slot;
+} tier;
+
+struct sched_pcache {
+    accel_dev *dev;
+    uint64_t salt;
+    int bt;
+    uint64_t block_bytes, host_budget, host_used;
+    tier dev_tier, host_tier;
+    sched_pcache_stats st;
+};
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+uint64_t sched_pcache_hash(uint64_t parent, uint64_t salt, const int32_t *ids, int n)
+{
+    uint64_t h = mix(parent ^ mix(salt ^ 0x6b76ULL));
+    for (int i = 0; i < n; i++) h = mix(h ^ (uint32_t)ids[i]);
+    return h ? h : 1; /* 0 means "no parent" */
+}
+
+/* ---------------------------------------------------------------- a tier's index and LRU */
+
+static slot **bucket_of(tier *t, uint64_t name)
+{
+    return &t->bucket[mix(name) & (uint64_t)(t->n_bucket - 1)];
+}
+
+static int index_grow(tier *t)
+{
+    int nb = t->n_bucket ? t->n_bucket * 2 : 256;
+    slot **b = calloc((size_t)nb, sizeof *b);
+    if (!b) return -1;
+    for (int i = 0; i < t->n_bucket; i++)
+        for (slot *s = t->bucket[i], *next; s; s = next) {
+            next = s->next;
+            slot **h = &b[mix(s->name) & (uint64_t)(nb - 1)];
+            s->next = *h;
+            *h = s;
+        }
+    free(t->bucket);
+    t->bucket = b;
+    t->n_bucket = nb;
+    return 0;
+}
+
+static slot *index_find(tier *t, uint64_t name)
+{
+    if (!t->n_bucket) return NULL;
+    for (slot *s = *bucket_of(t, name); s; s = s->next)
+        if (s->name == name) return s;
+    return NULL;
+}
+
+/* Points name at (e, pos) (the newest holder of a name is the one a lookup finds). */
+static int index_put(tier *t, uint64_t name, entry *e, int pos)
+{
+    slot *s = index_find(t, name);
+    if (s) {
+        s->e = e;
+        s->pos = pos;
+        return 0;
+    }
+    if (t->n_slot >= 2 * t->n_bucket && index_grow(t)) return -1;
+    s = malloc(sizeof *s);
+    if (!s) return -1;
+    s->name = name;
+    s->e = e;
+    s->pos = pos;
+    slot **h = bucket_of(t, name);
+    s->next = *h;
+    *h = s;
+    t->n_slot++;
+    return 0;
+}
+
+/* e leaves the index: each name it was found by moves to another entry of the tier that has it
+ * at the same place, or goes. */
+static void index_remove(tier *t, entry *e)
+{
+    for (int k = 0; k < e->nb; k++) {
+        slot **pp = t->n_bucket ? bucket_of(t, e->names[k]) : NULL;
+        for (; pp && *pp; pp = &(*pp)->next) {
+            slot *s = *pp;
+            if (s->name != e->names[k] || s->e != e) continue;
+            entry *other = NULL;
+            for (entry *o = t->head; o && !other; o = o->next)
+                if (o != e && o->nb > k && o->names[k] == s->name) other = o;
+            if (other) {
+                s->e = other;
+            } else {
+                *pp = s->next;
+                free(s);
+                t->n_slot--;
+            }
+            break;
+        }
+    }
+}
+
+static void lru_unlink(tier *t, entry *e)
+{
+    if (e->prev) e->prev->next = e->next;
+    else t->head = e->next;
+    if (e->next) e->next->prev = e->prev;
+    else t->tail = e->prev;
+    e->prev = e->next = NULL;
+    t->count--;
+}
+
+static void lru_push(tier *t, entry *e)
+{
+    e->prev = t->tail;
+    e->next = NULL;
+    if (t->tail) t->tail->next = e;
+    else t->head = e;
+    t->tail = e;
+    t->count++;
+}
+
+/* The entry of the tier holding the longest prefix of ids (names given) with at most max_nb
+ * blocks, verified id by id; its blocks in *nb. */
+static entry *longest(tier *t, const int32_t *ids, const uint64_t *names, int max_nb, int bt,
+                      int *nb)
+{
+    *nb = 0;
+    for (int k = max_nb - 1; k >= 0; k--) {
+        slot *s = index_find(t, names[k]);
+        if (!s || s->pos != k || s->e->nb <= k || s->e->names[k] != names[k]) continue;
+        if (memcmp(s->e->ids, ids, (size_t)(k + 1) * bt * sizeof *ids)) continue; /* collision */
+        *nb = k + 1;
+        return s->e;
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- entries */
+
+static void entry_free(sched_pcache *pc, tier *t, entry *e)
+{
+    index_remove(t, e);
+    lru_unlink(t, e);
+    if (e->seq) accel_seq_free(pc->dev, e->seq);
+    if (e->bytes) {
+        accel_host_free(pc->dev, e->bytes);
+        pc->host_used -= (uint64_t)e->nb * pc->block_bytes;
+    }
+    free(e->ids);
+    free(e->names);
+    free(e);
+}
+
+static void publish_counts(sched_pcache *pc)
+{
+    atomic_store(&pc->st.holders, pc->dev_tier.count);
+    atomic_store(&pc->st.host_entries, pc->host_tier.count);
+    atomic_store(&pc->st.host_bytes, pc->host_used);
+}
+
+/* A new entry for ids[0..nb * bt) (names computed), or NULL. */
+static entry *entry_new(sched_pcache *pc, const int32_t *ids, int nb)
+{
+    entry *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->nb = nb;
+    e->ids = malloc((size_t)nb * pc->bt * sizeof *e->ids);
+    e->names = malloc((size_t)nb * sizeof *e->names);
+    if (!e->ids || !e->names) {
+        free(e->ids);
+        free(e->names);
+        free(e);
+        return NULL;
+    }
+    memcpy(e->ids, ids, (size_t)nb * pc->bt * sizeof *ids);
+    uint64_t parent = 0;
+    for (int k = 0; k < nb; k++) e->names[k] = parent =
+        sched_pcache_hash(parent, pc->salt, ids + (size_t)k * pc->bt, pc->bt);
+    return e;
+}
+
+/* Adds e to tier t unless an entry there already holds all of it (then 0, e untouched: the
+ * caller frees it); drops the entries that e holds all of. 1 when added. */
+static int tier_add(sched_pcache *pc, tier *t, entry *e)
+{
+    int have;
+    entry *old = longest(t, e->ids, e->names, e->nb, pc->bt, &have);
+    if (old && have == e->nb) {
+        lru_unlink(t, old); /* touched: most recent again */
+        lru_push(t, old);
+        return 0;
+    }
+    /* entries that are a prefix of e: each found by the name of its own last block */
+    for (entry *o = t->head, *next; o; o = next) {
+        next = o->next;
+        if (o->nb <= e->nb && o->names[o->nb - 1] == e->names[o->nb - 1] &&
+            !memcmp(o->ids, e->ids, (size_t)o->nb * pc->bt * sizeof *e->ids))
+            entry_free(pc, t, o);
+    }
+    lru_push(t, e);
+    for (int k = 0; k < e->nb; k++)
+        if (index_put(t, e->names[k], e, k)) {
+            entry_free(pc, t, e); /* out of memory: not kept (the index is consistent) */
+            return -1;
+        }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- the host tier */
+
+/* A copy of device holder h in host memory, when the budget has room (LRU host entries give
+ * theirs). 1 when saved. */
+static int save_to_host(sched_pcache *pc, entry *h)
+{
+    uint64_t need = (uint64_t)h->nb * pc->block_bytes;
+    if (!pc->host_budget || need > pc->host_budget) return 0;
+    int have;
+    entry *old = longest(&pc->host_tier, h->ids, h->names, h->nb, pc->bt, &have);
+    if (old && have == h->nb) return 1; /* already there */
+    while (pc->host_used + need > pc->host_budget && pc->host_tier.head) {
+        entry_free(pc, &pc->host_tier, pc->host_tier.head);
+        atomic_fetch_add(&pc->st.host_dropped, 1);
+    }
+    entry *e = entry_new(pc, h->ids, h->nb);
+    if (!e) return 0;
+    e->bytes = accel_host_alloc(pc->dev, (size_t)need);
+    int ok = e->bytes != NULL;
+    for (int k = 0; ok && k < h->nb; k++)
+        ok = accel_kv_block_save(pc->dev, h->seq, k, e->bytes + (size_t)k * pc->block_bytes) == 0;
+    if (!ok) {
+        accel_host_free(pc->dev, e->bytes);
+        free(e->ids);
+        free(e->names);
+        free(e);
+        return 0;
+    }
+    pc->host_used += need;
+    if (tier_add(pc, &pc->host_tier, e) == 0) entry_free(pc, &pc->host_tier, e);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- public */
+
+sched_pcache *sched_pcache_new(accel_dev *dev, uint64_t salt, uint64_t host_budget)
+{
+    accel_info info;
+    accel_get_info(dev, &info);
+    if (!(info.caps & ACCEL_CAP_PAGED) || info.kv_block_tokens <= 0) return NULL;
+    sched_pcache *pc = calloc(1, sizeof *pc);
+    if (!pc) return NULL;
+    pc->dev = dev;
+    pc->salt = salt;
+    pc->bt = info.kv_block_tokens;
+    pc->block_bytes = info.kv_block_bytes;
+    pc->host_budget = host_budget;
+    return pc;
+}
+
+static void tier_clear(sched_pcache *pc, tier *t)
+{
+    while (t->head) entry_free(pc, t, t->head);
+    free(t->bucket);
+    memset(t, 0, sizeof *t);
+}
+
+void sched_pcache_free(sched_pcache *pc)
+{
+    if (!pc) return;
+    tier_clear(pc, &pc->dev_tier);
+    tier_clear(pc, &pc->host_tier);
+    free(pc);
+}
+
+int sched_pcache_begin(sched_pcache *pc, const int32_t *ids, int n, int capacity,
+                       accel_seq **out, int *reused, int *from_host)
+{
+    *out = NULL;
+    *reused = *from_host = 0;
+    int max_nb = n > 0 ? (n - 1) / pc->bt : 0; /* the last prompt token is always computed */
+    uint64_t *names = max_nb ? malloc((size_t)max_nb * sizeof *names) : NULL;
+    if (max_nb && !names) max_nb = 0;
+    uint64_t parent = 0;
+    for (int k = 0; k < max_nb; k++) names[k] = parent =
+        sched_pcache_hash(parent, pc->salt, ids + (size_t)k * pc->bt, pc->bt);
+    int nd, nh;
+    entry *d = longest(&pc->dev_tier, ids, names, max_nb, pc->bt, &nd);
+    entry *h = longest(&pc->host_tier, ids, names, max_nb, pc->bt, &nh);
+    free(names);
+    atomic_fetch_add(&pc->st.queries_tokens, (uint64_t)n);
+    int st = d ? accel_seq_fork(pc->dev, d->seq, nd * pc->bt, capacity, out)
+               : accel_seq_new(pc->dev, capacity, out);
+    if (st) return st;
+    if (d) {
+        lru_unlink(&pc->dev_tier, d);
+        lru_push(&pc->dev_tier, d);
+    }
+    int got = d ? nd : 0;
+    if (h && nh > got) {
+        for (int k = got; k < nh; k++) {
+            st = accel_kv_block_load(pc->dev, *out, h->bytes + (size_t)k * pc->block_bytes);
+            if (st == ACCEL_ERR_NOMEM) break; /* what loaded stays reused; the rest computed */
+            if (st) {
+                accel_seq_free(pc->dev, *out);
+                *out = NULL;
+                return st;
+            }
+            *from_host += pc->bt;
+        }
+        lru_unlink(&pc->host_tier, h);
+        lru_push(&pc->host_tier, h);
+    }
+    *reused = accel_seq_len(pc->dev, *out);
+    atomic_fetch_add(&pc->st.hit_tokens, (uint64_t)*reused);
+    atomic_fetch_add(&pc->st.host_hit_tokens, (uint64_t)*from_host);
+    return ACCEL_OK;
+}
+
+void sched_pcache_publish(sched_pcache *pc, accel_seq *s, const int32_t *ids, int n)
+{
+    int nb = n / pc->bt;
+    if (nb <= 0 || n > accel_seq_len(pc->dev, s)) return;
+    entry *e = entry_new(pc, ids, nb);
+    if (!e) return;
+    int have;
+    entry *old = longest(&pc->dev_tier, e->ids, e->names, nb, pc->bt, &have);
+    if (!(old && have == nb) &&
+        (accel_seq_fork(pc->dev, s, nb * pc->bt, nb * pc->bt, &e->seq) || accel_seq_hold(pc->dev, e->seq))) {
+        if (e->seq) accel_seq_free(pc->dev, e->seq);
+        e->seq = NULL;
+        old = NULL;
+        have = -1; /* not kept */
+    }
+    if (have == -1 || tier_add(pc, &pc->dev_tier, e) != 1) {
+        if (e->seq) accel_seq_free(pc->dev, e->seq);
+        free(e->ids);
+        free(e->names);
+        free(e);
+    }
+    publish_counts(pc);
+}
+
+int sched_pcache_evict(sched_pcache *pc)
+{
+    entry *e = pc->dev_tier.head;
+    if (!e) return 0;
+    if (save_to_host(pc, e)) atomic_fetch_add(&pc->st.host_saves, 1);
+    entry_free(pc, &pc->dev_tier, e);
+    atomic_fetch_add(&pc->st.evictions, 1);
+    publish_counts(pc);
+    return 1;
+}
+
+void sched_pcache_drop_all(sched_pcache *pc)
+{
+    while (sched_pcache_evict(pc)) {
+    }
+}
+
+const sched_pcache_stats *sched_pcache_get_stats(const sched_pcache *pc)
+{
+    return &pc->st;
+}
