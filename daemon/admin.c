@@ -45,11 +45,34 @@ static void metrics(dmn_serve *d, dmn_http_req *r)
     dmn_metrics_dev devs[SCHED_MAX_DEVICES];
     for (int i = 0; i < st.n_devices; i++) {
         const sched_dev_stats *s = &st.dev[i];
-        devs[i] = (dmn_metrics_dev){s->info.name, accel_kind_name(s->info.kind),
-                                    accel_health_name(s->info.health), s->busy_seconds,
-                                    s->info.mem_total, s->info.mem_total - s->info.mem_free,
-                                    s->running, s->steps, s->tokens, s->decodes, s->prefills,
-                                    s->failovers, s->kv_bytes, s->prefill_chunks, s->kv_corrupt};
+        dmn_metrics_dev *o = &devs[i];
+        *o = (dmn_metrics_dev){.name = s->info.name,
+                               .kind = accel_kind_name(s->info.kind),
+                               .health = accel_health_name(s->info.health),
+                               .busy_seconds = s->busy_seconds,
+                               .mem_total = s->info.mem_total,
+                               .mem_used = s->info.mem_total - s->info.mem_free,
+                               .running = s->running,
+                               .steps = s->steps,
+                               .tokens = s->tokens,
+                               .decodes = s->decodes,
+                               .prefills = s->prefills,
+                               .failovers = s->failovers,
+                               .kv_bytes_in = s->kv_bytes,
+                               .prefill_chunks = s->prefill_chunks,
+                               .kv_corrupt = s->kv_corrupt};
+        o->paged = (s->info.caps & ACCEL_CAP_PAGED) != 0;
+        o->blocks_total = s->info.kv_blocks_total;
+        o->blocks_used = s->info.kv_blocks_used;
+        o->blocks_cached = s->info.kv_blocks_cached;
+        o->pc_queries = s->pc_queries;
+        o->pc_hits = s->pc_hits;
+        o->pc_host_hits = s->pc_host_hits;
+        o->pc_evictions = s->pc_evictions;
+        o->host_bytes = s->pc_host_bytes;
+        o->preemptions = s->preemptions;
+        o->prefill_tokens = s->prefill_tokens;
+        o->forks = s->forks;
     }
     proto_buf b;
     proto_buf_init(&b);

@@ -497,6 +497,7 @@ static void prep_submit(api_prep *pp)
     p.stop = (const char *const *)q->stop;
     p.n_stop = q->n_stop;
     p.deadline = d->cfg.request_timeout > 0 ? a->t_arrival + d->cfg.request_timeout : 0;
+    p.no_prefix_cache = !q->cache_prompt;
     /* FlexPrefill: the server's configuration, overridden member by member by the request */
     accel_sparse sp = {(float)d->cfg.sparse_gamma, (float)d->cfg.sparse_tau,
                        d->cfg.sparse_min_budget, d->cfg.sparse_max_budget, d->cfg.sparse_dense_below};
@@ -767,8 +768,11 @@ static void on_done(dmn_api_req *a, const sched_event *ev)
     int any_stop = 0;
     for (int i = 0; i < a->n; i++) any_stop |= a->choices[i].finish && !strcmp(a->choices[i].finish, "stop");
     m->success[any_stop ? DMN_FINISH_STOP : DMN_FINISH_LENGTH]++;
-    proto_usage u = {ev->prompt_tokens, ev->completion_tokens, ev->prefill_density >= 0,
-                     ev->prefill_density};
+    proto_usage u = {.prompt_tokens = ev->prompt_tokens,
+                     .completion_tokens = ev->completion_tokens,
+                     .cached_tokens = ev->cached_tokens,
+                     .has_prefill_density = ev->prefill_density >= 0,
+                     .prefill_density = ev->prefill_density};
     if (a->stream) {
         if (a->include_usage)
             stream_event(a, with_devices(a, proto_usage_chunk_json(&a->meta, &u)));

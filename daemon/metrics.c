@@ -166,6 +166,14 @@ void dmn_metrics_render(proto_buf *b, const dmn_metrics *m, int running, int wai
         {"tandem_device_kv_import_bytes_total", "counter", "Bytes of KV imported into the device from a prefill device."},
         {"tandem_device_prefill_chunks_total", "counter", "Prefill calls (chunks of prompts) on the device."},
         {"tandem_device_kv_corrupt_total", "counter", "KV imports into the device that failed their wire CRC where the KV landed (the request moved)."},
+        {"tandem_device_kv_cache_usage_perc", "gauge", "Fraction (0-1) of the device's KV blocks held by running sequences (cached, evictable blocks count as free)."},
+        {"tandem_device_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the device's prefix cache."},
+        {"tandem_device_prefix_cache_hits_total", "counter", "Prompt tokens found in the device's prefix cache (not computed)."},
+        {"tandem_device_prefix_cache_host_hits_total", "counter", "Of the hits, tokens loaded back from the host tier."},
+        {"tandem_device_prefix_cache_evictions_total", "counter", "Cached prefixes given up for memory (to the host tier when it had room)."},
+        {"tandem_device_host_cache_bytes", "gauge", "Host-tier bytes the device's evicted prefixes hold."},
+        {"tandem_device_preemptions_total", "counter", "Requests preempted on the device for KV memory (they resumed later)."},
+        {"tandem_device_prompt_tokens_computed_total", "counter", "Prompt positions the device computed (cache hits and forked choices excluded)."},
     };
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         dmn_prom_header(b, fam[f].name, fam[f].type, fam[f].help);
@@ -196,10 +204,46 @@ void dmn_metrics_render(proto_buf *b, const dmn_metrics *m, int running, int wai
             case 10: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv_bytes_in); break;
             case 11: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->prefill_chunks); break;
             case 12: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv_corrupt); break;
+            case 13:
+                dmn_prom_sample(b, fam[f].name, lb.p,
+                                d->blocks_total ? (double)(d->blocks_used - d->blocks_cached) / d->blocks_total : 0);
+                break;
+            case 14: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->pc_queries); break;
+            case 15: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->pc_hits); break;
+            case 16: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->pc_host_hits); break;
+            case 17: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->pc_evictions); break;
+            case 18: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->host_bytes); break;
+            case 19: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->preemptions); break;
+            case 20: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->prefill_tokens); break;
             }
         }
     }
     proto_buf_deinit(&lb);
+
+    /* The node's KV store, as load-aware routers read it (vLLM's names with our prefix): the
+     * paged devices' blocks held by running sequences over all their blocks, the prefix cache's
+     * queries and hits in tokens, preemptions. */
+    double used = 0, total = 0, queries = 0, hits = 0, preempt = 0, forks = 0;
+    for (int i = 0; i < n_devs; i++) {
+        used += devs[i].blocks_used - devs[i].blocks_cached;
+        total += devs[i].blocks_total;
+        queries += (double)devs[i].pc_queries;
+        hits += (double)devs[i].pc_hits;
+        preempt += (double)devs[i].preemptions;
+        forks += (double)devs[i].forks;
+    }
+    dmn_prom_header(b, "tandem_kv_cache_usage_perc", "gauge",
+                    "Fraction (0-1) of the node's paged KV blocks held by running sequences.");
+    dmn_prom_sample(b, "tandem_kv_cache_usage_perc", NULL, total > 0 ? used / total : 0);
+    dmn_prom_header(b, "tandem_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix caches.");
+    dmn_prom_sample(b, "tandem_prefix_cache_queries_total", NULL, queries);
+    dmn_prom_header(b, "tandem_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix caches.");
+    dmn_prom_sample(b, "tandem_prefix_cache_hits_total", NULL, hits);
+    dmn_prom_header(b, "tandem_num_preemptions_total", "counter", "Requests preempted for KV memory.");
+    dmn_prom_sample(b, "tandem_num_preemptions_total", NULL, preempt);
+    dmn_prom_header(b, "tandem_prefill_forks_total", "counter",
+                    "Choices (n > 1) that shared another choice's prefill instead of computing their own.");
+    dmn_prom_sample(b, "tandem_prefill_forks_total", NULL, forks);
 
     dmn_prom_header(b, "tandem_prompt_tokens_total", "counter", "Prefill tokens processed.");
     dmn_prom_sample(b, "tandem_prompt_tokens_total", NULL, (double)m->prompt_tokens);

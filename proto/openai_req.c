@@ -461,6 +461,9 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
     if ((k = get_int(c, o, "n", 1, lim->max_n, &x)) < 0) return -1;
     if (k) r->n = (int)x;
     if (get_bool(c, o, "stream", &r->stream) < 0) return -1;
+    /* llama.cpp's per-request switch of prompt caching (default on) */
+    r->cache_prompt = 1;
+    if (get_bool(c, o, "cache_prompt", &r->cache_prompt) < 0) return -1;
     v = json_object_get(o, "stream_options");
     if (v && !json_is_null(v)) {
         if (!json_is_object(v))

@@ -85,6 +85,8 @@ typedef struct proto_req {
      * "max_budget", "dense_below"} (FlexPrefill for long prompts; absent members and an absent
      * field take the server's configuration) */
     int sparse;                /* -1: not given, 0: off, 1: on */
+    int cache_prompt;          /* "cache_prompt" (llama.cpp's name): 0 opts out of prefix
+                                  caching; default 1 */
     double sparse_gamma;       /* (0, 1]; NAN: not given */
     double sparse_tau;         /* [0, 1]; NAN: not given */
     long long sparse_min_budget, sparse_max_budget, sparse_dense_below; /* LLONG_MIN: not given */

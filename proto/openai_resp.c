@@ -111,8 +111,10 @@ static json_t *finish_value(const proto_choice_out *c)
 
 static json_t *usage_value(const proto_usage *u)
 {
-    json_t *o = json_pack("{s:i, s:i, s:i}", "prompt_tokens", u->prompt_tokens, "completion_tokens",
-                          u->completion_tokens, "total_tokens", u->prompt_tokens + u->completion_tokens);
+    json_t *o = json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", u->prompt_tokens,
+                          "completion_tokens", u->completion_tokens, "total_tokens",
+                          u->prompt_tokens + u->completion_tokens, "prompt_tokens_details",
+                          "cached_tokens", u->cached_tokens);
     /* tandem's extension: the FlexPrefill density (blocks computed / causal blocks) */
     if (o && u->has_prefill_density)
         json_object_set_new(o, "prefill_density", json_real(round(u->prefill_density * 1e4) / 1e4));

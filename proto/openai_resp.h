@@ -54,6 +54,7 @@ typedef struct proto_choice_out {
 typedef struct proto_usage {
     int prompt_tokens;
     int completion_tokens;
+    int cached_tokens;       /* prompt_tokens_details.cached_tokens (the prefix cache's reuse) */
     int has_prefill_density; /* a sparse prefill was asked: usage carries "prefill_density" */
     double prefill_density;
 } proto_usage;

@@ -277,7 +277,10 @@ TEST(metrics_render_families)
     m.success[DMN_FINISH_LENGTH] = 2;
     dmn_metrics_count_status(&m, 429);
     dmn_metrics_count_status(&m, 418); /* "other" */
-    dmn_metrics_dev dev = {"cpu", "cpu", "ok", 1.5, 1000, 250, 2, 7, 70, 0, 0, 0, 0, 0, 0};
+    dmn_metrics_dev dev = {.name = "cpu", .kind = "cpu", .health = "ok", .busy_seconds = 1.5,
+                           .mem_total = 1000, .mem_used = 250, .running = 2, .steps = 7,
+                           .tokens = 70, .paged = 1, .blocks_total = 8, .blocks_used = 5,
+                           .blocks_cached = 3, .pc_queries = 40, .pc_hits = 32};
     proto_buf b;
     proto_buf_init(&b);
     dmn_metrics_render(&b, &m, 1, 3, &dev, 1, 1, 0);
@@ -299,6 +302,11 @@ TEST(metrics_render_families)
         "# TYPE tandem_e2e_request_latency_seconds histogram\n",
         "# TYPE tandem_request_queue_time_seconds histogram\n",
         "# TYPE tandem_generation_tokens_total counter\n",
+        "tandem_device_kv_cache_usage_perc{device=\"cpu\",kind=\"cpu\"} 0.25\n", /* (5-3)/8 */
+        "tandem_kv_cache_usage_perc 0.25\n",
+        "tandem_prefix_cache_queries_total 40\n",
+        "tandem_prefix_cache_hits_total 32\n",
+        "tandem_device_prefix_cache_hits_total{device=\"cpu\",kind=\"cpu\"} 32\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         CHECK_MSG(strstr(b.p, want[i]) != NULL, "missing: %s", want[i]);

@@ -310,7 +310,7 @@ TEST(proto_resp_shapes)
         {"!", 1, -INFINITY, 2, 0, {{0}}},
     };
     proto_choice_out c = {0, "Hi!", 3, "length", 1, lp, 2};
-    proto_usage u = {5, 2, 0, 0};
+    proto_usage u = {.prompt_tokens = 5, .completion_tokens = 2, .cached_tokens = 4};
     json_t *j = load(proto_resp_json(&m, &c, 1, &u));
     REQUIRE(j);
     CHECK_STR(json_string_value(json_object_get(j, "object")), "chat.completion");
@@ -325,6 +325,10 @@ TEST(proto_resp_shapes)
     CHECK_EQ(json_integer_value(json_array_get(json_object_get(top1, "bytes"), 0)), 0xE2);
     CHECK_NEAR(json_real_value(json_object_get(json_array_get(content, 1), "logprob")), -9999.0, 0);
     CHECK_EQ(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")), 7);
+    /* the prefix cache's reuse, the OpenAI way */
+    CHECK_EQ(json_integer_value(json_object_get(
+                 json_object_get(json_object_get(j, "usage"), "prompt_tokens_details"), "cached_tokens")),
+             4);
     json_decref(j);
 
     m.ep = PROTO_EP_COMPLETIONS;
