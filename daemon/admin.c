@@ -108,12 +108,43 @@ static void status(dmn_serve *d, dmn_http_req *r)
     double now = sched_now();
     for (int i = 0; i < st.n_devices; i++) {
         const sched_dev_stats *s = &st.dev[i];
-        devs[i] = (proto_status_dev){s->info.name, accel_kind_name(s->info.kind), s->info.desc,
-                                     accel_health_name(s->info.health), s->warm, s->info.mem_total,
-                                     s->info.mem_free, s->info.kv_bytes_per_token, s->info.max_batch,
-                                     s->running, s->in_step, s->steps, s->tokens, s->busy_seconds,
-                                     now - s->last_progress, caps[i], s->decodes, s->prefills,
-                                     s->failovers, s->kv_bytes};
+        proto_status_dev *o = &devs[i];
+        *o = (proto_status_dev){.name = s->info.name,
+                                .kind = accel_kind_name(s->info.kind),
+                                .desc = s->info.desc,
+                                .health = accel_health_name(s->info.health),
+                                .warm = s->warm,
+                                .mem_total = s->info.mem_total,
+                                .mem_free = s->info.mem_free,
+                                .kv_bytes_per_token = s->info.kv_bytes_per_token,
+                                .max_batch = s->info.max_batch,
+                                .running = s->running,
+                                .in_step = s->in_step,
+                                .steps = s->steps,
+                                .tokens = s->tokens,
+                                .busy_seconds = s->busy_seconds,
+                                .idle_seconds = now - s->last_progress,
+                                .caps = caps[i],
+                                .decodes = s->decodes,
+                                .prefills = s->prefills,
+                                .failovers = s->failovers,
+                                .kv_bytes_in = s->kv_bytes};
+        o->paged = (s->info.caps & ACCEL_CAP_PAGED) != 0;
+        o->block_tokens = s->info.kv_block_tokens;
+        o->blocks_total = s->info.kv_blocks_total;
+        o->blocks_used = s->info.kv_blocks_used;
+        o->blocks_cached = s->info.kv_blocks_cached;
+        o->holders = s->pc_holders;
+        o->host_entries = s->pc_host_entries;
+        o->host_bytes = s->pc_host_bytes;
+        o->evictions = s->pc_evictions;
+        o->host_saves = s->pc_host_saves;
+        o->host_dropped = s->pc_host_dropped;
+        o->queries = s->pc_queries;
+        o->hits = s->pc_hits;
+        o->host_hits = s->pc_host_hits;
+        o->preemptions = s->preemptions;
+        o->forks = s->forks;
         caps_text(s->info.caps, caps[i], sizeof caps[i]);
     }
     int cap = d->n_reqs < STATUS_MAX_REQS ? d->n_reqs : STATUS_MAX_REQS;

@@ -16,6 +16,10 @@ typedef struct proto_status_dev {
     double busy_seconds, idle_seconds; /* idle: since the worker's last sign of life */
     const char *caps;   /* "prefill,decode,kv_export,kv_import" (those it has), or NULL */
     uint64_t decodes, prefills, failovers, kv_bytes_in; /* requests placed / moved away, KV in */
+    /* the KV store of a paged device ("kv_store": null elsewhere) */
+    int paged, block_tokens, blocks_total, blocks_used, blocks_cached, holders, host_entries;
+    uint64_t host_bytes, evictions, host_saves, host_dropped, queries, hits, host_hits;
+    uint64_t preemptions, forks;
 } proto_status_dev;
 
 typedef struct proto_status_req {
