@@ -17,7 +17,7 @@ enum sched_place sched_book_place(sched_book *b, const sched_policy_req *r, sche
     e->split = pl.prefill != pl.decode;
     e->prefill_tokens = r->n * r->n_prompt;
     e->prefill_bytes = e->split ? sched_policy_prompt_bytes(p, r) : 0;
-    e->decode_bytes = sched_policy_kv_bytes(d, r);
+    e->decode_bytes = sched_policy_commit_bytes(d, r);
     e->decode_seqs = r->n;
     p->prefill_tokens += e->prefill_tokens;
     p->mem_committed += e->prefill_bytes;

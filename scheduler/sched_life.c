@@ -129,6 +129,7 @@ sched *sched_new(uv_loop_t *loop, accel_dev *const *devs, int n, const model_tok
         v->health = ACCEL_HEALTH_FAILED; /* until warm */
         v->mem_total = d->info0.mem_total;
         v->kv_bytes_per_token = d->info0.kv_bytes_per_token;
+        v->block_tokens = d->info0.caps & ACCEL_CAP_PAGED ? d->info0.kv_block_tokens : 0;
         v->max_running = s->cfg.max_running;
         v->max_batch = d->info0.max_batch > 0 ? d->info0.max_batch : 1;
         const unsigned card = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;

@@ -6,6 +6,18 @@ uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req
     return (uint64_t)r->n * (uint64_t)(r->n_prompt + r->max_tokens) * d->kv_bytes_per_token;
 }
 
+uint64_t sched_policy_commit_bytes(const sched_policy_dev *d, const sched_policy_req *r)
+{
+    if (d->block_tokens <= 0) return sched_policy_kv_bytes(d, r);
+    /* a paged device takes blocks as sequences grow: the prompt's blocks (shared by the n
+     * choices), a copy of its partial last block per further choice, and one block of growth
+     * each; more comes as they decode, and a device that runs out preempts its youngest */
+    uint64_t bt = (uint64_t)d->block_tokens;
+    uint64_t blocks = ((uint64_t)r->n_prompt + bt - 1) / bt + 2 * (uint64_t)r->n - 1;
+    uint64_t bytes = blocks * bt * d->kv_bytes_per_token, whole = sched_policy_kv_bytes(d, r);
+    return bytes < whole ? bytes : whole;
+}
+
 uint64_t sched_policy_prompt_bytes(const sched_policy_dev *d, const sched_policy_req *r)
 {
     return (uint64_t)r->n_prompt * d->kv_bytes_per_token;
@@ -122,7 +134,8 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
                 uint64_t whole = sched_policy_kv_bytes(d, r);
                 if (r->n <= d->max_running && whole <= d->mem_total) {
                     could_local = 1;
-                    if (d->running + r->n <= d->max_running && fits(d, whole) &&
+                    if (d->running + r->n <= d->max_running &&
+                        fits(d, sched_policy_commit_bytes(d, r)) &&
                         better_fallback(v, i, local))
                         local = i;
                 }
@@ -133,7 +146,8 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
             int slots = card_slots(d);
             if (r->n <= slots && whole <= d->mem_total) {
                 could_card = 1;
-                if (d->running + r->n <= slots && fits(d, whole) && better_card(v, i, card))
+                if (d->running + r->n <= slots && fits(d, sched_policy_commit_bytes(d, r)) &&
+                    better_card(v, i, card))
                     card = i;
             }
         }

@@ -71,6 +71,7 @@ typedef struct sched_policy_dev {
     int max_batch;            /* sequences one decode call takes (accel_info.max_batch) */
     int prefill_tokens;       /* prompt tokens queued for prefill here */
     uint64_t assigned;        /* decodes ever placed here (round robin among idle cards) */
+    int block_tokens;         /* a paged device's positions per KV block (0: not paged) */
 } sched_policy_dev;
 
 typedef struct sched_policy_opts {
@@ -102,6 +103,11 @@ typedef struct sched_placement {
 
 /* KV bytes of n sequences of prompt + max_tokens positions on a device. */
 uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req *r);
+/* What a placement commits on its decode device: sched_policy_kv_bytes, or on a paged device
+ * (block_tokens > 0) the blocks the request takes at once — its prompt's, one copy of the
+ * partial last block per further choice, one block of growth per choice. The request must
+ * still be able to fit whole (sched_policy_kv_bytes <= mem_total) to be placed at all. */
+uint64_t sched_policy_commit_bytes(const sched_policy_dev *d, const sched_policy_req *r);
 /* KV bytes of one prompt-only sequence (the prefill device's share of a split placement). */
 uint64_t sched_policy_prompt_bytes(const sched_policy_dev *d, const sched_policy_req *r);
 

@@ -10,13 +10,13 @@
 
 static sched_policy_dev gpu(enum accel_kind k, uint64_t mem, int max_running)
 {
-    sched_policy_dev d = {k, ALL, ACCEL_HEALTH_OK, mem, 0, 100, 0, max_running, 256, 0, 0};
+    sched_policy_dev d = {k, ALL, ACCEL_HEALTH_OK, mem, 0, 100, 0, max_running, 256, 0, 0, 0};
     return d;
 }
 
 static sched_policy_dev card(uint64_t mem)
 {
-    sched_policy_dev d = {ACCEL_KIND_FPGA, CARD, ACCEL_HEALTH_OK, mem, 0, 10, 0, 16, 1, 0, 0};
+    sched_policy_dev d = {ACCEL_KIND_FPGA, CARD, ACCEL_HEALTH_OK, mem, 0, 10, 0, 16, 1, 0, 0, 0};
     return d;
 }
 
@@ -28,6 +28,30 @@ TEST(sched_policy_kv_bytes)
     sched_policy_req r = {10, 6, 3, 0, 0, 0};
     CHECK_EQ(sched_policy_kv_bytes(&d, &r), 3 * 16 * 100);
     CHECK_EQ(sched_policy_prompt_bytes(&d, &r), 10 * 100);
+    CHECK_EQ(sched_policy_commit_bytes(&d, &r), 3 * 16 * 100); /* not paged: all up front */
+    /* paged, 4-position blocks: the prompt's 3 blocks, 2 copies, 3 growth blocks */
+    d.block_tokens = 4;
+    CHECK_EQ(sched_policy_commit_bytes(&d, &r), (3 + 2 + 3) * 4 * 100);
+    r.n = 1;
+    r.max_tokens = 1; /* never more than the whole request */
+    CHECK_EQ(sched_policy_commit_bytes(&d, &r), 11 * 100);
+}
+
+/* A paged device admits by the blocks a request takes at once, yet never one that could not
+ * fit whole when alone. */
+TEST(sched_policy_paged_admission)
+{
+    sched_policy_dev v[1] = {gpu(ACCEL_KIND_CPU, 100 * 100, 64)}; /* 100 positions */
+    v[0].block_tokens = 4;
+    sched_placement pl;
+    sched_policy_req r = {40, 60, 1, 0, 0, 0}; /* whole: exactly 100 */
+    CHECK_EQ(sched_policy_place(v, 1, &no_opts, &r, &pl), SCHED_PLACE_OK);
+    v[0].mem_committed = sched_policy_commit_bytes(&v[0], &r); /* 10 + 1 blocks: 44 positions */
+    CHECK_EQ(v[0].mem_committed, 44 * 100);
+    v[0].running = 1;
+    CHECK_EQ(sched_policy_place(v, 1, &no_opts, &r, &pl), SCHED_PLACE_OK); /* 44 more fit */
+    r.max_tokens = 61; /* 101 positions: never, whatever is free */
+    CHECK(sched_policy_place(v, 1, &no_opts, &r, &pl) != SCHED_PLACE_OK);
 }
 
 TEST(sched_policy_split_to_an_idle_card)
