@@ -333,6 +333,15 @@ int sched_pcache_begin(sched_pcache *pc, const int32_t *ids, int n, int capacity
     if (h && nh > got) {
         for (int k = got; k < nh; k++) {
             st = accel_kv_block_load(pc->dev, *out, h->bytes + (size_t)k * pc->block_bytes);
+            if (st == ACCEL_ERR_NOMEM && pc->dev_tier.head && pc->dev_tier.head != d) {
+                /* room from the least recently used other holder (dropped, not saved: saving
+                 * could give up h itself) */
+                entry_free(pc, &pc->dev_tier, pc->dev_tier.head);
+                atomic_fetch_add(&pc->st.evictions, 1);
+                publish_counts(pc);
+                k--;
+                continue;
+            }
             if (st == ACCEL_ERR_NOMEM) break; /* what loaded stays reused; the rest computed */
             if (st) {
                 accel_seq_free(pc->dev, *out);

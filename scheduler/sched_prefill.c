@@ -204,7 +204,8 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
             st = sched_pcache_begin(d->pc, c->pf_ids, c->pf_n, cap, sq, &reused, &from_host);
         else
             st = accel_seq_new(d->dev, cap, sq);
-        if (st == ACCEL_ERR_NOMEM && sched_worker_make_room(d, r)) return 0; /* again next time */
+        if (st == ACCEL_ERR_NOMEM && (sched_worker_make_room(d, r) || d->active))
+            return 0; /* memory given back, or coming back as decodes end: again next time */
         if (st) {
             sched_prefill_end(d, r, st);
             return 0;
@@ -232,8 +233,8 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
     atomic_fetch_add(&d->prefill_chunks, 1);
     if (st == ACCEL_ERR_CANCELLED && !sched_req_cancelled(r) && atomic_load(&r->import_failed))
         st = ACCEL_OK; /* the sink stopped it: the card's worker moves the request */
-    if (st == ACCEL_ERR_NOMEM && !sparse && sched_worker_make_room(d, r))
-        return dt; /* the device gave memory back: this chunk again next time */
+    if (st == ACCEL_ERR_NOMEM && !sparse && (sched_worker_make_room(d, r) || d->active))
+        return dt; /* memory given back, or coming back as decodes end: this chunk again */
     if (st == ACCEL_ERR_NOMEM && sparse) {
         /* the sparse pass needs whole-prompt workspaces beside the reserved KV (a device leaves
          * the sequence as it was): prefill this request dense instead, in chunks */

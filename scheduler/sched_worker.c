@@ -199,14 +199,14 @@ static void preempt(sched_dev *d, sched_req *r)
 int sched_worker_make_room(sched_dev *d, const sched_req *keep)
 {
     if (d->pc && sched_pcache_evict(d->pc)) return 1;
-    /* the youngest request decoding here (the last to arrive): vLLM's recompute preemption */
+    /* the youngest request decoding here (the last to arrive): vLLM's recompute preemption;
+     * a request that needs room for its prefill only preempts younger ones (FCFS) */
     sched_req *young = NULL;
     for (sched_req *r = d->active; r; r = r->wnext)
-        if (r != keep && (!young || r->seqno > young->seqno)) young = r;
+        if (r != keep && (!keep || r->seqno > keep->seqno) && (!young || r->seqno > young->seqno))
+            young = r;
     if (!young) return 0;
-    preempt(d, young);
-    /* what it published may be all that holds its blocks: give those up too when nothing else
-     * frees memory (the re-prefill then recomputes) — only the holders, never a live sequence */
+    preempt(d, young); /* its KV stays cached until the next NOMEM gives it up */
     return 1;
 }
 

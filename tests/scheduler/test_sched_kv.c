@@ -1,0 +1,324 @@
+/* The KV store through the scheduler (issue 20): the real CPU backend (paged, 16-position
+ * blocks) and stories260K on a real libuv loop.
+ *
+ *   full / partial hit   a prompt served from cached blocks gives the same tokens and the same
+ *                        log-probabilities, bit for bit, as served cold; cached_tokens says how
+ *                        many were reused; an opt-out reuses nothing
+ *   multi-turn           the next turn (prompt + reply + more) reuses the whole first turn
+ *   host tier            a prefix evicted from the device comes back from host memory, exact
+ *   n = 2                two identical choices at temperature 0 from one prefill (a fork)
+ *   preemption           two requests that cannot both grow to the end: the younger is
+ *                        preempted and resumes; both texts equal their runs alone
+ *   too large            a prompt longer than the whole pool is refused at submit
+ * Every test ends with every block back (env_close: no sequence, all memory free). */
+#include "tests/test.h"
+#include "tests/util.h"
+#include "devices/devices.h"
+#include "model/tok/tokenizer.h"
+#include "scheduler/sched.h"
+
+#define MAX_REQS 16
+#define MAX_TOK 256
+
+typedef struct rec {
+    sched_req *r;
+    int done, error, status, cached, completion;
+    int n_tok[2];
+    int32_t tok[2][MAX_TOK];
+    float lp[2][MAX_TOK];
+} rec;
+
+typedef struct env {
+    uv_loop_t loop;
+    model *m;
+    model_tok *tok;
+    accel_dev *dev;
+    sched *s;
+    int warm, finals, want;
+    rec recs[MAX_REQS];
+    int n_recs;
+} env;
+
+static void on_warm(void *ctx, int ok)
+{
+    env *e = ctx;
+    e->warm = ok ? 1 : -1;
+    uv_stop(&e->loop);
+}
+
+static env *E;
+static void on_event(void *ctx, const sched_event *ev)
+{
+    rec *r = ctx;
+    switch (ev->type) {
+    case SCHED_EV_TOKEN:
+        if (ev->choice >= 0 && ev->choice < 2 && r->n_tok[ev->choice] < MAX_TOK) {
+            r->tok[ev->choice][r->n_tok[ev->choice]] = ev->token_id;
+            r->lp[ev->choice][r->n_tok[ev->choice]++] = ev->has_logprobs ? ev->token.logprob : 0;
+        }
+        break;
+    case SCHED_EV_DONE:
+        r->done++;
+        r->cached = ev->cached_tokens;
+        r->completion = ev->completion_tokens;
+        break;
+    case SCHED_EV_ERROR: r->error++, r->status = ev->status; break;
+    default: break;
+    }
+    if ((ev->type == SCHED_EV_DONE || ev->type == SCHED_EV_ERROR) && ++E->finals >= E->want)
+        uv_stop(&E->loop);
+}
+
+/* mem_positions: the device's KV budget in positions (0: its own); host: host-tier bytes. */
+static int env_open(env *e, int mem_positions, uint64_t host, int max_running)
+{
+    memset(e, 0, sizeof *e);
+    E = e;
+    char err[256];
+    e->m = model_load("models/stories260K", err, sizeof err);
+    if (!e->m) {
+        t_fail(__FILE__, __LINE__, "model_load: %s", err);
+        return -1;
+    }
+    uint64_t per = 2ull * e->m->cfg.n_layers * e->m->cfg.n_kv_heads * e->m->cfg.head_dim * 4;
+    accel_opts o = {.threads = 2, .mem_limit = (uint64_t)mem_positions * per};
+    e->dev = devices_open("cpu", e->m, &o, err, sizeof err);
+    e->tok = e->dev ? model_tok_load_dir("models/stories260K", err, sizeof err) : NULL;
+    if (!e->tok) {
+        t_fail(__FILE__, __LINE__, "open: %s", err);
+        return -1;
+    }
+    uv_loop_init(&e->loop);
+    sched_config cfg = {.max_waiting = 64, .max_running = max_running, .host_cache_bytes = host};
+    e->s = sched_new(&e->loop, &e->dev, 1, e->tok, &cfg, on_warm, e, err, sizeof err);
+    if (!e->s) {
+        t_fail(__FILE__, __LINE__, "sched_new: %s", err);
+        return -1;
+    }
+    uv_run(&e->loop, UV_RUN_DEFAULT);
+    if (e->warm != 1) {
+        t_fail(__FILE__, __LINE__, "warm-up failed");
+        return -1;
+    }
+    return 0;
+}
+
+static void env_close(env *e)
+{
+    sched_free(e->s);
+    uv_run(&e->loop, UV_RUN_DEFAULT);
+    CHECK_EQ(uv_loop_close(&e->loop), 0);
+    accel_info info;
+    accel_get_info(e->dev, &info);
+    CHECK_EQ(info.n_seqs, 0);
+    CHECK_EQ(info.n_holders, 0);
+    CHECK_EQ(info.kv_blocks_used, 0); /* no block leaked */
+    CHECK_EQ(info.mem_free, info.mem_total);
+    accel_free(e->dev);
+    model_tok_free(e->tok);
+    model_free(e->m);
+}
+
+static sched_params greedy(const int32_t *ids, int n, int max_tokens, int choices)
+{
+    sched_params p = {0};
+    p.prompt = ids;
+    p.n_prompt = n;
+    p.max_tokens = max_tokens;
+    p.n = choices;
+    p.sampling = model_sampling_default();
+    p.sampling.temperature = 0;
+    p.sampling.logprobs = 1;
+    p.ignore_eos = 1;
+    return p;
+}
+
+static int submit(env *e, const sched_params *p)
+{
+    rec *r = &e->recs[e->n_recs];
+    memset(r, 0, sizeof *r);
+    char err[256];
+    int st = sched_submit(e->s, p, on_event, r, &r->r, err, sizeof err);
+    if (st != SCHED_OK) return st;
+    e->n_recs++;
+    return SCHED_OK;
+}
+
+/* Submits and runs until it (and anything else submitted) is final; the rec. */
+static rec *run_one(env *e, const sched_params *p)
+{
+    static rec refused;
+    if (submit(e, p) != SCHED_OK) {
+        t_fail(__FILE__, __LINE__, "refused");
+        memset(&refused, 0, sizeof refused);
+        return &refused;
+    }
+    e->want++;
+    uv_run(&e->loop, UV_RUN_DEFAULT);
+    rec *r = &e->recs[e->n_recs - 1];
+    CHECK_MSG(r->done == 1 && r->n_tok[0] == p->max_tokens, "done %d error %d (%s), %d tokens",
+              r->done, r->error, sched_strerror(r->status), r->n_tok[0]);
+    return r;
+}
+
+static void prompt_ids(int32_t *ids, int n, int mul, int add)
+{
+    for (int i = 0; i < n; i++) ids[i] = 1 + (i * mul + add) % 500;
+    ids[0] = 1;
+}
+
+/* Same tokens and the same log-probabilities, bit for bit. */
+static int same_run(const rec *a, int ca, const rec *b, int cb)
+{
+    return a->n_tok[ca] == b->n_tok[cb] &&
+           !memcmp(a->tok[ca], b->tok[cb], sizeof(int32_t) * a->n_tok[ca]) &&
+           !memcmp(a->lp[ca], b->lp[cb], sizeof(float) * a->n_tok[ca]);
+}
+
+TEST(sched_kv_full_and_partial_hit)
+{
+    env e;
+    if (env_open(&e, 0, 0, 8) < 0) return;
+    int32_t p[120], q[120];
+    prompt_ids(p, 120, 37, 11);
+    memcpy(q, p, sizeof q);
+    for (int i = 50; i < 120; i++) q[i] = 1 + (i * 13 + 5) % 500; /* shares 50 tokens */
+    sched_params cold = greedy(p, 120, 24, 1);
+    cold.no_prefix_cache = 1;
+    rec *c = run_one(&e, &cold);
+    CHECK_EQ(c->cached, 0);
+    sched_params a = greedy(p, 120, 24, 1);
+    rec *r1 = run_one(&e, &a); /* nothing cached yet (the opt-out left nothing) */
+    CHECK_EQ(r1->cached, 0);
+    rec *r2 = run_one(&e, &a); /* the same prompt: its whole blocks below the last token */
+    CHECK_EQ(r2->cached, 112);
+    CHECK(r1->done == 1 && r2->done == 1 && c->done == 1);
+    CHECK_MSG(same_run(c, 0, r1, 0) && same_run(c, 0, r2, 0), "a cached prompt decodes differently");
+    sched_params b = greedy(q, 120, 24, 1);
+    rec *r3 = run_one(&e, &b); /* a partial hit: the 3 whole blocks of the shared 50 */
+    CHECK_EQ(r3->cached, 48);
+    b.no_prefix_cache = 1;
+    rec *r4 = run_one(&e, &b);
+    CHECK_EQ(r4->cached, 0);
+    CHECK_MSG(same_run(r3, 0, r4, 0), "a partial hit decodes differently from cold");
+    sched_stats st;
+    sched_get_stats(e.s, &st);
+    CHECK_EQ(st.dev[0].pc_hits, 112 + 48);
+    CHECK_EQ(st.dev[0].pc_queries, 3 * 120); /* the opt-outs were not looked up */
+    accel_info info;
+    accel_get_info(e.dev, &info);
+    CHECK(info.n_holders > 0 && info.kv_blocks_cached > 0 && info.n_seqs == 0);
+    env_close(&e);
+}
+
+TEST(sched_kv_multi_turn)
+{
+    env e;
+    if (env_open(&e, 0, 0, 8) < 0) return;
+    int32_t turn[300];
+    prompt_ids(turn, 100, 7, 3);
+    sched_params a = greedy(turn, 100, 40, 1);
+    rec *r1 = run_one(&e, &a);
+    REQUIRE(r1->done == 1 && r1->n_tok[0] == 40);
+    /* the next turn: the conversation so far (prompt + reply) and 30 more tokens */
+    memcpy(turn + 100, r1->tok[0], sizeof(int32_t) * 40);
+    prompt_ids(turn + 140, 30, 11, 9);
+    sched_params b = greedy(turn, 170, 20, 1);
+    rec *r2 = run_one(&e, &b);
+    /* the first turn's KV holds prompt + 39 fed tokens: 139 positions, 8 whole blocks */
+    CHECK_EQ(r2->cached, 128);
+    b.no_prefix_cache = 1;
+    rec *r3 = run_one(&e, &b);
+    CHECK_MSG(same_run(r2, 0, r3, 0), "the second turn decodes differently from cold");
+    env_close(&e);
+}
+
+TEST(sched_kv_host_tier_hit)
+{
+    /* a pool of 24 blocks (384 positions) and a host tier: each request below needs 14 blocks,
+     * so the next one evicts the previous one's cached prefix to host memory */
+    env e;
+    if (env_open(&e, 384, 64 << 20, 8) < 0) return;
+    int32_t p[3][200];
+    for (int k = 0; k < 3; k++) prompt_ids(p[k], 200, 17 + 4 * k, k);
+    sched_params a = greedy(p[0], 200, 16, 1);
+    rec *r0 = run_one(&e, &a);
+    for (int k = 1; k < 3; k++) {
+        sched_params o = greedy(p[k], 200, 16, 1);
+        run_one(&e, &o);
+    }
+    sched_stats st;
+    sched_get_stats(e.s, &st);
+    CHECK(st.dev[0].pc_evictions >= 1 && st.dev[0].pc_host_saves >= 1);
+    rec *r1 = run_one(&e, &a);
+    sched_get_stats(e.s, &st);
+    CHECK_EQ(r1->cached, 192);
+    CHECK_MSG(st.dev[0].pc_host_hits >= 16, "host hits %llu", (unsigned long long)st.dev[0].pc_host_hits);
+    CHECK_MSG(same_run(r0, 0, r1, 0), "KV back from the host tier decodes differently");
+    env_close(&e);
+}
+
+TEST(sched_kv_n_choices_one_prefill)
+{
+    env e;
+    if (env_open(&e, 0, 0, 8) < 0) return;
+    int32_t p[77];
+    prompt_ids(p, 77, 29, 4);
+    sched_params a = greedy(p, 77, 30, 2);
+    a.no_prefix_cache = 1; /* the fork alone */
+    rec *r = run_one(&e, &a);
+    REQUIRE(r->done == 1);
+    CHECK_EQ(r->completion, 60);
+    CHECK_MSG(same_run(r, 0, r, 1), "two greedy choices differ");
+    sched_stats st;
+    sched_get_stats(e.s, &st);
+    CHECK_EQ(st.dev[0].forks, 1);
+    CHECK_EQ(st.dev[0].prefill_tokens, 77); /* one prefill */
+    sched_params one = greedy(p, 77, 30, 1);
+    one.no_prefix_cache = 1;
+    rec *s1 = run_one(&e, &one);
+    CHECK_MSG(same_run(r, 1, s1, 0), "a forked choice decodes differently from a lone request");
+    env_close(&e);
+}
+
+TEST(sched_kv_preempt_and_resume)
+{
+    /* 20 blocks (320 positions); two requests of 100 + 150 positions fit alone (250) but not
+     * together: both are admitted by their first blocks, the younger is preempted as they grow,
+     * resumes from its cached KV, and both end as they would alone */
+    env e;
+    if (env_open(&e, 320, 0, 8) < 0) return;
+    int32_t p[2][100];
+    prompt_ids(p[0], 100, 19, 2);
+    prompt_ids(p[1], 100, 23, 6);
+    sched_params a = greedy(p[0], 100, 150, 1), b = greedy(p[1], 100, 150, 1);
+    REQUIRE(submit(&e, &a) == SCHED_OK && submit(&e, &b) == SCHED_OK);
+    e.want = 2;
+    uv_run(&e.loop, UV_RUN_DEFAULT);
+    CHECK(e.recs[0].done == 1 && e.recs[1].done == 1);
+    sched_stats st;
+    sched_get_stats(e.s, &st);
+    CHECK_MSG(st.dev[0].preemptions >= 1, "no preemption (%llu)", (unsigned long long)st.dev[0].preemptions);
+    a.no_prefix_cache = b.no_prefix_cache = 1;
+    rec *ra = run_one(&e, &a), *rb = run_one(&e, &b);
+    CHECK_MSG(same_run(&e.recs[0], 0, ra, 0), "the older request changed");
+    CHECK_MSG(same_run(&e.recs[1], 0, rb, 0), "the preempted request resumed differently");
+    env_close(&e);
+}
+
+TEST(sched_kv_prompt_longer_than_pool)
+{
+    env e;
+    if (env_open(&e, 64, 0, 8) < 0) return; /* 4 blocks */
+    int32_t p[100];
+    prompt_ids(p, 100, 3, 1);
+    sched_params a = greedy(p, 100, 4, 1);
+    rec *r = &e.recs[0];
+    memset(r, 0, sizeof *r);
+    char err[256];
+    CHECK_EQ(sched_submit(e.s, &a, on_event, r, &r->r, err, sizeof err), SCHED_ERR_TOO_LARGE);
+    accel_info info;
+    accel_get_info(e.dev, &info);
+    CHECK_EQ(info.kv_blocks_used, 0); /* nothing taken */
+    env_close(&e);
+}
