@@ -8,9 +8,8 @@
  *     one layer are 16 * kv_dim floats one after another (4 KiB to 64 KiB for real shapes), so
  *     the per-block pointer lookup is amortized over 16 dot products;
  *   - a power of two that divides 128, so the block tables line up with FlexPrefill's 128-token
- *     blocks (8 of ours per sparse block) and with the 16-position pages the GPU kernels will
- *     want: a table can be handed between devices or to the scheduler (scheduler/kv_blocks.h)
- *     without re-cutting positions.
+ *     blocks (8 of ours per sparse block), and its whole blocks are what the prefix cache
+ *     (scheduler/sched_pcache.h) names and shares: a prompt's reuse is cut at 16 positions.
  *
  * Layout: one arena for K and one for V, (n_layers, cap, CPU_KV_BLOCK, kv_dim), page-aligned: block
  * id b's rows of layer l are the CPU_KV_BLOCK * kv_dim floats at
