@@ -10,6 +10,7 @@
  * A client that goes away (on_close before DONE) cancels its scheduler request: the device
  * worker frees its KV at its next check. */
 #include "daemon/serve.h"
+#include "daemon/api_struct.h"
 #include "daemon/log.h"
 #include "proto/buf.h"
 #include "proto/errors.h"
@@ -403,6 +404,7 @@ typedef struct api_prep {
     proto_req q;
     int32_t *ids;
     int n_ids, max_tokens;
+    model_grammar *grammar; /* structured output (NULL: free text) */
 } api_prep;
 
 static void prep_run(api_prep *p)
@@ -441,11 +443,13 @@ static void prep_run(api_prep *p)
         return;
     }
     p->max_tokens = max_tokens;
+    dmn_grammar_compile(&p->q, &p->grammar, &p->e, p->msg, sizeof p->msg, p->param, sizeof p->param);
 }
 
 static void prep_free(api_prep *p)
 {
     free(p->ids);
+    model_grammar_unref(p->grammar);
     proto_req_deinit(&p->q);
     free(p->body_copy);
     free(p);
@@ -465,6 +469,10 @@ static void prep_submit(api_prep *pp)
         /* a drain began while it was being prepared */
         respond_error(a, d->state == DMN_STATE_DRAINING ? PROTO_ERR_DRAINING : PROTO_ERR_NOT_READY,
                       "the server stopped taking requests", NULL);
+        return;
+    }
+    if (pp->grammar && dmn_grammar_check(d->sched, pp->grammar, pp->msg, sizeof pp->msg) < 0) {
+        respond_error(a, PROTO_ERR_INVALID_VALUE, pp->msg, q->grammar_kind == PROTO_GRAMMAR_GBNF ? "grammar" : "response_format");
         return;
     }
     model_logit_bias *lb = NULL;
@@ -507,6 +515,7 @@ static void prep_submit(api_prep *pp)
     if (q->sparse_max_budget != LLONG_MIN) sp.max_budget = (int)q->sparse_max_budget;
     if (q->sparse_dense_below != LLONG_MIN) sp.dense_below = (int)q->sparse_dense_below;
     if (q->sparse == 1 || (q->sparse < 0 && d->cfg.sparse_prefill)) p.sparse = &sp;
+    p.grammar = pp->grammar;
 
     a->stream = q->stream;
     a->include_usage = q->include_usage;

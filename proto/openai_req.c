@@ -1,5 +1,6 @@
 /* proto/openai_req.c — see openai_req.h. */
 #include "proto/openai_req.h"
+#include "proto/openai_struct.h"
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -418,14 +419,7 @@ static int check_unsupported(pctx *c, json_t *o, enum proto_endpoint ep)
     if ((v = json_object_get(o, "best_of")) && !json_is_null(v) &&
         !(json_is_integer(v) && json_integer_value(v) == 1))
         return fail(c, PROTO_ERR_UNSUPPORTED, "best_of", "'best_of' other than 1 is not supported");
-    if (ep == PROTO_EP_CHAT) {
-        v = json_object_get(o, "response_format");
-        if (v && !json_is_null(v)) {
-            json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-            if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-                return fail(c, PROTO_ERR_UNSUPPORTED, "response_format", "'response_format' other than {\"type\": \"text\"} is not supported");
-        }
-    }
+    (void)ep;
     return 0;
 }
 
@@ -510,6 +504,7 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
         }
     }
     if (parse_sparse(c, o, r) < 0) return -1;
+    if (proto_struct_parse(o, ep, r, &c->err, c->msg, c->msgn, c->param, c->paramn) < 0) return -1;
     v = json_object_get(o, "user");
     if (v && !json_is_null(v)) {
         if (!json_is_string(v)) return fail(c, PROTO_ERR_INVALID_TYPE, "user", "'user' must be a string, not %s", type_name(v));
@@ -563,5 +558,6 @@ void proto_req_deinit(proto_req *r)
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->user);
+    free(r->grammar);
     memset(r, 0, sizeof *r);
 }

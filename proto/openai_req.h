@@ -23,6 +23,14 @@
 
 enum proto_endpoint { PROTO_EP_COMPLETIONS, PROTO_EP_CHAT };
 
+/* Structured output: what every choice's text must be. */
+enum proto_grammar_kind {
+    PROTO_GRAMMAR_NONE,        /* free text */
+    PROTO_GRAMMAR_JSON_OBJECT, /* response_format json_object: the built-in JSON object grammar */
+    PROTO_GRAMMAR_JSON_SCHEMA, /* response_format json_schema: grammar holds its GBNF */
+    PROTO_GRAMMAR_GBNF,        /* the "grammar" extension (llama.cpp's): grammar holds it */
+};
+
 #define PROTO_MAX_TOP_LOGPROBS 20 /* OpenAI's documented maximum for chat top_logprobs */
 /* OpenAI's documented maximum for the legacy /v1/completions `logprobs` count. We follow it
  * rather than vLLM's 20: a client written against OpenAI that asks for more gets the same 400
@@ -90,6 +98,8 @@ typedef struct proto_req {
     double sparse_gamma;       /* (0, 1]; NAN: not given */
     double sparse_tau;         /* [0, 1]; NAN: not given */
     long long sparse_min_budget, sparse_max_budget, sparse_dense_below; /* LLONG_MIN: not given */
+    int grammar_kind;          /* enum proto_grammar_kind */
+    char *grammar;             /* GBNF text (JSON_SCHEMA, GBNF); NULL otherwise */
 } proto_req;
 
 /* Parses body (len bytes, need not be NUL-terminated) for endpoint ep into *out (zeroed first).

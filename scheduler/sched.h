@@ -51,6 +51,7 @@
 #include <stdint.h>
 #include <uv.h>
 #include "model/gen/finish.h"
+#include "model/grammar/grammar.h"
 #include "model/sample/sample.h"
 #include "model/tok/tokenizer.h"
 #include "proto/errors.h"
@@ -117,6 +118,8 @@ typedef struct sched_params {
     unsigned prefill_on, decode_on;
     int no_prefix_cache;  /* 1: this request neither reuses nor leaves cached prefixes (the
                              per-request opt-out: llama.cpp's "cache_prompt": false) */
+    model_grammar *grammar; /* NULL: free text; else each choice's text is a sentence of it (each
+                               choice takes a reference: the caller keeps its own) */
 } sched_params;
 
 enum sched_ev_type {
@@ -188,6 +191,10 @@ void sched_free(sched *s);
  * and events follow through cb(ctx, ...). Otherwise nothing was kept and err says why. */
 int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, sched_req **out,
                  char *err, size_t errlen);
+
+/* The vocabulary as the grammar engine sees it (built at the first call, then kept; NULL when
+ * out of memory): for checking a grammar against the vocabulary before submitting it. */
+const model_gvocab *sched_grammar_vocab(sched *s);
 
 /* Withdraws a request: no event for it is delivered after this returns; its device memory is
  * freed by the worker within one step. Safe to call from inside its own event callback. */

@@ -11,6 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+const model_gvocab *sched_grammar_vocab(sched *s)
+{
+    const model_config *mc = &s->m->cfg;
+    if (!s->gvocab) s->gvocab = model_gen_vocab_new(s->tok, s->vocab, mc->eos_ids, mc->n_eos);
+    return s->gvocab;
+}
+
 int sched_choice_init(sched_choice *c, sched *s, const sched_params *p, int index, char *err,
                       size_t errlen)
 {
@@ -27,6 +34,15 @@ int sched_choice_init(sched_choice *c, sched *s, const sched_params *p, int inde
     gp.eos_ids = mc->eos_ids;
     gp.n_eos = mc->n_eos;
     gp.skip_special = 1; /* special tokens (<s>, <|eot_id|>) are control, not text */
+    if (p->grammar) {
+        /* the vocabulary's trie, once per scheduler (sched_submit runs on the loop thread) */
+        if (!sched_grammar_vocab(s)) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        gp.grammar = p->grammar;
+        gp.gvocab = s->gvocab;
+    }
     c->gen = model_gen_new(s->tok, &gp, s->vocab, p->prompt, p->n_prompt, index, err, errlen);
     c->finish = MODEL_FINISH_NONE;
     return c->gen ? 0 : -1;
@@ -142,7 +158,9 @@ int sched_choice_step(sched *s, sched_req *r, sched_choice *c, float *logits, do
         c->hist = h;
         c->cap_hist = cap > c->n_hist ? cap : c->n_hist + 1;
     }
-    if (model_gen_step(c->gen, logits, &o) < 0) return SCHED_ERR_NOMEM;
+    int rc = model_gen_step(c->gen, logits, &o);
+    if (rc == -2) return SCHED_ERR_INVALID; /* the grammar cannot go on (model_gen_error) */
+    if (rc < 0) return SCHED_ERR_NOMEM;
     if (o.token < 0) return ACCEL_ERR_DEVICE; /* not reached: a finite logit was there */
     c->hist[c->n_hist++] = o.token;
     c->generated++;

@@ -228,6 +228,7 @@ struct sched {
     const model *m;
     int vocab;
     sched_token_table tokens;
+    model_gvocab *gvocab; /* the grammar's vocabulary: built at the first grammar request (loop thread) */
     sched_dev dev[SCHED_MAX_DEVICES];
     int n_devs;
     int n_cards;         /* FPGA decode devices: a placement in place is a fallback */

@@ -166,6 +166,7 @@ static void on_close(uv_handle_t *h)
     sched *s = h->data;
     if (--s->handles_open == 0) {
         sched_token_table_deinit(&s->tokens);
+        model_gvocab_free(s->gvocab);
         pthread_mutex_destroy(&s->ev_mu);
         free(s);
     }

@@ -10,8 +10,10 @@ struct model_gen {
     model_sampler *sampler;
     model_tok_stream *stream; /* NULL without a tokenizer */
     model_stop *stop;         /* NULL without stop strings */
+    model_gmatch *gm;         /* NULL without a grammar */
     int32_t *eos;
-    int n_eos, ignore_eos, max_tokens, n_ctx, n_past, generated, want_lp;
+    int n_eos, ignore_eos, max_tokens, n_ctx, n_past, generated, want_lp, vocab;
+    char err[200];
     proto_buf text; /* the step's text */
 };
 
@@ -31,12 +33,14 @@ model_gen *model_gen_new(const model_tok *tok, const model_gen_params *p, int vo
         g->stop = model_stop_new(p->stops, p->n_stops, err, errlen);
         if (!g->stop) goto fail;
     }
+    if (p->grammar && p->gvocab && !(g->gm = model_gmatch_new(p->grammar, p->gvocab))) goto oom;
     if (tok && !(g->stream = model_tok_stream_new(tok, p->skip_special))) goto oom;
     if (p->n_eos > 0) {
         if (!(g->eos = malloc(p->n_eos * sizeof *g->eos))) goto oom;
         memcpy(g->eos, p->eos_ids, p->n_eos * sizeof *g->eos);
     }
     g->n_eos = p->n_eos;
+    g->vocab = vocab;
     g->ignore_eos = p->ignore_eos;
     g->max_tokens = p->max_tokens;
     g->n_ctx = p->n_ctx;
@@ -54,7 +58,16 @@ fail:
 int model_gen_step(model_gen *g, float *logits, model_gen_out *out)
 {
     memset(out, 0, sizeof *out);
+    if (g->gm && model_gmatch_apply(g->gm, logits, g->vocab) <= 0) {
+        if (!model_gmatch_error(g->gm)[0]) snprintf(g->err, sizeof g->err, "grammar: no token of the vocabulary can continue the text");
+        else snprintf(g->err, sizeof g->err, "%s", model_gmatch_error(g->gm));
+        return -2;
+    }
     out->token = model_sampler_sample(g->sampler, logits, g->want_lp ? &out->lp : NULL);
+    if (g->gm && model_gmatch_accept(g->gm, out->token)) {
+        snprintf(g->err, sizeof g->err, "grammar: the sampled token was refused (%s)", model_gmatch_error(g->gm));
+        return -2;
+    }
     if (model_sampler_accept(g->sampler, out->token)) return -1;
     g->generated++;
     g->n_past++;
@@ -77,6 +90,8 @@ int model_gen_step(model_gen *g, float *logits, model_gen_out *out)
     out->finish = model_finish_step(out->token, g->ignore_eos ? NULL : g->eos,
                                     g->ignore_eos ? 0 : g->n_eos, hit, g->generated, g->max_tokens,
                                     g->n_past, g->n_ctx);
+    /* A grammar that can take nothing more ends the choice here: "stop", before any length. */
+    if (g->gm && out->finish != MODEL_FINISH_STOP && model_gmatch_done(g->gm)) out->finish = MODEL_FINISH_STOP;
     out->stop_string = hit;
     /* A finish for any other reason than a stop string releases what was held back. */
     if (out->finish != MODEL_FINISH_NONE && !hit && g->stream) {
@@ -109,9 +124,15 @@ int model_gen_generated(const model_gen *g)
     return g->generated;
 }
 
+const char *model_gen_error(const model_gen *g)
+{
+    return g->err;
+}
+
 void model_gen_free(model_gen *g)
 {
     if (!g) return;
+    model_gmatch_free(g->gm);
     model_sampler_free(g->sampler);
     model_tok_stream_free(g->stream);
     model_stop_free(g->stop);

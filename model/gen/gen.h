@@ -12,6 +12,7 @@
 #ifndef TANDEM_MODEL_GEN_H
 #define TANDEM_MODEL_GEN_H
 #include "model/gen/finish.h"
+#include "model/grammar/grammar.h"
 #include "model/sample/sample.h"
 #include "model/tok/tokenizer.h"
 
@@ -25,6 +26,12 @@ typedef struct model_gen_params {
     int n_eos;
     int ignore_eos;           /* keep going through eos tokens (benchmarks) */
     int skip_special;         /* special tokens produce no text (OpenAI servers do this) */
+    /* Constrained decoding (both or neither): the choice's text must be a sentence of grammar
+     * (a reference is taken), over the tokens of gvocab (model_gen_vocab_new; must outlive the
+     * model_gen). The mask is applied before logit bias, penalties and temperature; the choice
+     * finishes ("stop") as soon as the grammar can take nothing more. */
+    model_grammar *grammar;
+    const model_gvocab *gvocab;
 } model_gen_params;
 
 typedef struct model_gen_out {
@@ -43,10 +50,18 @@ typedef struct model_gen model_gen;
  * (the message names the parameter). */
 model_gen *model_gen_new(const model_tok *tok, const model_gen_params *p, int vocab,
                          const int32_t *prompt, int n_prompt, int choice, char *err, size_t errlen);
-/* One step from the logits of the next position (modified in place). Returns 0, or -1 on
- * out-of-memory. After a finish, further calls are invalid. */
+/* One step from the logits of the next position (modified in place). Returns 0, -1 on
+ * out-of-memory, or -2 when the grammar cannot go on (no token of the vocabulary continues it,
+ * or a bound of the matcher passed: model_gen_error says which). After a finish, further calls
+ * are invalid. */
 int model_gen_step(model_gen *g, float *logits, model_gen_out *out);
 int model_gen_generated(const model_gen *g);
+/* The message of the last -2 ("" when none). */
+const char *model_gen_error(const model_gen *g);
+
+/* The grammar's view of tok's vocabulary (vocab ids; eos ids allowed where the grammar may end,
+ * special tokens never): built once per tokenizer, read by any thread. NULL when out of memory. */
+model_gvocab *model_gen_vocab_new(const model_tok *tok, int vocab, const int32_t *eos_ids, int n_eos);
 void model_gen_free(model_gen *g);
 
 #endif

@@ -69,6 +69,17 @@ const char *model_tok_piece(const model_tok *t, int32_t id);
 /* 1 when id is an added token marked special (skipped by skip_special). */
 int model_tok_is_special(const model_tok *t, int32_t id);
 
+/* A token's bytes as text, shown one token at a time: "▁" is a space and "<0xNN>" a byte in
+ * SentencePiece-style vocabularies, the stand-in characters are bytes in byte-level ones
+ * (byte_level: model_tok_is_byte_level's answer, asked once), a special token is its content.
+ * out needs room for strlen(model_tok_piece(t, id)) bytes (a piece never grows). Returns the
+ * length (0 for an id without a piece). Any thread. */
+int model_tok_is_byte_level(const model_tok *t);
+size_t model_tok_token_bytes(const model_tok *t, int32_t id, int byte_level, char *out);
+/* 1 when the decoder drops the leading space of a text (SentencePiece's Strip / Metaspace
+ * prepend: "▁Hello" alone decodes to "Hello"), so a generation's first token's space is no text. */
+int model_tok_strips_first_space(const model_tok *t);
+
 /* Strings from tokenizer_config.json, owned by t; NULL when absent or no config was loaded. */
 const char *model_tok_bos_token(const model_tok *t);
 const char *model_tok_eos_token(const model_tok *t);

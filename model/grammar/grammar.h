@@ -1,0 +1,106 @@
+/* model/grammar/grammar.h — grammar-constrained decoding: GBNF grammars (llama.cpp's notation),
+ * an incremental matcher per choice, and the token mask that keeps a sampler inside the grammar.
+ *
+ * Three objects:
+ *   model_grammar  a compiled GBNF grammar: immutable, reference-counted, shared by every choice
+ *                  of every request that uses it (any thread may read it).
+ *   model_gvocab   the vocabulary as byte strings in a trie (built once per tokenizer; immutable,
+ *                  any thread may read it).
+ *   model_gmatch   one choice's parser state (a set of pushdown stacks over the grammar's
+ *                  elements, as in an Earley-style recognizer without the chart) plus its mask
+ *                  cache; one thread at a time.
+ *
+ * The mask (which tokens may come next) is computed by walking the vocabulary trie once with the
+ * matcher's state, cutting every subtree whose prefix the grammar already refuses; a state's
+ * mask is cached, keyed by the interned state, so that a state that recurs (inside a JSON string,
+ * between the members of an object at the same depth: most steps of a structured output) costs
+ * a copy of the bitset and no parsing (the xgrammar observation: most steps' masks were seen
+ * before). Transitions (state, code point) -> state are memoized as well, so a cold mask costs
+ * one hash lookup per trie node it visits.
+ *
+ * Text is matched as Unicode code points; a token may end inside a UTF-8 sequence, and it is
+ * allowed when some completion of that sequence can still match (the pending bytes are part of
+ * the state). Bad grammars are refused at compile time with a message: syntax errors (with the
+ * line), undefined rules, a missing root, left recursion (a rule that can reach itself without
+ * consuming a character: the matcher would never finish expanding it), and a root that can never
+ * finish. Work per token is bounded (MODEL_GRAMMAR_MAX_EXPAND); a matcher that exceeds a bound
+ * reports an error instead of hanging.
+ */
+#ifndef TANDEM_MODEL_GRAMMAR_H
+#define TANDEM_MODEL_GRAMMAR_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define MODEL_GRAMMAR_MAX_TEXT (1 << 20)     /* bytes of GBNF text accepted */
+#define MODEL_GRAMMAR_MAX_ELEMS (1 << 20)    /* compiled elements (repetition counts expand) */
+#define MODEL_GRAMMAR_MAX_REPEAT 1000        /* the m and n of x{m,n} */
+#define MODEL_GRAMMAR_MAX_EXPAND (1 << 18)   /* expansion steps per code point */
+#define MODEL_GRAMMAR_MAX_NODES (1 << 23)    /* stack nodes per matcher (~64 MiB) */
+
+typedef struct model_grammar model_grammar;
+typedef struct model_gvocab model_gvocab;
+typedef struct model_gmatch model_gmatch;
+
+/* ---------------------------------------------------------------- grammars */
+
+/* Compiles GBNF text (len bytes, need not be NUL-terminated) whose start rule is root (NULL:
+ * "root"). NULL with a one-line message in err on a bad grammar or out of memory. The caller
+ * holds one reference. */
+model_grammar *model_grammar_new(const char *text, size_t len, const char *root, char *err,
+                                 size_t errlen);
+/* Another reference (any thread); returns g. */
+model_grammar *model_grammar_ref(model_grammar *g);
+/* Drops a reference; the last frees it. NULL is ignored. */
+void model_grammar_unref(model_grammar *g);
+int model_grammar_n_rules(const model_grammar *g);
+
+/* The built-in grammar of response_format {"type": "json_object"}: one JSON object (RFC 8259),
+ * at most one space between tokens. A static string. */
+const char *model_grammar_json_object(void);
+
+/* ---------------------------------------------------------------- vocabularies */
+
+/* The n_vocab tokens' byte strings: bytes[i] (lens[i] bytes; may be NULL when lens[i] == 0).
+ * never[i] != 0 marks a token the grammar never allows (special and control tokens); eos ids
+ * are allowed exactly when the grammar may end. strip_first_space: the detokenizer drops one
+ * leading space of a generation's text (SentencePiece's Strip decoder), so a first token's
+ * leading space is no text. Copies what it needs. NULL when out of memory. */
+model_gvocab *model_gvocab_new(int n_vocab, const char *const *bytes, const size_t *lens,
+                               const uint8_t *never, const int32_t *eos_ids, int n_eos,
+                               int strip_first_space);
+void model_gvocab_free(model_gvocab *v);
+int model_gvocab_size(const model_gvocab *v);
+/* Nodes in the trie (for the benchmark's report). */
+int model_gvocab_trie_nodes(const model_gvocab *v);
+
+/* ---------------------------------------------------------------- matchers */
+
+/* A matcher at the start of g for vocabulary v (both must outlive it; it takes a reference on
+ * g). NULL when out of memory. */
+model_gmatch *model_gmatch_new(model_grammar *g, const model_gvocab *v);
+void model_gmatch_free(model_gmatch *m);
+
+/* The tokens that may come next, as a bitset of model_gvocab_size bits (bit i of word i/64)
+ * owned by the matcher, valid until its next call. Returns the number of allowed tokens (0:
+ * none: the grammar cannot continue with this vocabulary), or -1 on an error (a bound passed,
+ * out of memory). cached (may be NULL) is set to 1 when the mask came from the cache. */
+int model_gmatch_mask(model_gmatch *m, const uint64_t **mask, int *cached);
+/* Sets every logit the grammar refuses to -inf. Returns the number allowed, or -1 as above. */
+int model_gmatch_apply(model_gmatch *m, float *logits, int n_vocab);
+/* Feeds the chosen token. 0; -1 when the grammar refuses it (the state is unchanged) or on an
+ * error. An eos id is accepted when the grammar may end (and ends it). */
+int model_gmatch_accept(model_gmatch *m, int32_t token);
+/* Feeds text directly (tests): 0, or -1 when refused (the state is then unchanged). */
+int model_gmatch_accept_bytes(model_gmatch *m, const char *s, size_t n);
+/* 1 when the text so far is a complete sentence of the grammar. */
+int model_gmatch_can_end(const model_gmatch *m);
+/* 1 when nothing may follow (complete, and no character can extend it). */
+int model_gmatch_done(const model_gmatch *m);
+/* The last error's message ("" when none). */
+const char *model_gmatch_error(const model_gmatch *m);
+
+/* Tests and benchmarks: the number of distinct parser states, cached masks, and mask
+ * computations that missed the cache, so far. */
+void model_gmatch_stats(const model_gmatch *m, int *states, int *masks, long *misses);
+
+#endif
