@@ -449,10 +449,13 @@ static int compute(model_gmatch *m, wpos start, int first, uint64_t *mask)
     for (int i = 1; i < v->n_nodes;) {
         int d = v->depth[i];
         uint8_t b = v->byte[i];
-        int ok;
+        int ok, no_text = 0;
         if (first && v->strip && d == 1 && b == ' ') {
+            /* the stripped space: no text, so a token that is only this space makes no progress
+             * (allowing it could lead a grammar that no token can start into a dead end) */
             w[1] = w[0];
             ok = 1;
+            no_text = 1;
         } else {
             ok = step_byte(m, &w[d - 1], b, &w[d]);
         }
@@ -461,7 +464,8 @@ static int compute(model_gmatch *m, wpos start, int first, uint64_t *mask)
             i = v->end[i];
             continue;
         }
-        for (int k = v->tok_off[i]; k < v->tok_off[i + 1]; k++) mask[v->toks[k] >> 6] |= 1ull << (v->toks[k] & 63);
+        for (int k = no_text ? v->tok_off[i + 1] : v->tok_off[i]; k < v->tok_off[i + 1]; k++)
+            mask[v->toks[k] >> 6] |= 1ull << (v->toks[k] & 63);
         i++;
     }
     if (!start.need && m->states[start.sid].accept)

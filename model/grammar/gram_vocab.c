@@ -55,7 +55,7 @@ model_gvocab *model_gvocab_new(int n_vocab, const char *const *bytes, const size
     for (int i = 0; i < n_vocab; i++) total += lens[i] <= GRAM_MAX_TOKEN_BYTES ? lens[i] : 0;
     v->blob = malloc(total + 1);
     if (!v->never || !v->off || !v->eos || !order || !v->blob) goto oom;
-    memcpy(v->eos, eos_ids, sizeof(int32_t) * (size_t)n_eos);
+    if (n_eos) memcpy(v->eos, eos_ids, sizeof(int32_t) * (size_t)n_eos);
     v->n_eos = n_eos;
     size_t o = 0;
     int n_tok = 0;

@@ -227,7 +227,8 @@ static void check_masks(const char *tok_path, const char *grammar, const char *p
             } else {
                 model_gmatch *b = model_gmatch_new(g, v);
                 size_t skip = first && strip && buf[0] == ' ' ? 1 : 0;
-                want = model_gmatch_accept_bytes(b, path_text, cuts[c]) == 0 &&
+                /* a first token that is only the stripped space makes no progress: refused */
+                want = len > skip && model_gmatch_accept_bytes(b, path_text, cuts[c]) == 0 &&
                        model_gmatch_accept_bytes(b, buf + skip, len - skip) == 0;
                 model_gmatch_free(b);
             }

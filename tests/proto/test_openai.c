@@ -258,7 +258,10 @@ TEST(proto_req_rejects_bad_input)
         {PROTO_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", PROTO_ERR_UNSUPPORTED, "messages[0]"},
         {PROTO_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", PROTO_ERR_INVALID_VALUE, "top_logprobs"},
         {PROTO_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", PROTO_ERR_INVALID_TYPE, "logprobs"},
-        {PROTO_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", PROTO_ERR_UNSUPPORTED, "response_format"},
+        {PROTO_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"xml\"}}", PROTO_ERR_INVALID_VALUE, "response_format"},
+        {PROTO_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\",\"schema\":{\"type\":\"object\",\"patternProperties\":{}}}}}", PROTO_ERR_INVALID_VALUE, "response_format"},
+        {PROTO_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"},\"grammar\":\"root ::= \\\"a\\\"\"}", PROTO_ERR_INVALID_VALUE, "grammar"},
+        {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"grammar\":7}", PROTO_ERR_INVALID_TYPE, "grammar"},
         {PROTO_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", PROTO_ERR_INVALID_TYPE, "tools"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -1,0 +1,24 @@
+#!/bin/sh
+# Structured outputs (response_format json_schema / json_object, the "grammar" extension) through
+# the official OpenAI Node client, each output validated against its schema by Ajv (npm `ajv`,
+# installed with the client into build/npm, git-ignored; make deps installs both).
+. tests/e2e/lib/serve.sh
+
+NPM_DIR=build/npm
+if [ ! -d "$NPM_DIR/node_modules/openai" ] || [ ! -d "$NPM_DIR/node_modules/ajv" ]; then
+    mkdir -p "$NPM_DIR"
+    if ! npm install --silent --no-audit --no-fund --prefix "$NPM_DIR" openai ajv >"$T/npm.log" 2>&1; then
+        if grep -qi 'ENOTFOUND\|ECONNREFUSED\|ETIMEDOUT\|EAI_AGAIN\|network' "$T/npm.log"; then
+            echo "ok structured_node # SKIP the npm registry is unreachable"
+        else
+            fail structured_node_install "$(tail -n 3 "$T/npm.log")"
+        fi
+        exit 0
+    fi
+fi
+check structured_ajv_installed [ -f "$NPM_DIR/node_modules/ajv/package.json" ]
+
+serve_start || { fail structured_start "daemon did not start"; exit 0; }
+NODE_PATH=$NPM_DIR/node_modules node tests/e2e/structured_client.js "$API/v1"
+serve_stop
+check structured_exit_zero [ "$RC" = 0 ]

@@ -1,0 +1,42 @@
+/* tests/fuzz/harness/fuzz_json_schema.c — libFuzzer harness for the JSON Schema converter
+ * (proto/json_schema.c): any bytes as a schema. A schema the converter accepts must give a
+ * grammar that model/grammar compiles (the converter's promise: it writes only valid GBNF
+ * within the engine's bounds); one it refuses must say why. */
+#include "model/grammar/grammar.h"
+#include "proto/json_schema.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *s = malloc(size ? size : 1);
+    memcpy(s, data, size);
+    proto_buf out;
+    proto_buf_init(&out);
+    char msg[512];
+    msg[0] = 0;
+    int rc = proto_jschema_grammar(s, size, &out, msg, sizeof msg);
+    free(s);
+    if (rc) {
+        if (getenv("FUZZ_DEBUG")) fprintf(stderr, "refused: %s\n", msg);
+        CHECK(msg[0] != 0 && memchr(msg, 0, sizeof msg));
+    } else {
+        char err[256] = "";
+        model_grammar *g = model_grammar_new(out.p, out.len, NULL, err, sizeof err);
+        if (!g) fprintf(stderr, "grammar refused: %s\n%.*s\n", err, (int)out.len, out.p);
+        /* left recursion / cannot finish can come from a schema ("$ref" to itself alone) */
+        CHECK(g || strstr(err, "left recursion") || strstr(err, "never finish") || strstr(err, "elements"));
+        model_grammar_unref(g);
+    }
+    proto_buf_deinit(&out);
+    return 0;
+}

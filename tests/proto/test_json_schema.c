@@ -1,0 +1,118 @@
+/* proto/json_schema.c: schemas become grammars that model/grammar compiles and that accept
+ * exactly the documents they should (checked on hand-picked valid and invalid documents: the
+ * schema's own meaning, as the JSON Schema specification states it); unsupported keywords are
+ * refused by name; bounds hold. */
+#include "model/grammar/grammar.h"
+#include "proto/json_schema.h"
+#include "tests/test.h"
+
+static model_gvocab *bytes_vocab(void)
+{
+    static char bytes[256];
+    const char *b[256];
+    size_t l[256];
+    for (int i = 0; i < 256; i++) {
+        bytes[i] = (char)i;
+        b[i] = &bytes[i];
+        l[i] = 1;
+    }
+    return model_gvocab_new(256, b, l, NULL, NULL, 0, 0);
+}
+
+static model_grammar *from_schema(const char *schema, char *msg, size_t n)
+{
+    proto_buf out;
+    proto_buf_init(&out);
+    model_grammar *g = NULL;
+    if (proto_jschema_grammar(schema, strlen(schema), &out, msg, n) == 0) {
+        g = model_grammar_new(out.p, out.len, NULL, msg, n);
+        if (!g) t_fail(__FILE__, __LINE__, "grammar of %s refused: %s\n%s", schema, msg, out.p);
+    }
+    proto_buf_deinit(&out);
+    return g;
+}
+
+static int accepts(model_grammar *g, const model_gvocab *v, const char *doc)
+{
+    model_gmatch *m = model_gmatch_new(g, v);
+    int ok = model_gmatch_accept_bytes(m, doc, strlen(doc)) == 0 && model_gmatch_can_end(m);
+    model_gmatch_free(m);
+    return ok;
+}
+
+TEST(json_schema_documents)
+{
+    static const struct {
+        const char *schema;
+        const char *yes[4], *no[4];
+    } cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}},\"required\":[\"a\"]}",
+         {"{\"a\":1}", "{ \"a\": -20, \"b\": \"x\" }", "{\"a\":0,\"b\":\"\\u00e9\\n\"}", NULL},
+         {"{}", "{\"b\":\"x\"}", "{\"a\":1.5}", "{\"b\":\"x\",\"a\":1}"}},
+        {"{\"enum\":[\"x\",1,null,{\"k\":[true]}]}", {"\"x\"", "1", "null", "{\"k\":[true]}"}, {"\"y\"", "2", "true", NULL}},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":2,\"maxItems\":3}",
+         {"[true,false]", "[ true, true, false ]", NULL, NULL}, {"[]", "[true]", "[true,true,true,true]", "[1,2]"}},
+        {"{\"type\":\"string\",\"pattern\":\"^(ab|c\\\\.d)+[0-9]?$\"}", {"\"ab\"", "\"c.dab7\"", NULL, NULL},
+         {"\"\"", "\"abx\"", "\"cxd\"", NULL}},
+        {"{\"type\":\"string\",\"pattern\":\"b[^a\\\"]\"}", {"\"xxbz\"", "\"bc\"", NULL, NULL}, {"\"ba\"", "\"b\\\"\"", NULL, NULL}},
+        {"{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/n\"},{\"type\":\"null\"}]}},\"required\":[\"next\"]}},\"$ref\":\"#/$defs/n\"}",
+         {"{\"next\":null}", "{\"next\":{\"next\":{\"next\":null}}}", NULL, NULL}, {"{}", "{\"next\":{}}", NULL, NULL}},
+        {"{\"type\":[\"integer\",\"null\"],\"minimum\":0}", {"0", "42", "null", NULL}, {"-1", "1.5", "\"1\"", NULL}},
+        {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", {"\"ab\"", "\"a\\\"c\"", "\"\xC3\xA9\xC3\xA9\"", NULL}, {"\"a\"", "\"abcd\"", NULL, NULL}},
+        {"{\"const\":\"q\\\"\\\\\"}", {"\"q\\\"\\\\\"", NULL, NULL, NULL}, {"\"q\"", NULL, NULL, NULL}},
+        {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}", {"{}", "{\"x\":1,\"y\":2}", NULL, NULL}, {"{\"x\":\"a\"}", NULL, NULL, NULL}},
+        {"{}", {"1", "{\"a\":[null]}", "\"s\"", NULL}, {"nul", NULL, NULL, NULL}},
+    };
+    model_gvocab *v = bytes_vocab();
+    REQUIRE(v);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char msg[512] = "";
+        model_grammar *g = from_schema(cases[i].schema, msg, sizeof msg);
+        CHECK_MSG(g, "%s: %s", cases[i].schema, msg);
+        for (int k = 0; g && k < 4 && cases[i].yes[k]; k++)
+            CHECK_MSG(accepts(g, v, cases[i].yes[k]), "%s should accept %s", cases[i].schema, cases[i].yes[k]);
+        for (int k = 0; g && k < 4 && cases[i].no[k]; k++)
+            CHECK_MSG(!accepts(g, v, cases[i].no[k]), "%s should refuse %s", cases[i].schema, cases[i].no[k]);
+        model_grammar_unref(g);
+    }
+    model_gvocab_free(v);
+}
+
+TEST(json_schema_refusals)
+{
+    static const struct {
+        const char *schema, *want;
+    } cases[] = {
+        {"{\"type\":\"integer\",\"multipleOf\":2}", "'multipleOf' is not supported"},
+        {"{\"properties\":{\"a\":{\"not\":{}}}}", "'not' is not supported (at '/properties/a'"},
+        {"{\"$ref\":\"#/nowhere\"}", "does not resolve"},
+        {"{\"$ref\":\"http://x/y.json\"}", "another document"},
+        {"{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "lookarounds"},
+        {"{\"type\":\"string\",\"pattern\":\"a\\\\1\"}", "\\1"},
+        {"{\"type\":\"string\",\"pattern\":\"a^b\"}", "only at the pattern's ends"},
+        {"{\"type\":\"integer\",\"minimum\":5}", "'minimum' other than 0"},
+        {"{\"type\":\"array\",\"minItems\":5000}", "'minItems' above"},
+        {"{\"type\":\"wat\"}", "unknown type"},
+        {"{\"anyOf\":[]}", "non-empty"},
+        {"not json", "not JSON"},
+        {"false", "matches nothing"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        proto_buf out;
+        proto_buf_init(&out);
+        char msg[512] = "";
+        int rc = proto_jschema_grammar(cases[i].schema, strlen(cases[i].schema), &out, msg, sizeof msg);
+        CHECK_MSG(rc == -1 && strstr(msg, cases[i].want), "%s: rc %d, '%s', want '%s'", cases[i].schema, rc, msg, cases[i].want);
+        proto_buf_deinit(&out);
+    }
+    /* depth bound: 200 nested arrays */
+    char deep[2400] = "";
+    for (int i = 0; i < 200; i++) strcat(deep, "{\"items\":");
+    strcat(deep, "{}");
+    for (int i = 0; i < 200; i++) strcat(deep, "}");
+    proto_buf out;
+    proto_buf_init(&out);
+    char msg[512] = "";
+    CHECK(proto_jschema_grammar(deep, strlen(deep), &out, msg, sizeof msg) == -1 && strstr(msg, "deeper"));
+    proto_buf_deinit(&out);
+}
