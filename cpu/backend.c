@@ -541,6 +541,39 @@ static void cpu_seq_free(accel_dev *ad, accel_seq *as)
 }
 
 /* Positions past len are forgotten; a level-1 block that len cuts is rebuilt from its rows. */
+/* The rows a prefill wrote, quantized as its export did (export_layer over the same floats: the
+ * same bytes), in runs of at most PREFILL_BATCH positions. */
+static int cpu_kv_export(accel_dev *ad, accel_seq *as, int pos0, int n, const accel_kv_sink *sink)
+{
+    cpu_dev *d = (cpu_dev *)ad;
+    cpu_seq *s = (cpu_seq *)as;
+    const model_config *c = &ad->m->cfg;
+    const int kvd = c->n_kv_heads * c->head_dim;
+    int pos[PREFILL_BATCH];
+    cpu_seq *seqs[PREFILL_BATCH];
+    for (int done = 0; done < n;) {
+        int T = n - done < PREFILL_BATCH ? n - done : PREFILL_BATCH;
+        if (ensure_scratch(d, T, pos0 + done + T)) return ACCEL_ERR_NOMEM;
+        for (int t = 0; t < T; t++) {
+            pos[t] = pos0 + done + t;
+            seqs[t] = s;
+        }
+        batch b = {.T = T, .seq = seqs, .pos = pos};
+        for (int l = 0; l < c->n_layers; l++) {
+            for (int t = 0; t < T; t++) {
+                memcpy(d->k + (size_t)t * kvd, cpu_kv_row(d->kv.k, &d->kv, &s->kv, l, pos[t]),
+                       kvd * sizeof(float));
+                memcpy(d->v + (size_t)t * kvd, cpu_kv_row(d->kv.v, &d->kv, &s->kv, l, pos[t]),
+                       kvd * sizeof(float));
+            }
+            int st = export_layer(d, &b, l, sink);
+            if (st) return st;
+        }
+        done += T;
+    }
+    return ACCEL_OK;
+}
+
 static int cpu_seq_truncate(accel_dev *ad, accel_seq *as, int len)
 {
     cpu_dev *d = (cpu_dev *)ad;
@@ -650,6 +683,7 @@ static const struct accel_dev_i cpu_i = {
     .seq_hold = cpu_seq_hold,
     .kv_block_save = cpu_dev_block_save,
     .kv_block_load = cpu_dev_block_load,
+    .kv_export = cpu_kv_export,
 };
 
 /* accel_opts.decode_sparse (or $TANDEM_DECODE_SPARSE) onto d->tls, with the channel file. */

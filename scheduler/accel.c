@@ -91,6 +91,7 @@ void accel_get_info(accel_dev *d, accel_info *out)
     out->mem_free = r < d->mem_total ? d->mem_total - r : 0;
     out->kv_bytes_per_token = d->kv_bytes_per_token;
     out->n_seqs = atomic_load(&d->n_seqs);
+    if (d->i->kv_export) out->caps |= ACCEL_CAP_KV_EXPORT_HELD;
     if (paged(d)) {
         int total = 0, used = 0, cached = 0;
         d->i->kv_usage(d, &total, &used, &cached);
@@ -225,6 +226,17 @@ int accel_kv_block_load(accel_dev *d, accel_seq *s, const void *src)
     int st = track(d, d->i->kv_block_load(d, s, src));
     if (st == ACCEL_OK) s->len += d->kv_block_tokens;
     return st;
+}
+
+int accel_kv_export(accel_dev *d, accel_seq *s, int pos0, int n, const accel_kv_sink *sink)
+{
+    if (failed(d)) return ACCEL_ERR_DEVICE;
+    if (!d->i->kv_export) return ACCEL_ERR_UNSUPPORTED;
+    if (!s || !sink || !sink->layer || pos0 < 0 || n < 0 || n > s->len - pos0 ||
+        s->import_layers_done)
+        return ACCEL_ERR_INVALID;
+    if (!n) return ACCEL_OK;
+    return track(d, d->i->kv_export(d, s, pos0, n, sink));
 }
 
 static int valid_ids(const model *m, const int32_t *ids, int n)

@@ -58,7 +58,8 @@ enum accel_kind { ACCEL_KIND_CPU, ACCEL_KIND_CUDA, ACCEL_KIND_FPGA };
 enum accel_health { ACCEL_HEALTH_OK, ACCEL_HEALTH_DEGRADED, ACCEL_HEALTH_FAILED };
 enum { ACCEL_CAP_PREFILL = 1, ACCEL_CAP_DECODE = 2, ACCEL_CAP_KV_EXPORT = 4, ACCEL_CAP_KV_IMPORT = 8,
        ACCEL_CAP_PAGED = 16, /* KV in a pool of fixed-size blocks (see "Paged devices" below) */
-       ACCEL_CAP_REMOTE = 32 /* on another node (peer/peer.h): placed after local devices */ };
+       ACCEL_CAP_REMOTE = 32, /* on another node (peer/peer.h): placed after local devices */
+       ACCEL_CAP_KV_EXPORT_HELD = 64 /* accel_kv_export: KV already held, out again */ };
 
 typedef struct accel_info {
     char name[32];            /* "cpu", "cuda:0", "fpga:1" */
@@ -220,6 +221,13 @@ int accel_kv_block_save(accel_dev *d, accel_seq *s, int block, void *dst);
  * of the same kind and model) at the end of s, whose length must be a multiple of
  * kv_block_tokens: its length grows by kv_block_tokens. ACCEL_ERR_NOMEM as for a prefill. */
 int accel_kv_block_load(accel_dev *d, accel_seq *s, const void *src);
+
+/* Exports the KV of positions [pos0, pos0 + n) that s already holds, through sink, exactly as
+ * a prefill of those positions exported it (the same dtype, the same bytes): runs of positions,
+ * each one chunk per layer in layer order. So a prompt whose prefix came from the prefix cache
+ * can still ship its whole KV to a card. Optional (ACCEL_CAP_KV_EXPORT_HELD);
+ * ACCEL_ERR_UNSUPPORTED elsewhere. */
+int accel_kv_export(accel_dev *d, accel_seq *s, int pos0, int n, const accel_kv_sink *sink);
 
 int accel_prefill(accel_dev *d, const accel_prefill_req *r);
 /* One decode step: seqs[i] gets token ids[i] at its next position; logits is (n, vocab). Each

@@ -52,6 +52,8 @@ struct accel_dev_i {
      * block appended at s->len (the wrapper checked alignment and capacity, and adds to len). */
     int (*kv_block_save)(accel_dev *d, accel_seq *s, int block, void *dst);
     int (*kv_block_load)(accel_dev *d, accel_seq *s, const void *src);
+    /* optional: accel_kv_export (the wrapper checked the range lies within s->len) */
+    int (*kv_export)(accel_dev *d, accel_seq *s, int pos0, int n, const accel_kv_sink *sink);
 };
 
 struct accel_dev {

@@ -200,7 +200,11 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
         accel_seq **sq = r->w_split ? &c->pseq : &c->seq;
         int cap = r->w_split ? c->pf_n : r->n_prompt + r->max_tokens;
         int reused = 0, from_host = 0;
-        if (d->pc && !r->w_split && !r->no_cache && !sparse_prompt)
+        /* a split placement reuses a cached prefix only where the device can ship the KV it
+         * already holds (the card needs the whole prompt's) */
+        int cache = d->pc && !r->no_cache && !sparse_prompt &&
+                    (!r->w_split || (d->info0.caps & ACCEL_CAP_KV_EXPORT_HELD));
+        if (cache)
             st = sched_pcache_begin(d->pc, c->pf_ids, c->pf_n, cap, sq, &reused, &from_host);
         else
             st = accel_seq_new(d->dev, cap, sq);
@@ -209,6 +213,18 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
         if (st) {
             sched_prefill_end(d, r, st);
             return 0;
+        }
+        if (r->w_split && reused) {
+            /* the cached prefix goes to the card as a prefill of it would have sent it */
+            ship sh0 = {&d->s->dev[r->w_decode], r, ci};
+            accel_kv_sink sink0 = {ship_layer, &sh0};
+            st = SCHED_DEVICE_CALL(d, accel_kv_export(d->dev, *sq, 0, reused, &sink0));
+            if (st == ACCEL_ERR_CANCELLED && !sched_req_cancelled(r) && atomic_load(&r->import_failed))
+                st = ACCEL_OK; /* the sink stopped it: the card's worker moves the request */
+            if (st || atomic_load(&r->import_failed)) {
+                sched_prefill_end(d, r, st);
+                return 0;
+            }
         }
         c->pf_done = reused;
         if (!r->cached_set) {
@@ -259,11 +275,11 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
     atomic_fetch_add(&d->prefill_tokens, (uint64_t)k);
     c->pf_done += k;
     if (!last) return dt;
+    if (d->pc && !r->no_cache && !sparse && (!r->w_split || (d->info0.caps & ACCEL_CAP_KV_EXPORT_HELD)))
+        sched_pcache_publish(d->pc, r->w_split ? c->pseq : c->seq, c->pf_ids, c->pf_n);
     if (r->w_split) {
         accel_seq_free(d->dev, c->pseq);
         c->pseq = NULL;
-    } else if (d->pc && !r->no_cache) {
-        sched_pcache_publish(d->pc, c->seq, c->pf_ids, c->pf_n);
     }
     int forked = fork_choices(d, r, c);
     st = sched_choice_step(d->s, r, c, d->logits, sched_now());

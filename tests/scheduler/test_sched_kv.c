@@ -13,6 +13,7 @@
  * Every test ends with every block back (env_close: no sequence, all memory free). */
 #include "tests/test.h"
 #include "tests/util.h"
+#include "tests/fpga/fpga_util.h"
 #include "devices/devices.h"
 #include "model/tok/tokenizer.h"
 #include "scheduler/sched.h"
@@ -33,6 +34,7 @@ typedef struct env {
     model *m;
     model_tok *tok;
     accel_dev *dev;
+    accel_dev *card; /* env_open_card: an emulated card beside the CPU */
     sched *s;
     int warm, finals, want;
     rec recs[MAX_REQS];
@@ -114,9 +116,46 @@ static void env_close(env *e)
     CHECK_EQ(info.n_holders, 0);
     CHECK_EQ(info.kv_blocks_used, 0); /* no block leaked */
     CHECK_EQ(info.mem_free, info.mem_total);
+    if (e->card) {
+        accel_get_info(e->card, &info);
+        CHECK_EQ(info.n_seqs, 0);
+        accel_free(e->card);
+    }
     accel_free(e->dev);
     model_tok_free(e->tok);
     model_free(e->m);
+}
+
+/* The CPU and one emulated card (W8A8): requests prefill on the CPU and decode on the card. */
+static int env_open_card(env *e)
+{
+    memset(e, 0, sizeof *e);
+    E = e;
+    char err[512];
+    tf_cache_env();
+    e->m = model_load("models/stories260K", err, sizeof err);
+    accel_opts oc = {.threads = 2}, of = {.weight_bits = 8};
+    e->dev = e->m ? devices_open("cpu", e->m, &oc, err, sizeof err) : NULL;
+    e->card = e->dev ? devices_open("fpga-emu:0", e->m, &of, err, sizeof err) : NULL;
+    e->tok = e->card ? model_tok_load_dir("models/stories260K", err, sizeof err) : NULL;
+    if (!e->tok) {
+        t_fail(__FILE__, __LINE__, "open: %s", err);
+        return -1;
+    }
+    uv_loop_init(&e->loop);
+    accel_dev *devs[2] = {e->dev, e->card};
+    sched_config cfg = {.max_waiting = 64, .max_running = 8};
+    e->s = sched_new(&e->loop, devs, 2, e->tok, &cfg, on_warm, e, err, sizeof err);
+    if (!e->s) {
+        t_fail(__FILE__, __LINE__, "sched_new: %s", err);
+        return -1;
+    }
+    uv_run(&e->loop, UV_RUN_DEFAULT);
+    if (e->warm != 1) {
+        t_fail(__FILE__, __LINE__, "warm-up failed");
+        return -1;
+    }
+    return 0;
 }
 
 static sched_params greedy(const int32_t *ids, int n, int max_tokens, int choices)
@@ -320,5 +359,30 @@ TEST(sched_kv_prompt_longer_than_pool)
     accel_info info;
     accel_get_info(e.dev, &info);
     CHECK_EQ(info.kv_blocks_used, 0); /* nothing taken */
+    env_close(&e);
+}
+
+/* A split placement (prefill on the CPU, decode on the card) with a cached prefix: the CPU ships
+ * the cached blocks' KV again (accel_kv_export, the same bytes its prefill sent), then the rest;
+ * the card decodes exactly what it decodes cold. */
+TEST(sched_kv_split_reuses_prefix)
+{
+    env e;
+    if (env_open_card(&e) < 0) return;
+    int32_t p[90];
+    prompt_ids(p, 90, 41, 8);
+    sched_params cold = greedy(p, 90, 20, 1);
+    cold.no_prefix_cache = 1;
+    rec *c = run_one(&e, &cold);
+    sched_params a = greedy(p, 90, 20, 1);
+    rec *r1 = run_one(&e, &a);
+    rec *r2 = run_one(&e, &a);
+    CHECK_EQ(r1->cached, 0);
+    CHECK_EQ(r2->cached, 80);
+    CHECK_MSG(same_run(c, 0, r1, 0) && same_run(c, 0, r2, 0), "the card decodes a cached prefix differently");
+    sched_stats st;
+    sched_get_stats(e.s, &st);
+    CHECK_EQ(st.placements_split, 3); /* all three on the card */
+    CHECK_EQ(st.dev[1].kv_corrupt, 0);
     env_close(&e);
 }
