@@ -45,6 +45,7 @@ typedef struct api_choice {
     const char *finish;
     int started; /* stream: the role delta went out */
     double t_last;
+    dmn_choice_tools tools; /* chat tool calls found in (or held back from) the text */
 } api_choice;
 
 enum api_route { ROUTE_NONE, ROUTE_COMPLETIONS, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_READY };
@@ -75,6 +76,8 @@ struct dmn_api_req {
     int prep_busy;      /* being prepared on a thread-pool thread (api_prep) */
     int closed;         /* on_close ran while prep_busy: freed when the preparation returns */
     char err_code[40];
+    proto_tools *tools;  /* chat tools unless tool_choice is none (moved from the request) */
+    int tool_family;     /* enum proto_tool_family of the chat template */
 };
 
 static void api_on_event(void *ctx, const sched_event *ev);
@@ -151,9 +154,11 @@ static void api_free_mem(dmn_api_req *a)
         for (int i = 0; i < a->n; i++) {
             proto_buf_deinit(&a->choices[i].text);
             free(a->choices[i].lps);
+            dmn_choice_tools_deinit(&a->choices[i].tools);
         }
         free(a->choices);
     }
+    proto_tools_free(a->tools);
     free(a);
 }
 
@@ -443,7 +448,7 @@ static void prep_run(api_prep *p)
         return;
     }
     p->max_tokens = max_tokens;
-    dmn_grammar_compile(&p->q, &p->grammar, &p->e, p->msg, sizeof p->msg, p->param, sizeof p->param);
+    dmn_grammar_compile(&p->q, (enum proto_tool_family)d->tool_family, &p->grammar, &p->e, p->msg, sizeof p->msg, p->param, sizeof p->param);
 }
 
 static void prep_free(api_prep *p)
@@ -519,6 +524,11 @@ static void prep_submit(api_prep *pp)
 
     a->stream = q->stream;
     a->include_usage = q->include_usage;
+    if (q->tools && q->tools->choice != PROTO_TOOL_CHOICE_NONE) {
+        a->tools = q->tools;
+        q->tools = NULL;
+        a->tool_family = d->tool_family;
+    }
     a->n = q->n;
     a->logprobs = q->logprobs;
     a->prompt_tokens = pp->n_ids;
@@ -693,10 +703,23 @@ static void on_token(dmn_api_req *a, const sched_event *ev)
     proto_lp_token lp;
     if (ev->has_logprobs) lp_of(ev, &lp, c->text_offset);
     if (a->stream) {
-        if (!ev->text_len && !ev->has_logprobs) return; /* held back by the detokenizer/stops */
-        proto_choice_out out = {ev->choice, ev->text, ev->text_len, NULL, ev->has_logprobs, &lp, ev->has_logprobs};
+        const char *text = ev->text;
+        size_t len = ev->text_len;
+        if (a->tools && c->tools.mode != DMN_TOOLS_TEXT) {
+            /* the text may become tool calls: held until it cannot (then it goes out whole) */
+            proto_buf_add(&c->text, ev->text, ev->text_len);
+            if (dmn_tools_hold(a->tools, (enum proto_tool_family)a->tool_family, &c->tools, c->text.p, c->text.len)) {
+                c->text_offset += ev->text_len;
+                return;
+            }
+            text = c->text.p;
+            len = c->text.len;
+        }
+        if (!len && !ev->has_logprobs) return; /* held back by the detokenizer/stops */
+        proto_choice_out out = {ev->choice, text, len, NULL, ev->has_logprobs, &lp, ev->has_logprobs, NULL, 0, 0};
         stream_event(a, proto_chunk_json(&a->meta, &out, !c->started, a->include_usage));
         c->started = 1;
+        c->text.len = 0;
     } else {
         proto_buf_add(&c->text, ev->text, ev->text_len);
         if (ev->has_logprobs) {
@@ -744,8 +767,20 @@ static void on_choice_done(dmn_api_req *a, const sched_event *ev)
     api_choice *c = &a->choices[ev->choice];
     c->finish = model_finish_name(ev->finish);
     a->finish = c->finish;
+    if (a->stream && a->tools && c->tools.mode != DMN_TOOLS_TEXT) {
+        /* what was held back: calls, or after all the content it is */
+        c->finish = dmn_tools_finish(a->tools, (enum proto_tool_family)a->tool_family, &c->tools, c->text.p, c->text.len, c->finish);
+        int calls = c->tools.mode == DMN_TOOLS_CALLS;
+        size_t len = calls ? c->tools.content_len : c->text.len;
+        proto_choice_out out = {ev->choice, c->text.p, len, NULL, 0, NULL, 0, c->tools.calls, c->tools.n_calls, 0};
+        if (len || calls) {
+            stream_event(a, proto_chunk_json(&a->meta, &out, !c->started, a->include_usage));
+            c->started = 1;
+        }
+        a->finish = c->finish;
+    }
     if (a->stream) {
-        proto_choice_out out = {ev->choice, NULL, 0, c->finish, 0, NULL, 0};
+        proto_choice_out out = {ev->choice, NULL, 0, c->finish, 0, NULL, 0, NULL, 0, 0};
         char *json = proto_chunk_json(&a->meta, &out, !c->started, a->include_usage);
         int last = !a->include_usage; /* without a usage chunk, the last choice's finish is last */
         for (int i = 0; i < a->n && last; i++) last = a->choices[i].finish != NULL;
@@ -775,7 +810,12 @@ static void on_done(dmn_api_req *a, const sched_event *ev)
     m->prompt_tokens += (uint64_t)ev->prompt_tokens * (uint64_t)a->n;
     m->generation_tokens += (uint64_t)ev->completion_tokens;
     int any_stop = 0;
-    for (int i = 0; i < a->n; i++) any_stop |= a->choices[i].finish && !strcmp(a->choices[i].finish, "stop");
+    for (int i = 0; i < a->n; i++) {
+        api_choice *c = &a->choices[i];
+        if (!a->stream && a->tools)
+            c->finish = dmn_tools_finish(a->tools, (enum proto_tool_family)a->tool_family, &c->tools, c->text.p, c->text.len, c->finish);
+        any_stop |= c->finish && (!strcmp(c->finish, "stop") || !strcmp(c->finish, "tool_calls"));
+    }
     m->success[any_stop ? DMN_FINISH_STOP : DMN_FINISH_LENGTH]++;
     proto_usage u = {.prompt_tokens = ev->prompt_tokens,
                      .completion_tokens = ev->completion_tokens,
@@ -797,7 +837,9 @@ static void on_done(dmn_api_req *a, const sched_event *ev)
     }
     for (int i = 0; i < a->n; i++) {
         api_choice *c = &a->choices[i];
-        out[i] = (proto_choice_out){i, c->text.p, c->text.len, c->finish, a->logprobs, c->lps, c->n_lps};
+        int calls = c->tools.mode == DMN_TOOLS_CALLS;
+        out[i] = (proto_choice_out){i, c->text.p, calls ? c->tools.content_len : c->text.len, c->finish, a->logprobs,
+                                    c->lps, c->n_lps, c->tools.calls, c->tools.n_calls, 0};
     }
     dmn_http_add_header(a->http, "x-tandem-devices", a->devices);
     dmn_http_add_header(a->http, "x-request-id", a->id);

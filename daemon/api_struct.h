@@ -1,20 +1,41 @@
-/* daemon/api_struct.h — structured output for daemon/api.c: a request's grammar (the built-in
- * JSON object, a JSON Schema's or a client's GBNF) compiled and checked against the vocabulary.
- * Compiled grammars are cached by their text (a client sends the same schema again and again):
- * the cache is the loop thread's; compiling alone is thread-safe. */
+/* daemon/api_struct.h — structured output and tool calls for daemon/api.c: a request's grammar
+ * (the built-in JSON object, a JSON Schema's, a client's GBNF, or the calls of its tools in the
+ * chat template's format) compiled and checked against the vocabulary; each choice's tool calls
+ * found in its text, held back from a stream while the text may still become calls. */
 #ifndef TANDEM_DAEMON_API_STRUCT_H
 #define TANDEM_DAEMON_API_STRUCT_H
 #include "model/grammar/grammar.h"
 #include "proto/openai_req.h"
+#include "proto/openai_tools.h"
 #include "scheduler/sched.h"
 
-/* The grammar q asks for (*out NULL when none; else a reference the caller drops). 0, or -1
- * with the error, a message and the parameter to blame. Any thread. */
-int dmn_grammar_compile(const proto_req *q, model_grammar **out, enum proto_err *e, char *msg,
-                        size_t msgn, char *param, size_t paramn);
+/* The grammar q asks for (*out NULL when none; else a reference the caller drops): tools with
+ * tool_choice required / a named function take the calls' grammar in family f (they win over a
+ * response_format). 0, or -1 with the error, a message and the parameter to blame. Any thread. */
+int dmn_grammar_compile(const proto_req *q, enum proto_tool_family f, model_grammar **out,
+                        enum proto_err *e, char *msg, size_t msgn, char *param, size_t paramn);
 
 /* Loop thread: 0 when some token of the vocabulary can start a text of g; -1 with a message
  * when none can (or when memory ran out). */
 int dmn_grammar_check(sched *s, model_grammar *g, char *msg, size_t msgn);
+
+/* One choice's tool calls. */
+enum { DMN_TOOLS_UNDECIDED, DMN_TOOLS_TEXT, DMN_TOOLS_CALLS };
+typedef struct dmn_choice_tools {
+    int mode;
+    proto_tool_call *calls;
+    int n_calls;
+    size_t content_len; /* bytes of the text before the calls */
+} dmn_choice_tools;
+
+/* Streaming: after the choice's text so far (text, len) grew, 1 when it must still be held back
+ * (it may become calls), 0 when it is content (from now on). */
+int dmn_tools_hold(const proto_tools *t, enum proto_tool_family f, dmn_choice_tools *ct,
+                   const char *text, size_t len);
+/* At the choice's end: parses its text into ct's calls (ids assigned) and returns the finish
+ * reason to report: "tool_calls" when there are calls and the choice stopped, else finish. */
+const char *dmn_tools_finish(const proto_tools *t, enum proto_tool_family f, dmn_choice_tools *ct,
+                             const char *text, size_t len, const char *finish);
+void dmn_choice_tools_deinit(dmn_choice_tools *ct);
 
 #endif

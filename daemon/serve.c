@@ -43,6 +43,7 @@
 #include "daemon/serve.h"
 #include "daemon/log.h"
 #include "devices/devices.h"
+#include "proto/openai_tools.h"
 #include <errno.h>
 #include <limits.h>
 #include <openssl/crypto.h>
@@ -374,6 +375,7 @@ static void do_load_on(dmn_serve *d)
         d->tmpl_plain = 1;
     }
     d->tmpl = model_tmpl_compile(src, strlen(src), err, sizeof err);
+    d->tool_family = proto_tool_family_of(src);
     free(file);
     if (!d->tmpl) {
         snprintf(d->load_err, sizeof d->load_err, "chat template: %s", err);

@@ -47,6 +47,7 @@ typedef struct dmn_serve {
     model_tok *tok;
     model_tmpl *tmpl;
     int tmpl_plain;     /* the fallback template: encode its text with the tokenizer's specials */
+    int tool_family;    /* enum proto_tool_family: the template's tool-call format */
     accel_dev *devs[SCHED_MAX_DEVICES]; /* local devices, then the peers' (serve_peer.c) */
     int n_devs;
     /* peers (serve_peer.c, peer/peer.h) */

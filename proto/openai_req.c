@@ -1,6 +1,7 @@
 /* proto/openai_req.c — see openai_req.h. */
 #include "proto/openai_req.h"
 #include "proto/openai_struct.h"
+#include "proto/openai_tools.h"
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -505,6 +506,8 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
     }
     if (parse_sparse(c, o, r) < 0) return -1;
     if (proto_struct_parse(o, ep, r, &c->err, c->msg, c->msgn, c->param, c->paramn) < 0) return -1;
+    if (ep == PROTO_EP_CHAT && proto_tools_from_json(o, &r->tools, &c->err, c->msg, c->msgn, c->param, c->paramn) < 0)
+        return -1;
     v = json_object_get(o, "user");
     if (v && !json_is_null(v)) {
         if (!json_is_string(v)) return fail(c, PROTO_ERR_INVALID_TYPE, "user", "'user' must be a string, not %s", type_name(v));
@@ -559,5 +562,6 @@ void proto_req_deinit(proto_req *r)
     free(r->stop);
     free(r->user);
     free(r->grammar);
+    proto_tools_free(r->tools);
     memset(r, 0, sizeof *r);
 }

@@ -98,6 +98,8 @@ typedef struct proto_req {
     double sparse_gamma;       /* (0, 1]; NAN: not given */
     double sparse_tau;         /* [0, 1]; NAN: not given */
     long long sparse_min_budget, sparse_max_budget, sparse_dense_below; /* LLONG_MIN: not given */
+    struct proto_tools *tools; /* chat "tools" with tool_choice / parallel_tool_calls
+                                  (proto/openai_tools.h); NULL when none */
     int grammar_kind;          /* enum proto_grammar_kind */
     char *grammar;             /* GBNF text (JSON_SCHEMA, GBNF); NULL otherwise */
 } proto_req;

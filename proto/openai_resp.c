@@ -121,6 +121,22 @@ static json_t *usage_value(const proto_usage *u)
     return o;
 }
 
+static json_t *tool_calls_value(const proto_choice_out *c, int with_index)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < c->n_calls; i++) {
+        const proto_tool_call *t = &c->calls[i];
+        json_t *o = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", t->id, "type", "function", "function", "name",
+                              t->name, "arguments", t->arguments);
+        if (o && with_index) json_object_set_new(o, "index", json_integer(c->call_base + i));
+        if (!o || json_array_append_new(a, o)) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
 static json_t *envelope(const proto_resp_meta *m, const char *object)
 {
     return json_pack("{s:s, s:s, s:I, s:s}", "id", m->id, "object", object, "created",
@@ -143,11 +159,19 @@ char *proto_resp_json(const proto_resp_meta *m, const proto_choice_out *choices,
     for (int i = 0; i < n; i++) {
         const proto_choice_out *c = &choices[i];
         json_t *ch;
-        if (chat)
+        if (chat) {
+            json_t *content = c->n_calls && !c->text_len ? json_null() : text_value(c->text, c->text_len);
             ch = json_pack("{s:i, s:{s:s, s:o}, s:o, s:o}", "index", c->index, "message", "role",
-                           "assistant", "content", text_value(c->text, c->text_len), "logprobs",
+                           "assistant", "content", content, "logprobs",
                            logprobs_value(m->ep, c), "finish_reason", finish_value(c));
-        else
+            if (ch && c->n_calls) {
+                json_t *tc = tool_calls_value(c, 0);
+                if (!tc || json_object_set_new(json_object_get(ch, "message"), "tool_calls", tc)) {
+                    json_decref(ch);
+                    ch = NULL;
+                }
+            }
+        } else
             ch = json_pack("{s:i, s:o, s:o, s:o}", "index", c->index, "text",
                            text_value(c->text, c->text_len), "logprobs", logprobs_value(m->ep, c),
                            "finish_reason", finish_value(c));
@@ -178,8 +202,9 @@ char *proto_chunk_json(const proto_resp_meta *m, const proto_choice_out *c, int 
         json_t *delta = json_object();
         if (role) json_object_set_new(delta, "role", json_string("assistant"));
         /* The closing chunk of a choice has an empty delta, as OpenAI sends it. */
-        if (c->text_len || role || !c->finish_reason)
+        if (c->text_len || (role && !c->n_calls) || (!c->finish_reason && !c->n_calls))
             json_object_set_new(delta, "content", text_value(c->text, c->text_len));
+        if (c->n_calls) json_object_set_new(delta, "tool_calls", tool_calls_value(c, 1));
         ch = json_pack("{s:i, s:o, s:o, s:o}", "index", c->index, "delta", delta, "logprobs",
                        logprobs_value(m->ep, c), "finish_reason", finish_value(c));
     } else {

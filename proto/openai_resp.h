@@ -25,6 +25,7 @@
 #define TANDEM_PROTO_OPENAI_RESP_H
 #include <stddef.h>
 #include "proto/openai_req.h"
+#include "proto/openai_tools.h"
 
 typedef struct proto_lp_top {
     const char *bytes; /* the token's bytes (not NUL-terminated) */
@@ -49,6 +50,11 @@ typedef struct proto_choice_out {
     int logprobs;              /* 1: write a logprobs object (else null) */
     const proto_lp_token *lps;
     int n_lps;
+    /* chat: tool calls (message.tool_calls, or delta.tool_calls in a chunk: each call whole,
+     * with its "index" among the choice's calls starting at call_base); text is then the
+     * content before them, null when empty */
+    const proto_tool_call *calls;
+    int n_calls, call_base;
 } proto_choice_out;
 
 typedef struct proto_usage {

@@ -1,0 +1,111 @@
+// Tool calls through the official OpenAI Node client against tandem serve with one of the chat
+// templates we ship (run by tests/e2e/serve_tools.sh, once per template family). The model is
+// tiny-llama2-mha (random weights): what it writes is noise, so every well-formed call comes
+// from the grammar; arguments are checked against each function's parameters by Ajv.
+// Usage: node tools_client.js BASE_URL FAMILY   (prints "ok NAME" / "not ok NAME # why")
+const mod = require('openai');
+const OpenAI = mod.OpenAI || mod.default || mod;
+const AjvMod = require('ajv');
+const Ajv = AjvMod.default || AjvMod;
+
+const [baseURL, family] = process.argv.slice(2);
+const client = new OpenAI({ baseURL, apiKey: 'sk-test-key', maxRetries: 0, timeout: 120000 });
+const ajv = new Ajv({ strict: false });
+const report = (name, cond, why) => console.log(cond ? `ok tools_${family}_${name}` : `not ok tools_${family}_${name} # ${why}`);
+
+const weather = {
+  type: 'object', properties: { city: { type: 'string', maxLength: 12 }, unit: { enum: ['celsius', 'fahrenheit'] }, days: { type: 'integer', minimum: 1 } },
+  required: ['city', 'unit'],
+};
+const search = { type: 'object', properties: { q: { type: 'string', maxLength: 16 }, tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 2 } }, required: ['q'] };
+const tools = [
+  { type: 'function', function: { name: 'get_weather', description: 'The weather in a city', parameters: weather } },
+  { type: 'function', function: { name: 'search', description: 'Search the web', parameters: search } },
+];
+const schemaOf = { get_weather: weather, search };
+const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+
+function checkCalls(calls, only) {
+  if (!Array.isArray(calls) || calls.length === 0) return 'no tool_calls';
+  for (const c of calls) {
+    if (c.type !== 'function' || !/^call_/.test(c.id)) return `bad call ${JSON.stringify(c)}`;
+    if (!schemaOf[c.function.name]) return `unknown function ${c.function.name}`;
+    if (only && c.function.name !== only) return `called ${c.function.name}, not ${only}`;
+    let args;
+    try { args = JSON.parse(c.function.arguments); } catch (e) { return `arguments do not parse: ${c.function.arguments}`; }
+    if (!ajv.validate(schemaOf[c.function.name], args)) return `arguments ${c.function.arguments}: ${ajv.errorsText()}`;
+  }
+  return null;
+}
+
+async function main() {
+  // required, not streamed, several seeds
+  for (let seed = 1; seed <= 5; seed++) {
+    try {
+      const r = await client.chat.completions.create({ model: 'tiny-llama2-mha', messages, tools, tool_choice: 'required', max_tokens: 300, temperature: 1, seed });
+      const ch = r.choices[0];
+      const why = checkCalls(ch.message.tool_calls);
+      report(`required_${seed}`, !why && ch.finish_reason === 'tool_calls' && ch.message.content === null, why || JSON.stringify(ch));
+    } catch (e) { report(`required_${seed}`, false, e.message); }
+  }
+  // a named function
+  try {
+    const r = await client.chat.completions.create({ model: 'tiny-llama2-mha', messages, tools, tool_choice: { type: 'function', function: { name: 'search' } }, max_tokens: 300, temperature: 1, seed: 9 });
+    const why = checkCalls(r.choices[0].message.tool_calls, 'search');
+    report('named', !why, why);
+  } catch (e) { report('named', false, e.message); }
+  // parallel_tool_calls false: exactly one call
+  try {
+    const r = await client.chat.completions.create({ model: 'tiny-llama2-mha', messages, tools, tool_choice: 'required', parallel_tool_calls: false, max_tokens: 300, temperature: 1, seed: 3 });
+    const calls = r.choices[0].message.tool_calls;
+    const why = checkCalls(calls);
+    report('single', !why && calls.length === 1, why || `${calls.length} calls`);
+  } catch (e) { report('single', false, e.message); }
+  // streamed: the client's deltas add up to whole calls
+  try {
+    const stream = await client.chat.completions.create({ model: 'tiny-llama2-mha', messages, tools, tool_choice: 'required', max_tokens: 300, temperature: 1, seed: 11, stream: true });
+    const calls = [];
+    let finish = null;
+    for await (const chunk of stream) {
+      for (const ch of chunk.choices) {
+        for (const d of (ch.delta && ch.delta.tool_calls) || []) {
+          const c = calls[d.index] || (calls[d.index] = { id: '', type: 'function', function: { name: '', arguments: '' } });
+          if (d.id) c.id = d.id;
+          if (d.function && d.function.name) c.function.name += d.function.name;
+          if (d.function && d.function.arguments) c.function.arguments += d.function.arguments;
+        }
+        if (ch.finish_reason) finish = ch.finish_reason;
+      }
+    }
+    const why = checkCalls(calls);
+    report('stream', !why && finish === 'tool_calls', why || finish);
+  } catch (e) { report('stream', false, e.message); }
+  // The client's own stream helper assembles the calls too.
+  try {
+    const runner = client.beta && client.beta.chat && client.beta.chat.completions && client.beta.chat.completions.stream
+      ? client.beta.chat.completions.stream({ model: 'tiny-llama2-mha', messages, tools, tool_choice: 'required', max_tokens: 300, temperature: 1, seed: 12 })
+      : client.chat.completions.stream({ model: 'tiny-llama2-mha', messages, tools, tool_choice: 'required', max_tokens: 300, temperature: 1, seed: 12 });
+    const final = await runner.finalChatCompletion();
+    const why = checkCalls(final.choices[0].message.tool_calls);
+    report('stream_helper', !why, why);
+  } catch (e) { report('stream_helper', false, e.message); }
+  // auto: free text; whatever came back is either content or well-formed calls
+  try {
+    const r = await client.chat.completions.create({ model: 'tiny-llama2-mha', messages, tools, max_tokens: 30, temperature: 1, seed: 2 });
+    const ch = r.choices[0];
+    const ok = ch.message.tool_calls ? !checkCalls(ch.message.tool_calls) : typeof ch.message.content === 'string';
+    report('auto', ok && ['stop', 'length', 'tool_calls'].includes(ch.finish_reason), JSON.stringify(ch));
+  } catch (e) { report('auto', false, e.message); }
+  // none: never calls
+  try {
+    const r = await client.chat.completions.create({ model: 'tiny-llama2-mha', messages, tools, tool_choice: 'none', max_tokens: 20, temperature: 0 });
+    report('none', !r.choices[0].message.tool_calls && r.choices[0].finish_reason !== 'tool_calls', JSON.stringify(r.choices[0]));
+  } catch (e) { report('none', false, e.message); }
+  // a named function that is not among the tools: 400
+  try {
+    await client.chat.completions.create({ model: 'tiny-llama2-mha', messages, tools, tool_choice: { type: 'function', function: { name: 'nope' } }, max_tokens: 5 });
+    report('unknown_named', false, 'no error');
+  } catch (e) { report('unknown_named', e.status === 400 && /nope/.test(e.message), `${e.status} ${e.message}`); }
+}
+
+main().catch((e) => { console.log(`not ok tools_${family}_main # ${e.message}`); });
