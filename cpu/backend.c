@@ -328,21 +328,17 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
 
 /* ---------------------------------------------------------------- accel entries */
 
-/* FlexPrefill parameters for this request, or NULL when it runs dense: no sparse request, a
- * chunk after existing KV, a sliding-window model, or a prompt at or below the dense threshold. */
+/* FlexPrefill parameters for this sparse chunk (1), or 0 when it runs dense: no sparse request
+ * (the scheduler settled it, sparse/sparse.h), a chunk after existing KV, a sliding-window
+ * model. */
 static int flex_params(const accel_dev *ad, const accel_prefill_req *r, sparse_flex_params *fp)
 {
     const accel_sparse *sp = r->sparse;
-    if (!sp || r->seq->len != 0 || ad->m->cfg.sliding_window) return 0;
-    sparse_flex_params_default(fp);
-    fp->gamma = sp->gamma;
-    fp->tau = sp->tau;
-    fp->min_budget = sp->min_budget;
-    fp->max_budget = sp->max_budget;
-    fp->dense_below = sp->dense_below;
-    char err[128];
-    if (sparse_flex_params_check(fp, err, sizeof err)) return ACCEL_ERR_INVALID;
-    return r->n > sparse_flex_dense_threshold(fp);
+    if (!sp || sp->p.mode != SPARSE_MODE_FLEX || r->seq->len != 0 || ad->m->cfg.sliding_window)
+        return 0;
+    *fp = sp->p.flex;
+    fp->dense_below = 0; /* the scheduler applied the dense rule (sparse_plan): this chunk is sparse */
+    return 1;
 }
 
 /* The whole prompt through every layer at once with sparse attention. */

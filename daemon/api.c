@@ -511,14 +511,22 @@ static void prep_submit(api_prep *pp)
     p.n_stop = q->n_stop;
     p.deadline = d->cfg.request_timeout > 0 ? a->t_arrival + d->cfg.request_timeout : 0;
     p.no_prefix_cache = !q->cache_prompt;
-    /* FlexPrefill: the server's configuration, overridden member by member by the request */
-    accel_sparse sp = {(float)d->cfg.sparse_gamma, (float)d->cfg.sparse_tau,
-                       d->cfg.sparse_min_budget, d->cfg.sparse_max_budget, d->cfg.sparse_dense_below};
-    if (!isnan(q->sparse_gamma)) sp.gamma = (float)q->sparse_gamma;
-    if (!isnan(q->sparse_tau)) sp.tau = (float)q->sparse_tau;
-    if (q->sparse_min_budget != LLONG_MIN) sp.min_budget = (int)q->sparse_min_budget;
-    if (q->sparse_max_budget != LLONG_MIN) sp.max_budget = (int)q->sparse_max_budget;
-    if (q->sparse_dense_below != LLONG_MIN) sp.dense_below = (int)q->sparse_dense_below;
+    /* Sparse prefill, resolved here once: the request's method (else the configured one), the
+     * configuration's parameters over the method's defaults, the request's members over those.
+     * sched_submit checks the result (a 400 naming the key). */
+    accel_sparse sp;
+    dmn_config_sparse(&d->cfg, q->sparse_mode, &sp.p);
+    if (!isnan(q->sparse_gamma)) sp.p.flex.gamma = (float)q->sparse_gamma;
+    if (!isnan(q->sparse_tau)) sp.p.flex.tau = (float)q->sparse_tau;
+    if (q->sparse_min_budget != LLONG_MIN) sp.p.flex.min_budget = (int)q->sparse_min_budget;
+    if (q->sparse_max_budget != LLONG_MIN) sp.p.flex.max_budget = (int)q->sparse_max_budget;
+    if (q->sparse_dense_below != LLONG_MIN) sp.p.flex.dense_below = (int)q->sparse_dense_below;
+    if (!isnan(q->sparse_xattn_threshold)) sp.p.xattention_threshold = (float)q->sparse_xattn_threshold;
+    if (q->sparse_xattn_block != LLONG_MIN) sp.p.xattention_block_size = (int)q->sparse_xattn_block;
+    if (q->sparse_xattn_stride != LLONG_MIN) sp.p.xattention_stride = (int)q->sparse_xattn_stride;
+    if (q->sparse_start != LLONG_MIN) sp.p.num_retained_start_tokens_in_cache = (int)q->sparse_start;
+    if (q->sparse_recent != LLONG_MIN) sp.p.num_retained_recent_tokens_in_cache = (int)q->sparse_recent;
+    if (q->sparse_last_dense != LLONG_MIN) sp.p.num_last_dense_tokens_in_prefill = (int)q->sparse_last_dense;
     if (q->sparse == 1 || (q->sparse < 0 && d->cfg.sparse_prefill)) p.sparse = &sp;
     p.grammar = pp->grammar;
 

@@ -42,6 +42,13 @@ static const key keys[] = {
     K(sparse_min_budget, KEY_INT, "1024", 1, 16777216, "FlexPrefill minimum tokens per pattern"),
     K(sparse_max_budget, KEY_INT, "0", 0, 16777216, "FlexPrefill maximum tokens per pattern (0: none)"),
     K(sparse_dense_below, KEY_INT, "-1", -1, 16777216, "prompts of at most this many tokens prefill dense (-1: FlexPrefill's rule, max(256, min_budget rounded up to 128))"),
+    K(sparse_mode, KEY_STR, "flexprefill", 0, 0, "the sparse prefill method: flexprefill, xattention or trishape (a request's \"mode\" overrides it)"),
+    K(xattention_threshold, KEY_DOUBLE, "0.8", 0.0001, 1, "XAttention: the estimated attention mass each query block keeps, (0, 1]"),
+    K(xattention_block_size, KEY_INT, "128", 16, 128, "XAttention: block size in tokens, 16, 32, 64 or 128"),
+    K(xattention_stride, KEY_INT, "8", 1, 128, "XAttention: antidiagonal stride, divides the block size"),
+    K(num_retained_start_tokens_in_cache, KEY_INT, "128", 0, 1048576, "Tri-shape: tokens at the start of the cache a sparse chunk sees (a multiple of 128)"),
+    K(num_retained_recent_tokens_in_cache, KEY_INT, "1920", 0, 1048576, "Tri-shape: most recent cached tokens a sparse chunk sees (a multiple of 128)"),
+    K(num_last_dense_tokens_in_prefill, KEY_INT, "-1", -1, 1048576, "the prompt's last tokens that prefill dense (-1: the method's default, 0 for flexprefill, 100 for the others)"),
     K(cache_dir, KEY_STR, "", 0, 0, "FPGA weight-image cache directory (default: $TANDEM_CACHE_DIR, else ~/.cache/tandem)"),
     K(threads, KEY_INT, "0", 0, 1024, "cpu backend threads (0: all cores)"),
     K(kv_mem_limit, KEY_BYTES, "0", 0, 9.0e18, "KV bytes per device (0: device budget)"),
@@ -410,6 +417,21 @@ int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err
         snprintf(err, errlen, "gpu_dtype must be auto, bf16 or fp16, got '%.64s'", c->gpu_dtype);
         return -1;
     }
+    /* The sparse method's parameters as a request without its own would get them. */
+    sparse_params sp;
+    const char *bad;
+    char why[160];
+    if (dmn_config_sparse(c, -1, &sp) < 0) {
+        snprintf(err, errlen, "sparse_mode must be flexprefill, xattention or trishape, got '%.64s'",
+                 c->sparse_mode);
+        return -1;
+    }
+    if (sparse_params_check(&sp, why, sizeof why, &bad)) {
+        int flex = !strcmp(bad, "gamma") || !strcmp(bad, "tau") || !strcmp(bad, "min_budget") ||
+                   !strcmp(bad, "max_budget") || !strcmp(bad, "dense_below") || !strcmp(bad, "mode");
+        snprintf(err, errlen, "%s%s: %s", flex ? "sparse_" : "", bad, why);
+        return -1;
+    }
     /* A hung card must time out (and its requests move) before systemd's watchdog restarts the
      * whole service. Only matters when cards are configured. */
     if (strstr(c->devices, "fpga") && c->fpga_run_timeout_ms >= c->watchdog_stall * 1000) {
@@ -440,4 +462,24 @@ int dmn_config_resolve_model(dmn_config *c, char *err, size_t errlen)
     free(c->model);
     c->model = strdup(dir);
     return c->model ? 0 : -1;
+}
+
+int dmn_config_sparse(const dmn_config *c, int mode, sparse_params *out)
+{
+    if (mode < 0) mode = sparse_mode_parse(c->sparse_mode);
+    if (mode < 0) return -1;
+    sparse_params_default(out, mode);
+    out->flex.gamma = (float)c->sparse_gamma;
+    out->flex.tau = (float)c->sparse_tau;
+    out->flex.min_budget = c->sparse_min_budget;
+    out->flex.max_budget = c->sparse_max_budget;
+    out->flex.dense_below = c->sparse_dense_below;
+    out->xattention_threshold = (float)c->xattention_threshold;
+    out->xattention_block_size = c->xattention_block_size;
+    out->xattention_stride = c->xattention_stride;
+    out->num_retained_start_tokens_in_cache = c->num_retained_start_tokens_in_cache;
+    out->num_retained_recent_tokens_in_cache = c->num_retained_recent_tokens_in_cache;
+    if (c->num_last_dense_tokens_in_prefill >= 0)
+        out->num_last_dense_tokens_in_prefill = c->num_last_dense_tokens_in_prefill;
+    return 0;
 }

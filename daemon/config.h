@@ -14,6 +14,7 @@
 #ifndef TANDEM_DMN_CONFIG_H
 #define TANDEM_DMN_CONFIG_H
 #include <stddef.h>
+#include "sparse/sparse.h"
 
 typedef struct dmn_config {
     char *config;            /* the file that was read ("" when none) */
@@ -26,6 +27,11 @@ typedef struct dmn_config {
     int sparse_prefill;      /* FlexPrefill for long prompts by default (requests may override) */
     double sparse_gamma, sparse_tau;
     int sparse_min_budget, sparse_max_budget, sparse_dense_below;
+    char *sparse_mode;       /* flexprefill | xattention | trishape */
+    double xattention_threshold;
+    int xattention_block_size, xattention_stride;
+    int num_retained_start_tokens_in_cache, num_retained_recent_tokens_in_cache;
+    int num_last_dense_tokens_in_prefill; /* -1: the method's default */
     char *cache_dir;         /* FPGA weight-image cache ("": $TANDEM_CACHE_DIR, ~/.cache/tandem) */
     int threads;             /* cpu backend threads (0: all cores) */
     long long kv_mem_limit;  /* bytes of KV per device (0: the device's own budget) */
@@ -86,6 +92,10 @@ void dmn_config_deinit(dmn_config *c);
 /* When c->model is empty, picks the bundled models/stories260K: beside the binary's repository
  * (build/tandem, build/san/tandem) or under the install prefix (bin/../share/tandem/models).
  * Returns 0, or -1 with a message in err. */
+/* The sparse prefill parameters of method `mode` (-1: the configured sparse_mode) as this
+ * configuration sets them over the method's defaults: what a request that names no member gets.
+ * -1 when the configured mode is not a method's name. Not checked (sparse_params_check). */
+int dmn_config_sparse(const dmn_config *c, int mode, sparse_params *out);
 int dmn_config_resolve_model(dmn_config *c, char *err, size_t errlen);
 
 /* Overwrites and frees api_key and admin_key. */

@@ -7,7 +7,6 @@
 #include "fpga/backend.h"
 #include "fpga/kernels/dec_layout.h"
 #include "gpu/plugin.h"
-#include "sparse/flex.h"
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
@@ -71,7 +70,7 @@ static accel_dev *cuda_open(int index, const model *m, const accel_opts *o, char
         return NULL;
     }
     /* The plugin stays loaded for the life of the process (devices may outlive this call). */
-    const gpu_plugin_host host = {.flex = sparse_flex_fns_get()};
+    const gpu_plugin_host host = {0};
     return fn(index, m, o, &host, err, errlen);
 }
 

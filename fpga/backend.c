@@ -229,21 +229,15 @@ static int prefill_by_steps(fpga_dev *d, fpga_seq *s, const accel_prefill_req *r
 /* 1: the request runs sparse (its parameters into p), 0: dense, or ACCEL_ERR_INVALID. FlexPrefill
  * as the CPU reference decides it (cpu/flex.h), plus the sparse units' bounds (flex_kernel.h):
  * outside them the card runs dense and the report says so. */
-static int sparse_params(const fpga_dev *d, const fpga_seq *s, const accel_prefill_req *r,
+static int card_sparse_params(const fpga_dev *d, const fpga_seq *s, const accel_prefill_req *r,
                          fpga_pf_params *p)
 {
     const accel_sparse *sp = r->sparse;
     const fpga_dec_desc *desc = &d->card.desc;
-    if (!sp || s->base.len != 0) return 0;
-    sparse_flex_params fp;
-    sparse_flex_params_default(&fp);
-    fp.gamma = sp->gamma;
-    fp.tau = sp->tau;
-    fp.min_budget = sp->min_budget;
-    fp.max_budget = sp->max_budget;
-    fp.dense_below = sp->dense_below;
-    if (sparse_flex_params_check(&fp, NULL, 0)) return ACCEL_ERR_INVALID;
-    if (r->n <= sparse_flex_dense_threshold(&fp)) return 0;
+    /* settled by the scheduler (sparse/sparse.h); the card's units do FlexPrefill from an empty
+     * sequence (xattention and trishape run dense here for now) */
+    if (!sp || sp->p.mode != SPARSE_MODE_FLEX || s->base.len != 0) return 0;
+    const sparse_flex_params fp = sp->p.flex;
     if (r->n < 2 * FPGA_FLEX_BS || r->n > FPGA_FLEX_MAX_TOKENS ||
         desc->n_heads > FPGA_FLEX_MAX_HEADS ||
         desc->n_heads / desc->n_kv_heads > FPGA_FLEX_MAX_GROUP || desc->head_dim > FPGA_FLEX_MAX_D)
@@ -284,7 +278,7 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
                      .part_tiles = s->part_tiles, .ws_off = d->pf_ws_off, .ws_rows = d->pass_rows,
                      .run_rows = d->run_rows, .ws_flags = FPGA_PF_F_KVF, .logits = r->logits,
                      .all_logits = r->all_logits, .kv = r->kv, .cancel = r->cancel};
-    int sparse = sparse_params(d, s, r, &j.params);
+    int sparse = card_sparse_params(d, s, r, &j.params);
     if (sparse < 0) return sparse;
     uint64_t ws = 0;
     if (sparse) {

@@ -19,7 +19,6 @@ typedef struct gpu_dev {
     struct accel_dev base;
     gpu_engine *e;
     int index;
-    sparse_flex_fns flex; /* from the host, at open */
 } gpu_dev;
 
 static gpu_engine *eng(accel_dev *d)
@@ -67,37 +66,27 @@ static enum proto_kv_dtype export_dtype(accel_dev *d)
     return d->opts.kv_dtype ? d->opts.kv_dtype : PROTO_KV_INT8;
 }
 
-/* FlexPrefill parameters for this request (1), or 0 when it runs dense, by the CPU backend's
- * rule (cpu/backend.c): no sparse request, a chunk after existing KV, a sliding-window model, or
- * a prompt at or below sparse_flex_dense_threshold. Past that rule, shapes the GPU index does
- * not cover (head_dim other than 64/128, over GPU_FLEX_MAX_HEADS heads or GPU_FLEX_MAX_TOKENS
- * tokens) run dense too, and the report says so. ACCEL_ERR_INVALID for bad parameters. */
-static int sparse_params(const accel_dev *d, const accel_prefill_req *r, gpu_flex_params *gp)
+/* FlexPrefill parameters for this sparse chunk (1), or 0 when it runs dense: no sparse request
+ * (the scheduler settled it, sparse/sparse.h), a method the GPU lacks (xattention and trishape
+ * run dense here for now), a chunk after existing KV, a sliding-window model, or a shape the GPU
+ * index does not cover (head_dim other than 64/128, over GPU_FLEX_MAX_HEADS heads or
+ * GPU_FLEX_MAX_TOKENS tokens, under two blocks); the report then says dense. */
+static int gpu_sparse_params(const accel_dev *d, const accel_prefill_req *r, gpu_flex_params *gp)
 {
     const accel_sparse *sp = r->sparse;
     const model_config *c = &d->m->cfg;
-    if (!sp || r->seq->len != 0 || c->sliding_window) return 0;
-    const sparse_flex_fns *fx = &((const gpu_dev *)d)->flex;
-    sparse_flex_params fp;
-    fx->params_default(&fp);
-    fp.gamma = sp->gamma;
-    fp.tau = sp->tau;
-    fp.min_budget = sp->min_budget;
-    fp.max_budget = sp->max_budget;
-    fp.dense_below = sp->dense_below;
-    char err[128];
-    if (fx->params_check(&fp, err, sizeof err)) return ACCEL_ERR_INVALID;
-    if (r->n <= fx->dense_threshold(&fp)) return 0;
+    if (!sp || sp->p.mode != SPARSE_MODE_FLEX || r->seq->len != 0 || c->sliding_window) return 0;
+    const sparse_flex_params *fp = &sp->p.flex;
     if ((c->head_dim != 64 && c->head_dim != 128) || c->n_heads > GPU_FLEX_MAX_HEADS ||
-        r->n > GPU_FLEX_MAX_TOKENS)
+        r->n > GPU_FLEX_MAX_TOKENS || r->n < 2 * GPU_FLEX_BS)
         return 0;
     /* budgets in blocks of 128 as cpu/flex_index.c counts them: ceil(tokens / 128), min_budget 0
      * meaning one token */
     const int bs = GPU_FLEX_BS;
-    *gp = (gpu_flex_params){.gamma = fp.gamma, .tau = fp.tau,
-                            .min_blocks = ((fp.min_budget > 0 ? fp.min_budget : 1) + bs - 1) / bs,
-                            .max_blocks = fp.max_budget > 0 ? (fp.max_budget + bs - 1) / bs : 0,
-                            .gqa_interleave = fp.gqa_interleave};
+    *gp = (gpu_flex_params){.gamma = fp->gamma, .tau = fp->tau,
+                            .min_blocks = ((fp->min_budget > 0 ? fp->min_budget : 1) + bs - 1) / bs,
+                            .max_blocks = fp->max_budget > 0 ? (fp->max_budget + bs - 1) / bs : 0,
+                            .gqa_interleave = fp->gqa_interleave};
     return 1;
 }
 
@@ -109,7 +98,7 @@ static int gpu_dev_prefill(accel_dev *d, const accel_prefill_req *r)
         r->sparse_report->density = 1.0;
     }
     gpu_flex_params gp;
-    int sparse = sparse_params(d, r, &gp);
+    int sparse = gpu_sparse_params(d, r, &gp);
     if (sparse < 0) return sparse;
     if (sparse)
         return gpu_prefill_sparse(eng(d), s->kv, r->ids, r->n, r->logits, r->all_logits, r->kv,
@@ -181,9 +170,8 @@ static const struct accel_dev_i gpu_i = {
 accel_dev *gpu_plugin_open(int index, const model *m, const accel_opts *o,
                            const gpu_plugin_host *host, char *err, size_t errlen)
 {
-    if (!host || !host->flex || !host->flex->params_default || !host->flex->params_check ||
-        !host->flex->dense_threshold) {
-        snprintf(err, errlen, "cuda:%d: the host gave no FlexPrefill rules", index);
+    if (!host) {
+        snprintf(err, errlen, "cuda:%d: no host table", index);
         return NULL;
     }
     if (o->kv_dtype && o->kv_dtype != PROTO_KV_INT8 && o->kv_dtype != PROTO_KV_INT4) {
@@ -207,7 +195,6 @@ accel_dev *gpu_plugin_open(int index, const model *m, const accel_opts *o,
     d->base.kv_bytes_per_token = gpu_engine_kv_bytes_per_token(e);
     d->e = e;
     d->index = index;
-    d->flex = *host->flex;
     return &d->base;
 }
 

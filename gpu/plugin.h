@@ -2,19 +2,18 @@
  * it after dlopen.
  *
  * The plugin takes nothing from the host's backends: what it needs beyond the accel wrappers it
- * implements (scheduler/accel.h) and model/ comes in gpu_plugin_host at open — today FlexPrefill's
- * shared rules (sparse/flex.h), which it would otherwise have bound to the host binary's symbols.
- * The plugin copies the table at open.
+ * implements (scheduler/accel.h) and model/ comes in gpu_plugin_host at open (nothing today: a
+ * sparse request reaches it settled, scheduler/accel.h's accel_sparse, so it needs none of the
+ * host's rules), so that it never binds to the host binary's symbols.
  *
  * A plugin built from another tree than the host fails to load by name (the symbol carries the
  * contract), not by a call with the wrong arguments. */
 #ifndef TANDEM_GPU_PLUGIN_H
 #define TANDEM_GPU_PLUGIN_H
 #include "scheduler/accel.h"
-#include "sparse/flex.h"
 
 typedef struct gpu_plugin_host {
-    const sparse_flex_fns *flex; /* FlexPrefill's parameters and dense rule */
+    int reserved; /* 0 */
 } gpu_plugin_host;
 
 /* The one symbol the composition root looks up in libtandem_cuda*.so. */

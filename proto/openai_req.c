@@ -134,13 +134,23 @@ static char *dup_n(const char *s, size_t n)
     return d;
 }
 
-/* "sparse_prefill": true | false | an object of FlexPrefill parameters (bounds as cpu/flex.h
- * checks them; budgets in tokens up to 16M). */
+/* "sparse_prefill": true | false | an object: the method ("mode") and its parameters. Each
+ * member is bounded here (budgets and token counts up to 16M); how they fit together (a stride
+ * that divides the block, counts in whole blocks) is checked where the parameters are resolved
+ * (sparse/sparse.h, at submission), which names the key the same way. */
+static const char *const sparse_members[] = {
+    "mode", "gamma", "tau", "min_budget", "max_budget", "dense_below", "xattention_threshold",
+    "xattention_block_size", "xattention_stride", "num_retained_start_tokens_in_cache",
+    "num_retained_recent_tokens_in_cache", "num_last_dense_tokens_in_prefill"};
+static const char *const sparse_modes[] = {"flexprefill", "xattention", "trishape"};
+
 static int parse_sparse(pctx *c, json_t *o, proto_req *r)
 {
-    r->sparse = -1;
-    r->sparse_gamma = r->sparse_tau = NAN;
+    r->sparse = r->sparse_mode = -1;
+    r->sparse_gamma = r->sparse_tau = r->sparse_xattn_threshold = NAN;
     r->sparse_min_budget = r->sparse_max_budget = r->sparse_dense_below = LLONG_MIN;
+    r->sparse_xattn_block = r->sparse_xattn_stride = LLONG_MIN;
+    r->sparse_start = r->sparse_recent = r->sparse_last_dense = LLONG_MIN;
     json_t *v = json_object_get(o, "sparse_prefill");
     if (!v || json_is_null(v)) return 0;
     if (json_is_boolean(v)) {
@@ -153,11 +163,21 @@ static int parse_sparse(pctx *c, json_t *o, proto_req *r)
     json_t *m;
     json_object_foreach(v, key, m)
     {
-        if (strcmp(key, "gamma") && strcmp(key, "tau") && strcmp(key, "min_budget") &&
-            strcmp(key, "max_budget") && strcmp(key, "dense_below"))
-            return fail(c, PROTO_ERR_INVALID_VALUE, "sparse_prefill", "'sparse_prefill' has no member '%.40s' (gamma, tau, min_budget, max_budget, dense_below)", key);
+        size_t i = 0, n = sizeof sparse_members / sizeof sparse_members[0];
+        while (i < n && strcmp(key, sparse_members[i])) i++;
+        if (i == n)
+            return fail(c, PROTO_ERR_INVALID_VALUE, "sparse_prefill", "'sparse_prefill' has no member '%.40s' (mode, gamma, tau, min_budget, max_budget, dense_below, xattention_threshold, xattention_block_size, xattention_stride, num_retained_start_tokens_in_cache, num_retained_recent_tokens_in_cache, num_last_dense_tokens_in_prefill)", key);
     }
     r->sparse = 1;
+    json_t *mv = json_object_get(v, "mode");
+    if (mv && !json_is_null(mv)) {
+        if (!json_is_string(mv))
+            return fail(c, PROTO_ERR_INVALID_TYPE, "mode", "'mode' must be a string, not %s", type_name(mv));
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(json_string_value(mv), sparse_modes[i])) r->sparse_mode = i;
+        if (r->sparse_mode < 0)
+            return fail(c, PROTO_ERR_INVALID_VALUE, "mode", "'mode' must be flexprefill, xattention or trishape");
+    }
     double d;
     long long x;
     int k;
@@ -172,6 +192,19 @@ static int parse_sparse(pctx *c, json_t *o, proto_req *r)
     if (k) r->sparse_max_budget = x;
     if ((k = get_int(c, v, "dense_below", -1, 1 << 24, &x)) < 0) return -1;
     if (k) r->sparse_dense_below = x;
+    if ((k = get_number(c, v, "xattention_threshold", 0, 1, &d)) < 0) return -1;
+    if (k && d == 0) return fail(c, PROTO_ERR_INVALID_VALUE, "xattention_threshold", "'xattention_threshold' must be greater than 0");
+    if (k) r->sparse_xattn_threshold = d;
+    if ((k = get_int(c, v, "xattention_block_size", 16, 128, &x)) < 0) return -1;
+    if (k) r->sparse_xattn_block = x;
+    if ((k = get_int(c, v, "xattention_stride", 1, 128, &x)) < 0) return -1;
+    if (k) r->sparse_xattn_stride = x;
+    if ((k = get_int(c, v, "num_retained_start_tokens_in_cache", 0, 1 << 24, &x)) < 0) return -1;
+    if (k) r->sparse_start = x;
+    if ((k = get_int(c, v, "num_retained_recent_tokens_in_cache", 0, 1 << 24, &x)) < 0) return -1;
+    if (k) r->sparse_recent = x;
+    if ((k = get_int(c, v, "num_last_dense_tokens_in_prefill", 0, 1 << 24, &x)) < 0) return -1;
+    if (k) r->sparse_last_dense = x;
     return 0;
 }
 

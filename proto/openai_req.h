@@ -89,15 +89,22 @@ typedef struct proto_req {
     int logprobs;              /* return logprobs of the chosen tokens */
     int top_logprobs;          /* and this many alternatives, [0, 20] */
     char *user;                /* NULL when absent */
-    /* tandem's extension "sparse_prefill": true | false | {"gamma", "tau", "min_budget",
-     * "max_budget", "dense_below"} (FlexPrefill for long prompts; absent members and an absent
-     * field take the server's configuration) */
+    /* tandem's extension "sparse_prefill": true | false | {"mode": "flexprefill" | "xattention"
+     * | "trishape", FlexPrefill's "gamma", "tau", "min_budget", "max_budget", "dense_below",
+     * OpenVINO's "xattention_threshold", "xattention_block_size", "xattention_stride",
+     * "num_retained_start_tokens_in_cache", "num_retained_recent_tokens_in_cache",
+     * "num_last_dense_tokens_in_prefill"} (absent members and an absent field take the server's
+     * configuration; the members' joint rules are sparse/sparse.h's, checked at submission) */
     int sparse;                /* -1: not given, 0: off, 1: on */
     int cache_prompt;          /* "cache_prompt" (llama.cpp's name): 0 opts out of prefix
                                   caching; default 1 */
+    int sparse_mode;           /* -1: not given; 0 flexprefill, 1 xattention, 2 trishape */
     double sparse_gamma;       /* (0, 1]; NAN: not given */
     double sparse_tau;         /* [0, 1]; NAN: not given */
     long long sparse_min_budget, sparse_max_budget, sparse_dense_below; /* LLONG_MIN: not given */
+    double sparse_xattn_threshold; /* (0, 1]; NAN: not given */
+    long long sparse_xattn_block, sparse_xattn_stride; /* LLONG_MIN: not given */
+    long long sparse_start, sparse_recent, sparse_last_dense; /* tokens; LLONG_MIN: not given */
     struct proto_tools *tools; /* chat "tools" with tool_choice / parallel_tool_calls
                                   (proto/openai_tools.h); NULL when none */
     int grammar_kind;          /* enum proto_grammar_kind */

@@ -252,6 +252,8 @@ int accel_prefill(accel_dev *d, const accel_prefill_req *r)
     if (!r->seq || r->n <= 0 || !r->ids || r->seq->holder) return ACCEL_ERR_INVALID;
     if (r->n > r->seq->capacity - r->seq->len) return ACCEL_ERR_INVALID;
     if (!valid_ids(d->m, r->ids, r->n)) return ACCEL_ERR_INVALID;
+    /* a sparse call's parameters, checked once for every backend */
+    if (r->sparse && sparse_params_check(&r->sparse->p, NULL, 0, NULL)) return ACCEL_ERR_INVALID;
     int st = track(d, d->i->prefill(d, r));
     if (st == ACCEL_OK) r->seq->len += r->n;
     return st;
@@ -330,16 +332,6 @@ int accel_warmup(accel_dev *d)
     if (failed(d)) return ACCEL_ERR_DEVICE;
     if (!d->i->warmup) return ACCEL_OK;
     return track(d, d->i->warmup(d));
-}
-
-int accel_sparse_dense_threshold(const accel_sparse *sp)
-{
-    /* flex_prefill_attention: dense when q_len <= max(2 * block, ceil(min_budget / block) *
-     * block), block 128 (cpu/flex.h keeps the same rule) */
-    if (sp->dense_below >= 0) return sp->dense_below;
-    long long mb = sp->min_budget > 0 ? ((long long)sp->min_budget + 127) / 128 * 128 : 0;
-    long long t = mb > 256 ? mb : 256;
-    return t > 0x7fffffff ? 0x7fffffff : (int)t;
 }
 
 /* ---------------------------------------------------------------- the GPU's 16-bit format */

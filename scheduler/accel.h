@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include "model/ckpt/model.h"
 #include "proto/kv.h"
+#include "sparse/sparse.h"
 
 typedef struct accel_dev accel_dev;
 typedef struct accel_seq accel_seq;
@@ -130,20 +131,15 @@ typedef struct accel_kv_sink {
     void *ctx;
 } accel_kv_sink;
 
-/* FlexPrefill dynamic sparse attention for a prompt prefilled from an empty sequence in one call
- * (the index needs the whole prompt; a chunk after existing KV always runs dense). Defaults of
- * the official code's shipped config: gamma 0.9, tau 0.1, min_budget 1024 tokens, no max,
- * dense_below -1 (its rule: max(2 * 128, ceil(min_budget / 128) * 128) tokens). */
+/* A prefill call's sparse attention, settled: the method and its parameters resolved once
+ * (request > configuration > default) and checked (sparse_params_check), and this call's chunk
+ * found to be sparse by the scheduler (sparse/sparse.h: sparse_plan, sparse_chunk_len). The
+ * chunk [seq len, seq len + n) attends sparsely to everything cached before it and to itself;
+ * the backend applies the method, nothing more (a device whose kernels do not cover the method
+ * or the shape runs the chunk dense and says so in the report). */
 typedef struct accel_sparse {
-    float gamma;     /* attention-mass coverage, (0, 1] */
-    float tau;       /* JS-distance threshold for query-aware heads, [0, 1] */
-    int min_budget;  /* tokens per pattern at least */
-    int max_budget;  /* tokens per pattern at most; 0: none */
-    int dense_below; /* prompts of at most this many tokens run dense; -1: the official rule */
+    sparse_params p;
 } accel_sparse;
-
-/* The prompt length at or below which a sparse request runs dense (FlexPrefill's rule). */
-int accel_sparse_dense_threshold(const accel_sparse *sp);
 
 /* What a sparse prefill did, summed over layers and heads. */
 typedef struct accel_sparse_report {
@@ -162,9 +158,9 @@ typedef struct accel_prefill_req {
     int all_logits;
     const accel_kv_sink *kv;  /* optional: export these tokens' KV */
     const volatile int *cancel; /* optional: polled between layers -> ACCEL_ERR_CANCELLED */
-    const accel_sparse *sparse; /* optional: FlexPrefill parameters (NULL: dense attention);
-                                   a device without sparse attention runs dense and says so in
-                                   the report */
+    const accel_sparse *sparse; /* optional: this chunk runs sparse (NULL: dense attention);
+                                   a device without the method runs dense and says so in the
+                                   report */
     accel_sparse_report *sparse_report; /* optional out */
 } accel_prefill_req;
 

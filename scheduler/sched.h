@@ -106,9 +106,10 @@ typedef struct sched_params {
     const char *const *stop; /* stop strings (n_stop) */
     int n_stop;
     double deadline;      /* absolute time on sched_now()'s clock; 0: none */
-    const accel_sparse *sparse; /* FlexPrefill for long prompts (copied); NULL: dense. A sparse
-                                   prompt above the dense threshold is prefilled in one call
-                                   (never chunked: the index needs the whole prompt) */
+    const accel_sparse *sparse; /* sparse prefill: the method and its parameters, resolved
+                                   (copied; checked here: SCHED_ERR_INVALID with the key first
+                                   in err); NULL: dense. The prompt's first sparse_plan tokens
+                                   run in sparse chunks (sparse/sparse.h), the rest dense */
     int ignore_eos;       /* keep generating through eos tokens (tandem generate --ignore-eos) */
     /* Device pins (tandem generate / chat: the devices --prefill-device and --device name): bit
      * i lets devs[i] of sched_new prefill / decode this request, 0 lets the policy choose. A

@@ -384,6 +384,8 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
             snprintf(err, errlen, "prompt token %d is out of range [0, %d)", p->prompt[i], s->vocab);
             return SCHED_ERR_INVALID;
         }
+    /* the one check of a sparse request's parameters: the message starts with the key */
+    if (p->sparse && sparse_params_check(&p->sparse->p, err, errlen, NULL)) return SCHED_ERR_INVALID;
     sched_req *r = calloc(1, sizeof *r);
     if (r) r->prompt = malloc(sizeof(int32_t) * (size_t)p->n_prompt);
     if (r) r->choices = calloc((size_t)p->n, sizeof *r->choices);

@@ -72,6 +72,7 @@ typedef struct sched_choice {
     int pf_n, pf_done;
     int forked;               /* 1: its sequence is a fork of choice 0's prefill, its first
                                  token still to sample; 2: sampled (one prefill for n choices) */
+    int64_t sp_blocks, sp_causal; /* prefill worker: the sparse chunks' reports, summed */
 } sched_choice;
 
 enum sched_task_kind {

@@ -189,9 +189,11 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
         return 0;
     }
     sched_choice *c = &r->choices[ci];
-    /* a sparse prompt goes whole, from an empty sequence (the index needs every query and key) */
-    int sparse_prompt = r->has_sparse && !r->sparse_off &&
-                        c->pf_n > accel_sparse_dense_threshold(&r->sparse);
+    /* a sparse prompt: its first `send` tokens in sparse chunks, the rest dense; where they end
+     * and how long each is are the method's (sparse/sparse.h). It takes no cached prefix (a
+     * sparse chunk starts on a block boundary of the method's). */
+    int send = r->has_sparse && !r->sparse_off ? sparse_plan(&r->sparse.p, c->pf_n) : 0;
+    int sparse_prompt = send > 0;
     if (!c->pf_done && !(r->w_split ? c->pseq : c->seq)) {
         if (!r->t_started) r->t_started = sched_now();
         /* split: a prompt-only sequence (its KV leaves for the card); local: the sequence the
@@ -232,8 +234,10 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
             r->cached_set = 1;
         }
     }
-    int sparse = sparse_prompt && c->pf_done == 0;
-    int k = sparse ? c->pf_n : sched_policy_chunk(c->pf_n - c->pf_done, decoding, budget, left, &d->rate);
+    if (c->pf_done == 0) c->sp_blocks = c->sp_causal = 0; /* a moved choice starts again */
+    int want = sched_policy_chunk(c->pf_n - c->pf_done, decoding, budget, left, &d->rate);
+    int sparse = c->pf_done < send;
+    int k = sparse ? sparse_chunk_len(&r->sparse.p, send, c->pf_done, want) : want;
     int last = c->pf_done + k == c->pf_n;
     ship sh = {&d->s->dev[r->w_decode], r, ci};
     accel_kv_sink sink = {ship_layer, &sh};
@@ -265,11 +269,15 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
         sched_prefill_end(d, r, ACCEL_OK);
         return dt;
     }
-    if (sparse) { /* a choice prefilled dense counts as density 1 in the request's mean */
-        r->density_sum += rep.layers_sparse ? rep.density : 1.0;
-        r->density_n++;
+    if (sparse) {
+        c->sp_blocks += rep.layers_sparse ? rep.blocks_computed : 0;
+        c->sp_causal += rep.layers_sparse ? rep.blocks_causal : 0;
     } else {
         sched_rate_observe(&d->rate, k, dt); /* the chunk-size rate: dense work only */
+    }
+    if (last && r->has_sparse) { /* a choice prefilled dense counts as density 1 in the mean */
+        r->density_sum += c->sp_causal ? (double)c->sp_blocks / (double)c->sp_causal : 1.0;
+        r->density_n++;
     }
     atomic_fetch_add(&d->tokens, (uint64_t)k);
     atomic_fetch_add(&d->prefill_tokens, (uint64_t)k);

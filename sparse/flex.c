@@ -32,10 +32,3 @@ int sparse_flex_dense_threshold(const sparse_flex_params *p)
     int64_t t = 2 * bs > minb ? 2 * bs : minb;
     return t > SPARSE_FLEX_MAX_TOKENS ? SPARSE_FLEX_MAX_TOKENS : (int)t;
 }
-
-const sparse_flex_fns *sparse_flex_fns_get(void)
-{
-    static const sparse_flex_fns fns = {sparse_flex_params_default, sparse_flex_params_check,
-                                        sparse_flex_dense_threshold};
-    return &fns;
-}

@@ -47,15 +47,4 @@ static inline int64_t sparse_flex_budget_blocks(int64_t tokens, int bs)
     return (tokens + bs - 1) / bs;
 }
 
-/* The three rules as a table, for a backend loaded with dlopen (the CUDA plugin): it gets them
- * through its open call (devices/ fills the table) instead of from the host binary's symbols. */
-typedef struct sparse_flex_fns {
-    void (*params_default)(sparse_flex_params *p);
-    int (*params_check)(const sparse_flex_params *p, char *err, size_t errlen);
-    int (*dense_threshold)(const sparse_flex_params *p);
-} sparse_flex_fns;
-
-/* This build's table (static; any thread). */
-const sparse_flex_fns *sparse_flex_fns_get(void);
-
 #endif

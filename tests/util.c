@@ -127,3 +127,15 @@ int t_run(const char *cmd, char *err, size_t errlen)
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+accel_sparse t_flex_sparse(float gamma, float tau, int min_budget, int max_budget, int dense_below)
+{
+    accel_sparse sp;
+    sparse_params_default(&sp.p, SPARSE_MODE_FLEX);
+    sp.p.flex.gamma = gamma;
+    sp.p.flex.tau = tau;
+    sp.p.flex.min_budget = min_budget;
+    sp.p.flex.max_budget = max_budget;
+    sp.p.flex.dense_below = dense_below;
+    return sp;
+}

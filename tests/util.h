@@ -23,5 +23,7 @@ int t_run(const char *cmd, char *err, size_t errlen);
 /* The build directory the programs under test are in: $BUILD (tests/run.sh exports it: build,
  * build/san, build/tsan), else "build". */
 const char *t_build_dir(void);
+/* A settled FlexPrefill accel_sparse (the defaults of sparse_params_default with these members). */
+accel_sparse t_flex_sparse(float gamma, float tau, int min_budget, int max_budget, int dense_below);
 
 #endif

@@ -360,9 +360,12 @@ int main(int argc, char **argv)
         for (int g = 0; g < ng; g++)
             for (int f = 0; f < nmf; f++) {
                 int P = (int)prefill[i];
-                accel_sparse sp = {.gamma = (float)gammas[g], .tau = (float)tau,
-                                   .min_budget = (int)min_budget,
-                                   .max_budget = (int)(maxf[f] * P), .dense_below = -1};
+                accel_sparse sp;
+                sparse_params_default(&sp.p, SPARSE_MODE_FLEX);
+                sp.p.flex.gamma = (float)gammas[g];
+                sp.p.flex.tau = (float)tau;
+                sp.p.flex.min_budget = (int)min_budget;
+                sp.p.flex.max_budget = (int)(maxf[f] * P);
                 accel_sparse_report rep = {0};
                 double ts = prefill_median_sp(d, ids, P, lg, NULL, (int)reps, !warm_once || i == 0,
                                               &sp, &rep);
@@ -372,7 +375,7 @@ int main(int argc, char **argv)
                        "\"min_budget\":%ld,\"max_budget\":%d,\"ttft_ms\":%.2f,\"dense_ttft_ms\":%.2f,"
                        "\"speedup\":%.3f,\"density\":%.4f,\"layers_sparse\":%d,"
                        "\"blocks_computed\":%lld,\"blocks_causal\":%lld,\"extra_gb\":%.3f}\n",
-                       P, gammas[g], tau, min_budget, sp.max_budget, ts * 1e3, t * 1e3,
+                       P, gammas[g], tau, min_budget, sp.p.flex.max_budget, ts * 1e3, t * 1e3,
                        t > 0 ? t / ts : 0, rep.density, rep.layers_sparse,
                        (long long)rep.blocks_computed, (long long)rep.blocks_causal, extra);
                 fflush(stdout);

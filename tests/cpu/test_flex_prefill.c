@@ -27,8 +27,7 @@ TEST(cpu_flex_prefill_full_budget_equals_dense)
     REQUIRE(dense);
     accel_seq *s;
     REQUIRE(accel_seq_new(d, n, &s) == 0);
-    accel_sparse cfg = {.gamma = 1.0f, .tau = 0.1f, .min_budget = n, .max_budget = 0,
-                        .dense_below = 256};
+    accel_sparse cfg = t_flex_sparse(1.0f, 0.1f, n, 0, 256);
     accel_sparse_report rep;
     accel_prefill_req r = {.seq = s, .ids = ids, .n = n, .logits = sp, .all_logits = 1,
                            .sparse = &cfg, .sparse_report = &rep};
@@ -58,7 +57,7 @@ TEST(cpu_flex_prefill_reports_density_and_chunks_run_dense)
     float *lg = malloc(V * sizeof(float));
     accel_seq *s;
     REQUIRE(accel_seq_new(d, n + 8, &s) == 0);
-    accel_sparse cfg = {.gamma = 0.9f, .tau = 0.1f, .min_budget = 128, .dense_below = -1};
+    accel_sparse cfg = t_flex_sparse(0.9f, 0.1f, 128, 0, -1);
     accel_sparse_report rep;
     accel_prefill_req r = {.seq = s, .ids = ids, .n = n, .logits = lg, .sparse = &cfg,
                            .sparse_report = &rep};
@@ -75,7 +74,7 @@ TEST(cpu_flex_prefill_reports_density_and_chunks_run_dense)
     /* bad parameters are refused */
     accel_seq *s2;
     REQUIRE(accel_seq_new(d, n, &s2) == 0);
-    accel_sparse bad = {.gamma = 1.5f, .tau = 0.1f, .min_budget = 128, .dense_below = -1};
+    accel_sparse bad = t_flex_sparse(1.5f, 0.1f, 128, 0, -1);
     accel_prefill_req rb = {.seq = s2, .ids = ids, .n = n, .logits = lg, .sparse = &bad};
     CHECK_EQ(accel_prefill(d, &rb), ACCEL_ERR_INVALID);
     accel_seq_free(d, s2);

@@ -88,6 +88,13 @@ TEST(config_errors)
         {NULL, "stray", "unexpected argument"},
         {"gpu_dtype = fp8\n", NULL, "gpu_dtype must be auto, bf16 or fp16, got 'fp8'"},
         {NULL, "--gpu-dtype=BF16", "gpu_dtype must be auto, bf16 or fp16"},
+        /* the sparse method's keys, checked at start-up as a request's are (naming the key) */
+        {"sparse_mode = sliding\n", NULL, "sparse_mode must be flexprefill, xattention or trishape"},
+        {"sparse_mode = xattention\nxattention_stride = 3\n", NULL, "xattention_stride: must divide"},
+        {"sparse_mode = xattention\nxattention_block_size = 48\n", NULL, "xattention_block_size: must be"},
+        {"sparse_mode = trishape\nnum_retained_recent_tokens_in_cache = 1000\n", NULL,
+         "num_retained_recent_tokens_in_cache: must be a multiple of 128"},
+        {NULL, "--xattention-threshold=0", "xattention_threshold"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *argv[4] = {"serve", NULL, NULL, NULL};

@@ -20,6 +20,7 @@
 #include "model/ckpt/golden.h"
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"
+#include "tests/util.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -180,7 +181,7 @@ TEST(fpga_prefill_sparse_all_blocks_near_dense)
     accel_seq *sa, *sb;
     REQUIRE(accel_seq_new(f, N + MORE, &sa) == 0 && accel_seq_new(f, N + MORE, &sb) == 0);
     accel_sparse_report rd, rs;
-    accel_sparse all = {.gamma = 1.0f, .tau = 0.1f, .min_budget = N, .dense_below = 256};
+    accel_sparse all = t_flex_sparse(1.0f, 0.1f, N, 0, 256);
     CHECK_EQ(prefill(f, sa, ids, N, a, 1, NULL, &rd), 0);
     CHECK_EQ(prefill(f, sb, ids, N, b, 1, &all, &rs), 0);
     CHECK_EQ(rd.layers_sparse, 0);
@@ -265,7 +266,7 @@ static void sparse_index(const char *dir, int n, int min_budget, int run_rows)
     float *lg = malloc(sizeof(float) * m->cfg.vocab);
     accel_seq *s;
     REQUIRE(accel_seq_new(f, n + 1, &s) == 0);
-    accel_sparse sp = {.gamma = 0.9f, .tau = 0.1f, .min_budget = min_budget, .dense_below = -1};
+    accel_sparse sp = t_flex_sparse(0.9f, 0.1f, min_budget, 0, -1);
     accel_sparse_report rep;
     CHECK_EQ(prefill(f, s, ids, n, lg, 0, &sp, &rep), 0);
     fpga_pf_result res;
@@ -428,9 +429,9 @@ TEST(fpga_prefill_bad_inputs)
     accel_seq *s;
     REQUIRE(accel_seq_new(f, N, &s) == 0);
     /* FlexPrefill parameters out of range */
-    accel_sparse bad = {.gamma = 2.0f, .tau = 0.1f, .min_budget = 128, .dense_below = -1};
+    accel_sparse bad = t_flex_sparse(2.0f, 0.1f, 128, 0, -1);
     CHECK_EQ(prefill(f, s, ids, N, lg, 0, &bad, NULL), ACCEL_ERR_INVALID);
-    bad = (accel_sparse){.gamma = 0.9f, .tau = -1.0f, .min_budget = 128, .dense_below = -1};
+    bad = t_flex_sparse(0.9f, -1.0f, 128, 0, -1);
     CHECK_EQ(prefill(f, s, ids, N, lg, 0, &bad, NULL), ACCEL_ERR_INVALID);
     /* more tokens than the sequence holds, an id outside the vocabulary */
     CHECK_EQ(prefill(f, s, ids, N + 1, lg, 0, NULL, NULL), ACCEL_ERR_INVALID);
@@ -517,7 +518,7 @@ TEST(fpga_prefill_sparse_matches_cpu_sparse)
     float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
     accel_seq *sc, *sf;
     REQUIRE(accel_seq_new(c, N, &sc) == 0 && accel_seq_new(f, N, &sf) == 0);
-    accel_sparse sp = {.gamma = 0.9f, .tau = 0.1f, .min_budget = 128, .dense_below = 256};
+    accel_sparse sp = t_flex_sparse(0.9f, 0.1f, 128, 0, 256);
     accel_sparse_report rc, rf;
     REQUIRE(prefill(c, sc, ids, N, a, 1, &sp, &rc) == 0);
     REQUIRE(prefill(f, sf, ids, N, b, 1, &sp, &rf) == 0);

@@ -50,8 +50,7 @@ static int open_hd128(const char *chunk, model **m, accel_dev **d, char *why, si
 
 static accel_sparse every_block(int n)
 {
-    return (accel_sparse){.gamma = 1.0f, .tau = 0.1f, .min_budget = n, .max_budget = 0,
-                          .dense_below = 256};
+    return t_flex_sparse(1.0f, 0.1f, n, 0, 256);
 }
 
 /* One prefill call of n tokens on a fresh sequence with capacity n + extra; all logits. The
@@ -139,7 +138,7 @@ static void then_decode(void)
     const int n = 900, steps = 24, V = m->cfg.vocab;
     int32_t *ids = tg_ids(n + steps + 8, V, 22);
     accel_sparse all = every_block(n);
-    accel_sparse real = {.gamma = 0.9f, .tau = 0.1f, .min_budget = 256, .dense_below = -1};
+    accel_sparse real = t_flex_sparse(0.9f, 0.1f, 256, 0, -1);
     accel_seq *sd = NULL, *ss = NULL, *sr = NULL;
     accel_sparse_report rep;
     float *a = prefill(d, ids, n, steps + 8, NULL, NULL, NULL, &sd);
@@ -192,7 +191,7 @@ TEST(gpu_flex_prefill_last_row_only)
     OPEN_OR_SKIP("300", m, d);
     const int n = 1000, steps = 4, V = m->cfg.vocab;
     int32_t *ids = tg_ids(n + steps, V, 23);
-    accel_sparse real = {.gamma = 0.9f, .tau = 0.1f, .min_budget = 256, .dense_below = -1};
+    accel_sparse real = t_flex_sparse(0.9f, 0.1f, 256, 0, -1);
     accel_sparse_report rep;
     accel_seq *sa = NULL, *sb = NULL;
     float *all = prefill(d, ids, n, steps, &real, &rep, NULL, &sa);
@@ -225,8 +224,7 @@ TEST(gpu_flex_prefill_reports_density)
     OPEN_OR_SKIP(NULL, m, d);
     const int n = 1000, V = m->cfg.vocab, L = m->cfg.n_layers, H = m->cfg.n_heads, nb = 8;
     int32_t *ids = tg_ids(n, V, 23);
-    accel_sparse sp = {.gamma = 0.9f, .tau = 0.1f, .min_budget = 256, .max_budget = 256,
-                       .dense_below = -1};
+    accel_sparse sp = t_flex_sparse(0.9f, 0.1f, 256, 256, -1);
     accel_sparse_report rg = {0}, rc = {0};
     float *g = prefill(d, ids, n, 0, &sp, &rg, NULL, NULL);
     accel_opts co = {.threads = 2};
@@ -246,15 +244,14 @@ TEST(gpu_flex_prefill_reports_density)
     int finite = 1;
     for (size_t i = 0; i < (size_t)n * V; i++) finite &= isfinite(g[i]) != 0;
     CHECK(finite);
-    /* at the threshold (min_budget 1024 -> 1024 tokens): dense */
-    accel_sparse def = {.gamma = 0.9f, .tau = 0.1f, .min_budget = 1024, .dense_below = -1};
-    float *t = prefill(d, ids, 1000, 0, &def, &rg, NULL, NULL);
-    REQUIRE(t);
-    CHECK_EQ(rg.layers_sparse, 0);
-    CHECK_NEAR(rg.density, 1.0, 0);
+    /* at the threshold (min_budget 1024 -> 1024 tokens) the scheduler's plan is dense (the
+     * backend is never asked to run it sparse: sparse/sparse.h decides) */
+    accel_sparse def = t_flex_sparse(0.9f, 0.1f, 1024, 0, -1);
+    CHECK_EQ(sparse_plan(&def.p, 1000), 0);
+    float *t = NULL;
     accel_seq *s;
     REQUIRE(accel_seq_new(d, n, &s) == 0);
-    accel_sparse bad = {.gamma = 0.0f, .tau = 0.1f, .min_budget = 128, .dense_below = -1};
+    accel_sparse bad = t_flex_sparse(0.0f, 0.1f, 128, 0, -1);
     accel_prefill_req rb = {.seq = s, .ids = ids, .n = n, .sparse = &bad};
     CHECK_EQ(accel_prefill(d, &rb), ACCEL_ERR_INVALID);
     CHECK_EQ(accel_seq_len(d, s), 0);

@@ -8,6 +8,7 @@
  * count and size within its limit, every id in the vocabulary, every range respected. */
 #include "proto/openai_req.h"
 #include "proto/utf8.h"
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,12 @@ static void check_req(const proto_req *r, const proto_limits *l)
     CHECK(r->sparse >= -1 && r->sparse <= 1);
     CHECK(isnan(r->sparse_gamma) || (r->sparse_gamma > 0 && r->sparse_gamma <= 1));
     CHECK(isnan(r->sparse_tau) || (r->sparse_tau >= 0 && r->sparse_tau <= 1));
+    CHECK(r->sparse_mode >= -1 && r->sparse_mode <= 2);
+    CHECK(isnan(r->sparse_xattn_threshold) ||
+          (r->sparse_xattn_threshold > 0 && r->sparse_xattn_threshold <= 1));
+    CHECK(r->sparse_xattn_block == LLONG_MIN || (r->sparse_xattn_block >= 16 && r->sparse_xattn_block <= 128));
+    CHECK(r->sparse_xattn_stride == LLONG_MIN || (r->sparse_xattn_stride >= 1 && r->sparse_xattn_stride <= 128));
+    CHECK(r->sparse_last_dense == LLONG_MIN || (r->sparse_last_dense >= 0 && r->sparse_last_dense <= (1 << 24)));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
