@@ -17,6 +17,7 @@
 #include "cpu/pool.h"
 #include "cpu/kv_quant.h"
 #include "cpu/flex.h"
+#include "cpu/sparse_idx.h"
 #include "cpu/kv_cache.h"
 #include "cpu/tls.h"
 #include "model/ckpt/tls_channels.h"
@@ -30,8 +31,8 @@
 #include <unistd.h>
 
 /* Dense prefill runs in sub-batches of this many tokens to bound scratch memory (activations of
- * an 8B-shaped model: 512 tokens * 14336 * 4 B = 29 MB per FFN buffer). A FlexPrefill prompt
- * goes through each layer whole (its index needs every query and key of the layer). */
+ * an 8B-shaped model: 512 tokens * 14336 * 4 B = 29 MB per FFN buffer). A sparse chunk goes
+ * through each layer whole (its index needs every query of the chunk and every key before it). */
 #define PREFILL_BATCH 512
 
 typedef struct cpu_seq {
@@ -49,6 +50,8 @@ typedef struct cpu_dev {
     /* scratch, grown on demand */
     size_t cap_tokens, cap_keys;
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *cs, *sn, *scores;
+    float *gk, *gv; /* a sparse chunk's keys and values gathered from the cache (cap_gather rows) */
+    size_t cap_gather;
     uint8_t *qk, *qv;
     uint16_t *sk, *sv;
     /* AsyncTLS sparse decode (accel_opts.decode_sparse): parameters, the channel file, per-thread
@@ -224,11 +227,63 @@ static int export_layer(cpu_dev *d, const batch *b, int layer, const accel_kv_si
     return sink->layer(sink->ctx, &chunk);
 }
 
+/* A sparse chunk's attention in layer l: the batch is one sequence's positions pos0 .. pos0 +
+ * T - 1 (the caller checked), whose K/V rows were just stored. Its keys are every position
+ * before and in the chunk: for a whole prompt (pos0 0) this layer's rows still in d->k / d->v,
+ * else gathered from the sequence's blocks (the same floats the cache holds). */
+static int sparse_layer(cpu_dev *d, const batch *b, int l, const sparse_params *sp,
+                        accel_sparse_report *rep)
+{
+    const model_config *c = &d->base.m->cfg;
+    const int T = b->T, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    const int pos0 = b->pos[0], nk = pos0 + T;
+    const float *k = d->k, *v = d->v;
+    if (pos0 > 0) {
+        if ((size_t)nk > d->cap_gather) {
+            if (grow(&d->gk, (size_t)nk * kvd) || grow(&d->gv, (size_t)nk * kvd)) return ACCEL_ERR_NOMEM;
+            d->cap_gather = (size_t)nk;
+        }
+        const cpu_kv_table *kt = &b->seq[0]->kv;
+        for (int p = 0; p < nk; p++) {
+            memcpy(d->gk + (size_t)p * kvd, cpu_kv_row(d->kv.k, &d->kv, kt, l, p), kvd * sizeof(float));
+            memcpy(d->gv + (size_t)p * kvd, cpu_kv_row(d->kv.v, &d->kv, kt, l, p), kvd * sizeof(float));
+        }
+        k = d->gk;
+        v = d->gv;
+    }
+    cpu_flex_qkv x = {nk, c->n_heads, c->n_kv_heads, hd, d->q, (size_t)qd, k, v, (size_t)kvd, pos0};
+    int st, computed_dense = 0;
+    int64_t computed, causal;
+    if (sp->mode == SPARSE_MODE_FLEX) {
+        cpu_flex_report fr;
+        st = cpu_flex_attention(d->pool, &sp->flex, &x, d->att, qd, &fr, NULL);
+        computed_dense = fr.dense;
+        computed = fr.blocks_computed;
+        causal = fr.blocks_causal;
+    } else {
+        cpu_flex_index *ix;
+        st = sp->mode == SPARSE_MODE_XATTN ? cpu_xattn_index_build(d->pool, sp, &x, &ix, NULL)
+                                           : cpu_trishape_index_build(sp, &x, &ix);
+        if (st) return st == CPU_FLEX_ERR_NOMEM ? ACCEL_ERR_NOMEM : ACCEL_ERR_INVALID;
+        st = cpu_flex_sparse_attention(d->pool, &x, ix, 0, 0, d->att, qd);
+        computed = ix->nnz;
+        causal = (int64_t)c->n_heads * cpu_flex_index_causal(ix);
+        cpu_flex_index_free(ix);
+    }
+    if (st) return st == CPU_FLEX_ERR_NOMEM ? ACCEL_ERR_NOMEM : ACCEL_ERR_INVALID;
+    if (rep) {
+        rep->layers_sparse += !computed_dense;
+        rep->blocks_computed += computed;
+        rep->blocks_causal += causal;
+    }
+    return ACCEL_OK;
+}
+
 /* Runs T tokens through the model. logits: (n_logits, vocab) for the batch rows listed in
  * logit_rows (n_logits of them), or NULL. */
 static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_rows, int n_logits,
                    const accel_kv_sink *sink, const volatile int *cancel,
-                   const sparse_flex_params *flex, accel_sparse_report *rep)
+                   const sparse_params *sp, accel_sparse_report *rep)
 {
     const model *m = d->base.m;
     const model_config *c = &m->cfg;
@@ -281,23 +336,9 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
             int st = export_layer(d, b, l, sink);
             if (st) return st;
         }
-        if (flex) {
-            /* FlexPrefill over the whole prompt (one sequence from position 0: the caller
-             * checked). Its keys and values are this layer's rows 0 .. T-1 just stored into the
-             * sequence's blocks above, still in d->k / d->v in position order: the index and
-             * the attention read them there, the same floats as the blocks hold, without a
-             * gather. (A sparse prefill after cached blocks would gather them through the
-             * table; flex_params keeps a chunk after existing KV dense.) */
-            cpu_flex_qkv x = {T, c->n_heads, c->n_kv_heads, hd, d->q, (size_t)qd,
-                              d->k, d->v, (size_t)kvd};
-            cpu_flex_report fr;
-            int st = cpu_flex_attention(d->pool, flex, &x, d->att, qd, &fr, NULL);
-            if (st) return st == CPU_FLEX_ERR_NOMEM ? ACCEL_ERR_NOMEM : ACCEL_ERR_INVALID;
-            if (rep) {
-                rep->layers_sparse += !fr.dense;
-                rep->blocks_computed += fr.blocks_computed;
-                rep->blocks_causal += fr.blocks_causal;
-            }
+        if (sp) {
+            int st = sparse_layer(d, b, l, sp, rep);
+            if (st) return st;
         } else if (b->decode && d->tls_on) {
             struct att_ctx ac = {d, b, l};
             cpu_pool_for(d->pool, T * c->n_kv_heads, 1, att_tls_range, &ac);
@@ -328,40 +369,43 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
 
 /* ---------------------------------------------------------------- accel entries */
 
-/* FlexPrefill parameters for this sparse chunk (1), or 0 when it runs dense: no sparse request
- * (the scheduler settled it, sparse/sparse.h), a chunk after existing KV, a sliding-window
- * model. */
-static int flex_params(const accel_dev *ad, const accel_prefill_req *r, sparse_flex_params *fp)
+/* Whether this sparse chunk runs sparse here (1) or dense (0): the method's CPU reference
+ * covers it — FlexPrefill from an empty sequence (its official code has no prefix), XAttention
+ * and Tri-shape from a block boundary — and the model has no sliding window. The scheduler
+ * decided it is sparse (sparse/sparse.h); nothing is decided again here. */
+static int sparse_ok(const accel_dev *ad, const accel_prefill_req *r)
 {
     const accel_sparse *sp = r->sparse;
-    if (!sp || sp->p.mode != SPARSE_MODE_FLEX || r->seq->len != 0 || ad->m->cfg.sliding_window)
-        return 0;
-    *fp = sp->p.flex;
-    fp->dense_below = 0; /* the scheduler applied the dense rule (sparse_plan): this chunk is sparse */
-    return 1;
+    const int len = r->seq->len;
+    if (!sp || ad->m->cfg.sliding_window) return 0;
+    if (sp->p.mode == SPARSE_MODE_FLEX) return len == 0;
+    return len % sparse_block_size(&sp->p) == 0;
 }
 
-/* The whole prompt through every layer at once with sparse attention. */
-static int prefill_flex(cpu_dev *d, const accel_prefill_req *r, const sparse_flex_params *fp)
+/* A sparse chunk through every layer at once (positions len .. len + n - 1). */
+static int prefill_sparse(cpu_dev *d, const accel_prefill_req *r)
 {
     cpu_seq *s = (cpu_seq *)r->seq;
-    int n = r->n, vocab = d->base.m->cfg.vocab, last = n - 1, st = ACCEL_ERR_NOMEM;
+    const int n = r->n, len = s->base.len, last = n - 1;
+    int st = ACCEL_ERR_NOMEM;
     int *pos = malloc(n * sizeof *pos), *rows = malloc(n * sizeof *rows);
     cpu_seq **seqs = malloc(n * sizeof *seqs);
+    sparse_params p = r->sparse->p;
+    /* the scheduler applied FlexPrefill's dense rule (sparse_plan): this chunk is sparse */
+    p.flex.dense_below = 0;
     if (pos && rows && seqs) {
         for (int t = 0; t < n; t++) {
-            pos[t] = t;
+            pos[t] = len + t;
             rows[t] = t;
             seqs[t] = s;
         }
-        batch b = {n, r->ids, seqs, pos, n, 0};
+        batch b = {n, r->ids, seqs, pos, len + n, 0};
         st = forward(d, &b, r->logits, r->all_logits ? rows : &last,
-                     r->logits ? (r->all_logits ? n : 1) : 0, r->kv, r->cancel, fp, r->sparse_report);
+                     r->logits ? (r->all_logits ? n : 1) : 0, r->kv, r->cancel, &p, r->sparse_report);
     }
     free(pos);
     free(rows);
     free(seqs);
-    (void)vocab;
     return st;
 }
 
@@ -385,11 +429,8 @@ static int prefill_blocks(cpu_dev *d, const accel_prefill_req *r)
     cpu_seq *s = (cpu_seq *)r->seq;
     int vocab = ad->m->cfg.vocab;
     if (r->sparse_report) memset(r->sparse_report, 0, sizeof *r->sparse_report);
-    sparse_flex_params fp;
-    int sparse = flex_params(ad, r, &fp);
-    if (sparse < 0) return sparse;
-    if (sparse) {
-        int st = prefill_flex(d, r, &fp);
+    if (sparse_ok(ad, r)) {
+        int st = prefill_sparse(d, r);
         if (r->sparse_report && r->sparse_report->blocks_causal)
             r->sparse_report->density =
                 (double)r->sparse_report->blocks_computed / r->sparse_report->blocks_causal;
@@ -652,7 +693,7 @@ static void cpu_free(accel_dev *ad)
     cpu_pool_free(d->pool);
     if (d->kv_ready) cpu_kv_pool_deinit(&d->kv);
     float *bufs[] = {d->inv_freq, d->x, d->xb, d->q, d->k, d->v, d->att,
-                     d->hb, d->hb2, d->cs, d->sn, d->scores};
+                     d->hb, d->hb2, d->cs, d->sn, d->scores, d->gk, d->gv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(d->qk);
     free(d->qv);

@@ -11,7 +11,9 @@
  *   k,v row t, kv head g at k + t * kv_stride + g * head_dim      (n_tokens, n_kv_heads, head_dim)
  *   out row t, head h at out + t * out_stride + h * head_dim
  * The prompt attends to itself causally (no prefix: q and k have the same length, as the
- * official code asserts).
+ * official code asserts) — or, for a chunk after cached tokens (q_pos0 > 0, chunk-aware sparse
+ * prefill), the queries are positions q_pos0 .. n_tokens - 1 (q row t - q_pos0, out likewise) and
+ * attend to keys 0 .. t; q_pos0 is then a multiple of the index's block size.
  *
  * The index is a per-head CSR block list: for head h and query block r, the key blocks
  * col[row_ptr[h * (nb + 1) + r] .. row_ptr[h * (nb + 1) + r + 1]) in ascending order, where
@@ -53,6 +55,7 @@ typedef struct cpu_flex_qkv {
     size_t q_stride; /* floats between tokens */
     const float *k, *v;
     size_t kv_stride;
+    int q_pos0; /* the first query's position (0: the whole prompt); q holds n_tokens - q_pos0 rows */
 } cpu_flex_qkv;
 
 /* 0 when the shape is usable (bounds, n_heads a multiple of n_kv_heads, strides wide enough). */
@@ -66,6 +69,7 @@ static inline int cpu_flex_kv_head(int h, int n_heads, int n_kv_heads, int inter
 
 typedef struct cpu_flex_index {
     int n_heads, n_blocks, block_size, n_tokens;
+    int q_block0;         /* rows before it (queries cached before a chunk) are empty */
     int64_t *row_ptr;     /* (n_heads, n_blocks + 1), absolute offsets into col */
     int32_t *col;         /* nnz key-block ids */
     int64_t nnz;
@@ -83,7 +87,12 @@ int cpu_flex_index_build(cpu_pool *pool, const sparse_flex_params *p, const cpu_
 void cpu_flex_index_free(cpu_flex_index *ix);
 /* An index with every causal block of every head (dense attention as a block list). */
 int cpu_flex_index_full(int n_heads, int n_tokens, int block_size, cpu_flex_index **out);
-/* Blocks computed / causal blocks (nb * (nb + 1) / 2) for head h, or over all heads (h = -1). */
+/* The same for the query blocks from q_block0 on (a chunk's rows; earlier rows empty). */
+int cpu_flex_index_full_from(int n_heads, int n_tokens, int block_size, int q_block0,
+                             cpu_flex_index **out);
+/* Causal blocks of rows q_block0 .. n_blocks - 1 of one head: sum of (r + 1). */
+int64_t cpu_flex_index_causal(const cpu_flex_index *ix);
+/* Blocks computed / causal blocks (cpu_flex_index_causal) for head h, or over all heads (h = -1). */
 double cpu_flex_index_density(const cpu_flex_index *ix, int h);
 
 /* out = causal attention of every query over the keys of its query block's listed key blocks.

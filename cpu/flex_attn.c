@@ -42,13 +42,14 @@ static void sparse_range(void *vctx, int begin, int end, int thread)
     float acc[CPU_FLEX_MAX_HEAD_DIM];
     for (int pr = begin; pr < end; pr++) {
         const int h = pr / nb, r = pr % nb;
+        if (r < ix->q_block0) continue; /* cached before the chunk */
         const int g = cpu_flex_kv_head(h, x->n_heads, x->n_kv_heads, a->interleave);
         const int64_t *rp = ix->row_ptr + (size_t)h * (nb + 1);
         const int32_t *cols = ix->col + rp[r];
         const int64_t nc = rp[r + 1] - rp[r];
         const float *kb = x->k + (size_t)g * hd, *vb = x->v + (size_t)g * hd;
         for (int t = r * bs; t < (r + 1) * bs && t < n; t++) {
-            const float *q = x->q + (size_t)t * x->q_stride + (size_t)h * hd;
+            const float *q = x->q + (size_t)(t - x->q_pos0) * x->q_stride + (size_t)h * hd;
             int m = 0;
             for (int64_t e = 0; e < nc; e++)
                 for (int j = cols[e] * bs; j < (cols[e] + 1) * bs && j <= t; j++)
@@ -62,7 +63,8 @@ static void sparse_range(void *vctx, int begin, int end, int thread)
                     const float s = scores[m++];
                     for (int i = 0; i < hd; i++) acc[i] += s * vj[i];
                 }
-            memcpy(a->out + (size_t)t * a->out_stride + (size_t)h * hd, acc, sizeof(float) * hd);
+            memcpy(a->out + (size_t)(t - x->q_pos0) * a->out_stride + (size_t)h * hd, acc,
+                   sizeof(float) * hd);
         }
     }
 }
@@ -74,10 +76,10 @@ static void dense_range(void *vctx, int begin, int end, int thread)
     const int hd = x->head_dim, H = x->n_heads;
     float *scores = a->scores + (size_t)thread * x->n_tokens;
     for (int i = begin; i < end; i++) {
-        const int t = i / H, h = i % H;
+        const int tr = i / H, h = i % H, t = x->q_pos0 + tr; /* query row, position */
         const int g = cpu_flex_kv_head(h, H, x->n_kv_heads, a->interleave);
-        cpu_attend(a->out + (size_t)t * a->out_stride + (size_t)h * hd,
-                   x->q + (size_t)t * x->q_stride + (size_t)h * hd, x->k + (size_t)g * hd,
+        cpu_attend(a->out + (size_t)tr * a->out_stride + (size_t)h * hd,
+                   x->q + (size_t)tr * x->q_stride + (size_t)h * hd, x->k + (size_t)g * hd,
                    x->v + (size_t)g * hd, t + 1, (int)x->kv_stride, hd, a->scale, scores);
     }
 }
@@ -98,6 +100,7 @@ int cpu_flex_sparse_attention(cpu_pool *pool, const cpu_flex_qkv *x, const cpu_f
 {
     if (cpu_flex_qkv_check(x, NULL, 0) || !ix || !out || ix->n_heads != x->n_heads ||
         ix->n_tokens != x->n_tokens || out_stride < (size_t)x->n_heads * x->head_dim ||
+        ix->q_block0 * ix->block_size != x->q_pos0 ||
         (int64_t)ix->n_blocks * ix->n_heads > INT32_MAX)
         return CPU_FLEX_ERR_INVALID;
     attn_ctx a = {x, ix, gqa_interleave, scale > 0 ? scale : default_scale(x->head_dim), out,
@@ -113,7 +116,7 @@ int cpu_flex_dense_attention(cpu_pool *pool, const cpu_flex_qkv *x, int gqa_inte
         return CPU_FLEX_ERR_INVALID;
     attn_ctx a = {x, NULL, gqa_interleave, scale > 0 ? scale : default_scale(x->head_dim), out,
                   out_stride, NULL};
-    return run_attn(pool, &a, x->n_tokens * x->n_heads, dense_range);
+    return run_attn(pool, &a, (x->n_tokens - x->q_pos0) * x->n_heads, dense_range);
 }
 
 int cpu_flex_attention(cpu_pool *pool, const sparse_flex_params *p, const cpu_flex_qkv *x,
@@ -121,7 +124,7 @@ int cpu_flex_attention(cpu_pool *pool, const sparse_flex_params *p, const cpu_fl
                        cpu_flex_index **ix_out)
 {
     if (ix_out) *ix_out = NULL;
-    if (sparse_flex_params_check(p, NULL, 0) || cpu_flex_qkv_check(x, NULL, 0))
+    if (sparse_flex_params_check(p, NULL, 0) || cpu_flex_qkv_check(x, NULL, 0) || x->q_pos0)
         return CPU_FLEX_ERR_INVALID;
     const int n = x->n_tokens, bs = p->block_size, nb = (n + bs - 1) / bs;
     cpu_flex_report r = {.n_heads = x->n_heads, .n_blocks = nb};

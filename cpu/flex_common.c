@@ -25,6 +25,7 @@ int cpu_flex_qkv_check(const cpu_flex_qkv *x, char *err, size_t errlen)
              x->n_heads % x->n_kv_heads)
         why = "n_heads must be a positive multiple of n_kv_heads (at most 256)";
     else if (x->head_dim < 1 || x->head_dim > CPU_FLEX_MAX_HEAD_DIM) why = "head_dim out of range";
+    else if (x->q_pos0 < 0 || x->q_pos0 >= x->n_tokens) why = "q_pos0 outside the tokens";
     else if (x->q_stride < (size_t)x->n_heads * x->head_dim ||
              x->kv_stride < (size_t)x->n_kv_heads * x->head_dim)
         why = "row strides narrower than the heads";
@@ -92,14 +93,27 @@ void cpu_flex_index_free(cpu_flex_index *ix)
 
 int cpu_flex_index_full(int n_heads, int n_tokens, int block_size, cpu_flex_index **out)
 {
+    return cpu_flex_index_full_from(n_heads, n_tokens, block_size, 0, out);
+}
+
+int64_t cpu_flex_index_causal(const cpu_flex_index *ix)
+{
+    const int64_t nb = ix->n_blocks, q0 = ix->q_block0;
+    return (nb * (nb + 1) - q0 * (q0 + 1)) / 2;
+}
+
+int cpu_flex_index_full_from(int n_heads, int n_tokens, int block_size, int q_block0,
+                             cpu_flex_index **out)
+{
     *out = NULL;
     if (n_heads < 1 || n_heads > CPU_FLEX_MAX_HEADS || n_tokens < 1 ||
         n_tokens > CPU_FLEX_MAX_TOKENS || block_size < 1 || block_size > 1024)
         return CPU_FLEX_ERR_INVALID;
     int nb = (n_tokens + block_size - 1) / block_size;
-    if (nb > CPU_FLEX_MAX_BLOCKS) return CPU_FLEX_ERR_INVALID;
+    if (nb > CPU_FLEX_MAX_BLOCKS || q_block0 < 0 || q_block0 >= nb) return CPU_FLEX_ERR_INVALID;
     cpu_flex_index *ix = cpu_flex_index_alloc(n_heads, n_tokens, block_size);
-    int64_t per = (int64_t)nb * (nb + 1) / 2;
+    if (ix) ix->q_block0 = q_block0;
+    int64_t per = ((int64_t)nb * (nb + 1) - (int64_t)q_block0 * (q_block0 + 1)) / 2;
     if (!ix || !(ix->col = malloc((size_t)(per * n_heads) * sizeof *ix->col))) {
         cpu_flex_index_free(ix);
         return CPU_FLEX_ERR_NOMEM;
@@ -108,7 +122,7 @@ int cpu_flex_index_full(int n_heads, int n_tokens, int block_size, cpu_flex_inde
     for (int h = 0; h < n_heads; h++) {
         for (int r = 0; r < nb; r++) {
             ix->row_ptr[(size_t)h * (nb + 1) + r] = k;
-            for (int c = 0; c <= r; c++) ix->col[k++] = c;
+            for (int c = 0; r >= q_block0 && c <= r; c++) ix->col[k++] = c;
         }
         ix->row_ptr[(size_t)h * (nb + 1) + nb] = k;
         ix->js[h] = NAN;
@@ -122,7 +136,7 @@ int cpu_flex_index_full(int n_heads, int n_tokens, int block_size, cpu_flex_inde
 double cpu_flex_index_density(const cpu_flex_index *ix, int h)
 {
     const int nb = ix->n_blocks;
-    const double causal = (double)nb * (nb + 1) / 2;
+    const double causal = (double)cpu_flex_index_causal(ix);
     if (h < 0) return (double)ix->nnz / (causal * ix->n_heads);
     const int64_t *rp = ix->row_ptr + (size_t)h * (nb + 1);
     return (double)(rp[nb] - rp[0]) / causal;

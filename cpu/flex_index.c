@@ -358,7 +358,8 @@ int cpu_flex_index_build(cpu_pool *pool, const sparse_flex_params *p, const cpu_
 {
     char err[128];
     *out = NULL;
-    if (sparse_flex_params_check(p, err, sizeof err) || cpu_flex_qkv_check(x, err, sizeof err))
+    if (sparse_flex_params_check(p, err, sizeof err) || cpu_flex_qkv_check(x, err, sizeof err) ||
+        x->q_pos0)
         return CPU_FLEX_ERR_INVALID;
     const int bs = p->block_size, n = x->n_tokens, H = x->n_heads;
     const int nb = (n + bs - 1) / bs;

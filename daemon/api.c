@@ -521,7 +521,7 @@ static void prep_submit(api_prep *pp)
     if (q->sparse_min_budget != LLONG_MIN) sp.p.flex.min_budget = (int)q->sparse_min_budget;
     if (q->sparse_max_budget != LLONG_MIN) sp.p.flex.max_budget = (int)q->sparse_max_budget;
     if (q->sparse_dense_below != LLONG_MIN) sp.p.flex.dense_below = (int)q->sparse_dense_below;
-    if (!isnan(q->sparse_xattn_threshold)) sp.p.xattention_threshold = (float)q->sparse_xattn_threshold;
+    if (!isnan(q->sparse_xattn_threshold)) sp.p.xattention_threshold = q->sparse_xattn_threshold;
     if (q->sparse_xattn_block != LLONG_MIN) sp.p.xattention_block_size = (int)q->sparse_xattn_block;
     if (q->sparse_xattn_stride != LLONG_MIN) sp.p.xattention_stride = (int)q->sparse_xattn_stride;
     if (q->sparse_start != LLONG_MIN) sp.p.num_retained_start_tokens_in_cache = (int)q->sparse_start;

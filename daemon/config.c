@@ -474,7 +474,7 @@ int dmn_config_sparse(const dmn_config *c, int mode, sparse_params *out)
     out->flex.min_budget = c->sparse_min_budget;
     out->flex.max_budget = c->sparse_max_budget;
     out->flex.dense_below = c->sparse_dense_below;
-    out->xattention_threshold = (float)c->xattention_threshold;
+    out->xattention_threshold = c->xattention_threshold;
     out->xattention_block_size = c->xattention_block_size;
     out->xattention_stride = c->xattention_stride;
     out->num_retained_start_tokens_in_cache = c->num_retained_start_tokens_in_cache;

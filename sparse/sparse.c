@@ -24,7 +24,7 @@ void sparse_params_default(sparse_params *p, int mode)
     sparse_flex_params_default(&p->flex);
     /* openvino.genai SparseAttentionConfig: threshold 0.8, stride 8, start 128, recent 1920,
      * last dense 100; block 128 (x-attention's Xattention_prefill; OpenVINO's 64 is its GPU's) */
-    p->xattention_threshold = 0.8f;
+    p->xattention_threshold = 0.8;
     p->xattention_block_size = 128;
     p->xattention_stride = 8;
     p->num_retained_start_tokens_in_cache = 128;
@@ -60,7 +60,7 @@ int sparse_params_check(const sparse_params *p, char *err, size_t errlen, const 
         }
     } else if (p->mode == SPARSE_MODE_XATTN) {
         int bs = p->xattention_block_size, s = p->xattention_stride;
-        if (!(p->xattention_threshold > 0.0f && p->xattention_threshold <= 1.0f)) {
+        if (!(p->xattention_threshold > 0.0 && p->xattention_threshold <= 1.0)) {
             why = "must be in (0, 1]";
             k = "xattention_threshold";
         } else if (bs != 16 && bs != 32 && bs != 64 && bs != 128) {

@@ -47,7 +47,8 @@ enum sparse_mode {
 typedef struct sparse_params {
     int mode;                                /* enum sparse_mode */
     sparse_flex_params flex;                 /* flexprefill: gamma, tau, budgets, dense_below */
-    float xattention_threshold;              /* (0, 1]; 1: every causal block; default 0.8 */
+    double xattention_threshold;             /* (0, 1]; 1: every causal block; default 0.8 (a
+                                                double: the official code's Python float) */
     int xattention_block_size;               /* 16, 32, 64 or 128; default 128 */
     int xattention_stride;                   /* divides the block size; default 8 */
     int num_retained_start_tokens_in_cache;  /* trishape; multiple of 128; default 128 */

@@ -93,7 +93,7 @@ int main(int argc, char **argv)
         return 1;
     }
     cpu_pool *pool = cpu_pool_new(threads);
-    cpu_flex_qkv x = {N, H, Hk, d, q, (size_t)H * d, k, v, (size_t)Hk * d};
+    cpu_flex_qkv x = {N, H, Hk, d, q, (size_t)H * d, k, v, (size_t)Hk * d, 0};
     double t0 = now_s();
     cpu_flex_index *ix;
     int rc = cpu_flex_index_build(pool, &p, &x, &ix);

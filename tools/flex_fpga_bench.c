@@ -141,7 +141,7 @@ int main(int argc, char **argv)
             fpga_flex_unpack_kv(kvp, (int)n, G, d, k, v);
             sparse_flex_params cp;
             sparse_flex_params_default(&cp);
-            cpu_flex_qkv xq = {(int)n, H, G, d, q, (size_t)H * d, k, v, (size_t)G * d};
+            cpu_flex_qkv xq = {(int)n, H, G, d, q, (size_t)H * d, k, v, (size_t)G * d, 0};
             cpu_flex_index *ix;
             if (cpu_flex_index_build(pool, &cp, &xq, &ix)) return 1;
             rp = malloc(sizeof(uint32_t) * H * (nb + 1));

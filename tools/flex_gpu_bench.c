@@ -201,7 +201,7 @@ static int check(const api *a, const char *dir)
         cp.gamma = cases[ci].gamma;
         cp.min_budget = cases[ci].min_budget;
         cp.gqa_interleave = cases[ci].il;
-        cpu_flex_qkv x = {p.n, H, HK, D, p.q, (size_t)H * D, p.k, p.v, (size_t)HK * D};
+        cpu_flex_qkv x = {p.n, H, HK, D, p.q, (size_t)H * D, p.k, p.v, (size_t)HK * D, 0};
         cpu_flex_index *ix;
         if (cpu_flex_index_build(pool, &cp, &x, &ix)) return 1;
         const int nb = ix->n_blocks;

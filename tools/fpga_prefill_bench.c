@@ -335,7 +335,7 @@ static int run_units(fpga_xrt *x, xrtDeviceHandle dev, cpu_pool *pool, const fpg
         fpga_flex_unpack_kv(kvp, n, G, hd, k, v);
         sparse_flex_params cp;
         sparse_flex_params_default(&cp);
-        cpu_flex_qkv xq = {n, H, G, hd, q, (size_t)H * hd, k, v, (size_t)G * hd};
+        cpu_flex_qkv xq = {n, H, G, hd, q, (size_t)H * hd, k, v, (size_t)G * hd, 0};
         cpu_flex_index *ix;
         if (cpu_flex_index_build(pool, &cp, &xq, &ix)) return -1;
         rp = malloc(sizeof(uint32_t) * H * (nb + 1));

@@ -21,7 +21,7 @@ static void inputs_synth(inputs *in, int n, int H, int Hk, int d, enum cpu_flex_
     in->q = malloc((size_t)n * H * d * sizeof(float));
     in->k = malloc((size_t)n * Hk * d * sizeof(float));
     in->v = malloc((size_t)n * Hk * d * sizeof(float));
-    in->x = (cpu_flex_qkv){n, H, Hk, d, in->q, (size_t)H * d, in->k, in->v, (size_t)Hk * d};
+    in->x = (cpu_flex_qkv){n, H, Hk, d, in->q, (size_t)H * d, in->k, in->v, (size_t)Hk * d, 0};
     cpu_flex_synth s = {kind, n, H, Hk, d, bs, seed};
     cpu_flex_synth_rows(&s, 0, n, in->q, in->k, in->v);
 }

@@ -19,7 +19,7 @@ static void inputs_new(inputs *in, int n, int H, int Hk, int d)
     in->q = calloc((size_t)n * H * d, sizeof(float));
     in->k = calloc((size_t)n * Hk * d, sizeof(float));
     in->v = calloc((size_t)n * Hk * d, sizeof(float));
-    in->x = (cpu_flex_qkv){n, H, Hk, d, in->q, (size_t)H * d, in->k, in->v, (size_t)Hk * d};
+    in->x = (cpu_flex_qkv){n, H, Hk, d, in->q, (size_t)H * d, in->k, in->v, (size_t)Hk * d, 0};
 }
 
 static void inputs_free(inputs *in)

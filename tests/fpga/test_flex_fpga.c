@@ -70,7 +70,7 @@ static void packed_free(packed *p)
 static cpu_flex_qkv packed_qkv(const packed *p)
 {
     return (cpu_flex_qkv){p->n, p->H, p->Hk, p->d, p->qf, (size_t)p->H * p->d, p->kf, p->vf,
-                          (size_t)p->Hk * p->d};
+                          (size_t)p->Hk * p->d, 0};
 }
 
 /* SIGU index == CPU index; returns the number of differing heads (and reports them). */

@@ -308,7 +308,7 @@ static void sparse_index(const char *dir, int n, int min_budget, int run_rows)
     sparse_flex_params cp;
     sparse_flex_params_default(&cp);
     cp.min_budget = min_budget;
-    cpu_flex_qkv x = {n, H, Hk, d, q, (size_t)H * d, k, v, (size_t)Hk * d};
+    cpu_flex_qkv x = {n, H, Hk, d, q, (size_t)H * d, k, v, (size_t)Hk * d, 0};
     cpu_flex_index *ix;
     REQUIRE(cpu_flex_index_build(NULL, &cp, &x, &ix) == 0);
     int same = ix->nnz == (int64_t)nnz;

@@ -85,7 +85,7 @@ static void inputs_synth(inputs *in, int n, int H, int Hk, int d, enum cpu_flex_
         in->k[i] = bf16_round(in->k[i]);
         in->v[i] = bf16_round(in->v[i]);
     }
-    in->x = (cpu_flex_qkv){n, H, Hk, d, in->q, (size_t)H * d, in->k, in->v, (size_t)Hk * d};
+    in->x = (cpu_flex_qkv){n, H, Hk, d, in->q, (size_t)H * d, in->k, in->v, (size_t)Hk * d, 0};
 }
 
 static void inputs_free(inputs *in)

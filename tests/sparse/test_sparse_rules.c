@@ -10,7 +10,7 @@ TEST(sparse_defaults_are_the_official_ones)
 {
     sparse_params p;
     sparse_params_default(&p, SPARSE_MODE_XATTN);
-    CHECK_NEAR(p.xattention_threshold, 0.8, 1e-7);
+    CHECK_NEAR(p.xattention_threshold, 0.8, 0);
     CHECK_EQ(p.xattention_stride, 8);
     CHECK_EQ(p.xattention_block_size, 128);
     CHECK_EQ(p.num_retained_start_tokens_in_cache, 128);
@@ -49,7 +49,7 @@ TEST(sparse_check_names_the_key)
     p.xattention_block_size = 64;
     p.xattention_threshold = 0;
     CHECK_STR(bad_key(p), "xattention_threshold");
-    p.xattention_threshold = 1.01f;
+    p.xattention_threshold = 1.01;
     CHECK_STR(bad_key(p), "xattention_threshold");
     p.xattention_threshold = 1;
     CHECK_EQ(sparse_params_check(&p, NULL, 0, NULL), 0);

@@ -1,0 +1,236 @@
+/* cpu/xattn.c — XAttention's antidiagonal block estimate and threshold selection, and
+ * Tri-shape's block list (see cpu/sparse_idx.h for what each reproduces, line by line).
+ *
+ * Work is split over (head, query block) pairs: each pair computes its B/S strided query rows'
+ * softmax over the strided keys up to the diagonal (one n/S-float row buffer per thread, never
+ * an n x n tensor), sums them into that row's block masses, and selects its blocks into its own
+ * slot of a causal-shaped buffer; the CSR lists are assembled afterwards in index order, so the
+ * result does not depend on the thread count. */
+#include "cpu/sparse_idx.h"
+#include "cpu/flex_impl.h"
+#include "cpu/ops.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct xctx {
+    const sparse_params *p;
+    const cpu_flex_qkv *x;
+    int B, S, nb, q0, rows, rpb; /* block, stride, key blocks, first query block, rows, B / S */
+    float scale;                 /* 1 / sqrt(D) / S (norm 1) */
+    double *A;                   /* (H, rows, nb) */
+    int32_t *sel;                /* per pair, its kept blocks, at slot(I) of its head */
+    int32_t *cnt;                /* (H, rows) */
+    int64_t per_head;            /* causal blocks of rows q0 .. nb - 1 */
+    float *buf;                  /* (threads, nrs) */
+    int nrs;                     /* reshaped rows: ceil(n / S) */
+} xctx;
+
+static int64_t slot(const xctx *c, int I)
+{
+    return ((int64_t)I * (I + 1) - (int64_t)c->q0 * (c->q0 + 1)) / 2;
+}
+
+typedef struct dpair {
+    double v;
+    int32_t id;
+} dpair;
+
+static int cmp_dpair_desc(const void *a, const void *b)
+{
+    const dpair *x = a, *y = b;
+    if (x->v > y->v) return -1;
+    if (x->v < y->v) return 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Q_r[i] . K_r[j] = sum_t Q[iS + S-1-t] . K[jS + t], positions past n being zeros. */
+static double strided_dot(const cpu_flex_qkv *x, int S, int h, int g, int i, int j)
+{
+    const int n = x->n_tokens, D = x->head_dim;
+    double s = 0;
+    for (int t = 0; t < S; t++) {
+        int qp = i * S + S - 1 - t, kp = j * S + t;
+        if (qp >= n || kp >= n) continue;
+        const float *q = x->q + (size_t)(qp - x->q_pos0) * x->q_stride + (size_t)h * D;
+        const float *k = x->k + (size_t)kp * x->kv_stride + (size_t)g * D;
+        s += cpu_dot(q, k, D);
+    }
+    return s;
+}
+
+static void select_row(const xctx *c, const double *A, int I, int32_t *out, int32_t *n_out,
+                       dpair *tmp)
+{
+    int n = 0;
+    if (c->p->xattention_threshold >= 1.0) { /* every causal block */
+        for (int J = 0; J <= I; J++) out[n++] = J;
+        *n_out = n;
+        return;
+    }
+    double total = 0;
+    for (int J = 0; J <= I; J++) total += A[J];
+    const double required = total * c->p->xattention_threshold;
+    /* block 0 and the diagonal first (one block when I is 0) */
+    double run = I > 0 ? A[0] + A[I] : A[0];
+    int m = 0;
+    for (int J = 1; J < I; J++) tmp[m++] = (dpair){A[J], J};
+    qsort(tmp, (size_t)m, sizeof *tmp, cmp_dpair_desc);
+    int k = 0;
+    while (k < m && run < required) run += tmp[k++].v;
+    /* kept: 0, tmp[0 .. k), I — ascending */
+    out[n++] = 0;
+    int32_t *mid = out + 1;
+    for (int e = 0; e < k; e++) mid[e] = tmp[e].id;
+    /* insertion into ascending order (k is at most I - 1; ids are distinct) */
+    for (int a = 1; a < k; a++) {
+        int32_t v = mid[a];
+        int b = a - 1;
+        while (b >= 0 && mid[b] > v) {
+            mid[b + 1] = mid[b];
+            b--;
+        }
+        mid[b + 1] = v;
+    }
+    n += k;
+    if (I > 0) out[n++] = I;
+    *n_out = n;
+}
+
+static void xattn_range(void *vctx, int begin, int end, int thread)
+{
+    xctx *c = vctx;
+    const cpu_flex_qkv *x = c->x;
+    const int H = x->n_heads, S = c->S, n = x->n_tokens;
+    float *row = c->buf + (size_t)thread * c->nrs;
+    dpair *tmp = malloc(sizeof *tmp * (size_t)c->nb);
+    if (!tmp) return; /* cnt stays -1: the builder reports out of memory */
+    for (int it = begin; it < end; it++) {
+        const int h = it / c->rows, I = c->q0 + it % c->rows;
+        const int g = cpu_flex_kv_head(h, H, x->n_kv_heads, 0);
+        double *A = c->A + ((size_t)h * c->rows + (I - c->q0)) * c->nb;
+        for (int i = I * c->rpb; i < (I + 1) * c->rpb; i++) {
+            if ((int64_t)i * S >= n) break; /* a reshaped query of padding only */
+            float mx = -INFINITY;
+            for (int j = 0; j <= i; j++) {
+                row[j] = (float)strided_dot(x, S, h, g, i, j) * c->scale;
+                if (row[j] > mx) mx = row[j];
+            }
+            double sum = 0;
+            for (int j = 0; j <= i; j++) {
+                row[j] = expf(row[j] - mx);
+                sum += row[j];
+            }
+            const float inv = (float)(1.0 / sum);
+            for (int j = 0; j <= i; j++) A[j / c->rpb] += (double)(row[j] * inv);
+        }
+        int32_t *out = c->sel + (size_t)h * c->per_head + slot(c, I);
+        select_row(c, A, I, out, &c->cnt[(size_t)h * c->rows + (I - c->q0)], tmp);
+    }
+    free(tmp);
+}
+
+int cpu_xattn_index_build(cpu_pool *pool, const sparse_params *p, const cpu_flex_qkv *x,
+                          cpu_flex_index **out, double **mass)
+{
+    *out = NULL;
+    if (mass) *mass = NULL;
+    if (!p || p->mode != SPARSE_MODE_XATTN || sparse_params_check(p, NULL, 0, NULL) ||
+        cpu_flex_qkv_check(x, NULL, 0))
+        return CPU_FLEX_ERR_INVALID;
+    xctx c = {.p = p, .x = x, .B = p->xattention_block_size, .S = p->xattention_stride};
+    const int n = x->n_tokens, H = x->n_heads;
+    c.nb = (n + c.B - 1) / c.B;
+    if (x->q_pos0 % c.B || c.nb > CPU_FLEX_MAX_BLOCKS) return CPU_FLEX_ERR_INVALID;
+    c.q0 = x->q_pos0 / c.B;
+    c.rows = c.nb - c.q0;
+    c.rpb = c.B / c.S;
+    c.nrs = (n + c.S - 1) / c.S;
+    c.scale = (float)(1.0 / sqrt((double)x->head_dim) / c.S);
+    c.per_head = slot(&c, c.nb);
+    const int threads = pool ? cpu_pool_threads(pool) : 1;
+    c.A = calloc((size_t)H * c.rows * c.nb, sizeof *c.A);
+    c.sel = malloc(sizeof *c.sel * (size_t)(c.per_head * H));
+    c.cnt = malloc(sizeof *c.cnt * (size_t)H * c.rows);
+    c.buf = malloc(sizeof *c.buf * (size_t)threads * c.nrs);
+    cpu_flex_index *ix = cpu_flex_index_alloc(H, n, c.B);
+    int rc = CPU_FLEX_ERR_NOMEM;
+    if (!c.A || !c.sel || !c.cnt || !c.buf || !ix) goto done;
+    for (size_t i = 0; i < (size_t)H * c.rows; i++) c.cnt[i] = -1;
+    if (pool) cpu_pool_for(pool, H * c.rows, 1, xattn_range, &c);
+    else xattn_range(&c, 0, H * c.rows, 0);
+    int64_t nnz = 0;
+    for (size_t i = 0; i < (size_t)H * c.rows; i++) {
+        if (c.cnt[i] < 0) goto done;
+        nnz += c.cnt[i];
+    }
+    ix->q_block0 = c.q0;
+    ix->col = malloc(sizeof *ix->col * (size_t)(nnz > 0 ? nnz : 1));
+    if (!ix->col) goto done;
+    int64_t k = 0;
+    for (int h = 0; h < H; h++) {
+        int64_t *rp = ix->row_ptr + (size_t)h * (c.nb + 1);
+        for (int r = 0; r < c.nb; r++) {
+            rp[r] = k;
+            if (r < c.q0) continue;
+            const int32_t *src = c.sel + (size_t)h * c.per_head + slot(&c, r);
+            int32_t m = c.cnt[(size_t)h * c.rows + (r - c.q0)];
+            memcpy(ix->col + k, src, sizeof *src * (size_t)m);
+            k += m;
+        }
+        rp[c.nb] = k;
+        ix->js[h] = NAN;
+    }
+    ix->nnz = k;
+    *out = ix;
+    ix = NULL;
+    if (mass) {
+        *mass = c.A;
+        c.A = NULL;
+    }
+    rc = 0;
+done:
+    cpu_flex_index_free(ix);
+    free(c.A);
+    free(c.sel);
+    free(c.cnt);
+    free(c.buf);
+    return rc;
+}
+
+int cpu_trishape_index_build(const sparse_params *p, const cpu_flex_qkv *x, cpu_flex_index **out)
+{
+    *out = NULL;
+    if (!p || p->mode != SPARSE_MODE_TRISHAPE || sparse_params_check(p, NULL, 0, NULL) ||
+        cpu_flex_qkv_check(x, NULL, 0) || x->q_pos0 % SPARSE_TRI_BLOCK)
+        return CPU_FLEX_ERR_INVALID;
+    const int B = SPARSE_TRI_BLOCK, n = x->n_tokens, H = x->n_heads;
+    const int nb = (n + B - 1) / B, q0 = x->q_pos0 / B;
+    if (nb > CPU_FLEX_MAX_BLOCKS) return CPU_FLEX_ERR_INVALID;
+    int lo, hi;
+    sparse_tri_skip(p, x->q_pos0, &lo, &hi);
+    lo /= B;
+    hi /= B;
+    int64_t per = ((int64_t)nb * (nb + 1) - (int64_t)q0 * (q0 + 1)) / 2 -
+                  (int64_t)(nb - q0) * (hi - lo);
+    cpu_flex_index *ix = cpu_flex_index_alloc(H, n, B);
+    if (!ix || !(ix->col = malloc(sizeof *ix->col * (size_t)(per * H > 0 ? per * H : 1)))) {
+        cpu_flex_index_free(ix);
+        return CPU_FLEX_ERR_NOMEM;
+    }
+    ix->q_block0 = q0;
+    int64_t k = 0;
+    for (int h = 0; h < H; h++) {
+        int64_t *rp = ix->row_ptr + (size_t)h * (nb + 1);
+        for (int r = 0; r < nb; r++) {
+            rp[r] = k;
+            for (int cb = 0; r >= q0 && cb <= r; cb++)
+                if (cb < lo || cb >= hi) ix->col[k++] = cb;
+        }
+        rp[nb] = k;
+        ix->js[h] = NAN;
+    }
+    ix->nnz = k;
+    *out = ix;
+    return 0;
+}
