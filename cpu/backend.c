@@ -262,7 +262,7 @@ static int sparse_layer(cpu_dev *d, const batch *b, int l, const sparse_params *
         causal = fr.blocks_causal;
     } else {
         cpu_flex_index *ix;
-        st = sp->mode == SPARSE_MODE_XATTN ? cpu_xattn_index_build(d->pool, sp, &x, &ix, NULL)
+        st = sp->mode == SPARSE_MODE_XATTN ? cpu_xattn_index_build(d->pool, sp, &x, 0, &ix, NULL)
                                            : cpu_trishape_index_build(sp, &x, &ix);
         if (st) return st == CPU_FLEX_ERR_NOMEM ? ACCEL_ERR_NOMEM : ACCEL_ERR_INVALID;
         st = cpu_flex_sparse_attention(d->pool, &x, ix, 0, 0, d->att, qd);
@@ -370,15 +370,13 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
 /* ---------------------------------------------------------------- accel entries */
 
 /* Whether this sparse chunk runs sparse here (1) or dense (0): the method's CPU reference
- * covers it — FlexPrefill from an empty sequence (its official code has no prefix), XAttention
- * and Tri-shape from a block boundary — and the model has no sliding window. The scheduler
+ * covers it — a chunk from a block boundary — and the model has no sliding window. The scheduler
  * decided it is sparse (sparse/sparse.h); nothing is decided again here. */
 static int sparse_ok(const accel_dev *ad, const accel_prefill_req *r)
 {
     const accel_sparse *sp = r->sparse;
     const int len = r->seq->len;
     if (!sp || ad->m->cfg.sliding_window) return 0;
-    if (sp->p.mode == SPARSE_MODE_FLEX) return len == 0;
     return len % sparse_block_size(&sp->p) == 0;
 }
 

@@ -124,15 +124,18 @@ int cpu_flex_attention(cpu_pool *pool, const sparse_flex_params *p, const cpu_fl
                        cpu_flex_index **ix_out)
 {
     if (ix_out) *ix_out = NULL;
-    if (sparse_flex_params_check(p, NULL, 0) || cpu_flex_qkv_check(x, NULL, 0) || x->q_pos0)
+    if (sparse_flex_params_check(p, NULL, 0) || cpu_flex_qkv_check(x, NULL, 0))
         return CPU_FLEX_ERR_INVALID;
     const int n = x->n_tokens, bs = p->block_size, nb = (n + bs - 1) / bs;
+    const int64_t q0 = x->q_pos0 / bs;
     cpu_flex_report r = {.n_heads = x->n_heads, .n_blocks = nb};
-    r.blocks_causal = (int64_t)x->n_heads * nb * (nb + 1) / 2;
+    r.blocks_causal = (int64_t)x->n_heads * ((int64_t)nb * (nb + 1) - q0 * (q0 + 1)) / 2;
     int rc;
     /* The official rule, plus: a prompt shorter than two blocks never goes sparse (the
-     * estimate needs a full last block; only a dense_below override can ask for that). */
-    if (n <= sparse_flex_dense_threshold(p) || n < 2 * bs) {
+     * estimate needs a full last block; only a dense_below override can ask for that); a
+     * chunk (q_pos0 > 0) needs a whole block of queries and a block-aligned start. */
+    if (n <= sparse_flex_dense_threshold(p) || n < 2 * bs ||
+        (x->q_pos0 && (x->q_pos0 % bs || n - x->q_pos0 < bs))) {
         rc = cpu_flex_dense_attention(pool, x, p->gqa_interleave, 0, out, out_stride);
         r.dense = 1;
         r.blocks_computed = r.blocks_causal;
@@ -145,7 +148,7 @@ int cpu_flex_attention(cpu_pool *pool, const sparse_flex_params *p, const cpu_fl
         rc = cpu_flex_sparse_attention(pool, x, ix, p->gqa_interleave, 0, out, out_stride);
         r.blocks_computed = ix->nnz;
         r.density = cpu_flex_index_density(ix, -1);
-        r.official_ratio = (double)ix->nnz / ((double)nb * nb * x->n_heads);
+        r.official_ratio = (double)ix->nnz / ((double)(nb - q0) * nb * x->n_heads);
         for (int h = 0; h < x->n_heads; h++) r.n_query_aware += ix->query_aware[h];
         if (ix_out && !rc) *ix_out = ix;
         else cpu_flex_index_free(ix);

@@ -48,6 +48,12 @@
  * code holds q, k, the logits and the pooled means in bf16; we hold float32, so near-boundary
  * decisions can differ from it (the GPU device script measures the Jaccard similarity).
  *
+ * A chunk after cached tokens (x->q_pos0 > 0, a multiple of bs, chunk-aware sparse prefill; the
+ * official code asserts q_len == k_len, so this is our generalization): the same steps with the
+ * chunk's last bs query rows over every key 0 .. n - 1 — exactly the whole prompt's estimate when
+ * the chunk ends the prompt — and rows only for the chunk's query blocks (earlier rows empty);
+ * the query-aware map (9) covers the chunk's rows, its mass (one per row) cut at gamma x rows.
+ *
  * Memory: per thread bs x n logits, 3 n-long vectors, an nb^2 byte map; per query-aware head an
  * nb^2 (score, id) array; per kv head nb x d key-block means. */
 #include "cpu/flex.h"
@@ -83,6 +89,7 @@ typedef struct build {
     const sparse_flex_params *p;
     const cpu_flex_qkv *x;
     int bs, nb, n, d, min_b, max_b;
+    int q0; /* the chunk's first query block (0: the whole prompt) */
     float *avg_k; /* (n_kv_heads, nb, d) */
     head_sel *hs;
     scratch *sc;
@@ -92,7 +99,7 @@ typedef struct build {
 
 static const float *qrow(const cpu_flex_qkv *x, int t, int h)
 {
-    return x->q + (size_t)t * x->q_stride + (size_t)h * x->head_dim;
+    return x->q + (size_t)(t - x->q_pos0) * x->q_stride + (size_t)h * x->head_dim;
 }
 static const float *krow(const cpu_flex_qkv *x, int t, int g)
 {
@@ -237,7 +244,8 @@ static void query_aware_map(build *b, int h, scratch *s)
     const int pad = nb * bs - n;
     const float rs = (float)sqrt((double)d);
     double acc[CPU_FLEX_MAX_HEAD_DIM];
-    for (int r = 0; r < nb; r++) {
+    const int q0 = b->q0;
+    for (int r = q0; r < nb; r++) {
         for (int e = 0; e < d; e++) acc[e] = 0;
         for (int t = r * bs; t < (r + 1) * bs && t < n; t++) {
             const float *qr = qrow(x, t, h);
@@ -248,26 +256,27 @@ static void query_aware_map(build *b, int h, scratch *s)
     }
     float *last = s->avg_q + (size_t)(nb - 1) * d;
     for (int e = 0; e < d; e++) last[e] = last[e] * (float)bs / (float)(bs - pad);
-    for (size_t i = 0; i < (size_t)nb * d; i++) s->avg_q[i] = s->avg_q[i] / rs;
+    for (size_t i = (size_t)q0 * d; i < (size_t)nb * d; i++) s->avg_q[i] = s->avg_q[i] / rs;
 
     const float *ak = b->avg_k + (size_t)g * nb * d;
-    for (int r = 0; r < nb; r++) {
+    for (int r = q0; r < nb; r++) {
         const float *aq = s->avg_q + (size_t)r * d;
         for (int c = 0; c < nb; c++)
             s->row[c] = c > r ? -INFINITY : cpu_dot(aq, ak + (size_t)c * d, d);
         cpu_softmax(s->row, nb);
         for (int c = 0; c < nb; c++)
-            s->qa[(size_t)r * nb + c] = (cpu_flex_pair){s->row[c], (int32_t)(r * nb + c)};
+            s->qa[(size_t)(r - q0) * nb + c] = (cpu_flex_pair){s->row[c], (int32_t)(r * nb + c)};
     }
-    size_t m = (size_t)nb * nb;
+    size_t m = (size_t)(nb - q0) * nb;
     qsort(s->qa, m, sizeof *s->qa, cpu_flex_cmp_pair_desc);
-    const float cut = (float)((double)b->p->gamma * nb); /* Python float, compared as float32 */
+    /* Python float, compared as float32; a chunk's map holds its rows only */
+    const float cut = (float)((double)b->p->gamma * (nb - q0));
     double cum = 0;
     int keep = 1;
     for (size_t i = 0; i < m; i++) {
         cum += s->qa[i].v;
         if (keep && cum > (double)cut) keep = 0; /* cumsum is monotone: the rest -> 0 too */
-        s->mark[keep ? (size_t)s->qa[i].id : 0] = 1;
+        s->mark[keep ? (size_t)s->qa[i].id : (size_t)q0 * nb] = 1; /* 0 of the first row */
         if (!keep) break;
     }
 }
@@ -307,7 +316,7 @@ static void select_head(build *b, int h, scratch *s)
 
     /* the sorted distinct ids as CSR rows, causal blocks only */
     int64_t cnt = 0;
-    for (size_t id = 0; id < nb2; id++)
+    for (size_t id = (size_t)b->q0 * nb; id < nb2; id++)
         if (s->mark[id] && id % nb <= id / nb) cnt++;
     hs->ids = malloc((size_t)(cnt ? cnt : 1) * sizeof *hs->ids);
     hs->rows = malloc((size_t)(nb + 1) * sizeof *hs->rows);
@@ -319,7 +328,7 @@ static void select_head(build *b, int h, scratch *s)
     for (int r = 0; r < nb; r++) {
         hs->rows[r] = k;
         const uint8_t *mr = s->mark + (size_t)r * nb;
-        for (int c = 0; c <= r; c++)
+        for (int c = 0; r >= b->q0 && c <= r; c++)
             if (mr[c]) hs->ids[k++] = c;
     }
     hs->rows[nb] = k;
@@ -358,13 +367,14 @@ int cpu_flex_index_build(cpu_pool *pool, const sparse_flex_params *p, const cpu_
 {
     char err[128];
     *out = NULL;
-    if (sparse_flex_params_check(p, err, sizeof err) || cpu_flex_qkv_check(x, err, sizeof err) ||
-        x->q_pos0)
+    if (sparse_flex_params_check(p, err, sizeof err) || cpu_flex_qkv_check(x, err, sizeof err))
         return CPU_FLEX_ERR_INVALID;
     const int bs = p->block_size, n = x->n_tokens, H = x->n_heads;
     const int nb = (n + bs - 1) / bs;
-    if (n < 2 * bs || nb > CPU_FLEX_MAX_BLOCKS) return CPU_FLEX_ERR_INVALID;
-    build b = {.p = p, .x = x, .bs = bs, .nb = nb, .n = n, .d = x->head_dim};
+    /* two blocks in all, and the chunk's last bs query rows: a chunk of at least one block */
+    if (n < 2 * bs || nb > CPU_FLEX_MAX_BLOCKS || x->q_pos0 % bs || n - x->q_pos0 < bs)
+        return CPU_FLEX_ERR_INVALID;
+    build b = {.p = p, .x = x, .bs = bs, .nb = nb, .n = n, .d = x->head_dim, .q0 = x->q_pos0 / bs};
     b.min_b = sparse_flex_budget_blocks(p->min_budget > 0 ? p->min_budget : 1, bs);
     int64_t maxb = sparse_flex_budget_blocks(p->max_budget > 0 ? p->max_budget : 2147483647, bs);
     b.max_b = (int)(maxb < nb ? maxb : nb);
@@ -416,6 +426,7 @@ int cpu_flex_index_build(cpu_pool *pool, const sparse_flex_params *p, const cpu_
 
     ix = cpu_flex_index_alloc(H, n, bs);
     if (!ix) goto done;
+    ix->q_block0 = b.q0;
     int64_t nnz = 0;
     for (int h = 0; h < H; h++) nnz += b.hs[h].n_ids;
     ix->col = malloc((size_t)(nnz ? nnz : 1) * sizeof *ix->col);

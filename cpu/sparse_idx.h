@@ -6,7 +6,7 @@
  * are absolute), and cpu_flex_sparse_attention computes the attention over it. The parameters
  * are sparse/sparse.h's, checked.
  *
- * XAttention — what it reproduces: mit-han-lab/x-attention@3185fb2, xattn/src/Xattention.py
+ * XAttention — what it reproduces: mit-han-lab/x-attention@e37988770b9d, xattn/src/Xattention.py
  * xattn_estimate (select_mode "inverse", norm 1, causal) and xattn/src/utils.py
  * find_blocks_chunked (mode "prefill", threshold), as Xattention_prefill calls them. Per head h
  * (KV head h / (H / HK): the caller's repeat_kv), stride S, block B:
@@ -40,12 +40,22 @@
 #include "cpu/flex.h"
 #include "sparse/sparse.h"
 
-/* XAttention's block list for x (p->mode SPARSE_MODE_XATTN). mass (may be NULL) receives, per
+/* XAttention's block list for x (p->mode SPARSE_MODE_XATTN).
+ * official_chunk: 0 selects by the rule above (block 0 and the diagonal always kept: what the
+ * method is and what serving runs). > 0 reproduces the official torch path's selection in its
+ * first internal chunk of that many queries (sparse_xattn_official_chunk(n) for a whole prompt;
+ * only when x->q_pos0 is 0, as the official current_index is then 0): find_blocks_chunked marks
+ * block 0, then writes the identity over columns [0, chunk) onto the same mask, which clears
+ * block 0's mark in every row but the first; so only the diagonal counts as always kept there,
+ * and the cumsum — built for two always-kept blocks — runs one block ahead, keeping one block
+ * more; block 0 is kept all the same (each block not kept becomes index 0 and marks it). Rows past that chunk select by the rule above. Used to compare with
+ * the official outputs (tests, `tandem sparse-index --official-chunking`).
+ * mass (may be NULL) receives, per
  * head and query block from q_pos0 / B on, the estimated mass A[I][J] of each key block J <= I,
  * row-major (n_heads, rows, n_blocks), rows = n_blocks - q_pos0 / B, entries right of the
  * diagonal 0; malloc'ed, the caller frees it. */
 int cpu_xattn_index_build(cpu_pool *pool, const sparse_params *p, const cpu_flex_qkv *x,
-                          cpu_flex_index **out, double **mass);
+                          int official_chunk, cpu_flex_index **out, double **mass);
 
 /* Tri-shape's block list for x (p->mode SPARSE_MODE_TRISHAPE). */
 int cpu_trishape_index_build(const sparse_params *p, const cpu_flex_qkv *x, cpu_flex_index **out);

@@ -24,6 +24,7 @@ typedef struct xctx {
     int64_t per_head;            /* causal blocks of rows q0 .. nb - 1 */
     float *buf;                  /* (threads, nrs) */
     int nrs;                     /* reshaped rows: ceil(n / S) */
+    int quirk_blocks;            /* rows below it select as the official first chunk does */
 } xctx;
 
 static int64_t slot(const xctx *c, int I)
@@ -72,15 +73,32 @@ static void select_row(const xctx *c, const double *A, int I, int32_t *out, int3
     for (int J = 0; J <= I; J++) total += A[J];
     const double required = total * c->p->xattention_threshold;
     /* block 0 and the diagonal first (one block when I is 0) */
-    double run = I > 0 ? A[0] + A[I] : A[0];
-    int m = 0;
-    for (int J = 1; J < I; J++) tmp[m++] = (dpair){A[J], J};
+    const int quirk = I > 0 && I < c->quirk_blocks;
+    int m = 0, k = 0;
+    for (int J = quirk ? 0 : 1; J < I; J++) tmp[m++] = (dpair){A[J], J};
     qsort(tmp, (size_t)m, sizeof *tmp, cmp_dpair_desc);
-    int k = 0;
-    while (k < m && run < required) run += tmp[k++].v;
-    /* kept: 0, tmp[0 .. k), I — ascending */
-    out[n++] = 0;
-    int32_t *mid = out + 1;
+    if (!quirk) {
+        /* other block p (1-based) is kept while the sum before it is below required */
+        double run = I > 0 ? A[0] + A[I] : A[0];
+        while (k < m && run < required) run += tmp[k++].v;
+        out[n++] = 0;
+    } else {
+        /* the official first chunk: only the diagonal forced; the cumsum tested with other
+         * block p is 0 for p = 1, else A[I] + the p - 2 larger others */
+        double run = A[I];
+        for (int p = 1; p <= m; p++) {
+            if (p >= 3) run += tmp[p - 3].v;
+            if (!((p == 1 ? 0.0 : run) < required)) break;
+            k = p;
+        }
+        /* where(index_mask, index, 0): every block not kept marks block 0, so block 0 ends up
+         * kept whenever it was not selected */
+        int has0 = 0;
+        for (int e = 0; e < k; e++) has0 |= tmp[e].id == 0;
+        if (!has0 && k < m) out[n++] = 0;
+    }
+    /* kept: [0,] tmp[0 .. k), I — ascending */
+    int32_t *mid = out + n;
     for (int e = 0; e < k; e++) mid[e] = tmp[e].id;
     /* insertion into ascending order (k is at most I - 1; ids are distinct) */
     for (int a = 1; a < k; a++) {
@@ -92,6 +110,7 @@ static void select_row(const xctx *c, const double *A, int I, int32_t *out, int3
         }
         mid[b + 1] = v;
     }
+    /* with the quirk block 0 may be among tmp: the insertion sort put it first */
     n += k;
     if (I > 0) out[n++] = I;
     *n_out = n;
@@ -131,7 +150,7 @@ static void xattn_range(void *vctx, int begin, int end, int thread)
 }
 
 int cpu_xattn_index_build(cpu_pool *pool, const sparse_params *p, const cpu_flex_qkv *x,
-                          cpu_flex_index **out, double **mass)
+                          int official_chunk, cpu_flex_index **out, double **mass)
 {
     *out = NULL;
     if (mass) *mass = NULL;
@@ -148,6 +167,7 @@ int cpu_xattn_index_build(cpu_pool *pool, const sparse_params *p, const cpu_flex
     c.nrs = (n + c.S - 1) / c.S;
     c.scale = (float)(1.0 / sqrt((double)x->head_dim) / c.S);
     c.per_head = slot(&c, c.nb);
+    c.quirk_blocks = x->q_pos0 == 0 && official_chunk > 0 ? (official_chunk + c.B - 1) / c.B : 0;
     const int threads = pool ? cpu_pool_threads(pool) : 1;
     c.A = calloc((size_t)H * c.rows * c.nb, sizeof *c.A);
     c.sel = malloc(sizeof *c.sel * (size_t)(c.per_head * H));

@@ -11,7 +11,7 @@ static int cmd_version(int argc, char **argv);
  * still missing from a partial build; a missing one answers "not built". */
 #define DECL(n) int dmn_cmd_##n(int argc, char **argv) __attribute__((weak));
 DECL(serve) DECL(logits) DECL(generate) DECL(bench) DECL(tokenize) DECL(detokenize)
-DECL(template) DECL(chat) DECL(eval) DECL(simulate) DECL(calibrate_channels)
+DECL(template) DECL(chat) DECL(eval) DECL(simulate) DECL(calibrate_channels) DECL(sparse_index)
 #undef DECL
 
 const dmn_cmd dmn_cmds[] = {
@@ -25,6 +25,7 @@ const dmn_cmd dmn_cmds[] = {
     {"template", "render a conversation through a chat template", dmn_cmd_template},
     {"bench", "decode/prefill throughput of a device", dmn_cmd_bench},
     {"simulate", "the scheduler on a virtual clock with device timing models", dmn_cmd_simulate},
+    {"sparse-index", "a sparse prefill method's block selection on raw Q and K, as JSON", dmn_cmd_sparse_index},
     {"calibrate-channels", "AsyncTLS sparse decode: pick each layer's label channels (sidecar file)",
      dmn_cmd_calibrate_channels},
     {"version", "print the version", cmd_version},

@@ -33,6 +33,28 @@ char *proto_cli_ids_json(const int32_t *ids, size_t n)
     return s;
 }
 
+char *proto_cli_sparse_blocks_json(int block_size, int q_block0, int n_heads, int n_blocks,
+                                   const int64_t *row_ptr, const int32_t *col)
+{
+    json_t *o = json_object(), *heads = json_array();
+    for (int h = 0; h < n_heads; h++) {
+        json_t *rows = json_array();
+        const int64_t *rp = row_ptr + (size_t)h * (n_blocks + 1);
+        for (int r = q_block0; r < n_blocks; r++) {
+            json_t *ids = json_array();
+            for (int64_t e = rp[r]; e < rp[r + 1]; e++) json_array_append_new(ids, json_integer(col[e]));
+            json_array_append_new(rows, ids);
+        }
+        json_array_append_new(heads, rows);
+    }
+    json_object_set_new(o, "block_size", json_integer(block_size));
+    json_object_set_new(o, "q_block0", json_integer(q_block0));
+    json_object_set_new(o, "heads", heads);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
 char *proto_cli_conversation_json(const char *const *roles, const char *const *contents, int n,
                                   int add_generation_prompt, const char *bos, const char *eos)
 {

@@ -14,6 +14,10 @@ char *proto_cli_generate_json(const int32_t *ids, size_t n, const char *text, si
  * n pairs of NUL-terminated UTF-8 strings. bos/eos may be NULL. malloc'ed; NULL on OOM. */
 char *proto_cli_conversation_json(const char *const *roles, const char *const *contents, int n,
                                   int add_generation_prompt, const char *bos, const char *eos);
+/* {"block_size":B,"q_block0":Q,"heads":[[[col...] per row Q .. n_blocks - 1] per head]} from
+ * CSR lists (row_ptr (n_heads, n_blocks + 1) absolute into col): tandem sparse-index's output. */
+char *proto_cli_sparse_blocks_json(int block_size, int q_block0, int n_heads, int n_blocks,
+                                   const int64_t *row_ptr, const int32_t *col);
 /* {"ids":[...]} */
 char *proto_cli_ids_json(const int32_t *ids, size_t n);
 

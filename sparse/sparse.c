@@ -122,11 +122,21 @@ int sparse_chunk_len(const sparse_params *p, int sparse_end, int done, int want)
     const int bs = sparse_block_size(p);
     int left = sparse_end - done;
     if (left <= 0) return 0;
-    if (p->mode == SPARSE_MODE_FLEX) return left; /* the index needs the whole prompt */
     if (p->mode == SPARSE_MODE_TRISHAPE) want = SPARSE_TRI_CHUNK;
     if (want >= left) return left;
     int k = want / bs * bs;
-    return k < bs ? (bs < left ? bs : left) : k;
+    if (k < bs) k = bs;
+    /* never leave less than a block (FlexPrefill's estimate takes a chunk's last block) */
+    return left - k < bs ? left : k;
+}
+
+int sparse_xattn_official_chunk(int k_len)
+{
+    int64_t p = 1;
+    while (p < k_len) p <<= 1;
+    int64_t a = p > 2048 ? p : 2048, b = ((int64_t)128 * 1024 * 2048) / p;
+    int64_t c = a < b ? a : b;
+    return (int)(c > 2048 ? c : 2048);
 }
 
 void sparse_tri_skip(const sparse_params *p, int cached, int *lo, int *hi)

@@ -78,8 +78,15 @@ int sparse_block_size(const sparse_params *p);
 int sparse_plan(const sparse_params *p, int n);
 /* The length of the sparse chunk starting at done (< sparse_end, a block boundary) when the
  * scheduler would take `want` tokens (want >= 1): at most to sparse_end, whole blocks unless it
- * reaches sparse_end, at least one block; trishape: SPARSE_TRI_CHUNK whatever `want` is. */
+ * reaches sparse_end, at least one block, never leaving less than a block behind; trishape:
+ * SPARSE_TRI_CHUNK whatever `want` is. */
 int sparse_chunk_len(const sparse_params *p, int sparse_end, int done, int want);
+
+/* XAttention: the chunk size Xattention_prefill gives xattn_estimate for k_len keys
+ * (max(min(max(2048, p), 2^28 / p), 2048), p = k_len rounded up to a power of two): the official
+ * torch path's first chunk of that many queries selects with a quirk that cpu_xattn_index_build
+ * reproduces on request (cpu/sparse_idx.h). */
+int sparse_xattn_official_chunk(int k_len);
 
 /* Tri-shape: the key tokens [*lo, *hi) a sparse chunk after `cached` tokens skips (*lo == *hi:
  * none). OpenVINO's rule: with c = floor(cached / 128) full blocks, s = start / 128, r =

@@ -43,3 +43,21 @@ code=$(post /v1/completions '{"prompt":"x","max_tokens":4,"sparse_prefill":{"xat
 check sparse_bad_threshold sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = xattention_threshold ]"
 
 serve_stop
+
+# Prefill on the CPU, decode on an emulated card (the KV shipped in the wire format): each method
+# with every block kept writes the dense text; XAttention's defaults run sparse; Tri-shape's
+# 1024-token chunks see everything on a 300-token prompt (dense)
+serve_start --devices cpu,fpga-emu:0 || { fail sparse_card_start "daemon did not start"; exit 0; }
+code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":12,\"temperature\":0}")
+cdense=$(jq -r '.choices[0].text' $T/body)
+check sparse_card_dense sh -c "[ $code = 200 ] && [ -n '$cdense' ]"
+for sp in '"mode":"xattention","xattention_threshold":1,"xattention_block_size":32,"xattention_stride":4' \
+          '"mode":"trishape","num_retained_start_tokens_in_cache":1048576' \
+          '"mode":"flexprefill","gamma":1,"min_budget":300'; do
+    code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":12,\"temperature\":0,\"sparse_prefill\":{$sp}}")
+    check "sparse_card_all_blocks_$(echo "$sp" | sed 's/.*"mode":"\([a-z]*\)".*/\1/')" sh -c "[ $code = 200 ] && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$cdense' ]"
+done
+code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":12,\"temperature\":0,\"sparse_prefill\":{\"mode\":\"xattention\",\"xattention_block_size\":32,\"xattention_stride\":4,\"xattention_threshold\":0.5}}")
+d=$(jq -r '.usage.prefill_density' $T/body)
+check sparse_card_xattention_sparse sh -c "[ $code = 200 ] && python3 -c 'import sys; d=float(sys.argv[1]); sys.exit(0 if 0 < d < 1 else 1)' '$d'"
+serve_stop

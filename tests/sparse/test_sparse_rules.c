@@ -98,6 +98,7 @@ TEST(sparse_plan_ends_on_a_block_before_the_dense_tail)
     CHECK_EQ(sparse_chunk_len(&p, 768, 640, 300), 128);
     CHECK_EQ(sparse_chunk_len(&p, 768, 0, 5000), 768);
     CHECK_EQ(sparse_chunk_len(&p, 768, 768, 5000), 0);
+    CHECK_EQ(sparse_chunk_len(&p, 1000, 768, 128), 232); /* never a tail under one block */
     sparse_params_default(&p, SPARSE_MODE_TRISHAPE); /* a fixed chunk whatever the load */
     CHECK_EQ(sparse_chunk_len(&p, 4096, 0, 100), SPARSE_TRI_CHUNK);
     CHECK_EQ(sparse_chunk_len(&p, 4096, 0, 1 << 20), SPARSE_TRI_CHUNK);
