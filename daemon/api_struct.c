@@ -2,8 +2,76 @@
 #include "daemon/api_struct.h"
 #include "proto/buf.h"
 #include <openssl/rand.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+
+/* Compiled grammars by their text: clients send the same schema or tools request after request,
+ * and a grammar kept alive keeps its shared masks (model/grammar/grammar.h). LRU over
+ * GRAMMAR_CACHE entries; compiling runs outside the lock (any thread). */
+#define GRAMMAR_CACHE 32
+static struct {
+    uint64_t hash;
+    char *text;
+    size_t len;
+    model_grammar *g;
+    uint64_t used;
+} gcache[GRAMMAR_CACHE];
+static pthread_mutex_t gcache_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t gcache_clock;
+
+static uint64_t text_hash(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+static model_grammar *compile_cached(const char *text, size_t len, char *err, size_t errlen)
+{
+    uint64_t h = text_hash(text, len);
+    pthread_mutex_lock(&gcache_mu);
+    for (int i = 0; i < GRAMMAR_CACHE; i++)
+        if (gcache[i].g && gcache[i].hash == h && gcache[i].len == len && !memcmp(gcache[i].text, text, len)) {
+            gcache[i].used = ++gcache_clock;
+            model_grammar *g = model_grammar_ref(gcache[i].g);
+            pthread_mutex_unlock(&gcache_mu);
+            return g;
+        }
+    pthread_mutex_unlock(&gcache_mu);
+    model_grammar *g = model_grammar_new(text, len, NULL, err, errlen);
+    char *copy = g ? malloc(len + 1) : NULL;
+    if (!copy) return g;
+    memcpy(copy, text, len);
+    copy[len] = 0;
+    pthread_mutex_lock(&gcache_mu);
+    int slot = 0;
+    for (int i = 1; i < GRAMMAR_CACHE; i++)
+        if (gcache[i].used < gcache[slot].used) slot = i;
+    model_grammar *old = gcache[slot].g;
+    char *old_text = gcache[slot].text;
+    gcache[slot].hash = h;
+    gcache[slot].text = copy;
+    gcache[slot].len = len;
+    gcache[slot].g = model_grammar_ref(g);
+    gcache[slot].used = ++gcache_clock;
+    pthread_mutex_unlock(&gcache_mu);
+    model_grammar_unref(old);
+    free(old_text);
+    return g;
+}
+
+void dmn_grammar_cache_clear(void)
+{
+    pthread_mutex_lock(&gcache_mu);
+    for (int i = 0; i < GRAMMAR_CACHE; i++) {
+        model_grammar_unref(gcache[i].g);
+        free(gcache[i].text);
+        memset(&gcache[i], 0, sizeof gcache[i]);
+    }
+    pthread_mutex_unlock(&gcache_mu);
+}
 
 int dmn_grammar_compile(const proto_req *q, enum proto_tool_family f, model_grammar **out,
                         enum proto_err *e, char *msg, size_t msgn, char *param, size_t paramn)
@@ -20,7 +88,7 @@ int dmn_grammar_compile(const proto_req *q, enum proto_tool_family f, model_gram
             snprintf(param, paramn, "tools");
             return -1;
         }
-        *out = model_grammar_new(g.p, g.len, NULL, err, sizeof err);
+        *out = compile_cached(g.p, g.len, err, sizeof err);
         proto_buf_deinit(&g);
         if (*out) return 0;
         *e = PROTO_ERR_INVALID_VALUE;
@@ -30,7 +98,7 @@ int dmn_grammar_compile(const proto_req *q, enum proto_tool_family f, model_gram
     }
     if (q->grammar_kind == PROTO_GRAMMAR_NONE) return 0;
     const char *text = q->grammar_kind == PROTO_GRAMMAR_JSON_OBJECT ? model_grammar_json_object() : q->grammar;
-    *out = model_grammar_new(text, strlen(text), NULL, err, sizeof err);
+    *out = compile_cached(text, strlen(text), err, sizeof err);
     if (*out) return 0;
     *e = PROTO_ERR_INVALID_VALUE;
     snprintf(msg, msgn, "%s", err);

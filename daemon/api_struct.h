@@ -15,6 +15,9 @@
 int dmn_grammar_compile(const proto_req *q, enum proto_tool_family f, model_grammar **out,
                         enum proto_err *e, char *msg, size_t msgn, char *param, size_t paramn);
 
+/* Drops the compiled grammars kept for reuse (at shutdown). */
+void dmn_grammar_cache_clear(void);
+
 /* Loop thread: 0 when some token of the vocabulary can start a text of g; -1 with a message
  * when none can (or when memory ran out). */
 int dmn_grammar_check(sched *s, model_grammar *g, char *msg, size_t msgn);

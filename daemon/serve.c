@@ -42,6 +42,7 @@
  *   SIGHUP:  the log file is reopened (logrotate). */
 #include "daemon/serve.h"
 #include "daemon/log.h"
+#include "daemon/api_struct.h"
 #include "devices/devices.h"
 #include "proto/openai_tools.h"
 #include <errno.h>
@@ -540,6 +541,7 @@ static void release_engine(dmn_serve *d)
     for (int i = 0; i < d->n_devs; i++) accel_free(d->devs[i]);
     d->n_devs = 0;
     dmn_peer_close(d);
+    dmn_grammar_cache_clear();
     model_tmpl_free(d->tmpl);
     model_tok_free(d->tok);
     model_free(d->m);

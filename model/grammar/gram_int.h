@@ -33,7 +33,12 @@ struct model_grammar {
     int32_t *alts;       /* the first element of each alternative */
     char **names;        /* [n_rules] */
     int root;
+    struct gram_shared *shared; /* masks every matcher of this grammar shares (gram_match.c); NULL: none */
 };
+
+/* The shared mask cache (gram_match.c): made with the grammar, freed with it. */
+struct gram_shared *gram_shared_new(void);
+void gram_shared_free(struct gram_shared *s);
 
 /* The vocabulary trie: nodes in preorder, node 0 the root (the empty prefix). Node i's subtree
  * is [i, end[i]); the tokens whose bytes end at node i are toks[tok_off[i]..tok_off[i+1]). */

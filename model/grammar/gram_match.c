@@ -13,14 +13,24 @@
  * of the alternative: a tail call, so right recursion keeps stacks flat) and starts each of the
  * rule's alternatives; the end of an alternative pops to the parent. A visited set per step
  * keeps this linear in the distinct (pos, parent) pairs; gram_check's left-recursion test
- * guarantees it ends; MODEL_GRAMMAR_MAX_EXPAND bounds it anyway. */
+ * guarantees it ends; MODEL_GRAMMAR_MAX_EXPAND bounds it anyway.
+ *
+ * Sharing. Node and state ids are the matcher's own, so its mask cache serves only itself. A
+ * state's mask is a function of its stacks' position chains (and the vocabulary), so masks are
+ * also kept in the grammar, keyed by that canonical form (the chains, sorted), under a mutex:
+ * a request that repeats a schema (the daemon caches compiled grammars by text) or the n choices
+ * of one request find the masks its predecessors computed (xgrammar's point: the mask work is
+ * paid once per grammar state, not once per token). */
 #include "model/grammar/gram_int.h"
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MASK_CACHE_BYTES (16u << 20) /* per matcher: ~1000 masks at a 128K vocabulary */
+#define SHARED_CACHE_BYTES (64u << 20) /* per grammar: ~4000 masks at a 128K vocabulary */
+#define MAX_KEY 4096                   /* int32s of a state's canonical key worth sharing */
 #define MEMO_MAX (1u << 22)          /* transition memo entries before it is dropped */
 
 typedef struct gnode {
@@ -32,6 +42,9 @@ typedef struct gstate {
     int32_t len, mask;
     uint32_t hash;
     uint8_t accept; /* holds the empty stack */
+    int32_t *ascii; /* [128] the state after each ASCII character + 2 (1: refused, 0: not known
+                       yet); a mask's trie walk is mostly ASCII bytes, and an array lookup is what
+                       makes a cold mask cheap */
 } gstate;
 
 typedef struct memo_e {
@@ -78,7 +91,51 @@ struct model_gmatch {
     wpos cur;
     int first, ended;
     char err[160];
+    int32_t *kbuf, *kout, *koff; /* canonical key scratch */
+    int cap_kbuf, cap_kout, cap_koff;
 };
+
+/* ---------------------------------------------------------------- the grammar's shared masks */
+
+typedef struct shared_e {
+    uint64_t hash;
+    const void *vocab;
+    int32_t *key;
+    uint32_t klen;
+    uint64_t *mask;
+} shared_e;
+
+struct gram_shared {
+    pthread_mutex_t mu;
+    shared_e *tab;
+    uint32_t cap, n;
+    size_t bytes;
+};
+
+struct gram_shared *gram_shared_new(void)
+{
+    struct gram_shared *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->cap = 256;
+    if (!(s->tab = calloc(s->cap, sizeof *s->tab))) {
+        free(s);
+        return NULL;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    return s;
+}
+
+void gram_shared_free(struct gram_shared *s)
+{
+    if (!s) return;
+    for (uint32_t i = 0; i < s->cap; i++) {
+        free(s->tab[i].key);
+        free(s->tab[i].mask);
+    }
+    free(s->tab);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
 
 static uint64_t mix(uint64_t x)
 {
@@ -212,6 +269,7 @@ static int32_t intern(model_gmatch *m, int32_t *v, int n)
     s->len = n;
     s->hash = hash;
     s->mask = -1;
+    s->ascii = NULL;
     s->accept = n > 0 && v[0] == 0;
     memcpy(m->sdata + m->n_sdata, v, sizeof *v * (size_t)n);
     m->n_sdata += n;
@@ -348,6 +406,7 @@ static int memo_put(model_gmatch *m, uint64_t key, int32_t next)
 /* The state after code point cp in state sid: its id, -1 when refused, -2 on an error. */
 static int32_t advance(model_gmatch *m, int32_t sid, uint32_t cp)
 {
+    if (cp < 128 && m->states[sid].ascii && m->states[sid].ascii[cp]) return m->states[sid].ascii[cp] - 2;
     uint64_t key = (uint64_t)(uint32_t)(sid + 1) << 32 | cp;
     if (m->memo_cap) {
         uint32_t h = (uint32_t)mix(key) & (m->memo_cap - 1);
@@ -366,6 +425,14 @@ static int32_t advance(model_gmatch *m, int32_t sid, uint32_t cp)
     int32_t next = m->n_out ? intern(m, m->out, m->n_out) : -1;
     if (next < -1) return -2;
     if (next == -1 && m->failed) return -2;
+    if (cp < 128) {
+        gstate *st = &m->states[sid];
+        if (!st->ascii) st->ascii = calloc(128, sizeof *st->ascii);
+        if (st->ascii) {
+            st->ascii[cp] = next + 2;
+            return next;
+        }
+    }
     memo_put(m, key, next);
     return next;
 }
@@ -439,6 +506,115 @@ static int popcount_mask(const uint64_t *w, int n)
     return c;
 }
 
+static int cmp_chain(const int32_t *a, const int32_t *b)
+{
+    if (a[0] != b[0]) return a[0] < b[0] ? -1 : 1;
+    for (int i = 1; i <= a[0]; i++)
+        if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
+    return 0;
+}
+
+/* The canonical key of state sid in m->kout: each stack as [depth, positions top to bottom],
+ * the stacks sorted. 0, or -1 when it is too large to share (or memory ran out). */
+static int state_key(model_gmatch *m, int32_t sid, uint32_t *klen)
+{
+    const gstate *s = &m->states[sid];
+    int n = 0;
+    if (grow((void **)&m->koff, &m->cap_koff, sizeof *m->koff, s->len + 1)) return -1;
+    for (int i = 0; i < s->len; i++) {
+        m->koff[i] = n;
+        int start = n++;
+        for (int32_t id = m->sdata[s->off + i]; id; id = m->nodes[id].parent) {
+            if (n >= MAX_KEY || grow((void **)&m->kbuf, &m->cap_kbuf, sizeof *m->kbuf, n + 2)) return -1;
+            m->kbuf[n++] = m->nodes[id].pos;
+        }
+        if (grow((void **)&m->kbuf, &m->cap_kbuf, sizeof *m->kbuf, n + 1)) return -1;
+        m->kbuf[start] = n - start - 1;
+    }
+    /* insertion sort of the stacks (a state holds few) */
+    for (int i = 1; i < s->len; i++) {
+        int32_t o = m->koff[i];
+        int j = i - 1;
+        for (; j >= 0 && cmp_chain(m->kbuf + m->koff[j], m->kbuf + o) > 0; j--) m->koff[j + 1] = m->koff[j];
+        m->koff[j + 1] = o;
+    }
+    if (grow((void **)&m->kout, &m->cap_kout, sizeof *m->kout, n + 1)) return -1;
+    int k = 0;
+    for (int i = 0; i < s->len; i++) {
+        const int32_t *c = m->kbuf + m->koff[i];
+        memcpy(m->kout + k, c, sizeof *c * (size_t)(c[0] + 1));
+        k += c[0] + 1;
+    }
+    *klen = (uint32_t)k;
+    return 0;
+}
+
+static uint64_t key_hash(const int32_t *k, uint32_t n)
+{
+    uint64_t h = 0x51ed270b27a4d3c1ull ^ n;
+    for (uint32_t i = 0; i < n; i++) h = mix(h ^ (uint32_t)k[i]);
+    return h;
+}
+
+/* 1 with the mask copied into dst when the grammar has it for this vocabulary. */
+static int shared_get(model_gmatch *m, const int32_t *key, uint32_t klen, uint64_t hash, uint64_t *dst)
+{
+    struct gram_shared *s = m->g->shared;
+    int found = 0;
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t h = (uint32_t)hash & (s->cap - 1); s->tab[h].key; h = (h + 1) & (s->cap - 1)) {
+        shared_e *e = &s->tab[h];
+        if (e->hash == hash && e->vocab == (const void *)m->v && e->klen == klen &&
+            !memcmp(e->key, key, sizeof *key * klen)) {
+            memcpy(dst, e->mask, sizeof *dst * (size_t)m->v->words);
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return found;
+}
+
+static void shared_put(model_gmatch *m, const int32_t *key, uint32_t klen, uint64_t hash, const uint64_t *mask)
+{
+    struct gram_shared *s = m->g->shared;
+    size_t mbytes = sizeof *mask * (size_t)m->v->words, kbytes = sizeof *key * klen;
+    pthread_mutex_lock(&s->mu);
+    if (s->bytes + mbytes + kbytes > SHARED_CACHE_BYTES) goto out; /* full: later states are computed */
+    if ((s->n + 1) * 2 > s->cap) {
+        uint32_t cap = s->cap * 2;
+        shared_e *t = calloc(cap, sizeof *t);
+        if (!t) goto out;
+        for (uint32_t i = 0; i < s->cap; i++) {
+            if (!s->tab[i].key) continue;
+            uint32_t h = (uint32_t)s->tab[i].hash & (cap - 1);
+            while (t[h].key) h = (h + 1) & (cap - 1);
+            t[h] = s->tab[i];
+        }
+        free(s->tab);
+        s->tab = t;
+        s->cap = cap;
+    }
+    uint32_t h = (uint32_t)hash & (s->cap - 1);
+    for (; s->tab[h].key; h = (h + 1) & (s->cap - 1))
+        if (s->tab[h].hash == hash && s->tab[h].vocab == (const void *)m->v && s->tab[h].klen == klen &&
+            !memcmp(s->tab[h].key, key, kbytes))
+            goto out; /* another matcher put it first */
+    shared_e e = {hash, m->v, malloc(kbytes ? kbytes : 1), klen, malloc(mbytes)};
+    if (!e.key || !e.mask) {
+        free(e.key);
+        free(e.mask);
+        goto out;
+    }
+    memcpy(e.key, key, kbytes);
+    memcpy(e.mask, mask, mbytes);
+    s->tab[h] = e;
+    s->n++;
+    s->bytes += mbytes + kbytes;
+out:
+    pthread_mutex_unlock(&s->mu);
+}
+
 static int compute(model_gmatch *m, wpos start, int first, uint64_t *mask)
 {
     const model_gvocab *v = m->v;
@@ -502,7 +678,18 @@ int model_gmatch_mask(model_gmatch *m, const uint64_t **mask, int *cached)
         }
         dst = m->masks + (size_t)m->n_masks * (size_t)v->words;
     }
+    uint32_t klen = 0;
+    uint64_t hash = 0;
+    int share = cacheable && m->g->shared && state_key(m, m->cur.sid, &klen) == 0;
+    if (share) hash = key_hash(m->kout, klen);
+    if (share && shared_get(m, m->kout, klen, hash, dst)) {
+        m->states[m->cur.sid].mask = m->n_masks++;
+        if (cached) *cached = 1;
+        *mask = dst;
+        return popcount_mask(dst, v->words);
+    }
     if (compute(m, m->cur, m->first, dst)) return -1;
+    if (share) shared_put(m, m->kout, klen, hash, dst);
     if (cacheable) m->states[m->cur.sid].mask = m->n_masks++;
     *mask = dst;
     return popcount_mask(dst, v->words);
@@ -626,6 +813,7 @@ void model_gmatch_free(model_gmatch *m)
 {
     if (!m) return;
     model_grammar_unref(m->g);
+    for (int i = 0; i < m->n_states; i++) free(m->states[i].ascii);
     free(m->nodes);
     free(m->node_ht);
     free(m->states);
@@ -639,5 +827,8 @@ void model_gmatch_free(model_gmatch *m)
     free(m->out);
     free(m->seen);
     free(m->seen_stamp);
+    free(m->kbuf);
+    free(m->kout);
+    free(m->koff);
     free(m);
 }

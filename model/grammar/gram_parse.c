@@ -582,6 +582,8 @@ model_grammar *model_grammar_new(const char *text, size_t len, const char *root,
     if (gram_check(g, err, errlen)) {
         model_grammar_unref(g);
         g = NULL;
+    } else {
+        g->shared = gram_shared_new(); /* NULL (out of memory): every matcher keeps its own */
     }
     goto out;
 oom:
@@ -619,6 +621,7 @@ void model_grammar_unref(model_grammar *g)
     free(g->rule_start);
     free(g->alt_off);
     free(g->alts);
+    gram_shared_free(g->shared);
     free(g);
 }
 

@@ -89,7 +89,10 @@ int model_tok_strips_first_space(const model_tok *t)
     int n = model_tok_vocab_size(t);
     for (int32_t id = 0; id < n; id++) {
         const char *p = model_tok_piece(t, id);
-        if (!p || strncmp(p, "\xE2\x96\x81", 3) || strlen(p) < 4 || model_tok_is_special(t, id)) continue;
+        /* "▁" then a letter ("▁▁" would keep a space after stripping one) */
+        if (!p || strncmp(p, "\xE2\x96\x81", 3) || !((p[3] >= 'a' && p[3] <= 'z') || (p[3] >= 'A' && p[3] <= 'Z')) ||
+            model_tok_is_special(t, id))
+            continue;
         char *text = NULL;
         size_t len = 0;
         if (model_tok_decode(t, &id, 1, 0, &text, &len) < 0) return 0;

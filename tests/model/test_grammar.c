@@ -362,3 +362,36 @@ TEST(grammar_json_object_walks)
     model_gvocab_free(v);
     model_tok_free(tok);
 }
+
+/* The first-space rule the grammar applies equals what the streaming detokenizer does with a
+ * generation's first token (the grammar sees exactly the text the client gets). */
+TEST(grammar_strip_matches_decoder)
+{
+    static const struct {
+        const char *path, *piece;
+        int strips;
+    } cases[] = {
+        {"models/stories260K/tokenizer.json", "\xE2\x96\x81the", 1},
+        {"models/tiny-llama2-mha/tokenizer.json", "\xE2\x96\x81the", 1},
+        {"tests/data/tokenizer/llama3/tokenizer.json", "\xC4\xA0the", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[256];
+        model_tok *tok = model_tok_load(cases[i].path, NULL, err, sizeof err);
+        REQUIRE(tok);
+        int32_t id = model_tok_id(tok, cases[i].piece);
+        REQUIRE(id >= 0);
+        model_tok_stream *st = model_tok_stream_new(tok, 1);
+        size_t n1 = 0, n2 = 0;
+        const char *a = model_tok_stream_push(st, id, &n1);
+        char text[64];
+        snprintf(text, sizeof text, "%.*s", (int)n1, a ? a : "");
+        const char *b = model_tok_stream_flush(st, &n2);
+        snprintf(text + strlen(text), sizeof text - strlen(text), "%.*s", (int)n2, b ? b : "");
+        int stream_strips = text[0] != ' ';
+        CHECK_MSG(model_tok_strips_first_space(tok) == stream_strips && stream_strips == cases[i].strips,
+                  "%s: strips %d, the stream gave '%s'", cases[i].path, model_tok_strips_first_space(tok), text);
+        model_tok_stream_free(st);
+        model_tok_free(tok);
+    }
+}
