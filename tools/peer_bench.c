@@ -1,0 +1,168 @@
+/* tools/peer_bench.c — what a hand-over between two daemons costs on the peer link
+ * (peer/link.h over UCX), measured as the daemon pays it (BENCHMARKS.md reports it).
+ *
+ *   build/peer_bench [--sizes 65536,1048576,8388608,67108864] [--reps N] [--logits 2048,524288]
+ *
+ * Two processes (fork): the child listens on loopback and answers each frame as the peer
+ * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
+ * wire reader's check), an 8-byte REPLY sent — or, for a DECODE-sized request, answers with a
+ * LOGITS frame of the asked size. The parent connects and runs, per size, `reps` request/answer
+ * pairs back to back, as the remote backend does one KV layer chunk at a time:
+ *   kv SIZE      MiB/s of payload (bytes / wall time of the pairs; median of 3 passes)
+ *   logits SIZE  microseconds per decode-step round trip with SIZE bytes of logits coming back
+ * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
+ * Compare with `ucx_perftest -t stream_bw -s SIZE` on the same UCX_TLS (tools/peer_bench.sh). */
+#include "peer/link.h"
+#include "proto/crc32c.h"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int parse_list(const char *s, long *out, int max)
+{
+    int n = 0;
+    while (*s && n < max) {
+        char *end;
+        out[n++] = strtol(s, &end, 10);
+        s = *end == ',' ? end + 1 : end;
+        if (end == s && *s) break;
+    }
+    return n;
+}
+
+static int serve(int port_fd)
+{
+    peer_listener *l;
+    char err[256];
+    if (peer_listener_new("127.0.0.1:0", &l, err, sizeof err)) {
+        fprintf(stderr, "peer_bench: %s\n", err);
+        return 1;
+    }
+    int port = peer_listener_port(l);
+    if (write(port_fd, &port, sizeof port) != sizeof port) return 1;
+    close(port_fd);
+    peer_conn *c = NULL;
+    while (!c) {
+        peer_listener_progress(l, 0.1);
+        c = peer_listener_accept(l);
+    }
+    uint8_t *answer = calloc(1, 64 << 20);
+    uint32_t sink = 0;
+    for (;;) {
+        peer_header h;
+        const uint8_t *p;
+        int st;
+        while ((st = peer_conn_poll(c, PEER_MAX_PAYLOAD, &h, &p)) == 0) peer_listener_progress(l, 0.01);
+        if (st < 0) break;
+        if (h.type == PEER_KV) {
+            sink ^= proto_crc32c(0, p, h.length);
+            uint8_t rep[8] = {0};
+            if (peer_conn_send(c, PEER_REPLY, rep, sizeof rep, NULL, 0, 10)) break;
+        } else if (h.type == PEER_DECODE && h.length == 4) {
+            uint32_t n = peer_rd32(p);
+            if (n > (64u << 20)) break;
+            if (peer_conn_send(c, PEER_LOGITS, answer, n, NULL, 0, 10)) break;
+        } else {
+            break;
+        }
+    }
+    peer_conn_free(c);
+    peer_listener_free(l);
+    free(answer);
+    return (int)(sink & 0);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    long sizes[16], logits[16];
+    int ns = parse_list("65536,1048576,8388608,67108864", sizes, 16);
+    int nl = parse_list("2048,524288", logits, 16);
+    long reps = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--sizes")) ns = parse_list(argv[i + 1], sizes, 16);
+        else if (!strcmp(argv[i], "--logits")) nl = parse_list(argv[i + 1], logits, 16);
+        else if (!strcmp(argv[i], "--reps")) reps = strtol(argv[i + 1], NULL, 10);
+        else {
+            fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N]\n");
+            return 2;
+        }
+    }
+    int fds[2];
+    if (pipe(fds)) return 1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        _exit(serve(fds[1]));
+    }
+    close(fds[1]);
+    int port;
+    if (read(fds[0], &port, sizeof port) != sizeof port) return 1;
+    char addr[64], err[256];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    peer_conn *c;
+    if (peer_conn_connect(addr, &c, err, sizeof err)) {
+        fprintf(stderr, "peer_bench: %s\n", err);
+        return 1;
+    }
+    const char *tls = getenv("UCX_TLS");
+    printf("# peer_bench: UCX_TLS=%s, request/answer pairs over one UCX stream endpoint\n", tls ? tls : "(UCX's choice)");
+    uint8_t *buf = malloc(64 << 20);
+    memset(buf, 0x5a, 64 << 20);
+    peer_header h;
+    const uint8_t *p;
+    for (int i = 0; i < ns; i++) {
+        long sz = sizes[i];
+        if (sz <= 0 || sz > (64 << 20)) continue;
+        long r = reps ? reps : (sz >= (8 << 20) ? 20 : sz >= (1 << 20) ? 200 : 2000);
+        double pass[3];
+        for (int k = 0; k < 4; k++) {
+            double t0 = peer_now();
+            for (long j = 0; j < r; j++) {
+                if (peer_conn_send(c, PEER_KV, buf, (size_t)sz, NULL, 0, 30) ||
+                    peer_conn_recv(c, 64, &h, &p, 30)) {
+                    fprintf(stderr, "peer_bench: the link failed\n");
+                    return 1;
+                }
+            }
+            if (k) pass[k - 1] = peer_now() - t0; /* the first pass warms up */
+        }
+        qsort(pass, 3, sizeof pass[0], cmp_d);
+        printf("kv %ld bytes: %.0f MiB/s (%ld pairs, median of 3 passes: %.3f s)\n", sz,
+               (double)sz * r / pass[1] / (1 << 20), r, pass[1]);
+    }
+    for (int i = 0; i < nl; i++) {
+        long sz = logits[i];
+        if (sz <= 0 || sz > (64 << 20)) continue;
+        long r = reps ? reps : 2000;
+        uint8_t q[4];
+        peer_wr32(q, (uint32_t)sz);
+        double pass[3];
+        for (int k = 0; k < 4; k++) {
+            double t0 = peer_now();
+            for (long j = 0; j < r; j++) {
+                if (peer_conn_send(c, PEER_DECODE, q, 4, NULL, 0, 30) ||
+                    peer_conn_recv(c, (uint32_t)sz, &h, &p, 30)) {
+                    fprintf(stderr, "peer_bench: the link failed\n");
+                    return 1;
+                }
+            }
+            if (k) pass[k - 1] = peer_now() - t0;
+        }
+        qsort(pass, 3, sizeof pass[0], cmp_d);
+        printf("logits %ld bytes: %.1f us per round trip (%ld, median of 3 passes)\n", sz, pass[1] / r * 1e6, r);
+    }
+    peer_conn_free(c);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    free(buf);
+    return 0;
+}
