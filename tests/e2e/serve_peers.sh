@@ -14,11 +14,13 @@
 #                     counts the corrupt chunk and marks the remote card
 #   peers_kill_*      B killed (SIGKILL) while it decodes a stream: the stream completes with
 #                     every token (moved to A's CPU), A notices B gone and stays ready
+#   peers3_*          three nodes, B and C lending a card each: two streams at once decode one
+#                     on B and one on C; C killed mid-stream loses nothing; B's text is one node's
 . tests/e2e/lib/serve.sh
 export TANDEM_CACHE_DIR="$T/cache"
 KEY=e2e-peer-key-0123456789
 if ! "$TANDEM" generate --device fpga-emu:0 --ids 1 --max-tokens 1 >/dev/null 2>&1; then
-    for n in peers_placed peers_text peers_stream peers_wrong_key peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed; do
+    for n in peers_placed peers_text peers_stream peers_wrong_key peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed peers3_spread peers3_kill_c_loses_nothing peers3_text_b; do
         echo "ok $n # SKIP the fpga-emu backend is not built into $TANDEM"
     done
     exit 0
@@ -26,7 +28,8 @@ fi
 
 BPID=
 node_b_stop() { [ -n "$BPID" ] && kill -TERM "$BPID" 2>/dev/null && wait "$BPID" 2>/dev/null; BPID=; }
-trap 'node_b_stop; serve_cleanup' EXIT
+C3PID=
+trap 'node_b_stop; [ -n "$C3PID" ] && kill -KILL $C3PID 2>/dev/null; serve_cleanup' EXIT
 # node_b N [flags]: starts node B (log $T/b.N), sets BPID and BPORT (its peer port)
 node_b() {
     BLOG=$T/b.$1
@@ -113,3 +116,53 @@ check peers_kill_complete sh -c "grep -qi '^x-tandem-devices: prefill=cpu; decod
 sleep 1
 check peers_kill_noticed sh -c "grep -q 'event=peer_lost peer=nodeB\|event=peer_call_failed device=nodeB/fpga-emu:0' $LOG && [ \$(curl -s -o /dev/null -w '%{http_code}' $ADMIN/ready) = 200 ]"
 serve_stop
+
+# ---------------------------------------------------------------- three nodes: A, and B and C lending cards
+# (the issue's acceptance: requests through A decode on B or C, texts equal one node's, killing C
+# mid-stream loses nothing)
+node_b 3 || { fail peers3_start "node B did not start"; exit 0; }
+B3PORT=$BPORT
+B3PID=$BPID
+CLOG=$T/c3.log
+"$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu --node-name nodeC \
+    --kv-listen 127.0.0.1:0 --peer-devices fpga-emu:0 --peer-key "$KEY" --log-file "$CLOG" >/dev/null 2>&1 &
+C3PID=$!
+i=0
+while [ $i -lt 400 ] && ! grep -q "event=ready" "$CLOG" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
+C3PORT=$(sed -n 's/.*event=listening listener=peers .*port=\([0-9]*\).*/\1/p' "$CLOG" | head -1)
+serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$B3PORT,127.0.0.1:$C3PORT" --peer-key "$KEY" \
+    --step-delay-ms 40 || { fail peers3_start "node A did not start"; exit 0; }
+# two streams at once: each card decodes one sequence at a time, so one goes to B, one to C
+for k in 1 2; do
+    curl -s -N -D "$T/sh3.$k" -o "$T/s3.$k" -H 'Content-Type: application/json' \
+        -d "{\"prompt\":\"$PROMPT\",\"max_tokens\":100,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" \
+        "$API/v1/completions" &
+    eval "P3_$k=\$!"
+done
+i=0
+while [ $i -lt 200 ] && [ "$(cat "$T/s3.1" "$T/s3.2" 2>/dev/null | grep -c '^data: {')" -lt 20 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+kill -KILL "$C3PID"
+wait "$C3PID" 2>/dev/null
+wait "$P3_1"
+wait "$P3_2"
+check peers3_spread sh -c "cat $T/sh3.1 $T/sh3.2 | grep -i '^x-tandem-devices' | grep -q 'decode=nodeB/fpga-emu:0' && cat $T/sh3.1 $T/sh3.2 | grep -i '^x-tandem-devices' | grep -q 'decode=nodeC/fpga-emu:0'"
+ok3=0
+for k in 1 2; do
+    grep '^data: {' "$T/s3.$k" | tail -n 1 | sed 's/^data: //' >"$T/last3.$k"
+    if grep -q '^data: \[DONE\]' "$T/s3.$k" && jq -e '.usage.completion_tokens == 100' "$T/last3.$k" >/dev/null; then ok3=$((ok3 + 1)); fi
+done
+check peers3_kill_c_loses_nothing sh -c "[ $ok3 = 2 ] && grep -q 'moved_from=nodeC/fpga-emu:0' $T/last3.1 $T/last3.2"
+# B's stream was never moved: its text is the one-node split's (first 40 tokens compared)
+for k in 1 2; do
+    if grep -qi '^x-tandem-devices: .*decode=nodeB' "$T/sh3.$k"; then
+        grep '^data: {' "$T/s3.$k" | sed 's/^data: //' | jq -j '.choices[0].text // ""' >"$T/got3.b"
+    fi
+done
+check peers3_text_b sh -c "head -c \$(wc -c <$T/got.remote) $T/got3.b | cmp -s - $T/got.remote"
+serve_stop
+kill -TERM "$B3PID" 2>/dev/null
+wait "$B3PID" 2>/dev/null
+BPID=
