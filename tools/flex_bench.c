@@ -4,13 +4,17 @@
  *   build/flex_bench [--tokens 8192] [--heads 8] [--kv-heads 2] [--dim 128] [--kind mixed]
  *                    [--gamma 0.9] [--tau 0.1] [--min-budget 1024] [--max-budget 0]
  *                    [--block 128] [--threads 2] [--seed 1] [--attn] [--dense] [--heads-detail]
+ *                    [--xattention-stride S [--xattention-threshold 0.9]]
  *
+ * With --xattention-stride, XAttention's estimate (cpu/sparse_idx.h, block --block) runs on the
+ * same inputs too: its time and density are printed, and --attn then uses its block list.
  * Prints, per query head, its synthetic kind, the pattern FlexPrefill chose (query-aware or
  * vertical-slash), the JS distance, the budgets and the density (computed / causal blocks);
  * then the index time and, with --attn, the sparse attention time (and with --dense the dense
  * attention time and the largest difference between the two). */
 #include "cpu/flex.h"
 #include "cpu/flex_synth.h"
+#include "cpu/sparse_idx.h"
 #include "cpu/pool.h"
 #include <math.h>
 #include <stdio.h>
@@ -42,7 +46,8 @@ int main(int argc, char **argv)
     sparse_flex_params_default(&p);
     cpu_flex_synth s = {.kind = CPU_FLEX_SYNTH_MIXED, .n_tokens = 8192, .n_heads = 8,
                         .n_kv_heads = 2, .head_dim = 128, .block_size = 128, .seed = 1};
-    int threads = 2, attn = 0, dense = 0, detail = 0;
+    int threads = 2, attn = 0, dense = 0, detail = 0, xstride = 0;
+    double xthr = 0.9;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--attn")) attn = 1;
@@ -64,6 +69,8 @@ int main(int argc, char **argv)
             else if (!strcmp(a, "--max-budget")) p.max_budget = arg_int(v, 0, 1 << 30, a);
             else if (!strcmp(a, "--gamma")) p.gamma = strtof(v, NULL);
             else if (!strcmp(a, "--tau")) p.tau = strtof(v, NULL);
+            else if (!strcmp(a, "--xattention-stride")) xstride = arg_int(v, 1, 128, a);
+            else if (!strcmp(a, "--xattention-threshold")) xthr = strtod(v, NULL);
             else if (!strcmp(a, "--kind")) {
                 int k = cpu_flex_synth_kind_parse(v);
                 if (k < 0) {
@@ -129,6 +136,25 @@ int main(int argc, char **argv)
            cpu_flex_index_density(ix, -1),
            (double)ix->nnz / ((double)ix->n_blocks * ix->n_blocks * H), nqa, H);
     printf("index %.3f s (%d threads)\n", t_index, threads);
+    if (xstride) {
+        sparse_params xp;
+        sparse_params_default(&xp, SPARSE_MODE_XATTN);
+        xp.xattention_stride = xstride;
+        xp.xattention_block_size = p.block_size;
+        xp.xattention_threshold = xthr;
+        cpu_flex_index *xi;
+        t0 = now_s();
+        rc = cpu_xattn_index_build(pool, &xp, &x, 0, &xi, NULL);
+        double t_x = now_s() - t0;
+        if (rc) {
+            fprintf(stderr, "flex_bench: xattention: %s\n", cpu_flex_strerror(rc));
+            return 1;
+        }
+        printf("xattention stride %d threshold %.3f: density %.4f, index %.3f s\n", xstride, xthr,
+               cpu_flex_index_density(xi, -1), t_x);
+        cpu_flex_index_free(ix);
+        ix = xi; /* --attn runs over XAttention's lists */
+    }
     if (attn) {
         t0 = now_s();
         cpu_flex_sparse_attention(pool, &x, ix, p.gqa_interleave, 0, o, (size_t)H * d);
