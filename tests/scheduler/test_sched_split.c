@@ -133,6 +133,8 @@ static void env_close(env *e)
     model_free(e->m);
 }
 
+static const accel_sparse *submit_sparse; /* the next submits' sparse prefill (NULL: dense) */
+
 static int submit(env *e, const int32_t *ids, int n, int max_tokens)
 {
     rec *r = &e->recs[e->n_recs];
@@ -144,6 +146,7 @@ static int submit(env *e, const int32_t *ids, int n, int max_tokens)
     p.n = 1;
     p.sampling = model_sampling_default();
     p.sampling.temperature = 0;
+    p.sparse = submit_sparse;
     char err[256];
     int st = sched_submit(e->s, &p, on_event, r, &r->r, err, sizeof err);
     CHECK_MSG(st == SCHED_OK, "submit: %s", err);
@@ -313,6 +316,42 @@ TEST(sched_split_chunked_prefill_same_text)
 }
 
 static int32_t once[] = {1, 403, 407, 261, 378}; /* "Once upon a time" */
+
+TEST(sched_sparse_prompt_prefills_in_chunks_beside_decodes)
+{
+    /* A sparse prompt that meets a decode on the CPU (a budget far below one token's time) runs
+     * in block-aligned sparse chunks (sparse/sparse.h), each attending over everything cached
+     * before it: with every block kept (XAttention threshold 1) its text is the dense prompt's. */
+    env e;
+    if (env_open(&e, 0, NULL, 16, 0.001) < 0) return;
+    int32_t ids[480];
+    ids[0] = 1;
+    for (int i = 1; i < 480; i++) ids[i] = (int32_t)((i * 37 + 11) % 500 + 3);
+    sched_stats st0;
+    sched_get_stats(e.s, &st0);
+    int a = submit(&e, once, 5, 200); /* decodes while the sparse prompt prefills */
+    accel_sparse sp;
+    sparse_params_default(&sp.p, SPARSE_MODE_XATTN);
+    sp.p.xattention_threshold = 1.0;
+    sp.p.xattention_block_size = 32;
+    sp.p.xattention_stride = 4;
+    sp.p.num_last_dense_tokens_in_prefill = 0;
+    submit_sparse = &sp;
+    int b = submit(&e, ids, 480, 8);
+    submit_sparse = NULL;
+    run_until_final(&e, 2);
+    sched_stats st1;
+    sched_get_stats(e.s, &st1);
+    int c = submit(&e, ids, 480, 8); /* dense, alone */
+    run_until_final(&e, 3);
+    CHECK(e.recs[a].done == 1 && e.recs[b].done == 1 && e.recs[c].done == 1);
+    CHECK_MSG(!strcmp(e.recs[b].text, e.recs[c].text), "sparse %s\n dense  %s", e.recs[b].text,
+              e.recs[c].text);
+    uint64_t chunks = st1.dev[0].prefill_chunks - st0.dev[0].prefill_chunks;
+    CHECK_MSG(chunks > 2, "%llu prefill calls: the sparse prompt was not chunked",
+              (unsigned long long)chunks);
+    env_close(&e);
+}
 
 TEST(sched_split_failover_card_fault_mid_decode)
 {
