@@ -11,6 +11,7 @@
  * worker frees its KV at its next check. */
 #include "daemon/serve.h"
 #include "daemon/api_struct.h"
+#include "daemon/api_extra.h"
 #include "daemon/log.h"
 #include "proto/buf.h"
 #include "proto/errors.h"
@@ -48,7 +49,8 @@ typedef struct api_choice {
     dmn_choice_tools tools; /* chat tool calls found in (or held back from) the text */
 } api_choice;
 
-enum api_route { ROUTE_NONE, ROUTE_COMPLETIONS, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_READY };
+enum api_route { ROUTE_NONE, ROUTE_COMPLETIONS, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_READY, ROUTE_MODEL,
+                 ROUTE_EXTRA /* daemon/api_extra.h */ };
 
 struct dmn_api_req {
     dmn_serve *d;
@@ -77,6 +79,8 @@ struct dmn_api_req {
     int closed;         /* on_close ran while prep_busy: freed when the preparation returns */
     char err_code[40];
     proto_tools *tools;  /* chat tools unless tool_choice is none (moved from the request) */
+    char *echo;          /* completions with echo: the prompt's text (each choice starts with it) */
+    size_t echo_len;
     int tool_family;     /* enum proto_tool_family of the chat template */
 };
 
@@ -115,7 +119,7 @@ static void respond_error(dmn_api_req *a, enum proto_err e, const char *msg, con
     if (e == PROTO_ERR_DRAINING) dmn_http_add_header(a->http, "Connection", "close");
     if (e == PROTO_ERR_UNAUTHORIZED) dmn_http_add_header(a->http, "WWW-Authenticate", "Bearer");
     if (e == PROTO_ERR_METHOD) {
-        const char *allow = a->route == ROUTE_COMPLETIONS || a->route == ROUTE_CHAT ? "POST" : "GET, HEAD";
+        const char *allow = a->route == ROUTE_COMPLETIONS || a->route == ROUTE_CHAT || a->route == ROUTE_EXTRA ? "POST" : "GET, HEAD";
         dmn_http_add_header(a->http, "Allow", allow);
     }
     respond_json(a, row->http_status, proto_err_json(e, msg, param && *param ? param : NULL));
@@ -159,6 +163,7 @@ static void api_free_mem(dmn_api_req *a)
         free(a->choices);
     }
     proto_tools_free(a->tools);
+    free(a->echo);
     free(a);
 }
 
@@ -250,6 +255,8 @@ static enum api_route route_of(const char *path)
         {"/ready", ROUTE_READY},
     };
     size_t n = strlen(path);
+    if (!strncmp(path, "/v1/models/", 11) && path[11] && path[11] != '/') return ROUTE_MODEL;
+    if (dmn_extra_route(path) >= 0) return ROUTE_EXTRA;
     if (n > 1 && path[n - 1] == '/') n--;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (strlen(routes[i].path) == n && !strncmp(routes[i].path, path, n)) return routes[i].r;
@@ -303,6 +310,16 @@ static void on_headers(void *ctx, dmn_http_req *r)
         respond_error(a, PROTO_ERR_NOT_FOUND, msg, NULL);
         return;
     }
+    if (a->route == ROUTE_MODEL) {
+        int st = 404;
+        if (!is_get) respond_error(a, PROTO_ERR_METHOD, "use GET", NULL);
+        else if (!d->m) respond_error(a, PROTO_ERR_NOT_READY, "the model is still loading", NULL);
+        else {
+            char *json = dmn_model_get(d, dmn_http_path(r) + 11, &st);
+            respond_json(a, st, json);
+        }
+        return;
+    }
     if (a->route == ROUTE_MODELS) {
         if (!is_get) {
             respond_error(a, PROTO_ERR_METHOD, "use GET", NULL);
@@ -327,55 +344,6 @@ static void on_headers(void *ctx, dmn_http_req *r)
         return;
     }
     /* the body comes next (on_body) */
-}
-
-/* Tokens of the prompt: a token prompt as given, a text prompt through the tokenizer (with its
- * special tokens, as transformers' tokenizer(text) does), a chat through the template (whose
- * text already holds the special tokens, as apply_chat_template(tokenize=True) does — except the
- * plain fallback template, whose text is encoded like a completion prompt). */
-static int prompt_ids(dmn_serve *d, const proto_req *q, int32_t **ids, int *n, char *err,
-                      size_t errlen, enum proto_err *e)
-{
-    *e = PROTO_ERR_INVALID_VALUE;
-    size_t nn = 0;
-    if (q->ep == PROTO_EP_COMPLETIONS && q->prompt_ids) {
-        *ids = malloc(sizeof(int32_t) * (size_t)q->n_prompt_ids);
-        if (!*ids) goto oom;
-        memcpy(*ids, q->prompt_ids, sizeof(int32_t) * (size_t)q->n_prompt_ids);
-        *n = q->n_prompt_ids;
-        *e = PROTO_ERR_NONE;
-        return 0;
-    }
-    if (q->ep == PROTO_EP_COMPLETIONS) {
-        if (model_tok_encode(d->tok, q->prompt, q->prompt_len, 1, ids, &nn) < 0) goto oom;
-    } else {
-        char *text = NULL;
-        if (model_tmpl_render(d->tmpl, q->chat_context, &text, err, errlen) < 0) {
-            /* raise_exception in a template is how it rejects a conversation: the client's
-             * fault (e.g. roles not alternating). */
-            *e = PROTO_ERR_INVALID_VALUE;
-            return -1;
-        }
-        int rc = model_tok_encode(d->tok, text, strlen(text), d->tmpl_plain, ids, &nn);
-        free(text);
-        if (rc < 0) goto oom;
-    }
-    *n = (int)nn;
-    if (nn > (size_t)d->m->cfg.max_pos) {
-        *e = PROTO_ERR_CONTEXT_LENGTH;
-        snprintf(err, errlen, "the prompt has %zu tokens; this model's context is %d tokens", nn, d->m->cfg.max_pos);
-        return -1;
-    }
-    if (nn == 0) {
-        snprintf(err, errlen, "the prompt is empty after tokenization");
-        return -1;
-    }
-    *e = PROTO_ERR_NONE;
-    return 0;
-oom:
-    *e = PROTO_ERR_INTERNAL;
-    snprintf(err, errlen, "out of memory");
-    return -1;
 }
 
 /* The sampler's message names the parameter first ("top_k must ..."): use it as param. */
@@ -426,7 +394,7 @@ static void prep_run(api_prep *p)
         return;
     }
     const char *pparam = p->ep == PROTO_EP_CHAT ? "messages" : "prompt";
-    if (prompt_ids(d, &p->q, &p->ids, &p->n_ids, p->msg, sizeof p->msg, &p->e) < 0) {
+    if (dmn_prompt_ids(d, &p->q, &p->ids, &p->n_ids, p->msg, sizeof p->msg, &p->e) < 0) {
         snprintf(p->param, sizeof p->param, "%s", p->e == PROTO_ERR_INTERNAL ? "" : pparam);
         return;
     }
@@ -542,6 +510,12 @@ static void prep_submit(api_prep *pp)
     a->prompt_tokens = pp->n_ids;
     a->max_tokens = pp->max_tokens;
     a->choices = calloc((size_t)q->n, sizeof *a->choices);
+    if (q->echo && a->choices) {
+        /* the prompt as text: as given, or its ids decoded */
+        if (q->prompt) a->echo = strndup(q->prompt, q->prompt_len), a->echo_len = q->prompt_len;
+        else model_tok_decode(d->tok, pp->ids, (size_t)pp->n_ids, 0, &a->echo, &a->echo_len);
+        for (int i = 0; i < q->n && !a->stream && a->echo; i++) proto_buf_add(&a->choices[i].text, a->echo, a->echo_len);
+    }
     dmn_request_id(a->id, sizeof a->id, pp->ep == PROTO_EP_CHAT ? "chatcmpl-" : "cmpl-");
     a->created = (long long)time(NULL);
     a->meta.ep = pp->ep;
@@ -605,6 +579,14 @@ static void on_body(void *ctx, dmn_http_req *r)
     if (!a || dmn_http_responded(r)) return;
     a->t_body = sched_now();
     double c0 = thread_cpu();
+    if (a->route == ROUTE_EXTRA) {
+        size_t len;
+        const char *body = dmn_http_body(r, &len);
+        int st = 500;
+        char *json = dmn_extra_post(d, dmn_extra_route(dmn_http_path(r)), body, len, &st);
+        respond_json(a, st, json);
+        return;
+    }
     api_prep *p = calloc(1, sizeof *p);
     if (!p) {
         respond_error(a, PROTO_ERR_INTERNAL, "out of memory", NULL);
@@ -722,6 +704,11 @@ static void on_token(dmn_api_req *a, const sched_event *ev)
             }
             text = c->text.p;
             len = c->text.len;
+        }
+        if (a->echo && !c->started) {
+            proto_choice_out e = {ev->choice, a->echo, a->echo_len, NULL, 0, NULL, 0, NULL, 0, 0};
+            stream_event(a, proto_chunk_json(&a->meta, &e, 0, a->include_usage));
+            c->started = 1;
         }
         if (!len && !ev->has_logprobs) return; /* held back by the detokenizer/stops */
         proto_choice_out out = {ev->choice, text, len, NULL, ev->has_logprobs, &lp, ev->has_logprobs, NULL, 0, 0};

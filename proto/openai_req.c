@@ -446,8 +446,8 @@ static int parse_messages(pctx *c, json_t *o, proto_req *r, const char *bos, con
 static int check_unsupported(pctx *c, json_t *o, enum proto_endpoint ep)
 {
     json_t *v;
-    if ((v = json_object_get(o, "echo")) && json_is_true(v))
-        return fail(c, PROTO_ERR_UNSUPPORTED, "echo", "'echo' is not supported");
+    if ((v = json_object_get(o, "echo")) && json_is_true(v) && ep == PROTO_EP_CHAT)
+        return fail(c, PROTO_ERR_UNSUPPORTED, "echo", "'echo' is a /v1/completions field");
     if ((v = json_object_get(o, "suffix")) && !json_is_null(v))
         return fail(c, PROTO_ERR_UNSUPPORTED, "suffix", "'suffix' is not supported");
     if ((v = json_object_get(o, "best_of")) && !json_is_null(v) &&
@@ -537,6 +537,10 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
             r->top_logprobs = (int)x;
         }
     }
+    if (get_bool(c, o, "echo", &r->echo) < 0) return -1;
+    /* the prompt's log-probabilities would need the prefill's logits of every position */
+    if (r->echo && r->logprobs)
+        return fail(c, PROTO_ERR_UNSUPPORTED, "echo", "'echo' with 'logprobs' is not supported: the prompt's log-probabilities are not computed");
     if (parse_sparse(c, o, r) < 0) return -1;
     if (proto_struct_parse(o, ep, r, &c->err, c->msg, c->msgn, c->param, c->paramn) < 0) return -1;
     if (ep == PROTO_EP_CHAT && proto_tools_from_json(o, &r->tools, &c->err, c->msg, c->msgn, c->param, c->paramn) < 0)

@@ -107,6 +107,7 @@ typedef struct proto_req {
     long long sparse_start, sparse_recent, sparse_last_dense; /* tokens; LLONG_MIN: not given */
     struct proto_tools *tools; /* chat "tools" with tool_choice / parallel_tool_calls
                                   (proto/openai_tools.h); NULL when none */
+    int echo;                  /* completions: the prompt's text before each choice's text */
     int grammar_kind;          /* enum proto_grammar_kind */
     char *grammar;             /* GBNF text (JSON_SCHEMA, GBNF); NULL otherwise */
 } proto_req;

@@ -30,7 +30,7 @@ err err_deep_nesting 400 invalid_json /v1/completions "$deep"
 err err_type 400 invalid_type /v1/completions '{"prompt":"a","max_tokens":"5"}'
 err err_range 400 invalid_value /v1/completions '{"prompt":"a","temperature":3}'
 err err_missing 400 missing_required_parameter /v1/chat/completions '{"model":"stories260K"}'
-err err_unsupported 400 unsupported_parameter /v1/completions '{"prompt":"a","echo":true}'
+err err_unsupported 400 unsupported_parameter /v1/completions '{"prompt":"a","suffix":"b"}'
 err err_bad_token_id 400 invalid_value /v1/completions '{"prompt":[1,99999]}'
 ids=$(python3 -c 'print(",".join(["403"]*500))')
 err err_context_length 400 context_length_exceeded /v1/completions "{\"prompt\":[1,$ids],\"max_tokens\":100}"

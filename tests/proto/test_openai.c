@@ -244,7 +244,9 @@ TEST(proto_req_rejects_bad_input)
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":21}", PROTO_ERR_INVALID_VALUE, "logprobs"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":6}", PROTO_ERR_INVALID_VALUE, "logprobs"}, /* OpenAI: at most 5 */
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}", PROTO_ERR_INVALID_VALUE, "stream_options"},
-        {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"echo\":true}", PROTO_ERR_UNSUPPORTED, "echo"},
+        {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1}", PROTO_ERR_UNSUPPORTED, "echo"},
+        {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"echo\":1}", PROTO_ERR_INVALID_TYPE, "echo"},
+        {PROTO_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", PROTO_ERR_UNSUPPORTED, "echo"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"best_of\":3}", PROTO_ERR_UNSUPPORTED, "best_of"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"model\":7}", PROTO_ERR_INVALID_TYPE, "model"},
         {PROTO_EP_CHAT, "{}", PROTO_ERR_MISSING_FIELD, "messages"},

@@ -1,0 +1,179 @@
+/* daemon/api_extra.c — see api_extra.h. */
+#include "daemon/api_extra.h"
+#include "proto/openai_extra.h"
+#include "proto/openai_req.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int dmn_extra_route(const char *path)
+{
+    static const char *const names[] = {"/tokenize", "/detokenize", "/apply-template"};
+    size_t n = strlen(path);
+    if (n > 1 && path[n - 1] == '/') n--;
+    for (int i = 0; i < 3; i++)
+        if (strlen(names[i]) == n && !strncmp(names[i], path, n)) return i;
+    return -1;
+}
+
+static char *error(enum proto_err e, const char *msg, const char *param, int *status)
+{
+    *status = proto_err_info(e)->http_status;
+    return proto_err_json(e, msg, param && *param ? param : NULL);
+}
+
+static char *tokenize(dmn_serve *d, const char *body, size_t len, int *status)
+{
+    char msg[256], param[32];
+    proto_tokenize_req q;
+    enum proto_err e = proto_tokenize_parse(body, len, &q, msg, sizeof msg, param, sizeof param);
+    if (e != PROTO_ERR_NONE) return error(e, msg, param, status);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char *out = NULL;
+    if (model_tok_encode(d->tok, q.content, q.len, q.add_special, &ids, &n) == 0) {
+        const char **pieces = NULL;
+        size_t *lens = NULL;
+        char *blob = NULL;
+        if (q.with_pieces) {
+            size_t total = 0;
+            for (size_t i = 0; i < n; i++) {
+                const char *p = model_tok_piece(d->tok, ids[i]);
+                total += p ? strlen(p) : 0;
+            }
+            pieces = malloc(sizeof *pieces * (n + 1));
+            lens = malloc(sizeof *lens * (n + 1));
+            blob = malloc(total + 1);
+            if (pieces && lens && blob) {
+                int bl = model_tok_is_byte_level(d->tok);
+                size_t o = 0;
+                for (size_t i = 0; i < n; i++) {
+                    pieces[i] = blob + o;
+                    lens[i] = model_tok_token_bytes(d->tok, ids[i], bl, blob + o);
+                    o += lens[i];
+                }
+                out = proto_tokenize_json(ids, n, pieces, lens);
+            }
+        } else {
+            out = proto_tokenize_json(ids, n, NULL, NULL);
+        }
+        free(pieces);
+        free(lens);
+        free(blob);
+    }
+    free(ids);
+    proto_tokenize_req_deinit(&q);
+    if (!out) return error(PROTO_ERR_INTERNAL, "out of memory", NULL, status);
+    *status = 200;
+    return out;
+}
+
+static char *detokenize(dmn_serve *d, const char *body, size_t len, int *status)
+{
+    char msg[256], param[32];
+    int32_t *ids;
+    size_t n;
+    enum proto_err e = proto_detokenize_parse(body, len, model_tok_vocab_size(d->tok), &ids, &n, msg, sizeof msg, param, sizeof param);
+    if (e != PROTO_ERR_NONE) return error(e, msg, param, status);
+    char *text = NULL;
+    size_t tl = 0;
+    char *out = model_tok_decode(d->tok, ids, n, 0, &text, &tl) == 0 ? proto_text_json("content", text, tl) : NULL;
+    free(text);
+    free(ids);
+    if (!out) return error(PROTO_ERR_INTERNAL, "out of memory", NULL, status);
+    *status = 200;
+    return out;
+}
+
+static char *apply_template(dmn_serve *d, const char *body, size_t len, int *status)
+{
+    char msg[512], param[64];
+    proto_req q;
+    enum proto_err e = proto_req_parse(PROTO_EP_CHAT, body, len, &d->limits, model_tok_bos_token(d->tok),
+                                       model_tok_eos_token(d->tok), &q, msg, sizeof msg, param, sizeof param);
+    if (e != PROTO_ERR_NONE) return error(e, msg, param, status);
+    char *text = NULL, *out = NULL;
+    if (model_tmpl_render(d->tmpl, q.chat_context, &text, msg, sizeof msg) < 0) {
+        proto_req_deinit(&q);
+        return error(PROTO_ERR_INVALID_VALUE, msg, "messages", status);
+    }
+    out = proto_text_json("prompt", text, strlen(text));
+    free(text);
+    proto_req_deinit(&q);
+    if (!out) return error(PROTO_ERR_INTERNAL, "out of memory", NULL, status);
+    *status = 200;
+    return out;
+}
+
+char *dmn_extra_post(dmn_serve *d, int route, const char *body, size_t len, int *status)
+{
+    switch (route) {
+    case DMN_EXTRA_TOKENIZE: return tokenize(d, body, len, status);
+    case DMN_EXTRA_DETOKENIZE: return detokenize(d, body, len, status);
+    default: return apply_template(d, body, len, status);
+    }
+}
+
+char *dmn_model_get(dmn_serve *d, const char *id, int *status)
+{
+    size_t n = strlen(id);
+    if (n > 0 && id[n - 1] == '/') n--;
+    if (strlen(d->served_name) != n || strncmp(d->served_name, id, n)) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "the model '%.*s' does not exist; this server serves '%s'", (int)(n > 100 ? 100 : n), id,
+                 d->served_name);
+        return error(PROTO_ERR_MODEL_NOT_FOUND, msg, "model", status);
+    }
+    *status = 200;
+    return proto_model_json(d->served_name, (long long)time(NULL), d->m->cfg.max_pos);
+}
+
+/* Tokens of the prompt: a token prompt as given, a text prompt through the tokenizer (with its
+ * special tokens, as transformers' tokenizer(text) does), a chat through the template (whose
+ * text already holds the special tokens, as apply_chat_template(tokenize=True) does — except the
+ * plain fallback template, whose text is encoded like a completion prompt). */
+int dmn_prompt_ids(dmn_serve *d, const proto_req *q, int32_t **ids, int *n, char *err,
+                      size_t errlen, enum proto_err *e)
+{
+    *e = PROTO_ERR_INVALID_VALUE;
+    size_t nn = 0;
+    if (q->ep == PROTO_EP_COMPLETIONS && q->prompt_ids) {
+        *ids = malloc(sizeof(int32_t) * (size_t)q->n_prompt_ids);
+        if (!*ids) goto oom;
+        memcpy(*ids, q->prompt_ids, sizeof(int32_t) * (size_t)q->n_prompt_ids);
+        *n = q->n_prompt_ids;
+        *e = PROTO_ERR_NONE;
+        return 0;
+    }
+    if (q->ep == PROTO_EP_COMPLETIONS) {
+        if (model_tok_encode(d->tok, q->prompt, q->prompt_len, 1, ids, &nn) < 0) goto oom;
+    } else {
+        char *text = NULL;
+        if (model_tmpl_render(d->tmpl, q->chat_context, &text, err, errlen) < 0) {
+            /* raise_exception in a template is how it rejects a conversation: the client's
+             * fault (e.g. roles not alternating). */
+            *e = PROTO_ERR_INVALID_VALUE;
+            return -1;
+        }
+        int rc = model_tok_encode(d->tok, text, strlen(text), d->tmpl_plain, ids, &nn);
+        free(text);
+        if (rc < 0) goto oom;
+    }
+    *n = (int)nn;
+    if (nn > (size_t)d->m->cfg.max_pos) {
+        *e = PROTO_ERR_CONTEXT_LENGTH;
+        snprintf(err, errlen, "the prompt has %zu tokens; this model's context is %d tokens", nn, d->m->cfg.max_pos);
+        return -1;
+    }
+    if (nn == 0) {
+        snprintf(err, errlen, "the prompt is empty after tokenization");
+        return -1;
+    }
+    *e = PROTO_ERR_NONE;
+    return 0;
+oom:
+    *e = PROTO_ERR_INTERNAL;
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
