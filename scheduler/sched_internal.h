@@ -70,6 +70,7 @@ typedef struct sched_choice {
     const int32_t *pf_ids;    /* r->prompt, or pf_buf */
     int32_t *pf_buf;
     int pf_n, pf_done;
+    int approx;               /* its KV came (in part) from a sparse prefill: never cached */
     int forked;               /* 1: its sequence is a fork of choice 0's prefill, its first
                                  token still to sample; 2: sampled (one prefill for n choices) */
     int64_t sp_blocks, sp_causal; /* prefill worker: the sparse chunks' reports, summed */

@@ -172,6 +172,7 @@ static int fork_choices(sched_dev *d, sched_req *r, sched_choice *c)
             break; /* no fork here (unsupported, no memory): the rest prefill as usual */
         o->pf_done = o->pf_n;
         o->forked = 1;
+        o->approx = c->approx;
         memcpy(d->logits + (size_t)i * vocab, d->logits, sizeof(float) * (size_t)vocab);
         atomic_fetch_add(&d->forks, 1);
         n++;
@@ -270,6 +271,10 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
         return dt;
     }
     if (sparse) {
+        /* a sparse pass's KV is an approximation (every layer after the first attended to a
+         * subset): it is never published to the prefix cache, whose hits must equal a dense
+         * prefill's */
+        if (rep.layers_sparse) c->approx = 1;
         c->sp_blocks += rep.layers_sparse ? rep.blocks_computed : 0;
         c->sp_causal += rep.layers_sparse ? rep.blocks_causal : 0;
     } else {
@@ -283,7 +288,8 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
     atomic_fetch_add(&d->prefill_tokens, (uint64_t)k);
     c->pf_done += k;
     if (!last) return dt;
-    if (d->pc && !r->no_cache && !sparse && (!r->w_split || (d->info0.caps & ACCEL_CAP_KV_EXPORT_HELD)))
+    if (d->pc && !r->no_cache && !c->approx &&
+        (!r->w_split || (d->info0.caps & ACCEL_CAP_KV_EXPORT_HELD)))
         sched_pcache_publish(d->pc, r->w_split ? c->pseq : c->seq, c->pf_ids, c->pf_n);
     if (r->w_split) {
         accel_seq_free(d->dev, c->pseq);

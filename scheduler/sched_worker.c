@@ -100,7 +100,7 @@ unsigned sched_worker_seqs(const sched_dev *d, const sched_req *r)
 
 void sched_worker_publish(sched_dev *d, sched_req *r, sched_choice *c)
 {
-    if (!d->pc || r->no_cache || r->w_split || !c->seq) return;
+    if (!d->pc || r->no_cache || r->w_split || !c->seq || c->approx) return;
     /* the sequence holds the prompt, then the generated tokens it was fed (a moved request's
      * re-prefill fed them too: sched_choice_prefill_ids) */
     int len = accel_seq_len(d->dev, c->seq);
@@ -124,6 +124,7 @@ static void free_device_state(sched_dev *d, sched_req *r, int all)
         if (seqs & SCHED_SEQ_DECODE) sched_worker_publish(d, r, &r->choices[i]);
         sched_choice_deinit(&r->choices[i], d->dev, seqs, all);
         r->choices[i].forked = 0; /* a re-placed request prefills its choices again */
+        r->choices[i].approx = 0;
     }
 }
 

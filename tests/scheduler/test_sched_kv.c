@@ -386,3 +386,31 @@ TEST(sched_kv_split_reuses_prefix)
     CHECK_EQ(st.dev[1].kv_corrupt, 0);
     env_close(&e);
 }
+
+/* KV computed with sparse attention is an approximation: it never enters the prefix cache, so a
+ * dense request for the same prompt computes its own (and a sparse request does not reuse a
+ * dense prefix either: it bypasses the cache). */
+TEST(sched_kv_sparse_kv_never_cached)
+{
+    env e;
+    if (env_open(&e, 0, 0, 8) < 0) return;
+    int32_t p[300];
+    prompt_ids(p, 300, 37, 11);
+    accel_sparse sp;
+    sparse_params_default(&sp.p, SPARSE_MODE_XATTN);
+    sp.p.xattention_threshold = 0.5; /* really sparse */
+    sp.p.xattention_block_size = 32;
+    sp.p.xattention_stride = 4;
+    sp.p.num_last_dense_tokens_in_prefill = 0;
+    sched_params s = greedy(p, 300, 8, 1);
+    s.sparse = &sp;
+    rec *r1 = run_one(&e, &s);
+    CHECK_EQ(r1->cached, 0);
+    sched_params d = greedy(p, 300, 8, 1);
+    rec *r2 = run_one(&e, &d);
+    CHECK_EQ(r2->cached, 0); /* nothing of the sparse run was kept */
+    rec *r3 = run_one(&e, &d);
+    CHECK_EQ(r3->cached, 288); /* the dense run's blocks were */
+    CHECK(same_run(r2, 0, r3, 0));
+    env_close(&e);
+}
