@@ -1,8 +1,9 @@
 /* gpu/accel.c — the CUDA device behind accel.h: the vtable over the engine (gpu/gpu.h).
  * Loaded by devices/open.c with dlopen; gpu_plugin_open (gpu/plugin.h) is the one symbol it looks
  * up, and hands it the shared FlexPrefill rules, which this file calls through that table.
- * The accel wrappers do bounds, memory reservation and sequence lengths; this file maps each
- * entry to the engine and keeps the sequence -> KV cache link. */
+ * The accel wrappers do bounds and sequence lengths; the engine's block pool does the KV
+ * accounting (a paged device, ACCEL_CAP_PAGED); this file maps each entry to the engine and
+ * keeps the sequence -> block table link. */
 #include "gpu/gpu.h"
 #include "gpu/plugin.h"
 #include "scheduler/accel_impl.h"
@@ -59,6 +60,45 @@ static void gpu_dev_seq_free(accel_dev *d, accel_seq *as)
     gpu_seq *s = (gpu_seq *)as;
     gpu_kv_free(eng(d), s->kv);
     free(s);
+}
+
+static int gpu_dev_seq_fork(accel_dev *d, accel_seq *src, int n_tokens, int capacity,
+                            accel_seq **out)
+{
+    gpu_seq *s = calloc(1, sizeof *s);
+    if (!s) return ACCEL_ERR_NOMEM;
+    int st = gpu_kv_fork(eng(d), ((gpu_seq *)src)->kv, n_tokens, capacity, &s->kv);
+    if (st) {
+        free(s);
+        return st;
+    }
+    *out = &s->base;
+    return ACCEL_OK;
+}
+
+static int gpu_dev_seq_truncate(accel_dev *d, accel_seq *s, int len)
+{
+    return gpu_kv_truncate(eng(d), ((gpu_seq *)s)->kv, len);
+}
+
+static void gpu_dev_kv_usage(accel_dev *d, int *total, int *used, int *cached)
+{
+    gpu_kv_usage(eng(d), total, used, cached);
+}
+
+static int gpu_dev_seq_hold(accel_dev *d, accel_seq *s)
+{
+    return gpu_kv_hold(eng(d), ((gpu_seq *)s)->kv);
+}
+
+static int gpu_dev_kv_block_save(accel_dev *d, accel_seq *s, int block, void *dst)
+{
+    return gpu_kv_block_save(eng(d), ((gpu_seq *)s)->kv, block, dst);
+}
+
+static int gpu_dev_kv_block_load(accel_dev *d, accel_seq *s, const void *src)
+{
+    return gpu_kv_block_load(eng(d), ((gpu_seq *)s)->kv, s->len, src);
 }
 
 static enum proto_kv_dtype export_dtype(accel_dev *d)
@@ -163,8 +203,14 @@ static const struct accel_dev_i gpu_i = {
     .decode = gpu_dev_decode,
     .kv_import = gpu_dev_kv_import,
     .warmup = gpu_dev_warmup,
+    .seq_truncate = gpu_dev_seq_truncate,
     .host_alloc = gpu_dev_host_alloc,
     .host_free = gpu_dev_host_free,
+    .seq_fork = gpu_dev_seq_fork,
+    .kv_usage = gpu_dev_kv_usage,
+    .seq_hold = gpu_dev_seq_hold,
+    .kv_block_save = gpu_dev_kv_block_save,
+    .kv_block_load = gpu_dev_kv_block_load,
 };
 
 accel_dev *gpu_plugin_open(int index, const model *m, const accel_opts *o,
@@ -191,8 +237,12 @@ accel_dev *gpu_plugin_open(int index, const model *m, const accel_opts *o,
     d->base.i = &gpu_i;
     d->base.m = m;
     d->base.opts = *o;
-    d->base.mem_total = gpu_engine_kv_budget(e);
+    /* the pool's whole blocks (ACCEL_CAP_PAGED: kv_blocks_total = mem_total / kv_block_bytes) */
+    int total, used, cached;
+    gpu_kv_usage(e, &total, &used, &cached);
+    d->base.mem_total = (uint64_t)total * gpu_kv_block_bytes(e);
     d->base.kv_bytes_per_token = gpu_engine_kv_bytes_per_token(e);
+    d->base.kv_block_tokens = GPU_KV_BLOCK; /* paged (ACCEL_CAP_PAGED): gpu/kv_pool.cu */
     d->e = e;
     d->index = index;
     return &d->base;

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_decode_split(dec_params p)
             const int j = j0 + kl;
             const bool ok = j < n;
             float kv[8];
-            load8(K + (size_t)(sb + (ok ? j : 0)) * p.hd + c * 8, cok && ok, kv);
+            load8(K + (size_t)gpu_kv_row(sq.map, sb + (ok ? j : 0)) * p.hd + c * 8, cok && ok, kv);
 #pragma unroll
             for (int gh = 0; gh < G; gh++) {
                 float dsum = 0.f;
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_decode_split(dec_params p)
 #pragma unroll 4
         for (int j = kl; j < n; j += KL) {
             float vv[8];
-            load8(V + (size_t)(sb + j) * p.hd + c * 8, cok, vv);
+            load8(V + (size_t)gpu_kv_row(sq.map, sb + j) * p.hd + c * 8, cok, vv);
 #pragma unroll
             for (int gh = 0; gh < G; gh++) {
                 const float pj = gh < nh ? sp[gh][j] : 0.f;

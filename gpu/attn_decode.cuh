@@ -83,12 +83,13 @@ __device__ __forceinline__ void d2_bmark(const dec_params &p, int i)
  * when the block starts (it is read only after gpu_pdl_wait); in the decode step kernel (CG = true)
  * another block wrote it in this kernel, so the load bypasses L1 (__ldcg). */
 template <bool CG>
-__device__ __forceinline__ void d2_load(const h16 *base, int key, int ke, int c, uint4 *k)
+__device__ __forceinline__ void d2_load(const h16 *base, const gpu_kv_map &m, int key, int ke,
+                                        int c, uint4 *k)
 {
-    const uint4 *a = (const uint4 *)(base + (size_t)key * D2_HD) + c;
-    if (key < ke)
+    if (key < ke) {
+        const uint4 *a = (const uint4 *)(base + (size_t)gpu_kv_row(m, key) * D2_HD) + c;
         *k = CG ? __ldcg(a) : __ldca(a);
-    else
+    } else
         *k = make_uint4(0, 0, 0, 0);
 }
 
@@ -112,15 +113,15 @@ __device__ __forceinline__ void d2_cp16(uint4 *dst, const void *src, bool ok)
                  : "memory");
 }
 /* Tile `tile` of the range [kb, ke) into its ring slot, as one cp.async group. */
-__device__ __forceinline__ void d2_issue(const h16 *K, const h16 *V, int kb, int ke, int tile,
-                                         int kofs, int c)
+__device__ __forceinline__ void d2_issue(const h16 *K, const h16 *V, const gpu_kv_map &m, int kb,
+                                         int ke, int tile, int kofs, int c)
 {
     uint4 *slot = d2_ring() + (size_t)(tile % D2_STAGES) * 2 * D2_NI * D2_THREADS + threadIdx.x;
 #pragma unroll
     for (int i = 0; i < D2_NI; i++) {
         const int key = kb + tile * D2_TILE + i * 16 + kofs;
         const bool ok = key < ke;
-        const size_t off = ok ? (size_t)key * D2_HD + c * 8 : 0;
+        const size_t off = ok ? (size_t)gpu_kv_row(m, key) * D2_HD + c * 8 : 0;
         d2_cp16(slot + (2 * i) * D2_THREADS, K + off, ok);
         d2_cp16(slot + (2 * i + 1) * D2_THREADS, V + off, ok);
     }
@@ -440,22 +441,23 @@ __device__ __forceinline__ void d2_global_merge(const dec_params &p, int t, int 
 #define D2M_STAGES (D2_RING_BYTES / 16 / D2_WARPS / D2M_STAGE)
 static_assert(D2M_STAGES >= 2, "the ring holds two steps per warp");
 
-__device__ __forceinline__ void d2m_issue(uint4 *stage, const h16 *K, const h16 *V, int k0, int ke, int lane)
+__device__ __forceinline__ void d2m_issue(uint4 *stage, const h16 *K, const h16 *V,
+                                          const gpu_kv_map &m, int k0, int ke, int lane)
 {
 #pragma unroll
     for (int it = 0; it < 8; it++) {
         const int idx = it * 32 + lane, kv = idx >> 7, r = idx & 127, k = r >> 4, c = r & 15;
         const int key = k0 + k;
         const bool ok = key < ke;
-        const size_t off = ok ? (size_t)key * D2_HD + c * 8 : 0;
+        const size_t off = ok ? (size_t)gpu_kv_row(m, key) * D2_HD + c * 8 : 0;
         d2_cp16(stage + kv * 128 + k * 16 + (c ^ k), (kv ? V : K) + off, ok);
     }
 }
 
 template <int G>
 __device__ __forceinline__ void d2_mma_range(const dec_params &p, int t, int h0, int nh, int qp,
-                                             const h16 *K, const h16 *V, int kb, int ke,
-                                             d2_smem<G> &sm)
+                                             const h16 *K, const h16 *V, const gpu_kv_map &km,
+                                             int kb, int ke, d2_smem<G> &sm)
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hr = lane / 4, q4 = lane % 4;
     const int nsteps = (ke - kb + D2M_KEYS - 1) / D2M_KEYS;
@@ -467,7 +469,7 @@ __device__ __forceinline__ void d2_mma_range(const dec_params &p, int t, int h0,
     /* steps wholly below this token's row hold only older keys: requested before the wait */
     if (p.early)
         while (issued < ahead && first_key(issued) + D2M_KEYS <= qp) {
-            d2m_issue(ring + (issued % D2M_STAGES) * D2M_STAGE, K, V, first_key(issued), ke, lane);
+            d2m_issue(ring + (issued % D2M_STAGES) * D2M_STAGE, K, V, km, first_key(issued), ke, lane);
             asm volatile("cp.async.commit_group;\n" ::: "memory");
             issued++;
         }
@@ -476,7 +478,7 @@ __device__ __forceinline__ void d2_mma_range(const dec_params &p, int t, int h0,
     gpu_chain_mark(p.tr, 1);
     d2_bmark(p, 1);
     while (issued < ahead) {
-        d2m_issue(ring + (issued % D2M_STAGES) * D2M_STAGE, K, V, first_key(issued), ke, lane);
+        d2m_issue(ring + (issued % D2M_STAGES) * D2M_STAGE, K, V, km, first_key(issued), ke, lane);
         asm volatile("cp.async.commit_group;\n" ::: "memory");
         issued++;
     }
@@ -547,7 +549,7 @@ __device__ __forceinline__ void d2_mma_range(const dec_params &p, int t, int h0,
         }
         __syncwarp(); /* every lane has read the slot before it is refilled */
         if (j + D2M_STAGES < nj)
-            d2m_issue(ring + (j % D2M_STAGES) * D2M_STAGE, K, V, first_key(j + D2M_STAGES), ke, lane);
+            d2m_issue(ring + (j % D2M_STAGES) * D2M_STAGE, K, V, km, first_key(j + D2M_STAGES), ke, lane);
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
@@ -606,7 +608,7 @@ __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int
 
     if constexpr (CLUSTER) d2_cluster_arrive(); /* this block runs: the others may push to it */
     if (!STEP && p.mma) {
-        d2_mma_range<G>(p, t, h0, nh, qp, K, V, kb, ke, sm);
+        d2_mma_range<G>(p, t, h0, nh, qp, K, V, sq.map, kb, ke, sm);
     } else {
         uint4 kr[D2_NI], vr[D2_NI], qv[G];
         /* RING (the kernels, not the step): the range's tiles stream through a per-thread ring of
@@ -619,12 +621,12 @@ __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int
         if constexpr (RING) {
             /* tiles wholly below this token's row hold only older keys: requested before the wait */
             if (!STEP && p.early)
-                while (issued < ahead && kb + (issued + 1) * D2_TILE <= qp) d2_issue(K, V, kb, ke, issued++, kofs, c);
+                while (issued < ahead && kb + (issued + 1) * D2_TILE <= qp) d2_issue(K, V, sq.map, kb, ke, issued++, kofs, c);
         } else if (early) {
     #pragma unroll
             for (int i = 0; i < D2_NI; i++) {
-                d2_load<STEP>(K, kb + i * 16 + kofs, ke, c, &kr[i]);
-                d2_load<STEP>(V, kb + i * 16 + kofs, ke, c, &vr[i]);
+                d2_load<STEP>(K, sq.map, kb + i * 16 + kofs, ke, c, &kr[i]);
+                d2_load<STEP>(V, sq.map, kb + i * 16 + kofs, ke, c, &vr[i]);
             }
         }
         if (!STEP) {
@@ -634,15 +636,15 @@ __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int
             d2_bmark(p, 1);
         }
         if constexpr (RING) {
-            while (issued < ahead) d2_issue(K, V, kb, ke, issued++, kofs, c);
+            while (issued < ahead) d2_issue(K, V, sq.map, kb, ke, issued++, kofs, c);
             /* always D2_STAGES - 1 groups ahead (empty ones for a range of fewer tiles), so that
              * the wait in the loop covers the tile it reads */
             for (int k = ahead; k < D2_STAGES - 1; k++) asm volatile("cp.async.commit_group;\n" ::: "memory");
         } else if (!early) {
     #pragma unroll
             for (int i = 0; i < D2_NI; i++) {
-                d2_load<STEP>(K, kb + i * 16 + kofs, ke, c, &kr[i]);
-                d2_load<STEP>(V, kb + i * 16 + kofs, ke, c, &vr[i]);
+                d2_load<STEP>(K, sq.map, kb + i * 16 + kofs, ke, c, &kr[i]);
+                d2_load<STEP>(V, sq.map, kb + i * 16 + kofs, ke, c, &vr[i]);
             }
         }
         float acc[G][8], m[G], l[G];
@@ -663,7 +665,7 @@ __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int
                 /* one more tile in flight (or an empty group, so that the count below holds), then
                  * this tile's group is complete; each thread reads only the slots it filled */
                 if (issued < ntile)
-                    d2_issue(K, V, kb, ke, issued++, kofs, c);
+                    d2_issue(K, V, sq.map, kb, ke, issued++, kofs, c);
                 else
                     asm volatile("cp.async.commit_group;\n" ::: "memory");
                 asm volatile("cp.async.wait_group %0;\n" ::"n"(D2_STAGES - 1) : "memory");
@@ -682,8 +684,8 @@ __device__ __forceinline__ void d2_range(const dec_params &p, int t, int gx, int
                 if (t0 + D2_TILE < ke) { /* the next tile's loads go out before this tile's arithmetic */
     #pragma unroll
                     for (int i = 0; i < D2_NI; i++) {
-                        d2_load<STEP>(K, t0 + D2_TILE + i * 16 + kofs, ke, c, &kr[i]);
-                        d2_load<STEP>(V, t0 + D2_TILE + i * 16 + kofs, ke, c, &vr[i]);
+                        d2_load<STEP>(K, sq.map, t0 + D2_TILE + i * 16 + kofs, ke, c, &kr[i]);
+                        d2_load<STEP>(V, sq.map, t0 + D2_TILE + i * 16 + kofs, ke, c, &vr[i]);
                     }
                 }
             }

@@ -47,6 +47,7 @@ struct fa_params {
     float scale_log2; /* head_dim^-0.5 * log2(e) */
     const int32_t *row_ptr, *col; /* SPARSE: head h, query block r: col[row_ptr[h*(nb+1) + r] ..) */
     int nb;
+    gpu_kv_map map; /* keys -> rows (a paged cache; a 64-key tile lies inside one block) */
 };
 
 /* WARPS warps of 16 query rows each: BR = 64 (4 warps, two blocks per SM) or 128 (8 warps, one
@@ -120,7 +121,8 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
             h16 *dk = sK + buf * FA_BC * ROW + ld_r0 * ROW + ld_ch * 8;
             h16 *dv = sV + buf * FA_BC * ROW + ld_r0 * ROW + ld_ch * 8;
             const int kbase = tile * FA_BC;
-            const h16 *kt = kh + (size_t)kbase * p.k_tok, *vt = vh + (size_t)kbase * p.k_tok;
+            const size_t rb = (size_t)gpu_kv_row(p.map, kbase) * p.k_tok;
+            const h16 *kt = kh + rb, *vt = vh + rb;
 #pragma unroll
             for (int j = 0; j < FA_BC / LD_ROWS; j++) {
                 const bool ok = kbase + ld_r0 + j * LD_ROWS < kv_len && ld_col_ok;
@@ -130,10 +132,11 @@ __global__ void __launch_bounds__(WARPS * 32) k_flash_prefill(fa_params p)
             }
         } else {
             h16 *dk = sK + buf * FA_BC * ROW, *dv = sV + buf * FA_BC * ROW;
+            const long long rb = gpu_kv_row(p.map, tile * FA_BC); /* the tile's first row */
             for (int c = tid; c < FA_BC * CH; c += FA_WARPS * 32) {
                 int r = c / CH, ch = c % CH, key = tile * FA_BC + r;
                 bool ok = key < kv_len && ch * 8 < p.hd;
-                size_t off = ok ? (size_t)key * p.k_tok + ch * 8 : 0;
+                size_t off = ok ? (size_t)(rb + r) * p.k_tok + ch * 8 : 0;
                 gpu_cp_async16(dk + r * ROW + ch * 8, kh + off, ok);
                 gpu_cp_async16(dv + r * ROW + ch * 8, vh + off, ok);
             }
@@ -300,7 +303,7 @@ template <bool SPARSE> static int dispatch(cudaStream_t s, const gpu_dims *d, co
 
 int gpu_attn_prefill_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
                         const h16 *k, const h16 *v, size_t k_tok, size_t k_head, int interleave,
-                        const gpu_block_list *bl, h16 *out, int warps)
+                        const gpu_block_list *bl, h16 *out, int warps, const gpu_kv_map *map)
 {
     if (T <= 0) return ACCEL_OK;
     if ((T + 63) / 64 > 65535) return ACCEL_ERR_INVALID; /* grid.y bound */
@@ -327,12 +330,14 @@ int gpu_attn_prefill_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, cons
     p.row_ptr = bl ? bl->row_ptr : nullptr;
     p.col = bl ? bl->col : nullptr;
     p.nb = bl ? bl->nb : 0;
+    p.map = map ? *map : gpu_kv_map{};
     return bl ? dispatch<true>(s, d, p, warps) : dispatch<false>(s, d, p, warps);
 }
 
 int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
-                     const h16 *k, const h16 *v, int cap, h16 *out, int warps)
+                     const h16 *k, const h16 *v, int cap, h16 *out, int warps,
+                     const gpu_kv_map *map)
 {
     return gpu_attn_prefill_ex(s, d, T, pos0, q, k, v, (size_t)d->hd, (size_t)cap * d->hd, 0,
-                               nullptr, out, warps);
+                               nullptr, out, warps, map);
 }

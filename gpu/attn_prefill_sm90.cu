@@ -42,6 +42,7 @@ struct wg_params {
     h16 *out;
     int T, pos0, cap, hd, qd, group, window;
     float scale_log2;
+    gpu_kv_map map; /* keys -> rows (a paged cache; a 64-key tile lies inside one block) */
 };
 
 __global__ void k_sm90_probe(int *out)
@@ -89,11 +90,12 @@ __global__ void __launch_bounds__(WG_THREADS, 2) k_flash_prefill_sm90(wg_params 
     });
     auto load_kv = [&](int tile, int buf) {
         int key0 = tile * WG_BC;
+        const long long rb = gpu_kv_row(p.map, key0); /* the tile's first row */
         wg_load_tile(sK + buf * WG_TILE_BYTES, kh, [&](int r, int c) -> const h16 * {
-            return key0 + r < kv_len && c < hd_chunks ? kh + (size_t)(key0 + r) * p.hd + c * 8 : NULL;
+            return key0 + r < kv_len && c < hd_chunks ? kh + (size_t)(rb + r) * p.hd + c * 8 : NULL;
         });
         wg_load_tile(sV + buf * WG_TILE_BYTES, vh, [&](int r, int c) -> const h16 * {
-            return key0 + r < kv_len && c < hd_chunks ? vh + (size_t)(key0 + r) * p.hd + c * 8 : NULL;
+            return key0 + r < kv_len && c < hd_chunks ? vh + (size_t)(rb + r) * p.hd + c * 8 : NULL;
         });
     };
     load_kv(t_first, 0);
@@ -233,20 +235,22 @@ int gpu_attn_sm90_available(int device)
 }
 
 int gpu_attn_prefill_sm90(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
-                          const h16 *k, const h16 *v, int cap, h16 *out)
+                          const h16 *k, const h16 *v, int cap, h16 *out, const gpu_kv_map *map)
 {
-    return gpu_attn_prefill_sm90_ex(s, d, T, pos0, q, k, v, cap, out, GPU_SM90_AUTO);
+    return gpu_attn_prefill_sm90_ex(s, d, T, pos0, q, k, v, cap, out, GPU_SM90_AUTO, map);
 }
 
 int gpu_attn_prefill_sm90_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
-                             const h16 *k, const h16 *v, int cap, h16 *out, int variant)
+                             const h16 *k, const h16 *v, int cap, h16 *out, int variant,
+                             const gpu_kv_map *map)
 {
     if (T <= 0) return ACCEL_OK;
     if (variant != GPU_SM90_ONE_WG) {
         int st = ACCEL_ERR_UNSUPPORTED;
         if (gpu_attn_ws_usable(d, q, k, v, cap))
             st = gpu_attn_prefill_ws(s, d, T, pos0, q, k, v, cap, out,
-                                     variant == GPU_SM90_WS_NOPP ? 1 : variant == GPU_SM90_WS_3ST ? 2 : 0);
+                                     variant == GPU_SM90_WS_NOPP ? 1 : variant == GPU_SM90_WS_3ST ? 2 : 0,
+                                     map);
         /* UNSUPPORTED (no tensor map for these operands): the one-warpgroup kernel below */
         if (st != ACCEL_ERR_UNSUPPORTED || variant != GPU_SM90_AUTO) return st;
     }
@@ -264,6 +268,7 @@ int gpu_attn_prefill_sm90_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0,
     p.group = d->n_heads / d->n_kv;
     p.window = d->window;
     p.scale_log2 = (float)(1.4426950408889634 / sqrt((double)d->hd));
+    p.map = map ? *map : gpu_kv_map{};
     GPU_CHECK(cudaFuncSetAttribute(k_flash_prefill_sm90, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    WG_SMEM));
     dim3 grid(d->n_heads, (T + WG_BR - 1) / WG_BR);

@@ -70,6 +70,7 @@ struct ws_params {
     float scale_log2; /* head_dim^-0.5 * log2(e) */
     const int32_t *row_ptr, *col; /* SPARSE: head h, query block r: col[row_ptr[h*(nb+1) + r] ..) */
     int nb;
+    const int *tbl; /* a paged cache (gpu_kv_map): tile i's keys are block tbl[i] of the 4-D maps */
 };
 
 static constexpr size_t ws_smem(int stages)
@@ -200,8 +201,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
             gpu_tma_load_2d(q_s, &tq, h * WS_HD, q0, bar_q);
             gpu_tma_load_2d(q_s + WS_HALF, &tq, h * WS_HD + 64, q0, bar_q);
             /* both 64-column halves of the 128 keys from key0 of KV head g */
-            auto load = [&](uint32_t dst, const CUtensorMap *m, int key0, uint32_t bar) {
-                if (p.head_inner) {
+            auto load = [&](uint32_t dst, const CUtensorMap *m, int blk, uint32_t bar) {
+                const int key0 = blk * WS_BC;
+                if (p.tbl) { /* (d, key in block, head, block): one block is one tile */
+                    const int id = __ldg(p.tbl + blk);
+                    gpu_tma_load_4d(dst, m, 0, 0, g, id, bar);
+                    gpu_tma_load_4d(dst + WS_HALF, m, 64, 0, g, id, bar);
+                } else if (p.head_inner) {
                     gpu_tma_load_3d(dst, m, 0, g, key0, bar);
                     gpu_tma_load_3d(dst + WS_HALF, m, 64, g, key0, bar);
                 } else {
@@ -220,13 +226,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
                     gpu_mbar_wait(WS_EMPTY_K(s), ph ^ 1);
                     if (SPARSE) kring[s] = blk; /* released by the arrive below */
                     gpu_mbar_expect_tx(WS_FULL_K(s), WS_TILE);
-                    load(gpu_smem_addr(sK + s * WS_TILE), &tk, blk * WS_BC, WS_FULL_K(s));
+                    load(gpu_smem_addr(sK + s * WS_TILE), &tk, blk, WS_FULL_K(s));
                 }
                 if (i > 0) {
                     const int j = i - 1, s = j % STAGES, ph = (j / STAGES) & 1;
                     gpu_mbar_wait(WS_EMPTY_V(s), ph ^ 1);
                     gpu_mbar_expect_tx(WS_FULL_V(s), WS_TILE);
-                    load(gpu_smem_addr(sV + s * WS_TILE), &tv, blk_prev * WS_BC, WS_FULL_V(s));
+                    load(gpu_smem_addr(sV + s * WS_TILE), &tv, blk_prev, WS_FULL_V(s));
                 }
                 blk_prev = blk;
                 blk = blk_next;
@@ -396,7 +402,7 @@ static PFN_cuTensorMapEncodeTiled_v12000 ws_encoder(void)
 static int ws_map(CUtensorMap *m, const void *base, int rank, const cuuint64_t *dims,
                   const cuuint64_t *strides, const cuuint32_t *box)
 {
-    cuuint32_t es[3] = {1, 1, 1};
+    cuuint32_t es[4] = {1, 1, 1, 1};
     CUresult r = ws_encoder()(m, GPU_H16_TMA, rank, (void *)base, dims, strides, box,
                               es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -417,7 +423,7 @@ int gpu_attn_ws_usable(const gpu_dims *d, const h16 *q, const h16 *k, const h16 
 template <int STAGES, bool PINGPONG, bool SPARSE>
 static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q, const h16 *k,
                      const h16 *v, size_t k_tok, size_t k_head, int interleave,
-                     const gpu_block_list *bl, h16 *out)
+                     const gpu_block_list *bl, h16 *out, const gpu_kv_map *map)
 {
     CUtensorMap tq, tk, tv;
     const cuuint64_t qdims[2] = {(cuuint64_t)d->qd, (cuuint64_t)T}, qstr[1] = {(cuuint64_t)d->qd * 2};
@@ -433,8 +439,18 @@ static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h
     const cuuint32_t one = 1, bc = WS_BC;
     const cuuint32_t kbox[3] = {64, head_inner ? one : bc, head_inner ? bc : one};
     int st = ws_map(&tq, q, 2, qdims, qstr, qbox);
-    if (!st) st = ws_map(&tk, k, 3, kdims, kstr, kbox);
-    if (!st) st = ws_map(&tv, v, 3, kdims, kstr, kbox);
+    if (map && map->tbl) {
+        /* a paged cache (gpu/engine.cuh): (d, key in block, head, block id), one block per tile */
+        const cuuint64_t pdims[4] = {WS_HD, GPU_KV_BLOCK, heads, (cuuint64_t)map->nblocks};
+        const cuuint64_t pstr[3] = {k_tok * 2, k_head * 2,
+                                    (cuuint64_t)map->bstride * k_tok * 2};
+        const cuuint32_t pbox[4] = {64, WS_BC, 1, 1};
+        if (!st) st = ws_map(&tk, k, 4, pdims, pstr, pbox);
+        if (!st) st = ws_map(&tv, v, 4, pdims, pstr, pbox);
+    } else {
+        if (!st) st = ws_map(&tk, k, 3, kdims, kstr, kbox);
+        if (!st) st = ws_map(&tv, v, 3, kdims, kstr, kbox);
+    }
     if (st) return st;
     ws_params p;
     p.out = out;
@@ -450,6 +466,7 @@ static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h
     p.row_ptr = bl ? bl->row_ptr : nullptr;
     p.col = bl ? bl->col : nullptr;
     p.nb = bl ? bl->nb : 0;
+    p.tbl = map ? map->tbl : nullptr;
     const size_t smem = ws_smem(STAGES);
     GPU_CHECK(cudaFuncSetAttribute(k_flash_prefill_ws<STAGES, PINGPONG, SPARSE>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -462,9 +479,9 @@ static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h
 template <bool SPARSE>
 static int ws_variant(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q, const h16 *k,
                       const h16 *v, size_t k_tok, size_t k_head, int interleave,
-                      const gpu_block_list *bl, h16 *out, int variant)
+                      const gpu_block_list *bl, h16 *out, int variant, const gpu_kv_map *map)
 {
-#define WS_ARGS s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out
+#define WS_ARGS s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, map
     switch (variant) {
     case 1: return ws_launch<2, false, SPARSE>(WS_ARGS);
     case 2: return ws_launch<3, true, SPARSE>(WS_ARGS);
@@ -475,9 +492,13 @@ static int ws_variant(cudaStream_t s, const gpu_dims *d, int T, int pos0, const 
 
 int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
                            const h16 *k, const h16 *v, size_t k_tok, size_t k_head, int interleave,
-                           const gpu_block_list *bl, h16 *out, int variant)
+                           const gpu_block_list *bl, h16 *out, int variant, const gpu_kv_map *map)
 {
     if (T <= 0) return ACCEL_OK;
+    if (map && !map->tbl) map = nullptr;
+    if (map && (WS_BC != GPU_KV_BLOCK || interleave || k_tok != WS_HD ||
+                k_head != (size_t)GPU_KV_BLOCK * WS_HD))
+        return ACCEL_ERR_UNSUPPORTED; /* the paged maps are the cache's layout only */
     if ((T + WS_BR - 1) / WS_BR > 65535 || pos0 < 0 || d->n_kv < 1 || d->n_heads % d->n_kv)
         return ACCEL_ERR_INVALID;
     if (bl && (pos0 % WS_BLOCK || !bl->row_ptr || !bl->col ||
@@ -487,15 +508,16 @@ int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, c
     if (d->hd != WS_HD || ws_encoder() == NULL ||
         ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16 || (k_tok * 2) % 16 || (k_head * 2) % 16 || k_tok >= (1ull << 38) || k_head >= (1ull << 38))
         return ACCEL_ERR_UNSUPPORTED;
-    return bl ? ws_variant<true>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, variant)
-              : ws_variant<false>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, variant);
+    return bl ? ws_variant<true>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, variant, map)
+              : ws_variant<false>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, variant, map);
 }
 
 int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
-                        const h16 *k, const h16 *v, int cap, h16 *out, int variant)
+                        const h16 *k, const h16 *v, int cap, h16 *out, int variant,
+                        const gpu_kv_map *map)
 {
     if (T <= 0) return ACCEL_OK;
-    if (pos0 + T > cap) return ACCEL_ERR_INVALID;
+    if (!(map && map->tbl) && pos0 + T > cap) return ACCEL_ERR_INVALID;
     return gpu_attn_prefill_ws_ex(s, d, T, pos0, q, k, v, (size_t)WS_HD, (size_t)cap * WS_HD, 0,
-                                  nullptr, out, variant);
+                                  nullptr, out, variant, map);
 }

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(FUSED_THREADS) k_qkv_fused(qkv_fused_params p)
     gpu_block_rmsnorm(p.x, p.norm, H, d.eps, xs);
     __syncthreads();
     const gpu_seq_dev sq = p.seqs[p.seq_idx[0]];
-    const int pos = p.pos[0];
+    const long long pos = gpu_kv_row(sq.map, p.pos[0]); /* the position's row in the cache */
     for (; it < items; it += stride) {
         int r1, r0 = qkv_first_row(d, it, &r1);
         float v[2];

@@ -271,7 +271,8 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     e->kv_budget = free_b > margin ? free_b - margin : 0;
     if (mem_limit && mem_limit < e->kv_budget) e->kv_budget = mem_limit;
     e->kv_per_token = 2ull * d.L * d.kvd * sizeof(h16);
-    return ACCEL_OK;
+    /* the paged pool over that budget (gpu/kv_pool.cu): ids for all of it, memory as it grows */
+    return gpu_pool_open(e);
 }
 
 gpu_engine *gpu_engine_new(int index, const model *m, uint64_t mem_limit, const gpu_tuning *t,
@@ -331,6 +332,7 @@ void gpu_engine_free(gpu_engine *e)
         if (e->dec_graph[n]) cudaGraphExecDestroy(e->dec_graph[n]);
     free(e->dec_graph);
     gpu_weights_free(e);
+    gpu_pool_close(e);
     void *bufs[] = {e->x, e->xb, e->qkv, e->q, e->att, e->kf, e->vf, e->gu, e->h, e->rope,
                     e->xn, e->logits, e->part_o, e->part_ml, e->part_cnt, e->meta_d, e->imp_d, e->blas_ws,
                     e->ctrace, e->atrace};
@@ -401,34 +403,4 @@ int gpu_engine_sync(gpu_engine *e)
     GPU_CHECK(cudaStreamSynchronize(e->compute));
     GPU_CHECK(cudaStreamSynchronize(e->copy));
     return ACCEL_OK;
-}
-
-int gpu_kv_new(gpu_engine *e, int capacity, gpu_kv **out)
-{
-    *out = NULL;
-    if (capacity <= 0) return ACCEL_ERR_INVALID;
-    GPU_CHECK(cudaSetDevice(e->index));
-    gpu_kv *kv = (gpu_kv *)calloc(1, sizeof *kv);
-    if (!kv) return ACCEL_ERR_NOMEM;
-    size_t n = 2 * (size_t)e->d.L * e->d.kvd * (size_t)capacity;
-    cudaError_t ce = cudaMalloc((void **)&kv->k, n * sizeof(h16));
-    if (ce != cudaSuccess) {
-        free(kv);
-        if (ce == cudaErrorMemoryAllocation) { /* an admission answer, not a fault: no log */
-            cudaGetLastError();
-            return ACCEL_ERR_NOMEM;
-        }
-        return gpu_cuda_status(ce, "cudaMalloc(KV cache)", __FILE__, __LINE__);
-    }
-    kv->cap = capacity;
-    *out = kv;
-    return ACCEL_OK;
-}
-
-void gpu_kv_free(gpu_engine *e, gpu_kv *kv)
-{
-    if (!kv) return;
-    cudaSetDevice(e->index);
-    cudaFree(kv->k);
-    free(kv);
 }

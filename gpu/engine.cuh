@@ -1,15 +1,16 @@
 /* gpu/engine.cuh — the engine's structures, shared by the .cu files of gpu/ (C++ only).
  *
- * Memory plan (all device memory is taken at gpu_engine_new, except KV caches, taken per
- * sequence by gpu_kv_new, the pinned host export buffer, grown at the first export that needs
+ * Memory plan (all device memory is taken at gpu_engine_new, except the KV pool's memory, mapped
+ * as sequences grow (gpu/kv_pool.cu), the pinned host export buffer, grown at the first export that needs
  * it, and the import staging buffer, grown at the first import that needs it):
  *   weights    h16, fused per layer: w_qkv = [wq; wk; wv] (one GEMM for Q, K and V) and
  *              w_gu = [w_gate; w_up] (one GEMM for both FFN inputs); norms and biases float32
  *   workspace  activations for up to t_max tokens per forward pass (a longer prefill runs in
  *              chunks of t_max: attention of a chunk reads the KV of the earlier ones), the
  *              per-step metadata, the split-K partials of decode attention, the export ring
- *   KV cache   per sequence, h16, (2, n_layers, n_kv_heads, capacity, head_dim): the keys of one
- *              head are contiguous, so attention tiles are plain row blocks
+ *   KV cache   one pool of blocks of GPU_KV_BLOCK positions, h16, a block table per sequence
+ *              (see "paged KV" below): the 128 keys of one head in a block are contiguous, so
+ *              attention tiles are plain row blocks
  *   sparse     a FlexPrefill prefill (forward.cu, gpu_prefill_sparse) takes, for the call only,
  *              the residual stream and Q of the whole prompt and the index workspace
  *              (gpu_sparse_bytes: 3.6 GB for 128K tokens of an 8B model); NOMEM when it does
@@ -153,16 +154,79 @@ struct gpu_layer_w {
     float *attn_norm, *ffn_norm; /* (H) */
 };
 
+/* ---------------------------------------------------------------- paged KV (issue 20)
+ * The KV of every sequence lives in blocks of GPU_KV_BLOCK positions from one pool per engine
+ * (gpu/kv_pool.cu). Block size 128, because every kernel that reads the cache then finds each of
+ * its key tiles inside one block, so a tile costs one table lookup and its rows stay one
+ * contiguous run of 128 * head_dim h16 per (layer, KV head) (32 KB at head_dim 128: whole DRAM
+ * pages, coalesced as the contiguous cache was):
+ *   - FlexPrefill's 128-key blocks and the warp-specialized prefill kernel's 128-key tiles are
+ *     exactly one block (one TMA box per tile, its coordinate the block id);
+ *   - the mma.sync and one-warpgroup prefill kernels' 64-key tiles are half a block;
+ *   - the decode attention's ranges start anywhere (keys / splits), so it looks up each key's
+ *     block (one L1-resident table read per 16-byte load; its tiles are 8-32 keys).
+ * The cost is the partial last block: at most 127 positions per sequence (16 MB on Llama-3-8B).
+ * Layout: block-major, one block = (2, n_layers, n_kv, GPU_KV_BLOCK, hd) h16 (K of every layer,
+ * then V), blocks at consecutive addresses of one reserved range (mapped as the pool grows). A
+ * block is thus one contiguous run of bytes: copy-on-write, kv_block_save and kv_block_load are
+ * single copies. Position p of layer l, KV head g of a sequence with table tbl:
+ *   k + ((l * n_kv + g) * GPU_KV_BLOCK + row) * hd,  row = tbl[p / 128] * bstride + p % 128
+ * with bstride = 2 * n_layers * n_kv * GPU_KV_BLOCK rows (one block) and v = k + n_layers *
+ * n_kv * GPU_KV_BLOCK * hd: the contiguous cache's formula with cap = GPU_KV_BLOCK and the
+ * position mapped through the table (gpu_kv_row). */
+#define GPU_KV_SHIFT 7 /* log2 GPU_KV_BLOCK (gpu/gpu.h) */
+static_assert(GPU_KV_BLOCK == 1 << GPU_KV_SHIFT, "the block is a power of two");
+
+/* How keys map to rows: tbl NULL: row = key (a contiguous cache: the op tests' buffers). */
+struct gpu_kv_map {
+    const int *tbl;    /* block ids, device memory */
+    long long bstride; /* rows of head_dim between consecutive block ids */
+    int nblocks;       /* block ids in the pool (the TMA map's extent) */
+    int pad_;
+};
+__device__ __forceinline__ long long gpu_kv_row(const gpu_kv_map &m, int key)
+{
+    return m.tbl ? (long long)m.tbl[key >> GPU_KV_SHIFT] * m.bstride + (key & (GPU_KV_BLOCK - 1))
+                 : (long long)key;
+}
+
 /* One sequence as the kernels see it (device metadata). */
 struct gpu_seq_dev {
     h16 *k, *v; /* layer 0, head 0, position 0 of K and V */
     int cap;     /* positions per (layer, head) row block */
     int pad_;
+    gpu_kv_map map; /* positions -> rows (zero: contiguous) */
 };
 
+/* One sequence's block table (host, with its device copy). */
 struct gpu_kv {
-    h16 *k; /* (n_layers, n_kv, cap, hd); V follows at k + n_layers*n_kv*cap*hd */
-    int cap;
+    int cap;     /* positions it may hold */
+    int nslots;  /* table entries: ceil(cap / GPU_KV_BLOCK) */
+    int n;       /* entries holding a block (positions [0, n * GPU_KV_BLOCK)) */
+    int holder;  /* a prefix-cache holder (gpu_kv_hold) */
+    int *blk;    /* (nslots) block ids */
+    int *tbl_d;  /* (nslots) device copy */
+};
+
+/* The pool (gpu/kv_pool.cu): block ids 0..total-1 at base + id * block_bytes. */
+struct gpu_kv_pool {
+    h16 *base;
+    size_t block_bytes;
+    int total;          /* ids (kv_budget / block_bytes) */
+    int mapped;         /* ids with memory behind them (the range is mapped as the pool grows) */
+    int used, cached;   /* ids referenced; of which by holders only */
+    int *ref, *live;    /* per id: references, and references by non-holders */
+    int *free_ids;      /* a stack of ids free to take */
+    int n_free;
+    int next_id;        /* ids below it have been handed out before */
+    /* the address range (CUDA virtual memory management) and its mapped chunks */
+    unsigned long long va, va_bytes, chunk_bytes;
+    unsigned long long *chunks; /* allocation handles, (va_bytes / chunk_bytes) */
+    int n_chunks;
+    int vmm;            /* 0: one cudaMalloc of the whole pool (no VMM entry points) */
+    void *mu;           /* pthread_mutex_t: kv_usage may come from any thread */
+    int *stage_h;       /* pinned staging of table uploads (reset at each entry) */
+    int stage_cap, stage_n;
 };
 
 /* Per-call metadata: one pinned host block and its device copy, uploaded with one copy. */
@@ -278,6 +342,7 @@ struct gpu_engine {
     int *nnz_h; /* (n_layers) */
 
     uint64_t kv_budget, kv_per_token;
+    gpu_kv_pool pool;
 };
 
 /* ---------------------------------------------------------------- pieces (see each .cu) */
@@ -353,7 +418,8 @@ int gpu_convert_to_f32(cudaStream_t s, const void *src, int dtype, size_t n, flo
 /* attn_prefill.cu: causal attention of T query rows (positions pos0..pos0+T-1) of one sequence
  * against its keys 0..pos0+T-1 in the cache (layer base pointers k, v; cap positions per head). */
 int gpu_attn_prefill(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
-                     const h16 *k, const h16 *v, int cap, h16 *out, int warps);
+                     const h16 *k, const h16 *v, int cap, h16 *out, int warps,
+                     const gpu_kv_map *map = nullptr);
 /* A block-sparse pattern (gpu/gpu_flex.h's index, device memory): for head h and query block r
  * of 128 positions, the 128-key blocks col[row_ptr[h * (nb + 1) + r] .. row_ptr[.. + r + 1]),
  * ascending, none above the diagonal block r (which FlexPrefill always keeps). */
@@ -366,7 +432,8 @@ struct gpu_block_list {
  * causal, else only the listed blocks (then pos0 must be a multiple of 128). */
 int gpu_attn_prefill_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
                         const h16 *k, const h16 *v, size_t k_tok, size_t k_head, int interleave,
-                        const gpu_block_list *bl, h16 *out, int warps);
+                        const gpu_block_list *bl, h16 *out, int warps,
+                        const gpu_kv_map *map = nullptr);
 /* attn_prefill_sm90.cu: the same on Hopper's wgmma (head_dim <= 128); only when
  * gpu_attn_sm90_available(device) says this build and GPU have it (1 yes, 0 no, < 0 error).
  * head_dim 128 takes the warp-specialized kernel (attn_prefill_ws.cu, 2 stages, ping-pong),
@@ -379,22 +446,26 @@ enum {
     GPU_SM90_WS_3ST = 4, /* 3 stages, ping-pong */
 };
 int gpu_attn_prefill_sm90(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
-                          const h16 *k, const h16 *v, int cap, h16 *out);
+                          const h16 *k, const h16 *v, int cap, h16 *out,
+                          const gpu_kv_map *map = nullptr);
 int gpu_attn_prefill_sm90_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
-                             const h16 *k, const h16 *v, int cap, h16 *out, int variant);
+                             const h16 *k, const h16 *v, int cap, h16 *out, int variant,
+                             const gpu_kv_map *map = nullptr);
 int gpu_attn_sm90_available(int device);
 /* attn_prefill_ws.cu: the warp-specialized kernel (variant: 0 two stages with ping-pong, 1 two
  * stages without, 2 three stages with); usable when head_dim is 128, the pointers 16-byte
  * aligned and the driver gives cuTensorMapEncodeTiled. */
 int gpu_attn_ws_usable(const gpu_dims *d, const h16 *q, const h16 *k, const h16 *v, int cap);
 int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
-                        const h16 *k, const h16 *v, int cap, h16 *out, int variant);
+                        const h16 *k, const h16 *v, int cap, h16 *out, int variant,
+                        const gpu_kv_map *map = nullptr);
 /* Its general form, gpu_attn_prefill_ex's contract (strides, interleave, bl NULL: dense causal,
  * else only the listed blocks, pos0 a multiple of 128): ACCEL_ERR_UNSUPPORTED where the kernel
  * cannot run (head_dim not 128, no tensor-map encoder, bases or strides not 16-byte aligned). */
 int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
                            const h16 *k, const h16 *v, size_t k_tok, size_t k_head, int interleave,
-                           const gpu_block_list *bl, h16 *out, int variant);
+                           const gpu_block_list *bl, h16 *out, int variant,
+                           const gpu_kv_map *map = nullptr);
 /* attn_decode.cu: one query row per token t (position pos[t] of sequence seqs[seq_idx[t]]),
  * split-K over its keys 0..pos[t]; part_* hold at least gpu_attn_decode_slots() entries. The
  * launch depends on T only (each token splits its own keys in the kernel), so a captured CUDA
@@ -421,7 +492,20 @@ int gpu_kv_quantize(cudaStream_t s, enum proto_kv_dtype t, const float *x, int T
 /* q/scales (T, n_kv, ...) -> h16 cache rows at positions pos0.. of one layer (k: head 0 base). */
 int gpu_kv_dequantize(cudaStream_t s, enum proto_kv_dtype t, const unsigned char *q,
                       const unsigned short *scales, int T, int n_kv, int hd, h16 *cache, int cap,
-                      int pos0);
+                      int pos0, const gpu_kv_map *map = nullptr);
+
+/* kv_pool.cu: the pool (at open, after the KV budget is known; at free) */
+int gpu_pool_open(gpu_engine *e);
+void gpu_pool_close(gpu_engine *e);
+/* The kernels' view of kv (its device table over the pool). */
+gpu_seq_dev gpu_kv_seq_dev(const gpu_engine *e, const gpu_kv *kv);
+/* Before positions [pos0[i], pos0[i] + n[i]) of kvs[i] (i < count) are written: the blocks they
+ * need taken, a shared block among them replaced by a private copy, the device tables updated
+ * (all queued on e->compute). All or nothing: ACCEL_ERR_NOMEM with every table unchanged when
+ * the pool cannot supply them. Table uploads go through a pinned stage that each entry resets
+ * (gpu_kv_stage_reset) before its first reserve. */
+int gpu_kv_reserve(gpu_engine *e, int count, gpu_kv *const *kvs, const int *pos0, const int *n);
+void gpu_kv_stage_reset(gpu_engine *e);
 
 /* forward.cu: the profile's report (stderr), called when the engine is freed */
 void gpu_prof_report(gpu_engine *e);

@@ -70,12 +70,7 @@ static meta_ptrs meta_at(unsigned char *base, const meta_fill &f)
 
 static gpu_seq_dev seq_of(const gpu_engine *e, const gpu_kv *kv)
 {
-    gpu_seq_dev s;
-    s.k = kv->k;
-    s.v = kv->k + (size_t)e->d.L * e->d.kvd * kv->cap;
-    s.cap = kv->cap;
-    s.pad_ = 0;
-    return s;
+    return gpu_kv_seq_dev(e, kv);
 }
 
 /* ---------------------------------------------------------------- KV export */
@@ -312,13 +307,13 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         float *const x_r = e->x + (size_t)r0 * d.H;
         if (p.kv && nr > SMALL_CHUNK) {
             gpu_seq_dev sq = seq_of(e, p.kv);
-            size_t off = (size_t)l * d.n_kv * p.kv->cap * d.hd;
+            size_t off = (size_t)l * d.n_kv * sq.cap * d.hd;
             if (e->sm90)
                 GPU_TRY(gpu_attn_prefill_sm90(s, &d, nr, p.pos0 + r0, q_r, sq.k + off, sq.v + off, sq.cap,
-                                              att_r));
+                                              att_r, &sq.map));
             else
                 GPU_TRY(gpu_attn_prefill(s, &d, nr, p.pos0 + r0, q_r, sq.k + off, sq.v + off, sq.cap,
-                                         att_r, e->fa_warps));
+                                         att_r, e->fa_warps, &sq.map));
         } else {
             unsigned long long *btr =
                 e->atrace && e->ctrace_n >= 0 ? e->atrace + (size_t)l * GPU_ATRACE_BLOCKS * GPU_ATRACE_STAMPS : NULL;
@@ -415,6 +410,9 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
     if (n <= 0 || pos0 < 0 || pos0 > kv->cap - n) return ACCEL_ERR_INVALID;
     if (sink && kv_dtype != PROTO_KV_INT8 && kv_dtype != PROTO_KV_INT4) return ACCEL_ERR_INVALID;
     GPU_CHECK(cudaSetDevice(e->index));
+    /* the blocks of every new position first: NOMEM here leaves the sequence as it was */
+    gpu_kv_stage_reset(e);
+    GPU_TRY(gpu_kv_reserve(e, 1, &kv, &pos0, &n));
     export_run xr;
     if (sink) {
         memset(&e->stats, 0, sizeof e->stats);
@@ -630,7 +628,8 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
     const int warps = e->sparse_warps ? e->sparse_warps : n >= 131072 ? 8 : 4;
     /* on Hopper with head_dim 128 the warp-specialized kernel's block-sparse form, as the dense
      * prefill (engine.cu: e->sparse_ws; sparse_attn=mma4/mma8 turn it off) */
-    const bool ws = e->sparse_ws && gpu_attn_ws_usable(&d, w.q, sq.k, sq.v, kv->cap);
+    const bool ws = e->sparse_ws && gpu_attn_ws_usable(&d, w.q, sq.k, sq.v, sq.cap);
+    const size_t k_head = (size_t)sq.cap * d.hd; /* between KV heads (in a block) */
     prof_mark(e, P_START);
     GPU_TRY(gpu_embed_rope(s, e->embed, w.ids, n, d.H, w.x, w.pos, w.tbl, w.inv, half, w.rope));
     prof_mark(e, P_ROPE_TAB);
@@ -638,7 +637,7 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
     for (int l = 0; l < d.L; l++) {
         const gpu_layer_w &lw = e->layers[l];
         if (cancel && *cancel) return ACCEL_ERR_CANCELLED;
-        const size_t off = (size_t)l * d.n_kv * kv->cap * d.hd;
+        const size_t off = (size_t)l * d.n_kv * sq.cap * d.hd;
         const h16 *kl = sq.k + off, *vl = sq.v + off;
         for (int c0 = 0; c0 < n; c0 += C) {
             const int T = n - c0 < C ? n - c0 : C;
@@ -658,7 +657,8 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
             if (l >= xr->host_ring) GPU_TRY(export_poll(e, xr, l - xr->host_ring, 1));
             GPU_TRY(export_copy(e, xr, l));
         }
-        GPU_TRY(gpu_flex_index_kv(w.fw, fp, w.q, kl, (size_t)d.hd, (size_t)kv->cap * d.hd, n, s));
+        GPU_TRY(gpu_flex_index_kv_paged(w.fw, fp, w.q, kl, (size_t)d.hd, k_head, sq.map.tbl,
+                                        sq.map.bstride, n, s));
         const int32_t *rp = gpu_flex_ws_row_ptr(w.fw);
         GPU_CHECK(cudaMemcpyAsync(e->nnz_h + l, rp + (size_t)d.n_heads * (nb + 1) - 1, sizeof(int),
                                   cudaMemcpyDeviceToHost, s));
@@ -670,12 +670,11 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
             const h16 *qc = w.q + (size_t)c0 * d.qd;
             int st = ACCEL_ERR_UNSUPPORTED;
             if (ws)
-                st = gpu_attn_prefill_ws_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd,
-                                            (size_t)kv->cap * d.hd, 0, &bl, e->att, 0);
+                st = gpu_attn_prefill_ws_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd, k_head, 0, &bl,
+                                            e->att, 0, &sq.map);
             if (st == ACCEL_ERR_UNSUPPORTED) /* no ws kernel, or no tensor map for these */
-                st = gpu_attn_prefill_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd,
-                                         (size_t)kv->cap * d.hd, 0, &bl, e->att,
-                                         d.hdp == 128 ? warps : 4);
+                st = gpu_attn_prefill_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd, k_head, 0, &bl,
+                                         e->att, d.hdp == 128 ? warps : 4, &sq.map);
             GPU_TRY(st);
             prof_mark(e, P_ATTN);
             GPU_TRY(gpu_gemm(e, T, d.H, d.qd, lw.w_o, e->att, xc, 1, 1.f));
@@ -705,6 +704,9 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, const int32_t *ids, int n, flo
     if ((d.hd != 64 && d.hd != 128) || d.n_heads > GPU_FLEX_MAX_HEADS || n > GPU_FLEX_MAX_TOKENS)
         return ACCEL_ERR_UNSUPPORTED;
     GPU_CHECK(cudaSetDevice(e->index));
+    gpu_kv_stage_reset(e);
+    const int zero = 0;
+    GPU_TRY(gpu_kv_reserve(e, 1, &kv, &zero, &n));
     export_run xr;
     if (sink) {
         memset(&e->stats, 0, sizeof e->stats);
@@ -812,8 +814,14 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
     meta_fill mf = meta_plan(n, n, dynamic ? n + 1 : 1, half);
     meta_ptrs mh = meta_at(e->meta_h, mf), md = meta_at(e->meta_d, mf);
     inv_table(e, 0, mh.inv);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         if (pos[i] < 0 || pos[i] >= kvs[i]->cap) return ACCEL_ERR_INVALID;
+    /* every sequence's block for its new position (and the copy of a shared one), all or none */
+    int ones[GPU_MAX_BATCH];
+    for (int i = 0; i < n; i++) ones[i] = 1;
+    gpu_kv_stage_reset(e);
+    GPU_TRY(gpu_kv_reserve(e, n, kvs, pos, ones));
+    for (int i = 0; i < n; i++) {
         mh.ids[i] = ids[i];
         mh.pos[i] = pos[i];
         mh.seq[i] = i;
@@ -884,6 +892,8 @@ int gpu_kv_import(gpu_engine *e, gpu_kv *kv, const proto_kv_layer *c)
         return ACCEL_ERR_INVALID;
     if (!c->k || !c->v || !c->k_scale || !c->v_scale) return ACCEL_ERR_INVALID;
     GPU_CHECK(cudaSetDevice(e->index));
+    gpu_kv_stage_reset(e);
+    GPU_TRY(gpu_kv_reserve(e, 1, &kv, &c->pos0, &c->n_tokens));
     size_t vb = proto_kv_value_bytes(c->dtype, c->n_tokens, d.n_kv, d.hd);
     size_t sc = proto_kv_scale_count(c->dtype, c->n_tokens, d.n_kv, d.hd) * sizeof(uint16_t);
     size_t need = 2 * vb + 2 * sc;
@@ -901,11 +911,11 @@ int gpu_kv_import(gpu_engine *e, gpu_kv *kv, const proto_kv_layer *c)
     GPU_CHECK(cudaMemcpyAsync(b + 2 * vb, c->k_scale, sc, cudaMemcpyHostToDevice, s));
     GPU_CHECK(cudaMemcpyAsync(b + 2 * vb + sc, c->v_scale, sc, cudaMemcpyHostToDevice, s));
     gpu_seq_dev sq = seq_of(e, kv);
-    size_t off = (size_t)c->layer * d.n_kv * kv->cap * d.hd;
+    size_t off = (size_t)c->layer * d.n_kv * sq.cap * d.hd;
     int st = gpu_kv_dequantize(s, c->dtype, b, (const unsigned short *)(b + 2 * vb), c->n_tokens,
-                               d.n_kv, d.hd, sq.k + off, kv->cap, c->pos0);
+                               d.n_kv, d.hd, sq.k + off, sq.cap, c->pos0, &sq.map);
     if (!st)
         st = gpu_kv_dequantize(s, c->dtype, b + vb, (const unsigned short *)(b + 2 * vb + sc),
-                               c->n_tokens, d.n_kv, d.hd, sq.v + off, kv->cap, c->pos0);
+                               c->n_tokens, d.n_kv, d.hd, sq.v + off, sq.cap, c->pos0, &sq.map);
     return finish(e, st);
 }

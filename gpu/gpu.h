@@ -32,6 +32,9 @@ extern "C" {
 typedef struct gpu_engine gpu_engine;
 typedef struct gpu_kv gpu_kv;
 
+/* Positions per KV block (the paged pool: gpu/engine.cuh says why 128). */
+#define GPU_KV_BLOCK 128
+
 /* Decode batch bound (sequences per accel_decode): sizes the per-step workspaces. */
 #define GPU_MAX_BATCH 256
 
@@ -52,9 +55,25 @@ uint64_t gpu_engine_kv_budget(const gpu_engine *e);
 /* Bytes one position of one sequence takes in the KV cache (K and V, every layer, h16). */
 uint64_t gpu_engine_kv_bytes_per_token(const gpu_engine *e);
 
-/* A KV cache for `capacity` positions. ACCEL_ERR_NOMEM when the device has no room. */
+/* A sequence of at most `capacity` positions: an empty block table (blocks are taken from the
+ * engine's pool as it grows; gpu/engine.cuh). */
 int gpu_kv_new(gpu_engine *e, int capacity, gpu_kv **out);
 void gpu_kv_free(gpu_engine *e, gpu_kv *kv);
+/* A new sequence of `capacity` positions sharing src's blocks of positions [0, n_tokens). */
+int gpu_kv_fork(gpu_engine *e, gpu_kv *src, int n_tokens, int capacity, gpu_kv **out);
+/* Gives back the blocks wholly past len positions. */
+int gpu_kv_truncate(gpu_engine *e, gpu_kv *kv, int len);
+/* Marks kv a prefix-cache holder: blocks only holders reference count as cached. */
+int gpu_kv_hold(gpu_engine *e, gpu_kv *kv);
+/* The pool: block ids in all, referenced, referenced by holders only. Any thread. */
+void gpu_kv_usage(gpu_engine *e, int *total, int *used, int *cached);
+/* Bytes of one block (every layer's K, then V: (2, n_layers, n_kv, GPU_KV_BLOCK, head_dim) h16). */
+uint64_t gpu_kv_block_bytes(const gpu_engine *e);
+/* Copies block `block` of kv (full) to host dst; waits. */
+int gpu_kv_block_save(gpu_engine *e, gpu_kv *kv, int block, void *dst);
+/* Appends one block of bytes from host src at position pos (a multiple of GPU_KV_BLOCK: kv's
+ * length); ACCEL_ERR_NOMEM when the pool is exhausted. Waits. */
+int gpu_kv_block_load(gpu_engine *e, gpu_kv *kv, int pos, const void *src);
 
 /* Appends n tokens at positions pos0.. of kv's sequence (pos0 = its current length).
  * logits: NULL, (vocab) for the last token, or (n, vocab) when all_logits; float32 on the host.

@@ -64,6 +64,11 @@ int gpu_flex_index(gpu_flex_ws *ws, const gpu_flex_params *p, const void *q, con
  * elements), e.g. the engine's KV cache (head_dim, capacity * head_dim). q stays (n, H, d). */
 int gpu_flex_index_kv(gpu_flex_ws *ws, const gpu_flex_params *p, const void *q, const void *k,
                       size_t k_tok, size_t k_head, int n, void *stream);
+/* The same over a paged KV cache (gpu/engine.cuh): key j's row is tbl[j / 128] * bstride +
+ * j % 128 (device table; NULL: row j), at k + row * k_tok + g * k_head. */
+int gpu_flex_index_kv_paged(gpu_flex_ws *ws, const gpu_flex_params *p, const void *q,
+                            const void *k, size_t k_tok, size_t k_head, const int *tbl,
+                            long long bstride, int n, void *stream);
 /* The workspace's index (device pointers, valid until the next gpu_flex_index). */
 const int32_t *gpu_flex_ws_row_ptr(const gpu_flex_ws *ws);
 const int32_t *gpu_flex_ws_col(const gpu_flex_ws *ws);

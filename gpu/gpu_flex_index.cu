@@ -67,10 +67,19 @@ template <int D> struct lastq_smem {
     static constexpr size_t bytes(bool acc) { return q + k + s + (acc ? accum : 0); }
 };
 
+/* Key j's row in K: j, or through a paged cache's block table (gpu/engine.cuh: blocks of
+ * GPU_FLEX_KV_BLOCK keys, block id b's rows at b * bstride). */
+#define GPU_FLEX_KV_BLOCK 128
+__device__ __forceinline__ long long kv_row(const int *tbl, long long bstride, int j)
+{
+    return tbl ? (long long)tbl[j / GPU_FLEX_KV_BLOCK] * bstride + j % GPU_FLEX_KV_BLOCK : j;
+}
+
 template <int D, bool ACCUM>
 __global__ void __launch_bounds__(256)
     lastq_kernel(const h16 *__restrict__ q, const h16 *__restrict__ k, size_t k_tok,
-                 size_t k_head, int n, int H, int Hk, int interleave, float scale_log2,
+                 size_t k_head, const int *tbl, long long bstride, int n, int H, int Hk,
+                 int interleave, float scale_log2,
                  float2 *partial, const float *m2, const float *inv_l, float *vert, float *slash,
                  float *carry_a, float *carry_b)
 {
@@ -109,7 +118,9 @@ __global__ void __launch_bounds__(256)
         for (int i = tid; i < SUB * D / 8; i += 256) {
             const int r = i / (D / 8), c = i % (D / 8), j = j0 + r;
             uint4 v = make_uint4(0, 0, 0, 0);
-            if (j < n) v = *(const uint4 *)(k + (size_t)j * k_tok + (size_t)g * k_head + 8 * c);
+            if (j < n)
+                v = *(const uint4 *)(k + (size_t)kv_row(tbl, bstride, j) * k_tok +
+                                     (size_t)g * k_head + 8 * c);
             *(uint4 *)(ks + r * LDQ + 8 * c) = v;
         }
         __syncthreads();
@@ -237,13 +248,14 @@ __global__ void mean_q_kernel(const h16 *q, int n, int H, int D, float *mq)
     mq[h * D + e] = s / BS / sqrtf((float)D);
 }
 
-__global__ void avg_k_kernel(const h16 *k, size_t k_tok, size_t k_head, int n, int D, float *avg_k)
+__global__ void avg_k_kernel(const h16 *k, size_t k_tok, size_t k_head, const int *tbl,
+                             long long bstride, int n, int D, float *avg_k)
 {
     const int b = blockIdx.x, g = blockIdx.y, e = threadIdx.x, nb = gridDim.x;
     const int j1 = (b + 1) * BS < n ? (b + 1) * BS : n;
     float s = 0;
     for (int j = b * BS; j < j1; j++)
-        s += h16_to(k[(size_t)j * k_tok + (size_t)g * k_head + e]);
+        s += h16_to(k[(size_t)kv_row(tbl, bstride, j) * k_tok + (size_t)g * k_head + e]);
     avg_k[((size_t)g * nb + b) * D + e] = s / (float)(j1 - b * BS);
 }
 
@@ -638,7 +650,8 @@ extern "C" const gpu_flex_head *gpu_flex_ws_heads(const gpu_flex_ws *w)
 
 template <int D>
 static int launch_lastq(gpu_flex_ws *w, const gpu_flex_params *p, const h16 *q, const h16 *k,
-                        size_t k_tok, size_t k_head, int n, cudaStream_t st)
+                        size_t k_tok, size_t k_head, const int *tbl, long long bstride, int n,
+                        cudaStream_t st)
 {
     const int nch = (n + KCHUNK - 1) / KCHUNK;
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
@@ -648,13 +661,13 @@ static int launch_lastq(gpu_flex_ws *w, const gpu_flex_params *p, const h16 *q, 
     GF_CHECK(cudaFuncSetAttribute(lastq_kernel<D, true>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
     const dim3 grid(nch, w->H);
-    lastq_kernel<D, false><<<grid, 256, s0, st>>>(q, k, k_tok, k_head, n, w->H, w->Hk,
+    lastq_kernel<D, false><<<grid, 256, s0, st>>>(q, k, k_tok, k_head, tbl, bstride, n, w->H, w->Hk,
                                                   p->gqa_interleave, scale_log2, w->partial, NULL,
                                                   NULL, NULL, NULL, NULL, NULL);
     GF_LAUNCHED();
     reduce_stats_kernel<<<w->H, BS, 0, st>>>(w->partial, nch, w->m2, w->inv_l);
     GF_LAUNCHED();
-    lastq_kernel<D, true><<<grid, 256, s1, st>>>(q, k, k_tok, k_head, n, w->H, w->Hk,
+    lastq_kernel<D, true><<<grid, 256, s1, st>>>(q, k, k_tok, k_head, tbl, bstride, n, w->H, w->Hk,
                                                  p->gqa_interleave, scale_log2, NULL, w->m2,
                                                  w->inv_l, w->vert, w->slash, w->carry_a,
                                                  w->carry_b);
@@ -674,6 +687,13 @@ extern "C" int gpu_flex_index(gpu_flex_ws *w, const gpu_flex_params *p, const vo
 extern "C" int gpu_flex_index_kv(gpu_flex_ws *w, const gpu_flex_params *p, const void *qv,
                                  const void *kv, size_t k_tok, size_t k_head, int n, void *stream)
 {
+    return gpu_flex_index_kv_paged(w, p, qv, kv, k_tok, k_head, NULL, 0, n, stream);
+}
+
+extern "C" int gpu_flex_index_kv_paged(gpu_flex_ws *w, const gpu_flex_params *p, const void *qv,
+                                       const void *kv, size_t k_tok, size_t k_head,
+                                       const int *tbl, long long bstride, int n, void *stream)
+{
     if (!w || !p || !qv || !kv || n < 2 * BS || n > w->cap_n || !(p->gamma > 0 && p->gamma <= 1) ||
         !(p->tau >= 0 && p->tau <= 1) || p->min_blocks < 1 || p->max_blocks < 0)
         return GPU_FLEX_ERR_INVALID;
@@ -681,12 +701,12 @@ extern "C" int gpu_flex_index_kv(gpu_flex_ws *w, const gpu_flex_params *p, const
     const h16 *q = (const h16 *)qv, *k = (const h16 *)kv;
     const int H = w->H, Hk = w->Hk, D = w->d, nb = (n + BS - 1) / BS;
     const int max_b = p->max_blocks > 0 && p->max_blocks < nb ? p->max_blocks : nb;
-    int rc = D == 64 ? launch_lastq<64>(w, p, q, k, k_tok, k_head, n, st)
-                     : launch_lastq<128>(w, p, q, k, k_tok, k_head, n, st);
+    int rc = D == 64 ? launch_lastq<64>(w, p, q, k, k_tok, k_head, tbl, bstride, n, st)
+                     : launch_lastq<128>(w, p, q, k, k_tok, k_head, tbl, bstride, n, st);
     if (rc) return rc;
     mean_q_kernel<<<H, D, 0, st>>>(q, n, H, D, w->mq);
     GF_LAUNCHED();
-    avg_k_kernel<<<dim3(nb, Hk), D, 0, st>>>(k, k_tok, k_head, n, D, w->avg_k);
+    avg_k_kernel<<<dim3(nb, Hk), D, 0, st>>>(k, k_tok, k_head, tbl, bstride, n, D, w->avg_k);
     GF_LAUNCHED();
     rc = gf_cut_run(w->vert, w->slash, n, 2 * H, 1, (double)p->gamma, NULL, w->cut_scratch,
                     w->vs_cuts, st);

@@ -155,7 +155,7 @@ __global__ void k_rope_qkv(gpu_dims d, int layer, const float *qkv, const float 
     const float *row = qkv + (size_t)t * d.qkv;
     const float2 *cs = rope + (size_t)t * half;
     gpu_seq_dev sq = seqs[seq_idx[t]];
-    int p = pos[t];
+    const long long p = gpu_kv_row(sq.map, pos[t]); /* the position's row in the cache */
     int n_q = d.n_heads * half / ROPE_VW, n_k = d.n_kv * half / ROPE_VW, n_v = d.kvd / ROPE_VW;
     for (int w = threadIdx.x; w < n_q + n_k + n_v; w += blockDim.x) {
         if (w < n_q + n_k) {

@@ -76,9 +76,11 @@ int gpu_kv_quantize(cudaStream_t s, enum proto_kv_dtype t, const float *x, int T
 }
 
 /* Dequantize: value = q * float(scale) (cpu_kv_dequantize), rounded to the cache's h16. One
- * thread per element; token t, head h goes to cache row (h, pos0 + t). */
+ * thread per element; token t, head h goes to cache row (h, pos0 + t), the position mapped
+ * through map (a paged cache). */
 __global__ void k_dequant(int dtype, const unsigned char *q, const unsigned short *scales, int T,
-                          int n_kv, int hd, int g, h16 *cache, int cap, int pos0)
+                          int n_kv, int hd, int g, h16 *cache, int cap, int pos0,
+                          gpu_kv_map map)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)T * n_kv * hd) return;
@@ -94,18 +96,19 @@ __global__ void k_dequant(int dtype, const unsigned char *q, const unsigned shor
         int nib = e % 2 ? b >> 4 : b & 0xf;
         v = nib >= 8 ? nib - 16 : nib;
     }
-    cache[((size_t)h * cap + pos0 + t) * hd + e] = h16_from((float)v * s);
+    cache[((size_t)h * cap + gpu_kv_row(map, pos0 + t)) * hd + e] = h16_from((float)v * s);
 }
 
 int gpu_kv_dequantize(cudaStream_t s, enum proto_kv_dtype t, const unsigned char *q,
                       const unsigned short *scales, int T, int n_kv, int hd, h16 *cache, int cap,
-                      int pos0)
+                      int pos0, const gpu_kv_map *map)
 {
     size_t n = (size_t)T * n_kv * hd;
     if (n == 0) return ACCEL_OK;
     if (t != PROTO_KV_INT8 && t != PROTO_KV_INT4) return ACCEL_ERR_INVALID;
     k_dequant<<<(unsigned)((n + 255) / 256), 256, 0, s>>>((int)t, q, scales, T, n_kv, hd,
-                                                            proto_kv_group(t, hd), cache, cap, pos0);
+                                                            proto_kv_group(t, hd), cache, cap, pos0,
+                                                            map ? *map : gpu_kv_map{});
     GPU_LAUNCHED();
     return ACCEL_OK;
 }

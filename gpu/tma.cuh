@@ -76,6 +76,15 @@ __device__ __forceinline__ void gpu_tma_load_3d(uint32_t dst, const CUtensorMap 
                  : "memory");
 }
 
+__device__ __forceinline__ void gpu_tma_load_4d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                                int c2, int c3, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+                 : "memory");
+}
+
 /* named barriers 1..15 (0 is __syncthreads'): sync waits, arrive only counts */
 __device__ __forceinline__ void gpu_bar_sync(int id, int threads)
 {

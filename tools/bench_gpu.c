@@ -5,7 +5,7 @@
  *             [--export 4096,32768] [--attention 1024,4096,16384,32768] [--steps 64] [--reps 3]
  *             [--sparse 0.9[,G...] [--sparse-max 0,0.03] [--min-budget 1024] [--tau 0.1]
  *              [--sparse-only]]
- *             [--warm each|once] [--idle MS] [--logits host|pageable]
+ *             [--warm each|once] [--idle MS] [--logits host|pageable] [--prefix P:C[,P:C...]]
  *
  *   prefill P     time to first token: one accel_prefill of P tokens returning the last logits
  *                 (the call synchronizes); median of --reps after one warm-up run (--warm once:
@@ -23,6 +23,13 @@
  *                 (the logits into a buffer from accel_host_alloc, as the daemon's scheduler
  *                 takes it; --logits pageable: malloc, for comparison)
  *   batch B       B sequences of --batch-ctx tokens decoded together: tokens/s over --steps steps
+ *   prefix P:C    (paged devices, ACCEL_CAP_PAGED) TTFT of a P-token prompt whose first C
+ *                 tokens (C a multiple of the device's block) are cached, as the prefix cache
+ *                 serves it: a holder sequence with the C tokens (prefilled once, not timed) is
+ *                 forked and the last P - C tokens prefilled (timed: fork + prefill); the same
+ *                 with the C tokens' blocks in host memory (saved once with accel_kv_block_save
+ *                 into accel_host_alloc buffers; timed: C / block accel_kv_block_load + the
+ *                 prefill); against the cold TTFT of all P tokens (medians of --reps)
  *   export P      TTFT with the int8 KV export to a host sink (which copies each chunk, as a
  *                 consumer would) vs without; the export's bytes over the device time of its
  *                 device-to-host copies (gpu_accel_export_stats, found with dlsym)
@@ -238,6 +245,67 @@ static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, dou
     return rate;
 }
 
+/* --prefix P:C (see the top): cold, cached and host-tier TTFT in seconds; 0 or -1. */
+static int prefix_run(accel_dev *d, int vocab, int P, int C, int reps, double *cold,
+                      double *hit, double *host)
+{
+    accel_info in;
+    accel_get_info(d, &in);
+    const int B = in.kv_block_tokens;
+    if (!(in.caps & ACCEL_CAP_PAGED) || B <= 0 || C % B || C <= 0 || C >= P || reps > 32) {
+        fprintf(stderr, "bench_gpu: --prefix %d:%d needs a paged device and C a multiple of %d below P
+",
+                P, C, B);
+        return -1;
+    }
+    const int nblk = C / B;
+    int32_t *ids = make_ids(P, vocab, 5);
+    float *lg = malloc(sizeof(float) * vocab);
+    void **blk = calloc(nblk, sizeof(void *));
+    double tc[32], th[32], tt[32];
+    accel_seq *holder = NULL, *s = NULL;
+    int st = ids && lg && blk ? 0 : ACCEL_ERR_NOMEM;
+    for (int i = 0; i < nblk && !st; i++)
+        if (!(blk[i] = accel_host_alloc(d, in.kv_block_bytes))) st = ACCEL_ERR_NOMEM;
+    /* the holder: the C cached tokens, and their blocks saved to host memory */
+    if (!st) st = accel_seq_new(d, C, &holder);
+    accel_prefill_req r0 = {.seq = holder, .ids = ids, .n = C, .logits = NULL};
+    if (!st) st = accel_prefill(d, &r0);
+    for (int i = 0; i < nblk && !st; i++) st = accel_kv_block_save(d, holder, i, blk[i]);
+    if (!st) st = accel_seq_hold(d, holder);
+    for (int r = -1; r < reps && !st; r++) { /* r = -1: warm-up */
+        double t0 = now();
+        st = accel_seq_new(d, P, &s);
+        accel_prefill_req rc = {.seq = s, .ids = ids, .n = P, .logits = lg};
+        if (!st) st = accel_prefill(d, &rc);
+        double t1 = now();
+        if (s) accel_seq_free(d, s);
+        s = NULL;
+        if (!st) st = accel_seq_fork(d, holder, C, P, &s);
+        accel_prefill_req rh = {.seq = s, .ids = ids + C, .n = P - C, .logits = lg};
+        if (!st) st = accel_prefill(d, &rh);
+        double t2 = now();
+        if (s) accel_seq_free(d, s);
+        s = NULL;
+        double t3 = now();
+        if (!st) st = accel_seq_new(d, P, &s);
+        for (int i = 0; i < nblk && !st; i++) st = accel_kv_block_load(d, s, blk[i]);
+        accel_prefill_req rt = {.seq = s, .ids = ids + C, .n = P - C, .logits = lg};
+        if (!st) st = accel_prefill(d, &rt);
+        double t4 = now();
+        if (s) accel_seq_free(d, s);
+        s = NULL;
+        if (r >= 0) tc[r] = t1 - t0, th[r] = t2 - t1, tt[r] = t4 - t3;
+    }
+    if (st) fprintf(stderr, "bench_gpu: prefix %d:%d: %s
+", P, C, accel_strerror(st));
+    else *cold = median(tc, reps), *hit = median(th, reps), *host = median(tt, reps);
+    if (holder) accel_seq_free(d, holder);
+    for (int i = 0; i < nblk && blk; i++) accel_host_free(d, blk[i]);
+    free(blk), free(ids), free(lg);
+    return st ? -1 : 0;
+}
+
 /* The CUDA plugin's handle when it is loaded (for its benchmark entry points), else NULL. */
 static void *plugin(void)
 {
@@ -270,7 +338,8 @@ int main(int argc, char **argv)
     const char *dir = NULL, *device = "cuda";
     enum accel_gpu_half half = ACCEL_GPU_HALF_AUTO;
     long prefill[MAX_LIST], dctx[MAX_LIST], batch[MAX_LIST], exp_[MAX_LIST], att[MAX_LIST];
-    int np = 0, nd = 0, nb = 0, ne = 0, na = 0;
+    int np = 0, nd = 0, nb = 0, ne = 0, na = 0, npx = 0;
+    long pxP[MAX_LIST], pxC[MAX_LIST];
     long steps = 64, reps = 3, bctx = 1024, min_budget = 1024;
     double tau = 0.1;
     double gammas[MAX_LIST], maxf[MAX_LIST] = {0};
@@ -283,6 +352,22 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "--gpu-dtype")) bad = accel_gpu_half_parse(v, &half) != 0;
         else if (!strcmp(a, "--prefill")) bad = (np = parse_list(v, prefill, 1, 1 << 20)) < 0;
+        else if (!strcmp(a, "--prefix")) {
+            npx = 0;
+            for (const char *q = v; *q && npx < MAX_LIST;) {
+                char *e1, *e2 = NULL;
+                long P = strtol(q, &e1, 10), C = *e1 == ':' ? strtol(e1 + 1, &e2, 10) : -1;
+                if (*e1 != ':' || P < 2 || P > (1 << 20) || C < 1 || C >= P) {
+                    bad = 1;
+                    break;
+                }
+                pxP[npx] = P, pxC[npx++] = C;
+                q = *e2 == ',' ? e2 + 1 : e2;
+                if (*e2 && *e2 != ',') bad = 1;
+                if (bad) break;
+            }
+            bad = bad || npx == 0;
+        }
         else if (!strcmp(a, "--decode-ctx")) bad = (nd = parse_list(v, dctx, 1, 1 << 20)) < 0;
         else if (!strcmp(a, "--batch")) bad = (nb = parse_list(v, batch, 1, 4096)) < 0;
         else if (!strcmp(a, "--export")) bad = (ne = parse_list(v, exp_, 1, 1 << 20)) < 0;
@@ -381,6 +466,15 @@ int main(int argc, char **argv)
                 fflush(stdout);
             }
         free(ids);
+    }
+    for (int i = 0; i < npx; i++) {
+        double cold, hit, host;
+        if (prefix_run(d, V, (int)pxP[i], (int)pxC[i], (int)reps, &cold, &hit, &host)) return 1;
+        printf("{\"bench\":\"prefix\",\"tokens\":%ld,\"cached\":%ld,\"cold_ms\":%.2f,"
+               "\"hit_ms\":%.2f,\"hit_pct_of_cold\":%.1f,\"host_tier_ms\":%.2f,"
+               "\"host_tier_pct_of_cold\":%.1f}\n", pxP[i], pxC[i], cold * 1e3, hit * 1e3,
+               100 * hit / cold, host * 1e3, 100 * host / cold);
+        fflush(stdout);
     }
     for (int i = 0; i < nd; i++) {
         double ms = 0, rate = decode_run(d, V, 1, (int)dctx[i], (int)steps, &ms);

@@ -337,7 +337,7 @@ __device__ __forceinline__ void step_rope(const step_params &p, int l)
     const int half = d.hd / 2, n_q = d.n_heads * half, n_k = d.n_kv * half;
     const float *bias = step_layer(p, l).b_qkv;
     const gpu_seq_dev sq = p.dp.seqs[p.dp.seq_idx[0]];
-    const int pos = p.dp.pos[0];
+    const long long pos = gpu_kv_row(sq.map, p.dp.pos[0]); /* the position's row in the cache */
     h16 *q = (h16 *)p.dp.q;
     for (int w = blockIdx.x * STEP_THREADS + threadIdx.x; w < n_q + n_k + d.kvd;
          w += gridDim.x * STEP_THREADS) {

@@ -1,0 +1,114 @@
+/* The CUDA backend's paged KV (gpu/kv_pool.cu) through its head_dim-128 kernels: the checks of
+ * tests/accel/paged_checks.h (copy-on-write of a shared partial block, save/load bit for bit,
+ * interleaved blocks equal to consecutive ones, NOMEM and recovery) on an mkmodel GQA checkpoint
+ * with the Llama-3 head (the conformance suite's stories260K has head_dim 8, so it never reaches
+ * the warp-specialized prefill kernel's tensor maps or the one-kernel decode attention), once per
+ * kernel choice that reads the cache another way (gpu/tuning.h: the mma.sync prefill kernel, the
+ * two-kernel decode attention, no CUDA graphs, no fused decode kernels), plus head_dim 64 (the
+ * one-warpgroup wgmma kernel and the split decode kernel), and FlexPrefill's sparse prefill
+ * (index and block-sparse attention through the table) into scattered blocks == into
+ * consecutive ones. Bit for bit throughout (paged_checks.h says why). Skipped without a GPU. */
+#include "tests/accel/paged_checks.h"
+#include "tests/gpu/gpu_util.h"
+#include "tests/test.h"
+#include <stdio.h>
+
+#define HD128 "--hidden 512 --layers 2 --heads 4 --kv-heads 2 --head-dim 128 --intermediate 768 " \
+              "--vocab 2000 --max-pos 4096"
+#define HD64 "--hidden 256 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 --intermediate 512 " \
+             "--vocab 1000 --max-pos 4096"
+
+static void paged_case(const char *args, const char *name, const char *tune)
+{
+    model *m;
+    accel_dev *d;
+    char why[600];
+    accel_opts o = {.gpu_tune = tune};
+    int r = tg_open_mkmodel(args, name, &o, &m, &d, why, sizeof why);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    const int V = m->cfg.vocab;
+    int f0 = t_failed();
+    pc_fork_cow(d, V);
+    pc_save_load(d, V);
+    pc_interleaved(d, V, 8);
+    if (t_failed() != f0) fprintf(stderr, "  (above: %s, tune %s)\n", name, tune ? tune : "-");
+    accel_free(d);
+    model_free(m);
+}
+
+TEST(gpu_paged_hd128) { paged_case(HD128, "paged128", NULL); }
+TEST(gpu_paged_hd128_mma8) { paged_case(HD128, "paged128", "attn=mma8"); }
+TEST(gpu_paged_hd128_two_kernel_decode) { paged_case(HD128, "paged128", "decode_attn=two,graphs=0"); }
+TEST(gpu_paged_hd128_unfused) { paged_case(HD128, "paged128", "fused=0,pdl=0"); }
+TEST(gpu_paged_hd64_wgmma) { paged_case(HD64, "paged64", "attn=wgmma"); }
+TEST(gpu_paged_hd64) { paged_case(HD64, "paged64", NULL); }
+
+TEST(gpu_paged_nomem_hd128)
+{
+    model *m;
+    accel_dev *d;
+    char why[600];
+    int r = tg_open_mkmodel(HD128, "paged128", NULL, &m, &d, why, sizeof why);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    accel_info i;
+    accel_get_info(d, &i);
+    accel_free(d);
+    accel_opts o = {.mem_limit = 3 * i.kv_block_bytes};
+    r = tg_open_mkmodel(HD128, "paged128", &o, &m, &d, why, sizeof why);
+    REQUIRE(r == 0);
+    pc_nomem(d, m->cfg.vocab);
+    accel_free(d);
+    model_free(m);
+}
+
+/* Sparse prefill (every block kept) of one prompt into a fresh pool and into blocks scattered by
+ * other sequences: the same logits and the same decode after it. */
+TEST(gpu_paged_sparse_scattered)
+{
+    model *m;
+    accel_dev *d;
+    char why[600];
+    int r = tg_open_mkmodel(HD128, "paged128", NULL, &m, &d, why, sizeof why);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    accel_info in;
+    accel_get_info(d, &in);
+    const int V = m->cfg.vocab, n = 700, B = in.kv_block_tokens;
+    int32_t *ids = malloc(sizeof(int32_t) * n);
+    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
+    REQUIRE(ids && la && lb);
+    pc_ids(ids, n, V, 53);
+    accel_sparse sp = {.gamma = 1.0f, .tau = 0.1f, .min_budget = n, .max_budget = 0,
+                       .dense_below = 256};
+    accel_sparse_report rep;
+    accel_seq *a, *b, *x, *y;
+    REQUIRE(accel_seq_new(d, n + 4, &a) == 0);
+    accel_prefill_req ra = {.seq = a, .ids = ids, .n = n, .logits = la, .sparse = &sp,
+                            .sparse_report = &rep};
+    REQUIRE(accel_prefill(d, &ra) == 0);
+    CHECK(rep.layers_sparse > 0); /* it did run sparse */
+    REQUIRE(pc_decode(d, a, ids[1], la) == 0);
+    /* scatter: x and y grow in turns, x is freed: b takes x's blocks, between y's */
+    REQUIRE(accel_seq_new(d, 2 * n, &x) == 0 && accel_seq_new(d, 2 * n, &y) == 0);
+    for (int p = 0; p < n; p += B) {
+        REQUIRE(pc_prefill(d, x, ids, B, NULL) == 0);
+        REQUIRE(pc_prefill(d, y, ids, B, NULL) == 0);
+    }
+    accel_seq_free(d, x);
+    REQUIRE(accel_seq_new(d, n + 4, &b) == 0);
+    accel_prefill_req rb = {.seq = b, .ids = ids, .n = n, .logits = lb, .sparse = &sp,
+                            .sparse_report = &rep};
+    REQUIRE(accel_prefill(d, &rb) == 0);
+    REQUIRE(pc_decode(d, b, ids[1], lb) == 0);
+    CHECK_MSG(pc_same(la, lb, V), "sparse prefill into scattered blocks differs");
+    accel_seq_free(d, a);
+    accel_seq_free(d, b);
+    accel_seq_free(d, y);
+    free(ids);
+    free(la);
+    free(lb);
+    accel_free(d);
+    model_free(m);
+}
