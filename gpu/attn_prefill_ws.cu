@@ -442,7 +442,7 @@ static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h
     if (map && map->tbl) {
         /* a paged cache (gpu/engine.cuh): (d, key in block, head, block id), one block per tile */
         const cuuint64_t pdims[4] = {WS_HD, GPU_KV_BLOCK, heads, (cuuint64_t)map->nblocks};
-        const cuuint64_t pstr[3] = {k_tok * 2, k_head * 2,
+        const cuuint64_t pstr[3] = {k_tok * 2, (cuuint64_t)GPU_KV_BLOCK * k_tok * 2,
                                     (cuuint64_t)map->bstride * k_tok * 2};
         const cuuint32_t pbox[4] = {64, WS_BC, 1, 1};
         if (!st) st = ws_map(&tk, k, 4, pdims, pstr, pbox);

@@ -253,8 +253,7 @@ static int prefix_run(accel_dev *d, int vocab, int P, int C, int reps, double *c
     accel_get_info(d, &in);
     const int B = in.kv_block_tokens;
     if (!(in.caps & ACCEL_CAP_PAGED) || B <= 0 || C % B || C <= 0 || C >= P || reps > 32) {
-        fprintf(stderr, "bench_gpu: --prefix %d:%d needs a paged device and C a multiple of %d below P
-",
+        fprintf(stderr, "bench_gpu: --prefix %d:%d needs a paged device and C a multiple of %d below P\n",
                 P, C, B);
         return -1;
     }
@@ -297,8 +296,7 @@ static int prefix_run(accel_dev *d, int vocab, int P, int C, int reps, double *c
         s = NULL;
         if (r >= 0) tc[r] = t1 - t0, th[r] = t2 - t1, tt[r] = t4 - t3;
     }
-    if (st) fprintf(stderr, "bench_gpu: prefix %d:%d: %s
-", P, C, accel_strerror(st));
+    if (st) fprintf(stderr, "bench_gpu: prefix %d:%d: %s\n", P, C, accel_strerror(st));
     else *cold = median(tc, reps), *hit = median(th, reps), *host = median(tt, reps);
     if (holder) accel_seq_free(d, holder);
     for (int i = 0; i < nblk && blk; i++) accel_host_free(d, blk[i]);

@@ -9,6 +9,7 @@
 #include "devices/devices.h"
 #include "tests/accel/paged_checks.h"
 #include "tests/test.h"
+#include "tests/util.h"
 
 #define STORIES "models/stories260K"
 
