@@ -117,11 +117,16 @@ __device__ __forceinline__ void d2_issue(const h16 *K, const h16 *V, const gpu_k
                                          int ke, int tile, int kofs, int c)
 {
     uint4 *slot = d2_ring() + (size_t)(tile % D2_STAGES) * 2 * D2_NI * D2_THREADS + threadIdx.x;
+    /* this thread's keys key0 + 16 i: one table lookup unless they cross a block boundary */
+    const int key0 = kb + tile * D2_TILE + kofs;
+    const bool cross = m.tbl && (key0 & (GPU_KV_BLOCK - 1)) > GPU_KV_BLOCK - 1 - 16 * (D2_NI - 1);
+    const long long row0 = key0 < ke ? gpu_kv_row(m, key0) : 0;
 #pragma unroll
     for (int i = 0; i < D2_NI; i++) {
-        const int key = kb + tile * D2_TILE + i * 16 + kofs;
+        const int key = key0 + i * 16;
         const bool ok = key < ke;
-        const size_t off = ok ? (size_t)gpu_kv_row(m, key) * D2_HD + c * 8 : 0;
+        const size_t off =
+            ok ? (size_t)(cross ? gpu_kv_row(m, key) : row0 + i * 16) * D2_HD + c * 8 : 0;
         d2_cp16(slot + (2 * i) * D2_THREADS, K + off, ok);
         d2_cp16(slot + (2 * i + 1) * D2_THREADS, V + off, ok);
     }
@@ -444,12 +449,15 @@ static_assert(D2M_STAGES >= 2, "the ring holds two steps per warp");
 __device__ __forceinline__ void d2m_issue(uint4 *stage, const h16 *K, const h16 *V,
                                           const gpu_kv_map &m, int k0, int ke, int lane)
 {
+    /* the step's D2M_KEYS keys: one table lookup unless they cross a block boundary */
+    const bool cross = m.tbl && (k0 & (GPU_KV_BLOCK - 1)) > GPU_KV_BLOCK - D2M_KEYS;
+    const long long row0 = k0 < ke ? gpu_kv_row(m, k0) : 0;
 #pragma unroll
     for (int it = 0; it < 8; it++) {
         const int idx = it * 32 + lane, kv = idx >> 7, r = idx & 127, k = r >> 4, c = r & 15;
         const int key = k0 + k;
         const bool ok = key < ke;
-        const size_t off = ok ? (size_t)gpu_kv_row(m, key) * D2_HD + c * 8 : 0;
+        const size_t off = ok ? (size_t)(cross ? gpu_kv_row(m, key) : row0 + k) * D2_HD + c * 8 : 0;
         d2_cp16(stage + kv * 128 + k * 16 + (c ^ k), (kv ? V : K) + off, ok);
     }
 }
