@@ -11,6 +11,7 @@
 #include "tests/accel/paged_checks.h"
 #include "tests/gpu/gpu_util.h"
 #include "tests/test.h"
+#include "tests/util.h"
 #include <stdio.h>
 
 #define HD128 "--hidden 512 --layers 2 --heads 4 --kv-heads 2 --head-dim 128 --intermediate 768 " \
@@ -80,8 +81,7 @@ TEST(gpu_paged_sparse_scattered)
     float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
     REQUIRE(ids && la && lb);
     pc_ids(ids, n, V, 53);
-    accel_sparse sp = {.gamma = 1.0f, .tau = 0.1f, .min_budget = n, .max_budget = 0,
-                       .dense_below = 256};
+    accel_sparse sp = t_flex_sparse(1.0f, 0.1f, n, 0, 256);
     accel_sparse_report rep;
     accel_seq *a, *b, *x, *y;
     REQUIRE(accel_seq_new(d, n + 4, &a) == 0);
