@@ -449,7 +449,8 @@ static const char *parse_alternates(pstate *ps, const char *p, int rule, int nes
 static void ascii_bits(const model_grammar *g, gram_elem *e)
 {
     e->ascii[0] = e->ascii[1] = 0;
-    const uint32_t *r = g->ranges + 2 * e->a;
+    /* an empty class (b == 0) may come with no ranges at all: no pointer arithmetic on NULL */
+    const uint32_t *r = e->b > 0 ? g->ranges + 2 * e->a : NULL;
     for (int i = 0; i < e->b; i++)
         for (uint32_t c = r[2 * i]; c <= r[2 * i + 1] && c < 128; c++) e->ascii[c >> 6] |= 1ull << (c & 63);
     if (e->neg) {
