@@ -2,6 +2,7 @@
  * A new kernel in fpga/kernels/ adds its descriptor here. */
 #include "fpga/emu/emu.h"
 #include "fpga/kernels/flex_kernel.h"
+#include "fpga/kernels/tls_kernel.h"
 #include <string.h>
 
 static const fpga_k_desc *const kernels[] = {
@@ -12,6 +13,7 @@ static const fpga_k_desc *const kernels[] = {
     &fpga_k_flex_sigu_desc,
     &fpga_k_flex_sau_desc,
     &fpga_k_prefill_desc,
+    &fpga_k_tls_select_desc,
 };
 
 const fpga_k_desc *emu_registry_find(const char *name)

@@ -112,7 +112,24 @@ const char emu_xclbin_builtin[] =
     "arg r1 u32\n"
     "arg kv_off u64\n"
     "arg part_tiles u32\n"
-    "arg ws_off u64\n";
+    "arg ws_off u64\n"
+    "# AsyncTLS sparse decode: both selection levels for one query group (fpga/kernels/tls_select.c)\n"
+    "kernel tls_select\n"
+    "arg data global HBM[0:31]\n"
+    "arg out global HBM[0:31]\n"
+    "arg q_off u64\n"
+    "arg ch_off u64\n"
+    "arg summ_off u64\n"
+    "arg code_off u64\n"
+    "arg lmin_off u64\n"
+    "arg lstep_off u64\n"
+    "arg n_keys u32\n"
+    "arg head_dim u32\n"
+    "arg group u32\n"
+    "arg r u32\n"
+    "arg block_size u32\n"
+    "arg block_budget u32\n"
+    "arg token_budget u32\n";
 
 static int hexval(int ch)
 {
