@@ -11,16 +11,18 @@
 static int usage(FILE *f)
 {
     fprintf(f, "usage: tandem calibrate-channels --model DIR [--out FILE] [--channels 32]\n"
-               "         [--seqs 8] [--len 256] [--seed 1]\n"
+               "         [--seqs 8] [--len 256] [--seed 1] [--ids-file FILE]\n"
                "Picks the channels AsyncTLS sparse decode labels per (layer, KV head): mean |q*k| over\n"
                "SEQS x LEN tokens the model samples itself (max over each GQA group), the CHANNELS\n"
-               "largest kept. Writes DIR/" MODEL_CHANNELS_FILE " unless --out names another file.\n");
+               "largest kept. Writes DIR/" MODEL_CHANNELS_FILE " unless --out names another file.\n"
+               "--ids-file: token ids (comma or space separated) to calibrate on instead, cut into\n"
+               "sequences of LEN (SEQS becomes how many whole ones it holds).\n");
     return f == stdout ? 0 : 2;
 }
 
 int dmn_cmd_calibrate_channels(int argc, char **argv)
 {
-    const char *dir = NULL, *out = NULL, *v;
+    const char *dir = NULL, *out = NULL, *ids_file = NULL, *v;
     int bad = 0;
     long x;
     devices_tls_calib_opts o;
@@ -29,6 +31,7 @@ int dmn_cmd_calibrate_channels(int argc, char **argv)
         if (dmn_help(i, argv)) return usage(stdout);
         if ((v = dmn_opt(&i, argc, argv, "--model", &bad))) dir = v;
         else if ((v = dmn_opt(&i, argc, argv, "--out", &bad))) out = v;
+        else if ((v = dmn_opt(&i, argc, argv, "--ids-file", &bad))) ids_file = v;
         else if ((v = dmn_opt(&i, argc, argv, "--channels", &bad))) {
             if (dmn_parse_int("--channels", v, 2, 1024, &x)) return 2;
             if (x % 2) {
@@ -57,6 +60,27 @@ int dmn_cmd_calibrate_channels(int argc, char **argv)
         fprintf(stderr, "tandem calibrate-channels: %s\n", err);
         return 1;
     }
+    int32_t *ids = NULL;
+    if (ids_file) {
+        char *text = model_read_file(ids_file, 256u << 20, NULL);
+        size_t n = 0;
+        if (!text) {
+            perror(ids_file);
+            model_free(m);
+            return 1;
+        }
+        int bad_ids = dmn_parse_ids(text, &ids, &n, err, sizeof err);
+        free(text);
+        if (bad_ids || n < (size_t)o.len) {
+            fprintf(stderr, "tandem calibrate-channels: %s: %s\n", ids_file,
+                    bad_ids ? err : "fewer ids than --len");
+            free(ids);
+            model_free(m);
+            return 2;
+        }
+        o.n_seqs = (int)(n / o.len < 4096 ? n / o.len : 4096);
+        o.ids = ids;
+    }
     if (out) snprintf(path, sizeof path, "%s", out);
     else model_channels_path(dir, path, sizeof path);
     model_channels ch;
@@ -73,6 +97,7 @@ int dmn_cmd_calibrate_channels(int argc, char **argv)
         }
         model_channels_free(&ch);
     }
+    free(ids);
     model_free(m);
     return rc;
 }

@@ -38,7 +38,18 @@ int devices_tls_calibrate(const model *m, const devices_tls_calib_opts *o, model
         snprintf(err, errlen, "calibrate-channels: out of memory or a shape out of bounds");
         goto out;
     }
-    if (cpu_calib_ids(m, o->n_seqs, o->len, o->seed, ids, err, errlen)) goto out;
+    if (o->ids) {
+        for (size_t i = 0; i < (size_t)o->n_seqs * o->len; i++) {
+            if (o->ids[i] < 0 || o->ids[i] >= c->vocab) {
+                snprintf(err, errlen, "calibrate-channels: id %d at %zu outside the vocabulary",
+                         o->ids[i], i);
+                goto out;
+            }
+            ids[i] = o->ids[i];
+        }
+    } else if (cpu_calib_ids(m, o->n_seqs, o->len, o->seed, ids, err, errlen)) {
+        goto out;
+    }
     if (cpu_calib_run_qk(m, ids, o->n_seqs, o->len, on_qk, acc)) {
         snprintf(err, errlen, "calibrate-channels: the forward ran out of memory");
         goto out;

@@ -21,6 +21,9 @@ typedef struct devices_tls_calib_opts {
     int len;       /* tokens each; default 256 */
     int channels;  /* r; default 32 (AsyncTLS on GQA models), capped at head_dim */
     uint64_t seed; /* sampling seed; default 1 */
+    const int32_t *ids; /* optional: n_seqs x len token ids to run instead of sampling them
+                           (text of the caller's choice, as Double Sparsity calibrates on
+                           pile-val); each < the vocabulary */
 } devices_tls_calib_opts;
 
 void devices_tls_calib_opts_default(devices_tls_calib_opts *o);

@@ -78,4 +78,24 @@ TEST(tls_channels_cli_writes_a_file_for_the_model)
     snprintf(cmd, sizeof cmd, "%s/tandem calibrate-channels --model models/stories260K --out %s "
                               "--channels 5 2>/dev/null", t_build_dir(), path);
     CHECK(t_run(cmd, NULL, 0) == 2);
+    /* on ids of the caller's choice: 100 ids make 3 sequences of 32 */
+    char idp[512];
+    snprintf(idp, sizeof idp, "%s/ids.txt", t_tmpdir());
+    FILE *f = fopen(idp, "w");
+    REQUIRE(f);
+    for (int i = 0; i < 100; i++) fprintf(f, "%d%s", i == 0 ? 1 : (i * 37 + 11) % 500 + 3, i < 99 ? "," : "\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s/tandem calibrate-channels --model models/stories260K --out %s "
+                              "--channels 4 --len 32 --ids-file %s >/dev/null", t_build_dir(), path, idp);
+    REQUIRE(t_run(cmd, err, sizeof err) == 0);
+    REQUIRE(model_channels_load(path, &o, err, sizeof err) == 0);
+    CHECK_EQ(o.calib_tokens, 96);
+    model_channels_free(&o);
+    f = fopen(idp, "w");
+    REQUIRE(f);
+    fprintf(f, "1,2,999\n"); /* 999: outside stories260K's 512 */
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s/tandem calibrate-channels --model models/stories260K --out %s "
+                              "--len 3 --ids-file %s 2>/dev/null", t_build_dir(), path, idp);
+    CHECK(t_run(cmd, NULL, 0) != 0);
 }

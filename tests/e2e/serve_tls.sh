@@ -1,0 +1,43 @@
+#!/bin/sh
+# AsyncTLS sparse decode through the daemon (decode_sparse key, CPU device): with budgets that
+# cover the context the greedy text equals dense decode's; with small budgets requests are served;
+# without the model's channel file the daemon refuses to start and says how to make it; a bad
+# spec names the key.
+. tests/e2e/lib/serve.sh
+
+M=$T/model
+mkdir -p "$M" && cp models/stories260K/* "$M"/ 2>/dev/null
+"$TANDEM" calibrate-channels --model "$M" --channels 4 --seqs 2 --len 64 >"$T/cal" 2>&1
+check tls_calibrate_writes_sidecar [ -s "$M/tandem-channels.bin" ]
+
+# 300 ids + 64 generated: the decode steps attend 300..364 keys
+ids=$(python3 -c "print([1] + [(i * 37 + 11) % 500 + 3 for i in range(299)])")
+req="{\"prompt\":$ids,\"max_tokens\":64,\"temperature\":0}"
+
+serve_start --model "$M" || { fail tls_dense_start "daemon did not start"; exit 0; }
+code=$(post /v1/completions "$req")
+dense=$(jq -r '.choices[0].text' "$T/body")
+check tls_dense_text sh -c "[ $code = 200 ] && [ -n '$dense' ]"
+serve_stop
+
+serve_start --model "$M" --decode-sparse "asynctls,block_size=16,block_budget=64,token_budget=512,dense_layers=0,dense_below=0" ||
+    { fail tls_full_start "daemon did not start"; exit 0; }
+code=$(post /v1/completions "$req")
+check tls_full_budget_equals_dense sh -c "[ $code = 200 ] && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$dense' ]"
+serve_stop
+
+serve_start --model "$M" --decode-sparse "asynctls,block_size=16,block_budget=4,token_budget=32,dense_layers=0" ||
+    { fail tls_small_start "daemon did not start"; exit 0; }
+code=$(post /v1/completions "$req")
+check tls_small_budget_served sh -c "[ $code = 200 ] && [ \"\$(jq -r '.usage.completion_tokens' $T/body)\" = 64 ]"
+serve_stop
+
+# no channel file: start-up fails with a message naming the command that makes it
+"$TANDEM" serve --devices cpu --host 127.0.0.1 --port 0 --admin-port 0 --model models/stories260K \
+    --decode-sparse asynctls --log-file "$T/nochan.log" >"$T/nochan.out" 2>&1
+rc=$?
+check tls_missing_channels_refused sh -c "[ $rc != 0 ] && grep -q calibrate-channels '$T/nochan.log' '$T/nochan.out'"
+"$TANDEM" serve --devices cpu --host 127.0.0.1 --port 0 --admin-port 0 --model "$M" \
+    --decode-sparse "asynctls,token_budgt=5" --log-file "$T/bad.log" >"$T/bad.out" 2>&1
+rc=$?
+check tls_bad_spec_names_key sh -c "[ $rc != 0 ] && grep -q token_budgt '$T/bad.log' '$T/bad.out'"
