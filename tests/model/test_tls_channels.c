@@ -62,7 +62,7 @@ TEST(tls_channels_round_trip_and_refusals)
 
 TEST(tls_channels_cli_writes_a_file_for_the_model)
 {
-    char cmd[1024], path[512], err[256];
+    char cmd[2048], path[512], err[256];
     snprintf(path, sizeof path, "%s/stories.bin", t_tmpdir());
     snprintf(cmd, sizeof cmd, "%s/tandem calibrate-channels --model models/stories260K --out %s "
                               "--channels 4 --seqs 2 --len 32 >/dev/null", t_build_dir(), path);
