@@ -7,8 +7,14 @@
  *   tandem simulate [--node SPEC] [--model llama2-7b|llama3-8b] [--workload P:O | --sharegpt]
  *                   [--rate R | --clients C] [--requests N] [--seed S] [--tbt-budget-ms B]
  *                   [--gpu-batch K] [--fpga-prefill] [--gpu-prefill MS@TOKENS]
- *                   [--gpu-decode MS@CTX] [--list]
+ *                   [--gpu-decode MS@CTX] [--slo-tbt-ms MS] [--slo-ttft-ms MS] [--list]
  *   tandem simulate --fig7 [--gpus a100,v100s] [--card u280] [--gpu-batch K] [...]
+ *   tandem simulate --compare [--model M] [--card u280-batch] [--requests N] [...]
+ *
+ * Energy: tok/J = steady tokens/s over the node's rated board power (every device at its
+ * profile's power for the whole run: an upper bound on the draw, for GPUs and cards alike).
+ * Goodput: the steady-state tokens of the requests whose first token came within the TTFT SLO
+ * of their arrival and whose every gap between tokens stayed within the TBT SLO.
  *
  * Throughput is measured in the steady state: the tokens of the requests that finished between
  * the 10th and the 90th percentile of completion times, over that window (the ramp-up and the
@@ -39,12 +45,17 @@ typedef struct sim_run {
     double tbt_ms;
     int gpu_batch, fpga_prefill;
     double gpu_prefill_ms, gpu_prefill_tokens, gpu_decode_ms, gpu_decode_ctx;
+    int prompt_hi;                  /* > prompt: prompts uniform in [prompt, prompt_hi] */
+    double slo_tbt_ms, slo_ttft_ms; /* goodput: requests meeting both (0: not bounded) */
 } sim_run;
 
 typedef struct sim_result {
     sched_sim_summary sum;
     double steady_tps;      /* tokens/s in the steady-state window */
     double price;           /* the node's dollars */
+    double power_w;         /* the node's devices at their rated board power */
+    double goodput_tps;     /* steady-state tokens of the requests that met the SLO */
+    int n_good;             /* finished requests that met the SLO */
     double util[SCHED_BOOK_MAX_DEVICES];
     char names[SCHED_BOOK_MAX_DEVICES][32];
     int n_devs;
@@ -73,7 +84,19 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double steady_tps(const sched_sim_req *r, int n)
+/* A finished request meets the SLO: first token within slo_ttft_ms of its arrival, no gap
+ * between two tokens over slo_tbt_ms (a bound of 0 is no bound). */
+static int meets_slo(const sim_run *o, const sched_sim_req *r)
+{
+    if (r->state != SCHED_SIM_DONE) return 0;
+    if (o->slo_ttft_ms > 0 && (r->t_first - r->arrival) * 1e3 > o->slo_ttft_ms) return 0;
+    if (o->slo_tbt_ms > 0 && r->max_tbt * 1e3 > o->slo_tbt_ms) return 0;
+    return 1;
+}
+
+/* Tokens/s in the steady-state window (see the top of this file); with o, only the requests
+ * that meet its SLO count (goodput). */
+static double steady_tps_of(const sched_sim_req *r, int n, const sim_run *o)
 {
     double *done = malloc(sizeof(double) * (size_t)(n ? n : 1));
     if (!done) return 0;
@@ -85,11 +108,18 @@ static double steady_tps(const sched_sim_req *r, int n)
         qsort(done, (size_t)k, sizeof *done, cmp_double);
         double a = done[k / 10], b = done[k - 1 - k / 10], tokens = 0;
         for (int i = 0; i < n; i++)
-            if (r[i].state == SCHED_SIM_DONE && r[i].t_done > a && r[i].t_done <= b) tokens += r[i].generated;
+            if (r[i].state == SCHED_SIM_DONE && r[i].t_done > a && r[i].t_done <= b &&
+                (!o || meets_slo(o, &r[i])))
+                tokens += r[i].generated;
         tps = b > a ? tokens / (b - a) : 0;
     }
     free(done);
     return tps;
+}
+
+static double steady_tps(const sched_sim_req *r, int n)
+{
+    return steady_tps_of(r, n, NULL);
 }
 
 static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
@@ -110,7 +140,7 @@ static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
         return -1;
     }
     sched_sim_trace tr = {.rate = o->clients > 0 ? 0 : o->rate, .prompt = o->prompt,
-                          .output = o->output, .sharegpt = o->sharegpt,
+                          .output = o->output, .sharegpt = o->sharegpt, .prompt_hi = o->prompt_hi,
                           .context = m.shape.context, .seed = o->seed};
     closed cl = {&tr, reqs, o->requests, 0};
     sched_sim_config cfg = {&m, m.n_devs, o->tbt_ms / 1e3, o->fpga_prefill, NULL,
@@ -135,6 +165,8 @@ static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
     int n = o->clients > 0 ? cl.next : o->requests;
     sched_sim_summarize(reqs, n, &res->sum);
     res->steady_tps = steady_tps(reqs, n);
+    res->goodput_tps = steady_tps_of(reqs, n, o);
+    for (int i = 0; i < n; i++) res->n_good += meets_slo(o, &reqs[i]);
     res->n_devs = m.n_devs;
     for (int i = 0; i < m.n_devs; i++) {
         sched_sim_dev_stats st;
@@ -142,6 +174,7 @@ static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
         res->util[i] = t_end > 0 ? st.busy_s / t_end : 0;
         snprintf(res->names[i], sizeof res->names[i], "%s", m.dev[i].name);
         res->price += m.dev[i].hw->price;
+        res->power_w += m.dev[i].power_w;
     }
     sched_sim_free(sim);
     free(reqs);
@@ -153,6 +186,7 @@ static void print_one(const sim_run *o, const sim_result *r)
     const sched_sim_summary *s = &r->sum;
     printf("node %s, %s, ", o->node, o->shape);
     if (o->sharegpt) printf("ShareGPT-like lengths");
+    else if (o->prompt_hi > o->prompt) printf("[%d-%d, %d]", o->prompt, o->prompt_hi, o->output);
     else printf("[%d, %d]", o->prompt, o->output);
     if (o->clients > 0) printf(", %d closed-loop clients", o->clients);
     else printf(", Poisson %.3g req/s", o->rate);
@@ -166,6 +200,65 @@ static void print_one(const sim_run *o, const sim_result *r)
     printf("  utilisation:");
     for (int i = 0; i < r->n_devs; i++) printf(" %s %.0f%%", r->names[i], r->util[i] * 100);
     printf("\n  cost: $%.0f, %.2f tok/s per $1000\n", r->price, r->steady_tps / r->price * 1e3);
+    if (r->power_w > 0)
+        printf("  energy: %.0f W rated, %.3f tok/J (every device at its rated board power)\n",
+               r->power_w, r->steady_tps / r->power_w);
+    if (o->slo_tbt_ms > 0 || o->slo_ttft_ms > 0)
+        printf("  SLO TTFT <= %g ms, TBT <= %g ms: %d of %d finished requests (%.0f%%), goodput "
+               "%.1f tok/s steady\n",
+               o->slo_ttft_ms, o->slo_tbt_ms, r->n_good, s->n_done,
+               s->n_done ? 100.0 * r->n_good / s->n_done : 0, r->goodput_tps);
+}
+
+/* The issue-25 comparison: 1 H200 + 7 batched cards, 1 H200 alone, 8 H200s, at 16 / 64 / 256
+ * closed-loop clients, on a decode-heavy and a prefill-heavy workload; every GPU decodes at its
+ * best batch (256: the measured curve's top). */
+static int compare(sim_run base, const char *card)
+{
+    const struct {
+        const char *name;
+        int p0, p1, out;
+    } work[] = {{"decode-heavy", 128, 512, 512}, {"prefill-heavy", 8192, 32768, 256}};
+    const int clients[] = {16, 64, 256};
+    char het[64];
+    snprintf(het, sizeof het, "h200-tandem+7x%s", card);
+    const char *nodes[] = {het, "h200-tandem", "8xh200-tandem"};
+    if (base.slo_tbt_ms <= 0) base.slo_tbt_ms = 50;
+    if (base.slo_ttft_ms <= 0) base.slo_ttft_ms = 2000;
+    printf("%s, closed-loop clients, at least %d requests (10 per client), GPU decode batch %d, "
+           "tbt budget %g ms; goodput: TTFT <= %g ms and TBT <= %g ms\n\n",
+           base.shape, base.requests, base.gpu_batch, base.tbt_ms, base.slo_ttft_ms, base.slo_tbt_ms);
+    printf("| workload | clients | node | tok/s | goodput tok/s | SLO met | tok/s per $1000 | tok/J "
+           "| TTFT p50 / p99 s | TPOT p50 / p99 ms | decodes on cards |\n");
+    printf("|---|---:|---|---:|---:|---:|---:|---:|---|---|---:|\n");
+    for (size_t w = 0; w < sizeof work / sizeof work[0]; w++)
+        for (size_t c = 0; c < sizeof clients / sizeof clients[0]; c++)
+            for (size_t k = 0; k < sizeof nodes / sizeof nodes[0]; k++) {
+                sim_run o = base;
+                o.node = nodes[k];
+                o.prompt = work[w].p0;
+                o.prompt_hi = work[w].p1;
+                o.output = work[w].out;
+                o.clients = clients[c];
+                o.requests = base.requests > 10 * clients[c] ? base.requests : 10 * clients[c];
+                sim_result r;
+                char err[256];
+                if (run_one(&o, &r, err, sizeof err)) {
+                    fprintf(stderr, "tandem simulate: %s\n", err);
+                    return 1;
+                }
+                const sched_sim_summary *s = &r.sum;
+                int tot = s->decodes_on_cards + s->decodes_fallback;
+                printf("| %s [%d-%d, %d] | %d | %s | %.0f | %.0f | %.0f%% | %.2f | %.3f | %.2f / %.2f "
+                       "| %.1f / %.1f | %.0f%% |\n",
+                       work[w].name, work[w].p0, work[w].p1, work[w].out, clients[c], nodes[k],
+                       r.steady_tps, r.goodput_tps, s->n_done ? 100.0 * r.n_good / s->n_done : 0,
+                       r.steady_tps / r.price * 1e3, r.power_w > 0 ? r.steady_tps / r.power_w : 0,
+                       s->ttft_p50, s->ttft_p99, s->tpot_p50 * 1e3, s->tpot_p99 * 1e3,
+                       k == 0 && tot ? 100.0 * s->decodes_on_cards / tot : 0);
+                fflush(stdout);
+            }
+    return 0;
 }
 
 static void list(void)
@@ -181,6 +274,7 @@ static void list(void)
     for (int i = 0; i < c->n; i++) {
         const sched_sim_hw *h = &c->hw[i];
         printf("  %-12s %s\n", h->name, h->source);
+        if (h->power_w > 0) printf("  %-12s power %.0f W: %s\n", "", h->power_w, h->power_source);
     }
 }
 
@@ -294,6 +388,8 @@ static int usage(FILE *f)
             "usage: tandem simulate [--node SPEC] [--model llama2-7b|llama3-8b] [--workload P:O | --sharegpt]\n"
             "         [--rate R | --clients C] [--requests N] [--seed S] [--tbt-budget-ms B] [--gpu-batch K]\n"
             "         [--fpga-prefill] [--gpu-prefill MS@TOKENS] [--gpu-decode MS@CTX] [--list]\n"
+            "         [--slo-tbt-ms MS] [--slo-ttft-ms MS]\n"
+            "       tandem simulate --compare [--model llama3.1-8b] [--card u280-batch] [--requests N]\n"
             "       tandem simulate --fig7 [--gpus a100,v100s] [--card u280] [--requests N] [--gpu-batch K]\n"
             "  SPEC: '+'-separated [N x]profile terms, e.g. a100+7xu280 (the default), 8xa100, h100+7xu280-tandem\n");
     return f == stdout ? 0 : 2;
@@ -304,7 +400,7 @@ int dmn_cmd_simulate(int argc, char **argv)
     sim_run o = {.node = "a100+7xu280", .shape = "llama2-7b", .prompt = 1536, .output = 512,
                  .clients = 16, .requests = 400, .seed = 1, .tbt_ms = 50, .gpu_batch = 1};
     const char *gpus = "a100,v100s", *card = "u280", *v;
-    int bad = 0, do_fig7 = 0, requests_set = 0;
+    int bad = 0, do_fig7 = 0, do_compare = 0, requests_set = 0;
     for (int i = 1; i < argc && !bad; i++) {
         long l;
         double d;
@@ -312,14 +408,24 @@ int dmn_cmd_simulate(int argc, char **argv)
         else if ((v = dmn_opt(&i, argc, argv, "--model", &bad))) o.shape = v;
         else if ((v = dmn_opt(&i, argc, argv, "--workload", &bad))) {
             char *end;
-            long p = strtol(v, &end, 10), out = *end == ':' ? strtol(end + 1, &end, 10) : -1;
-            if (*end || p < 1 || p > 1 << 20 || out < 1 || out > 1 << 20) {
-                fprintf(stderr, "tandem simulate: --workload takes PROMPT:OUTPUT tokens\n");
+            long p = strtol(v, &end, 10), hi = p;
+            if (*end == '-') hi = strtol(end + 1, &end, 10);
+            long out = *end == ':' ? strtol(end + 1, &end, 10) : -1;
+            if (*end || p < 1 || p > 1 << 20 || hi < p || hi > 1 << 20 || out < 1 || out > 1 << 20) {
+                fprintf(stderr, "tandem simulate: --workload takes PROMPT[-PROMPT_MAX]:OUTPUT tokens\n");
                 return 2;
             }
             o.prompt = (int)p;
+            o.prompt_hi = (int)hi;
             o.output = (int)out;
         } else if (dmn_flag(i, argv, "--sharegpt")) o.sharegpt = 1;
+        else if ((v = dmn_opt(&i, argc, argv, "--slo-tbt-ms", &bad))) {
+            if (dmn_parse_float("--slo-tbt-ms", v, 0.001, 1e7, &d)) return 2;
+            o.slo_tbt_ms = d;
+        } else if ((v = dmn_opt(&i, argc, argv, "--slo-ttft-ms", &bad))) {
+            if (dmn_parse_float("--slo-ttft-ms", v, 0.001, 1e7, &d)) return 2;
+            o.slo_ttft_ms = d;
+        } else if (dmn_flag(i, argv, "--compare")) do_compare = 1;
         else if ((v = dmn_opt(&i, argc, argv, "--rate", &bad))) {
             if (dmn_parse_float("--rate", v, 1e-6, 1e6, &d)) return 2;
             o.rate = d;
@@ -362,6 +468,11 @@ int dmn_cmd_simulate(int argc, char **argv)
     if (do_fig7) {
         if (!requests_set) o.requests = 320;
         return fig7(o, gpus, card);
+    }
+    if (do_compare) {
+        if (!requests_set) o.requests = 160;
+        if (o.gpu_batch == 1) o.gpu_batch = 256; /* the GPU at its best batch, unless told */
+        return compare(o, strcmp(card, "u280") ? card : "u280-batch");
     }
     sim_result r;
     char err[256];

@@ -4,7 +4,22 @@
  * simulator and the emulator's timing model agree. */
 #include "devices/sim_hw.h"
 #include "fpga/xrt/u280.h"
+#include "fpga/kernels/dec_layout.h"
 
+/* Board power at full load (tok/J in tandem simulate). */
+#define H200_W 700.0
+#define H200_W_SRC "NVIDIA H200 Tensor Core GPU datasheet: H200 SXM max thermal design power up to 700 W"
+#define U280_W 225.0
+#define U280_W_SRC                                                                                 \
+    "AMD Alveo U280 Data Center Accelerator Card Data Sheet (DS963), card specifications: maximum " \
+    "total power 225 W (PCIe slot 75 W + 8-pin AUX); GLITCHES Table I measured 46 W for "         \
+    "FlightLLM's design, so 225 W is the card's ceiling, not its draw"
+/* The batched card's calibration (tools/fpga_decode_bench --batch, the calibration line):
+ * LLaMA2-7B W4A8 g128 at context 1792, one sequence, host syncs included; the fixed serial
+ * stalls of a step; what each further sequence adds beyond its KV bytes. */
+#define U280B_CAL_S 0.0099936
+#define U280B_FIXED_S 0.0002057
+#define U280B_SEQ_S 0.000162
 #define ALL_CAPS (ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT)
 #define CARD_CAPS (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)
 
@@ -14,28 +29,37 @@ static const sched_sim_hw hws[] = {
     {"a100", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama2-7b", 1536, 0.17585, 1792, 0.02426, 0, 0,
      80e9, 16, 16, 25e9, 10e-6, 17000,
      "GLITCHES Table I (HF transformers FP16, LLaMA2-7B [1536,512]: prefill 175.85 ms, decode "
-     "24.26 ms/token), Table II ($17,000); 80 GB and PCIe Gen4 x16 at 25 GB/s assumed"},
+     "24.26 ms/token), Table II ($17,000); 80 GB and PCIe Gen4 x16 at 25 GB/s assumed",
+     .power_w = 256.6, .power_source = "GLITCHES Table I: 256.6 W measured during prefill"},
     {"v100s", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama2-7b", 1536, 0.39880, 1792, 0.02952, 0, 0,
      32e9, 16, 16, 12e9, 10e-6, 12000,
      "GLITCHES Table I (prefill 398.80 ms, decode 29.52 ms/token), Table II ($12,000); PCIe "
-     "Gen3 x16 at 12 GB/s assumed"},
+     "Gen3 x16 at 12 GB/s assumed",
+     .power_w = 239.8, .power_source = "GLITCHES Table I: 239.8 W measured during prefill"},
     {"h100-hf", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama3-8b", 4096, 0.124, 4096, 0.050, 0, 0,
      80e9, 16, 16, 55e9, 10e-6, 30000,
      "DESIGN.md's probe of HF transformers bf16 on an H100, Llama-3-8B: prefill 4K 124 ms, "
      "decode 50 ms/token (context taken as 4K); pinned PCIe Gen5 55 GB/s (DESIGN.md); price "
-     "$30,000 assumed"},
+     "$30,000 assumed",
+     .power_w = 700, .power_source = "NVIDIA H100 SXM datasheet: max thermal design power up to 700 W"},
     /* seq_s: (7.630 - 4.457) / 31 ms per further sequence at 32 x 1024 tokens, less the 1024
      * positions of KV each adds at the calibrated bandwidth (about 0.044 ms) */
     {"h200-tandem", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama3-8b", 4096, 0.1026, 1024, 0.004456,
      0, 0.058e-3, 141e9, 16, 16, 55.3e9, 10e-6, 35000,
      "tandem's CUDA backend measured on an H200 (tests/gpu/logs/2026-11-21-h200-final: "
      "Llama-3-8B shape, prefill 4096 tokens 102.6 ms, decode 4.456 ms/token after 1024, batch "
-     "32 7.63 ms/step, pinned D2H 55.3 GB/s); 141 GB; price $35,000 assumed"},
+     "32 7.63 ms/step, pinned D2H 55.3 GB/s); batched decode curve measured 2026-11-26 at "
+     "context 1K: 250 / 4,959 / 8,093 / 11,621 / 14,547 tok/s at batch 1 / 32 / 64 / 128 / 256 "
+     "(issue 25); 141 GB; price $35,000 assumed",
+     .power_w = H200_W, .n_curve = 5, .curve_b = {1, 32, 64, 128, 256},
+     .curve_tps = {250, 4959, 8093, 11621, 14547}, .curve_ctx = 1024,
+     .power_source = H200_W_SRC},
     {"u280", ACCEL_KIND_FPGA, CARD_CAPS | ACCEL_CAP_PREFILL, 1, "llama2-7b", 1536, 5.0012, 1792,
      0.0215, 0, 0, (double)FPGA_U280_HBM_BYTES, 4, 8, FPGA_U280_PCIE_BPS,
      FPGA_U280_SYNC_OVERHEAD_NS * 1e-9, 8000,
      "GLITCHES Table I (FlightLLM-based W4A8 with prefetching: prefill 5001.20 ms, decode "
-     "21.50 ms/token), Table II ($8,000); 8 GiB HBM, PCIe per fpga/xrt/u280.h"},
+     "21.50 ms/token), Table II ($8,000); 8 GiB HBM, PCIe per fpga/xrt/u280.h",
+     .power_w = 46.0, .power_source = "GLITCHES Table I: 46.0 W measured (FlightLLM's design)"},
     {"u280-tandem", ACCEL_KIND_FPGA, CARD_CAPS | ACCEL_CAP_PREFILL, 1, "llama2-7b", 1536, 3.720,
      1792, 0.01027,
      FPGA_U280_RUN_OVERHEAD_NS * 1e-9 + 0.546e-3, 0, (double)FPGA_U280_HBM_BYTES, 4, 8,
@@ -44,7 +68,25 @@ static const sched_sim_hw hws[] = {
      "fpga2, tools/fpga_decode_bench: LLaMA2-7B W4A8 g128 at context 1792 = 10.27 ms/token "
      "with host syncs, of which 0.05 ms run overhead + 0.546 ms serial stalls are fixed); "
      "prefill: fpga/kernels/prefill.c's cost model, LLaMA2-7B 1536 tokens dense in 3,720 ms "
-     "(fpga/PREFILL.md, tools/fpga_prefill_bench)"},
+     "(fpga/PREFILL.md, tools/fpga_prefill_bench)",
+     .power_w = U280_W, .power_source = U280_W_SRC},
+    /* the batched decode kernel (fpga/kernels/decode_batch.c) in the timing model
+     * (tools/fpga_decode_bench --batch): B = 1 costs what the single kernel costs less the
+     * special-function stalls of its 16 lanes (64 here); each further sequence of a step adds
+     * its KV bytes (priced by decode_bps, as for every device), its serial special-function
+     * passes and its host syncs (seq_s); the MACs of all of them run on the batched image's
+     * array (decode_ops) */
+    {"u280-batch", ACCEL_KIND_FPGA, CARD_CAPS | ACCEL_CAP_PREFILL, FPGA_DEC_MAX_BATCH,
+     "llama2-7b", 1536, 3.720, 1792, U280B_CAL_S, FPGA_U280_RUN_OVERHEAD_NS * 1e-9 + U280B_FIXED_S,
+     U280B_SEQ_S, (double)FPGA_U280_HBM_BYTES, 4, 8, FPGA_U280_PCIE_BPS,
+     FPGA_U280_SYNC_OVERHEAD_NS * 1e-9, 8000,
+     "tandem's batched decode kernel in the emulator's timing model (fpga/dec_model.c "
+     "fpga_dec_model_step_batch, tools/fpga_decode_bench --batch: LLaMA2-7B W4A8 g128, context "
+     "1792, B = 1 with host syncs; per further sequence the special-function stalls at 64 lanes "
+     "and its syncs); MACs: 12,288 int8/cycle at 225 MHz (fpga/kernels/dec_layout.h); prefill "
+     "as u280-tandem",
+     .power_w = U280_W, .decode_ops = 2.0 * FPGA_DEC_BATCH_MACS_PER_CYCLE * FPGA_U280_KERNEL_HZ,
+     .power_source = U280_W_SRC},
 };
 
 const sched_sim_catalog *devices_sim_hw(void)

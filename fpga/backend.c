@@ -8,12 +8,12 @@
  * (fpga/image_cache.c) -> uploaded once -> the KV pool is what remains of every bank BO above
  * the image. The image's host copy is unmapped after the upload.
  *
- * Memory plan: a sequence owns one slab of the KV pool, at the same offset in all 32 channels
- * (dec_layout.h: its (layer, head, part) streams are spread over the channels), sized for its
- * capacity rounded up to whole tiles of every part. Slabs are placed first-fit in a sorted
- * extent list. The accel wrappers reserve capacity * kv_bytes_per_token against mem_total; a
- * slab can be up to (16 * parts - 1) positions larger than that, so placement may still fail
- * (ACCEL_ERR_NOMEM, an admission answer) when the pool is nearly full.
+ * Memory plan (a paged device, scheduler/accel.h): the KV pool is whole superblocks of blocks
+ * of T = fpga_dec_kv_block_tokens positions (fpga/BANKS.md "KV pages"); a sequence holds a block
+ * table and takes blocks as it grows (kv_grow: before a decode step, a prefill or the first layer
+ * of an import, all or nothing, so ACCEL_ERR_NOMEM leaves it unchanged); a fork shares blocks
+ * and the first write into a shared one copies it (kv_gather runs); truncation and freeing give
+ * blocks back. mem_total is the pool in whole blocks (capped by accel_opts.mem_limit).
  *
  * Decode (GLITCHES' host loop): the host looks up the token's embedding row (fp32, from the
  * mapped checkpoint, as FAST-Prefill's host does) and this position's rotary cos/sin (every
@@ -50,6 +50,7 @@
 #include "model/ckpt/numerics.h"
 #include "fpga/flex_host.h"
 #include "fpga/prefill.h"
+#include "fpga/kv_pool.h"
 #include "proto/kv_wire.h"
 #include "scheduler/accel_impl.h"
 #include <limits.h>
@@ -65,16 +66,12 @@
 
 typedef struct fpga_seq {
     struct accel_seq base;
-    uint64_t kv_off, slab;
-    uint32_t part_tiles;
+    uint32_t *ids; /* the block table: ids[i] holds positions [i * T, (i + 1) * T) */
+    int n_ids, cap_ids; /* blocks taken; the most the capacity needs */
     int failed; /* an import of it failed: its KV cannot be trusted */
     uint32_t *run_crc; /* (n_layers) the wire payload CRC of each layer of the run of positions
                           being imported: what kv_check must find once the run is complete */
 } fpga_seq;
-
-typedef struct extent {
-    uint64_t off, len;
-} extent;
 
 typedef struct fpga_dev {
     struct accel_dev base;
@@ -85,10 +82,13 @@ typedef struct fpga_dev {
     int image_cached;
     char image_path[1100];
     float *inv_freq, *x0, *cs, *sn, *scratch_logits;
+    float *bx0, *bcs, *bsn;  /* the batched step's inputs: max_batch rows of x0, cos, sin */
     uint32_t *check_crc;  /* (n_layers) kv_check's report */
     uint64_t landed_corrupt; /* imports whose KV changed after the producer's CRC (kv_check) */
-    extent *ext;
-    int n_ext, cap_ext;
+    fpga_kv_pool kv;      /* the KV pool's block ids (fpga/kv_pool.h) */
+    uint64_t kv_base;     /* where the pool's superblocks start in every channel */
+    fpga_dec_kvmap geo;   /* the pool's geometry (ids NULL): block size, group, strides */
+    uint32_t blk_tokens;  /* T: positions per block */
     uint64_t pool_lo, pool_hi;
     int can_prefill;      /* the prefill kernel and its standing workspace are there */
     uint64_t pf_ws_off;   /* the standing workspace: FPGA_PF_PASS rows, FPGA_PF_F_KVF */
@@ -102,37 +102,61 @@ static const struct accel_dev_i fpga_i;
 
 /* ---------------------------------------------------------------- KV pool */
 
-static int pool_alloc(fpga_dev *d, uint64_t len, uint64_t *off)
+/* Offset of block id's tiles of stream slot `slot` (in every channel). */
+static uint64_t blk_off(const fpga_dev *d, uint32_t id, uint32_t slot)
 {
-    uint64_t at = d->pool_lo;
-    int pos = 0;
-    for (; pos < d->n_ext; pos++) {
-        if (d->ext[pos].off >= at + len) break;
-        at = d->ext[pos].off + d->ext[pos].len;
+    const fpga_dec_kvmap *g = &d->geo;
+    return d->kv_base + (uint64_t)(id / g->group) * g->super_bytes + slot * g->slot_stride +
+           (uint64_t)(id % g->group) * g->bt;
+}
+
+/* Every stream of block src copied over block dst (one kv_gather run per stream). */
+static int blk_copy(fpga_dev *d, uint32_t src, uint32_t dst)
+{
+    const uint32_t streams = d->base.m->cfg.n_layers * d->card.lo.kv_streams;
+    for (uint32_t g = 0; g < streams; g++) {
+        int st = fpga_card_copy_bank(&d->card, (int)(g % FPGA_DEC_CH), blk_off(d, src, g / 32),
+                                     blk_off(d, dst, g / 32), d->geo.bt);
+        if (st) return st;
     }
-    if (at + len > d->pool_hi || at + len < at) return -1;
-    if (d->n_ext == d->cap_ext) {
-        int nc = d->cap_ext ? 2 * d->cap_ext : 16;
-        extent *n = realloc(d->ext, sizeof *n * nc);
-        if (!n) return -1;
-        d->ext = n;
-        d->cap_ext = nc;
-    }
-    memmove(&d->ext[pos + 1], &d->ext[pos], sizeof *d->ext * (d->n_ext - pos));
-    d->ext[pos] = (extent){at, len};
-    d->n_ext++;
-    *off = at;
     return 0;
 }
 
-static void pool_free(fpga_dev *d, uint64_t off)
+/* Positions [pos0, pos0 + n) of s are about to be written: the blocks they fall in are taken
+ * (the table grows) and a block another table shares is replaced by a private copy. All or
+ * nothing: ACCEL_ERR_NOMEM leaves the table as it was. */
+static int kv_grow(fpga_dev *d, fpga_seq *s, int pos0, int n)
 {
-    for (int i = 0; i < d->n_ext; i++)
-        if (d->ext[i].off == off) {
-            memmove(&d->ext[i], &d->ext[i + 1], sizeof *d->ext * (d->n_ext - i - 1));
-            d->n_ext--;
-            return;
+    const int T = (int)d->blk_tokens;
+    int need = (pos0 + n + T - 1) / T;
+    if (need > s->cap_ids) return ACCEL_ERR_INVALID;
+    int cow = 0, fresh = need > s->n_ids ? need - s->n_ids : 0;
+    for (int i = pos0 / T; i < need && i < s->n_ids; i++) cow += fpga_kv_pool_shared(&d->kv, s->ids[i]);
+    if (fpga_kv_pool_free_count(&d->kv) < cow + fresh) return ACCEL_ERR_NOMEM;
+    if (fresh && fpga_kv_pool_take(&d->kv, fresh, s->ids + s->n_ids)) return ACCEL_ERR_NOMEM;
+    s->n_ids += fresh;
+    for (int i = pos0 / T; cow && i < need; i++) {
+        if (!fpga_kv_pool_shared(&d->kv, s->ids[i])) continue;
+        uint32_t id;
+        if (fpga_kv_pool_take(&d->kv, 1, &id)) return ACCEL_ERR_NOMEM;
+        int st = blk_copy(d, s->ids[i], id);
+        if (st) {
+            fpga_kv_pool_unref(&d->kv, &id, 1, 0);
+            return st;
         }
+        fpga_kv_pool_unref(&d->kv, &s->ids[i], 1, s->base.holder);
+        s->ids[i] = id;
+        cow--;
+    }
+    return ACCEL_OK;
+}
+
+/* The map the kernels get for s. */
+static void seq_map(const fpga_dev *d, const fpga_seq *s, fpga_dec_kvmap *m)
+{
+    *m = d->geo;
+    m->ids = s->ids;
+    m->n_ids = (uint32_t)s->n_ids;
 }
 
 /* ---------------------------------------------------------------- statuses */
@@ -192,9 +216,61 @@ static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits)
         inv = dyn;
     }
     model_rope_angles(inv, half, pos, d->cs, d->sn);
-    st = fpga_card_step(&d->card, d->x0, d->cs, d->sn, (uint32_t)id, (uint32_t)pos, s->kv_off,
-                        s->part_tiles, logits);
+    if ((st = kv_grow(d, s, pos, 1))) return st;
+    uint32_t n_ids = (uint32_t)(pos / (int)d->blk_tokens + 1);
+    st = fpga_card_step(&d->card, d->x0, d->cs, d->sn, (uint32_t)id, (uint32_t)pos, d->kv_base,
+                        d->geo.blk_tiles, s->ids, n_ids, logits);
     return card_status(d, st);
+}
+
+/* The blocks n sequences' next positions (pos[i] .. pos[i] + cnt - 1) need, fresh or copied:
+ * ACCEL_ERR_NOMEM before anything is taken when the pool cannot give them all. */
+static int kv_room(fpga_dev *d, int n, accel_seq *const *seqs, int cnt)
+{
+    const int T = (int)d->blk_tokens;
+    int need = 0;
+    for (int i = 0; i < n; i++) {
+        const fpga_seq *s = (const fpga_seq *)seqs[i];
+        int pos0 = s->base.len, last = (pos0 + cnt + T - 1) / T;
+        if (last > s->n_ids) need += last - s->n_ids;
+        for (int b = pos0 / T; b < last && b < s->n_ids; b++)
+            need += fpga_kv_pool_shared(&d->kv, s->ids[b]);
+    }
+    return fpga_kv_pool_free_count(&d->kv) < need ? ACCEL_ERR_NOMEM : ACCEL_OK;
+}
+
+/* The step input of sequence s at pos into the i-th batch slot. */
+static void step_input(fpga_dev *d, int i, int32_t id, int pos, fpga_card_bseq *q)
+{
+    const model_config *c = &d->base.m->cfg;
+    const int half = c->head_dim / 2;
+    float *x0 = d->bx0 + (size_t)i * c->hidden, *cs = d->bcs + (size_t)i * half,
+          *sn = d->bsn + (size_t)i * half;
+    model_row_f32(&d->base.m->embed, id, x0);
+    const float *inv = d->inv_freq;
+    float dyn[FPGA_DEC_MAX_HEAD_DIM / 2];
+    if (c->rope.type == MODEL_ROPE_DYNAMIC) {
+        model_rope_inv_freq(c, pos + 1, dyn);
+        inv = dyn;
+    }
+    model_rope_angles(inv, half, pos, cs, sn);
+    *q = (fpga_card_bseq){.x0 = x0, .cs = cs, .sn = sn, .token = (uint32_t)id, .pos = (uint32_t)pos};
+}
+
+/* Up to max_batch sequences in one run of the batched kernel: one pass over the weights. */
+static int decode_batch(fpga_dev *d, int n, accel_seq *const *seqs, const int32_t *ids,
+                        float *logits)
+{
+    fpga_card_bseq q[FPGA_DEC_MAX_BATCH];
+    for (int i = 0; i < n; i++) {
+        fpga_seq *s = (fpga_seq *)seqs[i];
+        int pos = s->base.len, st = kv_grow(d, s, pos, 1);
+        if (st) return st;
+        step_input(d, i, ids[i], pos, &q[i]);
+        q[i].ids = s->ids;
+        q[i].n_ids = (uint32_t)(pos / (int)d->blk_tokens + 1);
+    }
+    return card_status(d, fpga_card_step_batch(&d->card, n, q, d->kv_base, d->geo.blk_tiles, logits));
 }
 
 static int fpga_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_t *ids,
@@ -202,6 +278,22 @@ static int fpga_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32
 {
     fpga_dev *d = (fpga_dev *)ad;
     int vocab = ad->m->cfg.vocab;
+    int st0 = kv_room(d, n, seqs, 1);
+    if (st0) return st0;
+    if (n > 1 && d->card.max_batch > 1) {
+        /* imports in flight land first; a sequence whose import failed fails the step */
+        void *owner = NULL;
+        int st = fpga_card_drain(&d->card, &owner, mark_failed);
+        if (st == ACCEL_ERR_CORRUPT) mark_failed(owner, st);
+        else if (st) return card_status(d, st);
+        for (int i = 0; i < n; i++)
+            if (((fpga_seq *)seqs[i])->failed) return ACCEL_ERR_CORRUPT;
+        for (int b0 = 0; b0 < n; b0 += d->card.max_batch) {
+            int nb = n - b0 < d->card.max_batch ? n - b0 : d->card.max_batch;
+            if ((st = decode_batch(d, nb, seqs + b0, ids + b0, logits + (size_t)b0 * vocab))) return st;
+        }
+        return ACCEL_OK;
+    }
     for (int i = 0; i < n; i++) {
         fpga_seq *s = (fpga_seq *)seqs[i];
         int st = step(d, s, ids[i], s->base.len, logits + (size_t)i * vocab);
@@ -269,24 +361,33 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
     if (r->sparse_report) *r->sparse_report = (accel_sparse_report){.density = 1.0};
     if (r->kv && !r->kv->layer) return ACCEL_ERR_INVALID;
     if (s->failed) return ACCEL_ERR_CORRUPT;
+    accel_seq *as = &s->base;
+    int st = kv_room(d, 1, &as, r->n); /* all the prompt's blocks first: NOMEM changes nothing */
+    if (st) return st;
     if (!d->can_prefill) return prefill_by_steps(d, s, r);
-    int st = drain(d, s);
+    st = drain(d, s);
     if (st) return st;
     if (s->failed) return ACCEL_ERR_CORRUPT;
+    if ((st = kv_grow(d, s, s->base.len, r->n))) return st;
     fpga_pf_job j = {.m = ad->m, .ids = r->ids, .n = r->n, .pos0 = (uint32_t)s->base.len,
-                     .rope_len = s->base.len + r->n, .kv_off = s->kv_off,
-                     .part_tiles = s->part_tiles, .ws_off = d->pf_ws_off, .ws_rows = d->pass_rows,
+                     .rope_len = s->base.len + r->n, .kv_off = d->kv_base,
+                     .part_tiles = d->geo.blk_tiles, .kv_ids = s->ids,
+                     .n_ids = (uint32_t)((s->base.len + r->n + (int)d->blk_tokens - 1) /
+                                         (int)d->blk_tokens),
+                     .ws_off = d->pf_ws_off, .ws_rows = d->pass_rows,
                      .run_rows = d->run_rows, .ws_flags = FPGA_PF_F_KVF, .logits = r->logits,
                      .all_logits = r->all_logits, .kv = r->kv, .cancel = r->cancel};
     int sparse = card_sparse_params(d, s, r, &j.params);
     if (sparse < 0) return sparse;
-    uint64_t ws = 0;
+    int ws_first = -1, ws_k = 0;
     if (sparse) {
+        /* the whole prompt's workspace: free superblocks at the top of the pool, for the call */
         fpga_pf_ws w;
         fpga_pf_ws_of(&d->card.desc, (uint32_t)r->n, FPGA_PF_F_KVF | FPGA_PF_F_SPARSE, &w);
-        if (pool_alloc(d, w.bytes, &ws)) return ACCEL_ERR_NOMEM;
+        ws_k = (int)((w.bytes + d->geo.super_bytes - 1) / d->geo.super_bytes);
+        if ((ws_first = fpga_kv_pool_take_supers(&d->kv, ws_k)) < 0) return ACCEL_ERR_NOMEM;
         j.sparse = 1;
-        j.ws_off = ws;
+        j.ws_off = d->kv_base + (uint64_t)ws_first * d->geo.super_bytes;
         j.ws_rows = (uint32_t)r->n;
         j.ws_flags = FPGA_PF_F_KVF | FPGA_PF_F_SPARSE;
     }
@@ -294,7 +395,7 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
     /* the sink's refusal and the host's own failures are theirs; the rest is the card's */
     if (st && !d->last_pf.host_status) st = card_status(d, st);
     d->last_job = j;
-    if (ws) pool_free(d, ws);
+    fpga_kv_pool_give_supers(&d->kv, ws_first, ws_k);
     if (!st && r->sparse_report && d->last_pf.layers_sparse) {
         accel_sparse_report *rep = r->sparse_report;
         rep->layers_sparse = d->last_pf.layers_sparse;
@@ -329,8 +430,9 @@ static int check_landed(fpga_dev *d, fpga_seq *s, int pos0, int n)
     if (st) return st;
     if (s->failed) return ACCEL_ERR_CORRUPT;
     void *owner = NULL;
-    st = fpga_card_check(&d->card, (uint32_t)pos0, (uint32_t)n, s->kv_off, s->part_tiles,
-                         d->check_crc, &owner);
+    const int T = (int)d->blk_tokens;
+    st = fpga_card_check(&d->card, (uint32_t)pos0, (uint32_t)n, d->kv_base, d->geo.blk_tiles,
+                         s->ids, (uint32_t)((pos0 + n + T - 1) / T), d->check_crc, &owner);
     if (st) return card_status(d, st);
     for (int l = 0; l < d->base.m->cfg.n_layers; l++)
         if (d->check_crc[l] != s->run_crc[l]) {
@@ -349,12 +451,21 @@ static int import(fpga_dev *d, fpga_seq *s, const proto_kv_layer *c, int has_crc
         s->failed = 1;
         return ACCEL_ERR_CORRUPT;
     }
+    /* the run's blocks are taken with its first layer (all or nothing) */
+    if (c->layer == 0) {
+        int st = kv_grow(d, s, c->pos0, c->n_tokens);
+        if (st) return st;
+    }
     s->run_crc[c->layer] = has_crc ? crc : proto_kv_payload_crc(c);
-    int piece = fpga_card_piece_tokens(&d->card);
-    for (int t0 = 0; t0 < c->n_tokens; t0 += piece) {
-        int n = c->n_tokens - t0 < piece ? c->n_tokens - t0 : piece;
+    const int piece = fpga_card_piece_tokens(&d->card), T = (int)d->blk_tokens;
+    for (int t0 = 0, n; t0 < c->n_tokens; t0 += n) {
+        /* a piece lies in one block: kv_scatter writes one block's tiles */
+        int pos = c->pos0 + t0, room = T - pos % T;
+        n = c->n_tokens - t0 < piece ? c->n_tokens - t0 : piece;
+        if (n > room) n = room;
         void *failed = NULL;
-        int st = fpga_card_scatter(&d->card, c, t0, n, s->kv_off, s->part_tiles, s, &failed);
+        int st = fpga_card_scatter(&d->card, c, t0, n, d->kv_base, d->geo.blk_tiles, 1,
+                                   s->ids[pos / T], s, &failed);
         if (st == ACCEL_ERR_CORRUPT) {
             mark_failed(failed, st);
             if (failed == s) return st;
@@ -384,15 +495,14 @@ static int fpga_seq_new(accel_dev *ad, int capacity, accel_seq **out)
 {
     fpga_dev *d = (fpga_dev *)ad;
     fpga_seq *s = calloc(1, sizeof *s);
-    if (s) s->run_crc = calloc((size_t)ad->m->cfg.n_layers, sizeof *s->run_crc);
-    if (!s || !s->run_crc) {
-        free(s);
-        return ACCEL_ERR_NOMEM;
+    /* paged: no block is taken before a position needs it */
+    if (s) {
+        s->cap_ids = (int)((capacity + (int)d->blk_tokens - 1) / (int)d->blk_tokens);
+        s->run_crc = calloc((size_t)ad->m->cfg.n_layers, sizeof *s->run_crc);
+        s->ids = malloc(sizeof *s->ids * (size_t)s->cap_ids);
     }
-    s->part_tiles = fpga_dec_part_tiles((uint32_t)capacity, d->card.desc.kv_parts);
-    s->slab = fpga_dec_slab_bytes(&d->card.lo, s->part_tiles);
-    if (pool_alloc(d, s->slab, &s->kv_off)) {
-        free(s->run_crc);
+    if (!s || !s->run_crc || !s->ids) {
+        if (s) free(s->run_crc);
         free(s);
         return ACCEL_ERR_NOMEM;
     }
@@ -400,22 +510,106 @@ static int fpga_seq_new(accel_dev *ad, int capacity, accel_seq **out)
     return ACCEL_OK;
 }
 
+/* accel_seq_fork: the blocks of src's first n_tokens positions, shared (one reference more);
+ * a shared partial block is copied by whichever side writes into it first (kv_grow). */
+static int fpga_seq_fork(accel_dev *ad, accel_seq *asrc, int n_tokens, int capacity,
+                         accel_seq **out)
+{
+    fpga_dev *d = (fpga_dev *)ad;
+    fpga_seq *src = (fpga_seq *)asrc;
+    if (src->failed) return ACCEL_ERR_CORRUPT;
+    int st = fpga_seq_new(ad, capacity, out);
+    if (st) return st;
+    fpga_seq *s = (fpga_seq *)*out;
+    s->n_ids = (n_tokens + (int)d->blk_tokens - 1) / (int)d->blk_tokens;
+    memcpy(s->ids, src->ids, sizeof *s->ids * (size_t)s->n_ids);
+    fpga_kv_pool_ref(&d->kv, s->ids, s->n_ids, 0);
+    return ACCEL_OK;
+}
+
+/* Blocks past the first len positions go back to the pool. */
+static int fpga_seq_truncate(accel_dev *ad, accel_seq *as, int len)
+{
+    fpga_dev *d = (fpga_dev *)ad;
+    fpga_seq *s = (fpga_seq *)as;
+    int keep = (len + (int)d->blk_tokens - 1) / (int)d->blk_tokens;
+    if (keep < s->n_ids) {
+        void *owner = NULL; /* a scatter may still be writing the blocks that go */
+        int st = fpga_card_drain(&d->card, &owner, mark_failed);
+        if (st == ACCEL_ERR_TIMEOUT || st == ACCEL_ERR_DEVICE) return card_status(d, st);
+        if (st) mark_failed(owner, st);
+        fpga_kv_pool_unref(&d->kv, s->ids + keep, s->n_ids - keep, s->base.holder);
+        s->n_ids = keep;
+    }
+    return ACCEL_OK;
+}
+
+static int fpga_seq_hold(accel_dev *ad, accel_seq *as)
+{
+    fpga_dev *d = (fpga_dev *)ad;
+    fpga_seq *s = (fpga_seq *)as;
+    if (s->failed) return ACCEL_ERR_CORRUPT;
+    fpga_kv_pool_hold(&d->kv, s->ids, s->n_ids);
+    return ACCEL_OK;
+}
+
+static void fpga_kv_usage(accel_dev *ad, int *total, int *used, int *cached)
+{
+    fpga_kv_pool_usage(&((fpga_dev *)ad)->kv, total, used, cached);
+}
+
+/* The host tier's unit: block `block` of s as the card stores it, stream after stream (layer,
+ * head, part order), each stream's blk_tiles tiles as they lie in HBM: n_layers * kv_streams *
+ * bt = kv_block_tokens * kv_bytes_per_token bytes. */
+static int fpga_kv_block_save(accel_dev *ad, accel_seq *as, int block, void *dst)
+{
+    fpga_dev *d = (fpga_dev *)ad;
+    fpga_seq *s = (fpga_seq *)as;
+    if (s->failed) return ACCEL_ERR_CORRUPT;
+    if (block >= s->n_ids) return ACCEL_ERR_INVALID;
+    const uint32_t streams = ad->m->cfg.n_layers * d->card.lo.kv_streams;
+    for (uint32_t g = 0; g < streams; g++) {
+        int st = fpga_card_read_bank(&d->card, (int)(g % FPGA_DEC_CH), blk_off(d, s->ids[block], g / 32),
+                                     (uint8_t *)dst + (uint64_t)g * d->geo.bt, d->geo.bt);
+        if (st) return card_status(d, st);
+    }
+    return ACCEL_OK;
+}
+
+static int fpga_kv_block_load(accel_dev *ad, accel_seq *as, const void *src)
+{
+    fpga_dev *d = (fpga_dev *)ad;
+    fpga_seq *s = (fpga_seq *)as;
+    if (s->failed) return ACCEL_ERR_CORRUPT;
+    int st = kv_grow(d, s, s->base.len, (int)d->blk_tokens);
+    if (st) return st;
+    const uint32_t streams = ad->m->cfg.n_layers * d->card.lo.kv_streams;
+    uint32_t id = s->ids[s->base.len / (int)d->blk_tokens];
+    for (uint32_t g = 0; g < streams; g++) {
+        st = fpga_card_write_bank(&d->card, (int)(g % FPGA_DEC_CH), blk_off(d, id, g / 32),
+                                  (const uint8_t *)src + (uint64_t)g * d->geo.bt, d->geo.bt);
+        if (st) return card_status(d, st);
+    }
+    return ACCEL_OK;
+}
+
 static void fpga_seq_free(accel_dev *ad, accel_seq *as)
 {
     fpga_dev *d = (fpga_dev *)ad;
     fpga_seq *s = (fpga_seq *)as;
-    /* a scatter still writing into this slab must finish before the slab is reused; on a
-     * failed card nothing is waited for and the slab stays taken */
+    /* a scatter still writing into this sequence's blocks must finish before they are reused;
+     * on a failed card nothing is waited for and the blocks stay taken */
     void *owner = NULL;
     int st = atomic_load(&ad->health) == ACCEL_HEALTH_FAILED
                  ? ACCEL_ERR_DEVICE
                  : fpga_card_drain(&d->card, &owner, mark_failed);
     if (st == ACCEL_ERR_TIMEOUT || st == ACCEL_ERR_DEVICE) {
-        accel_dev_fail(ad); /* the slab stays taken: the card may still write it */
+        accel_dev_fail(ad); /* the blocks stay taken: the card may still write them */
     } else {
         if (st) mark_failed(owner, st);
-        pool_free(d, s->kv_off);
+        fpga_kv_pool_unref(&d->kv, s->ids, s->n_ids, s->base.holder);
     }
+    free(s->ids);
     free(s->run_crc);
     free(s);
 }
@@ -443,7 +637,7 @@ static void fpga_describe(accel_dev *ad, accel_info *out)
     out->kind = ACCEL_KIND_FPGA;
     out->caps = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
     if (d->can_prefill) out->caps |= ACCEL_CAP_PREFILL | ACCEL_CAP_KV_EXPORT;
-    out->max_batch = 1;
+    out->max_batch = d->card.max_batch > 1 ? d->card.max_batch : 1;
 }
 
 static void fpga_free(accel_dev *ad)
@@ -458,8 +652,11 @@ static void fpga_free(accel_dev *ad)
     free(d->cs);
     free(d->sn);
     free(d->scratch_logits);
+    free(d->bx0);
+    free(d->bcs);
+    free(d->bsn);
     free(d->check_crc);
-    free(d->ext);
+    fpga_kv_pool_deinit(&d->kv);
     free(d);
 }
 
@@ -473,6 +670,12 @@ static const struct accel_dev_i fpga_i = {
     .kv_import = fpga_kv_import,
     .warmup = fpga_warmup,
     .kv_import_crc = fpga_kv_import_crc,
+    .seq_truncate = fpga_seq_truncate,
+    .seq_fork = fpga_seq_fork,
+    .kv_usage = fpga_kv_usage,
+    .seq_hold = fpga_seq_hold,
+    .kv_block_save = fpga_kv_block_save,
+    .kv_block_load = fpga_kv_block_load,
 };
 
 /* ---------------------------------------------------------------- open */
@@ -569,9 +772,23 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
             d->pool_lo += w.bytes;
         }
     }
-    d->base.mem_total = (d->pool_hi - d->pool_lo) * FPGA_DEC_CH;
-    if (o->mem_limit && o->mem_limit < d->base.mem_total) d->base.mem_total = o->mem_limit;
+    /* the KV pool: whole superblocks of blocks above the standing workspace (BANKS.md) */
     d->base.kv_bytes_per_token = 2ull * c->n_layers * c->n_kv_heads * (c->head_dim + 2);
+    d->blk_tokens = fpga_dec_kv_block_tokens(&desc);
+    fpga_dec_kvmap_paged(&desc, &d->card.lo, 0, NULL, 0, &d->geo);
+    d->kv_base = fpga_dec_align(d->pool_lo, FPGA_DEC_ALIGN);
+    d->geo.base = d->kv_base;
+    uint64_t supers = d->pool_hi > d->kv_base ? (d->pool_hi - d->kv_base) / d->geo.super_bytes : 0;
+    uint64_t block_bytes = (uint64_t)d->blk_tokens * d->base.kv_bytes_per_token;
+    uint64_t n_blocks = supers * d->geo.group;
+    if (o->mem_limit && o->mem_limit / block_bytes < n_blocks) n_blocks = o->mem_limit / block_bytes;
+    if (n_blocks > (1u << 30)) n_blocks = 1u << 30;
+    if (!n_blocks || fpga_kv_pool_init(&d->kv, (int)n_blocks, (int)d->geo.group)) {
+        snprintf(err, errlen, "%s:%d: no room for a KV block above the weight image", kind, index);
+        goto fail;
+    }
+    d->base.kv_block_tokens = (int)d->blk_tokens;
+    d->base.mem_total = n_blocks * block_bytes;
     int half = c->head_dim / 2;
     d->inv_freq = malloc(sizeof(float) * half);
     d->x0 = malloc(sizeof(float) * c->hidden);
@@ -579,7 +796,12 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
     d->sn = malloc(sizeof(float) * half);
     d->scratch_logits = malloc(sizeof(float) * c->vocab);
     d->check_crc = calloc((size_t)c->n_layers, sizeof *d->check_crc);
-    if (!d->inv_freq || !d->x0 || !d->cs || !d->sn || !d->scratch_logits || !d->check_crc) {
+    size_t B = (size_t)(d->card.max_batch > 1 ? d->card.max_batch : 1);
+    d->bx0 = malloc(sizeof(float) * c->hidden * B);
+    d->bcs = malloc(sizeof(float) * half * B);
+    d->bsn = malloc(sizeof(float) * half * B);
+    if (!d->inv_freq || !d->x0 || !d->cs || !d->sn || !d->scratch_logits || !d->check_crc ||
+        !d->bx0 || !d->bcs || !d->bsn) {
         snprintf(err, errlen, "%s: out of memory", kind);
         goto fail;
     }
@@ -623,14 +845,11 @@ int fpga_dev_image_cached(accel_dev *ad, const char **path)
     return d->image_cached;
 }
 
-void fpga_dev_seq_slab(accel_dev *ad, accel_seq *as, uint64_t *kv_off, uint32_t *part_tiles)
+int fpga_dev_seq_kvmap(accel_dev *ad, accel_seq *as, fpga_dec_kvmap *m)
 {
-    *kv_off = 0;
-    *part_tiles = 0;
-    if (!ad || ad->i != &fpga_i) return;
-    fpga_seq *s = (fpga_seq *)as;
-    *kv_off = s->kv_off;
-    *part_tiles = s->part_tiles;
+    if (!ad || ad->i != &fpga_i) return -1;
+    seq_map((fpga_dev *)ad, (fpga_seq *)as, m);
+    return 0;
 }
 
 int fpga_dev_last_prefill(accel_dev *ad, fpga_pf_result *res, uint64_t *ws_off, uint32_t *ws_rows,

@@ -55,8 +55,10 @@ const fpga_quant_opts *fpga_dev_quant(accel_dev *d);
 /* 1 when the weight image came from the disk cache, 0 when it was built, -1 when d is not an
  * FPGA device; path gets the cache file (may be ""). */
 int fpga_dev_image_cached(accel_dev *d, const char **path);
-/* Where a sequence's KV lives (same offset in every channel). */
-void fpga_dev_seq_slab(accel_dev *d, accel_seq *s, uint64_t *kv_off, uint32_t *part_tiles);
+/* Where a sequence's KV lives: its block table into the pool (fpga/kernels/dec_layout.h, "KV
+ * pages"; m->ids points into the sequence, valid until it grows or is freed). 0, or -1 when d
+ * is not an FPGA device. */
+int fpga_dev_seq_kvmap(accel_dev *d, accel_seq *s, fpga_dec_kvmap *m);
 /* What the last card prefill did, and the workspace it used (the standing one, or a sparse
  * call's, freed since but not cleared: tests read its last layer back). Any pointer may be
  * NULL. 0, or -1 when d is not an FPGA device. */

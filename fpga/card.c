@@ -3,14 +3,16 @@
 #include "proto/crc32c.h"
 #include "scheduler/accel.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* kernel argument numbers (fpga/kernels/decode.c, kv_scatter.c, kv_check.c, kv_gather.c) */
-enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES };
-enum { SC_BANK0 = 4, SC_LAYER = 36, SC_POS0, SC_N, SC_PER, SC_KV_OFF, SC_PART_TILES, SC_STAGE_BYTES };
-enum { CK_REPORT = 32, CK_POS0, CK_N, CK_KV_OFF, CK_PART_TILES, CK_REPORT_BYTES };
+enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES, DEC_N_IDS };
+enum { SC_BANK0 = 4, SC_LAYER = 36, SC_POS0, SC_N, SC_PER, SC_KV_OFF, SC_PART_TILES, SC_STAGE_BYTES,
+       SC_PAGED, SC_BLK_ID };
+enum { CK_REPORT = 32, CK_POS0, CK_N, CK_KV_OFF, CK_PART_TILES, CK_REPORT_BYTES, CK_N_IDS };
 enum { PF_IO = 32, PF_MODE, PF_LAYER, PF_POS0, PF_N, PF_R0, PF_R1, PF_KV_OFF, PF_PART_TILES,
-       PF_WS_OFF };
+       PF_WS_OFF, PF_N_IDS };
 
 #define TRY(expr)                                                                                  \
     do {                                                                                           \
@@ -46,6 +48,7 @@ void fpga_card_close(fpga_card *c)
     /* A hung run keeps its BOs alive inside XRT until the device closes; closing in any order
      * is fine (the emulator counts references, XRT does the same). */
     if (c->r_dec) fpga_xrt_run_close(x, c->r_dec);
+    if (c->r_decb) fpga_xrt_run_close(x, c->r_decb);
     if (c->r_pf) fpga_xrt_run_close(x, c->r_pf);
     if (c->r_check) fpga_xrt_run_close(x, c->r_check);
     for (int g = 0; g < FPGA_CARD_GROUPS; g++)
@@ -59,6 +62,7 @@ void fpga_card_close(fpga_card *c)
     for (int i = 0; i < FPGA_DEC_CH; i++)
         if (c->bank[i]) fpga_xrt_bo_free(x, c->bank[i]);
     if (c->k_dec) fpga_xrt_kernel_close(x, c->k_dec);
+    if (c->k_decb) fpga_xrt_kernel_close(x, c->k_decb);
     if (c->k_sc) fpga_xrt_kernel_close(x, c->k_sc);
     if (c->k_gather) fpga_xrt_kernel_close(x, c->k_gather);
     if (c->k_check) fpga_xrt_kernel_close(x, c->k_check);
@@ -96,9 +100,33 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
             c->k_pf = NULL;
         }
     }
+    /* The batched decode kernel is optional too (an xclbin without it decodes one sequence per
+     * run); its io records take FPGA_CARD_BATCH_IO at most, so a large vocabulary gets fewer
+     * sequences per run (Llama-3-8B: 14 of 0.55 MiB) rather than a KV pool smaller by the
+     * records' size in all 32 channels. */
+    c->max_batch = 1;
+    if (fpga_xrt_kernel_open(x, c->dev, uuid, "tandem_decode_batch", 0, &c->k_decb)) c->k_decb = NULL;
+    for (int i = 0; c->k_decb && i <= FPGA_DEC_CH; i++) {
+        uint32_t g;
+        if (fpga_xrt_kernel_group(x, c->k_decb, i, &g) || g != grp[i]) {
+            fpga_xrt_kernel_close(x, c->k_decb);
+            c->k_decb = NULL;
+        }
+    }
+    if (c->k_decb) {
+        uint64_t fit = FPGA_CARD_BATCH_IO / fpga_dec_io_rec_bytes(&c->desc);
+        c->max_batch = fit < 2 ? 1 : fit > FPGA_DEC_MAX_BATCH ? FPGA_DEC_MAX_BATCH : (int)fit;
+        /* TANDEM_FPGA_BATCH=N caps it (1: one sequence per run, GLITCHES' FlightLLM cards) */
+        const char *v = getenv("TANDEM_FPGA_BATCH");
+        char *end;
+        long b = v && *v ? strtol(v, &end, 10) : 0;
+        if (v && *v && !*end && b >= 1 && b < c->max_batch) c->max_batch = (int)b;
+    }
     /* Reserve at the top of every channel: the io block in HBM[0], a staging slot in HBM[1..8];
      * the same reserve everywhere keeps the KV pool at the same offsets in all channels. */
-    c->io_bytes = fpga_dec_align(fpga_dec_io_bytes(&c->desc), 4096);
+    c->io_bytes = fpga_dec_align(c->max_batch > 1 ? fpga_dec_io_batch_bytes(&c->desc, (uint32_t)c->max_batch)
+                                                  : fpga_dec_io_bytes(&c->desc),
+                                 4096);
     uint64_t reserve = c->io_bytes > FPGA_CARD_STAGE_BYTES ? c->io_bytes : FPGA_CARD_STAGE_BYTES;
     c->bank_bytes = FPGA_U280_HBM_BANK_BYTES - reserve;
     if (c->lo.image_bytes > c->bank_bytes) {
@@ -128,6 +156,13 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
     for (int i = 0; i < FPGA_DEC_CH && !st; i++) st = fpga_xrt_run_set_bo(x, c->r_dec, i, c->bank[i]);
     if (st || (st = fpga_xrt_run_set_bo(x, c->r_dec, DEC_IO, c->io)))
         return fail_msg(st, err, errlen, "decode arguments");
+    if (c->max_batch > 1) {
+        if ((st = fpga_xrt_run_open(x, c->k_decb, &c->r_decb))) return fail_msg(st, err, errlen, "run");
+        for (int i = 0; i < FPGA_DEC_CH && !st; i++)
+            st = fpga_xrt_run_set_bo(x, c->r_decb, i, c->bank[i]);
+        if (st || (st = fpga_xrt_run_set_bo(x, c->r_decb, DEC_IO, c->io)))
+            return fail_msg(st, err, errlen, "batched decode arguments");
+    }
     for (int g = 0; g < FPGA_CARD_GROUPS; g++) {
         if ((st = fpga_xrt_run_open(x, c->k_sc, &c->r_sc[g]))) return fail_msg(st, err, errlen, "run");
         for (int j = 0; j < FPGA_DEC_STAGE_SLOTS && !st; j++)
@@ -222,7 +257,7 @@ static int in_flight(fpga_card *c, xrtRunHandle r)
 static int check_stuck(fpga_card *c)
 {
     if (c->dec_in_flight) {
-        if (in_flight(c, c->r_dec)) return ACCEL_ERR_DEVICE;
+        if (in_flight(c, c->r_dec) || (c->r_decb && in_flight(c, c->r_decb))) return ACCEL_ERR_DEVICE;
         c->dec_in_flight = 0;
     }
     if (c->pf_in_flight) {
@@ -236,13 +271,24 @@ static int check_stuck(fpga_card *c)
     return 0;
 }
 
+/* The block table of a paged sequence into io (where the decode and prefill kernels read it). */
+static int write_table(fpga_card *c, const uint32_t *ids, uint32_t n_ids)
+{
+    if (!n_ids) return 0;
+    if (n_ids > FPGA_DEC_MAX_BLOCKS) return ACCEL_ERR_INVALID;
+    uint64_t off = fpga_dec_io_table_off(&c->desc);
+    TRY(fpga_xrt_bo_write(c->x, c->io, ids, 4ull * n_ids, off));
+    return fpga_xrt_bo_sync(c->x, c->io, XCL_BO_SYNC_BO_TO_DEVICE, 4ull * n_ids, off);
+}
+
 int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *sn,
                    uint32_t token, uint32_t pos, uint64_t kv_off, uint32_t part_tiles,
-                   float *logits)
+                   const uint32_t *ids, uint32_t n_ids, float *logits)
 {
     fpga_xrt *x = c->x;
     const fpga_dec_desc *d = &c->desc;
     TRY(check_stuck(c));
+    TRY(write_table(c, ids, n_ids));
     uint64_t so = fpga_dec_io_step_off();
     TRY(fpga_xrt_bo_write(x, c->io, x0, 4ull * d->hidden, so));
     TRY(fpga_xrt_bo_write(x, c->io, cs, 2ull * d->head_dim, so + 4ull * d->hidden));
@@ -252,6 +298,7 @@ int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *
     TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_POS, pos));
     TRY(fpga_xrt_run_set_u64(x, c->r_dec, DEC_KV_OFF, kv_off));
     TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_PART_TILES, part_tiles));
+    TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_N_IDS, n_ids));
     TRY(fpga_xrt_run_start(x, c->r_dec));
     int st = wait_run(c, c->r_dec);
     if (st == ACCEL_ERR_TIMEOUT) c->dec_in_flight = 1;
@@ -269,6 +316,59 @@ int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *
         status[3] != d->n_layers)
         return ACCEL_ERR_DEVICE; /* the kernel did not finish this step */
     return fpga_xrt_bo_read(x, c->io, logits, 4ull * d->vocab, lo_off);
+}
+
+int fpga_card_step_batch(fpga_card *c, int n, const fpga_card_bseq *q, uint64_t kv_off,
+                         uint32_t blk_tiles, float *logits)
+{
+    fpga_xrt *x = c->x;
+    const fpga_dec_desc *d = &c->desc;
+    if (n < 1 || n > c->max_batch || !c->r_decb) return ACCEL_ERR_INVALID;
+    TRY(check_stuck(c));
+    const uint64_t sb = fpga_dec_io_step_bytes(d), lg = fpga_dec_io_rec_logits(d);
+    for (int i = 0; i < n; i++) {
+        uint64_t r = fpga_dec_io_rec_off(d, (uint32_t)i);
+        uint32_t head[4] = {q[i].token, q[i].pos, q[i].n_ids, 0};
+        if (!q[i].n_ids || q[i].n_ids > FPGA_DEC_MAX_BLOCKS) return ACCEL_ERR_INVALID;
+        TRY(fpga_xrt_bo_write(x, c->io, head, sizeof head, r));
+        TRY(fpga_xrt_bo_write(x, c->io, q[i].x0, 4ull * d->hidden, r + 64));
+        TRY(fpga_xrt_bo_write(x, c->io, q[i].cs, 2ull * d->head_dim, r + 64 + 4ull * d->hidden));
+        TRY(fpga_xrt_bo_write(x, c->io, q[i].sn, 2ull * d->head_dim,
+                              r + 64 + 4ull * d->hidden + 2ull * d->head_dim));
+        TRY(fpga_xrt_bo_sync(x, c->io, XCL_BO_SYNC_BO_TO_DEVICE, 64 + sb, r));
+        uint64_t t = r + fpga_dec_io_rec_table(d);
+        TRY(fpga_xrt_bo_write(x, c->io, q[i].ids, 4ull * q[i].n_ids, t));
+        TRY(fpga_xrt_bo_sync(x, c->io, XCL_BO_SYNC_BO_TO_DEVICE, 4ull * q[i].n_ids, t));
+    }
+    TRY(fpga_xrt_run_set_u32(x, c->r_decb, DEC_IO + 1, (uint32_t)n));
+    TRY(fpga_xrt_run_set_u64(x, c->r_decb, DEC_IO + 2, kv_off));
+    TRY(fpga_xrt_run_set_u32(x, c->r_decb, DEC_IO + 3, blk_tiles));
+    TRY(fpga_xrt_run_start(x, c->r_decb));
+    int st = wait_run(c, c->r_decb);
+    if (st == ACCEL_ERR_TIMEOUT) c->dec_in_flight = 1;
+    if (st) return st;
+    if (c->emu && fpga_xrt_emu_run_stats(x, c->r_decb, &c->last_decb) == 0) {
+        c->decb_runs++;
+        c->decb_seqs += (uint64_t)n;
+        c->decb_modeled_ns += c->last_decb.modeled_ns;
+    }
+    uint32_t status[4];
+    TRY(fpga_xrt_bo_sync(x, c->io, XCL_BO_SYNC_BO_FROM_DEVICE, sizeof status, 0));
+    TRY(fpga_xrt_bo_read(x, c->io, status, sizeof status, 0));
+    if (status[0] != FPGA_DEC_BATCH_MAGIC || status[1] != (uint32_t)n || status[2] != d->n_layers)
+        return ACCEL_ERR_DEVICE; /* the kernel did not finish this step */
+    for (int i = 0; i < n; i++) {
+        uint64_t r = fpga_dec_io_rec_off(d, (uint32_t)i);
+        uint32_t head[4];
+        /* the record's head and logits in one sync (the step input between them is small) */
+        TRY(fpga_xrt_bo_sync(x, c->io, XCL_BO_SYNC_BO_FROM_DEVICE, lg + 4ull * d->vocab, r));
+        TRY(fpga_xrt_bo_read(x, c->io, head, sizeof head, r));
+        if (head[0] != q[i].token || head[1] != q[i].pos ||
+            head[3] != (FPGA_DEC_STATUS_MAGIC ^ q[i].pos))
+            return ACCEL_ERR_DEVICE;
+        TRY(fpga_xrt_bo_read(x, c->io, logits + (uint64_t)i * d->vocab, 4ull * d->vocab, r + lg));
+    }
+    return 0;
 }
 
 int fpga_card_piece_tokens_for(const fpga_dec_desc *d)
@@ -320,7 +420,8 @@ static int finish_group(fpga_card *c, int g)
 }
 
 int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uint64_t kv_off,
-                      uint32_t part_tiles, void *owner, void **failed_owner)
+                      uint32_t part_tiles, int paged, uint32_t blk_id, void *owner,
+                      void **failed_owner)
 {
     const uint32_t H = c->desc.n_kv_heads, hd = c->desc.head_dim;
     int g = c->next_group;
@@ -360,6 +461,8 @@ int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uin
     TRY(fpga_xrt_run_set_u32(c->x, r, SC_PER, per));
     TRY(fpga_xrt_run_set_u64(c->x, r, SC_KV_OFF, kv_off));
     TRY(fpga_xrt_run_set_u32(c->x, r, SC_PART_TILES, part_tiles));
+    TRY(fpga_xrt_run_set_u32(c->x, r, SC_PAGED, paged ? 1 : 0));
+    TRY(fpga_xrt_run_set_u32(c->x, r, SC_BLK_ID, blk_id));
     TRY(fpga_xrt_run_start(c->x, r));
     p->busy = 1;
     c->next_group = (g + 1) % FPGA_CARD_GROUPS;
@@ -387,7 +490,7 @@ int fpga_card_drain(fpga_card *c, void **failed_owner, void (*on_fail)(void *own
 }
 
 int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, uint32_t part_tiles,
-                    uint32_t *crc, void **failed_owner)
+                    const uint32_t *ids, uint32_t n_ids, uint32_t *crc, void **failed_owner)
 {
     TRY(fpga_card_drain(c, failed_owner, NULL));
     TRY(check_stuck(c));
@@ -397,10 +500,17 @@ int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, ui
     /* a stale report must not pass for this run's */
     memset(c->stage_host[0][0], 0, 16);
     TRY(fpga_xrt_bo_sync(c->x, c->stage[0][0], XCL_BO_SYNC_BO_TO_DEVICE, 16, 0));
+    if (n_ids) {
+        if (n_ids > FPGA_DEC_MAX_BLOCKS) return ACCEL_ERR_INVALID;
+        memcpy(c->stage_host[0][0] + FPGA_DEC_CHECK_TABLE_OFF, ids, 4ull * n_ids);
+        TRY(fpga_xrt_bo_sync(c->x, c->stage[0][0], XCL_BO_SYNC_BO_TO_DEVICE, 4ull * n_ids,
+                             FPGA_DEC_CHECK_TABLE_OFF));
+    }
     TRY(fpga_xrt_run_set_u32(c->x, r, CK_POS0, pos0));
     TRY(fpga_xrt_run_set_u32(c->x, r, CK_N, n));
     TRY(fpga_xrt_run_set_u64(c->x, r, CK_KV_OFF, kv_off));
     TRY(fpga_xrt_run_set_u32(c->x, r, CK_PART_TILES, part_tiles));
+    TRY(fpga_xrt_run_set_u32(c->x, r, CK_N_IDS, n_ids));
     TRY(fpga_xrt_run_start(c->x, r));
     int st = wait_run(c, r);
     if (st == ACCEL_ERR_TIMEOUT) c->check_in_flight = 1;
@@ -444,6 +554,29 @@ int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n)
     }
     /* the gather run's source was changed: restore it for uploads */
     return fpga_xrt_run_set_bo(c->x, r, 0, c->stage[0][0]);
+}
+
+int fpga_card_copy_bank(fpga_card *c, int ch, uint64_t src_off, uint64_t dst_off, size_t n)
+{
+    void *owner;
+    TRY(fpga_card_drain(c, &owner, NULL));
+    TRY(check_stuck(c));
+    xrtRunHandle r = c->r_gather[0];
+    TRY(fpga_xrt_run_set_bo(c->x, r, 0, c->bank[ch]));
+    TRY(fpga_xrt_run_set_bo(c->x, r, 1, c->bank[ch]));
+    TRY(fpga_xrt_run_set_u64(c->x, r, 2, src_off));
+    TRY(fpga_xrt_run_set_u64(c->x, r, 3, dst_off));
+    TRY(fpga_xrt_run_set_u64(c->x, r, 4, n));
+    TRY(fpga_xrt_run_start(c->x, r));
+    int st = wait_run(c, r);
+    fpga_emu_run_stats rs;
+    if (!st && c->emu && fpga_xrt_emu_run_stats(c->x, r, &rs) == 0) {
+        c->gather_runs++;
+        c->gather_modeled_ns += rs.modeled_ns;
+    }
+    /* restore the run's source for uploads (its destination is set per call) */
+    int s2 = fpga_xrt_run_set_bo(c->x, r, 0, c->stage[0][0]);
+    return st ? st : s2;
 }
 
 int fpga_card_write_bank(fpga_card *c, int ch, uint64_t off, const void *src, size_t n)
@@ -500,9 +633,14 @@ int fpga_card_pf_params(fpga_card *c, const fpga_pf_params *p)
     return fpga_xrt_bo_sync(c->x, c->io, XCL_BO_SYNC_BO_TO_DEVICE, sizeof *p, FPGA_PF_IO_PARAMS);
 }
 
+int fpga_card_pf_table(fpga_card *c, const uint32_t *ids, uint32_t n_ids)
+{
+    return write_table(c, ids, n_ids);
+}
+
 int fpga_card_pf_run(fpga_card *c, uint32_t mode, uint32_t layer, uint32_t pos0, uint32_t n,
                      uint32_t r0, uint32_t r1, uint64_t kv_off, uint32_t part_tiles,
-                     uint64_t ws_off)
+                     uint64_t ws_off, uint32_t n_ids)
 {
     fpga_xrt *x = c->x;
     if (!c->k_pf) return ACCEL_ERR_UNSUPPORTED;
@@ -517,6 +655,7 @@ int fpga_card_pf_run(fpga_card *c, uint32_t mode, uint32_t layer, uint32_t pos0,
     TRY(fpga_xrt_run_set_u64(x, r, PF_KV_OFF, kv_off));
     TRY(fpga_xrt_run_set_u32(x, r, PF_PART_TILES, part_tiles));
     TRY(fpga_xrt_run_set_u64(x, r, PF_WS_OFF, ws_off));
+    TRY(fpga_xrt_run_set_u32(x, r, PF_N_IDS, n_ids));
     TRY(fpga_xrt_run_start(x, r));
     int st = wait_run(c, r);
     if (st == ACCEL_ERR_TIMEOUT) c->pf_in_flight = 1;

@@ -28,6 +28,7 @@
 
 #define FPGA_CARD_GROUPS 2
 #define FPGA_CARD_STAGE_BYTES (1u << 20) /* per slot: a 4 MiB piece over 4 channels (BANKS.md) */
+#define FPGA_CARD_BATCH_IO (8u << 20)    /* the batched decode's io records at most */
 
 typedef struct fpga_card_pending {
     int busy;
@@ -45,6 +46,11 @@ typedef struct fpga_card {
     fpga_dec_layout lo;
     xrtKernelHandle k_dec, k_sc, k_gather, k_check;
     xrtKernelHandle k_pf; /* tandem_prefill, NULL when the xclbin has none */
+    xrtKernelHandle k_decb; /* tandem_decode_batch, NULL when the xclbin has none */
+    xrtRunHandle r_decb;
+    int max_batch;          /* sequences one batched run takes (1: no batched kernel); as many
+                               records as FPGA_CARD_BATCH_IO holds, at most FPGA_DEC_MAX_BATCH,
+                               capped by $TANDEM_FPGA_BATCH */
     xrtBufferHandle bank[FPGA_DEC_CH], io;
     xrtBufferHandle stage[FPGA_CARD_GROUPS][FPGA_DEC_STAGE_SLOTS];
     uint8_t *stage_host[FPGA_CARD_GROUPS][FPGA_DEC_STAGE_SLOTS];
@@ -60,7 +66,8 @@ typedef struct fpga_card {
     int pf_in_flight;  /* the same for a prefill run */
     int check_in_flight; /* and for a kv_check run */
     /* timing model (emulator only; zeros on a real card) */
-    fpga_emu_run_stats last_dec;
+    fpga_emu_run_stats last_dec, last_decb;
+    uint64_t decb_runs, decb_seqs, decb_modeled_ns;
     uint64_t dec_runs, dec_modeled_ns, sc_runs, sc_modeled_ns;
     fpga_emu_run_stats last_pf;
     uint64_t pf_runs, pf_modeled_ns, gather_runs, gather_modeled_ns, check_runs, check_modeled_ns;
@@ -81,16 +88,33 @@ uint64_t fpga_card_pool_lo(const fpga_card *c);
 uint64_t fpga_card_pool_hi(const fpga_card *c);
 
 /* One decode run: step input (x0: hidden floats, cs/sn: head_dim/2 each), then logits
- * (vocab floats) read back. */
+ * (vocab floats) read back. The KV: n_ids 0, a slab at kv_off of part_tiles tiles per part;
+ * else the block table ids[0..n_ids) into the pool at kv_off, part_tiles then being the tiles of
+ * one part in one block (fpga/kernels/dec_layout.h, "KV pages"). */
 int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *sn,
                    uint32_t token, uint32_t pos, uint64_t kv_off, uint32_t part_tiles,
-                   float *logits);
+                   const uint32_t *ids, uint32_t n_ids, float *logits);
 
-/* Starts importing positions [t0, t0 + n) of chunk ch (int8) into the slab at kv_off; n must
- * be at most fpga_card_piece_tokens(). Waits for the older piece of the same staging group
+/* One sequence of a batched decode run. */
+typedef struct fpga_card_bseq {
+    const float *x0, *cs, *sn; /* step input, as fpga_card_step's */
+    uint32_t token, pos;
+    const uint32_t *ids;       /* its block table */
+    uint32_t n_ids;
+} fpga_card_bseq;
+/* One run of the batched kernel over n <= max_batch paged sequences (fpga/kernels/
+ * decode_batch.c): the records into io, the run, every sequence's logits (n x vocab floats)
+ * read back after its record says it is done. */
+int fpga_card_step_batch(fpga_card *c, int n, const fpga_card_bseq *q, uint64_t kv_off,
+                         uint32_t blk_tiles, float *logits);
+
+/* Starts importing positions [t0, t0 + n) of chunk ch (int8) into the slab at kv_off (paged 0)
+ * or, paged, into block blk_id of the pool at kv_off, which the positions must all lie in; n
+ * must be at most fpga_card_piece_tokens(). Waits for the older piece of the same staging group
  * first (its status is returned, with *failed_owner set to its owner, if it failed). */
 int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uint64_t kv_off,
-                      uint32_t part_tiles, void *owner, void **failed_owner);
+                      uint32_t part_tiles, int paged, uint32_t blk_id, void *owner,
+                      void **failed_owner);
 int fpga_card_piece_tokens(const fpga_card *c);
 /* The most positions one import piece carries for a model (FPGA_DEC_STAGE_SLOTS slots of
  * FPGA_CARD_STAGE_BYTES, less the report). */
@@ -101,16 +125,19 @@ int fpga_card_piece_tokens_for(const fpga_dec_desc *d);
 int fpga_card_drain(fpga_card *c, void **failed_owner, void (*on_fail)(void *owner, int st));
 
 /* Checks what landed: a kv_check run over positions [pos0, pos0 + n) of every layer of the slab
- * at kv_off, after draining the import pieces in flight (their status is returned first, as by
+ * at kv_off (n_ids 0) or of the sequence whose block table is ids[0..n_ids) (paged), after draining the import pieces in flight (their status is returned first, as by
  * fpga_card_drain, *failed_owner set). On 0, crc[l] is the CRC32C of the wire payload that layer
  * l's tiles hold for those positions (proto/KV_FORMAT.md), crc having n_layers entries. A run
  * that ends without its report is ACCEL_ERR_DEVICE. */
 int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, uint32_t part_tiles,
-                    uint32_t *crc, void **failed_owner);
+                    const uint32_t *ids, uint32_t n_ids, uint32_t *crc, void **failed_owner);
 
 /* Reads n bytes at off of bank BO ch as the card sees them (a kv_gather run into a staging
  * slot): for tests of what the kernels read, and the prefill's results. Drains first. */
 int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n);
+/* Copies n bytes inside bank BO ch from src_off to dst_off (a kv_gather run: copy-on-write of a
+ * KV block). Drains first. */
+int fpga_card_copy_bank(fpga_card *c, int ch, uint64_t src_off, uint64_t dst_off, size_t n);
 /* Writes n bytes at off of bank BO ch (staging slots + kv_gather runs, pipelined over the
  * slots as the weight upload is). Drains first. */
 int fpga_card_write_bank(fpga_card *c, int ch, uint64_t off, const void *src, size_t n);
@@ -125,7 +152,9 @@ int fpga_card_pf_params(fpga_card *c, const fpga_pf_params *p);
  * status record it leaves in io. */
 int fpga_card_pf_run(fpga_card *c, uint32_t mode, uint32_t layer, uint32_t pos0, uint32_t n,
                      uint32_t r0, uint32_t r1, uint64_t kv_off, uint32_t part_tiles,
-                     uint64_t ws_off);
+                     uint64_t ws_off, uint32_t n_ids);
+/* A paged sequence's block table into io, for the prefill runs that follow with n_ids > 0. */
+int fpga_card_pf_table(fpga_card *c, const uint32_t *ids, uint32_t n_ids);
 /* The report of the last ATTN run. */
 int fpga_card_pf_report(fpga_card *c, fpga_pf_report *r);
 /* The logits the last HEAD (or decode) run left in io (vocab floats). */

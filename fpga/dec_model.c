@@ -53,13 +53,15 @@ static void rmsnorm(fpga_dec_cost *c, uint32_t n)
     c->stall_cycles += 2 * n / FPGA_DEC_SFU_LANES;
 }
 
-void fpga_dec_model_step(const fpga_dec_desc *d, uint32_t pos, fpga_dec_cost *c)
+/* One step through map kv (NULL: a slab, one burst per part). */
+static void step(const fpga_dec_desc *d, uint32_t pos, const fpga_dec_kvmap *kv, fpga_dec_cost *c)
 {
     fpga_dec_layout lo;
     fpga_dec_layout_of(d, &lo);
     memset(c, 0, sizeof *c);
     const uint32_t H = d->hidden, hd = d->head_dim, group = d->n_heads / d->n_kv_heads;
     fpga_dec_model_charge(c, 0, sizeof(fpga_dec_desc), 0);
+    if (kv) fpga_dec_model_charge(c, 0, 4ull * kv->n_ids, 0); /* the block table, from io */
     fpga_dec_model_charge(c, 0, fpga_dec_io_step_bytes(d), 0);
     uint32_t part, tile, row;
     fpga_dec_pos_where(d, pos, &part, &tile, &row);
@@ -79,7 +81,11 @@ void fpga_dec_model_step(const fpga_dec_desc *d, uint32_t pos, fpga_dec_cost *c)
             for (uint32_t b = 0; b < d->kv_parts; b++) {
                 uint32_t nt = fpga_dec_part_used_tiles(d, pos + 1, b);
                 if (!nt) continue;
-                fpga_dec_model_charge(c, (int)fpga_dec_stream_ch(d, l, h, b), (uint64_t)nt * lo.tile_bytes, 0);
+                for (uint32_t t = 0, run; t < nt; t += run) {
+                    run = kv ? fpga_dec_kv_run(kv, t, nt - 1) : nt;
+                    fpga_dec_model_charge(c, (int)fpga_dec_stream_ch(d, l, h, b),
+                                          (uint64_t)run * lo.tile_bytes, 0);
+                }
                 for (uint32_t t = 0; t < nt; t++) {
                     uint32_t p0 = (t * d->kv_parts + b) * FPGA_DEC_TILE;
                     uint32_t rows = pos + 1 - p0 < FPGA_DEC_TILE ? pos + 1 - p0 : FPGA_DEC_TILE;
@@ -99,6 +105,24 @@ void fpga_dec_model_step(const fpga_dec_desc *d, uint32_t pos, fpga_dec_cost *c)
     matvec(c, &lo, FPGA_DEC_LM, 1);
     fpga_dec_model_charge(c, 0, 16, 1);
     fpga_dec_model_price(c);
+}
+
+void fpga_dec_model_step(const fpga_dec_desc *d, uint32_t pos, fpga_dec_cost *c)
+{
+    step(d, pos, NULL, c);
+}
+
+void fpga_dec_model_step_paged(const fpga_dec_desc *d, uint32_t pos, uint32_t first_id,
+                               fpga_dec_cost *c)
+{
+    fpga_dec_layout lo;
+    fpga_dec_layout_of(d, &lo);
+    const uint32_t T = fpga_dec_kv_block_tokens(d), n = pos / T + 1;
+    static _Thread_local uint32_t ids[FPGA_DEC_MAX_BLOCKS];
+    for (uint32_t i = 0; i < n && i < FPGA_DEC_MAX_BLOCKS; i++) ids[i] = first_id + i;
+    fpga_dec_kvmap kv;
+    fpga_dec_kvmap_paged(d, &lo, 0, ids, n, &kv);
+    step(d, pos, &kv, c);
 }
 
 void fpga_dec_model_scatter(const fpga_dec_desc *d, uint32_t layer, uint32_t pos0, uint32_t n,
@@ -137,4 +161,77 @@ double fpga_dec_model_floor_ns(const fpga_dec_cost *c)
 {
     return (double)(c->bytes_read + c->bytes_written) /
            (FPGA_U280_HBM_PC_BPS * FPGA_U280_HBM_BANKS) * 1e9;
+}
+
+/* ---------------------------------------------------------------- the batched kernel */
+
+static void bmatvec(fpga_dec_cost *c, const fpga_dec_layout *lo, int mat, uint32_t n, int y_hbm)
+{
+    const fpga_dec_mat *m = &lo->m[mat];
+    c->stall_cycles += FPGA_DEC_PHASE_CYCLES + (uint64_t)n * (m->k / FPGA_DEC_BATCH_SFU_LANES);
+    for (uint32_t ch = 0; ch < FPGA_DEC_CH; ch++) {
+        uint32_t rows = fpga_dec_rows_in(m, ch);
+        if (!rows) continue;
+        fpga_dec_model_charge(c, (int)ch, fpga_dec_stream_bytes(m, rows), 0);
+        for (uint32_t b = 0; y_hbm && b < n; b++) fpga_dec_model_charge(c, 0, 4ull * rows, 1);
+    }
+    c->compute_cycles += (uint64_t)n * m->rows * m->k / FPGA_DEC_BATCH_MACS_PER_CYCLE;
+}
+
+void fpga_dec_model_step_batch(const fpga_dec_desc *d, uint32_t n, const uint32_t *pos,
+                               const fpga_dec_kvmap *kv, fpga_dec_cost *c)
+{
+    fpga_dec_layout lo;
+    fpga_dec_layout_of(d, &lo);
+    memset(c, 0, sizeof *c);
+    const uint32_t H = d->hidden, hd = d->head_dim, group = d->n_heads / d->n_kv_heads;
+    fpga_dec_model_charge(c, 0, sizeof(fpga_dec_desc), 0);
+    for (uint32_t b = 0; b < n; b++) {
+        fpga_dec_model_charge(c, 0, 64 + fpga_dec_io_step_bytes(d), 0);
+        fpga_dec_model_charge(c, 0, 4ull * kv[b].n_ids, 0);
+    }
+    for (uint32_t l = 0; l < d->n_layers; l++) {
+        fpga_dec_model_charge(c, (int)(l % FPGA_DEC_CH), 4ull * lo.mi_floats, 0);
+        c->stall_cycles += (uint64_t)n * (2 * H / FPGA_DEC_BATCH_SFU_LANES);
+        bmatvec(c, &lo, FPGA_DEC_QKV, n, 0);
+        for (uint32_t b = 0; b < n; b++) {
+            uint32_t part, tile, row;
+            fpga_dec_pos_where(d, pos[b], &part, &tile, &row);
+            for (uint32_t h = 0; h < d->n_kv_heads; h++) {
+                int ch = (int)fpga_dec_stream_ch(d, l, h, part);
+                for (int which = 0; which < 2; which++) {
+                    fpga_dec_model_charge(c, ch, hd, 1);
+                    fpga_dec_model_charge(c, ch, 2, 1);
+                }
+            }
+            uint64_t macs = 0;
+            for (uint32_t h = 0; h < d->n_kv_heads; h++)
+                for (uint32_t p = 0; p < d->kv_parts; p++) {
+                    uint32_t nt = fpga_dec_part_used_tiles(d, pos[b] + 1, p);
+                    for (uint32_t t = 0, run; t < nt; t += run) {
+                        run = fpga_dec_kv_run(&kv[b], t, nt - 1);
+                        fpga_dec_model_charge(c, (int)fpga_dec_stream_ch(d, l, h, p),
+                                              (uint64_t)run * lo.tile_bytes, 0);
+                    }
+                    for (uint32_t t = 0; t < nt; t++) {
+                        uint32_t p0 = (t * d->kv_parts + p) * FPGA_DEC_TILE;
+                        uint32_t rows = pos[b] + 1 - p0 < FPGA_DEC_TILE ? pos[b] + 1 - p0 : FPGA_DEC_TILE;
+                        macs += 2ull * rows * hd * group;
+                    }
+                }
+            c->compute_cycles += macs / FPGA_DEC_BATCH_MACS_PER_CYCLE;
+            c->stall_cycles += FPGA_DEC_PHASE_CYCLES + d->kv_parts * 4;
+        }
+        bmatvec(c, &lo, FPGA_DEC_O, n, 0);
+        c->stall_cycles += (uint64_t)n * (2 * H / FPGA_DEC_BATCH_SFU_LANES);
+        bmatvec(c, &lo, FPGA_DEC_GU, n, 0);
+        c->stall_cycles += (uint64_t)n * (d->inter / FPGA_DEC_BATCH_SFU_LANES);
+        bmatvec(c, &lo, FPGA_DEC_D, n, 0);
+    }
+    fpga_dec_model_charge(c, (int)(d->n_layers % FPGA_DEC_CH), 4ull * H, 0);
+    c->stall_cycles += (uint64_t)n * (2 * H / FPGA_DEC_BATCH_SFU_LANES);
+    bmatvec(c, &lo, FPGA_DEC_LM, n, 1);
+    for (uint32_t b = 0; b < n; b++) fpga_dec_model_charge(c, 0, 4, 1);
+    fpga_dec_model_charge(c, 0, 16, 1);
+    fpga_dec_model_price(c);
 }

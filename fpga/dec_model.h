@@ -20,8 +20,19 @@ typedef struct fpga_dec_cost {
     int busiest;
 } fpga_dec_cost;
 
-/* One decode run at position pos (positions 0..pos attended). */
+/* One decode run at position pos (positions 0..pos attended) of a slab. */
 void fpga_dec_model_step(const fpga_dec_desc *d, uint32_t pos, fpga_dec_cost *out);
+/* The same for a paged sequence whose blocks are ids first_id, first_id + 1, ... (the pool's
+ * lowest free ids: a sequence that grew alone): its block table read from io, and one burst per
+ * run of consecutive ids inside a superblock (dec_layout.h, "KV pages"). */
+void fpga_dec_model_step_paged(const fpga_dec_desc *d, uint32_t pos, uint32_t first_id,
+                               fpga_dec_cost *out);
+/* One run of the batched kernel (fpga/kernels/decode_batch.c) over n sequences: sequence b at
+ * position pos[b] through its block table kv[b] (the map with ids and n_ids = its table's used
+ * length). The weights once, every sequence's KV, the MACs of all n on the batched image's array
+ * (FPGA_DEC_BATCH_MACS_PER_CYCLE), every sequence's special-function passes as stalls. */
+void fpga_dec_model_step_batch(const fpga_dec_desc *d, uint32_t n, const uint32_t *pos,
+                               const fpga_dec_kvmap *kv, fpga_dec_cost *out);
 /* One kv_scatter run: n positions from pos0 of `layer`, striped over the slots with `per`
  * positions each (the host's split: per = ceil(n / slots)). Staging slot j of the run lies in
  * pseudo-channel stage_ch[j]. */

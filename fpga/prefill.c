@@ -121,7 +121,8 @@ static int rows_run(fpga_card *c, const fpga_pf_job *j, uint32_t mode, uint32_t 
     for (uint32_t r0 = 0; r0 < np; r0 += k) {
         uint32_t r1 = np - r0 < k ? np : r0 + k;
         int st =
-            fpga_card_pf_run(c, mode, l, pos0, np, r0, r1, j->kv_off, j->part_tiles, j->ws_off);
+            fpga_card_pf_run(c, mode, l, pos0, np, r0, r1, j->kv_off, j->part_tiles, j->ws_off,
+                             j->n_ids);
         res->runs++;
         if (st) return st;
     }
@@ -157,7 +158,7 @@ static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, 
             st = rows_run(c, j, FPGA_PF_QKV | flags, l, pos0, np, res);
             if (!st)
                 st = fpga_card_pf_run(c, FPGA_PF_ATTN | flags, l, pos0, np, 0, np, j->kv_off,
-                                      j->part_tiles, j->ws_off);
+                                      j->part_tiles, j->ws_off, j->n_ids);
             res->runs++;
             if (!st) st = fpga_card_pf_report(c, &rep);
             if (!st && (rep.layer != l || rep.n != np)) st = ACCEL_ERR_DEVICE;
@@ -173,7 +174,7 @@ static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, 
     for (uint32_t t = j->all_logits ? 0 : np - 1; t < np; t++) {
         if (!j->all_logits && done + np != (uint32_t)j->n) break;
         st = fpga_card_pf_run(c, FPGA_PF_HEAD | flags, 0, pos0, np, t, t + 1, j->kv_off,
-                              j->part_tiles, j->ws_off);
+                              j->part_tiles, j->ws_off, j->n_ids);
         res->runs++;
         if (!st)
             st =
@@ -208,6 +209,7 @@ int fpga_pf_prefill(fpga_card *c, const fpga_pf_job *j, fpga_pf_result *res)
         res->host_status = 0;
         st = 0;
         if (j->sparse) st = fpga_card_pf_params(c, &j->params);
+        if (!st && j->n_ids) st = fpga_card_pf_table(c, j->kv_ids, j->n_ids);
         uint64_t ns0 = c->pf_modeled_ns;
         for (uint32_t done = 0; !st && done < (uint32_t)j->n; done += P) {
             uint32_t np = (uint32_t)j->n - done < P ? (uint32_t)j->n - done : P;

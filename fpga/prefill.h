@@ -1,7 +1,7 @@
 /* fpga/prefill.h — the host side of a prefill on a card: FAST-Prefill's global FSM, driving
  * the prefill kernel (fpga/kernels/prefill.c) layer by layer over a pass of prompt rows.
  *
- * A job appends n tokens to a sequence whose slab (kv_off, part_tiles) already holds pos0
+ * A job appends n tokens to a sequence whose KV (a slab, or a block table) already holds pos0
  * positions, using a workspace at ws_off laid out for up to ws_rows rows with ws_flags
  * (fpga/kernels/pf_layout.h). Dense: passes of at most ws_rows rows; per pass the host writes
  * the rows' embeddings (looked up in the mapped checkpoint, as for decode) and rotary angles into
@@ -30,6 +30,9 @@ typedef struct fpga_pf_job {
     int rope_len;  /* dynamic RoPE: the sequence length transformers scales by */
     uint64_t kv_off;
     uint32_t part_tiles;
+    const uint32_t *kv_ids; /* paged: the block table (n_ids > 0) into the pool at kv_off, whose
+                              blocks have part_tiles tiles per part (card.h: fpga_card_step) */
+    uint32_t n_ids;
     uint64_t ws_off;
     uint32_t ws_rows, ws_flags;
     uint32_t run_rows;     /* rows per QKV / POST / DENSE run (0: FPGA_PF_RUN_ROWS; a multiple

@@ -20,11 +20,14 @@
  *               another node (ACCEL_CAP_REMOTE) with both.
  *   idle card   a card with a free decode slot for all n sequences: running + n <= slots, where
  *               slots = min(max_batch, max_running). max_batch is what one accel_decode call
- *               takes: 1 for the fpga backend (its kernel decodes one sequence per run, as
- *               GLITCHES' FlightLLM-based cards do), so "idle" is "decoding nothing"; a batched
- *               kernel reports more and is idle while it has a free batch slot. Reservations
- *               count from placement (before the prefill starts, so that the KV can be shipped
- *               while it is computed): a card a prefill is filling is busy.
+ *               takes: the fpga backend's batched kernel takes up to 16 sequences per run
+ *               (fpga/kernels/decode_batch.c), so "idle" is "has a free batch slot" (and, below,
+ *               room for the KV); a card whose xclbin decodes one sequence per run
+ *               (TANDEM_FPGA_BATCH=1, GLITCHES' FlightLLM-based cards) reports 1 and is idle
+ *               only when decoding nothing. Sequences join a card's batch at its next step,
+ *               without waiting for the others to finish (the worker's continuous batching).
+ *               Reservations count from placement (before the prefill starts, so that the KV
+ *               can be shipped while it is computed): a card a prefill is filling is busy.
  *   room        mem_total - mem_committed holds the bytes: on a card n * (prompt + max_tokens)
  *               positions at its kv_bytes_per_token.
  *

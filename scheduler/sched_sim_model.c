@@ -11,6 +11,8 @@ static const sched_sim_shape shapes[] = {
     {"llama2-7b", 6.738e9, 32, 32, 32, 128, 4096},
     /* meta-llama/Meta-Llama-3-8B: 8,030,261,248 parameters, GQA 32/8 */
     {"llama3-8b", 8.030e9, 32, 32, 8, 128, 8192},
+    /* meta-llama/Llama-3.1-8B: the same weights' shape, 128K context (long prompts) */
+    {"llama3.1-8b", 8.030e9, 32, 32, 8, 128, 131072},
 };
 
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
@@ -96,6 +98,8 @@ int sched_sim_dev_init(sched_sim_dev_model *d, const sched_sim_hw *hw, const sch
     d->attn_dim = s->n_heads * s->head_dim;
     d->link_bps = hw->link_bps;
     d->link_s = hw->link_s;
+    d->power_w = hw->power_w;
+    d->decode_ops = hw->decode_ops;
     /* 10 % of the memory for activations and workspace. */
     double kv = hw->mem_bytes * 0.9 - d->weight_bytes;
     if (kv <= 0) {
@@ -122,12 +126,32 @@ double sched_sim_prefill_s(const sched_sim_dev_model *d, int n, int pos0)
     return d->fixed_s + (d->prefill_flops > 0 ? flops / d->prefill_flops : 1e9);
 }
 
+/* The measured curve's step time at `batch` (positions curve_ctx each). */
+static double curve_step_s(const sched_sim_hw *h, int batch)
+{
+    const int n = h->n_curve;
+    double b = batch;
+    if (n == 1 || b <= h->curve_b[0]) return h->curve_b[0] / h->curve_tps[0];
+    int i = 1;
+    while (i < n - 1 && b > h->curve_b[i]) i++;
+    double t0 = h->curve_b[i - 1] / h->curve_tps[i - 1], t1 = h->curve_b[i] / h->curve_tps[i];
+    return t0 + (t1 - t0) * (b - h->curve_b[i - 1]) / (h->curve_b[i] - h->curve_b[i - 1]);
+}
+
 double sched_sim_decode_s(const sched_sim_dev_model *d, int batch, long long sum_ctx)
 {
     if (batch <= 0) return 0;
+    if (d->hw && d->hw->n_curve > 0) {
+        /* the measured curve, plus (or less) the KV bytes beyond batch x curve_ctx positions */
+        double t = curve_step_s(d->hw, batch);
+        double extra = ((double)sum_ctx - batch * d->hw->curve_ctx) * (double)d->kv_bytes_per_token;
+        double kv = extra / d->decode_bps;
+        return t + kv > t / 2 ? t + kv : t / 2;
+    }
     double mem = (d->weight_bytes + (double)sum_ctx * (double)d->kv_bytes_per_token) / d->decode_bps;
-    /* a large batch turns compute-bound: 2 FLOPs per weight per sequence at the prefill rate */
-    double comp = d->prefill_flops > 0 ? 2.0 * d->params * batch / d->prefill_flops : 0;
+    /* a large batch turns compute-bound: 2 ops per weight per sequence at the device's rate */
+    double rate = d->decode_ops > 0 ? d->decode_ops : d->prefill_flops;
+    double comp = rate > 0 ? 2.0 * d->params * batch / rate : 0;
     return d->fixed_s + (mem > comp ? mem : comp) + (batch - 1) * d->seq_s;
 }
 
@@ -148,7 +172,7 @@ int sched_sim_model_build(sched_sim_model *m, const sched_sim_catalog *c, const 
     memset(m, 0, sizeof *m);
     const sched_sim_shape *s = sched_sim_shape_find(shape);
     if (!s) {
-        snprintf(err, errlen, "unknown model shape '%s' (llama2-7b, llama3-8b)", shape);
+        snprintf(err, errlen, "unknown model shape '%s' (llama2-7b, llama3-8b, llama3.1-8b)", shape);
         return -1;
     }
     m->shape = *s;

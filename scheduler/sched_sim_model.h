@@ -9,9 +9,14 @@
  *       flops = 2 * params * n  +  4 * layers * (heads * head_dim) * n * (pos0 + n / 2)
  *   decode step of `batch` sequences holding sum_ctx positions in all (bandwidth-bound)
  *       t = fixed + max((weight_bytes + sum_ctx * kv_bytes_per_token) / decode_bps,
- *                       2 * params * batch / prefill_flops) + (batch - 1) * seq_s
+ *                       2 * params * batch / compute) + (batch - 1) * seq_s
  *       (seq_s: what each further sequence of a batch costs beyond its KV bytes, from a measured
- *       batched step where there is one; 0 otherwise)
+ *       batched step where there is one; 0 otherwise; compute: the profile's decode_ops where
+ *       it gives one — a card's MAC array — else the prefill rate)
+ *     or, for a profile with a measured batched decode curve (tok/s at batches b_i, context
+ *     c each), the curve's step time b / tok_s interpolated linearly in the batch (beyond the
+ *     last point: extended by its last segment) plus the KV bytes the step holds beyond
+ *     batch x c positions at decode_bps
  *   KV ship of one layer's chunk from a prefill device to a card (GLITCHES: GPU -> host ->
  *   FPGA over PCIe, "the GPU to FPGA latency is obtained by adding the latency from GPU to CPU
  *   and from CPU to FPGA")
@@ -58,6 +63,14 @@ typedef struct sched_sim_hw {
     double link_bps, link_s;    /* host link per direction; 0 bps: host memory */
     double price;               /* dollars (cost efficiency) */
     const char *source;
+    /* appended (0 where a profile does not say) */
+    double power_w;             /* board power at full load (energy: tok/J) */
+    double decode_ops;          /* a card's decode compute bound, int8 ops/s (0: prefill rate) */
+    /* a measured batched decode curve: tok/s at batch curve_b[i], context curve_ctx each;
+     * a step of other batches interpolates the step time linearly in the batch */
+    int n_curve;
+    double curve_b[8], curve_tps[8], curve_ctx;
+    const char *power_source;
 } sched_sim_hw;
 
 /* A device as the simulator prices it (derived from a profile and a shape). */
@@ -72,6 +85,7 @@ typedef struct sched_sim_dev_model {
     double prefill_flops, decode_bps, fixed_s, seq_s;
     int n_layers, attn_dim;
     double link_bps, link_s;
+    double power_w, decode_ops;
 } sched_sim_dev_model;
 
 typedef struct sched_sim_model {

@@ -41,6 +41,9 @@ void sched_sim_trace_next(sched_sim_trace *t, sched_sim_req *out)
         out->n_out = clip(lognormal(t, SCHED_SIM_SHAREGPT_OUTPUT_MEAN, SCHED_SIM_SHAREGPT_SIGMA), 4, half);
     } else {
         out->n_prompt = t->prompt;
+        if (t->prompt_hi > t->prompt)
+            out->n_prompt = t->prompt + (int)(sched_sim_trace_uniform(t) * (t->prompt_hi - t->prompt + 1));
+        if (out->n_prompt > t->prompt_hi && t->prompt_hi > t->prompt) out->n_prompt = t->prompt_hi;
         out->n_out = t->output;
     }
 }

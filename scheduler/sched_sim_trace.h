@@ -16,6 +16,7 @@
 typedef struct sched_sim_trace {
     double rate;          /* Poisson arrivals per second; 0: every request at time 0 */
     int prompt, output;   /* fixed lengths (when sharegpt == 0) */
+    int prompt_hi;        /* > prompt: prompts uniform in [prompt, prompt_hi] instead */
     int sharegpt;
     int context;          /* the model's context (bounds the lengths) */
     uint64_t seed;        /* the generator's state (advanced by each call) */

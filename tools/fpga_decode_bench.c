@@ -15,7 +15,9 @@
  * 4. --check DIR: runs a real checkpoint of a big shape (e.g. tools/mkmodel --preset llama2-7b
  *    --layers 2) through the emulator: the modeled time of real decode runs against part 2's
  *    formula, the wall time per step, and an import of --prompt T random-KV positions against
- *    part 3's pipeline. */
+ *    part 3's pipeline.
+ * 5. The batched decode kernel's timing model for the same shapes at B = 1..16 and contexts
+ *    1K / 4K / 8K: tokens/s per card and the bound that limits each (--batch: only this). */
 #include "cpu/kv_quant.h"
 #include "devices/devices.h"
 #include "fpga/backend.h"
@@ -188,6 +190,116 @@ static void part2(void)
         }
     }
     printf("\n");
+}
+
+/* ---------------------------------------------------------------- 5. batched decode */
+
+/* What the host adds per batched step (fpga/card.c, fpga_card_step_batch): per sequence its
+ * record and table in, its head and logits out; the batch status. */
+static double host_batch_ns(const fpga_dec_desc *d, int n, uint32_t n_ids)
+{
+    double t = (double)fpga_dec_model_sync_ns(16);
+    for (int i = 0; i < n; i++)
+        t += (double)fpga_dec_model_sync_ns(64 + fpga_dec_io_step_bytes(d)) +
+             (double)fpga_dec_model_sync_ns(4ull * n_ids) +
+             (double)fpga_dec_model_sync_ns(fpga_dec_io_rec_logits(d) + 4ull * d->vocab);
+    return t;
+}
+
+static void part5(void)
+{
+    printf("## 5. Batched decode on a U280 (fpga/kernels/decode_batch.c, fpga/dec_model.c)\n\n");
+    printf("One run streams the weights once for B sequences; each sequence reads its own KV "
+           "(its blocks consecutive: one burst per superblock). Compute: %d int8 MACs/cycle at "
+           "225 MHz (%.2f TOPS); special functions %d fp32 lanes, serial per sequence. "
+           "bound: the larger of memory (busiest channel) and MACs, plus the serial stalls "
+           "(share shown). tokens/s = B / (modeled step + host syncs). KV: B x context positions "
+           "must fit the pool (else -).\n\n",
+           FPGA_DEC_BATCH_MACS_PER_CYCLE, 2.0 * FPGA_DEC_BATCH_MACS_PER_CYCLE * 225e6 / 1e12,
+           FPGA_DEC_BATCH_SFU_LANES);
+    printf("| model | weights | context | B | step ms | memory ms | MAC ms | stall ms | tokens/s "
+           "| x B=1 | bound |\n");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    struct {
+        shape s;
+        int bits;
+    } rows[] = {{llama3_8b(), 8}, {llama3_8b(), 4}, {llama2_7b(), 8}, {llama2_7b(), 4}};
+    const int ctxs[] = {1024, 4096, 8192}, bs[] = {1, 2, 4, 8, 16};
+    static uint32_t ids[FPGA_DEC_MAX_BATCH][FPGA_DEC_MAX_BLOCKS];
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        fpga_dec_desc d;
+        if (desc_of(&rows[r].s, rows[r].bits, 8, &d)) continue;
+        fpga_dec_layout lo;
+        fpga_dec_layout_of(&d, &lo);
+        int maxb = (int)(FPGA_CARD_BATCH_IO / fpga_dec_io_rec_bytes(&d));
+        if (maxb > FPGA_DEC_MAX_BATCH) maxb = FPGA_DEC_MAX_BATCH;
+        uint64_t io = fpga_dec_align(fpga_dec_io_batch_bytes(&d, (uint32_t)maxb), 4096);
+        uint64_t bank = FPGA_U280_HBM_BANK_BYTES - (io > FPGA_CARD_STAGE_BYTES ? io : FPGA_CARD_STAGE_BYTES);
+        if (lo.image_bytes > bank) {
+            printf("| %s | W%dA8 | | | image does not fit | | | | | | |\n", rows[r].s.name, rows[r].bits);
+            continue;
+        }
+        uint64_t per_tok = 2ull * d.n_layers * d.n_kv_heads * (d.head_dim + 2);
+        uint64_t pool = (bank - lo.image_bytes) * FPGA_DEC_CH / per_tok;
+        const uint32_t T = fpga_dec_kv_block_tokens(&d);
+        for (size_t k = 0; k < sizeof ctxs / sizeof ctxs[0]; k++) {
+            if (ctxs[k] > rows[r].s.cfg.max_pos) continue;
+            double tok1 = 0;
+            for (size_t bi = 0; bi < sizeof bs / sizeof bs[0]; bi++) {
+                int B = bs[bi];
+                if (B > maxb) continue;
+                if ((uint64_t)B * (uint64_t)ctxs[k] > pool) {
+                    printf("| %s | W%dA8 | %d | %d | - | | | | | | KV %llu > pool %llu tokens |\n",
+                           rows[r].s.name, rows[r].bits, ctxs[k], B,
+                           (unsigned long long)B * ctxs[k], (unsigned long long)pool);
+                    continue;
+                }
+                uint32_t pos[FPGA_DEC_MAX_BATCH], nid = (uint32_t)(ctxs[k] - 1) / T + 1;
+                fpga_dec_kvmap km[FPGA_DEC_MAX_BATCH];
+                for (int b = 0; b < B; b++) {
+                    pos[b] = (uint32_t)ctxs[k] - 1;
+                    for (uint32_t i = 0; i < nid; i++) ids[b][i] = (uint32_t)b * nid + i;
+                    fpga_dec_kvmap_paged(&d, &lo, 0, ids[b], nid, &km[b]);
+                }
+                fpga_dec_cost c;
+                fpga_dec_model_step_batch(&d, (uint32_t)B, pos, km, &c);
+                double step = c.modeled_ns + host_batch_ns(&d, B, nid);
+                double tps = B * 1e9 / step;
+                if (B == 1) tok1 = tps;
+                const char *bound = c.mem_ns >= c.compute_ns ? "HBM" : "MACs";
+                char b2[64];
+                snprintf(b2, sizeof b2, "%s, stalls %.0f %%", bound, 100.0 * c.stall_ns / c.modeled_ns);
+                printf("| %s | W%dA8 | %d | %d | %.2f | %.2f | %.2f | %.2f | %.0f | %.2f | %s |\n",
+                       rows[r].s.name, rows[r].bits, ctxs[k], B, step / 1e6, c.mem_ns / 1e6,
+                       c.compute_ns / 1e6, c.stall_ns / 1e6, tps, tok1 > 0 ? tps / tok1 : 0, b2);
+            }
+        }
+    }
+    /* the simulator's u280-batch profile (devices/sim_hw.c): LLaMA2-7B W4A8 g128 at 1792 */
+    {
+        shape s7 = llama2_7b();
+        fpga_dec_desc d;
+        if (!desc_of(&s7, 4, 8, &d)) {
+            fpga_dec_layout lo;
+            fpga_dec_layout_of(&d, &lo);
+            const uint32_t T = fpga_dec_kv_block_tokens(&d), nid = 1791 / T + 1;
+            fpga_dec_cost c1, c2;
+            uint32_t pos[2] = {1791, 1791};
+            fpga_dec_kvmap km[2];
+            for (int b = 0; b < 2; b++) {
+                for (uint32_t i = 0; i < nid; i++) ids[b][i] = (uint32_t)b * nid + i;
+                fpga_dec_kvmap_paged(&d, &lo, 0, ids[b], nid, &km[b]);
+            }
+            fpga_dec_model_step_batch(&d, 1, pos, km, &c1);
+            fpga_dec_model_step_batch(&d, 2, pos, km, &c2);
+            double h1 = host_batch_ns(&d, 1, nid), h2 = host_batch_ns(&d, 2, nid);
+            printf("Simulator calibration (u280-batch): LLaMA2-7B W4A8 g128, context 1792, B = 1: "
+                   "%.4f ms with host syncs (cal), fixed stalls %.4f ms, per further sequence "
+                   "%.4f ms (stalls + syncs, beyond its KV bytes)\n\n",
+                   (c1.modeled_ns + h1) / 1e6, c1.stall_ns / 1e6,
+                   ((double)c2.stall_ns - c1.stall_ns + h2 - h1) / 1e6);
+        }
+    }
 }
 
 /* ---------------------------------------------------------------- 3. KV ship */
@@ -372,21 +484,27 @@ static void part4(const char *dir, int prompt)
 
 int main(int argc, char **argv)
 {
-    int steps = 256, prompt = 4096;
+    int steps = 256, prompt = 4096, batch_only = 0;
     const char *check = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--check") && i + 1 < argc) check = argv[++i];
         else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) prompt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batch")) batch_only = 1;
         else {
-            fprintf(stderr, "usage: fpga_decode_bench [--steps N] [--check DIR] [--prompt T]\n");
+            fprintf(stderr, "usage: fpga_decode_bench [--steps N] [--check DIR] [--prompt T] [--batch]\n");
             return 2;
         }
     }
     if (steps < 2 || steps > 500) steps = 256;
+    if (batch_only) {
+        part5();
+        return 0;
+    }
     part1(steps);
     part2();
     part3();
+    part5();
     if (check) part4(check, prompt);
     return 0;
 }

@@ -8,6 +8,7 @@
 static const fpga_k_desc *const kernels[] = {
     &fpga_k_kv_gather_desc,
     &fpga_k_decode_desc,
+    &fpga_k_decode_batch_desc,
     &fpga_k_kv_scatter_desc,
     &fpga_k_kv_check_desc,
     &fpga_k_flex_sigu_desc,

@@ -296,6 +296,134 @@ static inline uint64_t fpga_dec_tile_vs(uint32_t hd, uint32_t r)
     return 32ull * hd + 32 + 2ull * r;
 }
 
+/* ---------------------------------------------------------------- KV pages
+
+ * A sequence's KV is either one slab (above: kv_off, part_tiles; the kernels' tests and tools
+ * use it) or, as the backend keeps it, a block table into the card's KV pool (fpga/BANKS.md,
+ * "KV pages"). A block holds T = fpga_dec_kv_block_tokens() consecutive positions: for every
+ * stream (layer, head, part) blk_tiles = T / (16 * parts) tiles, so a position's part, tile row
+ * and the tile's place inside its block follow from the position alone. T = lcm(128, 16 *
+ * parts): every part gets whole tiles, and 128 lines the pages up with FlexPrefill's 128-token
+ * blocks and the scheduler's block tables of other devices (Llama-3-8B: 2 tiles per part, 8 KiB
+ * per stream; LLaMA2-7B: 8 tiles, 33 KiB; stories260K: 1 tile).
+ *
+ * Placement, per pseudo-channel (the same offsets in all 32): `group` consecutive block ids form
+ * a superblock, at base + (id / group) * super_bytes. Inside a superblock, stream slot s (the
+ * channel's s-th stream, s = g / 32, as in a slab) holds the group's blocks one after another:
+ * block id's tiles of slot s are at s * group * bt + (id % group) * bt, bt = blk_tiles *
+ * tile_bytes. So a sequence whose table holds consecutive ids (the pool hands out the lowest
+ * free id, and tables give them back last-first) reads each stream's tiles in one burst per
+ * superblock, as from a slab; `group` makes that run at least FPGA_DEC_KV_RUN_BYTES (one
+ * 284 ns memory command per 64 KiB is 4 % of the stream time; per 8 KiB block it would be 35 %).
+ * A superblock is contiguous, so a prefill workspace can take free superblocks at the top.
+ * A slab is the map of one block (group 1, id 0) of part_tiles tiles. */
+#define FPGA_DEC_KV_BLOCK_MIN 128
+#define FPGA_DEC_KV_RUN_BYTES 65536
+#define FPGA_DEC_MAX_BLOCKS (FPGA_DEC_MAX_POS / FPGA_DEC_KV_BLOCK_MIN)
+
+static inline uint32_t fpga_dec_kv_block_tokens(const fpga_dec_desc *d)
+{
+    uint32_t a = FPGA_DEC_KV_BLOCK_MIN, b = FPGA_DEC_TILE * d->kv_parts, x = a, y = b;
+    while (y) {
+        uint32_t t = x % y;
+        x = y;
+        y = t;
+    }
+    return a / x * b;
+}
+
+typedef struct fpga_dec_kvmap {
+    uint64_t base;        /* paged: the pool's offset; slab: kv_off */
+    uint64_t tile_bytes;
+    uint64_t bt;          /* one stream's tiles in one block: blk_tiles * tile_bytes */
+    uint64_t slot_stride; /* between a block's stream slots: group * bt */
+    uint64_t super_bytes; /* one superblock: streams_pc * slot_stride */
+    uint32_t blk_tiles, group;
+    uint32_t n_ids;       /* blocks in the table */
+    const uint32_t *ids;  /* block ids in position order; NULL: a slab */
+} fpga_dec_kvmap;
+
+/* Blocks per superblock for blocks of blk_tiles tiles per part. */
+static inline uint32_t fpga_dec_kv_group(const fpga_dec_layout *lo, uint32_t blk_tiles)
+{
+    uint64_t bt = (uint64_t)blk_tiles * lo->tile_bytes;
+    return bt >= FPGA_DEC_KV_RUN_BYTES ? 1 : (uint32_t)((FPGA_DEC_KV_RUN_BYTES + bt - 1) / bt);
+}
+
+/* The map of a paged sequence: pool at base, table ids[0..n_ids). */
+static inline void fpga_dec_kvmap_paged(const fpga_dec_desc *d, const fpga_dec_layout *lo,
+                                        uint64_t base, const uint32_t *ids, uint32_t n_ids,
+                                        fpga_dec_kvmap *m)
+{
+    m->base = base;
+    m->tile_bytes = lo->tile_bytes;
+    m->blk_tiles = fpga_dec_kv_block_tokens(d) / (FPGA_DEC_TILE * d->kv_parts);
+    m->group = fpga_dec_kv_group(lo, m->blk_tiles);
+    m->bt = (uint64_t)m->blk_tiles * lo->tile_bytes;
+    m->slot_stride = (uint64_t)m->group * m->bt;
+    m->super_bytes = (uint64_t)lo->streams_pc * m->slot_stride;
+    m->ids = ids;
+    m->n_ids = n_ids;
+}
+
+/* The map of a slab at kv_off of part_tiles tiles per part. */
+static inline void fpga_dec_kvmap_slab(const fpga_dec_layout *lo, uint64_t kv_off,
+                                       uint32_t part_tiles, fpga_dec_kvmap *m)
+{
+    m->base = kv_off;
+    m->tile_bytes = lo->tile_bytes;
+    m->blk_tiles = part_tiles;
+    m->group = 1;
+    m->bt = (uint64_t)part_tiles * lo->tile_bytes;
+    m->slot_stride = m->bt;
+    m->super_bytes = (uint64_t)lo->streams_pc * m->bt;
+    m->ids = 0;
+    m->n_ids = 1;
+}
+
+/* Tiles per part the map holds (positions: that times 16 * parts). */
+static inline uint64_t fpga_dec_kvmap_tiles(const fpga_dec_kvmap *m)
+{
+    return (uint64_t)m->n_ids * m->blk_tiles;
+}
+
+/* Offset (in channel fpga_dec_stream_ch) of tile `tile` of stream (l, h, part). The tile must
+ * lie inside the map (tile < fpga_dec_kvmap_tiles). */
+static inline uint64_t fpga_dec_kv_tile_off(const fpga_dec_desc *d, const fpga_dec_kvmap *m,
+                                            uint32_t l, uint32_t h, uint32_t part, uint32_t tile)
+{
+    uint64_t g = ((uint64_t)l * d->n_kv_heads + h) * d->kv_parts + part;
+    uint32_t blk = tile / m->blk_tiles, id = m->ids ? m->ids[blk] : blk;
+    return m->base + (uint64_t)(id / m->group) * m->super_bytes +
+           g / FPGA_DEC_CH * m->slot_stride + (uint64_t)(id % m->group) * m->bt +
+           (uint64_t)(tile % m->blk_tiles) * m->tile_bytes;
+}
+
+/* How many tiles from `tile` up to `last` (inclusive) lie one after another in memory: the
+ * rest of its block, and the blocks after it whose ids follow in the same superblock. One
+ * burst reads them. */
+static inline uint32_t fpga_dec_kv_run(const fpga_dec_kvmap *m, uint32_t tile, uint32_t last)
+{
+    if (!m->ids) return last - tile + 1;
+    uint32_t blk = tile / m->blk_tiles, end = (blk + 1) * m->blk_tiles;
+    while (end <= last && m->ids[blk + 1] == m->ids[blk] + 1 && m->ids[blk + 1] % m->group)
+        blk++, end += m->blk_tiles;
+    return (end <= last ? end : last + 1) - tile;
+}
+
+/* 1 when every id of the table lies in a pool of `pool_bytes` at base inside a buffer of size
+ * bytes (the kernels' adapters check this: HBM could hold anything). */
+static inline int fpga_dec_kvmap_ok(const fpga_dec_kvmap *m, uint64_t size)
+{
+    if (!m->n_ids || !m->blk_tiles) return 0;
+    uint32_t top = 0;
+    for (uint32_t i = 0; m->ids && i < m->n_ids; i++)
+        if (m->ids[i] > top) top = m->ids[i];
+    uint64_t supers = (uint64_t)top / m->group + 1;
+    if (supers > size / (m->super_bytes ? m->super_bytes : 1)) return 0;
+    return m->base <= size && supers * m->super_bytes <= size - m->base;
+}
+
 /* ---------------------------------------------------------------- the io buffer (HBM[0]) */
 
 /* io: [0, 64) status the kernel writes after a step {magic, token, pos, layers done};
@@ -313,9 +441,56 @@ static inline uint64_t fpga_dec_io_logits_off(const fpga_dec_desc *d)
 {
     return fpga_dec_align(64 + fpga_dec_io_step_bytes(d), FPGA_DEC_ALIGN);
 }
+/* The block table of a paged sequence (FPGA_DEC_MAX_BLOCKS u32 at most), after the logits. */
+static inline uint64_t fpga_dec_io_table_off(const fpga_dec_desc *d)
+{
+    return fpga_dec_align(fpga_dec_io_logits_off(d) + 4ull * d->vocab, FPGA_DEC_ALIGN);
+}
 static inline uint64_t fpga_dec_io_bytes(const fpga_dec_desc *d)
 {
-    return fpga_dec_io_logits_off(d) + 4ull * d->vocab;
+    return fpga_dec_io_table_off(d) + 4ull * FPGA_DEC_MAX_BLOCKS;
+}
+
+/* ---------------------------------------------------------------- batched decode io */
+
+/* The batched kernel (decode_batch.c) decodes up to FPGA_DEC_MAX_BATCH sequences per run: its
+ * on-chip arrays are sized for it (a build-time parameter of the image; BENCHMARKS.md gives
+ * the U280's DSP and memory arithmetic). Its io: the status at [0, 64) {FPGA_DEC_BATCH_MAGIC,
+ * n_seq, layers, 0}, then, past the single step's io, one record per sequence:
+ *   [0, 64)        {token, pos, n_ids, done}: the host writes the first three; the kernel sets
+ *                  done = FPGA_DEC_STATUS_MAGIC ^ pos when the sequence's logits are out
+ *   [64, ..)       its step input (x0, cos, sin: fpga_dec_io_step_bytes)
+ *   rec_logits     its logits (vocab fp32)
+ *   rec_table      its block table (n_ids u32, at most FPGA_DEC_MAX_BLOCKS) */
+#define FPGA_DEC_MAX_BATCH 16
+#define FPGA_DEC_BATCH_MAGIC 0x48544254u /* "TBTH" */
+/* The batched image's MAC array: 3 x the single engine's 4096 int8 MACs per cycle (6,144 of the
+ * U280's 9,024 DSP48E2 slices at two int8 MACs each; the rest stay with the fp32 units). */
+#define FPGA_DEC_BATCH_MACS_PER_CYCLE 12288
+/* and 64 fp32 lanes in its special-function unit (4 x the single engine's 16: each sequence's
+ * RMSNorm, activation quantization and SiLU are serial passes, so n sequences cost n passes;
+ * 64 fp32 multiply-add lanes take about 256 of the DSPs the MAC array leaves) */
+#define FPGA_DEC_BATCH_SFU_LANES 64
+static inline uint64_t fpga_dec_io_rec_logits(const fpga_dec_desc *d)
+{
+    return fpga_dec_align(64 + fpga_dec_io_step_bytes(d), FPGA_DEC_ALIGN);
+}
+static inline uint64_t fpga_dec_io_rec_table(const fpga_dec_desc *d)
+{
+    return fpga_dec_align(fpga_dec_io_rec_logits(d) + 4ull * d->vocab, FPGA_DEC_ALIGN);
+}
+static inline uint64_t fpga_dec_io_rec_bytes(const fpga_dec_desc *d)
+{
+    return fpga_dec_align(fpga_dec_io_rec_table(d) + 4ull * FPGA_DEC_MAX_BLOCKS, 4096);
+}
+static inline uint64_t fpga_dec_io_rec_off(const fpga_dec_desc *d, uint32_t i)
+{
+    return fpga_dec_align(fpga_dec_io_bytes(d), 4096) + (uint64_t)i * fpga_dec_io_rec_bytes(d);
+}
+/* The io a batch of n sequences needs. */
+static inline uint64_t fpga_dec_io_batch_bytes(const fpga_dec_desc *d, uint32_t n)
+{
+    return fpga_dec_io_rec_off(d, n);
 }
 
 /* ---------------------------------------------------------------- import staging */
@@ -334,6 +509,8 @@ static inline uint64_t fpga_dec_check_report_bytes(uint32_t n_layers)
 {
     return 16 + 4ull * n_layers;
 }
+/* A paged kv_check finds the block table in its report buffer at this offset. */
+#define FPGA_DEC_CHECK_TABLE_OFF 65536
 static inline uint64_t fpga_dec_stage_section(uint32_t n, uint32_t kvh, uint32_t hd, int which)
 {
     uint64_t vb = fpga_dec_align((uint64_t)n * kvh * hd, FPGA_DEC_ALIGN);

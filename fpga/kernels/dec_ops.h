@@ -47,21 +47,18 @@ static inline void fpga_kd_swiglu(float *g, const float *u, uint32_t n)
     }
 }
 
-/* The KV tile of (layer l, head h, part, tile) of the slab at kv_off. */
+/* The KV tile of (layer l, head h, part, tile) of the sequence kv maps. */
 static inline uint8_t *fpga_kd_tile(uint8_t *const *ch, const fpga_dec_desc *d,
-                                    const fpga_dec_layout *lo, uint64_t kv_off,
-                                    uint32_t part_tiles, uint32_t l, uint32_t h, uint32_t part,
-                                    uint32_t tile)
+                                    const fpga_dec_kvmap *kv, uint32_t l, uint32_t h,
+                                    uint32_t part, uint32_t tile)
 {
-    return ch[fpga_dec_stream_ch(d, l, h, part)] + kv_off +
-           fpga_dec_stream_off(d, lo, l, h, part, part_tiles) + (uint64_t)tile * lo->tile_bytes;
+    return ch[fpga_dec_stream_ch(d, l, h, part)] + fpga_dec_kv_tile_off(d, kv, l, h, part, tile);
 }
 
 /* Position pos's K and V (kvd floats each, heads in order), quantized exactly as proto/kv.h
  * says, into its row of the layer's tiles. */
 static inline void fpga_kd_kv_store(uint8_t *const *ch, const fpga_dec_desc *d,
-                                    const fpga_dec_layout *lo, uint64_t kv_off,
-                                    uint32_t part_tiles, uint32_t l, const float *k,
+                                    const fpga_dec_kvmap *kv, uint32_t l, const float *k,
                                     const float *v, uint32_t pos)
 {
     const uint32_t hd = d->head_dim;
@@ -69,7 +66,7 @@ static inline void fpga_kd_kv_store(uint8_t *const *ch, const fpga_dec_desc *d,
     fpga_dec_pos_where(d, pos, &part, &tile, &row);
     int8_t q[FPGA_DEC_MAX_HEAD_DIM];
     for (uint32_t h = 0; h < d->n_kv_heads; h++) {
-        uint8_t *t = fpga_kd_tile(ch, d, lo, kv_off, part_tiles, l, h, part, tile);
+        uint8_t *t = fpga_kd_tile(ch, d, kv, l, h, part, tile);
         for (int which = 0; which < 2; which++) {
             const float *x = (which ? v : k) + (uint64_t)h * hd;
             uint16_t s = fpga_km_kv_quant(x, hd, q);
@@ -80,12 +77,11 @@ static inline void fpga_kd_kv_store(uint8_t *const *ch, const fpga_dec_desc *d,
 }
 
 /* Attention of the `group` query heads of KV head kh (qg: group * hd floats) over positions
- * 0..pos of layer l, into out (group * hd). Each part keeps an online softmax (m, l, o) over its
+ * 0..pos of layer l (through the map kv), into out (group * hd). Each part keeps an online softmax (m, l, o) over its
  * tiles in order; the parts merge in part order (flash-decoding). q . k is fp32 x int8, or with
  * FPGA_DEC_F_QINT8 int8 x int8 after a per-head quantization of q. Returns the MACs. */
 static inline uint64_t fpga_kd_attend(uint8_t *const *ch, const fpga_dec_desc *d,
-                                      const fpga_dec_layout *lo, uint64_t kv_off,
-                                      uint32_t part_tiles, uint32_t l, uint32_t kh,
+                                      const fpga_dec_kvmap *kv, uint32_t l, uint32_t kh,
                                       const float *qg, uint32_t pos, float *out)
 {
     const uint32_t hd = d->head_dim, group = d->n_heads / d->n_kv_heads;
@@ -104,14 +100,13 @@ static inline uint64_t fpga_kd_attend(uint8_t *const *ch, const fpga_dec_desc *d
     for (uint32_t b = 0; b < d->kv_parts; b++) {
         uint32_t nt = fpga_dec_part_used_tiles(d, pos + 1, b);
         if (!nt) continue;
-        const uint8_t *base = fpga_kd_tile(ch, d, lo, kv_off, part_tiles, l, kh, b, 0);
         for (uint32_t g = 0; g < group; g++) {
             pm[g] = -INFINITY;
             pl[g] = 0.0f;
             for (uint32_t i = 0; i < hd; i++) po[g * hd + i] = 0.0f;
         }
         for (uint32_t t = 0; t < nt; t++) {
-            const uint8_t *tl = base + (uint64_t)t * lo->tile_bytes;
+            const uint8_t *tl = fpga_kd_tile(ch, d, kv, l, kh, b, t);
             uint32_t p0 = (t * d->kv_parts + b) * FPGA_DEC_TILE;
             uint32_t rows = pos + 1 - p0 < FPGA_DEC_TILE ? pos + 1 - p0 : FPGA_DEC_TILE;
             for (uint32_t g = 0; g < group; g++) {

@@ -29,10 +29,13 @@
  * passes as serial stalls (fpga_k_stall). The constants are in dec_layout.h.
  *
  * Arguments: 0..31 hbm0..hbm31 (global, HBM[c]: the bank BOs), 32 io (global, HBM[0]),
- * 33 token u32, 34 pos u32, 35 kv_off u64, 36 part_tiles u32. */
+ * 33 token u32, 34 pos u32, 35 kv_off u64, 36 part_tiles u32, 37 n_ids u32. n_ids 0: the KV is
+ * a slab at kv_off of part_tiles tiles per part; else a block table of n_ids ids in io (at
+ * fpga_dec_io_table_off) into the pool at kv_off (dec_layout.h, "KV pages"). */
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/kernels/dec_math.h"
 #include "fpga/kernels/dec_ops.h"
+#include "fpga/kernels/dec_step.h"
 #include "fpga/kernels/kernel.h"
 #include <math.h>
 
@@ -44,8 +47,7 @@ typedef struct dec_ctx {
     uint8_t *ch[FPGA_DEC_CH];
     fpga_dec_desc d;
     fpga_dec_layout lo;
-    uint64_t kv_off;
-    uint32_t part_tiles;
+    fpga_dec_kvmap kv; /* the sequence's KV: a block table into the pool, or a slab */
 } dec_ctx;
 
 static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps)
@@ -81,45 +83,8 @@ static void matvec(const dec_ctx *c, int mat, uint64_t off, const float *x, cons
     fpga_k_cycles((uint64_t)m->rows * m->k / FPGA_DEC_MACS_PER_CYCLE);
 }
 
-/* The new position's K and V, quantized exactly as proto/kv.h says, into its tile row. */
-static void kv_append(const dec_ctx *c, uint32_t l, const float *k, const float *v, uint32_t pos)
-{
-    const uint32_t hd = c->d.head_dim;
-    uint32_t part, tile, row;
-    fpga_dec_pos_where(&c->d, pos, &part, &tile, &row);
-    for (uint32_t h = 0; h < c->d.n_kv_heads; h++) {
-        uint8_t *t = fpga_kd_tile(c->ch, &c->d, &c->lo, c->kv_off, c->part_tiles, l, h, part, tile);
-        fpga_k_write(t + fpga_dec_tile_k(hd, row), hd);
-        fpga_k_write(t + fpga_dec_tile_ks(hd, row), 2);
-        fpga_k_write(t + fpga_dec_tile_v(hd, row), hd);
-        fpga_k_write(t + fpga_dec_tile_vs(hd, row), 2);
-    }
-    fpga_kd_kv_store(c->ch, &c->d, &c->lo, c->kv_off, c->part_tiles, l, k, v, pos);
-}
-
-/* Attention of every query head over positions 0..pos. Per KV head, each part's tiles are one
- * read; the group's query heads share it (fpga_kd_attend: the arithmetic). */
-static void attention(const dec_ctx *c, uint32_t l, const float *q, uint32_t pos, float *out)
-{
-    const uint32_t hd = c->d.head_dim, group = c->d.n_heads / c->d.n_kv_heads;
-    uint64_t macs = 0;
-    for (uint32_t kh = 0; kh < c->d.n_kv_heads; kh++) {
-        for (uint32_t b = 0; b < c->d.kv_parts; b++) {
-            uint32_t nt = fpga_dec_part_used_tiles(&c->d, pos + 1, b);
-            if (nt)
-                fpga_k_read(fpga_kd_tile(c->ch, &c->d, &c->lo, c->kv_off, c->part_tiles, l, kh, b, 0),
-                            (uint64_t)nt * c->lo.tile_bytes);
-        }
-        macs += fpga_kd_attend(c->ch, &c->d, &c->lo, c->kv_off, c->part_tiles, l, kh,
-                               q + (uint64_t)kh * group * hd, pos, out + (uint64_t)kh * group * hd);
-    }
-    fpga_k_cycles(macs / FPGA_DEC_MACS_PER_CYCLE);
-    /* the first tile's latency, and the merge of the parts */
-    fpga_k_stall(FPGA_DEC_PHASE_CYCLES + c->d.kv_parts * 4);
-}
-
 void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, uint32_t pos,
-                   uint64_t kv_off, uint32_t part_tiles)
+                   uint64_t kv_off, uint32_t part_tiles, uint32_t n_ids)
 {
     FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
 #pragma HLS INTERFACE m_axi port = io offset = slave bundle = gmem_io
@@ -127,12 +92,21 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
 #pragma HLS INTERFACE s_axilite port = pos
 #pragma HLS INTERFACE s_axilite port = kv_off
 #pragma HLS INTERFACE s_axilite port = part_tiles
+#pragma HLS INTERFACE s_axilite port = n_ids
 #pragma HLS INTERFACE s_axilite port = return
-    dec_ctx c = {
-        .ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}, .kv_off = kv_off, .part_tiles = part_tiles};
+    dec_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}};
     fpga_k_read(hbm0, sizeof c.d);
     memcpy(&c.d, hbm0, sizeof c.d);
     fpga_dec_layout_of(&c.d, &c.lo);
+    uint32_t ids[FPGA_DEC_MAX_BLOCKS]; /* the block table, on chip for the step */
+    if (n_ids) {
+        const uint8_t *tbl = io + fpga_dec_io_table_off(&c.d);
+        fpga_k_read(tbl, 4ull * n_ids);
+        memcpy(ids, tbl, 4ull * n_ids);
+        fpga_dec_kvmap_paged(&c.d, &c.lo, kv_off, ids, n_ids, &c.kv);
+    } else {
+        fpga_dec_kvmap_slab(&c.lo, kv_off, part_tiles, &c.kv);
+    }
     const fpga_dec_desc *d = &c.d;
     const uint32_t H = d->hidden, hd = d->head_dim, I = d->inter;
     const uint32_t qd = d->n_heads * hd, kvd = d->n_kv_heads * hd;
@@ -159,8 +133,8 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
             for (uint32_t i = 0; i < qd + 2 * kvd; i++) wide[i] += misc[c.lo.mi_bias + i];
         fpga_kd_rope(wide, d->n_heads, hd, cs, sn);
         fpga_kd_rope(wide + qd, d->n_kv_heads, hd, cs, sn);
-        kv_append(&c, l, wide + qd, wide + qd + kvd, pos);
-        attention(&c, l, wide, pos, att);
+        fpga_kd_step_append(c.ch, d, &c.kv, l, wide + qd, wide + qd + kvd, pos);
+        fpga_kd_step_attention(c.ch, d, &c.lo, &c.kv, l, wide, pos, att, FPGA_DEC_MACS_PER_CYCLE);
         matvec(&c, FPGA_DEC_O, lo_off + c.lo.off[FPGA_DEC_O], att, misc + c.lo.mi_sm_o, xn, 0, xq,
                xs);
         for (uint32_t i = 0; i < H; i++) x[i] += xn[i];
@@ -190,7 +164,7 @@ static int decode_adapter(const fpga_kargs *a)
     const fpga_k_arg *io = &a->a[FPGA_DEC_CH];
     uint32_t token = (uint32_t)a->a[33].u, pos = (uint32_t)a->a[34].u;
     uint64_t kv_off = a->a[35].u;
-    uint32_t part_tiles = (uint32_t)a->a[36].u;
+    uint32_t part_tiles = (uint32_t)a->a[36].u, n_ids = (uint32_t)a->a[37].u;
     uint64_t min_size = a->a[0].size;
     for (int c = 1; c < FPGA_DEC_CH; c++)
         if (a->a[c].size < min_size) min_size = a->a[c].size;
@@ -202,24 +176,31 @@ static int decode_adapter(const fpga_kargs *a)
     fpga_dec_layout_of(&d, &lo);
     /* the image, the slab (above the image) and the io block must lie inside their buffers;
      * a position must fit the slab's tiles */
-    if (lo.image_bytes > min_size || !part_tiles || part_tiles > FPGA_DEC_MAX_POS) return -1;
-    if ((uint64_t)pos >= (uint64_t)part_tiles * d.kv_parts * FPGA_DEC_TILE) return -1;
-    if (kv_off < lo.image_bytes || !fpga_k_range_ok(kv_off, fpga_dec_slab_bytes(&lo, part_tiles),
-                                                    min_size))
-        return -1;
-    if (io->size < fpga_dec_io_bytes(&d)) return -1;
+    if (lo.image_bytes > min_size || io->size < fpga_dec_io_bytes(&d)) return -1;
+    fpga_dec_kvmap kv;
+    if (n_ids) {
+        /* paged: the table in io names blocks of the pool at kv_off */
+        if (n_ids > FPGA_DEC_MAX_BLOCKS) return -1;
+        fpga_dec_kvmap_paged(&d, &lo, kv_off, (const uint32_t *)(const void *)(
+                                 (const uint8_t *)io->ptr + fpga_dec_io_table_off(&d)), n_ids, &kv);
+    } else {
+        if (!part_tiles || part_tiles > FPGA_DEC_MAX_POS) return -1;
+        fpga_dec_kvmap_slab(&lo, kv_off, part_tiles, &kv);
+    }
+    if ((uint64_t)pos >= fpga_dec_kvmap_tiles(&kv) * d.kv_parts * FPGA_DEC_TILE) return -1;
+    if (kv_off < lo.image_bytes || !fpga_dec_kvmap_ok(&kv, min_size)) return -1;
     uint8_t *p[FPGA_DEC_CH];
     for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[c].ptr;
 #define DEC_ARG(n) p[n],
-    tandem_decode(FPGA_K_PORTS(DEC_ARG) io->ptr, token, pos, kv_off, part_tiles);
+    tandem_decode(FPGA_K_PORTS(DEC_ARG) io->ptr, token, pos, kv_off, part_tiles, n_ids);
 #undef DEC_ARG
     return 0;
 }
 
 const fpga_k_desc fpga_k_decode_desc = {
     .name = "tandem_decode",
-    .n_args = 37,
+    .n_args = 38,
     .kinds = {FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
-              FPGA_K_ARG_U64, FPGA_K_ARG_U32},
+              FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U32},
     .run = decode_adapter,
 };

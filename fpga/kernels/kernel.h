@@ -98,6 +98,7 @@ void fpga_k_stall(uint64_t c);
 /* The kernels (one descriptor per file in fpga/kernels/). */
 extern const fpga_k_desc fpga_k_kv_gather_desc;
 extern const fpga_k_desc fpga_k_decode_desc;
+extern const fpga_k_desc fpga_k_decode_batch_desc;
 extern const fpga_k_desc fpga_k_kv_scatter_desc;
 extern const fpga_k_desc fpga_k_kv_check_desc;
 extern const fpga_k_desc fpga_k_prefill_desc;

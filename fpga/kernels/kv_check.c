@@ -14,7 +14,9 @@
  *
  * Arguments: 0..31 hbm0..hbm31 (global, HBM[c]), 32 report (global, HBM[1:8]: a staging slot
  * the host reads back), 33 pos0 u32, 34 n u32, 35 kv_off u64, 36 part_tiles u32,
- * 37 report_bytes u64 (the room at the start of `report`).
+ * 37 report_bytes u64 (the room at the start of `report`), 38 n_ids u32: 0, the KV is a slab at
+ * kv_off of part_tiles tiles per part; else a block table of n_ids ids that the host put in
+ * `report` at FPGA_DEC_CHECK_TABLE_OFF, into the pool at kv_off (dec_layout.h, "KV pages").
  * Report at offset 0 of `report`: {FPGA_DEC_CHECK_MAGIC, pos0, n, n_layers, crc[n_layers]}. */
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/kernels/dec_math.h"
@@ -24,15 +26,13 @@ typedef struct ck_ctx {
     uint8_t *ch[FPGA_DEC_CH];
     fpga_dec_desc d;
     fpga_dec_layout lo;
-    uint64_t kv_off;
-    uint32_t part_tiles;
+    fpga_dec_kvmap kv;
 } ck_ctx;
 
 static const uint8_t *ck_tile(const ck_ctx *c, uint32_t l, uint32_t h, uint32_t part, uint32_t tile)
 {
-    return c->ch[fpga_dec_stream_ch(&c->d, l, h, part)] + c->kv_off +
-           fpga_dec_stream_off(&c->d, &c->lo, l, h, part, c->part_tiles) +
-           (uint64_t)tile * c->lo.tile_bytes;
+    return c->ch[fpga_dec_stream_ch(&c->d, l, h, part)] +
+           fpga_dec_kv_tile_off(&c->d, &c->kv, l, h, part, tile);
 }
 
 /* The CRC continued over the zero padding that follows a section of `len` bytes. */
@@ -51,8 +51,10 @@ static uint32_t ck_layer(const ck_ctx *c, uint32_t l, uint32_t pos0, uint32_t n)
         for (uint32_t b = 0; b < c->d.kv_parts; b++) {
             uint32_t first, last;
             if (fpga_dec_part_tile_run(&c->d, pos0, n, b, &first, &last))
-                fpga_k_read(ck_tile(c, l, h, b, first),
-                            (uint64_t)(last - first + 1) * c->lo.tile_bytes);
+                for (uint32_t t = first, run; t <= last; t += run) {
+                    run = fpga_dec_kv_run(&c->kv, t, last);
+                    fpga_k_read(ck_tile(c, l, h, b, t), (uint64_t)run * c->lo.tile_bytes);
+                }
         }
     uint32_t crc = 0;
     for (int sec = 0; sec < 4; sec++) {
@@ -74,15 +76,24 @@ static uint32_t ck_layer(const ck_ctx *c, uint32_t l, uint32_t pos0, uint32_t n)
 }
 
 void kv_check(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *report, uint32_t pos0, uint32_t n,
-              uint64_t kv_off, uint32_t part_tiles, uint64_t report_bytes)
+              uint64_t kv_off, uint32_t part_tiles, uint64_t report_bytes, uint32_t n_ids)
 {
     FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
 #pragma HLS INTERFACE m_axi port = report offset = slave bundle = gmem_r
+#pragma HLS INTERFACE s_axilite port = n_ids
 #pragma HLS INTERFACE s_axilite port = return
-    ck_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}, .kv_off = kv_off, .part_tiles = part_tiles};
+    ck_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}};
     fpga_k_read(hbm0, sizeof c.d);
     memcpy(&c.d, hbm0, sizeof c.d);
     fpga_dec_layout_of(&c.d, &c.lo);
+    uint32_t ids[FPGA_DEC_MAX_BLOCKS];
+    if (n_ids) {
+        fpga_k_read(report + FPGA_DEC_CHECK_TABLE_OFF, 4ull * n_ids);
+        memcpy(ids, report + FPGA_DEC_CHECK_TABLE_OFF, 4ull * n_ids);
+        fpga_dec_kvmap_paged(&c.d, &c.lo, kv_off, ids, n_ids, &c.kv);
+    } else {
+        fpga_dec_kvmap_slab(&c.lo, kv_off, part_tiles, &c.kv);
+    }
     if (report_bytes < fpga_dec_check_report_bytes(c.d.n_layers))
         return; /* no room: no report, which the host takes as a failed run */
     uint32_t head[4] = {FPGA_DEC_CHECK_MAGIC, pos0, n, c.d.n_layers};
@@ -98,7 +109,7 @@ static int kv_check_adapter(const fpga_kargs *a)
     const int R = FPGA_DEC_CH;
     uint32_t pos0 = (uint32_t)a->a[R + 1].u, n = (uint32_t)a->a[R + 2].u;
     uint64_t kv_off = a->a[R + 3].u, report_bytes = a->a[R + 5].u;
-    uint32_t part_tiles = (uint32_t)a->a[R + 4].u;
+    uint32_t part_tiles = (uint32_t)a->a[R + 4].u, n_ids = (uint32_t)a->a[R + 6].u;
     uint64_t min_size = a->a[0].size;
     for (int c = 1; c < FPGA_DEC_CH; c++)
         if (a->a[c].size < min_size) min_size = a->a[c].size;
@@ -108,26 +119,36 @@ static int kv_check_adapter(const fpga_kargs *a)
     if (fpga_dec_desc_check(&d) != 0) return -1;
     fpga_dec_layout lo;
     fpga_dec_layout_of(&d, &lo);
-    if (!n || !part_tiles || part_tiles > FPGA_DEC_MAX_POS) return -1;
-    if ((uint64_t)pos0 + n > (uint64_t)part_tiles * d.kv_parts * FPGA_DEC_TILE) return -1;
-    if (kv_off < lo.image_bytes || lo.image_bytes > min_size ||
-        !fpga_k_range_ok(kv_off, fpga_dec_slab_bytes(&lo, part_tiles), min_size))
-        return -1;
+    if (!n) return -1;
     if (report_bytes < fpga_dec_check_report_bytes(d.n_layers) || a->a[R].size < report_bytes ||
         ((uintptr_t)a->a[R].ptr & 3))
+        return -1;
+    fpga_dec_kvmap kv;
+    if (n_ids) {
+        if (n_ids > FPGA_DEC_MAX_BLOCKS ||
+            !fpga_k_range_ok(FPGA_DEC_CHECK_TABLE_OFF, 4ull * n_ids, a->a[R].size))
+            return -1;
+        fpga_dec_kvmap_paged(&d, &lo, kv_off, (const uint32_t *)(const void *)(
+                                 (const uint8_t *)a->a[R].ptr + FPGA_DEC_CHECK_TABLE_OFF), n_ids, &kv);
+    } else {
+        if (!part_tiles || part_tiles > FPGA_DEC_MAX_POS) return -1;
+        fpga_dec_kvmap_slab(&lo, kv_off, part_tiles, &kv);
+    }
+    if ((uint64_t)pos0 + n > fpga_dec_kvmap_tiles(&kv) * d.kv_parts * FPGA_DEC_TILE) return -1;
+    if (kv_off < lo.image_bytes || lo.image_bytes > min_size || !fpga_dec_kvmap_ok(&kv, min_size))
         return -1;
     uint8_t *p[FPGA_DEC_CH];
     for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[c].ptr;
 #define CK_ARG(n) p[n],
-    kv_check(FPGA_K_PORTS(CK_ARG) a->a[R].ptr, pos0, n, kv_off, part_tiles, report_bytes);
+    kv_check(FPGA_K_PORTS(CK_ARG) a->a[R].ptr, pos0, n, kv_off, part_tiles, report_bytes, n_ids);
 #undef CK_ARG
     return 0;
 }
 
 const fpga_k_desc fpga_k_kv_check_desc = {
     .name = "kv_check",
-    .n_args = 38,
+    .n_args = 39,
     .kinds = {FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
-              FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U64},
+              FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U64, FPGA_K_ARG_U32},
     .run = kv_check_adapter,
 };

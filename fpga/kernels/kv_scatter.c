@@ -15,7 +15,9 @@
  *
  * Arguments: 0..3 stage0..stage3 (global, HBM[1:8]), 4..35 hbm0..hbm31 (global, HBM[c]),
  * 36 layer u32, 37 pos0 u32, 38 n u32, 39 per u32, 40 kv_off u64, 41 part_tiles u32,
- * 42 stage_bytes u64 (size of each slot). */
+ * 42 stage_bytes u64 (size of each slot), 43 paged u32, 44 blk_id u32. paged 0: the KV is a slab
+ * at kv_off of part_tiles tiles per part; else the piece lies in one block (dec_layout.h, "KV
+ * pages"): block blk_id of the pool at kv_off holds positions pos0 / T * T onwards. */
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/kernels/dec_math.h"
 #include "fpga/kernels/kernel.h"
@@ -25,18 +27,17 @@ typedef struct sc_ctx {
     uint8_t *ch[FPGA_DEC_CH];
     fpga_dec_desc d;
     fpga_dec_layout lo;
-    uint64_t kv_off;
-    uint32_t part_tiles, layer;
+    fpga_dec_kvmap kv;  /* a slab, or the one block the piece lies in */
+    uint32_t layer;
 } sc_ctx;
 
 static uint8_t *sc_tile(const sc_ctx *c, uint32_t h, uint32_t part, uint32_t tile)
 {
-    return c->ch[fpga_dec_stream_ch(&c->d, c->layer, h, part)] + c->kv_off +
-           fpga_dec_stream_off(&c->d, &c->lo, c->layer, h, part, c->part_tiles) +
-           (uint64_t)tile * c->lo.tile_bytes;
+    return c->ch[fpga_dec_stream_ch(&c->d, c->layer, h, part)] +
+           fpga_dec_kv_tile_off(&c->d, &c->kv, c->layer, h, part, tile);
 }
 
-/* One slot: positions p0 .. p0+n-1. */
+/* One slot: positions p0 .. p0+n-1 of the map (a block's own positions when paged). */
 static uint32_t scatter_slot(const sc_ctx *c, const uint8_t *slot, uint32_t p0, uint32_t n)
 {
     const uint32_t H = c->d.n_kv_heads, hd = c->d.head_dim;
@@ -73,7 +74,8 @@ static uint32_t scatter_slot(const sc_ctx *c, const uint8_t *slot, uint32_t p0, 
 
 void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stage3,
                 FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint32_t layer, uint32_t pos0, uint32_t n,
-                uint32_t per, uint64_t kv_off, uint32_t part_tiles, uint64_t stage_bytes)
+                uint32_t per, uint64_t kv_off, uint32_t part_tiles, uint64_t stage_bytes,
+                uint32_t paged, uint32_t blk_id)
 {
 #pragma HLS INTERFACE m_axi port = stage0 offset = slave bundle = gmem_s0
 #pragma HLS INTERFACE m_axi port = stage1 offset = slave bundle = gmem_s1
@@ -81,11 +83,19 @@ void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stag
 #pragma HLS INTERFACE m_axi port = stage3 offset = slave bundle = gmem_s3
     FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
 #pragma HLS INTERFACE s_axilite port = return
-    sc_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}, .kv_off = kv_off, .part_tiles = part_tiles,
-                .layer = layer};
+#pragma HLS INTERFACE s_axilite port = paged
+#pragma HLS INTERFACE s_axilite port = blk_id
+    sc_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}, .layer = layer};
     fpga_k_read(hbm0, sizeof c.d);
     memcpy(&c.d, hbm0, sizeof c.d);
     fpga_dec_layout_of(&c.d, &c.lo);
+    uint32_t pbase = 0; /* paged: the block's first position */
+    if (paged) {
+        fpga_dec_kvmap_paged(&c.d, &c.lo, kv_off, &blk_id, 1, &c.kv);
+        pbase = pos0 / fpga_dec_kv_block_tokens(&c.d) * fpga_dec_kv_block_tokens(&c.d);
+    } else {
+        fpga_dec_kvmap_slab(&c.lo, kv_off, part_tiles, &c.kv);
+    }
     uint8_t *slots[FPGA_DEC_STAGE_SLOTS] = {stage0, stage1, stage2, stage3};
     uint32_t report[16] = {FPGA_DEC_STAGE_REPORT_MAGIC, layer, pos0, n};
     for (uint32_t j = 0; j < FPGA_DEC_STAGE_SLOTS; j++) {
@@ -93,7 +103,7 @@ void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stag
         uint32_t lo = j * per;
         if (lo >= n) break;
         uint32_t cnt = n - lo < per ? n - lo : per;
-        report[4 + j] = scatter_slot(&c, slots[j], pos0 + lo, cnt);
+        report[4 + j] = scatter_slot(&c, slots[j], pos0 - pbase + lo, cnt);
     }
     fpga_k_stall(FPGA_DEC_PHASE_CYCLES);
     fpga_k_write(stage0 + stage_bytes - 64, sizeof report);
@@ -106,7 +116,8 @@ static int kv_scatter_adapter(const fpga_kargs *a)
     uint32_t layer = (uint32_t)a->a[36].u, pos0 = (uint32_t)a->a[37].u;
     uint32_t n = (uint32_t)a->a[38].u, per = (uint32_t)a->a[39].u;
     uint64_t kv_off = a->a[40].u, stage_bytes = a->a[42].u;
-    uint32_t part_tiles = (uint32_t)a->a[41].u;
+    uint32_t part_tiles = (uint32_t)a->a[41].u, paged = (uint32_t)a->a[43].u;
+    uint32_t blk_id = (uint32_t)a->a[44].u;
     uint64_t min_size = a->a[S].size;
     for (int c = 1; c < FPGA_DEC_CH; c++)
         if (a->a[S + c].size < min_size) min_size = a->a[S + c].size;
@@ -116,12 +127,19 @@ static int kv_scatter_adapter(const fpga_kargs *a)
     if (fpga_dec_desc_check(&d) != 0) return -1;
     fpga_dec_layout lo;
     fpga_dec_layout_of(&d, &lo);
-    if (layer >= d.n_layers || !n || !per || !part_tiles || part_tiles > FPGA_DEC_MAX_POS ||
-        n > (uint64_t)per * S)
-        return -1;
-    if ((uint64_t)pos0 + n > (uint64_t)part_tiles * d.kv_parts * FPGA_DEC_TILE) return -1;
-    if (kv_off < lo.image_bytes || lo.image_bytes > min_size ||
-        !fpga_k_range_ok(kv_off, fpga_dec_slab_bytes(&lo, part_tiles), min_size))
+    if (layer >= d.n_layers || !n || !per || n > (uint64_t)per * S) return -1;
+    fpga_dec_kvmap kv;
+    if (paged) {
+        /* one block: the piece's positions all in block pos0 / T, block blk_id of the pool */
+        const uint32_t T = fpga_dec_kv_block_tokens(&d);
+        if (pos0 % T + (uint64_t)n > T) return -1;
+        fpga_dec_kvmap_paged(&d, &lo, kv_off, &blk_id, 1, &kv);
+    } else {
+        if (!part_tiles || part_tiles > FPGA_DEC_MAX_POS) return -1;
+        if ((uint64_t)pos0 + n > (uint64_t)part_tiles * d.kv_parts * FPGA_DEC_TILE) return -1;
+        fpga_dec_kvmap_slab(&lo, kv_off, part_tiles, &kv);
+    }
+    if (kv_off < lo.image_bytes || lo.image_bytes > min_size || !fpga_dec_kvmap_ok(&kv, min_size))
         return -1;
     if (stage_bytes < 64 ||
         fpga_dec_stage_section(per, d.n_kv_heads, d.head_dim, 4) > stage_bytes - 64)
@@ -132,16 +150,17 @@ static int kv_scatter_adapter(const fpga_kargs *a)
     for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[S + c].ptr;
 #define SC_ARG(n) p[n],
     kv_scatter(a->a[0].ptr, a->a[1].ptr, a->a[2].ptr, a->a[3].ptr, FPGA_K_PORTS(SC_ARG) layer, pos0,
-               n, per, kv_off, part_tiles, stage_bytes);
+               n, per, kv_off, part_tiles, stage_bytes, paged, blk_id);
 #undef SC_ARG
     return 0;
 }
 
 const fpga_k_desc fpga_k_kv_scatter_desc = {
     .name = "kv_scatter",
-    .n_args = 43,
+    .n_args = 45,
     .kinds = {FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL,
               FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
-              FPGA_K_ARG_U32, FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U64},
+              FPGA_K_ARG_U32, FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U64, FPGA_K_ARG_U32,
+              FPGA_K_ARG_U32},
     .run = kv_scatter_adapter,
 };

@@ -38,7 +38,9 @@
  *
  * Arguments: 0..31 hbm0..hbm31 (HBM[c]: the bank BOs), 32 io (HBM[0]), 33 mode u32 (mode |
  * flags), 34 layer u32, 35 pos0 u32, 36 n u32, 37 r0 u32, 38 r1 u32, 39 kv_off u64,
- * 40 part_tiles u32, 41 ws_off u64. */
+ * 40 part_tiles u32, 41 ws_off u64, 42 n_ids u32 (0: a slab at kv_off of part_tiles tiles per
+ * part; else a block table of n_ids ids in io at fpga_dec_io_table_off into the pool at kv_off:
+ * dec_layout.h, "KV pages"). */
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/kernels/dec_math.h"
 #include "fpga/kernels/dec_ops.h"
@@ -63,8 +65,8 @@ typedef struct pf_ctx {
     fpga_dec_layout lo;
     fpga_pf_ws w;
     uint32_t mode, flags, layer, pos0;
-    uint64_t kv_off, ws_off;
-    uint32_t part_tiles;
+    uint64_t ws_off;
+    fpga_dec_kvmap kv; /* the sequence's KV */
     const float *misc;
     pf_chip *chip;
 } pf_ctx;
@@ -176,8 +178,7 @@ static void chunk_qkv(const pf_ctx *c, uint32_t t0, uint32_t T)
             for (uint32_t i = 0; i < qd + 2 * kvd; i++) w[i] += c->misc[c->lo.mi_bias + i];
         fpga_kd_rope(w, d->n_heads, hd, cs, sn);
         fpga_kd_rope(w + qd, d->n_kv_heads, hd, cs, sn);
-        fpga_kd_kv_store(c->ch, d, &c->lo, c->kv_off, c->part_tiles, c->layer, w + qd,
-                         w + qd + kvd, c->pos0 + t0 + t);
+        fpga_kd_kv_store(c->ch, d, &c->kv, c->layer, w + qd, w + qd + kvd, c->pos0 + t0 + t);
         if (c->flags & FPGA_PF_F_KVF) {
             /* the same int8 values and scales as the tiles, in the flex block layout */
             const uint64_t qb = fpga_flex_qblock_bytes((int)hd);
@@ -203,9 +204,11 @@ static void chunk_qkv(const pf_ctx *c, uint32_t t0, uint32_t T)
         for (uint32_t b = 0; b < d->kv_parts; b++) {
             uint32_t first, last;
             if (fpga_dec_part_tile_run(d, p0, p1 - p0 + 1, b, &first, &last))
-                fpga_k_write(fpga_kd_tile(c->ch, d, &c->lo, c->kv_off, c->part_tiles, c->layer,
-                                          h, b, first),
-                             (uint64_t)(last - first + 1) * c->lo.tile_bytes);
+                for (uint32_t t = first, run; t <= last; t += run) {
+                    run = fpga_dec_kv_run(&c->kv, t, last);
+                    fpga_k_write(fpga_kd_tile(c->ch, d, &c->kv, c->layer, h, b, t),
+                                 (uint64_t)run * c->lo.tile_bytes);
+                }
         }
     if (c->flags & FPGA_PF_F_KVF) {
         const uint64_t qb = fpga_flex_qblock_bytes((int)hd);
@@ -238,18 +241,18 @@ static void chunk_attention(const pf_ctx *c, uint32_t t0, uint32_t T)
     for (uint32_t kh = 0; kh < d->n_kv_heads; kh++)
         for (uint32_t b = 0; b < d->kv_parts; b++) {
             uint32_t nt = fpga_dec_part_used_tiles(d, last + 1, b);
-            if (nt)
-                fpga_k_read(fpga_kd_tile(c->ch, d, &c->lo, c->kv_off, c->part_tiles, c->layer, kh,
-                                         b, 0),
-                            (uint64_t)nt * c->lo.tile_bytes);
+            for (uint32_t t = 0, run; t < nt; t += run) {
+                run = fpga_dec_kv_run(&c->kv, t, nt - 1);
+                fpga_k_read(fpga_kd_tile(c->ch, d, &c->kv, c->layer, kh, b, t),
+                            (uint64_t)run * c->lo.tile_bytes);
+            }
         }
     uint64_t macs = 0, exps = 0;
     for (uint32_t t = 0; t < T; t++) {
         const uint32_t pos = c->pos0 + t0 + t;
         const float *q = row(c, &c->w.wide, t);
         for (uint32_t kh = 0; kh < d->n_kv_heads; kh++)
-            macs += fpga_kd_attend(c->ch, d, &c->lo, c->kv_off, c->part_tiles, c->layer, kh,
-                                   q + (uint64_t)kh * group * hd, pos,
+            macs += fpga_kd_attend(c->ch, d, &c->kv, c->layer, kh, q + (uint64_t)kh * group * hd, pos,
                                    c->chip->att + (uint64_t)kh * group * hd);
         exps += (uint64_t)(pos + 1) * d->n_heads;
         for (uint32_t h = 0; h < d->n_heads; h++)
@@ -371,7 +374,7 @@ static void sparse_attention(const pf_ctx *c, void *sigu_chip, void *sau_chip)
 
 void tandem_prefill(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t mode, uint32_t layer,
                     uint32_t pos0, uint32_t n, uint32_t r0, uint32_t r1, uint64_t kv_off, uint32_t part_tiles,
-                    uint64_t ws_off, pf_chip *chip, void *sigu_chip, void *sau_chip)
+                    uint64_t ws_off, uint32_t n_ids, pf_chip *chip, void *sigu_chip, void *sau_chip)
 {
     FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
 #pragma HLS INTERFACE m_axi port = io offset = slave bundle = gmem_io
@@ -384,13 +387,24 @@ void tandem_prefill(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t mode, 
 #pragma HLS INTERFACE s_axilite port = kv_off
 #pragma HLS INTERFACE s_axilite port = part_tiles
 #pragma HLS INTERFACE s_axilite port = ws_off
+#pragma HLS INTERFACE s_axilite port = n_ids
 #pragma HLS INTERFACE s_axilite port = return
     pf_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}, .io = io, .mode = mode & FPGA_PF_MODE_MASK,
                 .flags = mode & ~FPGA_PF_MODE_MASK, .layer = layer, .pos0 = pos0,
-                .kv_off = kv_off, .ws_off = ws_off, .part_tiles = part_tiles, .chip = chip};
+                .ws_off = ws_off, .chip = chip};
     fpga_k_read(hbm0, sizeof c.d);
     memcpy(&c.d, hbm0, sizeof c.d);
     fpga_dec_layout_of(&c.d, &c.lo);
+    uint32_t ids[FPGA_DEC_MAX_BLOCKS];
+    const int kv_used = c.mode == FPGA_PF_DENSE || c.mode == FPGA_PF_QKV;
+    if (n_ids && kv_used) {
+        const uint8_t *tbl = io + fpga_dec_io_table_off(&c.d);
+        fpga_k_read(tbl, 4ull * n_ids);
+        memcpy(ids, tbl, 4ull * n_ids);
+        fpga_dec_kvmap_paged(&c.d, &c.lo, kv_off, ids, n_ids, &c.kv);
+    } else {
+        fpga_dec_kvmap_slab(&c.lo, kv_off, part_tiles, &c.kv);
+    }
     fpga_pf_ws_of(&c.d, n, c.flags, &c.w);
     const fpga_dec_desc *d = &c.d;
     uint32_t status[4] = {FPGA_PF_STATUS_MAGIC, mode, layer, r1};
@@ -436,6 +450,7 @@ static int args_ok(const fpga_kargs *a, fpga_dec_desc *d, fpga_pf_ws *w)
     const uint32_t r0 = (uint32_t)a->a[37].u, r1 = (uint32_t)a->a[38].u;
     const uint64_t kv_off = a->a[39].u, ws_off = a->a[41].u;
     const uint32_t part_tiles = (uint32_t)a->a[40].u, m = mode & FPGA_PF_MODE_MASK;
+    const uint32_t n_ids = (uint32_t)a->a[42].u;
     uint64_t min_size = a->a[0].size;
     for (int c = 1; c < FPGA_DEC_CH; c++)
         if (a->a[c].size < min_size) min_size = a->a[c].size;
@@ -453,11 +468,17 @@ static int args_ok(const fpga_kargs *a, fpga_dec_desc *d, fpga_pf_ws *w)
     if (ws_off < lo.image_bytes || !fpga_k_range_ok(ws_off, w->bytes, min_size)) return 0;
     if (m == FPGA_PF_HEAD) return r0 < n;
     if (layer >= d->n_layers || r0 >= r1 || r1 > n || r0 % FPGA_PF_CHUNK) return 0;
-    if (!part_tiles || part_tiles > FPGA_DEC_MAX_POS) return 0;
-    if ((uint64_t)pos0 + n > (uint64_t)part_tiles * d->kv_parts * FPGA_DEC_TILE) return 0;
-    if (kv_off < lo.image_bytes ||
-        !fpga_k_range_ok(kv_off, fpga_dec_slab_bytes(&lo, part_tiles), min_size))
-        return 0;
+    fpga_dec_kvmap kv;
+    if (n_ids) {
+        if (n_ids > FPGA_DEC_MAX_BLOCKS) return 0;
+        fpga_dec_kvmap_paged(d, &lo, kv_off, (const uint32_t *)(const void *)(
+                                 (const uint8_t *)io->ptr + fpga_dec_io_table_off(d)), n_ids, &kv);
+    } else {
+        if (!part_tiles || part_tiles > FPGA_DEC_MAX_POS) return 0;
+        fpga_dec_kvmap_slab(&lo, kv_off, part_tiles, &kv);
+    }
+    if ((uint64_t)pos0 + n > fpga_dec_kvmap_tiles(&kv) * d->kv_parts * FPGA_DEC_TILE) return 0;
+    if (kv_off < lo.image_bytes || !fpga_dec_kvmap_ok(&kv, min_size)) return 0;
     if (m == FPGA_PF_QKV && (mode & FPGA_PF_F_SPARSE) && !(mode & FPGA_PF_F_KVF)) return 0;
     if (m != FPGA_PF_ATTN) return 1;
     /* the sparse units: a whole prompt from position 0, within their bounds */
@@ -494,8 +515,8 @@ static int prefill_adapter(const fpga_kargs *a)
 #define PF_ARG(n) p[n],
         tandem_prefill(FPGA_K_PORTS(PF_ARG) a->a[FPGA_DEC_CH].ptr, mode, (uint32_t)a->a[34].u,
                        (uint32_t)a->a[35].u, (uint32_t)a->a[36].u, (uint32_t)a->a[37].u,
-                       (uint32_t)a->a[38].u, a->a[39].u, (uint32_t)a->a[40].u, a->a[41].u, chip,
-                       sigu, sau);
+                       (uint32_t)a->a[38].u, a->a[39].u, (uint32_t)a->a[40].u, a->a[41].u,
+                       (uint32_t)a->a[42].u, chip, sigu, sau);
 #undef PF_ARG
         rc = 0;
     }
@@ -507,9 +528,9 @@ static int prefill_adapter(const fpga_kargs *a)
 
 const fpga_k_desc fpga_k_prefill_desc = {
     .name = "tandem_prefill",
-    .n_args = 42,
+    .n_args = 43,
     .kinds = {FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
               FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U64, FPGA_K_ARG_U32,
-              FPGA_K_ARG_U64},
+              FPGA_K_ARG_U64, FPGA_K_ARG_U32},
     .run = prefill_adapter,
 };

@@ -771,7 +771,8 @@ static void memory_paged(const char *device, uint64_t per, int bt)
     CHECK_EQ(health(c.d), ACCEL_HEALTH_OK); /* no room is an answer, not a fault */
     /* a holder: its blocks count as cached, a fork of it shares them */
     accel_seq *h, *f;
-    const int hb = 2 * bt <= 200 ? 2 : 1; /* full blocks of b's 200 positions it keeps */
+    const int hb = 200 / bt < 2 ? 200 / bt : 2; /* full blocks of b held: 2 (card: 1 of 128) */
+    REQUIRE(hb >= 1);
     REQUIRE(accel_seq_fork(c.d, b, hb * bt, hb * bt, &h) == 0);
     REQUIRE(accel_seq_hold(c.d, h) == 0);
     accel_get_info(c.d, &i);

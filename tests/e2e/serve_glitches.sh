@@ -17,7 +17,9 @@
 P=${GLITCHES_PREFILL:-cpu}
 
 NAMES="glitches_default_devices glitches_default_on_card glitches_ready glitches_all_complete glitches_text_on_cards glitches_text_on_prefill_device glitches_on_cards glitches_fallback glitches_status_json glitches_gone_complete glitches_gone_moved glitches_gone_marked glitches_gone_ready glitches_hang_complete glitches_hang_moved"
-export TANDEM_CACHE_DIR="$T/cache" TANDEM_EMU_PACE=1 TANDEM_EMU_CARDS=3
+# GLITCHES' cards decode one sequence per run (TANDEM_FPGA_BATCH=1): a busy card sends the next
+# request to the CPU. tests/e2e/serve_card_batch.sh runs the batched cards.
+export TANDEM_CACHE_DIR="$T/cache" TANDEM_EMU_PACE=1 TANDEM_EMU_CARDS=3 TANDEM_FPGA_BATCH=1
 if ! "$TANDEM" generate --device fpga-emu:0 --ids 1 --max-tokens 1 >/dev/null 2>&1; then
     for n in $NAMES; do echo "ok $n # SKIP the fpga-emu backend is not built into $TANDEM"; done
     exit 0

@@ -2,12 +2,13 @@
 # Faults on the card while requests run, as a client and the logs see them: the daemon on the
 # CPU and one emulated U280 (fpga-emu:0), faults injected by the emulator (TANDEM_EMU_FAULT).
 #
-# Corrupt KV: a bit flipped in a KV buffer shipped to the card (byte 4096 of the first staging
-# slot of the first layer's import: inside the KV of a 300-token prompt). The card's check
+# Corrupt KV: a bit flipped in a KV buffer shipped to the card (byte 512 of the first staging
+# slot of the first layer's first import piece: a piece lies in one KV block of 128 positions,
+# striped 32 to a slot, whose K values are the slot's first 1,024 bytes). The card's check
 # catches it, the request is not decoded from it: it moves to the CPU and returns the CPU's
-# text, the card is marked degraded and the move logged with its reason (status "corrupt data": ACCEL_ERR_CORRUPT). (A 29-token prompt's
-# KV ends before byte 4096 of that slot: there the same flip changes no KV byte at all, so
-# nothing shows and nothing needs to. A flip in the card's HBM after the KV landed is caught by
+# text, the card is marked degraded and the move logged with its reason (status "corrupt data": ACCEL_ERR_CORRUPT). (A flip past
+# a short piece's payload changes no KV byte at all, so nothing shows and nothing needs to. A
+# flip in the card's HBM after the KV landed is caught by
 # the check of the complete run: tests/scheduler/test_sched_kv_crc.c, whose fault needs the
 # sequence's place in HBM.)
 #
@@ -48,7 +49,7 @@ while [ $i -lt 300 ]; do
 done
 "$TANDEM" generate --device cpu --ids "$ids" --max-tokens 16 --temperature 0 --json 2>/dev/null |
     jq -j '.text' >"$T/ref.cpu"
-TANDEM_EMU_FAULT="card=0,run=$((U + 2)),kind=bitflip,byte=4096,bit=3" serve_start --devices "$DEVS" ||
+TANDEM_EMU_FAULT="card=0,run=$((U + 2)),kind=bitflip,byte=512,bit=3" serve_start --devices "$DEVS" ||
     { fail kv_corrupt_start "daemon did not start"; exit 0; }
 code=$(post /v1/completions "{\"prompt\":[$ids],\"max_tokens\":16,\"temperature\":0}")
 jqb '.choices[0].text' | head -c -1 >"$T/got.corrupt"

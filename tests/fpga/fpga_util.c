@@ -121,37 +121,54 @@ uint64_t tf_kv_bytes(accel_dev *d, int n)
     return (uint64_t)c->n_layers * n * c->n_kv_heads * 2 * (c->head_dim + 2);
 }
 
+uint64_t tf_tile_off(accel_dev *d, accel_seq *s, uint32_t l, uint32_t h, uint32_t pos,
+                     uint32_t *ch)
+{
+    fpga_card *c = fpga_dev_card(d);
+    fpga_dec_kvmap m;
+    fpga_dev_seq_kvmap(d, s, &m);
+    uint32_t part, tile, row;
+    fpga_dec_pos_where(&c->desc, pos, &part, &tile, &row);
+    uint32_t blk = tile / m.blk_tiles;
+    uint32_t *ids = malloc(sizeof *ids * (blk + 1));
+    for (uint32_t i = 0; i <= blk; i++) ids[i] = i < m.n_ids ? m.ids[i] : i;
+    m.ids = ids;
+    m.n_ids = blk + 1;
+    *ch = fpga_dec_stream_ch(&c->desc, l, h, part);
+    uint64_t off = fpga_dec_kv_tile_off(&c->desc, &m, l, h, part, tile);
+    free(ids);
+    return off;
+}
+
 int tf_read_kv(accel_dev *d, accel_seq *s, int n, uint8_t *out)
 {
     fpga_card *c = fpga_dev_card(d);
     if (!c) return ACCEL_ERR_INVALID;
     const fpga_dec_desc *de = &c->desc;
     const uint32_t hd = de->head_dim;
-    uint64_t kv_off;
-    uint32_t part_tiles;
-    fpga_dev_seq_slab(d, s, &kv_off, &part_tiles);
-    const uint64_t slab = fpga_dec_slab_bytes(&c->lo, part_tiles);
-    uint8_t *buf = malloc(slab * FPGA_DEC_CH);
-    if (!buf) return ACCEL_ERR_NOMEM;
+    uint8_t *t = malloc(c->lo.tile_bytes);
+    if (!t) return ACCEL_ERR_NOMEM;
     int st = 0;
-    for (int ch = 0; ch < FPGA_DEC_CH && !st; ch++)
-        st = fpga_card_read_bank(c, ch, kv_off, buf + ch * slab, slab);
     uint8_t *o = out;
+    uint64_t last_off = UINT64_MAX;
+    uint32_t last_ch = 0;
     for (uint32_t l = 0; !st && l < de->n_layers; l++)
-        for (int p = 0; p < n; p++)
-            for (uint32_t h = 0; h < de->n_kv_heads; h++) {
-                uint32_t part, tile, row;
+        for (int p = 0; !st && p < n; p++)
+            for (uint32_t h = 0; !st && h < de->n_kv_heads; h++) {
+                uint32_t part, tile, row, ch;
                 fpga_dec_pos_where(de, (uint32_t)p, &part, &tile, &row);
-                const uint8_t *t = buf + fpga_dec_stream_ch(de, l, h, part) * slab +
-                                   fpga_dec_stream_off(de, &c->lo, l, h, part, part_tiles) +
-                                   (uint64_t)tile * c->lo.tile_bytes;
+                uint64_t off = tf_tile_off(d, s, l, h, (uint32_t)(p - (int)row), &ch);
+                if (off != last_off || ch != last_ch)
+                    st = fpga_card_read_bank(c, (int)ch, off, t, c->lo.tile_bytes);
+                last_off = off;
+                last_ch = ch;
                 memcpy(o, t + fpga_dec_tile_k(hd, row), hd);
                 memcpy(o + hd, t + fpga_dec_tile_ks(hd, row), 2);
                 memcpy(o + hd + 2, t + fpga_dec_tile_v(hd, row), hd);
                 memcpy(o + 2 * hd + 2, t + fpga_dec_tile_vs(hd, row), 2);
                 o += 2 * (hd + 2);
             }
-    free(buf);
+    free(t);
     return st;
 }
 
@@ -163,16 +180,10 @@ void tf_kv_flip_spec(accel_dev *d, accel_seq *s, int layer, int pos, int head, i
     accel_get_info(d, &info);
     const char *colon = strrchr(info.name, ':');
     int card = colon ? atoi(colon + 1) : 0;
-    uint64_t kv_off;
-    uint32_t part_tiles, part, tile, row;
-    fpga_dev_seq_slab(d, s, &kv_off, &part_tiles);
+    uint32_t part, tile, row, ch;
     fpga_dec_pos_where(&c->desc, (uint32_t)pos, &part, &tile, &row);
-    uint32_t ch = fpga_dec_stream_ch(&c->desc, (uint32_t)layer, (uint32_t)head, part);
-    uint64_t off = kv_off +
-                   fpga_dec_stream_off(&c->desc, &c->lo, (uint32_t)layer, (uint32_t)head, part,
-                                       part_tiles) +
-                   (uint64_t)tile * c->lo.tile_bytes + fpga_dec_tile_k(c->desc.head_dim, row) +
-                   (uint64_t)byte;
+    uint64_t off = tf_tile_off(d, s, (uint32_t)layer, (uint32_t)head, (uint32_t)(pos - (int)row), &ch) +
+                   fpga_dec_tile_k(c->desc.head_dim, row) + (uint64_t)byte;
     snprintf(spec, n, "card=%d,run=%llu,kind=bitflip,arg=%d,byte=%llu,bit=%d", card,
              (unsigned long long)run, bank0_arg + (int)ch, (unsigned long long)off, bit);
 }

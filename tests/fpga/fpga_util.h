@@ -33,12 +33,17 @@ int tf_import(accel_dev *d, accel_seq *s, const tf_kv *k);
  * tf_kv_bytes(d, n) bytes. 0 or a status. */
 uint64_t tf_kv_bytes(accel_dev *d, int n);
 int tf_read_kv(accel_dev *d, accel_seq *s, int n, uint8_t *out);
+/* Where tile row 0 of position pos (layer l, KV head h) of s lies: the offset in bank *ch. A
+ * position whose block s has not taken yet is placed where a fresh pool puts it: block i of the
+ * first sequence on a card gets id i (the pool hands out the lowest free id). */
+uint64_t tf_tile_off(accel_dev *d, accel_seq *s, uint32_t l, uint32_t h, uint32_t pos,
+                     uint32_t *ch);
 
 /* A TANDEM_EMU_FAULT spec (into spec, n bytes) that flips bit `bit` of K value `byte` of
  * (layer, position pos, KV head) of sequence s where card device d keeps it in HBM, before the
  * card's run number `run` executes. bank0_arg: the argument index of that run's kernel's hbm0
- * port (kv_scatter: 4; tandem_decode, kv_check: 0). Sequences are placed first-fit, so the same
- * capacity asked for in the same order on a fresh card gets the same slab. */
+ * port (kv_scatter: 4; tandem_decode, kv_check: 0). Blocks are the lowest free ids, so the same
+ * sequences grown in the same order on a fresh card get the same blocks (tf_tile_off). */
 void tf_kv_flip_spec(accel_dev *d, accel_seq *s, int layer, int pos, int head, int byte, int bit,
                      uint64_t run, int bank0_arg, char *spec, size_t n);
 

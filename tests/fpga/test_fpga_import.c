@@ -76,13 +76,10 @@ static void read_row(accel_dev *d, accel_seq *s, int l, int h, int p, uint8_t *k
                      uint16_t *ks, uint16_t *vs)
 {
     fpga_card *c = fpga_dev_card(d);
-    uint64_t kv_off;
-    uint32_t part_tiles, part, tile, row;
-    fpga_dev_seq_slab(d, s, &kv_off, &part_tiles);
+    uint32_t part, tile, row, uch;
     fpga_dec_pos_where(&c->desc, (uint32_t)p, &part, &tile, &row);
-    int ch = (int)fpga_dec_stream_ch(&c->desc, (uint32_t)l, (uint32_t)h, part);
-    uint64_t t = kv_off + fpga_dec_stream_off(&c->desc, &c->lo, (uint32_t)l, (uint32_t)h, part, part_tiles) +
-                 (uint64_t)tile * c->lo.tile_bytes;
+    uint64_t t = tf_tile_off(d, s, (uint32_t)l, (uint32_t)h, (uint32_t)(p - (int)row), &uch);
+    int ch = (int)uch;
     uint32_t hd = c->desc.head_dim;
     CHECK_EQ(fpga_card_read_bank(c, ch, t + fpga_dec_tile_k(hd, row), k, hd), 0);
     CHECK_EQ(fpga_card_read_bank(c, ch, t + fpga_dec_tile_v(hd, row), v, hd), 0);
@@ -283,9 +280,6 @@ TEST(fpga_kv_import_flip_in_hbm_after_landing_detected)
     /* one scatter run per layer (37 positions are one piece): run L is the last layer's */
     char spec[160];
     tf_kv_flip_spec(d, s, 0, 5, 1, 3, 6, runs_at_open + (uint64_t)L, 4, spec, sizeof spec);
-    uint64_t kv_off0;
-    uint32_t pt0;
-    fpga_dev_seq_slab(d, s, &kv_off0, &pt0);
     accel_seq_free(d, s);
     accel_free(d);
     setenv("TANDEM_EMU_FAULT", spec, 1);
@@ -300,10 +294,6 @@ TEST(fpga_kv_import_flip_in_hbm_after_landing_detected)
     tf_kv kv;
     REQUIRE(tf_cpu_kv(cpu, ids, NT, NULL, &kv) == 0);
     REQUIRE(accel_seq_new(d, 64, &s) == 0);
-    uint64_t kv_off;
-    uint32_t pt;
-    fpga_dev_seq_slab(d, s, &kv_off, &pt);
-    REQUIRE(kv_off == kv_off0 && pt == pt0);
     CHECK_EQ(tf_import(d, s, &kv), ACCEL_ERR_CORRUPT);
     /* the flip is real: layer 0, position 5, head 1 holds K value 3 with bit 6 changed */
     const int H = m->cfg.n_kv_heads, hd = m->cfg.head_dim;

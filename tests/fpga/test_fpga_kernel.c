@@ -177,8 +177,9 @@ TEST(fpga_device_describes_itself)
     CHECK_STR(info.name, "fpga-emu:1");
     CHECK_EQ(info.kind, ACCEL_KIND_FPGA);
     CHECK_EQ(info.caps, ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT | ACCEL_CAP_PREFILL |
-                            ACCEL_CAP_KV_EXPORT);
-    CHECK_EQ(info.max_batch, 1);
+                            ACCEL_CAP_KV_EXPORT | ACCEL_CAP_PAGED);
+    /* the batched decode kernel: as many sequences per run as its io records allow */
+    CHECK_EQ(info.max_batch, FPGA_DEC_MAX_BATCH);
     const model_config *c = &m->cfg;
     CHECK_EQ(info.kv_bytes_per_token, 2 * c->n_layers * c->n_kv_heads * (c->head_dim + 2));
     /* free HBM for KV: every channel's pool, 256 MiB less the image, the 1 MiB reserve and the
@@ -187,7 +188,15 @@ TEST(fpga_device_describes_itself)
     REQUIRE(card);
     fpga_pf_ws ws;
     fpga_pf_ws_of(&card->desc, FPGA_PF_PASS, FPGA_PF_F_KVF, &ws);
-    CHECK_EQ(info.mem_total, 32 * (card->bank_bytes - card->lo.image_bytes - ws.bytes));
+    /* ... cut into whole superblocks of 128-position blocks (dec_layout.h, "KV pages") */
+    uint64_t pool = card->bank_bytes - (card->lo.image_bytes + ws.bytes);
+    fpga_dec_kvmap g;
+    fpga_dec_kvmap_paged(&card->desc, &card->lo, 0, NULL, 0, &g);
+    CHECK_EQ(info.kv_block_tokens, 128);
+    CHECK_EQ(info.kv_block_bytes, 128 * info.kv_bytes_per_token);
+    CHECK_EQ((uint64_t)info.kv_blocks_total, pool / g.super_bytes * g.group);
+    CHECK_EQ(info.mem_total, (uint64_t)info.kv_blocks_total * info.kv_block_bytes);
+    CHECK(info.mem_total <= 32 * pool && info.mem_total + 32 * g.super_bytes > 32 * pool);
     CHECK(info.mem_total > 7ull << 30 && info.mem_total < 8ull << 30);
     CHECK_EQ(accel_warmup(f), 0);
     /* two emulated cards are independent devices */
@@ -228,16 +237,17 @@ TEST(fpga_prefill_without_kernel_is_decode_steps)
     for (int c = 0; c < 32; c++) k += snprintf(text + k, sizeof text - k, "arg hbm%d global HBM[%d]\n", c, c);
     k += snprintf(text + k, sizeof text - k,
                   "arg io global HBM[0]\narg token u32\narg pos u32\narg kv_off u64\n"
-                  "arg part_tiles u32\nkernel kv_scatter\n");
+                  "arg part_tiles u32\narg n_ids u32\nkernel kv_scatter\n");
     for (int j = 0; j < 4; j++) k += snprintf(text + k, sizeof text - k, "arg stage%d global HBM[1:8]\n", j);
     for (int c = 0; c < 32; c++) k += snprintf(text + k, sizeof text - k, "arg hbm%d global HBM[%d]\n", c, c);
     k += snprintf(text + k, sizeof text - k,
                   "arg layer u32\narg pos0 u32\narg n u32\narg per u32\narg kv_off u64\n"
-                  "arg part_tiles u32\narg stage_bytes u64\nkernel kv_check\n");
+                  "arg part_tiles u32\narg stage_bytes u64\narg paged u32\narg blk_id u32\n"
+                  "kernel kv_check\n");
     for (int c = 0; c < 32; c++) k += snprintf(text + k, sizeof text - k, "arg hbm%d global HBM[%d]\n", c, c);
     snprintf(text + k, sizeof text - k,
              "arg report global HBM[1:8]\narg pos0 u32\narg n u32\narg kv_off u64\n"
-             "arg part_tiles u32\narg report_bytes u64\n");
+             "arg part_tiles u32\narg report_bytes u64\narg n_ids u32\n");
     char path[512];
     snprintf(path, sizeof path, "%s/decode_only.xclbin", t_tmpdir());
     FILE *fx = fopen(path, "w");
@@ -257,7 +267,7 @@ TEST(fpga_prefill_without_kernel_is_decode_steps)
     }
     accel_info info;
     accel_get_info(f, &info);
-    CHECK_EQ(info.caps, ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT);
+    CHECK_EQ(info.caps, ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT | ACCEL_CAP_PAGED);
     enum { N = 20 };
     const int V = m->cfg.vocab;
     int32_t ids[N];

@@ -454,24 +454,26 @@ TEST(fpga_prefill_bad_inputs)
     /* the kernel's own checks: a workspace outside the banks, an unknown mode, a row range not
      * on a chunk boundary, sparse attention on a pass too short for the units */
     fpga_card *c = fpga_dev_card(f);
-    uint64_t kv_off, ws_off;
-    uint32_t part_tiles;
-    fpga_dev_seq_slab(f, s, &kv_off, &part_tiles);
+    uint64_t ws_off;
+    fpga_dec_kvmap km; /* these runs address a slab at the bottom of the pool */
+    REQUIRE(fpga_dev_seq_kvmap(f, s, &km) == 0);
+    const uint64_t kv_off = km.base;
+    const uint32_t part_tiles = fpga_dec_part_tiles(64, c->desc.kv_parts);
     CHECK_EQ(accel_prefill(f, &(accel_prefill_req){.seq = s, .ids = ids, .n = 10, .logits = lg}),
              0);
     REQUIRE(fpga_dev_last_prefill(f, NULL, &ws_off, NULL, NULL) == 0);
     CHECK_EQ(fpga_card_pf_run(c, FPGA_PF_DENSE | FPGA_PF_F_KVF, 0, 10, 10, 0, 10, kv_off,
-                              part_tiles, c->bank_bytes),
+                              part_tiles, c->bank_bytes, 0),
              ACCEL_ERR_DEVICE);
-    CHECK_EQ(fpga_card_pf_run(c, 9, 0, 10, 10, 0, 10, kv_off, part_tiles, ws_off),
+    CHECK_EQ(fpga_card_pf_run(c, 9, 0, 10, 10, 0, 10, kv_off, part_tiles, ws_off, 0),
              ACCEL_ERR_DEVICE);
-    CHECK_EQ(fpga_card_pf_run(c, FPGA_PF_DENSE, 0, 10, 10, 3, 10, kv_off, part_tiles, ws_off),
+    CHECK_EQ(fpga_card_pf_run(c, FPGA_PF_DENSE, 0, 10, 10, 3, 10, kv_off, part_tiles, ws_off, 0),
              ACCEL_ERR_DEVICE);
     CHECK_EQ(fpga_card_pf_run(c, FPGA_PF_DENSE, m->cfg.n_layers, 10, 10, 0, 10, kv_off, part_tiles,
-                              ws_off),
+                              ws_off, 0),
              ACCEL_ERR_DEVICE);
     CHECK_EQ(fpga_card_pf_run(c, FPGA_PF_ATTN | FPGA_PF_F_KVF | FPGA_PF_F_SPARSE, 0, 0, 10, 0, 10,
-                              kv_off, part_tiles, ws_off),
+                              kv_off, part_tiles, ws_off, 0),
              ACCEL_ERR_DEVICE);
     /* the card is fine: the sequence goes on */
     CHECK_EQ(accel_decode(f, 1, &s, &ids[10], lg), 0);

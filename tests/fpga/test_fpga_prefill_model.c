@@ -40,9 +40,11 @@ static void runs(const char *model_dir, int wbits)
     float *lg = malloc(sizeof(float) * m->cfg.vocab);
     REQUIRE(accel_prefill(d, &(accel_prefill_req){.seq = s, .ids = &id, .n = 1, .logits = lg}) ==
             0);
-    uint64_t kv_off, ws_off;
-    uint32_t part_tiles;
-    fpga_dev_seq_slab(d, s, &kv_off, &part_tiles);
+    uint64_t ws_off;
+    fpga_dec_kvmap km; /* the runs below address a slab of 400 positions at the pool's bottom */
+    REQUIRE(fpga_dev_seq_kvmap(d, s, &km) == 0);
+    const uint64_t kv_off = km.base;
+    const uint32_t part_tiles = fpga_dec_part_tiles(400, c->desc.kv_parts);
     REQUIRE(fpga_dev_last_prefill(d, NULL, &ws_off, NULL, NULL) == 0);
     const uint32_t L = m->cfg.n_layers, kvf = FPGA_PF_F_KVF, sp = FPGA_PF_F_KVF | FPGA_PF_F_SPARSE;
     const struct {
@@ -58,7 +60,7 @@ static void runs(const char *model_dir, int wbits)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         REQUIRE(fpga_card_pf_run(c, cases[i].mode, cases[i].layer, cases[i].pos0, cases[i].n,
-                                 cases[i].r0, cases[i].r1, kv_off, part_tiles, ws_off) == 0);
+                                 cases[i].r0, cases[i].r1, kv_off, part_tiles, ws_off, 0) == 0);
         fpga_dec_cost mc;
         REQUIRE(fpga_pf_model_run(&c->desc, cases[i].mode, cases[i].layer, cases[i].pos0,
                                   cases[i].n, cases[i].r0, cases[i].r1, &mc) == 0);

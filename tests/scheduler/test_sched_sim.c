@@ -4,6 +4,7 @@
  * cancellation frees everything, chunked prefill bounds the time between tokens, and the
  * virtual times of a lone request equal the model's prices. */
 #include "tests/test.h"
+#include <math.h>
 #include "scheduler/sched_sim.h"
 #include "scheduler/sched_sim_trace.h"
 #include "devices/sim_hw.h"
@@ -305,4 +306,35 @@ TEST(sched_sim_trace_lengths_and_arrivals)
     sched_sim_req r;
     sched_sim_trace_next(&f, &r);
     CHECK(r.arrival == 0 && r.n_prompt == 128 && r.n_out == 512);
+}
+
+/* The H200's measured batched decode curve (issue 25): a step at a measured batch of 1K-token
+ * sequences takes batch / tok_s exactly; between two points the step time is interpolated in
+ * the batch; longer contexts add their KV bytes; the batched card is bound by its MAC array
+ * once a batch is large enough (2 ops per weight per sequence at 12,288 int8 MACs x 225 MHz). */
+TEST(sched_sim_decode_curve_and_card_batch)
+{
+    const sched_sim_catalog *c = devices_sim_hw();
+    const sched_sim_shape *s = sched_sim_shape_find("llama3-8b");
+    REQUIRE(s);
+    sched_sim_dev_model g, k;
+    char err[256];
+    REQUIRE(sched_sim_dev_init(&g, sched_sim_hw_find(c, "h200-tandem"), s, 256, 0, err, sizeof err) == 0);
+    REQUIRE(sched_sim_dev_init(&k, sched_sim_hw_find(c, "u280-batch"), s, 0, 0, err, sizeof err) == 0);
+    const int b[5] = {1, 32, 64, 128, 256};
+    const double tps[5] = {250, 4959, 8093, 11621, 14547};
+    for (int i = 0; i < 5; i++) {
+        double t = sched_sim_decode_s(&g, b[i], (long long)b[i] * 1024);
+        CHECK_MSG(fabs(t - b[i] / tps[i]) < 1e-12, "batch %d: %.6f s, measured %.6f", b[i], t, b[i] / tps[i]);
+    }
+    double mid = sched_sim_decode_s(&g, 48, 48LL * 1024);
+    CHECK(fabs(mid - (32 / 4959.0 + 64 / 8093.0) / 2) < 1e-12);
+    CHECK(sched_sim_decode_s(&g, 32, 32LL * 4096) > sched_sim_decode_s(&g, 32, 32LL * 1024));
+    CHECK_EQ(k.max_batch, 16);
+    CHECK_EQ(k.power_w, 225.0);
+    CHECK_EQ(g.power_w, 700.0);
+    /* the card: a batch of 16 costs at least its MACs, and more than one sequence's step */
+    double macs = 2.0 * s->params * 16 / (2.0 * 12288 * 225e6);
+    double t16 = sched_sim_decode_s(&k, 16, 16LL * 1024), t1 = sched_sim_decode_s(&k, 1, 1024);
+    CHECK(t16 >= macs && t16 > t1 && t16 < 16 * t1);
 }
