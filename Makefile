@@ -133,6 +133,19 @@ $(BUILD)/obj-f16/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -DGPU_H16_F16 -MMD -MP -c $< -o $@
 
+# The plugin binds to the host's functions and shares its structs (model, accel_opts, accel_dev):
+# both are stamped with a hash of the headers that define them, and the host refuses a plugin whose
+# stamp differs (a plugin built from another tree would otherwise crash in its first call).
+# The header is rewritten only when the hash changes, so only a changed tree rebuilds what uses it.
+ABI_HDRS := $(sort $(wildcard proto/*.h model/*.h model/*/*.h sparse/*.h scheduler/*.h cpu/*.h \
+                              fpga/*.h peer/*.h devices/*.h) gpu/plugin.h)
+$(BUILD)/plugin_abi.h: $(ABI_HDRS)
+	@mkdir -p $(dir $@)
+	@printf '#define GPU_PLUGIN_ABI "%s"\n' "$$(cat $(ABI_HDRS) | sha256sum | cut -c1-16)" > $@.tmp
+	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
+$(BUILD)/obj/gpu/accel.o $(BUILD)/obj/devices/open.o $(BUILD)/obj/tests/devices/test_plugin_abi.o: \
+    $(BUILD)/plugin_abi.h
+
 $(BUILD)/libtandem_cuda.so: $(GPU_OBJ) $(BUILD)/libtandem.a
 	$(CC) $(LDFLAGS) -shared -o $@ $(GPU_OBJ) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	    -lcublasLt -lcublas -lcudart -lstdc++ $(LDLIBS)

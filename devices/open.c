@@ -7,6 +7,7 @@
 #include "fpga/backend.h"
 #include "fpga/kernels/dec_layout.h"
 #include "gpu/plugin.h"
+#include "plugin_abi.h" /* $(BUILD)/: GPU_PLUGIN_ABI */
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
@@ -60,6 +61,15 @@ static accel_dev *cuda_open(int index, const model *m, const accel_opts *o, char
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         snprintf(err, errlen, "cuda: cannot load the CUDA backend (%s): %s", path, dlerror());
+        return NULL;
+    }
+    const char *abi = (const char *)dlsym(h, GPU_PLUGIN_ABI_SYMBOL);
+    if (!abi || strncmp(abi, GPU_PLUGIN_ABI, sizeof GPU_PLUGIN_ABI) != 0) {
+        snprintf(err, errlen,
+                 "cuda: %s was built from another source tree than this binary (interface %s, "
+                 "this binary's %s): rebuild both with make",
+                 path, abi ? abi : "unstamped", GPU_PLUGIN_ABI);
+        dlclose(h);
         return NULL;
     }
     gpu_plugin_open_fn fn = (gpu_plugin_open_fn)dlsym(h, GPU_PLUGIN_OPEN_SYMBOL);

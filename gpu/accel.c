@@ -6,6 +6,7 @@
  * keeps the sequence -> block table link. */
 #include "gpu/gpu.h"
 #include "gpu/plugin.h"
+#include "plugin_abi.h" /* $(BUILD)/: GPU_PLUGIN_ABI */
 #include "scheduler/accel_impl.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,6 +213,8 @@ static const struct accel_dev_i gpu_i = {
     .kv_block_save = gpu_dev_kv_block_save,
     .kv_block_load = gpu_dev_kv_block_load,
 };
+
+const char gpu_plugin_abi[] = GPU_PLUGIN_ABI;
 
 accel_dev *gpu_plugin_open(int index, const model *m, const accel_opts *o,
                            const gpu_plugin_host *host, char *err, size_t errlen)
