@@ -37,6 +37,28 @@ static void reply_error(dmn_http_req *r, enum proto_err e, const char *msg)
     reply(r, row->http_status, "application/json", proto_err_json(e, msg, NULL));
 }
 
+/* The one place the scheduler's KV-store stats become what /metrics and /admin/status print. */
+static void kv_store_of(const sched_dev_stats *s, proto_kv_store *o)
+{
+    *o = (proto_kv_store){.paged = (s->info.caps & ACCEL_CAP_PAGED) != 0,
+                          .block_tokens = s->info.kv_block_tokens,
+                          .blocks_total = s->info.kv_blocks_total,
+                          .blocks_used = s->info.kv_blocks_used,
+                          .blocks_cached = s->info.kv_blocks_cached,
+                          .holders = s->pc_holders,
+                          .host_entries = s->pc_host_entries,
+                          .host_bytes = s->pc_host_bytes,
+                          .evictions = s->pc_evictions,
+                          .host_saves = s->pc_host_saves,
+                          .host_dropped = s->pc_host_dropped,
+                          .queries = s->pc_queries,
+                          .hits = s->pc_hits,
+                          .host_hits = s->pc_host_hits,
+                          .preemptions = s->preemptions,
+                          .forks = s->forks,
+                          .prefill_tokens = s->prefill_tokens};
+}
+
 static void metrics(dmn_serve *d, dmn_http_req *r)
 {
     sched_stats st;
@@ -61,18 +83,7 @@ static void metrics(dmn_serve *d, dmn_http_req *r)
                                .kv_bytes_in = s->kv_bytes,
                                .prefill_chunks = s->prefill_chunks,
                                .kv_corrupt = s->kv_corrupt};
-        o->paged = (s->info.caps & ACCEL_CAP_PAGED) != 0;
-        o->blocks_total = s->info.kv_blocks_total;
-        o->blocks_used = s->info.kv_blocks_used;
-        o->blocks_cached = s->info.kv_blocks_cached;
-        o->pc_queries = s->pc_queries;
-        o->pc_hits = s->pc_hits;
-        o->pc_host_hits = s->pc_host_hits;
-        o->pc_evictions = s->pc_evictions;
-        o->host_bytes = s->pc_host_bytes;
-        o->preemptions = s->preemptions;
-        o->prefill_tokens = s->prefill_tokens;
-        o->forks = s->forks;
+        kv_store_of(s, &o->kv);
     }
     proto_buf b;
     proto_buf_init(&b);
@@ -129,22 +140,7 @@ static void status(dmn_serve *d, dmn_http_req *r)
                                 .prefills = s->prefills,
                                 .failovers = s->failovers,
                                 .kv_bytes_in = s->kv_bytes};
-        o->paged = (s->info.caps & ACCEL_CAP_PAGED) != 0;
-        o->block_tokens = s->info.kv_block_tokens;
-        o->blocks_total = s->info.kv_blocks_total;
-        o->blocks_used = s->info.kv_blocks_used;
-        o->blocks_cached = s->info.kv_blocks_cached;
-        o->holders = s->pc_holders;
-        o->host_entries = s->pc_host_entries;
-        o->host_bytes = s->pc_host_bytes;
-        o->evictions = s->pc_evictions;
-        o->host_saves = s->pc_host_saves;
-        o->host_dropped = s->pc_host_dropped;
-        o->queries = s->pc_queries;
-        o->hits = s->pc_hits;
-        o->host_hits = s->pc_host_hits;
-        o->preemptions = s->preemptions;
-        o->forks = s->forks;
+        kv_store_of(s, &o->kv);
         caps_text(s->info.caps, caps[i], sizeof caps[i]);
     }
     int cap = d->n_reqs < STATUS_MAX_REQS ? d->n_reqs : STATUS_MAX_REQS;

@@ -206,15 +206,15 @@ void dmn_metrics_render(proto_buf *b, const dmn_metrics *m, int running, int wai
             case 12: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv_corrupt); break;
             case 13:
                 dmn_prom_sample(b, fam[f].name, lb.p,
-                                d->blocks_total ? (double)(d->blocks_used - d->blocks_cached) / d->blocks_total : 0);
+                                d->kv.blocks_total ? (double)(d->kv.blocks_used - d->kv.blocks_cached) / d->kv.blocks_total : 0);
                 break;
-            case 14: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->pc_queries); break;
-            case 15: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->pc_hits); break;
-            case 16: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->pc_host_hits); break;
-            case 17: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->pc_evictions); break;
-            case 18: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->host_bytes); break;
-            case 19: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->preemptions); break;
-            case 20: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->prefill_tokens); break;
+            case 14: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv.queries); break;
+            case 15: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv.hits); break;
+            case 16: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv.host_hits); break;
+            case 17: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv.evictions); break;
+            case 18: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv.host_bytes); break;
+            case 19: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv.preemptions); break;
+            case 20: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv.prefill_tokens); break;
             }
         }
     }
@@ -225,12 +225,12 @@ void dmn_metrics_render(proto_buf *b, const dmn_metrics *m, int running, int wai
      * queries and hits in tokens, preemptions. */
     double used = 0, total = 0, queries = 0, hits = 0, preempt = 0, forks = 0;
     for (int i = 0; i < n_devs; i++) {
-        used += devs[i].blocks_used - devs[i].blocks_cached;
-        total += devs[i].blocks_total;
-        queries += (double)devs[i].pc_queries;
-        hits += (double)devs[i].pc_hits;
-        preempt += (double)devs[i].preemptions;
-        forks += (double)devs[i].forks;
+        used += devs[i].kv.blocks_used - devs[i].kv.blocks_cached;
+        total += devs[i].kv.blocks_total;
+        queries += (double)devs[i].kv.queries;
+        hits += (double)devs[i].kv.hits;
+        preempt += (double)devs[i].kv.preemptions;
+        forks += (double)devs[i].kv.forks;
     }
     dmn_prom_header(b, "tandem_kv_cache_usage_perc", "gauge",
                     "Fraction (0-1) of the node's paged KV blocks held by running sequences.");

@@ -12,6 +12,7 @@
 #define TANDEM_DMN_METRICS_H
 #include <stdint.h>
 #include "proto/buf.h"
+#include "proto/status.h"
 
 #define DMN_HIST_MAX_BUCKETS 32
 
@@ -63,12 +64,7 @@ typedef struct dmn_metrics_dev {
     uint64_t steps, tokens;
     uint64_t decodes, prefills, failovers, kv_bytes_in, prefill_chunks;
     uint64_t kv_corrupt; /* KV imports whose wire CRC did not match where the KV landed */
-    /* the KV store (issue 20): paged devices' block pool and prefix cache */
-    int paged;
-    int blocks_total, blocks_used, blocks_cached; /* used: cached ones included */
-    uint64_t pc_queries, pc_hits, pc_host_hits, pc_evictions; /* prompt tokens; holders */
-    uint64_t host_bytes;                         /* the host tier's bytes now */
-    uint64_t preemptions, prefill_tokens, forks;
+    proto_kv_store kv; /* the KV store (issue 20): paged devices' block pool and prefix cache */
 } dmn_metrics_dev;
 
 /* The whole /metrics text: requests running/waiting, per-device gauges, then m. */

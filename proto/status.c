@@ -43,17 +43,17 @@ char *proto_status_json(const proto_status *s)
             json_object_set_new(o, "kv_bytes_in", json_integer((json_int_t)d->kv_bytes_in));
             /* the KV store: blocks, the prefix cache and its host tier (eviction order: least
              * recently used holder first, to the host tier while it has room) */
-            json_t *kv = d->paged
+            json_t *kv = d->kv.paged
                 ? json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-                            "block_tokens", d->block_tokens, "blocks_total", d->blocks_total,
-                            "blocks_used", d->blocks_used, "blocks_cached", d->blocks_cached,
-                            "cached_prefixes", d->holders, "host_entries", d->host_entries,
-                            "host_bytes", (json_int_t)d->host_bytes, "evictions",
-                            (json_int_t)d->evictions, "host_saves", (json_int_t)d->host_saves,
-                            "host_dropped", (json_int_t)d->host_dropped, "query_tokens",
-                            (json_int_t)d->queries, "hit_tokens", (json_int_t)d->hits,
-                            "host_hit_tokens", (json_int_t)d->host_hits, "preemptions",
-                            (json_int_t)d->preemptions, "forks", (json_int_t)d->forks)
+                            "block_tokens", d->kv.block_tokens, "blocks_total", d->kv.blocks_total,
+                            "blocks_used", d->kv.blocks_used, "blocks_cached", d->kv.blocks_cached,
+                            "cached_prefixes", d->kv.holders, "host_entries", d->kv.host_entries,
+                            "host_bytes", (json_int_t)d->kv.host_bytes, "evictions",
+                            (json_int_t)d->kv.evictions, "host_saves", (json_int_t)d->kv.host_saves,
+                            "host_dropped", (json_int_t)d->kv.host_dropped, "query_tokens",
+                            (json_int_t)d->kv.queries, "hit_tokens", (json_int_t)d->kv.hits,
+                            "host_hit_tokens", (json_int_t)d->kv.host_hits, "preemptions",
+                            (json_int_t)d->kv.preemptions, "forks", (json_int_t)d->kv.forks)
                 : json_null();
             json_object_set_new(o, "kv_store", kv ? kv : json_null());
         }

@@ -7,6 +7,17 @@
 #define TANDEM_PROTO_STATUS_H
 #include <stdint.h>
 
+/* One paged device's KV store (issue 20): its block pool and its prefix cache. The admin listener
+ * fills it once per device from the scheduler's stats; /admin/status and /metrics both print it. */
+typedef struct proto_kv_store {
+    int paged;                                     /* 0: the rest is unset ("kv_store": null) */
+    int block_tokens, blocks_total, blocks_used, blocks_cached; /* used: cached ones included */
+    int holders, host_entries;                     /* cached prefixes; host-tier entries */
+    uint64_t host_bytes, evictions, host_saves, host_dropped; /* the host tier */
+    uint64_t queries, hits, host_hits;             /* prompt tokens looked up / found / from host */
+    uint64_t preemptions, forks, prefill_tokens;   /* prefill_tokens: prompt positions computed */
+} proto_kv_store;
+
 typedef struct proto_status_dev {
     const char *name, *kind, *desc, *health;
     int warm;
@@ -16,10 +27,7 @@ typedef struct proto_status_dev {
     double busy_seconds, idle_seconds; /* idle: since the worker's last sign of life */
     const char *caps;   /* "prefill,decode,kv_export,kv_import" (those it has), or NULL */
     uint64_t decodes, prefills, failovers, kv_bytes_in; /* requests placed / moved away, KV in */
-    /* the KV store of a paged device ("kv_store": null elsewhere) */
-    int paged, block_tokens, blocks_total, blocks_used, blocks_cached, holders, host_entries;
-    uint64_t host_bytes, evictions, host_saves, host_dropped, queries, hits, host_hits;
-    uint64_t preemptions, forks;
+    proto_kv_store kv; /* "kv_store" (null where not paged) */
 } proto_status_dev;
 
 typedef struct proto_status_req {

@@ -286,8 +286,9 @@ TEST(metrics_render_families)
     dmn_metrics_count_status(&m, 418); /* "other" */
     dmn_metrics_dev dev = {.name = "cpu", .kind = "cpu", .health = "ok", .busy_seconds = 1.5,
                            .mem_total = 1000, .mem_used = 250, .running = 2, .steps = 7,
-                           .tokens = 70, .paged = 1, .blocks_total = 8, .blocks_used = 5,
-                           .blocks_cached = 3, .pc_queries = 40, .pc_hits = 32};
+                           .tokens = 70,
+                           .kv = {.paged = 1, .blocks_total = 8, .blocks_used = 5,
+                                  .blocks_cached = 3, .queries = 40, .hits = 32}};
     proto_buf b;
     proto_buf_init(&b);
     dmn_metrics_render(&b, &m, 1, 3, &dev, 1, 1, 0);
