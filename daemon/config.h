@@ -76,6 +76,7 @@ typedef struct dmn_config {
     char *peers;             /* ADDR:PORT,... of nodes whose devices we use */
     char *peer_key;          /* the fleet's shared key (wiped with the others) */
     char *peer_key_file;
+    char *peer_transport;    /* auto | stream | address (peer/peer.h) */
     double peer_wait;        /* seconds start-up waits for a peer */
 } dmn_config;
 

@@ -32,6 +32,10 @@ int dmn_peer_load_key(dmn_serve *d, char *err, size_t errlen)
         if (dot) *dot = 0;
         snprintf(d->node_name, sizeof d->node_name, "%.31s", h);
     }
+    if (peer_transport_parse(c->peer_transport) < 0) {
+        snprintf(err, errlen, "peer_transport '%s': auto, stream or address", c->peer_transport);
+        return -1;
+    }
     if (!peer_name_valid(d->node_name)) {
         snprintf(err, errlen, "node_name '%s': 1 to %d of A-Z a-z 0-9 . _ -", d->node_name, PEER_NAME_MAX);
         return -1;
@@ -89,6 +93,7 @@ void dmn_peer_open(dmn_serve *d, const accel_opts *opts)
             continue;
         }
         d->nodes[d->n_nodes++] = n;
+        peer_node_set_transport(n, peer_transport_parse(c->peer_transport));
         for (int i = 0; i < peer_node_n_devs(n); i++) {
             if (d->n_devs == SCHED_MAX_DEVICES) {
                 snprintf(d->load_err, sizeof d->load_err, "devices (local and remote): at most %d", SCHED_MAX_DEVICES);

@@ -23,6 +23,11 @@ struct peer_conn {
     int owns_worker;
     int efd;
     ucp_ep_h ep;
+    ucp_ep_h aep;         /* the second endpoint, by worker address (peer_conn_open_address) */
+    ucp_address_t *laddr; /* this worker's address, handed out by peer_conn_local_address */
+    size_t laddr_len;
+    char transport[80];   /* what UCX chose for aep's lanes, or "tcp stream" */
+    _Atomic int adead;    /* aep reported an error */
     _Atomic int dead;
     proto_buf rx;
     size_t frame; /* bytes of the frame handed out by the last receive (consumed at the next) */
@@ -59,7 +64,7 @@ static void ctx_init(void)
     if (g_ctx_status != UCS_OK) return;
     ucp_params_t p = {0};
     p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-    p.features = UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP;
+    p.features = UCP_FEATURE_STREAM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
     p.mt_workers_shared = 1; /* one worker per thread, several threads: the context is shared */
     g_ctx_status = ucp_init(&p, cfg, &g_ctx);
     ucp_config_release(cfg);
@@ -145,6 +150,17 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     atomic_store(&c->dead, 1);
 }
 
+/* The address endpoint failed: while it is being made, only that attempt fails (the stream
+ * carries on); once in use, the connection is dead. */
+static void on_aep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    (void)ep;
+    (void)status;
+    peer_conn *c = arg;
+    atomic_store(&c->adead, 1);
+    if (c->transport[0]) atomic_store(&c->dead, 1);
+}
+
 static peer_conn *conn_alloc(ucp_worker_h w, int efd)
 {
     peer_conn *c = calloc(1, sizeof *c);
@@ -217,23 +233,31 @@ void *peer_conn_user(const peer_conn *c)
     return c->user;
 }
 
+/* Closes one endpoint of c: a graceful close flushes, 2 s bound it for a peer that no longer
+ * answers; still in progress then, the worker's destruction takes it with the endpoint. */
+static void ep_close(peer_conn *c, ucp_ep_h ep, int force)
+{
+    ucp_request_param_t p = {0};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    /* force (-1: never, an endpoint without peer-failure handling may not be forced closed) */
+    p.flags = force >= 0 && (force || atomic_load(&c->dead)) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(r)) {
+        double end = peer_now() + 2;
+        while (ucp_request_check_status(r) == UCS_INPROGRESS && peer_now() < end)
+            worker_wait(c->worker, c->efd, 5);
+        if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
+    }
+}
+
 void peer_conn_free(peer_conn *c)
 {
     if (!c) return;
-    if (c->ep) {
-        ucp_request_param_t p = {0};
-        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        p.flags = atomic_load(&c->dead) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-        ucs_status_ptr_t r = ucp_ep_close_nbx(c->ep, &p);
-        if (UCS_PTR_IS_PTR(r)) {
-            /* a graceful close flushes; 2 s bounds it for a peer that no longer answers */
-            double end = peer_now() + 2;
-            while (ucp_request_check_status(r) == UCS_INPROGRESS && peer_now() < end)
-                worker_wait(c->worker, c->efd, 5);
-            /* still in progress: the worker's destruction below takes it with the endpoint */
-            if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
-        }
-    }
+    /* a dead connection's address endpoint is not flushed (its peer would never answer): the
+     * worker's destruction below takes it */
+    if (c->aep && !atomic_load(&c->dead)) ep_close(c, c->aep, -1);
+    if (c->ep) ep_close(c, c->ep, 0);
+    if (c->laddr) ucp_worker_release_address(c->worker, c->laddr);
     if (c->owns_worker) ucp_worker_destroy(c->worker);
     proto_buf_deinit(&c->rx);
     free(c);
@@ -384,6 +408,159 @@ int peer_conn_recv(peer_conn *c, uint32_t max_payload, peer_header *h, const uin
         int ms = (int)((end - now) * 1000) + 1;
         worker_wait(c->worker, c->efd, ms < 10 ? ms : 10);
     }
+}
+
+/* ---------------------------------------------------------------- the address endpoint */
+
+int peer_conn_local_address(peer_conn *c, const void **addr, size_t *len)
+{
+    if (!c->laddr && ucp_worker_get_address(c->worker, &c->laddr, &c->laddr_len) != UCS_OK) {
+        c->laddr = NULL;
+        return PEER_ERR_IO;
+    }
+    *addr = c->laddr;
+    *len = c->laddr_len;
+    return PEER_OK;
+}
+
+/* The transports of ep's lanes as UCX prints them ("lane[0]: 2:posix/memory.0 md[2] ...
+ * rma_bw#0 am am_bw#0"): their names, once each, into out ("posix,cma,sysv"). */
+static void ep_transports(ucp_ep_h ep, char *out, size_t cap)
+{
+    char *text = NULL;
+    size_t tl = 0;
+    out[0] = 0;
+    FILE *f = open_memstream(&text, &tl);
+    if (!f) return;
+    ucp_ep_print_info(ep, f);
+    fclose(f);
+    size_t o = 0;
+    for (char *line = text ? strstr(text, "lane[") : NULL; line; line = strstr(line + 1, "lane[")) {
+        char *colon = strchr(line, ':');
+        if (!colon) break;
+        char *name = strchr(colon + 1, ':'); /* "  2:posix/memory.0": after the resource index */
+        char *slash = name ? strchr(name, '/') : NULL;
+        char *eol = strchr(line, '\n');
+        if (!slash || (eol && slash > eol) || slash - name - 1 > 16) continue;
+        char tl_name[20];
+        int nl = (int)(slash - name - 1);
+        memcpy(tl_name, name + 1, (size_t)nl);
+        tl_name[nl] = 0;
+        char pat[24];
+        snprintf(pat, sizeof pat, ",%s,", tl_name);
+        char have[96];
+        snprintf(have, sizeof have, ",%s,", out);
+        if (strstr(have, pat) || o + (size_t)nl + 2 >= cap) continue;
+        o += (size_t)snprintf(out + o, cap - o, "%s%s", o ? "," : "", tl_name);
+    }
+    free(text);
+}
+
+int peer_conn_open_address(peer_conn *c, const void *addr, size_t len, char *err, size_t errlen)
+{
+    if (c->aep) return PEER_OK;
+    if (!len) {
+        snprintf(err, errlen, "empty worker address");
+        return PEER_ERR_PROTO;
+    }
+    /* UCX keeps no pointer to the address after ucp_ep_create; our copy is aligned for it */
+    void *copy = malloc(len);
+    if (!copy) return PEER_ERR_NOMEM;
+    memcpy(copy, addr, len);
+    ucp_ep_params_t ep = {0};
+    /* UCP_ERR_HANDLING_MODE_NONE: UCX 1.13 leaves every shared-memory transport out of an
+     * endpoint that asks for peer-failure handling (its log: tag(tcp/lo) with PEER, tag(sysv/memory
+     * cma/memory) without). A peer gone is noticed by the stream endpoint (PEER mode), the
+     * heartbeat and the call timeouts instead, and every wait on this endpoint gives up with them. */
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = copy;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    ep.err_handler.cb = on_aep_error;
+    ep.err_handler.arg = c;
+    atomic_store(&c->adead, 0);
+    ucs_status_t us = ucp_ep_create(c->worker, &ep, &c->aep);
+    free(copy);
+    if (us != UCS_OK) {
+        c->aep = NULL;
+        snprintf(err, errlen, "endpoint by worker address: %s", ucs_status_string(us));
+        return PEER_ERR_IO;
+    }
+    /* a flush makes the endpoint reach the other worker now, not on the first KV chunk; its
+     * failure fails this endpoint only (not c: the stream goes on carrying everything) */
+    ucp_request_param_t p = {0};
+    ucs_status_ptr_t r = ucp_ep_flush_nbx(c->aep, &p);
+    us = UCS_PTR_IS_ERR(r) ? UCS_PTR_STATUS(r) : UCS_OK;
+    if (UCS_PTR_IS_PTR(r)) {
+        double end = peer_now() + 5.0;
+        while ((us = ucp_request_check_status(r)) == UCS_INPROGRESS && peer_now() < end &&
+               !atomic_load(&c->adead))
+            worker_wait(c->worker, c->efd, 10);
+        ucp_request_free(r);
+    }
+    if (us != UCS_OK || atomic_load(&c->adead)) {
+        snprintf(err, errlen, "endpoint by worker address: %s",
+                 us == UCS_INPROGRESS ? "no answer in 5 s" : ucs_status_string(us == UCS_OK ? UCS_ERR_ENDPOINT_TIMEOUT : us));
+        ep_close(c, c->aep, -1);
+        c->aep = NULL;
+        return PEER_ERR_IO;
+    }
+    ep_transports(c->aep, c->transport, sizeof c->transport);
+    if (!c->transport[0]) snprintf(c->transport, sizeof c->transport, "ucx");
+    return PEER_OK;
+}
+
+int peer_conn_has_address(const peer_conn *c)
+{
+    return c->aep != NULL;
+}
+
+const char *peer_conn_transport(const peer_conn *c)
+{
+    return c->aep ? c->transport : "tcp stream";
+}
+
+int peer_conn_tag_send(peer_conn *c, uint64_t tag, const void *p, size_t n, double timeout_s)
+{
+    if (atomic_load(&c->dead) || !c->aep) return PEER_ERR_IO;
+    ucp_request_param_t rp = {0};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    rp.cb.send = send_done;
+    return wait_req(c, ucp_tag_send_nbx(c->aep, p, n, tag, &rp), peer_now() + timeout_s);
+}
+
+typedef struct tag_rx {
+    size_t length;
+    ucs_status_t status;
+} tag_rx;
+
+static void tag_recv_done(void *req, ucs_status_t status, const ucp_tag_recv_info_t *info, void *user)
+{
+    (void)req;
+    tag_rx *t = user;
+    t->status = status;
+    if (info) t->length = info->length;
+}
+
+int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double timeout_s)
+{
+    if (atomic_load(&c->dead)) return PEER_ERR_IO;
+    tag_rx t = {0, UCS_OK};
+    ucp_request_param_t rp = {0};
+    /* always through the callback: UCX 1.13 leaves recv_info unfilled when a message already
+     * waiting completes the receive at once */
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    rp.cb.recv = tag_recv_done;
+    rp.user_data = &t;
+    /* the whole tag must match: another connection's messages, or stale ones, never land here */
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(c->worker, buf, n, tag, UINT64_MAX, &rp);
+    int st = wait_req(c, r, peer_now() + timeout_s);
+    if (st) return st;
+    if (t.status != UCS_OK) { /* UCS_ERR_MESSAGE_TRUNCATED: more than announced */
+        atomic_store(&c->dead, 1);
+        return PEER_ERR_PROTO;
+    }
+    return t.length == n ? PEER_OK : PEER_ERR_PROTO;
 }
 
 /* ---------------------------------------------------------------- listener */

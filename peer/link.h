@@ -56,6 +56,33 @@ int peer_conn_poll(peer_conn *c, uint32_t max_payload, peer_header *h, const uin
 void peer_conn_set_user(peer_conn *c, void *user);
 void *peer_conn_user(const peer_conn *c);
 
+/* The second endpoint. UCX 1.13 gives an endpoint made from a socket address TCP lanes only;
+ * one made from the other side's worker address gets every transport both workers share:
+ * shared memory (posix, sysv, cma) between two processes of one host, RDMA where a NIC offers
+ * it, TCP otherwise (UCX_TLS still chooses among them). After the authenticated handshake the
+ * server hands its worker's address over the stream (peer/msg.h ADDR) and the client opens a
+ * second endpoint by it; bulk data (KV chunks) then goes as tagged messages, whose large sizes
+ * UCX moves with its rendezvous protocol (zero-copy over CMA or RDMA), and the stream endpoint
+ * keeps the control messages.
+ *
+ * peer_conn_local_address: this side's worker address (an accepted connection: the listener's
+ * worker), owned by c. PEER_OK or PEER_ERR_IO.
+ * peer_conn_open_address: the client's second endpoint to the worker at addr (len bytes, from
+ * an authenticated peer: UCX parses it), made to reach it within 5 s. PEER_OK, or a status with
+ * a message in err (the caller keeps the stream for everything).
+ * peer_conn_transport: the transports of that endpoint's lanes as UCX chose them ("posix,cma",
+ * "tcp"), or "tcp stream" without one. */
+int peer_conn_local_address(peer_conn *c, const void **addr, size_t *len);
+int peer_conn_open_address(peer_conn *c, const void *addr, size_t len, char *err, size_t errlen);
+int peer_conn_has_address(const peer_conn *c);
+const char *peer_conn_transport(const peer_conn *c);
+/* Sends n bytes as one message tagged `tag` on the address endpoint, waiting at most timeout_s
+ * (statuses as peer_conn_send). */
+int peer_conn_tag_send(peer_conn *c, uint64_t tag, const void *p, size_t n, double timeout_s);
+/* Receives the one message tagged exactly `tag` into buf, which must be exactly n bytes long
+ * (a longer or shorter one: PEER_ERR_PROTO and c is dead). Waits at most timeout_s. */
+int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double timeout_s);
+
 /* Listens on "ADDR:PORT" (port 0: any free port; peer_listener_port says which). */
 int peer_listener_new(const char *addr, peer_listener **out, char *err, size_t errlen);
 void peer_listener_free(peer_listener *l);

@@ -23,7 +23,7 @@ const char *peer_type_name(int t)
 {
     static const char *names[] = {"?", "hello", "challenge", "auth", "welcome", "refuse", "ping",
                                   "info", "seq_new", "seq_free", "kv", "decode", "logits",
-                                  "truncate", "warmup", "reply"};
+                                  "truncate", "warmup", "reply", "addr_req", "addr", "kv_tag"};
     return t >= 1 && t <= PEER_TYPE_LAST ? names[t] : "?";
 }
 
@@ -210,6 +210,48 @@ int peer_kv_read(const uint8_t *p, size_t n, peer_kv *out)
     if (out->flags & ~PEER_KV_RUN_START) return PEER_ERR_PROTO;
     out->bytes = p + PEER_KV_FIXED;
     out->n_bytes = n - PEER_KV_FIXED;
+    return PEER_OK;
+}
+
+size_t peer_addr_write(uint8_t *out, uint64_t tag_base, const void *addr, size_t len)
+{
+    peer_wr64(out, tag_base);
+    peer_wr32(out + 8, (uint32_t)len);
+    memcpy(out + PEER_ADDR_FIXED, addr, len);
+    return PEER_ADDR_FIXED + len;
+}
+
+int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t **addr, size_t *len)
+{
+    if (n < PEER_ADDR_FIXED) return PEER_ERR_PROTO;
+    uint32_t l = peer_rd32(p + 8);
+    if (l < 1 || l > PEER_ADDR_MAX || n != PEER_ADDR_FIXED + (size_t)l) return PEER_ERR_PROTO;
+    *tag_base = peer_rd64(p);
+    *addr = p + PEER_ADDR_FIXED;
+    *len = l;
+    return PEER_OK;
+}
+
+void peer_kv_tag_write(uint8_t out[PEER_KV_TAG_BYTES], const peer_kv *k, uint32_t length, uint32_t serial)
+{
+    peer_kv_write_fixed(out, k);
+    peer_wr32(out + PEER_KV_FIXED, length);
+    peer_wr32(out + PEER_KV_FIXED + 4, serial);
+}
+
+int peer_kv_tag_read(const uint8_t *p, size_t n, peer_kv *k, uint32_t *length, uint32_t *serial)
+{
+    if (n != PEER_KV_TAG_BYTES) return PEER_ERR_PROTO;
+    k->dev = peer_rd32(p);
+    k->seq = peer_rd32(p + 4);
+    k->producer_crc = peer_rd32(p + 8);
+    k->flags = peer_rd32(p + 12);
+    k->bytes = NULL;
+    k->n_bytes = 0;
+    *length = peer_rd32(p + PEER_KV_FIXED);
+    *serial = peer_rd32(p + PEER_KV_FIXED + 4);
+    if (k->flags & ~PEER_KV_RUN_START) return PEER_ERR_PROTO;
+    if (*length < 1 || *length > PEER_MAX_PAYLOAD || *serial < 1) return PEER_ERR_PROTO;
     return PEER_OK;
 }
 

@@ -21,6 +21,18 @@
  *   c->s DECODE     dev, n, (seq, id) * n              s->c LOGITS    status, n, vocab, f32 * n*vocab
  *   c->s TRUNCATE   dev, seq, len                      s->c REPLY     status
  *   c->s WARMUP     dev                                s->c REPLY     status
+ *   c->s ADDR_REQ                                      s->c ADDR      tag_base, worker address
+ *                                                              (or REPLY status: none offered)
+ *   c->s KV_TAG     dev, seq, crc, flags, length, serial, then on the address endpoint one
+ *                   message tagged tag_base + serial of `length` bytes: [stream header] chunk
+ *                                                      s->c REPLY     status
+ *
+ * ADDR is answered only after the handshake (in any other state it closes the connection), so
+ * no unauthenticated node learns the worker's address or gets one accepted. The client opens a
+ * second endpoint by it (peer/link.h) and sends its KV as tagged messages; without one (UCX
+ * could not make it, or peer_transport = stream) KV goes in KV frames on the stream. tag_base
+ * is 64 random bits per connection: the server receives exactly tag_base + serial, serials
+ * counting up from 1, so a message from anyone else never matches.
  *
  * mac_s = HMAC-SHA256(key, "tandem-peer-1 s" | nonce_c | nonce_s), mac_c the same over
  * "tandem-peer-1 c" | nonce_s | nonce_c (peer/auth.h): each side proves it holds the key over
@@ -76,7 +88,10 @@ enum peer_type {
     PEER_TRUNCATE,
     PEER_WARMUP,
     PEER_REPLY,
-    PEER_TYPE_LAST = PEER_REPLY,
+    PEER_ADDR_REQ,
+    PEER_ADDR,
+    PEER_KV_TAG,
+    PEER_TYPE_LAST = PEER_KV_TAG,
 };
 const char *peer_type_name(int type);
 
@@ -152,6 +167,23 @@ typedef struct peer_kv {
 void peer_kv_write_fixed(uint8_t out[PEER_KV_FIXED], const peer_kv *k);
 /* PEER_ERR_PROTO for unknown flags or no bytes after the fixed part. */
 int peer_kv_read(const uint8_t *p, size_t n, peer_kv *out);
+
+/* ADDR: tag_base u64, length u32, then the worker address (1..PEER_ADDR_MAX bytes). A UCX 1.13
+ * worker address is one entry per transport and device: ~100 bytes for tcp + shared memory,
+ * a few hundred with RDMA NICs; 64 KiB bounds it far above that. */
+#define PEER_ADDR_MAX 65536
+#define PEER_ADDR_FIXED 12
+size_t peer_addr_write(uint8_t *out, uint64_t tag_base, const void *addr, size_t len);
+/* PEER_ERR_PROTO for an empty or oversized address or a length that disagrees with n; *addr
+ * points into p. */
+int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t **addr, size_t *len);
+
+/* KV_TAG: the KV fixed part, then length u32 (1..PEER_MAX_PAYLOAD) and serial u32 (>= 1). */
+#define PEER_KV_TAG_BYTES 24
+void peer_kv_tag_write(uint8_t out[PEER_KV_TAG_BYTES], const peer_kv *k, uint32_t length, uint32_t serial);
+/* PEER_ERR_PROTO unless n == PEER_KV_TAG_BYTES, flags known, length and serial in range;
+ * k->bytes is NULL (they come as the tagged message). */
+int peer_kv_tag_read(const uint8_t *p, size_t n, peer_kv *k, uint32_t *length, uint32_t *serial);
 
 /* DECODE: dev u32, n u32, then n * (seq u32, id i32). */
 size_t peer_decode_bytes(int n);

@@ -21,7 +21,7 @@
  * receiving node; the sender's scheduler counts it and marks the device. A peer that sends
  * anything malformed, oversized or unauthenticated is disconnected with a log line.
  *
- * Testing: TANDEM_PEER_FAULT="kv_bitflip=N" flips one payload bit of the N-th KV chunk this
+ * Testing: TANDEM_PEER_FAULT="kv_bitflip=N[,M..]" flips one payload bit of the N-th (M-th) KV chunk this
  * process sends (after its CRC was computed): corruption on the wire, as the receiver sees it.
  *
  * Threads: peer_server_* and peer_node_* from one thread (the daemon's loading / shutdown);
@@ -71,6 +71,17 @@ typedef struct peer_node peer_node;
  * or another model is not retried. PEER_OK or a status with a message in err. */
 int peer_node_connect(const char *addr, const char *my_name, const char *key, const model *m,
                       double wait_s, peer_node **out, char *err, size_t errlen);
+/* How KV reaches the node's devices (config peer_transport):
+ *   auto     by a second endpoint made from the node's worker address (peer/link.h: shared
+ *            memory on one host, RDMA where present), as tagged messages; the stream endpoint
+ *            (TCP) where UCX cannot make one, with a warning
+ *   stream   always the stream endpoint (TCP)
+ *   address  the second endpoint or nothing: a device that cannot have one is not opened
+ * UCX_TLS still restricts what UCX may choose. Set before peer_remote_open. */
+enum peer_transport { PEER_TRANSPORT_AUTO, PEER_TRANSPORT_STREAM, PEER_TRANSPORT_ADDRESS };
+/* -1 for an unknown name ("" is auto). */
+int peer_transport_parse(const char *s);
+void peer_node_set_transport(peer_node *n, int transport);
 /* The node's name, and the devices it offered when we connected. */
 const char *peer_node_name(const peer_node *n);
 int peer_node_n_devs(const peer_node *n);

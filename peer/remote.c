@@ -30,6 +30,7 @@ struct peer_node {
     char name[PEER_NAME_MAX + 1];
     char key[PEER_KEY_MAX + 1];
     const model *m;
+    int transport;           /* enum peer_transport */
     peer_info info;          /* as of the handshake */
     peer_conn *hb;           /* the heartbeat's connection */
     pthread_t th;
@@ -47,6 +48,8 @@ typedef struct rdev {
     int index;               /* the device's index on its node */
     peer_conn *c;
     peer_dev_info di;
+    uint64_t tag_base;       /* KV as tagged messages (the connection has an address endpoint) */
+    uint32_t tag_serial;
     char name[32];
     uint8_t *buf;            /* a KV chunk serialized */
     size_t buf_cap;
@@ -59,15 +62,28 @@ typedef struct rseq {
 
 /* ---------------------------------------------------------------- fault injection (tests) */
 
-static long fault_kv_bitflip(void)
+/* "kv_bitflip=N[,M...]": the chunk numbers (1-based, counted over the process) to corrupt. */
+static long g_flip[4];
+static int g_n_flip;
+static pthread_once_t g_flip_once = PTHREAD_ONCE_INIT;
+static void fault_read(void)
 {
-    static long n = -2;
-    if (n == -2) {
-        const char *f = getenv("TANDEM_PEER_FAULT");
-        n = -1;
-        if (f && !strncmp(f, "kv_bitflip=", 11)) n = strtol(f + 11, NULL, 10);
+    const char *f = getenv("TANDEM_PEER_FAULT");
+    if (!f || strncmp(f, "kv_bitflip=", 11)) return;
+    for (const char *s = f + 11; *s && g_n_flip < 4;) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s) break;
+        g_flip[g_n_flip++] = v;
+        s = *end == ',' ? end + 1 : end;
     }
-    return n;
+}
+static int fault_kv_bitflip(long sent)
+{
+    pthread_once(&g_flip_once, fault_read);
+    for (int i = 0; i < g_n_flip; i++)
+        if (g_flip[i] == sent) return 1;
+    return 0;
 }
 static _Atomic long g_kv_sent;
 
@@ -282,12 +298,15 @@ void peer_node_free(peer_node *n)
 
 /* Sends a request and waits for its answer of `type`: PEER_OK with the payload, or a failure
  * that fails the device (the caller returns accel_dev_fail's status). */
-static int call(rdev *d, int type, const void *a, size_t na, const void *b, size_t nb, int answer,
-                uint32_t max, peer_header *h, const uint8_t **p)
+static int call_tagged(rdev *d, int type, const void *a, size_t na, const void *b, size_t nb,
+                       const void *tagged, size_t n_tagged, int answer, uint32_t max, peer_header *h,
+                       const uint8_t **p)
 {
     peer_node *n = d->node;
     if (atomic_load(&n->dead) || peer_conn_dead(d->c)) return PEER_ERR_IO;
     int st = peer_conn_send(d->c, type, a, na, b, nb, PEER_CALL_TIMEOUT_S);
+    if (!st && tagged)
+        st = peer_conn_tag_send(d->c, d->tag_base + d->tag_serial, tagged, n_tagged, PEER_CALL_TIMEOUT_S);
     double end = peer_now() + PEER_CALL_TIMEOUT_S;
     while (!st) {
         st = peer_conn_recv(d->c, max, h, p, 0.05);
@@ -299,6 +318,12 @@ static int call(rdev *d, int type, const void *a, size_t na, const void *b, size
         peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name, peer_type_name(type),
                  peer_strerror(st));
     return st;
+}
+
+static int call(rdev *d, int type, const void *a, size_t na, const void *b, size_t nb, int answer,
+                uint32_t max, peer_header *h, const uint8_t **p)
+{
+    return call_tagged(d, type, a, na, b, nb, NULL, 0, answer, max, h, p);
 }
 
 /* A REPLY's status as an accel status: a value outside accel's range is the peer's bug. */
@@ -329,7 +354,8 @@ static void r_describe(accel_dev *ad, accel_info *out)
 {
     rdev *d = (rdev *)ad;
     snprintf(out->name, sizeof out->name, "%s", d->name);
-    snprintf(out->desc, sizeof out->desc, "%.31s on %.31s (%.20s, UCX)", d->di.name, d->node->name, d->node->addr);
+    snprintf(out->desc, sizeof out->desc, "%.22s on %.20s (%.15s, UCX %.24s)", d->di.name, d->node->name,
+             d->node->addr, peer_conn_transport(d->c));
     out->kind = (enum accel_kind)d->di.kind;
     out->caps = (d->di.caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)) | ACCEL_CAP_REMOTE;
     out->max_batch = d->di.max_batch;
@@ -416,14 +442,23 @@ static int r_kv_import_crc(accel_dev *ad, accel_seq *as, const proto_kv_layer *c
     long long w = proto_kv_chunk_write(c, d->buf + o, d->buf_cap - o);
     if (w < 0) return ACCEL_ERR_INVALID;
     o += (size_t)w;
-    long flip = fault_kv_bitflip();
-    if (flip >= 0 && atomic_fetch_add(&g_kv_sent, 1) + 1 == flip && (size_t)w > PROTO_KV_CHUNK_HEADER_BYTES) {
+    long sent = atomic_fetch_add(&g_kv_sent, 1) + 1;
+    if (fault_kv_bitflip(sent) && (size_t)w > PROTO_KV_CHUNK_HEADER_BYTES) {
         d->buf[o - 1 - ((size_t)w - PROTO_KV_CHUNK_HEADER_BYTES) / 2] ^= 0x08; /* mid-payload */
-        peer_log(1, "peer_fault_injected", "device=%s kind=kv_bitflip chunk=%ld", d->name, flip);
+        peer_log(1, "peer_fault_injected", "device=%s kind=kv_bitflip chunk=%ld", d->name, sent);
     }
     peer_header h;
     const uint8_t *p;
-    if (call(d, PEER_KV, d->buf, o, NULL, 0, PEER_REPLY, 8, &h, &p)) return accel_dev_fail(&d->base);
+    int st;
+    if (peer_conn_has_address(d->c)) { /* announced on the stream, the bytes as a tagged message */
+        uint8_t ctl[PEER_KV_TAG_BYTES];
+        peer_kv_tag_write(ctl, &k, (uint32_t)(o - PEER_KV_FIXED), ++d->tag_serial);
+        st = call_tagged(d, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, d->buf + PEER_KV_FIXED, o - PEER_KV_FIXED,
+                         PEER_REPLY, 8, &h, &p);
+    } else {
+        st = call(d, PEER_KV, d->buf, o, NULL, 0, PEER_REPLY, 8, &h, &p);
+    }
+    if (st) return accel_dev_fail(&d->base);
     return reply_status(d, &h, p, NULL);
 }
 
@@ -469,6 +504,43 @@ static const struct accel_dev_i remote_i = {
     .kv_import_crc = r_kv_import_crc,
 };
 
+/* After the handshake: the node's worker address, and a second endpoint by it for the KV
+ * (peer/link.h). PEER_OK with one; a failure leaves d->c as it was, carrying everything. */
+static int open_address(rdev *d, char *err, size_t errlen)
+{
+    peer_header h;
+    const uint8_t *p, *a;
+    uint64_t base;
+    size_t len;
+    int st = call(d, PEER_ADDR_REQ, NULL, 0, NULL, 0, PEER_ADDR, PEER_ADDR_FIXED + PEER_ADDR_MAX, &h, &p);
+    if (st) {
+        snprintf(err, errlen, "no worker address: %s", peer_strerror(st));
+        return st;
+    }
+    if (peer_addr_read(p, h.length, &base, &a, &len)) {
+        snprintf(err, errlen, "malformed worker address");
+        return PEER_ERR_PROTO;
+    }
+    st = peer_conn_open_address(d->c, a, len, err, errlen);
+    if (st) return st;
+    d->tag_base = base;
+    d->tag_serial = 0;
+    return PEER_OK;
+}
+
+int peer_transport_parse(const char *s)
+{
+    if (!s || !*s || !strcmp(s, "auto")) return PEER_TRANSPORT_AUTO;
+    if (!strcmp(s, "stream")) return PEER_TRANSPORT_STREAM;
+    if (!strcmp(s, "address")) return PEER_TRANSPORT_ADDRESS;
+    return -1;
+}
+
+void peer_node_set_transport(peer_node *n, int transport)
+{
+    n->transport = transport;
+}
+
 accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opts *o, char *err,
                             size_t errlen)
 {
@@ -499,6 +571,19 @@ accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opt
         free(d);
         return NULL;
     }
+    if (n->transport != PEER_TRANSPORT_STREAM) {
+        char why[256];
+        if (open_address(d, why, sizeof why)) {
+            if (n->transport == PEER_TRANSPORT_ADDRESS || peer_conn_dead(d->c)) {
+                snprintf(err, errlen, "peer_transport address: %s", why);
+                peer_conn_free(d->c);
+                free(d);
+                return NULL;
+            }
+            peer_log(1, "peer_transport_fallback", "device=%s reason=\"%s\" kv=\"tcp stream\"", d->name, why);
+        }
+    }
+    peer_log(0, "peer_device_opened", "device=%s kv_transport=\"%s\"", d->name, peer_conn_transport(d->c));
     d->base.i = &remote_i;
     d->base.m = m;
     if (o) d->base.opts = *o;

@@ -22,6 +22,9 @@
 #define HANDSHAKE_S 5.0
 #define MAX_SEQS 4096 /* per connection: above any continuous batch of a node's cards */
 #define SEND_TIMEOUT_S 10.0
+/* A tagged KV chunk announced on the stream must follow within this: the sender's own call
+ * timeout (PEER_CALL_TIMEOUT_S), so that a sender gone mid-chunk holds this thread no longer. */
+#define TAG_TIMEOUT_S PEER_CALL_TIMEOUT_S
 
 static peer_log_fn g_log;
 
@@ -64,6 +67,9 @@ typedef struct sconn {
     double t0;
     uint8_t nonce_c[PEER_NONCE], nonce_s[PEER_NONCE];
     char name[PEER_NAME_MAX + 1];
+    int addr_given;     /* ADDR sent: KV_TAG accepted */
+    uint64_t tag_base;  /* random per connection: its tagged messages are tag_base + serial */
+    uint32_t tag_serial; /* the last serial received */
     sseq *seqs;
     int n_seqs, cap_seqs;
     struct sconn *next;
@@ -194,10 +200,9 @@ static int import_chunk(void *ctx, const proto_kv_header *h, const proto_kv_laye
     return accel_kv_import_crc(kc->dev, kc->seq, chunk, kc->crc);
 }
 
-static int on_kv(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
+/* A KV chunk (from a KV frame or a tagged message) into its sequence; the REPLY says how. */
+static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
 {
-    peer_kv k;
-    if (peer_kv_read(p, n, &k)) return PEER_ERR_PROTO;
     sseq *q = seq_get(sc, k.seq, k.dev);
     if (!q) return reply(sc, ACCEL_ERR_INVALID, 0);
     if (k.flags & PEER_KV_RUN_START) {
@@ -226,6 +231,53 @@ static int on_kv(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
         peer_log(1, "peer_kv_corrupt", "peer=%s seq=%u status=\"device check\"", sc->name, k.seq);
     }
     return reply(sc, st, 0);
+}
+
+static int on_kv(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
+{
+    peer_kv k;
+    if (peer_kv_read(p, n, &k)) return PEER_ERR_PROTO;
+    return kv_apply(s, sc, k);
+}
+
+/* ADDR_REQ: this worker's address and the connection's tag base (after the handshake only:
+ * handle() never gets here before). */
+static int on_addr_req(sconn *sc, size_t n)
+{
+    if (n) return PEER_ERR_PROTO;
+    const void *a;
+    size_t len;
+    uint8_t nonce[PEER_NONCE];
+    if (peer_conn_local_address(sc->c, &a, &len) || len < 1 || len > PEER_ADDR_MAX || peer_nonce(nonce))
+        return reply(sc, ACCEL_ERR_UNSUPPORTED, 0);
+    uint8_t fixed[PEER_ADDR_FIXED];
+    memcpy(&sc->tag_base, nonce, sizeof sc->tag_base);
+    sc->tag_serial = 0;
+    sc->addr_given = 1;
+    peer_addr_write(fixed, sc->tag_base, "", 0);
+    peer_wr32(fixed + 8, (uint32_t)len);
+    return peer_conn_send(sc->c, PEER_ADDR, fixed, sizeof fixed, a, len, SEND_TIMEOUT_S);
+}
+
+/* KV_TAG: the announced chunk arrives as one tagged message of exactly `length` bytes. */
+static int on_kv_tag(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
+{
+    peer_kv k;
+    uint32_t length, serial;
+    if (!sc->addr_given || peer_kv_tag_read(p, n, &k, &length, &serial) || serial != sc->tag_serial + 1)
+        return PEER_ERR_PROTO;
+    sc->tag_serial = serial;
+    if (length > s->out_cap) {
+        uint8_t *b = realloc(s->out, length);
+        if (!b) return PEER_ERR_NOMEM;
+        s->out = b;
+        s->out_cap = length;
+    }
+    int st = peer_conn_tag_recv(sc->c, sc->tag_base + serial, s->out, length, TAG_TIMEOUT_S);
+    if (st) return st;
+    k.bytes = s->out;
+    k.n_bytes = length;
+    return kv_apply(s, sc, k);
 }
 
 static int on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
@@ -289,6 +341,8 @@ static int on_ready(peer_server *s, sconn *sc, const peer_header *h, const uint8
         if (peer_words_read(p, h->length, 1, &w) || w.w[0] >= (uint32_t)s->cfg.n_devs) return PEER_ERR_PROTO;
         return reply(sc, accel_warmup(s->devs[w.w[0]]), 0);
     case PEER_KV: return on_kv(s, sc, p, h->length);
+    case PEER_ADDR_REQ: return on_addr_req(sc, h->length);
+    case PEER_KV_TAG: return on_kv_tag(s, sc, p, h->length);
     case PEER_DECODE: return on_decode(s, sc, p, h->length);
     }
     return PEER_ERR_PROTO;

@@ -2,6 +2,7 @@
  * (peer/link.h over UCX), measured as the daemon pays it (BENCHMARKS.md reports it).
  *
  *   build/peer_bench [--sizes 65536,1048576,8388608,67108864] [--reps N] [--logits 2048,524288]
+ *                    [--path stream|tag]
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
@@ -10,8 +11,12 @@
  * pairs back to back, as the remote backend does one KV layer chunk at a time:
  *   kv SIZE      MiB/s of payload (bytes / wall time of the pairs; median of 3 passes)
  *   logits SIZE  microseconds per decode-step round trip with SIZE bytes of logits coming back
+ * --path tag sends each KV chunk as the remote backend does with an address endpoint: a KV_TAG
+ * announcement on the stream, the bytes as one tagged message on the endpoint made from the
+ * child's worker address (peer/link.h), received into a buffer of the announced size.
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
- * Compare with `ucx_perftest -t stream_bw -s SIZE` on the same UCX_TLS (tools/peer_bench.sh). */
+ * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
+ * (tools/peer_bench.sh). */
 #include "peer/link.h"
 #include "proto/crc32c.h"
 #include <signal.h>
@@ -50,6 +55,7 @@ static int serve(int port_fd)
         c = peer_listener_accept(l);
     }
     uint8_t *answer = calloc(1, 64 << 20);
+    uint8_t *rx = malloc((64 << 20) + 4096);
     uint32_t sink = 0;
     for (;;) {
         peer_header h;
@@ -59,6 +65,22 @@ static int serve(int port_fd)
         if (st < 0) break;
         if (h.type == PEER_KV) {
             sink ^= proto_crc32c(0, p, h.length);
+            uint8_t rep[8] = {0};
+            if (peer_conn_send(c, PEER_REPLY, rep, sizeof rep, NULL, 0, 10)) break;
+        } else if (h.type == PEER_ADDR_REQ) {
+            const void *a;
+            size_t len;
+            if (peer_conn_local_address(c, &a, &len)) break;
+            uint8_t fixed[PEER_ADDR_FIXED];
+            peer_addr_write(fixed, 1000, "", 0);
+            peer_wr32(fixed + 8, (uint32_t)len);
+            if (peer_conn_send(c, PEER_ADDR, fixed, sizeof fixed, a, len, 10)) break;
+        } else if (h.type == PEER_KV_TAG) {
+            peer_kv k;
+            uint32_t len, serial;
+            if (peer_kv_tag_read(p, h.length, &k, &len, &serial) || len > (64u << 20) + 4096) break;
+            if (peer_conn_tag_recv(c, 1000 + serial, rx, len, 30)) break;
+            sink ^= proto_crc32c(0, rx, len);
             uint8_t rep[8] = {0};
             if (peer_conn_send(c, PEER_REPLY, rep, sizeof rep, NULL, 0, 10)) break;
         } else if (h.type == PEER_DECODE && h.length == 4) {
@@ -72,6 +94,7 @@ static int serve(int port_fd)
     peer_conn_free(c);
     peer_listener_free(l);
     free(answer);
+    free(rx);
     return (int)(sink & 0);
 }
 
@@ -87,12 +110,14 @@ int main(int argc, char **argv)
     int ns = parse_list("65536,1048576,8388608,67108864", sizes, 16);
     int nl = parse_list("2048,524288", logits, 16);
     long reps = 0;
+    int tag = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--sizes")) ns = parse_list(argv[i + 1], sizes, 16);
         else if (!strcmp(argv[i], "--logits")) nl = parse_list(argv[i + 1], logits, 16);
         else if (!strcmp(argv[i], "--reps")) reps = strtol(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--path")) tag = !strcmp(argv[i + 1], "tag");
         else {
-            fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N]\n");
+            fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag]\n");
             return 2;
         }
     }
@@ -114,11 +139,25 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *tls = getenv("UCX_TLS");
-    printf("# peer_bench: UCX_TLS=%s, request/answer pairs over one UCX stream endpoint\n", tls ? tls : "(UCX's choice)");
-    uint8_t *buf = malloc(64 << 20);
-    memset(buf, 0x5a, 64 << 20);
     peer_header h;
     const uint8_t *p;
+    if (tag) {
+        const uint8_t *a;
+        size_t len;
+        uint64_t base;
+        if (peer_conn_send(c, PEER_ADDR_REQ, NULL, 0, NULL, 0, 10) ||
+            peer_conn_recv(c, PEER_ADDR_FIXED + PEER_ADDR_MAX, &h, &p, 10) || h.type != PEER_ADDR ||
+            peer_addr_read(p, h.length, &base, &a, &len) || peer_conn_open_address(c, a, len, err, sizeof err)) {
+            fprintf(stderr, "peer_bench: no address endpoint: %s\n", err);
+            return 1;
+        }
+    }
+    printf("# peer_bench: UCX_TLS=%s, request/answer pairs, KV %s (transport: %s)\n", tls ? tls : "(UCX's choice)",
+           tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
+           peer_conn_transport(c));
+    uint8_t *buf = malloc(64 << 20);
+    memset(buf, 0x5a, 64 << 20);
+    uint32_t serial = 0;
     for (int i = 0; i < ns; i++) {
         long sz = sizes[i];
         if (sz <= 0 || sz > (64 << 20)) continue;
@@ -127,8 +166,17 @@ int main(int argc, char **argv)
         for (int k = 0; k < 4; k++) {
             double t0 = peer_now();
             for (long j = 0; j < r; j++) {
-                if (peer_conn_send(c, PEER_KV, buf, (size_t)sz, NULL, 0, 30) ||
-                    peer_conn_recv(c, 64, &h, &p, 30)) {
+                int st;
+                if (tag) {
+                    uint8_t ctl[PEER_KV_TAG_BYTES];
+                    peer_kv k = {0, 0, 0, 0, NULL, 0};
+                    peer_kv_tag_write(ctl, &k, (uint32_t)sz, ++serial);
+                    st = peer_conn_send(c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, 30);
+                    if (!st) st = peer_conn_tag_send(c, 1000 + serial, buf, (size_t)sz, 30);
+                } else {
+                    st = peer_conn_send(c, PEER_KV, buf, (size_t)sz, NULL, 0, 30);
+                }
+                if (st || peer_conn_recv(c, 64, &h, &p, 30)) {
                     fprintf(stderr, "peer_bench: the link failed\n");
                     return 1;
                 }

@@ -7,6 +7,10 @@
 #   peers_text        its text at temperature 0 equals one node's with the same split
 #                     (tandem generate --prefill-device cpu --device fpga-emu:0)
 #   peers_stream      a streamed one too, token for token
+#   peers_shm         on one host the KV goes by shared memory: A's endpoint made from B's
+#                     worker address got UCX's sysv/posix/cma lanes (A's log), KV as tagged messages
+#   peers_transport_* peer_transport = stream keeps the KV on the TCP stream, UCX_TLS=tcp gives the
+#                     address endpoint TCP lanes; the text is the same either way
 #   peers_wrong_key   a node with another peer_key is refused by B (logged there) and starts
 #                     without B's devices (logged, not fatal)
 #   peers_corrupt_*   a KV chunk corrupted on the wire (TANDEM_PEER_FAULT on A) is detected by
@@ -20,7 +24,7 @@
 export TANDEM_CACHE_DIR="$T/cache"
 KEY=e2e-peer-key-0123456789
 if ! "$TANDEM" generate --device fpga-emu:0 --ids 1 --max-tokens 1 >/dev/null 2>&1; then
-    for n in peers_placed peers_text peers_stream peers_wrong_key peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed peers3_spread peers3_kill_c_loses_nothing peers3_text_b; do
+    for n in peers_placed peers_text peers_stream peers_shm peers_transport_stream peers_transport_tcp peers_wrong_key peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed peers3_spread peers3_kill_c_loses_nothing peers3_text_b; do
         echo "ok $n # SKIP the fpga-emu backend is not built into $TANDEM"
     done
     exit 0
@@ -66,6 +70,25 @@ curl -s -N -o "$T/s.1" -H 'Content-Type: application/json' \
     -d "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0,\"stream\":true}" "$API/v1/completions"
 grep '^data: {' "$T/s.1" | sed 's/^data: //' | jq -j '.choices[0].text // ""' >"$T/got.stream"
 check peers_stream cmp -s "$T/got.stream" "$T/got.remote"
+check peers_shm grep -Eq 'event=peer_device_opened device=nodeB/fpga-emu:0 kv_transport="[a-z,]*(sysv|posix|cma)' "$LOG"
+serve_stop
+for how in stream tcp; do
+    if [ $how = stream ]; then
+        serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$BPORT" --peer-key "$KEY" --peer-transport stream
+        want='kv_transport="tcp stream"'
+    else
+        export UCX_TLS=tcp # this daemon's UCX only: B still offers shared memory in its address
+        serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$BPORT" --peer-key "$KEY"
+        unset UCX_TLS
+        want='kv_transport="tcp"'
+    fi
+    code=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0}")
+    jqb '.choices[0].text' | head -c -1 >"$T/got.$how"
+    check peers_transport_$how sh -c "[ $code = 200 ] && grep -q 'event=peer_device_opened device=nodeB/fpga-emu:0 $want' $LOG && cmp -s $T/got.$how $T/got.remote"
+    serve_stop
+done
+serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$BPORT" --peer-key "$KEY" ||
+    { fail peers_start "node A did not start"; exit 0; }
 
 # ---------------------------------------------------------------- wrong key
 APID=$PID

@@ -113,6 +113,35 @@ TEST(peer_msg_bounds)
     peer_wr32(d + 4, 0);
     CHECK_EQ(peer_decode_read(d, 8, &dev, &k, seqs, ids), PEER_ERR_PROTO);
 
+    /* a worker address and a tagged chunk's announcement */
+    static uint8_t ab[PEER_ADDR_FIXED + PEER_ADDR_MAX + 1];
+    const uint8_t *ap;
+    size_t al;
+    uint64_t base;
+    size_t an = peer_addr_write(ab, 0x1122334455667788ull, "worker", 6);
+    CHECK_EQ(peer_addr_read(ab, an, &base, &ap, &al), PEER_OK);
+    CHECK(base == 0x1122334455667788ull && al == 6 && !memcmp(ap, "worker", 6));
+    CHECK_EQ(peer_addr_read(ab, an - 1, &base, &ap, &al), PEER_ERR_PROTO);
+    peer_wr32(ab + 8, 0);
+    CHECK_EQ(peer_addr_read(ab, PEER_ADDR_FIXED, &base, &ap, &al), PEER_ERR_PROTO); /* empty */
+    peer_wr32(ab + 8, PEER_ADDR_MAX + 1);
+    CHECK_EQ(peer_addr_read(ab, sizeof ab, &base, &ap, &al), PEER_ERR_PROTO);      /* oversized */
+    uint8_t kt[PEER_KV_TAG_BYTES];
+    peer_kv kk = {1, 2, 3, PEER_KV_RUN_START, NULL, 0}, kr;
+    uint32_t len, serial;
+    peer_kv_tag_write(kt, &kk, 4096, 7);
+    CHECK_EQ(peer_kv_tag_read(kt, sizeof kt, &kr, &len, &serial), PEER_OK);
+    CHECK(kr.dev == 1 && kr.seq == 2 && kr.producer_crc == 3 && kr.flags == PEER_KV_RUN_START);
+    CHECK(len == 4096 && serial == 7 && kr.bytes == NULL);
+    CHECK_EQ(peer_kv_tag_read(kt, sizeof kt - 1, &kr, &len, &serial), PEER_ERR_PROTO);
+    peer_kv_tag_write(kt, &kk, PEER_MAX_PAYLOAD + 1u, 7);
+    CHECK_EQ(peer_kv_tag_read(kt, sizeof kt, &kr, &len, &serial), PEER_ERR_PROTO);
+    peer_kv_tag_write(kt, &kk, 4096, 0);
+    CHECK_EQ(peer_kv_tag_read(kt, sizeof kt, &kr, &len, &serial), PEER_ERR_PROTO);
+    kk.flags = 2;
+    peer_kv_tag_write(kt, &kk, 4096, 1);
+    CHECK_EQ(peer_kv_tag_read(kt, sizeof kt, &kr, &len, &serial), PEER_ERR_PROTO);
+
     peer_hello hello;
     uint8_t hb[64] = {0};
     hb[32] = 3;
@@ -206,7 +235,8 @@ static int import_decode(accel_dev *d, const kvcopy *kv, int32_t first, int step
 TEST(peer_remote_decodes_like_the_device)
 {
     two t;
-    setenv("TANDEM_PEER_FAULT", "kv_bitflip=6", 1); /* read at the first chunk sent */
+    /* read at the first chunk sent: the 6th of each pass below (5 layers, then the corrupt one) */
+    setenv("TANDEM_PEER_FAULT", "kv_bitflip=6,12", 1);
     if (two_start(&t, "cpu")) return;
     accel_dev *pf;
     char err[256];
@@ -223,42 +253,53 @@ TEST(peer_remote_decodes_like_the_device)
     accel_prefill_req pr = {.seq = ps, .ids = ids, .n = n, .logits = lg, .kv = &sink};
     REQUIRE(accel_prefill(pf, &pr) == 0);
     int32_t first = t_argmax(lg, 512);
-
-    peer_node *node;
-    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
-    CHECK_STR(peer_node_name(node), "nodeB");
-    CHECK_EQ(peer_node_n_devs(node), 1);
-    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
-    REQUIRE(rd);
-    accel_info info;
-    accel_get_info(rd, &info);
-    CHECK_STR(info.name, "nodeB/cpu");
-    CHECK(info.caps & ACCEL_CAP_REMOTE);
-    CHECK(!(info.caps & ACCEL_CAP_PREFILL));
-    CHECK_EQ(accel_warmup(rd), 0);
-
     int32_t want[12], got[12];
     CHECK_EQ(import_decode(t.lent, &kv, first, 12, want), 0); /* the lent device, driven here */
-    CHECK_EQ(import_decode(rd, &kv, first, 12, got), 0);      /* the same device over UCX */
-    for (int i = 0; i < 12; i++) CHECK_EQ(got[i], want[i]);
 
-    /* a corrupt chunk on the wire (the 6th sent: layer 0 of the second import, the first
-     * import sent 5): refused as corrupt, the device stays usable */
-    accel_seq *s;
-    REQUIRE(accel_seq_new(rd, 16, &s) == 0);
-    int st = 0;
-    for (int i = 0; i < kv.n && !st; i++) st = accel_kv_import_crc(rd, s, &kv.l[i], kv.crc[i]);
-    CHECK_EQ(st, ACCEL_ERR_CORRUPT);
-    accel_seq_free(rd, s);
-    accel_get_info(rd, &info);
-    CHECK(info.health != ACCEL_HEALTH_FAILED);
+    /* the KV on the TCP stream, then as tagged messages on the endpoint made from the server's
+     * worker address (in one process UCX picks among shared memory, cma and tcp for it) */
+    for (int pass = 0; pass < 2; pass++) {
+        peer_node *node;
+        REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
+        peer_node_set_transport(node, pass ? PEER_TRANSPORT_ADDRESS : PEER_TRANSPORT_STREAM);
+        CHECK_STR(peer_node_name(node), "nodeB");
+        CHECK_EQ(peer_node_n_devs(node), 1);
+        accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
+        CHECK_MSG(rd, "pass %d: %s", pass, err);
+        if (!rd) {
+            peer_node_free(node);
+            break;
+        }
+        accel_info info;
+        accel_get_info(rd, &info);
+        CHECK_STR(info.name, "nodeB/cpu");
+        CHECK(info.caps & ACCEL_CAP_REMOTE);
+        CHECK(!(info.caps & ACCEL_CAP_PREFILL));
+        CHECK_MSG((strstr(info.desc, "tcp stream") != NULL) == !pass, "pass %d: %s", pass, info.desc);
+        CHECK_EQ(accel_warmup(rd), 0);
+
+        memset(got, 0, sizeof got);
+        CHECK_EQ(import_decode(rd, &kv, first, 12, got), 0); /* the same device over UCX */
+        for (int i = 0; i < 12; i++) CHECK_EQ(got[i], want[i]);
+
+        /* a corrupt chunk on the wire (layer 0 of the second import): refused as corrupt, the
+         * device stays usable */
+        accel_seq *s;
+        REQUIRE(accel_seq_new(rd, 16, &s) == 0);
+        int st = 0;
+        for (int i = 0; i < kv.n && !st; i++) st = accel_kv_import_crc(rd, s, &kv.l[i], kv.crc[i]);
+        CHECK_EQ(st, ACCEL_ERR_CORRUPT);
+        accel_seq_free(rd, s);
+        accel_get_info(rd, &info);
+        CHECK(info.health != ACCEL_HEALTH_FAILED);
+        accel_free(rd);
+        peer_node_free(node);
+    }
 
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     free(lg);
     accel_seq_free(pf, ps);
     accel_free(pf);
-    accel_free(rd);
-    peer_node_free(node);
     two_stop(&t);
 }
 
@@ -272,8 +313,8 @@ TEST(peer_refuses_wrong_key_and_bad_frames)
     CHECK_EQ(st, PEER_ERR_AUTH);
 
     /* raw connections: each bad first frame closes the connection, the server stays up */
-    const char *what[] = {"oversized", "unknown version", "out of turn", "garbage"};
-    for (int k = 0; k < 4; k++) {
+    const char *what[] = {"oversized", "unknown version", "out of turn", "garbage", "address before auth"};
+    for (int k = 0; k < 5; k++) {
         peer_conn *c;
         REQUIRE(peer_conn_connect(t.addr, &c, err, sizeof err) == PEER_OK);
         uint8_t h[PEER_HEADER_BYTES + 8] = {0};
@@ -281,7 +322,8 @@ TEST(peer_refuses_wrong_key_and_bad_frames)
         if (k == 1) peer_header_write(h, PEER_HELLO, 8), h[4] = 9;
         if (k == 2) peer_header_write(h, PEER_DECODE, 8);
         if (k == 3) memcpy(h, "GET / HTTP/1.1\r\n\r\n", 18);
-        peer_conn_send_raw(c, h, sizeof h, 2);
+        if (k == 4) peer_header_write(h, PEER_ADDR_REQ, 0); /* no worker address to the unkeyed */
+        peer_conn_send_raw(c, h, k == 4 ? PEER_HEADER_BYTES : sizeof h, 2);
         peer_header ph;
         const uint8_t *p;
         int r = peer_conn_recv(c, PEER_MAX_PREAUTH, &ph, &p, 3);

@@ -2,12 +2,13 @@
  * (peer/msg.c): every message another daemon sends goes through one of them before anything
  * is allocated or used.
  *
- * Input: byte 0 picks the parser (mod 10), the rest is the bytes as they came off the wire:
+ * Input: byte 0 picks the parser (mod 12), the rest is the bytes as they came off the wire:
  *   0 a frame header, bounded as before authentication     5 SEQ_NEW/FREE/TRUNCATE words
  *   1 a frame header, bounded as after it                  6 KV (the fixed part)
  *   2 HELLO                                                7 DECODE
  *   3 CHALLENGE                                            8 LOGITS (n, vocab from bytes 1-2)
  *   4 WELCOME / INFO (the device list)                     9 REFUSE's reason
+ *  10 ADDR (a worker address)                             11 KV_TAG (a tagged chunk's announcement)
  * What a parser accepts is checked against its promises: counts within bounds, names
  * terminated and valid, views inside the input; and written back, it parses to the same. */
 #include "peer/msg.h"
@@ -28,7 +29,7 @@ static unsigned sink;
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
-    int which = data[0] % 10;
+    int which = data[0] % 12;
     const uint8_t *p = data + 1;
     size_t n = size - 1;
     /* a copy of exactly n bytes, so that ASan sees any read past the end */
@@ -126,6 +127,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 9: {
         char why[PEER_REASON_MAX + 1];
         if (peer_reason_read(b, n, why) == PEER_OK) CHECK(strlen(why) == n);
+        break;
+    }
+    case 10: {
+        uint64_t base;
+        const uint8_t *a;
+        size_t len;
+        if (peer_addr_read(b, n, &base, &a, &len) == PEER_OK) {
+            CHECK(len >= 1 && len <= PEER_ADDR_MAX && a == b + PEER_ADDR_FIXED && n == PEER_ADDR_FIXED + len);
+            sink += a[len - 1];
+            uint8_t *out = malloc(n);
+            if (out) {
+                CHECK(peer_addr_write(out, base, a, len) == n && memcmp(out, b, n) == 0);
+                free(out);
+            }
+        }
+        break;
+    }
+    case 11: {
+        peer_kv k;
+        uint32_t len, serial;
+        if (peer_kv_tag_read(b, n, &k, &len, &serial) == PEER_OK) {
+            CHECK(n == PEER_KV_TAG_BYTES && k.bytes == NULL && (k.flags & ~PEER_KV_RUN_START) == 0);
+            CHECK(len >= 1 && len <= PEER_MAX_PAYLOAD && serial >= 1);
+            uint8_t out[PEER_KV_TAG_BYTES];
+            peer_kv_tag_write(out, &k, len, serial);
+            CHECK(memcmp(out, b, n) == 0);
+        }
         break;
     }
     }
