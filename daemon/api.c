@@ -448,6 +448,7 @@ static void prep_submit(api_prep *pp)
         respond_error(a, PROTO_ERR_INVALID_VALUE, pp->msg, q->grammar_kind == PROTO_GRAMMAR_GBNF ? "grammar" : "response_format");
         return;
     }
+    if (pp->grammar) dmn_grammar_prepare(d->loop, d->sched, pp->grammar);
     model_logit_bias *lb = NULL;
     if (q->n_logit_bias) {
         lb = calloc((size_t)q->n_logit_bias, sizeof *lb);

@@ -114,6 +114,7 @@ int dmn_grammar_check(sched *s, model_grammar *g, char *msg, size_t msgn)
         snprintf(msg, msgn, "out of memory");
         return -1;
     }
+    model_gmatch_set_tables(m, MODEL_GMATCH_TABLES_READY); /* never tens of ms on the loop */
     const uint64_t *mask;
     int n = model_gmatch_mask(m, &mask, NULL);
     if (n <= 0)
@@ -121,6 +122,38 @@ int dmn_grammar_check(sched *s, model_grammar *g, char *msg, size_t msgn)
                                          : "grammar: no token of the model's vocabulary can start a text of this grammar");
     model_gmatch_free(m);
     return n > 0 ? 0 : -1;
+}
+
+typedef struct prep_task {
+    uv_work_t w;
+    model_grammar *g;
+    model_gvocab *v;
+} prep_task;
+
+static void prep_work(uv_work_t *w)
+{
+    prep_task *t = w->data;
+    model_grammar_prepare(t->g, t->v);
+}
+
+static void prep_after(uv_work_t *w, int status)
+{
+    prep_task *t = w->data;
+    model_grammar_unref(t->g);
+    model_gvocab_free(t->v);
+    free(t);
+}
+
+void dmn_grammar_prepare(uv_loop_t *loop, sched *s, model_grammar *g)
+{
+    const model_gvocab *v = sched_grammar_vocab(s);
+    if (!v || model_grammar_prepared(g, v)) return;
+    prep_task *t = calloc(1, sizeof *t);
+    if (!t) return; /* the first masks build them instead */
+    t->g = model_grammar_ref(g);
+    t->v = model_gvocab_ref(v);
+    t->w.data = t;
+    if (uv_queue_work(loop, &t->w, prep_work, prep_after)) prep_after(&t->w, 0);
 }
 
 int dmn_tools_hold(const proto_tools *t, enum proto_tool_family f, dmn_choice_tools *ct,

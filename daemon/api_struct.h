@@ -8,6 +8,7 @@
 #include "proto/openai_req.h"
 #include "proto/openai_tools.h"
 #include "scheduler/sched.h"
+#include <uv.h>
 
 /* The grammar q asks for (*out NULL when none; else a reference the caller drops): tools with
  * tool_choice required / a named function take the calls' grammar in family f (they win over a
@@ -19,8 +20,14 @@ int dmn_grammar_compile(const proto_req *q, enum proto_tool_family f, model_gram
 void dmn_grammar_cache_clear(void);
 
 /* Loop thread: 0 when some token of the vocabulary can start a text of g; -1 with a message
- * when none can (or when memory ran out). */
+ * when none can (or when memory ran out). Never builds g's tables (dmn_grammar_prepare). */
 int dmn_grammar_check(sched *s, model_grammar *g, char *msg, size_t msgn);
+
+/* Loop thread, after dmn_grammar_check: when g's tables for the vocabulary are not built yet,
+ * builds them on a libuv thread-pool thread (tens of ms at a 128K vocabulary; the task holds
+ * references on g and the vocabulary, so a shutdown meanwhile is safe). Until they are built,
+ * masks walk the whole trie as before. */
+void dmn_grammar_prepare(uv_loop_t *loop, sched *s, model_grammar *g);
 
 /* One choice's tool calls. */
 enum { DMN_TOOLS_UNDECIDED, DMN_TOOLS_TEXT, DMN_TOOLS_CALLS };

@@ -35,6 +35,11 @@ static void fixed_point(const model_grammar *g, uint8_t *out, int productive)
     }
 }
 
+void gram_nullable(const model_grammar *g, uint8_t *out)
+{
+    fixed_point(g, out, 0);
+}
+
 int gram_check(const model_grammar *g, char *err, size_t errlen)
 {
     int n = g->n_rules;
@@ -46,7 +51,7 @@ int gram_check(const model_grammar *g, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         goto out;
     }
-    fixed_point(g, nullable, 0);
+    gram_nullable(g, nullable);
     fixed_point(g, productive, 1);
     /* Left recursion: DFS over "r may start with s" edges; a grey rule met again is a cycle.
      * The stack holds (rule, next element to scan) pairs. */

@@ -43,6 +43,7 @@ void gram_shared_free(struct gram_shared *s);
 /* The vocabulary trie: nodes in preorder, node 0 the root (the empty prefix). Node i's subtree
  * is [i, end[i]); the tokens whose bytes end at node i are toks[tok_off[i]..tok_off[i+1]). */
 struct model_gvocab {
+    atomic_int refs;
     int n_vocab, words; /* words: 64-bit words of a mask */
     int n_nodes, max_depth;
     uint8_t *byte;
@@ -78,5 +79,7 @@ int gram_char_match_range(const model_grammar *g, const gram_elem *e, uint32_t l
 /* The checks after parsing (gram_check.c): left recursion, a root that cannot finish. 0, or -1
  * with the message in err. */
 int gram_check(const model_grammar *g, char *err, size_t errlen);
+/* out[r] = 1 when rule r matches the empty text (out: n_rules bytes, zeroed by the caller). */
+void gram_nullable(const model_grammar *g, uint8_t *out);
 
 #endif

@@ -21,9 +21,16 @@ static int by_bytes(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+model_gvocab *model_gvocab_ref(const model_gvocab *v)
+{
+    model_gvocab *w = (model_gvocab *)v; /* the count is the only thing a reference changes */
+    atomic_fetch_add(&w->refs, 1);
+    return w;
+}
+
 void model_gvocab_free(model_gvocab *v)
 {
-    if (!v) return;
+    if (!v || atomic_fetch_sub(&v->refs, 1) != 1) return;
     free(v->byte);
     free(v->depth);
     free(v->end);
@@ -44,6 +51,7 @@ model_gvocab *model_gvocab_new(int n_vocab, const char *const *bytes, const size
     if (n_vocab < 1 || n_vocab > (1 << 24) || n_eos < 0 || n_eos > 64) return NULL;
     model_gvocab *v = calloc(1, sizeof *v);
     if (!v) return NULL;
+    atomic_init(&v->refs, 1);
     v->n_vocab = n_vocab;
     v->words = (n_vocab + 63) / 64;
     v->strip = strip_first_space;

@@ -15,8 +15,12 @@
  * mask is cached, keyed by the interned state, so that a state that recurs (inside a JSON string,
  * between the members of an object at the same depth: most steps of a structured output) costs
  * a copy of the bitset and no parsing (the xgrammar observation: most steps' masks were seen
- * before). Transitions (state, code point) -> state are memoized as well, so a cold mask costs
- * one hash lookup per trie node it visits.
+ * before). A state not seen before does not walk the whole trie: per grammar and vocabulary,
+ * tables built once (model_grammar_prepare) hold, for each grammar position with the part of
+ * the stack below it that a token cannot get past without matching something, the tokens it
+ * accepts or refuses whatever the rest of the stack is; a new mask ORs those sets and walks only
+ * the trie subtrees of tokens that reach the rest of the stack (xgrammar's context-independent
+ * tokens). Transitions (state, code point) -> state are memoized.
  *
  * Text is matched as Unicode code points; a token may end inside a UTF-8 sequence, and it is
  * allowed when some completion of that sequence can still match (the pending bytes are part of
@@ -68,7 +72,30 @@ const char *model_grammar_json_object(void);
 model_gvocab *model_gvocab_new(int n_vocab, const char *const *bytes, const size_t *lens,
                                const uint8_t *never, const int32_t *eos_ids, int n_eos,
                                int strip_first_space);
+/* Another reference (any thread; a task that prepares tables off the event loop holds one);
+ * returns v. model_gvocab_free drops one; the last frees it. */
+model_gvocab *model_gvocab_ref(const model_gvocab *v);
 void model_gvocab_free(model_gvocab *v);
+
+/* Precomputes g's tables for vocabulary v (gram_ctx.c: per grammar position, the tokens it
+ * accepts or refuses whatever lies below it on the stack), so that a new state's mask ORs
+ * bitsets and walks only the few trie subtrees that depend on the rest of the stack. Bounded
+ * work and memory (a grammar past the bounds keeps whole-trie walks for the states the tables do
+ * not cover). The first mask that needs them builds them anyway; calling this first (off the
+ * event loop: tens of ms at a 128K vocabulary) keeps that cost out of the first tokens. Any
+ * thread; once per (g, v); v must outlive g's use with it. */
+void model_grammar_prepare(model_grammar *g, const model_gvocab *v);
+/* 1 when g's tables for v are built (or were found too large to build): any thread, no wait. */
+int model_grammar_prepared(model_grammar *g, const model_gvocab *v);
+typedef struct model_gprep_stats {
+    int keys;       /* positions with their known stack part, tabled */
+    long fronts;    /* trie subtrees left to run time, over all keys */
+    long visits;    /* trie nodes walked to build them */
+    long bytes;     /* the tables' size */
+    double build_ms;
+} model_gprep_stats;
+/* The tables' figures (prepares them first). */
+void model_grammar_prepare_stats(model_grammar *g, const model_gvocab *v, model_gprep_stats *st);
 int model_gvocab_size(const model_gvocab *v);
 /* Nodes in the trie (for the benchmark's report). */
 int model_gvocab_trie_nodes(const model_gvocab *v);
@@ -79,6 +106,14 @@ int model_gvocab_trie_nodes(const model_gvocab *v);
  * g). NULL when out of memory. */
 model_gmatch *model_gmatch_new(model_grammar *g, const model_gvocab *v);
 void model_gmatch_free(model_gmatch *m);
+/* How the matcher's masks use the grammar's tables (model_grammar_prepare):
+ *   MODEL_GMATCH_TABLES_BUILD (the default): a mask that can use them builds them when they do
+ *     not exist and no other thread is building them (else it walks the whole trie meanwhile);
+ *   MODEL_GMATCH_TABLES_READY: used when built, never built here (a thread that must not spend
+ *     tens of ms on them: the event loop);
+ *   MODEL_GMATCH_TABLES_OFF: never used (tests: the reference the tables are checked against). */
+enum { MODEL_GMATCH_TABLES_OFF, MODEL_GMATCH_TABLES_READY, MODEL_GMATCH_TABLES_BUILD };
+void model_gmatch_set_tables(model_gmatch *m, int how);
 
 /* The tokens that may come next, as a bitset of model_gvocab_size bits (bit i of word i/64)
  * owned by the matcher, valid until its next call. Returns the number of allowed tokens (0:
@@ -102,5 +137,8 @@ const char *model_gmatch_error(const model_gmatch *m);
 /* Tests and benchmarks: the number of distinct parser states, cached masks, and mask
  * computations that missed the cache, so far. */
 void model_gmatch_stats(const model_gmatch *m, int *states, int *masks, long *misses);
+/* Tests and benchmarks: masks computed by walking the whole trie because the grammar's tables
+ * (model_grammar_prepare) had no entry for some stack of the state. */
+long model_gmatch_fallbacks(const model_gmatch *m);
 
 #endif
