@@ -176,3 +176,8 @@ int sched_choice_step(sched *s, sched_req *r, sched_choice *c, float *logits, do
     }
     return 0;
 }
+
+uint64_t sched_choice_kv_kind(const sched_req *r, const sched_choice *c)
+{
+    return c->approx ? sparse_params_key(&r->sparse.p) : 0;
+}

@@ -70,7 +70,7 @@ typedef struct sched_choice {
     const int32_t *pf_ids;    /* r->prompt, or pf_buf */
     int32_t *pf_buf;
     int pf_n, pf_done;
-    int approx;               /* its KV came (in part) from a sparse prefill: never cached */
+    int approx;               /* its KV came (in part) from a sparse prefill: cached apart */
     int forked;               /* 1: its sequence is a fork of choice 0's prefill, its first
                                  token still to sample; 2: sampled (one prefill for n choices) */
     int64_t sp_blocks, sp_causal; /* prefill worker: the sparse chunks' reports, summed */
@@ -276,6 +276,9 @@ int sched_choice_step(sched *s, sched_req *r, sched_choice *c, float *logits, do
 /* The ids a (re-)prefill of choice c feeds: the prompt, plus its generated tokens when the
  * request moved. 0 or SCHED_ERR_NOMEM. */
 int sched_choice_prefill_ids(sched_req *r, sched_choice *c);
+/* The prefix cache's kind of c's KV (sched_pcache.h): 0 when exact, else the key of r's sparse
+ * parameters. */
+uint64_t sched_choice_kv_kind(const sched_req *r, const sched_choice *c);
 
 /* sched_worker.c */
 void *sched_worker_main(void *arg);

@@ -10,6 +10,7 @@ typedef struct entry {
     int32_t *ids;
     uint64_t *names;
     int nb;                    /* whole blocks: nb * block_tokens ids */
+    uint64_t kind;             /* 0: exact KV; else how it was approximated (sched_pcache.h) */
     accel_seq *seq;
     unsigned char *bytes;      /* nb * block_bytes */
 } entry;
@@ -154,15 +155,18 @@ static void lru_push(tier *t, entry *e)
     t->count++;
 }
 
-/* The entry of the tier holding the longest prefix of ids (names given) with at most max_nb
- * blocks, verified id by id; its blocks in *nb. */
-static entry *longest(tier *t, const int32_t *ids, const uint64_t *names, int max_nb, int bt,
-                      int *nb)
+/* The entry of the tier holding the longest prefix of ids (names given, of KV kind `kind`) with
+ * at most max_nb blocks, verified id by id (and kind: names of two kinds never collide into a
+ * wrong reuse); its blocks in *nb. */
+static entry *longest(tier *t, const int32_t *ids, const uint64_t *names, uint64_t kind,
+                      int max_nb, int bt, int *nb)
 {
     *nb = 0;
     for (int k = max_nb - 1; k >= 0; k--) {
         slot *s = index_find(t, names[k]);
-        if (!s || s->pos != k || s->e->nb <= k || s->e->names[k] != names[k]) continue;
+        if (!s || s->pos != k || s->e->nb <= k || s->e->names[k] != names[k] ||
+            s->e->kind != kind)
+            continue;
         if (memcmp(s->e->ids, ids, (size_t)(k + 1) * bt * sizeof *ids)) continue; /* collision */
         *nb = k + 1;
         return s->e;
@@ -193,12 +197,29 @@ static void publish_counts(sched_pcache *pc)
     atomic_store(&pc->st.host_bytes, pc->host_used);
 }
 
-/* A new entry for ids[0..nb * bt) (names computed), or NULL. */
-static entry *entry_new(sched_pcache *pc, const int32_t *ids, int nb)
+/* The salt of kind's chain: the model's for exact KV (names as before kinds existed), mixed with
+ * the kind otherwise. */
+static uint64_t kind_salt(const sched_pcache *pc, uint64_t kind)
+{
+    return kind ? mix(pc->salt ^ mix(kind)) : pc->salt;
+}
+
+/* The chain names of ids' first nb whole blocks for KV of kind `kind`, into names[0..nb). */
+static void chain_names(const sched_pcache *pc, uint64_t kind, const int32_t *ids, int nb,
+                        uint64_t *names)
+{
+    uint64_t parent = 0, salt = kind_salt(pc, kind);
+    for (int k = 0; k < nb; k++) names[k] = parent =
+        sched_pcache_hash(parent, salt, ids + (size_t)k * pc->bt, pc->bt);
+}
+
+/* A new entry for ids[0..nb * bt) of KV kind `kind` (names computed), or NULL. */
+static entry *entry_new(sched_pcache *pc, uint64_t kind, const int32_t *ids, int nb)
 {
     entry *e = calloc(1, sizeof *e);
     if (!e) return NULL;
     e->nb = nb;
+    e->kind = kind;
     e->ids = malloc((size_t)nb * pc->bt * sizeof *e->ids);
     e->names = malloc((size_t)nb * sizeof *e->names);
     if (!e->ids || !e->names) {
@@ -208,9 +229,7 @@ static entry *entry_new(sched_pcache *pc, const int32_t *ids, int nb)
         return NULL;
     }
     memcpy(e->ids, ids, (size_t)nb * pc->bt * sizeof *ids);
-    uint64_t parent = 0;
-    for (int k = 0; k < nb; k++) e->names[k] = parent =
-        sched_pcache_hash(parent, pc->salt, ids + (size_t)k * pc->bt, pc->bt);
+    chain_names(pc, kind, ids, nb, e->names);
     return e;
 }
 
@@ -219,7 +238,7 @@ static entry *entry_new(sched_pcache *pc, const int32_t *ids, int nb)
 static int tier_add(sched_pcache *pc, tier *t, entry *e)
 {
     int have;
-    entry *old = longest(t, e->ids, e->names, e->nb, pc->bt, &have);
+    entry *old = longest(t, e->ids, e->names, e->kind, e->nb, pc->bt, &have);
     if (old && have == e->nb) {
         lru_unlink(t, old); /* touched: most recent again */
         lru_push(t, old);
@@ -228,7 +247,7 @@ static int tier_add(sched_pcache *pc, tier *t, entry *e)
     /* entries that are a prefix of e: each found by the name of its own last block */
     for (entry *o = t->head, *next; o; o = next) {
         next = o->next;
-        if (o->nb <= e->nb && o->names[o->nb - 1] == e->names[o->nb - 1] &&
+        if (o->nb <= e->nb && o->kind == e->kind && o->names[o->nb - 1] == e->names[o->nb - 1] &&
             !memcmp(o->ids, e->ids, (size_t)o->nb * pc->bt * sizeof *e->ids))
             entry_free(pc, t, o);
     }
@@ -250,13 +269,13 @@ static int save_to_host(sched_pcache *pc, entry *h)
     uint64_t need = (uint64_t)h->nb * pc->block_bytes;
     if (!pc->host_budget || need > pc->host_budget) return 0;
     int have;
-    entry *old = longest(&pc->host_tier, h->ids, h->names, h->nb, pc->bt, &have);
+    entry *old = longest(&pc->host_tier, h->ids, h->names, h->kind, h->nb, pc->bt, &have);
     if (old && have == h->nb) return 1; /* already there */
     while (pc->host_used + need > pc->host_budget && pc->host_tier.head) {
         entry_free(pc, &pc->host_tier, pc->host_tier.head);
         atomic_fetch_add(&pc->st.host_dropped, 1);
     }
-    entry *e = entry_new(pc, h->ids, h->nb);
+    entry *e = entry_new(pc, h->kind, h->ids, h->nb);
     if (!e) return 0;
     e->bytes = accel_host_alloc(pc->dev, (size_t)need);
     int ok = e->bytes != NULL;
@@ -306,21 +325,62 @@ void sched_pcache_free(sched_pcache *pc)
     free(pc);
 }
 
-int sched_pcache_begin(sched_pcache *pc, const int32_t *ids, int n, int capacity,
-                       accel_seq **out, int *reused, int *from_host)
+/* The longest prefix of ids a tier holds as exact KV or, kind != 0, as KV of that kind (exact
+ * wins a tie: it is the better KV). names0 / namesk: the two chains' names. */
+static entry *best(tier *t, const sched_pcache *pc, const int32_t *ids, const uint64_t *names0,
+                   const uint64_t *namesk, uint64_t kind, int max_nb, int *nb)
+{
+    entry *e = longest(t, ids, names0, 0, max_nb, pc->bt, nb);
+    if (!kind) return e;
+    int nk;
+    entry *k = longest(t, ids, namesk, kind, max_nb, pc->bt, &nk);
+    if (k && nk > *nb) {
+        *nb = nk;
+        return k;
+    }
+    return e;
+}
+
+int sched_pcache_begin(sched_pcache *pc, uint64_t kind, int align, const int32_t *ids, int n,
+                       int capacity, accel_seq **out, int *reused, int *from_host, int *approx)
 {
     *out = NULL;
-    *reused = *from_host = 0;
+    *reused = *from_host = *approx = 0;
+    /* reuse ends on a multiple of unit = lcm(block, align) positions: unit_nb whole blocks */
+    int unit_nb = 1;
+    if (align > 1) {
+        long a = align, b = pc->bt;
+        while (b) {
+            long r = a % b;
+            a = b;
+            b = r;
+        }
+        unit_nb = (int)(align / a); /* lcm / bt */
+    }
     int max_nb = n > 0 ? (n - 1) / pc->bt : 0; /* the last prompt token is always computed */
-    uint64_t *names = max_nb ? malloc((size_t)max_nb * sizeof *names) : NULL;
+    max_nb -= max_nb % unit_nb;
+    uint64_t *names = max_nb ? calloc((size_t)max_nb * (kind ? 2 : 1), sizeof *names) : NULL;
     if (max_nb && !names) max_nb = 0;
-    uint64_t parent = 0;
-    for (int k = 0; k < max_nb; k++) names[k] = parent =
-        sched_pcache_hash(parent, pc->salt, ids + (size_t)k * pc->bt, pc->bt);
-    int nd, nh;
-    entry *d = longest(&pc->dev_tier, ids, names, max_nb, pc->bt, &nd);
-    entry *h = longest(&pc->host_tier, ids, names, max_nb, pc->bt, &nh);
+    int nd = 0, nh = 0;
+    entry *d = NULL, *h = NULL;
+    if (max_nb) {
+        uint64_t *namesk = kind ? names + max_nb : NULL;
+        chain_names(pc, 0, ids, max_nb, names);
+        if (namesk) chain_names(pc, kind, ids, max_nb, namesk);
+        d = best(&pc->dev_tier, pc, ids, names, namesk, kind, max_nb, &nd);
+        h = best(&pc->host_tier, pc, ids, names, namesk, kind, max_nb, &nh);
+    }
     free(names);
+    nd -= nd % unit_nb;
+    nh -= nh % unit_nb;
+    if (d && !nd) d = NULL;
+    if (h && !nh) h = NULL;
+    /* the host tier's blocks continue the device's only when both are KV of one kind; else the
+     * longer of the two alone */
+    if (d && h && h->kind != d->kind) {
+        if (nh > nd) d = NULL;
+        else h = NULL;
+    }
     atomic_fetch_add(&pc->st.queries_tokens, (uint64_t)n);
     int st = d ? accel_seq_fork(pc->dev, d->seq, nd * pc->bt, capacity, out)
                : accel_seq_new(pc->dev, capacity, out);
@@ -331,7 +391,8 @@ int sched_pcache_begin(sched_pcache *pc, const int32_t *ids, int n, int capacity
     }
     int got = d ? nd : 0;
     if (h && nh > got) {
-        for (int k = got; k < nh; k++) {
+        int k = got;
+        for (; k < nh; k++) {
             st = accel_kv_block_load(pc->dev, *out, h->bytes + (size_t)k * pc->block_bytes);
             if (st == ACCEL_ERR_NOMEM && pc->dev_tier.head && pc->dev_tier.head != d) {
                 /* room from the least recently used other holder (dropped, not saved: saving
@@ -348,25 +409,29 @@ int sched_pcache_begin(sched_pcache *pc, const int32_t *ids, int n, int capacity
                 *out = NULL;
                 return st;
             }
-            *from_host += pc->bt;
         }
+        int keep = k - k % unit_nb; /* a partial unit loaded short of memory is computed again */
+        if (keep < k) accel_seq_truncate(pc->dev, *out, keep * pc->bt);
+        *from_host = (keep - got) * pc->bt;
         lru_unlink(&pc->host_tier, h);
         lru_push(&pc->host_tier, h);
     }
     *reused = accel_seq_len(pc->dev, *out);
+    *approx = (d && d->kind) || (h && h->kind && *from_host);
     atomic_fetch_add(&pc->st.hit_tokens, (uint64_t)*reused);
     atomic_fetch_add(&pc->st.host_hit_tokens, (uint64_t)*from_host);
     return ACCEL_OK;
 }
 
-void sched_pcache_publish(sched_pcache *pc, accel_seq *s, const int32_t *ids, int n)
+void sched_pcache_publish(sched_pcache *pc, uint64_t kind, accel_seq *s, const int32_t *ids,
+                          int n)
 {
     int nb = n / pc->bt;
     if (nb <= 0 || n > accel_seq_len(pc->dev, s)) return;
-    entry *e = entry_new(pc, ids, nb);
+    entry *e = entry_new(pc, kind, ids, nb);
     if (!e) return;
     int have;
-    entry *old = longest(&pc->dev_tier, e->ids, e->names, nb, pc->bt, &have);
+    entry *old = longest(&pc->dev_tier, e->ids, e->names, e->kind, nb, pc->bt, &have);
     if (!(old && have == nb) &&
         (accel_seq_fork(pc->dev, s, nb * pc->bt, nb * pc->bt, &e->seq) || accel_seq_hold(pc->dev, e->seq))) {
         if (e->seq) accel_seq_free(pc->dev, e->seq);

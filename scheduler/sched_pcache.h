@@ -7,6 +7,12 @@
  * A name is only a key: every hit compares the token ids of the whole reused prefix, so a hash
  * collision can never hand a request another prompt's KV — reuse is exact by construction.
  *
+ * Kinds: KV computed with sparse attention is an approximation, which a dense request must never
+ * reuse. Each entry has a kind — 0 for exact KV, else the sparse parameters' key
+ * (sparse/sparse.h: sparse_params_key) — which salts its chain and is compared on every hit. A
+ * dense request reuses exact KV only; a sparse one the longer of exact KV and KV of its own kind
+ * (exact on a tie), its reuse ending where its method can resume (`align`).
+ *
  * What is kept: holders. A holder is a sequence of the device (accel_seq_hold) forked from a
  * request's sequence at a whole block (accel_seq_fork): it references that prefix's blocks, so
  * they outlive the request, and it shares them with every later sequence forked from it (the
@@ -54,14 +60,16 @@ sched_pcache *sched_pcache_new(accel_dev *dev, uint64_t salt, uint64_t host_budg
 void sched_pcache_free(sched_pcache *pc);
 
 /* A new sequence of `capacity` positions for prompt ids[0..n) holding the longest cached prefix
- * of it: *reused positions (0 when nothing was cached), of which *from_host came from the host
- * tier. An accel status (ACCEL_ERR_NOMEM: the device has no room even for the blocks to bring
- * back; nothing taken). */
-int sched_pcache_begin(sched_pcache *pc, const int32_t *ids, int n, int capacity,
-                       accel_seq **out, int *reused, int *from_host);
-/* s's first n positions hold the KV of ids[0..n): keep its whole blocks. Best effort (out of
- * memory: nothing kept). */
-void sched_pcache_publish(sched_pcache *pc, accel_seq *s, const int32_t *ids, int n);
+ * of it that ends on a multiple of `align` positions (1: any block) and is exact KV or, kind !=
+ * 0, KV of that kind: *reused positions (0 when nothing was cached), of which *from_host came
+ * from the host tier; *approx is 1 when the reused KV is of a non-zero kind. An accel status
+ * (ACCEL_ERR_NOMEM: the device has no room even for the blocks to bring back; nothing taken). */
+int sched_pcache_begin(sched_pcache *pc, uint64_t kind, int align, const int32_t *ids, int n,
+                       int capacity, accel_seq **out, int *reused, int *from_host, int *approx);
+/* s's first n positions hold the KV of ids[0..n), of kind `kind` (0: exact): keep its whole
+ * blocks. Best effort (out of memory: nothing kept). */
+void sched_pcache_publish(sched_pcache *pc, uint64_t kind, accel_seq *s, const int32_t *ids,
+                          int n);
 /* Gives up the least recently used holder (to the host tier when there is room). 1 when one was
  * given up, 0 when there is none. */
 int sched_pcache_evict(sched_pcache *pc);

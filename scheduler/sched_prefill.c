@@ -191,8 +191,8 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
     }
     sched_choice *c = &r->choices[ci];
     /* a sparse prompt: its first `send` tokens in sparse chunks, the rest dense; where they end
-     * and how long each is are the method's (sparse/sparse.h). It takes no cached prefix (a
-     * sparse chunk starts on a block boundary of the method's). */
+     * and how long each is are the method's (sparse/sparse.h). It reuses cached exact KV or KV
+     * of its own parameters (sched_pcache.h: kinds), ending where a sparse chunk may start. */
     int send = r->has_sparse && !r->sparse_off ? sparse_plan(&r->sparse.p, c->pf_n) : 0;
     int sparse_prompt = send > 0;
     if (!c->pf_done && !(r->w_split ? c->pseq : c->seq)) {
@@ -205,10 +205,13 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
         int reused = 0, from_host = 0;
         /* a split placement reuses a cached prefix only where the device can ship the KV it
          * already holds (the card needs the whole prompt's) */
-        int cache = d->pc && !r->no_cache && !sparse_prompt &&
+        int cache = d->pc && !r->no_cache &&
                     (!r->w_split || (d->info0.caps & ACCEL_CAP_KV_EXPORT_HELD));
+        int approx = 0;
         if (cache)
-            st = sched_pcache_begin(d->pc, c->pf_ids, c->pf_n, cap, sq, &reused, &from_host);
+            st = sched_pcache_begin(d->pc, sparse_prompt ? sparse_params_key(&r->sparse.p) : 0,
+                                    sparse_prompt ? sparse_resume_align(&r->sparse.p) : 1,
+                                    c->pf_ids, c->pf_n, cap, sq, &reused, &from_host, &approx);
         else
             st = accel_seq_new(d->dev, cap, sq);
         if (st == ACCEL_ERR_NOMEM && (sched_worker_make_room(d, r) || d->active))
@@ -230,6 +233,7 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
             }
         }
         c->pf_done = reused;
+        if (approx) c->approx = 1; /* it holds sparse-computed KV: published as such */
         if (!r->cached_set) {
             r->cached_tokens = reused < r->n_prompt ? reused : r->n_prompt;
             r->cached_set = 1;
@@ -272,8 +276,8 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
     }
     if (sparse) {
         /* a sparse pass's KV is an approximation (every layer after the first attended to a
-         * subset): it is never published to the prefix cache, whose hits must equal a dense
-         * prefill's */
+         * subset): the prefix cache keeps it apart, under the parameters' kind, which only
+         * requests with the same parameters reuse (a dense request's hits equal a dense prefill) */
         if (rep.layers_sparse) c->approx = 1;
         c->sp_blocks += rep.layers_sparse ? rep.blocks_computed : 0;
         c->sp_causal += rep.layers_sparse ? rep.blocks_causal : 0;
@@ -288,9 +292,9 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
     atomic_fetch_add(&d->prefill_tokens, (uint64_t)k);
     c->pf_done += k;
     if (!last) return dt;
-    if (d->pc && !r->no_cache && !c->approx &&
-        (!r->w_split || (d->info0.caps & ACCEL_CAP_KV_EXPORT_HELD)))
-        sched_pcache_publish(d->pc, r->w_split ? c->pseq : c->seq, c->pf_ids, c->pf_n);
+    if (d->pc && !r->no_cache && (!r->w_split || (d->info0.caps & ACCEL_CAP_KV_EXPORT_HELD)))
+        sched_pcache_publish(d->pc, sched_choice_kv_kind(r, c), r->w_split ? c->pseq : c->seq,
+                             c->pf_ids, c->pf_n);
     if (r->w_split) {
         accel_seq_free(d->dev, c->pseq);
         c->pseq = NULL;

@@ -100,12 +100,13 @@ unsigned sched_worker_seqs(const sched_dev *d, const sched_req *r)
 
 void sched_worker_publish(sched_dev *d, sched_req *r, sched_choice *c)
 {
-    if (!d->pc || r->no_cache || r->w_split || !c->seq || c->approx) return;
+    if (!d->pc || r->no_cache || r->w_split || !c->seq) return;
+    uint64_t kind = sched_choice_kv_kind(r, c);
     /* the sequence holds the prompt, then the generated tokens it was fed (a moved request's
      * re-prefill fed them too: sched_choice_prefill_ids) */
     int len = accel_seq_len(d->dev, c->seq);
     if (len <= r->n_prompt) {
-        sched_pcache_publish(d->pc, c->seq, r->prompt, len);
+        sched_pcache_publish(d->pc, kind, c->seq, r->prompt, len);
         return;
     }
     if (len - r->n_prompt > c->n_hist) return; /* not what it holds: keep nothing */
@@ -113,7 +114,7 @@ void sched_worker_publish(sched_dev *d, sched_req *r, sched_choice *c)
     if (!ids) return;
     memcpy(ids, r->prompt, sizeof *ids * (size_t)r->n_prompt);
     memcpy(ids + r->n_prompt, c->hist, sizeof *ids * (size_t)(len - r->n_prompt));
-    sched_pcache_publish(d->pc, c->seq, ids, len);
+    sched_pcache_publish(d->pc, kind, c->seq, ids, len);
     free(ids);
 }
 

@@ -130,6 +130,55 @@ int sparse_chunk_len(const sparse_params *p, int sparse_end, int done, int want)
     return left - k < bs ? left : k;
 }
 
+/* FNV-1a over 64-bit words: stable across processes and builds */
+static uint64_t key_word(uint64_t h, uint64_t w)
+{
+    for (int i = 0; i < 8; i++) {
+        h ^= (w >> (8 * i)) & 0xff;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static uint64_t key_real(uint64_t h, double x)
+{
+    uint64_t w;
+    memcpy(&w, &x, sizeof w);
+    return key_word(h, w);
+}
+
+uint64_t sparse_params_key(const sparse_params *p)
+{
+    uint64_t h = key_word(0xcbf29ce484222325ULL, (uint64_t)p->mode + 1);
+    h = key_word(h, (uint64_t)(int64_t)p->num_last_dense_tokens_in_prefill);
+    switch (p->mode) {
+    case SPARSE_MODE_XATTN:
+        h = key_real(h, p->xattention_threshold);
+        h = key_word(h, (uint64_t)p->xattention_block_size);
+        h = key_word(h, (uint64_t)p->xattention_stride);
+        break;
+    case SPARSE_MODE_TRISHAPE:
+        h = key_word(h, (uint64_t)p->num_retained_start_tokens_in_cache);
+        h = key_word(h, (uint64_t)p->num_retained_recent_tokens_in_cache);
+        break;
+    default:
+        h = key_real(h, p->flex.gamma);
+        h = key_real(h, p->flex.tau);
+        h = key_word(h, (uint64_t)(int64_t)p->flex.min_budget);
+        h = key_word(h, (uint64_t)(int64_t)p->flex.max_budget);
+        h = key_word(h, (uint64_t)p->flex.block_size);
+        h = key_word(h, (uint64_t)p->flex.gqa_interleave);
+        h = key_word(h, (uint64_t)(int64_t)p->flex.dense_below);
+        break;
+    }
+    return h ? h : 1;
+}
+
+int sparse_resume_align(const sparse_params *p)
+{
+    return p->mode == SPARSE_MODE_TRISHAPE ? SPARSE_TRI_CHUNK : sparse_block_size(p);
+}
+
 int sparse_xattn_official_chunk(int k_len)
 {
     int64_t p = 1;

@@ -82,6 +82,15 @@ int sparse_plan(const sparse_params *p, int n);
  * SPARSE_TRI_CHUNK whatever `want` is. */
 int sparse_chunk_len(const sparse_params *p, int sparse_end, int done, int want);
 
+/* The prefix cache's name for KV computed with these parameters (scheduler/sched_pcache.h: a
+ * kind): a hash of the mode and of every parameter its selection depends on; never 0, which names
+ * dense KV. Equal parameters give equal keys in every process (no pointers, no padding hashed). */
+uint64_t sparse_params_key(const sparse_params *p);
+/* The positions a sparse prefill can start at after reused KV: multiples of this (the method's
+ * block; Tri-shape's fixed chunk, so that a prompt resumed from its own cached prefix is cut
+ * into the same chunks as when it was computed whole). */
+int sparse_resume_align(const sparse_params *p);
+
 /* XAttention: the chunk size Xattention_prefill gives xattn_estimate for k_len keys
  * (max(min(max(2048, p), 2^28 / p), 2048), p = k_len rounded up to a power of two): the official
  * torch path's first chunk of that many queries selects with a quirk that cpu_xattn_index_build

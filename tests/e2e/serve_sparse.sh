@@ -13,12 +13,19 @@ dense=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":16,\"temperature\"
 check sparse_dense_text [ -n "$dense" ]
 check sparse_dense_has_no_density [ "$(jqb '.usage.prefill_density')" = null ]
 
-code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":16,\"temperature\":0,\"sparse_prefill\":{\"min_budget\":128}}")
+# cache_prompt false: the dense request above cached this prompt, and a sparse request reuses
+# exact cached KV first (scheduler/sched_pcache.h), leaving only a dense tail to compute
+code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":16,\"temperature\":0,\"cache_prompt\":false,\"sparse_prefill\":{\"min_budget\":128}}")
 d=$(jqb '.usage.prefill_density')
 check sparse_density_reported sh -c "[ $code = 200 ] && python3 -c 'import sys; d=float(sys.argv[1]); sys.exit(0 if 0 < d < 1 else 1)' '$d'"
 
-code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":16,\"temperature\":0,\"sparse_prefill\":{\"gamma\":1,\"min_budget\":300}}")
+code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":16,\"temperature\":0,\"cache_prompt\":false,\"sparse_prefill\":{\"gamma\":1,\"min_budget\":300}}")
 check sparse_all_blocks_equals_dense sh -c "[ $code = 200 ] && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$dense' ] && [ \"\$(jq -r '.usage.prefill_density' $T/body)\" = 1 ]"
+
+# with the cache: a sparse request reuses the dense run's exact KV up to a block boundary of its
+# method (FlexPrefill's 128: 256 of the 300 positions), the rest computed after it
+code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":16,\"temperature\":0,\"sparse_prefill\":{\"min_budget\":128}}")
+check sparse_reuses_exact_prefix sh -c "[ $code = 200 ] && [ \"\$(jq -r '.usage.prompt_tokens_details.cached_tokens' $T/body)\" = 256 ]"
 
 code=$(post /v1/completions '{"prompt":"Once upon a time","max_tokens":4,"temperature":0,"sparse_prefill":true}')
 check sparse_short_prompt_dense sh -c "[ $code = 200 ] && [ \"\$(jq -r '.usage.prefill_density' $T/body)\" = 1 ]"
@@ -54,10 +61,10 @@ check sparse_card_dense sh -c "[ $code = 200 ] && [ -n '$cdense' ]"
 for sp in '"mode":"xattention","xattention_threshold":1,"xattention_block_size":32,"xattention_stride":4' \
           '"mode":"trishape","num_retained_start_tokens_in_cache":1048576' \
           '"mode":"flexprefill","gamma":1,"min_budget":300'; do
-    code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":12,\"temperature\":0,\"sparse_prefill\":{$sp}}")
+    code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":12,\"temperature\":0,\"cache_prompt\":false,\"sparse_prefill\":{$sp}}")
     check "sparse_card_all_blocks_$(echo "$sp" | sed 's/.*"mode":"\([a-z]*\)".*/\1/')" sh -c "[ $code = 200 ] && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$cdense' ]"
 done
-code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":12,\"temperature\":0,\"sparse_prefill\":{\"mode\":\"xattention\",\"xattention_block_size\":32,\"xattention_stride\":4,\"xattention_threshold\":0.5}}")
+code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":12,\"temperature\":0,\"cache_prompt\":false,\"sparse_prefill\":{\"mode\":\"xattention\",\"xattention_block_size\":32,\"xattention_stride\":4,\"xattention_threshold\":0.5}}")
 d=$(jq -r '.usage.prefill_density' $T/body)
 check sparse_card_xattention_sparse sh -c "[ $code = 200 ] && python3 -c 'import sys; d=float(sys.argv[1]); sys.exit(0 if 0 < d < 1 else 1)' '$d'"
 serve_stop

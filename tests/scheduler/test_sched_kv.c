@@ -387,30 +387,69 @@ TEST(sched_kv_split_reuses_prefix)
     env_close(&e);
 }
 
-/* KV computed with sparse attention is an approximation: it never enters the prefix cache, so a
- * dense request for the same prompt computes its own (and a sparse request does not reuse a
- * dense prefix either: it bypasses the cache). */
-TEST(sched_kv_sparse_kv_never_cached)
+/* XAttention parameters that really skip blocks on a 300-token stories260K prompt. */
+static accel_sparse xattn_params(double threshold)
+{
+    accel_sparse sp;
+    sparse_params_default(&sp.p, SPARSE_MODE_XATTN);
+    sp.p.xattention_threshold = threshold;
+    sp.p.xattention_block_size = 32;
+    sp.p.xattention_stride = 4;
+    sp.p.num_last_dense_tokens_in_prefill = 0;
+    return sp;
+}
+
+/* KV computed with sparse attention is an approximation: the prefix cache keeps it apart, under
+ * its parameters' kind (scheduler/sched_pcache.h). A dense request never reuses it; a sparse one
+ * with the same parameters does; a sparse one reuses exact KV too (the better KV: it wins a tie). */
+TEST(sched_kv_sparse_kv_cached_apart)
 {
     env e;
     if (env_open(&e, 0, 0, 8) < 0) return;
     int32_t p[300];
     prompt_ids(p, 300, 37, 11);
-    accel_sparse sp;
-    sparse_params_default(&sp.p, SPARSE_MODE_XATTN);
-    sp.p.xattention_threshold = 0.5; /* really sparse */
-    sp.p.xattention_block_size = 32;
-    sp.p.xattention_stride = 4;
-    sp.p.num_last_dense_tokens_in_prefill = 0;
+    accel_sparse sp = xattn_params(0.5);
     sched_params s = greedy(p, 300, 8, 1);
     s.sparse = &sp;
     rec *r1 = run_one(&e, &s);
     CHECK_EQ(r1->cached, 0);
     sched_params d = greedy(p, 300, 8, 1);
     rec *r2 = run_one(&e, &d);
-    CHECK_EQ(r2->cached, 0); /* nothing of the sparse run was kept */
+    CHECK_EQ(r2->cached, 0); /* nothing of the sparse run was reused */
     rec *r3 = run_one(&e, &d);
     CHECK_EQ(r3->cached, 288); /* the dense run's blocks were */
     CHECK(same_run(r2, 0, r3, 0));
+    /* a sparse request finds 288 positions of both kinds: the exact ones win; the 12 positions
+     * left are prefilled sparse after them */
+    rec *r4 = run_one(&e, &s);
+    CHECK_EQ(r4->cached, 288);
+    CHECK_EQ(r4->done, 1);
+    env_close(&e);
+}
+
+/* Sparse to sparse: a second request with the same XAttention parameters reuses the first's
+ * sparse-computed prefix (XAttention selects each query block from its own queries and the keys
+ * up to it, so its KV does not depend on where chunks were cut: the reused run is the cold run,
+ * token for token and bit for bit in its log-probabilities); other parameters, and a dense
+ * request, reuse none of it. */
+TEST(sched_kv_sparse_reuses_own_kind)
+{
+    env e;
+    if (env_open(&e, 0, 0, 8) < 0) return;
+    int32_t p[300];
+    prompt_ids(p, 300, 41, 5);
+    accel_sparse sp = xattn_params(0.5), other = xattn_params(0.6);
+    sched_params s = greedy(p, 300, 8, 1), o = greedy(p, 300, 8, 1), d = greedy(p, 300, 8, 1);
+    s.sparse = &sp;
+    o.sparse = &other;
+    rec *r1 = run_one(&e, &s);
+    CHECK_EQ(r1->cached, 0);
+    rec *r2 = run_one(&e, &s);
+    CHECK_EQ(r2->cached, 288); /* whole 32-position units of the method, last token computed */
+    CHECK_MSG(same_run(r1, 0, r2, 0), "a sparse prefix reused differs from the cold sparse run");
+    rec *r3 = run_one(&e, &o);
+    CHECK_EQ(r3->cached, 0); /* other parameters: another kind */
+    rec *r4 = run_one(&e, &d);
+    CHECK_EQ(r4->cached, 0); /* dense: exact KV only */
     env_close(&e);
 }
