@@ -24,9 +24,9 @@
  * Prefill (fpga/prefill.c drives fpga/kernels/prefill.c): a card whose xclbin has the prefill
  * kernel keeps a standing workspace in the pool for a dense pass of FPGA_PF_PASS rows (with the
  * kvf blocks, so that a dense prefill can export its KV), taken from mem_total at open; longer
- * prompts run in several passes. A sparse prompt (FlexPrefill parameters, from an empty
- * sequence, above the dense threshold, within the sparse units' bounds) needs the whole prompt
- * at once: its workspace is placed in the pool for the call and freed after; when the pool has
+ * prompts run in several passes. A sparse call (FlexPrefill from an empty sequence; XAttention
+ * or Tri-shape for a prompt or a chunk after cached positions; within the units' bounds) needs
+ * a workspace for every position up to its end: placed in the pool for the call and freed after; when the pool has
  * no room the call returns ACCEL_ERR_NOMEM and leaves the sequence as it was (the scheduler
  * then prefills it dense). A card without the kernel prefills with one decode run per token
  * and cannot export. Imports in flight are drained first (the workspace travels through the
@@ -46,7 +46,7 @@
  *
  * Threads: one thread drives the device (accel.h); describe() reads immutable fields only. */
 #include "fpga/backend.h"
-#include "sparse/flex.h"
+#include "sparse/sparse.h"
 #include "model/ckpt/numerics.h"
 #include "fpga/flex_host.h"
 #include "fpga/prefill.h"
@@ -318,39 +318,69 @@ static int prefill_by_steps(fpga_dev *d, fpga_seq *s, const accel_prefill_req *r
     return ACCEL_OK;
 }
 
-/* 1: the request runs sparse (its parameters into p), 0: dense, or ACCEL_ERR_INVALID. FlexPrefill
- * as the CPU reference decides it (cpu/flex.h), plus the sparse units' bounds (flex_kernel.h):
- * outside them the card runs dense and the report says so. */
+/* 1: the request runs sparse (its parameters into p), 0: dense, or ACCEL_ERR_INVALID. The
+ * method the scheduler settled (sparse/sparse.h) mapped onto the units: FlexPrefill (the SIGU)
+ * for a whole prompt from an empty sequence, as the CPU reference decides it (cpu/flex.h);
+ * XAttention with 128-token blocks and Tri-shape (xattn_est.c) for a whole prompt or a chunk
+ * after cached positions (a block boundary); all within the units' bounds (flex_kernel.h,
+ * xattn_kernel.h). Anything else runs dense and the report says so (density 1). */
 static int card_sparse_params(const fpga_dev *d, const fpga_seq *s, const accel_prefill_req *r,
-                         fpga_pf_params *p)
+                              fpga_pf_params *p)
 {
     const accel_sparse *sp = r->sparse;
     const fpga_dec_desc *desc = &d->card.desc;
-    /* settled by the scheduler (sparse/sparse.h); the card's units do FlexPrefill from an empty
-     * sequence (xattention and trishape run dense here for now) */
-    if (!sp || sp->p.mode != SPARSE_MODE_FLEX || s->base.len != 0) return 0;
-    const sparse_flex_params fp = sp->p.flex;
-    if (r->n < 2 * FPGA_FLEX_BS || r->n > FPGA_FLEX_MAX_TOKENS ||
-        desc->n_heads > FPGA_FLEX_MAX_HEADS ||
+    if (!sp) return 0;
+    const int pos0 = s->base.len, N = pos0 + r->n;
+    if (N > FPGA_FLEX_MAX_TOKENS || desc->n_heads > FPGA_FLEX_MAX_HEADS ||
         desc->n_heads / desc->n_kv_heads > FPGA_FLEX_MAX_GROUP || desc->head_dim > FPGA_FLEX_MAX_D)
         return 0;
+    /* the SAU's cache: FAST-Prefill's 16 MB in KV blocks, half hot; 16 query blocks a window
+     * (fpga_flex_opts_default) */
+    fpga_flex_opts fo;
+    fpga_flex_opts_default(&fo, (int)desc->head_dim);
+    *p = (fpga_pf_params){.cache_blocks = (uint32_t)fo.cache_blocks,
+                          .hot_blocks = (uint32_t)fo.hot_blocks,
+                          .window = (uint32_t)fo.window};
+    if (sp->p.mode == SPARSE_MODE_XATTN || sp->p.mode == SPARSE_MODE_TRISHAPE) {
+        if (pos0 % FPGA_FLEX_BS) return 0;
+        fpga_xattn_params xp = {0};
+        if (sp->p.mode == SPARSE_MODE_XATTN) {
+            if (sp->p.xattention_block_size != FPGA_FLEX_BS) return 0;
+            xp.method = FPGA_XATTN_METHOD_XATTN;
+            xp.stride = (uint32_t)sp->p.xattention_stride;
+            fpga_xattn_f64_bits(sp->p.xattention_threshold, &xp.thr_lo, &xp.thr_hi);
+        } else {
+            int lo, hi;
+            sparse_tri_skip(&sp->p, pos0, &lo, &hi);
+            xp.method = FPGA_XATTN_METHOD_TRISHAPE;
+            xp.tri_lo = (uint32_t)(lo / FPGA_FLEX_BS);
+            xp.tri_hi = (uint32_t)(hi / FPGA_FLEX_BS);
+        }
+        if (!fpga_xattn_ok((uint32_t)N, (uint32_t)(pos0 / FPGA_FLEX_BS), desc->n_heads,
+                           desc->n_kv_heads, desc->head_dim, &xp))
+            return 0;
+        p->method = xp.method;
+        p->stride = xp.stride;
+        p->thr_lo = xp.thr_lo;
+        p->thr_hi = xp.thr_hi;
+        p->tri_lo = xp.tri_lo;
+        p->tri_hi = xp.tri_hi;
+        return 1;
+    }
+    /* FlexPrefill: its last-block estimate from an empty sequence only */
+    if (sp->p.mode != SPARSE_MODE_FLEX || pos0 != 0 || r->n < 2 * FPGA_FLEX_BS) return 0;
+    const sparse_flex_params fp = sp->p.flex;
     const int64_t nb = (r->n + FPGA_FLEX_BS - 1) / FPGA_FLEX_BS;
     /* budgets in blocks as cpu_flex_index_build counts them (0: the official None) */
     int64_t minb = ((int64_t)(fp.min_budget > 0 ? fp.min_budget : 1) + FPGA_FLEX_BS - 1) /
                    FPGA_FLEX_BS;
     int64_t maxb = ((int64_t)(fp.max_budget > 0 ? fp.max_budget : 2147483647) + FPGA_FLEX_BS - 1) /
                    FPGA_FLEX_BS;
-    *p = (fpga_pf_params){.gamma_bits = fpga_flex_bits(fp.gamma),
-                          .tau_bits = fpga_flex_bits(fp.tau),
-                          .min_blocks = (uint32_t)minb,
-                          .max_blocks = (uint32_t)(maxb < nb ? maxb : nb)};
-    /* the SAU's cache: FAST-Prefill's 16 MB in KV blocks, half hot; 16 query blocks a window
-     * (fpga_flex_opts_default) */
-    fpga_flex_opts fo;
-    fpga_flex_opts_default(&fo, (int)desc->head_dim);
-    p->cache_blocks = (uint32_t)fo.cache_blocks;
-    p->hot_blocks = (uint32_t)fo.hot_blocks;
-    p->window = (uint32_t)fo.window;
+    p->method = FPGA_PF_METHOD_FLEX;
+    p->gamma_bits = fpga_flex_bits(fp.gamma);
+    p->tau_bits = fpga_flex_bits(fp.tau);
+    p->min_blocks = (uint32_t)minb;
+    p->max_blocks = (uint32_t)(maxb < nb ? maxb : nb);
     return 1;
 }
 
@@ -382,13 +412,14 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
     int ws_first = -1, ws_k = 0;
     if (sparse) {
         /* the whole prompt's workspace: free superblocks at the top of the pool, for the call */
+        const uint32_t rows = (uint32_t)(s->base.len + r->n); /* the sequence's positions */
         fpga_pf_ws w;
-        fpga_pf_ws_of(&d->card.desc, (uint32_t)r->n, FPGA_PF_F_KVF | FPGA_PF_F_SPARSE, &w);
+        fpga_pf_ws_of(&d->card.desc, rows, FPGA_PF_F_KVF | FPGA_PF_F_SPARSE, &w);
         ws_k = (int)((w.bytes + d->geo.super_bytes - 1) / d->geo.super_bytes);
         if ((ws_first = fpga_kv_pool_take_supers(&d->kv, ws_k)) < 0) return ACCEL_ERR_NOMEM;
         j.sparse = 1;
         j.ws_off = d->kv_base + (uint64_t)ws_first * d->geo.super_bytes;
-        j.ws_rows = (uint32_t)r->n;
+        j.ws_rows = rows;
         j.ws_flags = FPGA_PF_F_KVF | FPGA_PF_F_SPARSE;
     }
     st = fpga_pf_prefill(&d->card, &j, &d->last_pf);

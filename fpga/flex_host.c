@@ -259,3 +259,58 @@ done:
     if (rc) fpga_flex_result_free(res);
     return rc;
 }
+
+void fpga_xattn_result_free(fpga_xattn_result *r)
+{
+    if (!r) return;
+    free(r->row_ptr);
+    free(r->col);
+    memset(r, 0, sizeof *r);
+}
+
+int fpga_xattn_index(fpga_xrt *x, xrtDeviceHandle dev, const fpga_xattn_params *p,
+                     const uint8_t *qpack, const uint8_t *kvpack, int n, int q0, int H, int Hk,
+                     int d, fpga_xattn_result *res)
+{
+    memset(res, 0, sizeof *res);
+    if (n < 1 || q0 < 0 || !fpga_xattn_ok((uint32_t)n, (uint32_t)q0, (uint32_t)H, (uint32_t)Hk,
+                                         (uint32_t)d, p))
+        return ACCEL_ERR_INVALID;
+    const uint64_t nb = nblocks(n), rows_bytes = (uint64_t)H * (nb + 1) * 4;
+    const uint64_t col_bytes = fpga_flex_col_capacity(n, H) * 4;
+    res->n = n;
+    res->n_heads = H;
+    res->n_blocks = (int)nb;
+    ctx c = {.x = x, .dev = dev};
+    xrtKernelHandle k = NULL;
+    int rc = fpga_xrt_xclbin_uuid(x, dev, c.uuid);
+    if (!rc) rc = fpga_xrt_kernel_open(x, dev, c.uuid, "xattn_est", 0, &k);
+    if (rc) return rc;
+    fpga_flex_result tmp = {0}; /* put() counts what it ships */
+    res->row_ptr = malloc(rows_bytes);
+    if (!res->row_ptr) rc = ACCEL_ERR_NOMEM;
+    if (!rc && !(rc = alloc_bo(&c, k, 0, fpga_flex_q_bytes(n, H, d), 0, B_Q)) &&
+        !(rc = alloc_bo(&c, k, 1, fpga_flex_kv_bytes(n, Hk, d), 0, B_KV)) &&
+        !(rc = alloc_bo(&c, k, 2, rows_bytes, 0, B_ROWS)) &&
+        !(rc = alloc_bo(&c, k, 3, col_bytes, 0, B_COL)) &&
+        !(rc = put(&c, B_Q, qpack, fpga_flex_q_bytes(n, H, d), &tmp)))
+        rc = put(&c, B_KV, kvpack, fpga_flex_kv_bytes(n, Hk, d), &tmp);
+    if (!rc) {
+        const int slots[] = {B_Q, B_KV, B_ROWS, B_COL};
+        const uint32_t u[] = {(uint32_t)n, (uint32_t)q0, (uint32_t)H, (uint32_t)Hk, (uint32_t)d,
+                              p->method, p->stride, p->thr_lo, p->thr_hi, p->tri_lo, p->tri_hi};
+        rc = launch(&c, k, slots, 4, u, 11, &res->run);
+    }
+    if (!rc) rc = get(&c, B_ROWS, res->row_ptr, rows_bytes);
+    if (!rc) {
+        const uint64_t nnz = res->row_ptr[(uint64_t)H * (nb + 1) - 1];
+        res->col = malloc(nnz ? nnz * 4 : 4);
+        if (!res->col) rc = ACCEL_ERR_NOMEM;
+        else if (nnz) rc = get(&c, B_COL, res->col, nnz * 4);
+    }
+    for (int i = 0; i < B_N; i++)
+        if (c.bo[i]) fpga_xrt_bo_free(x, c.bo[i]);
+    fpga_xrt_kernel_close(x, k);
+    if (rc) fpga_xattn_result_free(res);
+    return rc;
+}

@@ -14,6 +14,7 @@
 #ifndef TANDEM_FPGA_FLEX_HOST_H
 #define TANDEM_FPGA_FLEX_HOST_H
 #include "fpga/kernels/flex_kernel.h"
+#include "fpga/kernels/xattn_kernel.h"
 #include "fpga/xrt_load.h"
 #include <stddef.h>
 #include <stdint.h>
@@ -63,5 +64,19 @@ int fpga_flex_attention(fpga_xrt *x, xrtDeviceHandle dev, const fpga_flex_opts *
                         const uint8_t *qpack, const uint8_t *kvpack, int n, int n_heads,
                         int n_kv_heads, int d, fpga_flex_result *res);
 void fpga_flex_result_free(fpga_flex_result *res);
+
+/* The XAttention / Tri-shape unit (fpga/kernels/xattn_est.c) as a kernel of its own: the block
+ * lists of query blocks [q0, nb) of an n-token sequence from its packed q and kv (every row's:
+ * the keys of a chunk are everything before it). ACCEL_ERR_INVALID outside the unit's bounds
+ * (fpga_xattn_ok). row_ptr (n_heads, nb + 1) and col are malloc'ed (fpga_xattn_result_free). */
+typedef struct fpga_xattn_result {
+    int n, n_heads, n_blocks;
+    uint32_t *row_ptr, *col;
+    fpga_emu_run_stats run; /* emulator timing model (zero on real XRT) */
+} fpga_xattn_result;
+int fpga_xattn_index(fpga_xrt *x, xrtDeviceHandle dev, const fpga_xattn_params *p,
+                     const uint8_t *qpack, const uint8_t *kvpack, int n, int q0, int n_heads,
+                     int n_kv_heads, int d, fpga_xattn_result *res);
+void fpga_xattn_result_free(fpga_xattn_result *res);
 
 #endif

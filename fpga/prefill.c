@@ -23,16 +23,18 @@ static void bufs_free(pf_bufs *b)
     free(b->wire);
 }
 
-/* Items [0, count) of striped array a: from / to host rows of `item` bytes each, one channel
- * (one contiguous run on the card) at a time. */
-static int put_striped(fpga_card *c, const fpga_pf_job *j, const fpga_pf_arr *a, uint64_t count,
-                       const uint8_t *src, pf_bufs *b)
+/* Items [i0, i0 + count) of striped array a from host rows of `item` bytes each (row 0 = item
+ * i0), one channel (one contiguous run on the card) at a time. */
+static int put_striped(fpga_card *c, const fpga_pf_job *j, const fpga_pf_arr *a, uint64_t i0,
+                       uint64_t count, const uint8_t *src, pf_bufs *b)
 {
-    for (uint32_t ch = 0; ch < FPGA_DEC_CH && ch < count; ch++) {
-        uint64_t k = 0;
-        for (uint64_t i = ch; i < count; i += FPGA_DEC_CH, k++)
-            memcpy(b->stripe + k * a->item, src + i * a->item, a->item);
-        int st = fpga_card_write_bank(c, (int)ch, j->ws_off + a->off, b->stripe, k * a->item);
+    for (uint32_t ch = 0; ch < FPGA_DEC_CH; ch++) {
+        uint64_t first = i0 + (ch + FPGA_DEC_CH - i0 % FPGA_DEC_CH) % FPGA_DEC_CH, k = 0;
+        if (first >= i0 + count) continue;
+        for (uint64_t i = first; i < i0 + count; i += FPGA_DEC_CH, k++)
+            memcpy(b->stripe + k * a->item, src + (i - i0) * a->item, a->item);
+        int st = fpga_card_write_bank(c, (int)ch, j->ws_off + fpga_pf_item_off(a, first),
+                                      b->stripe, k * a->item);
         if (st) return st;
     }
     return 0;
@@ -60,7 +62,8 @@ static int host_fail(fpga_pf_result *res, int st)
 
 /* Layer l's K/V of the pass's np rows (from the kvf blocks) as one wire chunk to the sink. */
 static int export_layer(fpga_card *c, const fpga_pf_job *j, const fpga_pf_ws *w, int l,
-                        uint32_t pos0, uint32_t np, pf_bufs *b, fpga_pf_result *res)
+                        uint32_t pos0, uint32_t row0, uint32_t np, pf_bufs *b,
+                        fpga_pf_result *res)
 {
     const fpga_dec_desc *d = &c->desc;
     const uint32_t Hk = d->n_kv_heads, hd = d->head_dim;
@@ -72,13 +75,14 @@ static int export_layer(fpga_card *c, const fpga_pf_job *j, const fpga_pf_ws *w,
                        (uint16_t *)(b->wire + 2 * vbytes) + (uint64_t)np * Hk};
     for (uint32_t t = 0; t < np; t++)
         for (uint32_t g = 0; g < Hk; g++) {
-            const uint8_t *blk = b->kvf + ((uint64_t)g * w->nb + t / FPGA_FLEX_BS) * 2 * qb;
+            const uint32_t r = row0 + t;
+            const uint8_t *blk = b->kvf + ((uint64_t)g * w->nb + r / FPGA_FLEX_BS) * 2 * qb;
             for (int which = 0; which < 2; which++) {
                 const uint8_t *half = blk + which * qb;
                 float s;
                 memcpy(kv[which] + ((uint64_t)t * Hk + g) * hd,
-                       half + (uint64_t)(t % FPGA_FLEX_BS) * hd, hd);
-                memcpy(&s, half + (uint64_t)FPGA_FLEX_BS * hd + 4ull * (t % FPGA_FLEX_BS), 4);
+                       half + (uint64_t)(r % FPGA_FLEX_BS) * hd, hd);
+                memcpy(&s, half + (uint64_t)FPGA_FLEX_BS * hd + 4ull * (r % FPGA_FLEX_BS), 4);
                 /* the scale was an fp16 value (proto/kv.h): the conversion back is exact */
                 sc[which][(uint64_t)t * Hk + g] = fpga_km_f32_to_f16(s);
             }
@@ -112,16 +116,17 @@ static void add_report(fpga_pf_result *r, const fpga_pf_report *p)
     r->kv_bytes_nocache += p->kv_bytes_nocache;
 }
 
-/* A phase of a layer over rows [0, np), in runs of at most FPGA_PF_RUN_ROWS rows so that no run
- * outlasts the card's watchdog (a U280 spends ~0.3 s on 4096 rows of a 7B layer's QKV + FFN). */
+/* A phase of a layer over rows [row0, row0 + np) of a wn-row pass at pos0, in runs of at most
+ * FPGA_PF_RUN_ROWS rows so that no run outlasts the card's watchdog (a U280 spends ~0.3 s on
+ * 4096 rows of a 7B layer's QKV + FFN). */
 static int rows_run(fpga_card *c, const fpga_pf_job *j, uint32_t mode, uint32_t l, uint32_t pos0,
-                    uint32_t np, fpga_pf_result *res)
+                    uint32_t wn, uint32_t row0, uint32_t np, fpga_pf_result *res)
 {
     const uint32_t k = j->run_rows ? j->run_rows : FPGA_PF_RUN_ROWS;
-    for (uint32_t r0 = 0; r0 < np; r0 += k) {
-        uint32_t r1 = np - r0 < k ? np : r0 + k;
+    for (uint32_t r0 = row0; r0 < row0 + np; r0 += k) {
+        uint32_t r1 = row0 + np - r0 < k ? row0 + np : r0 + k;
         int st =
-            fpga_card_pf_run(c, mode, l, pos0, np, r0, r1, j->kv_off, j->part_tiles, j->ws_off,
+            fpga_card_pf_run(c, mode, l, pos0, wn, r0, r1, j->kv_off, j->part_tiles, j->ws_off,
                              j->n_ids);
         res->runs++;
         if (st) return st;
@@ -129,19 +134,23 @@ static int rows_run(fpga_card *c, const fpga_pf_job *j, uint32_t mode, uint32_t 
     return 0;
 }
 
-/* One pass: rows done .. done + np of the job. */
+/* One pass: rows done .. done + np of the job. A dense pass's workspace rows are the pass's
+ * (row 0 = position pos0 + done); a sparse job's are the sequence's positions (the kernel's pos0
+ * is 0 and the chunk's rows start at row j->pos0), so that the units see every key before it. */
 static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, pf_bufs *b,
                 fpga_pf_result *res)
 {
     const model *m = j->m;
     const fpga_dec_desc *d = &c->desc;
     const uint32_t pos0 = j->pos0 + done, hd = d->head_dim, half = hd / 2;
+    const uint32_t kpos0 = j->sparse ? 0 : pos0, row0 = j->sparse ? j->pos0 : 0;
+    const uint32_t wn = row0 + np;
     /* a dense pass writes the kvf blocks only for an export (x, rope, out and wide sit at the
      * same offsets whatever the flags: pf_layout.h) */
     const uint32_t flags = j->sparse ? j->ws_flags : j->kv ? FPGA_PF_F_KVF : 0;
     if ((flags & ~j->ws_flags) != 0) return host_fail(res, ACCEL_ERR_INVALID);
     fpga_pf_ws w;
-    fpga_pf_ws_of(d, np, flags, &w);
+    fpga_pf_ws_of(d, wn, flags, &w);
     float inv[FPGA_DEC_MAX_HEAD_DIM / 2];
     model_rope_inv_freq(&m->cfg, m->cfg.rope.type == MODEL_ROPE_DYNAMIC ? j->rope_len : 0, inv);
     for (uint32_t t = 0; t < np; t++) {
@@ -149,32 +158,33 @@ static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, 
         model_rope_angles(inv, (int)half, (int)(pos0 + t), b->rope + (uint64_t)t * hd,
                         b->rope + (uint64_t)t * hd + half);
     }
-    int st = put_striped(c, j, &w.x, np, (const uint8_t *)b->x, b);
-    if (!st) st = put_striped(c, j, &w.rope, np, (const uint8_t *)b->rope, b);
+    int st = put_striped(c, j, &w.x, row0, np, (const uint8_t *)b->x, b);
+    if (!st) st = put_striped(c, j, &w.rope, row0, np, (const uint8_t *)b->rope, b);
     for (uint32_t l = 0; !st && l < d->n_layers; l++) {
         if (j->cancel && *j->cancel) return host_fail(res, ACCEL_ERR_CANCELLED);
         if (j->sparse) {
             fpga_pf_report rep;
-            st = rows_run(c, j, FPGA_PF_QKV | flags, l, pos0, np, res);
+            st = rows_run(c, j, FPGA_PF_QKV | flags, l, kpos0, wn, row0, np, res);
             if (!st)
-                st = fpga_card_pf_run(c, FPGA_PF_ATTN | flags, l, pos0, np, 0, np, j->kv_off,
+                st = fpga_card_pf_run(c, FPGA_PF_ATTN | flags, l, kpos0, wn, row0, wn, j->kv_off,
                                       j->part_tiles, j->ws_off, j->n_ids);
             res->runs++;
             if (!st) st = fpga_card_pf_report(c, &rep);
-            if (!st && (rep.layer != l || rep.n != np)) st = ACCEL_ERR_DEVICE;
+            if (!st && (rep.layer != l || rep.n != wn)) st = ACCEL_ERR_DEVICE;
             if (!st) add_report(res, &rep);
-            if (!st) st = rows_run(c, j, FPGA_PF_POST | flags, l, pos0, np, res);
+            if (!st) st = rows_run(c, j, FPGA_PF_POST | flags, l, kpos0, wn, row0, np, res);
         } else {
-            st = rows_run(c, j, FPGA_PF_DENSE | flags, l, pos0, np, res);
+            st = rows_run(c, j, FPGA_PF_DENSE | flags, l, kpos0, wn, row0, np, res);
         }
-        if (!st && j->kv && (st = export_layer(c, j, &w, (int)l, pos0, np, b, res))) return st;
+        if (!st && j->kv && (st = export_layer(c, j, &w, (int)l, pos0, row0, np, b, res)))
+            return st;
     }
     if (st || !j->logits) return st;
     const int vocab = m->cfg.vocab;
     for (uint32_t t = j->all_logits ? 0 : np - 1; t < np; t++) {
         if (!j->all_logits && done + np != (uint32_t)j->n) break;
-        st = fpga_card_pf_run(c, FPGA_PF_HEAD | flags, 0, pos0, np, t, t + 1, j->kv_off,
-                              j->part_tiles, j->ws_off, j->n_ids);
+        st = fpga_card_pf_run(c, FPGA_PF_HEAD | flags, 0, kpos0, wn, row0 + t, row0 + t + 1,
+                              j->kv_off, j->part_tiles, j->ws_off, j->n_ids);
         res->runs++;
         if (!st)
             st =
@@ -188,8 +198,12 @@ int fpga_pf_prefill(fpga_card *c, const fpga_pf_job *j, fpga_pf_result *res)
 {
     const fpga_dec_desc *d = &c->desc;
     memset(res, 0, sizeof *res);
-    const uint32_t P = j->sparse ? (uint32_t)j->n : j->ws_rows;
-    if (!P || (j->sparse && (uint32_t)j->n > j->ws_rows) || j->run_rows % FPGA_PF_CHUNK)
+    /* a sparse job's workspace rows are its positions 0 .. pos0 + n; its chunk starts on a
+     * block boundary */
+    const uint32_t P = j->sparse ? j->pos0 + (uint32_t)j->n : j->ws_rows;
+    const uint32_t host_rows = j->sparse ? (uint32_t)j->n : P;
+    if (!P || (j->sparse && (P > j->ws_rows || j->pos0 % FPGA_FLEX_BS)) ||
+        j->run_rows % FPGA_PF_CHUNK)
         return host_fail(res, ACCEL_ERR_INVALID);
     fpga_pf_ws w;
     fpga_pf_ws_of(d, P, j->ws_flags, &w);
@@ -198,11 +212,12 @@ int fpga_pf_prefill(fpga_card *c, const fpga_pf_job *j, fpga_pf_result *res)
     if (j->kv && (items + FPGA_DEC_CH - 1) / FPGA_DEC_CH * w.kvf.item > stripe)
         stripe = (items + FPGA_DEC_CH - 1) / FPGA_DEC_CH * w.kvf.item;
     pf_bufs b = {
-        .x = malloc(4ull * P * d->hidden),
-        .rope = malloc(4ull * P * d->head_dim),
+        .x = malloc(4ull * host_rows * d->hidden),
+        .rope = malloc(4ull * host_rows * d->head_dim),
         .stripe = malloc(stripe),
         .kvf = j->kv ? malloc(items * w.kvf.item) : NULL,
-        .wire = j->kv ? malloc((uint64_t)P * d->n_kv_heads * (2ull * d->head_dim + 4)) : NULL,
+        .wire = j->kv ? malloc((uint64_t)host_rows * d->n_kv_heads * (2ull * d->head_dim + 4))
+                      : NULL,
     };
     int st = host_fail(res, ACCEL_ERR_NOMEM);
     if (b.x && b.rope && b.stripe && (!j->kv || (b.kvf && b.wire))) {
@@ -211,8 +226,8 @@ int fpga_pf_prefill(fpga_card *c, const fpga_pf_job *j, fpga_pf_result *res)
         if (j->sparse) st = fpga_card_pf_params(c, &j->params);
         if (!st && j->n_ids) st = fpga_card_pf_table(c, j->kv_ids, j->n_ids);
         uint64_t ns0 = c->pf_modeled_ns;
-        for (uint32_t done = 0; !st && done < (uint32_t)j->n; done += P) {
-            uint32_t np = (uint32_t)j->n - done < P ? (uint32_t)j->n - done : P;
+        for (uint32_t done = 0; !st && done < (uint32_t)j->n; done += host_rows) {
+            uint32_t np = (uint32_t)j->n - done < host_rows ? (uint32_t)j->n - done : host_rows;
             st = pass(c, j, done, np, &b, res);
         }
         res->modeled_ns = c->pf_modeled_ns - ns0;

@@ -6,9 +6,10 @@
  * (fpga/kernels/pf_layout.h). Dense: passes of at most ws_rows rows; per pass the host writes
  * the rows' embeddings (looked up in the mapped checkpoint, as for decode) and rotary angles into
  * the workspace, runs DENSE for every layer, then HEAD for the rows whose logits are wanted.
- * Sparse (a whole prompt from position 0, the workspace laid out for n rows with
- * FPGA_PF_F_SPARSE | FPGA_PF_F_KVF): per layer QKV, ATTN (the SIGU's index, the SAU's
- * attention; its report read back), POST. With a KV sink, each layer's K/V of the pass are read
+ * Sparse (a whole prompt, or a chunk after pos0 cached positions on a 128-row boundary; the
+ * workspace laid out for pos0 + n rows with FPGA_PF_F_SPARSE | FPGA_PF_F_KVF, its rows the
+ * sequence's positions): per layer QKV, ATTN (the index of the method in params — the SIGU's,
+ * or xattn_est's —, the SAU's attention over the chunk's rows; its report read back), POST. With a KV sink, each layer's K/V of the pass are read
  * back from the workspace's kvf blocks after that layer's run and handed out as one int8 wire
  * chunk (the same values and scales the card's tiles hold).
  *
@@ -37,7 +38,7 @@ typedef struct fpga_pf_job {
     uint32_t ws_rows, ws_flags;
     uint32_t run_rows;     /* rows per QKV / POST / DENSE run (0: FPGA_PF_RUN_ROWS; a multiple
                               of FPGA_PF_CHUNK) */
-    int sparse;            /* the sparse path (pos0 0, ws laid out for n rows) */
+    int sparse;            /* the sparse path (ws laid out for pos0 + n rows) */
     fpga_pf_params params; /* sparse: the units' parameters */
     float *logits;         /* (n, vocab) if all_logits, else (vocab) of the last row; may be NULL */
     int all_logits;

@@ -3,6 +3,7 @@
 #include "fpga/emu/emu.h"
 #include "fpga/kernels/flex_kernel.h"
 #include "fpga/kernels/tls_kernel.h"
+#include "fpga/kernels/xattn_kernel.h"
 #include <string.h>
 
 static const fpga_k_desc *const kernels[] = {
@@ -15,6 +16,7 @@ static const fpga_k_desc *const kernels[] = {
     &fpga_k_flex_sau_desc,
     &fpga_k_prefill_desc,
     &fpga_k_tls_select_desc,
+    &fpga_k_xattn_est_desc,
 };
 
 const fpga_k_desc *emu_registry_find(const char *name)

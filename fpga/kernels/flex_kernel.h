@@ -155,9 +155,10 @@ void flex_sigu(const fpga_flex_buf *qbuf, const fpga_flex_buf *kvbuf, float *scr
                uint32_t gqa_interleave, void *chip);
 void flex_sau(const fpga_flex_buf *qbuf, const fpga_flex_buf *kvbuf, const uint32_t *row_ptr,
               const uint32_t *col, uint32_t *jobs, const fpga_flex_buf *out,
-              fpga_flex_sau_stats *stats, uint32_t n, uint32_t n_heads, uint32_t n_kv_heads,
-              uint32_t head_dim, uint32_t gqa_interleave, uint32_t cache_blocks,
-              uint32_t hot_blocks, uint32_t window, uint32_t mode, void *chip);
+              fpga_flex_sau_stats *stats, uint32_t n, uint32_t q0, uint32_t n_heads,
+              uint32_t n_kv_heads, uint32_t head_dim, uint32_t gqa_interleave,
+              uint32_t cache_blocks, uint32_t hot_blocks, uint32_t window, uint32_t mode,
+              void *chip);
 
 /* The kernels (registered in fpga/emu/emu_registry.c). */
 extern const fpga_k_desc fpga_k_flex_sigu_desc;

@@ -6,6 +6,9 @@
  * its (block, head) bucket, rows ascending. The counts are the block-use counters: the exact
  * number of tiles that still need the block (the remaining-use counter of the cache).
  *
+ * Query blocks q0 .. nb - 1 are computed (a chunk after q0 x 128 cached tokens: rows before
+ * q0 have no jobs and no output; keys are every block up to the diagonal, cached ones included).
+ *
  * Block-major schedule with keyed accumulation. Query blocks are taken in windows of W whose
  * output accumulators (G heads x W blocks x 128 rows x (d + 2) floats) fit on chip; within a
  * window the unit walks key blocks c = 0, 1, ... in increasing order (one HBM stream), and each
@@ -69,7 +72,7 @@ typedef struct sau {
     const uint32_t *row_ptr, *col;
     uint32_t *jobs;
     fpga_flex_sau_stats st;
-    int n, H, Hk, d, G, nb, interleave, cache, hot, W, mode;
+    int n, H, Hk, d, G, nb, q0, interleave, cache, hot, W, mode;
     float scale;
 } sau;
 
@@ -156,7 +159,7 @@ static void evict(sau *a, sau_chip *s, int slot, int live)
 static void admit(sau *a, sau_chip *s, uint32_t blk, int *used_hot, int *used_cold)
 {
     const uint32_t rem = s->remaining[blk];
-    int hot = rem > (uint32_t)a->nb / 2; /* FAST-Prefill: 50% of the query blocks */
+    int hot = rem > (uint32_t)(a->nb - a->q0) / 2; /* FAST-Prefill: 50% of the query blocks */
     for (int tries = 0; tries < 2; tries++, hot = 0) {
         const int cap = hot ? a->hot : a->cache - a->hot;
         int *used = hot ? used_hot : used_cold;
@@ -329,9 +332,10 @@ uint64_t fpga_flex_sau_chip_bytes(void)
 
 void flex_sau(const fpga_flex_buf *qbuf, const fpga_flex_buf *kvbuf, const uint32_t *row_ptr,
               const uint32_t *col, uint32_t *jobs, const fpga_flex_buf *out,
-              fpga_flex_sau_stats *stats, uint32_t n, uint32_t n_heads, uint32_t n_kv_heads,
-              uint32_t head_dim, uint32_t gqa_interleave, uint32_t cache_blocks,
-              uint32_t hot_blocks, uint32_t window, uint32_t mode, void *chip)
+              fpga_flex_sau_stats *stats, uint32_t n, uint32_t q0, uint32_t n_heads,
+              uint32_t n_kv_heads, uint32_t head_dim, uint32_t gqa_interleave,
+              uint32_t cache_blocks, uint32_t hot_blocks, uint32_t window, uint32_t mode,
+              void *chip)
 {
     sau_chip *s = chip;
 #pragma HLS INTERFACE m_axi port = qbuf offset = slave bundle = gmem0
@@ -343,7 +347,7 @@ void flex_sau(const fpga_flex_buf *qbuf, const fpga_flex_buf *kvbuf, const uint3
 #pragma HLS INTERFACE m_axi port = stats offset = slave bundle = gmem3
 #pragma HLS INTERFACE s_axilite port = return
     sau a = {.qbuf = qbuf, .kvbuf = kvbuf, .row_ptr = row_ptr, .col = col, .jobs = jobs,
-             .out = out, .n = (int)n, .H = (int)n_heads, .Hk = (int)n_kv_heads,
+             .out = out, .n = (int)n, .q0 = (int)q0, .H = (int)n_heads, .Hk = (int)n_kv_heads,
              .d = (int)head_dim, .interleave = (int)gqa_interleave, .cache = (int)cache_blocks,
              .hot = (int)hot_blocks, .W = (int)window, .mode = (int)mode};
     a.G = a.H / a.Hk;
@@ -354,7 +358,7 @@ void flex_sau(const fpga_flex_buf *qbuf, const fpga_flex_buf *kvbuf, const uint3
     for (int i = 0; i < a.cache; i++) s->slot_blk[i] = NOBLK;
     int used_hot = 0, used_cold = 0;
     for (int g = 0; g < a.Hk; g++)
-        for (int r0 = 0; r0 < a.nb; r0 += a.W)
+        for (int r0 = a.q0; r0 < a.nb; r0 += a.W)
             run_window(&a, s, g, r0, r0 + a.W < a.nb ? r0 + a.W : a.nb, &used_hot, &used_cold);
     fpga_k_write(stats, sizeof *stats);
     *stats = a.st;
@@ -404,7 +408,7 @@ static int flex_sau_adapter(const fpga_kargs *k)
     fpga_flex_buf_flat(&qb, k->a[0].ptr, fpga_flex_qblock_bytes((int)d));
     fpga_flex_buf_flat(&kvb, k->a[1].ptr, fpga_flex_kvblock_bytes((int)d));
     fpga_flex_buf_flat(&ob, k->a[5].ptr, fpga_flex_oblock_bytes((int)d));
-    flex_sau(&qb, &kvb, k->a[2].ptr, k->a[3].ptr, k->a[4].ptr, &ob, k->a[6].ptr, n, H, Hk, d, (uint32_t)k->a[11].u, cache, hot, W,
+    flex_sau(&qb, &kvb, k->a[2].ptr, k->a[3].ptr, k->a[4].ptr, &ob, k->a[6].ptr, n, 0, H, Hk, d, (uint32_t)k->a[11].u, cache, hot, W,
              (uint32_t)k->a[15].u, chip);
     free(chip);
     return 0;

@@ -33,6 +33,7 @@
 #define TANDEM_FPGA_PF_LAYOUT_H
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/kernels/flex_kernel.h"
+#include "fpga/kernels/xattn_kernel.h"
 
 #define FPGA_PF_CHUNK 128
 /* Rows of a dense pass: the backend's standing workspace holds this many (larger prompts go in
@@ -48,7 +49,10 @@ enum fpga_pf_mode {
     FPGA_PF_DENSE = 1, /* layer: rows r0..r1, chunk by chunk: QKV, causal attention over the
                           sequence's KV tiles (the decode datapath), O, FFN */
     FPGA_PF_QKV = 2,   /* layer: rows r0..r1: norm, QKV, RoPE, KV into the slab + kvf + qf */
-    FPGA_PF_ATTN = 3,  /* layer: SIGU (index) + SAU (block-sparse attention) over the pass */
+    FPGA_PF_ATTN = 3,  /* layer: the index (SIGU, or xattn_est for XAttention / Tri-shape) +
+                          SAU (block-sparse attention) for rows r0..n of the pass; r0 > 0 (a
+                          chunk after r0 cached positions, pos0 0: rows are positions) first
+                          copies the cached positions' K/V from the tiles into kvf */
     FPGA_PF_POST = 4,  /* layer: rows r0..r1: O, residual, norm, gate/up, SiLU, down, residual */
     FPGA_PF_HEAD = 5,  /* row r0: final norm, lm_head -> logits in io */
 };
@@ -143,17 +147,21 @@ static inline uint64_t fpga_pf_item_off(const fpga_pf_arr *a, uint64_t i)
 
 /* The sparse units' parameters, written by the host before an ATTN run (64 bytes). */
 typedef struct fpga_pf_params {
-    uint32_t gamma_bits, tau_bits;   /* float32 bit patterns */
-    uint32_t min_blocks, max_blocks; /* budgets in 128-token blocks */
+    uint32_t gamma_bits, tau_bits;   /* FlexPrefill: float32 bit patterns */
+    uint32_t min_blocks, max_blocks; /* FlexPrefill: budgets in 128-token blocks */
     uint32_t cache_blocks, hot_blocks, window; /* the SAU's cache and accumulator window */
-    uint32_t reserved[9];
+    uint32_t method; /* which unit lists the blocks: FPGA_PF_METHOD_FLEX (the SIGU), or
+                        FPGA_XATTN_METHOD_XATTN / _TRISHAPE (xattn_est.c) */
+    uint32_t stride, thr_lo, thr_hi, tri_lo, tri_hi; /* fpga_xattn_params' fields */
+    uint32_t reserved[3];
 } fpga_pf_params;
+#define FPGA_PF_METHOD_FLEX 0
 
 /* What an ATTN run did (the other modes leave it alone), at FPGA_PF_IO_REPORT. */
 typedef struct fpga_pf_report {
     uint32_t magic, layer, n, n_query_aware;
     uint64_t nnz;      /* blocks the index lists = tiles computed per head, summed */
-    uint64_t causal;   /* H * nb * (nb + 1) / 2 */
+    uint64_t causal;   /* H * (nb (nb + 1) - q0 (q0 + 1)) / 2: the causal blocks of rows q0.. */
     uint64_t accesses, hits, hot_hits, cold_hits, misses;
     uint64_t kv_bytes, kv_bytes_nocache, jobs;
 } fpga_pf_report;

@@ -1,8 +1,8 @@
 /* fpga/kernels/prefill.c — FAST-Prefill's accelerator for a whole prompt: the hybrid matrix
  * unit (MPU) running a chunk of prompt rows through a layer's W8A8 / W4A8 projections, the
  * special-function steps, dense causal attention for short prompts and, for long ones, the
- * sparse index unit (flex_sigu.c) and the sparse attention unit with its hot/cold KV cache
- * (flex_sau.c) as units of this one kernel.
+ * sparse index unit (flex_sigu.c, FlexPrefill; xattn_est.c, XAttention and Tri-shape) and the
+ * sparse attention unit with its hot/cold KV cache (flex_sau.c) as units of this one kernel.
  *
  * Design note
  * -----------
@@ -10,7 +10,8 @@
  * workspace), driven by the host layer by layer (fpga/prefill.c), which is FAST-Prefill's
  * global FSM with the barrier between "all K/V of the layer exist" and the sparse units:
  *   dense prompt   DENSE per layer: chunk by chunk QKV -> attention -> O -> FFN;
- *   sparse prompt  QKV per layer, ATTN (SIGU + SAU over the whole pass), POST;
+ *   sparse prompt  QKV per layer, ATTN (index unit + SAU over rows r0..n; r0 > 0: a chunk
+ *                  after r0 cached positions, whose K/V the run copies from the tiles), POST;
  *   then HEAD: the final norm and lm_head of one row into io.
  * Chunks are 128 rows. A GEMM streams each channel's rows of the matrix (values + scales, the
  * decode image, fpga/BANKS.md) ONCE per chunk and multiplies them with the chunk's 128
@@ -326,7 +327,51 @@ static uint8_t *flat(const pf_ctx *c, int k)
     return c->ch[k] + c->ws_off + c->w.flat;
 }
 
-static void sparse_attention(const pf_ctx *c, void *sigu_chip, void *sau_chip)
+/* Positions [0, rows) of the layer, from the sequence's tiles into the kvf blocks (the same
+ * int8 values; the fp16 scales as float32, exactly as chunk_qkv writes them): the keys a chunk
+ * after cached positions attends to. Reads: one command per (head, part) run of tiles; writes:
+ * one per kvf block. */
+static void fill_kvf(const pf_ctx *c, uint32_t rows)
+{
+    const fpga_dec_desc *d = &c->d;
+    const uint32_t hd = d->head_dim;
+    const uint64_t qb = fpga_flex_qblock_bytes((int)hd);
+    for (uint32_t h = 0; h < d->n_kv_heads; h++)
+        for (uint32_t b = 0; b < d->kv_parts; b++) {
+            uint32_t nt = fpga_dec_part_used_tiles(d, rows, b);
+            for (uint32_t t = 0, run; t < nt; t += run) {
+                run = fpga_dec_kv_run(&c->kv, t, nt - 1);
+                fpga_k_read(fpga_kd_tile(c->ch, d, &c->kv, c->layer, h, b, t),
+                            (uint64_t)run * c->lo.tile_bytes);
+            }
+        }
+    for (uint32_t p = 0; p < rows; p++) {
+        uint32_t part, tile, row;
+        fpga_dec_pos_where(d, p, &part, &tile, &row);
+        for (uint32_t g = 0; g < d->n_kv_heads; g++) {
+            const uint8_t *t = fpga_kd_tile(c->ch, d, &c->kv, c->layer, g, part, tile);
+            uint8_t *kb = item(c, &c->w.kvf, (uint64_t)g * c->w.nb + p / FPGA_FLEX_BS);
+            for (int which = 0; which < 2; which++) {
+                uint8_t *half = kb + which * qb;
+                uint16_t s;
+                memcpy(half + (size_t)(p % FPGA_FLEX_BS) * hd,
+                       t + (which ? fpga_dec_tile_v(hd, row) : fpga_dec_tile_k(hd, row)), hd);
+                memcpy(&s, t + (which ? fpga_dec_tile_vs(hd, row) : fpga_dec_tile_ks(hd, row)), 2);
+                float sf = fpga_km_f16_to_f32(s);
+                memcpy(half + (size_t)FPGA_FLEX_BS * hd + 4 * (size_t)(p % FPGA_FLEX_BS), &sf, 4);
+            }
+        }
+    }
+    for (uint32_t g = 0; g < d->n_kv_heads; g++)
+        for (uint32_t blk = 0; blk < rows / FPGA_FLEX_BS; blk++)
+            fpga_k_write(item(c, &c->w.kvf, (uint64_t)g * c->w.nb + blk),
+                         fpga_flex_kvblock_bytes((int)hd));
+}
+
+/* Rows r0..n of the pass (r0 a multiple of 128: q0 = r0 / 128): the index of the method the
+ * parameters name, then the SAU over it. */
+static void sparse_attention(const pf_ctx *c, uint32_t r0, void *sigu_chip, void *sau_chip,
+                             void *xattn_chip)
 {
     const fpga_dec_desc *d = &c->d;
     fpga_pf_params p;
@@ -345,18 +390,27 @@ static void sparse_attention(const pf_ctx *c, void *sigu_chip, void *sau_chip)
     uint32_t *col = (uint32_t *)flat(c, FPGA_PF_FLAT_COL);
     fpga_flex_head_info *info = (fpga_flex_head_info *)flat(c, FPGA_PF_FLAT_INFO);
     fpga_flex_sau_stats *st = (fpga_flex_sau_stats *)flat(c, FPGA_PF_FLAT_STATS);
-    const uint32_t n = c->w.n, nb = c->w.nb, H = d->n_heads;
-    flex_sigu(&qf, &kvf, (float *)flat(c, FPGA_PF_FLAT_SCRATCH), rows, col, info, n, H,
-              d->n_kv_heads, d->head_dim, p.gamma_bits, p.tau_bits, p.min_blocks, p.max_blocks, 0,
-              sigu_chip);
-    flex_sau(&qf, &kvf, rows, col, (uint32_t *)flat(c, FPGA_PF_FLAT_JOBS), &out, st, n, H,
+    const uint32_t n = c->w.n, nb = c->w.nb, H = d->n_heads, q0 = r0 / FPGA_FLEX_BS;
+    if (r0) fill_kvf(c, r0);
+    if (p.method == FPGA_PF_METHOD_FLEX) {
+        flex_sigu(&qf, &kvf, (float *)flat(c, FPGA_PF_FLAT_SCRATCH), rows, col, info, n, H,
+                  d->n_kv_heads, d->head_dim, p.gamma_bits, p.tau_bits, p.min_blocks,
+                  p.max_blocks, 0, sigu_chip);
+    } else {
+        const fpga_xattn_params xp = {.method = p.method, .stride = p.stride,
+                                      .thr_lo = p.thr_lo, .thr_hi = p.thr_hi,
+                                      .tri_lo = p.tri_lo, .tri_hi = p.tri_hi};
+        xattn_est(&qf, &kvf, rows, col, n, q0, H, d->n_kv_heads, d->head_dim, &xp, xattn_chip);
+        for (uint32_t h = 0; h < H; h++) info[h] = (fpga_flex_head_info){0};
+    }
+    flex_sau(&qf, &kvf, rows, col, (uint32_t *)flat(c, FPGA_PF_FLAT_JOBS), &out, st, n, q0, H,
              d->n_kv_heads, d->head_dim, 0, p.cache_blocks, p.hot_blocks, p.window, 0, sau_chip);
     fpga_pf_report rep = {.magic = FPGA_PF_REPORT_MAGIC, .layer = c->layer, .n = n};
     fpga_k_read(rows + (uint64_t)H * (nb + 1) - 1, 4);
     fpga_k_read(info, (uint64_t)H * sizeof *info);
     fpga_k_read(st, sizeof *st);
     rep.nnz = rows[(uint64_t)H * (nb + 1) - 1];
-    rep.causal = (uint64_t)H * nb * (nb + 1) / 2;
+    rep.causal = (uint64_t)H * ((uint64_t)nb * (nb + 1) - (uint64_t)q0 * (q0 + 1)) / 2;
     for (uint32_t h = 0; h < H; h++) rep.n_query_aware += info[h].query_aware;
     rep.accesses = st->accesses;
     rep.hits = st->hits;
@@ -374,7 +428,8 @@ static void sparse_attention(const pf_ctx *c, void *sigu_chip, void *sau_chip)
 
 void tandem_prefill(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t mode, uint32_t layer,
                     uint32_t pos0, uint32_t n, uint32_t r0, uint32_t r1, uint64_t kv_off, uint32_t part_tiles,
-                    uint64_t ws_off, uint32_t n_ids, pf_chip *chip, void *sigu_chip, void *sau_chip)
+                    uint64_t ws_off, uint32_t n_ids, pf_chip *chip, void *sigu_chip, void *sau_chip,
+                    void *xattn_chip)
 {
     FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
 #pragma HLS INTERFACE m_axi port = io offset = slave bundle = gmem_io
@@ -396,7 +451,8 @@ void tandem_prefill(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t mode, 
     memcpy(&c.d, hbm0, sizeof c.d);
     fpga_dec_layout_of(&c.d, &c.lo);
     uint32_t ids[FPGA_DEC_MAX_BLOCKS];
-    const int kv_used = c.mode == FPGA_PF_DENSE || c.mode == FPGA_PF_QKV;
+    const int kv_used = c.mode == FPGA_PF_DENSE || c.mode == FPGA_PF_QKV ||
+                        (c.mode == FPGA_PF_ATTN && r0 > 0);
     if (n_ids && kv_used) {
         const uint8_t *tbl = io + fpga_dec_io_table_off(&c.d);
         fpga_k_read(tbl, 4ull * n_ids);
@@ -423,7 +479,7 @@ void tandem_prefill(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t mode, 
         status[2] = r0;
     } else {
         if (c.mode == FPGA_PF_ATTN) {
-            sparse_attention(&c, sigu_chip, sau_chip);
+            sparse_attention(&c, r0, sigu_chip, sau_chip, xattn_chip);
         } else {
             c.misc = (const float *)(c.ch[layer % FPGA_DEC_CH] + fpga_dec_misc_off(&c.lo, layer));
             fpga_k_read(c.misc, 4ull * c.lo.mi_floats);
@@ -481,19 +537,26 @@ static int args_ok(const fpga_kargs *a, fpga_dec_desc *d, fpga_pf_ws *w)
     if (kv_off < lo.image_bytes || !fpga_dec_kvmap_ok(&kv, min_size)) return 0;
     if (m == FPGA_PF_QKV && (mode & FPGA_PF_F_SPARSE) && !(mode & FPGA_PF_F_KVF)) return 0;
     if (m != FPGA_PF_ATTN) return 1;
-    /* the sparse units: a whole prompt from position 0, within their bounds */
+    /* the sparse units: rows r0..n of a pass whose rows are positions (pos0 0), within their
+     * bounds; FlexPrefill (its last-block estimate) only for a whole prompt */
     const uint32_t group = d->n_heads / d->n_kv_heads;
     if ((mode & (FPGA_PF_F_KVF | FPGA_PF_F_SPARSE)) != (FPGA_PF_F_KVF | FPGA_PF_F_SPARSE) ||
-        pos0 || r0 || r1 != n || n < 2 * FPGA_FLEX_BS || n > FPGA_FLEX_MAX_TOKENS ||
-        d->n_heads > FPGA_FLEX_MAX_HEADS || group > FPGA_FLEX_MAX_GROUP ||
-        d->head_dim > FPGA_FLEX_MAX_D)
+        pos0 || r1 != n || n > FPGA_FLEX_MAX_TOKENS || d->n_heads > FPGA_FLEX_MAX_HEADS ||
+        group > FPGA_FLEX_MAX_GROUP || d->head_dim > FPGA_FLEX_MAX_D)
         return 0;
     fpga_pf_params p;
     memcpy(&p, (const uint8_t *)io->ptr + FPGA_PF_IO_PARAMS, sizeof p);
+    if (p.cache_blocks > FPGA_FLEX_MAX_CACHE || p.hot_blocks > p.cache_blocks || p.window < 1 ||
+        p.window > FPGA_FLEX_MAX_WINDOW)
+        return 0;
+    if (p.method != FPGA_PF_METHOD_FLEX) {
+        const fpga_xattn_params xp = {.method = p.method, .stride = p.stride, .thr_lo = p.thr_lo,
+                                      .thr_hi = p.thr_hi, .tri_lo = p.tri_lo, .tri_hi = p.tri_hi};
+        return fpga_xattn_ok(n, r0 / FPGA_FLEX_BS, d->n_heads, d->n_kv_heads, d->head_dim, &xp);
+    }
     float gamma = fpga_flex_f32(p.gamma_bits), tau = fpga_flex_f32(p.tau_bits);
-    return gamma > 0 && gamma <= 1 && tau >= 0 && tau <= 1 && p.min_blocks >= 1 &&
-           p.max_blocks >= 1 && p.cache_blocks <= FPGA_FLEX_MAX_CACHE &&
-           p.hot_blocks <= p.cache_blocks && p.window >= 1 && p.window <= FPGA_FLEX_MAX_WINDOW;
+    return r0 == 0 && n >= 2 * FPGA_FLEX_BS && gamma > 0 && gamma <= 1 && tau >= 0 && tau <= 1 &&
+           p.min_blocks >= 1 && p.max_blocks >= 1;
 }
 
 static int prefill_adapter(const fpga_kargs *a)
@@ -503,26 +566,30 @@ static int prefill_adapter(const fpga_kargs *a)
     if (!args_ok(a, &d, &w)) return -1;
     const uint32_t mode = (uint32_t)a->a[33].u;
     pf_chip *chip = calloc(1, sizeof *chip);
-    void *sigu = NULL, *sau = NULL;
+    void *sigu = NULL, *sau = NULL, *xattn = NULL;
     int rc = -1;
     if ((mode & FPGA_PF_MODE_MASK) == FPGA_PF_ATTN) {
-        sigu = calloc(1, fpga_flex_sigu_chip_bytes());
+        fpga_pf_params p;
+        memcpy(&p, (const uint8_t *)a->a[FPGA_DEC_CH].ptr + FPGA_PF_IO_PARAMS, sizeof p);
+        if (p.method == FPGA_PF_METHOD_FLEX) sigu = calloc(1, fpga_flex_sigu_chip_bytes());
+        else xattn = calloc(1, fpga_xattn_chip_bytes());
         sau = calloc(1, fpga_flex_sau_chip_bytes());
     }
-    if (chip && ((mode & FPGA_PF_MODE_MASK) != FPGA_PF_ATTN || (sigu && sau))) {
+    if (chip && ((mode & FPGA_PF_MODE_MASK) != FPGA_PF_ATTN || ((sigu || xattn) && sau))) {
         uint8_t *p[FPGA_DEC_CH];
         for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[c].ptr;
 #define PF_ARG(n) p[n],
         tandem_prefill(FPGA_K_PORTS(PF_ARG) a->a[FPGA_DEC_CH].ptr, mode, (uint32_t)a->a[34].u,
                        (uint32_t)a->a[35].u, (uint32_t)a->a[36].u, (uint32_t)a->a[37].u,
                        (uint32_t)a->a[38].u, a->a[39].u, (uint32_t)a->a[40].u, a->a[41].u,
-                       (uint32_t)a->a[42].u, chip, sigu, sau);
+                       (uint32_t)a->a[42].u, chip, sigu, sau, xattn);
 #undef PF_ARG
         rc = 0;
     }
     free(chip);
     free(sigu);
     free(sau);
+    free(xattn);
     return rc;
 }
 

@@ -8,7 +8,7 @@
 # GLITCHES does.
 . tests/e2e/lib/serve.sh
 
-NAMES="fpga_prefill_start fpga_prefill_caps fpga_prefill_on_card fpga_prefill_text fpga_prefill_two_complete fpga_prefill_two_on_cards fpga_prefill_two_texts fpga_prefill_sparse_on_card fpga_prefill_sparse_density fpga_prefill_off_cpu"
+NAMES="fpga_prefill_start fpga_prefill_caps fpga_prefill_on_card fpga_prefill_text fpga_prefill_two_complete fpga_prefill_two_on_cards fpga_prefill_two_texts fpga_prefill_sparse_on_card fpga_prefill_sparse_density fpga_prefill_xattention_on_card fpga_prefill_xattention_density fpga_prefill_off_cpu"
 export TANDEM_CACHE_DIR="$T/cache"
 if ! "$TANDEM" generate --device fpga-emu:0 --ids 1 --max-tokens 1 >/dev/null 2>&1; then
     for n in $NAMES; do echo "ok $n # SKIP the fpga-emu backend is not built into $TANDEM"; done
@@ -71,6 +71,11 @@ code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":4,\"temperature\":0
 check fpga_prefill_sparse_on_card sh -c "[ $code = 200 ] && grep -qi '^x-tandem-devices: prefill=fpga-emu' $T/hdr"
 den=$(jqb '.usage.prefill_density')
 check fpga_prefill_sparse_density python3 -c "import sys; d=float(sys.argv[1]); sys.exit(0 if 0 < d < 1 else 1)" "$den"
+# XAttention on the card (its estimator unit beside the SIGU), in the scheduler's chunks
+code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":4,\"temperature\":0,\"sparse_prefill\":{\"mode\":\"xattention\",\"xattention_threshold\":0.5,\"num_last_dense_tokens_in_prefill\":0}}")
+check fpga_prefill_xattention_on_card sh -c "[ $code = 200 ] && grep -qi '^x-tandem-devices: prefill=fpga-emu' $T/hdr"
+den=$(jqb '.usage.prefill_density')
+check fpga_prefill_xattention_density python3 -c "import sys; d=float(sys.argv[1]); sys.exit(0 if 0 < d < 1 else 1)" "$den"
 serve_stop
 
 serve_start --devices "$DEVS" || { fail fpga_prefill_off_cpu "daemon did not start"; exit 0; }
