@@ -278,27 +278,39 @@ static int parse_logit_bias(pctx *c, json_t *o, proto_req *r)
     return 1;
 }
 
-static int parse_ids(pctx *c, json_t *a, proto_req *r)
+static int parse_ids(pctx *c, json_t *a, int32_t **out, int *n_out)
 {
     size_t n = json_array_size(a);
     if (n > (size_t)c->lim->max_context)
         return fail(c, PROTO_ERR_CONTEXT_LENGTH, "prompt", "the prompt has %zu tokens; this model's context is %d tokens", n, c->lim->max_context);
-    r->prompt_ids = malloc((n ? n : 1) * sizeof *r->prompt_ids);
-    if (!r->prompt_ids) return fail(c, PROTO_ERR_INTERNAL, NULL, "out of memory");
+    int32_t *ids = *out = malloc((n ? n : 1) * sizeof *ids);
+    if (!ids) return fail(c, PROTO_ERR_INTERNAL, NULL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_array_get(a, i);
         if (!json_is_integer(e))
             return fail(c, PROTO_ERR_INVALID_TYPE, "prompt", "token prompts must be arrays of integers");
         if (token_id_ok(c, json_integer_value(e), "prompt") < 0) return -1;
-        r->prompt_ids[i] = (int32_t)json_integer_value(e);
+        ids[i] = (int32_t)json_integer_value(e);
     }
-    r->n_prompt_ids = (int)n;
+    *n_out = (int)n;
     if (n == 0) return fail(c, PROTO_ERR_INVALID_VALUE, "prompt", "the token prompt is empty");
     return 1;
 }
 
-/* prompt: "text" | ["text"] | [id, ...] | [[id, ...]]. Several prompts in one request (OpenAI's
- * batch form) are answered with "unsupported": one request, one prompt. */
+/* One entry of the batch form: a string or an array of token ids. */
+static int parse_one(pctx *c, json_t *e, char **text, size_t *len, int32_t **ids, int *n_ids)
+{
+    if (json_is_string(e)) {
+        *len = json_string_length(e);
+        *text = dup_n(json_string_value(e), *len);
+        return *text ? 1 : fail(c, PROTO_ERR_INTERNAL, NULL, "out of memory");
+    }
+    if (json_is_array(e)) return parse_ids(c, e, ids, n_ids);
+    return fail(c, PROTO_ERR_INVALID_TYPE, "prompt", "'prompt' entries must be strings or arrays of token ids, not %s", type_name(e));
+}
+
+/* prompt: "text" | [id, ...] | ["text", ...] | [[id, ...], ...] (the batch form: several
+ * prompts, the first into prompt / prompt_ids, the rest into more). */
 static int parse_prompt(pctx *c, json_t *o, proto_req *r)
 {
     json_t *v = json_object_get(o, "prompt");
@@ -312,16 +324,17 @@ static int parse_prompt(pctx *c, json_t *o, proto_req *r)
         return fail(c, PROTO_ERR_INVALID_TYPE, "prompt", "'prompt' must be a string, an array of token ids, or an array with one of those, not %s", type_name(v));
     if (json_array_size(v) == 0) return fail(c, PROTO_ERR_INVALID_VALUE, "prompt", "'prompt' is empty");
     json_t *first = json_array_get(v, 0);
-    if (json_is_integer(first)) return parse_ids(c, v, r);
-    if (json_array_size(v) > 1)
-        return fail(c, PROTO_ERR_UNSUPPORTED, "prompt", "several prompts in one request are not supported; send one request per prompt");
-    if (json_is_string(first)) {
-        r->prompt_len = json_string_length(first);
-        r->prompt = dup_n(json_string_value(first), r->prompt_len);
-        return r->prompt ? 1 : fail(c, PROTO_ERR_INTERNAL, NULL, "out of memory");
+    if (json_is_integer(first)) return parse_ids(c, v, &r->prompt_ids, &r->n_prompt_ids);
+    size_t n = json_array_size(v);
+    if (n > PROTO_MAX_PROMPTS)
+        return fail(c, PROTO_ERR_INVALID_VALUE, "prompt", "'prompt' holds %zu prompts; at most %d are taken in one request", n, PROTO_MAX_PROMPTS);
+    if (parse_one(c, first, &r->prompt, &r->prompt_len, &r->prompt_ids, &r->n_prompt_ids) < 0) return -1;
+    if (n > 1 && !(r->more = calloc(n - 1, sizeof *r->more))) return fail(c, PROTO_ERR_INTERNAL, NULL, "out of memory");
+    for (size_t i = 1; i < n; i++) {
+        proto_prompt *p = &r->more[r->n_more++];
+        if (parse_one(c, json_array_get(v, i), &p->text, &p->len, &p->ids, &p->n_ids) < 0) return -1;
     }
-    if (json_is_array(first)) return parse_ids(c, first, r);
-    return fail(c, PROTO_ERR_INVALID_TYPE, "prompt", "'prompt' entries must be strings or token ids, not %s", type_name(first));
+    return 1;
 }
 
 static const char *const roles[] = {"system", "developer", "user", "assistant", "tool", NULL};
@@ -537,6 +550,9 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
             r->top_logprobs = (int)x;
         }
     }
+    if (r->n_more && (r->n_more + 1) * r->n > PROTO_MAX_CHOICES)
+        return fail(c, PROTO_ERR_INVALID_VALUE, "n", "%d prompts with 'n' %d make %d choices; at most %d are taken in one request",
+                    r->n_more + 1, r->n, (r->n_more + 1) * r->n, PROTO_MAX_CHOICES);
     if (get_bool(c, o, "echo", &r->echo) < 0) return -1;
     /* the prompt's log-probabilities would need the prefill's logits of every position */
     if (r->echo && r->logprobs)
@@ -593,6 +609,11 @@ void proto_req_deinit(proto_req *r)
     free(r->model);
     free(r->prompt);
     free(r->prompt_ids);
+    for (int i = 0; i < r->n_more; i++) {
+        free(r->more[i].text);
+        free(r->more[i].ids);
+    }
+    free(r->more);
     free(r->chat_context);
     free(r->logit_bias);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);

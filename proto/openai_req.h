@@ -58,6 +58,17 @@ typedef struct proto_logit_bias {
     float bias; /* [-100, 100] */
 } proto_logit_bias;
 
+/* Completions' batch form: "prompt" as an array of strings or of token-id arrays, one choice (times
+ * n) per prompt, indexed prompt-major as OpenAI orders them. Bounded: a 400 past either. */
+#define PROTO_MAX_PROMPTS 32
+#define PROTO_MAX_CHOICES 64 /* prompts x n */
+typedef struct proto_prompt {
+    char *text; /* UTF-8, NUL-terminated; NULL when ids are given */
+    size_t len;
+    int32_t *ids;
+    int n_ids;
+} proto_prompt;
+
 typedef struct proto_req {
     enum proto_endpoint ep;
     char *model;               /* NULL when absent */
@@ -66,6 +77,8 @@ typedef struct proto_req {
     size_t prompt_len;
     int32_t *prompt_ids;       /* already-tokenized prompt, each in [0, vocab) */
     int n_prompt_ids;
+    proto_prompt *more;        /* completions: the prompts after the first (batch form) */
+    int n_more;
     /* chat: the template context (see above), NUL-terminated JSON text */
     char *chat_context;
     int max_tokens;            /* -1: not given (max_completion_tokens wins over max_tokens) */

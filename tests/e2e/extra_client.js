@@ -1,10 +1,14 @@
 // The rest of the surface through the official OpenAI Node client (run by
-// tests/e2e/serve_extra_api.sh): models.retrieve, completions with echo (whole and streamed).
-// Usage: node extra_client.js BASE_URL GOLDEN_JSON
+// tests/e2e/serve_extra_api.sh): models.retrieve, completions with echo (whole and streamed),
+// prompt arrays (OpenAI's batch form: strings, token-id arrays; one choice per prompt times n,
+// indexed prompt-major; usage summed; streamed too), each choice checked against the same prompt
+// sent alone.
+// Usage: node extra_client.js BASE_URL GOLDEN_JSON [GOLDEN_JSON ...]
 const fs = require('fs');
 const mod = require('openai');
 const OpenAI = mod.OpenAI || mod.default || mod;
-const [baseURL, goldenPath] = process.argv.slice(2);
+const [baseURL, goldenPath, ...more] = process.argv.slice(2);
+const goldens = [goldenPath, ...more].map((p) => JSON.parse(fs.readFileSync(p, 'utf8')));
 const golden = JSON.parse(fs.readFileSync(goldenPath, 'utf8'));
 const client = new OpenAI({ baseURL, apiKey: 'sk-test-key', maxRetries: 0, timeout: 30000 });
 const report = (name, cond, why) => console.log(cond ? `ok ${name}` : `not ok ${name} # ${why}`);
@@ -33,5 +37,56 @@ async function main() {
     await client.completions.create({ model: 'stories260K', prompt: 'a', echo: true, logprobs: 1 });
     report('extra_echo_logprobs_refused', false, 'no error');
   } catch (e) { report('extra_echo_logprobs_refused', e.status === 400 && /echo/.test(e.message), `${e.status} ${e.message}`); }
+  await batches();
+}
+
+async function batches() {
+  const prompts = goldens.map((g) => g.text);
+  const max_tokens = 12;
+  const base = { model: 'stories260K', max_tokens, temperature: 0 };
+  // each prompt alone: the reference for its choices in a batch
+  const alone = [];
+  for (const p of prompts) alone.push(await client.completions.create({ ...base, prompt: p }));
+  const want = alone.map((c) => c.choices[0].text);
+  const sum = (k) => alone.reduce((s, c) => s + c.usage[k], 0);
+  try {
+    const n = 2;
+    const c = await client.completions.create({ ...base, prompt: prompts, n });
+    const byIndex = [...c.choices].sort((x, y) => x.index - y.index);
+    const ok = byIndex.length === prompts.length * n && byIndex.every((ch, i) => ch.index === i && ch.text === want[Math.floor(i / n)]);
+    report('extra_prompt_array', ok, JSON.stringify(c.choices));
+    report('extra_prompt_array_usage', c.usage.prompt_tokens === sum('prompt_tokens') && c.usage.completion_tokens === n * sum('completion_tokens'),
+      `${JSON.stringify(c.usage)} vs alone ${sum('prompt_tokens')} / ${sum('completion_tokens')} x ${n}`);
+  } catch (e) { report('extra_prompt_array', false, e.message); }
+  try {
+    const c = await client.completions.create({ ...base, prompt: goldens.map((g) => g.ids) });
+    const ok = c.choices.length === prompts.length && c.choices.every((ch) => ch.text === want[ch.index]);
+    report('extra_prompt_token_arrays', ok, JSON.stringify(c.choices));
+  } catch (e) { report('extra_prompt_token_arrays', false, e.message); }
+  try {
+    const stream = await client.completions.create({ ...base, prompt: prompts, stream: true, stream_options: { include_usage: true } });
+    const text = prompts.map(() => '');
+    const finish = prompts.map(() => null);
+    let usage = null;
+    for await (const chunk of stream) {
+      for (const ch of chunk.choices) {
+        text[ch.index] += ch.text || '';
+        if (ch.finish_reason) finish[ch.index] = ch.finish_reason;
+      }
+      if (chunk.usage) usage = chunk.usage;
+    }
+    report('extra_prompt_array_stream', text.every((t, i) => t === want[i]) && finish.every((f) => f),
+      JSON.stringify({ text, finish }));
+    report('extra_prompt_array_stream_usage', usage && usage.prompt_tokens === sum('prompt_tokens') && usage.completion_tokens === sum('completion_tokens'),
+      JSON.stringify(usage));
+  } catch (e) { report('extra_prompt_array_stream', false, e.message); }
+  try {
+    const c = await client.completions.create({ ...base, prompt: prompts, echo: true });
+    report('extra_prompt_array_echo', c.choices.every((ch) => ch.text === prompts[ch.index] + want[ch.index]), JSON.stringify(c.choices));
+  } catch (e) { report('extra_prompt_array_echo', false, e.message); }
+  try {
+    await client.completions.create({ ...base, prompt: Array.from({ length: 33 }, (_, i) => `p${i}`) });
+    report('extra_prompt_array_bounded', false, 'no error');
+  } catch (e) { report('extra_prompt_array_bounded', e.status === 400 && e.param === 'prompt', `${e.status} ${e.param} ${e.message}`); }
 }
 main().catch((e) => console.log(`not ok extra_main # ${e.message}`));

@@ -1,6 +1,6 @@
 #!/bin/sh
-# The routes beside completions and chat: GET /v1/models/{id} and echo through the official
-# OpenAI Node client; llama.cpp-style POST /tokenize, /detokenize and /apply-template with curl,
+# The routes beside completions and chat: GET /v1/models/{id}, echo and prompt arrays through the
+# official OpenAI Node client; llama.cpp-style POST /tokenize, /detokenize and /apply-template with curl,
 # checked against the tokenizer's own expectations (tests/data/golden: transformers' ids) and a
 # round trip.
 . tests/e2e/lib/serve.sh
@@ -24,7 +24,8 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -H "$AUTH" "$API/tokenize")
 check extra_tokenize_get_refused [ "$code" = 405 ]
 NPM_DIR=build/npm
 if [ -d "$NPM_DIR/node_modules/openai" ]; then
-    NODE_PATH=$NPM_DIR/node_modules node tests/e2e/extra_client.js "$API/v1" $G
+    NODE_PATH=$NPM_DIR/node_modules node tests/e2e/extra_client.js "$API/v1" $G \
+        tests/data/golden/stories260K/lily.json tests/data/golden/stories260K/sun.json
 else
     echo "ok extra_node # SKIP the openai package is not installed (make deps)"
 fi

@@ -214,7 +214,11 @@ TEST(proto_req_rejects_bad_input)
         {PROTO_EP_COMPLETIONS, "{}", PROTO_ERR_MISSING_FIELD, "prompt"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":5}", PROTO_ERR_INVALID_TYPE, "prompt"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":[]}", PROTO_ERR_INVALID_VALUE, "prompt"},
-        {PROTO_EP_COMPLETIONS, "{\"prompt\":[\"a\",\"b\"]}", PROTO_ERR_UNSUPPORTED, "prompt"},
+        {PROTO_EP_COMPLETIONS, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\",\"r\",\"s\",\"t\",\"u\",\"v\",\"w\",\"x\",\"y\",\"z\",\"0\",\"1\",\"2\",\"3\",\"4\",\"5\",\"6\"]}", PROTO_ERR_INVALID_VALUE, "prompt"},
+        {PROTO_EP_COMPLETIONS, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"n\":16}", PROTO_ERR_INVALID_VALUE, "n"},
+        {PROTO_EP_COMPLETIONS, "{\"prompt\":[\"a\",5]}", PROTO_ERR_INVALID_TYPE, "prompt"},
+        {PROTO_EP_COMPLETIONS, "{\"prompt\":[\"a\",[]]}", PROTO_ERR_INVALID_VALUE, "prompt"},
+        {PROTO_EP_COMPLETIONS, "{\"prompt\":[[1],[1,-1]]}", PROTO_ERR_INVALID_VALUE, "prompt"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":[1,512]}", PROTO_ERR_INVALID_VALUE, "prompt"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":[1,-1]}", PROTO_ERR_INVALID_VALUE, "prompt"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":[1,\"x\"]}", PROTO_ERR_INVALID_TYPE, "prompt"},
@@ -280,6 +284,34 @@ TEST(proto_req_rejects_bad_input)
     strcat(big, "]}");
     CHECK_EQ(parse(PROTO_EP_COMPLETIONS, big, p), PROTO_ERR_CONTEXT_LENGTH);
     free(big);
+}
+
+/* The batch form: several prompts, strings or token arrays (mixed too), the first in prompt /
+ * prompt_ids and the rest in more, in order. */
+TEST(proto_req_prompt_arrays)
+{
+    static const char *bodies[] = {"{\"prompt\":[\"one\",\"two\",\"three\"],\"n\":2}", "{\"prompt\":[[1,2],[3],\"x\"]}"};
+    for (int i = 0; i < 2; i++) {
+        proto_req r;
+        char msg[256], param[64];
+        proto_limits lim = lims();
+        enum proto_err e = proto_req_parse(PROTO_EP_COMPLETIONS, bodies[i], strlen(bodies[i]), &lim, NULL, NULL, &r, msg,
+                                           sizeof msg, param, sizeof param);
+        CHECK_MSG(e == PROTO_ERR_NONE, "%s: %s", bodies[i], msg);
+        if (e != PROTO_ERR_NONE) continue;
+        CHECK_EQ(r.n_more, 2);
+        if (i == 0) {
+            CHECK_STR(r.prompt, "one");
+            CHECK_STR(r.more[0].text, "two");
+            CHECK_STR(r.more[1].text, "three");
+            CHECK_EQ(r.n, 2);
+        } else {
+            CHECK(r.n_prompt_ids == 2 && r.prompt_ids[1] == 2);
+            CHECK(r.more[0].n_ids == 1 && r.more[0].ids[0] == 3 && !r.more[0].text);
+            CHECK_STR(r.more[1].text, "x");
+        }
+        proto_req_deinit(&r);
+    }
 }
 
 TEST(proto_req_nesting_bound)

@@ -30,6 +30,16 @@ static void check_req(const proto_req *r, const proto_limits *l)
         CHECK(r->n_prompt_ids >= 0 && r->n_prompt_ids <= l->max_context);
         for (int i = 0; i < r->n_prompt_ids; i++)
             CHECK(r->prompt_ids[i] >= 0 && r->prompt_ids[i] < l->vocab);
+        /* the batch form: bounded, each prompt one of text / ids, the choices bounded */
+        CHECK(r->n_more >= 0 && r->n_more < PROTO_MAX_PROMPTS);
+        CHECK(!r->n_more || (r->n_more + 1) * r->n <= PROTO_MAX_CHOICES);
+        for (int k = 0; k < r->n_more; k++) {
+            const proto_prompt *p = &r->more[k];
+            CHECK((p->text != NULL) + (p->n_ids > 0) == 1);
+            if (p->text) CHECK(strlen(p->text) <= p->len);
+            CHECK(p->n_ids >= 0 && p->n_ids <= l->max_context);
+            for (int i = 0; i < p->n_ids; i++) CHECK(p->ids[i] >= 0 && p->ids[i] < l->vocab);
+        }
     } else {
         CHECK(r->chat_context != NULL);
         CHECK(proto_utf8_valid(r->chat_context, strlen(r->chat_context)));
