@@ -11,6 +11,14 @@
  *   tandem simulate --fig7 [--gpus a100,v100s] [--card u280] [--gpu-batch K] [...]
  *   tandem simulate --compare [--model M] [--card u280-batch] [--requests N] [...]
  *
+ * Placement: the daemon's (sched_policy.h), weighing the devices' decode cost by batch — each
+ * modelled device describes its curve as a backend does in accel_info.decode_curve
+ * (sched_sim_dev_curve) and its prefill share from its modelled iterations — or with
+ * --placement cards-first GLITCHES' rule (cards first, the GPU only when every card is busy), as
+ * --fig7 runs by default to reproduce the paper. --compare runs the mixed node both ways, and
+ * every GPU at up to 256 sequences a step (the measured curve's largest batch, its best); it
+ * refuses --gpu-batch: no comparison caps the GPU's batch.
+ *
  * Energy: tok/J = steady tokens/s over the node's rated board power (every device at its
  * profile's power for the whole run: an upper bound on the draw, for GPUs and cards alike).
  * Goodput: the steady-state tokens of the requests whose first token came within the TTFT SLO
@@ -47,6 +55,7 @@ typedef struct sim_run {
     double gpu_prefill_ms, gpu_prefill_tokens, gpu_decode_ms, gpu_decode_ctx;
     int prompt_hi;                  /* > prompt: prompts uniform in [prompt, prompt_hi] */
     double slo_tbt_ms, slo_ttft_ms; /* goodput: requests meeting both (0: not bounded) */
+    int cards_first;                /* --placement cards-first (GLITCHES); else weigh */
 } sim_run;
 
 typedef struct sim_result {
@@ -144,7 +153,8 @@ static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
                           .context = m.shape.context, .seed = o->seed};
     closed cl = {&tr, reqs, o->requests, 0};
     sched_sim_config cfg = {&m, m.n_devs, o->tbt_ms / 1e3, o->fpga_prefill, NULL,
-                            o->clients > 0 ? on_done : NULL, o->clients > 0 ? &cl : NULL};
+                            o->clients > 0 ? on_done : NULL, o->clients > 0 ? &cl : NULL,
+                            .cards_first = o->cards_first};
     sched_sim *sim = sched_sim_new(&cfg, err, errlen);
     if (!sim) {
         free(reqs);
@@ -190,8 +200,8 @@ static void print_one(const sim_run *o, const sim_result *r)
     else printf("[%d, %d]", o->prompt, o->output);
     if (o->clients > 0) printf(", %d closed-loop clients", o->clients);
     else printf(", Poisson %.3g req/s", o->rate);
-    printf(", %d requests, tbt budget %g ms, GPU decode batch %d\n", o->requests, o->tbt_ms,
-           o->gpu_batch > 0 ? o->gpu_batch : 256);
+    printf(", %d requests, tbt budget %g ms, GPU decode batch %d, placement %s\n", o->requests,
+           o->tbt_ms, o->gpu_batch > 0 ? o->gpu_batch : 256, o->cards_first ? "cards-first" : "weigh");
     printf("  finished %d, rejected %d\n", s->n_done, s->n_rejected);
     printf("  throughput %.1f tok/s steady (%.1f over the whole run), %.3f req/s\n", r->steady_tps, s->tokens_per_s, s->requests_per_s);
     printf("  TTFT p50 %.3f s p99 %.3f s | TPOT p50 %.2f ms p99 %.2f ms | e2e p50 %.2f s p99 %.2f s | queue p50 %.3f s p99 %.3f s\n",
@@ -222,20 +232,26 @@ static int compare(sim_run base, const char *card)
     const int clients[] = {16, 64, 256};
     char het[64];
     snprintf(het, sizeof het, "h200-tandem+7x%s", card);
-    const char *nodes[] = {het, "h200-tandem", "8xh200-tandem"};
+    /* the mixed node twice: with the placement that weighs the devices' batch curves (the
+     * daemon's), and with GLITCHES' "cards first" */
+    const char *nodes[] = {het, het, "h200-tandem", "8xh200-tandem"};
+    const int cards_first[] = {0, 1, 0, 0};
     if (base.slo_tbt_ms <= 0) base.slo_tbt_ms = 50;
     if (base.slo_ttft_ms <= 0) base.slo_ttft_ms = 2000;
-    printf("%s, closed-loop clients, at least %d requests (10 per client), GPU decode batch %d, "
-           "tbt budget %g ms; goodput: TTFT <= %g ms and TBT <= %g ms\n\n",
-           base.shape, base.requests, base.gpu_batch, base.tbt_ms, base.slo_ttft_ms, base.slo_tbt_ms);
-    printf("| workload | clients | node | tok/s | goodput tok/s | SLO met | tok/s per $1000 | tok/J "
+    printf("%s, closed-loop clients, at least %d requests (10 per client), every GPU decodes up to "
+           "256 sequences a step (the measured curve's best), tbt budget %g ms; goodput: TTFT <= %g "
+           "ms and TBT <= %g ms\n\n",
+           base.shape, base.requests, base.tbt_ms, base.slo_ttft_ms, base.slo_tbt_ms);
+    printf("| workload | clients | node | placement | tok/s | goodput tok/s | SLO met | tok/s per $1000 | tok/J "
            "| TTFT p50 / p99 s | TPOT p50 / p99 ms | decodes on cards |\n");
-    printf("|---|---:|---|---:|---:|---:|---:|---:|---|---|---:|\n");
+    printf("|---|---:|---|---|---:|---:|---:|---:|---:|---|---|---:|\n");
     for (size_t w = 0; w < sizeof work / sizeof work[0]; w++)
         for (size_t c = 0; c < sizeof clients / sizeof clients[0]; c++)
             for (size_t k = 0; k < sizeof nodes / sizeof nodes[0]; k++) {
                 sim_run o = base;
                 o.node = nodes[k];
+                o.cards_first = cards_first[k];
+                o.gpu_batch = 0; /* max_running 256 */
                 o.prompt = work[w].p0;
                 o.prompt_hi = work[w].p1;
                 o.output = work[w].out;
@@ -249,13 +265,14 @@ static int compare(sim_run base, const char *card)
                 }
                 const sched_sim_summary *s = &r.sum;
                 int tot = s->decodes_on_cards + s->decodes_fallback;
-                printf("| %s [%d-%d, %d] | %d | %s | %.0f | %.0f | %.0f%% | %.2f | %.3f | %.2f / %.2f "
+                printf("| %s [%d-%d, %d] | %d | %s | %s | %.0f | %.0f | %.0f%% | %.2f | %.3f | %.2f / %.2f "
                        "| %.1f / %.1f | %.0f%% |\n",
                        work[w].name, work[w].p0, work[w].p1, work[w].out, clients[c], nodes[k],
+                       k > 1 ? "-" : cards_first[k] ? "cards-first" : "weigh",
                        r.steady_tps, r.goodput_tps, s->n_done ? 100.0 * r.n_good / s->n_done : 0,
                        r.steady_tps / r.price * 1e3, r.power_w > 0 ? r.steady_tps / r.power_w : 0,
                        s->ttft_p50, s->ttft_p99, s->tpot_p50 * 1e3, s->tpot_p99 * 1e3,
-                       k == 0 && tot ? 100.0 * s->decodes_on_cards / tot : 0);
+                       k <= 1 && tot ? 100.0 * s->decodes_on_cards / tot : 0);
                 fflush(stdout);
             }
     return 0;
@@ -388,7 +405,7 @@ static int usage(FILE *f)
             "usage: tandem simulate [--node SPEC] [--model llama2-7b|llama3-8b] [--workload P:O | --sharegpt]\n"
             "         [--rate R | --clients C] [--requests N] [--seed S] [--tbt-budget-ms B] [--gpu-batch K]\n"
             "         [--fpga-prefill] [--gpu-prefill MS@TOKENS] [--gpu-decode MS@CTX] [--list]\n"
-            "         [--slo-tbt-ms MS] [--slo-ttft-ms MS]\n"
+            "         [--slo-tbt-ms MS] [--slo-ttft-ms MS] [--placement weigh|cards-first]\n"
             "       tandem simulate --compare [--model llama3.1-8b] [--card u280-batch] [--requests N]\n"
             "       tandem simulate --fig7 [--gpus a100,v100s] [--card u280] [--requests N] [--gpu-batch K]\n"
             "  SPEC: '+'-separated [N x]profile terms, e.g. a100+7xu280 (the default), 8xa100, h100+7xu280-tandem\n");
@@ -400,7 +417,7 @@ int dmn_cmd_simulate(int argc, char **argv)
     sim_run o = {.node = "a100+7xu280", .shape = "llama2-7b", .prompt = 1536, .output = 512,
                  .clients = 16, .requests = 400, .seed = 1, .tbt_ms = 50, .gpu_batch = 1};
     const char *gpus = "a100,v100s", *card = "u280", *v;
-    int bad = 0, do_fig7 = 0, do_compare = 0, requests_set = 0;
+    int bad = 0, do_fig7 = 0, do_compare = 0, requests_set = 0, placement_set = 0, batch_set = 0;
     for (int i = 1; i < argc && !bad; i++) {
         long l;
         double d;
@@ -425,6 +442,14 @@ int dmn_cmd_simulate(int argc, char **argv)
         } else if ((v = dmn_opt(&i, argc, argv, "--slo-ttft-ms", &bad))) {
             if (dmn_parse_float("--slo-ttft-ms", v, 0.001, 1e7, &d)) return 2;
             o.slo_ttft_ms = d;
+        } else if ((v = dmn_opt(&i, argc, argv, "--placement", &bad))) {
+            if (!strcmp(v, "weigh")) o.cards_first = 0;
+            else if (!strcmp(v, "cards-first")) o.cards_first = 1;
+            else {
+                fprintf(stderr, "tandem simulate: --placement takes weigh or cards-first\n");
+                return 2;
+            }
+            placement_set = 1;
         } else if (dmn_flag(i, argv, "--compare")) do_compare = 1;
         else if ((v = dmn_opt(&i, argc, argv, "--rate", &bad))) {
             if (dmn_parse_float("--rate", v, 1e-6, 1e6, &d)) return 2;
@@ -446,6 +471,7 @@ int dmn_cmd_simulate(int argc, char **argv)
         } else if ((v = dmn_opt(&i, argc, argv, "--gpu-batch", &bad))) {
             if (dmn_parse_int("--gpu-batch", v, 1, 4096, &l)) return 2;
             o.gpu_batch = (int)l;
+            batch_set = 1;
         } else if ((v = dmn_opt(&i, argc, argv, "--gpu-prefill", &bad))) {
             if (parse_at("--gpu-prefill", v, &o.gpu_prefill_ms, &o.gpu_prefill_tokens)) return 2;
         } else if ((v = dmn_opt(&i, argc, argv, "--gpu-decode", &bad))) {
@@ -467,11 +493,17 @@ int dmn_cmd_simulate(int argc, char **argv)
     if (bad) return usage(stderr);
     if (do_fig7) {
         if (!requests_set) o.requests = 320;
+        if (!placement_set) o.cards_first = 1; /* the paper's dispatch */
         return fig7(o, gpus, card);
     }
     if (do_compare) {
         if (!requests_set) o.requests = 160;
-        if (o.gpu_batch == 1) o.gpu_batch = 256; /* the GPU at its best batch, unless told */
+        if (batch_set || placement_set) {
+            /* no comparison caps the GPU's batch; both placements are in the table */
+            fprintf(stderr, "tandem simulate: --compare runs every GPU at its best batch and both "
+                            "placements: --gpu-batch and --placement do not apply\n");
+            return 2;
+        }
         return compare(o, strcmp(card, "u280") ? card : "u280-batch");
     }
     sim_result r;

@@ -51,6 +51,7 @@
 #include "fpga/flex_host.h"
 #include "fpga/prefill.h"
 #include "fpga/kv_pool.h"
+#include "fpga/dec_model.h"
 #include "proto/kv_wire.h"
 #include "scheduler/accel_impl.h"
 #include <limits.h>
@@ -96,6 +97,7 @@ typedef struct fpga_dev {
     uint32_t run_rows;    /* rows per kernel run: FPGA_PF_RUN_ROWS (tests: fewer) */
     fpga_pf_result last_pf;
     fpga_pf_job last_job; /* for tests: where the last prefill's workspace was */
+    accel_decode_curve curve; /* the decode cost by batch (fpga_curve), set at open */
 } fpga_dev;
 
 static const struct accel_dev_i fpga_i;
@@ -659,6 +661,46 @@ static int fpga_warmup(accel_dev *ad)
     return st;
 }
 
+/* The card's decode cost by batch (accel_info.decode_curve), from the emulator's timing model
+ * (fpga/dec_model.h: the batched kernel's run, host syncs left out): batches 1, 2, 4, ... up to
+ * max_batch at ctx positions each (1,024, or the model's context if shorter), consecutive block
+ * ids as a sequence that grew alone; s_per_pos from one sequence at 2 x ctx. Computed once. */
+static void fpga_curve(fpga_dev *d, accel_decode_curve *out)
+{
+    uint32_t ids[FPGA_DEC_MAX_BATCH * 64]; /* 4 KiB */
+    memset(out, 0, sizeof *out);
+    const fpga_dec_desc *dd = &d->card.desc;
+    int ctx = d->base.m->cfg.max_pos > 0 && d->base.m->cfg.max_pos < 2048 ? d->base.m->cfg.max_pos / 2 : 1024;
+    uint32_t T = fpga_dec_kv_block_tokens(dd), nid = T ? (uint32_t)(2 * ctx) / T + 1 : 0;
+    if (!T || nid > 64 || ctx < 2) return;
+    fpga_dec_layout lo;
+    fpga_dec_layout_of(dd, &lo);
+    uint32_t pos[FPGA_DEC_MAX_BATCH];
+    fpga_dec_kvmap km[FPGA_DEC_MAX_BATCH];
+    int mb = d->card.max_batch > 1 ? d->card.max_batch : 1;
+    if (mb > FPGA_DEC_MAX_BATCH) mb = FPGA_DEC_MAX_BATCH;
+    for (int b = 0; b < mb; b++) {
+        for (uint32_t i = 0; i < nid; i++) ids[b * nid + i] = (uint32_t)b * nid + i;
+        fpga_dec_kvmap_paged(dd, &lo, 0, ids + b * nid, nid, &km[b]);
+        pos[b] = (uint32_t)ctx - 1;
+    }
+    fpga_dec_cost c;
+    for (int b = 1; out->n < ACCEL_CURVE_MAX; b *= 2) {
+        int x = b < mb ? b : mb;
+        if (mb == 1) fpga_dec_model_step_paged(dd, (uint32_t)ctx - 1, 0, &c);
+        else fpga_dec_model_step_batch(dd, (uint32_t)x, pos, km, &c);
+        out->batch[out->n] = x;
+        out->step_s[out->n++] = c.modeled_ns * 1e-9;
+        if (x == mb) break;
+    }
+    pos[0] = (uint32_t)(2 * ctx) - 1;
+    if (mb == 1) fpga_dec_model_step_paged(dd, pos[0], 0, &c);
+    else fpga_dec_model_step_batch(dd, 1, pos, km, &c);
+    out->ctx = ctx;
+    double more = c.modeled_ns * 1e-9 - out->step_s[0];
+    out->s_per_pos = more > 0 ? more / ctx : 0;
+}
+
 static void fpga_describe(accel_dev *ad, accel_info *out)
 {
     fpga_dev *d = (fpga_dev *)ad;
@@ -669,6 +711,7 @@ static void fpga_describe(accel_dev *ad, accel_info *out)
     out->caps = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
     if (d->can_prefill) out->caps |= ACCEL_CAP_PREFILL | ACCEL_CAP_KV_EXPORT;
     out->max_batch = d->card.max_batch > 1 ? d->card.max_batch : 1;
+    out->decode_curve = d->curve;
 }
 
 static void fpga_free(accel_dev *ad)
@@ -837,6 +880,7 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
         goto fail;
     }
     model_rope_inv_freq(c, 0, d->inv_freq);
+    fpga_curve(d, &d->curve);
     return &d->base;
 fail:
     fpga_image_release(&img);

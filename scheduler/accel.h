@@ -62,6 +62,22 @@ enum { ACCEL_CAP_PREFILL = 1, ACCEL_CAP_DECODE = 2, ACCEL_CAP_KV_EXPORT = 4, ACC
        ACCEL_CAP_REMOTE = 32, /* on another node (peer/peer.h): placed after local devices */
        ACCEL_CAP_KV_EXPORT_HELD = 64 /* accel_kv_export: KV already held, out again */ };
 
+/* What one accel_decode call costs on a device, by batch size (the placement weighs devices by
+ * it: scheduler/sched_policy.h). A call of batch[i] sequences holding ctx positions each takes
+ * step_s[i] seconds; each position more (or fewer) in the call adds (or saves) s_per_pos
+ * seconds (the KV it reads). Between points the step time is linear in the batch; past the last
+ * point it follows the last segment. batch[] increases, batch[0] >= 1. n == 0: the device does
+ * not say (the placement then ranks it as GLITCHES does). A backend fills it from its own timing
+ * model or measurements; the scheduler may replace points with the step times it measures. */
+#define ACCEL_CURVE_MAX 12
+typedef struct accel_decode_curve {
+    int n;
+    int batch[ACCEL_CURVE_MAX];
+    double step_s[ACCEL_CURVE_MAX];
+    double ctx;
+    double s_per_pos;
+} accel_decode_curve;
+
 typedef struct accel_info {
     char name[32];            /* "cpu", "cuda:0", "fpga:1" */
     char desc[96];            /* human-readable: "NVIDIA H100 80GB HBM3", "U280 (emulated)" */
@@ -80,6 +96,9 @@ typedef struct accel_info {
     int kv_blocks_used;       /* referenced by any sequence, cache holders included */
     int kv_blocks_cached;     /* of which referenced by cache holders only (evictable) */
     int n_holders;            /* prefix-cache holders (accel_seq_hold) */
+    /* appended last (the CUDA plugin is built apart: a plugin that does not know it leaves it
+     * zeroed by accel_get_info, "does not say") */
+    accel_decode_curve decode_curve;
 } accel_info;
 
 /* The half-precision format the cuda backend keeps weights and activations in (cuda only; the

@@ -19,10 +19,12 @@ enum sched_place sched_book_place(sched_book *b, const sched_policy_req *r, sche
     e->prefill_bytes = e->split ? sched_policy_prompt_bytes(p, r) : 0;
     e->decode_bytes = sched_policy_commit_bytes(d, r);
     e->decode_seqs = r->n;
+    e->decode_positions = sched_policy_positions(r);
     p->prefill_tokens += e->prefill_tokens;
     p->mem_committed += e->prefill_bytes;
     d->mem_committed += e->decode_bytes;
     d->running += e->decode_seqs;
+    d->positions += e->decode_positions;
     d->assigned++;
     return SCHED_PLACE_OK;
 }
@@ -44,6 +46,8 @@ void sched_book_release(sched_book *b, sched_book_entry *e)
     sched_policy_dev *d = &b->dev[e->decode];
     d->mem_committed -= e->decode_bytes;
     d->running -= e->decode_seqs;
+    d->positions -= e->decode_positions;
+    if (!d->running || d->positions < 0) d->positions = 0; /* no drift from rounding */
     sched_book_entry_init(e);
 }
 

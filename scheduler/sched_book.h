@@ -33,6 +33,7 @@ typedef struct sched_book_entry {
     int prefill_tokens;       /* queued on the prefill device, until prefilled */
     uint64_t decode_bytes;    /* on the decode device, until released */
     int decode_seqs;
+    double decode_positions;  /* sched_policy_positions, on the decode device until released */
 } sched_book_entry;
 
 /* Asks the policy for r and, on SCHED_PLACE_OK, commits the placement into *e (which must be

@@ -98,7 +98,10 @@ static enum accel_health health_of(sched *s, int i)
 
 void sched_book_refresh(sched *s)
 {
-    for (int i = 0; i < s->n_devs; i++) s->book.dev[i].health = health_of(s, i);
+    for (int i = 0; i < s->n_devs; i++) {
+        s->book.dev[i].health = health_of(s, i);
+        s->book.dev[i].prefill_share = atomic_load(&s->dev[i].prefill_share_ppm) / 1e6;
+    }
 }
 
 /* A request failed on device i (it moved away, or failed): the scheduler's mark. */

@@ -178,6 +178,7 @@ typedef struct sched_dev {
     sched_req *pf_head, *pf_tail; /* prefill jobs, FCFS */
     sched_req *attached;         /* split requests whose KV comes here, not handed over yet */
     sched_rate rate;             /* seconds per prefill token here */
+    sched_share share;           /* the share of its time spent prefilling (the policy's) */
     float *logits;               /* (rows, vocab) */
     int rows;
     accel_seq **seqs;
@@ -191,6 +192,7 @@ typedef struct sched_dev {
     atomic_uint_least64_t preemptions;    /* requests preempted here for room */
     atomic_uint_least64_t forks;          /* choices that shared another's prefill */
     atomic_int_least64_t progress_ns;
+    atomic_int_least64_t prefill_share_ppm; /* sched_share_value(&share) x 1e6, for the book */
     atomic_int in_step;
     atomic_int warm;             /* 0 warming, 1 ok, -1 failed */
     /* loop only */

@@ -132,6 +132,9 @@ sched *sched_new(uv_loop_t *loop, accel_dev *const *devs, int n, const model_tok
         v->block_tokens = d->info0.caps & ACCEL_CAP_PAGED ? d->info0.kv_block_tokens : 0;
         v->max_running = s->cfg.max_running;
         v->max_batch = d->info0.max_batch > 0 ? d->info0.max_batch : 1;
+        /* the decode cost by batch, where the device describes one: the placement weighs it */
+        if (d->info0.decode_curve.n > 0 && d->info0.decode_curve.n <= ACCEL_CURVE_MAX)
+            v->curve = d->info0.decode_curve;
         const unsigned card = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
         if (v->kind == ACCEL_KIND_FPGA && (v->caps & card) == card) s->n_cards++;
         pthread_mutex_init(&d->mu, NULL);

@@ -1,5 +1,6 @@
 /* scheduler/sched_policy.c — see sched_policy.h for the rules this implements. */
 #include "scheduler/sched_policy.h"
+#include <math.h>
 
 uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req *r)
 {
@@ -115,6 +116,51 @@ static int better_card(const sched_policy_dev *v, int a, int b)
     return c ? c < 0 : a < b;
 }
 
+/* ---------------------------------------------------------------- weighing by batch curves */
+
+/* One call of b <= max_batch sequences at the curve's own context. */
+static double curve_call_s(const accel_decode_curve *c, double b)
+{
+    const int n = c->n;
+    if (n == 1 || b <= c->batch[0]) return c->step_s[0];
+    int i = 1;
+    while (i < n - 1 && b > c->batch[i]) i++;
+    double b0 = c->batch[i - 1], b1 = c->batch[i], t0 = c->step_s[i - 1], t1 = c->step_s[i];
+    return t0 + (t1 - t0) * (b - b0) / (b1 - b0);
+}
+
+double sched_policy_step_s(const sched_policy_dev *d, int batch, double positions)
+{
+    const accel_decode_curve *c = &d->curve;
+    if (c->n <= 0 || c->n > ACCEL_CURVE_MAX) return -1;
+    if (batch <= 0) return 0;
+    int mb = d->max_batch > 0 ? d->max_batch : 1;
+    int full = batch / mb, rest = batch % mb;
+    double t = full * curve_call_s(c, mb) + (rest ? curve_call_s(c, rest) : 0);
+    /* the KV the step reads beyond (or short of) the curve's context; never under half the
+     * curve's time (the weights are read whatever the context) */
+    double kv = (positions - batch * c->ctx) * c->s_per_pos;
+    return t + kv > t / 2 ? t + kv : t / 2;
+}
+
+double sched_policy_positions(const sched_policy_req *r)
+{
+    return (double)r->n * ((double)r->n_prompt + r->max_tokens / 2.0);
+}
+
+double sched_policy_gain(const sched_policy_dev *d, int n, double positions)
+{
+    double before = sched_policy_step_s(d, d->running, d->positions);
+    double after = sched_policy_step_s(d, d->running + n, d->positions + n * positions);
+    if (before < 0 || !(after > 0)) return 0;
+    return (d->running + n) / after - (before > 0 ? d->running / before : 0);
+}
+
+static int has_curve(const sched_policy_dev *d)
+{
+    return d->curve.n > 0 && d->curve.n <= ACCEL_CURVE_MAX;
+}
+
 enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
                                     const sched_policy_opts *o, const sched_policy_req *r,
                                     sched_placement *out)
@@ -152,10 +198,28 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
             }
         }
     }
-    if (card >= 0 && exporter >= 0 && exporter != card) {
+    int split = card >= 0 && exporter >= 0 && exporter != card;
+    /* weighing by the batch curves (the "weighing" rules at the top of sched_policy.h) */
+    int weigh = !r->decode_on && local >= 0 && has_curve(&v[local]);
+    if (weigh && split && has_curve(&v[card])) {
+        double per = sched_policy_positions(r) / r->n;
+        double g = sched_policy_gain(&v[local], r->n, per);
+        if (v[local].prefill_tokens) {
+            double p = v[local].prefill_share;
+            g *= p <= 0 ? 1 : p >= 1 ? 0 : 1 - p;
+        }
+        if (g > sched_policy_gain(&v[card], r->n, per)) split = 0;
+    }
+    if (split) {
         out->prefill = exporter;
         out->decode = card;
         return SCHED_PLACE_OK;
+    }
+    if (weigh && card < 0 && v[local].prefill_tokens && could_card && could_export) {
+        int curves = 0;
+        for (int i = 0; i < n_devs && !curves; i++)
+            curves = usable(&v[i], i, r->avoid) && is_target(&v[i], r, i) && has_curve(&v[i]);
+        if (curves) return SCHED_PLACE_WAIT;
     }
     if (local >= 0) {
         out->prefill = out->decode = local;
@@ -173,11 +237,38 @@ int sched_policy_can_serve(const sched_policy_dev *v, int n_devs, const sched_po
     for (int i = 0; i < n_devs; i++) {
         idle[i] = v[i];
         idle[i].running = 0;
+        idle[i].positions = 0;
         idle[i].mem_committed = 0;
     }
     sched_policy_req r = {1, 1, 1, 0, 0, 0};
     sched_placement pl;
     return sched_policy_place(idle, n_devs, o, &r, &pl) != SCHED_PLACE_NEVER;
+}
+
+void sched_share_observe(sched_share *s, double now, double prefill_s)
+{
+    if (!(prefill_s >= 0)) prefill_s = 0;
+    if (!s->started) {
+        /* a device that starts has been idle: one time constant of history without prefill,
+         * so that the first burst of prompts does not read as a device that only prefills */
+        s->started = 1;
+        s->last = now - prefill_s;
+        s->total = SCHED_SHARE_TAU_S;
+    }
+    double dt = now - s->last;
+    if (!(dt >= 0)) dt = 0;
+    if (prefill_s > dt) dt = prefill_s;
+    double f = exp(-dt / SCHED_SHARE_TAU_S);
+    s->prefill = s->prefill * f + prefill_s;
+    s->total = s->total * f + dt;
+    s->last = now;
+}
+
+double sched_share_value(const sched_share *s)
+{
+    if (!(s->total > 0)) return 0;
+    double v = s->prefill / s->total;
+    return v < 0 ? 0 : v > 1 ? 1 : v;
 }
 
 /* ---------------------------------------------------------------- chunked prefill */

@@ -45,6 +45,30 @@
  *                queue then waits and nothing behind it overtakes (strict FCFS: no starvation).
  *   4. NEVER:    no usable device could ever hold it.
  *
+ *   weighing     where both the split's card and the fallback device describe their decode
+ *   (issue 25)   cost by batch (accel_info.decode_curve) and the request pins no decoder, rules
+ *                1 and 2 are not "cards first" but:
+ *                a. the device whose decode tokens/s grow the most with the request's
+ *                   sequences wins: gain = (B + n) / step(B + n) - B / step(B), B its decode
+ *                   sequences, step() from its curve at its positions (sched_policy_gain). This
+ *                   is the step-time growth weighed by what the batch produces: a GPU at batch
+ *                   100 grows its step by ~0.05 ms per sequence but slows 100 sequences with
+ *                   it; a card's first sequence costs a whole pass over its weights but slows
+ *                   nobody. Ties go to the card.
+ *                b. the GPU is kept free for prefill: while prompts wait on the fallback device
+ *                   (prefill_tokens > 0), its gain counts only for the share of its time that
+ *                   prefill leaves to decoding: gain x (1 - prefill_share) — a device that
+ *                   spends a share p of its time prefilling decodes at (1 - p) of its curve.
+ *                   Prompts waiting on a device that has lately done nothing but prefill
+ *                   (p = 1) send every decode a card can take to the cards (the
+ *                   disaggregation argument: cards take decode so that the GPU prefills); a
+ *                   short prompt queued on a GPU that mostly decodes changes little.
+ *                c. no card has a slot now but one could take it once idle, and prefill waits on
+ *                   the fallback device: WAIT (the device is busy prefilling anyway, and a decode
+ *                   bound to it now would take time from those prompts; when its queue empties
+ *                   the request is placed at once, on a card if one freed, else in place).
+ *                Devices that do not describe a curve keep the rules as written above.
+ *
  *   pins         a request may name the devices that may prefill and decode it (prefill_on,
  *                decode_on: tandem generate's --prefill-device and --device); the rules above
  *                then see only those, and a pinned decoder that imports KV counts as a card.
@@ -75,6 +99,13 @@ typedef struct sched_policy_dev {
     int prefill_tokens;       /* prompt tokens queued for prefill here */
     uint64_t assigned;        /* decodes ever placed here (round robin among idle cards) */
     int block_tokens;         /* a paged device's positions per KV block (0: not paged) */
+    /* the decode cost by batch (accel_info.decode_curve; n 0: unknown), and the KV positions
+     * of the decode sequences placed here (each counted at its mean over its life: prompt +
+     * max_tokens / 2; the book's) */
+    accel_decode_curve curve;
+    double positions;
+    double prefill_share;     /* of its recent time, the share spent prefilling (sched_share;
+                                 0..1, 0 when unknown) */
 } sched_policy_dev;
 
 typedef struct sched_policy_opts {
@@ -104,6 +135,16 @@ typedef struct sched_placement {
     int decode;  /* device index; == prefill when the prefill device decodes it (fallback) */
 } sched_placement;
 
+/* Seconds of one decode iteration of d over `batch` sequences holding `positions` KV positions
+ * in all (in slices of max_batch, as the worker runs them), from its curve; 0 for batch 0; -1
+ * when d has no curve. */
+double sched_policy_step_s(const sched_policy_dev *d, int batch, double positions);
+/* Tokens/s d's decode gains by taking n more sequences of `positions` positions each (its
+ * current batch: running, at d->positions); 0 without a curve. */
+double sched_policy_gain(const sched_policy_dev *d, int n, double positions);
+/* The positions a placement counts on its decode device: n * (n_prompt + max_tokens / 2). */
+double sched_policy_positions(const sched_policy_req *r);
+
 /* KV bytes of n sequences of prompt + max_tokens positions on a device. */
 uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req *r);
 /* What a placement commits on its decode device: sched_policy_kv_bytes, or on a paged device
@@ -121,6 +162,20 @@ enum sched_place sched_policy_place(const sched_policy_dev *devs, int n_devs,
 /* 1 when some request (one token, one choice) could be served by the usable devices at all:
  * a prefill device and a decode path for it exist. The daemon is ready only then. */
 int sched_policy_can_serve(const sched_policy_dev *devs, int n_devs, const sched_policy_opts *o);
+
+/* The share of a device's recent time spent prefilling (sched_policy_dev.prefill_share): time
+ * -weighted with exponential forgetting (time constant SCHED_SHARE_TAU_S: long enough to span a
+ * few of the longest prompts' prefills, a 32K prompt taking ~1 s on an H200). The owner (the
+ * worker, or the simulator) reports each iteration: it ended at `now` and spent `prefill_s` of
+ * it prefilling; idle time between iterations counts as not prefilling, and so does one time
+ * constant before the first report (a device starts idle). */
+#define SCHED_SHARE_TAU_S 2.0
+typedef struct sched_share {
+    double prefill, total, last; /* decayed sums, seconds; last report's time */
+    int started;
+} sched_share;
+void sched_share_observe(sched_share *s, double now, double prefill_s);
+double sched_share_value(const sched_share *s);
 
 /* ---------------------------------------------------------------- chunked prefill */
 

@@ -35,6 +35,7 @@ typedef struct sim_dev {
     sim_req *active;            /* decoding here */
     int busy;                   /* an iteration is in flight (or being priced) */
     sched_rate rate;
+    sched_share share;          /* the share of its time spent prefilling (the policy's) */
     double link_free;           /* card: when its import lane is free */
     pend *pend;                 /* effects of the iteration in flight */
     int n_pend, cap_pend;
@@ -290,6 +291,10 @@ static void iterate(sched_sim *s, int di)
             add_pend(s, d, r, PEND_PREFILLED_LOCAL);
         }
     }
+    /* the policy's prefill share, reported as of the iteration's end (the book is read before
+     * then only by dispatches at earlier events, which see the previous iterations) */
+    sched_share_observe(&d->share, t + dt, spent);
+    s->book.dev[di].prefill_share = sched_share_value(&d->share);
     if (dt > 0) {
         d->st.busy_s += dt;
         push(s, t + dt, EV_STEP, di, NULL);
@@ -391,6 +396,7 @@ sched_sim *sched_sim_new(const sched_sim_config *cfg, char *err, size_t errlen)
         v->kv_bytes_per_token = m->kv_bytes_per_token;
         v->max_running = m->max_running;
         v->max_batch = m->max_batch;
+        if (!cfg->cards_first) sched_sim_dev_curve(m, &v->curve);
     }
     return s;
 }

@@ -56,6 +56,9 @@ typedef struct sched_sim_config {
                      const sched_placement *pl);
     void (*on_done)(void *ctx, sched_sim *sim, sched_sim_req *r);
     void *ctx;
+    int cards_first;                    /* the devices describe no decode curve: GLITCHES' "cards
+                                           first" placement (sched_policy.h) instead of weighing
+                                           the devices' batch curves */
 } sched_sim_config;
 
 /* Per device after a run. */

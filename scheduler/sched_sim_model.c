@@ -155,6 +155,20 @@ double sched_sim_decode_s(const sched_sim_dev_model *d, int batch, long long sum
     return d->fixed_s + (mem > comp ? mem : comp) + (batch - 1) * d->seq_s;
 }
 
+void sched_sim_dev_curve(const sched_sim_dev_model *d, accel_decode_curve *out)
+{
+    memset(out, 0, sizeof *out);
+    int mb = d->max_batch > 0 ? d->max_batch : 1;
+    for (int b = 1; out->n < ACCEL_CURVE_MAX; b *= 2) {
+        int x = b < mb ? b : mb;
+        out->batch[out->n] = x;
+        out->step_s[out->n++] = sched_sim_decode_s(d, x, (long long)x * SCHED_SIM_CURVE_CTX);
+        if (x == mb) break;
+    }
+    out->ctx = SCHED_SIM_CURVE_CTX;
+    out->s_per_pos = d->decode_bps > 0 ? (double)d->kv_bytes_per_token / d->decode_bps : 0;
+}
+
 static double hop(const sched_sim_dev_model *d, double bytes)
 {
     return d->link_bps > 0 ? d->link_s + bytes / d->link_bps : 0;

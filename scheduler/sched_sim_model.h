@@ -130,6 +130,12 @@ int sched_sim_model_build(sched_sim_model *m, const sched_sim_catalog *c, const 
 double sched_sim_prefill_flops(const sched_sim_shape *s, double n, double pos0);
 double sched_sim_prefill_s(const sched_sim_dev_model *d, int n, int pos0);
 double sched_sim_decode_s(const sched_sim_dev_model *d, int batch, long long sum_ctx);
+/* The device's decode cost as accel_info.decode_curve describes one (what the placement weighs,
+ * sched_policy.h): sched_sim_decode_s at batches 1, 2, 4, ... up to max_batch (and max_batch
+ * itself), SCHED_SIM_CURVE_CTX positions per sequence; s_per_pos the KV bytes of one position
+ * at decode_bps. */
+#define SCHED_SIM_CURVE_CTX 1024
+void sched_sim_dev_curve(const sched_sim_dev_model *d, accel_decode_curve *out);
 /* One layer's KV chunk of `bytes` from a prefill device to a card. */
 double sched_sim_ship_s(const sched_sim_dev_model *from, const sched_sim_dev_model *to,
                         double bytes);

@@ -420,7 +420,15 @@ void *sched_worker_main(void *arg)
         }
         reap(d);
         decode_step(d);
+        double t0 = sched_now();
+        int prefilling = d->pf_head != NULL;
         sched_prefill_work(d);
+        if (prefilling || d->share.started) {
+            /* the policy weighs this device's decode by the time prefill leaves it */
+            double t1 = sched_now();
+            sched_share_observe(&d->share, t1, prefilling ? t1 - t0 : 0);
+            atomic_store(&d->prefill_share_ppm, (int_least64_t)(sched_share_value(&d->share) * 1e6));
+        }
     }
     stop_all(d);
     free_rows(d);

@@ -27,9 +27,20 @@ check simulate_bad_node sh -c "[ $rc = 1 ] && grep -q \"unknown device profile '
 rc=$?
 check simulate_bad_workload sh -c "[ $rc = 2 ] && grep -q 'PROMPT.*:OUTPUT' $T/out"
 "$TANDEM" simulate --node h200-tandem+7xu280-batch --model llama3-8b --workload 128-512:64 --clients 16 \
-    --requests 64 --gpu-batch 256 --slo-tbt-ms 50 --slo-ttft-ms 2000 >"$T/out" 2>&1
-check simulate_energy_slo sh -c "grep -q '\[128-512, 64\]' $T/out && grep -q 'energy: 2275 W rated, [0-9.]* tok/J' $T/out && grep -q 'SLO TTFT <= 2000 ms, TBT <= 50 ms: [0-9]* of 64 finished' $T/out && grep -q 'decodes: [1-9][0-9]* on cards' $T/out"
+    --requests 64 --gpu-batch 256 --slo-tbt-ms 50 --slo-ttft-ms 2000 --placement cards-first >"$T/out" 2>&1
+check simulate_energy_slo sh -c "grep -q '\[128-512, 64\]' $T/out && grep -q 'energy: 2275 W rated, [0-9.]* tok/J' $T/out && grep -q 'SLO TTFT <= 2000 ms, TBT <= 50 ms: [0-9]* of 64 finished' $T/out && grep -q 'placement cards-first' $T/out && grep -q 'decodes: 64 on cards' $T/out"
+# weighing the batch curves (the default): short prompts leave the GPU free, so it decodes them
+# itself; long prompts keep it prefilling, so the cards take (nearly) every decode
+"$TANDEM" simulate --node h200-tandem+7xu280-batch --model llama3-8b --workload 128-512:64 --clients 16 \
+    --requests 64 --gpu-batch 256 >"$T/out" 2>&1
+check simulate_weigh_short_prompts_on_gpu sh -c "grep -q 'placement weigh' $T/out && grep -q 'decodes: 0 on cards (split), 64 in place' $T/out"
+"$TANDEM" simulate --node h200-tandem+7xu280-batch --model llama3.1-8b --workload 8192-32768:64 --clients 16 \
+    --requests 64 --gpu-batch 256 >"$T/out" 2>&1
+check simulate_weigh_long_prompts_on_cards sh -c "grep -q 'decodes: [5-6][0-9] on cards' $T/out"
+"$TANDEM" simulate --compare --gpu-batch 8 >"$T/out" 2>&1
+rc=$?
+check simulate_compare_never_caps_gpu sh -c "[ $rc = 2 ] && grep -q 'best batch' $T/out"
 "$TANDEM" simulate --compare --model llama3.1-8b --requests 16 >"$T/cmp" 2>&1
-check simulate_compare_rows sh -c "[ \$(grep -c '^| decode-heavy' $T/cmp) = 9 ] && [ \$(grep -c '^| prefill-heavy' $T/cmp) = 9 ] && grep -q '| 8xh200-tandem |' $T/cmp"
+check simulate_compare_rows sh -c "[ \$(grep -c '^| decode-heavy' $T/cmp) = 12 ] && [ \$(grep -c '^| prefill-heavy' $T/cmp) = 12 ] && grep -q '| 8xh200-tandem |' $T/cmp && grep -q '| weigh |' $T/cmp && grep -q '| cards-first |' $T/cmp"
 "$TANDEM" simulate --list >"$T/out" 2>&1
 check simulate_list sh -c "grep -q 'u280-tandem' $T/out && grep -q 'h200-tandem' $T/out && grep -q 'u280-batch' $T/out && grep -q 'power 225 W' $T/out"

@@ -30,6 +30,7 @@ static void t_free(accel_dev *d)
 static void t_describe(accel_dev *d, accel_info *out)
 {
     tcard *c = (tcard *)d;
+    if (c->f.curve) out->decode_curve = *c->f.curve;
     if (c->f.gpu) {
         snprintf(out->name, sizeof out->name, "tgpu:%d", c->index);
         snprintf(out->desc, sizeof out->desc, "test GPU (CPU arithmetic)");

@@ -20,6 +20,7 @@ typedef struct tcard_faults {
     int decode_timeout_at; /* the Nth accel_decode times out (ACCEL_ERR_TIMEOUT, DEGRADED) */
     double decode_ms;      /* sleep per decode call (a slower card) */
     uint64_t mem_limit;    /* 0: the CPU backend's budget */
+    const accel_decode_curve *curve; /* described in accel_info.decode_curve (NULL: none) */
 } tcard_faults;
 
 accel_dev *tcard_open(int index, const model *m, const tcard_faults *f, char *err, size_t errlen);

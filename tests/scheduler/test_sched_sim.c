@@ -63,7 +63,8 @@ static sched_sim *sim_of(const sched_sim_model *m, checks *c, double budget)
     memset(c, 0, sizeof *c);
     c->fcfs_ok = c->card_ok = c->fallback_ok = 1;
     c->last_id = -1;
-    sched_sim_config cfg = {m, m->n_devs, budget, 0, on_place, NULL, c};
+    /* GLITCHES' dispatch (cards first): what these tests check */
+    sched_sim_config cfg = {m, m->n_devs, budget, 0, on_place, NULL, c, .cards_first = 1};
     char err[128];
     sched_sim *s = sched_sim_new(&cfg, err, sizeof err);
     if (!s) t_fail(__FILE__, __LINE__, "%s", err);

@@ -504,3 +504,28 @@ TEST(sched_split_gpu_first_and_prefill_fault)
     CHECK(sched_can_serve(e.s, NULL));
     env_close(&e);
 }
+
+TEST(sched_split_weighs_described_curves)
+{
+    /* cpu, a (test) GPU and a card that describe their decode cost by batch (the issue-25
+     * curves: the H200's measured one, a batched U280's modelled one): a lone request on idle
+     * devices gains the most on the GPU, so the GPU decodes what it prefilled — where without
+     * curves (sched_split_gpu_first_and_prefill_fault) the card takes it */
+    static const accel_decode_curve gpu = {5, {1, 32, 64, 128, 256},
+                                           {1 / 250.0, 32 / 4959.0, 64 / 8093.0, 128 / 11621.0,
+                                            256 / 14547.0}, 1024, 3.6e-8};
+    static const accel_decode_curve card = {4, {1, 2, 4, 8}, {10.58e-3, 11.01e-3, 12.23e-3, 24.33e-3},
+                                            1024, 1.4e-7};
+    tcard_faults f[2] = {{.gpu = 1, .curve = &gpu}, {.curve = &card}};
+    env e;
+    if (env_open(&e, 2, f, 4, 0) < 0) return;
+    int a = submit(&e, once, 5, 20);
+    run_until_final(&e, 1);
+    CHECK_STR(e.recs[a].prefill, "tgpu:0");
+    CHECK_STR(e.recs[a].decode, "tgpu:0");
+    CHECK_EQ(e.recs[a].tokens, 20);
+    sched_stats st;
+    sched_get_stats(e.s, &st);
+    CHECK_EQ(st.dev[1].info.decode_curve.n, 5);
+    env_close(&e);
+}
