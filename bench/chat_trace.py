@@ -26,11 +26,13 @@ def words(seed, n):
     return " ".join(WORDS[(seed * 7 + i * 3) % len(WORDS)] for i in range(n))
 
 
-def complete(api, prompt, max_tokens, cache):
+def complete(api, prompt, max_tokens, cache, sparse=None):
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     if not cache:
         body["cache_prompt"] = False
+    if sparse is not None:
+        body["sparse_prefill"] = sparse
     req = urllib.request.Request(api + "/v1/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     t0 = time.monotonic()
@@ -62,10 +64,12 @@ def conversation(args, k, out, errors):
     try:
         for t in range(args.turns):
             convo += "\n" + words(k * 31 + t, args.user_words) + "\n"
-            text, usage, ttft = complete(args.api, convo, args.reply_tokens, not args.no_cache)
+            text, usage, ttft = complete(args.api, convo, args.reply_tokens, not args.no_cache,
+                                         args.sparse)
             details = usage.get("prompt_tokens_details") or {}
             turns.append({"text": text, "prompt_tokens": usage.get("prompt_tokens", 0),
-                          "cached_tokens": details.get("cached_tokens", 0), "ttft": ttft})
+                          "cached_tokens": details.get("cached_tokens", 0), "ttft": ttft,
+                          "density": usage.get("prefill_density")})
             convo += text
     except Exception as e:  # a failed turn is reported, not hidden
         errors.append("conversation %d: %s" % (k, e))
@@ -86,6 +90,8 @@ def main():
     ap.add_argument("--user-words", type=int, default=12)
     ap.add_argument("--reply-tokens", type=int, default=16)
     ap.add_argument("--no-cache", action="store_true", help="every request sends cache_prompt: false")
+    ap.add_argument("--sparse", type=json.loads, default=None,
+                    help="a sparse_prefill object (JSON) every request sends")
     args = ap.parse_args()
     out = [None] * args.conversations
     errors = []
@@ -101,12 +107,14 @@ def main():
     prompt = sum(t["prompt_tokens"] for t in flat)
     cached = sum(t["cached_tokens"] for t in flat)
     ttfts = [t["ttft"] for t in flat]
+    dens = [t["density"] for t in flat if t["density"] is not None]
     print(json.dumps({
         "conversations": args.conversations, "turns": args.turns, "completed": len(flat),
         "errors": errors, "wall_s": round(wall, 3),
         "prompt_tokens": prompt, "cached_tokens": cached,
         "hit_rate": round(cached / prompt, 4) if prompt else 0,
         "ttft_p50_ms": round(pct(ttfts, 50) * 1e3, 2), "ttft_p99_ms": round(pct(ttfts, 99) * 1e3, 2),
+        "prefill_density_mean": round(sum(dens) / len(dens), 4) if dens else None,
         "texts": [[t["text"] for t in c] if c else None for c in out],
         "cached": [[t["cached_tokens"] for t in c] if c else None for c in out],
     }))
