@@ -339,3 +339,54 @@ TEST(sched_sim_decode_curve_and_card_batch)
     double t16 = sched_sim_decode_s(&k, 16, 16LL * 1024), t1 = sched_sim_decode_s(&k, 1, 1024);
     CHECK(t16 >= macs && t16 > t1 && t16 < 16 * t1);
 }
+
+TEST(sched_sim_weighs_the_batch_curves)
+{
+    /* the daemon's placement on the simulator (cards_first 0): the devices describe the curves
+     * of their models (sched_sim_dev_curve); an H200 and two batched cards, Llama-3.1-8B */
+    static sched_sim_model m;
+    char err[256];
+    REQUIRE(sched_sim_model_build(&m, devices_sim_hw(), "h200-tandem+2xu280-batch", "llama3.1-8b", 0,
+                                  err, sizeof err) == 0);
+    accel_decode_curve c;
+    sched_sim_dev_curve(&m.dev[0], &c);
+    CHECK_EQ(c.n, 9); /* 1, 2, 4, ..., 256 */
+    CHECK_EQ(c.batch[8], 256);
+    CHECK_NEAR(c.step_s[8], 256 / 14547.0, 1e-12); /* the measured curve at its own context */
+    sched_sim_dev_curve(&m.dev[1], &c);
+    CHECK_EQ(c.n, 5);
+    CHECK_EQ(c.batch[4], 16);
+    sched_sim_config cfg = {&m, m.n_devs, 0.025, 0, NULL, NULL, NULL, .cards_first = 0};
+    /* short prompts, spread out: the GPU is never busy prefilling, so it decodes them all */
+    sched_sim *s = sched_sim_new(&cfg, err, sizeof err);
+    REQUIRE(s);
+    enum { N = 20 };
+    sched_sim_req r[N];
+    for (int i = 0; i < N; i++) {
+        r[i] = (sched_sim_req){.arrival = 0.5 * i, .n_prompt = 128 + 19 * i, .n_out = 64};
+        REQUIRE(sched_sim_submit(s, &r[i]) == 0);
+    }
+    sched_sim_run(s, 0);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(r[i].state, SCHED_SIM_DONE);
+        CHECK_EQ(r[i].decode_dev, 0);
+    }
+    CHECK(sched_book_empty(sched_sim_book(s)));
+    sched_sim_free(s);
+    /* long prompts back to back: the GPU prefills nearly all the time, so the cards decode */
+    s = sched_sim_new(&cfg, err, sizeof err);
+    REQUIRE(s);
+    int on_cards = 0;
+    for (int i = 0; i < N; i++) {
+        r[i] = (sched_sim_req){.arrival = 0.01 * i, .n_prompt = 16384, .n_out = 64};
+        REQUIRE(sched_sim_submit(s, &r[i]) == 0);
+    }
+    sched_sim_run(s, 0);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(r[i].state, SCHED_SIM_DONE);
+        on_cards += r[i].decode_dev != 0;
+    }
+    CHECK_MSG(on_cards >= N / 2, "%d of %d decodes on the cards", on_cards, N);
+    CHECK(sched_book_empty(sched_sim_book(s)));
+    sched_sim_free(s);
+}
