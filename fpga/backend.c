@@ -177,6 +177,7 @@ static int card_status(fpga_dev *d, int st)
     switch (st) {
     case ACCEL_OK:
     case ACCEL_ERR_NOMEM:
+    case ACCEL_ERR_INVALID: /* the caller's input, refused on the host before any run */
     case ACCEL_ERR_CORRUPT:
     case ACCEL_ERR_CANCELLED: return st;
     case ACCEL_ERR_TIMEOUT: accel_dev_degrade(&d->base); return st;
@@ -925,6 +926,12 @@ int fpga_dev_seq_kvmap(accel_dev *ad, accel_seq *as, fpga_dec_kvmap *m)
     if (!ad || ad->i != &fpga_i) return -1;
     seq_map((fpga_dev *)ad, (fpga_seq *)as, m);
     return 0;
+}
+
+int fpga_dev_select_next(accel_dev *ad, const uint32_t *table, uint32_t cap)
+{
+    if (!ad || ad->i != &fpga_i) return ACCEL_ERR_INVALID;
+    return fpga_card_select(&((fpga_dev *)ad)->card, table, cap);
 }
 
 int fpga_dev_last_prefill(accel_dev *ad, fpga_pf_result *res, uint64_t *ws_off, uint32_t *ws_rows,

@@ -64,6 +64,11 @@ int fpga_dev_seq_kvmap(accel_dev *d, accel_seq *s, fpga_dec_kvmap *m);
  * NULL. 0, or -1 when d is not an FPGA device. */
 int fpga_dev_last_prefill(accel_dev *d, fpga_pf_result *res, uint64_t *ws_off, uint32_t *ws_rows,
                           uint32_t *ws_flags);
+/* The device's next single-sequence decode step attends per (layer, KV head) only the positions
+ * `table` lists (fpga_card_select: AsyncTLS's selected tokens; the table stays the caller's until
+ * that step returns). 0, or ACCEL_ERR_INVALID (not an FPGA device, or a table the io cannot
+ * hold). */
+int fpga_dev_select_next(accel_dev *d, const uint32_t *table, uint32_t cap);
 /* Tests: dense passes of at most `rows` rows (1..FPGA_PF_PASS; the standing workspace holds
  * FPGA_PF_PASS) and kernel runs of at most run_rows rows (a multiple of FPGA_PF_CHUNK; 0:
  * FPGA_PF_RUN_ROWS). 0, or -1. */

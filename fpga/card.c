@@ -7,7 +7,7 @@
 #include <string.h>
 
 /* kernel argument numbers (fpga/kernels/decode.c, kv_scatter.c, kv_check.c, kv_gather.c) */
-enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES, DEC_N_IDS };
+enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES, DEC_N_IDS, DEC_SEL_CAP };
 enum { SC_BANK0 = 4, SC_LAYER = 36, SC_POS0, SC_N, SC_PER, SC_KV_OFF, SC_PART_TILES, SC_STAGE_BYTES,
        SC_PAGED, SC_BLK_ID };
 enum { CK_REPORT = 32, CK_POS0, CK_N, CK_KV_OFF, CK_PART_TILES, CK_REPORT_BYTES, CK_N_IDS };
@@ -281,6 +281,16 @@ static int write_table(fpga_card *c, const uint32_t *ids, uint32_t n_ids)
     return fpga_xrt_bo_sync(c->x, c->io, XCL_BO_SYNC_BO_TO_DEVICE, 4ull * n_ids, off);
 }
 
+int fpga_card_select(fpga_card *c, const uint32_t *table, uint32_t cap)
+{
+    if (!cap || cap > FPGA_DEC_MAX_POS ||
+        fpga_dec_io_sel_off(&c->desc) + fpga_dec_io_sel_bytes(&c->desc, cap) > c->io_bytes)
+        return ACCEL_ERR_INVALID;
+    c->sel = table;
+    c->sel_cap = cap;
+    return 0;
+}
+
 int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *sn,
                    uint32_t token, uint32_t pos, uint64_t kv_off, uint32_t part_tiles,
                    const uint32_t *ids, uint32_t n_ids, float *logits)
@@ -289,6 +299,22 @@ int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *
     const fpga_dec_desc *d = &c->desc;
     TRY(check_stuck(c));
     TRY(write_table(c, ids, n_ids));
+    const uint32_t *sel = c->sel, sel_cap = c->sel_cap;
+    c->sel = NULL;
+    c->sel_cap = 0;
+    if (sel_cap) {
+        /* the kernel checks it too; a bad table is the caller's error, not the card's */
+        for (uint64_t i = 0; i < (uint64_t)d->n_layers * d->n_kv_heads; i++) {
+            const uint32_t *list = sel + i * (1ull + sel_cap);
+            if (list[0] == FPGA_DEC_SEL_DENSE) continue;
+            if (list[0] > sel_cap) return ACCEL_ERR_INVALID;
+            for (uint32_t e = 0; e < list[0]; e++)
+                if (list[1 + e] > pos || (e && list[1 + e] <= list[e])) return ACCEL_ERR_INVALID;
+        }
+        uint64_t off = fpga_dec_io_sel_off(d), n = fpga_dec_io_sel_bytes(d, sel_cap);
+        TRY(fpga_xrt_bo_write(x, c->io, sel, n, off));
+        TRY(fpga_xrt_bo_sync(x, c->io, XCL_BO_SYNC_BO_TO_DEVICE, n, off));
+    }
     uint64_t so = fpga_dec_io_step_off();
     TRY(fpga_xrt_bo_write(x, c->io, x0, 4ull * d->hidden, so));
     TRY(fpga_xrt_bo_write(x, c->io, cs, 2ull * d->head_dim, so + 4ull * d->hidden));
@@ -299,6 +325,7 @@ int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *
     TRY(fpga_xrt_run_set_u64(x, c->r_dec, DEC_KV_OFF, kv_off));
     TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_PART_TILES, part_tiles));
     TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_N_IDS, n_ids));
+    TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_SEL_CAP, sel_cap));
     TRY(fpga_xrt_run_start(x, c->r_dec));
     int st = wait_run(c, c->r_dec);
     if (st == ACCEL_ERR_TIMEOUT) c->dec_in_flight = 1;

@@ -69,6 +69,9 @@ typedef struct fpga_card {
     fpga_emu_run_stats last_dec, last_decb;
     uint64_t decb_runs, decb_seqs, decb_modeled_ns;
     uint64_t dec_runs, dec_modeled_ns, sc_runs, sc_modeled_ns;
+    /* the next fpga_card_step's selection table (fpga_card_select), consumed by that step */
+    const uint32_t *sel;
+    uint32_t sel_cap;
     fpga_emu_run_stats last_pf;
     uint64_t pf_runs, pf_modeled_ns, gather_runs, gather_modeled_ns, check_runs, check_modeled_ns;
 } fpga_card;
@@ -94,6 +97,12 @@ uint64_t fpga_card_pool_hi(const fpga_card *c);
 int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *sn,
                    uint32_t token, uint32_t pos, uint64_t kv_off, uint32_t part_tiles,
                    const uint32_t *ids, uint32_t n_ids, float *logits);
+
+/* The next fpga_card_step attends per (layer, KV head) only the positions `table` lists
+ * (fpga/kernels/dec_layout.h: fpga_dec_io_sel_off; n_layers x n_kv_heads lists of cap + 1 u32);
+ * the table is the caller's until that step returns. ACCEL_ERR_INVALID when it does not fit
+ * the io BO. */
+int fpga_card_select(fpga_card *c, const uint32_t *table, uint32_t cap);
 
 /* One sequence of a batched decode run. */
 typedef struct fpga_card_bseq {

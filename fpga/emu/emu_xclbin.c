@@ -49,6 +49,7 @@ const char emu_xclbin_builtin[] =
     "arg kv_off u64\n"
     "arg part_tiles u32\n"
     "arg n_ids u32\n"
+    "arg sel_cap u32\n"
     "kernel tandem_decode_batch\n" XC_PORTS(XC_BANK)
     "arg io global HBM[0]\n"
     "arg n_seq u32\n"

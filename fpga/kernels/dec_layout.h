@@ -451,6 +451,20 @@ static inline uint64_t fpga_dec_io_bytes(const fpga_dec_desc *d)
     return fpga_dec_io_table_off(d) + 4ull * FPGA_DEC_MAX_BLOCKS;
 }
 
+/* A decode run's selection table (io, at fpga_dec_io_sel_off): for every layer, then every KV
+ * head, one list of `cap` + 1 u32: the count, then the ascending positions attended (each <= the
+ * step's position); a count of FPGA_DEC_SEL_DENSE attends every position (dense). */
+#define FPGA_DEC_SEL_DENSE 0xffffffffu
+
+static inline uint64_t fpga_dec_io_sel_off(const fpga_dec_desc *d)
+{
+    return fpga_dec_align(fpga_dec_io_bytes(d), 4096);
+}
+static inline uint64_t fpga_dec_io_sel_bytes(const fpga_dec_desc *d, uint32_t cap)
+{
+    return 4ull * d->n_layers * d->n_kv_heads * (1ull + cap);
+}
+
 /* ---------------------------------------------------------------- batched decode io */
 
 /* The batched kernel (decode_batch.c) decodes up to FPGA_DEC_MAX_BATCH sequences per run: its

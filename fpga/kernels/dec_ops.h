@@ -162,4 +162,100 @@ static inline uint64_t fpga_kd_attend(uint8_t *const *ch, const fpga_dec_desc *d
     return macs;
 }
 
+/* fpga_kd_attend over the listed positions only: sel[0..nsel) ascending, each <= pos. The same
+ * arithmetic in the same order (parts in order, each part's tiles in order, the rows of a tile
+ * in order) with the rows not listed left out, so that a list of every position 0..pos gives
+ * the same bits as fpga_kd_attend. A part with no listed row takes no part in the merge.
+ * Returns the MACs. */
+static inline uint64_t fpga_kd_attend_sel(uint8_t *const *ch, const fpga_dec_desc *d,
+                                          const fpga_dec_kvmap *kv, uint32_t l, uint32_t kh,
+                                          const float *qg, const uint32_t *sel, uint32_t nsel,
+                                          float *out)
+{
+    const uint32_t hd = d->head_dim, group = d->n_heads / d->n_kv_heads, P = d->kv_parts;
+    const int qint8 = (d->flags & FPGA_DEC_F_QINT8) != 0;
+    float gm[FPGA_DEC_MAX_HEADS], gl[FPGA_DEC_MAX_HEADS], pm[FPGA_DEC_MAX_HEADS],
+        pl[FPGA_DEC_MAX_HEADS], qs[FPGA_DEC_MAX_HEADS];
+    float go[FPGA_DEC_MAX_QDIM], po[FPGA_DEC_MAX_QDIM];
+    int8_t q8[FPGA_DEC_MAX_QDIM];
+    uint64_t macs = 0;
+    for (uint32_t g = 0; g < group; g++) {
+        gm[g] = -INFINITY;
+        gl[g] = 0.0f;
+        for (uint32_t i = 0; i < hd; i++) go[g * hd + i] = 0.0f;
+        if (qint8) fpga_km_act_quant(qg + g * hd, 0, hd, 0, q8 + g * hd, &qs[g]);
+    }
+    for (uint32_t b = 0; b < P; b++) {
+        int any = 0;
+        for (uint32_t g = 0; g < group; g++) {
+            pm[g] = -INFINITY;
+            pl[g] = 0.0f;
+            for (uint32_t i = 0; i < hd; i++) po[g * hd + i] = 0.0f;
+        }
+        /* the listed positions of part b, tile by tile (ascending positions: ascending tiles) */
+        for (uint32_t e = 0; e < nsel;) {
+            const uint32_t T = sel[e] / FPGA_DEC_TILE;
+            if (T % P != b) {
+                e++;
+                continue;
+            }
+            uint32_t rows[FPGA_DEC_TILE], nr = 0;
+            while (e < nsel && sel[e] / FPGA_DEC_TILE == T) rows[nr++] = sel[e++] % FPGA_DEC_TILE;
+            const uint8_t *tl = fpga_kd_tile(ch, d, kv, l, kh, b, T / P);
+            any = 1;
+            for (uint32_t g = 0; g < group; g++) {
+                float s[FPGA_DEC_TILE], mt = -INFINITY;
+                for (uint32_t k = 0; k < nr; k++) {
+                    const uint32_t r = rows[k];
+                    const int8_t *kr = (const int8_t *)(tl + fpga_dec_tile_k(hd, r));
+                    uint16_t ks;
+                    memcpy(&ks, tl + fpga_dec_tile_ks(hd, r), 2);
+                    float dot;
+                    if (qint8) {
+                        int32_t acc = 0;
+                        for (uint32_t i = 0; i < hd; i++) acc += (int32_t)q8[g * hd + i] * kr[i];
+                        dot = (float)acc * qs[g];
+                    } else {
+                        dot = 0.0f;
+                        for (uint32_t i = 0; i < hd; i++) dot += qg[g * hd + i] * (float)kr[i];
+                    }
+                    s[k] = dot * fpga_km_f16_to_f32(ks) * d->attn_scale;
+                    if (s[k] > mt) mt = s[k];
+                }
+                if (mt > pm[g]) {
+                    float f = expf(pm[g] - mt);
+                    pl[g] *= f;
+                    for (uint32_t i = 0; i < hd; i++) po[g * hd + i] *= f;
+                    pm[g] = mt;
+                }
+                for (uint32_t k = 0; k < nr; k++) {
+                    const uint32_t r = rows[k];
+                    const int8_t *vr = (const int8_t *)(tl + fpga_dec_tile_v(hd, r));
+                    uint16_t vs;
+                    memcpy(&vs, tl + fpga_dec_tile_vs(hd, r), 2);
+                    float p = expf(s[k] - pm[g]);
+                    pl[g] += p;
+                    float w = p * fpga_km_f16_to_f32(vs);
+                    for (uint32_t i = 0; i < hd; i++) po[g * hd + i] += w * (float)vr[i];
+                }
+            }
+            macs += 2ull * nr * hd * group;
+        }
+        if (!any) continue;
+        for (uint32_t g = 0; g < group; g++) {
+            float m = pm[g] > gm[g] ? pm[g] : gm[g];
+            float fa = expf(gm[g] - m), fb = expf(pm[g] - m);
+            gl[g] = gl[g] * fa + pl[g] * fb;
+            for (uint32_t i = 0; i < hd; i++)
+                go[g * hd + i] = go[g * hd + i] * fa + po[g * hd + i] * fb;
+            gm[g] = m;
+        }
+    }
+    for (uint32_t g = 0; g < group; g++) {
+        float inv = gl[g] > 0.0f ? 1.0f / gl[g] : 0.0f;
+        for (uint32_t i = 0; i < hd; i++) out[g * hd + i] = go[g * hd + i] * inv;
+    }
+    return macs;
+}
+
 #endif

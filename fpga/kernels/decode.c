@@ -29,9 +29,12 @@
  * passes as serial stalls (fpga_k_stall). The constants are in dec_layout.h.
  *
  * Arguments: 0..31 hbm0..hbm31 (global, HBM[c]: the bank BOs), 32 io (global, HBM[0]),
- * 33 token u32, 34 pos u32, 35 kv_off u64, 36 part_tiles u32, 37 n_ids u32. n_ids 0: the KV is
- * a slab at kv_off of part_tiles tiles per part; else a block table of n_ids ids in io (at
- * fpga_dec_io_table_off) into the pool at kv_off (dec_layout.h, "KV pages"). */
+ * 33 token u32, 34 pos u32, 35 kv_off u64, 36 part_tiles u32, 37 n_ids u32, 38 sel_cap u32.
+ * n_ids 0: the KV is a slab at kv_off of part_tiles tiles per part; else a block table of n_ids
+ * ids in io (at fpga_dec_io_table_off) into the pool at kv_off (dec_layout.h, "KV pages").
+ * sel_cap 0: every layer attends every position; else io holds a selection table of lists of
+ * sel_cap positions (dec_step.h, fpga_dec_io_sel_off): each (layer, KV head) attends the
+ * positions its list names (AsyncTLS sparse decode, sparse/tls.h), reading only their tiles. */
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/kernels/dec_math.h"
 #include "fpga/kernels/dec_ops.h"
@@ -84,7 +87,7 @@ static void matvec(const dec_ctx *c, int mat, uint64_t off, const float *x, cons
 }
 
 void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, uint32_t pos,
-                   uint64_t kv_off, uint32_t part_tiles, uint32_t n_ids)
+                   uint64_t kv_off, uint32_t part_tiles, uint32_t n_ids, uint32_t sel_cap)
 {
     FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
 #pragma HLS INTERFACE m_axi port = io offset = slave bundle = gmem_io
@@ -93,6 +96,7 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
 #pragma HLS INTERFACE s_axilite port = kv_off
 #pragma HLS INTERFACE s_axilite port = part_tiles
 #pragma HLS INTERFACE s_axilite port = n_ids
+#pragma HLS INTERFACE s_axilite port = sel_cap
 #pragma HLS INTERFACE s_axilite port = return
     dec_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}};
     fpga_k_read(hbm0, sizeof c.d);
@@ -134,7 +138,13 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
         fpga_kd_rope(wide, d->n_heads, hd, cs, sn);
         fpga_kd_rope(wide + qd, d->n_kv_heads, hd, cs, sn);
         fpga_kd_step_append(c.ch, d, &c.kv, l, wide + qd, wide + qd + kvd, pos);
-        fpga_kd_step_attention(c.ch, d, &c.lo, &c.kv, l, wide, pos, att, FPGA_DEC_MACS_PER_CYCLE);
+        if (sel_cap)
+            fpga_kd_step_attention_sel(c.ch, d, &c.lo, &c.kv, l, wide, pos,
+                                       (const uint32_t *)(io + fpga_dec_io_sel_off(d)), sel_cap,
+                                       att, FPGA_DEC_MACS_PER_CYCLE);
+        else
+            fpga_kd_step_attention(c.ch, d, &c.lo, &c.kv, l, wide, pos, att,
+                                   FPGA_DEC_MACS_PER_CYCLE);
         matvec(&c, FPGA_DEC_O, lo_off + c.lo.off[FPGA_DEC_O], att, misc + c.lo.mi_sm_o, xn, 0, xq,
                xs);
         for (uint32_t i = 0; i < H; i++) x[i] += xn[i];
@@ -165,6 +175,7 @@ static int decode_adapter(const fpga_kargs *a)
     uint32_t token = (uint32_t)a->a[33].u, pos = (uint32_t)a->a[34].u;
     uint64_t kv_off = a->a[35].u;
     uint32_t part_tiles = (uint32_t)a->a[36].u, n_ids = (uint32_t)a->a[37].u;
+    uint32_t sel_cap = (uint32_t)a->a[38].u;
     uint64_t min_size = a->a[0].size;
     for (int c = 1; c < FPGA_DEC_CH; c++)
         if (a->a[c].size < min_size) min_size = a->a[c].size;
@@ -189,18 +200,33 @@ static int decode_adapter(const fpga_kargs *a)
     }
     if ((uint64_t)pos >= fpga_dec_kvmap_tiles(&kv) * d.kv_parts * FPGA_DEC_TILE) return -1;
     if (kv_off < lo.image_bytes || !fpga_dec_kvmap_ok(&kv, min_size)) return -1;
+    if (sel_cap) {
+        /* every list inside io, ascending, within 0..pos, at most sel_cap long */
+        if (sel_cap > FPGA_DEC_MAX_POS ||
+            !fpga_k_range_ok(fpga_dec_io_sel_off(&d), fpga_dec_io_sel_bytes(&d, sel_cap), io->size))
+            return -1;
+        const uint32_t *t = (const uint32_t *)(const void *)((const uint8_t *)io->ptr +
+                                                               fpga_dec_io_sel_off(&d));
+        for (uint64_t i = 0; i < (uint64_t)d.n_layers * d.n_kv_heads; i++) {
+            const uint32_t *list = t + i * (1ull + sel_cap);
+            if (list[0] == FPGA_DEC_SEL_DENSE) continue;
+            if (list[0] > sel_cap) return -1;
+            for (uint32_t e = 0; e < list[0]; e++)
+                if (list[1 + e] > pos || (e && list[1 + e] <= list[e])) return -1;
+        }
+    }
     uint8_t *p[FPGA_DEC_CH];
     for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[c].ptr;
 #define DEC_ARG(n) p[n],
-    tandem_decode(FPGA_K_PORTS(DEC_ARG) io->ptr, token, pos, kv_off, part_tiles, n_ids);
+    tandem_decode(FPGA_K_PORTS(DEC_ARG) io->ptr, token, pos, kv_off, part_tiles, n_ids, sel_cap);
 #undef DEC_ARG
     return 0;
 }
 
 const fpga_k_desc fpga_k_decode_desc = {
     .name = "tandem_decode",
-    .n_args = 38,
+    .n_args = 39,
     .kinds = {FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
-              FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U32},
+              FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32},
     .run = decode_adapter,
 };
