@@ -36,6 +36,7 @@ typedef struct sim_dev {
     int busy;                   /* an iteration is in flight (or being priced) */
     sched_rate rate;
     sched_share share;          /* the share of its time spent prefilling (the policy's) */
+    double share_next;          /* its value at the end of the iteration in flight */
     double link_free;           /* card: when its import lane is free */
     pend *pend;                 /* effects of the iteration in flight */
     int n_pend, cap_pend;
@@ -291,10 +292,10 @@ static void iterate(sched_sim *s, int di)
             add_pend(s, d, r, PEND_PREFILLED_LOCAL);
         }
     }
-    /* the policy's prefill share, reported as of the iteration's end (the book is read before
-     * then only by dispatches at earlier events, which see the previous iterations) */
+    /* the policy's prefill share as of the iteration's end; the book takes it then
+     * (apply_pending), as the daemon's worker publishes it after its iteration */
     sched_share_observe(&d->share, t + dt, spent);
-    s->book.dev[di].prefill_share = sched_share_value(&d->share);
+    d->share_next = sched_share_value(&d->share);
     if (dt > 0) {
         d->st.busy_s += dt;
         push(s, t + dt, EV_STEP, di, NULL);
@@ -308,6 +309,7 @@ static void apply_pending(sched_sim *s, sim_dev *d)
 {
     int n = d->n_pend;
     d->n_pend = 0;
+    s->book.dev[d - s->dev].prefill_share = d->share_next;
     for (int i = 0; i < n; i++) {
         sim_req *r = d->pend[i].r;
         if (r->pub->state != SCHED_SIM_RUNNING) continue; /* cancelled meanwhile */

@@ -386,7 +386,9 @@ TEST(sched_sim_weighs_the_batch_curves)
         CHECK_EQ(r[i].state, SCHED_SIM_DONE);
         on_cards += r[i].decode_dev != 0;
     }
-    CHECK_MSG(on_cards >= N / 2, "%d of %d decodes on the cards", on_cards, N);
+    /* a card's KV holds 3 such sequences at a time (16 K positions x 65 KiB of 4 GB), and the
+     * GPU's first prompts find it idle: a good share, not all, go to the cards */
+    CHECK_MSG(on_cards >= N / 4, "%d of %d decodes on the cards", on_cards, N);
     CHECK(sched_book_empty(sched_sim_book(s)));
     sched_sim_free(s);
 }
