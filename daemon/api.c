@@ -474,6 +474,9 @@ static void prep_submit(api_prep *pp)
     if (q->sparse_last_dense != LLONG_MIN) sp.p.num_last_dense_tokens_in_prefill = (int)q->sparse_last_dense;
     if (q->sparse == 1 || (q->sparse < 0 && d->cfg.sparse_prefill)) p.sparse = &sp;
     p.grammar = pp->grammar;
+    /* echo with logprobs: the prompt's tokens carry their logprobs too (on DONE) */
+    p.prompt_logprobs = q->echo && q->logprobs;
+    p.prompt_top_logprobs = q->top_logprobs;
 
     a->stream = q->stream;
     a->include_usage = q->include_usage;

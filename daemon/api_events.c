@@ -255,6 +255,49 @@ static void on_error(dmn_api_req *a, const sched_event *ev)
     dmn_api_respond_error(a, e, ev->message ? ev->message : "the request failed", NULL);
 }
 
+/* echo with logprobs: the prompt's tokens (the first with null logprobs) go before each of the
+ * part's choices' generated ones, whose text offsets move past the echoed prompt. The entries'
+ * bytes point into the scheduler's token table, which outlives the request. */
+static void with_prompt_lps(dmn_api_req *a, const api_part *pt, const sched_prompt_lp *plp, int n)
+{
+    for (int j = 0; j < a->n_per; j++) {
+        api_choice *c = &a->choices[pt->first + j];
+        proto_lp_token *l = calloc((size_t)(n + c->n_lps) + 1, sizeof *l);
+        if (!l) continue; /* host OOM: the generated tokens' logprobs stay */
+        size_t off = 0;
+        for (int i = 0; i < n; i++) {
+            proto_lp_token *t = &l[i];
+            t->bytes = plp[i].token.bytes;
+            t->len = plp[i].token.len;
+            /* where the token's text starts in the echoed prompt: a token whose bytes are not
+             * there (a special token like "<s>", shown but not text) takes no room, and the
+             * first word's leading space that the decoder strips is none */
+            t->text_offset = off;
+            const char *e = pt->echo ? pt->echo + off : "";
+            size_t left = pt->echo_len - off;
+            if (t->len <= left && !memcmp(e, t->bytes, t->len)) off += t->len;
+            else if (t->len > 1 && t->bytes[0] == ' ' && t->len - 1 <= left && !memcmp(e, t->bytes + 1, t->len - 1))
+                off += t->len - 1;
+            t->no_logprob = i == 0;
+            t->logprob = plp[i].token.logprob;
+            t->n_top = plp[i].n_top < PROTO_MAX_TOP_LOGPROBS ? plp[i].n_top : PROTO_MAX_TOP_LOGPROBS;
+            for (int k = 0; k < t->n_top; k++) {
+                t->top[k].bytes = plp[i].top[k].bytes;
+                t->top[k].len = plp[i].top[k].len;
+                t->top[k].logprob = plp[i].top[k].logprob;
+            }
+        }
+        for (int i = 0; i < c->n_lps; i++) {
+            l[n + i] = c->lps[i];
+            l[n + i].text_offset += pt->echo_len;
+        }
+        free(c->lps);
+        c->lps = l;
+        c->n_lps += n;
+        c->cap_lps = c->n_lps + 1;
+    }
+}
+
 /* The DONE of the whole request from its parts': tokens summed (usage counts every prompt once),
  * the earliest start and first token, the last end. */
 static void merge_done(const dmn_api_req *a, sched_event *m)
@@ -294,6 +337,7 @@ void dmn_api_on_event(void *ctx, const sched_event *ev)
         else on_choice_done(a, &e);
         break;
     case SCHED_EV_DONE:
+        if (ev->prompt_lps && !a->stream) with_prompt_lps(a, pt, ev->prompt_lps, ev->prompt_tokens);
         pt->sreq = NULL;
         pt->done = 1;
         pt->fin = *ev;

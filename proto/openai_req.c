@@ -554,9 +554,10 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
         return fail(c, PROTO_ERR_INVALID_VALUE, "n", "%d prompts with 'n' %d make %d choices; at most %d are taken in one request",
                     r->n_more + 1, r->n, (r->n_more + 1) * r->n, PROTO_MAX_CHOICES);
     if (get_bool(c, o, "echo", &r->echo) < 0) return -1;
-    /* the prompt's log-probabilities would need the prefill's logits of every position */
-    if (r->echo && r->logprobs)
-        return fail(c, PROTO_ERR_UNSUPPORTED, "echo", "'echo' with 'logprobs' is not supported: the prompt's log-probabilities are not computed");
+    /* the prompt's log-probabilities come with the whole response (the prefill's logits of every
+     * position, known when the request is done), not in a stream's first chunk */
+    if (r->echo && r->logprobs && r->stream)
+        return fail(c, PROTO_ERR_UNSUPPORTED, "echo", "'echo' with 'logprobs' is not supported in a stream: send it with \"stream\": false");
     if (parse_sparse(c, o, r) < 0) return -1;
     if (proto_struct_parse(o, ep, r, &c->err, c->msg, c->msgn, c->param, c->paramn) < 0) return -1;
     if (ep == PROTO_EP_CHAT && proto_tools_from_json(o, &r->tools, &c->err, c->msg, c->msgn, c->param, c->paramn) < 0)

@@ -82,6 +82,12 @@ static json_t *completion_logprobs(const proto_choice_out *c)
     for (int i = 0; i < c->n_lps; i++) {
         const proto_lp_token *t = &c->lps[i];
         json_array_append_new(tokens, token_value(t->bytes, t->len));
+        if (t->no_logprob) {
+            json_array_append_new(lps, json_null());
+            json_array_append_new(tops, json_null());
+            json_array_append_new(offs, json_integer((json_int_t)t->text_offset));
+            continue;
+        }
         json_array_append_new(lps, lp_value(t->logprob));
         json_t *top = json_object();
         /* Two alternatives may display alike (partial bytes); the first (more likely) wins. */

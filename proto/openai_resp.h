@@ -40,6 +40,8 @@ typedef struct proto_lp_token {
     size_t text_offset; /* completions: where the token starts in the choice's text */
     int n_top;
     proto_lp_top top[PROTO_MAX_TOP_LOGPROBS];
+    int no_logprob; /* 1: a prompt's first token under echo (nothing before it to predict it
+                       from): null in token_logprobs and top_logprobs, as OpenAI writes it */
 } proto_lp_token;
 
 typedef struct proto_choice_out {

@@ -121,6 +121,12 @@ typedef struct sched_params {
                              per-request opt-out: llama.cpp's "cache_prompt": false) */
     model_grammar *grammar; /* NULL: free text; else each choice's text is a sentence of it (each
                                choice takes a reference: the caller keeps its own) */
+    /* 1: the prompt's own log-probabilities (completions' echo with logprobs), on DONE: every
+     * prompt position's logits are taken from the prefill (accel_prefill_req.all_logits, in
+     * chunks of at most 32 MiB of logits: sched_prefill.c); such a request is prefilled dense and
+     * neither reuses nor leaves cached prefixes (a cached position has no logits) */
+    int prompt_logprobs;
+    int prompt_top_logprobs; /* alternatives per prompt token, 0..MODEL_MAX_TOP_LOGPROBS */
 } sched_params;
 
 enum sched_ev_type {
@@ -137,6 +143,13 @@ typedef struct sched_lp_entry {
     size_t len;
     float logprob;
 } sched_lp_entry;
+
+/* A prompt token's log-probability given the tokens before it, with its top alternatives. */
+typedef struct sched_prompt_lp {
+    sched_lp_entry token;
+    int n_top;
+    sched_lp_entry top[MODEL_MAX_TOP_LOGPROBS];
+} sched_prompt_lp;
 
 typedef struct sched_event {
     enum sched_ev_type type;
@@ -166,6 +179,8 @@ typedef struct sched_event {
                                choices that took the sparse path (1: none did, the prompt was at
                                or below the dense threshold); -1: no sparse prefill was asked */
     double t_arrival, t_started, t_first_token, t_done; /* sched_now clock */
+    const sched_prompt_lp *prompt_lps; /* with prompt_logprobs: [prompt_tokens]; entry 0 has
+                                          the first token's bytes only (no context predicts it) */
     /* ERROR */
     int status;            /* ACCEL_ERR_* or SCHED_ERR_* (sched_strerror, sched_status_api_err) */
     const char *message;

@@ -50,6 +50,7 @@ void sched_req_free(sched_req *r)
         free(r->choices);
     }
     free(r->prompt);
+    free(r->plp);
     free(r);
 }
 
@@ -409,9 +410,19 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
     r->deadline = p->deadline;
     r->prefill_on = p->prefill_on;
     r->decode_on = p->decode_on;
-    if (p->sparse) {
+    if (p->sparse && !p->prompt_logprobs) {
         r->has_sparse = 1;
         r->sparse = *p->sparse;
+    }
+    if (p->prompt_logprobs) {
+        r->no_cache = 1;
+        r->prompt_top = p->prompt_top_logprobs < 0 ? 0
+                        : p->prompt_top_logprobs > MODEL_MAX_TOP_LOGPROBS ? MODEL_MAX_TOP_LOGPROBS
+                                                                           : p->prompt_top_logprobs;
+        if (!(r->plp = calloc((size_t)p->n_prompt, sizeof *r->plp))) {
+            sched_req_free(r);
+            return SCHED_ERR_NOMEM;
+        }
     }
     r->t_arrival = sched_now();
     r->dev_prefill = r->dev_decode = r->last_fail_dev = -1;

@@ -117,6 +117,9 @@ struct sched_req {
     double deadline, t_arrival;
     int has_sparse;
     int no_cache;                /* sched_params.no_prefix_cache */
+    int prompt_top;              /* sched_params.prompt_top_logprobs (with plp) */
+    sched_prompt_lp *plp;        /* [n_prompt] prompt logprobs, filled by the prefill worker;
+                                    NULL: not asked */
     int sparse_off;              /* prefill worker: a sparse pass found no memory, run dense */
     accel_sparse sparse;
     /* the workers', once dispatched (see the ownership notes above) */
@@ -181,6 +184,8 @@ typedef struct sched_dev {
     sched_share share;           /* the share of its time spent prefilling (the policy's) */
     float *logits;               /* (rows, vocab) */
     int rows;
+    float *plogits;              /* (plogits_rows, vocab): a prompt-logprobs prefill chunk's rows */
+    int plogits_rows;
     accel_seq **seqs;
     int32_t *ids;
     sched_choice **row_choice;

@@ -23,7 +23,9 @@
  * most one prompt's KV (int8) per request in flight. When the card reports an import failure
  * (import_failed), the sink stops the prefill at once; the request is handed over anyway and
  * the card's worker moves it. */
+#include "model/sample/sample_vec.h"
 #include "scheduler/sched_internal.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +182,56 @@ static int fork_choices(sched_dev *d, sched_req *r, sched_choice *c)
     return n;
 }
 
+/* Prompt logprobs (sched_params.prompt_logprobs): a chunk's rows of logits go to d->plogits, at
+ * most PROMPT_LP_BYTES of them (65 rows at a 128K vocabulary, 262 at 32K): *k is cut to fit.
+ * 0, or -1 when host memory ran out. */
+#define PROMPT_LP_BYTES ((size_t)32 << 20)
+static int plogits_rows(sched_dev *d, int *k)
+{
+    int vocab = d->s->vocab;
+    int cap = (int)(PROMPT_LP_BYTES / (sizeof(float) * (size_t)vocab));
+    if (cap < 1) cap = 1;
+    if (*k > cap) *k = cap;
+    if (d->plogits_rows >= *k) return 0;
+    float *p = realloc(d->plogits, sizeof(float) * (size_t)*k * (size_t)vocab);
+    if (!p) return -1;
+    d->plogits = p;
+    d->plogits_rows = *k;
+    return 0;
+}
+
+/* Row i of the chunk at prompt position pos0 + i predicts position pos0 + i + 1: that prompt
+ * token's log-softmax value and the top alternatives (raw logits, as the sampler reports a
+ * generated token's: model/sample/sample.h). */
+static void prompt_lps(sched_dev *d, sched_req *r, const int32_t *ids, int pos0, int k)
+{
+    int vocab = d->s->vocab;
+    if (pos0 == 0) r->plp[0].token.bytes = sched_token_bytes(&d->s->tokens, ids[0], &r->plp[0].token.len);
+    for (int i = 0; i < k; i++) {
+        int p = pos0 + i + 1;
+        if (p >= r->n_prompt) break;
+        const float *row = d->plogits + (size_t)i * vocab;
+        float m = -INFINITY;
+        for (int v = 0; v < vocab; v++)
+            if (row[v] > m) m = row[v];
+        double z = 0;
+        for (int v = 0; v < vocab; v++) z += exp((double)row[v] - m);
+        float lse = m + (float)log(z);
+        sched_prompt_lp *o = &r->plp[p];
+        int32_t id = ids[p];
+        o->token.bytes = sched_token_bytes(&d->s->tokens, id, &o->token.len);
+        o->token.logprob = row[id] - lse;
+        int32_t top[MODEL_MAX_TOP_LOGPROBS];
+        float val[MODEL_MAX_TOP_LOGPROBS];
+        o->n_top = r->prompt_top ? model_vec_topn(row, vocab, r->prompt_top, top, val) : 0;
+        for (int t = 0; t < o->n_top; t++) {
+            o->top[t].bytes = sched_token_bytes(&d->s->tokens, top[t], &o->top[t].len);
+            o->top[t].logprob = val[t] - lse;
+        }
+    }
+}
+
+
 /* Runs one chunk of r's current job. Returns the seconds it took (0 when the job ended
  * without a device call), and ends the request's prefill when it is complete or failed. */
 static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget, double left)
@@ -243,11 +295,17 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
     int want = sched_policy_chunk(c->pf_n - c->pf_done, decoding, budget, left, &d->rate);
     int sparse = c->pf_done < send;
     int k = sparse ? sparse_chunk_len(&r->sparse.p, send, c->pf_done, want) : want;
+    /* prompt logprobs: every row's logits while the chunk still covers prompt positions */
+    int all = r->plp && c->pf_done < r->n_prompt && plogits_rows(d, &k) == 0;
+    if (r->plp && c->pf_done < r->n_prompt && !all) {
+        sched_prefill_end(d, r, ACCEL_ERR_NOMEM);
+        return 0;
+    }
     int last = c->pf_done + k == c->pf_n;
     ship sh = {&d->s->dev[r->w_decode], r, ci};
     accel_kv_sink sink = {ship_layer, &sh};
     accel_prefill_req pr = {.seq = r->w_split ? c->pseq : c->seq, .ids = c->pf_ids + c->pf_done,
-                            .n = k, .logits = last ? d->logits : NULL,
+                            .n = k, .logits = all ? d->plogits : last ? d->logits : NULL, .all_logits = all,
                             .kv = r->w_split ? &sink : NULL, .cancel = &r->cancel,
                             .sparse = sparse ? &r->sparse : NULL};
     accel_sparse_report rep = {0};
@@ -290,6 +348,10 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
     }
     atomic_fetch_add(&d->tokens, (uint64_t)k);
     atomic_fetch_add(&d->prefill_tokens, (uint64_t)k);
+    if (all) {
+        prompt_lps(d, r, c->pf_ids, c->pf_done, k);
+        if (last) memcpy(d->logits, d->plogits + (size_t)(k - 1) * d->s->vocab, sizeof(float) * (size_t)d->s->vocab);
+    }
     c->pf_done += k;
     if (!last) return dt;
     if (d->pc && !r->no_cache && (!r->w_split || (d->info0.caps & ACCEL_CAP_KV_EXPORT_HELD)))

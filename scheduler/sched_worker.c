@@ -167,6 +167,7 @@ void sched_worker_done(sched_dev *d, sched_req *r)
     ev.t_started = r->t_started;
     ev.t_first_token = r->t_first_token;
     ev.t_done = ev.t;
+    ev.prompt_lps = r->plp;
     sched_worker_finish(d, r, &ev);
 }
 
@@ -356,6 +357,7 @@ static int alloc_rows(sched_dev *d)
 static void free_rows(sched_dev *d)
 {
     accel_host_free(d->dev, d->logits);
+    free(d->plogits);
     free(d->seqs);
     free(d->ids);
     free(d->row_choice);

@@ -1,5 +1,6 @@
 // The rest of the surface through the official OpenAI Node client (run by
-// tests/e2e/serve_extra_api.sh): models.retrieve, completions with echo (whole and streamed),
+// tests/e2e/serve_extra_api.sh): models.retrieve, completions with echo (whole and streamed; with
+// logprobs: the prompt's against transformers' goldens),
 // prompt arrays (OpenAI's batch form: strings, token-id arrays; one choice per prompt times n,
 // indexed prompt-major; usage summed; streamed too), each choice checked against the same prompt
 // sent alone.
@@ -33,11 +34,60 @@ async function main() {
     for await (const chunk of stream) for (const ch of chunk.choices) text += ch.text || '';
     report('extra_echo_stream', text === golden.text + golden.greedy_text, JSON.stringify(text));
   } catch (e) { report('extra_echo_stream', false, e.message); }
-  try {
-    await client.completions.create({ model: 'stories260K', prompt: 'a', echo: true, logprobs: 1 });
-    report('extra_echo_logprobs_refused', false, 'no error');
-  } catch (e) { report('extra_echo_logprobs_refused', e.status === 400 && /echo/.test(e.message), `${e.status} ${e.message}`); }
+  await echoLogprobs();
   await batches();
+}
+
+// echo with logprobs: the prompt's tokens carry the log-softmax of the prefill's logits at the
+// position before each (the first: null), checked against transformers' float64 logits and
+// logsumexp of the same prompts (tests/data/golden: top-16 logits per position). Tolerance 2e-3:
+// the CPU backend's logits are within 1e-3 of those (tests/cpu/test_golden.c), and a logprob is a
+// logit minus the logsumexp, each within that.
+async function echoLogprobs() {
+  for (const g of goldens) {
+    const name = `extra_echo_logprobs_${g.name}`;
+    try {
+      const base = { model: 'stories260K', prompt: g.text, max_tokens: 4, temperature: 0, logprobs: 3 };
+      const c = await client.completions.create({ ...base, echo: true });
+      const plain = await client.completions.create(base);
+      const lp = c.choices[0].logprobs;
+      const np = c.usage.prompt_tokens;
+      let worst = 0, checked = 0, why = '';
+      if (np !== g.ids.length) why = `prompt_tokens ${np}, golden ${g.ids.length}`;
+      if (lp.tokens.length !== np + c.usage.completion_tokens) why += ` ${lp.tokens.length} tokens`;
+      if (lp.token_logprobs[0] !== null || lp.top_logprobs[0] !== null) why += ' first not null';
+      for (let i = 1; i < np && !why; i++) {
+        const pos = g.positions[i - 1];
+        const k = pos.top_ids.indexOf(g.ids[i]);
+        if (k < 0) continue; /* outside the golden's top 16 */
+        const want = pos.top_logits[k] - pos.logsumexp;
+        worst = Math.max(worst, Math.abs(lp.token_logprobs[i] - want));
+        const best = Math.max(...Object.values(lp.top_logprobs[i]));
+        worst = Math.max(worst, Math.abs(best - (pos.top_logits[0] - pos.logsumexp)));
+        checked++;
+      }
+      if (!why && checked < np - 2) why = `only ${checked} of ${np - 1} positions in the golden's top 16`;
+      if (!why && worst > 2e-3) why = `worst logprob difference ${worst}`;
+      // the generated tokens' logprobs are the same as without echo
+      const gen = lp.token_logprobs.slice(np);
+      if (!why && JSON.stringify(gen) !== JSON.stringify(plain.choices[0].logprobs.token_logprobs)) why = 'generated logprobs differ';
+      if (!why && c.choices[0].text !== g.text + plain.choices[0].text) why = 'text';
+      // each token's text_offset points at its text in the echoed prompt and the generation
+      const text = c.choices[0].text;
+      for (let i = 1; i < lp.tokens.length && !why; i++) {
+        const t = lp.tokens[i], o = lp.text_offset[i];
+        // a text's first word's leading space is stripped by the decoder (SentencePiece): the
+        // prompt's first token and the generation's first
+        const first = o === 0 || (i === np && o === g.text.length);
+        if (!(text.startsWith(t, o) || (t[0] === ' ' && first && text.startsWith(t.slice(1), o)))) why = `token ${i} ${JSON.stringify(t)} not at offset ${o}`;
+      }
+      report(name, !why, why + ' ' + JSON.stringify(lp).slice(0, 400));
+    } catch (e) { report(name, false, e.message); }
+  }
+  try {
+    await client.completions.create({ model: 'stories260K', prompt: 'a', echo: true, logprobs: 1, stream: true });
+    report('extra_echo_logprobs_stream_refused', false, 'no error');
+  } catch (e) { report('extra_echo_logprobs_stream_refused', e.status === 400 && /echo/.test(e.message), `${e.status} ${e.message}`); }
 }
 
 async function batches() {

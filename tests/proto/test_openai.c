@@ -248,7 +248,7 @@ TEST(proto_req_rejects_bad_input)
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":21}", PROTO_ERR_INVALID_VALUE, "logprobs"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":6}", PROTO_ERR_INVALID_VALUE, "logprobs"}, /* OpenAI: at most 5 */
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}", PROTO_ERR_INVALID_VALUE, "stream_options"},
-        {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1}", PROTO_ERR_UNSUPPORTED, "echo"},
+        {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1,\"stream\":true}", PROTO_ERR_UNSUPPORTED, "echo"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"echo\":1}", PROTO_ERR_INVALID_TYPE, "echo"},
         {PROTO_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", PROTO_ERR_UNSUPPORTED, "echo"},
         {PROTO_EP_COMPLETIONS, "{\"prompt\":\"a\",\"best_of\":3}", PROTO_ERR_UNSUPPORTED, "best_of"},
@@ -343,8 +343,8 @@ TEST(proto_resp_shapes)
 {
     proto_resp_meta m = {PROTO_EP_CHAT, "chatcmpl-1", 1700000000, "stories260K"};
     proto_lp_token lp[2] = {
-        {"Hi", 2, -0.5f, 0, 2, {{"Hi", 2, -0.5f}, {"\xE2\x82", 2, -1.0f}}},
-        {"!", 1, -INFINITY, 2, 0, {{0}}},
+        {"Hi", 2, -0.5f, 0, 2, {{"Hi", 2, -0.5f}, {"\xE2\x82", 2, -1.0f}}, 0},
+        {"!", 1, -INFINITY, 2, 0, {{0}}, 0},
     };
     proto_choice_out c = {0, "Hi!", 3, "length", 1, lp, 2, NULL, 0, 0};
     proto_usage u = {.prompt_tokens = 5, .completion_tokens = 2, .cached_tokens = 4};
