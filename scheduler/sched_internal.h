@@ -186,6 +186,8 @@ typedef struct sched_dev {
     int rows;
     float *plogits;              /* (plogits_rows, vocab): a prompt-logprobs prefill chunk's rows */
     int plogits_rows;
+    struct sched_mask_helper *mask; /* grammar masks during decode calls (sched_mask.c) */
+    int mask_failed;             /* its thread could not start: masks stay in the step */
     accel_seq **seqs;
     int32_t *ids;
     sched_choice **row_choice;
@@ -275,6 +277,15 @@ enum { SCHED_SEQ_DECODE = 1, SCHED_SEQ_PREFILL = 2, SCHED_SEQ_IMPORT = 4, SCHED_
 /* Frees the choice's sequences named by seqs on dev (SCHED_SEQ_IMPORT: with its KV wire
  * reader), and, when all is set, its reader, generator and history too. */
 void sched_choice_deinit(sched_choice *c, accel_dev *dev, unsigned seqs, int all);
+/* sched_mask.c: the grammar masks of rows [0, rows) of the decode step about to be issued,
+ * computed on the device's helper thread while the device runs it (not on the CPU backend).
+ * sched_mask_post returns 1 when it handed them out: call sched_mask_wait before any of those
+ * choices is touched again. sched_mask_stop ends the helper (the worker's exit). */
+typedef struct sched_mask_helper sched_mask_helper;
+int sched_mask_post(sched_dev *d, int rows);
+void sched_mask_wait(sched_dev *d);
+void sched_mask_stop(sched_dev *d);
+
 /* One generated token for choice c of r from its logits row (modified in place): sample, accept,
  * detokenize, match stops, decide the finish, post TOKEN (and CHOICE_DONE). Returns 0; or
  * ACCEL_ERR_DEVICE, without consuming anything, when the row has no finite logit (the device

@@ -258,6 +258,7 @@ static void decode_step(sched_dev *d)
     if (!rows) return;
     int need_room = 0;
     int max_batch = d->info0.max_batch > 0 ? d->info0.max_batch : 1;
+    int masking = sched_mask_post(d, rows); /* the helper owns those generators until the wait */
     for (int b0 = 0; b0 < rows; b0 += max_batch) {
         int nb = rows - b0 < max_batch ? rows - b0 : max_batch;
         int st = SCHED_DEVICE_CALL(d, accel_decode(d->dev, nb, d->seqs + b0, d->ids + b0,
@@ -280,6 +281,7 @@ static void decode_step(sched_dev *d)
         }
         atomic_fetch_add(&d->tokens, (uint64_t)nb);
     }
+    if (masking) sched_mask_wait(d);
     double t = sched_now();
     for (int i = 0; i < rows; i++) {
         sched_req *r = d->row_req[i];
@@ -433,6 +435,7 @@ void *sched_worker_main(void *arg)
         }
     }
     stop_all(d);
+    sched_mask_stop(d);
     free_rows(d);
     return NULL;
 }

@@ -119,6 +119,17 @@ int model_gen_step(model_gen *g, float *logits, model_gen_out *out)
     return 0;
 }
 
+int model_gen_has_grammar(const model_gen *g)
+{
+    return g->gm != NULL;
+}
+
+void model_gen_prefetch(model_gen *g)
+{
+    const uint64_t *mask;
+    if (g->gm) model_gmatch_mask(g->gm, &mask, NULL);
+}
+
 int model_gen_generated(const model_gen *g)
 {
     return g->generated;

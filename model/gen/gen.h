@@ -56,6 +56,13 @@ model_gen *model_gen_new(const model_tok *tok, const model_gen_params *p, int vo
  * are invalid. */
 int model_gen_step(model_gen *g, float *logits, model_gen_out *out);
 int model_gen_generated(const model_gen *g);
+/* 1 when the choice's text is held to a grammar. */
+int model_gen_has_grammar(const model_gen *g);
+/* Computes the grammar's mask for the next step ahead of it (none without a grammar), so that
+ * the next model_gen_step finds it cached: a thread other than the stepping one may run it while
+ * that one waits for the logits (scheduler/sched_mask.c), never concurrently with another call
+ * on g. An error is kept for the step to report. */
+void model_gen_prefetch(model_gen *g);
 /* The message of the last -2 ("" when none). */
 const char *model_gen_error(const model_gen *g);
 
