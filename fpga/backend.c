@@ -51,6 +51,7 @@
 #include "fpga/flex_host.h"
 #include "fpga/prefill.h"
 #include "fpga/kv_pool.h"
+#include "fpga/tls_card.h"
 #include "fpga/dec_model.h"
 #include "proto/kv_wire.h"
 #include "scheduler/accel_impl.h"
@@ -72,11 +73,14 @@ typedef struct fpga_seq {
     int failed; /* an import of it failed: its KV cannot be trusted */
     uint32_t *run_crc; /* (n_layers) the wire payload CRC of each layer of the run of positions
                           being imported: what kv_check must find once the run is complete */
+    int tls_first, tls_k; /* AsyncTLS: the summary arena's superblocks (tls_k 0: none yet) */
+    uint32_t tls_upto;    /* positions its summaries hold */
 } fpga_seq;
 
 typedef struct fpga_dev {
     struct accel_dev base;
     fpga_card card;
+    fpga_tls tls; /* AsyncTLS sparse decode (decode_sparse), off unless configured */
     int index, emu;
     fpga_quant_opts q;
     char qstr[256];
@@ -201,6 +205,14 @@ static int drain(fpga_dev *d, fpga_seq *self)
 
 /* ---------------------------------------------------------------- steps */
 
+/* AsyncTLS for the sequence's next step (fpga_tls_seq_prepare): ACCEL_ERR_NOMEM: dense. */
+static int tls_ready(fpga_dev *d, fpga_seq *s)
+{
+    return fpga_tls_seq_prepare(&d->card, &d->tls, &d->kv, d->kv_base, d->geo.super_bytes,
+                                (uint32_t)s->cap_ids * d->blk_tokens, &s->tls_first, &s->tls_k,
+                                &s->tls_upto);
+}
+
 static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits)
 {
     const model *m = d->base.m;
@@ -221,8 +233,11 @@ static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits)
     model_rope_angles(inv, half, pos, d->cs, d->sn);
     if ((st = kv_grow(d, s, pos, 1))) return st;
     uint32_t n_ids = (uint32_t)(pos / (int)d->blk_tokens + 1);
+    const int tls = d->tls.on && (st = tls_ready(d, s)) == 0;
+    if (st && st != ACCEL_ERR_NOMEM) return card_status(d, st);
     st = fpga_card_step(&d->card, d->x0, d->cs, d->sn, (uint32_t)id, (uint32_t)pos, d->kv_base,
                         d->geo.blk_tiles, s->ids, n_ids, logits);
+    if (!st && tls) s->tls_upto = (uint32_t)pos + 1;
     return card_status(d, st);
 }
 
@@ -283,7 +298,7 @@ static int fpga_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32
     int vocab = ad->m->cfg.vocab;
     int st0 = kv_room(d, n, seqs, 1);
     if (st0) return st0;
-    if (n > 1 && d->card.max_batch > 1) {
+    if (n > 1 && d->card.max_batch > 1 && !d->tls.on) {
         /* imports in flight land first; a sequence whose import failed fails the step */
         void *owner = NULL;
         int st = fpga_card_drain(&d->card, &owner, mark_failed);
@@ -575,6 +590,9 @@ static int fpga_seq_truncate(accel_dev *ad, accel_seq *as, int len)
         fpga_kv_pool_unref(&d->kv, s->ids + keep, s->n_ids - keep, s->base.holder);
         s->n_ids = keep;
     }
+    /* summaries past len are rebuilt from the start of len's block when it is next decoded */
+    const uint32_t bs = d->tls.on ? (uint32_t)d->tls.p.block_size : 1;
+    if (s->tls_upto > (uint32_t)len) s->tls_upto = (uint32_t)len / bs * bs;
     return ACCEL_OK;
 }
 
@@ -642,6 +660,7 @@ static void fpga_seq_free(accel_dev *ad, accel_seq *as)
     } else {
         if (st) mark_failed(owner, st);
         fpga_kv_pool_unref(&d->kv, s->ids, s->n_ids, s->base.holder);
+        if (s->tls_k) fpga_kv_pool_give_supers(&d->kv, s->tls_first, s->tls_k);
     }
     free(s->ids);
     free(s->run_crc);
@@ -722,6 +741,7 @@ static void fpga_free(accel_dev *ad)
     if (d->card.x && atomic_load(&ad->health) != ACCEL_HEALTH_FAILED)
         fpga_card_drain(&d->card, &owner, NULL);
     fpga_card_close(&d->card);
+    fpga_tls_close(&d->tls);
     free(d->inv_freq);
     free(d->x0);
     free(d->cs);
@@ -880,6 +900,7 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
         snprintf(err, errlen, "%s: out of memory", kind);
         goto fail;
     }
+    if (fpga_tls_open(&d->tls, m, o, err, errlen)) goto fail;
     model_rope_inv_freq(c, 0, d->inv_freq);
     fpga_curve(d, &d->curve);
     return &d->base;
@@ -926,6 +947,14 @@ int fpga_dev_seq_kvmap(accel_dev *ad, accel_seq *as, fpga_dec_kvmap *m)
     if (!ad || ad->i != &fpga_i) return -1;
     seq_map((fpga_dev *)ad, (fpga_seq *)as, m);
     return 0;
+}
+
+int fpga_dev_tls_report(accel_dev *ad, int on, uint32_t *table, float *q)
+{
+    if (!ad || ad->i != &fpga_i || !((fpga_dev *)ad)->tls.on) return ACCEL_ERR_INVALID;
+    fpga_dev *d = (fpga_dev *)ad;
+    d->tls.report = on;
+    return table ? fpga_tls_read_report(&d->card, &d->tls, table, q) : 0;
 }
 
 int fpga_dev_select_next(accel_dev *ad, const uint32_t *table, uint32_t cap)

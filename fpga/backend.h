@@ -69,6 +69,10 @@ int fpga_dev_last_prefill(accel_dev *d, fpga_pf_result *res, uint64_t *ws_off, u
  * that step returns). 0, or ACCEL_ERR_INVALID (not an FPGA device, or a table the io cannot
  * hold). */
 int fpga_dev_select_next(accel_dev *d, const uint32_t *table, uint32_t cap);
+/* Tests, with decode_sparse asynctls on: on = 1 makes every later step report its selections and
+ * queries into io; table / q (may be NULL) receive the last step's (fpga/tls_card.h). 0, or
+ * ACCEL_ERR_INVALID (not an FPGA device with AsyncTLS on). */
+int fpga_dev_tls_report(accel_dev *d, int on, uint32_t *table, float *q);
 /* Tests: dense passes of at most `rows` rows (1..FPGA_PF_PASS; the standing workspace holds
  * FPGA_PF_PASS) and kernel runs of at most run_rows rows (a multiple of FPGA_PF_CHUNK; 0:
  * FPGA_PF_RUN_ROWS). 0, or -1. */

@@ -7,7 +7,8 @@
 #include <string.h>
 
 /* kernel argument numbers (fpga/kernels/decode.c, kv_scatter.c, kv_check.c, kv_gather.c) */
-enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES, DEC_N_IDS, DEC_SEL_CAP };
+enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES, DEC_N_IDS, DEC_SEL_CAP,
+       DEC_TLS_OFF, DEC_TLS_UPTO };
 enum { SC_BANK0 = 4, SC_LAYER = 36, SC_POS0, SC_N, SC_PER, SC_KV_OFF, SC_PART_TILES, SC_STAGE_BYTES,
        SC_PAGED, SC_BLK_ID };
 enum { CK_REPORT = 32, CK_POS0, CK_N, CK_KV_OFF, CK_PART_TILES, CK_REPORT_BYTES, CK_N_IDS };
@@ -326,6 +327,10 @@ int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *
     TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_PART_TILES, part_tiles));
     TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_N_IDS, n_ids));
     TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_SEL_CAP, sel_cap));
+    const uint64_t tls_off = c->tls_off;
+    c->tls_off = 0;
+    TRY(fpga_xrt_run_set_u64(x, c->r_dec, DEC_TLS_OFF, tls_off));
+    TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_TLS_UPTO, c->tls_upto));
     TRY(fpga_xrt_run_start(x, c->r_dec));
     int st = wait_run(c, c->r_dec);
     if (st == ACCEL_ERR_TIMEOUT) c->dec_in_flight = 1;
@@ -713,4 +718,18 @@ int fpga_card_logits(fpga_card *c, float *logits)
     uint64_t off = fpga_dec_io_logits_off(&c->desc), n = 4ull * c->desc.vocab;
     TRY(fpga_xrt_bo_sync(c->x, c->io, XCL_BO_SYNC_BO_FROM_DEVICE, n, off));
     return fpga_xrt_bo_read(c->x, c->io, logits, n, off);
+}
+
+int fpga_card_io_write(fpga_card *c, uint64_t off, const void *src, uint64_t n)
+{
+    if (off > c->io_bytes || n > c->io_bytes - off) return ACCEL_ERR_INVALID;
+    TRY(fpga_xrt_bo_write(c->x, c->io, src, n, off));
+    return fpga_xrt_bo_sync(c->x, c->io, XCL_BO_SYNC_BO_TO_DEVICE, n, off);
+}
+
+int fpga_card_io_read(fpga_card *c, uint64_t off, void *dst, uint64_t n)
+{
+    if (off > c->io_bytes || n > c->io_bytes - off) return ACCEL_ERR_INVALID;
+    TRY(fpga_xrt_bo_sync(c->x, c->io, XCL_BO_SYNC_BO_FROM_DEVICE, n, off));
+    return fpga_xrt_bo_read(c->x, c->io, dst, n, off);
 }

@@ -72,6 +72,10 @@ typedef struct fpga_card {
     /* the next fpga_card_step's selection table (fpga_card_select), consumed by that step */
     const uint32_t *sel;
     uint32_t sel_cap;
+    /* the next fpga_card_step's AsyncTLS arena (0: none) and summarized positions: set by the
+     * caller after writing the parameters into io (fpga/kernels/tls_dec.h), consumed by it */
+    uint64_t tls_off;
+    uint32_t tls_upto;
     fpga_emu_run_stats last_pf;
     uint64_t pf_runs, pf_modeled_ns, gather_runs, gather_modeled_ns, check_runs, check_modeled_ns;
 } fpga_card;
@@ -168,5 +172,8 @@ int fpga_card_pf_table(fpga_card *c, const uint32_t *ids, uint32_t n_ids);
 int fpga_card_pf_report(fpga_card *c, fpga_pf_report *r);
 /* The logits the last HEAD (or decode) run left in io (vocab floats). */
 int fpga_card_logits(fpga_card *c, float *logits);
+/* n bytes of the io BO at off, to / from the card (ACCEL_ERR_INVALID outside it). */
+int fpga_card_io_write(fpga_card *c, uint64_t off, const void *src, uint64_t n);
+int fpga_card_io_read(fpga_card *c, uint64_t off, void *dst, uint64_t n);
 
 #endif

@@ -136,7 +136,7 @@ typedef struct accel_opts {
     const char *decode_sparse; /* sparse decode of long contexts (the daemon's decode_sparse key):
                                   NULL: $TANDEM_DECODE_SPARSE; "" or "off": dense; "asynctls" or
                                   "asynctls,key=value,...": AsyncTLS two-level selection with
-                                  sparse/tls.h's parameters (cpu; other devices run dense). Needs
+                                  sparse/tls.h's parameters (cpu, fpga; other devices run dense). Needs
                                   the channel file: opening fails with a message without it */
     const char *sparse_channels; /* that file (NULL: <model dir>/tandem-channels.bin, written by
                                     tandem calibrate-channels) */

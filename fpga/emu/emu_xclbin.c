@@ -50,6 +50,8 @@ const char emu_xclbin_builtin[] =
     "arg part_tiles u32\n"
     "arg n_ids u32\n"
     "arg sel_cap u32\n"
+    "arg tls_off u64\n"
+    "arg tls_upto u32\n"
     "kernel tandem_decode_batch\n" XC_PORTS(XC_BANK)
     "arg io global HBM[0]\n"
     "arg n_seq u32\n"

@@ -54,19 +54,70 @@ static inline void fpga_kd_step_attention(uint8_t *const *ch, const fpga_dec_des
 
 /* ---------------------------------------------------------------- selected positions */
 
-/* fpga_kd_step_attention with a selection table: per KV head the listed positions only
- * (fpga_kd_attend_sel: with every position listed, the same bits), reading only the tiles that
- * hold a listed row — one command per run of consecutive such tiles that is contiguous in HBM —
- * plus the layer's lists (one burst of their used words). */
+/* KV head kh's query group over the listed positions sel[0..n) (ascending, <= the step's
+ * position): reads only the tiles that hold a listed row — one command per run of consecutive
+ * such tiles that is contiguous in HBM — and attends them (fpga_kd_attend_sel: with every
+ * position listed, the same bits as fpga_kd_attend). Returns the MACs. */
+static inline uint64_t fpga_kd_sel_head(uint8_t *const *ch, const fpga_dec_desc *d,
+                                        const fpga_dec_layout *lo, const fpga_dec_kvmap *kv,
+                                        uint32_t l, uint32_t kh, const float *qg,
+                                        const uint32_t *sel, uint32_t n, float *og)
+{
+    const uint32_t P = d->kv_parts;
+    for (uint32_t b = 0; b < P; b++) {
+        /* the part's tiles holding a listed row, ascending */
+        uint32_t last = 0, have = 0;
+        for (uint32_t e = 0; e < n; e++)
+            if ((sel[e] / FPGA_DEC_TILE) % P == b) last = sel[e] / FPGA_DEC_TILE / P, have = 1;
+        if (!have) continue;
+        uint32_t t0 = 0, len = 0, prev = 0xffffffffu;
+        for (uint32_t e = 0; e <= n; e++) {
+            uint32_t t = 0;
+            if (e < n) {
+                if ((sel[e] / FPGA_DEC_TILE) % P != b) continue;
+                t = sel[e] / FPGA_DEC_TILE / P;
+                if (t == prev) continue;
+                prev = t;
+                if (len && t == t0 + len && len < fpga_dec_kv_run(kv, t0, last)) {
+                    len++;
+                    continue;
+                }
+            }
+            if (len)
+                fpga_k_read(fpga_kd_tile(ch, d, kv, l, kh, b, t0), (uint64_t)len * lo->tile_bytes);
+            t0 = t;
+            len = 1;
+        }
+    }
+    return fpga_kd_attend_sel(ch, d, kv, l, kh, qg, sel, n, og);
+}
+
+/* KV head kh dense, with fpga_kd_step_attention's reads. Returns the MACs. */
+static inline uint64_t fpga_kd_dense_head(uint8_t *const *ch, const fpga_dec_desc *d,
+                                          const fpga_dec_layout *lo, const fpga_dec_kvmap *kv,
+                                          uint32_t l, uint32_t kh, const float *qg, uint32_t pos,
+                                          float *og)
+{
+    for (uint32_t b = 0; b < d->kv_parts; b++) {
+        uint32_t nt = fpga_dec_part_used_tiles(d, pos + 1, b);
+        for (uint32_t t = 0, run; t < nt; t += run) {
+            run = fpga_dec_kv_run(kv, t, nt - 1);
+            fpga_k_read(fpga_kd_tile(ch, d, kv, l, kh, b, t), (uint64_t)run * lo->tile_bytes);
+        }
+    }
+    return fpga_kd_attend(ch, d, kv, l, kh, qg, pos, og);
+}
+
+/* fpga_kd_step_attention with a selection table in io (fpga_dec_io_sel_off): per KV head the
+ * listed positions only, or dense; plus the layer's lists (one burst of their used words). */
 static inline void fpga_kd_step_attention_sel(uint8_t *const *ch, const fpga_dec_desc *d,
                                               const fpga_dec_layout *lo, const fpga_dec_kvmap *kv,
                                               uint32_t l, const float *q, uint32_t pos,
                                               const uint32_t *table, uint32_t cap, float *out,
                                               uint32_t macs_per_cycle)
 {
-    const uint32_t hd = d->head_dim, group = d->n_heads / d->n_kv_heads, P = d->kv_parts;
+    const uint32_t hd = d->head_dim, group = d->n_heads / d->n_kv_heads;
     uint64_t macs = 0, used = 0;
-    /* the layer's lists as one burst (their used words: a compacted table) */
     for (uint32_t kh = 0; kh < d->n_kv_heads; kh++) {
         const uint32_t n = table[((uint64_t)l * d->n_kv_heads + kh) * (1ull + cap)];
         used += 4ull * (1 + (n == FPGA_DEC_SEL_DENSE ? 0 : n));
@@ -74,48 +125,11 @@ static inline void fpga_kd_step_attention_sel(uint8_t *const *ch, const fpga_dec
     fpga_k_read(table + (uint64_t)l * d->n_kv_heads * (1ull + cap), used);
     for (uint32_t kh = 0; kh < d->n_kv_heads; kh++) {
         const uint32_t *list = table + ((uint64_t)l * d->n_kv_heads + kh) * (1ull + cap);
-        const uint32_t n = list[0];
         const float *qg = q + (uint64_t)kh * group * hd;
         float *og = out + (uint64_t)kh * group * hd;
-        if (n == FPGA_DEC_SEL_DENSE) {
-            for (uint32_t b = 0; b < P; b++) {
-                uint32_t nt = fpga_dec_part_used_tiles(d, pos + 1, b);
-                for (uint32_t t = 0, run; t < nt; t += run) {
-                    run = fpga_dec_kv_run(kv, t, nt - 1);
-                    fpga_k_read(fpga_kd_tile(ch, d, kv, l, kh, b, t), (uint64_t)run * lo->tile_bytes);
-                }
-            }
-            macs += fpga_kd_attend(ch, d, kv, l, kh, qg, pos, og);
-            continue;
-        }
-        const uint32_t *sel = list + 1;
-        for (uint32_t b = 0; b < P; b++) {
-            /* the part's tiles holding a listed row, ascending */
-            uint32_t last = 0, have = 0;
-            for (uint32_t e = 0; e < n; e++)
-                if ((sel[e] / FPGA_DEC_TILE) % P == b) last = sel[e] / FPGA_DEC_TILE / P, have = 1;
-            if (!have) continue;
-            uint32_t t0 = 0, len = 0, prev = 0xffffffffu;
-            for (uint32_t e = 0; e <= n; e++) {
-                int end = e == n;
-                uint32_t t = 0;
-                if (!end) {
-                    if ((sel[e] / FPGA_DEC_TILE) % P != b) continue;
-                    t = sel[e] / FPGA_DEC_TILE / P;
-                    if (t == prev) continue;
-                    prev = t;
-                    if (len && t == t0 + len && len < fpga_dec_kv_run(kv, t0, last)) {
-                        len++;
-                        continue;
-                    }
-                }
-                if (len)
-                    fpga_k_read(fpga_kd_tile(ch, d, kv, l, kh, b, t0), (uint64_t)len * lo->tile_bytes);
-                t0 = t;
-                len = 1;
-            }
-        }
-        macs += fpga_kd_attend_sel(ch, d, kv, l, kh, qg, sel, n, og);
+        macs += list[0] == FPGA_DEC_SEL_DENSE
+                    ? fpga_kd_dense_head(ch, d, lo, kv, l, kh, qg, pos, og)
+                    : fpga_kd_sel_head(ch, d, lo, kv, l, kh, qg, list + 1, list[0], og);
     }
     fpga_k_cycles(macs / macs_per_cycle);
     fpga_k_stall(FPGA_DEC_PHASE_CYCLES + d->kv_parts * 4);

@@ -34,11 +34,16 @@
  * ids in io (at fpga_dec_io_table_off) into the pool at kv_off (dec_layout.h, "KV pages").
  * sel_cap 0: every layer attends every position; else io holds a selection table of lists of
  * sel_cap positions (dec_step.h, fpga_dec_io_sel_off): each (layer, KV head) attends the
- * positions its list names (AsyncTLS sparse decode, sparse/tls.h), reading only their tiles. */
+ * positions its list names (AsyncTLS sparse decode, sparse/tls.h), reading only their tiles.
+ * 39 tls_off u64, 40 tls_upto u32: tls_off not 0 runs AsyncTLS on the card (tls_dec.h): the
+ * parameters in io at fpga_dec_io_sel_off, the sequence's summaries in the arena at tls_off of
+ * every bank, positions tls_upto..pos summarized by this run, then selection and attention over
+ * the kept positions. */
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/kernels/dec_math.h"
 #include "fpga/kernels/dec_ops.h"
 #include "fpga/kernels/dec_step.h"
+#include "fpga/kernels/tls_dec.h"
 #include "fpga/kernels/kernel.h"
 #include <math.h>
 
@@ -87,7 +92,8 @@ static void matvec(const dec_ctx *c, int mat, uint64_t off, const float *x, cons
 }
 
 void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, uint32_t pos,
-                   uint64_t kv_off, uint32_t part_tiles, uint32_t n_ids, uint32_t sel_cap)
+                   uint64_t kv_off, uint32_t part_tiles, uint32_t n_ids, uint32_t sel_cap,
+                   uint64_t tls_off, uint32_t tls_upto)
 {
     FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
 #pragma HLS INTERFACE m_axi port = io offset = slave bundle = gmem_io
@@ -97,6 +103,8 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
 #pragma HLS INTERFACE s_axilite port = part_tiles
 #pragma HLS INTERFACE s_axilite port = n_ids
 #pragma HLS INTERFACE s_axilite port = sel_cap
+#pragma HLS INTERFACE s_axilite port = tls_off
+#pragma HLS INTERFACE s_axilite port = tls_upto
 #pragma HLS INTERFACE s_axilite port = return
     dec_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}};
     fpga_k_read(hbm0, sizeof c.d);
@@ -120,6 +128,14 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
     int8_t xq[FPGA_DEC_MAX_K];
     float xs[FPGA_DEC_MAX_K / FPGA_DEC_MIN_GROUP + 1];
 
+    fpga_tls_io tp = {0};
+    uint32_t *report = NULL;
+    if (tls_off) {
+        fpga_k_read(io + fpga_dec_io_sel_off(d), sizeof tp);
+        memcpy(&tp, io + fpga_dec_io_sel_off(d), sizeof tp);
+        if (tp.report) report = (uint32_t *)(io + fpga_dec_io_sel_off(d) + sizeof tp);
+    }
+
     const uint8_t *step = io + fpga_dec_io_step_off();
     fpga_k_read(step, fpga_dec_io_step_bytes(d));
     memcpy(x, step, 4ull * H);
@@ -138,7 +154,10 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
         fpga_kd_rope(wide, d->n_heads, hd, cs, sn);
         fpga_kd_rope(wide + qd, d->n_kv_heads, hd, cs, sn);
         fpga_kd_step_append(c.ch, d, &c.kv, l, wide + qd, wide + qd + kvd, pos);
-        if (sel_cap)
+        if (tls_off)
+            fpga_tls_step_attention(c.ch, d, &c.lo, &c.kv, l, wide, pos, tls_off, &tp, tls_upto,
+                                    report, att, FPGA_DEC_MACS_PER_CYCLE);
+        else if (sel_cap)
             fpga_kd_step_attention_sel(c.ch, d, &c.lo, &c.kv, l, wide, pos,
                                        (const uint32_t *)(io + fpga_dec_io_sel_off(d)), sel_cap,
                                        att, FPGA_DEC_MACS_PER_CYCLE);
@@ -175,7 +194,8 @@ static int decode_adapter(const fpga_kargs *a)
     uint32_t token = (uint32_t)a->a[33].u, pos = (uint32_t)a->a[34].u;
     uint64_t kv_off = a->a[35].u;
     uint32_t part_tiles = (uint32_t)a->a[36].u, n_ids = (uint32_t)a->a[37].u;
-    uint32_t sel_cap = (uint32_t)a->a[38].u;
+    uint32_t sel_cap = (uint32_t)a->a[38].u, tls_upto = (uint32_t)a->a[40].u;
+    uint64_t tls_off = a->a[39].u;
     uint64_t min_size = a->a[0].size;
     for (int c = 1; c < FPGA_DEC_CH; c++)
         if (a->a[c].size < min_size) min_size = a->a[c].size;
@@ -215,18 +235,51 @@ static int decode_adapter(const fpga_kargs *a)
                 if (list[1 + e] > pos || (e && list[1 + e] <= list[e])) return -1;
         }
     }
+    if (tls_off) {
+        /* the parameters within the selection unit's bounds, the arena inside every bank above
+         * the image, its channels real, the report inside io */
+        fpga_tls_io tp;
+        if (sel_cap || !fpga_k_range_ok(fpga_dec_io_sel_off(&d), sizeof tp, io->size)) return -1;
+        memcpy(&tp, (const uint8_t *)io->ptr + fpga_dec_io_sel_off(&d), sizeof tp);
+        const uint32_t G = d.n_heads / d.n_kv_heads, bs = tp.block_size;
+        if (tp.magic != FPGA_TLS_IO_MAGIC || (bs != 16 && bs != 32 && bs != 64 && bs != 128) ||
+            tp.r < 2 || tp.r % 2 || tp.r > d.head_dim || d.head_dim > TLS_K_MAX_HD ||
+            G > TLS_K_MAX_G || tp.block_budget < 1 || tp.token_budget < 1 ||
+            tp.token_budget > TLS_K_MAX_CAND || tp.cap <= pos || tls_upto > pos)
+            return -1;
+        const uint64_t nb = ((uint64_t)tp.cap + bs - 1) / bs;
+        if (nb > TLS_K_MAX_BLOCKS ||
+            (uint64_t)(tp.block_budget < nb ? tp.block_budget : nb) * bs > TLS_K_MAX_CAND)
+            return -1;
+        fpga_tls_arena ar;
+        fpga_tls_arena_of(&d, tp.r, bs, tp.cap, &ar);
+        if (tls_off < lo.image_bytes || !fpga_k_range_ok(tls_off, ar.chan_bytes, min_size))
+            return -1;
+        for (uint32_t l = tp.dense_layers; l < d.n_layers; l++)
+            for (uint32_t g = 0; g < d.n_kv_heads; g++) {
+                const uint8_t *chn = (const uint8_t *)a->a[fpga_tls_group_ch(&d, l, g)].ptr +
+                                     tls_off + fpga_tls_group_slot(&d, l, g) * ar.ch_stride;
+                for (uint32_t i = 0; i < tp.r; i++)
+                    if ((uint32_t)(chn[2 * i] | chn[2 * i + 1] << 8) >= d.head_dim) return -1;
+            }
+        if (tp.report && !fpga_k_range_ok(fpga_dec_io_sel_off(&d) + sizeof tp,
+                                          fpga_tls_report_bytes(&d, tp.token_budget), io->size))
+            return -1;
+    }
     uint8_t *p[FPGA_DEC_CH];
     for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[c].ptr;
 #define DEC_ARG(n) p[n],
-    tandem_decode(FPGA_K_PORTS(DEC_ARG) io->ptr, token, pos, kv_off, part_tiles, n_ids, sel_cap);
+    tandem_decode(FPGA_K_PORTS(DEC_ARG) io->ptr, token, pos, kv_off, part_tiles, n_ids, sel_cap,
+                  tls_off, tls_upto);
 #undef DEC_ARG
     return 0;
 }
 
 const fpga_k_desc fpga_k_decode_desc = {
     .name = "tandem_decode",
-    .n_args = 39,
+    .n_args = 41,
     .kinds = {FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
-              FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32},
+              FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U64,
+              FPGA_K_ARG_U32},
     .run = decode_adapter,
 };

@@ -4,6 +4,21 @@
 #define TANDEM_FPGA_TLS_KERNEL_H
 #include "fpga/kernels/kernel.h"
 
+#define TLS_K_MAX_BLOCKS 16384 /* 1M keys of 64 */
+#define TLS_K_MAX_CAND 16384   /* block_budget * block_size */
+#define TLS_K_MAX_HD 256
+#define TLS_K_MAX_G 16
+
+/* Both selection levels for one query group, the unit the tls_select kernel and the decode
+ * kernel (fpga/kernels/tls_dec.h) share: q (G, hd) and the channels ch (r) on chip; summ
+ * (nb, 2, hd) fp32 max rows then min rows, code (n_keys, r / 2), lmin, lstep (n_keys) fp32 in
+ * HBM (charged). The kept positions, ascending, into cand (on chip, TLS_K_MAX_CAND); returns
+ * their count. Bounds as the tls_select adapter checks them. */
+uint32_t tls_select_unit(const float *q, const uint16_t *ch, const uint8_t *summ,
+                         const uint8_t *code, const uint8_t *lmin, const uint8_t *lstep,
+                         uint32_t n_keys, uint32_t hd, uint32_t G, uint32_t r, uint32_t bs,
+                         uint32_t block_budget, uint32_t token_budget, int32_t *cand);
+
 void tls_select(const uint8_t *data, uint8_t *out, uint64_t q_off, uint64_t ch_off,
                 uint64_t summ_off, uint64_t code_off, uint64_t lmin_off, uint64_t lstep_off,
                 uint32_t n_keys, uint32_t head_dim, uint32_t G, uint32_t r, uint32_t block_size,

@@ -25,10 +25,6 @@
 #include "fpga/kernels/tls_kernel.h"
 #include <string.h>
 
-#define TLS_K_MAX_BLOCKS 16384 /* 1M keys of 64 */
-#define TLS_K_MAX_CAND 16384   /* block_budget * block_size */
-#define TLS_K_MAX_HD 256
-#define TLS_K_MAX_G 16
 
 static float dot8(const float *a, const float *b, uint32_t n)
 {
@@ -86,23 +82,16 @@ static uint32_t topk(const float *score, uint32_t n, uint32_t k, uint8_t *keep)
     return taken;
 }
 
-void tls_select(const uint8_t *data, uint8_t *out, uint64_t q_off, uint64_t ch_off,
-                uint64_t summ_off, uint64_t code_off, uint64_t lmin_off, uint64_t lstep_off,
-                uint32_t n_keys, uint32_t hd, uint32_t G, uint32_t r, uint32_t bs,
-                uint32_t block_budget, uint32_t token_budget)
+uint32_t tls_select_unit(const float *q, const uint16_t *ch, const uint8_t *summ,
+                         const uint8_t *code_base, const uint8_t *lmin_base,
+                         const uint8_t *lstep_base, uint32_t n_keys, uint32_t hd, uint32_t G,
+                         uint32_t r, uint32_t bs, uint32_t block_budget, uint32_t token_budget,
+                         int32_t *cand)
 {
-#pragma HLS INTERFACE m_axi port = data offset = slave bundle = gmem0
-#pragma HLS INTERFACE m_axi port = out offset = slave bundle = gmem1
     const uint32_t nb = (n_keys + bs - 1) / bs;
-    float q[TLS_K_MAX_G * TLS_K_MAX_HD], qp[TLS_K_MAX_HD], qn[TLS_K_MAX_HD], row[TLS_K_MAX_HD];
+    float qp[TLS_K_MAX_HD], qn[TLS_K_MAX_HD], row[TLS_K_MAX_HD];
     float score[TLS_K_MAX_CAND > TLS_K_MAX_BLOCKS ? TLS_K_MAX_CAND : TLS_K_MAX_BLOCKS];
     uint8_t keep[TLS_K_MAX_CAND > TLS_K_MAX_BLOCKS ? TLS_K_MAX_CAND : TLS_K_MAX_BLOCKS];
-    int32_t cand[TLS_K_MAX_CAND];
-    uint16_t ch[TLS_K_MAX_HD];
-    fpga_k_read(data + q_off, (uint64_t)G * hd * 4);
-    memcpy(q, data + q_off, (size_t)G * hd * 4);
-    fpga_k_read(data + ch_off, (uint64_t)r * 2);
-    memcpy(ch, data + ch_off, (size_t)r * 2);
     /* level 1 */
     uint32_t nk;
     if (nb > block_budget) {
@@ -113,9 +102,9 @@ void tls_select(const uint8_t *data, uint8_t *out, uint64_t q_off, uint64_t ch_o
                 if (x > 0.0f) qp[c] += x;
                 else qn[c] += x;
             }
-        fpga_k_read(data + summ_off, (uint64_t)nb * 2 * hd * 4);
+        fpga_k_read(summ, (uint64_t)nb * 2 * hd * 4);
         for (uint32_t b = 0; b < nb; b++) {
-            const uint8_t *s = data + summ_off + (uint64_t)b * 2 * hd * 4;
+            const uint8_t *s = summ + (uint64_t)b * 2 * hd * 4;
             memcpy(row, s, (size_t)hd * 4);
             float a = dot8(qp, row, hd);
             memcpy(row, s + (size_t)hd * 4, (size_t)hd * 4);
@@ -141,18 +130,18 @@ void tls_select(const uint8_t *data, uint8_t *out, uint64_t q_off, uint64_t ch_o
             qsel[i] = a / (float)G;
             qsum += qsel[i];
         }
-        fpga_k_read(data + code_off, (uint64_t)n_keys * (r / 2));
-        fpga_k_read(data + lmin_off, (uint64_t)n_keys * 4);
-        fpga_k_read(data + lstep_off, (uint64_t)n_keys * 4);
+        fpga_k_read(code_base, (uint64_t)n_keys * (r / 2));
+        fpga_k_read(lmin_base, (uint64_t)n_keys * 4);
+        fpga_k_read(lstep_base, (uint64_t)n_keys * 4);
         for (uint32_t j = 0; j < C; j++) {
-            const uint8_t *code = data + code_off + (uint64_t)cand[j] * (r / 2);
+            const uint8_t *code = code_base + (uint64_t)cand[j] * (r / 2);
             for (uint32_t i = 0; i < r; i += 2) {
                 codes[i] = (float)(code[i / 2] & 15);
                 codes[i + 1] = (float)(code[i / 2] >> 4);
             }
             float lo, st;
-            memcpy(&lo, data + lmin_off + (uint64_t)cand[j] * 4, 4);
-            memcpy(&st, data + lstep_off + (uint64_t)cand[j] * 4, 4);
+            memcpy(&lo, lmin_base + (uint64_t)cand[j] * 4, 4);
+            memcpy(&st, lstep_base + (uint64_t)cand[j] * 4, 4);
             score[j] = st * dot8(qsel, codes, r) + lo * qsum;
         }
         fpga_k_cycles((uint64_t)C * r / 16);
@@ -161,6 +150,26 @@ void tls_select(const uint8_t *data, uint8_t *out, uint64_t q_off, uint64_t ch_o
         for (uint32_t j = 0; j < C; j++)
             if (keep[j]) cand[n++] = cand[j];
     }
+    return n;
+}
+
+void tls_select(const uint8_t *data, uint8_t *out, uint64_t q_off, uint64_t ch_off,
+                uint64_t summ_off, uint64_t code_off, uint64_t lmin_off, uint64_t lstep_off,
+                uint32_t n_keys, uint32_t hd, uint32_t G, uint32_t r, uint32_t bs,
+                uint32_t block_budget, uint32_t token_budget)
+{
+#pragma HLS INTERFACE m_axi port = data offset = slave bundle = gmem0
+#pragma HLS INTERFACE m_axi port = out offset = slave bundle = gmem1
+    float q[TLS_K_MAX_G * TLS_K_MAX_HD];
+    int32_t cand[TLS_K_MAX_CAND];
+    uint16_t ch[TLS_K_MAX_HD];
+    fpga_k_read(data + q_off, (uint64_t)G * hd * 4);
+    memcpy(q, data + q_off, (size_t)G * hd * 4);
+    fpga_k_read(data + ch_off, (uint64_t)r * 2);
+    memcpy(ch, data + ch_off, (size_t)r * 2);
+    uint32_t n = tls_select_unit(q, ch, data + summ_off, data + code_off, data + lmin_off,
+                                 data + lstep_off, n_keys, hd, G, r, bs, block_budget,
+                                 token_budget, cand);
     fpga_k_write(out, 4 + (uint64_t)n * 4);
     memcpy(out, &n, 4);
     memcpy(out + 4, cand, (size_t)n * 4);

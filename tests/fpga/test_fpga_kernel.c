@@ -237,7 +237,8 @@ TEST(fpga_prefill_without_kernel_is_decode_steps)
     for (int c = 0; c < 32; c++) k += snprintf(text + k, sizeof text - k, "arg hbm%d global HBM[%d]\n", c, c);
     k += snprintf(text + k, sizeof text - k,
                   "arg io global HBM[0]\narg token u32\narg pos u32\narg kv_off u64\n"
-                  "arg part_tiles u32\narg n_ids u32\nkernel kv_scatter\n");
+                  "arg part_tiles u32\narg n_ids u32\narg sel_cap u32\narg tls_off u64\n"
+                  "arg tls_upto u32\nkernel kv_scatter\n");
     for (int j = 0; j < 4; j++) k += snprintf(text + k, sizeof text - k, "arg stage%d global HBM[1:8]\n", j);
     for (int c = 0; c < 32; c++) k += snprintf(text + k, sizeof text - k, "arg hbm%d global HBM[%d]\n", c, c);
     k += snprintf(text + k, sizeof text - k,

@@ -1,0 +1,135 @@
+/* fpga/tls_card.c — see tls_card.h. */
+#include "fpga/tls_card.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int fpga_tls_open(fpga_tls *t, const model *m, const accel_opts *o, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    const char *spec = o->decode_sparse ? o->decode_sparse : getenv("TANDEM_DECODE_SPARSE");
+    int chan_set = 0;
+    char why[300];
+    if (sparse_tls_parse(spec, m->cfg.head_dim, &t->p, &t->on, &chan_set, why, sizeof why)) {
+        snprintf(err, errlen, "fpga: %s", why);
+        return -1;
+    }
+    if (!t->on) return 0;
+    if (m->cfg.sliding_window > 0 || m->cfg.head_dim > TLS_K_MAX_HD ||
+        m->cfg.n_heads / m->cfg.n_kv_heads > TLS_K_MAX_G) {
+        snprintf(err, errlen, "fpga: decode_sparse asynctls: the card's selection unit takes "
+                              "head_dim <= %d, <= %d query heads per KV head, no sliding window",
+                 TLS_K_MAX_HD, TLS_K_MAX_G);
+        return -1;
+    }
+    if (t->p.token_budget > TLS_K_MAX_CAND || t->p.block_budget * t->p.block_size > TLS_K_MAX_CAND) {
+        snprintf(err, errlen, "fpga: decode_sparse asynctls: token_budget and block_budget x "
+                              "block_size must be <= %d on the card", TLS_K_MAX_CAND);
+        return -1;
+    }
+    char path[4200];
+    if (o->sparse_channels) snprintf(path, sizeof path, "%s", o->sparse_channels);
+    else model_channels_path(m->dir, path, sizeof path);
+    if (model_channels_load(path, &t->ch, why, sizeof why)) {
+        snprintf(err, errlen, "fpga: decode_sparse asynctls needs the channel file (tandem "
+                              "calibrate-channels --model DIR writes it): %s", why);
+        return -1;
+    }
+    if (model_channels_match(&t->ch, &m->cfg, why, sizeof why) ||
+        (chan_set && t->p.channels != t->ch.r)) {
+        snprintf(err, errlen, "fpga: decode_sparse asynctls: %s: %s", path,
+                 chan_set && t->p.channels != t->ch.r ? "channels differ from the file's" : why);
+        model_channels_free(&t->ch);
+        return -1;
+    }
+    t->p.channels = t->ch.r;
+    return 0;
+}
+
+void fpga_tls_close(fpga_tls *t)
+{
+    if (t->on) model_channels_free(&t->ch);
+    memset(t, 0, sizeof *t);
+}
+
+void fpga_tls_arena_for(const fpga_tls *t, const fpga_dec_desc *d, uint32_t cap, fpga_tls_arena *a)
+{
+    fpga_tls_arena_of(d, (uint32_t)t->p.channels, (uint32_t)t->p.block_size, cap, a);
+}
+
+int fpga_tls_arena_init(fpga_card *c, const fpga_tls *t, uint64_t off, uint32_t cap)
+{
+    const fpga_dec_desc *d = &c->desc;
+    fpga_tls_arena a;
+    fpga_tls_arena_for(t, d, cap, &a);
+    const uint32_t r = (uint32_t)t->p.channels;
+    uint8_t *buf = calloc(a.slots, a.ch_stride);
+    if (!buf) return ACCEL_ERR_NOMEM;
+    int st = 0;
+    for (uint32_t ch = 0; !st && ch < FPGA_DEC_CH; ch++) {
+        uint32_t used = 0;
+        for (uint32_t l = 0; l < d->n_layers; l++)
+            for (uint32_t g = 0; g < d->n_kv_heads; g++) {
+                if (fpga_tls_group_ch(d, l, g) != ch) continue;
+                const uint64_t slot = fpga_tls_group_slot(d, l, g);
+                memcpy(buf + slot * a.ch_stride,
+                       t->ch.idx + ((size_t)l * d->n_kv_heads + g) * r, 2ull * r);
+                used = (uint32_t)slot + 1;
+            }
+        if (used) st = fpga_card_write_bank(c, (int)ch, off, buf, (size_t)used * a.ch_stride);
+    }
+    free(buf);
+    return st;
+}
+
+int fpga_tls_prepare(fpga_card *c, const fpga_tls *t, uint64_t off, uint32_t cap, uint32_t upto)
+{
+    const sparse_tls_params *p = &t->p;
+    fpga_tls_io io = {.magic = FPGA_TLS_IO_MAGIC,
+                      .block_size = (uint32_t)p->block_size,
+                      .block_budget = (uint32_t)p->block_budget,
+                      .token_budget = (uint32_t)p->token_budget,
+                      .r = (uint32_t)p->channels,
+                      .dense_layers = (uint32_t)p->dense_layers,
+                      .dense_below = (uint32_t)(p->dense_below < 0 ? p->token_budget : p->dense_below),
+                      .cap = cap,
+                      .report = (uint32_t)t->report};
+    if (t->report && fpga_dec_io_sel_off(&c->desc) + sizeof io +
+                             fpga_tls_report_bytes(&c->desc, io.token_budget) > c->io_bytes)
+        return ACCEL_ERR_INVALID;
+    int st = fpga_card_io_write(c, fpga_dec_io_sel_off(&c->desc), &io, sizeof io);
+    if (st) return st;
+    c->tls_off = off;
+    c->tls_upto = upto;
+    return 0;
+}
+
+int fpga_tls_read_report(fpga_card *c, const fpga_tls *t, uint32_t *table, float *q)
+{
+    const fpga_dec_desc *d = &c->desc;
+    const uint64_t at = fpga_dec_io_sel_off(d) + sizeof(fpga_tls_io);
+    const uint64_t tb = fpga_dec_io_sel_bytes(d, (uint32_t)t->p.token_budget);
+    int st = fpga_card_io_read(c, at, table, tb);
+    return st ? st : fpga_card_io_read(c, at + tb, q, 4ull * d->n_layers * d->n_heads * d->head_dim);
+}
+
+int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, fpga_kv_pool *pool, uint64_t kv_base,
+                         uint64_t super_bytes, uint32_t cap, int *first, int *k, uint32_t *upto)
+{
+    if (!*k) {
+        fpga_tls_arena a;
+        fpga_tls_arena_for(t, &c->desc, cap, &a);
+        int n = (int)((a.chan_bytes + super_bytes - 1) / super_bytes);
+        int f = fpga_kv_pool_take_supers(pool, n);
+        if (f < 0) return ACCEL_ERR_NOMEM;
+        int st = fpga_tls_arena_init(c, t, kv_base + (uint64_t)f * super_bytes, cap);
+        if (st) {
+            fpga_kv_pool_give_supers(pool, f, n);
+            return st;
+        }
+        *first = f;
+        *k = n;
+        *upto = 0;
+    }
+    return fpga_tls_prepare(c, t, kv_base + (uint64_t)*first * super_bytes, cap, *upto);
+}

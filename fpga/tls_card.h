@@ -1,0 +1,46 @@
+/* fpga/tls_card.h — AsyncTLS sparse decode on a card, the host's part (issue 23): the device's
+ * parameters and calibrated channels (the daemon's decode_sparse key, as the CPU backend reads
+ * it), each sequence's summary arena in the pool, and what a decode step hands the kernel
+ * (fpga/kernels/tls_dec.h says what the card does with it).
+ *
+ * Threads: the card's driving thread. Errors: ACCEL_* statuses. */
+#ifndef TANDEM_FPGA_TLS_CARD_H
+#define TANDEM_FPGA_TLS_CARD_H
+#include "fpga/card.h"
+#include "fpga/kv_pool.h"
+#include "fpga/kernels/tls_dec.h"
+#include "model/ckpt/model.h"
+#include "model/ckpt/tls_channels.h"
+#include "scheduler/accel.h"
+#include "sparse/tls.h"
+
+typedef struct fpga_tls {
+    int on;
+    int report; /* tests: each step reports its selections and queries into io */
+    sparse_tls_params p;
+    model_channels ch;
+} fpga_tls;
+
+/* accel_opts.decode_sparse (or $TANDEM_DECODE_SPARSE) and the channel file next to the model
+ * (or accel_opts.sparse_channels). 0, or -1 with the reason in err (a spec the card's units
+ * cannot take included: head_dim above 256, more than 16 query heads per KV head). */
+int fpga_tls_open(fpga_tls *t, const model *m, const accel_opts *o, char *err, size_t errlen);
+void fpga_tls_close(fpga_tls *t);
+
+/* The arena of a sequence of cap positions. */
+void fpga_tls_arena_for(const fpga_tls *t, const fpga_dec_desc *d, uint32_t cap, fpga_tls_arena *a);
+/* Writes the calibrated channels into a fresh arena at off (every bank BO). */
+int fpga_tls_arena_init(fpga_card *c, const fpga_tls *t, uint64_t off, uint32_t cap);
+/* The next fpga_card_step runs AsyncTLS: the parameters into io, the arena and the positions
+ * already summarized (upto) for the kernel. */
+int fpga_tls_prepare(fpga_card *c, const fpga_tls *t, uint64_t off, uint32_t cap, uint32_t upto);
+/* A sequence's next step with AsyncTLS: its arena (taken on its first sparse step from the
+ * pool's free superblocks at kv_base, *first / *k, its channels written, *upto reset; ACCEL_ERR_NOMEM
+ * when the pool has none: the step runs dense), then fpga_tls_prepare. */
+int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, fpga_kv_pool *pool, uint64_t kv_base,
+                         uint64_t super_bytes, uint32_t cap, int *first, int *k, uint32_t *upto);
+/* Tests (t->report set): the last step's selections (n_layers x n_kv lists of token_budget + 1
+ * u32, count FPGA_DEC_SEL_DENSE for a dense one) and queries (n_layers x n_heads x head_dim). */
+int fpga_tls_read_report(fpga_card *c, const fpga_tls *t, uint32_t *table, float *q);
+
+#endif

@@ -1,0 +1,207 @@
+/* AsyncTLS sparse decode on the emulated card (decode_sparse asynctls: fpga/kernels/tls_dec.h in
+ * the decode run, fpga/tls_card.c on the host) against references it was not written into:
+ *  - budgets that cover the context: the selection keeps every position and the card's logits
+ *    equal the dense card's bit for bit, step after step (after a card prefill: the run brings
+ *    the prompt's summaries up to date itself);
+ *  - small budgets: every (layer, KV head)'s selected positions equal the CPU reference's
+ *    (sparse/tls.h sparse_tls_select) run on the card's own queries of that step and on summaries
+ *    built by sparse_tls_put from the KV the card holds (int8 x fp16 scale), step after step;
+ *    the logits move away from dense;
+ *  - a missing channel file stops the device from opening with a message naming the command. */
+#include "devices/devices.h"
+#include "devices/tls_calib.h"
+#include "fpga/kernels/dec_math.h"
+#include "fpga/kernels/tls_dec.h"
+#include "sparse/tls.h"
+#include "tests/fpga/fpga_util.h"
+#include "tests/test.h"
+#include "tests/util.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *channels_file(const model *m)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/fpga_ch.bin", t_tmpdir());
+    devices_tls_calib_opts o;
+    devices_tls_calib_opts_default(&o);
+    o.n_seqs = 2;
+    o.len = 64;
+    o.channels = 4;
+    model_channels ch;
+    char err[256];
+    if (devices_tls_calibrate(m, &o, &ch, err, sizeof err)) {
+        t_fail(__FILE__, __LINE__, "calibrate: %s", err);
+        return NULL;
+    }
+    int rc = model_channels_save(path, &ch, err, sizeof err);
+    model_channels_free(&ch);
+    return rc ? NULL : path;
+}
+
+static accel_dev *open_card(const model *m, const char *name, const char *spec, const char *chan)
+{
+    accel_opts o = {.weight_bits = 8, .decode_sparse = spec, .sparse_channels = chan};
+    char err[512];
+    tf_cache_env();
+    accel_dev *d = devices_open(name, m, &o, err, sizeof err);
+    if (!d) t_fail(__FILE__, __LINE__, "open %s %s: %s", name, spec ? spec : "", err);
+    return d;
+}
+
+static int32_t *ids_of(int n, int V)
+{
+    int32_t *ids = malloc(sizeof *ids * n);
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 31 + 7) % V);
+    ids[0] = 1;
+    return ids;
+}
+
+TEST(fpga_tls_decode_every_position_kept_equals_dense)
+{
+    char err[512];
+    model *m = model_load(TF_MODEL, err, sizeof err);
+    REQUIRE(m);
+    const char *chan = channels_file(m);
+    REQUIRE(chan);
+    accel_dev *dense = open_card(m, "fpga-emu:0", NULL, NULL);
+    accel_dev *tls = open_card(m, "fpga-emu:1",
+                               "asynctls,block_size=16,block_budget=64,token_budget=4096,"
+                               "dense_layers=0,dense_below=0", chan);
+    REQUIRE(dense && tls);
+    enum { N = 200, STEPS = 5 };
+    const int V = m->cfg.vocab;
+    int32_t *ids = ids_of(N + STEPS, V);
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    accel_seq *sa, *sb;
+    REQUIRE(accel_seq_new(dense, N + STEPS, &sa) == 0 && accel_seq_new(tls, N + STEPS, &sb) == 0);
+    accel_prefill_req r = {.seq = sa, .ids = ids, .n = N};
+    REQUIRE(accel_prefill(dense, &r) == 0);
+    r.seq = sb;
+    REQUIRE(accel_prefill(tls, &r) == 0);
+    for (int s = 0; s < STEPS; s++) {
+        REQUIRE(accel_decode(dense, 1, &sa, &ids[N + s], a) == 0);
+        REQUIRE(accel_decode(tls, 1, &sb, &ids[N + s], b) == 0);
+        CHECK_MSG(memcmp(a, b, sizeof(float) * V) == 0, "step %d: every position kept != dense", s);
+    }
+    /* truncated and decoded again: the summaries of the cut block are rebuilt */
+    REQUIRE(accel_seq_truncate(dense, sa, N + 1) == 0 && accel_seq_truncate(tls, sb, N + 1) == 0);
+    REQUIRE(accel_decode(dense, 1, &sa, &ids[3], a) == 0);
+    REQUIRE(accel_decode(tls, 1, &sb, &ids[3], b) == 0);
+    CHECK(memcmp(a, b, sizeof(float) * V) == 0);
+    accel_seq_free(dense, sa);
+    accel_seq_free(tls, sb);
+    free(ids), free(a), free(b);
+    accel_free(dense);
+    accel_free(tls);
+    model_free(m);
+}
+
+/* The reference's selection on the card's KV and queries. */
+static int compare_step(accel_dev *card, accel_seq *s, const sparse_tls_params *p,
+                        const model_channels *ch, const model *m, int pos, const uint32_t *table,
+                        const float *q)
+{
+    const int L = m->cfg.n_layers, Hk = m->cfg.n_kv_heads, hd = m->cfg.head_dim;
+    const int H = m->cfg.n_heads, G = H / Hk, n = pos + 1, tb = p->token_budget;
+    uint8_t *kv = malloc(tf_kv_bytes(card, n));
+    sparse_tls_seq *ts = sparse_tls_seq_new(L, Hk, hd, p->channels, p->block_size, n, ch->idx);
+    if (!kv || !ts || tf_read_kv(card, s, n, kv)) {
+        t_fail(__FILE__, __LINE__, "reading the card's KV");
+        free(kv);
+        sparse_tls_seq_free(ts);
+        return 1;
+    }
+    const size_t rec = 2ull * (hd + 2);
+    float *k = malloc(sizeof(float) * Hk * hd);
+    for (int l = 0; l < L; l++)
+        for (int t = 0; t < n; t++) {
+            for (int g = 0; g < Hk; g++) {
+                const uint8_t *r = kv + (((size_t)l * n + t) * Hk + g) * rec;
+                uint16_t sc;
+                memcpy(&sc, r + hd, 2);
+                for (int c = 0; c < hd; c++)
+                    k[(size_t)g * hd + c] = (float)(int8_t)r[c] * fpga_km_f16_to_f32(sc);
+            }
+            sparse_tls_put(ts, l, t, k);
+        }
+    float *fw = malloc(sizeof(float) * sparse_tls_work_floats(p, hd, n));
+    int32_t *iw = malloc(sizeof(int32_t) * sparse_tls_work_ints(p, n)), *pos_ref = malloc(sizeof(int32_t) * n);
+    int bad = 0, sparse_lists = 0;
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < Hk; g++) {
+            const uint32_t *list = table + ((size_t)l * Hk + g) * (tb + 1);
+            if (sparse_tls_dense(p, l, n)) {
+                bad += list[0] != FPGA_DEC_SEL_DENSE;
+                continue;
+            }
+            const float *qg = q + ((size_t)l * H + (size_t)g * G) * hd;
+            int cnt = sparse_tls_select(p, ts, l, g, qg, G, (size_t)hd, n, pos_ref, fw, iw, NULL);
+            int same = (int)list[0] == cnt;
+            for (int e = 0; same && e < cnt; e++) same = (int32_t)list[1 + e] == pos_ref[e];
+            if (!same && bad++ < 3)
+                t_fail(__FILE__, __LINE__, "pos %d layer %d head %d: card %u positions, cpu %d", pos, l,
+                       g, list[0], cnt);
+            sparse_lists += cnt < n;
+        }
+    CHECK(sparse_lists > 0);
+    sparse_tls_seq_free(ts);
+    free(kv), free(k), free(fw), free(iw), free(pos_ref);
+    return bad;
+}
+
+TEST(fpga_tls_decode_selection_equals_cpu_reference)
+{
+    char err[512];
+    model *m = model_load(TF_MODEL, err, sizeof err);
+    REQUIRE(m);
+    const char *chan = channels_file(m);
+    REQUIRE(chan);
+    const char *spec = "asynctls,block_size=16,block_budget=4,token_budget=24,dense_layers=1,"
+                       "dense_below=0";
+    accel_dev *dense = open_card(m, "fpga-emu:0", NULL, NULL);
+    accel_dev *tls = open_card(m, "fpga-emu:1", spec, chan);
+    REQUIRE(dense && tls);
+    sparse_tls_params p;
+    int on, chan_set;
+    REQUIRE(sparse_tls_parse(spec, m->cfg.head_dim, &p, &on, &chan_set, err, sizeof err) == 0);
+    model_channels ch;
+    REQUIRE(model_channels_load(chan, &ch, err, sizeof err) == 0);
+    p.channels = ch.r;
+    enum { N = 180, STEPS = 3 };
+    const int V = m->cfg.vocab, L = m->cfg.n_layers, Hk = m->cfg.n_kv_heads;
+    int32_t *ids = ids_of(N + STEPS, V);
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    uint32_t *table = malloc(sizeof(uint32_t) * L * Hk * (p.token_budget + 1));
+    float *q = malloc(sizeof(float) * L * m->cfg.n_heads * m->cfg.head_dim);
+    accel_seq *sa, *sb;
+    REQUIRE(accel_seq_new(dense, N + STEPS, &sa) == 0 && accel_seq_new(tls, N + STEPS, &sb) == 0);
+    accel_prefill_req r = {.seq = sa, .ids = ids, .n = N};
+    REQUIRE(accel_prefill(dense, &r) == 0);
+    r.seq = sb;
+    REQUIRE(accel_prefill(tls, &r) == 0);
+    REQUIRE(fpga_dev_tls_report(tls, 1, NULL, NULL) == 0);
+    int differ = 0;
+    for (int s = 0; s < STEPS; s++) {
+        REQUIRE(accel_decode(dense, 1, &sa, &ids[N + s], a) == 0);
+        REQUIRE(accel_decode(tls, 1, &sb, &ids[N + s], b) == 0);
+        differ += memcmp(a, b, sizeof(float) * V) != 0;
+        REQUIRE(fpga_dev_tls_report(tls, 1, table, q) == 0);
+        CHECK_EQ(compare_step(tls, sb, &p, &ch, m, N + s, table, q), 0);
+    }
+    CHECK(differ > 0);
+    model_channels_free(&ch);
+    accel_seq_free(dense, sa);
+    accel_seq_free(tls, sb);
+    free(ids), free(a), free(b), free(table), free(q);
+    accel_free(dense);
+    accel_free(tls);
+
+    /* a missing channel file: a clear error at open */
+    char missing[512];
+    snprintf(missing, sizeof missing, "%s/none.bin", t_tmpdir());
+    accel_opts o = {.weight_bits = 8, .decode_sparse = "asynctls", .sparse_channels = missing};
+    CHECK(!devices_open("fpga-emu:0", m, &o, err, sizeof err) && strstr(err, "calibrate-channels"));
+    model_free(m);
+}
