@@ -56,6 +56,7 @@ typedef struct sim_run {
     int prompt_hi;                  /* > prompt: prompts uniform in [prompt, prompt_hi] */
     double slo_tbt_ms, slo_ttft_ms; /* goodput: requests meeting both (0: not bounded) */
     int cards_first;                /* --placement cards-first (GLITCHES); else weigh */
+    double net_gbit, net_us;        /* --net: between nodes (0: SCHED_SIM_NET_*) */
 } sim_run;
 
 typedef struct sim_result {
@@ -68,6 +69,8 @@ typedef struct sim_result {
     double util[SCHED_BOOK_MAX_DEVICES];
     char names[SCHED_BOOK_MAX_DEVICES][32];
     int n_devs;
+    int n_nodes, remote_decodes;    /* remote: decoded on another node than the clients' */
+    double net_bps, net_s;
 } sim_result;
 
 /* closed loop: every finished request is replaced by the next of the trace, until N */
@@ -143,6 +146,10 @@ static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
         if (o->gpu_prefill_ms > 0) sched_sim_dev_calibrate_prefill(d, &m.shape, o->gpu_prefill_tokens, o->gpu_prefill_ms / 1e3);
         if (o->gpu_decode_ms > 0) sched_sim_dev_calibrate_decode(d, &m.shape, o->gpu_decode_ctx, o->gpu_decode_ms / 1e3);
     }
+    if (o->net_gbit > 0) {
+        m.net_bps = o->net_gbit * 1e9 / 8;
+        m.net_s = o->net_us * 1e-6;
+    }
     sched_sim_req *reqs = calloc((size_t)o->requests, sizeof *reqs);
     if (!reqs) {
         snprintf(err, errlen, "out of memory");
@@ -176,8 +183,15 @@ static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
     sched_sim_summarize(reqs, n, &res->sum);
     res->steady_tps = steady_tps(reqs, n);
     res->goodput_tps = steady_tps_of(reqs, n, o);
-    for (int i = 0; i < n; i++) res->n_good += meets_slo(o, &reqs[i]);
+    for (int i = 0; i < n; i++) {
+        res->n_good += meets_slo(o, &reqs[i]);
+        int dd = reqs[i].decode_dev;
+        res->remote_decodes += reqs[i].state == SCHED_SIM_DONE && dd >= 0 && m.dev[dd].node > 0;
+    }
     res->n_devs = m.n_devs;
+    res->n_nodes = m.n_nodes;
+    res->net_bps = m.net_bps;
+    res->net_s = m.net_s;
     for (int i = 0; i < m.n_devs; i++) {
         sched_sim_dev_stats st;
         sched_sim_dev_stats_get(sim, i, &st);
@@ -207,6 +221,11 @@ static void print_one(const sim_run *o, const sim_result *r)
     printf("  TTFT p50 %.3f s p99 %.3f s | TPOT p50 %.2f ms p99 %.2f ms | e2e p50 %.2f s p99 %.2f s | queue p50 %.3f s p99 %.3f s\n",
            s->ttft_p50, s->ttft_p99, s->tpot_p50 * 1e3, s->tpot_p99 * 1e3, s->e2e_p50, s->e2e_p99, s->queue_p50, s->queue_p99);
     printf("  decodes: %d on cards (split), %d in place (fallback or no card)\n", s->decodes_on_cards, s->decodes_fallback);
+    if (r->n_nodes > 1)
+        printf("  %d nodes, network %.3g Gbit/s each way per node, %.3g us: %d decodes on other nodes, "
+               "hand-over (first to second token of a split request) p50 %.2f ms p99 %.2f ms\n",
+               r->n_nodes, r->net_bps * 8 / 1e9, r->net_s * 1e6, r->remote_decodes,
+               s->handover_p50 * 1e3, s->handover_p99 * 1e3);
     printf("  utilisation:");
     for (int i = 0; i < r->n_devs; i++) printf(" %s %.0f%%", r->names[i], r->util[i] * 100);
     printf("\n  cost: $%.0f, %.2f tok/s per $1000\n", r->price, r->steady_tps / r->price * 1e3);
@@ -399,6 +418,74 @@ static int fig7(sim_run base, const char *gpus, const char *card)
     return 0;
 }
 
+/* Several nodes: the same trace with the other nodes' devices moved into the clients' node (no
+ * network), then over networks of falling bandwidth, to show where shipping the KV between
+ * nodes starts to cost: the hand-over (a split request's first to second token: the import must
+ * be complete) and the TTFT (a busy NIC delays nothing the prefill needs, so TTFT moves only
+ * through the queue). */
+static int net_sweep(sim_run o)
+{
+    if (!strchr(o.node, '/')) {
+        fprintf(stderr, "tandem simulate: --net-sweep takes a spec of several nodes ('/' between them)\n");
+        return 2;
+    }
+    char local[256];
+    snprintf(local, sizeof local, "%s", o.node);
+    for (char *p = local; *p; p++)
+        if (*p == '/') *p = '+';
+    const double gbit[] = {400, 100, 25, 10, 1};
+    const double us = o.net_us > 0 ? o.net_us : SCHED_SIM_NET_S * 1e6;
+    printf("nodes %s, %s, ", o.node, o.shape);
+    if (o.prompt_hi > o.prompt) printf("[%d-%d, %d]", o.prompt, o.prompt_hi, o.output);
+    else printf("[%d, %d]", o.prompt, o.output);
+    if (o.clients > 0) printf(", %d closed-loop clients", o.clients);
+    else printf(", Poisson %.3g req/s", o.rate);
+    printf(", %d requests, network latency %.3g us one way\n\n", o.requests, us);
+    printf("| network | TTFT p50 | TTFT p99 | hand-over p50 | hand-over p99 | TPOT p50 | tok/s | decodes on other nodes |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    double base_hand = 0, base_ttft = 0, base_tpot = 0;
+    double first_cost = -1;
+    for (int k = -1; k < (int)(sizeof gbit / sizeof gbit[0]); k++) {
+        sim_run q = o;
+        char label[sizeof local + 16];
+        if (k < 0) {
+            q.node = local;
+            snprintf(label, sizeof label, "one node (%s)", local);
+        } else {
+            q.net_gbit = gbit[k];
+            q.net_us = us;
+            snprintf(label, sizeof label, "%g Gbit/s", gbit[k]);
+        }
+        sim_result r;
+        char err[256];
+        if (run_one(&q, &r, err, sizeof err)) {
+            fprintf(stderr, "tandem simulate: %s\n", err);
+            return 1;
+        }
+        const sched_sim_summary *s = &r.sum;
+        printf("| %s | %.3f s | %.3f s | %.2f ms | %.2f ms | %.2f ms | %.1f | %d |\n", label,
+               s->ttft_p50, s->ttft_p99, s->handover_p50 * 1e3, s->handover_p99 * 1e3,
+               s->tpot_p50 * 1e3, r.steady_tps, r.remote_decodes);
+        if (k < 0) {
+            base_hand = s->handover_p50;
+            base_ttft = s->ttft_p50;
+            base_tpot = s->tpot_p50;
+        } else if (first_cost < 0 && (s->handover_p50 > base_hand + base_tpot ||
+                                      s->ttft_p50 > 1.1 * base_ttft + 1e-4)) {
+            first_cost = gbit[k];
+        }
+    }
+    if (first_cost > 0)
+        printf("\nthe KV transfer costs latency from %g Gbit/s down (hand-over p50 longer than one "
+               "node's by more than a token's time, its TPOT p50, or TTFT p50 > 1.1x one node's)\n",
+               first_cost);
+    else
+        printf("\nthe KV transfer costs no latency down to %g Gbit/s (hand-over p50 within a token's "
+               "time of one node's, TTFT p50 within 10%%)\n",
+               gbit[sizeof gbit / sizeof gbit[0] - 1]);
+    return 0;
+}
+
 static int usage(FILE *f)
 {
     fprintf(f,
@@ -408,7 +495,11 @@ static int usage(FILE *f)
             "         [--slo-tbt-ms MS] [--slo-ttft-ms MS] [--placement weigh|cards-first]\n"
             "       tandem simulate --compare [--model llama3.1-8b] [--card u280-batch] [--requests N]\n"
             "       tandem simulate --fig7 [--gpus a100,v100s] [--card u280] [--requests N] [--gpu-batch K]\n"
-            "  SPEC: '+'-separated [N x]profile terms, e.g. a100+7xu280 (the default), 8xa100, h100+7xu280-tandem\n");
+            "       tandem simulate --node A/B[/C...] [--net GBIT[:US]] [--net-sweep] [...]\n"
+            "  SPEC: '+'-separated [N x]profile terms, e.g. a100+7xu280 (the default), 8xa100, h100+7xu280-tandem;\n"
+            "        '/' between nodes: the first takes the clients and prefills, the others decode with\n"
+            "        shipped KV (h200-tandem/4xu280-batch/4xu280-batch); --net: their network, Gbit/s each way\n"
+            "        per node and one-way latency (default 100:10); --net-sweep: one node vs 400..1 Gbit/s\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -418,6 +509,7 @@ int dmn_cmd_simulate(int argc, char **argv)
                  .clients = 16, .requests = 400, .seed = 1, .tbt_ms = 50, .gpu_batch = 1};
     const char *gpus = "a100,v100s", *card = "u280", *v;
     int bad = 0, do_fig7 = 0, do_compare = 0, requests_set = 0, placement_set = 0, batch_set = 0;
+    int do_net_sweep = 0;
     for (int i = 1; i < argc && !bad; i++) {
         long l;
         double d;
@@ -479,6 +571,17 @@ int dmn_cmd_simulate(int argc, char **argv)
         } else if ((v = dmn_opt(&i, argc, argv, "--gpus", &bad))) gpus = v;
         else if ((v = dmn_opt(&i, argc, argv, "--card", &bad))) card = v;
         else if (dmn_flag(i, argv, "--fpga-prefill")) o.fpga_prefill = 1;
+        else if ((v = dmn_opt(&i, argc, argv, "--net", &bad))) {
+            char *end;
+            double g = strtod(v, &end), us = SCHED_SIM_NET_S * 1e6;
+            if (*end == ':') us = strtod(end + 1, &end);
+            if (*end || !(g >= 0.001 && g <= 1e5) || !(us >= 0 && us <= 1e6)) {
+                fprintf(stderr, "tandem simulate: --net takes GBIT[:US] (0.001..1e5 Gbit/s, 0..1e6 us)\n");
+                return 2;
+            }
+            o.net_gbit = g;
+            o.net_us = us;
+        } else if (dmn_flag(i, argv, "--net-sweep")) do_net_sweep = 1;
         else if (dmn_flag(i, argv, "--fig7")) do_fig7 = 1;
         else if (dmn_flag(i, argv, "--list")) {
             list();
@@ -506,6 +609,7 @@ int dmn_cmd_simulate(int argc, char **argv)
         }
         return compare(o, strcmp(card, "u280") ? card : "u280-batch");
     }
+    if (do_net_sweep) return net_sweep(o);
     sim_result r;
     char err[256];
     if (run_one(&o, &r, err, sizeof err)) {

@@ -38,6 +38,8 @@ typedef struct sim_dev {
     sched_share share;          /* the share of its time spent prefilling (the policy's) */
     double share_next;          /* its value at the end of the iteration in flight */
     double link_free;           /* card: when its import lane is free */
+    double token_lag;           /* another node's device: its tokens reach the clients' node
+                                   this much after its step (the network's latency) */
     pend *pend;                 /* effects of the iteration in flight */
     int n_pend, cap_pend;
     sched_sim_dev_stats st;
@@ -65,6 +67,7 @@ struct sched_sim {
     sim_req **all;
     int n_all, cap_all;
     int oom;
+    double nic_free[SCHED_SIM_MAX_NODES]; /* when each node's NIC has sent what it was given */
 };
 
 /* ---------------------------------------------------------------- event heap */
@@ -208,17 +211,34 @@ static void dispatch(sched_sim *s)
 /* ---------------------------------------------------------------- one device iteration */
 
 /* Ships one prefill chunk's KV to the card layer by layer: layer l is ready when the prefill has
- * gone through l + 1 of the layers, and waits for the card's import lane. */
+ * gone through l + 1 of the layers, and waits for the card's import lane. To another node: to
+ * the host over the prefill device's link, then through the node's NIC (one chunk at a time),
+ * net_s on the way, then the card's lane. */
 static void ship(sched_sim *s, sim_dev *p, sim_req *r, int k, double start, double dur)
 {
     sim_dev *c = &s->dev[r->be.decode];
+    const sched_sim_model *m = s->cfg.model;
     int L = c->m->n_layers > 0 ? c->m->n_layers : 1;
     double bytes = (double)k * (double)c->m->kv_bytes_per_token / L;
-    double per = sched_sim_ship_s(p->m, c->m, bytes);
-    for (int l = 0; l < L; l++) {
-        double ready = start + dur * (l + 1) / L;
-        double t0 = ready > c->link_free ? ready : c->link_free;
-        c->link_free = t0 + per;
+    const int from = p->m->node;
+    if (c->m->node == from) {
+        double per = sched_sim_ship_s(p->m, c->m, bytes);
+        for (int l = 0; l < L; l++) {
+            double ready = start + dur * (l + 1) / L;
+            double t0 = ready > c->link_free ? ready : c->link_free;
+            c->link_free = t0 + per;
+        }
+    } else {
+        double up = sched_sim_hop_s(p->m, bytes), wire = sched_sim_net_wire_s(m, bytes);
+        double down = sched_sim_hop_s(c->m, bytes);
+        for (int l = 0; l < L; l++) {
+            double host = start + dur * (l + 1) / L + up;
+            double sent = (host > s->nic_free[from] ? host : s->nic_free[from]) + wire;
+            s->nic_free[from] = sent;
+            double arrived = sent + m->net_s;
+            double t0 = arrived > c->link_free ? arrived : c->link_free;
+            c->link_free = t0 + down;
+        }
     }
     r->import_done = c->link_free;
 }
@@ -242,11 +262,13 @@ static void iterate(sched_sim *s, int di)
             d->st.decode_s += st;
             d->st.decode_steps++;
             d->st.decode_tokens += (uint64_t)b;
+            const double at = t + dt + d->token_lag; /* when the client's node has it */
             for (sim_req *y = slice; y != x; y = y->next) {
                 y->pub->generated++;
-                if (t + dt - y->t_last > y->pub->max_tbt) y->pub->max_tbt = t + dt - y->t_last;
-                y->t_last = t + dt;
-                if (y->pub->generated >= y->pub->n_out) y->pub->t_done = t + dt;
+                if (at - y->t_last > y->pub->max_tbt) y->pub->max_tbt = at - y->t_last;
+                y->t_last = at;
+                if (y->pub->generated == 2) y->pub->t_second = at;
+                if (y->pub->generated >= y->pub->n_out) y->pub->t_done = at;
             }
         }
         /* finished sequences leave the batch after the step */
@@ -390,6 +412,7 @@ sched_sim *sched_sim_new(const sched_sim_config *cfg, char *err, size_t errlen)
     for (int i = 0; i < cfg->n_devs; i++) {
         const sched_sim_dev_model *m = &cfg->model->dev[i];
         s->dev[i].m = m;
+        s->dev[i].token_lag = m->node != 0 ? cfg->model->net_s : 0;
         sched_policy_dev *v = &s->book.dev[i];
         v->kind = m->kind;
         v->caps = m->caps;
@@ -438,6 +461,7 @@ int sched_sim_submit(sched_sim *s, sched_sim_req *pub)
     pub->t_start = pub->t_first = pub->t_done = 0;
     pub->generated = 0;
     pub->max_tbt = 0;
+    pub->t_second = 0;
     s->n_unfinished++;
     push(s, pub->arrival, EV_ARRIVE, -1, r);
     if (pub->cancel_at > 0) push(s, pub->cancel_at > pub->arrival ? pub->cancel_at : pub->arrival, EV_CANCEL, -1, r);
@@ -500,10 +524,10 @@ double sched_sim_percentile(double *v, int n, double p)
 void sched_sim_summarize(const sched_sim_req *reqs, int n, sched_sim_summary *o)
 {
     memset(o, 0, sizeof *o);
-    double *ttft = malloc(sizeof(double) * (size_t)(n ? n : 1) * 4);
+    double *ttft = malloc(sizeof(double) * (size_t)(n ? n : 1) * 5);
     if (!ttft) return;
-    double *tpot = ttft + n, *e2e = tpot + n, *queue = e2e + n;
-    int k = 0, kt = 0;
+    double *tpot = ttft + n, *e2e = tpot + n, *queue = e2e + n, *hand = queue + n;
+    int k = 0, kt = 0, kh = 0;
     double tokens = 0;
     o->t0 = -1;
     for (int i = 0; i < n; i++) {
@@ -520,8 +544,12 @@ void sched_sim_summarize(const sched_sim_req *reqs, int n, sched_sim_summary *o)
         queue[k] = r->t_start - r->arrival;
         k++;
         if (r->n_out >= 2) tpot[kt++] = (r->t_done - r->t_first) / (r->n_out - 1);
-        if (r->prefill_dev != r->decode_dev) o->decodes_on_cards++;
-        else o->decodes_fallback++;
+        if (r->prefill_dev != r->decode_dev) {
+            o->decodes_on_cards++;
+            if (r->t_second > 0) hand[kh++] = r->t_second - r->t_first;
+        } else {
+            o->decodes_fallback++;
+        }
     }
     if (o->t0 < 0) o->t0 = 0;
     double span = o->t1 - o->t0;
@@ -535,5 +563,7 @@ void sched_sim_summarize(const sched_sim_req *reqs, int n, sched_sim_summary *o)
     o->e2e_p99 = sched_sim_percentile(e2e, k, 99);
     o->queue_p50 = sched_sim_percentile(queue, k, 50);
     o->queue_p99 = sched_sim_percentile(queue, k, 99);
+    o->handover_p50 = sched_sim_percentile(hand, kh, 50);
+    o->handover_p99 = sched_sim_percentile(hand, kh, 99);
     free(ttft);
 }

@@ -35,6 +35,8 @@ typedef struct sched_sim_req {
     int generated;
     double max_tbt;        /* longest time between two consecutive tokens */
     int id;                /* index in submission order */
+    double t_second;       /* the second token (0: not reached): t_second - t_first is the
+                              hand-over of a split request (its KV import, another node's link) */
 } sched_sim_req;
 
 enum sched_sim_state {
@@ -92,6 +94,7 @@ typedef struct sched_sim_summary {
     double requests_per_s;
     double ttft_p50, ttft_p99, tpot_p50, tpot_p99, e2e_p50, e2e_p99, queue_p50, queue_p99;
     int decodes_on_cards, decodes_fallback; /* placements: split to a card / decoded in place */
+    double handover_p50, handover_p99; /* t_second - t_first of split requests (0: none) */
 } sched_sim_summary;
 
 /* Percentiles over the finished requests (TPOT: (t_done - t_first) / (n_out - 1), requests with

@@ -169,15 +169,20 @@ void sched_sim_dev_curve(const sched_sim_dev_model *d, accel_decode_curve *out)
     out->s_per_pos = d->decode_bps > 0 ? (double)d->kv_bytes_per_token / d->decode_bps : 0;
 }
 
-static double hop(const sched_sim_dev_model *d, double bytes)
+double sched_sim_hop_s(const sched_sim_dev_model *d, double bytes)
 {
     return d->link_bps > 0 ? d->link_s + bytes / d->link_bps : 0;
+}
+
+double sched_sim_net_wire_s(const sched_sim_model *m, double bytes)
+{
+    return m->net_bps > 0 ? bytes / m->net_bps : 0;
 }
 
 double sched_sim_ship_s(const sched_sim_dev_model *from, const sched_sim_dev_model *to,
                         double bytes)
 {
-    return hop(from, bytes) + hop(to, bytes);
+    return sched_sim_hop_s(from, bytes) + sched_sim_hop_s(to, bytes);
 }
 
 int sched_sim_model_build(sched_sim_model *m, const sched_sim_catalog *c, const char *node,
@@ -197,28 +202,55 @@ int sched_sim_model_build(sched_sim_model *m, const sched_sim_catalog *c, const 
     }
     snprintf(buf, sizeof buf, "%s", node);
     int per_kind[8] = {0};
-    char *save = NULL;
-    for (char *t = strtok_r(buf, "+", &save); t; t = strtok_r(NULL, "+", &save)) {
-        long count = 1;
-        char *x = strchr(t, 'x');
-        if (x && x > t && strspn(t, "0123456789") == (size_t)(x - t)) {
-            count = strtol(t, NULL, 10);
-            t = x + 1;
-        }
-        const sched_sim_hw *hw = sched_sim_hw_find(c, t);
-        if (!hw) {
-            snprintf(err, errlen, "unknown device profile '%s' (see tandem simulate --list)", t);
+    m->net_bps = SCHED_SIM_NET_BPS;
+    m->net_s = SCHED_SIM_NET_S;
+    char *rest = buf;
+    for (int node_i = 0; rest; node_i++) {
+        char *nd = rest, *slash = strchr(rest, '/');
+        rest = slash ? slash + 1 : NULL;
+        if (slash) *slash = 0;
+        if (node_i == SCHED_SIM_MAX_NODES) {
+            snprintf(err, errlen, "a simulation holds at most %d nodes", SCHED_SIM_MAX_NODES);
             return -1;
         }
-        if (count < 1 || m->n_devs + count > SCHED_BOOK_MAX_DEVICES) {
-            snprintf(err, errlen, "a node holds 1 to %d devices", SCHED_BOOK_MAX_DEVICES);
-            return -1;
-        }
-        for (long i = 0; i < count; i++) {
-            int mr = hw->kind == ACCEL_KIND_FPGA ? 0 : gpu_max_running;
-            if (sched_sim_dev_init(&m->dev[m->n_devs], hw, s, mr, per_kind[hw->kind]++, err, errlen))
+        m->n_nodes = node_i + 1;
+        int first = m->n_devs;
+        char *save = NULL;
+        for (char *t = strtok_r(nd, "+", &save); t; t = strtok_r(NULL, "+", &save)) {
+            long count = 1;
+            char *x = strchr(t, 'x');
+            if (x && x > t && strspn(t, "0123456789") == (size_t)(x - t)) {
+                count = strtol(t, NULL, 10);
+                t = x + 1;
+            }
+            const sched_sim_hw *hw = sched_sim_hw_find(c, t);
+            if (!hw) {
+                snprintf(err, errlen, "unknown device profile '%s' (see tandem simulate --list)", t);
                 return -1;
-            m->n_devs++;
+            }
+            if (count < 1 || m->n_devs + count > SCHED_BOOK_MAX_DEVICES) {
+                snprintf(err, errlen, "a node holds 1 to %d devices", SCHED_BOOK_MAX_DEVICES);
+                return -1;
+            }
+            for (long i = 0; i < count; i++) {
+                int mr = hw->kind == ACCEL_KIND_FPGA ? 0 : gpu_max_running;
+                sched_sim_dev_model *d = &m->dev[m->n_devs];
+                if (sched_sim_dev_init(d, hw, s, mr, per_kind[hw->kind]++, err, errlen)) return -1;
+                d->node = node_i;
+                if (node_i > 0) {
+                    /* a peer's device: decodes with imported KV, after the local cards
+                     * (peer/remote.c reports exactly these capabilities) */
+                    d->caps = (d->caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)) | ACCEL_CAP_REMOTE;
+                    char nm[sizeof d->name + 8];
+                    snprintf(nm, sizeof nm, "n%d/%s", node_i, d->name);
+                    snprintf(d->name, sizeof d->name, "%.31s", nm);
+                }
+                m->n_devs++;
+            }
+        }
+        if (m->n_devs == first) {
+            snprintf(err, errlen, "node %d of the spec is empty", node_i);
+            return -1;
         }
     }
     if (!m->n_devs) {

@@ -21,6 +21,10 @@
  *   FPGA over PCIe, "the GPU to FPGA latency is obtained by adding the latency from GPU to CPU
  *   and from CPU to FPGA")
  *       t = per hop: link_s + bytes / link_bps   (a CPU's hop is host memory: free)
+ *   between nodes (several nodes, '/' in the spec: peer/, issue 26) a third hop in the middle,
+ *   host to host over the network: each node's NIC sends one chunk at a time at net_bps, and a
+ *   chunk arrives net_s after it left (defaults: SCHED_SIM_NET_BPS, SCHED_SIM_NET_S); the tokens
+ *   of a remote decode reach the client's node net_s after their step
  *
  * The calibration inverts the same formulas: prefill_flops = flops(cal tokens, 0) /
  * (cal prefill time - fixed); decode_bps = bytes(cal context) / (cal decode time - fixed). So
@@ -86,12 +90,22 @@ typedef struct sched_sim_dev_model {
     int n_layers, attn_dim;
     double link_bps, link_s;
     double power_w, decode_ops;
+    int node;                  /* 0: the node holding the clients; > 0: another (remote) node */
 } sched_sim_dev_model;
+
+/* The network between nodes when a spec names several and the caller sets none: 100 Gbit/s
+ * each way per node (a 100GbE or HDR100 NIC) and 10 us one way (RDMA's few us plus a switch;
+ * over TCP it is tens of us: pass --net). */
+#define SCHED_SIM_NET_BPS 12.5e9
+#define SCHED_SIM_NET_S 10e-6
+#define SCHED_SIM_MAX_NODES 8
 
 typedef struct sched_sim_model {
     sched_sim_shape shape;
     sched_sim_dev_model dev[SCHED_BOOK_MAX_DEVICES];
     int n_devs;
+    int n_nodes;               /* 1 + the remote nodes */
+    double net_bps, net_s;     /* between nodes: NIC bytes/s each way, one-way latency */
 } sched_sim_model;
 
 /* The hardware profiles a simulation may price: a table its caller owns. The scheduler knows
@@ -122,10 +136,19 @@ void sched_sim_dev_calibrate_decode(sched_sim_dev_model *d, const sched_sim_shap
                                     double ctx, double seconds);
 
 /* A node from a spec: '+'-separated terms "[N x]profile" of catalogue c, e.g. "a100+7xu280",
- * "8xa100", "h100+7xu280-tandem". gpu_max_running: decode sequences per GPU/CPU (1: GLITCHES'
- * latency-sensitive batch of one; 0: 256). Returns 0, or -1 with a message. */
+ * "8xa100", "h100+7xu280-tandem"; several nodes separated by '/', the first the one the clients
+ * talk to, e.g. "h200-tandem/4xu280-batch/4xu280-batch": the other nodes' devices take decodes
+ * and KV only, as a peer's devices do (ACCEL_CAP_REMOTE: placed after local cards), over the
+ * network (net_bps, net_s: SCHED_SIM_NET_* until the caller sets others). gpu_max_running: decode
+ * sequences per GPU/CPU (1: GLITCHES' latency-sensitive batch of one; 0: 256). Returns 0, or -1
+ * with a message. */
 int sched_sim_model_build(sched_sim_model *m, const sched_sim_catalog *c, const char *node,
                           const char *shape, int gpu_max_running, char *err, size_t errlen);
+
+/* One host-link hop of a device (0 for host memory), and the network's time on the wire for one
+ * message between nodes (without the latency). */
+double sched_sim_hop_s(const sched_sim_dev_model *d, double bytes);
+double sched_sim_net_wire_s(const sched_sim_model *m, double bytes);
 
 double sched_sim_prefill_flops(const sched_sim_shape *s, double n, double pos0);
 double sched_sim_prefill_s(const sched_sim_dev_model *d, int n, int pos0);

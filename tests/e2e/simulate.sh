@@ -44,3 +44,19 @@ check simulate_compare_never_caps_gpu sh -c "[ $rc = 2 ] && grep -q 'best batch'
 check simulate_compare_rows sh -c "[ \$(grep -c '^| decode-heavy' $T/cmp) = 12 ] && [ \$(grep -c '^| prefill-heavy' $T/cmp) = 12 ] && grep -q '| 8xh200-tandem |' $T/cmp && grep -q '| weigh |' $T/cmp && grep -q '| cards-first |' $T/cmp"
 "$TANDEM" simulate --list >"$T/out" 2>&1
 check simulate_list sh -c "grep -q 'u280-tandem' $T/out && grep -q 'h200-tandem' $T/out && grep -q 'u280-batch' $T/out && grep -q 'power 225 W' $T/out"
+# several nodes: the other nodes' cards decode with KV shipped over the network
+"$TANDEM" simulate --node "h200-tandem/4xu280-batch" --model llama3-8b --workload 4096:64 --clients 8 \
+    --requests 32 --placement cards-first --net 25:20 >"$T/out" 2>&1
+check simulate_nodes_remote_decodes sh -c "grep -q '2 nodes, network 25 Gbit/s each way per node, 20 us: 32 decodes on other nodes' $T/out && grep -q 'n1/u280-batch' $T/out"
+"$TANDEM" simulate --node "h200-tandem/4xu280-batch/4xu280-batch" --model llama3-8b --workload 4096:256 \
+    --clients 32 --requests 200 --net-sweep >"$T/sweep" 2>&1
+check simulate_net_sweep sh -c "grep -q '^| one node (h200-tandem+4xu280-batch+4xu280-batch)' $T/sweep && [ \$(grep -c '^| [0-9]* Gbit/s' $T/sweep) = 5 ] && grep -q 'the KV transfer costs' $T/sweep"
+"$TANDEM" simulate --node "h200-tandem//u280" >"$T/out" 2>&1
+rc=$?
+check simulate_nodes_bad_spec sh -c "[ $rc = 1 ] && grep -q 'empty' $T/out"
+"$TANDEM" simulate --node h200-tandem/u280 --net 0 >"$T/out" 2>&1
+rc=$?
+check simulate_nodes_bad_net sh -c "[ $rc = 2 ] && grep -q 'GBIT' $T/out"
+"$TANDEM" simulate --node h200-tandem+u280 --net-sweep >"$T/out" 2>&1
+rc=$?
+check simulate_net_sweep_needs_nodes sh -c "[ $rc = 2 ] && grep -q 'several nodes' $T/out"

@@ -392,3 +392,68 @@ TEST(sched_sim_weighs_the_batch_curves)
     CHECK(sched_book_empty(sched_sim_book(s)));
     sched_sim_free(s);
 }
+
+/* Several nodes ('/' in the spec): the other nodes' devices are remote decode targets (a peer's
+ * capabilities: decode + KV import), named by node; malformed multi-node specs are refused. */
+TEST(sched_sim_node_specs_several_nodes)
+{
+    static sched_sim_model m;
+    char err[256];
+    REQUIRE(sched_sim_model_build(&m, devices_sim_hw(), "a100+u280/2xu280/a100", "llama2-7b", 1, err,
+                                  sizeof err) == 0);
+    CHECK_EQ(m.n_nodes, 3);
+    CHECK_EQ(m.n_devs, 5);
+    CHECK(m.dev[0].node == 0 && m.dev[1].node == 0 && m.dev[2].node == 1 && m.dev[4].node == 2);
+    CHECK(!(m.dev[1].caps & ACCEL_CAP_REMOTE));
+    CHECK((m.dev[2].caps & ACCEL_CAP_REMOTE) && !(m.dev[2].caps & ACCEL_CAP_PREFILL));
+    CHECK((m.dev[4].caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT | ACCEL_CAP_REMOTE)) ==
+          (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT | ACCEL_CAP_REMOTE));
+    CHECK(!(m.dev[4].caps & ACCEL_CAP_PREFILL)); /* another node's GPU only decodes */
+    CHECK_STR(m.dev[2].name, "n1/u280:1");
+    CHECK_STR(m.dev[4].name, "n2/a100:1");
+    CHECK_NEAR(m.net_bps, SCHED_SIM_NET_BPS, 0);
+    CHECK(sched_sim_model_build(&m, devices_sim_hw(), "a100//u280", "llama2-7b", 1, err, sizeof err) < 0);
+    CHECK(strstr(err, "empty") != NULL);
+    CHECK(sched_sim_model_build(&m, devices_sim_hw(), "a100/", "llama2-7b", 1, err, sizeof err) < 0);
+    CHECK(sched_sim_model_build(&m, devices_sim_hw(), "a/b/c/d/e/f/g/h/i", "llama2-7b", 1, err, sizeof err) < 0);
+    CHECK(sched_sim_model_build(&m, devices_sim_hw(), "a100/u280/u280/u280/u280/u280/u280/u280/u280",
+                                "llama2-7b", 1, err, sizeof err) < 0);
+    CHECK(strstr(err, "nodes") != NULL);
+}
+
+/* A lone request decoded on another node over a slow network (1 Gbit/s: the wire, not PCIe or
+ * the prefill, is the bottleneck): the 32 layers' KV leave the NIC back to back once the first
+ * is on the host, arrive net_s later, cross the card's link; the card decodes; each token reaches
+ * the clients' node net_s after its step. The first token (the prefill's) is not delayed. */
+TEST(sched_sim_remote_handover_times)
+{
+    static sched_sim_model m;
+    char err[256];
+    REQUIRE(sched_sim_model_build(&m, devices_sim_hw(), "a100/u280", "llama2-7b", 8, err, sizeof err) == 0);
+    m.net_bps = 1e9 / 8;
+    m.net_s = 50e-6;
+    checks c;
+    sched_sim *s = sim_of(&m, &c, 0.05);
+    REQUIRE(s);
+    sched_sim_req r = {.arrival = 1.0, .n_prompt = 1536, .n_out = 64};
+    REQUIRE(sched_sim_submit(s, &r) == 0);
+    sched_sim_run(s, 0);
+    CHECK_EQ(r.state, SCHED_SIM_DONE);
+    CHECK(r.prefill_dev == 0 && r.decode_dev == 1);
+    double pf = sched_sim_prefill_s(&m.dev[0], 1536, 0);
+    CHECK_NEAR(r.t_first, 1.0 + pf, 1e-9);
+    double b = 1536.0 * m.dev[1].kv_bytes_per_token / 32;
+    double wire = b / m.net_bps;
+    REQUIRE(wire > pf / 32); /* the NIC never waits for the prefill after the first layer */
+    REQUIRE(sched_sim_hop_s(&m.dev[1], b) < wire); /* nor the card's link for the NIC */
+    double import = 1.0 + pf / 32 + sched_sim_hop_s(&m.dev[0], b) + 32 * wire + m.net_s +
+                    sched_sim_hop_s(&m.dev[1], b);
+    CHECK_NEAR(r.t_second, import + sched_sim_decode_s(&m.dev[1], 1, 1537) + m.net_s, 1e-9);
+    double t = r.t_second;
+    for (int g = 2; g < 64; g++) t += sched_sim_decode_s(&m.dev[1], 1, 1536 + g);
+    CHECK_NEAR(r.t_done, t, 1e-6);
+    sched_sim_summary sum;
+    sched_sim_summarize(&r, 1, &sum);
+    CHECK_NEAR(sum.handover_p50, r.t_second - r.t_first, 1e-12);
+    sched_sim_free(s);
+}
