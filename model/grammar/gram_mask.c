@@ -386,13 +386,21 @@ int model_gmatch_apply(model_gmatch *m, float *logits, int n_vocab)
     int n = model_gmatch_mask(m, &mask, NULL);
     if (n < 0) return -1;
     int lim = n_vocab < m->v->n_vocab ? n_vocab : m->v->n_vocab;
-    for (int w = 0; w * 64 < lim; w++) {
-        uint64_t bits = mask[w];
-        if (bits == ~0ull) continue;
-        int hi = (w + 1) * 64 < lim ? (w + 1) * 64 : lim;
-        for (int i = w * 64; i < hi; i++)
-            if (!(bits >> (i & 63) & 1)) logits[i] = -INFINITY;
+    /* a mask is mostly whole words of 0 (refused) or of 1 (allowed): those cost a vectorized
+     * fill or nothing; a mixed word visits its refused bits only */
+    int full = lim / 64;
+    for (int w = 0; w < full; w++) {
+        uint64_t off = ~mask[w];
+        float *row = logits + (size_t)w * 64;
+        if (!off) continue;
+        if (off == ~0ull) {
+            for (int i = 0; i < 64; i++) row[i] = -INFINITY;
+            continue;
+        }
+        for (; off; off &= off - 1) row[__builtin_ctzll(off)] = -INFINITY;
     }
+    for (int i = full * 64; i < lim; i++)
+        if (!(mask[i >> 6] >> (i & 63) & 1)) logits[i] = -INFINITY;
     for (int i = lim; i < n_vocab; i++) logits[i] = -INFINITY;
     return n;
 }

@@ -11,6 +11,7 @@
 #include "proto/buf.h"
 #include "proto/json_schema.h"
 #include "tests/test.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,4 +226,41 @@ TEST(grammar_ctx_too_large_falls_back)
     model_gvocab_free(v);
     model_tok_free(tok);
     proto_buf_deinit(&b);
+}
+
+/* model_gmatch_apply sets exactly the refused logits to -inf (whole words, mixed words, a last
+ * partial word) and every logit past the grammar's vocabulary. */
+TEST(grammar_apply_matches_mask)
+{
+    enum { V = 150, ROW = 200 };
+    static char bytes[V];
+    const char *b[V];
+    size_t l[V];
+    for (int i = 0; i < V; i++) {
+        bytes[i] = (char)(i < 128 ? i : 'a'); /* tokens 128.. are "a" again */
+        b[i] = &bytes[i];
+        l[i] = 1;
+    }
+    model_gvocab *v = model_gvocab_new(V, b, l, NULL, NULL, 0, 0);
+    char err[128];
+    const char *text = "root ::= [a-z0-9]+\n";
+    model_grammar *g = model_grammar_new(text, strlen(text), NULL, err, sizeof err);
+    REQUIRE(v && g);
+    model_gmatch *m = model_gmatch_new(g, v);
+    REQUIRE(m);
+    for (int step = 0; step < 2; step++) {
+        float row[ROW];
+        for (int i = 0; i < ROW; i++) row[i] = (float)i;
+        const uint64_t *mask;
+        int n = model_gmatch_mask(m, &mask, NULL);
+        CHECK_EQ(model_gmatch_apply(m, row, ROW), n);
+        for (int i = 0; i < ROW; i++) {
+            int allowed = i < V && (mask[i >> 6] >> (i & 63) & 1);
+            CHECK_MSG(allowed ? row[i] == (float)i : isinf(row[i]) && row[i] < 0, "step %d logit %d", step, i);
+        }
+        CHECK(model_gmatch_accept_bytes(m, "a", 1) == 0);
+    }
+    model_gmatch_free(m);
+    model_grammar_unref(g);
+    model_gvocab_free(v);
 }
