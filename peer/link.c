@@ -57,6 +57,16 @@ static ucp_context_h g_ctx;
 static ucs_status_t g_ctx_status = UCS_ERR_NO_ELEM;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+/* A daemon restarted on its kv_listen port must get the port back while its old connections
+ * are in TIME_WAIT (SO_REUSEADDR); UCX's default refuses ("Device is busy"), and UCX 1.13 reads
+ * this one from the environment only (ucp_config_modify accepts the key but the connection
+ * manager never sees it). Set before main, while the process has one thread (setenv is not
+ * safe beside a getenv); the user's own UCX_TCP_CM_REUSEADDR wins. */
+__attribute__((constructor)) static void reuseaddr_default(void)
+{
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
+}
+
 static void ctx_init(void)
 {
     ucp_config_t *cfg;

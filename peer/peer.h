@@ -17,7 +17,9 @@
  *
  * Faults: a peer that stops answering its heartbeat (PEER_HEARTBEAT_S, PEER_DEAD_S) or fails a
  * call has its devices marked FAILED: the scheduler moves their requests (re-prefilled where
- * their KV was). A chunk whose CRC fails is refused with ACCEL_ERR_CORRUPT and logged on the
+ * their KV was). The heartbeat thread then tries the node again with backoff
+ * (PEER_RECONNECT_*_S); once it answers, authenticated, with the same model and devices, its
+ * devices are revived (accel_dev_revive) and placed on again. A chunk whose CRC fails is refused with ACCEL_ERR_CORRUPT and logged on the
  * receiving node; the sender's scheduler counts it and marks the device. A peer that sends
  * anything malformed, oversized or unauthenticated is disconnected with a log line.
  *
@@ -39,6 +41,11 @@
 /* A call on a remote device (one decode step, one KV chunk) that takes longer fails it: far
  * above a step of any model on any card, far below the scheduler's watchdog (10 s default). */
 #define PEER_CALL_TIMEOUT_S 8.0
+/* A dead node is tried again this long after it was lost, then at doubling intervals up to the
+ * maximum: a restarted daemon is back in placement within seconds of answering, and a node that
+ * stays down costs one connection attempt per 8 s. */
+#define PEER_RECONNECT_MIN_S 0.5
+#define PEER_RECONNECT_MAX_S 8.0
 
 /* Where log lines go: warn 1 for warnings. event is a word ("peer_refused"), msg key=value
  * pairs. Default: stderr. Set once before anything starts. */

@@ -10,7 +10,15 @@
  * logits back (a 128K vocabulary: 512 KiB a sequence a step; 2 KiB for the bundled model). The
  * logits come back whole so that sampling, logprobs and stop strings run where they run for a
  * local device, and a request means the same on any node; sampling on the peer would cut this
- * to a few bytes (BENCHMARKS.md measures what it costs). */
+ * to a few bytes (BENCHMARKS.md measures what it costs).
+ *
+ * A node found dead is tried again by its heartbeat thread, PEER_RECONNECT_MIN_S after it was
+ * lost, then at doubling intervals up to PEER_RECONNECT_MAX_S. When it authenticates again and
+ * serves the same model with the same devices, every device of it gets a fresh connection (under
+ * the device's own lock, which every call holds: the device's worker waits at most for that) and
+ * is revived (accel_dev_revive): the scheduler places on it again. Sequences of the old
+ * incarnation died with the old connections (the node freed them when they closed); their
+ * handles are recognised by their generation and only freed here. */
 #include "peer/auth.h"
 #include "peer/link.h"
 #include "peer/peer.h"
@@ -48,6 +56,11 @@ typedef struct rdev {
     int index;               /* the device's index on its node */
     peer_conn *c;
     peer_dev_info di;
+    pthread_mutex_t mu;      /* c, tag_*, gen, reviving: every call holds it; so does a revival */
+    unsigned gen;            /* connections made so far: a sequence of an older one is stale */
+    int reviving;            /* the heartbeat thread is reconnecting it (calls pass n->dead) */
+    char transport[32];      /* peer_conn_transport(c), for describe (any thread) */
+    pthread_mutex_t desc_mu;
     uint64_t tag_base;       /* KV as tagged messages (the connection has an address endpoint) */
     uint32_t tag_serial;
     char name[32];
@@ -58,6 +71,7 @@ typedef struct rdev {
 typedef struct rseq {
     accel_seq base;
     uint32_t id;
+    unsigned gen;            /* the device's connection it was made on */
 } rseq;
 
 /* ---------------------------------------------------------------- fault injection (tests) */
@@ -197,15 +211,36 @@ static void node_mark_dead(peer_node *n, const char *why)
     peer_log(1, "peer_lost", "peer=%s addr=%s reason=\"%s\"", n->name, n->addr, why);
 }
 
+static int node_revive(peer_node *n);
+
+/* Sleeps s seconds in slices, so that a stop is seen within 0.1 s. */
+static void nap(peer_node *n, double s)
+{
+    double end = peer_now() + s;
+    while (!atomic_load(&n->stop) && peer_now() < end) {
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void *heartbeat_main(void *arg)
 {
     peer_node *n = arg;
-    double last_ok = peer_now();
-    while (!atomic_load(&n->stop) && !atomic_load(&n->dead)) {
-        struct timespec ts = {0, (long)(PEER_HEARTBEAT_S * 1e9) % 1000000000L};
-        ts.tv_sec = (time_t)PEER_HEARTBEAT_S;
-        nanosleep(&ts, NULL);
+    double last_ok = peer_now(), backoff = PEER_RECONNECT_MIN_S, next_try = 0;
+    while (!atomic_load(&n->stop)) {
+        nap(n, atomic_load(&n->dead) ? 0.1 : PEER_HEARTBEAT_S);
         if (atomic_load(&n->stop)) break;
+        if (atomic_load(&n->dead)) { /* gone: tried again with backoff */
+            if (peer_now() < next_try) continue;
+            if (node_revive(n) == PEER_OK) {
+                last_ok = peer_now();
+                backoff = PEER_RECONNECT_MIN_S;
+            } else {
+                backoff = backoff * 2 < PEER_RECONNECT_MAX_S ? backoff * 2 : PEER_RECONNECT_MAX_S;
+                next_try = peer_now() + backoff;
+            }
+            continue;
+        }
         peer_header h;
         const uint8_t *p;
         int st = peer_conn_send(n->hb, PEER_PING, NULL, 0, NULL, 0, PEER_DEAD_S);
@@ -222,7 +257,8 @@ static void *heartbeat_main(void *arg)
         }
         if (st == PEER_ERR_PROTO || peer_conn_dead(n->hb) || peer_now() - last_ok >= PEER_DEAD_S) {
             node_mark_dead(n, st == PEER_ERR_PROTO ? "bad heartbeat answer" : peer_strerror(st));
-            break;
+            backoff = PEER_RECONNECT_MIN_S;
+            next_try = peer_now() + backoff;
         }
     }
     return NULL;
@@ -303,14 +339,14 @@ static int call_tagged(rdev *d, int type, const void *a, size_t na, const void *
                        const uint8_t **p)
 {
     peer_node *n = d->node;
-    if (atomic_load(&n->dead) || peer_conn_dead(d->c)) return PEER_ERR_IO;
+    if ((atomic_load(&n->dead) && !d->reviving) || peer_conn_dead(d->c)) return PEER_ERR_IO;
     int st = peer_conn_send(d->c, type, a, na, b, nb, PEER_CALL_TIMEOUT_S);
     if (!st && tagged)
         st = peer_conn_tag_send(d->c, d->tag_base + d->tag_serial, tagged, n_tagged, PEER_CALL_TIMEOUT_S);
     double end = peer_now() + PEER_CALL_TIMEOUT_S;
     while (!st) {
         st = peer_conn_recv(d->c, max, h, p, 0.05);
-        if (st == PEER_ERR_TIMEOUT && !atomic_load(&n->dead) && peer_now() < end) st = 0;
+        if (st == PEER_ERR_TIMEOUT && (!atomic_load(&n->dead) || d->reviving) && peer_now() < end) st = 0;
         else break;
     }
     if (!st && h->type != answer) st = PEER_ERR_PROTO;
@@ -354,8 +390,10 @@ static void r_describe(accel_dev *ad, accel_info *out)
 {
     rdev *d = (rdev *)ad;
     snprintf(out->name, sizeof out->name, "%s", d->name);
+    pthread_mutex_lock(&d->desc_mu);
     snprintf(out->desc, sizeof out->desc, "%.22s on %.20s (%.15s, UCX %.24s)", d->di.name, d->node->name,
-             d->node->addr, peer_conn_transport(d->c));
+             d->node->addr, d->transport);
+    pthread_mutex_unlock(&d->desc_mu);
     out->kind = (enum accel_kind)d->di.kind;
     out->caps = (d->di.caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)) | ACCEL_CAP_REMOTE;
     out->max_batch = d->di.max_batch;
@@ -366,7 +404,10 @@ static int r_seq_new(accel_dev *ad, int capacity, accel_seq **out)
     rdev *d = (rdev *)ad;
     rseq *s = calloc(1, sizeof *s);
     if (!s) return ACCEL_ERR_NOMEM;
+    pthread_mutex_lock(&d->mu);
+    s->gen = d->gen;
     int st = words_call(d, PEER_SEQ_NEW, (uint32_t)d->index, (uint32_t)capacity, 0, 2, &s->id);
+    pthread_mutex_unlock(&d->mu);
     if (st) {
         free(s);
         return st;
@@ -379,9 +420,11 @@ static void r_seq_free(accel_dev *ad, accel_seq *as)
 {
     rdev *d = (rdev *)ad;
     rseq *s = (rseq *)as;
-    /* a dead peer freed its side when the connection went */
-    if (!atomic_load(&d->node->dead) && !peer_conn_dead(d->c))
+    /* a dead peer freed its side when the connection went, and so did a node since revived */
+    pthread_mutex_lock(&d->mu);
+    if (s->gen == d->gen && !atomic_load(&d->node->dead) && !peer_conn_dead(d->c))
         words_call(d, PEER_SEQ_FREE, (uint32_t)d->index, s->id, 0, 2, NULL);
+    pthread_mutex_unlock(&d->mu);
     free(s);
 }
 
@@ -392,12 +435,14 @@ static int r_prefill(accel_dev *ad, const accel_prefill_req *r)
     return ACCEL_ERR_UNSUPPORTED; /* a remote device decodes (caps say so) */
 }
 
-static int r_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_t *ids, float *logits)
+static int r_decode_locked(rdev *d, int n, accel_seq *const *seqs, const int32_t *ids, float *logits)
 {
-    rdev *d = (rdev *)ad;
     if (n > PEER_MAX_BATCH) return ACCEL_ERR_INVALID;
     uint32_t sid[PEER_MAX_BATCH];
-    for (int i = 0; i < n; i++) sid[i] = ((rseq *)seqs[i])->id;
+    for (int i = 0; i < n; i++) {
+        if (((rseq *)seqs[i])->gen != d->gen) return ACCEL_ERR_INVALID; /* of a dead incarnation */
+        sid[i] = ((rseq *)seqs[i])->id;
+    }
     uint8_t req[8 + 8 * PEER_MAX_BATCH];
     size_t len = peer_decode_write(req, (uint32_t)d->index, n, sid, ids);
     int vocab = d->base.m->cfg.vocab;
@@ -413,11 +458,19 @@ static int r_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_t 
     return ACCEL_OK;
 }
 
-static int r_kv_import_crc(accel_dev *ad, accel_seq *as, const proto_kv_layer *c, uint32_t crc)
+static int r_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_t *ids, float *logits)
 {
     rdev *d = (rdev *)ad;
-    rseq *s = (rseq *)as;
+    pthread_mutex_lock(&d->mu);
+    int st = r_decode_locked(d, n, seqs, ids, logits);
+    pthread_mutex_unlock(&d->mu);
+    return st;
+}
+
+static int r_kv_import_locked(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
+{
     const model *m = d->base.m;
+    if (s->gen != d->gen) return ACCEL_ERR_INVALID;
     size_t cb = proto_kv_chunk_bytes(c);
     if (!cb) return ACCEL_ERR_INVALID;
     size_t need = PEER_KV_FIXED + PROTO_KV_HEADER_BYTES + cb;
@@ -462,6 +515,15 @@ static int r_kv_import_crc(accel_dev *ad, accel_seq *as, const proto_kv_layer *c
     return reply_status(d, &h, p, NULL);
 }
 
+static int r_kv_import_crc(accel_dev *ad, accel_seq *as, const proto_kv_layer *c, uint32_t crc)
+{
+    rdev *d = (rdev *)ad;
+    pthread_mutex_lock(&d->mu);
+    int st = r_kv_import_locked(d, (rseq *)as, c, crc);
+    pthread_mutex_unlock(&d->mu);
+    return st;
+}
+
 static int r_kv_import(accel_dev *ad, accel_seq *s, const proto_kv_layer *c)
 {
     return r_kv_import_crc(ad, s, c, proto_kv_payload_crc(c));
@@ -470,13 +532,21 @@ static int r_kv_import(accel_dev *ad, accel_seq *s, const proto_kv_layer *c)
 static int r_warmup(accel_dev *ad)
 {
     rdev *d = (rdev *)ad;
-    return words_call(d, PEER_WARMUP, (uint32_t)d->index, 0, 0, 1, NULL);
+    pthread_mutex_lock(&d->mu);
+    int st = words_call(d, PEER_WARMUP, (uint32_t)d->index, 0, 0, 1, NULL);
+    pthread_mutex_unlock(&d->mu);
+    return st;
 }
 
 static int r_seq_truncate(accel_dev *ad, accel_seq *as, int len)
 {
     rdev *d = (rdev *)ad;
-    return words_call(d, PEER_TRUNCATE, (uint32_t)d->index, ((rseq *)as)->id, (uint32_t)len, 3, NULL);
+    rseq *s = (rseq *)as;
+    pthread_mutex_lock(&d->mu);
+    int st = s->gen != d->gen ? ACCEL_ERR_INVALID
+                              : words_call(d, PEER_TRUNCATE, (uint32_t)d->index, s->id, (uint32_t)len, 3, NULL);
+    pthread_mutex_unlock(&d->mu);
+    return st;
 }
 
 static void r_free(accel_dev *ad)
@@ -487,6 +557,8 @@ static void r_free(accel_dev *ad)
     pthread_mutex_unlock(&d->node->mu);
     if (atomic_load(&d->node->dead)) peer_conn_kill(d->c);
     peer_conn_free(d->c);
+    pthread_mutex_destroy(&d->mu);
+    pthread_mutex_destroy(&d->desc_mu);
     free(d->buf);
     free(d);
 }
@@ -528,6 +600,105 @@ static int open_address(rdev *d, char *err, size_t errlen)
     return PEER_OK;
 }
 
+/* A fresh connection for d (its lock held, or d not yet seen by anyone): authenticated, with an
+ * address endpoint as the node's peer_transport asks. d->c is then the new connection; the old
+ * one, if any, is the caller's. */
+static int rdev_connect(rdev *d, char *err, size_t errlen)
+{
+    peer_node *n = d->node;
+    peer_info in;
+    peer_conn *c;
+    int st = connect_auth(n, &c, &in, err, errlen);
+    if (st) return st;
+    d->c = c;
+    d->tag_serial = 0;
+    if (n->transport != PEER_TRANSPORT_STREAM) {
+        char why[256];
+        if ((st = open_address(d, why, sizeof why))) {
+            if (n->transport == PEER_TRANSPORT_ADDRESS || peer_conn_dead(c)) {
+                snprintf(err, errlen, "%s%s", n->transport == PEER_TRANSPORT_ADDRESS ? "peer_transport address: " : "", why);
+                peer_conn_free(c);
+                d->c = NULL;
+                return st;
+            }
+            peer_log(1, "peer_transport_fallback", "device=%s reason=\"%s\" kv=\"tcp stream\"", d->name, why);
+        }
+    }
+    pthread_mutex_lock(&d->desc_mu);
+    snprintf(d->transport, sizeof d->transport, "%s", peer_conn_transport(c));
+    pthread_mutex_unlock(&d->desc_mu);
+    peer_log(0, "peer_device_opened", "device=%s kv_transport=\"%s\"", d->name, d->transport);
+    return PEER_OK;
+}
+
+/* Is the node that answered at n's address the one we knew: the same model, the same devices? */
+static int same_node(const peer_node *n, const peer_info *in)
+{
+    if (memcmp(in->fingerprint, n->info.fingerprint, 32) || in->vocab != n->info.vocab ||
+        in->n_layers != n->info.n_layers || in->n_kv_heads != n->info.n_kv_heads ||
+        in->head_dim != n->info.head_dim || in->n_devs != n->info.n_devs)
+        return 0;
+    for (int i = 0; i < in->n_devs; i++)
+        if (strcmp(in->devs[i].name, n->info.devs[i].name) || in->devs[i].kind != n->info.devs[i].kind) return 0;
+    return 1;
+}
+
+/* The heartbeat thread, n dead: connects again; when the node is back as it was, a fresh
+ * connection for each of its devices, then they are revived. PEER_OK or why not (tried again). */
+static int node_revive(peer_node *n)
+{
+    char err[256];
+    peer_conn *hb;
+    peer_info in;
+    int st = connect_auth(n, &hb, &in, err, sizeof err);
+    if (st) {
+        if (st != PEER_ERR_IO && st != PEER_ERR_TIMEOUT)
+            peer_log(1, "peer_reconnect_failed", "peer=%s addr=%s reason=\"%s\"", n->name, n->addr, err);
+        return st;
+    }
+    if (!same_node(n, &in)) {
+        peer_log(1, "peer_reconnect_failed", "peer=%s addr=%s reason=\"it serves another model or other devices now\"",
+                 n->name, n->addr);
+        peer_conn_free(hb);
+        return PEER_ERR_MODEL;
+    }
+    pthread_mutex_lock(&n->mu);
+    for (int i = 0; i < n->info.n_devs && !st; i++) {
+        rdev *d = (rdev *)n->devs[i];
+        if (!d) continue;
+        pthread_mutex_lock(&d->mu); /* the device's worker is out of any call within 50 ms */
+        peer_conn *old = d->c;
+        d->reviving = 1;
+        st = rdev_connect(d, err, sizeof err);
+        d->reviving = 0;
+        if (st) {
+            d->c = old;
+        } else {
+            peer_conn_kill(old);
+            peer_conn_free(old);
+            d->gen++;
+        }
+        pthread_mutex_unlock(&d->mu);
+    }
+    if (!st) {
+        peer_conn_kill(n->hb);
+        peer_conn_free(n->hb);
+        n->hb = hb;
+        n->live = in;
+        atomic_store(&n->dead, 0);
+        for (int i = 0; i < n->info.n_devs; i++)
+            if (n->devs[i]) accel_dev_revive(n->devs[i]);
+    }
+    pthread_mutex_unlock(&n->mu);
+    if (st) {
+        peer_log(1, "peer_reconnect_failed", "peer=%s addr=%s reason=\"%s\"", n->name, n->addr, err);
+        peer_conn_free(hb);
+        return st;
+    }
+    peer_log(0, "peer_reconnected", "peer=%s addr=%s devices=%d", n->name, n->addr, in.n_devs);
+    return PEER_OK;
+}
+
 int peer_transport_parse(const char *s)
 {
     if (!s || !*s || !strcmp(s, "auto")) return PEER_TRANSPORT_AUTO;
@@ -566,24 +737,14 @@ accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opt
     memcpy(d->name, n->name, nl);
     d->name[nl] = '/';
     memcpy(d->name + nl + 1, d->di.name, strlen(d->di.name) + 1);
-    peer_info in;
-    if (connect_auth(n, &d->c, &in, err, errlen)) {
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_mutex_init(&d->desc_mu, NULL);
+    if (rdev_connect(d, err, errlen)) {
+        pthread_mutex_destroy(&d->mu);
+        pthread_mutex_destroy(&d->desc_mu);
         free(d);
         return NULL;
     }
-    if (n->transport != PEER_TRANSPORT_STREAM) {
-        char why[256];
-        if (open_address(d, why, sizeof why)) {
-            if (n->transport == PEER_TRANSPORT_ADDRESS || peer_conn_dead(d->c)) {
-                snprintf(err, errlen, "peer_transport address: %s", why);
-                peer_conn_free(d->c);
-                free(d);
-                return NULL;
-            }
-            peer_log(1, "peer_transport_fallback", "device=%s reason=\"%s\" kv=\"tcp stream\"", d->name, why);
-        }
-    }
-    peer_log(0, "peer_device_opened", "device=%s kv_transport=\"%s\"", d->name, peer_conn_transport(d->c));
     d->base.i = &remote_i;
     d->base.m = m;
     if (o) d->base.opts = *o;

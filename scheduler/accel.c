@@ -47,6 +47,12 @@ int accel_dev_fail(accel_dev *d)
     return ACCEL_ERR_DEVICE;
 }
 
+void accel_dev_revive(accel_dev *d)
+{
+    atomic_fetch_add(&d->revivals, 1);
+    atomic_store(&d->health, ACCEL_HEALTH_OK);
+}
+
 void accel_dev_degrade(accel_dev *d)
 {
     int ok = ACCEL_HEALTH_OK;
@@ -86,6 +92,7 @@ void accel_get_info(accel_dev *d, accel_info *out)
     out->max_batch = 1;
     d->i->describe(d, out);
     out->health = atomic_load(&d->health);
+    out->revivals = atomic_load(&d->revivals);
     out->mem_total = d->mem_total;
     uint64_t r = atomic_load(&d->mem_reserved);
     out->mem_free = r < d->mem_total ? d->mem_total - r : 0;

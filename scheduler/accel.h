@@ -20,7 +20,9 @@
  *
  * Errors: functions return ACCEL_OK (0) or a negative ACCEL_ERR_*; accel_strerror() names it.
  * ACCEL_ERR_DEVICE marks the device FAILED (sticky): every later call fails fast, and the
- * scheduler moves the work elsewhere. Nothing here exits or aborts on a device fault.
+ * scheduler moves the work elsewhere. Only a backend can lift it, when the device is back as a
+ * new incarnation with no sequence of the old one (a peer reconnected: accel_info.revivals).
+ * Nothing here exits or aborts on a device fault.
  * The ACCEL_ERR_* values lie in -1 .. -99, their own range of the process's one error space
  * (scheduler/sched.h says which module owns which range and names any status). */
 #ifndef TANDEM_ACCEL_H
@@ -99,6 +101,7 @@ typedef struct accel_info {
     /* appended last (the CUDA plugin is built apart: a plugin that does not know it leaves it
      * zeroed by accel_get_info, "does not say") */
     accel_decode_curve decode_curve;
+    unsigned revivals;        /* times the device came back after FAILED (a reconnected peer's) */
 } accel_info;
 
 /* The half-precision format the cuda backend keeps weights and activations in (cuda only; the

@@ -68,6 +68,7 @@ struct accel_dev {
     int kv_block_tokens;         /* paged devices: positions per block, set by the backend at
                                     open (with ACCEL_CAP_PAGED and kv_usage); 0: not paged */
     _Atomic int n_holders;       /* sequences marked by accel_seq_hold (not in n_seqs) */
+    _Atomic unsigned revivals;   /* accel_dev_revive calls (accel_info.revivals) */
 };
 
 struct accel_seq {
@@ -82,5 +83,10 @@ struct accel_seq {
 int accel_dev_fail(accel_dev *d);
 /* For backends: mark the device DEGRADED (recoverable faults, e.g. a timed-out run). */
 void accel_dev_degrade(accel_dev *d);
+/* For backends whose device can come back after a FAILED mark — a peer's device whose node
+ * answers again (peer/peer.h) — once every sequence of the failed incarnation is gone from the
+ * device's side: health OK again and accel_info.revivals one up, which tells the scheduler to
+ * drop its own mark. Any thread. */
+void accel_dev_revive(accel_dev *d);
 
 #endif

@@ -94,6 +94,11 @@ static enum accel_health health_of(sched *s, int i)
     if (atomic_load(&d->warm) != 1) return ACCEL_HEALTH_FAILED;
     accel_info info;
     accel_get_info(d->dev, &info);
+    if (info.revivals != d->revivals) { /* the device came back (accel.h): a fresh start */
+        d->revivals = info.revivals;
+        d->mark = ACCEL_HEALTH_OK;
+        d->fails = 0;
+    }
     return worse(info.health, d->mark);
 }
 

@@ -205,6 +205,7 @@ typedef struct sched_dev {
     /* loop only */
     int fails;                   /* request failures in a row */
     int mark;                    /* the scheduler's own health mark (enum accel_health) */
+    unsigned revivals;           /* accel_info.revivals when the mark was last reset */
     uint64_t decodes, prefills, failovers;
 } sched_dev;
 

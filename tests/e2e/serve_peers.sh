@@ -18,13 +18,15 @@
 #                     counts the corrupt chunk and marks the remote card
 #   peers_kill_*      B killed (SIGKILL) while it decodes a stream: the stream completes with
 #                     every token (moved to A's CPU), A notices B gone and stays ready
+#   peers_reconnect   B restarted on the same port: A reconnects by itself (backoff), B's card is
+#                     placed on again and decodes a request with the same text as before
 #   peers3_*          three nodes, B and C lending a card each: two streams at once decode one
 #                     on B and one on C; C killed mid-stream loses nothing; B's text is one node's
 . tests/e2e/lib/serve.sh
 export TANDEM_CACHE_DIR="$T/cache"
 KEY=e2e-peer-key-0123456789
 if ! "$TANDEM" generate --device fpga-emu:0 --ids 1 --max-tokens 1 >/dev/null 2>&1; then
-    for n in peers_placed peers_text peers_stream peers_shm peers_transport_stream peers_transport_tcp peers_wrong_key peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed peers3_spread peers3_kill_c_loses_nothing peers3_text_b; do
+    for n in peers_placed peers_text peers_stream peers_shm peers_transport_stream peers_transport_tcp peers_wrong_key peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed peers_reconnect peers3_spread peers3_kill_c_loses_nothing peers3_text_b; do
         echo "ok $n # SKIP the fpga-emu backend is not built into $TANDEM"
     done
     exit 0
@@ -39,7 +41,7 @@ node_b() {
     BLOG=$T/b.$1
     shift
     "$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu --node-name nodeB \
-        --kv-listen 127.0.0.1:0 --peer-devices fpga-emu:0 --peer-key "$KEY" --log-file "$BLOG" "$@" \
+        --kv-listen "127.0.0.1:${BLISTEN:-0}" --peer-devices fpga-emu:0 --peer-key "$KEY" --log-file "$BLOG" "$@" \
         >"$BLOG.out" 2>&1 &
     BPID=$!
     i=0
@@ -138,6 +140,14 @@ grep '^data: {' "$T/s.k" | tail -n 1 | sed 's/^data: //' >"$T/last.k"
 check peers_kill_complete sh -c "grep -qi '^x-tandem-devices: prefill=cpu; decode=nodeB/fpga-emu:0' $T/sh.k && grep -q '^data: \[DONE\]' $T/s.k && jq -e '.usage.completion_tokens == 100 and .tandem.moves == 1 and (.tandem.devices | test(\"moved_from=nodeB/fpga-emu:0\"))' $T/last.k >/dev/null"
 sleep 1
 check peers_kill_noticed sh -c "grep -q 'event=peer_lost peer=nodeB\|event=peer_call_failed device=nodeB/fpga-emu:0' $LOG && [ \$(curl -s -o /dev/null -w '%{http_code}' $ADMIN/ready) = 200 ]"
+# B comes back on the same port: A, which was never restarted, uses its card again
+BLISTEN=$BPORT node_b 2 || fail peers_reconnect "node B did not restart on port $BPORT: $(tail -n 3 $T/b.2 $T/b.2.out)"
+i=0
+while [ $i -lt 300 ] && ! grep -q 'event=peer_reconnected peer=nodeB' "$LOG"; do sleep 0.05; i=$((i + 1)); done
+code=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0}")
+jqb '.choices[0].text' | head -c -1 >"$T/got.reconnect"
+check peers_reconnect sh -c "grep -q 'event=peer_reconnected peer=nodeB' $LOG && [ $code = 200 ] && grep -qi '^x-tandem-devices: prefill=cpu; decode=nodeB/fpga-emu:0' $T/hdr && cmp -s $T/got.reconnect $T/got.remote"
+node_b_stop
 serve_stop
 
 # ---------------------------------------------------------------- three nodes: A, and B and C lending cards

@@ -337,7 +337,7 @@ TEST(peer_refuses_wrong_key_and_bad_frames)
     two_stop(&t);
 }
 
-TEST(peer_dead_node_noticed)
+TEST(peer_dead_node_noticed_and_reused)
 {
     two t;
     if (two_start(&t, "cpu")) return;
@@ -346,6 +346,8 @@ TEST(peer_dead_node_noticed)
     REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
     accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
     REQUIRE(rd);
+    accel_seq *old;
+    REQUIRE(accel_seq_new(rd, 8, &old) == 0);
     peer_server_stop(t.srv);
     t.srv = NULL;
     double t0 = peer_now();
@@ -358,6 +360,40 @@ TEST(peer_dead_node_noticed)
               peer_now() - t0);
     accel_seq *s;
     CHECK_EQ(accel_seq_new(rd, 8, &s), ACCEL_ERR_DEVICE);
+    CHECK_EQ(info.revivals, 0u);
+
+    /* the node comes back at the same address: the device is revived, works, and the sequence
+     * of the old incarnation is only freed here (the node dropped it with its connection) */
+    char listen[64];
+    snprintf(listen, sizeof listen, "%s", t.addr);
+    peer_server_cfg sc = {listen, "nodeB", KEY, t.m, &t.lent, 1};
+    int st = peer_server_start(&sc, &t.srv, err, sizeof err);
+    CHECK_MSG(st == PEER_OK, "%s", err);
+    if (st) {
+        accel_seq_free(rd, old);
+        accel_free(rd);
+        peer_node_free(node);
+        two_stop(&t);
+        return;
+    }
+    t0 = peer_now();
+    do {
+        usleep(100000);
+        accel_get_info(rd, &info);
+    } while (info.health != ACCEL_HEALTH_OK && peer_now() - t0 < 2 * PEER_RECONNECT_MAX_S + 2);
+    CHECK_MSG(info.health == ACCEL_HEALTH_OK, "still %s %.1f s after the node came back",
+              accel_health_name(info.health), peer_now() - t0);
+    CHECK_EQ(info.revivals, 1u);
+    float lg[512];
+    int32_t id = 1;
+    CHECK_EQ(accel_decode(rd, 1, &old, &id, lg), ACCEL_ERR_INVALID); /* stale: refused, not sent */
+    accel_seq_free(rd, old);
+    REQUIRE(accel_seq_new(rd, 8, &s) == 0);
+    CHECK_EQ(accel_decode(rd, 1, &s, &id, lg), 0);
+    accel_seq_free(rd, s);
+    accel_get_info(rd, &info);
+    CHECK(info.health == ACCEL_HEALTH_OK);
+
     accel_free(rd);
     peer_node_free(node);
     two_stop(&t);
