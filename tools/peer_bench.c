@@ -16,7 +16,7 @@
  * child's worker address (peer/link.h), received into a buffer of the announced size.
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
- * (tools/peer_bench.sh). */
+ * (bench/peer_bench.sh). */
 #include "peer/link.h"
 #include "proto/crc32c.h"
 #include <signal.h>
