@@ -38,7 +38,10 @@
 typedef struct cpu_seq {
     struct accel_seq base;
     cpu_kv_table kv; /* ceil(capacity / CPU_KV_BLOCK) blocks of the device's kv pool */
-    sparse_tls_seq *tls; /* AsyncTLS key summaries when sparse decode is on, else NULL */
+    sparse_tls_seq *tls; /* AsyncTLS key summaries (kept once sparse decode was asked), else NULL */
+    int tls_on;           /* decodes sparse, with tls_p (accel_seq_decode_sparse) */
+    sparse_tls_params tls_p;
+    _Atomic int64_t tls_read, tls_total, tls_steps; /* since it was turned on */
 } cpu_seq;
 
 typedef struct cpu_dev {
@@ -56,7 +59,8 @@ typedef struct cpu_dev {
     uint16_t *sk, *sv;
     /* AsyncTLS sparse decode (accel_opts.decode_sparse): parameters, the channel file, per-thread
      * selection scratch for cap_tls_keys keys, and what decode read (keys attended / keys) */
-    int tls_on;
+    int tls_on;    /* new sequences decode sparse (the device's option) */
+    int tls_avail; /* the channel file is loaded: sequences may be turned on */
     sparse_tls_params tls;
     model_channels ch;
     size_t cap_tls_keys, tls_fn, tls_in;
@@ -100,7 +104,7 @@ static int ensure_scratch(cpu_dev *d, size_t T, size_t max_keys)
         if (grow(&d->scores, max_keys * cpu_pool_threads(d->pool))) return -1;
         d->cap_keys = max_keys;
     }
-    if (d->tls_on && max_keys > d->cap_tls_keys) {
+    if (d->tls_avail && max_keys > d->cap_tls_keys) {
         size_t th = cpu_pool_threads(d->pool);
         size_t fn = sparse_tls_work_floats(&d->tls, c->head_dim, (int)max_keys);
         size_t in = sparse_tls_work_ints(&d->tls, (int)max_keys) + max_keys; /* + the positions */
@@ -179,18 +183,23 @@ static void att_tls_range(void *vctx, int begin, int end, int thread)
         size_t off = (size_t)a->layer * d->kv.layer_floats + (size_t)g * hd;
         const float *q = d->q + (size_t)t * qd + (size_t)g * G * hd;
         float *out = d->att + (size_t)t * qd + (size_t)g * G * hd;
-        if (!s->tls || sparse_tls_dense(&d->tls, a->layer, n)) {
+        int m = n;
+        if (!s->tls || !s->tls_on || sparse_tls_dense(&s->tls_p, a->layer, n)) {
             for (int h = 0; h < G; h++)
                 cpu_attend_blocks(out + (size_t)h * hd, q + (size_t)h * hd, d->kv.k, d->kv.v,
                                   s->kv.blocks, CPU_KV_BLOCK, off, 0, n, kvd, hd, scale, scores);
-            read += n;
         } else {
-            int m = sparse_tls_select(&d->tls, s->tls, a->layer, g, q, G, hd, n, pos, fw, iw, NULL);
+            m = sparse_tls_select(&s->tls_p, s->tls, a->layer, g, q, G, hd, n, pos, fw, iw, NULL);
             for (int h = 0; h < G; h++)
                 cpu_tls_attend(out + (size_t)h * hd, q + (size_t)h * hd, d->kv.k, d->kv.v,
                                s->kv.blocks, CPU_KV_BLOCK, off, pos, m, kvd, hd, scale, scores);
-            read += m;
         }
+        if (s->tls_on) {
+            atomic_fetch_add(&s->tls_read, m);
+            atomic_fetch_add(&s->tls_total, n);
+            if (a->layer == 0 && g == 0) atomic_fetch_add(&s->tls_steps, 1);
+        }
+        read += m;
         total += n;
     }
     atomic_fetch_add(&d->tls_read, read);
@@ -339,7 +348,7 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
         if (sp) {
             int st = sparse_layer(d, b, l, sp, rep);
             if (st) return st;
-        } else if (b->decode && d->tls_on) {
+        } else if (b->decode && d->tls_avail) {
             struct att_ctx ac = {d, b, l};
             cpu_pool_for(d->pool, T * c->n_kv_heads, 1, att_tls_range, &ac);
         } else {
@@ -534,6 +543,8 @@ static int cpu_seq_new(accel_dev *ad, int capacity, accel_seq **out)
             free(s);
             return ACCEL_ERR_NOMEM;
         }
+        s->tls_on = 1;
+        s->tls_p = d->tls;
     }
     *out = &s->base;
     return ACCEL_OK;
@@ -561,6 +572,8 @@ static int cpu_seq_fork(accel_dev *ad, accel_seq *asrc, int n_tokens, int capaci
         }
         sparse_tls_copy(s->tls, src->tls, n_tokens);
         tls_rebuild(d, s, n_tokens / d->tls.block_size * d->tls.block_size, n_tokens);
+        s->tls_on = src->tls_on;
+        s->tls_p = src->tls_p;
     }
     *out = &s->base;
     return ACCEL_OK;
@@ -616,6 +629,47 @@ static int cpu_seq_truncate(accel_dev *ad, accel_seq *as, int len)
     if (s->tls && len % d->tls.block_size)
         tls_rebuild(d, s, len / d->tls.block_size * d->tls.block_size, len);
     cpu_kv_table_shrink(&d->kv, &s->kv, len);
+    return ACCEL_OK;
+}
+
+/* accel_seq_decode_sparse: the device's block size and channels, the sequence's budgets. The
+ * summaries are made (from the rows already cached) the first time. */
+static int cpu_seq_decode_sparse(accel_dev *ad, accel_seq *as, const sparse_tls_params *p)
+{
+    cpu_dev *d = (cpu_dev *)ad;
+    cpu_seq *s = (cpu_seq *)as;
+    if (!p) {
+        s->tls_on = 0;
+        return ACCEL_OK;
+    }
+    if (!d->tls_avail) return ACCEL_ERR_UNSUPPORTED;
+    if (!s->tls) {
+        const model_config *c = &ad->m->cfg;
+        s->tls = sparse_tls_seq_new(c->n_layers, c->n_kv_heads, c->head_dim, d->ch.r,
+                                    d->tls.block_size, as->capacity, d->ch.idx);
+        if (!s->tls) return ACCEL_ERR_NOMEM;
+        tls_rebuild(d, s, 0, as->len);
+    }
+    if (!s->tls_on) {
+        atomic_store(&s->tls_read, 0);
+        atomic_store(&s->tls_total, 0);
+        atomic_store(&s->tls_steps, 0);
+    }
+    s->tls_p = d->tls;
+    s->tls_p.token_budget = p->token_budget;
+    s->tls_p.block_budget = p->block_budget;
+    s->tls_p.dense_below = p->dense_below;
+    s->tls_on = 1;
+    return ACCEL_OK;
+}
+
+static int cpu_seq_decode_stats(accel_dev *ad, accel_seq *as, accel_decode_stats *out)
+{
+    cpu_seq *s = (cpu_seq *)as;
+    (void)ad;
+    *out = (accel_decode_stats){.keys_read = atomic_load(&s->tls_read),
+                                .keys_total = atomic_load(&s->tls_total),
+                                .steps = atomic_load(&s->tls_steps)};
     return ACCEL_OK;
 }
 
@@ -719,6 +773,8 @@ static const struct accel_dev_i cpu_i = {
     .kv_block_save = cpu_dev_block_save,
     .kv_block_load = cpu_dev_block_load,
     .kv_export = cpu_kv_export,
+    .seq_decode_sparse = cpu_seq_decode_sparse,
+    .seq_decode_stats = cpu_seq_decode_stats,
 };
 
 /* accel_opts.decode_sparse (or $TANDEM_DECODE_SPARSE) onto d->tls, with the channel file. */
@@ -731,7 +787,23 @@ static int tls_open(cpu_dev *d, const model *m, const accel_opts *o, char *err, 
         snprintf(err, errlen, "cpu: %s", why);
         return -1;
     }
-    if (!d->tls_on) return 0;
+    if (!d->tls_on) {
+        /* off: the channel file, where there is a usable one, lets requests turn it on */
+        char path[4200];
+        if (o->sparse_channels) snprintf(path, sizeof path, "%s", o->sparse_channels);
+        else model_channels_path(m->dir, path, sizeof path);
+        if (m->cfg.sliding_window > 0 || access(path, R_OK) ||
+            model_channels_load(path, &d->ch, why, sizeof why))
+            return 0;
+        if (model_channels_match(&d->ch, &m->cfg, why, sizeof why)) {
+            model_channels_free(&d->ch);
+            memset(&d->ch, 0, sizeof d->ch);
+            return 0;
+        }
+        d->tls.channels = d->ch.r;
+        d->tls_avail = 1;
+        return 0;
+    }
     if (m->cfg.sliding_window > 0) {
         snprintf(err, errlen, "cpu: decode_sparse asynctls: sliding-window models are not supported");
         return -1;
@@ -754,6 +826,7 @@ static int tls_open(cpu_dev *d, const model *m, const accel_opts *o, char *err, 
         return -1;
     }
     d->tls.channels = d->ch.r;
+    d->tls_avail = 1;
     return 0;
 }
 
@@ -779,7 +852,7 @@ accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *
         free(d);
         return NULL;
     }
-    if (d->tls_on)
+    if (d->tls_avail)
         d->base.kv_bytes_per_token += sparse_tls_bytes_per_token(
             c->n_layers, c->n_kv_heads, c->head_dim, d->ch.r, d->tls.block_size);
     /* KV budget: the configured limit, else half of physical memory */

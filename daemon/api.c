@@ -424,6 +424,18 @@ static void prep_submit(api_prep *pp)
         dmn_api_respond_error(a, PROTO_ERR_INVALID_VALUE, pp->msg, q->grammar_kind == PROTO_GRAMMAR_GBNF ? "grammar" : "response_format");
         return;
     }
+    /* Sparse decode, decided here once (sparse/tls.h: the request over the configuration's
+     * decode_sparse over the defaults); a 400 names the key */
+    sparse_tls_req trq = {.given = q->decode_sparse, .token_budget = (int)q->decode_sparse_token_budget,
+                          .block_budget = (int)q->decode_sparse_block_budget};
+    sparse_tls_params tls_p;
+    int tls_on = 0;
+    const char *tls_key = NULL;
+    if (sparse_tls_resolve(&trq, d->cfg.decode_sparse, d->m->cfg.head_dim, &tls_p, &tls_on, pp->msg,
+                           sizeof pp->msg, &tls_key)) {
+        dmn_api_respond_error(a, PROTO_ERR_INVALID_VALUE, pp->msg, tls_key);
+        return;
+    }
     if (pp->grammar) dmn_grammar_prepare(d->loop, d->sched, pp->grammar);
     model_logit_bias *lb = NULL;
     if (q->n_logit_bias) {
@@ -473,6 +485,8 @@ static void prep_submit(api_prep *pp)
     if (q->sparse_recent != LLONG_MIN) sp.p.num_retained_recent_tokens_in_cache = (int)q->sparse_recent;
     if (q->sparse_last_dense != LLONG_MIN) sp.p.num_last_dense_tokens_in_prefill = (int)q->sparse_last_dense;
     if (q->sparse == 1 || (q->sparse < 0 && d->cfg.sparse_prefill)) p.sparse = &sp;
+    p.decode_sparse_set = 1;
+    p.decode_sparse = tls_on ? &tls_p : NULL;
     p.grammar = pp->grammar;
     /* echo with logprobs: the prompt's tokens carry their logprobs too (on DONE) */
     p.prompt_logprobs = q->echo && q->logprobs;

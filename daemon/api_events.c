@@ -205,7 +205,9 @@ static void on_done(dmn_api_req *a, const sched_event *ev)
                      .completion_tokens = ev->completion_tokens,
                      .cached_tokens = ev->cached_tokens,
                      .has_prefill_density = ev->prefill_density >= 0,
-                     .prefill_density = ev->prefill_density};
+                     .prefill_density = ev->prefill_density,
+                     .has_decode_kv_read = ev->decode_kv_read >= 0,
+                     .decode_kv_read = ev->decode_kv_read};
     if (a->stream) {
         if (a->include_usage)
             dmn_api_stream_event(a, with_devices(a, proto_usage_chunk_json(&a->meta, &u)));
@@ -319,6 +321,12 @@ static void merge_done(const dmn_api_req *a, sched_event *m)
     for (int k = 0; k < a->n_parts; k++)
         if (a->parts[k].fin.prefill_density >= 0) density += a->parts[k].fin.prefill_density, dense++;
     m->prefill_density = dense ? density / dense : -1;
+    /* sparse decode: the mean of the prompts' fractions (each is a ratio of keys already) */
+    double kv = 0;
+    int nkv = 0;
+    for (int k = 0; k < a->n_parts; k++)
+        if (a->parts[k].fin.decode_kv_read >= 0) kv += a->parts[k].fin.decode_kv_read, nkv++;
+    m->decode_kv_read = nkv ? kv / nkv : -1;
 }
 
 void dmn_api_on_event(void *ctx, const sched_event *ev)

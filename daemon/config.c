@@ -86,7 +86,7 @@ static const key keys[] = {
     K(watchdog_stall, KEY_DOUBLE, "10", 0.1, 86400, "seconds a busy device may make no progress before the watchdog stops being fed"),
     K(step_delay_ms, KEY_DOUBLE, "0", 0, 60000, "testing only: sleep before each device step"),
     K(gpu_tune, KEY_STR, "", 0, 0, "cuda devices' settings, key=value,... (chunk=N tokens per pass, graphs=0|1)"),
-    K(decode_sparse, KEY_STR, "", 0, 0, "sparse decode of long contexts: off, or asynctls[,key=value...] (cpu, fpga; needs tandem calibrate-channels)"),
+    K(decode_sparse, KEY_STR, "", 0, 0, "sparse decode of long contexts: off, or asynctls[,key=value...] (cpu, cuda, fpga; needs tandem calibrate-channels; the default of the per-request sparse_decode)"),
     K(node_name, KEY_STR, "", 0, 0, "this node's name among its peers, in x-tandem-devices (NODE/device; default: the host name)"),
     K(kv_listen, KEY_STR, "", 0, 0, "ADDR:PORT where peers connect over UCX to decode on peer_devices (empty: none)"),
     K(peer_devices, KEY_STR, "", 0, 0, "comma-separated devices this node offers to its peers (not used by its own requests)"),

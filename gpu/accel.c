@@ -8,6 +8,7 @@
 #include "gpu/plugin.h"
 #include "plugin_abi.h" /* $(BUILD)/: GPU_PLUGIN_ABI */
 #include "scheduler/accel_impl.h"
+#include "model/ckpt/tls_channels.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,12 +44,29 @@ static void gpu_dev_describe(accel_dev *d, accel_info *out)
     out->max_batch = GPU_MAX_BATCH;
 }
 
+/* AsyncTLS: the device's defaults (accel_opts.decode_sparse), whether new sequences take them */
+static sparse_tls_params tls_default(const accel_dev *d, int *on)
+{
+    sparse_tls_params p;
+    int ch = 0;
+    const char *spec = d->opts.decode_sparse ? d->opts.decode_sparse : getenv("TANDEM_DECODE_SPARSE");
+    if (sparse_tls_parse(spec, d->m->cfg.head_dim, &p, on, &ch, NULL, 0)) *on = 0;
+    return p;
+}
+
 static int gpu_dev_seq_new(accel_dev *d, int capacity, accel_seq **out)
 {
     gpu_seq *s = calloc(1, sizeof *s);
     if (!s) return ACCEL_ERR_NOMEM;
     int st = gpu_kv_new(eng(d), capacity, &s->kv);
     if (st) {
+        free(s);
+        return st;
+    }
+    int on = 0;
+    sparse_tls_params p = tls_default(d, &on);
+    if (on && gpu_tls_available(eng(d)) && (st = gpu_kv_tls_set(eng(d), s->kv, &p))) {
+        gpu_kv_free(eng(d), s->kv);
         free(s);
         return st;
     }
@@ -161,6 +179,22 @@ static int gpu_dev_decode(accel_dev *d, int n, accel_seq *const *seqs, const int
     return gpu_decode(eng(d), n, kvs, pos, ids, logits);
 }
 
+static int gpu_dev_seq_decode_sparse(accel_dev *d, accel_seq *s, const sparse_tls_params *p)
+{
+    return gpu_kv_tls_set(eng(d), ((gpu_seq *)s)->kv, p);
+}
+
+static int gpu_dev_seq_decode_stats(accel_dev *d, accel_seq *s, accel_decode_stats *out)
+{
+    gpu_tls_stats t;
+    int st = gpu_kv_tls_stats(eng(d), ((gpu_seq *)s)->kv, &t);
+    if (st) return st;
+    *out = (accel_decode_stats){.keys_read = t.keys_read, .keys_total = t.keys_total,
+                                .blocks_new = t.blocks_new, .blocks_kept = t.blocks_kept,
+                                .steps = t.steps};
+    return ACCEL_OK;
+}
+
 static int gpu_dev_kv_import(accel_dev *d, accel_seq *as, const proto_kv_layer *c)
 {
     return gpu_kv_import(eng(d), ((gpu_seq *)as)->kv, c);
@@ -212,9 +246,56 @@ static const struct accel_dev_i gpu_i = {
     .seq_hold = gpu_dev_seq_hold,
     .kv_block_save = gpu_dev_kv_block_save,
     .kv_block_load = gpu_dev_kv_block_load,
+    .seq_decode_sparse = gpu_dev_seq_decode_sparse,
+    .seq_decode_stats = gpu_dev_seq_decode_stats,
 };
 
 const char gpu_plugin_abi[] = GPU_PLUGIN_ABI;
+
+/* AsyncTLS on the engine: accel_opts.decode_sparse (or $TANDEM_DECODE_SPARSE) gives the defaults
+ * and turns it on for every sequence; the channel file (accel_opts.sparse_channels, else
+ * <model dir>/tandem-channels.bin) makes it available per sequence even when off. With it on
+ * and no usable file the open fails with the reason; off and no file: dense only (a request
+ * asking for it decodes dense). */
+static int tls_setup(gpu_engine *e, const model *m, const accel_opts *o, int index, char *err,
+                     size_t errlen)
+{
+    const char *spec = o->decode_sparse ? o->decode_sparse : getenv("TANDEM_DECODE_SPARSE");
+    sparse_tls_params p;
+    int on = 0, chan_set = 0;
+    char why[300];
+    if (sparse_tls_parse(spec, m->cfg.head_dim, &p, &on, &chan_set, why, sizeof why)) {
+        snprintf(err, errlen, "cuda:%d: %s", index, why);
+        return -1;
+    }
+    char path[4200];
+    if (o->sparse_channels) snprintf(path, sizeof path, "%s", o->sparse_channels);
+    else if (m->dir[0]) model_channels_path(m->dir, path, sizeof path);
+    else path[0] = 0;
+    model_channels ch;
+    memset(&ch, 0, sizeof ch);
+    if (!path[0] || model_channels_load(path, &ch, why, sizeof why)) {
+        if (!on) return 0;
+        snprintf(err, errlen, "cuda:%d: decode_sparse asynctls needs the channel file (tandem "
+                              "calibrate-channels --model DIR writes it): %s", index,
+                 path[0] ? why : "no model directory");
+        return -1;
+    }
+    int st = 0;
+    if (model_channels_match(&ch, &m->cfg, why, sizeof why)) {
+        snprintf(err, errlen, "cuda:%d: decode_sparse asynctls: %s: %s", index, path, why);
+        st = -1;
+    } else if (chan_set && p.channels != ch.r) {
+        snprintf(err, errlen, "cuda:%d: decode_sparse asynctls: channels=%d but %s holds %d",
+                 index, p.channels, path, ch.r);
+        st = -1;
+    } else {
+        p.channels = ch.r;
+        if (gpu_tls_open(e, &p, on, ch.idx, err, errlen)) st = on ? -1 : 0;
+    }
+    model_channels_free(&ch);
+    return st;
+}
 
 accel_dev *gpu_plugin_open(int index, const model *m, const accel_opts *o,
                            const gpu_plugin_host *host, char *err, size_t errlen)
@@ -231,6 +312,10 @@ accel_dev *gpu_plugin_open(int index, const model *m, const accel_opts *o,
     if (gpu_tuning_read(&t, o->gpu_tune, err, errlen)) return NULL;
     gpu_engine *e = gpu_engine_new(index, m, o->mem_limit, &t, err, errlen);
     if (!e) return NULL;
+    if (tls_setup(e, m, o, index, err, errlen)) {
+        gpu_engine_free(e);
+        return NULL;
+    }
     gpu_dev *d = calloc(1, sizeof *d);
     if (!d) {
         gpu_engine_free(e);

@@ -238,7 +238,7 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     snprintf(e->desc, sizeof e->desc, "%s, %d SMs, %.0f GB, " GPU_H16_NAME, prop.name, e->sms,
              prop.totalGlobalMem / 1e9);
     GPU_TRY(pick_kernels(e, prop));
-    e->dec_graph = (cudaGraphExec_t *)calloc(2 * (GPU_MAX_BATCH + 1), sizeof(cudaGraphExec_t));
+    e->dec_graph = (cudaGraphExec_t *)calloc(3 * (GPU_MAX_BATCH + 1), sizeof(cudaGraphExec_t));
     if (!e->dec_graph) return ACCEL_ERR_NOMEM;
     GPU_TRY(open_traces(e));
     GPU_TRY(open_streams(e));
@@ -328,10 +328,11 @@ void gpu_engine_free(gpu_engine *e)
     for (int i = 0; e->prof_ev && i < GPU_PROF_EVENTS; i++)
         if (e->prof_ev[i]) cudaEventDestroy(e->prof_ev[i]);
     free(e->prof_ev);
-    for (int n = 0; e->dec_graph && n < 2 * (GPU_MAX_BATCH + 1); n++)
+    for (int n = 0; e->dec_graph && n < 3 * (GPU_MAX_BATCH + 1); n++)
         if (e->dec_graph[n]) cudaGraphExecDestroy(e->dec_graph[n]);
     free(e->dec_graph);
     gpu_weights_free(e);
+    gpu_tls_close(e);
     gpu_pool_close(e);
     void *bufs[] = {e->x, e->xb, e->qkv, e->q, e->att, e->kf, e->vf, e->gu, e->h, e->rope,
                     e->xn, e->logits, e->part_o, e->part_ml, e->part_cnt, e->meta_d, e->imp_d, e->blas_ws,

@@ -206,6 +206,7 @@ struct gpu_kv {
     int holder;  /* a prefix-cache holder (gpu_kv_hold) */
     int *blk;    /* (nslots) block ids */
     int *tbl_d;  /* (nslots) device copy */
+    struct gpu_tls_kv *tls; /* AsyncTLS sparse decode state (gpu/tls.cu); NULL: never asked */
 };
 
 /* The pool (gpu/kv_pool.cu): block ids 0..total-1 at base + id * block_bytes. */
@@ -269,8 +270,9 @@ struct gpu_engine {
     int gemv_per_sm; /* resident blocks of the GEMV kernel per SM (gemm.cu, at its first launch) */
     int dec_mma; /* the decode attention's ranges on the tensor cores */
     int graphs_off; /* graphs=0, profile=1, or a capture failed: decode without CUDA graphs */
-    cudaGraphExec_t *dec_graph; /* [2][GPU_MAX_BATCH + 1]: the decode step for n sequences, with
-                                 * the split decode attention and with its cluster form */
+    cudaGraphExec_t *dec_graph; /* [3][GPU_MAX_BATCH + 1]: the decode step for n sequences, with
+                                 * the split decode attention, with its cluster form, and with
+                                 * AsyncTLS's sparse attention (gpu/tls.cu) */
     int dec_cluster;     /* the cluster form of the decode attention runs (Hopper, head_dim 128) */
     int dec_cluster_max; /* ... for steps whose longest row has at most this many keys */
     /* traces (profile=1, chain_trace=1): */
@@ -343,6 +345,7 @@ struct gpu_engine {
 
     uint64_t kv_budget, kv_per_token;
     gpu_kv_pool pool;
+    struct gpu_tls *tls; /* AsyncTLS sparse decode (gpu/tls.cu); NULL: no channel file */
 };
 
 /* ---------------------------------------------------------------- pieces (see each .cu) */
@@ -506,6 +509,24 @@ gpu_seq_dev gpu_kv_seq_dev(const gpu_engine *e, const gpu_kv *kv);
  * (gpu_kv_stage_reset) before its first reserve. */
 int gpu_kv_reserve(gpu_engine *e, int count, gpu_kv *const *kvs, const int *pos0, const int *n);
 void gpu_kv_stage_reset(gpu_engine *e);
+
+/* tls.cu: AsyncTLS sparse decode (gpu/gpu.h has the contract). Before a decode step of n
+ * sequences: each sequence's mode for the step, its summaries brought up to date (rebuilt from
+ * the cache where they lag), the step's metadata uploaded (all queued on e->compute). 1 when
+ * some sequence decodes sparse in this step, 0 when none does, or a status. */
+int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos);
+/* The sparse form of one layer's decode attention for the step gpu_tls_prepare answered 1 for:
+ * the newest key's summaries, the level-1 scores, both top-k levels and the attention over the
+ * kept tokens into out (T rows of qd, h16). Graph-capturable (launches depend on T only). */
+int gpu_tls_layer(gpu_engine *e, int layer, int T, const h16 *q, const int *pos,
+                  const gpu_seq_dev *seqs, h16 *out);
+/* layers below it stay dense (the engine's default parameters) */
+int gpu_tls_dense_layers(const gpu_engine *e);
+void gpu_tls_close(gpu_engine *e);
+void gpu_kv_tls_free(gpu_kv *kv);
+/* a fork inherits src's parameters; truncation forgets summaries past len */
+void gpu_kv_tls_fork(gpu_kv *dst, const gpu_kv *src);
+void gpu_kv_tls_truncate(gpu_engine *e, gpu_kv *kv, int len);
 
 /* forward.cu: the profile's report (stderr), called when the engine is freed */
 void gpu_prof_report(gpu_engine *e);

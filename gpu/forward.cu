@@ -247,6 +247,7 @@ struct pass {
     export_run *xr; /* NULL: no export */
     const volatile int *cancel;
     int cluster;  /* decode: the cluster form of the decode attention (short rows) */
+    int tls;      /* decode: AsyncTLS sparse attention past the dense layers (gpu/tls.cu) */
     int keep;     /* rows of the last layer's output that are read (the logits): T, 1 (the last
                    * row) or 0; the last layer's K/V are written for every row either way */
 };
@@ -314,6 +315,8 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
             else
                 GPU_TRY(gpu_attn_prefill(s, &d, nr, p.pos0 + r0, q_r, sq.k + off, sq.v + off, sq.cap,
                                          att_r, e->fa_warps, &sq.map));
+        } else if (p.tls && l >= gpu_tls_dense_layers(e)) {
+            GPU_TRY(gpu_tls_layer(e, l, nr, q_r, md.pos + r0, md.seqs, att_r));
         } else {
             unsigned long long *btr =
                 e->atrace && e->ctrace_n >= 0 ? e->atrace + (size_t)l * GPU_ATRACE_BLOCKS * GPU_ATRACE_STAMPS : NULL;
@@ -443,6 +446,7 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
         p.cancel = cancel;
         p.xr = NULL;
         p.cluster = 0;
+        p.tls = 0;
         p.keep = e->prune_off || (logits && all_logits) ? T : logits && done + T == n ? 1 : 0;
         if (sink) {
             export_init(&xr, e, sink, kv_dtype, T, pos0 + done);
@@ -754,10 +758,10 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, const int32_t *ids, int n, flo
 /* The decode step for n sequences as a CUDA graph (captured at the first step with n sequences;
  * every launch parameter of the step depends on n only: positions, cache pointers and rope
  * tables are read from the metadata block on the device). NULL when capture is off or failed. */
-static cudaGraphExec_t decode_graph(gpu_engine *e, int n, int cluster, const meta_ptrs &md)
+static cudaGraphExec_t decode_graph(gpu_engine *e, int n, int cluster, int tls, const meta_ptrs &md)
 {
     if (e->graphs_off || !e->dec_graph) return NULL;
-    const int slot = cluster * (GPU_MAX_BATCH + 1) + n;
+    const int slot = (tls ? 2 : cluster) * (GPU_MAX_BATCH + 1) + n;
     if (e->dec_graph[slot]) return e->dec_graph[slot];
     cudaGraph_t g = NULL;
     cudaGraphExec_t x = NULL;
@@ -773,6 +777,7 @@ static cudaGraphExec_t decode_graph(gpu_engine *e, int n, int cluster, const met
     p.xr = NULL;
     p.cancel = NULL;
     p.cluster = cluster;
+    p.tls = tls;
     p.keep = n;
     int st = run_layers(e, p, md);
     if (!st) st = logits_compute(e, e->x, 0, n);
@@ -821,6 +826,9 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
     for (int i = 0; i < n; i++) ones[i] = 1;
     gpu_kv_stage_reset(e);
     GPU_TRY(gpu_kv_reserve(e, n, kvs, pos, ones));
+    /* AsyncTLS: the rows' modes, summaries brought up to date (queued before the step) */
+    const int tls = gpu_tls_prepare(e, n, kvs, pos);
+    if (tls < 0) return tls;
     for (int i = 0; i < n; i++) {
         mh.ids[i] = ids[i];
         mh.pos[i] = pos[i];
@@ -841,8 +849,8 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
     for (int i = 0; i < n; i++) longest = pos[i] + 1 > longest ? pos[i] + 1 : longest;
     /* one sequence only: in a batch the split form already has few ranges per row, and the
      * clusters' blocks outnumber its (slower at batch 8 and 32: gpu/KERNELS.md) */
-    const int cluster = e->dec_cluster && n == 1 && longest <= e->dec_cluster_max;
-    cudaGraphExec_t g = decode_graph(e, n, cluster, md);
+    const int cluster = !tls && e->dec_cluster && n == 1 && longest <= e->dec_cluster_max;
+    cudaGraphExec_t g = decode_graph(e, n, cluster, tls, md);
     /* a caller's page-locked buffer (accel_host_alloc) takes the copy directly */
     const int direct = g && host_pinned(logits);
     if (g && !direct && lbytes > e->logits_h_bytes) {
@@ -870,6 +878,7 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
         p.xr = NULL;
         p.cancel = NULL;
         p.cluster = cluster;
+        p.tls = tls;
         p.keep = n;
         st = run_layers(e, p, md);
         if (!st) st = logits_rows(e, e->x, 0, n, logits);

@@ -24,6 +24,7 @@
 #include "scheduler/accel.h"
 #include "gpu/gpu_flex.h"
 #include "gpu/tuning.h"
+#include "sparse/tls.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -112,6 +113,41 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
 
 /* Writes one imported layer chunk (dequantized to h16) at positions c->pos0.. of kv. */
 int gpu_kv_import(gpu_engine *e, gpu_kv *kv, const proto_kv_layer *c);
+
+/* ---------------------------------------------------------------- AsyncTLS sparse decode
+ * (gpu/tls.cu, gpu/tls_kernels.cu; sparse/tls.h is the reference and says what is selected).
+ * A sequence asked to decode sparse (gpu_kv_tls_set) keeps per-block K max/min and 4-bit channel
+ * labels on the device; they are brought up to date from the cache itself before each sparse
+ * step (a prefill, import, fork, block load or dense step since the last one is rebuilt from the
+ * first block it touched; a decode step records its new key inside the step), so every path
+ * that writes K is covered. Layers below dense_layers and rows of at most dense_below keys run
+ * the dense decode attention; in a batch, rows that are not sparse in a step attend densely
+ * through the sparse kernel's list form. Bounds of the kernels: */
+#define GPU_TLS_MAX_TOKENS 8192 /* token_budget */
+#define GPU_TLS_MAX_CAND 16384  /* block_budget * block_size: the candidates of the kept blocks */
+
+/* Makes it available on the engine: p the defaults (checked; block_size, channels and
+ * dense_layers hold for every sequence), on_default: sequences decode sparse unless told
+ * otherwise, channels (n_layers, n_kv, p->channels) the label channels (copied). The model's
+ * context must fit GPU_TLS_MAX_CAND blocks. 0, or ACCEL_ERR_UNSUPPORTED / INVALID / NOMEM with
+ * the reason in err. */
+int gpu_tls_open(gpu_engine *e, const sparse_tls_params *p, int on_default,
+                 const uint16_t *channels, char *err, size_t errlen);
+/* 1 when the engine has it. */
+int gpu_tls_available(const gpu_engine *e);
+/* A sequence's sparse decode from now on: p NULL: dense; else its token_budget and block_budget
+ * (the engine's block size, channels and dense layers). ACCEL_ERR_UNSUPPORTED when the engine
+ * has no channels, ACCEL_ERR_INVALID for budgets past the bounds above. */
+int gpu_kv_tls_set(gpu_engine *e, gpu_kv *kv, const sparse_tls_params *p);
+/* What a sequence's decode steps read since it was asked to decode sparse: keys attended and
+ * keys of the rows, summed over layers, KV heads and steps (dense layers and dense rows count
+ * every key), and level-1 blocks kept that were not kept by the step before (what an offload
+ * would move) against all blocks kept (what a whole-block offload moves). Waits for the
+ * device. */
+typedef struct gpu_tls_stats {
+    int64_t keys_read, keys_total, blocks_new, blocks_kept, steps;
+} gpu_tls_stats;
+int gpu_kv_tls_stats(gpu_engine *e, gpu_kv *kv, gpu_tls_stats *out);
 
 /* Waits for the device; reports any pending asynchronous error. */
 int gpu_engine_sync(gpu_engine *e);

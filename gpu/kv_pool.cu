@@ -352,6 +352,7 @@ void gpu_kv_free(gpu_engine *e, gpu_kv *kv)
     pthread_mutex_lock(mu(e));
     for (int j = kv->n - 1; j >= 0; j--) acct(e->pool, kv->blk[j], -1, kv->holder ? 0 : -1);
     pthread_mutex_unlock(mu(e));
+    gpu_kv_tls_free(kv);
     cudaFree(kv->tbl_d);
     free(kv->blk);
     free(kv);
@@ -379,6 +380,7 @@ int gpu_kv_fork(gpu_engine *e, gpu_kv *src, int n_tokens, int capacity, gpu_kv *
         gpu_kv_free(e, kv);
         return gpu_cuda_status(ce, "cudaMemcpyAsync(fork table)", __FILE__, __LINE__);
     }
+    gpu_kv_tls_fork(kv, src);
     *out = kv;
     return ACCEL_OK;
 }
@@ -391,6 +393,7 @@ int gpu_kv_truncate(gpu_engine *e, gpu_kv *kv, int len)
     for (int j = kv->n - 1; j >= keep; j--) acct(e->pool, kv->blk[j], -1, kv->holder ? 0 : -1);
     if (keep < kv->n) kv->n = keep;
     pthread_mutex_unlock(mu(e));
+    gpu_kv_tls_truncate(e, kv, len);
     return ACCEL_OK;
 }
 

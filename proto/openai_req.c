@@ -208,6 +208,46 @@ static int parse_sparse(pctx *c, json_t *o, proto_req *r)
     return 0;
 }
 
+/* "sparse_decode": true | false | {"mode": "asynctls" | "off", "token_budget": N,
+ * "block_budget": N} (AsyncTLS, sparse/tls.h; absent members take the server's configuration,
+ * resolved with sparse_tls_resolve). Budgets bounded here as there. */
+static int parse_decode_sparse(pctx *c, json_t *o, proto_req *r)
+{
+    r->decode_sparse = -1;
+    r->decode_sparse_token_budget = r->decode_sparse_block_budget = 0;
+    json_t *v = json_object_get(o, "sparse_decode");
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_boolean(v)) {
+        r->decode_sparse = json_is_true(v);
+        return 0;
+    }
+    if (!json_is_object(v))
+        return fail(c, PROTO_ERR_INVALID_TYPE, "sparse_decode", "'sparse_decode' must be a boolean or an object, not %s", type_name(v));
+    const char *key;
+    json_t *m;
+    json_object_foreach(v, key, m)
+    {
+        if (strcmp(key, "mode") && strcmp(key, "token_budget") && strcmp(key, "block_budget"))
+            return fail(c, PROTO_ERR_INVALID_VALUE, "sparse_decode", "'sparse_decode' has no member '%.40s' (mode, token_budget, block_budget)", key);
+    }
+    r->decode_sparse = 1;
+    json_t *mv = json_object_get(v, "mode");
+    if (mv && !json_is_null(mv)) {
+        if (!json_is_string(mv))
+            return fail(c, PROTO_ERR_INVALID_TYPE, "mode", "'mode' must be a string, not %s", type_name(mv));
+        if (!strcmp(json_string_value(mv), "off")) r->decode_sparse = 0;
+        else if (strcmp(json_string_value(mv), "asynctls"))
+            return fail(c, PROTO_ERR_INVALID_VALUE, "mode", "'sparse_decode' 'mode' must be asynctls or off");
+    }
+    long long x;
+    int k;
+    if ((k = get_int(c, v, "token_budget", 1, 1 << 20, &x)) < 0) return -1;
+    if (k) r->decode_sparse_token_budget = x;
+    if ((k = get_int(c, v, "block_budget", 1, 1 << 16, &x)) < 0) return -1;
+    if (k) r->decode_sparse_block_budget = x;
+    return 0;
+}
+
 static int parse_stop(pctx *c, json_t *o, proto_req *r)
 {
     json_t *v = json_object_get(o, "stop");
@@ -559,6 +599,7 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
     if (r->echo && r->logprobs && r->stream)
         return fail(c, PROTO_ERR_UNSUPPORTED, "echo", "'echo' with 'logprobs' is not supported in a stream: send it with \"stream\": false");
     if (parse_sparse(c, o, r) < 0) return -1;
+    if (parse_decode_sparse(c, o, r) < 0) return -1;
     if (proto_struct_parse(o, ep, r, &c->err, c->msg, c->msgn, c->param, c->paramn) < 0) return -1;
     if (ep == PROTO_EP_CHAT && proto_tools_from_json(o, &r->tools, &c->err, c->msg, c->msgn, c->param, c->paramn) < 0)
         return -1;

@@ -124,6 +124,8 @@ static json_t *usage_value(const proto_usage *u)
     /* tandem's extension: the FlexPrefill density (blocks computed / causal blocks) */
     if (o && u->has_prefill_density)
         json_object_set_new(o, "prefill_density", json_real(round(u->prefill_density * 1e4) / 1e4));
+    if (o && u->has_decode_kv_read)
+        json_object_set_new(o, "decode_kv_read_fraction", json_real(round(u->decode_kv_read * 1e4) / 1e4));
     return o;
 }
 

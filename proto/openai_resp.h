@@ -65,6 +65,8 @@ typedef struct proto_usage {
     int cached_tokens;       /* prompt_tokens_details.cached_tokens (the prefix cache's reuse) */
     int has_prefill_density; /* a sparse prefill was asked: usage carries "prefill_density" */
     double prefill_density;
+    int has_decode_kv_read;  /* sparse decode was on: usage carries "decode_kv_read_fraction" */
+    double decode_kv_read;   /* keys attended / keys held, over the decode steps (1: dense) */
 } proto_usage;
 
 typedef struct proto_resp_meta {

@@ -246,6 +246,26 @@ int accel_kv_export(accel_dev *d, accel_seq *s, int pos0, int n, const accel_kv_
     return track(d, d->i->kv_export(d, s, pos0, n, sink));
 }
 
+int accel_seq_decode_sparse(accel_dev *d, accel_seq *s, const sparse_tls_params *p)
+{
+    if (failed(d)) return ACCEL_ERR_DEVICE;
+    if (!s || s->holder) return ACCEL_ERR_INVALID;
+    /* the caller's parameters, checked once for every backend */
+    if (p && sparse_tls_params_check(p, 0, NULL, 0)) return ACCEL_ERR_INVALID;
+    if (!d->i->seq_decode_sparse) return p ? ACCEL_ERR_UNSUPPORTED : ACCEL_OK;
+    return track(d, d->i->seq_decode_sparse(d, s, p));
+}
+
+int accel_seq_decode_stats(accel_dev *d, accel_seq *s, accel_decode_stats *out)
+{
+    if (!out) return ACCEL_ERR_INVALID;
+    memset(out, 0, sizeof *out);
+    if (failed(d)) return ACCEL_ERR_DEVICE;
+    if (!s) return ACCEL_ERR_INVALID;
+    if (!d->i->seq_decode_stats) return ACCEL_ERR_UNSUPPORTED;
+    return track(d, d->i->seq_decode_stats(d, s, out));
+}
+
 static int valid_ids(const model *m, const int32_t *ids, int n)
 {
     for (int i = 0; i < n; i++)

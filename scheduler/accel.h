@@ -32,6 +32,7 @@
 #include "model/ckpt/model.h"
 #include "proto/kv.h"
 #include "sparse/sparse.h"
+#include "sparse/tls.h"
 
 typedef struct accel_dev accel_dev;
 typedef struct accel_seq accel_seq;
@@ -139,7 +140,7 @@ typedef struct accel_opts {
     const char *decode_sparse; /* sparse decode of long contexts (the daemon's decode_sparse key):
                                   NULL: $TANDEM_DECODE_SPARSE; "" or "off": dense; "asynctls" or
                                   "asynctls,key=value,...": AsyncTLS two-level selection with
-                                  sparse/tls.h's parameters (cpu, fpga; other devices run dense). Needs
+                                  sparse/tls.h's parameters (cpu, cuda, fpga; other devices run dense). Needs
                                   the channel file: opening fails with a message without it */
     const char *sparse_channels; /* that file (NULL: <model dir>/tandem-channels.bin, written by
                                     tandem calibrate-channels) */
@@ -246,6 +247,26 @@ int accel_kv_block_load(accel_dev *d, accel_seq *s, const void *src);
  * can still ship its whole KV to a card. Optional (ACCEL_CAP_KV_EXPORT_HELD);
  * ACCEL_ERR_UNSUPPORTED elsewhere. */
 int accel_kv_export(accel_dev *d, accel_seq *s, int pos0, int n, const accel_kv_sink *sink);
+
+/* AsyncTLS sparse decode of one sequence from its next decode step on (sparse/tls.h; the
+ * decision is made once, by the caller: sparse_tls_resolve, request > configuration > default,
+ * checked). p NULL: dense. A device keeps its own block_size, channels and dense_layers (its
+ * channel file and accel_opts.decode_sparse) and takes the sequence's token_budget,
+ * block_budget and dense_below from p. A fork inherits the setting. Optional entry:
+ * ACCEL_ERR_UNSUPPORTED where the device cannot (no channel file, no kernels, budgets past its
+ * kernels' bounds): the sequence decodes dense — documented, not an error for a request. */
+int accel_seq_decode_sparse(accel_dev *d, accel_seq *s, const sparse_tls_params *p);
+/* What a sequence's decode steps read since sparse decode was turned on for it (all zero when
+ * it never was), summed over steps, layers and KV heads: keys attended and keys the rows held
+ * (dense layers and dense rows count every key), and the offload's traffic model — level-1
+ * blocks kept that the step before had not kept (what crosses the link) against all blocks kept
+ * (a whole-block offload). Optional (ACCEL_ERR_UNSUPPORTED). */
+typedef struct accel_decode_stats {
+    int64_t keys_read, keys_total;
+    int64_t blocks_new, blocks_kept;
+    int64_t steps;
+} accel_decode_stats;
+int accel_seq_decode_stats(accel_dev *d, accel_seq *s, accel_decode_stats *out);
 
 int accel_prefill(accel_dev *d, const accel_prefill_req *r);
 /* One decode step: seqs[i] gets token ids[i] at its next position; logits is (n, vocab). Each

@@ -54,6 +54,9 @@ struct accel_dev_i {
     int (*kv_block_load)(accel_dev *d, accel_seq *s, const void *src);
     /* optional: accel_kv_export (the wrapper checked the range lies within s->len) */
     int (*kv_export)(accel_dev *d, accel_seq *s, int pos0, int n, const accel_kv_sink *sink);
+    /* optional: accel_seq_decode_sparse / accel_seq_decode_stats (appended last, as above) */
+    int (*seq_decode_sparse)(accel_dev *d, accel_seq *s, const sparse_tls_params *p);
+    int (*seq_decode_stats)(accel_dev *d, accel_seq *s, accel_decode_stats *out);
 };
 
 struct accel_dev {

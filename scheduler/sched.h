@@ -127,6 +127,12 @@ typedef struct sched_params {
      * neither reuses nor leaves cached prefixes (a cached position has no logits) */
     int prompt_logprobs;
     int prompt_top_logprobs; /* alternatives per prompt token, 0..MODEL_MAX_TOP_LOGPROBS */
+    /* AsyncTLS sparse decode, settled by the caller (sparse_tls_resolve: request > configuration
+     * > default): decode_sparse_set 1 with decode_sparse the parameters (copied) or NULL for
+     * dense; each choice's decoding sequence is set so on its device (accel_seq_decode_sparse; a
+     * device that cannot decodes it dense). decode_sparse_set 0: the devices' own default. */
+    int decode_sparse_set;
+    const sparse_tls_params *decode_sparse;
 } sched_params;
 
 enum sched_ev_type {
@@ -175,6 +181,8 @@ typedef struct sched_event {
     int prompt_tokens;     /* per choice (the prompt is counted once, as OpenAI does) */
     int completion_tokens; /* summed over choices */
     int cached_tokens;     /* prompt tokens reused from the prefix cache, not computed */
+    double decode_kv_read;  /* sparse decode: keys attended / keys held over every decode step
+                               of every choice (1: dense throughout); -1: not asked */
     double prefill_density; /* sparse prefill: blocks computed / causal blocks, mean over the
                                choices that took the sparse path (1: none did, the prompt was at
                                or below the dense threshold); -1: no sparse prefill was asked */

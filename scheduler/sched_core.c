@@ -395,6 +395,9 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
         }
     /* the one check of a sparse request's parameters: the message starts with the key */
     if (p->sparse && sparse_params_check(&p->sparse->p, err, errlen, NULL)) return SCHED_ERR_INVALID;
+    if (p->decode_sparse_set && p->decode_sparse &&
+        sparse_tls_params_check(p->decode_sparse, 0, err, errlen))
+        return SCHED_ERR_INVALID;
     sched_req *r = calloc(1, sizeof *r);
     if (r) r->prompt = malloc(sizeof(int32_t) * (size_t)p->n_prompt);
     if (r) r->choices = calloc((size_t)p->n, sizeof *r->choices);
@@ -428,6 +431,11 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
             sched_req_free(r);
             return SCHED_ERR_NOMEM;
         }
+    }
+    if (p->decode_sparse_set) {
+        r->tls_set = 1;
+        r->tls_on = p->decode_sparse != NULL;
+        if (p->decode_sparse) r->tls_p = *p->decode_sparse;
     }
     r->t_arrival = sched_now();
     r->dev_prefill = r->dev_decode = r->last_fail_dev = -1;

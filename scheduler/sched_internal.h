@@ -74,6 +74,9 @@ typedef struct sched_choice {
     int forked;               /* 1: its sequence is a fork of choice 0's prefill, its first
                                  token still to sample; 2: sampled (one prefill for n choices) */
     int64_t sp_blocks, sp_causal; /* prefill worker: the sparse chunks' reports, summed */
+    accel_seq *tls_seq;       /* the sequence its sparse decode setting was applied to */
+    int tls_dense;            /* ... whose device could not: decoded dense */
+    int64_t tls_read, tls_total; /* keys attended / held by its sequences so far */
 } sched_choice;
 
 enum sched_task_kind {
@@ -122,6 +125,8 @@ struct sched_req {
                                     NULL: not asked */
     int sparse_off;              /* prefill worker: a sparse pass found no memory, run dense */
     accel_sparse sparse;
+    int tls_set, tls_on;         /* sparse decode settled (sched_params.decode_sparse_set) */
+    sparse_tls_params tls_p;
     /* the workers', once dispatched (see the ownership notes above) */
     sched_choice *choices;       /* n */
     sched_task t_run, t_attach, t_handover; /* one of each per placement */

@@ -118,10 +118,25 @@ void sched_worker_publish(sched_dev *d, sched_req *r, sched_choice *c)
     free(ids);
 }
 
+/* Sparse decode: what c's decoding sequence read, added to the choice's sums (before the
+ * sequence goes). */
+static void tls_collect(sched_dev *d, sched_choice *c)
+{
+    if (c->tls_seq && c->tls_seq == c->seq) {
+        accel_decode_stats ds;
+        if (!accel_seq_decode_stats(d->dev, c->seq, &ds)) {
+            c->tls_read += ds.keys_read;
+            c->tls_total += ds.keys_total;
+        }
+    }
+    c->tls_seq = NULL;
+}
+
 static void free_device_state(sched_dev *d, sched_req *r, int all)
 {
     unsigned seqs = sched_worker_seqs(d, r);
     for (int i = 0; i < r->n; i++) {
+        if (seqs & SCHED_SEQ_DECODE) tls_collect(d, &r->choices[i]);
         if (seqs & SCHED_SEQ_DECODE) sched_worker_publish(d, r, &r->choices[i]);
         sched_choice_deinit(&r->choices[i], d->dev, seqs, all);
         r->choices[i].forked = 0; /* a re-placed request prefills its choices again */
@@ -163,6 +178,17 @@ void sched_worker_done(sched_dev *d, sched_req *r)
     ev.cached_tokens = r->cached_tokens;
     for (int i = 0; i < r->n; i++) ev.completion_tokens += r->choices[i].generated;
     ev.prefill_density = !r->has_sparse ? -1 : r->density_n ? r->density_sum / r->density_n : 1;
+    ev.decode_kv_read = -1;
+    if (r->tls_set && r->tls_on) {
+        int64_t rd = 0, tot = 0;
+        for (int i = 0; i < r->n; i++) {
+            sched_choice *c = &r->choices[i];
+            tls_collect(d, c);
+            rd += c->tls_read;
+            tot += c->tls_total;
+        }
+        ev.decode_kv_read = tot > 0 ? (double)rd / (double)tot : 1.0;
+    }
     ev.t_arrival = r->t_arrival;
     ev.t_started = r->t_started;
     ev.t_first_token = r->t_first_token;
@@ -249,6 +275,13 @@ static void decode_step(sched_dev *d)
         for (int i = 0; i < r->n && rows < d->rows; i++) {
             sched_choice *c = &r->choices[i];
             if (c->finish != MODEL_FINISH_NONE) continue;
+            if (r->tls_set && c->tls_seq != c->seq) {
+                /* sparse decode as settled, on the sequence this device decodes (once per
+                 * sequence: a new placement, a handed-over or re-prefilled one) */
+                int st = accel_seq_decode_sparse(d->dev, c->seq, r->tls_on ? &r->tls_p : NULL);
+                c->tls_dense = st != ACCEL_OK; /* a device that cannot: dense, counted so */
+                c->tls_seq = c->seq;
+            }
             d->seqs[rows] = c->seq;
             d->ids[rows] = c->last;
             d->row_choice[rows] = c;

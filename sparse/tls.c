@@ -99,6 +99,33 @@ int sparse_tls_parse(const char *spec, int head_dim, sparse_tls_params *p, int *
     return st;
 }
 
+int sparse_tls_resolve(const sparse_tls_req *rq, const char *config_spec, int head_dim,
+                       sparse_tls_params *p, int *on, char *err, size_t errlen, const char **key)
+{
+    int cfg_on = 0;
+    if (key) *key = "sparse_decode";
+    if (sparse_tls_parse(config_spec, head_dim, p, &cfg_on, NULL, err, errlen)) return SPARSE_TLS_ERR_INVALID;
+    *on = rq->given < 0 ? cfg_on : rq->given;
+    if (!*on) return 0;
+    if (rq->token_budget) {
+        if (rq->token_budget < 1 || rq->token_budget > SPARSE_TLS_MAX_TOKENS) {
+            if (key) *key = "token_budget";
+            if (err) snprintf(err, errlen, "token_budget must be 1 .. %d tokens", SPARSE_TLS_MAX_TOKENS);
+            return SPARSE_TLS_ERR_INVALID;
+        }
+        p->token_budget = rq->token_budget;
+    }
+    if (rq->block_budget) {
+        if (rq->block_budget < 1 || rq->block_budget > SPARSE_TLS_MAX_TOKENS / 16) {
+            if (key) *key = "block_budget";
+            if (err) snprintf(err, errlen, "block_budget must be 1 .. %d blocks", SPARSE_TLS_MAX_TOKENS / 16);
+            return SPARSE_TLS_ERR_INVALID;
+        }
+        p->block_budget = rq->block_budget;
+    }
+    return sparse_tls_params_check(p, 0, err, errlen);
+}
+
 int sparse_tls_dense(const sparse_tls_params *p, int layer, int n_keys)
 {
     int below = p->dense_below >= 0 ? p->dense_below : p->token_budget;

@@ -37,6 +37,17 @@
  *                 head_dim 128): ms and TFLOP/s (4 * T^2/2 * 128 * 32 FLOPs), for each kernel
  *                 variant (mma.sync with 4 and 8 warps per block, wgmma where available;
  *                 gpu_bench_attention, in the test library beside the plugin)
+ *   tls C         with --tls C[,C...]: AsyncTLS sparse decode (sparse/tls.h) against dense decode
+ *                 after C tokens of context, for each batch of --tls-batch (default 1,8): one
+ *                 prompt of C tokens prefilled once, B forks of it (shared blocks: each row still
+ *                 reads its whole KV every dense step) decoded --steps steps dense, truncated
+ *                 back, then --steps steps sparse (--tls-budget tokens, default 1024,
+ *                 --tls-blocks blocks of 64, default 128; the first step of each, not timed,
+ *                 captures the graph and builds the summaries): median ms per step of each, the
+ *                 fraction of KV read, and the offload's traffic per step (level-1 blocks newly
+ *                 kept vs all kept, x 64 positions x K+V of one head, h16). The channel file:
+ *                 --tls-channels FILE, else one written to $TMPDIR with evenly spread channels
+ *                 (which channels does not change the work done, only which keys are kept)
  * The engine's settings (gpu/tuning.h) come from TANDEM_GPU_TUNE="key=value,...".
  * Every result is one JSON line on stdout. Timings are wall-clock (CLOCK_MONOTONIC) around calls
  * that return only when the device is done. Prompts are pseudo-random token ids. */
@@ -44,6 +55,7 @@
 #include "devices/exe_dir.h"
 #include "scheduler/accel.h"
 #include "model/ckpt/model.h"
+#include "model/ckpt/tls_channels.h"
 #include <dlfcn.h>
 #include <limits.h>
 #include <link.h>
@@ -245,6 +257,100 @@ static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, dou
     return rate;
 }
 
+/* --tls (see the top): one context, every batch of the list; 0 or -1. */
+static int tls_run(accel_dev *d, const model *m, int ctx, const long *batch, int nbatch, int steps,
+                   int budget, int blocks)
+{
+    const int V = m->cfg.vocab;
+    int32_t *ids = make_ids(ctx, V, 5);
+    int Bmax = 1;
+    for (int i = 0; i < nbatch; i++) Bmax = batch[i] > Bmax ? (int)batch[i] : Bmax;
+    float *lg = accel_host_alloc(d, sizeof(float) * (size_t)Bmax * V);
+    accel_seq *p0 = NULL, **seqs = calloc(Bmax, sizeof *seqs);
+    int32_t *tok = malloc(sizeof(int32_t) * Bmax);
+    double *t = malloc(sizeof(double) * steps);
+    const int cap = ctx + 2 * steps + 4;
+    int st = ids && lg && seqs && tok && t ? accel_seq_new(d, cap, &p0) : ACCEL_ERR_NOMEM;
+    double t0 = now();
+    accel_prefill_req r = {.seq = p0, .ids = ids, .n = ctx, .logits = lg};
+    if (!st) st = accel_prefill(d, &r);
+    const double pf = now() - t0;
+    sparse_tls_params sp;
+    sparse_tls_params_default(&sp);
+    sp.token_budget = budget;
+    sp.block_budget = blocks;
+    for (int bi = 0; bi < nbatch && !st; bi++) {
+        const int B = (int)batch[bi];
+        for (int b = 0; b < B && !st; b++) st = accel_seq_fork(d, p0, ctx, cap, &seqs[b]);
+        for (int b = 0; b < B; b++) tok[b] = ids[(b * 7 + 3) % ctx];
+        double ms[2] = {0, 0};
+        accel_decode_stats sum = {0};
+        for (int mode = 0; mode < 2 && !st; mode++) {
+            for (int b = 0; b < B && !st; b++) {
+                st = accel_seq_truncate(d, seqs[b], ctx);
+                if (!st) st = accel_seq_decode_sparse(d, seqs[b], mode ? &sp : NULL);
+            }
+            if (!st) st = accel_decode(d, B, seqs, tok, lg); /* graph capture, summaries */
+            for (int i = 0; i < steps && !st; i++) {
+                double a = now();
+                st = accel_decode(d, B, seqs, tok, lg);
+                t[i] = now() - a;
+            }
+            if (!st) ms[mode] = median(t, steps) * 1e3;
+        }
+        for (int b = 0; b < B && !st; b++) {
+            accel_decode_stats ds;
+            st = accel_seq_decode_stats(d, seqs[b], &ds);
+            sum.keys_read += ds.keys_read, sum.keys_total += ds.keys_total;
+            sum.blocks_new += ds.blocks_new, sum.blocks_kept += ds.blocks_kept;
+            sum.steps += ds.steps;
+        }
+        for (int b = 0; b < B; b++)
+            if (seqs[b]) accel_seq_free(d, seqs[b]), seqs[b] = NULL;
+        if (st) break;
+        /* one level-1 block of one layer and KV head: 64 positions of K and V, h16 */
+        const double blk = 64.0 * m->cfg.head_dim * 2 * 2;
+        const double per = sum.steps ? 1.0 / (double)sum.steps : 0; /* per sequence-step */
+        printf("{\"bench\":\"tls\",\"context\":%d,\"batch\":%d,\"token_budget\":%d,"
+               "\"block_budget\":%d,\"dense_ms\":%.3f,\"sparse_ms\":%.3f,\"speedup\":%.3f,"
+               "\"dense_tok_s\":%.1f,\"sparse_tok_s\":%.1f,\"kv_read_frac\":%.4f,"
+               "\"blocks_new_per_seq_step\":%.1f,\"blocks_kept_per_seq_step\":%.1f,"
+               "\"offload_mb_per_seq_step\":%.2f,\"whole_block_mb_per_seq_step\":%.2f,"
+               "\"prefill_s\":%.2f}\n",
+               ctx, B, budget, blocks, ms[0], ms[1], ms[1] > 0 ? ms[0] / ms[1] : 0,
+               ms[0] > 0 ? B * 1e3 / ms[0] : 0, ms[1] > 0 ? B * 1e3 / ms[1] : 0,
+               sum.keys_total ? (double)sum.keys_read / (double)sum.keys_total : 0,
+               sum.blocks_new * per, sum.blocks_kept * per, sum.blocks_new * per * blk / 1e6,
+               sum.blocks_kept * per * blk / 1e6, pf);
+        fflush(stdout);
+    }
+    if (st) fprintf(stderr, "bench_gpu: tls ctx=%d: %s\n", ctx, accel_strerror(st));
+    if (p0) accel_seq_free(d, p0);
+    if (lg) accel_host_free(d, lg);
+    free(ids), free(seqs), free(tok), free(t);
+    return st ? -1 : 0;
+}
+
+/* A channel file for the benchmark (evenly spread channels; the work does not depend on them). */
+static int tls_channels(const model *m, char *path, size_t n)
+{
+    const model_config *c = &m->cfg;
+    model_channels mc = {.n_layers = c->n_layers, .n_kv_heads = c->n_kv_heads,
+                         .head_dim = c->head_dim, .r = c->head_dim >= 32 ? 32 : c->head_dim / 2 * 2,
+                         .calib_tokens = 0};
+    mc.idx = malloc(sizeof(uint16_t) * mc.n_layers * mc.n_kv_heads * mc.r);
+    if (!mc.idx) return -1;
+    for (int i = 0; i < mc.n_layers * mc.n_kv_heads; i++)
+        for (int j = 0; j < mc.r; j++) mc.idx[i * mc.r + j] = (uint16_t)(j * (c->head_dim / mc.r));
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, n, "%s/bench_gpu-channels-%d.bin", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+    char err[256];
+    int st = model_channels_save(path, &mc, err, sizeof err);
+    if (st) fprintf(stderr, "bench_gpu: %s\n", err);
+    free(mc.idx);
+    return st;
+}
+
 /* --prefix P:C (see the top): cold, cached and host-tier TTFT in seconds; 0 or -1. */
 static int prefix_run(accel_dev *d, int vocab, int P, int C, int reps, double *cold,
                       double *hit, double *host)
@@ -336,6 +442,10 @@ int main(int argc, char **argv)
     const char *dir = NULL, *device = "cuda";
     enum accel_gpu_half half = ACCEL_GPU_HALF_AUTO;
     long prefill[MAX_LIST], dctx[MAX_LIST], batch[MAX_LIST], exp_[MAX_LIST], att[MAX_LIST];
+    long tls_ctx[MAX_LIST], tls_batch[MAX_LIST] = {1, 8};
+    int ntls = 0, ntls_b = 2;
+    long tls_budget = 1024, tls_blocks = 128;
+    const char *tls_chan = NULL;
     int np = 0, nd = 0, nb = 0, ne = 0, na = 0, npx = 0;
     long pxP[MAX_LIST], pxC[MAX_LIST];
     long steps = 64, reps = 3, bctx = 1024, min_budget = 1024;
@@ -367,6 +477,11 @@ int main(int argc, char **argv)
             bad = bad || npx == 0;
         }
         else if (!strcmp(a, "--decode-ctx")) bad = (nd = parse_list(v, dctx, 1, 1 << 20)) < 0;
+        else if (!strcmp(a, "--tls")) bad = (ntls = parse_list(v, tls_ctx, 1, 1 << 20)) < 0;
+        else if (!strcmp(a, "--tls-batch")) bad = (ntls_b = parse_list(v, tls_batch, 1, 256)) <= 0;
+        else if (!strcmp(a, "--tls-budget")) bad = (tls_budget = atol(v)) < 1 || tls_budget > (1 << 20);
+        else if (!strcmp(a, "--tls-blocks")) bad = (tls_blocks = atol(v)) < 1 || tls_blocks > 65536;
+        else if (!strcmp(a, "--tls-channels")) tls_chan = v;
         else if (!strcmp(a, "--batch")) bad = (nb = parse_list(v, batch, 1, 4096)) < 0;
         else if (!strcmp(a, "--export")) bad = (ne = parse_list(v, exp_, 1, 1 << 20)) < 0;
         else if (!strcmp(a, "--attention")) bad = (na = parse_list(v, att, 64, 1 << 20)) < 0;
@@ -403,7 +518,14 @@ int main(int argc, char **argv)
         return 1;
     }
     accel_opts o = {.kv_dtype = PROTO_KV_INT8, .gpu_half = half};
+    char chan_path[512];
+    if (ntls) {
+        if (tls_chan) snprintf(chan_path, sizeof chan_path, "%s", tls_chan);
+        else if (tls_channels(m, chan_path, sizeof chan_path)) return 1;
+        o.sparse_channels = chan_path;
+    }
     accel_dev *d = devices_open(device, m, &o, err, sizeof err);
+    if (ntls && !tls_chan) unlink(chan_path);
     if (!d) {
         fprintf(stderr, "bench_gpu: %s\n", err);
         return 1;
@@ -480,6 +602,26 @@ int main(int argc, char **argv)
         printf("{\"bench\":\"decode\",\"context\":%ld,\"ms_per_token\":%.3f,\"tok_s\":%.1f}\n",
                dctx[i], ms, rate);
         fflush(stdout);
+    }
+    int (*tls_k)(int, int, int, int, int, int, int, int, int, int, double *) =
+        ht ? (int (*)(int, int, int, int, int, int, int, int, int, int, double *))dlsym(ht, "gpu_tls_bench_kernels") : NULL;
+    for (int i = 0; i < ntls; i++) {
+        /* one layer's kernels alone (Llama-3-8B heads, 32 channels), then the whole model */
+        for (int bi = 0; bi < ntls_b && tls_k; bi++) {
+            double us[4];
+            if ((st = tls_k(m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, (int)tls_ctx[i], 64, 32,
+                            (int)tls_blocks, (int)tls_budget, (int)tls_batch[bi], 50, us))) {
+                fprintf(stderr, "bench_gpu: tls kernels: %s\n", accel_strerror(st));
+                break;
+            }
+            printf("{\"bench\":\"tls_kernels\",\"context\":%ld,\"batch\":%ld,\"level1_us\":%.1f,"
+                   "\"select_us\":%.1f,\"attend_us\":%.1f,\"layer_us\":%.1f}\n", tls_ctx[i],
+                   tls_batch[bi], us[0], us[1], us[2], us[3]);
+            fflush(stdout);
+        }
+        if (tls_run(d, m, (int)tls_ctx[i], tls_batch, ntls_b, (int)steps, (int)tls_budget,
+                    (int)tls_blocks))
+            return 1;
     }
     for (int i = 0; i < nb; i++) {
         double ms = 0, rate = decode_run(d, V, (int)batch[i], (int)bctx, (int)steps, &ms);

@@ -1,6 +1,8 @@
 #!/bin/sh
 # AsyncTLS sparse decode through the daemon (decode_sparse key, CPU device): with budgets that
 # cover the context the greedy text equals dense decode's; with small budgets requests are served;
+# a request turns it on by itself ("sparse_decode") and usage says what fraction of the KV it read;
+# bad values are a 400 naming the key;
 # without the model's channel file the daemon refuses to start and says how to make it; a bad
 # spec names the key.
 . tests/e2e/lib/serve.sh
@@ -18,6 +20,20 @@ serve_start --model "$M" || { fail tls_dense_start "daemon did not start"; exit 
 code=$(post /v1/completions "$req")
 dense=$(jq -r '.choices[0].text' "$T/body")
 check tls_dense_text sh -c "[ $code = 200 ] && [ -n '$dense' ]"
+check tls_dense_no_fraction sh -c "[ \"\$(jq -r '.usage.decode_kv_read_fraction' $T/body)\" = null ]"
+# the per-request switch (the config's default is off; the channel file lets a request ask)
+sreq="{\"prompt\":$ids,\"max_tokens\":64,\"temperature\":0,\"sparse_decode\":{\"mode\":\"asynctls\",\"token_budget\":32,\"block_budget\":4}}"
+code=$(post /v1/completions "$sreq")
+frac=$(jq -r '.usage.decode_kv_read_fraction' "$T/body")
+check tls_request_sparse_reads_less sh -c "[ $code = 200 ] && python3 -c 'import sys; f=float(sys.argv[1]); sys.exit(0 if 0 < f < 0.9 else 1)' '$frac'"
+freq="{\"prompt\":$ids,\"max_tokens\":64,\"temperature\":0,\"sparse_decode\":{\"token_budget\":512,\"block_budget\":64}}"
+code=$(post /v1/completions "$freq")
+frac=$(jq -r '.usage.decode_kv_read_fraction' "$T/body")
+check tls_request_full_budget_equals_dense sh -c "[ $code = 200 ] && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$dense' ] && python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) == 1 else 1)' '$frac'"
+code=$(post /v1/completions "{\"prompt\":[1,2,3],\"max_tokens\":2,\"sparse_decode\":{\"token_budget\":0}}")
+check tls_request_bad_budget_names_key sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = token_budget ]"
+code=$(post /v1/completions "{\"prompt\":[1,2,3],\"max_tokens\":2,\"sparse_decode\":{\"mode\":\"quest\"}}")
+check tls_request_bad_mode_names_key sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = mode ]"
 serve_stop
 
 serve_start --model "$M" --decode-sparse "asynctls,block_size=16,block_budget=64,token_budget=512,dense_layers=0,dense_below=0" ||

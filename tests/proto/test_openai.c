@@ -411,3 +411,40 @@ TEST(proto_resp_shapes)
     CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id")), "stories260K");
     json_decref(j);
 }
+
+/* "sparse_decode" (AsyncTLS per request): the forms, and each bad value a 400 naming the key */
+TEST(proto_req_sparse_decode)
+{
+    proto_limits l = lims();
+    proto_req r;
+    char msg[256], par[64];
+    const char *b = "{\"prompt\":\"x\",\"sparse_decode\":{\"mode\":\"asynctls\",\"token_budget\":512,"
+                    "\"block_budget\":64}}";
+    REQUIRE(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg,
+                            par, sizeof par) == PROTO_ERR_NONE);
+    CHECK_EQ(r.decode_sparse, 1);
+    CHECK(r.decode_sparse_token_budget == 512 && r.decode_sparse_block_budget == 64);
+    proto_req_deinit(&r);
+    b = "{\"prompt\":\"x\",\"sparse_decode\":{\"mode\":\"off\"}}";
+    REQUIRE(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg,
+                            par, sizeof par) == PROTO_ERR_NONE);
+    CHECK_EQ(r.decode_sparse, 0);
+    proto_req_deinit(&r);
+    b = "{\"prompt\":\"x\"}";
+    REQUIRE(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg,
+                            par, sizeof par) == PROTO_ERR_NONE);
+    CHECK(r.decode_sparse == -1 && r.decode_sparse_token_budget == 0);
+    proto_req_deinit(&r);
+    CHECK_EQ(parse(PROTO_EP_COMPLETIONS, "{\"prompt\":\"x\",\"sparse_decode\":true}", NULL), PROTO_ERR_NONE);
+    char p[64];
+    CHECK_EQ(parse(PROTO_EP_COMPLETIONS, "{\"prompt\":\"x\",\"sparse_decode\":{\"mode\":\"quest\"}}", p), PROTO_ERR_INVALID_VALUE);
+    CHECK_STR(p, "mode");
+    CHECK_EQ(parse(PROTO_EP_COMPLETIONS, "{\"prompt\":\"x\",\"sparse_decode\":{\"token_budget\":0}}", p), PROTO_ERR_INVALID_VALUE);
+    CHECK_STR(p, "token_budget");
+    CHECK_EQ(parse(PROTO_EP_COMPLETIONS, "{\"prompt\":\"x\",\"sparse_decode\":{\"block_budget\":\"8\"}}", p), PROTO_ERR_INVALID_TYPE);
+    CHECK_STR(p, "block_budget");
+    CHECK_EQ(parse(PROTO_EP_COMPLETIONS, "{\"prompt\":\"x\",\"sparse_decode\":{\"budget\":8}}", p), PROTO_ERR_INVALID_VALUE);
+    CHECK_STR(p, "sparse_decode");
+    CHECK_EQ(parse(PROTO_EP_COMPLETIONS, "{\"prompt\":\"x\",\"sparse_decode\":3}", p), PROTO_ERR_INVALID_TYPE);
+    CHECK_STR(p, "sparse_decode");
+}

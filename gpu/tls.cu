@@ -1,0 +1,275 @@
+/* gpu/tls.cu — AsyncTLS sparse decode on the engine: its state, each sequence's summaries and
+ * parameters, the step's preparation and the layer's launch (gpu/gpu.h has the contract,
+ * gpu/tls.cuh the kernels).
+ *
+ * Memory: the engine's scratch (level-1 scores, index lists, attention partials for
+ * GPU_MAX_BATCH rows) is taken at gpu_tls_open; a sequence's summaries at its first sparse step,
+ * for min(capacity, 1.25 x its length + 4096) positions, grown the same way (a new allocation,
+ * rebuilt from the cache) — outside the KV pool's budget, which gpu_tls_open shrinks by the
+ * summaries' share of a position (6.25 % for Llama-3-8B: 8 KiB beside 128 KiB). */
+#include "gpu/tls.cuh"
+#include <pthread.h>
+#include <stdlib.h>
+
+struct gpu_tls {
+    sparse_tls_params p; /* defaults; block_size, channels, dense_layers for every sequence */
+    int on_default;
+    gpu_tls_cfg c;       /* shapes and scratch (bscore .. arrive) */
+    unsigned short *ch_d;
+    gpu_tls_dev *meta_h, *meta_d; /* (GPU_MAX_BATCH) the step's rows */
+};
+
+struct gpu_tls_kv {
+    int on;
+    int token_budget, block_budget, dense_below;
+    int valid;  /* positions whose summaries are up to date */
+    void *mem;  /* the summaries (dev.cap positions; NULL: none yet) */
+    gpu_tls_dev dev;
+    long long host_read, host_total, steps; /* dense layers and dense rows, counted here */
+};
+
+int gpu_tls_available(const gpu_engine *e)
+{
+    return e->tls != NULL;
+}
+
+int gpu_tls_dense_layers(const gpu_engine *e)
+{
+    return e->tls ? e->tls->p.dense_layers : 0;
+}
+
+int gpu_tls_open(gpu_engine *e, const sparse_tls_params *p, int on_default,
+                 const uint16_t *channels, char *err, size_t errlen)
+{
+    const gpu_dims &d = e->d;
+    char why[200];
+    if (sparse_tls_params_check(p, d.hd, why, sizeof why)) {
+        snprintf(err, errlen, "cuda:%d: %s", e->index, why);
+        return ACCEL_ERR_INVALID;
+    }
+    const int ctx = model_context_limit(&e->m->cfg);
+    const int nb_max = (ctx + p->block_size - 1) / p->block_size;
+    if (d.window || d.n_heads / d.n_kv > GPU_TLS_MAX_GROUP || nb_max > GPU_TLS_MAX_CAND) {
+        snprintf(err, errlen, "cuda:%d: decode_sparse asynctls: the GPU kernels take no sliding "
+                 "window, groups up to %d heads and contexts up to %d blocks", e->index,
+                 GPU_TLS_MAX_GROUP, GPU_TLS_MAX_CAND);
+        return ACCEL_ERR_UNSUPPORTED;
+    }
+    if (p->token_budget > GPU_TLS_MAX_TOKENS || p->block_budget * p->block_size > GPU_TLS_MAX_CAND) {
+        snprintf(err, errlen, "cuda:%d: decode_sparse asynctls: the GPU takes token_budget up to "
+                 "%d and block_budget x block_size up to %d", e->index, GPU_TLS_MAX_TOKENS,
+                 GPU_TLS_MAX_CAND);
+        return ACCEL_ERR_INVALID;
+    }
+    GPU_CHECK(cudaSetDevice(e->index));
+    GPU_TRY(gpu_tls_kernels_init());
+    gpu_tls *t = (gpu_tls *)calloc(1, sizeof *t);
+    if (!t) return ACCEL_ERR_NOMEM;
+    t->p = *p;
+    t->on_default = on_default;
+    gpu_tls_cfg &c = t->c;
+    c.L = d.L, c.n_heads = d.n_heads, c.n_kv = d.n_kv, c.hd = d.hd, c.bs = p->block_size;
+    c.r = p->channels, c.nb_max = nb_max;
+    const size_t B = GPU_MAX_BATCH, rows = B * d.n_kv;
+    const size_t nch = (size_t)d.L * d.n_kv * c.r;
+    cudaError_t ce = cudaMalloc((void **)&t->ch_d, nch * sizeof(unsigned short));
+    if (!ce) ce = cudaMalloc((void **)&c.bscore, rows * nb_max * sizeof(float));
+    if (!ce) ce = cudaMalloc((void **)&c.idx, rows * GPU_TLS_MAX_TOKENS * sizeof(int));
+    if (!ce) ce = cudaMalloc((void **)&c.cnt_idx, rows * sizeof(int));
+    if (!ce) ce = cudaMalloc((void **)&c.po, B * d.n_heads * GPU_TLS_SPLITS * d.hd * sizeof(float));
+    if (!ce) ce = cudaMalloc((void **)&c.pml, B * d.n_heads * GPU_TLS_SPLITS * sizeof(float2));
+    if (!ce) ce = cudaMalloc((void **)&c.arrive, rows * sizeof(int));
+    if (!ce) ce = cudaMemset(c.arrive, 0, rows * sizeof(int));
+    if (!ce) ce = cudaMemcpy(t->ch_d, channels, nch * sizeof(unsigned short), cudaMemcpyHostToDevice);
+    if (!ce) ce = cudaMallocHost((void **)&t->meta_h, B * sizeof(gpu_tls_dev));
+    if (!ce) ce = cudaMalloc((void **)&t->meta_d, B * sizeof(gpu_tls_dev));
+    c.ch = t->ch_d;
+    e->tls = t;
+    if (ce) {
+        gpu_tls_close(e);
+        cudaGetLastError();
+        snprintf(err, errlen, "cuda:%d: decode_sparse asynctls: out of device memory", e->index);
+        return ACCEL_ERR_NOMEM;
+    }
+    /* the pool gives up the summaries' share of a position (with the growth's quarter more)
+     * and the scratch above, while none of its blocks is handed out */
+    gpu_kv_pool &pl = e->pool;
+    if (pl.next_id == 0 && pl.total > 0) {
+        const double kv_tok = (double)e->kv_per_token;
+        const double tls_tok = 1.25 * (double)gpu_tls_seq_bytes(c, 1 << 16) / 65536.0;
+        const double scratch = (double)(rows * nb_max * 4 + rows * GPU_TLS_MAX_TOKENS * 4 +
+                                        B * d.n_heads * GPU_TLS_SPLITS * (d.hd + 2) * 4);
+        double keep = (double)pl.total * kv_tok / (kv_tok + tls_tok) -
+                      scratch / (double)pl.block_bytes;
+        pthread_mutex_lock((pthread_mutex_t *)pl.mu);
+        pl.total = keep > 0 ? (int)keep : 0;
+        if (pl.mapped > pl.total) pl.mapped = pl.total;
+        pthread_mutex_unlock((pthread_mutex_t *)pl.mu);
+        e->kv_budget = (uint64_t)pl.total * pl.block_bytes;
+    }
+    return ACCEL_OK;
+}
+
+void gpu_tls_close(gpu_engine *e)
+{
+    gpu_tls *t = e->tls;
+    if (!t) return;
+    void *bufs[] = {t->ch_d, t->c.bscore, t->c.idx, t->c.cnt_idx, t->c.po, t->c.pml, t->c.arrive,
+                    t->meta_d};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) cudaFree(bufs[i]);
+    if (t->meta_h) cudaFreeHost(t->meta_h);
+    free(t);
+    e->tls = NULL;
+}
+
+static gpu_tls_kv *kv_state(gpu_kv *kv)
+{
+    if (!kv->tls) kv->tls = (gpu_tls_kv *)calloc(1, sizeof(gpu_tls_kv));
+    return kv->tls;
+}
+
+int gpu_kv_tls_set(gpu_engine *e, gpu_kv *kv, const sparse_tls_params *p)
+{
+    if (!p) {
+        if (kv->tls) kv->tls->on = 0;
+        return ACCEL_OK;
+    }
+    if (!e->tls) return ACCEL_ERR_UNSUPPORTED;
+    if (p->token_budget < 1 || p->token_budget > GPU_TLS_MAX_TOKENS || p->block_budget < 1 ||
+        (long long)p->block_budget * e->tls->p.block_size > GPU_TLS_MAX_CAND)
+        return ACCEL_ERR_INVALID;
+    gpu_tls_kv *t = kv_state(kv);
+    if (!t) return ACCEL_ERR_NOMEM;
+    if (!t->on) t->host_read = t->host_total = t->steps = 0;
+    t->on = 1;
+    t->token_budget = p->token_budget;
+    t->block_budget = p->block_budget;
+    t->dense_below = p->dense_below;
+    return ACCEL_OK;
+}
+
+void gpu_kv_tls_free(gpu_kv *kv)
+{
+    if (!kv->tls) return;
+    if (kv->tls->mem) cudaFree(kv->tls->mem);
+    free(kv->tls);
+    kv->tls = NULL;
+}
+
+void gpu_kv_tls_fork(gpu_kv *dst, const gpu_kv *src)
+{
+    if (!src->tls || !src->tls->on) return;
+    gpu_tls_kv *t = kv_state(dst);
+    if (!t) return; /* out of host memory: the fork decodes dense */
+    t->on = 1;
+    t->token_budget = src->tls->token_budget;
+    t->block_budget = src->tls->block_budget;
+    t->dense_below = src->tls->dense_below;
+}
+
+void gpu_kv_tls_truncate(gpu_engine *e, gpu_kv *kv, int len)
+{
+    /* a block that len cuts is rebuilt from its first position (its max / min saw later keys) */
+    if (!kv->tls || !e->tls) return;
+    const int from = len / e->tls->p.block_size * e->tls->p.block_size;
+    if (kv->tls->valid > from) kv->tls->valid = from;
+}
+
+int gpu_kv_tls_stats(gpu_engine *e, gpu_kv *kv, gpu_tls_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    gpu_tls_kv *t = kv->tls;
+    if (!t) return ACCEL_OK;
+    unsigned long long c[4] = {0, 0, 0, 0};
+    if (t->mem) {
+        GPU_CHECK(cudaSetDevice(e->index));
+        GPU_CHECK(cudaStreamSynchronize(e->compute));
+        GPU_CHECK(cudaMemcpy(c, t->dev.cnt, sizeof c, cudaMemcpyDeviceToHost));
+    }
+    out->keys_read = (int64_t)c[0] + t->host_read;
+    out->keys_total = (int64_t)c[1] + t->host_total;
+    out->blocks_new = (int64_t)c[2];
+    out->blocks_kept = (int64_t)c[3];
+    out->steps = t->steps;
+    return ACCEL_OK;
+}
+
+/* Summaries for at least `need` positions; a new allocation starts empty (valid 0) except for
+ * the counters, carried over. */
+static int ensure(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int need)
+{
+    if (t->mem && t->dev.cap >= need) return ACCEL_OK;
+    int cap = need + need / 4 + 4096;
+    if (cap > kv->cap) cap = kv->cap;
+    const gpu_tls_cfg &c = e->tls->c;
+    size_t bytes = gpu_tls_seq_bytes(c, cap);
+    void *mem = NULL;
+    cudaError_t ce = cudaMalloc(&mem, bytes);
+    if (ce == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        return ACCEL_ERR_NOMEM;
+    }
+    GPU_CHECK(ce);
+    GPU_CHECK(cudaMemsetAsync(mem, 0, bytes, e->compute));
+    gpu_tls_dev nd;
+    memset(&nd, 0, sizeof nd);
+    gpu_tls_seq_carve(c, mem, cap, &nd);
+    if (t->mem) {
+        GPU_CHECK(cudaMemcpyAsync(nd.cnt, t->dev.cnt, 4 * sizeof(unsigned long long),
+                                  cudaMemcpyDeviceToDevice, e->compute));
+        GPU_CHECK(cudaStreamSynchronize(e->compute));
+        cudaFree(t->mem);
+    }
+    t->mem = mem;
+    t->dev = nd;
+    t->valid = 0;
+    return ACCEL_OK;
+}
+
+int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
+{
+    gpu_tls *g = e->tls;
+    if (!g) return 0;
+    const gpu_dims &d = e->d;
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        gpu_tls_kv *t = kvs[i]->tls;
+        gpu_tls_dev row;
+        memset(&row, 0, sizeof row);
+        if (t && t->on) {
+            const int keys = pos[i] + 1;
+            const int below = t->dense_below >= 0 ? t->dense_below : t->token_budget;
+            t->steps++;
+            if (keys <= below || d.L <= g->p.dense_layers) {
+                t->host_read += (long long)d.L * d.n_kv * keys;
+                t->host_total += (long long)d.L * d.n_kv * keys;
+            } else {
+                GPU_TRY(ensure(e, kvs[i], t, keys));
+                if (t->valid < pos[i]) {
+                    gpu_seq_dev sq = gpu_kv_seq_dev(e, kvs[i]);
+                    GPU_TRY(gpu_tls_rebuild(e->compute, g->c, sq, t->dev, t->valid, pos[i]));
+                }
+                t->valid = keys;
+                t->host_read += (long long)g->p.dense_layers * d.n_kv * keys;
+                t->host_total += (long long)g->p.dense_layers * d.n_kv * keys;
+                row = t->dev;
+                row.on = 1;
+                row.block_budget = t->block_budget;
+                row.token_budget = t->token_budget;
+                any = 1;
+            }
+        }
+        g->meta_h[i] = row;
+    }
+    if (any)
+        GPU_CHECK(cudaMemcpyAsync(g->meta_d, g->meta_h, (size_t)n * sizeof(gpu_tls_dev),
+                                  cudaMemcpyHostToDevice, e->compute));
+    return any;
+}
+
+int gpu_tls_layer(gpu_engine *e, int layer, int T, const h16 *q, const int *pos,
+                  const gpu_seq_dev *seqs, h16 *out)
+{
+    return gpu_tls_attn_layer(e->compute, e->tls->c, layer, T, q, pos, seqs, e->tls->meta_d, out);
+}

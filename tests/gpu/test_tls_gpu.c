@@ -1,0 +1,356 @@
+/* AsyncTLS's GPU kernels (gpu/tls_kernels.cu: reached with dlsym through the test library,
+ * gpu/test/tls_test_api.cu) against the CPU reference (sparse/tls.c, cpu/tls.c) on the same
+ * h16-rounded keys and queries, and the engine's sparse decode (gpu/tls.cu) through accel.h.
+ *
+ * Selection: the GPU computes every score in the reference's arithmetic order with rounded
+ * operations, so the lists must equal the CPU's exactly, ties included (the data below makes
+ * exact ties at both levels: duplicated blocks and duplicated key rows) — no tie is excused.
+ * Level-1 scores are compared bit for bit. Attention over the kept tokens: the decode attention's
+ * bound from test_ops.c (8e-3 x max|v| in bf16: h16 inputs, float accumulation, an h16 output).
+ * Engine: every key kept == dense decode within the random-weight models' logit bound (0.05,
+ * tests/gpu/README.md) — another attention kernel, not the same bits; summaries recorded by the
+ * decode steps themselves == summaries rebuilt from the cache (a fork, a truncation), bit for
+ * bit in the logits. Skipped without the CUDA build or a device. */
+#include "cpu/tls.h"
+#include "cpu/ops.h"
+#include "gpu/gpu.h"
+#include "model/ckpt/tls_channels.h"
+#include "sparse/tls.h"
+#include "tests/gpu/gpu_util.h"
+#include "tests/test.h"
+#include "tests/util.h"
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct api {
+    void *lib;
+    int (*count)(void);
+    int (*step)(int, int, int, int, int, int, int, int, int, int, const float *, const float *,
+                const float *, const unsigned short *, int32_t *, int32_t *, float *, float *,
+                unsigned long long *);
+} api;
+
+static int api_load(api *a, char *why, size_t n)
+{
+    const char *b = getenv("BUILD");
+    char path[512];
+    snprintf(path, sizeof path, "%s/libtandem_cuda_test.so", b && *b ? b : "build");
+    a->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!a->lib) {
+        snprintf(why, n, "no CUDA build (%.200s)", dlerror());
+        return -1;
+    }
+    a->count = (int (*)(void))dlsym(a->lib, "gpu_tls_test_device_count");
+    *(void **)&a->step = dlsym(a->lib, "gpu_tls_test_step");
+    if (!a->count || !a->step) {
+        snprintf(why, n, "test library without the AsyncTLS entry points");
+        return -1;
+    }
+    if (a->count() < 1) {
+        snprintf(why, n, "no CUDA device");
+        return -1;
+    }
+    return 0;
+}
+
+static float rnd(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static float bf16(float x)
+{
+    return model_bf16_to_f32(model_f32_to_bf16(x));
+}
+
+typedef struct tcase {
+    int n_heads, n_kv, hd, n, bs, r, bb, tb, rebuilt, on;
+    uint32_t seed;
+} tcase;
+
+/* Long structured synthetic KV (stated): keys uniform in [-0.5, 0.5); every 7th block a "topic"
+ * block whose keys lean toward the query (+0.6 x sign of q's channel on every channel, with
+ * noise), blocks 3 and 11 copies of block 5 (exact level-1 ties), and inside every 4th block
+ * runs of equal rows (exact level-2 ties); values uniform in [-1, 1). Rounded to bf16. */
+static void synth(const tcase *c, float *q, float *k, float *v)
+{
+    uint32_t s = c->seed;
+    const int kvd = c->n_kv * c->hd, qd = c->n_heads * c->hd, G = c->n_heads / c->n_kv;
+    for (int i = 0; i < qd; i++) q[i] = bf16(rnd(&s));
+    for (int p = 0; p < c->n; p++) {
+        const int blk = p / c->bs, topic = blk % 7 == 2;
+        for (int g = 0; g < c->n_kv; g++)
+            for (int e = 0; e < c->hd; e++) {
+                float x = 0.5f * rnd(&s);
+                if (topic) x = 0.6f * (q[(size_t)g * G * c->hd + e] > 0 ? 1.0f : -1.0f) + 0.3f * rnd(&s);
+                k[(size_t)p * kvd + (size_t)g * c->hd + e] = bf16(x);
+                v[(size_t)p * kvd + (size_t)g * c->hd + e] = bf16(rnd(&s));
+            }
+        if (blk % 4 == 1 && p % c->bs >= 8 && p % c->bs < 16)
+            memcpy(k + (size_t)p * kvd, k + (size_t)(p - 1) * kvd, sizeof(float) * kvd);
+    }
+    const int nb = c->n / c->bs;
+    for (int dst = 3; dst <= 11; dst += 8)
+        if (nb > 11 && dst != 5)
+            memcpy(k + (size_t)dst * c->bs * kvd, k + (size_t)5 * c->bs * kvd,
+                   sizeof(float) * c->bs * kvd);
+}
+
+static void run_case(const api *a, const tcase *c)
+{
+    const int kvd = c->n_kv * c->hd, qd = c->n_heads * c->hd, G = c->n_heads / c->n_kv;
+    const int nb = (c->n + c->bs - 1) / c->bs;
+    float *q = malloc(sizeof(float) * qd), *k = malloc(sizeof(float) * kvd * c->n),
+          *v = malloc(sizeof(float) * kvd * c->n), *att = malloc(sizeof(float) * qd),
+          *bsc = malloc(sizeof(float) * c->n_kv * nb);
+    int32_t *idx = malloc(sizeof(int32_t) * c->n_kv * GPU_TLS_MAX_TOKENS), cnt[64];
+    unsigned short *ch = malloc(sizeof(unsigned short) * c->n_kv * c->r);
+    unsigned long long counters[4];
+    REQUIRE(q && k && v && att && bsc && idx && ch && c->n_kv <= 64);
+    synth(c, q, k, v);
+    /* channels: r of them per head, ascending, spread over head_dim with a per-head offset */
+    for (int g = 0; g < c->n_kv; g++)
+        for (int i = 0; i < c->r; i++)
+            ch[g * c->r + i] = (unsigned short)((i * c->hd) / c->r + g % (c->hd / c->r));
+    int st = a->step(c->n_heads, c->n_kv, c->hd, c->n, c->bs, c->r, c->bb, c->tb, c->rebuilt,
+                     c->on, q, k, v, ch, idx, cnt, att, bsc, counters);
+    CHECK_MSG(st == 0, "gpu_tls_test_step: %d", st);
+    if (st) goto out;
+    /* the reference on the same values */
+    sparse_tls_params p;
+    sparse_tls_params_default(&p);
+    p.block_size = c->bs, p.block_budget = c->bb, p.token_budget = c->tb, p.channels = c->r;
+    p.dense_layers = 0;
+    sparse_tls_seq *s = sparse_tls_seq_new(1, c->n_kv, c->hd, c->r, c->bs, c->n, ch);
+    REQUIRE(s);
+    for (int pp = 0; pp < c->n; pp++) sparse_tls_put(s, 0, pp, k + (size_t)pp * kvd);
+    float *fw = malloc(sizeof(float) * sparse_tls_work_floats(&p, c->hd, c->n));
+    int32_t *iw = malloc(sizeof(int32_t) * sparse_tls_work_ints(&p, c->n));
+    int32_t *pos = malloc(sizeof(int32_t) * c->n), *all = malloc(sizeof(int32_t) * c->n);
+    float *ref = malloc(sizeof(float) * c->hd), *scr = malloc(sizeof(float) * c->n),
+          *cs = malloc(sizeof(float) * nb), *agg = malloc(sizeof(float) * 2 * c->hd);
+    REQUIRE(fw && iw && pos && all && ref && scr && cs && agg);
+    for (int i = 0; i < c->n; i++) all[i] = i;
+    float vmax = 0;
+    for (size_t i = 0; i < (size_t)kvd * c->n; i++) vmax = fabsf(v[i]) > vmax ? fabsf(v[i]) : vmax;
+    const double tol = 8e-3 * vmax;
+    float *kb[1] = {k}, *vb[1] = {v};
+    const int32_t table[1] = {0};
+    double worst = 0;
+    int64_t rows = 0;
+    for (int pp = c->rebuilt; pp < c->n; pp++) rows += pp + 1;
+    CHECK_MSG(counters[1] == (unsigned long long)(c->on ? rows * c->n_kv : 0),
+              "keys counted %llu, want %lld", counters[1], (long long)(c->on ? rows * c->n_kv : 0));
+    for (int g = 0; g < c->n_kv; g++) {
+        const float *qg = q + (size_t)g * G * c->hd;
+        int m;
+        const int32_t *list;
+        if (!c->on) {
+            CHECK_MSG(cnt[g] == -c->n, "dense row: count %d, want %d", cnt[g], -c->n);
+            m = c->n;
+            list = all;
+        } else {
+            m = sparse_tls_select(&p, s, 0, g, qg, G, c->hd, c->n, pos, fw, iw, NULL);
+            list = pos;
+            CHECK_MSG(cnt[g] == m, "case n=%d bs=%d bb=%d tb=%d head %d: GPU kept %d, CPU %d",
+                      c->n, c->bs, c->bb, c->tb, g, cnt[g], m);
+            int diff = -1;
+            for (int i = 0; i < m && i < cnt[g]; i++)
+                if (idx[(size_t)g * GPU_TLS_MAX_TOKENS + i] != pos[i]) {
+                    diff = i;
+                    break;
+                }
+            CHECK_MSG(diff < 0, "case n=%d bs=%d bb=%d tb=%d head %d: lists differ at %d (GPU %d, CPU %d)",
+                      c->n, c->bs, c->bb, c->tb, g, diff,
+                      diff >= 0 ? idx[(size_t)g * GPU_TLS_MAX_TOKENS + diff] : 0, diff >= 0 ? pos[diff] : 0);
+            if (nb > c->bb) {
+                sparse_tls_block_scores(s, 0, g, qg, G, c->hd, nb, cs, agg);
+                int bad = 0;
+                for (int b = 0; b < nb; b++) bad += memcmp(&cs[b], &bsc[(size_t)g * nb + b], 4) != 0;
+                CHECK_MSG(bad == 0, "head %d: %d of %d level-1 scores differ from the CPU's bits", g, bad, nb);
+            }
+        }
+        for (int h = 0; h < G; h++) {
+            cpu_tls_attend(ref, qg + (size_t)h * c->hd, kb, vb, table, c->n, (size_t)g * c->hd, list,
+                           m, kvd, c->hd, 1.0f / sqrtf((float)c->hd), scr);
+            for (int e = 0; e < c->hd; e++) {
+                double d = fabs((double)ref[e] - att[((size_t)g * G + h) * c->hd + e]);
+                worst = d > worst ? d : worst;
+            }
+        }
+    }
+    CHECK_MSG(worst <= tol, "case n=%d: attention over the kept keys off by %.3g (bound %.3g)", c->n,
+              worst, tol);
+    fprintf(stderr, "  tls n=%d heads %d/%d hd %d bs %d bb %d tb %d rebuilt %d on %d: attention worst %.3g\n",
+            c->n, c->n_heads, c->n_kv, c->hd, c->bs, c->bb, c->tb, c->rebuilt, c->on, worst);
+    sparse_tls_seq_free(s);
+    free(fw);
+    free(iw);
+    free(pos);
+    free(all);
+    free(ref);
+    free(scr);
+    free(cs);
+    free(agg);
+out:
+    free(q);
+    free(k);
+    free(v);
+    free(att);
+    free(bsc);
+    free(idx);
+    free(ch);
+}
+
+TEST(gpu_tls_select_equals_cpu)
+{
+    api a;
+    char why[300];
+    if (api_load(&a, why, sizeof why)) SKIP("%s", why);
+    const tcase cs[] = {
+        /* both levels, many positions recorded by steps across block boundaries */
+        {32, 8, 128, 3000, 64, 32, 8, 256, 2870, 1, 1},
+        {8, 2, 128, 2100, 64, 32, 6, 200, 0, 1, 2},      /* every key recorded step by step */
+        {8, 2, 128, 4096, 64, 32, 16, 1024, 4000, 1, 3}, /* level 1 ties (copied blocks) */
+        {8, 2, 128, 4000, 64, 32, 100, 512, 3990, 1, 4}, /* level 1 keeps all, level 2 selects */
+        {8, 2, 128, 4000, 64, 32, 12, 4096, 3990, 1, 5}, /* level 2 keeps all candidates */
+        {8, 2, 128, 1500, 64, 32, 64, 4096, 1490, 1, 6}, /* every key kept: dense attention */
+        {8, 2, 128, 1500, 64, 32, 8, 128, 1490, 0, 7},   /* a dense row through the list kernel */
+        {4, 4, 64, 2500, 16, 16, 40, 300, 2400, 1, 8},   /* MHA, head_dim 64, block 16 */
+        {16, 2, 128, 3000, 128, 32, 10, 700, 2950, 1, 9}, /* group of 8, block 128 */
+        {4, 2, 96, 2000, 32, 24, 20, 333, 1950, 1, 10},  /* head_dim 96, r 24 (8-lane tail) */
+        {64, 4, 128, 2000, 64, 64, 9, 400, 1990, 1, 11}, /* group of 16, r 64 */
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&a, &cs[i]);
+}
+
+/* ---------------------------------------------------------------- the engine */
+
+#define TLS_HD128 "--hidden 512 --layers 3 --heads 8 --kv-heads 2 --head-dim 128 --intermediate 768 " \
+                  "--vocab 2000 --max-pos 8192"
+
+static int decode1(accel_dev *d, accel_seq *s, int32_t id, float *lg)
+{
+    return accel_decode(d, 1, &s, &id, lg);
+}
+
+static int prefill(accel_dev *d, accel_seq *s, const int32_t *ids, int n, float *lg)
+{
+    accel_prefill_req r = {.seq = s, .ids = ids, .n = n, .logits = lg};
+    return accel_prefill(d, &r);
+}
+
+TEST(gpu_tls_engine)
+{
+    model *m;
+    accel_dev *d;
+    char why[600];
+    int r = tg_open_mkmodel(TLS_HD128, "tls128", NULL, &m, &d, why, sizeof why);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    /* a channel file beside the weights (which channels does not matter for these checks) */
+    model_channels mc = {.n_layers = m->cfg.n_layers, .n_kv_heads = m->cfg.n_kv_heads,
+                         .head_dim = m->cfg.head_dim, .r = 32, .calib_tokens = 1};
+    mc.idx = malloc(sizeof(uint16_t) * mc.n_layers * mc.n_kv_heads * mc.r);
+    REQUIRE(mc.idx);
+    for (int i = 0; i < mc.n_layers * mc.n_kv_heads; i++)
+        for (int j = 0; j < mc.r; j++) mc.idx[i * mc.r + j] = (uint16_t)(j * 4 + i % 4);
+    char path[4200], dir[4200];
+    snprintf(dir, sizeof dir, "%s", m->dir);
+    model_channels_path(dir, path, sizeof path);
+    REQUIRE(model_channels_save(path, &mc, why, sizeof why) == 0);
+    free(mc.idx);
+    accel_free(d);
+    model_free(m);
+    /* on by default for new sequences (layer 0 dense); each sequence set apart below */
+    accel_opts o = {.decode_sparse = "asynctls,block_size=64,dense_layers=1"};
+    r = tg_open(dir, &o, &m, &d, why, sizeof why);
+    REQUIRE(r == 0);
+    const int V = m->cfg.vocab, N = 1000;
+    int32_t *ids = tg_ids(N + 100, V, 7);
+    float *l0 = malloc(sizeof(float) * V), *l1 = malloc(sizeof(float) * V),
+          *l2 = malloc(sizeof(float) * V);
+    REQUIRE(ids && l0 && l1 && l2);
+    accel_seq *dense, *sp, *fk = NULL, *fk2 = NULL;
+    REQUIRE(accel_seq_new(d, 4096, &dense) == 0 && accel_seq_new(d, 4096, &sp) == 0);
+    REQUIRE(accel_seq_decode_sparse(d, dense, NULL) == 0);
+    REQUIRE(prefill(d, dense, ids, N, l0) == 0 && prefill(d, sp, ids, N, l1) == 0);
+    /* 1. every key kept: dense attention's result within the bound */
+    sparse_tls_params all;
+    sparse_tls_params_default(&all);
+    all.block_budget = 64, all.token_budget = 4096, all.dense_below = 0, all.dense_layers = 1;
+    REQUIRE(accel_seq_decode_sparse(d, sp, &all) == 0);
+    double worst = 0;
+    for (int t = 0; t < 20; t++) {
+        REQUIRE(decode1(d, dense, ids[N + t], l0) == 0);
+        REQUIRE(decode1(d, sp, ids[N + t], l1) == 0);
+        double kl, top1, mx;
+        tg_compare(l0, l1, 1, V, &kl, &top1, &mx);
+        worst = mx > worst ? mx : worst;
+    }
+    CHECK_MSG(worst <= 0.05, "every key kept: logits off dense by %.3g (bound 0.05)", worst);
+    fprintf(stderr, "  tls engine: every key kept, max |logit diff| vs dense %.3g\n", worst);
+    accel_decode_stats ds;
+    REQUIRE(accel_seq_decode_stats(d, sp, &ds) == 0);
+    CHECK(ds.steps == 20 && ds.keys_read == ds.keys_total && ds.keys_total > 0);
+    /* 2. small budgets: summaries recorded by decode steps == rebuilt from the cache */
+    sparse_tls_params small = all;
+    small.block_budget = 4, small.token_budget = 96;
+    REQUIRE(accel_seq_decode_sparse(d, sp, &small) == 0);
+    for (int t = 20; t < 90; t++) REQUIRE(decode1(d, sp, ids[N + t], l1) == 0);
+    const int len = accel_seq_len(d, sp);
+    REQUIRE(accel_seq_fork(d, sp, len, 4096, &fk) == 0);
+    REQUIRE(decode1(d, sp, ids[N + 90], l1) == 0);
+    REQUIRE(decode1(d, fk, ids[N + 90], l2) == 0);
+    CHECK_MSG(memcmp(l1, l2, sizeof(float) * V) == 0, "a fork (summaries rebuilt) differs from the sequence it came from");
+    /* a truncation into a block: its summaries rebuilt from the block's start */
+    REQUIRE(accel_seq_truncate(d, sp, len - 3) == 0);
+    REQUIRE(accel_seq_fork(d, sp, len - 3, 4096, &fk2) == 0);
+    REQUIRE(decode1(d, sp, ids[N + 5], l1) == 0);
+    REQUIRE(decode1(d, fk2, ids[N + 5], l2) == 0);
+    CHECK_MSG(memcmp(l1, l2, sizeof(float) * V) == 0, "after a truncation the summaries differ from rebuilt ones");
+    REQUIRE(accel_seq_decode_stats(d, fk, &ds) == 0);
+    CHECK_MSG(ds.keys_read < ds.keys_total && ds.keys_read > 0 && ds.blocks_kept > 0,
+              "stats: read %lld of %lld, blocks %lld", (long long)ds.keys_read,
+              (long long)ds.keys_total, (long long)ds.blocks_kept);
+    for (int i = 0; i < V; i++) CHECK(isfinite(l1[i]));
+    /* 3. a batch: sparse and dense rows together == each alone (within the bound: other GEMMs) */
+    accel_seq *bt[3];
+    float *lb = malloc(sizeof(float) * V * 3);
+    REQUIRE(lb);
+    for (int i = 0; i < 3; i++) REQUIRE(accel_seq_fork(d, dense, N + 20, 4096, &bt[i]) == 0);
+    REQUIRE(accel_seq_decode_sparse(d, bt[0], &small) == 0);
+    REQUIRE(accel_seq_decode_sparse(d, bt[2], &small) == 0);
+    int32_t bid[3] = {ids[3], ids[4], ids[5]};
+    REQUIRE(accel_decode(d, 3, bt, bid, lb) == 0);
+    accel_seq *solo;
+    for (int i = 0; i < 3; i++) {
+        REQUIRE(accel_seq_fork(d, dense, N + 20, 4096, &solo) == 0);
+        if (i != 1) REQUIRE(accel_seq_decode_sparse(d, solo, &small) == 0);
+        REQUIRE(decode1(d, solo, bid[i], l2) == 0);
+        double kl, top1, mx;
+        tg_compare(l2, lb + (size_t)i * V, 1, V, &kl, &top1, &mx);
+        CHECK_MSG(mx <= 0.05, "batched row %d vs alone: %.3g", i, mx);
+        accel_seq_free(d, solo);
+    }
+    for (int i = 0; i < 3; i++) accel_seq_free(d, bt[i]);
+    free(lb);
+    /* 4. a sequence that cannot: budgets past the kernels' bounds */
+    sparse_tls_params big = all;
+    big.token_budget = GPU_TLS_MAX_TOKENS + 1;
+    CHECK(accel_seq_decode_sparse(d, dense, &big) == ACCEL_ERR_INVALID);
+    accel_seq_free(d, fk);
+    accel_seq_free(d, fk2);
+    accel_seq_free(d, sp);
+    accel_seq_free(d, dense);
+    accel_free(d);
+    model_free(m);
+    free(ids);
+    free(l0);
+    free(l1);
+    free(l2);
+}
