@@ -1,0 +1,48 @@
+#!/bin/bash
+# gpu/bench/tls_run.sh — issue 23's device session in one call: AsyncTLS's GPU tests, then the
+# Llama-3-8B-shaped decode benchmark, dense vs two-level sparse, at each context of $CTX and each
+# batch of $BATCH (bench_gpu --tls: one prompt prefilled per context, the batch as forks of it).
+# Run from the repository root on the GPU machine with build/ (and rt/) carried from
+# gpu/bench/prebuild.sh (or this helper's smaller set: build/tandem-tests, bench_gpu, mkmodel,
+# libtandem_cuda.so, libtandem_cuda_test.so):   OUT=dir gpu/bench/tls_run.sh
+#   PHASES   subset of "tests bench" (default both)
+#   TESTS    the test-name filters (default gpu_tls gpu_paged)
+#   CTX      contexts (default 32768,65536,130000)   BATCH  batches (default 1,8)
+#   BUDGET   token budget (default 1024)   BLOCKS  block budget (default 128)   STEPS (32)
+# Logs: $OUT/run.log (everything), tests.log, bench.jsonl.
+set -u
+OUT=${OUT:-/tmp/tandem-out}
+MODEL8B=${MODEL8B:-/tmp/llama3-8b}
+PHASES=${PHASES:-tests bench}
+TESTS=${TESTS:-gpu_tls gpu_paged}
+CTX=${CTX:-32768,65536,130000}
+BATCH=${BATCH:-1,8}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/run.log") 2>&1
+t0=$(date +%s)
+stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
+has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
+stamp "machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
+echo "kernel $(uname -r), $(nproc) cores, $(grep MemTotal /proc/meminfo)"; date -u
+BINS="build/tandem-tests build/bench_gpu build/mkmodel build/libtandem_cuda.so build/libtandem_cuda_test.so"
+. gpu/bench/libpath.sh
+missing
+if has tests; then
+    stamp "tests: $TESTS"
+    BUILD=build timeout 400 build/tandem-tests $TESTS > "$OUT/tests.log" 2>&1
+    echo "tests exit $?"
+    tail -30 "$OUT/tests.log"
+fi
+if has bench; then
+    if [ ! -f "$MODEL8B/config.json" ]; then
+        stamp "mkmodel llama3-8b -> $MODEL8B"
+        timeout 300 build/mkmodel --preset llama3-8b --out "$MODEL8B" || exit 1
+    fi
+    stamp "bench: --tls $CTX --tls-batch $BATCH"
+    timeout 420 build/bench_gpu --model "$MODEL8B" --tls "$CTX" --tls-batch "$BATCH" \
+        --tls-budget "${BUDGET:-1024}" --tls-blocks "${BLOCKS:-128}" --steps "${STEPS:-32}" \
+        | tee "$OUT/bench.jsonl"
+    echo "bench exit ${PIPESTATUS[0]}"
+fi
+stamp "done"
