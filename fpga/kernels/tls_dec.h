@@ -204,7 +204,8 @@ static inline void fpga_tls_step_attention(uint8_t *const *ch, const fpga_dec_de
         }
         uint32_t n = tls_select_unit(qg, chn, grp + a.summ_off, grp + a.code_off,
                                      grp + a.lmin_off, grp + a.lstep_off, n_keys, hd, group,
-                                     p->r, p->block_size, p->block_budget, p->token_budget, cand);
+                                     p->r, p->block_size, p->block_budget, p->token_budget,
+                                     macs_per_cycle, cand);
         macs += fpga_kd_sel_head(ch, d, lo, kv, l, g, qg, (const uint32_t *)cand, n, og);
         if (rep) {
             rep[0] = n;

@@ -13,11 +13,14 @@
  * kernel (fpga/kernels/tls_dec.h) share: q (G, hd) and the channels ch (r) on chip; summ
  * (nb, 2, hd) fp32 max rows then min rows, code (n_keys, r / 2), lmin, lstep (n_keys) fp32 in
  * HBM (charged). The kept positions, ascending, into cand (on chip, TLS_K_MAX_CAND); returns
- * their count. Bounds as the tls_select adapter checks them. */
+ * their count. Bounds as the tls_select adapter checks them. lanes: the score products' MACs per
+ * cycle (the standalone kernel: 16; inside the decode run: its MAC array, which is idle while
+ * the unit selects); the top-k passes stream 16 scores a cycle. */
 uint32_t tls_select_unit(const float *q, const uint16_t *ch, const uint8_t *summ,
                          const uint8_t *code, const uint8_t *lmin, const uint8_t *lstep,
                          uint32_t n_keys, uint32_t hd, uint32_t G, uint32_t r, uint32_t bs,
-                         uint32_t block_budget, uint32_t token_budget, int32_t *cand);
+                         uint32_t block_budget, uint32_t token_budget, uint32_t lanes,
+                         int32_t *cand);
 
 void tls_select(const uint8_t *data, uint8_t *out, uint64_t q_off, uint64_t ch_off,
                 uint64_t summ_off, uint64_t code_off, uint64_t lmin_off, uint64_t lstep_off,

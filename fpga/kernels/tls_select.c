@@ -25,6 +25,11 @@
 #include "fpga/kernels/tls_kernel.h"
 #include <string.h>
 
+/* The top-k: four radix passes and the sweep, each streaming the scores at TLS_SCAN_LANES a
+ * cycle (a 512-bit beat of fp32). */
+#define TLS_TOPK_PASSES 5
+#define TLS_SCAN_LANES 16
+
 
 static float dot8(const float *a, const float *b, uint32_t n)
 {
@@ -86,7 +91,7 @@ uint32_t tls_select_unit(const float *q, const uint16_t *ch, const uint8_t *summ
                          const uint8_t *code_base, const uint8_t *lmin_base,
                          const uint8_t *lstep_base, uint32_t n_keys, uint32_t hd, uint32_t G,
                          uint32_t r, uint32_t bs, uint32_t block_budget, uint32_t token_budget,
-                         int32_t *cand)
+                         uint32_t lanes, int32_t *cand)
 {
     const uint32_t nb = (n_keys + bs - 1) / bs;
     float qp[TLS_K_MAX_HD], qn[TLS_K_MAX_HD], row[TLS_K_MAX_HD];
@@ -110,7 +115,7 @@ uint32_t tls_select_unit(const float *q, const uint16_t *ch, const uint8_t *summ
             memcpy(row, s + (size_t)hd * 4, (size_t)hd * 4);
             score[b] = a + dot8(qn, row, hd);
         }
-        fpga_k_cycles((uint64_t)nb * 2 * hd / 16);
+        fpga_k_cycles((uint64_t)nb * 2 * hd / lanes + TLS_TOPK_PASSES * (uint64_t)nb / TLS_SCAN_LANES);
         nk = topk(score, nb, block_budget, keep);
     } else {
         for (uint32_t b = 0; b < nb; b++) keep[b] = 1;
@@ -144,7 +149,7 @@ uint32_t tls_select_unit(const float *q, const uint16_t *ch, const uint8_t *summ
             memcpy(&st, lstep_base + (uint64_t)cand[j] * 4, 4);
             score[j] = st * dot8(qsel, codes, r) + lo * qsum;
         }
-        fpga_k_cycles((uint64_t)C * r / 16);
+        fpga_k_cycles((uint64_t)C * r / lanes + TLS_TOPK_PASSES * (uint64_t)C / TLS_SCAN_LANES);
         topk(score, C, token_budget, keep);
         n = 0;
         for (uint32_t j = 0; j < C; j++)
@@ -169,7 +174,7 @@ void tls_select(const uint8_t *data, uint8_t *out, uint64_t q_off, uint64_t ch_o
     memcpy(ch, data + ch_off, (size_t)r * 2);
     uint32_t n = tls_select_unit(q, ch, data + summ_off, data + code_off, data + lmin_off,
                                  data + lstep_off, n_keys, hd, G, r, bs, block_budget,
-                                 token_budget, cand);
+                                 token_budget, 16, cand);
     fpga_k_write(out, 4 + (uint64_t)n * 4);
     memcpy(out, &n, 4);
     memcpy(out + 4, cand, (size_t)n * 4);
