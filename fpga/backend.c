@@ -73,7 +73,9 @@ typedef struct fpga_seq {
     int failed; /* an import of it failed: its KV cannot be trusted */
     uint32_t *run_crc; /* (n_layers) the wire payload CRC of each layer of the run of positions
                           being imported: what kv_check must find once the run is complete */
-    int tls_first, tls_k; /* AsyncTLS: the summary arena's superblocks (tls_k 0: none yet) */
+    int tls_on;           /* AsyncTLS on (accel_seq_decode_sparse, or the device's default) */
+    sparse_tls_params tls_p; /* with these parameters */
+    int tls_first, tls_k; /* the summary arena's superblocks (tls_k 0: none yet) */
     uint32_t tls_upto;    /* positions its summaries hold */
 } fpga_seq;
 
@@ -208,7 +210,7 @@ static int drain(fpga_dev *d, fpga_seq *self)
 /* AsyncTLS for the sequence's next step (fpga_tls_seq_prepare): ACCEL_ERR_NOMEM: dense. */
 static int tls_ready(fpga_dev *d, fpga_seq *s)
 {
-    return fpga_tls_seq_prepare(&d->card, &d->tls, &d->kv, d->kv_base, d->geo.super_bytes,
+    return fpga_tls_seq_prepare(&d->card, &d->tls, &s->tls_p, &d->kv, d->kv_base, d->geo.super_bytes,
                                 (uint32_t)s->cap_ids * d->blk_tokens, &s->tls_first, &s->tls_k,
                                 &s->tls_upto);
 }
@@ -233,7 +235,7 @@ static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits)
     model_rope_angles(inv, half, pos, d->cs, d->sn);
     if ((st = kv_grow(d, s, pos, 1))) return st;
     uint32_t n_ids = (uint32_t)(pos / (int)d->blk_tokens + 1);
-    const int tls = d->tls.on && (st = tls_ready(d, s)) == 0;
+    const int tls = s->tls_on && (st = tls_ready(d, s)) == 0;
     if (st && st != ACCEL_ERR_NOMEM) return card_status(d, st);
     st = fpga_card_step(&d->card, d->x0, d->cs, d->sn, (uint32_t)id, (uint32_t)pos, d->kv_base,
                         d->geo.blk_tiles, s->ids, n_ids, logits);
@@ -298,7 +300,9 @@ static int fpga_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32
     int vocab = ad->m->cfg.vocab;
     int st0 = kv_room(d, n, seqs, 1);
     if (st0) return st0;
-    if (n > 1 && d->card.max_batch > 1 && !d->tls.on) {
+    int tls = 0; /* the batched kernel has no AsyncTLS: such sequences go one per run */
+    for (int i = 0; i < n; i++) tls |= ((const fpga_seq *)seqs[i])->tls_on;
+    if (n > 1 && d->card.max_batch > 1 && !tls) {
         /* imports in flight land first; a sequence whose import failed fails the step */
         void *owner = NULL;
         int st = fpga_card_drain(&d->card, &owner, mark_failed);
@@ -336,72 +340,6 @@ static int prefill_by_steps(fpga_dev *d, fpga_seq *s, const accel_prefill_req *r
     return ACCEL_OK;
 }
 
-/* 1: the request runs sparse (its parameters into p), 0: dense, or ACCEL_ERR_INVALID. The
- * method the scheduler settled (sparse/sparse.h) mapped onto the units: FlexPrefill (the SIGU)
- * for a whole prompt from an empty sequence, as the CPU reference decides it (cpu/flex.h);
- * XAttention with 128-token blocks and Tri-shape (xattn_est.c) for a whole prompt or a chunk
- * after cached positions (a block boundary); all within the units' bounds (flex_kernel.h,
- * xattn_kernel.h). Anything else runs dense and the report says so (density 1). */
-static int card_sparse_params(const fpga_dev *d, const fpga_seq *s, const accel_prefill_req *r,
-                              fpga_pf_params *p)
-{
-    const accel_sparse *sp = r->sparse;
-    const fpga_dec_desc *desc = &d->card.desc;
-    if (!sp) return 0;
-    const int pos0 = s->base.len, N = pos0 + r->n;
-    if (N > FPGA_FLEX_MAX_TOKENS || desc->n_heads > FPGA_FLEX_MAX_HEADS ||
-        desc->n_heads / desc->n_kv_heads > FPGA_FLEX_MAX_GROUP || desc->head_dim > FPGA_FLEX_MAX_D)
-        return 0;
-    /* the SAU's cache: FAST-Prefill's 16 MB in KV blocks, half hot; 16 query blocks a window
-     * (fpga_flex_opts_default) */
-    fpga_flex_opts fo;
-    fpga_flex_opts_default(&fo, (int)desc->head_dim);
-    *p = (fpga_pf_params){.cache_blocks = (uint32_t)fo.cache_blocks,
-                          .hot_blocks = (uint32_t)fo.hot_blocks,
-                          .window = (uint32_t)fo.window};
-    if (sp->p.mode == SPARSE_MODE_XATTN || sp->p.mode == SPARSE_MODE_TRISHAPE) {
-        if (pos0 % FPGA_FLEX_BS) return 0;
-        fpga_xattn_params xp = {0};
-        if (sp->p.mode == SPARSE_MODE_XATTN) {
-            if (sp->p.xattention_block_size != FPGA_FLEX_BS) return 0;
-            xp.method = FPGA_XATTN_METHOD_XATTN;
-            xp.stride = (uint32_t)sp->p.xattention_stride;
-            fpga_xattn_f64_bits(sp->p.xattention_threshold, &xp.thr_lo, &xp.thr_hi);
-        } else {
-            int lo, hi;
-            sparse_tri_skip(&sp->p, pos0, &lo, &hi);
-            xp.method = FPGA_XATTN_METHOD_TRISHAPE;
-            xp.tri_lo = (uint32_t)(lo / FPGA_FLEX_BS);
-            xp.tri_hi = (uint32_t)(hi / FPGA_FLEX_BS);
-        }
-        if (!fpga_xattn_ok((uint32_t)N, (uint32_t)(pos0 / FPGA_FLEX_BS), desc->n_heads,
-                           desc->n_kv_heads, desc->head_dim, &xp))
-            return 0;
-        p->method = xp.method;
-        p->stride = xp.stride;
-        p->thr_lo = xp.thr_lo;
-        p->thr_hi = xp.thr_hi;
-        p->tri_lo = xp.tri_lo;
-        p->tri_hi = xp.tri_hi;
-        return 1;
-    }
-    /* FlexPrefill: its last-block estimate from an empty sequence only */
-    if (sp->p.mode != SPARSE_MODE_FLEX || pos0 != 0 || r->n < 2 * FPGA_FLEX_BS) return 0;
-    const sparse_flex_params fp = sp->p.flex;
-    const int64_t nb = (r->n + FPGA_FLEX_BS - 1) / FPGA_FLEX_BS;
-    /* budgets in blocks as cpu_flex_index_build counts them (0: the official None) */
-    int64_t minb = ((int64_t)(fp.min_budget > 0 ? fp.min_budget : 1) + FPGA_FLEX_BS - 1) /
-                   FPGA_FLEX_BS;
-    int64_t maxb = ((int64_t)(fp.max_budget > 0 ? fp.max_budget : 2147483647) + FPGA_FLEX_BS - 1) /
-                   FPGA_FLEX_BS;
-    p->method = FPGA_PF_METHOD_FLEX;
-    p->gamma_bits = fpga_flex_bits(fp.gamma);
-    p->tau_bits = fpga_flex_bits(fp.tau);
-    p->min_blocks = (uint32_t)minb;
-    p->max_blocks = (uint32_t)(maxb < nb ? maxb : nb);
-    return 1;
-}
-
 static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
 {
     fpga_dev *d = (fpga_dev *)ad;
@@ -425,7 +363,7 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
                      .ws_off = d->pf_ws_off, .ws_rows = d->pass_rows,
                      .run_rows = d->run_rows, .ws_flags = FPGA_PF_F_KVF, .logits = r->logits,
                      .all_logits = r->all_logits, .kv = r->kv, .cancel = r->cancel};
-    int sparse = card_sparse_params(d, s, r, &j.params);
+    int sparse = fpga_pf_sparse_params(&d->card.desc, s->base.len, r, &j.params);
     if (sparse < 0) return sparse;
     int ws_first = -1, ws_k = 0;
     if (sparse) {
@@ -555,6 +493,8 @@ static int fpga_seq_new(accel_dev *ad, int capacity, accel_seq **out)
         free(s);
         return ACCEL_ERR_NOMEM;
     }
+    s->tls_on = d->tls.on;
+    s->tls_p = d->tls.p;
     *out = &s->base;
     return ACCEL_OK;
 }
@@ -570,6 +510,8 @@ static int fpga_seq_fork(accel_dev *ad, accel_seq *asrc, int n_tokens, int capac
     int st = fpga_seq_new(ad, capacity, out);
     if (st) return st;
     fpga_seq *s = (fpga_seq *)*out;
+    s->tls_on = src->tls_on; /* its own arena, summarized on its first step */
+    s->tls_p = src->tls_p;
     s->n_ids = (n_tokens + (int)d->blk_tokens - 1) / (int)d->blk_tokens;
     memcpy(s->ids, src->ids, sizeof *s->ids * (size_t)s->n_ids);
     fpga_kv_pool_ref(&d->kv, s->ids, s->n_ids, 0);
@@ -591,7 +533,7 @@ static int fpga_seq_truncate(accel_dev *ad, accel_seq *as, int len)
         s->n_ids = keep;
     }
     /* summaries past len are rebuilt from the start of len's block when it is next decoded */
-    const uint32_t bs = d->tls.on ? (uint32_t)d->tls.p.block_size : 1;
+    const uint32_t bs = d->tls.avail ? (uint32_t)d->tls.p.block_size : 1;
     if (s->tls_upto > (uint32_t)len) s->tls_upto = (uint32_t)len / bs * bs;
     return ACCEL_OK;
 }
@@ -755,6 +697,20 @@ static void fpga_free(accel_dev *ad)
     free(d);
 }
 
+/* accel_seq_decode_sparse: the device's block size, channels and dense layers, the sequence's
+ * budgets (within the card's selection unit, else it stays dense). */
+static int fpga_seq_decode_sparse(accel_dev *ad, accel_seq *as, const sparse_tls_params *p)
+{
+    fpga_dev *d = (fpga_dev *)ad;
+    fpga_seq *s = (fpga_seq *)as;
+    sparse_tls_params q = d->tls.p;
+    if (p) q.token_budget = p->token_budget, q.block_budget = p->block_budget, q.dense_below = p->dense_below;
+    if (p && (!d->tls.avail || !fpga_tls_budgets_ok(&q))) return ACCEL_ERR_UNSUPPORTED;
+    s->tls_on = p != NULL;
+    if (p) s->tls_p = q;
+    return ACCEL_OK;
+}
+
 static const struct accel_dev_i fpga_i = {
     .free = fpga_free,
     .describe = fpga_describe,
@@ -771,6 +727,7 @@ static const struct accel_dev_i fpga_i = {
     .seq_hold = fpga_seq_hold,
     .kv_block_save = fpga_kv_block_save,
     .kv_block_load = fpga_kv_block_load,
+    .seq_decode_sparse = fpga_seq_decode_sparse,
 };
 
 /* ---------------------------------------------------------------- open */
@@ -954,7 +911,7 @@ int fpga_dev_tls_report(accel_dev *ad, int on, uint32_t *table, float *q)
     if (!ad || ad->i != &fpga_i || !((fpga_dev *)ad)->tls.on) return ACCEL_ERR_INVALID;
     fpga_dev *d = (fpga_dev *)ad;
     d->tls.report = on;
-    return table ? fpga_tls_read_report(&d->card, &d->tls, table, q) : 0;
+    return table ? fpga_tls_read_report(&d->card, &d->tls.p, table, q) : 0;
 }
 
 int fpga_dev_select_next(accel_dev *ad, const uint32_t *table, uint32_t cap)

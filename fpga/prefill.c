@@ -4,6 +4,8 @@
 #include "fpga/prefill.h"
 #include "model/ckpt/numerics.h"
 #include "fpga/kernels/dec_math.h"
+#include "fpga/flex_host.h"
+#include "sparse/sparse.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,4 +236,64 @@ int fpga_pf_prefill(fpga_card *c, const fpga_pf_job *j, fpga_pf_result *res)
     }
     bufs_free(&b);
     return st;
+}
+
+/* fpga_pf_sparse_params: see prefill.h (FlexPrefill's budgets as cpu_flex_index_build counts them). */
+int fpga_pf_sparse_params(const fpga_dec_desc *desc, int pos0, const accel_prefill_req *r,
+                          fpga_pf_params *p)
+{
+    const accel_sparse *sp = r->sparse;
+    if (!sp) return 0;
+    const int N = pos0 + r->n;
+    if (N > FPGA_FLEX_MAX_TOKENS || desc->n_heads > FPGA_FLEX_MAX_HEADS ||
+        desc->n_heads / desc->n_kv_heads > FPGA_FLEX_MAX_GROUP || desc->head_dim > FPGA_FLEX_MAX_D)
+        return 0;
+    /* the SAU's cache: FAST-Prefill's 16 MB in KV blocks, half hot; 16 query blocks a window
+     * (fpga_flex_opts_default) */
+    fpga_flex_opts fo;
+    fpga_flex_opts_default(&fo, (int)desc->head_dim);
+    *p = (fpga_pf_params){.cache_blocks = (uint32_t)fo.cache_blocks,
+                          .hot_blocks = (uint32_t)fo.hot_blocks,
+                          .window = (uint32_t)fo.window};
+    if (sp->p.mode == SPARSE_MODE_XATTN || sp->p.mode == SPARSE_MODE_TRISHAPE) {
+        if (pos0 % FPGA_FLEX_BS) return 0;
+        fpga_xattn_params xp = {0};
+        if (sp->p.mode == SPARSE_MODE_XATTN) {
+            if (sp->p.xattention_block_size != FPGA_FLEX_BS) return 0;
+            xp.method = FPGA_XATTN_METHOD_XATTN;
+            xp.stride = (uint32_t)sp->p.xattention_stride;
+            fpga_xattn_f64_bits(sp->p.xattention_threshold, &xp.thr_lo, &xp.thr_hi);
+        } else {
+            int lo, hi;
+            sparse_tri_skip(&sp->p, pos0, &lo, &hi);
+            xp.method = FPGA_XATTN_METHOD_TRISHAPE;
+            xp.tri_lo = (uint32_t)(lo / FPGA_FLEX_BS);
+            xp.tri_hi = (uint32_t)(hi / FPGA_FLEX_BS);
+        }
+        if (!fpga_xattn_ok((uint32_t)N, (uint32_t)(pos0 / FPGA_FLEX_BS), desc->n_heads,
+                           desc->n_kv_heads, desc->head_dim, &xp))
+            return 0;
+        p->method = xp.method;
+        p->stride = xp.stride;
+        p->thr_lo = xp.thr_lo;
+        p->thr_hi = xp.thr_hi;
+        p->tri_lo = xp.tri_lo;
+        p->tri_hi = xp.tri_hi;
+        return 1;
+    }
+    /* FlexPrefill: its last-block estimate from an empty sequence only */
+    if (sp->p.mode != SPARSE_MODE_FLEX || pos0 != 0 || r->n < 2 * FPGA_FLEX_BS) return 0;
+    const sparse_flex_params fp = sp->p.flex;
+    const int64_t nb = (r->n + FPGA_FLEX_BS - 1) / FPGA_FLEX_BS;
+    /* budgets in blocks as cpu_flex_index_build counts them (0: the official None) */
+    int64_t minb = ((int64_t)(fp.min_budget > 0 ? fp.min_budget : 1) + FPGA_FLEX_BS - 1) /
+                   FPGA_FLEX_BS;
+    int64_t maxb = ((int64_t)(fp.max_budget > 0 ? fp.max_budget : 2147483647) + FPGA_FLEX_BS - 1) /
+                   FPGA_FLEX_BS;
+    p->method = FPGA_PF_METHOD_FLEX;
+    p->gamma_bits = fpga_flex_bits(fp.gamma);
+    p->tau_bits = fpga_flex_bits(fp.tau);
+    p->min_blocks = (uint32_t)minb;
+    p->max_blocks = (uint32_t)(maxb < nb ? maxb : nb);
+    return 1;
 }

@@ -1,6 +1,7 @@
 /* fpga/tls_card.c — see tls_card.h. */
 #include "fpga/tls_card.h"
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,15 +15,31 @@ int fpga_tls_open(fpga_tls *t, const model *m, const accel_opts *o, char *err, s
         snprintf(err, errlen, "fpga: %s", why);
         return -1;
     }
-    if (!t->on) return 0;
-    if (m->cfg.sliding_window > 0 || m->cfg.head_dim > TLS_K_MAX_HD ||
-        m->cfg.n_heads / m->cfg.n_kv_heads > TLS_K_MAX_G) {
+    const int fits = m->cfg.sliding_window == 0 && m->cfg.head_dim <= TLS_K_MAX_HD &&
+                     m->cfg.n_heads / m->cfg.n_kv_heads <= TLS_K_MAX_G;
+    if (!t->on) {
+        /* off: a usable channel file lets requests turn it on (accel_seq_decode_sparse) */
+        char path[4200];
+        if (o->sparse_channels) snprintf(path, sizeof path, "%s", o->sparse_channels);
+        else model_channels_path(m->dir, path, sizeof path);
+        if (!fits || access(path, R_OK) || model_channels_load(path, &t->ch, why, sizeof why))
+            return 0;
+        if (model_channels_match(&t->ch, &m->cfg, why, sizeof why)) {
+            model_channels_free(&t->ch);
+            memset(&t->ch, 0, sizeof t->ch);
+            return 0;
+        }
+        t->p.channels = t->ch.r;
+        t->avail = 1;
+        return 0;
+    }
+    if (!fits) {
         snprintf(err, errlen, "fpga: decode_sparse asynctls: the card's selection unit takes "
                               "head_dim <= %d, <= %d query heads per KV head, no sliding window",
                  TLS_K_MAX_HD, TLS_K_MAX_G);
         return -1;
     }
-    if (t->p.token_budget > TLS_K_MAX_CAND || t->p.block_budget * t->p.block_size > TLS_K_MAX_CAND) {
+    if (!fpga_tls_budgets_ok(&t->p)) {
         snprintf(err, errlen, "fpga: decode_sparse asynctls: token_budget and block_budget x "
                               "block_size must be <= %d on the card", TLS_K_MAX_CAND);
         return -1;
@@ -43,12 +60,19 @@ int fpga_tls_open(fpga_tls *t, const model *m, const accel_opts *o, char *err, s
         return -1;
     }
     t->p.channels = t->ch.r;
+    t->avail = 1;
     return 0;
+}
+
+int fpga_tls_budgets_ok(const sparse_tls_params *p)
+{
+    return p->token_budget <= TLS_K_MAX_CAND &&
+           (int64_t)p->block_budget * p->block_size <= TLS_K_MAX_CAND;
 }
 
 void fpga_tls_close(fpga_tls *t)
 {
-    if (t->on) model_channels_free(&t->ch);
+    if (t->avail) model_channels_free(&t->ch);
     memset(t, 0, sizeof *t);
 }
 
@@ -82,9 +106,9 @@ int fpga_tls_arena_init(fpga_card *c, const fpga_tls *t, uint64_t off, uint32_t 
     return st;
 }
 
-int fpga_tls_prepare(fpga_card *c, const fpga_tls *t, uint64_t off, uint32_t cap, uint32_t upto)
+int fpga_tls_prepare(fpga_card *c, const fpga_tls *t, const sparse_tls_params *p, uint64_t off,
+                     uint32_t cap, uint32_t upto)
 {
-    const sparse_tls_params *p = &t->p;
     fpga_tls_io io = {.magic = FPGA_TLS_IO_MAGIC,
                       .block_size = (uint32_t)p->block_size,
                       .block_budget = (uint32_t)p->block_budget,
@@ -104,17 +128,18 @@ int fpga_tls_prepare(fpga_card *c, const fpga_tls *t, uint64_t off, uint32_t cap
     return 0;
 }
 
-int fpga_tls_read_report(fpga_card *c, const fpga_tls *t, uint32_t *table, float *q)
+int fpga_tls_read_report(fpga_card *c, const sparse_tls_params *p, uint32_t *table, float *q)
 {
     const fpga_dec_desc *d = &c->desc;
     const uint64_t at = fpga_dec_io_sel_off(d) + sizeof(fpga_tls_io);
-    const uint64_t tb = fpga_dec_io_sel_bytes(d, (uint32_t)t->p.token_budget);
+    const uint64_t tb = fpga_dec_io_sel_bytes(d, (uint32_t)p->token_budget);
     int st = fpga_card_io_read(c, at, table, tb);
     return st ? st : fpga_card_io_read(c, at + tb, q, 4ull * d->n_layers * d->n_heads * d->head_dim);
 }
 
-int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, fpga_kv_pool *pool, uint64_t kv_base,
-                         uint64_t super_bytes, uint32_t cap, int *first, int *k, uint32_t *upto)
+int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, const sparse_tls_params *p,
+                         fpga_kv_pool *pool, uint64_t kv_base, uint64_t super_bytes, uint32_t cap,
+                         int *first, int *k, uint32_t *upto)
 {
     if (!*k) {
         fpga_tls_arena a;
@@ -131,5 +156,5 @@ int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, fpga_kv_pool *pool, ui
         *k = n;
         *upto = 0;
     }
-    return fpga_tls_prepare(c, t, kv_base + (uint64_t)*first * super_bytes, cap, *upto);
+    return fpga_tls_prepare(c, t, p, kv_base + (uint64_t)*first * super_bytes, cap, *upto);
 }

@@ -15,17 +15,22 @@
 #include "sparse/tls.h"
 
 typedef struct fpga_tls {
-    int on;
+    int on;     /* new sequences decode sparse with p (the device's decode_sparse) */
+    int avail;  /* the channel file is loaded: accel_seq_decode_sparse can turn it on */
     int report; /* tests: each step reports its selections and queries into io */
-    sparse_tls_params p;
+    sparse_tls_params p; /* the device's: block_size, channels, dense_layers (and default budgets) */
     model_channels ch;
 } fpga_tls;
 
 /* accel_opts.decode_sparse (or $TANDEM_DECODE_SPARSE) and the channel file next to the model
  * (or accel_opts.sparse_channels). 0, or -1 with the reason in err (a spec the card's units
- * cannot take included: head_dim above 256, more than 16 query heads per KV head). */
+ * cannot take included: head_dim above 256, more than 16 query heads per KV head). Off: a
+ * usable channel file still makes it available per sequence, as on the CPU. */
 int fpga_tls_open(fpga_tls *t, const model *m, const accel_opts *o, char *err, size_t errlen);
 void fpga_tls_close(fpga_tls *t);
+
+/* 1 when a sequence's budgets fit the card's selection unit (TLS_K_MAX_CAND candidates). */
+int fpga_tls_budgets_ok(const sparse_tls_params *p);
 
 /* The arena of a sequence of cap positions. */
 void fpga_tls_arena_for(const fpga_tls *t, const fpga_dec_desc *d, uint32_t cap, fpga_tls_arena *a);
@@ -33,14 +38,16 @@ void fpga_tls_arena_for(const fpga_tls *t, const fpga_dec_desc *d, uint32_t cap,
 int fpga_tls_arena_init(fpga_card *c, const fpga_tls *t, uint64_t off, uint32_t cap);
 /* The next fpga_card_step runs AsyncTLS: the parameters into io, the arena and the positions
  * already summarized (upto) for the kernel. */
-int fpga_tls_prepare(fpga_card *c, const fpga_tls *t, uint64_t off, uint32_t cap, uint32_t upto);
+int fpga_tls_prepare(fpga_card *c, const fpga_tls *t, const sparse_tls_params *p, uint64_t off,
+                     uint32_t cap, uint32_t upto);
 /* A sequence's next step with AsyncTLS: its arena (taken on its first sparse step from the
  * pool's free superblocks at kv_base, *first / *k, its channels written, *upto reset; ACCEL_ERR_NOMEM
  * when the pool has none: the step runs dense), then fpga_tls_prepare. */
-int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, fpga_kv_pool *pool, uint64_t kv_base,
-                         uint64_t super_bytes, uint32_t cap, int *first, int *k, uint32_t *upto);
+int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, const sparse_tls_params *p,
+                         fpga_kv_pool *pool, uint64_t kv_base, uint64_t super_bytes, uint32_t cap,
+                         int *first, int *k, uint32_t *upto);
 /* Tests (t->report set): the last step's selections (n_layers x n_kv lists of token_budget + 1
  * u32, count FPGA_DEC_SEL_DENSE for a dense one) and queries (n_layers x n_heads x head_dim). */
-int fpga_tls_read_report(fpga_card *c, const fpga_tls *t, uint32_t *table, float *q);
+int fpga_tls_read_report(fpga_card *c, const sparse_tls_params *p, uint32_t *table, float *q);
 
 #endif

@@ -205,3 +205,46 @@ TEST(fpga_tls_decode_selection_equals_cpu_reference)
     CHECK(!devices_open("fpga-emu:0", m, &o, err, sizeof err) && strstr(err, "calibrate-channels"));
     model_free(m);
 }
+
+/* Per sequence (accel_seq_decode_sparse, the request's choice): a card with decode_sparse off
+ * but the channel file at hand turns it on for one sequence only; budgets past the card's
+ * selection unit are refused (the sequence stays dense); NULL turns it off again. */
+TEST(fpga_tls_decode_per_sequence)
+{
+    char err[512];
+    model *m = model_load(TF_MODEL, err, sizeof err);
+    REQUIRE(m);
+    const char *chan = channels_file(m);
+    REQUIRE(chan);
+    accel_dev *f = open_card(m, "fpga-emu:0", "off", chan);
+    REQUIRE(f);
+    enum { N = 150 };
+    const int V = m->cfg.vocab;
+    int32_t *ids = ids_of(N + 2, V);
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    accel_seq *sa, *sb;
+    REQUIRE(accel_seq_new(f, N + 2, &sa) == 0 && accel_seq_new(f, N + 2, &sb) == 0);
+    accel_prefill_req r = {.seq = sa, .ids = ids, .n = N};
+    REQUIRE(accel_prefill(f, &r) == 0);
+    r.seq = sb;
+    REQUIRE(accel_prefill(f, &r) == 0);
+    sparse_tls_params p;
+    sparse_tls_params_default(&p);
+    p.token_budget = 20000;
+    CHECK_EQ(accel_seq_decode_sparse(f, sb, &p), ACCEL_ERR_UNSUPPORTED);
+    p.token_budget = 24;
+    p.block_budget = 4;
+    p.dense_below = 0;
+    REQUIRE(accel_seq_decode_sparse(f, sb, &p) == 0);
+    REQUIRE(accel_decode(f, 1, &sa, &ids[N], a) == 0);
+    REQUIRE(accel_decode(f, 1, &sb, &ids[N], b) == 0);
+    CHECK(memcmp(a, b, sizeof(float) * V) != 0); /* sparse (block 64 of the device: dense_layers 2) */
+    REQUIRE(accel_seq_decode_sparse(f, sb, NULL) == 0);
+    REQUIRE(accel_decode(f, 1, &sa, &ids[N + 1], a) == 0);
+    REQUIRE(accel_decode(f, 1, &sb, &ids[N + 1], b) == 0);
+    accel_seq_free(f, sa);
+    accel_seq_free(f, sb);
+    free(ids), free(a), free(b);
+    accel_free(f);
+    model_free(m);
+}
