@@ -70,7 +70,9 @@ cp tests/data/tokenizer/llama3/tokenizer.json "$M/"
 for tr in auto stream; do
     # a fresh B each time: its CPU keeps the memory of a 32K sequence's KV (8 GiB) once grown
     start H$tr --model "$M" --devices cpu --node-name nodeB --kv-listen 127.0.0.1:0 --peer-devices cpu --peer-key $K
-    "$BUILD/peer_handover" --model "$M" --peer 127.0.0.1:$(port_of H$tr peers) --key $K --device cpu \
+    # a CPU importing one 32K layer (64 MiB int8 -> 256 MiB float32) can take longer than the
+    # 8 s a remote call may take by default on this loaded machine
+    TANDEM_PEER_CALL_TIMEOUT_S=${CALL_TIMEOUT:-120} "$BUILD/peer_handover" --model "$M" --peer 127.0.0.1:$(port_of H$tr peers) --key $K --device cpu \
         --tokens "$TOKENS" --reps 3 --transport $tr
     kill $(sed -n 's/.*event=start .*pid=\([0-9]*\).*/\1/p' "$T/H$tr.log") 2>/dev/null || true
     sleep 2

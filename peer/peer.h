@@ -39,7 +39,8 @@
 #define PEER_HEARTBEAT_S 1.0
 #define PEER_DEAD_S 3.0
 /* A call on a remote device (one decode step, one KV chunk) that takes longer fails it: far
- * above a step of any model on any card, far below the scheduler's watchdog (10 s default). */
+ * above a step of any model on any card, far below the scheduler's watchdog (10 s default).
+ * TANDEM_PEER_CALL_TIMEOUT_S overrides it (benchmarks of slow devices). */
 #define PEER_CALL_TIMEOUT_S 8.0
 /* A dead node is tried again this long after it was lost, then at doubling intervals up to the
  * maximum: a restarted daemon is back in placement within seconds of answering, and a node that

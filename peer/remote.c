@@ -45,6 +45,7 @@ struct peer_node {
     int th_started;
     _Atomic int stop;
     _Atomic int dead;
+    _Atomic int calls;       /* device calls in flight on this node (any of its devices) */
     pthread_mutex_t mu;      /* devs, live */
     accel_dev *devs[PEER_MAX_DEVS];
     peer_info live;          /* the last heartbeat's answer */
@@ -100,6 +101,22 @@ static int fault_kv_bitflip(long sent)
     return 0;
 }
 static _Atomic long g_kv_sent;
+
+/* PEER_CALL_TIMEOUT_S, or TANDEM_PEER_CALL_TIMEOUT_S (1..3600 s: benchmarks of slow devices,
+ * e.g. a CPU importing 32K tokens' KV on a loaded machine). */
+static double g_call_timeout = PEER_CALL_TIMEOUT_S;
+static pthread_once_t g_timeout_once = PTHREAD_ONCE_INIT;
+static void timeout_read(void)
+{
+    const char *v = getenv("TANDEM_PEER_CALL_TIMEOUT_S");
+    double t = v ? strtod(v, NULL) : 0;
+    if (t >= 1 && t <= 3600) g_call_timeout = t;
+}
+static double call_timeout(void)
+{
+    pthread_once(&g_timeout_once, timeout_read);
+    return g_call_timeout;
+}
 
 /* ---------------------------------------------------------------- handshake */
 
@@ -255,6 +272,11 @@ static void *heartbeat_main(void *arg)
             pthread_mutex_unlock(&n->mu);
             continue;
         }
+        /* the node's one thread answers its devices' calls inline: while a long one runs (a
+         * step over a long context on a slow device) a ping waits. A node that is busy with a
+         * call is not dead: that call's own timeout (PEER_CALL_TIMEOUT_S) or a closed
+         * connection says so. */
+        if (st == PEER_ERR_TIMEOUT && !peer_conn_dead(n->hb) && atomic_load(&n->calls) > 0) continue;
         if (st == PEER_ERR_PROTO || peer_conn_dead(n->hb) || peer_now() - last_ok >= PEER_DEAD_S) {
             node_mark_dead(n, st == PEER_ERR_PROTO ? "bad heartbeat answer" : peer_strerror(st));
             backoff = PEER_RECONNECT_MIN_S;
@@ -340,15 +362,17 @@ static int call_tagged(rdev *d, int type, const void *a, size_t na, const void *
 {
     peer_node *n = d->node;
     if ((atomic_load(&n->dead) && !d->reviving) || peer_conn_dead(d->c)) return PEER_ERR_IO;
-    int st = peer_conn_send(d->c, type, a, na, b, nb, PEER_CALL_TIMEOUT_S);
+    atomic_fetch_add(&n->calls, 1);
+    int st = peer_conn_send(d->c, type, a, na, b, nb, call_timeout());
     if (!st && tagged)
-        st = peer_conn_tag_send(d->c, d->tag_base + d->tag_serial, tagged, n_tagged, PEER_CALL_TIMEOUT_S);
-    double end = peer_now() + PEER_CALL_TIMEOUT_S;
+        st = peer_conn_tag_send(d->c, d->tag_base + d->tag_serial, tagged, n_tagged, call_timeout());
+    double end = peer_now() + call_timeout();
     while (!st) {
         st = peer_conn_recv(d->c, max, h, p, 0.05);
         if (st == PEER_ERR_TIMEOUT && (!atomic_load(&n->dead) || d->reviving) && peer_now() < end) st = 0;
         else break;
     }
+    atomic_fetch_sub(&n->calls, 1);
     if (!st && h->type != answer) st = PEER_ERR_PROTO;
     if (st)
         peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name, peer_type_name(type),
