@@ -77,6 +77,7 @@ typedef struct fpga_seq {
     sparse_tls_params tls_p; /* with these parameters */
     int tls_first, tls_k; /* the summary arena's superblocks (tls_k 0: none yet) */
     uint32_t tls_upto;    /* positions its summaries hold */
+    int64_t tls_read, tls_total, tls_steps; /* accel_seq_decode_stats since it was turned on */
 } fpga_seq;
 
 typedef struct fpga_dev {
@@ -239,7 +240,12 @@ static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits)
     if (st && st != ACCEL_ERR_NOMEM) return card_status(d, st);
     st = fpga_card_step(&d->card, d->x0, d->cs, d->sn, (uint32_t)id, (uint32_t)pos, d->kv_base,
                         d->geo.blk_tiles, s->ids, n_ids, logits);
-    if (!st && tls) s->tls_upto = (uint32_t)pos + 1;
+    if (!st && tls) {
+        s->tls_upto = (uint32_t)pos + 1;
+        uint64_t rd, tot;
+        if (!(st = fpga_tls_step_read(&d->card, &rd, &tot)))
+            s->tls_read += (int64_t)rd, s->tls_total += (int64_t)tot, s->tls_steps++;
+    }
     return card_status(d, st);
 }
 
@@ -706,8 +712,20 @@ static int fpga_seq_decode_sparse(accel_dev *ad, accel_seq *as, const sparse_tls
     sparse_tls_params q = d->tls.p;
     if (p) q.token_budget = p->token_budget, q.block_budget = p->block_budget, q.dense_below = p->dense_below;
     if (p && (!d->tls.avail || !fpga_tls_budgets_ok(&q))) return ACCEL_ERR_UNSUPPORTED;
+    if (p && !s->tls_on) s->tls_read = s->tls_total = s->tls_steps = 0;
     s->tls_on = p != NULL;
     if (p) s->tls_p = q;
+    return ACCEL_OK;
+}
+
+/* accel_seq_decode_stats: the keys its AsyncTLS steps attended and held (the level-1 blocks'
+ * turnover is not tracked on the card: blocks_new / blocks_kept stay 0). */
+static int fpga_seq_decode_stats(accel_dev *ad, accel_seq *as, accel_decode_stats *out)
+{
+    (void)ad;
+    const fpga_seq *s = (const fpga_seq *)as;
+    *out = (accel_decode_stats){.keys_read = s->tls_read, .keys_total = s->tls_total,
+                                .steps = s->tls_steps};
     return ACCEL_OK;
 }
 
@@ -728,6 +746,7 @@ static const struct accel_dev_i fpga_i = {
     .kv_block_save = fpga_kv_block_save,
     .kv_block_load = fpga_kv_block_load,
     .seq_decode_sparse = fpga_seq_decode_sparse,
+    .seq_decode_stats = fpga_seq_decode_stats,
 };
 
 /* ---------------------------------------------------------------- open */

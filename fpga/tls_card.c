@@ -158,3 +158,13 @@ int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, const sparse_tls_param
     }
     return fpga_tls_prepare(c, t, p, kv_base + (uint64_t)*first * super_bytes, cap, *upto);
 }
+
+int fpga_tls_step_read(fpga_card *c, uint64_t *keys_read, uint64_t *keys_total)
+{
+    fpga_tls_io io;
+    int st = fpga_card_io_read(c, fpga_dec_io_sel_off(&c->desc), &io, sizeof io);
+    if (st) return st;
+    *keys_read = (uint64_t)io.keys_read_hi << 32 | io.keys_read_lo;
+    *keys_total = (uint64_t)io.keys_total_hi << 32 | io.keys_total_lo;
+    return 0;
+}

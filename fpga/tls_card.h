@@ -46,6 +46,9 @@ int fpga_tls_prepare(fpga_card *c, const fpga_tls *t, const sparse_tls_params *p
 int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, const sparse_tls_params *p,
                          fpga_kv_pool *pool, uint64_t kv_base, uint64_t super_bytes, uint32_t cap,
                          int *first, int *k, uint32_t *upto);
+/* After an AsyncTLS step: the keys it attended and the keys the rows held (every layer and KV
+ * head). */
+int fpga_tls_step_read(fpga_card *c, uint64_t *keys_read, uint64_t *keys_total);
 /* Tests (t->report set): the last step's selections (n_layers x n_kv lists of token_budget + 1
  * u32, count FPGA_DEC_SEL_DENSE for a dense one) and queries (n_layers x n_heads x head_dim). */
 int fpga_tls_read_report(fpga_card *c, const sparse_tls_params *p, uint32_t *table, float *q);

@@ -130,6 +130,7 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
 
     fpga_tls_io tp = {0};
     uint32_t *report = NULL;
+    uint64_t keys_read = 0;
     if (tls_off) {
         fpga_k_read(io + fpga_dec_io_sel_off(d), sizeof tp);
         memcpy(&tp, io + fpga_dec_io_sel_off(d), sizeof tp);
@@ -156,7 +157,7 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
         fpga_kd_step_append(c.ch, d, &c.kv, l, wide + qd, wide + qd + kvd, pos);
         if (tls_off)
             fpga_tls_step_attention(c.ch, d, &c.lo, &c.kv, l, wide, pos, tls_off, &tp, tls_upto,
-                                    report, att, FPGA_DEC_MACS_PER_CYCLE);
+                                    report, att, FPGA_DEC_MACS_PER_CYCLE, &keys_read);
         else if (sel_cap)
             fpga_kd_step_attention_sel(c.ch, d, &c.lo, &c.kv, l, wide, pos,
                                        (const uint32_t *)(io + fpga_dec_io_sel_off(d)), sel_cap,
@@ -183,6 +184,13 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
     matvec(&c, FPGA_DEC_LM, c.lo.lm_off, xn, 0, (float *)(io + fpga_dec_io_logits_off(d)), 1, xq,
            xs);
 
+    if (tls_off) { /* what the step read, back to the host with the status */
+        const uint64_t total = (uint64_t)d->n_layers * d->n_kv_heads * (pos + 1);
+        tp.keys_read_lo = (uint32_t)keys_read, tp.keys_read_hi = (uint32_t)(keys_read >> 32);
+        tp.keys_total_lo = (uint32_t)total, tp.keys_total_hi = (uint32_t)(total >> 32);
+        fpga_k_write(io + fpga_dec_io_sel_off(d), sizeof tp);
+        memcpy(io + fpga_dec_io_sel_off(d), &tp, sizeof tp);
+    }
     uint32_t status[4] = {FPGA_DEC_STATUS_MAGIC, token, pos, d->n_layers};
     fpga_k_write(io, sizeof status);
     memcpy(io, status, sizeof status);

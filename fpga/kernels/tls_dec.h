@@ -36,7 +36,10 @@ typedef struct fpga_tls_io {
     uint32_t dense_below; /* resolved: n_keys <= it attends densely */
     uint32_t cap;         /* the arena's positions */
     uint32_t report;      /* 1: the selections and q into io after this header */
-    uint32_t reserved[7];
+    /* card -> host, written at the end of the run: keys attended and keys held, summed over
+     * layers and KV heads (dense ones count every key) */
+    uint32_t keys_read_lo, keys_read_hi, keys_total_lo, keys_total_hi;
+    uint32_t reserved[3];
 } fpga_tls_io;
 
 typedef struct fpga_tls_arena {
@@ -173,7 +176,7 @@ static inline void fpga_tls_step_attention(uint8_t *const *ch, const fpga_dec_de
                                            uint32_t l, const float *q, uint32_t pos,
                                            uint64_t arena_off, const fpga_tls_io *p,
                                            uint32_t upto, uint32_t *report, float *out,
-                                           uint32_t macs_per_cycle)
+                                           uint32_t macs_per_cycle, uint64_t *keys_read)
 {
     const uint32_t hd = d->head_dim, group = d->n_heads / d->n_kv_heads, n_keys = pos + 1;
     fpga_tls_arena a;
@@ -189,6 +192,7 @@ static inline void fpga_tls_step_attention(uint8_t *const *ch, const fpga_dec_de
                                : NULL;
         if (l < p->dense_layers) { /* never selected: no summaries kept */
             macs += fpga_kd_dense_head(ch, d, lo, kv, l, g, qg, pos, og);
+            *keys_read += n_keys;
             if (rep) rep[0] = FPGA_DEC_SEL_DENSE;
             continue;
         }
@@ -199,6 +203,7 @@ static inline void fpga_tls_step_attention(uint8_t *const *ch, const fpga_dec_de
         fpga_tls_summarize(ch, d, kv, l, g, chn, grp, &a, p, upto, pos);
         if (dense) {
             macs += fpga_kd_dense_head(ch, d, lo, kv, l, g, qg, pos, og);
+            *keys_read += n_keys;
             if (rep) rep[0] = FPGA_DEC_SEL_DENSE;
             continue;
         }
@@ -207,6 +212,7 @@ static inline void fpga_tls_step_attention(uint8_t *const *ch, const fpga_dec_de
                                      p->r, p->block_size, p->block_budget, p->token_budget,
                                      macs_per_cycle, cand);
         macs += fpga_kd_sel_head(ch, d, lo, kv, l, g, qg, (const uint32_t *)cand, n, og);
+        *keys_read += n;
         if (rep) {
             rep[0] = n;
             memcpy(rep + 1, cand, 4ull * n);

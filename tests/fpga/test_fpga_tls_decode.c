@@ -6,7 +6,7 @@
  *  - small budgets: every (layer, KV head)'s selected positions equal the CPU reference's
  *    (sparse/tls.h sparse_tls_select) run on the card's own queries of that step and on summaries
  *    built by sparse_tls_put from the KV the card holds (int8 x fp16 scale), step after step;
- *    the logits move away from dense;
+ *    the logits move away from dense; accel_seq_decode_stats counts exactly the keys attended;
  *  - a missing channel file stops the device from opening with a message naming the command. */
 #include "devices/devices.h"
 #include "devices/tls_calib.h"
@@ -183,12 +183,26 @@ TEST(fpga_tls_decode_selection_equals_cpu_reference)
     REQUIRE(accel_prefill(tls, &r) == 0);
     REQUIRE(fpga_dev_tls_report(tls, 1, NULL, NULL) == 0);
     int differ = 0;
+    int64_t read_before = 0, total_before = 0;
     for (int s = 0; s < STEPS; s++) {
         REQUIRE(accel_decode(dense, 1, &sa, &ids[N + s], a) == 0);
         REQUIRE(accel_decode(tls, 1, &sb, &ids[N + s], b) == 0);
         differ += memcmp(a, b, sizeof(float) * V) != 0;
         REQUIRE(fpga_dev_tls_report(tls, 1, table, q) == 0);
         CHECK_EQ(compare_step(tls, sb, &p, &ch, m, N + s, table, q), 0);
+        /* usage: the keys this step attended (the lists' counts, dense ones every key) */
+        accel_decode_stats ds;
+        REQUIRE(accel_seq_decode_stats(tls, sb, &ds) == 0);
+        int64_t read = 0;
+        for (int i = 0; i < L * Hk; i++) {
+            const uint32_t c = table[(size_t)i * (p.token_budget + 1)];
+            read += c == FPGA_DEC_SEL_DENSE ? N + s + 1 : (int64_t)c;
+        }
+        CHECK_EQ(ds.keys_read - read_before, read);
+        CHECK_EQ(ds.keys_total - total_before, (int64_t)L * Hk * (N + s + 1));
+        CHECK_EQ(ds.steps, s + 1);
+        read_before = ds.keys_read;
+        total_before = ds.keys_total;
     }
     CHECK(differ > 0);
     model_channels_free(&ch);
