@@ -1,5 +1,6 @@
 #!/bin/sh
-# AsyncTLS sparse decode through the daemon (decode_sparse key, CPU device): with budgets that
+# AsyncTLS sparse decode through the daemon (decode_sparse key; the CPU device, and an emulated
+# card for the per-request switch): with budgets that
 # cover the context the greedy text equals dense decode's; with small budgets requests are served;
 # a request turns it on by itself ("sparse_decode") and usage says what fraction of the KV it read;
 # bad values are a 400 naming the key;
@@ -34,6 +35,20 @@ code=$(post /v1/completions "{\"prompt\":[1,2,3],\"max_tokens\":2,\"sparse_decod
 check tls_request_bad_budget_names_key sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = token_budget ]"
 code=$(post /v1/completions "{\"prompt\":[1,2,3],\"max_tokens\":2,\"sparse_decode\":{\"mode\":\"quest\"}}")
 check tls_request_bad_mode_names_key sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = mode ]"
+serve_stop
+
+# the same switch on an emulated card (the CPU prefills, the card decodes): budgets covering the
+# context give the card's dense text and read everything; small ones read less
+serve_start --model "$M" --devices cpu,fpga-emu:0 || { fail tls_card_start "daemon did not start"; exit 0; }
+code=$(post /v1/completions "$req")
+cdense=$(jq -r '.choices[0].text' "$T/body")
+check tls_card_decodes sh -c "[ $code = 200 ] && grep -qi '^x-tandem-devices: .*decode=fpga-emu' $T/hdr"
+code=$(post /v1/completions "$freq")
+frac=$(jq -r '.usage.decode_kv_read_fraction' "$T/body")
+check tls_card_full_budget_equals_dense sh -c "[ $code = 200 ] && grep -qi '^x-tandem-devices: .*decode=fpga-emu' $T/hdr && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$cdense' ] && python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) == 1 else 1)' '$frac'"
+code=$(post /v1/completions "$sreq")
+frac=$(jq -r '.usage.decode_kv_read_fraction' "$T/body")
+check tls_card_request_sparse_reads_less sh -c "[ $code = 200 ] && grep -qi '^x-tandem-devices: .*decode=fpga-emu' $T/hdr && python3 -c 'import sys; f=float(sys.argv[1]); sys.exit(0 if 0 < f < 0.9 else 1)' '$frac'"
 serve_stop
 
 serve_start --model "$M" --decode-sparse "asynctls,block_size=16,block_budget=64,token_budget=512,dense_layers=0,dense_below=0" ||
