@@ -14,7 +14,7 @@ static int usage(FILE *f)
 {
     fprintf(f,
             "usage: tandem sparse-index --mode flexprefill|xattention|trishape --q FILE --k FILE\n"
-            "         --heads H --kv-heads HK --head-dim D --tokens N [--q-from P] [--device cpu]\n"
+            "         --heads H --kv-heads HK --head-dim D --tokens N [--q-from P] [--device cpu|cuda]\n"
             "         [--threads N] --out FILE [--official-chunking]\n"
             "         [--xattention-threshold X] [--xattention-stride S] [--xattention-block-size B]\n"
             "         [--num-retained-start-tokens-in-cache T] [--num-retained-recent-tokens-in-cache T]\n"

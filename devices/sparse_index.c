@@ -3,6 +3,10 @@
 #include "cpu/flex.h"
 #include "cpu/pool.h"
 #include "cpu/sparse_idx.h"
+#include "devices/name.h"
+#include "devices/exe_dir.h"
+#include "gpu/gpu_xattn.h"
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +17,48 @@ void devices_sparse_blocks_free(devices_sparse_blocks *b)
     free(b->row_ptr);
     free(b->col);
     memset(b, 0, sizeof *b);
+}
+
+/* The CUDA plugin's index (gpu/gpu_xattn.h: gpu_sparse_index_host; xattention and trishape),
+ * the bf16 build beside the binary; the plugin stays loaded (as devices/open.c leaves it). */
+static int cuda_index(int index, const sparse_params *p, int official_chunking, const float *q,
+                      const float *k, int n_tokens, int q_from, int n_heads, int n_kv_heads,
+                      int head_dim, devices_sparse_blocks *out, char *err, size_t errlen)
+{
+    char path[4096 + 64];
+    if (devices_lib_find("libtandem_cuda.so", path, sizeof path)) {
+        snprintf(err, errlen, "cuda: the CUDA backend is not built (%.200s)", path);
+        return -1;
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    gpu_sparse_index_host_fn fn = h ? (gpu_sparse_index_host_fn)dlsym(h, GPU_SPARSE_INDEX_SYMBOL) : NULL;
+    if (!fn) {
+        snprintf(err, errlen, "cuda: cannot load %s's %s: %s", path, GPU_SPARSE_INDEX_SYMBOL,
+                 dlerror());
+        return -1;
+    }
+    if (p->mode == SPARSE_MODE_FLEX) {
+        snprintf(err, errlen, "cuda: sparse-index runs xattention and trishape on the GPU "
+                              "(flexprefill: --device cpu)");
+        return -1;
+    }
+    const int B = sparse_block_size(p);
+    if (n_tokens < 1 || q_from < 0 || q_from >= n_tokens || q_from % B) {
+        snprintf(err, errlen, "%s: the chunk must start on a block boundary", sparse_mode_name(p->mode));
+        return -1;
+    }
+    int64_t *rp = NULL;
+    int32_t *col = NULL;
+    if (fn(index, p, official_chunking ? sparse_xattn_official_chunk(n_tokens) : 0, q, k, n_tokens,
+           q_from, n_heads, n_kv_heads, head_dim, &rp, &col, NULL, NULL, err, errlen))
+        return -1;
+    out->n_heads = n_heads;
+    out->n_blocks = (n_tokens + B - 1) / B;
+    out->block_size = B;
+    out->q_block0 = q_from / B;
+    out->row_ptr = rp;
+    out->col = col;
+    return 0;
 }
 
 int devices_sparse_index(const char *device, const sparse_params *p, int official_chunking,
@@ -26,8 +72,15 @@ int devices_sparse_index(const char *device, const sparse_params *p, int officia
         snprintf(err, errlen, "%s", why);
         return -1;
     }
+    char kind[32];
+    int index;
+    if (devices_parse_name(device, kind, sizeof kind, &index, err, errlen)) return -1;
+    if (!strcmp(kind, "cuda"))
+        return cuda_index(index, p, official_chunking, q, k, n_tokens, q_from, n_heads, n_kv_heads,
+                          head_dim, out, err, errlen);
     if (strcmp(device, "cpu")) {
-        snprintf(err, errlen, "sparse-index runs on cpu (the reference); '%.32s' has none", device);
+        snprintf(err, errlen, "sparse-index runs on cpu (the reference) or cuda[:N]; '%.32s' has none",
+                 device);
         return -1;
     }
     cpu_flex_qkv x = {n_tokens, n_heads, n_kv_heads, head_dim, q, (size_t)n_heads * head_dim,

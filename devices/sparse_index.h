@@ -4,7 +4,8 @@
  * Inputs float32, layout (tokens, heads, head_dim) for q and (tokens, kv_heads, head_dim) for k;
  * queries are positions q_from .. n_tokens - 1 (q holds n_tokens - q_from rows), keys 0 ..
  * n_tokens - 1. The result: per head, per query block from q_from / block on, the ascending key
- * blocks kept. Devices: "cpu" (the reference, cpu/flex.h and cpu/sparse_idx.h).
+ * blocks kept. Devices: "cpu" (the reference, cpu/flex.h and cpu/sparse_idx.h), "cuda[:N]" (the
+ * CUDA plugin's xattention and trishape, gpu/gpu_xattn.h; inputs rounded to bf16 on upload).
  * Threads: any; one call at a time per process is enough. Errors: 0, or -1 with err set. */
 #ifndef TANDEM_DEVICES_SPARSE_INDEX_H
 #define TANDEM_DEVICES_SPARSE_INDEX_H

@@ -125,28 +125,56 @@ static enum proto_kv_dtype export_dtype(accel_dev *d)
     return d->opts.kv_dtype ? d->opts.kv_dtype : PROTO_KV_INT8;
 }
 
-/* FlexPrefill parameters for this sparse chunk (1), or 0 when it runs dense: no sparse request
- * (the scheduler settled it, sparse/sparse.h), a method the GPU lacks (xattention and trishape
- * run dense here for now), a chunk after existing KV, a sliding-window model, or a shape the GPU
- * index does not cover (head_dim other than 64/128, over GPU_FLEX_MAX_HEADS heads or
- * GPU_FLEX_MAX_TOKENS tokens, under two blocks); the report then says dense. */
-static int gpu_sparse_params(const accel_dev *d, const accel_prefill_req *r, gpu_flex_params *gp)
+/* This sparse chunk's method on the GPU's kernels (1), or 0 when it runs dense: no sparse request
+ * (the scheduler settled it, sparse/sparse.h), a sliding-window model, a shape the GPU kernels do
+ * not cover (head_dim other than 64/128, over GPU_FLEX_MAX_HEADS heads or GPU_FLEX_MAX_TOKENS
+ * keys, a chunk not starting on a 128-token block), FlexPrefill on a chunk after existing KV or
+ * under two blocks (its GPU index takes whole prompts), XAttention with a block other than 128
+ * (the attention kernels' block); the report then says dense. */
+static int gpu_sparse_params(const accel_dev *d, const accel_prefill_req *r, gpu_sparse_req *gr)
 {
     const accel_sparse *sp = r->sparse;
     const model_config *c = &d->m->cfg;
-    if (!sp || sp->p.mode != SPARSE_MODE_FLEX || r->seq->len != 0 || c->sliding_window) return 0;
-    const sparse_flex_params *fp = &sp->p.flex;
+    const int pos0 = r->seq->len;
+    if (!sp || c->sliding_window) return 0;
     if ((c->head_dim != 64 && c->head_dim != 128) || c->n_heads > GPU_FLEX_MAX_HEADS ||
-        r->n > GPU_FLEX_MAX_TOKENS || r->n < 2 * GPU_FLEX_BS)
+        (int64_t)pos0 + r->n > GPU_FLEX_MAX_TOKENS || pos0 % GPU_FLEX_BS || r->n < 1)
         return 0;
-    /* budgets in blocks of 128 as cpu/flex_index.c counts them: ceil(tokens / 128), min_budget 0
-     * meaning one token */
+    const sparse_params *p = &sp->p;
+    memset(gr, 0, sizeof *gr);
+    gr->mode = p->mode;
     const int bs = GPU_FLEX_BS;
-    *gp = (gpu_flex_params){.gamma = fp->gamma, .tau = fp->tau,
-                            .min_blocks = ((fp->min_budget > 0 ? fp->min_budget : 1) + bs - 1) / bs,
-                            .max_blocks = fp->max_budget > 0 ? (fp->max_budget + bs - 1) / bs : 0,
-                            .gqa_interleave = fp->gqa_interleave};
-    return 1;
+    switch (p->mode) {
+    case SPARSE_MODE_FLEX: {
+        if (pos0 != 0 || r->n < 2 * bs) return 0;
+        const sparse_flex_params *fp = &p->flex;
+        /* budgets in blocks of 128 as cpu/flex_index.c counts them: ceil(tokens / 128),
+         * min_budget 0 meaning one token */
+        gr->flex = (gpu_flex_params){
+            .gamma = fp->gamma, .tau = fp->tau,
+            .min_blocks = ((fp->min_budget > 0 ? fp->min_budget : 1) + bs - 1) / bs,
+            .max_blocks = fp->max_budget > 0 ? (fp->max_budget + bs - 1) / bs : 0,
+            .gqa_interleave = fp->gqa_interleave};
+        return 1;
+    }
+    case SPARSE_MODE_XATTN:
+        if (p->xattention_block_size != bs) return 0;
+        gr->xattn = (gpu_xattn_params){.threshold = p->xattention_threshold,
+                                       .block = bs,
+                                       .stride = p->xattention_stride,
+                                       .official_chunk = 0,
+                                       .gqa_interleave = 0};
+        return 1;
+    case SPARSE_MODE_TRISHAPE: {
+        int lo, hi;
+        sparse_tri_skip(p, pos0, &lo, &hi);
+        gr->tri_lo = lo / SPARSE_TRI_BLOCK;
+        gr->tri_hi = hi / SPARSE_TRI_BLOCK;
+        return 1;
+    }
+    default:
+        return 0;
+    }
 }
 
 static int gpu_dev_prefill(accel_dev *d, const accel_prefill_req *r)
@@ -156,12 +184,13 @@ static int gpu_dev_prefill(accel_dev *d, const accel_prefill_req *r)
         memset(r->sparse_report, 0, sizeof *r->sparse_report);
         r->sparse_report->density = 1.0;
     }
-    gpu_flex_params gp;
-    int sparse = gpu_sparse_params(d, r, &gp);
+    gpu_sparse_req gr;
+    int sparse = gpu_sparse_params(d, r, &gr);
     if (sparse < 0) return sparse;
     if (sparse)
-        return gpu_prefill_sparse(eng(d), s->kv, r->ids, r->n, r->logits, r->all_logits, r->kv,
-                                  export_dtype(d), r->cancel, &gp, r->sparse_report);
+        return gpu_prefill_sparse(eng(d), s->kv, s->base.len, r->ids, r->n, r->logits,
+                                  r->all_logits, r->kv, export_dtype(d), r->cancel, &gr,
+                                  r->sparse_report);
     return gpu_prefill(eng(d), s->kv, s->base.len, r->ids, r->n, r->logits, r->all_logits, r->kv,
                        export_dtype(d), r->cancel);
 }

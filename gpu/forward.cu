@@ -476,20 +476,25 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
     return ACCEL_OK;
 }
 
-/* ---------------------------------------------------------------- sparse prefill (FlexPrefill)
+/* ---------------------------------------------------------------- sparse prefill
  *
- * Layer-major over the whole prompt (the index of a layer needs every token's Q and K), with the
- * per-token work still in chunks of C tokens (t_max rounded down to the 128-token block, so each
- * chunk starts on a block boundary):
- *   once     rope table and embedding of all n tokens, into per-call buffers (sparse_ws)
- *   layer l  1. per chunk: RMSNorm, QKV GEMM, rope -> Q into sw.q (n rows), K/V into the cache;
- *               with a sink, the chunk's K/V quantized into the layer's export slot (n rows)
+ * A sparse chunk: positions pos0 .. pos0 + n - 1 of one sequence (pos0 0: a whole prompt; else a
+ * chunk after cached tokens, pos0 a multiple of 128), layer-major over the chunk (the index of a
+ * layer needs every query of the chunk and every key before it), with the per-token work still in
+ * passes of C tokens (t_max rounded down to the 128-token block, so each pass starts on a block
+ * boundary):
+ *   once     rope table and embedding of the chunk's n tokens, into per-call buffers (sparse_ws);
+ *            Tri-shape: its lists (the same for every layer and head: gpu_trishape_index)
+ *   layer l  1. per pass: RMSNorm, QKV GEMM, rope -> Q into sw.q (n rows), K/V into the cache;
+ *               with a sink, the pass's K/V quantized into the layer's export slot (n rows)
  *            2. the layer's export slot copied to the host (ring of two layers)
- *            3. gpu_flex_index_kv over sw.q and the cache's K -> CSR lists; the list total goes
- *               to the pinned nnz_h[l] (read after the final sync, for the report)
- *            4. per chunk: block-sparse attention of its rows (the listed blocks of all earlier
+ *            3. the method's index over sw.q and the cache's K (every key 0 .. pos0 + n - 1,
+ *               through the block table): FlexPrefill gpu_flex_index_kv_paged (whole prompts),
+ *               XAttention gpu_xattn_index -> CSR lists; the list total goes to the pinned
+ *               nnz_h[l] (read after the final sync, for the report)
+ *            4. per pass: block-sparse attention of its rows (the listed blocks of all earlier
  *               keys are in the cache), o GEMM into the residual, RMSNorm, gate/up, SwiGLU, down
- * Extra device memory, per call: the residual stream of all n tokens (4 H bytes per token), Q
+ * Extra device memory, per call: the residual stream of the chunk (4 H bytes per token), Q
  * (2 qd), rope (2 hd), metadata (16), with a sink two layers of quantized KV, and the index
  * workspace; sized by sparse_layout, taken before any work, returned before the call returns.
  * The rest (weights, the t_max activations, the cache) is what dense prefill uses. */
@@ -503,7 +508,8 @@ struct sparse_ws {
     gpu_seq_dev *seqs;          /* (1) */
     float *inv;                 /* (hd/2) */
     unsigned char *exp[GPU_EXPORT_RING];
-    gpu_flex_ws *fw;
+    gpu_flex_ws *fw;   /* flexprefill */
+    gpu_xattn_ws *xw;  /* xattention, trishape */
 };
 
 struct sparse_off {
@@ -540,20 +546,31 @@ static sparse_off sparse_layout(const gpu_dims &d, int n, int sink, enum proto_k
 
 uint64_t gpu_sparse_bytes(const gpu_engine *e, int n, int sink, enum proto_kv_dtype dt)
 {
+    return gpu_sparse_bytes_mode(e, SPARSE_MODE_FLEX, 0, n, sink, dt);
+}
+
+uint64_t gpu_sparse_bytes_mode(const gpu_engine *e, int mode, int pos0, int n, int sink,
+                               enum proto_kv_dtype dt)
+{
     const gpu_dims &d = e->d;
-    return sparse_layout(d, n, sink, dt).bytes + gpu_flex_ws_bytes(n, d.n_heads, d.n_kv, d.hd);
+    return sparse_layout(d, n, sink, dt).bytes +
+           (mode == SPARSE_MODE_FLEX ? gpu_flex_ws_bytes(n, d.n_heads, d.n_kv, d.hd)
+                                     : gpu_xattn_ws_bytes(pos0 + n, d.n_heads, d.n_kv, d.hd, 128,
+                                                        mode == SPARSE_MODE_XATTN));
 }
 
 static void sparse_ws_free(sparse_ws *w)
 {
     if (w->base) cudaFree(w->base);
     gpu_flex_ws_free(w->fw);
+    gpu_xattn_ws_free(w->xw);
     memset(w, 0, sizeof *w);
 }
 
 /* Takes the per-call buffers; ACCEL_ERR_NOMEM (nothing held, not logged: an admission answer)
  * when the device has no room for them. */
-static int sparse_ws_new(gpu_engine *e, int n, int sink, enum proto_kv_dtype dt, sparse_ws *w)
+static int sparse_ws_new(gpu_engine *e, int mode, int pos0, int n, int sink,
+                         enum proto_kv_dtype dt, sparse_ws *w)
 {
     const gpu_dims &d = e->d;
     memset(w, 0, sizeof *w);
@@ -565,7 +582,10 @@ static int sparse_ws_new(gpu_engine *e, int n, int sink, enum proto_kv_dtype dt,
         if (ce == cudaErrorMemoryAllocation) return ACCEL_ERR_NOMEM;
         return gpu_cuda_status(ce, "cudaMalloc(sparse)", __FILE__, __LINE__);
     }
-    int st = gpu_flex_ws_new(n, d.n_heads, d.n_kv, d.hd, &w->fw);
+    int st = mode == SPARSE_MODE_FLEX
+                 ? gpu_flex_ws_new(n, d.n_heads, d.n_kv, d.hd, &w->fw)
+                 : gpu_xattn_ws_new(pos0 + n, d.n_heads, d.n_kv, d.hd, 128,
+                                    mode == SPARSE_MODE_XATTN, &w->xw);
     if (st) {
         cudaGetLastError(); /* gpu_flex logs and returns; clear the allocation error */
         sparse_ws_free(w);
@@ -590,8 +610,8 @@ static int sparse_ws_new(gpu_engine *e, int n, int sink, enum proto_kv_dtype dt,
  * sync), on the compute stream, so the kernels after it see it. (A plain cudaMemcpy from pageable
  * memory may return before its DMA has landed, and the compute stream does not wait for the
  * legacy stream.) */
-static int sparse_meta(gpu_engine *e, const sparse_ws *w, gpu_kv *kv, const int32_t *ids, int n,
-                       unsigned char **host)
+static int sparse_meta(gpu_engine *e, const sparse_ws *w, gpu_kv *kv, int pos0,
+                       const int32_t *ids, int n, unsigned char **host)
 {
     const gpu_dims &d = e->d;
     sparse_off o = sparse_layout(d, n, 0, PROTO_KV_INT8);
@@ -602,10 +622,10 @@ static int sparse_meta(gpu_engine *e, const sparse_ws *w, gpu_kv *kv, const int3
     int *hid = (int *)(h + o.ids - o.meta0), *hpos = (int *)(h + o.pos - o.meta0);
     for (int t = 0; t < n; t++) {
         hid[t] = ids[t];
-        hpos[t] = t;
+        hpos[t] = pos0 + t;
     }
     *(gpu_seq_dev *)(h + o.seqs - o.meta0) = seq_of(e, kv);
-    inv_table(e, n, (float *)(h + o.inv - o.meta0));
+    inv_table(e, pos0 + n, (float *)(h + o.inv - o.meta0));
     GPU_CHECK(cudaMemcpyAsync(w->ids, h, bytes, cudaMemcpyHostToDevice, e->compute));
     return ACCEL_OK;
 }
@@ -615,21 +635,21 @@ static int event_status(cudaError_t ce)
     return ce == cudaSuccess ? ACCEL_OK : gpu_cuda_status(ce, "cudaEventRecord", __FILE__, __LINE__);
 }
 
-/* last_from: the first row the last layer carries past its K/V (0: all; a block boundary: the
- * last block, whose tile of the block-sparse attention is the one a whole pass computes; n: none),
- * as run_layers' keep. */
-static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
-                         const gpu_flex_params *fp, export_run *xr, const volatile int *cancel,
+/* last_from: the first row of the chunk the last layer carries past its K/V (0: all; a block
+ * boundary: the last block, whose tile of the block-sparse attention is the one a whole pass
+ * computes; n: none), as run_layers' keep. */
+static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int pos0, int n,
+                         const gpu_sparse_req *sr, export_run *xr, const volatile int *cancel,
                          int last_from)
 {
     const gpu_dims &d = e->d;
     cudaStream_t s = e->compute;
     const int half = d.hd / 2, C = e->t_max / GPU_FLEX_BS * GPU_FLEX_BS;
-    const int nb = (n + GPU_FLEX_BS - 1) / GPU_FLEX_BS;
+    const int N = pos0 + n, nb = (N + GPU_FLEX_BS - 1) / GPU_FLEX_BS;
     const gpu_seq_dev sq = seq_of(e, kv);
     /* 8 warps (128 query rows, one FlexPrefill block, per CTA: each K/V tile loaded once for all
      * of them) from 128K tokens on, where that wins; 4 below (gpu/KERNELS.md) */
-    const int warps = e->sparse_warps ? e->sparse_warps : n >= 131072 ? 8 : 4;
+    const int warps = e->sparse_warps ? e->sparse_warps : N >= 131072 ? 8 : 4;
     /* on Hopper with head_dim 128 the warp-specialized kernel's block-sparse form, as the dense
      * prefill (engine.cu: e->sparse_ws; sparse_attn=mma4/mma8 turn it off) */
     const bool ws = e->sparse_ws && gpu_attn_ws_usable(&d, w.q, sq.k, sq.v, sq.cap);
@@ -638,6 +658,13 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
     GPU_TRY(gpu_embed_rope(s, e->embed, w.ids, n, d.H, w.x, w.pos, w.tbl, w.inv, half, w.rope));
     prof_mark(e, P_ROPE_TAB);
     prof_mark(e, P_EMBED);
+    const int32_t *rp = NULL, *col = NULL;
+    if (sr->mode == SPARSE_MODE_TRISHAPE) {
+        GPU_TRY(gpu_trishape_index(w.xw, sr->tri_lo, sr->tri_hi, N, pos0, s));
+        rp = gpu_xattn_ws_row_ptr(w.xw);
+        col = gpu_xattn_ws_col(w.xw);
+        prof_mark(e, P_INDEX);
+    }
     for (int l = 0; l < d.L; l++) {
         const gpu_layer_w &lw = e->layers[l];
         if (cancel && *cancel) return ACCEL_ERR_CANCELLED;
@@ -661,24 +688,32 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
             if (l >= xr->host_ring) GPU_TRY(export_poll(e, xr, l - xr->host_ring, 1));
             GPU_TRY(export_copy(e, xr, l));
         }
-        GPU_TRY(gpu_flex_index_kv_paged(w.fw, fp, w.q, kl, (size_t)d.hd, k_head, sq.map.tbl,
-                                        sq.map.bstride, n, s));
-        const int32_t *rp = gpu_flex_ws_row_ptr(w.fw);
+        if (sr->mode == SPARSE_MODE_FLEX) {
+            GPU_TRY(gpu_flex_index_kv_paged(w.fw, &sr->flex, w.q, kl, (size_t)d.hd, k_head,
+                                            sq.map.tbl, sq.map.bstride, n, s));
+            rp = gpu_flex_ws_row_ptr(w.fw);
+            col = gpu_flex_ws_col(w.fw);
+        } else if (sr->mode == SPARSE_MODE_XATTN) {
+            GPU_TRY(gpu_xattn_index(w.xw, &sr->xattn, w.q, (size_t)d.qd, kl, (size_t)d.hd, k_head,
+                                    sq.map.tbl, sq.map.bstride, N, pos0, s));
+            rp = gpu_xattn_ws_row_ptr(w.xw);
+            col = gpu_xattn_ws_col(w.xw);
+        }
         GPU_CHECK(cudaMemcpyAsync(e->nnz_h + l, rp + (size_t)d.n_heads * (nb + 1) - 1, sizeof(int),
                                   cudaMemcpyDeviceToHost, s));
         prof_mark(e, P_INDEX);
-        const gpu_block_list bl = {rp, gpu_flex_ws_col(w.fw), nb};
+        const gpu_block_list bl = {rp, col, nb};
         for (int c0 = l == d.L - 1 ? last_from : 0; c0 < n; c0 += C) {
             const int T = n - c0 < C ? n - c0 : C;
             float *xc = w.x + (size_t)c0 * d.H;
             const h16 *qc = w.q + (size_t)c0 * d.qd;
             int st = ACCEL_ERR_UNSUPPORTED;
             if (ws)
-                st = gpu_attn_prefill_ws_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd, k_head, 0, &bl,
-                                            e->att, 0, &sq.map);
+                st = gpu_attn_prefill_ws_ex(s, &d, T, pos0 + c0, qc, kl, vl, (size_t)d.hd, k_head,
+                                            0, &bl, e->att, 0, &sq.map);
             if (st == ACCEL_ERR_UNSUPPORTED) /* no ws kernel, or no tensor map for these */
-                st = gpu_attn_prefill_ex(s, &d, T, c0, qc, kl, vl, (size_t)d.hd, k_head, 0, &bl,
-                                         e->att, d.hdp == 128 ? warps : 4, &sq.map);
+                st = gpu_attn_prefill_ex(s, &d, T, pos0 + c0, qc, kl, vl, (size_t)d.hd, k_head, 0,
+                                         &bl, e->att, d.hdp == 128 ? warps : 4, &sq.map);
             GPU_TRY(st);
             prof_mark(e, P_ATTN);
             GPU_TRY(gpu_gemm(e, T, d.H, d.qd, lw.w_o, e->att, xc, 1, 1.f));
@@ -697,20 +732,23 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int n,
     return ACCEL_OK;
 }
 
-int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, const int32_t *ids, int n, float *logits,
-                       int all_logits, const accel_kv_sink *sink, enum proto_kv_dtype kv_dtype,
-                       const volatile int *cancel, const gpu_flex_params *fp,
-                       accel_sparse_report *rep)
+int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n,
+                       float *logits, int all_logits, const accel_kv_sink *sink,
+                       enum proto_kv_dtype kv_dtype, const volatile int *cancel,
+                       const gpu_sparse_req *sr, accel_sparse_report *rep)
 {
     const gpu_dims &d = e->d;
-    if (!fp || n < 2 * GPU_FLEX_BS || n > kv->cap) return ACCEL_ERR_INVALID;
+    if (!sr || n < 1 || pos0 < 0 || pos0 % GPU_FLEX_BS || pos0 > kv->cap - n)
+        return ACCEL_ERR_INVALID;
+    if (sr->mode == SPARSE_MODE_FLEX && (pos0 != 0 || n < 2 * GPU_FLEX_BS)) return ACCEL_ERR_INVALID;
+    if (sr->mode == SPARSE_MODE_XATTN && sr->xattn.block != GPU_FLEX_BS) return ACCEL_ERR_INVALID;
     if (sink && kv_dtype != PROTO_KV_INT8 && kv_dtype != PROTO_KV_INT4) return ACCEL_ERR_INVALID;
-    if ((d.hd != 64 && d.hd != 128) || d.n_heads > GPU_FLEX_MAX_HEADS || n > GPU_FLEX_MAX_TOKENS)
+    const int N = pos0 + n;
+    if ((d.hd != 64 && d.hd != 128) || d.n_heads > GPU_FLEX_MAX_HEADS || N > GPU_FLEX_MAX_TOKENS)
         return ACCEL_ERR_UNSUPPORTED;
     GPU_CHECK(cudaSetDevice(e->index));
     gpu_kv_stage_reset(e);
-    const int zero = 0;
-    GPU_TRY(gpu_kv_reserve(e, 1, &kv, &zero, &n));
+    GPU_TRY(gpu_kv_reserve(e, 1, &kv, &pos0, &n));
     export_run xr;
     if (sink) {
         memset(&e->stats, 0, sizeof e->stats);
@@ -718,18 +756,18 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, const int32_t *ids, int n, flo
         GPU_TRY(grow_export_host(e, 2 * gpu_export_slot_bytes(&d, kv_dtype, n)));
     }
     sparse_ws w;
-    GPU_TRY(sparse_ws_new(e, n, sink != NULL, kv_dtype, &w));
+    GPU_TRY(sparse_ws_new(e, sr->mode, pos0, n, sink != NULL, kv_dtype, &w));
     unsigned char *meta_host = NULL;
-    int st = sparse_meta(e, &w, kv, ids, n, &meta_host);
+    int st = sparse_meta(e, &w, kv, pos0, ids, n, &meta_host);
     if (sink) {
-        export_init(&xr, e, sink, kv_dtype, n, 0);
+        export_init(&xr, e, sink, kv_dtype, n, pos0);
         xr.host_ring = 2;
         for (int i = 0; i < GPU_EXPORT_RING; i++) xr.dslot[i] = w.exp[i];
     }
     if (!st) st = event_status(cudaEventRecord(e->ev_t0, e->compute));
     const int last_from = e->prune_off || (logits && all_logits) ? 0
                           : logits ? (n - 1) / GPU_FLEX_BS * GPU_FLEX_BS : n;
-    if (!st) st = sparse_layers(e, w, kv, n, fp, sink ? &xr : NULL, cancel, last_from);
+    if (!st) st = sparse_layers(e, w, kv, pos0, n, sr, sink ? &xr : NULL, cancel, last_from);
     if (!st) st = event_status(cudaEventRecord(e->ev_t1, e->compute));
     if (!st && logits) {
         if (all_logits) st = logits_rows(e, w.x, 0, n, logits);
@@ -748,8 +786,9 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, const int32_t *ids, int n, flo
         memset(rep, 0, sizeof *rep);
         rep->layers_sparse = d.L;
         for (int l = 0; l < d.L; l++) rep->blocks_computed += e->nnz_h[l];
-        const int64_t nb = (n + GPU_FLEX_BS - 1) / GPU_FLEX_BS;
-        rep->blocks_causal = (int64_t)d.L * d.n_heads * (nb * (nb + 1) / 2);
+        /* causal blocks of the chunk's query blocks q0 .. nb - 1 */
+        const int64_t nb = (N + GPU_FLEX_BS - 1) / GPU_FLEX_BS, q0 = pos0 / GPU_FLEX_BS;
+        rep->blocks_causal = (int64_t)d.L * d.n_heads * (nb * (nb + 1) / 2 - q0 * (q0 + 1) / 2);
         rep->density = (double)rep->blocks_computed / (double)rep->blocks_causal;
     }
     return ACCEL_OK;

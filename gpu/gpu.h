@@ -23,6 +23,8 @@
 #include "proto/kv.h"
 #include "scheduler/accel.h"
 #include "gpu/gpu_flex.h"
+#include "gpu/gpu_xattn.h"
+#include "sparse/sparse.h"
 #include "gpu/tuning.h"
 #include "sparse/tls.h"
 
@@ -86,26 +88,41 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
                 int all_logits, const accel_kv_sink *sink, enum proto_kv_dtype kv_dtype,
                 const volatile int *cancel);
 
-/* FlexPrefill sparse prefill of a whole prompt into an empty sequence (positions 0..n-1 of kv):
- * each layer runs the Q/K/V projections of every token first (layer-major, in chunks of the
- * engine's pass), builds the FlexPrefill index of that layer over the prompt's Q and K
- * (gpu_flex_index_kv: per head, per query block of 128, a list of 128-key blocks), attends over
- * the listed blocks only (the prefill attention kernel in its block-sparse form), then runs the
- * rest of the layer chunk by chunk. logits, sink, cancel as gpu_prefill; the sink gets each layer
- * as one chunk of all n tokens (as the CPU backend's sparse prefill hands them over). rep (may be
- * NULL) gets the blocks computed, summed over layers and heads.
- * Memory: besides what dense prefill uses, gpu_sparse_bytes(e, n, ...) of device memory for the
- * call (the residual stream and Q of every token, the index workspace; with a sink, two layers of
+/* A sparse chunk's method, mapped onto the GPU's kernels (gpu/accel.c: gpu_sparse_params, from
+ * the scheduler's settled accel_sparse). */
+typedef struct gpu_sparse_req {
+    int mode;               /* SPARSE_MODE_* (sparse/sparse.h) */
+    gpu_flex_params flex;   /* flexprefill */
+    gpu_xattn_params xattn; /* xattention (block 128: the attention kernels' block) */
+    int tri_lo, tri_hi;     /* trishape: the skipped key blocks [lo, hi) (sparse_tri_skip) */
+} gpu_sparse_req;
+
+/* Sparse prefill of a chunk: positions pos0 .. pos0 + n - 1 of kv (pos0 0: a whole prompt into an
+ * empty sequence; else a chunk after pos0 cached positions, pos0 a multiple of 128; FlexPrefill:
+ * whole prompts only, n >= 256). Each layer runs the Q/K/V projections of every token of the chunk
+ * first (layer-major, in passes of the engine's chunk), builds the method's index over the
+ * chunk's Q and every key cached before and in it (FlexPrefill gpu_flex_index_kv_paged,
+ * XAttention gpu_xattn_index; Tri-shape's lists once per call: gpu_trishape_index): per head, per
+ * query block of 128, a list of 128-key blocks; attends over the listed blocks only (the prefill
+ * attention kernel in its block-sparse form), then runs the rest of the layer pass by pass.
+ * logits, sink, cancel as gpu_prefill; the sink gets each layer as one chunk of all n tokens (as
+ * the CPU backend's sparse prefill hands them over). rep (may be NULL) gets the blocks computed
+ * and the causal blocks of the chunk's query blocks, summed over layers and heads.
+ * Memory: besides what dense prefill uses, gpu_sparse_bytes_mode(e, ...) of device memory for the
+ * call (the residual stream and Q of the chunk, the index workspace; with a sink, two layers of
  * quantized KV), taken before any work and released before returning: ACCEL_ERR_NOMEM, with
  * nothing changed, when it does not fit. ACCEL_ERR_UNSUPPORTED for head_dim other than 64 or 128
- * or n past GPU_FLEX_MAX_TOKENS; ACCEL_ERR_INVALID for n < 256 (the caller's dense rule keeps
- * such prompts dense). */
-int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, const int32_t *ids, int n, float *logits,
-                       int all_logits, const accel_kv_sink *sink, enum proto_kv_dtype kv_dtype,
-                       const volatile int *cancel, const gpu_flex_params *fp,
-                       accel_sparse_report *rep);
-/* Device bytes gpu_prefill_sparse takes for an n-token prompt (sink: with the KV export in dt). */
+ * or pos0 + n past GPU_FLEX_MAX_TOKENS; ACCEL_ERR_INVALID for shapes the method does not take
+ * here (the caller, gpu_sparse_params, runs those dense). */
+int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n,
+                       float *logits, int all_logits, const accel_kv_sink *sink,
+                       enum proto_kv_dtype kv_dtype, const volatile int *cancel,
+                       const gpu_sparse_req *sr, accel_sparse_report *rep);
+/* Device bytes gpu_prefill_sparse takes for an n-token FlexPrefill prompt (sink: with the KV
+ * export in dt), and for any method's chunk after pos0 positions. */
 uint64_t gpu_sparse_bytes(const gpu_engine *e, int n, int sink, enum proto_kv_dtype dt);
+uint64_t gpu_sparse_bytes_mode(const gpu_engine *e, int mode, int pos0, int n, int sink,
+                               enum proto_kv_dtype dt);
 
 /* One decode step for n sequences: token ids[i] at position pos[i] of kvs[i]; logits (n, vocab). */
 int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const int32_t *ids,

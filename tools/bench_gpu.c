@@ -4,7 +4,9 @@
  *             [--decode-ctx 1024,8192] [--batch 1,8,32] [--batch-ctx 1024]
  *             [--export 4096,32768] [--attention 1024,4096,16384,32768] [--steps 64] [--reps 3]
  *             [--sparse 0.9[,G...] [--sparse-max 0,0.03] [--min-budget 1024] [--tau 0.1]
- *              [--sparse-only]]
+ *              [--sparse-only] [--sparse-mode flexprefill[,xattention][,trishape]]
+ *              [--xattention-threshold 0.8[,X...]] [--xattention-stride 8]
+ *              [--tri-recent 1920[,T...]]]
  *             [--warm each|once] [--idle MS] [--logits host|pageable] [--prefix P:C[,P:C...]]
  *
  *   prefill P     time to first token: one accel_prefill of P tokens returning the last logits
@@ -18,7 +20,15 @@
  *                 (accel_prefill_req.sparse: gamma G, --tau, --min-budget tokens, max budget
  *                 F * P tokens for each F of --sparse-max, 0: none): TTFT, speedup over dense,
  *                 the density the device reports and the extra device memory of the call
- *                 (gpu_accel_sparse_bytes); --sparse-only skips the dense runs
+ *                 (gpu_accel_sparse_bytes); --sparse-only skips the dense runs.
+ *                 --sparse-mode picks the methods (each after the same dense run): flexprefill
+ *                 as above, xattention one run per --xattention-threshold (stride
+ *                 --xattention-stride, block 128), trishape one per --tri-recent
+ *                 (num_retained_recent_tokens_in_cache; start 128). Every sparse prompt is
+ *                 prefilled as the scheduler plans it (sparse/sparse.h: sparse chunks of
+ *                 sparse_chunk_len with the whole prompt wanted, Tri-shape's 1024-token chunks,
+ *                 then the last num_last_dense_tokens_in_prefill tokens dense), timed as one
+ *                 TTFT; with the dense run, KL(dense || sparse) of the last position's logits
  *   decode C      ms per token at batch 1 after C tokens of context: median step of --steps
  *                 (the logits into a buffer from accel_host_alloc, as the daemon's scheduler
  *                 takes it; --logits pageable: malloc, for comparison)
@@ -58,6 +68,7 @@
 #include "model/ckpt/tls_channels.h"
 #include <dlfcn.h>
 #include <limits.h>
+#include <math.h>
 #include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,6 +202,62 @@ static double prefill_once(accel_dev *d, const int32_t *ids, int P, float *lg, c
         return -1;
     }
     return t;
+}
+
+/* A sparse prompt as the scheduler runs it (sparse_plan, sparse_chunk_len with the whole prompt
+ * wanted, then the dense tail): seconds, or < 0 on error; rep sums the chunks' reports. */
+static double prefill_planned(accel_dev *d, const int32_t *ids, int P, float *lg,
+                              const accel_sparse *sp, accel_sparse_report *rep)
+{
+    accel_seq *s;
+    int st = accel_seq_new(d, P, &s);
+    if (st) {
+        fprintf(stderr, "bench_gpu: seq_new(%d): %s\n", P, accel_strerror(st));
+        return -1;
+    }
+    const int end = sparse_plan(&sp->p, P);
+    accel_sparse_report sum = {0};
+    double t0 = now();
+    for (int done = 0; done < P && !st;) {
+        const int len = done < end ? sparse_chunk_len(&sp->p, end, done, P) : P - done;
+        accel_sparse_report r = {0};
+        accel_prefill_req q = {.seq = s, .ids = ids + done, .n = len,
+                               .logits = done + len == P ? lg : NULL,
+                               .sparse = done < end ? sp : NULL, .sparse_report = &r};
+        st = accel_prefill(d, &q);
+        sum.layers_sparse += r.layers_sparse;
+        sum.blocks_computed += done < end ? r.blocks_computed : 0;
+        sum.blocks_causal += done < end ? r.blocks_causal : 0;
+        done += len;
+    }
+    double t = now() - t0;
+    accel_seq_free(d, s);
+    if (st) {
+        fprintf(stderr, "bench_gpu: prefill(%d): %s\n", P, accel_strerror(st));
+        return -1;
+    }
+    sum.density = sum.blocks_causal ? (double)sum.blocks_computed / sum.blocks_causal : 1.0;
+    if (rep) *rep = sum;
+    return t;
+}
+
+/* KL(p || q) of two logit rows, nats. */
+static double kl_logits(const float *a, const float *b, int V)
+{
+    double ma = -1e300, mb = -1e300, sa = 0, sb = 0, kl = 0;
+    for (int i = 0; i < V; i++) {
+        if (a[i] > ma) ma = a[i];
+        if (b[i] > mb) mb = b[i];
+    }
+    for (int i = 0; i < V; i++) {
+        sa += exp(a[i] - ma);
+        sb += exp(b[i] - mb);
+    }
+    for (int i = 0; i < V; i++) {
+        double pa = exp(a[i] - ma) / sa, lpa = a[i] - ma - log(sa), lpb = b[i] - mb - log(sb);
+        kl += pa * (lpa - lpb);
+    }
+    return kl;
 }
 
 /* --idle MS: the device idles this long before each timed prefill */
@@ -451,7 +518,10 @@ int main(int argc, char **argv)
     long steps = 64, reps = 3, bctx = 1024, min_budget = 1024;
     double tau = 0.1;
     double gammas[MAX_LIST], maxf[MAX_LIST] = {0};
-    int ng = 0, nmf = 1, sparse_only = 0, warm_once = 0;
+    int ng = 0, nmf = 1, sparse_only = 0, warm_once = 0, xstride = 8;
+    long trec[MAX_LIST] = {1920};
+    double xthr[MAX_LIST] = {0.8};
+    int ntr = 1, nxt = 1, modes[3] = {SPARSE_MODE_FLEX}, nmodes = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -491,6 +561,19 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--batch-ctx")) bad = (bctx = atol(v)) < 1 || bctx > (1 << 20);
         else if (!strcmp(a, "--sparse")) bad = (ng = parse_flist(v, gammas, 1e-6, 1)) <= 0;
         else if (!strcmp(a, "--sparse-max")) bad = (nmf = parse_flist(v, maxf, 0, 1)) <= 0;
+        else if (!strcmp(a, "--sparse-mode")) {
+            nmodes = 0;
+            for (const char *q = v; *q && !bad;) {
+                char name[32];
+                size_t l = strcspn(q, ",");
+                snprintf(name, sizeof name, "%.*s", (int)(l < 31 ? l : 31), q);
+                bad = nmodes == 3 || (modes[nmodes++] = sparse_mode_parse(name)) < 0;
+                q += l + (q[l] == ',');
+            }
+        }
+        else if (!strcmp(a, "--xattention-threshold")) bad = (nxt = parse_flist(v, xthr, 1e-6, 1)) <= 0;
+        else if (!strcmp(a, "--xattention-stride")) bad = (xstride = atoi(v)) < 1 || xstride > 128;
+        else if (!strcmp(a, "--tri-recent")) bad = (ntr = parse_list(v, trec, 0, 1 << 20)) <= 0;
         else if (!strcmp(a, "--min-budget")) bad = (min_budget = atol(v)) < 0 || min_budget > (1 << 20);
         else if (!strcmp(a, "--tau")) bad = !((tau = atof(v)) >= 0 && tau <= 1);
         else if (!strcmp(a, "--warm")) bad = !(warm_once = !strcmp(v, "once")) && strcmp(v, "each");
@@ -562,29 +645,57 @@ int main(int argc, char **argv)
                    "\"idle_ms\":%ld}\n", prefill[i], t * 1e3, prefill[i] / t, idle_ms);
             fflush(stdout);
         }
-        for (int g = 0; g < ng; g++)
-            for (int f = 0; f < nmf; f++) {
-                int P = (int)prefill[i];
-                accel_sparse sp;
-                sparse_params_default(&sp.p, SPARSE_MODE_FLEX);
+        float *lgd = NULL;
+        if (!sparse_only && (lgd = malloc(sizeof(float) * V))) memcpy(lgd, lg, sizeof(float) * V);
+        /* the runs: FlexPrefill gammas x max budgets, XAttention thresholds, Tri-shape recents */
+        for (int mi = 0; mi < nmodes && ng > 0; mi++) {
+        const int smode = modes[mi];
+        const int nrun = smode == SPARSE_MODE_FLEX ? ng * nmf : smode == SPARSE_MODE_XATTN ? nxt : ntr;
+        for (int ri = 0; ri < nrun; ri++) {
+            int P = (int)prefill[i];
+            accel_sparse sp;
+            sparse_params_default(&sp.p, smode);
+            char par[160];
+            if (smode == SPARSE_MODE_FLEX) {
+                const int g = ri / nmf, f = ri % nmf;
                 sp.p.flex.gamma = (float)gammas[g];
                 sp.p.flex.tau = (float)tau;
                 sp.p.flex.min_budget = (int)min_budget;
                 sp.p.flex.max_budget = (int)(maxf[f] * P);
-                accel_sparse_report rep = {0};
-                double ts = prefill_median_sp(d, ids, P, lg, NULL, (int)reps, !warm_once || i == 0,
-                                              &sp, &rep);
-                if (ts < 0) return 1;
-                double extra = sp_bytes ? sp_bytes(d, P, 0) / 1e9 : 0;
-                printf("{\"bench\":\"prefill_sparse\",\"tokens\":%d,\"gamma\":%.3g,\"tau\":%.3g,"
-                       "\"min_budget\":%ld,\"max_budget\":%d,\"ttft_ms\":%.2f,\"dense_ttft_ms\":%.2f,"
-                       "\"speedup\":%.3f,\"density\":%.4f,\"layers_sparse\":%d,"
-                       "\"blocks_computed\":%lld,\"blocks_causal\":%lld,\"extra_gb\":%.3f}\n",
-                       P, gammas[g], tau, min_budget, sp.p.flex.max_budget, ts * 1e3, t * 1e3,
-                       t > 0 ? t / ts : 0, rep.density, rep.layers_sparse,
-                       (long long)rep.blocks_computed, (long long)rep.blocks_causal, extra);
-                fflush(stdout);
+                snprintf(par, sizeof par, "\"gamma\":%.3g,\"tau\":%.3g,\"min_budget\":%ld,\"max_budget\":%d",
+                         gammas[g], tau, min_budget, sp.p.flex.max_budget);
+            } else if (smode == SPARSE_MODE_XATTN) {
+                sp.p.xattention_threshold = xthr[ri];
+                sp.p.xattention_stride = xstride;
+                snprintf(par, sizeof par, "\"threshold\":%.3g,\"stride\":%d", xthr[ri], xstride);
+            } else {
+                sp.p.num_retained_recent_tokens_in_cache = (int)trec[ri];
+                snprintf(par, sizeof par, "\"start\":128,\"recent\":%ld", trec[ri]);
             }
+            if (sparse_params_check(&sp.p, err, sizeof err, NULL)) {
+                fprintf(stderr, "bench_gpu: %s\n", err);
+                return 2;
+            }
+            accel_sparse_report rep = {0};
+            double tt[32];
+            int nr = (int)reps;
+            if ((!warm_once || i == 0) && prefill_planned(d, ids, P, lg, &sp, &rep) < 0) return 1;
+            for (int r = 0; r < nr; r++)
+                if ((tt[r] = prefill_planned(d, ids, P, lg, &sp, &rep)) < 0) return 1;
+            const double ts = median(tt, nr);
+            double extra = sp_bytes && smode == SPARSE_MODE_FLEX ? sp_bytes(d, P, 0) / 1e9 : 0;
+            printf("{\"bench\":\"prefill_sparse\",\"mode\":\"%s\",\"tokens\":%d,%s,"
+                   "\"ttft_ms\":%.2f,\"dense_ttft_ms\":%.2f,"
+                   "\"speedup\":%.3f,\"density\":%.4f,\"layers_sparse\":%d,"
+                   "\"blocks_computed\":%lld,\"blocks_causal\":%lld,\"extra_gb\":%.3f,"
+                   "\"kl_last_vs_dense\":%.4g}\n",
+                   sparse_mode_name(smode), P, par, ts * 1e3, t * 1e3, t > 0 ? t / ts : 0,
+                   rep.density, rep.layers_sparse, (long long)rep.blocks_computed,
+                   (long long)rep.blocks_causal, extra, lgd ? kl_logits(lgd, lg, V) : -1.0);
+            fflush(stdout);
+        }
+        }
+        free(lgd);
         free(ids);
     }
     for (int i = 0; i < npx; i++) {

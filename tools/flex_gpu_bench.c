@@ -8,6 +8,12 @@
  *   build/flex_gpu_bench bench [N,N,...]    index / sparse / dense attention times (default
  *                                           32768,65536,131072), kinds x gamma
  *   build/flex_gpu_bench dump DIR N KIND    one prompt's bf16 Q/K/V for timing the official code
+ *   build/flex_gpu_bench methods [N,...]    the three sparse-prefill methods side by side (issue
+ *                                           22): index ms, block-sparse attention ms, density,
+ *                                           dense attention ms, for FlexPrefill (--gammas' first,
+ *                                           tau 0.1, min_budget 1024), XAttention (thresholds
+ *                                           --xthr, strides --xstride) and Tri-shape (recent
+ *                                           --recent, start 128; its 1024-token chunks)
  * Options before the command: --lib PATH (build/libtandem_cuda_test.so: the test library beside
  * the plugin, gpu/test/, which loads build/libtandem_cuda.so), --threads T (16),
  * --heads H --kv-heads G --dim D (32, 8, 128: Llama-3-8B), --reps R (3), --kinds K[,K]
@@ -23,6 +29,7 @@
 #include "cpu/flex_synth.h"
 #include "cpu/pool.h"
 #include "gpu/gpu_flex.h"
+#include "sparse/sparse.h"
 #include "scheduler/accel.h"
 #include <dlfcn.h>
 #include <errno.h>
@@ -44,6 +51,15 @@ typedef struct api {
 
 static int H = 32, HK = 8, D = 128, THREADS = 16, REPS = 3;
 static char KINDS[128] = "structured,mixed", GAMMAS[128] = "0.8,0.9,0.95";
+static char XTHR[128] = "0.8,0.9,0.95", XSTRIDE[64] = "8,16", RECENT[128] = "1920,8192";
+
+/* gpu/test/xattn_test_api.cu */
+typedef struct gpu_sparse_bench_result {
+    double index_ms, attn_ms, dense_ms, density;
+    long long nnz, causal;
+} gpu_sparse_bench_result;
+typedef int (*sparse_bench_fn)(const sparse_params *, int, const float *, const float *,
+                               const float *, int, int, int, int, int, gpu_sparse_bench_result *);
 
 /* devices_open pulls the composition root, the backends and the model code out of libtandem.a
  * into this program; the CUDA plugin resolves its calls to them when dlopen'ed (RTLD_NOW). */
@@ -352,6 +368,106 @@ static int bench(const api *a, const char *sizes)
     return 0;
 }
 
+/* "a,b,c" -> up to max doubles; the count, or -1 on a bad list. */
+static int dlist(const char *t, double *out, int max)
+{
+    int c = 0;
+    while (*t && c < max) {
+        char *end;
+        out[c++] = strtod(t, &end);
+        if (end == t) return -1;
+        t = *end == ',' ? end + 1 : end;
+    }
+    return c;
+}
+
+static int methods(const api *a, sparse_bench_fn sb, const char *sizes)
+{
+    double xt[8], xs[4], rc[4];
+    const int nxt = dlist(XTHR, xt, 8), nxs = dlist(XSTRIDE, xs, 4), nrc = dlist(RECENT, rc, 4);
+    double g0[1];
+    if (nxt < 1 || nxs < 1 || nrc < 1 || dlist(GAMMAS, g0, 1) != 1) {
+        fprintf(stderr, "flex_gpu_bench: bad --xthr / --xstride / --recent / --gammas\n");
+        return 2;
+    }
+    printf("## Sparse prefill methods on the GPU (bf16, H %d, KV heads %d, d %d; median of %d)\n\n"
+           "| n | kind | method | parameters | density | index ms | attention ms | dense ms | "
+           "index / dense | dense / (index + attention) |\n"
+           "|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n", H, HK, D, REPS);
+    for (const char *s = sizes; s && *s;) {
+        char *end;
+        long n = strtol(s, &end, 10);
+        if (end == s || n < 2048 || n > GPU_FLEX_MAX_TOKENS) {
+            fprintf(stderr, "flex_gpu_bench: bad size list at %s\n", s);
+            return 2;
+        }
+        s = *end == ',' ? end + 1 : end;
+        for (char *t = KINDS; *t;) {
+            char name[32];
+            size_t l = strcspn(t, ",");
+            snprintf(name, sizeof name, "%.*s", (int)(l < 31 ? l : 31), t);
+            t += l + (t[l] == ',');
+            int kind = cpu_flex_synth_kind_parse(name);
+            prompt p;
+            if (kind < 0 || prompt_new(&p, (int)n, (enum cpu_flex_synth_kind)kind, 7)) {
+                fprintf(stderr, "flex_gpu_bench: kind %s / memory at n %ld\n", name, n);
+                return 1;
+            }
+            gpu_flex_params gp = {(float)g0[0], 0.1f, 8, 0, 0};
+            gpu_flex_bench_result fr;
+            if (!a->bench(p.q, p.k, p.v, p.n, H, HK, D, &gp, REPS, 1, &fr, NULL, NULL, 0))
+                printf("| %ld | %s | flexprefill | gamma %.2f tau 0.1 min 1024 | %.4f | %.2f | %.2f | "
+                       "%.2f | %.2f%% | %.2fx |\n", n, name, gp.gamma, fr.density, fr.index_ms,
+                       fr.sparse_ms, fr.dense_kernel_ms, 100 * fr.index_ms / fr.dense_kernel_ms,
+                       fr.dense_kernel_ms / (fr.index_ms + fr.sparse_ms));
+            else
+                printf("| %ld | %s | flexprefill | failed |\n", n, name);
+            sparse_params ps[40];
+            int np = 0;
+            for (int i = 0; i < nxt; i++)
+                for (int j = 0; j < nxs; j++) {
+                    sparse_params_default(&ps[np], SPARSE_MODE_XATTN);
+                    ps[np].xattention_threshold = xt[i];
+                    ps[np++].xattention_stride = (int)xs[j];
+                }
+            for (int i = 0; i < nrc; i++) {
+                sparse_params_default(&ps[np], SPARSE_MODE_TRISHAPE);
+                ps[np++].num_retained_recent_tokens_in_cache = (int)rc[i];
+            }
+            gpu_sparse_bench_result rs[40];
+            int st = sb(ps, np, p.q, p.k, p.v, p.n, H, HK, D, REPS, rs);
+            for (int i = 0; i < np; i++) {
+                char par[96];
+                if (ps[i].mode == SPARSE_MODE_XATTN)
+                    snprintf(par, sizeof par, "threshold %.2f stride %d", ps[i].xattention_threshold,
+                             ps[i].xattention_stride);
+                else
+                    snprintf(par, sizeof par, "start %d recent %d (chunks of %d)",
+                             ps[i].num_retained_start_tokens_in_cache,
+                             ps[i].num_retained_recent_tokens_in_cache, SPARSE_TRI_CHUNK);
+                if (st) {
+                    printf("| %ld | %s | %s | %s | failed: %d |\n", n, name,
+                           sparse_mode_name(ps[i].mode), par, st);
+                    continue;
+                }
+                const gpu_sparse_bench_result *r = &rs[i];
+                printf("| %ld | %s | %s | %s | %.4f | %.2f | %.2f | %.2f | %.2f%% | %.2fx |\n", n,
+                       name, sparse_mode_name(ps[i].mode), par, r->density, r->index_ms, r->attn_ms,
+                       r->dense_ms, 100 * r->index_ms / r->dense_ms,
+                       r->dense_ms / (r->index_ms + r->attn_ms));
+            }
+            fflush(stdout);
+            prompt_free(&p);
+        }
+    }
+    printf("\nindex ms: the method's block selection (XAttention: the estimate + selection + CSR; "
+           "Tri-shape: its lists, summed over its chunks); attention ms: the engine's block-sparse "
+           "kernel over them (Tri-shape: summed over its chunks); dense ms: the dense kernel of the "
+           "same family over the sparse part (FlexPrefill: the whole prompt; the others: up to "
+           "sparse_plan's end, the last num_last_dense_tokens_in_prefill tokens excluded).\n\n");
+    return 0;
+}
+
 static int dump(const char *dir, int n, const char *kind)
 {
     int k = cpu_flex_synth_kind_parse(kind);
@@ -385,13 +501,18 @@ int main(int argc, char **argv)
         else if (!strcmp(o, "--kinds") && strlen(v) < sizeof KINDS) snprintf(KINDS, sizeof KINDS, "%s", v);
         else if (!strcmp(o, "--gammas") && strlen(v) < sizeof GAMMAS)
             snprintf(GAMMAS, sizeof GAMMAS, "%s", v);
+        else if (!strcmp(o, "--xthr") && strlen(v) < sizeof XTHR) snprintf(XTHR, sizeof XTHR, "%s", v);
+        else if (!strcmp(o, "--xstride") && strlen(v) < sizeof XSTRIDE)
+            snprintf(XSTRIDE, sizeof XSTRIDE, "%s", v);
+        else if (!strcmp(o, "--recent") && strlen(v) < sizeof RECENT)
+            snprintf(RECENT, sizeof RECENT, "%s", v);
         else {
             fprintf(stderr, "flex_gpu_bench: bad option %s %s (see tools/flex_gpu_bench.c)\n", o, v);
             return 2;
         }
     }
     if (i >= argc || H % HK) {
-        fprintf(stderr, "usage: flex_gpu_bench [options] check DIR | bench [N,...] | dump DIR N KIND\n");
+        fprintf(stderr, "usage: flex_gpu_bench [options] check DIR | bench [N,...] | methods [N,...] | dump DIR N KIND\n");
         return 2;
     }
     const char *cmd = argv[i];
@@ -411,6 +532,14 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "check")) return i + 1 < argc ? check(&a, argv[i + 1]) : 2;
     if (!strcmp(cmd, "bench")) return bench(&a, i + 1 < argc ? argv[i + 1] : "32768,65536,131072");
+    if (!strcmp(cmd, "methods")) {
+        sparse_bench_fn sb = (sparse_bench_fn)dlsym(h, "gpu_sparse_bench");
+        if (!sb) {
+            fprintf(stderr, "flex_gpu_bench: %s lacks gpu_sparse_bench\n", lib);
+            return 2;
+        }
+        return methods(&a, sb, i + 1 < argc ? argv[i + 1] : "32768,65536,131072");
+    }
     fprintf(stderr, "flex_gpu_bench: unknown command %s\n", cmd);
     return 2;
 }

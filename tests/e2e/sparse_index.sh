@@ -4,13 +4,16 @@
 # inputs are regenerated here (the recording's LCG), written as float32 files, indexed by the
 # command, and each case's block sets must agree with the official ones at Jaccard >= 0.99
 # (the unit test xattn_index_matches_recorded_official_outputs checks that every difference sits
-# at the threshold edge). Bad flags exit 2.
+# at the threshold edge). Bad flags exit 2. DEVICE=cuda runs the index on the GPU
+# (gpu/gpu_xattn.h; inputs rounded to bf16 on upload, so its sets may differ from the official
+# float32 ones at more threshold edges: the same Jaccard >= 0.99 holds; tests/gpu/README.md).
 BUILD=${BUILD:-build}
+DEVICE=${DEVICE:-cpu}
 T=$(mktemp -d /tmp/tandem-sidx.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-python3 - "$BUILD/tandem" "$T" <<'PY'
+python3 - "$BUILD/tandem" "$T" "$DEVICE" <<'PY'
 import json, struct, subprocess, sys
-tandem, tmp = sys.argv[1], sys.argv[2]
+tandem, tmp, device = sys.argv[1], sys.argv[2], sys.argv[3]
 d = json.load(open("tests/data/sparse/xattn_official.json"))
 
 def lcg(seed, count):
@@ -53,11 +56,11 @@ for i, c in enumerate(d["cases"]):
            "--heads", str(H), "--kv-heads", str(HK), "--head-dim", str(D), "--tokens", str(n),
            "--q-from", str(P), "--xattention-threshold", str(c["threshold"]),
            "--xattention-stride", str(c["stride"]), "--xattention-block-size", str(c["block_size"]),
-           "--out", f"{tmp}/out.json", "--threads", "2"]
+           "--out", f"{tmp}/out.json", "--threads", "2", "--device", device]
     if P == 0:
         cmd.append("--official-chunking")
     r = subprocess.run(cmd, capture_output=True, text=True)
-    name = f"sparse_index_official_{i}_n{n}_{c['dtype']}"
+    name = f"sparse_index_official_{i}_n{n}_{c['dtype']}" + ("" if device == "cpu" else "_" + device)
     if r.returncode:
         print(f"not ok {name} # {r.stderr.strip()[:200]}")
         continue

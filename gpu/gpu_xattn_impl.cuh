@@ -1,0 +1,26 @@
+// gpu/gpu_xattn_impl.cuh — what gpu/gpu_xattn.cu (the estimate, the workspace) and
+// gpu/gpu_xattn_select.cu (selection, Tri-shape, CSR emission) share.
+#ifndef TANDEM_GPU_XATTN_IMPL_CUH
+#define TANDEM_GPU_XATTN_IMPL_CUH
+#include "gpu/gpu_flex_common.cuh"
+#include "gpu/gpu_xattn.h"
+
+#define XT 128 // reshaped query rows per CTA, reshaped keys per tile
+
+struct gpu_xattn_ws {
+    int cap_n, H, Hk, d, block, nb; // nb: key blocks of cap_n
+    int tpl;                        // query tiles per launch of the estimate (P's size)
+    int nkt;                        // key tiles per row at most (stride 1)
+    int estimate;                   // the estimate's buffers are there (else lists only)
+    float *P, *Mt, *A;              // partial block sums, per-tile maxima, block masses
+    uint32_t *keep;                 // (H, nb, words) kept-block bits
+    int *counts;                    // (H, nb)
+    int32_t *row_ptr, *col;
+};
+
+// Selection of every row q0 .. nb - 1 into ws->keep / counts, then the CSR lists.
+int gpu_xattn_select(gpu_xattn_ws *w, const gpu_xattn_params *p, int nb, int q0, cudaStream_t st);
+// The CSR lists from ws->keep and ws->counts (rows q0 .. nb - 1).
+int gpu_xattn_emit(gpu_xattn_ws *w, int nb, int q0, cudaStream_t st);
+
+#endif

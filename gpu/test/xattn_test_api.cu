@@ -1,0 +1,184 @@
+// gpu/test/xattn_test_api.cu — timing entry of XAttention's and Tri-shape's GPU paths for the
+// benchmark (tools/flex_gpu_bench.c `methods`; found with dlsym in build/libtandem_cuda_test.so):
+// host float Q/K/V rounded to h16 on upload, the method's index and the block-sparse attention
+// over it (the engine's kernels: the warp-specialized one on Hopper for head_dim 128), and dense
+// causal attention of the same kernel family, each the median of `reps` runs (events on one
+// stream). XAttention runs over the whole prompt (one sparse chunk, as the scheduler hands a
+// whole prompt over); Tri-shape in its chunks of SPARSE_TRI_CHUNK tokens (its index and attention
+// summed over them). Device memory is released before returning.
+extern "C" { // a C header without guards of its own, first: engine.cuh includes it too
+#include "sparse/sparse.h"
+}
+#include "gpu/engine.cuh"
+#include "gpu/gpu_flex_common.cuh"
+#include "gpu/gpu_xattn.h"
+#include <algorithm>
+#include <string.h>
+#include <vector>
+
+extern "C" {
+typedef struct gpu_sparse_bench_result {
+    double index_ms, attn_ms, dense_ms; // medians; index and attention summed over chunks
+    double density;                     // blocks computed / causal blocks of the sparse rows
+    long long nnz, causal;
+} gpu_sparse_bench_result;
+int gpu_sparse_bench(const sparse_params *ps, int np, const float *q, const float *k,
+                     const float *v, int n, int H, int Hk, int d, int reps,
+                     gpu_sparse_bench_result *rs);
+}
+
+namespace {
+struct dmem {
+    void *p = nullptr;
+    ~dmem()
+    {
+        if (p) cudaFree(p);
+    }
+};
+int up(dmem &d, const float *x, size_t n)
+{
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = h16_bits_host(x[i]);
+    GF_CHECK(cudaMalloc(&d.p, n * 2));
+    GF_CHECK(cudaMemcpy(d.p, h.data(), n * 2, cudaMemcpyHostToDevice));
+    return 0;
+}
+struct ws_hold {
+    gpu_xattn_ws *w = nullptr;
+    ~ws_hold() { gpu_xattn_ws_free(w); }
+};
+
+// Rows pos0 .. pos0 + T - 1 of q against keys 0 .. pos0 + T - 1 (bl NULL: dense causal).
+int attn(const h16 *q, const h16 *k, const h16 *v, h16 *out, int T, int pos0, int H, int Hk, int d,
+         const gpu_block_list *bl, cudaStream_t st)
+{
+    gpu_dims dd;
+    memset(&dd, 0, sizeof dd);
+    dd.n_heads = H;
+    dd.n_kv = Hk;
+    dd.hd = d;
+    dd.hdp = d;
+    dd.qd = H * d;
+    dd.kvd = Hk * d;
+    dd.L = 1;
+    if (d == 128 && gpu_flex_ws_here()) {
+        int s = gpu_attn_prefill_ws_ex(st, &dd, T, pos0, q, k, v, (size_t)Hk * d, (size_t)d, 0, bl,
+                                       out, 0);
+        if (s != ACCEL_ERR_UNSUPPORTED) return s;
+    }
+    return gpu_attn_prefill_ex(st, &dd, T, pos0, q, k, v, (size_t)Hk * d, (size_t)d, 0, bl, out, 4);
+}
+
+double median(std::vector<double> t)
+{
+    std::sort(t.begin(), t.end());
+    return t.empty() ? 0 : t[t.size() / 2];
+}
+} // namespace
+
+static int one(const sparse_params *p, const h16 *Q, const h16 *K, const h16 *V, h16 *O, int n,
+               int H, int Hk, int d, int reps, gpu_sparse_bench_result *r);
+
+// Each of the np parameter sets on the same inputs (uploaded once).
+extern "C" int gpu_sparse_bench(const sparse_params *ps, int np, const float *q, const float *k,
+                                const float *v, int n, int H, int Hk, int d, int reps,
+                                gpu_sparse_bench_result *rs)
+{
+    for (int i = 0; i < np; i++) {
+        const sparse_params *p = &ps[i];
+        memset(&rs[i], 0, sizeof rs[i]);
+        if (p->mode == SPARSE_MODE_FLEX || sparse_params_check(p, NULL, 0, NULL) ||
+            (p->mode == SPARSE_MODE_XATTN && p->xattention_block_size != 128))
+            return GPU_FLEX_ERR_INVALID;
+    }
+    if (n < 256 || n > GPU_FLEX_MAX_TOKENS || (d != 64 && d != 128) || H % Hk || reps < 1)
+        return GPU_FLEX_ERR_INVALID;
+    dmem dq, dk, dv, dout;
+    int rc = up(dq, q, (size_t)n * H * d);
+    if (!rc) rc = up(dk, k, (size_t)n * Hk * d);
+    if (!rc) rc = up(dv, v, (size_t)n * Hk * d);
+    if (rc) return rc;
+    GF_CHECK(cudaMalloc(&dout.p, (size_t)n * H * d * 2));
+    for (int i = 0; i < np && !rc; i++)
+        rc = one(&ps[i], (const h16 *)dq.p, (const h16 *)dk.p, (const h16 *)dv.p, (h16 *)dout.p, n,
+                 H, Hk, d, reps, &rs[i]);
+    return rc;
+}
+
+static int one(const sparse_params *p, const h16 *Q, const h16 *K, const h16 *V, h16 *O, int n,
+               int H, int Hk, int d, int reps, gpu_sparse_bench_result *r)
+{
+    int rc;
+    const int xat = p->mode == SPARSE_MODE_XATTN;
+    ws_hold w;
+    rc = gpu_xattn_ws_new(n, H, Hk, d, 128, xat, &w.w);
+    if (rc) return rc;
+    cudaStream_t st = 0;
+    cudaEvent_t e0, e1, e2;
+    GF_CHECK(cudaEventCreate(&e0));
+    GF_CHECK(cudaEventCreate(&e1));
+    GF_CHECK(cudaEventCreate(&e2));
+    // the sparse part: the whole prompt up to sparse_plan's end (the dense tail not timed)
+    const int end = sparse_plan(p, n);
+    const int nb = (n + 127) / 128;
+    std::vector<double> ti, ta, td;
+    for (int rep = 0; rep <= reps; rep++) { // rep 0: warm-up
+        double si = 0, sa = 0;
+        long long nnz = 0, causal = 0;
+        for (int pos0 = 0; pos0 < end;) {
+            const int len = xat ? end : sparse_chunk_len(p, end, pos0, end);
+            const int N = pos0 + len, nbc = (N + 127) / 128, q0 = pos0 / 128;
+            GF_CHECK(cudaEventRecord(e0, st));
+            if (xat) {
+                const gpu_xattn_params xp = {p->xattention_threshold, 128, p->xattention_stride, 0, 0};
+                rc = gpu_xattn_index(w.w, &xp, Q + (size_t)pos0 * H * d, (size_t)H * d, K,
+                                     (size_t)Hk * d, (size_t)d, NULL, 0, N, pos0, st);
+            } else {
+                int lo, hi;
+                sparse_tri_skip(p, pos0, &lo, &hi);
+                rc = gpu_trishape_index(w.w, lo / 128, hi / 128, N, pos0, st);
+            }
+            if (rc) return rc;
+            GF_CHECK(cudaEventRecord(e1, st));
+            const gpu_block_list bl = {gpu_xattn_ws_row_ptr(w.w), gpu_xattn_ws_col(w.w), nbc};
+            rc = attn(Q + (size_t)pos0 * H * d, K, V, O + (size_t)pos0 * H * d, len, pos0, H, Hk, d,
+                      &bl, st);
+            if (rc) return rc;
+            GF_CHECK(cudaEventRecord(e2, st));
+            int32_t last = 0;
+            GF_CHECK(cudaMemcpy(&last, gpu_xattn_ws_row_ptr(w.w) + (size_t)H * (nbc + 1) - 1, 4,
+                                cudaMemcpyDeviceToHost));
+            float a = 0, b = 0;
+            GF_CHECK(cudaEventElapsedTime(&a, e0, e1));
+            GF_CHECK(cudaEventElapsedTime(&b, e1, e2));
+            si += a;
+            sa += b;
+            nnz += last;
+            causal += (long long)H * ((long long)nbc * (nbc + 1) / 2 - (long long)q0 * (q0 + 1) / 2);
+            pos0 = N;
+        }
+        GF_CHECK(cudaEventRecord(e0, st));
+        rc = attn(Q, K, V, O, end, 0, H, Hk, d, NULL, st);
+        if (rc) return rc;
+        GF_CHECK(cudaEventRecord(e1, st));
+        GF_CHECK(cudaEventSynchronize(e1));
+        float dm = 0;
+        GF_CHECK(cudaEventElapsedTime(&dm, e0, e1));
+        if (rep > 0) {
+            ti.push_back(si);
+            ta.push_back(sa);
+            td.push_back(dm);
+        }
+        r->nnz = nnz;
+        r->causal = causal;
+    }
+    (void)nb;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaEventDestroy(e2);
+    r->index_ms = median(ti);
+    r->attn_ms = median(ta);
+    r->dense_ms = median(td);
+    r->density = r->causal ? (double)r->nnz / (double)r->causal : 1.0;
+    return 0;
+}
