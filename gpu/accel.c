@@ -128,9 +128,9 @@ static enum proto_kv_dtype export_dtype(accel_dev *d)
 /* This sparse chunk's method on the GPU's kernels (1), or 0 when it runs dense: no sparse request
  * (the scheduler settled it, sparse/sparse.h), a sliding-window model, a shape the GPU kernels do
  * not cover (head_dim other than 64/128, over GPU_FLEX_MAX_HEADS heads or GPU_FLEX_MAX_TOKENS
- * keys, a chunk not starting on a 128-token block), FlexPrefill on a chunk after existing KV or
- * under two blocks (its GPU index takes whole prompts), XAttention with a block other than 128
- * (the attention kernels' block); the report then says dense. */
+ * keys, a chunk not starting on a 128-token block), FlexPrefill under two blocks in all or one in
+ * the chunk, XAttention with a block other than 128 (the attention kernels' block); the report
+ * then says dense. */
 static int gpu_sparse_params(const accel_dev *d, const accel_prefill_req *r, gpu_sparse_req *gr)
 {
     const accel_sparse *sp = r->sparse;
@@ -146,7 +146,9 @@ static int gpu_sparse_params(const accel_dev *d, const accel_prefill_req *r, gpu
     const int bs = GPU_FLEX_BS;
     switch (p->mode) {
     case SPARSE_MODE_FLEX: {
-        if (pos0 != 0 || r->n < 2 * bs) return 0;
+        /* the estimate takes the chunk's last block over every key: two blocks in all, one in
+         * the chunk (cpu/flex.h) */
+        if (pos0 + r->n < 2 * bs || r->n < bs) return 0;
         const sparse_flex_params *fp = &p->flex;
         /* budgets in blocks of 128 as cpu/flex_index.c counts them: ceil(tokens / 128),
          * min_budget 0 meaning one token */

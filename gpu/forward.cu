@@ -489,7 +489,7 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
  *               with a sink, the pass's K/V quantized into the layer's export slot (n rows)
  *            2. the layer's export slot copied to the host (ring of two layers)
  *            3. the method's index over sw.q and the cache's K (every key 0 .. pos0 + n - 1,
- *               through the block table): FlexPrefill gpu_flex_index_kv_paged (whole prompts),
+ *               through the block table): FlexPrefill gpu_flex_index_chunk,
  *               XAttention gpu_xattn_index -> CSR lists; the list total goes to the pinned
  *               nnz_h[l] (read after the final sync, for the report)
  *            4. per pass: block-sparse attention of its rows (the listed blocks of all earlier
@@ -554,7 +554,7 @@ uint64_t gpu_sparse_bytes_mode(const gpu_engine *e, int mode, int pos0, int n, i
 {
     const gpu_dims &d = e->d;
     return sparse_layout(d, n, sink, dt).bytes +
-           (mode == SPARSE_MODE_FLEX ? gpu_flex_ws_bytes(n, d.n_heads, d.n_kv, d.hd)
+           (mode == SPARSE_MODE_FLEX ? gpu_flex_ws_bytes(pos0 + n, d.n_heads, d.n_kv, d.hd)
                                      : gpu_xattn_ws_bytes(pos0 + n, d.n_heads, d.n_kv, d.hd, 128,
                                                         mode == SPARSE_MODE_XATTN));
 }
@@ -583,7 +583,7 @@ static int sparse_ws_new(gpu_engine *e, int mode, int pos0, int n, int sink,
         return gpu_cuda_status(ce, "cudaMalloc(sparse)", __FILE__, __LINE__);
     }
     int st = mode == SPARSE_MODE_FLEX
-                 ? gpu_flex_ws_new(n, d.n_heads, d.n_kv, d.hd, &w->fw)
+                 ? gpu_flex_ws_new(pos0 + n, d.n_heads, d.n_kv, d.hd, &w->fw)
                  : gpu_xattn_ws_new(pos0 + n, d.n_heads, d.n_kv, d.hd, 128,
                                     mode == SPARSE_MODE_XATTN, &w->xw);
     if (st) {
@@ -689,8 +689,8 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int pos0
             GPU_TRY(export_copy(e, xr, l));
         }
         if (sr->mode == SPARSE_MODE_FLEX) {
-            GPU_TRY(gpu_flex_index_kv_paged(w.fw, &sr->flex, w.q, kl, (size_t)d.hd, k_head,
-                                            sq.map.tbl, sq.map.bstride, n, s));
+            GPU_TRY(gpu_flex_index_chunk(w.fw, &sr->flex, w.q, kl, (size_t)d.hd, k_head,
+                                         sq.map.tbl, sq.map.bstride, N, pos0, s));
             rp = gpu_flex_ws_row_ptr(w.fw);
             col = gpu_flex_ws_col(w.fw);
         } else if (sr->mode == SPARSE_MODE_XATTN) {
@@ -740,7 +740,8 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, 
     const gpu_dims &d = e->d;
     if (!sr || n < 1 || pos0 < 0 || pos0 % GPU_FLEX_BS || pos0 > kv->cap - n)
         return ACCEL_ERR_INVALID;
-    if (sr->mode == SPARSE_MODE_FLEX && (pos0 != 0 || n < 2 * GPU_FLEX_BS)) return ACCEL_ERR_INVALID;
+    if (sr->mode == SPARSE_MODE_FLEX && (pos0 + n < 2 * GPU_FLEX_BS || n < GPU_FLEX_BS))
+        return ACCEL_ERR_INVALID;
     if (sr->mode == SPARSE_MODE_XATTN && sr->xattn.block != GPU_FLEX_BS) return ACCEL_ERR_INVALID;
     if (sink && kv_dtype != PROTO_KV_INT8 && kv_dtype != PROTO_KV_INT4) return ACCEL_ERR_INVALID;
     const int N = pos0 + n;

@@ -99,9 +99,9 @@ typedef struct gpu_sparse_req {
 
 /* Sparse prefill of a chunk: positions pos0 .. pos0 + n - 1 of kv (pos0 0: a whole prompt into an
  * empty sequence; else a chunk after pos0 cached positions, pos0 a multiple of 128; FlexPrefill:
- * whole prompts only, n >= 256). Each layer runs the Q/K/V projections of every token of the chunk
+ * pos0 + n >= 256, n >= 128). Each layer runs the Q/K/V projections of every token of the chunk
  * first (layer-major, in passes of the engine's chunk), builds the method's index over the
- * chunk's Q and every key cached before and in it (FlexPrefill gpu_flex_index_kv_paged,
+ * chunk's Q and every key cached before and in it (FlexPrefill gpu_flex_index_chunk,
  * XAttention gpu_xattn_index; Tri-shape's lists once per call: gpu_trishape_index): per head, per
  * query block of 128, a list of 128-key blocks; attends over the listed blocks only (the prefill
  * attention kernel in its block-sparse form), then runs the rest of the layer pass by pass.

@@ -69,6 +69,14 @@ int gpu_flex_index_kv(gpu_flex_ws *ws, const gpu_flex_params *p, const void *q, 
 int gpu_flex_index_kv_paged(gpu_flex_ws *ws, const gpu_flex_params *p, const void *q,
                             const void *k, size_t k_tok, size_t k_head, const int *tbl,
                             long long bstride, int n, void *stream);
+/* The same for a chunk after cached tokens (chunk-aware sparse prefill, cpu/flex.h's q_pos0):
+ * q holds the queries q_pos0 .. n - 1 (rows of (H, d)), q_pos0 a multiple of 128 with at least
+ * one block after it; the estimate takes the chunk's last 128 queries over every key 0 .. n - 1
+ * and the query-aware map the chunk's rows only (cut at gamma x rows); rows before q_pos0 / 128
+ * are empty. The workspace is sized for n. */
+int gpu_flex_index_chunk(gpu_flex_ws *ws, const gpu_flex_params *p, const void *q, const void *k,
+                         size_t k_tok, size_t k_head, const int *tbl, long long bstride, int n,
+                         int q_pos0, void *stream);
 /* The workspace's index (device pointers, valid until the next gpu_flex_index). */
 const int32_t *gpu_flex_ws_row_ptr(const gpu_flex_ws *ws);
 const int32_t *gpu_flex_ws_col(const gpu_flex_ws *ws);

@@ -347,10 +347,10 @@ __global__ void __launch_bounds__(1024)
 
 // ---------------------------------------------------------------- query-aware heads
 
-__global__ void avg_q_kernel(const h16 *q, int n, int H, int D, const gpu_flex_head *heads,
-                             float *avg_q)
+__global__ void avg_q_kernel(const h16 *q, int n, int nb, int q0, int H, int D,
+                             const gpu_flex_head *heads, float *avg_q)
 {
-    const int r = blockIdx.x, h = blockIdx.y, nb = gridDim.x, e = threadIdx.x;
+    const int r = q0 + blockIdx.x, h = blockIdx.y, e = threadIdx.x;
     if (!heads[h].query_aware) return;
     const int pad = nb * BS - n;
     float s = 0;
@@ -369,11 +369,11 @@ __global__ void avg_q_kernel(const h16 *q, int n, int H, int D, const gpu_flex_h
 #define QT 64
 #define QE 32
 __global__ void __launch_bounds__(256)
-    qa_dot_kernel(const float *avg_q, const float *avg_k, int nb, int H, int Hk, int D,
+    qa_dot_kernel(const float *avg_q, const float *avg_k, int nb, int q0, int H, int Hk, int D,
                   int interleave, const gpu_flex_head *heads, float *qa_map)
 {
     __shared__ float as[QE][QT + 1], bs_[QE][QT + 1];
-    const int h = blockIdx.z, r0 = blockIdx.y * QT, c0 = blockIdx.x * QT;
+    const int h = blockIdx.z, r0 = q0 + blockIdx.y * QT, c0 = blockIdx.x * QT;
     if (!heads[h].query_aware || c0 > r0 + QT - 1) return;
     const int g = kv_head(h, H, Hk, interleave);
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
@@ -402,18 +402,18 @@ __global__ void __launch_bounds__(256)
         if (r >= nb) continue;
         for (int j = 0; j < 4; j++) {
             const int c = c0 + tx + 16 * j;
-            if (c <= r) qa_map[((size_t)h * nb + r) * nb + c] = acc[i][j];
+            if (c <= r) qa_map[((size_t)h * (nb - q0) + (r - q0)) * nb + c] = acc[i][j];
         }
     }
 }
 
 // Causal softmax of each row of the map, a warp per row (entries right of the diagonal -> 0).
 __global__ void __launch_bounds__(256)
-    qa_softmax_kernel(int nb, const gpu_flex_head *heads, float *qa_map)
+    qa_softmax_kernel(int nb, int q0, const gpu_flex_head *heads, float *qa_map)
 {
-    const int h = blockIdx.y, r = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    const int h = blockIdx.y, r = q0 + blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (!heads[h].query_aware || r >= nb) return;
-    float *row = qa_map + ((size_t)h * nb + r) * nb;
+    float *row = qa_map + ((size_t)h * (nb - q0) + (r - q0)) * nb;
     float mx = -INFINITY;
     for (int c = lane; c <= r; c += 32) mx = fmaxf(mx, row[c]);
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -433,14 +433,14 @@ __global__ void __launch_bounds__(256)
 // EMIT_PER_BLOCK ids, qa_emit ranks them by the counts of the blocks before plus a block scan.
 #define EMIT_PER_BLOCK 8192
 __global__ void __launch_bounds__(256)
-    qa_ties_kernel(const float *qa_map, int nb, const gpu_flex_head *heads, const gf_cut *cuts,
-                   int *tiecnt)
+    qa_ties_kernel(const float *qa_map, int nb, int rows, const gpu_flex_head *heads,
+                   const gf_cut *cuts, int *tiecnt)
 {
     __shared__ int red[32];
     const int h = blockIdx.y, blk = blockIdx.x, nblk = gridDim.x;
     if (!heads[h].query_aware) return;
     const gf_cut c = cuts[h];
-    const long long m = (long long)nb * nb, b0 = (long long)blk * EMIT_PER_BLOCK;
+    const long long m = (long long)rows * nb, b0 = (long long)blk * EMIT_PER_BLOCK;
     int t = 0;
     if (!c.all)
         for (long long i = b0 + threadIdx.x; i < b0 + EMIT_PER_BLOCK && i < m; i += blockDim.x)
@@ -450,15 +450,15 @@ __global__ void __launch_bounds__(256)
 }
 
 __global__ void __launch_bounds__(256)
-    qa_emit_kernel(const float *qa_map, int nb, const gpu_flex_head *heads, const gf_cut *cuts,
-                   const int *tiecnt, uint32_t *qa_keep)
+    qa_emit_kernel(const float *qa_map, int nb, int rows, const gpu_flex_head *heads,
+                   const gf_cut *cuts, const int *tiecnt, uint32_t *qa_keep)
 {
     __shared__ int scan_tmp[32];
     __shared__ long long before_s;
     const int h = blockIdx.y, blk = blockIdx.x, nblk = gridDim.x;
     if (!heads[h].query_aware) return;
     const gf_cut c = cuts[h];
-    const long long m = (long long)nb * nb, words = (m + 31) / 32;
+    const long long m = (long long)rows * nb, words = (m + 31) / 32;
     const float *x = qa_map + (size_t)h * m;
     uint32_t *keep = qa_keep + (size_t)h * words;
     if (threadIdx.x == 0) {
@@ -485,25 +485,25 @@ __global__ void __launch_bounds__(256)
 
 // ---------------------------------------------------------------- CSR
 
-static __device__ __forceinline__ int present(int h, int nb, int r, int c, const uint8_t *vmask,
-                                              const uint8_t *smask, const gpu_flex_head *heads,
-                                              const uint32_t *qa_keep)
+static __device__ __forceinline__ int present(int h, int nb, int q0, int r, int c,
+                                              const uint8_t *vmask, const uint8_t *smask,
+                                              const gpu_flex_head *heads, const uint32_t *qa_keep)
 {
     if (c == 0 || vmask[(size_t)h * nb + c] || smask[(size_t)h * nb + (r - c)]) return 1;
     if (!heads[h].query_aware) return 0;
-    const long long words = ((long long)nb * nb + 31) / 32;
-    const long long id = (long long)r * nb + c;
+    const long long words = ((long long)(nb - q0) * nb + 31) / 32;
+    const long long id = (long long)(r - q0) * nb + c;
     return (int)(qa_keep[(size_t)h * words + id / 32] >> (id & 31) & 1u);
 }
 
-__global__ void csr_count_kernel(int nb, const uint8_t *vmask, const uint8_t *smask,
+__global__ void csr_count_kernel(int nb, int q0, const uint8_t *vmask, const uint8_t *smask,
                                  const gpu_flex_head *heads, const uint32_t *qa_keep, int *counts)
 {
     __shared__ int red[32];
     const int r = blockIdx.x, h = blockIdx.y;
     int cnt = 0;
-    for (int c = threadIdx.x; c <= r; c += blockDim.x)
-        cnt += present(h, nb, r, c, vmask, smask, heads, qa_keep);
+    for (int c = threadIdx.x; r >= q0 && c <= r; c += blockDim.x)
+        cnt += present(h, nb, q0, r, c, vmask, smask, heads, qa_keep);
     cnt = gf_block_sum<int>(cnt, red);
     if (threadIdx.x == 0) counts[h * nb + r] = cnt;
 }
@@ -527,17 +527,17 @@ __global__ void __launch_bounds__(1024) scan_kernel(const int *counts, int H, in
     }
 }
 
-__global__ void csr_fill_kernel(int nb, const uint8_t *vmask, const uint8_t *smask,
+__global__ void csr_fill_kernel(int nb, int q0, const uint8_t *vmask, const uint8_t *smask,
                                 const gpu_flex_head *heads, const uint32_t *qa_keep,
                                 const int32_t *row_ptr, int32_t *col)
 {
     __shared__ int tmp[32];
-    const int r = blockIdx.x, h = blockIdx.y;
+    const int r = q0 + blockIdx.x, h = blockIdx.y;
     const int base = row_ptr[h * (nb + 1) + r];
     int running = 0;
     for (int c0 = 0; c0 <= r; c0 += blockDim.x) {
         const int c = c0 + threadIdx.x;
-        const int f = c <= r && present(h, nb, r, c, vmask, smask, heads, qa_keep);
+        const int f = c <= r && present(h, nb, q0, r, c, vmask, smask, heads, qa_keep);
         int total;
         const int ex = gf_block_exclusive_scan(f, &total, tmp);
         if (f) col[base + running + ex] = c;
@@ -694,12 +694,21 @@ extern "C" int gpu_flex_index_kv_paged(gpu_flex_ws *w, const gpu_flex_params *p,
                                        const void *kv, size_t k_tok, size_t k_head,
                                        const int *tbl, long long bstride, int n, void *stream)
 {
+    return gpu_flex_index_chunk(w, p, qv, kv, k_tok, k_head, tbl, bstride, n, 0, stream);
+}
+
+extern "C" int gpu_flex_index_chunk(gpu_flex_ws *w, const gpu_flex_params *p, const void *qv,
+                                    const void *kv, size_t k_tok, size_t k_head, const int *tbl,
+                                    long long bstride, int n, int q_pos0, void *stream)
+{
     if (!w || !p || !qv || !kv || n < 2 * BS || n > w->cap_n || !(p->gamma > 0 && p->gamma <= 1) ||
-        !(p->tau >= 0 && p->tau <= 1) || p->min_blocks < 1 || p->max_blocks < 0)
+        !(p->tau >= 0 && p->tau <= 1) || p->min_blocks < 1 || p->max_blocks < 0 || q_pos0 < 0 ||
+        q_pos0 % BS || n - q_pos0 < BS)
         return GPU_FLEX_ERR_INVALID;
     cudaStream_t st = (cudaStream_t)stream;
-    const h16 *q = (const h16 *)qv, *k = (const h16 *)kv;
-    const int H = w->H, Hk = w->Hk, D = w->d, nb = (n + BS - 1) / BS;
+    const int H = w->H, Hk = w->Hk, D = w->d, nb = (n + BS - 1) / BS, q0 = q_pos0 / BS;
+    /* q holds rows q_pos0 .. n - 1: the kernels index it by position (rows q_pos0 on only) */
+    const h16 *q = (const h16 *)qv - (ptrdiff_t)q_pos0 * H * D, *k = (const h16 *)kv;
     const int max_b = p->max_blocks > 0 && p->max_blocks < nb ? p->max_blocks : nb;
     int rc = D == 64 ? launch_lastq<64>(w, p, q, k, k_tok, k_head, tbl, bstride, n, st)
                      : launch_lastq<128>(w, p, q, k, k_tok, k_head, tbl, bstride, n, st);
@@ -718,30 +727,34 @@ extern "C" int gpu_flex_index_kv_paged(gpu_flex_ws *w, const gpu_flex_params *p,
     select_kernel<<<H, 1024, 2 * sizeof(float) * nb, st>>>(w->vblk, w->sblk, nb, w->heads,
                                                             w->vmask, w->smask);
     GF_LAUNCHED();
-    avg_q_kernel<<<dim3(nb, H), D, 0, st>>>(q, n, H, D, w->heads, w->avg_q);
+    /* the query-aware map: the chunk's rows q0 .. nb - 1 only, (H, rows, nb) (as the CPU's) */
+    const int rows = nb - q0;
+    avg_q_kernel<<<dim3(rows, H), D, 0, st>>>(q, n, nb, q0, H, D, w->heads, w->avg_q);
     GF_LAUNCHED();
-    const int qt = (nb + QT - 1) / QT;
-    qa_dot_kernel<<<dim3(qt, qt, H), 256, 0, st>>>(w->avg_q, w->avg_k, nb, H, Hk, D,
+    const int qt = (nb + QT - 1) / QT, qr = (rows + QT - 1) / QT;
+    qa_dot_kernel<<<dim3(qt, qr, H), 256, 0, st>>>(w->avg_q, w->avg_k, nb, q0, H, Hk, D,
                                                    p->gqa_interleave, w->heads, w->qa_map);
     GF_LAUNCHED();
-    qa_softmax_kernel<<<dim3((nb + 7) / 8, H), 256, 0, st>>>(nb, w->heads, w->qa_map);
+    qa_softmax_kernel<<<dim3((rows + 7) / 8, H), 256, 0, st>>>(nb, q0, w->heads, w->qa_map);
     GF_LAUNCHED();
     // gamma * num_blocks is a Python float; torch compares it with the float32 cumsum as float32
-    const float limit = (float)((double)p->gamma * nb);
-    rc = gf_cut_run(w->qa_map, NULL, (long long)nb * nb, H, 0, (double)limit, w->heads,
+    // (a chunk's map holds its rows only: gamma x rows, cpu/flex_index.c)
+    const float limit = (float)((double)p->gamma * rows);
+    rc = gf_cut_run(w->qa_map, NULL, (long long)rows * nb, H, 0, (double)limit, w->heads,
                     w->cut_scratch, w->cuts, st);
     if (rc) return rc;
-    const dim3 eg((unsigned)(((long long)nb * nb + EMIT_PER_BLOCK - 1) / EMIT_PER_BLOCK), H);
-    qa_ties_kernel<<<eg, 256, 0, st>>>(w->qa_map, nb, w->heads, w->cuts, w->tiecnt);
+    const dim3 eg((unsigned)(((long long)rows * nb + EMIT_PER_BLOCK - 1) / EMIT_PER_BLOCK), H);
+    qa_ties_kernel<<<eg, 256, 0, st>>>(w->qa_map, nb, rows, w->heads, w->cuts, w->tiecnt);
     GF_LAUNCHED();
-    qa_emit_kernel<<<eg, 256, 0, st>>>(w->qa_map, nb, w->heads, w->cuts, w->tiecnt, w->qa_keep);
+    qa_emit_kernel<<<eg, 256, 0, st>>>(w->qa_map, nb, rows, w->heads, w->cuts, w->tiecnt,
+                                       w->qa_keep);
     GF_LAUNCHED();
-    csr_count_kernel<<<dim3(nb, H), 128, 0, st>>>(nb, w->vmask, w->smask, w->heads, w->qa_keep,
+    csr_count_kernel<<<dim3(nb, H), 128, 0, st>>>(nb, q0, w->vmask, w->smask, w->heads, w->qa_keep,
                                                   w->counts);
     GF_LAUNCHED();
     scan_kernel<<<1, 1024, 0, st>>>(w->counts, H, nb, w->row_ptr);
     GF_LAUNCHED();
-    csr_fill_kernel<<<dim3(nb, H), 128, 0, st>>>(nb, w->vmask, w->smask, w->heads, w->qa_keep,
+    csr_fill_kernel<<<dim3(rows, H), 128, 0, st>>>(nb, q0, w->vmask, w->smask, w->heads, w->qa_keep,
                                                  w->row_ptr, w->col);
     GF_LAUNCHED();
     return 0;
@@ -760,9 +773,9 @@ int gpu_flex_emit(const float *map, int nb, int S, const gpu_flex_head *heads, c
 {
     if (nb < 1 || nb > MAX_NB || S < 1) return GPU_FLEX_ERR_INVALID;
     const dim3 eg((unsigned)gpu_flex_emit_ties(nb), S);
-    qa_ties_kernel<<<eg, 256, 0, st>>>(map, nb, heads, cuts, ties);
+    qa_ties_kernel<<<eg, 256, 0, st>>>(map, nb, nb, heads, cuts, ties);
     GF_LAUNCHED();
-    qa_emit_kernel<<<eg, 256, 0, st>>>(map, nb, heads, cuts, ties, keep);
+    qa_emit_kernel<<<eg, 256, 0, st>>>(map, nb, nb, heads, cuts, ties, keep);
     GF_LAUNCHED();
     return 0;
 }

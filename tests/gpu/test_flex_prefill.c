@@ -130,8 +130,8 @@ TEST(gpu_flex_prefill_every_block_equals_dense_fp16)
 
 /* Decode continues from the KV a sparse prefill left in the cache: after every-block sparse
  * prefill, 24 teacher-forced steps against the same steps after a dense prefill. After a real
- * sparse prefill the steps run and give finite logits, and a later prefill chunk (existing KV)
- * runs dense whatever its request says. */
+ * sparse prefill the steps run and give finite logits, and a later prefill chunk that does not
+ * start on a 128-token block (after 924 positions) runs dense whatever its request says. */
 static void then_decode(void)
 {
     OPEN_OR_SKIP(NULL, m, d);
