@@ -138,12 +138,13 @@ $(BUILD)/obj-f16/%.cu.o: %.cu
 # stamp differs (a plugin built from another tree would otherwise crash in its first call).
 # The header is rewritten only when the hash changes, so only a changed tree rebuilds what uses it.
 ABI_HDRS := $(sort $(wildcard proto/*.h model/*.h model/*/*.h sparse/*.h scheduler/*.h cpu/*.h \
-                              fpga/*.h peer/*.h devices/*.h) gpu/plugin.h)
+                              fpga/*.h peer/*.h devices/*.h) gpu/plugin.h gpu/gpu_xattn.h)
 $(BUILD)/plugin_abi.h: $(ABI_HDRS)
 	@mkdir -p $(dir $@)
 	@printf '#define GPU_PLUGIN_ABI "%s"\n' "$$(cat $(ABI_HDRS) | sha256sum | cut -c1-16)" > $@.tmp
 	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
-$(BUILD)/obj/gpu/accel.o $(BUILD)/obj/devices/open.o $(BUILD)/obj/tests/devices/test_plugin_abi.o: \
+$(BUILD)/obj/gpu/accel.o $(BUILD)/obj/devices/open.o $(BUILD)/obj/tests/devices/test_plugin_abi.o \
+    $(BUILD)/obj/devices/sparse_index.o: \
     $(BUILD)/plugin_abi.h
 
 $(BUILD)/libtandem_cuda.so: $(GPU_OBJ) $(BUILD)/libtandem.a

@@ -6,6 +6,8 @@
 #include "devices/name.h"
 #include "devices/exe_dir.h"
 #include "gpu/gpu_xattn.h"
+#include "gpu/plugin.h"
+#include "plugin_abi.h" /* $(BUILD)/: GPU_PLUGIN_ABI */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,13 @@ static int cuda_index(int index, const sparse_params *p, int official_chunking, 
         return -1;
     }
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    const char *abi = h ? (const char *)dlsym(h, GPU_PLUGIN_ABI_SYMBOL) : NULL;
+    if (h && (!abi || strncmp(abi, GPU_PLUGIN_ABI, sizeof GPU_PLUGIN_ABI) != 0)) {
+        snprintf(err, errlen, "cuda: %s was built from another source tree than this binary "
+                              "(interface %s, this binary's %s): rebuild both with make",
+                 path, abi ? abi : "unstamped", GPU_PLUGIN_ABI);
+        return -1;
+    }
     gpu_sparse_index_host_fn fn = h ? (gpu_sparse_index_host_fn)dlsym(h, GPU_SPARSE_INDEX_SYMBOL) : NULL;
     if (!fn) {
         snprintf(err, errlen, "cuda: cannot load %s's %s: %s", path, GPU_SPARSE_INDEX_SYMBOL,
