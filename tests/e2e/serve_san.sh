@@ -38,7 +38,7 @@ cases = [
     b'{"prompt":"a","stop":' + json.dumps(["s"] * 10000).encode() + b'}',
     b'{"prompt":"a","logit_bias":' + json.dumps({str(i): 1 for i in range(5000)}).encode() + b'}',
     b'{"prompt":' + json.dumps([1] * 100000).encode() + b'}',
-    b'{"prompt":[[1,2],[3]]}',
+    b'{"prompt":[[1,2],["x"]]}',
     b'{"prompt":{"a":1}}',
     b'{"prompt":"a","temperature":"NaN"}',
     b'{"prompt":"a","seed":18446744073709551616}',
@@ -62,6 +62,13 @@ g=tests/data/golden/stories260K/once.json
 body=$(jq -c '{prompt: .text, max_tokens: (.greedy_ids|length), temperature: 0}' "$g")
 code=$(post /v1/completions "$body")
 check san_valid_after_bad sh -c "[ $code = 200 ] && [ \"\$(jq -r '.choices[0].text' $T/body)\" = \"\$(jq -r .greedy_text $g)\" ]"
+# prompt arrays (several token-id prompts, one choice each) through the sanitized daemon, and
+# more prompts than a request may carry
+code=$(post /v1/completions '{"prompt":[[1,2],[3],"Once"],"max_tokens":2,"temperature":0}')
+check san_prompt_arrays sh -c "[ $code = 200 ] && [ \"\$(jq '.choices | length' $T/body)\" = 3 ]"
+bad_many=$(python3 -c 'print({"prompt": [[1]] * 40, "max_tokens": 1}.__repr__().replace("\x27", "\""))')
+code=$(post /v1/completions "$bad_many")
+check san_prompt_arrays_bounded [ "$code" = 400 ]
 curl -s -N -o /dev/null -H 'Content-Type: application/json' -d '{"prompt":"Once","max_tokens":8,"stream":true,"n":2}' "$API/v1/completions"
 serve_stop
 check san_exit_zero [ "$RC" = 0 ]
