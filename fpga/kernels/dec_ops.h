@@ -76,89 +76,134 @@ static inline void fpga_kd_kv_store(uint8_t *const *ch, const fpga_dec_desc *d,
     }
 }
 
-/* Attention of the `group` query heads of KV head kh (qg: group * hd floats) over positions
- * 0..pos of layer l (through the map kv), into out (group * hd). Each part keeps an online softmax (m, l, o) over its
- * tiles in order; the parts merge in part order (flash-decoding). q . k is fp32 x int8, or with
- * FPGA_DEC_F_QINT8 int8 x int8 after a per-head quantization of q. Returns the MACs. */
-static inline uint64_t fpga_kd_attend(uint8_t *const *ch, const fpga_dec_desc *d,
-                                      const fpga_dec_kvmap *kv, uint32_t l, uint32_t kh,
-                                      const float *qg, uint32_t pos, float *out)
-{
-    const uint32_t hd = d->head_dim, group = d->n_heads / d->n_kv_heads;
-    const int qint8 = (d->flags & FPGA_DEC_F_QINT8) != 0;
+/* The state of one decode attention (fpga_kd_attend, fpga_kd_attend_sel) for the `group` query
+ * heads of one KV head: the heads' queries (fp32, or int8 with a scale per head under
+ * FPGA_DEC_F_QINT8), the running state of the whole (g*) and of the current part (p*): an online
+ * softmax (max m, sum l, output o) each. */
+typedef struct fpga_kd_att {
+    uint32_t hd, group;
+    int qint8;
+    const float *qg;
     float gm[FPGA_DEC_MAX_HEADS], gl[FPGA_DEC_MAX_HEADS], pm[FPGA_DEC_MAX_HEADS],
         pl[FPGA_DEC_MAX_HEADS], qs[FPGA_DEC_MAX_HEADS];
     float go[FPGA_DEC_MAX_QDIM], po[FPGA_DEC_MAX_QDIM];
     int8_t q8[FPGA_DEC_MAX_QDIM];
-    uint64_t macs = 0;
-    for (uint32_t g = 0; g < group; g++) {
-        gm[g] = -INFINITY;
-        gl[g] = 0.0f;
-        for (uint32_t i = 0; i < hd; i++) go[g * hd + i] = 0.0f;
-        if (qint8) fpga_km_act_quant(qg + g * hd, 0, hd, 0, q8 + g * hd, &qs[g]);
+} fpga_kd_att;
+
+static inline void fpga_kd_att_init(fpga_kd_att *a, const fpga_dec_desc *d, const float *qg)
+{
+    a->hd = d->head_dim;
+    a->group = d->n_heads / d->n_kv_heads;
+    a->qint8 = (d->flags & FPGA_DEC_F_QINT8) != 0;
+    a->qg = qg;
+    for (uint32_t g = 0; g < a->group; g++) {
+        a->gm[g] = -INFINITY;
+        a->gl[g] = 0.0f;
+        for (uint32_t i = 0; i < a->hd; i++) a->go[g * a->hd + i] = 0.0f;
+        if (a->qint8) fpga_km_act_quant(qg + g * a->hd, 0, a->hd, 0, a->q8 + g * a->hd, &a->qs[g]);
     }
+}
+
+static inline void fpga_kd_att_part_begin(fpga_kd_att *a)
+{
+    for (uint32_t g = 0; g < a->group; g++) {
+        a->pm[g] = -INFINITY;
+        a->pl[g] = 0.0f;
+        for (uint32_t i = 0; i < a->hd; i++) a->po[g * a->hd + i] = 0.0f;
+    }
+}
+
+/* Rows rows[0..n) of tile tl (rows NULL: rows 0..n-1), in order, into the part's state. */
+static inline void fpga_kd_att_tile(fpga_kd_att *a, const fpga_dec_desc *d, const uint8_t *tl,
+                                    const uint32_t *rows, uint32_t n)
+{
+    const uint32_t hd = a->hd;
+    for (uint32_t g = 0; g < a->group; g++) {
+        float s[FPGA_DEC_TILE], mt = -INFINITY;
+        for (uint32_t k = 0; k < n; k++) {
+            const uint32_t r = rows ? rows[k] : k;
+            const int8_t *kr = (const int8_t *)(tl + fpga_dec_tile_k(hd, r));
+            uint16_t ks;
+            memcpy(&ks, tl + fpga_dec_tile_ks(hd, r), 2);
+            float dot;
+            if (a->qint8) {
+                int32_t acc = 0;
+                for (uint32_t i = 0; i < hd; i++) acc += (int32_t)a->q8[g * hd + i] * kr[i];
+                dot = (float)acc * a->qs[g];
+            } else {
+                dot = 0.0f;
+                for (uint32_t i = 0; i < hd; i++) dot += a->qg[g * hd + i] * (float)kr[i];
+            }
+            s[k] = dot * fpga_km_f16_to_f32(ks) * d->attn_scale;
+            if (s[k] > mt) mt = s[k];
+        }
+        if (mt > a->pm[g]) {
+            float f = expf(a->pm[g] - mt);
+            a->pl[g] *= f;
+            for (uint32_t i = 0; i < hd; i++) a->po[g * hd + i] *= f;
+            a->pm[g] = mt;
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            const uint32_t r = rows ? rows[k] : k;
+            const int8_t *vr = (const int8_t *)(tl + fpga_dec_tile_v(hd, r));
+            uint16_t vs;
+            memcpy(&vs, tl + fpga_dec_tile_vs(hd, r), 2);
+            float p = expf(s[k] - a->pm[g]);
+            a->pl[g] += p;
+            float w = p * fpga_km_f16_to_f32(vs);
+            for (uint32_t i = 0; i < hd; i++) a->po[g * hd + i] += w * (float)vr[i];
+        }
+    }
+}
+
+/* The part's state merged into the whole's (parts merge in part order: flash-decoding). */
+static inline void fpga_kd_att_part_end(fpga_kd_att *a)
+{
+    const uint32_t hd = a->hd;
+    for (uint32_t g = 0; g < a->group; g++) {
+        float m = a->pm[g] > a->gm[g] ? a->pm[g] : a->gm[g];
+        float fa = expf(a->gm[g] - m), fb = expf(a->pm[g] - m);
+        a->gl[g] = a->gl[g] * fa + a->pl[g] * fb;
+        for (uint32_t i = 0; i < hd; i++)
+            a->go[g * hd + i] = a->go[g * hd + i] * fa + a->po[g * hd + i] * fb;
+        a->gm[g] = m;
+    }
+}
+
+static inline void fpga_kd_att_out(const fpga_kd_att *a, float *out)
+{
+    for (uint32_t g = 0; g < a->group; g++) {
+        float inv = a->gl[g] > 0.0f ? 1.0f / a->gl[g] : 0.0f;
+        for (uint32_t i = 0; i < a->hd; i++) out[g * a->hd + i] = a->go[g * a->hd + i] * inv;
+    }
+}
+
+/* Attention of the `group` query heads of KV head kh (qg: group * hd floats) over positions
+ * 0..pos of layer l (through the map kv), into out (group * hd). Each part keeps an online
+ * softmax (m, l, o) over its tiles in order; the parts merge in part order (flash-decoding).
+ * q . k is fp32 x int8, or with FPGA_DEC_F_QINT8 int8 x int8 after a per-head quantization of
+ * q. Returns the MACs. */
+static inline uint64_t fpga_kd_attend(uint8_t *const *ch, const fpga_dec_desc *d,
+                                      const fpga_dec_kvmap *kv, uint32_t l, uint32_t kh,
+                                      const float *qg, uint32_t pos, float *out)
+{
+    fpga_kd_att a;
+    fpga_kd_att_init(&a, d, qg);
+    uint64_t macs = 0;
     for (uint32_t b = 0; b < d->kv_parts; b++) {
         uint32_t nt = fpga_dec_part_used_tiles(d, pos + 1, b);
         if (!nt) continue;
-        for (uint32_t g = 0; g < group; g++) {
-            pm[g] = -INFINITY;
-            pl[g] = 0.0f;
-            for (uint32_t i = 0; i < hd; i++) po[g * hd + i] = 0.0f;
-        }
+        fpga_kd_att_part_begin(&a);
         for (uint32_t t = 0; t < nt; t++) {
             const uint8_t *tl = fpga_kd_tile(ch, d, kv, l, kh, b, t);
             uint32_t p0 = (t * d->kv_parts + b) * FPGA_DEC_TILE;
             uint32_t rows = pos + 1 - p0 < FPGA_DEC_TILE ? pos + 1 - p0 : FPGA_DEC_TILE;
-            for (uint32_t g = 0; g < group; g++) {
-                float s[FPGA_DEC_TILE], mt = -INFINITY;
-                for (uint32_t r = 0; r < rows; r++) {
-                    const int8_t *kr = (const int8_t *)(tl + fpga_dec_tile_k(hd, r));
-                    uint16_t ks;
-                    memcpy(&ks, tl + fpga_dec_tile_ks(hd, r), 2);
-                    float dot;
-                    if (qint8) {
-                        int32_t acc = 0;
-                        for (uint32_t i = 0; i < hd; i++) acc += (int32_t)q8[g * hd + i] * kr[i];
-                        dot = (float)acc * qs[g];
-                    } else {
-                        dot = 0.0f;
-                        for (uint32_t i = 0; i < hd; i++) dot += qg[g * hd + i] * (float)kr[i];
-                    }
-                    s[r] = dot * fpga_km_f16_to_f32(ks) * d->attn_scale;
-                    if (s[r] > mt) mt = s[r];
-                }
-                if (mt > pm[g]) {
-                    float f = expf(pm[g] - mt);
-                    pl[g] *= f;
-                    for (uint32_t i = 0; i < hd; i++) po[g * hd + i] *= f;
-                    pm[g] = mt;
-                }
-                for (uint32_t r = 0; r < rows; r++) {
-                    const int8_t *vr = (const int8_t *)(tl + fpga_dec_tile_v(hd, r));
-                    uint16_t vs;
-                    memcpy(&vs, tl + fpga_dec_tile_vs(hd, r), 2);
-                    float p = expf(s[r] - pm[g]);
-                    pl[g] += p;
-                    float w = p * fpga_km_f16_to_f32(vs);
-                    for (uint32_t i = 0; i < hd; i++) po[g * hd + i] += w * (float)vr[i];
-                }
-            }
-            macs += 2ull * rows * hd * group;
+            fpga_kd_att_tile(&a, d, tl, NULL, rows);
+            macs += 2ull * rows * a.hd * a.group;
         }
-        /* merge this part into the head's state */
-        for (uint32_t g = 0; g < group; g++) {
-            float m = pm[g] > gm[g] ? pm[g] : gm[g];
-            float fa = expf(gm[g] - m), fb = expf(pm[g] - m);
-            gl[g] = gl[g] * fa + pl[g] * fb;
-            for (uint32_t i = 0; i < hd; i++)
-                go[g * hd + i] = go[g * hd + i] * fa + po[g * hd + i] * fb;
-            gm[g] = m;
-        }
+        fpga_kd_att_part_end(&a);
     }
-    for (uint32_t g = 0; g < group; g++) {
-        float inv = gl[g] > 0.0f ? 1.0f / gl[g] : 0.0f;
-        for (uint32_t i = 0; i < hd; i++) out[g * hd + i] = go[g * hd + i] * inv;
-    }
+    fpga_kd_att_out(&a, out);
     return macs;
 }
 
@@ -172,26 +217,13 @@ static inline uint64_t fpga_kd_attend_sel(uint8_t *const *ch, const fpga_dec_des
                                           const float *qg, const uint32_t *sel, uint32_t nsel,
                                           float *out)
 {
-    const uint32_t hd = d->head_dim, group = d->n_heads / d->n_kv_heads, P = d->kv_parts;
-    const int qint8 = (d->flags & FPGA_DEC_F_QINT8) != 0;
-    float gm[FPGA_DEC_MAX_HEADS], gl[FPGA_DEC_MAX_HEADS], pm[FPGA_DEC_MAX_HEADS],
-        pl[FPGA_DEC_MAX_HEADS], qs[FPGA_DEC_MAX_HEADS];
-    float go[FPGA_DEC_MAX_QDIM], po[FPGA_DEC_MAX_QDIM];
-    int8_t q8[FPGA_DEC_MAX_QDIM];
+    const uint32_t P = d->kv_parts;
+    fpga_kd_att a;
+    fpga_kd_att_init(&a, d, qg);
     uint64_t macs = 0;
-    for (uint32_t g = 0; g < group; g++) {
-        gm[g] = -INFINITY;
-        gl[g] = 0.0f;
-        for (uint32_t i = 0; i < hd; i++) go[g * hd + i] = 0.0f;
-        if (qint8) fpga_km_act_quant(qg + g * hd, 0, hd, 0, q8 + g * hd, &qs[g]);
-    }
     for (uint32_t b = 0; b < P; b++) {
         int any = 0;
-        for (uint32_t g = 0; g < group; g++) {
-            pm[g] = -INFINITY;
-            pl[g] = 0.0f;
-            for (uint32_t i = 0; i < hd; i++) po[g * hd + i] = 0.0f;
-        }
+        fpga_kd_att_part_begin(&a);
         /* the listed positions of part b, tile by tile (ascending positions: ascending tiles) */
         for (uint32_t e = 0; e < nsel;) {
             const uint32_t T = sel[e] / FPGA_DEC_TILE;
@@ -201,60 +233,13 @@ static inline uint64_t fpga_kd_attend_sel(uint8_t *const *ch, const fpga_dec_des
             }
             uint32_t rows[FPGA_DEC_TILE], nr = 0;
             while (e < nsel && sel[e] / FPGA_DEC_TILE == T) rows[nr++] = sel[e++] % FPGA_DEC_TILE;
-            const uint8_t *tl = fpga_kd_tile(ch, d, kv, l, kh, b, T / P);
+            fpga_kd_att_tile(&a, d, fpga_kd_tile(ch, d, kv, l, kh, b, T / P), rows, nr);
             any = 1;
-            for (uint32_t g = 0; g < group; g++) {
-                float s[FPGA_DEC_TILE], mt = -INFINITY;
-                for (uint32_t k = 0; k < nr; k++) {
-                    const uint32_t r = rows[k];
-                    const int8_t *kr = (const int8_t *)(tl + fpga_dec_tile_k(hd, r));
-                    uint16_t ks;
-                    memcpy(&ks, tl + fpga_dec_tile_ks(hd, r), 2);
-                    float dot;
-                    if (qint8) {
-                        int32_t acc = 0;
-                        for (uint32_t i = 0; i < hd; i++) acc += (int32_t)q8[g * hd + i] * kr[i];
-                        dot = (float)acc * qs[g];
-                    } else {
-                        dot = 0.0f;
-                        for (uint32_t i = 0; i < hd; i++) dot += qg[g * hd + i] * (float)kr[i];
-                    }
-                    s[k] = dot * fpga_km_f16_to_f32(ks) * d->attn_scale;
-                    if (s[k] > mt) mt = s[k];
-                }
-                if (mt > pm[g]) {
-                    float f = expf(pm[g] - mt);
-                    pl[g] *= f;
-                    for (uint32_t i = 0; i < hd; i++) po[g * hd + i] *= f;
-                    pm[g] = mt;
-                }
-                for (uint32_t k = 0; k < nr; k++) {
-                    const uint32_t r = rows[k];
-                    const int8_t *vr = (const int8_t *)(tl + fpga_dec_tile_v(hd, r));
-                    uint16_t vs;
-                    memcpy(&vs, tl + fpga_dec_tile_vs(hd, r), 2);
-                    float p = expf(s[k] - pm[g]);
-                    pl[g] += p;
-                    float w = p * fpga_km_f16_to_f32(vs);
-                    for (uint32_t i = 0; i < hd; i++) po[g * hd + i] += w * (float)vr[i];
-                }
-            }
-            macs += 2ull * nr * hd * group;
+            macs += 2ull * nr * a.hd * a.group;
         }
-        if (!any) continue;
-        for (uint32_t g = 0; g < group; g++) {
-            float m = pm[g] > gm[g] ? pm[g] : gm[g];
-            float fa = expf(gm[g] - m), fb = expf(pm[g] - m);
-            gl[g] = gl[g] * fa + pl[g] * fb;
-            for (uint32_t i = 0; i < hd; i++)
-                go[g * hd + i] = go[g * hd + i] * fa + po[g * hd + i] * fb;
-            gm[g] = m;
-        }
+        if (any) fpga_kd_att_part_end(&a);
     }
-    for (uint32_t g = 0; g < group; g++) {
-        float inv = gl[g] > 0.0f ? 1.0f / gl[g] : 0.0f;
-        for (uint32_t i = 0; i < hd; i++) out[g * hd + i] = go[g * hd + i] * inv;
-    }
+    fpga_kd_att_out(&a, out);
     return macs;
 }
 
