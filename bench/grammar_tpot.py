@@ -2,13 +2,16 @@
 """Decode time per token with and without a grammar (issue 24: the mask must add < 5 % to decode
 ms/token at batch 1 on the GPU path). One request at a time, streamed; TPOT = (last token's
 arrival - first token's) / (tokens - 1), taken by the client for every chunk that carries text.
-Modes: plain, json_object (response_format), gbnf (the llama.cpp-style `grammar` extension).
+Modes: plain, json_object and json_schema (response_format), gbnf (the llama.cpp-style `grammar` extension).
 Usage: grammar_tpot.py --api URL [--reps N] [--max-tokens N]; prints one JSON line per mode."""
 import argparse, json, statistics, time, urllib.request
 
 MODES = {
     "plain": {},
     "json_object": {"response_format": {"type": "json_object"}},
+    "json_schema": {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "story", "schema": {"type": "object", "properties": {"story": {"type": "string"}},
+                                    "required": ["story"], "additionalProperties": False}}}},
     "gbnf": {"grammar": 'root ::= [a-z ]+'},
 }
 
@@ -42,9 +45,9 @@ def main():
         tp, ns = [], []
         for _ in range(a.reps):
             t, n = one(a.api, extra, a.max_tokens)
+            ns.append(n)
             if t is not None:
                 tp.append(t * 1e3)
-                ns.append(n)
         print(json.dumps({"mode": name, "tpot_ms_median": round(statistics.median(tp), 4) if tp else None,
                           "tpot_ms_all": [round(x, 4) for x in tp], "tokens": ns}), flush=True)
 
