@@ -539,6 +539,27 @@ int peer_conn_tag_send(peer_conn *c, uint64_t tag, const void *p, size_t n, doub
     return wait_req(c, ucp_tag_send_nbx(c->aep, p, n, tag, &rp), peer_now() + timeout_s);
 }
 
+int peer_conn_tag_send_start(peer_conn *c, uint64_t tag, const void *p, size_t n, void **req)
+{
+    *req = NULL;
+    if (atomic_load(&c->dead) || !c->aep) return PEER_ERR_IO;
+    ucp_request_param_t rp = {0};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    rp.cb.send = send_done;
+    ucs_status_ptr_t r = ucp_tag_send_nbx(c->aep, p, n, tag, &rp);
+    if (UCS_PTR_IS_ERR(r)) {
+        atomic_store(&c->dead, 1);
+        return PEER_ERR_IO;
+    }
+    *req = r;
+    return PEER_OK;
+}
+
+int peer_conn_req_wait(peer_conn *c, void *req, double timeout_s)
+{
+    return wait_req(c, req, peer_now() + timeout_s);
+}
+
 typedef struct tag_rx {
     size_t length;
     ucs_status_t status;

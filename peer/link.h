@@ -79,6 +79,15 @@ const char *peer_conn_transport(const peer_conn *c);
 /* Sends n bytes as one message tagged `tag` on the address endpoint, waiting at most timeout_s
  * (statuses as peer_conn_send). */
 int peer_conn_tag_send(peer_conn *c, uint64_t tag, const void *p, size_t n, double timeout_s);
+/* Starts sending n bytes as one message tagged `tag` on the address endpoint and returns at
+ * once: *req is the send in flight (NULL when UCX was done with the buffer at once), which
+ * p's bytes must outlive — until peer_conn_req_wait on it returned. Several may be in flight
+ * (a KV stream's window, peer/remote.c). PEER_OK or PEER_ERR_IO (c is then dead). */
+int peer_conn_tag_send_start(peer_conn *c, uint64_t tag, const void *p, size_t n, void **req);
+/* Waits at most timeout_s for a send peer_conn_tag_send_start started, and lets it go (req
+ * NULL: PEER_OK at once). PEER_OK, PEER_ERR_IO, PEER_ERR_TIMEOUT (c is then dead; the buffer
+ * is UCX's no longer either way). */
+int peer_conn_req_wait(peer_conn *c, void *req, double timeout_s);
 /* Receives the one message tagged exactly `tag` into buf, which must be exactly n bytes long
  * (a longer or shorter one: PEER_ERR_PROTO and c is dead). Waits at most timeout_s. */
 int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double timeout_s);

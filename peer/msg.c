@@ -97,9 +97,26 @@ int peer_hello_read(const uint8_t *p, size_t n, int with_mac, peer_hello *out)
 }
 
 /* info: fingerprint[32] vocab n_layers n_kv_heads head_dim n_devs (u32 each), then per device
- * name[32] (NUL-padded) kind caps health max_batch (u32) mem_total mem_free kv_bytes (u64) */
-#define INFO_FIXED (32 + 5 * 4)
-#define DEV_BYTES (32 + 4 * 4 + 3 * 8)
+ * name[32] (NUL-padded) kind caps health max_batch (u32) mem_total mem_free kv_bytes (u64)
+ * kv_block_tokens (u32), the curve: n (u32), batch[PEER_CURVE_MAX] (u32), step_s[..] (f64),
+ * ctx s_per_pos (f64); doubles as their IEEE-754 bits, little-endian, unused points zero */
+#define INFO_FIXED PEER_INFO_FIXED
+#define DEV_BYTES PEER_DEV_INFO_BYTES
+#define BLOCK_TOKENS_MAX 4096 /* proto/kv_wire.h's PROTO_KV_MAX_BLOCK_TOKENS */
+
+static void wr_f64(uint8_t *p, double v)
+{
+    uint64_t b;
+    memcpy(&b, &v, 8);
+    peer_wr64(p, b);
+}
+static double rd_f64(const uint8_t *p)
+{
+    uint64_t b = peer_rd64(p);
+    double v;
+    memcpy(&v, &b, 8);
+    return v;
+}
 
 size_t peer_info_bytes(int n_devs)
 {
@@ -127,6 +144,19 @@ size_t peer_info_write(uint8_t *out, const peer_info *in)
         peer_wr64(p + 48, d->mem_total);
         peer_wr64(p + 56, d->mem_free);
         peer_wr64(p + 64, d->kv_bytes_per_token);
+        peer_wr32(p + 72, (uint32_t)d->kv_block_tokens);
+        uint8_t *q = p + 76;
+        int nc = d->curve.n > 0 && d->curve.n <= PEER_CURVE_MAX ? d->curve.n : 0;
+        memset(q, 0, DEV_BYTES - 76);
+        peer_wr32(q, (uint32_t)nc);
+        for (int k = 0; k < nc; k++) {
+            peer_wr32(q + 4 + 4 * k, (uint32_t)d->curve.batch[k]);
+            wr_f64(q + 4 + 4 * PEER_CURVE_MAX + 8 * k, d->curve.step_s[k]);
+        }
+        if (nc) {
+            wr_f64(q + 4 + 12 * PEER_CURVE_MAX, d->curve.ctx);
+            wr_f64(q + 12 + 12 * PEER_CURVE_MAX, d->curve.s_per_pos);
+        }
         p += DEV_BYTES;
     }
     return (size_t)(p - out);
@@ -134,6 +164,43 @@ size_t peer_info_write(uint8_t *out, const peer_info *in)
 
 /* 2^20: above every dimension of a Llama-family model (vocab 128K..256K, context 128K) */
 #define DIM_MAX (1u << 20)
+
+int peer_curve_check(const peer_curve *c)
+{
+    if (c->n < 0 || c->n > PEER_CURVE_MAX) return PEER_ERR_PROTO;
+    for (int k = 0; k < c->n; k++) {
+        if (c->batch[k] < 1 || c->batch[k] > PEER_MAX_BATCH || (k && c->batch[k] <= c->batch[k - 1]))
+            return PEER_ERR_PROTO;
+        if (!(c->step_s[k] > 0 && c->step_s[k] < 1000)) return PEER_ERR_PROTO; /* NaN fails too */
+    }
+    if (c->n && (!(c->ctx >= 0 && c->ctx < 1e9) || !(c->s_per_pos >= 0 && c->s_per_pos < 1)))
+        return PEER_ERR_PROTO;
+    return PEER_OK;
+}
+
+/* A curve as peer_info_read bounds it; unused points must be zero (one canonical form). */
+static int curve_read(const uint8_t *q, peer_curve *c)
+{
+    uint32_t n = peer_rd32(q);
+    if (n > PEER_CURVE_MAX) return PEER_ERR_PROTO;
+    memset(c, 0, sizeof *c);
+    c->n = (int)n;
+    for (uint32_t k = 0; k < PEER_CURVE_MAX; k++) {
+        const uint8_t *b = q + 4 + 4 * k, *t = q + 4 + 4 * PEER_CURVE_MAX + 8 * k;
+        if (k >= n) {
+            if (peer_rd32(b) || peer_rd64(t)) return PEER_ERR_PROTO;
+            continue;
+        }
+        uint32_t bv = peer_rd32(b);
+        c->batch[k] = bv > PEER_MAX_BATCH ? -1 : (int)bv;
+        c->step_s[k] = rd_f64(t);
+    }
+    const uint8_t *x = q + 4 + 12 * PEER_CURVE_MAX, *y = x + 8;
+    if (!n) return peer_rd64(x) || peer_rd64(y) ? PEER_ERR_PROTO : PEER_OK;
+    c->ctx = rd_f64(x);
+    c->s_per_pos = rd_f64(y);
+    return peer_curve_check(c);
+}
 
 int peer_info_read(const uint8_t *p, size_t n, peer_info *out)
 {
@@ -172,6 +239,10 @@ int peer_info_read(const uint8_t *p, size_t n, peer_info *out)
         if (d->mem_free > d->mem_total || d->kv_bytes_per_token == 0 ||
             d->kv_bytes_per_token > (1ull << 32))
             return PEER_ERR_PROTO;
+        uint32_t bt = peer_rd32(q + 72);
+        if (bt > BLOCK_TOKENS_MAX) return PEER_ERR_PROTO;
+        d->kv_block_tokens = (int)bt;
+        if (curve_read(q + 76, &d->curve)) return PEER_ERR_PROTO;
     }
     return PEER_OK;
 }

@@ -44,7 +44,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PEER_VERSION 1
+/* 2: the device list carries each device's KV block size and decode curve; KV chunks are in
+ * the KV wire format's version 2 (a node of version 1 is refused at its first frame) */
+#define PEER_VERSION 2
 #define PEER_HEADER_BYTES 16
 /* Before authentication a frame is a handshake message: 1 KiB holds any of them. */
 #define PEER_MAX_PREAUTH 1024
@@ -121,6 +123,20 @@ int peer_hello_read(const uint8_t *p, size_t n, int with_mac, peer_hello *out);
 /* 1 when s is a valid node name (1..PEER_NAME_MAX of [A-Za-z0-9._-]). */
 int peer_name_valid(const char *s);
 
+/* A device's decode curve as accel_info.decode_curve states it (scheduler/accel.h: step_s[i]
+ * seconds for a call of batch[i] sequences of ctx positions each, s_per_pos per position more),
+ * carried so that a remote device is weighed by placement like a local one. n == 0: the device
+ * does not say. */
+#define PEER_CURVE_MAX 12
+typedef struct peer_curve {
+    int n;
+    int batch[PEER_CURVE_MAX];
+    double step_s[PEER_CURVE_MAX];
+    double ctx, s_per_pos;
+} peer_curve;
+/* PEER_OK when c is within the bounds peer_info_read holds a curve to (below). */
+int peer_curve_check(const peer_curve *c);
+
 /* What a node tells its peers about itself (WELCOME and INFO). */
 typedef struct peer_dev_info {
     char name[PEER_DEV_NAME_MAX + 1]; /* the device's name on its node: "fpga-emu:0" */
@@ -129,6 +145,9 @@ typedef struct peer_dev_info {
     int health;                       /* enum accel_health */
     int max_batch;
     uint64_t mem_total, mem_free, kv_bytes_per_token;
+    int kv_block_tokens;              /* its KV block size: the KV it is sent is cut in it (0:
+                                         not paged) */
+    peer_curve curve;
 } peer_dev_info;
 
 typedef struct peer_info {
@@ -137,9 +156,14 @@ typedef struct peer_info {
     int n_devs;
     peer_dev_info devs[PEER_MAX_DEVS];
 } peer_info;
-/* out must hold peer_info_bytes(n_devs). read: PEER_OK or PEER_ERR_PROTO (n_devs past
- * PEER_MAX_DEVS, a count that disagrees with the bytes, an unterminated name, a kind, health
- * or dimension outside its range). */
+/* out must hold peer_info_bytes(n_devs) (PEER_INFO_MAX_BYTES at most). read: PEER_OK or
+ * PEER_ERR_PROTO (n_devs past PEER_MAX_DEVS, a count that disagrees with the bytes, an
+ * unterminated name, a kind, health, dimension, block size or curve outside its range: a
+ * curve's batches increasing from 1 to PEER_MAX_BATCH, its times finite, positive and below
+ * 1000 s, its context and per-position time finite and not negative). */
+#define PEER_INFO_FIXED (32 + 5 * 4)
+#define PEER_DEV_INFO_BYTES (32 + 4 * 4 + 3 * 8 + 4 + 4 + PEER_CURVE_MAX * (4 + 8) + 2 * 8)
+#define PEER_INFO_MAX_BYTES (PEER_INFO_FIXED + PEER_MAX_DEVS * PEER_DEV_INFO_BYTES)
 size_t peer_info_bytes(int n_devs);
 size_t peer_info_write(uint8_t *out, const peer_info *in);
 int peer_info_read(const uint8_t *p, size_t n, peer_info *out);

@@ -421,6 +421,17 @@ static void r_describe(accel_dev *ad, accel_info *out)
     out->kind = (enum accel_kind)d->di.kind;
     out->caps = (d->di.caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)) | ACCEL_CAP_REMOTE;
     out->max_batch = d->di.max_batch;
+    /* the node's device as it described itself: the blocks its KV is cut in, and its decode
+     * curve (bounded by peer_info_read), so that placement weighs it like a local device */
+    out->kv_block_tokens = d->di.kv_block_tokens;
+    _Static_assert(PEER_CURVE_MAX == ACCEL_CURVE_MAX, "peer_curve mirrors accel_decode_curve");
+    out->decode_curve.n = d->di.curve.n;
+    for (int k = 0; k < d->di.curve.n; k++) {
+        out->decode_curve.batch[k] = d->di.curve.batch[k];
+        out->decode_curve.step_s[k] = d->di.curve.step_s[k];
+    }
+    out->decode_curve.ctx = d->di.curve.ctx;
+    out->decode_curve.s_per_pos = d->di.curve.s_per_pos;
 }
 
 static int r_seq_new(accel_dev *ad, int capacity, accel_seq **out)
@@ -495,7 +506,14 @@ static int r_kv_import_locked(rdev *d, rseq *s, const proto_kv_layer *c, uint32_
 {
     const model *m = d->base.m;
     if (s->gen != d->gen) return ACCEL_ERR_INVALID;
-    size_t cb = proto_kv_chunk_bytes(c);
+    /* a run of positions is one KV stream (its header first), cut in the device's blocks */
+    proto_kv_header hd = {.n_layers = m->cfg.n_layers, .n_kv_heads = c->n_kv_heads,
+                          .head_dim = c->head_dim, .n_tokens = c->n_tokens, .pos0 = c->pos0,
+                          .dtype = c->dtype,
+                          .block_tokens = d->di.kv_block_tokens > 0 ? d->di.kv_block_tokens
+                                                                    : PROTO_KV_V1_BLOCK_TOKENS};
+    memcpy(hd.fingerprint, m->fingerprint, 32);
+    size_t cb = proto_kv_chunk_bytes(&hd, c);
     if (!cb) return ACCEL_ERR_INVALID;
     size_t need = PEER_KV_FIXED + PROTO_KV_HEADER_BYTES + cb;
     if (need > PEER_MAX_PAYLOAD) return ACCEL_ERR_INVALID;
@@ -509,14 +527,11 @@ static int r_kv_import_locked(rdev *d, rseq *s, const proto_kv_layer *c, uint32_
     peer_kv_write_fixed(d->buf, &k);
     size_t o = PEER_KV_FIXED;
     if (c->layer == 0) {
-        proto_kv_header hd = {.n_layers = m->cfg.n_layers, .n_kv_heads = c->n_kv_heads,
-                              .head_dim = c->head_dim, .n_tokens = c->n_tokens, .pos0 = c->pos0,
-                              .dtype = c->dtype};
-        memcpy(hd.fingerprint, m->fingerprint, 32);
-        if (proto_kv_header_write(&hd, d->buf + o) < 0) return ACCEL_ERR_INVALID;
-        o += PROTO_KV_HEADER_BYTES;
+        int hw = proto_kv_header_write(&hd, d->buf + o);
+        if (hw < 0) return ACCEL_ERR_INVALID;
+        o += (size_t)hw;
     }
-    long long w = proto_kv_chunk_write(c, d->buf + o, d->buf_cap - o);
+    long long w = proto_kv_chunk_write(&hd, c, d->buf + o, d->buf_cap - o);
     if (w < 0) return ACCEL_ERR_INVALID;
     o += (size_t)w;
     long sent = atomic_fetch_add(&g_kv_sent, 1) + 1;

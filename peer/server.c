@@ -81,6 +81,7 @@ struct peer_server {
     char key[PEER_KEY_MAX + 1];
     size_t key_len;
     accel_dev *devs[PEER_MAX_DEVS];
+    int block_tokens[PEER_MAX_DEVS]; /* each device's KV block size: the KV sent to it is cut in it */
     peer_listener *l;
     sconn *conns;
     pthread_t th;
@@ -172,6 +173,19 @@ static void fill_info(peer_server *s, peer_info *in)
         d->mem_total = ai.mem_total;
         d->mem_free = ai.mem_free <= ai.mem_total ? ai.mem_free : ai.mem_total;
         d->kv_bytes_per_token = ai.kv_bytes_per_token ? ai.kv_bytes_per_token : 1;
+        d->kv_block_tokens = ai.kv_block_tokens > 0 && ai.kv_block_tokens <= PROTO_KV_MAX_BLOCK_TOKENS
+                                 ? ai.kv_block_tokens : 0;
+        /* the curve as the device states it; one the peer's reader would refuse is not sent */
+        _Static_assert(PEER_CURVE_MAX == ACCEL_CURVE_MAX, "peer_curve mirrors accel_decode_curve");
+        const accel_decode_curve *ac = &ai.decode_curve;
+        d->curve.n = ac->n;
+        for (int k = 0; k < ac->n && k < PEER_CURVE_MAX; k++) {
+            d->curve.batch[k] = ac->batch[k];
+            d->curve.step_s[k] = ac->step_s[k];
+        }
+        d->curve.ctx = ac->ctx;
+        d->curve.s_per_pos = ac->s_per_pos;
+        if (peer_curve_check(&d->curve)) memset(&d->curve, 0, sizeof d->curve);
     }
 }
 
@@ -179,8 +193,7 @@ static int send_info(peer_server *s, sconn *sc, int type)
 {
     peer_info in;
     fill_info(s, &in);
-    uint8_t buf[52 + PEER_MAX_DEVS * 72];
-    _Static_assert(sizeof buf >= 52 + PEER_MAX_DEVS * 72, "peer_info_bytes(PEER_MAX_DEVS)");
+    static __thread uint8_t buf[PEER_INFO_MAX_BYTES];
     size_t n = peer_info_write(buf, &in);
     return peer_conn_send(sc->c, type, buf, n, NULL, 0, SEND_TIMEOUT_S);
 }
@@ -216,7 +229,8 @@ static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
         proto_kv_expect e = {.fingerprint = m->fingerprint, .n_layers = m->cfg.n_layers,
                              .n_kv_heads = m->cfg.n_kv_heads, .head_dim = m->cfg.head_dim,
                              .max_tokens = q->capacity - accel_seq_len(q->kc->dev, q->s),
-                             .max_pos = model_context_limit(&m->cfg)};
+                             .max_pos = model_context_limit(&m->cfg),
+                             .block_tokens = s->block_tokens[q->dev]};
         q->r = proto_kv_reader_new(&e, import_chunk, q->kc);
         if (!q->r) return reply(sc, ACCEL_ERR_NOMEM, 0);
     }
@@ -461,7 +475,13 @@ int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, 
     snprintf(s->name, sizeof s->name, "%s", cfg->name);
     memcpy(s->key, cfg->key, kl + 1);
     s->key_len = kl;
-    for (int i = 0; i < cfg->n_devs; i++) s->devs[i] = cfg->devs[i];
+    for (int i = 0; i < cfg->n_devs; i++) {
+        s->devs[i] = cfg->devs[i];
+        accel_info ai;
+        accel_get_info(s->devs[i], &ai);
+        s->block_tokens[i] = ai.kv_block_tokens > 0 && ai.kv_block_tokens <= PROTO_KV_MAX_BLOCK_TOKENS
+                                 ? ai.kv_block_tokens : 0;
+    }
     s->cfg.devs = s->devs;
     int st = peer_listener_new(cfg->listen, &s->l, err, errlen);
     if (st) {

@@ -1,8 +1,8 @@
 /* proto/kv_wire.h — the KV wire format: a versioned byte stream of quantized KV chunks
  * (proto/kv.h) from a prefill device to a decode device. Byte layout: proto/KV_FORMAT.md.
  *
- *   stream = header (96 bytes) chunk*
- *   chunk  = chunk header (48 bytes) payload
+ *   stream = header (128 bytes; version 1: 96) chunk*
+ *   chunk  = chunk header (64 bytes; version 1: 48) payload
  *   payload= K values | V values | K scales | V scales, each section padded with zeros to a
  *            multiple of 64 bytes (so a payload placed 64-byte aligned, in host memory or in an
  *            HBM bank, has every section aligned for 512-bit AXI beats)
@@ -10,6 +10,15 @@
  * Chunks come in runs of positions: a run [p, p+n) carries layers 0..L-1 in order, each with
  * the same p and n; runs follow each other from the header's pos0 until its n_tokens positions
  * are covered. (A whole prompt is one run; a chunked prefill sends one run per chunk.)
+ *
+ * Blocks (version 2): the stream is cut in the receiver's KV blocks — block b holds positions
+ * [b * block_tokens, (b + 1) * block_tokens) of the sequence, the block size stated in the
+ * header — and every chunk header says which blocks its positions touch (the first, how many,
+ * and the offset of its first position in the first). Since a payload section is token-major,
+ * the positions of one block are one contiguous range of each of the four sections
+ * (proto_kv_block_slice_of): a receiver whose block table uses that block size places each
+ * block's slice straight into its block, with no reformatting. Version 1 streams (no block
+ * size) are still read; their chunks are described in the receiver's block size.
  *
  * Writer: proto_kv_header_write() then proto_kv_chunk_write() per chunk, into caller buffers.
  * Reader: proto_kv_reader_feed() takes bytes as they arrive, in pieces of any size, validates
@@ -25,12 +34,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PROTO_KV_WIRE_VERSION      1
-#define PROTO_KV_HEADER_BYTES      96
-#define PROTO_KV_CHUNK_HEADER_BYTES 48
+#define PROTO_KV_WIRE_VERSION      2 /* what the writer writes; the reader reads 1 and 2 */
+#define PROTO_KV_HEADER_BYTES      128
+#define PROTO_KV_CHUNK_HEADER_BYTES 64
+#define PROTO_KV_HEADER_V1_BYTES   96
+#define PROTO_KV_CHUNK_HEADER_V1_BYTES 48
 #define PROTO_KV_SECTION_ALIGN     64
 #define PROTO_KV_SCALE_FP16        1 /* scale_type: IEEE binary16 */
 #define PROTO_KV_LAYOUT_TOKEN_MAJOR 1 /* layout: proto/kv.h, (token, head, dim) */
+#define PROTO_KV_ORDER_RUNS        1 /* order (v2): runs of positions, layers 0..L-1 in each */
+/* A version 1 stream states no block size: its chunks are described in the receiver's
+ * (proto_kv_expect.block_tokens), or in this many positions when the receiver states none. */
+#define PROTO_KV_V1_BLOCK_TOKENS   16
 
 /* Bounds every stream must respect, whatever the receiver accepts (the Llama family is far
  * inside them: 126 layers, 128 KV heads, head_dim 256 at most today). */
@@ -38,6 +53,7 @@
 #define PROTO_KV_MAX_HEADS    1024
 #define PROTO_KV_MAX_HEAD_DIM 1024
 #define PROTO_KV_MAX_TOKENS   (1 << 24)
+#define PROTO_KV_MAX_BLOCK_TOKENS 4096 /* cpu 16, cuda 128, the cards' a few hundred at most */
 
 /* The reader's and writer's statuses, in -300 .. -399: a range of their own in the process's
  * one error space, where the device interface's statuses are -1 .. -99 and the scheduler's
@@ -70,7 +86,16 @@ typedef struct proto_kv_header {
     int n_tokens;            /* positions the stream carries */
     int pos0;                /* the first of them */
     enum proto_kv_dtype dtype;
+    int block_tokens;        /* positions per block of the receiver's block table, 1..MAX */
+    int version;             /* writer: 0 or 2 writes version 2, 1 writes version 1 (tests, an
+                                old receiver); reader: the stream's */
 } proto_kv_header;
+
+/* The blocks positions [pos0, pos0 + n) touch, for blocks of bt positions. */
+static inline int proto_kv_n_blocks(int pos0, int n, int bt)
+{
+    return (int)(((long long)pos0 + n + bt - 1) / bt - pos0 / bt);
+}
 
 /* Where each section of a chunk's payload starts (bytes from the payload's start). */
 typedef struct proto_kv_payload_layout {
@@ -87,14 +112,20 @@ int proto_kv_shape_check(enum proto_kv_dtype dtype, int n_layers, int n_kv_heads
 void proto_kv_payload_layout_of(enum proto_kv_dtype dtype, int n_tokens, int n_kv_heads,
                                 int head_dim, proto_kv_payload_layout *out);
 
-/* Serializes the header into out. Returns PROTO_KV_HEADER_BYTES, or a negative status. */
+/* Bytes of h's header: PROTO_KV_HEADER_BYTES, or PROTO_KV_HEADER_V1_BYTES for version 1. */
+size_t proto_kv_header_bytes(const proto_kv_header *h);
+/* Serializes the header into out (proto_kv_header_bytes(h) bytes). Returns that many, or a
+ * negative status (PROTO_KV_ERR_BOUNDS: a shape, count or block size out of bounds;
+ * PROTO_KV_ERR_VERSION: a version other than 0, 1, 2). */
 int proto_kv_header_write(const proto_kv_header *h, uint8_t out[PROTO_KV_HEADER_BYTES]);
-/* Bytes proto_kv_chunk_write needs for this chunk (chunk header + payload); 0 if its shape is
- * invalid. */
-size_t proto_kv_chunk_bytes(const proto_kv_layer *c);
-/* Serializes one chunk into out (cap bytes). Returns the bytes written, or a negative status
- * (PROTO_KV_ERR_BOUNDS for a bad shape or a short buffer). */
-long long proto_kv_chunk_write(const proto_kv_layer *c, uint8_t *out, size_t cap);
+/* Bytes proto_kv_chunk_write needs for this chunk of h's stream (chunk header + payload); 0 if
+ * its shape is invalid or not h's. */
+size_t proto_kv_chunk_bytes(const proto_kv_header *h, const proto_kv_layer *c);
+/* Serializes one chunk of h's stream (its version, its block size) into out (cap bytes).
+ * Returns the bytes written, or a negative status (PROTO_KV_ERR_BOUNDS for a bad shape, one
+ * that is not h's, or a short buffer). */
+long long proto_kv_chunk_write(const proto_kv_header *h, const proto_kv_layer *c, uint8_t *out,
+                               size_t cap);
 /* The CRC32C of the payload proto_kv_chunk_write would write for c (sections and zero padding),
  * computed from c's arrays without building it: what a receiver that stored the chunk in its
  * own layout compares with the wire's payload_crc, or computes itself for a chunk that did not
@@ -108,6 +139,8 @@ typedef struct proto_kv_expect {
     enum proto_kv_dtype dtype;  /* 0: int8 or int4 */
     int max_tokens;             /* most positions the receiver will take (its reservation) */
     int max_pos;                /* pos0 + n_tokens must not exceed it (the model's context) */
+    int block_tokens;           /* the receiver's block size: a version 2 stream cut in other
+                                   blocks is refused (PROTO_KV_ERR_MODEL); 0 takes any */
 } proto_kv_expect;
 
 typedef struct proto_kv_reader proto_kv_reader;
@@ -122,7 +155,26 @@ typedef struct proto_kv_chunk_info {
     size_t payload_bytes;
     uint32_t payload_crc;
     proto_kv_payload_layout layout;
+    int version;      /* of the stream */
+    int block_tokens; /* the stream's block size (version 1: the receiver's, see above) */
+    int block0;       /* the first block the chunk's positions touch: pos0 / block_tokens */
+    int n_blocks;     /* how many blocks they touch */
+    int block_offset; /* pos0 % block_tokens: where in block0 the chunk's first position goes */
 } proto_kv_chunk_info;
+
+/* One block's share of a chunk: positions [block * bt + offset, + n_tokens) of the sequence,
+ * which are the chunk's tokens [token0, token0 + n_tokens). Their bytes in the payload are one
+ * contiguous range per section: [k, k + value_bytes), [v, v + value_bytes), [k_scale, k_scale +
+ * scale_bytes), [v_scale, v_scale + scale_bytes) — laid out as proto/kv.h says for n_tokens. */
+typedef struct proto_kv_block_slice {
+    int block, offset, n_tokens, token0;
+    size_t k, v, k_scale, v_scale;
+    size_t value_bytes, scale_bytes;
+} proto_kv_block_slice;
+/* Slice j (0 .. info->n_blocks - 1) of chunk c as the reader described it. 0, or
+ * PROTO_KV_ERR_BOUNDS for a j out of range. */
+int proto_kv_block_slice_of(const proto_kv_layer *c, const proto_kv_chunk_info *info, int j,
+                            proto_kv_block_slice *out);
 typedef int (*proto_kv_chunk_fn)(void *ctx, const proto_kv_header *h, const proto_kv_layer *chunk,
                                  const proto_kv_chunk_info *info);
 

@@ -4,8 +4,8 @@
  *   ATTACH    (pushed by the loop at placement, before the prefill starts) reserves one
  *             sequence per unfinished choice with room for prompt + max_tokens positions: the
  *             card is the request's from now on, which is what makes it busy for the policy.
- *             And one KV wire reader per choice, expecting this model's fingerprint and shape
- *             and at most that many positions.
+ *             And one KV wire reader per choice, expecting this model's fingerprint and shape,
+ *             at most that many positions, and the stream cut in this device's KV blocks.
  *   CHUNK     feeds one chunk of the choice's wire stream to its reader (bounds, order, the
  *             header's and the payload's CRC32C), which hands it to accel_kv_import_crc with
  *             the producer's payload CRC: the card verifies the KV it stored against it once a
@@ -52,7 +52,8 @@ void sched_handover_attach(sched_dev *d, sched_req *r)
     int cap = r->n_prompt + r->max_tokens;
     proto_kv_expect e = {.fingerprint = m->fingerprint, .n_layers = m->cfg.n_layers,
                          .n_kv_heads = m->cfg.n_kv_heads, .head_dim = m->cfg.head_dim,
-                         .max_tokens = cap, .max_pos = model_context_limit(&m->cfg)};
+                         .max_tokens = cap, .max_pos = model_context_limit(&m->cfg),
+                         .block_tokens = d->info0.kv_block_tokens};
     for (int i = 0; i < r->n; i++) {
         sched_choice *c = &r->choices[i];
         if (c->finish != MODEL_FINISH_NONE) continue;

@@ -49,9 +49,16 @@ static int ship_layer(void *ctx, const proto_kv_layer *c)
     ship *sh = ctx;
     if (atomic_load(&sh->r->import_failed)) return ACCEL_ERR_CANCELLED;
     const model *m = sh->to->s->m;
-    /* a choice's stream: its header, then runs of layer chunks from position 0 */
-    size_t hb = c->layer == 0 && c->pos0 == 0 ? PROTO_KV_HEADER_BYTES : 0;
-    size_t cb = proto_kv_chunk_bytes(c);
+    /* a choice's stream: its header, then runs of layer chunks from position 0, cut in the
+     * decode device's blocks (a device without them: the format's default) */
+    int bt = sh->to->info0.kv_block_tokens;
+    proto_kv_header h = {.n_layers = m->cfg.n_layers, .n_kv_heads = c->n_kv_heads,
+                         .head_dim = c->head_dim, .n_tokens = sh->r->choices[sh->choice].pf_n,
+                         .pos0 = 0, .dtype = c->dtype,
+                         .block_tokens = bt > 0 ? bt : PROTO_KV_V1_BLOCK_TOKENS};
+    memcpy(h.fingerprint, m->fingerprint, sizeof h.fingerprint);
+    size_t hb = c->layer == 0 && c->pos0 == 0 ? proto_kv_header_bytes(&h) : 0;
+    size_t cb = proto_kv_chunk_bytes(&h, c);
     if (!cb) return ship_fail(sh, ACCEL_ERR_INVALID); /* a shape the format cannot carry */
     sched_task *t = malloc(sizeof *t + hb + cb);
     if (!t) return ship_fail(sh, ACCEL_ERR_NOMEM); /* host memory ran out */
@@ -60,17 +67,11 @@ static int ship_layer(void *ctx, const proto_kv_layer *c)
     t->r = sh->r;
     t->choice = sh->choice;
     t->heap = 1;
-    if (hb) {
-        proto_kv_header h = {.n_layers = m->cfg.n_layers, .n_kv_heads = c->n_kv_heads,
-                             .head_dim = c->head_dim, .n_tokens = sh->r->choices[sh->choice].pf_n,
-                             .pos0 = 0, .dtype = c->dtype};
-        memcpy(h.fingerprint, m->fingerprint, sizeof h.fingerprint);
-        if (proto_kv_header_write(&h, t->data) < 0) {
-            free(t);
-            return ship_fail(sh, ACCEL_ERR_INVALID);
-        }
+    if (hb && proto_kv_header_write(&h, t->data) < 0) {
+        free(t);
+        return ship_fail(sh, ACCEL_ERR_INVALID);
     }
-    long long w = proto_kv_chunk_write(c, t->data + hb, cb);
+    long long w = proto_kv_chunk_write(&h, c, t->data + hb, cb);
     if (w < 0) {
         free(t);
         return ship_fail(sh, ACCEL_ERR_INVALID);

@@ -114,9 +114,9 @@ static void ship(fpga_xrt *x, xrtDeviceHandle d, const shape *m, int tokens,
         t0 = now_s();
         /* A one-layer stream per layer keeps the buffer small; the reader checks all of it. */
         proto_kv_header h = {.n_layers = 1, .n_kv_heads = m->kv_heads, .head_dim = m->head_dim,
-                             .n_tokens = tokens, .dtype = dt};
+                             .n_tokens = tokens, .dtype = dt, .block_tokens = 16};
         proto_kv_header_write(&h, wire);
-        proto_kv_chunk_write(&c, wire + PROTO_KV_HEADER_BYTES, PROTO_KV_CHUNK_HEADER_BYTES + L.total);
+        proto_kv_chunk_write(&h, &c, wire + PROTO_KV_HEADER_BYTES, PROTO_KV_CHUNK_HEADER_BYTES + L.total);
         t_wire += now_s() - t0;
         t0 = now_s();
         const uint8_t *payload = wire + PROTO_KV_HEADER_BYTES + PROTO_KV_CHUNK_HEADER_BYTES;

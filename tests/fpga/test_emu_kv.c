@@ -44,7 +44,7 @@ static uint8_t *make_stream(enum proto_kv_dtype dt, size_t *n, size_t off[2][NL]
                  2 * NL * (PROTO_KV_CHUNK_HEADER_BYTES + 4 * NT * NH * HD + 4096);
     uint8_t *b = malloc(cap);
     proto_kv_header h = {.n_layers = NL, .n_kv_heads = NH, .head_dim = HD, .n_tokens = NT,
-                         .pos0 = POS0, .dtype = dt};
+                         .pos0 = POS0, .dtype = dt, .block_tokens = 16};
     memset(h.fingerprint, 0x5a, 32);
     proto_kv_header_write(&h, b);
     *n = PROTO_KV_HEADER_BYTES;
@@ -68,7 +68,7 @@ static uint8_t *make_stream(enum proto_kv_dtype dt, size_t *n, size_t off[2][NL]
             cpu_kv_quantize_layer(dt, k[l] + (size_t)p * NH * HD, v[l] + (size_t)p * NH * HD, l,
                                   POS0 + p, cnt, NH, HD, q, need, &c);
             off[r][l] = *n;
-            *n += (size_t)proto_kv_chunk_write(&c, b + *n, cap - *n);
+            *n += (size_t)proto_kv_chunk_write(&h, &c, b + *n, cap - *n);
             free(q);
         }
     return b;

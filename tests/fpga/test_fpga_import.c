@@ -43,16 +43,16 @@ static int on_chunk(void *ctx, const proto_kv_header *h, const proto_kv_layer *c
 /* Serializes k into a wire stream (header + one chunk per layer). */
 static uint8_t *to_wire(const model *m, const tf_kv *k, int n_tokens, size_t *len)
 {
-    size_t cap = PROTO_KV_HEADER_BYTES;
-    for (int i = 0; i < k->n_chunks; i++) cap += proto_kv_chunk_bytes(&k->chunks[i]);
-    uint8_t *b = malloc(cap);
     proto_kv_header h = {.n_layers = m->cfg.n_layers, .n_kv_heads = m->cfg.n_kv_heads,
                          .head_dim = m->cfg.head_dim, .n_tokens = n_tokens, .pos0 = 0,
-                         .dtype = PROTO_KV_INT8};
+                         .dtype = PROTO_KV_INT8, .block_tokens = 16};
     memcpy(h.fingerprint, m->fingerprint, 32);
+    size_t cap = PROTO_KV_HEADER_BYTES;
+    for (int i = 0; i < k->n_chunks; i++) cap += proto_kv_chunk_bytes(&h, &k->chunks[i]);
+    uint8_t *b = malloc(cap);
     proto_kv_header_write(&h, b);
     size_t at = PROTO_KV_HEADER_BYTES;
-    for (int i = 0; i < k->n_chunks; i++) at += (size_t)proto_kv_chunk_write(&k->chunks[i], b + at, cap - at);
+    for (int i = 0; i < k->n_chunks; i++) at += (size_t)proto_kv_chunk_write(&h, &k->chunks[i], b + at, cap - at);
     *len = at;
     return b;
 }

@@ -67,7 +67,9 @@ TEST(peer_msg_bounds)
     peer_header_write(h, PEER_KV, PEER_MAX_PAYLOAD + 1u);
     CHECK_EQ(peer_header_read(h, PEER_MAX_PAYLOAD, &ph), PEER_ERR_PROTO);
     peer_header_write(h, PEER_HELLO, 10);
-    h[4] = 2; /* unknown version */
+    h[4] = 1; /* an older node's version (its device list and KV chunks are not ours) */
+    CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
+    h[4] = 3; /* unknown version */
     CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
     peer_header_write(h, PEER_TYPE_LAST + 1, 0);
     CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
@@ -84,13 +86,53 @@ TEST(peer_msg_bounds)
         in.devs[i].kind = ACCEL_KIND_FPGA, in.devs[i].caps = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
         in.devs[i].max_batch = 1, in.devs[i].mem_total = 8ull << 30, in.devs[i].mem_free = 1 << 20;
         in.devs[i].kv_bytes_per_token = 400;
+        in.devs[i].kv_block_tokens = 16 << i;
     }
-    uint8_t buf[4096];
+    /* device 1 states a decode curve (device 0 none) */
+    peer_curve *cv = &in.devs[1].curve;
+    cv->n = 3, cv->ctx = 1024, cv->s_per_pos = 2.5e-9;
+    int cb[3] = {1, 4, 16};
+    double cs[3] = {0.004, 0.0051, 0.0093};
+    for (int i = 0; i < 3; i++) cv->batch[i] = cb[i], cv->step_s[i] = cs[i];
+    static uint8_t buf[PEER_INFO_MAX_BYTES];
     size_t n = peer_info_write(buf, &in);
     CHECK_EQ(n, peer_info_bytes(2));
     REQUIRE(peer_info_read(buf, n, &out) == PEER_OK);
     CHECK_STR(out.devs[1].name, "fpga-emu:1");
     CHECK_EQ(out.devs[0].mem_total, 8ull << 30);
+    CHECK_EQ(out.devs[0].kv_block_tokens, 16);
+    CHECK_EQ(out.devs[1].kv_block_tokens, 32);
+    CHECK_EQ(out.devs[0].curve.n, 0);
+    CHECK(!memcmp(&out.devs[1].curve, cv, sizeof *cv)); /* exact: doubles travel as their bits */
+    /* a curve outside its bounds is refused: batches not increasing, a time that is NaN, past
+     * 1000 s or not positive, a point past n that is not zero, a block size past the format's */
+    const size_t d1 = PEER_INFO_FIXED + PEER_DEV_INFO_BYTES, cq = d1 + 76;
+    struct {
+        size_t off;
+        uint64_t v;
+        int bytes;
+    } bad[] = {
+        {cq, PEER_CURVE_MAX + 1, 4},                  /* n */
+        {cq + 4 + 4, 1, 4},                           /* batch[1] == batch[0] */
+        {cq + 4, 0, 4},                               /* batch[0] 0 */
+        {cq + 4 + 8, PEER_MAX_BATCH + 1, 4},          /* batch[2] too large */
+        {cq + 4 + 48 + 8, 0x7ff8000000000000ull, 8},  /* step_s[1] NaN */
+        {cq + 4 + 48, 0x408f400000000000ull, 8},      /* step_s[0] 1000 s */
+        {cq + 4 + 48, 0xbf50624dd2f1a9fcull, 8},      /* step_s[0] negative */
+        {cq + 4 + 12, 64, 4},                         /* batch[3], past n */
+        {cq + 4 + 48 + 24, 0x3ff0000000000000ull, 8}, /* step_s[3], past n */
+        {cq + 4 + 144 + 8, 0x3ff0000000000000ull, 8}, /* s_per_pos 1 s */
+        {d1 + 72, 4097, 4},                           /* block size */
+        {PEER_INFO_FIXED + 76, 1, 4},                 /* device 0: no curve, but a point */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        peer_info_write(buf, &in);
+        if (bad[i].bytes == 4) peer_wr32(buf + bad[i].off, (uint32_t)bad[i].v);
+        else peer_wr64(buf + bad[i].off, bad[i].v);
+        CHECK_MSG(peer_info_read(buf, n, &out) == PEER_ERR_PROTO, "curve case %zu", i);
+        CHECK_EQ(peer_curve_check(&in.devs[1].curve), PEER_OK);
+    }
+    peer_info_write(buf, &in);
     CHECK_EQ(peer_info_read(buf, n - 1, &out), PEER_ERR_PROTO);
     peer_wr32(buf + 32 + 16, PEER_MAX_DEVS + 1);
     CHECK_EQ(peer_info_read(buf, n, &out), PEER_ERR_PROTO);

@@ -52,16 +52,20 @@ static float frand(unsigned *st)
     return (float)((*st >> 8) & 0xffff) / 8192.0f - 4.0f;
 }
 
-static void stream_make(stream *s, enum proto_kv_dtype dt, int pos0)
+/* Blocks of 4 positions: the runs of 5 and 3 positions cross block boundaries. */
+enum { BT = 4 };
+
+/* version: 2 (the writer's), or 1 (what an older writer sent). */
+static void stream_make_v(stream *s, enum proto_kv_dtype dt, int pos0, int version)
 {
     memset(s, 0, sizeof *s);
     for (int i = 0; i < 32; i++) s->fp[i] = (uint8_t)(0xa0 + i);
     proto_kv_header h = {.n_layers = L, .n_kv_heads = H, .head_dim = D, .n_tokens = RUN1 + RUN2,
-                         .pos0 = pos0, .dtype = dt};
+                         .pos0 = pos0, .dtype = dt, .block_tokens = BT, .version = version};
     memcpy(h.fingerprint, s->fp, 32);
     s->bytes = malloc(1 << 20);
-    CHECK_EQ(proto_kv_header_write(&h, s->bytes), PROTO_KV_HEADER_BYTES);
-    s->n = PROTO_KV_HEADER_BYTES;
+    CHECK_EQ((size_t)proto_kv_header_write(&h, s->bytes), proto_kv_header_bytes(&h));
+    s->n = proto_kv_header_bytes(&h);
     unsigned st = 1;
     int runs[2] = {RUN1, RUN2}, p = pos0;
     for (int r = 0; r < 2; r++) {
@@ -78,12 +82,17 @@ static void stream_make(stream *s, enum proto_kv_dtype dt, int pos0)
             CHECK(cpu_kv_quantize_layer(dt, k, v, l, p, n, H, D, buf, need, c) == 0);
             s->bufs[s->n_chunks] = buf;
             s->chunk_off[s->n_chunks++] = s->n;
-            long long w = proto_kv_chunk_write(c, s->bytes + s->n, (1 << 20) - s->n);
-            CHECK(w > 0 && (size_t)w == proto_kv_chunk_bytes(c));
+            long long w = proto_kv_chunk_write(&h, c, s->bytes + s->n, (1 << 20) - s->n);
+            CHECK(w > 0 && (size_t)w == proto_kv_chunk_bytes(&h, c));
             s->n += (size_t)w;
         }
         p += runs[r];
     }
+}
+
+static void stream_make(stream *s, enum proto_kv_dtype dt, int pos0)
+{
+    stream_make_v(s, dt, pos0, 0);
 }
 
 static void stream_free(stream *s)
@@ -195,9 +204,11 @@ TEST(kv_wire_payload_crc_equals_the_written_one)
         void *buf = aligned_alloc(8, (need + 7) & ~(size_t)7);
         proto_kv_layer c;
         REQUIRE(cpu_kv_quantize_layer(dt, k, v, 2, 9, n, h, d, buf, need, &c) == 0);
-        size_t len = proto_kv_chunk_bytes(&c);
+        proto_kv_header sh = {.n_layers = 3, .n_kv_heads = h, .head_dim = d, .n_tokens = n,
+                              .pos0 = 9, .dtype = dt, .block_tokens = 16};
+        size_t len = proto_kv_chunk_bytes(&sh, &c);
         uint8_t *w = malloc(len);
-        CHECK_EQ(proto_kv_chunk_write(&c, w, len), (long long)len);
+        CHECK_EQ(proto_kv_chunk_write(&sh, &c, w, len), (long long)len);
         CHECK_MSG(proto_kv_payload_crc(&c) == le32(w + 40), "shape %d x %d x %d", n, h, d);
         /* one changed value changes it */
         ((uint8_t *)c.v)[n * h * (dt == PROTO_KV_INT8 ? d : d / 2) - 1] ^= 0x04;
@@ -298,13 +309,18 @@ TEST(kv_wire_refuses_other_models_and_bounds)
 /* Re-seals a modified stream header (a hostile writer computes CRCs too). */
 static void reseal_header(uint8_t *h)
 {
-    uint32_t c = proto_crc32c(0, h, 92);
-    for (int i = 0; i < 4; i++) h[92 + i] = (uint8_t)(c >> (8 * i));
+    size_t n = h[8] == 1 ? PROTO_KV_HEADER_V1_BYTES : PROTO_KV_HEADER_BYTES;
+    uint32_t c = proto_crc32c(0, h, n - 4);
+    for (int i = 0; i < 4; i++) h[n - 4 + i] = (uint8_t)(c >> (8 * i));
+}
+static void reseal_chunk_header_n(uint8_t *h, size_t n)
+{
+    uint32_t c = proto_crc32c(0, h, n - 4);
+    for (int i = 0; i < 4; i++) h[n - 4 + i] = (uint8_t)(c >> (8 * i));
 }
 static void reseal_chunk_header(uint8_t *h)
 {
-    uint32_t c = proto_crc32c(0, h, 44);
-    for (int i = 0; i < 4; i++) h[44 + i] = (uint8_t)(c >> (8 * i));
+    reseal_chunk_header_n(h, PROTO_KV_CHUNK_HEADER_BYTES);
 }
 static void put32(uint8_t *p, uint32_t v)
 {
@@ -334,12 +350,25 @@ TEST(kv_wire_hostile_fields_refused_before_allocation)
         {64, 0x7ffffffcu, PROTO_KV_ERR_BOUNDS},  /* pos0 + n wraps past INT32_MAX */
         {72, 32, PROTO_KV_ERR_BOUNDS},           /* group disagrees with dtype */
         {12, 1, PROTO_KV_ERR_VERSION},           /* unknown flag */
-        {8, 2, PROTO_KV_ERR_VERSION},            /* version 2 (with the 16-bit header size) */
+        {8, 3, PROTO_KV_ERR_VERSION},            /* version 3 (with the 16-bit header size) */
+        {8, 0, PROTO_KV_ERR_VERSION},            /* version 0 */
+        {8, 1, PROTO_KV_ERR_VERSION},            /* version 1 with version 2's header size */
+        {76, 0, PROTO_KV_ERR_BOUNDS},            /* no block size */
+        {76, PROTO_KV_MAX_BLOCK_TOKENS + 1, PROTO_KV_ERR_BOUNDS}, /* block size */
+        {76, 8, PROTO_KV_ERR_BOUNDS},            /* block size the block fields disagree with */
+        {80, 1, PROTO_KV_ERR_BOUNDS},            /* first block */
+        {84, 0xffffffffu, PROTO_KV_ERR_BOUNDS},  /* block count */
+        {88, 1, PROTO_KV_ERR_VERSION},           /* reserved */
+        {68, 0x0201, PROTO_KV_ERR_VERSION},      /* order byte (71) 0 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         memcpy(b, s.bytes, s.n);
-        put32(b + cases[i].off, cases[i].v);
-        if (cases[i].off == 8) put32(b + 8, 2 | (96u << 16));
+        if (cases[i].off == 68) { /* one byte: the order at 71 */
+            b[71] = 0;
+        } else {
+            put32(b + cases[i].off, cases[i].v);
+        }
+        if (cases[i].off == 8) put32(b + 8, cases[i].v | (128u << 16));
         reseal_header(b);
         int rc = run_reader(&s, b, s.n, &e, &seen, err, sizeof err);
         CHECK_MSG(rc == cases[i].want, "case %zu: %d (%s)", i, rc, err);
@@ -359,6 +388,10 @@ TEST(kv_wire_hostile_fields_refused_before_allocation)
         {0, 16, 5, PROTO_KV_ERR_BOUNDS},               /* value_bytes */
         {1, 4, 2, PROTO_KV_ERR_ORDER},                 /* layer 2 where layer 1 belongs */
         {3, 8, 0, PROTO_KV_ERR_ORDER},                 /* second run restarting at 0 */
+        {0, 44, 1, PROTO_KV_ERR_BOUNDS},               /* first block */
+        {0, 48, 0x7fffffffu, PROTO_KV_ERR_BOUNDS},     /* block count */
+        {3, 52, 0, PROTO_KV_ERR_BOUNDS},               /* offset in the first block (5 % 4) */
+        {4, 56, 1, PROTO_KV_ERR_BOUNDS},               /* reserved */
     };
     for (size_t i = 0; i < sizeof cc / sizeof cc[0]; i++) {
         memcpy(b, s.bytes, s.n);
@@ -403,12 +436,199 @@ TEST(kv_wire_receiver_refusal_stops_the_stream)
     proto_kv_reader_free(r);
     /* The writer refuses short buffers and bad shapes. */
     uint8_t small[PROTO_KV_HEADER_BYTES];
-    CHECK_EQ(proto_kv_chunk_write(&s.want[0], small, sizeof small), PROTO_KV_ERR_BOUNDS);
+    proto_kv_header sh = {.n_layers = L, .n_kv_heads = H, .head_dim = D, .n_tokens = RUN1 + RUN2,
+                          .dtype = PROTO_KV_INT8, .block_tokens = BT};
+    CHECK_EQ(proto_kv_chunk_write(&sh, &s.want[0], small, sizeof small), PROTO_KV_ERR_BOUNDS);
     proto_kv_layer bad = s.want[0];
     bad.head_dim = 7;
-    CHECK_EQ(proto_kv_chunk_bytes(&bad), 0);
+    CHECK_EQ(proto_kv_chunk_bytes(&sh, &bad), 0);
+    bad = s.want[0];
+    bad.layer = L; /* not a layer of the stream */
+    CHECK_EQ(proto_kv_chunk_bytes(&sh, &bad), 0);
     proto_kv_header h = {.n_layers = 1, .n_kv_heads = 1, .head_dim = 48, .n_tokens = 1,
-                         .dtype = PROTO_KV_INT4};
+                         .dtype = PROTO_KV_INT4, .block_tokens = 16};
     CHECK_EQ(proto_kv_header_write(&h, small), PROTO_KV_ERR_BOUNDS);
+    h = sh;
+    h.block_tokens = 0; /* version 2 needs a block size */
+    CHECK_EQ(proto_kv_header_write(&h, small), PROTO_KV_ERR_BOUNDS);
+    h.version = 3;
+    CHECK_EQ(proto_kv_header_write(&h, small), PROTO_KV_ERR_VERSION);
+    stream_free(&s);
+}
+
+/* ---------------------------------------------------------------- version 2: blocks */
+
+typedef struct blocks_seen {
+    const stream *s;
+    int n, bad;
+    int bt;      /* the block size the receiver expects the chunks described in */
+    int version; /* the stream's */
+    int covered[64]; /* per (position - 96): layers whose slice covered it */
+} blocks_seen;
+
+/* Checks the chunk's block description against its positions, and that each slice's bytes are
+ * exactly the chunk's tokens of that block (compared with the arrays the writer was given). */
+static int on_blocks(void *ctx, const proto_kv_header *h, const proto_kv_layer *c,
+                     const proto_kv_chunk_info *info)
+{
+    blocks_seen *g = ctx;
+    const proto_kv_layer *w = &g->s->want[g->n++];
+    int ok = info->version == g->version && h->version == g->version &&
+             info->block_tokens == g->bt && h->block_tokens == g->bt &&
+             info->block0 == c->pos0 / g->bt && info->block_offset == c->pos0 % g->bt &&
+             info->n_blocks == (c->pos0 + c->n_tokens - 1) / g->bt - c->pos0 / g->bt + 1;
+    int next = c->pos0;
+    for (int j = 0; j < info->n_blocks; j++) {
+        proto_kv_block_slice sl;
+        if (proto_kv_block_slice_of(c, info, j, &sl)) {
+            ok = 0;
+            break;
+        }
+        int p = sl.block * g->bt + sl.offset;
+        ok &= p == next && sl.n_tokens >= 1 && sl.offset + sl.n_tokens <= g->bt &&
+              sl.token0 == p - c->pos0;
+        size_t vpt = proto_kv_value_bytes(c->dtype, 1, c->n_kv_heads, c->head_dim);
+        size_t spt = 2 * proto_kv_scale_count(c->dtype, 1, c->n_kv_heads, c->head_dim);
+        ok &= sl.value_bytes == vpt * (size_t)sl.n_tokens && sl.scale_bytes == spt * (size_t)sl.n_tokens;
+        ok &= !memcmp(info->payload + sl.k, w->k + vpt * (size_t)sl.token0, sl.value_bytes) &&
+              !memcmp(info->payload + sl.v, w->v + vpt * (size_t)sl.token0, sl.value_bytes) &&
+              !memcmp(info->payload + sl.k_scale, (const uint8_t *)w->k_scale + spt * (size_t)sl.token0,
+                      sl.scale_bytes) &&
+              !memcmp(info->payload + sl.v_scale, (const uint8_t *)w->v_scale + spt * (size_t)sl.token0,
+                      sl.scale_bytes);
+        for (int t = 0; t < sl.n_tokens; t++)
+            if (p + t - 96 >= 0 && p + t - 96 < 64) g->covered[p + t - 96]++;
+        next = p + sl.n_tokens;
+    }
+    ok &= next == c->pos0 + c->n_tokens;
+    proto_kv_block_slice sl;
+    ok &= proto_kv_block_slice_of(c, info, info->n_blocks, &sl) == PROTO_KV_ERR_BOUNDS &&
+          proto_kv_block_slice_of(c, info, -1, &sl) == PROTO_KV_ERR_BOUNDS;
+    if (!ok) g->bad++;
+    return 0;
+}
+
+TEST(kv_wire_v2_blocks_describe_each_chunk)
+{
+    /* pos0 101: the first run [101, 106) touches blocks 25 (3 positions from offset 1) and 26
+     * (2); the second [106, 109) blocks 26 (from offset 2) and 27 */
+    for (int dt = PROTO_KV_INT8; dt <= PROTO_KV_INT4; dt++)
+        for (int version = 1; version <= 2; version++) {
+            stream s;
+            stream_make_v(&s, dt, 101, version);
+            if (version == 2) {
+                CHECK_EQ(le32(s.bytes + 76), (uint32_t)BT);
+                CHECK_EQ(le32(s.bytes + 80), 25u);
+                CHECK_EQ(le32(s.bytes + 84), 3u);
+            } else {
+                CHECK_EQ(s.chunk_off[0], (size_t)PROTO_KV_HEADER_V1_BYTES);
+            }
+            size_t pieces[] = {0, 1, 61, 4096};
+            for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
+                proto_kv_expect e = expect_of(&s);
+                /* version 1 states no block size: described in the receiver's (here 2) */
+                e.block_tokens = version == 2 ? BT : 2;
+                blocks_seen g = {.s = &s, .bt = e.block_tokens, .version = version};
+                proto_kv_reader *r = proto_kv_reader_new(&e, on_blocks, &g);
+                REQUIRE(r);
+                CHECK_EQ(feed_all(r, s.bytes, s.n, pieces[i]), 0);
+                CHECK_EQ(proto_kv_reader_finish(r), 0);
+                CHECK_MSG(g.n == 2 * L && g.bad == 0, "dtype %d version %d pieces %zu: %d chunks, "
+                          "%d bad (%s)", dt, version, pieces[i], g.n, g.bad, proto_kv_reader_error(r));
+                for (int p = 101; p < 101 + RUN1 + RUN2; p++) CHECK_EQ(g.covered[p - 96], L);
+                proto_kv_reader_free(r);
+            }
+            /* and a receiver that states no block size: version 2's own, version 1 the default */
+            proto_kv_expect e = expect_of(&s);
+            blocks_seen g = {.s = &s, .bt = version == 2 ? BT : PROTO_KV_V1_BLOCK_TOKENS,
+                             .version = version};
+            proto_kv_reader *r = proto_kv_reader_new(&e, on_blocks, &g);
+            CHECK_EQ(proto_kv_reader_feed(r, s.bytes, s.n), 0);
+            CHECK_EQ(proto_kv_reader_finish(r), 0);
+            CHECK_EQ(g.bad, 0);
+            proto_kv_reader_free(r);
+            stream_free(&s);
+        }
+}
+
+TEST(kv_wire_v2_other_block_size_refused)
+{
+    stream s;
+    stream_make(&s, PROTO_KV_INT8, 0);
+    proto_kv_expect e = expect_of(&s);
+    e.block_tokens = 16; /* the receiver's blocks are not the stream's */
+    char err[256];
+    int seen;
+    CHECK_EQ(run_reader(&s, s.bytes, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_MODEL);
+    CHECK_EQ(seen, 0);
+    CHECK_MSG(strstr(err, "blocks of 4"), "err: %s", err);
+    e.block_tokens = BT;
+    CHECK_EQ(run_reader(&s, s.bytes, s.n, &e, &seen, err, sizeof err), 0);
+    CHECK_EQ(seen, 2 * L);
+    stream_free(&s);
+}
+
+/* Version 1 streams are still read and checked as before: a corrupt payload, a lying header,
+ * a truncated chunk; an unknown version is refused with a message that names it. */
+TEST(kv_wire_v1_still_read_and_checked)
+{
+    stream s;
+    stream_make_v(&s, PROTO_KV_INT8, 0, 1);
+    proto_kv_expect e = expect_of(&s);
+    uint8_t *b = malloc(s.n);
+    char err[256];
+    int seen;
+    CHECK_EQ(run_reader(&s, s.bytes, s.n, &e, &seen, err, sizeof err), 0);
+    CHECK_EQ(seen, 2 * L);
+    memcpy(b, s.bytes, s.n);
+    b[s.chunk_off[2] + PROTO_KV_CHUNK_HEADER_V1_BYTES + 9] ^= 0x20;
+    CHECK_EQ(run_reader(&s, b, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_CRC);
+    CHECK_EQ(seen, 2);
+    memcpy(b, s.bytes, s.n);
+    put32(b + s.chunk_off[1] + 12, RUN1 + 1);
+    reseal_chunk_header_n(b + s.chunk_off[1], PROTO_KV_CHUNK_HEADER_V1_BYTES);
+    CHECK_EQ(run_reader(&s, b, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_ORDER);
+    CHECK_EQ(seen, 1);
+    CHECK_EQ(run_reader(&s, s.bytes, s.chunk_off[4] + 30, &e, &seen, err, sizeof err),
+             PROTO_KV_ERR_TRUNCATED);
+    CHECK_EQ(seen, 4);
+    /* v1 with reserved bytes where version 2 has its block fields: refused */
+    memcpy(b, s.bytes, s.n);
+    put32(b + 76, BT);
+    reseal_header(b);
+    CHECK_EQ(run_reader(&s, b, s.n, &e, &seen, err, sizeof err), PROTO_KV_ERR_VERSION);
+    /* version 9: refused at its first 12 bytes, whatever follows */
+    memcpy(b, s.bytes, s.n);
+    b[8] = 9;
+    CHECK_EQ(run_reader(&s, b, 12, &e, &seen, err, sizeof err), PROTO_KV_ERR_VERSION);
+    CHECK_MSG(strstr(err, "version 9") && strstr(err, "1 and 2"), "err: %s", err);
+    free(b);
+    stream_free(&s);
+}
+
+/* A stream cut anywhere — inside the header, a chunk header or a payload — delivers only the
+ * chunks that arrived whole, and finish says it was truncated. */
+TEST(kv_wire_truncated_anywhere)
+{
+    stream s;
+    stream_make(&s, PROTO_KV_INT4, 40);
+    proto_kv_expect e = expect_of(&s);
+    size_t cuts[] = {0, 5, 12, 100, PROTO_KV_HEADER_BYTES, s.chunk_off[1] - 1, s.chunk_off[1] + 10,
+                     s.chunk_off[3] + PROTO_KV_CHUNK_HEADER_BYTES + 1, s.n - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        for (size_t piece = 0; piece <= 7; piece += 7) {
+            got g = {.s = &s};
+            proto_kv_reader *r = proto_kv_reader_new(&e, on_chunk, &g);
+            CHECK_EQ(feed_all(r, s.bytes, cuts[i], piece), 0);
+            CHECK_MSG(proto_kv_reader_finish(r) == PROTO_KV_ERR_TRUNCATED, "cut at %zu", cuts[i]);
+            int whole = 0;
+            for (int c = 0; c < s.n_chunks; c++)
+                if ((c + 1 < s.n_chunks ? s.chunk_off[c + 1] : s.n) <= cuts[i]) whole++;
+            CHECK_MSG(g.n == whole && g.mismatches == 0, "cut at %zu: %d chunks, %d whole", cuts[i],
+                      g.n, whole);
+            CHECK(proto_kv_reader_error(r)[0]);
+            proto_kv_reader_free(r);
+        }
+    }
     stream_free(&s);
 }

@@ -53,12 +53,12 @@ static size_t one_chunk_stream(uint8_t *out, size_t cap, const uint8_t fp[32])
         v[i] = (uint8_t)(200 - i);
     }
     proto_kv_header h = {.n_layers = 1, .n_kv_heads = 1, .head_dim = D, .n_tokens = 1, .pos0 = 0,
-                         .dtype = PROTO_KV_INT8};
+                         .dtype = PROTO_KV_INT8, .block_tokens = 16};
     memcpy(h.fingerprint, fp, 32);
     if (proto_kv_header_write(&h, out) != PROTO_KV_HEADER_BYTES) return 0;
     proto_kv_layer c = {.layer = 0, .pos0 = 0, .n_tokens = 1, .n_kv_heads = 1, .head_dim = D,
                         .dtype = PROTO_KV_INT8, .k = k, .v = v, .k_scale = &ks, .v_scale = &vs};
-    long long w = proto_kv_chunk_write(&c, out + PROTO_KV_HEADER_BYTES, cap - PROTO_KV_HEADER_BYTES);
+    long long w = proto_kv_chunk_write(&h, &c, out + PROTO_KV_HEADER_BYTES, cap - PROTO_KV_HEADER_BYTES);
     return w > 0 ? PROTO_KV_HEADER_BYTES + (size_t)w : 0;
 }
 

@@ -4,15 +4,18 @@
  * Input: byte 0 configures the run, the rest is the stream.
  *   bits 0-1  the dtype the receiver takes (0: int8 or int4, 1: int8, 2: int4, 3: int8)
  *   bits 2-4  the piece size the stream arrives in: all at once, 1, 7, 48, 64, 96, 1000, 4096
- *   bit  5    the receiver checks the model fingerprint (32 bytes of 0xa0 + i)
+ *   bit  5    the receiver checks the model fingerprint (32 bytes of 0xa0 + i) and states its
+ *             block size (16 positions: a version 2 stream cut otherwise is refused)
  *   bit  6    feed from an odd address (the reader copies instead of handing out in place)
  *   bit  7    leave the checksums as they are; when clear, the harness first rewrites every
  *             CRC32C it can locate (header, chunk headers, payloads) so that mutations reach
  *             the checks behind them instead of dying at the first checksum
  * The receiver expects 2 layers x 2 KV heads x head_dim 32, at most 64 positions within a
- * 4096-token context (tests/fuzz/harness/mkseeds.c writes seeds of that shape).
- * Every chunk the callback receives is read whole (ASan checks it lies in memory) and its
- * fields checked against the header and the layout. */
+ * 4096-token context (tests/fuzz/harness/mkseeds.c writes seeds of that shape, in versions 2
+ * and 1). Every chunk the callback receives is read whole (ASan checks it lies in memory), its
+ * fields checked against the header and the layout, and its block slices (version 2's block
+ * description, or version 1's chunks in the receiver's blocks) checked to tile its positions
+ * and to lie inside its payload's sections. */
 #include "proto/crc32c.h"
 #include "proto/kv_wire.h"
 #include <stdio.h>
@@ -32,6 +35,7 @@ enum { FZ_LAYERS = 2, FZ_HEADS = 2, FZ_HEAD_DIM = 32, FZ_MAX_TOKENS = 64, FZ_MAX
 typedef struct seen {
     int chunks;
     int next_layer;
+    int block_tokens; /* the receiver's, 0: any */
     unsigned sum; /* keeps the reads of every byte alive */
 } seen;
 
@@ -54,6 +58,26 @@ static int on_chunk(void *ctx, const proto_kv_header *h, const proto_kv_layer *c
     size_t sc = proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
     for (size_t i = 0; i < vb; i++) s->sum += c->k[i] + c->v[i];
     for (size_t i = 0; i < sc; i++) s->sum += c->k_scale[i] + c->v_scale[i];
+    /* the block description */
+    CHECK(info->version == h->version && (h->version == 1 || h->version == 2));
+    int bt = info->block_tokens;
+    CHECK(bt >= 1 && bt <= PROTO_KV_MAX_BLOCK_TOKENS && bt == h->block_tokens);
+    CHECK(!s->block_tokens || bt == s->block_tokens);
+    CHECK(h->version == 2 || bt == (s->block_tokens ? s->block_tokens : PROTO_KV_V1_BLOCK_TOKENS));
+    CHECK(info->block0 == c->pos0 / bt && info->block_offset == c->pos0 % bt);
+    CHECK(info->n_blocks == proto_kv_n_blocks(c->pos0, c->n_tokens, bt));
+    int next = c->pos0;
+    for (int j = 0; j < info->n_blocks; j++) {
+        proto_kv_block_slice sl;
+        CHECK(proto_kv_block_slice_of(c, info, j, &sl) == 0);
+        CHECK(sl.block == info->block0 + j && sl.block * bt + sl.offset == next);
+        CHECK(sl.n_tokens >= 1 && sl.offset + sl.n_tokens <= bt && sl.token0 == next - c->pos0);
+        CHECK(sl.k + sl.value_bytes <= L.k + L.value_bytes && sl.v + sl.value_bytes <= L.v + L.value_bytes);
+        CHECK(sl.k_scale + sl.scale_bytes <= L.k_scale + L.scale_bytes &&
+              sl.v_scale + sl.scale_bytes <= L.v_scale + L.scale_bytes);
+        next += sl.n_tokens;
+    }
+    CHECK(next == c->pos0 + c->n_tokens);
     s->chunks++;
     s->next_layer = (s->next_layer + 1) % h->n_layers;
     return 0;
@@ -72,19 +96,23 @@ static void wr32(uint8_t *p, uint32_t v)
 }
 
 /* Rewrites the checksums of the stream in place, walking the chunks by their own "total" field
- * (offsets are from KV_FORMAT.md: header CRC at 92 over 0..91; chunk header payload CRC at 40,
- * header CRC at 44 over 0..43, payload bytes at 32). */
+ * (offsets are from KV_FORMAT.md; by the version at byte 8 — 1: a 96-byte header with its CRC
+ * at 92, 48-byte chunk headers with theirs at 44; else 128 / 124 and 64 / 60; the payload CRC
+ * at 40 and the payload bytes at 32 in both). */
 static void fix_crcs(uint8_t *p, size_t n)
 {
-    if (n < PROTO_KV_HEADER_BYTES) return;
-    wr32(p + 92, proto_crc32c(0, p, 92));
-    size_t off = PROTO_KV_HEADER_BYTES;
-    while (n - off >= PROTO_KV_CHUNK_HEADER_BYTES) {
+    const int v1 = n > 8 && p[8] == 1;
+    const size_t hb = v1 ? PROTO_KV_HEADER_V1_BYTES : PROTO_KV_HEADER_BYTES;
+    const size_t cb = v1 ? PROTO_KV_CHUNK_HEADER_V1_BYTES : PROTO_KV_CHUNK_HEADER_BYTES;
+    if (n < hb) return;
+    wr32(p + hb - 4, proto_crc32c(0, p, hb - 4));
+    size_t off = hb;
+    while (n - off >= cb) {
         uint8_t *ch = p + off;
         uint64_t total = rd64(ch + 32);
-        off += PROTO_KV_CHUNK_HEADER_BYTES;
+        off += cb;
         if (total <= n - off) wr32(ch + 40, proto_crc32c(0, p + off, (size_t)total));
-        wr32(ch + 44, proto_crc32c(0, ch, 44));
+        wr32(ch + cb - 4, proto_crc32c(0, ch, cb - 4));
         if (total > n - off) break;
         off += (size_t)total;
     }
@@ -104,7 +132,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                          .head_dim = FZ_HEAD_DIM,
                          .dtype = dts[cfg & 3],
                          .max_tokens = FZ_MAX_TOKENS,
-                         .max_pos = FZ_MAX_POS};
+                         .max_pos = FZ_MAX_POS,
+                         .block_tokens = cfg & 0x20 ? 16 : 0};
     size_t n = size - 1, piece = pieces[(cfg >> 2) & 7];
     /* an exact-size heap copy (8-byte aligned from malloc, or at an odd address) */
     int odd = (cfg & 0x40) != 0;
@@ -113,7 +142,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(p, data + 1, n);
     if (!(cfg & 0x80)) fix_crcs(p, n);
 
-    seen s = {0};
+    seen s = {.block_tokens = e.block_tokens};
     proto_kv_reader *r = proto_kv_reader_new(&e, on_chunk, &s);
     if (!r) abort();
     int rc = 0;

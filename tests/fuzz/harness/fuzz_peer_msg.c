@@ -72,12 +72,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 CHECK(strlen(in.devs[i].name) <= PEER_DEV_NAME_MAX);
                 CHECK(in.devs[i].max_batch >= 1 && in.devs[i].max_batch <= PEER_MAX_BATCH);
                 CHECK(in.devs[i].mem_free <= in.devs[i].mem_total);
+                CHECK(in.devs[i].kv_block_tokens >= 0 && in.devs[i].kv_block_tokens <= 4096);
+                CHECK(peer_curve_check(&in.devs[i].curve) == PEER_OK);
             }
             uint8_t *out = malloc(peer_info_bytes(in.n_devs));
             if (out) {
                 static peer_info again;
                 CHECK(peer_info_write(out, &in) == n);
                 CHECK(peer_info_read(out, n, &again) == PEER_OK && again.n_devs == in.n_devs);
+                for (int i = 0; i < in.n_devs; i++) /* the curve and block size: bit for bit */
+                    CHECK(again.devs[i].kv_block_tokens == in.devs[i].kv_block_tokens &&
+                          !memcmp(&again.devs[i].curve, &in.devs[i].curve, sizeof in.devs[i].curve));
                 free(out);
             }
         }

@@ -21,15 +21,17 @@ static void put(const char *dir, const char *sub, const char *name, uint8_t firs
     }
 }
 
-/* A stream of the harness's shape (2 layers x 2 heads x 32) carrying `n_runs` runs. */
-static size_t kv_stream(enum proto_kv_dtype dt, const int *runs, int n_runs, int pos0, uint8_t *out,
-                        size_t cap)
+/* A stream of the harness's shape (2 layers x 2 heads x 32) carrying `n_runs` runs, in
+ * version 2 (blocks of bt positions) or 1 (bt 0). */
+static size_t kv_stream_v(enum proto_kv_dtype dt, const int *runs, int n_runs, int pos0, int bt,
+                          uint8_t *out, size_t cap)
 {
-    proto_kv_header h = {.n_layers = 2, .n_kv_heads = 2, .head_dim = 32, .pos0 = pos0, .dtype = dt};
+    proto_kv_header h = {.n_layers = 2, .n_kv_heads = 2, .head_dim = 32, .pos0 = pos0, .dtype = dt,
+                         .block_tokens = bt, .version = bt ? 2 : 1};
     for (int i = 0; i < 32; i++) h.fingerprint[i] = (uint8_t)(0xa0 + i);
     for (int r = 0; r < n_runs; r++) h.n_tokens += runs[r];
-    if (proto_kv_header_write(&h, out) != PROTO_KV_HEADER_BYTES) exit(1);
-    size_t n = PROTO_KV_HEADER_BYTES;
+    if (proto_kv_header_write(&h, out) != (int)proto_kv_header_bytes(&h)) exit(1);
+    size_t n = proto_kv_header_bytes(&h);
     static uint8_t vals[64 * 2 * 32];
     static uint16_t scales[64 * 2 * 32];
     for (size_t i = 0; i < sizeof vals; i++) vals[i] = (uint8_t)(i * 37 + 11);
@@ -47,13 +49,19 @@ static size_t kv_stream(enum proto_kv_dtype dt, const int *runs, int n_runs, int
                                 .v = vals + 7,
                                 .k_scale = scales,
                                 .v_scale = scales + 3};
-            long long w = proto_kv_chunk_write(&c, out + n, cap - n);
+            long long w = proto_kv_chunk_write(&h, &c, out + n, cap - n);
             if (w < 0) exit(1);
             n += (size_t)w;
         }
         p += runs[r];
     }
     return n;
+}
+
+static size_t kv_stream(enum proto_kv_dtype dt, const int *runs, int n_runs, int pos0, uint8_t *out,
+                        size_t cap)
+{
+    return kv_stream_v(dt, runs, n_runs, pos0, 16, out, cap);
 }
 
 int main(int argc, char **argv)
@@ -76,6 +84,13 @@ int main(int argc, char **argv)
         kv_stream(PROTO_KV_INT4, two, 2, 4000, s, sizeof s));
     size_t n = kv_stream(PROTO_KV_INT8, two, 2, 100, s, sizeof s);
     put(dir, "kv_wire", "seed_int8_truncated", 0x00 | 6 << 2, s, n - 100);
+    /* blocks of 3 (runs cross their boundaries), and version 1 streams (still read) */
+    put(dir, "kv_wire", "seed_int8_blocks_of_3", 0x01 | 2 << 2, s,
+        kv_stream_v(PROTO_KV_INT8, two, 2, 101, 3, s, sizeof s));
+    put(dir, "kv_wire", "seed_v1_int8_two_runs", 0x00, s,
+        kv_stream_v(PROTO_KV_INT8, two, 2, 100, 0, s, sizeof s));
+    put(dir, "kv_wire", "seed_v1_int4_fp", 0x22 | 4 << 2, s,
+        kv_stream_v(PROTO_KV_INT4, one, 1, 30, 0, s, sizeof s));
 
     /* selector byte: see fuzz_model_load.c */
     put(dir, "model_load", "seed_config", 0, tiny_config_json, strlen(tiny_config_json));
