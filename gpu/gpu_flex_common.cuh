@@ -15,6 +15,10 @@
 // device, thread-safe): gpu_flex_attention then takes the warp-specialized kernel for head_dim 128.
 int gpu_flex_ws_here(void);
 
+// CSR row pointers from per-row counts, for FlexPrefill's and XAttention / Tri-shape's lists:
+// counts (H, nb) -> row_ptr (H, nb + 1), absolute into col (gpu/gpu_flex_index.cu). 0 or GPU_FLEX_ERR_*.
+int gf_csr_scan(const int *counts, int H, int nb, int32_t *row_ptr, cudaStream_t st);
+
 // Logs and returns: one failed call must not take the process down (STYLE.md, errors 2).
 #define GF_CHECK(call)                                                                            \
     do {                                                                                          \

@@ -508,7 +508,9 @@ __global__ void csr_count_kernel(int nb, int q0, const uint8_t *vmask, const uin
     if (threadIdx.x == 0) counts[h * nb + r] = cnt;
 }
 
-__global__ void __launch_bounds__(1024) scan_kernel(const int *counts, int H, int nb, int32_t *row_ptr)
+// The per-row counts (H, nb) -> row_ptr (H, nb + 1), absolute into col (one block, in order).
+__global__ void __launch_bounds__(1024) csr_scan_kernel(const int *counts, int H, int nb,
+                                                        int32_t *row_ptr)
 {
     __shared__ int tmp[32];
     const int total = H * nb;
@@ -525,6 +527,13 @@ __global__ void __launch_bounds__(1024) scan_kernel(const int *counts, int H, in
         }
         running += sum;
     }
+}
+
+int gf_csr_scan(const int *counts, int H, int nb, int32_t *row_ptr, cudaStream_t st)
+{
+    csr_scan_kernel<<<1, 1024, 0, st>>>(counts, H, nb, row_ptr);
+    GF_LAUNCHED();
+    return 0;
 }
 
 __global__ void csr_fill_kernel(int nb, int q0, const uint8_t *vmask, const uint8_t *smask,
@@ -752,8 +761,8 @@ extern "C" int gpu_flex_index_chunk(gpu_flex_ws *w, const gpu_flex_params *p, co
     csr_count_kernel<<<dim3(nb, H), 128, 0, st>>>(nb, q0, w->vmask, w->smask, w->heads, w->qa_keep,
                                                   w->counts);
     GF_LAUNCHED();
-    scan_kernel<<<1, 1024, 0, st>>>(w->counts, H, nb, w->row_ptr);
-    GF_LAUNCHED();
+    rc = gf_csr_scan(w->counts, H, nb, w->row_ptr, st);
+    if (rc) return rc;
     csr_fill_kernel<<<dim3(rows, H), 128, 0, st>>>(nb, q0, w->vmask, w->smask, w->heads, w->qa_keep,
                                                  w->row_ptr, w->col);
     GF_LAUNCHED();

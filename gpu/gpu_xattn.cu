@@ -16,7 +16,18 @@
 //   A[I][J] = sum over rows i of block I of P[i][J] * exp2(Mt[i][tile(J)] - m_i) / l_i
 // (the softmax over keys summed over the (B/S) x (B/S) tile, in fp32). P is (tiles of a launch,
 // heads, 128 rows, nb) floats: the launches cover the query tiles in groups so it stays bounded
-// (XATTN_P_BYTES); nothing n x n, nor n/S x n/S, is ever stored.
+// (XATTN_P_BYTES); nothing n x n, nor n/S x n/S, is ever stored. This mma.sync kernel runs where
+// the Hopper one (gpu/gpu_xattn_wg.cu: wgmma, 256-key tiles, the softmax in registers) does not:
+// other GPUs, and B / S < 8.
+//
+// Block sizes: the index takes 16/32/64/128 (tests, `tandem sparse-index --device cuda`), but
+// the engine's sparse prefill takes XAttention's lists for block 128 only (gpu/accel.c; other
+// sizes run dense). Its Hopper attention kernel (gpu/attn_prefill_ws.cu) computes 128 query rows
+// x 128-key tiles, one CSR row and one CSR entry each (and 128 is the paged cache's block): a
+// 16/32/64 selection would have to be coarsened to 128, computing keys the method did not select
+// (not the CPU's result). The mma.sync kernel (gpu/attn_prefill.cu, 4 warps) has 64 x 64 tiles
+// and could take block 64 with its CSR block made a parameter, at about half the Hopper kernel's
+// rate (266 vs ~560 TFLOP/s on the H200); blocks 16 and 32 are below either kernel's tile.
 extern "C" { // sparse/sparse.h is a C header without guards of its own
 #include "sparse/sparse.h"
 }
@@ -33,18 +44,6 @@ extern "C" { // sparse/sparse.h is a C header without guards of its own
 #define SLD 129   // shared row stride of the logit tile (floats; odd: two-way conflicts at most)
 #define XATTN_P_BYTES ((size_t)768 << 20) // P and Mt of a launch
 #define KV_BLOCK 128 // the paged cache's block (gpu/engine.cuh), as gpu/gpu_flex_index.cu
-
-struct xargs {
-    const h16 *q, *k;
-    size_t q_tok, k_tok, k_head;
-    const int *tbl;
-    long long bstride;
-    int n, q_pos0, H, Hk, D, S, rpb, interleave;
-    int nrs, i0, tile0, ntl; // reshaped rows, first reshaped query row, this launch's tiles
-    int nb, q0, nkt;         // key blocks, first query block, Mt's row length
-    float scale_log2;
-    float *P, *Mt, *A;
-};
 
 static constexpr size_t smem_bytes()
 {
@@ -374,7 +373,9 @@ extern "C" int gpu_xattn_index(gpu_xattn_ws *w, const gpu_xattn_params *p, const
         a.i0 = q_pos0 / S;
         a.nb = nb;
         a.q0 = q0;
-        a.nkt = (a.nrs + XT - 1) / XT; // key tiles of a row at most
+        const int wgk = gpu_xattn_wg_usable(a.rpb); /* the Hopper kernel (gpu/gpu_xattn_wg.cu) */
+        const int ktile = wgk ? XWN : XT;
+        a.nkt = (a.nrs + ktile - 1) / ktile; // key tiles of a row at most
         /* P (tiles, H, 128 rows, nb) and Mt (tiles, H, 128 rows, nkt) from the pool, in launches
          * of equal size */
         const size_t per_tile = (size_t)w->H * XT * (nb + a.nkt);
@@ -390,11 +391,17 @@ extern "C" int gpu_xattn_index(gpu_xattn_ws *w, const gpu_xattn_params *p, const
         if (tpl > tiles) tpl = tiles;
         const int launches = (tiles + tpl - 1) / tpl, per = (tiles + launches - 1) / launches;
         a.Mt = w->P + (size_t)per * w->H * XT * nb;
-        for (int t0 = 0; t0 < tiles; t0 += per) {
+        /* the launches heaviest first too (the last query tiles have the most keys) */
+        for (int t0 = (tiles - 1) / per * per; t0 >= 0; t0 -= per) {
             a.tile0 = t0;
             a.ntl = tiles - t0 < per ? tiles - t0 : per;
-            xattn_score_kernel<<<dim3(w->H, a.ntl), 256, smem, st>>>(a);
-            GF_LAUNCHED();
+            if (wgk) {
+                const int rc = gpu_xattn_wg_launch(a, st);
+                if (rc) return rc;
+            } else {
+                xattn_score_kernel<<<dim3(w->H, a.ntl), 256, smem, st>>>(a);
+                GF_LAUNCHED();
+            }
         }
     }
     return gpu_xattn_select(w, p, nb, q0, st);

@@ -7,6 +7,25 @@
 
 #define XT 128 // reshaped query rows per CTA, reshaped keys per tile
 
+// The estimate's arguments (gpu/gpu_xattn.cu fills them; both estimate kernels read them).
+struct xargs {
+    const h16 *q, *k;
+    size_t q_tok, k_tok, k_head;
+    const int *tbl;
+    long long bstride;
+    int n, q_pos0, H, Hk, D, S, rpb, interleave;
+    int nrs, i0, tile0, ntl; // reshaped rows, first reshaped query row, this launch's tiles
+    int nb, q0, nkt;         // key blocks, first query block, Mt's row length (key tiles)
+    float scale_log2;
+    float *P, *Mt, *A;
+};
+
+// The Hopper estimate (gpu/gpu_xattn_wg.cu): usable for this shape on this device (B / S >= 8,
+// the wgmma kernels available), its key tile (Mt's tiles), and one launch of grid (H, a.ntl).
+int gpu_xattn_wg_usable(int rpb);
+#define XWN 256 // the Hopper estimate's key tile (reshaped keys)
+int gpu_xattn_wg_launch(const xargs &a, cudaStream_t st);
+
 struct gpu_xattn_ws {
     int cap_n, H, Hk, d, block, nb; // nb: key blocks of cap_n
     int tpl;                        // query tiles per launch of the estimate (P's size)

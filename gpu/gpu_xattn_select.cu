@@ -9,7 +9,8 @@
 //         blocks whose sum with the forced blocks reaches required; the kept ids go to a bit row.
 //         The CPU adds the same values left to right; the scan's order differs only in double
 //         rounding, far below the fp32 masses' own.
-// emit    per row counts -> one scan -> row_ptr; a CTA per row writes its ids ascending.
+// emit    per row counts -> one scan (gf_csr_scan, FlexPrefill's) -> row_ptr; a CTA per row
+//         writes its ids ascending.
 #include "gpu/gpu_xattn_impl.cuh"
 
 #define SEL_THREADS 256
@@ -162,26 +163,6 @@ __global__ void zero_rows_kernel(int nb, int q0, int H, int *counts)
     for (int i = threadIdx.x; i < H * q0; i += blockDim.x) counts[(i / q0) * nb + i % q0] = 0;
 }
 
-__global__ void __launch_bounds__(1024) csr_scan_kernel(const int *counts, int H, int nb,
-                                                        int32_t *row_ptr)
-{
-    __shared__ int tmp[32];
-    const int total = H * nb;
-    int running = 0;
-    for (int base = 0; base < total; base += blockDim.x) {
-        const int L = base + threadIdx.x;
-        const int v = L < total ? counts[L] : 0;
-        int sum;
-        const int ex = gf_block_exclusive_scan(v, &sum, tmp);
-        if (L < total) {
-            const int h = L / nb, r = L % nb;
-            row_ptr[h * (nb + 1) + r] = running + ex;
-            if (r == nb - 1) row_ptr[h * (nb + 1) + nb] = running + ex + v;
-        }
-        running += sum;
-    }
-}
-
 __global__ void csr_fill_kernel(int nb, int q0, const uint32_t *keep, const int32_t *row_ptr,
                                 int32_t *col)
 {
@@ -206,8 +187,8 @@ int gpu_xattn_emit(gpu_xattn_ws *w, int nb, int q0, cudaStream_t st)
         zero_rows_kernel<<<1, 256, 0, st>>>(nb, q0, w->H, w->counts);
         GF_LAUNCHED();
     }
-    csr_scan_kernel<<<1, 1024, 0, st>>>(w->counts, w->H, nb, w->row_ptr);
-    GF_LAUNCHED();
+    const int rc = gf_csr_scan(w->counts, w->H, nb, w->row_ptr, st); /* gpu/gpu_flex_index.cu */
+    if (rc) return rc;
     csr_fill_kernel<<<dim3(nb - q0, w->H), 128, 0, st>>>(nb, q0, w->keep, w->row_ptr, w->col);
     GF_LAUNCHED();
     return 0;

@@ -14,7 +14,9 @@
  *   - GPU sets vs CPU sets: a row may differ only at the threshold edge: its GPU set must be the
  *     rule's on the CPU's masses for some threshold within 0.1 % of the asked one (a crossing or
  *     a near-tie decided within rounding), and the Jaccard similarity over all rows >= 0.99;
- *   - threshold 1 keeps every causal block; Tri-shape's lists equal the CPU's exactly. */
+ *   - threshold 1 keeps every causal block; Tri-shape's lists equal the CPU's exactly.
+ * On Hopper the cases with B / S >= 8 run the wgmma estimate (gpu/gpu_xattn_wg.cu), the others
+ * (B / S < 8) the mma.sync one (gpu/gpu_xattn.cu); elsewhere every case runs the mma.sync one. */
 #include "cpu/flex.h"
 #include "cpu/flex_synth.h"
 #include "cpu/pool.h"
@@ -226,6 +228,10 @@ TEST(gpu_xattn_index_matches_cpu)
         {1000, 0, 4, 2, 32, 64, 8, 0.8, CPU_FLEX_SYNTH_MIXED, 1},
         {2500, 256, 4, 2, 128, 128, 1, 0.9, CPU_FLEX_SYNTH_MIXED, 0},
         {1500, 0, 4, 4, 128, 16, 16, 0.7, CPU_FLEX_SYNTH_STRUCTURED, 0},
+        /* a partial last stride group (n % S != 0) after cached tokens, and block 64 over
+         * several of the Hopper kernel's 256-key tiles */
+        {4099, 1024, 4, 2, 128, 128, 16, 0.9, CPU_FLEX_SYNTH_MIXED, 0},
+        {5003, 0, 8, 2, 128, 64, 8, 0.9, CPU_FLEX_SYNTH_STRUCTURED, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(fn, pool, &cases[i], (int)i);
     cpu_pool_free(pool);
