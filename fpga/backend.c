@@ -75,8 +75,12 @@ typedef struct fpga_seq {
                           being imported: what kv_check must find once the run is complete */
     int tls_on;           /* AsyncTLS on (accel_seq_decode_sparse, or the device's default) */
     sparse_tls_params tls_p; /* with these parameters */
-    int tls_first, tls_k; /* the summary arena's superblocks (tls_k 0: none yet) */
+    fpga_tls_arena_ref tls_ar; /* the summary arena's superblocks (k 0: none yet) */
     uint32_t tls_upto;    /* positions its summaries hold */
+    int ddr;              /* offloaded: ids are blocks of the DDR4 pool (fpga/BANKS.md "DDR4") */
+    uint32_t pipe_len;    /* the length after its last pipelined AsyncTLS step (0: none): the
+                             next step continues the pipeline only at exactly that position */
+    int64_t tls_fetched, tls_chosen; /* level-1 blocks made resident / chosen (pipeline) */
     int64_t tls_read, tls_total, tls_steps; /* accel_seq_decode_stats since it was turned on */
 } fpga_seq;
 
@@ -94,6 +98,10 @@ typedef struct fpga_dev {
     uint32_t *check_crc;  /* (n_layers) kv_check's report */
     uint64_t landed_corrupt; /* imports whose KV changed after the producer's CRC (kv_check) */
     fpga_kv_pool kv;      /* the KV pool's block ids (fpga/kv_pool.h) */
+    fpga_kv_pool ddr_kv;  /* the DDR4 pool's (offloaded sequences), same geometry at offset 0 */
+    int has_ddr;          /* the DDR4 pool exists */
+    int tier;             /* TANDEM_FPGA_KV_TIER: 0 auto, 1 DDR4 whenever possible, 2 HBM only */
+    int stagger;          /* TANDEM_FPGA_TLS_STAGGER=1: in-HBM sequences pipeline AsyncTLS too */
     uint64_t kv_base;     /* where the pool's superblocks start in every channel */
     fpga_dec_kvmap geo;   /* the pool's geometry (ids NULL): block size, group, strides */
     uint32_t blk_tokens;  /* T: positions per block */
@@ -104,7 +112,7 @@ typedef struct fpga_dev {
     uint32_t run_rows;    /* rows per kernel run: FPGA_PF_RUN_ROWS (tests: fewer) */
     fpga_pf_result last_pf;
     fpga_pf_job last_job; /* for tests: where the last prefill's workspace was */
-    accel_decode_curve curve; /* the decode cost by batch (fpga_curve), set at open */
+    accel_decode_curve curve; /* the decode cost by batch (fpga_dec_model_curve), set at open */
 } fpga_dev;
 
 static const struct accel_dev_i fpga_i;
@@ -117,6 +125,12 @@ static uint64_t blk_off(const fpga_dev *d, uint32_t id, uint32_t slot)
     const fpga_dec_kvmap *g = &d->geo;
     return d->kv_base + (uint64_t)(id / g->group) * g->super_bytes + slot * g->slot_stride +
            (uint64_t)(id % g->group) * g->bt;
+}
+
+/* The pool s's block ids are from. */
+static fpga_kv_pool *pool_of(fpga_dev *d, const fpga_seq *s)
+{
+    return s->ddr ? &d->ddr_kv : &d->kv;
 }
 
 /* Every stream of block src copied over block dst (one kv_gather run per stream). */
@@ -140,9 +154,11 @@ static int kv_grow(fpga_dev *d, fpga_seq *s, int pos0, int n)
     int need = (pos0 + n + T - 1) / T;
     if (need > s->cap_ids) return ACCEL_ERR_INVALID;
     int cow = 0, fresh = need > s->n_ids ? need - s->n_ids : 0;
-    for (int i = pos0 / T; i < need && i < s->n_ids; i++) cow += fpga_kv_pool_shared(&d->kv, s->ids[i]);
-    if (fpga_kv_pool_free_count(&d->kv) < cow + fresh) return ACCEL_ERR_NOMEM;
-    if (fresh && fpga_kv_pool_take(&d->kv, fresh, s->ids + s->n_ids)) return ACCEL_ERR_NOMEM;
+    fpga_kv_pool *pool = pool_of(d, s);
+    for (int i = pos0 / T; i < need && i < s->n_ids; i++) cow += fpga_kv_pool_shared(pool, s->ids[i]);
+    if (cow && s->ddr) return ACCEL_ERR_UNSUPPORTED; /* DDR4 blocks are never shared */
+    if (fpga_kv_pool_free_count(pool) < cow + fresh) return ACCEL_ERR_NOMEM;
+    if (fresh && fpga_kv_pool_take(pool, fresh, s->ids + s->n_ids)) return ACCEL_ERR_NOMEM;
     s->n_ids += fresh;
     for (int i = pos0 / T; cow && i < need; i++) {
         if (!fpga_kv_pool_shared(&d->kv, s->ids[i])) continue;
@@ -208,15 +224,19 @@ static int drain(fpga_dev *d, fpga_seq *self)
 
 /* ---------------------------------------------------------------- steps */
 
-/* AsyncTLS for the sequence's next step (fpga_tls_seq_prepare): ACCEL_ERR_NOMEM: dense. */
-static int tls_ready(fpga_dev *d, fpga_seq *s)
+/* AsyncTLS for the sequence's next step at pos (fpga_tls_seq_prepare): ACCEL_ERR_NOMEM: dense.
+ * An offloaded sequence or a card told to (d->stagger) runs the staggered pipeline, which
+ * continues from the previous step only when that was its step at pos - 1. */
+static int tls_ready(fpga_dev *d, fpga_seq *s, int pos)
 {
-    return fpga_tls_seq_prepare(&d->card, &d->tls, &s->tls_p, &d->kv, d->kv_base, d->geo.super_bytes,
-                                (uint32_t)s->cap_ids * d->blk_tokens, &s->tls_first, &s->tls_k,
-                                &s->tls_upto);
+    fpga_tls_io io;
+    fpga_tls_io_of(&d->tls, &s->tls_p, (uint32_t)s->cap_ids * d->blk_tokens, d->stagger, s->ddr, &io);
+    io.reset = !io.stagger || s->pipe_len != (uint32_t)pos || pos == 0;
+    return fpga_tls_seq_prepare(&d->card, &d->tls, &io, &d->kv, d->kv_base, d->geo.super_bytes,
+                                &s->tls_ar, &s->tls_upto);
 }
 
-static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits)
+static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits, int allow_tls)
 {
     const model *m = d->base.m;
     const model_config *c = &m->cfg;
@@ -236,15 +256,21 @@ static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits)
     model_rope_angles(inv, half, pos, d->cs, d->sn);
     if ((st = kv_grow(d, s, pos, 1))) return st;
     uint32_t n_ids = (uint32_t)(pos / (int)d->blk_tokens + 1);
-    const int tls = s->tls_on && (st = tls_ready(d, s)) == 0;
+    const int tls = allow_tls && s->tls_on && (st = tls_ready(d, s, pos)) == 0;
     if (st && st != ACCEL_ERR_NOMEM) return card_status(d, st);
-    st = fpga_card_step(&d->card, d->x0, d->cs, d->sn, (uint32_t)id, (uint32_t)pos, d->kv_base,
-                        d->geo.blk_tiles, s->ids, n_ids, logits);
+    d->card.kv_tier = (uint32_t)s->ddr;
+    st = fpga_card_step(&d->card, d->x0, d->cs, d->sn, (uint32_t)id, (uint32_t)pos,
+                        s->ddr ? 0 : d->kv_base, d->geo.blk_tiles, s->ids, n_ids, logits);
+    s->pipe_len = 0;
     if (!st && tls) {
         s->tls_upto = (uint32_t)pos + 1;
-        uint64_t rd, tot;
-        if (!(st = fpga_tls_step_read(&d->card, &rd, &tot)))
-            s->tls_read += (int64_t)rd, s->tls_total += (int64_t)tot, s->tls_steps++;
+        if (d->stagger || s->ddr) s->pipe_len = (uint32_t)pos + 1;
+        fpga_tls_step_counts k;
+        if (!(st = fpga_tls_step_read(&d->card, &k))) {
+            s->tls_read += (int64_t)k.keys_read, s->tls_total += (int64_t)k.keys_total;
+            s->tls_fetched += (int64_t)k.fetched, s->tls_chosen += (int64_t)k.chosen;
+            s->tls_steps++;
+        }
     }
     return card_status(d, st);
 }
@@ -254,15 +280,18 @@ static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits)
 static int kv_room(fpga_dev *d, int n, accel_seq *const *seqs, int cnt)
 {
     const int T = (int)d->blk_tokens;
-    int need = 0;
+    int need[2] = {0, 0};
     for (int i = 0; i < n; i++) {
         const fpga_seq *s = (const fpga_seq *)seqs[i];
         int pos0 = s->base.len, last = (pos0 + cnt + T - 1) / T;
-        if (last > s->n_ids) need += last - s->n_ids;
+        if (last > s->n_ids) need[s->ddr] += last - s->n_ids;
         for (int b = pos0 / T; b < last && b < s->n_ids; b++)
-            need += fpga_kv_pool_shared(&d->kv, s->ids[b]);
+            need[s->ddr] += fpga_kv_pool_shared(pool_of(d, s), s->ids[b]);
     }
-    return fpga_kv_pool_free_count(&d->kv) < need ? ACCEL_ERR_NOMEM : ACCEL_OK;
+    return fpga_kv_pool_free_count(&d->kv) < need[0] ||
+                   (need[1] && fpga_kv_pool_free_count(&d->ddr_kv) < need[1])
+               ? ACCEL_ERR_NOMEM
+               : ACCEL_OK;
 }
 
 /* The step input of sequence s at pos into the i-th batch slot. */
@@ -306,8 +335,8 @@ static int fpga_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32
     int vocab = ad->m->cfg.vocab;
     int st0 = kv_room(d, n, seqs, 1);
     if (st0) return st0;
-    int tls = 0; /* the batched kernel has no AsyncTLS: such sequences go one per run */
-    for (int i = 0; i < n; i++) tls |= ((const fpga_seq *)seqs[i])->tls_on;
+    int tls = 0; /* the batched kernel has no AsyncTLS nor DDR4: such sequences go one per run */
+    for (int i = 0; i < n; i++) tls |= ((const fpga_seq *)seqs[i])->tls_on | ((const fpga_seq *)seqs[i])->ddr;
     if (n > 1 && d->card.max_batch > 1 && !tls) {
         /* imports in flight land first; a sequence whose import failed fails the step */
         void *owner = NULL;
@@ -324,7 +353,7 @@ static int fpga_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32
     }
     for (int i = 0; i < n; i++) {
         fpga_seq *s = (fpga_seq *)seqs[i];
-        int st = step(d, s, ids[i], s->base.len, logits + (size_t)i * vocab);
+        int st = step(d, s, ids[i], s->base.len, logits + (size_t)i * vocab, 1);
         if (st) return st;
     }
     return ACCEL_OK;
@@ -340,7 +369,7 @@ static int prefill_by_steps(fpga_dev *d, fpga_seq *s, const accel_prefill_req *r
         float *out = d->scratch_logits;
         if (r->logits && r->all_logits) out = r->logits + (size_t)i * vocab;
         else if (r->logits && i == r->n - 1) out = r->logits;
-        int st = step(d, s, r->ids[i], s->base.len + i, out);
+        int st = step(d, s, r->ids[i], s->base.len + i, out, !s->ddr); /* offloaded: dense */
         if (st) return st;
     }
     return ACCEL_OK;
@@ -356,7 +385,9 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
     accel_seq *as = &s->base;
     int st = kv_room(d, 1, &as, r->n); /* all the prompt's blocks first: NOMEM changes nothing */
     if (st) return st;
-    if (!d->can_prefill) return prefill_by_steps(d, s, r);
+    /* the prefill kernel writes HBM pages: an offloaded sequence's prompt goes one dense decode
+     * run per token, its KV straight into DDR4 (or arrives by import) */
+    if (!d->can_prefill || s->ddr) return prefill_by_steps(d, s, r);
     st = drain(d, s);
     if (st) return st;
     if (s->failed) return ACCEL_ERR_CORRUPT;
@@ -424,7 +455,8 @@ static int check_landed(fpga_dev *d, fpga_seq *s, int pos0, int n)
     if (s->failed) return ACCEL_ERR_CORRUPT;
     void *owner = NULL;
     const int T = (int)d->blk_tokens;
-    st = fpga_card_check(&d->card, (uint32_t)pos0, (uint32_t)n, d->kv_base, d->geo.blk_tiles,
+    d->card.kv_tier = (uint32_t)s->ddr;
+    st = fpga_card_check(&d->card, (uint32_t)pos0, (uint32_t)n, s->ddr ? 0 : d->kv_base, d->geo.blk_tiles,
                          s->ids, (uint32_t)((pos0 + n + T - 1) / T), d->check_crc, &owner);
     if (st) return card_status(d, st);
     for (int l = 0; l < d->base.m->cfg.n_layers; l++)
@@ -457,8 +489,8 @@ static int import(fpga_dev *d, fpga_seq *s, const proto_kv_layer *c, int has_crc
         n = c->n_tokens - t0 < piece ? c->n_tokens - t0 : piece;
         if (n > room) n = room;
         void *failed = NULL;
-        int st = fpga_card_scatter(&d->card, c, t0, n, d->kv_base, d->geo.blk_tiles, 1,
-                                   s->ids[pos / T], s, &failed);
+        int st = fpga_card_scatter(&d->card, c, t0, n, s->ddr ? 0 : d->kv_base, d->geo.blk_tiles,
+                                   s->ddr ? 2 : 1, s->ids[pos / T], s, &failed);
         if (st == ACCEL_ERR_CORRUPT) {
             mark_failed(failed, st);
             if (failed == s) return st;
@@ -501,6 +533,13 @@ static int fpga_seq_new(accel_dev *ad, int capacity, accel_seq **out)
     }
     s->tls_on = d->tls.on;
     s->tls_p = d->tls.p;
+    /* its KV in DDR4 when HBM's pool cannot hold it whole (or TANDEM_FPGA_KV_TIER=ddr) and the
+     * card can decode it sparse from a resident cache (fpga/BANKS.md "DDR4") */
+    if (d->has_ddr && d->tier != 2 && d->tls.avail &&
+        fpga_tls_offload_ok(&d->card.desc, (uint32_t)d->tls.p.block_size) &&
+        (d->tier == 1 || s->cap_ids > fpga_kv_pool_free_count(&d->kv)) &&
+        s->cap_ids <= fpga_kv_pool_free_count(&d->ddr_kv))
+        s->ddr = 1;
     *out = &s->base;
     return ACCEL_OK;
 }
@@ -513,9 +552,11 @@ static int fpga_seq_fork(accel_dev *ad, accel_seq *asrc, int n_tokens, int capac
     fpga_dev *d = (fpga_dev *)ad;
     fpga_seq *src = (fpga_seq *)asrc;
     if (src->failed) return ACCEL_ERR_CORRUPT;
+    if (src->ddr) return ACCEL_ERR_UNSUPPORTED; /* DDR4 blocks are not shared (no copy kernel) */
     int st = fpga_seq_new(ad, capacity, out);
     if (st) return st;
     fpga_seq *s = (fpga_seq *)*out;
+    s->ddr = 0; /* shares HBM blocks */
     s->tls_on = src->tls_on; /* its own arena, summarized on its first step */
     s->tls_p = src->tls_p;
     s->n_ids = (n_tokens + (int)d->blk_tokens - 1) / (int)d->blk_tokens;
@@ -535,12 +576,13 @@ static int fpga_seq_truncate(accel_dev *ad, accel_seq *as, int len)
         int st = fpga_card_drain(&d->card, &owner, mark_failed);
         if (st == ACCEL_ERR_TIMEOUT || st == ACCEL_ERR_DEVICE) return card_status(d, st);
         if (st) mark_failed(owner, st);
-        fpga_kv_pool_unref(&d->kv, s->ids + keep, s->n_ids - keep, s->base.holder);
+        fpga_kv_pool_unref(pool_of(d, s), s->ids + keep, s->n_ids - keep, s->base.holder);
         s->n_ids = keep;
     }
     /* summaries past len are rebuilt from the start of len's block when it is next decoded */
     const uint32_t bs = d->tls.avail ? (uint32_t)d->tls.p.block_size : 1;
     if (s->tls_upto > (uint32_t)len) s->tls_upto = (uint32_t)len / bs * bs;
+    s->pipe_len = 0;
     return ACCEL_OK;
 }
 
@@ -549,6 +591,7 @@ static int fpga_seq_hold(accel_dev *ad, accel_seq *as)
     fpga_dev *d = (fpga_dev *)ad;
     fpga_seq *s = (fpga_seq *)as;
     if (s->failed) return ACCEL_ERR_CORRUPT;
+    if (s->ddr) return ACCEL_ERR_UNSUPPORTED; /* DDR4 blocks are not shared */
     fpga_kv_pool_hold(&d->kv, s->ids, s->n_ids);
     return ACCEL_OK;
 }
@@ -566,6 +609,7 @@ static int fpga_kv_block_save(accel_dev *ad, accel_seq *as, int block, void *dst
     fpga_dev *d = (fpga_dev *)ad;
     fpga_seq *s = (fpga_seq *)as;
     if (s->failed) return ACCEL_ERR_CORRUPT;
+    if (s->ddr) return ACCEL_ERR_UNSUPPORTED;
     if (block >= s->n_ids) return ACCEL_ERR_INVALID;
     const uint32_t streams = ad->m->cfg.n_layers * d->card.lo.kv_streams;
     for (uint32_t g = 0; g < streams; g++) {
@@ -581,6 +625,7 @@ static int fpga_kv_block_load(accel_dev *ad, accel_seq *as, const void *src)
     fpga_dev *d = (fpga_dev *)ad;
     fpga_seq *s = (fpga_seq *)as;
     if (s->failed) return ACCEL_ERR_CORRUPT;
+    if (s->ddr) return ACCEL_ERR_UNSUPPORTED;
     int st = kv_grow(d, s, s->base.len, (int)d->blk_tokens);
     if (st) return st;
     const uint32_t streams = ad->m->cfg.n_layers * d->card.lo.kv_streams;
@@ -607,8 +652,8 @@ static void fpga_seq_free(accel_dev *ad, accel_seq *as)
         accel_dev_fail(ad); /* the blocks stay taken: the card may still write them */
     } else {
         if (st) mark_failed(owner, st);
-        fpga_kv_pool_unref(&d->kv, s->ids, s->n_ids, s->base.holder);
-        if (s->tls_k) fpga_kv_pool_give_supers(&d->kv, s->tls_first, s->tls_k);
+        fpga_kv_pool_unref(pool_of(d, s), s->ids, s->n_ids, s->base.holder);
+        if (s->tls_ar.k) fpga_kv_pool_give_supers(&d->kv, s->tls_ar.first, s->tls_ar.k);
     }
     free(s->ids);
     free(s->run_crc);
@@ -627,46 +672,6 @@ static int fpga_warmup(accel_dev *ad)
         if (!isfinite(d->scratch_logits[i])) st = ACCEL_ERR_DEVICE;
     accel_seq_free(ad, s);
     return st;
-}
-
-/* The card's decode cost by batch (accel_info.decode_curve), from the emulator's timing model
- * (fpga/dec_model.h: the batched kernel's run, host syncs left out): batches 1, 2, 4, ... up to
- * max_batch at ctx positions each (1,024, or the model's context if shorter), consecutive block
- * ids as a sequence that grew alone; s_per_pos from one sequence at 2 x ctx. Computed once. */
-static void fpga_curve(fpga_dev *d, accel_decode_curve *out)
-{
-    uint32_t ids[FPGA_DEC_MAX_BATCH * 64]; /* 4 KiB */
-    memset(out, 0, sizeof *out);
-    const fpga_dec_desc *dd = &d->card.desc;
-    int ctx = d->base.m->cfg.max_pos > 0 && d->base.m->cfg.max_pos < 2048 ? d->base.m->cfg.max_pos / 2 : 1024;
-    uint32_t T = fpga_dec_kv_block_tokens(dd), nid = T ? (uint32_t)(2 * ctx) / T + 1 : 0;
-    if (!T || nid > 64 || ctx < 2) return;
-    fpga_dec_layout lo;
-    fpga_dec_layout_of(dd, &lo);
-    uint32_t pos[FPGA_DEC_MAX_BATCH];
-    fpga_dec_kvmap km[FPGA_DEC_MAX_BATCH];
-    int mb = d->card.max_batch > 1 ? d->card.max_batch : 1;
-    if (mb > FPGA_DEC_MAX_BATCH) mb = FPGA_DEC_MAX_BATCH;
-    for (int b = 0; b < mb; b++) {
-        for (uint32_t i = 0; i < nid; i++) ids[b * nid + i] = (uint32_t)b * nid + i;
-        fpga_dec_kvmap_paged(dd, &lo, 0, ids + b * nid, nid, &km[b]);
-        pos[b] = (uint32_t)ctx - 1;
-    }
-    fpga_dec_cost c;
-    for (int b = 1; out->n < ACCEL_CURVE_MAX; b *= 2) {
-        int x = b < mb ? b : mb;
-        if (mb == 1) fpga_dec_model_step_paged(dd, (uint32_t)ctx - 1, 0, &c);
-        else fpga_dec_model_step_batch(dd, (uint32_t)x, pos, km, &c);
-        out->batch[out->n] = x;
-        out->step_s[out->n++] = c.modeled_ns * 1e-9;
-        if (x == mb) break;
-    }
-    pos[0] = (uint32_t)(2 * ctx) - 1;
-    if (mb == 1) fpga_dec_model_step_paged(dd, pos[0], 0, &c);
-    else fpga_dec_model_step_batch(dd, 1, pos, km, &c);
-    out->ctx = ctx;
-    double more = c.modeled_ns * 1e-9 - out->step_s[0];
-    out->s_per_pos = more > 0 ? more / ctx : 0;
 }
 
 static void fpga_describe(accel_dev *ad, accel_info *out)
@@ -700,6 +705,7 @@ static void fpga_free(accel_dev *ad)
     free(d->bsn);
     free(d->check_crc);
     fpga_kv_pool_deinit(&d->kv);
+    if (d->has_ddr) fpga_kv_pool_deinit(&d->ddr_kv);
     free(d);
 }
 
@@ -712,7 +718,7 @@ static int fpga_seq_decode_sparse(accel_dev *ad, accel_seq *as, const sparse_tls
     sparse_tls_params q = d->tls.p;
     if (p) q.token_budget = p->token_budget, q.block_budget = p->block_budget, q.dense_below = p->dense_below;
     if (p && (!d->tls.avail || !fpga_tls_budgets_ok(&q))) return ACCEL_ERR_UNSUPPORTED;
-    if (p && !s->tls_on) s->tls_read = s->tls_total = s->tls_steps = 0;
+    if (p && !s->tls_on) s->tls_read = s->tls_total = s->tls_steps = s->tls_fetched = s->tls_chosen = 0;
     s->tls_on = p != NULL;
     if (p) s->tls_p = q;
     return ACCEL_OK;
@@ -725,7 +731,8 @@ static int fpga_seq_decode_stats(accel_dev *ad, accel_seq *as, accel_decode_stat
     (void)ad;
     const fpga_seq *s = (const fpga_seq *)as;
     *out = (accel_decode_stats){.keys_read = s->tls_read, .keys_total = s->tls_total,
-                                .steps = s->tls_steps};
+                                .steps = s->tls_steps, .blocks_new = s->tls_fetched,
+                                .blocks_kept = s->tls_chosen};
     return ACCEL_OK;
 }
 
@@ -860,6 +867,14 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
     }
     d->base.kv_block_tokens = (int)d->blk_tokens;
     d->base.mem_total = n_blocks * block_bytes;
+    /* the DDR4 pool: the HBM pool's geometry over each 1 GiB "channel" of the two banks */
+    uint64_t ddr_blocks = FPGA_DEC_DDR_SPAN / d->geo.super_bytes * d->geo.group;
+    if (ddr_blocks > (1u << 30)) ddr_blocks = 1u << 30;
+    d->has_ddr = ddr_blocks > 0 && !fpga_kv_pool_init(&d->ddr_kv, (int)ddr_blocks, (int)d->geo.group);
+    const char *tv = getenv("TANDEM_FPGA_KV_TIER");
+    d->tier = tv && !strcmp(tv, "ddr") ? 1 : tv && !strcmp(tv, "hbm") ? 2 : 0;
+    const char *sv = getenv("TANDEM_FPGA_TLS_STAGGER");
+    d->stagger = sv && !strcmp(sv, "1");
     int half = c->head_dim / 2;
     d->inv_freq = malloc(sizeof(float) * half);
     d->x0 = malloc(sizeof(float) * c->hidden);
@@ -878,7 +893,7 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
     }
     if (fpga_tls_open(&d->tls, m, o, err, errlen)) goto fail;
     model_rope_inv_freq(c, 0, d->inv_freq);
-    fpga_curve(d, &d->curve);
+    fpga_dec_model_curve(&d->card.desc, m->cfg.max_pos, d->card.max_batch, &d->curve);
     return &d->base;
 fail:
     fpga_image_release(&img);

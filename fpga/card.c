@@ -8,10 +8,11 @@
 
 /* kernel argument numbers (fpga/kernels/decode.c, kv_scatter.c, kv_check.c, kv_gather.c) */
 enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES, DEC_N_IDS, DEC_SEL_CAP,
-       DEC_TLS_OFF, DEC_TLS_UPTO };
+       DEC_TLS_OFF, DEC_TLS_UPTO, DEC_DDR0, DEC_DDR1, DEC_KV_TIER };
 enum { SC_BANK0 = 4, SC_LAYER = 36, SC_POS0, SC_N, SC_PER, SC_KV_OFF, SC_PART_TILES, SC_STAGE_BYTES,
-       SC_PAGED, SC_BLK_ID };
-enum { CK_REPORT = 32, CK_POS0, CK_N, CK_KV_OFF, CK_PART_TILES, CK_REPORT_BYTES, CK_N_IDS };
+       SC_PAGED, SC_BLK_ID, SC_DDR0, SC_DDR1 };
+enum { CK_REPORT = 32, CK_POS0, CK_N, CK_KV_OFF, CK_PART_TILES, CK_REPORT_BYTES, CK_N_IDS,
+       CK_DDR0, CK_DDR1, CK_KV_TIER };
 enum { PF_IO = 32, PF_MODE, PF_LAYER, PF_POS0, PF_N, PF_R0, PF_R1, PF_KV_OFF, PF_PART_TILES,
        PF_WS_OFF, PF_N_IDS };
 
@@ -60,6 +61,8 @@ void fpga_card_close(fpga_card *c)
         for (int j = 0; j < FPGA_DEC_STAGE_SLOTS; j++)
             if (c->stage[g][j]) fpga_xrt_bo_free(x, c->stage[g][j]);
     if (c->io) fpga_xrt_bo_free(x, c->io);
+    for (int i = 0; i < 2; i++)
+        if (c->ddr[i]) fpga_xrt_bo_free(x, c->ddr[i]);
     for (int i = 0; i < FPGA_DEC_CH; i++)
         if (c->bank[i]) fpga_xrt_bo_free(x, c->bank[i]);
     if (c->k_dec) fpga_xrt_kernel_close(x, c->k_dec);
@@ -143,6 +146,14 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
             return fail_msg(st, err, errlen, "bank BO");
     if ((st = fpga_xrt_bo_alloc(x, c->dev, c->io_bytes, 0, grp[DEC_IO], &c->io)))
         return fail_msg(st, err, errlen, "io BO");
+    /* the DDR4 banks, whole (no host copy): offloaded sequences' KV (fpga/BANKS.md "DDR4") */
+    for (int i = 0; i < 2; i++) {
+        uint32_t g;
+        if ((st = fpga_xrt_kernel_group(x, c->k_dec, DEC_DDR0 + i, &g)) ||
+            (st = fpga_xrt_bo_alloc(x, c->dev, FPGA_DEC_DDR_BO_BYTES, XCL_BO_FLAGS_DEV_ONLY, g,
+                                    &c->ddr[i])))
+            return fail_msg(st, err, errlen, "DDR4 BO");
+    }
     for (int g = 0; g < FPGA_CARD_GROUPS; g++)
         for (int j = 0; j < FPGA_DEC_STAGE_SLOTS; j++) {
             void *h;
@@ -155,7 +166,9 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
     /* run handles with their buffers set once */
     if ((st = fpga_xrt_run_open(x, c->k_dec, &c->r_dec))) return fail_msg(st, err, errlen, "run");
     for (int i = 0; i < FPGA_DEC_CH && !st; i++) st = fpga_xrt_run_set_bo(x, c->r_dec, i, c->bank[i]);
-    if (st || (st = fpga_xrt_run_set_bo(x, c->r_dec, DEC_IO, c->io)))
+    if (st || (st = fpga_xrt_run_set_bo(x, c->r_dec, DEC_IO, c->io)) ||
+        (st = fpga_xrt_run_set_bo(x, c->r_dec, DEC_DDR0, c->ddr[0])) ||
+        (st = fpga_xrt_run_set_bo(x, c->r_dec, DEC_DDR1, c->ddr[1])))
         return fail_msg(st, err, errlen, "decode arguments");
     if (c->max_batch > 1) {
         if ((st = fpga_xrt_run_open(x, c->k_decb, &c->r_decb))) return fail_msg(st, err, errlen, "run");
@@ -170,13 +183,17 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
             st = fpga_xrt_run_set_bo(x, c->r_sc[g], j, c->stage[g][j]);
         for (int i = 0; i < FPGA_DEC_CH && !st; i++)
             st = fpga_xrt_run_set_bo(x, c->r_sc[g], SC_BANK0 + i, c->bank[i]);
-        if (st || (st = fpga_xrt_run_set_u64(x, c->r_sc[g], SC_STAGE_BYTES, FPGA_CARD_STAGE_BYTES)))
+        if (st || (st = fpga_xrt_run_set_u64(x, c->r_sc[g], SC_STAGE_BYTES, FPGA_CARD_STAGE_BYTES)) ||
+            (st = fpga_xrt_run_set_bo(x, c->r_sc[g], SC_DDR0, c->ddr[0])) ||
+            (st = fpga_xrt_run_set_bo(x, c->r_sc[g], SC_DDR1, c->ddr[1])))
             return fail_msg(st, err, errlen, "scatter arguments");
     }
     if ((st = fpga_xrt_run_open(x, c->k_check, &c->r_check))) return fail_msg(st, err, errlen, "run");
     for (int i = 0; i < FPGA_DEC_CH && !st; i++) st = fpga_xrt_run_set_bo(x, c->r_check, i, c->bank[i]);
     if (st || (st = fpga_xrt_run_set_bo(x, c->r_check, CK_REPORT, c->stage[0][0])) ||
-        (st = fpga_xrt_run_set_u64(x, c->r_check, CK_REPORT_BYTES, FPGA_CARD_STAGE_BYTES)))
+        (st = fpga_xrt_run_set_u64(x, c->r_check, CK_REPORT_BYTES, FPGA_CARD_STAGE_BYTES)) ||
+        (st = fpga_xrt_run_set_bo(x, c->r_check, CK_DDR0, c->ddr[0])) ||
+        (st = fpga_xrt_run_set_bo(x, c->r_check, CK_DDR1, c->ddr[1])))
         return fail_msg(st, err, errlen, "check arguments");
     if (c->k_pf) {
         if ((st = fpga_xrt_run_open(x, c->k_pf, &c->r_pf))) return fail_msg(st, err, errlen, "run");
@@ -331,6 +348,9 @@ int fpga_card_step(fpga_card *c, const float *x0, const float *cs, const float *
     c->tls_off = 0;
     TRY(fpga_xrt_run_set_u64(x, c->r_dec, DEC_TLS_OFF, tls_off));
     TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_TLS_UPTO, c->tls_upto));
+    const uint32_t tier = c->kv_tier;
+    c->kv_tier = 0;
+    TRY(fpga_xrt_run_set_u32(x, c->r_dec, DEC_KV_TIER, tier));
     TRY(fpga_xrt_run_start(x, c->r_dec));
     int st = wait_run(c, c->r_dec);
     if (st == ACCEL_ERR_TIMEOUT) c->dec_in_flight = 1;
@@ -493,7 +513,7 @@ int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uin
     TRY(fpga_xrt_run_set_u32(c->x, r, SC_PER, per));
     TRY(fpga_xrt_run_set_u64(c->x, r, SC_KV_OFF, kv_off));
     TRY(fpga_xrt_run_set_u32(c->x, r, SC_PART_TILES, part_tiles));
-    TRY(fpga_xrt_run_set_u32(c->x, r, SC_PAGED, paged ? 1 : 0));
+    TRY(fpga_xrt_run_set_u32(c->x, r, SC_PAGED, (uint32_t)paged)); /* 2: the DDR4 pool */
     TRY(fpga_xrt_run_set_u32(c->x, r, SC_BLK_ID, blk_id));
     TRY(fpga_xrt_run_start(c->x, r));
     p->busy = 1;
@@ -543,6 +563,9 @@ int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, ui
     TRY(fpga_xrt_run_set_u64(c->x, r, CK_KV_OFF, kv_off));
     TRY(fpga_xrt_run_set_u32(c->x, r, CK_PART_TILES, part_tiles));
     TRY(fpga_xrt_run_set_u32(c->x, r, CK_N_IDS, n_ids));
+    const uint32_t tier = c->kv_tier;
+    c->kv_tier = 0;
+    TRY(fpga_xrt_run_set_u32(c->x, r, CK_KV_TIER, tier));
     TRY(fpga_xrt_run_start(c->x, r));
     int st = wait_run(c, r);
     if (st == ACCEL_ERR_TIMEOUT) c->check_in_flight = 1;

@@ -235,3 +235,42 @@ void fpga_dec_model_step_batch(const fpga_dec_desc *d, uint32_t n, const uint32_
     fpga_dec_model_charge(c, 0, 16, 1);
     fpga_dec_model_price(c);
 }
+
+/* The card's decode cost by batch (accel_info.decode_curve), from the emulator's timing model
+ * (fpga/dec_model.h: the batched kernel's run, host syncs left out): batches 1, 2, 4, ... up to
+ * max_batch at ctx positions each (1,024, or the model's context if shorter), consecutive block
+ * ids as a sequence that grew alone; s_per_pos from one sequence at 2 x ctx. Computed once. */
+void fpga_dec_model_curve(const fpga_dec_desc *dd, int max_pos, int max_batch, accel_decode_curve *out)
+{
+    uint32_t ids[FPGA_DEC_MAX_BATCH * 64]; /* 4 KiB */
+    memset(out, 0, sizeof *out);
+    int ctx = max_pos > 0 && max_pos < 2048 ? max_pos / 2 : 1024;
+    uint32_t T = fpga_dec_kv_block_tokens(dd), nid = T ? (uint32_t)(2 * ctx) / T + 1 : 0;
+    if (!T || nid > 64 || ctx < 2) return;
+    fpga_dec_layout lo;
+    fpga_dec_layout_of(dd, &lo);
+    uint32_t pos[FPGA_DEC_MAX_BATCH];
+    fpga_dec_kvmap km[FPGA_DEC_MAX_BATCH];
+    int mb = max_batch > 1 ? max_batch : 1;
+    if (mb > FPGA_DEC_MAX_BATCH) mb = FPGA_DEC_MAX_BATCH;
+    for (int b = 0; b < mb; b++) {
+        for (uint32_t i = 0; i < nid; i++) ids[b * nid + i] = (uint32_t)b * nid + i;
+        fpga_dec_kvmap_paged(dd, &lo, 0, ids + b * nid, nid, &km[b]);
+        pos[b] = (uint32_t)ctx - 1;
+    }
+    fpga_dec_cost c;
+    for (int b = 1; out->n < ACCEL_CURVE_MAX; b *= 2) {
+        int x = b < mb ? b : mb;
+        if (mb == 1) fpga_dec_model_step_paged(dd, (uint32_t)ctx - 1, 0, &c);
+        else fpga_dec_model_step_batch(dd, (uint32_t)x, pos, km, &c);
+        out->batch[out->n] = x;
+        out->step_s[out->n++] = c.modeled_ns * 1e-9;
+        if (x == mb) break;
+    }
+    pos[0] = (uint32_t)(2 * ctx) - 1;
+    if (mb == 1) fpga_dec_model_step_paged(dd, pos[0], 0, &c);
+    else fpga_dec_model_step_batch(dd, 1, pos, km, &c);
+    out->ctx = ctx;
+    double more = c.modeled_ns * 1e-9 - out->step_s[0];
+    out->s_per_pos = more > 0 ? more / ctx : 0;
+}

@@ -10,6 +10,7 @@
 #define TANDEM_FPGA_DEC_MODEL_H
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/xrt/u280.h"
+#include "scheduler/accel.h"
 
 typedef struct fpga_dec_cost {
     uint64_t chan_bytes[FPGA_DEC_CH];
@@ -49,5 +50,11 @@ uint64_t fpga_dec_model_sync_ns(uint64_t bytes);
 
 /* The HBM-bandwidth floor of a run: every byte it moves at the 460 GB/s peak. */
 double fpga_dec_model_floor_ns(const fpga_dec_cost *c);
+
+/* A card's decode cost by batch for accel_info.decode_curve (the batched kernel's runs, host
+ * syncs left out): batches 1, 2, 4, ... up to max_batch at ctx positions each (1,024, or half the
+ * model's max_pos if that is shorter than 2,048), consecutive block ids as a sequence that grew
+ * alone; s_per_pos from one sequence at 2 x ctx. */
+void fpga_dec_model_curve(const fpga_dec_desc *d, int max_pos, int max_batch, accel_decode_curve *out);
 
 #endif

@@ -76,16 +76,27 @@ void fpga_tls_close(fpga_tls *t)
     memset(t, 0, sizeof *t);
 }
 
-void fpga_tls_arena_for(const fpga_tls *t, const fpga_dec_desc *d, uint32_t cap, fpga_tls_arena *a)
+void fpga_tls_io_of(const fpga_tls *t, const sparse_tls_params *p, uint32_t cap, int stagger,
+                    int offload, fpga_tls_io *io)
 {
-    fpga_tls_arena_of(d, (uint32_t)t->p.channels, (uint32_t)t->p.block_size, cap, a);
+    *io = (fpga_tls_io){.magic = FPGA_TLS_IO_MAGIC,
+                        .block_size = (uint32_t)p->block_size,
+                        .block_budget = (uint32_t)p->block_budget,
+                        .token_budget = (uint32_t)p->token_budget,
+                        .r = (uint32_t)p->channels,
+                        .dense_layers = (uint32_t)p->dense_layers,
+                        .dense_below = (uint32_t)(p->dense_below < 0 ? p->token_budget : p->dense_below),
+                        .cap = cap,
+                        .report = (uint32_t)t->report,
+                        .stagger = (uint32_t)(stagger || offload),
+                        .offload = (uint32_t)offload};
 }
 
-int fpga_tls_arena_init(fpga_card *c, const fpga_tls *t, uint64_t off, uint32_t cap)
+int fpga_tls_arena_init(fpga_card *c, const fpga_tls *t, const fpga_tls_io *io, uint64_t off)
 {
     const fpga_dec_desc *d = &c->desc;
     fpga_tls_arena a;
-    fpga_tls_arena_for(t, d, cap, &a);
+    fpga_tls_arena_of(d, io, &a);
     const uint32_t r = (uint32_t)t->p.channels;
     uint8_t *buf = calloc(a.slots, a.ch_stride);
     if (!buf) return ACCEL_ERR_NOMEM;
@@ -106,22 +117,13 @@ int fpga_tls_arena_init(fpga_card *c, const fpga_tls *t, uint64_t off, uint32_t 
     return st;
 }
 
-int fpga_tls_prepare(fpga_card *c, const fpga_tls *t, const sparse_tls_params *p, uint64_t off,
-                     uint32_t cap, uint32_t upto)
+int fpga_tls_prepare(fpga_card *c, const fpga_tls *t, const fpga_tls_io *p, uint64_t off,
+                     uint32_t upto)
 {
-    fpga_tls_io io = {.magic = FPGA_TLS_IO_MAGIC,
-                      .block_size = (uint32_t)p->block_size,
-                      .block_budget = (uint32_t)p->block_budget,
-                      .token_budget = (uint32_t)p->token_budget,
-                      .r = (uint32_t)p->channels,
-                      .dense_layers = (uint32_t)p->dense_layers,
-                      .dense_below = (uint32_t)(p->dense_below < 0 ? p->token_budget : p->dense_below),
-                      .cap = cap,
-                      .report = (uint32_t)t->report};
-    if (t->report && fpga_dec_io_sel_off(&c->desc) + sizeof io +
-                             fpga_tls_report_bytes(&c->desc, io.token_budget) > c->io_bytes)
+    if (t->report && fpga_dec_io_sel_off(&c->desc) + sizeof *p +
+                             fpga_tls_report_bytes(&c->desc, p->token_budget) > c->io_bytes)
         return ACCEL_ERR_INVALID;
-    int st = fpga_card_io_write(c, fpga_dec_io_sel_off(&c->desc), &io, sizeof io);
+    int st = fpga_card_io_write(c, fpga_dec_io_sel_off(&c->desc), p, sizeof *p);
     if (st) return st;
     c->tls_off = off;
     c->tls_upto = upto;
@@ -137,34 +139,45 @@ int fpga_tls_read_report(fpga_card *c, const sparse_tls_params *p, uint32_t *tab
     return st ? st : fpga_card_io_read(c, at + tb, q, 4ull * d->n_layers * d->n_heads * d->head_dim);
 }
 
-int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, const sparse_tls_params *p,
-                         fpga_kv_pool *pool, uint64_t kv_base, uint64_t super_bytes, uint32_t cap,
-                         int *first, int *k, uint32_t *upto)
+int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, fpga_tls_io *io, fpga_kv_pool *pool,
+                         uint64_t kv_base, uint64_t super_bytes, fpga_tls_arena_ref *ar,
+                         uint32_t *upto)
 {
-    if (!*k) {
+    /* the arena's size follows the budgets and the pipeline's mode: a change takes a new one */
+    const uint64_t key = (uint64_t)io->block_budget | (uint64_t)io->stagger << 32 |
+                         (uint64_t)io->offload << 33 | (uint64_t)io->cap << 34;
+    if (ar->k && ar->key != key) {
+        fpga_kv_pool_give_supers(pool, ar->first, ar->k);
+        ar->k = 0;
+    }
+    if (!ar->k) {
         fpga_tls_arena a;
-        fpga_tls_arena_for(t, &c->desc, cap, &a);
+        fpga_tls_arena_of(&c->desc, io, &a);
         int n = (int)((a.chan_bytes + super_bytes - 1) / super_bytes);
         int f = fpga_kv_pool_take_supers(pool, n);
         if (f < 0) return ACCEL_ERR_NOMEM;
-        int st = fpga_tls_arena_init(c, t, kv_base + (uint64_t)f * super_bytes, cap);
+        int st = fpga_tls_arena_init(c, t, io, kv_base + (uint64_t)f * super_bytes);
         if (st) {
             fpga_kv_pool_give_supers(pool, f, n);
             return st;
         }
-        *first = f;
-        *k = n;
+        ar->first = f;
+        ar->k = n;
+        ar->key = key;
         *upto = 0;
+        io->reset = 1;
     }
-    return fpga_tls_prepare(c, t, p, kv_base + (uint64_t)*first * super_bytes, cap, *upto);
+    return fpga_tls_prepare(c, t, io, kv_base + (uint64_t)ar->first * super_bytes, *upto);
 }
 
-int fpga_tls_step_read(fpga_card *c, uint64_t *keys_read, uint64_t *keys_total)
+int fpga_tls_step_read(fpga_card *c, fpga_tls_step_counts *out)
 {
     fpga_tls_io io;
     int st = fpga_card_io_read(c, fpga_dec_io_sel_off(&c->desc), &io, sizeof io);
     if (st) return st;
-    *keys_read = (uint64_t)io.keys_read_hi << 32 | io.keys_read_lo;
-    *keys_total = (uint64_t)io.keys_total_hi << 32 | io.keys_total_lo;
+    out->keys_read = (uint64_t)io.keys_read_hi << 32 | io.keys_read_lo;
+    out->keys_total = (uint64_t)io.keys_total_hi << 32 | io.keys_total_lo;
+    out->fetched = (uint64_t)io.fetched_hi << 32 | io.fetched_lo;
+    out->chosen = (uint64_t)io.chosen_hi << 32 | io.chosen_lo;
     return 0;
 }

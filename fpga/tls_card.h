@@ -32,23 +32,34 @@ void fpga_tls_close(fpga_tls *t);
 /* 1 when a sequence's budgets fit the card's selection unit (TLS_K_MAX_CAND candidates). */
 int fpga_tls_budgets_ok(const sparse_tls_params *p);
 
-/* The arena of a sequence of cap positions. */
-void fpga_tls_arena_for(const fpga_tls *t, const fpga_dec_desc *d, uint32_t cap, fpga_tls_arena *a);
+/* The run's parameters for a sequence of cap positions with p: stagger (AsyncTLS's staggered
+ * pipeline in HBM) or offload (the KV in DDR4, a resident cache in the arena; implies stagger). */
+void fpga_tls_io_of(const fpga_tls *t, const sparse_tls_params *p, uint32_t cap, int stagger,
+                    int offload, fpga_tls_io *io);
 /* Writes the calibrated channels into a fresh arena at off (every bank BO). */
-int fpga_tls_arena_init(fpga_card *c, const fpga_tls *t, uint64_t off, uint32_t cap);
+int fpga_tls_arena_init(fpga_card *c, const fpga_tls *t, const fpga_tls_io *io, uint64_t off);
 /* The next fpga_card_step runs AsyncTLS: the parameters into io, the arena and the positions
  * already summarized (upto) for the kernel. */
-int fpga_tls_prepare(fpga_card *c, const fpga_tls *t, const sparse_tls_params *p, uint64_t off,
-                     uint32_t cap, uint32_t upto);
-/* A sequence's next step with AsyncTLS: its arena (taken on its first sparse step from the
- * pool's free superblocks at kv_base, *first / *k, its channels written, *upto reset; ACCEL_ERR_NOMEM
- * when the pool has none: the step runs dense), then fpga_tls_prepare. */
-int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, const sparse_tls_params *p,
-                         fpga_kv_pool *pool, uint64_t kv_base, uint64_t super_bytes, uint32_t cap,
-                         int *first, int *k, uint32_t *upto);
+int fpga_tls_prepare(fpga_card *c, const fpga_tls *t, const fpga_tls_io *p, uint64_t off,
+                     uint32_t upto);
+/* A sequence's arena: pool superblocks [first, first + k) (k 0: none yet), sized for key. */
+typedef struct fpga_tls_arena_ref {
+    int first, k;
+    uint64_t key;
+} fpga_tls_arena_ref;
+/* A sequence's next step with AsyncTLS: its arena (taken on its first sparse step, or when the
+ * budgets or the mode changed, from the pool's free superblocks at kv_base: its channels
+ * written, *upto reset to 0 and io->reset set; ACCEL_ERR_NOMEM when the pool has none: the
+ * step runs dense), then fpga_tls_prepare with io. */
+int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, fpga_tls_io *io, fpga_kv_pool *pool,
+                         uint64_t kv_base, uint64_t super_bytes, fpga_tls_arena_ref *ar,
+                         uint32_t *upto);
 /* After an AsyncTLS step: the keys it attended and the keys the rows held (every layer and KV
- * head). */
-int fpga_tls_step_read(fpga_card *c, uint64_t *keys_read, uint64_t *keys_total);
+ * head), and with the pipeline the level-1 blocks made resident and chosen (sparse groups). */
+typedef struct fpga_tls_step_counts {
+    uint64_t keys_read, keys_total, fetched, chosen;
+} fpga_tls_step_counts;
+int fpga_tls_step_read(fpga_card *c, fpga_tls_step_counts *out);
 /* Tests (t->report set): the last step's selections (n_layers x n_kv lists of token_budget + 1
  * u32, count FPGA_DEC_SEL_DENSE for a dense one) and queries (n_layers x n_heads x head_dim). */
 int fpga_tls_read_report(fpga_card *c, const sparse_tls_params *p, uint32_t *table, float *q);

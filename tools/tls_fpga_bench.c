@@ -4,17 +4,28 @@
  * per-layer difference then prices a full-depth model (BENCHMARKS.md "AsyncTLS on the card").
  *
  *   build/tls_fpga_bench --model DIR --channels FILE [--ctx 32768] [--steps 2]
- *                        [--spec asynctls,...] [--full-layers 32] [--dense-layers 2]
+ *                        [--spec asynctls,...] [--full-layers 32] [--dense-layers 2] [--offload]
  *
  * DIR: a checkpoint of the real shape with few layers (tools/mkmodel --preset llama2-7b
  * --layers 2 --max-pos 40960), W4A8 on the card. Step 1 of the sparse card also summarizes the
  * imported positions (its arena starts empty); the last step is the steady state. Full depth:
  * fpga_dec_model_step_paged for the dense model of full_layers layers, plus (full_layers -
  * dense_layers) times the measured per-layer change of memory, compute and stall time
- * (decode is memory-bound and each layer's reads are spread over the 32 channels alike). */
+ * (decode is memory-bound and each layer's reads are spread over the 32 channels alike).
+ *
+ * --offload: the sparse card keeps the sequence's KV in its DDR4 (fpga/BANKS.md "DDR4"): its
+ * HBM pool is capped at the full-depth model's pool scaled to this model's layers (what a
+ * U280 holding the whole model leaves per layer), so the sequence does not fit HBM and goes
+ * to DDR4, decoded by the staggered pipeline from a resident cache. Full depth then takes the
+ * HBM side as above and the DDR4 side (fetches, appends, summary reads) as its own memory: the
+ * busier of the two, as the emulator's timing model does within a run. The spec's
+ * dense_layers must be 0 here (every emulated layer sparse); --dense-layers prices the full
+ * model's dense layers from a resident copy of their KV (the dense model's per-layer cost). */
 #include "devices/devices.h"
 #include "fpga/backend.h"
 #include "fpga/dec_model.h"
+#include "fpga/kernels/tls_dec.h"
+#include "sparse/tls.h"
 #include "fpga/kernels/dec_math.h"
 #include "model/ckpt/model.h"
 #include "proto/kv.h"
@@ -22,9 +33,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static accel_dev *open_card(const model *m, const char *name, const char *spec, const char *chan)
+static accel_dev *open_card(const model *m, const char *name, const char *spec, const char *chan,
+                           uint64_t mem_limit)
 {
-    accel_opts o = {.weight_bits = 4, .decode_sparse = spec, .sparse_channels = chan};
+    accel_opts o = {.weight_bits = 4, .decode_sparse = spec, .sparse_channels = chan,
+                    .mem_limit = mem_limit};
     char err[512];
     accel_dev *d = devices_open(name, m, &o, err, sizeof err);
     if (!d) fprintf(stderr, "%s: %s\n", name, err);
@@ -63,9 +76,13 @@ int main(int argc, char **argv)
 {
     const char *dir = NULL, *chan = NULL;
     const char *spec = "asynctls,block_size=64,block_budget=128,token_budget=1024,dense_layers=0";
-    int ctx = 32768, steps = 2, full_layers = 32, dense_layers = 2;
+    int ctx = 32768, steps = 2, full_layers = 32, dense_layers = 2, offload = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--offload")) {
+            offload = 1;
+            continue;
+        }
         if (!v) break;
         if (!strcmp(a, "--model")) dir = v;
         else if (!strcmp(a, "--channels")) chan = v;
@@ -90,10 +107,47 @@ int main(int argc, char **argv)
         return 1;
     }
     setenv("TANDEM_FPGA_QUANT", "calib=0", 0);
-    accel_dev *dense = open_card(m, "fpga-emu:0", NULL, NULL);
-    accel_dev *tls = open_card(m, "fpga-emu:1", spec, chan);
-    if (!dense || !tls) return 1;
+    accel_dev *dense = open_card(m, "fpga-emu:0", NULL, NULL, 0);
+    if (!dense) return 1;
     const model_config *c = &m->cfg;
+    fpga_card *cd = fpga_dev_card(dense);
+    /* the full-depth card: its weight image, what HBM leaves for KV, the sequence's KV */
+    fpga_dec_desc full = cd->desc;
+    full.n_layers = (uint32_t)full_layers;
+    fpga_dec_layout lof;
+    fpga_dec_layout_of(&full, &lof);
+    const uint64_t pool_full = lof.image_bytes < cd->bank_bytes
+                                   ? (cd->bank_bytes - lof.image_bytes) * FPGA_DEC_CH : 0;
+    const uint64_t kv_full = (uint64_t)ctx * 2ull * full_layers * c->n_kv_heads * (c->head_dim + 2);
+    uint64_t cap = 0;
+    if (offload) {
+        /* the resident cache and summaries of the full model (fpga/kernels/tls_dec.h) */
+        sparse_tls_params tp;
+        int on, cs;
+        if (sparse_tls_parse(spec, c->head_dim, &tp, &on, &cs, err, sizeof err) || !on) {
+            fprintf(stderr, "--spec: %s\n", err);
+            return 2;
+        }
+        tp.channels = 32;
+        tp.dense_layers = dense_layers;
+        fpga_tls_io io = {.block_size = (uint32_t)tp.block_size,
+                          .block_budget = (uint32_t)tp.block_budget, .r = 32,
+                          .dense_layers = (uint32_t)dense_layers,
+                          .cap = (uint32_t)(ctx + steps + 127) / 128 * 128, .stagger = 1,
+                          .offload = 1};
+        fpga_tls_arena ar;
+        fpga_tls_arena_of(&full, &io, &ar);
+        printf("full depth (%d layers): weight image %.2f GiB, HBM left for KV %.2f GiB; the "
+               "sequence's KV %.2f GiB (%s HBM); the resident cache, summaries and labels "
+               "%.2f GiB (%s)\n",
+               full_layers, lof.image_bytes * 32.0 / (1 << 30), pool_full / 1073741824.0,
+               kv_full / 1073741824.0, kv_full > pool_full ? "does not fit" : "fits",
+               ar.chan_bytes * 32.0 / (1 << 30),
+               ar.chan_bytes * 32 <= pool_full ? "fits" : "DOES NOT FIT: the step runs dense from DDR4");
+        cap = (uint64_t)((double)pool_full * c->n_layers / full_layers);
+    }
+    accel_dev *tls = open_card(m, "fpga-emu:1", spec, chan, cap);
+    if (!tls) return 1;
     accel_seq *sd, *st;
     if (accel_seq_new(dense, ctx + steps, &sd) || accel_seq_new(tls, ctx + steps, &st) ||
         fill(dense, sd, c, ctx) || fill(tls, st, c, ctx)) {
@@ -101,9 +155,11 @@ int main(int argc, char **argv)
         return 1;
     }
     float *lg = malloc(sizeof(float) * c->vocab);
-    fpga_card *cd = fpga_dev_card(dense), *ct = fpga_dev_card(tls);
+    fpga_card *ct = fpga_dev_card(tls);
     fpga_emu_run_stats a = {0}, b = {0};
-    printf("| step | dense ms | dense MiB read | sparse ms | sparse MiB read |\n|---:|---:|---:|---:|---:|\n");
+    accel_decode_stats ds0 = {0};
+    printf("| step | dense ms | dense MiB read | sparse ms | sparse MiB read (HBM + DDR4) | DDR4 MiB "
+           "| DDR4 ms | blocks fetched / chosen |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < steps; i++) {
         int32_t id = (i * 17 + 5) % c->vocab;
         if (accel_decode(dense, 1, &sd, &id, lg) || accel_decode(tls, 1, &st, &id, lg)) {
@@ -112,28 +168,47 @@ int main(int argc, char **argv)
         }
         a = cd->last_dec;
         b = ct->last_dec;
-        printf("| %d | %.3f | %.1f | %.3f | %.1f |\n", i + 1, a.modeled_ns / 1e6,
-               a.bytes_read / 1048576.0, b.modeled_ns / 1e6, b.bytes_read / 1048576.0);
+        accel_decode_stats ds = {0};
+        accel_seq_decode_stats(tls, st, &ds);
+        printf("| %d | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f | %lld / %lld |\n", i + 1,
+               a.modeled_ns / 1e6, a.bytes_read / 1048576.0, b.modeled_ns / 1e6,
+               b.bytes_read / 1048576.0, (b.ddr_bytes[0] + b.ddr_bytes[1]) / 1048576.0,
+               b.ddr_ns / 1e6, (long long)(ds.blocks_new - ds0.blocks_new),
+               (long long)(ds.blocks_kept - ds0.blocks_kept));
+        ds0 = ds;
     }
     /* full depth: the dense model of full_layers, plus the sparse layers' measured change */
-    fpga_dec_desc full = cd->desc;
-    full.n_layers = (uint32_t)full_layers;
     fpga_dec_cost dm, d2;
     const uint32_t pos = (uint32_t)(ctx + steps - 1);
     fpga_dec_model_step_paged(&full, pos, 0, &dm);
     fpga_dec_model_step_paged(&cd->desc, pos, 0, &d2);
     const double L = c->n_layers, k = full_layers - dense_layers;
-    const double dmem = ((double)b.mem_ns - a.mem_ns) / L, dcomp = ((double)b.compute_ns - a.compute_ns) / L,
-                 dstall = ((double)b.stall_ns - a.stall_ns) / L;
-    const double mem = dm.mem_ns + k * dmem, comp = dm.compute_ns + k * dcomp;
+    /* the HBM side: the busiest pseudo-channel (mem_ns is the DDR4 bank's when that is busier) */
+    const double cmd_ns = FPGA_U280_CMD_CYCLES / FPGA_U280_KERNEL_HZ * 1e9;
+    double hbm_b = 0;
+    for (int ch = 0; ch < FPGA_U280_HBM_BANKS; ch++) {
+        double t = b.chan_bytes[ch] / (FPGA_U280_HBM_PC_BPS * FPGA_U280_HBM_UTIL) * 1e9 +
+                   b.chan_cmds[ch] * cmd_ns;
+        hbm_b = t > hbm_b ? t : hbm_b;
+    }
+    const double dmem = (hbm_b - a.mem_ns) / L, dcomp = ((double)b.compute_ns - a.compute_ns) / L,
+                 dstall = ((double)b.stall_ns - a.stall_ns) / L, dddr = (double)b.ddr_ns / L;
+    double mem = dm.mem_ns + k * dmem;
+    const double comp = dm.compute_ns + k * dcomp;
+    if (k * dddr > mem) mem = k * dddr;
     const double sparse = dm.overhead_ns + (mem > comp ? mem : comp) + dm.stall_ns + k * dstall;
     printf("\nmodel check: the dense %d-layer step %.3f ms emulated, %.3f ms by fpga_dec_model\n",
            c->n_layers, a.modeled_ns / 1e6, d2.modeled_ns / 1e6);
     printf("per sparse layer: memory %+.3f ms, compute %+.3f ms, stall %+.3f ms\n", dmem / 1e6,
            dcomp / 1e6, dstall / 1e6);
-    printf("%d layers at %d positions: dense %.2f ms/token (its KV in HBM, if it fitted), "
-           "AsyncTLS (%d dense layers) %.2f ms/token\n",
-           full_layers, ctx, dm.modeled_ns / 1e6, dense_layers, sparse / 1e6);
+    if (offload)
+        printf("per sparse layer: DDR4 %.3f ms (full depth %.2f ms, overlapped with HBM's %.2f ms)\n",
+               dddr / 1e6, k * dddr / 1e6, (dm.mem_ns + k * dmem) / 1e6);
+    printf("%d layers at %d positions: dense %.2f ms/token (its KV in HBM, %s), "
+           "AsyncTLS%s (%d dense layers) %.2f ms/token\n",
+           full_layers, ctx, dm.modeled_ns / 1e6,
+           kv_full > pool_full ? "if it fitted: it does not" : "it fits",
+           offload ? " with the KV in DDR4" : "", dense_layers, sparse / 1e6);
     accel_seq_free(dense, sd);
     accel_seq_free(tls, st);
     accel_free(dense);

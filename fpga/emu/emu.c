@@ -210,6 +210,7 @@ static emu_card *card_new(int index)
     c->index = index;
     c->st.index = index;
     c->st.hbm_total = FPGA_U280_HBM_BYTES;
+    c->st.ddr_total = FPGA_U280_DDR_BANKS * FPGA_U280_DDR_BANK_BYTES;
     c->pace = env_int("TANDEM_EMU_PACE", 0, 0, 1);
     const char *spec = getenv("TANDEM_EMU_FAULT");
     if (spec && *spec) {
@@ -227,11 +228,11 @@ static emu_card *card_new(int index)
         free(c);
         return NULL; /* a bug in the built-in text; emu_fail() has the reason */
     }
-    c->hbm = mmap(NULL, FPGA_U280_HBM_BYTES, PROT_READ | PROT_WRITE,
+    c->hbm = mmap(NULL, FPGA_U280_MEM_BYTES, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (c->hbm == MAP_FAILED) {
         free(c);
-        return emu_fail_null(ENOMEM, "cannot reserve 8 GiB of address space for HBM");
+        return emu_fail_null(ENOMEM, "cannot reserve 40 GiB of address space for HBM and DDR4");
     }
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -241,7 +242,7 @@ static emu_card *card_new(int index)
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&c->mu, NULL);
     if (pthread_create(&c->worker, NULL, emu_worker_main, c) != 0) {
-        munmap(c->hbm, FPGA_U280_HBM_BYTES);
+        munmap(c->hbm, FPGA_U280_MEM_BYTES);
         pthread_cond_destroy(&c->done);
         pthread_cond_destroy(&c->work);
         pthread_mutex_destroy(&c->mu);
@@ -253,7 +254,7 @@ static emu_card *card_new(int index)
 
 static void card_free(emu_card *c)
 {
-    munmap(c->hbm, FPGA_U280_HBM_BYTES);
+    munmap(c->hbm, FPGA_U280_MEM_BYTES);
     free(c->ext);
     pthread_cond_destroy(&c->done);
     pthread_cond_destroy(&c->work);

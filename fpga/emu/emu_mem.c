@@ -18,11 +18,13 @@ static uint64_t round_up(uint64_t n, uint64_t a)
 static void account(emu_card *c, uint64_t addr, uint64_t size, int sign)
 {
     while (size) {
-        int ch = (int)(addr / FPGA_U280_HBM_BANK_BYTES);
-        uint64_t end = (uint64_t)(ch + 1) * FPGA_U280_HBM_BANK_BYTES;
+        int ch = fpga_u280_chan_of(addr);
+        uint64_t end = fpga_u280_chan_lo(ch + 1);
         uint64_t n = end - addr < size ? end - addr : size;
-        if (sign > 0) c->st.bank_used[ch] += n;
-        else c->st.bank_used[ch] -= n;
+        uint64_t *used = ch < FPGA_U280_HBM_BANKS ? &c->st.bank_used[ch]
+                                                  : &c->st.ddr_used[ch - FPGA_U280_HBM_BANKS];
+        if (sign > 0) *used += n;
+        else *used -= n;
         addr += n;
         size -= n;
     }
@@ -31,10 +33,15 @@ static void account(emu_card *c, uint64_t addr, uint64_t size, int sign)
 int emu_mem_place(emu_card *c, int group, uint64_t size, uint64_t *addr)
 {
     const emu_group *g = &c->xclbin.groups[group];
-    uint64_t lo = (uint64_t)g->lo * FPGA_U280_HBM_BANK_BYTES;
-    uint64_t hi = (uint64_t)(g->hi + 1) * FPGA_U280_HBM_BANK_BYTES;
+    uint64_t lo = fpga_u280_chan_lo(g->lo);
+    uint64_t hi = fpga_u280_chan_lo(g->hi + 1);
     uint64_t need = round_up(size, EMU_ALIGN);
     if (need > hi - lo) {
+        if (g->lo >= FPGA_U280_HBM_BANKS)
+            return emu_fail(E2BIG, "cannot allocate %llu bytes on a %llu GiB bank (DDR[%d])",
+                            (unsigned long long)size,
+                            (unsigned long long)(FPGA_U280_DDR_BANK_BYTES >> 30),
+                            g->lo - FPGA_U280_HBM_BANKS);
         if (g->lo == g->hi)
             return emu_fail(E2BIG, "cannot allocate %llu bytes on a %llu MiB bank (HBM[%d])",
                             (unsigned long long)size,
@@ -55,7 +62,13 @@ int emu_mem_place(emu_card *c, int group, uint64_t size, uint64_t *addr)
     }
     if (at + need > hi) {
         uint64_t used = 0;
-        for (int ch = g->lo; ch <= g->hi; ch++) used += c->st.bank_used[ch];
+        for (int ch = g->lo; ch <= g->hi; ch++)
+            used += ch < FPGA_U280_HBM_BANKS ? c->st.bank_used[ch]
+                                             : c->st.ddr_used[ch - FPGA_U280_HBM_BANKS];
+        if (g->lo >= FPGA_U280_HBM_BANKS)
+            return emu_fail(ENOMEM, "DDR[%d] has no free %llu bytes (%llu of %llu MiB used)",
+                            g->lo - FPGA_U280_HBM_BANKS, (unsigned long long)need,
+                            (unsigned long long)(used >> 20), (unsigned long long)((hi - lo) >> 20));
         return emu_fail(ENOMEM, "HBM[%d:%d] has no free %llu bytes (%llu of %llu MiB used)",
                         g->lo, g->hi, (unsigned long long)need, (unsigned long long)(used >> 20),
                         (unsigned long long)((hi - lo) >> 20));
@@ -71,7 +84,7 @@ int emu_mem_place(emu_card *c, int group, uint64_t size, uint64_t *addr)
     c->ext[pos] = (emu_extent){at, need};
     c->n_ext++;
     account(c, at, need, +1);
-    c->st.hbm_used += need;
+    if (at < FPGA_U280_HBM_BYTES) c->st.hbm_used += need;
     *addr = at;
     return 0;
 }
@@ -84,7 +97,7 @@ void emu_mem_remove(emu_card *c, uint64_t addr, uint64_t size)
         memmove(&c->ext[i], &c->ext[i + 1], (size_t)(c->n_ext - i - 1) * sizeof *c->ext);
         c->n_ext--;
         account(c, addr, need, -1);
-        c->st.hbm_used -= need;
+        if (addr < FPGA_U280_HBM_BYTES) c->st.hbm_used -= need;
         /* Give the pages back; a later BO here reads zeros, not this one's data. */
         madvise(c->hbm + addr, need, MADV_DONTNEED);
         (void)size;

@@ -199,15 +199,19 @@ int xrtRunSetArg(xrtRunHandle h, int index, ...)
                             index, xa->name, b->card->index, c->index);
         /* Connectivity: the whole BO must lie in the banks this port reaches. */
         const emu_group *g = &c->xclbin.groups[xa->group];
-        uint64_t lo = (uint64_t)g->lo * FPGA_U280_HBM_BANK_BYTES;
-        uint64_t hi = (uint64_t)(g->hi + 1) * FPGA_U280_HBM_BANK_BYTES;
+        uint64_t lo = fpga_u280_chan_lo(g->lo);
+        uint64_t hi = fpga_u280_chan_lo(g->hi + 1);
         if (b->addr < lo || b->addr + b->size > hi) {
-            int ch = (int)(b->addr / FPGA_U280_HBM_BANK_BYTES);
-            char banks[16];
-            if (g->lo == g->hi) snprintf(banks, sizeof banks, "HBM[%d]", g->lo);
+            int ch = fpga_u280_chan_of(b->addr);
+            char banks[24], at[24];
+            const int H = FPGA_U280_HBM_BANKS;
+            if (g->lo >= H) snprintf(banks, sizeof banks, "DDR[%d]", g->lo - H);
+            else if (g->lo == g->hi) snprintf(banks, sizeof banks, "HBM[%d]", g->lo);
             else snprintf(banks, sizeof banks, "HBM[%d:%d]", g->lo, g->hi);
+            if (ch >= H) snprintf(at, sizeof at, "DDR[%d]", ch - H);
+            else snprintf(at, sizeof at, "HBM[%d]", ch);
             return emu_fail(EINVAL, "argument %d (%s) of %s is connected to %s; the BO is in "
-                                    "HBM[%d] (wrong bank)", index, xa->name, k->x.name, banks, ch);
+                                    "%s (wrong bank)", index, xa->name, k->x.name, banks, at);
         }
     }
     pthread_mutex_lock(&c->mu);

@@ -7,7 +7,9 @@
  * cannot start before the previous one's result exists, whose latency nothing overlaps). Then
  *
  *   channel time  = bytes / (14.375 GB/s x 0.90) + commands x 64 cycles / 225 MHz
- *   memory time   = the busiest channel's time (the 32 channels stream in parallel)
+ *   DDR4 bank time = bytes / (19.2 GB/s x 0.80) + commands x 64 cycles / 225 MHz
+ *   memory time   = the busiest channel's or DDR4 bank's time (the 32 channels and the 2 DDR4
+ *                   banks stream in parallel: a kernel's DDR4 traffic overlaps its HBM traffic)
  *   compute time  = cycles / 225 MHz
  *   stall time    = serial cycles / 225 MHz
  *   modeled time  = 50 us + max(memory time, compute time) + stall time
@@ -63,6 +65,18 @@ void emu_timing_end(emu_exec_ctx *ctx)
             st->busiest = ch;
         }
     }
+    const double ddr_bps = FPGA_U280_DDR_BPS * FPGA_U280_DDR_UTIL;
+    double ddr = 0;
+    for (int i = 0; i < FPGA_U280_DDR_BANKS; i++) {
+        if (!st->ddr_bytes[i] && !st->ddr_cmds[i]) continue;
+        double t = (double)st->ddr_bytes[i] / ddr_bps * 1e9 + st->ddr_cmds[i] * cmd_ns;
+        if (t > ddr) ddr = t;
+        if (t > worst) {
+            worst = t;
+            st->busiest = FPGA_U280_HBM_BANKS + i;
+        }
+    }
+    st->ddr_ns = (uint64_t)ddr;
     st->mem_ns = (uint64_t)worst;
     st->compute_ns = (uint64_t)((double)ctx->compute_cycles / FPGA_U280_KERNEL_HZ * 1e9);
     st->stall_ns = (uint64_t)((double)ctx->stall_cycles / FPGA_U280_KERNEL_HZ * 1e9);
@@ -87,11 +101,16 @@ static void charge(const void *p, uint64_t n, int write)
         if (write) st->bytes_written += n;
         else st->bytes_read += n;
         while (n) {
-            int ch = (int)(addr / FPGA_U280_HBM_BANK_BYTES);
-            uint64_t end = (uint64_t)(ch + 1) * FPGA_U280_HBM_BANK_BYTES;
+            int ch = fpga_u280_chan_of(addr);
+            uint64_t end = fpga_u280_chan_lo(ch + 1);
             uint64_t k = end - addr < n ? end - addr : n;
-            st->chan_bytes[ch] += k;
-            st->chan_cmds[ch]++;
+            if (ch < FPGA_U280_HBM_BANKS) {
+                st->chan_bytes[ch] += k;
+                st->chan_cmds[ch]++;
+            } else {
+                st->ddr_bytes[ch - FPGA_U280_HBM_BANKS] += k;
+                st->ddr_cmds[ch - FPGA_U280_HBM_BANKS]++;
+            }
             addr += k;
             n -= k;
         }

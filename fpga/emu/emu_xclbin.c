@@ -18,7 +18,8 @@
  * pseudo-channels HBM[0]..HBM[31]; every distinct range HBM[a:b] with a < b in the description
  * gets the next id from 32 on, in order of first appearance. A BO allocated in a range group
  * may span the range's channels (XRT's bank groups); one in a single channel may not exceed
- * 256 MiB. */
+ * 256 MiB. DDR[0] and DDR[1] (the card's two 16 GiB DDR4 banks, after HBM in the address space)
+ * get ids from 32 on like ranges. */
 #include "fpga/emu/emu.h"
 #include <ctype.h>
 #include <errno.h>
@@ -52,6 +53,9 @@ const char emu_xclbin_builtin[] =
     "arg sel_cap u32\n"
     "arg tls_off u64\n"
     "arg tls_upto u32\n"
+    "arg ddr0 global DDR[0]\n"
+    "arg ddr1 global DDR[1]\n"
+    "arg kv_tier u32\n"
     "kernel tandem_decode_batch\n" XC_PORTS(XC_BANK)
     "arg io global HBM[0]\n"
     "arg n_seq u32\n"
@@ -71,6 +75,8 @@ const char emu_xclbin_builtin[] =
     "arg stage_bytes u64\n"
     "arg paged u32\n"
     "arg blk_id u32\n"
+    "arg ddr0 global DDR[0]\n"
+    "arg ddr1 global DDR[1]\n"
     "kernel kv_check\n" XC_PORTS(XC_BANK)
     "arg report global HBM[1:8]\n"
     "arg pos0 u32\n"
@@ -79,6 +85,9 @@ const char emu_xclbin_builtin[] =
     "arg part_tiles u32\n"
     "arg report_bytes u64\n"
     "arg n_ids u32\n"
+    "arg ddr0 global DDR[0]\n"
+    "arg ddr1 global DDR[1]\n"
+    "arg kv_tier u32\n"
     "# FAST-Prefill sparse prefill (fpga/kernels/flex_sigu.c, flex_sau.c)\n"
     "kernel flex_sigu\n"
     "arg qbuf global HBM[0:31]\n"
@@ -196,10 +205,19 @@ static int valid_name(const char *s)
     return 1;
 }
 
-/* "HBM[a]" or "HBM[a:b]" -> group id (adding a range group), or -1. */
+/* "HBM[a]", "HBM[a:b]" or "DDR[i]" -> group id (adding a range or DDR group), or -1. */
 static int parse_banks(const char *s, emu_xclbin *x)
 {
     int lo, hi, used = 0;
+    if (sscanf(s, "DDR[%d]%n", &lo, &used) == 1 && used == (int)strlen(s)) {
+        if (lo < 0 || lo >= FPGA_U280_DDR_BANKS) return -1;
+        lo = hi = FPGA_U280_HBM_BANKS + lo; /* channel 32 + i */
+        for (int g = FPGA_U280_HBM_BANKS; g < x->n_groups; g++)
+            if (x->groups[g].lo == lo && x->groups[g].hi == hi) return g;
+        if (x->n_groups >= EMU_MAX_GROUPS) return -1;
+        x->groups[x->n_groups] = (emu_group){lo, hi};
+        return x->n_groups++;
+    }
     if (sscanf(s, "HBM[%d:%d]%n", &lo, &hi, &used) == 2 && used == (int)strlen(s)) {
     } else if (sscanf(s, "HBM[%d]%n", &lo, &used) == 1 && used == (int)strlen(s)) {
         hi = lo;

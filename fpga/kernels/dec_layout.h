@@ -318,6 +318,16 @@ static inline uint64_t fpga_dec_tile_vs(uint32_t hd, uint32_t r)
  * A superblock is contiguous, so a prefill workspace can take free superblocks at the top.
  * A slab is the map of one block (group 1, id 0) of part_tiles tiles. */
 #define FPGA_DEC_KV_BLOCK_MIN 128
+/* KV in DDR4 (an offloaded sequence, fpga/BANKS.md "DDR4"): the card's two 16 GiB DDR4 banks are
+ * one BO each (FPGA_DEC_DDR_BO_BYTES); "channel" c of the pool's layout is the 1 GiB slice
+ * c / 2 of bank c % 2, so a DDR4 pool has the HBM pool's geometry (superblocks, ids, streams)
+ * and the same tile addressing, and its streams alternate between the two banks. */
+#define FPGA_DEC_DDR_SPAN (1ull << 30)
+#define FPGA_DEC_DDR_BO_BYTES (16ull << 30)
+static inline uint8_t *fpga_dec_ddr_ch(uint8_t *ddr0, uint8_t *ddr1, uint32_t c)
+{
+    return (c & 1 ? ddr1 : ddr0) + (uint64_t)(c >> 1) * FPGA_DEC_DDR_SPAN;
+}
 #define FPGA_DEC_KV_RUN_BYTES 65536
 #define FPGA_DEC_MAX_BLOCKS (FPGA_DEC_MAX_POS / FPGA_DEC_KV_BLOCK_MIN)
 

@@ -38,7 +38,11 @@
  * 39 tls_off u64, 40 tls_upto u32: tls_off not 0 runs AsyncTLS on the card (tls_dec.h): the
  * parameters in io at fpga_dec_io_sel_off, the sequence's summaries in the arena at tls_off of
  * every bank, positions tls_upto..pos summarized by this run, then selection and attention over
- * the kept positions. */
+ * the kept positions. 41 ddr0 (global, DDR[0]), 42 ddr1 (global, DDR[1]) — the two DDR4 banks,
+ * one BO of FPGA_DEC_DDR_BO_BYTES each — and 43 kv_tier u32: 1 when the sequence's KV (the
+ * block table at kv_off) is in the DDR4 pool (dec_layout.h, FPGA_DEC_DDR_SPAN) instead of HBM:
+ * its tiles are read and appended there, and with AsyncTLS offload (tls_dec.h) attention reads a
+ * resident cache of blocks in HBM instead. */
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/kernels/dec_math.h"
 #include "fpga/kernels/dec_ops.h"
@@ -93,9 +97,13 @@ static void matvec(const dec_ctx *c, int mat, uint64_t off, const float *x, cons
 
 void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, uint32_t pos,
                    uint64_t kv_off, uint32_t part_tiles, uint32_t n_ids, uint32_t sel_cap,
-                   uint64_t tls_off, uint32_t tls_upto)
+                   uint64_t tls_off, uint32_t tls_upto, uint8_t *ddr0, uint8_t *ddr1,
+                   uint32_t kv_tier)
 {
     FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
+#pragma HLS INTERFACE m_axi port = ddr0 offset = slave bundle = gmem_ddr0
+#pragma HLS INTERFACE m_axi port = ddr1 offset = slave bundle = gmem_ddr1
+#pragma HLS INTERFACE s_axilite port = kv_tier
 #pragma HLS INTERFACE m_axi port = io offset = slave bundle = gmem_io
 #pragma HLS INTERFACE s_axilite port = token
 #pragma HLS INTERFACE s_axilite port = pos
@@ -120,6 +128,9 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
         fpga_dec_kvmap_slab(&c.lo, kv_off, part_tiles, &c.kv);
     }
     const fpga_dec_desc *d = &c.d;
+    uint8_t *kvch[FPGA_DEC_CH]; /* where the sequence's KV tiles are: HBM, or DDR4 */
+    for (uint32_t i = 0; i < FPGA_DEC_CH; i++)
+        kvch[i] = kv_tier ? fpga_dec_ddr_ch(ddr0, ddr1, i) : c.ch[i];
     const uint32_t H = d->hidden, hd = d->head_dim, I = d->inter;
     const uint32_t qd = d->n_heads * hd, kvd = d->n_kv_heads * hd;
 
@@ -130,7 +141,7 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
 
     fpga_tls_io tp = {0};
     uint32_t *report = NULL;
-    uint64_t keys_read = 0;
+    fpga_tls_count cnt = {0};
     if (tls_off) {
         fpga_k_read(io + fpga_dec_io_sel_off(d), sizeof tp);
         memcpy(&tp, io + fpga_dec_io_sel_off(d), sizeof tp);
@@ -154,16 +165,17 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
             for (uint32_t i = 0; i < qd + 2 * kvd; i++) wide[i] += misc[c.lo.mi_bias + i];
         fpga_kd_rope(wide, d->n_heads, hd, cs, sn);
         fpga_kd_rope(wide + qd, d->n_kv_heads, hd, cs, sn);
-        fpga_kd_step_append(c.ch, d, &c.kv, l, wide + qd, wide + qd + kvd, pos);
+        fpga_kd_step_append(kvch, d, &c.kv, l, wide + qd, wide + qd + kvd, pos);
         if (tls_off)
-            fpga_tls_step_attention(c.ch, d, &c.lo, &c.kv, l, wide, pos, tls_off, &tp, tls_upto,
-                                    report, att, FPGA_DEC_MACS_PER_CYCLE, &keys_read);
+            fpga_tls_step_attention(c.ch, kvch, d, &c.lo, &c.kv, l, wide, wide + qd,
+                                    wide + qd + kvd, pos, tls_off, &tp, tls_upto, report, att,
+                                    FPGA_DEC_MACS_PER_CYCLE, &cnt);
         else if (sel_cap)
-            fpga_kd_step_attention_sel(c.ch, d, &c.lo, &c.kv, l, wide, pos,
+            fpga_kd_step_attention_sel(kvch, d, &c.lo, &c.kv, l, wide, pos,
                                        (const uint32_t *)(io + fpga_dec_io_sel_off(d)), sel_cap,
                                        att, FPGA_DEC_MACS_PER_CYCLE);
         else
-            fpga_kd_step_attention(c.ch, d, &c.lo, &c.kv, l, wide, pos, att,
+            fpga_kd_step_attention(kvch, d, &c.lo, &c.kv, l, wide, pos, att,
                                    FPGA_DEC_MACS_PER_CYCLE);
         matvec(&c, FPGA_DEC_O, lo_off + c.lo.off[FPGA_DEC_O], att, misc + c.lo.mi_sm_o, xn, 0, xq,
                xs);
@@ -186,7 +198,10 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
 
     if (tls_off) { /* what the step read, back to the host with the status */
         const uint64_t total = (uint64_t)d->n_layers * d->n_kv_heads * (pos + 1);
+        const uint64_t keys_read = cnt.keys_read;
         tp.keys_read_lo = (uint32_t)keys_read, tp.keys_read_hi = (uint32_t)(keys_read >> 32);
+        tp.fetched_lo = (uint32_t)cnt.fetched, tp.fetched_hi = (uint32_t)(cnt.fetched >> 32);
+        tp.chosen_lo = (uint32_t)cnt.chosen, tp.chosen_hi = (uint32_t)(cnt.chosen >> 32);
         tp.keys_total_lo = (uint32_t)total, tp.keys_total_hi = (uint32_t)(total >> 32);
         fpga_k_write(io + fpga_dec_io_sel_off(d), sizeof tp);
         memcpy(io + fpga_dec_io_sel_off(d), &tp, sizeof tp);
@@ -204,6 +219,10 @@ static int decode_adapter(const fpga_kargs *a)
     uint32_t part_tiles = (uint32_t)a->a[36].u, n_ids = (uint32_t)a->a[37].u;
     uint32_t sel_cap = (uint32_t)a->a[38].u, tls_upto = (uint32_t)a->a[40].u;
     uint64_t tls_off = a->a[39].u;
+    uint32_t kv_tier = (uint32_t)a->a[43].u;
+    if (kv_tier > 1 || (kv_tier && (a->a[41].size < FPGA_DEC_DDR_BO_BYTES ||
+                                    a->a[42].size < FPGA_DEC_DDR_BO_BYTES)))
+        return -1;
     uint64_t min_size = a->a[0].size;
     for (int c = 1; c < FPGA_DEC_CH; c++)
         if (a->a[c].size < min_size) min_size = a->a[c].size;
@@ -227,7 +246,9 @@ static int decode_adapter(const fpga_kargs *a)
         fpga_dec_kvmap_slab(&lo, kv_off, part_tiles, &kv);
     }
     if ((uint64_t)pos >= fpga_dec_kvmap_tiles(&kv) * d.kv_parts * FPGA_DEC_TILE) return -1;
-    if (kv_off < lo.image_bytes || !fpga_dec_kvmap_ok(&kv, min_size)) return -1;
+    if (kv_tier ? !fpga_dec_kvmap_ok(&kv, FPGA_DEC_DDR_SPAN)
+                : kv_off < lo.image_bytes || !fpga_dec_kvmap_ok(&kv, min_size))
+        return -1;
     if (sel_cap) {
         /* every list inside io, ascending, within 0..pos, at most sel_cap long */
         if (sel_cap > FPGA_DEC_MAX_POS ||
@@ -259,8 +280,14 @@ static int decode_adapter(const fpga_kargs *a)
         if (nb > TLS_K_MAX_BLOCKS ||
             (uint64_t)(tp.block_budget < nb ? tp.block_budget : nb) * bs > TLS_K_MAX_CAND)
             return -1;
+        /* offload: the staggered pipeline over the KV in DDR4, a shape whose layers fill the
+         * channels, and dense contexts short enough to be resident whole */
+        if (tp.stagger > 1 || tp.offload > 1 || tp.reset > 1 || (tp.offload && !tp.stagger) ||
+            tp.offload != kv_tier || (tp.offload && !fpga_tls_offload_ok(&d, bs)) ||
+            (tp.stagger && (uint64_t)tp.dense_below > (uint64_t)tp.block_budget * bs))
+            return -1;
         fpga_tls_arena ar;
-        fpga_tls_arena_of(&d, tp.r, bs, tp.cap, &ar);
+        fpga_tls_arena_of(&d, &tp, &ar);
         if (tls_off < lo.image_bytes || !fpga_k_range_ok(tls_off, ar.chan_bytes, min_size))
             return -1;
         for (uint32_t l = tp.dense_layers; l < d.n_layers; l++)
@@ -278,16 +305,16 @@ static int decode_adapter(const fpga_kargs *a)
     for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[c].ptr;
 #define DEC_ARG(n) p[n],
     tandem_decode(FPGA_K_PORTS(DEC_ARG) io->ptr, token, pos, kv_off, part_tiles, n_ids, sel_cap,
-                  tls_off, tls_upto);
+                  tls_off, tls_upto, a->a[41].ptr, a->a[42].ptr, kv_tier);
 #undef DEC_ARG
     return 0;
 }
 
 const fpga_k_desc fpga_k_decode_desc = {
     .name = "tandem_decode",
-    .n_args = 41,
+    .n_args = 44,
     .kinds = {FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
               FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U64,
-              FPGA_K_ARG_U32},
+              FPGA_K_ARG_U32, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32},
     .run = decode_adapter,
 };

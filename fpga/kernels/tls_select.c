@@ -87,6 +87,71 @@ static uint32_t topk(const float *score, uint32_t n, uint32_t k, uint8_t *keep)
     return taken;
 }
 
+uint32_t tls_level1(const float *q, const uint8_t *summ, uint32_t nb, uint32_t hd, uint32_t G,
+                    uint32_t block_budget, uint32_t lanes, uint8_t *keep)
+{
+    float qp[TLS_K_MAX_HD], qn[TLS_K_MAX_HD], row[TLS_K_MAX_HD];
+    float score[TLS_K_MAX_BLOCKS];
+    if (nb <= block_budget) {
+        for (uint32_t b = 0; b < nb; b++) keep[b] = 1;
+        return nb;
+    }
+    for (uint32_t c = 0; c < hd; c++) qp[c] = qn[c] = 0.0f;
+    for (uint32_t h = 0; h < G; h++)
+        for (uint32_t c = 0; c < hd; c++) {
+            float x = q[h * hd + c];
+            if (x > 0.0f) qp[c] += x;
+            else qn[c] += x;
+        }
+    fpga_k_read(summ, (uint64_t)nb * 2 * hd * 4);
+    for (uint32_t b = 0; b < nb; b++) {
+        const uint8_t *s = summ + (uint64_t)b * 2 * hd * 4;
+        memcpy(row, s, (size_t)hd * 4);
+        float a = dot8(qp, row, hd);
+        memcpy(row, s + (size_t)hd * 4, (size_t)hd * 4);
+        score[b] = a + dot8(qn, row, hd);
+    }
+    fpga_k_cycles((uint64_t)nb * 2 * hd / lanes + TLS_TOPK_PASSES * (uint64_t)nb / TLS_SCAN_LANES);
+    return topk(score, nb, block_budget, keep);
+}
+
+uint32_t tls_level2(const float *q, const uint16_t *ch, const uint8_t *code_base,
+                    const uint8_t *lmin_base, const uint8_t *lstep_base, uint32_t n_keys,
+                    uint32_t hd, uint32_t G, uint32_t r, uint32_t token_budget, uint32_t lanes,
+                    int32_t *cand, uint32_t C)
+{
+    if (C <= token_budget) return C;
+    float score[TLS_K_MAX_CAND_PIPE];
+    uint8_t keep[TLS_K_MAX_CAND_PIPE];
+    float qsel[TLS_K_MAX_HD], codes[TLS_K_MAX_HD], qsum = 0.0f;
+    for (uint32_t i = 0; i < r; i++) {
+        float a = 0.0f;
+        for (uint32_t h = 0; h < G; h++) a += q[h * hd + ch[i]];
+        qsel[i] = a / (float)G;
+        qsum += qsel[i];
+    }
+    fpga_k_read(code_base, (uint64_t)n_keys * (r / 2));
+    fpga_k_read(lmin_base, (uint64_t)n_keys * 4);
+    fpga_k_read(lstep_base, (uint64_t)n_keys * 4);
+    for (uint32_t j = 0; j < C; j++) {
+        const uint8_t *code = code_base + (uint64_t)cand[j] * (r / 2);
+        for (uint32_t i = 0; i < r; i += 2) {
+            codes[i] = (float)(code[i / 2] & 15);
+            codes[i + 1] = (float)(code[i / 2] >> 4);
+        }
+        float lo, st;
+        memcpy(&lo, lmin_base + (uint64_t)cand[j] * 4, 4);
+        memcpy(&st, lstep_base + (uint64_t)cand[j] * 4, 4);
+        score[j] = st * dot8(qsel, codes, r) + lo * qsum;
+    }
+    fpga_k_cycles((uint64_t)C * r / lanes + TLS_TOPK_PASSES * (uint64_t)C / TLS_SCAN_LANES);
+    topk(score, C, token_budget, keep);
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < C; j++)
+        if (keep[j]) cand[n++] = cand[j];
+    return n;
+}
+
 uint32_t tls_select_unit(const float *q, const uint16_t *ch, const uint8_t *summ,
                          const uint8_t *code_base, const uint8_t *lmin_base,
                          const uint8_t *lstep_base, uint32_t n_keys, uint32_t hd, uint32_t G,
@@ -94,68 +159,13 @@ uint32_t tls_select_unit(const float *q, const uint16_t *ch, const uint8_t *summ
                          uint32_t lanes, int32_t *cand)
 {
     const uint32_t nb = (n_keys + bs - 1) / bs;
-    float qp[TLS_K_MAX_HD], qn[TLS_K_MAX_HD], row[TLS_K_MAX_HD];
-    float score[TLS_K_MAX_CAND > TLS_K_MAX_BLOCKS ? TLS_K_MAX_CAND : TLS_K_MAX_BLOCKS];
-    uint8_t keep[TLS_K_MAX_CAND > TLS_K_MAX_BLOCKS ? TLS_K_MAX_CAND : TLS_K_MAX_BLOCKS];
-    /* level 1 */
-    uint32_t nk;
-    if (nb > block_budget) {
-        for (uint32_t c = 0; c < hd; c++) qp[c] = qn[c] = 0.0f;
-        for (uint32_t h = 0; h < G; h++)
-            for (uint32_t c = 0; c < hd; c++) {
-                float x = q[h * hd + c];
-                if (x > 0.0f) qp[c] += x;
-                else qn[c] += x;
-            }
-        fpga_k_read(summ, (uint64_t)nb * 2 * hd * 4);
-        for (uint32_t b = 0; b < nb; b++) {
-            const uint8_t *s = summ + (uint64_t)b * 2 * hd * 4;
-            memcpy(row, s, (size_t)hd * 4);
-            float a = dot8(qp, row, hd);
-            memcpy(row, s + (size_t)hd * 4, (size_t)hd * 4);
-            score[b] = a + dot8(qn, row, hd);
-        }
-        fpga_k_cycles((uint64_t)nb * 2 * hd / lanes + TLS_TOPK_PASSES * (uint64_t)nb / TLS_SCAN_LANES);
-        nk = topk(score, nb, block_budget, keep);
-    } else {
-        for (uint32_t b = 0; b < nb; b++) keep[b] = 1;
-        nk = nb;
-    }
-    (void)nk;
+    uint8_t keep[TLS_K_MAX_BLOCKS];
+    tls_level1(q, summ, nb, hd, G, block_budget, lanes, keep);
     uint32_t C = 0;
     for (uint32_t b = 0; b < nb; b++)
         for (uint32_t t = b * bs; keep[b] && t < (b + 1) * bs && t < n_keys; t++) cand[C++] = (int32_t)t;
-    /* level 2 */
-    uint32_t n = C;
-    if (C > token_budget) {
-        float qsel[TLS_K_MAX_HD], codes[TLS_K_MAX_HD], qsum = 0.0f;
-        for (uint32_t i = 0; i < r; i++) {
-            float a = 0.0f;
-            for (uint32_t h = 0; h < G; h++) a += q[h * hd + ch[i]];
-            qsel[i] = a / (float)G;
-            qsum += qsel[i];
-        }
-        fpga_k_read(code_base, (uint64_t)n_keys * (r / 2));
-        fpga_k_read(lmin_base, (uint64_t)n_keys * 4);
-        fpga_k_read(lstep_base, (uint64_t)n_keys * 4);
-        for (uint32_t j = 0; j < C; j++) {
-            const uint8_t *code = code_base + (uint64_t)cand[j] * (r / 2);
-            for (uint32_t i = 0; i < r; i += 2) {
-                codes[i] = (float)(code[i / 2] & 15);
-                codes[i + 1] = (float)(code[i / 2] >> 4);
-            }
-            float lo, st;
-            memcpy(&lo, lmin_base + (uint64_t)cand[j] * 4, 4);
-            memcpy(&st, lstep_base + (uint64_t)cand[j] * 4, 4);
-            score[j] = st * dot8(qsel, codes, r) + lo * qsum;
-        }
-        fpga_k_cycles((uint64_t)C * r / lanes + TLS_TOPK_PASSES * (uint64_t)C / TLS_SCAN_LANES);
-        topk(score, C, token_budget, keep);
-        n = 0;
-        for (uint32_t j = 0; j < C; j++)
-            if (keep[j]) cand[n++] = cand[j];
-    }
-    return n;
+    return tls_level2(q, ch, code_base, lmin_base, lstep_base, n_keys, hd, G, r, token_budget,
+                      lanes, cand, C);
 }
 
 void tls_select(const uint8_t *data, uint8_t *out, uint64_t q_off, uint64_t ch_off,

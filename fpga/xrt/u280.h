@@ -38,4 +38,34 @@
 #define FPGA_U280_PCIE_BPS     11e9
 #define FPGA_U280_SYNC_OVERHEAD_NS 5000.0
 
+/* DDR4: two banks of 16 GB, DDR4-2400 with a 64-bit data bus (72 with ECC) each: 2400 MT/s x 8 B
+ * = 19.2 GB/s peak per bank, 38.4 GB/s in all (AMD DS963 "Alveo U280 Data Center Accelerator
+ * Card Data Sheet", Table 1; UG1314 "U280 ... Memory"). In the emulator's address space they
+ * follow HBM: DDR[i] at FPGA_U280_HBM_BYTES + i x 16 GiB. */
+#define FPGA_U280_DDR_BANKS      2
+#define FPGA_U280_DDR_BANK_BYTES (16ULL << 30)
+#define FPGA_U280_DDR_BPS        19.2e9
+/* Achieved fraction of that peak for long sequential bursts: 0.80, a model parameter (DDR4
+ * controllers lose refresh, activates and read/write turnarounds that HBM's pseudo-channels
+ * hide better; Shuhai, FCCM 2020, measured the U280's DDR4 channels reaching ~80-90 % of peak
+ * for large bursts; we take the low end). Each command pays FPGA_U280_CMD_CYCLES as in HBM. */
+#define FPGA_U280_DDR_UTIL       0.80
+#define FPGA_U280_MEM_BYTES (FPGA_U280_HBM_BYTES + FPGA_U280_DDR_BANKS * FPGA_U280_DDR_BANK_BYTES)
+/* Memory channels of the address space: 32 HBM pseudo-channels, then the DDR banks. */
+#define FPGA_U280_CHANS (FPGA_U280_HBM_BANKS + FPGA_U280_DDR_BANKS)
+
+static inline int fpga_u280_chan_of(uint64_t addr)
+{
+    return addr < FPGA_U280_HBM_BYTES
+               ? (int)(addr / FPGA_U280_HBM_BANK_BYTES)
+               : FPGA_U280_HBM_BANKS + (int)((addr - FPGA_U280_HBM_BYTES) / FPGA_U280_DDR_BANK_BYTES);
+}
+/* First address of channel ch (ch = FPGA_U280_CHANS: the end of the address space). */
+static inline uint64_t fpga_u280_chan_lo(int ch)
+{
+    return ch <= FPGA_U280_HBM_BANKS
+               ? (uint64_t)ch * FPGA_U280_HBM_BANK_BYTES
+               : FPGA_U280_HBM_BYTES + (uint64_t)(ch - FPGA_U280_HBM_BANKS) * FPGA_U280_DDR_BANK_BYTES;
+}
+
 #endif
