@@ -180,8 +180,9 @@ $(BUILD)/lab/libtandem_cuda.so: $(GPU_OBJ) $(GPU_LAB_CU:%.cu=$(BUILD)/obj/%.cu.o
 	$(CC) $(LDFLAGS) -shared -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	    -lcublasLt -lcublas -lcudart -lstdc++ $(LDLIBS)
 
-# The engine's settings parser (gpu/tuning.c, plain C) is tested everywhere, with or without CUDA.
-$(BUILD)/tandem-tests: $(BUILD)/obj/gpu/tuning.o
+# The engine's settings parser and decode curve (gpu/tuning.c, gpu/curve.c: plain C) are tested
+# everywhere, with or without CUDA.
+$(BUILD)/tandem-tests: $(BUILD)/obj/gpu/tuning.o $(BUILD)/obj/gpu/curve.o
 
 # ---------------------------------------------------------------- workflows
 # deps: TANDEM_DEPS_TEST=0 is what building and running need, 1 (the default) adds the test tools

@@ -5,6 +5,7 @@
 #include "devices/sim_hw.h"
 #include "fpga/xrt/u280.h"
 #include "fpga/kernels/dec_layout.h"
+#include "gpu/curve.h"
 
 /* Board power at full load (tok/J in tandem simulate). */
 #define H200_W 700.0
@@ -48,11 +49,10 @@ static const sched_sim_hw hws[] = {
      0, 0.058e-3, 141e9, 16, 16, 55.3e9, 10e-6, 35000,
      "tandem's CUDA backend measured on an H200 (tests/gpu/logs/2026-11-21-h200-final: "
      "Llama-3-8B shape, prefill 4096 tokens 102.6 ms, decode 4.456 ms/token after 1024, batch "
-     "32 7.63 ms/step, pinned D2H 55.3 GB/s); batched decode curve measured 2026-11-26 at "
-     "context 1K: 250 / 4,959 / 8,093 / 11,621 / 14,547 tok/s at batch 1 / 32 / 64 / 128 / 256 "
-     "(issue 25); 141 GB; price $35,000 assumed",
-     .power_w = H200_W, .n_curve = 5, .curve_b = {1, 32, 64, 128, 256},
-     .curve_tps = {250, 4959, 8093, 11621, 14547}, .curve_ctx = 1024,
+     "32 7.63 ms/step, pinned D2H 55.3 GB/s); " GPU_REF_SOURCE " (gpu/curve.h, issue 25); 141 "
+     "GB; price $35,000 assumed",
+     .power_w = H200_W, .n_curve = GPU_REF_N, .curve_b = GPU_REF_BATCH,
+     .curve_tps = GPU_REF_TOK_S, .curve_ctx = GPU_REF_CTX, .curve_kv_bps = GPU_REF_KV_BPS,
      .power_source = H200_W_SRC},
     {"u280", ACCEL_KIND_FPGA, CARD_CAPS | ACCEL_CAP_PREFILL, 1, "llama2-7b", 1536, 5.0012, 1792,
      0.0215, 0, 0, (double)FPGA_U280_HBM_BYTES, 4, 8, FPGA_U280_PCIE_BPS,

@@ -138,6 +138,11 @@ static double curve_step_s(const sched_sim_hw *h, int batch)
     return t0 + (t1 - t0) * (b - h->curve_b[i - 1]) / (h->curve_b[i] - h->curve_b[i - 1]);
 }
 
+double sched_sim_kv_bps(const sched_sim_dev_model *d)
+{
+    return d->hw && d->hw->n_curve > 0 && d->hw->curve_kv_bps > 0 ? d->hw->curve_kv_bps : d->decode_bps;
+}
+
 double sched_sim_decode_s(const sched_sim_dev_model *d, int batch, long long sum_ctx)
 {
     if (batch <= 0) return 0;
@@ -145,7 +150,7 @@ double sched_sim_decode_s(const sched_sim_dev_model *d, int batch, long long sum
         /* the measured curve, plus (or less) the KV bytes beyond batch x curve_ctx positions */
         double t = curve_step_s(d->hw, batch);
         double extra = ((double)sum_ctx - batch * d->hw->curve_ctx) * (double)d->kv_bytes_per_token;
-        double kv = extra / d->decode_bps;
+        double kv = extra / sched_sim_kv_bps(d);
         return t + kv > t / 2 ? t + kv : t / 2;
     }
     double mem = (d->weight_bytes + (double)sum_ctx * (double)d->kv_bytes_per_token) / d->decode_bps;
@@ -166,7 +171,8 @@ void sched_sim_dev_curve(const sched_sim_dev_model *d, accel_decode_curve *out)
         if (x == mb) break;
     }
     out->ctx = SCHED_SIM_CURVE_CTX;
-    out->s_per_pos = d->decode_bps > 0 ? (double)d->kv_bytes_per_token / d->decode_bps : 0;
+    double bps = sched_sim_kv_bps(d);
+    out->s_per_pos = bps > 0 ? (double)d->kv_bytes_per_token / bps : 0;
 }
 
 double sched_sim_hop_s(const sched_sim_dev_model *d, double bytes)

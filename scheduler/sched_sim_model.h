@@ -16,7 +16,8 @@
  *     or, for a profile with a measured batched decode curve (tok/s at batches b_i, context
  *     c each), the curve's step time b / tok_s interpolated linearly in the batch (beyond the
  *     last point: extended by its last segment) plus the KV bytes the step holds beyond
- *     batch x c positions at decode_bps
+ *     batch x c positions at the profile's curve_kv_bps (measured on batched steps; decode_bps
+ *     where it gives none)
  *   KV ship of one layer's chunk from a prefill device to a card (GLITCHES: GPU -> host ->
  *   FPGA over PCIe, "the GPU to FPGA latency is obtained by adding the latency from GPU to CPU
  *   and from CPU to FPGA")
@@ -75,6 +76,9 @@ typedef struct sched_sim_hw {
     int n_curve;
     double curve_b[8], curve_tps[8], curve_ctx;
     const char *power_source;
+    /* the rate a curve's steps read the KV beyond curve_ctx positions per sequence, bytes/s
+     * (measured on batched steps; 0: decode_bps, the batch-1 calibration's) */
+    double curve_kv_bps;
 } sched_sim_hw;
 
 /* A device as the simulator prices it (derived from a profile and a shape). */
@@ -153,10 +157,12 @@ double sched_sim_net_wire_s(const sched_sim_model *m, double bytes);
 double sched_sim_prefill_flops(const sched_sim_shape *s, double n, double pos0);
 double sched_sim_prefill_s(const sched_sim_dev_model *d, int n, int pos0);
 double sched_sim_decode_s(const sched_sim_dev_model *d, int batch, long long sum_ctx);
+/* The rate a decode step of d reads KV positions beyond its curve's (or calibration's) own. */
+double sched_sim_kv_bps(const sched_sim_dev_model *d);
 /* The device's decode cost as accel_info.decode_curve describes one (what the placement weighs,
  * sched_policy.h): sched_sim_decode_s at batches 1, 2, 4, ... up to max_batch (and max_batch
  * itself), SCHED_SIM_CURVE_CTX positions per sequence; s_per_pos the KV bytes of one position
- * at decode_bps. */
+ * at the rate sched_sim_decode_s reads them (sched_sim_kv_bps). */
 #define SCHED_SIM_CURVE_CTX 1024
 void sched_sim_dev_curve(const sched_sim_dev_model *d, accel_decode_curve *out);
 /* One layer's KV chunk of `bytes` from a prefill device to a card. */

@@ -340,6 +340,41 @@ TEST(sched_sim_decode_curve_and_card_batch)
     CHECK(t16 >= macs && t16 > t1 && t16 < 16 * t1);
 }
 
+/* The H200 measured at longer contexts (2026-11-28, tests/gpu/logs/2026-11-28-batch-curve/
+ * batch_curve.log, `bench_gpu --batch B... --batch-ctx C`): the simulator's step (the 1K curve of
+ * 2026-11-26 plus the KV beyond 1K at the batched rate, 4.4 TB/s) within 3 % of every point the
+ * log holds; the batch-1 calibration's 3.63 TB/s for that KV was 5-13 % slow at B >= 32. */
+TEST(sched_sim_h200_matches_the_measured_long_contexts)
+{
+    static const struct { int ctx, batch; double ms; } m[] = {
+        {1024, 1, 4.021},   {1024, 32, 6.528},  {1024, 64, 8.038},  {1024, 128, 11.277},
+        {1024, 256, 18.043}, {4096, 1, 4.196},  {4096, 32, 9.489},  {4096, 64, 13.825},
+        {4096, 128, 22.747}, {8192, 1, 4.317},  {8192, 32, 13.476}, {8192, 64, 21.554},
+    };
+    const sched_sim_shape *s = sched_sim_shape_find("llama3-8b");
+    REQUIRE(s);
+    sched_sim_dev_model g;
+    char err[256];
+    REQUIRE(sched_sim_dev_init(&g, sched_sim_hw_find(devices_sim_hw(), "h200-tandem"), s, 256, 0, err,
+                               sizeof err) == 0);
+    double worst_old = 0;
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        double t = sched_sim_decode_s(&g, m[i].batch, (long long)m[i].batch * m[i].ctx) * 1e3;
+        CHECK_MSG(fabs(t / m[i].ms - 1) < 0.03, "ctx %d batch %d: %.3f ms, measured %.3f", m[i].ctx,
+                  m[i].batch, t, m[i].ms);
+        /* the same step with the KV beyond 1K at the batch-1 calibration's rate */
+        double extra = (double)m[i].batch * (m[i].ctx - 1024) * (double)g.kv_bytes_per_token;
+        double old = sched_sim_decode_s(&g, m[i].batch, (long long)m[i].batch * 1024) * 1e3 +
+                     extra / g.decode_bps * 1e3;
+        if (old / m[i].ms - 1 > worst_old) worst_old = old / m[i].ms - 1;
+    }
+    CHECK_MSG(worst_old > 0.10, "the batch-1 rate was %.1f %% slow at worst", 100 * worst_old);
+    /* the placement's view of it (sched_sim_dev_curve) reads the same rate */
+    accel_decode_curve c;
+    sched_sim_dev_curve(&g, &c);
+    CHECK_NEAR(c.s_per_pos, g.kv_bytes_per_token / 4.4e12, 1e-18);
+}
+
 TEST(sched_sim_weighs_the_batch_curves)
 {
     /* the daemon's placement on the simulator (cards_first 0): the devices describe the curves
