@@ -143,6 +143,26 @@ double sched_policy_step_s(const sched_policy_dev *d, int batch, double position
     return t + kv > t / 2 ? t + kv : t / 2;
 }
 
+double sched_policy_ship_s(const sched_policy_dev *d, const sched_policy_req *r)
+{
+    if (!(d->caps & ACCEL_CAP_REMOTE)) return 0;
+    double t = d->ship_s > 0 ? d->ship_s : 0;
+    if (d->ship_bps > 0) t += (double)sched_policy_prompt_bytes(d, r) / d->ship_bps;
+    return t;
+}
+
+/* The card's gain with the network term: only the share of the request's time it decodes. */
+static double card_gain(const sched_policy_dev *d, const sched_policy_req *r, double per)
+{
+    double g = sched_policy_gain(d, r->n, per);
+    double ts = sched_policy_ship_s(d, r);
+    if (ts > 0 && g > 0) {
+        double td = r->max_tokens * sched_policy_step_s(d, d->running + r->n, d->positions + r->n * per);
+        g = td > 0 ? g * td / (td + ts) : 0;
+    }
+    return g;
+}
+
 double sched_policy_positions(const sched_policy_req *r)
 {
     return (double)r->n * ((double)r->n_prompt + r->max_tokens / 2.0);
@@ -208,7 +228,7 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
             double p = v[local].prefill_share;
             g *= p <= 0 ? 1 : p >= 1 ? 0 : 1 - p;
         }
-        if (g > sched_policy_gain(&v[card], r->n, per)) split = 0;
+        if (g > card_gain(&v[card], r, per)) split = 0;
     }
     if (split) {
         out->prefill = exporter;

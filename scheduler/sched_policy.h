@@ -63,6 +63,12 @@
  *                   (p = 1) send every decode a card can take to the cards (the
  *                   disaggregation argument: cards take decode so that the GPU prefills); a
  *                   short prompt queued on a GPU that mostly decodes changes little.
+ *                   A card of another node (issue 26's network term) gains only for the
+ *                   share of the request's time it decodes: gain x t_dec / (t_dec + t_ship),
+ *                   t_dec = max_tokens x its step with the request, t_ship the prompt's KV over
+ *                   the network (sched_policy_ship_s): a slow or busy link sends decodes that
+ *                   would cross it to a local device whose gain is close. (The prefill ships
+ *                   KV layer by layer while it runs, so t_ship is the most it can delay.)
  *                c. no card has a slot now but one could take it once idle, and prefill waits on
  *                   the fallback device: WAIT (the device is busy prefilling anyway, and a decode
  *                   bound to it now would take time from those prompts; when its queue empties
@@ -106,6 +112,10 @@ typedef struct sched_policy_dev {
     double positions;
     double prefill_share;     /* of its recent time, the share spent prefilling (sched_share;
                                  0..1, 0 when unknown) */
+    /* a device of another node (ACCEL_CAP_REMOTE): the network its KV crosses, bytes/s (0:
+     * unknown) and the seconds before a transfer starts to arrive (latency, and what is queued
+     * ahead of it on the link); the weighing's network term (sched_policy_ship_s) */
+    double ship_bps, ship_s;
 } sched_policy_dev;
 
 typedef struct sched_policy_opts {
@@ -142,6 +152,9 @@ double sched_policy_step_s(const sched_policy_dev *d, int batch, double position
 /* Tokens/s d's decode gains by taking n more sequences of `positions` positions each (its
  * current batch: running, at d->positions); 0 without a curve. */
 double sched_policy_gain(const sched_policy_dev *d, int n, double positions);
+/* Seconds the request's prompt KV takes to reach d over the network: ship_s + the prompt's KV
+ * bytes (on d) / ship_bps; 0 for a device of this node. */
+double sched_policy_ship_s(const sched_policy_dev *d, const sched_policy_req *r);
 /* The positions a placement counts on its decode device: n * (n_prompt + max_tokens / 2). */
 double sched_policy_positions(const sched_policy_req *r);
 

@@ -175,10 +175,24 @@ static void wake(sched_sim *s, int i)
 
 /* ---------------------------------------------------------------- dispatch (strict FCFS) */
 
+/* What the placement's network term sees of another node's device: the network's rate, and
+ * its latency plus what the clients' node's NIC still has to send (prefills run there). */
+static void refresh_net(sched_sim *s)
+{
+    const sched_sim_model *m = s->cfg.model;
+    double backlog = s->nic_free[0] > s->now ? s->nic_free[0] - s->now : 0;
+    for (int i = 0; i < s->cfg.n_devs; i++) {
+        if (s->dev[i].m->node == 0) continue;
+        s->book.dev[i].ship_bps = m->net_bps;
+        s->book.dev[i].ship_s = m->net_s + backlog;
+    }
+}
+
 static void dispatch(sched_sim *s)
 {
     while (s->wait_head) {
         sim_req *r = s->wait_head;
+        refresh_net(s);
         sched_policy_req pr = {r->pub->n_prompt, r->pub->n_out, 1, 0, 0, 0};
         sched_book before;
         if (s->cfg.on_place) before = s->book;

@@ -190,3 +190,39 @@ TEST(sched_weigh_prefill_share)
     sched_share_observe(&s, 30.0, 0);
     CHECK(sched_share_value(&s) < 0.01);
 }
+
+/* Issue 26's network term: a card of another node gains only for the share of the request's time
+ * it decodes, t_dec / (t_dec + t_ship), t_ship the prompt's KV over the network. */
+TEST(sched_weigh_network_term)
+{
+    sched_policy_dev v[2] = {h200(), u280()};
+    sched_policy_req r = {512, 512, 1, 0, 0, 0};
+    sched_placement pl;
+    /* the GPU at batch 200: one more sequence gains ~23 tok/s, an idle card's first ~94 */
+    v[0].running = 200;
+    v[0].positions = 200 * 768.0;
+    CHECK_EQ(sched_policy_ship_s(&v[1], &r), 0); /* this node's card: nothing crosses a network */
+    REQUIRE(sched_policy_place(v, 2, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+    /* the card on another node behind 1 Gbit/s, 10 us: 512 x 66,560 B of KV in 0.27 s against
+     * 512 steps of 10.6 ms: 95 % of its gain, still the card */
+    v[1].caps |= ACCEL_CAP_REMOTE;
+    v[1].ship_bps = 125e6;
+    v[1].ship_s = 10e-6;
+    CHECK_NEAR(sched_policy_ship_s(&v[1], &r), 10e-6 + 512 * 66560 / 125e6, 1e-12);
+    REQUIRE(sched_policy_place(v, 2, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+    /* the link has 20 s of transfers queued ahead: the card's gain falls to ~21 % (~20 tok/s),
+     * below the GPU's 23: the GPU decodes it */
+    v[1].ship_s = 20;
+    REQUIRE(sched_policy_place(v, 2, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    /* a long answer amortizes the same transfer: 4,096 tokens of 10.6 ms, 68 % of ~94 */
+    sched_policy_req lng = {512, 4096, 1, 0, 0, 0};
+    REQUIRE(sched_policy_place(v, 2, &no_opts, &lng, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+    /* the same link to a card of this node does not count (no REMOTE capability) */
+    v[1].caps &= ~(unsigned)ACCEL_CAP_REMOTE;
+    REQUIRE(sched_policy_place(v, 2, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+}
