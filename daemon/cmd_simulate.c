@@ -22,7 +22,9 @@
  * Energy: tok/J = steady tokens/s over the node's rated board power (every device at its
  * profile's power for the whole run: an upper bound on the draw, for GPUs and cards alike).
  * Goodput: the steady-state tokens of the requests whose first token came within the TTFT SLO
- * of their arrival and whose every gap between tokens stayed within the TBT SLO.
+ * of their arrival and whose every gap between tokens stayed within the TBT SLO. The TTFT SLO
+ * is also the placement's target (sched_policy_opts.ttft_slo_s, the weighing's rule d: a long
+ * prompt's decode to a card with a slot); --compare's default 2 s too.
  *
  * Throughput is measured in the steady state: the tokens of the requests that finished between
  * the 10th and the 90th percentile of completion times, over that window (the ramp-up and the
@@ -161,7 +163,7 @@ static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
     closed cl = {&tr, reqs, o->requests, 0};
     sched_sim_config cfg = {&m, m.n_devs, o->tbt_ms / 1e3, o->fpga_prefill, NULL,
                             o->clients > 0 ? on_done : NULL, o->clients > 0 ? &cl : NULL,
-                            .cards_first = o->cards_first};
+                            .cards_first = o->cards_first, .ttft_slo_s = o->slo_ttft_ms / 1e3};
     sched_sim *sim = sched_sim_new(&cfg, err, errlen);
     if (!sim) {
         free(reqs);

@@ -48,6 +48,7 @@ typedef struct dmn_config {
     int max_waiting;         /* bounded waiting queue: more -> 429 */
     int max_running;         /* sequences one device decodes at once */
     double tbt_budget_ms;    /* prefill work between two decode steps of a device (0: no chunking) */
+    double ttft_target_ms;   /* the placement's TTFT target (sched_config.ttft_target_ms; 0: none) */
     int fpga_prefill;        /* FPGAs with prefill kernels may prefill (1) */
     int prefix_cache;        /* automatic prefix caching (1, the default) */
     int host_cache;          /* the prefix cache's host-memory tier (1, the default) */

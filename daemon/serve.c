@@ -462,6 +462,7 @@ static void after_load(uv_work_t *w, int status)
                        .max_running = d->cfg.max_running,
                        .step_delay_ms = d->cfg.step_delay_ms,
                        .tbt_budget_ms = d->cfg.tbt_budget_ms,
+                       .ttft_target_ms = d->cfg.ttft_target_ms,
                        .fpga_prefill = d->cfg.fpga_prefill,
                        .no_prefix_cache = !d->cfg.prefix_cache,
                        .host_cache_bytes = host};

@@ -94,6 +94,9 @@ typedef struct sched_config {
     int no_prefix_cache;  /* 1: no automatic prefix caching (the config switch; on by default) */
     uint64_t host_cache_bytes; /* the host-memory tier of each paged device's prefix cache:
                                   evicted prefixes are kept there (0: none) */
+    double ttft_target_ms; /* a time-to-first-token target the placement serves (the weighing's
+                              rule d, sched_policy.h: a long prompt's decode to a card with a
+                              slot; 0: none) */
 } sched_config;
 
 /* What a request asks for. Everything is copied by sched_submit. */

@@ -205,6 +205,7 @@ typedef struct sched_dev {
     atomic_uint_least64_t forks;          /* choices that shared another's prefill */
     atomic_int_least64_t progress_ns;
     atomic_int_least64_t prefill_share_ppm; /* sched_share_value(&share) x 1e6, for the book */
+    atomic_int_least64_t prefill_ps_per_token; /* rate.s_per_token x 1e12, for the book */
     atomic_int in_step;
     atomic_int warm;             /* 0 warming, 1 ok, -1 failed */
     /* loop only */

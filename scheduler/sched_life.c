@@ -117,6 +117,8 @@ sched *sched_new(uv_loop_t *loop, accel_dev *const *devs, int n, const model_tok
     s->warm_pending = n;
     s->book.n = n;
     s->book.opts.fpga_prefill = s->cfg.fpga_prefill;
+    s->book.opts.chunk_budget_s = s->cfg.tbt_budget_ms > 0 ? s->cfg.tbt_budget_ms / 1e3 : 0;
+    s->book.opts.ttft_slo_s = s->cfg.ttft_target_ms > 0 ? s->cfg.ttft_target_ms / 1e3 : 0;
     for (int i = 0; i < n; i++) {
         sched_dev *d = &s->dev[i];
         d->s = s;

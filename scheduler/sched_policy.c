@@ -228,6 +228,10 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
             double p = v[local].prefill_share;
             g *= p <= 0 ? 1 : p >= 1 ? 0 : 1 - p;
         }
+        double pf = r->n_prompt * v[local].prefill_s_per_token; /* rule d: a long prompt */
+        if (o && o->ttft_slo_s > 0 && o->chunk_budget_s > 0 && pf > o->chunk_budget_s &&
+            pf > SCHED_LONG_PROMPT_SLO_SHARE * o->ttft_slo_s)
+            g = 0;
         if (g > card_gain(&v[card], r, per)) split = 0;
     }
     if (split) {

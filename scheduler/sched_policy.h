@@ -69,6 +69,17 @@
  *                   the network (sched_policy_ship_s): a slow or busy link sends decodes that
  *                   would cross it to a local device whose gain is close. (The prefill ships
  *                   KV layer by layer while it runs, so t_ship is the most it can delay.)
+ *                d. with a TTFT target (opts.ttft_slo_s), a long prompt's decode goes to a card
+ *                   with a slot: when the request's prompt takes the fallback device longer than
+ *                   the chunk budget and longer than SCHED_LONG_PROMPT_SLO_SHARE of the target
+ *                   (P = n_prompt x its measured prefill_s_per_token), its gain counts 0. A GPU
+ *                   that decodes prefills such prompts in chunks, each waiting one decode step,
+ *                   and their TTFT is a large share of the target already: in the simulator, at
+ *                   0.9 req/s of [8K,32K] prompts and a 2 s target, the weighing without this
+ *                   rule decoded 41 % on the GPU and 67 % of requests met the target, with it
+ *                   85 % (BENCHMARKS.md). The price: a long prompt's decode runs at a card's
+ *                   speed even when no other prompt comes (closed loop with 1-2 clients: fewer
+ *                   tokens/s than the GPU alone). Prompts shorter than that keep rules a and b.
  *                c. no card has a slot now but one could take it once idle, and prefill waits on
  *                   the fallback device: WAIT (the device is busy prefilling anyway, and a decode
  *                   bound to it now would take time from those prompts; when its queue empties
@@ -116,11 +127,21 @@ typedef struct sched_policy_dev {
      * unknown) and the seconds before a transfer starts to arrive (latency, and what is queued
      * ahead of it on the link); the weighing's network term (sched_policy_ship_s) */
     double ship_bps, ship_s;
+    double prefill_s_per_token; /* its prefill's measured seconds per prompt token (sched_rate;
+                                   0: not measured yet) */
 } sched_policy_dev;
 
 typedef struct sched_policy_opts {
     int fpga_prefill; /* FPGAs with ACCEL_CAP_PREFILL may prefill (FAST-Prefill kernels) */
+    double chunk_budget_s; /* the chunked-prefill budget between two decode steps (the
+                              time-between-tokens budget; 0: prefill is not chunked) */
+    double ttft_slo_s;     /* a time-to-first-token target the placement serves (rule d of the
+                              weighing; 0: none) */
 } sched_policy_opts;
+
+/* Rule d's long prompt: its prefill alone takes over this share of the TTFT target (a few such
+ * prompts queued, or one stretched by chunks, reach it). */
+#define SCHED_LONG_PROMPT_SLO_SHARE 0.1
 
 /* The request at the head of the queue. A request that moved after a failure asks again with
  * its generated tokens in n_prompt (they are prefilled again) and the rest in max_tokens. */

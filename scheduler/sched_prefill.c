@@ -342,6 +342,7 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
         c->sp_causal += rep.layers_sparse ? rep.blocks_causal : 0;
     } else {
         sched_rate_observe(&d->rate, k, dt); /* the chunk-size rate: dense work only */
+        atomic_store(&d->prefill_ps_per_token, (int_least64_t)(d->rate.s_per_token * 1e12));
     }
     if (last && r->has_sparse) { /* a choice prefilled dense counts as density 1 in the mean */
         r->density_sum += c->sp_causal ? (double)c->sp_blocks / (double)c->sp_causal : 1.0;

@@ -346,6 +346,7 @@ static void apply_pending(sched_sim *s, sim_dev *d)
     int n = d->n_pend;
     d->n_pend = 0;
     s->book.dev[d - s->dev].prefill_share = d->share_next;
+    s->book.dev[d - s->dev].prefill_s_per_token = d->rate.s_per_token;
     for (int i = 0; i < n; i++) {
         sim_req *r = d->pend[i].r;
         if (r->pub->state != SCHED_SIM_RUNNING) continue; /* cancelled meanwhile */
@@ -423,6 +424,8 @@ sched_sim *sched_sim_new(const sched_sim_config *cfg, char *err, size_t errlen)
     s->cfg = *cfg;
     s->book.n = cfg->n_devs;
     s->book.opts.fpga_prefill = cfg->fpga_prefill;
+    s->book.opts.chunk_budget_s = cfg->tbt_budget_s;
+    s->book.opts.ttft_slo_s = cfg->ttft_slo_s;
     for (int i = 0; i < cfg->n_devs; i++) {
         const sched_sim_dev_model *m = &cfg->model->dev[i];
         s->dev[i].m = m;

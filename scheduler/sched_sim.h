@@ -61,6 +61,7 @@ typedef struct sched_sim_config {
     int cards_first;                    /* the devices describe no decode curve: GLITCHES' "cards
                                            first" placement (sched_policy.h) instead of weighing
                                            the devices' batch curves */
+    double ttft_slo_s;                  /* sched_policy_opts.ttft_slo_s (0: none) */
 } sched_sim_config;
 
 /* Per device after a run. */

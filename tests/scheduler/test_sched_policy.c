@@ -10,13 +10,13 @@
 
 static sched_policy_dev gpu(enum accel_kind k, uint64_t mem, int max_running)
 {
-    sched_policy_dev d = {k, ALL, ACCEL_HEALTH_OK, mem, 0, 100, 0, max_running, 256, 0, 0, 0, {0}, 0, 0, 0, 0};
+    sched_policy_dev d = {k, ALL, ACCEL_HEALTH_OK, mem, 0, 100, 0, max_running, 256, 0, 0, 0, {0}, 0, 0, 0, 0, 0};
     return d;
 }
 
 static sched_policy_dev card(uint64_t mem)
 {
-    sched_policy_dev d = {ACCEL_KIND_FPGA, CARD, ACCEL_HEALTH_OK, mem, 0, 10, 0, 16, 1, 0, 0, 0, {0}, 0, 0, 0, 0};
+    sched_policy_dev d = {ACCEL_KIND_FPGA, CARD, ACCEL_HEALTH_OK, mem, 0, 10, 0, 16, 1, 0, 0, 0, {0}, 0, 0, 0, 0, 0};
     return d;
 }
 
@@ -216,7 +216,7 @@ TEST(sched_policy_batched_card_and_fpga_prefill)
     f[1].caps |= ACCEL_CAP_PREFILL;
     sched_policy_req one = {10, 10, 1, 0, 0, 0};
     CHECK_EQ(sched_policy_place(f, 2, &no_opts, &one, &pl), SCHED_PLACE_NEVER);
-    sched_policy_opts fp = {1};
+    sched_policy_opts fp = {.fpga_prefill = 1};
     REQUIRE(sched_policy_place(f, 2, &fp, &one, &pl) == SCHED_PLACE_OK);
     CHECK(pl.prefill == pl.decode); /* a card without KV export prefills for itself */
     /* with a GPU present the GPU prefills and the card decodes */

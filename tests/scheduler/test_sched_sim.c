@@ -428,6 +428,37 @@ TEST(sched_sim_weighs_the_batch_curves)
     sched_sim_free(s);
 }
 
+/* Rule d through the simulator (sched_sim_config.ttft_slo_s): long prompts spread out, so the
+ * GPU is idle when each comes. Without a TTFT target the weighing gives the idle GPU every
+ * decode; with a 2 s target, once the GPU's prefill rate is measured (after the first prompt),
+ * each 16K prompt (~0.4 s of prefill, over a tenth of the target) has its decode on a card. */
+TEST(sched_sim_ttft_target_sends_long_prompts_to_cards)
+{
+    static sched_sim_model m;
+    char err[256];
+    REQUIRE(sched_sim_model_build(&m, devices_sim_hw(), "h200-tandem+2xu280-batch", "llama3.1-8b", 0,
+                                  err, sizeof err) == 0);
+    for (int slo = 0; slo < 2; slo++) {
+        sched_sim_config cfg = {&m, m.n_devs, 0.025, 0, NULL, NULL, NULL, .ttft_slo_s = slo ? 2.0 : 0};
+        sched_sim *s = sched_sim_new(&cfg, err, sizeof err);
+        REQUIRE(s);
+        enum { N = 6 };
+        sched_sim_req r[N];
+        for (int i = 0; i < N; i++) {
+            r[i] = (sched_sim_req){.arrival = 10.0 * i, .n_prompt = 16384, .n_out = 32};
+            REQUIRE(sched_sim_submit(s, &r[i]) == 0);
+        }
+        sched_sim_run(s, 0);
+        CHECK_EQ(r[0].decode_dev, 0); /* no rate measured yet */
+        for (int i = 1; i < N; i++) {
+            CHECK_EQ(r[i].state, SCHED_SIM_DONE);
+            CHECK_MSG(slo ? r[i].decode_dev != 0 : r[i].decode_dev == 0, "target %d, request %d on %d", slo, i,
+                      r[i].decode_dev);
+        }
+        sched_sim_free(s);
+    }
+}
+
 /* Several nodes ('/' in the spec): the other nodes' devices are remote decode targets (a peer's
  * capabilities: decode + KV import), named by node; malformed multi-node specs are refused. */
 TEST(sched_sim_node_specs_several_nodes)

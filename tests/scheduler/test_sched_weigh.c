@@ -226,3 +226,52 @@ TEST(sched_weigh_network_term)
     REQUIRE(sched_policy_place(v, 2, &no_opts, &r, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 1);
 }
+
+/* Rule d: with a TTFT target, a prompt whose prefill takes the GPU longer than the chunk budget
+ * and than a tenth of the target has its decode on a card with a slot (the GPU, decoding, would
+ * prefill such prompts in chunks that each wait a step); shorter ones keep the weighing; without
+ * a target, a budget or a measured rate the rule is off. */
+TEST(sched_weigh_long_prompt_decodes_on_a_card)
+{
+    sched_policy_dev v[2] = {h200(), u280()};
+    sched_policy_opts o = {.chunk_budget_s = 0.025, .ttft_slo_s = 2.0};
+    sched_policy_req lng = {16384, 256, 1, 0, 0, 0}, mid = {1536, 512, 1, 0, 0, 0};
+    sched_placement pl;
+    /* an idle GPU, nothing queued: the weighing alone gives it both (250 tok/s against 94) */
+    REQUIRE(sched_policy_place(v, 2, &o, &lng, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    /* 25 us a token measured: 16,384 tokens take 0.41 s, over 0.2 s (a tenth of 2 s): the card */
+    v[0].prefill_s_per_token = 25e-6;
+    REQUIRE(sched_policy_place(v, 2, &o, &lng, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.prefill, 0);
+    CHECK_EQ(pl.decode, 1);
+    /* 1,536 tokens take 38 ms: two chunks, but a small share of the target: the GPU */
+    REQUIRE(sched_policy_place(v, 2, &o, &mid, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    /* the boundary: 8,000 tokens are 0.2 s; 8,001 are more */
+    sched_policy_req at = {8000, 256, 1, 0, 0, 0}, past = {8001, 256, 1, 0, 0, 0};
+    v[0].prefill_s_per_token = 25e-6 * (1 - 1e-9);
+    REQUIRE(sched_policy_place(v, 2, &o, &at, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    REQUIRE(sched_policy_place(v, 2, &o, &past, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+    /* a 1 s target (a tenth: 0.1 s): 1,536 tokens (38 ms) are still short, 4,097 (0.102 s) long */
+    sched_policy_req k4 = {4097, 256, 1, 0, 0, 0};
+    o.ttft_slo_s = 1.0;
+    REQUIRE(sched_policy_place(v, 2, &o, &k4, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+    REQUIRE(sched_policy_place(v, 2, &o, &mid, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    /* no target, or no chunking: the rule is off */
+    o.ttft_slo_s = 0;
+    REQUIRE(sched_policy_place(v, 2, &o, &lng, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    o = (sched_policy_opts){.chunk_budget_s = 0, .ttft_slo_s = 2.0};
+    REQUIRE(sched_policy_place(v, 2, &o, &lng, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    /* every card busy: the long prompt's decode falls back to the GPU as before */
+    o.chunk_budget_s = 0.025;
+    v[1].running = 16;
+    REQUIRE(sched_policy_place(v, 2, &o, &lng, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+}
