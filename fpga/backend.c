@@ -685,6 +685,25 @@ static void fpga_describe(accel_dev *ad, accel_info *out)
     if (d->can_prefill) out->caps |= ACCEL_CAP_PREFILL | ACCEL_CAP_KV_EXPORT;
     out->max_batch = d->card.max_batch > 1 ? d->card.max_batch : 1;
     out->decode_curve = d->curve;
+    /* the DDR4 tier (fpga/BANKS.md "DDR4"): a sparse-decoded sequence's resident cache, per
+     * position (summaries, labels, the pipeline's table, dense layers' KV) and per level-1 block
+     * of the budget (one block of every sparse layer's KV heads); the arena's arithmetic */
+    const fpga_dec_desc *dd = &d->card.desc;
+    const sparse_tls_params *tp = &d->tls.p;
+    if (d->has_ddr && d->tls.avail && d->tier != 2 && fpga_tls_offload_ok(dd, (uint32_t)tp->block_size)) {
+        /* every channel keeps room for as many groups as the fullest (the same offsets) */
+        const uint64_t groups = ((uint64_t)dd->n_layers * dd->n_kv_heads + FPGA_DEC_CH - 1) /
+                                FPGA_DEC_CH * FPGA_DEC_CH;
+        const uint64_t bs = (uint64_t)tp->block_size;
+        const uint64_t dl = (uint64_t)tp->dense_layers < dd->n_layers ? (uint64_t)tp->dense_layers : dd->n_layers;
+        const uint64_t tok = 2ull * (dd->head_dim + 2); /* K and V of one position and head */
+        out->offload_bytes = (uint64_t)fpga_kv_pool_free_count(&d->ddr_kv) * d->blk_tokens *
+                             d->base.kv_bytes_per_token;
+        out->resident_per_token = groups * ((2ull * dd->head_dim * 4 + 4) / bs + 1 + (uint64_t)tp->channels / 2 + 8) +
+                                  dl * dd->n_kv_heads * tok;
+        out->resident_per_block = (dd->n_layers - dl) * dd->n_kv_heads * bs * tok + groups * 8;
+        out->resident_default_blocks = d->tls.on ? tp->block_budget : 0;
+    }
 }
 
 static void fpga_free(accel_dev *ad)

@@ -103,6 +103,14 @@ typedef struct accel_info {
      * zeroed by accel_get_info, "does not say") */
     accel_decode_curve decode_curve;
     unsigned revivals;        /* times the device came back after FAILED (a reconnected peer's) */
+    /* A device that can keep a sparse-decoded sequence's whole KV in a slower tier (a card's
+     * DDR4, fpga/BANKS.md "DDR4") and only a resident cache in mem_total: the slower tier's KV
+     * bytes (0: it cannot), and what the cache of one sequence of n positions decoded with a
+     * level-1 block budget of b takes of mem_total: n * resident_per_token + (b + 2) *
+     * resident_per_block. resident_default_blocks: the block budget of its own sparse default
+     * (0: it decodes dense unless a request asks). */
+    uint64_t offload_bytes, resident_per_token, resident_per_block;
+    int resident_default_blocks;
 } accel_info;
 
 /* The half-precision format the cuda backend keeps weights and activations in (cuda only; the

@@ -137,7 +137,8 @@ static sched_policy_req policy_req(const sched_req *r)
         if (r->choices[i].finish == MODEL_FINISH_NONE && r->choices[i].n_hist > hist) hist = r->choices[i].n_hist;
     if (hist >= r->max_tokens) hist = r->max_tokens - 1;
     sched_policy_req pr = {r->n_prompt + hist, r->max_tokens - hist, r->n, r->avoid,
-                           r->prefill_on, r->decode_on};
+                           r->prefill_on, r->decode_on,
+                           !r->tls_set ? -1 : r->tls_on ? r->tls_p.block_budget : 0};
     return pr;
 }
 

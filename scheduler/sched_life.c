@@ -134,6 +134,10 @@ sched *sched_new(uv_loop_t *loop, accel_dev *const *devs, int n, const model_tok
         v->block_tokens = d->info0.caps & ACCEL_CAP_PAGED ? d->info0.kv_block_tokens : 0;
         v->max_running = s->cfg.max_running;
         v->max_batch = d->info0.max_batch > 0 ? d->info0.max_batch : 1;
+        v->offload_bytes = d->info0.offload_bytes;
+        v->resident_per_token = d->info0.resident_per_token;
+        v->resident_per_block = d->info0.resident_per_block;
+        v->resident_default_blocks = d->info0.resident_default_blocks;
         /* the decode cost by batch, where the device describes one: the placement weighs it */
         if (d->info0.decode_curve.n > 0 && d->info0.decode_curve.n <= ACCEL_CURVE_MAX)
             v->curve = d->info0.decode_curve;

@@ -7,8 +7,27 @@ uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req
     return (uint64_t)r->n * (uint64_t)(r->n_prompt + r->max_tokens) * d->kv_bytes_per_token;
 }
 
+uint64_t sched_policy_resident_bytes(const sched_policy_dev *d, const sched_policy_req *r)
+{
+    const uint64_t whole = sched_policy_kv_bytes(d, r);
+    const int bb = r->tls_blocks < 0 ? d->resident_default_blocks : r->tls_blocks;
+    if (bb <= 0 || !d->offload_bytes || whole <= d->mem_total || whole > d->offload_bytes) return 0;
+    const uint64_t per = (uint64_t)(r->n_prompt + r->max_tokens) * d->resident_per_token +
+                         ((uint64_t)bb + 2) * d->resident_per_block;
+    return (uint64_t)r->n * per;
+}
+
+/* What must fit mem_total for the request to be placed there at all. */
+static uint64_t need_bytes(const sched_policy_dev *d, const sched_policy_req *r)
+{
+    uint64_t res = sched_policy_resident_bytes(d, r);
+    return res ? res : sched_policy_kv_bytes(d, r);
+}
+
 uint64_t sched_policy_commit_bytes(const sched_policy_dev *d, const sched_policy_req *r)
 {
+    uint64_t res = sched_policy_resident_bytes(d, r);
+    if (res) return res;
     if (d->block_tokens <= 0) return sched_policy_kv_bytes(d, r);
     /* a paged device takes blocks as sequences grow: the prompt's blocks (shared by the n
      * choices), a copy of its partial last block per further choice, and one block of growth
@@ -197,7 +216,7 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
                 if (fits(d, prompt) && better_prefill(v, i, exporter)) exporter = i;
             }
             if (d->caps & ACCEL_CAP_DECODE && pinned(r->decode_on, i)) {
-                uint64_t whole = sched_policy_kv_bytes(d, r);
+                uint64_t whole = need_bytes(d, r);
                 if (r->n <= d->max_running && whole <= d->mem_total) {
                     could_local = 1;
                     if (d->running + r->n <= d->max_running &&
@@ -208,7 +227,7 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
             }
         }
         if (is_target(d, r, i)) {
-            uint64_t whole = sched_policy_kv_bytes(d, r);
+            uint64_t whole = need_bytes(d, r);
             int slots = card_slots(d);
             if (r->n <= slots && whole <= d->mem_total) {
                 could_card = 1;
@@ -264,7 +283,7 @@ int sched_policy_can_serve(const sched_policy_dev *v, int n_devs, const sched_po
         idle[i].positions = 0;
         idle[i].mem_committed = 0;
     }
-    sched_policy_req r = {1, 1, 1, 0, 0, 0};
+    sched_policy_req r = {1, 1, 1, 0, 0, 0, 0};
     sched_placement pl;
     return sched_policy_place(idle, n_devs, o, &r, &pl) != SCHED_PLACE_NEVER;
 }

@@ -129,6 +129,9 @@ typedef struct sched_policy_dev {
     double ship_bps, ship_s;
     double prefill_s_per_token; /* its prefill's measured seconds per prompt token (sched_rate;
                                    0: not measured yet) */
+    /* the slower KV tier of a sparse-decoded sequence (accel_info.offload_bytes ...; 0: none) */
+    uint64_t offload_bytes, resident_per_token, resident_per_block;
+    int resident_default_blocks;
 } sched_policy_dev;
 
 typedef struct sched_policy_opts {
@@ -153,6 +156,8 @@ typedef struct sched_policy_req {
     unsigned prefill_on, decode_on; /* pins (sched_params): bit i: only such devices prefill /
                                        decode it, a pinned decoder being a KV target like a card
                                        when it can decode and import; 0: no pin */
+    int tls_blocks;   /* AsyncTLS sparse decode: its level-1 block budget; 0: dense; -1: the
+                         device's own default (sched_params.decode_sparse_set 0) */
 } sched_policy_req;
 
 enum sched_place {
@@ -186,6 +191,13 @@ uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req
  * partial last block per further choice, one block of growth per choice. The request must
  * still be able to fit whole (sched_policy_kv_bytes <= mem_total) to be placed at all. */
 uint64_t sched_policy_commit_bytes(const sched_policy_dev *d, const sched_policy_req *r);
+/* The fit rule of a sparse-decoded request on a device with a slower KV tier (a card's DDR4):
+ * when its whole KV does not fit mem_total but fits the slower tier and it decodes sparse (its
+ * tls_blocks, or the device's default), what it needs of mem_total is the resident cache of
+ * its n sequences at their final length (accel_info's resident_*), and that is what
+ * sched_policy_commit_bytes commits and the placement checks against mem_total. 0: the rule
+ * does not apply (the whole KV is what counts). */
+uint64_t sched_policy_resident_bytes(const sched_policy_dev *d, const sched_policy_req *r);
 /* KV bytes of one prompt-only sequence (the prefill device's share of a split placement). */
 uint64_t sched_policy_prompt_bytes(const sched_policy_dev *d, const sched_policy_req *r);
 

@@ -157,7 +157,7 @@ int main(int argc, char **argv)
     float *lg = malloc(sizeof(float) * c->vocab);
     fpga_card *ct = fpga_dev_card(tls);
     fpga_emu_run_stats a = {0}, b = {0};
-    accel_decode_stats ds0 = {0};
+    accel_decode_stats ds0 = {0}, dlast = {0};
     printf("| step | dense ms | dense MiB read | sparse ms | sparse MiB read (HBM + DDR4) | DDR4 MiB "
            "| DDR4 ms | blocks fetched / chosen |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < steps; i++) {
@@ -175,6 +175,8 @@ int main(int argc, char **argv)
                b.bytes_read / 1048576.0, (b.ddr_bytes[0] + b.ddr_bytes[1]) / 1048576.0,
                b.ddr_ns / 1e6, (long long)(ds.blocks_new - ds0.blocks_new),
                (long long)(ds.blocks_kept - ds0.blocks_kept));
+        dlast = (accel_decode_stats){.blocks_new = ds.blocks_new - ds0.blocks_new,
+                                     .blocks_kept = ds.blocks_kept - ds0.blocks_kept};
         ds0 = ds;
     }
     /* full depth: the dense model of full_layers, plus the sparse layers' measured change */
@@ -201,9 +203,21 @@ int main(int argc, char **argv)
            c->n_layers, a.modeled_ns / 1e6, d2.modeled_ns / 1e6);
     printf("per sparse layer: memory %+.3f ms, compute %+.3f ms, stall %+.3f ms\n", dmem / 1e6,
            dcomp / 1e6, dstall / 1e6);
-    if (offload)
+    if (offload) {
+        const double hbm_full = dm.mem_ns + k * dmem;
+        const double hidden = dm.overhead_ns + (hbm_full > comp ? hbm_full : comp) + dm.stall_ns +
+                              k * dstall;
+        const double turn = dlast.blocks_kept ? (double)dlast.blocks_new / dlast.blocks_kept : 0;
         printf("per sparse layer: DDR4 %.3f ms (full depth %.2f ms, overlapped with HBM's %.2f ms)\n",
-               dddr / 1e6, k * dddr / 1e6, (dm.mem_ns + k * dmem) / 1e6);
+               dddr / 1e6, k * dddr / 1e6, hbm_full / 1e6);
+        printf("last step: %.1f %% of the chosen blocks were new (fetched); with every fetch "
+               "hidden the step is %.2f ms/token, which holds up to ~%.0f %% new per step\n",
+               100 * turn, hidden / 1e6, k * dddr > 0 ? 100 * turn * hbm_full / (k * dddr) : 100.0);
+        printf("dense with its KV in DDR4 (sparse decode off): >= %.1f ms/token (%.2f GiB of KV at "
+               "2 x %.1f GB/s x %.2f)\n",
+               kv_full / (FPGA_U280_DDR_BANKS * FPGA_U280_DDR_BPS * FPGA_U280_DDR_UTIL) * 1e3,
+               kv_full / 1073741824.0, FPGA_U280_DDR_BPS / 1e9, FPGA_U280_DDR_UTIL);
+    }
     printf("%d layers at %d positions: dense %.2f ms/token (its KV in HBM, %s), "
            "AsyncTLS%s (%d dense layers) %.2f ms/token\n",
            full_layers, ctx, dm.modeled_ns / 1e6,

@@ -220,3 +220,40 @@ TEST(fpga_tls_ddr_offload_equals_hbm_and_cpu_pipeline)
     accel_free(cpu);
     model_free(m);
 }
+
+/* What the card tells the scheduler about the DDR4 tier (accel_info: offload_bytes, resident_*)
+ * against the arena the card builds for such a sequence (fpga/kernels/tls_dec.h,
+ * fpga_tls_arena_of): the resident cache of a full-length sequence within 10 % of its bytes. */
+TEST(fpga_tls_ddr_describes_its_resident_cache)
+{
+    char err[512];
+    model *m = model_load(TF_MODEL, err, sizeof err);
+    REQUIRE(m);
+    const char *chan = channels_file(m);
+    REQUIRE(chan);
+    const char *spec = "asynctls,block_size=128,block_budget=2,token_budget=40,dense_layers=1,"
+                       "dense_below=0";
+    accel_dev *card = open_card(m, "fpga-emu:0", spec, chan, "auto", "0");
+    accel_dev *plain = open_card(m, "fpga-emu:1", NULL, NULL, "auto", "0");
+    REQUIRE(card && plain);
+    accel_info info;
+    accel_get_info(plain, &info);
+    CHECK_EQ(info.offload_bytes, 0); /* no channel file: no sparse decode, no offload */
+    accel_get_info(card, &info);
+    CHECK(info.offload_bytes >= 16ull << 30); /* the DDR4 pool: most of 32 GiB */
+    CHECK(info.offload_bytes <= 32ull << 30);
+    CHECK_EQ(info.resident_default_blocks, 2);
+    const fpga_card *c = fpga_dev_card(card);
+    const uint32_t cap = (uint32_t)m->cfg.max_pos;
+    fpga_tls_io io = {.block_size = 128, .block_budget = 2, .r = 4, .dense_layers = 1, .cap = cap,
+                      .stagger = 1, .offload = 1};
+    fpga_tls_arena a;
+    fpga_tls_arena_of(&c->desc, &io, &a);
+    const double arena = (double)a.chan_bytes * FPGA_DEC_CH;
+    const double said = (double)cap * info.resident_per_token + 4.0 * info.resident_per_block;
+    CHECK_MSG(said >= 0.9 * arena && said <= 1.1 * arena, "described %.0f bytes, the arena %.0f",
+              said, arena);
+    accel_free(card);
+    accel_free(plain);
+    model_free(m);
+}

@@ -20,7 +20,7 @@ static void on_place(void *ctx, const sched_sim_req *r, const sched_book *b, con
     c->placements++;
     if (r->id < c->last_id) c->fcfs_ok = 0; /* placed before an earlier arrival */
     c->last_id = r->id;
-    sched_policy_req pr = {r->n_prompt, r->n_out, 1, 0, 0, 0};
+    sched_policy_req pr = {r->n_prompt, r->n_out, 1, 0, 0, 0, 0};
     if (pl->prefill != pl->decode) {
         c->splits++;
         const sched_policy_dev *d = &b->dev[pl->decode];

@@ -1,0 +1,84 @@
+/* The fit rule of a sparse-decoded request on a card with a slower KV tier (scheduler/
+ * sched_policy.h, sched_policy_resident_bytes; accel_info.offload_bytes and resident_*): a
+ * request whose whole KV does not fit the card's fast memory is placed there when it decodes
+ * sparse and its whole KV fits the slower tier, committing its resident cache only; dense, or
+ * too big for the slower tier too, it is not. */
+#include "tests/test.h"
+#include "scheduler/sched_policy.h"
+
+#define ALL (ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT)
+#define CARD (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)
+
+static const sched_policy_opts no_opts = {0};
+
+/* A GPU that prefills and exports (its memory roomy), and a card of `mem` bytes of KV with a
+ * DDR4 tier of `ddr` bytes; 10 bytes per position, resident: 1 per position + 50 per block. */
+static void devs(sched_policy_dev *v, uint64_t mem, uint64_t ddr)
+{
+    v[0] = (sched_policy_dev){.kind = ACCEL_KIND_CUDA, .caps = ALL, .health = ACCEL_HEALTH_OK,
+                              .mem_total = 1 << 30, .kv_bytes_per_token = 10, .max_running = 4,
+                              .max_batch = 4};
+    v[1] = (sched_policy_dev){.kind = ACCEL_KIND_FPGA, .caps = CARD, .health = ACCEL_HEALTH_OK,
+                              .mem_total = mem, .kv_bytes_per_token = 10, .max_running = 16,
+                              .max_batch = 1, .offload_bytes = ddr, .resident_per_token = 1,
+                              .resident_per_block = 50};
+}
+
+TEST(sched_offload_sparse_request_fits_the_resident_cache)
+{
+    sched_policy_dev v[2];
+    devs(v, 5000, 1 << 20); /* 500 positions of KV in HBM */
+    sched_placement pl;
+    /* 1,000 positions: 10,000 bytes whole, over the card's 5,000 */
+    sched_policy_req dense = {900, 100, 1, 0, 0, 0, 0};
+    sched_policy_req sparse = {900, 100, 1, 0, 0, 0, 8};
+    CHECK_EQ(sched_policy_resident_bytes(&v[1], &dense), 0);
+    CHECK_EQ(sched_policy_resident_bytes(&v[1], &sparse), 1000 * 1 + (8 + 2) * 50);
+    CHECK_EQ(sched_policy_commit_bytes(&v[1], &sparse), 1500);
+    /* dense: the card cannot hold it, the GPU decodes it */
+    CHECK_EQ(sched_policy_place(v, 2, &no_opts, &dense, &pl), SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    /* sparse: split to the card, whose fast memory holds the cache */
+    CHECK_EQ(sched_policy_place(v, 2, &no_opts, &sparse, &pl), SCHED_PLACE_OK);
+    CHECK_EQ(pl.prefill, 0);
+    CHECK_EQ(pl.decode, 1);
+    /* the device's default: sparse when it says so */
+    sched_policy_req dflt = {900, 100, 1, 0, 0, 0, -1};
+    CHECK_EQ(sched_policy_resident_bytes(&v[1], &dflt), 0);
+    v[1].resident_default_blocks = 8;
+    CHECK_EQ(sched_policy_resident_bytes(&v[1], &dflt), 1500);
+    /* a request that fits whole keeps the old rule (its whole KV) */
+    sched_policy_req small = {300, 100, 1, 0, 0, 0, 8};
+    CHECK_EQ(sched_policy_resident_bytes(&v[1], &small), 0);
+    /* n choices: n caches */
+    sparse.n = 2;
+    CHECK_EQ(sched_policy_resident_bytes(&v[1], &sparse), 3000);
+}
+
+TEST(sched_offload_limits)
+{
+    sched_policy_dev v[2];
+    sched_placement pl;
+    sched_policy_req sparse = {900, 100, 1, 0, 0, 0, 8};
+    /* the slower tier too small for the whole KV: the rule does not apply */
+    devs(v, 5000, 9999);
+    CHECK_EQ(sched_policy_resident_bytes(&v[1], &sparse), 0);
+    CHECK_EQ(sched_policy_place(v, 2, &no_opts, &sparse, &pl), SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    /* a card with no slower tier: likewise */
+    devs(v, 5000, 0);
+    CHECK_EQ(sched_policy_resident_bytes(&v[1], &sparse), 0);
+    /* the resident cache itself larger than the fast memory: not on the card, ever */
+    devs(v, 1400, 1 << 20);
+    CHECK_EQ(sched_policy_place(v, 2, &no_opts, &sparse, &pl), SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    /* the card's room already committed: it waits for the card rather than the GPU when the
+     * card is the only decoder (the GPU pinned out) */
+    devs(v, 5000, 1 << 20);
+    v[1].mem_committed = 4000;
+    sparse.decode_on = 1u << 1;
+    CHECK_EQ(sched_policy_place(v, 2, &no_opts, &sparse, &pl), SCHED_PLACE_WAIT);
+    v[1].mem_committed = 3500;
+    CHECK_EQ(sched_policy_place(v, 2, &no_opts, &sparse, &pl), SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+}
