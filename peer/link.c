@@ -560,6 +560,20 @@ int peer_conn_req_wait(peer_conn *c, void *req, double timeout_s)
     return wait_req(c, req, peer_now() + timeout_s);
 }
 
+int peer_conn_req_test(peer_conn *c, void *req)
+{
+    if (!req) return 1;
+    ucp_worker_progress(c->worker);
+    ucs_status_t st = ucp_request_check_status(req);
+    if (st == UCS_INPROGRESS) return 0;
+    ucp_request_free(req);
+    if (st != UCS_OK) {
+        atomic_store(&c->dead, 1);
+        return PEER_ERR_IO;
+    }
+    return 1;
+}
+
 typedef struct tag_rx {
     size_t length;
     ucs_status_t status;

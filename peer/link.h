@@ -88,6 +88,10 @@ int peer_conn_tag_send_start(peer_conn *c, uint64_t tag, const void *p, size_t n
  * NULL: PEER_OK at once). PEER_OK, PEER_ERR_IO, PEER_ERR_TIMEOUT (c is then dead; the buffer
  * is UCX's no longer either way). */
 int peer_conn_req_wait(peer_conn *c, void *req, double timeout_s);
+/* Progresses c's worker once and looks at a send peer_conn_tag_send_start started: 1 when it
+ * completed (req is then let go), 0 while it is in flight, PEER_ERR_IO when it failed (let go,
+ * c is then dead). */
+int peer_conn_req_test(peer_conn *c, void *req);
 /* Receives the one message tagged exactly `tag` into buf, which must be exactly n bytes long
  * (a longer or shorter one: PEER_ERR_PROTO and c is dead). Waits at most timeout_s. */
 int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double timeout_s);

@@ -27,6 +27,10 @@
  *                   message tagged tag_base + serial of `length` bytes: [stream header] chunk
  *                                                      s->c REPLY     status
  *
+ * KV and KV_TAG are pipelined: the client sends the next chunks without waiting for the REPLYs
+ * (PEER_KV_WINDOW below), which come back in order; every other request waits for its answer,
+ * after the answers of the chunks before it.
+ *
  * ADDR is answered only after the handshake (in any other state it closes the connection), so
  * no unauthenticated node learns the worker's address or gets one accepted. The client opens a
  * second endpoint by it (peer/link.h) and sends its KV as tagged messages; without one (UCX
@@ -201,6 +205,20 @@ size_t peer_addr_write(uint8_t *out, uint64_t tag_base, const void *addr, size_t
 /* PEER_ERR_PROTO for an empty or oversized address or a length that disagrees with n; *addr
  * points into p. */
 int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t **addr, size_t *len);
+
+/* The sender's window (peer/remote.c): KV and KV_TAG requests are not answered one at a time;
+ * up to PEER_KV_WINDOW may be in flight, more than two only while they hold at most
+ * PEER_KV_WINDOW_BYTES (1 MiB chunks: 8 in flight; the 8 MiB layer chunks of a 4K Llama-3-8B
+ * prompt: 8; its 64 MiB chunks at 32K: 2, 128 MiB of host memory). Their REPLYs come back in
+ * order; the server may hold up to half a window of them back and send them together
+ * (peer/server.c). */
+#define PEER_KV_WINDOW 8
+#define PEER_KV_WINDOW_BYTES (64u << 20)
+/* 1 when a chunk of `bytes` may go while n chunks of in_flight bytes are unanswered. */
+static inline int peer_kv_window_room(int n, size_t in_flight, size_t bytes)
+{
+    return n < PEER_KV_WINDOW && (n < 2 || in_flight + bytes <= PEER_KV_WINDOW_BYTES);
+}
 
 /* KV_TAG: the KV fixed part, then length u32 (1..PEER_MAX_PAYLOAD) and serial u32 (>= 1). */
 #define PEER_KV_TAG_BYTES 24

@@ -23,8 +23,10 @@
  * receiving node; the sender's scheduler counts it and marks the device. A peer that sends
  * anything malformed, oversized or unauthenticated is disconnected with a log line.
  *
- * Testing: TANDEM_PEER_FAULT="kv_bitflip=N[,M..]" flips one payload bit of the N-th (M-th) KV chunk this
- * process sends (after its CRC was computed): corruption on the wire, as the receiver sees it.
+ * Testing: TANDEM_PEER_FAULT="kv_bitflip=N[,M..]" flips one payload bit of the N-th (M-th) KV
+ * chunk each remote device of this process sends (after its CRC was computed): corruption on
+ * the wire, as the receiver sees it; "kv_truncate=N[,M..]" sends those chunks without their
+ * last 64 bytes (a chunk cut short); both with ';' between. Read when a remote device opens.
  *
  * Threads: peer_server_* and peer_node_* from one thread (the daemon's loading / shutdown);
  * a remote device is driven as accel.h says; the log hook may be called from any thread. */

@@ -25,6 +25,8 @@
 /* A tagged KV chunk announced on the stream must follow within this: the sender's own call
  * timeout (PEER_CALL_TIMEOUT_S), so that a sender gone mid-chunk holds this thread no longer. */
 #define TAG_TIMEOUT_S PEER_CALL_TIMEOUT_S
+/* A REPLY frame: header and two words. */
+#define KV_REPLY_BYTES (PEER_HEADER_BYTES + 8)
 
 static peer_log_fn g_log;
 
@@ -70,6 +72,9 @@ typedef struct sconn {
     int addr_given;     /* ADDR sent: KV_TAG accepted */
     uint64_t tag_base;  /* random per connection: its tagged messages are tag_base + serial */
     uint32_t tag_serial; /* the last serial received */
+    /* KV chunks' REPLYs not sent yet (kv_reply): at most half a window of them */
+    uint8_t held[PEER_KV_WINDOW / 2 * KV_REPLY_BYTES];
+    int n_held;
     sseq *seqs;
     int n_seqs, cap_seqs;
     struct sconn *next;
@@ -151,6 +156,31 @@ static int reply(sconn *sc, int32_t status, uint32_t value)
     return peer_conn_send(sc->c, PEER_REPLY, b, sizeof b, NULL, 0, SEND_TIMEOUT_S);
 }
 
+/* The REPLYs held back: sent in one go. */
+static int flush_held(sconn *sc)
+{
+    if (!sc->n_held) return PEER_OK;
+    int st = peer_conn_send_raw(sc->c, sc->held, (size_t)sc->n_held * KV_REPLY_BYTES, SEND_TIMEOUT_S);
+    sc->n_held = 0;
+    return st;
+}
+
+/* A KV chunk's REPLY. The client does not wait for it (KV is pipelined: peer/msg.h), so it is
+ * held back and sent with the next ones: when half a window is held (the client, whose window
+ * is full, gets room for half a window while this thread goes on with the other half), when no
+ * more frames are waiting on the connection (server_main: a client that waits has sent all it
+ * will), and before any other answer (answers stay in order). One send and one wake-up of the
+ * client per few chunks instead of one per chunk. */
+static int kv_reply(sconn *sc, int32_t status)
+{
+    uint8_t *p = sc->held + (size_t)sc->n_held * KV_REPLY_BYTES;
+    peer_words w = {{(uint32_t)status, 0, 0, 0}};
+    peer_header_write(p, PEER_REPLY, 8);
+    peer_words_write(p + PEER_HEADER_BYTES, &w, 2);
+    if (++sc->n_held >= PEER_KV_WINDOW / 2) return flush_held(sc);
+    return PEER_OK;
+}
+
 static void fill_info(peer_server *s, peer_info *in)
 {
     const model_config *c = &s->cfg.m->cfg;
@@ -217,13 +247,13 @@ static int import_chunk(void *ctx, const proto_kv_header *h, const proto_kv_laye
 static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
 {
     sseq *q = seq_get(sc, k.seq, k.dev);
-    if (!q) return reply(sc, ACCEL_ERR_INVALID, 0);
+    if (!q) return kv_reply(sc, ACCEL_ERR_INVALID);
     if (k.flags & PEER_KV_RUN_START) {
         /* a run of positions is one KV stream: its header, then layers 0 .. L-1 */
         const model *m = s->cfg.m;
         proto_kv_reader_free(q->r);
         q->r = NULL;
-        if (!q->kc && !(q->kc = calloc(1, sizeof *q->kc))) return reply(sc, ACCEL_ERR_NOMEM, 0);
+        if (!q->kc && !(q->kc = calloc(1, sizeof *q->kc))) return kv_reply(sc, ACCEL_ERR_NOMEM);
         q->kc->dev = s->devs[q->dev];
         q->kc->seq = q->s;
         proto_kv_expect e = {.fingerprint = m->fingerprint, .n_layers = m->cfg.n_layers,
@@ -232,11 +262,20 @@ static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
                              .max_pos = model_context_limit(&m->cfg),
                              .block_tokens = s->block_tokens[q->dev]};
         q->r = proto_kv_reader_new(&e, import_chunk, q->kc);
-        if (!q->r) return reply(sc, ACCEL_ERR_NOMEM, 0);
+        if (!q->r) return kv_reply(sc, ACCEL_ERR_NOMEM);
     }
-    if (!q->r) return reply(sc, ACCEL_ERR_INVALID, 0);
+    if (!q->r) return kv_reply(sc, ACCEL_ERR_INVALID);
     q->kc->crc = k.producer_crc;
     int st = proto_kv_reader_feed(q->r, k.bytes, k.n_bytes);
+    if (!st && !proto_kv_reader_at_boundary(q->r)) {
+        /* a message carries whole chunks: this one was cut short (the reader would take the
+         * next message's bytes as its rest) */
+        peer_log(1, "peer_kv_corrupt", "peer=%s seq=%u status=\"%s\" detail=\"a chunk cut short: "
+                 "the message ended inside it\"", sc->name, k.seq, proto_kv_wire_strerror(PROTO_KV_ERR_TRUNCATED));
+        proto_kv_reader_free(q->r);
+        q->r = NULL; /* the rest of the run is refused */
+        return kv_reply(sc, ACCEL_ERR_CORRUPT);
+    }
     if (PROTO_KV_IS_ERR(st)) {
         peer_log(1, "peer_kv_corrupt", "peer=%s seq=%u status=\"%s\" detail=\"%s\"", sc->name,
                  k.seq, proto_kv_wire_strerror(st), proto_kv_reader_error(q->r));
@@ -244,7 +283,7 @@ static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
     } else if (st == ACCEL_ERR_CORRUPT) {
         peer_log(1, "peer_kv_corrupt", "peer=%s seq=%u status=\"device check\"", sc->name, k.seq);
     }
-    return reply(sc, st, 0);
+    return kv_reply(sc, st);
 }
 
 static int on_kv(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
@@ -324,6 +363,10 @@ static int on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
 static int on_ready(peer_server *s, sconn *sc, const peer_header *h, const uint8_t *p)
 {
     peer_words w;
+    if (h->type != PEER_KV && h->type != PEER_KV_TAG) { /* its answer after the chunks' */
+        int st = flush_held(sc);
+        if (st) return st;
+    }
     switch (h->type) {
     case PEER_PING: return h->length ? PEER_ERR_PROTO : send_info(s, sc, PEER_INFO);
     case PEER_SEQ_NEW: {
@@ -426,6 +469,7 @@ static void *server_main(void *arg)
                 max = sc->state == S_READY ? PEER_MAX_PAYLOAD : PEER_MAX_PREAUTH;
             }
             if (!st && got < 0) st = got;
+            if (!st) st = flush_held(sc); /* nothing more waiting: the held REPLYs go */
             const char *why = NULL;
             if (st == PEER_ERR_PROTO) why = "bad message (malformed, oversized, unknown version or out of turn)";
             else if (st == PEER_ERR_AUTH) why = "authentication failed: not the same peer_key";

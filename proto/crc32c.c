@@ -1,4 +1,12 @@
-/* proto/crc32c.c — CRC-32C, table-driven (slicing-by-8) with an SSE4.2 fast path. */
+/* proto/crc32c.c — CRC-32C, table-driven (slicing-by-8) with an SSE4.2 fast path.
+ *
+ * The fast path runs three crc32 instruction streams over three adjacent blocks of STRIDE bytes
+ * at once (the instruction has a latency of 3 cycles and a throughput of 1 per cycle: one stream
+ * waits on itself, three keep the unit busy) and joins them: the CRC register is linear over
+ * GF(2), so the register after A then B, started from x, is Z(reg after A from x) ^ (reg after
+ * B from 0), Z being "STRIDE zero bytes more" — a linear map on 32 bits, applied with four
+ * 256-entry tables (zeros[][]) built once from the table path. About 3x the single stream on
+ * the KV chunks the wire reader checks (megabytes each). */
 #include "proto/crc32c.h"
 #include <pthread.h>
 #include <string.h>
@@ -6,6 +14,8 @@
 #define POLY 0x82F63B78u /* Castagnoli, bit-reflected */
 
 static uint32_t table[8][256];
+#define STRIDE 4096
+static uint32_t zeros[4][256]; /* the register after STRIDE zero bytes, by byte of the start */
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 static int have_sse42;
 
@@ -24,6 +34,28 @@ static void table_init(void)
     __builtin_cpu_init();
     have_sse42 = __builtin_cpu_supports("sse4.2");
 #endif
+    /* Z(1 << k) for every bit k, then each table as the sums of its byte's bits */
+    static const uint8_t zero_block[STRIDE];
+    uint32_t z[32];
+    for (int k = 0; k < 32; k++) {
+        uint32_t c = 1u << k;
+        for (size_t i = 0; i < STRIDE; i++) c = (c >> 8) ^ table[0][(c ^ zero_block[i]) & 0xff];
+        z[k] = c;
+    }
+    for (int j = 0; j < 4; j++)
+        for (uint32_t b = 0; b < 256; b++) {
+            uint32_t v = 0;
+            for (int k = 0; k < 8; k++)
+                if (b >> k & 1) v ^= z[8 * j + k];
+            zeros[j][b] = v;
+        }
+}
+
+/* The register after STRIDE zero bytes more. */
+static inline uint32_t shift_stride(uint32_t c)
+{
+    return zeros[0][c & 0xff] ^ zeros[1][(c >> 8) & 0xff] ^ zeros[2][(c >> 16) & 0xff] ^
+           zeros[3][c >> 24];
 }
 
 static uint32_t sw(uint32_t c, const uint8_t *p, size_t n)
@@ -58,6 +90,22 @@ __attribute__((target("sse4.2"))) static uint32_t hw(uint32_t c, const uint8_t *
     while (n && ((uintptr_t)p & 7)) {
         c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
         n--;
+    }
+    /* three streams over blocks a, b, c of STRIDE bytes, joined: c64 = Z(Z(a) ^ b) ^ c */
+    while (n >= 3 * STRIDE) {
+        uint64_t ca = c64, cb = 0, cc = 0;
+        for (size_t i = 0; i < STRIDE; i += 8) {
+            uint64_t va, vb, vc;
+            memcpy(&va, p + i, 8);
+            memcpy(&vb, p + STRIDE + i, 8);
+            memcpy(&vc, p + 2 * STRIDE + i, 8);
+            ca = __builtin_ia32_crc32di(ca, va);
+            cb = __builtin_ia32_crc32di(cb, vb);
+            cc = __builtin_ia32_crc32di(cc, vc);
+        }
+        c64 = shift_stride(shift_stride((uint32_t)ca) ^ (uint32_t)cb) ^ (uint32_t)cc;
+        p += 3 * STRIDE;
+        n -= 3 * STRIDE;
     }
     while (n >= 8) {
         uint64_t v;

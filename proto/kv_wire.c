@@ -313,6 +313,11 @@ int proto_kv_reader_tokens_done(const proto_kv_reader *r)
     return r->tokens_done;
 }
 
+int proto_kv_reader_at_boundary(const proto_kv_reader *r)
+{
+    return (r->st == R_CHUNK_HEADER && r->hfill == 0) || r->st == R_DONE;
+}
+
 /* The header's first HEADER_PREFIX bytes: which version, so how many bytes its header has. */
 static int parse_prefix(proto_kv_reader *r, const uint8_t *p)
 {

@@ -193,5 +193,10 @@ const proto_kv_header *proto_kv_reader_header(const proto_kv_reader *r);
 const char *proto_kv_reader_error(const proto_kv_reader *r);
 /* Positions complete (every layer arrived) so far. */
 int proto_kv_reader_tokens_done(const proto_kv_reader *r);
+/* 1 when the bytes fed so far end where a chunk (or the stream) ends: nothing of a header or
+ * chunk is held waiting for more. A transport that carries whole chunks per message checks it
+ * after each message, so that a chunk cut short is found at once, not when the next one
+ * arrives (or never, for the last). 0 also after an error. */
+int proto_kv_reader_at_boundary(const proto_kv_reader *r);
 
 #endif

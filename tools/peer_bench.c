@@ -6,10 +6,14 @@
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
- * wire reader's check), an 8-byte REPLY sent — or, for a DECODE-sized request, answers with a
- * LOGITS frame of the asked size. The parent connects and runs, per size, `reps` request/answer
- * pairs back to back, as the remote backend does one KV layer chunk at a time:
- *   kv SIZE      MiB/s of payload (bytes / wall time of the pairs; median of 3 passes)
+ * wire reader's check), an 8-byte REPLY held back and sent with the next ones as the server does
+ * (peer/server.c kv_reply) — or, for a DECODE-sized request, answers with a
+ * LOGITS frame of the asked size. The parent connects and sends, per size, `reps` chunks as the
+ * remote backend does (peer/remote.c): pipelined, up to PEER_KV_WINDOW unanswered
+ * (peer_kv_window_room), every answer taken in order, all of them at the end of each run of
+ * --layers chunks (a layer-by-layer hand-over: the import of a run returns when its last layer
+ * was answered); --window 1 is the request/answer of one chunk at a time (before pipelining):
+ *   kv SIZE      MiB/s of payload (bytes / wall time of the pass; median of 3 passes)
  *   logits SIZE  microseconds per decode-step round trip with SIZE bytes of logits coming back
  * --path tag sends each KV chunk as the remote backend does with an address endpoint: a KV_TAG
  * announcement on the stream, the bytes as one tagged message on the endpoint made from the
@@ -57,16 +61,31 @@ static int serve(int port_fd)
     uint8_t *answer = calloc(1, 64 << 20);
     uint8_t *rx = malloc((64 << 20) + 4096);
     uint32_t sink = 0;
+    /* REPLYs held back and sent together, as the peer server does (peer/server.c kv_reply):
+     * at half a window, when nothing more is waiting, before any other answer */
+    uint8_t held[PEER_KV_WINDOW / 2 * (PEER_HEADER_BYTES + 8)];
+    int n_held = 0;
+#define FLUSH() (n_held ? (peer_conn_send_raw(c, held, (size_t)n_held * (PEER_HEADER_BYTES + 8), 10) ? -1 : (n_held = 0)) : 0)
+#define HOLD()                                                                                     \
+    do {                                                                                           \
+        uint8_t rep[8] = {0};                                                                      \
+        peer_header_write(held + (size_t)n_held * (PEER_HEADER_BYTES + 8), PEER_REPLY, 8);        \
+        memcpy(held + (size_t)n_held * (PEER_HEADER_BYTES + 8) + PEER_HEADER_BYTES, rep, 8);      \
+        if (++n_held >= PEER_KV_WINDOW / 2 && FLUSH()) goto out;                                   \
+    } while (0)
     for (;;) {
         peer_header h;
         const uint8_t *p;
         int st;
-        while ((st = peer_conn_poll(c, PEER_MAX_PAYLOAD, &h, &p)) == 0) peer_listener_progress(l, 0.01);
+        while ((st = peer_conn_poll(c, PEER_MAX_PAYLOAD, &h, &p)) == 0) {
+            if (FLUSH()) goto out;
+            peer_listener_progress(l, 0.01);
+        }
         if (st < 0) break;
+        if (h.type != PEER_KV && h.type != PEER_KV_TAG && FLUSH()) break;
         if (h.type == PEER_KV) {
             sink ^= proto_crc32c(0, p, h.length);
-            uint8_t rep[8] = {0};
-            if (peer_conn_send(c, PEER_REPLY, rep, sizeof rep, NULL, 0, 10)) break;
+            HOLD();
         } else if (h.type == PEER_ADDR_REQ) {
             const void *a;
             size_t len;
@@ -81,8 +100,7 @@ static int serve(int port_fd)
             if (peer_kv_tag_read(p, h.length, &k, &len, &serial) || len > (64u << 20) + 4096) break;
             if (peer_conn_tag_recv(c, 1000 + serial, rx, len, 30)) break;
             sink ^= proto_crc32c(0, rx, len);
-            uint8_t rep[8] = {0};
-            if (peer_conn_send(c, PEER_REPLY, rep, sizeof rep, NULL, 0, 10)) break;
+            HOLD();
         } else if (h.type == PEER_DECODE && h.length == 4) {
             uint32_t n = peer_rd32(p);
             if (n > (64u << 20)) break;
@@ -91,6 +109,7 @@ static int serve(int port_fd)
             break;
         }
     }
+out:
     peer_conn_free(c);
     peer_listener_free(l);
     free(answer);
@@ -109,18 +128,23 @@ int main(int argc, char **argv)
     long sizes[16], logits[16];
     int ns = parse_list("65536,1048576,8388608,67108864", sizes, 16);
     int nl = parse_list("2048,524288", logits, 16);
-    long reps = 0;
+    long reps = 0, layers = 32, window = PEER_KV_WINDOW;
     int tag = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--sizes")) ns = parse_list(argv[i + 1], sizes, 16);
+        else if (!strcmp(argv[i], "--layers")) layers = strtol(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--window")) window = strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--logits")) nl = parse_list(argv[i + 1], logits, 16);
         else if (!strcmp(argv[i], "--reps")) reps = strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--path")) tag = !strcmp(argv[i + 1], "tag");
         else {
-            fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag]\n");
+            fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
+                            "[--layers N] [--window 1..%d]\n", PEER_KV_WINDOW);
             return 2;
         }
     }
+    if (layers < 1) layers = 1;
+    if (window < 1 || window > PEER_KV_WINDOW) window = PEER_KV_WINDOW;
     int fds[2];
     if (pipe(fds)) return 1;
     pid_t pid = fork();
@@ -152,11 +176,17 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    printf("# peer_bench: UCX_TLS=%s, request/answer pairs, KV %s (transport: %s)\n", tls ? tls : "(UCX's choice)",
+    printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld\n",
+           tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
-           peer_conn_transport(c));
-    uint8_t *buf = malloc(64 << 20);
-    memset(buf, 0x5a, 64 << 20);
+           peer_conn_transport(c), window, layers);
+    /* one buffer per chunk in flight, as the remote backend serializes each into its own */
+    uint8_t *bufs[PEER_KV_WINDOW];
+    for (int i = 0; i < PEER_KV_WINDOW; i++) {
+        bufs[i] = malloc(64 << 20);
+        if (!bufs[i]) return 1;
+        memset(bufs[i], 0x5a, 64 << 20);
+    }
     uint32_t serial = 0;
     for (int i = 0; i < ns; i++) {
         long sz = sizes[i];
@@ -165,26 +195,44 @@ int main(int argc, char **argv)
         double pass[3];
         for (int k = 0; k < 4; k++) {
             double t0 = peer_now();
-            for (long j = 0; j < r; j++) {
-                int st;
+            void *req[PEER_KV_WINDOW] = {0};
+            int head = 0, n_fl = 0;
+            for (long j = 0; j <= r; j++) {
+                /* answers: to make room, at a run's end, and at the end */
+                while (n_fl && (j == r || (j % layers) == 0 ||
+                                !(n_fl < window && peer_kv_window_room(n_fl, (size_t)n_fl * (size_t)sz, (size_t)sz)))) {
+                    if (peer_conn_req_wait(c, req[head], 30) ||
+                        peer_conn_recv(c, PEER_KV_WINDOW * (PEER_HEADER_BYTES + 8), &h, &p, 30) ||
+                        h.type != PEER_REPLY) {
+                        fprintf(stderr, "peer_bench: the link failed\n");
+                        return 1;
+                    }
+                    req[head] = NULL;
+                    head = (head + 1) % PEER_KV_WINDOW;
+                    n_fl--;
+                    if (j != r && (j % layers) != 0) break;
+                }
+                if (j == r) break;
+                int slot = (head + n_fl) % PEER_KV_WINDOW, st;
                 if (tag) {
                     uint8_t ctl[PEER_KV_TAG_BYTES];
                     peer_kv k = {0, 0, 0, 0, NULL, 0};
                     peer_kv_tag_write(ctl, &k, (uint32_t)sz, ++serial);
                     st = peer_conn_send(c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, 30);
-                    if (!st) st = peer_conn_tag_send(c, 1000 + serial, buf, (size_t)sz, 30);
+                    if (!st) st = peer_conn_tag_send_start(c, 1000 + serial, bufs[slot], (size_t)sz, &req[slot]);
                 } else {
-                    st = peer_conn_send(c, PEER_KV, buf, (size_t)sz, NULL, 0, 30);
+                    st = peer_conn_send(c, PEER_KV, bufs[slot], (size_t)sz, NULL, 0, 30);
                 }
-                if (st || peer_conn_recv(c, 64, &h, &p, 30)) {
+                if (st) {
                     fprintf(stderr, "peer_bench: the link failed\n");
                     return 1;
                 }
+                n_fl++;
             }
             if (k) pass[k - 1] = peer_now() - t0; /* the first pass warms up */
         }
         qsort(pass, 3, sizeof pass[0], cmp_d);
-        printf("kv %ld bytes: %.0f MiB/s (%ld pairs, median of 3 passes: %.3f s)\n", sz,
+        printf("kv %ld bytes: %.0f MiB/s (%ld chunks, median of 3 passes: %.3f s)\n", sz,
                (double)sz * r / pass[1] / (1 << 20), r, pass[1]);
     }
     for (int i = 0; i < nl; i++) {
@@ -211,6 +259,6 @@ int main(int argc, char **argv)
     peer_conn_free(c);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
-    free(buf);
+    for (int i = 0; i < PEER_KV_WINDOW; i++) free(bufs[i]);
     return 0;
 }

@@ -277,8 +277,9 @@ static int import_decode(accel_dev *d, const kvcopy *kv, int32_t first, int step
 TEST(peer_remote_decodes_like_the_device)
 {
     two t;
-    /* read at the first chunk sent: the 6th of each pass below (5 layers, then the corrupt one) */
-    setenv("TANDEM_PEER_FAULT", "kv_bitflip=6,12", 1);
+    /* read at the first chunk sent: layer 0 of the second import of each pass below (chunks are
+     * counted per remote device) */
+    setenv("TANDEM_PEER_FAULT", "kv_bitflip=6", 1);
     if (two_start(&t, "cpu")) return;
     accel_dev *pf;
     char err[256];
@@ -341,6 +342,57 @@ TEST(peer_remote_decodes_like_the_device)
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     free(lg);
     accel_seq_free(pf, ps);
+    accel_free(pf);
+    two_stop(&t);
+}
+
+/* A chunk cut short on the wire (its message ends inside it, TANDEM_PEER_FAULT kv_truncate) is
+ * found when it arrives: the import fails as corrupt, the device stays usable and the next
+ * import decodes as the device does — on the TCP stream and as tagged messages. */
+TEST(peer_truncated_chunk_detected)
+{
+    two t;
+    if (two_start(&t, "cpu")) return;
+    char err[256];
+    accel_opts o = {.threads = 2};
+    accel_dev *pf = devices_open("cpu", t.m, &o, err, sizeof err);
+    REQUIRE(pf);
+    int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
+    kvcopy kv = {0};
+    accel_seq *ps;
+    REQUIRE(accel_seq_new(pf, 8, &ps) == 0);
+    float *lg = malloc(sizeof(float) * 512);
+    accel_kv_sink sink = {keep_layer, &kv};
+    accel_prefill_req pr = {.seq = ps, .ids = ids, .n = 8, .logits = lg, .kv = &sink};
+    REQUIRE(accel_prefill(pf, &pr) == 0);
+    int32_t first = t_argmax(lg, 512), want[6], got[6];
+    CHECK_EQ(import_decode(t.lent, &kv, first, 6, want), 0);
+    for (int pass = 0; pass < 2; pass++) {
+        /* layer 2 of the first import, then layer 4 of the same: the last of its run */
+        setenv("TANDEM_PEER_FAULT", pass ? "kv_truncate=5" : "kv_truncate=3", 1);
+        peer_node *node;
+        REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
+        peer_node_set_transport(node, pass ? PEER_TRANSPORT_ADDRESS : PEER_TRANSPORT_STREAM);
+        accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
+        unsetenv("TANDEM_PEER_FAULT");
+        CHECK_MSG(rd, "pass %d: %s", pass, err);
+        if (!rd) {
+            peer_node_free(node);
+            break;
+        }
+        memset(got, 0, sizeof got);
+        CHECK_EQ(import_decode(rd, &kv, first, 6, got), ACCEL_ERR_CORRUPT);
+        accel_info info;
+        accel_get_info(rd, &info);
+        CHECK(info.health != ACCEL_HEALTH_FAILED);
+        CHECK_EQ(import_decode(rd, &kv, first, 6, got), 0);
+        for (int i = 0; i < 6; i++) CHECK_EQ(got[i], want[i]);
+        accel_free(rd);
+        peer_node_free(node);
+    }
+    free(lg);
+    accel_seq_free(pf, ps);
+    for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     accel_free(pf);
     two_stop(&t);
 }

@@ -30,6 +30,26 @@ TEST(kv_crc32c_published_vectors)
             uint32_t c = proto_crc32c(0, big + off, n / 3);
             CHECK_EQ(proto_crc32c(c, big + off + n / 3, n - n / 3), proto_crc32c(0, big + off, n));
         }
+    /* past the three-stream threshold (3 x 4096 bytes) and its joins: every residue of the
+     * block, odd starts, and a chained call that splits a block */
+    size_t nb = 5 * 12288 + 100;
+    uint8_t *m = malloc(nb);
+    REQUIRE(m);
+    unsigned st = 7;
+    for (size_t i = 0; i < nb; i++) {
+        st = st * 1103515245u + 12345u;
+        m[i] = (uint8_t)(st >> 16);
+    }
+    size_t lens[] = {12287, 12288, 12289, 2 * 12288 + 8, 3 * 12288 + 4095, 5 * 12288 + 99};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+        for (int off = 0; off < 3; off++) {
+            CHECK_MSG(proto_crc32c(0, m + off, lens[i]) == proto_crc32c_sw(0, m + off, lens[i]),
+                      "length %zu offset %d", lens[i], off);
+            uint32_t c = proto_crc32c(0xdeadbeef, m + off, 5000);
+            CHECK_EQ(proto_crc32c(c, m + off + 5000, lens[i] - 5000),
+                     proto_crc32c_sw(0xdeadbeef, m + off, lens[i]));
+        }
+    free(m);
 }
 
 /* ---------------------------------------------------------------- a stream to play with */
@@ -162,6 +182,7 @@ TEST(kv_wire_round_trip_in_any_pieces)
             CHECK_MSG(g.n == 2 * L && g.mismatches == 0, "dtype %d pieces %zu: %d chunks, %d bad "
                       "(%s)", dt, pieces[i], g.n, g.mismatches, proto_kv_reader_error(r));
             CHECK_EQ(proto_kv_reader_tokens_done(r), RUN1 + RUN2);
+            CHECK(proto_kv_reader_at_boundary(r));
             const proto_kv_header *h = proto_kv_reader_header(r);
             CHECK(h && h->pos0 == 100 && h->dtype == (enum proto_kv_dtype)dt);
             /* Bytes after the end are refused. */
@@ -613,14 +634,18 @@ TEST(kv_wire_truncated_anywhere)
     stream s;
     stream_make(&s, PROTO_KV_INT4, 40);
     proto_kv_expect e = expect_of(&s);
-    size_t cuts[] = {0, 5, 12, 100, PROTO_KV_HEADER_BYTES, s.chunk_off[1] - 1, s.chunk_off[1] + 10,
-                     s.chunk_off[3] + PROTO_KV_CHUNK_HEADER_BYTES + 1, s.n - 1};
+    size_t cuts[] = {0, 5, 12, 100, PROTO_KV_HEADER_BYTES, s.chunk_off[1] - 1, s.chunk_off[1],
+                     s.chunk_off[1] + 10, s.chunk_off[3] + PROTO_KV_CHUNK_HEADER_BYTES + 1, s.n - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         for (size_t piece = 0; piece <= 7; piece += 7) {
             got g = {.s = &s};
             proto_kv_reader *r = proto_kv_reader_new(&e, on_chunk, &g);
             CHECK_EQ(feed_all(r, s.bytes, cuts[i], piece), 0);
+            int boundary = cuts[i] == PROTO_KV_HEADER_BYTES;
+            for (int c = 0; c < s.n_chunks; c++) boundary |= cuts[i] == s.chunk_off[c];
+            CHECK_MSG(proto_kv_reader_at_boundary(r) == boundary, "cut at %zu", cuts[i]);
             CHECK_MSG(proto_kv_reader_finish(r) == PROTO_KV_ERR_TRUNCATED, "cut at %zu", cuts[i]);
+            CHECK(!proto_kv_reader_at_boundary(r));
             int whole = 0;
             for (int c = 0; c < s.n_chunks; c++)
                 if ((c + 1 < s.n_chunks ? s.chunk_off[c + 1] : s.n) <= cuts[i]) whole++;
