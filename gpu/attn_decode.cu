@@ -209,6 +209,76 @@ __global__ void __launch_bounds__(D2_THREADS, G <= 4 ? 2 : 1) k_decode_cluster(d
     d2_bmark(p, 3);
 }
 
+/* The rows form (batches: every row one range, splits == 1, from 33 sequences on with 8 KV
+ * heads): one block per (token, KV head slice) over all its keys, the tensor-core range body with
+ * a deeper ring — D2R_STAGES steps per warp, two of them in flight while one is computed, against
+ * one in k_decode_fast's ring (which shares its shared memory with the merge's staging) — and no
+ * merge: the block normalizes its own partial (what the merge of one range computes, the same
+ * bits). At batch 256 the attention is about half of the step and reads 1 GB per layer: a
+ * memory-level-parallelism matter (KERNELS.md). Shared memory: the ring (dynamic) and the warps'
+ * partials (static), two blocks per SM at up to 4 heads per block. */
+#define D2R_STAGES 3
+#define D2R_RING_BYTES (D2R_STAGES * D2_WARPS * D2M_STAGE * 16)
+template <int G> struct d2_rows_smem {
+    float acc[D2_WARPS][G][D2_HD];
+    float m[D2_WARPS][G], l[D2_WARPS][G];
+};
+
+template <int G>
+__global__ void __launch_bounds__(D2_THREADS, 2) k_decode_rows(dec_params p)
+{
+    __shared__ d2_rows_smem<G> sm;
+    const int t = blockIdx.z, gx = blockIdx.x;
+    const int g = gx / p.gslices, slice = gx % p.gslices;
+    const int h0 = g * p.group + slice * G, nh = min(G, p.group - slice * G);
+    const int qp = p.pos[t];
+    const int kstart = p.window > 0 ? max(0, qp + 1 - p.window) : 0;
+    const gpu_seq_dev sq = p.seqs[p.seq_idx[t]];
+    const size_t head_off = ((size_t)p.layer * p.n_kv + g) * sq.cap * D2_HD;
+    d2_mma_range<G, D2R_STAGES>(p, t, h0, nh, qp, sq.k + head_off, sq.v + head_off, sq.map, kstart,
+                                qp + 1, sm);
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * D2_HD; i += D2_THREADS) {
+        const int gh = i / D2_HD, col = i % D2_HD;
+        float M, L;
+        const float O = d2_block_partial<G>(sm, gh, col, &M, &L);
+        p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = h16_from(O / L);
+    }
+}
+
+static void (*rows_for(int G))(dec_params)
+{
+    return G == 1 ? k_decode_rows<1> : G == 2 ? k_decode_rows<2> : k_decode_rows<4>;
+}
+
+/* Whether the rows form runs here for groups of G heads per block: allowed its ring once per
+ * device, and two blocks per SM (else the split form, whose one-range rows take the same
+ * shortcut). */
+static int rows_ok(int G)
+{
+    static int ok[64][3]; /* per device, per G = 1, 2, 4: 0 unknown, 1 yes, -1 no */
+    int dev = 0;
+    if (G > 4 || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+        cudaGetLastError();
+        return 0;
+    }
+    const int gi = G == 1 ? 0 : G == 2 ? 1 : 2;
+    int v = __atomic_load_n(&ok[dev][gi], __ATOMIC_ACQUIRE);
+    if (v) return v > 0;
+    void (*k)(dec_params) = rows_for(G);
+    int n = 0;
+    v = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, D2R_RING_BYTES) == cudaSuccess &&
+                cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cudaSharedmemCarveoutMaxShared) == cudaSuccess &&
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, D2_THREADS, D2R_RING_BYTES) == cudaSuccess &&
+                n >= 2
+            ? 1
+            : -1;
+    cudaGetLastError();
+    __atomic_store_n(&ok[dev][gi], v, __ATOMIC_RELEASE);
+    return v > 0;
+}
+
 static void (*cluster_for(int G))(dec_params, int *)
 {
     return G == 1 ? k_decode_cluster<1> : G == 2 ? k_decode_cluster<2> : G == 4 ? k_decode_cluster<4> : k_decode_cluster<8>;
@@ -328,6 +398,12 @@ static int n_splits(const gpu_dims *d, int sms, int T)
     return want < 1 ? 1 : (int)want;
 }
 
+int gpu_attn_decode_rows_ok(const gpu_dims *d, int sms, int T)
+{
+    const int G = gpu_decode_heads_per_block(d->n_heads / d->n_kv);
+    return d->hd == D2_HD && T >= 1 && T <= 65535 && n_splits(d, sms, T) == 1 && rows_ok(G);
+}
+
 size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens)
 {
     return (size_t)n_tokens * d->n_heads * n_splits(d, sms, n_tokens);
@@ -354,7 +430,7 @@ template <int HDP> static int launch_g(cudaStream_t s, int pdl, const dec_params
 int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu_dims *d, int sms,
                     int layer, int T, const h16 *q, const int *seq_idx, const int *pos,
                     const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, h16 *out,
-                    unsigned long long *tr, unsigned long long *btr, int mma)
+                    unsigned long long *tr, unsigned long long *btr, int mma, int rows)
 {
     if (T <= 0) return ACCEL_OK;
     if (T > 65535) return ACCEL_ERR_INVALID; /* grid.z bound */
@@ -385,6 +461,11 @@ int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu
     if (cluster && d->hd == D2_HD && T <= 65535) {
         p.splits = GPU_DECODE_CLUSTER;
         return launch_cluster(s, pdl, p, T, G, part_cnt);
+    }
+    if (rows && p.mma && p.splits == 1 && rows_ok(G)) {
+        GPU_CHECK(gpu_launch(rows_for(G), dim3(p.n_kv * p.gslices, 1, T), D2_THREADS, D2R_RING_BYTES, s,
+                             pdl, p));
+        return ACCEL_OK;
     }
     if (part_cnt && d->hd == D2_HD && T <= GPU_MAX_BATCH) {
         dim3 grid(p.n_kv * p.gslices, p.splits, T);

@@ -237,8 +237,8 @@ __device__ __forceinline__ void d2_cluster_merge(const dec_params &p, int t, int
 
 /* The block's range partial for head gh, column col: the 8 warps' online-softmax states merged
  * (their max M and sum L; returns the unnormalized column value). */
-template <int G>
-__device__ __forceinline__ float d2_block_partial(const d2_smem<G> &sm, int gh, int col, float *M_,
+template <int G, typename SM>
+__device__ __forceinline__ float d2_block_partial(const SM &sm, int gh, int col, float *M_,
                                                   float *L_)
 {
     float M = -INFINITY;
@@ -356,6 +356,19 @@ __device__ __forceinline__ void d2_global_merge(const dec_params &p, int t, int 
                                                 d2_smem<G> &sm)
 {
     const int tid = threadIdx.x;
+    if (!STEP && ns == 1) {
+        /* the row is this one range (every row of a batch of 33+ sequences: n_splits): the merge
+         * below would weigh it by exp2f(0) = 1 and divide by its own sum, so the block writes
+         * that result itself — the same bits, without the partial's round trip through L2, the
+         * counter and the staged merge (the counter stays 0, as the merge leaves it) */
+        for (int i = tid; i < nh * D2_HD; i += D2_THREADS) {
+            const int gh = i / D2_HD, col = i % D2_HD;
+            float M, L;
+            const float O = d2_block_partial<G>(sm, gh, col, &M, &L);
+            p.out[(size_t)t * p.qd + (size_t)(h0 + gh) * D2_HD + col] = h16_from(O / L);
+        }
+        return;
+    }
     for (int i = tid; i < nh * D2_HD; i += D2_THREADS) {
         const int gh = i / D2_HD, col = i % D2_HD;
         float M, L;
@@ -462,22 +475,24 @@ __device__ __forceinline__ void d2m_issue(uint4 *stage, const h16 *K, const h16 
     }
 }
 
-template <int G>
+/* ST: steps in each warp's ring (ST - 1 in flight while one is computed); SM: any shared
+ * memory with d2_smem's acc, m and l. */
+template <int G, int ST = D2M_STAGES, typename SM = d2_smem<G>>
 __device__ __forceinline__ void d2_mma_range(const dec_params &p, int t, int h0, int nh, int qp,
                                              const h16 *K, const h16 *V, const gpu_kv_map &km,
-                                             int kb, int ke, d2_smem<G> &sm)
+                                             int kb, int ke, SM &sm)
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hr = lane / 4, q4 = lane % 4;
     const int nsteps = (ke - kb + D2M_KEYS - 1) / D2M_KEYS;
     const int nj = nsteps > warp ? (nsteps - warp + D2_WARPS - 1) / D2_WARPS : 0;
-    uint4 *ring = d2_ring() + (size_t)warp * D2M_STAGES * D2M_STAGE;
+    uint4 *ring = d2_ring() + (size_t)warp * ST * D2M_STAGE;
     auto first_key = [&](int j) { return kb + (warp + j * D2_WARPS) * D2M_KEYS; };
     int issued = 0;
-    const int ahead = min(D2M_STAGES, nj);
+    const int ahead = min(ST, nj);
     /* steps wholly below this token's row hold only older keys: requested before the wait */
     if (p.early)
         while (issued < ahead && first_key(issued) + D2M_KEYS <= qp) {
-            d2m_issue(ring + (issued % D2M_STAGES) * D2M_STAGE, K, V, km, first_key(issued), ke, lane);
+            d2m_issue(ring + (issued % ST) * D2M_STAGE, K, V, km, first_key(issued), ke, lane);
             asm volatile("cp.async.commit_group;\n" ::: "memory");
             issued++;
         }
@@ -486,11 +501,11 @@ __device__ __forceinline__ void d2_mma_range(const dec_params &p, int t, int h0,
     gpu_chain_mark(p.tr, 1);
     d2_bmark(p, 1);
     while (issued < ahead) {
-        d2m_issue(ring + (issued % D2M_STAGES) * D2M_STAGE, K, V, km, first_key(issued), ke, lane);
+        d2m_issue(ring + (issued % ST) * D2M_STAGE, K, V, km, first_key(issued), ke, lane);
         asm volatile("cp.async.commit_group;\n" ::: "memory");
         issued++;
     }
-    for (int k = ahead; k < D2M_STAGES; k++) asm volatile("cp.async.commit_group;\n" ::: "memory");
+    for (int k = ahead; k < ST; k++) asm volatile("cp.async.commit_group;\n" ::: "memory");
     /* Q as the A operand: row hr (a head of the slice), k-step ks: dims 16 ks + 2 q4 (+8) */
     unsigned qa[8], qb[8];
     {
@@ -509,9 +524,9 @@ __device__ __forceinline__ void d2_mma_range(const dec_params &p, int t, int h0,
     float m = -INFINITY, l = 0.f; /* head hr's, the same in its 4 lanes */
     const int lrow = lane & 7, lsel = lane >> 3;
     for (int j = 0; j < nj; j++) {
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(D2M_STAGES - 1) : "memory");
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(ST - 1) : "memory");
         __syncwarp();
-        const uint4 *st = ring + (j % D2M_STAGES) * D2M_STAGE;
+        const uint4 *st = ring + (j % ST) * D2M_STAGE;
         float sc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int pp = 0; pp < 4; pp++) { /* chunks 4 pp .. 4 pp + 3: k-steps 2 pp, 2 pp + 1 */
@@ -556,8 +571,8 @@ __device__ __forceinline__ void d2_mma_range(const dec_params &p, int t, int h0,
             }
         }
         __syncwarp(); /* every lane has read the slot before it is refilled */
-        if (j + D2M_STAGES < nj)
-            d2m_issue(ring + (j % D2M_STAGES) * D2M_STAGE, K, V, km, first_key(j + D2M_STAGES), ke, lane);
+        if (j + ST < nj)
+            d2m_issue(ring + (j % ST) * D2M_STAGE, K, V, km, first_key(j + ST), ke, lane);
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");

@@ -183,6 +183,10 @@ static int pick_kernels(gpu_engine *e, const cudaDeviceProp &prop)
     e->dec_cluster_max = t.decode_cluster;
     /* its ranges on the tensor cores: the scalar body is bound by instruction issue */
     e->dec_mma = t.decode_mma;
+    /* batches whose rows are one range each: the rows form (a deeper ring, no merge) */
+    e->dec_rows = t.decode_rows;
+    /* a batched step's logits copied chunk by chunk while the lm_head computes the next */
+    e->logits_chunks = t.logits_chunks;
     /* prefill's last layer past its K/V only for the rows the logits read (forward.cu) */
     e->prune_off = !t.prune;
     return ACCEL_OK;
@@ -224,6 +228,8 @@ static int open_streams(gpu_engine *e)
     GPU_CHECK(cudaMalloc(&e->blas_ws, BLAS_WS_BYTES));
     e->blas_ws_bytes = BLAS_WS_BYTES;
     GPU_CUBLAS(cublasSetWorkspace(e->blas, e->blas_ws, e->blas_ws_bytes));
+    for (int i = 0; i < (int)(sizeof e->lg_ev / sizeof e->lg_ev[0]); i++)
+        GPU_CHECK(cudaEventCreateWithFlags(&e->lg_ev[i], cudaEventDisableTiming));
     return ACCEL_OK;
 }
 
@@ -353,6 +359,8 @@ void gpu_engine_free(gpu_engine *e)
     free(e->ev_copy1);
     if (e->ev_t0) cudaEventDestroy(e->ev_t0);
     if (e->ev_t1) cudaEventDestroy(e->ev_t1);
+    for (int i = 0; i < (int)(sizeof e->lg_ev / sizeof e->lg_ev[0]); i++)
+        if (e->lg_ev[i]) cudaEventDestroy(e->lg_ev[i]);
     if (e->blas) cublasDestroy(e->blas);
     if (e->compute) cudaStreamDestroy(e->compute);
     if (e->copy) cudaStreamDestroy(e->copy);

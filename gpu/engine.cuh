@@ -238,6 +238,7 @@ struct gpu_meta_layout {
 #define GPU_EXPORT_RING 2    /* device slots the export quantizer alternates between */
 #define GPU_EXPORT_AHEAD 3   /* the host stays at most this many layers ahead of the copies */
 #define GPU_LOGIT_ROWS 256   /* logits computed per lm_head GEMM (all_logits in sub-batches) */
+#define GPU_LOGIT_CHUNK_MIN 8 /* decode batches from this size take logits_chunks (forward.cu) */
 #define GPU_DECODE_SPLIT_MAX 64
 #ifndef GPU_DECODE_CLUSTER /* (overridable at build time, for measurements) */
 #define GPU_DECODE_CLUSTER 16 /* ranges per row in the cluster form of the decode attention */
@@ -269,6 +270,11 @@ struct gpu_engine {
     int gemv_off;  /* cuBLAS for single-token projections too (gemv=0) */
     int gemv_per_sm; /* resident blocks of the GEMV kernel per SM (gemm.cu, at its first launch) */
     int dec_mma; /* the decode attention's ranges on the tensor cores */
+    int dec_rows; /* ... and its rows form for batches of one-range rows (attn_decode.cu) */
+    int logits_chunks; /* a batched step's lm_head in this many column chunks after the graph,
+                        * each copied to the host on the copy stream as the next computes
+                        * (forward.cu gpu_decode; 1: in the graph) */
+    cudaEvent_t lg_ev[GPU_LOGIT_CHUNKS_MAX]; /* the chunks' "computed" events */
     int graphs_off; /* graphs=0, profile=1, or a capture failed: decode without CUDA graphs */
     cudaGraphExec_t *dec_graph; /* [3][GPU_MAX_BATCH + 1]: the decode step for n sequences, with
                                  * the split decode attention, with its cluster form, and with
@@ -365,6 +371,9 @@ void gpu_chain_step(gpu_engine *e, const struct timespec *h0, const struct times
  * warp's first row requested into L2 before the wait (gpu_l2_prefetch; the o projection's). */
 int gpu_gemm(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
              int out_f32, float beta, int l2pf = 0);
+/* gemm.cu: out (T rows of ldc floats, columns 0..N-1) = x · W^T, float32, by cuBLAS (a column
+ * range of the lm_head: forward.cu logits_overlapped). */
+int gpu_gemm_cols(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, float *out, int ldc);
 /* The o projection's l2pf in the decode chain of short rows: whole rows (gpu_l2_prefetch_end caps
  * it at the row). */
 #define GPU_L2PF_O 65536
@@ -478,15 +487,19 @@ int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, c
 int gpu_attn_decode(cudaStream_t s, int pdl, int one_row, int cluster, const gpu_dims *d, int sms,
                     int layer, int T, const h16 *q, const int *seq_idx, const int *pos,
                     const gpu_seq_dev *seqs, float *part_o, float2 *part_ml, int *part_cnt, h16 *out,
-                    unsigned long long *tr = nullptr, unsigned long long *btr = nullptr, int mma = 0);
+                    unsigned long long *tr = nullptr, unsigned long long *btr = nullptr, int mma = 0,
+                    int rows = 0);
 /* btr: the chain trace's per-block stamps of the one-kernel forms (attn_decode.cuh d2_bmark);
  * mma = 1 (head_dim 128): the one-kernel forms' ranges on the tensor cores (attn_decode.cuh
- * d2_mma_range). */
+ * d2_mma_range); rows = 1 (with mma, where each row is one range: the batches of 33+ sequences
+ * with 8 KV heads): the rows form, k_decode_rows (attn_decode.cu). */
 /* cluster = 1 (where gpu_attn_decode_cluster_ok): the cluster form for short rows — each row's
  * keys in GPU_DECODE_CLUSTER ranges, one thread-block cluster per (token, KV head slice), merged
  * through distributed shared memory instead of global partials (part_* unused); built for
  * latency, it loses to the split form once rows are long (forward.cu picks by context). */
 int gpu_attn_decode_cluster_ok(const gpu_dims *d);
+/* Whether a decode attention of T tokens with mma = 1 and rows = 1 takes the rows form here. */
+int gpu_attn_decode_rows_ok(const gpu_dims *d, int sms, int T);
 size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens);
 
 /* kv_quant.cu: x (T, n_kv, hd) float32 -> proto/kv.h bytes and fp16 scales. */

@@ -322,7 +322,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
                 e->atrace && e->ctrace_n >= 0 ? e->atrace + (size_t)l * GPU_ATRACE_BLOCKS * GPU_ATRACE_STAMPS : NULL;
             GPU_TRY(gpu_attn_decode(s, e->pdl, !p.kv, p.cluster, &d, e->sms, l, nr, q_r, md.seq + r0,
                                     md.pos + r0, md.seqs, e->part_o, e->part_ml, e->part_cnt, att_r,
-                                    gpu_chain_slot(e), btr, e->dec_mma));
+                                    gpu_chain_slot(e), btr, e->dec_mma, e->dec_rows));
         }
         prof_mark(e, P_ATTN);
         /* x += attn · Wo^T; the single-token GEMV's blocks are resident beside the attention, and
@@ -349,12 +349,33 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
     return ACCEL_OK;
 }
 
-/* Final norm + lm_head of nr (<= GPU_LOGIT_ROWS) rows of x from row0 into e->logits. */
-static int logits_compute(gpu_engine *e, const float *x, int row0, int nr)
+/* Final norm + lm_head of nr (<= GPU_LOGIT_ROWS) rows of x from row0 into e->logits (norm_only:
+ * the norm into e->xn alone). */
+static int logits_compute(gpu_engine *e, const float *x, int row0, int nr, int norm_only = 0)
 {
     const gpu_dims &d = e->d;
     GPU_TRY(gpu_rmsnorm(e->compute, x + (size_t)row0 * d.H, NULL, e->norm, nr, d.H, d.eps, e->xn));
-    GPU_TRY(gpu_gemm(e, nr, d.V, d.H, e->lm_head, e->xn, e->logits, 1, 0.f));
+    if (!norm_only) GPU_TRY(gpu_gemm(e, nr, d.V, d.H, e->lm_head, e->xn, e->logits, 1, 0.f));
+    return ACCEL_OK;
+}
+
+/* A batch's logits after the graph of its layers and final norm: the lm_head in `chunks` column
+ * ranges (64-column multiples), each copied to dst (n rows of V floats, page-locked) on the copy
+ * stream once computed, under the next range's GEMM (batch 256: 131 MB, ~2.4 ms over PCIe against
+ * ~0.4 ms of lm_head). The caller waits for both streams. */
+static int logits_overlapped(gpu_engine *e, int n, int chunks, float *dst)
+{
+    const gpu_dims &d = e->d;
+    const int per = ((d.V + chunks - 1) / chunks + 63) / 64 * 64;
+    for (int c = 0, c0 = 0; c0 < d.V; c++, c0 += per) {
+        const int nc = d.V - c0 < per ? d.V - c0 : per;
+        GPU_TRY(gpu_gemm_cols(e, n, nc, d.H, e->lm_head + (size_t)c0 * d.H, e->xn, e->logits + c0, d.V));
+        GPU_CHECK(cudaEventRecord(e->lg_ev[c], e->compute));
+        GPU_CHECK(cudaStreamWaitEvent(e->copy, e->lg_ev[c], 0));
+        GPU_CHECK(cudaMemcpy2DAsync(dst + c0, (size_t)d.V * sizeof(float), e->logits + c0,
+                                    (size_t)d.V * sizeof(float), (size_t)nc * sizeof(float), n,
+                                    cudaMemcpyDeviceToHost, e->copy));
+    }
     return ACCEL_OK;
 }
 
@@ -798,7 +819,8 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, 
 /* The decode step for n sequences as a CUDA graph (captured at the first step with n sequences;
  * every launch parameter of the step depends on n only: positions, cache pointers and rope
  * tables are read from the metadata block on the device). NULL when capture is off or failed. */
-static cudaGraphExec_t decode_graph(gpu_engine *e, int n, int cluster, int tls, const meta_ptrs &md)
+static cudaGraphExec_t decode_graph(gpu_engine *e, int n, int cluster, int tls, const meta_ptrs &md,
+                                    int norm_only)
 {
     if (e->graphs_off || !e->dec_graph) return NULL;
     const int slot = (tls ? 2 : cluster) * (GPU_MAX_BATCH + 1) + n;
@@ -820,7 +842,7 @@ static cudaGraphExec_t decode_graph(gpu_engine *e, int n, int cluster, int tls, 
     p.tls = tls;
     p.keep = n;
     int st = run_layers(e, p, md);
-    if (!st) st = logits_compute(e, e->x, 0, n);
+    if (!st) st = logits_compute(e, e->x, 0, n, norm_only);
     if (!st) st = gpu_chain_stamp(e, 1);
     cudaError_t ce = cudaStreamEndCapture(e->compute, &g);
     if (!st && ce == cudaSuccess) ce = cudaGraphInstantiate(&x, g, 0);
@@ -890,7 +912,10 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
     /* one sequence only: in a batch the split form already has few ranges per row, and the
      * clusters' blocks outnumber its (slower at batch 8 and 32: gpu/KERNELS.md) */
     const int cluster = !tls && e->dec_cluster && n == 1 && longest <= e->dec_cluster_max;
-    cudaGraphExec_t g = decode_graph(e, n, cluster, tls, md);
+    /* a batch's lm_head after the graph, in column chunks whose copies overlap the next chunk's
+     * GEMM (logits_overlapped): a property of n and the settings, so each n's graph keeps it */
+    const int chunks = n >= GPU_LOGIT_CHUNK_MIN ? e->logits_chunks : 1;
+    cudaGraphExec_t g = decode_graph(e, n, cluster, tls, md, chunks > 1);
     /* a caller's page-locked buffer (accel_host_alloc) takes the copy directly */
     const int direct = g && host_pinned(logits);
     if (g && !direct && lbytes > e->logits_h_bytes) {
@@ -904,7 +929,10 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
         GPU_CHECK(cudaHostAlloc((void **)&e->logits_h, lbytes, cudaHostAllocDefault));
         e->logits_h_bytes = lbytes;
     }
-    if (g) {
+    if (g && chunks > 1) {
+        GPU_CHECK(cudaGraphLaunch(g, e->compute));
+        st = logits_overlapped(e, n, chunks, direct ? logits : e->logits_h);
+    } else if (g) {
         GPU_CHECK(cudaGraphLaunch(g, e->compute));
         if (timed) GPU_CHECK(cudaEventRecord(e->tev[1], e->compute));
         GPU_CHECK(cudaMemcpyAsync(direct ? logits : e->logits_h, e->logits, lbytes,

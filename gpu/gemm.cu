@@ -70,6 +70,15 @@ static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int 
     return ACCEL_OK;
 }
 
+int gpu_gemm_cols(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, float *out, int ldc)
+{
+    const float alpha = 1.0f, beta = 0.0f;
+    GPU_CUBLAS(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, GPU_H16_CUDA, K,
+                            x, GPU_H16_CUDA, K, &beta, out, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+    return ACCEL_OK;
+}
+
 int gpu_gemm(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
              int out_f32, float beta, int l2pf)
 {

@@ -40,6 +40,7 @@ typedef struct gpu_kv gpu_kv;
 
 /* Decode batch bound (sequences per accel_decode): sizes the per-step workspaces. */
 #define GPU_MAX_BATCH 256
+#define GPU_LOGIT_CHUNKS_MAX 8 /* lm_head column chunks of a batched decode step, at most */
 
 /* Opens CUDA device `index`, uploads m's weights (h16; other dtypes converted on the device; a
  * weight past fp16's range fails the fp16 build's upload) and sizes

@@ -23,6 +23,8 @@ void gpu_tuning_default(gpu_tuning *t)
         .decode_two = 0,
         .decode_cluster = 2048, /* where it beats the split form (gpu/KERNELS.md) */
         .decode_mma = 1,
+        .decode_rows = 1,
+        .logits_chunks = 4,
         .prune = 1,
         .profile = 0,
         .chain_trace = 0,
@@ -60,6 +62,7 @@ static int set_one(gpu_tuning *t, const char *k, const char *v, char *err, size_
         {"graphs", offsetof(gpu_tuning, graphs)},   {"gemv", offsetof(gpu_tuning, gemv)},
         {"fused", offsetof(gpu_tuning, fused)},     {"pdl", offsetof(gpu_tuning, pdl)},
         {"decode_mma", offsetof(gpu_tuning, decode_mma)}, {"prune", offsetof(gpu_tuning, prune)},
+        {"decode_rows", offsetof(gpu_tuning, decode_rows)},
         {"profile", offsetof(gpu_tuning, profile)}, {"chain_trace", offsetof(gpu_tuning, chain_trace)},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
@@ -72,6 +75,12 @@ static int set_one(gpu_tuning *t, const char *k, const char *v, char *err, size_
         if (!int_in(v, GPU_MAX_BATCH, CHUNK_MAX, &t->chunk)) return 0;
         snprintf(err, errlen, "gpu_tune: chunk must be a token count in [%d, %d], got '%.32s'",
                  GPU_MAX_BATCH, CHUNK_MAX, v);
+        return -1;
+    }
+    if (!strcmp(k, "logits_chunks")) {
+        if (!int_in(v, 1, GPU_LOGIT_CHUNKS_MAX, &t->logits_chunks)) return 0;
+        snprintf(err, errlen, "gpu_tune: logits_chunks must be in [1, %d], got '%.32s'",
+                 GPU_LOGIT_CHUNKS_MAX, v);
         return -1;
     }
     if (!strcmp(k, "attn")) {

@@ -25,6 +25,11 @@
  *     decode_cluster=0|N    cluster form of the decode attention for rows of at most N keys
  *                       (default 2048; 0: off)
  *     decode_mma=0|1    decode attention ranges on the tensor cores
+ *     decode_rows=0|1   batches whose rows are one range each (33+ sequences with 8 KV heads):
+ *                       the rows form of the decode attention (a deeper ring, no merge)
+ *     logits_chunks=N   batched decode (8+ sequences): the lm_head in N column chunks after the
+ *                       graph, each chunk's logits copied to the host while the next computes
+ *                       (1..8, default 4; 1: the lm_head inside the graph, one copy after it)
  *     prune=0|1         prefill's last layer only for the rows the logits read
  *   traces (stderr at exit; the lab's, not for serving):
  *     profile=1         every op timed with events (decode then runs without graphs)
@@ -50,6 +55,8 @@ typedef struct gpu_tuning {
     int decode_two;       /* 1: the two-kernel decode attention */
     int decode_cluster;   /* longest row (keys) for the cluster form; 0: off */
     int decode_mma, prune; /* 1: on */
+    int decode_rows;      /* 1: on */
+    int logits_chunks;    /* lm_head column chunks of a batched step (1: in the graph) */
     int profile, chain_trace; /* 1: on */
 } gpu_tuning;
 

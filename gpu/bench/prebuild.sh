@@ -3,7 +3,7 @@
 # on the lent GPU machine, whose CUDA image has no -dev packages for our C dependencies:
 #   DEST/build/  tandem (eval only), tandem-tests (the gpu_ tests only), bench_gpu, mkmodel,
 #                flex_gpu_bench, libtandem_cuda.so (+ _f16), the test libraries beside them
-#                (libtandem_cuda_test.so, libtandem_cuda_f16_test.so), gemm_shapes, gemv_bw, and
+#                (libtandem_cuda_test.so, libtandem_cuda_f16_test.so), gemm_shapes, gemm_decode, gemv_bw, and
 #                lab/ (the lab plugin, make gpu-lab, with a bench_gpu beside it) — PORTABLE=1 (no
 #                -march=native: another CPU runs them), and linked without the tokenizer, so the
 #                ICU libraries are not needed there
@@ -39,6 +39,8 @@ done
 nvcc -O3 -I. -gencode=arch=compute_90,code=sm_90 -o "$DEST/build/gemm_shapes" gpu/bench/gemm_shapes.cu \
     -lcublasLt -lcublas -Xlinker -rpath=/usr/local/cuda/lib64
 nvcc -O3 -std=c++17 -I. -gencode=arch=compute_90a,code=sm_90a -o "$DEST/build/gemv_bw" gpu/bench/gemv_bw.cu
+nvcc -O3 -I. -gencode=arch=compute_90,code=sm_90 -o "$DEST/build/gemm_decode" gpu/bench/gemm_decode.cu \
+    -lcublasLt -lcublas -Xlinker -rpath=/usr/local/cuda/lib64
 if [ -f "$DEST/peer/limits.cu" ]; then
     nvcc -O3 -gencode=arch=compute_90,code=sm_90 -o "$DEST/peer/limits" "$DEST/peer/limits.cu" \
         -lcublas -Xlinker -rpath=/usr/local/cuda/lib64

@@ -351,7 +351,14 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
         gpu_seq_dev sq = {dk, dv, cap, 0};
         GPU_CHECK(cudaMemcpy(dseqs, &sq, sizeof sq, cudaMemcpyHostToDevice));
         /* kernel 7: the one-kernel form (head_dim 128), 8: its cluster form, 9 / 10: the same with
-         * the ranges on the tensor cores (d2_mma_range), else the two-kernel one */
+         * the ranges on the tensor cores (d2_mma_range), 11: the rows form (k_decode_rows: every
+         * row one range; ACCEL_ERR_UNSUPPORTED where the shape or GPU gives a row several), else
+         * the two-kernel one */
+        const int rows = kernel == 11;
+        if (rows) {
+            if (!gpu_attn_decode_rows_ok(&d, sms, T)) return ACCEL_ERR_UNSUPPORTED;
+            kernel = 9;
+        }
         const int mma = kernel == 9 || kernel == 10, cluster = kernel == 8 || kernel == 10;
         if (mma) kernel -= 2;
         int *cnt = NULL;
@@ -361,24 +368,27 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
         }
         if (cluster && !gpu_attn_decode_cluster_ok(&d)) return ACCEL_ERR_UNSUPPORTED;
         GPU_TRY(gpu_attn_decode(0, 1, 0, cluster, &d, sms, 0, T, dq, dseq, dpos, dseqs, po, pml,
-                                cnt, dout, nullptr, nullptr, mma));
+                                cnt, dout, nullptr, nullptr, mma, rows));
         if (kernel == 7 || kernel == 8) {
             /* again, with the partials and the output poisoned (NaN): the second call must find
              * the counters reset and merge only what it wrote; both outputs must agree bit for
              * bit (the first is returned, the second compared). The second call also takes the
              * decode path's early first-tile loads (one_row = 1: legitimate here, as nothing
-             * writes the cache while it runs), which must not change a bit either. */
+             * writes the cache while it runs), which must not change a bit either. The rows form
+             * (kernel 11) is compared so with the one-kernel form (kernel 9) of the same ranges:
+             * the same arithmetic, so the same bits. */
             std::vector<unsigned short> first((size_t)T * d.qd), second((size_t)T * d.qd);
             GPU_CHECK(cudaMemcpy(first.data(), dout, first.size() * 2, cudaMemcpyDeviceToHost));
             GPU_CHECK(cudaMemset(dout, 0xff, (size_t)T * d.qd * 2));
             GPU_CHECK(cudaMemset(po, 0xff, slots * d.hdp * sizeof(float)));
             GPU_CHECK(cudaMemset(pml, 0xff, slots * sizeof(float2)));
             GPU_TRY(gpu_attn_decode(0, 1, 1, cluster, &d, sms, 0, T, dq, dseq, dpos, dseqs, po,
-                                    pml, cnt, dout, nullptr, nullptr, mma));
+                                    pml, cnt, dout, nullptr, nullptr, mma, 0));
             GPU_CHECK(cudaDeviceSynchronize());
             GPU_CHECK(cudaMemcpy(second.data(), dout, second.size() * 2, cudaMemcpyDeviceToHost));
             if (first != second) {
-                fprintf(stderr, "gpu_test_attention: kernel %d's second call differs from its first\n", kernel);
+                fprintf(stderr, "gpu_test_attention: kernel %d's second call differs from its first\n",
+                        rows ? 11 : kernel);
                 return ACCEL_ERR_DEVICE;
             }
             GPU_CHECK(cudaMemcpy(dout, first.data(), first.size() * 2, cudaMemcpyHostToDevice));

@@ -122,14 +122,15 @@ void tg_compare(const float *a, const float *b, int rows, int vocab, double *mea
 }
 
 int tg_batched_vs_single(accel_dev *d, int vocab, int n, const int *lens, int steps, uint32_t seed,
-                         float *batched, float *single)
+                         int pinned, float *batched, float *single)
 {
-    enum { MAXN = 16 };
+    enum { MAXN = 256 }; /* the GPU's decode batch bound (GPU_MAX_BATCH) */
     if (n < 1 || n > MAXN) return -1;
-    accel_seq *bs[MAXN] = {0}, *ss[MAXN] = {0};
-    int32_t *ids[MAXN] = {0};
-    float *lg = malloc(sizeof(float) * n * vocab);
-    int rc = lg ? 0 : -1;
+    accel_seq **bs = calloc(n, sizeof *bs), **ss = calloc(n, sizeof *ss);
+    int32_t **ids = calloc(n, sizeof *ids), *tok = calloc(n, sizeof *tok);
+    const size_t lbytes = sizeof(float) * n * vocab;
+    float *lg = pinned ? accel_host_alloc(d, lbytes) : malloc(lbytes);
+    int rc = bs && ss && ids && tok && lg ? 0 : -1;
     for (int i = 0; !rc && i < n; i++) {
         ids[i] = tg_ids(lens[i] + steps, vocab, seed + i);
         accel_prefill_req q = {.ids = ids[i], .n = lens[i]};
@@ -141,7 +142,6 @@ int tg_batched_vs_single(accel_dev *d, int vocab, int n, const int *lens, int st
         if (!rc && accel_prefill(d, &q)) rc = -1;
     }
     for (int step = 0, rows = 0; !rc && step < steps; step++) {
-        int32_t tok[MAXN];
         for (int i = 0; i < n; i++) tok[i] = ids[i][lens[i] + step];
         if (accel_decode(d, n, bs, tok, lg)) rc = -1;
         for (int i = 0; !rc && i < n; i++, rows++) {
@@ -151,11 +151,13 @@ int tg_batched_vs_single(accel_dev *d, int vocab, int n, const int *lens, int st
     }
     if (rc) fprintf(stderr, "  tg_batched_vs_single: a prefill or decode call failed\n");
     for (int i = 0; i < n; i++) {
-        if (bs[i]) accel_seq_free(d, bs[i]);
-        if (ss[i]) accel_seq_free(d, ss[i]);
-        free(ids[i]);
+        if (bs && bs[i]) accel_seq_free(d, bs[i]);
+        if (ss && ss[i]) accel_seq_free(d, ss[i]);
+        if (ids) free(ids[i]);
     }
-    free(lg);
+    if (lg && pinned) accel_host_free(d, lg);
+    else free(lg);
+    free(bs), free(ss), free(ids), free(tok);
     return rc;
 }
 

@@ -67,12 +67,14 @@ int tg_open(const char *dir, const accel_opts *opts, model **m, accel_dev **d, c
 void tg_fill(float *x, size_t n, float a, uint32_t seed);
 /* Token ids: BOS then pseudo-random ids < vocab. */
 int32_t *tg_ids(int n, int vocab, uint32_t seed);
-/* n sequences of lens[i] pseudo-random tokens (seeds seed + i) prefilled twice on d, then
- * `steps` tokens decoded: one copy in batches of n, the other one sequence at a time. Logits of
+/* n (at most 256) sequences of lens[i] pseudo-random tokens (seeds seed + i) prefilled twice on
+ * d, then `steps` tokens decoded: one copy in batches of n (the logits into page-locked memory
+ * from accel_host_alloc when pinned, as the scheduler's, else malloc'ed), the other one sequence
+ * at a time. Logits of
  * every (step, sequence) go to batched and single (n * steps rows of vocab each). Returns 0, or -1
  * after reporting a failed call. */
 int tg_batched_vs_single(accel_dev *d, int vocab, int n, const int *lens, int steps, uint32_t seed,
-                         float *batched, float *single);
+                         int pinned, float *batched, float *single);
 /* tools/mkmodel --out $TMP/name args, then tg_open(opts). Returns as tg_open; -1 also when
  * mkmodel fails. */
 int tg_open_mkmodel(const char *args, const char *name, const accel_opts *opts, model **m,

@@ -233,7 +233,7 @@ static void attention_case(const gpu_ops *ops, const struct att_case *a, uint32_
     tg_round(ops, k, (size_t)n * kvd);
     tg_round(ops, v, (size_t)n * kvd);
     int st = ops->attention(a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd, a->window, q, k, v, g);
-    if (st == ACCEL_ERR_UNSUPPORTED && a->kernel >= 3) { /* no wgmma on this GPU or build */
+    if (st == ACCEL_ERR_UNSUPPORTED && a->kernel >= 3) { /* no wgmma on this GPU or build; 11: rows of several ranges here */
         free(q), free(k), free(v), free(g), free(scores);
         return;
     }
@@ -491,6 +491,14 @@ static void op_attention_decode(const gpu_ops *ops)
         {10, 2, 700, 24, 2, 128, 0},
         {10, 1, 9000, 32, 8, 128, 0},
         {10, 256, 100, 8, 8, 128, 0},
+        /* the rows form (11: batches whose rows are one range each; bit for bit kernel 9's ranges,
+         * compared inside): MHA at the largest batch, the Llama-3 group over 1K-long rows with a
+         * partial last step, a window, short rows where most warps get no step, the first token */
+        {11, 256, 100, 8, 8, 128, 0},
+        {11, 72, 1000, 32, 8, 128, 0},
+        {11, 100, 500, 8, 4, 128, 100},
+        {11, 140, 10, 16, 8, 128, 0},
+        {11, 64, 0, 32, 8, 128, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attention_case(ops, &cases[i], 200 + i);
 }

@@ -146,7 +146,7 @@ static void batched_case(const char *tune)
     REQUIRE(r == 0);
     const int V = m->cfg.vocab, lens[3] = {7, 2100, 300}, steps = 3, rows = 3 * steps;
     float *all_b = malloc(sizeof(float) * rows * V), *all_s = malloc(sizeof(float) * rows * V);
-    REQUIRE(tg_batched_vs_single(d, V, 3, lens, steps, 40, all_b, all_s) == 0);
+    REQUIRE(tg_batched_vs_single(d, V, 3, lens, steps, 40, 0, all_b, all_s) == 0);
     double kl, top1, mx;
     tg_compare(all_s, all_b, rows, V, &kl, &top1, &mx);
     fprintf(stderr, "  batched vs single decode%s%s: max |diff| %.4g, mean KL %.3g\n",
@@ -165,6 +165,50 @@ TEST(gpu_shape_hd128_batched_decode)
 TEST(gpu_shape_hd128_batched_decode_no_pdl)
 {
     batched_case("pdl=0");
+}
+
+/* A large batch (160 sequences of 1 to 6 KV blocks, 5 to 700 tokens, two steps, the logits into
+ * page-locked memory as the scheduler's): every row is one attention range there (160 tokens x 2
+ * KV heads fill two waves of blocks on the H200), so the attention takes its rows form
+ * (k_decode_rows), and the lm_head runs in column chunks after the graph, each copied to the host
+ * while the next computes (2,000 columns: chunks of 512, 512, 512 and 464); with logits_chunks=1 and
+ * decode_rows=0 the split form's one-range shortcut and the lm_head in the graph. Each against
+ * the same sequences decoded alone, within the bounds above. */
+static void big_batch_case(const char *tune)
+{
+    model *m;
+    accel_dev *d;
+    char why[600];
+    accel_opts o = {.gpu_tune = tune};
+    int r = tg_open_mkmodel(HD128, "hd128bb", &o, &m, &d, why, sizeof why);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    enum { N = 160, STEPS = 2 };
+    int lens[N];
+    for (int i = 0; i < N; i++) lens[i] = 5 + (i * 379) % 696;
+    const int V = m->cfg.vocab, rows = N * STEPS;
+    float *all_b = malloc(sizeof(float) * rows * V), *all_s = malloc(sizeof(float) * rows * V);
+    REQUIRE(all_b && all_s);
+    REQUIRE(tg_batched_vs_single(d, V, N, lens, STEPS, 90, 1, all_b, all_s) == 0);
+    double kl, top1, mx;
+    tg_compare(all_s, all_b, rows, V, &kl, &top1, &mx);
+    fprintf(stderr, "  batch of %d vs single decode%s%s: max |diff| %.4g, mean KL %.3g\n", N,
+            tune ? " " : "", tune ? tune : "", mx, kl);
+    CHECK_MSG(mx <= 0.05 && kl <= 1e-4, "batch of %d vs single decode: max |diff| %.4g, KL %.3g", N,
+              mx, kl);
+    free(all_b), free(all_s);
+    accel_free(d);
+    model_free(m);
+}
+
+TEST(gpu_shape_hd128_big_batch_decode)
+{
+    big_batch_case(NULL);
+}
+
+TEST(gpu_shape_hd128_big_batch_decode_unchunked)
+{
+    big_batch_case("logits_chunks=1,decode_rows=0");
 }
 
 /* The lab plugin's one-kernel decode step (gpu/bench/decode_step.cu) against the serving

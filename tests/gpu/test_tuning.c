@@ -9,7 +9,8 @@ TEST(gpu_tuning_defaults)
     gpu_tuning t;
     gpu_tuning_default(&t);
     CHECK_EQ(t.chunk, 8192);
-    CHECK(t.graphs && t.gemv && t.fused && t.pdl && t.decode_mma && t.prune);
+    CHECK(t.graphs && t.gemv && t.fused && t.pdl && t.decode_mma && t.prune && t.decode_rows);
+    CHECK_EQ(t.logits_chunks, 4);
     CHECK_EQ(t.attn, GPU_ATTN_AUTO);
     CHECK_EQ(t.sparse_attn, GPU_ATTN_AUTO);
     CHECK_EQ(t.decode_two, 0);
@@ -25,11 +26,12 @@ TEST(gpu_tuning_every_key)
     CHECK_MSG(gpu_tuning_parse(&t,
                                " chunk=300, graphs=0,attn=mma8,sparse_attn=mma4,gemv=0,fused=0,"
                                "pdl=0,decode_attn=two,decode_cluster=0,decode_mma=0,prune=0,"
-                               "profile=1,chain_trace=1,",
+                               "profile=1,chain_trace=1,decode_rows=0,logits_chunks=8,",
                                err, sizeof err) == 0,
               "%s", err);
     CHECK_EQ(t.chunk, 300);
-    CHECK(!t.graphs && !t.gemv && !t.fused && !t.pdl && !t.decode_mma && !t.prune);
+    CHECK(!t.graphs && !t.gemv && !t.fused && !t.pdl && !t.decode_mma && !t.prune && !t.decode_rows);
+    CHECK_EQ(t.logits_chunks, 8);
     CHECK_EQ(t.attn, GPU_ATTN_MMA8);
     CHECK_EQ(t.sparse_attn, GPU_ATTN_MMA4);
     CHECK_EQ(t.decode_two, 1);
@@ -58,6 +60,8 @@ TEST(gpu_tuning_errors_name_the_key)
         {"graphs=", "graphs"},           {"attn=ws", "attn"},
         {"sparse_attn=wgmma", "sparse_attn"}, {"decode_attn=three", "decode_attn"},
         {"decode_cluster=-1", "decode_cluster"}, {"chunks=256", "unknown key 'chunks'"},
+        {"logits_chunks=0", "logits_chunks"}, {"logits_chunks=9", "logits_chunks"},
+        {"decode_rows=2", "decode_rows"},
         {"TANDEM_GPU_PDL=off", "unknown key"},  {"pdl", "not key=value"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
