@@ -61,6 +61,9 @@ struct peer_node {
     pthread_mutex_t mu;      /* devs, live */
     accel_dev *devs[PEER_MAX_DEVS];
     peer_info live;          /* the last heartbeat's answer */
+    _Atomic double min_rtt;  /* the fastest heartbeat round trip, seconds (0: none yet; written
+                                by the heartbeat thread only, read by describe: not under mu,
+                                which a reconnection holds for seconds) */
 };
 
 /* KV chunks in flight on one device's connection (see the top; peer/msg.h). */
@@ -81,6 +84,7 @@ typedef struct kv_flight {
     size_t cap, len;
     void *req;               /* its tagged send, while in flight (NULL: done, or a KV frame) */
     rseq *s;                 /* whose chunk: a refusal marks it */
+    double t_sent;           /* when its send started (peer_now) */
 } kv_flight;
 
 typedef struct rdev {
@@ -102,6 +106,8 @@ typedef struct rdev {
     kv_flight fl[KV_WINDOW]; /* a ring of chunks in flight, oldest at fl_head */
     int fl_head, fl_n;
     size_t fl_bytes;
+    double t_retired;        /* when the last chunk was answered (peer_now) */
+    double link_bps;         /* the link as the KV sees it (desc_mu; 0: not measured yet) */
 } rdev;
 
 struct rseq {
@@ -303,8 +309,10 @@ static void *heartbeat_main(void *arg)
         }
         peer_header h;
         const uint8_t *p;
+        double t_ping = peer_now();
         int st = peer_conn_send(n->hb, PEER_PING, NULL, 0, NULL, 0, PEER_DEAD_S);
         if (!st) st = peer_conn_recv(n->hb, (uint32_t)peer_info_bytes(PEER_MAX_DEVS), &h, &p, PEER_DEAD_S);
+        double rtt = peer_now() - t_ping;
         peer_info in;
         if (!st && (h.type != PEER_INFO || peer_info_read(p, h.length, &in) || in.n_devs != n->info.n_devs))
             st = PEER_ERR_PROTO;
@@ -313,6 +321,9 @@ static void *heartbeat_main(void *arg)
             pthread_mutex_lock(&n->mu);
             n->live = in;
             pthread_mutex_unlock(&n->mu);
+            /* the fastest answer: one waiting behind a long call says nothing of the link */
+            double m = atomic_load(&n->min_rtt);
+            if (rtt > 0 && (m <= 0 || rtt < m)) atomic_store(&n->min_rtt, rtt);
             continue;
         }
         /* the node's one thread answers its devices' calls inline: while a long one runs (a
@@ -457,6 +468,18 @@ static int fl_retire(rdev *d, int wait)
     peer_words w;
     if (!st && (h.type != PEER_REPLY || peer_words_read(p, h.length, 2, &w))) st = PEER_ERR_PROTO;
     rseq *s = f->s;
+    double now = peer_now(), from = f->t_sent > d->t_retired ? f->t_sent : d->t_retired;
+    if (!st && wait && now > from) {
+        /* the chunks go through the link in order: this one had it from its send or the one
+         * before's answer, whichever came later (waited for, so its answer is seen as it comes;
+         * a polled one may have come earlier) — the rate the placement's network term weighs,
+         * the node's import included */
+        double bps = (double)f->len / (now - from);
+        pthread_mutex_lock(&d->desc_mu);
+        d->link_bps = d->link_bps > 0 ? 0.7 * d->link_bps + 0.3 * bps : bps;
+        pthread_mutex_unlock(&d->desc_mu);
+    }
+    d->t_retired = now;
     if (!st && (int32_t)w.w[0] && s && !s->kv_err) {
         /* a status outside accel's range is the node's bug: the chunk failed all the same */
         int32_t rs = (int32_t)w.w[0];
@@ -557,7 +580,9 @@ static void r_describe(accel_dev *ad, accel_info *out)
     pthread_mutex_lock(&d->desc_mu);
     snprintf(out->desc, sizeof out->desc, "%.22s on %.20s (%.15s, UCX %.24s)", d->di.name, d->node->name,
              d->node->addr, d->transport);
+    out->link_bps = d->link_bps;
     pthread_mutex_unlock(&d->desc_mu);
+    out->link_s = atomic_load(&d->node->min_rtt) / 2;
     out->kind = (enum accel_kind)d->di.kind;
     out->caps = (d->di.caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)) | ACCEL_CAP_REMOTE;
     out->max_batch = d->di.max_batch;
@@ -705,6 +730,7 @@ static int r_kv_import_locked(rdev *d, rseq *s, const proto_kv_layer *c, uint32_
     }
     int st;
     f->req = NULL;
+    f->t_sent = peer_now();
     if (peer_conn_has_address(d->c)) {
         /* announced on the stream, the bytes as a tagged message left in flight */
         uint8_t ctl[PEER_KV_TAG_BYTES];

@@ -111,6 +111,11 @@ typedef struct accel_info {
      * (0: it decodes dense unless a request asks). */
     uint64_t offload_bytes, resident_per_token, resident_per_block;
     int resident_default_blocks;
+    /* a device of another node (ACCEL_CAP_REMOTE): the path its KV takes, as measured on the
+     * transfers to it — bytes/s of the KV chunks sent (a weighted mean of the last ones: the
+     * wire and the node's import together) and one-way seconds (half the fastest heartbeat's
+     * round trip); 0: not measured yet. The placement's network term weighs them. */
+    double link_bps, link_s;
 } accel_info;
 
 /* The half-precision format the cuda backend keeps weights and activations in (cuda only; the

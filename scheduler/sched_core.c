@@ -94,6 +94,9 @@ static enum accel_health health_of(sched *s, int i)
     if (atomic_load(&d->warm) != 1) return ACCEL_HEALTH_FAILED;
     accel_info info;
     accel_get_info(d->dev, &info);
+    /* a device of another node: the link its KV crosses, as measured (the network term) */
+    s->book.dev[i].ship_bps = info.caps & ACCEL_CAP_REMOTE ? info.link_bps : 0;
+    s->book.dev[i].ship_s = info.caps & ACCEL_CAP_REMOTE ? info.link_s : 0;
     if (info.revivals != d->revivals) { /* the device came back (accel.h): a fresh start */
         d->revivals = info.revivals;
         d->mark = ACCEL_HEALTH_OK;

@@ -125,7 +125,9 @@ typedef struct sched_policy_dev {
                                  0..1, 0 when unknown) */
     /* a device of another node (ACCEL_CAP_REMOTE): the network its KV crosses, bytes/s (0:
      * unknown) and the seconds before a transfer starts to arrive (latency, and what is queued
-     * ahead of it on the link); the weighing's network term (sched_policy_ship_s) */
+     * ahead of it on the link); the weighing's network term (sched_policy_ship_s). The daemon:
+     * the remote backend's measured link (accel_info.link_bps, link_s); the simulator: --net
+     * and its NIC's backlog */
     double ship_bps, ship_s;
     double prefill_s_per_token; /* its prefill's measured seconds per prompt token (sched_rate;
                                    0: not measured yet) */

@@ -321,9 +321,14 @@ TEST(peer_remote_decodes_like_the_device)
         CHECK_MSG((strstr(info.desc, "tcp stream") != NULL) == !pass, "pass %d: %s", pass, info.desc);
         CHECK_EQ(accel_warmup(rd), 0);
 
+        CHECK_EQ(info.link_bps, 0); /* nothing sent yet */
         memset(got, 0, sizeof got);
         CHECK_EQ(import_decode(rd, &kv, first, 12, got), 0); /* the same device over UCX */
         for (int i = 0; i < 12; i++) CHECK_EQ(got[i], want[i]);
+        /* the KV chunks it took measured the link (the placement's network term) */
+        accel_get_info(rd, &info);
+        CHECK_MSG(info.link_bps > 0 && info.link_bps < 1e13, "pass %d: %g B/s", pass, info.link_bps);
+        CHECK(info.link_s >= 0 && info.link_s < PEER_DEAD_S);
 
         /* a corrupt chunk on the wire (layer 0 of the second import): refused as corrupt, the
          * device stays usable */
