@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""The time between tokens of concurrent decodes while one long prompt prefills (issue 22: "the TBT
+of concurrent GPU decodes stays within the budget while a 128K sparse prompt prefills").
+
+K streams decode on the device (streamed /v1/completions, temperature 0, restarted if one ends);
+after a warm-up, one long prompt (random token ids, seeded; "cache_prompt": false, max_tokens 1) is
+sent with the chosen prefill ("sparse_prefill" false for dense, or a method object). Every text
+chunk's arrival is taken by the client. Reported per phase (before the long prompt / while it
+prefills): gap count, p50, p99 and max of the time between consecutive tokens of a stream, and the
+long prompt's TTFT. The daemon's --tbt-budget-ms (default 50) bounds the prefill time put between
+two decode steps, so a gap while prefilling should stay near budget + one decode step.
+Usage: tbt_during_prefill.py --api URL --tokens N [--streams K] [--mode dense|xattention|trishape|
+flexprefill] [--vocab V]; prints one JSON line."""
+import argparse, http.client, json, random, statistics, threading, time, urllib.parse
+
+
+def stream_loop(api, stop, arrivals, idx, max_tokens, errors):
+    u = urllib.parse.urlparse(api)
+    while not stop.is_set():
+        c = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+        body = {"prompt": "Once upon a time, in a quiet town by the sea, %d" % idx, "max_tokens": max_tokens,
+                "temperature": 0, "stream": True}
+        c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            errors.append(r.read().decode(errors="replace")[:200])
+            stop.wait(1.0)
+            c.close()
+            continue
+        last = None
+        while not stop.is_set():
+            line = r.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if any(ch.get("text") for ch in ev.get("choices", [])):
+                now = time.monotonic()
+                if last is not None:
+                    arrivals.append((now, now - last))
+                last = now
+        c.close()
+
+
+def stats(gaps):
+    if not gaps:
+        return {"n": 0}
+    g = sorted(x * 1e3 for x in gaps)
+    return {"n": len(g), "p50_ms": round(statistics.median(g), 2),
+            "p99_ms": round(g[min(len(g) - 1, int(0.99 * len(g)))], 2), "max_ms": round(g[-1], 2)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--api", required=True)
+    ap.add_argument("--tokens", type=int, required=True)
+    ap.add_argument("--streams", type=int, default=4)
+    ap.add_argument("--mode", default="xattention")
+    ap.add_argument("--vocab", type=int, default=128000)
+    ap.add_argument("--warm", type=float, default=5.0)
+    ap.add_argument("--stream-tokens", type=int, default=3000)
+    a = ap.parse_args()
+    stop = threading.Event()
+    arrivals, errors = [], []
+    ts = [threading.Thread(target=stream_loop, args=(a.api, stop, arrivals, i, a.stream_tokens, errors),
+                           daemon=True)
+          for i in range(a.streams)]
+    for t in ts:
+        t.start()
+    time.sleep(a.warm)
+    rng = random.Random(1)
+    prompt = [rng.randrange(min(1000, a.vocab // 2), a.vocab) for _ in range(a.tokens)]
+    body = {"prompt": prompt, "max_tokens": 1, "temperature": 0, "cache_prompt": False,
+            "sparse_prefill": False if a.mode == "dense" else {"mode": a.mode}}
+    u = urllib.parse.urlparse(a.api)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=1200)
+    t0 = time.monotonic()
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    resp = json.loads(r.read() or b"{}")
+    t1 = time.monotonic()
+    time.sleep(1.0)
+    stop.set()
+    before = [g for (t, g) in arrivals if t < t0]
+    during = [g for (t, g) in arrivals if t0 <= t <= t1]
+    usage = resp.get("usage", {})
+    print(json.dumps({"mode": a.mode, "tokens": a.tokens, "streams": a.streams, "status": r.status,
+                      "ttft_s": round(t1 - t0, 3), "prefill_density": usage.get("prefill_density"),
+                      "before": stats(before), "during": stats(during),
+                      "error": resp.get("error"), "stream_errors": errors[:3]}))
+
+
+if __name__ == "__main__":
+    main()
