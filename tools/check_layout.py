@@ -112,31 +112,31 @@ def list_files(root):
     return sorted(f for f in files if f.endswith(SOURCE_EXT))
 
 
+_TOKEN = re.compile(r'/\*.*?(?:\*/|\Z)|//[^\n]*|"(?:\\.|[^"\\\n])*"?', re.S)
+_INCLUDE_BEFORE = re.compile(r"#\s*include\s*$")
+
+
 def strip_comments(text):
-    """Comments and string contents blanked, newlines kept (line numbers stay right)."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append(re.sub(r"[^\n]", " ", text[i:j]))
-            i = j
-        elif text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif c == '"' and not re.search(r"#\s*include\s*$", text[text.rfind("\n", 0, i) + 1:i]):
-            j = i + 1
-            while j < n and text[j] != '"' and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            out.append('"' + " " * (min(j, n) - i - 1) + ('"' if j < n and text[j] == '"' else ""))
-            i = j + 1 if j < n and text[j] == '"' else j
+    """Comments and string contents blanked, newlines kept (line numbers stay right); the
+    string of an #include is kept."""
+    def blank(m):
+        t = m.group(0)
+        if t.startswith("/*"):
+            return re.sub(r"[^\n]", " ", t)
+        if t.startswith("//"):
+            return " " * len(t)
+        if _INCLUDE_BEFORE.search(text, text.rfind("\n", 0, m.start()) + 1, m.start()):
+            return t
+        if len(t) > 1 and t.endswith('"'):
+            k = len(t) - 1  # is the last quote escaped? (an odd run of backslashes before it)
+            b = 0
+            while k - 1 - b > 0 and t[k - 1 - b] == "\\":
+                b += 1
+            closed = b % 2 == 0
         else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+            closed = False
+        return '"' + " " * (len(t) - 1 - closed) + ('"' if closed else "")
+    return _TOKEN.sub(blank, text)
 
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
@@ -182,15 +182,21 @@ def check_includes(edges):
     return bad
 
 
+_LINES = {}
+
+
 def first_use(root, src, sym):
-    """Line of the first mention of sym in src (1 when not found)."""
-    try:
-        with open(os.path.join(root, src), encoding="utf-8", errors="replace") as fh:
-            for i, l in enumerate(fh, 1):
-                if re.search(r"\b%s\b" % re.escape(sym), l):
-                    return i
-    except OSError:
-        pass
+    """Line of the first mention of sym in src (1 when not found). Each file is read once."""
+    if src not in _LINES:
+        try:
+            with open(os.path.join(root, src), encoding="utf-8", errors="replace") as fh:
+                _LINES[src] = fh.read().splitlines()
+        except OSError:
+            _LINES[src] = []
+    pat = re.compile(r"\b%s\b" % re.escape(sym))
+    for i, l in enumerate(_LINES[src], 1):
+        if sym in l and pat.search(l):
+            return i
     return 1
 
 
@@ -211,21 +217,26 @@ def link_edges(root, objdir, files):
             elif rel in known:
                 objs[os.path.join(d, n)] = rel
     defined, undefined = {}, {}
-    for o, src in objs.items():
+    # one nm per batch of objects (-A: each line starts with "object: ")
+    paths = sorted(objs)
+    lines = []
+    for k in range(0, len(paths), 200):
         try:
-            out = subprocess.run(["nm", "-P", o], capture_output=True, text=True,
-                                 check=True).stdout
-        except (OSError, subprocess.CalledProcessError):
+            lines += subprocess.run(["nm", "-A", "-P"] + paths[k:k + 200], capture_output=True,
+                                    text=True).stdout.splitlines()
+        except OSError:
             continue
-        for l in out.splitlines():
-            parts = l.split()
-            if len(parts) < 2:
-                continue
-            sym, kind = parts[0], parts[1]
-            if kind == "U":
-                undefined.setdefault(src, set()).add(sym)
-            elif kind in "TDBRGSC":
-                defined.setdefault(sym, src)
+    for l in lines:
+        o, _, rest = l.partition(": ")
+        src = objs.get(o)
+        parts = rest.split()
+        if src is None or len(parts) < 2:
+            continue
+        sym, kind = parts[0], parts[1]
+        if kind == "U":
+            undefined.setdefault(src, set()).add(sym)
+        elif kind in "TDBRGSC":
+            defined.setdefault(sym, src)
     edges = []
     for src, syms in sorted(undefined.items()):
         for sym in sorted(syms):
@@ -336,7 +347,8 @@ def main(argv):
             return 2
     files = list_files(root)
     inc = includes(root, files)
-    lnk = link_edges(root, objdir, files) if objdir and os.path.isdir(objdir) else []
+    need_links = only in (None, "links", "cycles")
+    lnk = link_edges(root, objdir, files) if need_links and objdir and os.path.isdir(objdir) else []
     checks = {
         "includes": lambda: check_rooms(files) + check_includes(inc),
         "links": lambda: check_links(lnk),

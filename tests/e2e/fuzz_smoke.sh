@@ -1,7 +1,7 @@
 #!/bin/sh
 # The libFuzzer harnesses (tests/fuzz/, FUZZING.md) as a smoke test: build them (make fuzz-build:
 # clang, -fsanitize=fuzzer,address,undefined, into build/fuzz/) and run each for
-# $FUZZ_SMOKE_TIME seconds (default 20) on a scratch copy of its seed corpus; "ok fuzz_NAME" when
+# $FUZZ_SMOKE_TIME seconds (default 20), two at a time, on a scratch copy of its seed corpus; "ok fuzz_NAME" when
 # it found nothing. Without clang's libFuzzer this fails (it never skips): install clang-14 and
 # libclang-rt-14-dev (Debian 12), which make deps does.
 FUZZ_SMOKE_TIME=${FUZZ_SMOKE_TIME:-20}
@@ -21,5 +21,17 @@ if ! make --no-print-directory -j2 CUDA=0 fuzz-build >"$tmp/build.log" 2>&1; the
     exit 0
 fi
 names=$(ls tests/fuzz/harness/fuzz_*.c | sed 's|.*/fuzz_\(.*\)\.c|\1|')
-FUZZ_TIME=$FUZZ_SMOKE_TIME tests/fuzz/run.sh $names
+# $FUZZ_SMOKE_LANES harnesses at a time (default 2: one per core of the 2-core CI machine; each
+# harness is one process, so lanes halve the wall time and leave each its own full time)
+lanes=${FUZZ_SMOKE_LANES:-2}
+i=0
+for n in $names; do
+    echo "$n" >>"$tmp/lane.$((i % lanes))"
+    i=$((i + 1))
+done
+for f in "$tmp"/lane.*; do
+    FUZZ_TIME=$FUZZ_SMOKE_TIME tests/fuzz/run.sh $(cat "$f") >"$f.out" 2>&1 &
+done
+wait
+cat "$tmp"/lane.*.out
 exit 0
