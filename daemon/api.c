@@ -468,6 +468,7 @@ static void prep_submit(api_prep *pp)
     p.n_stop = q->n_stop;
     p.deadline = d->cfg.request_timeout > 0 ? a->t_arrival + d->cfg.request_timeout : 0;
     p.no_prefix_cache = !q->cache_prompt;
+    p.continuation = pp->ep == PROTO_EP_COMPLETIONS; /* " named" after "...a big dog" */
     /* Sparse prefill, resolved here once: the request's method (else the configured one), the
      * configuration's parameters over the method's defaults, the request's members over those.
      * sched_submit checks the result (a 400 naming the key). */

@@ -206,7 +206,7 @@ int dmn_cmd_generate(int argc, char **argv)
     }
     sched_params sp = {.prompt = ids, .n_prompt = (int)n_ids, .max_tokens = run.cap, .n = 1,
                        .sampling = gp.sampling, .stop = stops, .n_stop = n_stops,
-                       .ignore_eos = gp.ignore_eos, .prefill_on = 1u,
+                       .ignore_eos = gp.ignore_eos, .continuation = 1, .prefill_on = 1u,
                        .decode_on = 1u << (n_devs - 1)};
     int st = dmn_cli_sched_run(cs, &sp, on_event, &run, err, sizeof err);
     if (st || run.failed || run.nomem) {

@@ -114,6 +114,8 @@ typedef struct sched_params {
                                    in err); NULL: dense. The prompt's first sparse_plan tokens
                                    run in sparse chunks (sparse/sparse.h), the rest dense */
     int ignore_eos;       /* keep generating through eos tokens (tandem generate --ignore-eos) */
+    int continuation;     /* 1: the text continues the prompt's (completions, tandem generate:
+                             model_gen_params.continuation); 0: a reply of its own (chat) */
     /* Device pins (tandem generate / chat: the devices --prefill-device and --device name): bit
      * i lets devs[i] of sched_new prefill / decode this request, 0 lets the policy choose. A
      * decode pin also makes a device that is not an FPGA card (the CPU, a GPU) a target for KV

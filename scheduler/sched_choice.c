@@ -34,6 +34,7 @@ int sched_choice_init(sched_choice *c, sched *s, const sched_params *p, int inde
     gp.eos_ids = mc->eos_ids;
     gp.n_eos = mc->n_eos;
     gp.skip_special = 1; /* special tokens (<s>, <|eot_id|>) are control, not text */
+    gp.continuation = p->continuation;
     if (p->grammar) {
         /* the vocabulary's trie, once per scheduler (sched_submit runs on the loop thread) */
         if (!sched_grammar_vocab(s)) {

@@ -6,6 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A continuation's stream is first fed the prompt's last CONT_WINDOW ids: what a decoder keeps
+ * between tokens (Metaspace's and Strip's start-of-text state, an unfinished UTF-8 character, a
+ * cleanup pass's held tail) never reaches further back, so the text equals the whole prompt's
+ * continuation; only a byte-fallback run still open at the prompt's end and longer than the window
+ * could decide its validity differently. Bounded so n choices of a long prompt cost nothing. */
+#define CONT_WINDOW 64
+
 struct model_gen {
     model_sampler *sampler;
     model_tok_stream *stream; /* NULL without a tokenizer */
@@ -35,6 +42,10 @@ model_gen *model_gen_new(const model_tok *tok, const model_gen_params *p, int vo
     }
     if (p->grammar && p->gvocab && !(g->gm = model_gmatch_new(p->grammar, p->gvocab))) goto oom;
     if (tok && !(g->stream = model_tok_stream_new(tok, p->skip_special))) goto oom;
+    if (g->stream && p->continuation && n_prompt > 0) {
+        int from = n_prompt > CONT_WINDOW ? n_prompt - CONT_WINDOW : 0;
+        if (model_tok_stream_skip(g->stream, prompt + from, (size_t)(n_prompt - from))) goto oom;
+    }
     if (p->n_eos > 0) {
         if (!(g->eos = malloc(p->n_eos * sizeof *g->eos))) goto oom;
         memcpy(g->eos, p->eos_ids, p->n_eos * sizeof *g->eos);

@@ -26,6 +26,11 @@ typedef struct model_gen_params {
     int n_eos;
     int ignore_eos;           /* keep going through eos tokens (benchmarks) */
     int skip_special;         /* special tokens produce no text (OpenAI servers do this) */
+    int continuation;         /* the text continues the prompt's (completions): what decoding
+                                 prompt + generated adds after the prompt's text, so a first
+                                 token "\u2581named" gives " named" (model_tok_stream_skip over
+                                 the prompt's last CONT_WINDOW ids, gen.c); 0: the generated ids
+                                 decoded alone, as a chat reply starts its own text */
     /* Constrained decoding (both or neither): the choice's text must be a sentence of grammar
      * (a reference is taken), over the tokens of gvocab (model_gen_vocab_new; must outlive the
      * model_gen). The mask is applied before logit bias, penalties and temperature; the choice

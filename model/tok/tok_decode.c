@@ -46,6 +46,7 @@ struct model_tok_stream {
     stage *st;
     pcre2_match_data *md;
     int failed;
+    size_t skip_chars; /* model_tok_stream_skip: chars of the prompt's held tail still to drop */
 };
 
 static void push(model_tok_stream *s, int i, const char *p, size_t n);
@@ -367,8 +368,11 @@ static const char *result(model_tok_stream *s, size_t *len)
         *len = 0;
         return NULL;
     }
-    *len = s->out.len;
-    return s->out.p;
+    size_t k = 0;
+    for (; s->skip_chars > 0 && k < s->out.len; s->skip_chars--) /* one char */
+        for (k++; k < s->out.len && ((unsigned char)s->out.p[k] & 0xC0) == 0x80; k++) {}
+    *len = s->out.len - k;
+    return s->out.p + k;
 }
 
 const char *model_tok_stream_push(model_tok_stream *s, int32_t id, size_t *len)
@@ -383,6 +387,38 @@ const char *model_tok_stream_push(model_tok_stream *s, int32_t id, size_t *len)
     s->out.p[0] = 0;
     feed(s, id);
     return result(s, len);
+}
+
+/* Chars (UTF-8 lead bytes) in p[0..n). */
+static size_t utf8_chars(const char *p, size_t n)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)p[i] & 0xC0) != 0x80;
+    return c;
+}
+
+int model_tok_stream_skip(model_tok_stream *s, const int32_t *ids, size_t n)
+{
+    if (!s || (!ids && n)) return -1;
+    /* What the prompt's decode still holds at its end (a byte run, a held space) is part of the
+     * prompt's text as decode(prompt) shows it: a probe stream fed the same ids and flushed says
+     * how many chars of the continuation's first output are that tail (transformers slices
+     * decode(prompt + generated) by len(decode(prompt)), in chars) */
+    model_tok_stream *q = model_tok_stream_new(s->t, s->skip_special);
+    if (!q) return -1;
+    for (size_t i = 0; i < n; i++) {
+        feed(q, ids[i]);
+        q->out.len = 0;
+        feed(s, ids[i]);
+        s->out.len = 0;
+    }
+    q->out.len = 0;
+    flush(q, 0);
+    s->skip_chars = utf8_chars(q->out.p, q->out.len);
+    int failed = q->failed || s->failed;
+    model_tok_stream_free(q);
+    s->out.p[0] = 0;
+    return failed ? -1 : 0;
 }
 
 const char *model_tok_stream_flush(model_tok_stream *s, size_t *len)

@@ -103,6 +103,13 @@ typedef struct model_tok_stream model_tok_stream;
 model_tok_stream *model_tok_stream_new(const model_tok *t, int skip_special);
 const char *model_tok_stream_push(model_tok_stream *s, int32_t id, size_t *len);
 const char *model_tok_stream_flush(model_tok_stream *s, size_t *len);
+/* Feeds ids whose text is already shown (a completion's prompt): their output is dropped, their
+ * effect on what follows is kept (Metaspace's and Strip's start-of-text rules, an unfinished
+ * character or byte run, held spaces). A generation's stream skipped over its prompt returns
+ * decode(prompt + generated) after the prompt's final text: the continuation that OpenAI-style
+ * completions return (after "...a big dog", "\u2581named" is " named", not "named"). Returns -1 on
+ * out-of-memory. */
+int model_tok_stream_skip(model_tok_stream *s, const int32_t *ids, size_t n);
 void model_tok_stream_free(model_tok_stream *s);
 
 #endif

@@ -26,7 +26,7 @@ for c in $CASES; do
         "$TANDEM" generate --device fpga-emu:$i --prefill-device cpu --ids "$ids" --max-tokens $MAXTOK \
             --temperature 0 --json 2>/dev/null | jq -j '.text' >"$T/ref.$c.fpga-emu:$i"
     done
-    jq -j '.greedy_text' "$GOLD/$c.json" >"$T/ref.$c.cpu"
+    golden_completion "$GOLD/$c.json" >"$T/ref.$c.cpu"
 done
 
 burst() {

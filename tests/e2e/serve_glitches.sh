@@ -43,7 +43,7 @@ MAXTOK=64
 for c in $CASES; do
     ids=$(jq -r '.ids | map(tostring) | join(",")' "$GOLD/$c.json")
     if [ "$P" = cpu ]; then
-        jq -j '.greedy_text' "$GOLD/$c.json" >"$T/ref.$c.cpu"
+        golden_completion "$GOLD/$c.json" >"$T/ref.$c.cpu"
     else
         "$TANDEM" generate --device "$P" --ids "$ids" --max-tokens $MAXTOK --temperature 0 --json \
             2>/dev/null | jq -j '.text' >"$T/ref.$c.$P"

@@ -19,7 +19,8 @@ fi
 check openai_node_installed [ -f "$NPM_DIR/node_modules/openai/package.json" ]
 
 serve_start || { fail openai_node_start "daemon did not start"; exit 0; }
-NODE_PATH=$NPM_DIR/node_modules node tests/e2e/openai_client.js "$API/v1" \
-    tests/data/golden/stories260K/once.json
+G=tests/data/golden/stories260K/once.json
+COMPLETION_TEXT=$(golden_completion $G) NODE_PATH=$NPM_DIR/node_modules \
+    node tests/e2e/openai_client.js "$API/v1" $G
 serve_stop
 check openai_node_exit_zero [ "$RC" = 0 ]

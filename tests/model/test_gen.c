@@ -155,3 +155,55 @@ TEST(gen_prefetch_same_tokens)
     model_gvocab_free(gv);
     model_tok_free(t);
 }
+
+/* A continuation (completions) over a prompt longer than the stream's skip window: the text is
+ * what decoding prompt + generated adds after the prompt's text, the leading space included; a
+ * reply of its own (continuation 0) drops it, as decode(generated) does. */
+TEST(gen_continuation_after_long_prompt)
+{
+    model_tok *t = tok();
+    REQUIRE(t);
+    int V = model_tok_vocab_size(t);
+    const char *ptext = "Lily and Ben went to the park. They saw a big dog. It was brown and it ran "
+                        "to them. Lily was happy and Ben was happy too. They played with the dog "
+                        "all day long and then they went home to eat with their mom. They saw a big dog";
+    const char *gtext = "named Max. Max was very happy."; /* encodes as "\u2581named ..." */
+    int32_t *pid, *gid;
+    size_t np, ng;
+    REQUIRE(model_tok_encode(t, ptext, strlen(ptext), 1, &pid, &np) == 0);
+    REQUIRE(model_tok_encode(t, gtext, strlen(gtext), 0, &gid, &ng) == 0);
+    CHECK(np > 80); /* past gen.c's window */
+    int32_t eos = 2;
+    for (int cont = 0; cont <= 1; cont++) {
+        model_gen_params p = {.sampling = model_sampling_default(), .max_tokens = (int)ng,
+                              .n_ctx = 512, .eos_ids = &eos, .n_eos = 1, .skip_special = 1,
+                              .continuation = cont};
+        p.sampling.temperature = 0;
+        char err[256], acc[256] = "";
+        model_gen *g = model_gen_new(t, &p, V, pid, (int)np, 0, err, sizeof err);
+        REQUIRE(g);
+        model_gen_out o = {0};
+        for (size_t k = 0; k < ng; k++) {
+            REQUIRE(force(g, V, gid[k], &o) == gid[k]);
+            strncat(acc, o.text, o.len);
+        }
+        CHECK_EQ(o.finish, MODEL_FINISH_LENGTH); /* max_tokens: the held text is out */
+        /* the reference: decode(prompt + generated) after decode(prompt) */
+        int32_t *all = malloc((np + ng) * sizeof *all);
+        memcpy(all, pid, np * sizeof *all);
+        memcpy(all + np, gid, ng * sizeof *all);
+        char *whole, *prompt;
+        size_t lw, lp;
+        REQUIRE(model_tok_decode(t, all, np + ng, 1, &whole, &lw) == 0 &&
+                model_tok_decode(t, pid, np, 1, &prompt, &lp) == 0);
+        CHECK_STR(acc, cont ? whole + lp : gtext);
+        if (cont) CHECK(acc[0] == ' ' && !strcmp(acc + 1, gtext));
+        free(whole);
+        free(prompt);
+        free(all);
+        model_gen_free(g);
+    }
+    free(pid);
+    free(gid);
+    model_tok_free(t);
+}

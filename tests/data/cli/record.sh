@@ -9,7 +9,9 @@
 # old one: the cpu and fpga-emu cases with 93bdd7f (built with CUDA=0), the cuda_ cases on an
 # H200 with 9a522ec's cmd_generate.c / cmd_chat.c on the plugins of the day
 # (tests/accel/logs/2026-11-26-h200). Re-record only for an intended change of output, and say
-# why in the commit.
+# why in the commit. 2026-11-28: generate's text became the prompt's continuation (the space a
+# first "\u2581" piece stands for); the 15 cpu/fpga-emu generate files changed by exactly that
+# leading space, cuda_gen_seed_text was given the same space by hand (its first token is "\u2581with").
 B=${BUILD:-build}
 D=tests/data/cli
 O=${1:-$D}

@@ -9,6 +9,11 @@
 #   serve_stop               SIGTERM, waits; sets RC
 #   ok NAME / fail NAME WHY  result lines for tests/run.sh
 #   check NAME CMD...        ok when CMD succeeds
+#   golden_completion FILE   the text /v1/completions (and tandem generate) give for a stories260K
+#                            golden's prompt: transformers' decode(ids + greedy_ids) after
+#                            decode(ids), i.e. greedy_text with the space its first piece's
+#                            "\u2581" stands for (from tokenizer.json's vocabulary) when the
+#                            prompt has text of its own (an id above the specials 0-2)
 #
 # The helpers are sourced into the caller's shell, where every variable is global: their own
 # variables carry a _serve_ prefix so that they never overwrite a caller's (a test's `name`, `i`
@@ -25,6 +30,14 @@ check() {
     _serve_check=$1
     shift
     if "$@"; then ok "$_serve_check"; else fail "$_serve_check" "$*"; fi
+}
+
+golden_completion() {
+    jq -j --slurpfile _t models/stories260K/tokenizer.json '
+        .greedy_ids[0] as $g
+        | ($_t[0].model.vocab | to_entries | map(select(.value == $g)) | .[0].key) as $p
+        | (if ((.ids | map(select(. > 2)) | length) > 0 and ($p | startswith("\u2581")))
+           then " " else "" end) + .greedy_text' "$1"
 }
 
 serve_cleanup() {
