@@ -227,13 +227,25 @@ static int drain(fpga_dev *d, fpga_seq *self)
 /* AsyncTLS for the sequence's next step at pos (fpga_tls_seq_prepare): ACCEL_ERR_NOMEM: dense.
  * An offloaded sequence or a card told to (d->stagger) runs the staggered pipeline, which
  * continues from the previous step only when that was its step at pos - 1. */
-static int tls_ready(fpga_dev *d, fpga_seq *s, int pos)
+static int tls_ready(fpga_dev *d, fpga_seq *s, int pos, fpga_tls_io *io, uint64_t *off)
 {
-    fpga_tls_io io;
-    fpga_tls_io_of(&d->tls, &s->tls_p, (uint32_t)s->cap_ids * d->blk_tokens, d->stagger, s->ddr, &io);
-    io.reset = !io.stagger || s->pipe_len != (uint32_t)pos || pos == 0;
-    return fpga_tls_seq_prepare(&d->card, &d->tls, &io, &d->kv, d->kv_base, d->geo.super_bytes,
+    fpga_tls_io_of(&d->tls, &s->tls_p, (uint32_t)s->cap_ids * d->blk_tokens, d->stagger, s->ddr, io);
+    io->reset = !io->stagger || s->pipe_len != (uint32_t)pos || pos == 0;
+    if (off) /* a batched run: the arena only, io goes in the record */
+        return fpga_tls_seq_arena(&d->card, &d->tls, io, &d->kv, d->kv_base, d->geo.super_bytes,
+                                  &s->tls_ar, &s->tls_upto, off);
+    return fpga_tls_seq_prepare(&d->card, &d->tls, io, &d->kv, d->kv_base, d->geo.super_bytes,
                                 &s->tls_ar, &s->tls_upto);
+}
+
+/* After a sequence's AsyncTLS step at pos: its summaries, pipeline and usage counts. */
+static void tls_done(fpga_dev *d, fpga_seq *s, int pos, const fpga_tls_step_counts *k)
+{
+    s->tls_upto = (uint32_t)pos + 1;
+    if (d->stagger || s->ddr) s->pipe_len = (uint32_t)pos + 1;
+    s->tls_read += (int64_t)k->keys_read, s->tls_total += (int64_t)k->keys_total;
+    s->tls_fetched += (int64_t)k->fetched, s->tls_chosen += (int64_t)k->chosen;
+    s->tls_steps++;
 }
 
 static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits, int allow_tls)
@@ -256,21 +268,16 @@ static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits, in
     model_rope_angles(inv, half, pos, d->cs, d->sn);
     if ((st = kv_grow(d, s, pos, 1))) return st;
     uint32_t n_ids = (uint32_t)(pos / (int)d->blk_tokens + 1);
-    const int tls = allow_tls && s->tls_on && (st = tls_ready(d, s, pos)) == 0;
+    fpga_tls_io io;
+    const int tls = allow_tls && s->tls_on && (st = tls_ready(d, s, pos, &io, NULL)) == 0;
     if (st && st != ACCEL_ERR_NOMEM) return card_status(d, st);
     d->card.kv_tier = (uint32_t)s->ddr;
     st = fpga_card_step(&d->card, d->x0, d->cs, d->sn, (uint32_t)id, (uint32_t)pos,
                         s->ddr ? 0 : d->kv_base, d->geo.blk_tiles, s->ids, n_ids, logits);
     s->pipe_len = 0;
     if (!st && tls) {
-        s->tls_upto = (uint32_t)pos + 1;
-        if (d->stagger || s->ddr) s->pipe_len = (uint32_t)pos + 1;
         fpga_tls_step_counts k;
-        if (!(st = fpga_tls_step_read(&d->card, &k))) {
-            s->tls_read += (int64_t)k.keys_read, s->tls_total += (int64_t)k.keys_total;
-            s->tls_fetched += (int64_t)k.fetched, s->tls_chosen += (int64_t)k.chosen;
-            s->tls_steps++;
-        }
+        if (!(st = fpga_tls_step_read(&d->card, &k))) tls_done(d, s, pos, &k);
     }
     return card_status(d, st);
 }
@@ -316,7 +323,8 @@ static void step_input(fpga_dev *d, int i, int32_t id, int pos, fpga_card_bseq *
 static int decode_batch(fpga_dev *d, int n, accel_seq *const *seqs, const int32_t *ids,
                         float *logits)
 {
-    fpga_card_bseq q[FPGA_DEC_MAX_BATCH];
+    fpga_card_bseq q[FPGA_DEC_MAX_BATCH] = {{0}};
+    fpga_tls_io io[FPGA_DEC_MAX_BATCH], back[FPGA_DEC_MAX_BATCH];
     for (int i = 0; i < n; i++) {
         fpga_seq *s = (fpga_seq *)seqs[i];
         int pos = s->base.len, st = kv_grow(d, s, pos, 1);
@@ -324,8 +332,26 @@ static int decode_batch(fpga_dev *d, int n, accel_seq *const *seqs, const int32_
         step_input(d, i, ids[i], pos, &q[i]);
         q[i].ids = s->ids;
         q[i].n_ids = (uint32_t)(pos / (int)d->blk_tokens + 1);
+        /* AsyncTLS in the record (no pool room for its arena: this step dense) */
+        if (s->tls_on && (st = tls_ready(d, s, pos, &io[i], &q[i].tls_off)) == 0) {
+            io[i].report = 0;
+            q[i].tls = &io[i];
+            q[i].tls_upto = s->tls_upto;
+            q[i].tls_back = &back[i];
+        } else if (st && st != ACCEL_ERR_NOMEM) {
+            return card_status(d, st);
+        }
     }
-    return card_status(d, fpga_card_step_batch(&d->card, n, q, d->kv_base, d->geo.blk_tiles, logits));
+    int st = fpga_card_step_batch(&d->card, n, q, d->kv_base, d->geo.blk_tiles, logits);
+    for (int i = 0; i < n; i++) {
+        fpga_seq *s = (fpga_seq *)seqs[i];
+        s->pipe_len = 0;
+        if (st || !q[i].tls_off) continue;
+        fpga_tls_step_counts k;
+        fpga_tls_counts_of(&back[i], &k);
+        tls_done(d, s, q[i].pos, &k);
+    }
+    return card_status(d, st);
 }
 
 static int fpga_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_t *ids,
@@ -335,9 +361,9 @@ static int fpga_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32
     int vocab = ad->m->cfg.vocab;
     int st0 = kv_room(d, n, seqs, 1);
     if (st0) return st0;
-    int tls = 0; /* the batched kernel has no AsyncTLS nor DDR4: such sequences go one per run */
-    for (int i = 0; i < n; i++) tls |= ((const fpga_seq *)seqs[i])->tls_on | ((const fpga_seq *)seqs[i])->ddr;
-    if (n > 1 && d->card.max_batch > 1 && !tls) {
+    int ddr = 0; /* the batched kernel has no DDR4 ports: offloaded sequences go one per run */
+    for (int i = 0; i < n; i++) ddr |= ((const fpga_seq *)seqs[i])->ddr;
+    if (n > 1 && d->card.max_batch > 1 && !ddr) {
         /* imports in flight land first; a sequence whose import failed fails the step */
         void *owner = NULL;
         int st = fpga_card_drain(&d->card, &owner, mark_failed);
@@ -685,25 +711,11 @@ static void fpga_describe(accel_dev *ad, accel_info *out)
     if (d->can_prefill) out->caps |= ACCEL_CAP_PREFILL | ACCEL_CAP_KV_EXPORT;
     out->max_batch = d->card.max_batch > 1 ? d->card.max_batch : 1;
     out->decode_curve = d->curve;
-    /* the DDR4 tier (fpga/BANKS.md "DDR4"): a sparse-decoded sequence's resident cache, per
-     * position (summaries, labels, the pipeline's table, dense layers' KV) and per level-1 block
-     * of the budget (one block of every sparse layer's KV heads); the arena's arithmetic */
-    const fpga_dec_desc *dd = &d->card.desc;
-    const sparse_tls_params *tp = &d->tls.p;
-    if (d->has_ddr && d->tls.avail && d->tier != 2 && fpga_tls_offload_ok(dd, (uint32_t)tp->block_size)) {
-        /* every channel keeps room for as many groups as the fullest (the same offsets) */
-        const uint64_t groups = ((uint64_t)dd->n_layers * dd->n_kv_heads + FPGA_DEC_CH - 1) /
-                                FPGA_DEC_CH * FPGA_DEC_CH;
-        const uint64_t bs = (uint64_t)tp->block_size;
-        const uint64_t dl = (uint64_t)tp->dense_layers < dd->n_layers ? (uint64_t)tp->dense_layers : dd->n_layers;
-        const uint64_t tok = 2ull * (dd->head_dim + 2); /* K and V of one position and head */
-        out->offload_bytes = (uint64_t)fpga_kv_pool_free_count(&d->ddr_kv) * d->blk_tokens *
-                             d->base.kv_bytes_per_token;
-        out->resident_per_token = groups * ((2ull * dd->head_dim * 4 + 4) / bs + 1 + (uint64_t)tp->channels / 2 + 8) +
-                                  dl * dd->n_kv_heads * tok;
-        out->resident_per_block = (dd->n_layers - dl) * dd->n_kv_heads * bs * tok + groups * 8;
-        out->resident_default_blocks = d->tls.on ? tp->block_budget : 0;
-    }
+    if (d->has_ddr && d->tier != 2) /* the DDR4 tier's fit rule (fpga/BANKS.md "DDR4") */
+        fpga_tls_offload_info(&d->tls, &d->card.desc,
+                              (uint64_t)fpga_kv_pool_free_count(&d->ddr_kv) * d->blk_tokens *
+                                  d->base.kv_bytes_per_token,
+                              out);
 }
 
 static void fpga_free(accel_dev *ad)

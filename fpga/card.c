@@ -22,6 +22,8 @@ enum { PF_IO = 32, PF_MODE, PF_LAYER, PF_POS0, PF_N, PF_R0, PF_R1, PF_KV_OFF, PF
         if (st_) return st_;                                                                       \
     } while (0)
 
+#define FPGA_CARD_SEL_IO (64u << 10)
+
 static int stage_channel(int g, int j)
 {
     return 1 + g * FPGA_DEC_STAGE_SLOTS + j; /* HBM[1..8] */
@@ -131,6 +133,10 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
     c->io_bytes = fpga_dec_align(c->max_batch > 1 ? fpga_dec_io_batch_bytes(&c->desc, (uint32_t)c->max_batch)
                                                   : fpga_dec_io_bytes(&c->desc),
                                  4096);
+    /* and room past the step's io for a selection table or AsyncTLS's parameters (and, for the
+     * tests, its report) when there is no batch io there: a card of one sequence per run */
+    if (c->io_bytes < fpga_dec_io_sel_off(&c->desc) + FPGA_CARD_SEL_IO)
+        c->io_bytes = fpga_dec_io_sel_off(&c->desc) + FPGA_CARD_SEL_IO;
     uint64_t reserve = c->io_bytes > FPGA_CARD_STAGE_BYTES ? c->io_bytes : FPGA_CARD_STAGE_BYTES;
     c->bank_bytes = FPGA_U280_HBM_BANK_BYTES - reserve;
     if (c->lo.image_bytes > c->bank_bytes) {
@@ -380,9 +386,16 @@ int fpga_card_step_batch(fpga_card *c, int n, const fpga_card_bseq *q, uint64_t 
     const uint64_t sb = fpga_dec_io_step_bytes(d), lg = fpga_dec_io_rec_logits(d);
     for (int i = 0; i < n; i++) {
         uint64_t r = fpga_dec_io_rec_off(d, (uint32_t)i);
-        uint32_t head[4] = {q[i].token, q[i].pos, q[i].n_ids, 0};
-        if (!q[i].n_ids || q[i].n_ids > FPGA_DEC_MAX_BLOCKS) return ACCEL_ERR_INVALID;
+        uint32_t head[7] = {q[i].token, q[i].pos, q[i].n_ids, 0, (uint32_t)q[i].tls_off,
+                            (uint32_t)(q[i].tls_off >> 32), q[i].tls_upto};
+        if (!q[i].n_ids || q[i].n_ids > FPGA_DEC_MAX_BLOCKS || (q[i].tls_off && !q[i].tls))
+            return ACCEL_ERR_INVALID;
         TRY(fpga_xrt_bo_write(x, c->io, head, sizeof head, r));
+        if (q[i].tls_off) {
+            uint64_t t = r + fpga_dec_io_rec_tls(d);
+            TRY(fpga_xrt_bo_write(x, c->io, q[i].tls, sizeof *q[i].tls, t));
+            TRY(fpga_xrt_bo_sync(x, c->io, XCL_BO_SYNC_BO_TO_DEVICE, sizeof *q[i].tls, t));
+        }
         TRY(fpga_xrt_bo_write(x, c->io, q[i].x0, 4ull * d->hidden, r + 64));
         TRY(fpga_xrt_bo_write(x, c->io, q[i].cs, 2ull * d->head_dim, r + 64 + 4ull * d->hidden));
         TRY(fpga_xrt_bo_write(x, c->io, q[i].sn, 2ull * d->head_dim,
@@ -419,6 +432,11 @@ int fpga_card_step_batch(fpga_card *c, int n, const fpga_card_bseq *q, uint64_t 
             head[3] != (FPGA_DEC_STATUS_MAGIC ^ q[i].pos))
             return ACCEL_ERR_DEVICE;
         TRY(fpga_xrt_bo_read(x, c->io, logits + (uint64_t)i * d->vocab, 4ull * d->vocab, r + lg));
+        if (q[i].tls_off && q[i].tls_back) {
+            uint64_t t = r + fpga_dec_io_rec_tls(d);
+            TRY(fpga_xrt_bo_sync(x, c->io, XCL_BO_SYNC_BO_FROM_DEVICE, sizeof *q[i].tls_back, t));
+            TRY(fpga_xrt_bo_read(x, c->io, q[i].tls_back, sizeof *q[i].tls_back, t));
+        }
     }
     return 0;
 }

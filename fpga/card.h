@@ -23,6 +23,7 @@
 #define TANDEM_FPGA_CARD_H
 #include "fpga/image_cache.h"
 #include "fpga/kernels/pf_layout.h"
+#include "fpga/kernels/tls_dec.h"
 #include "fpga/xrt_load.h"
 #include "proto/kv.h"
 
@@ -118,6 +119,12 @@ typedef struct fpga_card_bseq {
     uint32_t token, pos;
     const uint32_t *ids;       /* its block table */
     uint32_t n_ids;
+    /* AsyncTLS (tls_off not 0): its arena, the positions summarized and the run's parameters
+     * (in HBM, no report; fpga/kernels/tls_dec.h); tls_back: where the run's counts go */
+    uint64_t tls_off;
+    uint32_t tls_upto;
+    const fpga_tls_io *tls;
+    fpga_tls_io *tls_back;
 } fpga_card_bseq;
 /* One run of the batched kernel over n <= max_batch paged sequences (fpga/kernels/
  * decode_batch.c): the records into io, the run, every sequence's logits (n x vocab floats)

@@ -139,9 +139,9 @@ int fpga_tls_read_report(fpga_card *c, const sparse_tls_params *p, uint32_t *tab
     return st ? st : fpga_card_io_read(c, at + tb, q, 4ull * d->n_layers * d->n_heads * d->head_dim);
 }
 
-int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, fpga_tls_io *io, fpga_kv_pool *pool,
-                         uint64_t kv_base, uint64_t super_bytes, fpga_tls_arena_ref *ar,
-                         uint32_t *upto)
+int fpga_tls_seq_arena(fpga_card *c, const fpga_tls *t, fpga_tls_io *io, fpga_kv_pool *pool,
+                       uint64_t kv_base, uint64_t super_bytes, fpga_tls_arena_ref *ar,
+                       uint32_t *upto, uint64_t *off)
 {
     /* the arena's size follows the budgets and the pipeline's mode: a change takes a new one */
     const uint64_t key = (uint64_t)io->block_budget | (uint64_t)io->stagger << 32 |
@@ -167,7 +167,25 @@ int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, fpga_tls_io *io, fpga_
         *upto = 0;
         io->reset = 1;
     }
-    return fpga_tls_prepare(c, t, io, kv_base + (uint64_t)ar->first * super_bytes, *upto);
+    *off = kv_base + (uint64_t)ar->first * super_bytes;
+    return 0;
+}
+
+int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, fpga_tls_io *io, fpga_kv_pool *pool,
+                         uint64_t kv_base, uint64_t super_bytes, fpga_tls_arena_ref *ar,
+                         uint32_t *upto)
+{
+    uint64_t off;
+    int st = fpga_tls_seq_arena(c, t, io, pool, kv_base, super_bytes, ar, upto, &off);
+    return st ? st : fpga_tls_prepare(c, t, io, off, *upto);
+}
+
+void fpga_tls_counts_of(const fpga_tls_io *io, fpga_tls_step_counts *out)
+{
+    out->keys_read = (uint64_t)io->keys_read_hi << 32 | io->keys_read_lo;
+    out->keys_total = (uint64_t)io->keys_total_hi << 32 | io->keys_total_lo;
+    out->fetched = (uint64_t)io->fetched_hi << 32 | io->fetched_lo;
+    out->chosen = (uint64_t)io->chosen_hi << 32 | io->chosen_lo;
 }
 
 int fpga_tls_step_read(fpga_card *c, fpga_tls_step_counts *out)
@@ -180,4 +198,28 @@ int fpga_tls_step_read(fpga_card *c, fpga_tls_step_counts *out)
     out->fetched = (uint64_t)io.fetched_hi << 32 | io.fetched_lo;
     out->chosen = (uint64_t)io.chosen_hi << 32 | io.chosen_lo;
     return 0;
+}
+
+void fpga_tls_offload_info(const fpga_tls *t, const fpga_dec_desc *d, uint64_t ddr_bytes,
+                           accel_info *out)
+{
+    const sparse_tls_params *tp = &t->p;
+    if (!t->avail || !ddr_bytes || !fpga_tls_offload_ok(d, (uint32_t)tp->block_size)) return;
+    /* every channel keeps room for as many groups as the fullest (the same offsets) */
+    const uint64_t groups = ((uint64_t)d->n_layers * d->n_kv_heads + FPGA_DEC_CH - 1) /
+                            FPGA_DEC_CH * FPGA_DEC_CH;
+    const uint64_t bs = (uint64_t)tp->block_size;
+    const uint64_t dl = (uint64_t)tp->dense_layers < d->n_layers ? (uint64_t)tp->dense_layers
+                                                                 : d->n_layers;
+    const uint64_t tok = 2ull * (d->head_dim + 2); /* K and V of one position and head */
+    out->offload_bytes = ddr_bytes;
+    /* per position: fp32 max / min rows and the block -> slot word per block, the labels (r / 2
+     * bytes, min and step), a dense layer's resident K and V */
+    out->resident_per_token =
+        groups * ((2ull * d->head_dim * 4 + 4) / bs + 1 + (uint64_t)tp->channels / 2 + 8) +
+        dl * d->n_kv_heads * tok;
+    /* per block of the budget: one level-1 block of every sparse layer's KV heads, and the
+     * pipeline's two words (S_{t-1}, the slot's owner) per group */
+    out->resident_per_block = (d->n_layers - dl) * d->n_kv_heads * bs * tok + groups * 8;
+    out->resident_default_blocks = t->on ? tp->block_budget : 0;
 }

@@ -54,12 +54,25 @@ typedef struct fpga_tls_arena_ref {
 int fpga_tls_seq_prepare(fpga_card *c, const fpga_tls *t, fpga_tls_io *io, fpga_kv_pool *pool,
                          uint64_t kv_base, uint64_t super_bytes, fpga_tls_arena_ref *ar,
                          uint32_t *upto);
+/* Its arena only (as above), its offset into *off: a batched run carries io in the record. */
+int fpga_tls_seq_arena(fpga_card *c, const fpga_tls *t, fpga_tls_io *io, fpga_kv_pool *pool,
+                       uint64_t kv_base, uint64_t super_bytes, fpga_tls_arena_ref *ar,
+                       uint32_t *upto, uint64_t *off);
 /* After an AsyncTLS step: the keys it attended and the keys the rows held (every layer and KV
  * head), and with the pipeline the level-1 blocks made resident and chosen (sparse groups). */
 typedef struct fpga_tls_step_counts {
     uint64_t keys_read, keys_total, fetched, chosen;
 } fpga_tls_step_counts;
 int fpga_tls_step_read(fpga_card *c, fpga_tls_step_counts *out);
+/* What accel_info says of the DDR4 tier (scheduler/accel.h: offload_bytes, resident_*), for a
+ * card with ddr_bytes free in its DDR4 pool: the arena's arithmetic (fpga/kernels/tls_dec.h)
+ * per position and per block of the budget at the device's parameters. Nothing when the card
+ * cannot decode sparse from a resident cache (no channel file, a shape that does not fill the
+ * channels). */
+void fpga_tls_offload_info(const fpga_tls *t, const fpga_dec_desc *d, uint64_t ddr_bytes,
+                           accel_info *out);
+/* The counts a run wrote back into io (a batched record's). */
+void fpga_tls_counts_of(const fpga_tls_io *io, fpga_tls_step_counts *out);
 /* Tests (t->report set): the last step's selections (n_layers x n_kv lists of token_budget + 1
  * u32, count FPGA_DEC_SEL_DENSE for a dense one) and queries (n_layers x n_heads x head_dim). */
 int fpga_tls_read_report(fpga_card *c, const sparse_tls_params *p, uint32_t *table, float *q);

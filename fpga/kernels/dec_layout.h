@@ -485,7 +485,8 @@ static inline uint64_t fpga_dec_io_sel_bytes(const fpga_dec_desc *d, uint32_t ca
  *                  done = FPGA_DEC_STATUS_MAGIC ^ pos when the sequence's logits are out
  *   [64, ..)       its step input (x0, cos, sin: fpga_dec_io_step_bytes)
  *   rec_logits     its logits (vocab fp32)
- *   rec_table      its block table (n_ids u32, at most FPGA_DEC_MAX_BLOCKS) */
+ *   rec_table      its block table (n_ids u32, at most FPGA_DEC_MAX_BLOCKS)
+ *   rec_tls        its AsyncTLS parameters, when head words 4, 5 (tls_off) are not 0 */
 #define FPGA_DEC_MAX_BATCH 16
 #define FPGA_DEC_BATCH_MAGIC 0x48544254u /* "TBTH" */
 /* The batched image's MAC array: 3 x the single engine's 4096 int8 MACs per cycle (6,144 of the
@@ -503,9 +504,17 @@ static inline uint64_t fpga_dec_io_rec_table(const fpga_dec_desc *d)
 {
     return fpga_dec_align(fpga_dec_io_rec_logits(d) + 4ull * d->vocab, FPGA_DEC_ALIGN);
 }
+/* AsyncTLS for the record's sequence (tls_dec.h): when the head's words 4..5 (tls_off) are not
+ * 0, its run parameters (an fpga_tls_io of at most FPGA_DEC_REC_TLS_BYTES) here, word 6 its
+ * tls_upto; the kernel writes the counts back into them. */
+#define FPGA_DEC_REC_TLS_BYTES 128
+static inline uint64_t fpga_dec_io_rec_tls(const fpga_dec_desc *d)
+{
+    return fpga_dec_align(fpga_dec_io_rec_table(d) + 4ull * FPGA_DEC_MAX_BLOCKS, 64);
+}
 static inline uint64_t fpga_dec_io_rec_bytes(const fpga_dec_desc *d)
 {
-    return fpga_dec_align(fpga_dec_io_rec_table(d) + 4ull * FPGA_DEC_MAX_BLOCKS, 4096);
+    return fpga_dec_align(fpga_dec_io_rec_tls(d) + FPGA_DEC_REC_TLS_BYTES, 4096);
 }
 static inline uint64_t fpga_dec_io_rec_off(const fpga_dec_desc *d, uint32_t i)
 {

@@ -270,33 +270,10 @@ static int decode_adapter(const fpga_kargs *a)
         fpga_tls_io tp;
         if (sel_cap || !fpga_k_range_ok(fpga_dec_io_sel_off(&d), sizeof tp, io->size)) return -1;
         memcpy(&tp, (const uint8_t *)io->ptr + fpga_dec_io_sel_off(&d), sizeof tp);
-        const uint32_t G = d.n_heads / d.n_kv_heads, bs = tp.block_size;
-        if (tp.magic != FPGA_TLS_IO_MAGIC || (bs != 16 && bs != 32 && bs != 64 && bs != 128) ||
-            tp.r < 2 || tp.r % 2 || tp.r > d.head_dim || d.head_dim > TLS_K_MAX_HD ||
-            G > TLS_K_MAX_G || tp.block_budget < 1 || tp.token_budget < 1 ||
-            tp.token_budget > TLS_K_MAX_CAND || tp.cap <= pos || tls_upto > pos)
+        uint8_t *bank[FPGA_DEC_CH];
+        for (int c = 0; c < FPGA_DEC_CH; c++) bank[c] = a->a[c].ptr;
+        if (!fpga_tls_args_ok(&d, &lo, &tp, pos, tls_upto, tls_off, min_size, bank, kv_tier, 1))
             return -1;
-        const uint64_t nb = ((uint64_t)tp.cap + bs - 1) / bs;
-        if (nb > TLS_K_MAX_BLOCKS ||
-            (uint64_t)(tp.block_budget < nb ? tp.block_budget : nb) * bs > TLS_K_MAX_CAND)
-            return -1;
-        /* offload: the staggered pipeline over the KV in DDR4, a shape whose layers fill the
-         * channels, and dense contexts short enough to be resident whole */
-        if (tp.stagger > 1 || tp.offload > 1 || tp.reset > 1 || (tp.offload && !tp.stagger) ||
-            tp.offload != kv_tier || (tp.offload && !fpga_tls_offload_ok(&d, bs)) ||
-            (tp.stagger && (uint64_t)tp.dense_below > (uint64_t)tp.block_budget * bs))
-            return -1;
-        fpga_tls_arena ar;
-        fpga_tls_arena_of(&d, &tp, &ar);
-        if (tls_off < lo.image_bytes || !fpga_k_range_ok(tls_off, ar.chan_bytes, min_size))
-            return -1;
-        for (uint32_t l = tp.dense_layers; l < d.n_layers; l++)
-            for (uint32_t g = 0; g < d.n_kv_heads; g++) {
-                const uint8_t *chn = (const uint8_t *)a->a[fpga_tls_group_ch(&d, l, g)].ptr +
-                                     tls_off + fpga_tls_group_slot(&d, l, g) * ar.ch_stride;
-                for (uint32_t i = 0; i < tp.r; i++)
-                    if ((uint32_t)(chn[2 * i] | chn[2 * i + 1] << 8) >= d.head_dim) return -1;
-            }
         if (tp.report && !fpga_k_range_ok(fpga_dec_io_sel_off(&d) + sizeof tp,
                                           fpga_tls_report_bytes(&d, tp.token_budget), io->size))
             return -1;

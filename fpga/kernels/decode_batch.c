@@ -27,12 +27,18 @@
  * special-function passes (RMSNorm, activation quantization, SiLU) and attention phase are
  * serial stalls; the KV of each sequence is its own commands.
  *
+ * AsyncTLS (tls_dec.h): a record whose head names an arena (tls_off) attends as decode.c's run
+ * with that arena does — the same summaries, selection and attention, so its logits are bit for
+ * bit those of its AsyncTLS step alone — with its parameters in the record (rec_tls; no report,
+ * no DDR4: an offloaded sequence decodes alone), the counts written back there.
+ *
  * Arguments: 0..31 hbm0..hbm31 (global, HBM[c]), 32 io (global, HBM[0]), 33 n_seq u32,
  * 34 kv_off u64 (the pool), 35 blk_tiles u32. */
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/kernels/dec_math.h"
 #include "fpga/kernels/dec_step.h"
 #include "fpga/kernels/kernel.h"
+#include "fpga/kernels/tls_dec.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -48,6 +54,10 @@ typedef struct bd_chip {
     uint32_t ids[FPGA_DEC_MAX_BATCH][FPGA_DEC_MAX_BLOCKS];
     uint32_t token[FPGA_DEC_MAX_BATCH], pos[FPGA_DEC_MAX_BATCH];
     fpga_dec_kvmap kv[FPGA_DEC_MAX_BATCH];
+    uint64_t tls_off[FPGA_DEC_MAX_BATCH];
+    uint32_t tls_upto[FPGA_DEC_MAX_BATCH];
+    fpga_tls_io tls[FPGA_DEC_MAX_BATCH];
+    fpga_tls_count cnt[FPGA_DEC_MAX_BATCH];
 } bd_chip;
 
 typedef struct bd_ctx {
@@ -123,11 +133,18 @@ void tandem_decode_batch(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t n
     /* each sequence's record: token, position, table, step input */
     for (uint32_t b = 0; b < c.n; b++) {
         const uint8_t *rec = io + fpga_dec_io_rec_off(d, b);
-        uint32_t head[3];
+        uint32_t head[7];
         fpga_k_read(rec, 64 + fpga_dec_io_step_bytes(d));
         memcpy(head, rec, sizeof head);
         chip->token[b] = head[0];
         chip->pos[b] = head[1];
+        chip->tls_off[b] = (uint64_t)head[5] << 32 | head[4];
+        chip->tls_upto[b] = head[6];
+        chip->cnt[b] = (fpga_tls_count){0};
+        if (chip->tls_off[b]) {
+            fpga_k_read(rec + fpga_dec_io_rec_tls(d), sizeof chip->tls[b]);
+            memcpy(&chip->tls[b], rec + fpga_dec_io_rec_tls(d), sizeof chip->tls[b]);
+        }
         fpga_k_read(rec + fpga_dec_io_rec_table(d), 4ull * head[2]);
         memcpy(chip->ids[b], rec + fpga_dec_io_rec_table(d), 4ull * head[2]);
         fpga_dec_kvmap_paged(d, &c.lo, kv_off, chip->ids[b], head[2], &chip->kv[b]);
@@ -157,8 +174,14 @@ void tandem_decode_batch(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t n
             fpga_kd_rope(w, d->n_heads, hd, chip->cs[b], chip->sn[b]);
             fpga_kd_rope(w + qd, d->n_kv_heads, hd, chip->cs[b], chip->sn[b]);
             fpga_kd_step_append(c.ch, d, &chip->kv[b], l, w + qd, w + qd + kvd, chip->pos[b]);
-            fpga_kd_step_attention(c.ch, d, &c.lo, &chip->kv[b], l, w, chip->pos[b], att[b],
-                                   FPGA_DEC_BATCH_MACS_PER_CYCLE);
+            if (chip->tls_off[b])
+                fpga_tls_step_attention(c.ch, c.ch, d, &c.lo, &chip->kv[b], l, w, w + qd,
+                                        w + qd + kvd, chip->pos[b], chip->tls_off[b],
+                                        &chip->tls[b], chip->tls_upto[b], NULL, att[b],
+                                        FPGA_DEC_BATCH_MACS_PER_CYCLE, &chip->cnt[b]);
+            else
+                fpga_kd_step_attention(c.ch, d, &c.lo, &chip->kv[b], l, w, chip->pos[b], att[b],
+                                       FPGA_DEC_BATCH_MACS_PER_CYCLE);
         }
         bmatvec(&c, FPGA_DEC_O, lo_off + c.lo.off[FPGA_DEC_O], att, misc + c.lo.mi_sm_o, xn, 0);
         for (uint32_t b = 0; b < c.n; b++)
@@ -182,6 +205,17 @@ void tandem_decode_batch(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t n
 
     for (uint32_t b = 0; b < c.n; b++) {
         uint8_t *rec = io + fpga_dec_io_rec_off(d, b);
+        if (chip->tls_off[b]) { /* what the step read, as decode.c reports it */
+            fpga_tls_io *tp = &chip->tls[b];
+            const fpga_tls_count *k = &chip->cnt[b];
+            const uint64_t total = (uint64_t)d->n_layers * d->n_kv_heads * (chip->pos[b] + 1);
+            tp->keys_read_lo = (uint32_t)k->keys_read, tp->keys_read_hi = (uint32_t)(k->keys_read >> 32);
+            tp->keys_total_lo = (uint32_t)total, tp->keys_total_hi = (uint32_t)(total >> 32);
+            tp->fetched_lo = (uint32_t)k->fetched, tp->fetched_hi = (uint32_t)(k->fetched >> 32);
+            tp->chosen_lo = (uint32_t)k->chosen, tp->chosen_hi = (uint32_t)(k->chosen >> 32);
+            fpga_k_write(rec + fpga_dec_io_rec_tls(d), sizeof *tp);
+            memcpy(rec + fpga_dec_io_rec_tls(d), tp, sizeof *tp);
+        }
         uint32_t done = FPGA_DEC_STATUS_MAGIC ^ chip->pos[b];
         fpga_k_write(rec + 12, 4);
         memcpy(rec + 12, &done, 4);
@@ -220,6 +254,17 @@ static int decode_batch_adapter(const fpga_kargs *a)
                              head[2], &kv);
         if ((uint64_t)head[1] >= fpga_dec_kvmap_tiles(&kv) * d.kv_parts * FPGA_DEC_TILE) return -1;
         if (!fpga_dec_kvmap_ok(&kv, min_size)) return -1;
+        uint32_t th[3];
+        memcpy(th, rec + 16, sizeof th);
+        const uint64_t tls_off = (uint64_t)th[1] << 32 | th[0];
+        if (tls_off) { /* its AsyncTLS: in HBM, no report */
+            fpga_tls_io tp;
+            memcpy(&tp, rec + fpga_dec_io_rec_tls(&d), sizeof tp);
+            uint8_t *bank[FPGA_DEC_CH];
+            for (int c = 0; c < FPGA_DEC_CH; c++) bank[c] = a->a[c].ptr;
+            if (!fpga_tls_args_ok(&d, &lo, &tp, head[1], th[2], tls_off, min_size, bank, 0, 0))
+                return -1;
+        }
     }
     bd_chip *chip = malloc(sizeof *chip); /* the on-chip memory (only what a run uses is touched) */
     if (!chip) return -1;

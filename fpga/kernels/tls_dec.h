@@ -50,6 +50,8 @@ typedef struct fpga_tls_io {
     uint32_t reserved[5];
 } fpga_tls_io;
 
+_Static_assert(sizeof(fpga_tls_io) <= FPGA_DEC_REC_TLS_BYTES, "a batch record's AsyncTLS room");
+
 typedef struct fpga_tls_arena {
     uint32_t cap, cap_blocks, slots;  /* slots: groups per channel */
     uint64_t ch_stride;               /* a group's channels: r u16, 64-byte aligned */
@@ -136,6 +138,15 @@ static inline void fpga_tls_res_map(const fpga_dec_desc *d, const fpga_dec_layou
     m->n_ids = a->cap_blocks;
 }
 
+/* The adapters' check of a run's AsyncTLS parameters (the hardware would follow anything; the
+ * emulator must not crash): within the selection unit's bounds, the pipeline's rules, the arena
+ * at tls_off inside every bank BO (min_size) above the image, its channels real (ch: the banks),
+ * a report only where report_ok. 1 when fine. */
+static inline int fpga_tls_args_ok(const fpga_dec_desc *d, const fpga_dec_layout *lo,
+                                   const fpga_tls_io *tp, uint32_t pos, uint32_t upto,
+                                   uint64_t tls_off, uint64_t min_size, uint8_t *const *ch,
+                                   uint32_t kv_tier, int report_ok);
+
 /* Group (layer l, KV head g): its channel and slot. */
 static inline uint32_t fpga_tls_group_ch(const fpga_dec_desc *d, uint32_t l, uint32_t g)
 {
@@ -156,6 +167,41 @@ static inline uint8_t *fpga_tls_group(uint8_t *const *ch, const fpga_dec_desc *d
 {
     return ch[fpga_tls_group_ch(d, l, g)] + off + a->data_off +
            fpga_tls_group_slot(d, l, g) * a->group_bytes;
+}
+
+static inline int fpga_tls_args_ok(const fpga_dec_desc *d, const fpga_dec_layout *lo,
+                                   const fpga_tls_io *tp, uint32_t pos, uint32_t upto,
+                                   uint64_t tls_off, uint64_t min_size, uint8_t *const *ch,
+                                   uint32_t kv_tier, int report_ok)
+{
+    const uint32_t G = d->n_heads / d->n_kv_heads, bs = tp->block_size;
+    if (tp->magic != FPGA_TLS_IO_MAGIC || (bs != 16 && bs != 32 && bs != 64 && bs != 128) ||
+        tp->r < 2 || tp->r % 2 || tp->r > d->head_dim || d->head_dim > TLS_K_MAX_HD ||
+        G > TLS_K_MAX_G || tp->block_budget < 1 || tp->token_budget < 1 ||
+        tp->token_budget > TLS_K_MAX_CAND || tp->cap <= pos || upto > pos ||
+        (tp->report && !report_ok))
+        return 0;
+    const uint64_t nb = ((uint64_t)tp->cap + bs - 1) / bs;
+    if (nb > TLS_K_MAX_BLOCKS ||
+        (uint64_t)(tp->block_budget < nb ? tp->block_budget : nb) * bs > TLS_K_MAX_CAND)
+        return 0;
+    /* offload: the staggered pipeline over the KV in DDR4, a shape whose layers fill the
+     * channels, and dense contexts short enough to be resident whole */
+    if (tp->stagger > 1 || tp->offload > 1 || tp->reset > 1 || (tp->offload && !tp->stagger) ||
+        tp->offload != kv_tier || (tp->offload && !fpga_tls_offload_ok(d, bs)) ||
+        (tp->stagger && (uint64_t)tp->dense_below > (uint64_t)tp->block_budget * bs))
+        return 0;
+    fpga_tls_arena ar;
+    fpga_tls_arena_of(d, tp, &ar);
+    if (tls_off < lo->image_bytes || !fpga_k_range_ok(tls_off, ar.chan_bytes, min_size)) return 0;
+    for (uint32_t l = tp->dense_layers; l < d->n_layers; l++)
+        for (uint32_t g = 0; g < d->n_kv_heads; g++) {
+            const uint8_t *chn = ch[fpga_tls_group_ch(d, l, g)] + tls_off +
+                                 fpga_tls_group_slot(d, l, g) * ar.ch_stride;
+            for (uint32_t i = 0; i < tp->r; i++)
+                if ((uint32_t)(chn[2 * i] | chn[2 * i + 1] << 8) >= d->head_dim) return 0;
+        }
+    return 1;
 }
 
 /* io bytes of the report after the header. */
