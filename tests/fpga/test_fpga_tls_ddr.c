@@ -11,6 +11,7 @@
  *    of blocks moved;
  *  - where the bytes went: the offloaded sequence took DDR4 and no HBM KV block, and its decode
  *    runs read DDR4;
+ *  - after a truncation both choose anew and stay equal;
  *  - dense decode of an offloaded sequence (its tiles read straight from DDR4) equals a dense
  *    card decoding the same KV from HBM, bit for bit.
  * The prompt's KV comes from a CPU prefill through the wire format (kv_scatter into DDR4,
@@ -194,6 +195,14 @@ TEST(fpga_tls_ddr_offload_equals_hbm_and_cpu_pipeline)
     CHECK(ddr_read > 0);
     CHECK(moved_ref > 0 && pipe->fetched > 0);
     CHECK(db.blocks_new < db.blocks_kept); /* only the difference moved */
+
+    /* a truncation back into the prompt: both forget the pipeline and choose anew, alike */
+    REQUIRE(accel_seq_truncate(hbm, sa, N + 2) == 0 && accel_seq_truncate(ddr, sb, N + 2) == 0);
+    for (int s = 2; s < 5; s++) {
+        REQUIRE(accel_decode(hbm, 1, &sa, &ids[N + s], a) == 0);
+        REQUIRE(accel_decode(ddr, 1, &sb, &ids[N + s], b) == 0);
+        CHECK(memcmp(a, b, sizeof(float) * V) == 0);
+    }
 
     /* dense from DDR4 == dense from HBM: the same imported KV, decode_sparse off */
     accel_seq *sc, *sd;
