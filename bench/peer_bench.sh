@@ -3,8 +3,9 @@
 # after make; PARTS="link handover decode" picks sections):
 #   link      tandem's link (build/peer_bench) at KV chunk sizes, the KV on the stream endpoint
 #             and as tagged messages on the endpoint made from the other side's worker address,
-#             against ucx_perftest's stream_bw and tag_bw on the same UCX_TLS: tcp, and sm,tcp
-#             (shared memory between the two processes; the stream's connection needs tcp)
+#             pipelined as the remote backend sends it, against ucx_perftest's stream_bw and
+#             tag_bw on the same UCX_TLS, each size back to back: tcp, and sm,tcp (shared memory
+#             between the two processes; the stream's connection needs tcp)
 #   handover  the hand-over of a 4K and a 32K-token sequence to another daemon's device, run
 #             through the remote backend (build/peer_handover), against the same device in the
 #             same process: a model of Llama-3-8B's KV shape (32 layers, 8 KV heads x 128, a
@@ -37,17 +38,23 @@ perftest() { # TLS TEST SIZE: ucx_perftest's bandwidth (MB/s, overall) between t
 }
 
 case " $PARTS " in *" link "*)
+# per size, tandem's two paths and ucx_perftest's two tests back to back, so that each ratio
+# compares runs of the same minute on a machine whose load moves; 1000 chunks at 1 MiB (a
+# second a pass), 20 at the larger sizes; PEER_WINDOW=1 sends one chunk at a time (request and
+# answer, as before pipelining)
 for tls in tcp sm,tcp; do
     echo "== UCX_TLS=$tls"
-    for path in stream tag; do
-        UCX_TLS=$tls "$BUILD/peer_bench" --sizes "$SIZES" --logits 2048,524288 --path $path 2>&1 |
-            grep -E '^(# peer_bench|kv |logits )'
-    done
-    for t in stream_bw tag_bw; do
-        for s in $(echo "$SIZES" | tr ',' ' '); do
+    for s in $(echo "$SIZES" | tr ',' ' '); do
+        reps=$((s >= 8388608 ? 20 : 1000))
+        for path in stream tag; do
+            UCX_TLS=$tls "$BUILD/peer_bench" --sizes "$s" --logits 0 --reps $reps --path $path \
+                ${PEER_WINDOW:+--window $PEER_WINDOW} 2>&1 | grep -E '^(# peer_bench|kv )' | sed "s/^/$path: /"
+        done
+        for t in stream_bw tag_bw; do
             echo "ucx_perftest $t UCX_TLS=$tls $s bytes: $(perftest $tls $t $s) MB/s (overall)"
         done
     done
+    UCX_TLS=$tls "$BUILD/peer_bench" --sizes 0 --logits 2048,524288 --path tag 2>&1 | grep -E '^logits '
 done
 esac
 

@@ -555,6 +555,14 @@ int peer_conn_tag_send_start(peer_conn *c, uint64_t tag, const void *p, size_t n
     return PEER_OK;
 }
 
+int peer_conn_sender_driven(const peer_conn *c)
+{
+    if (!c->aep) return 1;
+    char lanes[96];
+    snprintf(lanes, sizeof lanes, ",%s,", c->transport);
+    return strstr(lanes, ",tcp,") != NULL;
+}
+
 int peer_conn_req_wait(peer_conn *c, void *req, double timeout_s)
 {
     return wait_req(c, req, peer_now() + timeout_s);

@@ -84,6 +84,12 @@ int peer_conn_tag_send(peer_conn *c, uint64_t tag, const void *p, size_t n, doub
  * p's bytes must outlive — until peer_conn_req_wait on it returned. Several may be in flight
  * (a KV stream's window, peer/remote.c). PEER_OK or PEER_ERR_IO (c is then dead). */
 int peer_conn_tag_send_start(peer_conn *c, uint64_t tag, const void *p, size_t n, void **req);
+/* 1 when the address endpoint moves large tagged messages only while the sender progresses
+ * its worker: its lanes include tcp (UCX's rendezvous over TCP sends the data from the sender
+ * once the receiver asks). Shared memory (cma) and RDMA lanes let the receiver fetch the data
+ * itself, so a send may be left in flight while the sending thread is elsewhere; over tcp it
+ * must be waited for, or the receiver would wait until the sender's next call. */
+int peer_conn_sender_driven(const peer_conn *c);
 /* Waits at most timeout_s for a send peer_conn_tag_send_start started, and lets it go (req
  * NULL: PEER_OK at once). PEER_OK, PEER_ERR_IO, PEER_ERR_TIMEOUT (c is then dead; the buffer
  * is UCX's no longer either way). */

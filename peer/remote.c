@@ -739,6 +739,12 @@ static int r_kv_import_locked(rdev *d, rseq *s, const proto_kv_layer *c, uint32_
         st = peer_conn_send(d->c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, call_timeout());
         if (!st) st = peer_conn_tag_send_start(d->c, d->tag_base + serial, f->buf + PEER_KV_FIXED,
                                                o - PEER_KV_FIXED, &f->req);
+        /* over tcp lanes the bytes move only while this thread progresses: sent before the
+         * import returns (the answer is still not waited for) */
+        if (!st && f->req && peer_conn_sender_driven(d->c)) {
+            st = peer_conn_req_wait(d->c, f->req, call_timeout());
+            f->req = NULL;
+        }
     } else {
         st = peer_conn_send(d->c, PEER_KV, f->buf, o, NULL, 0, call_timeout());
     }

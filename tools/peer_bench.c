@@ -220,6 +220,10 @@ int main(int argc, char **argv)
                     peer_kv_tag_write(ctl, &k, (uint32_t)sz, ++serial);
                     st = peer_conn_send(c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, 30);
                     if (!st) st = peer_conn_tag_send_start(c, 1000 + serial, bufs[slot], (size_t)sz, &req[slot]);
+                    if (!st && req[slot] && peer_conn_sender_driven(c)) { /* as the backend does */
+                        st = peer_conn_req_wait(c, req[slot], 30);
+                        req[slot] = NULL;
+                    }
                 } else {
                     st = peer_conn_send(c, PEER_KV, bufs[slot], (size_t)sz, NULL, 0, 30);
                 }

@@ -402,6 +402,37 @@ TEST(peer_truncated_chunk_detected)
     two_stop(&t);
 }
 
+/* A lent card's description crosses the link: its KV block size (the remote backend cuts the
+ * KV it sends in it) and its decode curve (placement weighs a remote card like a local one),
+ * exactly as the card states them. */
+TEST(peer_remote_carries_block_size_and_decode_curve)
+{
+    two t;
+    if (two_start(&t, "fpga-emu:0")) return;
+    char err[256];
+    peer_node *node;
+    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
+    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
+    CHECK_MSG(rd, "%s", err);
+    if (rd) {
+        accel_info lent, remote;
+        accel_get_info(t.lent, &lent);
+        accel_get_info(rd, &remote);
+        CHECK(lent.kv_block_tokens > 0 && lent.decode_curve.n > 0); /* what there is to carry */
+        CHECK_EQ(remote.kv_block_tokens, lent.kv_block_tokens);
+        CHECK_EQ(remote.decode_curve.n, lent.decode_curve.n);
+        for (int i = 0; i < lent.decode_curve.n; i++) {
+            CHECK_EQ(remote.decode_curve.batch[i], lent.decode_curve.batch[i]);
+            CHECK(remote.decode_curve.step_s[i] == lent.decode_curve.step_s[i]);
+        }
+        CHECK(remote.decode_curve.ctx == lent.decode_curve.ctx &&
+              remote.decode_curve.s_per_pos == lent.decode_curve.s_per_pos);
+        accel_free(rd);
+    }
+    peer_node_free(node);
+    two_stop(&t);
+}
+
 TEST(peer_refuses_wrong_key_and_bad_frames)
 {
     two t;
