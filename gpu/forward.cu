@@ -328,7 +328,8 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         /* x += attn · Wo^T; the single-token GEMV's blocks are resident beside the attention, and
          * while the short rows' attention leaves HBM idle they request their whole rows into L2
          * (the long rows' split attention streams its keys itself: there it loses) */
-        GPU_TRY(gpu_gemm(e, nr, d.H, d.qd, w.w_o, att_r, x_r, 1, 1.f, p.cluster ? GPU_L2PF_O : 0));
+        const int short_attn = p.cluster || (p.tls && l >= gpu_tls_dense_layers(e)); /* AsyncTLS too */
+        GPU_TRY(gpu_gemm(e, nr, d.H, d.qd, w.w_o, att_r, x_r, 1, 1.f, short_attn ? GPU_L2PF_O : 0));
         prof_mark(e, P_O);
         if (fused) {
             GPU_TRY(gpu_gu_fused(s, e->pdl, e->sms, &d, w.w_gu, e->x, w.ffn_norm, e->h,

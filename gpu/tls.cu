@@ -69,7 +69,7 @@ int gpu_tls_open(gpu_engine *e, const sparse_tls_params *p, int on_default,
     t->on_default = on_default;
     gpu_tls_cfg &c = t->c;
     c.L = d.L, c.n_heads = d.n_heads, c.n_kv = d.n_kv, c.hd = d.hd, c.bs = p->block_size;
-    c.r = p->channels, c.nb_max = nb_max;
+    c.r = p->channels, c.nb_max = nb_max, c.sms = e->sms;
     const size_t B = GPU_MAX_BATCH, rows = B * d.n_kv;
     const size_t nch = (size_t)d.L * d.n_kv * c.r;
     cudaError_t ce = cudaMalloc((void **)&t->ch_d, nch * sizeof(unsigned short));
@@ -271,5 +271,6 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
 int gpu_tls_layer(gpu_engine *e, int layer, int T, const h16 *q, const int *pos,
                   const gpu_seq_dev *seqs, h16 *out)
 {
-    return gpu_tls_attn_layer(e->compute, e->tls->c, layer, T, q, pos, seqs, e->tls->meta_d, out);
+    return gpu_tls_attn_layer(e->compute, e->tls->c, layer, T, q, pos, seqs, e->tls->meta_d, out,
+                              e->pdl);
 }

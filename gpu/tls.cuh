@@ -14,22 +14,26 @@
  *   cnt   [0] keys attended, [1] keys of the rows, [2] blocks kept that were not kept at the
  *         step before, [3] blocks kept — summed over sparse layers, KV heads and steps
  *
- * One layer of a sparse decode step, T sequences (gpu_tls_attn_layer):
- *   tls_score   grid (GPU_TLS_CHUNKS, n_kv, T): the newest key's block max/min and label (the
- *               CTA whose chunk holds the last block), then level 1: the group's aggregated query
- *               [Q+ Q-] times [M; m] for every block (8 threads per block, sparse_tls.c's dot8)
- *   tls_select  grid (n_kv, T), 1024 threads: top block_budget blocks, the candidates of the kept
- *               blocks, level 2 scores from the labels, top token_budget tokens -> idx (ascending)
- *   tls_attend  grid (GPU_TLS_SPLITS, n_kv, T): exact attention of the group's heads over the
- *               listed keys (a dense row: cnt_idx = -n, keys 0 .. n-1), split-K, the last CTA of
- *               a (sequence, KV head) merges */
+ * One layer of a sparse decode step, T sequences (gpu_tls_attn_layer): one kernel, grid
+ * (GPU_TLS_CLUSTER, n_kv, T) in thread-block clusters of GPU_TLS_CLUSTER CTAs, one cluster per
+ * (sequence, KV head). The CTA whose range holds the newest key's block records its max / min and
+ * label; level 1 scores each CTA's range of blocks ([Q+ Q-] times [M; m], 8 lanes per dot product
+ * as sparse_tls.c's dot8) into bscore; the top block_budget blocks are chosen by a radix select
+ * whose histograms are summed across the cluster (distributed shared memory); every CTA gets the
+ * kept blocks' list; level 2 scores each CTA's range of the candidates from the labels; the top
+ * token_budget tokens are chosen the same way -> idx (ascending); the kept positions are spread
+ * evenly over the CTAs, each attends its share exactly (the group's heads) and the CTAs' partials
+ * are merged through distributed shared memory. A dense row (cnt_idx = -n) attends keys 0 .. n-1,
+ * an even share per CTA. Larger batches take the three kernels of gpu/tls_split.cu instead. */
 #ifndef TANDEM_GPU_TLS_CUH
 #define TANDEM_GPU_TLS_CUH
 #include "gpu/engine.cuh"
 
-#define GPU_TLS_CHUNKS 16  /* level-1 CTAs per (sequence, KV head) */
-#define GPU_TLS_SPLITS 32  /* attention CTAs per (sequence, KV head) */
+#define GPU_TLS_CLUSTER 8 /* CTAs per (sequence, KV head): one thread-block cluster */
+#define GPU_TLS_CHUNKS 16 /* the three-kernel form: level-1 CTAs per (sequence, KV head) */
+#define GPU_TLS_SPLITS 32 /* ... attention CTAs per (sequence, KV head) */
 #define GPU_TLS_MAX_GROUP 16
+#define GPU_TLS_PHASES 11 /* trace points of the one-kernel form */
 
 struct gpu_tls_dev {
     h16 *mm;
@@ -50,9 +54,12 @@ struct gpu_tls_cfg {
     float *bscore;            /* (T, n_kv, nb_max) */
     int *idx;                 /* (T, n_kv, GPU_TLS_MAX_TOKENS) */
     int *cnt_idx;             /* (T, n_kv) */
-    float *po;                /* (T, n_heads, GPU_TLS_SPLITS, hd) */
+    float *po;                /* the three-kernel form's partials: (T, n_heads, GPU_TLS_SPLITS, hd) */
     float2 *pml;              /* (T, n_heads, GPU_TLS_SPLITS) */
     int *arrive;              /* (T, n_kv), zero between launches */
+    int sms;                  /* the device's SMs (which form a launch takes) */
+    unsigned long long *trace; /* NULL, or the one-kernel form's phases: the clock (ns) in the
+                                  first cluster's first CTA at TLS_PHASES points (tls_kernels.cu) */
 };
 
 /* Summaries of positions [from, to) of one sequence, every layer, from its cache: the blocks
@@ -63,8 +70,16 @@ int gpu_tls_rebuild(cudaStream_t s, const gpu_tls_cfg &c, const gpu_seq_dev &sq,
  * queries q (T, n_heads * hd) h16, out the same shape. tls: (T) device. */
 int gpu_tls_attn_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, const h16 *q,
                        const int *pos, const gpu_seq_dev *seqs, const gpu_tls_dev *tls, h16 *out,
-                       int parts = 7);
-/* parts (timing): 1 level 1, 2 the selection, 4 the attention */
+                       int pdl = 0, int form = 0);
+/* form: 0 the rule (the one-kernel form while its clusters fit on the SMs at once: T x n_kv x
+ * GPU_TLS_CLUSTER <= 2 x sms; else the three kernels of gpu/tls_split.cu), 1 the one-kernel
+ * form, 2 the three kernels. The same lists and scores either way. */
+int gpu_tls_split_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, const h16 *q,
+                        const int *pos, const gpu_seq_dev *seqs, const gpu_tls_dev *tls, h16 *out);
+int gpu_tls_split_init(void);
+/* pdl: the one-kernel form launched with programmatic dependent launch (engine.cuh's rules:
+ * before its wait the kernel reads only the step's rows and requests summaries into L2; it lets
+ * the next kernel start at once, which reads the output only after its own wait). */
 /* Once per device before the first launch (the selection's shared memory). */
 int gpu_tls_kernels_init(void);
 /* Bytes of one sequence's summaries for cap positions. */

@@ -717,17 +717,20 @@ int main(int argc, char **argv)
     int (*tls_k)(int, int, int, int, int, int, int, int, int, int, double *) =
         ht ? (int (*)(int, int, int, int, int, int, int, int, int, int, double *))dlsym(ht, "gpu_tls_bench_kernels") : NULL;
     for (int i = 0; i < ntls; i++) {
-        /* one layer's kernels alone (Llama-3-8B heads, 32 channels), then the whole model */
+        /* one layer's sparse attention alone in each form (Llama-3-8B heads, 32 channels), then the
+         * whole model */
         for (int bi = 0; bi < ntls_b && tls_k; bi++) {
-            double us[4];
+            double us[2 + 11] = {0}; /* the two forms, the one-kernel form's 11 phases */
             if ((st = tls_k(m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, (int)tls_ctx[i], 64, 32,
                             (int)tls_blocks, (int)tls_budget, (int)tls_batch[bi], 50, us))) {
                 fprintf(stderr, "bench_gpu: tls kernels: %s\n", accel_strerror(st));
                 break;
             }
-            printf("{\"bench\":\"tls_kernels\",\"context\":%ld,\"batch\":%ld,\"level1_us\":%.1f,"
-                   "\"select_us\":%.1f,\"attend_us\":%.1f,\"layer_us\":%.1f}\n", tls_ctx[i],
-                   tls_batch[bi], us[0], us[1], us[2], us[3]);
+            printf("{\"bench\":\"tls_kernels\",\"context\":%ld,\"batch\":%ld,\"one_kernel_us\":%.1f,"
+                   "\"three_kernels_us\":%.1f,\"one_kernel_phases_us\":[", tls_ctx[i], tls_batch[bi],
+                   us[0], us[1]);
+            for (int k = 2; k < 13; k++) printf("%s%.2f", k > 2 ? "," : "", us[k]);
+            printf("]}\n");
             fflush(stdout);
         }
         if (tls_run(d, m, (int)tls_ctx[i], tls_batch, ntls_b, (int)steps, (int)tls_budget,

@@ -9,6 +9,7 @@
 #   TESTS    the test-name filters (default gpu_tls gpu_paged)
 #   CTX      contexts (default 32768,65536,130000)   BATCH  batches (default 1,8)
 #   BUDGET   token budget (default 1024)   BLOCKS  block budget (default 128)   STEPS (32)
+#   B        the build directory (default build: another plugin's, to compare, beside its bench_gpu)
 # Logs: $OUT/run.log (everything), tests.log, bench.jsonl.
 set -u
 OUT=${OUT:-/tmp/tandem-out}
@@ -25,22 +26,24 @@ has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 stamp "machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
 echo "kernel $(uname -r), $(nproc) cores, $(grep MemTotal /proc/meminfo)"; date -u
-BINS="build/tandem-tests build/bench_gpu build/mkmodel build/libtandem_cuda.so build/libtandem_cuda_test.so"
+B=${B:-build}
+BINS="$B/bench_gpu $B/mkmodel $B/libtandem_cuda.so"
+has tests && BINS="$BINS $B/tandem-tests $B/libtandem_cuda_test.so"
 . gpu/bench/libpath.sh
 missing
 if has tests; then
     stamp "tests: $TESTS"
-    BUILD=build timeout 400 build/tandem-tests $TESTS > "$OUT/tests.log" 2>&1
+    BUILD=$B timeout 400 $B/tandem-tests $TESTS > "$OUT/tests.log" 2>&1
     echo "tests exit $?"
     tail -30 "$OUT/tests.log"
 fi
 if has bench; then
     if [ ! -f "$MODEL8B/config.json" ]; then
         stamp "mkmodel llama3-8b -> $MODEL8B"
-        timeout 300 build/mkmodel --preset llama3-8b --out "$MODEL8B" || exit 1
+        timeout 300 $B/mkmodel --preset llama3-8b --out "$MODEL8B" || exit 1
     fi
     stamp "bench: --tls $CTX --tls-batch $BATCH"
-    timeout 420 build/bench_gpu --model "$MODEL8B" --tls "$CTX" --tls-batch "$BATCH" \
+    timeout 420 $B/bench_gpu --model "$MODEL8B" --tls "$CTX" --tls-batch "$BATCH" \
         --tls-budget "${BUDGET:-1024}" --tls-blocks "${BLOCKS:-128}" --steps "${STEPS:-32}" \
         | tee "$OUT/bench.jsonl"
     echo "bench exit ${PIPESTATUS[0]}"

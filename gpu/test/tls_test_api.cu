@@ -10,7 +10,7 @@ int gpu_tls_test_device_count(void);
 int gpu_tls_test_step(int n_heads, int n_kv, int hd, int n, int bs, int r, int block_budget,
                       int token_budget, int rebuilt, int on, const float *q, const float *k,
                       const float *v, const unsigned short *ch, int32_t *idx, int32_t *cnt,
-                      float *att, float *bscore, unsigned long long *counters);
+                      float *att, float *bscore, unsigned long long *counters, int form);
 }
 
 int gpu_tls_test_device_count(void)
@@ -55,11 +55,11 @@ int to_half(h16 *dst, const float *src, size_t n)
  * back: idx (n_kv, GPU_TLS_MAX_TOKENS) its lists, cnt (n_kv) their lengths (-n: dense), att
  * (n_heads, hd) the attention output, bscore (n_kv, ceil(n / bs)) the level-1 scores (valid
  * when the blocks exceed block_budget), counters (4) the sequence's counters. on 0: a dense
- * row. */
+ * row. form: gpu_tls_attn_layer's (1 the one-kernel form, 2 the three kernels). */
 int gpu_tls_test_step(int n_heads, int n_kv, int hd, int n, int bs, int r, int block_budget,
                       int token_budget, int rebuilt, int on, const float *q, const float *k,
                       const float *v, const unsigned short *ch, int32_t *idx, int32_t *cnt,
-                      float *att, float *bscore, unsigned long long *counters)
+                      float *att, float *bscore, unsigned long long *counters, int form)
 {
     if (gpu_tls_test_device_count() < 1) return ACCEL_ERR_NOT_FOUND;
     if (n < 1 || rebuilt < 0 || rebuilt >= n || hd > 128 || hd % 8 || n_heads % n_kv ||
@@ -90,6 +90,7 @@ int gpu_tls_test_step(int n_heads, int n_kv, int hd, int n, int bs, int r, int b
     memset(&c, 0, sizeof c);
     c.L = 1, c.n_heads = n_heads, c.n_kv = n_kv, c.hd = hd, c.bs = bs, c.r = r;
     c.nb_max = (n + bs - 1) / bs;
+    GPU_CHECK(cudaDeviceGetAttribute(&c.sms, cudaDevAttrMultiProcessorCount, 0));
     unsigned short *dch;
     GPU_TRY(b.alloc(&dch, (size_t)n_kv * r));
     GPU_CHECK(cudaMemcpy(dch, ch, (size_t)n_kv * r * 2, cudaMemcpyHostToDevice));
@@ -122,7 +123,7 @@ int gpu_tls_test_step(int n_heads, int n_kv, int hd, int n, int bs, int r, int b
     GPU_TRY(gpu_tls_rebuild(0, c, sq, t, 0, rebuilt));
     for (int p = rebuilt; p < n; p++) {
         GPU_CHECK(cudaMemcpy(dpos, &p, sizeof p, cudaMemcpyHostToDevice));
-        GPU_TRY(gpu_tls_attn_layer(0, c, 0, 1, dq, dpos, dsq, dt, dout));
+        GPU_TRY(gpu_tls_attn_layer(0, c, 0, 1, dq, dpos, dsq, dt, dout, 0, form));
     }
     GPU_CHECK(cudaDeviceSynchronize());
     GPU_CHECK(cudaMemcpy(idx, c.idx, (size_t)n_kv * GPU_TLS_MAX_TOKENS * 4, cudaMemcpyDeviceToHost));
@@ -152,9 +153,10 @@ __global__ void fill_k(h16 *x, size_t n, unsigned seed)
 }
 } // namespace
 
-/* One layer's three kernels on B rows of n keys each (one random cache shared by the rows, each
- * row its own summaries), each part timed alone over reps launches, then all three: us[0..3]
- * microseconds per launch (level 1, selection, attention, all). */
+/* One layer on B rows of n keys each (one random cache shared by the rows, each row its own
+ * summaries), timed over reps launches back to back: us[0] microseconds per launch of the
+ * one-kernel form, us[1] of the three kernels; us[2 .. 2 + GPU_TLS_PHASES) the one-kernel
+ * form's phases (gpu_tls_cfg.trace) in one more launch, microseconds after its start. */
 int gpu_tls_bench_kernels(int n_heads, int n_kv, int hd, int n, int bs, int r, int block_budget,
                           int token_budget, int B, int reps, double *us)
 {
@@ -179,6 +181,7 @@ int gpu_tls_bench_kernels(int n_heads, int n_kv, int hd, int n, int bs, int r, i
     memset(&c, 0, sizeof c);
     c.L = 1, c.n_heads = n_heads, c.n_kv = n_kv, c.hd = hd, c.bs = bs, c.r = r;
     c.nb_max = (n + bs - 1) / bs;
+    GPU_CHECK(cudaDeviceGetAttribute(&c.sms, cudaDevAttrMultiProcessorCount, 0));
     std::vector<unsigned short> ch((size_t)n_kv * r);
     for (int g = 0; g < n_kv; g++)
         for (int i = 0; i < r; i++) ch[(size_t)g * r + i] = (unsigned short)(i * (hd / r));
@@ -216,21 +219,29 @@ int gpu_tls_bench_kernels(int n_heads, int n_kv, int hd, int n, int bs, int r, i
     GPU_CHECK(cudaMemcpy(dt, t.data(), B * sizeof(gpu_tls_dev), cudaMemcpyHostToDevice));
     GPU_CHECK(cudaMemcpy(dsq, sqs.data(), B * sizeof(gpu_seq_dev), cudaMemcpyHostToDevice));
     GPU_CHECK(cudaMemcpy(dpos, pos.data(), B * sizeof(int), cudaMemcpyHostToDevice));
-    GPU_TRY(gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, 7)); /* warm-up */
     cudaEvent_t e0, e1;
     GPU_CHECK(cudaEventCreate(&e0));
     GPU_CHECK(cudaEventCreate(&e1));
-    const int parts[4] = {1, 2, 4, 7};
-    for (int k = 0; k < 4; k++) {
+    for (int form = 1; form <= 2; form++) {
+        GPU_TRY(gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, 0, form)); /* warm-up */
         GPU_CHECK(cudaEventRecord(e0, 0));
-        for (int i = 0; i < reps; i++) GPU_TRY(gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, parts[k]));
+        for (int i = 0; i < reps; i++) GPU_TRY(gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, 0, form));
         GPU_CHECK(cudaEventRecord(e1, 0));
         GPU_CHECK(cudaEventSynchronize(e1));
         float ms = 0;
         GPU_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        us[k] = 1e3 * ms / reps;
+        us[form - 1] = 1e3 * ms / reps;
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
+    /* one more launch of the one-kernel form with its phase trace: us[2 + i] the clock at point i
+     * after point 0 (-1: not reached) */
+    unsigned long long *dtr, tr[GPU_TLS_PHASES];
+    GPU_TRY(b.alloc(&dtr, GPU_TLS_PHASES));
+    c.trace = dtr;
+    GPU_TRY(gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, 0, 1));
+    GPU_CHECK(cudaDeviceSynchronize());
+    GPU_CHECK(cudaMemcpy(tr, dtr, sizeof tr, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < GPU_TLS_PHASES; i++) us[2 + i] = tr[i] ? 1e-3 * (double)(tr[i] - tr[0]) : -1;
     return ACCEL_OK;
 }

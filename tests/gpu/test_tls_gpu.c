@@ -1,6 +1,8 @@
-/* AsyncTLS's GPU kernels (gpu/tls_kernels.cu: reached with dlsym through the test library,
- * gpu/test/tls_test_api.cu) against the CPU reference (sparse/tls.c, cpu/tls.c) on the same
- * h16-rounded keys and queries, and the engine's sparse decode (gpu/tls.cu) through accel.h.
+/* AsyncTLS's GPU kernels (gpu/tls_kernels.cu, gpu/tls_split.cu: reached with dlsym through the
+ * test library, gpu/test/tls_test_api.cu; every case in both forms of the layer: one kernel of
+ * thread-block clusters, three kernels) against the CPU reference (sparse/tls.c, cpu/tls.c) on
+ * the same h16-rounded keys and queries, and the engine's sparse decode (gpu/tls.cu) through
+ * accel.h.
  *
  * Selection: the GPU computes every score in the reference's arithmetic order with rounded
  * operations, so the lists must equal the CPU's exactly, ties included (the data below makes
@@ -30,7 +32,7 @@ typedef struct api {
     int (*count)(void);
     int (*step)(int, int, int, int, int, int, int, int, int, int, const float *, const float *,
                 const float *, const unsigned short *, int32_t *, int32_t *, float *, float *,
-                unsigned long long *);
+                unsigned long long *, int);
 } api;
 
 static int api_load(api *a, char *why, size_t n)
@@ -100,7 +102,8 @@ static void synth(const tcase *c, float *q, float *k, float *v)
                    sizeof(float) * c->bs * kvd);
 }
 
-static void run_case(const api *a, const tcase *c)
+/* form: the layer's one-kernel form (1) or its three kernels (2), gpu/tls.cuh */
+static void run_case(const api *a, const tcase *c, int form)
 {
     const int kvd = c->n_kv * c->hd, qd = c->n_heads * c->hd, G = c->n_heads / c->n_kv;
     const int nb = (c->n + c->bs - 1) / c->bs;
@@ -117,7 +120,7 @@ static void run_case(const api *a, const tcase *c)
         for (int i = 0; i < c->r; i++)
             ch[g * c->r + i] = (unsigned short)((i * c->hd) / c->r + g % (c->hd / c->r));
     int st = a->step(c->n_heads, c->n_kv, c->hd, c->n, c->bs, c->r, c->bb, c->tb, c->rebuilt,
-                     c->on, q, k, v, ch, idx, cnt, att, bsc, counters);
+                     c->on, q, k, v, ch, idx, cnt, att, bsc, counters, form);
     CHECK_MSG(st == 0, "gpu_tls_test_step: %d", st);
     if (st) goto out;
     /* the reference on the same values */
@@ -185,8 +188,8 @@ static void run_case(const api *a, const tcase *c)
     }
     CHECK_MSG(worst <= tol, "case n=%d: attention over the kept keys off by %.3g (bound %.3g)", c->n,
               worst, tol);
-    fprintf(stderr, "  tls n=%d heads %d/%d hd %d bs %d bb %d tb %d rebuilt %d on %d: attention worst %.3g\n",
-            c->n, c->n_heads, c->n_kv, c->hd, c->bs, c->bb, c->tb, c->rebuilt, c->on, worst);
+    fprintf(stderr, "  tls form %d n=%d heads %d/%d hd %d bs %d bb %d tb %d rebuilt %d on %d: attention worst %.3g\n",
+            form, c->n, c->n_heads, c->n_kv, c->hd, c->bs, c->bb, c->tb, c->rebuilt, c->on, worst);
     sparse_tls_seq_free(s);
     free(fw);
     free(iw);
@@ -225,7 +228,8 @@ TEST(gpu_tls_select_equals_cpu)
         {4, 2, 96, 2000, 32, 24, 20, 333, 1950, 1, 10},  /* head_dim 96, r 24 (8-lane tail) */
         {64, 4, 128, 2000, 64, 64, 9, 400, 1990, 1, 11}, /* group of 16, r 64 */
     };
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&a, &cs[i]);
+    for (int form = 1; form <= 2; form++)
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&a, &cs[i], form);
 }
 
 /* ---------------------------------------------------------------- the engine */

@@ -1,0 +1,79 @@
+/* gpu/tls_dev.cuh — the device helpers AsyncTLS's kernels share (gpu/tls_kernels.cu: the
+ * summaries and the one-kernel layer; gpu/tls_split.cu: the layer in three kernels): a key row
+ * of the paged cache, a key's label, the top-k's order-preserving key and a CTA-wide scan. */
+#ifndef TANDEM_GPU_TLS_DEV_CUH
+#define TANDEM_GPU_TLS_DEV_CUH
+#include "gpu/tls.cuh"
+#include <math.h>
+
+static __device__ __forceinline__ const h16 *tls_krow(const gpu_seq_dev &sq, const h16 *base, int l,
+                                               int n_kv, int g, int hd, int p)
+{
+    return base + ((size_t)(l * n_kv + g) * sq.cap + (size_t)gpu_kv_row(sq.map, p)) * hd;
+}
+
+/* One warp: the label of key row k (sparse_tls_put's rounding). */
+static __device__ void tls_label_warp(const h16 *k, const unsigned short *ch, int r, unsigned char *code,
+                               float2 *lab)
+{
+    const int lane = threadIdx.x & 31;
+    float lo = INFINITY, hi = -INFINITY;
+    for (int i = lane; i < r; i += 32) {
+        float x = h16_to(k[ch[i]]);
+        lo = fminf(lo, x);
+        hi = fmaxf(hi, x);
+    }
+    for (int o = 16; o; o >>= 1) {
+        lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+        hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+    }
+    float step = __fdiv_rn(__fsub_rn(hi, lo), 15.0f);
+    if (!isfinite(step)) step = 0.0f;
+    for (int i = lane; i < r / 2; i += 32) {
+        int c2[2];
+        for (int j = 0; j < 2; j++) {
+            float x = h16_to(k[ch[2 * i + j]]);
+            float v = step > 0.0f ? __fadd_rn(__fdiv_rn(__fsub_rn(x, lo), step), 0.5f) : 0.0f;
+            c2[j] = v >= 0.0f ? (v < 15.0f ? (int)v : 15) : 0;
+        }
+        code[i] = (unsigned char)(c2[0] | c2[1] << 4);
+    }
+    if (lane == 0) *lab = make_float2(lo, step);
+}
+
+static __device__ __forceinline__ unsigned tls_key(float x)
+{
+    if (isnan(x)) return 0u;
+    unsigned u = x == 0.0f ? 0u : __float_as_uint(x);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* Exclusive prefix of v over the CTA's threads (in thread order); *total gets the sum. tmp: 33
+ * ints of shared memory. */
+static __device__ int tls_scan(int v, int *tmp, int *total)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int x = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) tmp[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        int w = lane < nw ? tmp[lane] : 0, s = w;
+        for (int o = 1; o < 32; o <<= 1) {
+            int y = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s += y;
+        }
+        tmp[lane] = s - w; /* exclusive per warp */
+        if (lane == 31) tmp[32] = s;
+    }
+    __syncthreads();
+    int r = tmp[warp] + x - v;
+    *total = tmp[32];
+    __syncthreads();
+    return r;
+}
+
+#endif
