@@ -42,6 +42,13 @@ static void gpu_dev_describe(accel_dev *d, accel_info *out)
     out->kind = ACCEL_KIND_CUDA;
     out->caps = ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT;
     out->max_batch = GPU_MAX_BATCH;
+    /* the decode cost by batch, the H200's measured curve scaled to this model's bytes and this
+     * device's bandwidth (gpu/curve.h); none when the bandwidth is unknown */
+    const model_config *c = &d->m->cfg;
+    double w = gpu_curve_weight_bytes(c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+                                      c->intermediate, c->vocab, 2);
+    gpu_decode_curve(w, (double)gpu_engine_kv_bytes_per_token(eng(d)), gpu_engine_mem_bps(eng(d)),
+                     GPU_MAX_BATCH, &out->decode_curve);
 }
 
 /* AsyncTLS: the device's defaults (accel_opts.decode_sparse), whether new sequences take them */

@@ -241,8 +241,13 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
     cudaDeviceProp prop;
     GPU_CHECK(cudaGetDeviceProperties(&prop, e->index));
     e->sms = prop.multiProcessorCount;
-    snprintf(e->desc, sizeof e->desc, "%s, %d SMs, %.0f GB, " GPU_H16_NAME, prop.name, e->sms,
-             prop.totalGlobalMem / 1e9);
+    int mem_khz = 0, bus_bits = 0;
+    if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, e->index) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, e->index) != cudaSuccess)
+        mem_khz = bus_bits = 0, (void)cudaGetLastError();
+    e->mem_bps = gpu_mem_bps(mem_khz, bus_bits);
+    snprintf(e->desc, sizeof e->desc, "%s, %d SMs, %.0f GB, %.2f TB/s, " GPU_H16_NAME, prop.name,
+             e->sms, prop.totalGlobalMem / 1e9, e->mem_bps / 1e12);
     GPU_TRY(pick_kernels(e, prop));
     e->dec_graph = (cudaGraphExec_t *)calloc(3 * (GPU_MAX_BATCH + 1), sizeof(cudaGraphExec_t));
     if (!e->dec_graph) return ACCEL_ERR_NOMEM;
@@ -371,6 +376,11 @@ void gpu_engine_free(gpu_engine *e)
 const char *gpu_engine_desc(const gpu_engine *e)
 {
     return e->desc;
+}
+
+double gpu_engine_mem_bps(const gpu_engine *e)
+{
+    return e->mem_bps;
 }
 
 uint64_t gpu_engine_kv_budget(const gpu_engine *e)

@@ -257,6 +257,7 @@ struct gpu_engine {
     const model *m;
     gpu_dims d;
     int sms;
+    double mem_bps; /* peak memory bandwidth (gpu_mem_bps of the device's clock and bus) */
     gpu_tuning tune; /* the settings it was opened with (gpu/tuning.h), read once */
     /* what runs, picked at open from the settings and what the device and model have: */
     int sm90;      /* prefill attention on wgmma (this build and GPU have it; head_dim 128, or

@@ -26,6 +26,7 @@
 #include "gpu/gpu_xattn.h"
 #include "sparse/sparse.h"
 #include "gpu/tuning.h"
+#include "gpu/curve.h"
 #include "sparse/tls.h"
 
 #ifdef __cplusplus
@@ -53,6 +54,9 @@ void gpu_engine_free(gpu_engine *e);
 
 /* "NVIDIA H100 80GB HBM3, 132 SMs" */
 const char *gpu_engine_desc(const gpu_engine *e);
+/* The device's peak memory bandwidth, bytes/s, from its memory clock and bus width (gpu_mem_bps;
+ * 0 when the driver does not say). */
+double gpu_engine_mem_bps(const gpu_engine *e);
 /* Bytes available to KV caches: what was free after weights and workspaces, less a safety margin
  * (and at most mem_limit). */
 uint64_t gpu_engine_kv_budget(const gpu_engine *e);
