@@ -24,7 +24,7 @@
  * Prefill (fpga/prefill.c drives fpga/kernels/prefill.c): a card whose xclbin has the prefill
  * kernel keeps a standing workspace in the pool for a dense pass of FPGA_PF_PASS rows (with the
  * kvf blocks, so that a dense prefill can export its KV), taken from mem_total at open; longer
- * prompts run in several passes. A sparse call (FlexPrefill from an empty sequence; XAttention
+ * prompts run in several passes. A sparse call (FlexPrefill, XAttention
  * or Tri-shape for a prompt or a chunk after cached positions; within the units' bounds) needs
  * a workspace for every position up to its end: placed in the pool for the call and freed after; when the pool has
  * no room the call returns ACCEL_ERR_NOMEM and leaves the sequence as it was (the scheduler

@@ -281,10 +281,13 @@ int fpga_pf_sparse_params(const fpga_dec_desc *desc, int pos0, const accel_prefi
         p->tri_hi = xp.tri_hi;
         return 1;
     }
-    /* FlexPrefill: its last-block estimate from an empty sequence only */
-    if (sp->p.mode != SPARSE_MODE_FLEX || pos0 != 0 || r->n < 2 * FPGA_FLEX_BS) return 0;
+    /* FlexPrefill: its last-block estimate over every key; a chunk after cached positions
+     * (a whole block of them) keeps its own query blocks (cpu/flex_index.c), at least a block */
+    if (sp->p.mode != SPARSE_MODE_FLEX || pos0 % FPGA_FLEX_BS || N < 2 * FPGA_FLEX_BS ||
+        r->n < FPGA_FLEX_BS)
+        return 0;
     const sparse_flex_params fp = sp->p.flex;
-    const int64_t nb = (r->n + FPGA_FLEX_BS - 1) / FPGA_FLEX_BS;
+    const int64_t nb = (N + FPGA_FLEX_BS - 1) / FPGA_FLEX_BS;
     /* budgets in blocks as cpu_flex_index_build counts them (0: the official None) */
     int64_t minb = ((int64_t)(fp.min_budget > 0 ? fp.min_budget : 1) + FPGA_FLEX_BS - 1) /
                    FPGA_FLEX_BS;

@@ -61,9 +61,10 @@ int fpga_pf_prefill(fpga_card *c, const fpga_pf_job *j, fpga_pf_result *res);
 
 /* The sparse units' parameters for a prefill call of r->n tokens after pos0 cached ones: 1 (into
  * p), or 0 when it runs dense. The method the scheduler settled (sparse/sparse.h) mapped onto
- * the units: FlexPrefill (the SIGU) for a whole prompt from an empty sequence; XAttention with
- * 128-token blocks and Tri-shape (xattn_est.c) for a whole prompt or a chunk after cached
- * positions on a block boundary; all within the units' bounds (flex_kernel.h, xattn_kernel.h).
+ * the units: FlexPrefill (the SIGU), XAttention with 128-token blocks and Tri-shape
+ * (xattn_est.c) for a whole prompt or a chunk after cached positions on a block boundary
+ * (FlexPrefill: the chunk at least a block, the sequence two); all within the units' bounds
+ * (flex_kernel.h, xattn_kernel.h).
  * Anything else runs dense, and the report says so (density 1). */
 int fpga_pf_sparse_params(const fpga_dec_desc *desc, int pos0, const accel_prefill_req *r,
                           fpga_pf_params *p);

@@ -152,7 +152,7 @@ void flex_sigu(const fpga_flex_buf *qbuf, const fpga_flex_buf *kvbuf, float *scr
                uint32_t *row_ptr, uint32_t *col, fpga_flex_head_info *info, uint32_t n,
                uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t gamma_bits,
                uint32_t tau_bits, uint32_t min_blocks, uint32_t max_blocks,
-               uint32_t gqa_interleave, void *chip);
+               uint32_t gqa_interleave, uint32_t q0, void *chip);
 void flex_sau(const fpga_flex_buf *qbuf, const fpga_flex_buf *kvbuf, const uint32_t *row_ptr,
               const uint32_t *col, uint32_t *jobs, const fpga_flex_buf *out,
               fpga_flex_sau_stats *stats, uint32_t n, uint32_t q0, uint32_t n_heads,

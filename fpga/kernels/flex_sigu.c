@@ -70,6 +70,7 @@ typedef struct sigu_args {
     int n, H, Hk, d, interleave;
     float gamma, tau;
     int min_b, max_b;
+    int q0; /* a chunk after q0 x 128 cached positions: its query blocks only (below) */
 } sigu_args;
 
 static int32_t dot8(const int8_t *a, const int8_t *b, int d)
@@ -290,15 +291,17 @@ static void estimate_group(const sigu_args *a, sigu_chip *s, int g)
     }
 }
 
-/* Step 9: the query-aware block map of head h, marked into s->mark. */
+/* Step 9: the query-aware block map of head h, marked into s->mark. A chunk after cached
+ * positions (q0 > 0; cpu/flex_index.c says why): its query blocks q0 .. nb - 1 only, their map's
+ * mass (one per row) cut at gamma x (nb - q0), the cut's 0 that of its first row. */
 static void query_aware_map(const sigu_args *a, sigu_chip *s, int h)
 {
-    const int n = a->n, d = a->d, nb = (n + BS - 1) / BS, pad = nb * BS - n;
+    const int n = a->n, d = a->d, nb = (n + BS - 1) / BS, pad = nb * BS - n, q0 = a->q0;
     const int g = a->interleave ? h % a->Hk : h / (a->H / a->Hk);
     const float rsd = sqrtf((float)d);
     const uint64_t qb = fpga_flex_qblock_bytes(d);
     /* Query Pooling Module: one burst per query block of the head */
-    for (int r = 0; r < nb; r++) {
+    for (int r = q0; r < nb; r++) {
         const uint8_t *p = fpga_flex_blk(a->qbuf, (uint64_t)h * nb + r);
         fpga_k_read(p, qb);
         double acc[MAXD] = {0};
@@ -309,7 +312,7 @@ static void query_aware_map(const sigu_args *a, sigu_chip *s, int h)
         for (int e = 0; e < d; e++) s->avg_q[r][e] = (float)(acc[e] / BS);
     }
     for (int e = 0; e < d; e++) s->avg_q[nb - 1][e] = s->avg_q[nb - 1][e] * (float)BS / (float)(BS - pad);
-    for (int r = 0; r < nb; r++)
+    for (int r = q0; r < nb; r++)
         for (int e = 0; e < d; e++) s->avg_q[r][e] = s->avg_q[r][e] / rsd;
     const float *avg_k_hbm = a->scratch + 2 * (uint64_t)a->H * n + (uint64_t)g * nb * d;
     fpga_k_read(avg_k_hbm, (uint64_t)nb * d * 4);
@@ -317,7 +320,7 @@ static void query_aware_map(const sigu_args *a, sigu_chip *s, int h)
 
     /* Query-Aware Scoring, row by row into the HBM score map */
     float *map = a->scratch + 2 * (uint64_t)a->H * n + (uint64_t)a->Hk * nb * d;
-    for (int r = 0; r < nb; r++) {
+    for (int r = q0; r < nb; r++) {
         for (int c = 0; c < nb; c++) {
             float acc = 0;
             if (c > r) {
@@ -331,23 +334,24 @@ static void query_aware_map(const sigu_args *a, sigu_chip *s, int h)
         fpga_k_write(map + (uint64_t)r * nb, (uint64_t)nb * 4);
         memcpy(map + (uint64_t)r * nb, s->row, (size_t)nb * 4);
     }
-    fpga_k_cycles((uint64_t)nb * nb * d / FPGA_FLEX_MPU_MACS + (uint64_t)nb * nb / FPGA_FLEX_SFU_LANES);
-    /* Streaming Coverage Selector: the cut at gamma x nb (a Python float compared as float32) */
-    const float limit = (float)((double)a->gamma * nb);
-    const uint64_t m2 = (uint64_t)nb * nb;
-    flex_cut cut = flex_cover_cut(map, m2, (double)limit);
-    fpga_k_read(map, m2 * 4);
+    const uint64_t rows = (uint64_t)(nb - q0), first = (uint64_t)q0 * nb;
+    fpga_k_cycles(rows * nb * d / FPGA_FLEX_MPU_MACS + rows * nb / FPGA_FLEX_SFU_LANES);
+    /* Streaming Coverage Selector: the cut at gamma x rows (a Python float compared as float32) */
+    const float limit = (float)((double)a->gamma * (double)rows);
+    const uint64_t m2 = rows * nb;
+    flex_cut cut = flex_cover_cut(map + first, m2, (double)limit);
+    fpga_k_read(map + first, m2 * 4);
     fpga_k_cycles(m2 / FPGA_FLEX_SCAN_LANES);
     uint64_t taken = 0;
     int dropped = 0;
-    for (uint64_t id = 0; id < m2; id++) {
-        uint32_t u = fpga_flex_bits(map[id]);
+    for (uint64_t i = 0; i < m2; i++) {
+        uint32_t u = fpga_flex_bits(map[first + i]);
         int keep = cut.all || u > cut.bits || (u == cut.bits && taken < cut.take);
         if (keep && !cut.all && u == cut.bits) taken++;
-        if (keep) flex_mark(s->mark, id);
+        if (keep) flex_mark(s->mark, first + i);
         else dropped = 1;
     }
-    if (dropped) flex_mark(s->mark, 0); /* the official code's 0 for every id past the cut */
+    if (dropped) flex_mark(s->mark, first); /* the official code's 0 for every id past the cut */
 }
 
 /* Steps 6-9 and the CSR rows of head h; k_v, k_s: the top-k size shared by all heads. */
@@ -381,7 +385,7 @@ static uint32_t select_head(const sigu_args *a, sigu_chip *s, int h, int k_v, in
     uint32_t *out = a->col + base;
     for (int r = 0; r < nb; r++) {
         s->rows[r] = base + k;
-        for (int c = 0; c <= r; c++)
+        for (int c = 0; r >= a->q0 && c <= r; c++) /* a chunk's rows only */
             if (flex_marked(s->mark, (uint64_t)r * nb + c)) out[k++] = (uint32_t)c;
     }
     s->rows[nb] = base + k;
@@ -401,7 +405,7 @@ void flex_sigu(const fpga_flex_buf *qbuf, const fpga_flex_buf *kvbuf, float *scr
                uint32_t *row_ptr, uint32_t *col, fpga_flex_head_info *info, uint32_t n,
                uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t gamma_bits,
                uint32_t tau_bits, uint32_t min_blocks, uint32_t max_blocks,
-               uint32_t gqa_interleave, void *chip_mem)
+               uint32_t gqa_interleave, uint32_t q0, void *chip_mem)
 {
     sigu_chip *chip = chip_mem;
 #pragma HLS INTERFACE m_axi port = qbuf offset = slave bundle = gmem0
@@ -414,7 +418,7 @@ void flex_sigu(const fpga_flex_buf *qbuf, const fpga_flex_buf *kvbuf, float *scr
     sigu_args a = {qbuf, kvbuf, scratch, row_ptr, col, info, (int)n, (int)n_heads,
                    (int)n_kv_heads, (int)head_dim, (int)gqa_interleave,
                    fpga_flex_f32(gamma_bits), fpga_flex_f32(tau_bits), (int)min_blocks,
-                   (int)max_blocks};
+                   (int)max_blocks, (int)q0};
     const int nb = (a.n + BS - 1) / BS;
     for (int g = 0; g < a.Hk; g++) estimate_group(&a, chip, g);
     int k_v = 0, k_s = 0;
@@ -456,7 +460,7 @@ static int flex_sigu_adapter(const fpga_kargs *k)
     fpga_flex_buf_flat(&kvb, k->a[1].ptr, fpga_flex_kvblock_bytes((int)d));
     flex_sigu(&qb, &kvb, k->a[2].ptr, k->a[3].ptr, k->a[4].ptr, k->a[5].ptr, n, H,
               Hk, d, (uint32_t)k->a[10].u, (uint32_t)k->a[11].u, minb, maxb,
-              (uint32_t)k->a[14].u, chip);
+              (uint32_t)k->a[14].u, 0, chip);
     free(chip);
     return 0;
 }

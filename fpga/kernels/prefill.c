@@ -395,7 +395,7 @@ static void sparse_attention(const pf_ctx *c, uint32_t r0, void *sigu_chip, void
     if (p.method == FPGA_PF_METHOD_FLEX) {
         flex_sigu(&qf, &kvf, (float *)flat(c, FPGA_PF_FLAT_SCRATCH), rows, col, info, n, H,
                   d->n_kv_heads, d->head_dim, p.gamma_bits, p.tau_bits, p.min_blocks,
-                  p.max_blocks, 0, sigu_chip);
+                  p.max_blocks, 0, q0, sigu_chip);
     } else {
         const fpga_xattn_params xp = {.method = p.method, .stride = p.stride,
                                       .thr_lo = p.thr_lo, .thr_hi = p.thr_hi,
@@ -538,7 +538,7 @@ static int args_ok(const fpga_kargs *a, fpga_dec_desc *d, fpga_pf_ws *w)
     if (m == FPGA_PF_QKV && (mode & FPGA_PF_F_SPARSE) && !(mode & FPGA_PF_F_KVF)) return 0;
     if (m != FPGA_PF_ATTN) return 1;
     /* the sparse units: rows r0..n of a pass whose rows are positions (pos0 0), within their
-     * bounds; FlexPrefill (its last-block estimate) only for a whole prompt */
+     * bounds (FlexPrefill's estimate needs its last block of rows in this chunk) */
     const uint32_t group = d->n_heads / d->n_kv_heads;
     if ((mode & (FPGA_PF_F_KVF | FPGA_PF_F_SPARSE)) != (FPGA_PF_F_KVF | FPGA_PF_F_SPARSE) ||
         pos0 || r1 != n || n > FPGA_FLEX_MAX_TOKENS || d->n_heads > FPGA_FLEX_MAX_HEADS ||
@@ -555,8 +555,10 @@ static int args_ok(const fpga_kargs *a, fpga_dec_desc *d, fpga_pf_ws *w)
         return fpga_xattn_ok(n, r0 / FPGA_FLEX_BS, d->n_heads, d->n_kv_heads, d->head_dim, &xp);
     }
     float gamma = fpga_flex_f32(p.gamma_bits), tau = fpga_flex_f32(p.tau_bits);
-    return r0 == 0 && n >= 2 * FPGA_FLEX_BS && gamma > 0 && gamma <= 1 && tau >= 0 && tau <= 1 &&
-           p.min_blocks >= 1 && p.max_blocks >= 1;
+    /* a chunk after cached positions: a whole block of them, at least a block of its own */
+    return r0 % FPGA_FLEX_BS == 0 && n >= 2 * FPGA_FLEX_BS && n >= r0 + FPGA_FLEX_BS &&
+           gamma > 0 && gamma <= 1 && tau >= 0 && tau <= 1 && p.min_blocks >= 1 &&
+           p.max_blocks >= 1;
 }
 
 static int prefill_adapter(const fpga_kargs *a)

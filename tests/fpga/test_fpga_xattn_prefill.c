@@ -6,7 +6,8 @@
  *    keys before them come from the card's tiles, the same int8 bytes the whole prompt wrote;
  *    and within the SAU's W8A8 tolerance of the dense card prefill (test_fpga_prefill.c);
  *  - a chunk after cached positions: the index the unit built inside the prefill for the last
- *    layer equals the CPU reference's (cpu_xattn_index_build, cpu_trishape_index_build) on the
+ *    layer equals the CPU reference's (cpu_xattn_index_build, cpu_trishape_index_build,
+ *    cpu_flex_index_build: FlexPrefill's SIGU over the chunk's query blocks) on the
  *    card's own quantized q and k — the cached positions' keys read back from the workspace
  *    the ATTN run filled from the tiles — and the report's blocks add up;
  *  - decoding goes on from a chunked sparse prefill. */
@@ -27,6 +28,15 @@ static accel_sparse xattn_sparse(double thr, int stride)
     sparse_params_default(&s.p, SPARSE_MODE_XATTN);
     s.p.xattention_threshold = thr;
     s.p.xattention_stride = stride;
+    return s;
+}
+
+static accel_sparse flex_sparse(float gamma, float tau)
+{
+    accel_sparse s;
+    sparse_params_default(&s.p, SPARSE_MODE_FLEX);
+    s.p.flex.gamma = gamma;
+    s.p.flex.tau = tau;
     return s;
 }
 
@@ -245,8 +255,9 @@ static void chunk_index(const char *dir, int n, int chunk, const accel_sparse *s
     cpu_flex_qkv x = {n, H, Hk, d, q + (size_t)q_pos0 * H * d, (size_t)H * d, k, v,
                       (size_t)Hk * d, q_pos0};
     cpu_flex_index *ix;
-    REQUIRE((sp->p.mode == SPARSE_MODE_XATTN ? cpu_xattn_index_build(NULL, &sp->p, &x, 0, &ix, NULL)
-                                             : cpu_trishape_index_build(&sp->p, &x, &ix)) == 0);
+    REQUIRE((sp->p.mode == SPARSE_MODE_XATTN  ? cpu_xattn_index_build(NULL, &sp->p, &x, 0, &ix, NULL)
+             : sp->p.mode == SPARSE_MODE_FLEX ? cpu_flex_index_build(NULL, &sp->p.flex, &x, &ix)
+                                              : cpu_trishape_index_build(&sp->p, &x, &ix)) == 0);
     int same = ix->nnz == (int64_t)nnz;
     for (int i = 0; same && i < H * (nb + 1); i++) same = ix->row_ptr[i] == (int64_t)rows[i];
     for (uint32_t e = 0; same && e < nnz; e++) same = ix->col[e] == (int32_t)col[e];
@@ -268,6 +279,17 @@ TEST(fpga_prefill_xattn_chunk_index_equals_cpu)
     chunk_index("models/tiny-llama2-mha", 2000, 384, &sp);
     sp = xattn_sparse(0.8, 16);
     chunk_index("models/stories260K", 500, 128, &sp);
+}
+
+/* FlexPrefill's index for a chunk after cached positions (its query blocks only, the estimate
+ * from its last rows over every key: cpu/flex_index.c) */
+TEST(fpga_prefill_flex_chunk_index_equals_cpu)
+{
+    /* 1,900 tokens in chunks of 3 blocks, the last 364 tokens after 1,536 cached; tau 1 makes
+     * every head query-aware (the map over the chunk's rows, on top of the minimum vertical and
+     * slash budgets) */
+    accel_sparse sp = flex_sparse(0.9f, 1.0f);
+    chunk_index("models/tiny-llama2-mha", 1900, 384, &sp);
 }
 
 TEST(fpga_prefill_trishape_chunk_index_equals_cpu)
