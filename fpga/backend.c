@@ -456,22 +456,6 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
     return st;
 }
 
-/* proto/kv.h allows int8 values -127..127 and scales that are finite and not negative. */
-static int chunk_valid(const proto_kv_layer *c)
-{
-    size_t nv = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
-    size_t ns = proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
-    if (!c->k || !c->v || !c->k_scale || !c->v_scale) return 0;
-    for (size_t i = 0; i < nv; i++)
-        if (c->k[i] == 0x80 || c->v[i] == 0x80) return 0;
-    for (size_t i = 0; i < ns; i++) {
-        uint16_t a = c->k_scale[i], b = c->v_scale[i];
-        if ((a & 0x8000) || (a & 0x7c00) == 0x7c00 || (b & 0x8000) || (b & 0x7c00) == 0x7c00)
-            return 0;
-    }
-    return 1;
-}
-
 /* A complete run of positions [pos0, pos0 + n): every layer of it, read back from the tiles by
  * kv_check, must have the payload CRC its chunk had. */
 static int check_landed(fpga_dev *d, fpga_seq *s, int pos0, int n)
@@ -498,7 +482,7 @@ static int import(fpga_dev *d, fpga_seq *s, const proto_kv_layer *c, int has_crc
 {
     if (c->dtype != PROTO_KV_INT8) return ACCEL_ERR_UNSUPPORTED;
     if (s->failed) return ACCEL_ERR_CORRUPT;
-    if (!chunk_valid(c)) {
+    if (!fpga_card_chunk_valid(c)) {
         s->failed = 1;
         return ACCEL_ERR_CORRUPT;
     }

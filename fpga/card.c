@@ -774,3 +774,19 @@ int fpga_card_io_read(fpga_card *c, uint64_t off, void *dst, uint64_t n)
     TRY(fpga_xrt_bo_sync(c->x, c->io, XCL_BO_SYNC_BO_FROM_DEVICE, n, off));
     return fpga_xrt_bo_read(c->x, c->io, dst, n, off);
 }
+
+/* proto/kv.h allows int8 values -127..127 and scales that are finite and not negative. */
+int fpga_card_chunk_valid(const proto_kv_layer *c)
+{
+    size_t nv = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    size_t ns = proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    if (!c->k || !c->v || !c->k_scale || !c->v_scale) return 0;
+    for (size_t i = 0; i < nv; i++)
+        if (c->k[i] == 0x80 || c->v[i] == 0x80) return 0;
+    for (size_t i = 0; i < ns; i++) {
+        uint16_t a = c->k_scale[i], b = c->v_scale[i];
+        if ((a & 0x8000) || (a & 0x7c00) == 0x7c00 || (b & 0x8000) || (b & 0x7c00) == 0x7c00)
+            return 0;
+    }
+    return 1;
+}

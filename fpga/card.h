@@ -140,6 +140,9 @@ int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uin
                       uint32_t part_tiles, int paged, uint32_t blk_id, void *owner,
                       void **failed_owner);
 int fpga_card_piece_tokens(const fpga_card *c);
+/* 1 when an int8 chunk keeps proto/kv.h's rules (values -127..127, scales finite and not
+ * negative, every array there): what the host checks before shipping it. */
+int fpga_card_chunk_valid(const proto_kv_layer *c);
 /* The most positions one import piece carries for a model (FPGA_DEC_STAGE_SLOTS slots of
  * FPGA_CARD_STAGE_BYTES, less the report). */
 int fpga_card_piece_tokens_for(const fpga_dec_desc *d);
