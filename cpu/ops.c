@@ -13,6 +13,9 @@
 /* The 16 lanes as a GCC/clang vector: lane-wise arithmetic exactly as written, mapped to one
  * AVX-512 or two AVX2 registers (or four SSE ones) by the compiler. */
 typedef float v16f __attribute__((vector_size(LANES * sizeof(float))));
+/* GCC and clang note that returning a v16f has another ABI without AVX-512: load16 is static
+ * and inlined, so no call between objects carries one (finish16 takes its vector by pointer) */
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 static inline v16f load16(const float *p)
 {
@@ -30,10 +33,10 @@ static inline float tree16(float *acc)
 
 /* The tail (fewer than 16 elements left) goes through a plain array: element-wise work that the
  * compiler can keep in registers, unlike per-lane inserts into a vector. */
-static inline float finish16(v16f v, const float *a, const float *b, int rest)
+static inline float finish16(const v16f *v, const float *a, const float *b, int rest)
 {
     float acc[LANES];
-    memcpy(acc, &v, sizeof acc);
+    memcpy(acc, v, sizeof acc);
     for (int l = 0; l < rest; l++) acc[l] += a[l] * b[l]; /* lane (j+l) % 16 == l */
     return tree16(acc);
 }
@@ -43,7 +46,7 @@ static inline __attribute__((always_inline)) float dot_n(const float *a, const f
     v16f acc = {0};
     int j = 0;
     for (; j + LANES <= n; j += LANES) acc += load16(a + j) * load16(b + j);
-    return finish16(acc, a + j, b + j, n - j);
+    return finish16(&acc, a + j, b + j, n - j);
 }
 
 float cpu_dot(const float *a, const float *b, int n)
@@ -68,7 +71,7 @@ static inline void dot_rows(const float *const *w, const float *x, int n, float 
         v16f xv = load16(x + j);
         for (int r = 0; r < ROWS; r++) acc[r] += load16(w[r] + j) * xv;
     }
-    for (int r = 0; r < ROWS; r++) out[r] = finish16(acc[r], w[r] + j, x + j, n - j);
+    for (int r = 0; r < ROWS; r++) out[r] = finish16(&acc[r], w[r] + j, x + j, n - j);
 }
 
 void cpu_rmsnorm(float *out, const float *x, const model_tensor *w, int n, float eps)
