@@ -6,17 +6,7 @@
  * thread. Each is authenticated on its own. A call waits in slices of 50 ms and gives up when
  * the node is marked dead by the heartbeat, so a peer that hangs costs at most PEER_DEAD_S.
  *
- * KV chunks are pipelined: an import sends its chunk (the KV_TAG announcement on the stream, the
- * bytes as a tagged message started without waiting for UCX to finish them; or a KV frame on
- * the stream) and returns without waiting for the node's answer, up to KV_WINDOW chunks or
- * KV_WINDOW_BYTES in flight. Answers come back in order on the stream and are taken when the
- * window is full, at the last layer of a run of positions (so a run whose import returned OK
- * was checked and imported whole on the node), before any other call on the device, and
- * whenever an import finds some already there. A chunk the node refused (its CRC, bounds, the
- * device's own check) marks its sequence: that sequence's next import returns the status, so
- * the scheduler sees the failure on the same sequence a chunk or a few later, or at the run's
- * end at the latest. A connection that fails with chunks in flight fails the device
- * (accel_dev_fail): the scheduler moves the requests, nothing is lost.
+ * KV chunks are sent pipelined: peer/remote_kv.c.
  *
  * What goes over the wire per decode step: n (sequence, token) pairs out, n * vocab float32
  * logits back (a 128K vocabulary: 512 KiB a sequence a step; 2 KiB for the bundled model). The
@@ -44,112 +34,7 @@
 #include <time.h>
 #include <openssl/crypto.h>
 
-struct peer_node {
-    char addr[128];
-    char my_name[PEER_NAME_MAX + 1];
-    char name[PEER_NAME_MAX + 1];
-    char key[PEER_KEY_MAX + 1];
-    const model *m;
-    int transport;           /* enum peer_transport */
-    peer_info info;          /* as of the handshake */
-    peer_conn *hb;           /* the heartbeat's connection */
-    pthread_t th;
-    int th_started;
-    _Atomic int stop;
-    _Atomic int dead;
-    _Atomic int calls;       /* device calls in flight on this node (any of its devices) */
-    pthread_mutex_t mu;      /* devs, live */
-    accel_dev *devs[PEER_MAX_DEVS];
-    peer_info live;          /* the last heartbeat's answer */
-    _Atomic double min_rtt;  /* the fastest heartbeat round trip, seconds (0: none yet; written
-                                by the heartbeat thread only, read by describe: not under mu,
-                                which a reconnection holds for seconds) */
-};
-
-/* KV chunks in flight on one device's connection (see the top; peer/msg.h). */
-#define KV_WINDOW PEER_KV_WINDOW
-#define KV_WINDOW_BYTES PEER_KV_WINDOW_BYTES
-/* The bound an answer is received under: the connection buffers up to twice it, and the
- * answers of a whole window may be waiting there (each REPLY is then checked to be 8 bytes). */
-#define KV_ANSWERS_MAX (KV_WINDOW * (PEER_HEADER_BYTES + 8))
-
-typedef struct kv_faults {
-    long flip[4], cut[4];
-    int n_flip, n_cut;
-} kv_faults;
-
-typedef struct rseq rseq;
-typedef struct kv_flight {
-    uint8_t *buf;            /* the chunk serialized: UCX reads it until its send completes */
-    size_t cap, len;
-    void *req;               /* its tagged send, while in flight (NULL: done, or a KV frame) */
-    rseq *s;                 /* whose chunk: a refusal marks it */
-    double t_sent;           /* when its send started (peer_now) */
-} kv_flight;
-
-typedef struct rdev {
-    accel_dev base;
-    peer_node *node;
-    int index;               /* the device's index on its node */
-    peer_conn *c;
-    peer_dev_info di;
-    pthread_mutex_t mu;      /* c, tag_*, gen, reviving: every call holds it; so does a revival */
-    unsigned gen;            /* connections made so far: a sequence of an older one is stale */
-    int reviving;            /* the heartbeat thread is reconnecting it (calls pass n->dead) */
-    char transport[32];      /* peer_conn_transport(c), for describe (any thread) */
-    pthread_mutex_t desc_mu;
-    uint64_t tag_base;       /* KV as tagged messages (the connection has an address endpoint) */
-    uint32_t tag_serial;
-    char name[32];
-    long kv_sent;            /* chunks sent (TANDEM_PEER_FAULT counts them) */
-    kv_faults faults;
-    kv_flight fl[KV_WINDOW]; /* a ring of chunks in flight, oldest at fl_head */
-    int fl_head, fl_n;
-    size_t fl_bytes;
-    double t_retired;        /* when the last chunk was answered (peer_now) */
-    double link_bps;         /* the link as the KV sees it (desc_mu; 0: not measured yet) */
-} rdev;
-
-struct rseq {
-    accel_seq base;
-    uint32_t id;
-    unsigned gen;            /* the device's connection it was made on */
-    int kv_err;              /* a chunk of it the node refused: its status, returned by the
-                                sequence's next import */
-};
-
-/* ---------------------------------------------------------------- fault injection (tests) */
-
-/* TANDEM_PEER_FAULT, read when a device opens: "kv_bitflip=N[,M...]" flips a payload bit of
- * those chunks, "kv_truncate=N[,M...]" sends them without their last 64 bytes (announced as
- * such: a chunk cut short on the wire); both may be given, separated by ';'. Chunks are
- * numbered from 1 per remote device. */
-static void faults_read(kv_faults *fl)
-{
-    memset(fl, 0, sizeof *fl);
-    const char *f = getenv("TANDEM_PEER_FAULT");
-    while (f && *f) {
-        long *v = NULL;
-        int *n = NULL;
-        if (!strncmp(f, "kv_bitflip=", 11)) v = fl->flip, n = &fl->n_flip, f += 11;
-        else if (!strncmp(f, "kv_truncate=", 12)) v = fl->cut, n = &fl->n_cut, f += 12;
-        else break;
-        while (*f && *f != ';') {
-            char *end;
-            long x = strtol(f, &end, 10);
-            if (end == f) break;
-            if (*n < 4) v[(*n)++] = x;
-            f = *end == ',' ? end + 1 : end;
-        }
-        f = *f == ';' ? f + 1 : NULL;
-    }
-}
-static int fault_at(const long *v, int n, long sent)
-{
-    for (int i = 0; i < n; i++)
-        if (v[i] == sent) return 1;
-    return 0;
-}
+#include "peer/remote_impl.h"
 
 /* PEER_CALL_TIMEOUT_S, or TANDEM_PEER_CALL_TIMEOUT_S (1..3600 s: benchmarks of slow devices,
  * e.g. a CPU importing 32K tokens' KV on a loaded machine). */
@@ -161,7 +46,7 @@ static void timeout_read(void)
     double t = v ? strtod(v, NULL) : 0;
     if (t >= 1 && t <= 3600) g_call_timeout = t;
 }
-static double call_timeout(void)
+double peer_rdev_call_timeout(void)
 {
     pthread_once(&g_timeout_once, timeout_read);
     return g_call_timeout;
@@ -410,119 +295,14 @@ void peer_node_free(peer_node *n)
 
 /* Waits for the next frame on d's connection, in slices of 50 ms, giving up when the node is
  * marked dead (unless d is being revived) or after the call timeout. */
-static int recv_answer(rdev *d, uint32_t max, peer_header *h, const uint8_t **p)
+int peer_rdev_recv_answer(rdev *d, uint32_t max, peer_header *h, const uint8_t **p)
 {
     peer_node *n = d->node;
-    double end = peer_now() + call_timeout();
+    double end = peer_now() + peer_rdev_call_timeout();
     for (;;) {
         int st = peer_conn_recv(d->c, max, h, p, 0.05);
         if (st != PEER_ERR_TIMEOUT || (atomic_load(&n->dead) && !d->reviving) || peer_now() >= end) return st;
     }
-}
-
-/* ---------------------------------------------------------------- KV chunks in flight */
-
-static void fl_pop(rdev *d)
-{
-    kv_flight *f = &d->fl[d->fl_head];
-    f->req = NULL;
-    if (f->cap > KV_WINDOW_BYTES / KV_WINDOW) { /* kept only up to a window's share */
-        free(f->buf);
-        f->buf = NULL;
-        f->cap = 0;
-    }
-    d->fl_head = (d->fl_head + 1) % KV_WINDOW;
-    d->fl_n--;
-    d->fl_bytes -= f->len;
-    atomic_fetch_sub(&d->node->calls, 1);
-}
-
-/* The oldest chunk in flight: its send done, its answer taken (a refusal marks its sequence).
- * wait 0: only if both are done already (the worker progressed once). 1 when retired, 0 not
- * yet (wait 0), or the transport's failure (the connection is then dead). */
-static int fl_retire(rdev *d, int wait)
-{
-    kv_flight *f = &d->fl[d->fl_head];
-    int st = PEER_OK;
-    if (f->req) {
-        if (wait) {
-            st = peer_conn_req_wait(d->c, f->req, call_timeout());
-        } else {
-            int r = peer_conn_req_test(d->c, f->req);
-            if (r == 0) return 0;
-            st = r < 0 ? r : PEER_OK;
-        }
-        f->req = NULL; /* UCX is done with it either way */
-    }
-    peer_header h;
-    const uint8_t *p;
-    if (!st) {
-        if (wait) {
-            st = recv_answer(d, KV_ANSWERS_MAX, &h, &p);
-        } else {
-            int r = peer_conn_poll(d->c, KV_ANSWERS_MAX, &h, &p);
-            if (r == 0) return 0;
-            st = r < 0 ? r : PEER_OK;
-        }
-    }
-    peer_words w;
-    if (!st && (h.type != PEER_REPLY || peer_words_read(p, h.length, 2, &w))) st = PEER_ERR_PROTO;
-    rseq *s = f->s;
-    double now = peer_now(), from = f->t_sent > d->t_retired ? f->t_sent : d->t_retired;
-    if (!st && wait && now > from) {
-        /* the chunks go through the link in order: this one had it from its send or the one
-         * before's answer, whichever came later (waited for, so its answer is seen as it comes;
-         * a polled one may have come earlier) — the rate the placement's network term weighs,
-         * the node's import included */
-        double bps = (double)f->len / (now - from);
-        pthread_mutex_lock(&d->desc_mu);
-        d->link_bps = d->link_bps > 0 ? 0.7 * d->link_bps + 0.3 * bps : bps;
-        pthread_mutex_unlock(&d->desc_mu);
-    }
-    d->t_retired = now;
-    if (!st && (int32_t)w.w[0] && s && !s->kv_err) {
-        /* a status outside accel's range is the node's bug: the chunk failed all the same */
-        int32_t rs = (int32_t)w.w[0];
-        s->kv_err = ACCEL_IS_ERR(rs) ? rs : ACCEL_ERR_CORRUPT;
-    }
-    fl_pop(d);
-    if (st) {
-        if (s && !s->kv_err) s->kv_err = ACCEL_ERR_DEVICE;
-        peer_conn_kill(d->c);
-        peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name,
-                 peer_type_name(peer_conn_has_address(d->c) ? PEER_KV_TAG : PEER_KV), peer_strerror(st));
-        return st;
-    }
-    return 1;
-}
-
-/* Every chunk in flight answered; after a failure the rest are let go (UCX gives their buffers
- * back: the connection is dead) and their sequences marked. PEER_OK or the first failure. */
-static int fl_drain(rdev *d)
-{
-    int st = PEER_OK;
-    while (d->fl_n && !st) {
-        int r = fl_retire(d, 1);
-        if (r < 0) st = r;
-    }
-    while (d->fl_n) {
-        kv_flight *f = &d->fl[d->fl_head];
-        if (f->req) peer_conn_req_wait(d->c, f->req, 0);
-        if (f->s && !f->s->kv_err) f->s->kv_err = ACCEL_ERR_DEVICE;
-        fl_pop(d);
-    }
-    return st;
-}
-
-/* Answers already here are taken without waiting, and the worker progressed, so that sends in
- * flight move on whenever this thread is in an import. PEER_OK or a failure (as fl_retire). */
-static int fl_poll(rdev *d)
-{
-    while (d->fl_n) {
-        int r = fl_retire(d, 0);
-        if (r <= 0) return r;
-    }
-    return PEER_OK;
 }
 
 /* Sends a request and waits for its answer of `type`: PEER_OK with the payload, or a failure
@@ -533,14 +313,14 @@ static int call(rdev *d, int type, const void *a, size_t na, const void *b, size
 {
     peer_node *n = d->node;
     if ((atomic_load(&n->dead) && !d->reviving) || peer_conn_dead(d->c)) {
-        fl_drain(d);
+        peer_rdev_kv_drain(d);
         return PEER_ERR_IO;
     }
-    int st = fl_drain(d);
+    int st = peer_rdev_kv_drain(d);
     if (st) return st;
     atomic_fetch_add(&n->calls, 1);
-    st = peer_conn_send(d->c, type, a, na, b, nb, call_timeout());
-    if (!st) st = recv_answer(d, max, h, p);
+    st = peer_conn_send(d->c, type, a, na, b, nb, peer_rdev_call_timeout());
+    if (!st) st = peer_rdev_recv_answer(d, max, h, p);
     atomic_fetch_sub(&n->calls, 1);
     if (!st && h->type != answer) st = PEER_ERR_PROTO;
     if (st)
@@ -622,7 +402,7 @@ static void r_seq_free(accel_dev *ad, accel_seq *as)
     rseq *s = (rseq *)as;
     /* a dead peer freed its side when the connection went, and so did a node since revived */
     pthread_mutex_lock(&d->mu);
-    fl_drain(d); /* no chunk in flight may point at s */
+    peer_rdev_kv_drain(d); /* no chunk in flight may point at s */
     if (s->gen == d->gen && !atomic_load(&d->node->dead) && !peer_conn_dead(d->c))
         words_call(d, PEER_SEQ_FREE, (uint32_t)d->index, s->id, 0, 2, NULL);
     pthread_mutex_unlock(&d->mu);
@@ -668,107 +448,11 @@ static int r_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_t 
     return st;
 }
 
-/* One layer chunk into the node's sequence, pipelined (see the top). */
-static int r_kv_import_locked(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
-{
-    const model *m = d->base.m;
-    peer_node *n = d->node;
-    if (s->gen != d->gen) return ACCEL_ERR_INVALID;
-    if ((atomic_load(&n->dead) && !d->reviving) || peer_conn_dead(d->c)) {
-        fl_drain(d);
-        return accel_dev_fail(&d->base);
-    }
-    if (fl_poll(d) < 0) {
-        fl_drain(d);
-        return accel_dev_fail(&d->base);
-    }
-    if (s->kv_err) return s->kv_err; /* a chunk of it was refused: the import has failed */
-    /* a run of positions is one KV stream (its header first), cut in the device's blocks */
-    proto_kv_header hd = {.n_layers = m->cfg.n_layers, .n_kv_heads = c->n_kv_heads,
-                          .head_dim = c->head_dim, .n_tokens = c->n_tokens, .pos0 = c->pos0,
-                          .dtype = c->dtype,
-                          .block_tokens = d->di.kv_block_tokens > 0 ? d->di.kv_block_tokens
-                                                                    : PROTO_KV_V1_BLOCK_TOKENS};
-    memcpy(hd.fingerprint, m->fingerprint, 32);
-    size_t cb = proto_kv_chunk_bytes(&hd, c);
-    if (!cb) return ACCEL_ERR_INVALID;
-    size_t need = PEER_KV_FIXED + PROTO_KV_HEADER_BYTES + cb;
-    if (need > PEER_MAX_PAYLOAD) return ACCEL_ERR_INVALID;
-    /* room in the window: the oldest answered until it has some */
-    while (!peer_kv_window_room(d->fl_n, d->fl_bytes, need))
-        if (fl_retire(d, 1) < 0) {
-            fl_drain(d);
-            return accel_dev_fail(&d->base);
-        }
-    if (s->kv_err) return s->kv_err;
-    kv_flight *f = &d->fl[(d->fl_head + d->fl_n) % KV_WINDOW];
-    if (need > f->cap) {
-        uint8_t *b = realloc(f->buf, need);
-        if (!b) return ACCEL_ERR_NOMEM;
-        f->buf = b;
-        f->cap = need;
-    }
-    peer_kv k = {(uint32_t)d->index, s->id, crc, c->layer == 0 ? PEER_KV_RUN_START : 0, NULL, 0};
-    peer_kv_write_fixed(f->buf, &k);
-    size_t o = PEER_KV_FIXED;
-    if (c->layer == 0) {
-        int hw = proto_kv_header_write(&hd, f->buf + o);
-        if (hw < 0) return ACCEL_ERR_INVALID;
-        o += (size_t)hw;
-    }
-    long long w = proto_kv_chunk_write(&hd, c, f->buf + o, f->cap - o);
-    if (w < 0) return ACCEL_ERR_INVALID;
-    o += (size_t)w;
-    long sent = ++d->kv_sent;
-    if (fault_at(d->faults.flip, d->faults.n_flip, sent) && (size_t)w > PROTO_KV_CHUNK_HEADER_BYTES) {
-        f->buf[o - 1 - ((size_t)w - PROTO_KV_CHUNK_HEADER_BYTES) / 2] ^= 0x08; /* mid-payload */
-        peer_log(1, "peer_fault_injected", "device=%s kind=kv_bitflip chunk=%ld", d->name, sent);
-    }
-    if (fault_at(d->faults.cut, d->faults.n_cut, sent) && (size_t)w > PROTO_KV_CHUNK_HEADER_BYTES + 64) {
-        o -= 64;
-        peer_log(1, "peer_fault_injected", "device=%s kind=kv_truncate chunk=%ld", d->name, sent);
-    }
-    int st;
-    f->req = NULL;
-    f->t_sent = peer_now();
-    if (peer_conn_has_address(d->c)) {
-        /* announced on the stream, the bytes as a tagged message left in flight */
-        uint8_t ctl[PEER_KV_TAG_BYTES];
-        uint32_t serial = ++d->tag_serial;
-        peer_kv_tag_write(ctl, &k, (uint32_t)(o - PEER_KV_FIXED), serial);
-        st = peer_conn_send(d->c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, call_timeout());
-        if (!st) st = peer_conn_tag_send_start(d->c, d->tag_base + serial, f->buf + PEER_KV_FIXED,
-                                               o - PEER_KV_FIXED, &f->req);
-        /* over tcp lanes the bytes move only while this thread progresses: sent before the
-         * import returns (the answer is still not waited for) */
-        if (!st && f->req && peer_conn_sender_driven(d->c)) {
-            st = peer_conn_req_wait(d->c, f->req, call_timeout());
-            f->req = NULL;
-        }
-    } else {
-        st = peer_conn_send(d->c, PEER_KV, f->buf, o, NULL, 0, call_timeout());
-    }
-    if (st) {
-        peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name,
-                 peer_type_name(peer_conn_has_address(d->c) ? PEER_KV_TAG : PEER_KV), peer_strerror(st));
-        fl_drain(d);
-        return accel_dev_fail(&d->base);
-    }
-    f->len = o;
-    f->s = s;
-    d->fl_n++;
-    d->fl_bytes += o;
-    atomic_fetch_add(&n->calls, 1);
-    /* the run's last layer: every chunk of it answered before the import says it is whole */
-    if (c->layer == m->cfg.n_layers - 1 && fl_drain(d)) return accel_dev_fail(&d->base);
-    return s->kv_err;
-}
-
 static int r_kv_import_crc(accel_dev *ad, accel_seq *as, const proto_kv_layer *c, uint32_t crc)
 {
     rdev *d = (rdev *)ad;
     pthread_mutex_lock(&d->mu);
-    int st = r_kv_import_locked(d, (rseq *)as, c, crc);
+    int st = peer_rdev_kv_import(d, (rseq *)as, c, crc);
     pthread_mutex_unlock(&d->mu);
     return st;
 }
@@ -805,11 +489,11 @@ static void r_free(accel_dev *ad)
     d->node->devs[d->index] = NULL;
     pthread_mutex_unlock(&d->node->mu);
     if (atomic_load(&d->node->dead)) peer_conn_kill(d->c);
-    fl_drain(d);
+    peer_rdev_kv_drain(d);
     peer_conn_free(d->c);
     pthread_mutex_destroy(&d->mu);
     pthread_mutex_destroy(&d->desc_mu);
-    for (int i = 0; i < KV_WINDOW; i++) free(d->fl[i].buf);
+    for (int i = 0; i < PEER_KV_WINDOW; i++) free(d->fl[i].buf);
     free(d);
 }
 
@@ -919,7 +603,7 @@ static int node_revive(peer_node *n)
         pthread_mutex_lock(&d->mu); /* the device's worker is out of any call within 50 ms */
         if (d->fl_n) { /* chunks of the dead connection: let go, their sequences failed */
             peer_conn_kill(d->c);
-            fl_drain(d);
+            peer_rdev_kv_drain(d);
         }
         peer_conn *old = d->c;
         d->reviving = 1;
@@ -993,7 +677,7 @@ accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opt
     memcpy(d->name + nl + 1, d->di.name, strlen(d->di.name) + 1);
     pthread_mutex_init(&d->mu, NULL);
     pthread_mutex_init(&d->desc_mu, NULL);
-    faults_read(&d->faults);
+    peer_rdev_faults_read(&d->faults);
     if (rdev_connect(d, err, errlen)) {
         pthread_mutex_destroy(&d->mu);
         pthread_mutex_destroy(&d->desc_mu);

@@ -1,0 +1,99 @@
+/* peer/remote_impl.h — what the remote backend's two files share (peer/remote.c: the node,
+ * its heartbeat and the device calls; peer/remote_kv.c: the KV chunks a remote device sends,
+ * pipelined). Private to peer/. */
+#ifndef TANDEM_PEER_REMOTE_IMPL_H
+#define TANDEM_PEER_REMOTE_IMPL_H
+#include "peer/auth.h"
+#include "peer/link.h"
+#include "peer/peer.h"
+#include "proto/kv_wire.h"
+#include "scheduler/accel_impl.h"
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct peer_node {
+    char addr[128];
+    char my_name[PEER_NAME_MAX + 1];
+    char name[PEER_NAME_MAX + 1];
+    char key[PEER_KEY_MAX + 1];
+    const model *m;
+    int transport;           /* enum peer_transport */
+    peer_info info;          /* as of the handshake */
+    peer_conn *hb;           /* the heartbeat's connection */
+    pthread_t th;
+    int th_started;
+    _Atomic int stop;
+    _Atomic int dead;
+    _Atomic int calls;       /* device calls in flight on this node (any of its devices) */
+    pthread_mutex_t mu;      /* devs, live */
+    accel_dev *devs[PEER_MAX_DEVS];
+    peer_info live;          /* the last heartbeat's answer */
+    _Atomic double min_rtt;  /* the fastest heartbeat round trip, seconds (0: none yet; written
+                                by the heartbeat thread only, read by describe: not under mu,
+                                which a reconnection holds for seconds) */
+};
+
+/* KV chunks in flight on one device's connection: peer/remote_kv.c, peer/msg.h's window.
+ * The bound an answer is received under: the connection buffers up to twice it, and the
+ * answers of a whole window may be waiting there (each REPLY is then checked to be 8 bytes). */
+#define KV_ANSWERS_MAX (PEER_KV_WINDOW * (PEER_HEADER_BYTES + 8))
+
+typedef struct kv_faults {
+    long flip[4], cut[4];
+    int n_flip, n_cut;
+} kv_faults;
+
+typedef struct rseq rseq;
+typedef struct kv_flight {
+    uint8_t *buf;            /* the chunk serialized: UCX reads it until its send completes */
+    size_t cap, len;
+    void *req;               /* its tagged send, while in flight (NULL: done, or a KV frame) */
+    rseq *s;                 /* whose chunk: a refusal marks it */
+    double t_sent;           /* when its send started (peer_now) */
+} kv_flight;
+
+typedef struct rdev {
+    accel_dev base;
+    peer_node *node;
+    int index;               /* the device's index on its node */
+    peer_conn *c;
+    peer_dev_info di;
+    pthread_mutex_t mu;      /* c, tag_*, gen, reviving: every call holds it; so does a revival */
+    unsigned gen;            /* connections made so far: a sequence of an older one is stale */
+    int reviving;            /* the heartbeat thread is reconnecting it (calls pass n->dead) */
+    char transport[32];      /* peer_conn_transport(c), for describe (any thread) */
+    pthread_mutex_t desc_mu;
+    uint64_t tag_base;       /* KV as tagged messages (the connection has an address endpoint) */
+    uint32_t tag_serial;
+    char name[32];
+    long kv_sent;            /* chunks sent (TANDEM_PEER_FAULT counts them) */
+    kv_faults faults;
+    kv_flight fl[PEER_KV_WINDOW]; /* a ring of chunks in flight, oldest at fl_head */
+    int fl_head, fl_n;
+    size_t fl_bytes;
+    double t_retired;        /* when the last chunk was answered (peer_now) */
+    double link_bps;         /* the link as the KV sees it (desc_mu; 0: not measured yet) */
+} rdev;
+
+struct rseq {
+    accel_seq base;
+    uint32_t id;
+    unsigned gen;            /* the device's connection it was made on */
+    int kv_err;              /* a chunk of it the node refused: its status, returned by the
+                                sequence's next import */
+};
+
+/* TANDEM_PEER_FAULT as it was when the device opened (peer.h). */
+void peer_rdev_faults_read(kv_faults *f);
+/* A call's time limit (PEER_CALL_TIMEOUT_S, or TANDEM_PEER_CALL_TIMEOUT_S). */
+double peer_rdev_call_timeout(void);
+/* The next frame on d's connection, in slices of 50 ms, giving up when the node is marked dead
+ * (unless d is being revived) or after the call timeout. */
+int peer_rdev_recv_answer(rdev *d, uint32_t max, peer_header *h, const uint8_t **p);
+/* Every KV chunk in flight answered; after a failure the rest are let go (their sequences
+ * marked). PEER_OK or the first failure. d's lock held. */
+int peer_rdev_kv_drain(rdev *d);
+/* One layer chunk into s on the node, pipelined (peer/remote_kv.c). d's lock held. */
+int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc);
+
+#endif

@@ -1,0 +1,256 @@
+/* peer/remote_kv.c — the KV chunks a remote device sends to its node (peer/remote.c is the
+ * rest of the remote backend; what they share: peer/remote_impl.h).
+ *
+ * KV chunks are pipelined: an import sends its chunk (the KV_TAG announcement on the stream, the
+ * bytes as a tagged message started without waiting for UCX to finish them; or a KV frame on
+ * the stream) and returns without waiting for the node's answer, up to KV_WINDOW chunks or
+ * KV_WINDOW_BYTES in flight. Answers come back in order on the stream and are taken when the
+ * window is full, at the last layer of a run of positions (so a run whose import returned OK
+ * was checked and imported whole on the node), before any other call on the device, and
+ * whenever an import finds some already there. A chunk the node refused (its CRC, bounds, the
+ * device's own check) marks its sequence: that sequence's next import returns the status, so
+ * the scheduler sees the failure on the same sequence a chunk or a few later, or at the run's
+ * end at the latest. A connection that fails with chunks in flight fails the device
+ * (accel_dev_fail): the scheduler moves the requests, nothing is lost. */
+#include "peer/remote_impl.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KV_WINDOW PEER_KV_WINDOW
+#define KV_WINDOW_BYTES PEER_KV_WINDOW_BYTES
+
+/* ---------------------------------------------------------------- fault injection (tests) */
+
+/* TANDEM_PEER_FAULT, read when a device opens: "kv_bitflip=N[,M...]" flips a payload bit of
+ * those chunks, "kv_truncate=N[,M...]" sends them without their last 64 bytes (announced as
+ * such: a chunk cut short on the wire); both may be given, separated by ';'. Chunks are
+ * numbered from 1 per remote device. */
+void peer_rdev_faults_read(kv_faults *fl)
+{
+    memset(fl, 0, sizeof *fl);
+    const char *f = getenv("TANDEM_PEER_FAULT");
+    while (f && *f) {
+        long *v = NULL;
+        int *n = NULL;
+        if (!strncmp(f, "kv_bitflip=", 11)) v = fl->flip, n = &fl->n_flip, f += 11;
+        else if (!strncmp(f, "kv_truncate=", 12)) v = fl->cut, n = &fl->n_cut, f += 12;
+        else break;
+        while (*f && *f != ';') {
+            char *end;
+            long x = strtol(f, &end, 10);
+            if (end == f) break;
+            if (*n < 4) v[(*n)++] = x;
+            f = *end == ',' ? end + 1 : end;
+        }
+        f = *f == ';' ? f + 1 : NULL;
+    }
+}
+static int fault_at(const long *v, int n, long sent)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] == sent) return 1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- KV chunks in flight */
+
+static void fl_pop(rdev *d)
+{
+    kv_flight *f = &d->fl[d->fl_head];
+    f->req = NULL;
+    if (f->cap > KV_WINDOW_BYTES / KV_WINDOW) { /* kept only up to a window's share */
+        free(f->buf);
+        f->buf = NULL;
+        f->cap = 0;
+    }
+    d->fl_head = (d->fl_head + 1) % KV_WINDOW;
+    d->fl_n--;
+    d->fl_bytes -= f->len;
+    atomic_fetch_sub(&d->node->calls, 1);
+}
+
+/* The oldest chunk in flight: its send done, its answer taken (a refusal marks its sequence).
+ * wait 0: only if both are done already (the worker progressed once). 1 when retired, 0 not
+ * yet (wait 0), or the transport's failure (the connection is then dead). */
+static int fl_retire(rdev *d, int wait)
+{
+    kv_flight *f = &d->fl[d->fl_head];
+    int st = PEER_OK;
+    if (f->req) {
+        if (wait) {
+            st = peer_conn_req_wait(d->c, f->req, peer_rdev_call_timeout());
+        } else {
+            int r = peer_conn_req_test(d->c, f->req);
+            if (r == 0) return 0;
+            st = r < 0 ? r : PEER_OK;
+        }
+        f->req = NULL; /* UCX is done with it either way */
+    }
+    peer_header h;
+    const uint8_t *p;
+    if (!st) {
+        if (wait) {
+            st = peer_rdev_recv_answer(d, KV_ANSWERS_MAX, &h, &p);
+        } else {
+            int r = peer_conn_poll(d->c, KV_ANSWERS_MAX, &h, &p);
+            if (r == 0) return 0;
+            st = r < 0 ? r : PEER_OK;
+        }
+    }
+    peer_words w;
+    if (!st && (h.type != PEER_REPLY || peer_words_read(p, h.length, 2, &w))) st = PEER_ERR_PROTO;
+    rseq *s = f->s;
+    double now = peer_now(), from = f->t_sent > d->t_retired ? f->t_sent : d->t_retired;
+    if (!st && wait && now > from) {
+        /* the chunks go through the link in order: this one had it from its send or the one
+         * before's answer, whichever came later (waited for, so its answer is seen as it comes;
+         * a polled one may have come earlier) — the rate the placement's network term weighs,
+         * the node's import included */
+        double bps = (double)f->len / (now - from);
+        pthread_mutex_lock(&d->desc_mu);
+        d->link_bps = d->link_bps > 0 ? 0.7 * d->link_bps + 0.3 * bps : bps;
+        pthread_mutex_unlock(&d->desc_mu);
+    }
+    d->t_retired = now;
+    if (!st && (int32_t)w.w[0] && s && !s->kv_err) {
+        /* a status outside accel's range is the node's bug: the chunk failed all the same */
+        int32_t rs = (int32_t)w.w[0];
+        s->kv_err = ACCEL_IS_ERR(rs) ? rs : ACCEL_ERR_CORRUPT;
+    }
+    fl_pop(d);
+    if (st) {
+        if (s && !s->kv_err) s->kv_err = ACCEL_ERR_DEVICE;
+        peer_conn_kill(d->c);
+        peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name,
+                 peer_type_name(peer_conn_has_address(d->c) ? PEER_KV_TAG : PEER_KV), peer_strerror(st));
+        return st;
+    }
+    return 1;
+}
+
+/* Every chunk in flight answered; after a failure the rest are let go (UCX gives their buffers
+ * back: the connection is dead) and their sequences marked. PEER_OK or the first failure. */
+int peer_rdev_kv_drain(rdev *d)
+{
+    int st = PEER_OK;
+    while (d->fl_n && !st) {
+        int r = fl_retire(d, 1);
+        if (r < 0) st = r;
+    }
+    while (d->fl_n) {
+        kv_flight *f = &d->fl[d->fl_head];
+        if (f->req) peer_conn_req_wait(d->c, f->req, 0);
+        if (f->s && !f->s->kv_err) f->s->kv_err = ACCEL_ERR_DEVICE;
+        fl_pop(d);
+    }
+    return st;
+}
+
+/* Answers already here are taken without waiting, and the worker progressed, so that sends in
+ * flight move on whenever this thread is in an import. PEER_OK or a failure (as fl_retire). */
+static int fl_poll(rdev *d)
+{
+    while (d->fl_n) {
+        int r = fl_retire(d, 0);
+        if (r <= 0) return r;
+    }
+    return PEER_OK;
+}
+
+/* One layer chunk into the node's sequence, pipelined (see the top). */
+int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
+{
+    const model *m = d->base.m;
+    peer_node *n = d->node;
+    if (s->gen != d->gen) return ACCEL_ERR_INVALID;
+    if ((atomic_load(&n->dead) && !d->reviving) || peer_conn_dead(d->c)) {
+        peer_rdev_kv_drain(d);
+        return accel_dev_fail(&d->base);
+    }
+    if (fl_poll(d) < 0) {
+        peer_rdev_kv_drain(d);
+        return accel_dev_fail(&d->base);
+    }
+    if (s->kv_err) return s->kv_err; /* a chunk of it was refused: the import has failed */
+    /* a run of positions is one KV stream (its header first), cut in the device's blocks */
+    proto_kv_header hd = {.n_layers = m->cfg.n_layers, .n_kv_heads = c->n_kv_heads,
+                          .head_dim = c->head_dim, .n_tokens = c->n_tokens, .pos0 = c->pos0,
+                          .dtype = c->dtype,
+                          .block_tokens = d->di.kv_block_tokens > 0 ? d->di.kv_block_tokens
+                                                                    : PROTO_KV_V1_BLOCK_TOKENS};
+    memcpy(hd.fingerprint, m->fingerprint, 32);
+    size_t cb = proto_kv_chunk_bytes(&hd, c);
+    if (!cb) return ACCEL_ERR_INVALID;
+    size_t need = PEER_KV_FIXED + PROTO_KV_HEADER_BYTES + cb;
+    if (need > PEER_MAX_PAYLOAD) return ACCEL_ERR_INVALID;
+    /* room in the window: the oldest answered until it has some */
+    while (!peer_kv_window_room(d->fl_n, d->fl_bytes, need))
+        if (fl_retire(d, 1) < 0) {
+            peer_rdev_kv_drain(d);
+            return accel_dev_fail(&d->base);
+        }
+    if (s->kv_err) return s->kv_err;
+    kv_flight *f = &d->fl[(d->fl_head + d->fl_n) % KV_WINDOW];
+    if (need > f->cap) {
+        uint8_t *b = realloc(f->buf, need);
+        if (!b) return ACCEL_ERR_NOMEM;
+        f->buf = b;
+        f->cap = need;
+    }
+    peer_kv k = {(uint32_t)d->index, s->id, crc, c->layer == 0 ? PEER_KV_RUN_START : 0, NULL, 0};
+    peer_kv_write_fixed(f->buf, &k);
+    size_t o = PEER_KV_FIXED;
+    if (c->layer == 0) {
+        int hw = proto_kv_header_write(&hd, f->buf + o);
+        if (hw < 0) return ACCEL_ERR_INVALID;
+        o += (size_t)hw;
+    }
+    long long w = proto_kv_chunk_write(&hd, c, f->buf + o, f->cap - o);
+    if (w < 0) return ACCEL_ERR_INVALID;
+    o += (size_t)w;
+    long sent = ++d->kv_sent;
+    if (fault_at(d->faults.flip, d->faults.n_flip, sent) && (size_t)w > PROTO_KV_CHUNK_HEADER_BYTES) {
+        f->buf[o - 1 - ((size_t)w - PROTO_KV_CHUNK_HEADER_BYTES) / 2] ^= 0x08; /* mid-payload */
+        peer_log(1, "peer_fault_injected", "device=%s kind=kv_bitflip chunk=%ld", d->name, sent);
+    }
+    if (fault_at(d->faults.cut, d->faults.n_cut, sent) && (size_t)w > PROTO_KV_CHUNK_HEADER_BYTES + 64) {
+        o -= 64;
+        peer_log(1, "peer_fault_injected", "device=%s kind=kv_truncate chunk=%ld", d->name, sent);
+    }
+    int st;
+    f->req = NULL;
+    f->t_sent = peer_now();
+    if (peer_conn_has_address(d->c)) {
+        /* announced on the stream, the bytes as a tagged message left in flight */
+        uint8_t ctl[PEER_KV_TAG_BYTES];
+        uint32_t serial = ++d->tag_serial;
+        peer_kv_tag_write(ctl, &k, (uint32_t)(o - PEER_KV_FIXED), serial);
+        st = peer_conn_send(d->c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, peer_rdev_call_timeout());
+        if (!st) st = peer_conn_tag_send_start(d->c, d->tag_base + serial, f->buf + PEER_KV_FIXED,
+                                               o - PEER_KV_FIXED, &f->req);
+        /* over tcp lanes the bytes move only while this thread progresses: sent before the
+         * import returns (the answer is still not waited for) */
+        if (!st && f->req && peer_conn_sender_driven(d->c)) {
+            st = peer_conn_req_wait(d->c, f->req, peer_rdev_call_timeout());
+            f->req = NULL;
+        }
+    } else {
+        st = peer_conn_send(d->c, PEER_KV, f->buf, o, NULL, 0, peer_rdev_call_timeout());
+    }
+    if (st) {
+        peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name,
+                 peer_type_name(peer_conn_has_address(d->c) ? PEER_KV_TAG : PEER_KV), peer_strerror(st));
+        peer_rdev_kv_drain(d);
+        return accel_dev_fail(&d->base);
+    }
+    f->len = o;
+    f->s = s;
+    d->fl_n++;
+    d->fl_bytes += o;
+    atomic_fetch_add(&n->calls, 1);
+    /* the run's last layer: every chunk of it answered before the import says it is whole */
+    if (c->layer == m->cfg.n_layers - 1 && peer_rdev_kv_drain(d)) return accel_dev_fail(&d->base);
+    return s->kv_err;
+}
+
