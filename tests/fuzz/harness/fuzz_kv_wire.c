@@ -152,13 +152,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t off = 0; off < n && rc == 0; off += piece)
             rc = proto_kv_reader_feed(r, p + off, off + piece <= n ? piece : n - off);
     }
+    int at = proto_kv_reader_at_boundary(r); /* the bytes fed end where a chunk ends */
     int fin = proto_kv_reader_finish(r);
     if (rc != 0) {
         CHECK(rc < 0 && fin == PROTO_KV_ERR_STATE);
         CHECK(proto_kv_reader_feed(r, p, 1) == PROTO_KV_ERR_STATE || n == 0);
         CHECK(proto_kv_reader_error(r)[0] != 0);
     }
+    if (rc == 0 && !at) CHECK(fin == PROTO_KV_ERR_TRUNCATED); /* a chunk cut short */
+    if (rc != 0) CHECK(!at);
     if (fin == 0) {
+        CHECK(at && proto_kv_reader_at_boundary(r));
         const proto_kv_header *h = proto_kv_reader_header(r);
         CHECK(h && proto_kv_reader_tokens_done(r) == h->n_tokens);
         CHECK(s.chunks % FZ_LAYERS == 0 && s.chunks >= FZ_LAYERS);
