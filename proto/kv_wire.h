@@ -53,7 +53,7 @@
 #define PROTO_KV_MAX_HEADS    1024
 #define PROTO_KV_MAX_HEAD_DIM 1024
 #define PROTO_KV_MAX_TOKENS   (1 << 24)
-#define PROTO_KV_MAX_BLOCK_TOKENS 4096 /* cpu 16, cuda 128, the cards' a few hundred at most */
+#define PROTO_KV_MAX_BLOCK_TOKENS 4096 /* cpu 16, cuda 128, the cards lcm(128, 16 x parts): 128..3968 */
 
 /* The reader's and writer's statuses, in -300 .. -399: a range of their own in the process's
  * one error space, where the device interface's statuses are -1 .. -99 and the scheduler's
