@@ -60,7 +60,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define CALIB_MAX_PARAMS 1e9 /* see open_dev */
 #define DEFAULT_TIMEOUT_MS 30000 /* a watchdog: a U280 step takes ~10-30 ms, the emulator's of a
@@ -77,7 +76,8 @@ typedef struct fpga_seq {
     sparse_tls_params tls_p; /* with these parameters */
     fpga_tls_arena_ref tls_ar; /* the summary arena's superblocks (k 0: none yet) */
     uint32_t tls_upto;    /* positions its summaries hold */
-    int ddr;              /* offloaded: ids are blocks of the DDR4 pool (fpga/BANKS.md "DDR4") */
+    int tier;             /* offloaded: ids are blocks of the DDR4 (1) or host memory (2) pool
+                             (fpga/BANKS.md "DDR4"); 0: HBM's */
     uint32_t pipe_len;    /* the length after its last pipelined AsyncTLS step (0: none): the
                              next step continues the pipeline only at exactly that position */
     int64_t tls_fetched, tls_chosen; /* level-1 blocks made resident / chosen (pipeline) */
@@ -99,8 +99,10 @@ typedef struct fpga_dev {
     uint64_t landed_corrupt; /* imports whose KV changed after the producer's CRC (kv_check) */
     fpga_kv_pool kv;      /* the KV pool's block ids (fpga/kv_pool.h) */
     fpga_kv_pool ddr_kv;  /* the DDR4 pool's (offloaded sequences), same geometry at offset 0 */
-    int has_ddr;          /* the DDR4 pool exists */
-    int tier;             /* TANDEM_FPGA_KV_TIER: 0 auto, 1 DDR4 whenever possible, 2 HBM only */
+    fpga_kv_pool host_kv; /* the host memory pool's, past DDR4 */
+    int has_ddr;          /* both pools exist */
+    int tier;             /* TANDEM_FPGA_KV_TIER: 0 auto, 1 DDR4 whenever possible, 2 HBM only,
+                             3 host memory whenever possible */
     int stagger;          /* TANDEM_FPGA_TLS_STAGGER=1: in-HBM sequences pipeline AsyncTLS too */
     uint64_t kv_base;     /* where the pool's superblocks start in every channel */
     fpga_dec_kvmap geo;   /* the pool's geometry (ids NULL): block size, group, strides */
@@ -130,7 +132,7 @@ static uint64_t blk_off(const fpga_dev *d, uint32_t id, uint32_t slot)
 /* The pool s's block ids are from. */
 static fpga_kv_pool *pool_of(fpga_dev *d, const fpga_seq *s)
 {
-    return s->ddr ? &d->ddr_kv : &d->kv;
+    return s->tier == FPGA_DEC_TIER_HOST ? &d->host_kv : s->tier ? &d->ddr_kv : &d->kv;
 }
 
 /* Every stream of block src copied over block dst (one kv_gather run per stream). */
@@ -156,7 +158,7 @@ static int kv_grow(fpga_dev *d, fpga_seq *s, int pos0, int n)
     int cow = 0, fresh = need > s->n_ids ? need - s->n_ids : 0;
     fpga_kv_pool *pool = pool_of(d, s);
     for (int i = pos0 / T; i < need && i < s->n_ids; i++) cow += fpga_kv_pool_shared(pool, s->ids[i]);
-    if (cow && s->ddr) return ACCEL_ERR_UNSUPPORTED; /* DDR4 blocks are never shared */
+    if (cow && s->tier) return ACCEL_ERR_UNSUPPORTED; /* offloaded blocks are never shared */
     if (fpga_kv_pool_free_count(pool) < cow + fresh) return ACCEL_ERR_NOMEM;
     if (fresh && fpga_kv_pool_take(pool, fresh, s->ids + s->n_ids)) return ACCEL_ERR_NOMEM;
     s->n_ids += fresh;
@@ -224,12 +226,12 @@ static int drain(fpga_dev *d, fpga_seq *self)
 
 /* ---------------------------------------------------------------- steps */
 
-/* AsyncTLS for the sequence's next step at pos (fpga_tls_seq_prepare): ACCEL_ERR_NOMEM: dense.
- * An offloaded sequence or a card told to (d->stagger) runs the staggered pipeline, which
- * continues from the previous step only when that was its step at pos - 1. */
+/* AsyncTLS for the sequence's next step at pos (ACCEL_ERR_NOMEM: dense); offloaded or d->stagger:
+ * the staggered pipeline, continued only from its own step at pos - 1. */
 static int tls_ready(fpga_dev *d, fpga_seq *s, int pos, fpga_tls_io *io, uint64_t *off)
 {
-    fpga_tls_io_of(&d->tls, &s->tls_p, (uint32_t)s->cap_ids * d->blk_tokens, d->stagger, s->ddr, io);
+    fpga_tls_io_of(&d->tls, &s->tls_p, (uint32_t)s->cap_ids * d->blk_tokens, d->stagger,
+                   s->tier != 0, io);
     io->reset = !io->stagger || s->pipe_len != (uint32_t)pos || pos == 0;
     if (off) /* a batched run: the arena only, io goes in the record */
         return fpga_tls_seq_arena(&d->card, &d->tls, io, &d->kv, d->kv_base, d->geo.super_bytes,
@@ -242,7 +244,7 @@ static int tls_ready(fpga_dev *d, fpga_seq *s, int pos, fpga_tls_io *io, uint64_
 static void tls_done(fpga_dev *d, fpga_seq *s, int pos, const fpga_tls_step_counts *k)
 {
     s->tls_upto = (uint32_t)pos + 1;
-    if (d->stagger || s->ddr) s->pipe_len = (uint32_t)pos + 1;
+    if (d->stagger || s->tier) s->pipe_len = (uint32_t)pos + 1;
     s->tls_read += (int64_t)k->keys_read, s->tls_total += (int64_t)k->keys_total;
     s->tls_fetched += (int64_t)k->fetched, s->tls_chosen += (int64_t)k->chosen;
     s->tls_steps++;
@@ -271,9 +273,9 @@ static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits, in
     fpga_tls_io io;
     const int tls = allow_tls && s->tls_on && (st = tls_ready(d, s, pos, &io, NULL)) == 0;
     if (st && st != ACCEL_ERR_NOMEM) return card_status(d, st);
-    d->card.kv_tier = (uint32_t)s->ddr;
+    d->card.kv_tier = (uint32_t)s->tier;
     st = fpga_card_step(&d->card, d->x0, d->cs, d->sn, (uint32_t)id, (uint32_t)pos,
-                        s->ddr ? 0 : d->kv_base, d->geo.blk_tiles, s->ids, n_ids, logits);
+                        s->tier ? 0 : d->kv_base, d->geo.blk_tiles, s->ids, n_ids, logits);
     s->pipe_len = 0;
     if (!st && tls) {
         fpga_tls_step_counts k;
@@ -287,16 +289,17 @@ static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits, in
 static int kv_room(fpga_dev *d, int n, accel_seq *const *seqs, int cnt)
 {
     const int T = (int)d->blk_tokens;
-    int need[2] = {0, 0};
+    int need[3] = {0, 0, 0};
     for (int i = 0; i < n; i++) {
         const fpga_seq *s = (const fpga_seq *)seqs[i];
         int pos0 = s->base.len, last = (pos0 + cnt + T - 1) / T;
-        if (last > s->n_ids) need[s->ddr] += last - s->n_ids;
+        if (last > s->n_ids) need[s->tier] += last - s->n_ids;
         for (int b = pos0 / T; b < last && b < s->n_ids; b++)
-            need[s->ddr] += fpga_kv_pool_shared(pool_of(d, s), s->ids[b]);
+            need[s->tier] += fpga_kv_pool_shared(pool_of(d, s), s->ids[b]);
     }
     return fpga_kv_pool_free_count(&d->kv) < need[0] ||
-                   (need[1] && fpga_kv_pool_free_count(&d->ddr_kv) < need[1])
+                   (need[1] && fpga_kv_pool_free_count(&d->ddr_kv) < need[1]) ||
+                   (need[2] && fpga_kv_pool_free_count(&d->host_kv) < need[2])
                ? ACCEL_ERR_NOMEM
                : ACCEL_OK;
 }
@@ -362,7 +365,7 @@ static int fpga_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32
     int st0 = kv_room(d, n, seqs, 1);
     if (st0) return st0;
     int ddr = 0; /* the batched kernel has no DDR4 ports: offloaded sequences go one per run */
-    for (int i = 0; i < n; i++) ddr |= ((const fpga_seq *)seqs[i])->ddr;
+    for (int i = 0; i < n; i++) ddr |= ((const fpga_seq *)seqs[i])->tier;
     if (n > 1 && d->card.max_batch > 1 && !ddr) {
         /* imports in flight land first; a sequence whose import failed fails the step */
         void *owner = NULL;
@@ -395,7 +398,7 @@ static int prefill_by_steps(fpga_dev *d, fpga_seq *s, const accel_prefill_req *r
         float *out = d->scratch_logits;
         if (r->logits && r->all_logits) out = r->logits + (size_t)i * vocab;
         else if (r->logits && i == r->n - 1) out = r->logits;
-        int st = step(d, s, r->ids[i], s->base.len + i, out, !s->ddr); /* offloaded: dense */
+        int st = step(d, s, r->ids[i], s->base.len + i, out, !s->tier); /* offloaded: dense */
         if (st) return st;
     }
     return ACCEL_OK;
@@ -413,7 +416,7 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
     if (st) return st;
     /* the prefill kernel writes HBM pages: an offloaded sequence's prompt goes one dense decode
      * run per token, its KV straight into DDR4 (or arrives by import) */
-    if (!d->can_prefill || s->ddr) return prefill_by_steps(d, s, r);
+    if (!d->can_prefill || s->tier) return prefill_by_steps(d, s, r);
     st = drain(d, s);
     if (st) return st;
     if (s->failed) return ACCEL_ERR_CORRUPT;
@@ -465,8 +468,8 @@ static int check_landed(fpga_dev *d, fpga_seq *s, int pos0, int n)
     if (s->failed) return ACCEL_ERR_CORRUPT;
     void *owner = NULL;
     const int T = (int)d->blk_tokens;
-    d->card.kv_tier = (uint32_t)s->ddr;
-    st = fpga_card_check(&d->card, (uint32_t)pos0, (uint32_t)n, s->ddr ? 0 : d->kv_base, d->geo.blk_tiles,
+    d->card.kv_tier = (uint32_t)s->tier;
+    st = fpga_card_check(&d->card, (uint32_t)pos0, (uint32_t)n, s->tier ? 0 : d->kv_base, d->geo.blk_tiles,
                          s->ids, (uint32_t)((pos0 + n + T - 1) / T), d->check_crc, &owner);
     if (st) return card_status(d, st);
     for (int l = 0; l < d->base.m->cfg.n_layers; l++)
@@ -499,8 +502,8 @@ static int import(fpga_dev *d, fpga_seq *s, const proto_kv_layer *c, int has_crc
         n = c->n_tokens - t0 < piece ? c->n_tokens - t0 : piece;
         if (n > room) n = room;
         void *failed = NULL;
-        int st = fpga_card_scatter(&d->card, c, t0, n, s->ddr ? 0 : d->kv_base, d->geo.blk_tiles,
-                                   s->ddr ? 2 : 1, s->ids[pos / T], s, &failed);
+        int st = fpga_card_scatter(&d->card, c, t0, n, s->tier ? 0 : d->kv_base, d->geo.blk_tiles,
+                                   1 + s->tier, s->ids[pos / T], s, &failed);
         if (st == ACCEL_ERR_CORRUPT) {
             mark_failed(failed, st);
             if (failed == s) return st;
@@ -543,13 +546,15 @@ static int fpga_seq_new(accel_dev *ad, int capacity, accel_seq **out)
     }
     s->tls_on = d->tls.on;
     s->tls_p = d->tls.p;
-    /* its KV in DDR4 when HBM's pool cannot hold it whole (or TANDEM_FPGA_KV_TIER=ddr) and the
-     * card can decode it sparse from a resident cache (fpga/BANKS.md "DDR4") */
+    /* its KV past HBM when HBM cannot hold it (fpga/BANKS.md "DDR4"; TANDEM_FPGA_KV_TIER) */
     if (d->has_ddr && d->tier != 2 && d->tls.avail &&
         fpga_tls_offload_ok(&d->card.desc, (uint32_t)d->tls.p.block_size) &&
-        (d->tier == 1 || s->cap_ids > fpga_kv_pool_free_count(&d->kv)) &&
-        s->cap_ids <= fpga_kv_pool_free_count(&d->ddr_kv))
-        s->ddr = 1;
+        (d->tier || s->cap_ids > fpga_kv_pool_free_count(&d->kv))) {
+        if (d->tier != 3 && s->cap_ids <= fpga_kv_pool_free_count(&d->ddr_kv))
+            s->tier = FPGA_DEC_TIER_DDR;
+        else if (d->tier != 1 && s->cap_ids <= fpga_kv_pool_free_count(&d->host_kv))
+            s->tier = FPGA_DEC_TIER_HOST;
+    }
     *out = &s->base;
     return ACCEL_OK;
 }
@@ -562,11 +567,11 @@ static int fpga_seq_fork(accel_dev *ad, accel_seq *asrc, int n_tokens, int capac
     fpga_dev *d = (fpga_dev *)ad;
     fpga_seq *src = (fpga_seq *)asrc;
     if (src->failed) return ACCEL_ERR_CORRUPT;
-    if (src->ddr) return ACCEL_ERR_UNSUPPORTED; /* DDR4 blocks are not shared (no copy kernel) */
+    if (src->tier) return ACCEL_ERR_UNSUPPORTED; /* offloaded blocks: no copy kernel, unshared */
     int st = fpga_seq_new(ad, capacity, out);
     if (st) return st;
     fpga_seq *s = (fpga_seq *)*out;
-    s->ddr = 0; /* shares HBM blocks */
+    s->tier = 0; /* src's HBM blocks */
     s->tls_on = src->tls_on; /* its own arena, summarized on its first step */
     s->tls_p = src->tls_p;
     s->n_ids = (n_tokens + (int)d->blk_tokens - 1) / (int)d->blk_tokens;
@@ -601,7 +606,7 @@ static int fpga_seq_hold(accel_dev *ad, accel_seq *as)
     fpga_dev *d = (fpga_dev *)ad;
     fpga_seq *s = (fpga_seq *)as;
     if (s->failed) return ACCEL_ERR_CORRUPT;
-    if (s->ddr) return ACCEL_ERR_UNSUPPORTED; /* DDR4 blocks are not shared */
+    if (s->tier) return ACCEL_ERR_UNSUPPORTED; /* offloaded blocks are not shared */
     fpga_kv_pool_hold(&d->kv, s->ids, s->n_ids);
     return ACCEL_OK;
 }
@@ -619,7 +624,7 @@ static int fpga_kv_block_save(accel_dev *ad, accel_seq *as, int block, void *dst
     fpga_dev *d = (fpga_dev *)ad;
     fpga_seq *s = (fpga_seq *)as;
     if (s->failed) return ACCEL_ERR_CORRUPT;
-    if (s->ddr) return ACCEL_ERR_UNSUPPORTED;
+    if (s->tier) return ACCEL_ERR_UNSUPPORTED;
     if (block >= s->n_ids) return ACCEL_ERR_INVALID;
     const uint32_t streams = ad->m->cfg.n_layers * d->card.lo.kv_streams;
     for (uint32_t g = 0; g < streams; g++) {
@@ -635,7 +640,7 @@ static int fpga_kv_block_load(accel_dev *ad, accel_seq *as, const void *src)
     fpga_dev *d = (fpga_dev *)ad;
     fpga_seq *s = (fpga_seq *)as;
     if (s->failed) return ACCEL_ERR_CORRUPT;
-    if (s->ddr) return ACCEL_ERR_UNSUPPORTED;
+    if (s->tier) return ACCEL_ERR_UNSUPPORTED;
     int st = kv_grow(d, s, s->base.len, (int)d->blk_tokens);
     if (st) return st;
     const uint32_t streams = ad->m->cfg.n_layers * d->card.lo.kv_streams;
@@ -697,8 +702,9 @@ static void fpga_describe(accel_dev *ad, accel_info *out)
     out->decode_curve = d->curve;
     if (d->has_ddr && d->tier != 2) /* the DDR4 tier's fit rule (fpga/BANKS.md "DDR4") */
         fpga_tls_offload_info(&d->tls, &d->card.desc,
-                              (uint64_t)fpga_kv_pool_free_count(&d->ddr_kv) * d->blk_tokens *
-                                  d->base.kv_bytes_per_token,
+                              (uint64_t)(fpga_kv_pool_free_count(&d->ddr_kv) +
+                                         fpga_kv_pool_free_count(&d->host_kv)) *
+                                  d->blk_tokens * d->base.kv_bytes_per_token,
                               out);
 }
 
@@ -720,7 +726,7 @@ static void fpga_free(accel_dev *ad)
     free(d->bsn);
     free(d->check_crc);
     fpga_kv_pool_deinit(&d->kv);
-    if (d->has_ddr) fpga_kv_pool_deinit(&d->ddr_kv);
+    if (d->has_ddr) fpga_kv_pool_deinit(&d->ddr_kv), fpga_kv_pool_deinit(&d->host_kv);
     free(d);
 }
 
@@ -882,13 +888,15 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
     }
     d->base.kv_block_tokens = (int)d->blk_tokens;
     d->base.mem_total = n_blocks * block_bytes;
-    /* the DDR4 pool: the HBM pool's geometry over each 1 GiB "channel" of the two banks */
-    uint64_t ddr_blocks = FPGA_DEC_DDR_SPAN / d->geo.super_bytes * d->geo.group;
-    if (ddr_blocks > (1u << 30)) ddr_blocks = 1u << 30;
-    d->has_ddr = ddr_blocks > 0 && !fpga_kv_pool_init(&d->ddr_kv, (int)ddr_blocks, (int)d->geo.group);
-    const char *tv = getenv("TANDEM_FPGA_KV_TIER");
-    d->tier = tv && !strcmp(tv, "ddr") ? 1 : tv && !strcmp(tv, "hbm") ? 2 : 0;
-    const char *sv = getenv("TANDEM_FPGA_TLS_STAGGER");
+    /* the DDR4 and host memory pools: the HBM pool's geometry over each "channel" of theirs */
+    const uint64_t ddr_blocks = FPGA_DEC_DDR_SPAN / d->geo.super_bytes * d->geo.group,
+                   host_blocks = FPGA_DEC_HOST_SPAN / d->geo.super_bytes * d->geo.group;
+    d->has_ddr = ddr_blocks && host_blocks && ddr_blocks < (1u << 30) &&
+                 !fpga_kv_pool_init(&d->ddr_kv, (int)ddr_blocks, (int)d->geo.group);
+    if (d->has_ddr && fpga_kv_pool_init(&d->host_kv, (int)host_blocks, (int)d->geo.group))
+        fpga_kv_pool_deinit(&d->ddr_kv), d->has_ddr = 0;
+    const char *tv = getenv("TANDEM_FPGA_KV_TIER"), *sv = getenv("TANDEM_FPGA_TLS_STAGGER");
+    d->tier = !tv ? 0 : !strcmp(tv, "ddr") ? 1 : !strcmp(tv, "hbm") ? 2 : !strcmp(tv, "host") ? 3 : 0;
     d->stagger = sv && !strcmp(sv, "1");
     int half = c->head_dim / 2;
     d->inv_freq = malloc(sizeof(float) * half);

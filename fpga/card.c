@@ -8,11 +8,11 @@
 
 /* kernel argument numbers (fpga/kernels/decode.c, kv_scatter.c, kv_check.c, kv_gather.c) */
 enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES, DEC_N_IDS, DEC_SEL_CAP,
-       DEC_TLS_OFF, DEC_TLS_UPTO, DEC_DDR0, DEC_DDR1, DEC_KV_TIER };
+       DEC_TLS_OFF, DEC_TLS_UPTO, DEC_DDR0, DEC_DDR1, DEC_KV_TIER, DEC_HOST0 };
 enum { SC_BANK0 = 4, SC_LAYER = 36, SC_POS0, SC_N, SC_PER, SC_KV_OFF, SC_PART_TILES, SC_STAGE_BYTES,
-       SC_PAGED, SC_BLK_ID, SC_DDR0, SC_DDR1 };
+       SC_PAGED, SC_BLK_ID, SC_DDR0, SC_DDR1, SC_HOST0 };
 enum { CK_REPORT = 32, CK_POS0, CK_N, CK_KV_OFF, CK_PART_TILES, CK_REPORT_BYTES, CK_N_IDS,
-       CK_DDR0, CK_DDR1, CK_KV_TIER };
+       CK_DDR0, CK_DDR1, CK_KV_TIER, CK_HOST0 };
 enum { PF_IO = 32, PF_MODE, PF_LAYER, PF_POS0, PF_N, PF_R0, PF_R1, PF_KV_OFF, PF_PART_TILES,
        PF_WS_OFF, PF_N_IDS };
 
@@ -63,7 +63,7 @@ void fpga_card_close(fpga_card *c)
         for (int j = 0; j < FPGA_DEC_STAGE_SLOTS; j++)
             if (c->stage[g][j]) fpga_xrt_bo_free(x, c->stage[g][j]);
     if (c->io) fpga_xrt_bo_free(x, c->io);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         if (c->ddr[i]) fpga_xrt_bo_free(x, c->ddr[i]);
     for (int i = 0; i < FPGA_DEC_CH; i++)
         if (c->bank[i]) fpga_xrt_bo_free(x, c->bank[i]);
@@ -160,6 +160,13 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
                                     &c->ddr[i])))
             return fail_msg(st, err, errlen, "DDR4 BO");
     }
+    { /* host memory past DDR4, reached over PCIe (HOST[0]) */
+        uint32_t g;
+        if ((st = fpga_xrt_kernel_group(x, c->k_dec, DEC_HOST0, &g)) ||
+            (st = fpga_xrt_bo_alloc(x, c->dev, FPGA_DEC_HOST_BO_BYTES, XCL_BO_FLAGS_HOST_ONLY, g,
+                                    &c->ddr[2])))
+            return fail_msg(st, err, errlen, "host memory BO");
+    }
     for (int g = 0; g < FPGA_CARD_GROUPS; g++)
         for (int j = 0; j < FPGA_DEC_STAGE_SLOTS; j++) {
             void *h;
@@ -174,7 +181,8 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
     for (int i = 0; i < FPGA_DEC_CH && !st; i++) st = fpga_xrt_run_set_bo(x, c->r_dec, i, c->bank[i]);
     if (st || (st = fpga_xrt_run_set_bo(x, c->r_dec, DEC_IO, c->io)) ||
         (st = fpga_xrt_run_set_bo(x, c->r_dec, DEC_DDR0, c->ddr[0])) ||
-        (st = fpga_xrt_run_set_bo(x, c->r_dec, DEC_DDR1, c->ddr[1])))
+        (st = fpga_xrt_run_set_bo(x, c->r_dec, DEC_DDR1, c->ddr[1])) ||
+        (st = fpga_xrt_run_set_bo(x, c->r_dec, DEC_HOST0, c->ddr[2])))
         return fail_msg(st, err, errlen, "decode arguments");
     if (c->max_batch > 1) {
         if ((st = fpga_xrt_run_open(x, c->k_decb, &c->r_decb))) return fail_msg(st, err, errlen, "run");
@@ -191,7 +199,8 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
             st = fpga_xrt_run_set_bo(x, c->r_sc[g], SC_BANK0 + i, c->bank[i]);
         if (st || (st = fpga_xrt_run_set_u64(x, c->r_sc[g], SC_STAGE_BYTES, FPGA_CARD_STAGE_BYTES)) ||
             (st = fpga_xrt_run_set_bo(x, c->r_sc[g], SC_DDR0, c->ddr[0])) ||
-            (st = fpga_xrt_run_set_bo(x, c->r_sc[g], SC_DDR1, c->ddr[1])))
+            (st = fpga_xrt_run_set_bo(x, c->r_sc[g], SC_DDR1, c->ddr[1])) ||
+            (st = fpga_xrt_run_set_bo(x, c->r_sc[g], SC_HOST0, c->ddr[2])))
             return fail_msg(st, err, errlen, "scatter arguments");
     }
     if ((st = fpga_xrt_run_open(x, c->k_check, &c->r_check))) return fail_msg(st, err, errlen, "run");
@@ -199,7 +208,8 @@ static int open_objects(fpga_card *c, unsigned index, const char *xclbin, char *
     if (st || (st = fpga_xrt_run_set_bo(x, c->r_check, CK_REPORT, c->stage[0][0])) ||
         (st = fpga_xrt_run_set_u64(x, c->r_check, CK_REPORT_BYTES, FPGA_CARD_STAGE_BYTES)) ||
         (st = fpga_xrt_run_set_bo(x, c->r_check, CK_DDR0, c->ddr[0])) ||
-        (st = fpga_xrt_run_set_bo(x, c->r_check, CK_DDR1, c->ddr[1])))
+        (st = fpga_xrt_run_set_bo(x, c->r_check, CK_DDR1, c->ddr[1])) ||
+        (st = fpga_xrt_run_set_bo(x, c->r_check, CK_HOST0, c->ddr[2])))
         return fail_msg(st, err, errlen, "check arguments");
     if (c->k_pf) {
         if ((st = fpga_xrt_run_open(x, c->k_pf, &c->r_pf))) return fail_msg(st, err, errlen, "run");

@@ -77,10 +77,12 @@ typedef struct fpga_card {
      * caller after writing the parameters into io (fpga/kernels/tls_dec.h), consumed by it */
     uint64_t tls_off;
     uint32_t tls_upto;
-    /* the next fpga_card_step's or fpga_card_check's KV is in the DDR4 pool (set by the caller,
-     * consumed by it; fpga/kernels/dec_layout.h FPGA_DEC_DDR_SPAN) */
+    /* the next fpga_card_step's or fpga_card_check's KV is in the DDR4 (1) or host memory (2)
+     * pool (set by the caller, consumed by it; fpga/kernels/dec_layout.h FPGA_DEC_TIER_*) */
     uint32_t kv_tier;
-    xrtBufferHandle ddr[2]; /* the two DDR4 banks, one BO of FPGA_DEC_DDR_BO_BYTES each */
+    /* the two DDR4 banks, one BO of FPGA_DEC_DDR_BO_BYTES each, and the host memory BO
+     * (FPGA_DEC_HOST_BO_BYTES, HOST[0]) */
+    xrtBufferHandle ddr[3];
     fpga_emu_run_stats last_pf;
     uint64_t pf_runs, pf_modeled_ns, gather_runs, gather_modeled_ns, check_runs, check_modeled_ns;
 } fpga_card;

@@ -17,7 +17,7 @@
 #include "fpga/dec_model.h"
 
 /* U280: two DDR4-2400 banks of 16 GB, 19.2 GB/s peak each (fpga/xrt/u280.h, DS963). */
-#define FPGA_U280_DDR4_BYTES (FPGA_U280_DDR_BANKS * FPGA_U280_DDR_BANK_BYTES)
+#define FPGA_U280_DDR4_BYTES (FPGA_U280_DDR_BANKS * FPGA_U280_EXT_BANK_BYTES)
 #define FPGA_U280_DDR4_PEAK_GBPS (FPGA_U280_DDR_BANKS * FPGA_U280_DDR_BPS / 1e9)
 
 typedef struct fpga_tls_model_in {

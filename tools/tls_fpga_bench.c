@@ -172,8 +172,8 @@ int main(int argc, char **argv)
         accel_seq_decode_stats(tls, st, &ds);
         printf("| %d | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f | %lld / %lld |\n", i + 1,
                a.modeled_ns / 1e6, a.bytes_read / 1048576.0, b.modeled_ns / 1e6,
-               b.bytes_read / 1048576.0, (b.ddr_bytes[0] + b.ddr_bytes[1]) / 1048576.0,
-               b.ddr_ns / 1e6, (long long)(ds.blocks_new - ds0.blocks_new),
+               b.bytes_read / 1048576.0,
+               (b.ext_bytes[0] + b.ext_bytes[1] + b.ext_bytes[2]) / 1048576.0, b.ext_ns / 1e6, (long long)(ds.blocks_new - ds0.blocks_new),
                (long long)(ds.blocks_kept - ds0.blocks_kept));
         dlast = (accel_decode_stats){.blocks_new = ds.blocks_new - ds0.blocks_new,
                                      .blocks_kept = ds.blocks_kept - ds0.blocks_kept};
@@ -194,7 +194,7 @@ int main(int argc, char **argv)
         hbm_b = t > hbm_b ? t : hbm_b;
     }
     const double dmem = (hbm_b - a.mem_ns) / L, dcomp = ((double)b.compute_ns - a.compute_ns) / L,
-                 dstall = ((double)b.stall_ns - a.stall_ns) / L, dddr = (double)b.ddr_ns / L;
+                 dstall = ((double)b.stall_ns - a.stall_ns) / L, dddr = (double)b.ext_ns / L;
     double mem = dm.mem_ns + k * dmem;
     const double comp = dm.compute_ns + k * dcomp;
     if (k * dddr > mem) mem = k * dddr;
@@ -208,7 +208,7 @@ int main(int argc, char **argv)
         const double hidden = dm.overhead_ns + (hbm_full > comp ? hbm_full : comp) + dm.stall_ns +
                               k * dstall;
         const double turn = dlast.blocks_kept ? (double)dlast.blocks_new / dlast.blocks_kept : 0;
-        printf("per sparse layer: DDR4 %.3f ms (full depth %.2f ms, overlapped with HBM's %.2f ms)\n",
+        printf("per sparse layer: DDR4 / host memory %.3f ms (full depth %.2f ms, overlapped with HBM's %.2f ms)\n",
                dddr / 1e6, k * dddr / 1e6, hbm_full / 1e6);
         printf("last step: %.1f %% of the chosen blocks were new (fetched); with every fetch "
                "hidden the step is %.2f ms/token, which holds up to ~%.0f %% new per step\n",
@@ -222,7 +222,7 @@ int main(int argc, char **argv)
            "AsyncTLS%s (%d dense layers) %.2f ms/token\n",
            full_layers, ctx, dm.modeled_ns / 1e6,
            kv_full > pool_full ? "if it fitted: it does not" : "it fits",
-           offload ? " with the KV in DDR4" : "", dense_layers, sparse / 1e6);
+           offload ? " with the KV past HBM (DDR4, or host memory: TANDEM_FPGA_KV_TIER=host)" : "", dense_layers, sparse / 1e6);
     accel_seq_free(dense, sd);
     accel_seq_free(tls, st);
     accel_free(dense);

@@ -210,7 +210,7 @@ static emu_card *card_new(int index)
     c->index = index;
     c->st.index = index;
     c->st.hbm_total = FPGA_U280_HBM_BYTES;
-    c->st.ddr_total = FPGA_U280_DDR_BANKS * FPGA_U280_DDR_BANK_BYTES;
+    c->st.ext_total = FPGA_U280_EXT_BANKS * FPGA_U280_EXT_BANK_BYTES;
     c->pace = env_int("TANDEM_EMU_PACE", 0, 0, 1);
     const char *spec = getenv("TANDEM_EMU_FAULT");
     if (spec && *spec) {
@@ -232,7 +232,7 @@ static emu_card *card_new(int index)
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (c->hbm == MAP_FAILED) {
         free(c);
-        return emu_fail_null(ENOMEM, "cannot reserve 40 GiB of address space for HBM and DDR4");
+        return emu_fail_null(ENOMEM, "cannot reserve 56 GiB of address space for HBM, DDR4 and host memory");
     }
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -22,7 +22,7 @@ static void account(emu_card *c, uint64_t addr, uint64_t size, int sign)
         uint64_t end = fpga_u280_chan_lo(ch + 1);
         uint64_t n = end - addr < size ? end - addr : size;
         uint64_t *used = ch < FPGA_U280_HBM_BANKS ? &c->st.bank_used[ch]
-                                                  : &c->st.ddr_used[ch - FPGA_U280_HBM_BANKS];
+                                                  : &c->st.ext_used[ch - FPGA_U280_HBM_BANKS];
         if (sign > 0) *used += n;
         else *used -= n;
         addr += n;
@@ -38,10 +38,11 @@ int emu_mem_place(emu_card *c, int group, uint64_t size, uint64_t *addr)
     uint64_t need = round_up(size, EMU_ALIGN);
     if (need > hi - lo) {
         if (g->lo >= FPGA_U280_HBM_BANKS)
-            return emu_fail(E2BIG, "cannot allocate %llu bytes on a %llu GiB bank (DDR[%d])",
+            return emu_fail(E2BIG, "cannot allocate %llu bytes on a %llu GiB bank (%s)",
                             (unsigned long long)size,
-                            (unsigned long long)(FPGA_U280_DDR_BANK_BYTES >> 30),
-                            g->lo - FPGA_U280_HBM_BANKS);
+                            (unsigned long long)(FPGA_U280_EXT_BANK_BYTES >> 30),
+                            g->lo - FPGA_U280_HBM_BANKS == FPGA_U280_EXT_HOST ? "HOST[0]"
+                            : g->lo == FPGA_U280_HBM_BANKS ? "DDR[0]" : "DDR[1]");
         if (g->lo == g->hi)
             return emu_fail(E2BIG, "cannot allocate %llu bytes on a %llu MiB bank (HBM[%d])",
                             (unsigned long long)size,
@@ -64,9 +65,9 @@ int emu_mem_place(emu_card *c, int group, uint64_t size, uint64_t *addr)
         uint64_t used = 0;
         for (int ch = g->lo; ch <= g->hi; ch++)
             used += ch < FPGA_U280_HBM_BANKS ? c->st.bank_used[ch]
-                                             : c->st.ddr_used[ch - FPGA_U280_HBM_BANKS];
+                                             : c->st.ext_used[ch - FPGA_U280_HBM_BANKS];
         if (g->lo >= FPGA_U280_HBM_BANKS)
-            return emu_fail(ENOMEM, "DDR[%d] has no free %llu bytes (%llu of %llu MiB used)",
+            return emu_fail(ENOMEM, "bank %d past HBM has no free %llu bytes (%llu of %llu MiB used)",
                             g->lo - FPGA_U280_HBM_BANKS, (unsigned long long)need,
                             (unsigned long long)(used >> 20), (unsigned long long)((hi - lo) >> 20));
         return emu_fail(ENOMEM, "HBM[%d:%d] has no free %llu bytes (%llu of %llu MiB used)",
@@ -131,7 +132,8 @@ static xrtBufferHandle bo_alloc(xrtDeviceHandle dh, void *userptr, size_t size,
     /* The bank is `grp`: XRT's xrtBOAlloc overwrites the flags' bank bits (xcl_bo_flags.bank,
      * bits 0..15) with it, so only the BO flags in bits 24..31 matter here. */
     uint32_t bo_flags = (uint32_t)flags & 0xff000000u;
-    const uint32_t known = XCL_BO_FLAGS_CACHEABLE | XCL_BO_FLAGS_DEV_ONLY;
+    /* HOST_ONLY (a BO in host memory the kernels reach, HOST[0]): its one copy is the bank's */
+    const uint32_t known = XCL_BO_FLAGS_CACHEABLE | XCL_BO_FLAGS_DEV_ONLY | XCL_BO_FLAGS_HOST_ONLY;
     if (bo_flags & ~known)
         return emu_fail_null(EINVAL, "BO flags 0x%08x are not emulated (only CACHEABLE, DEV_ONLY)",
                              bo_flags);
@@ -147,7 +149,7 @@ static xrtBufferHandle bo_alloc(xrtDeviceHandle dh, void *userptr, size_t size,
     b->group = (int)grp;
     if (userptr) {
         b->host = userptr;
-    } else if (!(bo_flags & XCL_BO_FLAGS_DEV_ONLY)) {
+    } else if (!(bo_flags & (XCL_BO_FLAGS_DEV_ONLY | XCL_BO_FLAGS_HOST_ONLY))) {
         /* Lazy: pages cost host memory once written. */
         void *h = mmap(NULL, round_up(size, EMU_ALIGN), PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -205,10 +205,13 @@ int xrtRunSetArg(xrtRunHandle h, int index, ...)
             int ch = fpga_u280_chan_of(b->addr);
             char banks[24], at[24];
             const int H = FPGA_U280_HBM_BANKS;
-            if (g->lo >= H) snprintf(banks, sizeof banks, "DDR[%d]", g->lo - H);
+            if (g->lo >= H)
+                snprintf(banks, sizeof banks, g->lo - H == FPGA_U280_EXT_HOST ? "HOST[0]" : "DDR[%d]",
+                         g->lo - H);
             else if (g->lo == g->hi) snprintf(banks, sizeof banks, "HBM[%d]", g->lo);
             else snprintf(banks, sizeof banks, "HBM[%d:%d]", g->lo, g->hi);
-            if (ch >= H) snprintf(at, sizeof at, "DDR[%d]", ch - H);
+            if (ch >= H)
+                snprintf(at, sizeof at, ch - H == FPGA_U280_EXT_HOST ? "HOST[0]" : "DDR[%d]", ch - H);
             else snprintf(at, sizeof at, "HBM[%d]", ch);
             return emu_fail(EINVAL, "argument %d (%s) of %s is connected to %s; the BO is in "
                                     "%s (wrong bank)", index, xa->name, k->x.name, banks, at);

@@ -8,6 +8,7 @@
  *
  *   channel time  = bytes / (14.375 GB/s x 0.90) + commands x 64 cycles / 225 MHz
  *   DDR4 bank time = bytes / (19.2 GB/s x 0.80) + commands x 64 cycles / 225 MHz
+ *   host bank time = bytes / 11 GB/s (PCIe) + commands x 64 cycles / 225 MHz
  *   memory time   = the busiest channel's or DDR4 bank's time (the 32 channels and the 2 DDR4
  *                   banks stream in parallel: a kernel's DDR4 traffic overlaps its HBM traffic)
  *   compute time  = cycles / 225 MHz
@@ -65,18 +66,17 @@ void emu_timing_end(emu_exec_ctx *ctx)
             st->busiest = ch;
         }
     }
-    const double ddr_bps = FPGA_U280_DDR_BPS * FPGA_U280_DDR_UTIL;
     double ddr = 0;
-    for (int i = 0; i < FPGA_U280_DDR_BANKS; i++) {
-        if (!st->ddr_bytes[i] && !st->ddr_cmds[i]) continue;
-        double t = (double)st->ddr_bytes[i] / ddr_bps * 1e9 + st->ddr_cmds[i] * cmd_ns;
+    for (int i = 0; i < FPGA_U280_EXT_BANKS; i++) {
+        if (!st->ext_bytes[i] && !st->ext_cmds[i]) continue;
+        double t = (double)st->ext_bytes[i] / fpga_u280_ext_bps(i) * 1e9 + st->ext_cmds[i] * cmd_ns;
         if (t > ddr) ddr = t;
         if (t > worst) {
             worst = t;
             st->busiest = FPGA_U280_HBM_BANKS + i;
         }
     }
-    st->ddr_ns = (uint64_t)ddr;
+    st->ext_ns = (uint64_t)ddr;
     st->mem_ns = (uint64_t)worst;
     st->compute_ns = (uint64_t)((double)ctx->compute_cycles / FPGA_U280_KERNEL_HZ * 1e9);
     st->stall_ns = (uint64_t)((double)ctx->stall_cycles / FPGA_U280_KERNEL_HZ * 1e9);
@@ -108,8 +108,8 @@ static void charge(const void *p, uint64_t n, int write)
                 st->chan_bytes[ch] += k;
                 st->chan_cmds[ch]++;
             } else {
-                st->ddr_bytes[ch - FPGA_U280_HBM_BANKS] += k;
-                st->ddr_cmds[ch - FPGA_U280_HBM_BANKS]++;
+                st->ext_bytes[ch - FPGA_U280_HBM_BANKS] += k;
+                st->ext_cmds[ch - FPGA_U280_HBM_BANKS]++;
             }
             addr += k;
             n -= k;

@@ -56,6 +56,7 @@ const char emu_xclbin_builtin[] =
     "arg ddr0 global DDR[0]\n"
     "arg ddr1 global DDR[1]\n"
     "arg kv_tier u32\n"
+    "arg host0 global HOST[0]\n"
     "kernel tandem_decode_batch\n" XC_PORTS(XC_BANK)
     "arg io global HBM[0]\n"
     "arg n_seq u32\n"
@@ -77,6 +78,7 @@ const char emu_xclbin_builtin[] =
     "arg blk_id u32\n"
     "arg ddr0 global DDR[0]\n"
     "arg ddr1 global DDR[1]\n"
+    "arg host0 global HOST[0]\n"
     "kernel kv_check\n" XC_PORTS(XC_BANK)
     "arg report global HBM[1:8]\n"
     "arg pos0 u32\n"
@@ -88,6 +90,7 @@ const char emu_xclbin_builtin[] =
     "arg ddr0 global DDR[0]\n"
     "arg ddr1 global DDR[1]\n"
     "arg kv_tier u32\n"
+    "arg host0 global HOST[0]\n"
     "# FAST-Prefill sparse prefill (fpga/kernels/flex_sigu.c, flex_sau.c)\n"
     "kernel flex_sigu\n"
     "arg qbuf global HBM[0:31]\n"
@@ -209,8 +212,13 @@ static int valid_name(const char *s)
 static int parse_banks(const char *s, emu_xclbin *x)
 {
     int lo, hi, used = 0;
-    if (sscanf(s, "DDR[%d]%n", &lo, &used) == 1 && used == (int)strlen(s)) {
-        if (lo < 0 || lo >= FPGA_U280_DDR_BANKS) return -1;
+    int host = sscanf(s, "HOST[%d]%n", &lo, &used) == 1 && used == (int)strlen(s);
+    if (host) {
+        if (lo != 0) return -1;
+        lo = FPGA_U280_EXT_HOST;
+    }
+    if (host || (sscanf(s, "DDR[%d]%n", &lo, &used) == 1 && used == (int)strlen(s))) {
+        if (lo < 0 || lo >= FPGA_U280_DDR_BANKS + host) return -1;
         lo = hi = FPGA_U280_HBM_BANKS + lo; /* channel 32 + i */
         for (int g = FPGA_U280_HBM_BANKS; g < x->n_groups; g++)
             if (x->groups[g].lo == lo && x->groups[g].hi == hi) return g;

@@ -328,6 +328,32 @@ static inline uint8_t *fpga_dec_ddr_ch(uint8_t *ddr0, uint8_t *ddr1, uint32_t c)
 {
     return (c & 1 ? ddr1 : ddr0) + (uint64_t)(c >> 1) * FPGA_DEC_DDR_SPAN;
 }
+/* Host memory past DDR4 (tier 2: HOST[0], one BO of FPGA_DEC_HOST_BO_BYTES): the same layout
+ * over 32 "channels" of FPGA_DEC_HOST_SPAN, reached over PCIe. */
+#define FPGA_DEC_TIER_HBM 0
+#define FPGA_DEC_TIER_DDR 1
+#define FPGA_DEC_TIER_HOST 2
+#define FPGA_DEC_HOST_SPAN (512ull << 20)
+#define FPGA_DEC_HOST_BO_BYTES (16ull << 30)
+static inline uint64_t fpga_dec_tier_span(uint32_t tier)
+{
+    return tier == FPGA_DEC_TIER_HOST ? FPGA_DEC_HOST_SPAN : FPGA_DEC_DDR_SPAN;
+}
+/* Channel c of a tier's pool (HBM's: the bank pointers). */
+static inline uint8_t *fpga_dec_tier_ch(uint32_t tier, uint8_t *const *hbm, uint8_t *ddr0,
+                                        uint8_t *ddr1, uint8_t *host, uint32_t c)
+{
+    return tier == FPGA_DEC_TIER_HOST  ? host + (uint64_t)c * FPGA_DEC_HOST_SPAN
+           : tier == FPGA_DEC_TIER_DDR ? fpga_dec_ddr_ch(ddr0, ddr1, c)
+                                       : hbm[c];
+}
+/* 1 when the tier's BOs are there (the adapters' check). */
+static inline int fpga_dec_tier_bos_ok(uint32_t tier, uint64_t ddr0, uint64_t ddr1, uint64_t host)
+{
+    return tier == FPGA_DEC_TIER_HBM ||
+           (tier == FPGA_DEC_TIER_DDR && ddr0 >= FPGA_DEC_DDR_BO_BYTES && ddr1 >= FPGA_DEC_DDR_BO_BYTES) ||
+           (tier == FPGA_DEC_TIER_HOST && host >= FPGA_DEC_HOST_BO_BYTES);
+}
 #define FPGA_DEC_KV_RUN_BYTES 65536
 #define FPGA_DEC_MAX_BLOCKS (FPGA_DEC_MAX_POS / FPGA_DEC_KV_BLOCK_MIN)
 

@@ -39,8 +39,9 @@
  * parameters in io at fpga_dec_io_sel_off, the sequence's summaries in the arena at tls_off of
  * every bank, positions tls_upto..pos summarized by this run, then selection and attention over
  * the kept positions. 41 ddr0 (global, DDR[0]), 42 ddr1 (global, DDR[1]) — the two DDR4 banks,
- * one BO of FPGA_DEC_DDR_BO_BYTES each — and 43 kv_tier u32: 1 when the sequence's KV (the
- * block table at kv_off) is in the DDR4 pool (dec_layout.h, FPGA_DEC_DDR_SPAN) instead of HBM:
+ * one BO of FPGA_DEC_DDR_BO_BYTES each —, 43 kv_tier u32 and 44 host0 (global, HOST[0]): kv_tier
+ * 1 (2) when the sequence's KV (the block table at kv_off) is in the DDR4 (host memory) pool
+ * (dec_layout.h, FPGA_DEC_DDR_SPAN) instead of HBM:
  * its tiles are read and appended there, and with AsyncTLS offload (tls_dec.h) attention reads a
  * resident cache of blocks in HBM instead. */
 #include "fpga/kernels/dec_layout.h"
@@ -98,8 +99,9 @@ static void matvec(const dec_ctx *c, int mat, uint64_t off, const float *x, cons
 void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, uint32_t pos,
                    uint64_t kv_off, uint32_t part_tiles, uint32_t n_ids, uint32_t sel_cap,
                    uint64_t tls_off, uint32_t tls_upto, uint8_t *ddr0, uint8_t *ddr1,
-                   uint32_t kv_tier)
+                   uint32_t kv_tier, uint8_t *host0)
 {
+#pragma HLS INTERFACE m_axi port = host0 offset = slave bundle = gmem_host
     FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
 #pragma HLS INTERFACE m_axi port = ddr0 offset = slave bundle = gmem_ddr0
 #pragma HLS INTERFACE m_axi port = ddr1 offset = slave bundle = gmem_ddr1
@@ -130,7 +132,7 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
     const fpga_dec_desc *d = &c.d;
     uint8_t *kvch[FPGA_DEC_CH]; /* where the sequence's KV tiles are: HBM, or DDR4 */
     for (uint32_t i = 0; i < FPGA_DEC_CH; i++)
-        kvch[i] = kv_tier ? fpga_dec_ddr_ch(ddr0, ddr1, i) : c.ch[i];
+        kvch[i] = fpga_dec_tier_ch(kv_tier, c.ch, ddr0, ddr1, host0, i);
     const uint32_t H = d->hidden, hd = d->head_dim, I = d->inter;
     const uint32_t qd = d->n_heads * hd, kvd = d->n_kv_heads * hd;
 
@@ -220,8 +222,8 @@ static int decode_adapter(const fpga_kargs *a)
     uint32_t sel_cap = (uint32_t)a->a[38].u, tls_upto = (uint32_t)a->a[40].u;
     uint64_t tls_off = a->a[39].u;
     uint32_t kv_tier = (uint32_t)a->a[43].u;
-    if (kv_tier > 1 || (kv_tier && (a->a[41].size < FPGA_DEC_DDR_BO_BYTES ||
-                                    a->a[42].size < FPGA_DEC_DDR_BO_BYTES)))
+    if (kv_tier > FPGA_DEC_TIER_HOST ||
+        !fpga_dec_tier_bos_ok(kv_tier, a->a[41].size, a->a[42].size, a->a[44].size))
         return -1;
     uint64_t min_size = a->a[0].size;
     for (int c = 1; c < FPGA_DEC_CH; c++)
@@ -246,7 +248,7 @@ static int decode_adapter(const fpga_kargs *a)
         fpga_dec_kvmap_slab(&lo, kv_off, part_tiles, &kv);
     }
     if ((uint64_t)pos >= fpga_dec_kvmap_tiles(&kv) * d.kv_parts * FPGA_DEC_TILE) return -1;
-    if (kv_tier ? !fpga_dec_kvmap_ok(&kv, FPGA_DEC_DDR_SPAN)
+    if (kv_tier ? !fpga_dec_kvmap_ok(&kv, fpga_dec_tier_span(kv_tier))
                 : kv_off < lo.image_bytes || !fpga_dec_kvmap_ok(&kv, min_size))
         return -1;
     if (sel_cap) {
@@ -282,16 +284,17 @@ static int decode_adapter(const fpga_kargs *a)
     for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[c].ptr;
 #define DEC_ARG(n) p[n],
     tandem_decode(FPGA_K_PORTS(DEC_ARG) io->ptr, token, pos, kv_off, part_tiles, n_ids, sel_cap,
-                  tls_off, tls_upto, a->a[41].ptr, a->a[42].ptr, kv_tier);
+                  tls_off, tls_upto, a->a[41].ptr, a->a[42].ptr, kv_tier, a->a[44].ptr);
 #undef DEC_ARG
     return 0;
 }
 
 const fpga_k_desc fpga_k_decode_desc = {
     .name = "tandem_decode",
-    .n_args = 44,
+    .n_args = 45,
     .kinds = {FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
               FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U64,
-              FPGA_K_ARG_U32, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32},
+              FPGA_K_ARG_U32, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32,
+              FPGA_K_ARG_GLOBAL},
     .run = decode_adapter,
 };

@@ -17,8 +17,8 @@
  * 37 report_bytes u64 (the room at the start of `report`), 38 n_ids u32: 0, the KV is a slab at
  * kv_off of part_tiles tiles per part; else a block table of n_ids ids that the host put in
  * `report` at FPGA_DEC_CHECK_TABLE_OFF, into the pool at kv_off (dec_layout.h, "KV pages").
- * 39 ddr0, 40 ddr1 (global, DDR[0], DDR[1]), 41 kv_tier u32: 1 when the table is into the DDR4
- * pool (dec_layout.h, FPGA_DEC_DDR_SPAN).
+ * 39 ddr0, 40 ddr1 (global, DDR[0], DDR[1]), 41 kv_tier u32, 42 host0 (global, HOST[0]): kv_tier
+ * 1 (2) when the table is into the DDR4 (host memory) pool (dec_layout.h, FPGA_DEC_DDR_SPAN).
  * Report at offset 0 of `report`: {FPGA_DEC_CHECK_MAGIC, pos0, n, n_layers, crc[n_layers]}. */
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/kernels/dec_math.h"
@@ -79,8 +79,9 @@ static uint32_t ck_layer(const ck_ctx *c, uint32_t l, uint32_t pos0, uint32_t n)
 
 void kv_check(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *report, uint32_t pos0, uint32_t n,
               uint64_t kv_off, uint32_t part_tiles, uint64_t report_bytes, uint32_t n_ids,
-              uint8_t *ddr0, uint8_t *ddr1, uint32_t kv_tier)
+              uint8_t *ddr0, uint8_t *ddr1, uint32_t kv_tier, uint8_t *host0)
 {
+#pragma HLS INTERFACE m_axi port = host0 offset = slave bundle = gmem_host
     FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
 #pragma HLS INTERFACE m_axi port = ddr0 offset = slave bundle = gmem_ddr0
 #pragma HLS INTERFACE m_axi port = ddr1 offset = slave bundle = gmem_ddr1
@@ -90,7 +91,8 @@ void kv_check(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *report, uint32_t pos0, ui
     ck_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}};
     fpga_k_read(hbm0, sizeof c.d);
     if (kv_tier)
-        for (uint32_t i = 0; i < FPGA_DEC_CH; i++) c.ch[i] = fpga_dec_ddr_ch(ddr0, ddr1, i);
+        for (uint32_t i = 0; i < FPGA_DEC_CH; i++)
+            c.ch[i] = fpga_dec_tier_ch(kv_tier, c.ch, ddr0, ddr1, host0, i);
     memcpy(&c.d, hbm0, sizeof c.d);
     fpga_dec_layout_of(&c.d, &c.lo);
     uint32_t ids[FPGA_DEC_MAX_BLOCKS];
@@ -122,8 +124,8 @@ static int kv_check_adapter(const fpga_kargs *a)
         if (a->a[c].size < min_size) min_size = a->a[c].size;
     const uint32_t kv_tier = (uint32_t)a->a[R + 9].u;
     fpga_dec_desc d;
-    if (a->a[0].size < sizeof d || kv_tier > 1) return -1;
-    if (kv_tier && (a->a[R + 7].size < FPGA_DEC_DDR_BO_BYTES || a->a[R + 8].size < FPGA_DEC_DDR_BO_BYTES))
+    if (a->a[0].size < sizeof d || kv_tier > FPGA_DEC_TIER_HOST) return -1;
+    if (!fpga_dec_tier_bos_ok(kv_tier, a->a[R + 7].size, a->a[R + 8].size, a->a[R + 10].size))
         return -1;
     memcpy(&d, a->a[0].ptr, sizeof d);
     if (fpga_dec_desc_check(&d) != 0) return -1;
@@ -145,7 +147,7 @@ static int kv_check_adapter(const fpga_kargs *a)
         fpga_dec_kvmap_slab(&lo, kv_off, part_tiles, &kv);
     }
     if ((uint64_t)pos0 + n > fpga_dec_kvmap_tiles(&kv) * d.kv_parts * FPGA_DEC_TILE) return -1;
-    if (kv_tier ? lo.image_bytes > min_size || !fpga_dec_kvmap_ok(&kv, FPGA_DEC_DDR_SPAN)
+    if (kv_tier ? lo.image_bytes > min_size || !fpga_dec_kvmap_ok(&kv, fpga_dec_tier_span(kv_tier))
                 : kv_off < lo.image_bytes || lo.image_bytes > min_size ||
                       !fpga_dec_kvmap_ok(&kv, min_size))
         return -1;
@@ -153,16 +155,16 @@ static int kv_check_adapter(const fpga_kargs *a)
     for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[c].ptr;
 #define CK_ARG(n) p[n],
     kv_check(FPGA_K_PORTS(CK_ARG) a->a[R].ptr, pos0, n, kv_off, part_tiles, report_bytes, n_ids,
-             a->a[R + 7].ptr, a->a[R + 8].ptr, kv_tier);
+             a->a[R + 7].ptr, a->a[R + 8].ptr, kv_tier, a->a[R + 10].ptr);
 #undef CK_ARG
     return 0;
 }
 
 const fpga_k_desc fpga_k_kv_check_desc = {
     .name = "kv_check",
-    .n_args = 42,
+    .n_args = 43,
     .kinds = {FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
               FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_GLOBAL,
-              FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32},
+              FPGA_K_ARG_GLOBAL, FPGA_K_ARG_U32, FPGA_K_ARG_GLOBAL},
     .run = kv_check_adapter,
 };

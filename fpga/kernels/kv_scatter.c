@@ -18,7 +18,8 @@
  * 42 stage_bytes u64 (size of each slot), 43 paged u32, 44 blk_id u32. paged 0: the KV is a slab
  * at kv_off of part_tiles tiles per part; else the piece lies in one block (dec_layout.h, "KV
  * pages"): block blk_id of the pool at kv_off holds positions pos0 / T * T onwards; paged 2: the
- * same in the DDR4 pool (45 ddr0, 46 ddr1: the DDR4 banks, dec_layout.h FPGA_DEC_DDR_SPAN). */
+ * same in the DDR4 pool (45 ddr0, 46 ddr1: the DDR4 banks, dec_layout.h FPGA_DEC_DDR_SPAN);
+ * paged 3: in the host memory pool (47 host0, HOST[0]). */
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/kernels/dec_math.h"
 #include "fpga/kernels/kernel.h"
@@ -76,8 +77,9 @@ static uint32_t scatter_slot(const sc_ctx *c, const uint8_t *slot, uint32_t p0, 
 void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stage3,
                 FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint32_t layer, uint32_t pos0, uint32_t n,
                 uint32_t per, uint64_t kv_off, uint32_t part_tiles, uint64_t stage_bytes,
-                uint32_t paged, uint32_t blk_id, uint8_t *ddr0, uint8_t *ddr1)
+                uint32_t paged, uint32_t blk_id, uint8_t *ddr0, uint8_t *ddr1, uint8_t *host0)
 {
+#pragma HLS INTERFACE m_axi port = host0 offset = slave bundle = gmem_host
 #pragma HLS INTERFACE m_axi port = ddr0 offset = slave bundle = gmem_ddr0
 #pragma HLS INTERFACE m_axi port = ddr1 offset = slave bundle = gmem_ddr1
 #pragma HLS INTERFACE m_axi port = stage0 offset = slave bundle = gmem_s0
@@ -90,8 +92,9 @@ void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stag
 #pragma HLS INTERFACE s_axilite port = blk_id
     sc_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}, .layer = layer};
     fpga_k_read(hbm0, sizeof c.d);
-    if (paged == 2)
-        for (uint32_t i = 0; i < FPGA_DEC_CH; i++) c.ch[i] = fpga_dec_ddr_ch(ddr0, ddr1, i);
+    if (paged >= 2) /* the DDR4 or host memory pool */
+        for (uint32_t i = 0; i < FPGA_DEC_CH; i++)
+            c.ch[i] = fpga_dec_tier_ch(paged - 1, c.ch, ddr0, ddr1, host0, i);
     memcpy(&c.d, hbm0, sizeof c.d);
     fpga_dec_layout_of(&c.d, &c.lo);
     uint32_t pbase = 0; /* paged: the block's first position */
@@ -127,8 +130,8 @@ static int kv_scatter_adapter(const fpga_kargs *a)
     for (int c = 1; c < FPGA_DEC_CH; c++)
         if (a->a[S + c].size < min_size) min_size = a->a[S + c].size;
     fpga_dec_desc d;
-    if (a->a[S].size < sizeof d || paged > 2) return -1;
-    if (paged == 2 && (a->a[45].size < FPGA_DEC_DDR_BO_BYTES || a->a[46].size < FPGA_DEC_DDR_BO_BYTES))
+    if (a->a[S].size < sizeof d || paged > 3) return -1;
+    if (paged >= 2 && !fpga_dec_tier_bos_ok(paged - 1, a->a[45].size, a->a[46].size, a->a[47].size))
         return -1;
     memcpy(&d, a->a[S].ptr, sizeof d);
     if (fpga_dec_desc_check(&d) != 0) return -1;
@@ -146,7 +149,7 @@ static int kv_scatter_adapter(const fpga_kargs *a)
         if ((uint64_t)pos0 + n > (uint64_t)part_tiles * d.kv_parts * FPGA_DEC_TILE) return -1;
         fpga_dec_kvmap_slab(&lo, kv_off, part_tiles, &kv);
     }
-    if (paged == 2 ? lo.image_bytes > min_size || !fpga_dec_kvmap_ok(&kv, FPGA_DEC_DDR_SPAN)
+    if (paged >= 2 ? lo.image_bytes > min_size || !fpga_dec_kvmap_ok(&kv, fpga_dec_tier_span(paged - 1))
                    : kv_off < lo.image_bytes || lo.image_bytes > min_size ||
                          !fpga_dec_kvmap_ok(&kv, min_size))
         return -1;
@@ -159,17 +162,18 @@ static int kv_scatter_adapter(const fpga_kargs *a)
     for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[S + c].ptr;
 #define SC_ARG(n) p[n],
     kv_scatter(a->a[0].ptr, a->a[1].ptr, a->a[2].ptr, a->a[3].ptr, FPGA_K_PORTS(SC_ARG) layer, pos0,
-               n, per, kv_off, part_tiles, stage_bytes, paged, blk_id, a->a[45].ptr, a->a[46].ptr);
+               n, per, kv_off, part_tiles, stage_bytes, paged, blk_id, a->a[45].ptr, a->a[46].ptr,
+               a->a[47].ptr);
 #undef SC_ARG
     return 0;
 }
 
 const fpga_k_desc fpga_k_kv_scatter_desc = {
     .name = "kv_scatter",
-    .n_args = 47,
+    .n_args = 48,
     .kinds = {FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL,
               FPGA_K_PORTS(FPGA_K_PORT_KIND) FPGA_K_ARG_U32, FPGA_K_ARG_U32, FPGA_K_ARG_U32,
               FPGA_K_ARG_U32, FPGA_K_ARG_U64, FPGA_K_ARG_U32, FPGA_K_ARG_U64, FPGA_K_ARG_U32,
-              FPGA_K_ARG_U32, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL},
+              FPGA_K_ARG_U32, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL, FPGA_K_ARG_GLOBAL},
     .run = kv_scatter_adapter,
 };

@@ -41,7 +41,8 @@ typedef struct fpga_tls_io {
     uint32_t keys_read_lo, keys_read_hi, keys_total_lo, keys_total_hi;
     uint32_t stagger; /* 1: AsyncTLS's staggered pipeline (sparse/tls_pipe.h): attention on the
                          blocks chosen at the previous step, level 1 for the next one */
-    uint32_t offload; /* 1 (with stagger): the KV tiles are in DDR4 (the run's kv_tier), a
+    uint32_t offload; /* 1 (with stagger): the KV tiles are in DDR4 or host memory (the run's
+                         kv_tier), a
                          resident cache of blocks in the arena ("Offload" above) */
     uint32_t reset;   /* 1: no previous step: every group selects anew, nothing resident */
     /* card -> host (stagger): level-1 blocks made resident (sparse/tls_pipe.h's `fetched`) and
@@ -188,7 +189,7 @@ static inline int fpga_tls_args_ok(const fpga_dec_desc *d, const fpga_dec_layout
     /* offload: the staggered pipeline over the KV in DDR4, a shape whose layers fill the
      * channels, and dense contexts short enough to be resident whole */
     if (tp->stagger > 1 || tp->offload > 1 || tp->reset > 1 || (tp->offload && !tp->stagger) ||
-        tp->offload != kv_tier || (tp->offload && !fpga_tls_offload_ok(d, bs)) ||
+        (tp->offload != 0) != (kv_tier != 0) || (tp->offload && !fpga_tls_offload_ok(d, bs)) ||
         (tp->stagger && (uint64_t)tp->dense_below > (uint64_t)tp->block_budget * bs))
         return 0;
     fpga_tls_arena ar;

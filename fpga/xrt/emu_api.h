@@ -21,9 +21,10 @@ typedef struct fpga_emu_run_stats {
     uint64_t bytes_read, bytes_written;
     uint64_t chan_bytes[FPGA_U280_HBM_BANKS]; /* read + written, per pseudo-channel */
     uint32_t chan_cmds[FPGA_U280_HBM_BANKS];  /* memory commands per pseudo-channel */
-    uint64_t ddr_bytes[FPGA_U280_DDR_BANKS]; /* read + written, per DDR4 bank */
-    uint32_t ddr_cmds[FPGA_U280_DDR_BANKS];
-    uint64_t ddr_ns;      /* the busier DDR4 bank's time (part of mem_ns: the banks stream in
+    uint64_t ext_bytes[FPGA_U280_EXT_BANKS]; /* read + written, per bank past HBM: DDR[0],
+                                                DDR[1], HOST[0] (u280.h) */
+    uint32_t ext_cmds[FPGA_U280_EXT_BANKS];
+    uint64_t ext_ns;      /* the busiest of those banks' time (part of mem_ns: they stream in
                              parallel with HBM) */
     int busiest;          /* pseudo-channel that set mem_ns (32 + i: DDR[i]), -1 when none was
                              touched */
@@ -36,8 +37,8 @@ typedef struct fpga_emu_card_stats {
     int hung;                                 /* the compute unit is stuck (fault) */
     uint64_t bank_used[FPGA_U280_HBM_BANKS];  /* bytes allocated in each pseudo-channel */
     uint64_t hbm_used, hbm_total;
-    uint64_t ddr_used[FPGA_U280_DDR_BANKS];   /* bytes allocated in each DDR4 bank */
-    uint64_t ddr_total;
+    uint64_t ext_used[FPGA_U280_EXT_BANKS];   /* bytes allocated in DDR[0], DDR[1], HOST[0] */
+    uint64_t ext_total;
     uint64_t host_bytes;                      /* host copies the emulator allocated */
     uint64_t runs_started, runs_completed, runs_failed;
     uint64_t run_modeled_ns;                  /* sum over completed runs */

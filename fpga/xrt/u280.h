@@ -50,22 +50,35 @@
  * hide better; Shuhai, FCCM 2020, measured the U280's DDR4 channels reaching ~80-90 % of peak
  * for large bursts; we take the low end). Each command pays FPGA_U280_CMD_CYCLES as in HBM. */
 #define FPGA_U280_DDR_UTIL       0.80
-#define FPGA_U280_MEM_BYTES (FPGA_U280_HBM_BYTES + FPGA_U280_DDR_BANKS * FPGA_U280_DDR_BANK_BYTES)
-/* Memory channels of the address space: 32 HBM pseudo-channels, then the DDR banks. */
-#define FPGA_U280_CHANS (FPGA_U280_HBM_BANKS + FPGA_U280_DDR_BANKS)
+/* Host memory the kernels reach over PCIe (XRT's HOST[0] bank: a shell with host-memory access,
+ * BOs with XCL_BO_FLAGS_HOST_ONLY): the emulator maps 16 GiB of it after DDR4 and charges it at
+ * the PCIe rate, FPGA_U280_PCIE_BPS (no utilisation factor: that rate is already measured). */
+#define FPGA_U280_HOST_BANK_BYTES (16ULL << 30)
+/* The banks past HBM, each 16 GiB of the address space: DDR[0], DDR[1], HOST[0]. */
+#define FPGA_U280_EXT_BANKS      3
+#define FPGA_U280_EXT_HOST       2 /* the host bank's index among them */
+#define FPGA_U280_EXT_BANK_BYTES (16ULL << 30)
+#define FPGA_U280_MEM_BYTES (FPGA_U280_HBM_BYTES + FPGA_U280_EXT_BANKS * FPGA_U280_EXT_BANK_BYTES)
+/* Memory channels of the address space: 32 HBM pseudo-channels, then the banks past HBM. */
+#define FPGA_U280_CHANS (FPGA_U280_HBM_BANKS + FPGA_U280_EXT_BANKS)
 
 static inline int fpga_u280_chan_of(uint64_t addr)
 {
     return addr < FPGA_U280_HBM_BYTES
                ? (int)(addr / FPGA_U280_HBM_BANK_BYTES)
-               : FPGA_U280_HBM_BANKS + (int)((addr - FPGA_U280_HBM_BYTES) / FPGA_U280_DDR_BANK_BYTES);
+               : FPGA_U280_HBM_BANKS + (int)((addr - FPGA_U280_HBM_BYTES) / FPGA_U280_EXT_BANK_BYTES);
 }
 /* First address of channel ch (ch = FPGA_U280_CHANS: the end of the address space). */
 static inline uint64_t fpga_u280_chan_lo(int ch)
 {
     return ch <= FPGA_U280_HBM_BANKS
                ? (uint64_t)ch * FPGA_U280_HBM_BANK_BYTES
-               : FPGA_U280_HBM_BYTES + (uint64_t)(ch - FPGA_U280_HBM_BANKS) * FPGA_U280_DDR_BANK_BYTES;
+               : FPGA_U280_HBM_BYTES + (uint64_t)(ch - FPGA_U280_HBM_BANKS) * FPGA_U280_EXT_BANK_BYTES;
+}
+/* The streaming rate of bank i past HBM (bytes/s). */
+static inline double fpga_u280_ext_bps(int i)
+{
+    return i == FPGA_U280_EXT_HOST ? FPGA_U280_PCIE_BPS : FPGA_U280_DDR_BPS * FPGA_U280_DDR_UTIL;
 }
 
 #endif

@@ -239,18 +239,20 @@ TEST(fpga_prefill_without_kernel_is_decode_steps)
                   "arg io global HBM[0]\narg token u32\narg pos u32\narg kv_off u64\n"
                   "arg part_tiles u32\narg n_ids u32\narg sel_cap u32\narg tls_off u64\n"
                   "arg tls_upto u32\narg ddr0 global DDR[0]\narg ddr1 global DDR[1]\n"
-                  "arg kv_tier u32\nkernel kv_scatter\n");
+                  "arg kv_tier u32\narg host0 global HOST[0]\nkernel kv_scatter\n");
     for (int j = 0; j < 4; j++) k += snprintf(text + k, sizeof text - k, "arg stage%d global HBM[1:8]\n", j);
     for (int c = 0; c < 32; c++) k += snprintf(text + k, sizeof text - k, "arg hbm%d global HBM[%d]\n", c, c);
     k += snprintf(text + k, sizeof text - k,
                   "arg layer u32\narg pos0 u32\narg n u32\narg per u32\narg kv_off u64\n"
                   "arg part_tiles u32\narg stage_bytes u64\narg paged u32\narg blk_id u32\n"
-                  "arg ddr0 global DDR[0]\narg ddr1 global DDR[1]\nkernel kv_check\n");
+                  "arg ddr0 global DDR[0]\narg ddr1 global DDR[1]\narg host0 global HOST[0]\n"
+                  "kernel kv_check\n");
     for (int c = 0; c < 32; c++) k += snprintf(text + k, sizeof text - k, "arg hbm%d global HBM[%d]\n", c, c);
     snprintf(text + k, sizeof text - k,
              "arg report global HBM[1:8]\narg pos0 u32\narg n u32\narg kv_off u64\n"
              "arg part_tiles u32\narg report_bytes u64\narg n_ids u32\n"
-             "arg ddr0 global DDR[0]\narg ddr1 global DDR[1]\narg kv_tier u32\n");
+             "arg ddr0 global DDR[0]\narg ddr1 global DDR[1]\narg kv_tier u32\n"
+             "arg host0 global HOST[0]\n");
     char path[512];
     snprintf(path, sizeof path, "%s/decode_only.xclbin", t_tmpdir());
     FILE *fx = fopen(path, "w");

@@ -9,8 +9,8 @@
  *  - the CPU reference of the pipeline (sparse/tls_pipe.h, sparse_tls_pipe_step) on the card's
  *    own queries and KV: the same attended positions per (layer, KV head) and the same number
  *    of blocks moved;
- *  - where the bytes went: the offloaded sequence took DDR4 and no HBM KV block, and its decode
- *    runs read DDR4;
+ *  - where the bytes went: the offloaded sequence took no HBM KV block, and its decode runs read
+ *    DDR4 (or host memory, the tier past it);
  *  - after a truncation both choose anew and stay equal;
  *  - dense decode of an offloaded sequence (its tiles read straight from DDR4) equals a dense
  *    card decoding the same KV from HBM, bit for bit.
@@ -116,7 +116,9 @@ static int pipe_check(accel_dev *card, accel_seq *s, sparse_tls_pipe *pipe,
     return bad;
 }
 
-TEST(fpga_tls_ddr_offload_equals_hbm_and_cpu_pipeline)
+/* tier: TANDEM_FPGA_KV_TIER of the offloading card; tier_bank: its bank past HBM (0: DDR4's
+ * two, 2: host memory) */
+static void offload_run(const char *tier, int tier_bank)
 {
     char err[512];
     model *m = model_load(TF_MODEL, err, sizeof err);
@@ -128,7 +130,7 @@ TEST(fpga_tls_ddr_offload_equals_hbm_and_cpu_pipeline)
     const char *spec = "asynctls,block_size=128,block_budget=2,token_budget=40,dense_layers=1,"
                        "dense_below=0";
     accel_dev *hbm = open_card(m, "fpga-emu:0", spec, chan, "hbm", "1");
-    accel_dev *ddr = open_card(m, "fpga-emu:1", spec, chan, "ddr", "0");
+    accel_dev *ddr = open_card(m, "fpga-emu:1", spec, chan, tier, "0");
     accel_opts oc = {0};
     accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
     REQUIRE(hbm && ddr && cpu);
@@ -182,7 +184,7 @@ TEST(fpga_tls_ddr_offload_equals_hbm_and_cpu_pipeline)
         fpga_card *card = fpga_dev_card(ddr);
         fpga_emu_run_stats rs;
         if (card && fpga_xrt_emu_run_stats(card->x, card->r_dec, &rs) == 0)
-            ddr_read += rs.ddr_bytes[0] + rs.ddr_bytes[1];
+            ddr_read += rs.ext_bytes[tier_bank] + (tier_bank ? 0 : rs.ext_bytes[1]);
     }
     accel_decode_stats da, db;
     REQUIRE(accel_seq_decode_stats(hbm, sa, &da) == 0 && accel_seq_decode_stats(ddr, sb, &db) == 0);
@@ -230,6 +232,17 @@ TEST(fpga_tls_ddr_offload_equals_hbm_and_cpu_pipeline)
     model_free(m);
 }
 
+TEST(fpga_tls_ddr_offload_equals_hbm_and_cpu_pipeline)
+{
+    offload_run("ddr", 0);
+}
+
+/* the same with the KV in host memory (HOST[0], over PCIe): DDR4 is not the only slower tier */
+TEST(fpga_tls_host_offload_equals_hbm_and_cpu_pipeline)
+{
+    offload_run("host", 2);
+}
+
 /* What the card tells the scheduler about the DDR4 tier (accel_info: offload_bytes, resident_*)
  * against the arena the card builds for such a sequence (fpga/kernels/tls_dec.h,
  * fpga_tls_arena_of): the resident cache of a full-length sequence within 10 % of its bytes. */
@@ -249,8 +262,9 @@ TEST(fpga_tls_ddr_describes_its_resident_cache)
     accel_get_info(plain, &info);
     CHECK_EQ(info.offload_bytes, 0); /* no channel file: no sparse decode, no offload */
     accel_get_info(card, &info);
-    CHECK(info.offload_bytes >= 16ull << 30); /* the DDR4 pool: most of 32 GiB */
-    CHECK(info.offload_bytes <= 32ull << 30);
+    /* the DDR4 pool (most of 32 GiB) and the host memory one (16 GiB) */
+    CHECK(info.offload_bytes >= 32ull << 30);
+    CHECK(info.offload_bytes <= 48ull << 30);
     CHECK_EQ(info.resident_default_blocks, 2);
     const fpga_card *c = fpga_dev_card(card);
     const uint32_t cap = (uint32_t)m->cfg.max_pos;
