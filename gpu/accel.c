@@ -132,6 +132,12 @@ static enum proto_kv_dtype export_dtype(accel_dev *d)
     return d->opts.kv_dtype ? d->opts.kv_dtype : PROTO_KV_INT8;
 }
 
+static int gpu_dev_kv_export(accel_dev *d, accel_seq *s, int pos0, int n, const accel_kv_sink *sink)
+{
+    return gpu_kv_export(eng(d), ((gpu_seq *)s)->kv, pos0, n, sink, export_dtype(d));
+}
+
+
 /* This sparse chunk's method on the GPU's kernels (1), or 0 when it runs dense: no sparse request
  * (the scheduler settled it, sparse/sparse.h), a sliding-window model, a shape the GPU kernels do
  * not cover (head_dim other than 64/128, over GPU_FLEX_MAX_HEADS heads or GPU_FLEX_MAX_TOKENS
@@ -210,6 +216,8 @@ static int gpu_dev_decode(accel_dev *d, int n, accel_seq *const *seqs, const int
     gpu_kv *kvs[GPU_MAX_BATCH];
     int pos[GPU_MAX_BATCH];
     if (n > GPU_MAX_BATCH) return ACCEL_ERR_INVALID;
+    int st = gpu_kv_loads_settle(eng(d)); /* host-tier loads made first (no-op without) */
+    if (st) return st;
     for (int i = 0; i < n; i++) {
         kvs[i] = ((gpu_seq *)seqs[i])->kv;
         pos[i] = seqs[i]->len;
@@ -219,6 +227,8 @@ static int gpu_dev_decode(accel_dev *d, int n, accel_seq *const *seqs, const int
 
 static int gpu_dev_seq_decode_sparse(accel_dev *d, accel_seq *s, const sparse_tls_params *p)
 {
+    int st = gpu_kv_loads_settle(eng(d)); /* host-tier loads made first */
+    if (st) return st;
     return gpu_kv_tls_set(eng(d), ((gpu_seq *)s)->kv, p);
 }
 
@@ -284,6 +294,7 @@ static const struct accel_dev_i gpu_i = {
     .seq_hold = gpu_dev_seq_hold,
     .kv_block_save = gpu_dev_kv_block_save,
     .kv_block_load = gpu_dev_kv_block_load,
+    .kv_export = gpu_dev_kv_export,
     .seq_decode_sparse = gpu_dev_seq_decode_sparse,
     .seq_decode_stats = gpu_dev_seq_decode_stats,
 };

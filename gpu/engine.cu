@@ -43,7 +43,7 @@ static size_t align16(size_t n)
 static size_t ws_bytes_per_token(const gpu_dims *d)
 {
     return (size_t)d->H * (4 + 2) + (size_t)d->qkv * 4 + (size_t)d->qd * 2 * 2 +
-           (size_t)d->kvd * 4 * 2 + (size_t)d->I * 2 * 3 + (size_t)(d->hd / 2) * 8 +
+           (size_t)d->I * 2 * 3 + (size_t)(d->hd / 2) * 8 +
            gpu_export_slot_bytes(d, PROTO_KV_INT8, 1) * GPU_EXPORT_RING + 16;
 }
 
@@ -62,8 +62,6 @@ static int alloc_workspace(gpu_engine *e)
     GPU_TRY(dev_alloc(&e->qkv, T * d.qkv));
     GPU_TRY(dev_alloc(&e->q, T * d.qd));
     GPU_TRY(dev_alloc(&e->att, T * d.qd));
-    GPU_TRY(dev_alloc(&e->kf, T * d.kvd));
-    GPU_TRY(dev_alloc(&e->vf, T * d.kvd));
     GPU_TRY(dev_alloc(&e->gu, T * 2 * d.I));
     GPU_TRY(dev_alloc(&e->h, T * d.I));
     GPU_TRY(dev_alloc(&e->rope, T * (d.hd / 2)));
@@ -342,10 +340,11 @@ void gpu_engine_free(gpu_engine *e)
     for (int n = 0; e->dec_graph && n < 3 * (GPU_MAX_BATCH + 1); n++)
         if (e->dec_graph[n]) cudaGraphExecDestroy(e->dec_graph[n]);
     free(e->dec_graph);
+    gpu_kv_loads_free(e);
     gpu_weights_free(e);
     gpu_tls_close(e);
     gpu_pool_close(e);
-    void *bufs[] = {e->x, e->xb, e->qkv, e->q, e->att, e->kf, e->vf, e->gu, e->h, e->rope,
+    void *bufs[] = {e->x, e->xb, e->qkv, e->q, e->att, e->gu, e->h, e->rope,
                     e->xn, e->logits, e->part_o, e->part_ml, e->part_cnt, e->meta_d, e->imp_d, e->blas_ws,
                     e->ctrace, e->atrace};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
@@ -413,12 +412,14 @@ void gpu_host_free(gpu_engine *e, void *p)
 {
     if (!p) return;
     cudaSetDevice(e->index);
+    gpu_kv_loads_settle(e); /* a queued host-tier load may read it (kv_xfer.cu) */
     if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
 }
 
 int gpu_engine_sync(gpu_engine *e)
 {
     GPU_CHECK(cudaSetDevice(e->index));
+    GPU_TRY(gpu_kv_loads_settle(e));
     GPU_CHECK(cudaStreamSynchronize(e->compute));
     GPU_CHECK(cudaStreamSynchronize(e->copy));
     return ACCEL_OK;

@@ -2,7 +2,8 @@
  *
  * Memory plan (all device memory is taken at gpu_engine_new, except the KV pool's memory, mapped
  * as sequences grow (gpu/kv_pool.cu), the pinned host export buffer, grown at the first export that needs
- * it, and the import staging buffer, grown at the first import that needs it):
+ * it, the import staging buffer, grown at the first import that needs it, and AsyncTLS's
+ * per-sequence summaries, cudaMalloc'ed outside the pool's budget, which gpu_tls_open shrinks):
  *   weights    h16, fused per layer: w_qkv = [wq; wk; wv] (one GEMM for Q, K and V) and
  *              w_gu = [w_gate; w_up] (one GEMM for both FFN inputs); norms and biases float32
  *   workspace  activations for up to t_max tokens per forward pass (a longer prefill runs in
@@ -11,10 +12,10 @@
  *   KV cache   one pool of blocks of GPU_KV_BLOCK positions, h16, a block table per sequence
  *              (see "paged KV" below): the 128 keys of one head in a block are contiguous, so
  *              attention tiles are plain row blocks
- *   sparse     a FlexPrefill prefill (forward.cu, gpu_prefill_sparse) takes, for the call only,
+ *   sparse     a sparse prefill (forward.cu, gpu_prefill_sparse) takes, for the call only,
  *              the residual stream and Q of the whole prompt and the index workspace
- *              (gpu_sparse_bytes: 3.6 GB for 128K tokens of an 8B model); NOMEM when it does
- *              not fit
+ *              (gpu_sparse_bytes: 3.6 GB for 128K tokens of an 8B model), lent by the KV pool
+ *              (whole chunks of free blocks: gpu_pool_lend); NOMEM when the pool has no room
  *
  * Numerics (h16: the 16-bit float of this build of the plugin, bf16 or fp16: gpu/h16.cuh):
  * the residual stream is float32; GEMM inputs are h16 (weights, normalized
@@ -225,6 +226,7 @@ struct gpu_kv_pool {
     unsigned long long *chunks; /* allocation handles, (va_bytes / chunk_bytes) */
     int n_chunks;
     int vmm;            /* 0: one cudaMalloc of the whole pool (no VMM entry points) */
+    int ipc;            /* block ids per chunk (chunks of whole blocks); 0: chunks are not lent */
     void *mu;           /* pthread_mutex_t: kv_usage may come from any thread */
     int *stage_h;       /* pinned staging of table uploads (reset at each entry) */
     int stage_cap, stage_n;
@@ -318,7 +320,6 @@ struct gpu_engine {
     float *qkv;    /* (t_max, qkv) */
     h16 *q;       /* (t_max, qd) after rope */
     h16 *att;     /* (t_max, qd) attention output */
-    float *kf, *vf; /* (t_max, kvd) K after rope, V: the export quantizer's input */
     h16 *gu;      /* (t_max, 2I) */
     h16 *h;       /* (t_max, I) */
     float2 *rope;  /* (t_max, hd/2) cos, sin */
@@ -346,6 +347,12 @@ struct gpu_engine {
     /* import staging */
     unsigned char *imp_d;
     size_t imp_bytes;
+
+    /* host-tier block loads queued by gpu_kv_block_load, copied at the next entry (kv_xfer.cu) */
+    struct gpu_kv_load *loads;
+    int n_loads, loads_cap;
+    int load_next;        /* the overlapping prefill: layers whose copies are queued */
+    cudaEvent_t *ev_load; /* per layer (created at the first load) */
 
     /* sparse prefill: blocks computed per layer (the last entry of its CSR row_ptr), pinned */
     int *nnz_h; /* (n_layers) */
@@ -506,11 +513,28 @@ size_t gpu_attn_decode_slots(const gpu_dims *d, int sms, int n_tokens);
 /* kv_quant.cu: x (T, n_kv, hd) float32 -> proto/kv.h bytes and fp16 scales. */
 int gpu_kv_quantize(cudaStream_t s, enum proto_kv_dtype t, const float *x, int T, int n_kv, int hd,
                     unsigned char *q, unsigned short *scales);
+/* The same from one layer of the cache (cache: its head-0 base, cap positions per head, map the
+ * block table): positions pos0 .. pos0 + T - 1, their h16 values widened to float32. */
+int gpu_kv_quantize_cache(cudaStream_t s, enum proto_kv_dtype t, const h16 *cache, int cap,
+                          const gpu_kv_map *map, int pos0, int T, int n_kv, int hd,
+                          unsigned char *q, unsigned short *scales);
 /* q/scales (T, n_kv, ...) -> h16 cache rows at positions pos0.. of one layer (k: head 0 base). */
 int gpu_kv_dequantize(cudaStream_t s, enum proto_kv_dtype t, const unsigned char *q,
                       const unsigned short *scales, int T, int n_kv, int hd, h16 *cache, int cap,
                       int pos0, const gpu_kv_map *map = nullptr);
 
+/* kv_pool.cu: a buffer lent from the pool for one call (whole chunks of free blocks, counted as
+ * used, mapped again at ptr: gpu_pool_lend). NOMEM when the pool has too few free chunks (the
+ * caller's admission answer, as for KV); UNSUPPORTED when the pool cannot lend (no VMM, or
+ * chunks that are not whole blocks): the caller allocates elsewhere. */
+struct gpu_lend {
+    void *ptr;
+    unsigned long long va, bytes; /* the range: chunks of the pool's chunk_bytes */
+    int *chunk;                   /* the pool's chunk indices lent */
+    int n;                        /* chunks mapped at va */
+};
+int gpu_pool_lend(gpu_engine *e, size_t bytes, gpu_lend *l);
+void gpu_pool_unlend(gpu_engine *e, gpu_lend *l);
 /* kv_pool.cu: the pool (at open, after the KV budget is known; at free) */
 int gpu_pool_open(gpu_engine *e);
 void gpu_pool_close(gpu_engine *e);
@@ -541,6 +565,47 @@ void gpu_kv_tls_free(gpu_kv *kv);
 /* a fork inherits src's parameters; truncation forgets summaries past len */
 void gpu_kv_tls_fork(gpu_kv *dst, const gpu_kv *src);
 void gpu_kv_tls_truncate(gpu_engine *e, gpu_kv *kv, int len);
+
+/* kv_xfer.cu: the KV export of a run of positions of one sequence, layer by layer (forward.cu's
+ * header says how the streams and events interleave). Each layer's rows are quantized from the
+ * cache (gpu_kv_quantize_cache), so an export at prefill and a later one of the same positions
+ * give the same bytes. */
+struct gpu_export_run {
+    const accel_kv_sink *sink;
+    enum proto_kv_dtype dt;
+    int T, pos0;
+    gpu_seq_dev sq;      /* the sequence's cache */
+    size_t vb, sc, used; /* bytes: K (or V) values, K (or V) scales, one layer in all */
+    size_t vb1, sc1;     /* the same for one token (rows are token-major: a chunk's offset) */
+    int host_ring;       /* 0: a host slot per layer; k: layer l in slot l % k (sparse prefill) */
+    unsigned char *dslot[GPU_EXPORT_RING]; /* device slots for T tokens (NULL: e->exp_d) */
+    int next;            /* next layer to hand to the sink */
+};
+void gpu_export_init(gpu_export_run *x, const gpu_engine *e, const gpu_kv *kv,
+                     const accel_kv_sink *sink, enum proto_kv_dtype dt, int T, int pos0);
+/* Rows c0 .. c0 + T - 1 of the run, layer l (in the cache already), quantized into the layer's
+ * device slot (compute stream; the first rows wait for the slot's previous copy). */
+int gpu_export_quantize(gpu_engine *e, gpu_export_run *x, int l, int c0, int T);
+/* Layer l's device-to-host copy (copy stream) behind its quantization. */
+int gpu_export_copy(gpu_engine *e, gpu_export_run *x, int l);
+int gpu_export_enqueue(gpu_engine *e, gpu_export_run *x, int l); /* both, all T rows */
+/* Hands finished layers (up to `queued`) to the sink; blocks only for layers more than
+ * GPU_EXPORT_AHEAD behind, or for all when draining. */
+int gpu_export_poll(gpu_engine *e, gpu_export_run *x, int queued, int drain);
+int gpu_export_host_grow(gpu_engine *e, size_t bytes); /* the pinned host slots */
+/* Waits for both streams; a failure there is a device fault whatever st was. */
+int gpu_finish(gpu_engine *e, int st);
+/* Host-tier loads (gpu_kv_block_load queues them; see kv_xfer.cu; gpu_kv_loads_settle: gpu.h).
+ * gpu_kv_loads_for: 1 when loads are queued and all of them are kv's (a prefill of kv then
+ * overlaps them: gpu_kv_loads_layer(e, l) at the head of layer l of its first pass queues that
+ * layer's copies and makes the compute stream wait for them; gpu_kv_loads_end after the pass
+ * queues what is left and forgets the queue). Between entries the queue holds loads not yet
+ * queued on the device at all. */
+void gpu_kv_loads_drop(gpu_engine *e, const gpu_kv *kv); /* kv's, forgotten (it is freed) */
+int gpu_kv_loads_for(const gpu_engine *e, const gpu_kv *kv);
+int gpu_kv_loads_layer(gpu_engine *e, int l);
+int gpu_kv_loads_end(gpu_engine *e);
+void gpu_kv_loads_free(gpu_engine *e);
 
 /* forward.cu: the profile's report (stderr), called when the engine is freed */
 void gpu_prof_report(gpu_engine *e);

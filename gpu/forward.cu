@@ -1,23 +1,11 @@
 /* gpu/forward.cu — the forward pass: prefill (one sequence, in chunks of at most t_max tokens)
- * and batched decode (one token for each of n sequences), the layer-by-layer KV export, and the
- * KV import.
+ * and batched decode (one token for each of n sequences), with the layer-by-layer KV export
+ * (gpu/kv_xfer.cu: the export's streams and events, the export of held KV, the import, and the
+ * host tier's block loads that a prefill overlaps, layer by layer).
  *
  * A pass of T tokens: per-call metadata (token ids, positions, owning sequence, rope table per
  * token, the sequences' cache pointers, inverse frequencies) goes to the device in one copy; then
- * every kernel and GEMM is queued on the compute stream; the host waits once, at the end.
- *
- * KV export, per layer l (design: the host never waits for the GPU inside the layer loop, except
- * to stay at most GPU_EXPORT_AHEAD layers ahead of the copies, which leaves that many layers of
- * work queued so the GPU never idles):
- *   compute stream:  rope writes K, V (float32) -> quantize into device slot l % RING -> event Q[l]
- *                    (before reusing a slot it waits for the copy of layer l - RING: a GPU-side
- *                    wait, cudaStreamWaitEvent)
- *   copy stream:     waits Q[l] -> event C0[l] -> async copy to pinned host slot l -> event C1[l]
- *   host:            after queuing layer l, calls the sink for every layer whose C1 has completed
- *                    (cudaEventQuery, no blocking), in layer order; blocks on C1[l - AHEAD] only
- *                    if that copy is still running; after the last layer, drains the rest.
- * The host buffer holds every layer of a chunk, so nothing is overwritten before its sink call;
- * between chunks the export is fully drained. */
+ * every kernel and GEMM is queued on the compute stream; the host waits once, at the end. */
 #include "gpu/engine.cuh"
 #include <string.h>
 #include <time.h>
@@ -71,123 +59,6 @@ static meta_ptrs meta_at(unsigned char *base, const meta_fill &f)
 static gpu_seq_dev seq_of(const gpu_engine *e, const gpu_kv *kv)
 {
     return gpu_kv_seq_dev(e, kv);
-}
-
-/* ---------------------------------------------------------------- KV export */
-
-struct export_run {
-    const accel_kv_sink *sink;
-    enum proto_kv_dtype dt;
-    int T, pos0;
-    size_t vb, sc, used; /* bytes: K (or V) values, K (or V) scales, one layer in all */
-    size_t vb1, sc1;     /* the same for one token (rows are token-major: a chunk's offset) */
-    int host_ring;       /* 0: a host slot per layer; k: layer l in slot l % k (sparse prefill) */
-    unsigned char *dslot[GPU_EXPORT_RING]; /* device slots for T tokens (NULL: e->exp_d) */
-    int next;            /* next layer to hand to the sink */
-};
-
-static void export_init(export_run *x, const gpu_engine *e, const accel_kv_sink *sink,
-                        enum proto_kv_dtype dt, int T, int pos0)
-{
-    const gpu_dims &d = e->d;
-    memset(x, 0, sizeof *x);
-    x->sink = sink;
-    x->dt = dt;
-    x->T = T;
-    x->pos0 = pos0;
-    x->vb = proto_kv_value_bytes(dt, T, d.n_kv, d.hd);
-    x->sc = proto_kv_scale_count(dt, T, d.n_kv, d.hd) * sizeof(uint16_t);
-    x->used = 2 * x->vb + 2 * x->sc;
-    x->vb1 = proto_kv_value_bytes(dt, 1, d.n_kv, d.hd);
-    x->sc1 = proto_kv_scale_count(dt, 1, d.n_kv, d.hd) * sizeof(uint16_t);
-}
-
-static unsigned char *export_dev_slot(gpu_engine *e, const export_run *x, int l)
-{
-    return x->dslot[0] ? x->dslot[l % GPU_EXPORT_RING] : e->exp_d[l % GPU_EXPORT_RING];
-}
-
-static unsigned char *export_host_slot(gpu_engine *e, const export_run *x, int l)
-{
-    return e->exp_h + (size_t)(x->host_ring ? l % x->host_ring : l) * x->used;
-}
-
-/* Quantizes rows c0 .. c0+T-1 of layer l (e->kf, e->vf hold them) into the layer's device slot;
- * the first rows of a layer first wait for the copy out of the slot's previous layer. */
-static int export_quantize(gpu_engine *e, export_run *x, int l, int c0, int T)
-{
-    const gpu_dims &d = e->d;
-    cudaStream_t s = e->compute;
-    unsigned char *slot = export_dev_slot(e, x, l);
-    if (c0 == 0 && l >= GPU_EXPORT_RING)
-        GPU_CHECK(cudaStreamWaitEvent(s, e->ev_copy1[l - GPU_EXPORT_RING], 0));
-    const size_t vo = (size_t)c0 * x->vb1, so = (size_t)c0 * x->sc1;
-    GPU_TRY(gpu_kv_quantize(s, x->dt, e->kf, T, d.n_kv, d.hd, slot + vo,
-                            (unsigned short *)(slot + 2 * x->vb + so)));
-    GPU_TRY(gpu_kv_quantize(s, x->dt, e->vf, T, d.n_kv, d.hd, slot + x->vb + vo,
-                            (unsigned short *)(slot + 2 * x->vb + x->sc + so)));
-    return ACCEL_OK;
-}
-
-/* Queues layer l's device-to-host copy (copy stream) behind its quantization. */
-static int export_copy(gpu_engine *e, export_run *x, int l)
-{
-    GPU_CHECK(cudaEventRecord(e->ev_quant[l], e->compute));
-    GPU_CHECK(cudaStreamWaitEvent(e->copy, e->ev_quant[l], 0));
-    GPU_CHECK(cudaEventRecord(e->ev_copy0[l], e->copy));
-    GPU_CHECK(cudaMemcpyAsync(export_host_slot(e, x, l), export_dev_slot(e, x, l), x->used,
-                              cudaMemcpyDeviceToHost, e->copy));
-    GPU_CHECK(cudaEventRecord(e->ev_copy1[l], e->copy));
-    return ACCEL_OK;
-}
-
-static int export_enqueue(gpu_engine *e, export_run *x, int l)
-{
-    GPU_TRY(export_quantize(e, x, l, 0, x->T));
-    return export_copy(e, x, l);
-}
-
-static int export_deliver_one(gpu_engine *e, export_run *x)
-{
-    const int l = x->next;
-    const unsigned char *hp = export_host_slot(e, x, l);
-    proto_kv_layer c;
-    c.layer = l;
-    c.pos0 = x->pos0;
-    c.n_tokens = x->T;
-    c.n_kv_heads = e->d.n_kv;
-    c.head_dim = e->d.hd;
-    c.dtype = x->dt;
-    c.k = hp;
-    c.v = hp + x->vb;
-    c.k_scale = (const uint16_t *)(hp + 2 * x->vb);
-    c.v_scale = (const uint16_t *)(hp + 2 * x->vb + x->sc);
-    float ms = 0;
-    GPU_CHECK(cudaEventElapsedTime(&ms, e->ev_copy0[l], e->ev_copy1[l]));
-    e->stats.copy_ms += ms;
-    e->stats.bytes += x->used;
-    e->stats.layers++;
-    x->next++;
-    return x->sink->layer(x->sink->ctx, &c);
-}
-
-/* Hands finished layers (up to `queued`) to the sink; waits only for layers more than
- * GPU_EXPORT_AHEAD behind, or for all of them when draining. */
-static int export_poll(gpu_engine *e, export_run *x, int queued, int drain)
-{
-    while (x->next <= queued) {
-        cudaEvent_t ev = e->ev_copy1[x->next];
-        if (drain || x->next <= queued - GPU_EXPORT_AHEAD) {
-            GPU_CHECK(cudaEventSynchronize(ev));
-        } else {
-            cudaError_t q = cudaEventQuery(ev);
-            if (q == cudaErrorNotReady) break;
-            if (q != cudaSuccess) return gpu_cuda_status(q, "cudaEventQuery", __FILE__, __LINE__);
-        }
-        int st = export_deliver_one(e, x);
-        if (st) return st;
-    }
-    return ACCEL_OK;
 }
 
 /* ---------------------------------------------------------------- profile (profile=1)
@@ -244,7 +115,7 @@ struct pass {
     int T;
     gpu_kv *kv;   /* prefill: the sequence (all tokens); decode: NULL */
     int pos0;     /* prefill: position of token 0 */
-    export_run *xr; /* NULL: no export */
+    gpu_export_run *xr; /* NULL: no export */
     const volatile int *cancel;
     int cluster;  /* decode: the cluster form of the decode attention (short rows) */
     int tls;      /* decode: AsyncTLS sparse attention past the dense layers (gpu/tls.cu) */
@@ -277,6 +148,9 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
     for (int l = 0; l < d.L; l++) {
         const gpu_layer_w &w = e->layers[l];
         if (p.cancel && *p.cancel) return ACCEL_ERR_CANCELLED;
+        /* a prefill after host-tier loads: this layer's blocks come in while earlier layers
+         * compute, and this layer waits for them (kv_xfer.cu) */
+        if (p.kv && e->n_loads) GPU_TRY(gpu_kv_loads_layer(e, l));
         if (fused) {
             /* the balanced QKV grid (two items per warp on Llama-3-8B) leaves SMs to the split-form
              * attention's blocks, which then start early and request their first keys; before
@@ -291,17 +165,17 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
             GPU_TRY(gpu_gemm(e, T, d.qkv, d.H, w.w_qkv, e->xb, e->qkv, 1, 0.f));
             prof_mark(e, P_QKV);
             GPU_TRY(gpu_rope_qkv(s, &d, l, T, e->qkv, w.b_qkv, e->rope, md.seq, md.pos, md.seqs,
-                                 e->q, p.xr ? e->kf : NULL, p.xr ? e->vf : NULL));
+                                 e->q, NULL, NULL));
             prof_mark(e, P_ROPE);
         }
-        if (p.xr) GPU_TRY(export_enqueue(e, p.xr, l));
+        if (p.xr) GPU_TRY(gpu_export_enqueue(e, p.xr, l));
         prof_mark(e, P_EXPORT);
         /* the rows this layer carries past its K/V: all, except in the last layer of a prefill
          * pass whose hidden states are not all read (only the logits read them) — there the last
          * row, or none: 1/L of the pass's MLP and attention work that nothing would read */
         const int r0 = l == d.L - 1 ? T - p.keep : 0, nr = T - r0;
         if (nr == 0) {
-            if (p.xr) GPU_TRY(export_poll(e, p.xr, l, 0));
+            if (p.xr) GPU_TRY(gpu_export_poll(e, p.xr, l, 0));
             continue;
         }
         h16 *const q_r = e->q + (size_t)r0 * d.qd, *const att_r = e->att + (size_t)r0 * d.qd;
@@ -345,7 +219,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         }
         GPU_TRY(gpu_gemm(e, nr, d.H, d.I, w.w_down, e->h, x_r, 1, 1.f)); /* x += h · Wd^T */
         prof_mark(e, P_DOWN);
-        if (p.xr) GPU_TRY(export_poll(e, p.xr, l, 0));
+        if (p.xr) GPU_TRY(gpu_export_poll(e, p.xr, l, 0));
     }
     return ACCEL_OK;
 }
@@ -395,16 +269,6 @@ static int logits_rows(gpu_engine *e, const float *x, int row0, int nrows, float
     return ACCEL_OK;
 }
 
-/* Waits for both streams. A failure here is a device fault whatever st was. */
-static int finish(gpu_engine *e, int st)
-{
-    cudaError_t a = cudaStreamSynchronize(e->compute);
-    cudaError_t b = cudaStreamSynchronize(e->copy);
-    if (a != cudaSuccess) return gpu_cuda_status(a, "cudaStreamSynchronize(compute)", __FILE__, __LINE__);
-    if (b != cudaSuccess) return gpu_cuda_status(b, "cudaStreamSynchronize(copy)", __FILE__, __LINE__);
-    return st;
-}
-
 static void inv_table(const gpu_engine *e, int seq_len, float *out)
 {
     const model_config *c = &e->m->cfg;
@@ -412,17 +276,6 @@ static void inv_table(const gpu_engine *e, int seq_len, float *out)
         model_rope_inv_freq(c, seq_len, out);
     else
         memcpy(out, e->inv_freq0, sizeof(float) * (c->head_dim / 2));
-}
-
-static int grow_export_host(gpu_engine *e, size_t bytes)
-{
-    if (bytes <= e->exp_h_bytes) return ACCEL_OK;
-    if (e->exp_h) GPU_CHECK(cudaFreeHost(e->exp_h));
-    e->exp_h = NULL;
-    e->exp_h_bytes = 0;
-    GPU_CHECK(cudaHostAlloc((void **)&e->exp_h, bytes, cudaHostAllocDefault));
-    e->exp_h_bytes = bytes;
-    return ACCEL_OK;
 }
 
 /* ---------------------------------------------------------------- entries */
@@ -435,14 +288,16 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
     if (n <= 0 || pos0 < 0 || pos0 > kv->cap - n) return ACCEL_ERR_INVALID;
     if (sink && kv_dtype != PROTO_KV_INT8 && kv_dtype != PROTO_KV_INT4) return ACCEL_ERR_INVALID;
     GPU_CHECK(cudaSetDevice(e->index));
+    /* host-tier loads of this sequence are overlapped with the first pass; anyone else's first */
+    if (!e->tune.load_overlap || !gpu_kv_loads_for(e, kv)) GPU_TRY(gpu_kv_loads_settle(e));
     /* the blocks of every new position first: NOMEM here leaves the sequence as it was */
     gpu_kv_stage_reset(e);
     GPU_TRY(gpu_kv_reserve(e, 1, &kv, &pos0, &n));
-    export_run xr;
+    gpu_export_run xr;
     if (sink) {
         memset(&e->stats, 0, sizeof e->stats);
         int T0 = n < e->t_max ? n : e->t_max;
-        GPU_TRY(grow_export_host(e, (size_t)d.L * gpu_export_slot_bytes(&d, kv_dtype, T0)));
+        GPU_TRY(gpu_export_host_grow(e, (size_t)d.L * gpu_export_slot_bytes(&d, kv_dtype, T0)));
     }
     const int half = d.hd / 2;
     for (int done = 0; done < n;) {
@@ -471,7 +326,7 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
         p.tls = 0;
         p.keep = e->prune_off || (logits && all_logits) ? T : logits && done + T == n ? 1 : 0;
         if (sink) {
-            export_init(&xr, e, sink, kv_dtype, T, pos0 + done);
+            gpu_export_init(&xr, e, kv, sink, kv_dtype, T, pos0 + done);
             p.xr = &xr;
         }
         GPU_CHECK(cudaEventRecord(e->ev_t0, e->compute));
@@ -486,8 +341,12 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
             else if (done + T == n)
                 st = logits_rows(e, e->x, T - 1, 1, logits);
         }
-        if (!st && sink) st = export_poll(e, &xr, d.L - 1, 1);
-        st = finish(e, st);
+        if (!st && sink) st = gpu_export_poll(e, &xr, d.L - 1, 1);
+        if (e->n_loads) { /* the layers run_layers did not reach (cancelled, failed) */
+            int sl = gpu_kv_loads_end(e);
+            if (!st) st = sl;
+        }
+        st = gpu_finish(e, st);
         if (!st) prof_collect(e, 0);
         if (st) return st;
         float ms = 0;
@@ -523,6 +382,7 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
 
 struct sparse_ws {
     unsigned char *base;
+    gpu_lend lend; /* base lent from the KV pool (lend.ptr), else cudaMalloc'ed */
     float *x;     /* (n, H) residual stream */
     h16 *q;      /* (n, qd) Q after rope */
     float2 *rope; /* (n, hd/2) */
@@ -581,39 +441,53 @@ uint64_t gpu_sparse_bytes_mode(const gpu_engine *e, int mode, int pos0, int n, i
                                                         mode == SPARSE_MODE_XATTN));
 }
 
-static void sparse_ws_free(sparse_ws *w)
+static void sparse_ws_free(gpu_engine *e, sparse_ws *w)
 {
-    if (w->base) cudaFree(w->base);
     gpu_flex_ws_free(w->fw);
     gpu_xattn_ws_free(w->xw);
+    if (w->lend.ptr) gpu_pool_unlend(e, &w->lend);
+    else if (w->base) cudaFree(w->base);
     memset(w, 0, sizeof *w);
 }
 
-/* Takes the per-call buffers; ACCEL_ERR_NOMEM (nothing held, not logged: an admission answer)
- * when the device has no room for them. */
+/* Takes the per-call buffers (one range: the layout, then the method's index workspace) from the
+ * KV pool's free blocks, as KV is admitted: ACCEL_ERR_NOMEM (nothing held, not logged) when the
+ * pool has no room — the caller gives back cached blocks and calls again. A pool that cannot lend
+ * (no VMM) leaves them to cudaMalloc, outside its budget. */
 static int sparse_ws_new(gpu_engine *e, int mode, int pos0, int n, int sink,
                          enum proto_kv_dtype dt, sparse_ws *w)
 {
     const gpu_dims &d = e->d;
     memset(w, 0, sizeof *w);
     sparse_off o = sparse_layout(d, n, sink, dt);
-    cudaError_t ce = cudaMalloc((void **)&w->base, o.bytes);
-    if (ce != cudaSuccess) {
-        cudaGetLastError();
-        w->base = NULL;
-        if (ce == cudaErrorMemoryAllocation) return ACCEL_ERR_NOMEM;
-        return gpu_cuda_status(ce, "cudaMalloc(sparse)", __FILE__, __LINE__);
-    }
-    int st = mode == SPARSE_MODE_FLEX
-                 ? gpu_flex_ws_new(pos0 + n, d.n_heads, d.n_kv, d.hd, &w->fw)
-                 : gpu_xattn_ws_new(pos0 + n, d.n_heads, d.n_kv, d.hd, 128,
-                                    mode == SPARSE_MODE_XATTN, &w->xw);
-    if (st) {
-        cudaGetLastError(); /* gpu_flex logs and returns; clear the allocation error */
-        sparse_ws_free(w);
+    const size_t ib = mode == SPARSE_MODE_FLEX
+                          ? gpu_flex_ws_bytes(pos0 + n, d.n_heads, d.n_kv, d.hd)
+                          : gpu_xattn_ws_bytes(pos0 + n, d.n_heads, d.n_kv, d.hd, 128,
+                                               mode == SPARSE_MODE_XATTN);
+    if (!ib) return ACCEL_ERR_INVALID; /* a shape the index refuses */
+    int st = gpu_pool_lend(e, o.bytes + ib, &w->lend);
+    if (st == ACCEL_OK) {
+        w->base = (unsigned char *)w->lend.ptr;
+    } else if (st == ACCEL_ERR_UNSUPPORTED) {
+        cudaError_t ce = cudaMalloc((void **)&w->base, o.bytes + ib);
+        if (ce != cudaSuccess) {
+            cudaGetLastError();
+            w->base = NULL;
+            if (ce == cudaErrorMemoryAllocation) return ACCEL_ERR_NOMEM;
+            return gpu_cuda_status(ce, "cudaMalloc(sparse)", __FILE__, __LINE__);
+        }
+    } else {
         return st;
     }
     unsigned char *b = w->base;
+    st = mode == SPARSE_MODE_FLEX
+             ? gpu_flex_ws_new_at(b + o.bytes, pos0 + n, d.n_heads, d.n_kv, d.hd, &w->fw)
+             : gpu_xattn_ws_new_at(b + o.bytes, pos0 + n, d.n_heads, d.n_kv, d.hd, 128,
+                                   mode == SPARSE_MODE_XATTN, &w->xw);
+    if (st) {
+        sparse_ws_free(e, w);
+        return st; /* GPU_FLEX_ERR_* are ACCEL_ERR_* */
+    }
     w->x = (float *)(b + o.x);
     w->q = (h16 *)(b + o.q);
     w->rope = (float2 *)(b + o.rope);
@@ -661,7 +535,7 @@ static int event_status(cudaError_t ce)
  * boundary: the last block, whose tile of the block-sparse attention is the one a whole pass
  * computes; n: none), as run_layers' keep. */
 static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int pos0, int n,
-                         const gpu_sparse_req *sr, export_run *xr, const volatile int *cancel,
+                         const gpu_sparse_req *sr, gpu_export_run *xr, const volatile int *cancel,
                          int last_from)
 {
     const gpu_dims &d = e->d;
@@ -700,15 +574,15 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int pos0
             prof_mark(e, P_QKV);
             GPU_TRY(gpu_rope_qkv(s, &d, l, T, e->qkv, lw.b_qkv, w.rope + (size_t)c0 * half,
                                  w.seq + c0, w.pos + c0, w.seqs, w.q + (size_t)c0 * d.qd,
-                                 xr ? e->kf : NULL, xr ? e->vf : NULL));
+                                 NULL, NULL));
             prof_mark(e, P_ROPE);
-            if (xr) GPU_TRY(export_quantize(e, xr, l, c0, T));
+            if (xr) GPU_TRY(gpu_export_quantize(e, xr, l, c0, T));
             prof_mark(e, P_EXPORT);
         }
         if (xr) {
             /* the host slot of layer l held layer l - ring: hand that one over first */
-            if (l >= xr->host_ring) GPU_TRY(export_poll(e, xr, l - xr->host_ring, 1));
-            GPU_TRY(export_copy(e, xr, l));
+            if (l >= xr->host_ring) GPU_TRY(gpu_export_poll(e, xr, l - xr->host_ring, 1));
+            GPU_TRY(gpu_export_copy(e, xr, l));
         }
         if (sr->mode == SPARSE_MODE_FLEX) {
             GPU_TRY(gpu_flex_index_chunk(w.fw, &sr->flex, w.q, kl, (size_t)d.hd, k_head,
@@ -749,7 +623,7 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int pos0
             GPU_TRY(gpu_gemm(e, T, d.H, d.I, lw.w_down, e->h, xc, 1, 1.f));
             prof_mark(e, P_DOWN);
         }
-        if (xr) GPU_TRY(export_poll(e, xr, l, 0));
+        if (xr) GPU_TRY(gpu_export_poll(e, xr, l, 0));
     }
     return ACCEL_OK;
 }
@@ -770,20 +644,26 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, 
     if ((d.hd != 64 && d.hd != 128) || d.n_heads > GPU_FLEX_MAX_HEADS || N > GPU_FLEX_MAX_TOKENS)
         return ACCEL_ERR_UNSUPPORTED;
     GPU_CHECK(cudaSetDevice(e->index));
-    gpu_kv_stage_reset(e);
-    GPU_TRY(gpu_kv_reserve(e, 1, &kv, &pos0, &n));
-    export_run xr;
-    if (sink) {
-        memset(&e->stats, 0, sizeof e->stats);
-        /* a ring of two whole layers on the host (the dense path's buffer usually holds it) */
-        GPU_TRY(grow_export_host(e, 2 * gpu_export_slot_bytes(&d, kv_dtype, n)));
-    }
+    GPU_TRY(gpu_kv_loads_settle(e));
+    /* the workspace, then the chunk's blocks, both from the pool: NOMEM leaves it as it was */
     sparse_ws w;
     GPU_TRY(sparse_ws_new(e, sr->mode, pos0, n, sink != NULL, kv_dtype, &w));
+    gpu_kv_stage_reset(e);
+    int st = gpu_kv_reserve(e, 1, &kv, &pos0, &n);
+    gpu_export_run xr;
+    if (!st && sink) {
+        memset(&e->stats, 0, sizeof e->stats);
+        /* a ring of two whole layers on the host (the dense path's buffer usually holds it) */
+        st = gpu_export_host_grow(e, 2 * gpu_export_slot_bytes(&d, kv_dtype, n));
+    }
+    if (st) {
+        sparse_ws_free(e, &w);
+        return st;
+    }
     unsigned char *meta_host = NULL;
-    int st = sparse_meta(e, &w, kv, pos0, ids, n, &meta_host);
+    st = sparse_meta(e, &w, kv, pos0, ids, n, &meta_host);
     if (sink) {
-        export_init(&xr, e, sink, kv_dtype, n, pos0);
+        gpu_export_init(&xr, e, kv, sink, kv_dtype, n, pos0);
         xr.host_ring = 2;
         for (int i = 0; i < GPU_EXPORT_RING; i++) xr.dslot[i] = w.exp[i];
     }
@@ -796,10 +676,10 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, 
         if (all_logits) st = logits_rows(e, w.x, 0, n, logits);
         else st = logits_rows(e, w.x, n - 1, 1, logits);
     }
-    if (!st && sink) st = export_poll(e, &xr, d.L - 1, 1);
-    st = finish(e, st);
+    if (!st && sink) st = gpu_export_poll(e, &xr, d.L - 1, 1);
+    st = gpu_finish(e, st);
     if (!st) prof_collect(e, 0);
-    sparse_ws_free(&w);
+    sparse_ws_free(e, &w);
     free(meta_host);
     if (st) return st;
     float ms = 0;
@@ -954,46 +834,9 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
         if (!st) st = gpu_chain_stamp(e, 1);
     }
     if (timed) clock_gettime(CLOCK_MONOTONIC, &h1);
-    st = finish(e, st);
+    st = gpu_finish(e, st);
     if (g && !direct && !st) memcpy(logits, e->logits_h, lbytes);
     if (timed && g && !st) gpu_chain_step(e, &h0, &h1);
     if (!st) prof_collect(e, 1);
     return st;
-}
-
-int gpu_kv_import(gpu_engine *e, gpu_kv *kv, const proto_kv_layer *c)
-{
-    const gpu_dims &d = e->d;
-    if (c->dtype != PROTO_KV_INT8 && c->dtype != PROTO_KV_INT4) return ACCEL_ERR_INVALID;
-    if (c->layer < 0 || c->layer >= d.L || c->n_kv_heads != d.n_kv || c->head_dim != d.hd ||
-        c->n_tokens <= 0 || c->pos0 < 0 || c->pos0 > kv->cap - c->n_tokens)
-        return ACCEL_ERR_INVALID;
-    if (!c->k || !c->v || !c->k_scale || !c->v_scale) return ACCEL_ERR_INVALID;
-    GPU_CHECK(cudaSetDevice(e->index));
-    gpu_kv_stage_reset(e);
-    GPU_TRY(gpu_kv_reserve(e, 1, &kv, &c->pos0, &c->n_tokens));
-    size_t vb = proto_kv_value_bytes(c->dtype, c->n_tokens, d.n_kv, d.hd);
-    size_t sc = proto_kv_scale_count(c->dtype, c->n_tokens, d.n_kv, d.hd) * sizeof(uint16_t);
-    size_t need = 2 * vb + 2 * sc;
-    if (need > e->imp_bytes) {
-        if (e->imp_d) GPU_CHECK(cudaFree(e->imp_d));
-        e->imp_d = NULL;
-        e->imp_bytes = 0;
-        GPU_CHECK(cudaMalloc((void **)&e->imp_d, need));
-        e->imp_bytes = need;
-    }
-    unsigned char *b = e->imp_d;
-    cudaStream_t s = e->compute;
-    GPU_CHECK(cudaMemcpyAsync(b, c->k, vb, cudaMemcpyHostToDevice, s));
-    GPU_CHECK(cudaMemcpyAsync(b + vb, c->v, vb, cudaMemcpyHostToDevice, s));
-    GPU_CHECK(cudaMemcpyAsync(b + 2 * vb, c->k_scale, sc, cudaMemcpyHostToDevice, s));
-    GPU_CHECK(cudaMemcpyAsync(b + 2 * vb + sc, c->v_scale, sc, cudaMemcpyHostToDevice, s));
-    gpu_seq_dev sq = seq_of(e, kv);
-    size_t off = (size_t)c->layer * d.n_kv * sq.cap * d.hd;
-    int st = gpu_kv_dequantize(s, c->dtype, b, (const unsigned short *)(b + 2 * vb), c->n_tokens,
-                               d.n_kv, d.hd, sq.k + off, sq.cap, c->pos0, &sq.map);
-    if (!st)
-        st = gpu_kv_dequantize(s, c->dtype, b + vb, (const unsigned short *)(b + 2 * vb + sc),
-                               c->n_tokens, d.n_kv, d.hd, sq.v + off, sq.cap, c->pos0, &sq.map);
-    return finish(e, st);
 }

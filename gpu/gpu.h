@@ -80,13 +80,24 @@ uint64_t gpu_kv_block_bytes(const gpu_engine *e);
 /* Copies block `block` of kv (full) to host dst; waits. */
 int gpu_kv_block_save(gpu_engine *e, gpu_kv *kv, int block, void *dst);
 /* Appends one block of bytes from host src at position pos (a multiple of GPU_KV_BLOCK: kv's
- * length); ACCEL_ERR_NOMEM when the pool is exhausted. Waits. */
+ * length); ACCEL_ERR_NOMEM when the pool is exhausted. Takes the block and returns: the copy is
+ * made by the engine's next entry — a prefill of kv overlaps it with its own layers, any other
+ * entry (and gpu_host_free) copies it and waits first — so src must stay as it is until that entry
+ * returns (gpu/kv_xfer.cu). */
 int gpu_kv_block_load(gpu_engine *e, gpu_kv *kv, int pos, const void *src);
+/* Makes the copies gpu_kv_block_load queued and waits for them (nothing to do without): every
+ * entry but the overlapping prefill does it first. */
+int gpu_kv_loads_settle(gpu_engine *e);
+/* Positions [pos0, pos0 + n) that kv holds, quantized to kv_dtype and handed to sink layer by
+ * layer as gpu_prefill's export does, in runs of at most the engine's chunk: the same bytes a
+ * prefill of those positions exported (both quantize the cache's values). Waits. */
+int gpu_kv_export(gpu_engine *e, gpu_kv *kv, int pos0, int n, const accel_kv_sink *sink,
+                  enum proto_kv_dtype kv_dtype);
 
 /* Appends n tokens at positions pos0.. of kv's sequence (pos0 = its current length).
  * logits: NULL, (vocab) for the last token, or (n, vocab) when all_logits; float32 on the host.
- * sink: when not NULL, each layer's K and V of these tokens are quantized to kv_dtype and handed to
- * sink->layer() in layer order (in runs of at most the engine's internal chunk of tokens), each
+ * sink: when not NULL, each layer's K and V of these tokens (as the cache holds them: h16) are
+ * quantized to kv_dtype and handed to sink->layer() in layer order (in runs of at most the engine's internal chunk of tokens), each
  * call as soon as its device-to-host copy has landed, while later layers still compute.
  * cancel: polled between layers. */
 int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, float *logits,
@@ -115,8 +126,10 @@ typedef struct gpu_sparse_req {
  * and the causal blocks of the chunk's query blocks, summed over layers and heads.
  * Memory: besides what dense prefill uses, gpu_sparse_bytes_mode(e, ...) of device memory for the
  * call (the residual stream and Q of the chunk, the index workspace; with a sink, two layers of
- * quantized KV), taken before any work and released before returning: ACCEL_ERR_NOMEM, with
- * nothing changed, when it does not fit. ACCEL_ERR_UNSUPPORTED for head_dim other than 64 or 128
+ * quantized KV), taken before any work and released before returning — from the KV pool, as
+ * whole chunks of free blocks counted as used meanwhile (admitted like KV: the caller frees cached
+ * blocks on NOMEM and calls again; without VMM, cudaMalloc outside the pool): ACCEL_ERR_NOMEM,
+ * with nothing changed, when it does not fit. ACCEL_ERR_UNSUPPORTED for head_dim other than 64 or 128
  * or pos0 + n past GPU_FLEX_MAX_TOKENS; ACCEL_ERR_INVALID for shapes the method does not take
  * here (the caller, gpu_sparse_params, runs those dense). */
 int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n,

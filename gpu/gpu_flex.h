@@ -56,6 +56,10 @@ int gpu_flex_ws_new(int n, int n_heads, int n_kv_heads, int head_dim, gpu_flex_w
 void gpu_flex_ws_free(gpu_flex_ws *ws);
 /* Device bytes gpu_flex_ws_new takes for that shape (0: a shape it refuses). */
 size_t gpu_flex_ws_bytes(int n, int n_heads, int n_kv_heads, int head_dim);
+/* The same workspace inside mem (gpu_flex_ws_bytes of device memory, 256-byte aligned, which
+ * gpu_flex_ws_free leaves to the caller); mem NULL: gpu_flex_ws_new. */
+int gpu_flex_ws_new_at(void *mem, int n, int n_heads, int n_kv_heads, int head_dim,
+                       gpu_flex_ws **out);
 
 /* Builds the index of q, k (device bf16, n tokens, n >= 256) into the workspace. */
 int gpu_flex_index(gpu_flex_ws *ws, const gpu_flex_params *p, const void *q, const void *k,

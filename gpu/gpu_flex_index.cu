@@ -40,6 +40,7 @@ using namespace nvcuda;
 
 struct gpu_flex_ws {
     int cap_n, H, Hk, d;
+    int borrowed; /* the buffers lie in the caller's memory (gpu_flex_ws_new_at) */
     float2 *partial;
     float *m2, *inv_l, *vert, *slash, *carry_a, *carry_b, *mq, *avg_k, *vblk, *sblk, *avg_q,
         *qa_map;
@@ -608,7 +609,7 @@ extern "C" size_t gpu_flex_ws_bytes(int n_, int H_, int Hk_, int d_)
     return total;
 }
 
-extern "C" int gpu_flex_ws_new(int n_, int H_, int Hk_, int d_, gpu_flex_ws **out)
+extern "C" int gpu_flex_ws_new_at(void *mem, int n_, int H_, int Hk_, int d_, gpu_flex_ws **out)
 {
     *out = NULL;
     if (!ws_shape_ok(n_, H_, Hk_, d_)) return GPU_FLEX_ERR_INVALID;
@@ -618,10 +619,18 @@ extern "C" int gpu_flex_ws_new(int n_, int H_, int Hk_, int d_, gpu_flex_ws **ou
     w->H = H_;
     w->Hk = Hk_;
     w->d = d_;
+    w->borrowed = mem != NULL;
     const size_t n = n_, H = H_, Hk = Hk_, d = d_, nb = (n + BS - 1) / BS,
                  nch = (n + KCHUNK - 1) / KCHUNK;
     int rc = 0;
-#define X(name, bytes) if (!rc) rc = ws_alloc((void **)&w->name, (size_t)(bytes));
+    unsigned char *at = (unsigned char *)mem; /* carved as gpu_flex_ws_bytes counts */
+#define X(name, bytes)                                                                             \
+    if (at) {                                                                                      \
+        *(void **)&w->name = at;                                                                   \
+        at += ((size_t)(bytes) + 255) / 256 * 256;                                                 \
+    } else if (!rc) {                                                                              \
+        rc = ws_alloc((void **)&w->name, (size_t)(bytes));                                         \
+    }
     WS_BUFFERS(X)
 #undef X
     if (rc) {
@@ -632,6 +641,11 @@ extern "C" int gpu_flex_ws_new(int n_, int H_, int Hk_, int d_, gpu_flex_ws **ou
     return 0;
 }
 
+extern "C" int gpu_flex_ws_new(int n_, int H_, int Hk_, int d_, gpu_flex_ws **out)
+{
+    return gpu_flex_ws_new_at(NULL, n_, H_, Hk_, d_, out);
+}
+
 extern "C" void gpu_flex_ws_free(gpu_flex_ws *w)
 {
     if (!w) return;
@@ -639,7 +653,7 @@ extern "C" void gpu_flex_ws_free(gpu_flex_ws *w)
                   w->carry_b, w->mq,      w->avg_k,       w->vblk,   w->sblk,   w->avg_q,
                   w->qa_map,  w->heads,   w->vmask,       w->smask,  w->vs_cuts, w->cuts,
                   w->cut_scratch, w->qa_keep, w->tiecnt,  w->counts, w->row_ptr, w->col};
-    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+    for (size_t i = 0; !w->borrowed && i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) cudaFree(ps[i]);
     free(w);
 }

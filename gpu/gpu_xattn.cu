@@ -296,13 +296,13 @@ extern "C" void gpu_xattn_ws_free(gpu_xattn_ws *w)
 {
     if (!w) return;
     void *ps[] = {w->P, w->Mt, w->A, w->keep, w->counts, w->row_ptr, w->col};
-    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+    for (size_t i = 0; !w->borrowed && i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) cudaFree(ps[i]);
     free(w);
 }
 
-extern "C" int gpu_xattn_ws_new(int n, int H, int Hk, int d, int block, int estimate,
-                                gpu_xattn_ws **out)
+extern "C" int gpu_xattn_ws_new_at(void *mem, int n, int H, int Hk, int d, int block,
+                                   int estimate, gpu_xattn_ws **out)
 {
     *out = NULL;
     if (!ws_shape_ok(n, H, Hk, d, block)) return GPU_FLEX_ERR_INVALID;
@@ -311,12 +311,20 @@ extern "C" int gpu_xattn_ws_new(int n, int H, int Hk, int d, int block, int esti
     const ws_sizes z = sizes_of(n, H, block, estimate);
     *w = (gpu_xattn_ws){n, H, Hk, d, block, z.nb, z.tpl, z.nkt};
     w->estimate = estimate;
+    w->borrowed = mem != NULL;
     cudaError_t e = cudaSuccess;
     void **ps[] = {(void **)&w->P,      (void **)&w->Mt,      (void **)&w->A,  (void **)&w->keep,
                    (void **)&w->counts, (void **)&w->row_ptr, (void **)&w->col};
     const size_t bs[] = {z.P, z.Mt, z.A, z.keep, z.counts, z.row_ptr, z.col};
-    for (int i = 0; i < 7 && e == cudaSuccess; i++)
-        if (bs[i] || i >= 3) e = cudaMalloc(ps[i], bs[i] ? bs[i] : 16); /* lists only: no P, Mt, A */
+    unsigned char *at = (unsigned char *)mem; /* carved as gpu_xattn_ws_bytes counts */
+    for (int i = 0; i < 7 && e == cudaSuccess; i++) {
+        if (at && bs[i]) {
+            *ps[i] = at;
+            at += r256(bs[i]);
+        } else if (!at && (bs[i] || i >= 3)) {
+            e = cudaMalloc(ps[i], bs[i] ? bs[i] : 16); /* lists only: no P, Mt, A */
+        }
+    }
     if (e != cudaSuccess) {
         cudaGetLastError();
         gpu_xattn_ws_free(w);
@@ -324,6 +332,12 @@ extern "C" int gpu_xattn_ws_new(int n, int H, int Hk, int d, int block, int esti
     }
     *out = w;
     return 0;
+}
+
+extern "C" int gpu_xattn_ws_new(int n, int H, int Hk, int d, int block, int estimate,
+                                gpu_xattn_ws **out)
+{
+    return gpu_xattn_ws_new_at(NULL, n, H, Hk, d, block, estimate, out);
 }
 
 extern "C" const int32_t *gpu_xattn_ws_row_ptr(const gpu_xattn_ws *w)

@@ -61,6 +61,10 @@ int gpu_xattn_ws_new(int n, int n_heads, int n_kv_heads, int head_dim, int block
 void gpu_xattn_ws_free(gpu_xattn_ws *ws);
 size_t gpu_xattn_ws_bytes(int n, int n_heads, int n_kv_heads, int head_dim, int block,
                           int estimate);
+/* The same workspace inside mem (gpu_xattn_ws_bytes of device memory, 256-byte aligned, which
+ * gpu_xattn_ws_free leaves to the caller); mem NULL: gpu_xattn_ws_new. */
+int gpu_xattn_ws_new_at(void *mem, int n, int n_heads, int n_kv_heads, int head_dim, int block,
+                        int estimate, gpu_xattn_ws **out);
 
 int gpu_xattn_index(gpu_xattn_ws *ws, const gpu_xattn_params *p, const void *q, size_t q_tok,
                     const void *k, size_t k_tok, size_t k_head, const int *tbl,

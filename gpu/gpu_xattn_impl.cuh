@@ -31,6 +31,7 @@ struct gpu_xattn_ws {
     int tpl;                        // query tiles per launch of the estimate (P's size)
     int nkt;                        // key tiles per row at most (stride 1)
     int estimate;                   // the estimate's buffers are there (else lists only)
+    int borrowed;                   // the buffers lie in the caller's memory (gpu_xattn_ws_new_at)
     float *P, *Mt, *A;              // partial block sums, per-tile maxima, block masses
     uint32_t *keep;                 // (H, nb, words) kept-block bits
     int *counts;                    // (H, nb)

@@ -25,6 +25,7 @@
 
 #define STAGE_ENTRIES 8192
 #define CHUNK_MIN (64ull << 20) /* bytes mapped at a time (at least one block) */
+#define LEND_CHUNK_MAX (256ull << 20) /* ... unless whole blocks fit a chunk at most this big */
 
 struct vmm_fns {
     PFN_cuMemAddressReserve_v10020 reserve;
@@ -105,8 +106,21 @@ int gpu_pool_open(gpu_engine *e)
         CUmemAllocationProp prop = vmm_prop(e->index);
         size_t gran = 0;
         if (f.gran(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) == CUDA_SUCCESS && gran) {
+            /* chunks of whole blocks where that is small (lcm of block and granularity): a chunk
+             * whose blocks are all free can be lent (gpu_pool_lend) */
+            unsigned long long a = p.block_bytes, b = gran;
+            while (b) {
+                unsigned long long r = a % b;
+                a = b;
+                b = r;
+            }
+            const unsigned long long lcm = p.block_bytes / a * gran;
             unsigned long long chunk = CHUNK_MIN > p.block_bytes ? CHUNK_MIN : p.block_bytes;
             chunk = (chunk + gran - 1) / gran * gran;
+            if (lcm <= LEND_CHUNK_MAX) {
+                chunk = lcm;
+                p.ipc = (int)(lcm / p.block_bytes);
+            }
             unsigned long long bytes = (unsigned long long)p.total * p.block_bytes;
             bytes = (bytes + chunk - 1) / chunk * chunk;
             CUdeviceptr va = 0;
@@ -318,6 +332,103 @@ gpu_seq_dev gpu_kv_seq_dev(const gpu_engine *e, const gpu_kv *kv)
     return s;
 }
 
+/* ---------------------------------------------------------------- lending
+ * A buffer a call needs for its duration (the sparse prefill's workspace) is taken from the
+ * pool's blocks, so it counts against the same budget as KV: whole chunks whose blocks are all
+ * free (lowest first; chunks past the mapped ones are mapped as the pool would map them) leave
+ * circulation, counted as used, and their physical memory is mapped a second time at a new
+ * contiguous address range; gpu_pool_unlend clears it, unmaps it and gives the blocks back. */
+
+int gpu_pool_lend(gpu_engine *e, size_t bytes, gpu_lend *l)
+{
+    memset(l, 0, sizeof *l);
+    gpu_kv_pool &p = e->pool;
+    if (!p.vmm || !p.ipc) return ACCEL_ERR_UNSUPPORTED;
+    const vmm_fns &f = vmm();
+    const int K = bytes ? (int)((bytes + p.chunk_bytes - 1) / p.chunk_bytes) : 1;
+    const int nch = p.total / p.ipc;
+    if (K > nch) return ACCEL_ERR_NOMEM;
+    l->chunk = (int *)malloc(sizeof(int) * K);
+    if (!l->chunk) return ACCEL_ERR_NOMEM;
+    pthread_mutex_lock(mu(e));
+    int got = 0;
+    for (int c = 0; c < nch && got < K; c++) {
+        int ok = 1;
+        for (int j = c * p.ipc; ok && j < (c + 1) * p.ipc; j++) ok = j >= p.next_id || p.ref[j] == 0;
+        if (ok) l->chunk[got++] = c;
+    }
+    const int top = got == K ? (l->chunk[K - 1] + 1) * p.ipc : 0;
+    int st = got < K ? ACCEL_ERR_NOMEM : grow(e, top);
+    if (!st) {
+        for (int i = 0; i < K; i++)
+            for (int j = l->chunk[i] * p.ipc; j < (l->chunk[i] + 1) * p.ipc; j++) acct(p, j, 1, 1);
+        int k = 0; /* the free stack without them; ids they skip past next_id onto it */
+        for (int i = 0; i < p.n_free; i++)
+            if (p.ref[p.free_ids[i]] == 0) p.free_ids[k++] = p.free_ids[i];
+        p.n_free = k;
+        for (int j = p.next_id; j < top; j++)
+            if (p.ref[j] == 0) p.free_ids[p.n_free++] = j;
+        if (top > p.next_id) p.next_id = top;
+    }
+    pthread_mutex_unlock(mu(e));
+    if (st) {
+        free(l->chunk);
+        l->chunk = NULL;
+        return st;
+    }
+    l->n = K;
+    l->bytes = (unsigned long long)K * p.chunk_bytes;
+    CUdeviceptr va = 0;
+    CUresult r = f.reserve(&va, l->bytes, 0, 0, 0);
+    int mapped = 0;
+    while (r == CUDA_SUCCESS && mapped < K) {
+        r = f.map(va + (unsigned long long)mapped * p.chunk_bytes, p.chunk_bytes, 0,
+                  p.chunks[l->chunk[mapped]], 0);
+        if (r == CUDA_SUCCESS) mapped++;
+    }
+    if (r == CUDA_SUCCESS) {
+        CUmemAccessDesc a;
+        memset(&a, 0, sizeof a);
+        a.location = vmm_prop(e->index).location;
+        a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        r = f.access(va, l->bytes, &a, 1);
+    }
+    l->va = va;
+    if (r != CUDA_SUCCESS) {
+        l->n = mapped; /* those to unmap */
+        gpu_pool_unlend(e, l);
+        fprintf(stderr, "tandem cuda: mapping a lent buffer failed (CUresult %d)\n", (int)r);
+        return r == CUDA_ERROR_OUT_OF_MEMORY ? ACCEL_ERR_NOMEM : ACCEL_ERR_DEVICE;
+    }
+    l->ptr = (void *)va;
+    return ACCEL_OK;
+}
+
+void gpu_pool_unlend(gpu_engine *e, gpu_lend *l)
+{
+    if (!l->chunk) return;
+    gpu_kv_pool &p = e->pool;
+    const vmm_fns &f = vmm();
+    /* the blocks go back zeroed: a partial block's rows past its length are read, masked with
+     * weight 0, by the attention kernels, so they must hold finite numbers, which KV always is
+     * and a workspace's floats and indices, read as h16, are not (0 * NaN is NaN) */
+    if (l->ptr && (cudaMemsetAsync(l->ptr, 0, l->bytes, e->compute) != cudaSuccess ||
+                   cudaStreamSynchronize(e->compute) != cudaSuccess)) {
+        fprintf(stderr, "tandem cuda: clearing a lent buffer failed\n");
+        cudaGetLastError();
+    }
+    for (int i = 0; i < l->n; i++) f.unmap(l->va + (unsigned long long)i * p.chunk_bytes, p.chunk_bytes);
+    if (l->va) f.afree(l->va, l->bytes);
+    /* every chunk taken goes back (l->n may count fewer: those mapped) */
+    const int K = (int)(l->bytes / p.chunk_bytes);
+    pthread_mutex_lock(mu(e));
+    for (int i = 0; i < K; i++)
+        for (int j = l->chunk[i] * p.ipc; j < (l->chunk[i] + 1) * p.ipc; j++) acct(p, j, -1, -1);
+    pthread_mutex_unlock(mu(e));
+    free(l->chunk);
+    memset(l, 0, sizeof *l);
+}
+
 /* ---------------------------------------------------------------- gpu.h entries */
 
 int gpu_kv_new(gpu_engine *e, int capacity, gpu_kv **out)
@@ -349,6 +460,7 @@ void gpu_kv_free(gpu_engine *e, gpu_kv *kv)
 {
     if (!kv) return;
     cudaSetDevice(e->index);
+    gpu_kv_loads_drop(e, kv); /* host-tier loads into it not made yet: not needed */
     pthread_mutex_lock(mu(e));
     for (int j = kv->n - 1; j >= 0; j--) acct(e->pool, kv->blk[j], -1, kv->holder ? 0 : -1);
     pthread_mutex_unlock(mu(e));
@@ -364,6 +476,7 @@ int gpu_kv_fork(gpu_engine *e, gpu_kv *src, int n_tokens, int capacity, gpu_kv *
     if (n_tokens < 0 || n_tokens > src->cap || n_tokens > capacity) return ACCEL_ERR_INVALID;
     const int nb = blocks_for(n_tokens);
     if (nb > src->n) return ACCEL_ERR_INVALID;
+    GPU_TRY(gpu_kv_loads_settle(e));
     gpu_kv *kv;
     GPU_TRY(gpu_kv_new(e, capacity, &kv));
     pthread_mutex_lock(mu(e));
@@ -388,6 +501,7 @@ int gpu_kv_fork(gpu_engine *e, gpu_kv *src, int n_tokens, int capacity, gpu_kv *
 int gpu_kv_truncate(gpu_engine *e, gpu_kv *kv, int len)
 {
     if (len < 0 || len > kv->cap) return ACCEL_ERR_INVALID;
+    GPU_TRY(gpu_kv_loads_settle(e));
     const int keep = blocks_for(len);
     pthread_mutex_lock(mu(e));
     for (int j = kv->n - 1; j >= keep; j--) acct(e->pool, kv->blk[j], -1, kv->holder ? 0 : -1);
@@ -426,23 +540,10 @@ int gpu_kv_block_save(gpu_engine *e, gpu_kv *kv, int block, void *dst)
 {
     if (block < 0 || block >= kv->n || !dst) return ACCEL_ERR_INVALID;
     GPU_CHECK(cudaSetDevice(e->index));
+    GPU_TRY(gpu_kv_loads_settle(e));
     const gpu_kv_pool &p = e->pool;
     GPU_CHECK(cudaMemcpyAsync(dst, (const char *)p.base + (size_t)kv->blk[block] * p.block_bytes,
                               p.block_bytes, cudaMemcpyDeviceToHost, e->compute));
-    GPU_CHECK(cudaStreamSynchronize(e->compute));
-    return ACCEL_OK;
-}
-
-int gpu_kv_block_load(gpu_engine *e, gpu_kv *kv, int pos, const void *src)
-{
-    if (pos < 0 || pos % GPU_KV_BLOCK || !src) return ACCEL_ERR_INVALID;
-    GPU_CHECK(cudaSetDevice(e->index));
-    gpu_kv_stage_reset(e);
-    const int n = GPU_KV_BLOCK;
-    GPU_TRY(gpu_kv_reserve(e, 1, &kv, &pos, &n));
-    const gpu_kv_pool &p = e->pool;
-    GPU_CHECK(cudaMemcpyAsync((char *)p.base + (size_t)kv->blk[pos / GPU_KV_BLOCK] * p.block_bytes,
-                              src, p.block_bytes, cudaMemcpyHostToDevice, e->compute));
     GPU_CHECK(cudaStreamSynchronize(e->compute));
     return ACCEL_OK;
 }

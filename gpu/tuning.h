@@ -31,6 +31,8 @@
  *                       graph, each chunk's logits copied to the host while the next computes
  *                       (1..8, default 4; 1: the lm_head inside the graph, one copy after it)
  *     prune=0|1         prefill's last layer only for the rows the logits read
+ *     load_overlap=0|1  host-tier block loads copied layer by layer under the prefill after them
+ *                       (0: all copied, and waited for, before it)
  *   traces (stderr at exit; the lab's, not for serving):
  *     profile=1         every op timed with events (decode then runs without graphs)
  *     chain_trace=1     where a single-token decode step's time goes (gpu/chain_trace.cu)
@@ -58,6 +60,7 @@ typedef struct gpu_tuning {
     int decode_rows;      /* 1: on */
     int logits_chunks;    /* lm_head column chunks of a batched step (1: in the graph) */
     int profile, chain_trace; /* 1: on */
+    int load_overlap;     /* 1: on */
 } gpu_tuning;
 
 /* The defaults: what the engine runs when nobody sets anything. */

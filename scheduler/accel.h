@@ -251,13 +251,18 @@ int accel_seq_hold(accel_dev *d, accel_seq *s);
 int accel_kv_block_save(accel_dev *d, accel_seq *s, int block, void *dst);
 /* Appends one full block of bytes saved by accel_kv_block_save (on this device, or on another
  * of the same kind and model) at the end of s, whose length must be a multiple of
- * kv_block_tokens: its length grows by kv_block_tokens. ACCEL_ERR_NOMEM as for a prefill. */
+ * kv_block_tokens: its length grows by kv_block_tokens. ACCEL_ERR_NOMEM as for a prefill.
+ * The device may read src until its next call returns (cuda queues the copy and overlaps it with
+ * the next prefill of s, layer by layer; cpu and fpga copy at once): keep src unchanged until
+ * then; accel_host_free of it is such a call. */
 int accel_kv_block_load(accel_dev *d, accel_seq *s, const void *src);
 
 /* Exports the KV of positions [pos0, pos0 + n) that s already holds, through sink, exactly as
- * a prefill of those positions exported it (the same dtype, the same bytes): runs of positions,
- * each one chunk per layer in layer order. So a prompt whose prefix came from the prefix cache
- * can still ship its whole KV to a card. Optional (ACCEL_CAP_KV_EXPORT_HELD);
+ * a prefill of those positions exported it (the same dtype, the same bytes: cpu quantizes the
+ * float32 rows it keeps, cuda the h16 rows of its cache, at prefill as here): runs of positions,
+ * each one chunk per layer in layer order (the runs may be cut elsewhere than the prefill's; a
+ * position's bytes do not depend on its run). So a prompt whose prefix came from the prefix cache
+ * can still ship its whole KV to a card. Optional (ACCEL_CAP_KV_EXPORT_HELD: cpu, cuda);
  * ACCEL_ERR_UNSUPPORTED elsewhere. */
 int accel_kv_export(accel_dev *d, accel_seq *s, int pos0, int n, const accel_kv_sink *sink);
 

@@ -320,9 +320,11 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
     if (st == ACCEL_ERR_NOMEM && !sparse && (sched_worker_make_room(d, r) || d->active))
         return dt; /* memory given back, or coming back as decodes end: this chunk again */
     if (st == ACCEL_ERR_NOMEM && sparse) {
-        /* the sparse pass needs whole-prompt workspaces beside the reserved KV (a device leaves
-         * the sequence as it was): prefill this request dense instead, in chunks */
-        r->sparse_off = 1;
+        /* the sparse pass's whole-prompt workspace is admitted like KV (cuda lends it from the
+         * block pool): cached prefixes and younger requests give room first, and the chunk runs
+         * again; only when nothing more can be given up does this request prefill dense instead,
+         * in chunks (the device left the sequence as it was) */
+        if (!sched_worker_make_room(d, r)) r->sparse_off = 1;
         return dt;
     }
     if (st) {

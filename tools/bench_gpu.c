@@ -38,8 +38,10 @@
  *                 serves it: a holder sequence with the C tokens (prefilled once, not timed) is
  *                 forked and the last P - C tokens prefilled (timed: fork + prefill); the same
  *                 with the C tokens' blocks in host memory (saved once with accel_kv_block_save
- *                 into accel_host_alloc buffers; timed: C / block accel_kv_block_load + the
- *                 prefill); against the cold TTFT of all P tokens (medians of --reps)
+ *                 into one accel_host_alloc buffer, as the host tier keeps a prefix; timed:
+ *                 C / block accel_kv_block_load + the prefill, which on cuda makes the copies,
+ *                 layer by layer, while it computes); against the cold TTFT of all P tokens
+ *                 (medians of --reps)
  *   export P      TTFT with the int8 KV export to a host sink (which copies each chunk, as a
  *                 consumer would) vs without; the export's bytes over the device time of its
  *                 device-to-host copies (gpu_accel_export_stats, found with dlsym)
@@ -433,17 +435,17 @@ static int prefix_run(accel_dev *d, int vocab, int P, int C, int reps, double *c
     const int nblk = C / B;
     int32_t *ids = make_ids(P, vocab, 5);
     float *lg = malloc(sizeof(float) * vocab);
-    void **blk = calloc(nblk, sizeof(void *));
+    /* the host tier's layout: one page-locked buffer per cached prefix (sched_pcache.c) */
+    unsigned char *hb = accel_host_alloc(d, (size_t)nblk * in.kv_block_bytes);
     double tc[32], th[32], tt[32];
     accel_seq *holder = NULL, *s = NULL;
-    int st = ids && lg && blk ? 0 : ACCEL_ERR_NOMEM;
-    for (int i = 0; i < nblk && !st; i++)
-        if (!(blk[i] = accel_host_alloc(d, in.kv_block_bytes))) st = ACCEL_ERR_NOMEM;
+    int st = ids && lg && hb ? 0 : ACCEL_ERR_NOMEM;
     /* the holder: the C cached tokens, and their blocks saved to host memory */
     if (!st) st = accel_seq_new(d, C, &holder);
     accel_prefill_req r0 = {.seq = holder, .ids = ids, .n = C, .logits = NULL};
     if (!st) st = accel_prefill(d, &r0);
-    for (int i = 0; i < nblk && !st; i++) st = accel_kv_block_save(d, holder, i, blk[i]);
+    for (int i = 0; i < nblk && !st; i++)
+        st = accel_kv_block_save(d, holder, i, hb + (size_t)i * in.kv_block_bytes);
     if (!st) st = accel_seq_hold(d, holder);
     for (int r = -1; r < reps && !st; r++) { /* r = -1: warm-up */
         double t0 = now();
@@ -461,7 +463,8 @@ static int prefix_run(accel_dev *d, int vocab, int P, int C, int reps, double *c
         s = NULL;
         double t3 = now();
         if (!st) st = accel_seq_new(d, P, &s);
-        for (int i = 0; i < nblk && !st; i++) st = accel_kv_block_load(d, s, blk[i]);
+        for (int i = 0; i < nblk && !st; i++)
+            st = accel_kv_block_load(d, s, hb + (size_t)i * in.kv_block_bytes);
         accel_prefill_req rt = {.seq = s, .ids = ids + C, .n = P - C, .logits = lg};
         if (!st) st = accel_prefill(d, &rt);
         double t4 = now();
@@ -472,8 +475,8 @@ static int prefix_run(accel_dev *d, int vocab, int P, int C, int reps, double *c
     if (st) fprintf(stderr, "bench_gpu: prefix %d:%d: %s\n", P, C, accel_strerror(st));
     else *cold = median(tc, reps), *hit = median(th, reps), *host = median(tt, reps);
     if (holder) accel_seq_free(d, holder);
-    for (int i = 0; i < nblk && blk; i++) accel_host_free(d, blk[i]);
-    free(blk), free(ids), free(lg);
+    accel_host_free(d, hb);
+    free(ids), free(lg);
     return st ? -1 : 0;
 }
 

@@ -261,4 +261,153 @@ static void pc_nomem(accel_dev *d, int V)
     free(lr);
 }
 
+/* ---------------------------------------------------------------- export of held KV */
+
+/* Exported chunks, each copied whole (a sink's chunk lives only during its call). */
+typedef struct pc_kv {
+    int n, cap;
+    proto_kv_layer *c;
+} pc_kv;
+
+static int pc_keep(void *ctx, const proto_kv_layer *c)
+{
+    pc_kv *st = ctx;
+    if (st->n == st->cap) {
+        int cap = st->cap ? 2 * st->cap : 64;
+        proto_kv_layer *a = realloc(st->c, sizeof *a * (size_t)cap);
+        if (!a) return ACCEL_ERR_NOMEM;
+        st->c = a;
+        st->cap = cap;
+    }
+    size_t vb = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    size_t sb = proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim) * 2;
+    uint8_t *b = malloc(2 * vb + 2 * sb);
+    if (!b) return ACCEL_ERR_NOMEM;
+    memcpy(b, c->k, vb);
+    memcpy(b + vb, c->v, vb);
+    memcpy(b + 2 * vb, c->k_scale, sb);
+    memcpy(b + 2 * vb + sb, c->v_scale, sb);
+    proto_kv_layer k = *c;
+    k.k = b;
+    k.v = b + vb;
+    k.k_scale = (const uint16_t *)(b + 2 * vb);
+    k.v_scale = (const uint16_t *)(b + 2 * vb + sb);
+    st->c[st->n++] = k;
+    return 0;
+}
+
+static void pc_kv_free(pc_kv *st)
+{
+    for (int i = 0; i < st->n; i++) free((void *)st->c[i].k);
+    free(st->c);
+    memset(st, 0, sizeof *st);
+}
+
+/* Chunks that hold (layer, pos): how many, and the last one with the row of pos in it. */
+static int pc_kv_find(const pc_kv *st, int layer, int pos, const proto_kv_layer **c, int *row)
+{
+    int n = 0;
+    for (int i = 0; i < st->n; i++)
+        if (st->c[i].layer == layer && pos >= st->c[i].pos0 &&
+            pos < st->c[i].pos0 + st->c[i].n_tokens) {
+            *c = &st->c[i];
+            *row = pos - st->c[i].pos0;
+            n++;
+        }
+    return n;
+}
+
+/* got holds positions [p0, p1) of every layer exactly once (nothing else), each row's K, V and
+ * scales the bytes ref has for it. 1 when so. */
+static int pc_kv_rows_equal(const pc_kv *ref, const pc_kv *got, int layers, int p0, int p1)
+{
+    long rows = 0;
+    for (int i = 0; i < got->n; i++) rows += got->c[i].n_tokens;
+    if (rows != (long)layers * (p1 - p0)) return 0;
+    for (int l = 0; l < layers; l++)
+        for (int p = p0; p < p1; p++) {
+            const proto_kv_layer *a, *b;
+            int ra, rb;
+            if (pc_kv_find(ref, l, p, &a, &ra) != 1 || pc_kv_find(got, l, p, &b, &rb) != 1)
+                return 0;
+            if (a->dtype != b->dtype || a->n_kv_heads != b->n_kv_heads || a->head_dim != b->head_dim)
+                return 0;
+            size_t vb = proto_kv_value_bytes(a->dtype, 1, a->n_kv_heads, a->head_dim);
+            size_t sc = proto_kv_scale_count(a->dtype, 1, a->n_kv_heads, a->head_dim);
+            if (memcmp(a->k + ra * vb, b->k + rb * vb, vb) || memcmp(a->v + ra * vb, b->v + rb * vb, vb) ||
+                memcmp(a->k_scale + ra * sc, b->k_scale + rb * sc, sc * 2) ||
+                memcmp(a->v_scale + ra * sc, b->v_scale + rb * sc, sc * 2))
+                return 0;
+        }
+    return 1;
+}
+
+/* accel_kv_export of KV a sequence holds (ACCEL_CAP_KV_EXPORT_HELD) gives the bytes its prefill
+ * exported: a prompt prefilled in three calls with its export kept, then exported again whole,
+ * a range across a block edge, a fork's prefix, and a sequence that got the first two blocks
+ * from host memory (one buffer: the loads may go as one run) and prefilled the rest — its
+ * logits and its prefill's export equal the original's, and its held export too. After a
+ * decode step of the same token in both, their held exports of that position are equal. Skips
+ * (returns) on a device without the entry. */
+static void pc_export_held(accel_dev *d, int V)
+{
+    accel_info in;
+    accel_get_info(d, &in);
+    REQUIRE(in.caps & ACCEL_CAP_PAGED);
+    if (!(in.caps & ACCEL_CAP_KV_EXPORT_HELD)) SKIP("%s does not export held KV", in.name);
+    const int L = accel_model(d)->cfg.n_layers;
+    const int B = in.kv_block_tokens, P = 2 * B + B / 2 + 5;
+    const size_t bb = in.kv_block_bytes;
+    int32_t *ids = malloc(sizeof(int32_t) * (P + 1));
+    float *ls = malloc(sizeof(float) * (size_t)V), *lg = malloc(sizeof(float) * (size_t)V);
+    unsigned char *hb = accel_host_alloc(d, 2 * bb);
+    REQUIRE(ids && ls && lg && hb);
+    pc_ids(ids, P + 1, V, 71);
+    pc_kv a = {0}, g = {0}, x = {0};
+    accel_kv_sink ka = {pc_keep, &a}, kg = {pc_keep, &g}, kx = {pc_keep, &x};
+    accel_seq *s, *f, *t;
+    REQUIRE(accel_seq_new(d, P + 1, &s) == 0 && accel_seq_new(d, P + 1, &t) == 0);
+    const int cut[4] = {0, B + 3, 2 * B, P};
+    for (int i = 0; i < 3; i++) {
+        accel_prefill_req r = {.seq = s, .ids = ids + cut[i], .n = cut[i + 1] - cut[i],
+                               .logits = i == 2 ? ls : NULL, .kv = &ka};
+        REQUIRE(accel_prefill(d, &r) == 0);
+    }
+    REQUIRE(accel_kv_export(d, s, 0, P, &kx) == 0);
+    CHECK_MSG(pc_kv_rows_equal(&a, &x, L, 0, P), "held export of a prompt differs from its prefill's");
+    pc_kv_free(&x);
+    REQUIRE(accel_kv_export(d, s, B - 5, B + 9, &kx) == 0);
+    CHECK_MSG(pc_kv_rows_equal(&a, &x, L, B - 5, 2 * B + 4), "held export of a range differs");
+    pc_kv_free(&x);
+    CHECK_EQ(accel_kv_export(d, s, 1, P, &kx), ACCEL_ERR_INVALID); /* past the end */
+    REQUIRE(accel_seq_fork(d, s, 2 * B, P, &f) == 0);
+    REQUIRE(accel_kv_export(d, f, 0, 2 * B, &kx) == 0);
+    CHECK_MSG(pc_kv_rows_equal(&a, &x, L, 0, 2 * B), "held export of a fork differs");
+    pc_kv_free(&x);
+    accel_seq_free(d, f);
+    /* the host tier: two blocks back, then the rest prefilled as s's last call was */
+    REQUIRE(accel_kv_block_save(d, s, 0, hb) == 0 && accel_kv_block_save(d, s, 1, hb + bb) == 0);
+    REQUIRE(accel_kv_block_load(d, t, hb) == 0 && accel_kv_block_load(d, t, hb + bb) == 0);
+    accel_prefill_req rt = {.seq = t, .ids = ids + 2 * B, .n = P - 2 * B, .logits = lg, .kv = &kg};
+    REQUIRE(accel_prefill(d, &rt) == 0);
+    CHECK_MSG(pc_same(ls, lg, V), "prefill after blocks loaded from one buffer differs");
+    CHECK_MSG(pc_kv_rows_equal(&a, &g, L, 2 * B, P), "its export differs from the original's");
+    REQUIRE(accel_kv_export(d, t, 0, P, &kx) == 0);
+    CHECK_MSG(pc_kv_rows_equal(&a, &x, L, 0, P), "held export after loaded blocks differs");
+    pc_kv_free(&x);
+    pc_kv_free(&g);
+    REQUIRE(pc_decode(d, s, ids[P], ls) == 0 && pc_decode(d, t, ids[P], lg) == 0);
+    REQUIRE(accel_kv_export(d, s, P, 1, &kx) == 0 && accel_kv_export(d, t, P, 1, &kg) == 0);
+    CHECK_MSG(pc_kv_rows_equal(&x, &g, L, P, P + 1), "held export of a decoded position differs");
+    pc_kv_free(&x);
+    pc_kv_free(&g);
+    pc_kv_free(&a);
+    accel_seq_free(d, s);
+    accel_seq_free(d, t);
+    accel_host_free(d, hb);
+    free(ids);
+    free(ls);
+    free(lg);
+}
+
 #endif

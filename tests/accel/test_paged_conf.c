@@ -2,8 +2,8 @@
  * device that has it, through devices_open on stories260K: copy-on-write of a shared partial
  * block (two forks and the original each writing their next token), save/load of blocks (the
  * host tier) bit for bit, growth to ACCEL_ERR_NOMEM and recovery in a pool of three blocks,
- * holders' blocks counted as cached, and sequences whose blocks interleave in the pool equal to
- * one grown alone. The checks are tests/accel/paged_checks.h (bit for bit: see there why). A
+ * holders' blocks counted as cached, sequences whose blocks interleave in the pool equal to
+ * one grown alone, and the export of held KV (accel_kv_export) equal to the prefill's export. The checks are tests/accel/paged_checks.h (bit for bit: see there why). A
  * device this machine does not have is skipped; one without ACCEL_CAP_PAGED is skipped, saying
  * so (it keeps the older contract, tests/accel/test_conformance.c). */
 #include "devices/devices.h"
@@ -90,6 +90,13 @@ static void interleaved(const char *device)
     pconf_close(&c);
 }
 
+static void export_held(const char *device)
+{
+    PCONF_OPEN(c, device, 0);
+    pc_export_held(c.d, c.m->cfg.vocab);
+    pconf_close(&c);
+}
+
 static void nomem(const char *device)
 {
     uint64_t bb;
@@ -118,6 +125,9 @@ TEST(paged_save_load_cuda) { save_load(GPU); }
 TEST(paged_interleaved_cpu) { interleaved(CPU); }
 TEST(paged_interleaved_fpga_emu) { interleaved(CARD); }
 TEST(paged_interleaved_cuda) { interleaved(GPU); }
+TEST(paged_export_held_cpu) { export_held(CPU); }
+TEST(paged_export_held_fpga_emu) { export_held(CARD); }
+TEST(paged_export_held_cuda) { export_held(GPU); }
 TEST(paged_nomem_cpu) { nomem(CPU); }
 TEST(paged_nomem_fpga_emu) { nomem(CARD); }
 TEST(paged_nomem_cuda) { nomem(GPU); }

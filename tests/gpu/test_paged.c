@@ -1,6 +1,8 @@
 /* The CUDA backend's paged KV (gpu/kv_pool.cu) through its head_dim-128 kernels: the checks of
  * tests/accel/paged_checks.h (copy-on-write of a shared partial block, save/load bit for bit,
- * interleaved blocks equal to consecutive ones, NOMEM and recovery) on an mkmodel GQA checkpoint
+ * interleaved blocks equal to consecutive ones, the export of held KV equal to the prefill's
+ * export, NOMEM and recovery; the blocks loaded from host memory overlapped with the prefill
+ * after them) on an mkmodel GQA checkpoint
  * with the Llama-3 head (the conformance suite's stories260K has head_dim 8, so it never reaches
  * the warp-specialized prefill kernel's tensor maps or the one-kernel decode attention), once per
  * kernel choice that reads the cache another way (gpu/tuning.h: the mma.sync prefill kernel, the
@@ -33,6 +35,7 @@ static void paged_case(const char *args, const char *name, const char *tune)
     pc_fork_cow(d, V);
     pc_save_load(d, V);
     pc_interleaved(d, V, 8);
+    pc_export_held(d, V);
     if (t_failed() != f0) fprintf(stderr, "  (above: %s, tune %s)\n", name, tune ? tune : "-");
     accel_free(d);
     model_free(m);
@@ -44,6 +47,21 @@ TEST(gpu_paged_hd128_two_kernel_decode) { paged_case(HD128, "paged128", "decode_
 TEST(gpu_paged_hd128_unfused) { paged_case(HD128, "paged128", "fused=0,pdl=0"); }
 TEST(gpu_paged_hd64_wgmma) { paged_case(HD64, "paged64", "attn=wgmma"); }
 TEST(gpu_paged_hd64) { paged_case(HD64, "paged64", NULL); }
+
+/* The export of held KV in int4 (the int8 export runs in every case above). */
+TEST(gpu_paged_export_held_int4)
+{
+    model *m;
+    accel_dev *d;
+    char why[600];
+    accel_opts o = {.kv_dtype = PROTO_KV_INT4};
+    int r = tg_open_mkmodel(HD128, "paged128", &o, &m, &d, why, sizeof why);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    pc_export_held(d, m->cfg.vocab);
+    accel_free(d);
+    model_free(m);
+}
 
 TEST(gpu_paged_nomem_hd128)
 {
@@ -106,6 +124,67 @@ TEST(gpu_paged_sparse_scattered)
     accel_seq_free(d, a);
     accel_seq_free(d, b);
     accel_seq_free(d, y);
+    free(ids);
+    free(la);
+    free(lb);
+    accel_free(d);
+    model_free(m);
+}
+
+/* The sparse prefill's workspace is admitted like KV (gpu/forward.cu, sparse_ws_new: whole chunks
+ * of free blocks lent from the pool for the call): in a pool of 64 blocks held by other sequences
+ * but for 6 (the prompt's own KV: no whole free chunk), the sparse prefill is NOMEM with nothing
+ * taken — although the GPU has memory to spare outside the pool — and once they are freed it
+ * runs, with the logits of the same prefill into an empty pool, and gives its blocks back. */
+TEST(gpu_paged_sparse_workspace_admitted)
+{
+    model *m;
+    accel_dev *d;
+    char why[600];
+    int r = tg_open_mkmodel(HD128, "paged128", NULL, &m, &d, why, sizeof why);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    accel_info in;
+    accel_get_info(d, &in);
+    accel_free(d);
+    accel_opts o = {.mem_limit = 64 * in.kv_block_bytes};
+    r = tg_open_mkmodel(HD128, "paged128", &o, &m, &d, why, sizeof why);
+    REQUIRE(r == 0);
+    const int V = m->cfg.vocab, n = 700, B = in.kv_block_tokens, fill = 29 * B;
+    int32_t *ids = malloc(sizeof(int32_t) * fill);
+    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
+    REQUIRE(ids && la && lb);
+    pc_ids(ids, fill, V, 61);
+    accel_sparse sp = t_flex_sparse(1.0f, 0.1f, n, 0, 256);
+    accel_sparse_report rep;
+    accel_seq *a, *b, *f1, *f2;
+    REQUIRE(accel_seq_new(d, n, &a) == 0);
+    accel_prefill_req ra = {.seq = a, .ids = ids, .n = n, .logits = la, .sparse = &sp,
+                            .sparse_report = &rep};
+    REQUIRE(accel_prefill(d, &ra) == 0);
+    CHECK(rep.layers_sparse > 0);
+    accel_get_info(d, &in);
+    CHECK_MSG(in.kv_blocks_used == (n + B - 1) / B, "%d blocks used after a sparse prefill",
+              in.kv_blocks_used);
+    accel_seq_free(d, a);
+    REQUIRE(accel_seq_new(d, fill, &f1) == 0 && accel_seq_new(d, fill, &f2) == 0);
+    REQUIRE(pc_prefill(d, f1, ids, fill, NULL) == 0 && pc_prefill(d, f2, ids, fill, NULL) == 0);
+    REQUIRE(accel_seq_new(d, n, &b) == 0);
+    accel_prefill_req rb = {.seq = b, .ids = ids, .n = n, .logits = lb, .sparse = &sp,
+                            .sparse_report = &rep};
+    CHECK_EQ(accel_prefill(d, &rb), ACCEL_ERR_NOMEM);
+    CHECK_EQ(accel_seq_len(d, b), 0);
+    accel_get_info(d, &in);
+    CHECK_EQ(in.kv_blocks_used, 2 * 29);
+    CHECK_EQ(in.health, ACCEL_HEALTH_OK);
+    accel_seq_free(d, f1);
+    accel_seq_free(d, f2);
+    REQUIRE(accel_prefill(d, &rb) == 0);
+    CHECK(rep.layers_sparse > 0);
+    CHECK_MSG(pc_same(la, lb, V), "the sparse prefill admitted after NOMEM differs");
+    accel_get_info(d, &in);
+    CHECK_EQ(in.kv_blocks_used, (n + B - 1) / B);
+    accel_seq_free(d, b);
     free(ids);
     free(la);
     free(lb);
