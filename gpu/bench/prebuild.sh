@@ -14,7 +14,7 @@ DEST=${1:?usage: prebuild.sh DEST}
 B=${PREBUILD_DIR:-/tmp/tandem-prebuild}
 J=${JOBS:-2}
 make -j$J PORTABLE=1 BUILD=$B $B/libtandem.a $B/bench_gpu $B/mkmodel $B/flex_gpu_bench $B/libtandem_cuda.so $B/libtandem_cuda_f16.so \
-    $B/libtandem_cuda_test.so $B/libtandem_cuda_f16_test.so $B/lab/libtandem_cuda.so $B/obj/gpu/tuning.o \
+    $B/libtandem_cuda_test.so $B/libtandem_cuda_f16_test.so $B/lab/libtandem_cuda.so $B/obj/gpu/tuning.o $B/obj/gpu/curve.o \
     $B/obj/daemon/main.o $B/obj/daemon/cmd_eval.o $B/obj/tests/util.o $B/obj/tests/ref_forward.o \
     $(for f in tests/gpu/*.c; do echo $B/obj/${f%.c}.o; done) >/dev/null
 CFLAGS="-O3 -g -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -Wno-unused-parameter -I."
@@ -24,7 +24,7 @@ grep -ho '^TEST(gpu_[a-z0-9_]*)' tests/gpu/*.c | sed 's/^TEST(\(.*\))/X(\1)/' > 
 cc $CFLAGS -I$B/gpulist -c tests/main.c -o $B/gpulist/main.o
 cc -rdynamic -o "$DEST/build/tandem-tests" $B/gpulist/main.o $B/obj/tests/util.o \
     $B/obj/tests/ref_forward.o $(for f in tests/gpu/*.c; do echo $B/obj/${f%.c}.o; done) \
-    $B/libtandem.a $B/obj/gpu/tuning.o $LIBS
+    $B/libtandem.a $B/obj/gpu/tuning.o $B/obj/gpu/curve.o $LIBS
 cc -rdynamic -o "$DEST/build/tandem" $B/obj/daemon/main.o $B/obj/daemon/cmd_eval.o $B/libtandem.a $LIBS
 cp $B/bench_gpu $B/mkmodel $B/flex_gpu_bench $B/libtandem_cuda.so $B/libtandem_cuda_f16.so \
     $B/libtandem_cuda_test.so $B/libtandem_cuda_f16_test.so "$DEST/build/"
