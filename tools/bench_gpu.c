@@ -6,7 +6,7 @@
  *             [--sparse 0.9[,G...] [--sparse-max 0,0.03] [--min-budget 1024] [--tau 0.1]
  *              [--sparse-only] [--sparse-mode flexprefill[,xattention][,trishape]]
  *              [--xattention-threshold 0.8[,X...]] [--xattention-stride 8]
- *              [--tri-recent 1920[,T...]]]
+ *              [--tri-recent 1920[,T...]] [--last-dense N]]
  *             [--warm each|once] [--idle MS] [--logits host|pageable] [--prefix P:C[,P:C...]]
  *
  *   prefill P     time to first token: one accel_prefill of P tokens returning the last logits
@@ -27,7 +27,8 @@
  *                 (num_retained_recent_tokens_in_cache; start 128). Every sparse prompt is
  *                 prefilled as the scheduler plans it (sparse/sparse.h: sparse chunks of
  *                 sparse_chunk_len with the whole prompt wanted, Tri-shape's 1024-token chunks,
- *                 then the last num_last_dense_tokens_in_prefill tokens dense), timed as one
+ *                 then the last num_last_dense_tokens_in_prefill tokens dense: the mode's default, or
+ *                 --last-dense N for every mode), timed as one
  *                 TTFT; with the dense run, KL(dense || sparse) of the last position's logits
  *   decode C      ms per token at batch 1 after C tokens of context: median step of --steps
  *                 (the logits into a buffer from accel_host_alloc, as the daemon's scheduler
@@ -519,6 +520,7 @@ int main(int argc, char **argv)
     int np = 0, nd = 0, nb = 0, ne = 0, na = 0, npx = 0;
     long pxP[MAX_LIST], pxC[MAX_LIST];
     long steps = 64, reps = 3, bctx = 1024, min_budget = 1024;
+    long last_dense = -1; /* --last-dense: num_last_dense_tokens_in_prefill for every mode (-1: each mode's default) */
     double tau = 0.1;
     double gammas[MAX_LIST], maxf[MAX_LIST] = {0};
     int ng = 0, nmf = 1, sparse_only = 0, warm_once = 0, xstride = 8;
@@ -577,6 +579,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--xattention-threshold")) bad = (nxt = parse_flist(v, xthr, 1e-6, 1)) <= 0;
         else if (!strcmp(a, "--xattention-stride")) bad = (xstride = atoi(v)) < 1 || xstride > 128;
         else if (!strcmp(a, "--tri-recent")) bad = (ntr = parse_list(v, trec, 0, 1 << 20)) <= 0;
+        else if (!strcmp(a, "--last-dense")) bad = (last_dense = atol(v)) < 0 || last_dense > (1 << 20);
         else if (!strcmp(a, "--min-budget")) bad = (min_budget = atol(v)) < 0 || min_budget > (1 << 20);
         else if (!strcmp(a, "--tau")) bad = !((tau = atof(v)) >= 0 && tau <= 1);
         else if (!strcmp(a, "--warm")) bad = !(warm_once = !strcmp(v, "once")) && strcmp(v, "each");
@@ -675,6 +678,7 @@ int main(int argc, char **argv)
                 sp.p.num_retained_recent_tokens_in_cache = (int)trec[ri];
                 snprintf(par, sizeof par, "\"start\":128,\"recent\":%ld", trec[ri]);
             }
+            if (last_dense >= 0) sp.p.num_last_dense_tokens_in_prefill = (int)last_dense;
             if (sparse_params_check(&sp.p, err, sizeof err, NULL)) {
                 fprintf(stderr, "bench_gpu: %s\n", err);
                 return 2;
@@ -691,10 +695,11 @@ int main(int argc, char **argv)
                    "\"ttft_ms\":%.2f,\"dense_ttft_ms\":%.2f,"
                    "\"speedup\":%.3f,\"density\":%.4f,\"layers_sparse\":%d,"
                    "\"blocks_computed\":%lld,\"blocks_causal\":%lld,\"extra_gb\":%.3f,"
-                   "\"kl_last_vs_dense\":%.4g}\n",
+                   "\"last_dense\":%d,\"kl_last_vs_dense\":%.4g}\n",
                    sparse_mode_name(smode), P, par, ts * 1e3, t * 1e3, t > 0 ? t / ts : 0,
                    rep.density, rep.layers_sparse, (long long)rep.blocks_computed,
-                   (long long)rep.blocks_causal, extra, lgd ? kl_logits(lgd, lg, V) : -1.0);
+                   (long long)rep.blocks_causal, extra, sp.p.num_last_dense_tokens_in_prefill,
+                   lgd ? kl_logits(lgd, lg, V) : -1.0);
             fflush(stdout);
         }
         }

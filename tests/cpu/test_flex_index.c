@@ -355,3 +355,46 @@ TEST(flex_index_patterns_have_expected_character)
     cpu_pool_free(pool);
     inputs_free(&in);
 }
+
+/* The query-aware map's cut is over the WHOLE flattened nb x nb map, not per query row
+ * (official get_active_blocks: attn.view(-1), then score_cover_idx(attn, gamma * num_blocks)).
+ * All-zero Q and K: the head is diffuse and query-aware (JS < tau), and row r of the block map
+ * is uniform, r + 1 entries of 1 / (r + 1). Sorted descending, the early rows' large entries
+ * come first, so the cut at 0.85 x 10 = 8.5 keeps rows 0..7 whole (mass 8), then 4 of row 8's
+ * nine 1/9 entries (8 + 4/9 <= 8.5 < 8 + 5/9; ties: lower id first, columns 0..3), and nothing
+ * of row 9. With min_budget one block the skeleton adds only the sink column and the diagonal:
+ * the last query block keeps 2 of its 10 blocks while the density is 43 / 55 = 0.78 — why
+ * FlexPrefill's last positions lose far more attention mass than XAttention's per-row threshold
+ * at the same density on random-weight (diffuse) models (BENCHMARKS.md, issue 22). */
+TEST(flex_index_query_aware_cut_is_global_not_per_row)
+{
+    const int bs = 16, nb = 10;
+    inputs in;
+    inputs_new(&in, nb * bs, 1, 1, 16);
+    sparse_flex_params p = small_params(bs);
+    p.gamma = 0.85f;
+    p.min_budget = bs;
+    cpu_flex_index *ix;
+    REQUIRE(cpu_flex_index_build(NULL, &p, &in.x, &ix) == 0);
+    CHECK_EQ(ix->query_aware[0], 1);
+    CHECK(ix->js[0] < p.tau);
+    CHECK_EQ(ix->n_vertical[0], 1);
+    CHECK_EQ(ix->n_slash[0], 1);
+    for (int r = 0; r < 8; r++) {
+        const int32_t *cols;
+        int nc = row_cols(ix, 0, r, &cols);
+        CHECK_EQ(nc, r + 1);
+        for (int c = 0; c < nc; c++) CHECK_EQ(cols[c], c);
+    }
+    const int32_t *cols;
+    const int32_t want8[5] = {0, 1, 2, 3, 8};
+    REQUIRE(row_cols(ix, 0, 8, &cols) == 5);
+    for (int c = 0; c < 5; c++) CHECK_EQ(cols[c], want8[c]);
+    REQUIRE(row_cols(ix, 0, 9, &cols) == 2);
+    CHECK_EQ(cols[0], 0);
+    CHECK_EQ(cols[1], 9);
+    CHECK_EQ(ix->nnz, 36 + 5 + 2);
+    CHECK_NEAR(cpu_flex_index_density(ix, 0), 43.0 / 55.0, 1e-12);
+    cpu_flex_index_free(ix);
+    inputs_free(&in);
+}
