@@ -326,8 +326,8 @@ static int pc_kv_rows_equal(const pc_kv *ref, const pc_kv *got, int layers, int 
     if (rows != (long)layers * (p1 - p0)) return 0;
     for (int l = 0; l < layers; l++)
         for (int p = p0; p < p1; p++) {
-            const proto_kv_layer *a, *b;
-            int ra, rb;
+            const proto_kv_layer *a = NULL, *b = NULL; /* set by pc_kv_find when it returns 1 */
+            int ra = 0, rb = 0;
             if (pc_kv_find(ref, l, p, &a, &ra) != 1 || pc_kv_find(got, l, p, &b, &rb) != 1)
                 return 0;
             if (a->dtype != b->dtype || a->n_kv_heads != b->n_kv_heads || a->head_dim != b->head_dim)
