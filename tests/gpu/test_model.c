@@ -370,7 +370,8 @@ static void dequant_row(const proto_kv_layer *c, int row, int head, int v, float
  * the row's largest value: the bf16 pipeline's K/V noise reached 7.0% in the deepest layers of
  * stories260K (H200, 2026-11-21), a wrong layer, token or head is of the row's size). Then decoding from imported KV: the GPU decoding from the CPU's
  * bytes against the CPU decoding from the same bytes (only compute noise differs), and, for int8,
- * the CPU decoding from the GPU's bytes against the CPU decoding from its own. tune: the engine's
+ * the CPU decoding from the GPU's bytes against the CPU decoding from its own (held to the int8
+ * KV's own effect: the two stores may differ by a step). tune: the engine's
  * settings (gpu/tuning.h; NULL: the defaults). */
 static void export_import(const char *dir, enum proto_kv_dtype dt, const char *tune)
 {
@@ -431,7 +432,18 @@ static void export_import(const char *dir, enum proto_kv_dtype dt, const char *t
     if (dt == PROTO_KV_INT8) {
         float *from_gpu = decode_from_import(cpu, &sg, n, ids, steps);
         REQUIRE(from_gpu);
-        check_close("cpu decode from gpu-exported KV", dir, from_cpu, from_gpu, steps, V);
+        /* Both stores are int8 roundings of nearly equal K/V that may differ by a step where a
+         * value sits near a rounding edge (the GPU quantizes its fp16/bf16 cache's values, cf2c32a):
+         * decoding from either is within the int8 prompt KV's own effect of the unquantized
+         * decode (tests/gpu/README.md: stories260K, mean KL 1.08e-4), so between the two within
+         * twice that, the logits held as for a plan of that KL (the bf16 plan, 1.48e-4: 0.6) */
+        const double kv_max = 0.6, kv_kl = 2.2e-4;
+        double kl, top1, mx;
+        tg_compare(from_cpu, from_gpu, steps, V, &kl, &top1, &mx);
+        fprintf(stderr, "  cpu decode from gpu-exported KV %s: max |diff| %.4g, mean KL %.3g over %d rows\n",
+                dir, mx, kl, steps);
+        CHECK_MSG(mx <= kv_max, "cpu decode from gpu-exported KV: max |logit diff| %.4g > %g", mx, kv_max);
+        CHECK_MSG(kl <= kv_kl, "cpu decode from gpu-exported KV: mean KL %.3g > %g", kl, kv_kl);
         free(from_gpu);
     }
     store_free(&sg), store_free(&sc);
