@@ -1,6 +1,7 @@
 #include "tests/util.h"
 #include "tests/test.h"
 #include "devices/devices.h"
+#include "devices/tls_calib.h"
 #include <sys/wait.h>
 
 int t_open(const char *model_dir, const char *device, model **m, accel_dev **d)
@@ -138,4 +139,25 @@ accel_sparse t_flex_sparse(float gamma, float tau, int min_budget, int max_budge
     sp.p.flex.max_budget = max_budget;
     sp.p.flex.dense_below = dense_below;
     return sp;
+}
+
+const char *t_tls_channels(const model *m, const char *name)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", t_tmpdir(), name);
+    devices_tls_calib_opts o;
+    devices_tls_calib_opts_default(&o);
+    o.n_seqs = 2;
+    o.len = 64;
+    o.channels = 4;
+    model_channels ch;
+    char err[256];
+    if (devices_tls_calibrate(m, &o, &ch, err, sizeof err)) {
+        t_fail(__FILE__, __LINE__, "calibrate: %s", err);
+        return NULL;
+    }
+    int rc = model_channels_save(path, &ch, err, sizeof err);
+    model_channels_free(&ch);
+    if (rc) t_fail(__FILE__, __LINE__, "save %s: %s", path, err);
+    return rc ? NULL : path;
 }

@@ -25,5 +25,9 @@ int t_run(const char *cmd, char *err, size_t errlen);
 const char *t_build_dir(void);
 /* A settled FlexPrefill accel_sparse (the defaults of sparse_params_default with these members). */
 accel_sparse t_flex_sparse(float gamma, float tau, int min_budget, int max_budget, int dense_below);
+/* An AsyncTLS channel file for m (tandem calibrate-channels' calibration: 2 sequences of 64
+ * tokens, 4 channels, which stories260K's head_dim 8 takes) written as t_tmpdir()/name; its path
+ * (valid until the next call), or NULL after reporting a failure. */
+const char *t_tls_channels(const model *m, const char *name);
 
 #endif

@@ -12,27 +12,6 @@
 
 #define STORIES "models/stories260K"
 
-/* The channel file for stories260K (head_dim 8: 4 channels) in the test's directory. */
-static const char *channels_file(const model *m)
-{
-    static char path[512];
-    snprintf(path, sizeof path, "%s/ch.bin", t_tmpdir());
-    devices_tls_calib_opts o;
-    devices_tls_calib_opts_default(&o);
-    o.n_seqs = 2;
-    o.len = 64;
-    o.channels = 4;
-    model_channels ch;
-    char err[256];
-    if (devices_tls_calibrate(m, &o, &ch, err, sizeof err)) {
-        t_fail(__FILE__, __LINE__, "calibrate: %s", err);
-        return NULL;
-    }
-    int rc = model_channels_save(path, &ch, err, sizeof err);
-    model_channels_free(&ch);
-    return rc ? NULL : path;
-}
-
 static accel_dev *open_tls(const model *m, const char *spec, const char *chan)
 {
     accel_opts o = {.threads = 2, .decode_sparse = spec, .sparse_channels = chan};
@@ -83,7 +62,7 @@ TEST(tls_decode_full_budget_bit_identical)
     model *m;
     accel_dev *dense;
     REQUIRE(t_open(STORIES, "cpu", &m, &dense) == 0);
-    const char *chan = channels_file(m);
+    const char *chan = t_tls_channels(m, "ch.bin");
     REQUIRE(chan);
     /* budgets >= the context and no dense rule: every step goes through both selection levels
      * and keeps every key */
@@ -112,7 +91,7 @@ TEST(tls_decode_close_to_dense)
     model *m;
     accel_dev *dense;
     REQUIRE(t_open(STORIES, "cpu", &m, &dense) == 0);
-    const char *chan = channels_file(m);
+    const char *chan = t_tls_channels(m, "ch.bin");
     REQUIRE(chan);
     /* the paper's ratios scaled to a 460-token context: 8 blocks of 16 (128 tokens) kept, 64
      * tokens attended (1/7 of the context at the end), layers 0-1 dense */
@@ -162,7 +141,7 @@ TEST(tls_decode_fork_truncate_match_fresh)
     model *m;
     accel_dev *dense;
     REQUIRE(t_open(STORIES, "cpu", &m, &dense) == 0);
-    const char *chan = channels_file(m);
+    const char *chan = t_tls_channels(m, "ch.bin");
     REQUIRE(chan);
     accel_dev *d = open_tls(m, "asynctls,block_size=32,block_budget=3,token_budget=40,"
                                "dense_layers=0", chan);
@@ -257,7 +236,7 @@ TEST(tls_decode_after_import)
     model *m;
     accel_dev *dense;
     REQUIRE(t_open(STORIES, "cpu", &m, &dense) == 0);
-    const char *chan = channels_file(m);
+    const char *chan = t_tls_channels(m, "ch.bin");
     REQUIRE(chan);
     accel_dev *d = open_tls(m, "asynctls,block_size=16,block_budget=4,token_budget=32,"
                                "dense_layers=0", chan);

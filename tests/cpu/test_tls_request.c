@@ -11,27 +11,12 @@
 
 #define STORIES "models/stories260K"
 
-static const char *chan_file(const model *m)
-{
-    static char path[512];
-    snprintf(path, sizeof path, "%s/ch.bin", t_tmpdir());
-    devices_tls_calib_opts o;
-    devices_tls_calib_opts_default(&o);
-    o.n_seqs = 2, o.len = 64, o.channels = 4;
-    model_channels ch;
-    char err[256];
-    if (devices_tls_calibrate(m, &o, &ch, err, sizeof err)) return NULL;
-    int rc = model_channels_save(path, &ch, err, sizeof err);
-    model_channels_free(&ch);
-    return rc ? NULL : path;
-}
-
 TEST(tls_request_per_sequence)
 {
     model *m;
     accel_dev *plain;
     REQUIRE(t_open(STORIES, "cpu", &m, &plain) == 0);
-    const char *chan = chan_file(m);
+    const char *chan = t_tls_channels(m, "ch.bin");
     REQUIRE(chan);
     accel_opts o = {.threads = 2, .decode_sparse = "off", .sparse_channels = chan};
     char err[512];

@@ -12,26 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *channels_file(const model *m)
-{
-    static char path[512];
-    snprintf(path, sizeof path, "%s/fpga_batch_ch.bin", t_tmpdir());
-    devices_tls_calib_opts o;
-    devices_tls_calib_opts_default(&o);
-    o.n_seqs = 2;
-    o.len = 64;
-    o.channels = 4;
-    model_channels ch;
-    char err[256];
-    if (devices_tls_calibrate(m, &o, &ch, err, sizeof err)) {
-        t_fail(__FILE__, __LINE__, "calibrate: %s", err);
-        return NULL;
-    }
-    int rc = model_channels_save(path, &ch, err, sizeof err);
-    model_channels_free(&ch);
-    return rc ? NULL : path;
-}
-
 static accel_dev *open_card(const model *m, const char *name, const char *chan, const char *batch,
                             const char *stagger)
 {
@@ -110,7 +90,7 @@ TEST(fpga_tls_batch_equals_alone)
     char err[512];
     model *m = model_load(TF_MODEL, err, sizeof err);
     REQUIRE(m);
-    const char *chan = channels_file(m);
+    const char *chan = t_tls_channels(m, "fpga_batch_ch.bin");
     REQUIRE(chan);
     run(m, chan, "0");
     run(m, chan, "1");

@@ -28,26 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *channels_file(const model *m)
-{
-    static char path[512];
-    snprintf(path, sizeof path, "%s/fpga_ddr_ch.bin", t_tmpdir());
-    devices_tls_calib_opts o;
-    devices_tls_calib_opts_default(&o);
-    o.n_seqs = 2;
-    o.len = 64;
-    o.channels = 4;
-    model_channels ch;
-    char err[256];
-    if (devices_tls_calibrate(m, &o, &ch, err, sizeof err)) {
-        t_fail(__FILE__, __LINE__, "calibrate: %s", err);
-        return NULL;
-    }
-    int rc = model_channels_save(path, &ch, err, sizeof err);
-    model_channels_free(&ch);
-    return rc ? NULL : path;
-}
-
 /* A card opened with the tier and pipeline settings it reads at open. */
 static accel_dev *open_card(const model *m, const char *name, const char *spec, const char *chan,
                             const char *tier, const char *stagger)
@@ -123,7 +103,7 @@ static void offload_run(const char *tier, int tier_bank)
     char err[512];
     model *m = model_load(TF_MODEL, err, sizeof err);
     REQUIRE(m);
-    const char *chan = channels_file(m);
+    const char *chan = t_tls_channels(m, "fpga_ddr_ch.bin");
     REQUIRE(chan);
     /* stories260K: 4 KV heads x 8 parts fill the 32 channels; a level-1 block of 128 positions
      * is one tile of every part */
@@ -251,7 +231,7 @@ TEST(fpga_tls_ddr_describes_its_resident_cache)
     char err[512];
     model *m = model_load(TF_MODEL, err, sizeof err);
     REQUIRE(m);
-    const char *chan = channels_file(m);
+    const char *chan = t_tls_channels(m, "fpga_ddr_ch.bin");
     REQUIRE(chan);
     const char *spec = "asynctls,block_size=128,block_budget=2,token_budget=40,dense_layers=1,"
                        "dense_below=0";

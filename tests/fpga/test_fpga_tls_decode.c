@@ -20,26 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *channels_file(const model *m)
-{
-    static char path[512];
-    snprintf(path, sizeof path, "%s/fpga_ch.bin", t_tmpdir());
-    devices_tls_calib_opts o;
-    devices_tls_calib_opts_default(&o);
-    o.n_seqs = 2;
-    o.len = 64;
-    o.channels = 4;
-    model_channels ch;
-    char err[256];
-    if (devices_tls_calibrate(m, &o, &ch, err, sizeof err)) {
-        t_fail(__FILE__, __LINE__, "calibrate: %s", err);
-        return NULL;
-    }
-    int rc = model_channels_save(path, &ch, err, sizeof err);
-    model_channels_free(&ch);
-    return rc ? NULL : path;
-}
-
 static accel_dev *open_card(const model *m, const char *name, const char *spec, const char *chan)
 {
     accel_opts o = {.weight_bits = 8, .decode_sparse = spec, .sparse_channels = chan};
@@ -63,7 +43,7 @@ TEST(fpga_tls_decode_every_position_kept_equals_dense)
     char err[512];
     model *m = model_load(TF_MODEL, err, sizeof err);
     REQUIRE(m);
-    const char *chan = channels_file(m);
+    const char *chan = t_tls_channels(m, "fpga_ch.bin");
     REQUIRE(chan);
     accel_dev *dense = open_card(m, "fpga-emu:0", NULL, NULL);
     accel_dev *tls = open_card(m, "fpga-emu:1",
@@ -156,7 +136,7 @@ TEST(fpga_tls_decode_selection_equals_cpu_reference)
     char err[512];
     model *m = model_load(TF_MODEL, err, sizeof err);
     REQUIRE(m);
-    const char *chan = channels_file(m);
+    const char *chan = t_tls_channels(m, "fpga_ch.bin");
     REQUIRE(chan);
     const char *spec = "asynctls,block_size=16,block_budget=4,token_budget=24,dense_layers=1,"
                        "dense_below=0";
@@ -228,7 +208,7 @@ TEST(fpga_tls_decode_per_sequence)
     char err[512];
     model *m = model_load(TF_MODEL, err, sizeof err);
     REQUIRE(m);
-    const char *chan = channels_file(m);
+    const char *chan = t_tls_channels(m, "fpga_ch.bin");
     REQUIRE(chan);
     accel_dev *f = open_card(m, "fpga-emu:0", "off", chan);
     REQUIRE(f);
