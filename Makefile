@@ -189,22 +189,27 @@ $(BUILD)/tandem-tests: $(BUILD)/obj/gpu/tuning.o $(BUILD)/obj/gpu/curve.o
 deps:
 	@tools/deps.sh
 
+# run and test build with every core (JOBS=N to change it) unless make was given -j itself, whose
+# jobserver the build then shares: a serial build of the two CUDA plugins is most of CI's time.
+JOBS    ?= $(shell nproc 2>/dev/null || echo 1)
+BUILD_J  = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(JOBS))
+
 # tools/run.sh prints the curl for the port the daemon's configuration gives, then starts it
 run:
 	@TANDEM_DEPS_TEST=0 tools/deps.sh
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(BUILD_J) all
 	@tools/run.sh $(BUILD)/tandem $(ARGS)
 
 test:
 	@TANDEM_DEPS_TEST=1 tools/deps.sh
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(BUILD_J) all
 	@BUILD=$(BUILD) tests/run.sh
 
 test-unit: all
 	@$(BUILD)/tandem-tests
 
 test-san:
-	@$(MAKE) --no-print-directory SAN=1 all
+	@$(MAKE) --no-print-directory $(BUILD_J) SAN=1 all
 	@BUILD=build/san tests/run.sh
 
 # ThreadSanitizer (without the CUDA plugin): every process, daemons of the e2e scripts included,
@@ -213,7 +218,7 @@ test-san:
 # thread exits) take a lock TSan's runtime no longer tracks for the exiting thread, and the
 # process dies with SIGSEGV at exit; the hooks only serve UCX's RDMA registration cache.
 test-tsan:
-	@$(MAKE) --no-print-directory SAN=thread CUDA=0 all
+	@$(MAKE) --no-print-directory $(BUILD_J) SAN=thread CUDA=0 all
 	@rm -rf build/tsan/reports && mkdir -p build/tsan/reports
 	@BUILD=build/tsan UCX_MEM_EVENTS=no TSAN_OPTIONS="log_path=$(CURDIR)/build/tsan/reports/tsan" tests/run.sh
 	@if ls build/tsan/reports/tsan.* >/dev/null 2>&1; then \
