@@ -4,8 +4,11 @@
  *
  * The reference: tandem's CUDA backend on an NVIDIA H200, Llama-3-8B shape, bf16 (`bench_gpu
  * --batch`):
- *   - one decode step of B sequences of 1,024 positions each (2026-11-26, issue 25): 250 / 4,959
- *     / 8,093 / 11,621 / 14,547 tok/s at B = 1 / 32 / 64 / 128 / 256;
+ *   - one decode step of B sequences of 1,024 positions each, after the batch-256 work of issue 20
+ *     (2026-11-28, tests/gpu/logs/2026-11-28-kvdec/run2-ab.log, round 1 "new": `bench_gpu
+ *     --decode-ctx 1024,8192 --batch 32,64,128,256 --batch-ctx 1024 --steps 32`): 251.1 / 5,075.2
+ *     / 8,452.7 / 12,138.4 / 15,032.1 tok/s at B = 1 / 32 / 64 / 128 / 256 (the 2026-11-26
+ *     curve, 250 / 4,959 / 8,093 / 11,621 / 14,547, was the kernels before it);
  *   - the KV a batched step holds beyond those 1,024 positions per sequence is read at 4.4 TB/s
  *     (2026-11-28, tests/gpu/logs/2026-11-28-batch-curve/batch_curve.log: steps at 4K and 8K
  *     minus the same batch at 1K in the same run, over the extra KV bytes: 4.35 / 4.45 / 4.49
@@ -39,13 +42,14 @@ extern "C" {
 
 #define GPU_REF_N 5
 #define GPU_REF_BATCH {1, 32, 64, 128, 256}
-#define GPU_REF_TOK_S {250, 4959, 8093, 11621, 14547}
+#define GPU_REF_TOK_S {251.1, 5075.2, 8452.7, 12138.4, 15032.1}
 #define GPU_REF_CTX 1024
 #define GPU_REF_KV_BPS 4.4e12
 #define GPU_REF_MEM_BPS (2.0 * 3201e6 * 6144 / 8) /* 3,201 MHz x 6,144 bits, DDR */
 #define GPU_REF_SOURCE                                                                             \
     "tandem's CUDA backend on an H200, Llama-3-8B shape: batched decode at context 1K "           \
-    "2026-11-26 (250 / 4,959 / 8,093 / 11,621 / 14,547 tok/s at batch 1 / 32 / 64 / 128 / 256); " \
+    "2026-11-28 (251.1 / 5,075.2 / 8,452.7 / 12,138.4 / 15,032.1 tok/s at batch 1 / 32 / 64 / "     \
+    "128 / 256, tests/gpu/logs/2026-11-28-kvdec); "                                                  \
     "KV beyond 1K read at 4.4 TB/s by batched steps (2026-11-28, "                                 \
     "tests/gpu/logs/2026-11-28-batch-curve)"
 
