@@ -1,5 +1,6 @@
 #include "tests/fpga/fpga_util.h"
 #include "cpu/kv_quant.h"
+#include "fpga/kernels/dec_math.h"
 #include "tests/test.h"
 #include "devices/devices.h"
 #include <math.h>
@@ -186,4 +187,34 @@ void tf_kv_flip_spec(accel_dev *d, accel_seq *s, int layer, int pos, int head, i
                    fpga_dec_tile_k(c->desc.head_dim, row) + (uint64_t)byte;
     snprintf(spec, n, "card=%d,run=%llu,kind=bitflip,arg=%d,byte=%llu,bit=%d", card,
              (unsigned long long)run, bank0_arg + (int)ch, (unsigned long long)off, bit);
+}
+
+sparse_tls_seq *tf_tls_keys(accel_dev *d, accel_seq *s, const model *m, const sparse_tls_params *p,
+                            const model_channels *ch, int n)
+{
+    const int L = m->cfg.n_layers, Hk = m->cfg.n_kv_heads, hd = m->cfg.head_dim;
+    const size_t rec = 2ull * (hd + 2);
+    uint8_t *kv = malloc(tf_kv_bytes(d, n));
+    float *k = malloc(sizeof(float) * Hk * hd);
+    sparse_tls_seq *ts = sparse_tls_seq_new(L, Hk, hd, p->channels, p->block_size, n, ch->idx);
+    if (!kv || !k || !ts || tf_read_kv(d, s, n, kv)) {
+        t_fail(__FILE__, __LINE__, "reading the card's KV");
+        sparse_tls_seq_free(ts);
+        ts = NULL;
+    } else {
+        for (int l = 0; l < L; l++)
+            for (int t = 0; t < n; t++) {
+                for (int g = 0; g < Hk; g++) {
+                    const uint8_t *r = kv + (((size_t)l * n + t) * Hk + g) * rec;
+                    uint16_t sc;
+                    memcpy(&sc, r + hd, 2);
+                    for (int c = 0; c < hd; c++)
+                        k[(size_t)g * hd + c] = (float)(int8_t)r[c] * fpga_km_f16_to_f32(sc);
+                }
+                sparse_tls_put(ts, l, t, k);
+            }
+    }
+    free(kv);
+    free(k);
+    return ts;
 }

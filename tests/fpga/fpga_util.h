@@ -3,8 +3,10 @@
 #define TANDEM_TESTS_FPGA_UTIL_H
 #include "fpga/backend.h"
 #include "model/ckpt/model.h"
+#include "model/ckpt/tls_channels.h"
 #include "proto/kv.h"
 #include "scheduler/accel.h"
+#include "sparse/tls.h"
 
 #define TF_MODEL "models/stories260K"
 
@@ -33,6 +35,11 @@ int tf_import(accel_dev *d, accel_seq *s, const tf_kv *k);
  * tf_kv_bytes(d, n) bytes. 0 or a status. */
 uint64_t tf_kv_bytes(accel_dev *d, int n);
 int tf_read_kv(accel_dev *d, accel_seq *s, int n, uint8_t *out);
+/* AsyncTLS's reference over what card d holds: the int8 K of positions [0, n) of s (tf_read_kv),
+ * dequantized with its fp16 scales, put into a new sparse_tls_seq (p's channels and block size,
+ * ch's channel indices). NULL after reporting a failure. */
+sparse_tls_seq *tf_tls_keys(accel_dev *d, accel_seq *s, const model *m, const sparse_tls_params *p,
+                            const model_channels *ch, int n);
 /* Where tile row 0 of position pos (layer l, KV head h) of s lies: the offset in bank *ch. A
  * position whose block s has not taken yet is placed where a fresh pool puts it: block i of the
  * first sequence on a card gets id i (the pool hands out the lowest free id). */

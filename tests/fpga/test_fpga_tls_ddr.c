@@ -52,27 +52,8 @@ static int pipe_check(accel_dev *card, accel_seq *s, sparse_tls_pipe *pipe,
 {
     const int L = m->cfg.n_layers, Hk = m->cfg.n_kv_heads, hd = m->cfg.head_dim;
     const int H = m->cfg.n_heads, G = H / Hk, tb = p->token_budget;
-    uint8_t *kv = malloc(tf_kv_bytes(card, n));
-    sparse_tls_seq *ts = sparse_tls_seq_new(L, Hk, hd, p->channels, p->block_size, n, ch->idx);
-    if (!kv || !ts || tf_read_kv(card, s, n, kv)) {
-        t_fail(__FILE__, __LINE__, "reading the card's KV");
-        free(kv);
-        sparse_tls_seq_free(ts);
-        return 1;
-    }
-    const size_t rec = 2ull * (hd + 2);
-    float *k = malloc(sizeof(float) * Hk * hd);
-    for (int l = 0; l < L; l++)
-        for (int t = 0; t < n; t++) {
-            for (int g = 0; g < Hk; g++) {
-                const uint8_t *r = kv + (((size_t)l * n + t) * Hk + g) * rec;
-                uint16_t sc;
-                memcpy(&sc, r + hd, 2);
-                for (int c = 0; c < hd; c++)
-                    k[(size_t)g * hd + c] = (float)(int8_t)r[c] * fpga_km_f16_to_f32(sc);
-            }
-            sparse_tls_put(ts, l, t, k);
-        }
+    sparse_tls_seq *ts = tf_tls_keys(card, s, m, p, ch, n);
+    if (!ts) return 1;
     float *fw = malloc(sizeof(float) * sparse_tls_pipe_work_floats(p, hd, n));
     int32_t *iw = malloc(sizeof(int32_t) * sparse_tls_pipe_work_ints(p, n)),
             *ref = malloc(sizeof(int32_t) * n);
@@ -92,7 +73,7 @@ static int pipe_check(accel_dev *card, accel_seq *s, sparse_tls_pipe *pipe,
                        g, list[0], cnt);
         }
     sparse_tls_seq_free(ts);
-    free(kv), free(k), free(fw), free(iw), free(ref);
+    free(fw), free(iw), free(ref);
     return bad;
 }
 

@@ -85,27 +85,8 @@ static int compare_step(accel_dev *card, accel_seq *s, const sparse_tls_params *
 {
     const int L = m->cfg.n_layers, Hk = m->cfg.n_kv_heads, hd = m->cfg.head_dim;
     const int H = m->cfg.n_heads, G = H / Hk, n = pos + 1, tb = p->token_budget;
-    uint8_t *kv = malloc(tf_kv_bytes(card, n));
-    sparse_tls_seq *ts = sparse_tls_seq_new(L, Hk, hd, p->channels, p->block_size, n, ch->idx);
-    if (!kv || !ts || tf_read_kv(card, s, n, kv)) {
-        t_fail(__FILE__, __LINE__, "reading the card's KV");
-        free(kv);
-        sparse_tls_seq_free(ts);
-        return 1;
-    }
-    const size_t rec = 2ull * (hd + 2);
-    float *k = malloc(sizeof(float) * Hk * hd);
-    for (int l = 0; l < L; l++)
-        for (int t = 0; t < n; t++) {
-            for (int g = 0; g < Hk; g++) {
-                const uint8_t *r = kv + (((size_t)l * n + t) * Hk + g) * rec;
-                uint16_t sc;
-                memcpy(&sc, r + hd, 2);
-                for (int c = 0; c < hd; c++)
-                    k[(size_t)g * hd + c] = (float)(int8_t)r[c] * fpga_km_f16_to_f32(sc);
-            }
-            sparse_tls_put(ts, l, t, k);
-        }
+    sparse_tls_seq *ts = tf_tls_keys(card, s, m, p, ch, n);
+    if (!ts) return 1;
     float *fw = malloc(sizeof(float) * sparse_tls_work_floats(p, hd, n));
     int32_t *iw = malloc(sizeof(int32_t) * sparse_tls_work_ints(p, n)), *pos_ref = malloc(sizeof(int32_t) * n);
     int bad = 0, sparse_lists = 0;
@@ -127,7 +108,7 @@ static int compare_step(accel_dev *card, accel_seq *s, const sparse_tls_params *
         }
     CHECK(sparse_lists > 0);
     sparse_tls_seq_free(ts);
-    free(kv), free(k), free(fw), free(iw), free(pos_ref);
+    free(fw), free(iw), free(pos_ref);
     return bad;
 }
 
