@@ -6,6 +6,7 @@
 #include "cpu/flex_synth.h"
 #include "fpga/flex_host.h"
 #include "tests/fpga/emu_util.h"
+#include "tests/fpga/flex_pack.h"
 #include "tests/test.h"
 #include <math.h>
 #include <stdlib.h>
@@ -31,46 +32,6 @@ static void card_close(card *c)
 {
     fpga_xrt_device_close(c->x, c->d);
     fpga_xrt_free(c->x);
-}
-
-typedef struct packed {
-    int n, H, Hk, d;
-    uint8_t *q, *kv;
-    float *qf, *kf, *vf; /* dequantized, (n, heads, d) */
-} packed;
-
-static void packed_synth(packed *p, int n, int H, int Hk, int d, enum cpu_flex_synth_kind kind,
-                         uint64_t seed)
-{
-    *p = (packed){.n = n, .H = H, .Hk = Hk, .d = d};
-    float *q = malloc(sizeof(float) * n * H * d), *k = malloc(sizeof(float) * n * Hk * d),
-          *v = malloc(sizeof(float) * n * Hk * d);
-    cpu_flex_synth s = {kind, n, H, Hk, d, FPGA_FLEX_BS, seed};
-    cpu_flex_synth_rows(&s, 0, n, q, k, v);
-    p->q = malloc(fpga_flex_q_bytes(n, H, d));
-    p->kv = malloc(fpga_flex_kv_bytes(n, Hk, d));
-    fpga_flex_pack_q(q, (size_t)H * d, n, H, d, p->q);
-    fpga_flex_pack_kv(k, v, (size_t)Hk * d, n, Hk, d, p->kv);
-    fpga_flex_unpack_q(p->q, n, H, d, q);
-    fpga_flex_unpack_kv(p->kv, n, Hk, d, k, v);
-    p->qf = q;
-    p->kf = k;
-    p->vf = v;
-}
-
-static void packed_free(packed *p)
-{
-    free(p->q);
-    free(p->kv);
-    free(p->qf);
-    free(p->kf);
-    free(p->vf);
-}
-
-static cpu_flex_qkv packed_qkv(const packed *p)
-{
-    return (cpu_flex_qkv){p->n, p->H, p->Hk, p->d, p->qf, (size_t)p->H * p->d, p->kf, p->vf,
-                          (size_t)p->Hk * p->d, 0};
 }
 
 /* SIGU index == CPU index; returns the number of differing heads (and reports them). */
@@ -111,9 +72,9 @@ static int compare_index(const fpga_flex_result *r, const cpu_flex_index *ix)
 #define W8A8_MAX_ABS 0.05
 #define W8A8_REL_RMS 0.02
 
-static void compare_out(const packed *p, const cpu_flex_index *ix, const float *out, int il)
+static void compare_out(const tf_packed *p, const cpu_flex_index *ix, const float *out, int il)
 {
-    cpu_flex_qkv x = packed_qkv(p);
+    cpu_flex_qkv x = tf_packed_view(p, 0);
     const size_t m = (size_t)p->n * p->H * p->d;
     float *ref = malloc(sizeof(float) * m);
     REQUIRE(cpu_flex_sparse_attention(NULL, &x, ix, il, 0, ref, (size_t)p->H * p->d) == 0);
@@ -154,8 +115,8 @@ TEST(fpga_flex_sigu_sets_equal_cpu_and_sau_output)
         {2304, 6, 2, 64, CPU_FLEX_SYNTH_MIXED, 0, 4},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        packed p;
-        packed_synth(&p, cases[ci].n, cases[ci].H, cases[ci].Hk, cases[ci].d, cases[ci].kind,
+        tf_packed p;
+        tf_packed_synth(&p, cases[ci].n, cases[ci].H, cases[ci].Hk, cases[ci].d, cases[ci].kind,
                      40 + ci);
         fpga_flex_opts o;
         fpga_flex_opts_default(&o, p.d);
@@ -166,11 +127,11 @@ TEST(fpga_flex_sigu_sets_equal_cpu_and_sau_output)
         int rc = fpga_flex_attention(c.x, c.d, &o, p.q, p.kv, p.n, p.H, p.Hk, p.d, &r);
         CHECK_MSG(rc == 0, "case %zu: %s (%s)", ci, accel_strerror(rc), fpga_xrt_error());
         if (rc) {
-            packed_free(&p);
+            tf_packed_free(&p);
             continue;
         }
         sparse_flex_params cp = cpu_params(&o);
-        cpu_flex_qkv x = packed_qkv(&p);
+        cpu_flex_qkv x = tf_packed_view(&p, 0);
         cpu_flex_index *ix;
         REQUIRE(cpu_flex_index_build(NULL, &cp, &x, &ix) == 0);
         CHECK_EQ(compare_index(&r, ix), 0);
@@ -188,7 +149,7 @@ TEST(fpga_flex_sigu_sets_equal_cpu_and_sau_output)
         CHECK(r.sigu_run.modeled_ns > 0 && r.sau_run.modeled_ns > 0);
         cpu_flex_index_free(ix);
         fpga_flex_result_free(&r);
-        packed_free(&p);
+        tf_packed_free(&p);
     }
     card_close(&c);
 }
@@ -207,8 +168,8 @@ TEST(fpga_flex_sau_cache_by_hand)
     card c;
     if (card_open(&c)) return;
     enum { N = 1024, NB = 8, D = 16 };
-    packed p;
-    packed_synth(&p, N, 1, 1, D, CPU_FLEX_SYNTH_RANDOM, 3);
+    tf_packed p;
+    tf_packed_synth(&p, N, 1, 1, D, CPU_FLEX_SYNTH_RANDOM, 3);
     uint32_t rows[NB + 1], col[3 * NB];
     int k = 0;
     for (int r = 0; r < NB; r++) {
@@ -269,7 +230,7 @@ TEST(fpga_flex_sau_cache_by_hand)
     CHECK(memcmp(&r.sau, &full, sizeof full) == 0);
     fpga_flex_result_free(&r);
     cpu_flex_index_free(ix);
-    packed_free(&p);
+    tf_packed_free(&p);
     card_close(&c);
 }
 
@@ -279,8 +240,8 @@ TEST(fpga_flex_sau_rejects_bad_index)
     card c;
     if (card_open(&c)) return;
     enum { N = 512, NB = 4, D = 16 };
-    packed p;
-    packed_synth(&p, N, 1, 1, D, CPU_FLEX_SYNTH_RANDOM, 1);
+    tf_packed p;
+    tf_packed_synth(&p, N, 1, 1, D, CPU_FLEX_SYNTH_RANDOM, 1);
     uint32_t rows[NB + 1] = {0, 1, 2, 3, 4}, col[NB] = {0, 0, 3, 0}; /* row 2 lists block 3 */
     fpga_flex_opts o;
     fpga_flex_opts_default(&o, D);
@@ -292,6 +253,6 @@ TEST(fpga_flex_sau_rejects_bad_index)
     CHECK_EQ(fpga_flex_attention(c.x, c.d, &o, p.q, p.kv, N, 1, 1, D, &r), 0);
     fpga_flex_result_free(&r);
     CHECK_EQ(fpga_flex_attention(c.x, c.d, &o, p.q, p.kv, 100, 1, 1, D, &r), ACCEL_ERR_INVALID);
-    packed_free(&p);
+    tf_packed_free(&p);
     card_close(&c);
 }

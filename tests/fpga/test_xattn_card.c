@@ -10,50 +10,10 @@
 #include "fpga/xattn_model.h"
 #include "fpga/xrt/u280.h"
 #include "tests/fpga/emu_util.h"
+#include "tests/fpga/flex_pack.h"
 #include "tests/test.h"
 #include <math.h>
 #include <stdlib.h>
-
-typedef struct packed {
-    int n, H, Hk, d;
-    uint8_t *q, *kv;
-    float *qf, *kf, *vf; /* dequantized, (n, heads, d) */
-} packed;
-
-static void packed_synth(packed *p, int n, int H, int Hk, int d, enum cpu_flex_synth_kind kind,
-                         uint64_t seed)
-{
-    *p = (packed){.n = n, .H = H, .Hk = Hk, .d = d};
-    float *q = malloc(sizeof(float) * n * H * d), *k = malloc(sizeof(float) * n * Hk * d),
-          *v = malloc(sizeof(float) * n * Hk * d);
-    cpu_flex_synth s = {kind, n, H, Hk, d, FPGA_FLEX_BS, seed};
-    cpu_flex_synth_rows(&s, 0, n, q, k, v);
-    p->q = malloc(fpga_flex_q_bytes(n, H, d));
-    p->kv = malloc(fpga_flex_kv_bytes(n, Hk, d));
-    fpga_flex_pack_q(q, (size_t)H * d, n, H, d, p->q);
-    fpga_flex_pack_kv(k, v, (size_t)Hk * d, n, Hk, d, p->kv);
-    fpga_flex_unpack_q(p->q, n, H, d, q);
-    fpga_flex_unpack_kv(p->kv, n, Hk, d, k, v);
-    p->qf = q;
-    p->kf = k;
-    p->vf = v;
-}
-
-static void packed_free(packed *p)
-{
-    free(p->q);
-    free(p->kv);
-    free(p->qf);
-    free(p->kf);
-    free(p->vf);
-}
-
-/* The reference's view: queries from q_pos0 on, keys from 0. */
-static cpu_flex_qkv view(const packed *p, int q_pos0)
-{
-    return (cpu_flex_qkv){p->n, p->H, p->Hk, p->d, p->qf + (size_t)q_pos0 * p->H * p->d,
-                          (size_t)p->H * p->d, p->kf, p->vf, (size_t)p->Hk * p->d, q_pos0};
-}
 
 /* Card CSR == reference CSR (row offsets and ids); the number of differing rows. */
 static int compare(const fpga_xattn_result *r, const cpu_flex_index *ix, const char *what)
@@ -83,7 +43,7 @@ static fpga_xattn_params xattn_params(int stride, double thr)
 }
 
 /* The run's charges equal the model's: compute, bytes and commands. */
-static void check_model(const fpga_xattn_result *r, const packed *p, int q0,
+static void check_model(const fpga_xattn_result *r, const tf_packed *p, int q0,
                         const fpga_xattn_params *xp)
 {
     const uint64_t nnz = r->row_ptr[(size_t)p->H * (r->n_blocks + 1) - 1];
@@ -115,8 +75,8 @@ TEST(fpga_xattn_sets_equal_cpu)
         {1280, 4, 2, 64, CPU_FLEX_SYNTH_STRUCTURED, 8, 2, 1.0},  /* every causal block */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        packed p;
-        packed_synth(&p, cases[ci].n, cases[ci].H, cases[ci].Hk, cases[ci].d, cases[ci].kind,
+        tf_packed p;
+        tf_packed_synth(&p, cases[ci].n, cases[ci].H, cases[ci].Hk, cases[ci].d, cases[ci].kind,
                      70 + ci);
         const int q0 = cases[ci].q0;
         fpga_xattn_params xp = xattn_params(cases[ci].stride, cases[ci].thr);
@@ -124,14 +84,14 @@ TEST(fpga_xattn_sets_equal_cpu)
         int rc = fpga_xattn_index(x, dev, &xp, p.q, p.kv, p.n, q0, p.H, p.Hk, p.d, &r);
         CHECK_MSG(rc == 0, "case %zu: %s (%s)", ci, accel_strerror(rc), fpga_xrt_error());
         if (rc) {
-            packed_free(&p);
+            tf_packed_free(&p);
             continue;
         }
         sparse_params sp;
         sparse_params_default(&sp, SPARSE_MODE_XATTN);
         sp.xattention_threshold = cases[ci].thr;
         sp.xattention_stride = cases[ci].stride;
-        cpu_flex_qkv v = view(&p, q0 * FPGA_FLEX_BS);
+        cpu_flex_qkv v = tf_packed_view(&p, q0 * FPGA_FLEX_BS);
         cpu_flex_index *ix;
         REQUIRE(cpu_xattn_index_build(NULL, &sp, &v, 0, &ix, NULL) == 0);
         char what[32];
@@ -143,7 +103,7 @@ TEST(fpga_xattn_sets_equal_cpu)
         check_model(&r, &p, q0, &xp);
         cpu_flex_index_free(ix);
         fpga_xattn_result_free(&r);
-        packed_free(&p);
+        tf_packed_free(&p);
     }
     fpga_xrt_device_close(x, dev);
     fpga_xrt_free(x);
@@ -166,8 +126,8 @@ TEST(fpga_trishape_lists_equal_cpu)
         {4096, 3072, 256, 128},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        packed p;
-        packed_synth(&p, cases[ci].n, 4, 2, 32, CPU_FLEX_SYNTH_RANDOM, 90 + ci);
+        tf_packed p;
+        tf_packed_synth(&p, cases[ci].n, 4, 2, 32, CPU_FLEX_SYNTH_RANDOM, 90 + ci);
         sparse_params sp;
         sparse_params_default(&sp, SPARSE_MODE_TRISHAPE);
         sp.num_retained_start_tokens_in_cache = cases[ci].start;
@@ -180,7 +140,7 @@ TEST(fpga_trishape_lists_equal_cpu)
         const int q0 = cases[ci].cached / FPGA_FLEX_BS;
         fpga_xattn_result r;
         REQUIRE(fpga_xattn_index(x, dev, &xp, p.q, p.kv, p.n, q0, p.H, p.Hk, p.d, &r) == 0);
-        cpu_flex_qkv v = view(&p, cases[ci].cached);
+        cpu_flex_qkv v = tf_packed_view(&p, cases[ci].cached);
         cpu_flex_index *ix;
         REQUIRE(cpu_trishape_index_build(&sp, &v, &ix) == 0);
         char what[32];
@@ -190,7 +150,7 @@ TEST(fpga_trishape_lists_equal_cpu)
         check_model(&r, &p, q0, &xp);
         cpu_flex_index_free(ix);
         fpga_xattn_result_free(&r);
-        packed_free(&p);
+        tf_packed_free(&p);
     }
     fpga_xrt_device_close(x, dev);
     fpga_xrt_free(x);
