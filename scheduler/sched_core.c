@@ -133,7 +133,7 @@ static void note_success(sched *s, int i)
 }
 
 /* What the policy sees of r: after a move its generated tokens are prefilled again. */
-static sched_policy_req policy_req(const sched_req *r)
+static sched_policy_req policy_req(const sched *s, const sched_req *r)
 {
     int hist = 0;
     for (int i = 0; i < r->n; i++)
@@ -141,7 +141,9 @@ static sched_policy_req policy_req(const sched_req *r)
     if (hist >= r->max_tokens) hist = r->max_tokens - 1;
     sched_policy_req pr = {r->n_prompt + hist, r->max_tokens - hist, r->n, r->avoid,
                            r->prefill_on, r->decode_on,
-                           !r->tls_set ? -1 : r->tls_on ? r->tls_p.block_budget : 0};
+                           !r->tls_set ? -1 : r->tls_on ? r->tls_p.block_budget : 0,
+                           /* the other requests waiting (r among them once it is queued) */
+                           r->qprev || r->qnext || s->wait_head == r ? s->n_waiting - 1 : s->n_waiting};
     return pr;
 }
 
@@ -209,7 +211,7 @@ static void dispatch(sched *s)
     while (s->wait_head && !s->stopping) {
         sched_req *r = s->wait_head;
         sched_book_refresh(s);
-        sched_policy_req pr = policy_req(r);
+        sched_policy_req pr = policy_req(s, r);
         enum sched_place res = sched_book_place(&s->book, &pr, &r->be);
         if (res == SCHED_PLACE_WAIT) break;
         if (res == SCHED_PLACE_NEVER) {
@@ -455,7 +457,7 @@ int sched_submit(sched *s, const sched_params *p, sched_event_cb cb, void *ctx, 
     /* Admission (after validation: a bad request is a 400 even when the queue is full): can it
      * ever run, and may it wait? */
     sched_book_refresh(s);
-    sched_policy_req pr = policy_req(r);
+    sched_policy_req pr = policy_req(s, r);
     sched_placement pl;
     enum sched_place res = sched_policy_place(s->book.dev, s->n_devs, &s->book.opts, &pr, &pl);
     if (res == SCHED_PLACE_NEVER) {

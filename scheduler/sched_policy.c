@@ -200,6 +200,23 @@ static int has_curve(const sched_policy_dev *d)
     return d->curve.n > 0 && d->curve.n <= ACCEL_CURVE_MAX;
 }
 
+/* Rule d of the weighing (sched_policy.h): a long prompt's decode leaves the GPU for a card only
+ * while other requests are in the system — prompts queued on the GPU, requests waiting, or
+ * requests prefilling or decoding anywhere (each a prompt queued or to come) — not when this
+ * request is alone. */
+static int long_prompt_for_a_card(const sched_policy_dev *v, int n_devs, int local,
+                                  const sched_policy_opts *o, const sched_policy_req *r)
+{
+    double pf = r->n_prompt * v[local].prefill_s_per_token;
+    if (!o || !(o->ttft_slo_s > 0) || !(o->chunk_budget_s > 0) || !(pf > o->chunk_budget_s) ||
+        !(pf > SCHED_LONG_PROMPT_SLO_SHARE * o->ttft_slo_s))
+        return 0;
+    if (r->others_waiting > 0) return 1;
+    for (int i = 0; i < n_devs; i++)
+        if (v[i].running > 0 || v[i].prefill_tokens > 0) return 1;
+    return 0;
+}
+
 enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
                                     const sched_policy_opts *o, const sched_policy_req *r,
                                     sched_placement *out)
@@ -247,10 +264,7 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
             double p = v[local].prefill_share;
             g *= p <= 0 ? 1 : p >= 1 ? 0 : 1 - p;
         }
-        double pf = r->n_prompt * v[local].prefill_s_per_token; /* rule d: a long prompt */
-        if (o && o->ttft_slo_s > 0 && o->chunk_budget_s > 0 && pf > o->chunk_budget_s &&
-            pf > SCHED_LONG_PROMPT_SLO_SHARE * o->ttft_slo_s)
-            g = 0;
+        if (long_prompt_for_a_card(v, n_devs, local, o, r)) g = 0; /* rule d */
         if (g > card_gain(&v[card], r, per)) split = 0;
     }
     if (split) {
@@ -283,7 +297,7 @@ int sched_policy_can_serve(const sched_policy_dev *v, int n_devs, const sched_po
         idle[i].positions = 0;
         idle[i].mem_committed = 0;
     }
-    sched_policy_req r = {1, 1, 1, 0, 0, 0, 0};
+    sched_policy_req r = {1, 1, 1, 0, 0, 0, 0, 0};
     sched_placement pl;
     return sched_policy_place(idle, n_devs, o, &r, &pl) != SCHED_PLACE_NEVER;
 }

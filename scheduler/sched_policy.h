@@ -72,14 +72,21 @@
  *                d. with a TTFT target (opts.ttft_slo_s), a long prompt's decode goes to a card
  *                   with a slot: when the request's prompt takes the fallback device longer than
  *                   the chunk budget and longer than SCHED_LONG_PROMPT_SLO_SHARE of the target
- *                   (P = n_prompt x its measured prefill_s_per_token), its gain counts 0. A GPU
+ *                   (P = n_prompt x its measured prefill_s_per_token), and other requests are
+ *                   in the system — prompts queued on any device, others_waiting, or sequences
+ *                   running anywhere (each brings a prompt now or when it ends) — its gain
+ *                   counts 0. A request alone in the node keeps rules a and b: nothing waits
+ *                   for the GPU's prefill, so its decode there delays nobody. A GPU
  *                   that decodes prefills such prompts in chunks, each waiting one decode step,
  *                   and their TTFT is a large share of the target already: in the simulator, at
  *                   0.9 req/s of [8K,32K] prompts and a 2 s target, the weighing without this
  *                   rule decoded 41 % on the GPU and 67 % of requests met the target, with it
  *                   85 % (BENCHMARKS.md). The price: a long prompt's decode runs at a card's
- *                   speed even when no other prompt comes (closed loop with 1-2 clients: fewer
- *                   tokens/s than the GPU alone). Prompts shorter than that keep rules a and b.
+ *                   speed whenever another request is in flight, even one whose next prompt
+ *                   would not be stretched past the target (closed loop with 2 clients: fewer
+ *                   tokens/s than the GPU alone; a rule that estimates the stretch gets those
+ *                   back but loses ~5 % of goodput at 0.9-1.1 req/s open loop, BENCHMARKS.md).
+ *                   Prompts shorter than that keep rules a and b.
  *                c. no card has a slot now but one could take it once idle, and prefill waits on
  *                   the fallback device: WAIT (the device is busy prefilling anyway, and a decode
  *                   bound to it now would take time from those prompts; when its queue empties
@@ -160,6 +167,8 @@ typedef struct sched_policy_req {
                                        when it can decode and import; 0: no pin */
     int tls_blocks;   /* AsyncTLS sparse decode: its level-1 block budget; 0: dense; -1: the
                          device's own default (sched_params.decode_sparse_set 0) */
+    int others_waiting; /* other requests waiting in the queue (rule d of the weighing: prompts
+                           to come; 0: none, or the caller does not say) */
 } sched_policy_req;
 
 enum sched_place {

@@ -193,7 +193,7 @@ static void dispatch(sched_sim *s)
     while (s->wait_head) {
         sim_req *r = s->wait_head;
         refresh_net(s);
-        sched_policy_req pr = {r->pub->n_prompt, r->pub->n_out, 1, 0, 0, 0, 0};
+        sched_policy_req pr = {r->pub->n_prompt, r->pub->n_out, 1, 0, 0, 0, 0, s->n_waiting - 1};
         sched_book before;
         if (s->cfg.on_place) before = s->book;
         enum sched_place res = sched_book_place(&s->book, &pr, &r->be);

@@ -30,8 +30,8 @@ TEST(sched_offload_sparse_request_fits_the_resident_cache)
     devs(v, 5000, 1 << 20); /* 500 positions of KV in HBM */
     sched_placement pl;
     /* 1,000 positions: 10,000 bytes whole, over the card's 5,000 */
-    sched_policy_req dense = {900, 100, 1, 0, 0, 0, 0};
-    sched_policy_req sparse = {900, 100, 1, 0, 0, 0, 8};
+    sched_policy_req dense = {900, 100, 1, 0, 0, 0, 0, 0};
+    sched_policy_req sparse = {900, 100, 1, 0, 0, 0, 8, 0};
     CHECK_EQ(sched_policy_resident_bytes(&v[1], &dense), 0);
     CHECK_EQ(sched_policy_resident_bytes(&v[1], &sparse), 1000 * 1 + (8 + 2) * 50);
     CHECK_EQ(sched_policy_commit_bytes(&v[1], &sparse), 1500);
@@ -43,12 +43,12 @@ TEST(sched_offload_sparse_request_fits_the_resident_cache)
     CHECK_EQ(pl.prefill, 0);
     CHECK_EQ(pl.decode, 1);
     /* the device's default: sparse when it says so */
-    sched_policy_req dflt = {900, 100, 1, 0, 0, 0, -1};
+    sched_policy_req dflt = {900, 100, 1, 0, 0, 0, -1, 0};
     CHECK_EQ(sched_policy_resident_bytes(&v[1], &dflt), 0);
     v[1].resident_default_blocks = 8;
     CHECK_EQ(sched_policy_resident_bytes(&v[1], &dflt), 1500);
     /* a request that fits whole keeps the old rule (its whole KV) */
-    sched_policy_req small = {300, 100, 1, 0, 0, 0, 8};
+    sched_policy_req small = {300, 100, 1, 0, 0, 0, 8, 0};
     CHECK_EQ(sched_policy_resident_bytes(&v[1], &small), 0);
     /* n choices: n caches */
     sparse.n = 2;
@@ -59,7 +59,7 @@ TEST(sched_offload_limits)
 {
     sched_policy_dev v[2];
     sched_placement pl;
-    sched_policy_req sparse = {900, 100, 1, 0, 0, 0, 8};
+    sched_policy_req sparse = {900, 100, 1, 0, 0, 0, 8, 0};
     /* the slower tier too small for the whole KV: the rule does not apply */
     devs(v, 5000, 9999);
     CHECK_EQ(sched_policy_resident_bytes(&v[1], &sparse), 0);

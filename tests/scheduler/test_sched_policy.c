@@ -25,7 +25,7 @@ static const sched_policy_opts no_opts = {0};
 TEST(sched_policy_kv_bytes)
 {
     sched_policy_dev d = gpu(ACCEL_KIND_CPU, 1 << 20, 4);
-    sched_policy_req r = {10, 6, 3, 0, 0, 0, 0};
+    sched_policy_req r = {10, 6, 3, 0, 0, 0, 0, 0};
     CHECK_EQ(sched_policy_kv_bytes(&d, &r), 3 * 16 * 100);
     CHECK_EQ(sched_policy_prompt_bytes(&d, &r), 10 * 100);
     CHECK_EQ(sched_policy_commit_bytes(&d, &r), 3 * 16 * 100); /* not paged: all up front */
@@ -44,7 +44,7 @@ TEST(sched_policy_paged_admission)
     sched_policy_dev v[1] = {gpu(ACCEL_KIND_CPU, 100 * 100, 64)}; /* 100 positions */
     v[0].block_tokens = 4;
     sched_placement pl;
-    sched_policy_req r = {40, 60, 1, 0, 0, 0, 0}; /* whole: exactly 100 */
+    sched_policy_req r = {40, 60, 1, 0, 0, 0, 0, 0}; /* whole: exactly 100 */
     CHECK_EQ(sched_policy_place(v, 1, &no_opts, &r, &pl), SCHED_PLACE_OK);
     v[0].mem_committed = sched_policy_commit_bytes(&v[0], &r); /* 10 + 1 blocks: 44 positions */
     CHECK_EQ(v[0].mem_committed, 44 * 100);
@@ -57,7 +57,7 @@ TEST(sched_policy_paged_admission)
 TEST(sched_policy_split_to_an_idle_card)
 {
     sched_policy_dev v[3] = {gpu(ACCEL_KIND_CPU, 1 << 20, 4), card(1 << 20), card(1 << 20)};
-    sched_policy_req r = {10, 10, 1, 0, 0, 0, 0};
+    sched_policy_req r = {10, 10, 1, 0, 0, 0, 0, 0};
     sched_placement pl;
     REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.prefill, 0);
@@ -77,7 +77,7 @@ TEST(sched_policy_split_to_an_idle_card)
 TEST(sched_policy_fallback_when_every_card_is_busy_or_full)
 {
     sched_policy_dev v[3] = {gpu(ACCEL_KIND_CUDA, 1 << 20, 4), card(1 << 20), card(3000)};
-    sched_policy_req r = {10, 10, 1, 0, 0, 0, 0}; /* 200 bytes on a card, 2000 on the gpu */
+    sched_policy_req r = {10, 10, 1, 0, 0, 0, 0, 0}; /* 200 bytes on a card, 2000 on the gpu */
     sched_placement pl;
     v[1].running = 1;               /* busy */
     v[2].mem_committed = 2900;      /* idle but no room for 200 bytes */
@@ -89,7 +89,7 @@ TEST(sched_policy_fallback_when_every_card_is_busy_or_full)
     CHECK_EQ(pl.decode, 2);
     /* a request too long for any card's HBM goes to the GPU even with idle cards */
     v[1].running = 0;
-    sched_policy_req big = {200, 200, 1, 0, 0, 0, 0}; /* 4000 bytes on a card > 3000; 40000 on the gpu */
+    sched_policy_req big = {200, 200, 1, 0, 0, 0, 0, 0}; /* 4000 bytes on a card > 3000; 40000 on the gpu */
     v[1].mem_total = 3000;
     REQUIRE(sched_policy_place(v, 3, &no_opts, &big, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 0);
@@ -98,7 +98,7 @@ TEST(sched_policy_fallback_when_every_card_is_busy_or_full)
 TEST(sched_policy_waits_when_the_gpu_is_full_too)
 {
     sched_policy_dev v[2] = {gpu(ACCEL_KIND_CUDA, 10000, 4), card(1 << 20)};
-    sched_policy_req r = {20, 20, 1, 0, 0, 0, 0}; /* 4000 bytes on the gpu, 2000 prompt */
+    sched_policy_req r = {20, 20, 1, 0, 0, 0, 0, 0}; /* 4000 bytes on the gpu, 2000 prompt */
     sched_placement pl;
     v[1].running = 1;
     v[0].mem_committed = 7000;
@@ -124,7 +124,7 @@ TEST(sched_policy_prefill_ranking)
     /* GPU first; CPU when no GPU; the least queued among equals */
     sched_policy_dev v[4] = {gpu(ACCEL_KIND_CPU, 1 << 20, 4), gpu(ACCEL_KIND_CUDA, 1 << 20, 4),
                              gpu(ACCEL_KIND_CUDA, 1 << 20, 4), card(1 << 20)};
-    sched_policy_req r = {10, 10, 1, 0, 0, 0, 0};
+    sched_policy_req r = {10, 10, 1, 0, 0, 0, 0, 0};
     sched_placement pl;
     v[1].prefill_tokens = 500;
     v[2].prefill_tokens = 100;
@@ -152,7 +152,7 @@ TEST(sched_policy_prefill_ranking)
 TEST(sched_policy_health_and_avoid)
 {
     sched_policy_dev v[3] = {gpu(ACCEL_KIND_CPU, 1 << 20, 4), card(1 << 20), card(1 << 20)};
-    sched_policy_req r = {10, 10, 1, 0, 0, 0, 0};
+    sched_policy_req r = {10, 10, 1, 0, 0, 0, 0, 0};
     sched_placement pl;
     v[1].health = ACCEL_HEALTH_DEGRADED; /* an OK card first */
     REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
@@ -171,14 +171,14 @@ TEST(sched_policy_never)
 {
     sched_policy_dev v[2] = {gpu(ACCEL_KIND_CPU, 1000, 4), card(100)};
     sched_placement pl;
-    sched_policy_req big = {10, 1, 1, 0, 0, 0, 0}; /* 1100 bytes > any budget */
+    sched_policy_req big = {10, 1, 1, 0, 0, 0, 0, 0}; /* 1100 bytes > any budget */
     CHECK_EQ(sched_policy_place(v, 2, &no_opts, &big, &pl), SCHED_PLACE_NEVER);
-    sched_policy_req many = {1, 1, 5, 0, 0, 0, 0}; /* 5 sequences: > max_running, > a card's one slot */
+    sched_policy_req many = {1, 1, 5, 0, 0, 0, 0, 0}; /* 5 sequences: > max_running, > a card's one slot */
     CHECK_EQ(sched_policy_place(v, 2, &no_opts, &many, &pl), SCHED_PLACE_NEVER);
     CHECK_EQ(sched_policy_place(v, 0, &no_opts, &many, &pl), SCHED_PLACE_NEVER);
     /* cards alone cannot serve: nothing prefills */
     sched_policy_dev cards[2] = {card(1 << 20), card(1 << 20)};
-    sched_policy_req r = {1, 1, 1, 0, 0, 0, 0};
+    sched_policy_req r = {1, 1, 1, 0, 0, 0, 0, 0};
     CHECK_EQ(sched_policy_place(cards, 2, &no_opts, &r, &pl), SCHED_PLACE_NEVER);
     CHECK(!sched_policy_can_serve(cards, 2, &no_opts));
     CHECK(sched_policy_can_serve(v, 2, &no_opts));
@@ -196,7 +196,7 @@ TEST(sched_policy_batched_card_and_fpga_prefill)
 {
     sched_policy_dev v[2] = {gpu(ACCEL_KIND_CUDA, 1 << 20, 8), card(1 << 20)};
     v[1].max_batch = 4; /* a batched kernel: idle while a batch slot is free */
-    sched_policy_req r = {10, 10, 2, 0, 0, 0, 0};
+    sched_policy_req r = {10, 10, 2, 0, 0, 0, 0, 0};
     sched_placement pl;
     v[1].running = 2;
     REQUIRE(sched_policy_place(v, 2, &no_opts, &r, &pl) == SCHED_PLACE_OK);
@@ -214,7 +214,7 @@ TEST(sched_policy_batched_card_and_fpga_prefill)
     sched_policy_dev f[2] = {card(1 << 20), card(1 << 20)};
     f[0].caps |= ACCEL_CAP_PREFILL;
     f[1].caps |= ACCEL_CAP_PREFILL;
-    sched_policy_req one = {10, 10, 1, 0, 0, 0, 0};
+    sched_policy_req one = {10, 10, 1, 0, 0, 0, 0, 0};
     CHECK_EQ(sched_policy_place(f, 2, &no_opts, &one, &pl), SCHED_PLACE_NEVER);
     sched_policy_opts fp = {.fpga_prefill = 1};
     REQUIRE(sched_policy_place(f, 2, &fp, &one, &pl) == SCHED_PLACE_OK);
@@ -247,7 +247,7 @@ TEST(sched_policy_random_states)
             v[i].running = RND(v[i].max_running + 1);
             v[i].mem_committed = (uint64_t)RND((int)v[i].mem_total + 1);
         }
-        sched_policy_req r = {1 + RND(30), 1 + RND(30), 1, 0, 0, 0, 0};
+        sched_policy_req r = {1 + RND(30), 1 + RND(30), 1, 0, 0, 0, 0, 0};
         sched_placement pl;
         enum sched_place res = sched_policy_place(v, n, &no_opts, &r, &pl);
         /* is there an idle card with room, and an exporter with room? */
@@ -316,7 +316,7 @@ TEST(sched_policy_pins)
     v[2].caps |= ACCEL_CAP_PREFILL | ACCEL_CAP_KV_EXPORT;
     sched_placement pl;
     /* a card prefilling and decoding itself: the second card, not the policy's first choice */
-    sched_policy_req r = {10, 10, 1, 0, 1u << 2, 1u << 2, 0};
+    sched_policy_req r = {10, 10, 1, 0, 1u << 2, 1u << 2, 0, 0};
     REQUIRE(sched_policy_place(v, 3, &fp, &r, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.prefill, 2);
     CHECK_EQ(pl.decode, 2);

@@ -20,7 +20,7 @@ static void on_place(void *ctx, const sched_sim_req *r, const sched_book *b, con
     c->placements++;
     if (r->id < c->last_id) c->fcfs_ok = 0; /* placed before an earlier arrival */
     c->last_id = r->id;
-    sched_policy_req pr = {r->n_prompt, r->n_out, 1, 0, 0, 0, 0};
+    sched_policy_req pr = {r->n_prompt, r->n_out, 1, 0, 0, 0, 0, 0};
     if (pl->prefill != pl->decode) {
         c->splits++;
         const sched_policy_dev *d = &b->dev[pl->decode];
@@ -435,35 +435,41 @@ TEST(sched_sim_weighs_the_batch_curves)
     sched_sim_free(s);
 }
 
-/* Rule d through the simulator (sched_sim_config.ttft_slo_s): long prompts spread out, so the
- * GPU is idle when each comes. Without a TTFT target the weighing gives the idle GPU every
- * decode; with a 2 s target, once the GPU's prefill rate is measured (after the first prompt),
- * each 16K prompt (~0.4 s of prefill, over a tenth of the target) has its decode on a card. */
+/* Rule d through the simulator (sched_sim_config.ttft_slo_s): long prompts (16K, ~0.4 s of
+ * prefill, over a tenth of a 2 s target once the GPU's rate is measured). One at a time, 10 s
+ * apart, each finds the node empty: the idle GPU decodes it, target or not (nothing waits for its
+ * prefill). In pairs 50 ms apart, the second finds the first prefilling: with the target its
+ * decode goes to a card, so that the GPU's decode steps do not stretch the prompts to come;
+ * without one, the weighing gives the GPU both. */
 TEST(sched_sim_ttft_target_sends_long_prompts_to_cards)
 {
     static sched_sim_model m;
     char err[256];
     REQUIRE(sched_sim_model_build(&m, devices_sim_hw(), "h200-tandem+2xu280-batch", "llama3.1-8b", 0,
                                   err, sizeof err) == 0);
-    for (int slo = 0; slo < 2; slo++) {
-        sched_sim_config cfg = {&m, m.n_devs, 0.025, 0, NULL, NULL, NULL, .ttft_slo_s = slo ? 2.0 : 0};
-        sched_sim *s = sched_sim_new(&cfg, err, sizeof err);
-        REQUIRE(s);
-        enum { N = 6 };
-        sched_sim_req r[N];
-        for (int i = 0; i < N; i++) {
-            r[i] = (sched_sim_req){.arrival = 10.0 * i, .n_prompt = 16384, .n_out = 32};
-            REQUIRE(sched_sim_submit(s, &r[i]) == 0);
+    for (int pairs = 0; pairs < 2; pairs++)
+        for (int slo = 0; slo < 2; slo++) {
+            sched_sim_config cfg = {&m, m.n_devs, 0.025, 0, NULL, NULL, NULL, .ttft_slo_s = slo ? 2.0 : 0};
+            sched_sim *s = sched_sim_new(&cfg, err, sizeof err);
+            REQUIRE(s);
+            enum { N = 8 };
+            sched_sim_req r[N];
+            for (int i = 0; i < N; i++) {
+                double at = pairs ? 10.0 * (i / 2) + 0.05 * (i % 2) : 10.0 * i;
+                r[i] = (sched_sim_req){.arrival = at, .n_prompt = 16384, .n_out = 32};
+                REQUIRE(sched_sim_submit(s, &r[i]) == 0);
+            }
+            sched_sim_run(s, 0);
+            CHECK_EQ(r[0].decode_dev, 0); /* no rate measured yet */
+            for (int i = 2; i < N; i++) {
+                CHECK_EQ(r[i].state, SCHED_SIM_DONE);
+                int card = pairs && slo && i % 2;
+                CHECK_MSG(card ? r[i].decode_dev != 0 : r[i].decode_dev == 0,
+                          "pairs %d, target %d, request %d on %d", pairs, slo, i, r[i].decode_dev);
+            }
+            CHECK(sched_book_empty(sched_sim_book(s)));
+            sched_sim_free(s);
         }
-        sched_sim_run(s, 0);
-        CHECK_EQ(r[0].decode_dev, 0); /* no rate measured yet */
-        for (int i = 1; i < N; i++) {
-            CHECK_EQ(r[i].state, SCHED_SIM_DONE);
-            CHECK_MSG(slo ? r[i].decode_dev != 0 : r[i].decode_dev == 0, "target %d, request %d on %d", slo, i,
-                      r[i].decode_dev);
-        }
-        sched_sim_free(s);
-    }
 }
 
 /* Several nodes ('/' in the spec): the other nodes' devices are remote decode targets (a peer's

@@ -61,7 +61,7 @@ TEST(sched_weigh_step_time_from_the_curve)
 TEST(sched_weigh_idle_gpu_without_prefill_decodes)
 {
     sched_policy_dev v[3] = {h200(), u280(), u280()};
-    sched_policy_req r = {512, 512, 1, 0, 0, 0, 0};
+    sched_policy_req r = {512, 512, 1, 0, 0, 0, 0, 0};
     sched_placement pl;
     /* the GPU idle, no prompt waiting on it: its first sequence gains 250 tok/s, a card's 94 */
     REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
@@ -89,7 +89,7 @@ TEST(sched_weigh_idle_gpu_without_prefill_decodes)
 TEST(sched_weigh_gpu_kept_for_prefill)
 {
     sched_policy_dev v[2] = {h200(), u280()};
-    sched_policy_req r = {16384, 256, 1, 0, 0, 0, 0};
+    sched_policy_req r = {16384, 256, 1, 0, 0, 0, 0, 0};
     sched_placement pl;
     /* prompts wait on a GPU that has lately only prefilled: the decode goes to the card */
     v[0].prefill_tokens = 20000;
@@ -103,7 +103,7 @@ TEST(sched_weigh_gpu_kept_for_prefill)
     CHECK_EQ(pl.decode, 0);
     /* a short prompt queued on a GPU that mostly decodes (5 % of its time prefilling): the GPU
      * still gains the most */
-    sched_policy_req s = {256, 512, 1, 0, 0, 0, 0};
+    sched_policy_req s = {256, 512, 1, 0, 0, 0, 0, 0};
     v[0].prefill_tokens = 256;
     v[0].prefill_share = 0.05;
     v[0].running = 8;
@@ -119,7 +119,7 @@ TEST(sched_weigh_gpu_kept_for_prefill)
 TEST(sched_weigh_waits_for_a_card_while_prompts_wait)
 {
     sched_policy_dev v[2] = {h200(), u280()};
-    sched_policy_req r = {8192, 256, 1, 0, 0, 0, 0};
+    sched_policy_req r = {8192, 256, 1, 0, 0, 0, 0, 0};
     sched_placement pl;
     v[1].running = 16; /* the card's slots all taken */
     v[0].prefill_tokens = 8192;
@@ -141,7 +141,7 @@ TEST(sched_weigh_waits_for_a_card_while_prompts_wait)
 TEST(sched_weigh_only_with_curves_and_without_pins)
 {
     sched_policy_dev v[2] = {h200(), u280()};
-    sched_policy_req r = {512, 512, 1, 0, 0, 0, 0};
+    sched_policy_req r = {512, 512, 1, 0, 0, 0, 0, 0};
     sched_placement pl;
     /* the card describes no curve: GLITCHES' rule, the idle card first */
     v[1].curve.n = 0;
@@ -164,7 +164,7 @@ TEST(sched_weigh_book_counts_positions)
     sched_book b = {.n = 2};
     b.dev[0] = h200();
     b.dev[1] = u280();
-    sched_policy_req r = {1000, 200, 2, 0, 0, 0, 0};
+    sched_policy_req r = {1000, 200, 2, 0, 0, 0, 0, 0};
     sched_book_entry e;
     sched_book_entry_init(&e);
     REQUIRE(sched_book_place(&b, &r, &e) == SCHED_PLACE_OK);
@@ -196,7 +196,7 @@ TEST(sched_weigh_prefill_share)
 TEST(sched_weigh_network_term)
 {
     sched_policy_dev v[2] = {h200(), u280()};
-    sched_policy_req r = {512, 512, 1, 0, 0, 0, 0};
+    sched_policy_req r = {512, 512, 1, 0, 0, 0, 0, 0};
     sched_placement pl;
     /* the GPU at batch 200: one more sequence gains ~23 tok/s, an idle card's first ~94 */
     v[0].running = 200;
@@ -218,7 +218,7 @@ TEST(sched_weigh_network_term)
     REQUIRE(sched_policy_place(v, 2, &no_opts, &r, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 0);
     /* a long answer amortizes the same transfer: 4,096 tokens of 10.6 ms, 68 % of ~94 */
-    sched_policy_req lng = {512, 4096, 1, 0, 0, 0, 0};
+    sched_policy_req lng = {512, 4096, 1, 0, 0, 0, 0, 0};
     REQUIRE(sched_policy_place(v, 2, &no_opts, &lng, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 1);
     /* the same link to a card of this node does not count (no REMOTE capability) */
@@ -229,34 +229,56 @@ TEST(sched_weigh_network_term)
 
 /* Rule d: with a TTFT target, a prompt whose prefill takes the GPU longer than the chunk budget
  * and than a tenth of the target has its decode on a card with a slot (the GPU, decoding, would
- * prefill such prompts in chunks that each wait a step); shorter ones keep the weighing; without
- * a target, a budget or a measured rate the rule is off. */
+ * prefill such prompts in chunks that each wait a step) while other requests are in the node;
+ * alone, shorter ones, or without a target, a budget or a measured rate, the weighing as
+ * before. */
 TEST(sched_weigh_long_prompt_decodes_on_a_card)
 {
     sched_policy_dev v[2] = {h200(), u280()};
     sched_policy_opts o = {.chunk_budget_s = 0.025, .ttft_slo_s = 2.0};
-    sched_policy_req lng = {16384, 256, 1, 0, 0, 0, 0}, mid = {1536, 512, 1, 0, 0, 0, 0};
+    sched_policy_req lng = {16384, 256, 1, 0, 0, 0, 0, 0}, mid = {1536, 512, 1, 0, 0, 0, 0, 0};
     sched_placement pl;
     /* an idle GPU, nothing queued: the weighing alone gives it both (250 tok/s against 94) */
     REQUIRE(sched_policy_place(v, 2, &o, &lng, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 0);
-    /* 25 us a token measured: 16,384 tokens take 0.41 s, over 0.2 s (a tenth of 2 s): the card */
+    /* 25 us a token measured: 16,384 tokens take 0.41 s, over 0.2 s (a tenth of 2 s); alone in
+     * the node (nothing queued, waiting or running anywhere) nobody waits for the GPU's
+     * prefill: it still decodes */
     v[0].prefill_s_per_token = 25e-6;
+    REQUIRE(sched_policy_place(v, 2, &o, &lng, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    /* another request waiting behind it: the card */
+    lng.others_waiting = 1;
     REQUIRE(sched_policy_place(v, 2, &o, &lng, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.prefill, 0);
     CHECK_EQ(pl.decode, 1);
+    /* or one decoding on the card (its next prompt is to come), or a prompt queued on the GPU */
+    lng.others_waiting = 0;
+    v[1].running = 1;
+    v[1].positions = 16384 + 128;
+    REQUIRE(sched_policy_place(v, 2, &o, &lng, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+    v[1].running = 0;
+    v[1].positions = 0;
+    v[0].prefill_tokens = 100;
+    REQUIRE(sched_policy_place(v, 2, &o, &lng, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+    /* the rest of this test: a request in flight on the card (a slot of 16 taken) */
+    v[0].prefill_tokens = 0;
+    v[1].running = 1;
+    v[1].positions = 1024;
     /* 1,536 tokens take 38 ms: two chunks, but a small share of the target: the GPU */
     REQUIRE(sched_policy_place(v, 2, &o, &mid, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 0);
     /* the boundary: 8,000 tokens are 0.2 s; 8,001 are more */
-    sched_policy_req at = {8000, 256, 1, 0, 0, 0, 0}, past = {8001, 256, 1, 0, 0, 0, 0};
+    sched_policy_req at = {8000, 256, 1, 0, 0, 0, 0, 0}, past = {8001, 256, 1, 0, 0, 0, 0, 0};
     v[0].prefill_s_per_token = 25e-6 * (1 - 1e-9);
     REQUIRE(sched_policy_place(v, 2, &o, &at, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 0);
     REQUIRE(sched_policy_place(v, 2, &o, &past, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 1);
     /* a 1 s target (a tenth: 0.1 s): 1,536 tokens (38 ms) are still short, 4,097 (0.102 s) long */
-    sched_policy_req k4 = {4097, 256, 1, 0, 0, 0, 0};
+    sched_policy_req k4 = {4097, 256, 1, 0, 0, 0, 0, 0};
     o.ttft_slo_s = 1.0;
     REQUIRE(sched_policy_place(v, 2, &o, &k4, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 1);
