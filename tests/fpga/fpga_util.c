@@ -1,9 +1,11 @@
 #include "tests/fpga/fpga_util.h"
 #include "cpu/kv_quant.h"
 #include "fpga/kernels/dec_math.h"
+#include "model/ckpt/golden.h"
 #include "tests/test.h"
 #include "devices/devices.h"
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 void tf_cache_env(void)
@@ -217,4 +219,36 @@ sparse_tls_seq *tf_tls_keys(accel_dev *d, accel_seq *s, const model *m, const sp
     free(kv);
     free(k);
     return ts;
+}
+
+int32_t *tf_structured_ids(const model *m, int n)
+{
+    const char *cases[] = {"once", "lily", "sun", "unicode", "bos_only"};
+    int32_t *ids = malloc(sizeof *ids * n);
+    int k = 0;
+    char err[256], path[256];
+    while (ids && k < n)
+        for (size_t c = 0; c < 5 && k < n; c++) {
+            snprintf(path, sizeof path, "tests/data/golden/stories260K/%s.json", cases[c]);
+            model_golden *g = model_golden_load(path, 512, err, sizeof err);
+            if (!g) {
+                free(ids);
+                return NULL;
+            }
+            for (int i = 0; i < g->n_ids + g->n_greedy && k < n; i++)
+                ids[k++] = (i < g->n_ids ? g->ids[i] : g->greedy_ids[i - g->n_ids]) % m->cfg.vocab;
+            model_golden_free(g);
+        }
+    return ids;
+}
+
+int tf_read_striped(fpga_card *c, uint64_t ws_off, const fpga_pf_arr *a, uint64_t count,
+                    uint8_t *out)
+{
+    for (uint64_t i = 0; i < count; i++) {
+        int st = fpga_card_read_bank(c, (int)fpga_pf_item_ch(i), ws_off + fpga_pf_item_off(a, i),
+                                     out + i * a->item, a->item);
+        if (st) return st;
+    }
+    return 0;
 }

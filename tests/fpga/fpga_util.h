@@ -2,6 +2,8 @@
 #ifndef TANDEM_TESTS_FPGA_UTIL_H
 #define TANDEM_TESTS_FPGA_UTIL_H
 #include "fpga/backend.h"
+#include "fpga/card.h"
+#include "fpga/kernels/pf_layout.h"
 #include "model/ckpt/model.h"
 #include "model/ckpt/tls_channels.h"
 #include "proto/kv.h"
@@ -53,6 +55,15 @@ uint64_t tf_tile_off(accel_dev *d, accel_seq *s, uint32_t l, uint32_t h, uint32_
  * sequences grown in the same order on a fresh card get the same blocks (tf_tile_off). */
 void tf_kv_flip_spec(accel_dev *d, accel_seq *s, int layer, int pos, int head, int byte, int bit,
                      uint64_t run, int bank0_arg, char *spec, size_t n);
+
+/* A structured prompt of n stories260K ids (mod m's vocab): the golden prompts and their greedy
+ * continuations repeated, which gives attention its vertical / slash structure (sink, local
+ * window, the earlier copy). NULL if a golden file cannot be read. */
+int32_t *tf_structured_ids(const model *m, int n);
+/* Items [0, count) of a striped prefill-workspace array a (at ws_off) of card c, back to back
+ * into out. 0 or the first failing read's status. */
+int tf_read_striped(fpga_card *c, uint64_t ws_off, const fpga_pf_arr *a, uint64_t count,
+                    uint8_t *out);
 
 /* Emulator card stats of an FPGA device's card. */
 int tf_card_stats(accel_dev *d, fpga_emu_card_stats *st);

@@ -210,41 +210,6 @@ TEST(fpga_prefill_sparse_all_blocks_near_dense)
     pair_free(f, m, sa, sb, ids, a, b, ka, kb);
 }
 
-/* A structured prompt: the golden prompts repeated (a repetition gives attention its
- * vertical / slash structure: sink, local window, the earlier copy). */
-static int32_t *structured_ids(const model *m, int n)
-{
-    const char *cases[] = {"once", "lily", "sun", "unicode", "bos_only"};
-    int32_t *ids = malloc(sizeof *ids * n);
-    int k = 0;
-    char err[256], path[256];
-    while (k < n)
-        for (size_t c = 0; c < 5 && k < n; c++) {
-            snprintf(path, sizeof path, "tests/data/golden/stories260K/%s.json", cases[c]);
-            model_golden *g = model_golden_load(path, 512, err, sizeof err); /* stories260K ids */
-            if (!g) {
-                free(ids);
-                return NULL;
-            }
-            for (int i = 0; i < g->n_ids + g->n_greedy && k < n; i++)
-                ids[k++] = (i < g->n_ids ? g->ids[i] : g->greedy_ids[i - g->n_ids]) % m->cfg.vocab;
-            model_golden_free(g);
-        }
-    return ids;
-}
-
-/* Items of a striped workspace array, back to back (item i of `count`). */
-static int read_striped(fpga_card *c, uint64_t ws_off, const fpga_pf_arr *a, uint64_t count,
-                        uint8_t *out)
-{
-    for (uint64_t i = 0; i < count; i++) {
-        int st = fpga_card_read_bank(c, (int)fpga_pf_item_ch(i), ws_off + fpga_pf_item_off(a, i),
-                                     out + i * a->item, a->item);
-        if (st) return st;
-    }
-    return 0;
-}
-
 /* A sparse prefill of a structured prompt: the report adds up (density below 1, the SAU's
  * cache counts consistent), and the index the SIGU built inside the prefill for the last layer
  * equals the CPU reference's (cpu_flex_index_build) on the card's own quantized q and k of that
@@ -261,7 +226,7 @@ static void sparse_index(const char *dir, int n, int min_budget, int run_rows)
     REQUIRE(f);
     const int L = m->cfg.n_layers, H = m->cfg.n_heads, Hk = m->cfg.n_kv_heads, d = m->cfg.head_dim;
     REQUIRE(fpga_dev_set_pass_rows(f, FPGA_PF_PASS, run_rows) == 0);
-    int32_t *ids = structured_ids(m, n);
+    int32_t *ids = tf_structured_ids(m, n);
     REQUIRE(ids);
     float *lg = malloc(sizeof(float) * m->cfg.vocab);
     accel_seq *s;
@@ -294,8 +259,8 @@ static void sparse_index(const char *dir, int n, int min_budget, int run_rows)
     REQUIRE(ws_rows == (uint32_t)n && (ws_flags & FPGA_PF_F_SPARSE));
     uint8_t *qp = malloc(w.qf.item * H * nb), *kvp = malloc(w.kvf.item * Hk * nb);
     uint32_t *rows = malloc(sizeof *rows * H * (nb + 1));
-    REQUIRE(read_striped(c, ws_off, &w.qf, (uint64_t)H * nb, qp) == 0);
-    REQUIRE(read_striped(c, ws_off, &w.kvf, (uint64_t)Hk * nb, kvp) == 0);
+    REQUIRE(tf_read_striped(c, ws_off, &w.qf, (uint64_t)H * nb, qp) == 0);
+    REQUIRE(tf_read_striped(c, ws_off, &w.kvf, (uint64_t)Hk * nb, kvp) == 0);
     REQUIRE(fpga_card_read_bank(c, FPGA_PF_FLAT_ROWS, ws_off + w.flat, rows,
                                 sizeof *rows * H * (nb + 1)) == 0);
     const uint32_t nnz = rows[H * (nb + 1) - 1];
@@ -515,7 +480,7 @@ TEST(fpga_prefill_sparse_matches_cpu_sparse)
     REQUIRE(c);
     enum { N = 400 };
     const int V = m->cfg.vocab;
-    int32_t *ids = structured_ids(m, N);
+    int32_t *ids = tf_structured_ids(m, N);
     REQUIRE(ids);
     float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
     accel_seq *sc, *sf;

@@ -170,38 +170,6 @@ TEST(fpga_prefill_every_block_kept_same_for_all_methods)
     model_free(m);
 }
 
-static int32_t *structured_ids(const model *m, int n)
-{
-    const char *cases[] = {"once", "lily", "sun", "unicode", "bos_only"};
-    int32_t *ids = malloc(sizeof *ids * n);
-    int k = 0;
-    char err[256], path[256];
-    while (k < n)
-        for (size_t c = 0; c < 5 && k < n; c++) {
-            snprintf(path, sizeof path, "tests/data/golden/stories260K/%s.json", cases[c]);
-            model_golden *g = model_golden_load(path, 512, err, sizeof err);
-            if (!g) {
-                free(ids);
-                return NULL;
-            }
-            for (int i = 0; i < g->n_ids + g->n_greedy && k < n; i++)
-                ids[k++] = (i < g->n_ids ? g->ids[i] : g->greedy_ids[i - g->n_ids]) % m->cfg.vocab;
-            model_golden_free(g);
-        }
-    return ids;
-}
-
-static int read_striped(fpga_card *c, uint64_t ws_off, const fpga_pf_arr *a, uint64_t count,
-                        uint8_t *out)
-{
-    for (uint64_t i = 0; i < count; i++) {
-        int st = fpga_card_read_bank(c, (int)fpga_pf_item_ch(i), ws_off + fpga_pf_item_off(a, i),
-                                     out + i * a->item, a->item);
-        if (st) return st;
-    }
-    return 0;
-}
-
 /* Prefills n structured tokens in sparse chunks of `chunk`, then checks the last chunk's index
  * (last layer) against the reference on the card's q and k; decodes one step after. */
 static void chunk_index(const char *dir, int n, int chunk, const accel_sparse *sp)
@@ -211,7 +179,7 @@ static void chunk_index(const char *dir, int n, int chunk, const accel_sparse *s
     if (!f) return;
     const int V = m->cfg.vocab, L = m->cfg.n_layers, H = m->cfg.n_heads, Hk = m->cfg.n_kv_heads;
     const int d = m->cfg.head_dim;
-    int32_t *ids = structured_ids(m, n);
+    int32_t *ids = tf_structured_ids(m, n);
     REQUIRE(ids);
     float *lg = malloc(sizeof(float) * n * V);
     accel_seq *s;
@@ -238,8 +206,8 @@ static void chunk_index(const char *dir, int n, int chunk, const accel_sparse *s
     fpga_pf_ws_of(&c->desc, ws_rows, ws_flags, &w);
     uint8_t *qp = malloc(w.qf.item * H * nb), *kvp = malloc(w.kvf.item * Hk * nb);
     uint32_t *rows = malloc(sizeof *rows * H * (nb + 1));
-    REQUIRE(read_striped(c, ws_off, &w.qf, (uint64_t)H * nb, qp) == 0);
-    REQUIRE(read_striped(c, ws_off, &w.kvf, (uint64_t)Hk * nb, kvp) == 0);
+    REQUIRE(tf_read_striped(c, ws_off, &w.qf, (uint64_t)H * nb, qp) == 0);
+    REQUIRE(tf_read_striped(c, ws_off, &w.kvf, (uint64_t)Hk * nb, kvp) == 0);
     REQUIRE(fpga_card_read_bank(c, FPGA_PF_FLAT_ROWS, ws_off + w.flat, rows,
                                 sizeof *rows * H * (nb + 1)) == 0);
     const uint32_t nnz = rows[H * (nb + 1) - 1];
