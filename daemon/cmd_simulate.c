@@ -8,6 +8,7 @@
  *                   [--rate R | --clients C] [--requests N] [--seed S] [--tbt-budget-ms B]
  *                   [--gpu-batch K] [--fpga-prefill] [--gpu-prefill MS@TOKENS]
  *                   [--gpu-decode MS@CTX] [--slo-tbt-ms MS] [--slo-ttft-ms MS] [--list]
+ *                   [--sparse-prefill trishape|flexprefill]
  *   tandem simulate --fig7 [--gpus a100,v100s] [--card u280] [--gpu-batch K] [...]
  *   tandem simulate --compare [--model M] [--card u280-batch] [--requests N] [...]
  *
@@ -25,6 +26,10 @@
  * of their arrival and whose every gap between tokens stayed within the TBT SLO. The TTFT SLO
  * is also the placement's target (sched_policy_opts.ttft_slo_s, the weighing's rule d: a long
  * prompt's decode to a card with a slot); --compare's default 2 s too.
+ *
+ * --sparse-prefill prices every GPU's prefill (every node's: the H200 alone, the mixed node and
+ * 8 H200 alike) with a sparse method's measured kernels (devices/sim_hw.c,
+ * sched_sim_sparse in scheduler/sched_sim_model.h); dense otherwise.
  *
  * Throughput is measured in the steady state: the tokens of the requests that finished between
  * the 10th and the 90th percentile of completion times, over that window (the ramp-up and the
@@ -59,6 +64,7 @@ typedef struct sim_run {
     double slo_tbt_ms, slo_ttft_ms; /* goodput: requests meeting both (0: not bounded) */
     int cards_first;                /* --placement cards-first (GLITCHES); else weigh */
     double net_gbit, net_us;        /* --net: between nodes (0: SCHED_SIM_NET_*) */
+    const sched_sim_sparse *sparse; /* --sparse-prefill: every GPU's prefill (NULL: dense) */
 } sim_run;
 
 typedef struct sim_result {
@@ -145,6 +151,7 @@ static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
     for (int i = 0; i < m.n_devs; i++) {
         sched_sim_dev_model *d = &m.dev[i];
         if (d->kind != ACCEL_KIND_CUDA) continue;
+        d->sparse = o->sparse;
         if (o->gpu_prefill_ms > 0) sched_sim_dev_calibrate_prefill(d, &m.shape, o->gpu_prefill_tokens, o->gpu_prefill_ms / 1e3);
         if (o->gpu_decode_ms > 0) sched_sim_dev_calibrate_decode(d, &m.shape, o->gpu_decode_ctx, o->gpu_decode_ms / 1e3);
     }
@@ -216,8 +223,9 @@ static void print_one(const sim_run *o, const sim_result *r)
     else printf("[%d, %d]", o->prompt, o->output);
     if (o->clients > 0) printf(", %d closed-loop clients", o->clients);
     else printf(", Poisson %.3g req/s", o->rate);
-    printf(", %d requests, tbt budget %g ms, GPU decode batch %d, placement %s\n", o->requests,
-           o->tbt_ms, o->gpu_batch > 0 ? o->gpu_batch : 256, o->cards_first ? "cards-first" : "weigh");
+    printf(", %d requests, tbt budget %g ms, GPU decode batch %d, placement %s%s%s\n", o->requests,
+           o->tbt_ms, o->gpu_batch > 0 ? o->gpu_batch : 256, o->cards_first ? "cards-first" : "weigh",
+           o->sparse ? ", GPU prefill " : "", o->sparse ? o->sparse->name : "");
     printf("  finished %d, rejected %d\n", s->n_done, s->n_rejected);
     printf("  throughput %.1f tok/s steady (%.1f over the whole run), %.3f req/s\n", r->steady_tps, s->tokens_per_s, s->requests_per_s);
     printf("  TTFT p50 %.3f s p99 %.3f s | TPOT p50 %.2f ms p99 %.2f ms | e2e p50 %.2f s p99 %.2f s | queue p50 %.3f s p99 %.3f s\n",
@@ -261,8 +269,9 @@ static int compare(sim_run base, const char *card)
     if (base.slo_ttft_ms <= 0) base.slo_ttft_ms = 2000;
     printf("%s, closed-loop clients, at least %d requests (10 per client), every GPU decodes up to "
            "256 sequences a step (the measured curve's best), tbt budget %g ms; goodput: TTFT <= %g "
-           "ms and TBT <= %g ms\n\n",
-           base.shape, base.requests, base.tbt_ms, base.slo_ttft_ms, base.slo_tbt_ms);
+           "ms and TBT <= %g ms; every GPU prefills %s\n\n",
+           base.shape, base.requests, base.tbt_ms, base.slo_ttft_ms, base.slo_tbt_ms,
+           base.sparse ? base.sparse->name : "dense");
     printf("| workload | clients | node | placement | tok/s | goodput tok/s | SLO met | tok/s per $1000 | tok/J "
            "| TTFT p50 / p99 s | TPOT p50 / p99 ms | decodes on cards |\n");
     printf("|---|---:|---|---|---:|---:|---:|---:|---:|---|---|---:|\n");
@@ -313,6 +322,13 @@ static void list(void)
         const sched_sim_hw *h = &c->hw[i];
         printf("  %-12s %s\n", h->name, h->source);
         if (h->power_w > 0) printf("  %-12s power %.0f W: %s\n", "", h->power_w, h->power_source);
+    }
+    printf("sparse prefill methods (--sparse-prefill; prefill time factor at 8K / 16K / 32K tokens, llama3.1-8b):\n");
+    const sched_sim_shape *l3 = sched_sim_shape_find("llama3.1-8b");
+    for (int i = 0; devices_sim_sparse_at(i); i++) {
+        const sched_sim_sparse *sp = devices_sim_sparse_at(i);
+        printf("  %-12s %.3f / %.3f / %.3f: %s\n", sp->name, sched_sim_sparse_factor(sp, l3, 8192),
+               sched_sim_sparse_factor(sp, l3, 16384), sched_sim_sparse_factor(sp, l3, 32768), sp->source);
     }
 }
 
@@ -495,6 +511,7 @@ static int usage(FILE *f)
             "         [--rate R | --clients C] [--requests N] [--seed S] [--tbt-budget-ms B] [--gpu-batch K]\n"
             "         [--fpga-prefill] [--gpu-prefill MS@TOKENS] [--gpu-decode MS@CTX] [--list]\n"
             "         [--slo-tbt-ms MS] [--slo-ttft-ms MS] [--placement weigh|cards-first]\n"
+            "         [--sparse-prefill trishape|flexprefill]\n"
             "       tandem simulate --compare [--model llama3.1-8b] [--card u280-batch] [--requests N]\n"
             "       tandem simulate --fig7 [--gpus a100,v100s] [--card u280] [--requests N] [--gpu-batch K]\n"
             "       tandem simulate --node A/B[/C...] [--net GBIT[:US]] [--net-sweep] [...]\n"
@@ -583,6 +600,12 @@ int dmn_cmd_simulate(int argc, char **argv)
             }
             o.net_gbit = g;
             o.net_us = us;
+        } else if ((v = dmn_opt(&i, argc, argv, "--sparse-prefill", &bad))) {
+            o.sparse = devices_sim_sparse(v);
+            if (!o.sparse) {
+                fprintf(stderr, "tandem simulate: --sparse-prefill takes trishape or flexprefill\n");
+                return 2;
+            }
         } else if (dmn_flag(i, argv, "--net-sweep")) do_net_sweep = 1;
         else if (dmn_flag(i, argv, "--fig7")) do_fig7 = 1;
         else if (dmn_flag(i, argv, "--list")) {

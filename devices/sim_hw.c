@@ -6,6 +6,7 @@
 #include "fpga/xrt/u280.h"
 #include "fpga/kernels/dec_layout.h"
 #include "gpu/curve.h"
+#include <string.h>
 
 /* Board power at full load (tok/J in tandem simulate). */
 #define H200_W 700.0
@@ -93,4 +94,39 @@ const sched_sim_catalog *devices_sim_hw(void)
 {
     static const sched_sim_catalog c = {hws, (int)(sizeof hws / sizeof hws[0])};
     return &c;
+}
+
+/* Sparse prefill on the H200 (BENCHMARKS.md, "The three methods on the H200", 2026-11-28,
+ * tests/gpu/logs/2026-11-28-xattn/kernels.md: Llama-3-8B attention shape, structured synthetic
+ * Q/K, ms per layer at 32K; the index and the sparse attention over the engine's dense ws kernel
+ * on the same rows). */
+static const sched_sim_sparse sparse[] = {
+    /* Tri-shape (start 128, recent 1920, 1024-token chunks, the last 100 tokens dense): density
+     * 0.154, attention 3.04 ms, index 0.81 ms, dense 14.8 ms. Its lists do not depend on the
+     * prompt: the density at every length is the geometry's (0.154 / 0.079 / 0.040 measured at
+     * 32K / 64K / 128K); end to end 882 / 1,758 / 3,549 ms against dense 1,231 / 3,467 /
+     * 10,905 ms (tests/gpu/logs/2026-11-28-xattn/e2e.jsonl) */
+    {"trishape", 128, 1920, 1024, 100, 0, 32768, 3.04 / (14.8 * 0.154), 0.81 / 14.8,
+     "Tri-shape on tandem's H200 (2026-11-28-xattn kernels.md, 32K: density 0.154, attention "
+     "3.04 ms, index 0.81 ms, dense 14.8 ms per layer); density from its geometry at every length"},
+    /* FlexPrefill (gamma 0.9, tau 0.1, min_budget 1024) at the density of the structured
+     * synthetic inputs: 0.095, attention 1.60 ms, index 1.69 ms, dense 15.5 ms. Its density
+     * depends on the prompt's attention; below 32K it is not measured and is taken to grow as
+     * 32K / n (its budgets are counted in tokens) */
+    {"flexprefill", 0, 0, 0, 0, 0.095, 32768, 1.60 / (15.5 * 0.095), 1.69 / 15.5,
+     "FlexPrefill on tandem's H200 (2026-11-28-xattn kernels.md, 32K structured: density 0.095, "
+     "attention 1.60 ms, index 1.69 ms, dense 15.5 ms per layer); density x 32K / n below 32K "
+     "(not measured)"},
+};
+
+const sched_sim_sparse *devices_sim_sparse_at(int i)
+{
+    return i >= 0 && i < (int)(sizeof sparse / sizeof sparse[0]) ? &sparse[i] : NULL;
+}
+
+const sched_sim_sparse *devices_sim_sparse(const char *name)
+{
+    for (int i = 0; devices_sim_sparse_at(i); i++)
+        if (!strcmp(sparse[i].name, name)) return &sparse[i];
+    return NULL;
 }

@@ -7,5 +7,9 @@
 
 /* The catalogue (a static table; any thread). */
 const sched_sim_catalog *devices_sim_hw(void);
+/* The sparse prefill methods measured on tandem's H200 (`tandem simulate --sparse-prefill`):
+ * element i, NULL past the end; by name, NULL when unknown. */
+const sched_sim_sparse *devices_sim_sparse_at(int i);
+const sched_sim_sparse *devices_sim_sparse(const char *name);
 
 #endif

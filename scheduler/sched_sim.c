@@ -301,7 +301,7 @@ static void iterate(sched_sim *s, int di)
         sim_req *r = d->pf_head;
         int remaining = r->pub->n_prompt - r->pf_done;
         int k = sched_policy_chunk(remaining, decoding, budget, budget - spent, &d->rate);
-        double ct = sched_sim_prefill_s(m, k, r->pf_done);
+        double ct = sched_sim_prefill_chunk_s(m, k, r->pf_done, r->pub->n_prompt);
         if (r->split) ship(s, d, r, k, t + dt, ct);
         sched_rate_observe(&d->rate, k, ct);
         dt += ct;

@@ -92,6 +92,7 @@ int sched_sim_dev_init(sched_sim_dev_model *d, const sched_sim_hw *hw, const sch
     d->fixed_s = hw->fixed_s;
     d->seq_s = hw->seq_s;
     d->params = s->params;
+    d->shape = *s;
     d->weight_bytes = weight_bytes(s, hw->weight_bits);
     d->kv_bytes_per_token = kv_bytes(s, hw->kv_bits);
     d->n_layers = s->n_layers;
@@ -124,6 +125,44 @@ double sched_sim_prefill_s(const sched_sim_dev_model *d, int n, int pos0)
     double attn = 4.0 * d->n_layers * (double)d->attn_dim * n * (pos0 + n / 2.0);
     double flops = 2.0 * d->params * n + attn;
     return d->fixed_s + (d->prefill_flops > 0 ? flops / d->prefill_flops : 1e9);
+}
+
+double sched_sim_sparse_density(const sched_sim_sparse *sp, int n)
+{
+    if (!sp || n <= 0) return 1;
+    if (sp->chunk <= 0) {
+        double d = n >= sp->ref_n ? sp->density_ref : sp->density_ref * sp->ref_n / n;
+        return d < 1 ? d : 1;
+    }
+    /* Tri-shape: sparse chunks, then a dense tail */
+    int tail = sp->tail < n ? sp->tail : n, ns = n - tail;
+    double keys = 0;
+    for (int pos = 0; pos < ns; pos += sp->chunk) {
+        double len = ns - pos < sp->chunk ? ns - pos : sp->chunk;
+        double before = pos < sp->start ? pos : sp->start;
+        double recent = pos - sp->start > 0 ? pos - sp->start : 0;
+        if (recent > sp->recent) recent = sp->recent;
+        keys += len * (before + recent) + len * (len + 1) / 2;
+    }
+    for (int p = ns; p < n; p++) keys += p + 1.0;
+    return keys / ((double)n * (n + 1) / 2);
+}
+
+double sched_sim_sparse_factor(const sched_sim_sparse *sp, const sched_sim_shape *s, int n)
+{
+    if (!sp || !s || n <= 0 || !(sp->ref_n > 0)) return 1;
+    double r = sp->attn_per_density * sched_sim_sparse_density(sp, n) + sp->index_share * sp->ref_n / n;
+    if (!(r < 1)) return 1;
+    double attn = 4.0 * s->n_layers * (double)s->n_heads * s->head_dim * n * (n / 2.0);
+    double lin = 2.0 * s->params * n;
+    return (lin + r * attn) / (lin + attn);
+}
+
+double sched_sim_prefill_chunk_s(const sched_sim_dev_model *d, int n, int pos0, int n_prompt)
+{
+    double t = sched_sim_prefill_s(d, n, pos0);
+    if (!d->sparse || n <= 0) return t;
+    return d->fixed_s + (t - d->fixed_s) * sched_sim_sparse_factor(d->sparse, &d->shape, n_prompt);
 }
 
 /* The measured curve's step time at `batch` (positions curve_ctx each). */

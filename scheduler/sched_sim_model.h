@@ -81,6 +81,34 @@ typedef struct sched_sim_hw {
     double curve_kv_bps;
 } sched_sim_hw;
 
+/* Sparse prefill on a GPU (issue 22's methods), priced as a factor on a prompt's dense prefill
+ * time that depends on its length n (every chunk of the prompt takes the factor):
+ *   factor(n) = (linear + r(n) x attention) / (linear + attention)
+ * linear and attention the two terms of sched_sim_prefill_flops (pos0 0, n tokens), and r(n) the
+ * time of the sparse attention and its index over the dense attention's, from kernels measured
+ * at ref_n tokens:
+ *   r(n) = min(1, attn_per_density x density(n) + index_share x ref_n / n)
+ * (the sparse kernel's time per unit of density; the index is linear in n where attention is
+ * quadratic). density(n): Tri-shape's fixed geometry when chunk > 0 — each chunk of `chunk`
+ * tokens sees the first `start` and the last `recent` cached tokens and itself causally, the last
+ * `tail` tokens run dense — else density_ref at ref_n and above, density_ref x ref_n / n below
+ * (budgets counted in tokens). r >= 1 prices the prompt dense (an operator prefills such prompts
+ * dense: sparse_dense_below). The same factor on every GPU of every node. The FLOP split
+ * gives attention a smaller share of a long prefill than the measured kernels do (at 32K 35 %
+ * against 38 %), so the modelled gain is below the measured one (tests/scheduler). */
+typedef struct sched_sim_sparse {
+    const char *name;
+    int start, recent, chunk, tail; /* Tri-shape's geometry (chunk 0: density_ref) */
+    double density_ref, ref_n;
+    double attn_per_density, index_share;
+    const char *source;
+} sched_sim_sparse;
+
+/* The share of causal attention a Tri-shape-like geometry computes at n tokens, or the
+ * density_ref rule; the factor above (1 for sp NULL). */
+double sched_sim_sparse_density(const sched_sim_sparse *sp, int n);
+double sched_sim_sparse_factor(const sched_sim_sparse *sp, const sched_sim_shape *s, int n);
+
 /* A device as the simulator prices it (derived from a profile and a shape). */
 typedef struct sched_sim_dev_model {
     char name[32];
@@ -95,6 +123,8 @@ typedef struct sched_sim_dev_model {
     double link_bps, link_s;
     double power_w, decode_ops;
     int node;                  /* 0: the node holding the clients; > 0: another (remote) node */
+    const sched_sim_sparse *sparse; /* its prefill's sparse method (NULL: dense) */
+    sched_sim_shape shape;     /* the model it runs (the sparse factor's FLOP split) */
 } sched_sim_dev_model;
 
 /* The network between nodes when a spec names several and the caller sets none: 100 Gbit/s
@@ -156,6 +186,9 @@ double sched_sim_net_wire_s(const sched_sim_model *m, double bytes);
 
 double sched_sim_prefill_flops(const sched_sim_shape *s, double n, double pos0);
 double sched_sim_prefill_s(const sched_sim_dev_model *d, int n, int pos0);
+/* A chunk of n tokens at pos0 of a prompt of n_prompt tokens: sched_sim_prefill_s, its FLOP term
+ * times the sparse factor of n_prompt when the device prefills sparse. */
+double sched_sim_prefill_chunk_s(const sched_sim_dev_model *d, int n, int pos0, int n_prompt);
 double sched_sim_decode_s(const sched_sim_dev_model *d, int batch, long long sum_ctx);
 /* The rate a decode step of d reads KV positions beyond its curve's (or calibration's) own. */
 double sched_sim_kv_bps(const sched_sim_dev_model *d);

@@ -42,8 +42,16 @@ rc=$?
 check simulate_compare_never_caps_gpu sh -c "[ $rc = 2 ] && grep -q 'best batch' $T/out"
 "$TANDEM" simulate --compare --model llama3.1-8b --requests 16 >"$T/cmp" 2>&1
 check simulate_compare_rows sh -c "[ \$(grep -c '^| decode-heavy' $T/cmp) = 12 ] && [ \$(grep -c '^| prefill-heavy' $T/cmp) = 12 ] && grep -q '| 8xh200-tandem |' $T/cmp && grep -q '| weigh |' $T/cmp && grep -q '| cards-first |' $T/cmp"
+# sparse prefill on every GPU: the same node with Tri-shape's measured kernels prefills faster
+"$TANDEM" simulate --node h200-tandem --model llama3.1-8b --workload 32768:4 --clients 1 --requests 10 >"$T/dense" 2>&1
+"$TANDEM" simulate --node h200-tandem --model llama3.1-8b --workload 32768:4 --clients 1 --requests 10 \
+    --sparse-prefill trishape >"$T/sparse" 2>&1
+check simulate_sparse_prefill sh -c "grep -q 'GPU prefill trishape' $T/sparse && ! grep -q 'GPU prefill' $T/dense && [ \$(sed -n 's/.*TTFT p50 \([0-9.]*\) s.*/\1/p' $T/sparse | tr -d .) -lt \$(sed -n 's/.*TTFT p50 \([0-9.]*\) s.*/\1/p' $T/dense | tr -d .) ]"
+"$TANDEM" simulate --sparse-prefill xattn >"$T/out" 2>&1
+rc=$?
+check simulate_sparse_prefill_bad sh -c "[ $rc = 2 ] && grep -q 'trishape or flexprefill' $T/out"
 "$TANDEM" simulate --list >"$T/out" 2>&1
-check simulate_list sh -c "grep -q 'u280-tandem' $T/out && grep -q 'h200-tandem' $T/out && grep -q 'u280-batch' $T/out && grep -q 'power 225 W' $T/out"
+check simulate_list sh -c "grep -q 'u280-tandem' $T/out && grep -q 'h200-tandem' $T/out && grep -q 'u280-batch' $T/out && grep -q 'power 225 W' $T/out && grep -q '^  trishape ' $T/out"
 # several nodes: the other nodes' cards decode with KV shipped over the network
 "$TANDEM" simulate --node "h200-tandem/4xu280-batch" --model llama3-8b --workload 4096:64 --clients 8 \
     --requests 32 --placement cards-first --net 25:20 >"$T/out" 2>&1

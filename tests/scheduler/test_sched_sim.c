@@ -536,3 +536,58 @@ TEST(sched_sim_remote_handover_times)
     CHECK_NEAR(sum.handover_p50, r.t_second - r.t_first, 1e-12);
     sched_sim_free(s);
 }
+
+/* Sparse prefill (--sparse-prefill, sched_sim_sparse): Tri-shape's geometry gives the densities
+ * measured on the H200 (tests/gpu/logs/2026-11-28-xattn/kernels.md: 0.154 / 0.079 / 0.040 at
+ * 32K / 64K / 128K), and its prefill factor is never more of a gain than the measured end-to-end
+ * TTFTs (e2e.jsonl: 882 / 1,758 / 3,549 ms against dense 1,231 / 3,467 / 10,905 ms), within 15 %
+ * of them (the FLOP split gives attention a smaller share than the kernels take). A sparse GPU's
+ * chunks of one prompt cost the factor of the prompt's length; dense prompts are untouched. */
+TEST(sched_sim_sparse_prefill_is_the_measured_methods)
+{
+    const sched_sim_sparse *tri = devices_sim_sparse("trishape"), *flex = devices_sim_sparse("flexprefill");
+    REQUIRE(tri && flex);
+    CHECK(!devices_sim_sparse("dense"));
+    const sched_sim_shape *s = sched_sim_shape_find("llama3.1-8b");
+    REQUIRE(s);
+    static const struct { int n; double density, dense_ms, sparse_ms; } m[] = {
+        {32768, 0.154, 1231, 882}, {65536, 0.079, 3467, 1758}, {131072, 0.040, 10905, 3549}};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        double d = sched_sim_sparse_density(tri, m[i].n), f = sched_sim_sparse_factor(tri, s, m[i].n);
+        double meas = m[i].sparse_ms / m[i].dense_ms;
+        CHECK_MSG(fabs(d / m[i].density - 1) < 0.03, "%d: density %.4f, measured %.3f", m[i].n, d, m[i].density);
+        CHECK_MSG(f >= meas && f < 1.15 * meas, "%d: factor %.3f, measured %.3f", m[i].n, f, meas);
+    }
+    /* a prompt of 8K: Tri-shape keeps over half the causal blocks, and gains next to nothing */
+    CHECK(sched_sim_sparse_density(tri, 8192) > 0.5);
+    CHECK(sched_sim_sparse_factor(tri, s, 8192) > 0.98 && sched_sim_sparse_factor(tri, s, 8192) <= 1);
+    /* FlexPrefill: the measured density at 32K and above, x 32K / n below; dense is 1 */
+    CHECK_NEAR(sched_sim_sparse_density(flex, 65536), 0.095, 1e-12);
+    CHECK_NEAR(sched_sim_sparse_density(flex, 16384), 0.19, 1e-12);
+    CHECK_EQ(sched_sim_sparse_factor(NULL, s, 32768), 1.0);
+    /* the device: the chunks of a 32K prompt add up to the factor times the dense prefill */
+    static sched_sim_model mm;
+    char err[256];
+    REQUIRE(sched_sim_model_build(&mm, devices_sim_hw(), "h200-tandem", "llama3.1-8b", 0, err, sizeof err) == 0);
+    sched_sim_dev_model *g = &mm.dev[0];
+    double dense = sched_sim_prefill_s(g, 32768, 0);
+    CHECK_NEAR(sched_sim_prefill_chunk_s(g, 32768, 0, 32768), dense, 1e-12);
+    g->sparse = tri;
+    double chunks = 0;
+    for (int p = 0; p < 32768; p += 4096) chunks += sched_sim_prefill_chunk_s(g, 4096, p, 32768);
+    CHECK_NEAR(chunks, dense * sched_sim_sparse_factor(tri, s, 32768), 1e-9);
+    /* through the simulator: one 32K request on the idle GPU, first token after the factor x
+     * the dense prefill */
+    for (int sp = 0; sp < 2; sp++) {
+        g->sparse = sp ? tri : NULL;
+        sched_sim_config cfg = {&mm, mm.n_devs, 0.025, 0, NULL, NULL, NULL, .cards_first = 0};
+        sched_sim *sim = sched_sim_new(&cfg, err, sizeof err);
+        REQUIRE(sim);
+        sched_sim_req r = {.arrival = 0, .n_prompt = 32768, .n_out = 4};
+        REQUIRE(sched_sim_submit(sim, &r) == 0);
+        sched_sim_run(sim, 0);
+        CHECK_EQ(r.state, SCHED_SIM_DONE);
+        CHECK_NEAR(r.t_first, dense * (sp ? sched_sim_sparse_factor(tri, s, 32768) : 1), 1e-9);
+        sched_sim_free(sim);
+    }
+}
