@@ -12,10 +12,12 @@
  * 1 ± 0.1, biases ± 0.02: random, but with activations of a realistic scale. */
 #include "model/ckpt/model.h"
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct spec {
     int hidden, layers, heads, kv_heads, head_dim, inter, vocab, max_pos, tie, bias, shards;
@@ -31,18 +33,20 @@ typedef struct tensor {
     int kind;           /* 0 weight, 1 norm, 2 bias */
 } tensor;
 
+/* splitmix64: fast, good enough for weights, and a counter: the k-th value after state x is
+ * mix(x + k * gamma), so threads fill disjoint ranges of a tensor from the same sequence and the
+ * file is byte for byte the one a single thread writes */
+#define MK_GAMMA 0x9e3779b97f4a7c15ull
 static uint64_t rng;
-static inline uint64_t next(void)
+static inline uint64_t mix(uint64_t z)
 {
-    /* splitmix64: fast, and good enough for weights */
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
-static inline float uni(void) /* [-1, 1) */
+static inline float uni_at(uint64_t state) /* [-1, 1) */
 {
-    return (float)((int64_t)(next() >> 11) - (1ll << 52)) / (float)(1ll << 52);
+    return (float)((int64_t)(mix(state) >> 11) - (1ll << 52)) / (float)(1ll << 52);
 }
 
 static size_t esize(enum model_dtype t)
@@ -59,24 +63,59 @@ static void put(void *dst, enum model_dtype t, float v)
     }
 }
 
-static int write_tensor_data(FILE *fp, const spec *s, const tensor *t)
+typedef struct fill_job {
+    unsigned char *buf;
+    int64_t from, to; /* values [from, to) of the buffer */
+    uint64_t state;   /* the sequence's state before value 0 of the buffer */
+    enum model_dtype dtype;
+    size_t es;
+    int kind;
+} fill_job;
+
+static void *fill(void *arg)
 {
+    const fill_job *j = arg;
     /* std 0.02 for a uniform distribution: half-width 0.02 * sqrt(3) */
     const float w = 0.0346410162f;
+    for (int64_t i = j->from; i < j->to; i++) {
+        const float u = uni_at(j->state + (uint64_t)(i + 1) * MK_GAMMA);
+        const float v = j->kind == 1 ? 1.0f + 0.1f * u : j->kind == 2 ? 0.02f * u : w * u;
+        put(j->buf + i * j->es, j->dtype, v);
+    }
+    return NULL;
+}
+
+enum { MK_THREADS = 64, MK_CHUNK = 1 << 24 }; /* values per write: 32-64 MB */
+static int nthreads = 1;
+
+static int write_tensor_data(FILE *fp, const spec *s, const tensor *t)
+{
     int64_t n = t->rows * (t->cols ? t->cols : 1);
     size_t es = esize(s->dtype);
-    enum { CH = 1 << 16 };
-    unsigned char buf[CH * 4];
-    for (int64_t i = 0; i < n;) {
-        int64_t k = n - i < CH ? n - i : CH;
-        for (int64_t j = 0; j < k; j++) {
-            float v = t->kind == 1 ? 1.0f + 0.1f * uni() : t->kind == 2 ? 0.02f * uni() : w * uni();
-            put(buf + j * es, s->dtype, v);
+    int64_t cap = n < MK_CHUNK ? n : MK_CHUNK;
+    unsigned char *buf = malloc((size_t)(cap > 0 ? cap : 1) * es);
+    if (!buf) return -1;
+    int rc = 0;
+    for (int64_t i = 0; i < n && !rc;) {
+        int64_t k = n - i < cap ? n - i : cap;
+        int nt = k < 65536 ? 1 : nthreads;
+        fill_job jobs[MK_THREADS];
+        pthread_t th[MK_THREADS];
+        int started[MK_THREADS] = {0};
+        for (int x = 0; x < nt; x++) {
+            jobs[x] = (fill_job){buf, k * x / nt, k * (x + 1) / nt, rng, s->dtype, es, t->kind};
+            if (x > 0) started[x] = pthread_create(&th[x], NULL, fill, &jobs[x]) == 0;
+            if (x > 0 && !started[x]) fill(&jobs[x]);
         }
-        if (fwrite(buf, es, k, fp) != (size_t)k) return -1;
+        fill(&jobs[0]);
+        for (int x = 1; x < nt; x++)
+            if (started[x]) pthread_join(th[x], NULL);
+        rng += (uint64_t)k * MK_GAMMA;
+        if (fwrite(buf, es, k, fp) != (size_t)k) rc = -1;
         i += k;
     }
-    return 0;
+    free(buf);
+    return rc;
 }
 
 static int add(tensor *v, int *n, const char *name, int64_t r, int64_t c, int kind)
@@ -233,6 +272,8 @@ int main(int argc, char **argv)
         return 2;
     }
     rng = s.seed;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    nthreads = ncpu < 1 ? 1 : ncpu > MK_THREADS ? MK_THREADS : (int)ncpu;
     if (mkdir(out, 0755) && errno != EEXIST) {
         perror(out);
         return 1;
