@@ -7,11 +7,15 @@ after a warm-up, one long prompt (random token ids, seeded; "cache_prompt": fals
 sent with the chosen prefill ("sparse_prefill" false for dense, or a method object). Every text
 chunk's arrival is taken by the client. Reported per phase (before the long prompt / while it
 prefills): gap count, p50, p99 and max of the time between consecutive tokens of a stream, and the
-long prompt's TTFT. The daemon's --tbt-budget-ms (default 50) bounds the prefill time put between
+long prompt's TTFT; also the gaps in the last quarter of the prefill's time (its deepest chunks).
+A prompt not answered within --max-wait seconds is reported as far as it went ("finished": false)
+and dropped. The daemon's --tbt-budget-ms (default 50) bounds the prefill time put between
 two decode steps, so a gap while prefilling should stay near budget + one decode step.
+With --admin URL (the daemon's admin listener) it also reports the prefill calls the daemon made
+for the long prompt (tandem_device_prefill_chunks_total before and after).
 Usage: tbt_during_prefill.py --api URL --tokens N [--streams K] [--mode dense|xattention|trishape|
-flexprefill] [--vocab V]; prints one JSON line."""
-import argparse, http.client, json, random, statistics, threading, time, urllib.parse
+flexprefill] [--vocab V] [--admin URL] [--max-wait S]; prints one JSON line."""
+import argparse, http.client, json, random, socket, statistics, threading, time, urllib.parse
 
 
 def stream_loop(api, stop, arrivals, idx, max_tokens, errors):
@@ -44,6 +48,22 @@ def stream_loop(api, stop, arrivals, idx, max_tokens, errors):
         c.close()
 
 
+def prefill_calls(admin):
+    """The daemon's prefill calls so far (summed over devices), or None."""
+    if not admin:
+        return None
+    u = urllib.parse.urlparse(admin)
+    try:
+        c = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode(errors="replace")
+        c.close()
+    except OSError:
+        return None
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("tandem_device_prefill_chunks_total"))
+
+
 def stats(gaps):
     if not gaps:
         return {"n": 0}
@@ -61,6 +81,8 @@ def main():
     ap.add_argument("--vocab", type=int, default=128000)
     ap.add_argument("--warm", type=float, default=5.0)
     ap.add_argument("--stream-tokens", type=int, default=3000)
+    ap.add_argument("--admin", default=None)
+    ap.add_argument("--max-wait", type=float, default=1200.0)
     a = ap.parse_args()
     stop = threading.Event()
     arrivals, errors = [], []
@@ -75,20 +97,32 @@ def main():
     body = {"prompt": prompt, "max_tokens": 1, "temperature": 0, "cache_prompt": False,
             "sparse_prefill": False if a.mode == "dense" else {"mode": a.mode}}
     u = urllib.parse.urlparse(a.api)
-    c = http.client.HTTPConnection(u.hostname, u.port, timeout=1200)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=a.max_wait)
+    calls0 = prefill_calls(a.admin)
     t0 = time.monotonic()
-    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-    r = c.getresponse()
-    resp = json.loads(r.read() or b"{}")
+    status, resp = None, {}
+    try:
+        c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        status = r.status
+        resp = json.loads(r.read() or b"{}")
+    except (socket.timeout, TimeoutError):
+        pass  # not finished within --max-wait: what was seen so far is reported, the request dropped
     t1 = time.monotonic()
+    c.close()
+    calls1 = prefill_calls(a.admin)
     time.sleep(1.0)
     stop.set()
     before = [g for (t, g) in arrivals if t < t0]
     during = [g for (t, g) in arrivals if t0 <= t <= t1]
+    last = [g for (t, g) in arrivals if t1 - (t1 - t0) / 4 <= t <= t1]
     usage = resp.get("usage", {})
-    print(json.dumps({"mode": a.mode, "tokens": a.tokens, "streams": a.streams, "status": r.status,
-                      "ttft_s": round(t1 - t0, 3), "prefill_density": usage.get("prefill_density"),
+    print(json.dumps({"mode": a.mode, "tokens": a.tokens, "streams": a.streams, "status": status,
+                      "finished": status is not None, "ttft_s": round(t1 - t0, 3),
+                      "prefill_density": usage.get("prefill_density"),
+                      "prefill_calls": None if calls0 is None or calls1 is None else calls1 - calls0,
                       "before": stats(before), "during": stats(during),
+                      "during_last_quarter": stats(last),
                       "error": resp.get("error"), "stream_errors": errors[:3]}))
 
 
