@@ -10,6 +10,7 @@
  * but /health and /ready needs one as a Bearer token. */
 #include "daemon/serve.h"
 #include "daemon/log.h"
+#include "peer/peer.h"
 #include "proto/buf.h"
 #include "proto/errors.h"
 #include "proto/status.h"
@@ -150,7 +151,19 @@ static void status(dmn_serve *d, dmn_http_req *r)
                        now - d->t_start, st.n_waiting, st.n_running, d->cfg.max_waiting,
                        d->cfg.max_running, d->api ? dmn_http_active(d->api) : 0, devs,
                        st.n_devices, reqs, n, st.placements_split, st.placements_fallback,
-                       st.placements_local, st.moves};
+                       st.placements_local, st.moves, NULL, 0};
+    /* the nodes are the loading thread's until the scheduler exists (after_load, on this loop) */
+    int n_peers = d->sched ? d->n_nodes : 0;
+    proto_status_peer peers[DMN_MAX_PEERS];
+    for (int i = 0; i < n_peers; i++) {
+        int state = peer_node_state(d->nodes[i]);
+        const char *name = peer_node_name(d->nodes[i]);
+        peers[i] = (proto_status_peer){peer_node_addr(d->nodes[i]), name[0] ? name : NULL,
+                                       state == PEER_NODE_UP ? "up" : state == PEER_NODE_DOWN ? "down" : "joining",
+                                       __builtin_popcount(d->node_opened[i])};
+    }
+    ps.peers = peers;
+    ps.n_peers = n_peers;
     reply(r, 200, "application/json", proto_status_json(&ps));
     free(reqs);
 }

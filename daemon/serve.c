@@ -266,6 +266,7 @@ static void on_tick(uv_timer_t *t)
         dmn_notify("WATCHDOG=1");
         d->last_watchdog = now;
     }
+    dmn_peer_tick(d);
     if (now - d->last_status >= STATUS_EVERY_S && d->sched) {
         sched_stats st;
         sched_get_stats(d->sched, &st);

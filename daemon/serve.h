@@ -58,6 +58,14 @@ typedef struct dmn_serve {
     int n_peer_devs;
     struct peer_node *nodes[DMN_MAX_PEERS];
     int n_nodes;
+    unsigned node_opened[DMN_MAX_PEERS]; /* device indices of each node in the scheduler */
+    double node_retry_at[DMN_MAX_PEERS]; /* a device that failed to open: tried again then, */
+    double node_retry_s[DMN_MAX_PEERS];  /* after this long (doubling from 2 s to 60 s) */
+    accel_opts peer_opts;      /* how the peers' devices are opened (a late one too) */
+    uv_work_t peer_work;       /* opening a late peer's devices (serve_peer.c) */
+    int peer_work_busy;        /* one at a time */
+    int peer_work_node;        /* its node */
+    accel_dev *peer_new[32];   /* what that work opened, by device index */
     sched *sched;
     char served_name[128];
     proto_limits limits;
@@ -90,6 +98,9 @@ struct accel_opts;
 int dmn_peer_load_key(dmn_serve *d, char *err, size_t errlen);
 void dmn_peer_open(dmn_serve *d, const struct accel_opts *opts);
 void dmn_peer_close(dmn_serve *d);
+/* The loop's tick: a peer that answered since start-up (peer_node_pending) gets its devices
+ * opened on the thread pool and added to the scheduler. */
+void dmn_peer_tick(dmn_serve *d);
 
 /* api.c */
 extern const dmn_http_handler dmn_api_handler; /* ctx: dmn_serve */

@@ -1,7 +1,12 @@
 /* daemon/serve_peer.c — the daemon's side of peer/peer.h: lends peer_devices to the nodes that
  * connect to kv_listen, and opens the devices of the nodes in `peers` as devices of its own
  * (after its local ones: the scheduler places on local cards first). Runs while loading (a
- * thread-pool thread) and at release, like the rest of the engine. */
+ * thread-pool thread) and at release, like the rest of the engine.
+ *
+ * A peer that does not answer within peer_wait at start-up is not dropped: it is kept as a
+ * pending node (peer_node_pending), tried in the background with backoff, and once it answers
+ * the loop's tick (dmn_peer_tick) opens its devices on the thread pool (each is a connection and
+ * a handshake) and adds them to the running scheduler (sched_add_device). */
 #include "daemon/log.h"
 #include "daemon/serve.h"
 #include "devices/devices.h"
@@ -51,6 +56,7 @@ void dmn_peer_open(dmn_serve *d, const accel_opts *opts)
     dmn_config *c = &d->cfg;
     char err[512], list[1024];
     peer_set_log(log_hook);
+    d->peer_opts = *opts;
     if (c->kv_listen[0]) {
         snprintf(list, sizeof list, "%s", c->peer_devices);
         char *save = NULL;
@@ -88,10 +94,26 @@ void dmn_peer_open(dmn_serve *d, const accel_opts *opts)
             return;
         }
         peer_node *n;
-        if (peer_node_connect(addr, d->node_name, d->peer_key, d->m, c->peer_wait, &n, err, sizeof err)) {
+        int st = peer_node_connect(addr, d->node_name, d->peer_key, d->m, c->peer_wait, &n, err, sizeof err);
+        if (st == PEER_ERR_IO || st == PEER_ERR_TIMEOUT) {
+            /* down (nobody listens there yet): tried in the background, joins when it answers */
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            if (peer_node_pending(addr, d->node_name, d->peer_key, d->m, &n, err, sizeof err)) {
+                dmn_log(DMN_LOG_WARN, "peer_skipped", "addr=%s reason=\"%s\"", addr, err);
+                continue;
+            }
+            dmn_log(DMN_LOG_WARN, "peer_down", "addr=%s reason=\"%s\" msg=\"tried again in the background: "
+                    "its devices are added when it answers\"", addr, why);
+            peer_node_set_transport(n, peer_transport_parse(c->peer_transport));
+            d->nodes[d->n_nodes++] = n;
+            continue;
+        }
+        if (st) { /* a wrong key, another model: a configuration to fix, not a node to wait for */
             dmn_log(DMN_LOG_WARN, "peer_skipped", "addr=%s reason=\"%s\"", addr, err);
             continue;
         }
+        int k = d->n_nodes;
         d->nodes[d->n_nodes++] = n;
         peer_node_set_transport(n, peer_transport_parse(c->peer_transport));
         for (int i = 0; i < peer_node_n_devs(n); i++) {
@@ -106,7 +128,89 @@ void dmn_peer_open(dmn_serve *d, const accel_opts *opts)
                 continue;
             }
             d->devs[d->n_devs++] = dev;
+            d->node_opened[k] |= 1u << i;
         }
+    }
+}
+
+/* ---------------------------------------------------------------- a peer that joins later */
+
+/* Thread pool: opens the devices of node d->peer_work_node that the scheduler lacks. */
+static void open_late(uv_work_t *w)
+{
+    dmn_serve *d = w->data;
+    int k = d->peer_work_node;
+    peer_node *n = d->nodes[k];
+    char err[512];
+    for (int i = 0; i < peer_node_n_devs(n) && i < 32; i++) {
+        d->peer_new[i] = NULL;
+        if (d->node_opened[k] & (1u << i)) continue;
+        d->peer_new[i] = devices_open_remote(n, i, d->m, &d->peer_opts, err, sizeof err);
+        if (!d->peer_new[i])
+            dmn_log(DMN_LOG_WARN, "peer_device_skipped", "peer=%s index=%d reason=\"%s\"",
+                    peer_node_name(n), i, err);
+    }
+}
+
+/* Loop: the devices open_late opened join the scheduler (or are closed: stopping, no room). */
+static void open_late_done(uv_work_t *w, int status)
+{
+    (void)status;
+    dmn_serve *d = w->data;
+    int k = d->peer_work_node;
+    peer_node *n = d->nodes[k];
+    int missing = 0;
+    for (int i = 0; i < peer_node_n_devs(n) && i < 32; i++) {
+        if (d->node_opened[k] & (1u << i)) continue;
+        accel_dev *dev = d->peer_new[i];
+        d->peer_new[i] = NULL;
+        if (!dev) {
+            missing = 1;
+            continue;
+        }
+        char err[256] = "the daemon is stopping";
+        int at = -1;
+        if (d->sched && !d->exiting && d->closing_at <= 0 && d->n_devs < SCHED_MAX_DEVICES)
+            at = sched_add_device(d->sched, dev, err, sizeof err);
+        else if (d->n_devs >= SCHED_MAX_DEVICES)
+            snprintf(err, sizeof err, "devices (local and remote): at most %d", SCHED_MAX_DEVICES);
+        accel_info ai;
+        accel_get_info(dev, &ai);
+        if (at < 0) {
+            dmn_log(DMN_LOG_WARN, "peer_device_skipped", "peer=%s device=%s reason=\"%s\"",
+                    peer_node_name(n), ai.name, err);
+            accel_free(dev);
+            missing = 1;
+            continue;
+        }
+        d->devs[d->n_devs++] = dev;
+        d->node_opened[k] |= 1u << i;
+        dmn_log(DMN_LOG_INFO, "peer_device_added", "peer=%s device=%s kind=%s decode=%d desc=\"%s\"",
+                peer_node_name(n), ai.name, accel_kind_name(ai.kind), !!(ai.caps & ACCEL_CAP_DECODE), ai.desc);
+    }
+    if (missing) { /* a node that went down again, or a device it cannot lend: not every tick */
+        double r = d->node_retry_s[k];
+        d->node_retry_s[k] = r = r < 2 ? 2 : r * 2 > 60 ? 60 : r * 2;
+        d->node_retry_at[k] = sched_now() + r;
+    }
+    d->peer_work_busy = 0;
+}
+
+void dmn_peer_tick(dmn_serve *d)
+{
+    if (d->peer_work_busy || !d->sched || d->exiting || d->closing_at > 0) return;
+    double now = sched_now();
+    for (int k = 0; k < d->n_nodes; k++) {
+        peer_node *n = d->nodes[k];
+        int nd = peer_node_n_devs(n); /* 0 while it never answered */
+        unsigned all = nd >= 32 ? ~0u : (1u << nd) - 1;
+        if (peer_node_state(n) != PEER_NODE_UP || (d->node_opened[k] & all) == all || now < d->node_retry_at[k])
+            continue;
+        d->peer_work_busy = 1;
+        d->peer_work_node = k;
+        d->peer_work.data = d;
+        if (uv_queue_work(d->loop, &d->peer_work, open_late, open_late_done)) d->peer_work_busy = 0;
+        return;
     }
 }
 

@@ -92,9 +92,24 @@ enum peer_transport { PEER_TRANSPORT_AUTO, PEER_TRANSPORT_STREAM, PEER_TRANSPORT
 /* -1 for an unknown name ("" is auto). */
 int peer_transport_parse(const char *s);
 void peer_node_set_transport(peer_node *n, int transport);
-/* The node's name, and the devices it offered when we connected. */
+/* A node that did not answer when we started (peer_node_connect failed with PEER_ERR_IO or
+ * PEER_ERR_TIMEOUT: nobody listens there yet): its heartbeat thread tries it in the background,
+ * PEER_RECONNECT_MIN_S after this call, then at doubling intervals up to PEER_RECONNECT_MAX_S,
+ * until it answers, authenticated, serving model m ("peer_joined" is logged; a refusal is logged
+ * as "peer_join_failed" and tried again). From then on it is a node like any other: its device
+ * list is known (peer_node_n_devs) and peer_remote_open may open them; its heartbeat and
+ * reconnection run as for a node that answered at once. PEER_OK or PEER_ERR_NOMEM. */
+int peer_node_pending(const char *addr, const char *my_name, const char *key, const model *m,
+                      peer_node **out, char *err, size_t errlen);
+/* JOINING: never answered yet (peer_node_pending); UP: answering its heartbeat; DOWN: lost, tried
+ * again in the background. Any thread. */
+enum peer_node_state { PEER_NODE_JOINING, PEER_NODE_UP, PEER_NODE_DOWN };
+int peer_node_state(const peer_node *n);
+/* The node's name and the devices it offered when it first answered ("" and 0 while JOINING;
+ * fixed after: any thread), and the address it was given by. */
 const char *peer_node_name(const peer_node *n);
 int peer_node_n_devs(const peer_node *n);
+const char *peer_node_addr(const peer_node *n);
 /* Stops the heartbeat and closes. Free the node's remote devices first. */
 void peer_node_free(peer_node *n);
 

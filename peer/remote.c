@@ -141,7 +141,8 @@ static int connect_auth(peer_node *n, peer_conn **out, peer_info *info, char *er
         snprintf(err, errlen, "the node at %s is now '%s', was '%s'", n->addr, name, n->name);
         st = PEER_ERR_PROTO;
     }
-    if (!st) snprintf(n->name, sizeof n->name, "%s", name);
+    /* written once (the first answer): a node's name is read from other threads after that */
+    if (!st && !n->name[0]) snprintf(n->name, sizeof n->name, "%s", name);
     if (st) {
         peer_conn_free(c);
         return st;
@@ -164,6 +165,14 @@ static void node_mark_dead(peer_node *n, const char *why)
 
 static int node_revive(peer_node *n);
 
+/* Does the node serve m (the handshake's device list)? */
+static int model_matches(const model *m, const peer_info *in)
+{
+    const model_config *c = &m->cfg;
+    return !memcmp(in->fingerprint, m->fingerprint, 32) && in->vocab == c->vocab &&
+           in->n_layers == c->n_layers && in->n_kv_heads == c->n_kv_heads && in->head_dim == c->head_dim;
+}
+
 /* Sleeps s seconds in slices, so that a stop is seen within 0.1 s. */
 static void nap(peer_node *n, double s)
 {
@@ -174,9 +183,50 @@ static void nap(peer_node *n, double s)
     }
 }
 
+/* A node that never answered yet (peer_node_pending): tried with backoff until it answers,
+ * authenticated, with our model; then its device list is known and the heartbeat goes on as
+ * for any node. A refusal (another key, another model) is logged once per reason and tried
+ * again all the same: the other node's configuration may be fixed and it restarted. 0 when it
+ * joined, -1 when stopped first. */
+static int join(peer_node *n)
+{
+    double backoff = PEER_RECONNECT_MIN_S;
+    int last_st = PEER_OK;
+    for (;;) {
+        nap(n, backoff);
+        if (atomic_load(&n->stop)) return -1;
+        char err[256];
+        peer_conn *hb;
+        peer_info in;
+        int st = connect_auth(n, &hb, &in, err, sizeof err);
+        if (!st && !model_matches(n->m, &in)) {
+            snprintf(err, sizeof err, "the node serves another model (fingerprint or shape differ)");
+            peer_conn_free(hb);
+            st = PEER_ERR_MODEL;
+        }
+        if (!st) {
+            n->info = in;
+            n->hb = hb;
+            pthread_mutex_lock(&n->mu);
+            n->live = in;
+            pthread_mutex_unlock(&n->mu);
+            atomic_store(&n->dead, 0);
+            atomic_store(&n->joined, 1); /* after info and name: readers check it first */
+            peer_log(0, "peer_joined", "peer=%s addr=%s devices=%d", n->name, n->addr, in.n_devs);
+            return 0;
+        }
+        if (st != PEER_ERR_IO && st != PEER_ERR_TIMEOUT && st != last_st)
+            peer_log(1, "peer_join_failed", "addr=%s reason=\"%s\" retry=\"every %.0f s at most\"",
+                     n->addr, err, PEER_RECONNECT_MAX_S);
+        last_st = st;
+        backoff = backoff * 2 < PEER_RECONNECT_MAX_S ? backoff * 2 : PEER_RECONNECT_MAX_S;
+    }
+}
+
 static void *heartbeat_main(void *arg)
 {
     peer_node *n = arg;
+    if (!atomic_load(&n->joined) && join(n)) return NULL;
     double last_ok = peer_now(), backoff = PEER_RECONNECT_MIN_S, next_try = 0;
     while (!atomic_load(&n->stop)) {
         nap(n, atomic_load(&n->dead) ? 0.1 : PEER_HEARTBEAT_S);
@@ -245,15 +295,11 @@ int peer_node_connect(const char *addr, const char *my_name, const char *key, co
         struct timespec ts = {0, 200000000}; /* a node that is still starting: again in 0.2 s */
         nanosleep(&ts, NULL);
     }
-    if (!st) {
-        const model_config *c = &m->cfg;
-        if (memcmp(n->info.fingerprint, m->fingerprint, 32) || n->info.vocab != c->vocab ||
-            n->info.n_layers != c->n_layers || n->info.n_kv_heads != c->n_kv_heads ||
-            n->info.head_dim != c->head_dim) {
-            snprintf(err, errlen, "the node serves another model (fingerprint or shape differ)");
-            st = PEER_ERR_MODEL;
-        }
+    if (!st && !model_matches(m, &n->info)) {
+        snprintf(err, errlen, "the node serves another model (fingerprint or shape differ)");
+        st = PEER_ERR_MODEL;
     }
+    if (!st) atomic_store(&n->joined, 1);
     if (!st && pthread_create(&n->th, NULL, heartbeat_main, n) == 0) n->th_started = 1;
     else if (!st) st = PEER_ERR_NOMEM;
     if (st) {
@@ -269,14 +315,48 @@ int peer_node_connect(const char *addr, const char *my_name, const char *key, co
     return PEER_OK;
 }
 
+int peer_node_pending(const char *addr, const char *my_name, const char *key, const model *m,
+                      peer_node **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    peer_node *n = calloc(1, sizeof *n);
+    if (!n) return PEER_ERR_NOMEM;
+    snprintf(n->addr, sizeof n->addr, "%s", addr);
+    snprintf(n->my_name, sizeof n->my_name, "%s", my_name);
+    snprintf(n->key, sizeof n->key, "%s", key);
+    n->m = m;
+    atomic_store(&n->dead, 1);
+    pthread_mutex_init(&n->mu, NULL);
+    if (pthread_create(&n->th, NULL, heartbeat_main, n)) {
+        snprintf(err, errlen, "peer %s: cannot start its thread", addr);
+        peer_node_free(n);
+        return PEER_ERR_NOMEM;
+    }
+    n->th_started = 1;
+    *out = n;
+    return PEER_OK;
+}
+
+int peer_node_state(const peer_node *n)
+{
+    peer_node *m = (peer_node *)n;
+    if (!atomic_load(&m->joined)) return PEER_NODE_JOINING;
+    return atomic_load(&m->dead) ? PEER_NODE_DOWN : PEER_NODE_UP;
+}
+
+const char *peer_node_addr(const peer_node *n)
+{
+    return n->addr;
+}
+
 const char *peer_node_name(const peer_node *n)
 {
-    return n->name;
+    return atomic_load(&((peer_node *)n)->joined) ? n->name : "";
 }
 
 int peer_node_n_devs(const peer_node *n)
 {
-    return n->info.n_devs;
+    return atomic_load(&((peer_node *)n)->joined) ? n->info.n_devs : 0;
 }
 
 void peer_node_free(peer_node *n)

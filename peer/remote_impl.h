@@ -24,6 +24,8 @@ struct peer_node {
     int th_started;
     _Atomic int stop;
     _Atomic int dead;
+    _Atomic int joined;      /* 1 once the node answered: info (and name) are set, not written
+                                again (peer_node_pending: 0 until its first answer) */
     _Atomic int calls;       /* device calls in flight on this node (any of its devices) */
     pthread_mutex_t mu;      /* devs, live */
     accel_dev *devs[PEER_MAX_DEVS];

@@ -83,6 +83,14 @@ char *proto_status_json(const proto_status *s)
                                       "fallback", (json_int_t)s->placements_fallback, "local",
                                       (json_int_t)s->placements_local));
         json_object_set_new(root, "moves", json_integer((json_int_t)s->moves));
+        json_t *peers = json_array();
+        for (int i = 0; peers && i < s->n_peers; i++) {
+            const proto_status_peer *p = &s->peers[i];
+            json_array_append_new(peers, json_pack("{s:o, s:o, s:o, s:i}", "addr", str_or_null(p->addr), "name",
+                                                   str_or_null(p->name), "state", str_or_null(p->state),
+                                                   "devices", p->devices));
+        }
+        json_object_set_new(root, "peers", peers ? peers : json_null());
     }
     return dump(root);
 }

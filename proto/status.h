@@ -37,6 +37,15 @@ typedef struct proto_status_req {
     double age_seconds;
 } proto_status_req;
 
+/* A node in `peers` (issue 26): "up" (answering its heartbeat), "down" (lost: tried again in
+ * the background), "joining" (never answered since start-up: tried in the background, its
+ * devices are added when it does); name NULL until it first answered; devices: how many of its
+ * devices this daemon places on. */
+typedef struct proto_status_peer {
+    const char *addr, *name, *state;
+    int devices;
+} proto_status_peer;
+
 typedef struct proto_status {
     const char *state; /* loading | ready | draining | failed */
     const char *version, *model, *model_dir;
@@ -49,6 +58,8 @@ typedef struct proto_status {
     /* decode placements (scheduler/sched.h): split to a card, fallback in place, in place on a
      * node without cards; failovers */
     uint64_t placements_split, placements_fallback, placements_local, moves;
+    const proto_status_peer *peers; /* "peers": [] when n_peers is 0 */
+    int n_peers;
 } proto_status;
 
 char *proto_status_json(const proto_status *s);

@@ -212,6 +212,12 @@ sched *sched_new(uv_loop_t *loop, accel_dev *const *devs, int n, const model_tok
                  const sched_config *cfg, void (*on_warm)(void *ctx, int ok), void *warm_ctx,
                  char *err, size_t errlen);
 
+/* Adds a device after the start (a peer's device, once that peer first answered: peer/peer.h),
+ * opened by the caller for the same model, outliving the scheduler like the others. Its worker
+ * starts and warms it up; placement considers it once warm. Loop thread. Its index, or -1 with
+ * a message in err (SCHED_MAX_DEVICES reached, another model, no thread). */
+int sched_add_device(sched *s, accel_dev *dev, char *err, size_t errlen);
+
 /* Stops the workers (running requests are dropped without events), joins them and closes the
  * loop handles; the memory is released once the loop has run the close callbacks. */
 void sched_free(sched *s);

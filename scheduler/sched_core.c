@@ -344,7 +344,7 @@ void sched_on_async(uv_async_t *a)
         sched_req *r = n->req;
         switch (n->kind) {
         case SCHED_NODE_WARM:
-            if (s->warm_pending > 0 && --s->warm_pending == 0 && s->on_warm) {
+            if (!s->dev[n->dev].late && s->warm_pending > 0 && --s->warm_pending == 0 && s->on_warm) {
                 int ok = 0;
                 for (int i = 0; i < s->n_devs; i++) ok |= atomic_load(&s->dev[i].warm) == 1;
                 s->on_warm(s->warm_ctx, ok);

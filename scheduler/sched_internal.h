@@ -176,6 +176,8 @@ typedef struct sched_dev {
     accel_info info0;            /* static description (name, kind, caps, max_batch) */
     pthread_t thread;
     int started;
+    int late;                    /* added after sched_new (sched_add_device): its warm-up is not
+                                    waited for by on_warm */
     /* inbox, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;

@@ -79,6 +79,49 @@ int sched_can_serve(sched *s, const char **why)
     return ok;
 }
 
+/* Slot i of the scheduler for dev: its book entry, its inbox, its prefix cache (loop thread;
+ * its worker not started yet). */
+static void dev_setup(sched *s, int i, accel_dev *dev)
+{
+    sched_dev *d = &s->dev[i];
+    d->s = s;
+    d->index = i;
+    d->dev = dev;
+    accel_get_info(dev, &d->info0);
+    sched_policy_dev *v = &s->book.dev[i];
+    v->kind = d->info0.kind;
+    v->caps = d->info0.caps;
+    v->health = ACCEL_HEALTH_FAILED; /* until warm */
+    v->mem_total = d->info0.mem_total;
+    v->kv_bytes_per_token = d->info0.kv_bytes_per_token;
+    v->block_tokens = d->info0.caps & ACCEL_CAP_PAGED ? d->info0.kv_block_tokens : 0;
+    v->max_running = s->cfg.max_running;
+    v->max_batch = d->info0.max_batch > 0 ? d->info0.max_batch : 1;
+    v->offload_bytes = d->info0.offload_bytes;
+    v->resident_per_token = d->info0.resident_per_token;
+    v->resident_per_block = d->info0.resident_per_block;
+    v->resident_default_blocks = d->info0.resident_default_blocks;
+    /* the decode cost by batch, where the device describes one: the placement weighs it */
+    if (d->info0.decode_curve.n > 0 && d->info0.decode_curve.n <= ACCEL_CURVE_MAX)
+        v->curve = d->info0.decode_curve;
+    const unsigned card = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
+    if (v->kind == ACCEL_KIND_FPGA && (v->caps & card) == card) s->n_cards++;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&d->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_store(&d->progress_ns, sched_now_ns());
+    /* the prefix cache of a paged device; the salt: the model's fingerprint (its config:
+     * dtype, rope scaling and the rest that changes the KV) */
+    if (!s->cfg.no_prefix_cache) {
+        uint64_t salt;
+        memcpy(&salt, s->m->fingerprint, sizeof salt);
+        d->pc = sched_pcache_new(dev, salt, s->cfg.host_cache_bytes);
+    }
+}
+
 sched *sched_new(uv_loop_t *loop, accel_dev *const *devs, int n, const model_tok *tok,
                  const sched_config *cfg, void (*on_warm)(void *ctx, int ok), void *warm_ctx,
                  char *err, size_t errlen)
@@ -119,45 +162,7 @@ sched *sched_new(uv_loop_t *loop, accel_dev *const *devs, int n, const model_tok
     s->book.opts.fpga_prefill = s->cfg.fpga_prefill;
     s->book.opts.chunk_budget_s = s->cfg.tbt_budget_ms > 0 ? s->cfg.tbt_budget_ms / 1e3 : 0;
     s->book.opts.ttft_slo_s = s->cfg.ttft_target_ms > 0 ? s->cfg.ttft_target_ms / 1e3 : 0;
-    for (int i = 0; i < n; i++) {
-        sched_dev *d = &s->dev[i];
-        d->s = s;
-        d->index = i;
-        d->dev = devs[i];
-        accel_get_info(devs[i], &d->info0);
-        sched_policy_dev *v = &s->book.dev[i];
-        v->kind = d->info0.kind;
-        v->caps = d->info0.caps;
-        v->health = ACCEL_HEALTH_FAILED; /* until warm */
-        v->mem_total = d->info0.mem_total;
-        v->kv_bytes_per_token = d->info0.kv_bytes_per_token;
-        v->block_tokens = d->info0.caps & ACCEL_CAP_PAGED ? d->info0.kv_block_tokens : 0;
-        v->max_running = s->cfg.max_running;
-        v->max_batch = d->info0.max_batch > 0 ? d->info0.max_batch : 1;
-        v->offload_bytes = d->info0.offload_bytes;
-        v->resident_per_token = d->info0.resident_per_token;
-        v->resident_per_block = d->info0.resident_per_block;
-        v->resident_default_blocks = d->info0.resident_default_blocks;
-        /* the decode cost by batch, where the device describes one: the placement weighs it */
-        if (d->info0.decode_curve.n > 0 && d->info0.decode_curve.n <= ACCEL_CURVE_MAX)
-            v->curve = d->info0.decode_curve;
-        const unsigned card = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
-        if (v->kind == ACCEL_KIND_FPGA && (v->caps & card) == card) s->n_cards++;
-        pthread_mutex_init(&d->mu, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&d->cv, &ca);
-        pthread_condattr_destroy(&ca);
-        atomic_store(&d->progress_ns, sched_now_ns());
-        /* the prefix cache of a paged device; the salt: the model's fingerprint (its config:
-         * dtype, rope scaling and the rest that changes the KV) */
-        if (!s->cfg.no_prefix_cache) {
-            uint64_t salt;
-            memcpy(&salt, s->m->fingerprint, sizeof salt);
-            d->pc = sched_pcache_new(devs[i], salt, s->cfg.host_cache_bytes);
-        }
-    }
+    for (int i = 0; i < n; i++) dev_setup(s, i, devs[i]);
     for (int i = 0; i < n; i++) {
         sched_dev *d = &s->dev[i];
         if (pthread_create(&d->thread, NULL, sched_worker_main, d) != 0) {
@@ -168,6 +173,39 @@ sched *sched_new(uv_loop_t *loop, accel_dev *const *devs, int n, const model_tok
         d->started = 1;
     }
     return s;
+}
+
+int sched_add_device(sched *s, accel_dev *dev, char *err, size_t errlen)
+{
+    if (s->stopping) {
+        snprintf(err, errlen, "the scheduler is stopping");
+        return -1;
+    }
+    if (s->n_devs >= SCHED_MAX_DEVICES || s->n_devs >= SCHED_BOOK_MAX_DEVICES) {
+        snprintf(err, errlen, "at most %d devices", SCHED_MAX_DEVICES);
+        return -1;
+    }
+    if (accel_model(dev) != s->m) {
+        snprintf(err, errlen, "the device was opened for another model");
+        return -1;
+    }
+    int i = s->n_devs;
+    dev_setup(s, i, dev);
+    sched_dev *d = &s->dev[i];
+    d->late = 1;
+    if (pthread_create(&d->thread, NULL, sched_worker_main, d) != 0) {
+        snprintf(err, errlen, "cannot start the worker thread of %s", d->info0.name);
+        sched_pcache_free(d->pc);
+        pthread_mutex_destroy(&d->mu);
+        pthread_cond_destroy(&d->cv);
+        memset(d, 0, sizeof *d);
+        return -1;
+    }
+    d->started = 1;
+    /* seen by the loop thread's next placement; no worker reads the device count */
+    s->n_devs++;
+    s->book.n++;
+    return i;
 }
 
 static void on_close(uv_handle_t *h)

@@ -22,11 +22,14 @@
 #                     placed on again and decodes a request with the same text as before
 #   peers3_*          three nodes, B and C lending a card each: two streams at once decode one
 #                     on B and one on C; C killed mid-stream loses nothing; B's text is one node's
+#   peers3_late_*     C is started after A (A's peer_wait 0): A starts without it (peer_down,
+#                     /admin/status "joining"), and once C is up it joins within seconds
+#                     (peer_joined, peer_device_added, "up" with 1 device); C's card then decodes
 . tests/e2e/lib/serve.sh
 export TANDEM_CACHE_DIR="$T/cache"
 KEY=e2e-peer-key-0123456789
 if ! "$TANDEM" generate --device fpga-emu:0 --ids 1 --max-tokens 1 >/dev/null 2>&1; then
-    for n in peers_placed peers_text peers_stream peers_shm peers_transport_stream peers_transport_tcp peers_wrong_key peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed peers_reconnect peers3_spread peers3_kill_c_loses_nothing peers3_text_b; do
+    for n in peers_placed peers_text peers_stream peers_shm peers_transport_stream peers_transport_tcp peers_wrong_key peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed peers_reconnect peers3_late_down peers3_late_joined peers3_spread peers3_kill_c_loses_nothing peers3_text_b; do
         echo "ok $n # SKIP the fpga-emu backend is not built into $TANDEM"
     done
     exit 0
@@ -152,19 +155,29 @@ serve_stop
 
 # ---------------------------------------------------------------- three nodes: A, and B and C lending cards
 # (the issue's acceptance: requests through A decode on B or C, texts equal one node's, killing C
-# mid-stream loses nothing)
+# mid-stream loses nothing); C starts after A and joins it
 node_b 3 || { fail peers3_start "node B did not start"; exit 0; }
 B3PORT=$BPORT
 B3PID=$BPID
 CLOG=$T/c3.log
-"$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu --node-name nodeC \
-    --kv-listen 127.0.0.1:0 --peer-devices fpga-emu:0 --peer-key "$KEY" --log-file "$CLOG" >/dev/null 2>&1 &
-C3PID=$!
-i=0
-while [ $i -lt 400 ] && ! grep -q "event=ready" "$CLOG" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
-C3PORT=$(sed -n 's/.*event=listening listener=peers .*port=\([0-9]*\).*/\1/p' "$CLOG" | head -1)
+C3PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$B3PORT,127.0.0.1:$C3PORT" --peer-key "$KEY" \
-    --step-delay-ms 40 || { fail peers3_start "node A did not start"; exit 0; }
+    --peer-wait 0 --step-delay-ms 40 || { fail peers3_start "node A did not start"; exit 0; }
+curl -s "$ADMIN/admin/status" >"$T/st3.0"
+check peers3_late_down sh -c "grep -q 'event=peer_down addr=127.0.0.1:$C3PORT' $LOG && jq -e '[.peers[] | select(.addr == \"127.0.0.1:$C3PORT\" and .state == \"joining\" and .devices == 0)] | length == 1' $T/st3.0 >/dev/null && jq -e '[.peers[] | select(.name == \"nodeB\" and .state == \"up\" and .devices == 1)] | length == 1' $T/st3.0 >/dev/null"
+"$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu --node-name nodeC \
+    --kv-listen 127.0.0.1:$C3PORT --peer-devices fpga-emu:0 --peer-key "$KEY" --log-file "$CLOG" >/dev/null 2>&1 &
+C3PID=$!
+t_c=$(date +%s.%N)
+# joined: A opened C's card and the card warmed up (A's backoff: a try at most every 8 s)
+i=0
+while [ $i -lt 300 ] && ! curl -s "$ADMIN/admin/status" | jq -e '.devices[] | select(.name == "nodeC/fpga-emu:0" and .warm)' >/dev/null 2>&1; do
+    sleep 0.05
+    i=$((i + 1))
+done
+echo "# C joined A $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t_c }") s after it was started" >&2
+curl -s "$ADMIN/admin/status" >"$T/st3.1"
+check peers3_late_joined sh -c "grep -q 'event=peer_joined peer=nodeC addr=127.0.0.1:$C3PORT devices=1' $LOG && grep -q 'event=peer_device_added peer=nodeC device=nodeC/fpga-emu:0' $LOG && jq -e '[.peers[] | select(.name == \"nodeC\" and .state == \"up\" and .devices == 1)] | length == 1' $T/st3.1 >/dev/null"
 # two streams at once: each card decodes one sequence at a time, so one goes to B, one to C
 for k in 1 2; do
     curl -s -N -D "$T/sh3.$k" -o "$T/s3.$k" -H 'Content-Type: application/json' \

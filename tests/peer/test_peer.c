@@ -528,3 +528,54 @@ TEST(peer_dead_node_noticed_and_reused)
     peer_node_free(node);
     two_stop(&t);
 }
+
+/* A node that is not up when we start (peer_node_pending) joins when it first answers: its
+ * device list becomes known, its device opens and decodes; one that answers with another key
+ * stays out (still joining) */
+TEST(peer_late_node_joins)
+{
+    two t;
+    if (two_start(&t, "cpu")) return;
+    char err[256], listen[64];
+    snprintf(listen, sizeof listen, "%s", t.addr);
+    peer_server_stop(t.srv); /* its port is known now, and nobody listens there */
+    t.srv = NULL;
+    peer_node *node, *wrong;
+    REQUIRE(peer_node_pending(listen, "nodeA", KEY, t.m, &node, err, sizeof err) == PEER_OK);
+    REQUIRE(peer_node_pending(listen, "nodeX", "another-key-of-the-fleet", t.m, &wrong, err, sizeof err) == PEER_OK);
+    CHECK_EQ(peer_node_state(node), PEER_NODE_JOINING);
+    CHECK_EQ(peer_node_n_devs(node), 0);
+    CHECK_STR(peer_node_name(node), "");
+    CHECK(devices_open_remote(node, 0, t.m, NULL, err, sizeof err) == NULL);
+    usleep(300000); /* a try or so while nobody listens */
+    CHECK_EQ(peer_node_state(node), PEER_NODE_JOINING);
+    peer_server_cfg sc = {listen, "nodeB", KEY, t.m, &t.lent, 1};
+    int st = peer_server_start(&sc, &t.srv, err, sizeof err);
+    CHECK_MSG(st == PEER_OK, "%s", err);
+    double t0 = peer_now();
+    while (!st && peer_node_state(node) != PEER_NODE_UP && peer_now() - t0 < PEER_RECONNECT_MAX_S + 2) usleep(50000);
+    CHECK_MSG(peer_node_state(node) == PEER_NODE_UP, "not up %.1f s after the node started", peer_now() - t0);
+    CHECK_EQ(peer_node_n_devs(node), 1);
+    CHECK_STR(peer_node_name(node), "nodeB");
+    accel_dev *rd = st ? NULL : devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
+    CHECK_MSG(rd != NULL, "%s", err);
+    if (rd) {
+        accel_info info;
+        accel_get_info(rd, &info);
+        CHECK_STR(info.name, "nodeB/cpu");
+        CHECK(info.health == ACCEL_HEALTH_OK);
+        accel_seq *s;
+        float lg[512];
+        int32_t id = 1;
+        REQUIRE(accel_seq_new(rd, 8, &s) == 0);
+        CHECK_EQ(accel_decode(rd, 1, &s, &id, lg), 0);
+        accel_seq_free(rd, s);
+        accel_free(rd);
+    }
+    /* the one with another key was tried meanwhile (its refusal logged) and is still out */
+    CHECK_EQ(peer_node_state(wrong), PEER_NODE_JOINING);
+    CHECK_EQ(peer_node_n_devs(wrong), 0);
+    peer_node_free(wrong);
+    peer_node_free(node);
+    two_stop(&t);
+}
