@@ -21,6 +21,7 @@
 #include "cpu/kv_cache.h"
 #include "cpu/tls.h"
 #include "model/ckpt/tls_channels.h"
+#include "model/sample/sample.h"
 #include "scheduler/accel_impl.h"
 #include "sparse/tls.h"
 #include <stdatomic.h>
@@ -735,7 +736,7 @@ static void cpu_describe(accel_dev *ad, accel_info *out)
              cpu_pool_threads(d->pool));
     out->kind = ACCEL_KIND_CPU;
     out->caps = ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT |
-                ACCEL_CAP_PAGED;
+                ACCEL_CAP_PAGED | ACCEL_CAP_DECODE_ARGMAX;
     out->max_batch = 256;
 }
 
@@ -757,6 +758,18 @@ static void cpu_free(accel_dev *ad)
     free(d);
 }
 
+/* accel_decode_argmax: the logits are in host memory already, so every row is written and the
+ * argmax is the host's. Declared (ACCEL_CAP_DECODE_ARGMAX) so that the scheduler's path for
+ * devices that pick greedy tokens runs here too, on the same contract as the GPU's. */
+static int cpu_decode_argmax(accel_dev *ad, int n, accel_seq *const *seqs, const int32_t *ids,
+                             float *logits, const unsigned char *want, int32_t *argmax)
+{
+    int st = cpu_decode(ad, n, seqs, ids, logits);
+    const int V = ad->m->cfg.vocab;
+    for (int i = 0; i < n && st == ACCEL_OK; i++) argmax[i] = model_sample_argmax(logits + (size_t)i * V, V);
+    return st;
+}
+
 static const struct accel_dev_i cpu_i = {
     .free = cpu_free,
     .describe = cpu_describe,
@@ -775,6 +788,7 @@ static const struct accel_dev_i cpu_i = {
     .kv_export = cpu_kv_export,
     .seq_decode_sparse = cpu_seq_decode_sparse,
     .seq_decode_stats = cpu_seq_decode_stats,
+    .decode_argmax = cpu_decode_argmax,
 };
 
 /* accel_opts.decode_sparse (or $TANDEM_DECODE_SPARSE) onto d->tls, with the channel file. */

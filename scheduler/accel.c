@@ -1,6 +1,7 @@
 /* scheduler/accel.c — the wrappers around every backend's accel_dev_i: bounds, memory
  * reservation, sequence lengths, sticky failure. See accel.h for the contract. */
 #include "scheduler/accel_impl.h"
+#include "model/sample/sample.h"
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -286,19 +287,47 @@ int accel_prefill(accel_dev *d, const accel_prefill_req *r)
     return st;
 }
 
-int accel_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids, float *logits)
+/* accel_decode's checks of its arguments (logits apart) */
+static int decode_args_ok(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids)
 {
-    if (failed(d)) return ACCEL_ERR_DEVICE;
-    if (n <= 0 || !seqs || !ids || !logits) return ACCEL_ERR_INVALID;
-    if (!valid_ids(d->m, ids, n)) return ACCEL_ERR_INVALID;
+    if (n <= 0 || !seqs || !ids) return 0;
+    if (!valid_ids(d->m, ids, n)) return 0;
     for (int i = 0; i < n; i++)
-        if (!seqs[i] || seqs[i]->holder || seqs[i]->len >= seqs[i]->capacity)
-            return ACCEL_ERR_INVALID;
+        if (!seqs[i] || seqs[i]->holder || seqs[i]->len >= seqs[i]->capacity) return 0;
     /* a sequence twice in one step would have two tokens written at one position (and, on the
      * GPU with PDL, one token's attention could read the other's row while it is written) */
     for (int i = 1; i < n; i++)
         for (int j = 0; j < i; j++)
-            if (seqs[i] == seqs[j]) return ACCEL_ERR_INVALID;
+            if (seqs[i] == seqs[j]) return 0;
+    return 1;
+}
+
+int accel_decode_argmax(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids,
+                        float *logits, const unsigned char *want_logits, int32_t *argmax)
+{
+    if (failed(d)) return ACCEL_ERR_DEVICE;
+    if (!logits || !argmax || !decode_args_ok(d, n, seqs, ids)) return ACCEL_ERR_INVALID;
+    if (d->i->decode_argmax) {
+        /* a device may decline (ACCEL_ERR_UNSUPPORTED before doing anything: cuda's argmax=0) */
+        int st = d->i->decode_argmax(d, n, seqs, ids, logits, want_logits, argmax);
+        if (st != ACCEL_ERR_UNSUPPORTED) {
+            st = track(d, st);
+            if (st == ACCEL_OK)
+                for (int i = 0; i < n; i++) seqs[i]->len++;
+            return st;
+        }
+    }
+    const int vocab = d->m->cfg.vocab;
+    int st = accel_decode(d, n, seqs, ids, logits);
+    if (st == ACCEL_OK)
+        for (int i = 0; i < n; i++) argmax[i] = model_sample_argmax(logits + (size_t)i * vocab, vocab);
+    return st;
+}
+
+int accel_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids, float *logits)
+{
+    if (failed(d)) return ACCEL_ERR_DEVICE;
+    if (!logits || !decode_args_ok(d, n, seqs, ids)) return ACCEL_ERR_INVALID;
     int st = track(d, d->i->decode(d, n, seqs, ids, logits));
     if (st == ACCEL_OK)
         for (int i = 0; i < n; i++) seqs[i]->len++;

@@ -13,6 +13,8 @@
  *   accel_kv_import(dev, seq, layer)     fill a sequence from KV another device exported
  *                                        (accel_kv_import_crc: with the producer's CRC)
  *   accel_decode(dev, n, seqs, ids, logits)  one step for n sequences (continuous batching)
+ *                                        (accel_decode_argmax: with the greedy tokens picked
+ *                                        on the device, only the logits rows wanted moved)
  *   accel_seq_free(dev, seq)             release its memory
  *
  * Threads: a device is driven by one thread at a time (the scheduler's worker for it); calls on
@@ -63,7 +65,8 @@ enum accel_health { ACCEL_HEALTH_OK, ACCEL_HEALTH_DEGRADED, ACCEL_HEALTH_FAILED 
 enum { ACCEL_CAP_PREFILL = 1, ACCEL_CAP_DECODE = 2, ACCEL_CAP_KV_EXPORT = 4, ACCEL_CAP_KV_IMPORT = 8,
        ACCEL_CAP_PAGED = 16, /* KV in a pool of fixed-size blocks (see "Paged devices" below) */
        ACCEL_CAP_REMOTE = 32, /* on another node (peer/peer.h): placed after local devices */
-       ACCEL_CAP_KV_EXPORT_HELD = 64 /* accel_kv_export: KV already held, out again */ };
+       ACCEL_CAP_KV_EXPORT_HELD = 64, /* accel_kv_export: KV already held, out again */
+       ACCEL_CAP_DECODE_ARGMAX = 128 /* accel_decode_argmax: greedy tokens picked on the device */ };
 
 /* What one accel_decode call costs on a device, by batch size (the placement weighs devices by
  * it: scheduler/sched_policy.h). A call of batch[i] sequences holding ctx positions each takes
@@ -290,6 +293,18 @@ int accel_prefill(accel_dev *d, const accel_prefill_req *r);
 /* One decode step: seqs[i] gets token ids[i] at its next position; logits is (n, vocab). Each
  * sequence at most once per call (ACCEL_ERR_INVALID otherwise). */
 int accel_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids, float *logits);
+/* accel_decode with the greedy choice made where the logits are. argmax[i] is
+ * model_sample_argmax of row i's logits (model/sample/sample.h: NaN never chosen, +inf counted as
+ * FLT_MAX, ties to the lowest id, -1 when no logit is finite) — exactly the token the CPU sampler
+ * takes from that row at temperature 0 without bias, penalties or logprobs. logits has room for
+ * (n, vocab) as for accel_decode; row i is written only where want_logits[i] is non-zero (NULL:
+ * every row), the others may be left as they were. A device with ACCEL_CAP_DECODE_ARGMAX picks
+ * the tokens itself and moves only the rows wanted (cuda: 4 bytes for a row instead of 4 x vocab
+ * over PCIe, which at batch 256 of Llama-3 saves 131 MB a step); on every other device the wrapper
+ * runs accel_decode and the argmax on the host, so the contract holds everywhere. Where the step
+ * fails, as accel_decode. */
+int accel_decode_argmax(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids,
+                        float *logits, const unsigned char *want_logits, int32_t *argmax);
 /* Appends one layer chunk of imported KV. Chunks of a layer arrive in position order; a
  * sequence's length grows when the last layer of a run of positions has arrived.
  * Optional entry: ACCEL_ERR_UNSUPPORTED where the device has none. */

@@ -57,6 +57,12 @@ struct accel_dev_i {
     /* optional: accel_seq_decode_sparse / accel_seq_decode_stats (appended last, as above) */
     int (*seq_decode_sparse)(accel_dev *d, accel_seq *s, const sparse_tls_params *p);
     int (*seq_decode_stats)(accel_dev *d, accel_seq *s, accel_decode_stats *out);
+    /* optional (ACCEL_CAP_DECODE_ARGMAX): decode with the argmax on the device and only the
+     * wanted rows' logits out (accel_decode_argmax; want may be NULL: every row). The wrapper
+     * advances each seq's len on success. NULL: the wrapper decodes and takes the argmax on the
+     * host. Appended last, as above. */
+    int (*decode_argmax)(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids,
+                         float *logits, const unsigned char *want, int32_t *argmax);
 };
 
 struct accel_dev {

@@ -147,10 +147,26 @@ static int any_finite(const float *x, int n)
     return 0;
 }
 
+static int choice_next(sched *s, sched_req *r, sched_choice *c, float *logits, int32_t token,
+                       double t);
+
 int sched_choice_step(sched *s, sched_req *r, sched_choice *c, float *logits, double t)
 {
-    model_gen_out o;
     if (!any_finite(logits, s->vocab)) return ACCEL_ERR_DEVICE;
+    return choice_next(s, r, c, logits, -1, t);
+}
+
+int sched_choice_step_token(sched *s, sched_req *r, sched_choice *c, int32_t token, double t)
+{
+    if (token < 0) return ACCEL_ERR_DEVICE;
+    return choice_next(s, r, c, NULL, token, t);
+}
+
+/* logits NULL: the token given (a plain-greedy choice's, picked on the device) */
+static int choice_next(sched *s, sched_req *r, sched_choice *c, float *logits, int32_t token,
+                       double t)
+{
+    model_gen_out o;
     if (c->n_hist == c->cap_hist) {
         int cap = c->cap_hist ? 2 * c->cap_hist : 64;
         if (cap > r->max_tokens) cap = r->max_tokens;
@@ -159,7 +175,8 @@ int sched_choice_step(sched *s, sched_req *r, sched_choice *c, float *logits, do
         c->hist = h;
         c->cap_hist = cap > c->n_hist ? cap : c->n_hist + 1;
     }
-    int rc = model_gen_step(c->gen, logits, &o);
+    int rc = logits ? model_gen_step(c->gen, logits, &o) : model_gen_step_token(c->gen, token, &o);
+    if (rc == -3) return ACCEL_ERR_DEVICE;  /* not reached: a token in range for a plain choice */
     if (rc == -2) return SCHED_ERR_INVALID; /* the grammar cannot go on (model_gen_error) */
     if (rc < 0) return SCHED_ERR_NOMEM;
     if (o.token < 0) return ACCEL_ERR_DEVICE; /* not reached: a finite logit was there */

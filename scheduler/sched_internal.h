@@ -199,6 +199,10 @@ typedef struct sched_dev {
     int32_t *ids;
     sched_choice **row_choice;
     sched_req **row_req;
+    /* devices with ACCEL_CAP_DECODE_ARGMAX: a row's logits wanted (not a plain-greedy choice),
+     * and the greedy token the device picked for each row (accel_decode_argmax) */
+    unsigned char *want;
+    int32_t *argmax;
     sched_pcache *pc;            /* worker only: the prefix cache (paged devices, when on) */
     /* statistics, written by the worker, read anywhere */
     atomic_uint_least64_t steps, tokens, busy_ns, prefill_chunks, kv_chunks, kv_bytes, kv_corrupt;
@@ -300,6 +304,10 @@ void sched_mask_stop(sched_dev *d);
  * ACCEL_ERR_DEVICE, without consuming anything, when the row has no finite logit (the device
  * computed garbage); or SCHED_ERR_NOMEM. */
 int sched_choice_step(sched *s, sched_req *r, sched_choice *c, float *logits, double t);
+/* The same for a plain-greedy choice (model_gen_plain_greedy) whose token the device picked
+ * (accel_decode_argmax: model_sample_argmax of the row, -1 when no logit was finite, which is
+ * ACCEL_ERR_DEVICE here as above). */
+int sched_choice_step_token(sched *s, sched_req *r, sched_choice *c, int32_t token, double t);
 /* The ids a (re-)prefill of choice c feeds: the prompt, plus its generated tokens when the
  * request moved. 0 or SCHED_ERR_NOMEM. */
 int sched_choice_prefill_ids(sched_req *r, sched_choice *c);

@@ -291,11 +291,17 @@ static void decode_step(sched_dev *d)
     if (!rows) return;
     int need_room = 0;
     int max_batch = d->info0.max_batch > 0 ? d->info0.max_batch : 1;
+    /* a device that picks greedy tokens itself copies back only the rows still sampled here */
+    const int dev_argmax = (d->info0.caps & ACCEL_CAP_DECODE_ARGMAX) != 0;
+    for (int i = 0; i < rows && dev_argmax; i++)
+        d->want[i] = !model_gen_plain_greedy(d->row_choice[i]->gen);
     int masking = sched_mask_post(d, rows); /* the helper owns those generators until the wait */
     for (int b0 = 0; b0 < rows; b0 += max_batch) {
         int nb = rows - b0 < max_batch ? rows - b0 : max_batch;
-        int st = SCHED_DEVICE_CALL(d, accel_decode(d->dev, nb, d->seqs + b0, d->ids + b0,
-                                                   d->logits + (size_t)b0 * vocab));
+        float *lg = d->logits + (size_t)b0 * vocab;
+        int st = dev_argmax ? SCHED_DEVICE_CALL(d, accel_decode_argmax(d->dev, nb, d->seqs + b0, d->ids + b0,
+                                                                       lg, d->want + b0, d->argmax + b0))
+                            : SCHED_DEVICE_CALL(d, accel_decode(d->dev, nb, d->seqs + b0, d->ids + b0, lg));
         if (st == ACCEL_ERR_NOMEM && (d->pc || d->active->wnext)) {
             /* no room to grow (a paged device leaves every sequence as it was): the slice is
              * not sampled and steps again next time, after memory is given back below */
@@ -319,7 +325,9 @@ static void decode_step(sched_dev *d)
     for (int i = 0; i < rows; i++) {
         sched_req *r = d->row_req[i];
         if (r->wfail || !d->row_choice[i]) continue;
-        int st = sched_choice_step(s, r, d->row_choice[i], d->logits + (size_t)i * vocab, t);
+        int st = dev_argmax && !d->want[i]
+                     ? sched_choice_step_token(s, r, d->row_choice[i], d->argmax[i], t)
+                     : sched_choice_step(s, r, d->row_choice[i], d->logits + (size_t)i * vocab, t);
         if (st < 0) {
             r->wfail = st;
             r->wfail_step = 1;
@@ -386,7 +394,9 @@ static int alloc_rows(sched_dev *d)
     d->ids = calloc((size_t)rows, sizeof *d->ids);
     d->row_choice = calloc((size_t)rows, sizeof *d->row_choice);
     d->row_req = calloc((size_t)rows, sizeof *d->row_req);
-    return d->logits && d->seqs && d->ids && d->row_choice && d->row_req ? 0 : -1;
+    d->want = calloc((size_t)rows, 1);
+    d->argmax = calloc((size_t)rows, sizeof *d->argmax);
+    return d->logits && d->seqs && d->ids && d->row_choice && d->row_req && d->want && d->argmax ? 0 : -1;
 }
 
 static void free_rows(sched_dev *d)
@@ -397,6 +407,8 @@ static void free_rows(sched_dev *d)
     free(d->ids);
     free(d->row_choice);
     free(d->row_req);
+    free(d->want);
+    free(d->argmax);
 }
 
 /* Stopping: release what this worker owns without events (the loop frees the requests once

@@ -66,6 +66,8 @@ fail:
     return NULL;
 }
 
+static int step_rest(model_gen *g, model_gen_out *out);
+
 int model_gen_step(model_gen *g, float *logits, model_gen_out *out)
 {
     memset(out, 0, sizeof *out);
@@ -79,6 +81,25 @@ int model_gen_step(model_gen *g, float *logits, model_gen_out *out)
         snprintf(g->err, sizeof g->err, "grammar: the sampled token was refused (%s)", model_gmatch_error(g->gm));
         return -2;
     }
+    return step_rest(g, out);
+}
+
+int model_gen_plain_greedy(const model_gen *g)
+{
+    return !g->gm && !g->want_lp && model_sampler_plain_greedy(g->sampler);
+}
+
+int model_gen_step_token(model_gen *g, int32_t token, model_gen_out *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!model_gen_plain_greedy(g) || token < 0 || token >= g->vocab) return -3;
+    out->token = token;
+    return step_rest(g, out);
+}
+
+/* Everything after the token is chosen: the penalties' record, the text, the finish. */
+static int step_rest(model_gen *g, model_gen_out *out)
+{
     if (model_sampler_accept(g->sampler, out->token)) return -1;
     g->generated++;
     g->n_past++;

@@ -60,6 +60,14 @@ model_gen *model_gen_new(const model_tok *tok, const model_gen_params *p, int vo
  * or a bound of the matcher passed: model_gen_error says which). After a finish, further calls
  * are invalid. */
 int model_gen_step(model_gen *g, float *logits, model_gen_out *out);
+/* A choice whose next token is the plain argmax of its row (model_sample_argmax): greedy sampling
+ * without logit bias, penalties or logprobs, and no grammar. Its caller may have the device pick
+ * that token (accel_decode_argmax, scheduler/accel.h) and step with model_gen_step_token instead:
+ * the same state, text and finish as model_gen_step on the row. */
+int model_gen_plain_greedy(const model_gen *g);
+/* model_gen_step given the chosen token (0 <= token < vocab) of a plain-greedy choice. Returns as
+ * model_gen_step, or -3 when g is not plain greedy or the token is out of range (nothing done). */
+int model_gen_step_token(model_gen *g, int32_t token, model_gen_out *out);
 int model_gen_generated(const model_gen *g);
 /* 1 when the choice's text is held to a grammar. */
 int model_gen_has_grammar(const model_gen *g);

@@ -8,6 +8,7 @@
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
+#include <float.h>
 #include <math.h>
 #include <openssl/rand.h>
 #include <stdarg.h>
@@ -220,6 +221,30 @@ oom:
     model_sampler_free(s);
     bad(err, errlen, "out of memory");
     return NULL;
+}
+
+int model_sampler_plain_greedy(const model_sampler *s)
+{
+    return s->greedy && !s->p.logprobs && !s->p.top_logprobs && s->n_bias == 0 && !uses_rep(s) &&
+           !uses_gen(s);
+}
+
+int32_t model_sample_argmax(const float *x, int n)
+{
+    float best = -INFINITY;
+    int32_t arg = -1;
+    int finite = 0;
+    for (int i = 0; i < n; i++) {
+        float v = x[i];
+        if (!(v > -INFINITY)) continue; /* NaN, -inf: never chosen */
+        if (v == INFINITY) v = FLT_MAX;  /* as model_vec_scan_row */
+        else finite = 1;
+        if (v > best) { /* strictly: a tie keeps the lower id (-0 == +0 ties too) */
+            best = v;
+            arg = i;
+        }
+    }
+    return finite ? arg : -1;
 }
 
 int model_sampler_accept(model_sampler *s, int32_t id)

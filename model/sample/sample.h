@@ -130,4 +130,16 @@ int model_sampler_accept(model_sampler *s, int32_t id);
 
 void model_sampler_free(model_sampler *s);
 
+/* The token a greedy step takes from a row nothing has changed (no bias, no penalties): NaN is
+ * never chosen, +inf counts as FLT_MAX, ties go to the lowest id (the scan of step 4); -1 when no
+ * logit is finite (a row the scheduler refuses as a device's garbage before sampling). A device
+ * that picks greedy tokens itself (accel_decode_argmax, scheduler/accel.h) must give exactly
+ * this. Pure; any thread. */
+int32_t model_sample_argmax(const float *logits, int vocab);
+
+/* 1 when model_sampler_sample(s, row, NULL) returns model_sample_argmax(row) for every row with a
+ * finite logit, and records nothing but the token: greedy, no logit bias, no repetition /
+ * frequency / presence penalty, no logprobs. */
+int model_sampler_plain_greedy(const model_sampler *s);
+
 #endif

@@ -13,6 +13,8 @@
  *                    tiny-llama2-mha: float32 and bfloat16 checkpoints)
  *   chunked_prefill  a prompt in uneven chunks (one of a single token) == one prefill
  *   batched_decode   three sequences of different lengths in one decode call == each alone
+ *   decode_argmax    accel_decode_argmax: each token the host's argmax of its row, the rows
+ *                    asked for == accel_decode's of twin sequences
  *   truncate         truncate, then prefill other tokens == a fresh prefill of the result
  *   kv_export        the exported chunks: layer order, every position once, the model's shape;
  *                    the CPU decoding from them == the CPU decoding from its own export
@@ -44,6 +46,7 @@
  *             CPU: both bounds added (decode is held to prefill, prefill to the CPU). */
 #include "devices/devices.h"
 #include "model/ckpt/golden.h"
+#include "model/sample/sample.h"
 #include "tests/test.h"
 #include "tests/util.h"
 
@@ -449,6 +452,68 @@ static void batched_decode(const char *device)
         free(ids[i]);
     }
     free(lg), free(all_b), free(all_s);
+    conf_close(&c);
+}
+
+/* accel_decode_argmax against accel_decode of twin sequences (the same tokens): each wanted
+ * row's token is model_sample_argmax of the row that came back with it (exactly, everywhere); the
+ * wanted rows are the twins' within the device's own tolerance; on devices exact against
+ * themselves (cpu, the card) every token equals the host's argmax of the twin's row. */
+static void decode_argmax(const char *device)
+{
+    CONF_OPEN(c, device, TINY, NULL);
+    enum { N = 3, STEPS = 3 };
+    const int lens[N] = {5, 333, 17};
+    int V = c.V, nw = 0, agree = 0;
+    accel_seq *as[N], *bs[N];
+    int32_t *ids[N];
+    float *la = malloc(sizeof(float) * N * V), *lb = malloc(sizeof(float) * N * V);
+    float *wa = malloc(sizeof(float) * N * STEPS * V), *wb = malloc(sizeof(float) * N * STEPS * V);
+    REQUIRE(la && lb && wa && wb);
+    for (int i = 0; i < N; i++) {
+        ids[i] = some_ids(lens[i] + STEPS, V, 20 + i);
+        REQUIRE(accel_seq_new(c.d, lens[i] + STEPS, &as[i]) == 0);
+        REQUIRE(accel_seq_new(c.d, lens[i] + STEPS, &bs[i]) == 0);
+        accel_prefill_req r = {.seq = as[i], .ids = ids[i], .n = lens[i]};
+        REQUIRE(accel_prefill(c.d, &r) == 0);
+        r.seq = bs[i];
+        REQUIRE(accel_prefill(c.d, &r) == 0);
+    }
+    int exact_self = c.info.kind != ACCEL_KIND_CUDA; /* bit for bit against itself */
+    for (int step = 0; step < STEPS; step++) {
+        int32_t tok[N], am[N];
+        unsigned char want[N];
+        for (int i = 0; i < N; i++) {
+            tok[i] = ids[i][lens[i] + step];
+            want[i] = (i + step) % 2;
+        }
+        /* the last step: want NULL, every row */
+        REQUIRE(accel_decode_argmax(c.d, N, as, tok, la, step < STEPS - 1 ? want : NULL, am) == 0);
+        REQUIRE(accel_decode(c.d, N, bs, tok, lb) == 0);
+        for (int i = 0; i < N; i++) {
+            int32_t ref = model_sample_argmax(lb + (size_t)i * V, V);
+            agree += am[i] == ref;
+            if (exact_self) CHECK_EQ(am[i], ref);
+            if (step < STEPS - 1 && !want[i]) continue;
+            CHECK_EQ(am[i], model_sample_argmax(la + (size_t)i * V, V));
+            memcpy(wa + (size_t)nw * V, la + (size_t)i * V, sizeof(float) * V);
+            memcpy(wb + (size_t)nw * V, lb + (size_t)i * V, sizeof(float) * V);
+            nw++;
+        }
+    }
+    for (int i = 0; i < N; i++) CHECK_EQ(accel_seq_len(c.d, as[i]), lens[i] + STEPS);
+    check_rows("decode_argmax's rows vs accel_decode", &c, &c.self, wb, wa, nw, 0);
+    fprintf(stderr, "  %s: decode_argmax tokens %d of %d equal to the host's argmax of accel_decode's rows\n",
+            device, agree, N * STEPS);
+    int32_t t0 = 0, am0;
+    CHECK_EQ(accel_decode_argmax(c.d, 1, as, &t0, la, NULL, NULL), ACCEL_ERR_INVALID);
+    CHECK_EQ(accel_decode_argmax(c.d, 1, as, &t0, NULL, NULL, &am0), ACCEL_ERR_INVALID);
+    for (int i = 0; i < N; i++) {
+        accel_seq_free(c.d, as[i]);
+        accel_seq_free(c.d, bs[i]);
+        free(ids[i]);
+    }
+    free(la), free(lb), free(wa), free(wb);
     conf_close(&c);
 }
 
@@ -868,6 +933,9 @@ TEST(conf_chunked_prefill_cuda) { chunked_prefill(GPU); }
 TEST(conf_batched_decode_cpu) { batched_decode(CPU); }
 TEST(conf_batched_decode_fpga_emu) { batched_decode(CARD); }
 TEST(conf_batched_decode_cuda) { batched_decode(GPU); }
+TEST(conf_decode_argmax_cpu) { decode_argmax(CPU); }
+TEST(conf_decode_argmax_fpga_emu) { decode_argmax(CARD); }
+TEST(conf_decode_argmax_cuda) { decode_argmax(GPU); }
 TEST(conf_truncate_cpu) { truncate_seq(CPU); }
 TEST(conf_truncate_fpga_emu) { truncate_seq(CARD); }
 TEST(conf_truncate_cuda) { truncate_seq(GPU); }

@@ -207,3 +207,71 @@ TEST(gen_continuation_after_long_prompt)
     free(gid);
     model_tok_free(t);
 }
+
+/* model_gen_step_token (the device picked the greedy token: accel_decode_argmax) against
+ * model_gen_step on the same rows: the same tokens, text and finish, step by step; refused for a
+ * choice that is not plain greedy. */
+TEST(gen_step_token_is_the_greedy_step)
+{
+    model_tok *t = tok();
+    REQUIRE(t);
+    int V = model_tok_vocab_size(t);
+    int32_t eos = 2, prompt[1] = {1};
+    const char *stops[] = {" ran"};
+    model_gen_params p = {.sampling = model_sampling_default(), .stops = stops, .n_stops = 1,
+                          .max_tokens = 40, .n_ctx = 512, .eos_ids = &eos, .n_eos = 1,
+                          .skip_special = 1};
+    p.sampling.temperature = 0;
+    char err[256];
+    model_gen *a = model_gen_new(t, &p, V, prompt, 1, 0, err, sizeof err),
+              *b = model_gen_new(t, &p, V, prompt, 1, 0, err, sizeof err);
+    REQUIRE(a && b);
+    CHECK(model_gen_plain_greedy(a));
+    float *lg = malloc(sizeof(float) * V);
+    REQUIRE(lg);
+    uint32_t s = 5;
+    int steps = 0;
+    model_gen_out oa, ob;
+    do {
+        for (int i = 0; i < V; i++) {
+            s = s * 1664525u + 1013904223u;
+            lg[i] = (float)(s >> 24) / 16.0f; /* ties are common */
+        }
+        int32_t pick = model_sample_argmax(lg, V);
+        REQUIRE(model_gen_step(a, lg, &oa) == 0);
+        REQUIRE(model_gen_step_token(b, pick, &ob) == 0);
+        CHECK_EQ(oa.token, ob.token);
+        CHECK_EQ(oa.finish, ob.finish);
+        CHECK_EQ(oa.stop_string, ob.stop_string);
+        CHECK(oa.len == ob.len && !memcmp(oa.text, ob.text, oa.len));
+        steps++;
+    } while (oa.finish == MODEL_FINISH_NONE && steps < 100);
+    CHECK_EQ(model_gen_generated(a), model_gen_generated(b));
+    model_gen_free(a);
+    model_gen_free(b);
+    /* a token out of range: refused, nothing done */
+    a = model_gen_new(t, &p, V, prompt, 1, 0, err, sizeof err);
+    REQUIRE(a);
+    CHECK_EQ(model_gen_step_token(a, V, &oa), -3);
+    CHECK_EQ(model_gen_step_token(a, -1, &oa), -3);
+    CHECK_EQ(model_gen_generated(a), 0);
+    model_gen_free(a);
+    /* not plain greedy: refused, nothing done */
+    p.sampling.temperature = 0.5f;
+    p.sampling.has_seed = 1;
+    a = model_gen_new(t, &p, V, prompt, 1, 0, err, sizeof err);
+    REQUIRE(a);
+    CHECK(!model_gen_plain_greedy(a));
+    CHECK_EQ(model_gen_step_token(a, 3, &oa), -3);
+    CHECK_EQ(model_gen_generated(a), 0);
+    model_gen_free(a);
+    p.sampling.temperature = 0;
+    p.sampling.logprobs = 1;
+    a = model_gen_new(t, &p, V, prompt, 1, 0, err, sizeof err);
+    REQUIRE(a);
+    CHECK(!model_gen_plain_greedy(a));
+    CHECK_EQ(model_gen_step_token(a, V, &oa), -3);
+    model_gen_free(a);
+    free(lg);
+    model_tok_free(t);
+}

@@ -2,6 +2,8 @@
  * direct log-softmax, parameter bounds. The truncation filters are in test_sample_filter.c. */
 #include "tests/model/sample_util.h"
 #include "tests/test.h"
+#include <float.h>
+#include <string.h>
 
 TEST(sample_greedy_is_argmax_lowest_id_on_ties)
 {
@@ -384,4 +386,63 @@ TEST(sample_bounds_rejected)
     CHECK(!model_sampler_new(NULL, 100, NULL, 0, 0, err, sizeof err));
 #undef BAD
 #undef GOOD
+}
+
+/* model_sample_argmax (what a device's own greedy pick must equal: accel_decode_argmax) against
+ * the sampler's greedy step on rows made for the rule — ties, NaN, +inf with FLT_MAX, -0 with +0,
+ * no finite logit — and on many random rows with repeated values; and which samplers are plain
+ * greedy (the scheduler lets the device pick only for those). */
+TEST(sample_argmax_is_the_greedy_step)
+{
+    model_sampling p = model_sampling_default();
+    p.temperature = 0;
+    enum { V = 4099 };
+    static float row[V], cp[V];
+    model_sampler *s = su_new(p, V, 3);
+    REQUIRE(s);
+    CHECK(model_sampler_plain_greedy(s));
+    model_rng r;
+    model_rng_seed(&r, 11);
+    for (int t = 0; t < 400; t++) {
+        for (int i = 0; i < V; i++) row[i] = (float)(int)(model_rng_uniform(&r) * 64) - 32; /* ties */
+        int a = (int)(model_rng_uniform(&r) * V), b = (int)(model_rng_uniform(&r) * V);
+        switch (t % 8) {
+        case 1: row[a] = NAN, row[0] = NAN; break;
+        case 2: row[a] = INFINITY, row[b] = FLT_MAX; break;
+        case 3: row[a] = FLT_MAX, row[b] = INFINITY; break;
+        case 4:
+            for (int i = 0; i < V; i++) row[i] = -1 - (float)(i % 3);
+            row[a] = -0.0f, row[b] = 0.0f;
+            break;
+        case 5: row[V - 1] = 1000; break;
+        case 6: for (int i = 0; i < V; i += 2) row[i] = NAN; break;
+        }
+        memcpy(cp, row, sizeof row);
+        int32_t want = model_sampler_sample(s, cp, NULL);
+        CHECK_EQ(model_sample_argmax(row, V), want);
+    }
+    float none[4] = {NAN, -INFINITY, INFINITY, NAN}; /* no finite logit: -1 */
+    CHECK_EQ(model_sample_argmax(none, 4), -1);
+    float inf_first[4] = {INFINITY, 1, FLT_MAX, NAN}; /* +inf ties with FLT_MAX: the lower id */
+    CHECK_EQ(model_sample_argmax(inf_first, 4), 0);
+    float zeros[3] = {-1, -0.0f, 0.0f};
+    CHECK_EQ(model_sample_argmax(zeros, 3), 1);
+    model_sampler_free(s);
+
+    /* plain greedy only without bias, penalties and logprobs, at temperature 0 */
+    model_logit_bias lb = {1, 2};
+    model_sampling q[6];
+    for (int i = 0; i < 6; i++) q[i] = p;
+    q[0].temperature = 0.7f;
+    q[1].logit_bias = &lb, q[1].n_logit_bias = 1;
+    q[2].repetition_penalty = 1.1f;
+    q[3].frequency_penalty = 0.5f;
+    q[4].presence_penalty = -0.5f;
+    q[5].logprobs = 1;
+    for (int i = 0; i < 6; i++) {
+        model_sampler *x = su_new(q[i], V, 1);
+        REQUIRE(x);
+        CHECK_MSG(!model_sampler_plain_greedy(x), "case %d", i);
+        model_sampler_free(x);
+    }
 }
