@@ -96,7 +96,7 @@ typedef struct sched_config {
                                   evicted prefixes are kept there (0: none) */
     double ttft_target_ms; /* a time-to-first-token target the placement serves (the weighing's
                               rule d, sched_policy.h: a long prompt's decode to a card with a
-                              slot; 0: none) */
+                              slot while other requests are in the node; 0: none) */
 } sched_config;
 
 /* What a request asks for. Everything is copied by sched_submit. */
