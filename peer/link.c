@@ -717,6 +717,11 @@ peer_conn *peer_listener_accept(peer_listener *l)
     return c;
 }
 
+void peer_listener_signal(peer_listener *l)
+{
+    ucp_worker_signal(l->worker);
+}
+
 void peer_listener_free(peer_listener *l)
 {
     if (!l) return;

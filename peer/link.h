@@ -111,6 +111,8 @@ int peer_listener_port(const peer_listener *l);
  * use them on this thread only, free them before the listener). */
 void peer_listener_progress(peer_listener *l, double timeout_s);
 peer_conn *peer_listener_accept(peer_listener *l);
+/* Wakes the listener's thread out of a wait on its worker (any thread: ucp_worker_signal). */
+void peer_listener_signal(peer_listener *l);
 
 /* Seconds on a monotonic clock. */
 double peer_now(void);

@@ -6,8 +6,14 @@
  *   HELLO_WAIT -> AUTH_WAIT -> READY
  * and anything else than the message its state expects closes it with a log line, as does a
  * handshake not done within HANDSHAKE_S. Each connection holds the sequences it created (at most
- * MAX_SEQS); they are freed when it closes, whatever way. */
+ * MAX_SEQS); they are freed when it closes, whatever way.
+ *
+ * KV chunks that come as tagged messages are received by this thread and checked and imported
+ * by a second one (peer/kv_rx.h), so that the next chunk's copy overlaps this one's CRC and
+ * import; this thread takes their results and sends the REPLYs. Before anything else that
+ * touches a device or frees a sequence, it waits for the chunks pushed so far (kv_sync). */
 #include "peer/auth.h"
+#include "peer/kv_rx.h"
 #include "peer/link.h"
 #include "peer/peer.h"
 #include "proto/kv_wire.h"
@@ -93,8 +99,7 @@ struct peer_server {
     _Atomic int stop;
     float *logits;
     size_t logits_cap;
-    uint8_t *out;
-    size_t out_cap;
+    peer_kv_rx *rx; /* tagged KV chunks: checked and imported on its thread */
 };
 
 /* ---------------------------------------------------------------- sequences */
@@ -107,8 +112,11 @@ static void sseq_release(peer_server *s, sseq *q)
     memset(q, 0, sizeof *q);
 }
 
+static void kv_sync(peer_server *s);
+
 static void sconn_close(peer_server *s, sconn *sc, const char *why)
 {
+    kv_sync(s); /* no chunk of sc's is applied any more, no result of it waits */
     int live = 0;
     for (int i = 0; i < sc->n_seqs; i++)
         if (sc->seqs[i].s) {
@@ -243,17 +251,19 @@ static int import_chunk(void *ctx, const proto_kv_header *h, const proto_kv_laye
     return accel_kv_import_crc(kc->dev, kc->seq, chunk, kc->crc);
 }
 
-/* A KV chunk (from a KV frame or a tagged message) into its sequence; the REPLY says how. */
+/* A KV chunk (from a KV frame or a tagged message) into its sequence: its REPLY's status. On
+ * the kv_rx thread for tagged chunks (kv_rx_apply): it reads sc's sequences and drives the
+ * device while the server's thread does neither (kv_sync). */
 static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
 {
     sseq *q = seq_get(sc, k.seq, k.dev);
-    if (!q) return kv_reply(sc, ACCEL_ERR_INVALID);
+    if (!q) return ACCEL_ERR_INVALID;
     if (k.flags & PEER_KV_RUN_START) {
         /* a run of positions is one KV stream: its header, then layers 0 .. L-1 */
         const model *m = s->cfg.m;
         proto_kv_reader_free(q->r);
         q->r = NULL;
-        if (!q->kc && !(q->kc = calloc(1, sizeof *q->kc))) return kv_reply(sc, ACCEL_ERR_NOMEM);
+        if (!q->kc && !(q->kc = calloc(1, sizeof *q->kc))) return ACCEL_ERR_NOMEM;
         q->kc->dev = s->devs[q->dev];
         q->kc->seq = q->s;
         proto_kv_expect e = {.fingerprint = m->fingerprint, .n_layers = m->cfg.n_layers,
@@ -262,9 +272,9 @@ static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
                              .max_pos = model_context_limit(&m->cfg),
                              .block_tokens = s->block_tokens[q->dev]};
         q->r = proto_kv_reader_new(&e, import_chunk, q->kc);
-        if (!q->r) return kv_reply(sc, ACCEL_ERR_NOMEM);
+        if (!q->r) return ACCEL_ERR_NOMEM;
     }
-    if (!q->r) return kv_reply(sc, ACCEL_ERR_INVALID);
+    if (!q->r) return ACCEL_ERR_INVALID;
     q->kc->crc = k.producer_crc;
     int st = proto_kv_reader_feed(q->r, k.bytes, k.n_bytes);
     if (!st && !proto_kv_reader_at_boundary(q->r)) {
@@ -274,7 +284,7 @@ static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
                  "the message ended inside it\"", sc->name, k.seq, proto_kv_wire_strerror(PROTO_KV_ERR_TRUNCATED));
         proto_kv_reader_free(q->r);
         q->r = NULL; /* the rest of the run is refused */
-        return kv_reply(sc, ACCEL_ERR_CORRUPT);
+        return ACCEL_ERR_CORRUPT;
     }
     if (PROTO_KV_IS_ERR(st)) {
         peer_log(1, "peer_kv_corrupt", "peer=%s seq=%u status=\"%s\" detail=\"%s\"", sc->name,
@@ -283,14 +293,45 @@ static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
     } else if (st == ACCEL_ERR_CORRUPT) {
         peer_log(1, "peer_kv_corrupt", "peer=%s seq=%u status=\"device check\"", sc->name, k.seq);
     }
-    return kv_reply(sc, st);
+    return st;
 }
 
+static int kv_rx_apply(void *ctx, void *owner, const peer_kv *k)
+{
+    return kv_apply(ctx, owner, *k);
+}
+
+static void kv_rx_wake(void *ctx)
+{
+    peer_listener_signal(((peer_server *)ctx)->l);
+}
+
+/* The results of tagged chunks applied so far: their REPLYs, held as kv_reply holds them. A
+ * connection whose send fails is found dead by server_main. */
+static void kv_collect(peer_server *s)
+{
+    void *owner;
+    int st;
+    while (peer_kv_rx_done(s->rx, &owner, &st)) kv_reply(owner, st);
+}
+
+/* Every pushed chunk applied and answered (held): the devices and the sequences are this
+ * thread's again. */
+static void kv_sync(peer_server *s)
+{
+    if (!peer_kv_rx_pending(s->rx)) return;
+    peer_kv_rx_sync(s->rx);
+    kv_collect(s);
+}
+
+/* A KV frame on the stream: applied here (its bytes live in the connection's buffer), after
+ * the tagged chunks before it. */
 static int on_kv(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
 {
     peer_kv k;
     if (peer_kv_read(p, n, &k)) return PEER_ERR_PROTO;
-    return kv_apply(s, sc, k);
+    kv_sync(s);
+    return kv_reply(sc, kv_apply(s, sc, k));
 }
 
 /* ADDR_REQ: this worker's address and the connection's tag base (after the handshake only:
@@ -320,17 +361,15 @@ static int on_kv_tag(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
     if (!sc->addr_given || peer_kv_tag_read(p, n, &k, &length, &serial) || serial != sc->tag_serial + 1)
         return PEER_ERR_PROTO;
     sc->tag_serial = serial;
-    if (length > s->out_cap) {
-        uint8_t *b = realloc(s->out, length);
-        if (!b) return PEER_ERR_NOMEM;
-        s->out = b;
-        s->out_cap = length;
-    }
-    int st = peer_conn_tag_recv(sc->c, sc->tag_base + serial, s->out, length, TAG_TIMEOUT_S);
+    kv_collect(s); /* the results so far first: peer_kv_rx_buffer's rule */
+    uint8_t *buf = peer_kv_rx_buffer(s->rx, length); /* waits while both buffers are in use */
+    if (!buf) return PEER_ERR_NOMEM;
+    int st = peer_conn_tag_recv(sc->c, sc->tag_base + serial, buf, length, TAG_TIMEOUT_S);
     if (st) return st;
-    k.bytes = s->out;
+    k.bytes = buf;
     k.n_bytes = length;
-    return kv_apply(s, sc, k);
+    peer_kv_rx_push(s->rx, sc, &k);
+    return PEER_OK;
 }
 
 static int on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
@@ -364,6 +403,7 @@ static int on_ready(peer_server *s, sconn *sc, const peer_header *h, const uint8
 {
     peer_words w;
     if (h->type != PEER_KV && h->type != PEER_KV_TAG) { /* its answer after the chunks' */
+        kv_sync(s); /* a device call (or a ping's device list): the chunks before it are in */
         int st = flush_held(sc);
         if (st) return st;
     }
@@ -443,6 +483,7 @@ static void *server_main(void *arg)
     peer_server *s = arg;
     while (!atomic_load(&s->stop)) {
         peer_listener_progress(s->l, 0.05);
+        kv_collect(s); /* chunks applied since: their REPLYs held, sent below */
         peer_conn *c;
         while ((c = peer_listener_accept(s->l))) {
             sconn *sc = calloc(1, sizeof *sc);
@@ -533,8 +574,10 @@ int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, 
         free(s);
         return st;
     }
-    if (pthread_create(&s->th, NULL, server_main, s)) {
-        snprintf(err, errlen, "cannot start the peer thread");
+    if (peer_kv_rx_new(kv_rx_apply, s, kv_rx_wake, s, &s->rx) ||
+        pthread_create(&s->th, NULL, server_main, s)) {
+        snprintf(err, errlen, "cannot start the peer threads");
+        peer_kv_rx_free(s->rx);
         peer_listener_free(s->l);
         OPENSSL_cleanse(s->key, sizeof s->key);
         free(s);
@@ -554,9 +597,9 @@ void peer_server_stop(peer_server *s)
     if (!s) return;
     atomic_store(&s->stop, 1);
     pthread_join(s->th, NULL);
+    peer_kv_rx_free(s->rx); /* idle: every connection's close waited for its chunks */
     peer_listener_free(s->l);
     OPENSSL_cleanse(s->key, sizeof s->key);
     free(s->logits);
-    free(s->out);
     free(s);
 }

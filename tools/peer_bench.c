@@ -6,7 +6,8 @@
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
- * wire reader's check), an 8-byte REPLY held back and sent with the next ones as the server does
+ * wire reader's check; for tagged chunks on a second thread, peer/kv_rx.h, as the server checks
+ * and imports them), an 8-byte REPLY held back and sent with the next ones as the server does
  * (peer/server.c kv_reply) — or, for a DECODE-sized request, answers with a
  * LOGITS frame of the asked size. The parent connects and sends, per size, `reps` chunks as the
  * remote backend does (peer/remote.c): pipelined, up to PEER_KV_WINDOW unanswered
@@ -21,6 +22,7 @@
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
  * (bench/peer_bench.sh). */
+#include "peer/kv_rx.h"
 #include "peer/link.h"
 #include "proto/crc32c.h"
 #include <signal.h>
@@ -42,6 +44,19 @@ static int parse_list(const char *s, long *out, int max)
     return n;
 }
 
+/* the server's check of a tagged chunk, on the kv_rx thread */
+static int crc_apply(void *ctx, void *owner, const peer_kv *k)
+{
+    (void)owner;
+    *(uint32_t *)ctx ^= proto_crc32c(0, k->bytes, k->n_bytes);
+    return 0;
+}
+
+static void wake(void *l)
+{
+    peer_listener_signal(l);
+}
+
 static int serve(int port_fd)
 {
     peer_listener *l;
@@ -59,8 +74,9 @@ static int serve(int port_fd)
         c = peer_listener_accept(l);
     }
     uint8_t *answer = calloc(1, 64 << 20);
-    uint8_t *rx = malloc((64 << 20) + 4096);
-    uint32_t sink = 0;
+    uint32_t sink = 0, sink_rx = 0;
+    peer_kv_rx *rx;
+    if (peer_kv_rx_new(crc_apply, &sink_rx, wake, l, &rx)) return 1;
     /* REPLYs held back and sent together, as the peer server does (peer/server.c kv_reply):
      * at half a window, when nothing more is waiting, before any other answer */
     uint8_t held[PEER_KV_WINDOW / 2 * (PEER_HEADER_BYTES + 8)];
@@ -73,16 +89,27 @@ static int serve(int port_fd)
         memcpy(held + (size_t)n_held * (PEER_HEADER_BYTES + 8) + PEER_HEADER_BYTES, rep, 8);      \
         if (++n_held >= PEER_KV_WINDOW / 2 && FLUSH()) goto out;                                   \
     } while (0)
+#define COLLECT()                                                                                  \
+    do {                                                                                           \
+        void *o;                                                                                   \
+        int rs;                                                                                    \
+        while (peer_kv_rx_done(rx, &o, &rs)) HOLD();                                               \
+    } while (0)
     for (;;) {
         peer_header h;
         const uint8_t *p;
         int st;
         while ((st = peer_conn_poll(c, PEER_MAX_PAYLOAD, &h, &p)) == 0) {
+            COLLECT();
             if (FLUSH()) goto out;
             peer_listener_progress(l, 0.01);
         }
         if (st < 0) break;
-        if (h.type != PEER_KV && h.type != PEER_KV_TAG && FLUSH()) break;
+        if (h.type != PEER_KV && h.type != PEER_KV_TAG) {
+            peer_kv_rx_sync(rx);
+            COLLECT();
+            if (FLUSH()) break;
+        }
         if (h.type == PEER_KV) {
             sink ^= proto_crc32c(0, p, h.length);
             HOLD();
@@ -98,9 +125,12 @@ static int serve(int port_fd)
             peer_kv k;
             uint32_t len, serial;
             if (peer_kv_tag_read(p, h.length, &k, &len, &serial) || len > (64u << 20) + 4096) break;
-            if (peer_conn_tag_recv(c, 1000 + serial, rx, len, 30)) break;
-            sink ^= proto_crc32c(0, rx, len);
-            HOLD();
+            COLLECT();
+            uint8_t *buf = peer_kv_rx_buffer(rx, len);
+            if (!buf || peer_conn_tag_recv(c, 1000 + serial, buf, len, 30)) break;
+            k.bytes = buf;
+            k.n_bytes = len;
+            peer_kv_rx_push(rx, NULL, &k);
         } else if (h.type == PEER_DECODE && h.length == 4) {
             uint32_t n = peer_rd32(p);
             if (n > (64u << 20)) break;
@@ -110,11 +140,11 @@ static int serve(int port_fd)
         }
     }
 out:
+    peer_kv_rx_free(rx);
     peer_conn_free(c);
     peer_listener_free(l);
     free(answer);
-    free(rx);
-    return (int)(sink & 0);
+    return (int)((sink ^ sink_rx) & 0);
 }
 
 static int cmp_d(const void *a, const void *b)
