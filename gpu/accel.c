@@ -239,7 +239,8 @@ static int gpu_dev_seq_decode_stats(accel_dev *d, accel_seq *s, accel_decode_sta
     if (st) return st;
     *out = (accel_decode_stats){.keys_read = t.keys_read, .keys_total = t.keys_total,
                                 .blocks_new = t.blocks_new, .blocks_kept = t.blocks_kept,
-                                .steps = t.steps};
+                                .steps = t.steps, .host_keys = t.host_keys,
+                                .offloaded = t.offloaded};
     return ACCEL_OK;
 }
 

@@ -7,6 +7,7 @@
  * token, the sequences' cache pointers, inverse frequencies) goes to the device in one copy; then
  * every kernel and GEMM is queued on the compute stream; the host waits once, at the end. */
 #include "gpu/engine.cuh"
+#include "gpu/tls.cuh" /* an offloaded sequence (gpu/tls_off.cu) */
 #include <string.h>
 #include <time.h>
 
@@ -17,12 +18,13 @@
 struct meta_ptrs {
     int *ids, *pos, *seq, *tbl;
     gpu_seq_dev *seqs;
+    gpu_seq_dev *seqs2; /* layers from gpu_tls_off_split on: == seqs but for offloaded rows */
     float *inv;
 };
 
 /* Compact per-call layout inside the metadata buffers (sized for the largest call). */
 struct meta_fill {
-    size_t off_ids, off_pos, off_seq, off_tbl, off_seqs, off_inv, bytes;
+    size_t off_ids, off_pos, off_seq, off_tbl, off_seqs, off_seqs2, off_inv, bytes;
 };
 
 static size_t a16(size_t n)
@@ -39,6 +41,7 @@ static meta_fill meta_plan(int T, int n_seqs, int n_tbl, int half)
     f.off_seq = o, o = a16(o + T * sizeof(int));
     f.off_tbl = o, o = a16(o + T * sizeof(int));
     f.off_seqs = o, o = a16(o + n_seqs * sizeof(gpu_seq_dev));
+    f.off_seqs2 = o, o = a16(o + n_seqs * sizeof(gpu_seq_dev));
     f.off_inv = o, o = a16(o + (size_t)n_tbl * half * sizeof(float));
     f.bytes = o;
     return f;
@@ -52,6 +55,7 @@ static meta_ptrs meta_at(unsigned char *base, const meta_fill &f)
     p.seq = (int *)(base + f.off_seq);
     p.tbl = (int *)(base + f.off_tbl);
     p.seqs = (gpu_seq_dev *)(base + f.off_seqs);
+    p.seqs2 = (gpu_seq_dev *)(base + f.off_seqs2);
     p.inv = (float *)(base + f.off_inv);
     return p;
 }
@@ -145,8 +149,10 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         prof_mark(e, P_LAB);
         return ACCEL_OK;
     }
+    const int off_split = gpu_tls_off_split(e);
     for (int l = 0; l < d.L; l++) {
         const gpu_layer_w &w = e->layers[l];
+        const gpu_seq_dev *const seqs = l >= off_split ? md.seqs2 : md.seqs; /* tls_off.cu */
         if (p.cancel && *p.cancel) return ACCEL_ERR_CANCELLED;
         /* a prefill after host-tier loads: this layer's blocks come in while earlier layers
          * compute, and this layer waits for them (kv_xfer.cu) */
@@ -156,7 +162,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
              * attention's blocks, which then start early and request their first keys; before
              * the cluster form it is slower: the clusters start later (gpu/KERNELS.md) */
             GPU_TRY(gpu_qkv_fused(s, e->pdl, e->sms, &d, l, w.w_qkv, w.b_qkv, e->x, w.attn_norm,
-                                  e->rope, md.seq, md.pos, md.seqs, e->q, gpu_chain_slot(e),
+                                  e->rope, md.seq, md.pos, seqs, e->q, gpu_chain_slot(e),
                                   !p.cluster));
             prof_mark(e, P_QKV);
         } else {
@@ -164,7 +170,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
             prof_mark(e, P_NORM);
             GPU_TRY(gpu_gemm(e, T, d.qkv, d.H, w.w_qkv, e->xb, e->qkv, 1, 0.f));
             prof_mark(e, P_QKV);
-            GPU_TRY(gpu_rope_qkv(s, &d, l, T, e->qkv, w.b_qkv, e->rope, md.seq, md.pos, md.seqs,
+            GPU_TRY(gpu_rope_qkv(s, &d, l, T, e->qkv, w.b_qkv, e->rope, md.seq, md.pos, seqs,
                                  e->q, NULL, NULL));
             prof_mark(e, P_ROPE);
         }
@@ -190,12 +196,12 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
                 GPU_TRY(gpu_attn_prefill(s, &d, nr, p.pos0 + r0, q_r, sq.k + off, sq.v + off, sq.cap,
                                          att_r, e->fa_warps, &sq.map));
         } else if (p.tls && l >= gpu_tls_dense_layers(e)) {
-            GPU_TRY(gpu_tls_layer(e, l, nr, q_r, md.pos + r0, md.seqs, att_r));
+            GPU_TRY(gpu_tls_layer(e, l, nr, q_r, md.pos + r0, seqs, att_r));
         } else {
             unsigned long long *btr =
                 e->atrace && e->ctrace_n >= 0 ? e->atrace + (size_t)l * GPU_ATRACE_BLOCKS * GPU_ATRACE_STAMPS : NULL;
             GPU_TRY(gpu_attn_decode(s, e->pdl, !p.kv, p.cluster, &d, e->sms, l, nr, q_r, md.seq + r0,
-                                    md.pos + r0, md.seqs, e->part_o, e->part_ml, e->part_cnt, att_r,
+                                    md.pos + r0, seqs, e->part_o, e->part_ml, e->part_cnt, att_r,
                                     gpu_chain_slot(e), btr, e->dec_mma, e->dec_rows));
         }
         prof_mark(e, P_ATTN);
@@ -286,6 +292,7 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
 {
     const gpu_dims &d = e->d;
     if (n <= 0 || pos0 < 0 || pos0 > kv->cap - n) return ACCEL_ERR_INVALID;
+    if (gpu_kv_offloaded(kv)) return ACCEL_ERR_UNSUPPORTED; /* its KV in host memory */
     if (sink && kv_dtype != PROTO_KV_INT8 && kv_dtype != PROTO_KV_INT4) return ACCEL_ERR_INVALID;
     GPU_CHECK(cudaSetDevice(e->index));
     /* host-tier loads of this sequence are overlapped with the first pass; anyone else's first */
@@ -310,7 +317,7 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
             mh.seq[t] = 0;
             mh.tbl[t] = 0;
         }
-        mh.seqs[0] = seq_of(e, kv);
+        mh.seqs[0] = mh.seqs2[0] = seq_of(e, kv);
         /* dynamic NTK: the length the sequence reaches in this call (transformers recomputes
          * inv_freq from max(position_ids) + 1 of the call) */
         inv_table(e, pos0 + n, mh.inv);
@@ -636,6 +643,7 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, 
     const gpu_dims &d = e->d;
     if (!sr || n < 1 || pos0 < 0 || pos0 % GPU_FLEX_BS || pos0 > kv->cap - n)
         return ACCEL_ERR_INVALID;
+    if (gpu_kv_offloaded(kv)) return ACCEL_ERR_UNSUPPORTED;
     if (sr->mode == SPARSE_MODE_FLEX && (pos0 + n < 2 * GPU_FLEX_BS || n < GPU_FLEX_BS))
         return ACCEL_ERR_INVALID;
     if (sr->mode == SPARSE_MODE_XATTN && sr->xattn.block != GPU_FLEX_BS) return ACCEL_ERR_INVALID;
@@ -778,6 +786,7 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
         mh.seq[i] = i;
         mh.tbl[i] = dynamic ? i + 1 : 0;
         mh.seqs[i] = seq_of(e, kvs[i]);
+        if (!gpu_kv_off_seqs(kvs[i], NULL, &mh.seqs2[i])) mh.seqs2[i] = mh.seqs[i];
         if (dynamic) inv_table(e, pos[i] + 1, mh.inv + (size_t)(i + 1) * half);
     }
     struct timespec h0, h1;

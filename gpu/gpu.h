@@ -181,6 +181,8 @@ int gpu_kv_tls_set(gpu_engine *e, gpu_kv *kv, const sparse_tls_params *p);
  * device. */
 typedef struct gpu_tls_stats {
     int64_t keys_read, keys_total, blocks_new, blocks_kept, steps;
+    int64_t host_keys; /* of keys_read, read from host memory (an offloaded sequence) */
+    int offloaded;     /* its KV is in host memory (sparse_tls_params.offload, gpu/tls_off.cu) */
 } gpu_tls_stats;
 int gpu_kv_tls_stats(gpu_engine *e, gpu_kv *kv, gpu_tls_stats *out);
 

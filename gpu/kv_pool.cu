@@ -18,6 +18,7 @@
  * the device work of every entry is queued on e->compute, which accel.h's one-caller rule keeps
  * in order. */
 #include "gpu/engine.cuh"
+#include "gpu/tls.cuh" /* an offloaded sequence (gpu/tls_off.cu) */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <pthread.h>
@@ -271,7 +272,7 @@ static int reserve_locked(gpu_engine *e, int count, gpu_kv *const *kvs, const in
         const gpu_kv *kv = kvs[i];
         if (kv->holder || pos0[i] < 0 || n[i] < 0 || (long long)pos0[i] + n[i] > kv->cap)
             return ACCEL_ERR_INVALID;
-        if (n[i] == 0) continue;
+        if (n[i] == 0 || gpu_kv_offloaded(kv)) continue; /* host memory: its whole capacity */
         const int hi = blocks_for((long long)pos0[i] + n[i]);
         if (hi > kv->n) need += hi - kv->n;
         for (int j = pos0[i] / GPU_KV_BLOCK; j < hi && j < kv->n; j++)
@@ -283,7 +284,7 @@ static int reserve_locked(gpu_engine *e, int count, gpu_kv *const *kvs, const in
     if (fresh > 0) GPU_TRY(grow(e, p.next_id + (int)fresh));
     for (int i = 0; i < count; i++) {
         gpu_kv *kv = kvs[i];
-        if (n[i] == 0) continue;
+        if (n[i] == 0 || gpu_kv_offloaded(kv)) continue;
         const int hi = blocks_for((long long)pos0[i] + n[i]);
         int lo_ch = hi, hi_ch = 0;
         for (int j = pos0[i] / GPU_KV_BLOCK; j < hi && j < kv->n; j++) {
@@ -321,6 +322,7 @@ gpu_seq_dev gpu_kv_seq_dev(const gpu_engine *e, const gpu_kv *kv)
 {
     const gpu_dims &d = e->d;
     gpu_seq_dev s;
+    if (gpu_kv_off_seqs(kv, &s, NULL)) return s; /* offloaded: the dense layers' view */
     s.k = e->pool.base;
     s.v = e->pool.base + (size_t)d.L * d.n_kv * GPU_KV_BLOCK * d.hd;
     s.cap = GPU_KV_BLOCK;
@@ -475,6 +477,7 @@ int gpu_kv_fork(gpu_engine *e, gpu_kv *src, int n_tokens, int capacity, gpu_kv *
     *out = NULL;
     if (n_tokens < 0 || n_tokens > src->cap || n_tokens > capacity) return ACCEL_ERR_INVALID;
     const int nb = blocks_for(n_tokens);
+    if (gpu_kv_offloaded(src)) return ACCEL_ERR_UNSUPPORTED; /* no pool blocks to share */
     if (nb > src->n) return ACCEL_ERR_INVALID;
     GPU_TRY(gpu_kv_loads_settle(e));
     gpu_kv *kv;

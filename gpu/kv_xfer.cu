@@ -26,6 +26,7 @@
  * event per layer) — and every other entry copies them whole and waits (gpu_kv_loads_settle),
  * as does gpu_host_free (the host memory must outlive the copy). */
 #include "gpu/engine.cuh"
+#include "gpu/tls.cuh" /* an offloaded sequence (gpu/tls_off.cu) */
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,6 +191,7 @@ int gpu_kv_import(gpu_engine *e, gpu_kv *kv, const proto_kv_layer *c)
 {
     const gpu_dims &d = e->d;
     if (c->dtype != PROTO_KV_INT8 && c->dtype != PROTO_KV_INT4) return ACCEL_ERR_INVALID;
+    if (gpu_kv_offloaded(kv)) return ACCEL_ERR_UNSUPPORTED; /* its KV in host memory (tls_off.cu) */
     if (c->layer < 0 || c->layer >= d.L || c->n_kv_heads != d.n_kv || c->head_dim != d.hd ||
         c->n_tokens <= 0 || c->pos0 < 0 || c->pos0 > kv->cap - c->n_tokens)
         return ACCEL_ERR_INVALID;
@@ -236,6 +238,7 @@ struct gpu_kv_load {
 int gpu_kv_block_load(gpu_engine *e, gpu_kv *kv, int pos, const void *src)
 {
     if (pos < 0 || pos % GPU_KV_BLOCK || !src) return ACCEL_ERR_INVALID;
+    if (gpu_kv_offloaded(kv)) return ACCEL_ERR_UNSUPPORTED;
     GPU_CHECK(cudaSetDevice(e->index));
     if (!e->ev_load) {
         e->ev_load = (cudaEvent_t *)calloc(e->d.L, sizeof(cudaEvent_t));

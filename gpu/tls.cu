@@ -6,27 +6,13 @@
  * GPU_MAX_BATCH rows) is taken at gpu_tls_open; a sequence's summaries at its first sparse step,
  * for min(capacity, 1.25 x its length + 4096) positions, grown the same way (a new allocation,
  * rebuilt from the cache) — outside the KV pool's budget, which gpu_tls_open shrinks by the
- * summaries' share of a position (6.25 % for Llama-3-8B: 8 KiB beside 128 KiB). */
+ * summaries' share of a position (6.25 % for Llama-3-8B: 8 KiB beside 128 KiB). A sequence asked
+ * to offload (sparse_tls_params.offload) leaves the pool at its first sparse step (gpu_tls_prepare
+ * calls gpu/tls_off.cu): its sparse layers' KV into pinned host memory, its dense layers' into a
+ * cudaMalloc of its own (also outside the pool's budget, like its summaries). */
 #include "gpu/tls.cuh"
 #include <pthread.h>
 #include <stdlib.h>
-
-struct gpu_tls {
-    sparse_tls_params p; /* defaults; block_size, channels, dense_layers for every sequence */
-    int on_default;
-    gpu_tls_cfg c;       /* shapes and scratch (bscore .. arrive) */
-    unsigned short *ch_d;
-    gpu_tls_dev *meta_h, *meta_d; /* (GPU_MAX_BATCH) the step's rows */
-};
-
-struct gpu_tls_kv {
-    int on;
-    int token_budget, block_budget, dense_below;
-    int valid;  /* positions whose summaries are up to date */
-    void *mem;  /* the summaries (dev.cap positions; NULL: none yet) */
-    gpu_tls_dev dev;
-    long long host_read, host_total, steps; /* dense layers and dense rows, counted here */
-};
 
 int gpu_tls_available(const gpu_engine *e)
 {
@@ -146,6 +132,7 @@ int gpu_kv_tls_set(gpu_engine *e, gpu_kv *kv, const sparse_tls_params *p)
     t->token_budget = p->token_budget;
     t->block_budget = p->block_budget;
     t->dense_below = p->dense_below;
+    t->off_want = p->offload && !t->off;
     return ACCEL_OK;
 }
 
@@ -153,6 +140,7 @@ void gpu_kv_tls_free(gpu_kv *kv)
 {
     if (!kv->tls) return;
     if (kv->tls->mem) cudaFree(kv->tls->mem);
+    gpu_tls_off_free(kv->tls);
     free(kv->tls);
     kv->tls = NULL;
 }
@@ -166,6 +154,7 @@ void gpu_kv_tls_fork(gpu_kv *dst, const gpu_kv *src)
     t->token_budget = src->tls->token_budget;
     t->block_budget = src->tls->block_budget;
     t->dense_below = src->tls->dense_below;
+    t->off_want = src->tls->off_want || src->tls->off; /* gpu_kv_fork refuses an offloaded src */
 }
 
 void gpu_kv_tls_truncate(gpu_engine *e, gpu_kv *kv, int len)
@@ -192,6 +181,8 @@ int gpu_kv_tls_stats(gpu_engine *e, gpu_kv *kv, gpu_tls_stats *out)
     out->blocks_new = (int64_t)c[2];
     out->blocks_kept = (int64_t)c[3];
     out->steps = t->steps;
+    out->offloaded = t->off;
+    out->host_keys = t->off ? (int64_t)(c[0] - t->cnt0_off) + t->host_keys : 0;
     return ACCEL_OK;
 }
 
@@ -244,13 +235,22 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
             if (keys <= below || d.L <= g->p.dense_layers) {
                 t->host_read += (long long)d.L * d.n_kv * keys;
                 t->host_total += (long long)d.L * d.n_kv * keys;
+                if (t->off) t->host_keys += (long long)(d.L - g->p.dense_layers) * d.n_kv * keys;
             } else {
                 GPU_TRY(ensure(e, kvs[i], t, keys));
                 if (t->valid < pos[i]) {
                     gpu_seq_dev sq = gpu_kv_seq_dev(e, kvs[i]);
-                    GPU_TRY(gpu_tls_rebuild(e->compute, g->c, sq, t->dev, t->valid, pos[i]));
+                    GPU_TRY(gpu_tls_rebuild(e->compute, g->c, sq, t->dev, t->valid, pos[i],
+                                            t->off ? &t->hi : nullptr, g->p.dense_layers));
                 }
                 t->valid = keys;
+                if (t->off_want && !t->off) {
+                    /* its first sparse step: positions before this one leave the pool (this
+                     * step writes its key into host memory already); no room: it stays */
+                    int st = gpu_tls_offload(e, kvs[i], t, pos[i]);
+                    if (st == ACCEL_ERR_NOMEM) t->off_want = 0;
+                    else if (st) return st;
+                }
                 t->host_read += (long long)g->p.dense_layers * d.n_kv * keys;
                 t->host_total += (long long)g->p.dense_layers * d.n_kv * keys;
                 row = t->dev;

@@ -63,9 +63,11 @@ struct gpu_tls_cfg {
 };
 
 /* Summaries of positions [from, to) of one sequence, every layer, from its cache: the blocks
- * from floor(from / bs) rebuilt from their first position. */
+ * from floor(from / bs) rebuilt from their first position. Layers from `split` on read their
+ * keys through hi (an offloaded sequence's host memory: gpu/tls_off.cu), the others through sq. */
 int gpu_tls_rebuild(cudaStream_t s, const gpu_tls_cfg &c, const gpu_seq_dev &sq,
-                    const gpu_tls_dev &t, int from, int to);
+                    const gpu_tls_dev &t, int from, int to, const gpu_seq_dev *hi = nullptr,
+                    int split = 1 << 30);
 /* One layer for T rows: row i is position pos[i] of seqs[i] (its key already in the cache),
  * queries q (T, n_heads * hd) h16, out the same shape. tls: (T) device. */
 int gpu_tls_attn_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, const h16 *q,
@@ -82,6 +84,46 @@ int gpu_tls_split_init(void);
  * the next kernel start at once, which reads the output only after its own wait). */
 /* Once per device before the first launch (the selection's shared memory). */
 int gpu_tls_kernels_init(void);
+/* The engine's AsyncTLS state (gpu/tls.cu). */
+struct gpu_tls {
+    sparse_tls_params p; /* defaults; block_size, channels, dense_layers for every sequence */
+    int on_default;
+    gpu_tls_cfg c;       /* shapes and scratch (bscore .. arrive) */
+    unsigned short *ch_d;
+    gpu_tls_dev *meta_h, *meta_d; /* (GPU_MAX_BATCH) the step's rows */
+};
+
+/* One sequence's (gpu/tls.cu; the offload's fields: gpu/tls_off.cu). */
+struct gpu_tls_kv {
+    int on;
+    int token_budget, block_budget, dense_below;
+    int valid;  /* positions whose summaries are up to date */
+    void *mem;  /* the summaries (dev.cap positions; NULL: none yet) */
+    gpu_tls_dev dev;
+    long long host_read, host_total, steps; /* dense layers and dense rows, counted here */
+    /* offload (sparse_tls_params.offload): */
+    int off_want;          /* move the KV to host memory at the next sparse step */
+    int off;               /* moved: the pool holds none of its blocks */
+    void *off_h, *off_d;   /* pinned mapped host memory (layers split .. L-1), device memory
+                            * (layers 0 .. split-1): each K (layers, n_kv, cap, hd) then V */
+    gpu_seq_dev lo, hi;    /* the two as the kernels see them (contiguous rows, map zero) */
+    unsigned long long cnt0_off; /* cnt[0] when it moved (the host keys are counted from it) */
+    long long host_keys;   /* keys read from host memory by rows the sparse kernel took dense */
+};
+
+/* Moves kv's positions [0, n) out of the pool: layers from gpu_tls_dense_layers on into pinned
+ * host memory the kernels read in place (mapped), the dense layers into device memory of its
+ * own; then releases its pool blocks. ACCEL_ERR_NOMEM (nothing changed) when either memory is
+ * short. The summaries must be valid for [0, n) (they stay). */
+int gpu_tls_offload(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int n);
+void gpu_tls_off_free(gpu_tls_kv *t);
+/* A sequence whose KV was offloaded: 1 and its two views (either may be NULL): lo for layers
+ * below gpu_tls_off_split, hi from it on; 0 for a sequence in the pool (kv_pool.cu, forward.cu
+ * and kv_xfer.cu ask). */
+int gpu_kv_offloaded(const gpu_kv *kv);
+int gpu_kv_off_seqs(const gpu_kv *kv, gpu_seq_dev *lo, gpu_seq_dev *hi);
+int gpu_tls_off_split(const gpu_engine *e);
+
 /* Bytes of one sequence's summaries for cap positions. */
 size_t gpu_tls_seq_bytes(const gpu_tls_cfg &c, int cap);
 /* Carves a zeroed allocation of gpu_tls_seq_bytes into t (cap positions). */

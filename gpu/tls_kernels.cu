@@ -32,10 +32,11 @@ namespace cg = cooperative_groups;
 #endif
 /* ---------------------------------------------------------------- summaries */
 
-__global__ void __launch_bounds__(128) tls_rebuild_k(gpu_tls_cfg c, gpu_seq_dev sq, gpu_tls_dev t,
-                                                     int b0, int to)
+__global__ void __launch_bounds__(128) tls_rebuild_k(gpu_tls_cfg c, gpu_seq_dev sq0, gpu_seq_dev hi,
+                                                     int split, gpu_tls_dev t, int b0, int to)
 {
     const int b = b0 + blockIdx.x, g = blockIdx.y, l = blockIdx.z, hd = c.hd;
+    const gpu_seq_dev &sq = l >= split ? hi : sq0;
     const int p0 = b * c.bs, p1 = min(p0 + c.bs, to);
     if (p0 >= p1) return;
     const size_t lg = (size_t)l * c.n_kv + g;
@@ -57,11 +58,12 @@ __global__ void __launch_bounds__(128) tls_rebuild_k(gpu_tls_cfg c, gpu_seq_dev 
 }
 
 int gpu_tls_rebuild(cudaStream_t s, const gpu_tls_cfg &c, const gpu_seq_dev &sq,
-                    const gpu_tls_dev &t, int from, int to)
+                    const gpu_tls_dev &t, int from, int to, const gpu_seq_dev *hi, int split)
 {
     if (to <= from) return ACCEL_OK;
     const int b0 = from / c.bs, b1 = (to + c.bs - 1) / c.bs;
-    tls_rebuild_k<<<dim3(b1 - b0, c.n_kv, c.L), 128, 0, s>>>(c, sq, t, b0, to);
+    tls_rebuild_k<<<dim3(b1 - b0, c.n_kv, c.L), 128, 0, s>>>(c, sq, hi ? *hi : sq, hi ? split : c.L,
+                                                            t, b0, to);
     GPU_LAUNCHED();
     return ACCEL_OK;
 }

@@ -286,6 +286,8 @@ typedef struct accel_decode_stats {
     int64_t keys_read, keys_total;
     int64_t blocks_new, blocks_kept;
     int64_t steps;
+    int64_t host_keys; /* of keys_read, read from host memory (a GPU's offloaded sequence) */
+    int offloaded;     /* its KV lives in host memory (sparse_tls_params.offload) */
 } accel_decode_stats;
 int accel_seq_decode_stats(accel_dev *d, accel_seq *s, accel_decode_stats *out);
 

@@ -35,6 +35,8 @@ int sparse_tls_params_check(const sparse_tls_params *p, int head_dim, char *err,
         why = "dense_layers must be 0 .. 4096";
     else if (p->dense_below < -1 || p->dense_below > SPARSE_TLS_MAX_TOKENS)
         why = "dense_below must be -1 (the token budget) or 0 .. 1M tokens";
+    else if (p->offload != 0 && p->offload != 1)
+        why = "offload must be 0 or 1";
     if (why && err) snprintf(err, errlen, "asynctls: %s", why);
     return why ? SPARSE_TLS_ERR_INVALID : 0;
 }
@@ -61,6 +63,7 @@ int sparse_tls_parse(const char *spec, int head_dim, sparse_tls_params *p, int *
         {"channels", offsetof(sparse_tls_params, channels)},
         {"dense_layers", offsetof(sparse_tls_params, dense_layers)},
         {"dense_below", offsetof(sparse_tls_params, dense_below)},
+        {"offload", offsetof(sparse_tls_params, offload)},
     };
     const char *c = spec + 8;
     int named_channels = 0;

@@ -60,6 +60,10 @@ typedef struct sparse_tls_params {
     int dense_layers; /* layers 0 .. dense_layers-1 stay dense, >= 0; default 2 (Quest) */
     int dense_below;  /* contexts of at most this many keys stay dense; -1 (default):
                          token_budget (selection would keep every key) */
+    int offload;      /* 0 (default): the KV stays in the device's memory; 1: a GPU keeps the
+                         sparse layers' KV of the sequence in pinned host memory from its first
+                         sparse step on (gpu/tls_off.cu); other devices decide their tier
+                         themselves and ignore it */
 } sparse_tls_params;
 
 void sparse_tls_params_default(sparse_tls_params *p);
@@ -68,9 +72,9 @@ void sparse_tls_params_default(sparse_tls_params *p);
 int sparse_tls_params_check(const sparse_tls_params *p, int head_dim, char *err, size_t errlen);
 /* A spec string, as the daemon's decode_sparse key and accel_opts.decode_sparse carry it:
  * NULL, "" or "off": *on = 0; "asynctls" or "asynctls,key=value,..." with the keys block_size,
- * block_budget, token_budget, channels, dense_layers, dense_below: *on = 1 and p the defaults
- * with those replaced, checked (head_dim as in params_check). *channels_set says whether the
- * spec named channels (else the channel file decides). 0, or SPARSE_TLS_ERR_INVALID with the
+ * block_budget, token_budget, channels, dense_layers, dense_below, offload: *on = 1 and p the
+ * defaults with those replaced, checked (head_dim as in params_check). *channels_set says whether
+ * the spec named channels (else the channel file decides). 0, or SPARSE_TLS_ERR_INVALID with the
  * reason, naming the key, in err. */
 int sparse_tls_parse(const char *spec, int head_dim, sparse_tls_params *p, int *on,
                      int *channels_set, char *err, size_t errlen);

@@ -61,6 +61,18 @@
  *                 kept vs all kept, x 64 positions x K+V of one head, h16). The channel file:
  *                 --tls-channels FILE, else one written to $TMPDIR with evenly spread channels
  *                 (which channels does not change the work done, only which keys are kept)
+ *   tls-offload C with --tls-offload C: the largest batches at C tokens of context (issue 23):
+ *                 dense at the most whole sequences of capacity C + 2 steps its pool holds (the
+ *                 pool of the same device opened without a channel file), AsyncTLS from the pool
+ *                 at the most the shrunk pool holds beside the offloaded rows' device memory,
+ *                 AsyncTLS with the KV offloaded to host memory (sparse_tls_params.offload) at
+ *                 the most rows MemAvailable holds (less --tls-host-margin GiB, default 12), and
+ *                 the last two together: median ms per step and tokens/s of each, and the bytes
+ *                 an offloaded row read over PCIe per step (its sparse layers' attended K/V rows,
+ *                 from the decode stats, and its new K/V rows written) against the whole-block
+ *                 baseline (every kept level-1 block) and the difference-only one (newly kept
+ *                 blocks). Rows are forks of one prefilled prompt (pool rows share its blocks, so
+ *                 their counts are arithmetic on the pool; offloaded rows are private copies)
  * The engine's settings (gpu/tuning.h) come from TANDEM_GPU_TUNE="key=value,...".
  * Every result is one JSON line on stdout. Timings are wall-clock (CLOCK_MONOTONIC) around calls
  * that return only when the device is done. Prompts are pseudo-random token ids. */
@@ -69,6 +81,7 @@
 #include "scheduler/accel.h"
 #include "model/ckpt/model.h"
 #include "model/ckpt/tls_channels.h"
+#include "sparse/tls.h"
 #include <dlfcn.h>
 #include <limits.h>
 #include <math.h>
@@ -401,6 +414,131 @@ static int tls_run(accel_dev *d, const model *m, int ctx, const long *batch, int
     return st ? -1 : 0;
 }
 
+/* --tls-offload (see the top): 0 or -1. dense_blocks: the pool of the device without channels. */
+static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int budget, int blocks,
+                       long dense_blocks, double margin_gib, double *new_blocks)
+{
+    const model_config *c = &m->cfg;
+    const int V = c->vocab, Ld = 2, L = c->n_layers, hd = c->head_dim, n_kv = c->n_kv_heads;
+    accel_info in;
+    accel_get_info(d, &in);
+    const int cap = ctx + 2 * steps + 4, bt = in.kv_block_tokens > 0 ? in.kv_block_tokens : 128;
+    const long nblk = (cap + bt - 1) / bt;
+    const double row = 2.0 * n_kv * (double)cap * hd * 2; /* K+V of one layer, h16 */
+    const double host_b = (L - Ld) * row, dev_b = Ld * row + (double)sparse_tls_bytes_per_token(L, n_kv, hd, 32, 64) *
+                          (cap < 1.25 * ctx + 4096 ? cap : 1.25 * ctx + 4096);
+    long avail_kb = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %ld kB", &avail_kb) == 1) break;
+    if (f) fclose(f);
+    /* a memory cgroup's limit (v2, else v1) below the machine's: what is left under it */
+    static const char *lim[2][2] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+                                    {"/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                     "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+    for (int i = 0; i < 2; i++) {
+        double v[2] = {0, 0};
+        for (int j = 0; j < 2; j++) {
+            FILE *g = fopen(lim[i][j], "r");
+            if (g && fscanf(g, "%lf", &v[j]) != 1) v[j] = 0;
+            if (g) fclose(g);
+        }
+        if (v[0] > 0 && v[0] < 1e15) {
+            long left = (long)((v[0] - v[1]) / 1024);
+            if (left < avail_kb) avail_kb = left;
+            break;
+        }
+    }
+    int Bd = (int)(dense_blocks / nblk), Bo = (int)(((double)avail_kb * 1024 - margin_gib * 1073741824.0) / host_b);
+    Bo = Bo < 0 ? 0 : Bo > 64 ? 64 : Bo;
+    double pool_b = (double)in.kv_blocks_total * (double)in.kv_block_bytes - Bo * dev_b;
+    int Br = pool_b > 0 ? (int)(pool_b / ((double)nblk * (double)in.kv_block_bytes)) : 0;
+    Bd = Bd > 128 ? 128 : Bd, Br = Br > 128 ? 128 : Br;
+    printf("{\"bench\":\"tls_offload_plan\",\"context\":%d,\"capacity\":%d,\"seq_gb\":%.2f,"
+           "\"dense_pool_blocks\":%ld,\"tls_pool_blocks\":%d,\"mem_available_gb\":%.1f,"
+           "\"host_gb_per_offloaded\":%.2f,\"device_gb_per_offloaded\":%.2f,\"dense_batch\":%d,"
+           "\"pool_sparse_batch\":%d,\"offloaded_batch\":%d}\n", ctx, cap,
+           nblk * (double)in.kv_block_bytes / 1e9, dense_blocks, in.kv_blocks_total, avail_kb / 1e6,
+           host_b / 1e9, dev_b / 1e9, Bd, Br, Bo);
+    fflush(stdout);
+    const int Bmax = Bo + (Bd > Br ? Bd : Br);
+    int32_t *ids = make_ids(ctx, V, 5), *tok = malloc(sizeof(int32_t) * (Bmax + 1));
+    float *lg = accel_host_alloc(d, sizeof(float) * (size_t)(Bmax + 1) * V);
+    accel_seq *p0 = NULL, **seqs = calloc(Bmax + 1, sizeof *seqs);
+    double *t = malloc(sizeof(double) * steps);
+    int st = ids && tok && lg && seqs && t && Bmax > 0 ? accel_seq_new(d, cap, &p0) : ACCEL_ERR_NOMEM;
+    accel_prefill_req r = {.seq = p0, .ids = ids, .n = ctx, .logits = lg};
+    if (!st) st = accel_prefill(d, &r);
+    sparse_tls_params sp;
+    sparse_tls_params_default(&sp);
+    sp.token_budget = budget, sp.block_budget = blocks;
+    sparse_tls_params so = sp;
+    so.offload = 1;
+    /* rows 0 .. Bo-1 offloaded (kept across the modes), then pool rows */
+    static const char *names[] = {"dense", "pool_sparse", "offloaded", "mixed"};
+    const int lo[4] = {Bo, Bo, 0, 0}, n[4] = {Bd, Br, Bo, Br + Bo};
+    for (int b = 0; b < Bmax && !st; b++) st = accel_seq_fork(d, p0, ctx, cap, &seqs[b]);
+    for (int b = 0; b < Bmax; b++) tok[b] = ids[(b * 7 + 3) % ctx];
+    for (int mode = 0; mode < 4 && !st; mode++) {
+        if (n[mode] < 1 || lo[mode] + n[mode] > Bmax) continue;
+        accel_seq **rows = seqs + lo[mode];
+        for (int b = 0; b < n[mode] && !st; b++) {
+            st = accel_seq_truncate(d, rows[b], ctx);
+            if (!st) st = accel_seq_decode_sparse(d, rows[b], mode == 0 ? NULL : lo[mode] + b < Bo ? &so : &sp);
+        }
+        double t0 = now();
+        if (!st) st = accel_decode(d, n[mode], rows, tok, lg); /* graph, summaries, the offload */
+        const double first = now() - t0;
+        accel_decode_stats s0[2] = {{0}}, s1[2] = {{0}}; /* [pool rows, offloaded rows] */
+        for (int b = 0; b < n[mode] && !st; b++) {
+            accel_decode_stats ds;
+            st = accel_seq_decode_stats(d, rows[b], &ds);
+            accel_decode_stats *o = &s0[ds.offloaded != 0];
+            o->keys_read += ds.keys_read, o->host_keys += ds.host_keys, o->steps += ds.steps;
+            o->blocks_new += ds.blocks_new, o->blocks_kept += ds.blocks_kept;
+        }
+        for (int i = 0; i < steps && !st; i++) {
+            double a = now();
+            st = accel_decode(d, n[mode], rows, tok, lg);
+            t[i] = now() - a;
+        }
+        int off = 0;
+        for (int b = 0; b < n[mode] && !st; b++) {
+            accel_decode_stats ds;
+            st = accel_seq_decode_stats(d, rows[b], &ds);
+            off += ds.offloaded != 0;
+            accel_decode_stats *o = &s1[ds.offloaded != 0];
+            o->keys_read += ds.keys_read, o->host_keys += ds.host_keys, o->steps += ds.steps;
+            o->blocks_new += ds.blocks_new, o->blocks_kept += ds.blocks_kept;
+        }
+        if (st) break;
+        /* per offloaded row-step over the timed steps: K and V rows read (h16), its new K/V
+         * rows of the sparse layers written; one level-1 block: 64 positions of K and V */
+        const double ss = (double)(s1[1].steps - s0[1].steps), blk = 64.0 * hd * 2 * 2;
+        const double rd = ss > 0 ? (double)(s1[1].host_keys - s0[1].host_keys) * hd * 2 * 2 / ss : 0;
+        const double wr = ss > 0 ? (double)(L - Ld) * n_kv * hd * 2 * 2 : 0;
+        const double ms = median(t, steps) * 1e3;
+        if (ss > 0) *new_blocks = (double)(s1[1].blocks_new - s0[1].blocks_new) / ss;
+        printf("{\"bench\":\"tls_offload\",\"mode\":\"%s\",\"context\":%d,\"batch\":%d,"
+               "\"offloaded\":%d,\"token_budget\":%d,\"block_budget\":%d,\"ms_step\":%.3f,"
+               "\"tok_s\":%.1f,\"first_step_s\":%.2f,\"pcie_mb_per_offloaded_step\":%.3f,"
+               "\"pcie_gb_s\":%.2f,\"whole_block_mb\":%.2f,\"new_block_mb\":%.2f}\n",
+               names[mode], ctx, n[mode], off, budget, blocks, ms, n[mode] * 1e3 / ms, first,
+               (rd + wr) / 1e6, off * (rd + wr) / (ms * 1e-3) / 1e9,
+               ss > 0 ? (double)(s1[1].blocks_kept - s0[1].blocks_kept) * blk / ss / 1e6 : 0,
+               ss > 0 ? (double)(s1[1].blocks_new - s0[1].blocks_new) * blk / ss / 1e6 : 0);
+        fflush(stdout);
+    }
+    if (st) fprintf(stderr, "bench_gpu: tls offload ctx=%d: %s\n", ctx, accel_strerror(st));
+    for (int b = 0; b < Bmax && seqs; b++)
+        if (seqs[b]) accel_seq_free(d, seqs[b]);
+    if (p0) accel_seq_free(d, p0);
+    if (lg) accel_host_free(d, lg);
+    free(ids), free(seqs), free(tok), free(t);
+    return st ? -1 : 0;
+}
+
 /* A channel file for the benchmark (evenly spread channels; the work does not depend on them). */
 static int tls_channels(const model *m, char *path, size_t n)
 {
@@ -517,6 +655,8 @@ int main(int argc, char **argv)
     int ntls = 0, ntls_b = 2;
     long tls_budget = 1024, tls_blocks = 128;
     const char *tls_chan = NULL;
+    long tls_off = 0;
+    double host_margin = 12;
     int np = 0, nd = 0, nb = 0, ne = 0, na = 0, npx = 0;
     long pxP[MAX_LIST], pxC[MAX_LIST];
     long steps = 64, reps = 3, bctx = 1024, min_budget = 1024;
@@ -557,6 +697,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--tls-budget")) bad = (tls_budget = atol(v)) < 1 || tls_budget > (1 << 20);
         else if (!strcmp(a, "--tls-blocks")) bad = (tls_blocks = atol(v)) < 1 || tls_blocks > 65536;
         else if (!strcmp(a, "--tls-channels")) tls_chan = v;
+        else if (!strcmp(a, "--tls-offload")) bad = (tls_off = atol(v)) < 1 || tls_off > (1 << 20);
+        else if (!strcmp(a, "--tls-host-margin")) bad = (host_margin = atof(v)) < 0;
         else if (!strcmp(a, "--batch")) bad = (nb = parse_list(v, batch, 1, 4096)) < 0;
         else if (!strcmp(a, "--export")) bad = (ne = parse_list(v, exp_, 1, 1 << 20)) < 0;
         else if (!strcmp(a, "--attention")) bad = (na = parse_list(v, att, 64, 1 << 20)) < 0;
@@ -608,13 +750,25 @@ int main(int argc, char **argv)
     }
     accel_opts o = {.kv_dtype = PROTO_KV_INT8, .gpu_half = half};
     char chan_path[512];
-    if (ntls) {
+    long dense_blocks = 0; /* --tls-offload: the pool of the device opened without channels */
+    if (tls_off) {
+        accel_dev *d0 = devices_open(device, m, &o, err, sizeof err);
+        if (!d0) {
+            fprintf(stderr, "bench_gpu: %s\n", err);
+            return 1;
+        }
+        accel_info i0;
+        accel_get_info(d0, &i0);
+        dense_blocks = i0.kv_blocks_total;
+        accel_free(d0);
+    }
+    if (ntls || tls_off) {
         if (tls_chan) snprintf(chan_path, sizeof chan_path, "%s", tls_chan);
         else if (tls_channels(m, chan_path, sizeof chan_path)) return 1;
         o.sparse_channels = chan_path;
     }
     accel_dev *d = devices_open(device, m, &o, err, sizeof err);
-    if (ntls && !tls_chan) unlink(chan_path);
+    if ((ntls || tls_off) && !tls_chan) unlink(chan_path);
     if (!d) {
         fprintf(stderr, "bench_gpu: %s\n", err);
         return 1;
@@ -744,6 +898,28 @@ int main(int argc, char **argv)
         if (tls_run(d, m, (int)tls_ctx[i], tls_batch, ntls_b, (int)steps, (int)tls_budget,
                     (int)tls_blocks))
             return 1;
+    }
+    double new_blocks = 0;
+    if (tls_off && tls_off_run(d, m, (int)tls_off, (int)steps, (int)tls_budget, (int)tls_blocks,
+                               dense_blocks, host_margin, &new_blocks))
+        return 1;
+    int (*pcie)(int, int, int, int, double *) =
+        ht ? (int (*)(int, int, int, int, double *))dlsym(ht, "gpu_tls_bench_pcie") : NULL;
+    if (tls_off && pcie) {
+        /* one offloaded row-step's transfers each way (2 dense layers): the selected rows in
+         * place, or the newly kept blocks' K and V runs by a kernel or by the copy engine */
+        const int rows = (int)tls_budget * m->cfg.n_kv_heads * (m->cfg.n_layers - 2);
+        const int runs = 2 * (int)(new_blocks + 0.5);
+        double o[8] = {0};
+        if ((st = pcie(m->cfg.head_dim, rows, runs > 0 ? runs : 1, 9, o))) {
+            fprintf(stderr, "bench_gpu: pcie: %s\n", accel_strerror(st));
+            return 1;
+        }
+        printf("{\"bench\":\"tls_pcie\",\"rows\":%d,\"block_runs\":%d,\"rows_gb_s\":%.2f,"
+               "\"blocks_kernel_gb_s\":%.2f,\"blocks_copy_gb_s\":%.2f,\"bulk_gb_s\":%.2f,"
+               "\"rows_us\":%.0f,\"blocks_kernel_us\":%.0f,\"blocks_copy_us\":%.0f,\"bulk_us\":%.0f}\n",
+               rows, runs, o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]);
+        fflush(stdout);
     }
     for (int i = 0; i < nb; i++) {
         double ms = 0, rate = decode_run(d, V, (int)batch[i], (int)bctx, (int)steps, &ms);

@@ -77,6 +77,13 @@ TEST(tls_params_defaults_and_checks)
     b = p;
     b.block_budget = 0;
     CHECK(sparse_tls_params_check(&b, 128, err, sizeof err) < 0 && strstr(err, "block_budget"));
+    /* offload: off by default, 0 or 1 from a spec, anything else names the key */
+    CHECK(p.offload == 0);
+    int on = 0;
+    CHECK(sparse_tls_parse("asynctls,offload=1", 128, &b, &on, NULL, err, sizeof err) == 0 && on &&
+          b.offload == 1 && b.token_budget == 1024);
+    CHECK(sparse_tls_parse("asynctls,offload=2", 128, &b, &on, NULL, err, sizeof err) < 0 &&
+          strstr(err, "offload"));
 }
 
 /* Quest's estimate per query head (estimate.cu: sum over channels of max(q*kmax, q*kmin)),

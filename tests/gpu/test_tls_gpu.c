@@ -248,31 +248,37 @@ static int prefill(accel_dev *d, accel_seq *s, const int32_t *ids, int n, float 
     return accel_prefill(d, &r);
 }
 
+/* The head_dim-128 mkmodel checkpoint with a channel file beside it, opened with opts (which
+ * channels does not matter for these checks): 0, > 0 to skip (why), < 0 on failure. */
+static int tls_open(const accel_opts *o, model **m, accel_dev **d, char *why, size_t n)
+{
+    int r = tg_open_mkmodel(TLS_HD128, "tls128", NULL, m, d, why, n);
+    if (r) return r;
+    model_channels mc = {.n_layers = (*m)->cfg.n_layers, .n_kv_heads = (*m)->cfg.n_kv_heads,
+                         .head_dim = (*m)->cfg.head_dim, .r = 32, .calib_tokens = 1};
+    mc.idx = malloc(sizeof(uint16_t) * mc.n_layers * mc.n_kv_heads * mc.r);
+    if (!mc.idx) return -1;
+    for (int i = 0; i < mc.n_layers * mc.n_kv_heads; i++)
+        for (int j = 0; j < mc.r; j++) mc.idx[i * mc.r + j] = (uint16_t)(j * 4 + i % 4);
+    char path[4200], dir[4200];
+    snprintf(dir, sizeof dir, "%s", (*m)->dir);
+    model_channels_path(dir, path, sizeof path);
+    r = model_channels_save(path, &mc, why, n);
+    free(mc.idx);
+    accel_free(*d);
+    model_free(*m);
+    return r ? -1 : tg_open(dir, o, m, d, why, n);
+}
+
 TEST(gpu_tls_engine)
 {
     model *m;
     accel_dev *d;
     char why[600];
-    int r = tg_open_mkmodel(TLS_HD128, "tls128", NULL, &m, &d, why, sizeof why);
-    if (r > 0) SKIP("%s", why);
-    REQUIRE(r == 0);
-    /* a channel file beside the weights (which channels does not matter for these checks) */
-    model_channels mc = {.n_layers = m->cfg.n_layers, .n_kv_heads = m->cfg.n_kv_heads,
-                         .head_dim = m->cfg.head_dim, .r = 32, .calib_tokens = 1};
-    mc.idx = malloc(sizeof(uint16_t) * mc.n_layers * mc.n_kv_heads * mc.r);
-    REQUIRE(mc.idx);
-    for (int i = 0; i < mc.n_layers * mc.n_kv_heads; i++)
-        for (int j = 0; j < mc.r; j++) mc.idx[i * mc.r + j] = (uint16_t)(j * 4 + i % 4);
-    char path[4200], dir[4200];
-    snprintf(dir, sizeof dir, "%s", m->dir);
-    model_channels_path(dir, path, sizeof path);
-    REQUIRE(model_channels_save(path, &mc, why, sizeof why) == 0);
-    free(mc.idx);
-    accel_free(d);
-    model_free(m);
     /* on by default for new sequences (layer 0 dense); each sequence set apart below */
     accel_opts o = {.decode_sparse = "asynctls,block_size=64,dense_layers=1"};
-    r = tg_open(dir, &o, &m, &d, why, sizeof why);
+    int r = tls_open(&o, &m, &d, why, sizeof why);
+    if (r > 0) SKIP("%s", why);
     REQUIRE(r == 0);
     const int V = m->cfg.vocab, N = 1000;
     int32_t *ids = tg_ids(N + 100, V, 7);
@@ -357,4 +363,137 @@ TEST(gpu_tls_engine)
     free(l0);
     free(l1);
     free(l2);
+}
+
+/* Two sequences' stats equal in what both count (the selections' traces). */
+static int same_trace(const accel_decode_stats *a, const accel_decode_stats *b)
+{
+    return a->keys_read == b->keys_read && a->keys_total == b->keys_total &&
+           a->blocks_new == b->blocks_new && a->blocks_kept == b->blocks_kept &&
+           a->steps == b->steps;
+}
+
+/* The KV offloaded to host memory (sparse_tls_params.offload, gpu/tls_off.cu): an offloaded
+ * sequence decodes bit for bit as the same sequence from the pool (the same kernels on the same
+ * values; its sparse layers read from host memory in place), alone, in a batch beside pool rows,
+ * after a truncation into a block (summaries rebuilt from host memory) and on a step where it
+ * attends densely; its selections' counts equal, and the keys it read from host memory are
+ * exactly its sparse layers' attended keys; what it can no longer do is refused. Both plugins
+ * (bf16, fp16). */
+static void tls_offload_case(enum accel_gpu_half half);
+TEST(gpu_tls_offload)
+{
+    tls_offload_case(ACCEL_GPU_HALF_BF16);
+    tls_offload_case(ACCEL_GPU_HALF_F16);
+}
+
+static void tls_offload_case(enum accel_gpu_half half)
+{
+    model *m;
+    accel_dev *d;
+    char why[600];
+    accel_opts o = {.decode_sparse = "asynctls,block_size=64,dense_layers=1", .gpu_half = half};
+    int r = tls_open(&o, &m, &d, why, sizeof why);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    const int V = m->cfg.vocab, N = 1000, Ld = 1, n_kv = m->cfg.n_kv_heads;
+    int32_t *ids = tg_ids(N + 200, V, 11);
+    float *la = malloc(sizeof(float) * V * 3), *lb = malloc(sizeof(float) * V * 3);
+    REQUIRE(ids && la && lb);
+    accel_seq *base, *res, *off, *x;
+    REQUIRE(accel_seq_new(d, 4096, &base) == 0);
+    REQUIRE(prefill(d, base, ids, N, la) == 0);
+    sparse_tls_params sp;
+    sparse_tls_params_default(&sp);
+    sp.block_budget = 4, sp.token_budget = 96, sp.dense_below = 0, sp.dense_layers = Ld;
+    sparse_tls_params so = sp;
+    so.offload = 1;
+    REQUIRE(accel_seq_fork(d, base, N, 4096, &res) == 0);
+    REQUIRE(accel_seq_fork(d, base, N, 4096, &off) == 0);
+    REQUIRE(accel_seq_decode_sparse(d, res, &sp) == 0);
+    REQUIRE(accel_seq_decode_sparse(d, off, &so) == 0);
+    /* 1. alone, 60 steps (level-1 blocks change, two new blocks begin) */
+    int64_t keys = 0; /* keys of the rows, summed over steps (the dense layer reads them all) */
+    int diff = 0;
+    for (int t = 0; t < 60; t++) {
+        REQUIRE(decode1(d, res, ids[N + t], la) == 0);
+        REQUIRE(decode1(d, off, ids[N + t], lb) == 0);
+        diff += memcmp(la, lb, sizeof(float) * V) != 0;
+        keys += N + t + 1;
+    }
+    CHECK_MSG(diff == 0, "offloaded vs pool: %d of 60 steps' logits differ", diff);
+    accel_decode_stats a, b;
+    REQUIRE(accel_seq_decode_stats(d, res, &a) == 0 && accel_seq_decode_stats(d, off, &b) == 0);
+    CHECK_MSG(b.offloaded == 1 && a.offloaded == 0, "offloaded flags %d / %d", b.offloaded, a.offloaded);
+    CHECK_MSG(same_trace(&a, &b), "stats: read %lld / %lld, new blocks %lld / %lld",
+              (long long)a.keys_read, (long long)b.keys_read, (long long)a.blocks_new,
+              (long long)b.blocks_new);
+    CHECK_MSG(a.host_keys == 0 && b.host_keys == b.keys_read - (int64_t)Ld * n_kv * keys &&
+                  b.host_keys > 0 && b.host_keys < b.keys_total / 4,
+              "host keys %lld of %lld read", (long long)b.host_keys, (long long)b.keys_read);
+    fprintf(stderr, "  tls offload (%s): 60 steps bit for bit; keys from host memory %lld (%.1f%% of "
+            "the rows' keys), level-1 blocks new %lld of %lld kept\n",
+            half == ACCEL_GPU_HALF_F16 ? "fp16" : "bf16", (long long)b.host_keys,
+            100.0 * (double)b.host_keys / (double)b.keys_total, (long long)b.blocks_new,
+            (long long)b.blocks_kept);
+    /* what an offloaded sequence cannot do */
+    CHECK(accel_seq_fork(d, off, N, 4096, &x) == ACCEL_ERR_UNSUPPORTED);
+    CHECK(prefill(d, off, ids, 4, la) == ACCEL_ERR_UNSUPPORTED);
+    /* 2. in a batch beside pool rows, 18 rows (past the one-kernel form's clusters: the three
+     * kernels of gpu/tls_split.cu): {pool, offloaded, dense} x 6 == {pool, pool, dense} x 6 */
+    enum { BR = 18 };
+    accel_seq *bx[BR], *by[BR];
+    float *lx = malloc(sizeof(float) * V * BR), *ly = malloc(sizeof(float) * V * BR);
+    REQUIRE(lx && ly);
+    for (int i = 0; i < BR; i++) {
+        REQUIRE(accel_seq_fork(d, base, N, 4096, &bx[i]) == 0);
+        REQUIRE(accel_seq_fork(d, base, N, 4096, &by[i]) == 0);
+        const sparse_tls_params *px = i % 3 == 0 ? &sp : i % 3 == 1 ? &so : NULL;
+        REQUIRE(accel_seq_decode_sparse(d, bx[i], px) == 0);
+        REQUIRE(accel_seq_decode_sparse(d, by[i], i % 3 == 2 ? NULL : &sp) == 0);
+    }
+    diff = 0;
+    for (int t = 0; t < 20; t++) {
+        int32_t bid[BR];
+        for (int i = 0; i < BR; i++) bid[i] = ids[N + (7 * i + t) % 200];
+        REQUIRE(accel_decode(d, BR, bx, bid, lx) == 0);
+        REQUIRE(accel_decode(d, BR, by, bid, ly) == 0);
+        diff += memcmp(lx, ly, sizeof(float) * V * BR) != 0;
+    }
+    CHECK_MSG(diff == 0, "a batch with offloaded rows: %d of 20 steps differ", diff);
+    for (int i = 1; i < BR; i += 3) {
+        REQUIRE(accel_seq_decode_stats(d, bx[i], &a) == 0 && accel_seq_decode_stats(d, by[i], &b) == 0);
+        CHECK(a.offloaded == 1 && b.offloaded == 0 && same_trace(&a, &b));
+    }
+    /* 3. a truncation into a block: its summaries rebuilt, the sparse layers' from host memory */
+    const int len = accel_seq_len(d, off);
+    REQUIRE(accel_seq_truncate(d, off, len - 37) == 0 && accel_seq_truncate(d, res, len - 37) == 0);
+    diff = 0;
+    for (int t = 0; t < 10; t++) {
+        REQUIRE(decode1(d, res, ids[N + 150 + t], la) == 0);
+        REQUIRE(decode1(d, off, ids[N + 150 + t], lb) == 0);
+        diff += memcmp(la, lb, sizeof(float) * V) != 0;
+    }
+    CHECK_MSG(diff == 0, "after a truncation: %d of 10 steps differ", diff);
+    /* 4. dense steps (the decode attention reading the sparse layers from host memory) */
+    REQUIRE(accel_seq_decode_sparse(d, off, NULL) == 0 && accel_seq_decode_sparse(d, res, NULL) == 0);
+    diff = 0;
+    for (int t = 0; t < 5; t++) {
+        REQUIRE(decode1(d, res, ids[N + 170 + t], la) == 0);
+        REQUIRE(decode1(d, off, ids[N + 170 + t], lb) == 0);
+        diff += memcmp(la, lb, sizeof(float) * V) != 0;
+    }
+    CHECK_MSG(diff == 0, "dense steps of an offloaded sequence: %d of 5 differ", diff);
+    for (int i = 0; i < V; i++) CHECK(isfinite(lb[i]));
+    for (int i = 0; i < BR; i++) accel_seq_free(d, bx[i]), accel_seq_free(d, by[i]);
+    free(lx);
+    free(ly);
+    accel_seq_free(d, off);
+    accel_seq_free(d, res);
+    accel_seq_free(d, base);
+    accel_free(d);
+    model_free(m);
+    free(ids);
+    free(la);
+    free(lb);
 }
