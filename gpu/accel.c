@@ -41,6 +41,7 @@ static void gpu_dev_describe(accel_dev *d, accel_info *out)
     snprintf(out->desc, sizeof out->desc, "%s", gpu_engine_desc(eng(d)));
     out->kind = ACCEL_KIND_CUDA;
     out->caps = ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT;
+    if (gpu_decode_argmax_on(eng(d))) out->caps |= ACCEL_CAP_DECODE_ARGMAX;
     out->max_batch = GPU_MAX_BATCH;
     /* the decode cost by batch, the H200's measured curve scaled to this model's bytes and this
      * device's bandwidth (gpu/curve.h); none when the bandwidth is unknown */
@@ -210,8 +211,8 @@ static int gpu_dev_prefill(accel_dev *d, const accel_prefill_req *r)
                        export_dtype(d), r->cancel);
 }
 
-static int gpu_dev_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids,
-                          float *logits)
+static int gpu_dev_decode_argmax(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids,
+                                 float *logits, const unsigned char *want, int32_t *argmax)
 {
     gpu_kv *kvs[GPU_MAX_BATCH];
     int pos[GPU_MAX_BATCH];
@@ -222,7 +223,22 @@ static int gpu_dev_decode(accel_dev *d, int n, accel_seq *const *seqs, const int
         kvs[i] = ((gpu_seq *)seqs[i])->kv;
         pos[i] = seqs[i]->len;
     }
-    return gpu_decode(eng(d), n, kvs, pos, ids, logits);
+    return gpu_decode(eng(d), n, kvs, pos, ids, logits, want, argmax);
+}
+
+static int gpu_dev_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids,
+                          float *logits)
+{
+    return gpu_dev_decode_argmax(d, n, seqs, ids, logits, NULL, NULL);
+}
+
+/* accel_decode_argmax: declined with argmax=0 (the wrapper then takes the host's argmax) */
+static int gpu_dev_decode_argmax_entry(accel_dev *d, int n, accel_seq *const *seqs,
+                                       const int32_t *ids, float *logits,
+                                       const unsigned char *want, int32_t *argmax)
+{
+    if (!gpu_decode_argmax_on(eng(d))) return ACCEL_ERR_UNSUPPORTED;
+    return gpu_dev_decode_argmax(d, n, seqs, ids, logits, want, argmax);
 }
 
 static int gpu_dev_seq_decode_sparse(accel_dev *d, accel_seq *s, const sparse_tls_params *p)
@@ -298,6 +314,7 @@ static const struct accel_dev_i gpu_i = {
     .kv_export = gpu_dev_kv_export,
     .seq_decode_sparse = gpu_dev_seq_decode_sparse,
     .seq_decode_stats = gpu_dev_seq_decode_stats,
+    .decode_argmax = gpu_dev_decode_argmax_entry,
 };
 
 const char gpu_plugin_abi[] = GPU_PLUGIN_ABI;

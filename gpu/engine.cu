@@ -67,6 +67,8 @@ static int alloc_workspace(gpu_engine *e)
     GPU_TRY(dev_alloc(&e->rope, T * (d.hd / 2)));
     GPU_TRY(dev_alloc(&e->xn, (size_t)GPU_LOGIT_ROWS * d.H));
     GPU_TRY(dev_alloc(&e->logits, (size_t)GPU_LOGIT_ROWS * d.V));
+    GPU_TRY(dev_alloc(&e->argmax_d, (size_t)GPU_MAX_BATCH));
+    GPU_CHECK(cudaHostAlloc((void **)&e->argmax_h, GPU_MAX_BATCH * sizeof(int32_t), cudaHostAllocDefault));
     /* split-K partials: the most any decode batch (or small prefill chunk) needs */
     size_t slots = 0;
     for (int n = 1; n <= GPU_MAX_BATCH; n++) {
@@ -185,6 +187,8 @@ static int pick_kernels(gpu_engine *e, const cudaDeviceProp &prop)
     e->dec_rows = t.decode_rows;
     /* a batched step's logits copied chunk by chunk while the lm_head computes the next */
     e->logits_chunks = t.logits_chunks;
+    /* greedy tokens picked on the device, only the logits rows asked for copied (forward.cu) */
+    e->argmax = t.argmax;
     /* prefill's last layer past its K/V only for the rows the logits read (forward.cu) */
     e->prune_off = !t.prune;
     return ACCEL_OK;
@@ -346,12 +350,13 @@ void gpu_engine_free(gpu_engine *e)
     gpu_pool_close(e);
     void *bufs[] = {e->x, e->xb, e->qkv, e->q, e->att, e->gu, e->h, e->rope,
                     e->xn, e->logits, e->part_o, e->part_ml, e->part_cnt, e->meta_d, e->imp_d, e->blas_ws,
-                    e->ctrace, e->atrace};
+                    e->ctrace, e->atrace, e->argmax_d};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     for (int i = 0; i < GPU_EXPORT_RING; i++) cudaFree(e->exp_d[i]);
     if (e->meta_h) cudaFreeHost(e->meta_h);
     if (e->exp_h) cudaFreeHost(e->exp_h);
     if (e->logits_h) cudaFreeHost(e->logits_h);
+    if (e->argmax_h) cudaFreeHost(e->argmax_h);
     if (e->nnz_h) cudaFreeHost(e->nnz_h);
     for (int l = 0; l < e->d.L; l++) {
         if (e->ev_quant && e->ev_quant[l]) cudaEventDestroy(e->ev_quant[l]);

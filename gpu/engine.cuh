@@ -278,6 +278,8 @@ struct gpu_engine {
                         * each copied to the host on the copy stream as the next computes
                         * (forward.cu gpu_decode; 1: in the graph) */
     cudaEvent_t lg_ev[GPU_LOGIT_CHUNKS_MAX]; /* the chunks' "computed" events */
+    int argmax;        /* accel_decode_argmax on the device (argmax=1; forward.cu) */
+    int32_t *argmax_d, *argmax_h; /* (GPU_MAX_BATCH) its tokens on the device, pinned on the host */
     int graphs_off; /* graphs=0, profile=1, or a capture failed: decode without CUDA graphs */
     cudaGraphExec_t *dec_graph; /* [3][GPU_MAX_BATCH + 1]: the decode step for n sequences, with
                                  * the split decode attention, with its cluster form, and with
@@ -430,6 +432,8 @@ int gpu_rope_qkv(cudaStream_t s, const gpu_dims *d, int layer, int T, const floa
                  const float *bias, const float2 *rope, const int *seq_idx, const int *pos,
                  const gpu_seq_dev *seqs, h16 *q, float *kf, float *vf);
 int gpu_swiglu(cudaStream_t s, const h16 *gu, int T, int I, h16 *h);
+/* logits.cu: out[r] = model_sample_argmax of row r of x (rows x V floats, row-major), exactly */
+int gpu_argmax_rows(cudaStream_t s, const float *x, int rows, int V, int32_t *out);
 /* overflow: device flag set to 1 when a finite value rounds to infinity (NULL: not checked) */
 int gpu_convert_to_h16(cudaStream_t s, const void *src, int dtype, size_t n, h16 *dst,
                        int *overflow);

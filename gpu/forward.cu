@@ -243,7 +243,8 @@ static int logits_compute(gpu_engine *e, const float *x, int row0, int nr, int n
 /* A batch's logits after the graph of its layers and final norm: the lm_head in `chunks` column
  * ranges (64-column multiples), each copied to dst (n rows of V floats, page-locked) on the copy
  * stream once computed, under the next range's GEMM (batch 256: 131 MB, ~2.4 ms over PCIe against
- * ~0.4 ms of lm_head). The caller waits for both streams. */
+ * ~0.4 ms of lm_head). The caller waits for both streams. dst NULL: the chunks' GEMMs alone (the
+ * same logits in e->logits, nothing copied: the argmax path's lm_head). */
 static int logits_overlapped(gpu_engine *e, int n, int chunks, float *dst)
 {
     const gpu_dims &d = e->d;
@@ -251,6 +252,7 @@ static int logits_overlapped(gpu_engine *e, int n, int chunks, float *dst)
     for (int c = 0, c0 = 0; c0 < d.V; c++, c0 += per) {
         const int nc = d.V - c0 < per ? d.V - c0 : per;
         GPU_TRY(gpu_gemm_cols(e, n, nc, d.H, e->lm_head + (size_t)c0 * d.H, e->xn, e->logits + c0, d.V));
+        if (!dst) continue;
         GPU_CHECK(cudaEventRecord(e->lg_ev[c], e->compute));
         GPU_CHECK(cudaStreamWaitEvent(e->copy, e->lg_ev[c], 0));
         GPU_CHECK(cudaMemcpy2DAsync(dst + c0, (size_t)d.V * sizeof(float), e->logits + c0,
@@ -759,8 +761,37 @@ static int host_pinned(const void *p)
     return a.type == cudaMemoryTypeHost;
 }
 
+/* The step's logits stay on the device (e->logits, n rows): each row's greedy token is taken
+ * there, and only the rows asked for come back. The rows go into dst (page-locked: the caller's
+ * buffer, or the staging copied out by the caller afterwards), in runs of consecutive rows. */
+static int argmax_out(gpu_engine *e, int n, const unsigned char *want, float *dst)
+{
+    const gpu_dims &d = e->d;
+    GPU_TRY(gpu_argmax_rows(e->compute, e->logits, n, d.V, e->argmax_d));
+    GPU_CHECK(cudaMemcpyAsync(e->argmax_h, e->argmax_d, (size_t)n * sizeof(int32_t),
+                              cudaMemcpyDeviceToHost, e->compute));
+    for (int i = 0; i < n;) {
+        if (want && !want[i]) {
+            i++;
+            continue;
+        }
+        int j = i + 1;
+        while (j < n && (!want || want[j])) j++;
+        GPU_CHECK(cudaMemcpyAsync(dst + (size_t)i * d.V, e->logits + (size_t)i * d.V,
+                                  (size_t)(j - i) * d.V * sizeof(float), cudaMemcpyDeviceToHost,
+                                  e->compute));
+        i = j;
+    }
+    return ACCEL_OK;
+}
+
+int gpu_decode_argmax_on(const gpu_engine *e)
+{
+    return e->argmax;
+}
+
 int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const int32_t *ids,
-               float *logits)
+               float *logits, const unsigned char *want, int32_t *argmax)
 {
     const gpu_dims &d = e->d;
     if (n <= 0 || n > GPU_MAX_BATCH || n > e->t_max) return ACCEL_ERR_INVALID;
@@ -807,8 +838,10 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
     const int chunks = n >= GPU_LOGIT_CHUNK_MIN ? e->logits_chunks : 1;
     cudaGraphExec_t g = decode_graph(e, n, cluster, tls, md, chunks > 1);
     /* a caller's page-locked buffer (accel_host_alloc) takes the copy directly */
-    const int direct = g && host_pinned(logits);
-    if (g && !direct && lbytes > e->logits_h_bytes) {
+    int wanted = !argmax || !want;
+    for (int i = 0; i < n && !wanted; i++) wanted = want[i] != 0;
+    const int direct = (g || argmax) && wanted && host_pinned(logits);
+    if ((g || argmax) && wanted && !direct && lbytes > e->logits_h_bytes) {
         /* the logits come back through pinned memory: a device-to-host copy into the caller's
          * (pageable) buffer is staged by the driver, several times slower than a pinned copy
          * plus a host copy (gpu/KERNELS.md) */
@@ -819,14 +852,35 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
         GPU_CHECK(cudaHostAlloc((void **)&e->logits_h, lbytes, cudaHostAllocDefault));
         e->logits_h_bytes = lbytes;
     }
-    if (g && chunks > 1) {
+    float *const dst = direct ? logits : e->logits_h;
+    if (argmax) {
+        /* the same logits as below (the same GEMMs, chunked alike), then the argmax */
+        if (g) {
+            GPU_CHECK(cudaGraphLaunch(g, e->compute));
+            if (chunks > 1) st = logits_overlapped(e, n, chunks, NULL);
+        } else {
+            pass p;
+            p.T = n;
+            p.kv = NULL;
+            p.pos0 = 0;
+            p.xr = NULL;
+            p.cancel = NULL;
+            p.cluster = cluster;
+            p.tls = tls;
+            p.keep = n;
+            st = run_layers(e, p, md);
+            if (!st) st = logits_compute(e, e->x, 0, n); /* n <= GPU_MAX_BATCH = GPU_LOGIT_ROWS */
+            prof_mark(e, P_LOGITS);
+            if (!st) st = gpu_chain_stamp(e, 1);
+        }
+        if (!st) st = argmax_out(e, n, want, dst);
+    } else if (g && chunks > 1) {
         GPU_CHECK(cudaGraphLaunch(g, e->compute));
-        st = logits_overlapped(e, n, chunks, direct ? logits : e->logits_h);
+        st = logits_overlapped(e, n, chunks, dst);
     } else if (g) {
         GPU_CHECK(cudaGraphLaunch(g, e->compute));
         if (timed) GPU_CHECK(cudaEventRecord(e->tev[1], e->compute));
-        GPU_CHECK(cudaMemcpyAsync(direct ? logits : e->logits_h, e->logits, lbytes,
-                                  cudaMemcpyDeviceToHost, e->compute));
+        GPU_CHECK(cudaMemcpyAsync(dst, e->logits, lbytes, cudaMemcpyDeviceToHost, e->compute));
         if (timed) GPU_CHECK(cudaEventRecord(e->tev[2], e->compute));
     } else {
         pass p;
@@ -844,8 +898,15 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
     }
     if (timed) clock_gettime(CLOCK_MONOTONIC, &h1);
     st = gpu_finish(e, st);
-    if (g && !direct && !st) memcpy(logits, e->logits_h, lbytes);
-    if (timed && g && !st) gpu_chain_step(e, &h0, &h1);
+    if (argmax && !st) {
+        memcpy(argmax, e->argmax_h, (size_t)n * sizeof(int32_t));
+        for (int i = 0; i < n && !direct && wanted; i++)
+            if (!want || want[i])
+                memcpy(logits + (size_t)i * d.V, e->logits_h + (size_t)i * d.V, (size_t)d.V * sizeof(float));
+    } else if (g && !direct && !st) {
+        memcpy(logits, e->logits_h, lbytes);
+    }
+    if (timed && g && !argmax && !st) gpu_chain_step(e, &h0, &h1);
     if (!st) prof_collect(e, 1);
     return st;
 }

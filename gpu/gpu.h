@@ -142,9 +142,13 @@ uint64_t gpu_sparse_bytes(const gpu_engine *e, int n, int sink, enum proto_kv_dt
 uint64_t gpu_sparse_bytes_mode(const gpu_engine *e, int mode, int pos0, int n, int sink,
                                enum proto_kv_dtype dt);
 
-/* One decode step for n sequences: token ids[i] at position pos[i] of kvs[i]; logits (n, vocab). */
+/* One decode step for n sequences: token ids[i] at position pos[i] of kvs[i]; logits (n, vocab).
+ * argmax non-NULL (accel_decode_argmax): argmax[i] = model_sample_argmax of row i, computed on the
+ * device, and only the rows with want[i] != 0 (NULL: all) copied into logits. */
 int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const int32_t *ids,
-               float *logits);
+               float *logits, const unsigned char *want, int32_t *argmax);
+/* 1 when gpu_decode takes argmax (the argmax setting, gpu/tuning.h) */
+int gpu_decode_argmax_on(const gpu_engine *e);
 
 /* Writes one imported layer chunk (dequantized to h16) at positions c->pos0.. of kv. */
 int gpu_kv_import(gpu_engine *e, gpu_kv *kv, const proto_kv_layer *c);

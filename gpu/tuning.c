@@ -27,6 +27,7 @@ void gpu_tuning_default(gpu_tuning *t)
         .logits_chunks = 4,
         .prune = 1,
         .load_overlap = 1,
+        .argmax = 1,
         .profile = 0,
         .chain_trace = 0,
     };
@@ -64,7 +65,7 @@ static int set_one(gpu_tuning *t, const char *k, const char *v, char *err, size_
         {"fused", offsetof(gpu_tuning, fused)},     {"pdl", offsetof(gpu_tuning, pdl)},
         {"decode_mma", offsetof(gpu_tuning, decode_mma)}, {"prune", offsetof(gpu_tuning, prune)},
         {"decode_rows", offsetof(gpu_tuning, decode_rows)},
-        {"load_overlap", offsetof(gpu_tuning, load_overlap)},
+        {"load_overlap", offsetof(gpu_tuning, load_overlap)}, {"argmax", offsetof(gpu_tuning, argmax)},
         {"profile", offsetof(gpu_tuning, profile)}, {"chain_trace", offsetof(gpu_tuning, chain_trace)},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)

@@ -31,6 +31,9 @@
  *                       graph, each chunk's logits copied to the host while the next computes
  *                       (1..8, default 4; 1: the lm_head inside the graph, one copy after it)
  *     prune=0|1         prefill's last layer only for the rows the logits read
+ *     argmax=0|1        decode steps that want greedy tokens (accel_decode_argmax): the argmax
+ *                       of each row on the device, only the rows asked for copied back (0: the
+ *                       device declines, the caller's host takes the argmax of every row)
  *     load_overlap=0|1  host-tier block loads copied layer by layer under the prefill after them
  *                       (0: all copied, and waited for, before it)
  *   traces (stderr at exit; the lab's, not for serving):
@@ -61,6 +64,7 @@ typedef struct gpu_tuning {
     int logits_chunks;    /* lm_head column chunks of a batched step (1: in the graph) */
     int profile, chain_trace; /* 1: on */
     int load_overlap;     /* 1: on */
+    int argmax;           /* 1: on */
 } gpu_tuning;
 
 /* The defaults: what the engine runs when nobody sets anything. */

@@ -8,6 +8,7 @@
  *              [--xattention-threshold 0.8[,X...]] [--xattention-stride 8]
  *              [--tri-recent 1920[,T...]] [--last-dense N]]
  *             [--warm each|once] [--idle MS] [--logits host|pageable] [--prefix P:C[,P:C...]]
+ *             [--argmax]
  *
  *   prefill P     time to first token: one accel_prefill of P tokens returning the last logits
  *                 (the call synchronizes); median of --reps after one warm-up run (--warm once:
@@ -34,6 +35,13 @@
  *                 (the logits into a buffer from accel_host_alloc, as the daemon's scheduler
  *                 takes it; --logits pageable: malloc, for comparison)
  *   batch B       B sequences of --batch-ctx tokens decoded together: tokens/s over --steps steps
+ *                 (each step's tokens are the host's argmax of its logits, outside the timing)
+ *   --argmax      each decode C and batch B run a second time with accel_decode_argmax
+ *                 (decode_argmax, batch_argmax): the greedy tokens picked on the device and no
+ *                 logits row copied back (a temperature-0 request without logprobs; the timing
+ *                 includes the argmax). Where the device declines (cuda's argmax=0 setting, or
+ *                 no ACCEL_CAP_DECODE_ARGMAX) the wrapper copies every row and takes the argmax
+ *                 on the host, inside the timing
  *   prefix P:C    (paged devices, ACCEL_CAP_PAGED) TTFT of a P-token prompt whose first C
  *                 tokens (C a multiple of the device's block) are cached, as the prefix cache
  *                 serves it: a holder sequence with the C tokens (prefilled once, not timed) is
@@ -95,6 +103,7 @@
 #define MAX_LIST 16
 
 static int pageable_logits; /* --logits pageable: decode logits into malloc'd memory */
+static int argmax_too;      /* --argmax: each decode / batch run again with accel_decode_argmax */
 
 typedef struct export_stats {
     uint64_t bytes;
@@ -303,7 +312,7 @@ static double prefill_median(accel_dev *d, const int32_t *ids, int P, float *lg,
 
 /* Decode `steps` greedy steps for B sequences after `ctx` tokens each: fills ms per step
  * (median) and returns tokens/s, or < 0 on error. */
-static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, double *ms_step)
+static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, int am, double *ms_step)
 {
     accel_seq **seqs = calloc(B, sizeof *seqs);
     int32_t *tok = malloc(sizeof(int32_t) * B), *ids = make_ids(ctx, vocab, 99);
@@ -311,20 +320,25 @@ static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, dou
     const size_t lbytes = sizeof(float) * (size_t)B * vocab;
     float *lg = pageable_logits ? malloc(lbytes) : accel_host_alloc(d, lbytes);
     double *t = malloc(sizeof(double) * steps), rate = -1, total = 0;
-    int st = seqs && tok && ids && lg && t ? 0 : ACCEL_ERR_NOMEM;
+    unsigned char *want = calloc((size_t)B, 1); /* am: no row's logits wanted */
+    int32_t *next = malloc(sizeof(int32_t) * B);
+    int st = seqs && tok && ids && lg && t && want && next ? 0 : ACCEL_ERR_NOMEM;
     for (int b = 0; b < B && !st; b++) {
         st = accel_seq_new(d, ctx + steps + 1, &seqs[b]);
         accel_prefill_req r = {.seq = seqs[b], .ids = ids, .n = ctx, .logits = lg + (size_t)b * vocab};
         if (!st) st = accel_prefill(d, &r);
         if (!st) tok[b] = argmax(lg + (size_t)b * vocab, vocab);
     }
-    if (!st) st = accel_decode(d, B, seqs, tok, lg); /* warm-up step (not timed) */
+    /* warm-up step (not timed) */
+    if (!st) st = am ? accel_decode_argmax(d, B, seqs, tok, lg, want, next) : accel_decode(d, B, seqs, tok, lg);
     for (int i = 0; i < steps && !st; i++) {
-        for (int b = 0; b < B; b++) tok[b] = argmax(lg + (size_t)b * vocab, vocab);
+        for (int b = 0; b < B; b++) tok[b] = am ? next[b] : argmax(lg + (size_t)b * vocab, vocab);
         double t0 = now();
-        st = accel_decode(d, B, seqs, tok, lg);
+        st = am ? accel_decode_argmax(d, B, seqs, tok, lg, want, next) : accel_decode(d, B, seqs, tok, lg);
         t[i] = now() - t0;
         total += t[i];
+        for (int b = 0; b < B && am && !st; b++)
+            if (next[b] < 0) st = ACCEL_ERR_DEVICE; /* no finite logit: the model's fault */
     }
     if (st) {
         fprintf(stderr, "bench_gpu: decode B=%d ctx=%d: %s\n", B, ctx, accel_strerror(st));
@@ -336,7 +350,7 @@ static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, dou
         if (seqs[b]) accel_seq_free(d, seqs[b]);
     if (pageable_logits) free(lg);
     else accel_host_free(d, lg);
-    free(seqs), free(tok), free(ids), free(t);
+    free(seqs), free(tok), free(ids), free(t), free(want), free(next);
     return rate;
 }
 
@@ -670,7 +684,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
-        if (!v && strcmp(a, "--sparse-only")) bad = 1;
+        if (!v && strcmp(a, "--sparse-only") && strcmp(a, "--argmax")) bad = 1; /* flags take no value */
         else if (!strcmp(a, "--model")) dir = v;
         else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "--gpu-dtype")) bad = accel_gpu_half_parse(v, &half) != 0;
@@ -730,6 +744,9 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--sparse-only")) {
             sparse_only = 1;
             continue; /* no value */
+        } else if (!strcmp(a, "--argmax")) {
+            argmax_too = 1;
+            continue;
         } else bad = 1;
         if (bad) {
             fprintf(stderr, "bench_gpu: bad option %s (usage in tools/bench_gpu.c)\n", a);
@@ -869,13 +886,14 @@ int main(int argc, char **argv)
                100 * hit / cold, host * 1e3, 100 * host / cold);
         fflush(stdout);
     }
-    for (int i = 0; i < nd; i++) {
-        double ms = 0, rate = decode_run(d, V, 1, (int)dctx[i], (int)steps, &ms);
-        if (rate < 0) return 1;
-        printf("{\"bench\":\"decode\",\"context\":%ld,\"ms_per_token\":%.3f,\"tok_s\":%.1f}\n",
-               dctx[i], ms, rate);
-        fflush(stdout);
-    }
+    for (int i = 0; i < nd; i++)
+        for (int am = 0; am <= argmax_too; am++) {
+            double ms = 0, rate = decode_run(d, V, 1, (int)dctx[i], (int)steps, am, &ms);
+            if (rate < 0) return 1;
+            printf("{\"bench\":\"decode%s\",\"context\":%ld,\"ms_per_token\":%.3f,\"tok_s\":%.1f}\n",
+                   am ? "_argmax" : "", dctx[i], ms, rate);
+            fflush(stdout);
+        }
     int (*tls_k)(int, int, int, int, int, int, int, int, int, int, double *) =
         ht ? (int (*)(int, int, int, int, int, int, int, int, int, int, double *))dlsym(ht, "gpu_tls_bench_kernels") : NULL;
     for (int i = 0; i < ntls; i++) {
@@ -921,13 +939,14 @@ int main(int argc, char **argv)
                rows, runs, o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]);
         fflush(stdout);
     }
-    for (int i = 0; i < nb; i++) {
-        double ms = 0, rate = decode_run(d, V, (int)batch[i], (int)bctx, (int)steps, &ms);
-        if (rate < 0) return 1;
-        printf("{\"bench\":\"batch\",\"batch\":%ld,\"context\":%ld,\"ms_per_step\":%.3f,"
-               "\"tok_s\":%.1f}\n", batch[i], bctx, ms, rate);
-        fflush(stdout);
-    }
+    for (int i = 0; i < nb; i++)
+        for (int am = 0; am <= argmax_too; am++) {
+            double ms = 0, rate = decode_run(d, V, (int)batch[i], (int)bctx, (int)steps, am, &ms);
+            if (rate < 0) return 1;
+            printf("{\"bench\":\"batch%s\",\"batch\":%ld,\"context\":%ld,\"ms_per_step\":%.3f,"
+                   "\"tok_s\":%.1f}\n", am ? "_argmax" : "", batch[i], bctx, ms, rate);
+            fflush(stdout);
+        }
     for (int i = 0; i < ne; i++) {
         int P = (int)exp_[i];
         int32_t *ids = make_ids(P, V, 2);

@@ -31,6 +31,7 @@ int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I
                           const float *w_qkv, const float *bias, const float *inv_freq,
                           const float *w_gu, float eps, float *q, float *k, float *v, float *h);
 int gpu_bench_attention(int variant, int T, int n_heads, int n_kv, int hd, int reps, double *ms);
+int gpu_test_argmax(int rows, int V, const float *x, int32_t *out);
 }
 
 /* "bf16" or "fp16": the 16-bit type of this build (gpu/h16.cuh), so that a test rounds its
@@ -538,5 +539,20 @@ int gpu_bench_attention(int variant, int T, int n_heads, int n_kv, int hd, int r
     if (st) return st;
     std::sort(t.begin(), t.end());
     *ms = t[t.size() / 2];
+    return ACCEL_OK;
+}
+
+/* gpu_argmax_rows (gpu/logits.cu) on rows x V float32 logits */
+int gpu_test_argmax(int rows, int V, const float *x, int32_t *out)
+{
+    GPU_TRY(ready());
+    scratch s;
+    float *dx;
+    int32_t *dout;
+    GPU_TRY(s.f32(&dx, x, (size_t)rows * V));
+    GPU_TRY(s.alloc(&dout, (size_t)rows));
+    GPU_TRY(gpu_argmax_rows(0, dx, rows, V, dout));
+    GPU_CHECK(cudaDeviceSynchronize());
+    GPU_CHECK(cudaMemcpy(out, dout, (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost));
     return ACCEL_OK;
 }

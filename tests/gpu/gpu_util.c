@@ -36,6 +36,7 @@ const gpu_ops *tg_ops_build(int build, char *why, size_t n)
     SYM(kv_quantize, "gpu_test_kv_quantize")
     SYM(attention_sparse, "gpu_test_attention_sparse")
     SYM(decode_fused, "gpu_test_decode_fused")
+    SYM(argmax, "gpu_test_argmax")
 #undef SYM
     if (o->device_count() <= 0) {
         snprintf(why, n, "no CUDA device");

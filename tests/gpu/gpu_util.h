@@ -28,6 +28,7 @@ typedef struct gpu_ops {
                         const float *x, const float *attn_norm, const float *ffn_norm,
                         const float *w_qkv, const float *bias, const float *inv_freq,
                         const float *w_gu, float eps, float *q, float *k, float *v, float *h);
+    int (*argmax)(int rows, int V, const float *x, int32_t *out); /* gpu/logits.cu */
 } gpu_ops;
 
 /* The plugin's two builds: 0 libtandem_cuda.so (bf16), 1 libtandem_cuda_f16.so (fp16). */

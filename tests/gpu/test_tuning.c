@@ -10,7 +10,7 @@ TEST(gpu_tuning_defaults)
     gpu_tuning_default(&t);
     CHECK_EQ(t.chunk, 8192);
     CHECK(t.graphs && t.gemv && t.fused && t.pdl && t.decode_mma && t.prune && t.decode_rows &&
-          t.load_overlap);
+          t.load_overlap && t.argmax);
     CHECK_EQ(t.logits_chunks, 4);
     CHECK_EQ(t.attn, GPU_ATTN_AUTO);
     CHECK_EQ(t.sparse_attn, GPU_ATTN_AUTO);
@@ -27,12 +27,13 @@ TEST(gpu_tuning_every_key)
     CHECK_MSG(gpu_tuning_parse(&t,
                                " chunk=300, graphs=0,attn=mma8,sparse_attn=mma4,gemv=0,fused=0,"
                                "pdl=0,decode_attn=two,decode_cluster=0,decode_mma=0,prune=0,"
-                               "profile=1,chain_trace=1,decode_rows=0,logits_chunks=8,load_overlap=0,",
+                               "profile=1,chain_trace=1,decode_rows=0,logits_chunks=8,load_overlap=0,"
+                               "argmax=0",
                                err, sizeof err) == 0,
               "%s", err);
     CHECK_EQ(t.chunk, 300);
     CHECK(!t.graphs && !t.gemv && !t.fused && !t.pdl && !t.decode_mma && !t.prune && !t.decode_rows &&
-          !t.load_overlap);
+          !t.load_overlap && !t.argmax);
     CHECK_EQ(t.logits_chunks, 8);
     CHECK_EQ(t.attn, GPU_ATTN_MMA8);
     CHECK_EQ(t.sparse_attn, GPU_ATTN_MMA4);
