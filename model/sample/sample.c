@@ -2,6 +2,7 @@
  * documents them), seeding, and the bookkeeping behind the penalties. The per-token pipeline is in
  * model/sample/sample_step.c; sample.h documents the semantics. */
 #include "model/sample/sample_impl.h"
+#include "model/sample/sample_vec.h"
 /* Results must not depend on the compiler fusing a*b+c (see sample_vec.h): no contraction. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -231,6 +232,9 @@ int model_sampler_plain_greedy(const model_sampler *s)
 
 int32_t model_sample_argmax(const float *x, int n)
 {
+    /* the common row (no NaN, no +inf): the vectorized scan; else the rule one id at a time */
+    int32_t v = model_vec_argmax_clean(x, n);
+    if (v >= -1) return v;
     float best = -INFINITY;
     int32_t arg = -1;
     int finite = 0;

@@ -189,6 +189,21 @@ VEC_API model_vec_scan model_vec_scan_row(float *l, int n)
     return s;
 }
 
+VEC_API int32_t model_vec_argmax_clean(const float *l, int n)
+{
+    int bad;
+    float mx = row_max(l, n, &bad);
+    if (bad) return -2;
+    if (mx == -INFINITY) return -1;
+    const v8f vm = splat(mx);
+    int i = 0;
+    for (; i + L <= n; i += L)
+        if (any(load(l + i) == vm)) break;
+    for (; i < n; i++)
+        if (l[i] == mx) break;
+    return i;
+}
+
 VEC_API double model_vec_weights(const float *l, int n, float m, float inv_t, float min_w, float *w)
 {
     const v8f vm = splat(m), vt = splat(inv_t), vmin_w = splat(min_w), zero = splat(0.0f);

@@ -27,6 +27,10 @@ typedef struct model_vec_scan {
 model_vec_scan model_vec_scan_row(float *l, int n);
 
 
+/* model_vec_scan_row's argmax without writing l: -2 when l holds a NaN or +inf (the caller then
+ * applies the rule itself), -1 when every value is -inf. */
+int32_t model_vec_argmax_clean(const float *l, int n);
+
 /* w[i] = exp((l[i] - m) * inv_t), set to 0 when below min_w; returns the sum of w in double. */
 double model_vec_weights(const float *l, int n, float m, float inv_t, float min_w, float *w);
 
