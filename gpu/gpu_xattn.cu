@@ -355,6 +355,19 @@ extern "C" const float *gpu_xattn_ws_mass(const gpu_xattn_ws *w)
 
 // ---------------------------------------------------------------- the estimate
 
+static int sm_count(void)
+{
+    static int n = 0; /* the first device's: every GPU this plugin drives is the same kind */
+    if (!n) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v < 1)
+            v = 132;
+        n = v;
+    }
+    return n;
+}
+
 extern "C" int gpu_xattn_index(gpu_xattn_ws *w, const gpu_xattn_params *p, const void *q,
                                size_t q_tok, const void *k, size_t k_tok, size_t k_head,
                                const int *tbl, long long bstride, int n, int q_pos0, void *stream)
@@ -405,12 +418,34 @@ extern "C" int gpu_xattn_index(gpu_xattn_ws *w, const gpu_xattn_params *p, const
         if (tpl > tiles) tpl = tiles;
         const int launches = (tiles + tpl - 1) / tpl, per = (tiles + launches - 1) / launches;
         a.Mt = w->P + (size_t)per * w->H * XT * nb;
+        /* few query tiles (a chunk after cached tokens: often one): the Hopper estimate splits
+         * each tile's keys over several CTAs (gpu/gpu_xattn_ws.cu), so that the GPU is full, when
+         * the pool has room for the splits' (max, sum) per row after P and Mt */
+        a.nsplit = 1;
+        a.kps = a.nkt;
+        if (wgk && launches == 1 && p->key_splits != 1) {
+            const int full = (a.nrs - 1) / XWN + 1; /* key tiles of the last row */
+            const int want = 2 * sm_count() / (w->H * tiles);
+            int ns = want < full / 2 ? want : full / 2;
+            if (ns >= 2) {
+                a.kps = (full + ns - 1) / ns;
+                ns = (full + a.kps - 1) / a.kps;
+                const size_t used = (size_t)per * w->H * XT * (nb + a.nkt);
+                const size_t ml = (size_t)tiles * w->H * ns * XT * 2;
+                if (ns >= 2 && used + ml <= pool) {
+                    a.nsplit = ns;
+                    a.ML = w->P + used;
+                } else {
+                    a.kps = a.nkt;
+                }
+            }
+        }
         /* the launches heaviest first too (the last query tiles have the most keys) */
         for (int t0 = (tiles - 1) / per * per; t0 >= 0; t0 -= per) {
             a.tile0 = t0;
             a.ntl = tiles - t0 < per ? tiles - t0 : per;
             if (wgk) {
-                const int rc = gpu_xattn_wg_launch(a, st);
+                const int rc = a.nsplit > 1 ? gpu_xattn_ws_launch(a, st) : gpu_xattn_wg_launch(a, st);
                 if (rc) return rc;
             } else {
                 xattn_score_kernel<<<dim3(w->H, a.ntl), 256, smem, st>>>(a);

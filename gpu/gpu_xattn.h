@@ -50,6 +50,9 @@ typedef struct gpu_xattn_params {
     int official_chunk; /* > 0: the official torch path's first-chunk quirk for query blocks below
                            ceil(official_chunk / block) (cpu/sparse_idx.h); 0 in serving */
     int gqa_interleave;
+    int key_splits;     /* 0: the Hopper estimate splits the keys of a query tile over several CTAs
+                           when the query tiles are few (a chunk after cached tokens); 1: never
+                           (benchmarks compare) */
 } gpu_xattn_params;
 
 typedef struct gpu_xattn_ws gpu_xattn_ws;

@@ -16,8 +16,10 @@ struct xargs {
     int n, q_pos0, H, Hk, D, S, rpb, interleave;
     int nrs, i0, tile0, ntl; // reshaped rows, first reshaped query row, this launch's tiles
     int nb, q0, nkt;         // key blocks, first query block, Mt's row length (key tiles)
+    int nsplit, kps;         // the Hopper estimate: CTAs per query tile along the keys, key tiles each
     float scale_log2;
     float *P, *Mt, *A;
+    float *ML;               // nsplit > 1: each split's (max, sum) per row, folded by a second kernel
 };
 
 // The Hopper estimate (gpu/gpu_xattn_wg.cu): usable for this shape on this device (B / S >= 8,
@@ -25,6 +27,10 @@ struct xargs {
 int gpu_xattn_wg_usable(int rpb);
 #define XWN 256 // the Hopper estimate's key tile (reshaped keys)
 int gpu_xattn_wg_launch(const xargs &a, cudaStream_t st);
+// The same estimate with each query tile's keys split over a.nsplit CTAs of a.kps key tiles
+// (gpu/gpu_xattn_ws.cu: grid (H, a.ntl, a.nsplit), then the kernel that merges the splits and
+// folds; a.ML: (H, a.ntl, a.nsplit, 128) (max, sum) pairs). Where gpu_xattn_wg_usable.
+int gpu_xattn_ws_launch(const xargs &a, cudaStream_t st);
 
 struct gpu_xattn_ws {
     int cap_n, H, Hk, d, block, nb; // nb: key blocks of cap_n

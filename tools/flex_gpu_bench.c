@@ -13,7 +13,10 @@
  *                                           dense attention ms, for FlexPrefill (--gammas' first,
  *                                           tau 0.1, min_budget 1024), XAttention (thresholds
  *                                           --xthr, strides --xstride) and Tri-shape (recent
- *                                           --recent, start 128; its 1024-token chunks)
+ *                                           --recent, start 128; its 1024-token chunks);
+ *                                           then XAttention's index of the last block alone
+ *                                           after the rest (a chunked prefill's chunk at that
+ *                                           depth), with and without the estimate's key splits
  * Options before the command: --lib PATH (build/libtandem_cuda_test.so: the test library beside
  * the plugin, gpu/test/, which loads build/libtandem_cuda.so), --threads T (16),
  * --heads H --kv-heads G --dim D (32, 8, 128: Llama-3-8B), --reps R (3), --kinds K[,K]
@@ -57,6 +60,7 @@ static char XTHR[128] = "0.8,0.9,0.95", XSTRIDE[64] = "8,16", RECENT[128] = "192
 typedef struct gpu_sparse_bench_result {
     double index_ms, attn_ms, dense_ms, density;
     long long nnz, causal;
+    double last_block_ms[2]; /* XAttention: the last block's index after the rest (split, not) */
 } gpu_sparse_bench_result;
 typedef int (*sparse_bench_fn)(const sparse_params *, int, const float *, const float *,
                                const float *, int, int, int, int, int, gpu_sparse_bench_result *);
@@ -390,6 +394,9 @@ static int methods(const api *a, sparse_bench_fn sb, const char *sizes)
         fprintf(stderr, "flex_gpu_bench: bad --xthr / --xstride / --recent / --gammas\n");
         return 2;
     }
+    static char lb[8192]; /* XAttention's last-block rows, printed after the table */
+    size_t lbn = 0;
+    lb[0] = 0;
     printf("## Sparse prefill methods on the GPU (bf16, H %d, KV heads %d, d %d; median of %d)\n\n"
            "| n | kind | method | parameters | density | index ms | attention ms | dense ms | "
            "index / dense | dense / (index + attention) |\n"
@@ -455,11 +462,19 @@ static int methods(const api *a, sparse_bench_fn sb, const char *sizes)
                        name, sparse_mode_name(ps[i].mode), par, r->density, r->index_ms, r->attn_ms,
                        r->dense_ms, 100 * r->index_ms / r->dense_ms,
                        r->dense_ms / (r->index_ms + r->attn_ms));
+                if (ps[i].mode == SPARSE_MODE_XATTN && lbn < sizeof lb - 200)
+                    lbn += (size_t)snprintf(lb + lbn, sizeof lb - lbn, "| %ld | %s | %s | %.3f | %.3f |\n",
+                                            n, name, par, r->last_block_ms[0], r->last_block_ms[1]);
             }
             fflush(stdout);
             prompt_free(&p);
         }
     }
+    if (lbn)
+        printf("\n| n | kind | XAttention | last block's index ms: keys split | one CTA per query tile |\n"
+               "|---:|---|---|---:|---:|\n%s\nlast block: the index of the sparse part's last 128 "
+               "query tokens alone, over every key before them (a chunked prefill's chunk at that "
+               "depth), with the estimate's key splits as it chooses them and without.\n", lb);
     printf("\nindex ms: the method's block selection (XAttention: the estimate + selection + CSR; "
            "Tri-shape: its lists, summed over its chunks); attention ms: the engine's block-sparse "
            "kernel over them (Tri-shape: summed over its chunks); dense ms: the dense kernel of the "

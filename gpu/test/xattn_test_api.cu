@@ -5,7 +5,9 @@
 // causal attention of the same kernel family, each the median of `reps` runs (events on one
 // stream). XAttention runs over the whole prompt (one sparse chunk, as the scheduler hands a
 // whole prompt over); Tri-shape in its chunks of SPARSE_TRI_CHUNK tokens (its index and attention
-// summed over them). Device memory is released before returning.
+// summed over them). Device memory is released before returning. For XAttention also the index
+// of the sparse part's last 128-token block alone, after the rest (the chunk a chunked prefill
+// runs at that depth), with and without the estimate's key splits.
 extern "C" { // a C header without guards of its own, first: engine.cuh includes it too
 #include "sparse/sparse.h"
 }
@@ -21,6 +23,9 @@ typedef struct gpu_sparse_bench_result {
     double index_ms, attn_ms, dense_ms; // medians; index and attention summed over chunks
     double density;                     // blocks computed / causal blocks of the sparse rows
     long long nnz, causal;
+    double last_block_ms[2];            // XAttention: the index of the sparse part's last block
+                                        // after the rest is cached ([0]: keys split over CTAs as
+                                        // the estimate chooses, [1]: not split); medians
 } gpu_sparse_bench_result;
 int gpu_sparse_bench(const sparse_params *ps, int np, const float *q, const float *k,
                      const float *v, int n, int H, int Hk, int d, int reps,
@@ -173,6 +178,24 @@ static int one(const sparse_params *p, const h16 *Q, const h16 *K, const h16 *V,
         r->causal = causal;
     }
     (void)nb;
+    for (int sv = 0; xat && sv < 2; sv++) { /* the last block after the rest is cached */
+        std::vector<double> tc;
+        const int pos0 = (end - 1) / 128 * 128;
+        for (int rep = 0; rep <= reps; rep++) {
+            gpu_xattn_params xp = {p->xattention_threshold, 128, p->xattention_stride, 0, 0, 0};
+            xp.key_splits = sv; /* 0: as chosen, 1: none */
+            GF_CHECK(cudaEventRecord(e0, st));
+            rc = gpu_xattn_index(w.w, &xp, Q + (size_t)pos0 * H * d, (size_t)H * d, K,
+                                 (size_t)Hk * d, (size_t)d, NULL, 0, end, pos0, st);
+            if (rc) return rc;
+            GF_CHECK(cudaEventRecord(e1, st));
+            GF_CHECK(cudaEventSynchronize(e1));
+            float a = 0;
+            GF_CHECK(cudaEventElapsedTime(&a, e0, e1));
+            if (rep > 0) tc.push_back(a);
+        }
+        r->last_block_ms[sv] = median(tc);
+    }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     cudaEventDestroy(e2);

@@ -16,7 +16,10 @@
  *     a near-tie decided within rounding), and the Jaccard similarity over all rows >= 0.99;
  *   - threshold 1 keeps every causal block; Tri-shape's lists equal the CPU's exactly.
  * On Hopper the cases with B / S >= 8 run the wgmma estimate (gpu/gpu_xattn_wg.cu), the others
- * (B / S < 8) the mma.sync one (gpu/gpu_xattn.cu); elsewhere every case runs the mma.sync one. */
+ * (B / S < 8) the mma.sync one (gpu/gpu_xattn.cu); elsewhere every case runs the mma.sync one.
+ * The last three cases (one block or a few after many cached keys) take the split Hopper
+ * estimate (gpu/gpu_xattn_ws.cu: each query tile's keys over several CTAs; a 132-SM H200: 4, 2
+ * and 3 splits). */
 #include "cpu/flex.h"
 #include "cpu/flex_synth.h"
 #include "cpu/pool.h"
@@ -232,6 +235,12 @@ TEST(gpu_xattn_index_matches_cpu)
          * several of the Hopper kernel's 256-key tiles */
         {4099, 1024, 4, 2, 128, 128, 16, 0.9, CPU_FLEX_SYNTH_MIXED, 0},
         {5003, 0, 8, 2, 128, 64, 8, 0.9, CPU_FLEX_SYNTH_STRUCTURED, 0},
+        /* few query tiles after many cached keys: the Hopper estimate splits each tile's keys
+         * over CTAs (4 splits of one tile; 2 splits with n % S != 0; 3 splits over 6 tiles, the
+         * lowest tile's last split empty) */
+        {16384, 16256, 4, 2, 128, 128, 8, 0.9, CPU_FLEX_SYNTH_STRUCTURED, 0},
+        {20003, 19968, 4, 4, 128, 128, 16, 0.8, CPU_FLEX_SYNTH_MIXED, 0},
+        {16800, 11264, 4, 2, 128, 128, 8, 0.9, CPU_FLEX_SYNTH_STRUCTURED, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(fn, pool, &cases[i], (int)i);
     cpu_pool_free(pool);
