@@ -529,3 +529,41 @@ TEST(sched_split_weighs_described_curves)
     CHECK_EQ(st.dev[1].info.decode_curve.n, 5);
     env_close(&e);
 }
+
+/* A device added to a running scheduler (sched_add_device: a peer's card that joined late) is
+ * placed on once warm: a request that decoded on the CPU before decodes on the new card, with
+ * the card's text */
+TEST(sched_split_device_added_later)
+{
+    env e;
+    if (env_open(&e, 0, NULL, 16, 0) < 0) return;
+    load_golden(&e);
+    REQUIRE(n_golden >= 1);
+    const model_golden *g = golden[0];
+    int a = submit(&e, g->ids, g->n_ids, g->n_greedy);
+    run_until_final(&e, 1);
+    CHECK_STR(e.recs[a].decode, "cpu");
+    char err[256];
+    accel_dev *card = tcard_open(0, e.m, NULL, err, sizeof err);
+    REQUIRE(card);
+    e.devs[e.n_devs++] = card;
+    int at = sched_add_device(e.s, card, err, sizeof err);
+    CHECK_MSG(at == 1, "sched_add_device: %d %s", at, err);
+    sched_stats st;
+    double t0 = sched_now();
+    do { /* its worker warms it up; the loop takes the WARM note */
+        uv_run(&e.loop, UV_RUN_NOWAIT);
+        sched_get_stats(e.s, &st);
+    } while (at == 1 && !st.dev[1].warm && sched_now() - t0 < 10);
+    CHECK_EQ(st.n_devices, 2);
+    CHECK(st.dev[1].warm);
+    int b = submit(&e, g->ids, g->n_ids, g->n_greedy);
+    run_until_final(&e, 2);
+    char ref[2048];
+    card_reference(&e, g->ids, g->n_ids, g->n_greedy, ref, sizeof ref);
+    CHECK_MSG(e.recs[b].done == 1 && !strcmp(e.recs[b].decode, st.dev[1].info.name),
+              "decoded on %s, not the added %s", e.recs[b].decode, st.dev[1].info.name);
+    CHECK_STR(e.recs[b].text, ref);
+    free_golden();
+    env_close(&e);
+}
