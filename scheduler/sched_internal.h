@@ -43,6 +43,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* sched_dev.cost: dense, then one per sparse method (enum sparse_mode: 3) */
+#define SCHED_COST_KINDS 4
+
 /* A request moves at most this many times (device failures during one request); then it fails
  * with the last device's error. Enough for a node losing several cards in a row. */
 #define SCHED_MAX_MOVES 4
@@ -188,6 +191,8 @@ typedef struct sched_dev {
     sched_req *pf_head, *pf_tail; /* prefill jobs, FCFS */
     sched_req *attached;         /* split requests whose KV comes here, not handed over yet */
     sched_rate rate;             /* seconds per prefill token here */
+    sched_cost cost[SCHED_COST_KINDS]; /* the prefill call's cost here: [0] dense, [1 + mode]
+                                          a sparse method's chunks (sched_prefill.c) */
     sched_share share;           /* the share of its time spent prefilling (the policy's) */
     float *logits;               /* (rows, vocab) */
     int rows;

@@ -337,18 +337,162 @@ void sched_rate_observe(sched_rate *r, int tokens, double seconds)
     r->s_per_token = r->s_per_token > 0 ? (1 - SCHED_RATE_WEIGHT) * r->s_per_token + SCHED_RATE_WEIGHT * x : x;
 }
 
-int sched_policy_chunk(int remaining, int decoding, double budget_s, double budget_left_s,
-                       const sched_rate *rate)
+/* The features of a call: 1, c, c (p + c / 2). */
+static void cost_x(double c, double p, double x[3])
+{
+    x[0] = 1;
+    x[1] = c;
+    x[2] = c * (p + c / 2);
+}
+
+/* Solves the k x k system g y = h (k <= 3) by Gaussian elimination with partial pivoting;
+ * -1 when singular. */
+static int solve(double g[3][3], double h[3], int k, double y[3])
+{
+    for (int i = 0; i < k; i++) {
+        int piv = i;
+        for (int r = i + 1; r < k; r++)
+            if (fabs(g[r][i]) > fabs(g[piv][i])) piv = r;
+        if (!(fabs(g[piv][i]) > 0)) return -1;
+        if (piv != i) {
+            for (int c = 0; c < k; c++) {
+                double t = g[i][c];
+                g[i][c] = g[piv][c];
+                g[piv][c] = t;
+            }
+            double t = h[i];
+            h[i] = h[piv];
+            h[piv] = t;
+        }
+        for (int r = i + 1; r < k; r++) {
+            double f = g[r][i] / g[i][i];
+            for (int c = i; c < k; c++) g[r][c] -= f * g[i][c];
+            h[r] -= f * h[i];
+        }
+    }
+    for (int i = k - 1; i >= 0; i--) {
+        double v = h[i];
+        for (int c = i + 1; c < k; c++) v -= g[i][c] * y[c];
+        y[i] = v / g[i][i];
+    }
+    return 0;
+}
+
+/* Refits a, b, e over the window: rows x_i / t_i (relative errors), target 1, columns scaled to
+ * unit RMS, a ridge of SCHED_COST_RIDGE x n, the best non-negative fit over the 7 supports. */
+#define SCHED_COST_RIDGE 1e-4
+static void cost_fit(sched_cost *m)
+{
+    double scale[3] = {0, 0, 0};
+    for (int i = 0; i < m->n; i++) {
+        double x[3];
+        cost_x(m->c[i], m->p[i], x);
+        for (int j = 0; j < 3; j++) scale[j] += (x[j] / m->t[i]) * (x[j] / m->t[i]);
+    }
+    for (int j = 0; j < 3; j++) scale[j] = scale[j] > 0 ? sqrt(scale[j] / m->n) : 0;
+    /* normal equations in scaled units: G = Z'Z + ridge I, h = Z'1 */
+    double G[3][3] = {{0}}, h[3] = {0};
+    for (int i = 0; i < m->n; i++) {
+        double x[3], z[3];
+        cost_x(m->c[i], m->p[i], x);
+        for (int j = 0; j < 3; j++) z[j] = scale[j] > 0 ? x[j] / m->t[i] / scale[j] : 0;
+        for (int j = 0; j < 3; j++) {
+            h[j] += z[j];
+            for (int l = 0; l < 3; l++) G[j][l] += z[j] * z[l];
+        }
+    }
+    double best = (double)m->n, th[3] = {0, 0, 0}; /* the empty support: residual n */
+    for (int S = 1; S < 8; S++) {
+        int idx[3], k = 0, skip = 0;
+        for (int j = 0; j < 3; j++)
+            if (S >> j & 1) {
+                if (!(scale[j] > 0)) skip = 1;
+                idx[k++] = j;
+            }
+        if (skip) continue;
+        double g[3][3], hh[3], y[3];
+        for (int r = 0; r < k; r++) {
+            hh[r] = h[idx[r]];
+            for (int c = 0; c < k; c++) g[r][c] = G[idx[r]][idx[c]] + (r == c ? SCHED_COST_RIDGE * m->n : 0);
+        }
+        if (solve(g, hh, k, y)) continue;
+        int ok = 1;
+        for (int r = 0; r < k; r++) ok &= y[r] >= 0 && isfinite(y[r]);
+        if (!ok) continue;
+        /* objective: |Z y - 1|^2 + ridge |y|^2 = n - 2 y'h + y'G y + ridge |y|^2 */
+        double obj = (double)m->n;
+        for (int r = 0; r < k; r++) {
+            obj -= 2 * y[r] * h[idx[r]];
+            for (int c = 0; c < k; c++) obj += y[r] * G[idx[r]][idx[c]] * y[c];
+            obj += SCHED_COST_RIDGE * m->n * y[r] * y[r];
+        }
+        if (obj < best) {
+            best = obj;
+            th[0] = th[1] = th[2] = 0;
+            for (int r = 0; r < k; r++) th[idx[r]] = y[r] / scale[idx[r]];
+        }
+    }
+    m->a = th[0];
+    m->b = th[1];
+    m->e = th[2];
+}
+
+void sched_cost_observe(sched_cost *m, int tokens, int pos, double seconds)
+{
+    if (!m || tokens <= 0 || pos < 0 || !(seconds > 0) || !isfinite(seconds)) return;
+    m->c[m->head] = (float)tokens;
+    m->p[m->head] = (float)pos;
+    m->t[m->head] = (float)seconds;
+    m->head = (m->head + 1) % SCHED_COST_WINDOW;
+    if (m->n < SCHED_COST_WINDOW) m->n++;
+    m->seen++;
+    cost_fit(m);
+}
+
+double sched_cost_predict(const sched_cost *m, int tokens, int pos)
+{
+    if (!m || !m->seen || tokens <= 0) return 0;
+    double x[3];
+    cost_x(tokens, pos < 0 ? 0 : pos, x);
+    return m->a * x[0] + m->b * x[1] + m->e * x[2];
+}
+
+/* The largest c with a + b c + e c (p + c / 2) <= left (real-valued; 0 when even c = 0 does not
+ * fit, "infinity" as 1e18 when nothing grows). */
+static double cost_fit_tokens(const sched_cost *m, double p, double left)
+{
+    double room = left - m->a;
+    if (!(room > 0)) return 0;
+    double lin = m->b + m->e * p, q = m->e / 2;
+    if (q > 0) return (-lin + sqrt(lin * lin + 4 * q * room)) / (2 * q);
+    return lin > 0 ? room / lin : 1e18;
+}
+
+int sched_policy_chunk(int remaining, int pos, int align, int decoding, int first,
+                       double budget_s, double budget_left_s, const sched_cost *cost)
 {
     if (remaining <= 0) return 0;
     if (!decoding || budget_s <= 0) return remaining;
-    long long k;
-    if (!rate || rate->s_per_token <= 0) k = SCHED_CHUNK_PROBE;
-    else if (budget_left_s <= 0) k = SCHED_CHUNK_MIN;
-    else {
-        double t = budget_left_s / rate->s_per_token;
-        k = t > 1e9 ? 1000000000LL : (long long)t;
+    if (align < 1) align = 1;
+    int least = align > 1 ? align : SCHED_CHUNK_MIN; /* the smallest chunk there is */
+    if (!cost || !cost->seen) {
+        if (!first) return 0; /* nothing to size a second chunk with */
+        long long k = SCHED_CHUNK_PROBE > least ? SCHED_CHUNK_PROBE / align * align : least;
+        return k < remaining ? (int)k : remaining;
     }
-    if (k < SCHED_CHUNK_MIN) k = SCHED_CHUNK_MIN;
-    return k < remaining ? (int)k : remaining;
+    double fit = budget_left_s > 0 ? cost_fit_tokens(cost, pos < 0 ? 0 : pos, budget_left_s) : 0;
+    /* no extrapolation far beyond the calls seen: a run of short, weight-bound calls shows no
+     * growth with their size at all */
+    double seen = 0;
+    for (int i = 0; i < cost->n; i++)
+        if (cost->c[i] > seen) seen = cost->c[i];
+    if (fit > SCHED_CHUNK_GROW * seen) fit = SCHED_CHUNK_GROW * seen;
+    long long k = fit >= remaining ? remaining : (long long)fit / align * align;
+    if (k >= remaining) return remaining;
+    if (first) return (int)(k > least ? k : least < remaining ? least : remaining);
+    /* a later chunk: whole granules, and big enough that the fixed part does not dominate */
+    if (k < least) return 0;
+    double per = cost->b + cost->e * (pos < 0 ? 0 : pos);
+    double useful = per > 0 ? SCHED_CHUNK_EFF_K * cost->a / per : cost->a > 0 ? 1e18 : 0;
+    return (double)k >= useful ? (int)k : 0;
 }

@@ -236,29 +236,80 @@ double sched_share_value(const sched_share *s);
 
 /* ---------------------------------------------------------------- chunked prefill */
 
-/* A chunk never goes below this many tokens, so a prefill always progresses even when the
- * budget is smaller than one token's time; a chunk of 16 also keeps each weight row in use for
- * 16 tokens (a GEMM, not a GEMV). Before the device's rate is known the first chunk is
+/* A dense chunk never goes below this many tokens (a chunk of 16 keeps each weight row in use
+ * for 16 tokens: a GEMM, not a GEMV). Before the device's cost is known the first chunk is
  * SCHED_CHUNK_PROBE tokens: small enough not to stall decodes, big enough to measure. */
 #define SCHED_CHUNK_MIN 16
 #define SCHED_CHUNK_PROBE 64
 
-/* Seconds per prefill token on a device, learned from its prefill calls (an exponentially
- * weighted mean, weight SCHED_RATE_WEIGHT for the newest call: it follows the attention cost
- * growing with the position within a few chunks). */
+/* Seconds per prefill token on a device (an exponentially weighted mean, weight
+ * SCHED_RATE_WEIGHT for the newest call): what the placement's rule d reads
+ * (sched_policy_dev.prefill_s_per_token). Chunk sizes come from sched_cost. */
 typedef struct sched_rate {
     double s_per_token; /* 0: not measured yet */
 } sched_rate;
 #define SCHED_RATE_WEIGHT 0.3
 void sched_rate_observe(sched_rate *r, int tokens, double seconds);
 
-/* Tokens of the next prefill chunk on a device. budget_s is the configured time-between-tokens
- * budget for the prefill work between two decode steps (0: chunking off), budget_left_s what
- * this iteration has left of it. The whole `remaining` when the device has no decodes waiting
- * on it (decoding == 0) or chunking is off; else as many tokens as fit budget_left_s at the
- * measured rate, at least SCHED_CHUNK_MIN (SCHED_CHUNK_PROBE before the first measurement).
- * The caller runs chunks while budget_left_s > 0, and always at least one per iteration. */
-int sched_policy_chunk(int remaining, int decoding, double budget_s, double budget_left_s,
-                       const sched_rate *rate);
+/* The cost of one prefill call of c tokens appended at position p, learned online from the
+ * measured calls:
+ *     t(c, p) = a + b c + e c (p + c / 2)
+ * a: what every call pays whatever its size (a pass over all the weights — 16 GB for the 8B
+ * shape, ~3.7 ms on an H200 — and the launches); b: per token (the GEMMs); e: per token and
+ * cached key (attention over the keys before it and, causally, within the chunk). A least-squares
+ * fit over the last SCHED_COST_WINDOW calls (bounded memory; older calls forgotten, so a device
+ * whose speed changes is followed), on relative errors (a 3 ms call weighs as much as a 90 ms
+ * one), with a, b, e >= 0 (the best of the fits on every subset of the three terms whose
+ * coefficients are all non-negative: the exact non-negative least-squares solution for three
+ * unknowns). The prior: before any call, the first chunk is a probe (SCHED_CHUNK_PROBE); while
+ * the calls do not determine the three terms (fewer than three, or all of one size and depth) a
+ * small ridge in units of each term's typical size splits the time among the terms that explain
+ * it (one call: a third each), which overrates the fixed part and the depth term rather than the
+ * per-token one — smaller chunks, the safe side of a TBT budget — until calls of other sizes
+ * and depths separate them.
+ *
+ * One model per kind of chunk (the worker: dense, and each sparse method: their per-token and
+ * per-key costs differ by an order of magnitude — XAttention's index and block-sparse attention
+ * at 128K depth cost ~95 ms per 128-token block, a dense token far less). */
+#define SCHED_COST_WINDOW 48
+typedef struct sched_cost {
+    float c[SCHED_COST_WINDOW], p[SCHED_COST_WINDOW], t[SCHED_COST_WINDOW]; /* a ring */
+    int n, head;        /* observations held; the next slot */
+    double a, b, e;     /* the fit (0 0 0 before any observation) */
+    uint64_t seen;      /* observations ever */
+} sched_cost;
+void sched_cost_observe(sched_cost *m, int tokens, int pos, double seconds);
+/* Predicted seconds of a call of `tokens` at `pos`; 0 before any observation. */
+double sched_cost_predict(const sched_cost *m, int tokens, int pos);
+
+/* A chunk after the first of an iteration runs only when it can be at least this many times the
+ * size whose per-token part equals the fixed part (c0 = a / (b + e p)): then the fixed part is at
+ * most 1/(1 + 4) = 20 % of its time. A smaller trailing chunk would spend most of what is left
+ * of the budget on another pass over the weights for a few tokens — the next iteration's first
+ * chunk takes them at full efficiency. (k = 4 rather than more: the leftover is at most one
+ * budget's worth, and below 20 % overhead the next iteration gains little.) A trailing chunk that
+ * ends the prompt within the budget left still runs (that call has to be paid anyway). */
+#define SCHED_CHUNK_EFF_K 4
+
+/* A chunk is at most this many times the largest call in the cost model's window: the fit is
+ * not trusted far beyond what it has seen (calls shorter than ~150 tokens of the 8B shape on an
+ * H200 all cost the weights' read, and show no per-token term at all). So chunks grow by this
+ * factor per iteration until the budget binds. */
+#define SCHED_CHUNK_GROW 4
+
+/* Tokens of the next prefill chunk on a device: c tokens of `remaining` starting at position
+ * pos. budget_s: the time-between-tokens budget for the prefill work between two decode steps
+ * (0: chunking off); budget_left_s: what this iteration has left of it; first: no chunk has run
+ * in this iteration yet; align: the chunk's granule (a sparse method's block: whole blocks, never
+ * less than one, unless `remaining` ends the sparse part; 1 for dense). The whole `remaining`
+ * when the device has no decodes waiting (decoding == 0) or chunking is off. Else the largest
+ * multiple of align whose predicted cost (cost) fits budget_left_s, at most SCHED_CHUNK_GROW x
+ * the largest call the model has seen; for the first chunk at least
+ * max(align, SCHED_CHUNK_MIN for dense) even when that does not fit (a prefill always progresses;
+ * SCHED_CHUNK_PROBE before any observation); for a later chunk 0 — end the iteration — when it
+ * would be below SCHED_CHUNK_EFF_K x a / (b + e pos) tokens without ending the prompt, or below
+ * one granule. */
+int sched_policy_chunk(int remaining, int pos, int align, int decoding, int first,
+                       double budget_s, double budget_left_s, const sched_cost *cost);
 
 #endif

@@ -5,8 +5,10 @@
  *
  * Chunking (sched_policy_chunk): when requests decode on this device, the prefill work between
  * two of their decode steps is bounded by cfg.tbt_budget_ms — chunks sized from this device's
- * measured seconds per prompt token (sched_rate), at least one chunk per iteration so a prefill
- * always progresses. When nothing decodes here the head job runs whole (one job per iteration,
+ * measured cost of a prefill call (sched_cost: fixed + per token + per token and cached key, one
+ * model for dense chunks and one per sparse method), at least one chunk per iteration so a
+ * prefill always progresses, and no further chunk in an iteration too small to be worth its
+ * fixed cost (SCHED_CHUNK_EFF_K). When nothing decodes here the head job runs whole (one job per iteration,
  * so new tasks, cancels and deadlines are seen between jobs; accel_prefill itself polls the
  * cancel flag between layers). Each chunk is an accel_prefill appending to the sequence.
  *
@@ -233,9 +235,17 @@ static void prompt_lps(sched_dev *d, sched_req *r, const int32_t *ids, int pos0,
 }
 
 
-/* Runs one chunk of r's current job. Returns the seconds it took (0 when the job ended
- * without a device call), and ends the request's prefill when it is complete or failed. */
-static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget, double left)
+/* The cost model of a sparse method's chunks (sched_dev.cost). */
+static int cost_kind(const sparse_params *p)
+{
+    return p->mode >= 0 && p->mode < SCHED_COST_KINDS - 1 ? 1 + p->mode : SCHED_COST_KINDS - 1;
+}
+
+/* Runs one chunk of r's current job (first: the iteration's first). Returns the seconds it took
+ * (0 when the job ended without a device call), -1 when no chunk worth running fits what is left
+ * of the budget (the iteration ends), and ends the request's prefill when it is complete or
+ * failed. */
+static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, double budget, double left)
 {
     int st, ci = next_choice(r, &st);
     if (st || ci < 0) {
@@ -293,8 +303,13 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
         }
     }
     if (c->pf_done == 0) c->sp_blocks = c->sp_causal = 0; /* a moved choice starts again */
-    int want = sched_policy_chunk(c->pf_n - c->pf_done, decoding, budget, left, &d->rate);
     int sparse = c->pf_done < send;
+    int kind = sparse ? cost_kind(&r->sparse.p) : 0;
+    int want = sparse ? sched_policy_chunk(send - c->pf_done, c->pf_done, sparse_resume_align(&r->sparse.p),
+                                           decoding, first, budget, left, &d->cost[kind])
+                      : sched_policy_chunk(c->pf_n - c->pf_done, c->pf_done, 1, decoding, first, budget,
+                                           left, &d->cost[kind]);
+    if (want <= 0) return -1; /* nothing worth its fixed cost fits what is left of the budget */
     int k = sparse ? sparse_chunk_len(&r->sparse.p, send, c->pf_done, want) : want;
     /* prompt logprobs: every row's logits while the chunk still covers prompt positions */
     int all = r->plp && c->pf_done < r->n_prompt && plogits_rows(d, &k) == 0;
@@ -343,9 +358,10 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, double budget,
         c->sp_blocks += rep.layers_sparse ? rep.blocks_computed : 0;
         c->sp_causal += rep.layers_sparse ? rep.blocks_causal : 0;
     } else {
-        sched_rate_observe(&d->rate, k, dt); /* the chunk-size rate: dense work only */
+        sched_rate_observe(&d->rate, k, dt); /* the placement's rate: dense work only */
         atomic_store(&d->prefill_ps_per_token, (int_least64_t)(d->rate.s_per_token * 1e12));
     }
+    sched_cost_observe(&d->cost[kind], k, c->pf_done, dt);
     if (last && r->has_sparse) { /* a choice prefilled dense counts as density 1 in the mean */
         r->density_sum += c->sp_causal ? (double)c->sp_blocks / (double)c->sp_causal : 1.0;
         r->density_n++;
@@ -388,12 +404,16 @@ void sched_prefill_work(sched_dev *d)
 {
     int decoding = d->active != NULL;
     double budget = d->s->cfg.tbt_budget_ms / 1e3, spent = 0;
+    int ran = 0; /* device calls this iteration: the policy's first chunk is the first call */
     for (int first = 1; d->pf_head && (first || (decoding && budget > 0 && spent < budget)); first = 0) {
         sched_req *r = d->pf_head;
         if (sched_req_cancelled(r)) {
             sched_prefill_end(d, r, ACCEL_ERR_CANCELLED);
             continue;
         }
-        spent += one_chunk(d, r, decoding, budget, budget - spent);
+        double dt = one_chunk(d, r, decoding, !ran, budget, budget - spent);
+        if (dt < 0) break;
+        if (dt > 0) ran = 1;
+        spent += dt;
     }
 }

@@ -34,7 +34,9 @@ typedef struct sim_dev {
     sim_req *pf_head, *pf_tail; /* FCFS prefill jobs */
     sim_req *active;            /* decoding here */
     int busy;                   /* an iteration is in flight (or being priced) */
-    sched_rate rate;
+    sched_rate rate;            /* the placement's seconds per prompt token */
+    sched_cost cost[2];         /* the chunk cost the policy learns: dense, sparse (a device has
+                                   one sparse method; prompts too short for it price dense) */
     sched_share share;          /* the share of its time spent prefilling (the policy's) */
     double share_next;          /* its value at the end of the iteration in flight */
     double link_free;           /* card: when its import lane is free */
@@ -300,10 +302,13 @@ static void iterate(sched_sim *s, int di)
     for (int first = 1; d->pf_head && (first || (decoding && budget > 0 && spent < budget)); first = 0) {
         sim_req *r = d->pf_head;
         int remaining = r->pub->n_prompt - r->pf_done;
-        int k = sched_policy_chunk(remaining, decoding, budget, budget - spent, &d->rate);
+        sched_cost *cost = &d->cost[m->sparse && sched_sim_sparse_factor(m->sparse, &m->shape, r->pub->n_prompt) < 1];
+        int k = sched_policy_chunk(remaining, r->pf_done, 1, decoding, first, budget, budget - spent, cost);
+        if (k <= 0) break; /* nothing worth its fixed cost fits what is left of the budget */
         double ct = sched_sim_prefill_chunk_s(m, k, r->pf_done, r->pub->n_prompt);
         if (r->split) ship(s, d, r, k, t + dt, ct);
         sched_rate_observe(&d->rate, k, ct);
+        sched_cost_observe(cost, k, r->pf_done, ct);
         dt += ct;
         spent += ct;
         d->st.prefill_s += ct;

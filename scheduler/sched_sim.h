@@ -3,7 +3,7 @@
  * What is shared with the daemon, and what is modelled:
  *   shared   the FCFS queue discipline, placement through sched_book (the policy of
  *            sched_policy.h and the same commitments), chunked prefill through
- *            sched_policy_chunk with a rate learned by sched_rate from the (modelled) chunk times,
+ *            sched_policy_chunk with a cost learned by sched_cost from the (modelled) chunk times,
  *            and the worker's iteration: one decode step over the device's active sequences in
  *            slices of max_batch, then prefill chunks within the time-between-tokens budget (the
  *            whole prompt when nothing decodes there), first token from the prefill's logits,

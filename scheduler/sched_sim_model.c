@@ -119,12 +119,26 @@ int sched_sim_dev_init(sched_sim_dev_model *d, const sched_sim_hw *hw, const sch
     return 0;
 }
 
+/* A prefill call's compute time (FLOPs) and memory time (one pass over the weights and the
+ * cached KV at the decode calibration's bandwidth). */
+static double prefill_compute_s(const sched_sim_dev_model *d, int n, int pos0)
+{
+    double attn = 4.0 * d->n_layers * (double)d->attn_dim * n * (pos0 + n / 2.0);
+    double flops = 2.0 * d->params * n + attn;
+    return d->prefill_flops > 0 ? flops / d->prefill_flops : 1e9;
+}
+
+static double prefill_memory_s(const sched_sim_dev_model *d, int pos0)
+{
+    double bytes = d->weight_bytes + (double)pos0 * (double)d->kv_bytes_per_token;
+    return d->decode_bps > 0 ? bytes / d->decode_bps : 0;
+}
+
 double sched_sim_prefill_s(const sched_sim_dev_model *d, int n, int pos0)
 {
     if (n <= 0) return 0;
-    double attn = 4.0 * d->n_layers * (double)d->attn_dim * n * (pos0 + n / 2.0);
-    double flops = 2.0 * d->params * n + attn;
-    return d->fixed_s + (d->prefill_flops > 0 ? flops / d->prefill_flops : 1e9);
+    double c = prefill_compute_s(d, n, pos0), m = prefill_memory_s(d, pos0);
+    return d->fixed_s + (c > m ? c : m);
 }
 
 double sched_sim_sparse_density(const sched_sim_sparse *sp, int n)
@@ -160,9 +174,10 @@ double sched_sim_sparse_factor(const sched_sim_sparse *sp, const sched_sim_shape
 
 double sched_sim_prefill_chunk_s(const sched_sim_dev_model *d, int n, int pos0, int n_prompt)
 {
-    double t = sched_sim_prefill_s(d, n, pos0);
-    if (!d->sparse || n <= 0) return t;
-    return d->fixed_s + (t - d->fixed_s) * sched_sim_sparse_factor(d->sparse, &d->shape, n_prompt);
+    if (!d->sparse || n <= 0) return sched_sim_prefill_s(d, n, pos0);
+    double c = prefill_compute_s(d, n, pos0) * sched_sim_sparse_factor(d->sparse, &d->shape, n_prompt);
+    double m = prefill_memory_s(d, pos0);
+    return d->fixed_s + (c > m ? c : m);
 }
 
 /* The measured curve's step time at `batch` (positions curve_ctx each). */

@@ -4,8 +4,10 @@
  * published or measured calibration point per device (each profile of the catalogue,
  * devices/sim_hw.c, names its source):
  *
- *   prefill of n tokens appended at position pos0 (compute-bound: GEMMs + causal attention)
- *       t = fixed + flops(n, pos0) / prefill_flops
+ *   prefill of n tokens appended at position pos0 (compute-bound: GEMMs + causal attention;
+ *   a short chunk is bound by the pass over the weights and cached KV every call makes)
+ *       t = fixed + max(flops(n, pos0) / prefill_flops,
+ *                       (weight_bytes + pos0 * kv_bytes_per_token) / decode_bps)
  *       flops = 2 * params * n  +  4 * layers * (heads * head_dim) * n * (pos0 + n / 2)
  *   decode step of `batch` sequences holding sum_ctx positions in all (bandwidth-bound)
  *       t = fixed + max((weight_bytes + sum_ctx * kv_bytes_per_token) / decode_bps,
@@ -185,9 +187,14 @@ double sched_sim_hop_s(const sched_sim_dev_model *d, double bytes);
 double sched_sim_net_wire_s(const sched_sim_model *m, double bytes);
 
 double sched_sim_prefill_flops(const sched_sim_shape *s, double n, double pos0);
+/* A prefill call of n tokens at pos0: fixed + max(FLOPs / prefill_flops, (weight_bytes + pos0 x
+ * kv_bytes_per_token) / decode_bps) — the FLOPs of the header's formula, and a floor for a
+ * short chunk: every call reads all the weights and the cached KV once (a 16-token chunk of the
+ * 8B shape on an H200 costs the weights' ~3.5 ms read, not its ~0.1 ms of FLOPs). The
+ * calibration points are compute-bound, so they are reproduced as before. */
 double sched_sim_prefill_s(const sched_sim_dev_model *d, int n, int pos0);
 /* A chunk of n tokens at pos0 of a prompt of n_prompt tokens: sched_sim_prefill_s, its FLOP term
- * times the sparse factor of n_prompt when the device prefills sparse. */
+ * times the sparse factor of n_prompt when the device prefills sparse (the memory floor stays). */
 double sched_sim_prefill_chunk_s(const sched_sim_dev_model *d, int n, int pos0, int n_prompt);
 double sched_sim_decode_s(const sched_sim_dev_model *d, int batch, long long sum_ctx);
 /* The rate a decode step of d reads KV positions beyond its curve's (or calibration's) own. */

@@ -287,21 +287,21 @@ TEST(sched_policy_random_states)
 
 TEST(sched_policy_chunk_sizes)
 {
-    sched_rate rate = {0};
+    sched_cost cost = {0};
     /* nothing decodes on the device, or chunking is off: the whole prompt */
-    CHECK_EQ(sched_policy_chunk(5000, 0, 0.05, 0.05, &rate), 5000);
-    CHECK_EQ(sched_policy_chunk(5000, 1, 0, 0, &rate), 5000);
-    /* decoding, rate unknown: a probe chunk */
-    CHECK_EQ(sched_policy_chunk(5000, 1, 0.05, 0.05, &rate), SCHED_CHUNK_PROBE);
-    CHECK_EQ(sched_policy_chunk(10, 1, 0.05, 0.05, &rate), 10);
-    sched_rate_observe(&rate, 100, 0.01); /* 100 us per token */
+    CHECK_EQ(sched_policy_chunk(5000, 0, 1, 0, 1, 0.05, 0.05, &cost), 5000);
+    CHECK_EQ(sched_policy_chunk(5000, 0, 1, 1, 1, 0, 0, &cost), 5000);
+    /* decoding, cost unknown: a probe chunk first (whole blocks for a sparse method), nothing
+     * after it in the same iteration */
+    CHECK_EQ(sched_policy_chunk(5000, 0, 1, 1, 1, 0.05, 0.05, &cost), SCHED_CHUNK_PROBE);
+    CHECK_EQ(sched_policy_chunk(5000, 0, 128, 1, 1, 0.05, 0.05, &cost), 128);
+    CHECK_EQ(sched_policy_chunk(10, 0, 1, 1, 1, 0.05, 0.05, &cost), 10);
+    CHECK_EQ(sched_policy_chunk(5000, 0, 1, 1, 0, 0.05, 0.04, &cost), 0);
+    /* the placement's rate: a weighted mean of seconds per token */
+    sched_rate rate = {0};
+    sched_rate_observe(&rate, 100, 0.01);
     CHECK_NEAR(rate.s_per_token, 1e-4, 1e-12);
-    CHECK_EQ(sched_policy_chunk(5000, 1, 0.05, 0.05, &rate), 500);
-    CHECK_EQ(sched_policy_chunk(5000, 1, 0.05, 0.02, &rate), 200);
-    CHECK_EQ(sched_policy_chunk(5000, 1, 0.05, 0.0001, &rate), SCHED_CHUNK_MIN);
-    CHECK_EQ(sched_policy_chunk(5000, 1, 0.05, -1, &rate), SCHED_CHUNK_MIN);
-    CHECK_EQ(sched_policy_chunk(300, 1, 0.05, 0.05, &rate), 300);
-    sched_rate_observe(&rate, 100, 0.02); /* 200 us: weighted mean */
+    sched_rate_observe(&rate, 100, 0.02);
     CHECK_NEAR(rate.s_per_token, 0.7e-4 + 0.3 * 2e-4, 1e-12);
 }
 
