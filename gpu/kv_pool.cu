@@ -466,6 +466,7 @@ void gpu_kv_free(gpu_engine *e, gpu_kv *kv)
     pthread_mutex_lock(mu(e));
     for (int j = kv->n - 1; j >= 0; j--) acct(e->pool, kv->blk[j], -1, kv->holder ? 0 : -1);
     pthread_mutex_unlock(mu(e));
+    gpu_kv_tls_release(e, kv); /* its summaries' lent blocks, its offloaded KV */
     gpu_kv_tls_free(kv);
     cudaFree(kv->tbl_d);
     free(kv->blk);

@@ -3,13 +3,17 @@
  * gpu/tls.cuh the kernels).
  *
  * Memory: the engine's scratch (level-1 scores, index lists, attention partials for
- * GPU_MAX_BATCH rows) is taken at gpu_tls_open; a sequence's summaries at its first sparse step,
- * for min(capacity, 1.25 x its length + 4096) positions, grown the same way (a new allocation,
- * rebuilt from the cache) — outside the KV pool's budget, which gpu_tls_open shrinks by the
- * summaries' share of a position (6.25 % for Llama-3-8B: 8 KiB beside 128 KiB). A sequence asked
- * to offload (sparse_tls_params.offload) leaves the pool at its first sparse step (gpu_tls_prepare
- * calls gpu/tls_off.cu): its sparse layers' KV into pinned host memory, its dense layers' into a
- * cudaMalloc of its own (also outside the pool's budget, like its summaries). */
+ * GPU_MAX_BATCH rows) is taken at gpu_tls_open, which shrinks the KV pool by it; a sequence's
+ * summaries at its first sparse step, for min(capacity, 1.25 x its length + 4096) positions,
+ * grown the same way (a new allocation, rebuilt from the cache), lent by the KV pool
+ * (gpu_tls_mem_take: whole chunks of free blocks, counted as used, given back zeroed when the
+ * sequence is freed), so they count against the same budget as KV and a pool without sparse
+ * sequences gives nothing up; when the pool has no room, that step attends densely. Where the
+ * pool cannot lend (no virtual memory management), they are cudaMalloc'ed and gpu_tls_open
+ * shrinks the pool by their share of a position as well (6.25 % for Llama-3-8B: 8 KiB beside
+ * 128 KiB). A sequence asked to offload (sparse_tls_params.offload) leaves the pool at its first
+ * sparse step (gpu_tls_prepare calls gpu/tls_off.cu): its sparse layers' KV into pinned host
+ * memory, its dense layers' into memory lent by the pool the same way. */
 #include "gpu/tls.cuh"
 #include <pthread.h>
 #include <stdlib.h>
@@ -77,12 +81,13 @@ int gpu_tls_open(gpu_engine *e, const sparse_tls_params *p, int on_default,
         snprintf(err, errlen, "cuda:%d: decode_sparse asynctls: out of device memory", e->index);
         return ACCEL_ERR_NOMEM;
     }
-    /* the pool gives up the summaries' share of a position (with the growth's quarter more)
-     * and the scratch above, while none of its blocks is handed out */
+    /* the pool gives up the scratch above (and, where it cannot lend, the summaries' share of a
+     * position with the growth's quarter more), while none of its blocks is handed out */
     gpu_kv_pool &pl = e->pool;
     if (pl.next_id == 0 && pl.total > 0) {
         const double kv_tok = (double)e->kv_per_token;
-        const double tls_tok = 1.25 * (double)gpu_tls_seq_bytes(c, 1 << 16) / 65536.0;
+        const double tls_tok = pl.vmm && pl.ipc ? 0.0
+                                                : 1.25 * (double)gpu_tls_seq_bytes(c, 1 << 16) / 65536.0;
         const double scratch = (double)(rows * nb_max * 4 + rows * GPU_TLS_MAX_TOKENS * 4 +
                                         B * d.n_heads * GPU_TLS_SPLITS * (d.hd + 2) * 4);
         double keep = (double)pl.total * kv_tok / (kv_tok + tls_tok) -
@@ -136,11 +141,45 @@ int gpu_kv_tls_set(gpu_engine *e, gpu_kv *kv, const sparse_tls_params *p)
     return ACCEL_OK;
 }
 
+int gpu_tls_mem_take(gpu_engine *e, size_t bytes, void **mem, gpu_lend *l)
+{
+    *mem = NULL;
+    memset(l, 0, sizeof *l);
+    int st = gpu_pool_lend(e, bytes, l);
+    if (st == ACCEL_OK) {
+        *mem = l->ptr;
+        return ACCEL_OK;
+    }
+    if (st != ACCEL_ERR_UNSUPPORTED) return st; /* the pool has no room */
+    cudaError_t ce = cudaMalloc(mem, bytes);    /* no lending pool: gpu_tls_open shrank it */
+    if (ce == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        *mem = NULL;
+        return ACCEL_ERR_NOMEM;
+    }
+    GPU_CHECK(ce);
+    return ACCEL_OK;
+}
+
+void gpu_tls_mem_give(gpu_engine *e, void *mem, gpu_lend *l)
+{
+    if (l->chunk) gpu_pool_unlend(e, l);
+    else if (mem) cudaFree(mem);
+}
+
+void gpu_kv_tls_release(gpu_engine *e, gpu_kv *kv)
+{
+    if (!kv->tls) return;
+    gpu_tls_mem_give(e, kv->tls->mem, &kv->tls->lend);
+    kv->tls->mem = NULL;
+    gpu_tls_off_free(e, kv->tls);
+}
+
 void gpu_kv_tls_free(gpu_kv *kv)
 {
     if (!kv->tls) return;
-    if (kv->tls->mem) cudaFree(kv->tls->mem);
-    gpu_tls_off_free(kv->tls);
+    /* gpu_kv_tls_release gave back the memory (a cudaMalloc left here is freed) */
+    if (kv->tls->mem && !kv->tls->lend.chunk) cudaFree(kv->tls->mem);
     free(kv->tls);
     kv->tls = NULL;
 }
@@ -196,12 +235,8 @@ static int ensure(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int need)
     const gpu_tls_cfg &c = e->tls->c;
     size_t bytes = gpu_tls_seq_bytes(c, cap);
     void *mem = NULL;
-    cudaError_t ce = cudaMalloc(&mem, bytes);
-    if (ce == cudaErrorMemoryAllocation) {
-        cudaGetLastError();
-        return ACCEL_ERR_NOMEM;
-    }
-    GPU_CHECK(ce);
+    gpu_lend nl;
+    GPU_TRY(gpu_tls_mem_take(e, bytes, &mem, &nl));
     GPU_CHECK(cudaMemsetAsync(mem, 0, bytes, e->compute));
     gpu_tls_dev nd;
     memset(&nd, 0, sizeof nd);
@@ -210,9 +245,10 @@ static int ensure(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int need)
         GPU_CHECK(cudaMemcpyAsync(nd.cnt, t->dev.cnt, 4 * sizeof(unsigned long long),
                                   cudaMemcpyDeviceToDevice, e->compute));
         GPU_CHECK(cudaStreamSynchronize(e->compute));
-        cudaFree(t->mem);
+        gpu_tls_mem_give(e, t->mem, &t->lend);
     }
     t->mem = mem;
+    t->lend = nl;
     t->dev = nd;
     t->valid = 0;
     return ACCEL_OK;
@@ -223,7 +259,7 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
     gpu_tls *g = e->tls;
     if (!g) return 0;
     const gpu_dims &d = e->d;
-    int any = 0;
+    int any = 0, st;
     for (int i = 0; i < n; i++) {
         gpu_tls_kv *t = kvs[i]->tls;
         gpu_tls_dev row;
@@ -236,8 +272,13 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
                 t->host_read += (long long)d.L * d.n_kv * keys;
                 t->host_total += (long long)d.L * d.n_kv * keys;
                 if (t->off) t->host_keys += (long long)(d.L - g->p.dense_layers) * d.n_kv * keys;
+            } else if ((st = ensure(e, kvs[i], t, keys)) != ACCEL_OK) {
+                /* no room in the pool for its summaries: this step attends densely */
+                if (st != ACCEL_ERR_NOMEM) return st;
+                t->host_read += (long long)d.L * d.n_kv * keys;
+                t->host_total += (long long)d.L * d.n_kv * keys;
+                if (t->off) t->host_keys += (long long)(d.L - g->p.dense_layers) * d.n_kv * keys;
             } else {
-                GPU_TRY(ensure(e, kvs[i], t, keys));
                 if (t->valid < pos[i]) {
                     gpu_seq_dev sq = gpu_kv_seq_dev(e, kvs[i]);
                     GPU_TRY(gpu_tls_rebuild(e->compute, g->c, sq, t->dev, t->valid, pos[i],
@@ -247,7 +288,7 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
                 if (t->off_want && !t->off) {
                     /* its first sparse step: positions before this one leave the pool (this
                      * step writes its key into host memory already); no room: it stays */
-                    int st = gpu_tls_offload(e, kvs[i], t, pos[i]);
+                    st = gpu_tls_offload(e, kvs[i], t, pos[i]);
                     if (st == ACCEL_ERR_NOMEM) t->off_want = 0;
                     else if (st) return st;
                 }

@@ -99,6 +99,7 @@ struct gpu_tls_kv {
     int token_budget, block_budget, dense_below;
     int valid;  /* positions whose summaries are up to date */
     void *mem;  /* the summaries (dev.cap positions; NULL: none yet) */
+    gpu_lend lend; /* mem's blocks lent by the KV pool (chunk NULL: mem is a cudaMalloc) */
     gpu_tls_dev dev;
     long long host_read, host_total, steps; /* dense layers and dense rows, counted here */
     /* offload (sparse_tls_params.offload): */
@@ -106,6 +107,7 @@ struct gpu_tls_kv {
     int off;               /* moved: the pool holds none of its blocks */
     void *off_h, *off_d;   /* pinned mapped host memory (layers split .. L-1), device memory
                             * (layers 0 .. split-1): each K (layers, n_kv, cap, hd) then V */
+    gpu_lend off_lend;     /* off_d's blocks lent by the KV pool (chunk NULL: a cudaMalloc) */
     gpu_seq_dev lo, hi;    /* the two as the kernels see them (contiguous rows, map zero) */
     unsigned long long cnt0_off; /* cnt[0] when it moved (the host keys are counted from it) */
     long long host_keys;   /* keys read from host memory by rows the sparse kernel took dense */
@@ -116,7 +118,15 @@ struct gpu_tls_kv {
  * own; then releases its pool blocks. ACCEL_ERR_NOMEM (nothing changed) when either memory is
  * short. The summaries must be valid for [0, n) (they stay). */
 int gpu_tls_offload(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int n);
-void gpu_tls_off_free(gpu_tls_kv *t);
+void gpu_tls_off_free(gpu_engine *e, gpu_tls_kv *t);
+/* Device memory of a sequence's AsyncTLS state outside its KV blocks (summaries, an offloaded
+ * sequence's dense layers): lent by the KV pool (gpu_pool_lend: it counts against the pool's
+ * budget, as KV does) where the pool lends, else cudaMalloc'ed. 0 or ACCEL_ERR_NOMEM. */
+int gpu_tls_mem_take(gpu_engine *e, size_t bytes, void **mem, gpu_lend *l);
+void gpu_tls_mem_give(gpu_engine *e, void *mem, gpu_lend *l);
+/* Before gpu_kv_tls_free: what the sequence holds of the pool and of host memory (kv_pool.cu's
+ * gpu_kv_free). */
+void gpu_kv_tls_release(gpu_engine *e, gpu_kv *kv);
 /* A sequence whose KV was offloaded: 1 and its two views (either may be NULL): lo for layers
  * below gpu_tls_off_split, hi from it on; 0 for a sequence in the pool (kv_pool.cu, forward.cu
  * and kv_xfer.cu ask). */

@@ -44,10 +44,10 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-void gpu_tls_off_free(gpu_tls_kv *t)
+void gpu_tls_off_free(gpu_engine *e, gpu_tls_kv *t)
 {
     if (t->off_h) cudaFreeHost(t->off_h);
-    if (t->off_d) cudaFree(t->off_d);
+    gpu_tls_mem_give(e, t->off_d, &t->off_lend);
     t->off_h = t->off_d = NULL;
     t->off = 0;
 }
@@ -61,17 +61,21 @@ int gpu_tls_offload(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int n)
     const size_t hb = 2 * (size_t)(d.L - split) * row * sizeof(h16);
     const size_t db = 2 * (size_t)split * row * sizeof(h16);
     void *h = NULL, *dv = NULL, *hd_ptr = NULL;
+    gpu_lend dl;
+    memset(&dl, 0, sizeof dl);
+    /* the dense layers' memory from the pool, while the sequence still holds its blocks */
+    if (db && gpu_tls_mem_take(e, db, &dv, &dl)) return ACCEL_ERR_NOMEM;
     cudaError_t ce = cudaHostAlloc(&h, hb ? hb : 16, cudaHostAllocMapped | cudaHostAllocPortable);
     if (ce == cudaSuccess) ce = cudaHostGetDevicePointer(&hd_ptr, h, 0);
-    if (ce == cudaSuccess && db) ce = cudaMalloc(&dv, db);
     if (ce != cudaSuccess) {
         cudaGetLastError();
         if (h) cudaFreeHost(h);
-        if (dv) cudaFree(dv);
+        gpu_tls_mem_give(e, dv, &dl);
         return ACCEL_ERR_NOMEM;
     }
     t->off_h = h;
     t->off_d = dv;
+    t->off_lend = dl;
     /* hi: layer l at (l - split) of the host buffer; the views never touch the other's layers */
     h16 *hk = (h16 *)hd_ptr - (ptrdiff_t)split * row;
     memset(&t->lo, 0, sizeof t->lo);

@@ -72,10 +72,12 @@
  *   tls-offload C with --tls-offload C: the largest batches at C tokens of context (issue 23):
  *                 dense at the most whole sequences of capacity C + 2 steps its pool holds (the
  *                 pool of the same device opened without a channel file), AsyncTLS from the pool
- *                 at the most the shrunk pool holds beside the offloaded rows' device memory,
+ *                 at the most the pool holds with each row's summaries beside the offloaded rows'
+ *                 device memory (dense layers, summaries),
  *                 AsyncTLS with the KV offloaded to host memory (sparse_tls_params.offload) at
  *                 the most rows MemAvailable holds (less --tls-host-margin GiB, default 12), and
- *                 the last two together: median ms per step and tokens/s of each, and the bytes
+ *                 the last two together (--tls-offload-modes: a subset of dense,pool_sparse,
+ *                 offloaded,mixed,pcie): median ms per step and tokens/s of each, and the bytes
  *                 an offloaded row read over PCIe per step (its sparse layers' attended K/V rows,
  *                 from the decode stats, and its new K/V rows written) against the whole-block
  *                 baseline (every kept level-1 block) and the difference-only one (newly kept
@@ -430,7 +432,7 @@ static int tls_run(accel_dev *d, const model *m, int ctx, const long *batch, int
 
 /* --tls-offload (see the top): 0 or -1. dense_blocks: the pool of the device without channels. */
 static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int budget, int blocks,
-                       long dense_blocks, double margin_gib, double *new_blocks)
+                       long dense_blocks, double margin_gib, const char *modes, double *new_blocks)
 {
     const model_config *c = &m->cfg;
     const int V = c->vocab, Ld = 2, L = c->n_layers, hd = c->head_dim, n_kv = c->n_kv_heads;
@@ -439,8 +441,15 @@ static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int bud
     const int cap = ctx + 2 * steps + 4, bt = in.kv_block_tokens > 0 ? in.kv_block_tokens : 128;
     const long nblk = (cap + bt - 1) / bt;
     const double row = 2.0 * n_kv * (double)cap * hd * 2; /* K+V of one layer, h16 */
-    const double host_b = (L - Ld) * row, dev_b = Ld * row + (double)sparse_tls_bytes_per_token(L, n_kv, hd, 32, 64) *
-                          (cap < 1.25 * ctx + 4096 ? cap : 1.25 * ctx + 4096);
+    /* summaries for min(cap, 1.25 x the length + 4096) positions in the GPU's layout
+     * (gpu_tls_seq_bytes: per layer and KV head a block's max and min in h16, a label's float2
+     * and r / 2 code bytes per position, a bit per block), lent by the pool in whole blocks
+     * (gpu_tls_mem_take) as the offloaded rows' dense layers are */
+    const double bb = (double)in.kv_block_bytes;
+    const long sc = cap < 1.25 * ctx + 4096 ? cap : (long)(1.25 * ctx + 4096), snb = (sc + 63) / 64;
+    const double summ = 256 + (double)L * n_kv * (snb * 2.0 * hd * 2 + sc * 8.0 + (snb + 31) / 32 * 4.0 + sc * 16.0);
+    const double summ_b = ceil(summ / bb) * bb, dense_b = ceil(Ld * row / bb) * bb;
+    const double host_b = (L - Ld) * row, dev_b = dense_b + summ_b;
     long avail_kb = 0;
     FILE *f = fopen("/proc/meminfo", "r");
     char line[256];
@@ -466,17 +475,18 @@ static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int bud
     }
     int Bd = (int)(dense_blocks / nblk), Bo = (int)(((double)avail_kb * 1024 - margin_gib * 1073741824.0) / host_b);
     Bo = Bo < 0 ? 0 : Bo > 64 ? 64 : Bo;
-    double pool_b = (double)in.kv_blocks_total * (double)in.kv_block_bytes - Bo * dev_b;
-    int Br = pool_b > 0 ? (int)(pool_b / ((double)nblk * (double)in.kv_block_bytes)) : 0;
-    Bd = Bd > 128 ? 128 : Bd, Br = Br > 128 ? 128 : Br;
+    /* pool rows: alone, and beside the offloaded rows */
+    const double pool = (double)in.kv_blocks_total * bb, per = (double)nblk * bb + summ_b;
+    int Br0 = (int)(pool / per), Br = pool > Bo * dev_b ? (int)((pool - Bo * dev_b) / per) : 0;
+    Bd = Bd > 128 ? 128 : Bd, Br = Br > 128 ? 128 : Br, Br0 = Br0 > 128 ? 128 : Br0;
     printf("{\"bench\":\"tls_offload_plan\",\"context\":%d,\"capacity\":%d,\"seq_gb\":%.2f,"
            "\"dense_pool_blocks\":%ld,\"tls_pool_blocks\":%d,\"mem_available_gb\":%.1f,"
            "\"host_gb_per_offloaded\":%.2f,\"device_gb_per_offloaded\":%.2f,\"dense_batch\":%d,"
-           "\"pool_sparse_batch\":%d,\"offloaded_batch\":%d}\n", ctx, cap,
-           nblk * (double)in.kv_block_bytes / 1e9, dense_blocks, in.kv_blocks_total, avail_kb / 1e6,
-           host_b / 1e9, dev_b / 1e9, Bd, Br, Bo);
+           "\"pool_sparse_batch\":%d,\"pool_beside_offloaded\":%d,\"offloaded_batch\":%d}\n",
+           ctx, cap, nblk * bb / 1e9, dense_blocks, in.kv_blocks_total, avail_kb / 1e6, host_b / 1e9,
+           dev_b / 1e9, Bd, Br0, Br, Bo);
     fflush(stdout);
-    const int Bmax = Bo + (Bd > Br ? Bd : Br);
+    const int Bmax = Bo + (Bd > Br0 ? Bd : Br0);
     int32_t *ids = make_ids(ctx, V, 5), *tok = malloc(sizeof(int32_t) * (Bmax + 1));
     float *lg = accel_host_alloc(d, sizeof(float) * (size_t)(Bmax + 1) * V);
     accel_seq *p0 = NULL, **seqs = calloc(Bmax + 1, sizeof *seqs);
@@ -491,11 +501,11 @@ static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int bud
     so.offload = 1;
     /* rows 0 .. Bo-1 offloaded (kept across the modes), then pool rows */
     static const char *names[] = {"dense", "pool_sparse", "offloaded", "mixed"};
-    const int lo[4] = {Bo, Bo, 0, 0}, n[4] = {Bd, Br, Bo, Br + Bo};
+    const int lo[4] = {Bo, Bo, 0, 0}, n[4] = {Bd, Br0, Bo, Br + Bo};
     for (int b = 0; b < Bmax && !st; b++) st = accel_seq_fork(d, p0, ctx, cap, &seqs[b]);
     for (int b = 0; b < Bmax; b++) tok[b] = ids[(b * 7 + 3) % ctx];
     for (int mode = 0; mode < 4 && !st; mode++) {
-        if (n[mode] < 1 || lo[mode] + n[mode] > Bmax) continue;
+        if (n[mode] < 1 || lo[mode] + n[mode] > Bmax || !strstr(modes, names[mode])) continue;
         accel_seq **rows = seqs + lo[mode];
         for (int b = 0; b < n[mode] && !st; b++) {
             st = accel_seq_truncate(d, rows[b], ctx);
@@ -671,6 +681,7 @@ int main(int argc, char **argv)
     const char *tls_chan = NULL;
     long tls_off = 0;
     double host_margin = 12;
+    const char *off_modes = "dense,pool_sparse,offloaded,mixed,pcie";
     int np = 0, nd = 0, nb = 0, ne = 0, na = 0, npx = 0;
     long pxP[MAX_LIST], pxC[MAX_LIST];
     long steps = 64, reps = 3, bctx = 1024, min_budget = 1024;
@@ -713,6 +724,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--tls-channels")) tls_chan = v;
         else if (!strcmp(a, "--tls-offload")) bad = (tls_off = atol(v)) < 1 || tls_off > (1 << 20);
         else if (!strcmp(a, "--tls-host-margin")) bad = (host_margin = atof(v)) < 0;
+        else if (!strcmp(a, "--tls-offload-modes")) off_modes = v;
         else if (!strcmp(a, "--batch")) bad = (nb = parse_list(v, batch, 1, 4096)) < 0;
         else if (!strcmp(a, "--export")) bad = (ne = parse_list(v, exp_, 1, 1 << 20)) < 0;
         else if (!strcmp(a, "--attention")) bad = (na = parse_list(v, att, 64, 1 << 20)) < 0;
@@ -919,11 +931,11 @@ int main(int argc, char **argv)
     }
     double new_blocks = 0;
     if (tls_off && tls_off_run(d, m, (int)tls_off, (int)steps, (int)tls_budget, (int)tls_blocks,
-                               dense_blocks, host_margin, &new_blocks))
+                               dense_blocks, host_margin, off_modes, &new_blocks))
         return 1;
     int (*pcie)(int, int, int, int, double *) =
         ht ? (int (*)(int, int, int, int, double *))dlsym(ht, "gpu_tls_bench_pcie") : NULL;
-    if (tls_off && pcie) {
+    if (tls_off && pcie && strstr(off_modes, "pcie") && new_blocks > 0) {
         /* one offloaded row-step's transfers each way (2 dense layers): the selected rows in
          * place, or the newly kept blocks' K and V runs by a kernel or by the copy engine */
         const int rows = (int)tls_budget * m->cfg.n_kv_heads * (m->cfg.n_layers - 2);

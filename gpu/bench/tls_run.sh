@@ -11,7 +11,8 @@
 #   BUDGET   token budget (default 1024)   BLOCKS  block budget (default 128)   STEPS (32)
 #   OCTX     the offload phase's context (default 98304; bench_gpu --tls-offload: the largest
 #            batches dense / AsyncTLS from the pool / offloaded to host memory / both, and what
-#            the offload's transfers cost over PCIe), OSTEPS its timed steps (default 16)
+#            the offload's transfers cost over PCIe), OSTEPS its timed steps (default 16),
+#            OMODES which of them (default dense,pool_sparse,offloaded,mixed,pcie)
 #   B        the build directory (default build: another plugin's, to compare, beside its bench_gpu)
 # Logs: $OUT/run.log (everything), tests.log, bench.jsonl, offload.jsonl.
 set -u
@@ -60,6 +61,7 @@ if has offload; then
     stamp "offload: --tls-offload ${OCTX:-98304}"
     timeout ${OTIME:-400} $B/bench_gpu --model "$MODEL8B" --tls-offload "${OCTX:-98304}" \
         --tls-budget "${BUDGET:-1024}" --tls-blocks "${BLOCKS:-128}" --steps "${OSTEPS:-16}" \
+        --tls-offload-modes "${OMODES:-dense,pool_sparse,offloaded,mixed,pcie}" \
         | tee "$OUT/offload.jsonl"
     echo "offload exit ${PIPESTATUS[0]}"
     free -g

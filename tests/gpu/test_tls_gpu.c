@@ -249,11 +249,18 @@ static int prefill(accel_dev *d, accel_seq *s, const int32_t *ids, int n, float 
 }
 
 /* The head_dim-128 mkmodel checkpoint with a channel file beside it, opened with opts (which
- * channels does not matter for these checks): 0, > 0 to skip (why), < 0 on failure. */
-static int tls_open(const accel_opts *o, model **m, accel_dev **d, char *why, size_t n)
+ * channels does not matter for these checks): 0, > 0 to skip (why), < 0 on failure. dense_blocks
+ * (may be NULL): the KV pool's blocks of the device opened without the channel file. */
+static int tls_open(const accel_opts *o, model **m, accel_dev **d, char *why, size_t n,
+                    int *dense_blocks)
 {
-    int r = tg_open_mkmodel(TLS_HD128, "tls128", NULL, m, d, why, n);
+    accel_opts o0 = *o; /* the same plugin, without sparse decode (no channel file yet) */
+    o0.decode_sparse = NULL;
+    int r = tg_open_mkmodel(TLS_HD128, "tls128", &o0, m, d, why, n);
     if (r) return r;
+    accel_info in;
+    accel_get_info(*d, &in);
+    if (dense_blocks) *dense_blocks = in.kv_blocks_total;
     model_channels mc = {.n_layers = (*m)->cfg.n_layers, .n_kv_heads = (*m)->cfg.n_kv_heads,
                          .head_dim = (*m)->cfg.head_dim, .r = 32, .calib_tokens = 1};
     mc.idx = malloc(sizeof(uint16_t) * mc.n_layers * mc.n_kv_heads * mc.r);
@@ -277,7 +284,7 @@ TEST(gpu_tls_engine)
     char why[600];
     /* on by default for new sequences (layer 0 dense); each sequence set apart below */
     accel_opts o = {.decode_sparse = "asynctls,block_size=64,dense_layers=1"};
-    int r = tls_open(&o, &m, &d, why, sizeof why);
+    int r = tls_open(&o, &m, &d, why, sizeof why, NULL);
     if (r > 0) SKIP("%s", why);
     REQUIRE(r == 0);
     const int V = m->cfg.vocab, N = 1000;
@@ -393,10 +400,17 @@ static void tls_offload_case(enum accel_gpu_half half)
     accel_dev *d;
     char why[600];
     accel_opts o = {.decode_sparse = "asynctls,block_size=64,dense_layers=1", .gpu_half = half};
-    int r = tls_open(&o, &m, &d, why, sizeof why);
+    int dense_blocks = 0;
+    int r = tls_open(&o, &m, &d, why, sizeof why, &dense_blocks);
     if (r > 0) SKIP("%s", why);
     REQUIRE(r == 0);
     const int V = m->cfg.vocab, N = 1000, Ld = 1, n_kv = m->cfg.n_kv_heads;
+    /* the summaries come from the pool's blocks as sequences need them: the channel file costs
+     * the pool only the engine's scratch (it gave up 7.8 % here when they were set aside) */
+    accel_info in;
+    accel_get_info(d, &in);
+    CHECK_MSG(in.kv_blocks_total >= dense_blocks - dense_blocks / 100,
+              "pool with a channel file %d blocks, without %d", in.kv_blocks_total, dense_blocks);
     int32_t *ids = tg_ids(N + 200, V, 11);
     float *la = malloc(sizeof(float) * V * 3), *lb = malloc(sizeof(float) * V * 3);
     REQUIRE(ids && la && lb);
@@ -412,6 +426,8 @@ static void tls_offload_case(enum accel_gpu_half half)
     REQUIRE(accel_seq_fork(d, base, N, 4096, &off) == 0);
     REQUIRE(accel_seq_decode_sparse(d, res, &sp) == 0);
     REQUIRE(accel_seq_decode_sparse(d, off, &so) == 0);
+    accel_get_info(d, &in);
+    const int used0 = in.kv_blocks_used;
     /* 1. alone, 60 steps (level-1 blocks change, two new blocks begin) */
     int64_t keys = 0; /* keys of the rows, summed over steps (the dense layer reads them all) */
     int diff = 0;
@@ -422,6 +438,11 @@ static void tls_offload_case(enum accel_gpu_half half)
         keys += N + t + 1;
     }
     CHECK_MSG(diff == 0, "offloaded vs pool: %d of 60 steps' logits differ", diff);
+    /* res: a copy of the shared partial block and its summaries' chunk; off: its dense layer's
+     * and summaries' chunks (its KV blocks went back) */
+    accel_get_info(d, &in);
+    CHECK_MSG(in.kv_blocks_used >= used0 + 3, "pool blocks used %d, %d before the sparse steps",
+              in.kv_blocks_used, used0);
     accel_decode_stats a, b;
     REQUIRE(accel_seq_decode_stats(d, res, &a) == 0 && accel_seq_decode_stats(d, off, &b) == 0);
     CHECK_MSG(b.offloaded == 1 && a.offloaded == 0, "offloaded flags %d / %d", b.offloaded, a.offloaded);
@@ -491,6 +512,9 @@ static void tls_offload_case(enum accel_gpu_half half)
     accel_seq_free(d, off);
     accel_seq_free(d, res);
     accel_seq_free(d, base);
+    accel_get_info(d, &in);
+    CHECK_MSG(in.kv_blocks_used == 0, "%d pool blocks still used after every sequence is freed",
+              in.kv_blocks_used);
     accel_free(d);
     model_free(m);
     free(ids);
