@@ -467,11 +467,8 @@ static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int bud
             if (g && fscanf(g, "%lf", &v[j]) != 1) v[j] = 0;
             if (g) fclose(g);
         }
-        if (v[0] > 0 && v[0] < 1e15) {
-            long left = (long)((v[0] - v[1]) / 1024);
-            if (left < avail_kb) avail_kb = left;
-            break;
-        }
+        if (v[0] > 0 && v[0] < 1e15 && (v[0] - v[1]) / 1024 < avail_kb)
+            avail_kb = (long)((v[0] - v[1]) / 1024);
     }
     int Bd = (int)(dense_blocks / nblk), Bo = (int)(((double)avail_kb * 1024 - margin_gib * 1073741824.0) / host_b);
     Bo = Bo < 0 ? 0 : Bo > 64 ? 64 : Bo;
@@ -514,29 +511,24 @@ static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int bud
         double t0 = now();
         if (!st) st = accel_decode(d, n[mode], rows, tok, lg); /* graph, summaries, the offload */
         const double first = now() - t0;
-        accel_decode_stats s0[2] = {{0}}, s1[2] = {{0}}; /* [pool rows, offloaded rows] */
-        for (int b = 0; b < n[mode] && !st; b++) {
-            accel_decode_stats ds;
-            st = accel_seq_decode_stats(d, rows[b], &ds);
-            accel_decode_stats *o = &s0[ds.offloaded != 0];
-            o->keys_read += ds.keys_read, o->host_keys += ds.host_keys, o->steps += ds.steps;
-            o->blocks_new += ds.blocks_new, o->blocks_kept += ds.blocks_kept;
-        }
-        for (int i = 0; i < steps && !st; i++) {
-            double a = now();
-            st = accel_decode(d, n[mode], rows, tok, lg);
-            t[i] = now() - a;
-        }
+        accel_decode_stats s[2][2] = {{{0}}}; /* [before, after the timed steps][pool, offloaded] */
         int off = 0;
-        for (int b = 0; b < n[mode] && !st; b++) {
-            accel_decode_stats ds;
-            st = accel_seq_decode_stats(d, rows[b], &ds);
-            off += ds.offloaded != 0;
-            accel_decode_stats *o = &s1[ds.offloaded != 0];
-            o->keys_read += ds.keys_read, o->host_keys += ds.host_keys, o->steps += ds.steps;
-            o->blocks_new += ds.blocks_new, o->blocks_kept += ds.blocks_kept;
+        for (int k = 0; k < 2 && !st; k++) {
+            for (int i = 0; i < steps && k && !st; i++) {
+                double a = now();
+                st = accel_decode(d, n[mode], rows, tok, lg);
+                t[i] = now() - a;
+            }
+            for (int b = 0; b < n[mode] && !st; b++) {
+                accel_decode_stats ds, *o;
+                st = accel_seq_decode_stats(d, rows[b], &ds);
+                o = &s[k][ds.offloaded != 0], off += k && ds.offloaded;
+                o->host_keys += ds.host_keys, o->steps += ds.steps, o->blocks_new += ds.blocks_new;
+                o->blocks_kept += ds.blocks_kept;
+            }
         }
         if (st) break;
+        const accel_decode_stats *s0 = s[0], *s1 = s[1];
         /* per offloaded row-step over the timed steps: K and V rows read (h16), its new K/V
          * rows of the sparse layers written; one level-1 block: 64 positions of K and V */
         const double ss = (double)(s1[1].steps - s0[1].steps), blk = 64.0 * hd * 2 * 2;
