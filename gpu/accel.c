@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct gpu_seq {
     struct accel_seq base;
@@ -35,6 +36,8 @@ static void gpu_dev_free(accel_dev *d)
     free(d);
 }
 
+static sparse_tls_params tls_default(const accel_dev *d, int *on);
+
 static void gpu_dev_describe(accel_dev *d, accel_info *out)
 {
     snprintf(out->name, sizeof out->name, "cuda:%d", ((gpu_dev *)d)->index);
@@ -50,6 +53,24 @@ static void gpu_dev_describe(accel_dev *d, accel_info *out)
                                       c->intermediate, c->vocab, 2);
     gpu_decode_curve(w, (double)gpu_engine_kv_bytes_per_token(eng(d)), gpu_engine_mem_bps(eng(d)),
                      GPU_MAX_BATCH, &out->decode_curve);
+    /* AsyncTLS with offload=1 (gpu/tls_off.cu): a sparse sequence's layers past the dense ones go
+     * to pinned host memory at its first decode step; what stays is the dense layers' KV and
+     * the summaries (sparse/tls.h's size per position: the GPU's is smaller); the host tier: up
+     * to 3/4 of the host memory free now */
+    int on = 0;
+    sparse_tls_params p = tls_default(d, &on);
+    if (on && p.offload && gpu_tls_available(eng(d))) {
+        const uint64_t kv = gpu_engine_kv_bytes_per_token(eng(d));
+        const int dl = p.dense_layers < c->n_layers ? p.dense_layers : c->n_layers;
+        const long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        out->offload_bytes = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 * 3 : 0;
+        out->resident_per_token = kv * (uint64_t)dl / (uint64_t)c->n_layers +
+                                  sparse_tls_bytes_per_token(c->n_layers, c->n_kv_heads, c->head_dim,
+                                                             p.channels, p.block_size);
+        out->resident_per_block = 0;
+        out->resident_default_blocks = p.block_budget;
+        out->offload_any = 1;
+    }
 }
 
 /* AsyncTLS: the device's defaults (accel_opts.decode_sparse), whether new sequences take them */

@@ -12,7 +12,7 @@
  * pool cannot lend (no virtual memory management), they are cudaMalloc'ed and gpu_tls_open
  * shrinks the pool by their share of a position as well (6.25 % for Llama-3-8B: 8 KiB beside
  * 128 KiB). A sequence asked to offload (sparse_tls_params.offload) leaves the pool at its first
- * sparse step (gpu_tls_prepare calls gpu/tls_off.cu): its sparse layers' KV into pinned host
+ * decode step (gpu_tls_prepare calls gpu/tls_off.cu): its sparse layers' KV into pinned host
  * memory, its dense layers' into memory lent by the pool the same way. */
 #include "gpu/tls.cuh"
 #include <pthread.h>
@@ -254,6 +254,17 @@ static int ensure(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int need)
     return ACCEL_OK;
 }
 
+/* A sequence asked to offload, at its first decode step (sparse or not: the scheduler counts
+ * only its resident part once its prompt is in, accel_info.offload_any): positions before this
+ * one leave the pool (this step writes its key into host memory already); no room: it stays. */
+static int offload_now(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int pos)
+{
+    if (!t->off_want || t->off) return ACCEL_OK;
+    int st = gpu_tls_offload(e, kv, t, pos);
+    if (st == ACCEL_ERR_NOMEM) t->off_want = 0;
+    return st == ACCEL_ERR_NOMEM ? ACCEL_OK : st;
+}
+
 int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
 {
     gpu_tls *g = e->tls;
@@ -269,12 +280,14 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
             const int below = t->dense_below >= 0 ? t->dense_below : t->token_budget;
             t->steps++;
             if (keys <= below || d.L <= g->p.dense_layers) {
+                GPU_TRY(offload_now(e, kvs[i], t, pos[i]));
                 t->host_read += (long long)d.L * d.n_kv * keys;
                 t->host_total += (long long)d.L * d.n_kv * keys;
                 if (t->off) t->host_keys += (long long)(d.L - g->p.dense_layers) * d.n_kv * keys;
             } else if ((st = ensure(e, kvs[i], t, keys)) != ACCEL_OK) {
                 /* no room in the pool for its summaries: this step attends densely */
                 if (st != ACCEL_ERR_NOMEM) return st;
+                GPU_TRY(offload_now(e, kvs[i], t, pos[i]));
                 t->host_read += (long long)d.L * d.n_kv * keys;
                 t->host_total += (long long)d.L * d.n_kv * keys;
                 if (t->off) t->host_keys += (long long)(d.L - g->p.dense_layers) * d.n_kv * keys;
@@ -284,14 +297,8 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
                     GPU_TRY(gpu_tls_rebuild(e->compute, g->c, sq, t->dev, t->valid, pos[i],
                                             t->off ? &t->hi : nullptr, g->p.dense_layers));
                 }
-                t->valid = keys;
-                if (t->off_want && !t->off) {
-                    /* its first sparse step: positions before this one leave the pool (this
-                     * step writes its key into host memory already); no room: it stays */
-                    st = gpu_tls_offload(e, kvs[i], t, pos[i]);
-                    if (st == ACCEL_ERR_NOMEM) t->off_want = 0;
-                    else if (st) return st;
-                }
+                t->valid = keys; /* then out of the pool: the summaries came from its blocks */
+                GPU_TRY(offload_now(e, kvs[i], t, pos[i]));
                 t->host_read += (long long)g->p.dense_layers * d.n_kv * keys;
                 t->host_total += (long long)g->p.dense_layers * d.n_kv * keys;
                 row = t->dev;

@@ -116,7 +116,7 @@ struct gpu_tls_kv {
 /* Moves kv's positions [0, n) out of the pool: layers from gpu_tls_dense_layers on into pinned
  * host memory the kernels read in place (mapped), the dense layers into device memory of its
  * own; then releases its pool blocks. ACCEL_ERR_NOMEM (nothing changed) when either memory is
- * short. The summaries must be valid for [0, n) (they stay). */
+ * short. Its summaries stay as they were (valid up to where they were: the same keys). */
 int gpu_tls_offload(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int n);
 void gpu_tls_off_free(gpu_engine *e, gpu_tls_kv *t);
 /* Device memory of a sequence's AsyncTLS state outside its KV blocks (summaries, an offloaded

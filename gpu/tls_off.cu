@@ -1,8 +1,9 @@
 /* gpu/tls_off.cu — AsyncTLS decode with the KV offloaded to host memory (issue 23; the card's
  * form: fpga/, sparse/tls_pipe.h).
  *
- * A sequence asked to (sparse_tls_params.offload = 1) leaves the KV pool at its first sparse
- * step: positions [0, n) are copied out of its pool blocks, the sparse layers' K/V (layers from
+ * A sequence asked to (sparse_tls_params.offload = 1) leaves the KV pool at its first decode
+ * step (sparse or not: the scheduler commits only its resident part once its prompt is in,
+ * accel_info.offload_any): positions [0, n) are copied out of its pool blocks, the sparse layers' K/V (layers from
  * gpu_tls_dense_layers on) into pinned host memory mapped into the device's address space, the
  * dense layers' into device memory of its own, each as a contiguous cache (layer, KV head,
  * position, hd) for the sequence's whole capacity; then its pool blocks are released. From then

@@ -119,6 +119,11 @@ typedef struct accel_info {
      * wire and the node's import together) and one-way seconds (half the fastest heartbeat's
      * round trip); 0: not measured yet. The placement's network term weighs them. */
     double link_bps, link_s;
+    /* with offload_bytes: 1 when its sparse-decoded sequences leave mem_total for the slower tier
+     * whatever their size, once their prompt is in (a GPU whose decode_sparse says offload=1:
+     * the prompt's KV fills the pool while it is prefilled, gpu/tls_off.cu); 0: only those whose
+     * whole KV does not fit mem_total do (a card) */
+    int offload_any;
 } accel_info;
 
 /* The half-precision format the cuda backend keeps weights and activations in (cuda only; the

@@ -16,7 +16,11 @@ enum sched_place sched_book_place(sched_book *b, const sched_policy_req *r, sche
     e->decode = pl.decode;
     e->split = pl.prefill != pl.decode;
     e->prefill_tokens = r->n * r->n_prompt;
-    e->prefill_bytes = e->split ? sched_policy_prompt_bytes(p, r) : 0;
+    /* a split's prompt on its prefill device; an offloading device's prompt until it is in
+     * (its decode commit is the resident part only) */
+    e->prefill_bytes = e->split || (d->offload_any && sched_policy_resident_bytes(d, r))
+                           ? sched_policy_prompt_bytes(p, r)
+                           : 0;
     e->decode_bytes = sched_policy_commit_bytes(d, r);
     e->decode_seqs = r->n;
     e->decode_positions = sched_policy_positions(r);

@@ -29,7 +29,8 @@ typedef struct sched_book {
 typedef struct sched_book_entry {
     int prefill, decode;      /* device indices, -1 when not placed */
     int split;                /* decode != prefill: the KV moves */
-    uint64_t prefill_bytes;   /* on the prefill device, until prefilled (split only) */
+    uint64_t prefill_bytes;   /* on the prefill device, until prefilled (a split; or an
+                                 offloading device's prompt: sched_policy_dev.offload_any) */
     int prefill_tokens;       /* queued on the prefill device, until prefilled */
     uint64_t decode_bytes;    /* on the decode device, until released */
     int decode_seqs;

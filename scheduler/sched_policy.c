@@ -11,7 +11,9 @@ uint64_t sched_policy_resident_bytes(const sched_policy_dev *d, const sched_poli
 {
     const uint64_t whole = sched_policy_kv_bytes(d, r);
     const int bb = r->tls_blocks < 0 ? d->resident_default_blocks : r->tls_blocks;
-    if (bb <= 0 || !d->offload_bytes || whole <= d->mem_total || whole > d->offload_bytes) return 0;
+    if (bb <= 0 || !d->offload_bytes || (whole <= d->mem_total && !d->offload_any) ||
+        whole > d->offload_bytes)
+        return 0;
     const uint64_t per = (uint64_t)(r->n_prompt + r->max_tokens) * d->resident_per_token +
                          ((uint64_t)bb + 2) * d->resident_per_block;
     return (uint64_t)r->n * per;
@@ -21,7 +23,16 @@ uint64_t sched_policy_resident_bytes(const sched_policy_dev *d, const sched_poli
 static uint64_t need_bytes(const sched_policy_dev *d, const sched_policy_req *r)
 {
     uint64_t res = sched_policy_resident_bytes(d, r);
+    if (res && d->offload_any) return res + sched_policy_prompt_bytes(d, r); /* while prefilled */
     return res ? res : sched_policy_kv_bytes(d, r);
+}
+
+/* What must fit the room left now: the commit, and an offloading device's prompt beside it. */
+static uint64_t admit_bytes(const sched_policy_dev *d, const sched_policy_req *r)
+{
+    uint64_t c = sched_policy_commit_bytes(d, r);
+    if (d->offload_any && sched_policy_resident_bytes(d, r)) c += sched_policy_prompt_bytes(d, r);
+    return c;
 }
 
 uint64_t sched_policy_commit_bytes(const sched_policy_dev *d, const sched_policy_req *r)
@@ -236,8 +247,7 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
                 uint64_t whole = need_bytes(d, r);
                 if (r->n <= d->max_running && whole <= d->mem_total) {
                     could_local = 1;
-                    if (d->running + r->n <= d->max_running &&
-                        fits(d, sched_policy_commit_bytes(d, r)) &&
+                    if (d->running + r->n <= d->max_running && fits(d, admit_bytes(d, r)) &&
                         better_fallback(v, i, local))
                         local = i;
                 }
@@ -248,7 +258,7 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
             int slots = card_slots(d);
             if (r->n <= slots && whole <= d->mem_total) {
                 could_card = 1;
-                if (d->running + r->n <= slots && fits(d, sched_policy_commit_bytes(d, r)) &&
+                if (d->running + r->n <= slots && fits(d, admit_bytes(d, r)) &&
                     better_card(v, i, card))
                     card = i;
             }

@@ -141,6 +141,8 @@ typedef struct sched_policy_dev {
     /* the slower KV tier of a sparse-decoded sequence (accel_info.offload_bytes ...; 0: none) */
     uint64_t offload_bytes, resident_per_token, resident_per_block;
     int resident_default_blocks;
+    int offload_any; /* accel_info.offload_any: the rule below for every size, and the prompt's
+                        whole KV committed while it is prefilled (sched_book) */
 } sched_policy_dev;
 
 typedef struct sched_policy_opts {
@@ -206,8 +208,10 @@ uint64_t sched_policy_commit_bytes(const sched_policy_dev *d, const sched_policy
  * when its whole KV does not fit mem_total but fits the slower tier and it decodes sparse (its
  * tls_blocks, or the device's default), what it needs of mem_total is the resident cache of
  * its n sequences at their final length (accel_info's resident_*), and that is what
- * sched_policy_commit_bytes commits and the placement checks against mem_total. 0: the rule
- * does not apply (the whole KV is what counts). */
+ * sched_policy_commit_bytes commits and the placement checks against mem_total. On a device
+ * with offload_any the rule applies whatever the size, and the placement also needs room for
+ * the prompt's whole KV beside it (the book commits it until the prompt is prefilled). 0: the
+ * rule does not apply (the whole KV is what counts). */
 uint64_t sched_policy_resident_bytes(const sched_policy_dev *d, const sched_policy_req *r);
 /* KV bytes of one prompt-only sequence (the prefill device's share of a split placement). */
 uint64_t sched_policy_prompt_bytes(const sched_policy_dev *d, const sched_policy_req *r);

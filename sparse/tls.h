@@ -62,8 +62,8 @@ typedef struct sparse_tls_params {
                          token_budget (selection would keep every key) */
     int offload;      /* 0 (default): the KV stays in the device's memory; 1: a GPU keeps the
                          sparse layers' KV of the sequence in pinned host memory from its first
-                         sparse step on (gpu/tls_off.cu); other devices decide their tier
-                         themselves and ignore it */
+                         decode step on (gpu/tls_off.cu; as the daemon's default, accel_info.
+                         offload_any); other devices decide their tier themselves and ignore it */
 } sparse_tls_params;
 
 void sparse_tls_params_default(sparse_tls_params *p);

@@ -4,7 +4,9 @@
  * sparse and its whole KV fits the slower tier, committing its resident cache only; dense, or
  * too big for the slower tier too, it is not. */
 #include "tests/test.h"
+#include "scheduler/sched_book.h"
 #include "scheduler/sched_policy.h"
+#include <string.h>
 
 #define ALL (ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT)
 #define CARD (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)
@@ -81,4 +83,50 @@ TEST(sched_offload_limits)
     v[1].mem_committed = 3500;
     CHECK_EQ(sched_policy_place(v, 2, &no_opts, &sparse, &pl), SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 1);
+}
+
+/* A GPU that offloads every sparse sequence once its prompt is in (accel_info.offload_any, the
+ * CUDA device with decode_sparse offload=1): its requests fit its memory whole, yet each commits
+ * only its resident part once prefilled, and its prompt's whole KV while it is prefilled — so
+ * the batch outgrows what the memory holds whole, but never with more prompts in flight than
+ * fit. */
+TEST(sched_offload_any_gpu_batch_past_its_memory)
+{
+    sched_book b;
+    memset(&b, 0, sizeof b);
+    b.n = 1;
+    /* 100,000 bytes, 10 per position: ten 1,000-position requests whole */
+    b.dev[0] = (sched_policy_dev){.kind = ACCEL_KIND_CUDA, .caps = ALL, .health = ACCEL_HEALTH_OK,
+                                  .mem_total = 100000, .kv_bytes_per_token = 10,
+                                  .max_running = 256, .max_batch = 256, .offload_bytes = 1 << 20,
+                                  .resident_per_token = 1, .resident_default_blocks = 128};
+    sched_policy_req r = {900, 100, 1, 0, 0, 0, -1, 0};
+    sched_book_entry e[128];
+    /* a device that offloads only what does not fit (a card's rule): ten, whole */
+    int k = 0;
+    while (k < 128 && sched_book_place(&b, &r, &e[k]) == SCHED_PLACE_OK) sched_book_prefilled(&b, &e[k]), k++;
+    CHECK_EQ(k, 10);
+    CHECK_EQ(sched_policy_resident_bytes(&b.dev[0], &r), 0);
+    for (int i = 0; i < k; i++) sched_book_release(&b, &e[i]);
+    CHECK(sched_book_empty(&b));
+    /* offload_any: 1,000 resident bytes each once prefilled, the 9,000-byte prompt beside them
+     * while it is prefilled: (100,000 - 9,000) / 1,000 = 91 */
+    b.dev[0].offload_any = 1;
+    CHECK_EQ(sched_policy_resident_bytes(&b.dev[0], &r), 1000);
+    k = 0;
+    while (k < 128 && sched_book_place(&b, &r, &e[k]) == SCHED_PLACE_OK) sched_book_prefilled(&b, &e[k]), k++;
+    CHECK_EQ(k, 91);
+    CHECK_EQ(b.dev[0].mem_committed, 91000);
+    for (int i = 0; i < k; i++) sched_book_release(&b, &e[i]);
+    CHECK(sched_book_empty(&b));
+    /* prompts still being prefilled hold their whole KV: ten at once, as before */
+    k = 0;
+    while (k < 128 && sched_book_place(&b, &r, &e[k]) == SCHED_PLACE_OK) k++;
+    CHECK_EQ(k, 10);
+    for (int i = 0; i < k; i++) sched_book_release(&b, &e[i]);
+    /* dense requests, or a host tier too small for the whole KV: the whole KV, as before */
+    sched_policy_req dense = {900, 100, 1, 0, 0, 0, 0, 0};
+    CHECK_EQ(sched_policy_resident_bytes(&b.dev[0], &dense), 0);
+    b.dev[0].offload_bytes = 9999;
+    CHECK_EQ(sched_policy_resident_bytes(&b.dev[0], &r), 0);
 }
