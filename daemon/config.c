@@ -95,7 +95,7 @@ static const key keys[] = {
     K(peer_key, KEY_STR, "", 0, 0, "the key every node of the fleet shares (16+ characters)"),
     K(peer_key_file, KEY_STR, "", 0, 0, "file holding the peer key (its first line)"),
     K(peer_transport, KEY_STR, "auto", 0, 0, "how KV reaches peers: auto (UCX by worker address: shared memory on one host, RDMA where present; TCP stream where that cannot be made), stream (always TCP), address (that or the device is not used); UCX_TLS still applies"),
-    K(peer_wait, KEY_DOUBLE, "30", 0, 3600, "seconds start-up waits for each peer to answer"),
+    K(peer_wait, KEY_DOUBLE, "30", 0, 3600, "seconds start-up waits for each peer to answer (one still down is retried in the background and joins when it answers)"),
 };
 #undef K
 #define N_KEYS (sizeof keys / sizeof keys[0])
