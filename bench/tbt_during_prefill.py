@@ -113,9 +113,14 @@ def main():
     calls1 = prefill_calls(a.admin)
     time.sleep(1.0)
     stop.set()
+    # a gap belongs to a phase when it overlaps it (it ends after the phase starts and began
+    # before it ends): the gap a whole unchunked prefill makes ends just after t1, so counting
+    # arrivals inside [t0, t1] alone missed it
+    def overlapping(lo, hi):
+        return [g for (t, g) in arrivals if t > lo and t - g < hi]
     before = [g for (t, g) in arrivals if t < t0]
-    during = [g for (t, g) in arrivals if t0 <= t <= t1]
-    last = [g for (t, g) in arrivals if t1 - (t1 - t0) / 4 <= t <= t1]
+    during = overlapping(t0, t1)
+    last = overlapping(t1 - (t1 - t0) / 4, t1)
     usage = resp.get("usage", {})
     print(json.dumps({"mode": a.mode, "tokens": a.tokens, "streams": a.streams, "status": status,
                       "finished": status is not None, "ttft_s": round(t1 - t0, 3),
