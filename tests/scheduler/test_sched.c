@@ -5,8 +5,7 @@
 #include "tests/test.h"
 #include "tests/util.h"
 #include "model/ckpt/golden.h"
-#include "model/tok/tokenizer.h"
-#include "scheduler/sched.h"
+#include "tests/scheduler/sched_env.h"
 
 #define MAX_REQS 32
 
@@ -24,26 +23,12 @@ typedef struct rec {
 } rec;
 
 typedef struct env {
-    uv_loop_t loop;
-    model *m;
-    model_tok *tok;
-    accel_dev *dev;
-    sched *s;
-    int warm;
+    sched_env se;
     rec recs[MAX_REQS];
     int n_recs;
-    int finals;
-    int want_finals;
     uv_timer_t timer;
     void (*on_tick)(struct env *e);
 } env;
-
-static void on_warm(void *ctx, int ok)
-{
-    env *e = ctx;
-    e->warm = ok ? 1 : -1;
-    uv_stop(&e->loop);
-}
 
 static void on_event(void *ctx, const sched_event *ev)
 {
@@ -68,10 +53,8 @@ static void on_event(void *ctx, const sched_event *ev)
                 r->lp_len += ev->token.len;
             }
         }
-        if (ev->choice >= 0 && ev->choice < 4 && r->len[ev->choice] + ev->text_len < sizeof r->text[0]) {
-            memcpy(r->text[ev->choice] + r->len[ev->choice], ev->text, ev->text_len);
-            r->len[ev->choice] += ev->text_len;
-        }
+        if (ev->choice >= 0 && ev->choice < 4)
+            sched_env_text(r->text[ev->choice], sizeof r->text[0], &r->len[ev->choice], ev);
         break;
     case SCHED_EV_CHOICE_DONE:
         r->choice_done++;
@@ -97,64 +80,24 @@ static env *E;
 static void on_event_count(void *ctx, const sched_event *ev)
 {
     on_event(ctx, ev);
-    if (ev->type == SCHED_EV_DONE || ev->type == SCHED_EV_ERROR) {
-        if (++E->finals >= E->want_finals) uv_stop(&E->loop);
-    }
+    if (ev->type == SCHED_EV_DONE || ev->type == SCHED_EV_ERROR) sched_env_final(&E->se);
 }
 
 static int env_open(env *e, int max_running, int max_waiting, double step_delay_ms)
 {
     memset(e, 0, sizeof *e);
     E = e;
-    if (t_open("models/stories260K", "cpu", &e->m, &e->dev) < 0) return -1;
-    char err[256];
-    e->tok = model_tok_load_dir("models/stories260K", err, sizeof err);
-    if (!e->tok) {
-        t_fail(__FILE__, __LINE__, "tokenizer: %s", err);
-        return -1;
-    }
-    uv_loop_init(&e->loop);
-    uv_timer_init(&e->loop, &e->timer);
     sched_config cfg = {.max_waiting = max_waiting, .max_running = max_running,
-                       .step_delay_ms = step_delay_ms};
-    e->s = sched_new(&e->loop, &e->dev, 1, e->tok, &cfg, on_warm, e, err, sizeof err);
-    if (!e->s) {
-        t_fail(__FILE__, __LINE__, "sched_new: %s", err);
-        return -1;
-    }
-    uv_run(&e->loop, UV_RUN_DEFAULT); /* until warm */
-    if (e->warm != 1) {
-        t_fail(__FILE__, __LINE__, "warm-up failed");
-        return -1;
-    }
+                        .step_delay_ms = step_delay_ms};
+    if (sched_env_open_cpu(&e->se) < 0 || sched_env_start(&e->se, &cfg) < 0) return -1;
+    uv_timer_init(&e->se.loop, &e->timer);
     return 0;
 }
 
 static void env_close(env *e)
 {
-    sched_free(e->s);
     uv_close((uv_handle_t *)&e->timer, NULL);
-    uv_run(&e->loop, UV_RUN_DEFAULT);
-    CHECK_EQ(uv_loop_close(&e->loop), 0); /* every handle closed */
-    accel_info info;
-    accel_get_info(e->dev, &info);
-    CHECK_EQ(info.n_seqs, 0); /* every sequence freed */
-    CHECK_EQ(info.mem_free, info.mem_total);
-    accel_free(e->dev);
-    model_tok_free(e->tok);
-    model_free(e->m);
-}
-
-static sched_params greedy(const int32_t *ids, int n, int max_tokens, int choices)
-{
-    sched_params p = {0};
-    p.prompt = ids;
-    p.n_prompt = n;
-    p.max_tokens = max_tokens;
-    p.n = choices;
-    p.sampling = model_sampling_default();
-    p.sampling.temperature = 0;
-    return p;
+    sched_env_close(&e->se);
 }
 
 static int submit(env *e, const sched_params *p, int *status)
@@ -163,7 +106,7 @@ static int submit(env *e, const sched_params *p, int *status)
     memset(r, 0, sizeof *r);
     r->order_ok = 1;
     char err[256];
-    *status = sched_submit(e->s, p, on_event_count, r, &r->r, err, sizeof err);
+    *status = sched_submit(e->se.s, p, on_event_count, r, &r->r, err, sizeof err);
     if (*status != SCHED_OK) return -1;
     return e->n_recs++;
 }
@@ -180,18 +123,17 @@ TEST(sched_golden_text_under_concurrency)
     char err[256];
     /* every golden prompt twice at once: once alone, once with n = 2 */
     for (int i = 0; i < n && i < 8; i++) {
-        g[i] = model_golden_load(paths[i], e.m->cfg.vocab, err, sizeof err);
+        g[i] = model_golden_load(paths[i], e.se.m->cfg.vocab, err, sizeof err);
         REQUIRE(g[i]);
         int st;
-        sched_params p = greedy(g[i]->ids, g[i]->n_ids, g[i]->n_greedy, 1);
+        sched_params p = sched_env_greedy(g[i]->ids, g[i]->n_ids, g[i]->n_greedy, 1);
         idx[i][0] = submit(&e, &p, &st);
         CHECK_EQ(st, SCHED_OK);
         p.n = 2;
         idx[i][1] = submit(&e, &p, &st);
         CHECK_EQ(st, SCHED_OK);
     }
-    e.want_finals = e.n_recs;
-    uv_run(&e.loop, UV_RUN_DEFAULT);
+    sched_env_run(&e.se, e.n_recs);
     for (int i = 0; i < n && i < 8; i++) {
         for (int k = 0; k < 2; k++) {
             rec *r = &e.recs[idx[i][k]];
@@ -214,7 +156,7 @@ TEST(sched_golden_text_under_concurrency)
     for (int i = 0; i < n; i++) free(paths[i]);
     free(paths);
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_EQ(st.n_running, 0);
     CHECK_EQ(st.n_waiting, 0);
     CHECK(st.dev[0].steps > 0 && st.dev[0].warm);
@@ -226,14 +168,14 @@ static void cancel_tick(env *e)
     /* cancel the running request once it produced tokens */
     rec *a = &e->recs[0];
     if (a->tokens >= 2 && !a->cancelled) {
-        sched_cancel(e->s, a->r);
+        sched_cancel(e->se.s, a->r);
         a->cancelled = 1;
     }
     sched_stats st;
-    sched_get_stats(e->s, &st);
+    sched_get_stats(e->se.s, &st);
     accel_info info;
-    accel_get_info(e->dev, &info);
-    if (a->cancelled && st.n_running == 0 && info.n_seqs == 0) uv_stop(&e->loop);
+    accel_get_info(e->se.devs[0], &info);
+    if (a->cancelled && st.n_running == 0 && info.n_seqs == 0) uv_stop(&e->se.loop);
 }
 
 static void on_timer(uv_timer_t *t)
@@ -248,20 +190,20 @@ TEST(sched_cancel_waiting_and_running)
     if (env_open(&e, 1, 4, 20) < 0) return;
     int32_t ids[] = {1, 403, 407, 261, 378};
     int st;
-    sched_params p = greedy(ids, 5, 400, 1);
+    sched_params p = sched_env_greedy(ids, 5, 400, 1);
     submit(&e, &p, &st);
     CHECK_EQ(st, SCHED_OK);
     submit(&e, &p, &st); /* waits: max_running 1 */
     CHECK_EQ(st, SCHED_OK);
     sched_stats s;
-    sched_get_stats(e.s, &s);
+    sched_get_stats(e.se.s, &s);
     CHECK_EQ(s.n_waiting, 1);
-    sched_cancel(e.s, e.recs[1].r); /* freed at once, no event */
-    sched_get_stats(e.s, &s);
+    sched_cancel(e.se.s, e.recs[1].r); /* freed at once, no event */
+    sched_get_stats(e.se.s, &s);
     CHECK_EQ(s.n_waiting, 0);
     e.on_tick = cancel_tick;
     uv_timer_start(&e.timer, on_timer, 10, 10);
-    uv_run(&e.loop, UV_RUN_DEFAULT);
+    uv_run(&e.se.loop, UV_RUN_DEFAULT);
     uv_timer_stop(&e.timer);
     rec *a = &e.recs[0], *b = &e.recs[1];
     CHECK(a->cancelled);
@@ -269,7 +211,7 @@ TEST(sched_cancel_waiting_and_running)
     CHECK_EQ(a->done + a->error, 0); /* nothing after the cancel, no final event */
     CHECK_EQ(b->placed + b->tokens + b->done + b->error, 0);
     accel_info info;
-    accel_get_info(e.dev, &info);
+    accel_get_info(e.se.devs[0], &info);
     CHECK_EQ(info.n_seqs, 0);
     CHECK_EQ(info.mem_free, info.mem_total);
     env_close(&e);
@@ -281,7 +223,7 @@ TEST(sched_queue_full_and_bad_params)
     if (env_open(&e, 1, 1, 20) < 0) return;
     int32_t ids[] = {1, 403, 407};
     int st;
-    sched_params p = greedy(ids, 3, 3, 1);
+    sched_params p = sched_env_greedy(ids, 3, 3, 1);
     submit(&e, &p, &st);
     CHECK_EQ(st, SCHED_OK); /* runs */
     submit(&e, &p, &st);
@@ -292,19 +234,18 @@ TEST(sched_queue_full_and_bad_params)
     sched_req *r;
     sched_params bad = p;
     bad.sampling.temperature = 5;
-    CHECK_EQ(sched_submit(e.s, &bad, on_event_count, &e.recs[9], &r, err, sizeof err), SCHED_ERR_INVALID);
+    CHECK_EQ(sched_submit(e.se.s, &bad, on_event_count, &e.recs[9], &r, err, sizeof err), SCHED_ERR_INVALID);
     CHECK_MSG(strstr(err, "temperature") != NULL, "%s", err);
     bad = p;
     bad.max_tokens = 510;
-    CHECK_EQ(sched_submit(e.s, &bad, on_event_count, &e.recs[9], &r, err, sizeof err), SCHED_ERR_TOO_LARGE);
+    CHECK_EQ(sched_submit(e.se.s, &bad, on_event_count, &e.recs[9], &r, err, sizeof err), SCHED_ERR_TOO_LARGE);
     int32_t oob[] = {1, 512};
-    bad = greedy(oob, 2, 1, 1);
-    CHECK_EQ(sched_submit(e.s, &bad, on_event_count, &e.recs[9], &r, err, sizeof err), SCHED_ERR_INVALID);
+    bad = sched_env_greedy(oob, 2, 1, 1);
+    CHECK_EQ(sched_submit(e.se.s, &bad, on_event_count, &e.recs[9], &r, err, sizeof err), SCHED_ERR_INVALID);
     bad = p;
     bad.n = 2; /* two sequences never fit max_running 1 */
-    CHECK_EQ(sched_submit(e.s, &bad, on_event_count, &e.recs[9], &r, err, sizeof err), SCHED_ERR_TOO_LARGE);
-    e.want_finals = 2;
-    uv_run(&e.loop, UV_RUN_DEFAULT);
+    CHECK_EQ(sched_submit(e.se.s, &bad, on_event_count, &e.recs[9], &r, err, sizeof err), SCHED_ERR_TOO_LARGE);
+    sched_env_run(&e.se, 2);
     CHECK(e.recs[0].done == 1 && e.recs[1].done == 1);
     /* FCFS: the first finished before the second started */
     env_close(&e);
@@ -316,12 +257,11 @@ TEST(sched_deadline)
     if (env_open(&e, 1, 4, 30) < 0) return;
     int32_t ids[] = {1, 403};
     int st;
-    sched_params p = greedy(ids, 2, 400, 1);
+    sched_params p = sched_env_greedy(ids, 2, 400, 1);
     p.deadline = sched_now() + 0.3; /* 400 tokens at >= 30 ms each cannot make it */
     submit(&e, &p, &st);
     CHECK_EQ(st, SCHED_OK);
-    e.want_finals = 1;
-    uv_run(&e.loop, UV_RUN_DEFAULT);
+    sched_env_run(&e.se, 1);
     CHECK_EQ(e.recs[0].error, 1);
     CHECK_EQ(e.recs[0].status, SCHED_ERR_TIMEOUT);
     CHECK(e.recs[0].tokens > 0);
@@ -334,7 +274,7 @@ TEST(sched_stop_strings_and_logprobs)
     if (env_open(&e, 4, 4, 0) < 0) return;
     int32_t ids[] = {1, 403, 407, 261, 378}; /* "Once upon a time" */
     int st;
-    sched_params p = greedy(ids, 5, 64, 1);
+    sched_params p = sched_env_greedy(ids, 5, 64, 1);
     const char *stops[] = {"Lily"};
     p.stop = stops;
     p.n_stop = 1;
@@ -342,8 +282,7 @@ TEST(sched_stop_strings_and_logprobs)
     p.sampling.top_logprobs = 2;
     submit(&e, &p, &st);
     CHECK_EQ(st, SCHED_OK);
-    e.want_finals = 1;
-    uv_run(&e.loop, UV_RUN_DEFAULT);
+    sched_env_run(&e.se, 1);
     rec *r = &e.recs[0];
     r->text[0][r->len[0]] = 0;
     CHECK_STR(r->text[0], ", there was a little girl named ");

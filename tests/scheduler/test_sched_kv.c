@@ -15,8 +15,7 @@
 #include "tests/util.h"
 #include "tests/fpga/fpga_util.h"
 #include "devices/devices.h"
-#include "model/tok/tokenizer.h"
-#include "scheduler/sched.h"
+#include "tests/scheduler/sched_env.h"
 
 #define MAX_REQS 16
 #define MAX_TOK 256
@@ -30,23 +29,10 @@ typedef struct rec {
 } rec;
 
 typedef struct env {
-    uv_loop_t loop;
-    model *m;
-    model_tok *tok;
-    accel_dev *dev;
-    accel_dev *card; /* env_open_card: an emulated card beside the CPU */
-    sched *s;
-    int warm, finals, want;
+    sched_env se; /* devs[0]: the CPU; env_open_card: devs[1], an emulated card */
     rec recs[MAX_REQS];
     int n_recs;
 } env;
-
-static void on_warm(void *ctx, int ok)
-{
-    env *e = ctx;
-    e->warm = ok ? 1 : -1;
-    uv_stop(&e->loop);
-}
 
 static env *E;
 static void on_event(void *ctx, const sched_event *ev)
@@ -67,8 +53,7 @@ static void on_event(void *ctx, const sched_event *ev)
     case SCHED_EV_ERROR: r->error++, r->status = ev->status; break;
     default: break;
     }
-    if ((ev->type == SCHED_EV_DONE || ev->type == SCHED_EV_ERROR) && ++E->finals >= E->want)
-        uv_stop(&E->loop);
+    if (ev->type == SCHED_EV_DONE || ev->type == SCHED_EV_ERROR) sched_env_final(&E->se);
 }
 
 /* mem_positions: the device's KV budget in positions (0: its own); host: host-tier bytes. */
@@ -76,54 +61,14 @@ static int env_open(env *e, int mem_positions, uint64_t host, int max_running)
 {
     memset(e, 0, sizeof *e);
     E = e;
-    char err[256];
-    e->m = model_load("models/stories260K", err, sizeof err);
-    if (!e->m) {
-        t_fail(__FILE__, __LINE__, "model_load: %s", err);
-        return -1;
-    }
-    uint64_t per = 2ull * e->m->cfg.n_layers * e->m->cfg.n_kv_heads * e->m->cfg.head_dim * 4;
+    if (sched_env_load(&e->se) < 0) return -1;
+    const model_config *c = &e->se.m->cfg;
+    uint64_t per = 2ull * c->n_layers * c->n_kv_heads * c->head_dim * 4;
     accel_opts o = {.threads = 2, .mem_limit = (uint64_t)mem_positions * per};
-    e->dev = devices_open("cpu", e->m, &o, err, sizeof err);
-    e->tok = e->dev ? model_tok_load_dir("models/stories260K", err, sizeof err) : NULL;
-    if (!e->tok) {
-        t_fail(__FILE__, __LINE__, "open: %s", err);
-        return -1;
-    }
-    uv_loop_init(&e->loop);
+    char err[256];
+    if (sched_env_add(&e->se, devices_open("cpu", e->se.m, &o, err, sizeof err), err) < 0) return -1;
     sched_config cfg = {.max_waiting = 64, .max_running = max_running, .host_cache_bytes = host};
-    e->s = sched_new(&e->loop, &e->dev, 1, e->tok, &cfg, on_warm, e, err, sizeof err);
-    if (!e->s) {
-        t_fail(__FILE__, __LINE__, "sched_new: %s", err);
-        return -1;
-    }
-    uv_run(&e->loop, UV_RUN_DEFAULT);
-    if (e->warm != 1) {
-        t_fail(__FILE__, __LINE__, "warm-up failed");
-        return -1;
-    }
-    return 0;
-}
-
-static void env_close(env *e)
-{
-    sched_free(e->s);
-    uv_run(&e->loop, UV_RUN_DEFAULT);
-    CHECK_EQ(uv_loop_close(&e->loop), 0);
-    accel_info info;
-    accel_get_info(e->dev, &info);
-    CHECK_EQ(info.n_seqs, 0);
-    CHECK_EQ(info.n_holders, 0);
-    CHECK_EQ(info.kv_blocks_used, 0); /* no block leaked */
-    CHECK_EQ(info.mem_free, info.mem_total);
-    if (e->card) {
-        accel_get_info(e->card, &info);
-        CHECK_EQ(info.n_seqs, 0);
-        accel_free(e->card);
-    }
-    accel_free(e->dev);
-    model_tok_free(e->tok);
-    model_free(e->m);
+    return sched_env_start(&e->se, &cfg);
 }
 
 /* The CPU and one emulated card (W8A8): requests prefill on the CPU and decode on the card. */
@@ -131,42 +76,25 @@ static int env_open_card(env *e)
 {
     memset(e, 0, sizeof *e);
     E = e;
-    char err[512];
     tf_cache_env();
-    e->m = model_load("models/stories260K", err, sizeof err);
+    if (sched_env_load(&e->se) < 0) return -1;
+    char err[512];
     accel_opts oc = {.threads = 2}, of = {.weight_bits = 8};
-    e->dev = e->m ? devices_open("cpu", e->m, &oc, err, sizeof err) : NULL;
-    e->card = e->dev ? devices_open("fpga-emu:0", e->m, &of, err, sizeof err) : NULL;
-    e->tok = e->card ? model_tok_load_dir("models/stories260K", err, sizeof err) : NULL;
-    if (!e->tok) {
-        t_fail(__FILE__, __LINE__, "open: %s", err);
+    if (sched_env_add(&e->se, devices_open("cpu", e->se.m, &oc, err, sizeof err), err) < 0 ||
+        sched_env_add(&e->se, devices_open("fpga-emu:0", e->se.m, &of, err, sizeof err), err) < 0)
         return -1;
-    }
-    uv_loop_init(&e->loop);
-    accel_dev *devs[2] = {e->dev, e->card};
     sched_config cfg = {.max_waiting = 64, .max_running = 8};
-    e->s = sched_new(&e->loop, devs, 2, e->tok, &cfg, on_warm, e, err, sizeof err);
-    if (!e->s) {
-        t_fail(__FILE__, __LINE__, "sched_new: %s", err);
-        return -1;
-    }
-    uv_run(&e->loop, UV_RUN_DEFAULT);
-    if (e->warm != 1) {
-        t_fail(__FILE__, __LINE__, "warm-up failed");
-        return -1;
-    }
-    return 0;
+    return sched_env_start(&e->se, &cfg);
+}
+
+static void env_close(env *e)
+{
+    sched_env_close(&e->se);
 }
 
 static sched_params greedy(const int32_t *ids, int n, int max_tokens, int choices)
 {
-    sched_params p = {0};
-    p.prompt = ids;
-    p.n_prompt = n;
-    p.max_tokens = max_tokens;
-    p.n = choices;
-    p.sampling = model_sampling_default();
-    p.sampling.temperature = 0;
+    sched_params p = sched_env_greedy(ids, n, max_tokens, choices);
     p.sampling.logprobs = 1;
     p.ignore_eos = 1;
     return p;
@@ -177,7 +105,7 @@ static int submit(env *e, const sched_params *p)
     rec *r = &e->recs[e->n_recs];
     memset(r, 0, sizeof *r);
     char err[256];
-    int st = sched_submit(e->s, p, on_event, r, &r->r, err, sizeof err);
+    int st = sched_submit(e->se.s, p, on_event, r, &r->r, err, sizeof err);
     if (st != SCHED_OK) return st;
     e->n_recs++;
     return SCHED_OK;
@@ -192,8 +120,7 @@ static rec *run_one(env *e, const sched_params *p)
         memset(&refused, 0, sizeof refused);
         return &refused;
     }
-    e->want++;
-    uv_run(&e->loop, UV_RUN_DEFAULT);
+    sched_env_run(&e->se, e->se.want + 1);
     rec *r = &e->recs[e->n_recs - 1];
     CHECK_MSG(r->done == 1 && r->n_tok[0] == p->max_tokens, "done %d error %d (%s), %d tokens",
               r->done, r->error, sched_strerror(r->status), r->n_tok[0]);
@@ -241,11 +168,11 @@ TEST(sched_kv_full_and_partial_hit)
     CHECK_EQ(r4->cached, 0);
     CHECK_MSG(same_run(r3, 0, r4, 0), "a partial hit decodes differently from cold");
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_EQ(st.dev[0].pc_hits, 112 + 48);
     CHECK_EQ(st.dev[0].pc_queries, 3 * 120); /* the opt-outs were not looked up */
     accel_info info;
-    accel_get_info(e.dev, &info);
+    accel_get_info(e.se.devs[0], &info);
     CHECK(info.n_holders > 0 && info.kv_blocks_cached > 0 && info.n_seqs == 0);
     env_close(&e);
 }
@@ -287,10 +214,10 @@ TEST(sched_kv_host_tier_hit)
         run_one(&e, &o);
     }
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK(st.dev[0].pc_evictions >= 1 && st.dev[0].pc_host_saves >= 1);
     rec *r1 = run_one(&e, &a);
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_EQ(r1->cached, 192);
     CHECK_MSG(st.dev[0].pc_host_hits >= 16, "host hits %llu", (unsigned long long)st.dev[0].pc_host_hits);
     CHECK_MSG(same_run(r0, 0, r1, 0), "KV back from the host tier decodes differently");
@@ -310,7 +237,7 @@ TEST(sched_kv_n_choices_one_prefill)
     CHECK_EQ(r->completion, 60);
     CHECK_MSG(same_run(r, 0, r, 1), "two greedy choices differ");
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_EQ(st.dev[0].forks, 1);
     CHECK_EQ(st.dev[0].prefill_tokens, 77); /* one prefill */
     sched_params one = greedy(p, 77, 30, 1);
@@ -332,11 +259,10 @@ TEST(sched_kv_preempt_and_resume)
     prompt_ids(p[1], 100, 23, 6);
     sched_params a = greedy(p[0], 100, 150, 1), b = greedy(p[1], 100, 150, 1);
     REQUIRE(submit(&e, &a) == SCHED_OK && submit(&e, &b) == SCHED_OK);
-    e.want = 2;
-    uv_run(&e.loop, UV_RUN_DEFAULT);
+    sched_env_run(&e.se, 2);
     CHECK(e.recs[0].done == 1 && e.recs[1].done == 1);
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_MSG(st.dev[0].preemptions >= 1, "no preemption (%llu)", (unsigned long long)st.dev[0].preemptions);
     a.no_prefix_cache = b.no_prefix_cache = 1;
     rec *ra = run_one(&e, &a), *rb = run_one(&e, &b);
@@ -355,9 +281,9 @@ TEST(sched_kv_prompt_longer_than_pool)
     rec *r = &e.recs[0];
     memset(r, 0, sizeof *r);
     char err[256];
-    CHECK_EQ(sched_submit(e.s, &a, on_event, r, &r->r, err, sizeof err), SCHED_ERR_TOO_LARGE);
+    CHECK_EQ(sched_submit(e.se.s, &a, on_event, r, &r->r, err, sizeof err), SCHED_ERR_TOO_LARGE);
     accel_info info;
-    accel_get_info(e.dev, &info);
+    accel_get_info(e.se.devs[0], &info);
     CHECK_EQ(info.kv_blocks_used, 0); /* nothing taken */
     env_close(&e);
 }
@@ -381,7 +307,7 @@ TEST(sched_kv_split_reuses_prefix)
     CHECK_EQ(r2->cached, 80);
     CHECK_MSG(same_run(c, 0, r1, 0) && same_run(c, 0, r2, 0), "the card decodes a cached prefix differently");
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_EQ(st.placements_split, 3); /* all three on the card */
     CHECK_EQ(st.dev[1].kv_corrupt, 0);
     env_close(&e);

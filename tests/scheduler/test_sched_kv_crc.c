@@ -10,8 +10,7 @@
 #include "tests/fpga/fpga_util.h"
 #include "devices/devices.h"
 #include "model/ckpt/golden.h"
-#include "model/tok/tokenizer.h"
-#include "scheduler/sched.h"
+#include "tests/scheduler/sched_env.h"
 #include <stdlib.h>
 
 typedef struct krec {
@@ -21,19 +20,7 @@ typedef struct krec {
     size_t len;
 } krec;
 
-typedef struct kenv {
-    uv_loop_t loop;
-    int warm, finals, want;
-} kenv;
-
-static kenv *K;
-
-static void on_warm(void *ctx, int ok)
-{
-    kenv *e = ctx;
-    e->warm = ok ? 1 : -1;
-    uv_stop(&e->loop);
-}
+static sched_env *K;
 
 static void on_event(void *ctx, const sched_event *ev)
 {
@@ -45,11 +32,7 @@ static void on_event(void *ctx, const sched_event *ev)
         break;
     case SCHED_EV_TOKEN:
         r->tokens++;
-        if (r->len + ev->text_len < sizeof r->text) {
-            memcpy(r->text + r->len, ev->text, ev->text_len);
-            r->len += ev->text_len;
-            r->text[r->len] = 0;
-        }
+        sched_env_text(r->text, sizeof r->text, &r->len, ev);
         break;
     case SCHED_EV_CHOICE_DONE: break;
     case SCHED_EV_DONE: r->done++; break;
@@ -58,37 +41,30 @@ static void on_event(void *ctx, const sched_event *ev)
         r->status = ev->status;
         break;
     }
-    if ((ev->type == SCHED_EV_DONE || ev->type == SCHED_EV_ERROR) && ++K->finals >= K->want)
-        uv_stop(&K->loop);
+    if (ev->type == SCHED_EV_DONE || ev->type == SCHED_EV_ERROR) sched_env_final(K);
 }
 
-static void run_one(kenv *e, sched *s, const model_golden *g, krec *r)
+static void run_one(sched_env *e, const model_golden *g, krec *r)
 {
     memset(r, 0, sizeof *r);
-    sched_params p = {0};
-    p.prompt = g->ids;
-    p.n_prompt = g->n_ids;
-    p.max_tokens = g->n_greedy;
-    p.n = 1;
-    p.sampling = model_sampling_default();
-    p.sampling.temperature = 0;
+    sched_params p = sched_env_greedy(g->ids, g->n_ids, g->n_greedy, 1);
     char err[256];
     sched_req *h;
-    REQUIRE(sched_submit(s, &p, on_event, r, &h, err, sizeof err) == SCHED_OK);
-    e->want++;
-    if (e->finals < e->want) uv_run(&e->loop, UV_RUN_DEFAULT);
+    REQUIRE(sched_submit(e->s, &p, on_event, r, &h, err, sizeof err) == SCHED_OK);
+    sched_env_run(e, e->want + 1);
 }
 
 TEST(sched_kv_flip_on_card_detected_moved_and_marked)
 {
     char err[512];
     tf_cache_env();
-    model *m = model_load(TF_MODEL, err, sizeof err);
-    REQUIRE(m);
+    sched_env e;
+    K = &e;
+    REQUIRE(sched_env_load(&e) == 0);
+    const model *m = e.m;
     model_golden *g = model_golden_load("tests/data/golden/stories260K/lily.json", m->cfg.vocab,
                                         err, sizeof err);
-    model_tok *tok = model_tok_load_dir(TF_MODEL, err, sizeof err);
-    REQUIRE(g && tok);
+    REQUIRE(g);
     const int L = m->cfg.n_layers, cap = g->n_ids + g->n_greedy;
     /* Where the first request's KV will be on a fresh card: its runs while opening (the weight
      * upload), then the scheduler's warm-up (one decode run) and one scatter run per layer (the
@@ -107,20 +83,13 @@ TEST(sched_kv_flip_on_card_detected_moved_and_marked)
     accel_free(card);
     setenv("TANDEM_EMU_FAULT", spec, 1);
     accel_opts oc = {.threads = 1};
-    accel_dev *devs[2] = {devices_open("cpu", m, &oc, err, sizeof err),
-                          devices_open("fpga-emu:0", m, &o, err, sizeof err)};
-    REQUIRE(devs[0] && devs[1]);
-    kenv e = {0};
-    K = &e;
-    uv_loop_init(&e.loop);
+    REQUIRE(sched_env_add(&e, devices_open("cpu", m, &oc, err, sizeof err), err) == 0);
+    REQUIRE(sched_env_add(&e, devices_open("fpga-emu:0", m, &o, err, sizeof err), err) == 0);
     sched_config cfg = {.max_waiting = 64, .max_running = 16};
-    sched *sc = sched_new(&e.loop, devs, 2, tok, &cfg, on_warm, &e, err, sizeof err);
-    REQUIRE(sc);
-    uv_run(&e.loop, UV_RUN_DEFAULT);
-    REQUIRE(e.warm == 1);
+    REQUIRE(sched_env_start(&e, &cfg) == 0);
 
     krec a;
-    run_one(&e, sc, g, &a);
+    run_one(&e, g, &a);
     CHECK_MSG(a.done == 1 && a.error == 0, "error %d status %d", a.error, a.status);
     CHECK_STR(a.first_decode, "fpga-emu:0");
     CHECK_EQ(a.placed, 2);
@@ -128,38 +97,28 @@ TEST(sched_kv_flip_on_card_detected_moved_and_marked)
     CHECK_EQ(a.tokens, g->n_greedy);
     CHECK_MSG(!strcmp(a.text, g->greedy_text), "\n got  %s\n want %s", a.text, g->greedy_text);
     sched_stats st;
-    sched_get_stats(sc, &st);
+    sched_get_stats(e.s, &st);
     CHECK_EQ(st.moves, 1);
     CHECK_EQ(st.dev[1].kv_corrupt, 1);
     CHECK_EQ(st.dev[1].failovers, 1);
     CHECK_EQ(st.dev[1].info.health, ACCEL_HEALTH_DEGRADED);
-    CHECK_EQ(fpga_dev_card(devs[1])->check_runs, 1);
+    CHECK_EQ(fpga_dev_card(e.devs[1])->check_runs, 1);
 
     /* the fault was one run: the card takes the next request, decodes it, and is OK again */
     krec b;
-    run_one(&e, sc, g, &b);
+    run_one(&e, g, &b);
     CHECK_MSG(b.done == 1 && b.error == 0 && b.placed == 1, "error %d status %d placed %d",
               b.error, b.status, b.placed);
     CHECK_STR(b.decode, "fpga-emu:0");
     CHECK_EQ(b.tokens, g->n_greedy);
-    sched_get_stats(sc, &st);
+    sched_get_stats(e.s, &st);
     CHECK_EQ(st.dev[1].kv_corrupt, 1);
     CHECK_EQ(st.dev[1].info.health, ACCEL_HEALTH_OK);
     /* b's prompt came in two runs: its whole blocks from the CPU's prefix cache (the KV the
      * first request left there, exported again), then the rest as it was prefilled */
-    CHECK_EQ(fpga_dev_card(devs[1])->check_runs, 3);
+    CHECK_EQ(fpga_dev_card(e.devs[1])->check_runs, 3);
 
-    sched_free(sc);
-    uv_run(&e.loop, UV_RUN_DEFAULT);
-    CHECK_EQ(uv_loop_close(&e.loop), 0);
-    for (int i = 0; i < 2; i++) {
-        accel_info info;
-        accel_get_info(devs[i], &info);
-        CHECK_MSG(info.n_seqs == 0, "%s: %d sequences left", info.name, info.n_seqs);
-        accel_free(devs[i]);
-    }
+    sched_env_close(&e);
     unsetenv("TANDEM_EMU_FAULT");
-    model_tok_free(tok);
     model_golden_free(g);
-    model_free(m);
 }

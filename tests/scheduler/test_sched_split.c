@@ -11,11 +11,9 @@
 #include "devices/devices.h"
 #include "model/gen/gen.h"
 #include "model/ckpt/golden.h"
-#include "model/tok/tokenizer.h"
-#include "scheduler/sched.h"
+#include "tests/scheduler/sched_env.h"
 
 #define MAX_REQS 48
-#define MAX_DEVS 4
 
 typedef struct rec {
     sched_req *r;
@@ -26,25 +24,12 @@ typedef struct rec {
 } rec;
 
 typedef struct env {
-    uv_loop_t loop;
-    model *m;
-    model_tok *tok;
-    accel_dev *devs[MAX_DEVS];
-    int n_devs;
-    sched *s;
-    int warm;
+    sched_env se; /* devs[0]: the CPU, then the cards */
     rec recs[MAX_REQS];
-    int n_recs, finals, want_finals;
+    int n_recs;
 } env;
 
 static env *E;
-
-static void on_warm(void *ctx, int ok)
-{
-    env *e = ctx;
-    e->warm = ok ? 1 : -1;
-    uv_stop(&e->loop);
-}
 
 static void on_event(void *ctx, const sched_event *ev)
 {
@@ -59,14 +44,10 @@ static void on_event(void *ctx, const sched_event *ev)
         break;
     case SCHED_EV_TOKEN:
         r->tokens++;
-        if (r->len + ev->text_len < sizeof r->text) {
-            memcpy(r->text + r->len, ev->text, ev->text_len);
-            r->len += ev->text_len;
-            r->text[r->len] = 0;
-        }
+        sched_env_text(r->text, sizeof r->text, &r->len, ev);
         if (r->cancel_after && r->tokens == r->cancel_after) {
-            sched_cancel(E->s, r->r);
-            if (++E->finals >= E->want_finals) uv_stop(&E->loop);
+            sched_cancel(E->se.s, r->r);
+            sched_env_final(&E->se);
         }
         break;
     case SCHED_EV_CHOICE_DONE: break;
@@ -76,8 +57,7 @@ static void on_event(void *ctx, const sched_event *ev)
         r->status = ev->status;
         break;
     }
-    if (ev->type == SCHED_EV_DONE || ev->type == SCHED_EV_ERROR)
-        if (++E->finals >= E->want_finals) uv_stop(&E->loop);
+    if (ev->type == SCHED_EV_DONE || ev->type == SCHED_EV_ERROR) sched_env_final(&E->se);
 }
 
 /* cpu + n_cards test cards (faults for card i in f[i], may be NULL; a card with f[i].gpu set
@@ -86,51 +66,19 @@ static int env_open(env *e, int n_cards, const tcard_faults *f, int max_running,
 {
     memset(e, 0, sizeof *e);
     E = e;
-    if (t_open("models/stories260K", "cpu", &e->m, &e->devs[0]) < 0) return -1;
+    if (sched_env_open_cpu(&e->se) < 0) return -1;
     char err[256];
-    for (int i = 0; i < n_cards; i++) {
-        e->devs[1 + i] = tcard_open(i, e->m, f ? &f[i] : NULL, err, sizeof err);
-        if (!e->devs[1 + i]) {
-            t_fail(__FILE__, __LINE__, "tcard: %s", err);
+    for (int i = 0; i < n_cards; i++)
+        if (sched_env_add(&e->se, tcard_open(i, e->se.m, f ? &f[i] : NULL, err, sizeof err), err) < 0)
             return -1;
-        }
-    }
-    e->n_devs = 1 + n_cards;
-    e->tok = model_tok_load_dir("models/stories260K", err, sizeof err);
-    if (!e->tok) {
-        t_fail(__FILE__, __LINE__, "tokenizer: %s", err);
-        return -1;
-    }
-    uv_loop_init(&e->loop);
     sched_config cfg = {.max_waiting = 64, .max_running = max_running, .tbt_budget_ms = tbt_ms};
-    e->s = sched_new(&e->loop, e->devs, e->n_devs, e->tok, &cfg, on_warm, e, err, sizeof err);
-    if (!e->s) {
-        t_fail(__FILE__, __LINE__, "sched_new: %s", err);
-        return -1;
-    }
-    uv_run(&e->loop, UV_RUN_DEFAULT);
-    if (e->warm != 1) {
-        t_fail(__FILE__, __LINE__, "warm-up failed");
-        return -1;
-    }
-    return 0;
+    return sched_env_start(&e->se, &cfg);
 }
 
 /* Every sequence freed on every device, the loop closes cleanly. */
 static void env_close(env *e)
 {
-    sched_free(e->s);
-    uv_run(&e->loop, UV_RUN_DEFAULT);
-    CHECK_EQ(uv_loop_close(&e->loop), 0);
-    for (int i = 0; i < e->n_devs; i++) {
-        accel_info info;
-        accel_get_info(e->devs[i], &info);
-        CHECK_MSG(info.n_seqs == 0 && info.mem_free == info.mem_total, "%s: %d sequences left",
-                  info.name, info.n_seqs);
-        accel_free(e->devs[i]);
-    }
-    model_tok_free(e->tok);
-    model_free(e->m);
+    sched_env_close(&e->se);
 }
 
 static const accel_sparse *submit_sparse; /* the next submits' sparse prefill (NULL: dense) */
@@ -139,24 +87,17 @@ static int submit(env *e, const int32_t *ids, int n, int max_tokens)
 {
     rec *r = &e->recs[e->n_recs];
     memset(r, 0, sizeof *r);
-    sched_params p = {0};
-    p.prompt = ids;
-    p.n_prompt = n;
-    p.max_tokens = max_tokens;
-    p.n = 1;
-    p.sampling = model_sampling_default();
-    p.sampling.temperature = 0;
+    sched_params p = sched_env_greedy(ids, n, max_tokens, 1);
     p.sparse = submit_sparse;
     char err[256];
-    int st = sched_submit(e->s, &p, on_event, r, &r->r, err, sizeof err);
+    int st = sched_submit(e->se.s, &p, on_event, r, &r->r, err, sizeof err);
     CHECK_MSG(st == SCHED_OK, "submit: %s", err);
     return e->n_recs++;
 }
 
 static void run_until_final(env *e, int n)
 {
-    e->want_finals = n;
-    if (e->finals < n) uv_run(&e->loop, UV_RUN_DEFAULT);
+    sched_env_run(&e->se, n);
 }
 
 /* What a card produces for ids alone: CPU prefill exporting its KV into a fresh card, the first
@@ -178,9 +119,9 @@ static void card_reference(env *e, const int32_t *ids, int n, int max_tokens, ch
     char err[256];
     out[0] = 0;
     accel_opts o = {.threads = 1};
-    accel_dev *p = devices_open("cpu", e->m, &o, err, sizeof err);
-    accel_dev *c = tcard_open(9, e->m, NULL, err, sizeof err);
-    int vocab = e->m->cfg.vocab;
+    accel_dev *p = devices_open("cpu", e->se.m, &o, err, sizeof err);
+    accel_dev *c = tcard_open(9, e->se.m, NULL, err, sizeof err);
+    int vocab = e->se.m->cfg.vocab;
     float *lg = malloc(sizeof(float) * (size_t)vocab);
     accel_seq *ps = NULL, *cs = NULL;
     REQUIRE(p && c && lg);
@@ -190,10 +131,10 @@ static void card_reference(env *e, const int32_t *ids, int n, int max_tokens, ch
     accel_prefill_req pr = {.seq = ps, .ids = ids, .n = n, .logits = lg, .kv = &sink};
     REQUIRE(accel_prefill(p, &pr) == 0);
     model_gen_params gp = {.sampling = model_sampling_default(), .max_tokens = max_tokens,
-                           .n_ctx = e->m->cfg.max_pos, .eos_ids = e->m->cfg.eos_ids,
-                           .n_eos = e->m->cfg.n_eos, .skip_special = 1};
+                           .n_ctx = e->se.m->cfg.max_pos, .eos_ids = e->se.m->cfg.eos_ids,
+                           .n_eos = e->se.m->cfg.n_eos, .skip_special = 1};
     gp.sampling.temperature = 0;
-    model_gen *g = model_gen_new(e->tok, &gp, vocab, ids, n, 0, err, sizeof err);
+    model_gen *g = model_gen_new(e->se.tok, &gp, vocab, ids, n, 0, err, sizeof err);
     REQUIRE(g);
     size_t len = 0;
     for (;;) {
@@ -224,7 +165,7 @@ static void load_golden(env *e)
     char err[256];
     n_golden = model_golden_list("tests/data/golden/stories260K", &paths);
     for (int i = 0; i < n_golden; i++) {
-        if (i < 8) golden[i] = model_golden_load(paths[i], e->m->cfg.vocab, err, sizeof err);
+        if (i < 8) golden[i] = model_golden_load(paths[i], e->se.m->cfg.vocab, err, sizeof err);
         free(paths[i]);
     }
     free(paths);
@@ -273,7 +214,7 @@ TEST(sched_split_text_per_decode_device)
     CHECK(on_cards >= 2);
     CHECK(on_cpu >= 1);
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_EQ(st.placements_split, (uint64_t)on_cards);
     CHECK_EQ(st.placements_fallback, (uint64_t)on_cpu);
     CHECK(st.dev[1].kv_chunks > 0 && st.dev[1].decodes > 0);
@@ -309,7 +250,7 @@ TEST(sched_split_chunked_prefill_same_text)
         chunked_prompt_tokens += golden[which[j]]->n_ids;
     }
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_MSG(st.dev[0].prefill_chunks > (uint64_t)k, "%llu chunks for %d prefills", (unsigned long long)st.dev[0].prefill_chunks, k);
     free_golden();
     env_close(&e);
@@ -328,7 +269,7 @@ TEST(sched_sparse_prompt_prefills_in_chunks_beside_decodes)
     ids[0] = 1;
     for (int i = 1; i < 480; i++) ids[i] = (int32_t)((i * 37 + 11) % 500 + 3);
     sched_stats st0;
-    sched_get_stats(e.s, &st0);
+    sched_get_stats(e.se.s, &st0);
     int a = submit(&e, once, 5, 200); /* decodes while the sparse prompt prefills */
     accel_sparse sp;
     sparse_params_default(&sp.p, SPARSE_MODE_XATTN);
@@ -341,7 +282,7 @@ TEST(sched_sparse_prompt_prefills_in_chunks_beside_decodes)
     submit_sparse = NULL;
     run_until_final(&e, 2);
     sched_stats st1;
-    sched_get_stats(e.s, &st1);
+    sched_get_stats(e.se.s, &st1);
     int c = submit(&e, ids, 480, 8); /* dense, alone */
     run_until_final(&e, 3);
     CHECK(e.recs[a].done == 1 && e.recs[b].done == 1 && e.recs[c].done == 1);
@@ -368,11 +309,11 @@ TEST(sched_split_failover_card_fault_mid_decode)
     CHECK_STR(r->decode, "tcard:1"); /* another idle card, not the fallback */
     CHECK_EQ(r->tokens, 40);
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_EQ(st.moves, 1);
     CHECK_EQ(st.dev[1].info.health, ACCEL_HEALTH_FAILED);
     CHECK_EQ(st.dev[1].failovers, 1);
-    CHECK(sched_can_serve(e.s, NULL));
+    CHECK(sched_can_serve(e.se.s, NULL));
     /* the node keeps serving on what is left */
     int b = submit(&e, once, 5, 8);
     run_until_final(&e, 2);
@@ -397,7 +338,7 @@ TEST(sched_split_failover_import_and_timeout)
     CHECK_STR(r->decode, "cpu");
     CHECK_EQ(r->tokens, 30);
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_EQ(st.moves, 2);
     CHECK_EQ(st.dev[1].info.health, ACCEL_HEALTH_DEGRADED);
     CHECK_EQ(st.dev[2].info.health, ACCEL_HEALTH_DEGRADED);
@@ -420,27 +361,27 @@ TEST(sched_split_cancel_everywhere)
     }
     /* and two cancelled right away (one waiting, one running) */
     int w = submit(&e, once, 5, 100);
-    sched_cancel(e.s, e.recs[w].r);
+    sched_cancel(e.se.s, e.recs[w].r);
     run_until_final(&e, n);
     /* the rest drains: stop when nothing runs */
     for (int spins = 0; spins < 2000; spins++) {
         sched_stats st;
-        sched_get_stats(e.s, &st);
+        sched_get_stats(e.se.s, &st);
         if (st.n_running == 0 && st.n_waiting == 0) break;
-        uv_run(&e.loop, UV_RUN_NOWAIT);
+        uv_run(&e.se.loop, UV_RUN_NOWAIT);
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_EQ(st.n_running, 0);
     for (int i = 0; i < n; i++) {
         CHECK_EQ(e.recs[i].done + e.recs[i].error, 0);
         CHECK_EQ(e.recs[i].after_final, 0);
     }
-    for (int i = 0; i < e.n_devs; i++) {
+    for (int i = 0; i < e.se.n_devs; i++) {
         accel_info info;
-        accel_get_info(e.devs[i], &info);
+        accel_get_info(e.se.devs[i], &info);
         CHECK_MSG(info.n_seqs == 0, "%s holds %d sequences", info.name, info.n_seqs);
         CHECK_EQ(st.dev[i].running, 0);
     }
@@ -455,16 +396,11 @@ TEST(sched_split_deadline_on_a_card)
     if (env_open(&e, 1, f, 4, 0) < 0) return;
     rec *r = &e.recs[e.n_recs];
     memset(r, 0, sizeof *r);
-    sched_params p = {0};
-    p.prompt = once;
-    p.n_prompt = 5;
-    p.max_tokens = 200; /* 200 steps of >= 5 ms cannot finish in 0.1 s */
-    p.n = 1;
-    p.sampling = model_sampling_default();
-    p.sampling.temperature = 0;
+    /* 200 steps of >= 5 ms cannot finish in 0.1 s */
+    sched_params p = sched_env_greedy(once, 5, 200, 1);
     p.deadline = sched_now() + 0.1;
     char err[256];
-    REQUIRE(sched_submit(e.s, &p, on_event, r, &r->r, err, sizeof err) == SCHED_OK);
+    REQUIRE(sched_submit(e.se.s, &p, on_event, r, &r->r, err, sizeof err) == SCHED_OK);
     e.n_recs++;
     run_until_final(&e, 1);
     CHECK_EQ(r->error, 1);
@@ -472,7 +408,7 @@ TEST(sched_split_deadline_on_a_card)
     CHECK_STR(r->decode, "tcard:0");
     CHECK(r->tokens > 0 && r->tokens < 200);
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_EQ(st.moves, 0); /* a deadline is the request's, not the card's fault */
     CHECK_EQ(st.dev[1].info.health, ACCEL_HEALTH_OK);
     env_close(&e);
@@ -498,10 +434,10 @@ TEST(sched_split_gpu_first_and_prefill_fault)
     CHECK_STR(r->prefill, "cpu");
     CHECK_EQ(r->tokens, 20);
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_EQ(st.dev[1].info.health, ACCEL_HEALTH_FAILED);
     CHECK_EQ(st.dev[1].failovers, 1);
-    CHECK(sched_can_serve(e.s, NULL));
+    CHECK(sched_can_serve(e.se.s, NULL));
     env_close(&e);
 }
 
@@ -525,7 +461,7 @@ TEST(sched_split_weighs_described_curves)
     CHECK_STR(e.recs[a].decode, "tgpu:0");
     CHECK_EQ(e.recs[a].tokens, 20);
     sched_stats st;
-    sched_get_stats(e.s, &st);
+    sched_get_stats(e.se.s, &st);
     CHECK_EQ(st.dev[1].info.decode_curve.n, 5);
     env_close(&e);
 }
@@ -544,16 +480,16 @@ TEST(sched_split_device_added_later)
     run_until_final(&e, 1);
     CHECK_STR(e.recs[a].decode, "cpu");
     char err[256];
-    accel_dev *card = tcard_open(0, e.m, NULL, err, sizeof err);
+    accel_dev *card = tcard_open(0, e.se.m, NULL, err, sizeof err);
     REQUIRE(card);
-    e.devs[e.n_devs++] = card;
-    int at = sched_add_device(e.s, card, err, sizeof err);
+    e.se.devs[e.se.n_devs++] = card;
+    int at = sched_add_device(e.se.s, card, err, sizeof err);
     CHECK_MSG(at == 1, "sched_add_device: %d %s", at, err);
     sched_stats st;
     double t0 = sched_now();
     do { /* its worker warms it up; the loop takes the WARM note */
-        uv_run(&e.loop, UV_RUN_NOWAIT);
-        sched_get_stats(e.s, &st);
+        uv_run(&e.se.loop, UV_RUN_NOWAIT);
+        sched_get_stats(e.se.s, &st);
     } while (at == 1 && !st.dev[1].warm && sched_now() - t0 < 10);
     CHECK_EQ(st.n_devices, 2);
     CHECK(st.dev[1].warm);

@@ -9,7 +9,7 @@
 #include "gpu/gpu_flex.h"
 #include "proto/errors.h"
 #include "proto/kv_wire.h"
-#include "scheduler/sched.h" /* and the tokenizer and sampler headers it includes */
+#include "tests/scheduler/sched_env.h"
 
 /* Every code of each module. The sweep below fails when a module names a code missing here. */
 static const int accel_codes[] = {ACCEL_ERR_NOMEM,       ACCEL_ERR_DEVICE,  ACCEL_ERR_INVALID,
@@ -161,21 +161,10 @@ TEST(sched_status_api_errors)
 /* ---------------------------------------------------------------- through the scheduler */
 
 typedef struct env {
-    uv_loop_t loop;
-    model *m;
-    model_tok *tok;
-    accel_dev *devs[2];
-    sched *s;
-    int warm, done, error, status;
+    sched_env se; /* the CPU and one test card */
+    int done, error, status;
     char message[256];
 } env;
-
-static void on_warm(void *ctx, int ok)
-{
-    env *e = ctx;
-    e->warm = ok ? 1 : -1;
-    uv_stop(&e->loop);
-}
 
 static void on_event(void *ctx, const sched_event *ev)
 {
@@ -186,44 +175,24 @@ static void on_event(void *ctx, const sched_event *ev)
         e->status = ev->status;
         snprintf(e->message, sizeof e->message, "%s", ev->message ? ev->message : "");
     }
-    if (ev->type == SCHED_EV_DONE || ev->type == SCHED_EV_ERROR) uv_stop(&e->loop);
+    if (ev->type == SCHED_EV_DONE || ev->type == SCHED_EV_ERROR) uv_stop(&e->se.loop);
 }
 
 /* The CPU and one test card (tests/scheduler/tcard.h) with faults f. */
 static int env_open(env *e, const tcard_faults *f)
 {
     memset(e, 0, sizeof *e);
-    if (t_open("models/stories260K", "cpu", &e->m, &e->devs[0]) < 0) return -1;
     char err[256];
-    e->devs[1] = tcard_open(0, e->m, f, err, sizeof err);
-    e->tok = model_tok_load_dir("models/stories260K", err, sizeof err);
-    if (!e->devs[1] || !e->tok) {
-        t_fail(__FILE__, __LINE__, "open: %s", err);
+    if (sched_env_open_cpu(&e->se) < 0 ||
+        sched_env_add(&e->se, tcard_open(0, e->se.m, f, err, sizeof err), err) < 0)
         return -1;
-    }
-    uv_loop_init(&e->loop);
     sched_config cfg = {.max_waiting = 64, .max_running = 16};
-    e->s = sched_new(&e->loop, e->devs, 2, e->tok, &cfg, on_warm, e, err, sizeof err);
-    if (!e->s) {
-        t_fail(__FILE__, __LINE__, "sched_new: %s", err);
-        return -1;
-    }
-    uv_run(&e->loop, UV_RUN_DEFAULT);
-    if (e->warm != 1) {
-        t_fail(__FILE__, __LINE__, "warm-up failed");
-        return -1;
-    }
-    return 0;
+    return sched_env_start(&e->se, &cfg);
 }
 
 static void env_close(env *e)
 {
-    sched_free(e->s);
-    uv_run(&e->loop, UV_RUN_DEFAULT);
-    CHECK_EQ(uv_loop_close(&e->loop), 0);
-    for (int i = 0; i < 2; i++) accel_free(e->devs[i]);
-    model_tok_free(e->tok);
-    model_free(e->m);
+    sched_env_close(&e->se);
 }
 
 /* "Once upon a time", prefilled on the CPU and decoded on the card alone (pinned, as `tandem
@@ -231,21 +200,15 @@ static void env_close(env *e)
 static void run_pinned(env *e, int max_tokens, double deadline_s)
 {
     static const int32_t once[] = {1, 403, 407, 261, 378};
-    sched_params p = {0};
-    p.prompt = once;
-    p.n_prompt = 5;
-    p.max_tokens = max_tokens;
-    p.n = 1;
-    p.sampling = model_sampling_default();
-    p.sampling.temperature = 0;
+    sched_params p = sched_env_greedy(once, 5, max_tokens, 1);
     p.prefill_on = 1u << 0;
     p.decode_on = 1u << 1;
     if (deadline_s > 0) p.deadline = sched_now() + deadline_s;
     sched_req *r;
     char err[256];
-    int st = sched_submit(e->s, &p, on_event, e, &r, err, sizeof err);
+    int st = sched_submit(e->se.s, &p, on_event, e, &r, err, sizeof err);
     CHECK_MSG(st == SCHED_OK, "submit: %s", err);
-    if (st == SCHED_OK) uv_run(&e->loop, UV_RUN_DEFAULT);
+    if (st == SCHED_OK) uv_run(&e->se.loop, UV_RUN_DEFAULT);
 }
 
 TEST(sched_status_device_fault_reaches_client_as_500)
