@@ -110,7 +110,7 @@ void sched_book_refresh(sched *s)
     for (int i = 0; i < s->n_devs; i++) {
         s->book.dev[i].health = health_of(s, i);
         s->book.dev[i].prefill_share = atomic_load(&s->dev[i].prefill_share_ppm) / 1e6;
-        s->book.dev[i].prefill_s_per_token = atomic_load(&s->dev[i].prefill_ps_per_token) / 1e12;
+        sched_prefill_fit_read(&s->dev[i], s->book.dev[i].prefill_fit);
     }
 }
 

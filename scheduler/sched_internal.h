@@ -190,7 +190,6 @@ typedef struct sched_dev {
     sched_req *active;           /* decoding here */
     sched_req *pf_head, *pf_tail; /* prefill jobs, FCFS */
     sched_req *attached;         /* split requests whose KV comes here, not handed over yet */
-    sched_rate rate;             /* seconds per prefill token here */
     sched_cost cost[SCHED_COST_KINDS]; /* the prefill call's cost here: [0] dense, [1 + mode]
                                           a sparse method's chunks (sched_prefill.c) */
     sched_share share;           /* the share of its time spent prefilling (the policy's) */
@@ -216,7 +215,10 @@ typedef struct sched_dev {
     atomic_uint_least64_t forks;          /* choices that shared another's prefill */
     atomic_int_least64_t progress_ns;
     atomic_int_least64_t prefill_share_ppm; /* sched_share_value(&share) x 1e6, for the book */
-    atomic_int_least64_t prefill_ps_per_token; /* rate.s_per_token x 1e12, for the book */
+    /* cost[0]'s a, b, e (the dense prefill call) for the book's prefill_fit: the doubles' bits,
+     * written by the worker under a sequence count (odd while it writes; sched_prefill_fit_*) */
+    atomic_uint_least64_t prefill_fit_bits[3];
+    atomic_uint prefill_fit_seq;
     atomic_int in_step;
     atomic_int warm;             /* 0 warming, 1 ok, -1 failed */
     /* loop only */
@@ -284,6 +286,9 @@ void sched_req_free(sched_req *r);
 void sched_on_async(uv_async_t *a);
 /* The book's health column from the devices (backend health, warm-up, the scheduler's mark). */
 void sched_book_refresh(sched *s);
+/* The worker publishes its dense cost fit (cost[0]); any thread reads a consistent copy. */
+void sched_prefill_fit_publish(sched_dev *d);
+void sched_prefill_fit_read(sched_dev *d, double out[3]);
 void sched_dispatch(sched *s);
 
 /* sched_choice.c */

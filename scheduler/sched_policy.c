@@ -218,7 +218,7 @@ static int has_curve(const sched_policy_dev *d)
 static int long_prompt_for_a_card(const sched_policy_dev *v, int n_devs, int local,
                                   const sched_policy_opts *o, const sched_policy_req *r)
 {
-    double pf = r->n_prompt * v[local].prefill_s_per_token;
+    double pf = sched_policy_prefill_s(&v[local], r->n_prompt);
     if (!o || !(o->ttft_slo_s > 0) || !(o->chunk_budget_s > 0) || !(pf > o->chunk_budget_s) ||
         !(pf > SCHED_LONG_PROMPT_SLO_SHARE * o->ttft_slo_s))
         return 0;
@@ -340,13 +340,6 @@ double sched_share_value(const sched_share *s)
 
 /* ---------------------------------------------------------------- chunked prefill */
 
-void sched_rate_observe(sched_rate *r, int tokens, double seconds)
-{
-    if (tokens <= 0 || !(seconds >= 0)) return;
-    double x = seconds / tokens;
-    r->s_per_token = r->s_per_token > 0 ? (1 - SCHED_RATE_WEIGHT) * r->s_per_token + SCHED_RATE_WEIGHT * x : x;
-}
-
 /* The features of a call: 1, c, c (p + c / 2). */
 static void cost_x(double c, double p, double x[3])
 {
@@ -465,6 +458,14 @@ double sched_cost_predict(const sched_cost *m, int tokens, int pos)
     double x[3];
     cost_x(tokens, pos < 0 ? 0 : pos, x);
     return m->a * x[0] + m->b * x[1] + m->e * x[2];
+}
+
+double sched_policy_prefill_s(const sched_policy_dev *d, int n_prompt)
+{
+    if (n_prompt <= 0) return 0;
+    double x[3];
+    cost_x(n_prompt, 0, x);
+    return d->prefill_fit[0] * x[0] + d->prefill_fit[1] * x[1] + d->prefill_fit[2] * x[2];
 }
 
 /* The largest c with a + b c + e c (p + c / 2) <= left (real-valued; 0 when even c = 0 does not

@@ -72,7 +72,9 @@
  *                d. with a TTFT target (opts.ttft_slo_s), a long prompt's decode goes to a card
  *                   with a slot: when the request's prompt takes the fallback device longer than
  *                   the chunk budget and longer than SCHED_LONG_PROMPT_SLO_SHARE of the target
- *                   (P = n_prompt x its measured prefill_s_per_token), and other requests are
+ *                   (P = sched_policy_prefill_s: the prompt as one dense call on the fallback
+ *                   device's learned cost model, sched_cost, with its fixed part and its
+ *                   attention over the prompt's depth), and other requests are
  *                   in the system — prompts queued on any device, others_waiting, or sequences
  *                   running anywhere (each brings a prompt now or when it ends) — its gain
  *                   counts 0. A request alone in the node keeps rules a and b: nothing waits
@@ -136,8 +138,8 @@ typedef struct sched_policy_dev {
      * the remote backend's measured link (accel_info.link_bps, link_s); the simulator: --net
      * and its NIC's backlog */
     double ship_bps, ship_s;
-    double prefill_s_per_token; /* its prefill's measured seconds per prompt token (sched_rate;
-                                   0: not measured yet) */
+    double prefill_fit[3];    /* its dense prefill call's learned cost, the a, b, e of sched_cost
+                                 (sched_policy_prefill_s; 0 0 0: not measured yet) */
     /* the slower KV tier of a sparse-decoded sequence (accel_info.offload_bytes ...; 0: none) */
     uint64_t offload_bytes, resident_per_token, resident_per_block;
     int resident_default_blocks;
@@ -246,15 +248,6 @@ double sched_share_value(const sched_share *s);
 #define SCHED_CHUNK_MIN 16
 #define SCHED_CHUNK_PROBE 64
 
-/* Seconds per prefill token on a device (an exponentially weighted mean, weight
- * SCHED_RATE_WEIGHT for the newest call): what the placement's rule d reads
- * (sched_policy_dev.prefill_s_per_token). Chunk sizes come from sched_cost. */
-typedef struct sched_rate {
-    double s_per_token; /* 0: not measured yet */
-} sched_rate;
-#define SCHED_RATE_WEIGHT 0.3
-void sched_rate_observe(sched_rate *r, int tokens, double seconds);
-
 /* The cost of one prefill call of c tokens appended at position p, learned online from the
  * measured calls:
  *     t(c, p) = a + b c + e c (p + c / 2)
@@ -274,7 +267,8 @@ void sched_rate_observe(sched_rate *r, int tokens, double seconds);
  *
  * One model per kind of chunk (the worker: dense, and each sparse method: their per-token and
  * per-key costs differ by an order of magnitude — XAttention's index and block-sparse attention
- * at 128K depth cost ~95 ms per 128-token block, a dense token far less). */
+ * at 128K depth cost ~95 ms per 128-token block, a dense token far less). The dense model also
+ * prices a whole prompt for the placement's rule d (sched_policy_dev.prefill_fit). */
 #define SCHED_COST_WINDOW 48
 typedef struct sched_cost {
     float c[SCHED_COST_WINDOW], p[SCHED_COST_WINDOW], t[SCHED_COST_WINDOW]; /* a ring */
@@ -285,6 +279,9 @@ typedef struct sched_cost {
 void sched_cost_observe(sched_cost *m, int tokens, int pos, double seconds);
 /* Predicted seconds of a call of `tokens` at `pos`; 0 before any observation. */
 double sched_cost_predict(const sched_cost *m, int tokens, int pos);
+/* Rule d's prompt time on d: its n_prompt tokens as one dense call from position 0 on d's
+ * prefill_fit, a + b n + e n^2 / 2; 0 before d's cost is measured. */
+double sched_policy_prefill_s(const sched_policy_dev *d, int n_prompt);
 
 /* A chunk after the first of an iteration runs only when it can be at least this many times the
  * size whose per-token part equals the fixed part (c0 = a / (b + e p)): then the fixed part is at

@@ -358,10 +358,9 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
         c->sp_blocks += rep.layers_sparse ? rep.blocks_computed : 0;
         c->sp_causal += rep.layers_sparse ? rep.blocks_causal : 0;
     } else {
-        sched_rate_observe(&d->rate, k, dt); /* the placement's rate: dense work only */
-        atomic_store(&d->prefill_ps_per_token, (int_least64_t)(d->rate.s_per_token * 1e12));
     }
     sched_cost_observe(&d->cost[kind], k, c->pf_done, dt);
+    if (kind == 0) sched_prefill_fit_publish(d); /* the placement's rule d: dense work only */
     if (last && r->has_sparse) { /* a choice prefilled dense counts as density 1 in the mean */
         r->density_sum += c->sp_causal ? (double)c->sp_blocks / (double)c->sp_causal : 1.0;
         r->density_n++;
@@ -398,6 +397,36 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
     r->pf_choice++;
     if (next_choice(r, &st) < 0 || st) sched_prefill_end(d, r, st);
     return dt;
+}
+
+/* A sequence count around the three values (one writer: the device's worker): a reader that
+ * sees the count odd, or changed across its reads, reads again. */
+void sched_prefill_fit_publish(sched_dev *d)
+{
+    const double v[3] = {d->cost[0].a, d->cost[0].b, d->cost[0].e};
+    unsigned q = atomic_load_explicit(&d->prefill_fit_seq, memory_order_relaxed);
+    atomic_store_explicit(&d->prefill_fit_seq, q + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    for (int i = 0; i < 3; i++) {
+        uint64_t b;
+        memcpy(&b, &v[i], sizeof b);
+        atomic_store_explicit(&d->prefill_fit_bits[i], b, memory_order_relaxed);
+    }
+    atomic_store_explicit(&d->prefill_fit_seq, q + 2, memory_order_release);
+}
+
+void sched_prefill_fit_read(sched_dev *d, double out[3])
+{
+    for (;;) {
+        unsigned q = atomic_load_explicit(&d->prefill_fit_seq, memory_order_acquire);
+        uint64_t b[3];
+        for (int i = 0; i < 3; i++) b[i] = atomic_load_explicit(&d->prefill_fit_bits[i], memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        if (!(q & 1u) && atomic_load_explicit(&d->prefill_fit_seq, memory_order_relaxed) == q) {
+            for (int i = 0; i < 3; i++) memcpy(&out[i], &b[i], sizeof out[i]);
+            return;
+        }
+    }
 }
 
 void sched_prefill_work(sched_dev *d)

@@ -34,7 +34,6 @@ typedef struct sim_dev {
     sim_req *pf_head, *pf_tail; /* FCFS prefill jobs */
     sim_req *active;            /* decoding here */
     int busy;                   /* an iteration is in flight (or being priced) */
-    sched_rate rate;            /* the placement's seconds per prompt token */
     sched_cost cost[2];         /* the chunk cost the policy learns: dense, sparse (a device has
                                    one sparse method; prompts too short for it price dense) */
     sched_share share;          /* the share of its time spent prefilling (the policy's) */
@@ -307,7 +306,6 @@ static void iterate(sched_sim *s, int di)
         if (k <= 0) break; /* nothing worth its fixed cost fits what is left of the budget */
         double ct = sched_sim_prefill_chunk_s(m, k, r->pf_done, r->pub->n_prompt);
         if (r->split) ship(s, d, r, k, t + dt, ct);
-        sched_rate_observe(&d->rate, k, ct);
         sched_cost_observe(cost, k, r->pf_done, ct);
         dt += ct;
         spent += ct;
@@ -351,7 +349,11 @@ static void apply_pending(sched_sim *s, sim_dev *d)
     int n = d->n_pend;
     d->n_pend = 0;
     s->book.dev[d - s->dev].prefill_share = d->share_next;
-    s->book.dev[d - s->dev].prefill_s_per_token = d->rate.s_per_token;
+    /* the placement's rule d prices a prompt on the dense cost model (the daemon's book) */
+    double *fit = s->book.dev[d - s->dev].prefill_fit;
+    fit[0] = d->cost[0].a;
+    fit[1] = d->cost[0].b;
+    fit[2] = d->cost[0].e;
     for (int i = 0; i < n; i++) {
         sim_req *r = d->pend[i].r;
         if (r->pub->state != SCHED_SIM_RUNNING) continue; /* cancelled meanwhile */

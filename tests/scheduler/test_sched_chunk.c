@@ -1,9 +1,11 @@
 /* Tests for the chunked-prefill cost model and chunk choice (scheduler/sched_policy.c:
  * sched_cost, sched_policy_chunk): the fit recovers a known fixed + per-token + per-key cost,
  * stays non-negative, its prior with one observation; chunks fit the budget at shallow and deep
- * positions, no tiny trailing chunk, always one chunk, whole blocks for a sparse method. */
+ * positions, no tiny trailing chunk, always one chunk, whole blocks for a sparse method; the
+ * worker's dense fit reaches the placement's book (sched_prefill_fit_*). */
 #include "tests/test.h"
 #include <math.h>
+#include "scheduler/sched_internal.h"
 #include "scheduler/sched_policy.h"
 
 /* The 8B shape on an H200 as measured (BENCHMARKS.md): a pass over the weights ~3.7 ms, a
@@ -136,4 +138,24 @@ TEST(sched_policy_chunk_fits_the_budget)
         /* below one block: no later sparse chunk */
         CHECK_EQ(sched_policy_chunk(200000, p, 128, 1, 0, budget, truth(100, p), &m), 0);
     }
+}
+
+/* The worker publishes cost[0]'s a, b, e for the book (rule d's prompt time): nothing before its
+ * first dense call, then its fit exactly, and each refit. */
+TEST(sched_prefill_fit_published)
+{
+    static sched_dev d;
+    double v[3] = {1, 1, 1};
+    sched_prefill_fit_read(&d, v);
+    CHECK(v[0] == 0 && v[1] == 0 && v[2] == 0);
+    for (int i = 0; i < 12; i++) {
+        int c = 64 << (i % 4), p = 2048 * (i % 5);
+        sched_cost_observe(&d.cost[0], c, p, truth(c, p));
+        sched_prefill_fit_publish(&d);
+        sched_prefill_fit_read(&d, v);
+        CHECK(v[0] == d.cost[0].a && v[1] == d.cost[0].b && v[2] == d.cost[0].e);
+    }
+    CHECK_NEAR(v[0], A, A * 0.01);
+    CHECK_NEAR(v[1], B, B * 0.01);
+    CHECK_NEAR(v[2], E, E * 0.01);
 }

@@ -230,8 +230,9 @@ TEST(sched_weigh_network_term)
 /* Rule d: with a TTFT target, a prompt whose prefill takes the GPU longer than the chunk budget
  * and than a tenth of the target has its decode on a card with a slot (the GPU, decoding, would
  * prefill such prompts in chunks that each wait a step) while other requests are in the node;
- * alone, shorter ones, or without a target, a budget or a measured rate, the weighing as
- * before. */
+ * alone, shorter ones, or without a target, a budget or a measured cost, the weighing as
+ * before. The prompt's time is the GPU's learned dense call cost (prefill_fit: a + b n +
+ * e n^2 / 2; here per token only, b = 25 us, so the boundaries are round). */
 TEST(sched_weigh_long_prompt_decodes_on_a_card)
 {
     sched_policy_dev v[2] = {h200(), u280()};
@@ -244,7 +245,8 @@ TEST(sched_weigh_long_prompt_decodes_on_a_card)
     /* 25 us a token measured: 16,384 tokens take 0.41 s, over 0.2 s (a tenth of 2 s); alone in
      * the node (nothing queued, waiting or running anywhere) nobody waits for the GPU's
      * prefill: it still decodes */
-    v[0].prefill_s_per_token = 25e-6;
+    v[0].prefill_fit[1] = 25e-6;
+    CHECK_NEAR(sched_policy_prefill_s(&v[0], 16384), 0.4096, 1e-12);
     REQUIRE(sched_policy_place(v, 2, &o, &lng, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 0);
     /* another request waiting behind it: the card */
@@ -272,7 +274,7 @@ TEST(sched_weigh_long_prompt_decodes_on_a_card)
     CHECK_EQ(pl.decode, 0);
     /* the boundary: 8,000 tokens are 0.2 s; 8,001 are more */
     sched_policy_req at = {8000, 256, 1, 0, 0, 0, 0, 0}, past = {8001, 256, 1, 0, 0, 0, 0, 0};
-    v[0].prefill_s_per_token = 25e-6 * (1 - 1e-9);
+    v[0].prefill_fit[1] = 25e-6 * (1 - 1e-9);
     REQUIRE(sched_policy_place(v, 2, &o, &at, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 0);
     REQUIRE(sched_policy_place(v, 2, &o, &past, &pl) == SCHED_PLACE_OK);
@@ -295,5 +297,46 @@ TEST(sched_weigh_long_prompt_decodes_on_a_card)
     o.chunk_budget_s = 0.025;
     v[1].running = 16;
     REQUIRE(sched_policy_place(v, 2, &o, &lng, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+}
+
+/* Rule d prices the whole prompt on the cost model, fixed part and attention included: with
+ * a = 4 ms, b = 20 us and e = 1.5e-9 s per token and key, 8,192 tokens take 4 + 163.8 + 50.3 =
+ * 218.2 ms, over a tenth of the 2 s target (their per-token part alone, 168 ms, is not), and
+ * 6,144 tokens 155.2 ms, under it. */
+TEST(sched_weigh_long_prompt_priced_on_the_cost_model)
+{
+    sched_policy_dev v[2] = {h200(), u280()};
+    sched_policy_opts o = {.chunk_budget_s = 0.025, .ttft_slo_s = 2.0};
+    sched_policy_req k8 = {8192, 256, 1, 0, 0, 0, 0, 1}, k6 = {6144, 256, 1, 0, 0, 0, 0, 1};
+    sched_placement pl;
+    v[0].prefill_fit[0] = 4e-3;
+    v[0].prefill_fit[1] = 20e-6;
+    v[0].prefill_fit[2] = 1.5e-9;
+    CHECK_NEAR(sched_policy_prefill_s(&v[0], 8192), 4e-3 + 8192 * 20e-6 + 1.5e-9 * 8192.0 * 4096, 1e-12);
+    CHECK_NEAR(sched_policy_prefill_s(&v[0], 6144), 4e-3 + 6144 * 20e-6 + 1.5e-9 * 6144.0 * 3072, 1e-12);
+    CHECK_EQ(sched_policy_prefill_s(&v[0], 0), 0);
+    REQUIRE(sched_policy_place(v, 2, &o, &k8, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+    REQUIRE(sched_policy_place(v, 2, &o, &k6, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    /* without the depth term the 8K prompt is under the tenth: the GPU */
+    v[0].prefill_fit[2] = 0;
+    REQUIRE(sched_policy_place(v, 2, &o, &k8, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+    /* a cost model learned from real calls (sched_cost on the dense model of the chunk tests'
+     * shape): the same decision as its coefficients give */
+    sched_cost m = {0};
+    for (int i = 0; i < 24; i++) {
+        int c = 64 << (i % 5), p = 1024 * (i % 7);
+        sched_cost_observe(&m, c, p, 4e-3 + 20e-6 * c + 1.5e-9 * c * (p + c / 2.0));
+    }
+    v[0].prefill_fit[0] = m.a;
+    v[0].prefill_fit[1] = m.b;
+    v[0].prefill_fit[2] = m.e;
+    CHECK_NEAR(sched_policy_prefill_s(&v[0], 8192), 0.2182, 0.002);
+    REQUIRE(sched_policy_place(v, 2, &o, &k8, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+    REQUIRE(sched_policy_place(v, 2, &o, &k6, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 0);
 }
