@@ -2,11 +2,12 @@
  * card gives each sequence exactly the logits the single-sequence kernel gives it alone on a
  * fresh card — whatever the other sequences' lengths, when sequences join or leave between
  * steps — and a fault in a batched run fails the step for every sequence of the batch, leaving
- * each where it was. */
+ * each where it was. The equality holds at W8A8 and at W4A8. */
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"
 #include "devices/devices.h"
 #include "fpga/dec_model.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,11 +17,11 @@ static int32_t tok(int i, int salt, int vocab)
 }
 
 /* The logits of decoding tok(0..n, salt) one run per token on a fresh card (card 1: the tests'
- * own device is card 0). */
-static void alone(const model *m, int n, int salt, float *lg)
+ * own device is card 0) at wbits-bit weights. */
+static void alone(const model *m, int wbits, int n, int salt, float *lg)
 {
     char err[256];
-    accel_opts o = {.weight_bits = 8};
+    accel_opts o = {.weight_bits = wbits};
     accel_dev *d = devices_open("fpga-emu:1", m, &o, err, sizeof err);
     REQUIRE(d);
     accel_seq *s;
@@ -58,15 +59,19 @@ static int bstep(accel_dev *d, bseq *v, int n, float *lg, int *rows)
 }
 
 /* Sequences of very different lengths (1 to 300 positions, some across KV blocks) stepped
- * together: every step's logits of every sequence equal its decode alone. */
-TEST(fpga_batch_equals_alone_mixed_lengths)
+ * together: every step's logits of every sequence equal its decode alone, with W8A8 and with
+ * W4A8 weights (g128). */
+static void equals_alone(int wbits)
 {
     model *m;
     accel_dev *d;
-    if (tf_open("fpga-emu", 8, &m, &d)) return;
+    if (tf_open("fpga-emu", wbits, &m, &d)) return;
     accel_info info;
     accel_get_info(d, &info);
     REQUIRE(info.max_batch >= 6);
+    char want[16];
+    snprintf(want, sizeof want, "W%dA8", wbits); /* the image runs at the width asked */
+    CHECK_MSG(strstr(info.desc, want) != NULL, "%s: not %s", info.desc, want);
     const int V = m->cfg.vocab, NS = 6, STEPS = 4;
     const int start[6] = {1, 300, 17, 129, 2, 64};
     bseq v[6];
@@ -110,14 +115,24 @@ TEST(fpga_batch_equals_alone_mixed_lengths)
     CHECK_EQ(c->decb_runs - runs0, (uint64_t)STEPS); /* one run per step, */
     CHECK_EQ(c->dec_runs, dec0);                     /* not one per sequence */
     for (int i = 0; i < NS; i++) {
-        alone(m, start[i] + STEPS, v[i].salt, r);
+        alone(m, wbits, start[i] + STEPS, v[i].salt, r);
         CHECK_MSG(memcmp(keep + (size_t)i * V, r, sizeof(float) * V) == 0,
-                  "sequence %d (length %d) differs from alone", i, start[i]);
+                  "W%d: sequence %d (length %d) differs from alone", wbits, i, start[i]);
     }
     for (int i = 0; i < NS; i++) accel_seq_free(d, v[i].s);
     free(lg), free(r), free(keep);
     accel_free(d);
     model_free(m);
+}
+
+TEST(fpga_batch_equals_alone_mixed_lengths)
+{
+    equals_alone(8);
+}
+
+TEST(fpga_batch_equals_alone_w4)
+{
+    equals_alone(4);
 }
 
 /* Continuous batching on the card: the batch grows and shrinks between steps (joins, leaves,
@@ -151,7 +166,7 @@ TEST(fpga_batch_joins_and_leaves)
     }
     for (int i = 0; i < NS; i++) {
         int len = v[i].len >= 0 ? v[i].len : -(v[i].len + 2);
-        alone(m, len, v[i].salt, r);
+        alone(m, 8, len, v[i].salt, r);
         CHECK_MSG(memcmp(last + (size_t)i * V, r, sizeof(float) * V) == 0, "sequence %d differs", i);
         accel_seq_free(d, v[i].s);
     }
