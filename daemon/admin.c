@@ -57,7 +57,12 @@ static void kv_store_of(const sched_dev_stats *s, proto_kv_store *o)
                           .host_hits = s->pc_host_hits,
                           .preemptions = s->preemptions,
                           .forks = s->forks,
-                          .prefill_tokens = s->prefill_tokens};
+                          .prefill_tokens = s->prefill_tokens,
+                          .host_budget = s->pc_host_budget,
+                          .dev_next_blocks = s->pc_dev_next_blocks,
+                          .host_next_blocks = s->pc_host_next_blocks,
+                          .dev_next_idle_s = s->pc_dev_next_idle_s,
+                          .host_next_idle_s = s->pc_host_next_idle_s};
 }
 
 static void metrics(dmn_serve *d, dmn_http_req *r)

@@ -55,6 +55,16 @@ char *proto_status_json(const proto_status *s)
                             "host_hit_tokens", (json_int_t)d->kv.host_hits, "preemptions",
                             (json_int_t)d->kv.preemptions, "forks", (json_int_t)d->kv.forks)
                 : json_null();
+            if (kv && d->kv.paged) {
+                json_object_set_new(kv, "host_budget", json_integer((json_int_t)d->kv.host_budget));
+                /* who goes next: the device tier's least recently used holder (to the host tier
+                 * while it has room, else dropped), then the host tier's oldest entry */
+                json_object_set_new(kv, "eviction",
+                    json_pack("{s:s, s:{s:i, s:f}, s:{s:i, s:f}}", "order", "lru",
+                              "device_next", "blocks", d->kv.dev_next_blocks, "idle_seconds",
+                              d->kv.dev_next_idle_s, "host_next", "blocks",
+                              d->kv.host_next_blocks, "idle_seconds", d->kv.host_next_idle_s));
+            }
             json_object_set_new(o, "kv_store", kv ? kv : json_null());
         }
         json_array_append_new(devs, o);

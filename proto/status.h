@@ -16,6 +16,9 @@ typedef struct proto_kv_store {
     uint64_t host_bytes, evictions, host_saves, host_dropped; /* the host tier */
     uint64_t queries, hits, host_hits;             /* prompt tokens looked up / found / from host */
     uint64_t preemptions, forks, prefill_tokens;   /* prefill_tokens: prompt positions computed */
+    uint64_t host_budget;                          /* the host tier's bound in bytes */
+    int dev_next_blocks, host_next_blocks;         /* each tier's next victim (LRU), in blocks */
+    double dev_next_idle_s, host_next_idle_s;      /* and its seconds since last use */
 } proto_kv_store;
 
 typedef struct proto_status_dev {

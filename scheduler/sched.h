@@ -270,7 +270,11 @@ typedef struct sched_dev_stats {
                                                    from the host tier */
     uint64_t pc_evictions, pc_host_saves, pc_host_dropped;
     int pc_holders, pc_host_entries;
-    uint64_t pc_host_bytes;
+    uint64_t pc_host_bytes, pc_host_budget; /* the host tier holds / may hold */
+    /* the eviction order: each tier's next victim, least recently used first (its whole blocks
+     * and seconds since it was last used; 0 blocks: the tier is empty) */
+    int pc_dev_next_blocks, pc_host_next_blocks;
+    double pc_dev_next_idle_s, pc_host_next_idle_s;
     uint64_t tokens;        /* tokens through the device (prompt + generated) */
     double busy_seconds;    /* time spent inside device calls */
     double last_progress;   /* sched_now() of the worker's last sign of life */

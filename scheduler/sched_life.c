@@ -12,6 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Seconds since a CLOCK_MONOTONIC stamp in ns (0: none). */
+static double idle_since(uint64_t ns)
+{
+    if (!ns) return 0;
+    int64_t d = sched_now_ns() - (int64_t)ns;
+    return d > 0 ? (double)d / 1e9 : 0;
+}
+
 void sched_get_stats(sched *s, sched_stats *out)
 {
     memset(out, 0, sizeof *out);
@@ -56,6 +64,11 @@ void sched_get_stats(sched *s, sched_stats *out)
             o->pc_holders = atomic_load(&p->holders);
             o->pc_host_entries = atomic_load(&p->host_entries);
             o->pc_host_bytes = atomic_load(&p->host_bytes);
+            o->pc_host_budget = p->host_budget;
+            o->pc_dev_next_blocks = atomic_load(&p->dev_next_blocks);
+            o->pc_host_next_blocks = atomic_load(&p->host_next_blocks);
+            o->pc_dev_next_idle_s = idle_since(atomic_load(&p->dev_next_used_ns));
+            o->pc_host_next_idle_s = idle_since(atomic_load(&p->host_next_used_ns));
         }
     }
 }

@@ -2,6 +2,7 @@
 #include "scheduler/sched_pcache.h"
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* A holder on the device (seq) or a host entry (bytes): the ids of its whole blocks and their
  * chain names. */
@@ -10,6 +11,7 @@ typedef struct entry {
     int32_t *ids;
     uint64_t *names;
     int nb;                    /* whole blocks: nb * block_tokens ids */
+    uint64_t used_ns;          /* last used (CLOCK_MONOTONIC): its place in the LRU list */
     uint64_t kind;             /* 0: exact KV; else how it was approximated (sched_pcache.h) */
     accel_seq *seq;
     unsigned char *bytes;      /* nb * block_bytes */
@@ -26,6 +28,8 @@ typedef struct slot {
 typedef struct tier {
     entry *head, *tail;
     int count;
+    _Atomic int *next_blocks;        /* the stats that show its next victim */
+    _Atomic uint64_t *next_used_ns;
     slot **bucket;
     int n_bucket, n_slot;
 } tier;
@@ -135,6 +139,21 @@ static void index_remove(tier *t, entry *e)
     }
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* The stats follow the list's head, the next entry the tier gives up. */
+static void lru_show(tier *t)
+{
+    if (!t->next_blocks) return;
+    atomic_store(t->next_blocks, t->head ? t->head->nb : 0);
+    atomic_store(t->next_used_ns, t->head ? t->head->used_ns : 0);
+}
+
 static void lru_unlink(tier *t, entry *e)
 {
     if (e->prev) e->prev->next = e->next;
@@ -143,16 +162,20 @@ static void lru_unlink(tier *t, entry *e)
     else t->tail = e->prev;
     e->prev = e->next = NULL;
     t->count--;
+    lru_show(t);
 }
 
+/* e becomes the most recently used entry. */
 static void lru_push(tier *t, entry *e)
 {
+    e->used_ns = now_ns();
     e->prev = t->tail;
     e->next = NULL;
     if (t->tail) t->tail->next = e;
     else t->head = e;
     t->tail = e;
     t->count++;
+    lru_show(t);
 }
 
 /* The entry of the tier holding the longest prefix of ids (names given, of KV kind `kind`) with
@@ -307,6 +330,11 @@ sched_pcache *sched_pcache_new(accel_dev *dev, uint64_t salt, uint64_t host_budg
     pc->bt = info.kv_block_tokens;
     pc->block_bytes = info.kv_block_bytes;
     pc->host_budget = host_budget;
+    pc->st.host_budget = host_budget;
+    pc->dev_tier.next_blocks = &pc->st.dev_next_blocks;
+    pc->dev_tier.next_used_ns = &pc->st.dev_next_used_ns;
+    pc->host_tier.next_blocks = &pc->st.host_next_blocks;
+    pc->host_tier.next_used_ns = &pc->st.host_next_used_ns;
     return pc;
 }
 

@@ -52,6 +52,11 @@ typedef struct sched_pcache_stats {
     _Atomic int holders;              /* device holders now */
     _Atomic int host_entries;         /* host entries now */
     _Atomic uint64_t host_bytes;      /* host memory the entries hold */
+    uint64_t host_budget;             /* the host tier's bound in bytes (set once at _new) */
+    /* each tier's eviction order, seen from its next victim (the least recently used entry):
+     * its whole blocks and when it was last used (CLOCK_MONOTONIC ns; 0: the tier is empty) */
+    _Atomic int dev_next_blocks, host_next_blocks;
+    _Atomic uint64_t dev_next_used_ns, host_next_used_ns;
 } sched_pcache_stats;
 
 /* For a paged device (ACCEL_CAP_PAGED): host_budget bytes of host tier (0: none). NULL when

@@ -19,12 +19,27 @@ uint64_t sched_policy_resident_bytes(const sched_policy_dev *d, const sched_poli
     return (uint64_t)r->n * per;
 }
 
-/* What must fit mem_total for the request to be placed there at all. */
-static uint64_t need_bytes(const sched_policy_dev *d, const sched_policy_req *r)
+/* The KV of n choices at full length when they share the prompt's blocks (a paged device that
+ * prefills and decodes them: one prefill, the other choices forked, sched_prefill.c): the
+ * prompt's whole blocks once, then per choice its copy of the partial last block and its growth.
+ * Never more than n separate sequences. */
+static uint64_t forked_bytes(const sched_policy_dev *d, const sched_policy_req *r)
+{
+    const uint64_t apart = sched_policy_kv_bytes(d, r);
+    if (d->block_tokens <= 0 || r->n < 2) return apart;
+    const uint64_t bt = (uint64_t)d->block_tokens, p = (uint64_t)r->n_prompt;
+    const uint64_t own = (p % bt + (uint64_t)r->max_tokens + bt - 1) / bt;
+    const uint64_t bytes = (p / bt + (uint64_t)r->n * own) * bt * d->kv_bytes_per_token;
+    return bytes < apart ? bytes : apart;
+}
+
+/* What must fit mem_total for the request to be placed there at all; `local`: the device also
+ * prefills it (its choices fork the prompt). */
+static uint64_t need_bytes(const sched_policy_dev *d, const sched_policy_req *r, int local)
 {
     uint64_t res = sched_policy_resident_bytes(d, r);
     if (res && d->offload_any) return res + sched_policy_prompt_bytes(d, r); /* while prefilled */
-    return res ? res : sched_policy_kv_bytes(d, r);
+    return res ? res : local ? forked_bytes(d, r) : sched_policy_kv_bytes(d, r);
 }
 
 /* What must fit the room left now: the commit, and an offloading device's prompt beside it. */
@@ -244,7 +259,7 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
                 if (fits(d, prompt) && better_prefill(v, i, exporter)) exporter = i;
             }
             if (d->caps & ACCEL_CAP_DECODE && pinned(r->decode_on, i)) {
-                uint64_t whole = need_bytes(d, r);
+                uint64_t whole = need_bytes(d, r, 1);
                 if (r->n <= d->max_running && whole <= d->mem_total) {
                     could_local = 1;
                     if (d->running + r->n <= d->max_running && fits(d, admit_bytes(d, r)) &&
@@ -254,7 +269,7 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
             }
         }
         if (is_target(d, r, i)) {
-            uint64_t whole = need_bytes(d, r);
+            uint64_t whole = need_bytes(d, r, 0);
             int slots = card_slots(d);
             if (r->n <= slots && whole <= d->mem_total) {
                 could_card = 1;

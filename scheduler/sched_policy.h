@@ -38,7 +38,8 @@
  *                then the fewest running, then the fewest decodes assigned so far — round
  *                robin — then the lowest index).
  *   2. fallback: otherwise (every card busy, none with room, or no card at all) a prefill device
- *                that can also decode, with room for all n * (prompt + max_tokens) positions and
+ *                that can also decode, with room for all n * (prompt + max_tokens) positions (on
+ *                a paged device the n choices fork the prompt: its whole blocks count once) and
  *                running + n <= max_running, decodes it itself: its KV never leaves it. Ranked
  *                like prefill devices, but the fewest running before the fewest prefill tokens.
  *   3. WAIT:     otherwise, when some usable device could hold it once idle; the head of the
@@ -204,7 +205,9 @@ uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req
 /* What a placement commits on its decode device: sched_policy_kv_bytes, or on a paged device
  * (block_tokens > 0) the blocks the request takes at once — its prompt's, one copy of the
  * partial last block per further choice, one block of growth per choice. The request must
- * still be able to fit whole (sched_policy_kv_bytes <= mem_total) to be placed at all. */
+ * still be able to fit whole to be placed at all (sched_policy_kv_bytes <= mem_total; a paged
+ * device that prefills and decodes n > 1 choices itself counts the prompt's whole blocks once,
+ * since the choices fork them). */
 uint64_t sched_policy_commit_bytes(const sched_policy_dev *d, const sched_policy_req *r);
 /* The fit rule of a sparse-decoded request on a device with a slower KV tier (a card's DDR4):
  * when its whole KV does not fit mem_total but fits the slower tier and it decodes sparse (its

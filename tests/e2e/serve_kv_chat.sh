@@ -10,7 +10,7 @@
 # CPU with two emulated cards (requests split to the cards are prefilled whole): all complete.
 . tests/e2e/lib/serve.sh
 
-NAMES="kv_chat_cached_complete kv_chat_cold_complete kv_chat_same_text kv_chat_reused kv_chat_cold_reused_nothing kv_chat_metrics kv_chat_idle_after kv_chat_cards_complete"
+NAMES="kv_chat_cached_complete kv_chat_cold_complete kv_chat_same_text kv_chat_reused kv_chat_cold_reused_nothing kv_chat_metrics kv_chat_idle_after kv_chat_status_eviction kv_chat_cards_complete"
 if ! command -v python3 >/dev/null; then
     for n in $NAMES; do echo "ok $n # SKIP python3 missing"; done
     exit 0
@@ -34,6 +34,10 @@ usage=$(sed -n 's/^tandem_kv_cache_usage_perc \([0-9.e+-]*\)$/\1/p' "$T/body")
 get "$ADMIN/admin/status" >/dev/null
 idle=$(jq '[.devices[] | select(.kv_store != null) | .kv_store.blocks_used == .kv_store.blocks_cached] | all' "$T/body")
 check kv_chat_idle_after [ "$usage" = 0 -a "$idle" = true ]
+# the eviction order and the host tier's bound: the cached prefixes go least recently used first
+# (the next victim's whole blocks shown), the host tier is bounded (default 1/8 of RAM)
+ev=$(jq -c '[.devices[] | select(.kv_store != null) | .kv_store | [.eviction.order, (.eviction.device_next.blocks > 0), (.eviction.device_next.idle_seconds >= 0), (.host_budget > 0), (.host_bytes <= .host_budget)]] | .[0]' "$T/body")
+check kv_chat_status_eviction [ "$ev" = '["lru",true,true,true,true]' ]
 serve_stop
 
 export TANDEM_CACHE_DIR="$T/cache" TANDEM_EMU_PACE=0

@@ -216,6 +216,16 @@ TEST(sched_kv_host_tier_hit)
     sched_stats st;
     sched_get_stats(e.se.s, &st);
     CHECK(st.dev[0].pc_evictions >= 1 && st.dev[0].pc_host_saves >= 1);
+    /* the eviction order /admin/status shows: the device holds the last conversation's 13
+     * whole blocks ((200 + 16) / 16: prompt and reply; the next to go), the host tier the older
+     * ones, p[0]'s first (least recent) */
+    CHECK_EQ(st.dev[0].pc_host_budget, (uint64_t)64 << 20);
+    CHECK_EQ(st.dev[0].pc_dev_next_blocks, 13);
+    CHECK_EQ(st.dev[0].pc_host_next_blocks, 13);
+    CHECK_EQ(st.dev[0].pc_host_entries, 2);
+    CHECK_MSG(st.dev[0].pc_host_next_idle_s > st.dev[0].pc_dev_next_idle_s,
+              "host next idle %.6f s, device next %.6f s", st.dev[0].pc_host_next_idle_s,
+              st.dev[0].pc_dev_next_idle_s);
     rec *r1 = run_one(&e, &a);
     sched_get_stats(e.se.s, &st);
     CHECK_EQ(r1->cached, 192);
@@ -285,6 +295,35 @@ TEST(sched_kv_prompt_longer_than_pool)
     accel_info info;
     accel_get_info(e.se.devs[0], &info);
     CHECK_EQ(info.kv_blocks_used, 0); /* nothing taken */
+    env_close(&e);
+}
+
+/* n choices share the prompt's blocks but each grows its own: an n whose choices can never fit
+ * the pool together is refused at submit (SCHED_ERR_TOO_LARGE, the API's 400), nothing taken;
+ * one fewer choice fits and runs. */
+TEST(sched_kv_n_that_cannot_fit_refused)
+{
+    env e;
+    if (env_open(&e, 384, 0, 8) < 0) return; /* 24 blocks of 16 */
+    int32_t p[100];
+    prompt_ids(p, 100, 5, 2);
+    /* 4 choices: the prompt's 6 whole blocks + its partial one copied per choice, and 100 more
+     * positions each: 6 + 4 * 8 = 38 blocks > 24 */
+    sched_params a = greedy(p, 100, 100, 4);
+    a.no_prefix_cache = 1;
+    rec *r = &e.recs[0];
+    memset(r, 0, sizeof *r);
+    char err[256];
+    CHECK_EQ(sched_submit(e.se.s, &a, on_event, r, &r->r, err, sizeof err), SCHED_ERR_TOO_LARGE);
+    accel_info info;
+    accel_get_info(e.se.devs[0], &info);
+    CHECK_EQ(info.kv_blocks_used, 0);
+    /* 2 choices: 6 + 2 * 8 = 22 blocks fit */
+    sched_params b = greedy(p, 100, 100, 2);
+    b.no_prefix_cache = 1;
+    rec *ok = run_one(&e, &b);
+    CHECK_EQ(ok->done, 1);
+    CHECK_EQ(ok->completion, 200);
     env_close(&e);
 }
 
