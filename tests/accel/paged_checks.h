@@ -153,6 +153,47 @@ static void pc_save_load(accel_dev *d, int V)
     free(lt);
 }
 
+/* A prefix-cache hit against the same prompt served cold (what the scheduler's prefix cache does,
+ * scheduler/sched_pcache.c): a holder prefilled the prompt's first two blocks and another
+ * continuation; a fork of it at the block boundary prefills only the prompt's rest. cold and hit
+ * each get 4 rows of logits: the prompt's last position, then 3 decode steps of the same tokens.
+ * This is not the same call history (one prefill of P against a prefill of 2 blocks, a fork and
+ * a prefill of the rest), so the caller compares with its device's bound: bit for bit on the CPU
+ * and the card, the bound of a GPU computation in another order on the GPU. */
+static void pc_hit_vs_cold_rows(accel_dev *d, int V, float *cold, float *hit)
+{
+    accel_info in;
+    accel_get_info(d, &in);
+    REQUIRE(in.caps & ACCEL_CAP_PAGED);
+    const int B = in.kv_block_tokens, P = 2 * B + 37, O = 2 * B + 50;
+    int32_t *ids = malloc(sizeof(int32_t) * P), *other = malloc(sizeof(int32_t) * O);
+    REQUIRE(ids && other);
+    pc_ids(ids, P, V, 31);
+    memcpy(other, ids, sizeof(int32_t) * 2 * B);
+    pc_ids(other + 2 * B, O - 2 * B, V, 37);
+    const int32_t next[3] = {ids[3], ids[5], ids[7]};
+    accel_seq *c, *h, *f;
+    REQUIRE(accel_seq_new(d, P + 4, &c) == 0 && accel_seq_new(d, O, &h) == 0);
+    REQUIRE(pc_prefill(d, c, ids, P, cold) == 0);
+    REQUIRE(pc_prefill(d, h, other, O, NULL) == 0);
+    REQUIRE(accel_seq_fork(d, h, 2 * B, P + 4, &f) == 0);
+    accel_seq_free(d, h); /* the fork keeps the shared blocks */
+    REQUIRE(pc_prefill(d, f, ids + 2 * B, P - 2 * B, hit) == 0);
+    for (int i = 0; i < 3; i++) {
+        REQUIRE(pc_decode(d, c, next[i], cold + (size_t)(i + 1) * V) == 0);
+        REQUIRE(pc_decode(d, f, next[i], hit + (size_t)(i + 1) * V) == 0);
+    }
+    CHECK_EQ(accel_seq_len(d, c), P + 3);
+    CHECK_EQ(accel_seq_len(d, f), P + 3);
+    accel_seq_free(d, c);
+    accel_seq_free(d, f);
+    int used, cached;
+    pc_usage(d, &used, &cached);
+    CHECK_EQ(used, 0);
+    free(ids);
+    free(other);
+}
+
 /* Sequences grown in turns (their blocks interleaved in the pool, and after a free out of
  * order) give exactly what one grown alone gives. */
 static void pc_interleaved(accel_dev *d, int V, int blocks)

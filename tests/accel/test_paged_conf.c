@@ -97,6 +97,23 @@ static void export_held(const char *device)
     pconf_close(&c);
 }
 
+/* A prefix-cache hit == the same prompt cold, bit for bit (the CPU fixes every sum's order
+ * whatever the chunking; a card's dense prefill runs each row through its decode arithmetic). On
+ * the GPU this differs by the order of float32 sums: tests/gpu/test_paged.c checks it there. */
+static void hit_vs_cold(const char *device)
+{
+    PCONF_OPEN(c, device, 0);
+    const int V = c.m->cfg.vocab;
+    float *cold = malloc(sizeof(float) * 4 * (size_t)V), *hit = malloc(sizeof(float) * 4 * (size_t)V);
+    REQUIRE(cold && hit);
+    pc_hit_vs_cold_rows(c.d, V, cold, hit);
+    for (int i = 0; i < 4; i++)
+        CHECK_MSG(pc_same(cold + (size_t)i * V, hit + (size_t)i * V, V),
+                  "row %d (0: the prompt's last, then decode steps): the hit differs from cold", i);
+    free(cold), free(hit);
+    pconf_close(&c);
+}
+
 static void nomem(const char *device)
 {
     uint64_t bb;
@@ -128,6 +145,8 @@ TEST(paged_interleaved_cuda) { interleaved(GPU); }
 TEST(paged_export_held_cpu) { export_held(CPU); }
 TEST(paged_export_held_fpga_emu) { export_held(CARD); }
 TEST(paged_export_held_cuda) { export_held(GPU); }
+TEST(paged_hit_vs_cold_cpu) { hit_vs_cold(CPU); }
+TEST(paged_hit_vs_cold_fpga_emu) { hit_vs_cold(CARD); }
 TEST(paged_nomem_cpu) { nomem(CPU); }
 TEST(paged_nomem_fpga_emu) { nomem(CARD); }
 TEST(paged_nomem_cuda) { nomem(GPU); }

@@ -63,6 +63,39 @@ TEST(gpu_paged_export_held_int4)
     model_free(m);
 }
 
+/* A prefix-cache hit (a fork of a holder's first two blocks, then the prompt's rest prefilled)
+ * against the same prompt cold, in both kernel families that read the cache: the prompt's last
+ * row and 3 decode steps. Not bit for bit (the rest is prefilled over cached keys: another order
+ * of float32 sums), so held to the bound of two GPU computations that differ in their order of
+ * sums on this checkpoint (max |diff| 0.05, mean KL 1e-4: tests/gpu/test_flex_prefill.c's) and
+ * the same greedy token on every row. */
+static void hit_vs_cold_case(const char *tune)
+{
+    model *m;
+    accel_dev *d;
+    char why[600];
+    accel_opts o = {.gpu_tune = tune};
+    int r = tg_open_mkmodel(HD128, "paged128", &o, &m, &d, why, sizeof why);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    const int V = m->cfg.vocab;
+    float *cold = malloc(sizeof(float) * 4 * (size_t)V), *hit = malloc(sizeof(float) * 4 * (size_t)V);
+    REQUIRE(cold && hit);
+    pc_hit_vs_cold_rows(d, V, cold, hit);
+    double kl, top1, mx;
+    tg_compare(cold, hit, 4, V, &kl, &top1, &mx);
+    fprintf(stderr, "  hit vs cold (tune %s): max |diff| %.4g, mean KL %.3g, top-1 %.2f\n",
+            tune ? tune : "-", mx, kl, top1);
+    CHECK_MSG(mx <= 0.05 && kl <= 1e-4 && top1 == 1.0, "hit vs cold: max |diff| %.4g, KL %.3g, top-1 %.2f",
+              mx, kl, top1);
+    free(cold), free(hit);
+    accel_free(d);
+    model_free(m);
+}
+
+TEST(gpu_paged_hit_vs_cold) { hit_vs_cold_case(NULL); }
+TEST(gpu_paged_hit_vs_cold_mma8) { hit_vs_cold_case("attn=mma8"); }
+
 TEST(gpu_paged_nomem_hd128)
 {
     model *m;
