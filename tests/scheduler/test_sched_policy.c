@@ -347,3 +347,56 @@ TEST(sched_policy_pins)
     CHECK_EQ(pl.prefill, 0);
     CHECK_EQ(pl.decode, 1);
 }
+
+/* Issue 26's order: a card of this node before a card lent by a peer (ACCEL_CAP_REMOTE: its KV
+ * crosses the network), whatever the round robin says; the peer's card when the local one is
+ * busy; the prefill device itself when both are. */
+TEST(sched_policy_local_card_before_remote)
+{
+    sched_policy_dev v[3] = {gpu(ACCEL_KIND_CPU, 1 << 20, 4), card(1 << 20), card(1 << 20)};
+    v[1].caps |= ACCEL_CAP_REMOTE;
+    v[1].assigned = 0; /* the remote card is behind in the round robin, and first by index */
+    v[2].assigned = 9;
+    sched_policy_req r = {10, 10, 1, 0, 0, 0, 0, 0};
+    sched_placement pl;
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 2);
+    v[2].running = 1; /* the local card busy */
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.prefill, 0);
+    CHECK_EQ(pl.decode, 1);
+    v[1].running = 1; /* both busy: the CPU decodes it itself */
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0);
+}
+
+/* n choices that fork the prompt on a paged device that prefills and decodes them count its
+ * whole blocks once in the fit-at-all rule; a card (the KV shipped per choice) counts n whole
+ * sequences. */
+TEST(sched_policy_forked_choices_fit)
+{
+    sched_policy_dev v[1] = {gpu(ACCEL_KIND_CPU, 100 * 100, 64)}; /* 100 positions */
+    v[0].block_tokens = 4;
+    sched_placement pl;
+    /* prompt 40 (10 whole blocks), 3 choices of 20: 10 + 3 * 5 = 25 blocks = 100 positions, where
+     * 3 separate sequences would need 180 */
+    sched_policy_req r = {40, 20, 3, 0, 0, 0, 0, 0};
+    CHECK_EQ(sched_policy_place(v, 1, &no_opts, &r, &pl), SCHED_PLACE_OK);
+    r.max_tokens = 21; /* 10 + 3 * 6 = 28 blocks: never */
+    CHECK_EQ(sched_policy_place(v, 1, &no_opts, &r, &pl), SCHED_PLACE_NEVER);
+    /* a partial last prompt block is copied per choice: prompt 42, 3 choices of 18 -> 10 shared
+     * + 3 * ceil((2 + 18) / 4) = 25 blocks fit; of 19 -> 10 + 3 * 6 = 28 never */
+    sched_policy_req p = {42, 18, 3, 0, 0, 0, 0, 0};
+    CHECK_EQ(sched_policy_place(v, 1, &no_opts, &p, &pl), SCHED_PLACE_OK);
+    p.max_tokens = 19;
+    CHECK_EQ(sched_policy_place(v, 1, &no_opts, &p, &pl), SCHED_PLACE_NEVER);
+    /* a card decoding them takes n whole sequences: 3 * (10 + 10) = 60 positions of 50 */
+    sched_policy_dev w[2] = {gpu(ACCEL_KIND_CPU, 1 << 20, 64), card(50 * 10)};
+    w[0].caps &= ~(unsigned)ACCEL_CAP_DECODE; /* a prefill-only device: the card or nothing */
+    w[1].block_tokens = 4;
+    w[1].max_batch = 4; /* a batched card: room for the choices' sequences */
+    sched_policy_req c = {10, 10, 3, 0, 0, 0, 0, 0};
+    CHECK_EQ(sched_policy_place(w, 2, &no_opts, &c, &pl), SCHED_PLACE_NEVER);
+    c.n = 2; /* 40 positions fit */
+    CHECK_EQ(sched_policy_place(w, 2, &no_opts, &c, &pl), SCHED_PLACE_OK);
+}
