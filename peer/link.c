@@ -282,9 +282,11 @@ static int wait_req(peer_conn *c, ucs_status_ptr_t r, double end)
         return PEER_ERR_IO;
     }
     ucs_status_t st;
+    int gone = 0; /* the connection failed under the wait (not the time ran out) */
     while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
         double now = peer_now();
-        if (now >= end || atomic_load(&c->dead)) break;
+        if (atomic_load(&c->dead)) gone = 1;
+        if (now >= end || gone) break;
         int ms = (int)((end - now) * 1000) + 1;
         worker_wait(c->worker, c->efd, ms < 10 ? ms : 10);
     }
@@ -296,7 +298,7 @@ static int wait_req(peer_conn *c, ucs_status_ptr_t r, double end)
         while (ucp_request_check_status(r) == UCS_INPROGRESS && peer_now() < stop)
             ucp_worker_progress(c->worker);
         ucp_request_free(r); /* marks it for release when UCX is done with it */
-        return PEER_ERR_TIMEOUT;
+        return gone ? PEER_ERR_IO : PEER_ERR_TIMEOUT;
     }
     ucp_request_free(r);
     if (st != UCS_OK) {

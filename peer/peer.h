@@ -26,7 +26,11 @@
  * Testing: TANDEM_PEER_FAULT="kv_bitflip=N[,M..]" flips one payload bit of the N-th (M-th) KV
  * chunk each remote device of this process sends (after its CRC was computed): corruption on
  * the wire, as the receiver sees it; "kv_truncate=N[,M..]" sends those chunks without their
- * last 64 bytes (a chunk cut short); both with ';' between. Read when a remote device opens.
+ * last 64 bytes (a chunk cut short); "kv_stall=PATH" holds a chunk back while the file PATH
+ * exists (at most PEER_STALL_MAX_S; the file's removal lets it go at once): its announcement is
+ * sent, its bytes are not (a tagged chunk; a KV frame waits whole), logged as
+ * peer_fault_injected kind=kv_stall, so that a test can kill either node with KV in flight;
+ * any of them with ';' between. Read when a remote device opens.
  *
  * Threads: peer_server_* and peer_node_* from one thread (the daemon's loading / shutdown);
  * a remote device is driven as accel.h says; the log hook may be called from any thread. */
@@ -36,6 +40,9 @@
 #include "peer/msg.h"
 #include "scheduler/accel.h"
 #include <stddef.h>
+
+/* kv_stall's longest hold (TANDEM_PEER_FAULT above) */
+#define PEER_STALL_MAX_S 20.0
 
 /* Heartbeat period, and the silence after which a peer is dead: "within seconds". */
 #define PEER_HEARTBEAT_S 1.0

@@ -43,6 +43,7 @@ struct peer_node {
 typedef struct kv_faults {
     long flip[4], cut[4];
     int n_flip, n_cut;
+    char stall[256]; /* kv_stall's file ("": none) */
 } kv_faults;
 
 typedef struct rseq rseq;

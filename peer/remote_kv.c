@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define KV_WINDOW PEER_KV_WINDOW
 #define KV_WINDOW_BYTES PEER_KV_WINDOW_BYTES
@@ -24,8 +26,9 @@
 
 /* TANDEM_PEER_FAULT, read when a device opens: "kv_bitflip=N[,M...]" flips a payload bit of
  * those chunks, "kv_truncate=N[,M...]" sends them without their last 64 bytes (announced as
- * such: a chunk cut short on the wire); both may be given, separated by ';'. Chunks are
- * numbered from 1 per remote device. */
+ * such: a chunk cut short on the wire), "kv_stall=PATH" holds chunks back while PATH exists
+ * (peer.h); any of them may be given, separated by ';'. Chunks are numbered from 1 per remote
+ * device. */
 void peer_rdev_faults_read(kv_faults *fl)
 {
     memset(fl, 0, sizeof *fl);
@@ -35,7 +38,14 @@ void peer_rdev_faults_read(kv_faults *fl)
         int *n = NULL;
         if (!strncmp(f, "kv_bitflip=", 11)) v = fl->flip, n = &fl->n_flip, f += 11;
         else if (!strncmp(f, "kv_truncate=", 12)) v = fl->cut, n = &fl->n_cut, f += 12;
-        else break;
+        else if (!strncmp(f, "kv_stall=", 9)) {
+            f += 9;
+            size_t len = strcspn(f, ";");
+            if (len < sizeof fl->stall) memcpy(fl->stall, f, len), fl->stall[len] = 0;
+            f += len;
+            f = *f == ';' ? f + 1 : NULL;
+            continue;
+        } else break;
         while (*f && *f != ';') {
             char *end;
             long x = strtol(f, &end, 10);
@@ -45,6 +55,15 @@ void peer_rdev_faults_read(kv_faults *fl)
         }
         f = *f == ';' ? f + 1 : NULL;
     }
+}
+/* kv_stall: while its file exists, the chunk's bytes wait (at most PEER_STALL_MAX_S) */
+static void fault_stall(rdev *d, long sent)
+{
+    if (!d->faults.stall[0] || access(d->faults.stall, F_OK)) return;
+    peer_log(1, "peer_fault_injected", "device=%s kind=kv_stall chunk=%ld", d->name, sent);
+    double end = peer_now() + PEER_STALL_MAX_S;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    while (!access(d->faults.stall, F_OK) && peer_now() < end) nanosleep(&ts, NULL);
 }
 static int fault_at(const long *v, int n, long sent)
 {
@@ -227,6 +246,7 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
         uint32_t serial = ++d->tag_serial;
         peer_kv_tag_write(ctl, &k, (uint32_t)(o - PEER_KV_FIXED), serial);
         st = peer_conn_send(d->c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, peer_rdev_call_timeout());
+        if (!st) fault_stall(d, sent);
         if (!st) st = peer_conn_tag_send_start(d->c, d->tag_base + serial, f->buf + PEER_KV_FIXED,
                                                o - PEER_KV_FIXED, &f->req);
         /* over tcp lanes the bytes move only while this thread progresses: sent before the
@@ -236,6 +256,7 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
             f->req = NULL;
         }
     } else {
+        fault_stall(d, sent);
         st = peer_conn_send(d->c, PEER_KV, f->buf, o, NULL, 0, peer_rdev_call_timeout());
     }
     if (st) {

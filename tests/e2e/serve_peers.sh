@@ -16,6 +16,13 @@
 #   peers_corrupt_*   a KV chunk corrupted on the wire (TANDEM_PEER_FAULT on A) is detected by
 #                     B (CRC, logged), the request moves and completes with the CPU's text, A
 #                     counts the corrupt chunk and marks the remote card
+#   peers_sender_killed*   A killed (SIGKILL) with a KV chunk in flight (announced, its bytes
+#                     held back: TANDEM_PEER_FAULT kv_stall): B frees the sequence it held for A
+#                     (logged), stays up, and its card's free memory, as the next A sees it, is
+#                     what it was before
+#   peers_receiver_killed  B killed with a KV chunk in flight: the request is re-placed on A's CPU
+#                     and completes with the CPU's text, A stays ready with nothing running, the
+#                     next request works
 #   peers_kill_*      B killed (SIGKILL) while it decodes a stream: the stream completes with
 #                     every token (moved to A's CPU), A notices B gone and stays ready
 #   peers_reconnect   B restarted on the same port: A reconnects by itself (backoff), B's card is
@@ -29,7 +36,7 @@
 export TANDEM_CACHE_DIR="$T/cache"
 KEY=e2e-peer-key-0123456789
 if ! "$TANDEM" generate --device fpga-emu:0 --ids 1 --max-tokens 1 >/dev/null 2>&1; then
-    for n in peers_placed peers_text peers_stream peers_shm peers_transport_stream peers_transport_tcp peers_wrong_key peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed peers_reconnect peers3_late_down peers3_late_joined peers3_spread peers3_kill_c_loses_nothing peers3_text_b; do
+    for n in peers_placed peers_text peers_stream peers_shm peers_transport_stream peers_transport_tcp peers_wrong_key peers_sender_killed peers_sender_killed_no_leak peers_receiver_killed peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed peers_reconnect peers3_late_down peers3_late_joined peers3_spread peers3_kill_c_loses_nothing peers3_text_b; do
         echo "ok $n # SKIP the fpga-emu backend is not built into $TANDEM"
     done
     exit 0
@@ -112,9 +119,36 @@ kill -TERM $CPID 2>/dev/null
 wait $CPID 2>/dev/null
 serve_stop
 
+# ---------------------------------------------------------------- the sending node killed with KV in flight
+# (TANDEM_PEER_FAULT kv_stall: while $T/stall exists, A announces a chunk and holds its bytes
+# back, so that B waits for them with the request's sequence made on its card)
+TANDEM_PEER_FAULT="kv_stall=$T/stall" serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$BPORT" \
+    --peer-key "$KEY" || { fail peers_stall_start "node A did not start"; exit 0; }
+mem_b() { curl -s "$ADMIN/admin/status" | jq '.devices[] | select(.name == "nodeB/fpga-emu:0") | .mem_free'; }
+mem0=$(mem_b)
+touch "$T/stall"
+curl -s -o /dev/null -H 'Content-Type: application/json' \
+    -d "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0}" "$API/v1/completions" &
+CURL=$!
+wait_log() { # PATTERN FILE: up to 5 s
+    i=0
+    while [ $i -lt 100 ] && ! grep -q "$1" "$2" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
+}
+wait_log 'event=peer_fault_injected device=nodeB/fpga-emu:0 kind=kv_stall' "$LOG"
+kill -KILL "$PID"
+wait "$PID" 2>/dev/null
+PID=
+wait $CURL
+rm -f "$T/stall"
+wait_log 'event=peer_closed peer=nodeA' "$BLOG"
+check peers_sender_killed sh -c "grep -q 'event=peer_fault_injected device=nodeB/fpga-emu:0 kind=kv_stall' $LOG && grep -Eq 'event=peer_closed peer=nodeA .*seqs_freed=1 reason=\"(connection closed|peer connection failed)\"' $BLOG && kill -0 $BPID"
+
 # ---------------------------------------------------------------- corrupt chunk on the wire
 TANDEM_PEER_FAULT=kv_bitflip=2 serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$BPORT" \
     --peer-key "$KEY" || { fail peers_corrupt_start "node A did not start"; exit 0; }
+# the killed sender's sequence was freed on B: its card's memory is whole again as a new node sees it
+mem1=$(mem_b)
+check peers_sender_killed_no_leak sh -c "[ -n '$mem0' ] && [ '$mem0' != null ] && [ '$mem1' = '$mem0' ]"
 code=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0}")
 jqb '.choices[0].text' >"$T/got.corrupt"
 check peers_corrupt_detected sh -c "[ $code = 200 ] && grep -q 'event=peer_kv_corrupt peer=nodeA .*status=\"KV chunk checksum' $BLOG && grep -q 'event=request_moved .*from=nodeB/fpga-emu:0 status=\"corrupt data\"' $LOG"
@@ -124,8 +158,8 @@ check peers_corrupt_marked sh -c "grep -Eq '^tandem_device_kv_corrupt_total\{dev
 serve_stop
 
 # ---------------------------------------------------------------- node B killed mid-decode
-serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$BPORT" --peer-key "$KEY" \
-    --step-delay-ms 40 || { fail peers_kill_start "node A did not start"; exit 0; }
+TANDEM_PEER_FAULT="kv_stall=$T/stall" serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$BPORT" \
+    --peer-key "$KEY" --step-delay-ms 40 || { fail peers_kill_start "node A did not start"; exit 0; }
 curl -s -N -D "$T/sh.k" -o "$T/s.k" -H 'Content-Type: application/json' \
     -d "{\"prompt\":\"$PROMPT\",\"max_tokens\":100,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" \
     "$API/v1/completions" &
@@ -150,7 +184,23 @@ while [ $i -lt 300 ] && ! grep -q 'event=peer_reconnected peer=nodeB' "$LOG"; do
 code=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0}")
 jqb '.choices[0].text' | head -c -1 >"$T/got.reconnect"
 check peers_reconnect sh -c "grep -q 'event=peer_reconnected peer=nodeB' $LOG && [ $code = 200 ] && grep -qi '^x-tandem-devices: prefill=cpu; decode=nodeB/fpga-emu:0' $T/hdr && cmp -s $T/got.reconnect $T/got.remote"
-node_b_stop
+# the receiving node (B) killed with KV in flight: B waits for a held-back chunk's bytes when it
+# dies; the request is re-placed on A and completes with the CPU's text, A stays ready with
+# nothing left running, and the next request works
+touch "$T/stall"
+curl -s -D "$T/sh.rk" -o "$T/rk.json" -H 'Content-Type: application/json' \
+    -d "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0}" "$API/v1/completions" &
+CURL=$!
+wait_log 'event=peer_fault_injected device=nodeB/fpga-emu:0 kind=kv_stall' "$LOG"
+kill -KILL "$BPID"
+wait "$BPID" 2>/dev/null
+BPID=
+rm -f "$T/stall"
+wait $CURL
+jq -r '.choices[0].text' "$T/rk.json" >"$T/got.rk"
+curl -s "$ADMIN/admin/status" >"$T/st.rk"
+code=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":8,\"temperature\":0}")
+check peers_receiver_killed sh -c "grep -q 'event=peer_fault_injected device=nodeB/fpga-emu:0 kind=kv_stall' $LOG && grep -q '^HTTP/1.1 200' $T/sh.rk && cmp -s $T/got.rk $T/ref.cpu && jq -e '.queue.running == 0 and .queue.waiting == 0' $T/st.rk >/dev/null && [ \$(curl -s -o /dev/null -w '%{http_code}' $ADMIN/ready) = 200 ] && [ $code = 200 ] && jq -e '.usage.completion_tokens == 8' $T/body >/dev/null"
 serve_stop
 
 # ---------------------------------------------------------------- three nodes: A, and B and C lending cards
