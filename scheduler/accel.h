@@ -124,6 +124,11 @@ typedef struct accel_info {
      * the prompt's KV fills the pool while it is prefilled, gpu/tls_off.cu); 0: only those whose
      * whole KV does not fit mem_total do (a card) */
     int offload_any;
+    /* with offload_bytes: what one position of capacity takes of it (whole kv_block_tokens
+     * at a time: a GPU keeps only the sparse layers' K/V there); 0: kv_bytes_per_token (a card
+     * keeps the whole KV there). The scheduler commits offload_bytes across requests by it. */
+    uint64_t offload_per_token;
+    uint64_t offload_used; /* of offload_bytes, what its sequences hold now (0: does not say) */
 } accel_info;
 
 /* The half-precision format the cuda backend keeps weights and activations in (cuda only; the

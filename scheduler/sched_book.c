@@ -22,11 +22,13 @@ enum sched_place sched_book_place(sched_book *b, const sched_policy_req *r, sche
                            ? sched_policy_prompt_bytes(p, r)
                            : 0;
     e->decode_bytes = sched_policy_commit_bytes(d, r);
+    e->offload_bytes = sched_policy_offload_bytes(d, r);
     e->decode_seqs = r->n;
     e->decode_positions = sched_policy_positions(r);
     p->prefill_tokens += e->prefill_tokens;
     p->mem_committed += e->prefill_bytes;
     d->mem_committed += e->decode_bytes;
+    d->offload_committed += e->offload_bytes;
     d->running += e->decode_seqs;
     d->positions += e->decode_positions;
     d->assigned++;
@@ -49,6 +51,7 @@ void sched_book_release(sched_book *b, sched_book_entry *e)
     sched_book_prefilled(b, e);
     sched_policy_dev *d = &b->dev[e->decode];
     d->mem_committed -= e->decode_bytes;
+    d->offload_committed -= e->offload_bytes;
     d->running -= e->decode_seqs;
     d->positions -= e->decode_positions;
     if (!d->running || d->positions < 0) d->positions = 0; /* no drift from rounding */
@@ -58,6 +61,8 @@ void sched_book_release(sched_book *b, sched_book_entry *e)
 int sched_book_empty(const sched_book *b)
 {
     for (int i = 0; i < b->n; i++)
-        if (b->dev[i].mem_committed || b->dev[i].running || b->dev[i].prefill_tokens) return 0;
+        if (b->dev[i].mem_committed || b->dev[i].offload_committed || b->dev[i].running ||
+            b->dev[i].prefill_tokens)
+            return 0;
     return 1;
 }

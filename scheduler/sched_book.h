@@ -33,6 +33,8 @@ typedef struct sched_book_entry {
                                  offloading device's prompt: sched_policy_dev.offload_any) */
     int prefill_tokens;       /* queued on the prefill device, until prefilled */
     uint64_t decode_bytes;    /* on the decode device, until released */
+    uint64_t offload_bytes;   /* of the decode device's slower tier, until released
+                                 (sched_policy_offload_bytes) */
     int decode_seqs;
     double decode_positions;  /* sched_policy_positions, on the decode device until released */
 } sched_book_entry;

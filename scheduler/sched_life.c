@@ -115,6 +115,7 @@ static void dev_setup(sched *s, int i, accel_dev *dev)
     v->resident_per_block = d->info0.resident_per_block;
     v->resident_default_blocks = d->info0.resident_default_blocks;
     v->offload_any = d->info0.offload_any;
+    v->offload_per_token = d->info0.offload_per_token;
     /* the decode cost by batch, where the device describes one: the placement weighs it */
     if (d->info0.decode_curve.n > 0 && d->info0.decode_curve.n <= ACCEL_CURVE_MAX)
         v->curve = d->info0.decode_curve;

@@ -7,16 +7,41 @@ uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req
     return (uint64_t)r->n * (uint64_t)(r->n_prompt + r->max_tokens) * d->kv_bytes_per_token;
 }
 
+/* The slower tier's bytes of the request, whether or not the rule applies. */
+static uint64_t tier_bytes(const sched_policy_dev *d, const sched_policy_req *r)
+{
+    uint64_t pos = (uint64_t)(r->n_prompt + r->max_tokens);
+    if (!d->offload_per_token) return (uint64_t)r->n * pos * d->kv_bytes_per_token;
+    if (d->block_tokens > 0) {
+        const uint64_t bt = (uint64_t)d->block_tokens;
+        pos = (pos + bt - 1) / bt * bt;
+    }
+    return (uint64_t)r->n * pos * d->offload_per_token;
+}
+
 uint64_t sched_policy_resident_bytes(const sched_policy_dev *d, const sched_policy_req *r)
 {
     const uint64_t whole = sched_policy_kv_bytes(d, r);
     const int bb = r->tls_blocks < 0 ? d->resident_default_blocks : r->tls_blocks;
     if (bb <= 0 || !d->offload_bytes || (whole <= d->mem_total && !d->offload_any) ||
-        whole > d->offload_bytes)
+        tier_bytes(d, r) > d->offload_bytes)
         return 0;
     const uint64_t per = (uint64_t)(r->n_prompt + r->max_tokens) * d->resident_per_token +
                          ((uint64_t)bb + 2) * d->resident_per_block;
     return (uint64_t)r->n * per;
+}
+
+uint64_t sched_policy_offload_bytes(const sched_policy_dev *d, const sched_policy_req *r)
+{
+    return sched_policy_resident_bytes(d, r) ? tier_bytes(d, r) : 0;
+}
+
+/* The slower tier has room for it now (or it takes none). */
+static int tier_fits(const sched_policy_dev *d, const sched_policy_req *r)
+{
+    const uint64_t b = sched_policy_offload_bytes(d, r);
+    return !b || (d->offload_committed <= d->offload_bytes &&
+                  b <= d->offload_bytes - d->offload_committed);
 }
 
 /* The KV of n choices at full length when they share the prompt's blocks (a paged device that
@@ -263,7 +288,7 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
                 if (r->n <= d->max_running && whole <= d->mem_total) {
                     could_local = 1;
                     if (d->running + r->n <= d->max_running && fits(d, admit_bytes(d, r)) &&
-                        better_fallback(v, i, local))
+                        tier_fits(d, r) && better_fallback(v, i, local))
                         local = i;
                 }
             }
@@ -273,7 +298,7 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
             int slots = card_slots(d);
             if (r->n <= slots && whole <= d->mem_total) {
                 could_card = 1;
-                if (d->running + r->n <= slots && fits(d, admit_bytes(d, r)) &&
+                if (d->running + r->n <= slots && fits(d, admit_bytes(d, r)) && tier_fits(d, r) &&
                     better_card(v, i, card))
                     card = i;
             }
@@ -321,6 +346,7 @@ int sched_policy_can_serve(const sched_policy_dev *v, int n_devs, const sched_po
         idle[i].running = 0;
         idle[i].positions = 0;
         idle[i].mem_committed = 0;
+        idle[i].offload_committed = 0;
     }
     sched_policy_req r = {1, 1, 1, 0, 0, 0, 0, 0};
     sched_placement pl;

@@ -146,6 +146,8 @@ typedef struct sched_policy_dev {
     int resident_default_blocks;
     int offload_any; /* accel_info.offload_any: the rule below for every size, and the prompt's
                         whole KV committed while it is prefilled (sched_book) */
+    uint64_t offload_per_token; /* accel_info.offload_per_token (0: kv_bytes_per_token) */
+    uint64_t offload_committed; /* of offload_bytes, what placements here took (the book's) */
 } sched_policy_dev;
 
 typedef struct sched_policy_opts {
@@ -218,6 +220,12 @@ uint64_t sched_policy_commit_bytes(const sched_policy_dev *d, const sched_policy
  * the prompt's whole KV beside it (the book commits it until the prompt is prefilled). 0: the
  * rule does not apply (the whole KV is what counts). */
 uint64_t sched_policy_resident_bytes(const sched_policy_dev *d, const sched_policy_req *r);
+/* What a placement under that rule takes of the slower tier: n sequences of prompt +
+ * max_tokens positions at offload_per_token (whole block_tokens on a paged device), or their
+ * whole KV where the device does not say; 0 where the rule does not apply. The placement
+ * needs it to fit what is left of offload_bytes after offload_committed (else the request
+ * waits: the device could not move it out, and would then hold more than was committed). */
+uint64_t sched_policy_offload_bytes(const sched_policy_dev *d, const sched_policy_req *r);
 /* KV bytes of one prompt-only sequence (the prefill device's share of a split placement). */
 uint64_t sched_policy_prompt_bytes(const sched_policy_dev *d, const sched_policy_req *r);
 

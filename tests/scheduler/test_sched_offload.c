@@ -130,3 +130,77 @@ TEST(sched_offload_any_gpu_batch_past_its_memory)
     b.dev[0].offload_bytes = 9999;
     CHECK_EQ(sched_policy_resident_bytes(&b.dev[0], &r), 0);
 }
+
+/* The slower tier is counted across requests (sched_policy_offload_bytes, the book's
+ * offload_committed): a GPU keeps only its sparse layers there, in whole KV blocks of the
+ * sequence's capacity (accel_info.offload_per_token); placements stop when the tier is taken,
+ * wait rather than land where the device could not move them out, and go on as requests end.
+ * A card keeps the whole KV there (offload_per_token 0), counted the same way. */
+TEST(sched_offload_tier_counted_across_requests)
+{
+    sched_book b;
+    memset(&b, 0, sizeof b);
+    b.n = 1;
+    /* 1,000 positions -> 1,024 in blocks of 128, 8 bytes each in the tier: 8,192 per request;
+     * room for five and a bit */
+    b.dev[0] = (sched_policy_dev){.kind = ACCEL_KIND_CUDA, .caps = ALL | ACCEL_CAP_PAGED,
+                                  .health = ACCEL_HEALTH_OK, .mem_total = 100000,
+                                  .kv_bytes_per_token = 10, .max_running = 256, .max_batch = 256,
+                                  .block_tokens = 128, .offload_bytes = 5 * 8192 + 100,
+                                  .resident_per_token = 1, .resident_default_blocks = 128,
+                                  .offload_any = 1, .offload_per_token = 8};
+    sched_policy_req r = {900, 100, 1, 0, 0, 0, -1, 0};
+    CHECK_EQ(sched_policy_offload_bytes(&b.dev[0], &r), 8192);
+    sched_policy_req dense = {900, 100, 1, 0, 0, 0, 0, 0};
+    CHECK_EQ(sched_policy_offload_bytes(&b.dev[0], &dense), 0);
+    sched_book_entry e[16], ed;
+    int k = 0;
+    while (k < 16 && sched_book_place(&b, &r, &e[k]) == SCHED_PLACE_OK) sched_book_prefilled(&b, &e[k]), k++;
+    CHECK_EQ(k, 5);
+    CHECK_EQ(b.dev[0].offload_committed, 5 * 8192);
+    sched_placement pl;
+    CHECK_EQ(sched_policy_place(b.dev, 1, &no_opts, &r, &pl), SCHED_PLACE_WAIT);
+    /* a dense request takes none of the tier: it still fits the memory whole */
+    sched_book_entry_init(&ed);
+    CHECK_EQ(sched_book_place(&b, &dense, &ed), SCHED_PLACE_OK);
+    CHECK_EQ(b.dev[0].offload_committed, 5 * 8192);
+    sched_book_release(&b, &ed);
+    /* two choices take two sequences' worth */
+    sched_policy_req two = r;
+    two.n = 2;
+    CHECK_EQ(sched_policy_offload_bytes(&b.dev[0], &two), 2 * 8192);
+    /* one ends: one more fits, not two choices */
+    sched_book_release(&b, &e[0]);
+    CHECK_EQ(sched_policy_place(b.dev, 1, &no_opts, &two, &pl), SCHED_PLACE_WAIT);
+    CHECK_EQ(sched_book_place(&b, &r, &e[0]), SCHED_PLACE_OK);
+    CHECK_EQ(b.dev[0].offload_committed, 5 * 8192);
+    for (int i = 0; i < k; i++) sched_book_release(&b, &e[i]);
+    CHECK(sched_book_empty(&b));
+    CHECK_EQ(b.dev[0].offload_committed, 0);
+    /* a request larger than the whole tier: the rule does not apply (its whole KV counts) */
+    sched_policy_req big = {6000, 100, 1, 0, 0, 0, -1, 0};
+    CHECK_EQ(sched_policy_resident_bytes(&b.dev[0], &big), 0);
+    CHECK_EQ(sched_policy_offload_bytes(&b.dev[0], &big), 0);
+
+    /* a card: the whole KV (10,000 bytes) in DDR4 per request, 25,000 of it: two at once */
+    sched_policy_dev v[2];
+    devs(v, 5000, 25000);
+    memset(&b, 0, sizeof b);
+    b.n = 2;
+    b.dev[0] = v[0], b.dev[1] = v[1];
+    b.dev[1].max_batch = 4; /* four decode slots: the tier, not the slots, stops it */
+    sched_policy_req sp = {900, 100, 1, 0, 0, 0, 8, 0};
+    sp.decode_on = 1u << 1;
+    CHECK_EQ(sched_policy_offload_bytes(&b.dev[1], &sp), 10000);
+    k = 0;
+    while (k < 16 && sched_book_place(&b, &sp, &e[k]) == SCHED_PLACE_OK) sched_book_prefilled(&b, &e[k]), k++;
+    CHECK_EQ(k, 2);
+    CHECK_EQ(b.dev[1].offload_committed, 20000);
+    CHECK_EQ(sched_policy_place(b.dev, 2, &no_opts, &sp, &pl), SCHED_PLACE_WAIT);
+    sched_book_release(&b, &e[1]);
+    CHECK_EQ(sched_book_place(&b, &sp, &e[1]), SCHED_PLACE_OK);
+    CHECK_EQ(e[1].decode, 1);
+    sched_book_release(&b, &e[0]);
+    sched_book_release(&b, &e[1]);
+    CHECK(sched_book_empty(&b));
+}

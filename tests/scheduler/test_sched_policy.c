@@ -10,13 +10,13 @@
 
 static sched_policy_dev gpu(enum accel_kind k, uint64_t mem, int max_running)
 {
-    sched_policy_dev d = {k, ALL, ACCEL_HEALTH_OK, mem, 0, 100, 0, max_running, 256, 0, 0, 0, {0}, 0, 0, 0, 0, {0}, 0, 0, 0, 0, 0};
+    sched_policy_dev d = {k, ALL, ACCEL_HEALTH_OK, mem, 0, 100, 0, max_running, 256, 0, 0, 0, {0}, 0, 0, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0};
     return d;
 }
 
 static sched_policy_dev card(uint64_t mem)
 {
-    sched_policy_dev d = {ACCEL_KIND_FPGA, CARD, ACCEL_HEALTH_OK, mem, 0, 10, 0, 16, 1, 0, 0, 0, {0}, 0, 0, 0, 0, {0}, 0, 0, 0, 0, 0};
+    sched_policy_dev d = {ACCEL_KIND_FPGA, CARD, ACCEL_HEALTH_OK, mem, 0, 10, 0, 16, 1, 0, 0, 0, {0}, 0, 0, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0};
     return d;
 }
 
