@@ -65,7 +65,7 @@ static const key keys[] = {
     K(max_waiting, KEY_INT, "64", 0, 1000000, "requests waiting for a device before 429"),
     K(max_running, KEY_INT, "16", 1, 4096, "sequences one device decodes at once"),
     K(tbt_budget_ms, KEY_DOUBLE, "50", 0, 60000, "prefill time between two decode steps of a device (0: no chunking)"),
-    K(ttft_target_ms, KEY_DOUBLE, "0", 0, 600000, "time-to-first-token target the placement serves: long prompts' decodes go to cards with a slot while other requests are in the node (0: none)"),
+    K(ttft_target_ms, KEY_DOUBLE, "0", 0, 600000, "time-to-first-token target the scheduler serves: long prompts' decodes go to cards with a slot while other requests are in the node, and a device prefills the prompts that can still meet it before those that cannot (0: none, FCFS)"),
     K(fpga_prefill, KEY_INT, "0", 0, 1, "1: FPGAs with prefill kernels may prefill"),
     K(prefix_cache, KEY_INT, "1", 0, 1, "1: automatic prefix caching (prompts reuse the KV blocks of earlier ones; a request opts out with \"cache_prompt\": false)"),
     K(host_cache, KEY_INT, "1", 0, 1, "1: prefixes evicted from a device's KV memory are kept in host memory (the host tier)"),

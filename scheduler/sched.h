@@ -94,9 +94,11 @@ typedef struct sched_config {
     int no_prefix_cache;  /* 1: no automatic prefix caching (the config switch; on by default) */
     uint64_t host_cache_bytes; /* the host-memory tier of each paged device's prefix cache:
                                   evicted prefixes are kept there (0: none) */
-    double ttft_target_ms; /* a time-to-first-token target the placement serves (the weighing's
-                              rule d, sched_policy.h: a long prompt's decode to a card with a
-                              slot while other requests are in the node; 0: none) */
+    double ttft_target_ms; /* a time-to-first-token target the scheduler serves (sched_policy.h:
+                              the weighing's rule d, a long prompt's decode to a card with a slot
+                              while other requests are in the node; and the prefill queue's
+                              order, prompts that can still meet it before those that cannot;
+                              0: none, FCFS) */
 } sched_config;
 
 /* What a request asks for. Everything is copied by sched_submit. */

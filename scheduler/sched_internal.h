@@ -289,6 +289,9 @@ void sched_book_refresh(sched *s);
 /* The worker publishes its dense cost fit (cost[0]); any thread reads a consistent copy. */
 void sched_prefill_fit_publish(sched_dev *d);
 void sched_prefill_fit_read(sched_dev *d, double out[3]);
+/* With the config's ttft_target_ms, moves the prompt the policy prefills next to the head of d's
+ * queue (sched_policy_next_prefill; `now` in sched_now's seconds). Worker only. */
+void sched_prefill_order(sched_dev *d, double now);
 void sched_dispatch(sched *s);
 
 /* sched_choice.c */

@@ -379,6 +379,21 @@ double sched_share_value(const sched_share *s)
     return v < 0 ? 0 : v > 1 ? 1 : v;
 }
 
+/* ---------------------------------------------------------------- the prefill queue's order */
+
+int sched_policy_next_prefill(const sched_prefill_job *q, int n, double ttft_target_s)
+{
+    if (!q || n <= 1 || !(ttft_target_s > 0)) return 0;
+    if (n > SCHED_PREFILL_LOOK) n = SCHED_PREFILL_LOOK;
+    int on_time = -1;
+    for (int i = 0; i < n; i++) {
+        double w = q[i].waited_s > 0 ? q[i].waited_s : 0, l = q[i].left_s > 0 ? q[i].left_s : 0;
+        if (w > SCHED_LATE_AGE * ttft_target_s) return i; /* aged: its FCFS place, before all */
+        if (on_time < 0 && w + l <= ttft_target_s) on_time = i;
+    }
+    return on_time >= 0 ? on_time : 0;
+}
+
 /* ---------------------------------------------------------------- chunked prefill */
 
 /* The features of a call: 1, c, c (p + c / 2). */

@@ -429,12 +429,41 @@ void sched_prefill_fit_read(sched_dev *d, double out[3])
     }
 }
 
+/* With a TTFT target, the job the policy prefills next (sched_policy_next_prefill: on-time
+ * prompts before late ones) goes to the head of the queue; its prediction is this device's
+ * learned cost of the chunks it would run (dense, or its sparse method's). */
+void sched_prefill_order(sched_dev *d, double now)
+{
+    double target = d->s->cfg.ttft_target_ms > 0 ? d->s->cfg.ttft_target_ms / 1e3 : 0;
+    if (!(target > 0) || !d->pf_head || !d->pf_head->wnext) return;
+    sched_prefill_job q[SCHED_PREFILL_LOOK];
+    sched_req *at[SCHED_PREFILL_LOOK];
+    int n = 0;
+    for (sched_req *r = d->pf_head; r && n < SCHED_PREFILL_LOOK; r = r->wnext, n++) {
+        at[n] = r;
+        q[n].waited_s = now - r->t_arrival;
+        q[n].left_s = 0;
+        if (!r->choices || r->n <= 0) continue;
+        const sched_choice *c = &r->choices[r->pf_choice >= 0 && r->pf_choice < r->n ? r->pf_choice : 0];
+        int todo = c->pf_n > 0 ? c->pf_n : r->n_prompt, done = c->pf_done < todo ? c->pf_done : todo;
+        int kind = r->has_sparse && !r->sparse_off ? cost_kind(&r->sparse.p) : 0;
+        q[n].left_s = sched_cost_predict(&d->cost[kind], todo - done, done);
+    }
+    int i = sched_policy_next_prefill(q, n, target);
+    if (i <= 0) return;
+    remove_job(d, at[i]);
+    at[i]->wnext = d->pf_head;
+    d->pf_head = at[i];
+    if (!d->pf_tail) d->pf_tail = at[i];
+}
+
 void sched_prefill_work(sched_dev *d)
 {
     int decoding = d->active != NULL;
     double budget = d->s->cfg.tbt_budget_ms / 1e3, spent = 0;
     int ran = 0; /* device calls this iteration: the policy's first chunk is the first call */
     for (int first = 1; d->pf_head && (first || (decoding && budget > 0 && spent < budget)); first = 0) {
+        sched_prefill_order(d, sched_now());
         sched_req *r = d->pf_head;
         if (sched_req_cancelled(r)) {
             sched_prefill_end(d, r, ACCEL_ERR_CANCELLED);

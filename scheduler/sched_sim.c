@@ -140,6 +140,33 @@ static void append(sim_req **head, sim_req **tail, sim_req *r)
     *tail = r;
 }
 
+/* The learned cost of r's chunks on d (dense, or d's sparse method where it prices r sparse). */
+static sched_cost *cost_of(sim_dev *d, const sim_req *r)
+{
+    const sched_sim_dev_model *m = d->m;
+    return &d->cost[m->sparse && sched_sim_sparse_factor(m->sparse, &m->shape, r->pub->n_prompt) < 1];
+}
+
+/* With a TTFT target, the job the policy prefills next goes to the head of d's queue
+ * (sched_policy_next_prefill), as the daemon's worker does (sched_prefill.c). */
+static void order_prefills(sched_sim *s, sim_dev *d, double now)
+{
+    if (!(s->cfg.ttft_slo_s > 0) || !d->pf_head || !d->pf_head->next) return;
+    sched_prefill_job q[SCHED_PREFILL_LOOK];
+    sim_req *at[SCHED_PREFILL_LOOK];
+    int n = 0;
+    for (sim_req *r = d->pf_head; r && n < SCHED_PREFILL_LOOK; r = r->next, n++) {
+        at[n] = r;
+        q[n].waited_s = now - r->pub->arrival;
+        q[n].left_s = sched_cost_predict(cost_of(d, r), r->pub->n_prompt - r->pf_done, r->pf_done);
+    }
+    int i = sched_policy_next_prefill(q, n, s->cfg.ttft_slo_s);
+    if (i <= 0) return;
+    list_remove(&d->pf_head, &d->pf_tail, at[i]);
+    at[i]->next = d->pf_head;
+    d->pf_head = at[i];
+}
+
 static void add_pend(sched_sim *s, sim_dev *d, sim_req *r, enum pend_kind k)
 {
     if (d->n_pend == d->cap_pend) {
@@ -299,9 +326,10 @@ static void iterate(sched_sim *s, int di)
     int decoding = d->active != NULL;
     double budget = s->cfg.tbt_budget_s, spent = 0;
     for (int first = 1; d->pf_head && (first || (decoding && budget > 0 && spent < budget)); first = 0) {
+        order_prefills(s, d, t + dt);
         sim_req *r = d->pf_head;
         int remaining = r->pub->n_prompt - r->pf_done;
-        sched_cost *cost = &d->cost[m->sparse && sched_sim_sparse_factor(m->sparse, &m->shape, r->pub->n_prompt) < 1];
+        sched_cost *cost = cost_of(d, r);
         int k = sched_policy_chunk(remaining, r->pf_done, 1, decoding, first, budget, budget - spent, cost);
         if (k <= 0) break; /* nothing worth its fixed cost fits what is left of the budget */
         double ct = sched_sim_prefill_chunk_s(m, k, r->pf_done, r->pub->n_prompt);

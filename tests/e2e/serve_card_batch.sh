@@ -5,7 +5,9 @@
 # Every request completes; the text of each equals what its card gives the prompt alone
 # (`tandem generate --device fpga-emu:N`, one sequence per run); the metrics show several
 # sequences per card step (tokens through a card over its device calls, which also count the
-# imports: > 2, where one sequence per run gives < 1). Then a card disappears mid-batch: every
+# imports: > 2, where one sequence per run gives < 1). That daemon runs with a 20 ms TTFT target,
+# so that under the burst the CPU's prefill queue is reordered (prompts still on time first:
+# sched_policy_next_prefill) — the texts must not change. Then a card disappears mid-batch: every
 # sequence of its batch moves to another device and every stream still completes without an
 # error.
 . tests/e2e/lib/serve.sh
@@ -66,7 +68,8 @@ decode_of() { sed -n 's/^x-tandem-devices: prefill=\([^;]*\); decode=\([^;\r]*\)
 metric() { sed -n "s/^$1{device=\"$2\",kind=\"fpga\"} //p" "$T/metrics"; }
 
 DEVS="cpu,fpga-emu:0,fpga-emu:1"
-serve_start --devices "$DEVS" --max-running 32 || { fail card_batch_start "daemon did not start"; exit 0; }
+serve_start --devices "$DEVS" --max-running 32 --ttft-target-ms 20 ||
+    { fail card_batch_start "daemon did not start"; exit 0; }
 burst $N
 check card_batch_all_complete complete $N
 bad=""

@@ -159,3 +159,59 @@ TEST(sched_prefill_fit_published)
     CHECK_NEAR(v[1], B, B * 0.01);
     CHECK_NEAR(v[2], E, E * 0.01);
 }
+
+/* The worker's queue with a TTFT target (sched_prefill_order): the job the policy picks moves
+ * to the head, the rest keep their order, the tail stays right; its prediction is the device's
+ * learned cost of what the job has left. Three prompts on a device whose cost is truth(): A
+ * (32K, waited 1.5 s: 1.5 + ~1.0 s left is late for a 2 s target), B (32K, half done, waited
+ * 0.5 s: on time), C (8K, just arrived: on time). B is first of the on-time ones. */
+TEST(sched_prefill_order_moves_the_pick)
+{
+    static sched s;
+    static sched_dev d;
+    static sched_req r[3];
+    static sched_choice ch[3];
+    d.s = &s;
+    d.cost[0] = (sched_cost){0};
+    for (int i = 0; i < 24; i++) {
+        int c = 256 << (i % 6), p = 4096 * (i % 7);
+        sched_cost_observe(&d.cost[0], c, p, truth(c, p));
+    }
+    const double now = 100.0;
+    const int len[3] = {32768, 32768, 8192}, done[3] = {0, 16384, 0};
+    const double waited[3] = {1.5, 0.5, 0.0};
+    for (int i = 0; i < 3; i++) {
+        r[i] = (sched_req){0};
+        ch[i] = (sched_choice){0};
+        r[i].n = 1;
+        r[i].n_prompt = len[i];
+        r[i].choices = &ch[i];
+        r[i].t_arrival = now - waited[i];
+        ch[i].pf_n = len[i];
+        ch[i].pf_done = done[i];
+        r[i].wnext = i < 2 ? &r[i + 1] : NULL;
+    }
+    d.pf_head = &r[0];
+    d.pf_tail = &r[2];
+    /* without a target: FCFS, nothing moves */
+    s.cfg.ttft_target_ms = 0;
+    sched_prefill_order(&d, now);
+    CHECK(d.pf_head == &r[0] && r[0].wnext == &r[1] && r[1].wnext == &r[2] && d.pf_tail == &r[2]);
+    s.cfg.ttft_target_ms = 2000;
+    sched_prefill_order(&d, now);
+    CHECK(d.pf_head == &r[1] && r[1].wnext == &r[0] && r[0].wnext == &r[2] && !r[2].wnext);
+    CHECK(d.pf_tail == &r[2]);
+    /* B done; A and C left: C (on time) before A (late), and C was the tail */
+    d.pf_head = &r[0];
+    r[0].wnext = &r[2];
+    sched_prefill_order(&d, now);
+    CHECK(d.pf_head == &r[2] && r[2].wnext == &r[0] && !r[0].wnext && d.pf_tail == &r[0]);
+    /* a cost never measured predicts nothing: the wait alone decides (all on time: FCFS) */
+    d.cost[0] = (sched_cost){0};
+    d.pf_head = &r[0];
+    r[0].wnext = &r[2];
+    r[2].wnext = NULL;
+    d.pf_tail = &r[2];
+    sched_prefill_order(&d, now);
+    CHECK(d.pf_head == &r[0] && d.pf_tail == &r[2]);
+}

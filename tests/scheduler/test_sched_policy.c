@@ -400,3 +400,51 @@ TEST(sched_policy_forked_choices_fit)
     c.n = 2; /* 40 positions fit */
     CHECK_EQ(sched_policy_place(w, 2, &no_opts, &c, &pl), SCHED_PLACE_OK);
 }
+
+/* The prefill queue's order with a TTFT target: the first job in queue order that can still
+ * meet it (waited + predicted prefill left <= target), else the first; a job that waited
+ * SCHED_LATE_AGE x the target first of all; without a target, FCFS. */
+TEST(sched_policy_prefill_order)
+{
+    sched_prefill_job q[SCHED_PREFILL_LOOK + 8];
+    /* no target, or a single job: the head */
+    q[0] = (sched_prefill_job){3.0, 1.0};
+    q[1] = (sched_prefill_job){0.1, 0.2};
+    CHECK_EQ(sched_policy_next_prefill(q, 2, 0), 0);
+    CHECK_EQ(sched_policy_next_prefill(q, 1, 2.0), 0);
+    CHECK_EQ(sched_policy_next_prefill(NULL, 0, 2.0), 0);
+    /* the head late (3 + 1 > 2), the next on time: the next */
+    CHECK_EQ(sched_policy_next_prefill(q, 2, 2.0), 1);
+    /* every job on time: FCFS; the boundary (waited + left == target) is on time */
+    q[0] = (sched_prefill_job){1.0, 1.0};
+    CHECK_EQ(sched_policy_next_prefill(q, 2, 2.0), 0);
+    q[0] = (sched_prefill_job){1.0, 1.0 + 1e-9};
+    CHECK_EQ(sched_policy_next_prefill(q, 2, 2.0), 1);
+    /* the first on-time job in queue order, not the shortest */
+    q[0] = (sched_prefill_job){2.5, 0.3};
+    q[1] = (sched_prefill_job){1.7, 0.4};
+    q[2] = (sched_prefill_job){0.0, 0.1};
+    q[3] = (sched_prefill_job){1.0, 0.5};
+    CHECK_EQ(sched_policy_next_prefill(q, 4, 2.0), 2);
+    /* every job late: FCFS among them */
+    q[2] = (sched_prefill_job){1.0, 1.5};
+    q[3] = (sched_prefill_job){1.9, 0.5};
+    CHECK_EQ(sched_policy_next_prefill(q, 4, 2.0), 0);
+    /* a job that waited over SCHED_LATE_AGE x the target goes first, before on-time ones */
+    q[0] = (sched_prefill_job){0.0, 0.1};
+    q[2] = (sched_prefill_job){SCHED_LATE_AGE * 2.0 + 0.01, 1.0};
+    CHECK_EQ(sched_policy_next_prefill(q, 4, 2.0), 2);
+    q[2].waited_s = SCHED_LATE_AGE * 2.0; /* not yet */
+    CHECK_EQ(sched_policy_next_prefill(q, 4, 2.0), 0);
+    /* an unknown prediction (0) counts the wait alone */
+    q[0] = (sched_prefill_job){2.5, 0};
+    q[1] = (sched_prefill_job){1.5, 0};
+    CHECK_EQ(sched_policy_next_prefill(q, 2, 2.0), 1);
+    /* only the first SCHED_PREFILL_LOOK jobs are looked at */
+    int n = SCHED_PREFILL_LOOK + 8;
+    for (int i = 0; i < n; i++) q[i] = (sched_prefill_job){3.0, 1.0};
+    q[SCHED_PREFILL_LOOK] = (sched_prefill_job){0, 0.1};
+    CHECK_EQ(sched_policy_next_prefill(q, n, 2.0), 0);
+    q[SCHED_PREFILL_LOOK - 1] = (sched_prefill_job){0, 0.1};
+    CHECK_EQ(sched_policy_next_prefill(q, n, 2.0), SCHED_PREFILL_LOOK - 1);
+}

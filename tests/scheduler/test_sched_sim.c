@@ -472,6 +472,41 @@ TEST(sched_sim_ttft_target_sends_long_prompts_to_cards)
         }
 }
 
+/* The prefill queue's order with a TTFT target (sched_policy_next_prefill), as the daemon's
+ * worker runs it: on an H200 alone, two 32K prompts and an 8K one arrive together. FCFS: the
+ * first takes ~1.2 s, the second waits for it and is late (~2.4 s), the 8K one after both later
+ * still. With a 2 s target, when the first is done the second cannot make it any more (waited +
+ * its predicted ~1.2 s) and the 8K one can: it goes first and meets the target; the second still
+ * completes. Without a target the order is FCFS. */
+TEST(sched_sim_ttft_target_orders_the_prefill_queue)
+{
+    static sched_sim_model m;
+    char err[256];
+    REQUIRE(sched_sim_model_build(&m, devices_sim_hw(), "h200-tandem", "llama3.1-8b", 0, err, sizeof err) == 0);
+    for (int slo = 0; slo < 2; slo++) {
+        sched_sim_config cfg = {&m, m.n_devs, 0.025, 0, NULL, NULL, NULL, .ttft_slo_s = slo ? 2.0 : 0};
+        sched_sim *s = sched_sim_new(&cfg, err, sizeof err);
+        REQUIRE(s);
+        sched_sim_req r[3] = {{.arrival = 0, .n_prompt = 32768, .n_out = 4},
+                              {.arrival = 0.001, .n_prompt = 32768, .n_out = 4},
+                              {.arrival = 0.002, .n_prompt = 8192, .n_out = 4}};
+        for (int i = 0; i < 3; i++) REQUIRE(sched_sim_submit(s, &r[i]) == 0);
+        sched_sim_run(s, 0);
+        for (int i = 0; i < 3; i++) CHECK_EQ(r[i].state, SCHED_SIM_DONE);
+        CHECK(r[0].t_first < r[1].t_first && r[0].t_first < r[2].t_first);
+        CHECK(r[0].t_first - r[0].arrival < 2.0);
+        if (slo) {
+            CHECK(r[2].t_first < r[1].t_first);
+            CHECK_MSG(r[2].t_first - r[2].arrival <= 2.0, "8K TTFT %.3f s", r[2].t_first - r[2].arrival);
+        } else {
+            CHECK(r[1].t_first < r[2].t_first);
+            CHECK(r[1].t_first - r[1].arrival > 2.0 && r[2].t_first - r[2].arrival > 2.0);
+        }
+        CHECK(sched_book_empty(sched_sim_book(s)));
+        sched_sim_free(s);
+    }
+}
+
 /* Several nodes ('/' in the spec): the other nodes' devices are remote decode targets (a peer's
  * capabilities: decode + KV import), named by node; malformed multi-node specs are refused. */
 TEST(sched_sim_node_specs_several_nodes)
