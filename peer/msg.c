@@ -23,7 +23,9 @@ const char *peer_type_name(int t)
 {
     static const char *names[] = {"?", "hello", "challenge", "auth", "welcome", "refuse", "ping",
                                   "info", "seq_new", "seq_free", "kv", "decode", "logits",
-                                  "truncate", "warmup", "reply", "addr_req", "addr", "kv_tag"};
+                                  "truncate", "warmup", "reply", "addr_req", "addr", "kv_tag",
+                                  "decode_argmax", "tokens"};
+    _Static_assert(sizeof names / sizeof names[0] == PEER_TYPE_LAST + 1, "a name per type");
     return t >= 1 && t <= PEER_TYPE_LAST ? names[t] : "?";
 }
 
@@ -230,7 +232,7 @@ int peer_info_read(const uint8_t *p, size_t n, peer_info *out)
         uint32_t kind = peer_rd32(q + 32), health = peer_rd32(q + 40), mb = peer_rd32(q + 44);
         if (kind > 2 || health > 2 || mb == 0 || mb > PEER_MAX_BATCH) return PEER_ERR_PROTO;
         d->kind = (int)kind;
-        d->caps = peer_rd32(q + 36) & 15u;
+        d->caps = peer_rd32(q + 36) & PEER_CAPS_KNOWN;
         d->health = (int)health;
         d->max_batch = (int)mb;
         d->mem_total = peer_rd64(q + 48);
@@ -374,6 +376,65 @@ int peer_logits_read(const uint8_t *p, size_t len, int n, int vocab, int32_t *st
     if (peer_rd32(p + 4) != (uint32_t)n || peer_rd32(p + 8) != (uint32_t)vocab) return PEER_ERR_PROTO;
     if (len != PEER_LOGITS_FIXED + 4 * (size_t)n * (size_t)vocab) return PEER_ERR_PROTO;
     *logits = p + PEER_LOGITS_FIXED;
+    return PEER_OK;
+}
+
+size_t peer_decode_argmax_bytes(int n)
+{
+    return peer_decode_bytes(n) + (size_t)n;
+}
+
+size_t peer_decode_argmax_write(uint8_t *out, uint32_t dev, int n, const uint32_t *seqs,
+                                const int32_t *ids, const unsigned char *want)
+{
+    size_t o = peer_decode_write(out, dev, n, seqs, ids);
+    for (int i = 0; i < n; i++) out[o + (size_t)i] = !want || want[i] ? 1 : 0;
+    return peer_decode_argmax_bytes(n);
+}
+
+int peer_decode_argmax_read(const uint8_t *p, size_t n, uint32_t *dev, int *n_seqs, uint32_t *seqs,
+                            int32_t *ids, unsigned char *want, int *n_want)
+{
+    if (n < 8) return PEER_ERR_PROTO;
+    uint32_t k = peer_rd32(p + 4);
+    if (k < 1 || k > PEER_MAX_BATCH || n != peer_decode_argmax_bytes((int)k)) return PEER_ERR_PROTO;
+    if (peer_decode_read(p, peer_decode_bytes((int)k), dev, n_seqs, seqs, ids)) return PEER_ERR_PROTO;
+    const uint8_t *w = p + peer_decode_bytes((int)k);
+    *n_want = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        if (w[i] > 1) return PEER_ERR_PROTO;
+        want[i] = w[i];
+        *n_want += w[i];
+    }
+    return PEER_OK;
+}
+
+void peer_tokens_write_fixed(uint8_t out[PEER_TOKENS_FIXED], int32_t status, int n, int vocab, int n_want)
+{
+    peer_wr32(out, (uint32_t)status);
+    peer_wr32(out + 4, (uint32_t)n);
+    peer_wr32(out + 8, (uint32_t)vocab);
+    peer_wr32(out + 12, (uint32_t)n_want);
+}
+
+int peer_tokens_read(const uint8_t *p, size_t len, int n, int vocab, int n_want, int32_t *status,
+                     int32_t *argmax, const uint8_t **logits)
+{
+    if (len < PEER_TOKENS_FIXED) return PEER_ERR_PROTO;
+    *status = (int32_t)peer_rd32(p);
+    *logits = NULL;
+    if (*status != 0) return len == PEER_TOKENS_FIXED ? PEER_OK : PEER_ERR_PROTO;
+    if (n < 1 || n > PEER_MAX_BATCH || vocab < 1 || n_want < 0 || n_want > n ||
+        peer_rd32(p + 4) != (uint32_t)n || peer_rd32(p + 8) != (uint32_t)vocab ||
+        peer_rd32(p + 12) != (uint32_t)n_want)
+        return PEER_ERR_PROTO;
+    if (len != PEER_TOKENS_FIXED + 4 * (size_t)n + 4 * (size_t)n_want * (size_t)vocab) return PEER_ERR_PROTO;
+    for (int i = 0; i < n; i++) {
+        int32_t t = (int32_t)peer_rd32(p + PEER_TOKENS_FIXED + 4 * (size_t)i);
+        if (t < -1 || t >= vocab) return PEER_ERR_PROTO;
+        argmax[i] = t;
+    }
+    *logits = p + PEER_TOKENS_FIXED + 4 * (size_t)n;
     return PEER_OK;
 }
 

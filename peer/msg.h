@@ -26,6 +26,13 @@
  *   c->s KV_TAG     dev, seq, crc, flags, length, serial, then on the address endpoint one
  *                   message tagged tag_base + serial of `length` bytes: [stream header] chunk
  *                                                      s->c REPLY     status
+ *   c->s DECODE_ARGMAX  DECODE's, then want u8 * n  s->c TOKENS    status, n, vocab, n_want,
+ *                                                              argmax i32 * n, f32 * n_want*vocab
+ *
+ * DECODE_ARGMAX is sent only to a node whose device lists PEER_CAP_DECODE_ARGMAX in its caps
+ * (below); a node of this version without it (older builds mask the bit away on both sides)
+ * gets DECODE. The node picks each row's greedy token where the logits are and sends back only
+ * the rows the client still samples itself: 4 bytes for a plain-greedy row instead of 4 x vocab.
  *
  * KV and KV_TAG are pipelined: the client sends the next chunks without waiting for the REPLYs
  * (PEER_KV_WINDOW below), which come back in order; every other request waits for its answer,
@@ -97,7 +104,9 @@ enum peer_type {
     PEER_ADDR_REQ,
     PEER_ADDR,
     PEER_KV_TAG,
-    PEER_TYPE_LAST = PEER_KV_TAG,
+    PEER_DECODE_ARGMAX,
+    PEER_TOKENS,
+    PEER_TYPE_LAST = PEER_TOKENS,
 };
 const char *peer_type_name(int type);
 
@@ -242,6 +251,31 @@ void peer_logits_write_fixed(uint8_t out[PEER_LOGITS_FIXED], int32_t status, int
  * frame, n * vocab floats, unaligned: copy them out) or PEER_ERR_PROTO. */
 int peer_logits_read(const uint8_t *p, size_t len, int n, int vocab, int32_t *status,
                      const uint8_t **logits);
+
+/* A device's caps bit (peer_dev_info.caps, the value of ACCEL_CAP_DECODE_ARGMAX): its node
+ * answers DECODE_ARGMAX. The other bits a node may state: accel's PREFILL..KV_IMPORT (1..8). */
+#define PEER_CAP_DECODE_ARGMAX 128u
+#define PEER_CAPS_KNOWN (15u | PEER_CAP_DECODE_ARGMAX)
+
+/* DECODE_ARGMAX: DECODE's bytes, then n bytes of want (each 0 or 1: that row's logits wanted
+ * back; want NULL writes every row wanted). read: as peer_decode_read, and PEER_ERR_PROTO for a
+ * want byte other than 0 or 1; *n_want counts the ones. */
+size_t peer_decode_argmax_bytes(int n);
+size_t peer_decode_argmax_write(uint8_t *out, uint32_t dev, int n, const uint32_t *seqs,
+                                const int32_t *ids, const unsigned char *want);
+int peer_decode_argmax_read(const uint8_t *p, size_t n, uint32_t *dev, int *n_seqs, uint32_t *seqs,
+                            int32_t *ids, unsigned char *want, int *n_want);
+
+/* TOKENS: status i32, n u32, vocab u32, n_want u32, then (only when status is 0) n * i32 (each
+ * row's greedy token: model_sample_argmax, -1 when no logit is finite) and float32 * n_want *
+ * vocab (the wanted rows, in row order). */
+#define PEER_TOKENS_FIXED 16
+void peer_tokens_write_fixed(uint8_t out[PEER_TOKENS_FIXED], int32_t status, int n, int vocab, int n_want);
+/* Checks the answer against what was asked: PEER_OK with *status, argmax[0..n) (each in
+ * -1..vocab-1) and *logits (into the frame, n_want * vocab floats, unaligned), or
+ * PEER_ERR_PROTO. */
+int peer_tokens_read(const uint8_t *p, size_t len, int n, int vocab, int n_want, int32_t *status,
+                     int32_t *argmax, const uint8_t **logits);
 
 /* REFUSE: a reason, printable ASCII, at most PEER_REASON_MAX bytes (out: +1 for the NUL). */
 int peer_reason_read(const uint8_t *p, size_t n, char *out);

@@ -444,7 +444,8 @@ static void r_describe(accel_dev *ad, accel_info *out)
     pthread_mutex_unlock(&d->desc_mu);
     out->link_s = atomic_load(&d->node->min_rtt) / 2;
     out->kind = (enum accel_kind)d->di.kind;
-    out->caps = (d->di.caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)) | ACCEL_CAP_REMOTE;
+    _Static_assert(PEER_CAP_DECODE_ARGMAX == ACCEL_CAP_DECODE_ARGMAX, "one caps bit");
+    out->caps = (d->di.caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT | ACCEL_CAP_DECODE_ARGMAX)) | ACCEL_CAP_REMOTE;
     out->max_batch = d->di.max_batch;
     /* the node's device as it described itself: the blocks its KV is cut in, and its decode
      * curve (bounded by peer_info_read), so that placement weighs it like a local device */
@@ -528,6 +529,49 @@ static int r_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_t 
     return st;
 }
 
+/* DECODE_ARGMAX (a node that offers it): the greedy tokens picked on the node, only the wanted
+ * rows' logits over the network (written to their rows; the others are left as they were). */
+static int r_decode_argmax_locked(rdev *d, int n, accel_seq *const *seqs, const int32_t *ids,
+                                  float *logits, const unsigned char *want, int32_t *argmax)
+{
+    if (!(d->di.caps & PEER_CAP_DECODE_ARGMAX)) return ACCEL_ERR_UNSUPPORTED; /* before anything */
+    if (n > PEER_MAX_BATCH) return ACCEL_ERR_INVALID;
+    uint32_t sid[PEER_MAX_BATCH];
+    int n_want = 0;
+    for (int i = 0; i < n; i++) {
+        if (((rseq *)seqs[i])->gen != d->gen) return ACCEL_ERR_INVALID; /* of a dead incarnation */
+        sid[i] = ((rseq *)seqs[i])->id;
+        n_want += !want || want[i];
+    }
+    uint8_t req[8 + 9 * PEER_MAX_BATCH];
+    size_t len = peer_decode_argmax_write(req, (uint32_t)d->index, n, sid, ids, want);
+    int vocab = d->base.m->cfg.vocab;
+    peer_header h;
+    const uint8_t *p, *l;
+    int32_t status;
+    uint32_t max = PEER_TOKENS_FIXED + 4u * (uint32_t)n + 4u * (uint32_t)n_want * (uint32_t)vocab;
+    if (call(d, PEER_DECODE_ARGMAX, req, len, NULL, 0, PEER_TOKENS, max, &h, &p) ||
+        peer_tokens_read(p, h.length, n, vocab, n_want, &status, argmax, &l))
+        return accel_dev_fail(&d->base);
+    if (status != 0) return ACCEL_IS_ERR(status) ? status : accel_dev_fail(&d->base);
+    for (int i = 0, j = 0; i < n; i++)
+        if (!want || want[i]) {
+            memcpy(logits + (size_t)i * vocab, l + sizeof(float) * (size_t)j * vocab, sizeof(float) * (size_t)vocab);
+            j++;
+        }
+    return ACCEL_OK;
+}
+
+static int r_decode_argmax(accel_dev *ad, int n, accel_seq *const *seqs, const int32_t *ids,
+                           float *logits, const unsigned char *want, int32_t *argmax)
+{
+    rdev *d = (rdev *)ad;
+    pthread_mutex_lock(&d->mu);
+    int st = r_decode_argmax_locked(d, n, seqs, ids, logits, want, argmax);
+    pthread_mutex_unlock(&d->mu);
+    return st;
+}
+
 static int r_kv_import_crc(accel_dev *ad, accel_seq *as, const proto_kv_layer *c, uint32_t crc)
 {
     rdev *d = (rdev *)ad;
@@ -588,6 +632,7 @@ static const struct accel_dev_i remote_i = {
     .warmup = r_warmup,
     .seq_truncate = r_seq_truncate,
     .kv_import_crc = r_kv_import_crc,
+    .decode_argmax = r_decode_argmax,
 };
 
 /* After the handshake: the node's worker address, and a second endpoint by it for the KV

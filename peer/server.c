@@ -206,6 +206,10 @@ static void fill_info(peer_server *s, peer_info *in)
         snprintf(d->name, sizeof d->name, "%s", ai.name);
         d->kind = ai.kind;
         d->caps = ai.caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT);
+        /* accel_decode_argmax holds on every device (the host picks where the device does
+         * not): a decoding device answers DECODE_ARGMAX */
+        _Static_assert(PEER_CAP_DECODE_ARGMAX == ACCEL_CAP_DECODE_ARGMAX, "one caps bit");
+        if (ai.caps & ACCEL_CAP_DECODE) d->caps |= PEER_CAP_DECODE_ARGMAX;
         d->health = ai.health;
         d->max_batch = ai.max_batch < 1 ? 1 : ai.max_batch > PEER_MAX_BATCH ? PEER_MAX_BATCH : ai.max_batch;
         d->mem_total = ai.mem_total;
@@ -399,6 +403,44 @@ static int on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
                           st ? 0 : need * sizeof(float), SEND_TIMEOUT_S);
 }
 
+/* DECODE_ARGMAX: the step with each row's greedy token picked here; only the wanted rows'
+ * logits go back (moved together, in row order, in the logits buffer). */
+static int on_decode_argmax(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
+{
+    static __thread uint32_t ids_seq[PEER_MAX_BATCH];
+    static __thread int32_t ids[PEER_MAX_BATCH], argmax[PEER_MAX_BATCH];
+    static __thread unsigned char want[PEER_MAX_BATCH];
+    static __thread uint8_t fixed[PEER_TOKENS_FIXED + 4 * PEER_MAX_BATCH];
+    accel_seq *seqs[PEER_MAX_BATCH];
+    uint32_t dev;
+    int k, n_want;
+    if (peer_decode_argmax_read(p, n, &dev, &k, ids_seq, ids, want, &n_want)) return PEER_ERR_PROTO;
+    int vocab = s->cfg.m->cfg.vocab, st = 0;
+    for (int i = 0; i < k && !st; i++) {
+        sseq *q = seq_get(sc, ids_seq[i], dev);
+        if (!q) st = ACCEL_ERR_INVALID;
+        else seqs[i] = q->s;
+    }
+    size_t need = (size_t)k * (size_t)vocab; /* accel_decode_argmax's room: every row */
+    if (!st && need > s->logits_cap) {
+        float *l = realloc(s->logits, need * sizeof *l);
+        if (!l) st = ACCEL_ERR_NOMEM;
+        else s->logits = l, s->logits_cap = need;
+    }
+    if (!st) st = accel_decode_argmax(s->devs[dev], k, seqs, ids, s->logits, want, argmax);
+    peer_tokens_write_fixed(fixed, st, k, vocab, n_want);
+    if (st) return peer_conn_send(sc->c, PEER_TOKENS, fixed, PEER_TOKENS_FIXED, NULL, 0, SEND_TIMEOUT_S);
+    for (int i = 0; i < k; i++) peer_wr32(fixed + PEER_TOKENS_FIXED + 4 * i, (uint32_t)argmax[i]);
+    int j = 0;
+    for (int i = 0; i < k; i++)
+        if (want[i]) {
+            if (j != i) memmove(s->logits + (size_t)j * vocab, s->logits + (size_t)i * vocab, sizeof(float) * (size_t)vocab);
+            j++;
+        }
+    return peer_conn_send(sc->c, PEER_TOKENS, fixed, PEER_TOKENS_FIXED + 4 * (size_t)k, s->logits,
+                          (size_t)n_want * (size_t)vocab * sizeof(float), SEND_TIMEOUT_S);
+}
+
 static int on_ready(peer_server *s, sconn *sc, const peer_header *h, const uint8_t *p)
 {
     peer_words w;
@@ -441,6 +483,7 @@ static int on_ready(peer_server *s, sconn *sc, const peer_header *h, const uint8
     case PEER_ADDR_REQ: return on_addr_req(sc, h->length);
     case PEER_KV_TAG: return on_kv_tag(s, sc, p, h->length);
     case PEER_DECODE: return on_decode(s, sc, p, h->length);
+    case PEER_DECODE_ARGMAX: return on_decode_argmax(s, sc, p, h->length);
     }
     return PEER_ERR_PROTO;
 }

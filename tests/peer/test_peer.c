@@ -156,6 +156,37 @@ TEST(peer_msg_bounds)
     peer_wr32(d + 4, 0);
     CHECK_EQ(peer_decode_read(d, 8, &dev, &k, seqs, ids), PEER_ERR_PROTO);
 
+    /* DECODE_ARGMAX and its TOKENS answer: the rows wanted back, each token in the vocabulary */
+    uint8_t da[8 + 9 * 2];
+    unsigned char want[PEER_MAX_BATCH], w2[2] = {0, 1};
+    int n_want;
+    n = peer_decode_argmax_write(da, 3, 2, s2, i2, w2);
+    CHECK_EQ(n, sizeof da);
+    CHECK_EQ(peer_decode_argmax_read(da, n, &dev, &k, seqs, ids, want, &n_want), PEER_OK);
+    CHECK(dev == 3 && k == 2 && ids[0] == 5 && seqs[1] == 2 && want[0] == 0 && want[1] == 1 && n_want == 1);
+    CHECK_EQ(peer_decode_argmax_read(da, n - 1, &dev, &k, seqs, ids, want, &n_want), PEER_ERR_PROTO);
+    da[n - 1] = 2; /* a want byte other than 0 or 1 */
+    CHECK_EQ(peer_decode_argmax_read(da, n, &dev, &k, seqs, ids, want, &n_want), PEER_ERR_PROTO);
+    n = peer_decode_argmax_write(da, 3, 2, s2, i2, NULL); /* NULL: every row */
+    CHECK_EQ(peer_decode_argmax_read(da, n, &dev, &k, seqs, ids, want, &n_want), PEER_OK);
+    CHECK_EQ(n_want, 2);
+    uint8_t tk[PEER_TOKENS_FIXED + 4 * 2 + 4 * 4];
+    int32_t am[2], tst;
+    const uint8_t *tl;
+    peer_tokens_write_fixed(tk, 0, 2, 4, 1);
+    peer_wr32(tk + PEER_TOKENS_FIXED, 3);
+    peer_wr32(tk + PEER_TOKENS_FIXED + 4, (uint32_t)-1); /* no finite logit */
+    CHECK_EQ(peer_tokens_read(tk, sizeof tk, 2, 4, 1, &tst, am, &tl), PEER_OK);
+    CHECK(tst == 0 && am[0] == 3 && am[1] == -1 && tl == tk + PEER_TOKENS_FIXED + 8);
+    CHECK_EQ(peer_tokens_read(tk, sizeof tk, 2, 4, 2, &tst, am, &tl), PEER_ERR_PROTO); /* n_want */
+    CHECK_EQ(peer_tokens_read(tk, sizeof tk - 4, 2, 4, 1, &tst, am, &tl), PEER_ERR_PROTO);
+    peer_wr32(tk + PEER_TOKENS_FIXED, 4); /* past the vocabulary */
+    CHECK_EQ(peer_tokens_read(tk, sizeof tk, 2, 4, 1, &tst, am, &tl), PEER_ERR_PROTO);
+    peer_tokens_write_fixed(tk, ACCEL_ERR_NOMEM, 2, 4, 1);
+    CHECK_EQ(peer_tokens_read(tk, PEER_TOKENS_FIXED, 2, 4, 1, &tst, am, &tl), PEER_OK);
+    CHECK_EQ(tst, ACCEL_ERR_NOMEM);
+    CHECK_EQ(peer_tokens_read(tk, sizeof tk, 2, 4, 1, &tst, am, &tl), PEER_ERR_PROTO); /* a failure has no body */
+
     /* a worker address and a tagged chunk's announcement */
     static uint8_t ab[PEER_ADDR_FIXED + PEER_ADDR_MAX + 1];
     const uint8_t *ap;
@@ -347,6 +378,81 @@ TEST(peer_remote_decodes_like_the_device)
 
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     free(lg);
+    accel_seq_free(pf, ps);
+    accel_free(pf);
+    two_stop(&t);
+}
+
+/* A node's device answers DECODE_ARGMAX (caps PEER_CAP_DECODE_ARGMAX): through the remote backend,
+ * accel_decode_argmax gives each row's greedy token as the lent device's own logits do, the
+ * rows wanted back bit for bit, and the rows not wanted never written (they did not cross the
+ * network); want NULL brings every row. Two sequences in one step, a few steps. */
+TEST(peer_remote_argmax_ships_tokens)
+{
+    unsetenv("TANDEM_PEER_FAULT");
+    two t;
+    if (two_start(&t, "cpu")) return;
+    char err[256];
+    accel_opts o = {.threads = 2};
+    accel_dev *pf = devices_open("cpu", t.m, &o, err, sizeof err);
+    REQUIRE(pf);
+    const int vocab = t.m->cfg.vocab, n = 8, steps = 4;
+    int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
+    kvcopy kv = {0};
+    accel_seq *ps;
+    REQUIRE(accel_seq_new(pf, n, &ps) == 0);
+    float *lg = malloc(sizeof(float) * 2 * (size_t)vocab), *ref = malloc(sizeof(float) * 2 * (size_t)vocab);
+    accel_kv_sink sink = {keep_layer, &kv};
+    accel_prefill_req pr = {.seq = ps, .ids = ids, .n = n, .logits = lg, .kv = &sink};
+    REQUIRE(accel_prefill(pf, &pr) == 0);
+    int32_t first = t_argmax(lg, vocab);
+
+    peer_node *node;
+    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
+    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
+    CHECK_MSG(rd, "%s", err);
+    REQUIRE(rd);
+    accel_info info;
+    accel_get_info(rd, &info);
+    CHECK(info.caps & ACCEL_CAP_DECODE_ARGMAX);
+    CHECK_EQ(accel_warmup(rd), 0);
+    /* the same two sequences on the lent device driven here (reference) and over the network */
+    accel_seq *ls[2], *rs[2];
+    for (int j = 0; j < 2; j++) {
+        REQUIRE(accel_seq_new(t.lent, n + steps + 2, &ls[j]) == 0);
+        REQUIRE(accel_seq_new(rd, n + steps + 2, &rs[j]) == 0);
+        for (int i = 0; i < kv.n; i++) {
+            CHECK_EQ(accel_kv_import_crc(t.lent, ls[j], &kv.l[i], kv.crc[i]), 0);
+            CHECK_EQ(accel_kv_import_crc(rd, rs[j], &kv.l[i], kv.crc[i]), 0);
+        }
+    }
+    int32_t tok[2] = {first, 300}, am[2];
+    for (int step = 0; step < steps; step++) {
+        CHECK_EQ(accel_decode(t.lent, 2, ls, tok, ref), 0);
+        for (size_t i = 0; i < 2 * (size_t)vocab; i++) lg[i] = -7.25f; /* what no row holds */
+        unsigned char want[2] = {0, 1};
+        int all = step == steps - 1; /* the last step: want NULL, every row back */
+        am[0] = am[1] = -2;
+        CHECK_EQ(accel_decode_argmax(rd, 2, rs, tok, lg, all ? NULL : want, am), 0);
+        for (int j = 0; j < 2; j++) {
+            CHECK_EQ(am[j], t_argmax(ref + (size_t)j * vocab, vocab));
+            int same = !memcmp(lg + (size_t)j * vocab, ref + (size_t)j * vocab, sizeof(float) * (size_t)vocab);
+            int untouched = 1;
+            for (int i = 0; i < vocab; i++) untouched &= lg[(size_t)j * vocab + i] == -7.25f;
+            CHECK_MSG(all || j == 1 ? same : untouched, "step %d row %d: same %d untouched %d", step, j, same, untouched);
+        }
+        tok[0] = am[0], tok[1] = am[1];
+    }
+    for (int j = 0; j < 2; j++) {
+        CHECK_EQ(accel_seq_len(rd, rs[j]), n + steps);
+        accel_seq_free(rd, rs[j]);
+        accel_seq_free(t.lent, ls[j]);
+    }
+    accel_free(rd);
+    peer_node_free(node);
+    for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
+    free(lg);
+    free(ref);
     accel_seq_free(pf, ps);
     accel_free(pf);
     two_stop(&t);

@@ -2,13 +2,14 @@
  * (peer/msg.c): every message another daemon sends goes through one of them before anything
  * is allocated or used.
  *
- * Input: byte 0 picks the parser (mod 12), the rest is the bytes as they came off the wire:
+ * Input: byte 0 picks the parser (mod 14), the rest is the bytes as they came off the wire:
  *   0 a frame header, bounded as before authentication     5 SEQ_NEW/FREE/TRUNCATE words
  *   1 a frame header, bounded as after it                  6 KV (the fixed part)
  *   2 HELLO                                                7 DECODE
  *   3 CHALLENGE                                            8 LOGITS (n, vocab from bytes 1-2)
  *   4 WELCOME / INFO (the device list)                     9 REFUSE's reason
  *  10 ADDR (a worker address)                             11 KV_TAG (a tagged chunk's announcement)
+ *  12 DECODE_ARGMAX                                       13 TOKENS (n, vocab, n_want from bytes 1-3)
  * What a parser accepts is checked against its promises: counts within bounds, names
  * terminated and valid, views inside the input; and written back, it parses to the same. */
 #include "peer/msg.h"
@@ -29,7 +30,7 @@ static unsigned sink;
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
-    int which = data[0] % 12;
+    int which = data[0] % 14;
     const uint8_t *p = data + 1;
     size_t n = size - 1;
     /* a copy of exactly n bytes, so that ASan sees any read past the end */
@@ -158,6 +159,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             uint8_t out[PEER_KV_TAG_BYTES];
             peer_kv_tag_write(out, &k, len, serial);
             CHECK(memcmp(out, b, n) == 0);
+        }
+        break;
+    }
+    case 12: {
+        static uint32_t seqs[PEER_MAX_BATCH];
+        static int32_t ids[PEER_MAX_BATCH];
+        static unsigned char want[PEER_MAX_BATCH];
+        uint32_t dev;
+        int k, nw;
+        if (peer_decode_argmax_read(b, n, &dev, &k, seqs, ids, want, &nw) == PEER_OK) {
+            CHECK(k >= 1 && k <= PEER_MAX_BATCH && n == peer_decode_argmax_bytes(k));
+            int count = 0;
+            for (int i = 0; i < k; i++) {
+                CHECK(want[i] <= 1);
+                count += want[i];
+            }
+            CHECK(count == nw);
+            uint8_t *out = malloc(n);
+            if (out) {
+                CHECK(peer_decode_argmax_write(out, dev, k, seqs, ids, want) == n && memcmp(out, b, n) == 0);
+                free(out);
+            }
+        }
+        break;
+    }
+    case 13: {
+        if (n < 3) break;
+        int k = 1 + b[0] % 8, vocab = 1 + b[1], nw = b[2] % (k + 1);
+        int32_t st, am[8];
+        const uint8_t *l;
+        if (peer_tokens_read(b + 3, n - 3, k, vocab, nw, &st, am, &l) == PEER_OK && st == 0) {
+            CHECK(l == b + 3 + PEER_TOKENS_FIXED + 4 * (size_t)k);
+            CHECK(n - 3 == PEER_TOKENS_FIXED + 4 * (size_t)k + 4 * (size_t)nw * (size_t)vocab);
+            for (int i = 0; i < k; i++) CHECK(am[i] >= -1 && am[i] < vocab);
+            if (nw) sink += l[4 * (size_t)nw * (size_t)vocab - 1];
         }
         break;
     }
