@@ -215,8 +215,9 @@ typedef struct sched_dev {
     atomic_uint_least64_t forks;          /* choices that shared another's prefill */
     atomic_int_least64_t progress_ns;
     atomic_int_least64_t prefill_share_ppm; /* sched_share_value(&share) x 1e6, for the book */
-    /* cost[0]'s a, b, e (the dense prefill call) for the book's prefill_fit: the doubles' bits,
-     * written by the worker under a sequence count (odd while it writes; sched_prefill_fit_*) */
+    /* the a, b, e of the cost model of the chunk kind this device ran last (dense, or a sparse
+     * method's) for the book's prefill_fit: the doubles' bits, written by the worker under a
+     * sequence count (odd while it writes; sched_prefill_fit_*) */
     atomic_uint_least64_t prefill_fit_bits[3];
     atomic_uint prefill_fit_seq;
     atomic_int in_step;
@@ -286,8 +287,9 @@ void sched_req_free(sched_req *r);
 void sched_on_async(uv_async_t *a);
 /* The book's health column from the devices (backend health, warm-up, the scheduler's mark). */
 void sched_book_refresh(sched *s);
-/* The worker publishes its dense cost fit (cost[0]); any thread reads a consistent copy. */
-void sched_prefill_fit_publish(sched_dev *d);
+/* The worker publishes cost[kind]'s fit (the kind it just ran); any thread reads a consistent
+ * copy. */
+void sched_prefill_fit_publish(sched_dev *d, int kind);
 void sched_prefill_fit_read(sched_dev *d, double out[3]);
 /* With the config's ttft_target_ms, moves the prompt the policy prefills next to the head of d's
  * queue (sched_policy_next_prefill; `now` in sched_now's seconds). Worker only. */

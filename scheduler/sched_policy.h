@@ -73,9 +73,10 @@
  *                d. with a TTFT target (opts.ttft_slo_s), a long prompt's decode goes to a card
  *                   with a slot: when the request's prompt takes the fallback device longer than
  *                   the chunk budget and longer than SCHED_LONG_PROMPT_SLO_SHARE of the target
- *                   (P = sched_policy_prefill_s: the prompt as one dense call on the fallback
- *                   device's learned cost model, sched_cost, with its fixed part and its
- *                   attention over the prompt's depth), and other requests are
+ *                   (P = sched_policy_prefill_s: the prompt as one call on the fallback
+ *                   device's learned cost model, sched_cost, of the kind it ran last — dense,
+ *                   or its sparse method's — with its fixed part and its attention over the
+ *                   prompt's depth), and other requests are
  *                   in the system — prompts queued on any device, others_waiting, or sequences
  *                   running anywhere (each brings a prompt now or when it ends) — its gain
  *                   counts 0. A request alone in the node keeps rules a and b: nothing waits
@@ -139,8 +140,10 @@ typedef struct sched_policy_dev {
      * the remote backend's measured link (accel_info.link_bps, link_s); the simulator: --net
      * and its NIC's backlog */
     double ship_bps, ship_s;
-    double prefill_fit[3];    /* its dense prefill call's learned cost, the a, b, e of sched_cost
-                                 (sched_policy_prefill_s; 0 0 0: not measured yet) */
+    double prefill_fit[3];    /* its prefill call's learned cost, the a, b, e of sched_cost, for
+                                 the kind of call it ran last (dense, or its sparse method's:
+                                 how it prefills lately; sched_policy_prefill_s; 0 0 0: not
+                                 measured yet) */
     /* the slower KV tier of a sparse-decoded sequence (accel_info.offload_bytes ...; 0: none) */
     uint64_t offload_bytes, resident_per_token, resident_per_block;
     int resident_default_blocks;
@@ -308,8 +311,9 @@ int sched_policy_next_prefill(const sched_prefill_job *q, int n, double ttft_tar
  *
  * One model per kind of chunk (the worker: dense, and each sparse method: their per-token and
  * per-key costs differ by an order of magnitude — XAttention's index and block-sparse attention
- * at 128K depth cost ~95 ms per 128-token block, a dense token far less). The dense model also
- * prices a whole prompt for the placement's rule d (sched_policy_dev.prefill_fit). */
+ * at 128K depth cost ~95 ms per 128-token block, a dense token far less). The model of the kind
+ * a device ran last also prices a whole prompt for the placement's rule d
+ * (sched_policy_dev.prefill_fit). */
 #define SCHED_COST_WINDOW 48
 typedef struct sched_cost {
     float c[SCHED_COST_WINDOW], p[SCHED_COST_WINDOW], t[SCHED_COST_WINDOW]; /* a ring */
@@ -320,7 +324,7 @@ typedef struct sched_cost {
 void sched_cost_observe(sched_cost *m, int tokens, int pos, double seconds);
 /* Predicted seconds of a call of `tokens` at `pos`; 0 before any observation. */
 double sched_cost_predict(const sched_cost *m, int tokens, int pos);
-/* Rule d's prompt time on d: its n_prompt tokens as one dense call from position 0 on d's
+/* Rule d's prompt time on d: its n_prompt tokens as one call from position 0 on d's
  * prefill_fit, a + b n + e n^2 / 2; 0 before d's cost is measured. */
 double sched_policy_prefill_s(const sched_policy_dev *d, int n_prompt);
 

@@ -360,7 +360,7 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
     } else {
     }
     sched_cost_observe(&d->cost[kind], k, c->pf_done, dt);
-    if (kind == 0) sched_prefill_fit_publish(d); /* the placement's rule d: dense work only */
+    sched_prefill_fit_publish(d, kind); /* the placement's rule d: the kind it ran last */
     if (last && r->has_sparse) { /* a choice prefilled dense counts as density 1 in the mean */
         r->density_sum += c->sp_causal ? (double)c->sp_blocks / (double)c->sp_causal : 1.0;
         r->density_n++;
@@ -401,9 +401,10 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
 
 /* A sequence count around the three values (one writer: the device's worker): a reader that
  * sees the count odd, or changed across its reads, reads again. */
-void sched_prefill_fit_publish(sched_dev *d)
+void sched_prefill_fit_publish(sched_dev *d, int kind)
 {
-    const double v[3] = {d->cost[0].a, d->cost[0].b, d->cost[0].e};
+    const sched_cost *m = &d->cost[kind >= 0 && kind < SCHED_COST_KINDS ? kind : 0];
+    const double v[3] = {m->a, m->b, m->e};
     unsigned q = atomic_load_explicit(&d->prefill_fit_seq, memory_order_relaxed);
     atomic_store_explicit(&d->prefill_fit_seq, q + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);

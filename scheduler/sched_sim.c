@@ -36,6 +36,7 @@ typedef struct sim_dev {
     int busy;                   /* an iteration is in flight (or being priced) */
     sched_cost cost[2];         /* the chunk cost the policy learns: dense, sparse (a device has
                                    one sparse method; prompts too short for it price dense) */
+    int cost_last;              /* the kind of its last chunk (the book's prefill_fit) */
     sched_share share;          /* the share of its time spent prefilling (the policy's) */
     double share_next;          /* its value at the end of the iteration in flight */
     double link_free;           /* card: when its import lane is free */
@@ -335,6 +336,7 @@ static void iterate(sched_sim *s, int di)
         double ct = sched_sim_prefill_chunk_s(m, k, r->pf_done, r->pub->n_prompt);
         if (r->split) ship(s, d, r, k, t + dt, ct);
         sched_cost_observe(cost, k, r->pf_done, ct);
+        d->cost_last = (int)(cost - d->cost);
         dt += ct;
         spent += ct;
         d->st.prefill_s += ct;
@@ -377,11 +379,12 @@ static void apply_pending(sched_sim *s, sim_dev *d)
     int n = d->n_pend;
     d->n_pend = 0;
     s->book.dev[d - s->dev].prefill_share = d->share_next;
-    /* the placement's rule d prices a prompt on the dense cost model (the daemon's book) */
+    /* the placement's rule d prices a prompt on the cost model of the kind the device ran last
+     * (the daemon's book) */
     double *fit = s->book.dev[d - s->dev].prefill_fit;
-    fit[0] = d->cost[0].a;
-    fit[1] = d->cost[0].b;
-    fit[2] = d->cost[0].e;
+    fit[0] = d->cost[d->cost_last].a;
+    fit[1] = d->cost[d->cost_last].b;
+    fit[2] = d->cost[d->cost_last].e;
     for (int i = 0; i < n; i++) {
         sim_req *r = d->pend[i].r;
         if (r->pub->state != SCHED_SIM_RUNNING) continue; /* cancelled meanwhile */

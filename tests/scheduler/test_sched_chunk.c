@@ -140,8 +140,9 @@ TEST(sched_policy_chunk_fits_the_budget)
     }
 }
 
-/* The worker publishes cost[0]'s a, b, e for the book (rule d's prompt time): nothing before its
- * first dense call, then its fit exactly, and each refit. */
+/* The worker publishes the a, b, e of the kind of chunk it ran for the book (rule d's prompt
+ * time): nothing before its first call, then that fit exactly, each refit, the other kind's when
+ * it runs that. */
 TEST(sched_prefill_fit_published)
 {
     static sched_dev d;
@@ -151,13 +152,23 @@ TEST(sched_prefill_fit_published)
     for (int i = 0; i < 12; i++) {
         int c = 64 << (i % 4), p = 2048 * (i % 5);
         sched_cost_observe(&d.cost[0], c, p, truth(c, p));
-        sched_prefill_fit_publish(&d);
+        sched_prefill_fit_publish(&d, 0);
         sched_prefill_fit_read(&d, v);
         CHECK(v[0] == d.cost[0].a && v[1] == d.cost[0].b && v[2] == d.cost[0].e);
     }
     CHECK_NEAR(v[0], A, A * 0.01);
     CHECK_NEAR(v[1], B, B * 0.01);
     CHECK_NEAR(v[2], E, E * 0.01);
+    /* a sparse method's chunks next: their model is what the book gets, the dense one again
+     * after a dense chunk */
+    sched_cost_observe(&d.cost[1], 128, 0, 0.05);
+    sched_prefill_fit_publish(&d, 1);
+    sched_prefill_fit_read(&d, v);
+    CHECK(v[0] == d.cost[1].a && v[1] == d.cost[1].b && v[2] == d.cost[1].e);
+    CHECK(v[0] != d.cost[0].a);
+    sched_prefill_fit_publish(&d, 0);
+    sched_prefill_fit_read(&d, v);
+    CHECK(v[0] == d.cost[0].a && v[1] == d.cost[0].b && v[2] == d.cost[0].e);
 }
 
 /* The worker's queue with a TTFT target (sched_prefill_order): the job the policy picks moves
