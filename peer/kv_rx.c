@@ -5,6 +5,7 @@
  * ring (RES_CAP) until the node's thread takes them: it takes them before it asks for the next
  * buffer, so at most a few are ever there. */
 #include "peer/kv_rx.h"
+#include "peer/link.h"
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -118,8 +119,7 @@ uint8_t *peer_kv_rx_buffer(peer_kv_rx *rx, size_t n)
     kv_slot *s = &rx->slot[rx->fill]; /* not the kv_rx thread's until pushed */
     if (n > s->cap) {
         free(s->buf); /* its bytes are not needed: grown without a copy */
-        s->buf = malloc(n);
-        s->cap = s->buf ? n : 0;
+        s->buf = peer_bulk_alloc(n, &s->cap);
     }
     return s->buf;
 }

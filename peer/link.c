@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 #include <arpa/inet.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
@@ -49,6 +50,23 @@ double peer_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void *peer_bulk_alloc(size_t n, size_t *cap)
+{
+    const size_t huge = (size_t)2 << 20;
+    *cap = 0;
+    if (n < huge / 2 || n > SIZE_MAX - huge) {
+        void *p = malloc(n ? n : 1);
+        if (p) *cap = n;
+        return p;
+    }
+    size_t c = (n + huge - 1) & ~(huge - 1);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, c)) return NULL;
+    (void)madvise(p, c, MADV_HUGEPAGE); /* a hint: without THP the pages are ordinary */
+    *cap = c;
+    return p;
 }
 
 /* ---------------------------------------------------------------- one UCX context per process */
@@ -308,6 +326,8 @@ static int wait_req(peer_conn *c, ucs_status_ptr_t r, double end)
     return PEER_OK;
 }
 
+#define PEER_SMALL_FRAME 256
+
 static void send_done(void *req, ucs_status_t status, void *user)
 {
     (void)req;
@@ -320,11 +340,20 @@ int peer_conn_send(peer_conn *c, int type, const void *a, size_t na, const void 
 {
     if (atomic_load(&c->dead)) return PEER_ERR_IO;
     if (na + nb > PEER_MAX_PAYLOAD) return PEER_ERR_PROTO;
-    uint8_t hdr[PEER_HEADER_BYTES];
+    /* a small frame (announcements, answers, heartbeats) goes as one send, header and payload
+     * copied together: one transport message instead of up to three */
+    uint8_t hdr[PEER_HEADER_BYTES + PEER_SMALL_FRAME];
     peer_header_write(hdr, type, (uint32_t)(na + nb));
+    size_t nh = PEER_HEADER_BYTES;
+    if (na + nb <= PEER_SMALL_FRAME) {
+        if (na) memcpy(hdr + nh, a, na);
+        if (nb) memcpy(hdr + nh + na, b, nb);
+        nh += na + nb;
+        na = nb = 0;
+    }
     double end = peer_now() + timeout_s;
     const void *parts[3] = {hdr, a, b};
-    size_t lens[3] = {sizeof hdr, na, nb};
+    size_t lens[3] = {nh, na, nb};
     ucs_status_ptr_t reqs[3] = {NULL, NULL, NULL};
     ucp_request_param_t p = {0};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;

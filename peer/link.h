@@ -114,6 +114,14 @@ peer_conn *peer_listener_accept(peer_listener *l);
 /* Wakes the listener's thread out of a wait on its worker (any thread: ucp_worker_signal). */
 void peer_listener_signal(peer_listener *l);
 
+/* Memory for a bulk transfer's bytes (a KV chunk sent or received as a tagged message), kept
+ * and reused across chunks. From 1 MiB up it is rounded up to whole 2 MiB pages, aligned to
+ * them and asked to be backed by transparent huge pages (madvise MADV_HUGEPAGE; the kernel's
+ * THP setting decides), so that a zero-copy rendezvous (CMA's process_vm_readv, an RDMA
+ * registration) walks and pins one page table entry per 2 MiB instead of 512. *cap: the bytes
+ * usable (>= n). NULL when out of memory. Freed with free(). */
+void *peer_bulk_alloc(size_t n, size_t *cap);
+
 /* Seconds on a monotonic clock. */
 double peer_now(void);
 

@@ -74,6 +74,8 @@ typedef struct rdev {
     kv_flight fl[PEER_KV_WINDOW]; /* a ring of chunks in flight, oldest at fl_head */
     int fl_head, fl_n;
     size_t fl_bytes;
+    size_t fl_kept;          /* the ring's buffers' capacities, summed (KV_KEEP_BYTES bounds what
+                                stays allocated between chunks) */
     double t_retired;        /* when the last chunk was answered (peer_now) */
     double link_bps;         /* the link as the KV sees it (desc_mu; 0: not measured yet) */
 } rdev;

@@ -210,10 +210,12 @@ int main(int argc, char **argv)
            tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
            peer_conn_transport(c), window, layers);
-    /* one buffer per chunk in flight, as the remote backend serializes each into its own */
+    /* one buffer per chunk in flight, as the remote backend serializes each into its own
+     * (peer_bulk_alloc, as the backend's) */
     uint8_t *bufs[PEER_KV_WINDOW];
     for (int i = 0; i < PEER_KV_WINDOW; i++) {
-        bufs[i] = malloc(64 << 20);
+        size_t cap;
+        bufs[i] = peer_bulk_alloc(64 << 20, &cap);
         if (!bufs[i]) return 1;
         memset(bufs[i], 0x5a, 64 << 20);
     }

@@ -741,3 +741,25 @@ TEST(peer_kv_rx_pipeline_in_order)
     }
     peer_kv_rx_free(rx);
 }
+
+/* peer_bulk_alloc: at least what was asked; from 1 MiB up whole 2 MiB pages, aligned to them
+ * (what a huge page needs); below, a plain allocation of exactly n. Every byte writable. */
+TEST(peer_bulk_alloc_sizes)
+{
+    const size_t sizes[] = {1, 4096, (1u << 20) - 1, 1u << 20, (8u << 20) + 131136, 64u << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t cap = 0, n = sizes[i];
+        uint8_t *p = peer_bulk_alloc(n, &cap);
+        CHECK_MSG(p && cap >= n, "n %zu cap %zu", n, cap);
+        if (!p) continue;
+        if (n >= (1u << 20)) {
+            CHECK_MSG(((uintptr_t)p & ((2u << 20) - 1)) == 0 && cap % (2u << 20) == 0 && cap - n < (2u << 20),
+                      "n %zu: %p cap %zu", n, (void *)p, cap);
+        } else {
+            CHECK_EQ(cap, n);
+        }
+        memset(p, 0xa5, cap);
+        CHECK(p[cap - 1] == 0xa5);
+        free(p);
+    }
+}
