@@ -29,6 +29,21 @@ check simulate_bad_workload sh -c "[ $rc = 2 ] && grep -q 'PROMPT.*:OUTPUT' $T/o
 "$TANDEM" simulate --node h200-tandem+7xu280-batch --model llama3-8b --workload 128-512:64 --clients 16 \
     --requests 64 --gpu-batch 256 --slo-tbt-ms 50 --slo-ttft-ms 2000 --placement cards-first >"$T/out" 2>&1
 check simulate_energy_slo sh -c "grep -q '\[128-512, 64\]' $T/out && grep -q 'energy: 2275 W rated, [0-9.]* tok/J' $T/out && grep -q 'SLO TTFT <= 2000 ms, TBT <= 50 ms: [0-9]* of 64 finished' $T/out && grep -q 'placement cards-first' $T/out && grep -q 'decodes: 64 on cards' $T/out"
+# goodput, tok/J and tok/s per $1000 against the run's own figures: with no bound that binds,
+# every request meets the SLO and goodput is the steady throughput; with a 1 ms TTFT none does;
+# tok/J is the steady tokens/s over the rated watts, tok/s per $1000 over the price
+W="--node h200-tandem+7xu280-batch --model llama3-8b --workload 128-512:64 --clients 16 --requests 64 --gpu-batch 256 --placement cards-first"
+"$TANDEM" simulate $W --slo-tbt-ms 1e7 --slo-ttft-ms 1e7 >"$T/loose" 2>&1
+"$TANDEM" simulate $W --slo-tbt-ms 50 --slo-ttft-ms 1 >"$T/tight" 2>&1
+sums_ok() {
+    awk '/throughput .* tok\/s steady/ { tps = $2 } /goodput/ { g = $(NF - 2) }
+         /^  cost: / { gsub(/[$,]/, "", $2); cost = $2; per = $3 }
+         /^  energy: / { w = $2; tpj = $5 }
+         END { ok = tps > 0 && g == tps && sprintf("%.3f", tps / w) == tpj && sprintf("%.2f", tps / (cost / 1000)) == per
+               exit !ok }' "$T/loose"
+}
+check simulate_goodput_bounds sh -c "grep -q ': 64 of 64 finished requests (100%)' $T/loose && grep -q ': 0 of 64 finished requests (0%), goodput 0.0 tok/s' $T/tight"
+check simulate_goodput_energy_cost_sums sums_ok
 # weighing the batch curves (the default): short prompts leave the GPU free, so it decodes them
 # itself; long prompts keep it prefilling, so the cards take (nearly) every decode
 "$TANDEM" simulate --node h200-tandem+7xu280-batch --model llama3-8b --workload 128-512:64 --clients 16 \
