@@ -127,6 +127,17 @@ struct pass {
                    * row) or 0; the last layer's K/V are written for every row either way */
 };
 
+/* A decode step's pass over n sequences: every row kept, no prefill sequence, export or cancel. */
+static pass decode_pass(int n, int cluster, int tls)
+{
+    pass p = {};
+    p.T = n;
+    p.cluster = cluster;
+    p.tls = tls;
+    p.keep = n;
+    return p;
+}
+
 static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
 {
     /* the chain trace covers single-token decode passes (their lm_head included) */
@@ -723,16 +734,7 @@ static cudaGraphExec_t decode_graph(gpu_engine *e, int n, int cluster, int tls, 
         e->graphs_off = 1;
         return NULL;
     }
-    pass p;
-    p.T = n;
-    p.kv = NULL;
-    p.pos0 = 0;
-    p.xr = NULL;
-    p.cancel = NULL;
-    p.cluster = cluster;
-    p.tls = tls;
-    p.keep = n;
-    int st = run_layers(e, p, md);
+    int st = run_layers(e, decode_pass(n, cluster, tls), md);
     if (!st) st = logits_compute(e, e->x, 0, n, norm_only);
     if (!st) st = gpu_chain_stamp(e, 1);
     cudaError_t ce = cudaStreamEndCapture(e->compute, &g);
@@ -859,16 +861,7 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
             GPU_CHECK(cudaGraphLaunch(g, e->compute));
             if (chunks > 1) st = logits_overlapped(e, n, chunks, NULL);
         } else {
-            pass p;
-            p.T = n;
-            p.kv = NULL;
-            p.pos0 = 0;
-            p.xr = NULL;
-            p.cancel = NULL;
-            p.cluster = cluster;
-            p.tls = tls;
-            p.keep = n;
-            st = run_layers(e, p, md);
+            st = run_layers(e, decode_pass(n, cluster, tls), md);
             if (!st) st = logits_compute(e, e->x, 0, n); /* n <= GPU_MAX_BATCH = GPU_LOGIT_ROWS */
             prof_mark(e, P_LOGITS);
             if (!st) st = gpu_chain_stamp(e, 1);
@@ -883,16 +876,7 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
         GPU_CHECK(cudaMemcpyAsync(dst, e->logits, lbytes, cudaMemcpyDeviceToHost, e->compute));
         if (timed) GPU_CHECK(cudaEventRecord(e->tev[2], e->compute));
     } else {
-        pass p;
-        p.T = n;
-        p.kv = NULL;
-        p.pos0 = 0;
-        p.xr = NULL;
-        p.cancel = NULL;
-        p.cluster = cluster;
-        p.tls = tls;
-        p.keep = n;
-        st = run_layers(e, p, md);
+        st = run_layers(e, decode_pass(n, cluster, tls), md);
         if (!st) st = logits_rows(e, e->x, 0, n, logits);
         if (!st) st = gpu_chain_stamp(e, 1);
     }
