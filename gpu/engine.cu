@@ -276,6 +276,10 @@ static int open_device(gpu_engine *e, uint64_t mem_limit, char *err, size_t errl
         snprintf(err, errlen, "cuda:%d: lab set-up failed", e->index);
         return st;
     }
+    if ((st = gpu_gemm_tune_open(e))) {
+        snprintf(err, errlen, "cuda:%d: GEMM tuning failed: %s", e->index, accel_strerror(st));
+        return st;
+    }
 
     /* KV budget: what is free now, less a margin */
     GPU_CHECK(cudaDeviceSynchronize());
@@ -344,6 +348,7 @@ void gpu_engine_free(gpu_engine *e)
     for (int n = 0; e->dec_graph && n < 3 * (GPU_MAX_BATCH + 1); n++)
         if (e->dec_graph[n]) cudaGraphExecDestroy(e->dec_graph[n]);
     free(e->dec_graph);
+    gpu_gemm_tune_free(e);
     gpu_kv_loads_free(e);
     gpu_weights_free(e);
     gpu_tls_close(e);

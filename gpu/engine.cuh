@@ -307,6 +307,7 @@ struct gpu_engine {
     cublasHandle_t blas;
     void *blas_ws;
     size_t blas_ws_bytes;
+    struct gpu_gemm_picks *gt; /* the decode batches' cuBLASLt picks (gemm_tune.cu); NULL: off */
 
     /* weights */
     gpu_layer_w *layers; /* host array of device pointers */
@@ -384,6 +385,18 @@ int gpu_gemm(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, voi
 /* gemm.cu: out (T rows of ldc floats, columns 0..N-1) = x · W^T, float32, by cuBLAS (a column
  * range of the lm_head: forward.cu logits_overlapped). */
 int gpu_gemm_cols(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, float *out, int ldc);
+/* gemm_tune.cu (gemm_tune=1): at open, after the workspace, time cuBLASLt's heuristic candidates
+ * for the decode batches' projections; freed with the engine. gpu_gemm_tuned runs one call on
+ * its pick: 0 done (or a negative status), 1 not tuned (the caller runs the default). */
+int gpu_gemm_tune_open(gpu_engine *e);
+void gpu_gemm_tune_free(gpu_engine *e);
+int gpu_gemm_tuned(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
+                   int out_f32, float beta, int ldc);
+/* For the tests: heuristic candidate `cand` of this shape (as gpu_gemm_tuned asks for them) run
+ * once on the null stream, synchronized; *n_cands their number, *splitk its split of K. */
+int gpu_gemm_lt_candidate(int T, int N, int K, int ldc, int out_f32, float beta, const h16 *W,
+                          const h16 *x, void *out, void *ws, size_t ws_bytes, int cand, int *n_cands,
+                          int *splitk);
 /* The o projection's l2pf in the decode chain of short rows: whole rows (gpu_l2_prefetch_end caps
  * it at the row). */
 #define GPU_L2PF_O 65536

@@ -5,6 +5,8 @@
  * op_T(W) (N x K) · x (K x T): the "TN" layout, cuBLAS's fastest for 16-bit types. h16
  * operands, float32 accumulation (CUBLAS_COMPUTE_32F); the engine's handle forbids
  * reduced-precision split-K reductions (engine.cu), so the only rounding is the output's.
+ * Decode batches (2..GPU_MAX_BATCH rows) of the shapes tuned at open run on the cuBLASLt
+ * algorithm that measured fastest there instead (gemm_tune.cu).
  *
  * T = 1 (single-sequence decode): our own kernel, because this is pure weight streaming (every
  * weight byte is used T times): one warp per output row, each lane streaming 16-byte chunks of
@@ -73,6 +75,8 @@ static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int 
 int gpu_gemm_cols(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, float *out, int ldc)
 {
     const float alpha = 1.0f, beta = 0.0f;
+    const int tuned = gpu_gemm_tuned(e, T, N, K, W, x, out, 1, beta, ldc);
+    if (tuned <= 0) return tuned;
     GPU_CUBLAS(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, GPU_H16_CUDA, K,
                             x, GPU_H16_CUDA, K, &beta, out, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
@@ -86,6 +90,8 @@ int gpu_gemm(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, voi
         return gemv(e->compute, e->pdl, e->sms, &e->gemv_per_sm, N, K, W, x, out, out_f32, beta,
                     l2pf, gpu_chain_slot(e));
     }
+    const int tuned = gpu_gemm_tuned(e, T, N, K, W, x, out, out_f32, beta, N);
+    if (tuned <= 0) return tuned;
     const float alpha = 1.0f;
     GPU_CUBLAS(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, GPU_H16_CUDA, K,
                             x, GPU_H16_CUDA, K, &beta, out, out_f32 ? CUDA_R_32F : GPU_H16_CUDA, N,

@@ -28,6 +28,7 @@ void gpu_tuning_default(gpu_tuning *t)
         .prune = 1,
         .load_overlap = 1,
         .argmax = 1,
+        .gemm_tune = GPU_GEMM_TUNE_ON,
         .profile = 0,
         .chain_trace = 0,
     };
@@ -94,6 +95,16 @@ static int set_one(gpu_tuning *t, const char *k, const char *v, char *err, size_
     if (!strcmp(k, "sparse_attn")) {
         if (!pick(v, 0, &t->sparse_attn)) return 0;
         snprintf(err, errlen, "gpu_tune: sparse_attn must be auto, mma4 or mma8, got '%.32s'", v);
+        return -1;
+    }
+    if (!strcmp(k, "gemm_tune")) {
+        static const char *const modes[] = {"0", "1", "log", "force"};
+        for (int i = 0; i < 4; i++)
+            if (!strcmp(v, modes[i])) {
+                t->gemm_tune = i;
+                return 0;
+            }
+        snprintf(err, errlen, "gpu_tune: gemm_tune must be 0, 1, log or force, got '%.32s'", v);
         return -1;
     }
     if (!strcmp(k, "decode_attn")) {

@@ -36,6 +36,11 @@
  *                       device declines, the caller's host takes the argmax of every row)
  *     load_overlap=0|1  host-tier block loads copied layer by layer under the prefill after them
  *                       (0: all copied, and waited for, before it)
+ *     gemm_tune=0|1|log|force   decode batches' projections (2..256 rows) on the fastest of
+ *                       cuBLASLt's heuristic candidates, timed at open on the model's weights
+ *                       (gpu/gemm_tune.cu; 1, the default; 0: cublasGemmEx's own choice; log:
+ *                       as 1, each pick's times to stderr; force: every size on its fastest
+ *                       candidate even where the default is faster, for the tests)
  *   traces (stderr at exit; the lab's, not for serving):
  *     profile=1         every op timed with events (decode then runs without graphs)
  *     chain_trace=1     where a single-token decode step's time goes (gpu/chain_trace.cu)
@@ -50,6 +55,8 @@ extern "C" {
 #endif
 
 enum gpu_attn_pick { GPU_ATTN_AUTO = 0, GPU_ATTN_MMA4, GPU_ATTN_MMA8, GPU_ATTN_WGMMA };
+/* gemm_tune: off, on, on with each pick written to stderr, every size on its fastest candidate */
+enum gpu_gemm_tune_mode { GPU_GEMM_TUNE_OFF = 0, GPU_GEMM_TUNE_ON, GPU_GEMM_TUNE_LOG, GPU_GEMM_TUNE_FORCE };
 
 typedef struct gpu_tuning {
     int chunk;            /* tokens per forward pass */
@@ -65,6 +72,7 @@ typedef struct gpu_tuning {
     int profile, chain_trace; /* 1: on */
     int load_overlap;     /* 1: on */
     int argmax;           /* 1: on */
+    int gemm_tune;        /* enum gpu_gemm_tune_mode */
 } gpu_tuning;
 
 /* The defaults: what the engine runs when nobody sets anything. */

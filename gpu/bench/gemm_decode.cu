@@ -4,7 +4,8 @@
 // listed apart), with the weights rotated over copies that together exceed L2 (a decode step
 // reads each weight once: an L2-resident rerun would flatter the small shapes). Per entry the
 // median of a few hundred calls' mean; prints us per call and TFLOP/s, and the bytes floor
-// (weights at the given copy bandwidth).
+// (weights at the given copy bandwidth). The candidates are asked for as gpu/gemm_tune.cu asks
+// (float32 reductions outside the output).
 //
 //   nvcc -O3 -I. -arch=sm_90 -o gemm_decode gpu/bench/gemm_decode.cu -lcublasLt -lcublas
 //   ./gemm_decode [T list=32,64,128,256] [copy GB/s=4200]
@@ -32,6 +33,7 @@ struct shape {
     const char *name;
     int N, K, out_f32;
     float beta;
+    int ldc;
 };
 
 static __global__ void fill(__nv_bfloat16 *p, size_t n, unsigned seed)
@@ -73,11 +75,13 @@ int main(int argc, char **argv)
         for (char *s = strtok(buf, ","); s; s = strtok(NULL, ",")) Ts.push_back(atoi(s));
     }
     const double gbs = argc > 2 ? atof(argv[2]) : 4200;
-    const shape shapes[] = {{"qkv", 6144, 4096, 1, 0.f},
-                            {"o", 4096, 4096, 1, 1.f},
-                            {"gate/up", 28672, 4096, 0, 0.f},
-                            {"down", 4096, 14336, 1, 1.f},
-                            {"lm_head", 128256, 4096, 1, 0.f}};
+    /* lm_head/4: the engine's batched lm_head, 4 column chunks of 32128 (forward.cu) */
+    const shape shapes[] = {{"qkv", 6144, 4096, 1, 0.f, 6144},
+                            {"o", 4096, 4096, 1, 1.f, 4096},
+                            {"gate/up", 28672, 4096, 0, 0.f, 28672},
+                            {"down", 4096, 14336, 1, 1.f, 4096},
+                            {"lm_head", 128256, 4096, 1, 0.f, 128256},
+                            {"lm_head/4", 32128, 4096, 1, 0.f, 128256}};
     cublasHandle_t blas;
     cublasLtHandle_t lt;
     CB(cublasCreate(&blas));
@@ -95,7 +99,7 @@ int main(int argc, char **argv)
     for (const shape &s : shapes) {
         maxw = std::max(maxw, (size_t)s.N * s.K);
         maxx = std::max(maxx, (size_t)maxT * s.K);
-        maxo = std::max(maxo, (size_t)maxT * s.N);
+        maxo = std::max(maxo, (size_t)maxT * s.ldc);
     }
     const size_t wall = std::max(maxw, rot_bytes / 2) + maxw;
     __nv_bfloat16 *W, *X;
@@ -119,7 +123,7 @@ int main(int argc, char **argv)
             const cudaDataType ot = s.out_f32 ? CUDA_R_32F : CUDA_R_16BF;
             auto ex = [&](int c) {
                 CB(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, s.N, T, s.K, &alpha, W + c * wn,
-                                CUDA_R_16BF, s.K, X, CUDA_R_16BF, s.K, &beta, O, ot, s.N,
+                                CUDA_R_16BF, s.K, X, CUDA_R_16BF, s.K, &beta, O, ot, s.ldc,
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             };
             const double us_ex = time_us(ex, copies, reps);
@@ -132,11 +136,15 @@ int main(int argc, char **argv)
             cublasLtMatrixLayout_t la, lb, lc;
             CB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, s.K, s.N, s.K));
             CB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, s.K, T, s.K));
-            CB(cublasLtMatrixLayoutCreate(&lc, ot, s.N, T, s.N));
+            CB(cublasLtMatrixLayoutCreate(&lc, ot, s.N, T, s.ldc));
             cublasLtMatmulPreference_t pref;
             CB(cublasLtMatmulPreferenceCreate(&pref));
             CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &ws_bytes, sizeof ws_bytes));
+            uint32_t mask = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                            (s.out_f32 ? CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE : 0);
+            CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                    &mask, sizeof mask));
             cublasLtMatmulHeuristicResult_t res[32];
             int got = 0;
             CB(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 32, res, &got));

@@ -19,6 +19,9 @@ int gpu_test_rope(int T, int n_heads, int n_kv, int hd, const float *qkv, const 
                   const int *pos, const float *inv_freq, float *q, float *k, float *v);
 int gpu_test_swiglu(int T, int I, const float *gu, float *h);
 int gpu_test_gemm(int T, int N, int K, const float *x, const float *w, float *out);
+int gpu_test_gemm_candidate(int T, int N, int K, int ldc, int out_f32, int beta, const float *x,
+                            const float *w, const float *c, int cand, float *out, int *n_cands,
+                            int *splitk);
 int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int hd, int window,
                        const float *q, const float *k, const float *v, float *out);
 int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, unsigned char *q,
@@ -214,6 +217,37 @@ int gpu_test_gemm(int T, int N, int K, const float *x, const float *w, float *ou
                  ? ACCEL_OK : ACCEL_ERR_DEVICE;
     cublasDestroy(e.blas);
     return st;
+}
+
+/* cuBLASLt heuristic candidate `cand` of the shape as gemm_tune.cu asks for them (gemm_tune.cu
+ * gpu_gemm_lt_candidate): out (T rows of ldc, columns 0..N-1; c its initial values, read when
+ * beta = 1) = x (T, K) · w (N, K)^T (+ c), float32 or h16 (widened) output; columns past N keep c.
+ * *n_cands: how many there are (cand out of range: none run), *splitk: the candidate's split of K. */
+int gpu_test_gemm_candidate(int T, int N, int K, int ldc, int out_f32, int beta, const float *x,
+                            const float *w, const float *c, int cand, float *out, int *n_cands,
+                            int *splitk)
+{
+    GPU_TRY(ready());
+    scratch s;
+    h16 *dx, *dw;
+    void *ws;
+    const size_t no = (size_t)T * ldc, ws_bytes = 32u << 20;
+    GPU_TRY(s.half(&dx, x, (size_t)T * K));
+    GPU_TRY(s.half(&dw, w, (size_t)N * K));
+    GPU_TRY(s.alloc((unsigned char **)&ws, ws_bytes));
+    if (out_f32) {
+        float *dout;
+        GPU_TRY(s.f32(&dout, c, no));
+        GPU_TRY(gpu_gemm_lt_candidate(T, N, K, ldc, 1, beta ? 1.f : 0.f, dw, dx, dout, ws, ws_bytes,
+                                      cand, n_cands, splitk));
+        GPU_CHECK(cudaMemcpy(out, dout, no * 4, cudaMemcpyDeviceToHost));
+        return ACCEL_OK;
+    }
+    h16 *dout;
+    GPU_TRY(s.half(&dout, c, no));
+    GPU_TRY(gpu_gemm_lt_candidate(T, N, K, ldc, 0, beta ? 1.f : 0.f, dw, dx, dout, ws, ws_bytes, cand,
+                                  n_cands, splitk));
+    return get_half(out, dout, no);
 }
 
 /* One decode token's QKV (+ bias, rope, cache write at pos) and gate/up + SwiGLU, either through

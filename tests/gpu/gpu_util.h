@@ -17,6 +17,10 @@ typedef struct gpu_ops {
                 const int *pos, const float *inv_freq, float *q, float *k, float *v);
     int (*swiglu)(int T, int I, const float *gu, float *h);
     int (*gemm)(int T, int N, int K, const float *x, const float *w, float *out);
+    /* gpu/test/test_api.cu gpu_test_gemm_candidate: cuBLASLt candidate cand of the shape */
+    int (*gemm_candidate)(int T, int N, int K, int ldc, int out_f32, int beta, const float *x,
+                          const float *w, const float *c, int cand, float *out, int *n_cands,
+                          int *splitk);
     int (*attention)(int kernel, int T, int pos0, int n_heads, int n_kv, int hd, int window,
                      const float *q, const float *k, const float *v, float *out);
     int (*kv_quantize)(int dtype, int T, int n_kv, int hd, const float *x, unsigned char *q,

@@ -216,6 +216,78 @@ static void op_gemm(const gpu_ops *ops)
     }
 }
 
+/* Every cuBLASLt candidate gemm_tune.cu may pick (gpu/gemm_tune.cu: the heuristic's, float32
+ * reductions only) on the engine's operand layouts: float32 output with and without the residual
+ * add (beta = 1), h16 output, a column range of a wider output (the lm_head chunks: columns past N
+ * untouched), and a K long enough for split-K candidates. Each against a float64 reference of the
+ * same h16-rounded operands: within 2e-5 of sum |x w| (+ |c|) as op_gemm, plus the output's own
+ * rounding (ulp |ref|) for h16; split-K only reorders float32 sums. And each candidate run twice
+ * gives the same bits (a tuned engine is deterministic step to step). */
+static void op_gemm_candidates(const gpu_ops *ops)
+{
+    static const struct {
+        int T, N, K, ldc, f32, beta;
+    } sh[] = {{64, 384, 512, 384, 1, 0},   {200, 256, 1536, 256, 1, 1}, {33, 1000, 512, 1000, 0, 0},
+              {130, 464, 512, 2000, 1, 0}, {256, 256, 4096, 256, 1, 1}, {8, 96, 64, 96, 1, 1}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        const int T = sh[s].T, N = sh[s].N, K = sh[s].K, ldc = sh[s].ldc;
+        const size_t no = (size_t)T * ldc;
+        float *x = malloc(sizeof(float) * T * K), *w = malloc(sizeof(float) * N * K);
+        float *c = malloc(sizeof(float) * no), *g = malloc(sizeof(float) * no);
+        float *g2 = malloc(sizeof(float) * no);
+        double *ref = malloc(sizeof(double) * no), *mag = malloc(sizeof(double) * no);
+        REQUIRE(x && w && c && g && g2 && ref && mag);
+        tg_fill(x, (size_t)T * K, 1.0f, 31 + s);
+        tg_fill(w, (size_t)N * K, 0.05f, 41 + s);
+        tg_fill(c, no, 2.0f, 51 + s);
+        tg_round(ops, x, (size_t)T * K);
+        tg_round(ops, w, (size_t)N * K);
+        if (!sh[s].f32) tg_round(ops, c, no);
+        for (int t = 0; t < T; t++)
+            for (int n = 0; n < ldc; n++) {
+                double acc = 0, m = 0;
+                const size_t o = (size_t)t * ldc + n;
+                for (int k = 0; n < N && k < K; k++) {
+                    const double p = (double)x[(size_t)t * K + k] * w[(size_t)n * K + k];
+                    acc += p;
+                    m += fabs(p);
+                }
+                if (sh[s].beta || n >= N) acc += c[o], m += fabs(c[o]);
+                ref[o] = acc;
+                mag[o] = m;
+            }
+        int n_cands = 0, splitk = 1, split_seen = 0;
+        REQUIRE(ops->gemm_candidate(T, N, K, ldc, sh[s].f32, sh[s].beta, x, w, c, -1, g, &n_cands,
+                                    &splitk) == 0);
+        CHECK_MSG(n_cands >= 1, "gemm %dx%dx%d: no cuBLASLt candidate", T, N, K);
+        for (int i = 0; i < n_cands; i++) {
+            int n2 = 0, sk2 = 1;
+            REQUIRE(ops->gemm_candidate(T, N, K, ldc, sh[s].f32, sh[s].beta, x, w, c, i, g, &n_cands,
+                                        &splitk) == 0);
+            REQUIRE(ops->gemm_candidate(T, N, K, ldc, sh[s].f32, sh[s].beta, x, w, c, i, g2, &n2,
+                                        &sk2) == 0);
+            split_seen += splitk > 1;
+            int bad = 0;
+            double worst = 0;
+            for (size_t o = 0; o < no; o++) {
+                const double d = fabs((double)g[o] - ref[o]);
+                const double tol = (sh[s].f32 ? 0 : ops->ulp * fabs(ref[o])) + 2e-5 * mag[o];
+                if (d / (mag[o] + 1e-30) > worst || d != d) worst = d / (mag[o] + 1e-30);
+                if (!(d <= tol)) bad++;
+            }
+            CHECK_MSG(bad == 0, "gemm %dx%dx%d ldc %d %s%s, candidate %d (split-K %d): %d values off "
+                      "(worst %.3g of sum|xw|)", T, N, K, ldc, sh[s].f32 ? "f32" : "h16",
+                      sh[s].beta ? " +c" : "", i, splitk, bad, worst);
+            CHECK_MSG(n2 == n_cands && memcmp(g, g2, sizeof(float) * no) == 0,
+                      "gemm %dx%dx%d candidate %d: two runs differ", T, N, K, i);
+        }
+        fprintf(stderr, "  gemm %dx%dx%d ldc %d %s%s: %d cuBLASLt candidates (%d split K) within "
+                "bounds\n", T, N, K, ldc, sh[s].f32 ? "f32" : "h16", sh[s].beta ? " +c" : "",
+                n_cands, split_seen);
+        free(x), free(w), free(c), free(g), free(g2), free(ref), free(mag);
+    }
+}
+
 struct att_case {
     int kernel, T, pos0, nh, nkv, hd, window;
 };
@@ -560,6 +632,7 @@ TEST(gpu_op_rope_llama3) { TG_EACH_BUILD(op_rope_llama3); }
 TEST(gpu_op_swiglu) { TG_EACH_BUILD(op_swiglu); }
 TEST(gpu_op_decode_fused) { TG_EACH_BUILD(op_decode_fused); }
 TEST(gpu_op_gemm) { TG_EACH_BUILD(op_gemm); }
+TEST(gpu_op_gemm_candidates) { TG_EACH_BUILD(op_gemm_candidates); }
 TEST(gpu_op_attention_prefill) { TG_EACH_BUILD(op_attention_prefill); }
 TEST(gpu_op_attention_block_sparse) { TG_EACH_BUILD(op_attention_block_sparse); }
 TEST(gpu_op_attention_block_sparse_ws) { TG_EACH_BUILD(op_attention_block_sparse_ws); }

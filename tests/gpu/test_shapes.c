@@ -167,6 +167,13 @@ TEST(gpu_shape_hd128_batched_decode_no_pdl)
     batched_case("pdl=0");
 }
 
+/* gemm_tune=force: every decode batch's projections on cuBLASLt's fastest heuristic candidate
+ * timed at open, even where cuBLAS's default is faster (gpu/gemm_tune.cu) */
+TEST(gpu_shape_hd128_batched_decode_gemm_tuned)
+{
+    batched_case("gemm_tune=force");
+}
+
 /* A large batch (160 sequences of 1 to 6 KV blocks, 5 to 700 tokens, two steps, the logits into
  * page-locked memory as the scheduler's): every row is one attention range there (160 tokens x 2
  * KV heads fill two waves of blocks on the H200), so the attention takes its rows form
@@ -209,6 +216,16 @@ TEST(gpu_shape_hd128_big_batch_decode)
 TEST(gpu_shape_hd128_big_batch_decode_unchunked)
 {
     big_batch_case("logits_chunks=1,decode_rows=0");
+}
+
+TEST(gpu_shape_hd128_big_batch_decode_gemm_tuned)
+{
+    big_batch_case("gemm_tune=force");
+}
+
+TEST(gpu_shape_hd128_big_batch_decode_gemm_untuned)
+{
+    big_batch_case("gemm_tune=0");
 }
 
 /* The lab plugin's one-kernel decode step (gpu/bench/decode_step.cu) against the serving

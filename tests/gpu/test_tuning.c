@@ -16,6 +16,7 @@ TEST(gpu_tuning_defaults)
     CHECK_EQ(t.sparse_attn, GPU_ATTN_AUTO);
     CHECK_EQ(t.decode_two, 0);
     CHECK_EQ(t.decode_cluster, 2048);
+    CHECK_EQ(t.gemm_tune, GPU_GEMM_TUNE_ON);
     CHECK(!t.profile && !t.chain_trace);
 }
 
@@ -28,7 +29,7 @@ TEST(gpu_tuning_every_key)
                                " chunk=300, graphs=0,attn=mma8,sparse_attn=mma4,gemv=0,fused=0,"
                                "pdl=0,decode_attn=two,decode_cluster=0,decode_mma=0,prune=0,"
                                "profile=1,chain_trace=1,decode_rows=0,logits_chunks=8,load_overlap=0,"
-                               "argmax=0",
+                               "argmax=0,gemm_tune=0",
                                err, sizeof err) == 0,
               "%s", err);
     CHECK_EQ(t.chunk, 300);
@@ -40,6 +41,13 @@ TEST(gpu_tuning_every_key)
     CHECK_EQ(t.decode_two, 1);
     CHECK_EQ(t.decode_cluster, 0);
     CHECK(t.profile && t.chain_trace);
+    CHECK_EQ(t.gemm_tune, GPU_GEMM_TUNE_OFF);
+    CHECK(gpu_tuning_parse(&t, "gemm_tune=log", err, sizeof err) == 0);
+    CHECK_EQ(t.gemm_tune, GPU_GEMM_TUNE_LOG);
+    CHECK(gpu_tuning_parse(&t, "gemm_tune=force", err, sizeof err) == 0);
+    CHECK_EQ(t.gemm_tune, GPU_GEMM_TUNE_FORCE);
+    CHECK(gpu_tuning_parse(&t, "gemm_tune=1", err, sizeof err) == 0);
+    CHECK_EQ(t.gemm_tune, GPU_GEMM_TUNE_ON);
     /* later items win; "" and NULL change nothing */
     CHECK(gpu_tuning_parse(&t, "attn=wgmma,attn=auto,decode_attn=one,decode_cluster=4096", err,
                            sizeof err) == 0);
@@ -64,7 +72,7 @@ TEST(gpu_tuning_errors_name_the_key)
         {"sparse_attn=wgmma", "sparse_attn"}, {"decode_attn=three", "decode_attn"},
         {"decode_cluster=-1", "decode_cluster"}, {"chunks=256", "unknown key 'chunks'"},
         {"logits_chunks=0", "logits_chunks"}, {"logits_chunks=9", "logits_chunks"},
-        {"decode_rows=2", "decode_rows"},
+        {"decode_rows=2", "decode_rows"}, {"gemm_tune=2", "gemm_tune"},
         {"TANDEM_GPU_PDL=off", "unknown key"},  {"pdl", "not key=value"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
