@@ -262,16 +262,16 @@ double sched_share_value(const sched_share *s);
  * chunk (or whole prompt) the device takes the first job in queue order that is on time —
  * waited + its predicted prefill time left <= the target (the device's learned call cost,
  * sched_cost: what the device alone computes, so a job it calls late is late) — and when none is,
- * the first job. A late job goes back to its FCFS place once it has waited
- * SCHED_LATE_AGE x the target (its wait stays bounded while on-time prompts keep coming; it
- * cannot meet the target anyway). A job already started may yield too: its KV stays where it is
+ * the first job. A job that has waited SCHED_LATE_AGE x the target goes before all of them (the
+ * first such in queue order): a late job's wait stays bounded while on-time prompts keep
+ * coming. A job already started may yield too: its KV stays where it is
  * and its next chunk continues it (on a device that prefills whole prompts, nothing is
  * interrupted: it yields only before it starts).
  *
  * Why: past the target a prompt's first token counts as late whenever it comes, but every
  * prompt behind it waits its prefill time; at a TTFT-bound load FCFS makes them late in turn.
  * In the simulator (BENCHMARKS.md, [8K, 32K] x 256 at a 2 s target) this raised the best
- * goodput of the H200 alone and of the mixed node by about a third. Only the order changes:
+ * goodput of the H200 alone and of the mixed node by a fifth to a third. Only the order changes:
  * no request is dropped, and without a target nothing changes. */
 typedef struct sched_prefill_job {
     double waited_s; /* since the request arrived */
