@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 typedef struct gpu_seq {
     struct accel_seq base;
@@ -54,16 +53,19 @@ static void gpu_dev_describe(accel_dev *d, accel_info *out)
     gpu_decode_curve(w, (double)gpu_engine_kv_bytes_per_token(eng(d)), gpu_engine_mem_bps(eng(d)),
                      GPU_MAX_BATCH, &out->decode_curve);
     /* AsyncTLS with offload=1 (gpu/tls_off.cu): a sparse sequence's layers past the dense ones go
-     * to pinned host memory at its first decode step; what stays is the dense layers' KV and
-     * the summaries (sparse/tls.h's size per position: the GPU's is smaller); the host tier: up
-     * to 3/4 of the host memory free now */
+     * to the pinned host pool at its first decode step; what stays is the dense layers' KV and
+     * the summaries (sparse/tls.h's size per position: the GPU's is smaller); the host tier: the
+     * pool taken at open, offload_per_token of it per position of capacity */
     int on = 0;
     sparse_tls_params p = tls_default(d, &on);
-    if (on && p.offload && gpu_tls_available(eng(d))) {
+    uint64_t per_tok = 0;
+    const uint64_t pool = gpu_tls_host_pool(eng(d), &per_tok, NULL);
+    if (on && p.offload && pool) {
         const uint64_t kv = gpu_engine_kv_bytes_per_token(eng(d));
         const int dl = p.dense_layers < c->n_layers ? p.dense_layers : c->n_layers;
-        const long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-        out->offload_bytes = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 * 3 : 0;
+        out->offload_bytes = pool;
+        out->offload_per_token = per_tok;
+        out->offload_used = gpu_tls_host_pool_used(eng(d));
         out->resident_per_token = kv * (uint64_t)dl / (uint64_t)c->n_layers +
                                   sparse_tls_bytes_per_token(c->n_layers, c->n_kv_heads, c->head_dim,
                                                              p.channels, p.block_size);

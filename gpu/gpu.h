@@ -174,6 +174,12 @@ int gpu_tls_open(gpu_engine *e, const sparse_tls_params *p, int on_default,
                  const uint16_t *channels, char *err, size_t errlen);
 /* 1 when the engine has it. */
 int gpu_tls_available(const gpu_engine *e);
+/* The offload's pinned host pool (gpu/tls_off.cu): its bytes (0: none), the bytes a position of
+ * an offloaded sequence takes there (its sparse layers' K and V; whole pages of GPU_KV_BLOCK
+ * positions, the sequence's capacity), the seconds taking it took at open. */
+uint64_t gpu_tls_host_pool(const gpu_engine *e, uint64_t *per_token, double *open_s);
+/* Of it, the bytes offloaded sequences hold now. */
+uint64_t gpu_tls_host_pool_used(gpu_engine *e);
 /* A sequence's sparse decode from now on: p NULL: dense; else its token_budget and block_budget
  * (the engine's block size, channels and dense layers). ACCEL_ERR_UNSUPPORTED when the engine
  * has no channels, ACCEL_ERR_INVALID for budgets past the bounds above. */

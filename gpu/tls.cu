@@ -12,11 +12,28 @@
  * pool cannot lend (no virtual memory management), they are cudaMalloc'ed and gpu_tls_open
  * shrinks the pool by their share of a position as well (6.25 % for Llama-3-8B: 8 KiB beside
  * 128 KiB). A sequence asked to offload (sparse_tls_params.offload) leaves the pool at its first
- * decode step (gpu_tls_prepare calls gpu/tls_off.cu): its sparse layers' KV into pinned host
- * memory, its dense layers' into memory lent by the pool the same way. */
+ * decode step (gpu_tls_prepare calls gpu/tls_off.cu): its sparse layers' KV into pages of the
+ * pinned host pool taken here at open, its dense layers' into memory lent by the pool the same
+ * way. */
 #include "gpu/tls.cuh"
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
+
+/* MemAvailable (bytes; the free pages where /proc/meminfo has none) */
+static size_t host_available(void)
+{
+    long kb = -1;
+    char line[256];
+    FILE *f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb >= 0) return (size_t)kb * 1024;
+    const long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : 0;
+}
 
 int gpu_tls_available(const gpu_engine *e)
 {
@@ -98,7 +115,36 @@ int gpu_tls_open(gpu_engine *e, const sparse_tls_params *p, int on_default,
         pthread_mutex_unlock((pthread_mutex_t *)pl.mu);
         e->kv_budget = (uint64_t)pl.total * pl.block_bytes;
     }
+    /* the offload's host pool (gpu/tls_off.cu): pinned now, so that no decode step pins */
+    size_t hb = (size_t)e->tune.offload_pool_mb << 20;
+    if (!hb && p->offload && on_default) hb = host_available() / 4 * 3;
+    const int hst = hb ? gpu_tls_hpool_open(e, hb) : ACCEL_OK;
+    if (hst) {
+        snprintf(err, errlen, "cuda:%d: decode_sparse asynctls: the offload's host pool (%.1f GB "
+                 "pinned) could not be taken (gpu_tune offload_pool_mb sets its size)", e->index,
+                 (double)hb / 1e9);
+        gpu_tls_close(e);
+        return hst;
+    }
     return ACCEL_OK;
+}
+
+uint64_t gpu_tls_host_pool(const gpu_engine *e, uint64_t *per_token, double *open_s)
+{
+    const gpu_tls_hpool *hp = e->tls ? e->tls->hp : NULL;
+    if (per_token) *per_token = hp ? hp->page_bytes / GPU_KV_BLOCK : 0;
+    if (open_s) *open_s = hp ? hp->open_s : 0.0;
+    return hp ? (uint64_t)hp->bytes : 0;
+}
+
+uint64_t gpu_tls_host_pool_used(gpu_engine *e)
+{
+    gpu_tls_hpool *hp = e->tls ? e->tls->hp : NULL;
+    if (!hp) return 0;
+    pthread_mutex_lock((pthread_mutex_t *)hp->mu);
+    const uint64_t used = (uint64_t)(hp->npages - hp->nfree) * hp->page_bytes;
+    pthread_mutex_unlock((pthread_mutex_t *)hp->mu);
+    return used;
 }
 
 void gpu_tls_close(gpu_engine *e)
@@ -110,6 +156,7 @@ void gpu_tls_close(gpu_engine *e)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cudaFree(bufs[i]);
     if (t->meta_h) cudaFreeHost(t->meta_h);
+    gpu_tls_hpool_close(t->hp);
     free(t);
     e->tls = NULL;
 }

@@ -84,6 +84,31 @@ int gpu_tls_split_init(void);
  * the next kernel start at once, which reads the output only after its own wait). */
 /* Once per device before the first launch (the selection's shared memory). */
 int gpu_tls_kernels_init(void);
+/* The pinned host pool an offloaded sequence's sparse layers live in (gpu/tls_off.cu), taken
+ * when the engine opens (gpu_tuning.offload_pool_mb, or 3/4 of the host memory available then
+ * when decode_sparse's default says offload=1) and mapped into the device's address space: pages
+ * of GPU_KV_BLOCK positions, each the K then the V of every sparse layer and KV head (the KV
+ * pool's block layout over layers split .. L-1), handed out all or none, so that a sequence that
+ * finds too few pages stays in the KV pool, and the scheduler counts the pool's bytes
+ * (accel_info.offload_bytes, offload_per_token) across requests. */
+struct gpu_tls_hpool {
+    char *h;              /* host address */
+    h16 *dptr;            /* the device's view of h */
+    size_t bytes, page_bytes;
+    int npages, nfree;
+    int *free_ids;        /* a stack of free pages (lowest on top at first) */
+    int registered;       /* 1: mmap'ed (huge pages advised), touched in parallel, then
+                             cudaHostRegister'ed; 0: one cudaHostAlloc */
+    double open_s;        /* seconds its allocation and pinning took */
+    void *mu;             /* pthread_mutex_t */
+};
+/* 0, or ACCEL_ERR_NOMEM: a pool of `bytes` (whole pages) for the engine's shape. */
+int gpu_tls_hpool_open(gpu_engine *e, size_t bytes);
+void gpu_tls_hpool_close(gpu_tls_hpool *hp);
+/* All n pages or none: 0, or ACCEL_ERR_NOMEM. */
+int gpu_tls_hpool_take(gpu_tls_hpool *hp, int n, int *ids);
+void gpu_tls_hpool_give(gpu_tls_hpool *hp, int n, const int *ids);
+
 /* The engine's AsyncTLS state (gpu/tls.cu). */
 struct gpu_tls {
     sparse_tls_params p; /* defaults; block_size, channels, dense_layers for every sequence */
@@ -91,6 +116,8 @@ struct gpu_tls {
     gpu_tls_cfg c;       /* shapes and scratch (bscore .. arrive) */
     unsigned short *ch_d;
     gpu_tls_dev *meta_h, *meta_d; /* (GPU_MAX_BATCH) the step's rows */
+    gpu_tls_hpool *hp;   /* the offload's host pool (NULL: none: offload requests stay in the
+                            KV pool) */
 };
 
 /* One sequence's (gpu/tls.cu; the offload's fields: gpu/tls_off.cu). */
@@ -105,18 +132,22 @@ struct gpu_tls_kv {
     /* offload (sparse_tls_params.offload): */
     int off_want;          /* move the KV to host memory at the next sparse step */
     int off;               /* moved: the pool holds none of its blocks */
-    void *off_h, *off_d;   /* pinned mapped host memory (layers split .. L-1), device memory
-                            * (layers 0 .. split-1): each K (layers, n_kv, cap, hd) then V */
+    int *off_pages, off_np; /* its pages of the host pool (layers split .. L-1), in position
+                             * order: page i holds positions [128 i, 128 i + 128) */
+    void *off_d;           /* device memory: layers 0 .. split-1, K (layers, n_kv, cap, hd) then
+                            * V, then the pages' table (off_np ints) */
     gpu_lend off_lend;     /* off_d's blocks lent by the KV pool (chunk NULL: a cudaMalloc) */
-    gpu_seq_dev lo, hi;    /* the two as the kernels see them (contiguous rows, map zero) */
+    gpu_seq_dev lo, hi;    /* the two as the kernels see them: lo contiguous (map zero), hi
+                            * through the pages' table as a pool sequence's blocks */
     unsigned long long cnt0_off; /* cnt[0] when it moved (the host keys are counted from it) */
     long long host_keys;   /* keys read from host memory by rows the sparse kernel took dense */
 };
 
-/* Moves kv's positions [0, n) out of the pool: layers from gpu_tls_dense_layers on into pinned
- * host memory the kernels read in place (mapped), the dense layers into device memory of its
- * own; then releases its pool blocks. ACCEL_ERR_NOMEM (nothing changed) when either memory is
- * short. Its summaries stay as they were (valid up to where they were: the same keys). */
+/* Moves kv's positions [0, n) out of the pool: layers from gpu_tls_dense_layers on into pages
+ * of the host pool (its whole capacity's), which the kernels read in place (mapped), the dense
+ * layers into device memory of its own; then releases its pool blocks. ACCEL_ERR_NOMEM (nothing
+ * changed) when either memory is short or the engine has no host pool. Its summaries stay as
+ * they were (valid up to where they were: the same keys). */
 int gpu_tls_offload(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int n);
 void gpu_tls_off_free(gpu_engine *e, gpu_tls_kv *t);
 /* Device memory of a sequence's AsyncTLS state outside its KV blocks (summaries, an offloaded

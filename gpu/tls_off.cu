@@ -3,19 +3,24 @@
  *
  * A sequence asked to (sparse_tls_params.offload = 1) leaves the KV pool at its first decode
  * step (sparse or not: the scheduler commits only its resident part once its prompt is in,
- * accel_info.offload_any): positions [0, n) are copied out of its pool blocks, the sparse layers' K/V (layers from
- * gpu_tls_dense_layers on) into pinned host memory mapped into the device's address space, the
- * dense layers' into device memory of its own, each as a contiguous cache (layer, KV head,
- * position, hd) for the sequence's whole capacity; then its pool blocks are released. From then
- * on the engine hands the kernels two views of it (gpu_seq_dev with a zero map: row = position):
- * `lo` for the dense layers and `hi` for the sparse ones (forward.cu: md.seqs / md.seqs2), and
- * every kernel works unchanged:
+ * accel_info.offload_any): positions [0, n) are copied out of its pool blocks, the sparse
+ * layers' K/V (layers from gpu_tls_dense_layers on) into pages of the engine's pinned host pool
+ * (taken when the engine opens, mapped into the device's address space: gpu_tls_hpool in
+ * gpu/tls.cuh), enough for its whole capacity, the dense layers' into device memory of its own
+ * (a contiguous cache: layer, KV head, position, hd); then its pool blocks are released. A page
+ * is laid out as a KV pool block over the sparse layers only, so the view of them goes through a
+ * block table of pages like a pool sequence's. Too few free pages: the sequence stays in the KV
+ * pool (all or none; the scheduler counts the pool across requests, accel_info.offload_bytes).
+ * From then on the engine hands the kernels two views of it (gpu_seq_dev): `lo` for the dense
+ * layers (map zero: row = position) and `hi` for the sparse ones (the pages' table) (forward.cu:
+ * md.seqs / md.seqs2), and every kernel works unchanged:
  *   - the QKV kernels write the new key and value of a sparse layer straight into host memory
  *     (512 bytes per layer and KV head at head_dim 128);
  *   - the summaries (level-1 max / min, level-2 labels) stay on the device, as for every sparse
  *     sequence: both selections read no host memory except the newest key row (its label);
  *   - the sparse attention reads only the token_budget selected positions' K and V rows from
- *     host memory, in place, over PCIe (each row one 256-byte run at head_dim 128): no resident
+ *     host memory, in place, over PCIe (each row one 256-byte run at head_dim 128, read as two
+ *     whole 128-byte lines by a warp: gpu/tls_split.cu): no resident
  *     block cache and no copies. On random-weight models 61-75 % of the kept level-1 blocks are
  *     new each step (BENCHMARKS.md), so the difference-only block transfer of the paper moves
  *     ~2.6x more than the selected tokens themselves (1,024 x 512 bytes per layer and KV head
@@ -25,6 +30,140 @@
  * from the pool (tests/gpu/test_tls_gpu.c). What it cannot do any more: prefill, fork, export,
  * host-tier block save/load (ACCEL_ERR_UNSUPPORTED); truncation and decode work. */
 #include "gpu/tls.cuh"
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- the host pool */
+
+namespace
+{
+struct span {
+    char *p;
+    size_t n;
+};
+
+void *touch(void *a)
+{
+    const span *s = (const span *)a;
+    for (size_t o = 0; o < s->n; o += 4096) s->p[o] = 0; /* faults the page (or huge page) in */
+    return NULL;
+}
+
+double mono_s()
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* bytes of anonymous memory with huge pages advised, faulted in by up to 16 threads (the kernel
+ * zeroes each page on its first touch: one thread does ~1.5 GB/s), then pinned and mapped;
+ * NULL where any of it fails (the caller falls back to cudaHostAlloc) */
+char *pin_parallel(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    madvise(p, bytes, MADV_HUGEPAGE);
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    const int nt = nc < 1 ? 1 : nc > 16 ? 16 : (int)nc;
+    pthread_t th[16];
+    span sp[16];
+    const size_t per = (bytes / nt + 4095) / 4096 * 4096;
+    int started = 0;
+    for (int i = 0; i < nt; i++) {
+        const size_t o = (size_t)i * per;
+        sp[i].p = (char *)p + (o < bytes ? o : bytes);
+        sp[i].n = o < bytes ? (bytes - o < per ? bytes - o : per) : 0;
+        if (pthread_create(&th[i], NULL, touch, &sp[i])) touch(&sp[i]);
+        else started |= 1 << i;
+    }
+    for (int i = 0; i < nt; i++)
+        if (started >> i & 1) pthread_join(th[i], NULL);
+    if (cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable) != cudaSuccess) {
+        cudaGetLastError();
+        munmap(p, bytes);
+        return NULL;
+    }
+    return (char *)p;
+}
+} // namespace
+
+int gpu_tls_hpool_open(gpu_engine *e, size_t bytes)
+{
+    const gpu_dims &d = e->d;
+    const int Ls = d.L - gpu_tls_off_split(e);
+    if (!e->tls || Ls <= 0) return ACCEL_OK; /* nothing would go there */
+    const size_t page = 2 * (size_t)Ls * d.n_kv * GPU_KV_BLOCK * d.hd * sizeof(h16);
+    const size_t np = bytes / page;
+    if (np < 1) return ACCEL_OK;
+    if (np > (size_t)1 << 30) return ACCEL_ERR_INVALID;
+    gpu_tls_hpool *hp = (gpu_tls_hpool *)calloc(1, sizeof *hp);
+    pthread_mutex_t *mu = (pthread_mutex_t *)malloc(sizeof *mu);
+    int *ids = (int *)malloc(np * sizeof(int));
+    if (!hp || !mu || !ids || pthread_mutex_init(mu, NULL)) {
+        free(hp), free(mu), free(ids);
+        return ACCEL_ERR_NOMEM;
+    }
+    hp->mu = mu;
+    hp->free_ids = ids;
+    hp->page_bytes = page;
+    hp->npages = hp->nfree = (int)np;
+    hp->bytes = np * page;
+    for (int i = 0; i < (int)np; i++) ids[i] = (int)np - 1 - i; /* page 0 on top */
+    const double t0 = mono_s();
+    hp->h = pin_parallel(hp->bytes);
+    hp->registered = hp->h != NULL;
+    cudaError_t ce = cudaSuccess;
+    if (!hp->h) ce = cudaHostAlloc((void **)&hp->h, hp->bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (ce == cudaSuccess) ce = cudaHostGetDevicePointer((void **)&hp->dptr, hp->h, 0);
+    hp->open_s = mono_s() - t0;
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        gpu_tls_hpool_close(hp);
+        return ACCEL_ERR_NOMEM;
+    }
+    e->tls->hp = hp;
+    return ACCEL_OK;
+}
+
+void gpu_tls_hpool_close(gpu_tls_hpool *hp)
+{
+    if (!hp) return;
+    if (hp->h && hp->registered) {
+        cudaHostUnregister(hp->h);
+        munmap(hp->h, hp->bytes);
+    } else if (hp->h) {
+        cudaFreeHost(hp->h);
+    }
+    pthread_mutex_destroy((pthread_mutex_t *)hp->mu);
+    free(hp->mu);
+    free(hp->free_ids);
+    free(hp);
+}
+
+int gpu_tls_hpool_take(gpu_tls_hpool *hp, int n, int *ids)
+{
+    if (n <= 0) return ACCEL_OK;
+    if (!hp) return ACCEL_ERR_NOMEM;
+    pthread_mutex_lock((pthread_mutex_t *)hp->mu);
+    const int ok = hp->nfree >= n;
+    for (int i = 0; ok && i < n; i++) ids[i] = hp->free_ids[--hp->nfree];
+    pthread_mutex_unlock((pthread_mutex_t *)hp->mu);
+    return ok ? ACCEL_OK : ACCEL_ERR_NOMEM;
+}
+
+void gpu_tls_hpool_give(gpu_tls_hpool *hp, int n, const int *ids)
+{
+    if (!hp || n <= 0) return;
+    pthread_mutex_lock((pthread_mutex_t *)hp->mu);
+    for (int i = n - 1; i >= 0; i--) hp->free_ids[hp->nfree++] = ids[i];
+    pthread_mutex_unlock((pthread_mutex_t *)hp->mu);
+}
+
+/* ---------------------------------------------------------------- moving a sequence out */
 
 /* positions [0, n) of every layer from the pool (sq) into lo (layers < split) / hi */
 __global__ void __launch_bounds__(256)
@@ -39,7 +178,7 @@ __global__ void __launch_bounds__(256)
     for (int i = threadIdx.x; i < (p1 - p0) * vec; i += blockDim.x) {
         const int p = p0 + i / vec, c = (i % vec) * 8;
         const size_t src = (head * sq.cap + (size_t)gpu_kv_row(sq.map, p)) * hd + c;
-        const size_t dst = (head * d.cap + (size_t)p) * hd + c;
+        const size_t dst = (head * d.cap + (size_t)gpu_kv_row(d.map, p)) * hd + c;
         *(uint4 *)(d.k + dst) = *(const uint4 *)(sq.k + src);
         *(uint4 *)(d.v + dst) = *(const uint4 *)(sq.v + src);
     }
@@ -47,45 +186,62 @@ __global__ void __launch_bounds__(256)
 
 void gpu_tls_off_free(gpu_engine *e, gpu_tls_kv *t)
 {
-    if (t->off_h) cudaFreeHost(t->off_h);
+    if (t->off_np) gpu_tls_hpool_give(e->tls ? e->tls->hp : NULL, t->off_np, t->off_pages);
+    free(t->off_pages);
+    t->off_pages = NULL;
+    t->off_np = 0;
     gpu_tls_mem_give(e, t->off_d, &t->off_lend);
-    t->off_h = t->off_d = NULL;
+    t->off_d = NULL;
     t->off = 0;
 }
 
 int gpu_tls_offload(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int n)
 {
     const gpu_dims &d = e->d;
-    const int split = gpu_tls_off_split(e);
+    const int split = gpu_tls_off_split(e), Ls = d.L - split;
     if (t->off || kv->holder || d.hd % 8 || n < 0 || n > kv->cap) return ACCEL_ERR_INVALID;
+    gpu_tls_hpool *hp = e->tls ? e->tls->hp : NULL;
+    const int np = Ls > 0 ? (kv->cap + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK : 0;
+    if (np && !hp) return ACCEL_ERR_NOMEM; /* no host pool: it stays */
     const size_t row = (size_t)d.n_kv * kv->cap * d.hd; /* h16 of one layer's K */
-    const size_t hb = 2 * (size_t)(d.L - split) * row * sizeof(h16);
-    const size_t db = 2 * (size_t)split * row * sizeof(h16);
-    void *h = NULL, *dv = NULL, *hd_ptr = NULL;
-    gpu_lend dl;
-    memset(&dl, 0, sizeof dl);
-    /* the dense layers' memory from the pool, while the sequence still holds its blocks */
-    if (db && gpu_tls_mem_take(e, db, &dv, &dl)) return ACCEL_ERR_NOMEM;
-    cudaError_t ce = cudaHostAlloc(&h, hb ? hb : 16, cudaHostAllocMapped | cudaHostAllocPortable);
-    if (ce == cudaSuccess) ce = cudaHostGetDevicePointer(&hd_ptr, h, 0);
-    if (ce != cudaSuccess) {
-        cudaGetLastError();
-        if (h) cudaFreeHost(h);
-        gpu_tls_mem_give(e, dv, &dl);
+    const size_t db = (2 * (size_t)split * row * sizeof(h16) + 255) / 256 * 256;
+    const size_t tb = (size_t)np * sizeof(int);
+    int *pages = np ? (int *)malloc(tb) : NULL;
+    if (np && !pages) return ACCEL_ERR_NOMEM;
+    if (gpu_tls_hpool_take(hp, np, pages)) {
+        free(pages);
         return ACCEL_ERR_NOMEM;
     }
-    t->off_h = h;
+    void *dv = NULL;
+    gpu_lend dl;
+    memset(&dl, 0, sizeof dl);
+    /* the dense layers' memory and the table from the pool, while the sequence holds its blocks */
+    if (db + tb && gpu_tls_mem_take(e, db + tb, &dv, &dl)) {
+        gpu_tls_hpool_give(hp, np, pages);
+        free(pages);
+        return ACCEL_ERR_NOMEM;
+    }
+    int *tbl = (int *)((char *)dv + db);
+    if (np) GPU_CHECK(cudaMemcpyAsync(tbl, pages, tb, cudaMemcpyHostToDevice, e->compute));
+    t->off_pages = pages;
+    t->off_np = np;
     t->off_d = dv;
     t->off_lend = dl;
-    /* hi: layer l at (l - split) of the host buffer; the views never touch the other's layers */
-    h16 *hk = (h16 *)hd_ptr - (ptrdiff_t)split * row;
     memset(&t->lo, 0, sizeof t->lo);
     memset(&t->hi, 0, sizeof t->hi);
     t->lo.k = (h16 *)dv;
     t->lo.v = (h16 *)dv + (size_t)split * row;
-    t->hi.k = hk;
-    t->hi.v = hk + (size_t)(d.L - split) * row;
-    t->lo.cap = t->hi.cap = kv->cap;
+    t->lo.cap = kv->cap;
+    if (np) {
+        /* hi: a page is a KV pool block over layers split .. L-1; layer l's rows at (l - split) */
+        const size_t prow = (size_t)d.n_kv * GPU_KV_BLOCK * d.hd;
+        t->hi.k = hp->dptr - (ptrdiff_t)((size_t)split * prow);
+        t->hi.v = t->hi.k + (size_t)Ls * prow;
+        t->hi.cap = GPU_KV_BLOCK;
+        t->hi.map.tbl = tbl;
+        t->hi.map.bstride = 2ll * Ls * d.n_kv * GPU_KV_BLOCK;
+        t->hi.map.nblocks = hp->npages;
+    }
     const gpu_seq_dev sq = gpu_kv_seq_dev(e, kv);
     const int nblk = (n + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK;
     if (nblk) {

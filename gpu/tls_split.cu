@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) tls_attend_k(gpu_tls_cfg c, in
 {
     const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z, hd = c.hd;
     const int G = c.n_heads / c.n_kv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __shared__ float qs[GPU_TLS_MAX_GROUP][128];
+    __shared__ __align__(16) float qs[GPU_TLS_MAX_GROUP][128];
     __shared__ float wm[ATT_WARPS][GPU_TLS_MAX_GROUP], wl[ATT_WARPS][GPU_TLS_MAX_GROUP];
     __shared__ float wo[ATT_WARPS][128];
     __shared__ int last_s;
@@ -316,21 +316,33 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) tls_attend_k(gpu_tls_cfg c, in
         l[h] = 0.0f;
         for (int e = 0; e < 4; e++) acc[h][e] = 0.0f;
     }
+    /* lane holds channels 4 lane .. 4 lane + 3: a row is one 8-byte load per lane, the warp's
+     * 256 bytes in whole 128-byte lines (an offloaded row's K and V cross PCIe as two such
+     * reads, not eight of 64 bytes: gpu/tls_off.cu) */
+    const int c4 = 4 * lane;
+    const bool on = c4 < hd;
     for (int j = j0 + warp * TOK_UNROLL; j < j1; j += ATT_WARPS * TOK_UNROLL) {
         int pj[TOK_UNROLL];
 #pragma unroll
         for (int u = 0; u < TOK_UNROLL; u++) pj[u] = j + u < j1 ? (dense ? j + u : idx[j + u]) : -1;
-        float kx[TOK_UNROLL][4], vx[TOK_UNROLL][4];
+        uint2 kr[TOK_UNROLL], vr[TOK_UNROLL];
 #pragma unroll
         for (int u = 0; u < TOK_UNROLL; u++) {
             const int p = pj[u] < 0 ? pj[0] : pj[u];
             const h16 *k = tls_krow(sq, sq.k, layer, c.n_kv, g, hd, p);
             const h16 *v = tls_krow(sq, sq.v, layer, c.n_kv, g, hd, p);
+            kr[u] = on ? *(const uint2 *)(k + c4) : make_uint2(0u, 0u);
+            vr[u] = on ? *(const uint2 *)(v + c4) : make_uint2(0u, 0u);
+        }
+        float kx[TOK_UNROLL][4], vx[TOK_UNROLL][4];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int ch = e * 32 + lane;
-                kx[u][e] = ch < hd ? h16_to(k[ch]) : 0.0f;
-                vx[u][e] = ch < hd ? h16_to(v[ch]) : 0.0f;
+        for (int u = 0; u < TOK_UNROLL; u++) {
+            const h16x2 *k2 = (const h16x2 *)&kr[u], *v2 = (const h16x2 *)&vr[u];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float2 a = h16x2_to(k2[e]), b = h16x2_to(v2[e]);
+                kx[u][2 * e] = a.x, kx[u][2 * e + 1] = a.y;
+                vx[u][2 * e] = b.x, vx[u][2 * e + 1] = b.y;
             }
         }
 #pragma unroll
@@ -340,10 +352,12 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) tls_attend_k(gpu_tls_cfg c, in
             for (int h = 0; h < GM; h++) {
                 if (h >= G) break;
                 float s = 0.0f;
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int ch = e * 32 + lane;
-                    if (ch < hd) s += qs[h][ch] * kx[u][e];
+                if (on) {
+                    const float4 q4 = *(const float4 *)&qs[h][c4];
+                    s = q4.x * kx[u][0];
+                    s += q4.y * kx[u][1];
+                    s += q4.z * kx[u][2];
+                    s += q4.w * kx[u][3];
                 }
                 for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
                 float mn = fmaxf(m[h], s), corr = exp2f(m[h] - mn), pe = exp2f(s - mn);
@@ -370,9 +384,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) tls_attend_k(gpu_tls_cfg c, in
         float M = -INFINITY;
         for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, wm[w][h]);
         const float f = M == -INFINITY ? 0.0f : exp2f(m[h] - M);
-        for (int e = 0; e < 4; e++) {
-            int ch = e * 32 + lane;
-            if (ch < hd) wo[warp][ch] = acc[h][e] * f;
+        if (on) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) wo[warp][c4 + e] = acc[h][e] * f;
         }
         __syncthreads();
         const size_t slot = slot0 + (size_t)h * GPU_TLS_SPLITS;

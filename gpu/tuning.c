@@ -81,6 +81,12 @@ static int set_one(gpu_tuning *t, const char *k, const char *v, char *err, size_
                  GPU_MAX_BATCH, CHUNK_MAX, v);
         return -1;
     }
+    if (!strcmp(k, "offload_pool_mb")) {
+        if (!int_in(v, 0, 1 << 24, &t->offload_pool_mb)) return 0;
+        snprintf(err, errlen, "gpu_tune: offload_pool_mb must be MiB in [0, %d], got '%.32s'",
+                 1 << 24, v);
+        return -1;
+    }
     if (!strcmp(k, "logits_chunks")) {
         if (!int_in(v, 1, GPU_LOGIT_CHUNKS_MAX, &t->logits_chunks)) return 0;
         snprintf(err, errlen, "gpu_tune: logits_chunks must be in [1, %d], got '%.32s'",

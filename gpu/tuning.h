@@ -12,6 +12,11 @@
  *                       prefill runs in passes of N; the engine halves it while its activations
  *                       would take over a quarter of the free device memory
  *     graphs=0|1        decode steps replayed as CUDA graphs (1)
+ *     offload_pool_mb=N the pinned host memory AsyncTLS's offload (decode_sparse offload=1)
+ *                       keeps sequences in, MiB, taken when the device opens (gpu/tls_off.cu;
+ *                       pinning takes seconds per 10 GB); 0 (default): 3/4 of the host memory
+ *                       available then when decode_sparse's default says offload=1, else none
+ *                       (a sequence asking for offload then stays in device memory)
  *   comparisons (tests keep the paths they force correct; benchmarks measure what each piece
  *   buys; every forced path is also a fallback the engine takes on other GPUs or shapes):
  *     attn=auto|mma4|mma8|wgmma   prefill attention: auto = the warp-specialized wgmma kernel on
@@ -73,6 +78,7 @@ typedef struct gpu_tuning {
     int load_overlap;     /* 1: on */
     int argmax;           /* 1: on */
     int gemm_tune;        /* enum gpu_gemm_tune_mode */
+    int offload_pool_mb;  /* AsyncTLS offload's pinned host pool, MiB (0: the default) */
 } gpu_tuning;
 
 /* The defaults: what the engine runs when nobody sets anything. */

@@ -71,18 +71,15 @@
  *                 (which channels does not change the work done, only which keys are kept)
  *   tls-offload C with --tls-offload C: the largest batches at C tokens of context (issue 23):
  *                 dense at the most whole sequences of capacity C + 2 steps its pool holds (the
- *                 pool of the same device opened without a channel file), AsyncTLS from the pool
- *                 at the most the pool holds with each row's summaries beside the offloaded rows'
- *                 device memory (dense layers, summaries),
- *                 AsyncTLS with the KV offloaded to host memory (sparse_tls_params.offload) at
- *                 the most rows MemAvailable holds (less --tls-host-margin GiB, default 12), and
- *                 the last two together (--tls-offload-modes: a subset of dense,pool_sparse,
- *                 offloaded,mixed,pcie): median ms per step and tokens/s of each, and the bytes
- *                 an offloaded row read over PCIe per step (its sparse layers' attended K/V rows,
- *                 from the decode stats, and its new K/V rows written) against the whole-block
- *                 baseline (every kept level-1 block) and the difference-only one (newly kept
- *                 blocks). Rows are forks of one prefilled prompt (pool rows share its blocks, so
- *                 their counts are arithmetic on the pool; offloaded rows are private copies)
+ *                 device opened without a channel file), AsyncTLS from the pool at the most it
+ *                 holds with each row's summaries beside the offloaded rows' device memory, AsyncTLS
+ *                 offloaded (sparse_tls_params.offload) at the most rows the host pool holds
+ *                 (MemAvailable less --tls-host-margin GiB, default 12, pinned at open: gpu_tune
+ *                 offload_pool_mb), and the last two together (--tls-offload-modes: a subset of
+ *                 dense,pool_sparse,offloaded,mixed,pcie): median ms per step, tokens/s, the bytes
+ *                 an offloaded row read over PCIe per step (its attended K/V rows and new rows)
+ *                 against the whole-block and difference-only baselines (level-1 blocks kept /
+ *                 newly kept). Rows fork one prefilled prompt (pool rows share its blocks)
  * The engine's settings (gpu/tuning.h) come from TANDEM_GPU_TUNE="key=value,...".
  * Every result is one JSON line on stdout. Timings are wall-clock (CLOCK_MONOTONIC) around calls
  * that return only when the device is done. Prompts are pseudo-random token ids. */
@@ -430,9 +427,29 @@ static int tls_run(accel_dev *d, const model *m, int ctx, const long *batch, int
     return st ? -1 : 0;
 }
 
+/* MemAvailable in kB, or what a memory cgroup's limit (v2, else v1) leaves when lower. */
+static long host_avail_kb(void)
+{
+    static const char *f[5] = {"/proc/meminfo", "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current",
+                               "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                               "/sys/fs/cgroup/memory/memory.usage_in_bytes"};
+    long kb = 0;
+    double v[5] = {0, 0, 0, 0, 0};
+    char line[256];
+    for (int i = 0; i < 5; i++) {
+        FILE *g = fopen(f[i], "r");
+        while (i == 0 && g && fgets(line, sizeof line, g) && sscanf(line, "MemAvailable: %ld kB", &kb) != 1) {}
+        if (i && g && fscanf(g, "%lf", &v[i]) != 1) v[i] = 0;
+        if (g) fclose(g);
+    }
+    for (int i = 1; i < 5; i += 2)
+        if (v[i] > 0 && v[i] < 1e15 && (v[i] - v[i + 1]) / 1024 < kb) kb = (long)((v[i] - v[i + 1]) / 1024);
+    return kb;
+}
+
 /* --tls-offload (see the top): 0 or -1. dense_blocks: the pool of the device without channels. */
 static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int budget, int blocks,
-                       long dense_blocks, double margin_gib, const char *modes, double *new_blocks)
+                       long dense_blocks, const char *modes, double *new_blocks)
 {
     const model_config *c = &m->cfg;
     const int V = c->vocab, Ld = 2, L = c->n_layers, hd = c->head_dim, n_kv = c->n_kv_heads;
@@ -449,38 +466,20 @@ static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int bud
     const long sc = cap < 1.25 * ctx + 4096 ? cap : (long)(1.25 * ctx + 4096), snb = (sc + 63) / 64;
     const double summ = 256 + (double)L * n_kv * (snb * 2.0 * hd * 2 + sc * 8.0 + (snb + 31) / 32 * 4.0 + sc * 16.0);
     const double summ_b = ceil(summ / bb) * bb, dense_b = ceil(Ld * row / bb) * bb;
-    const double host_b = (L - Ld) * row, dev_b = dense_b + summ_b;
-    long avail_kb = 0;
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %ld kB", &avail_kb) == 1) break;
-    if (f) fclose(f);
-    /* a memory cgroup's limit (v2, else v1) below the machine's: what is left under it */
-    static const char *lim[2][2] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
-                                    {"/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                     "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
-    for (int i = 0; i < 2; i++) {
-        double v[2] = {0, 0};
-        for (int j = 0; j < 2; j++) {
-            FILE *g = fopen(lim[i][j], "r");
-            if (g && fscanf(g, "%lf", &v[j]) != 1) v[j] = 0;
-            if (g) fclose(g);
-        }
-        if (v[0] > 0 && v[0] < 1e15 && (v[0] - v[1]) / 1024 < avail_kb)
-            avail_kb = (long)((v[0] - v[1]) / 1024);
-    }
-    int Bd = (int)(dense_blocks / nblk), Bo = (int)(((double)avail_kb * 1024 - margin_gib * 1073741824.0) / host_b);
+    const double dev_b = dense_b + summ_b;
+    /* offloaded rows: what the host pool holds (whole pages of 128 positions: gpu/tls_off.cu) */
+    const double host_b = (double)in.offload_per_token * (double)nblk * bt;
+    int Bd = (int)(dense_blocks / nblk), Bo = host_b > 0 ? (int)((double)in.offload_bytes / host_b) : 0;
     Bo = Bo < 0 ? 0 : Bo > 64 ? 64 : Bo;
     /* pool rows: alone, and beside the offloaded rows */
     const double pool = (double)in.kv_blocks_total * bb, per = (double)nblk * bb + summ_b;
     int Br0 = (int)(pool / per), Br = pool > Bo * dev_b ? (int)((pool - Bo * dev_b) / per) : 0;
     Bd = Bd > 128 ? 128 : Bd, Br = Br > 128 ? 128 : Br, Br0 = Br0 > 128 ? 128 : Br0;
     printf("{\"bench\":\"tls_offload_plan\",\"context\":%d,\"capacity\":%d,\"seq_gb\":%.2f,"
-           "\"dense_pool_blocks\":%ld,\"tls_pool_blocks\":%d,\"mem_available_gb\":%.1f,"
+           "\"dense_pool_blocks\":%ld,\"tls_pool_blocks\":%d,\"host_pool_gb\":%.1f,"
            "\"host_gb_per_offloaded\":%.2f,\"device_gb_per_offloaded\":%.2f,\"dense_batch\":%d,"
            "\"pool_sparse_batch\":%d,\"pool_beside_offloaded\":%d,\"offloaded_batch\":%d}\n",
-           ctx, cap, nblk * bb / 1e9, dense_blocks, in.kv_blocks_total, avail_kb / 1e6, host_b / 1e9,
+           ctx, cap, nblk * bb / 1e9, dense_blocks, in.kv_blocks_total, in.offload_bytes / 1e9, host_b / 1e9,
            dev_b / 1e9, Bd, Br0, Br, Bo);
     fflush(stdout);
     const int Bmax = Bo + (Bd > Br0 ? Bd : Br0);
@@ -788,6 +787,11 @@ int main(int argc, char **argv)
         else if (tls_channels(m, chan_path, sizeof chan_path)) return 1;
         o.sparse_channels = chan_path;
     }
+    char tune[512]; /* --tls-offload: the host pool (MemAvailable less the margin), pinned at open */
+    const char *env = getenv("TANDEM_GPU_TUNE");
+    const long pool_mb = tls_off ? host_avail_kb() / 1024 - (long)(host_margin * 1024) : 0;
+    snprintf(tune, sizeof tune, "%s%soffload_pool_mb=%ld", env ? env : "", env && *env ? "," : "", pool_mb > 0 ? pool_mb : 0);
+    if (tls_off) o.gpu_tune = tune, o.decode_sparse = "asynctls,offload=1"; /* it reports the pool */
     accel_dev *d = devices_open(device, m, &o, err, sizeof err);
     if ((ntls || tls_off) && !tls_chan) unlink(chan_path);
     if (!d) {
@@ -923,7 +927,7 @@ int main(int argc, char **argv)
     }
     double new_blocks = 0;
     if (tls_off && tls_off_run(d, m, (int)tls_off, (int)steps, (int)tls_budget, (int)tls_blocks,
-                               dense_blocks, host_margin, off_modes, &new_blocks))
+                               dense_blocks, off_modes, &new_blocks))
         return 1;
     int (*pcie)(int, int, int, int, double *) =
         ht ? (int (*)(int, int, int, int, double *))dlsym(ht, "gpu_tls_bench_pcie") : NULL;

@@ -12,7 +12,8 @@
 #   OCTX     the offload phase's context (default 98304; bench_gpu --tls-offload: the largest
 #            batches dense / AsyncTLS from the pool / offloaded to host memory / both, and what
 #            the offload's transfers cost over PCIe), OSTEPS its timed steps (default 16),
-#            OMODES which of them (default dense,pool_sparse,offloaded,mixed,pcie)
+#            OMODES which of them (default dense,pool_sparse,offloaded,mixed,pcie), OEXTRA more
+#            bench_gpu options (--tls-host-margin GiB: what the host pool leaves of MemAvailable)
 #   B        the build directory (default build: another plugin's, to compare, beside its bench_gpu)
 # Logs: $OUT/run.log (everything), tests.log, bench.jsonl, offload.jsonl.
 set -u
@@ -31,17 +32,26 @@ stamp "machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
 echo "kernel $(uname -r), $(nproc) cores, $(grep MemTotal /proc/meminfo)"; date -u
 B=${B:-build}
+[ -d "$B/rt" ] && export LD_LIBRARY_PATH=$PWD/$B/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 BINS="$B/bench_gpu $B/mkmodel $B/libtandem_cuda.so"
 free -g; cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null
 has tests && BINS="$BINS $B/tandem-tests $B/libtandem_cuda_test.so"
 . gpu/bench/libpath.sh
 missing
+mk=
+if [ ! -f "$MODEL8B/config.json" ] && { has bench || has offload; }; then
+    stamp "mkmodel llama3-8b -> $MODEL8B (beside the tests)"
+    timeout 300 $B/mkmodel --preset llama3-8b --out "$MODEL8B" > "$OUT/mkmodel.log" 2>&1 &
+    mk=$!
+fi
 if has tests; then
     stamp "tests: $TESTS"
+    # shellcheck disable=SC2086
     BUILD=$B timeout ${TTIME:-400} $B/tandem-tests $TESTS > "$OUT/tests.log" 2>&1
     echo "tests exit $?"
     tail -30 "$OUT/tests.log"
 fi
+[ -n "$mk" ] && { wait $mk; echo "mkmodel exit $?"; }
 if has bench; then
     if [ ! -f "$MODEL8B/config.json" ]; then
         stamp "mkmodel llama3-8b -> $MODEL8B"
@@ -61,7 +71,7 @@ if has offload; then
     stamp "offload: --tls-offload ${OCTX:-98304}"
     timeout ${OTIME:-400} $B/bench_gpu --model "$MODEL8B" --tls-offload "${OCTX:-98304}" \
         --tls-budget "${BUDGET:-1024}" --tls-blocks "${BLOCKS:-128}" --steps "${OSTEPS:-16}" \
-        --tls-offload-modes "${OMODES:-dense,pool_sparse,offloaded,mixed,pcie}" \
+        --tls-offload-modes "${OMODES:-dense,pool_sparse,offloaded,mixed,pcie}" ${OEXTRA:-} \
         | tee "$OUT/offload.jsonl"
     echo "offload exit ${PIPESTATUS[0]}"
     free -g

@@ -17,6 +17,8 @@
 #include "cpu/ops.h"
 #include "gpu/gpu.h"
 #include "model/ckpt/tls_channels.h"
+#include "model/tok/tokenizer.h"
+#include "scheduler/sched.h"
 #include "sparse/tls.h"
 #include "tests/gpu/gpu_util.h"
 #include "tests/test.h"
@@ -399,7 +401,9 @@ static void tls_offload_case(enum accel_gpu_half half)
     model *m;
     accel_dev *d;
     char why[600];
-    accel_opts o = {.decode_sparse = "asynctls,block_size=64,dense_layers=1", .gpu_half = half};
+    /* the host pool (gpu/tls_off.cu): 7 offloaded sequences of 4,096 positions at 8 MiB each */
+    accel_opts o = {.decode_sparse = "asynctls,block_size=64,dense_layers=1", .gpu_half = half,
+                    .gpu_tune = "offload_pool_mb=64"};
     int dense_blocks = 0;
     int r = tls_open(&o, &m, &d, why, sizeof why, &dense_blocks);
     if (r > 0) SKIP("%s", why);
@@ -520,4 +524,196 @@ static void tls_offload_case(enum accel_gpu_half half)
     free(ids);
     free(la);
     free(lb);
+}
+
+/* The offload's pinned host pool (gpu/tls_off.cu), taken when the device opens: what the device
+ * reports of it (accel_info.offload_bytes, offload_per_token, offload_any with decode_sparse's
+ * default offload=1), sequences moved into its pages until they run out, the next one refused
+ * cleanly (it stays in the KV pool and decodes as before), and pages coming back when a sequence
+ * is freed. Every row decodes bit for bit as its twin that never leaves the KV pool. */
+TEST(gpu_tls_offload_pool)
+{
+    model *m;
+    accel_dev *d;
+    char why[600];
+    /* pages of 128 positions x 2 sparse layers x 2 KV heads x 128 x (K, V) h16 = 256 KiB: 80 of
+     * them in 20 MiB, a 4,096-position sequence takes 32: two fit, a third does not */
+    accel_opts o = {.decode_sparse = "asynctls,block_size=64,dense_layers=1,offload=1,"
+                                     "block_budget=4,token_budget=96,dense_below=0",
+                    .gpu_tune = "offload_pool_mb=20"};
+    int r = tls_open(&o, &m, &d, why, sizeof why, NULL);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    const int V = m->cfg.vocab, N = 1000, C = 4096, Ld = 1;
+    const uint64_t page = 2ull * (uint64_t)(m->cfg.n_layers - Ld) * (uint64_t)m->cfg.n_kv_heads *
+                          128 * (uint64_t)m->cfg.head_dim * 2;
+    accel_info in;
+    accel_get_info(d, &in);
+    CHECK_MSG(in.offload_bytes == (20ull << 20) / page * page && in.offload_per_token == page / 128 &&
+                  in.offload_any == 1,
+              "offload_bytes %llu per_token %llu any %d (page %llu)",
+              (unsigned long long)in.offload_bytes, (unsigned long long)in.offload_per_token,
+              in.offload_any, (unsigned long long)page);
+    int32_t *ids = tg_ids(N + 100, V, 13);
+    float *la = malloc(sizeof(float) * V * 3), *lb = malloc(sizeof(float) * V * 3);
+    REQUIRE(ids && la && lb);
+    accel_seq *base, *s[4], *t[4];
+    REQUIRE(accel_seq_new(d, C, &base) == 0);
+    REQUIRE(prefill(d, base, ids, N, la) == 0);
+    sparse_tls_params sp;
+    sparse_tls_params_default(&sp);
+    sp.block_budget = 4, sp.token_budget = 96, sp.dense_below = 0, sp.dense_layers = Ld;
+    for (int i = 0; i < 4; i++) {
+        /* s: the device's default (offload=1); t: the same kept in the KV pool */
+        REQUIRE(accel_seq_fork(d, base, N, C, &s[i]) == 0);
+        REQUIRE(accel_seq_fork(d, base, N, C, &t[i]) == 0);
+        REQUIRE(accel_seq_decode_sparse(d, t[i], &sp) == 0);
+    }
+    int diff = 0;
+    for (int k = 0; k < 8; k++) {
+        int32_t bid[3];
+        for (int i = 0; i < 3; i++) bid[i] = ids[N + (5 * i + k) % 100];
+        REQUIRE(accel_decode(d, 3, s, bid, la) == 0);
+        REQUIRE(accel_decode(d, 3, t, bid, lb) == 0);
+        diff += memcmp(la, lb, sizeof(float) * V * 3) != 0;
+    }
+    CHECK_MSG(diff == 0, "three rows, two offloaded: %d of 8 steps differ", diff);
+    accel_decode_stats st[4];
+    for (int i = 0; i < 3; i++) REQUIRE(accel_seq_decode_stats(d, s[i], &st[i]) == 0);
+    CHECK_MSG(st[0].offloaded == 1 && st[1].offloaded == 1 && st[2].offloaded == 0,
+              "offloaded %d %d %d: the pool holds two", st[0].offloaded, st[1].offloaded,
+              st[2].offloaded);
+    CHECK(st[0].host_keys > 0 && st[2].host_keys == 0);
+    /* one freed: its pages take the next one */
+    accel_seq_free(d, s[0]);
+    accel_seq_free(d, t[0]);
+    s[0] = s[3], t[0] = t[3];
+    diff = 0;
+    for (int k = 0; k < 8; k++) {
+        int32_t bid[3];
+        for (int i = 0; i < 3; i++) bid[i] = ids[N + (3 * i + k + 40) % 100];
+        REQUIRE(accel_decode(d, 3, s, bid, la) == 0);
+        REQUIRE(accel_decode(d, 3, t, bid, lb) == 0);
+        diff += memcmp(la, lb, sizeof(float) * V * 3) != 0;
+    }
+    CHECK_MSG(diff == 0, "after a free: %d of 8 steps differ", diff);
+    for (int i = 0; i < 3; i++) REQUIRE(accel_seq_decode_stats(d, s[i], &st[i]) == 0);
+    CHECK_MSG(st[0].offloaded == 1 && st[1].offloaded == 1 && st[2].offloaded == 0,
+              "after a free: offloaded %d %d %d", st[0].offloaded, st[1].offloaded, st[2].offloaded);
+    fprintf(stderr, "  tls offload pool: %llu bytes (%d pages); 2 sequences in, the third refused "
+            "and decoding from the KV pool, a freed one's pages reused; bit for bit\n",
+            (unsigned long long)in.offload_bytes, (int)(in.offload_bytes / page));
+    for (int i = 0; i < 3; i++) accel_seq_free(d, s[i]), accel_seq_free(d, t[i]);
+    accel_seq_free(d, base);
+    accel_get_info(d, &in);
+    CHECK_MSG(in.kv_blocks_used == 0, "%d pool blocks still used", in.kv_blocks_used);
+    accel_free(d);
+    model_free(m);
+    free(ids);
+    free(la);
+    free(lb);
+}
+
+/* The admission of offloaded sequences, through the scheduler on the GPU (scheduler/
+ * sched_policy.c with accel_info from the cuda device: offload_any, resident_*, offload_bytes,
+ * offload_per_token): with decode_sparse's default offload=1 and a host pool of 80 pages, twelve
+ * requests of 1,048 positions (9 pages each) submitted at once: eight are placed, the tier's
+ * room, and four wait although the device's memory would hold them whole; each of the eight
+ * moves out at its first decode step (the pool's pages in use climb to 8 x 9), the waiting ones
+ * run as the first end, nothing is preempted, and every page and block comes back. */
+#define OS_REQ 12
+#define OS_TOK 40
+static struct {
+    uv_loop_t loop;
+    accel_dev *d;
+    int warm, finals, n_tok[OS_REQ], done[OS_REQ], err[OS_REQ];
+    uint64_t peak;
+} OS;
+
+static void os_warm(void *ctx, int ok)
+{
+    OS.warm = ok ? 1 : -1;
+    uv_stop(&OS.loop);
+}
+
+static void os_event(void *ctx, const sched_event *ev)
+{
+    const int i = (int)(intptr_t)ctx;
+    accel_info in;
+    if (ev->type == SCHED_EV_TOKEN) {
+        OS.n_tok[i]++;
+        accel_get_info(OS.d, &in);
+        if (in.offload_used > OS.peak) OS.peak = in.offload_used;
+    }
+    if (ev->type == SCHED_EV_DONE) OS.done[i]++;
+    if (ev->type == SCHED_EV_ERROR) OS.err[i]++;
+    if ((ev->type == SCHED_EV_DONE || ev->type == SCHED_EV_ERROR) && ++OS.finals >= OS_REQ)
+        uv_stop(&OS.loop);
+}
+
+TEST(gpu_tls_offload_sched)
+{
+    model *m;
+    char why[600];
+    accel_opts o = {.decode_sparse = "asynctls,block_size=64,dense_layers=1,offload=1,"
+                                     "block_budget=4,token_budget=96,dense_below=0",
+                    .gpu_tune = "offload_pool_mb=20"};
+    memset(&OS, 0, sizeof OS);
+    int r = tls_open(&o, &m, &OS.d, why, sizeof why, NULL);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    const int N = 1008, V = m->cfg.vocab;
+    model_tok *tok = model_tok_load("tests/data/tokenizer/llama3/tokenizer.json", NULL, why, sizeof why);
+    if (!tok) fprintf(stderr, "  tokenizer: %s\n", why);
+    REQUIRE(tok);
+    accel_info in;
+    accel_get_info(OS.d, &in);
+    const uint64_t seq = 9 * 128 * in.offload_per_token; /* one request's pages */
+    CHECK(in.offload_any && in.offload_bytes / seq == 8);
+    uv_loop_init(&OS.loop);
+    sched_config cfg = {.max_waiting = 64, .max_running = 64, .no_prefix_cache = 1};
+    sched *s = sched_new(&OS.loop, &OS.d, 1, tok, &cfg, os_warm, NULL, why, sizeof why);
+    if (!s) fprintf(stderr, "  sched_new: %s\n", why);
+    REQUIRE(s);
+    uv_run(&OS.loop, UV_RUN_DEFAULT);
+    REQUIRE(OS.warm == 1);
+    int32_t *ids = tg_ids(N * OS_REQ, V, 17);
+    REQUIRE(ids);
+    for (int i = 0; i < OS_REQ; i++) {
+        sched_params p = {0};
+        p.prompt = ids + i * N;
+        p.n_prompt = N;
+        p.max_tokens = OS_TOK;
+        p.n = 1;
+        p.sampling = model_sampling_default();
+        p.sampling.temperature = 0;
+        p.ignore_eos = 1;
+        sched_req *q;
+        REQUIRE(sched_submit(s, &p, os_event, (void *)(intptr_t)i, &q, why, sizeof why) == SCHED_OK);
+    }
+    sched_stats st;
+    sched_get_stats(s, &st);
+    CHECK_MSG(st.n_running == 8 && st.n_waiting == OS_REQ - 8,
+              "placed %d, waiting %d: the host pool holds 8", st.n_running, st.n_waiting);
+    uv_run(&OS.loop, UV_RUN_DEFAULT);
+    int ok = 0;
+    for (int i = 0; i < OS_REQ; i++) ok += OS.done[i] == 1 && !OS.err[i] && OS.n_tok[i] == OS_TOK;
+    CHECK_MSG(ok == OS_REQ, "%d of %d requests done with %d tokens", ok, OS_REQ, OS_TOK);
+    sched_get_stats(s, &st);
+    CHECK_MSG(st.dev[0].preemptions == 0, "%llu preemptions", (unsigned long long)st.dev[0].preemptions);
+    CHECK_MSG(OS.peak >= 3 * seq && OS.peak <= 8 * seq,
+              "host pool in use at most %.1f sequences' pages", (double)OS.peak / (double)seq);
+    fprintf(stderr, "  tls offload sched: %d requests, 8 placed then 4 as they ended; host pool "
+            "peak %.0f of 8 sequences' pages, %llu preemptions\n", OS_REQ, (double)OS.peak / (double)seq,
+            (unsigned long long)st.dev[0].preemptions);
+    sched_free(s);
+    uv_run(&OS.loop, UV_RUN_DEFAULT);
+    CHECK_EQ(uv_loop_close(&OS.loop), 0);
+    accel_get_info(OS.d, &in);
+    CHECK_MSG(in.offload_used == 0 && in.kv_blocks_used == 0, "left: %llu host bytes, %d blocks",
+              (unsigned long long)in.offload_used, in.kv_blocks_used);
+    accel_free(OS.d);
+    model_tok_free(tok);
+    model_free(m);
+    free(ids);
 }

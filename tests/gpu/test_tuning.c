@@ -18,6 +18,7 @@ TEST(gpu_tuning_defaults)
     CHECK_EQ(t.decode_cluster, 2048);
     CHECK_EQ(t.gemm_tune, GPU_GEMM_TUNE_ON);
     CHECK(!t.profile && !t.chain_trace);
+    CHECK_EQ(t.offload_pool_mb, 0);
 }
 
 TEST(gpu_tuning_every_key)
@@ -29,13 +30,14 @@ TEST(gpu_tuning_every_key)
                                " chunk=300, graphs=0,attn=mma8,sparse_attn=mma4,gemv=0,fused=0,"
                                "pdl=0,decode_attn=two,decode_cluster=0,decode_mma=0,prune=0,"
                                "profile=1,chain_trace=1,decode_rows=0,logits_chunks=8,load_overlap=0,"
-                               "argmax=0,gemm_tune=0",
+                               "argmax=0,gemm_tune=0,offload_pool_mb=2048",
                                err, sizeof err) == 0,
               "%s", err);
     CHECK_EQ(t.chunk, 300);
     CHECK(!t.graphs && !t.gemv && !t.fused && !t.pdl && !t.decode_mma && !t.prune && !t.decode_rows &&
           !t.load_overlap && !t.argmax);
     CHECK_EQ(t.logits_chunks, 8);
+    CHECK_EQ(t.offload_pool_mb, 2048);
     CHECK_EQ(t.attn, GPU_ATTN_MMA8);
     CHECK_EQ(t.sparse_attn, GPU_ATTN_MMA4);
     CHECK_EQ(t.decode_two, 1);
@@ -73,6 +75,7 @@ TEST(gpu_tuning_errors_name_the_key)
         {"decode_cluster=-1", "decode_cluster"}, {"chunks=256", "unknown key 'chunks'"},
         {"logits_chunks=0", "logits_chunks"}, {"logits_chunks=9", "logits_chunks"},
         {"decode_rows=2", "decode_rows"}, {"gemm_tune=2", "gemm_tune"},
+        {"offload_pool_mb=-1", "offload_pool_mb"}, {"offload_pool_mb=1G", "offload_pool_mb"},
         {"TANDEM_GPU_PDL=off", "unknown key"},  {"pdl", "not key=value"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
