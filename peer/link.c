@@ -29,6 +29,8 @@ struct peer_conn {
     size_t laddr_len;
     char transport[80];   /* what UCX chose for aep's lanes, or "tcp stream" */
     _Atomic int adead;    /* aep reported an error */
+    ucs_status_t trx_status; /* the tagged receive in flight (one per connection) */
+    size_t trx_length;
     _Atomic int dead;
     proto_buf rx;
     size_t frame; /* bytes of the frame handed out by the last receive (consumed at the next) */
@@ -613,38 +615,75 @@ int peer_conn_req_test(peer_conn *c, void *req)
     return 1;
 }
 
-typedef struct tag_rx {
-    size_t length;
-    ucs_status_t status;
-} tag_rx;
-
 static void tag_recv_done(void *req, ucs_status_t status, const ucp_tag_recv_info_t *info, void *user)
 {
     (void)req;
-    tag_rx *t = user;
-    t->status = status;
-    if (info) t->length = info->length;
+    peer_conn *c = user;
+    c->trx_status = status;
+    if (info) c->trx_length = info->length;
 }
 
-int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double timeout_s)
+int peer_conn_tag_recv_start(peer_conn *c, uint64_t tag, void *buf, size_t n, void **req)
 {
+    *req = NULL;
     if (atomic_load(&c->dead)) return PEER_ERR_IO;
-    tag_rx t = {0, UCS_OK};
+    c->trx_status = UCS_INPROGRESS;
+    c->trx_length = 0;
     ucp_request_param_t rp = {0};
     /* always through the callback: UCX 1.13 leaves recv_info unfilled when a message already
      * waiting completes the receive at once */
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     rp.cb.recv = tag_recv_done;
-    rp.user_data = &t;
+    rp.user_data = c;
     /* the whole tag must match: another connection's messages, or stale ones, never land here */
     ucs_status_ptr_t r = ucp_tag_recv_nbx(c->worker, buf, n, tag, UINT64_MAX, &rp);
-    int st = wait_req(c, r, peer_now() + timeout_s);
-    if (st) return st;
-    if (t.status != UCS_OK) { /* UCS_ERR_MESSAGE_TRUNCATED: more than announced */
+    if (UCS_PTR_IS_ERR(r) || r == NULL) {
+        atomic_store(&c->dead, 1);
+        return PEER_ERR_IO;
+    }
+    *req = r;
+    return PEER_OK;
+}
+
+int peer_conn_tag_recv_test(peer_conn *c, void *req, size_t n)
+{
+    ucs_status_t st = ucp_request_check_status(req);
+    if (st == UCS_INPROGRESS) return atomic_load(&c->dead) ? PEER_ERR_IO : 0;
+    ucp_request_free(req);
+    if (st != UCS_OK || c->trx_status != UCS_OK || c->trx_length != n) { /* more or less than announced */
         atomic_store(&c->dead, 1);
         return PEER_ERR_PROTO;
     }
-    return t.length == n ? PEER_OK : PEER_ERR_PROTO;
+    return 1;
+}
+
+void peer_conn_req_cancel(peer_conn *c, void *req)
+{
+    if (!req) return;
+    atomic_store(&c->dead, 1);
+    ucp_request_cancel(c->worker, req);
+    double stop = peer_now() + 2;
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && peer_now() < stop)
+        ucp_worker_progress(c->worker);
+    ucp_request_free(req); /* marks it for release when UCX is done with it */
+}
+
+int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double timeout_s)
+{
+    void *r;
+    int st = peer_conn_tag_recv_start(c, tag, buf, n, &r);
+    double end = peer_now() + timeout_s;
+    while (!st && (st = peer_conn_tag_recv_test(c, r, n)) == 0) {
+        double now = peer_now();
+        if (now >= end) {
+            peer_conn_req_cancel(c, r);
+            return PEER_ERR_TIMEOUT;
+        }
+        int ms = (int)((end - now) * 1000) + 1;
+        worker_wait(c->worker, c->efd, ms < 10 ? ms : 10);
+    }
+    if (st < 0 && st != PEER_ERR_PROTO && r) peer_conn_req_cancel(c, r);
+    return st == 1 ? PEER_OK : st;
 }
 
 /* ---------------------------------------------------------------- listener */

@@ -101,6 +101,15 @@ int peer_conn_req_test(peer_conn *c, void *req);
 /* Receives the one message tagged exactly `tag` into buf, which must be exactly n bytes long
  * (a longer or shorter one: PEER_ERR_PROTO and c is dead). Waits at most timeout_s. */
 int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double timeout_s);
+/* The same without waiting, one at a time per connection: _start posts the receive (*req, which
+ * buf must outlive), _test looks at it (the caller progresses the worker: a listener's
+ * progress): 1 when the message of exactly n bytes is in buf (req let go), 0 while in flight,
+ * PEER_ERR_PROTO (more or fewer bytes) or PEER_ERR_IO (c failed; req is then still UCX's: cancel
+ * it). peer_conn_req_cancel takes a receive back before its buffer is reused: c is dead after
+ * it (UCX gives the request back within a bounded wait). */
+int peer_conn_tag_recv_start(peer_conn *c, uint64_t tag, void *buf, size_t n, void **req);
+int peer_conn_tag_recv_test(peer_conn *c, void *req, size_t n);
+void peer_conn_req_cancel(peer_conn *c, void *req);
 
 /* Listens on "ADDR:PORT" (port 0: any free port; peer_listener_port says which). */
 int peer_listener_new(const char *addr, peer_listener **out, char *err, size_t errlen);

@@ -8,7 +8,9 @@
  * handshake not done within HANDSHAKE_S. Each connection holds the sequences it created (at most
  * MAX_SEQS); they are freed when it closes, whatever way.
  *
- * KV chunks that come as tagged messages are received by this thread and checked and imported
+ * KV chunks that come as tagged messages are received by this thread (the receive posted and
+ * looked at on each pass, one chunk at a time: a sender that stalls or dies with a chunk
+ * announced holds up no other peer's heartbeat or call) and checked and imported
  * by a second one (peer/kv_rx.h), so that the next chunk's copy overlaps this one's CRC and
  * import; this thread takes their results and sends the REPLYs. Before anything else that
  * touches a device or frees a sequence, it waits for the chunks pushed so far (kv_sync). */
@@ -29,7 +31,8 @@
 #define MAX_SEQS 4096 /* per connection: above any continuous batch of a node's cards */
 #define SEND_TIMEOUT_S 10.0
 /* A tagged KV chunk announced on the stream must follow within this: the sender's own call
- * timeout (PEER_CALL_TIMEOUT_S), so that a sender gone mid-chunk holds this thread no longer. */
+ * timeout (PEER_CALL_TIMEOUT_S), after which its connection is closed. Its receive is left
+ * pending meanwhile (pend below): only that connection waits for it, every other is served. */
 #define TAG_TIMEOUT_S PEER_CALL_TIMEOUT_S
 /* A REPLY frame: header and two words. */
 #define KV_REPLY_BYTES (PEER_HEADER_BYTES + 8)
@@ -100,6 +103,15 @@ struct peer_server {
     float *logits;
     size_t logits_cap;
     peer_kv_rx *rx; /* tagged KV chunks: checked and imported on its thread */
+    /* the one tagged chunk being received (into the kv_rx buffer it was given), while this
+     * thread goes on serving every other connection: a sender that stalls or dies mid-chunk
+     * holds up its own connection only */
+    struct {
+        sconn *sc;
+        void *req;
+        peer_kv k;
+        double deadline;
+    } pend;
 };
 
 /* ---------------------------------------------------------------- sequences */
@@ -116,6 +128,11 @@ static void kv_sync(peer_server *s);
 
 static void sconn_close(peer_server *s, sconn *sc, const char *why)
 {
+    if (s->pend.sc == sc) { /* its chunk's receive taken back before the buffer is reused */
+        peer_conn_req_cancel(sc->c, s->pend.req);
+        s->pend.sc = NULL;
+        s->pend.req = NULL;
+    }
     kv_sync(s); /* no chunk of sc's is applied any more, no result of it waits */
     int live = 0;
     for (int i = 0; i < sc->n_seqs; i++)
@@ -357,7 +374,31 @@ static int on_addr_req(sconn *sc, size_t n)
     return peer_conn_send(sc->c, PEER_ADDR, fixed, sizeof fixed, a, len, SEND_TIMEOUT_S);
 }
 
-/* KV_TAG: the announced chunk arrives as one tagged message of exactly `length` bytes. */
+/* The pending tagged chunk: 1 received and handed to the kv_rx thread, 0 still coming, or a
+ * status that closes its connection (the receive is then still pending: sconn_close takes it
+ * back). wait: until it is in or fails (another connection's chunk needs the buffer ring). */
+static int pend_finish(peer_server *s, int wait)
+{
+    sconn *sc = s->pend.sc;
+    for (;;) {
+        int st = peer_conn_tag_recv_test(sc->c, s->pend.req, s->pend.k.n_bytes);
+        if (st == 1) {
+            peer_kv_rx_push(s->rx, sc, &s->pend.k);
+            s->pend.sc = NULL;
+            s->pend.req = NULL;
+            return 1;
+        }
+        if (st == PEER_ERR_PROTO) s->pend.req = NULL; /* completed, wrongly: UCX let it go */
+        if (st < 0) return st;
+        if (peer_now() > s->pend.deadline) return PEER_ERR_TIMEOUT;
+        if (!wait) return 0;
+        peer_listener_progress(s->l, 0.01);
+    }
+}
+
+/* KV_TAG: the announced chunk arrives as one tagged message of exactly `length` bytes; its
+ * receive is left pending (server_main looks at it), and the connection's next frames wait for
+ * it. */
 static int on_kv_tag(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
 {
     peer_kv k;
@@ -365,15 +406,29 @@ static int on_kv_tag(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
     if (!sc->addr_given || peer_kv_tag_read(p, n, &k, &length, &serial) || serial != sc->tag_serial + 1)
         return PEER_ERR_PROTO;
     sc->tag_serial = serial;
+    if (s->pend.sc) { /* another connection's chunk is still coming: it goes first */
+        sconn *o = s->pend.sc;
+        if (pend_finish(s, 1) < 0) peer_conn_kill(o->c); /* closed by server_main, its receive with it */
+        if (s->pend.sc) { /* not in: this one waits no longer than for its own sender */
+            peer_conn_req_cancel(o->c, s->pend.req);
+            s->pend.sc = NULL;
+            s->pend.req = NULL;
+        }
+    }
     kv_collect(s); /* the results so far first: peer_kv_rx_buffer's rule */
     uint8_t *buf = peer_kv_rx_buffer(s->rx, length); /* waits while both buffers are in use */
     if (!buf) return PEER_ERR_NOMEM;
-    int st = peer_conn_tag_recv(sc->c, sc->tag_base + serial, buf, length, TAG_TIMEOUT_S);
+    void *req;
+    int st = peer_conn_tag_recv_start(sc->c, sc->tag_base + serial, buf, length, &req);
     if (st) return st;
     k.bytes = buf;
     k.n_bytes = length;
-    peer_kv_rx_push(s->rx, sc, &k);
-    return PEER_OK;
+    s->pend.sc = sc;
+    s->pend.req = req;
+    s->pend.k = k;
+    s->pend.deadline = peer_now() + TAG_TIMEOUT_S;
+    int r = pend_finish(s, 0);
+    return r < 0 ? r : PEER_OK;
 }
 
 static int on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
@@ -546,14 +601,21 @@ static void *server_main(void *arg)
             peer_header h;
             const uint8_t *p;
             uint32_t max = sc->state == S_READY ? PEER_MAX_PAYLOAD : PEER_MAX_PREAUTH;
+            got = 0;
+            if (s->pend.sc == sc) { /* its chunk first; its next frames wait for it */
+                int r = pend_finish(s, 0);
+                if (r < 0) st = r;
+            }
             /* a bounded number of frames per pass, so that one busy peer cannot starve the rest */
-            for (int k = 0; k < 64 && (got = peer_conn_poll(sc->c, max, &h, &p)) == 1; k++) {
+            for (int k = 0; !st && s->pend.sc != sc && k < 64 && (got = peer_conn_poll(sc->c, max, &h, &p)) == 1; k++) {
                 st = handle(s, sc, &h, p);
                 if (st) break;
                 max = sc->state == S_READY ? PEER_MAX_PAYLOAD : PEER_MAX_PREAUTH;
             }
             if (!st && got < 0) st = got;
-            if (!st) st = flush_held(sc); /* nothing more waiting: the held REPLYs go */
+            /* nothing more waiting: the held REPLYs go (not while a chunk is coming: the frames
+             * behind it are not read yet, and its REPLY joins them) */
+            if (!st && s->pend.sc != sc) st = flush_held(sc);
             const char *why = NULL;
             if (st == PEER_ERR_PROTO) why = "bad message (malformed, oversized, unknown version or out of turn)";
             else if (st == PEER_ERR_AUTH) why = "authentication failed: not the same peer_key";

@@ -11,6 +11,7 @@
 #include "peer/peer.h"
 #include "proto/kv_wire.h"
 #include "tests/util.h"
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -762,4 +763,85 @@ TEST(peer_bulk_alloc_sizes)
         CHECK(p[cap - 1] == 0xa5);
         free(p);
     }
+}
+
+/* A sender that stalls after a tagged chunk's announcement (TANDEM_PEER_FAULT kv_stall) holds up
+ * its own connection only: while the node waits for those bytes, another node connects,
+ * authenticates and gets an answer at once (the node used to wait for the bytes, up to the
+ * call timeout, serving no one); once the bytes come the chunk is imported and decodes. */
+typedef struct stall_import {
+    accel_dev *rd;
+    accel_seq *s;
+    const kvcopy *kv;
+    int st;
+} stall_import;
+
+static void *stall_import_main(void *arg)
+{
+    stall_import *a = arg;
+    a->st = 0;
+    for (int i = 0; i < a->kv->n && !a->st; i++) a->st = accel_kv_import_crc(a->rd, a->s, &a->kv->l[i], a->kv->crc[i]);
+    return NULL;
+}
+
+TEST(peer_stalled_sender_holds_up_no_one_else)
+{
+    char stall[64];
+    snprintf(stall, sizeof stall, "/tmp/tandem-peer-stall.%d", (int)getpid());
+    char fault[96];
+    snprintf(fault, sizeof fault, "kv_stall=%s", stall);
+    setenv("TANDEM_PEER_FAULT", fault, 1);
+    two t;
+    if (two_start(&t, "cpu")) return;
+    char err[256];
+    accel_opts o = {.threads = 2};
+    accel_dev *pf = devices_open("cpu", t.m, &o, err, sizeof err);
+    REQUIRE(pf);
+    int vocab = t.m->cfg.vocab;
+    int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
+    kvcopy kv = {0};
+    accel_seq *ps;
+    REQUIRE(accel_seq_new(pf, 8, &ps) == 0);
+    float *lg = malloc(sizeof(float) * (size_t)vocab);
+    accel_kv_sink sink = {keep_layer, &kv};
+    accel_prefill_req pr = {.seq = ps, .ids = ids, .n = 8, .logits = lg, .kv = &sink};
+    REQUIRE(accel_prefill(pf, &pr) == 0);
+    int32_t first = t_argmax(lg, vocab);
+
+    peer_node *na, *nc;
+    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &na, err, sizeof err) == PEER_OK);
+    accel_dev *rd = devices_open_remote(na, 0, t.m, NULL, err, sizeof err);
+    REQUIRE(rd);
+    unsetenv("TANDEM_PEER_FAULT");
+    stall_import a = {rd, NULL, &kv, 0};
+    REQUIRE(accel_seq_new(rd, 16, &a.s) == 0);
+    FILE *f = fopen(stall, "w");
+    REQUIRE(f);
+    fclose(f);
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, stall_import_main, &a) == 0);
+    struct timespec ts = {0, 300 * 1000 * 1000}; /* the first chunk announced, its bytes held */
+    nanosleep(&ts, NULL);
+    double t0 = peer_now();
+    int st = peer_node_connect(t.addr, "nodeC", KEY, t.m, 5, &nc, err, sizeof err);
+    accel_dev *rc = st ? NULL : devices_open_remote(nc, 0, t.m, NULL, err, sizeof err);
+    int wst = rc ? accel_warmup(rc) : -1;
+    double took = peer_now() - t0;
+    unlink(stall); /* the bytes go */
+    pthread_join(th, NULL);
+    CHECK_MSG(st == PEER_OK && rc && wst == 0, "the other node: %s", err);
+    CHECK_MSG(took < 2.0, "the other node waited %.2f s for the stalled one", took);
+    CHECK_EQ(a.st, 0);
+    int32_t tok = first;
+    CHECK_EQ(accel_decode(rd, 1, &a.s, &tok, lg), 0); /* the stalled chunk came in whole */
+    accel_seq_free(rd, a.s);
+    if (rc) accel_free(rc);
+    if (!st) peer_node_free(nc);
+    accel_free(rd);
+    peer_node_free(na);
+    for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
+    free(lg);
+    accel_seq_free(pf, ps);
+    accel_free(pf);
+    two_stop(&t);
 }
