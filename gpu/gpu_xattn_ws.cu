@@ -54,29 +54,13 @@ extern "C" { // sparse/sparse.h is a C header without guards of its own
 #define XW_SM90A 1
 #endif
 
-#define XWM 128          // reshaped query rows per CTA (XT: the P rows of a tile)
-#define XWK 64           // reduction chunk: one 128-byte swizzled row
-#define XWST 4           // ring stages
-#define XW_A (XWM * 128) // bytes of a stage's Q_r chunk
-#define XW_B (XWN * 128) // bytes of a stage's K_r chunk
-#define XW_KVB 128       // the paged cache's block (gpu/engine.cuh)
 #define XW_THREADS 384   // the producer warpgroup and two consumers
 #define XW_LAG 1         // copies in flight per producer thread besides the newest chunk's
-
-static_assert(XWM == XT, "the P rows of a query tile");
 
 static constexpr size_t xw_smem()
 {
     return (size_t)XWST * (XW_A + XW_B) + 2 * XWM * sizeof(float) + 2 * XWST * 8 + 1024;
 }
-
-#ifdef XW_SM90A
-static __device__ __forceinline__ long long xw_key_row(const int *tbl, long long bstride,
-                                                       long long j)
-{
-    return tbl ? (long long)tbl[j / XW_KVB] * bstride + j % XW_KVB : j;
-}
-#endif
 
 /* Fold the rows of a CTA's query tile into the block masses of its query blocks (gpu/gpu_xattn.cu):
  *   A[I][J] = sum over rows r of block I of P[r][J] * exp2(Mt[r][tile(J)] - m_r) / l_r
@@ -208,18 +192,7 @@ __global__ void __launch_bounds__(XW_THREADS, 1) xattn_ws_kernel(xargs a)
             gpu_mbar_wait(XW_FULL(s), (st / XWST) & 1);
             const unsigned char *cA = sA + s * XW_A + cw * 64 * 128;
             const unsigned char *cB = sB + s * XW_B;
-            /* (no register fence here: the previous chunk's wgmmas may still write acc0 /
-             * acc1, and touching them would make ptxas wait for those first) */
-            gpu_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                const uint64_t da = gpu_wgmma_desc_sw128(cA + kk * 32, 16, 1024);
-                const int accum = kc > 0 || kk > 0;
-                gpu_wgmma_ss_m64n128(acc0, da, gpu_wgmma_desc_sw128(cB + kk * 32, 16, 1024), accum);
-                gpu_wgmma_ss_m64n128(acc1, da,
-                                     gpu_wgmma_desc_sw128(cB + 128 * 128 + kk * 32, 16, 1024), accum);
-            }
-            gpu_wgmma_commit();
+            xw_chunk_mma(acc0, acc1, cA, cB, kc);
             gpu_wgmma_wait<1>(); /* the chunk before is done: its slot is free */
             gpu_mbar_arrive_if(XW_EMPTY((st + XWST - 1) % XWST), lane0 && kc > 0);
         }
@@ -229,66 +202,10 @@ __global__ void __launch_bounds__(XW_THREADS, 1) xattn_ws_kernel(xargs a)
         gpu_mbar_arrive_if(XW_EMPTY(((kt - kt_lo) * KC + KC - 1) % XWST), lane0);
 
         /* ---- a key tile is complete: its logits are in acc0 (columns 0..127) and acc1 */
-        const int j0 = kt * XWN;
-        const bool edge = j0 + XWN - 1 > wlo || (long long)(j0 + XWN - 1) * S >= n;
-        if (edge) {
-#pragma unroll
-            for (int c = 0; c < 16; c++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int j = j0 + c * 8 + (lane % 4) * 2 + (e & 1), i = e < 2 ? iA : iB;
-                    if (j > i || (long long)j * S >= n) acc0[4 * c + e] = -INFINITY;
-                    if (j + 128 > i || (long long)(j + 128) * S >= n) acc1[4 * c + e] = -INFINITY;
-                }
-        }
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int c = 0; c < 16; c++) {
-            mx0 = fmaxf(mx0, fmaxf(fmaxf(acc0[4 * c], acc0[4 * c + 1]),
-                                   fmaxf(acc1[4 * c], acc1[4 * c + 1])));
-            mx1 = fmaxf(mx1, fmaxf(fmaxf(acc0[4 * c + 2], acc0[4 * c + 3]),
-                                   fmaxf(acc1[4 * c + 2], acc1[4 * c + 3])));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        /* scaled running maxima (sc > 0: the max of the scaled logits) */
-        const float mn0 = fmaxf(m0, mx0 * sc), mn1 = fmaxf(m1, mx1 * sc);
-        const float mr0 = mn0 == -INFINITY ? 0.f : mn0, mr1 = mn1 == -INFINITY ? 0.f : mn1;
-        float b0 = 0.f, b1 = 0.f, t0 = 0.f, t1 = 0.f;
-#pragma unroll
-        for (int G = 0; G < 32; G++) { /* n8 group G: columns 8 G .. 8 G + 7 of the tile */
-            const float *v = G < 16 ? acc0 + 4 * G : acc1 + 4 * (G - 16);
-            b0 += exp2f(fmaf(v[0], sc, -mr0)) + exp2f(fmaf(v[1], sc, -mr0));
-            b1 += exp2f(fmaf(v[2], sc, -mr1)) + exp2f(fmaf(v[3], sc, -mr1));
-            if (((G + 1) & (gpb - 1)) == 0) { /* the last group of key block j0 / rpb + G / gpb */
-                b0 += __shfl_xor_sync(0xffffffffu, b0, 1);
-                b0 += __shfl_xor_sync(0xffffffffu, b0, 2);
-                b1 += __shfl_xor_sync(0xffffffffu, b1, 1);
-                b1 += __shfl_xor_sync(0xffffffffu, b1, 2);
-                t0 += b0;
-                t1 += b1;
-                const int J = j0 / rpb + (G >> lg);
-                if (((G >> lg) & 3) == (lane & 3)) { /* one lane of the quad stores */
-                    if (okR0 && J * rpb <= iA) Pt[(size_t)J * XWM + rw] = b0;
-                    if (okR1 && J * rpb <= iB) Pt[(size_t)J * XWM + rw + 8] = b1;
-                }
-                b0 = b1 = 0.f;
-            }
-        }
-        if (mx0 > -INFINITY) {
-            l0 = (m0 == -INFINITY ? 0.f : l0 * exp2f(m0 - mn0)) + t0;
-            m0 = mn0;
-        }
-        if (mx1 > -INFINITY) {
-            l1 = (m1 == -INFINITY ? 0.f : l1 * exp2f(m1 - mn1)) + t1;
-            m1 = mn1;
-        }
-        if ((lane & 3) == 0) {
-            if (okR0) Mtt[(size_t)kt * XWM + rw] = m0;
-            if (okR1) Mtt[(size_t)kt * XWM + rw + 8] = m1;
-        }
+        xw_tile_end(
+            acc0, acc1, S, n, rpb, gpb, lg, sc, kt, wlo, iA, iB, okR0, okR1, lane, m0, m1, l0, l1,
+            [&](int J, int r8, float v) { Pt[(size_t)J * XWM + rw + r8] = v; },
+            [&](int r8, float m) { Mtt[(size_t)kt * XWM + rw + r8] = m; });
     }
     if (a.nsplit > 1) { /* the fold waits for every split: xattn_fold_kernel */
         if ((lane & 3) == 0) {
@@ -298,12 +215,7 @@ __global__ void __launch_bounds__(XW_THREADS, 1) xattn_ws_kernel(xargs a)
         }
         return;
     }
-    if ((lane & 3) == 0) {
-        mfin[rw] = okR0 ? m0 : 0.f;
-        linv[rw] = okR0 ? 1.f / l0 : 0.f;
-        mfin[rw + 8] = okR1 ? m1 : 0.f;
-        linv[rw + 8] = okR1 ? 1.f / l1 : 0.f;
-    }
+    xw_rows_final(mfin, linv, rw, lane, okR0, okR1, m0, m1, l0, l1);
     gpu_bar_sync(1, 256); /* the consumers; also orders their P / Mt writes before the reads below */
     xw_fold(a, Pt, Mtt, mfin, linv, ibase, h, ct, 256);
 #undef XW_FULL
