@@ -101,6 +101,11 @@ double t_max_abs_diff(const float *a, const float *b, size_t n)
     return w;
 }
 
+char *t_read_file(const char *path, size_t *len)
+{
+    return model_read_file(path, 64u << 20, len);
+}
+
 int t_write_file(const char *path, const void *data, size_t n)
 {
     FILE *fp = fopen(path, "wb");

@@ -15,6 +15,9 @@ double t_logsumexp(const float *x, int n);
 int32_t t_argmax(const float *x, int n);
 /* Largest |a - b| over n values. */
 double t_max_abs_diff(const float *a, const float *b, size_t n);
+/* A whole file (at most 64 MiB), NUL-terminated, its length in *len (without the NUL; len may be
+ * NULL); NULL if unreadable. The caller frees it. */
+char *t_read_file(const char *path, size_t *len);
 /* Writes a whole file; 0 or -1. */
 int t_write_file(const char *path, const void *data, size_t n);
 /* Runs a shell command, returns its exit status (-1 if it did not exit normally). Its stderr is

@@ -8,25 +8,8 @@
 #include "model/tok/tokenizer.h"
 #include "model/sample/rng.h"
 #include "tests/test.h"
+#include "tests/util.h"
 #include <jansson.h>
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)len + 1);
-    if (s && fread(s, 1, (size_t)len, f) != (size_t)len) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[len] = 0;
-    fclose(f);
-    *n = (size_t)len;
-    return s;
-}
 
 static model_grammar *compile(const char *text)
 {
@@ -85,7 +68,7 @@ TEST(grammar_llamacpp_files)
         char path[128];
         snprintf(path, sizeof path, "tests/data/grammars/%s.gbnf", cases[i].file);
         size_t n;
-        char *text = slurp(path, &n);
+        char *text = t_read_file(path, &n);
         CHECK_MSG(text, "cannot read %s", path);
         if (!text) continue;
         char err[256] = "";

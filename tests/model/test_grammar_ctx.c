@@ -11,27 +11,11 @@
 #include "proto/buf.h"
 #include "proto/json_schema.h"
 #include "tests/test.h"
+#include "tests/util.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)len + 1);
-    if (s && fread(s, 1, (size_t)len, f) != (size_t)len) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[len] = 0;
-    fclose(f);
-    return s;
-}
 
 static const char *SCHEMAS[] = {
     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\",\"minimum\":0},"
@@ -151,7 +135,7 @@ static void compare_all(const char *tok_path, int walks, int steps)
     for (size_t i = 0; i < sizeof GBNF / sizeof GBNF[0]; i++) {
         char path[128];
         snprintf(path, sizeof path, "tests/data/grammars/%s.gbnf", GBNF[i]);
-        char *text = slurp(path);
+        char *text = t_read_file(path, NULL);
         if (!text) {
             t_fail(__FILE__, __LINE__, "%s: cannot read", path);
             continue;

@@ -4,6 +4,7 @@
 #include "model/tok/tokenizer.h"
 #include "tests/model/tok_test_util.h"
 #include "tests/test.h"
+#include "tests/util.h"
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -341,7 +342,7 @@ TEST(tok_threads_share_tokenizer)
     model_tok *t = model_tok_load("tests/data/tokenizer/gpt2/tokenizer.json", NULL, err, sizeof err);
     REQUIRE(t);
     size_t len;
-    char *text = tt_read_file("tests/data/tokenizer/tinyllama_basic_inputs.json", &len);
+    char *text = t_read_file("tests/data/tokenizer/tinyllama_basic_inputs.json", &len);
     REQUIRE(text);
     int32_t *ref;
     size_t nref;

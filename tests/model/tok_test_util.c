@@ -1,33 +1,15 @@
 /* tests/model/tok_test_util.c — helpers shared by the tokenizer tests. */
 #include "tests/model/tok_test_util.h"
 #include "tests/test.h"
+#include "tests/util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-char *tt_read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (!b) return NULL;
-    b[sz] = 0;
-    if (len) *len = (size_t)sz;
-    return b;
-}
-
 long tt_ggml_cases(const char *inp, const char *outp, tt_case **cases)
 {
     size_t il, ol;
-    char *in = tt_read_file(inp, &il), *out = tt_read_file(outp, &ol);
+    char *in = t_read_file(inp, &il), *out = t_read_file(outp, &ol);
     static const char sep[] = "\n__ggml_vocab_test__\n";
     long n = 0, cap = 64;
     tt_case *c = calloc((size_t)cap, sizeof *c);

@@ -5,9 +5,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Whole file, NUL-terminated (*len without it); NULL if unreadable. Caller frees. */
-char *tt_read_file(const char *path, size_t *len);
-
 /* llama.cpp's tokenizer vectors: inputs separated by "\n__ggml_vocab_test__\n" and one line of
  * space-separated ids per input (tests/test-tokenizer-0.cpp reads them the same way). */
 typedef struct tt_case {
