@@ -19,14 +19,7 @@ PHASES=${PHASES:-tests bench}
 TESTS=${TESTS:-gpu_paged gpu_kv_export gpu_flex_prefill gpu_xattn_prefill gpu_golden_stories260k_logits_bf16 gpu_golden_tiny_llama2 gpu_tls_engine gpu_tuning _cuda}
 TESTS_NOVMM=${TESTS_NOVMM:-gpu_flex_prefill_every gpu_xattn_prefill_every gpu_paged_hd128 gpu_paged_sparse_scattered}
 PREFIX=${PREFIX:-4096:3968,8192:8064}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/run.log") 2>&1
-t0=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
-has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
-stamp "machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
-echo "kernel $(uname -r), $(nproc) cores, $(grep MemTotal /proc/meminfo)"; date -u
+. gpu/bench/session.sh
 BINS="build/tandem-tests build/bench_gpu build/mkmodel build/libtandem_cuda.so build/libtandem_cuda_test.so"
 . gpu/bench/libpath.sh
 missing
@@ -42,10 +35,7 @@ if has tests; then
     grep -E "^not ok|FAIL|^# " "$OUT/tests_novmm.log" | tail -10
 fi
 if has bench; then
-    if [ ! -f "$MODEL8B/config.json" ]; then
-        stamp "mkmodel llama3-8b -> $MODEL8B"
-        timeout 300 build/mkmodel --preset llama3-8b --out "$MODEL8B" || exit 1
-    fi
+    mkmodel8b build
     for r in $(seq 1 "${ROUNDS:-1}"); do
         for tune in load_overlap=1 load_overlap=0; do
             stamp "bench round $r $tune: --prefix $PREFIX"

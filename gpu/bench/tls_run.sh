@@ -23,14 +23,7 @@ PHASES=${PHASES:-tests bench}
 TESTS=${TESTS:-gpu_tls gpu_paged}
 CTX=${CTX:-32768,65536,130000}
 BATCH=${BATCH:-1,8}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/run.log") 2>&1
-t0=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
-has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
-stamp "machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
-echo "kernel $(uname -r), $(nproc) cores, $(grep MemTotal /proc/meminfo)"; date -u
+. gpu/bench/session.sh
 B=${B:-build}
 [ -d "$B/rt" ] && export LD_LIBRARY_PATH=$PWD/$B/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 BINS="$B/bench_gpu $B/mkmodel $B/libtandem_cuda.so"
@@ -53,10 +46,7 @@ if has tests; then
 fi
 [ -n "$mk" ] && { wait $mk; echo "mkmodel exit $?"; }
 if has bench; then
-    if [ ! -f "$MODEL8B/config.json" ]; then
-        stamp "mkmodel llama3-8b -> $MODEL8B"
-        timeout 300 $B/mkmodel --preset llama3-8b --out "$MODEL8B" || exit 1
-    fi
+    mkmodel8b "$B"
     stamp "bench: --tls $CTX --tls-batch $BATCH"
     timeout 420 $B/bench_gpu --model "$MODEL8B" --tls "$CTX" --tls-batch "$BATCH" \
         --tls-budget "${BUDGET:-1024}" --tls-blocks "${BLOCKS:-128}" --steps "${STEPS:-32}" \
@@ -64,10 +54,7 @@ if has bench; then
     echo "bench exit ${PIPESTATUS[0]}"
 fi
 if has offload; then
-    if [ ! -f "$MODEL8B/config.json" ]; then
-        stamp "mkmodel llama3-8b -> $MODEL8B"
-        timeout 300 $B/mkmodel --preset llama3-8b --out "$MODEL8B" || exit 1
-    fi
+    mkmodel8b "$B"
     stamp "offload: --tls-offload ${OCTX:-98304}"
     timeout ${OTIME:-400} $B/bench_gpu --model "$MODEL8B" --tls-offload "${OCTX:-98304}" \
         --tls-budget "${BUDGET:-1024}" --tls-blocks "${BLOCKS:-128}" --steps "${OSTEPS:-16}" \
