@@ -235,14 +235,15 @@ int gpu_attn_sm90_available(int device)
 }
 
 int gpu_attn_prefill_sm90(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
-                          const h16 *k, const h16 *v, int cap, h16 *out, const gpu_kv_map *map)
+                          const h16 *k, const h16 *v, int cap, h16 *out, const gpu_kv_map *map,
+                          const gpu_attn_split *sp)
 {
-    return gpu_attn_prefill_sm90_ex(s, d, T, pos0, q, k, v, cap, out, GPU_SM90_AUTO, map);
+    return gpu_attn_prefill_sm90_ex(s, d, T, pos0, q, k, v, cap, out, GPU_SM90_AUTO, map, sp);
 }
 
 int gpu_attn_prefill_sm90_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
                              const h16 *k, const h16 *v, int cap, h16 *out, int variant,
-                             const gpu_kv_map *map)
+                             const gpu_kv_map *map, const gpu_attn_split *sp)
 {
     if (T <= 0) return ACCEL_OK;
     if (variant != GPU_SM90_ONE_WG) {
@@ -250,7 +251,7 @@ int gpu_attn_prefill_sm90_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0,
         if (gpu_attn_ws_usable(d, q, k, v, cap))
             st = gpu_attn_prefill_ws(s, d, T, pos0, q, k, v, cap, out,
                                      variant == GPU_SM90_WS_NOPP ? 1 : variant == GPU_SM90_WS_3ST ? 2 : 0,
-                                     map);
+                                     map, sp);
         /* UNSUPPORTED (no tensor map for these operands): the one-warpgroup kernel below */
         if (st != ACCEL_ERR_UNSUPPORTED || variant != GPU_SM90_AUTO) return st;
     }

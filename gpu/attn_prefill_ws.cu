@@ -40,6 +40,11 @@
  * (hd, cap * hd) and token-major tensors (n_kv * hd, hd; the tensor map then orders its
  * dimensions (d, head, key), as the copy engine wants strides ascending); GQA by h / group, or
  * h % n_kv when interleave.
+ * Key splits (grid z > 1; a chunk after a long cache, whose heads x query tiles leave SMs idle:
+ * 32 heads x 1-2 tiles on 132 SMs): block z takes tiles [n z / Z, n (z + 1) / Z) of its (head,
+ * query tile)'s n (dense range or list), writes O unnormalized with each row's max (log2 domain)
+ * and sum to the caller's workspace (gpu_attn_split), and k_ws_combine merges the Z partials into
+ * the output (flash-decoding's combine). ws_pick_splits chooses Z from the grid and the key tiles.
  * The host side builds three tensor maps per call (Q, K, V; cuTensorMapEncodeTiled through the
  * runtime's driver entry point) and passes them by value (__grid_constant__). Compiled only for
  * sm_90a (wgmma, setmaxnreg). */
@@ -65,6 +70,8 @@
 
 struct ws_params {
     h16 *out;
+    float *part_o;   /* split (gridDim.z > 1): partial O, (split, head, row) x 128, unnormalized */
+    float2 *part_ml; /* (split, head, row): the row's max (log2 domain; -inf: no key) and sum */
     int T, pos0, qd, group, n_kv, interleave, window;
     int head_inner;   /* K/V maps ordered (d, head, key): token-major tensors */
     float scale_log2; /* head_dim^-0.5 * log2(e) */
@@ -170,16 +177,26 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     const int kv_len = p.pos0 + p.T;
     const int qlo = p.pos0 + q0, qhi = p.pos0 + min(q0 + WS_BR, p.T) - 1;
     const int kbeg = p.window > 0 ? max(0, qlo + 1 - p.window) : 0;
-    const int t_first = kbeg / WS_BC;
-    /* the tiles: t_first .. the last row's (dense), or the block's list (SPARSE; may be empty:
+    const int t_lo = kbeg / WS_BC;
+    /* the tiles: t_lo .. the last row's (dense), or the block's list (SPARSE; may be empty:
      * then the rows are written as zeros, as the mma.sync kernel does) */
-    int n = qhi / WS_BC - t_first + 1;
+    int n = qhi / WS_BC - t_lo + 1;
     const int32_t *lst = nullptr;
     if (SPARSE) {
         const int32_t *rp = p.row_ptr + (size_t)h * (p.nb + 1) + qlo / WS_BLOCK;
         lst = p.col + rp[0];
         n = rp[1] - rp[0];
     }
+    /* a key split (gridDim.z > 1): this block takes tiles [n z / Z, n (z + 1) / Z) of them (may
+     * be none), in the same order; the diagonal tiles stay with the last split */
+    int i_beg = 0;
+    if (gridDim.z > 1) {
+        const int z = blockIdx.z, nz = gridDim.z;
+        i_beg = (int)((long long)n * z / nz);
+        n = (int)((long long)n * (z + 1) / nz) - i_beg;
+        if (SPARSE) lst += i_beg;
+    }
+    const int t_first = t_lo + i_beg;
 
     if (tid == 0) {
         gpu_mbar_init(bar_q, 1);
@@ -361,8 +378,26 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
         l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
         l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-        const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
         const int r0 = q0 + row0, r1 = r0 + 8;
+        if (gridDim.z > 1) {
+            /* a split: O unnormalized, with the row's max (scaled into the log2 domain of
+             * exp2(s * sc - m), the one l and O are in) and sum; k_ws_combine merges */
+            const size_t rows = (size_t)gridDim.y * WS_BR;
+            const size_t b0 = ((size_t)blockIdx.z * gridDim.x + h) * rows + r0;
+            float *po0 = p.part_o + b0 * WS_HD, *po1 = po0 + 8 * WS_HD;
+#pragma unroll
+            for (int c = 0; c < 16; c++) {
+                const int col = c * 8 + (lane % 4) * 2;
+                if (r0 < p.T) *(float2 *)(po0 + col) = make_float2(o[4 * c], o[4 * c + 1]);
+                if (r1 < p.T) *(float2 *)(po1 + col) = make_float2(o[4 * c + 2], o[4 * c + 3]);
+            }
+            if (lane % 4 == 0) {
+                if (r0 < p.T) p.part_ml[b0] = make_float2(m0 == -INFINITY ? -INFINITY : m0 * sc, l0);
+                if (r1 < p.T) p.part_ml[b0 + 8] = make_float2(m1 == -INFINITY ? -INFINITY : m1 * sc, l1);
+            }
+            return;
+        }
+        const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
         h16 *out0 = p.out + (size_t)r0 * p.qd + h * WS_HD, *out1 = out0 + (size_t)8 * p.qd;
 #pragma unroll
         for (int c = 0; c < 16; c++) {
@@ -379,6 +414,84 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
 #undef WS_EMPTY_K
 #undef WS_EMPTY_V
 #endif
+}
+
+/* The key splits' merge: row r of head h from its Z partials (flash-decoding's combine): O =
+ * sum_z exp2(m_z - M) O_z / sum_z exp2(m_z - M) l_z, M the largest m_z of the splits that saw a
+ * key (l_z > 0); a row no split saw is written as zeros, as the unsplit kernel writes it. One warp
+ * per row, 4 columns per lane. */
+__global__ void __launch_bounds__(128) k_ws_combine(const float *part_o, const float2 *part_ml,
+                                                    h16 *out, int T, int qd, int rows, int nz)
+{
+    const int h = blockIdx.x, r = blockIdx.y * 4 + threadIdx.x / 32, c = (threadIdx.x % 32) * 4;
+    if (r >= T) return;
+    const size_t stride = (size_t)gridDim.x * rows; /* between splits of one (head, row) */
+    const size_t b = (size_t)h * rows + r;
+    float M = -INFINITY;
+    for (int z = 0; z < nz; z++) {
+        const float2 ml = __ldg(part_ml + b + z * stride);
+        if (ml.y > 0.f) M = fmaxf(M, ml.x);
+    }
+    float L = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int z = 0; z < nz; z++) {
+        const float2 ml = __ldg(part_ml + b + z * stride);
+        if (!(ml.y > 0.f)) continue;
+        const float w = exp2f(ml.x - M);
+        const float4 o = __ldg((const float4 *)(part_o + (b + z * stride) * WS_HD + c));
+        L += w * ml.y;
+        acc.x += w * o.x, acc.y += w * o.y, acc.z += w * o.z, acc.w += w * o.w;
+    }
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    h16x2 *dst = (h16x2 *)(out + (size_t)r * qd + h * WS_HD + c);
+    dst[0] = h16x2_from(acc.x * inv, acc.y * inv);
+    dst[1] = h16x2_from(acc.z * inv, acc.w * inv);
+}
+
+/* How many key splits a launch of `ctas` blocks (heads x query tiles) takes, its longest block
+ * walking `tiles` key tiles: 1 (none) when the keys are short or there is no workspace, or when
+ * the grid fills the SMs (one block per SM: its shared memory) and its blocks' work is not even
+ * (a whole prompt's causal triangle: the heaviest start first and the light ones fill the last
+ * wave; `even`: a chunk after a long cache, every query tile within 1/4 of the longest); else
+ * the count that minimizes waves x (tiles per split + a block's fixed cost, ~2 tiles: Q's load,
+ * the partials' store), with at least WS_SPLIT_MIN tiles a split and at most WS_SPLIT_WAVES x SMs
+ * blocks (the workspace's bound: gpu_attn_split_rows). On 132 SMs with 32 heads: 1 query tile
+ * takes 4 splits, 2 take 2, 3 (3/4 of the SMs) take 4 in 3 waves. sp->force: exactly that many
+ * (tests, benchmarks), or 0 where the workspace cannot hold them. */
+#define WS_SPLIT_MIN 8
+#define WS_SPLIT_MAX 64
+#define WS_SPLIT_WAVES 4
+static int ws_pick_splits(const gpu_attn_split *sp, int ctas, int tiles, bool even)
+{
+    if (!sp || !sp->o || !sp->ml || sp->rows == 0) return sp && sp->force > 1 ? 0 : 1;
+    const size_t fit = sp->rows / ((size_t)ctas * WS_BR);
+    if (sp->force > 0) return (size_t)sp->force <= fit ? sp->force : 0;
+    if ((ctas >= sp->sms && !even) || tiles < 2 * WS_SPLIT_MIN) return 1;
+    int best = 1;
+    double best_cost = (ctas + sp->sms - 1) / sp->sms * (tiles + 2.0);
+    for (int z = 2; z <= WS_SPLIT_MAX && (size_t)z <= fit && ctas * z <= WS_SPLIT_WAVES * sp->sms &&
+                    tiles / z >= WS_SPLIT_MIN;
+         z++) {
+        const int waves = (ctas * z + sp->sms - 1) / sp->sms;
+        const double cost = waves * ((tiles + z - 1) / z + 2.0) + 1.0; /* + the merge */
+        if (cost < best_cost) best = z, best_cost = cost;
+    }
+    return best;
+}
+
+size_t gpu_attn_split_rows(int sms)
+{
+    return (size_t)WS_SPLIT_WAVES * (sms > 0 ? sms : 1) * WS_BR;
+}
+
+int gpu_attn_split_count(const gpu_attn_split *sp, const gpu_dims *d, int T, int pos0)
+{
+    if (T <= 0 || d->hd != WS_HD) return 1;
+    const int qt = (T + WS_BR - 1) / WS_BR, kv_len = pos0 + T;
+    const int qlo = pos0 + (qt - 1) * WS_BR; /* the last query tile: the most keys */
+    const int kbeg = d->window > 0 ? max(0, qlo + 1 - d->window) : 0;
+    const int tiles = (kv_len - 1) / WS_BC - kbeg / WS_BC + 1;
+    return ws_pick_splits(sp, d->n_heads * qt, tiles, 4 * (qt - 1) <= tiles);
 }
 
 /* cuTensorMapEncodeTiled from the driver, looked up once through the runtime (no -lcuda) */
@@ -423,8 +536,11 @@ int gpu_attn_ws_usable(const gpu_dims *d, const h16 *q, const h16 *k, const h16 
 template <int STAGES, bool PINGPONG, bool SPARSE>
 static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q, const h16 *k,
                      const h16 *v, size_t k_tok, size_t k_head, int interleave,
-                     const gpu_block_list *bl, h16 *out, const gpu_kv_map *map)
+                     const gpu_block_list *bl, h16 *out, const gpu_kv_map *map,
+                     const gpu_attn_split *sp)
 {
+    const int nz = gpu_attn_split_count(sp, d, T, pos0);
+    if (nz < 1) return ACCEL_ERR_INVALID; /* a forced count the workspace cannot hold */
     CUtensorMap tq, tk, tv;
     const cuuint64_t qdims[2] = {(cuuint64_t)d->qd, (cuuint64_t)T}, qstr[1] = {(cuuint64_t)d->qd * 2};
     const cuuint32_t qbox[2] = {64, WS_BR};
@@ -467,21 +583,29 @@ static int ws_launch(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h
     p.col = bl ? bl->col : nullptr;
     p.nb = bl ? bl->nb : 0;
     p.tbl = map ? map->tbl : nullptr;
+    p.part_o = nz > 1 ? sp->o : nullptr;
+    p.part_ml = nz > 1 ? sp->ml : nullptr;
     const size_t smem = ws_smem(STAGES);
     GPU_CHECK(cudaFuncSetAttribute(k_flash_prefill_ws<STAGES, PINGPONG, SPARSE>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid(d->n_heads, (T + WS_BR - 1) / WS_BR);
+    dim3 grid(d->n_heads, (T + WS_BR - 1) / WS_BR, nz);
     k_flash_prefill_ws<STAGES, PINGPONG, SPARSE><<<grid, WS_THREADS, smem, s>>>(tq, tk, tv, p);
     GPU_LAUNCHED();
+    if (nz > 1) {
+        k_ws_combine<<<dim3(d->n_heads, (T + 3) / 4), 128, 0, s>>>(sp->o, sp->ml, out, T, d->qd,
+                                                                  (int)grid.y * WS_BR, nz);
+        GPU_LAUNCHED();
+    }
     return ACCEL_OK;
 }
 
 template <bool SPARSE>
 static int ws_variant(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q, const h16 *k,
                       const h16 *v, size_t k_tok, size_t k_head, int interleave,
-                      const gpu_block_list *bl, h16 *out, int variant, const gpu_kv_map *map)
+                      const gpu_block_list *bl, h16 *out, int variant, const gpu_kv_map *map,
+                      const gpu_attn_split *sp)
 {
-#define WS_ARGS s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, map
+#define WS_ARGS s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, map, sp
     switch (variant) {
     case 1: return ws_launch<2, false, SPARSE>(WS_ARGS);
     case 2: return ws_launch<3, true, SPARSE>(WS_ARGS);
@@ -492,7 +616,8 @@ static int ws_variant(cudaStream_t s, const gpu_dims *d, int T, int pos0, const 
 
 int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
                            const h16 *k, const h16 *v, size_t k_tok, size_t k_head, int interleave,
-                           const gpu_block_list *bl, h16 *out, int variant, const gpu_kv_map *map)
+                           const gpu_block_list *bl, h16 *out, int variant, const gpu_kv_map *map,
+                           const gpu_attn_split *sp)
 {
     if (T <= 0) return ACCEL_OK;
     if (map && !map->tbl) map = nullptr;
@@ -508,16 +633,16 @@ int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, c
     if (d->hd != WS_HD || ws_encoder() == NULL ||
         ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16 || (k_tok * 2) % 16 || (k_head * 2) % 16 || k_tok >= (1ull << 38) || k_head >= (1ull << 38))
         return ACCEL_ERR_UNSUPPORTED;
-    return bl ? ws_variant<true>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, variant, map)
-              : ws_variant<false>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, variant, map);
+    return bl ? ws_variant<true>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, variant, map, sp)
+              : ws_variant<false>(s, d, T, pos0, q, k, v, k_tok, k_head, interleave, bl, out, variant, map, sp);
 }
 
 int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
                         const h16 *k, const h16 *v, int cap, h16 *out, int variant,
-                        const gpu_kv_map *map)
+                        const gpu_kv_map *map, const gpu_attn_split *sp)
 {
     if (T <= 0) return ACCEL_OK;
     if (!(map && map->tbl) && pos0 + T > cap) return ACCEL_ERR_INVALID;
     return gpu_attn_prefill_ws_ex(s, d, T, pos0, q, k, v, (size_t)WS_HD, (size_t)cap * WS_HD, 0,
-                                  nullptr, out, variant, map);
+                                  nullptr, out, variant, map, sp);
 }

@@ -75,6 +75,8 @@ static int alloc_workspace(gpu_engine *e)
         size_t s = gpu_attn_decode_slots(&d, e->sms, n);
         if (s > slots) slots = s;
     }
+    /* and the key splits of a short prefill chunk (attn_prefill_ws.cu), in the same buffers */
+    if (d.hdp == 128 && slots < gpu_attn_split_rows(e->sms)) slots = gpu_attn_split_rows(e->sms);
     e->part_slots = slots;
     GPU_TRY(dev_alloc(&e->part_o, slots * d.hdp));
     GPU_TRY(dev_alloc(&e->part_ml, slots));

@@ -482,12 +482,38 @@ enum {
     GPU_SM90_WS_NOPP = 3, /* the same without the ping-pong */
     GPU_SM90_WS_3ST = 4, /* 3 stages, ping-pong */
 };
+/* A short chunk's keys split over blocks (attn_prefill_ws.cu, flash-decoding style): where heads x
+ * query tiles would not fill the SMs and the keys are long, each block takes a range of the key
+ * tiles of its (head, query tile) and writes its unnormalized O and row max/sum here; a merge
+ * kernel writes the output. rows: the workspace's capacity in rows of 128 (o: rows x 128 floats,
+ * ml: rows); gpu_attn_split_rows(sms) is the most the automatic choice uses. NULL or rows 0: never
+ * split. force > 0: exactly that many splits (tests, benchmarks; ACCEL_ERR_INVALID where the
+ * workspace cannot hold them). */
+struct gpu_attn_split {
+    float *o;
+    float2 *ml;
+    size_t rows;
+    int sms;
+    int force;
+};
+size_t gpu_attn_split_rows(int sms);
+/* the splits a head_dim-128 launch of T rows at pos0 would take (1: none; 0: a forced count that
+ * does not fit) */
+int gpu_attn_split_count(const gpu_attn_split *sp, const gpu_dims *d, int T, int pos0);
+/* the engine's: the decode partials' buffers (sized at open for gpu_attn_split_rows too; the
+ * same stream, never in use by a decode while a prefill runs), off with gpu_tune prefill_split=0 */
+static inline gpu_attn_split gpu_engine_split(const gpu_engine *e)
+{
+    gpu_attn_split sp = {e->part_o, e->part_ml, 0, e->sms, 0};
+    if (e->tune.prefill_split && e->d.hdp == 128) sp.rows = e->part_slots;
+    return sp;
+}
 int gpu_attn_prefill_sm90(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
                           const h16 *k, const h16 *v, int cap, h16 *out,
-                          const gpu_kv_map *map = nullptr);
+                          const gpu_kv_map *map = nullptr, const gpu_attn_split *sp = nullptr);
 int gpu_attn_prefill_sm90_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
                              const h16 *k, const h16 *v, int cap, h16 *out, int variant,
-                             const gpu_kv_map *map = nullptr);
+                             const gpu_kv_map *map = nullptr, const gpu_attn_split *sp = nullptr);
 int gpu_attn_sm90_available(int device);
 /* attn_prefill_ws.cu: the warp-specialized kernel (variant: 0 two stages with ping-pong, 1 two
  * stages without, 2 three stages with); usable when head_dim is 128, the pointers 16-byte
@@ -495,14 +521,14 @@ int gpu_attn_sm90_available(int device);
 int gpu_attn_ws_usable(const gpu_dims *d, const h16 *q, const h16 *k, const h16 *v, int cap);
 int gpu_attn_prefill_ws(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
                         const h16 *k, const h16 *v, int cap, h16 *out, int variant,
-                        const gpu_kv_map *map = nullptr);
+                        const gpu_kv_map *map = nullptr, const gpu_attn_split *sp = nullptr);
 /* Its general form, gpu_attn_prefill_ex's contract (strides, interleave, bl NULL: dense causal,
  * else only the listed blocks, pos0 a multiple of 128): ACCEL_ERR_UNSUPPORTED where the kernel
  * cannot run (head_dim not 128, no tensor-map encoder, bases or strides not 16-byte aligned). */
 int gpu_attn_prefill_ws_ex(cudaStream_t s, const gpu_dims *d, int T, int pos0, const h16 *q,
                            const h16 *k, const h16 *v, size_t k_tok, size_t k_head, int interleave,
                            const gpu_block_list *bl, h16 *out, int variant,
-                           const gpu_kv_map *map = nullptr);
+                           const gpu_kv_map *map = nullptr, const gpu_attn_split *sp = nullptr);
 /* attn_decode.cu: one query row per token t (position pos[t] of sequence seqs[seq_idx[t]]),
  * split-K over its keys 0..pos[t]; part_* hold at least gpu_attn_decode_slots() entries. The
  * launch depends on T only (each token splits its own keys in the kernel), so a captured CUDA

@@ -200,9 +200,10 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         if (p.kv && nr > SMALL_CHUNK) {
             gpu_seq_dev sq = seq_of(e, p.kv);
             size_t off = (size_t)l * d.n_kv * sq.cap * d.hd;
+            const gpu_attn_split sp = gpu_engine_split(e); /* a short chunk's keys over blocks */
             if (e->sm90)
                 GPU_TRY(gpu_attn_prefill_sm90(s, &d, nr, p.pos0 + r0, q_r, sq.k + off, sq.v + off, sq.cap,
-                                              att_r, &sq.map));
+                                              att_r, &sq.map, &sp));
             else
                 GPU_TRY(gpu_attn_prefill(s, &d, nr, p.pos0 + r0, q_r, sq.k + off, sq.v + off, sq.cap,
                                          att_r, e->fa_warps, &sq.map));
@@ -624,9 +625,10 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int pos0
             float *xc = w.x + (size_t)c0 * d.H;
             const h16 *qc = w.q + (size_t)c0 * d.qd;
             int st = ACCEL_ERR_UNSUPPORTED;
+            const gpu_attn_split sp = gpu_engine_split(e);
             if (ws)
                 st = gpu_attn_prefill_ws_ex(s, &d, T, pos0 + c0, qc, kl, vl, (size_t)d.hd, k_head,
-                                            0, &bl, e->att, 0, &sq.map);
+                                            0, &bl, e->att, 0, &sq.map, &sp);
             if (st == ACCEL_ERR_UNSUPPORTED) /* no ws kernel, or no tensor map for these */
                 st = gpu_attn_prefill_ex(s, &d, T, pos0 + c0, qc, kl, vl, (size_t)d.hd, k_head, 0,
                                          &bl, e->att, d.hdp == 128 ? warps : 4, &sq.map);

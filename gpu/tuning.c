@@ -29,6 +29,7 @@ void gpu_tuning_default(gpu_tuning *t)
         .load_overlap = 1,
         .argmax = 1,
         .gemm_tune = GPU_GEMM_TUNE_ON,
+        .prefill_split = 1,
         .profile = 0,
         .chain_trace = 0,
     };
@@ -67,6 +68,7 @@ static int set_one(gpu_tuning *t, const char *k, const char *v, char *err, size_
         {"decode_mma", offsetof(gpu_tuning, decode_mma)}, {"prune", offsetof(gpu_tuning, prune)},
         {"decode_rows", offsetof(gpu_tuning, decode_rows)},
         {"load_overlap", offsetof(gpu_tuning, load_overlap)}, {"argmax", offsetof(gpu_tuning, argmax)},
+        {"prefill_split", offsetof(gpu_tuning, prefill_split)},
         {"profile", offsetof(gpu_tuning, profile)}, {"chain_trace", offsetof(gpu_tuning, chain_trace)},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)

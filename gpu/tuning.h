@@ -46,6 +46,8 @@
  *                       (gpu/gemm_tune.cu; 1, the default; 0: cublasGemmEx's own choice; log:
  *                       as 1, each pick's times to stderr; force: every size on its fastest
  *                       candidate even where the default is faster, for the tests)
+ *     prefill_split=0|1 a short prefill chunk's keys split over blocks in the warp-specialized
+ *                       attention when heads x query tiles would not fill the SMs (0: never)
  *   traces (stderr at exit; the lab's, not for serving):
  *     profile=1         every op timed with events (decode then runs without graphs)
  *     chain_trace=1     where a single-token decode step's time goes (gpu/chain_trace.cu)
@@ -79,6 +81,7 @@ typedef struct gpu_tuning {
     int argmax;           /* 1: on */
     int gemm_tune;        /* enum gpu_gemm_tune_mode */
     int offload_pool_mb;  /* AsyncTLS offload's pinned host pool, MiB (0: the default) */
+    int prefill_split;    /* 1: on */
 } gpu_tuning;
 
 /* The defaults: what the engine runs when nobody sets anything. */

@@ -17,6 +17,10 @@
  *                                           then XAttention's index of the last block alone
  *                                           after the rest (a chunked prefill's chunk at that
  *                                           depth), with and without the estimate's key splits
+ *   build/flex_gpu_bench chunk [N,...]      the dense prefill attention of a chunked prefill's
+ *                                           chunk (--chunk-rows, default 128,256) after N cached
+ *                                           keys (default 32768,65536,131072): unsplit, the
+ *                                           automatic key split, and 2/4/8 splits (ms, median)
  * Options before the command: --lib PATH (build/libtandem_cuda_test.so: the test library beside
  * the plugin, gpu/test/, which loads build/libtandem_cuda.so), --threads T (16),
  * --heads H --kv-heads G --dim D (32, 8, 128: Llama-3-8B), --reps R (3), --kinds K[,K]
@@ -385,6 +389,43 @@ static int dlist(const char *t, double *out, int max)
     return c;
 }
 
+/* gpu/test/test_api.cu */
+typedef int (*chunk_bench_fn)(int, int, int, int, int, int, double *, int *);
+static char CHUNK_ROWS[64] = "128,256";
+
+static int chunk_bench(chunk_bench_fn cb, const char *depths)
+{
+    double dp[8], tr[8];
+    const int nd = dlist(depths, dp, 8), nt = dlist(CHUNK_ROWS, tr, 8);
+    if (nd < 1 || nt < 1) {
+        fprintf(stderr, "flex_gpu_bench: bad depth or --chunk-rows list\n");
+        return 2;
+    }
+    printf("## The chunk's dense attention (warp-specialized kernel, H %d, KV heads %d, d 128; "
+           "median of %d): ms per layer\n\n| rows | cached keys | unsplit | auto (splits) | 2 | 4 | 8 "
+           "| unsplit / auto |\n|---|---|---|---|---|---|---|---|\n", H, HK, REPS);
+    for (int i = 0; i < nt; i++)
+        for (int j = 0; j < nd; j++) {
+            const int T = (int)tr[i], pos0 = (int)dp[j];
+            const int sp[5] = {0, -1, 2, 4, 8};
+            double ms[5];
+            int used[5];
+            for (int k = 0; k < 5; k++) {
+                int st = cb(sp[k], T, pos0, H, HK, REPS, &ms[k], &used[k]);
+                if (st) {
+                    fprintf(stderr, "flex_gpu_bench: chunk %d at %d, splits %d: status %d\n", T, pos0,
+                            sp[k], st);
+                    return 1;
+                }
+            }
+            printf("| %d | %d | %.3f | %.3f (%d) | %.3f | %.3f | %.3f | %.2fx |\n", T, pos0, ms[0],
+                   ms[1], used[1], ms[2], ms[3], ms[4], ms[0] / ms[1]);
+            fflush(stdout);
+        }
+    printf("\n");
+    return 0;
+}
+
 static int methods(const api *a, sparse_bench_fn sb, const char *sizes)
 {
     double xt[8], xs[4], rc[4];
@@ -521,13 +562,15 @@ int main(int argc, char **argv)
             snprintf(XSTRIDE, sizeof XSTRIDE, "%s", v);
         else if (!strcmp(o, "--recent") && strlen(v) < sizeof RECENT)
             snprintf(RECENT, sizeof RECENT, "%s", v);
+        else if (!strcmp(o, "--chunk-rows") && strlen(v) < sizeof CHUNK_ROWS)
+            snprintf(CHUNK_ROWS, sizeof CHUNK_ROWS, "%s", v);
         else {
             fprintf(stderr, "flex_gpu_bench: bad option %s %s (see tools/flex_gpu_bench.c)\n", o, v);
             return 2;
         }
     }
     if (i >= argc || H % HK) {
-        fprintf(stderr, "usage: flex_gpu_bench [options] check DIR | bench [N,...] | methods [N,...] | dump DIR N KIND\n");
+        fprintf(stderr, "usage: flex_gpu_bench [options] check DIR | bench [N,...] | methods [N,...] | chunk [N,...] | dump DIR N KIND\n");
         return 2;
     }
     const char *cmd = argv[i];
@@ -547,6 +590,14 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "check")) return i + 1 < argc ? check(&a, argv[i + 1]) : 2;
     if (!strcmp(cmd, "bench")) return bench(&a, i + 1 < argc ? argv[i + 1] : "32768,65536,131072");
+    if (!strcmp(cmd, "chunk")) {
+        chunk_bench_fn cb = (chunk_bench_fn)dlsym(h, "gpu_bench_attention_chunk");
+        if (!cb) {
+            fprintf(stderr, "flex_gpu_bench: %s lacks gpu_bench_attention_chunk\n", lib);
+            return 2;
+        }
+        return chunk_bench(cb, i + 1 < argc ? argv[i + 1] : "32768,65536,131072");
+    }
     if (!strcmp(cmd, "methods")) {
         sparse_bench_fn sb = (sparse_bench_fn)dlsym(h, "gpu_sparse_bench");
         if (!sb) {

@@ -34,6 +34,8 @@ int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I
                           const float *w_qkv, const float *bias, const float *inv_freq,
                           const float *w_gu, float eps, float *q, float *k, float *v, float *h);
 int gpu_bench_attention(int variant, int T, int n_heads, int n_kv, int hd, int reps, double *ms);
+int gpu_bench_attention_chunk(int splits, int T, int pos0, int n_heads, int n_kv, int reps,
+                              double *ms, int *used);
 int gpu_test_argmax(int rows, int V, const float *x, int32_t *out);
 }
 
@@ -332,7 +334,24 @@ int gpu_test_decode_fused(int fused, int H, int n_heads, int n_kv, int hd, int I
  * one without ping-pong, 6: with 3 stages (ACCEL_ERR_UNSUPPORTED where the build or GPU lacks
  * wgmma, or for 5 and 6 where head_dim is not 128); 7: the decode kernel's one-kernel form
  * (head_dim 128; run twice, so the second call finds the range counters reset), 1 its
- * two-kernel form. */
+ * two-kernel form. The warp-specialized kernel with its keys split over blocks (head_dim 128;
+ * ACCEL_ERR_UNSUPPORTED without wgmma): 99 the engine's automatic choice (this GPU's SMs, the
+ * engine's workspace bound), 100 + z exactly z splits. */
+/* a split workspace for gpu_test_attention's kernels 99 and 100 + z, T rows of n_heads heads */
+static int split_ws(scratch &s, int kernel, int T, int n_heads, gpu_attn_split *sp)
+{
+    const int sms = sms_of_device0();
+    const size_t rows = kernel == 99 ? gpu_attn_split_rows(sms)
+                                     : (size_t)(kernel - 100) * n_heads * ((T + 127) / 128) * 128;
+    *sp = gpu_attn_split{nullptr, nullptr, rows, sms, kernel == 99 ? 0 : kernel - 100};
+    GPU_TRY(s.alloc(&sp->o, rows * 128));
+    GPU_TRY(s.alloc(&sp->ml, rows));
+    /* poisoned: a partial the merge reads but no block wrote shows as NaN */
+    GPU_CHECK(cudaMemset(sp->o, 0xff, rows * 128 * sizeof(float)));
+    GPU_CHECK(cudaMemset(sp->ml, 0xff, rows * sizeof(float2)));
+    return ACCEL_OK;
+}
+
 static int sm90_variant(int kernel)
 {
     return kernel == 4 ? GPU_SM90_ONE_WG : kernel == 5 ? GPU_SM90_WS_NOPP : kernel == 6 ? GPU_SM90_WS_3ST
@@ -360,7 +379,14 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
     GPU_TRY(s.half(&dv, vc.data(), vc.size()));
     GPU_TRY(s.alloc(&dout, (size_t)T * d.qd));
     GPU_CHECK(cudaMemset(dout, 0xff, (size_t)T * d.qd * 2)); /* poison: NaN where not written */
-    if (kernel >= 3 && kernel <= 6) {
+    if (kernel >= 99 && kernel <= 99 + 1024) {
+        int sm90 = gpu_attn_sm90_available(0);
+        if (sm90 < 0) return sm90;
+        if (!sm90 || hd != 128) return ACCEL_ERR_UNSUPPORTED;
+        gpu_attn_split sp;
+        GPU_TRY(split_ws(s, kernel, T, n_heads, &sp));
+        GPU_TRY(gpu_attn_prefill_ws(0, &d, T, pos0, dq, dk, dv, cap, dout, 0, nullptr, &sp));
+    } else if (kernel >= 3 && kernel <= 6) {
         int sm90 = gpu_attn_sm90_available(0);
         if (sm90 < 0) return sm90;
         if (!sm90 || hd > 128) return ACCEL_ERR_UNSUPPORTED;
@@ -439,7 +465,8 @@ int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int h
  * listed for (head, query block): row_ptr (n_heads, nb + 1), col ascending, none above the
  * diagonal (checked: ACCEL_ERR_INVALID otherwise). kernel 4 or 8: the mma.sync kernel with that
  * many warps; 1, 2, 3: the warp-specialized kernel (2 stages with ping-pong, without, 3 stages
- * with: gpu_test_attention's kernels 3, 5, 6 in dense form), ACCEL_ERR_UNSUPPORTED where the
+ * with: gpu_test_attention's kernels 3, 5, 6 in dense form), 100 + z: the first with z key
+ * splits (gpu_test_attention's kernel 100 + z in dense form), ACCEL_ERR_UNSUPPORTED where the
  * build or GPU lacks wgmma or head_dim is not 128. */
 int gpu_test_attention_sparse(int kernel, int T, int pos0, int n_heads, int n_kv, int hd,
                               const float *q, const float *k, const float *v,
@@ -460,7 +487,8 @@ int gpu_test_attention_sparse(int kernel, int T, int pos0, int n_heads, int n_kv
                 return ACCEL_ERR_INVALID;
         }
     const size_t nnz = (size_t)row_ptr[(size_t)n_heads * (nb + 1) - 1];
-    const bool ws = kernel >= 1 && kernel <= 3;
+    const bool split = kernel > 100 && kernel <= 100 + 1024;
+    const bool ws = (kernel >= 1 && kernel <= 3) || split;
     if (!ws && kernel != 4 && kernel != 8) return ACCEL_ERR_INVALID;
     if (ws) {
         int sm90 = gpu_attn_sm90_available(0);
@@ -488,9 +516,11 @@ int gpu_test_attention_sparse(int kernel, int T, int pos0, int n_heads, int n_kv
     if (nnz) GPU_CHECK(cudaMemcpy(dcol, col, sizeof(int32_t) * nnz, cudaMemcpyHostToDevice));
     GPU_CHECK(cudaMemset(dout, 0xff, (size_t)T * d.qd * 2)); /* poison: NaN where not written */
     gpu_block_list bl = {drp, dcol, nb};
+    gpu_attn_split sp = {};
+    if (split) GPU_TRY(split_ws(s, kernel, T, n_heads, &sp));
     if (ws)
         GPU_TRY(gpu_attn_prefill_ws_ex(0, &d, T, pos0, dq, dk, dv, (size_t)hd, (size_t)cap * hd, 0,
-                                       &bl, dout, kernel - 1));
+                                       &bl, dout, split ? 0 : kernel - 1, nullptr, split ? &sp : nullptr));
     else
         GPU_TRY(gpu_attn_prefill_ex(0, &d, T, pos0, dq, dk, dv, (size_t)hd, (size_t)cap * hd, 0,
                                     &bl, dout, kernel));
@@ -559,6 +589,62 @@ int gpu_bench_attention(int variant, int T, int n_heads, int n_kv, int hd, int r
         return wg ? gpu_attn_prefill_sm90_ex(0, &d, T, 0, dq, dk, dv, T, dout, sm90_variant(variant))
                             : gpu_attn_prefill(0, &d, T, 0, dq, dk, dv, T, dout, variant == 2 ? 8 : 4);
     };
+    int st = run(); /* warm-up */
+    for (int r = 0; !st && r < (int)t.size(); r++) {
+        cudaEventRecord(a);
+        st = run();
+        cudaEventRecord(b);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&t[r], a, b);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    GPU_CHECK(cudaDeviceSynchronize());
+    if (st) return st;
+    std::sort(t.begin(), t.end());
+    *ms = t[t.size() / 2];
+    return ACCEL_OK;
+}
+
+/* Median time (ms) of the warp-specialized prefill attention for a chunk of T rows after pos0
+ * cached keys (random h16 inputs, the cache layout with cap = pos0 + T), the engine's dense chunk
+ * call: splits 0 none, -1 the automatic choice with the engine's workspace bound, z >= 1 exactly
+ * z. *used: the splits it took. ACCEL_ERR_UNSUPPORTED without wgmma. */
+int gpu_bench_attention_chunk(int splits, int T, int pos0, int n_heads, int n_kv, int reps,
+                              double *ms, int *used)
+{
+    GPU_TRY(ready());
+    int sm90 = gpu_attn_sm90_available(0);
+    if (sm90 < 0) return sm90;
+    if (!sm90) return ACCEL_ERR_UNSUPPORTED;
+    gpu_dims d = dims_of(n_heads, n_kv, 128, 0);
+    const int cap = pos0 + T, sms = sms_of_device0();
+    scratch s;
+    h16 *dq, *dk, *dv, *dout;
+    size_t nq = (size_t)T * d.qd, nk = (size_t)cap * d.kvd;
+    GPU_TRY(s.alloc(&dq, nq));
+    GPU_TRY(s.alloc(&dk, nk));
+    GPU_TRY(s.alloc(&dv, nk));
+    GPU_TRY(s.alloc(&dout, nq));
+    k_fill_random<<<(unsigned)((nq + 255) / 256), 256>>>(dq, nq, 1);
+    k_fill_random<<<(unsigned)((nk + 255) / 256), 256>>>(dk, nk, 2);
+    k_fill_random<<<(unsigned)((nk + 255) / 256), 256>>>(dv, nk, 3);
+    GPU_LAUNCHED();
+    gpu_attn_split sp = {nullptr, nullptr, 0, sms, splits > 0 ? splits : 0};
+    sp.rows = gpu_attn_split_rows(sms);
+    if (splits > 0) {
+        size_t need = (size_t)splits * n_heads * ((T + 127) / 128) * 128;
+        if (need > sp.rows) sp.rows = need;
+    }
+    GPU_TRY(s.alloc(&sp.o, sp.rows * 128));
+    GPU_TRY(s.alloc(&sp.ml, sp.rows));
+    *used = splits == 0 ? 1 : gpu_attn_split_count(&sp, &d, T, pos0);
+    const gpu_attn_split *use = splits == 0 ? nullptr : &sp;
+    cudaEvent_t a, b;
+    GPU_CHECK(cudaEventCreate(&a));
+    GPU_CHECK(cudaEventCreate(&b));
+    std::vector<float> t(reps > 0 ? reps : 1);
+    auto run = [&]() { return gpu_attn_prefill_ws(0, &d, T, pos0, dq, dk, dv, cap, dout, 0, nullptr, use); };
     int st = run(); /* warm-up */
     for (int r = 0; !st && r < (int)t.size(); r++) {
         cudaEventRecord(a);

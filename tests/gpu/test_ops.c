@@ -292,7 +292,9 @@ struct att_case {
     int kernel, T, pos0, nh, nkv, hd, window;
 };
 
-static void attention_case(const gpu_ops *ops, const struct att_case *a, uint32_t seed)
+/* keep: where not NULL, the kernel's output is copied there (T x heads x hd); returns 0 where the
+ * kernel ran, 1 where it was skipped (no wgmma on this GPU or build) */
+static int attention_case_keep(const gpu_ops *ops, const struct att_case *a, uint32_t seed, float *keep)
 {
     const int n = a->pos0 + a->T, qd = a->nh * a->hd, kvd = a->nkv * a->hd;
     float *q = malloc(sizeof(float) * a->T * qd), *k = malloc(sizeof(float) * n * kvd);
@@ -307,9 +309,15 @@ static void attention_case(const gpu_ops *ops, const struct att_case *a, uint32_
     int st = ops->attention(a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd, a->window, q, k, v, g);
     if (st == ACCEL_ERR_UNSUPPORTED && a->kernel >= 3) { /* no wgmma on this GPU or build; 11: rows of several ranges here */
         free(q), free(k), free(v), free(g), free(scores);
-        return;
+        return 1;
     }
-    REQUIRE(st == 0);
+    if (st != 0) {
+        t_fail(__FILE__, __LINE__, "attention kernel %d T=%d pos0=%d: status %d", a->kernel, a->T,
+               a->pos0, st);
+        free(q), free(k), free(v), free(g), free(scores);
+        return 1;
+    }
+    if (keep) memcpy(keep, g, sizeof(float) * a->T * qd);
     float scale = (float)pow(a->hd, -0.5);
     double worst = 0;
     int group = a->nh / a->nkv;
@@ -329,7 +337,16 @@ static void attention_case(const gpu_ops *ops, const struct att_case *a, uint32_
     CHECK_MSG(worst <= att_tol(ops), "attention kernel %d T=%d pos0=%d heads %d/%d hd %d window %d: "
               "worst |diff| %.3g > %g", a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd,
               a->window, worst, att_tol(ops));
+    if (a->kernel >= 99)
+        fprintf(stderr, "  split kernel %d T=%d pos0=%d heads %d/%d window %d: worst vs cpu %.3g\n",
+                a->kernel, a->T, a->pos0, a->nh, a->nkv, a->window, worst);
     free(q), free(k), free(v), free(g), free(scores);
+    return 0;
+}
+
+static void attention_case(const gpu_ops *ops, const struct att_case *a, uint32_t seed)
+{
+    attention_case_keep(ops, a, seed, NULL);
 }
 
 /* Every case on every tiled kernel: 0 the engine's (mma.sync, 4 warps), 2 mma.sync with 8
@@ -412,7 +429,7 @@ static void sparse_case_run(const gpu_ops *ops, const struct sparse_case *a, uin
     random_lists(a->nh, nb, a->keep_pct, seed + 3, rp, col);
     int st = ops->attention_sparse(a->kernel, a->T, a->pos0, a->nh, a->nkv, a->hd, q, k, v, rp,
                                    col, nb, g);
-    if (st == ACCEL_ERR_UNSUPPORTED && a->kernel < 4) { /* no wgmma on this GPU or build */
+    if (st == ACCEL_ERR_UNSUPPORTED && (a->kernel < 4 || a->kernel > 100)) { /* no wgmma here */
         free(q), free(k), free(v), free(g), free(kk), free(vv), free(scores), free(rp), free(col);
         return;
     }
@@ -446,7 +463,8 @@ static void sparse_case_run(const gpu_ops *ops, const struct sparse_case *a, uin
     if (a->keep_pct == 100) {
         float *dense = malloc(sizeof(float) * a->T * qd);
         /* the dense form: gpu_test_attention's kernel of the same shape */
-        const int dk = a->kernel == 8 ? 2 : a->kernel == 4 ? 0 : a->kernel == 1 ? 3 : a->kernel + 3;
+        const int dk = a->kernel > 100 ? a->kernel /* the dense form with the same splits */
+                       : a->kernel == 8 ? 2 : a->kernel == 4 ? 0 : a->kernel == 1 ? 3 : a->kernel + 3;
         REQUIRE(ops->attention(dk, a->T, a->pos0, a->nh, a->nkv, a->hd, 0, q, k, v, dense) == 0);
         double dmax = 0;
         long ndiff = 0;
@@ -501,6 +519,65 @@ static void op_attention_block_sparse_ws(const gpu_ops *ops)
             c.kernel = kernel;
             sparse_case_run(ops, &c, 400 + i);
         }
+}
+
+/* A short chunk's keys split over blocks (the warp-specialized kernel, gpu/attn_prefill_ws.cu;
+ * Hopper builds, skipped elsewhere): each case against cpu_attend (the dense cases' tolerance and
+ * reasons: a split rounds P against its own running max, the same bound per split, and the merge
+ * is in float32) and against the unsplit kernel on the same inputs, within twice that (each is
+ * within it of the exact result); a dropped, doubled or mis-weighted split moves an output by
+ * ~0.1 max|v|. Cases: GQA 4:1 and MQA, chunk starts that are no multiple of the 128-key tile (the
+ * causal edge inside the last split's tiles; rows of the first query tile that see none of the
+ * last split's keys), T not a multiple of the 128-row tile (1 and 2 rows in the last), a sliding
+ * window (the splits start past key 0), split counts that divide the tiles unevenly, more splits
+ * than tiles (empty splits: l = 0, m = -inf), and the engine's automatic choice (kernel 99). */
+static void op_attention_prefill_split(const gpu_ops *ops)
+{
+    const struct att_case cases[] = {
+        {102, 130, 4000, 8, 2, 128, 0},  /* GQA, 2 rows in the 2nd query tile, pos0 % 128 = 32 */
+        {103, 130, 4000, 8, 2, 128, 0},
+        {107, 130, 4000, 8, 2, 128, 0},
+        {99, 130, 4000, 8, 2, 128, 0},
+        {105, 64, 3000, 4, 4, 128, 0},   /* one partial query tile */
+        {103, 200, 1500, 4, 1, 128, 700}, /* MQA, window over the splits */
+        {99, 256, 8192, 4, 2, 128, 0},   /* two full query tiles, the automatic choice */
+        {140, 256, 8192, 4, 2, 128, 0},  /* 66 tiles in 40 splits of 1-2 */
+        {180, 129, 8000, 2, 1, 128, 0},  /* more splits than tiles (64): empty splits */
+        {104, 10, 300, 2, 1, 128, 0},    /* 3 tiles in 4 splits, the diagonal in the last */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct att_case *c = &cases[i];
+        const size_t n = (size_t)c->T * c->nh * c->hd;
+        float *split = malloc(sizeof(float) * n), *whole = malloc(sizeof(float) * n);
+        struct att_case u = *c;
+        u.kernel = 3; /* the unsplit kernel the engine takes */
+        if (attention_case_keep(ops, c, 600 + (uint32_t)i, split) == 0 &&
+            attention_case_keep(ops, &u, 600 + (uint32_t)i, whole) == 0) {
+            double dmax = 0;
+            for (size_t j = 0; j < n; j++) {
+                double d = fabs((double)split[j] - whole[j]);
+                if (d > dmax || d != d) dmax = d != d ? INFINITY : d;
+            }
+            fprintf(stderr, "    vs the unsplit kernel: max %.3g\n", dmax);
+            CHECK_MSG(dmax <= 2 * att_tol(ops), "split kernel %d T=%d pos0=%d vs unsplit: %.3g > %g",
+                      c->kernel, c->T, c->pos0, dmax, 2 * att_tol(ops));
+        }
+        free(split), free(whole);
+    }
+}
+
+/* The block-sparse form with key splits (the list of each (head, query block) split in order):
+ * random lists, rows with no block (every split empty), every block listed (the dense split
+ * kernel's bits: the same tiles in the same splits). */
+static void op_attention_block_sparse_split(const gpu_ops *ops)
+{
+    const struct sparse_case cases[] = {
+        {103, 384, 1024, 4, 2, 128, 40},  /* three query blocks after 8 cached ones */
+        {102, 130, 2048, 4, 1, 128, -30}, /* some rows list nothing */
+        {105, 128, 3072, 8, 2, 128, 100}, /* every block: the dense split kernel's bits */
+        {120, 200, 1280, 4, 2, 128, 30},  /* more splits than most lists */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) sparse_case_run(ops, &cases[i], 700 + i);
 }
 
 static void op_attention_decode(const gpu_ops *ops)
@@ -637,4 +714,6 @@ TEST(gpu_op_attention_prefill) { TG_EACH_BUILD(op_attention_prefill); }
 TEST(gpu_op_attention_block_sparse) { TG_EACH_BUILD(op_attention_block_sparse); }
 TEST(gpu_op_attention_block_sparse_ws) { TG_EACH_BUILD(op_attention_block_sparse_ws); }
 TEST(gpu_op_attention_decode) { TG_EACH_BUILD(op_attention_decode); }
+TEST(gpu_op_attention_prefill_split) { TG_EACH_BUILD(op_attention_prefill_split); }
+TEST(gpu_op_attention_block_sparse_split) { TG_EACH_BUILD(op_attention_block_sparse_split); }
 TEST(gpu_op_kv_quantize_bit_exact) { TG_EACH_BUILD(op_kv_quantize_bit_exact); }
