@@ -11,6 +11,7 @@
 # sequence of its batch moves to another device and every stream still completes without an
 # error.
 . tests/e2e/lib/serve.sh
+. tests/e2e/lib/cards.sh
 
 NAMES="card_batch_all_complete card_batch_text card_batch_on_both_cards card_batch_several_per_step card_batch_gone_complete card_batch_gone_moved"
 export TANDEM_CACHE_DIR="$T/cache" TANDEM_EMU_PACE=1 TANDEM_EMU_CARDS=2
@@ -31,40 +32,6 @@ for c in $CASES; do
     golden_completion "$GOLD/$c.json" >"$T/ref.$c.cpu"
 done
 
-burst() {
-    k=1
-    while [ $k -le $1 ]; do
-        c=$(echo $CASES | cut -d' ' -f$(((k - 1) % 5 + 1)))
-        echo "$c" >"$T/case.$k"
-        echo "{\"prompt\":$(jq -c '.ids' "$GOLD/$c.json"),\"max_tokens\":$MAXTOK,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" >"$T/req.$k"
-        k=$((k + 1))
-    done
-    k=1
-    pids=
-    while [ $k -le $1 ]; do
-        curl -s -N -D "$T/h.$k" -o "$T/b.$k" -H 'Content-Type: application/json' -d "@$T/req.$k" \
-            "$API/v1/completions" &
-        pids="$pids $!"
-        k=$((k + 1))
-    done
-    wait $pids
-}
-
-complete() {
-    k=1
-    while [ $k -le $1 ]; do
-        grep -q '^HTTP/1.1 200' "$T/h.$k" || return 1
-        grep -q '^data: \[DONE\]' "$T/b.$k" || return 1
-        grep -q '"error"' "$T/b.$k" && return 1
-        n=$(grep '^data: {' "$T/b.$k" | sed 's/^data: //' | jq -s '[.[] | .usage.completion_tokens // empty] | add')
-        [ "$n" = "$MAXTOK" ] || return 1
-        k=$((k + 1))
-    done
-    return 0
-}
-
-text_of() { grep '^data: {' "$T/b.$1" | sed 's/^data: //' | jq -j '.choices[0].text // empty'; }
-decode_of() { sed -n 's/^x-tandem-devices: prefill=\([^;]*\); decode=\([^;\r]*\).*/\2/p' "$T/h.$1" | tr -d '\r'; }
 metric() { sed -n "s/^$1{device=\"$2\",kind=\"fpga\"} //p" "$T/metrics"; }
 
 DEVS="cpu,fpga-emu:0,fpga-emu:1"
@@ -101,14 +68,7 @@ serve_stop
 # The runs a card makes before it serves (the weight upload's: the open fails while run k falls
 # inside it); the fault comes 150 runs later, after the imports of the first requests, while the
 # card decodes its batch.
-lo=1
-hi=400
-while [ $lo -lt $hi ]; do
-    mid=$(((lo + hi) / 2))
-    if TANDEM_EMU_FAULT="card=0,run=$mid,kind=gone" "$TANDEM" generate --device fpga-emu:0 --ids 1 \
-        --max-tokens 1 2>&1 | grep -q 'weight upload'; then lo=$((mid + 1)); else hi=$mid; fi
-done
-RUN=$((lo + 150))
+RUN=$(($(upload_runs) + 150))
 TANDEM_EMU_FAULT="card=1,run=$RUN,kind=gone" serve_start --devices "$DEVS" --max-running 32 ||
     { fail card_batch_gone_start "daemon did not start"; exit 0; }
 burst $N

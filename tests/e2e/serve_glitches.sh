@@ -14,6 +14,7 @@
 # must then equal `tandem generate --device cuda:0`, those on a card `tandem generate --device
 # fpga-emu:N --prefill-device cuda:0`.
 . tests/e2e/lib/serve.sh
+. tests/e2e/lib/cards.sh
 P=${GLITCHES_PREFILL:-cpu}
 
 NAMES="glitches_default_devices glitches_default_on_card glitches_ready glitches_all_complete glitches_text_on_cards glitches_text_on_prefill_device glitches_on_cards glitches_fallback glitches_status_json glitches_gone_complete glitches_gone_moved glitches_gone_marked glitches_gone_ready glitches_hang_complete glitches_hang_moved"
@@ -56,44 +57,6 @@ for c in $CASES; do
     done
 done
 DEVS="$P,fpga-emu:0,fpga-emu:1,fpga-emu:2"
-
-# burst N: N concurrent streamed requests over the golden prompts (bodies prepared first, so
-# that they arrive together); body k -> $T/b.k, headers $T/h.k
-burst() {
-    k=1
-    while [ $k -le $1 ]; do
-        c=$(echo $CASES | cut -d' ' -f$(((k - 1) % 5 + 1)))
-        echo "$c" >"$T/case.$k"
-        echo "{\"prompt\":$(jq -c '.ids' "$GOLD/$c.json"),\"max_tokens\":$MAXTOK,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" >"$T/req.$k"
-        k=$((k + 1))
-    done
-    k=1
-    pids=
-    while [ $k -le $1 ]; do
-        curl -s -N -D "$T/h.$k" -o "$T/b.$k" -H 'Content-Type: application/json' -d "@$T/req.$k" \
-            "$API/v1/completions" &
-        pids="$pids $!"
-        k=$((k + 1))
-    done
-    wait $pids # not the daemon, also a child of this shell
-}
-
-# complete N: every stream of the burst ended with [DONE], no error event, 200, all tokens
-complete() {
-    k=1
-    while [ $k -le $1 ]; do
-        grep -q '^HTTP/1.1 200' "$T/h.$k" || return 1
-        grep -q '^data: \[DONE\]' "$T/b.$k" || return 1
-        grep -q '"error"' "$T/b.$k" && return 1
-        n=$(grep '^data: {' "$T/b.$k" | sed 's/^data: //' | jq -s '[.[] | .usage.completion_tokens // empty] | add')
-        [ "$n" = "$MAXTOK" ] || return 1
-        k=$((k + 1))
-    done
-    return 0
-}
-
-text_of() { grep '^data: {' "$T/b.$1" | sed 's/^data: //' | jq -j '.choices[0].text // empty'; }
-decode_of() { sed -n 's/^x-tandem-devices: prefill=\([^;]*\); decode=\([^;\r]*\).*/\2/p' "$T/h.$1" | tr -d '\r'; }
 
 # The default configuration: the CPU and two emulated cards.
 if [ "$P" = cpu ]; then
@@ -144,14 +107,7 @@ serve_stop
 # fails while k falls inside the upload). Then come the warm-up's decode run, one import run per
 # layer chunk piece and one run per token: upload + 30 falls inside the first request a card
 # decodes (64 tokens).
-lo=1
-hi=400
-while [ $lo -lt $hi ]; do
-    mid=$(((lo + hi) / 2))
-    if TANDEM_EMU_FAULT="card=0,run=$mid,kind=gone" "$TANDEM" generate --device fpga-emu:0 --ids 1 \
-        --max-tokens 1 2>&1 | grep -q 'weight upload'; then lo=$((mid + 1)); else hi=$mid; fi
-done
-RUN=$((lo + 30))
+RUN=$(($(upload_runs) + 30))
 
 # A card disappears mid-decode.
 TANDEM_EMU_FAULT="card=1,run=$RUN,kind=gone" serve_start --devices "$DEVS" --max-running 32 $EXTRA ||
