@@ -87,24 +87,77 @@ static void read_row(accel_dev *d, accel_seq *s, int l, int h, int p, uint8_t *k
     CHECK_EQ(fpga_card_read_bank(c, ch, t + fpga_dec_tile_vs(hd, row), vs, 2), 0);
 }
 
+/* What each test starts from: the card (W8A8) and a CPU beside it on one model, the prompt's
+ * NT + 1 ids, the CPU's exported KV of the first NT, and a logits buffer. */
+typedef struct fixture {
+    model *m;
+    accel_dev *d, *cpu;
+    int32_t ids[NT + 1];
+    tf_kv kv;
+    float *lg;
+} fixture;
+
+static int fx_open(fixture *f, const char *card)
+{
+    char err[256];
+    memset(f, 0, sizeof *f);
+    if (tf_open(card, 8, &f->m, &f->d)) return -1;
+    accel_opts oc = {.threads = 1};
+    f->cpu = devices_open("cpu", f->m, &oc, err, sizeof err);
+    f->lg = malloc(sizeof(float) * f->m->cfg.vocab);
+    prompt(f->ids, NT + 1, f->m->cfg.vocab);
+    if (!f->cpu || !f->lg || tf_cpu_kv(f->cpu, f->ids, NT, NULL, &f->kv)) {
+        t_fail(__FILE__, __LINE__, "cpu: %s", f->cpu ? "KV export" : err);
+        return -1;
+    }
+    return 0;
+}
+
+static void fx_close(fixture *f)
+{
+    free(f->lg);
+    tf_kv_free(&f->kv);
+    accel_free(f->cpu);
+    accel_free(f->d);
+    model_free(f->m);
+}
+
+/* After a failed import: the card is healthy, and the intact KV imports and decodes. */
+static void imports_clean_after(fixture *f)
+{
+    accel_info info;
+    accel_get_info(f->d, &info);
+    CHECK_EQ(info.health, ACCEL_HEALTH_OK);
+    accel_seq *s;
+    REQUIRE(accel_seq_new(f->d, 64, &s) == 0);
+    CHECK_EQ(tf_import(f->d, s, &f->kv), 0);
+    CHECK_EQ(accel_decode(f->d, 1, &s, &f->ids[0], f->lg), 0);
+    accel_seq_free(f->d, s);
+}
+
+/* The card closed and opened again as card (TANDEM_EMU_FAULT is read when a card is made). */
+static int fx_reopen(fixture *f, const char *card)
+{
+    char err[256];
+    accel_free(f->d);
+    accel_opts o = {.weight_bits = 8};
+    f->d = devices_open(card, f->m, &o, err, sizeof err);
+    if (!f->d) t_fail(__FILE__, __LINE__, "%s: %s", card, err);
+    return f->d ? 0 : -1;
+}
+
 TEST(fpga_kv_import_round_trip_into_tiles)
 {
-    model *m;
-    accel_dev *d;
-    char err[256];
-    if (tf_open("fpga-emu", 8, &m, &d)) return;
-    accel_opts oc = {.threads = 1};
-    accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
-    REQUIRE(cpu);
-    int32_t ids[NT + 1];
-    prompt(ids, NT + 1, m->cfg.vocab);
-    tf_kv kv;
-    REQUIRE(tf_cpu_kv(cpu, ids, NT, NULL, &kv) == 0);
-    CHECK_EQ(kv.n_chunks, m->cfg.n_layers);
+    fixture f;
+    if (fx_open(&f, "fpga-emu")) return;
+    const model *m = f.m;
+    accel_dev *d = f.d;
+    const tf_kv *kv = &f.kv;
+    CHECK_EQ(kv->n_chunks, m->cfg.n_layers);
     /* pieces of 7 positions: 6 pieces per layer, slots of 2/2/2/1, both staging groups */
     fpga_dev_card(d)->piece_limit = 7;
     size_t n;
-    uint8_t *wire = to_wire(m, &kv, NT, &n);
+    uint8_t *wire = to_wire(m, kv, NT, &n);
     accel_seq *s;
     REQUIRE(accel_seq_new(d, 64, &s) == 0);
     int imported = 0;
@@ -114,7 +167,7 @@ TEST(fpga_kv_import_round_trip_into_tiles)
     const int H = m->cfg.n_kv_heads, hd = m->cfg.head_dim;
     int mismatches = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        const proto_kv_layer *c = &kv.chunks[l];
+        const proto_kv_layer *c = &kv->chunks[l];
         for (int p = 0; p < NT; p++)
             for (int h = 0; h < H; h++) {
                 uint8_t k[256], v[256];
@@ -127,13 +180,12 @@ TEST(fpga_kv_import_round_trip_into_tiles)
     }
     CHECK_EQ(mismatches, 0);
     /* a decode step appends position NT and leaves the imported ones as they were */
-    float *lg = malloc(sizeof(float) * m->cfg.vocab);
-    CHECK_EQ(accel_decode(d, 1, &s, &ids[NT], lg), 0);
+    CHECK_EQ(accel_decode(d, 1, &s, &f.ids[NT], f.lg), 0);
     CHECK_EQ(accel_seq_len(d, s), NT + 1);
     uint8_t k[256], v[256];
     uint16_t ks, vs;
     read_row(d, s, 2, 1, 5, k, v, &ks, &vs);
-    CHECK(memcmp(k, kv.chunks[2].k + (5 * H + 1) * hd, hd) == 0 && ks == kv.chunks[2].k_scale[5 * H + 1]);
+    CHECK(memcmp(k, kv->chunks[2].k + (5 * H + 1) * hd, hd) == 0 && ks == kv->chunks[2].k_scale[5 * H + 1]);
     read_row(d, s, 2, 1, NT, k, v, &ks, &vs);
     int maxq = 0;
     for (int i = 0; i < hd; i++) {
@@ -144,48 +196,37 @@ TEST(fpga_kv_import_round_trip_into_tiles)
     accel_info info;
     accel_get_info(d, &info);
     CHECK_EQ(info.health, ACCEL_HEALTH_OK);
-    free(lg);
     free(wire);
     accel_seq_free(d, s);
-    tf_kv_free(&kv);
-    accel_free(cpu);
-    accel_free(d);
-    model_free(m);
+    fx_close(&f);
 }
 
 TEST(fpga_kv_import_corrupt_chunk_rejected)
 {
-    model *m;
-    accel_dev *d;
-    char err[256];
-    if (tf_open("fpga-emu", 8, &m, &d)) return;
-    accel_opts oc = {.threads = 1};
-    accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
-    REQUIRE(cpu);
-    int32_t ids[NT];
-    prompt(ids, NT, m->cfg.vocab);
-    tf_kv kv;
-    REQUIRE(tf_cpu_kv(cpu, ids, NT, NULL, &kv) == 0);
-    float *lg = malloc(sizeof(float) * m->cfg.vocab);
+    fixture f;
+    if (fx_open(&f, "fpga-emu")) return;
+    const model *m = f.m;
+    accel_dev *d = f.d;
+    tf_kv *kv = &f.kv;
     /* an int8 value proto/kv.h never produces (-128), in layer 2 */
     accel_seq *s;
     REQUIRE(accel_seq_new(d, 64, &s) == 0);
-    ((uint8_t *)kv.chunks[2].k)[40] = 0x80;
-    CHECK_EQ(tf_import(d, s, &kv), ACCEL_ERR_CORRUPT);
+    ((uint8_t *)kv->chunks[2].k)[40] = 0x80;
+    CHECK_EQ(tf_import(d, s, kv), ACCEL_ERR_CORRUPT);
     CHECK_EQ(accel_seq_len(d, s), 0);
-    CHECK_EQ(accel_decode(d, 1, &s, &ids[0], lg), ACCEL_ERR_CORRUPT);
+    CHECK_EQ(accel_decode(d, 1, &s, &f.ids[0], f.lg), ACCEL_ERR_CORRUPT);
     accel_seq_free(d, s);
-    ((uint8_t *)kv.chunks[2].k)[40] = 0x05;
+    ((uint8_t *)kv->chunks[2].k)[40] = 0x05;
     /* a NaN scale */
     REQUIRE(accel_seq_new(d, 64, &s) == 0);
-    uint16_t keep = kv.chunks[4].v_scale[3];
-    ((uint16_t *)kv.chunks[4].v_scale)[3] = 0x7e00;
-    CHECK_EQ(tf_import(d, s, &kv), ACCEL_ERR_CORRUPT);
+    uint16_t keep = kv->chunks[4].v_scale[3];
+    ((uint16_t *)kv->chunks[4].v_scale)[3] = 0x7e00;
+    CHECK_EQ(tf_import(d, s, kv), ACCEL_ERR_CORRUPT);
     accel_seq_free(d, s);
-    ((uint16_t *)kv.chunks[4].v_scale)[3] = keep;
+    ((uint16_t *)kv->chunks[4].v_scale)[3] = keep;
     /* a flipped bit on the wire: the reader's CRC stops the chunk before any import */
     size_t n;
-    uint8_t *wire = to_wire(m, &kv, NT, &n);
+    uint8_t *wire = to_wire(m, kv, NT, &n);
     wire[n - 100] ^= 0x10;
     REQUIRE(accel_seq_new(d, 64, &s) == 0);
     int imported = 0;
@@ -193,20 +234,9 @@ TEST(fpga_kv_import_corrupt_chunk_rejected)
     CHECK_EQ(imported, m->cfg.n_layers - 1);
     CHECK_EQ(accel_seq_len(d, s), 0);
     accel_seq_free(d, s);
-    /* the device is fine and the intact KV imports and decodes */
-    accel_info info;
-    accel_get_info(d, &info);
-    CHECK_EQ(info.health, ACCEL_HEALTH_OK);
-    REQUIRE(accel_seq_new(d, 64, &s) == 0);
-    CHECK_EQ(tf_import(d, s, &kv), 0);
-    CHECK_EQ(accel_decode(d, 1, &s, &ids[0], lg), 0);
-    accel_seq_free(d, s);
+    imports_clean_after(&f);
     free(wire);
-    free(lg);
-    tf_kv_free(&kv);
-    accel_free(cpu);
-    accel_free(d);
-    model_free(m);
+    fx_close(&f);
 }
 
 /* A bit flipped in HBM between the host's sync and the scatter kernel (the emulator's fault
@@ -214,48 +244,25 @@ TEST(fpga_kv_import_corrupt_chunk_rejected)
  * host's, the import fails, the sequence refuses to decode, the device stays healthy. */
 TEST(fpga_kv_import_bitflip_on_card_detected)
 {
-    model *m;
-    accel_dev *d;
-    char err[256];
-    if (tf_open("fpga-emu:1", 8, &m, &d)) return;
+    fixture f;
+    if (fx_open(&f, "fpga-emu:1")) return;
     fpga_emu_card_stats cs;
-    REQUIRE(tf_card_stats(d, &cs) == 0);
+    REQUIRE(tf_card_stats(f.d, &cs) == 0);
     uint64_t runs_at_open = cs.runs_started; /* the weight upload's copies */
-    accel_free(d);
     /* the second scatter run (layer 1's piece) gets a flipped bit in its first staging slot */
     char spec[128];
     snprintf(spec, sizeof spec, "card=1,run=%llu,kind=bitflip,byte=3,bit=6",
              (unsigned long long)runs_at_open + 2);
     setenv("TANDEM_EMU_FAULT", spec, 1);
-    accel_opts o = {.weight_bits = 8};
-    d = devices_open("fpga-emu:1", m, &o, err, sizeof err);
-    REQUIRE(d);
-    accel_opts oc = {.threads = 1};
-    accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
-    REQUIRE(cpu);
-    int32_t ids[NT];
-    prompt(ids, NT, m->cfg.vocab);
-    tf_kv kv;
-    REQUIRE(tf_cpu_kv(cpu, ids, NT, NULL, &kv) == 0);
+    REQUIRE(fx_reopen(&f, "fpga-emu:1") == 0);
     accel_seq *s;
-    REQUIRE(accel_seq_new(d, 64, &s) == 0);
-    CHECK_EQ(tf_import(d, s, &kv), ACCEL_ERR_CORRUPT);
-    float *lg = malloc(sizeof(float) * m->cfg.vocab);
-    CHECK_EQ(accel_decode(d, 1, &s, &ids[0], lg), ACCEL_ERR_CORRUPT);
-    accel_seq_free(d, s);
-    accel_info info;
-    accel_get_info(d, &info);
-    CHECK_EQ(info.health, ACCEL_HEALTH_OK);
+    REQUIRE(accel_seq_new(f.d, 64, &s) == 0);
+    CHECK_EQ(tf_import(f.d, s, &f.kv), ACCEL_ERR_CORRUPT);
+    CHECK_EQ(accel_decode(f.d, 1, &s, &f.ids[0], f.lg), ACCEL_ERR_CORRUPT);
+    accel_seq_free(f.d, s);
     /* the fault hit one run only: the same KV imports cleanly now */
-    REQUIRE(accel_seq_new(d, 64, &s) == 0);
-    CHECK_EQ(tf_import(d, s, &kv), 0);
-    CHECK_EQ(accel_decode(d, 1, &s, &ids[0], lg), 0);
-    accel_seq_free(d, s);
-    free(lg);
-    tf_kv_free(&kv);
-    accel_free(cpu);
-    accel_free(d);
-    model_free(m);
+    imports_clean_after(&f);
+    fx_close(&f);
 }
 
 /* A bit flipped in the card's HBM after the KV landed (the emulator's fault injection, in the
@@ -267,10 +274,11 @@ TEST(fpga_kv_import_bitflip_on_card_detected)
  * right CRCs import and decode. */
 TEST(fpga_kv_import_flip_in_hbm_after_landing_detected)
 {
-    model *m;
-    accel_dev *d;
-    char err[256];
-    if (tf_open("fpga-emu:1", 8, &m, &d)) return;
+    fixture f;
+    if (fx_open(&f, "fpga-emu:1")) return;
+    const model *m = f.m;
+    accel_dev *d = f.d;
+    tf_kv *kv = &f.kv;
     const int L = m->cfg.n_layers;
     fpga_emu_card_stats cs;
     REQUIRE(tf_card_stats(d, &cs) == 0);
@@ -281,30 +289,20 @@ TEST(fpga_kv_import_flip_in_hbm_after_landing_detected)
     char spec[160];
     tf_kv_flip_spec(d, s, 0, 5, 1, 3, 6, runs_at_open + (uint64_t)L, 4, spec, sizeof spec);
     accel_seq_free(d, s);
-    accel_free(d);
     setenv("TANDEM_EMU_FAULT", spec, 1);
-    accel_opts o = {.weight_bits = 8};
-    d = devices_open("fpga-emu:1", m, &o, err, sizeof err);
-    REQUIRE(d);
-    accel_opts oc = {.threads = 1};
-    accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
-    REQUIRE(cpu);
-    int32_t ids[NT + 1];
-    prompt(ids, NT + 1, m->cfg.vocab);
-    tf_kv kv;
-    REQUIRE(tf_cpu_kv(cpu, ids, NT, NULL, &kv) == 0);
+    REQUIRE(fx_reopen(&f, "fpga-emu:1") == 0);
+    d = f.d;
     REQUIRE(accel_seq_new(d, 64, &s) == 0);
-    CHECK_EQ(tf_import(d, s, &kv), ACCEL_ERR_CORRUPT);
+    CHECK_EQ(tf_import(d, s, kv), ACCEL_ERR_CORRUPT);
     /* the flip is real: layer 0, position 5, head 1 holds K value 3 with bit 6 changed */
     const int H = m->cfg.n_kv_heads, hd = m->cfg.head_dim;
     uint8_t k[256], v[256];
     uint16_t ks, vs;
     read_row(d, s, 0, 1, 5, k, v, &ks, &vs);
-    const uint8_t *want = kv.chunks[0].k + (size_t)(5 * H + 1) * hd;
+    const uint8_t *want = kv->chunks[0].k + (size_t)(5 * H + 1) * hd;
     CHECK_EQ(k[3], (uint8_t)(want[3] ^ 0x40));
     CHECK(memcmp(k, want, 3) == 0 && memcmp(k + 4, want + 4, (size_t)hd - 4) == 0);
-    float *lg = malloc(sizeof(float) * m->cfg.vocab);
-    CHECK_EQ(accel_decode(d, 1, &s, &ids[NT], lg), ACCEL_ERR_CORRUPT);
+    CHECK_EQ(accel_decode(d, 1, &s, &f.ids[NT], f.lg), ACCEL_ERR_CORRUPT);
     accel_seq_free(d, s);
     accel_info info;
     accel_get_info(d, &info);
@@ -312,32 +310,28 @@ TEST(fpga_kv_import_flip_in_hbm_after_landing_detected)
     /* the producer's CRCs: layer 3 changed after its CRC was computed (a valid value, so only
      * the CRC can tell) -> caught once the run is on the card */
     uint32_t crc[64];
-    REQUIRE(kv.n_chunks <= 64);
-    for (int l = 0; l < kv.n_chunks; l++) crc[l] = proto_kv_payload_crc(&kv.chunks[l]);
-    uint8_t *k3 = (uint8_t *)kv.chunks[3].k;
+    REQUIRE(kv->n_chunks <= 64);
+    for (int l = 0; l < kv->n_chunks; l++) crc[l] = proto_kv_payload_crc(&kv->chunks[l]);
+    uint8_t *k3 = (uint8_t *)kv->chunks[3].k;
     k3[7] = k3[7] == 5 ? 6 : 5;
     REQUIRE(accel_seq_new(d, 64, &s) == 0);
     int st = 0;
-    for (int l = 0; l < kv.n_chunks && !st; l++) st = accel_kv_import_crc(d, s, &kv.chunks[l], crc[l]);
+    for (int l = 0; l < kv->n_chunks && !st; l++) st = accel_kv_import_crc(d, s, &kv->chunks[l], crc[l]);
     CHECK_EQ(st, ACCEL_ERR_CORRUPT);
     CHECK_EQ(accel_seq_len(d, s), 0);
     accel_seq_free(d, s);
     /* with the CRCs of what is sent, the KV imports and decodes */
-    for (int l = 0; l < kv.n_chunks; l++) crc[l] = proto_kv_payload_crc(&kv.chunks[l]);
+    for (int l = 0; l < kv->n_chunks; l++) crc[l] = proto_kv_payload_crc(&kv->chunks[l]);
     REQUIRE(accel_seq_new(d, 64, &s) == 0);
     st = 0;
-    for (int l = 0; l < kv.n_chunks && !st; l++) st = accel_kv_import_crc(d, s, &kv.chunks[l], crc[l]);
+    for (int l = 0; l < kv->n_chunks && !st; l++) st = accel_kv_import_crc(d, s, &kv->chunks[l], crc[l]);
     CHECK_EQ(st, 0);
     CHECK_EQ(accel_seq_len(d, s), NT);
-    CHECK_EQ(accel_decode(d, 1, &s, &ids[NT], lg), 0);
+    CHECK_EQ(accel_decode(d, 1, &s, &f.ids[NT], f.lg), 0);
     accel_seq_free(d, s);
     fpga_card *c = fpga_dev_card(d);
     CHECK_EQ(c->check_runs, 3); /* one per complete run of positions; the first two differed */
-    free(lg);
-    tf_kv_free(&kv);
-    accel_free(cpu);
-    accel_free(d);
-    model_free(m);
+    fx_close(&f);
 }
 
 /* The production path (prompt on the CPU, its KV imported, continuation on the card) against
@@ -345,15 +339,14 @@ TEST(fpga_kv_import_flip_in_hbm_after_landing_detected)
  * differs only by where the floats came from (CPU float32 vs. the card's W8A8). */
 TEST(fpga_decode_imported_vs_from_empty)
 {
-    model *m;
-    accel_dev *d;
+    fixture f;
+    if (fx_open(&f, "fpga-emu")) return;
+    const model *m = f.m;
+    accel_dev *d = f.d, *cpu = f.cpu;
     char err[256];
-    if (tf_open("fpga-emu", 8, &m, &d)) return;
-    accel_opts oc = {.threads = 1};
-    accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
     model_golden *g = model_golden_load("tests/data/golden/stories260K/lily.json", m->cfg.vocab,
                                         err, sizeof err);
-    REQUIRE(cpu && g);
+    REQUIRE(g);
     const int V = m->cfg.vocab, steps = 40;
     tf_kv kv;
     REQUIRE(tf_cpu_kv(cpu, g->ids, g->n_ids, NULL, &kv) == 0);
@@ -390,7 +383,5 @@ TEST(fpga_decode_imported_vs_from_empty)
     accel_seq_free(cpu, sc);
     tf_kv_free(&kv);
     model_golden_free(g);
-    accel_free(cpu);
-    accel_free(d);
-    model_free(m);
+    fx_close(&f);
 }
