@@ -84,6 +84,11 @@ typedef struct sconn {
     /* KV chunks' REPLYs not sent yet (kv_reply): at most half a window of them */
     uint8_t held[PEER_KV_WINDOW / 2 * KV_REPLY_BYTES];
     int n_held;
+    /* a chunk announced while another connection's was being received: started when that one
+     * is in, oldest first (its next frames wait for it) */
+    unsigned long tag_wait; /* 0: none; else its turn (peer_server.wait_seq) */
+    peer_kv tag_k;
+    uint32_t tag_len;
     sseq *seqs;
     int n_seqs, cap_seqs;
     struct sconn *next;
@@ -112,6 +117,8 @@ struct peer_server {
         peer_kv k;
         double deadline;
     } pend;
+    unsigned long wait_seq; /* turns handed to announcements that wait (sconn.tag_wait) */
+    int n_waiting;          /* connections with one */
 };
 
 /* ---------------------------------------------------------------- sequences */
@@ -128,6 +135,7 @@ static void kv_sync(peer_server *s);
 
 static void sconn_close(peer_server *s, sconn *sc, const char *why)
 {
+    if (sc->tag_wait) s->n_waiting--;
     if (s->pend.sc == sc) { /* its chunk's receive taken back before the buffer is reused */
         peer_conn_req_cancel(sc->c, s->pend.req);
         s->pend.sc = NULL;
@@ -376,50 +384,31 @@ static int on_addr_req(sconn *sc, size_t n)
 
 /* The pending tagged chunk: 1 received and handed to the kv_rx thread, 0 still coming, or a
  * status that closes its connection (the receive is then still pending: sconn_close takes it
- * back). wait: until it is in or fails (another connection's chunk needs the buffer ring). */
-static int pend_finish(peer_server *s, int wait)
+ * back). */
+static int pend_finish(peer_server *s)
 {
     sconn *sc = s->pend.sc;
-    for (;;) {
-        int st = peer_conn_tag_recv_test(sc->c, s->pend.req, s->pend.k.n_bytes);
-        if (st == 1) {
-            peer_kv_rx_push(s->rx, sc, &s->pend.k);
-            s->pend.sc = NULL;
-            s->pend.req = NULL;
-            return 1;
-        }
-        if (st == PEER_ERR_PROTO) s->pend.req = NULL; /* completed, wrongly: UCX let it go */
-        if (st < 0) return st;
-        if (peer_now() > s->pend.deadline) return PEER_ERR_TIMEOUT;
-        if (!wait) return 0;
-        peer_listener_progress(s->l, 0.01);
+    int st = peer_conn_tag_recv_test(sc->c, s->pend.req, s->pend.k.n_bytes);
+    if (st == 1) {
+        peer_kv_rx_push(s->rx, sc, &s->pend.k);
+        s->pend.sc = NULL;
+        s->pend.req = NULL;
+        return 1;
     }
+    if (st == PEER_ERR_PROTO) s->pend.req = NULL; /* completed, wrongly: UCX let it go */
+    if (st < 0) return st;
+    return peer_now() > s->pend.deadline ? PEER_ERR_TIMEOUT : 0;
 }
 
-/* KV_TAG: the announced chunk arrives as one tagged message of exactly `length` bytes; its
- * receive is left pending (server_main looks at it), and the connection's next frames wait for
- * it. */
-static int on_kv_tag(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
+/* Starts receiving sc's announced chunk (k, `length` bytes of serial sc->tag_serial) into the
+ * next kv_rx buffer; it is left pending (server_main looks at it). */
+static int pend_start(peer_server *s, sconn *sc, peer_kv k, uint32_t length)
 {
-    peer_kv k;
-    uint32_t length, serial;
-    if (!sc->addr_given || peer_kv_tag_read(p, n, &k, &length, &serial) || serial != sc->tag_serial + 1)
-        return PEER_ERR_PROTO;
-    sc->tag_serial = serial;
-    if (s->pend.sc) { /* another connection's chunk is still coming: it goes first */
-        sconn *o = s->pend.sc;
-        if (pend_finish(s, 1) < 0) peer_conn_kill(o->c); /* closed by server_main, its receive with it */
-        if (s->pend.sc) { /* not in: this one waits no longer than for its own sender */
-            peer_conn_req_cancel(o->c, s->pend.req);
-            s->pend.sc = NULL;
-            s->pend.req = NULL;
-        }
-    }
     kv_collect(s); /* the results so far first: peer_kv_rx_buffer's rule */
     uint8_t *buf = peer_kv_rx_buffer(s->rx, length); /* waits while both buffers are in use */
     if (!buf) return PEER_ERR_NOMEM;
     void *req;
-    int st = peer_conn_tag_recv_start(sc->c, sc->tag_base + serial, buf, length, &req);
+    int st = peer_conn_tag_recv_start(sc->c, sc->tag_base + sc->tag_serial, buf, length, &req);
     if (st) return st;
     k.bytes = buf;
     k.n_bytes = length;
@@ -427,8 +416,43 @@ static int on_kv_tag(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
     s->pend.req = req;
     s->pend.k = k;
     s->pend.deadline = peer_now() + TAG_TIMEOUT_S;
-    int r = pend_finish(s, 0);
+    int r = pend_finish(s);
     return r < 0 ? r : PEER_OK;
+}
+
+/* KV_TAG: the announced chunk arrives as one tagged message of exactly `length` bytes. One chunk
+ * is received at a time (the kv_rx buffers are a ring): while another connection's is coming,
+ * or others wait before it, this one waits its turn (sconn.tag_wait) — the thread goes on
+ * serving everyone, and the connection's next frames wait for its chunk. */
+static int on_kv_tag(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
+{
+    peer_kv k;
+    uint32_t length, serial;
+    if (!sc->addr_given || peer_kv_tag_read(p, n, &k, &length, &serial) || serial != sc->tag_serial + 1)
+        return PEER_ERR_PROTO;
+    sc->tag_serial = serial;
+    if (s->pend.sc || s->n_waiting) {
+        sc->tag_wait = ++s->wait_seq;
+        sc->tag_k = k;
+        sc->tag_len = length;
+        s->n_waiting++;
+        return PEER_OK;
+    }
+    return pend_start(s, sc, k, length);
+}
+
+/* No chunk being received: the announcement that waited longest starts. A failure closes its
+ * connection (server_main finds it dead). */
+static void pend_next(peer_server *s)
+{
+    if (s->pend.sc || !s->n_waiting) return;
+    sconn *first = NULL;
+    for (sconn *sc = s->conns; sc; sc = sc->next)
+        if (sc->tag_wait && (!first || sc->tag_wait < first->tag_wait)) first = sc;
+    if (!first) return;
+    first->tag_wait = 0;
+    s->n_waiting--;
+    if (pend_start(s, first, first->tag_k, first->tag_len) < 0) peer_conn_kill(first->c);
 }
 
 static int on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
@@ -582,6 +606,7 @@ static void *server_main(void *arg)
     while (!atomic_load(&s->stop)) {
         peer_listener_progress(s->l, 0.05);
         kv_collect(s); /* chunks applied since: their REPLYs held, sent below */
+        pend_next(s);  /* a chunk that waited its turn, if none is coming */
         peer_conn *c;
         while ((c = peer_listener_accept(s->l))) {
             sconn *sc = calloc(1, sizeof *sc);
@@ -603,11 +628,12 @@ static void *server_main(void *arg)
             uint32_t max = sc->state == S_READY ? PEER_MAX_PAYLOAD : PEER_MAX_PREAUTH;
             got = 0;
             if (s->pend.sc == sc) { /* its chunk first; its next frames wait for it */
-                int r = pend_finish(s, 0);
+                int r = pend_finish(s);
                 if (r < 0) st = r;
+                else if (r == 1) pend_next(s);
             }
             /* a bounded number of frames per pass, so that one busy peer cannot starve the rest */
-            for (int k = 0; !st && s->pend.sc != sc && k < 64 && (got = peer_conn_poll(sc->c, max, &h, &p)) == 1; k++) {
+            for (int k = 0; !st && s->pend.sc != sc && !sc->tag_wait && k < 64 && (got = peer_conn_poll(sc->c, max, &h, &p)) == 1; k++) {
                 st = handle(s, sc, &h, p);
                 if (st) break;
                 max = sc->state == S_READY ? PEER_MAX_PAYLOAD : PEER_MAX_PREAUTH;
@@ -615,7 +641,7 @@ static void *server_main(void *arg)
             if (!st && got < 0) st = got;
             /* nothing more waiting: the held REPLYs go (not while a chunk is coming: the frames
              * behind it are not read yet, and its REPLY joins them) */
-            if (!st && s->pend.sc != sc) st = flush_held(sc);
+            if (!st && s->pend.sc != sc && !sc->tag_wait) st = flush_held(sc);
             const char *why = NULL;
             if (st == PEER_ERR_PROTO) why = "bad message (malformed, oversized, unknown version or out of turn)";
             else if (st == PEER_ERR_AUTH) why = "authentication failed: not the same peer_key";

@@ -768,7 +768,8 @@ TEST(peer_bulk_alloc_sizes)
 /* A sender that stalls after a tagged chunk's announcement (TANDEM_PEER_FAULT kv_stall) holds up
  * its own connection only: while the node waits for those bytes, another node connects,
  * authenticates and gets an answer at once (the node used to wait for the bytes, up to the
- * call timeout, serving no one); once the bytes come the chunk is imported and decodes. */
+ * call timeout, serving no one); that node's own KV then waits its turn, and a third node is
+ * still answered at once; once the bytes come both imports complete and decode alike. */
 typedef struct stall_import {
     accel_dev *rd;
     accel_seq *s;
@@ -827,14 +828,40 @@ TEST(peer_stalled_sender_holds_up_no_one_else)
     accel_dev *rc = st ? NULL : devices_open_remote(nc, 0, t.m, NULL, err, sizeof err);
     int wst = rc ? accel_warmup(rc) : -1;
     double took = peer_now() - t0;
-    unlink(stall); /* the bytes go */
-    pthread_join(th, NULL);
     CHECK_MSG(st == PEER_OK && rc && wst == 0, "the other node: %s", err);
     CHECK_MSG(took < 2.0, "the other node waited %.2f s for the stalled one", took);
+    /* the other node's KV waits its turn behind the held chunk (one chunk is received at a
+     * time), and still a third node is answered meanwhile */
+    stall_import c = {rc, NULL, &kv, -1};
+    pthread_t thc;
+    int c_started = rc && accel_seq_new(rc, 16, &c.s) == 0 && pthread_create(&thc, NULL, stall_import_main, &c) == 0;
+    CHECK(c_started);
+    nanosleep(&ts, NULL);
+    peer_node *nd;
+    t0 = peer_now();
+    int dst = peer_node_connect(t.addr, "nodeD", KEY, t.m, 5, &nd, err, sizeof err);
+    accel_dev *rdd = dst ? NULL : devices_open_remote(nd, 0, t.m, NULL, err, sizeof err);
+    int dwst = rdd ? accel_warmup(rdd) : -1;
+    double took_d = peer_now() - t0;
+    unlink(stall); /* the bytes go */
+    pthread_join(th, NULL);
+    if (c_started) pthread_join(thc, NULL);
+    CHECK_MSG(dst == PEER_OK && rdd && dwst == 0, "the third node: %s", err);
+    CHECK_MSG(took_d < 2.0, "the third node waited %.2f s while two senders' chunks waited", took_d);
     CHECK_EQ(a.st, 0);
+    CHECK_EQ(c.st, 0);
     int32_t tok = first;
     CHECK_EQ(accel_decode(rd, 1, &a.s, &tok, lg), 0); /* the stalled chunk came in whole */
+    int32_t tok_a = t_argmax(lg, vocab);
+    tok = first;
+    if (c_started) { /* and the one that waited its turn: the same KV, the same next token */
+        CHECK_EQ(accel_decode(rc, 1, &c.s, &tok, lg), 0);
+        CHECK_EQ(t_argmax(lg, vocab), tok_a);
+        accel_seq_free(rc, c.s);
+    }
     accel_seq_free(rd, a.s);
+    if (rdd) accel_free(rdd);
+    if (!dst) peer_node_free(nd);
     if (rc) accel_free(rc);
     if (!st) peer_node_free(nc);
     accel_free(rd);
