@@ -1,5 +1,6 @@
 #include "tests/fpga/fpga_util.h"
 #include "cpu/kv_quant.h"
+#include "fpga/flex_host.h"
 #include "fpga/kernels/dec_math.h"
 #include "model/ckpt/golden.h"
 #include "tests/test.h"
@@ -251,4 +252,63 @@ int tf_read_striped(fpga_card *c, uint64_t ws_off, const fpga_pf_arr *a, uint64_
         if (st) return st;
     }
     return 0;
+}
+
+int tf_pf_last_read(accel_dev *f, int n, tf_pf_last *w)
+{
+    const model *m = accel_model(f);
+    const int H = m->cfg.n_heads, Hk = m->cfg.n_kv_heads, d = m->cfg.head_dim, nb = (n + 127) / 128;
+    memset(w, 0, sizeof *w);
+    fpga_pf_result res;
+    uint64_t off;
+    uint32_t rows, flags;
+    if (fpga_dev_last_prefill(f, &res, &off, &rows, &flags) || rows != (uint32_t)n ||
+        !(flags & FPGA_PF_F_SPARSE)) {
+        t_fail(__FILE__, __LINE__, "no sparse prefill of %d rows in the workspace", n);
+        return -1;
+    }
+    fpga_card *c = fpga_dev_card(f);
+    fpga_pf_ws ws;
+    fpga_pf_ws_of(&c->desc, rows, flags, &ws);
+    *w = (tf_pf_last){.n = n, .H = H, .Hk = Hk, .d = d, .nb = nb};
+    uint8_t *qp = malloc(ws.qf.item * H * nb), *kvp = malloc(ws.kvf.item * Hk * nb);
+    w->rows = malloc(sizeof *w->rows * H * (nb + 1));
+    w->q = malloc(sizeof(float) * n * H * d);
+    w->k = malloc(sizeof(float) * n * Hk * d);
+    w->v = malloc(sizeof(float) * n * Hk * d);
+    int st = !qp || !kvp || !w->rows || !w->q || !w->k || !w->v ||
+             tf_read_striped(c, off, &ws.qf, (uint64_t)H * nb, qp) ||
+             tf_read_striped(c, off, &ws.kvf, (uint64_t)Hk * nb, kvp) ||
+             fpga_card_read_bank(c, FPGA_PF_FLAT_ROWS, off + ws.flat, w->rows,
+                                 sizeof *w->rows * H * (nb + 1));
+    if (!st) {
+        w->nnz = w->rows[H * (nb + 1) - 1];
+        w->col = malloc(sizeof *w->col * (w->nnz + 1));
+        st = !w->col || fpga_card_read_bank(c, FPGA_PF_FLAT_COL, off + ws.flat, w->col,
+                                            sizeof *w->col * w->nnz);
+    }
+    if (!st) {
+        fpga_flex_unpack_q(qp, n, H, d, w->q);
+        fpga_flex_unpack_kv(kvp, n, Hk, d, w->k, w->v);
+    }
+    free(qp);
+    free(kvp);
+    if (!st) return 0;
+    t_fail(__FILE__, __LINE__, "reading the prefill workspace");
+    tf_pf_last_free(w);
+    return -1;
+}
+
+int tf_pf_last_same_index(const tf_pf_last *w, const cpu_flex_index *ix)
+{
+    int same = ix->nnz == (int64_t)w->nnz;
+    for (int i = 0; same && i < w->H * (w->nb + 1); i++) same = ix->row_ptr[i] == (int64_t)w->rows[i];
+    for (uint32_t e = 0; same && e < w->nnz; e++) same = ix->col[e] == (int32_t)w->col[e];
+    return same;
+}
+
+void tf_pf_last_free(tf_pf_last *w)
+{
+    free(w->q), free(w->k), free(w->v), free(w->rows), free(w->col);
+    memset(w, 0, sizeof *w);
 }

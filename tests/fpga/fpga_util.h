@@ -1,6 +1,7 @@
 /* tests/fpga/fpga_util.h — helpers for tests of the FPGA backend on emulated cards. */
 #ifndef TANDEM_TESTS_FPGA_UTIL_H
 #define TANDEM_TESTS_FPGA_UTIL_H
+#include "cpu/flex.h"
 #include "fpga/backend.h"
 #include "fpga/card.h"
 #include "fpga/kernels/pf_layout.h"
@@ -64,6 +65,20 @@ int32_t *tf_structured_ids(const model *m, int n);
  * into out. 0 or the first failing read's status. */
 int tf_read_striped(fpga_card *c, uint64_t ws_off, const fpga_pf_arr *a, uint64_t count,
                     uint8_t *out);
+
+/* The last layer of card device f's last prefill as its units left it in the workspace (a sparse
+ * prefill of n rows): Q, K and V dequantized ((n, H, d), (n, Hk, d), (n, Hk, d)) and the flat
+ * index over nb = ceil(n / 128) blocks (rows: H (nb + 1) row pointers, col: nnz columns). */
+typedef struct tf_pf_last {
+    int n, H, Hk, d, nb;
+    float *q, *k, *v;
+    uint32_t *rows, *col, nnz;
+} tf_pf_last;
+/* 0, or -1 after reporting a failure (w then holds nothing to free). */
+int tf_pf_last_read(accel_dev *f, int n, tf_pf_last *w);
+/* 1 when ix is w's index, row pointers and columns. */
+int tf_pf_last_same_index(const tf_pf_last *w, const cpu_flex_index *ix);
+void tf_pf_last_free(tf_pf_last *w);
 
 /* Emulator card stats of an FPGA device's card. */
 int tf_card_stats(accel_dev *d, fpga_emu_card_stats *st);

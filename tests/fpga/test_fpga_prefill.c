@@ -253,42 +253,19 @@ static void sparse_index(const char *dir, int n, int min_budget, int run_rows)
     CHECK_EQ(accel_decode(f, 1, &s, &next, lg), 0);
 
     /* the last layer's q, k, v and index, as the units left them */
-    fpga_card *c = fpga_dev_card(f);
-    fpga_pf_ws w;
-    fpga_pf_ws_of(&c->desc, ws_rows, ws_flags, &w);
-    REQUIRE(ws_rows == (uint32_t)n && (ws_flags & FPGA_PF_F_SPARSE));
-    uint8_t *qp = malloc(w.qf.item * H * nb), *kvp = malloc(w.kvf.item * Hk * nb);
-    uint32_t *rows = malloc(sizeof *rows * H * (nb + 1));
-    REQUIRE(tf_read_striped(c, ws_off, &w.qf, (uint64_t)H * nb, qp) == 0);
-    REQUIRE(tf_read_striped(c, ws_off, &w.kvf, (uint64_t)Hk * nb, kvp) == 0);
-    REQUIRE(fpga_card_read_bank(c, FPGA_PF_FLAT_ROWS, ws_off + w.flat, rows,
-                                sizeof *rows * H * (nb + 1)) == 0);
-    const uint32_t nnz = rows[H * (nb + 1) - 1];
-    uint32_t *col = malloc(sizeof *col * (nnz + 1));
-    REQUIRE(fpga_card_read_bank(c, FPGA_PF_FLAT_COL, ws_off + w.flat, col, sizeof *col * nnz) == 0);
-    float *q = malloc(sizeof(float) * n * H * d), *k = malloc(sizeof(float) * n * Hk * d),
-          *v = malloc(sizeof(float) * n * Hk * d);
-    fpga_flex_unpack_q(qp, n, H, d, q);
-    fpga_flex_unpack_kv(kvp, n, Hk, d, k, v);
+    tf_pf_last w;
+    REQUIRE(tf_pf_last_read(f, n, &w) == 0);
     sparse_flex_params cp;
     sparse_flex_params_default(&cp);
     cp.min_budget = min_budget;
-    cpu_flex_qkv x = {n, H, Hk, d, q, (size_t)H * d, k, v, (size_t)Hk * d, 0};
+    cpu_flex_qkv x = {n, H, Hk, d, w.q, (size_t)H * d, w.k, w.v, (size_t)Hk * d, 0};
     cpu_flex_index *ix;
     REQUIRE(cpu_flex_index_build(NULL, &cp, &x, &ix) == 0);
-    int same = ix->nnz == (int64_t)nnz;
-    for (int i = 0; same && i < H * (nb + 1); i++) same = ix->row_ptr[i] == (int64_t)rows[i];
-    for (uint32_t e = 0; same && e < nnz; e++) same = ix->col[e] == (int32_t)col[e];
-    CHECK_MSG(same, "%s: the prefill's index (nnz %u) differs from the CPU reference's (nnz %lld)",
-              dir, nnz, (long long)ix->nnz);
+    CHECK_MSG(tf_pf_last_same_index(&w, ix),
+              "%s: the prefill's index (nnz %u) differs from the CPU reference's (nnz %lld)", dir,
+              w.nnz, (long long)ix->nnz);
     cpu_flex_index_free(ix);
-    free(q);
-    free(k);
-    free(v);
-    free(qp);
-    free(kvp);
-    free(rows);
-    free(col);
+    tf_pf_last_free(&w);
     accel_seq_free(f, s);
     free(lg);
     free(ids);

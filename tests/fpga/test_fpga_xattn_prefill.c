@@ -196,43 +196,23 @@ static void chunk_index(const char *dir, int n, int chunk, const accel_sparse *s
     float *one = malloc(sizeof(float) * V);
     CHECK_EQ(accel_decode(f, 1, &s, &next, one), 0);
 
-    fpga_pf_result res;
-    uint64_t ws_off;
-    uint32_t ws_rows, ws_flags;
-    REQUIRE(fpga_dev_last_prefill(f, &res, &ws_off, &ws_rows, &ws_flags) == 0);
-    REQUIRE(ws_rows == (uint32_t)n && (ws_flags & FPGA_PF_F_SPARSE));
-    fpga_card *c = fpga_dev_card(f);
-    fpga_pf_ws w;
-    fpga_pf_ws_of(&c->desc, ws_rows, ws_flags, &w);
-    uint8_t *qp = malloc(w.qf.item * H * nb), *kvp = malloc(w.kvf.item * Hk * nb);
-    uint32_t *rows = malloc(sizeof *rows * H * (nb + 1));
-    REQUIRE(tf_read_striped(c, ws_off, &w.qf, (uint64_t)H * nb, qp) == 0);
-    REQUIRE(tf_read_striped(c, ws_off, &w.kvf, (uint64_t)Hk * nb, kvp) == 0);
-    REQUIRE(fpga_card_read_bank(c, FPGA_PF_FLAT_ROWS, ws_off + w.flat, rows,
-                                sizeof *rows * H * (nb + 1)) == 0);
-    const uint32_t nnz = rows[H * (nb + 1) - 1];
-    uint32_t *col = malloc(sizeof *col * (nnz + 1));
-    REQUIRE(fpga_card_read_bank(c, FPGA_PF_FLAT_COL, ws_off + w.flat, col, sizeof *col * nnz) == 0);
-    float *q = malloc(sizeof(float) * n * H * d), *k = malloc(sizeof(float) * n * Hk * d),
-          *v = malloc(sizeof(float) * n * Hk * d);
-    fpga_flex_unpack_q(qp, n, H, d, q);
-    fpga_flex_unpack_kv(kvp, n, Hk, d, k, v);
+    tf_pf_last w;
+    REQUIRE(tf_pf_last_read(f, n, &w) == 0);
     /* the cached positions' K in kvf are the tiles' bytes: the last layer's keys of position 0
      * as the card's KV holds them */
     const int q_pos0 = (nch - 1) * chunk;
-    cpu_flex_qkv x = {n, H, Hk, d, q + (size_t)q_pos0 * H * d, (size_t)H * d, k, v,
+    cpu_flex_qkv x = {n, H, Hk, d, w.q + (size_t)q_pos0 * H * d, (size_t)H * d, w.k, w.v,
                       (size_t)Hk * d, q_pos0};
     cpu_flex_index *ix;
     REQUIRE((sp->p.mode == SPARSE_MODE_XATTN  ? cpu_xattn_index_build(NULL, &sp->p, &x, 0, &ix, NULL)
              : sp->p.mode == SPARSE_MODE_FLEX ? cpu_flex_index_build(NULL, &sp->p.flex, &x, &ix)
                                               : cpu_trishape_index_build(&sp->p, &x, &ix)) == 0);
-    int same = ix->nnz == (int64_t)nnz;
-    for (int i = 0; same && i < H * (nb + 1); i++) same = ix->row_ptr[i] == (int64_t)rows[i];
-    for (uint32_t e = 0; same && e < nnz; e++) same = ix->col[e] == (int32_t)col[e];
-    CHECK_MSG(same, "%s %s: the last chunk's index (nnz %u) differs from the CPU reference's "
-              "(nnz %lld)", dir, sparse_mode_name(sp->p.mode), nnz, (long long)ix->nnz);
+    CHECK_MSG(tf_pf_last_same_index(&w, ix),
+              "%s %s: the last chunk's index (nnz %u) differs from the CPU reference's (nnz %lld)",
+              dir, sparse_mode_name(sp->p.mode), w.nnz, (long long)ix->nnz);
     cpu_flex_index_free(ix);
-    free(q), free(k), free(v), free(qp), free(kvp), free(rows), free(col), free(one);
+    tf_pf_last_free(&w);
+    free(one);
     accel_seq_free(f, s);
     free(lg);
     free(ids);
