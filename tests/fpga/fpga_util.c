@@ -20,9 +20,14 @@ void tf_cache_env(void)
 
 int tf_open(const char *device, int wbits, model **m, accel_dev **d)
 {
+    return tf_open_dir(TF_MODEL, device, wbits, m, d);
+}
+
+int tf_open_dir(const char *dir, const char *device, int wbits, model **m, accel_dev **d)
+{
     char err[512];
     tf_cache_env();
-    *m = model_load(TF_MODEL, err, sizeof err);
+    *m = model_load(dir, err, sizeof err);
     if (!*m) {
         t_fail(__FILE__, __LINE__, "model_load: %s", err);
         return -1;
@@ -311,4 +316,23 @@ void tf_pf_last_free(tf_pf_last *w)
 {
     free(w->q), free(w->k), free(w->v), free(w->rows), free(w->col);
     memset(w, 0, sizeof *w);
+}
+
+void tf_same_cost(const fpga_dec_cost *m, const fpga_emu_run_stats *e, const char *what)
+{
+    int chans = 0;
+    for (int c = 0; c < FPGA_DEC_CH; c++)
+        chans += m->chan_bytes[c] != e->chan_bytes[c] || m->chan_cmds[c] != e->chan_cmds[c];
+    CHECK_MSG(chans == 0, "%s: %d channels differ", what, chans);
+#define TF_SAME(f)                                                                                 \
+    CHECK_MSG(m->f == e->f, "%s: " #f " %lld (model) vs %lld (emulator)", what, (long long)m->f,   \
+              (long long)e->f)
+    TF_SAME(bytes_read);
+    TF_SAME(bytes_written);
+    TF_SAME(mem_ns);
+    TF_SAME(compute_ns);
+    TF_SAME(stall_ns);
+    TF_SAME(modeled_ns);
+    TF_SAME(busiest);
+#undef TF_SAME
 }

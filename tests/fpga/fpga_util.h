@@ -4,6 +4,7 @@
 #include "cpu/flex.h"
 #include "fpga/backend.h"
 #include "fpga/card.h"
+#include "fpga/dec_model.h"
 #include "fpga/kernels/pf_layout.h"
 #include "model/ckpt/model.h"
 #include "model/ckpt/tls_channels.h"
@@ -18,6 +19,12 @@
 void tf_cache_env(void);
 /* Loads TF_MODEL and opens `device` with weight_bits; 0, or -1 after reporting a failure. */
 int tf_open(const char *device, int wbits, model **m, accel_dev **d);
+/* The same with the model in dir. */
+int tf_open_dir(const char *dir, const char *device, int wbits, model **m, accel_dev **d);
+/* The cost model's price of a run equals what the emulator measured running it: per channel
+ * bytes and commands, bytes read and written, memory / compute / stall / modeled time, the
+ * busiest channel (failures name `what`). */
+void tf_same_cost(const fpga_dec_cost *m, const fpga_emu_run_stats *e, const char *what);
 /* KL(p || q) in nats of two logit rows. */
 double tf_kl(const float *p, const float *q, int n);
 

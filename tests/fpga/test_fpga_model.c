@@ -8,31 +8,12 @@
 #include "devices/devices.h"
 #include <stdlib.h>
 
-static void same(const fpga_dec_cost *m, const fpga_emu_run_stats *e, const char *what, int pos)
-{
-    int chans = 0;
-    for (int c = 0; c < FPGA_DEC_CH; c++)
-        chans += m->chan_bytes[c] != e->chan_bytes[c] || m->chan_cmds[c] != e->chan_cmds[c];
-    CHECK_MSG(chans == 0, "%s pos %d: %d channels differ", what, pos, chans);
-    CHECK_EQ(m->bytes_read, e->bytes_read);
-    CHECK_EQ(m->bytes_written, e->bytes_written);
-    CHECK_EQ(m->mem_ns, e->mem_ns);
-    CHECK_EQ(m->compute_ns, e->compute_ns);
-    CHECK_EQ(m->stall_ns, e->stall_ns);
-    CHECK_EQ(m->modeled_ns, e->modeled_ns);
-    CHECK_EQ(m->busiest, e->busiest);
-}
-
 static void steps(const char *model_dir, int wbits)
 {
-    char err[512];
-    tf_cache_env();
     setenv("TANDEM_FPGA_QUANT", "calib=0", 1); /* the costs do not depend on the values */
-    model *m = model_load(model_dir, err, sizeof err);
-    REQUIRE(m);
-    accel_opts o = {.weight_bits = wbits};
-    accel_dev *d = devices_open("fpga-emu", m, &o, err, sizeof err);
-    REQUIRE(d);
+    model *m;
+    accel_dev *d;
+    if (tf_open_dir(model_dir, "fpga-emu", wbits, &m, &d)) return;
     fpga_card *c = fpga_dev_card(d);
     float *lg = malloc(sizeof(float) * m->cfg.vocab);
     accel_seq *s;
@@ -44,7 +25,9 @@ static void steps(const char *model_dir, int wbits)
         if (p < 3 || p % 16 == 15 || p % 16 == 0 || p == n - 1) {
             fpga_dec_cost mc;
             fpga_dec_model_step_paged(&c->desc, (uint32_t)p, 0, &mc); /* first sequence: ids 0.. */
-            same(&mc, &c->last_dec, model_dir, p);
+            char what[160];
+            snprintf(what, sizeof what, "%s pos %d", model_dir, p);
+            tf_same_cost(&mc, &c->last_dec, what);
         }
     }
     accel_seq_free(d, s);

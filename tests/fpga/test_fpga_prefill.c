@@ -216,14 +216,10 @@ TEST(fpga_prefill_sparse_all_blocks_near_dense)
  * layer, read back from the workspace. */
 static void sparse_index(const char *dir, int n, int min_budget, int run_rows)
 {
-    char err[512];
-    tf_cache_env();
     setenv("TANDEM_FPGA_QUANT", "calib=0", 1);
-    model *m = model_load(dir, err, sizeof err);
-    REQUIRE(m);
-    accel_opts o = {.weight_bits = 8};
-    accel_dev *f = devices_open("fpga-emu", m, &o, err, sizeof err);
-    REQUIRE(f);
+    model *m;
+    accel_dev *f;
+    if (tf_open_dir(dir, "fpga-emu", 8, &m, &f)) return;
     const int L = m->cfg.n_layers, H = m->cfg.n_heads, Hk = m->cfg.n_kv_heads, d = m->cfg.head_dim;
     REQUIRE(fpga_dev_set_pass_rows(f, FPGA_PF_PASS, run_rows) == 0);
     int32_t *ids = tf_structured_ids(m, n);

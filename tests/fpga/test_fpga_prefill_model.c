@@ -9,30 +9,12 @@
 #include "devices/devices.h"
 #include <stdlib.h>
 
-static void same(const fpga_dec_cost *m, const fpga_emu_run_stats *e, const char *what)
-{
-    int chans = 0;
-    for (int c = 0; c < FPGA_DEC_CH; c++)
-        chans += m->chan_bytes[c] != e->chan_bytes[c] || m->chan_cmds[c] != e->chan_cmds[c];
-    CHECK_MSG(chans == 0, "%s: %d channels differ", what, chans);
-    CHECK_EQ(m->bytes_read, e->bytes_read);
-    CHECK_EQ(m->bytes_written, e->bytes_written);
-    CHECK_EQ(m->compute_ns, e->compute_ns);
-    CHECK_EQ(m->stall_ns, e->stall_ns);
-    CHECK_EQ(m->modeled_ns, e->modeled_ns);
-    CHECK_EQ(m->busiest, e->busiest);
-}
-
 static void runs(const char *model_dir, int wbits)
 {
-    char err[512];
-    tf_cache_env();
     setenv("TANDEM_FPGA_QUANT", "calib=0", 1);
-    model *m = model_load(model_dir, err, sizeof err);
-    REQUIRE(m);
-    accel_opts o = {.weight_bits = wbits};
-    accel_dev *d = devices_open("fpga-emu", m, &o, err, sizeof err);
-    REQUIRE(d);
+    model *m;
+    accel_dev *d;
+    if (tf_open_dir(model_dir, "fpga-emu", wbits, &m, &d)) return;
     fpga_card *c = fpga_dev_card(d);
     accel_seq *s;
     REQUIRE(accel_seq_new(d, 400, &s) == 0);
@@ -66,7 +48,7 @@ static void runs(const char *model_dir, int wbits)
                                   cases[i].n, cases[i].r0, cases[i].r1, &mc) == 0);
         char what[128];
         snprintf(what, sizeof what, "%s W%d case %zu", model_dir, wbits, i);
-        same(&mc, &c->last_pf, what);
+        tf_same_cost(&mc, &c->last_pf, what);
     }
     fpga_dec_cost mc;
     CHECK_EQ(fpga_pf_model_run(&c->desc, FPGA_PF_ATTN | sp, 0, 0, 300, 0, 300, &mc), -1);

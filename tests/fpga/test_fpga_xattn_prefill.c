@@ -96,21 +96,9 @@ static double mean_kl(const float *a, const float *b, int n, int V)
 
 static accel_dev *open_card(const char *dir, model **m)
 {
-    char err[512];
-    tf_cache_env();
     setenv("TANDEM_FPGA_QUANT", "calib=0", 1);
-    *m = model_load(dir, err, sizeof err);
-    if (!*m) {
-        t_fail(__FILE__, __LINE__, "%s", err);
-        return NULL;
-    }
-    accel_opts o = {.weight_bits = 8};
-    accel_dev *f = devices_open("fpga-emu", *m, &o, err, sizeof err);
-    if (!f) {
-        t_fail(__FILE__, __LINE__, "%s", err);
-        model_free(*m);
-    }
-    return f;
+    accel_dev *f;
+    return tf_open_dir(dir, "fpga-emu", 8, m, &f) ? NULL : f;
 }
 
 /* Every block kept: the three methods, whole and in chunks of 1 / 3 blocks, give the same
