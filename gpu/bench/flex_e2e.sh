@@ -23,17 +23,9 @@ set -u
 PHASES=${PHASES:-tests kernels e2e vs8 defaults profile}
 KINDS=${KINDS:-structured,mixed}
 GAMMAS=${GAMMAS:-0.8,0.9,0.95}
-has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 OUT=${OUT:-/tmp/flex-e2e}
 MODEL8B=${MODEL8B:-/tmp/llama3-8b}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/run.log") 2>&1
-t0=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
-
-stamp "machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
-echo "kernel $(uname -r), $(nproc) cores, $(grep MemTotal /proc/meminfo)"; date -u
+. gpu/bench/session.sh
 
 # shared libraries: CUDA's outside the plugin's rpath, jansson/libcrypto from rt/ (as run_all.sh)
 BINS="build/tandem-tests build/bench_gpu build/mkmodel build/flex_gpu_bench build/libtandem_cuda.so build/libtandem_cuda_test.so"

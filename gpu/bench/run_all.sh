@@ -18,16 +18,8 @@ set -u
 OUT=${OUT:-/tmp/tandem-out}
 MODEL8B=${MODEL8B:-/tmp/llama3-8b}
 PHASES=${PHASES:-tests eval limits gemm bench ablation profile sparse sdpa peer}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/run.log") 2>&1
-t0=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
-has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 ORIG_LDP=${LD_LIBRARY_PATH-}
-
-stamp "machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
-echo "kernel $(uname -r), $(nproc) cores, $(grep MemTotal /proc/meminfo)"; date -u
+. gpu/bench/session.sh
 
 # ---- binaries
 BINS="build/tandem build/tandem-tests build/bench_gpu build/mkmodel build/libtandem_cuda.so build/libtandem_cuda_f16.so build/libtandem_cuda_test.so build/libtandem_cuda_f16_test.so"
@@ -86,11 +78,7 @@ fi
 
 # ---- benchmarks (Llama-3-8B shape, random bf16 weights)
 if has bench; then
-    if [ ! -f "$MODEL8B/config.json" ]; then
-        stamp "mkmodel llama3-8b -> $MODEL8B"
-        timeout 300 build/mkmodel --preset llama3-8b --out "$MODEL8B" || exit 1
-        du -sh "$MODEL8B"
-    fi
+    [ -f "$MODEL8B/config.json" ] || { mkmodel8b build; du -sh "$MODEL8B"; }
     stamp "bench_gpu"
     timeout 400 build/bench_gpu --model "$MODEL8B" --prefill 1024,4096,16384,32768 \
         --decode-ctx 1024,8192 --batch 1,8,32 --export 4096,32768 \

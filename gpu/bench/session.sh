@@ -1,9 +1,10 @@
-# gpu/bench/session.sh — the start every device session script shares (kvstore_run.sh,
-# tls_run.sh), sourced by bash after the script set OUT and PHASES: makes $OUT, sends everything
-# after it to $OUT/run.log as well, defines stamp MSG (MSG after the seconds since the start),
-# has PHASE (PHASE is one of $PHASES) and mkmodel8b BUILD (the Llama-3-8B-shaped checkpoint in
-# $MODEL8B, made with BUILD/mkmodel unless it is there; the script stops if that fails), and
-# describes the machine (GPU, clocks, kernel, cores, memory, date).
+# gpu/bench/session.sh — the start every device session script shares (run_all.sh, flex_e2e.sh,
+# xattn_e2e.sh, xattn_ab.sh, kvstore_run.sh, tls_run.sh), sourced by bash after the script set OUT
+# and PHASES: makes $OUT, sends everything after it to $OUT/run.log as well, defines stamp MSG
+# (MSG after the seconds since the start), has PHASE (PHASE is one of $PHASES) and mkmodel8b BUILD
+# (the Llama-3-8B-shaped checkpoint in $MODEL8B, made with BUILD/mkmodel unless it is there; the
+# script stops if that fails), and describes the machine (GPU, clocks, kernel, cores, memory,
+# date).
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 t0=$(date +%s)

@@ -19,14 +19,7 @@ SIZES=${SIZES:-32768,65536,131072}
 E2E_SIZES=${E2E_SIZES:-131072}
 KINDS=${KINDS:-structured}
 MODEL8B=${MODEL8B:-/tmp/llama3-8b}
-mkdir -p "$OUT"
-has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
-exec > >(tee -a "$OUT/run.log") 2>&1
-t0=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
-stamp "machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
-echo "$(nproc) cores"; date -u
+. gpu/bench/session.sh
 BINS="$NEW/tandem-tests $NEW/bench_gpu $NEW/mkmodel $NEW/flex_gpu_bench $NEW/libtandem_cuda.so"
 . gpu/bench/libpath.sh
 missing

@@ -14,15 +14,7 @@ PHASES=${PHASES:-tests index kernels e2e}
 SIZES=${SIZES:-32768,65536,131072}
 KINDS=${KINDS:-structured,mixed}
 MODEL8B=${MODEL8B:-/tmp/llama3-8b}
-mkdir -p "$OUT"
-has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
-exec > >(tee -a "$OUT/run.log") 2>&1
-t0=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
-
-stamp "machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
-echo "$(nproc) cores"; date -u
+. gpu/bench/session.sh
 BINS="build/tandem-tests build/tandem build/bench_gpu build/mkmodel build/flex_gpu_bench build/libtandem_cuda.so build/libtandem_cuda_test.so"
 . gpu/bench/libpath.sh
 missing
