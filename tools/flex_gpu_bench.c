@@ -21,6 +21,14 @@
  *                                           chunk (--chunk-rows, default 128,256) after N cached
  *                                           keys (default 32768,65536,131072): unsplit, the
  *                                           automatic key split, and 2/4/8 splits (ms, median)
+ *   build/flex_gpu_bench flexchunk [N,...]  FlexPrefill's work for one chunk of a chunked prefill
+ *                                           (--chunk-rows rows) after N cached keys, one layer:
+ *                                           every kernel gpu_flex_index_chunk launches, timed
+ *                                           alone (its captured graph replayed node by node),
+ *                                           the whole index, and the chunk's block-sparse and
+ *                                           dense attention (ws kernel, automatic key split);
+ *                                           the config's defaults (gamma 0.9, tau 0.1,
+ *                                           min_budget 1024), synthetic kind --kinds' first
  * Options before the command: --lib PATH (build/libtandem_cuda_test.so: the test library beside
  * the plugin, gpu/test/, which loads build/libtandem_cuda.so), --threads T (16),
  * --heads H --kv-heads G --dim D (32, 8, 128: Llama-3-8B), --reps R (3), --kinds K[,K]
@@ -426,6 +434,95 @@ static int chunk_bench(chunk_bench_fn cb, const char *depths)
     return 0;
 }
 
+/* gpu/test/flex_test_api.cu */
+typedef struct gpu_flex_chunk_kernel {
+    char name[64];
+    unsigned grid[3], block, smem;
+    double ms;
+} gpu_flex_chunk_kernel;
+typedef struct gpu_flex_chunk_result {
+    double index_ms, replay_ms, sparse_ms, dense_ms;
+    long long nnz, causal;
+    int n_query_aware, splits, same, nk;
+    gpu_flex_chunk_kernel k[64];
+} gpu_flex_chunk_result;
+typedef int (*flex_chunk_fn)(const float *, const float *, const float *, int, int, int, int, int,
+                             const gpu_flex_params *, int, gpu_flex_chunk_result *);
+
+static int flex_chunk(flex_chunk_fn fc, const char *depths)
+{
+    double dp[8], tr[8];
+    const int nd = dlist(depths, dp, 8), nt = dlist(CHUNK_ROWS, tr, 8);
+    char kind[32];
+    snprintf(kind, sizeof kind, "%.*s", (int)strcspn(KINDS, ","), KINDS);
+    const int kd = cpu_flex_synth_kind_parse(kind);
+    int tmax = 0, bad = nd < 1 || nt < 1 || kd < 0;
+    for (int i = 0; i < nt; i++) {
+        bad |= tr[i] < GPU_FLEX_BS || (int)tr[i] % GPU_FLEX_BS || tr[i] > 8192;
+        if ((int)tr[i] > tmax) tmax = (int)tr[i];
+    }
+    if (bad) {
+        fprintf(stderr, "flex_gpu_bench: flexchunk: depths, --chunk-rows (multiples of 128 up to "
+                        "8192) or --kinds\n");
+        return 2;
+    }
+    sparse_flex_params cp;
+    sparse_flex_params_default(&cp);
+    const gpu_flex_params gp = {cp.gamma, cp.tau, (cp.min_budget + GPU_FLEX_BS - 1) / GPU_FLEX_BS, 0,
+                                cp.gqa_interleave};
+    static char sum[16384];
+    size_t sn = 0;
+    sum[0] = 0;
+    printf("## FlexPrefill per chunk, kernel by kernel (one layer: H %d, KV heads %d, d %d; %s; "
+           "gamma %.2f, tau %.2f, min_budget %d; median of %d)\n\n", H, HK, D, kind, cp.gamma,
+           cp.tau, cp.min_budget, REPS);
+    for (int j = 0; j < nd; j++) {
+        const int pos0 = (int)dp[j];
+        if (pos0 < GPU_FLEX_BS || pos0 % GPU_FLEX_BS || pos0 + tmax > GPU_FLEX_MAX_TOKENS) {
+            fprintf(stderr, "flex_gpu_bench: depth %d: a multiple of 128, depth + rows <= 256K\n", pos0);
+            return 2;
+        }
+        prompt p; /* one prompt per depth; each chunk size takes its first pos0 + rows tokens */
+        if (prompt_new(&p, pos0 + tmax, (enum cpu_flex_synth_kind)kd, 7)) return 1;
+        for (int i = 0; i < nt; i++) {
+            const int T = (int)tr[i];
+            gpu_flex_chunk_result r;
+            int st = fc(p.q, p.k, p.v, pos0 + T, pos0, H, HK, D, &gp, REPS, &r);
+            if (st) {
+                fprintf(stderr, "flex_gpu_bench: flexchunk %d at %d: status %d\n", T, pos0, st);
+                prompt_free(&p);
+                return 1;
+            }
+            printf("### %d rows after %d cached keys\n\n| # | kernel | grid | threads | smem | ms "
+                   "| share of index |\n|---:|---|---|---:|---:|---:|---:|\n", T, pos0);
+            for (int k = 0; k < r.nk; k++)
+                printf("| %d | %s | %u x %u x %u | %u | %u | %.4f | %.1f%% |\n", k, r.k[k].name,
+                       r.k[k].grid[0], r.k[k].grid[1], r.k[k].grid[2], r.k[k].block, r.k[k].smem,
+                       r.k[k].ms, 100 * r.k[k].ms / r.replay_ms);
+            printf("\nindex %.3f ms (the call), %.3f ms (replayed node by node; replayed lists %s "
+                   "the call's); query-aware heads %d of %d; attention over the lists %.3f ms "
+                   "(%d key splits), dense %.3f ms; density %.4f (%lld of %lld causal blocks)\n\n",
+                   r.index_ms, r.replay_ms, r.same ? "equal" : "DIFFER FROM", r.n_query_aware, H,
+                   r.sparse_ms, r.splits, r.dense_ms, (double)r.nnz / (double)r.causal, r.nnz,
+                   r.causal);
+            if (sn < sizeof sum - 256)
+                sn += (size_t)snprintf(sum + sn, sizeof sum - sn,
+                                       "| %d | %d | %.3f | %.3f | %.3f | %.4f | %.3f | %.1f | %.1f |\n",
+                                       T, pos0, r.index_ms, r.sparse_ms, r.dense_ms,
+                                       (double)r.nnz / (double)r.causal,
+                                       r.index_ms + r.sparse_ms, 32 * (r.index_ms + r.sparse_ms),
+                                       32 * r.dense_ms);
+            fflush(stdout);
+        }
+        prompt_free(&p);
+    }
+    printf("### Summary (ms; x 32: one layer's time times Llama-3-8B's 32 layers, attention part "
+           "only: no GEMMs)\n\n| rows | cached keys | index | sparse attention | dense attention | "
+           "density | index + sparse | x 32 | dense x 32 |\n|---:|---:|---:|---:|---:|---:|---:|"
+           "---:|---:|\n%s\n", sum);
+    return 0;
+}
+
 static int methods(const api *a, sparse_bench_fn sb, const char *sizes)
 {
     double xt[8], xs[4], rc[4];
@@ -570,7 +667,7 @@ int main(int argc, char **argv)
         }
     }
     if (i >= argc || H % HK) {
-        fprintf(stderr, "usage: flex_gpu_bench [options] check DIR | bench [N,...] | methods [N,...] | chunk [N,...] | dump DIR N KIND\n");
+        fprintf(stderr, "usage: flex_gpu_bench [options] check DIR | bench [N,...] | methods [N,...] | chunk [N,...] | flexchunk [N,...] | dump DIR N KIND\n");
         return 2;
     }
     const char *cmd = argv[i];
@@ -597,6 +694,14 @@ int main(int argc, char **argv)
             return 2;
         }
         return chunk_bench(cb, i + 1 < argc ? argv[i + 1] : "32768,65536,131072");
+    }
+    if (!strcmp(cmd, "flexchunk")) {
+        flex_chunk_fn fc = (flex_chunk_fn)dlsym(h, "gpu_flex_bench_chunk");
+        if (!fc) {
+            fprintf(stderr, "flex_gpu_bench: %s lacks gpu_flex_bench_chunk\n", lib);
+            return 2;
+        }
+        return flex_chunk(fc, i + 1 < argc ? argv[i + 1] : "32768,65536,131072");
     }
     if (!strcmp(cmd, "methods")) {
         sparse_bench_fn sb = (sparse_bench_fn)dlsym(h, "gpu_sparse_bench");

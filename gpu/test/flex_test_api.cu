@@ -6,6 +6,7 @@
 #include "gpu/gpu_flex_common.cuh"
 #include "gpu/engine.cuh"
 #include <algorithm>
+#include <cxxabi.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
@@ -350,4 +351,261 @@ extern "C" int gpu_flex_test_cut(const float *map, int nb, int S, double limit, 
         count[s] = cuts[s].count;
     }
     return 0;
+}
+
+// ---------------------------------------------------------------- a chunk's kernels, one by one
+//
+// gpu_flex_bench_chunk: FlexPrefill's per-layer work for one chunk of a chunked prefill, as the
+// engine's sparse_layers runs it (gpu/forward.cu): gpu_flex_index_chunk over the chunk's queries
+// and every cached key, then the warp-specialized kernel's block-sparse form over the lists with
+// the automatic key split. K and V lie head-major as in the engine's cache ((Hk, n, d); no block
+// table). The index is captured once into a CUDA graph (its code unchanged), and the graph's
+// nodes are replayed one by one on the stream with an event between each two, so every kernel
+// the index launches gets its own time; the replayed index must equal the direct call's (same).
+
+struct gpu_flex_chunk_kernel {
+    char name[64];
+    unsigned grid[3], block, smem;
+    double ms; // median of reps
+};
+struct gpu_flex_chunk_result {
+    double index_ms;  // the whole gpu_flex_index_chunk (events around the call), median
+    double replay_ms; // the nodes replayed one by one: first event to last, median
+    double sparse_ms; // block-sparse attention of the chunk over the lists (ws kernel, auto split)
+    double dense_ms;  // the same kernel dense causal (what dense prefill runs for the chunk)
+    long long nnz, causal; // blocks listed for the chunk's rows / causal blocks of those rows
+    int n_query_aware, splits, same, nk;
+    gpu_flex_chunk_kernel k[64];
+};
+
+namespace {
+
+const char *node_name(const void *func, char *buf, size_t cap)
+{
+    const char *nm = nullptr;
+    if (cudaFuncGetName(&nm, func) != cudaSuccess || !nm) {
+        cudaGetLastError();
+        nm = "?";
+    }
+    int st = 0;
+    char *dm = abi::__cxa_demangle(nm, nullptr, nullptr, &st);
+    const char *s = st == 0 && dm ? dm : nm;
+    if (!strncmp(s, "void ", 5)) s += 5;
+    size_t l = strcspn(s, "(");
+    snprintf(buf, cap, "%.*s", (int)(l < cap - 1 ? l : cap - 1), s);
+    free(dm);
+    return buf;
+}
+
+struct events {
+    std::vector<cudaEvent_t> e;
+    ~events()
+    {
+        for (cudaEvent_t x : e) cudaEventDestroy(x);
+    }
+    int make(size_t n)
+    {
+        while (e.size() < n) {
+            cudaEvent_t x;
+            GF_CHECK(cudaEventCreate(&x));
+            e.push_back(x);
+        }
+        return 0;
+    }
+};
+
+struct graph_guard {
+    cudaGraph_t g = nullptr;
+    cudaStream_t s = nullptr;
+    ~graph_guard()
+    {
+        if (g) cudaGraphDestroy(g);
+        if (s) cudaStreamDestroy(s);
+    }
+};
+
+} // namespace
+
+extern "C" int gpu_flex_bench_chunk(const float *q, const float *k, const float *v, int n, int pos0,
+                                    int H, int Hk, int d, const gpu_flex_params *p, int reps,
+                                    gpu_flex_chunk_result *res)
+{
+    if (!q || !k || !v || !p || !res || !shape_ok(n, H, Hk, d) || d != 128 || pos0 < 0 ||
+        pos0 % BS || n - pos0 < BS || reps < 1 || reps > 100)
+        return GPU_FLEX_ERR_INVALID;
+    memset(res, 0, sizeof *res);
+    const int T = n - pos0, nb = (n + BS - 1) / BS, q0 = pos0 / BS;
+    // K, V head-major as the engine's cache; Q the chunk's rows only
+    std::vector<float> kh((size_t)n * Hk * d), vh((size_t)n * Hk * d);
+    for (int g = 0; g < Hk; g++)
+        for (int j = 0; j < n; j++)
+            for (int e = 0; e < d; e++) {
+                kh[((size_t)g * n + j) * d + e] = k[((size_t)j * Hk + g) * d + e];
+                vh[((size_t)g * n + j) * d + e] = v[((size_t)j * Hk + g) * d + e];
+            }
+    dbuf dq, dk, dv, dout, so, sml;
+    ws_guard ws;
+    graph_guard gg;
+    int rc;
+    if ((rc = upload_h16(dq, q + (size_t)pos0 * H * d, (size_t)T * H * d)) ||
+        (rc = upload_h16(dk, kh.data(), kh.size())) || (rc = upload_h16(dv, vh.data(), vh.size())) ||
+        (rc = gpu_flex_ws_new(n, H, Hk, d, &ws.w)))
+        return rc;
+    kh = std::vector<float>();
+    vh = std::vector<float>();
+    GF_CHECK(cudaMalloc(&dout.p, sizeof(h16) * T * H * d));
+    GF_CHECK(cudaStreamCreateWithFlags(&gg.s, cudaStreamNonBlocking));
+    cudaStream_t s = gg.s;
+    const size_t k_tok = d, k_head = (size_t)n * d;
+    auto index = [&]() {
+        return gpu_flex_index_chunk(ws.w, p, dq.p, dk.p, k_tok, k_head, nullptr, 0, n, pos0, s);
+    };
+    events ev;
+    if ((rc = ev.make(2))) return rc;
+    std::vector<double> t;
+    for (int i = 0; i <= reps && !rc; i++) { // i == 0: warm-up
+        cudaEventRecord(ev.e[0], s);
+        rc = index();
+        cudaEventRecord(ev.e[1], s);
+        if (!rc && cudaEventSynchronize(ev.e[1]) != cudaSuccess) rc = GPU_FLEX_ERR_DEVICE;
+        float ms = 0;
+        cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]);
+        if (i) t.push_back(ms);
+    }
+    if (rc) return rc;
+    res->index_ms = median(t);
+    std::vector<int32_t> rp0((size_t)H * (nb + 1)), rp1(rp0.size());
+    GF_CHECK(cudaMemcpy(rp0.data(), gpu_flex_ws_row_ptr(ws.w), rp0.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<int32_t> col0(rp0.back() > 0 ? rp0.back() : 1), col1(col0.size());
+    GF_CHECK(cudaMemcpy(col0.data(), gpu_flex_ws_col(ws.w), (size_t)rp0.back() * 4,
+                        cudaMemcpyDeviceToHost));
+    std::vector<gpu_flex_head> heads(H);
+    GF_CHECK(cudaMemcpy(heads.data(), gpu_flex_ws_heads(ws.w), H * sizeof(gpu_flex_head),
+                        cudaMemcpyDeviceToHost));
+    for (int h = 0; h < H; h++) res->n_query_aware += heads[h].query_aware != 0;
+    res->nnz = rp0.back();
+    res->causal = (long long)H * ((long long)nb * (nb + 1) / 2 - (long long)q0 * (q0 + 1) / 2);
+
+    // capture, order the nodes (one stream: a chain; Kahn's order all the same), replay one by one
+    GF_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    rc = index();
+    cudaError_t ce = cudaStreamEndCapture(s, &gg.g);
+    if (rc) return rc;
+    GF_CHECK(ce);
+    size_t nn = 0, ne = 0;
+    GF_CHECK(cudaGraphGetNodes(gg.g, nullptr, &nn));
+    GF_CHECK(cudaGraphGetEdges(gg.g, nullptr, nullptr, nullptr, &ne));
+    if (nn < 1 || nn > 64) return GPU_FLEX_ERR_INVALID;
+    std::vector<cudaGraphNode_t> nodes(nn), from(ne ? ne : 1), to(ne ? ne : 1), order;
+    GF_CHECK(cudaGraphGetNodes(gg.g, nodes.data(), &nn));
+    if (ne) GF_CHECK(cudaGraphGetEdges(gg.g, from.data(), to.data(), nullptr, &ne));
+    std::vector<int> indeg(nn, 0), done(nn, 0);
+    auto at = [&](cudaGraphNode_t x) {
+        return (int)(std::find(nodes.begin(), nodes.end(), x) - nodes.begin());
+    };
+    for (size_t i = 0; i < ne; i++) indeg[at(to[i])]++;
+    while (order.size() < nn) {
+        size_t i = 0;
+        while (i < nn && (done[i] || indeg[i])) i++;
+        if (i == nn) return GPU_FLEX_ERR_INVALID; // a cycle cannot happen
+        done[i] = 1;
+        order.push_back(nodes[i]);
+        for (size_t j = 0; j < ne; j++)
+            if (from[j] == nodes[i]) indeg[at(to[j])]--;
+    }
+    struct step {
+        int kernel;
+        cudaKernelNodeParams kp;
+        cudaMemsetParams mp;
+    };
+    std::vector<step> steps(nn);
+    for (size_t i = 0; i < nn; i++) {
+        cudaGraphNodeType ty;
+        GF_CHECK(cudaGraphNodeGetType(order[i], &ty));
+        step &st = steps[i];
+        memset(&st, 0, sizeof st);
+        gpu_flex_chunk_kernel &kk = res->k[i];
+        if (ty == cudaGraphNodeTypeKernel) {
+            st.kernel = 1;
+            GF_CHECK(cudaGraphKernelNodeGetParams(order[i], &st.kp));
+            node_name(st.kp.func, kk.name, sizeof kk.name);
+            kk.grid[0] = st.kp.gridDim.x, kk.grid[1] = st.kp.gridDim.y, kk.grid[2] = st.kp.gridDim.z;
+            kk.block = st.kp.blockDim.x * st.kp.blockDim.y * st.kp.blockDim.z;
+            kk.smem = st.kp.sharedMemBytes;
+        } else if (ty == cudaGraphNodeTypeMemset) {
+            GF_CHECK(cudaGraphMemsetNodeGetParams(order[i], &st.mp));
+            if (st.mp.elementSize != 1) return GPU_FLEX_ERR_INVALID;
+            snprintf(kk.name, sizeof kk.name, "memset");
+            kk.grid[0] = (unsigned)(st.mp.width * st.mp.height);
+        } else {
+            return GPU_FLEX_ERR_INVALID; // the index launches kernels and memsets only
+        }
+    }
+    res->nk = (int)nn;
+    if ((rc = ev.make(nn + 1))) return rc;
+    std::vector<std::vector<double>> tk(nn);
+    t.clear();
+    for (int r = 0; r <= reps; r++) {
+        cudaEventRecord(ev.e[0], s);
+        for (size_t i = 0; i < nn; i++) {
+            const step &st = steps[i];
+            if (st.kernel)
+                GF_CHECK(cudaLaunchKernel(st.kp.func, st.kp.gridDim, st.kp.blockDim, st.kp.kernelParams,
+                                          st.kp.sharedMemBytes, s));
+            else
+                GF_CHECK(cudaMemset2DAsync(st.mp.dst, st.mp.pitch ? st.mp.pitch : st.mp.width,
+                                           (int)st.mp.value, st.mp.width, st.mp.height, s));
+            cudaEventRecord(ev.e[i + 1], s);
+        }
+        GF_CHECK(cudaEventSynchronize(ev.e[nn]));
+        if (!r) continue;
+        for (size_t i = 0; i < nn; i++) {
+            float ms = 0;
+            cudaEventElapsedTime(&ms, ev.e[i], ev.e[i + 1]);
+            tk[i].push_back(ms);
+        }
+        float ms = 0;
+        cudaEventElapsedTime(&ms, ev.e[0], ev.e[nn]);
+        t.push_back(ms);
+    }
+    for (size_t i = 0; i < nn; i++) res->k[i].ms = median(tk[i]);
+    res->replay_ms = median(t);
+    GF_CHECK(cudaMemcpy(rp1.data(), gpu_flex_ws_row_ptr(ws.w), rp1.size() * 4, cudaMemcpyDeviceToHost));
+    res->same = rp1 == rp0;
+    if (res->same) {
+        GF_CHECK(cudaMemcpy(col1.data(), gpu_flex_ws_col(ws.w), (size_t)rp1.back() * 4,
+                            cudaMemcpyDeviceToHost));
+        res->same = col1 == col0;
+    }
+
+    // the chunk's attention as sparse_layers runs it: the ws kernel over the lists, key split auto
+    if (!gpu_flex_ws_here()) return 0;
+    int sms = 0;
+    GF_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    gpu_dims dd;
+    memset(&dd, 0, sizeof dd);
+    dd.n_heads = H, dd.n_kv = Hk, dd.hd = d, dd.hdp = d, dd.qd = H * d, dd.kvd = Hk * d, dd.L = 1;
+    gpu_attn_split sp = {nullptr, nullptr, gpu_attn_split_rows(sms), sms, 0};
+    GF_CHECK(cudaMalloc(&so.p, sp.rows * 128 * sizeof(float)));
+    GF_CHECK(cudaMalloc(&sml.p, sp.rows * sizeof(float2)));
+    sp.o = (float *)so.p;
+    sp.ml = (float2 *)sml.p;
+    res->splits = gpu_attn_split_count(&sp, &dd, T, pos0);
+    const gpu_block_list bl = {gpu_flex_ws_row_ptr(ws.w), gpu_flex_ws_col(ws.w), nb};
+    for (int which = 0; which < 2 && !rc; which++) {
+        t.clear();
+        for (int i = 0; i <= reps && !rc; i++) {
+            cudaEventRecord(ev.e[0], s);
+            rc = gpu_attn_prefill_ws_ex(s, &dd, T, pos0, (const h16 *)dq.p, (const h16 *)dk.p,
+                                        (const h16 *)dv.p, k_tok, k_head, p->gqa_interleave,
+                                        which ? nullptr : &bl, (h16 *)dout.p, 0, nullptr, &sp);
+            cudaEventRecord(ev.e[1], s);
+            if (!rc && cudaEventSynchronize(ev.e[1]) != cudaSuccess) rc = GPU_FLEX_ERR_DEVICE;
+            float ms = 0;
+            cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]);
+            if (i) t.push_back(ms);
+        }
+        (which ? res->dense_ms : res->sparse_ms) = median(t);
+    }
+    return rc;
 }
