@@ -57,6 +57,23 @@
 int cpu_xattn_index_build(cpu_pool *pool, const sparse_params *p, const cpu_flex_qkv *x,
                           int official_chunk, cpu_flex_index **out, double **mass);
 
+/* The same with the scoring's inputs in FP8 (fp8 != 0), as the GPU's opt-in FP8 estimate scores
+ * (gpu/gpu_xattn_fp8.h): every query value of head h (the rows x holds) and every key value of KV
+ * head g (all n_tokens keys) is multiplied by a power of two 2^e chosen per head from that head's
+ * largest magnitude (cpu_xattn_fp8_exp: the largest lands in (224, 448], so nothing saturates),
+ * rounded to e4m3 (cpu_e4m3_round) and scaled back (exactly); the dot products, softmax, masses
+ * and selection then run as above on those values. fp8 0: cpu_xattn_index_build. */
+int cpu_xattn_index_build_ex(cpu_pool *pool, const sparse_params *p, const cpu_flex_qkv *x,
+                             int official_chunk, int fp8, cpu_flex_index **out, double **mass);
+
+/* x rounded to the nearest OCP FP8 e4m3 value (bias 7, 3 mantissa bits, subnormals down to
+ * 2^-9, largest finite 448), ties to even; magnitudes above 448 saturate to +-448 (CUDA's
+ * __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)); NaN stays NaN. */
+float cpu_e4m3_round(float x);
+/* The exponent e for a head whose largest magnitude is amax: amax * 2^e in (224, 448] (0 when
+ * amax is 0 or not finite). Exact: ilogb and a comparison, no rounding. */
+int cpu_xattn_fp8_exp(float amax);
+
 /* Tri-shape's block list for x (p->mode SPARSE_MODE_TRISHAPE). */
 int cpu_trishape_index_build(const sparse_params *p, const cpu_flex_qkv *x, cpu_flex_index **out);
 

@@ -149,6 +149,72 @@ static void xattn_range(void *vctx, int begin, int end, int thread)
     free(tmp);
 }
 
+float cpu_e4m3_round(float x)
+{
+    if (x != x) return x;
+    const float a = fabsf(x);
+    /* the quantum of a's binade: 2^(e - 3), e >= -6 (below 2^-6 the subnormals' 2^-9) */
+    const int e = a < 0x1p-6f ? -6 : ilogbf(a);
+    float r = rintf(ldexpf(a, 3 - e)); /* exact scaling; rintf: to nearest, ties to even */
+    r = ldexpf(r, e - 3);
+    return copysignf(r > 448.f ? 448.f : r, x);
+}
+
+int cpu_xattn_fp8_exp(float amax)
+{
+    if (!(amax > 0.f) || isinf(amax)) return 0;
+    int e = 8 - ilogbf(amax); /* amax * 2^e in [256, 512) */
+    if (ldexpf(amax, e) > 448.f) e--;
+    return e;
+}
+
+/* rows x cols values of head h (head stride hs floats, row stride rs) rounded as the FP8
+ * estimate rounds them, into dst (rows x heads x d, compact) */
+static void fp8_heads(const float *src, size_t rs, int rows, int heads, int d, float *dst)
+{
+    for (int h = 0; h < heads; h++) {
+        float amax = 0.f;
+        for (int t = 0; t < rows; t++)
+            for (int e = 0; e < d; e++) {
+                const float a = fabsf(src[(size_t)t * rs + (size_t)h * d + e]);
+                if (a > amax) amax = a;
+            }
+        const int sh = cpu_xattn_fp8_exp(amax);
+        for (int t = 0; t < rows; t++)
+            for (int e = 0; e < d; e++) {
+                const float v = src[(size_t)t * rs + (size_t)h * d + e];
+                dst[((size_t)t * heads + h) * d + e] = ldexpf(cpu_e4m3_round(ldexpf(v, sh)), -sh);
+            }
+    }
+}
+
+int cpu_xattn_index_build_ex(cpu_pool *pool, const sparse_params *p, const cpu_flex_qkv *x,
+                             int official_chunk, int fp8, cpu_flex_index **out, double **mass)
+{
+    if (!fp8) return cpu_xattn_index_build(pool, p, x, official_chunk, out, mass);
+    *out = NULL;
+    if (mass) *mass = NULL;
+    if (!x || cpu_flex_qkv_check(x, NULL, 0)) return CPU_FLEX_ERR_INVALID;
+    const int n = x->n_tokens, rows = n - x->q_pos0, H = x->n_heads, Hk = x->n_kv_heads,
+              D = x->head_dim;
+    float *qf = malloc(sizeof *qf * (size_t)rows * H * D);
+    float *kf = malloc(sizeof *kf * (size_t)n * Hk * D);
+    int rc = CPU_FLEX_ERR_NOMEM;
+    if (qf && kf) {
+        fp8_heads(x->q, x->q_stride, rows, H, D, qf);
+        fp8_heads(x->k, x->kv_stride, n, Hk, D, kf);
+        cpu_flex_qkv y = *x;
+        y.q = qf;
+        y.q_stride = (size_t)H * D;
+        y.k = y.v = kf;
+        y.kv_stride = (size_t)Hk * D;
+        rc = cpu_xattn_index_build(pool, p, &y, official_chunk, out, mass);
+    }
+    free(qf);
+    free(kf);
+    return rc;
+}
+
 int cpu_xattn_index_build(cpu_pool *pool, const sparse_params *p, const cpu_flex_qkv *x,
                           int official_chunk, cpu_flex_index **out, double **mass)
 {

@@ -430,7 +430,10 @@ static float bf16_round(float f)
     return f;
 }
 
-TEST(xattn_index_matches_recorded_official_outputs)
+/* One pass over the recorded cases; fp8: our sets scored in FP8 (cpu_xattn_index_build_ex, the
+ * GPU's opt-in FP8 estimate emulated), the edge judged on the FP8 run's own masses; also the
+ * share of the fp32 run's mass each FP8 row keeps (lowest, and the rows below the threshold). */
+static void official_cases(int fp8)
 {
     json_error_t je;
     json_t *root = json_load_file("tests/data/sparse/xattn_official.json", 0, &je);
@@ -465,8 +468,12 @@ TEST(xattn_index_matches_recorded_official_outputs)
         cpu_flex_index *ix;
         double *mass;
         const int official = (int)json_integer_value(json_object_get(c, "chunk_size"));
-        REQUIRE(cpu_xattn_index_build(NULL, &p, &v, official, &ix, &mass) == 0);
+        REQUIRE(cpu_xattn_index_build_ex(NULL, &p, &v, official, fp8, &ix, &mass) == 0);
         const int nb = ix->n_blocks, q0 = ix->q_block0, rows = nb - q0;
+        cpu_flex_index *ref = NULL; /* fp8: the fp32 run, for the mass the FP8 sets keep */
+        double *rmass = NULL, low = 1;
+        long under = 0;
+        if (fp8) REQUIRE(cpu_xattn_index_build(NULL, &p, &v, official, &ref, &rmass) == 0);
         json_t *heads = json_object_get(c, "rows");
         REQUIRE((int)json_array_size(heads) == H);
         long inter = 0, uni = 0, off_edge = 0;
@@ -490,6 +497,17 @@ TEST(xattn_index_matches_recorded_official_outputs)
                 double total = 0;
                 for (int J = 0; J <= I; J++) total += A[J];
                 const double req = total * thr;
+                if (fp8) {
+                    const double *R = rmass + ((size_t)h * rows + (I - q0)) * nb;
+                    double rt = 0, kept = 0;
+                    for (int J = 0; J <= I; J++) {
+                        rt += R[J];
+                        kept += ours[J] ? R[J] : 0;
+                    }
+                    const double share = rt > 0 ? kept / rt : 1;
+                    if (share < low) low = share;
+                    under += share < thr;
+                }
                 for (int J = 0; J < nb; J++) {
                     inter += ours[J] && theirs[J];
                     uni += ours[J] || theirs[J];
@@ -514,13 +532,85 @@ TEST(xattn_index_matches_recorded_official_outputs)
             }
         }
         double jac = uni ? (double)inter / uni : 1;
-        fprintf(stderr, "  official n %d from %d B %d S %d thr %.2f %s: jaccard %.5f, %ld off the edge\n",
-                n, q_from, B, S, thr, bf16 ? "bf16" : "fp32", jac, off_edge);
-        CHECK(jac >= 0.99);
-        CHECK_EQ(off_edge, 0);
+        fprintf(stderr, "  official n %d from %d B %d S %d thr %.2f %s%s: jaccard %.5f, %ld off the edge",
+                n, q_from, B, S, thr, bf16 ? "bf16" : "fp32", fp8 ? ", ours in fp8" : "", jac,
+                off_edge);
+        if (fp8)
+            fprintf(stderr, "; fp32 mass kept: lowest row %.4f, %ld of %d rows below %.2f", low, under,
+                    H * rows, thr);
+        fprintf(stderr, "\n");
+        free(rmass);
+        cpu_flex_index_free(ref);
+        if (fp8) {
+            CHECK_MSG(under == 0, "fp8: %ld rows keep less than the threshold of the fp32 mass", under);
+        } else {
+            CHECK(jac >= 0.99);
+            CHECK_EQ(off_edge, 0);
+        }
         free(mass);
         cpu_flex_index_free(ix);
         free_qkv(&x);
     }
     json_decref(root);
+}
+
+TEST(xattn_index_matches_recorded_official_outputs)
+{
+    official_cases(0);
+}
+
+/* The FP8 scoring (cpu_xattn_index_build_ex, the GPU's opt-in FP8 estimate) against the recorded
+ * official outputs. It does NOT meet the issue's rule (measured, 2026-11-29: Jaccard 0.982 -
+ * 1.000 per case, 3 - 13 differing blocks per case decided outside 1 % of `required`: FP8 moves
+ * the block masses by more than that), which is why FP8 stays opt-in. What is held: every FP8 row
+ * keeps at least the threshold's share of the fp32 run's mass (the method's promise about mass);
+ * Jaccard and the differences off the edge are printed. */
+TEST(xattn_fp8_index_vs_recorded_official_outputs)
+{
+    official_cases(1);
+}
+
+/* e4m3 rounding against values worked out by hand from the format (bias 7, 3 mantissa bits,
+ * subnormals m x 2^-9, 448 the largest, ties to even), and the per-head exponent. The GPU's
+ * conversion is held to this function on the device (tests/gpu/test_xattn_gpu.c). */
+TEST(xattn_e4m3_round_known_values)
+{
+    const float in[][2] = {
+        {0.f, 0.f},        {1.f, 1.f},          {-1.f, -1.f},        {1.0625f, 1.f}, /* tie: even */
+        {1.1875f, 1.25f},  {1.0626f, 1.125f},   {-3.3f, -3.25f},     {240.f, 240.f},
+        {241.f, 240.f},    {248.f, 256.f},      {247.9f, 240.f},     {448.f, 448.f},
+        {460.f, 448.f},    {464.f, 448.f},      {1e6f, 448.f},       {-1e6f, -448.f},
+        {0x1p-6f, 0x1p-6f}, {0x1p-9f, 0x1p-9f}, {0x1p-10f, 0.f},     {0x1.8p-9f, 0x1p-8f},
+        {0x1.4p-9f, 0x1p-9f}, {0.0146f, 0x7p-9f}, {0x1.ffp-7f, 0x1p-6f}, {0x1.1p-6f, 0x1p-6f},
+        {0x1.3p-6f, 0x1.4p-6f}, {3.f, 3.f},     {0.3f, 0.3125f},     {-0.001f, -0x1p-9f},
+    };
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        const float r = cpu_e4m3_round(in[i][0]);
+        CHECK_MSG(r == in[i][1], "e4m3(%a) = %a, want %a", in[i][0], r, in[i][1]);
+    }
+    CHECK(isnan(cpu_e4m3_round(NAN)));
+    /* every positive finite value from its bits (exponent field E, mantissa M; E 15 M 7 is NaN)
+     * is its own rounding, and the midpoint to the next rounds to the one with an even M */
+    float vals[127];
+    int nv = 0;
+    for (int E = 0; E < 16; E++)
+        for (int M = 0; M < 8 && !(E == 15 && M == 7); M++)
+            if (E || M) vals[nv++] = E ? ldexpf(1.f + M / 8.f, E - 7) : ldexpf((float)M, -9);
+    CHECK_EQ(nv, 126);
+    for (int i = 0; i < nv; i++) {
+        CHECK(cpu_e4m3_round(vals[i]) == vals[i]);
+        CHECK(cpu_e4m3_round(-vals[i]) == -vals[i]);
+        if (i + 1 < nv) {
+            const float mid = (vals[i] + vals[i + 1]) / 2, r = cpu_e4m3_round(mid);
+            const int m_lo = (i + 1) % 8; /* vals[i]'s M */
+            CHECK_MSG(r == (m_lo % 2 == 0 ? vals[i] : vals[i + 1]), "midpoint %a -> %a", mid, r);
+        }
+    }
+    CHECK_EQ(cpu_xattn_fp8_exp(1.f), 8);
+    CHECK_EQ(cpu_xattn_fp8_exp(1.75f), 8);
+    CHECK_EQ(cpu_xattn_fp8_exp(1.8f), 7);
+    CHECK_EQ(cpu_xattn_fp8_exp(448.f), 0);
+    CHECK_EQ(cpu_xattn_fp8_exp(500.f), -1);
+    CHECK_EQ(cpu_xattn_fp8_exp(0x1p-20f), 28);
+    CHECK_EQ(cpu_xattn_fp8_exp(0.f), 0);
 }
