@@ -56,6 +56,7 @@ void dmn_peer_open(dmn_serve *d, const accel_opts *opts)
     dmn_config *c = &d->cfg;
     char err[512], list[1024];
     peer_set_log(log_hook);
+    peer_set_poll_us(c->peer_poll_us); /* before any worker waits */
     d->peer_opts = *opts;
     if (c->kv_listen[0]) {
         snprintf(list, sizeof list, "%s", c->peer_devices);

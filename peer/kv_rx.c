@@ -3,10 +3,17 @@
  * A ring of PEER_KV_RX_SLOTS buffers, filled by the node's thread in order and applied by the
  * kv_rx thread in the same order; a slot is free again once applied. Results wait in a second
  * ring (RES_CAP) until the node's thread takes them: it takes them before it asks for the next
- * buffer, so at most a few are ever there. */
+ * buffer, so at most a few are ever there.
+ *
+ * Polling (peer_link_set_poll_us): both hand-offs spin before they sleep — the kv_rx thread, for
+ * the window after its last chunk, on `queued` before its condition variable; the node's thread,
+ * for the window, on a free slot before its own — so that a chunk that follows within the
+ * window costs no futex wake-up on either side (a condition variable's signal that finds no one
+ * waiting makes no system call). */
 #include "peer/kv_rx.h"
 #include "peer/link.h"
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #define RES_CAP 64
@@ -30,20 +37,39 @@ struct peer_kv_rx {
     kv_slot slot[PEER_KV_RX_SLOTS];
     int fill;     /* the slot the next buffer is (node's thread) */
     int next;     /* the oldest pushed, not yet applied slot (kv_rx thread) */
-    int queued;   /* pushed, not yet applied */
+    _Atomic int queued; /* pushed, not yet applied (changed under mu; read without it to spin) */
     struct {
         void *owner;
         int status;
     } res[RES_CAP];
     int r_head, r_n;
-    int stop;
+    _Atomic int stop;
 };
+
+/* Spins (polling on) while *v == val, for the window at most; the caller, without the mutex,
+ * takes it and looks again either way. */
+static void spin_while(_Atomic int *v, int val, _Atomic int *stop)
+{
+    double window = peer_link_poll_s();
+    if (window <= 0) return;
+    double end = peer_now() + window;
+    for (unsigned i = 0;; i++) {
+        if (atomic_load_explicit(v, memory_order_acquire) != val || (stop && atomic_load(stop))) return;
+        if ((i & 31) == 31 && peer_now() >= end) return;
+        peer_cpu_relax();
+    }
+}
 
 static void *rx_main(void *arg)
 {
     peer_kv_rx *rx = arg;
     pthread_mutex_lock(&rx->mu);
     for (;;) {
+        if (!rx->queued && !rx->stop && peer_link_poll_us()) { /* the next chunk may be close */
+            pthread_mutex_unlock(&rx->mu);
+            spin_while(&rx->queued, 0, &rx->stop);
+            pthread_mutex_lock(&rx->mu);
+        }
         while (!rx->queued && !rx->stop) pthread_cond_wait(&rx->cv_work, &rx->mu);
         if (!rx->queued) break; /* stopping, nothing left */
         kv_slot *s = &rx->slot[rx->next];
@@ -110,6 +136,7 @@ void peer_kv_rx_free(peer_kv_rx *rx)
 
 uint8_t *peer_kv_rx_buffer(peer_kv_rx *rx, size_t n)
 {
+    if (atomic_load(&rx->queued) == PEER_KV_RX_SLOTS) spin_while(&rx->queued, PEER_KV_RX_SLOTS, NULL);
     pthread_mutex_lock(&rx->mu);
     /* the slot to fill is free once fewer than all are pushed (slots are applied in order) */
     while (rx->queued == PEER_KV_RX_SLOTS) pthread_cond_wait(&rx->cv_free, &rx->mu);

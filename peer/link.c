@@ -3,7 +3,10 @@
  * Waiting: a wait progresses the worker, and when nothing moved arms the worker's event file
  * descriptor (UCP_FEATURE_WAKEUP) and polls it for at most 10 ms, so that an idle link costs no
  * CPU and a transport without wake-up events (some shared-memory ones) still makes progress
- * every 10 ms. */
+ * every 10 ms. With polling on (peer_link_set_poll_us) a wait within the window after the
+ * worker's last activity (each worker's `active` stamp: progress that did something, a frame
+ * or a tagged chunk that arrived) returns after the progress without sleeping, and the caller's
+ * loop comes back at once: the worker is busy-polled until the window has passed quietly. */
 #include "peer/link.h"
 #include "proto/buf.h"
 #include <netdb.h>
@@ -23,6 +26,8 @@ struct peer_conn {
     ucp_worker_h worker;
     int owns_worker;
     int efd;
+    double *active;     /* the worker's last activity (polling): own_active or the listener's */
+    double own_active;
     ucp_ep_h ep;
     ucp_ep_h aep;         /* the second endpoint, by worker address (peer_conn_open_address) */
     ucp_address_t *laddr; /* this worker's address, handed out by peer_conn_local_address */
@@ -42,6 +47,7 @@ struct peer_conn {
 struct peer_listener {
     ucp_worker_h worker;
     int efd;
+    double active; /* the worker's last activity (polling), shared by its connections */
     ucp_listener_h listener;
     int port;
     peer_conn *pending;
@@ -69,6 +75,40 @@ void *peer_bulk_alloc(size_t n, size_t *cap)
     (void)madvise(p, c, MADV_HUGEPAGE); /* a hint: without THP the pages are ordinary */
     *cap = c;
     return p;
+}
+
+/* ---------------------------------------------------------------- polling */
+
+static _Atomic int g_poll_us;
+
+void peer_link_set_poll_us(int us)
+{
+    atomic_store(&g_poll_us, us < 0 ? 0 : us > PEER_POLL_US_MAX ? PEER_POLL_US_MAX : us);
+}
+
+int peer_link_poll_us(void)
+{
+    return atomic_load_explicit(&g_poll_us, memory_order_relaxed);
+}
+
+double peer_link_poll_s(void)
+{
+    return atomic_load_explicit(&g_poll_us, memory_order_relaxed) * 1e-6;
+}
+
+void peer_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Something happened on the worker whose stamp this is (polling only: no clock read else). */
+static inline void mark_active(double *active)
+{
+    if (active && atomic_load_explicit(&g_poll_us, memory_order_relaxed)) *active = peer_now();
 }
 
 /* ---------------------------------------------------------------- one UCX context per process */
@@ -119,11 +159,21 @@ static int worker_new(ucp_worker_h *w, int *efd, char *err, size_t errlen)
     return PEER_OK;
 }
 
-/* Progresses w; when nothing moved, sleeps on its event fd up to ms milliseconds. */
-static void worker_wait(ucp_worker_h w, int efd, int ms)
+/* Progresses w; when nothing moved, sleeps on its event fd up to ms milliseconds — unless
+ * polling is on and w was active within the window (*active): then it returns at once, and the
+ * caller, which loops until what it waits for is there, progresses w again. */
+static void worker_wait(ucp_worker_h w, int efd, int ms, double *active)
 {
-    if (ucp_worker_progress(w)) return;
+    if (ucp_worker_progress(w)) {
+        mark_active(active);
+        return;
+    }
     if (ms <= 0) return;
+    int poll_us = atomic_load_explicit(&g_poll_us, memory_order_relaxed);
+    if (poll_us && active && peer_now() - *active < poll_us * 1e-6) {
+        peer_cpu_relax();
+        return;
+    }
     if (efd < 0) {
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
@@ -191,12 +241,13 @@ static void on_aep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     if (c->transport[0]) atomic_store(&c->dead, 1);
 }
 
-static peer_conn *conn_alloc(ucp_worker_h w, int efd)
+static peer_conn *conn_alloc(ucp_worker_h w, int efd, double *active)
 {
     peer_conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->worker = w;
     c->efd = efd;
+    c->active = active ? active : &c->own_active;
     proto_buf_init(&c->rx);
     return c;
 }
@@ -211,7 +262,7 @@ int peer_conn_connect(const char *addr, peer_conn **out, char *err, size_t errle
     int efd;
     int st = worker_new(&w, &efd, err, errlen);
     if (st) return st;
-    peer_conn *c = conn_alloc(w, efd);
+    peer_conn *c = conn_alloc(w, efd, NULL);
     if (!c) {
         ucp_worker_destroy(w);
         return PEER_ERR_NOMEM;
@@ -275,7 +326,7 @@ static void ep_close(peer_conn *c, ucp_ep_h ep, int force)
     if (UCS_PTR_IS_PTR(r)) {
         double end = peer_now() + 2;
         while (ucp_request_check_status(r) == UCS_INPROGRESS && peer_now() < end)
-            worker_wait(c->worker, c->efd, 5);
+            worker_wait(c->worker, c->efd, 5, c->active);
         if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
     }
 }
@@ -308,7 +359,7 @@ static int wait_req(peer_conn *c, ucs_status_ptr_t r, double end)
         if (atomic_load(&c->dead)) gone = 1;
         if (now >= end || gone) break;
         int ms = (int)((end - now) * 1000) + 1;
-        worker_wait(c->worker, c->efd, ms < 10 ? ms : 10);
+        worker_wait(c->worker, c->efd, ms < 10 ? ms : 10, c->active);
     }
     if (st == UCS_INPROGRESS) {
         /* a timed-out or dead connection: UCX must give the buffer back before we return */
@@ -432,6 +483,7 @@ int peer_conn_poll(peer_conn *c, uint32_t max_payload, peer_header *h, const uin
         if (have >= PEER_HEADER_BYTES + (size_t)h->length) {
             *payload = p + PEER_HEADER_BYTES;
             c->frame = PEER_HEADER_BYTES + h->length;
+            mark_active(c->active);
             return 1;
         }
     }
@@ -449,7 +501,7 @@ int peer_conn_recv(peer_conn *c, uint32_t max_payload, peer_header *h, const uin
         double now = peer_now();
         if (now >= end) return PEER_ERR_TIMEOUT;
         int ms = (int)((end - now) * 1000) + 1;
-        worker_wait(c->worker, c->efd, ms < 10 ? ms : 10);
+        worker_wait(c->worker, c->efd, ms < 10 ? ms : 10, c->active);
     }
 }
 
@@ -538,7 +590,7 @@ int peer_conn_open_address(peer_conn *c, const void *addr, size_t len, char *err
         double end = peer_now() + 5.0;
         while ((us = ucp_request_check_status(r)) == UCS_INPROGRESS && peer_now() < end &&
                !atomic_load(&c->adead))
-            worker_wait(c->worker, c->efd, 10);
+            worker_wait(c->worker, c->efd, 10, c->active);
         ucp_request_free(r);
     }
     if (us != UCS_OK || atomic_load(&c->adead)) {
@@ -604,7 +656,7 @@ int peer_conn_req_wait(peer_conn *c, void *req, double timeout_s)
 int peer_conn_req_test(peer_conn *c, void *req)
 {
     if (!req) return 1;
-    ucp_worker_progress(c->worker);
+    if (ucp_worker_progress(c->worker)) mark_active(c->active);
     ucs_status_t st = ucp_request_check_status(req);
     if (st == UCS_INPROGRESS) return 0;
     ucp_request_free(req);
@@ -649,6 +701,7 @@ int peer_conn_tag_recv_test(peer_conn *c, void *req, size_t n)
 {
     ucs_status_t st = ucp_request_check_status(req);
     if (st == UCS_INPROGRESS) return atomic_load(&c->dead) ? PEER_ERR_IO : 0;
+    mark_active(c->active);
     ucp_request_free(req);
     if (st != UCS_OK || c->trx_status != UCS_OK || c->trx_length != n) { /* more or less than announced */
         atomic_store(&c->dead, 1);
@@ -680,7 +733,7 @@ int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double t
             return PEER_ERR_TIMEOUT;
         }
         int ms = (int)((end - now) * 1000) + 1;
-        worker_wait(c->worker, c->efd, ms < 10 ? ms : 10);
+        worker_wait(c->worker, c->efd, ms < 10 ? ms : 10, c->active);
     }
     if (st < 0 && st != PEER_ERR_PROTO && r) peer_conn_req_cancel(c, r);
     return st == 1 ? PEER_OK : st;
@@ -691,7 +744,7 @@ int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double t
 static void on_conn_request(ucp_conn_request_h req, void *arg)
 {
     peer_listener *l = arg;
-    peer_conn *c = conn_alloc(l->worker, l->efd);
+    peer_conn *c = conn_alloc(l->worker, l->efd, &l->active);
     if (!c) {
         ucp_listener_reject(l->listener, req);
         return;
@@ -772,8 +825,11 @@ int peer_listener_port(const peer_listener *l)
 void peer_listener_progress(peer_listener *l, double timeout_s)
 {
     int ms = (int)(timeout_s * 1000);
-    worker_wait(l->worker, l->efd, ms);
-    while (ucp_worker_progress(l->worker)) {
+    worker_wait(l->worker, l->efd, ms, &l->active);
+    if (ucp_worker_progress(l->worker)) {
+        mark_active(&l->active);
+        while (ucp_worker_progress(l->worker)) {
+        }
     }
 }
 

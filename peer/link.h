@@ -134,4 +134,21 @@ void *peer_bulk_alloc(size_t n, size_t *cap);
 /* Seconds on a monotonic clock. */
 double peer_now(void);
 
+/* Polling (config peer_poll_us; process-wide, every worker of the process and the kv_rx
+ * hand-off, peer/kv_rx.h). 0 (the default): a wait that finds nothing to do arms the worker's
+ * event descriptor and sleeps on it, so that an idle link costs no CPU, and every message that
+ * comes after a pause pays a wake-up. us > 0: for `us` microseconds after a worker last did
+ * something (a message moved, a frame or a tagged chunk arrived) a wait keeps calling
+ * ucp_worker_progress instead of sleeping, as the UCX users that poll do (ucx_perftest, MPI,
+ * NCCL's UCX plugin poll always), and only then arms and sleeps: a thread burns its core for at
+ * most `us` after the last activity, never while the link is idle. Bounded to
+ * [0, PEER_POLL_US_MAX]. Set before connections are made (a change is seen by the next wait). */
+#define PEER_POLL_US_MAX 100000
+void peer_link_set_poll_us(int us);
+int peer_link_poll_us(void);
+/* The window in seconds (0 when off), read with one relaxed load: kv_rx's waits use it too. */
+double peer_link_poll_s(void);
+/* One spin of a polling loop (the CPU's pause hint). */
+void peer_cpu_relax(void);
+
 #endif

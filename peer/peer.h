@@ -61,6 +61,11 @@
  * pairs. Default: stderr. Set once before anything starts. */
 typedef void (*peer_log_fn)(int warn, const char *event, const char *msg);
 void peer_set_log(peer_log_fn fn);
+/* Config peer_poll_us: every UCX wait of the process (the node's thread, the remote devices'
+ * and heartbeats' connections) busy-polls its worker for up to us microseconds after activity
+ * before it sleeps, and so does the KV hand-off to the import thread (peer/link.h
+ * peer_link_set_poll_us: bounded, 0 sleeps at once). Set before the first connection. */
+void peer_set_poll_us(int us);
 
 /* ---------------------------------------------------------------- server */
 

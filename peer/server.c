@@ -44,6 +44,11 @@ void peer_set_log(peer_log_fn fn)
     g_log = fn;
 }
 
+void peer_set_poll_us(int us)
+{
+    peer_link_set_poll_us(us);
+}
+
 void peer_log(int warn, const char *event, const char *fmt, ...)
 {
     char msg[512];

@@ -2,7 +2,7 @@
  * (peer/link.h over UCX), measured as the daemon pays it (BENCHMARKS.md reports it).
  *
  *   build/peer_bench [--sizes 65536,1048576,8388608,67108864] [--reps N] [--logits 2048,524288]
- *                    [--path stream|tag]
+ *                    [--path stream|tag] [--poll-us N]
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
@@ -19,6 +19,9 @@
  * --path tag sends each KV chunk as the remote backend does with an address endpoint: a KV_TAG
  * announcement on the stream, the bytes as one tagged message on the endpoint made from the
  * child's worker address (peer/link.h), received into a buffer of the announced size.
+ * --poll-us N: both processes busy-poll their UCX workers (and the node its KV hand-off) for N
+ * microseconds after activity before sleeping (config peer_poll_us, peer/link.h; 0, the
+ * default, sleeps at once).
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
  * (bench/peer_bench.sh). */
@@ -158,7 +161,7 @@ int main(int argc, char **argv)
     long sizes[16], logits[16];
     int ns = parse_list("65536,1048576,8388608,67108864", sizes, 16);
     int nl = parse_list("2048,524288", logits, 16);
-    long reps = 0, layers = 32, window = PEER_KV_WINDOW;
+    long reps = 0, layers = 32, window = PEER_KV_WINDOW, poll_us = 0;
     int tag = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--sizes")) ns = parse_list(argv[i + 1], sizes, 16);
@@ -167,14 +170,16 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--logits")) nl = parse_list(argv[i + 1], logits, 16);
         else if (!strcmp(argv[i], "--reps")) reps = strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--path")) tag = !strcmp(argv[i + 1], "tag");
+        else if (!strcmp(argv[i], "--poll-us")) poll_us = strtol(argv[i + 1], NULL, 10);
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
-                            "[--layers N] [--window 1..%d]\n", PEER_KV_WINDOW);
+                            "[--layers N] [--window 1..%d] [--poll-us 0..%d]\n", PEER_KV_WINDOW, PEER_POLL_US_MAX);
             return 2;
         }
     }
     if (layers < 1) layers = 1;
     if (window < 1 || window > PEER_KV_WINDOW) window = PEER_KV_WINDOW;
+    peer_link_set_poll_us((int)(poll_us < 0 ? 0 : poll_us > PEER_POLL_US_MAX ? PEER_POLL_US_MAX : poll_us));
     int fds[2];
     if (pipe(fds)) return 1;
     pid_t pid = fork();
@@ -206,10 +211,10 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld\n",
-           tls ? tls : "(UCX's choice)",
+    printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
+           "polling %d us\n", tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
-           peer_conn_transport(c), window, layers);
+           peer_conn_transport(c), window, layers, peer_link_poll_us());
     /* one buffer per chunk in flight, as the remote backend serializes each into its own
      * (peer_bulk_alloc, as the backend's) */
     uint8_t *bufs[PEER_KV_WINDOW];

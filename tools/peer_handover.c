@@ -2,6 +2,7 @@
  *
  *   build/peer_handover --model DIR --peer HOST:PORT --key KEY [--device fpga-emu:0]
  *                       [--tokens 4096,32768] [--reps 3] [--transport auto|stream|address]
+ *                       [--poll-us N]
  *
  * After a split prefill the scheduler hands a sequence over to its decode device: one
  * accel_kv_import per layer (the KV in the wire format, int8 with fp16 scales per token and
@@ -116,7 +117,7 @@ int main(int argc, char **argv)
 {
     const char *dir = NULL, *peer = NULL, *key = NULL, *dev_name = "fpga-emu:0", *tokens = "4096,32768";
     const char *transport = "auto";
-    int reps = 3;
+    int reps = 3, poll_us = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--model")) dir = v;
@@ -126,11 +127,13 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--tokens")) tokens = v;
         else if (!strcmp(a, "--reps")) reps = atoi(v);
         else if (!strcmp(a, "--transport")) transport = v;
+        else if (!strcmp(a, "--poll-us")) poll_us = atoi(v);
         else dir = NULL, i = argc;
     }
-    if (!dir || !peer || !key || reps < 1 || reps > MAX_REPS || peer_transport_parse(transport) < 0) {
+    if (!dir || !peer || !key || reps < 1 || reps > MAX_REPS || peer_transport_parse(transport) < 0 ||
+        poll_us < 0 || poll_us > 100000) {
         fprintf(stderr, "usage: peer_handover --model DIR --peer HOST:PORT --key KEY [--device D] "
-                        "[--tokens N,...] [--reps N] [--transport auto|stream|address]\n");
+                        "[--tokens N,...] [--reps N] [--transport auto|stream|address] [--poll-us 0..100000]\n");
         return 2;
     }
     char err[512];
@@ -165,6 +168,7 @@ int main(int argc, char **argv)
     if (measure(local, m, Ts, nT, reps, l_imp, l_step)) return 1;
     accel_free(local);
     peer_node *node;
+    peer_set_poll_us(poll_us); /* this side's waits (config peer_poll_us) */
     if (peer_node_connect(peer, "bench", key, m, 30, &node, err, sizeof err)) {
         fprintf(stderr, "peer_handover: %s\n", err);
         return 1;

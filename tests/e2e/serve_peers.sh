@@ -28,7 +28,9 @@
 #   peers_reconnect   B restarted on the same port: A reconnects by itself (backoff), B's card is
 #                     placed on again and decodes a request with the same text as before
 #   peers3_*          three nodes, B and C lending a card each: two streams at once decode one
-#                     on B and one on C; C killed mid-stream loses nothing; B's text is one node's
+#                     on B and one on C; C killed mid-stream loses nothing; B's text is one node's;
+#                     all three poll UCX after activity (peer_poll_us 500: the same outcomes as
+#                     the nodes above, which sleep at once)
 #   peers3_late_*     C is started after A (A's peer_wait 0): A starts without it (peer_down,
 #                     /admin/status "joining"), and once C is up it joins within seconds
 #                     (peer_joined, peer_device_added, "up" with 1 device); C's card then decodes
@@ -206,17 +208,17 @@ serve_stop
 # ---------------------------------------------------------------- three nodes: A, and B and C lending cards
 # (the acceptance: requests through A decode on B or C, texts equal one node's, killing C
 # mid-stream loses nothing); C starts after A and joins it
-node_b 3 || { fail peers3_start "node B did not start"; exit 0; }
+node_b 3 --peer-poll-us 500 || { fail peers3_start "node B did not start"; exit 0; }
 B3PORT=$BPORT
 B3PID=$BPID
 CLOG=$T/c3.log
 C3PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$B3PORT,127.0.0.1:$C3PORT" --peer-key "$KEY" \
-    --peer-wait 0 --step-delay-ms 40 || { fail peers3_start "node A did not start"; exit 0; }
+    --peer-wait 0 --step-delay-ms 40 --peer-poll-us 500 || { fail peers3_start "node A did not start"; exit 0; }
 curl -s "$ADMIN/admin/status" >"$T/st3.0"
 check peers3_late_down sh -c "grep -q 'event=peer_down addr=127.0.0.1:$C3PORT' $LOG && jq -e '[.peers[] | select(.addr == \"127.0.0.1:$C3PORT\" and .state == \"joining\" and .devices == 0)] | length == 1' $T/st3.0 >/dev/null && jq -e '[.peers[] | select(.name == \"nodeB\" and .state == \"up\" and .devices == 1)] | length == 1' $T/st3.0 >/dev/null"
 "$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu --node-name nodeC \
-    --kv-listen 127.0.0.1:$C3PORT --peer-devices fpga-emu:0 --peer-key "$KEY" --log-file "$CLOG" >/dev/null 2>&1 &
+    --kv-listen 127.0.0.1:$C3PORT --peer-devices fpga-emu:0 --peer-key "$KEY" --peer-poll-us 500 --log-file "$CLOG" >/dev/null 2>&1 &
 C3PID=$!
 t_c=$(date +%s.%N)
 # joined: A opened C's card and the card warmed up (A's backoff: a try at most every 8 s)

@@ -307,9 +307,18 @@ static int import_decode(accel_dev *d, const kvcopy *kv, int32_t first, int step
     return st;
 }
 
-TEST(peer_remote_decodes_like_the_device)
+/* CPU time of every thread of the process */
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void remote_decodes(int poll_us)
 {
     two t;
+    peer_link_set_poll_us(poll_us);
     /* read at the first chunk sent: layer 0 of the second import of each pass below (chunks are
      * counted per remote device) */
     setenv("TANDEM_PEER_FAULT", "kv_bitflip=6", 1);
@@ -373,6 +382,17 @@ TEST(peer_remote_decodes_like_the_device)
         accel_seq_free(rd, s);
         accel_get_info(rd, &info);
         CHECK(info.health != ACCEL_HEALTH_FAILED);
+        if (poll_us && pass) {
+            /* polling is bounded: with both nodes' threads up (the node's, its import thread,
+             * the remote device's connection, the heartbeat) and the link idle, the process
+             * uses next to no CPU once the window has passed — a thread that went on polling
+             * would take a core (or its share of one) for the whole pause */
+            usleep(50000);
+            double c0 = cpu_seconds(), w0 = peer_now();
+            usleep(500000);
+            double cpu = cpu_seconds() - c0, wall = peer_now() - w0;
+            CHECK_MSG(cpu < 0.1 * wall, "polling %d us: %.3f s of CPU in %.3f s idle", poll_us, cpu, wall);
+        }
         accel_free(rd);
         peer_node_free(node);
     }
@@ -382,6 +402,20 @@ TEST(peer_remote_decodes_like_the_device)
     accel_seq_free(pf, ps);
     accel_free(pf);
     two_stop(&t);
+    peer_link_set_poll_us(0);
+}
+
+TEST(peer_remote_decodes_like_the_device)
+{
+    remote_decodes(0);
+}
+
+/* The same with polling on (config peer_poll_us): every wait of both nodes and the node's KV
+ * hand-off busy-poll for 2 ms after activity; the same tokens, the same corrupt chunk refused,
+ * and no CPU burnt once the link is idle. */
+TEST(peer_remote_decodes_like_the_device_polling)
+{
+    remote_decodes(2000);
 }
 
 /* A node's device answers DECODE_ARGMAX (caps PEER_CAP_DECODE_ARGMAX): through the remote backend,
@@ -707,8 +741,9 @@ static int rx_apply(void *ctx, void *owner, const peer_kv *k)
     return (int)(intptr_t)owner;
 }
 
-TEST(peer_kv_rx_pipeline_in_order)
+static void rx_pipeline(int poll_us)
 {
+    peer_link_set_poll_us(poll_us);
     rx_log l = {0};
     peer_kv_rx *rx;
     REQUIRE(peer_kv_rx_new(rx_apply, &l, NULL, NULL, &rx) == PEER_OK);
@@ -741,6 +776,19 @@ TEST(peer_kv_rx_pipeline_in_order)
         CHECK_EQ(status[i], -i);
     }
     peer_kv_rx_free(rx);
+    peer_link_set_poll_us(0);
+}
+
+TEST(peer_kv_rx_pipeline_in_order)
+{
+    rx_pipeline(0);
+}
+
+/* with both hand-offs spinning before they sleep (polling on; the apply's 2 ms outlast a
+ * 1 ms window, so both the spin and the sleep after it are taken) */
+TEST(peer_kv_rx_pipeline_in_order_polling)
+{
+    rx_pipeline(1000);
 }
 
 /* peer_bulk_alloc: at least what was asked; from 1 MiB up whole 2 MiB pages, aligned to them
