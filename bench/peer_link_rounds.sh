@@ -5,20 +5,26 @@
 # bytes as tagged messages, as the remote backend sends them; e.g. one built from main and one
 # from a branch) and then `ucx_perftest -t tag_bw` on the same UCX_TLS, back to back. One line a
 # round: the load average, each binary's MiB/s, perftest's MB/s (of 2^20 bytes). REPS chunks a
-# pass (default 1000; peer_bench prints the median of 3 passes after a warm-up one).
+# pass (default 1000; peer_bench prints the median of 3 passes after a warm-up one). A BIN may
+# carry arguments of its own, as one word: "build/peer_bench --poll-us 1000". PERFTEST names the
+# ucx_perftest to run (default: the one on PATH). TIMEOUT: seconds one binary's run may take
+# (default 600; past it the round prints "fail" for it).
 #   sh bench/peer_link_rounds.sh 10 sm,tcp 1048576 build/peer_bench
 N=$1
 TLS=$2
 S=$3
 shift 3
 REPS=${REPS:-1000}
+PERFTEST=${PERFTEST:-ucx_perftest}
+TIMEOUT=${TIMEOUT:-600}
 perftest() {
     port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))
-    UCX_TLS=$TLS ucx_perftest -p $port >/dev/null 2>&1 &
+    UCX_TLS=$TLS $PERFTEST -p $port >/dev/null 2>&1 &
     srv=$!
     sleep 0.5
-    UCX_TLS=$TLS ucx_perftest 127.0.0.1 -p $port -t tag_bw -s "$S" -n "$REPS" -w 10 -f 2>/dev/null |
+    UCX_TLS=$TLS timeout "$TIMEOUT" $PERFTEST 127.0.0.1 -p $port -t tag_bw -s "$S" -n "$REPS" -w 10 -f 2>/dev/null |
         awk '/^ *[0-9]/ {v=$6} END {printf "%.0f", v}'
+    kill $srv 2>/dev/null
     wait $srv 2>/dev/null || true
 }
 echo "# load, $* (MiB/s), ucx_perftest tag_bw (MB/s); UCX_TLS=$TLS, $S-byte chunks, $REPS a pass"
@@ -26,7 +32,7 @@ r=0
 while [ $r -lt "$N" ]; do
     line=$(cut -d' ' -f1 /proc/loadavg)
     for b in "$@"; do
-        v=$(UCX_TLS=$TLS "$b" --sizes "$S" --logits 0 --reps "$REPS" --path tag 2>/dev/null |
+        v=$(UCX_TLS=$TLS timeout "$TIMEOUT" $b --sizes "$S" --logits 0 --reps "$REPS" --path tag 2>/dev/null |
             sed -n 's/^kv [0-9]* bytes: \([0-9]*\) MiB.*/\1/p')
         line="$line ${v:-fail}"
     done

@@ -1,0 +1,94 @@
+#!/bin/bash
+# bench/peer_quiet_run.sh PACK OUT [SECONDS] — runs bench/peer_quiet_pack.sh's pack on a quiet
+# machine (from the repository root: the hand-over's model takes tests/data's Llama-3 tokenizer),
+# within SECONDS (default 150: no round starts after that), logs under OUT:
+#   machine.txt     CPU, cores, load, THP, ptrace scope (CMA), UCX version and transports, libraries
+#   lanes.txt       which UCX lanes our link got per UCX_TLS (peer_bench's first line)
+#   rounds.TLS.SIZE interleaved rounds (bench/peer_link_rounds.sh's method), one line a round:
+#                   load, before (if packed), ours with polling 0 and 1000 us (POLLS), ucx_perftest
+#                   tag_bw; each config one round in turn, so that every config's rounds spread
+#                   over the whole run
+#   handover.*      the hand-over of a 4K-token sequence (Llama-3-8B's KV shape: 32 layers,
+#                   8 x 128, 128K vocabulary; bench/peer_bench.sh's handover part) to daemon B's
+#                   CPU over shared memory, polling off and on, against the same device in-process
+# TLS: sm,tcp (shared memory: sysv for small messages, cma for large ones) and tcp.
+set -u
+PACK=${1:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
+O=${2:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
+BUDGET=${3:-150}
+POLLS=${POLLS:-0 1000}
+PARTS=${PARTS:-rounds handover} # handover alone: the two hand-overs, no rounds
+t0=$(date +%s)
+left() { echo $((BUDGET - ($(date +%s) - t0))); }
+HERE=$(cd "$(dirname "$0")" && pwd)
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+tar -C "$W" -xJf "$PACK"
+P=$W/pk
+export LD_LIBRARY_PATH=$P/rt UCX_MODULE_DIR=$P/ucx PATH=$P/bin:$PATH
+mkdir -p "$O"
+{
+    date -u
+    uname -a
+    echo "nproc $(nproc)"
+    lscpu | grep -E 'Model name|^CPU\(s\)|Thread|Socket|NUMA node\(s\)|MHz'
+    echo "loadavg $(cat /proc/loadavg)"
+    echo "thp $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
+    echo "governor $(cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null || echo absent)"
+    echo "ptrace_scope $(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo absent)"
+    ldd "$P/bin/peer_bench" "$P/bin/ucx_perftest" | grep -E 'not found|uc[pstm]'
+    ucx_info -v
+    for tls in sm,tcp tcp; do echo "UCX_TLS=$tls:"; UCX_TLS=$tls ucx_info -d | grep -E '^# +(Transport|Device):' | paste - - | sort -u; done
+    ps -eo pcpu,comm --sort=-pcpu | head -5
+} >"$O/machine.txt" 2>&1
+for tls in sm,tcp tcp; do
+    UCX_TLS=$tls "$P/bin/peer_bench" --sizes 1048576 --logits 0 --reps 50 --path tag 2>&1 | head -3 | sed "s/^/$tls: /"
+done >"$O/lanes.txt"
+
+bins=
+[ -x "$P/bin/peer_bench.before" ] && bins="$P/bin/peer_bench.before"
+for p in $POLLS; do bins="$bins|$P/bin/peer_bench --poll-us $p"; done
+bins=${bins#|}
+round() { # TLS SIZE REPS: one interleaved round, appended to its file
+    f="$O/rounds.$1.$2"
+    [ -f "$f" ] || echo "# load | ${bins//$P\/bin\//} (MiB/s) | ucx_perftest tag_bw (MB/s); UCX_TLS=$1, $2-byte chunks, $3 a pass" >"$f"
+    IFS='|' read -r -a arr <<<"$bins"
+    REPS=$3 PERFTEST=ucx_perftest TIMEOUT=${TIMEOUT:-20} sh "$HERE/peer_link_rounds.sh" 1 "$1" "$2" "${arr[@]}" | tail -n 1 >>"$f"
+}
+handover() { # POLL_US: daemon B lends its CPU (2 threads, as peer_handover's local one), 4K tokens
+    K=bench-peer-key-0123456789
+    M=$W/kv8b
+    [ -d "$M" ] || { mkmodel --out "$M" --layers 32 --kv-heads 8 --head-dim 128 --heads 8 --hidden 256 \
+        --intermediate 512 --vocab 128256 --max-pos 40960 >/dev/null && cp tests/data/tokenizer/llama3/tokenizer.json "$M/"; }
+    L=$O/handover.poll$1
+    tandem serve --model "$M" --devices cpu --threads 2 --node-name nodeB --host 127.0.0.1 --port 0 --admin-port 0 \
+        --kv-listen 127.0.0.1:0 --peer-devices cpu --peer-key $K --peer-poll-us "$1" --log-file "$L.daemon.log" >/dev/null 2>&1 &
+    bp=$!
+    i=0
+    while [ $i -lt 600 ] && ! grep -q event=ready "$L.daemon.log" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
+    port=$(sed -n 's/.*listener=peers .*port=\([0-9]*\).*/\1/p' "$L.daemon.log" | head -1)
+    echo "# $(date -u +%T) load $(cut -d' ' -f1 /proc/loadavg): peer_handover --tokens ${TOKENS:-4096} --reps 3 --device cpu --transport auto --poll-us $1" >"$L.txt"
+    TANDEM_PEER_CALL_TIMEOUT_S=120 timeout 100 peer_handover --model "$M" --peer 127.0.0.1:$port --key $K --device cpu \
+        --tokens "${TOKENS:-4096}" --reps 3 --transport auto --poll-us "$1" >>"$L.txt" 2>&1
+    kill $bp 2>/dev/null
+    wait $bp 2>/dev/null
+}
+# each config's round in turn; the hand-over once every config has two rounds
+r=1
+if [ "$PARTS" = handover ]; then
+    handover 0
+    handover 1000
+    r=0
+fi
+while [ "$PARTS" != handover ] && [ "$(left)" -gt 15 ]; do
+    for cfg in "sm,tcp 1048576 1000" "tcp 1048576 1000" "sm,tcp 8388608 100" "tcp 8388608 100"; do
+        [ "$(left)" -gt 15 ] || break
+        round $cfg
+    done
+    if [ $r -eq 2 ] && [ "$(left)" -gt 60 ]; then
+        handover 0
+        handover 1000
+    fi
+    r=$((r + 1))
+done
+echo "$(date -u +%T) done, $(($(date +%s) - t0)) s, $((r - 1)) rounds" >>"$O/machine.txt"
