@@ -86,6 +86,7 @@ int gpu_tls_open(gpu_engine *e, const sparse_tls_params *p, int on_default,
     if (!ce) ce = cudaMalloc((void **)&c.po, B * d.n_heads * GPU_TLS_SPLITS * d.hd * sizeof(float));
     if (!ce) ce = cudaMalloc((void **)&c.pml, B * d.n_heads * GPU_TLS_SPLITS * sizeof(float2));
     if (!ce) ce = cudaMalloc((void **)&c.arrive, rows * sizeof(int));
+    if (!ce) ce = cudaMalloc((void **)&c.rslot, rows * GPU_TLS_RC_MAX * sizeof(int));
     if (!ce) ce = cudaMemset(c.arrive, 0, rows * sizeof(int));
     if (!ce) ce = cudaMemcpy(t->ch_d, channels, nch * sizeof(unsigned short), cudaMemcpyHostToDevice);
     if (!ce) ce = cudaMallocHost((void **)&t->meta_h, B * sizeof(gpu_tls_dev));
@@ -106,6 +107,7 @@ int gpu_tls_open(gpu_engine *e, const sparse_tls_params *p, int on_default,
         const double tls_tok = pl.vmm && pl.ipc ? 0.0
                                                 : 1.25 * (double)gpu_tls_seq_bytes(c, 1 << 16) / 65536.0;
         const double scratch = (double)(rows * nb_max * 4 + rows * GPU_TLS_MAX_TOKENS * 4 +
+                                        rows * GPU_TLS_RC_MAX * 4 +
                                         B * d.n_heads * GPU_TLS_SPLITS * (d.hd + 2) * 4);
         double keep = (double)pl.total * kv_tok / (kv_tok + tls_tok) -
                       scratch / (double)pl.block_bytes;
@@ -152,7 +154,7 @@ void gpu_tls_close(gpu_engine *e)
     gpu_tls *t = e->tls;
     if (!t) return;
     void *bufs[] = {t->ch_d, t->c.bscore, t->c.idx, t->c.cnt_idx, t->c.po, t->c.pml, t->c.arrive,
-                    t->meta_d};
+                    t->c.rslot, t->meta_d};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cudaFree(bufs[i]);
     if (t->meta_h) cudaFreeHost(t->meta_h);
@@ -249,6 +251,7 @@ void gpu_kv_tls_truncate(gpu_engine *e, gpu_kv *kv, int len)
     if (!kv->tls || !e->tls) return;
     const int from = len / e->tls->p.block_size * e->tls->p.block_size;
     if (kv->tls->valid > from) kv->tls->valid = from;
+    kv->tls->rc_reset = 1; /* positions from len on get new rows: the row cache empties */
 }
 
 int gpu_kv_tls_stats(gpu_engine *e, gpu_kv *kv, gpu_tls_stats *out)
@@ -256,7 +259,7 @@ int gpu_kv_tls_stats(gpu_engine *e, gpu_kv *kv, gpu_tls_stats *out)
     memset(out, 0, sizeof *out);
     gpu_tls_kv *t = kv->tls;
     if (!t) return ACCEL_OK;
-    unsigned long long c[4] = {0, 0, 0, 0};
+    unsigned long long c[5] = {0, 0, 0, 0, 0};
     if (t->mem) {
         GPU_CHECK(cudaSetDevice(e->index));
         GPU_CHECK(cudaStreamSynchronize(e->compute));
@@ -268,7 +271,8 @@ int gpu_kv_tls_stats(gpu_engine *e, gpu_kv *kv, gpu_tls_stats *out)
     out->blocks_kept = (int64_t)c[3];
     out->steps = t->steps;
     out->offloaded = t->off;
-    out->host_keys = t->off ? (int64_t)(c[0] - t->cnt0_off) + t->host_keys : 0;
+    /* the attended keys since it moved, less those its row cache held, and the dense steps' */
+    out->host_keys = t->off ? (int64_t)(c[0] - t->cnt0_off) - (int64_t)(c[4] - t->hit0_off) + t->host_keys : 0;
     return ACCEL_OK;
 }
 
@@ -289,7 +293,7 @@ static int ensure(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int need)
     memset(&nd, 0, sizeof nd);
     gpu_tls_seq_carve(c, mem, cap, &nd);
     if (t->mem) {
-        GPU_CHECK(cudaMemcpyAsync(nd.cnt, t->dev.cnt, 4 * sizeof(unsigned long long),
+        GPU_CHECK(cudaMemcpyAsync(nd.cnt, t->dev.cnt, 5 * sizeof(unsigned long long),
                                   cudaMemcpyDeviceToDevice, e->compute));
         GPU_CHECK(cudaStreamSynchronize(e->compute));
         gpu_tls_mem_give(e, t->mem, &t->lend);
@@ -318,6 +322,8 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
     if (!g) return 0;
     const gpu_dims &d = e->d;
     int any = 0, st;
+    const char *rce = getenv("TANDEM_TLS_ROWCACHE"); /* "0": the row cache off (A/B) */
+    const int rc_on = !(rce && !strcmp(rce, "0"));
     for (int i = 0; i < n; i++) {
         gpu_tls_kv *t = kvs[i]->tls;
         gpu_tls_dev row;
@@ -352,6 +358,21 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
                 row.on = 1;
                 row.block_budget = t->block_budget;
                 row.token_budget = t->token_budget;
+                if (t->off && t->rc_slots) {
+                    const size_t lh = (size_t)g->p.dense_layers * d.n_kv * t->rc_slots;
+                    if (t->rc_reset) {
+                        GPU_CHECK(cudaMemsetAsync(t->rc_t0, 0xff,
+                                                  (size_t)(d.L - g->p.dense_layers) * d.n_kv *
+                                                      t->rc_slots * sizeof(int),
+                                                  e->compute));
+                        t->rc_reset = 0;
+                    }
+                    if (rc_on) {
+                        row.rct = t->rc_t0 - lh;
+                        row.rcr = t->rc_r0 - lh * 2 * d.hd;
+                        row.rcs = t->rc_slots;
+                    }
+                }
                 any = 1;
             }
         }

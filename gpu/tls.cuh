@@ -12,7 +12,14 @@
  *   prev  (L, n_kv, words)           the blocks kept at the step before (bit per block): the
  *                                    offload's difference, counted in cnt[2], cnt[3]
  *   cnt   [0] keys attended, [1] keys of the rows, [2] blocks kept that were not kept at the
- *         step before, [3] blocks kept — summed over sparse layers, KV heads and steps
+ *         step before, [3] blocks kept, [4] attended keys the row cache held (an offloaded
+ *         sequence's, not read over PCIe) — summed over sparse layers, KV heads and steps
+ * An offloaded sequence's row cache (gpu/tls_off.cu; rct NULL: none, or not this step), in device
+ * memory, per sparse layer and KV head rcs slots:
+ *   rct   (L, n_kv, rcs) int         the position whose K / V row the slot holds (-1: none)
+ *   rcr   (L, n_kv, rcs, 2, hd) h16  the slot's K row, then its V row
+ * (both offset so that layer l, KV head g is at l * n_kv + g although only the sparse layers
+ * have slots).
  *
  * One layer of a sparse decode step, T sequences (gpu_tls_attn_layer): one kernel, grid
  * (GPU_TLS_CLUSTER, n_kv, T) in thread-block clusters of GPU_TLS_CLUSTER CTAs, one cluster per
@@ -34,6 +41,7 @@
 #define GPU_TLS_SPLITS 32 /* ... attention CTAs per (sequence, KV head) */
 #define GPU_TLS_MAX_GROUP 16
 #define GPU_TLS_PHASES 11 /* trace points of the one-kernel form */
+#define GPU_TLS_RC_MAX 4096 /* the row cache's slots per (layer, KV head): token budgets up to it */
 
 struct gpu_tls_dev {
     h16 *mm;
@@ -44,6 +52,9 @@ struct gpu_tls_dev {
     int on; /* 0: this row attends densely in this step */
     int cap, nbc, words;
     int block_budget, token_budget;
+    int *rct;  /* the row cache (above) */
+    h16 *rcr;
+    int rcs;
 };
 
 /* The shapes and the scratch one layer's launch needs. */
@@ -57,6 +68,9 @@ struct gpu_tls_cfg {
     float *po;                /* the three-kernel form's partials: (T, n_heads, GPU_TLS_SPLITS, hd) */
     float2 *pml;              /* (T, n_heads, GPU_TLS_SPLITS) */
     int *arrive;              /* (T, n_kv), zero between launches */
+    int *rslot;               /* (T, n_kv, GPU_TLS_RC_MAX) the three-kernel form's row cache: the
+                                 listed key j's slot s (>= 0: its rows are there) or -1 - s (read
+                                 them over PCIe and keep them in slot s) */
     int sms;                  /* the device's SMs (which form a launch takes) */
     unsigned long long *trace; /* NULL, or the one-kernel form's phases: the clock (ns) in the
                                   first cluster's first CTA at TLS_PHASES points (tls_kernels.cu) */
@@ -140,6 +154,13 @@ struct gpu_tls_kv {
     gpu_seq_dev lo, hi;    /* the two as the kernels see them: lo contiguous (map zero), hi
                             * through the pages' table as a pool sequence's blocks */
     unsigned long long cnt0_off; /* cnt[0] when it moved (the host keys are counted from it) */
+    unsigned long long hit0_off; /* cnt[4] then */
+    int rc_slots;          /* its row cache's slots per sparse layer and KV head (0: none): in
+                            * off_d after the table; rows of positions that a truncation can
+                            * rewrite: rc_reset empties it before the next step */
+    int rc_reset;
+    int *rc_t0;            /* the table's first slot (layer split) */
+    h16 *rc_r0;            /* the rows' */
     long long host_keys;   /* keys read from host memory by rows the sparse kernel took dense */
 };
 

@@ -20,11 +20,20 @@
  *     sequence: both selections read no host memory except the newest key row (its label);
  *   - the sparse attention reads only the token_budget selected positions' K and V rows from
  *     host memory, in place, over PCIe (each row one 256-byte run at head_dim 128, read as two
- *     whole 128-byte lines by a warp: gpu/tls_split.cu): no resident
- *     block cache and no copies. On random-weight models 61-75 % of the kept level-1 blocks are
- *     new each step (BENCHMARKS.md), so the difference-only block transfer of the paper moves
- *     ~2.6x more than the selected tokens themselves (1,024 x 512 bytes per layer and KV head
- *     against ~0.3 x 128 blocks x 32 KiB); a block cache wins only when selections repeat.
+ *     whole 128-byte lines by a warp: gpu/tls_split.cu), no block cache: on random-weight
+ *     models a third of the kept level-1 blocks are new each step (BENCHMARKS.md), so the
+ *     difference-only block transfer of the paper moves ~2.6x more than the selected tokens
+ *     themselves (1,024 x 512 bytes per layer and KV head against ~0.33 x 128 blocks x 32 KiB);
+ *   - the row cache: a slot per selected key of each sparse layer and KV head (token_budget
+ *     slots, up to GPU_TLS_RC_MAX) in device memory beside the dense layers, holding the K / V
+ *     rows the attention read at the steps before; the three-kernel form (gpu/tls_split.cu, the
+ *     larger batches) gives each key of the new list the slot that holds it (read from device
+ *     memory) or a slot whose key left the list (read over PCIe, then kept there), so only the
+ *     keys newly selected cross the link (the one-kernel form reads every key over PCIe and
+ *     leaves the cache as it was: still valid). A truncation empties it (its positions get new
+ *     rows). TANDEM_TLS_ROWCACHE=0 in the environment turns it off (every key over PCIe, the
+ *     path before it) for an A/B comparison. Device memory: 514 bytes per slot at head_dim 128,
+ *     126 MB per sequence at budget 1,024 over 30 layers x 8 KV heads;
  *   - the dense layers attend from device memory (2 of 32 layers of Llama-3-8B: 1/16 of the KV).
  * The same kernels on the same values: an offloaded sequence decodes bit for bit as it would
  * from the pool (tests/gpu/test_tls_gpu.c). What it cannot do any more: prefill, fork, export,
@@ -193,6 +202,9 @@ void gpu_tls_off_free(gpu_engine *e, gpu_tls_kv *t)
     gpu_tls_mem_give(e, t->off_d, &t->off_lend);
     t->off_d = NULL;
     t->off = 0;
+    t->rc_slots = 0;
+    t->rc_t0 = NULL;
+    t->rc_r0 = NULL;
 }
 
 int gpu_tls_offload(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int n)
@@ -205,7 +217,11 @@ int gpu_tls_offload(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int n)
     if (np && !hp) return ACCEL_ERR_NOMEM; /* no host pool: it stays */
     const size_t row = (size_t)d.n_kv * kv->cap * d.hd; /* h16 of one layer's K */
     const size_t db = (2 * (size_t)split * row * sizeof(h16) + 255) / 256 * 256;
-    const size_t tb = (size_t)np * sizeof(int);
+    const size_t tb = ((size_t)np * sizeof(int) + 255) / 256 * 256;
+    /* the row cache: a slot per selected key of each sparse layer and KV head */
+    const int S = np && t->token_budget <= GPU_TLS_RC_MAX ? t->token_budget : 0;
+    const size_t rlh = (size_t)Ls * d.n_kv * S;
+    const size_t rcb = rlh * 2 * d.hd * sizeof(h16), rct = rlh * sizeof(int);
     int *pages = np ? (int *)malloc(tb) : NULL;
     if (np && !pages) return ACCEL_ERR_NOMEM;
     if (gpu_tls_hpool_take(hp, np, pages)) {
@@ -216,13 +232,18 @@ int gpu_tls_offload(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int n)
     gpu_lend dl;
     memset(&dl, 0, sizeof dl);
     /* the dense layers' memory and the table from the pool, while the sequence holds its blocks */
-    if (db + tb && gpu_tls_mem_take(e, db + tb, &dv, &dl)) {
+    if (db + tb + rcb + rct && gpu_tls_mem_take(e, db + tb + rcb + rct, &dv, &dl)) {
         gpu_tls_hpool_give(hp, np, pages);
         free(pages);
         return ACCEL_ERR_NOMEM;
     }
     int *tbl = (int *)((char *)dv + db);
-    if (np) GPU_CHECK(cudaMemcpyAsync(tbl, pages, tb, cudaMemcpyHostToDevice, e->compute));
+    if (np) GPU_CHECK(cudaMemcpyAsync(tbl, pages, (size_t)np * sizeof(int), cudaMemcpyHostToDevice, e->compute));
+    t->rc_slots = S;
+    t->rc_reset = 0;
+    t->rc_r0 = S ? (h16 *)((char *)dv + db + tb) : NULL;
+    t->rc_t0 = S ? (int *)((char *)dv + db + tb + rcb) : NULL;
+    if (S) GPU_CHECK(cudaMemsetAsync(t->rc_t0, 0xff, rct, e->compute)); /* every slot empty (-1) */
     t->off_pages = pages;
     t->off_np = np;
     t->off_d = dv;
@@ -256,9 +277,10 @@ int gpu_tls_offload(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int n)
     GPU_TRY(gpu_kv_truncate(e, kv, 0));
     t->valid = valid;
     t->off_want = 0;
-    unsigned long long c0 = 0;
-    if (t->mem) GPU_CHECK(cudaMemcpy(&c0, t->dev.cnt, sizeof c0, cudaMemcpyDeviceToHost));
-    t->cnt0_off = c0;
+    unsigned long long c0[5] = {0, 0, 0, 0, 0};
+    if (t->mem) GPU_CHECK(cudaMemcpy(c0, t->dev.cnt, sizeof c0, cudaMemcpyDeviceToHost));
+    t->cnt0_off = c0[0];
+    t->hit0_off = c0[4];
     return ACCEL_OK;
 }
 

@@ -6,10 +6,13 @@
  *               CTA whose chunk holds the last block), then level 1: the group's aggregated query
  *               [Q+ Q-] times [M; m] for every block (8 threads per block, sparse_tls.c's dot8)
  *   tls_select  grid (n_kv, T), 1024 threads: top block_budget blocks, the candidates of the kept
- *               blocks, level 2 scores from the labels, top token_budget tokens -> idx (ascending)
+ *               blocks, level 2 scores from the labels, top token_budget tokens -> idx (ascending);
+ *               for an offloaded row with a row cache (gpu/tls_off.cu), each listed key's slot
+ *               -> rslot: the slot holding its rows, else a slot whose key left the list
  *   tls_attend  grid (GPU_TLS_SPLITS, n_kv, T): exact attention of the group's heads over the
  *               listed keys (a dense row: cnt_idx = -n, keys 0 .. n-1), split-K, the last CTA of
- *               a (sequence, KV head) merges */
+ *               a (sequence, KV head) merges; a cached key's K / V from its slot, a key new to
+ *               the cache over PCIe, then into its slot (the same values either way) */
 #include "gpu/tls_dev.cuh"
 
 #define SEL_THREADS 1024
@@ -167,6 +170,71 @@ static __device__ int tls_compact(const unsigned char *flag, int n, int *out, in
     return tot;
 }
 
+/* ---------------------------------------------------------------- the row cache's slots */
+
+/* An offloaded row's row cache (gpu/tls.cuh), one (layer, KV head): ids[0 .. m) the new list
+ * (ascending, m <= t.rcs), already in idx (global; every thread calls this after writing its
+ * part). A listed key that a slot holds keeps that slot (rslot[j] = s); the others take, in list
+ * order, the slots (in slot order) that hold no listed key (rslot[j] = -1 - s, the table updated:
+ * the attention then reads its rows over PCIe and writes them there). Returns the keys held
+ * (every thread). ip: 3 x GPU_TLS_RC_MAX ints of shared memory, used: t.rcs bytes. */
+static __device__ int tls_rc_assign(const gpu_tls_dev &t, size_t lg, const int *idx, int m,
+                                    int *rslot, int *ip, unsigned char *used, int *tmp)
+{
+    const int nt = blockDim.x, tid = threadIdx.x, S = t.rcs;
+    int *tp = ip, *ids = ip + GPU_TLS_RC_MAX, *hs = ip + 2 * GPU_TLS_RC_MAX;
+    int *tbl = t.rct + lg * S;
+    __syncthreads(); /* idx and the shared arrays' last readers */
+    for (int s = tid; s < S; s += nt) {
+        tp[s] = tbl[s];
+        used[s] = 0;
+    }
+    for (int j = tid; j < m; j += nt) {
+        ids[j] = idx[j];
+        hs[j] = -1;
+    }
+    __syncthreads();
+    for (int s = tid; s < S; s += nt) {
+        const int q = tp[s];
+        if (q < 0) continue;
+        int lo = 0, hi = m;
+        while (lo < hi) {
+            const int mid = (lo + hi) >> 1;
+            if (ids[mid] < q) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < m && ids[lo] == q) {
+            hs[lo] = s; /* a position sits in one slot at most */
+            used[s] = 1;
+        }
+    }
+    __syncthreads();
+    /* the free slots, in slot order, into tp */
+    const int ps = (S + nt - 1) / nt, s0 = min(tid * ps, S), s1 = min(s0 + ps, S);
+    int f = 0;
+    for (int s = s0; s < s1; s++) f += !used[s];
+    int tot, at = tls_scan(f, tmp, &tot);
+    for (int s = s0; s < s1; s++)
+        if (!used[s]) tp[at++] = s;
+    __syncthreads();
+    /* the k-th key not held takes the k-th free slot (free >= S - held >= m - held) */
+    const int pj = (m + nt - 1) / nt, j0 = min(tid * pj, m), j1 = min(j0 + pj, m);
+    int miss = 0;
+    for (int j = j0; j < j1; j++) miss += hs[j] < 0;
+    at = tls_scan(miss, tmp, &tot);
+    for (int j = j0; j < j1; j++) {
+        int s = hs[j];
+        if (s < 0) {
+            s = tp[at++];
+            tbl[s] = ids[j];
+            rslot[j] = -1 - s;
+        } else {
+            rslot[j] = s;
+        }
+    }
+    return m - tot;
+}
+
 /* ---------------------------------------------------------------- both selections */
 
 #define SEL_KEPT_MAX (GPU_TLS_MAX_CAND / 16) /* kept blocks at the smallest block size */
@@ -278,7 +346,12 @@ __global__ void __launch_bounds__(SEL_THREADS) tls_select_k(gpu_tls_cfg c, int l
             if (fb[i]) idx[at++] = kept[i / bs] * bs + i % bs;
         m = tot;
     }
+    int held = 0;
+    if (t.rct && m <= t.rcs)
+        held = tls_rc_assign(t, lg, idx, m, c.rslot + ((size_t)b * c.n_kv + g) * GPU_TLS_RC_MAX,
+                             (int *)sc, fa, tmp);
     if (tid == 0) {
+        if (held) atomicAdd(&t.cnt[4], (unsigned long long)held);
         *cnt = m;
         atomicAdd(&t.cnt[0], (unsigned long long)m);
         atomicAdd(&t.cnt[1], (unsigned long long)n);
@@ -291,7 +364,8 @@ __global__ void __launch_bounds__(SEL_THREADS) tls_select_k(gpu_tls_cfg c, int l
 
 template <int GM>
 __global__ void __launch_bounds__(ATT_WARPS * 32) tls_attend_k(gpu_tls_cfg c, int layer, const h16 *q,
-                                                               const gpu_seq_dev *seqs, h16 *out)
+                                                               const gpu_seq_dev *seqs,
+                                                               const gpu_tls_dev *tls, h16 *out)
 {
     const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z, hd = c.hd;
     const int G = c.n_heads / c.n_kv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -309,6 +383,11 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) tls_attend_k(gpu_tls_cfg c, in
     const int per = (total + GPU_TLS_SPLITS - 1) / GPU_TLS_SPLITS;
     const int j0 = split * per, j1 = min(j0 + per, total);
     const gpu_seq_dev sq = seqs[b];
+    /* the row cache (tls_rc_assign ran for this list) */
+    const int *rct = tls[b].rct, rcs = tls[b].rcs;
+    const bool rc = !dense && rct && total <= rcs;
+    h16 *rrow = rc ? tls[b].rcr + ((size_t)layer * c.n_kv + g) * rcs * 2 * hd : nullptr;
+    const int *rs = c.rslot + ((size_t)b * c.n_kv + g) * GPU_TLS_RC_MAX;
     float m[GM], l[GM], acc[GM][4];
 #pragma unroll
     for (int h = 0; h < GM; h++) {
@@ -322,17 +401,38 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) tls_attend_k(gpu_tls_cfg c, in
     const int c4 = 4 * lane;
     const bool on = c4 < hd;
     for (int j = j0 + warp * TOK_UNROLL; j < j1; j += ATT_WARPS * TOK_UNROLL) {
-        int pj[TOK_UNROLL];
+        int pj[TOK_UNROLL], sl[TOK_UNROLL]; /* sl: the slot (rslot's code), 0 without a cache */
 #pragma unroll
-        for (int u = 0; u < TOK_UNROLL; u++) pj[u] = j + u < j1 ? (dense ? j + u : idx[j + u]) : -1;
+        for (int u = 0; u < TOK_UNROLL; u++) {
+            pj[u] = j + u < j1 ? (dense ? j + u : idx[j + u]) : -1;
+            sl[u] = rc && j + u < j1 ? rs[j + u] : -1 - (1 << 30);
+        }
+#pragma unroll
+        for (int u = 1; u < TOK_UNROLL; u++) /* past the end: u = 0's rows again, from its source */
+            if (pj[u] < 0) sl[u] = sl[0] >= 0 ? sl[0] : -1 - (1 << 30);
         uint2 kr[TOK_UNROLL], vr[TOK_UNROLL];
 #pragma unroll
         for (int u = 0; u < TOK_UNROLL; u++) {
             const int p = pj[u] < 0 ? pj[0] : pj[u];
-            const h16 *k = tls_krow(sq, sq.k, layer, c.n_kv, g, hd, p);
-            const h16 *v = tls_krow(sq, sq.v, layer, c.n_kv, g, hd, p);
+            const h16 *k, *v;
+            if (sl[u] >= 0) {
+                k = rrow + (size_t)sl[u] * 2 * hd;
+                v = k + hd;
+            } else {
+                k = tls_krow(sq, sq.k, layer, c.n_kv, g, hd, p);
+                v = tls_krow(sq, sq.v, layer, c.n_kv, g, hd, p);
+            }
             kr[u] = on ? *(const uint2 *)(k + c4) : make_uint2(0u, 0u);
             vr[u] = on ? *(const uint2 *)(v + c4) : make_uint2(0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < TOK_UNROLL; u++) {
+            /* a key new to the cache: its rows into the slot it was given */
+            if (sl[u] < 0 && sl[u] > -1 - (1 << 30) && on) {
+                h16 *d = rrow + (size_t)(-1 - sl[u]) * 2 * hd;
+                *(uint2 *)(d + c4) = kr[u];
+                *(uint2 *)(d + hd + c4) = vr[u];
+            }
         }
         float kx[TOK_UNROLL][4], vx[TOK_UNROLL][4];
 #pragma unroll
@@ -445,9 +545,9 @@ int gpu_tls_split_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, 
     GPU_LAUNCHED();
     const int G = c.n_heads / c.n_kv;
     const dim3 ag(GPU_TLS_SPLITS, c.n_kv, T);
-    if (G <= 4) tls_attend_k<4><<<ag, ATT_WARPS * 32, 0, s>>>(c, layer, q, seqs, out);
-    else if (G <= 8) tls_attend_k<8><<<ag, ATT_WARPS * 32, 0, s>>>(c, layer, q, seqs, out);
-    else tls_attend_k<16><<<ag, ATT_WARPS * 32, 0, s>>>(c, layer, q, seqs, out);
+    if (G <= 4) tls_attend_k<4><<<ag, ATT_WARPS * 32, 0, s>>>(c, layer, q, seqs, tls, out);
+    else if (G <= 8) tls_attend_k<8><<<ag, ATT_WARPS * 32, 0, s>>>(c, layer, q, seqs, tls, out);
+    else tls_attend_k<16><<<ag, ATT_WARPS * 32, 0, s>>>(c, layer, q, seqs, tls, out);
     GPU_LAUNCHED();
     return ACCEL_OK;
 }

@@ -75,8 +75,10 @@
  *                 holds with each row's summaries beside the offloaded rows' device memory, AsyncTLS
  *                 offloaded (sparse_tls_params.offload) at the most rows the host pool holds
  *                 (MemAvailable less --tls-host-margin GiB, default 12, pinned at open: gpu_tune
- *                 offload_pool_mb), and the last two together (--tls-offload-modes: a subset of
- *                 dense,pool_sparse,offloaded,mixed,pcie): median ms per step, tokens/s, the bytes
+ *                 offload_pool_mb), and the last two together (--tls-offload-modes: a list of
+ *                 dense,pool_sparse,offloaded,mixed, each with -direct (no row cache: every
+ *                 selected key over PCIe) and / or -vary (a new token every step), and pcie, run
+ *                 in the order given): median ms per step, tokens/s, the bytes
  *                 an offloaded row read over PCIe per step (its attended K/V rows and new rows)
  *                 against the whole-block and difference-only baselines (level-1 blocks kept /
  *                 newly kept). Rows fork one prefilled prompt (pool rows share its blocks)
@@ -465,7 +467,10 @@ static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int bud
     const double bb = (double)in.kv_block_bytes;
     const long sc = cap < 1.25 * ctx + 4096 ? cap : (long)(1.25 * ctx + 4096), snb = (sc + 63) / 64;
     const double summ = 256 + (double)L * n_kv * (snb * 2.0 * hd * 2 + sc * 8.0 + (snb + 31) / 32 * 4.0 + sc * 16.0);
-    const double summ_b = ceil(summ / bb) * bb, dense_b = ceil(Ld * row / bb) * bb;
+    /* an offloaded row's dense layers and its row cache (gpu/tls_off.cu: a slot of K and V rows
+     * and a position per selected key, sparse layer and KV head), one allocation */
+    const double rcache = budget <= 4096 ? (double)(L - Ld) * n_kv * budget * (4.0 * hd + 4) : 0;
+    const double summ_b = ceil(summ / bb) * bb, dense_b = ceil((Ld * row + rcache) / bb) * bb;
     const double dev_b = dense_b + summ_b;
     /* offloaded rows: what the host pool holds (whole pages of 128 positions: gpu/tls_off.cu) */
     const double host_b = (double)in.offload_per_token * (double)nblk * bt;
@@ -495,13 +500,24 @@ static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int bud
     sp.token_budget = budget, sp.block_budget = blocks;
     sparse_tls_params so = sp;
     so.offload = 1;
-    /* rows 0 .. Bo-1 offloaded (kept across the modes), then pool rows */
+    /* rows 0 .. Bo-1 offloaded (kept across the modes), then pool rows; the modes in the order
+     * given, each NAME[-direct][-vary]: -direct without the offloaded rows' row cache
+     * (TANDEM_TLS_ROWCACHE=0: every selected key's rows over PCIe), -vary a new token per row
+     * and step (else each row's one token throughout) */
     static const char *names[] = {"dense", "pool_sparse", "offloaded", "mixed"};
     const int lo[4] = {Bo, Bo, 0, 0}, n[4] = {Bd, Br0, Bo, Br + Bo};
     for (int b = 0; b < Bmax && !st; b++) st = accel_seq_fork(d, p0, ctx, cap, &seqs[b]);
-    for (int b = 0; b < Bmax; b++) tok[b] = ids[(b * 7 + 3) % ctx];
-    for (int mode = 0; mode < 4 && !st; mode++) {
-        if (n[mode] < 1 || lo[mode] + n[mode] > Bmax || !strstr(modes, names[mode])) continue;
+    for (const char *mp = modes; *mp && !st; mp += strcspn(mp, ","), mp += *mp == ',') {
+        char tk[64];
+        const size_t tl = strcspn(mp, ",");
+        snprintf(tk, sizeof tk, "%.*s", (int)(tl < 63 ? tl : 63), mp);
+        const int direct = strstr(tk, "-direct") != NULL, vary = strstr(tk, "-vary") != NULL;
+        tk[strcspn(tk, "-")] = 0;
+        int mode = 0;
+        while (mode < 4 && strcmp(tk, names[mode])) mode++;
+        if (mode == 4 || n[mode] < 1 || lo[mode] + n[mode] > Bmax) continue;
+        setenv("TANDEM_TLS_ROWCACHE", direct ? "0" : "1", 1);
+        for (int b = 0; b < Bmax; b++) tok[b] = ids[(b * 7 + 3) % ctx];
         accel_seq **rows = seqs + lo[mode];
         for (int b = 0; b < n[mode] && !st; b++) {
             st = accel_seq_truncate(d, rows[b], ctx);
@@ -514,6 +530,7 @@ static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int bud
         int off = 0;
         for (int k = 0; k < 2 && !st; k++) {
             for (int i = 0; i < steps && k && !st; i++) {
+                for (int b = 0; b < n[mode] && vary; b++) tok[b] = ids[(b * 7 + 3 + (i + 1) * 131) % ctx];
                 double a = now();
                 st = accel_decode(d, n[mode], rows, tok, lg);
                 t[i] = now() - a;
@@ -535,11 +552,16 @@ static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int bud
         const double wr = ss > 0 ? (double)(L - Ld) * n_kv * hd * 2 * 2 : 0;
         const double ms = median(t, steps) * 1e3;
         if (ss > 0) *new_blocks = (double)(s1[1].blocks_new - s0[1].blocks_new) / ss;
-        printf("{\"bench\":\"tls_offload\",\"mode\":\"%s\",\"context\":%d,\"batch\":%d,"
+        /* the selected keys' rows (budget per sparse layer and KV head past the budget) */
+        const double sel = (double)(L - Ld) * n_kv * (budget < ctx ? budget : ctx) * hd * 2 * 2;
+        printf("{\"bench\":\"tls_offload\",\"mode\":\"%s\",\"row_cache\":%d,\"vary\":%d,"
+               "\"context\":%d,\"batch\":%d,"
                "\"offloaded\":%d,\"token_budget\":%d,\"block_budget\":%d,\"ms_step\":%.3f,"
-               "\"tok_s\":%.1f,\"first_step_s\":%.2f,\"pcie_mb_per_offloaded_step\":%.3f,"
+               "\"tok_s\":%.1f,\"first_step_s\":%.2f,\"selected_mb\":%.3f,"
+               "\"pcie_mb_per_offloaded_step\":%.3f,"
                "\"pcie_gb_s\":%.2f,\"whole_block_mb\":%.2f,\"new_block_mb\":%.2f}\n",
-               names[mode], ctx, n[mode], off, budget, blocks, ms, n[mode] * 1e3 / ms, first,
+               names[mode], !direct, vary, ctx, n[mode], off, budget, blocks, ms, n[mode] * 1e3 / ms,
+               first, ss > 0 ? sel / 1e6 : 0,
                (rd + wr) / 1e6, off * (rd + wr) / (ms * 1e-3) / 1e9,
                ss > 0 ? (double)(s1[1].blocks_kept - s0[1].blocks_kept) * blk / ss / 1e6 : 0,
                ss > 0 ? (double)(s1[1].blocks_new - s0[1].blocks_new) * blk / ss / 1e6 : 0);

@@ -486,10 +486,57 @@ static void tls_offload_case(enum accel_gpu_half half)
         diff += memcmp(lx, ly, sizeof(float) * V * BR) != 0;
     }
     CHECK_MSG(diff == 0, "a batch with offloaded rows: %d of 20 steps differ", diff);
+    /* the row cache (gpu/tls_off.cu): the offloaded rows read over PCIe only the keys it did not
+     * hold, some of the ones they attended in their sparse layers */
+    int64_t bkeys = 0; /* a row's keys summed over the 20 steps (its dense layer reads them all) */
+    for (int t = 0; t < 20; t++) bkeys += N + t + 1;
+    int64_t held = 0, att = 0;
     for (int i = 1; i < BR; i += 3) {
         REQUIRE(accel_seq_decode_stats(d, bx[i], &a) == 0 && accel_seq_decode_stats(d, by[i], &b) == 0);
         CHECK(a.offloaded == 1 && b.offloaded == 0 && same_trace(&a, &b));
+        const int64_t sk = a.keys_read - (int64_t)Ld * n_kv * bkeys; /* attended, sparse layers */
+        CHECK_MSG(a.host_keys > 0 && a.host_keys < sk, "row %d: %lld keys over PCIe of %lld attended",
+                  i, (long long)a.host_keys, (long long)sk);
+        held += sk - a.host_keys, att += sk;
     }
+    /* a truncation (positions rewritten with other tokens: the cache empties), then steps
+     * without the cache (TANDEM_TLS_ROWCACHE=0: every attended key over PCIe), each still bit
+     * for bit as the pool rows */
+    for (int i = 0; i < BR; i++)
+        REQUIRE(accel_seq_truncate(d, bx[i], N + 10) == 0 && accel_seq_truncate(d, by[i], N + 10) == 0);
+    int64_t hk0[BR], rk0[BR];
+    for (int ph = 0; ph < 2; ph++) {
+        if (ph == 1) {
+            setenv("TANDEM_TLS_ROWCACHE", "0", 1);
+            for (int i = 1; i < BR; i += 3) {
+                REQUIRE(accel_seq_decode_stats(d, bx[i], &a) == 0);
+                hk0[i] = a.host_keys, rk0[i] = a.keys_read;
+            }
+        }
+        diff = 0;
+        for (int t = 0; t < 8; t++) {
+            int32_t bid[BR];
+            for (int i = 0; i < BR; i++) bid[i] = ids[N + (11 * i + 5 * t + 3 + ph * 40) % 200];
+            REQUIRE(accel_decode(d, BR, bx, bid, lx) == 0);
+            REQUIRE(accel_decode(d, BR, by, bid, ly) == 0);
+            diff += memcmp(lx, ly, sizeof(float) * V * BR) != 0;
+        }
+        CHECK_MSG(diff == 0, "%s: %d of 8 steps differ", ph ? "without the row cache" : "after a truncation", diff);
+    }
+    unsetenv("TANDEM_TLS_ROWCACHE");
+    int64_t dkeys = 0;
+    for (int t = 0; t < 8; t++) dkeys += N + 10 + 8 + t + 1;
+    for (int i = 1; i < BR; i += 3) {
+        REQUIRE(accel_seq_decode_stats(d, bx[i], &a) == 0);
+        CHECK_MSG(a.host_keys - hk0[i] == a.keys_read - rk0[i] - (int64_t)Ld * n_kv * dkeys,
+                  "row %d without the row cache: %lld keys over PCIe, %lld attended", i,
+                  (long long)(a.host_keys - hk0[i]),
+                  (long long)(a.keys_read - rk0[i] - (int64_t)Ld * n_kv * dkeys));
+    }
+    fprintf(stderr, "  tls offload (%s): 18 rows x 20 steps bit for bit; the row cache held %.1f%% of "
+            "the offloaded rows' %lld attended keys; after a truncation and without it, bit for bit\n",
+            half == ACCEL_GPU_HALF_F16 ? "fp16" : "bf16", att ? 100.0 * (double)held / (double)att : 0.0,
+            (long long)att);
     /* 3. a truncation into a block: its summaries rebuilt, the sparse layers' from host memory */
     const int len = accel_seq_len(d, off);
     REQUIRE(accel_seq_truncate(d, off, len - 37) == 0 && accel_seq_truncate(d, res, len - 37) == 0);
