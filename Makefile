@@ -51,6 +51,9 @@ endif
 ifeq ($(SAN),thread)
 CFLAGS   += -fsanitize=thread -fno-omit-frame-pointer -O1
 LDFLAGS  += -fsanitize=thread
+# libuv's descriptors closed where TSan sees it (san/tsan_close.c says why); linked first
+TSAN_OBJ := $(BUILD)/obj/san/tsan_close.o
+LDLIBS   := $(TSAN_OBJ) $(LDLIBS)
 endif
 
 # ---------------------------------------------------------------- sources
@@ -118,6 +121,10 @@ $(BUILD)/tandem-tests: $(TEST_OBJ) $(BUILD)/libtandem.a | $(BUILD)/libxrt_emu.so
 
 $(BUILD)/%: tools/%.c $(BUILD)/libtandem.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -rdynamic -o $@ $< $(BUILD)/libtandem.a $(LDLIBS)
+
+ifeq ($(SAN),thread)
+$(BUILD)/tandem $(BUILD)/tandem-tests $(BUILD)/libxrt_emu.so $(TOOLS): | $(TSAN_OBJ)
+endif
 
 # ---------------------------------------------------------------- CUDA backend (dlopen'ed plugin)
 # sm_90a (not plain sm_90): Hopper's wgmma, used by gpu/attn_prefill_sm90.cu; the compute_90 PTX
