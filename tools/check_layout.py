@@ -51,6 +51,7 @@ RULES = {
     "tests": (ANY, "unit and end-to-end tests"),
     "tools": (ANY, "model tools, benchmarks' programs, this check"),
     "bench": (ANY, "benchmarks"),
+    "san": ([], "sanitizer builds' shims (linked only into make SAN=thread)"),
 }
 
 # Link edges a room may take without including the definer: hooks a room declares for the
