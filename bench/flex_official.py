@@ -26,8 +26,10 @@ import types
 import torch
 
 
-def load_official():
-    path = os.environ.get("FLEX_OFFICIAL", ".gpuwork-flex/flex_prefill_attention.py")
+def load_official(path=None):
+    """The official module (path: FLEX_OFFICIAL's by default) and the shims it took; also used
+    by tools/sparse_official_flex.py."""
+    path = path or os.environ.get("FLEX_OFFICIAL", ".gpuwork-flex/flex_prefill_attention.py")
     if not os.path.exists(path) and os.path.exists(".gpuwork/flex_prefill_attention.py"):
         path = ".gpuwork/flex_prefill_attention.py"
     if not os.path.exists(path):

@@ -8,9 +8,9 @@ PyTorch, Triton and a CUDA GPU: the official code pools the keys with a Triton k
 OFFICIAL_FILE is bytedance/FlexPrefill@a24b27bf117f's flex_prefill/ops/flex_prefill_attention.py
 (not in this repository; fetch it and keep it in an ignored folder). Its get_active_blocks is
 called as flex_prefill_attention calls it (budgets in blocks: ceil(tokens / block_size), None ->
-1 token and 2147483647 tokens). Two imports the function does not use are shimmed where the
-package is missing: transformers.utils.is_flash_attn_2_available and einops.rearrange (the one
-pattern the module uses), as bench/flex_official.py does. The module keeps its causal mask in a
+1 token and 2147483647 tokens). It is loaded by bench/flex_official.py's load_official, which
+shims two imports the function does not use where the package is missing:
+transformers.utils.is_flash_attn_2_available and einops.rearrange (the one pattern it uses). The module keeps its causal mask in a
 global built by its first call; it is reset before each call (as a fresh process would have it),
 since a mask built for a smaller block size would not fit a larger one.
 
@@ -33,7 +33,6 @@ average pool over each block's true length (triton itself stubbed): only to chec
 a machine without a GPU. Files written that way say so in "device" and "shims"; the test data
 in tests/data/sparse/ is recorded on the GPU.
 """
-import importlib.util
 import json
 import math
 import os
@@ -42,6 +41,9 @@ import types
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from flex_official import load_official, torch_bnhd_avg_pool  # noqa: E402
 
 SOURCE = ("bytedance/FlexPrefill@a24b27bf117fd6ad4ba34b0db82c598e7786fd59 "
           "flex_prefill/ops/flex_prefill_attention.py get_active_blocks")
@@ -115,45 +117,10 @@ def make_qk(n, H, HK, D, seed, kind, dtype, interleave):
     return q, k
 
 
-def torch_bnhd_avg_pool(x, kernel_size, pool_type="avg"):
-    """--cpu only: per block mean over the block's true length, in x's dtype."""
-    assert pool_type == "avg"
-    b, n, h, d = x.shape
-    m = (n + kernel_size - 1) // kernel_size
-    pad = m * kernel_size - n
-    xf = torch.nn.functional.pad(x.float(), (0, 0, 0, 0, 0, pad)).view(b, m, kernel_size, h, d)
-    cnt = torch.full((m,), float(kernel_size), device=x.device)
-    cnt[-1] = kernel_size - pad
-    return (xf.sum(2) / cnt[None, :, None, None]).to(x.dtype)
-
-
-def load_official(path, cpu):
+def load(path, cpu):
+    """bench/flex_official.py's loader (its shims for transformers.utils and einops); --cpu stubs
+    triton first and swaps the Triton pooling for the torch average pool."""
     shims = []
-    try:
-        import transformers.utils
-        if not hasattr(transformers.utils, "is_flash_attn_2_available"):
-            transformers.utils.is_flash_attn_2_available = lambda: False
-            shims.append("transformers.utils.is_flash_attn_2_available")
-    except Exception:
-        t = types.ModuleType("transformers")
-        u = types.ModuleType("transformers.utils")
-        u.is_flash_attn_2_available = lambda: False
-        t.utils = u
-        sys.modules["transformers"], sys.modules["transformers.utils"] = t, u
-        shims.append("transformers.utils")
-    try:
-        import einops  # noqa: F401
-    except Exception:
-        e = types.ModuleType("einops")
-
-        def rearrange(x, pattern):
-            assert pattern == "b h g i j -> b (h g) i j", pattern
-            b, h, g, i, j = x.shape
-            return x.reshape(b, h * g, i, j)
-
-        e.rearrange = rearrange
-        sys.modules["einops"] = e
-        shims.append("einops")
     if cpu:
         tr = types.ModuleType("triton")
         tl = types.ModuleType("triton.language")
@@ -164,9 +131,8 @@ def load_official(path, cpu):
         tr.next_power_of_2 = lambda x: 1 << (x - 1).bit_length()
         sys.modules["triton"], sys.modules["triton.language"] = tr, tl
         shims.append("triton stubbed (--cpu)")
-    spec = importlib.util.spec_from_file_location("flex_official", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod, more = load_official(path)
+    shims += more
     if cpu:
         mod.triton_bnhd_pool = torch_bnhd_avg_pool
         shims.append("triton_bnhd_pool -> torch average pool (--cpu)")
@@ -180,7 +146,9 @@ def main():
         args = args[1:]
     if len(args) != 2:
         sys.exit(__doc__)
-    mod, shims = load_official(args[0], cpu)
+    if not os.path.exists(args[0]):
+        sys.exit(f"{args[0]}: not found")
+    mod, shims = load(args[0], cpu)
     dev = "cpu" if cpu else "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
