@@ -120,7 +120,10 @@ $(BUILD)/tandem-tests: $(TEST_OBJ) $(BUILD)/libtandem.a | $(BUILD)/libxrt_emu.so
 	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%: tools/%.c $(BUILD)/libtandem.a
-	$(CC) $(CFLAGS) $(LDFLAGS) -rdynamic -o $@ $< $(BUILD)/libtandem.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -rdynamic -o $@ $(filter %.c,$^) $(BUILD)/libtandem.a $(LDLIBS)
+
+# A tool too large for one file keeps its parts in tools/NAME/, linked beside tools/NAME.c.
+$(BUILD)/bench_gpu: $(wildcard tools/bench_gpu/*.c tools/bench_gpu/*.h)
 
 ifeq ($(SAN),thread)
 $(BUILD)/tandem $(BUILD)/tandem-tests $(BUILD)/libxrt_emu.so $(TOOLS): | $(TSAN_OBJ)

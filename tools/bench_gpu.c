@@ -91,6 +91,8 @@
 #include "model/ckpt/model.h"
 #include "model/ckpt/tls_channels.h"
 #include "sparse/tls.h"
+#include "tools/bench_gpu/common.h"
+#include "tools/bench_gpu/tls.h"
 #include <dlfcn.h>
 #include <limits.h>
 #include <math.h>
@@ -111,25 +113,6 @@ typedef struct export_stats {
     double copy_ms, compute_ms;
     int layers;
 } export_stats; /* = gpu_export_stats (gpu/gpu.h) */
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static int parse_list(const char *s, long *out, long lo, long hi)
 {
@@ -158,17 +141,6 @@ static int parse_flist(const char *s, double *out, double lo, double hi)
         if (*end && *end != ',') return -1;
     }
     return n;
-}
-
-static int32_t *make_ids(int n, int vocab, unsigned seed)
-{
-    int32_t *ids = malloc(sizeof(int32_t) * (n > 0 ? n : 1));
-    uint32_t x = 2463534242u ^ seed;
-    for (int i = 0; i < n; i++) {
-        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-        ids[i] = i == 0 ? 1 : (int32_t)(x % (uint32_t)vocab);
-    }
-    return ids;
 }
 
 static int32_t argmax(const float *x, int n)
@@ -219,9 +191,9 @@ static double prefill_once(accel_dev *d, const int32_t *ids, int P, float *lg, c
     }
     accel_prefill_req r = {.seq = s, .ids = ids, .n = P, .logits = lg, .kv = k, .sparse = sp,
                            .sparse_report = rep};
-    double t0 = now();
+    double t0 = bg_now();
     st = accel_prefill(d, &r);
-    double t = now() - t0;
+    double t = bg_now() - t0;
     accel_seq_free(d, s);
     if (st) {
         fprintf(stderr, "bench_gpu: prefill(%d): %s\n", P, accel_strerror(st));
@@ -243,7 +215,7 @@ static double prefill_planned(accel_dev *d, const int32_t *ids, int P, float *lg
     }
     const int end = sparse_plan(&sp->p, P);
     accel_sparse_report sum = {0};
-    double t0 = now();
+    double t0 = bg_now();
     for (int done = 0; done < P && !st;) {
         const int len = done < end ? sparse_chunk_len(&sp->p, end, done, P) : P - done;
         accel_sparse_report r = {0};
@@ -256,7 +228,7 @@ static double prefill_planned(accel_dev *d, const int32_t *ids, int P, float *lg
         sum.blocks_causal += done < end ? r.blocks_causal : 0;
         done += len;
     }
-    double t = now() - t0;
+    double t = bg_now() - t0;
     accel_seq_free(d, s);
     if (st) {
         fprintf(stderr, "bench_gpu: prefill(%d): %s\n", P, accel_strerror(st));
@@ -302,7 +274,7 @@ static double prefill_median_sp(accel_dev *d, const int32_t *ids, int P, float *
         }
         if ((t[r] = prefill_once(d, ids, P, lg, k, sp, rep)) < 0) return -1;
     }
-    return median(t, reps);
+    return bg_median(t, reps);
 }
 
 static double prefill_median(accel_dev *d, const int32_t *ids, int P, float *lg,
@@ -316,7 +288,7 @@ static double prefill_median(accel_dev *d, const int32_t *ids, int P, float *lg,
 static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, int am, double *ms_step)
 {
     accel_seq **seqs = calloc(B, sizeof *seqs);
-    int32_t *tok = malloc(sizeof(int32_t) * B), *ids = make_ids(ctx, vocab, 99);
+    int32_t *tok = malloc(sizeof(int32_t) * B), *ids = bg_make_ids(ctx, vocab, 99);
     /* the logits buffer as the daemon's scheduler takes it (page-locked on the GPU) */
     const size_t lbytes = sizeof(float) * (size_t)B * vocab;
     float *lg = pageable_logits ? malloc(lbytes) : accel_host_alloc(d, lbytes);
@@ -334,9 +306,9 @@ static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, int
     if (!st) st = am ? accel_decode_argmax(d, B, seqs, tok, lg, want, next) : accel_decode(d, B, seqs, tok, lg);
     for (int i = 0; i < steps && !st; i++) {
         for (int b = 0; b < B; b++) tok[b] = am ? next[b] : argmax(lg + (size_t)b * vocab, vocab);
-        double t0 = now();
+        double t0 = bg_now();
         st = am ? accel_decode_argmax(d, B, seqs, tok, lg, want, next) : accel_decode(d, B, seqs, tok, lg);
-        t[i] = now() - t0;
+        t[i] = bg_now() - t0;
         total += t[i];
         for (int b = 0; b < B && am && !st; b++)
             if (next[b] < 0) st = ACCEL_ERR_DEVICE; /* no finite logit: the model's fault */
@@ -345,7 +317,7 @@ static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, int
         fprintf(stderr, "bench_gpu: decode B=%d ctx=%d: %s\n", B, ctx, accel_strerror(st));
     } else {
         rate = (double)B * steps / total;
-        *ms_step = median(t, steps) * 1e3;
+        *ms_step = bg_median(t, steps) * 1e3;
     }
     for (int b = 0; b < B && seqs; b++)
         if (seqs[b]) accel_seq_free(d, seqs[b]);
@@ -355,248 +327,6 @@ static double decode_run(accel_dev *d, int vocab, int B, int ctx, int steps, int
     return rate;
 }
 
-/* --tls (see the top): one context, every batch of the list; 0 or -1. */
-static int tls_run(accel_dev *d, const model *m, int ctx, const long *batch, int nbatch, int steps,
-                   int budget, int blocks)
-{
-    const int V = m->cfg.vocab;
-    int32_t *ids = make_ids(ctx, V, 5);
-    int Bmax = 1;
-    for (int i = 0; i < nbatch; i++) Bmax = batch[i] > Bmax ? (int)batch[i] : Bmax;
-    float *lg = accel_host_alloc(d, sizeof(float) * (size_t)Bmax * V);
-    accel_seq *p0 = NULL, **seqs = calloc(Bmax, sizeof *seqs);
-    int32_t *tok = malloc(sizeof(int32_t) * Bmax);
-    double *t = malloc(sizeof(double) * steps);
-    const int cap = ctx + 2 * steps + 4;
-    int st = ids && lg && seqs && tok && t ? accel_seq_new(d, cap, &p0) : ACCEL_ERR_NOMEM;
-    double t0 = now();
-    accel_prefill_req r = {.seq = p0, .ids = ids, .n = ctx, .logits = lg};
-    if (!st) st = accel_prefill(d, &r);
-    const double pf = now() - t0;
-    sparse_tls_params sp;
-    sparse_tls_params_default(&sp);
-    sp.token_budget = budget;
-    sp.block_budget = blocks;
-    for (int bi = 0; bi < nbatch && !st; bi++) {
-        const int B = (int)batch[bi];
-        for (int b = 0; b < B && !st; b++) st = accel_seq_fork(d, p0, ctx, cap, &seqs[b]);
-        for (int b = 0; b < B; b++) tok[b] = ids[(b * 7 + 3) % ctx];
-        double ms[2] = {0, 0};
-        accel_decode_stats sum = {0};
-        for (int mode = 0; mode < 2 && !st; mode++) {
-            for (int b = 0; b < B && !st; b++) {
-                st = accel_seq_truncate(d, seqs[b], ctx);
-                if (!st) st = accel_seq_decode_sparse(d, seqs[b], mode ? &sp : NULL);
-            }
-            if (!st) st = accel_decode(d, B, seqs, tok, lg); /* graph capture, summaries */
-            for (int i = 0; i < steps && !st; i++) {
-                double a = now();
-                st = accel_decode(d, B, seqs, tok, lg);
-                t[i] = now() - a;
-            }
-            if (!st) ms[mode] = median(t, steps) * 1e3;
-        }
-        for (int b = 0; b < B && !st; b++) {
-            accel_decode_stats ds;
-            st = accel_seq_decode_stats(d, seqs[b], &ds);
-            sum.keys_read += ds.keys_read, sum.keys_total += ds.keys_total;
-            sum.blocks_new += ds.blocks_new, sum.blocks_kept += ds.blocks_kept;
-            sum.steps += ds.steps;
-        }
-        for (int b = 0; b < B; b++)
-            if (seqs[b]) accel_seq_free(d, seqs[b]), seqs[b] = NULL;
-        if (st) break;
-        /* one level-1 block of one layer and KV head: 64 positions of K and V, h16 */
-        const double blk = 64.0 * m->cfg.head_dim * 2 * 2;
-        const double per = sum.steps ? 1.0 / (double)sum.steps : 0; /* per sequence-step */
-        printf("{\"bench\":\"tls\",\"context\":%d,\"batch\":%d,\"token_budget\":%d,"
-               "\"block_budget\":%d,\"dense_ms\":%.3f,\"sparse_ms\":%.3f,\"speedup\":%.3f,"
-               "\"dense_tok_s\":%.1f,\"sparse_tok_s\":%.1f,\"kv_read_frac\":%.4f,"
-               "\"blocks_new_per_seq_step\":%.1f,\"blocks_kept_per_seq_step\":%.1f,"
-               "\"offload_mb_per_seq_step\":%.2f,\"whole_block_mb_per_seq_step\":%.2f,"
-               "\"prefill_s\":%.2f}\n",
-               ctx, B, budget, blocks, ms[0], ms[1], ms[1] > 0 ? ms[0] / ms[1] : 0,
-               ms[0] > 0 ? B * 1e3 / ms[0] : 0, ms[1] > 0 ? B * 1e3 / ms[1] : 0,
-               sum.keys_total ? (double)sum.keys_read / (double)sum.keys_total : 0,
-               sum.blocks_new * per, sum.blocks_kept * per, sum.blocks_new * per * blk / 1e6,
-               sum.blocks_kept * per * blk / 1e6, pf);
-        fflush(stdout);
-    }
-    if (st) fprintf(stderr, "bench_gpu: tls ctx=%d: %s\n", ctx, accel_strerror(st));
-    if (p0) accel_seq_free(d, p0);
-    if (lg) accel_host_free(d, lg);
-    free(ids), free(seqs), free(tok), free(t);
-    return st ? -1 : 0;
-}
-
-/* MemAvailable in kB, or what a memory cgroup's limit (v2, else v1) leaves when lower. */
-static long host_avail_kb(void)
-{
-    static const char *f[5] = {"/proc/meminfo", "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current",
-                               "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                               "/sys/fs/cgroup/memory/memory.usage_in_bytes"};
-    long kb = 0;
-    double v[5] = {0, 0, 0, 0, 0};
-    char line[256];
-    for (int i = 0; i < 5; i++) {
-        FILE *g = fopen(f[i], "r");
-        while (i == 0 && g && fgets(line, sizeof line, g) && sscanf(line, "MemAvailable: %ld kB", &kb) != 1) {}
-        if (i && g && fscanf(g, "%lf", &v[i]) != 1) v[i] = 0;
-        if (g) fclose(g);
-    }
-    for (int i = 1; i < 5; i += 2)
-        if (v[i] > 0 && v[i] < 1e15 && (v[i] - v[i + 1]) / 1024 < kb) kb = (long)((v[i] - v[i + 1]) / 1024);
-    return kb;
-}
-
-/* --tls-offload (see the top): 0 or -1. dense_blocks: the pool of the device without channels. */
-static int tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int budget, int blocks,
-                       long dense_blocks, const char *modes, double *new_blocks)
-{
-    const model_config *c = &m->cfg;
-    const int V = c->vocab, Ld = 2, L = c->n_layers, hd = c->head_dim, n_kv = c->n_kv_heads;
-    accel_info in;
-    accel_get_info(d, &in);
-    const int cap = ctx + 2 * steps + 4, bt = in.kv_block_tokens > 0 ? in.kv_block_tokens : 128;
-    const long nblk = (cap + bt - 1) / bt;
-    const double row = 2.0 * n_kv * (double)cap * hd * 2; /* K+V of one layer, h16 */
-    /* summaries for min(cap, 1.25 x the length + 4096) positions in the GPU's layout
-     * (gpu_tls_seq_bytes: per layer and KV head a block's max and min in h16, a label's float2
-     * and r / 2 code bytes per position, a bit per block), lent by the pool in whole blocks
-     * (gpu_tls_mem_take) as the offloaded rows' dense layers are */
-    const double bb = (double)in.kv_block_bytes;
-    const long sc = cap < 1.25 * ctx + 4096 ? cap : (long)(1.25 * ctx + 4096), snb = (sc + 63) / 64;
-    const double summ = 256 + (double)L * n_kv * (snb * 2.0 * hd * 2 + sc * 8.0 + (snb + 31) / 32 * 4.0 + sc * 16.0);
-    /* an offloaded row's dense layers and its row cache (gpu/tls_off.cu: a slot of K and V rows
-     * and a position per selected key, sparse layer and KV head), one allocation */
-    const double rcache = budget <= 4096 ? (double)(L - Ld) * n_kv * budget * (4.0 * hd + 4) : 0;
-    const double summ_b = ceil(summ / bb) * bb, dense_b = ceil((Ld * row + rcache) / bb) * bb;
-    const double dev_b = dense_b + summ_b;
-    /* offloaded rows: what the host pool holds (whole pages of 128 positions: gpu/tls_off.cu) */
-    const double host_b = (double)in.offload_per_token * (double)nblk * bt;
-    int Bd = (int)(dense_blocks / nblk), Bo = host_b > 0 ? (int)((double)in.offload_bytes / host_b) : 0;
-    Bo = Bo < 0 ? 0 : Bo > 64 ? 64 : Bo;
-    /* pool rows: alone, and beside the offloaded rows */
-    const double pool = (double)in.kv_blocks_total * bb, per = (double)nblk * bb + summ_b;
-    int Br0 = (int)(pool / per), Br = pool > Bo * dev_b ? (int)((pool - Bo * dev_b) / per) : 0;
-    Bd = Bd > 128 ? 128 : Bd, Br = Br > 128 ? 128 : Br, Br0 = Br0 > 128 ? 128 : Br0;
-    printf("{\"bench\":\"tls_offload_plan\",\"context\":%d,\"capacity\":%d,\"seq_gb\":%.2f,"
-           "\"dense_pool_blocks\":%ld,\"tls_pool_blocks\":%d,\"host_pool_gb\":%.1f,"
-           "\"host_gb_per_offloaded\":%.2f,\"device_gb_per_offloaded\":%.2f,\"dense_batch\":%d,"
-           "\"pool_sparse_batch\":%d,\"pool_beside_offloaded\":%d,\"offloaded_batch\":%d}\n",
-           ctx, cap, nblk * bb / 1e9, dense_blocks, in.kv_blocks_total, in.offload_bytes / 1e9, host_b / 1e9,
-           dev_b / 1e9, Bd, Br0, Br, Bo);
-    fflush(stdout);
-    const int Bmax = Bo + (Bd > Br0 ? Bd : Br0);
-    int32_t *ids = make_ids(ctx, V, 5), *tok = malloc(sizeof(int32_t) * (Bmax + 1));
-    float *lg = accel_host_alloc(d, sizeof(float) * (size_t)(Bmax + 1) * V);
-    accel_seq *p0 = NULL, **seqs = calloc(Bmax + 1, sizeof *seqs);
-    double *t = malloc(sizeof(double) * steps);
-    int st = ids && tok && lg && seqs && t && Bmax > 0 ? accel_seq_new(d, cap, &p0) : ACCEL_ERR_NOMEM;
-    accel_prefill_req r = {.seq = p0, .ids = ids, .n = ctx, .logits = lg};
-    if (!st) st = accel_prefill(d, &r);
-    sparse_tls_params sp;
-    sparse_tls_params_default(&sp);
-    sp.token_budget = budget, sp.block_budget = blocks;
-    sparse_tls_params so = sp;
-    so.offload = 1;
-    /* rows 0 .. Bo-1 offloaded (kept across the modes), then pool rows; the modes in the order
-     * given, each NAME[-direct][-vary]: -direct without the offloaded rows' row cache
-     * (TANDEM_TLS_ROWCACHE=0: every selected key's rows over PCIe), -vary a new token per row
-     * and step (else each row's one token throughout) */
-    static const char *names[] = {"dense", "pool_sparse", "offloaded", "mixed"};
-    const int lo[4] = {Bo, Bo, 0, 0}, n[4] = {Bd, Br0, Bo, Br + Bo};
-    for (int b = 0; b < Bmax && !st; b++) st = accel_seq_fork(d, p0, ctx, cap, &seqs[b]);
-    for (const char *mp = modes; *mp && !st; mp += strcspn(mp, ","), mp += *mp == ',') {
-        char tk[64];
-        const size_t tl = strcspn(mp, ",");
-        snprintf(tk, sizeof tk, "%.*s", (int)(tl < 63 ? tl : 63), mp);
-        const int direct = strstr(tk, "-direct") != NULL, vary = strstr(tk, "-vary") != NULL;
-        tk[strcspn(tk, "-")] = 0;
-        int mode = 0;
-        while (mode < 4 && strcmp(tk, names[mode])) mode++;
-        if (mode == 4 || n[mode] < 1 || lo[mode] + n[mode] > Bmax) continue;
-        setenv("TANDEM_TLS_ROWCACHE", direct ? "0" : "1", 1);
-        for (int b = 0; b < Bmax; b++) tok[b] = ids[(b * 7 + 3) % ctx];
-        accel_seq **rows = seqs + lo[mode];
-        for (int b = 0; b < n[mode] && !st; b++) {
-            st = accel_seq_truncate(d, rows[b], ctx);
-            if (!st) st = accel_seq_decode_sparse(d, rows[b], mode == 0 ? NULL : lo[mode] + b < Bo ? &so : &sp);
-        }
-        double t0 = now();
-        if (!st) st = accel_decode(d, n[mode], rows, tok, lg); /* graph, summaries, the offload */
-        const double first = now() - t0;
-        accel_decode_stats s[2][2] = {{{0}}}; /* [before, after the timed steps][pool, offloaded] */
-        int off = 0;
-        for (int k = 0; k < 2 && !st; k++) {
-            for (int i = 0; i < steps && k && !st; i++) {
-                for (int b = 0; b < n[mode] && vary; b++) tok[b] = ids[(b * 7 + 3 + (i + 1) * 131) % ctx];
-                double a = now();
-                st = accel_decode(d, n[mode], rows, tok, lg);
-                t[i] = now() - a;
-            }
-            for (int b = 0; b < n[mode] && !st; b++) {
-                accel_decode_stats ds, *o;
-                st = accel_seq_decode_stats(d, rows[b], &ds);
-                o = &s[k][ds.offloaded != 0], off += k && ds.offloaded;
-                o->host_keys += ds.host_keys, o->steps += ds.steps, o->blocks_new += ds.blocks_new;
-                o->blocks_kept += ds.blocks_kept;
-            }
-        }
-        if (st) break;
-        const accel_decode_stats *s0 = s[0], *s1 = s[1];
-        /* per offloaded row-step over the timed steps: K and V rows read (h16), its new K/V
-         * rows of the sparse layers written; one level-1 block: 64 positions of K and V */
-        const double ss = (double)(s1[1].steps - s0[1].steps), blk = 64.0 * hd * 2 * 2;
-        const double rd = ss > 0 ? (double)(s1[1].host_keys - s0[1].host_keys) * hd * 2 * 2 / ss : 0;
-        const double wr = ss > 0 ? (double)(L - Ld) * n_kv * hd * 2 * 2 : 0;
-        const double ms = median(t, steps) * 1e3;
-        if (ss > 0) *new_blocks = (double)(s1[1].blocks_new - s0[1].blocks_new) / ss;
-        /* the selected keys' rows (budget per sparse layer and KV head past the budget) */
-        const double sel = (double)(L - Ld) * n_kv * (budget < ctx ? budget : ctx) * hd * 2 * 2;
-        printf("{\"bench\":\"tls_offload\",\"mode\":\"%s\",\"row_cache\":%d,\"vary\":%d,"
-               "\"context\":%d,\"batch\":%d,"
-               "\"offloaded\":%d,\"token_budget\":%d,\"block_budget\":%d,\"ms_step\":%.3f,"
-               "\"tok_s\":%.1f,\"first_step_s\":%.2f,\"selected_mb\":%.3f,"
-               "\"pcie_mb_per_offloaded_step\":%.3f,"
-               "\"pcie_gb_s\":%.2f,\"whole_block_mb\":%.2f,\"new_block_mb\":%.2f}\n",
-               names[mode], !direct, vary, ctx, n[mode], off, budget, blocks, ms, n[mode] * 1e3 / ms,
-               first, ss > 0 ? sel / 1e6 : 0,
-               (rd + wr) / 1e6, off * (rd + wr) / (ms * 1e-3) / 1e9,
-               ss > 0 ? (double)(s1[1].blocks_kept - s0[1].blocks_kept) * blk / ss / 1e6 : 0,
-               ss > 0 ? (double)(s1[1].blocks_new - s0[1].blocks_new) * blk / ss / 1e6 : 0);
-        fflush(stdout);
-    }
-    if (st) fprintf(stderr, "bench_gpu: tls offload ctx=%d: %s\n", ctx, accel_strerror(st));
-    for (int b = 0; b < Bmax && seqs; b++)
-        if (seqs[b]) accel_seq_free(d, seqs[b]);
-    if (p0) accel_seq_free(d, p0);
-    if (lg) accel_host_free(d, lg);
-    free(ids), free(seqs), free(tok), free(t);
-    return st ? -1 : 0;
-}
-
-/* A channel file for the benchmark (evenly spread channels; the work does not depend on them). */
-static int tls_channels(const model *m, char *path, size_t n)
-{
-    const model_config *c = &m->cfg;
-    model_channels mc = {.n_layers = c->n_layers, .n_kv_heads = c->n_kv_heads,
-                         .head_dim = c->head_dim, .r = c->head_dim >= 32 ? 32 : c->head_dim / 2 * 2,
-                         .calib_tokens = 0};
-    mc.idx = malloc(sizeof(uint16_t) * mc.n_layers * mc.n_kv_heads * mc.r);
-    if (!mc.idx) return -1;
-    for (int i = 0; i < mc.n_layers * mc.n_kv_heads; i++)
-        for (int j = 0; j < mc.r; j++) mc.idx[i * mc.r + j] = (uint16_t)(j * (c->head_dim / mc.r));
-    const char *tmp = getenv("TMPDIR");
-    snprintf(path, n, "%s/bench_gpu-channels-%d.bin", tmp && *tmp ? tmp : "/tmp", (int)getpid());
-    char err[256];
-    int st = model_channels_save(path, &mc, err, sizeof err);
-    if (st) fprintf(stderr, "bench_gpu: %s\n", err);
-    free(mc.idx);
-    return st;
-}
-
-/* --prefix P:C (see the top): cold, cached and host-tier TTFT in seconds; 0 or -1. */
 static int prefix_run(accel_dev *d, int vocab, int P, int C, int reps, double *cold,
                       double *hit, double *host)
 {
@@ -609,7 +339,7 @@ static int prefix_run(accel_dev *d, int vocab, int P, int C, int reps, double *c
         return -1;
     }
     const int nblk = C / B;
-    int32_t *ids = make_ids(P, vocab, 5);
+    int32_t *ids = bg_make_ids(P, vocab, 5);
     float *lg = malloc(sizeof(float) * vocab);
     /* the host tier's layout: one page-locked buffer per cached prefix (sched_pcache.c) */
     unsigned char *hb = accel_host_alloc(d, (size_t)nblk * in.kv_block_bytes);
@@ -624,32 +354,32 @@ static int prefix_run(accel_dev *d, int vocab, int P, int C, int reps, double *c
         st = accel_kv_block_save(d, holder, i, hb + (size_t)i * in.kv_block_bytes);
     if (!st) st = accel_seq_hold(d, holder);
     for (int r = -1; r < reps && !st; r++) { /* r = -1: warm-up */
-        double t0 = now();
+        double t0 = bg_now();
         st = accel_seq_new(d, P, &s);
         accel_prefill_req rc = {.seq = s, .ids = ids, .n = P, .logits = lg};
         if (!st) st = accel_prefill(d, &rc);
-        double t1 = now();
+        double t1 = bg_now();
         if (s) accel_seq_free(d, s);
         s = NULL;
         if (!st) st = accel_seq_fork(d, holder, C, P, &s);
         accel_prefill_req rh = {.seq = s, .ids = ids + C, .n = P - C, .logits = lg};
         if (!st) st = accel_prefill(d, &rh);
-        double t2 = now();
+        double t2 = bg_now();
         if (s) accel_seq_free(d, s);
         s = NULL;
-        double t3 = now();
+        double t3 = bg_now();
         if (!st) st = accel_seq_new(d, P, &s);
         for (int i = 0; i < nblk && !st; i++)
             st = accel_kv_block_load(d, s, hb + (size_t)i * in.kv_block_bytes);
         accel_prefill_req rt = {.seq = s, .ids = ids + C, .n = P - C, .logits = lg};
         if (!st) st = accel_prefill(d, &rt);
-        double t4 = now();
+        double t4 = bg_now();
         if (s) accel_seq_free(d, s);
         s = NULL;
         if (r >= 0) tc[r] = t1 - t0, th[r] = t2 - t1, tt[r] = t4 - t3;
     }
     if (st) fprintf(stderr, "bench_gpu: prefix %d:%d: %s\n", P, C, accel_strerror(st));
-    else *cold = median(tc, reps), *hit = median(th, reps), *host = median(tt, reps);
+    else *cold = bg_median(tc, reps), *hit = bg_median(th, reps), *host = bg_median(tt, reps);
     if (holder) accel_seq_free(d, holder);
     accel_host_free(d, hb);
     free(ids), free(lg);
@@ -784,7 +514,7 @@ int main(int argc, char **argv)
         return 2;
     }
     char err[1024];
-    double t0 = now();
+    double t0 = bg_now();
     model *m = model_load(dir, err, sizeof err);
     if (!m) {
         fprintf(stderr, "bench_gpu: %s\n", err);
@@ -806,12 +536,12 @@ int main(int argc, char **argv)
     }
     if (ntls || tls_off) {
         if (tls_chan) snprintf(chan_path, sizeof chan_path, "%s", tls_chan);
-        else if (tls_channels(m, chan_path, sizeof chan_path)) return 1;
+        else if (bg_tls_channels(m, chan_path, sizeof chan_path)) return 1;
         o.sparse_channels = chan_path;
     }
     char tune[512]; /* --tls-offload: the host pool (MemAvailable less the margin), pinned at open */
     const char *env = getenv("TANDEM_GPU_TUNE");
-    const long pool_mb = tls_off ? host_avail_kb() / 1024 - (long)(host_margin * 1024) : 0;
+    const long pool_mb = tls_off ? bg_host_avail_kb() / 1024 - (long)(host_margin * 1024) : 0;
     snprintf(tune, sizeof tune, "%s%soffload_pool_mb=%ld", env ? env : "", env && *env ? "," : "", pool_mb > 0 ? pool_mb : 0);
     if (tls_off) o.gpu_tune = tune, o.decode_sparse = "asynctls,offload=1"; /* it reports the pool */
     accel_dev *d = devices_open(device, m, &o, err, sizeof err);
@@ -829,7 +559,7 @@ int main(int argc, char **argv)
     accel_get_info(d, &info);
     printf("{\"bench\":\"open\",\"device\":\"%s\",\"desc\":\"%s\",\"load_s\":%.2f,"
            "\"kv_budget_gb\":%.2f,\"kv_bytes_per_token\":%llu}\n", info.name, info.desc,
-           now() - t0, info.mem_total / 1e9, (unsigned long long)info.kv_bytes_per_token);
+           bg_now() - t0, info.mem_total / 1e9, (unsigned long long)info.kv_bytes_per_token);
     fflush(stdout);
     int V = m->cfg.vocab;
     float *lg = malloc(sizeof(float) * V);
@@ -842,7 +572,7 @@ int main(int argc, char **argv)
     uint64_t (*sp_bytes)(accel_dev *, int, int) =
         h ? (uint64_t (*)(accel_dev *, int, int))dlsym(h, "gpu_accel_sparse_bytes") : NULL;
     for (int i = 0; i < np; i++) {
-        int32_t *ids = make_ids((int)prefill[i], V, 1);
+        int32_t *ids = bg_make_ids((int)prefill[i], V, 1);
         double t = 0;
         if (!sparse_only) {
             t = prefill_median_sp(d, ids, (int)prefill[i], lg, NULL, (int)reps, !warm_once || i == 0,
@@ -890,7 +620,7 @@ int main(int argc, char **argv)
             if ((!warm_once || i == 0) && prefill_planned(d, ids, P, lg, &sp, &rep) < 0) return 1;
             for (int r = 0; r < nr; r++)
                 if ((tt[r] = prefill_planned(d, ids, P, lg, &sp, &rep)) < 0) return 1;
-            const double ts = median(tt, nr);
+            const double ts = bg_median(tt, nr);
             double extra = sp_bytes && smode == SPARSE_MODE_FLEX ? sp_bytes(d, P, 0) / 1e9 : 0;
             printf("{\"bench\":\"prefill_sparse\",\"mode\":\"%s\",\"tokens\":%d,%s,"
                    "\"ttft_ms\":%.2f,\"dense_ttft_ms\":%.2f,"
@@ -943,12 +673,12 @@ int main(int argc, char **argv)
             printf("]}\n");
             fflush(stdout);
         }
-        if (tls_run(d, m, (int)tls_ctx[i], tls_batch, ntls_b, (int)steps, (int)tls_budget,
+        if (bg_tls_run(d, m, (int)tls_ctx[i], tls_batch, ntls_b, (int)steps, (int)tls_budget,
                     (int)tls_blocks))
             return 1;
     }
     double new_blocks = 0;
-    if (tls_off && tls_off_run(d, m, (int)tls_off, (int)steps, (int)tls_budget, (int)tls_blocks,
+    if (tls_off && bg_tls_off_run(d, m, (int)tls_off, (int)steps, (int)tls_budget, (int)tls_blocks,
                                dense_blocks, off_modes, &new_blocks))
         return 1;
     int (*pcie)(int, int, int, int, double *) =
@@ -979,7 +709,7 @@ int main(int argc, char **argv)
         }
     for (int i = 0; i < ne; i++) {
         int P = (int)exp_[i];
-        int32_t *ids = make_ids(P, V, 2);
+        int32_t *ids = bg_make_ids(P, V, 2);
         sink_ctx sc = {NULL, 0, 0};
         accel_kv_sink sink = {sink_layer, &sc};
         double plain = prefill_median(d, ids, P, lg, NULL, (int)reps);
