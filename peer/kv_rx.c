@@ -1,9 +1,9 @@
 /* peer/kv_rx.c — see kv_rx.h.
  *
- * A ring of PEER_KV_RX_SLOTS buffers, filled by the node's thread in order and applied by the
- * kv_rx thread in the same order; a slot is free again once applied. Results wait in a second
- * ring (RES_CAP) until the node's thread takes them: it takes them before it asks for the next
- * buffer, so at most a few are ever there.
+ * PEER_KV_RX_SLOTS buffers, each FREE, TAKEN (the node's thread receives into it) or QUEUED
+ * (pushed: in the FIFO the kv_rx thread applies in order); a slot is free again once applied or
+ * put back. Results wait in a ring (RES_CAP) until the node's thread takes them: it takes them
+ * before it takes the next slot, so at most a few are ever there.
  *
  * Polling (peer_link_set_poll_us): both hand-offs spin before they sleep — the kv_rx thread, for
  * the window after its last chunk, on `queued` before its condition variable; the node's thread,
@@ -18,9 +18,12 @@
 
 #define RES_CAP 64
 
+enum { SLOT_FREE, SLOT_TAKEN, SLOT_QUEUED };
+
 typedef struct kv_slot {
     uint8_t *buf;
     size_t cap;
+    int state; /* under mu; a TAKEN slot's buffer is the node's thread's alone */
     void *owner;
     peer_kv k;
 } kv_slot;
@@ -35,9 +38,11 @@ struct peer_kv_rx {
     pthread_cond_t cv_work; /* a chunk was pushed, or stop */
     pthread_cond_t cv_free; /* a chunk was applied */
     kv_slot slot[PEER_KV_RX_SLOTS];
-    int fill;     /* the slot the next buffer is (node's thread) */
-    int next;     /* the oldest pushed, not yet applied slot (kv_rx thread) */
+    int fifo[PEER_KV_RX_SLOTS]; /* pushed slots, in push order */
+    int f_head;
     _Atomic int queued; /* pushed, not yet applied (changed under mu; read without it to spin) */
+    int taken;          /* slots the node's thread holds (node's thread) */
+    int want;           /* a take found none free: wake the node's thread when one is */
     struct {
         void *owner;
         int status;
@@ -72,7 +77,8 @@ static void *rx_main(void *arg)
         }
         while (!rx->queued && !rx->stop) pthread_cond_wait(&rx->cv_work, &rx->mu);
         if (!rx->queued) break; /* stopping, nothing left */
-        kv_slot *s = &rx->slot[rx->next];
+        int i = rx->fifo[rx->f_head];
+        kv_slot *s = &rx->slot[i];
         pthread_mutex_unlock(&rx->mu);
         int st = rx->apply(rx->ctx, s->owner, &s->k);
         pthread_mutex_lock(&rx->mu);
@@ -80,12 +86,15 @@ static void *rx_main(void *arg)
         rx->res[at].owner = s->owner;
         rx->res[at].status = st;
         rx->r_n++;
-        rx->next = (rx->next + 1) % PEER_KV_RX_SLOTS;
+        s->state = SLOT_FREE;
+        rx->f_head = (rx->f_head + 1) % PEER_KV_RX_SLOTS;
         rx->queued--;
         pthread_cond_broadcast(&rx->cv_free);
         /* the node's thread is woken when the pipeline ran dry (it may be asleep on the network
-         * with answers to send); while chunks are queued it comes back here on its own */
-        if (rx->wake && !rx->queued) {
+         * with answers to send) or a take found no slot (an announcement waits for this one);
+         * else while chunks are queued it comes back here on its own */
+        if (rx->wake && (!rx->queued || rx->want)) {
+            rx->want = 0;
             pthread_mutex_unlock(&rx->mu);
             rx->wake(rx->wake_ctx);
             pthread_mutex_lock(&rx->mu);
@@ -134,30 +143,67 @@ void peer_kv_rx_free(peer_kv_rx *rx)
     free(rx);
 }
 
-uint8_t *peer_kv_rx_buffer(peer_kv_rx *rx, size_t n)
+int peer_kv_rx_take(peer_kv_rx *rx, size_t n, int wait, uint8_t **buf)
 {
-    if (atomic_load(&rx->queued) == PEER_KV_RX_SLOTS) spin_while(&rx->queued, PEER_KV_RX_SLOTS, NULL);
+    *buf = NULL;
     pthread_mutex_lock(&rx->mu);
-    /* the slot to fill is free once fewer than all are pushed (slots are applied in order) */
-    while (rx->queued == PEER_KV_RX_SLOTS) pthread_cond_wait(&rx->cv_free, &rx->mu);
-    int full = rx->r_n + rx->queued >= RES_CAP; /* results not taken: the caller's bug */
+    int i;
+    for (;;) {
+        for (i = 0; i < PEER_KV_RX_SLOTS && rx->slot[i].state != SLOT_FREE; i++) {
+        }
+        /* none free: only an applied chunk frees one (a slot this thread holds would never) */
+        if (i < PEER_KV_RX_SLOTS || !wait || !rx->queued) break;
+        if (peer_link_poll_us()) {
+            int q = rx->queued;
+            pthread_mutex_unlock(&rx->mu);
+            spin_while(&rx->queued, q, NULL);
+            pthread_mutex_lock(&rx->mu);
+            if (rx->queued != q) continue;
+        }
+        pthread_cond_wait(&rx->cv_free, &rx->mu);
+    }
+    int full = rx->r_n + rx->queued + rx->taken >= RES_CAP; /* results not taken: the caller's bug */
+    if (i < PEER_KV_RX_SLOTS && !full) {
+        rx->slot[i].state = SLOT_TAKEN;
+        rx->taken++;
+    }
+    if (i == PEER_KV_RX_SLOTS) rx->want = 1;
     pthread_mutex_unlock(&rx->mu);
-    if (full) return NULL;
-    kv_slot *s = &rx->slot[rx->fill]; /* not the kv_rx thread's until pushed */
+    if (i == PEER_KV_RX_SLOTS) return PEER_KV_RX_BUSY;
+    if (full) return PEER_ERR_NOMEM;
+    kv_slot *s = &rx->slot[i]; /* not the kv_rx thread's while taken */
     if (n > s->cap) {
         free(s->buf); /* its bytes are not needed: grown without a copy */
+        s->cap = 0;
         s->buf = peer_bulk_alloc(n, &s->cap);
+        if (!s->buf) {
+            peer_kv_rx_put_back(rx, i);
+            return PEER_ERR_NOMEM;
+        }
     }
-    return s->buf;
+    *buf = s->buf;
+    return i;
 }
 
-void peer_kv_rx_push(peer_kv_rx *rx, void *owner, const peer_kv *k)
+void peer_kv_rx_put_back(peer_kv_rx *rx, int slot)
 {
-    kv_slot *s = &rx->slot[rx->fill];
+    pthread_mutex_lock(&rx->mu);
+    if (rx->slot[slot].state == SLOT_TAKEN) {
+        rx->taken--;
+        rx->slot[slot].state = SLOT_FREE;
+    }
+    pthread_mutex_unlock(&rx->mu);
+}
+
+void peer_kv_rx_push(peer_kv_rx *rx, int slot, void *owner, const peer_kv *k)
+{
+    kv_slot *s = &rx->slot[slot];
     s->owner = owner;
     s->k = *k;
     pthread_mutex_lock(&rx->mu);
-    rx->fill = (rx->fill + 1) % PEER_KV_RX_SLOTS;
+    s->state = SLOT_QUEUED;
+    rx->taken--;
+    rx->fifo[(rx->f_head + rx->queued) % PEER_KV_RX_SLOTS] = slot;
     rx->queued++;
     pthread_cond_signal(&rx->cv_work);
     pthread_mutex_unlock(&rx->mu);

@@ -5,21 +5,24 @@
  * this thread's own work). Checking the chunk (the wire reader's CRC-32C over every byte) and
  * importing it into the device used to follow on the same thread, so the next chunk's copy
  * waited for both; here they run on a second thread while the node's thread receives the next
- * chunk into another buffer.
+ * chunks into other buffers — several at once, one per sending connection.
  *
- *   node's thread                         kv_rx thread
- *   buf = peer_kv_rx_buffer(rx, n)         (waits for a pushed chunk)
+ *   node's thread                           kv_rx thread
+ *   slot = peer_kv_rx_take(rx, n, 0, &buf)   (waits for a pushed chunk)
  *   receive the chunk into buf
- *   peer_kv_rx_push(rx, owner, &k)   --->  status = apply(ctx, owner, &k)
- *   ... next chunk into the other buffer   result (owner, status) queued; wake(wake_ctx)
- *   peer_kv_rx_done(rx, &owner, &st) <---
+ *   peer_kv_rx_push(rx, slot, owner, &k) --->  status = apply(ctx, owner, &k); the slot is free
+ *   ... other chunks into other slots          result (owner, status) queued; wake(wake_ctx)
+ *   peer_kv_rx_done(rx, &owner, &st)     <---
  *
- * Chunks are applied in the order they were pushed, and their results come back in that
- * order. PEER_KV_RX_SLOTS buffers: the node's thread waits in peer_kv_rx_buffer while every
- * one is pushed and not yet applied (a slow device import holds the receives back, bounding
- * memory at PEER_KV_RX_SLOTS chunks). Anything else that touches the devices, or frees what
- * apply reads, calls peer_kv_rx_sync first: the devices are driven by one thread at a time
- * (accel.h), and between a sync and the next push that is the node's thread.
+ * PEER_KV_RX_SLOTS buffers, each taken by the node's thread for one chunk: received into, then
+ * pushed (or put back, a receive that failed). Chunks are applied in the order they were
+ * pushed, whatever order their slots were taken in (chunks of several connections complete in
+ * any order; one connection's come one at a time, so its own stay in order), and their results
+ * come back in that order. Memory is bounded at PEER_KV_RX_SLOTS chunks: while every slot is
+ * taken or pushed and not yet applied, a take waits or fails (a slow device import holds the
+ * receives back). Anything else that touches the devices, or frees what apply reads, calls
+ * peer_kv_rx_sync first: the devices are driven by one thread at a time (accel.h), and between
+ * a sync and the next push that is the node's thread.
  *
  * Threads: every function but the apply and wake callbacks from the node's thread only. */
 #ifndef TANDEM_PEER_KV_RX_H
@@ -28,7 +31,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PEER_KV_RX_SLOTS 2
+#define PEER_KV_RX_SLOTS 4
+/* peer_kv_rx_take: no slot free */
+#define PEER_KV_RX_BUSY (-1)
 
 typedef struct peer_kv_rx peer_kv_rx;
 /* Applies one chunk (k->bytes: the buffer it was received into); returns the REPLY's status. */
@@ -41,11 +46,14 @@ int peer_kv_rx_new(peer_kv_rx_apply_fn apply, void *ctx, void (*wake)(void *), v
                    peer_kv_rx **out);
 /* Stops the thread (chunks pushed and not yet applied are applied first) and frees. */
 void peer_kv_rx_free(peer_kv_rx *rx);
-/* A buffer of at least n bytes for the next chunk, waiting for a free one. NULL: no memory. */
-uint8_t *peer_kv_rx_buffer(peer_kv_rx *rx, size_t n);
-/* Hands the chunk received into the buffer peer_kv_rx_buffer gave to the thread (k->bytes
- * must point into it). Without a push the buffer is simply taken again by the next call. */
-void peer_kv_rx_push(peer_kv_rx *rx, void *owner, const peer_kv *k);
+/* A free slot for the next chunk, its buffer (*buf) grown to at least n bytes: the slot's
+ * index. With wait 0 PEER_KV_RX_BUSY when every slot is taken or waiting to be applied; with
+ * wait 1 it waits for one (its chunk applied). PEER_ERR_NOMEM: no memory (the slot stays free). */
+int peer_kv_rx_take(peer_kv_rx *rx, size_t n, int wait, uint8_t **buf);
+/* Hands the chunk received into slot's buffer to the thread (k->bytes must point into it). */
+void peer_kv_rx_push(peer_kv_rx *rx, int slot, void *owner, const peer_kv *k);
+/* A slot taken and not pushed (its receive failed or was taken back): free again. */
+void peer_kv_rx_put_back(peer_kv_rx *rx, int slot);
 /* The oldest result not yet taken: 1 with it, 0 when none is ready. */
 int peer_kv_rx_done(peer_kv_rx *rx, void **owner, int *status);
 /* Waits until every pushed chunk was applied (their results wait for peer_kv_rx_done). */

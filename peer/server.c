@@ -9,10 +9,12 @@
  * MAX_SEQS); they are freed when it closes, whatever way.
  *
  * KV chunks that come as tagged messages are received by this thread (the receive posted and
- * looked at on each pass, one chunk at a time: a sender that stalls or dies with a chunk
- * announced holds up no other peer's heartbeat or call) and checked and imported
- * by a second one (peer/kv_rx.h), so that the next chunk's copy overlaps this one's CRC and
- * import; this thread takes their results and sends the REPLYs. Before anything else that
+ * looked at on each pass: a sender that stalls or dies with a chunk announced holds up no other
+ * peer's heartbeat, call or KV), one chunk at a time per connection and several connections'
+ * at once, as long as a kv_rx slot is free (PEER_KV_RX_SLOTS; an announcement that finds none
+ * waits its turn), and checked and imported by a second one (peer/kv_rx.h) in the order they
+ * came in, so that the next chunks' copies overlap this one's CRC and import; this thread takes
+ * their results and sends the REPLYs. Before anything else that
  * touches a device or frees a sequence, it waits for the chunks pushed so far (kv_sync). */
 #include "peer/auth.h"
 #include "peer/kv_rx.h"
@@ -32,7 +34,7 @@
 #define SEND_TIMEOUT_S 10.0
 /* A tagged KV chunk announced on the stream must follow within this: the sender's own call
  * timeout (PEER_CALL_TIMEOUT_S), after which its connection is closed. Its receive is left
- * pending meanwhile (pend below): only that connection waits for it, every other is served. */
+ * pending meanwhile (sconn.rx): only that connection waits for it, every other is served. */
 #define TAG_TIMEOUT_S PEER_CALL_TIMEOUT_S
 /* A REPLY frame: header and two words. */
 #define KV_REPLY_BYTES (PEER_HEADER_BYTES + 8)
@@ -89,8 +91,17 @@ typedef struct sconn {
     /* KV chunks' REPLYs not sent yet (kv_reply): at most half a window of them */
     uint8_t held[PEER_KV_WINDOW / 2 * KV_REPLY_BYTES];
     int n_held;
-    /* a chunk announced while another connection's was being received: started when that one
-     * is in, oldest first (its next frames wait for it) */
+    /* its tagged chunk being received (into kv_rx slot rx.slot), while this thread goes on
+     * serving every connection; its own next frames wait for it */
+    struct {
+        int on;
+        int slot;
+        void *req; /* NULL once UCX let it go */
+        peer_kv k;
+        double deadline;
+    } rx;
+    /* a chunk announced while no kv_rx slot was free: started when one is, oldest first (its
+     * next frames wait for it) */
     unsigned long tag_wait; /* 0: none; else its turn (peer_server.wait_seq) */
     peer_kv tag_k;
     uint32_t tag_len;
@@ -113,15 +124,6 @@ struct peer_server {
     float *logits;
     size_t logits_cap;
     peer_kv_rx *rx; /* tagged KV chunks: checked and imported on its thread */
-    /* the one tagged chunk being received (into the kv_rx buffer it was given), while this
-     * thread goes on serving every other connection: a sender that stalls or dies mid-chunk
-     * holds up its own connection only */
-    struct {
-        sconn *sc;
-        void *req;
-        peer_kv k;
-        double deadline;
-    } pend;
     unsigned long wait_seq; /* turns handed to announcements that wait (sconn.tag_wait) */
     int n_waiting;          /* connections with one */
 };
@@ -141,10 +143,11 @@ static void kv_sync(peer_server *s);
 static void sconn_close(peer_server *s, sconn *sc, const char *why)
 {
     if (sc->tag_wait) s->n_waiting--;
-    if (s->pend.sc == sc) { /* its chunk's receive taken back before the buffer is reused */
-        peer_conn_req_cancel(sc->c, s->pend.req);
-        s->pend.sc = NULL;
-        s->pend.req = NULL;
+    if (sc->rx.on) { /* its chunk's receive taken back before the buffer is reused */
+        peer_conn_req_cancel(sc->c, sc->rx.req);
+        peer_kv_rx_put_back(s->rx, sc->rx.slot);
+        sc->rx.on = 0;
+        sc->rx.req = NULL;
     }
     kv_sync(s); /* no chunk of sc's is applied any more, no result of it waits */
     int live = 0;
@@ -387,48 +390,53 @@ static int on_addr_req(sconn *sc, size_t n)
     return peer_conn_send(sc->c, PEER_ADDR, fixed, sizeof fixed, a, len, SEND_TIMEOUT_S);
 }
 
-/* The pending tagged chunk: 1 received and handed to the kv_rx thread, 0 still coming, or a
- * status that closes its connection (the receive is then still pending: sconn_close takes it
- * back). */
-static int pend_finish(peer_server *s)
+/* sc's tagged chunk being received: 1 received and handed to the kv_rx thread, 0 still
+ * coming, or a status that closes its connection (the receive is then still sc's: sconn_close
+ * takes it back and frees its slot). */
+static int rx_finish(peer_server *s, sconn *sc)
 {
-    sconn *sc = s->pend.sc;
-    int st = peer_conn_tag_recv_test(sc->c, s->pend.req, s->pend.k.n_bytes);
+    int st = peer_conn_tag_recv_test(sc->c, sc->rx.req, sc->rx.k.n_bytes);
     if (st == 1) {
-        peer_kv_rx_push(s->rx, sc, &s->pend.k);
-        s->pend.sc = NULL;
-        s->pend.req = NULL;
+        peer_kv_rx_push(s->rx, sc->rx.slot, sc, &sc->rx.k);
+        sc->rx.on = 0;
+        sc->rx.req = NULL;
         return 1;
     }
-    if (st == PEER_ERR_PROTO) s->pend.req = NULL; /* completed, wrongly: UCX let it go */
+    if (st == PEER_ERR_PROTO) sc->rx.req = NULL; /* completed, wrongly: UCX let it go */
     if (st < 0) return st;
-    return peer_now() > s->pend.deadline ? PEER_ERR_TIMEOUT : 0;
+    return peer_now() > sc->rx.deadline ? PEER_ERR_TIMEOUT : 0;
 }
 
-/* Starts receiving sc's announced chunk (k, `length` bytes of serial sc->tag_serial) into the
- * next kv_rx buffer; it is left pending (server_main looks at it). */
-static int pend_start(peer_server *s, sconn *sc, peer_kv k, uint32_t length)
+/* Starts receiving sc's announced chunk (k, `length` bytes of serial sc->tag_serial) into a free
+ * kv_rx slot; it is left pending (server_main looks at it). PEER_KV_RX_BUSY when no slot is
+ * free (nothing started), PEER_OK, or a status that closes sc. */
+static int rx_start(peer_server *s, sconn *sc, peer_kv k, uint32_t length)
 {
-    kv_collect(s); /* the results so far first: peer_kv_rx_buffer's rule */
-    uint8_t *buf = peer_kv_rx_buffer(s->rx, length); /* waits while both buffers are in use */
-    if (!buf) return PEER_ERR_NOMEM;
+    kv_collect(s); /* the results so far first: peer_kv_rx_take's rule */
+    uint8_t *buf;
+    int slot = peer_kv_rx_take(s->rx, length, 0, &buf);
+    if (slot < 0) return slot;
     void *req;
     int st = peer_conn_tag_recv_start(sc->c, sc->tag_base + sc->tag_serial, buf, length, &req);
-    if (st) return st;
+    if (st) {
+        peer_kv_rx_put_back(s->rx, slot);
+        return st;
+    }
     k.bytes = buf;
     k.n_bytes = length;
-    s->pend.sc = sc;
-    s->pend.req = req;
-    s->pend.k = k;
-    s->pend.deadline = peer_now() + TAG_TIMEOUT_S;
-    int r = pend_finish(s);
+    sc->rx.on = 1;
+    sc->rx.slot = slot;
+    sc->rx.req = req;
+    sc->rx.k = k;
+    sc->rx.deadline = peer_now() + TAG_TIMEOUT_S;
+    int r = rx_finish(s, sc);
     return r < 0 ? r : PEER_OK;
 }
 
-/* KV_TAG: the announced chunk arrives as one tagged message of exactly `length` bytes. One chunk
- * is received at a time (the kv_rx buffers are a ring): while another connection's is coming,
- * or others wait before it, this one waits its turn (sconn.tag_wait) — the thread goes on
- * serving everyone, and the connection's next frames wait for its chunk. */
+/* KV_TAG: the announced chunk arrives as one tagged message of exactly `length` bytes, received
+ * into a kv_rx slot while other connections' chunks come too. With every slot in use, or
+ * others waiting before it, it waits its turn (sconn.tag_wait) — the thread goes on serving
+ * everyone, and the connection's next frames wait for its chunk. */
 static int on_kv_tag(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
 {
     peer_kv k;
@@ -436,28 +444,32 @@ static int on_kv_tag(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
     if (!sc->addr_given || peer_kv_tag_read(p, n, &k, &length, &serial) || serial != sc->tag_serial + 1)
         return PEER_ERR_PROTO;
     sc->tag_serial = serial;
-    if (s->pend.sc || s->n_waiting) {
-        sc->tag_wait = ++s->wait_seq;
-        sc->tag_k = k;
-        sc->tag_len = length;
-        s->n_waiting++;
-        return PEER_OK;
+    if (!s->n_waiting) {
+        int r = rx_start(s, sc, k, length);
+        if (r != PEER_KV_RX_BUSY) return r;
     }
-    return pend_start(s, sc, k, length);
+    sc->tag_wait = ++s->wait_seq;
+    sc->tag_k = k;
+    sc->tag_len = length;
+    s->n_waiting++;
+    return PEER_OK;
 }
 
-/* No chunk being received: the announcement that waited longest starts. A failure closes its
+/* Announcements that waited, oldest first, while slots are free. A failure closes its
  * connection (server_main finds it dead). */
-static void pend_next(peer_server *s)
+static void rx_next(peer_server *s)
 {
-    if (s->pend.sc || !s->n_waiting) return;
-    sconn *first = NULL;
-    for (sconn *sc = s->conns; sc; sc = sc->next)
-        if (sc->tag_wait && (!first || sc->tag_wait < first->tag_wait)) first = sc;
-    if (!first) return;
-    first->tag_wait = 0;
-    s->n_waiting--;
-    if (pend_start(s, first, first->tag_k, first->tag_len) < 0) peer_conn_kill(first->c);
+    while (s->n_waiting) {
+        sconn *first = NULL;
+        for (sconn *sc = s->conns; sc; sc = sc->next)
+            if (sc->tag_wait && (!first || sc->tag_wait < first->tag_wait)) first = sc;
+        if (!first) return;
+        int r = rx_start(s, first, first->tag_k, first->tag_len);
+        if (r == PEER_KV_RX_BUSY) return;
+        first->tag_wait = 0;
+        s->n_waiting--;
+        if (r < 0) peer_conn_kill(first->c);
+    }
 }
 
 static int on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
@@ -611,7 +623,7 @@ static void *server_main(void *arg)
     while (!atomic_load(&s->stop)) {
         peer_listener_progress(s->l, 0.05);
         kv_collect(s); /* chunks applied since: their REPLYs held, sent below */
-        pend_next(s);  /* a chunk that waited its turn, if none is coming */
+        rx_next(s);    /* chunks that waited their turn, while slots are free */
         peer_conn *c;
         while ((c = peer_listener_accept(s->l))) {
             sconn *sc = calloc(1, sizeof *sc);
@@ -632,13 +644,12 @@ static void *server_main(void *arg)
             const uint8_t *p;
             uint32_t max = sc->state == S_READY ? PEER_MAX_PAYLOAD : PEER_MAX_PREAUTH;
             got = 0;
-            if (s->pend.sc == sc) { /* its chunk first; its next frames wait for it */
-                int r = pend_finish(s);
+            if (sc->rx.on) { /* its chunk first; its next frames wait for it */
+                int r = rx_finish(s, sc);
                 if (r < 0) st = r;
-                else if (r == 1) pend_next(s);
             }
             /* a bounded number of frames per pass, so that one busy peer cannot starve the rest */
-            for (int k = 0; !st && s->pend.sc != sc && !sc->tag_wait && k < 64 && (got = peer_conn_poll(sc->c, max, &h, &p)) == 1; k++) {
+            for (int k = 0; !st && !sc->rx.on && !sc->tag_wait && k < 64 && (got = peer_conn_poll(sc->c, max, &h, &p)) == 1; k++) {
                 st = handle(s, sc, &h, p);
                 if (st) break;
                 max = sc->state == S_READY ? PEER_MAX_PAYLOAD : PEER_MAX_PREAUTH;
@@ -646,7 +657,7 @@ static void *server_main(void *arg)
             if (!st && got < 0) st = got;
             /* nothing more waiting: the held REPLYs go (not while a chunk is coming: the frames
              * behind it are not read yet, and its REPLY joins them) */
-            if (!st && s->pend.sc != sc && !sc->tag_wait) st = flush_held(sc);
+            if (!st && !sc->rx.on && !sc->tag_wait) st = flush_held(sc);
             const char *why = NULL;
             if (st == PEER_ERR_PROTO) why = "bad message (malformed, oversized, unknown version or out of turn)";
             else if (st == PEER_ERR_AUTH) why = "authentication failed: not the same peer_key";

@@ -132,11 +132,12 @@ static int serve(int port_fd)
             uint32_t len, serial;
             if (peer_kv_tag_read(p, h.length, &k, &len, &serial) || len > (64u << 20) + 4096) break;
             COLLECT();
-            uint8_t *buf = peer_kv_rx_buffer(rx, len);
-            if (!buf || peer_conn_tag_recv(c, 1000 + serial, buf, len, 30)) break;
+            uint8_t *buf;
+            int slot = peer_kv_rx_take(rx, len, 1, &buf);
+            if (slot < 0 || peer_conn_tag_recv(c, 1000 + serial, buf, len, 30)) break;
             k.bytes = buf;
             k.n_bytes = len;
-            peer_kv_rx_push(rx, NULL, &k);
+            peer_kv_rx_push(rx, slot, NULL, &k);
         } else if (h.type == PEER_DECODE && h.length == 4) {
             uint32_t n = peer_rd32(p);
             if (n > (64u << 20)) break;

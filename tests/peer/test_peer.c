@@ -12,6 +12,7 @@
 #include "proto/kv_wire.h"
 #include "tests/util.h"
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -754,13 +755,14 @@ static void rx_pipeline(int poll_us)
         int st;
         while (peer_kv_rx_done(rx, &o, &st)) status[got++] = st;
         size_t n = 1000 + 100 * (size_t)i;
-        uint8_t *b = peer_kv_rx_buffer(rx, n);
-        REQUIRE(b);
+        uint8_t *b;
+        int slot = peer_kv_rx_take(rx, n, 1, &b);
+        REQUIRE(slot >= 0 && slot < PEER_KV_RX_SLOTS && b);
         uint32_t sum = 0;
         for (size_t j = 0; j < n; j++) b[j] = (uint8_t)(i * 7 + j), sum = sum * 31 + b[j];
         want[i] = sum;
         peer_kv k = {0, (uint32_t)i, 0, 0, b, n};
-        peer_kv_rx_push(rx, (void *)(intptr_t)-i, &k);
+        peer_kv_rx_push(rx, slot, (void *)(intptr_t)-i, &k);
         CHECK(peer_kv_rx_pending(rx) <= PEER_KV_RX_SLOTS + got + 20);
     }
     peer_kv_rx_sync(rx);
@@ -791,6 +793,52 @@ TEST(peer_kv_rx_pipeline_in_order_polling)
     rx_pipeline(1000);
 }
 
+/* Slots taken for several connections' chunks at once complete in any order: they are applied
+ * in the order pushed, each from its own bytes; with every slot taken a take fails at once
+ * (wait 0) or, when none is queued to free one, even with wait 1; a slot put back (a receive
+ * that failed) is free again and its bytes are never applied. */
+TEST(peer_kv_rx_slots_out_of_order)
+{
+    rx_log l = {0};
+    peer_kv_rx *rx;
+    REQUIRE(peer_kv_rx_new(rx_apply, &l, NULL, NULL, &rx) == PEER_OK);
+    int slot[PEER_KV_RX_SLOTS];
+    uint8_t *b[PEER_KV_RX_SLOTS];
+    uint32_t want[PEER_KV_RX_SLOTS];
+    for (int i = 0; i < PEER_KV_RX_SLOTS; i++) {
+        slot[i] = peer_kv_rx_take(rx, 4096 + (size_t)i, 0, &b[i]);
+        REQUIRE(slot[i] >= 0 && b[i]);
+        for (int j = 0; j < i; j++) CHECK(slot[j] != slot[i] && b[j] != b[i]);
+        uint32_t sum = 0;
+        for (size_t j = 0; j < 4096 + (size_t)i; j++) b[i][j] = (uint8_t)(i * 13 + j * 7), sum = sum * 31 + b[i][j];
+        want[i] = sum;
+    }
+    uint8_t *x;
+    CHECK_EQ(peer_kv_rx_take(rx, 16, 0, &x), PEER_KV_RX_BUSY);
+    CHECK_EQ(peer_kv_rx_take(rx, 16, 1, &x), PEER_KV_RX_BUSY); /* none queued: waiting would never end */
+    /* the last one's receive failed; the others complete last to first */
+    peer_kv_rx_put_back(rx, slot[PEER_KV_RX_SLOTS - 1]);
+    for (int i = PEER_KV_RX_SLOTS - 2; i >= 0; i--) {
+        peer_kv k = {0, (uint32_t)i, 0, 0, b[i], 4096 + (size_t)i};
+        peer_kv_rx_push(rx, slot[i], (void *)(intptr_t)(100 + i), &k);
+    }
+    int again = peer_kv_rx_take(rx, 8, 1, &x); /* the slot put back, or one applied since */
+    CHECK(again >= 0 && again < PEER_KV_RX_SLOTS);
+    if (again >= 0) peer_kv_rx_put_back(rx, again);
+    peer_kv_rx_sync(rx);
+    CHECK_EQ(l.n, PEER_KV_RX_SLOTS - 1);
+    for (int n = 0; n < l.n; n++) {
+        int i = PEER_KV_RX_SLOTS - 2 - n;
+        CHECK_EQ(l.order[n], i);
+        CHECK_EQ(l.sum[n], want[i]);
+        void *o;
+        int st;
+        CHECK(peer_kv_rx_done(rx, &o, &st) && st == 100 + i);
+    }
+    CHECK_EQ(peer_kv_rx_pending(rx), 0);
+    peer_kv_rx_free(rx);
+}
+
 /* peer_bulk_alloc: at least what was asked; from 1 MiB up whole 2 MiB pages, aligned to them
  * (what a huge page needs); below, a plain allocation of exactly n. Every byte writable. */
 TEST(peer_bulk_alloc_sizes)
@@ -816,13 +864,16 @@ TEST(peer_bulk_alloc_sizes)
 /* A sender that stalls after a tagged chunk's announcement (TANDEM_PEER_FAULT kv_stall) holds up
  * its own connection only: while the node waits for those bytes, another node connects,
  * authenticates and gets an answer at once (the node used to wait for the bytes, up to the
- * call timeout, serving no one); that node's own KV then waits its turn, and a third node is
- * still answered at once; once the bytes come both imports complete and decode alike. */
+ * call timeout, serving no one); that node's own KV is received and imported meanwhile (into
+ * another kv_rx slot: it used to wait its turn behind the held chunk), and a third node is
+ * still answered at once; once the bytes come the stalled import completes too, and both
+ * decode alike. */
 typedef struct stall_import {
     accel_dev *rd;
     accel_seq *s;
     const kvcopy *kv;
     int st;
+    _Atomic int done;
 } stall_import;
 
 static void *stall_import_main(void *arg)
@@ -830,6 +881,7 @@ static void *stall_import_main(void *arg)
     stall_import *a = arg;
     a->st = 0;
     for (int i = 0; i < a->kv->n && !a->st; i++) a->st = accel_kv_import_crc(a->rd, a->s, &a->kv->l[i], a->kv->crc[i]);
+    atomic_store(&a->done, 1);
     return NULL;
 }
 
@@ -862,7 +914,7 @@ TEST(peer_stalled_sender_holds_up_no_one_else)
     accel_dev *rd = devices_open_remote(na, 0, t.m, NULL, err, sizeof err);
     REQUIRE(rd);
     unsetenv("TANDEM_PEER_FAULT");
-    stall_import a = {rd, NULL, &kv, 0};
+    stall_import a = {rd, NULL, &kv, 0, 0};
     REQUIRE(accel_seq_new(rd, 16, &a.s) == 0);
     FILE *f = fopen(stall, "w");
     REQUIRE(f);
@@ -878,13 +930,16 @@ TEST(peer_stalled_sender_holds_up_no_one_else)
     double took = peer_now() - t0;
     CHECK_MSG(st == PEER_OK && rc && wst == 0, "the other node: %s", err);
     CHECK_MSG(took < 2.0, "the other node waited %.2f s for the stalled one", took);
-    /* the other node's KV waits its turn behind the held chunk (one chunk is received at a
-     * time), and still a third node is answered meanwhile */
-    stall_import c = {rc, NULL, &kv, -1};
+    /* the other node's KV comes in beside the held chunk, and still a third node is answered
+     * meanwhile */
+    stall_import c = {rc, NULL, &kv, -1, 0};
     pthread_t thc;
     int c_started = rc && accel_seq_new(rc, 16, &c.s) == 0 && pthread_create(&thc, NULL, stall_import_main, &c) == 0;
     CHECK(c_started);
-    nanosleep(&ts, NULL);
+    for (int i = 0; i < 500 && c_started && !atomic_load(&c.done); i++) usleep(10000);
+    CHECK_MSG(atomic_load(&c.done) && !atomic_load(&a.done), "the other node's import %s while the held chunk %s",
+              atomic_load(&c.done) ? "completed" : "did not complete in 5 s",
+              atomic_load(&a.done) ? "was not held" : "was held");
     peer_node *nd;
     t0 = peer_now();
     int dst = peer_node_connect(t.addr, "nodeD", KEY, t.m, 5, &nd, err, sizeof err);
@@ -902,7 +957,7 @@ TEST(peer_stalled_sender_holds_up_no_one_else)
     CHECK_EQ(accel_decode(rd, 1, &a.s, &tok, lg), 0); /* the stalled chunk came in whole */
     int32_t tok_a = t_argmax(lg, vocab);
     tok = first;
-    if (c_started) { /* and the one that waited its turn: the same KV, the same next token */
+    if (c_started) { /* and the one that came in beside it: the same KV, the same next token */
         CHECK_EQ(accel_decode(rc, 1, &c.s, &tok, lg), 0);
         CHECK_EQ(t_argmax(lg, vocab), tok_a);
         accel_seq_free(rc, c.s);
