@@ -8,7 +8,8 @@
 //               same bucket are combined first (match_any; the lowest lane adds for the group), so
 //               a bucket that holds most values costs one shared atomic per warp, not 32; the
 //               block's buckets then go to the segment's histogram with one global atomic each.
-//   cut_choose  one thread per segment: buckets from the top while they fit under the limit,
+//   cut_choose  one CTA per segment (the buckets staged in shared memory), one thread walks the
+//               buckets from the top while they fit under the limit,
 //               the first that does not becomes the next 8 bits of the prefix; at the last level
 //               the values equal to it are taken one by one while they fit (count, in closed
 //               form).
@@ -111,24 +112,35 @@ __global__ void __launch_bounds__(CUT_THREADS)
         }
 }
 
-__global__ void cut_choose_kernel(int S, int paired, const gpu_flex_head *heads,
-                                  unsigned long long limit, int level, cut_state *state,
-                                  const cut_hist *hist, gf_cut *out)
+// One CTA per segment: the segment's 256 buckets are read into shared memory by 256 threads at
+// once (the first form walked them from global memory with one thread, a dependent L2 load per
+// bucket: 20-70 us a launch), then one thread walks them from the top as before.
+__global__ void __launch_bounds__(256)
+    cut_choose_kernel(int S, int paired, const gpu_flex_head *heads, unsigned long long limit,
+                      int level, cut_state *state, const cut_hist *hist, gf_cut *out)
 {
-    const int s = blockIdx.x * blockDim.x + threadIdx.x;
+    __shared__ unsigned long long bsum[256];
+    __shared__ unsigned int bcnt[256];
+    const int s = blockIdx.x;
     if (s >= S) return;
     const int h = paired ? s >> 1 : s;
     if (heads && !heads[h].query_aware) return;
-    cut_state st = state[s];
-    if (st.done) return;
+    if (state[s].done) return;
     const cut_hist *g = hist + (size_t)s * CUT_LEVELS + level;
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+        bsum[b] = g->sum[b];
+        bcnt[b] = g->cnt[b];
+    }
+    __syncthreads();
+    if (threadIdx.x) return;
+    cut_state st = state[s];
     const int shift = 24 - 8 * level;
     int b = 255;
     for (; b >= 0; b--) {
-        if (!g->cnt[b]) continue;
-        if (st.acc + g->sum[b] <= limit) {
-            st.acc += g->sum[b];
-            st.count += g->cnt[b];
+        if (!bcnt[b]) continue;
+        if (st.acc + bsum[b] <= limit) {
+            st.acc += bsum[b];
+            st.count += bcnt[b];
             continue;
         }
         break;
@@ -141,7 +153,7 @@ __global__ void cut_choose_kernel(int S, int paired, const gpu_flex_head *heads,
         st.mask |= 255u << shift;
         if (level == CUT_LEVELS - 1) {
             // every value left in bucket b is the float with these bits: take while it fits
-            const unsigned long long v = cut_fx(__uint_as_float(st.prefix)), n = g->cnt[b];
+            const unsigned long long v = cut_fx(__uint_as_float(st.prefix)), n = bcnt[b];
             const unsigned long long fit = v ? (limit - st.acc) / v : n;
             st.take = fit < n ? fit : n;
             st.acc += st.take * v;
@@ -185,8 +197,7 @@ int gf_cut_run(const float *x_a, const float *x_b, long long m, int S, int paire
         cut_hist_kernel<<<grid, CUT_THREADS, 0, st>>>(x_a, x_b, m, paired, heads, level, state,
                                                        hist);
         GF_LAUNCHED();
-        cut_choose_kernel<<<(S + 127) / 128, 128, 0, st>>>(S, paired, heads, lim, level, state,
-                                                            hist, out);
+        cut_choose_kernel<<<S, 256, 0, st>>>(S, paired, heads, lim, level, state, hist, out);
         GF_LAUNCHED();
     }
     return 0;

@@ -3,9 +3,10 @@
 //
 // Kernels, in launch order (nothing n x n is ever stored; the largest buffers are the two n-long
 // token distributions per head and, for query-aware heads only, the nb x nb block map):
-//   lastq<false>   grid (key chunks of 1024, heads): the last 128 query rows against the chunk's
-//                  keys, 64 at a time on tensor cores (WMMA h16 -> fp32), corner-causal mask,
-//                  per-row running max / sum of exp2 -> a partial (m, l) per (chunk, row)
+//   lastq<false>   grid (heads, key chunks of 1024): the last 128 query rows against the chunk's
+//                  keys, 64 at a time on tensor cores (mma.sync h16 -> fp32, gpu_flex_lastq.cu;
+//                  the first WMMA form, lastq_kernel below, stays for A/B runs), corner-causal
+//                  mask, per-row running max / sum of exp2 -> a partial (m, l) per (chunk, row)
 //   reduce_stats   the partials of every row combined in chunk order -> m, 1 / l
 //   lastq<true>    the same tiles again, now normalised: column sums -> vertical[j] (each key
 //                  belongs to one chunk: written directly), diagonal sums -> slash[t] (a chunk
@@ -15,9 +16,10 @@
 //   mean_q, avg_k  the mean last row (/ sqrt d) and the key-block means
 //   budget         per (head, vertical|slash): radix coverage cut -> count(cumsum <= gamma),
 //                  all 2 H vectors in one spread-out cut (gf_cut_run, gpu/gpu_flex_cut.cu)
-//   pool_js        block sums of both distributions, softmax(mean_q . avg_k), square-root JS,
-//                  the budgets ((count + 1) // 128 + 1, clamp min then max), query-aware reset
-//   select         top-n by rank (value desc, index asc; sink column and diagonal forced): the
+//   pool           block sums of both distributions and mean_q . avg_k, a CTA per (block, head)
+//   js             softmax of those scores, square-root JS, the budgets ((count + 1) // 128 + 1,
+//                  clamp min then max), query-aware reset
+//   select         (ids of 128, heads): top-n by rank (value desc, index asc; sink column and diagonal forced): the
 //                  first n of torch.topk's order, which is what survives the overwrite with 0
 //   avg_q, qa_dot, qa_softmax, cut, qa_ties, qa_emit   query-aware heads only: block-pooled
 //                  causal softmax map (a tiled product, then a warp per row), coverage cut at
@@ -25,7 +27,7 @@
 //   csr_count, scan, csr_fill          the CSR rows, causal blocks only, columns ascending
 // Every reduction has a fixed order, and the cut's sums are exact integers: the index is the same
 // from run to run.
-#include "gpu/gpu_flex_common.cuh"
+#include "gpu/gpu_flex_lastq.cuh"
 #include <mma.h>
 #include <stdlib.h>
 #include <vector>
@@ -41,8 +43,9 @@ using namespace nvcuda;
 struct gpu_flex_ws {
     int cap_n, H, Hk, d;
     int borrowed; /* the buffers lie in the caller's memory (gpu_flex_ws_new_at) */
+    int lastq_legacy; /* 1: the WMMA last-q kernels below, 0: gpu_flex_lastq.cu's */
     float2 *partial;
-    float *m2, *inv_l, *vert, *slash, *carry_a, *carry_b, *mq, *avg_k, *vblk, *sblk, *avg_q,
+    float *m2, *inv_l, *vert, *slash, *carry_a, *carry_b, *mq, *avg_k, *vblk, *sblk, *pdot, *avg_q,
         *qa_map;
     gpu_flex_head *heads;
     uint8_t *vmask, *smask;
@@ -53,9 +56,15 @@ struct gpu_flex_ws {
     int32_t *row_ptr, *col;
 };
 
-static __device__ __forceinline__ int kv_head(int h, int H, int Hk, int interleave)
+#define kv_head gf_kv_head
+#define kv_row gf_kv_row
+static_assert(BS == GF_LASTQ_BS && KCHUNK == GF_LASTQ_KCHUNK, "gpu_flex_lastq.cu's chunking");
+
+// The last-q kernels the workspaces made from now on run (gpu_flex_lastq.cuh).
+static int g_lastq_legacy = 0;
+extern "C" void gpu_flex_set_lastq_legacy(int legacy)
 {
-    return interleave ? h % Hk : h / (H / Hk);
+    g_lastq_legacy = legacy != 0;
 }
 
 // ---------------------------------------------------------------- the streamed estimate
@@ -67,14 +76,6 @@ template <int D> struct lastq_smem {
     static constexpr size_t accum = (KCHUNK + BS) * 4 + 4 * SUB * 4;
     static constexpr size_t bytes(bool acc) { return q + k + s + (acc ? accum : 0); }
 };
-
-/* Key j's row in K: j, or through a paged cache's block table (gpu/engine.cuh: blocks of
- * GPU_FLEX_KV_BLOCK keys, block id b's rows at b * bstride). */
-#define GPU_FLEX_KV_BLOCK 128
-__device__ __forceinline__ long long kv_row(const int *tbl, long long bstride, int j)
-{
-    return tbl ? (long long)tbl[j / GPU_FLEX_KV_BLOCK] * bstride + j % GPU_FLEX_KV_BLOCK : j;
-}
 
 template <int D, bool ACCUM>
 __global__ void __launch_bounds__(256)
@@ -262,29 +263,39 @@ __global__ void avg_k_kernel(const h16 *k, size_t k_tok, size_t k_head, const in
 
 // ---------------------------------------------------------------- budgets and decisions
 
-__global__ void __launch_bounds__(256)
-    pool_js_kernel(const float *vert, const float *slash, const float *mq, const float *avg_k,
-                   const gf_cut *vs_cuts, int n, int nb, int H, int Hk, int D,
-                   int interleave, float tau, int min_b, int max_b, float *vblk, float *sblk,
-                   gpu_flex_head *heads)
+// Block sums of both distributions (double, a fixed tree over the block's 128 tokens; the CPU
+// sums in index order: the float results agree but at double rounding) and the block's score
+// mean_q . avg_k[b] (a fixed float tree over e): one CTA of 128 threads per (block, head).
+__global__ void __launch_bounds__(BS)
+    pool_kernel(const float *vert, const float *slash, const float *mq, const float *avg_k, int n,
+                int nb, int H, int Hk, int D, int interleave, float *vblk, float *sblk, float *pdot)
+{
+    __shared__ double dred[32];
+    __shared__ float fred[32];
+    const int b = blockIdx.x, h = blockIdx.y, g = kv_head(h, H, Hk, interleave), j = b * BS + threadIdx.x;
+    const double sv = gf_block_sum<double>(j < n ? (double)vert[(size_t)h * n + j] : 0.0, dred);
+    const double ss = gf_block_sum<double>(j < n ? (double)slash[(size_t)h * n + j] : 0.0, dred);
+    const int e = threadIdx.x;
+    const float dot = gf_block_sum<float>(
+        e < D ? mq[h * D + e] * avg_k[((size_t)g * nb + b) * D + e] : 0.0f, fred);
+    if (threadIdx.x == 0) {
+        vblk[(size_t)h * nb + b] = (float)sv;
+        sblk[(size_t)h * nb + b] = (float)ss;
+        pdot[(size_t)h * nb + b] = dot;
+    }
+}
+
+// Per head: softmax of the block scores, the square-root JS distance against the pooled vertical
+// distribution, the budgets and the query-aware decision.
+__global__ void __launch_bounds__(1024)
+    js_kernel(const float *pdot, const float *vblk, const gf_cut *vs_cuts, int nb, float tau,
+              int min_b, int max_b, gpu_flex_head *heads)
 {
     extern __shared__ float p[]; // nb
     __shared__ double dred[32];
     __shared__ float fred[32];
-    const int h = blockIdx.x, g = kv_head(h, H, Hk, interleave);
-    for (int b = threadIdx.x; b < nb; b += blockDim.x) {
-        double sv = 0, ss = 0;
-        const int j1 = (b + 1) * BS < n ? (b + 1) * BS : n;
-        for (int j = b * BS; j < j1; j++) {
-            sv += vert[(size_t)h * n + j];
-            ss += slash[(size_t)h * n + j];
-        }
-        vblk[(size_t)h * nb + b] = (float)sv;
-        sblk[(size_t)h * nb + b] = (float)ss;
-        float dot = 0;
-        for (int e = 0; e < D; e++) dot += mq[h * D + e] * avg_k[((size_t)g * nb + b) * D + e];
-        p[b] = dot;
-    }
+    const int h = blockIdx.x;
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) p[b] = pdot[(size_t)h * nb + b];
     __syncthreads();
     float mx = -INFINITY;
     for (int b = threadIdx.x; b < nb; b += blockDim.x) mx = fmaxf(mx, p[b]);
@@ -321,29 +332,32 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-__global__ void __launch_bounds__(1024)
+// top-n by rank (value desc, index asc), the ranks of SEL_PER_CTA ids per CTA: grid (ids, heads),
+// each CTA with both of its head's vectors in shared memory.
+#define SEL_PER_CTA 128
+__global__ void __launch_bounds__(SEL_PER_CTA)
     select_kernel(const float *vblk, const float *sblk, int nb, const gpu_flex_head *heads,
                   uint8_t *vmask, uint8_t *smask)
 {
     extern __shared__ float vs[]; // 2 nb
     float *v = vs, *s = vs + nb;
-    const int h = blockIdx.x;
+    const int h = blockIdx.y;
     for (int i = threadIdx.x; i < nb; i += blockDim.x) {
         v[i] = i == 0 ? INFINITY : vblk[(size_t)h * nb + i];
         s[i] = i == nb - 1 ? INFINITY : sblk[(size_t)h * nb + i];
     }
     __syncthreads();
     const int nv = heads[h].n_vertical, ns = heads[h].n_slash;
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) {
-        int rv = 0, rs = 0;
-        const float vi = v[i], si = s[i];
-        for (int j = 0; j < nb; j++) {
-            rv += v[j] > vi || (v[j] == vi && j < i);
-            rs += s[j] > si || (s[j] == si && j < i);
-        }
-        vmask[(size_t)h * nb + i] = rv < nv;
-        smask[(size_t)h * nb + (nb - 1 - i)] = rs < ns; // slash index i is offset nb - 1 - i
+    const int i = blockIdx.x * SEL_PER_CTA + threadIdx.x;
+    if (i >= nb) return;
+    int rv = 0, rs = 0;
+    const float vi = v[i], si = s[i];
+    for (int j = 0; j < nb; j++) {
+        rv += v[j] > vi || (v[j] == vi && j < i);
+        rs += s[j] > si || (s[j] == si && j < i);
     }
+    vmask[(size_t)h * nb + i] = rv < nv;
+    smask[(size_t)h * nb + (nb - 1 - i)] = rs < ns; // slash index i is offset nb - 1 - i
 }
 
 // ---------------------------------------------------------------- query-aware heads
@@ -577,6 +591,7 @@ static int ws_alloc(void **p, size_t bytes)
     X(avg_k, sizeof(float) * Hk * nb * d)                                                         \
     X(vblk, sizeof(float) * H * nb)                                                               \
     X(sblk, sizeof(float) * H * nb)                                                               \
+    X(pdot, sizeof(float) * H * nb)                                                               \
     X(avg_q, sizeof(float) * H * nb * d)                                                          \
     X(qa_map, sizeof(float) * H * nb * nb)                                                        \
     X(heads, sizeof(gpu_flex_head) * H)                                                           \
@@ -620,6 +635,7 @@ extern "C" int gpu_flex_ws_new_at(void *mem, int n_, int H_, int Hk_, int d_, gp
     w->Hk = Hk_;
     w->d = d_;
     w->borrowed = mem != NULL;
+    w->lastq_legacy = g_lastq_legacy;
     const size_t n = n_, H = H_, Hk = Hk_, d = d_, nb = (n + BS - 1) / BS,
                  nch = (n + KCHUNK - 1) / KCHUNK;
     int rc = 0;
@@ -652,7 +668,8 @@ extern "C" void gpu_flex_ws_free(gpu_flex_ws *w)
     void *ps[] = {w->partial, w->m2,      w->inv_l,       w->vert,   w->slash,  w->carry_a,
                   w->carry_b, w->mq,      w->avg_k,       w->vblk,   w->sblk,   w->avg_q,
                   w->qa_map,  w->heads,   w->vmask,       w->smask,  w->vs_cuts, w->cuts,
-                  w->cut_scratch, w->qa_keep, w->tiecnt,  w->counts, w->row_ptr, w->col};
+                  w->cut_scratch, w->qa_keep, w->tiecnt,  w->counts, w->row_ptr, w->col,
+                  w->pdot};
     for (size_t i = 0; !w->borrowed && i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) cudaFree(ps[i]);
     free(w);
@@ -670,6 +687,10 @@ extern "C" const gpu_flex_head *gpu_flex_ws_heads(const gpu_flex_ws *w)
 {
     return w->heads;
 }
+int gpu_flex_ws_lastq_legacy(const gpu_flex_ws *w)
+{
+    return w->lastq_legacy;
+}
 
 template <int D>
 static int launch_lastq(gpu_flex_ws *w, const gpu_flex_params *p, const h16 *q, const h16 *k,
@@ -678,12 +699,33 @@ static int launch_lastq(gpu_flex_ws *w, const gpu_flex_params *p, const h16 *q, 
 {
     const int nch = (n + KCHUNK - 1) / KCHUNK;
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
+    const dim3 grid(nch, w->H);
+    if (!w->lastq_legacy) {
+        gf_lastq_args a = {q, k, k_tok, k_head, tbl, bstride, n, w->H, w->Hk, p->gqa_interleave,
+                           scale_log2, w->partial, NULL, NULL, NULL, NULL, NULL, NULL,
+                           w->avg_k};
+        int rc = gf_lastq_mma(D, 0, &a, st);
+        if (rc) return rc;
+        reduce_stats_kernel<<<w->H, BS, 0, st>>>(w->partial, nch, w->m2, w->inv_l);
+        GF_LAUNCHED();
+        a.partial = NULL;
+        a.avg_k = NULL;
+        a.m2 = w->m2;
+        a.inv_l = w->inv_l;
+        a.vert = w->vert;
+        a.slash = w->slash;
+        a.carry_a = w->carry_a;
+        a.carry_b = w->carry_b;
+        if ((rc = gf_lastq_mma(D, 1, &a, st))) return rc;
+        slash_fixup_kernel<<<grid, BS, 0, st>>>(w->slash, w->carry_a, w->carry_b, n);
+        GF_LAUNCHED();
+        return 0;
+    }
     const size_t s0 = lastq_smem<D>::bytes(false), s1 = lastq_smem<D>::bytes(true);
     GF_CHECK(cudaFuncSetAttribute(lastq_kernel<D, false>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s0));
     GF_CHECK(cudaFuncSetAttribute(lastq_kernel<D, true>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
-    const dim3 grid(nch, w->H);
     lastq_kernel<D, false><<<grid, 256, s0, st>>>(q, k, k_tok, k_head, tbl, bstride, n, w->H, w->Hk,
                                                   p->gqa_interleave, scale_log2, w->partial, NULL,
                                                   NULL, NULL, NULL, NULL, NULL);
@@ -738,17 +780,22 @@ extern "C" int gpu_flex_index_chunk(gpu_flex_ws *w, const gpu_flex_params *p, co
     if (rc) return rc;
     mean_q_kernel<<<H, D, 0, st>>>(q, n, H, D, w->mq);
     GF_LAUNCHED();
-    avg_k_kernel<<<dim3(nb, Hk), D, 0, st>>>(k, k_tok, k_head, tbl, bstride, n, D, w->avg_k);
-    GF_LAUNCHED();
+    if (w->lastq_legacy) { /* the mma.sync stats pass wrote them */
+        avg_k_kernel<<<dim3(nb, Hk), D, 0, st>>>(k, k_tok, k_head, tbl, bstride, n, D, w->avg_k);
+        GF_LAUNCHED();
+    }
     rc = gf_cut_run(w->vert, w->slash, n, 2 * H, 1, (double)p->gamma, NULL, w->cut_scratch,
                     w->vs_cuts, st);
     if (rc) return rc;
-    pool_js_kernel<<<H, 256, sizeof(float) * nb, st>>>(
-        w->vert, w->slash, w->mq, w->avg_k, w->vs_cuts, n, nb, H, Hk, D, p->gqa_interleave, p->tau,
-        p->min_blocks, max_b, w->vblk, w->sblk, w->heads);
+    pool_kernel<<<dim3(nb, H), BS, 0, st>>>(w->vert, w->slash, w->mq, w->avg_k, n, nb, H, Hk, D,
+                                             p->gqa_interleave, w->vblk, w->sblk, w->pdot);
     GF_LAUNCHED();
-    select_kernel<<<H, 1024, 2 * sizeof(float) * nb, st>>>(w->vblk, w->sblk, nb, w->heads,
-                                                            w->vmask, w->smask);
+    js_kernel<<<H, 1024, sizeof(float) * nb, st>>>(w->pdot, w->vblk, w->vs_cuts, nb, p->tau,
+                                                   p->min_blocks, max_b, w->heads);
+    GF_LAUNCHED();
+    select_kernel<<<dim3((nb + SEL_PER_CTA - 1) / SEL_PER_CTA, H), SEL_PER_CTA,
+                    2 * sizeof(float) * nb, st>>>(w->vblk, w->sblk, nb, w->heads, w->vmask,
+                                                  w->smask);
     GF_LAUNCHED();
     /* the query-aware map: the chunk's rows q0 .. nb - 1 only, (H, rows, nb) (as the CPU's) */
     const int rows = nb - q0;

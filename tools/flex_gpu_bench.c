@@ -29,8 +29,11 @@
  *                                           dense attention (ws kernel, automatic key split);
  *                                           the config's defaults (gamma 0.9, tau 0.1,
  *                                           min_budget 1024), synthetic kind --kinds' first
+ *                                           (each also runs the other last-q form's index on the
+ *                                           same inputs: its time and how its lists differ)
  * Options before the command: --lib PATH (build/libtandem_cuda_test.so: the test library beside
- * the plugin, gpu/test/, which loads build/libtandem_cuda.so), --threads T (16),
+ * the plugin, gpu/test/, which loads build/libtandem_cuda.so), --lastq mma|legacy (which last-q
+ * kernels the index runs: gpu/gpu_flex_lastq.cuh; mma, the default), --threads T (16),
  * --heads H --kv-heads G --dim D (32, 8, 128: Llama-3-8B), --reps R (3), --kinds K[,K]
  * (structured,mixed), --gammas G[,G] (0.8,0.9,0.95).
  * The plugin is the daemon's libtandem_cuda.so: it takes the accel_* and model_* functions it
@@ -64,7 +67,7 @@ typedef struct api {
                  int64_t);
 } api;
 
-static int H = 32, HK = 8, D = 128, THREADS = 16, REPS = 3;
+static int H = 32, HK = 8, D = 128, THREADS = 16, REPS = 3, LASTQ_LEGACY = 0;
 static char KINDS[128] = "structured,mixed", GAMMAS[128] = "0.8,0.9,0.95";
 static char XTHR[128] = "0.8,0.9,0.95", XSTRIDE[64] = "8,16", RECENT[128] = "1920,8192";
 
@@ -445,6 +448,9 @@ typedef struct gpu_flex_chunk_result {
     long long nnz, causal;
     int n_query_aware, splits, same, nk;
     gpu_flex_chunk_kernel k[64];
+    long long ab_diff; /* the other last-q form's lists against these: blocks in one only */
+    int ab_heads, legacy;
+    double ab_index_ms;
 } gpu_flex_chunk_result;
 typedef int (*flex_chunk_fn)(const float *, const float *, const float *, int, int, int, int, int,
                              const gpu_flex_params *, int, gpu_flex_chunk_result *);
@@ -501,14 +507,18 @@ static int flex_chunk(flex_chunk_fn fc, const char *depths)
                        r.k[k].ms, 100 * r.k[k].ms / r.replay_ms);
             printf("\nindex %.3f ms (the call), %.3f ms (replayed node by node; replayed lists %s "
                    "the call's); query-aware heads %d of %d; attention over the lists %.3f ms "
-                   "(%d key splits), dense %.3f ms; density %.4f (%lld of %lld causal blocks)\n\n",
+                   "(%d key splits), dense %.3f ms; density %.4f (%lld of %lld causal blocks)\n",
                    r.index_ms, r.replay_ms, r.same ? "equal" : "DIFFER FROM", r.n_query_aware, H,
                    r.sparse_ms, r.splits, r.dense_ms, (double)r.nnz / (double)r.causal, r.nnz,
                    r.causal);
+            printf("last-q form: %s; the other form (%s): index %.3f ms, its lists differ in %lld "
+                   "blocks, %d heads' budgets or query-awareness differ\n\n",
+                   r.legacy ? "legacy WMMA" : "mma.sync", r.legacy ? "mma.sync" : "legacy WMMA",
+                   r.ab_index_ms, r.ab_diff, r.ab_heads);
             if (sn < sizeof sum - 256)
                 sn += (size_t)snprintf(sum + sn, sizeof sum - sn,
-                                       "| %d | %d | %.3f | %.3f | %.3f | %.4f | %.3f | %.1f | %.1f |\n",
-                                       T, pos0, r.index_ms, r.sparse_ms, r.dense_ms,
+                                       "| %d | %d | %.3f | %.3f | %lld | %.3f | %.3f | %.4f | %.3f | %.1f | %.1f |\n",
+                                       T, pos0, r.index_ms, r.ab_index_ms, r.ab_diff, r.sparse_ms, r.dense_ms,
                                        (double)r.nnz / (double)r.causal,
                                        r.index_ms + r.sparse_ms, 32 * (r.index_ms + r.sparse_ms),
                                        32 * r.dense_ms);
@@ -517,9 +527,10 @@ static int flex_chunk(flex_chunk_fn fc, const char *depths)
         prompt_free(&p);
     }
     printf("### Summary (ms; x 32: one layer's time times Llama-3-8B's 32 layers, attention part "
-           "only: no GEMMs)\n\n| rows | cached keys | index | sparse attention | dense attention | "
-           "density | index + sparse | x 32 | dense x 32 |\n|---:|---:|---:|---:|---:|---:|---:|"
-           "---:|---:|\n%s\n", sum);
+           "only: no GEMMs; the other last-q form's index and how many blocks its lists differ in)\n\n"
+           "| rows | cached keys | index | other form's index | lists differ | sparse attention | "
+           "dense attention | density | index + sparse | x 32 | dense x 32 |\n|---:|---:|---:|---:|"
+           "---:|---:|---:|---:|---:|---:|---:|\n%s\n", sum);
     return 0;
 }
 
@@ -661,6 +672,8 @@ int main(int argc, char **argv)
             snprintf(RECENT, sizeof RECENT, "%s", v);
         else if (!strcmp(o, "--chunk-rows") && strlen(v) < sizeof CHUNK_ROWS)
             snprintf(CHUNK_ROWS, sizeof CHUNK_ROWS, "%s", v);
+        else if (!strcmp(o, "--lastq") && (!strcmp(v, "mma") || !strcmp(v, "legacy")))
+            LASTQ_LEGACY = !strcmp(v, "legacy");
         else {
             fprintf(stderr, "flex_gpu_bench: bad option %s %s (see tools/flex_gpu_bench.c)\n", o, v);
             return 2;
@@ -683,6 +696,12 @@ int main(int argc, char **argv)
     *(void **)&a.bench = dlsym(h, "gpu_flex_bench");
     if (!a.count || !a.index || !a.bench || a.count() < 1) {
         fprintf(stderr, "flex_gpu_bench: no CUDA device or entry points in %s\n", lib);
+        return 2;
+    }
+    void (*set_lastq)(int) = (void (*)(int))dlsym(h, "gpu_flex_test_set_lastq_legacy");
+    if (set_lastq) set_lastq(LASTQ_LEGACY);
+    else if (LASTQ_LEGACY) {
+        fprintf(stderr, "flex_gpu_bench: %s has one last-q form only\n", lib);
         return 2;
     }
     if (!strcmp(cmd, "check")) return i + 1 < argc ? check(&a, argv[i + 1]) : 2;

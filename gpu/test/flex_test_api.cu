@@ -3,7 +3,7 @@
 // the test library beside the plugin: the Makefile): they
 // round float inputs to h16 on upload, run on the default device's default stream and copy
 // the results back. Device memory is released before returning, also on errors.
-#include "gpu/gpu_flex_common.cuh"
+#include "gpu/gpu_flex_lastq.cuh"
 #include "gpu/engine.cuh"
 #include <algorithm>
 #include <cxxabi.h>
@@ -77,6 +77,13 @@ double median(std::vector<double> v)
 }
 
 } // namespace
+
+// Which last-q kernels the workspaces made from now on run (gpu/gpu_flex_lastq.cuh): 0 the
+// mma.sync form (the default), 1 the first WMMA form; for A/B tests and measurements.
+extern "C" void gpu_flex_test_set_lastq_legacy(int legacy)
+{
+    gpu_flex_set_lastq_legacy(legacy);
+}
 
 extern "C" int gpu_flex_test_device_count(void)
 {
@@ -376,6 +383,11 @@ struct gpu_flex_chunk_result {
     long long nnz, causal; // blocks listed for the chunk's rows / causal blocks of those rows
     int n_query_aware, splits, same, nk;
     gpu_flex_chunk_kernel k[64];
+    // the other last-q form's index (gpu_flex_lastq.cuh) on the same inputs: blocks in one list
+    // and not the other (both ways), heads whose budgets or query-awareness differ, and its time
+    long long ab_diff;
+    int ab_heads, legacy;
+    double ab_index_ms;
 };
 
 namespace {
@@ -576,6 +588,51 @@ extern "C" int gpu_flex_bench_chunk(const float *q, const float *k, const float 
         GF_CHECK(cudaMemcpy(col1.data(), gpu_flex_ws_col(ws.w), (size_t)rp1.back() * 4,
                             cudaMemcpyDeviceToHost));
         res->same = col1 == col0;
+    }
+
+    // the other last-q form on the same inputs: its lists against these, and its time
+    {
+        const int legacy = ws.w ? gpu_flex_ws_lastq_legacy(ws.w) : 0;
+        res->legacy = legacy;
+        ws_guard w2;
+        gpu_flex_set_lastq_legacy(!legacy);
+        rc = gpu_flex_ws_new(n, H, Hk, d, &w2.w);
+        gpu_flex_set_lastq_legacy(legacy);
+        if (rc) return rc;
+        t.clear();
+        for (int i = 0; i <= reps && !rc; i++) {
+            cudaEventRecord(ev.e[0], s);
+            rc = gpu_flex_index_chunk(w2.w, p, dq.p, dk.p, k_tok, k_head, nullptr, 0, n, pos0, s);
+            cudaEventRecord(ev.e[1], s);
+            if (!rc && cudaEventSynchronize(ev.e[1]) != cudaSuccess) rc = GPU_FLEX_ERR_DEVICE;
+            float ms = 0;
+            cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]);
+            if (i) t.push_back(ms);
+        }
+        if (rc) return rc;
+        res->ab_index_ms = median(t);
+        std::vector<int32_t> rp2((size_t)H * (nb + 1));
+        GF_CHECK(cudaMemcpy(rp2.data(), gpu_flex_ws_row_ptr(w2.w), rp2.size() * 4, cudaMemcpyDeviceToHost));
+        std::vector<int32_t> col2(rp2.back() > 0 ? rp2.back() : 1);
+        GF_CHECK(cudaMemcpy(col2.data(), gpu_flex_ws_col(w2.w), (size_t)rp2.back() * 4,
+                            cudaMemcpyDeviceToHost));
+        std::vector<gpu_flex_head> h2(H);
+        GF_CHECK(cudaMemcpy(h2.data(), gpu_flex_ws_heads(w2.w), H * sizeof(gpu_flex_head),
+                            cudaMemcpyDeviceToHost));
+        for (int hh = 0; hh < H; hh++) {
+            res->ab_heads += heads[hh].n_vertical != h2[hh].n_vertical ||
+                             heads[hh].n_slash != h2[hh].n_slash ||
+                             heads[hh].query_aware != h2[hh].query_aware;
+            for (int r = 0; r < nb; r++) { // both rows ascending: a merge
+                const size_t at = (size_t)hh * (nb + 1) + r;
+                int32_t i = rp0[at], j = rp2[at];
+                while (i < rp0[at + 1] || j < rp2[at + 1]) {
+                    if (j >= rp2[at + 1] || (i < rp0[at + 1] && col0[i] < col2[j])) i++, res->ab_diff++;
+                    else if (i >= rp0[at + 1] || col2[j] < col0[i]) j++, res->ab_diff++;
+                    else i++, j++;
+                }
+            }
+        }
     }
 
     // the chunk's attention as sparse_layers runs it: the ws kernel over the lists, key split auto

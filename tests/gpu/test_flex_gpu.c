@@ -24,6 +24,7 @@ typedef struct api {
                         gpu_flex_head *);
     int (*cut)(const float *, int, int, double, const int *, int *, uint32_t *,
                unsigned long long *, unsigned long long *, uint32_t *);
+    void (*set_lastq_legacy)(int); /* gpu/gpu_flex_lastq.cuh: which last-q kernels run */
 } api;
 
 /* 0 with the API loaded, or -1 after SKIP-worthy absence (reason in why). */
@@ -42,7 +43,9 @@ static int api_load(api *a, char *why, size_t n)
     *(void **)&a->attention = dlsym(a->lib, "gpu_flex_test_attention");
     *(void **)&a->index_layout = dlsym(a->lib, "gpu_flex_test_index_layout");
     *(void **)&a->cut = dlsym(a->lib, "gpu_flex_test_cut");
-    if (!a->device_count || !a->index || !a->attention || !a->index_layout || !a->cut) {
+    *(void **)&a->set_lastq_legacy = dlsym(a->lib, "gpu_flex_test_set_lastq_legacy");
+    if (!a->device_count || !a->index || !a->attention || !a->index_layout || !a->cut ||
+        !a->set_lastq_legacy) {
         snprintf(why, n, "%.200s lacks the gpu_flex_test_* entry points", path);
         dlclose(a->lib);
         return -1;
@@ -120,7 +123,9 @@ static double jaccard(const cpu_flex_index *ix, const int32_t *rp, const int32_t
 
 /* Index sets equal, except where the documented ties allow: a coverage count that lands on the
  * other side of a 128-token step (budget off by one block) or a JS distance within 1e-3 of tau
- * (bf16 products summed on tensor cores vs float dot products on the CPU). */
+ * (bf16 products summed on tensor cores vs float dot products on the CPU). Both last-q forms
+ * (gpu/gpu_flex_lastq.cuh: the mma.sync kernels the index runs, and the first WMMA ones kept for
+ * A/B measurements), each against the CPU. */
 TEST(gpu_flex_index_sets_equal_cpu)
 {
     api a;
@@ -132,8 +137,14 @@ TEST(gpu_flex_index_sets_equal_cpu)
         {2048, 4, 2, 64, CPU_FLEX_SYNTH_STRUCTURED, 0, 256},
         {3000, 8, 2, 128, CPU_FLEX_SYNTH_MIXED, 1, 1024},
         {4096, 8, 8, 64, CPU_FLEX_SYNTH_MIXED, 0, 512},
+        {5000, 8, 2, 128, CPU_FLEX_SYNTH_STRUCTURED, 0, 1024},
     };
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    const size_t nc = sizeof cases / sizeof cases[0];
+    for (size_t cf = 0; cf < 2 * nc; cf++) {
+        const size_t ci = cf % nc;
+        const int legacy = cf >= nc;
+        a.set_lastq_legacy(legacy);
+        if (ci == 0) fprintf(stderr, "  last-q form: %s\n", legacy ? "legacy WMMA" : "mma.sync");
         inputs in;
         inputs_synth(&in, cases[ci].n, cases[ci].H, cases[ci].Hk, cases[ci].d, cases[ci].kind,
                      70 + ci);
@@ -175,6 +186,7 @@ TEST(gpu_flex_index_sets_equal_cpu)
         cpu_flex_index_free(ix);
         inputs_free(&in);
     }
+    a.set_lastq_legacy(0);
     dlclose(a.lib);
 }
 
