@@ -4,10 +4,12 @@
 # within SECONDS (default 150: no round starts after that), logs under OUT:
 #   machine.txt     CPU, cores, load, THP, ptrace scope (CMA), UCX version and transports, libraries
 #   lanes.txt       which UCX lanes our link got per UCX_TLS (peer_bench's first line)
-#   rounds.TLS.SIZE interleaved rounds (bench/peer_link_rounds.sh's method), one line a round:
-#                   load, before (if packed), ours with polling 0 and 1000 us (POLLS), ucx_perftest
-#                   tag_bw; each config one round in turn, so that every config's rounds spread
-#                   over the whole run
+#   rounds-TLS-SIZE interleaved rounds (bench/peer_link_rounds.sh's method), one line a round:
+#                   load, before (if packed), ours with polling 0 and 1000 us (POLLS), ours
+#                   sending every chunk from one buffer as perftest does (--buffers 1: do the
+#                   cached bytes explain perftest's lead at 1 MiB?), ucx_perftest tag_bw; each
+#                   config one round in turn, so that every config's rounds spread over the run
+#                   (TLS with "_" for ",": the device tool brings back no name with a comma)
 #   handover.*      the hand-over of a 4K-token sequence (Llama-3-8B's KV shape: 32 layers,
 #                   8 x 128, 128K vocabulary; bench/peer_bench.sh's handover part) to daemon B's
 #                   CPU over shared memory, polling off and on, against the same device in-process
@@ -48,9 +50,10 @@ done >"$O/lanes.txt"
 bins=
 [ -x "$P/bin/peer_bench.before" ] && bins="$P/bin/peer_bench.before"
 for p in $POLLS; do bins="$bins|$P/bin/peer_bench --poll-us $p"; done
+bins="$bins|$P/bin/peer_bench --buffers 1"
 bins=${bins#|}
 round() { # TLS SIZE REPS: one interleaved round, appended to its file
-    f="$O/rounds.$1.$2"
+    f="$O/rounds-$(echo "$1" | tr , _)-$2"
     [ -f "$f" ] || echo "# load | ${bins//$P\/bin\//} (MiB/s) | ucx_perftest tag_bw (MB/s); UCX_TLS=$1, $2-byte chunks, $3 a pass" >"$f"
     IFS='|' read -r -a arr <<<"$bins"
     REPS=$3 PERFTEST=ucx_perftest TIMEOUT=${TIMEOUT:-20} sh "$HERE/peer_link_rounds.sh" 1 "$1" "$2" "${arr[@]}" | tail -n 1 >>"$f"
