@@ -7,6 +7,7 @@
  * token, the sequences' cache pointers, inverse frequencies) goes to the device in one copy; then
  * every kernel and GEMM is queued on the compute stream; the host waits once, at the end. */
 #include "gpu/engine.cuh"
+#include "gpu/gpu_xattn_fp8.h" /* gpu_tune xattn_fp8 */
 #include "gpu/tls.cuh" /* an offloaded sequence (gpu/tls_off.cu) */
 #include <string.h>
 #include <time.h>
@@ -447,6 +448,15 @@ static sparse_off sparse_layout(const gpu_dims &d, int n, int sink, enum proto_k
     return o;
 }
 
+/* gpu_tune xattn_fp8=1: XAttention's FP8 estimate takes its buffers from the same lent range */
+static size_t xattn_fp8_bytes(const gpu_engine *e, int mode, int pos0, int n)
+{
+    const gpu_dims &d = e->d;
+    return mode == SPARSE_MODE_XATTN && e->tune.xattn_fp8
+               ? gpu_xattn_fp8_bytes(pos0 + n, pos0, d.n_heads, d.n_kv, d.hd)
+               : 0;
+}
+
 uint64_t gpu_sparse_bytes(const gpu_engine *e, int n, int sink, enum proto_kv_dtype dt)
 {
     return gpu_sparse_bytes_mode(e, SPARSE_MODE_FLEX, 0, n, sink, dt);
@@ -459,7 +469,8 @@ uint64_t gpu_sparse_bytes_mode(const gpu_engine *e, int mode, int pos0, int n, i
     return sparse_layout(d, n, sink, dt).bytes +
            (mode == SPARSE_MODE_FLEX ? gpu_flex_ws_bytes(pos0 + n, d.n_heads, d.n_kv, d.hd)
                                      : gpu_xattn_ws_bytes(pos0 + n, d.n_heads, d.n_kv, d.hd, 128,
-                                                        mode == SPARSE_MODE_XATTN));
+                                                        mode == SPARSE_MODE_XATTN)) +
+           xattn_fp8_bytes(e, mode, pos0, n);
 }
 
 static void sparse_ws_free(gpu_engine *e, sparse_ws *w)
@@ -481,11 +492,12 @@ static int sparse_ws_new(gpu_engine *e, int mode, int pos0, int n, int sink,
     const gpu_dims &d = e->d;
     memset(w, 0, sizeof *w);
     sparse_off o = sparse_layout(d, n, sink, dt);
-    const size_t ib = mode == SPARSE_MODE_FLEX
+    const size_t xb = mode == SPARSE_MODE_FLEX
                           ? gpu_flex_ws_bytes(pos0 + n, d.n_heads, d.n_kv, d.hd)
                           : gpu_xattn_ws_bytes(pos0 + n, d.n_heads, d.n_kv, d.hd, 128,
                                                mode == SPARSE_MODE_XATTN);
-    if (!ib) return ACCEL_ERR_INVALID; /* a shape the index refuses */
+    if (!xb) return ACCEL_ERR_INVALID; /* a shape the index refuses */
+    const size_t f8b = xattn_fp8_bytes(e, mode, pos0, n), ib = xb + f8b;
     int st = gpu_pool_lend(e, o.bytes + ib, &w->lend);
     if (st == ACCEL_OK) {
         w->base = (unsigned char *)w->lend.ptr;
@@ -505,6 +517,7 @@ static int sparse_ws_new(gpu_engine *e, int mode, int pos0, int n, int sink,
              ? gpu_flex_ws_new_at(b + o.bytes, pos0 + n, d.n_heads, d.n_kv, d.hd, &w->fw)
              : gpu_xattn_ws_new_at(b + o.bytes, pos0 + n, d.n_heads, d.n_kv, d.hd, 128,
                                    mode == SPARSE_MODE_XATTN, &w->xw);
+    if (!st && f8b) st = gpu_xattn_ws_fp8_at(w->xw, GPU_XATTN_FP8_WS, b + o.bytes + xb, f8b);
     if (st) {
         sparse_ws_free(e, w);
         return st; /* GPU_FLEX_ERR_* are ACCEL_ERR_* */

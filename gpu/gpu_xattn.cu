@@ -31,6 +31,7 @@
 extern "C" { // sparse/sparse.h is a C header without guards of its own
 #include "sparse/sparse.h"
 }
+#include "gpu/gpu_xattn_fp8.h"
 #include "gpu/gpu_xattn_impl.cuh"
 #include "gpu/mma.cuh"
 #include <math.h>
@@ -298,6 +299,7 @@ extern "C" void gpu_xattn_ws_free(gpu_xattn_ws *w)
     void *ps[] = {w->P, w->Mt, w->A, w->keep, w->counts, w->row_ptr, w->col};
     for (size_t i = 0; !w->borrowed && i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) cudaFree(ps[i]);
+    if (w->f8 && !w->f8_borrowed) cudaFree(w->f8);
     free(w);
 }
 
@@ -378,6 +380,7 @@ extern "C" int gpu_xattn_index(gpu_xattn_ws *w, const gpu_xattn_params *p, const
         return GPU_FLEX_ERR_INVALID;
     cudaStream_t st = (cudaStream_t)stream;
     const int B = p->block, S = p->stride, nb = (n + B - 1) / B, q0 = q_pos0 / B;
+    w->fp8_used = 0;
     if (p->threshold < 1.0) {
         xargs a;
         memset(&a, 0, sizeof a);
@@ -440,12 +443,22 @@ extern "C" int gpu_xattn_index(gpu_xattn_ws *w, const gpu_xattn_params *p, const
                 }
             }
         }
+        /* the FP8 estimate where asked and usable (gpu/gpu_xattn_fp8.h): its pre-pass first */
+        int f8 = wgk && gpu_xattn_fp8_usable(w, a.rpb, a.nsplit);
+        if (f8) {
+            const int rc = gpu_xattn_fp8_prep(w, a, st);
+            if (rc < 0) return rc;
+            f8 = rc == 0; /* 1: the caller's buffers are too small for this call: bf16 */
+            w->fp8_used = f8;
+        }
         /* the launches heaviest first too (the last query tiles have the most keys) */
         for (int t0 = (tiles - 1) / per * per; t0 >= 0; t0 -= per) {
             a.tile0 = t0;
             a.ntl = tiles - t0 < per ? tiles - t0 : per;
             if (wgk) {
-                const int rc = a.nsplit > 1 ? gpu_xattn_ws_launch(a, st) : gpu_xattn_wg_launch(a, st);
+                const int rc = f8           ? gpu_xattn_fp8_launch(w, a, st)
+                               : a.nsplit > 1 ? gpu_xattn_ws_launch(a, st)
+                                              : gpu_xattn_wg_launch(a, st);
                 if (rc) return rc;
             } else {
                 xattn_score_kernel<<<dim3(w->H, a.ntl), 256, smem, st>>>(a);
@@ -477,9 +490,9 @@ static int up_h16(dmem &d, const float *x, size_t n)
     return 0;
 }
 
-static int host_run(const sparse_params *p, int oc, const float *q, const float *k, int n,
-                    int q_from, int H, int Hk, int D, int64_t **row_ptr, int32_t **col,
-                    float **mass, double *ms)
+static int host_run(const sparse_params *p, int oc, int fp8, const float *q, const float *k,
+                    int n, int q_from, int H, int Hk, int D, int64_t **row_ptr, int32_t **col,
+                    float **mass, int *used, double *ms)
 {
     const int B = sparse_block_size(p), nb = (n + B - 1) / B, q0 = q_from / B;
     dmem dq, dk;
@@ -489,6 +502,10 @@ static int host_run(const sparse_params *p, int oc, const float *q, const float 
     gpu_xattn_ws *w = NULL;
     rc = gpu_xattn_ws_new(n, H, Hk, D, B, p->mode == SPARSE_MODE_XATTN, &w);
     if (rc) return rc;
+    if (fp8 && (rc = gpu_xattn_ws_fp8(w, fp8)) != 0) {
+        gpu_xattn_ws_free(w);
+        return rc;
+    }
     cudaEvent_t e0 = NULL, e1 = NULL;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
@@ -509,6 +526,7 @@ static int host_run(const sparse_params *p, int oc, const float *q, const float 
         fprintf(stderr, "gpu_xattn: %s\n", cudaGetErrorString(ce));
         rc = GPU_FLEX_ERR_DEVICE;
     }
+    if (used) *used = w->fp8_used;
     float t = 0;
     if (!rc && ms && cudaEventElapsedTime(&t, e0, e1) == cudaSuccess) *ms = t;
     cudaEventDestroy(e0);
@@ -545,6 +563,17 @@ extern "C" int gpu_sparse_index_host(int device, const sparse_params *p, int off
                                      int64_t **row_ptr, int32_t **col, float **mass, double *ms,
                                      char *err, size_t errlen)
 {
+    return gpu_sparse_index_host_ex(device, p, official_chunk, 0, q, k, n, q_from, H, Hk, D,
+                                    row_ptr, col, mass, NULL, ms, err, errlen);
+}
+
+extern "C" int gpu_sparse_index_host_ex(int device, const sparse_params *p, int official_chunk,
+                                        int fp8, const float *q, const float *k, int n, int q_from,
+                                        int H, int Hk, int D, int64_t **row_ptr, int32_t **col,
+                                        float **mass, int *used, double *ms, char *err,
+                                        size_t errlen)
+{
+    if (used) *used = 0;
     *row_ptr = NULL;
     *col = NULL;
     if (mass) *mass = NULL;
@@ -566,8 +595,8 @@ extern "C" int gpu_sparse_index_host(int device, const sparse_params *p, int off
         snprintf(err, errlen, "cuda: no CUDA device %d", device);
         return GPU_FLEX_ERR_DEVICE;
     }
-    int rc = host_run(p, official_chunk, q, k, n, q_from, H, Hk, D, row_ptr, col,
-                      p->mode == SPARSE_MODE_XATTN ? mass : NULL, ms);
+    int rc = host_run(p, official_chunk, fp8, q, k, n, q_from, H, Hk, D, row_ptr, col,
+                      p->mode == SPARSE_MODE_XATTN ? mass : NULL, used, ms);
     if (rc) {
         free(*row_ptr);
         free(*col);

@@ -22,6 +22,12 @@ struct xargs {
     float scale_log2;
     float *P, *Mt, *A;
     float *ML;               // nsplit > 1: each split's (max, sum) per row, folded by a second kernel
+    // the FP8 estimate (gpu/gpu_xattn_fp8.cu): Q_r of head h at q8 + (h * nq8 + i - i0) * L8,
+    // K_r of KV head g at k8 + (g * nrs + j) * L8 (e4m3, rows of L8 bytes, a multiple of 128);
+    // amax: the heads' largest magnitudes as float bits (H query heads, then Hk KV heads)
+    const unsigned char *q8, *k8;
+    int L8, nq8;
+    unsigned *amax;
 };
 
 // The Hopper estimate (gpu/gpu_xattn_wg.cu): usable for this shape on this device (B / S >= 8,
@@ -170,7 +176,24 @@ struct gpu_xattn_ws {
     uint32_t *keep;                 // (H, nb, words) kept-block bits
     int *counts;                    // (H, nb)
     int32_t *row_ptr, *col;
+    int fp8, fp8_used;              // gpu/gpu_xattn_fp8.h: asked for, taken by the last index
+    unsigned char *f8;              // the FP8 Q_r, K_r and amax (f8_bytes; cudaMalloc'ed unless
+    size_t f8_bytes;                // f8_borrowed: gpu_xattn_ws_fp8_at)
+    int f8_borrowed;
 };
+
+// The FP8 estimate (gpu/gpu_xattn_fp8.cu): usable for this workspace and shape (sm_90a, the
+// Hopper estimate's shapes, head_dim % 16 == 0); its buffers for a call (grows w->f8; fills
+// a.q8, a.k8, a.L8, a.nq8, a.amax; 1: borrowed buffers too small, run bf16), the pre-pass (amax,
+// then Q_r and K_r in e4m3), and one launch
+// of the estimate over a.ntl query tiles: GPU_XATTN_FP8_WS (grid (H, a.ntl, a.nsplit), the copy
+// engine, warp-specialized) or GPU_XATTN_FP8_WG (grid (H, a.ntl), a.nsplit 1; the 256-thread
+// cp.async kernel of gpu/gpu_xattn_wg.cu in FP8).
+int gpu_xattn_fp8_usable(const gpu_xattn_ws *w, int rpb, int nsplit);
+int gpu_xattn_fp8_prep(gpu_xattn_ws *w, xargs &a, cudaStream_t st);
+int gpu_xattn_fp8_launch(const gpu_xattn_ws *w, const xargs &a, cudaStream_t st);
+// gpu/gpu_xattn_ws.cu's merge of key splits and fold (after a split launch with row-minor P, Mt)
+int gpu_xattn_fold_launch(const xargs &a, cudaStream_t st);
 
 // Selection of every row q0 .. nb - 1 into ws->keep / counts, then the CSR lists.
 int gpu_xattn_select(gpu_xattn_ws *w, const gpu_xattn_params *p, int nb, int q0, cudaStream_t st);

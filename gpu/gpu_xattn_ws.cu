@@ -246,6 +246,13 @@ __global__ void __launch_bounds__(256) xattn_fold_kernel(xargs a)
     xw_fold(a, a.P + pt * a.nb * XWM, a.Mt + pt * a.nkt * XWM, mfin, linv, ibase, h, tid, 256);
 }
 
+int gpu_xattn_fold_launch(const xargs &a, cudaStream_t st)
+{
+    xattn_fold_kernel<<<dim3(a.H, a.ntl), 256, 0, st>>>(a);
+    GF_LAUNCHED();
+    return 0;
+}
+
 int gpu_xattn_ws_launch(const xargs &a, cudaStream_t st)
 {
     const size_t smem = xw_smem();

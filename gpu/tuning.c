@@ -30,6 +30,7 @@ void gpu_tuning_default(gpu_tuning *t)
         .argmax = 1,
         .gemm_tune = GPU_GEMM_TUNE_ON,
         .prefill_split = 1,
+        .xattn_fp8 = 0,
         .profile = 0,
         .chain_trace = 0,
     };
@@ -69,6 +70,7 @@ static int set_one(gpu_tuning *t, const char *k, const char *v, char *err, size_
         {"decode_rows", offsetof(gpu_tuning, decode_rows)},
         {"load_overlap", offsetof(gpu_tuning, load_overlap)}, {"argmax", offsetof(gpu_tuning, argmax)},
         {"prefill_split", offsetof(gpu_tuning, prefill_split)},
+        {"xattn_fp8", offsetof(gpu_tuning, xattn_fp8)},
         {"profile", offsetof(gpu_tuning, profile)}, {"chain_trace", offsetof(gpu_tuning, chain_trace)},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)

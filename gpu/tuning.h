@@ -17,6 +17,10 @@
  *                       pinning takes seconds per 10 GB); 0 (default): 3/4 of the host memory
  *                       available then when decode_sparse's default says offload=1, else none
  *                       (a sequence asking for offload then stays in device memory)
+ *     xattn_fp8=0|1     XAttention's block estimate scored in FP8 e4m3 on Hopper
+ *                       (gpu/gpu_xattn_fp8.h; 0, the default: bf16). Faster, but its block sets
+ *                       differ from the official bf16/fp32 selection by more than issue 22's
+ *                       acceptance rule allows (BENCHMARKS.md, "XAttention's estimate in FP8")
  *   comparisons (tests keep the paths they force correct; benchmarks measure what each piece
  *   buys; every forced path is also a fallback the engine takes on other GPUs or shapes):
  *     attn=auto|mma4|mma8|wgmma   prefill attention: auto = the warp-specialized wgmma kernel on
@@ -82,6 +86,7 @@ typedef struct gpu_tuning {
     int gemm_tune;        /* enum gpu_gemm_tune_mode */
     int offload_pool_mb;  /* AsyncTLS offload's pinned host pool, MiB (0: the default) */
     int prefill_split;    /* 1: on */
+    int xattn_fp8;        /* 1: XAttention's estimate in FP8 (gpu/gpu_xattn_fp8.h) */
 } gpu_tuning;
 
 /* The defaults: what the engine runs when nobody sets anything. */

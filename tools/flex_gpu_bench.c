@@ -16,7 +16,11 @@
  *                                           --recent, start 128; its 1024-token chunks);
  *                                           then XAttention's index of the last block alone
  *                                           after the rest (a chunked prefill's chunk at that
- *                                           depth), with and without the estimate's key splits
+ *                                           depth), with and without the estimate's key splits;
+ *                                           --xfp8 0,1 adds XAttention's FP8 estimate
+ *                                           (gpu/gpu_xattn_fp8.h; 2, 3: the kernels that
+ *                                           accumulate in the tensor cores) beside bf16, and
+ *                                           its sets against bf16's (Jaccard, mass kept)
  *   build/flex_gpu_bench chunk [N,...]      the dense prefill attention of a chunked prefill's
  *                                           chunk (--chunk-rows, default 128,256) after N cached
  *                                           keys (default 32768,65536,131072): unsplit, the
@@ -70,15 +74,20 @@ typedef struct api {
 static int H = 32, HK = 8, D = 128, THREADS = 16, REPS = 3, LASTQ_LEGACY = 0;
 static char KINDS[128] = "structured,mixed", GAMMAS[128] = "0.8,0.9,0.95";
 static char XTHR[128] = "0.8,0.9,0.95", XSTRIDE[64] = "8,16", RECENT[128] = "1920,8192";
+static char XFP8[16] = "0";
 
 /* gpu/test/xattn_test_api.cu */
 typedef struct gpu_sparse_bench_result {
     double index_ms, attn_ms, dense_ms, density;
     long long nnz, causal;
     double last_block_ms[2]; /* XAttention: the last block's index after the rest (split, not) */
+    int fp8_used;            /* the estimate ran in FP8 (gpu/gpu_xattn_fp8.h) */
+    double fp8_jaccard, fp8_kept_min; /* FP8 sets vs bf16; lowest share of bf16 mass kept */
+    long long fp8_rows_under, fp8_rows;
 } gpu_sparse_bench_result;
-typedef int (*sparse_bench_fn)(const sparse_params *, int, const float *, const float *,
-                               const float *, int, int, int, int, int, gpu_sparse_bench_result *);
+typedef int (*sparse_bench_fn)(const sparse_params *, const int *, int, const float *,
+                               const float *, const float *, int, int, int, int, int,
+                               gpu_sparse_bench_result *);
 
 /* devices_open pulls the composition root, the backends and the model code out of libtandem.a
  * into this program; the CUDA plugin resolves its calls to them when dlopen'ed (RTLD_NOW). */
@@ -536,10 +545,16 @@ static int flex_chunk(flex_chunk_fn fc, const char *depths)
 
 static int methods(const api *a, sparse_bench_fn sb, const char *sizes)
 {
-    double xt[8], xs[4], rc[4];
+    double xt[8], xs[4], rc[4], xf[4];
     const int nxt = dlist(XTHR, xt, 8), nxs = dlist(XSTRIDE, xs, 4), nrc = dlist(RECENT, rc, 4);
+    const int nxf = dlist(XFP8, xf, 4);
     double g0[1];
-    if (nxt < 1 || nxs < 1 || nrc < 1 || dlist(GAMMAS, g0, 1) != 1) {
+    static char fb[4096]; /* the FP8 rows' comparison with bf16, printed after the table */
+    size_t fbn = 0;
+    fb[0] = 0;
+    int badf = 0;
+    for (int f = 0; f < nxf; f++) badf |= xf[f] != 0 && xf[f] != 1 && xf[f] != 2 && xf[f] != 3;
+    if (nxt < 1 || nxs < 1 || nrc < 1 || nxf < 1 || badf || dlist(GAMMAS, g0, 1) != 1) {
         fprintf(stderr, "flex_gpu_bench: bad --xthr / --xstride / --recent / --gammas\n");
         return 2;
     }
@@ -578,25 +593,28 @@ static int methods(const api *a, sparse_bench_fn sb, const char *sizes)
                        fr.dense_kernel_ms / (fr.index_ms + fr.sparse_ms));
             else
                 printf("| %ld | %s | flexprefill | failed |\n", n, name);
-            sparse_params ps[40];
-            int np = 0;
+            sparse_params ps[8 * 4 * 4 + 4];
+            int np = 0, f8[8 * 4 * 4 + 4] = {0};
             for (int i = 0; i < nxt; i++)
-                for (int j = 0; j < nxs; j++) {
-                    sparse_params_default(&ps[np], SPARSE_MODE_XATTN);
-                    ps[np].xattention_threshold = xt[i];
-                    ps[np++].xattention_stride = (int)xs[j];
-                }
+                for (int j = 0; j < nxs; j++)
+                    for (int f = 0; f < nxf; f++) {
+                        sparse_params_default(&ps[np], SPARSE_MODE_XATTN);
+                        ps[np].xattention_threshold = xt[i];
+                        f8[np] = (int)xf[f];
+                        ps[np++].xattention_stride = (int)xs[j];
+                    }
             for (int i = 0; i < nrc; i++) {
                 sparse_params_default(&ps[np], SPARSE_MODE_TRISHAPE);
                 ps[np++].num_retained_recent_tokens_in_cache = (int)rc[i];
             }
-            gpu_sparse_bench_result rs[40];
-            int st = sb(ps, np, p.q, p.k, p.v, p.n, H, HK, D, REPS, rs);
+            gpu_sparse_bench_result rs[8 * 4 * 4 + 4];
+            int st = sb(ps, f8, np, p.q, p.k, p.v, p.n, H, HK, D, REPS, rs);
             for (int i = 0; i < np; i++) {
                 char par[96];
                 if (ps[i].mode == SPARSE_MODE_XATTN)
-                    snprintf(par, sizeof par, "threshold %.2f stride %d", ps[i].xattention_threshold,
-                             ps[i].xattention_stride);
+                    snprintf(par, sizeof par, "threshold %.2f stride %d%s", ps[i].xattention_threshold,
+                             ps[i].xattention_stride,
+                             f8[i] == 1 ? " fp8" : f8[i] == 2 ? " fp8 wg-raw" : f8[i] == 3 ? " fp8 ws-raw" : "");
                 else
                     snprintf(par, sizeof par, "start %d recent %d (chunks of %d)",
                              ps[i].num_retained_start_tokens_in_cache,
@@ -611,6 +629,11 @@ static int methods(const api *a, sparse_bench_fn sb, const char *sizes)
                        name, sparse_mode_name(ps[i].mode), par, r->density, r->index_ms, r->attn_ms,
                        r->dense_ms, 100 * r->index_ms / r->dense_ms,
                        r->dense_ms / (r->index_ms + r->attn_ms));
+                if (f8[i] && fbn < sizeof fb - 200)
+                    fbn += (size_t)snprintf(fb + fbn, sizeof fb - fbn,
+                                            "| %ld | %s | %s | %s | %.5f | %.4f | %lld of %lld |\n", n,
+                                            name, par, r->fp8_used ? "yes" : "no", r->fp8_jaccard,
+                                            r->fp8_kept_min, r->fp8_rows_under, r->fp8_rows);
                 if (ps[i].mode == SPARSE_MODE_XATTN && lbn < sizeof lb - 200)
                     lbn += (size_t)snprintf(lb + lbn, sizeof lb - lbn, "| %ld | %s | %s | %.3f | %.3f |\n",
                                             n, name, par, r->last_block_ms[0], r->last_block_ms[1]);
@@ -624,6 +647,12 @@ static int methods(const api *a, sparse_bench_fn sb, const char *sizes)
                "|---:|---|---|---:|---:|\n%s\nlast block: the index of the sparse part's last 128 "
                "query tokens alone, over every key before them (a chunked prefill's chunk at that "
                "depth), with the estimate's key splits as it chooses them and without.\n", lb);
+    if (fbn)
+        printf("\n| n | kind | XAttention | FP8 ran | Jaccard vs bf16 sets | lowest share of the bf16 "
+               "estimate's mass kept | rows below the threshold |\n|---:|---|---|---|---:|---:|---:|\n%s"
+               "\nFP8 vs bf16: the whole sparse part's sets of the FP8 estimate against the bf16 "
+               "estimate's on the same inputs; per (head, query block) the bf16 masses of the blocks "
+               "the FP8 set keeps over the row's bf16 mass.\n", fb);
     printf("\nindex ms: the method's block selection (XAttention: the estimate + selection + CSR; "
            "Tri-shape: its lists, summed over its chunks); attention ms: the engine's block-sparse "
            "kernel over them (Tri-shape: summed over its chunks); dense ms: the dense kernel of the "
@@ -668,6 +697,7 @@ int main(int argc, char **argv)
         else if (!strcmp(o, "--xthr") && strlen(v) < sizeof XTHR) snprintf(XTHR, sizeof XTHR, "%s", v);
         else if (!strcmp(o, "--xstride") && strlen(v) < sizeof XSTRIDE)
             snprintf(XSTRIDE, sizeof XSTRIDE, "%s", v);
+        else if (!strcmp(o, "--xfp8") && strlen(v) < sizeof XFP8) snprintf(XFP8, sizeof XFP8, "%s", v);
         else if (!strcmp(o, "--recent") && strlen(v) < sizeof RECENT)
             snprintf(RECENT, sizeof RECENT, "%s", v);
         else if (!strcmp(o, "--chunk-rows") && strlen(v) < sizeof CHUNK_ROWS)

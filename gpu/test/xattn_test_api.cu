@@ -7,13 +7,19 @@
 // whole prompt over); Tri-shape in its chunks of SPARSE_TRI_CHUNK tokens (its index and attention
 // summed over them). Device memory is released before returning. For XAttention also the index
 // of the sparse part's last 128-token block alone, after the rest (the chunk a chunked prefill
-// runs at that depth), with and without the estimate's key splits.
+// runs at that depth), with and without the estimate's key splits. fp8 (may be NULL: all 0): per
+// parameter set, XAttention's estimate in FP8 (gpu/gpu_xattn_fp8.h: GPU_XATTN_FP8_WS, _WG,
+// _WS_RAW); then also the FP8 sets of the
+// whole sparse part against the bf16 estimate's on the same inputs: Jaccard, and per (head, query
+// block) the share of the bf16 estimate's mass the FP8 set keeps (the lowest; the rows below the
+// threshold).
 extern "C" { // a C header without guards of its own, first: engine.cuh includes it too
 #include "sparse/sparse.h"
 }
 #include "gpu/engine.cuh"
 #include "gpu/gpu_flex_common.cuh"
 #include "gpu/gpu_xattn.h"
+#include "gpu/gpu_xattn_fp8.h"
 #include <algorithm>
 #include <string.h>
 #include <vector>
@@ -26,9 +32,12 @@ typedef struct gpu_sparse_bench_result {
     double last_block_ms[2];            // XAttention: the index of the sparse part's last block
                                         // after the rest is cached ([0]: keys split over CTAs as
                                         // the estimate chooses, [1]: not split); medians
+    int fp8_used;                       // the whole part's estimate ran in FP8
+    double fp8_jaccard, fp8_kept_min;   // FP8 sets vs bf16 sets; lowest kept share of bf16 mass
+    long long fp8_rows_under, fp8_rows; // rows keeping less than the threshold of it; rows
 } gpu_sparse_bench_result;
-int gpu_sparse_bench(const sparse_params *ps, int np, const float *q, const float *k,
-                     const float *v, int n, int H, int Hk, int d, int reps,
+int gpu_sparse_bench(const sparse_params *ps, const int *fp8, int np, const float *q,
+                     const float *k, const float *v, int n, int H, int Hk, int d, int reps,
                      gpu_sparse_bench_result *rs);
 }
 
@@ -81,13 +90,13 @@ double median(std::vector<double> t)
 }
 } // namespace
 
-static int one(const sparse_params *p, const h16 *Q, const h16 *K, const h16 *V, h16 *O, int n,
-               int H, int Hk, int d, int reps, gpu_sparse_bench_result *r);
+static int one(const sparse_params *p, int fp8, const h16 *Q, const h16 *K, const h16 *V, h16 *O,
+               int n, int H, int Hk, int d, int reps, gpu_sparse_bench_result *r);
 
 // Each of the np parameter sets on the same inputs (uploaded once).
-extern "C" int gpu_sparse_bench(const sparse_params *ps, int np, const float *q, const float *k,
-                                const float *v, int n, int H, int Hk, int d, int reps,
-                                gpu_sparse_bench_result *rs)
+extern "C" int gpu_sparse_bench(const sparse_params *ps, const int *fp8, int np, const float *q,
+                                const float *k, const float *v, int n, int H, int Hk, int d,
+                                int reps, gpu_sparse_bench_result *rs)
 {
     for (int i = 0; i < np; i++) {
         const sparse_params *p = &ps[i];
@@ -105,19 +114,75 @@ extern "C" int gpu_sparse_bench(const sparse_params *ps, int np, const float *q,
     if (rc) return rc;
     GF_CHECK(cudaMalloc(&dout.p, (size_t)n * H * d * 2));
     for (int i = 0; i < np && !rc; i++)
-        rc = one(&ps[i], (const h16 *)dq.p, (const h16 *)dk.p, (const h16 *)dv.p, (h16 *)dout.p, n,
+        rc = one(&ps[i], fp8 ? fp8[i] : 0, (const h16 *)dq.p, (const h16 *)dk.p, (const h16 *)dv.p, (h16 *)dout.p, n,
                  H, Hk, d, reps, &rs[i]);
     return rc;
 }
 
-static int one(const sparse_params *p, const h16 *Q, const h16 *K, const h16 *V, h16 *O, int n,
-               int H, int Hk, int d, int reps, gpu_sparse_bench_result *r)
+// The FP8 estimate's sets of the whole sparse part [0, end) against the bf16 estimate's.
+static int fp8_vs_bf16(gpu_xattn_ws *w, int fp8, const sparse_params *p, const h16 *Q, const h16 *K,
+                       int end, int H, int Hk, int d, cudaStream_t st, gpu_sparse_bench_result *r)
+{
+    const int nb = (end + 127) / 128;
+    std::vector<int32_t> rp[2], col[2];
+    std::vector<float> mass((size_t)H * nb * nb);
+    for (int pass = 0; pass < 2; pass++) { /* 0: bf16, 1: FP8 */
+        gpu_xattn_ws_fp8(w, pass ? fp8 : 0);
+        const gpu_xattn_params xp = {p->xattention_threshold, 128, p->xattention_stride, 0, 0};
+        int rc = gpu_xattn_index(w, &xp, Q, (size_t)H * d, K, (size_t)Hk * d, (size_t)d, NULL, 0,
+                                 end, 0, st);
+        if (rc) return rc;
+        GF_CHECK(cudaStreamSynchronize(st));
+        if (pass == 1) r->fp8_used = gpu_xattn_ws_fp8_used(w);
+        rp[pass].resize((size_t)H * (nb + 1));
+        GF_CHECK(cudaMemcpy(rp[pass].data(), gpu_xattn_ws_row_ptr(w), rp[pass].size() * 4,
+                            cudaMemcpyDeviceToHost));
+        col[pass].resize((size_t)rp[pass].back() + 1);
+        GF_CHECK(cudaMemcpy(col[pass].data(), gpu_xattn_ws_col(w), (size_t)rp[pass].back() * 4,
+                            cudaMemcpyDeviceToHost));
+        if (pass == 0)
+            GF_CHECK(cudaMemcpy(mass.data(), gpu_xattn_ws_mass(w), mass.size() * 4,
+                                cudaMemcpyDeviceToHost));
+    }
+    long long in = 0, un = 0;
+    double low = 1;
+    std::vector<uint8_t> a(nb), b(nb);
+    for (int h = 0; h < H; h++)
+        for (int I = 0; I < nb; I++) {
+            std::fill(a.begin(), a.end(), 0);
+            std::fill(b.begin(), b.end(), 0);
+            for (int s = 0; s < 2; s++) {
+                const int32_t *row = rp[s].data() + (size_t)h * (nb + 1);
+                for (int32_t e = row[I]; e < row[I + 1]; e++) (s ? b : a)[col[s][e]] = 1;
+            }
+            const float *m = mass.data() + ((size_t)h * nb + I) * nb;
+            double tot = 0, kept = 0;
+            for (int J = 0; J <= I; J++) {
+                in += a[J] && b[J];
+                un += a[J] || b[J];
+                tot += m[J];
+                kept += b[J] ? m[J] : 0;
+            }
+            const double share = tot > 0 ? kept / tot : 1;
+            if (share < low) low = share;
+            r->fp8_rows_under += share < p->xattention_threshold;
+            r->fp8_rows++;
+        }
+    r->fp8_jaccard = un ? (double)in / un : 1;
+    r->fp8_kept_min = low;
+    gpu_xattn_ws_fp8(w, fp8);
+    return 0;
+}
+
+static int one(const sparse_params *p, int fp8, const h16 *Q, const h16 *K, const h16 *V, h16 *O,
+               int n, int H, int Hk, int d, int reps, gpu_sparse_bench_result *r)
 {
     int rc;
     const int xat = p->mode == SPARSE_MODE_XATTN;
     ws_hold w;
     rc = gpu_xattn_ws_new(n, H, Hk, d, 128, xat, &w.w);
     if (rc) return rc;
+    if (xat && fp8 && (rc = gpu_xattn_ws_fp8(w.w, fp8)) != 0) return rc;
     cudaStream_t st = 0;
     cudaEvent_t e0, e1, e2;
     GF_CHECK(cudaEventCreate(&e0));
@@ -203,5 +268,6 @@ static int one(const sparse_params *p, const h16 *Q, const h16 *K, const h16 *V,
     r->attn_ms = median(ta);
     r->dense_ms = median(td);
     r->density = r->causal ? (double)r->nnz / (double)r->causal : 1.0;
+    if (xat && fp8) return fp8_vs_bf16(w.w, fp8, p, Q, K, end, H, Hk, d, st, r);
     return 0;
 }

@@ -10,7 +10,7 @@ TEST(gpu_tuning_defaults)
     gpu_tuning_default(&t);
     CHECK_EQ(t.chunk, 8192);
     CHECK(t.graphs && t.gemv && t.fused && t.pdl && t.decode_mma && t.prune && t.decode_rows &&
-          t.load_overlap && t.argmax && t.prefill_split);
+          t.load_overlap && t.argmax && t.prefill_split && !t.xattn_fp8);
     CHECK_EQ(t.logits_chunks, 4);
     CHECK_EQ(t.attn, GPU_ATTN_AUTO);
     CHECK_EQ(t.sparse_attn, GPU_ATTN_AUTO);
@@ -30,12 +30,12 @@ TEST(gpu_tuning_every_key)
                                " chunk=300, graphs=0,attn=mma8,sparse_attn=mma4,gemv=0,fused=0,"
                                "pdl=0,decode_attn=two,decode_cluster=0,decode_mma=0,prune=0,"
                                "profile=1,chain_trace=1,decode_rows=0,logits_chunks=8,load_overlap=0,"
-                               "argmax=0,gemm_tune=0,offload_pool_mb=2048,prefill_split=0",
+                               "argmax=0,gemm_tune=0,offload_pool_mb=2048,prefill_split=0,xattn_fp8=1",
                                err, sizeof err) == 0,
               "%s", err);
     CHECK_EQ(t.chunk, 300);
     CHECK(!t.graphs && !t.gemv && !t.fused && !t.pdl && !t.decode_mma && !t.prune && !t.decode_rows &&
-          !t.load_overlap && !t.argmax && !t.prefill_split);
+          !t.load_overlap && !t.argmax && !t.prefill_split && t.xattn_fp8);
     CHECK_EQ(t.logits_chunks, 8);
     CHECK_EQ(t.offload_pool_mb, 2048);
     CHECK_EQ(t.attn, GPU_ATTN_MMA8);
@@ -77,6 +77,7 @@ TEST(gpu_tuning_errors_name_the_key)
         {"decode_rows=2", "decode_rows"}, {"gemm_tune=2", "gemm_tune"},
         {"offload_pool_mb=-1", "offload_pool_mb"}, {"offload_pool_mb=1G", "offload_pool_mb"},
         {"prefill_split=2", "prefill_split"},
+        {"xattn_fp8=2", "xattn_fp8"},
         {"TANDEM_GPU_PDL=off", "unknown key"},  {"pdl", "not key=value"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

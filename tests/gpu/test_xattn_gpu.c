@@ -25,13 +25,14 @@
 #include "cpu/pool.h"
 #include "cpu/sparse_idx.h"
 #include "gpu/gpu_xattn.h"
+#include "gpu/gpu_xattn_fp8.h"
 #include "tests/test.h"
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static gpu_sparse_index_host_fn load_index(char *why, size_t n)
+static void *load_sym(const char *sym, char *why, size_t n)
 {
     const char *b = getenv("BUILD");
     char path[512];
@@ -42,9 +43,9 @@ static gpu_sparse_index_host_fn load_index(char *why, size_t n)
         return NULL;
     }
     int (*count)(void) = (int (*)(void))dlsym(lib, "gpu_flex_test_device_count");
-    gpu_sparse_index_host_fn fn = (gpu_sparse_index_host_fn)dlsym(lib, GPU_SPARSE_INDEX_SYMBOL);
+    void *fn = dlsym(lib, sym);
     if (!count || !fn) {
-        snprintf(why, n, "%.200s lacks %s", path, GPU_SPARSE_INDEX_SYMBOL);
+        snprintf(why, n, "%.200s lacks %s", path, sym);
         return NULL;
     }
     if (count() < 1) {
@@ -52,6 +53,11 @@ static gpu_sparse_index_host_fn load_index(char *why, size_t n)
         return NULL;
     }
     return fn;
+}
+
+static gpu_sparse_index_host_fn load_index(char *why, size_t n)
+{
+    return (gpu_sparse_index_host_fn)load_sym(GPU_SPARSE_INDEX_SYMBOL, why, n);
 }
 
 static float bf16_round(float x)
@@ -135,7 +141,11 @@ static void csr_row(const int64_t *rp, const int32_t *col, int nb, int h, int r,
     for (int64_t e = p[r]; e < p[r + 1]; e++) v[col[e]] = 1;
 }
 
-static void run_case(gpu_sparse_index_host_fn fn, cpu_pool *pool, const xcase *c, int ci)
+/* fp8: both sides score in FP8 (gpu/gpu_xattn_fp8.h: the GPU kernel GPU_XATTN_FP8_*;
+ * cpu_xattn_index_build_ex): the GPU must have taken its FP8 estimate. Masses within tol x the
+ * row's mass; strict: the sets' rule against the CPU (edge, Jaccard) too, else only printed. */
+static void run_case(gpu_sparse_index_host_ex_fn fn, cpu_pool *pool, const xcase *c, int ci, int fp8,
+                     double tol, int strict)
 {
     const int n = c->n, H = c->H, Hk = c->Hk, d = c->d, B = c->B;
     float *q = malloc(sizeof(float) * (size_t)n * H * d), *k = malloc(sizeof(float) * (size_t)n * Hk * d);
@@ -153,15 +163,18 @@ static void run_case(gpu_sparse_index_host_fn fn, cpu_pool *pool, const xcase *c
     cpu_flex_qkv x = {n, H, Hk, d, qc, (size_t)H * d, k, k, (size_t)Hk * d, c->q_from};
     cpu_flex_index *ix = NULL;
     double *cm = NULL;
-    REQUIRE(cpu_xattn_index_build(pool, &p, &x, oc, &ix, &cm) == 0);
+    REQUIRE(cpu_xattn_index_build_ex(pool, &p, &x, oc, fp8 != 0, &ix, &cm) == 0);
     int64_t *rp = NULL;
     int32_t *col = NULL;
     float *gm = NULL;
     double ms = 0;
     char err[256] = "";
-    int rc = fn(0, &p, oc, qc, k, n, c->q_from, H, Hk, d, &rp, &col, &gm, &ms, err, sizeof err);
+    int used = -1;
+    int rc = fn(0, &p, oc, fp8, qc, k, n, c->q_from, H, Hk, d, &rp, &col, &gm, &used, &ms, err,
+                sizeof err);
     CHECK_MSG(rc == 0, "case %d: %s", ci, err);
     if (rc) goto out;
+    CHECK_MSG(used == (fp8 != 0), "case %d: the GPU's estimate ran in %s", ci, used ? "fp8" : "bf16");
     const int nb = (n + B - 1) / B, q0 = c->q_from / B, rows = nb - q0;
     const int quirk_blocks = oc > 0 && q0 == 0 ? (oc + B - 1) / B : 0;
     double worst = 0, jin = 0, juni = 0;
@@ -197,15 +210,22 @@ static void run_case(gpu_sparse_index_host_fn fn, cpu_pool *pool, const xcase *c
         }
     const double jac = juni > 0 ? jin / juni : 1.0;
     fprintf(stderr,
-            "  case %d (n %d from %d, H %d/%d, d %d, B %d, S %d, thr %.2f, %s%s): max |dA| / row "
+            "  case %d (n %d from %d, H %d/%d, d %d, B %d, S %d, thr %.2f, %s%s%s): max |dA| / row "
             "mass %.3g, %d of %d rows differ (edge), jaccard %.5f, gpu %.3f ms\n",
             ci, n, c->q_from, H, Hk, d, B, c->S, c->thr, cpu_flex_synth_kind_name(s.kind),
-            c->official ? ", official chunking" : "", worst, diff_rows, H * rows, jac, ms);
-    CHECK_MSG(worst <= 1e-4, "case %d: block masses differ by %.3g of the row mass", ci, worst);
+            c->official ? ", official chunking" : "",
+            fp8 == GPU_XATTN_FP8_WS ? ", fp8 ws" : fp8 == GPU_XATTN_FP8_WG ? ", fp8 wg raw"
+                                         : fp8 ? ", fp8 ws raw" : "", worst, diff_rows,
+            H * rows, jac, ms);
+    CHECK_MSG(worst <= tol, "case %d: block masses differ by %.3g of the row mass", ci, worst);
     CHECK_MSG(bad_rule == 0, "case %d: %d rows not the rule applied to the GPU's masses", ci, bad_rule);
-    CHECK_MSG(bad_edge == 0, "case %d: %d rows differ from the CPU away from the threshold edge", ci,
-              bad_edge);
-    CHECK_MSG(jac >= 0.99, "case %d: jaccard %.5f", ci, jac);
+    if (strict) {
+        CHECK_MSG(bad_edge == 0, "case %d: %d rows differ from the CPU away from the threshold edge",
+                  ci, bad_edge);
+        CHECK_MSG(jac >= 0.99, "case %d: jaccard %.5f", ci, jac);
+    } else if (bad_edge) {
+        fprintf(stderr, "    (%d rows differ away from the edge: not held for this kernel)\n", bad_edge);
+    }
     free(vg), free(vc), free(vr), free(ga);
 out:
     free(rp), free(col), free(gm), free(cm);
@@ -216,7 +236,8 @@ out:
 TEST(gpu_xattn_index_matches_cpu)
 {
     char why[256];
-    gpu_sparse_index_host_fn fn = load_index(why, sizeof why);
+    gpu_sparse_index_host_ex_fn fn =
+        (gpu_sparse_index_host_ex_fn)load_sym(GPU_SPARSE_INDEX_EX_SYMBOL, why, sizeof why);
     if (!fn) SKIP("%s", why);
     cpu_pool *pool = cpu_pool_new(8);
     REQUIRE(pool);
@@ -242,7 +263,119 @@ TEST(gpu_xattn_index_matches_cpu)
         {20003, 19968, 4, 4, 128, 128, 16, 0.8, CPU_FLEX_SYNTH_MIXED, 0},
         {16800, 11264, 4, 2, 128, 128, 8, 0.9, CPU_FLEX_SYNTH_STRUCTURED, 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(fn, pool, &cases[i], (int)i);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_case(fn, pool, &cases[i], (int)i, 0, 1e-4, 1);
+    cpu_pool_free(pool);
+}
+
+/* e4m3 bits as a float (bias 7; E 15 M 7 is NaN) */
+static float e4m3_value(uint8_t b)
+{
+    const int E = (b >> 3) & 15, M = b & 7;
+    float v = E == 15 && M == 7 ? NAN : E ? ldexpf(1.f + M / 8.f, E - 7) : ldexpf((float)M, -9);
+    return b & 0x80 ? -v : v;
+}
+
+/* The device's e4m3 conversion (what the FP8 pre-pass runs) equals cpu_e4m3_round on every
+ * e4m3 value, every midpoint between neighbours (ties to even), values past 448 (saturated),
+ * and bf16 values spread over the range, under several power-of-two shifts. */
+TEST(gpu_xattn_fp8_conversion_matches_cpu)
+{
+    char why[256];
+    gpu_xattn_fp8_convert_fn cv =
+        (gpu_xattn_fp8_convert_fn)load_sym(GPU_XATTN_FP8_CVT_SYMBOL, why, sizeof why);
+    if (!cv) SKIP("%s", why);
+    enum { N = 4096 };
+    float *in = malloc(sizeof(float) * N);
+    uint8_t *out = malloc(N);
+    int m = 0;
+    float vals[128];
+    int nv = 0;
+    for (int b = 1; b < 127; b++) vals[nv++] = e4m3_value((uint8_t)b);
+    for (int i = 0; i < nv; i++) {
+        in[m++] = vals[i];
+        in[m++] = -vals[i];
+        if (i + 1 < nv) in[m++] = (vals[i] + vals[i + 1]) / 2;
+    }
+    const float big[] = {448.f, 449.f, 463.9f, 464.f, 470.f, 1e4f, -1e4f, 0.f, -0.f, 0x1p-11f};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) in[m++] = big[i];
+    uint32_t st = 12345;
+    while (m < N) {
+        st = st * 1664525u + 1013904223u;
+        const float u = (float)(st >> 8) / 16777216.f; /* [0, 1) */
+        in[m++] = bf16_round(ldexpf(u * 2.f - 1.f, (int)(st % 24) - 14));
+    }
+    const int shifts[] = {0, 3, -2, 9};
+    for (size_t si = 0; si < sizeof shifts / sizeof shifts[0]; si++) {
+        REQUIRE(cv(0, in, shifts[si], out, N) == 0);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            const float want = cpu_e4m3_round(ldexpf(in[i], shifts[si])), got = e4m3_value(out[i]);
+            if (!(got == want) && bad++ < 5)
+                fprintf(stderr, "  shift %d: e4m3(%a) device %a (0x%02x), C %a\n", shifts[si],
+                        ldexpf(in[i], shifts[si]), got, out[i], want);
+        }
+        CHECK_MSG(bad == 0, "shift %d: %d of %d conversions differ", shifts[si], bad, N);
+    }
+    free(in);
+    free(out);
+}
+
+/* The FP8 estimate (gpu/gpu_xattn_fp8.h) against the CPU reference scoring the same FP8 operands
+ * (cpu_xattn_index_build_ex; the operands are equal bit for bit, the CPU sums their products in
+ * double). The default kernel (GPU_XATTN_FP8_WS: each chunk's partial product added in fp32):
+ * the rule of gpu_xattn_index_matches_cpu, masses within 1e-3 of the row mass. The kernels that
+ * accumulate in the tensor cores (_WG, _WS_RAW; Hopper keeps about 14 bits there): the GPU's sets
+ * the rule on its own masses, masses within 2e-2 of the row mass (measured 2026-11-29: up to
+ * 1.3e-2 where S d = 2048 and the heads are structured; 1e-5 on random heads); their Jaccard and
+ * rows off the edge printed. Cases: the Hopper estimate's shapes (B / S >= 8), head_dim % 16 == 0;
+ * the last three split keys over CTAs (the warp-specialized kernels only). Skipped off Hopper. */
+TEST(gpu_xattn_fp8_index_matches_cpu_fp8)
+{
+    char why[256];
+    gpu_sparse_index_host_ex_fn fn =
+        (gpu_sparse_index_host_ex_fn)load_sym(GPU_SPARSE_INDEX_EX_SYMBOL, why, sizeof why);
+    if (!fn) SKIP("%s", why);
+    { /* Hopper only: probe with the smallest case */
+        const int n = 256, H = 1, d = 16;
+        float *q = calloc((size_t)n * H * d, sizeof(float)), *k = calloc((size_t)n * H * d, sizeof(float));
+        q[0] = k[0] = 1.f;
+        sparse_params p;
+        sparse_params_default(&p, SPARSE_MODE_XATTN);
+        p.xattention_stride = 8;
+        int64_t *rp = NULL;
+        int32_t *col = NULL;
+        int used = 0;
+        char err[256];
+        REQUIRE(fn(0, &p, 0, GPU_XATTN_FP8_WS, q, k, n, 0, H, H, d, &rp, &col, NULL, &used, NULL,
+                   err, sizeof err) == 0);
+        free(rp), free(col), free(q), free(k);
+        if (!used) SKIP("the FP8 estimate runs on Hopper (sm_90a) only");
+    }
+    cpu_pool *pool = cpu_pool_new(8);
+    REQUIRE(pool);
+    const xcase cases[] = {
+        {2048, 0, 4, 2, 64, 128, 8, 0.9, CPU_FLEX_SYNTH_STRUCTURED, 0},
+        {3000, 0, 8, 2, 128, 128, 16, 0.8, CPU_FLEX_SYNTH_MIXED, 0},
+        {3000, 2048, 4, 2, 64, 128, 8, 0.9, CPU_FLEX_SYNTH_STRUCTURED, 0},
+        {4096, 1024, 8, 8, 128, 128, 8, 0.95, CPU_FLEX_SYNTH_MIXED, 0},
+        {1000, 0, 4, 2, 32, 64, 8, 0.9, CPU_FLEX_SYNTH_RANDOM, 0},
+        {2000, 0, 4, 1, 64, 128, 8, 0.9, CPU_FLEX_SYNTH_STRUCTURED, 1},
+        {4099, 1024, 4, 2, 128, 128, 16, 0.9, CPU_FLEX_SYNTH_MIXED, 0},
+        {5003, 0, 8, 2, 128, 64, 8, 0.9, CPU_FLEX_SYNTH_STRUCTURED, 0},
+        {8192, 0, 8, 2, 128, 128, 16, 0.9, CPU_FLEX_SYNTH_STRUCTURED, 0},
+        {2500, 0, 4, 2, 48, 128, 4, 0.9, CPU_FLEX_SYNTH_RANDOM, 0}, /* S d = 192: rows padded to 256 */
+        /* key splits (the warp-specialized kernel only): 4, 2 and 3 splits on a 132-SM H200 */
+        {16384, 16256, 4, 2, 128, 128, 8, 0.9, CPU_FLEX_SYNTH_STRUCTURED, 0},
+        {20003, 19968, 4, 4, 128, 128, 16, 0.8, CPU_FLEX_SYNTH_MIXED, 0},
+        {16800, 11264, 4, 2, 128, 128, 8, 0.9, CPU_FLEX_SYNTH_STRUCTURED, 0},
+    };
+    const size_t nc = sizeof cases / sizeof cases[0];
+    for (size_t i = 0; i < nc; i++) run_case(fn, pool, &cases[i], (int)i, GPU_XATTN_FP8_WS, 1e-3, 1);
+    for (size_t i = 0; i < nc; i++)
+        run_case(fn, pool, &cases[i], (int)(nc + i), GPU_XATTN_FP8_WS_RAW, 2e-2, 0);
+    for (size_t i = 0; i + 3 < nc; i++)
+        run_case(fn, pool, &cases[i], (int)(2 * nc + i), GPU_XATTN_FP8_WG, 2e-2, 0);
     cpu_pool_free(pool);
 }
 

@@ -26,13 +26,15 @@
 #define HD128 "--hidden 512 --layers 2 --heads 4 --kv-heads 2 --head-dim 128 --intermediate 768 " \
               "--vocab 2000 --max-pos 4096"
 
-static int open_both(model **m, accel_dev **g, accel_dev **c, char *why, size_t n)
+/* tune: the GPU's gpu_tune string (NULL: the defaults) */
+static int open_both(model **m, accel_dev **g, accel_dev **c, const char *tune, char *why, size_t n)
 {
     char dir[512], cmd[1024], err[512];
     snprintf(dir, sizeof dir, "%s/xhd128", t_tmpdir());
     snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s " HD128, t_build_dir(), dir);
     if (system(cmd) != 0) return -1;
-    int r = tg_open(dir, NULL, m, g, why, n);
+    const accel_opts go = {.gpu_tune = tune};
+    int r = tg_open(dir, tune ? &go : NULL, m, g, why, n);
     if (r) return r;
     accel_opts co = {.threads = 4};
     *c = devices_open("cpu", *m, &co, err, sizeof err);
@@ -43,12 +45,12 @@ static int open_both(model **m, accel_dev **g, accel_dev **c, char *why, size_t 
     return 0;
 }
 
-#define OPEN_OR_SKIP(m, g, c)                                                                      \
+#define OPEN_OR_SKIP(m, g, c, tune)                                                                \
     model *m;                                                                                      \
     accel_dev *g, *c;                                                                              \
     do {                                                                                           \
         char why_[600];                                                                            \
-        int r_ = open_both(&m, &g, &c, why_, sizeof why_);                                         \
+        int r_ = open_both(&m, &g, &c, tune, why_, sizeof why_);                                   \
         if (r_ > 0) SKIP("%s", why_);                                                              \
         REQUIRE(r_ == 0);                                                                          \
     } while (0)
@@ -121,7 +123,7 @@ static const int chunks[] = {128, 384, 1 << 20}; /* 1 block, 3 blocks, the whole
 
 TEST(gpu_xattn_prefill_every_block_equals_dense)
 {
-    OPEN_OR_SKIP(m, g, c);
+    OPEN_OR_SKIP(m, g, c, NULL);
     const int n = 1500, V = m->cfg.vocab, end = 1280;
     int32_t *ids = tg_ids(n, V, 31);
     float *dense = malloc(sizeof(float) * V), *sp = malloc(sizeof(float) * V);
@@ -146,9 +148,9 @@ TEST(gpu_xattn_prefill_every_block_equals_dense)
 }
 
 static void vs_cpu(const char *name, const accel_sparse *sp, int n, double mx_b, double kl_b,
-                   double dens_tol)
+                   double dens_tol, const char *tune)
 {
-    OPEN_OR_SKIP(m, g, c);
+    OPEN_OR_SKIP(m, g, c, tune);
     const int V = m->cfg.vocab, steps = 3;
     const int end = sparse_plan(&sp->p, n);
     REQUIRE(end > 0);
@@ -186,13 +188,24 @@ TEST(gpu_xattn_prefill_chunked_matches_cpu)
 {
     accel_sparse sp = xattn(0.6);
     sp.p.xattention_stride = 16;
-    vs_cpu("xattention 0.6, stride 16", &sp, 2000, 0.1, 1e-3, 0.01);
+    vs_cpu("xattention 0.6, stride 16", &sp, 2000, 0.1, 1e-3, 0.01, NULL);
+}
+
+/* gpu_tune xattn_fp8=1: the engine's XAttention estimate in FP8 (gpu/gpu_xattn_fp8.h; its buffers
+ * lent with the sparse workspace), whose sets are checked against the CPU's FP8 scoring in
+ * test_xattn_gpu.c; here the engine's chunked prefill and decode after it stay within the bf16
+ * path's bounds of the CPU backend (bf16 sets) and its densities within 2 %. */
+TEST(gpu_xattn_fp8_prefill_chunked_near_cpu)
+{
+    accel_sparse sp = xattn(0.6);
+    sp.p.xattention_stride = 16;
+    vs_cpu("xattention 0.6, stride 16, gpu fp8", &sp, 2000, 0.1, 1e-3, 0.02, "xattn_fp8=1");
 }
 
 TEST(gpu_trishape_prefill_chunked_matches_cpu)
 {
     accel_sparse sp = tri(128, 256);
-    vs_cpu("trishape start 128 recent 256", &sp, 2000, 0.05, 1e-3, 0.0);
+    vs_cpu("trishape start 128 recent 256", &sp, 2000, 0.05, 1e-3, 0.0, NULL);
 }
 
 /* FlexPrefill in chunks after cached tokens (gpu_flex_index_chunk): its sets may differ from the
@@ -200,5 +213,5 @@ TEST(gpu_trishape_prefill_chunked_matches_cpu)
 TEST(gpu_flex_prefill_chunked_matches_cpu)
 {
     accel_sparse sp = t_flex_sparse(0.9f, 0.1f, 256, 0, -1);
-    vs_cpu("flexprefill gamma 0.9 tau 0.1 min_budget 256", &sp, 2000, 0.1, 1e-3, 0.01);
+    vs_cpu("flexprefill gamma 0.9 tau 0.1 min_budget 256", &sp, 2000, 0.1, 1e-3, 0.01, NULL);
 }
