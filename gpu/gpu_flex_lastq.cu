@@ -14,10 +14,11 @@
 //     row combined once at the end of the chunk (a fixed butterfly: every lane gets the same
 //     bits);
 //   - sums pass: the normalised weights formed in registers; column sums of the warp's 32 rows by
-//     a butterfly over the 8 row lanes, the 4 warps' partials added in warp order; the diagonal
-//     sums from the tile written once to shared memory (float2 stores, conflict-free pitch) and
-//     walked with every lane of a warp on the same row (consecutive diagonals, consecutive
-//     addresses: no bank conflicts), rows ascending.
+//     a butterfly over the 8 row lanes, the 4 warps' partials added in warp order; diagonal sums
+//     first inside each thread (its 4 rows are 8 apart and its columns 8 apart, so its 64 values
+//     lie on 22 diagonals: summed in registers), those partials written once to shared memory
+//     (32 virtual rows of 88, float2 stores, conflict-free pitch) and walked with every lane of a
+//     warp on the same virtual row (consecutive diagonals, consecutive addresses).
 // Every sum has a fixed order, so the result is the same from run to run; the order differs from
 // lastq_kernel's (and from the CPU reference's double sums), which moves the vectors by float32
 // rounding only: the tests' documented ties (tests/gpu/test_flex_gpu.c) cover both forms.
@@ -28,13 +29,15 @@
 #define LQ_KCHUNK GF_LASTQ_KCHUNK
 #define LQ_SUB    64  // keys per tile
 #define LQ_WARPS  4
-#define LQ_LDP    72  // P's row pitch in floats: rows g = 0..3 of a float2 store on distinct banks
 #define LQ_DIAGS  (LQ_BS + LQ_SUB - 1) // diagonals a tile touches
+#define LQ_DK     11  // a thread's diagonal partials per column parity: k = nt - half - 2 mt + 3
+#define LQ_DC     (8 * LQ_DK) // columns of the partials array (88)
+#define LQ_LDD    104 // its row pitch in floats (= 8 mod 32: a float2 store's 16 lanes on distinct banks)
 
 template <int D> struct lq_smem {
     static constexpr int ROW = D + 8; // h16 per key row (16 bytes of padding: ldmatrix banks)
     static constexpr size_t k = (size_t)2 * LQ_SUB * ROW * 2; // 2 stages; Q's rows at the start
-    static constexpr size_t p = (size_t)LQ_BS * LQ_LDP * 4;
+    static constexpr size_t p = (size_t)LQ_WARPS * 8 * LQ_LDD * 4; // 32 virtual rows
     static constexpr size_t sl = (size_t)(LQ_KCHUNK + LQ_BS) * 4;
     static constexpr size_t col = (size_t)LQ_WARPS * LQ_SUB * 4;
     static constexpr size_t bytes(bool acc) { return k + (acc ? p + sl + col : 0); }
@@ -43,7 +46,7 @@ static_assert(2 * LQ_SUB == LQ_BS, "Q's 128 rows are staged in the two key stage
 static_assert(LQ_WARPS * 32 == LQ_BS, "a warp owns 32 of the 128 rows");
 
 template <int D, bool ACCUM>
-__global__ void __launch_bounds__(LQ_WARPS * 32, ACCUM ? 2 : 3) lastq_mma_kernel(gf_lastq_args a)
+__global__ void __launch_bounds__(LQ_WARPS * 32, 3) lastq_mma_kernel(gf_lastq_args a)
 {
     typedef lq_smem<D> L;
     constexpr int ROW = L::ROW, CH = D / 8, KS = D / 16, NT = LQ_SUB / 8, NTH = LQ_WARPS * 32;
@@ -196,20 +199,34 @@ __global__ void __launch_bounds__(LQ_WARPS * 32, ACCUM ? 2 : 3) lastq_mma_kernel
                 }
             }
         } else {
-            // the normalised weights (masked: exp2(-inf) = 0), to shared memory for the diagonals
+            // the normalised weights (masked: exp2(-inf) = 0)
 #pragma unroll
             for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
+                for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int ri = mt * 2 + (e >> 1);
                         s[mt][nt][e] = exp2f(s[mt][nt][e] - mrow[ri]) * il[ri];
                     }
-                    const int r0 = warp * 32 + mt * 16 + gq, col = nt * 8 + 2 * t4;
-                    *(float2 *)(sP + r0 * LQ_LDP + col) = make_float2(s[mt][nt][0], s[mt][nt][1]);
-                    *(float2 *)(sP + (r0 + 8) * LQ_LDP + col) = make_float2(s[mt][nt][2], s[mt][nt][3]);
-                }
+            // diagonal partials in registers: the thread's rows are r0 + {0, 8, 16, 24} (half,
+            // mt) and its columns 8 nt + 2 t4 + e1, so value (mt, nt, half, e1) lies on the same
+            // diagonal as its other rows' values at nt - half - 2 mt = const: 64 values -> 22
+            // sums (rows ascending), written as virtual row 8 warp + gq, column 8 k + 2 t4 + e1
+            {
+                float dk[LQ_DK][2];
+#pragma unroll
+                for (int k = 0; k < LQ_DK; k++) dk[k][0] = dk[k][1] = 0.f;
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) dk[nt - (e >> 1) - 2 * mt + 3][e & 1] += s[mt][nt][e];
+                float *drow = sP + (warp * 8 + gq) * LQ_LDD + 2 * t4;
+#pragma unroll
+                for (int k = 0; k < LQ_DK; k++) *(float2 *)(drow + 8 * k) = make_float2(dk[k][0], dk[k][1]);
+            }
             // column sums of the warp's 32 rows (its 4 rows, then the 8 row lanes by butterfly)
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
@@ -228,23 +245,23 @@ __global__ void __launch_bounds__(LQ_WARPS * 32, ACCUM ? 2 : 3) lastq_mma_kernel
                 const int j = j0 + tid;
                 if (j < n) a.vert[(size_t)h * n + j] = v * (1.0f / LQ_BS);
             }
-            // diagonal tt = col - i + 127 of this tile, rows ascending; a warp's lanes walk the
-            // same row (consecutive diagonals: consecutive addresses)
+            // diagonal tt = col - row + 127 of this tile: the partials of virtual rows v = 8 w + gq
+            // ascending (a fixed order), column c = tt - 103 + 32 w + gq; a warp's lanes read the
+            // same virtual row (consecutive diagonals: consecutive addresses)
 #pragma unroll
             for (int pass = 0; pass < 2; pass++) {
                 const int wt0 = (tid & ~31) + pass * NTH, tt = tid + pass * NTH;
                 if (wt0 >= LQ_DIAGS) break;
-                const int ilo = LQ_BS - 1 - (wt0 + 31) > 0 ? LQ_BS - 1 - (wt0 + 31) : 0;
-                const int ihi = LQ_DIAGS - 1 - wt0 < LQ_BS - 1 ? LQ_DIAGS - 1 - wt0 : LQ_BS - 1;
                 float acc = 0.f;
-                for (int i = ilo; i <= ihi; i++) {
-                    const int c = tt + i - (LQ_BS - 1);
-                    if (c >= 0 && c < LQ_SUB) acc += sP[i * LQ_LDP + c];
+#pragma unroll 8
+                for (int v = 0; v < LQ_WARPS * 8; v++) {
+                    const int c = tt - (LQ_BS - 1 - 3 * 8) + 32 * (v >> 3) + (v & 7);
+                    if (c >= 0 && c < LQ_DC) acc += sP[v * LQ_LDD + c];
                 }
                 if (tt < LQ_DIAGS) sl[sub * LQ_SUB + tt] += acc;
             }
         }
-        __syncthreads(); // the stage and P are free for the next tile
+        __syncthreads(); // the stage and the partials are free for the next tile
     }
 
     if (!ACCUM) {
