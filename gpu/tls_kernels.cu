@@ -668,7 +668,7 @@ int gpu_tls_attn_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, c
                        int pdl, int form)
 {
     if (form == 0) form = (long long)T * c.n_kv * TLS_CL <= 2LL * c.sms ? 1 : 2;
-    if (form == 2) return gpu_tls_split_layer(s, c, layer, T, q, pos, seqs, tls, out);
+    if (form >= 2) return gpu_tls_split_layer(s, c, layer, T, q, pos, seqs, tls, out, form == 3 ? 512 : 0);
     const int G = c.n_heads / c.n_kv;
     const dim3 grid(TLS_CL, c.n_kv, T);
     void (*k)(gpu_tls_cfg, int, const h16 *, const int *, const gpu_seq_dev *, const gpu_tls_dev *,

@@ -14,6 +14,8 @@
  *               a (sequence, KV head) merges; a cached key's K / V from its slot, a key new to
  *               the cache over PCIe, then into its slot (the same values either way) */
 #include "gpu/tls_dev.cuh"
+#include <stdlib.h>
+#include <string.h>
 
 #define SEL_THREADS 1024
 #define ATT_WARPS 4
@@ -536,12 +538,19 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) tls_attend_k(gpu_tls_cfg c, in
 }
 
 int gpu_tls_split_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, const h16 *q,
-                        const int *pos, const gpu_seq_dev *seqs, const gpu_tls_dev *tls, h16 *out)
+                        const int *pos, const gpu_seq_dev *seqs, const gpu_tls_dev *tls, h16 *out,
+                        int sel_threads)
 {
     const size_t smem = (size_t)GPU_TLS_MAX_CAND * (sizeof(float) + 2);
+    if (!sel_threads) {
+        const char *ev = getenv("TANDEM_TLS_SEL_THREADS");
+        sel_threads = ev && (!strcmp(ev, "512") || !strcmp(ev, "1024")) ? atoi(ev)
+                      : (long long)T * c.n_kv > c.sms                   ? 512
+                                                                         : SEL_THREADS;
+    }
     tls_score_k<<<dim3(GPU_TLS_CHUNKS, c.n_kv, T), 256, 0, s>>>(c, layer, q, pos, seqs, tls);
     GPU_LAUNCHED();
-    tls_select_k<<<dim3(c.n_kv, T), SEL_THREADS, smem, s>>>(c, layer, q, pos, tls);
+    tls_select_k<<<dim3(c.n_kv, T), sel_threads, smem, s>>>(c, layer, q, pos, tls);
     GPU_LAUNCHED();
     const int G = c.n_heads / c.n_kv;
     const dim3 ag(GPU_TLS_SPLITS, c.n_kv, T);
@@ -556,5 +565,8 @@ int gpu_tls_split_init(void)
 {
     const size_t smem = (size_t)GPU_TLS_MAX_CAND * (sizeof(float) + 2);
     GPU_CHECK(cudaFuncSetAttribute(tls_select_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    /* two CTAs of 512 threads per SM: 2 x ~104 KB of shared memory */
+    GPU_CHECK(cudaFuncSetAttribute(tls_select_k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   (int)cudaSharedmemCarveoutMaxShared));
     return ACCEL_OK;
 }

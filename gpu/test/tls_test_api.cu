@@ -55,7 +55,8 @@ int to_half(h16 *dst, const float *src, size_t n)
  * back: idx (n_kv, GPU_TLS_MAX_TOKENS) its lists, cnt (n_kv) their lengths (-n: dense), att
  * (n_heads, hd) the attention output, bscore (n_kv, ceil(n / bs)) the level-1 scores (valid
  * when the blocks exceed block_budget), counters (4) the sequence's counters. on 0: a dense
- * row. form: gpu_tls_attn_layer's (1 the one-kernel form, 2 the three kernels). */
+ * row. form: gpu_tls_attn_layer's (1 the one-kernel form, 2 the three kernels, 3 the three with
+ * the selection in CTAs of 512 threads). */
 int gpu_tls_test_step(int n_heads, int n_kv, int hd, int n, int bs, int r, int block_budget,
                       int token_budget, int rebuilt, int on, const float *q, const float *k,
                       const float *v, const unsigned short *ch, int32_t *idx, int32_t *cnt,
