@@ -90,9 +90,11 @@ int gpu_tls_attn_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, c
 /* form: 0 the rule (the one-kernel form while its clusters fit on the SMs at once: T x n_kv x
  * GPU_TLS_CLUSTER <= 2 x sms; else the three kernels of gpu/tls_split.cu), 1 the one-kernel
  * form, 2 the three kernels, 3 the three kernels with the selection's CTAs of 512 threads. The
- * same lists and scores either way. sel_threads: the selection's CTA, 1024 or 512 threads; 0: the
- * rule (512 when its T x n_kv CTAs outnumber the SMs: two fit on an SM, where one of 1024 takes
- * every register, so they run in one wave; TANDEM_TLS_SEL_THREADS=1024 or 512 overrides it). */
+ * same lists and scores either way. sel_threads: the selection's CTA, 1024 or 512 threads; 0:
+ * TANDEM_TLS_SEL_THREADS (1024 or 512), else 1024. Two CTAs of 512 fit on an SM, where one of
+ * 1024 takes every register, so past the SMs' count of rows x KV heads (18 rows of Llama-3-8B:
+ * 144 CTAs on 132 SMs) they would run in one wave instead of two; tested (select == CPU, the
+ * engine bit for bit), its speed not measured yet (BENCHMARKS.md), so not the default. */
 int gpu_tls_split_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, const h16 *q,
                         const int *pos, const gpu_seq_dev *seqs, const gpu_tls_dev *tls, h16 *out,
                         int sel_threads = 0);

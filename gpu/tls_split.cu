@@ -544,9 +544,7 @@ int gpu_tls_split_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, 
     const size_t smem = (size_t)GPU_TLS_MAX_CAND * (sizeof(float) + 2);
     if (!sel_threads) {
         const char *ev = getenv("TANDEM_TLS_SEL_THREADS");
-        sel_threads = ev && (!strcmp(ev, "512") || !strcmp(ev, "1024")) ? atoi(ev)
-                      : (long long)T * c.n_kv > c.sms                   ? 512
-                                                                         : SEL_THREADS;
+        sel_threads = ev && !strcmp(ev, "512") ? 512 : SEL_THREADS; /* gpu/tls.cuh */
     }
     tls_score_k<<<dim3(GPU_TLS_CHUNKS, c.n_kv, T), 256, 0, s>>>(c, layer, q, pos, seqs, tls);
     GPU_LAUNCHED();

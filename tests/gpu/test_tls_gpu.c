@@ -394,8 +394,8 @@ static void tls_offload_case(enum accel_gpu_half half);
 TEST(gpu_tls_offload)
 {
     tls_offload_case(ACCEL_GPU_HALF_BF16);
-    /* the fp16 plugin with the three-kernel form's selection in CTAs of 512 threads (the rule
-     * takes them only past the SMs' count of rows x KV heads, which this model does not reach) */
+    /* the fp16 plugin with the three-kernel form's selection in CTAs of 512 threads (opt-in:
+     * gpu_tls_split_layer in gpu/tls.cuh) */
     setenv("TANDEM_TLS_SEL_THREADS", "512", 1);
     tls_offload_case(ACCEL_GPU_HALF_F16);
     unsetenv("TANDEM_TLS_SEL_THREADS");
