@@ -53,9 +53,9 @@ static void gpu_dev_describe(accel_dev *d, accel_info *out)
     gpu_decode_curve(w, (double)gpu_engine_kv_bytes_per_token(eng(d)), gpu_engine_mem_bps(eng(d)),
                      GPU_MAX_BATCH, &out->decode_curve);
     /* AsyncTLS with offload=1 (gpu/tls_off.cu): a sparse sequence's layers past the dense ones go
-     * to the pinned host pool at its first decode step; what stays is the dense layers' KV and
-     * the summaries (sparse/tls.h's size per position: the GPU's is smaller); the host tier: the
-     * pool taken at open, offload_per_token of it per position of capacity */
+     * to the pinned host pool at its first decode step; what stays is the dense layers' KV, the
+     * summaries (sparse/tls.h's size per position: the GPU's is smaller) and the row cache; the
+     * host tier: the pool taken at open, offload_per_token of it per position of capacity */
     int on = 0;
     sparse_tls_params p = tls_default(d, &on);
     uint64_t per_tok = 0;
@@ -69,7 +69,14 @@ static void gpu_dev_describe(accel_dev *d, accel_info *out)
         out->resident_per_token = kv * (uint64_t)dl / (uint64_t)c->n_layers +
                                   sparse_tls_bytes_per_token(c->n_layers, c->n_kv_heads, c->head_dim,
                                                              p.channels, p.block_size);
-        out->resident_per_block = 0;
+        /* its row cache (gpu/tls_off.cu): per sparse layer and KV head, token_budget slots of a
+         * K and a V row and a position (token budgets up to GPU_TLS_RC_MAX = 4096, gpu/tls.cuh),
+         * charged per block of the default block budget: a sequence with the default budgets
+         * commits it exactly */
+        const uint64_t rc = p.token_budget <= 4096 ? (uint64_t)(c->n_layers - dl) * c->n_kv_heads *
+                                                         (uint64_t)p.token_budget * (4ull * c->head_dim + 4)
+                                                   : 0;
+        out->resident_per_block = (rc + (uint64_t)p.block_budget + 1) / ((uint64_t)p.block_budget + 2);
         out->resident_default_blocks = p.block_budget;
         out->offload_any = 1;
     }
