@@ -1,20 +1,25 @@
 // gpu/gpu_xattn_fp8.cu — XAttention's antidiagonal estimate scored in FP8 (e4m3) on Hopper's
 // wgmma, opt-in (gpu/gpu_xattn_fp8.h says what and why; the reference: cpu_xattn_index_build_ex
-// with fp8 1). Three kernels per call:
+// with fp8 1). Per call, the pre-pass and then one of the estimates:
 //   - xattn_fp8_amax_kernel: each head's largest magnitude (queries of the chunk per query head,
 //     all n keys per KV head, through the paged cache's block table), as float bits by atomicMax;
 //   - xattn_fp8_quant_kernel: Q_r and K_r (gpu/gpu_xattn.cu's definitions: Q_r[i][t d + e] =
 //     Q[i S + S - 1 - t][e], K_r[j][t d + e] = K[j S + t][e], zeros past n) times 2^e of their head
 //     (cpu_xattn_fp8_exp's rule), converted to e4m3 (round to nearest even, satfinite), written
 //     row-major in rows of L8 = S d rounded up to 128 bytes (the padding zeros) — once per call,
-//     so the estimate's copies are plain contiguous 16-byte pieces;
-//   - xattn_fp8_kernel: gpu/gpu_xattn_wg.cu's estimate (its comment has the structure: one CTA =
-//     128 reshaped query rows, two warpgroups, key tiles of 256, a 4-stage cp.async ring in the
-//     128-byte swizzle two stages ahead, one wgmma group in flight, the softmax and block sums in
-//     registers, the fold at the end) with 128-wide reduction chunks (one 128-byte row is 128
-//     e4m3 values) multiplied as 2 x 4 wgmma m64n128k32 e4m3 x e4m3 -> f32: per FLOP half the
-//     copies, half the barriers and half the wgmma instructions of the bf16 kernel; the logit
-//     scale times 2^-(e_q + e_k).
+//     so the estimate reads plain contiguous rows;
+//   - xattn_fp8_ws_kernel<true> (GPU_XATTN_FP8_WS, what gpu_tune xattn_fp8=1 runs): warp-
+//     specialized, the copy engine loading each stage, two consumer warpgroups, each 128-wide
+//     chunk's partial product promoted to fp32 (its comment below says why), key splits;
+//     xattn_fp8_ws_kernel<false> (_WS_RAW) the same accumulating in the tensor cores;
+//   - xattn_fp8_kernel (_WG): gpu/gpu_xattn_wg.cu's estimate (its comment has the structure: one
+//     CTA = 128 reshaped query rows, two warpgroups, key tiles of 256, a 4-stage cp.async ring in
+//     the 128-byte swizzle two stages ahead, one wgmma group in flight, the softmax and block sums
+//     in registers, the fold at the end) with 128-wide reduction chunks (one 128-byte row is 128
+//     e4m3 values) multiplied as 2 x 4 wgmma m64n128k32 e4m3 x e4m3 -> f32, accumulating in the
+//     tensor cores; no key splits.
+// Each multiplies the logits by the scale times 2^-(e_q + e_k). Measured (H200, 128K): BENCHMARKS.md,
+// "XAttention's estimate in FP8".
 extern "C" { // sparse/sparse.h is a C header without guards of its own
 #include "sparse/sparse.h"
 }
