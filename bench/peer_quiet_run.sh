@@ -7,7 +7,10 @@
 #   rounds-TLS-SIZE interleaved rounds (bench/peer_link_rounds.sh's method), one line a round:
 #                   load, before (if packed), ours with polling 0 and 1000 us (POLLS), ours
 #                   sending every chunk from one buffer as perftest does (--buffers 1: do the
-#                   cached bytes explain perftest's lead at 1 MiB?), ucx_perftest tag_bw; each
+#                   cached bytes explain perftest's lead at 1 MiB?), ours with at most N sends in
+#                   flight over tcp lanes for each N of SENDS (default "1 2"; 1: one at a time, the
+#                   code before the window of sends; the default column has PEER_KV_TCP_SENDS),
+#                   ucx_perftest tag_bw; each
 #                   config one round in turn, so that every config's rounds spread over the run
 #                   (TLS with "_" for ",": the device tool brings back no name with a comma)
 #   handover.*      the hand-over of a 4K-token sequence (Llama-3-8B's KV shape: 32 layers,
@@ -19,6 +22,9 @@ PACK=${1:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
 O=${2:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
 BUDGET=${3:-150}
 POLLS=${POLLS:-0 1000}
+SENDS=${SENDS:-1 2}
+# the rounds' configurations, "TLS SIZE REPS" separated by '|'
+CFGS=${CFGS:-sm,tcp 1048576 1000|tcp 1048576 1000|sm,tcp 8388608 100|tcp 8388608 100}
 PARTS=${PARTS:-rounds handover} # handover alone: the two hand-overs, no rounds
 t0=$(date +%s)
 left() { echo $((BUDGET - ($(date +%s) - t0))); }
@@ -51,6 +57,7 @@ bins=
 [ -x "$P/bin/peer_bench.before" ] && bins="$P/bin/peer_bench.before"
 for p in $POLLS; do bins="$bins|$P/bin/peer_bench --poll-us $p"; done
 bins="$bins|$P/bin/peer_bench --buffers 1"
+for n in $SENDS; do bins="$bins|$P/bin/peer_bench --sends $n"; done
 bins=${bins#|}
 round() { # TLS SIZE REPS: one interleaved round, appended to its file
     f="$O/rounds-$(echo "$1" | tr , _)-$2"
@@ -84,7 +91,8 @@ if [ "$PARTS" = handover ]; then
     r=0
 fi
 while [ "$PARTS" != handover ] && [ "$(left)" -gt 15 ]; do
-    for cfg in "sm,tcp 1048576 1000" "tcp 1048576 1000" "sm,tcp 8388608 100" "tcp 8388608 100"; do
+    IFS='|' read -r -a cfgs <<<"$CFGS"
+    for cfg in "${cfgs[@]}"; do
         [ "$(left)" -gt 15 ] || break
         round $cfg
     done

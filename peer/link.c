@@ -667,6 +667,34 @@ int peer_conn_req_test(peer_conn *c, void *req)
     return 1;
 }
 
+int peer_conn_sends_room(peer_conn *c, void **const *reqs, int n, int window, double timeout_s)
+{
+    /* one progress for the pass (each is a poll of the TCP interface: not one per send) */
+    if (ucp_worker_progress(c->worker)) mark_active(c->active);
+    for (;;) {
+        int pending = 0, oldest = -1;
+        for (int i = 0; i < n; i++) {
+            if (!*reqs[i]) continue;
+            ucs_status_t st = ucp_request_check_status(*reqs[i]);
+            if (st == UCS_INPROGRESS) {
+                if (!pending++) oldest = i;
+                continue;
+            }
+            ucp_request_free(*reqs[i]);
+            *reqs[i] = NULL;
+            if (st != UCS_OK) {
+                atomic_store(&c->dead, 1);
+                return PEER_ERR_IO;
+            }
+        }
+        if (pending < window) return pending;
+        /* the window is full: the oldest waited for (its wait moves the younger ones too) */
+        int st = wait_req(c, *reqs[oldest], peer_now() + timeout_s);
+        *reqs[oldest] = NULL;
+        if (st) return st;
+    }
+}
+
 static void tag_recv_done(void *req, ucs_status_t status, const ucp_tag_recv_info_t *info, void *user)
 {
     (void)req;

@@ -87,8 +87,9 @@ int peer_conn_tag_send_start(peer_conn *c, uint64_t tag, const void *p, size_t n
 /* 1 when the address endpoint moves large tagged messages only while the sender progresses
  * its worker: its lanes include tcp (UCX's rendezvous over TCP sends the data from the sender
  * once the receiver asks). Shared memory (cma) and RDMA lanes let the receiver fetch the data
- * itself, so a send may be left in flight while the sending thread is elsewhere; over tcp it
- * must be waited for, or the receiver would wait until the sender's next call. */
+ * itself, so a send may be left in flight while the sending thread is elsewhere; over tcp its
+ * bytes wait for the sender's next call, so the sender keeps only a few in flight and
+ * progresses them in every call (peer_conn_sends_room). */
 int peer_conn_sender_driven(const peer_conn *c);
 /* Waits at most timeout_s for a send peer_conn_tag_send_start started, and lets it go (req
  * NULL: PEER_OK at once). PEER_OK, PEER_ERR_IO, PEER_ERR_TIMEOUT (c is then dead; the buffer
@@ -98,6 +99,12 @@ int peer_conn_req_wait(peer_conn *c, void *req, double timeout_s);
  * completed (req is then let go), 0 while it is in flight, PEER_ERR_IO when it failed (let go,
  * c is then dead). */
 int peer_conn_req_test(peer_conn *c, void *req);
+/* A window of sends in flight (sender-driven lanes): reqs[0..n) point at the slots of sends
+ * peer_conn_tag_send_start started, oldest first (a slot NULL: done). Progresses c's worker
+ * once without waiting (the sends done let go, their slots set to NULL), then waits for the oldest pending ones until fewer than `window` are. The sends still
+ * pending (0..window-1), or PEER_ERR_IO / PEER_ERR_TIMEOUT (c is then dead; the failed send's
+ * slot is NULL, the others' still pending). */
+int peer_conn_sends_room(peer_conn *c, void **const *reqs, int n, int window, double timeout_s);
 /* Receives the one message tagged exactly `tag` into buf, which must be exactly n bytes long
  * (a longer or shorter one: PEER_ERR_PROTO and c is dead). Waits at most timeout_s. */
 int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double timeout_s);

@@ -223,6 +223,14 @@ int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t
  * (peer/server.c). */
 #define PEER_KV_WINDOW 8
 #define PEER_KV_WINDOW_BYTES (64u << 20)
+/* Over sender-driven lanes (tcp: peer_conn_sender_driven), where a tagged send's bytes move
+ * only while the sender progresses its worker, at most this many of the window's chunks have
+ * their sends in flight; a new one waits for the oldest when that many are. Their buffers are
+ * the window's own: the bound adds no memory. Sends in flight overlap their rendezvous round
+ * trips (the receiver's ask for the next chunk is on its way while this one's bytes move), as
+ * ucx_perftest's window does; more than a few only lets bytes wait longer for the sender's next
+ * call. */
+#define PEER_KV_TCP_SENDS 4
 /* 1 when a chunk of `bytes` may go while n chunks of in_flight bytes are unanswered. */
 static inline int peer_kv_window_room(int n, size_t in_flight, size_t bytes)
 {

@@ -130,6 +130,11 @@ void peer_node_free(peer_node *n);
 accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opts *o, char *err,
                             size_t errlen);
 
+/* The most KV chunks a remote device ever had their tagged sends in flight at once over
+ * sender-driven (tcp) lanes: at most PEER_KV_TCP_SENDS (0 before any such send; -1 when d is no
+ * remote device). */
+int peer_remote_kv_sends_max(accel_dev *d);
+
 /* For the modules of this folder. */
 void peer_log(int warn, const char *event, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

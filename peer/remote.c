@@ -820,3 +820,13 @@ accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opt
     if (atomic_load(&n->dead)) accel_dev_fail(&d->base);
     return &d->base;
 }
+
+int peer_remote_kv_sends_max(accel_dev *ad)
+{
+    if (!ad || ad->i != &remote_i) return -1;
+    rdev *d = (rdev *)ad;
+    pthread_mutex_lock(&d->mu);
+    int n = d->sends_max;
+    pthread_mutex_unlock(&d->mu);
+    return n;
+}

@@ -76,6 +76,8 @@ typedef struct rdev {
     size_t fl_bytes;
     size_t fl_kept;          /* the ring's buffers' capacities, summed (KV_KEEP_BYTES bounds what
                                 stays allocated between chunks) */
+    int sends_max;           /* the most tagged sends ever in flight at once over sender-driven
+                                lanes (peer_remote_kv_sends_max) */
     double t_retired;        /* when the last chunk was answered (peer_now) */
     double link_bps;         /* the link as the KV sees it (desc_mu; 0: not measured yet) */
 } rdev;

@@ -11,7 +11,21 @@
  * device's own check) marks its sequence: that sequence's next import returns the status, so
  * the scheduler sees the failure on the same sequence a chunk or a few later, or at the run's
  * end at the latest. A connection that fails with chunks in flight fails the device
- * (accel_dev_fail): the scheduler moves the requests, nothing is lost. */
+ * (accel_dev_fail): the scheduler moves the requests, nothing is lost.
+ *
+ * Over tcp lanes (peer_conn_sender_driven) a tagged send's bytes move only while this thread
+ * progresses the worker, so the sends themselves are windowed too: at most KV_SENDS of the
+ * window's chunks have their sends in flight (their buffers are the ring's: no more memory), a
+ * new one waits for the oldest only when that many are, and every import progresses them all
+ * without waiting (its passes and its announcement's send push what the link takes). The
+ * receiver sees what it saw before: announcements in order on the stream, each chunk's bytes on
+ * its own tag. Sends in flight overlap the rendezvous round trips that one at a time cost a
+ * chunk each. The window holds bytes back only when the sender outruns the link (sends pile up
+ * only then); a prefill slower than the link finds the previous chunk's receiver ready at its
+ * next import and pushes it there (what the socket does not take at once waits for the import
+ * after: at most KV_SENDS chunks are left for the run's last layer, which waits for every send
+ * and answer as before). The prefill thread itself waits less than before: only for a full
+ * window or at the run's end, where it waited for every chunk's send. */
 #include "peer/remote_impl.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +34,7 @@
 #include <unistd.h>
 
 #define KV_WINDOW PEER_KV_WINDOW
+#define KV_SENDS PEER_KV_TCP_SENDS
 #define KV_WINDOW_BYTES PEER_KV_WINDOW_BYTES
 /* The chunk buffers (peer_bulk_alloc: 2 MiB-aligned, mapped on their own) stay allocated
  * between chunks while their capacities sum to at most a window and a quarter. Freed at every
@@ -155,6 +170,18 @@ static int fl_retire(rdev *d, int wait)
     return 1;
 }
 
+/* Over sender-driven lanes: the ring's sends (and the one being added after them, with_new)
+ * progressed without waiting, then the oldest waited for until fewer than `window` are in
+ * flight (peer_conn_sends_room). The sends in flight, or the transport's failure. */
+static int fl_sends(rdev *d, int with_new, int window)
+{
+    void **r[KV_WINDOW];
+    int n = 0;
+    for (int i = 0; i < d->fl_n + with_new && i < KV_WINDOW; i++)
+        r[n++] = &d->fl[(d->fl_head + i) % KV_WINDOW].req;
+    return peer_conn_sends_room(d->c, r, n, window, peer_rdev_call_timeout());
+}
+
 /* Every chunk in flight answered; after a failure the rest are let go (UCX gives their buffers
  * back: the connection is dead) and their sequences marked. PEER_OK or the first failure. */
 int peer_rdev_kv_drain(rdev *d)
@@ -253,15 +280,23 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
         uint8_t ctl[PEER_KV_TAG_BYTES];
         uint32_t serial = ++d->tag_serial;
         peer_kv_tag_write(ctl, &k, (uint32_t)(o - PEER_KV_FIXED), serial);
-        st = peer_conn_send(d->c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, peer_rdev_call_timeout());
+        int driven = peer_conn_sender_driven(d->c), pending = 0;
+        /* over tcp lanes the bytes move only while this thread progresses: room for this send
+         * in the window of sends (the oldest waited for while it is full) */
+        st = PEER_OK;
+        if (driven) pending = st = fl_sends(d, 0, KV_SENDS);
+        if (st > 0) st = PEER_OK;
+        if (!st) st = peer_conn_send(d->c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, peer_rdev_call_timeout());
         if (!st) fault_stall(d, sent);
         if (!st) st = peer_conn_tag_send_start(d->c, d->tag_base + serial, f->buf + PEER_KV_FIXED,
                                                o - PEER_KV_FIXED, &f->req);
-        /* over tcp lanes the bytes move only while this thread progresses: sent before the
-         * import returns (the answer is still not waited for) */
-        if (!st && f->req && peer_conn_sender_driven(d->c)) {
-            st = peer_conn_req_wait(d->c, f->req, peer_rdev_call_timeout());
-            f->req = NULL;
+        if (!st && driven && f->req) {
+            if (pending + 1 > d->sends_max) d->sends_max = pending + 1;
+            /* a pass without waiting: what the link can take now moves before the import
+             * returns (the sends still in flight move in the next import's passes, its
+             * announcement's send and the waits of a full window or the run's end) */
+            st = fl_sends(d, 1, KV_SENDS + 1);
+            if (st > 0) st = PEER_OK;
         }
     } else {
         fault_stall(d, sent);
@@ -270,6 +305,8 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
     if (st) {
         peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name,
                  peer_type_name(peer_conn_has_address(d->c) ? PEER_KV_TAG : PEER_KV), peer_strerror(st));
+        if (f->req) peer_conn_req_wait(d->c, f->req, 0); /* UCX gives its buffer back */
+        f->req = NULL;
         peer_rdev_kv_drain(d);
         return accel_dev_fail(&d->base);
     }

@@ -2,7 +2,7 @@
  * (peer/link.h over UCX), measured as the daemon pays it (BENCHMARKS.md reports it).
  *
  *   build/peer_bench [--sizes 65536,1048576,8388608,67108864] [--reps N] [--logits 2048,524288]
- *                    [--path stream|tag] [--poll-us N] [--buffers N]
+ *                    [--path stream|tag] [--poll-us N] [--buffers N] [--sends N]
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
@@ -24,7 +24,10 @@
  * default, sleeps at once). --buffers N: the chunks in flight are sent from N distinct buffers
  * (default PEER_KV_WINDOW, one per chunk in flight, as the backend serializes each chunk into its
  * own); 1 sends every chunk from one buffer, as ucx_perftest does (the same bytes again and
- * again: at sizes that fit the CPU's caches they are read from there).
+ * again: at sizes that fit the CPU's caches they are read from there). --sends N: over tcp lanes
+ * (sender-driven, peer_conn_sender_driven) at most N chunks' tagged sends in flight (default
+ * PEER_KV_TCP_SENDS, as the backend; 1: each send done before the next starts, the backend
+ * before the window of sends).
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
  * (bench/peer_bench.sh). */
@@ -166,6 +169,7 @@ int main(int argc, char **argv)
     int ns = parse_list("65536,1048576,8388608,67108864", sizes, 16);
     int nl = parse_list("2048,524288", logits, 16);
     long reps = 0, layers = 32, window = PEER_KV_WINDOW, poll_us = 0, n_bufs = PEER_KV_WINDOW;
+    long sends = PEER_KV_TCP_SENDS;
     int tag = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--sizes")) ns = parse_list(argv[i + 1], sizes, 16);
@@ -176,16 +180,18 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--path")) tag = !strcmp(argv[i + 1], "tag");
         else if (!strcmp(argv[i], "--poll-us")) poll_us = strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--buffers")) n_bufs = strtol(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--sends")) sends = strtol(argv[i + 1], NULL, 10);
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
-                            "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d]\n", PEER_KV_WINDOW, PEER_POLL_US_MAX,
-                    PEER_KV_WINDOW);
+                            "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d] [--sends 1..%d]\n", PEER_KV_WINDOW,
+                    PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW);
             return 2;
         }
     }
     if (layers < 1) layers = 1;
     if (window < 1 || window > PEER_KV_WINDOW) window = PEER_KV_WINDOW;
     if (n_bufs < 1 || n_bufs > PEER_KV_WINDOW) n_bufs = PEER_KV_WINDOW;
+    if (sends < 1 || sends > PEER_KV_WINDOW) sends = PEER_KV_TCP_SENDS;
     peer_link_set_poll_us((int)(poll_us < 0 ? 0 : poll_us > PEER_POLL_US_MAX ? PEER_POLL_US_MAX : poll_us));
     int fds[2];
     if (pipe(fds)) return 1;
@@ -219,9 +225,9 @@ int main(int argc, char **argv)
         }
     }
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
-           "polling %d us, from %ld buffers\n", tls ? tls : "(UCX's choice)",
+           "polling %d us, from %ld buffers, %ld sends in flight over tcp lanes\n", tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
-           peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs);
+           peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs, sends);
     /* one buffer per chunk in flight, as the remote backend serializes each into its own
      * (peer_bulk_alloc, as the backend's) */
     uint8_t *bufs[PEER_KV_WINDOW];
@@ -262,11 +268,22 @@ int main(int argc, char **argv)
                     uint8_t ctl[PEER_KV_TAG_BYTES];
                     peer_kv k = {0, 0, 0, 0, NULL, 0};
                     peer_kv_tag_write(ctl, &k, (uint32_t)sz, ++serial);
-                    st = peer_conn_send(c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, 30);
+                    st = PEER_OK;
+                    if (peer_conn_sender_driven(c)) { /* room in the window of sends */
+                        void **rs[PEER_KV_WINDOW];
+                        for (int q = 0; q < n_fl; q++) rs[q] = &req[(head + q) % PEER_KV_WINDOW];
+                        st = peer_conn_sends_room(c, rs, n_fl, (int)sends, 30);
+                        if (st > 0) st = PEER_OK;
+                    }
+                    if (!st) st = peer_conn_send(c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, 30);
                     if (!st) st = peer_conn_tag_send_start(c, 1000 + serial, bufs[slot], (size_t)sz, &req[slot]);
-                    if (!st && req[slot] && peer_conn_sender_driven(c)) { /* as the backend does */
-                        st = peer_conn_req_wait(c, req[slot], 30);
-                        req[slot] = NULL;
+                    if (!st && req[slot] && peer_conn_sender_driven(c)) {
+                        /* as the backend does (peer/remote_kv.c): a pass without waiting over
+                         * the sends in flight, this one among them */
+                        void **rs[PEER_KV_WINDOW];
+                        for (int q = 0; q <= n_fl; q++) rs[q] = &req[(head + q) % PEER_KV_WINDOW];
+                        st = peer_conn_sends_room(c, rs, n_fl + 1, (int)sends + 1, 30);
+                        if (st > 0) st = PEER_OK;
                     }
                 } else {
                     st = peer_conn_send(c, PEER_KV, bufs[slot], (size_t)sz, NULL, 0, 30);

@@ -1,0 +1,67 @@
+/* tests/peer/peer_util.c — see peer_util.h. */
+#include "tests/peer/peer_util.h"
+#include "tests/test.h"
+#include "tests/util.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int two_start(two *t, const char *device)
+{
+    memset(t, 0, sizeof *t);
+    if (t_open(MODEL, device, &t->m, &t->lent)) return -1;
+    if (accel_warmup(t->lent)) return -1;
+    char err[256];
+    peer_server_cfg sc = {"127.0.0.1:0", "nodeB", KEY, t->m, &t->lent, 1};
+    if (peer_server_start(&sc, &t->srv, err, sizeof err)) {
+        t_fail(__FILE__, __LINE__, "peer_server_start: %s", err);
+        return -1;
+    }
+    snprintf(t->addr, sizeof t->addr, "127.0.0.1:%d", peer_server_port(t->srv));
+    return 0;
+}
+
+void two_stop(two *t)
+{
+    peer_server_stop(t->srv);
+    if (t->lent) accel_free(t->lent);
+    model_free(t->m);
+}
+
+int keep_layer(void *ctx, const proto_kv_layer *c)
+{
+    kvcopy *k = ctx;
+    if (k->n >= 16) return -1000;
+    size_t nv = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    size_t ns = proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim) * 2;
+    uint8_t *m = malloc(2 * nv + 2 * ns);
+    memcpy(m, c->k, nv);
+    memcpy(m + nv, c->v, nv);
+    memcpy(m + 2 * nv, c->k_scale, ns);
+    memcpy(m + 2 * nv + ns, c->v_scale, ns);
+    proto_kv_layer l = *c;
+    l.k = m, l.v = m + nv, l.k_scale = (const uint16_t *)(m + 2 * nv);
+    l.v_scale = (const uint16_t *)(m + 2 * nv + ns);
+    k->crc[k->n] = proto_kv_payload_crc(c);
+    k->mem[k->n] = m;
+    k->l[k->n++] = l;
+    return 0;
+}
+
+int import_decode(accel_dev *d, const kvcopy *kv, int32_t first, int steps, int32_t *out)
+{
+    accel_seq *s;
+    int vocab = accel_model(d)->cfg.vocab;
+    int st = accel_seq_new(d, kv->l[0].n_tokens + steps + 1, &s);
+    if (st) return st;
+    for (int i = 0; i < kv->n && !st; i++) st = accel_kv_import_crc(d, s, &kv->l[i], kv->crc[i]);
+    float *lg = malloc(sizeof(float) * (size_t)vocab);
+    int32_t tok = first;
+    for (int i = 0; i < steps && !st; i++) {
+        st = accel_decode(d, 1, &s, &tok, lg);
+        tok = out[i] = t_argmax(lg, vocab);
+    }
+    free(lg);
+    accel_seq_free(d, s);
+    return st;
+}

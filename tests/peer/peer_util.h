@@ -1,0 +1,39 @@
+/* tests/peer/peer_util.h — what the peer tests share: two nodes in one process (node B serves
+ * its CPU device over UCX on loopback) and the KV of a prompt collected as wire chunks. */
+#ifndef TANDEM_TESTS_PEER_UTIL_H
+#define TANDEM_TESTS_PEER_UTIL_H
+#include "model/ckpt/model.h"
+#include "peer/peer.h"
+#include "proto/kv_wire.h"
+#include "scheduler/accel.h"
+#include <stdint.h>
+
+#define KEY "0123456789abcdef-key"
+#define MODEL "models/stories260K"
+
+typedef struct two {
+    model *m;
+    accel_dev *lent;   /* node B's device, lent */
+    peer_server *srv;
+    char addr[64];
+} two;
+
+/* Node B's server with the model's `device` lent; -1 (the failure reported) when it cannot. */
+int two_start(two *t, const char *device);
+void two_stop(two *t);
+
+/* KV of a prompt prefilled on `src`, collected as wire chunks' views: the sink copies each
+ * layer into one buffer per layer (the chunk is valid only during the call). */
+typedef struct kvcopy {
+    proto_kv_layer l[16];
+    uint8_t *mem[16];
+    uint32_t crc[16];
+    int n;
+} kvcopy;
+
+/* An accel_kv_sink callback: ctx a kvcopy. */
+int keep_layer(void *ctx, const proto_kv_layer *c);
+/* Imports kv into a fresh sequence of d, then decodes `steps` greedy tokens; the tokens. */
+int import_decode(accel_dev *d, const kvcopy *kv, int32_t first, int steps, int32_t *out);
+
+#endif

@@ -1,0 +1,120 @@
+/* tests/peer/test_peer_tcp.c — KV chunks over UCX's tcp lanes, where a tagged send's bytes move
+ * only while the sender progresses its worker (peer_conn_sender_driven): the remote backend keeps
+ * a window of at most PEER_KV_TCP_SENDS sends in flight (peer/remote_kv.c). Two sequences'
+ * chunks interleaved on one device: the window opens (more than one send in flight) and never
+ * holds more than its bound; the node answers the chunks in the order they were sent (a
+ * corrupt chunk's refusal marks its own sequence, not the one beside it); and the KV that
+ * arrives decodes as the device itself does. */
+#include "tests/test.h"
+#include "devices/devices.h"
+#include "peer/peer.h"
+#include "tests/peer/peer_util.h"
+#include "tests/util.h"
+#include <stdlib.h>
+#include <string.h>
+
+static int prefill_kv(accel_dev *pf, const int32_t *ids, int n, kvcopy *kv, int32_t *first)
+{
+    accel_seq *ps;
+    int vocab = accel_model(pf)->cfg.vocab;
+    if (accel_seq_new(pf, n, &ps)) return -1;
+    float *lg = malloc(sizeof(float) * (size_t)vocab);
+    accel_kv_sink sink = {keep_layer, kv};
+    accel_prefill_req pr = {.seq = ps, .ids = ids, .n = n, .logits = lg, .kv = &sink};
+    int st = accel_prefill(pf, &pr);
+    *first = t_argmax(lg, vocab);
+    free(lg);
+    accel_seq_free(pf, ps);
+    return st;
+}
+
+TEST(peer_tcp_lanes_window_bounded_in_order)
+{
+    /* tcp lanes only, and chunks of this size by rendezvous as 1 MiB ones are (read when UCX's
+     * context is made: each test runs in its own process) */
+    setenv("UCX_TLS", "tcp", 1);
+    setenv("UCX_RNDV_THRESH", "4096", 1);
+    unsetenv("TANDEM_PEER_FAULT");
+    two t;
+    if (two_start(&t, "cpu")) return;
+    char err[256];
+    accel_opts o = {.threads = 2};
+    accel_dev *pf = devices_open("cpu", t.m, &o, err, sizeof err);
+    REQUIRE(pf);
+    /* two prompts of 240 tokens: 30 KB chunks */
+    enum { N = 240, STEPS = 6 };
+    int32_t ids[2][N];
+    for (int i = 0; i < N; i++) ids[0][i] = 1 + (i * 37) % 500, ids[1][i] = 1 + (i * 91 + 7) % 500;
+    ids[0][0] = ids[1][0] = 1;
+    kvcopy kv[2];
+    memset(kv, 0, sizeof kv);
+    int32_t first[2], want[2][STEPS], got[STEPS];
+    for (int j = 0; j < 2; j++) {
+        REQUIRE(prefill_kv(pf, ids[j], N, &kv[j], &first[j]) == 0);
+        CHECK_EQ(import_decode(t.lent, &kv[j], first[j], STEPS, want[j]), 0); /* the device itself */
+    }
+    const int L = kv[0].n;
+    REQUIRE(L >= 3 && kv[1].n == L);
+
+    peer_node *node;
+    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
+    peer_node_set_transport(node, PEER_TRANSPORT_ADDRESS);
+    /* chunks count from 1 per device, A's and B's alternate: B's layer 1 is chunk 4 */
+    setenv("TANDEM_PEER_FAULT", "kv_bitflip=4", 1);
+    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
+    unsetenv("TANDEM_PEER_FAULT");
+    CHECK_MSG(rd, "%s", err);
+    if (!rd) {
+        peer_node_free(node);
+        two_stop(&t);
+        return;
+    }
+    accel_info info;
+    accel_get_info(rd, &info);
+    CHECK_MSG(strstr(info.desc, "tcp") && !strstr(info.desc, "tcp stream"), "%s", info.desc);
+    CHECK_EQ(peer_remote_kv_sends_max(rd), 0);
+    CHECK_EQ(peer_remote_kv_sends_max(t.lent), -1); /* no remote device */
+    CHECK_EQ(accel_warmup(rd), 0);
+
+    /* rounds of both sequences' chunks interleaved, layer by layer: A's are all taken, B's
+     * corrupt layer 1 is refused on B (at B's next import or at its last layer); then A's KV
+     * decodes as the device's. The first round carries the fault; the others are clean. */
+    for (int round = 0; round < 6; round++) {
+        accel_seq *s[2];
+        REQUIRE(accel_seq_new(rd, N + STEPS + 1, &s[0]) == 0);
+        REQUIRE(accel_seq_new(rd, N + STEPS + 1, &s[1]) == 0);
+        int st[2] = {0, 0};
+        for (int l = 0; l < L; l++)
+            for (int j = 0; j < 2; j++)
+                if (!st[j]) st[j] = accel_kv_import_crc(rd, s[j], &kv[j].l[l], kv[j].crc[l]);
+        CHECK_MSG(st[0] == 0, "round %d: A %d", round, st[0]);
+        CHECK_MSG(st[1] == (round == 0 ? ACCEL_ERR_CORRUPT : 0), "round %d: B %d", round, st[1]);
+        float *lg = malloc(sizeof(float) * (size_t)t.m->cfg.vocab);
+        int32_t tok = first[0];
+        for (int i = 0; i < STEPS && !st[0]; i++) {
+            CHECK_EQ(accel_decode(rd, 1, &s[0], &tok, lg), 0);
+            tok = got[i] = t_argmax(lg, t.m->cfg.vocab);
+            CHECK_MSG(got[i] == want[0][i], "round %d step %d: %d, the device %d", round, i, got[i], want[0][i]);
+        }
+        free(lg);
+        accel_seq_free(rd, s[0]);
+        accel_seq_free(rd, s[1]);
+        int n = peer_remote_kv_sends_max(rd);
+        CHECK_MSG(n >= 1 && n <= PEER_KV_TCP_SENDS, "round %d: %d sends in flight (window %d)", round, n, PEER_KV_TCP_SENDS);
+    }
+    /* B's clean KV, once more alone: it decodes as the device's */
+    memset(got, 0, sizeof got);
+    CHECK_EQ(import_decode(rd, &kv[1], first[1], STEPS, got), 0);
+    for (int i = 0; i < STEPS; i++) CHECK_EQ(got[i], want[1][i]);
+    /* the window opened: sends overlapped (one at a time, the old way, would leave it at 1) */
+    int n = peer_remote_kv_sends_max(rd);
+    CHECK_MSG(n >= 2 && n <= PEER_KV_TCP_SENDS, "%d sends in flight at most (window %d)", n, PEER_KV_TCP_SENDS);
+    accel_get_info(rd, &info);
+    CHECK(info.health != ACCEL_HEALTH_FAILED);
+    accel_free(rd);
+    peer_node_free(node);
+    for (int j = 0; j < 2; j++)
+        for (int i = 0; i < kv[j].n; i++) free(kv[j].mem[i]);
+    accel_free(pf);
+    two_stop(&t);
+}
