@@ -8,7 +8,7 @@
 #                   load, before (if packed), ours with polling 0 and 1000 us (POLLS), ours
 #                   sending every chunk from one buffer as perftest does (--buffers 1: do the
 #                   cached bytes explain perftest's lead at 1 MiB?), ours with at most N sends in
-#                   flight over tcp lanes for each N of SENDS (default "1 2"; 1: one at a time, the
+#                   flight over tcp lanes for each N of SENDS (default "1 4"; 1: one at a time, the
 #                   code before the window of sends; the default column has PEER_KV_TCP_SENDS),
 #                   ucx_perftest tag_bw; each
 #                   config one round in turn, so that every config's rounds spread over the run
@@ -22,7 +22,7 @@ PACK=${1:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
 O=${2:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
 BUDGET=${3:-150}
 POLLS=${POLLS:-0 1000}
-SENDS=${SENDS:-1 2}
+SENDS=${SENDS:-1 4}
 # the rounds' configurations, "TLS SIZE REPS" separated by '|'
 CFGS=${CFGS:-sm,tcp 1048576 1000|tcp 1048576 1000|sm,tcp 8388608 100|tcp 8388608 100}
 PARTS=${PARTS:-rounds handover} # handover alone: the two hand-overs, no rounds

@@ -226,11 +226,13 @@ int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t
 /* Over sender-driven lanes (tcp: peer_conn_sender_driven), where a tagged send's bytes move
  * only while the sender progresses its worker, at most this many of the window's chunks have
  * their sends in flight; a new one waits for the oldest when that many are. Their buffers are
- * the window's own: the bound adds no memory. Sends in flight overlap their rendezvous round
- * trips (the receiver's ask for the next chunk is on its way while this one's bytes move), as
- * ucx_perftest's window does; more than a few only lets bytes wait longer for the sender's next
- * call. */
-#define PEER_KV_TCP_SENDS 4
+ * the window's own: the bound adds no memory. Two hide the rendezvous round trip that one at a
+ * time paid a chunk: the next chunk's request is at the node while this one's bytes move, and
+ * the node receives one chunk of a connection at a time (peer/server.c), so a third would only
+ * wait there — and let more bytes wait for the sender's next call when the prefill is the slower
+ * side. Interleaved rounds on the 2-core development VM (BENCHMARKS.md): 2 x1.05 and 4 x0.93 of
+ * one at a time, medians inside the noise; the quiet node decides. */
+#define PEER_KV_TCP_SENDS 2
 /* 1 when a chunk of `bytes` may go while n chunks of in_flight bytes are unanswered. */
 static inline int peer_kv_window_room(int n, size_t in_flight, size_t bytes)
 {
