@@ -91,6 +91,11 @@ double t_logsumexp(const float *x, int n)
     return mx + log(s);
 }
 
+float t_bf16_round(float f)
+{
+    return model_bf16_to_f32(model_f32_to_bf16(f));
+}
+
 double t_max_abs_diff(const float *a, const float *b, size_t n)
 {
     double w = 0;

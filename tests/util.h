@@ -13,6 +13,8 @@ float *t_prefill_all(accel_dev *d, const int32_t *ids, int n);
 int32_t *t_greedy(accel_dev *d, const int32_t *ids, int n, int steps);
 double t_logsumexp(const float *x, int n);
 int32_t t_argmax(const float *x, int n);
+/* f rounded to bf16 (nearest even) and widened back: the inputs the GPU's bf16 kernels see. */
+float t_bf16_round(float f);
 /* Largest |a - b| over n values. */
 double t_max_abs_diff(const float *a, const float *b, size_t n);
 /* A whole file (at most 64 MiB), NUL-terminated, its length in *len (without the NUL; len may be

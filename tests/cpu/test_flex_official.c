@@ -24,6 +24,7 @@
  * only produce them with gamma ~ 1; its kernel computes them fully masked) are not compared and
  * none is expected here. */
 #include "tests/test.h"
+#include "tests/util.h"
 #include "cpu/flex.h"
 #include <jansson.h>
 #include <stdint.h>
@@ -34,15 +35,6 @@ static uint32_t lcg(uint32_t *s)
 {
     *s = *s * 1664525u + 1013904223u;
     return *s;
-}
-
-static float bf16_round(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
-    memcpy(&f, &u, 4);
-    return f;
 }
 
 /* tools/sparse_official_flex.py make_qk, add for add in the same order (per element, increasing
@@ -63,8 +55,8 @@ static void make_qk(int n, int H, int HK, int D, uint32_t seed, int kind, int bf
         }
     }
     if (bf16) {
-        for (size_t i = 0; i < (size_t)n * H * D; i++) q[i] = bf16_round(q[i]);
-        for (size_t i = 0; i < (size_t)n * HK * D; i++) k[i] = bf16_round(k[i]);
+        for (size_t i = 0; i < (size_t)n * H * D; i++) q[i] = t_bf16_round(q[i]);
+        for (size_t i = 0; i < (size_t)n * HK * D; i++) k[i] = t_bf16_round(k[i]);
     }
     *qo = q, *ko = k;
 }

@@ -12,6 +12,7 @@
  * Tri-shape is checked against the OpenVINO rule worked by hand, and the chunked attention over
  * either list against attention with the same mask written out per query. */
 #include "tests/test.h"
+#include "tests/util.h"
 #include "cpu/sparse_idx.h"
 #include "cpu/ops.h"
 #include <math.h>
@@ -421,15 +422,6 @@ TEST(flex_last_chunk_rows_equal_whole_prompt_rows)
  * 1 % plus what bf16 block sums may move (each rounded to 8 bits: 2^-8 relative). */
 #include <jansson.h>
 
-static float bf16_round(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* One pass over the recorded cases; fp8: our sets scored in FP8 (cpu_xattn_index_build_ex, the
  * GPU's opt-in FP8 estimate emulated), the edge judged on the FP8 run's own masses; also the
  * share of the fp32 run's mass each FP8 row keeps (lowest, and the rows below the threshold). */
@@ -456,8 +448,8 @@ static void official_cases(int fp8)
         qkv x = make_qkv(n, H, HK, D, (uint32_t)json_integer_value(json_object_get(c, "seed")),
                          (int)json_integer_value(json_object_get(c, "structured")));
         if (bf16) {
-            for (size_t i = 0; i < (size_t)n * H * D; i++) x.q[i] = bf16_round(x.q[i]);
-            for (size_t i = 0; i < (size_t)n * HK * D; i++) x.k[i] = bf16_round(x.k[i]);
+            for (size_t i = 0; i < (size_t)n * H * D; i++) x.q[i] = t_bf16_round(x.q[i]);
+            for (size_t i = 0; i < (size_t)n * HK * D; i++) x.k[i] = t_bf16_round(x.k[i]);
         }
         sparse_params p;
         sparse_params_default(&p, SPARSE_MODE_XATTN);

@@ -6,6 +6,7 @@
 #include "cpu/flex_synth.h"
 #include "gpu/gpu_flex.h"
 #include "tests/test.h"
+#include "tests/util.h"
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -58,16 +59,6 @@ static int api_load(api *a, char *why, size_t n)
     return 0;
 }
 
-static float bf16_round(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u); /* nearest even */
-    u &= 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 typedef struct inputs {
     int n, H, Hk, d;
     float *q, *k, *v;
@@ -83,10 +74,10 @@ static void inputs_synth(inputs *in, int n, int H, int Hk, int d, enum cpu_flex_
     in->v = malloc(sizeof(float) * n * Hk * d);
     cpu_flex_synth s = {kind, n, H, Hk, d, GPU_FLEX_BS, seed};
     cpu_flex_synth_rows(&s, 0, n, in->q, in->k, in->v);
-    for (size_t i = 0; i < (size_t)n * H * d; i++) in->q[i] = bf16_round(in->q[i]);
+    for (size_t i = 0; i < (size_t)n * H * d; i++) in->q[i] = t_bf16_round(in->q[i]);
     for (size_t i = 0; i < (size_t)n * Hk * d; i++) {
-        in->k[i] = bf16_round(in->k[i]);
-        in->v[i] = bf16_round(in->v[i]);
+        in->k[i] = t_bf16_round(in->k[i]);
+        in->v[i] = t_bf16_round(in->v[i]);
     }
     in->x = (cpu_flex_qkv){n, H, Hk, d, in->q, (size_t)H * d, in->k, in->v, (size_t)Hk * d, 0};
 }
