@@ -8,7 +8,8 @@
 # pass (default 1000; peer_bench prints the median of 3 passes after a warm-up one). A BIN may
 # carry arguments of its own, as one word: "build/peer_bench --poll-us 1000". PERFTEST names the
 # ucx_perftest to run (default: the one on PATH). TIMEOUT: seconds one binary's run may take
-# (default 600; past it the round prints "fail" for it).
+# (default 600; past it the round prints "fail" for it). LOG (optional): a file each binary's
+# whole output is appended to (peer_bench's stage clocks: its "# sender" and "# node" lines).
 #   sh bench/peer_link_rounds.sh 10 sm,tcp 1048576 build/peer_bench
 N=$1
 TLS=$2
@@ -32,8 +33,9 @@ r=0
 while [ $r -lt "$N" ]; do
     line=$(cut -d' ' -f1 /proc/loadavg)
     for b in "$@"; do
-        v=$(UCX_TLS=$TLS timeout "$TIMEOUT" $b --sizes "$S" --logits 0 --reps "$REPS" --path tag 2>/dev/null |
-            sed -n 's/^kv [0-9]* bytes: \([0-9]*\) MiB.*/\1/p')
+        out=$(UCX_TLS=$TLS timeout "$TIMEOUT" $b --sizes "$S" --logits 0 --reps "$REPS" --path tag 2>&1)
+        [ -n "${LOG:-}" ] && printf "## %s round %s: UCX_TLS=%s %s\n%s\n" "$(date -u +%T)" "$r" "$TLS" "$b" "$out" >>"$LOG"
+        v=$(echo "$out" | sed -n 's/^kv [0-9]* bytes: \([0-9]*\) MiB.*/\1/p')
         line="$line ${v:-fail}"
     done
     echo "$line $(perftest)"

@@ -17,6 +17,9 @@
 #                   8 x 128, 128K vocabulary; bench/peer_bench.sh's handover part) to daemon B's
 #                   CPU over shared memory, polling off and on, against the same device in-process
 # TLS: sm,tcp (shared memory: sysv for small messages, cma for large ones) and tcp.
+# ARGS (optional): the rounds' peer_bench columns instead of the above, '|'-separated argument
+# sets ("" is the default build: "|--crc 0|--announce 0"); each run's whole output (the stage
+# clocks) goes to stages-TLS-SIZE.txt.
 set -u
 PACK=${1:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
 O=${2:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
@@ -59,11 +62,18 @@ for p in $POLLS; do bins="$bins|$P/bin/peer_bench --poll-us $p"; done
 bins="$bins|$P/bin/peer_bench --buffers 1"
 for n in $SENDS; do bins="$bins|$P/bin/peer_bench --sends $n"; done
 bins=${bins#|}
+if [ -n "${ARGS+x}" ]; then
+    bins=
+    IFS='|' read -r -a av <<<"$ARGS"
+    for a in "${av[@]}"; do bins="$bins|$P/bin/peer_bench $a"; done
+    bins=${bins#|}
+fi
 round() { # TLS SIZE REPS: one interleaved round, appended to its file
     f="$O/rounds-$(echo "$1" | tr , _)-$2"
     [ -f "$f" ] || echo "# load | ${bins//$P\/bin\//} (MiB/s) | ucx_perftest tag_bw (MB/s); UCX_TLS=$1, $2-byte chunks, $3 a pass" >"$f"
     IFS='|' read -r -a arr <<<"$bins"
-    REPS=$3 PERFTEST=ucx_perftest TIMEOUT=${TIMEOUT:-20} sh "$HERE/peer_link_rounds.sh" 1 "$1" "$2" "${arr[@]}" | tail -n 1 >>"$f"
+    LOG="$O/stages-$(echo "$1" | tr , _)-$2.txt" REPS=$3 PERFTEST=ucx_perftest TIMEOUT=${TIMEOUT:-20} \
+        sh "$HERE/peer_link_rounds.sh" 1 "$1" "$2" "${arr[@]}" | tail -n 1 >>"$f"
 }
 handover() { # POLL_US: daemon B lends its CPU (2 threads, as peer_handover's local one), 4K tokens
     K=bench-peer-key-0123456789

@@ -2,7 +2,8 @@
  * (peer/link.h over UCX), measured as the daemon pays it (BENCHMARKS.md reports it).
  *
  *   build/peer_bench [--sizes 65536,1048576,8388608,67108864] [--reps N] [--logits 2048,524288]
- *                    [--path stream|tag] [--poll-us N] [--buffers N] [--sends N]
+ *                    [--path stream|tag] [--poll-us N] [--buffers N] [--sends N] [--crc 0|1]
+ *                    [--announce 0|1] [--rx-one 0|1] [--write 0|1]
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
@@ -28,6 +29,16 @@
  * (sender-driven, peer_conn_sender_driven) at most N chunks' tagged sends in flight (default
  * PEER_KV_TCP_SENDS, as the backend; 1: each send done before the next starts, the backend
  * before the window of sends).
+ * Stage clocks: after each size the sender prints where its time per chunk went (the
+ * announcement's send, the tagged send's start, answers waited for to make room and at a run's
+ * end, the bytes written), and the node, when the connection closes, where its time per chunk
+ * went (waiting for the announcement, for a free kv_rx slot, the tagged receive from its post
+ * to done — over shared memory the copy itself — the push, the replies, and its kv_rx thread's
+ * CRC). Switches that take one part away at a time (measurement only, not the daemon's path):
+ * --crc 0 (no CRC on the node), --announce 0 (no KV_TAG: the node posts the next serial's
+ * receive itself; one size), --rx-one 1 (the node receives every chunk into one buffer and
+ * answers at once, no kv_rx: ucx_perftest's receive), --write 1 (each chunk's bytes written
+ * just before its send, as the backend serializes a layer).
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
  * (bench/peer_bench.sh). */
@@ -53,11 +64,35 @@ static int parse_list(const char *s, long *out, int max)
     return n;
 }
 
+/* Ablations (both processes: set before the fork). g_crc 0: the node's kv_rx thread takes each
+ * chunk and answers it without computing its CRC (what the check costs the link). g_announce 0:
+ * no KV_TAG on the stream; the node posts each tagged receive for the next serial itself (of
+ * the one --sizes size), as a protocol with the announcement inside the tagged message would. */
+static int g_crc = 1, g_announce = 1;
+/* g_rx_one 1: the node receives every chunk into one buffer of its own and answers it at once,
+ * no kv_rx thread, no CRC — as ucx_perftest receives (its destination stays in the receiving
+ * core's cache). g_write 1: the sender writes each chunk's bytes into its buffer just before
+ * sending it, as the remote backend serializes each layer into its ring buffer (the bytes are
+ * then in the sender's cache, not in memory). */
+static int g_rx_one = 0, g_write = 0;
+
+/* Stage clocks (peer_now sums, seconds) of the node's loop and its kv_rx thread, printed by the
+ * node when the connection closes, per chunk over every chunk it received (the warm-up pass
+ * included). */
+enum { N_FRAME, N_TAKE, N_RECV, N_PUSH, N_REPLY, N_APPLY, N_STAGES };
+static const char *const node_stage[N_STAGES] = {"wait for the announcement", "wait for a free slot",
+                                                 "tagged receive (post to done)", "push to kv_rx",
+                                                 "replies sent", "kv_rx: CRC (its thread)"};
+static double g_node[N_STAGES];
+static long g_node_chunks, g_node_bytes;
+
 /* the server's check of a tagged chunk, on the kv_rx thread */
 static int crc_apply(void *ctx, void *owner, const peer_kv *k)
 {
     (void)owner;
-    *(uint32_t *)ctx ^= proto_crc32c(0, k->bytes, k->n_bytes);
+    double t = peer_now();
+    if (g_crc) *(uint32_t *)ctx ^= proto_crc32c(0, k->bytes, k->n_bytes);
+    g_node[N_APPLY] += peer_now() - t; /* this thread's alone until it is joined */
     return 0;
 }
 
@@ -66,7 +101,24 @@ static void wake(void *l)
     peer_listener_signal(l);
 }
 
-static int serve(int port_fd)
+static int flush_held(peer_conn *c, const uint8_t *held, int *n_held)
+{
+    double t = peer_now();
+    int st = peer_conn_send_raw(c, held, (size_t)*n_held * (PEER_HEADER_BYTES + 8), 10);
+    g_node[N_REPLY] += peer_now() - t;
+    *n_held = 0;
+    return st ? -1 : 0;
+}
+
+static void node_report(void)
+{
+    if (!g_node_chunks) return;
+    printf("# node, per chunk (%ld chunks of %ld bytes, every pass):", g_node_chunks, g_node_bytes / g_node_chunks);
+    for (int i = 0; i < N_STAGES; i++) printf(" %s %.1f us%s", node_stage[i], g_node[i] / g_node_chunks * 1e6, i + 1 < N_STAGES ? ";" : "\n");
+    fflush(stdout);
+}
+
+static int serve(int port_fd, long announce_size)
 {
     peer_listener *l;
     char err[256];
@@ -90,7 +142,7 @@ static int serve(int port_fd)
      * at half a window, when nothing more is waiting, before any other answer */
     uint8_t held[PEER_KV_WINDOW / 2 * (PEER_HEADER_BYTES + 8)];
     int n_held = 0;
-#define FLUSH() (n_held ? (peer_conn_send_raw(c, held, (size_t)n_held * (PEER_HEADER_BYTES + 8), 10) ? -1 : (n_held = 0)) : 0)
+#define FLUSH() (n_held ? flush_held(c, held, &n_held) : 0)
 #define HOLD()                                                                                     \
     do {                                                                                           \
         uint8_t rep[8] = {0};                                                                      \
@@ -104,15 +156,58 @@ static int serve(int port_fd)
         int rs;                                                                                    \
         while (peer_kv_rx_done(rx, &o, &rs)) HOLD();                                               \
     } while (0)
+    uint32_t next_serial = 0;
+    int addr_given = 0;
+    uint8_t *one = NULL; /* g_rx_one's buffer */
+    size_t one_cap = 0;
     for (;;) {
         peer_header h;
         const uint8_t *p;
         int st;
+        if (!g_announce && addr_given) {
+            /* no announcement: the next serial's receive posted at once, the stream looked at
+             * while it comes (a DECODE, the connection's end) */
+            double t = peer_now();
+            COLLECT();
+            uint8_t *buf;
+            int slot = -1;
+            if (g_rx_one) {
+                if (!one && !(one = peer_bulk_alloc((size_t)announce_size, &one_cap))) break;
+                buf = one;
+            } else {
+                slot = peer_kv_rx_take(rx, (size_t)announce_size, 1, &buf);
+            }
+            double t1 = peer_now();
+            g_node[N_TAKE] += t1 - t;
+            void *req;
+            if ((slot < 0 && !g_rx_one) || peer_conn_tag_recv_start(c, 1000 + ++next_serial, buf, (size_t)announce_size, &req)) break;
+            while ((st = peer_conn_tag_recv_test(c, req, (size_t)announce_size)) == 0) {
+                if (peer_conn_dead(c)) {
+                    peer_conn_req_cancel(c, req);
+                    goto out;
+                }
+                COLLECT();
+                if (FLUSH()) goto out;
+                peer_listener_progress(l, 0.01);
+            }
+            if (st < 0) break;
+            double t2 = peer_now();
+            g_node[N_RECV] += t2 - t1;
+            peer_kv k = {0, 0, 0, 0, buf, (uint32_t)announce_size};
+            if (g_rx_one) HOLD();
+            else peer_kv_rx_push(rx, slot, NULL, &k);
+            g_node[N_PUSH] += peer_now() - t2;
+            g_node_chunks++;
+            g_node_bytes += announce_size;
+            continue;
+        }
+        double tw = peer_now();
         while ((st = peer_conn_poll(c, PEER_MAX_PAYLOAD, &h, &p)) == 0) {
             COLLECT();
             if (FLUSH()) goto out;
             peer_listener_progress(l, 0.01);
         }
+        if (h.type == PEER_KV_TAG && g_node_chunks) g_node[N_FRAME] += peer_now() - tw; /* not the start */
         if (st < 0) break;
         if (h.type != PEER_KV && h.type != PEER_KV_TAG) {
             peer_kv_rx_sync(rx);
@@ -130,17 +225,38 @@ static int serve(int port_fd)
             peer_addr_write(fixed, 1000, "", 0);
             peer_wr32(fixed + 8, (uint32_t)len);
             if (peer_conn_send(c, PEER_ADDR, fixed, sizeof fixed, a, len, 10)) break;
+            addr_given = 1;
         } else if (h.type == PEER_KV_TAG) {
             peer_kv k;
             uint32_t len, serial;
             if (peer_kv_tag_read(p, h.length, &k, &len, &serial) || len > (64u << 20) + 4096) break;
             COLLECT();
+            double t = peer_now();
+            if (g_rx_one) {
+                if (len > one_cap) {
+                    free(one);
+                    if (!(one = peer_bulk_alloc(len, &one_cap))) break;
+                }
+                if (peer_conn_tag_recv(c, 1000 + serial, one, len, 30)) break;
+                g_node[N_RECV] += peer_now() - t;
+                g_node_chunks++;
+                g_node_bytes += len;
+                HOLD();
+                continue;
+            }
             uint8_t *buf;
             int slot = peer_kv_rx_take(rx, len, 1, &buf);
+            double t1 = peer_now();
+            g_node[N_TAKE] += t1 - t;
             if (slot < 0 || peer_conn_tag_recv(c, 1000 + serial, buf, len, 30)) break;
+            double t2 = peer_now();
+            g_node[N_RECV] += t2 - t1;
             k.bytes = buf;
             k.n_bytes = len;
             peer_kv_rx_push(rx, slot, NULL, &k);
+            g_node[N_PUSH] += peer_now() - t2;
+            g_node_chunks++;
+            g_node_bytes += len;
         } else if (h.type == PEER_DECODE && h.length == 4) {
             uint32_t n = peer_rd32(p);
             if (n > (64u << 20)) break;
@@ -151,6 +267,8 @@ static int serve(int port_fd)
     }
 out:
     peer_kv_rx_free(rx);
+    free(one);
+    node_report();
     peer_conn_free(c);
     peer_listener_free(l);
     free(answer);
@@ -181,9 +299,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--poll-us")) poll_us = strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--buffers")) n_bufs = strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--sends")) sends = strtol(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--crc")) g_crc = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--announce")) g_announce = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--rx-one")) g_rx_one = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--write")) g_write = strtol(argv[i + 1], NULL, 10) != 0;
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
-                            "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d] [--sends 1..%d]\n", PEER_KV_WINDOW,
+                            "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d] [--sends 1..%d] [--crc 0|1] "
+                            "[--announce 0|1] [--rx-one 0|1] [--write 0|1]\n", PEER_KV_WINDOW,
                     PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW);
             return 2;
         }
@@ -192,13 +315,18 @@ int main(int argc, char **argv)
     if (window < 1 || window > PEER_KV_WINDOW) window = PEER_KV_WINDOW;
     if (n_bufs < 1 || n_bufs > PEER_KV_WINDOW) n_bufs = PEER_KV_WINDOW;
     if (sends < 1 || sends > PEER_KV_WINDOW) sends = PEER_KV_TCP_SENDS;
+    if (!g_announce && (!tag || ns != 1 || sizes[0] <= 0 || sizes[0] > (64 << 20))) {
+        fprintf(stderr, "peer_bench: --announce 0 takes --path tag and one size\n");
+        return 2;
+    }
+    if (!g_announce) nl = 0; /* the node reads no frame between chunks */
     peer_link_set_poll_us((int)(poll_us < 0 ? 0 : poll_us > PEER_POLL_US_MAX ? PEER_POLL_US_MAX : poll_us));
     int fds[2];
     if (pipe(fds)) return 1;
     pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
-        _exit(serve(fds[1]));
+        _exit(serve(fds[1], sizes[0]));
     }
     close(fds[1]);
     int port;
@@ -243,12 +371,18 @@ int main(int argc, char **argv)
         if (sz <= 0 || sz > (64 << 20)) continue;
         long r = reps ? reps : (sz >= (8 << 20) ? 20 : sz >= (1 << 20) ? 200 : 2000);
         double pass[3];
+        /* the sender's stage clocks over the 3 measured passes: the announcement's send, the
+         * tagged send's start, answers waited for to make room in the window, at a run's end */
+        double s_ann = 0, s_start = 0, s_room = 0, s_run = 0, s_write = 0;
         for (int k = 0; k < 4; k++) {
             double t0 = peer_now();
+            int measured = k > 0;
             void *req[PEER_KV_WINDOW] = {0};
             int head = 0, n_fl = 0;
             for (long j = 0; j <= r; j++) {
                 /* answers: to make room, at a run's end, and at the end */
+                double tw = peer_now();
+                int at_end = j == r || (j % layers) == 0;
                 while (n_fl && (j == r || (j % layers) == 0 ||
                                 !(n_fl < window && peer_kv_window_room(n_fl, (size_t)n_fl * (size_t)sz, (size_t)sz)))) {
                     if (peer_conn_req_wait(c, req[head], 30) ||
@@ -262,8 +396,15 @@ int main(int argc, char **argv)
                     n_fl--;
                     if (j != r && (j % layers) != 0) break;
                 }
+                double ta = peer_now();
+                if (measured) *(at_end ? &s_run : &s_room) += ta - tw;
                 if (j == r) break;
                 int slot = (head + n_fl) % PEER_KV_WINDOW, st;
+                if (g_write) { /* the layer serialized into the chunk's buffer, as the backend does */
+                    double tw0 = peer_now();
+                    memset(bufs[slot], (int)(j & 0xff), (size_t)sz);
+                    if (measured) s_write += peer_now() - tw0;
+                }
                 if (tag) {
                     uint8_t ctl[PEER_KV_TAG_BYTES];
                     peer_kv k = {0, 0, 0, 0, NULL, 0};
@@ -275,7 +416,9 @@ int main(int argc, char **argv)
                         st = peer_conn_sends_room(c, rs, n_fl, (int)sends, 30);
                         if (st > 0) st = PEER_OK;
                     }
-                    if (!st) st = peer_conn_send(c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, 30);
+                    if (!st && g_announce) st = peer_conn_send(c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, 30);
+                    double tb = peer_now();
+                    if (measured) s_ann += tb - ta;
                     if (!st) st = peer_conn_tag_send_start(c, 1000 + serial, bufs[slot], (size_t)sz, &req[slot]);
                     if (!st && req[slot] && peer_conn_sender_driven(c)) {
                         /* as the backend does (peer/remote_kv.c): a pass without waiting over
@@ -285,6 +428,7 @@ int main(int argc, char **argv)
                         st = peer_conn_sends_room(c, rs, n_fl + 1, (int)sends + 1, 30);
                         if (st > 0) st = PEER_OK;
                     }
+                    if (measured) s_start += peer_now() - tb;
                 } else {
                     st = peer_conn_send(c, PEER_KV, bufs[slot], (size_t)sz, NULL, 0, 30);
                 }
@@ -299,6 +443,11 @@ int main(int argc, char **argv)
         qsort(pass, 3, sizeof pass[0], cmp_d);
         printf("kv %ld bytes: %.0f MiB/s (%ld chunks, median of 3 passes: %.3f s)\n", sz,
                (double)sz * r / pass[1] / (1 << 20), r, pass[1]);
+        double nc = 3.0 * r;
+        printf("# sender, per chunk (3 passes): %.1f us in all; announcement %.1f us; tagged send started "
+               "%.1f us; answers for room %.1f us; answers at a run's end %.1f us; bytes written %.1f us\n",
+               (pass[0] + pass[1] + pass[2]) / nc * 1e6, s_ann / nc * 1e6, s_start / nc * 1e6,
+               s_room / nc * 1e6, s_run / nc * 1e6, s_write / nc * 1e6);
     }
     for (int i = 0; i < nl; i++) {
         long sz = logits[i];
@@ -321,9 +470,14 @@ int main(int argc, char **argv)
         qsort(pass, 3, sizeof pass[0], cmp_d);
         printf("logits %ld bytes: %.1f us per round trip (%ld, median of 3 passes)\n", sz, pass[1] / r * 1e6, r);
     }
+    fflush(stdout);
     peer_conn_free(c);
-    kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
+    /* the node prints its stage clocks when it sees the connection close */
+    for (int i = 0; i < 300 && waitpid(pid, NULL, WNOHANG) == 0; i++) usleep(10000);
+    if (waitpid(pid, NULL, WNOHANG) == 0) {
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+    }
     for (int i = 0; i < n_bufs; i++) free(bufs[i]);
     return 0;
 }
