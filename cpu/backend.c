@@ -43,6 +43,7 @@ typedef struct cpu_seq {
     int tls_on;           /* decodes sparse, with tls_p (accel_seq_decode_sparse) */
     sparse_tls_params tls_p;
     _Atomic int64_t tls_read, tls_total, tls_steps; /* since it was turned on */
+    float *split_x; /* a layer-split chunk's residual stream (split_n x hidden), else NULL */
 } cpu_seq;
 
 typedef struct cpu_dev {
@@ -289,11 +290,13 @@ static int sparse_layer(cpu_dev *d, const batch *b, int l, const sparse_params *
     return ACCEL_OK;
 }
 
-/* Runs T tokens through the model. logits: (n_logits, vocab) for the batch rows listed in
- * logit_rows (n_logits of them), or NULL. */
-static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_rows, int n_logits,
-                   const accel_kv_sink *sink, const volatile int *cancel,
-                   const sparse_params *sp, accel_sparse_report *rep)
+/* Runs T tokens through layers [l0, l1) of the model, on the residual stream x (T x hidden:
+ * the embeddings written there when l0 is 0). logits: (n_logits, vocab) for the batch rows listed
+ * in logit_rows (n_logits of them), or NULL (the caller gives them only with l1 the last). */
+static int forward_layers(cpu_dev *d, const batch *b, float *x, int l0, int l1, float *logits,
+                          const int *logit_rows, int n_logits, const accel_kv_sink *sink,
+                          const volatile int *cancel, const sparse_params *sp,
+                          accel_sparse_report *rep)
 {
     const model *m = d->base.m;
     const model_config *c = &m->cfg;
@@ -303,6 +306,7 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
     for (int t = 0; t < T; t++)
         if (b->pos[t] + 1 > max_keys) max_keys = b->pos[t] + 1;
     if (ensure_scratch(d, T, max_keys)) return ACCEL_ERR_NOMEM;
+    if (!x) x = d->x;
     /* the positions written below into blocks of their own (copy-on-write of shared ones) */
     for (int t = 0; t < T; t++)
         if (cpu_kv_table_prepare(&d->kv, &b->seq[t]->kv, b->pos[t], 1)) return ACCEL_ERR_NOMEM;
@@ -321,13 +325,13 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
         }
         model_rope_angles(inv, half, b->pos[t], d->cs + (size_t)t * half, d->sn + (size_t)t * half);
     }
-    for (int t = 0; t < T; t++) model_row_f32(&m->embed, b->ids[t], d->x + (size_t)t * H);
+    for (int t = 0; l0 == 0 && t < T; t++) model_row_f32(&m->embed, b->ids[t], x + (size_t)t * H);
 
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = l0; l < l1; l++) {
         const model_layer *L = &m->layers[l];
         if (cancel && *cancel) return ACCEL_ERR_CANCELLED;
         for (int t = 0; t < T; t++)
-            cpu_rmsnorm(d->xb + (size_t)t * H, d->x + (size_t)t * H, &L->attn_norm, H, c->rms_eps);
+            cpu_rmsnorm(d->xb + (size_t)t * H, x + (size_t)t * H, &L->attn_norm, H, c->rms_eps);
         cpu_matmul(d->pool, d->q, d->xb, T, &L->wq, &L->bq);
         cpu_matmul(d->pool, d->k, d->xb, T, &L->wk, &L->bk);
         cpu_matmul(d->pool, d->v, d->xb, T, &L->wv, &L->bv);
@@ -358,23 +362,32 @@ static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_r
                          att_range, &ac);
         }
         cpu_matmul(d->pool, d->xb, d->att, T, &L->wo, NULL);
-        for (size_t i = 0; i < (size_t)T * H; i++) d->x[i] += d->xb[i];
+        for (size_t i = 0; i < (size_t)T * H; i++) x[i] += d->xb[i];
 
         for (int t = 0; t < T; t++)
-            cpu_rmsnorm(d->xb + (size_t)t * H, d->x + (size_t)t * H, &L->ffn_norm, H, c->rms_eps);
+            cpu_rmsnorm(d->xb + (size_t)t * H, x + (size_t)t * H, &L->ffn_norm, H, c->rms_eps);
         cpu_matmul(d->pool, d->hb, d->xb, T, &L->w_gate, NULL);
         cpu_matmul(d->pool, d->hb2, d->xb, T, &L->w_up, NULL);
         cpu_swiglu(d->hb, d->hb2, T * I);
         cpu_matmul(d->pool, d->xb, d->hb, T, &L->w_down, NULL);
-        for (size_t i = 0; i < (size_t)T * H; i++) d->x[i] += d->xb[i];
+        for (size_t i = 0; i < (size_t)T * H; i++) x[i] += d->xb[i];
     }
     if (logits && n_logits > 0) {
         for (int i = 0; i < n_logits; i++)
-            cpu_rmsnorm(d->xb + (size_t)i * H, d->x + (size_t)logit_rows[i] * H, &m->norm, H,
+            cpu_rmsnorm(d->xb + (size_t)i * H, x + (size_t)logit_rows[i] * H, &m->norm, H,
                         c->rms_eps);
         cpu_matmul(d->pool, logits, d->xb, n_logits, &m->lm_head, NULL);
     }
     return ACCEL_OK;
+}
+
+/* The whole model over T tokens, on the device's scratch residual stream. */
+static int forward(cpu_dev *d, const batch *b, float *logits, const int *logit_rows, int n_logits,
+                   const accel_kv_sink *sink, const volatile int *cancel,
+                   const sparse_params *sp, accel_sparse_report *rep)
+{
+    return forward_layers(d, b, NULL, 0, d->base.m->cfg.n_layers, logits, logit_rows, n_logits,
+                          sink, cancel, sp, rep);
 }
 
 /* ---------------------------------------------------------------- accel entries */
@@ -390,17 +403,28 @@ static int sparse_ok(const accel_dev *ad, const accel_prefill_req *r)
     return len % sparse_block_size(&sp->p) == 0;
 }
 
-/* A sparse chunk through every layer at once (positions len .. len + n - 1). */
-static int prefill_sparse(cpu_dev *d, const accel_prefill_req *r)
+/* The chunk's n tokens (positions len .. len + n - 1) as one batch through layers [l0, l1):
+ * a sparse chunk goes through each layer whole; a layer-split call (accel.h) runs its layers on
+ * the sequence's residual stream (s->split_x, taken by the call from layer 0, freed by the one
+ * that runs the last layer). The batch's rows are those of whole calls (cpu/ops.h: a token's
+ * result does not depend on the batch), so the split gives the whole call's bits. */
+static int prefill_one_batch(cpu_dev *d, const accel_prefill_req *r, const sparse_params *sp)
 {
     cpu_seq *s = (cpu_seq *)r->seq;
+    const model_config *c = &d->base.m->cfg;
     const int n = r->n, len = s->base.len, last = n - 1;
+    const int split = r->layers > 0, l0 = split ? r->layer0 : 0;
+    const int l1 = split ? r->layer0 + r->layers : c->n_layers, end = l1 == c->n_layers;
+    if (split && l0 == 0) {
+        free(s->split_x);
+        s->split_x = malloc((size_t)n * (size_t)c->hidden * sizeof(float));
+        if (!s->split_x) return ACCEL_ERR_NOMEM;
+    } else if (split && !s->split_x) {
+        return ACCEL_ERR_INVALID;
+    }
     int st = ACCEL_ERR_NOMEM;
     int *pos = malloc(n * sizeof *pos), *rows = malloc(n * sizeof *rows);
     cpu_seq **seqs = malloc(n * sizeof *seqs);
-    sparse_params p = r->sparse->p;
-    /* the scheduler applied FlexPrefill's dense rule (sparse_plan): this chunk is sparse */
-    p.flex.dense_below = 0;
     if (pos && rows && seqs) {
         for (int t = 0; t < n; t++) {
             pos[t] = len + t;
@@ -408,13 +432,28 @@ static int prefill_sparse(cpu_dev *d, const accel_prefill_req *r)
             seqs[t] = s;
         }
         batch b = {n, r->ids, seqs, pos, len + n, 0};
-        st = forward(d, &b, r->logits, r->all_logits ? rows : &last,
-                     r->logits ? (r->all_logits ? n : 1) : 0, r->kv, r->cancel, &p, r->sparse_report);
+        const int n_out = end && r->logits ? (r->all_logits ? n : 1) : 0;
+        st = forward_layers(d, &b, split ? s->split_x : NULL, l0, l1, n_out ? r->logits : NULL,
+                            r->all_logits ? rows : &last, n_out, r->kv, r->cancel, sp,
+                            r->sparse_report);
     }
     free(pos);
     free(rows);
     free(seqs);
+    if (split && (st || end)) {
+        free(s->split_x);
+        s->split_x = NULL;
+    }
     return st;
+}
+
+/* A sparse chunk through every layer at once (or the call's layers). */
+static int prefill_sparse(cpu_dev *d, const accel_prefill_req *r)
+{
+    sparse_params p = r->sparse->p;
+    /* the scheduler applied FlexPrefill's dense rule (sparse_plan): this chunk is sparse */
+    p.flex.dense_below = 0;
+    return prefill_one_batch(d, r, &p);
 }
 
 static int prefill_blocks(cpu_dev *d, const accel_prefill_req *r);
@@ -445,6 +484,7 @@ static int prefill_blocks(cpu_dev *d, const accel_prefill_req *r)
         return st;
     }
     if (r->sparse_report) r->sparse_report->density = 1.0;
+    if (r->layers > 0) return prefill_one_batch(d, r, NULL); /* layer-split: one batch */
     int pos[PREFILL_BATCH], rows[PREFILL_BATCH];
     cpu_seq *seqs[PREFILL_BATCH];
     for (int i = 0; i < PREFILL_BATCH; i++) seqs[i] = s;
@@ -586,7 +626,18 @@ static void cpu_seq_free(accel_dev *ad, accel_seq *as)
     cpu_seq *s = (cpu_seq *)as;
     cpu_kv_table_free(&d->kv, &s->kv);
     sparse_tls_seq_free(s->tls);
+    free(s->split_x);
     free(s);
+}
+
+/* A layer-split chunk abandoned (accel.h): its residual stream goes (a failed call's blocks past
+ * the length were given back by cpu_prefill; truncate gives back its own). */
+static void cpu_split_drop(accel_dev *ad, accel_seq *as)
+{
+    (void)ad;
+    cpu_seq *s = (cpu_seq *)as;
+    free(s->split_x);
+    s->split_x = NULL;
 }
 
 /* Positions past len are forgotten; a level-1 block that len cuts is rebuilt from its rows. */
@@ -736,7 +787,7 @@ static void cpu_describe(accel_dev *ad, accel_info *out)
              cpu_pool_threads(d->pool));
     out->kind = ACCEL_KIND_CPU;
     out->caps = ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT |
-                ACCEL_CAP_PAGED | ACCEL_CAP_DECODE_ARGMAX;
+                ACCEL_CAP_PAGED | ACCEL_CAP_DECODE_ARGMAX | ACCEL_CAP_LAYER_SPLIT;
     out->max_batch = 256;
 }
 
@@ -789,6 +840,7 @@ static const struct accel_dev_i cpu_i = {
     .seq_decode_sparse = cpu_seq_decode_sparse,
     .seq_decode_stats = cpu_seq_decode_stats,
     .decode_argmax = cpu_decode_argmax,
+    .split_drop = cpu_split_drop,
 };
 
 /* accel_opts.decode_sparse (or $TANDEM_DECODE_SPARSE) onto d->tls, with the channel file. */

@@ -141,8 +141,17 @@ int accel_seq_new(accel_dev *d, int capacity, accel_seq **out)
     (*out)->capacity = capacity;
     (*out)->import_layers_done = 0;
     (*out)->holder = 0;
+    (*out)->split_n = (*out)->split_next = 0;
     atomic_fetch_add(&d->n_seqs, 1);
     return ACCEL_OK;
+}
+
+/* A layer-split chunk of s in progress is abandoned: the backend frees its state. */
+static void split_drop(accel_dev *d, accel_seq *s)
+{
+    if (!s || !s->split_n) return;
+    if (d->i->split_drop) d->i->split_drop(d, s);
+    s->split_n = s->split_next = 0;
 }
 
 void accel_seq_free(accel_dev *d, accel_seq *s)
@@ -179,6 +188,7 @@ int accel_seq_fork(accel_dev *d, accel_seq *src, int n_tokens, int capacity, acc
     (*out)->capacity = capacity;
     (*out)->import_layers_done = 0;
     (*out)->holder = 0;
+    (*out)->split_n = (*out)->split_next = 0;
     atomic_fetch_add(&d->n_seqs, 1);
     return ACCEL_OK;
 }
@@ -192,6 +202,7 @@ int accel_seq_len(accel_dev *d, const accel_seq *s)
 int accel_seq_truncate(accel_dev *d, accel_seq *s, int len)
 {
     if (len < 0 || len > s->len) return ACCEL_ERR_INVALID;
+    split_drop(d, s);
     if (d->i->seq_truncate) {
         int st = track(d, d->i->seq_truncate(d, s, len));
         if (st) return st;
@@ -282,8 +293,35 @@ int accel_prefill(accel_dev *d, const accel_prefill_req *r)
     if (!valid_ids(d->m, r->ids, r->n)) return ACCEL_ERR_INVALID;
     /* a sparse call's parameters, checked once for every backend */
     if (r->sparse && sparse_params_check(&r->sparse->p, NULL, 0, NULL)) return ACCEL_ERR_INVALID;
+    const int L = d->m->cfg.n_layers;
+    accel_seq *s = r->seq;
+    if (r->layers == 0 || (r->layer0 == 0 && r->layers == L)) { /* a whole call */
+        split_drop(d, s);
+        accel_prefill_req w = *r;
+        w.layer0 = w.layers = 0;
+        int st = track(d, d->i->prefill(d, &w));
+        if (st == ACCEL_OK) s->len += r->n;
+        return st;
+    }
+    /* layer-split (accel.h): the range, and a continuation of the chunk in progress */
+    if (r->layer0 < 0 || r->layers < 0 || r->layer0 >= L || r->layers > L - r->layer0)
+        return ACCEL_ERR_INVALID;
+    if (!d->i->split_drop) return ACCEL_ERR_UNSUPPORTED;
+    if (r->layer0 == 0) split_drop(d, s);
+    else if (s->split_n != r->n || s->split_next != r->layer0) return ACCEL_ERR_INVALID;
     int st = track(d, d->i->prefill(d, r));
-    if (st == ACCEL_OK) r->seq->len += r->n;
+    if (st != ACCEL_OK) {
+        if (!s->split_n) s->split_n = r->n; /* whatever the call left is freed */
+        split_drop(d, s);
+        return st;
+    }
+    if (r->layer0 + r->layers == L) {
+        s->split_n = s->split_next = 0; /* the backend freed it with the chunk complete */
+        s->len += r->n;
+    } else {
+        s->split_n = r->n;
+        s->split_next = r->layer0 + r->layers;
+    }
     return st;
 }
 
@@ -307,6 +345,7 @@ int accel_decode_argmax(accel_dev *d, int n, accel_seq *const *seqs, const int32
 {
     if (failed(d)) return ACCEL_ERR_DEVICE;
     if (!logits || !argmax || !decode_args_ok(d, n, seqs, ids)) return ACCEL_ERR_INVALID;
+    for (int i = 0; i < n; i++) split_drop(d, seqs[i]);
     if (d->i->decode_argmax) {
         /* a device may decline (ACCEL_ERR_UNSUPPORTED before doing anything: cuda's argmax=0) */
         int st = d->i->decode_argmax(d, n, seqs, ids, logits, want_logits, argmax);
@@ -328,6 +367,7 @@ int accel_decode(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids
 {
     if (failed(d)) return ACCEL_ERR_DEVICE;
     if (!logits || !decode_args_ok(d, n, seqs, ids)) return ACCEL_ERR_INVALID;
+    for (int i = 0; i < n; i++) split_drop(d, seqs[i]);
     int st = track(d, d->i->decode(d, n, seqs, ids, logits));
     if (st == ACCEL_OK)
         for (int i = 0; i < n; i++) seqs[i]->len++;
@@ -359,6 +399,7 @@ static int kv_import(accel_dev *d, accel_seq *s, const proto_kv_layer *c, int ha
     /* Chunks of one run of positions arrive layer 0 .. L-1, each starting at the current length. */
     if (s->holder || c->pos0 != s->len || c->n_tokens > s->capacity - s->len)
         return ACCEL_ERR_INVALID;
+    split_drop(d, s);
     if (c->layer != s->import_layers_done) return ACCEL_ERR_INVALID;
     if (c->layer > 0 && c->n_tokens != s->import_n) return ACCEL_ERR_INVALID;
     int st = track(d, has_crc && d->i->kv_import_crc ? d->i->kv_import_crc(d, s, c, crc)

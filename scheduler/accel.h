@@ -66,7 +66,8 @@ enum { ACCEL_CAP_PREFILL = 1, ACCEL_CAP_DECODE = 2, ACCEL_CAP_KV_EXPORT = 4, ACC
        ACCEL_CAP_PAGED = 16, /* KV in a pool of fixed-size blocks (see "Paged devices" below) */
        ACCEL_CAP_REMOTE = 32, /* on another node (peer/peer.h): placed after local devices */
        ACCEL_CAP_KV_EXPORT_HELD = 64, /* accel_kv_export: KV already held, out again */
-       ACCEL_CAP_DECODE_ARGMAX = 128 /* accel_decode_argmax: greedy tokens picked on the device */ };
+       ACCEL_CAP_DECODE_ARGMAX = 128, /* accel_decode_argmax: greedy tokens picked on the device */
+       ACCEL_CAP_LAYER_SPLIT = 256 /* accel_prefill_req.layers: one chunk's layers over several calls */ };
 
 /* What one accel_decode call costs on a device, by batch size (the placement weighs devices by
  * it: scheduler/sched_policy.h). A call of batch[i] sequences holding ctx positions each takes
@@ -210,7 +211,31 @@ typedef struct accel_prefill_req {
     const accel_sparse *sparse; /* optional: this chunk runs sparse (NULL: dense attention);
                                    a device without the method runs dense and says so in the
                                    report */
-    accel_sparse_report *sparse_report; /* optional out */
+    accel_sparse_report *sparse_report; /* optional out: this call's layers */
+    /* Layer-split prefill (devices with ACCEL_CAP_LAYER_SPLIT; ACCEL_ERR_UNSUPPORTED elsewhere).
+     * layers 0 (or layer0 0 and layers the model's n_layers): a whole call, as above. Else this
+     * call runs only layers [layer0, layer0 + layers) of the chunk (0 <= layer0, 1 <= layers,
+     * layer0 + layers <= n_layers), so that one chunk's work can be spread over several calls,
+     * between other sequences' decode steps, when even the smallest chunk costs more than a
+     * time-between-tokens budget:
+     *   - layer0 0 starts the chunk (ids at the sequence's length, as a whole call); a later call
+     *     continues it: the same seq, n and ids (and sparse, cancel, kv), layer0 the layer the
+     *     previous call stopped at (anything else: ACCEL_ERR_INVALID). The device keeps the
+     *     chunk's residual stream (n x hidden activations) with the sequence between the calls.
+     *   - the call that runs the last layer completes the chunk: it writes logits (as a whole
+     *     call: logits/all_logits are read only there) and the sequence's length grows by n.
+     *     Until then the length stays where it was and the chunk's positions hold partial KV.
+     *   - the result — logits, KV, the decode after it — is bit for bit that of one whole call
+     *     (cuda: within its stated tolerance where it documents one), dense and sparse alike
+     *     (the sparse index is per layer); kv sees every layer of the chunk once, in layer order,
+     *     over the calls; sparse_report covers this call's layers (sum the calls for the chunk).
+     *   - a failed call (cancel included) abandons the chunk: its state is freed and the next
+     *     call must start again from layer0 0 (the KV written so far lies past the length, as a
+     *     failed whole call's does). A whole call, a call from layer0 0, a decode step, an
+     *     import, accel_seq_truncate or accel_seq_free of the sequence abandon a pending chunk
+     *     the same way. */
+    int layer0;
+    int layers;
 } accel_prefill_req;
 
 /* Paged devices (ACCEL_CAP_PAGED). The KV of every sequence lives in fixed-size blocks of

@@ -63,6 +63,12 @@ struct accel_dev_i {
      * host. Appended last, as above. */
     int (*decode_argmax)(accel_dev *d, int n, accel_seq *const *seqs, const int32_t *ids,
                          float *logits, const unsigned char *want, int32_t *argmax);
+    /* ACCEL_CAP_LAYER_SPLIT: prefill gets r->layers > 0 only on such a device (the wrapper
+     * checked the range and that a continuation matches s->split_n / split_next; a whole call
+     * comes with layers 0). split_drop frees the state of s's pending chunk (its residual
+     * stream); the wrapper calls it when the chunk is abandoned (accel.h) and seq_free must free
+     * it too. Appended last, as above. */
+    void (*split_drop)(accel_dev *d, accel_seq *s);
 };
 
 struct accel_dev {
@@ -86,6 +92,9 @@ struct accel_seq {
     int import_layers_done; /* kv_import: layers received for the current run of positions */
     int import_pos0, import_n;
     int holder;   /* accel_seq_hold: a prefix-cache holder, read-only */
+    /* a layer-split chunk in progress (accel_prefill_req.layers): its tokens (0: none) and the
+     * next layer; kept by the wrapper, which calls split_drop when it is abandoned */
+    int split_n, split_next;
 };
 
 /* For backends: mark the device FAILED (sticky) and return ACCEL_ERR_DEVICE. */

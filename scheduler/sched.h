@@ -259,6 +259,8 @@ typedef struct sched_dev_stats {
     uint64_t prefills;      /* requests placed to prefill on it */
     uint64_t failovers;     /* requests that moved away after a failure on it */
     uint64_t prefill_chunks; /* accel_prefill calls */
+    uint64_t prefill_split_calls; /* of which layer-split calls that left their chunk unfinished
+                                     (accel.h: a chunk over several calls, sched_policy_layers) */
     uint64_t kv_chunks, kv_bytes; /* KV layer chunks imported into it, and their bytes */
     uint64_t kv_corrupt;    /* imports into it that failed their check: a chunk whose wire CRC
                                or bounds failed, or KV that differed from the producer's CRC

@@ -80,6 +80,7 @@ int sched_choice_prefill_ids(sched_req *r, sched_choice *c)
     free(c->pf_buf);
     c->pf_buf = NULL;
     c->pf_done = 0;
+    c->pf_split_k = c->pf_layer = 0;
     if (!r->moved || !c->n_hist) {
         c->pf_ids = r->prompt;
         c->pf_n = r->n_prompt;

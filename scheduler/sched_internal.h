@@ -77,6 +77,8 @@ typedef struct sched_choice {
     int forked;               /* 1: its sequence is a fork of choice 0's prefill, its first
                                  token still to sample; 2: sampled (one prefill for n choices) */
     int64_t sp_blocks, sp_causal; /* prefill worker: the sparse chunks' reports, summed */
+    int pf_split_k, pf_layer; /* prefill worker: a layer-split chunk in progress (accel.h): its
+                                 tokens (0: none) and the next layer to run */
     accel_seq *tls_seq;       /* the sequence its sparse decode setting was applied to */
     int tls_dense;            /* ... whose device could not: decoded dense */
     int64_t tls_read, tls_total; /* keys attended / held by its sequences so far */
@@ -127,6 +129,8 @@ struct sched_req {
     sched_prompt_lp *plp;        /* [n_prompt] prompt logprobs, filled by the prefill worker;
                                     NULL: not asked */
     int sparse_off;              /* prefill worker: a sparse pass found no memory, run dense */
+    int split_off;               /* prefill worker: the device refused a layer-split call: whole
+                                    calls only */
     accel_sparse sparse;
     int tls_set, tls_on;         /* sparse decode settled (sched_params.decode_sparse_set) */
     sparse_tls_params tls_p;
@@ -210,6 +214,7 @@ typedef struct sched_dev {
     sched_pcache *pc;            /* worker only: the prefix cache (paged devices, when on) */
     /* statistics, written by the worker, read anywhere */
     atomic_uint_least64_t steps, tokens, busy_ns, prefill_chunks, kv_chunks, kv_bytes, kv_corrupt;
+    atomic_uint_least64_t prefill_split_calls; /* sched_dev_stats */
     atomic_uint_least64_t prefill_tokens; /* prompt positions computed by prefills */
     atomic_uint_least64_t preemptions;    /* requests preempted here for room */
     atomic_uint_least64_t forks;          /* choices that shared another's prefill */

@@ -43,6 +43,7 @@ void sched_get_stats(sched *s, sched_stats *out)
         o->steps = atomic_load(&d->steps);
         o->tokens = atomic_load(&d->tokens);
         o->prefill_chunks = atomic_load(&d->prefill_chunks);
+        o->prefill_split_calls = atomic_load(&d->prefill_split_calls);
         o->kv_chunks = atomic_load(&d->kv_chunks);
         o->kv_bytes = atomic_load(&d->kv_bytes);
         o->kv_corrupt = atomic_load(&d->kv_corrupt);

@@ -563,3 +563,12 @@ int sched_policy_chunk(int remaining, int pos, int align, int decoding, int firs
     double useful = per > 0 ? SCHED_CHUNK_EFF_K * cost->a / per : cost->a > 0 ? 1e18 : 0;
     return (double)k >= useful ? (int)k : 0;
 }
+
+int sched_policy_layers(int todo, double layer_s, double budget_left_s, int first)
+{
+    if (todo <= 0) return 0;
+    if (!(layer_s > 0) || !isfinite(layer_s) || layer_s * todo <= budget_left_s) return todo;
+    double fit = budget_left_s > 0 ? floor(budget_left_s / layer_s) : 0;
+    int k = fit >= todo ? todo : (int)fit;
+    return k > 0 ? k : first ? 1 : 0;
+}

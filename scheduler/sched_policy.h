@@ -358,4 +358,16 @@ double sched_policy_prefill_s(const sched_policy_dev *d, int n_prompt);
 int sched_policy_chunk(int remaining, int pos, int align, int decoding, int first,
                        double budget_s, double budget_left_s, const sched_cost *cost);
 
+/* Layer-split chunks (accel.h, ACCEL_CAP_LAYER_SPLIT): at great depth one call of the smallest
+ * chunk may cost more than the whole budget (a sparse method's index scores the chunk against
+ * every cached key, whatever the chunk's size: FlexPrefill at 128K ~69 ms over 32 layers on an
+ * H200). Such a chunk runs a few layers per call, between decode steps. The layers of the next
+ * call of a chunk whose every layer costs layer_s seconds (its predicted whole call / n_layers),
+ * `todo` layers still to run: all of them when they fit budget_left_s (or nothing is known,
+ * layer_s <= 0); else as many as fit, at least one for the iteration's first call (a prefill
+ * always progresses); 0 for a later call that fits none (the iteration ends). The cost model
+ * learns from such a call as from a whole one: its time x n_layers / layers (the per-layer share
+ * of a call, sched_cost_observe). */
+int sched_policy_layers(int todo, double layer_s, double budget_left_s, int first);
+
 #endif

@@ -8,7 +8,11 @@
  * measured cost of a prefill call (sched_cost: fixed + per token + per token and cached key, one
  * model for dense chunks and one per sparse method), at least one chunk per iteration so a
  * prefill always progresses, and no further chunk in an iteration too small to be worth its
- * fixed cost (SCHED_CHUNK_EFF_K). When nothing decodes here the head job runs whole (one job per iteration,
+ * fixed cost (SCHED_CHUNK_EFF_K). When even the smallest chunk's predicted call does not fit what
+ * is left of the budget (a sparse index over 128K cached keys costs more than a 50 ms budget
+ * whatever the chunk's size), a device with ACCEL_CAP_LAYER_SPLIT runs only the layers that fit
+ * (sched_policy_layers) and the same chunk goes on from the next layer in later iterations; the
+ * chunk counts as prefilled only when its last layer has run. When nothing decodes here the head job runs whole (one job per iteration,
  * so new tasks, cancels and deadlines are seen between jobs; accel_prefill itself polls the
  * cancel flag between layers). Each chunk is an accel_prefill appending to the sequence.
  *
@@ -296,26 +300,43 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
             }
         }
         c->pf_done = reused;
+        c->pf_split_k = c->pf_layer = 0;
         if (approx) c->approx = 1; /* it holds sparse-computed KV: published as such */
         if (!r->cached_set) {
             r->cached_tokens = reused < r->n_prompt ? reused : r->n_prompt;
             r->cached_set = 1;
         }
     }
-    if (c->pf_done == 0) c->sp_blocks = c->sp_causal = 0; /* a moved choice starts again */
+    /* a moved choice starts again */
+    if (c->pf_done == 0 && !c->pf_split_k) c->sp_blocks = c->sp_causal = 0;
     int sparse = c->pf_done < send;
     int kind = sparse ? cost_kind(&r->sparse.p) : 0;
-    int want = sparse ? sched_policy_chunk(send - c->pf_done, c->pf_done, sparse_resume_align(&r->sparse.p),
-                                           decoding, first, budget, left, &d->cost[kind])
-                      : sched_policy_chunk(c->pf_n - c->pf_done, c->pf_done, 1, decoding, first, budget,
-                                           left, &d->cost[kind]);
-    if (want <= 0) return -1; /* nothing worth its fixed cost fits what is left of the budget */
-    int k = sparse ? sparse_chunk_len(&r->sparse.p, send, c->pf_done, want) : want;
+    int k;
+    if (c->pf_split_k > 0) {
+        k = c->pf_split_k; /* a layer-split chunk in progress goes on */
+    } else {
+        int want = sparse ? sched_policy_chunk(send - c->pf_done, c->pf_done, sparse_resume_align(&r->sparse.p),
+                                               decoding, first, budget, left, &d->cost[kind])
+                          : sched_policy_chunk(c->pf_n - c->pf_done, c->pf_done, 1, decoding, first,
+                                               budget, left, &d->cost[kind]);
+        if (want <= 0) return -1; /* nothing worth its fixed cost fits what is left of the budget */
+        k = sparse ? sparse_chunk_len(&r->sparse.p, send, c->pf_done, want) : want;
+    }
     /* prompt logprobs: every row's logits while the chunk still covers prompt positions */
     int all = r->plp && c->pf_done < r->n_prompt && plogits_rows(d, &k) == 0;
     if (r->plp && c->pf_done < r->n_prompt && !all) {
         sched_prefill_end(d, r, ACCEL_ERR_NOMEM);
         return 0;
+    }
+    /* layer-split (sched_policy_layers): when even this chunk's predicted call does not fit what
+     * is left of the budget, only the layers that fit run now, the rest in later iterations */
+    const int L = d->s->m->cfg.n_layers;
+    int l0 = c->pf_split_k > 0 ? c->pf_layer : 0, nl = L - l0;
+    if (decoding && budget > 0 && !r->split_off && (d->info0.caps & ACCEL_CAP_LAYER_SPLIT) &&
+        d->cost[kind].seen) {
+        double layer_s = sched_cost_predict(&d->cost[kind], k, c->pf_done) / L;
+        nl = sched_policy_layers(L - l0, layer_s, left, first);
+        if (nl <= 0) return -1;
     }
     int last = c->pf_done + k == c->pf_n;
     ship sh = {&d->s->dev[r->w_decode], r, ci};
@@ -323,7 +344,9 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
     accel_prefill_req pr = {.seq = r->w_split ? c->pseq : c->seq, .ids = c->pf_ids + c->pf_done,
                             .n = k, .logits = all ? d->plogits : last ? d->logits : NULL, .all_logits = all,
                             .kv = r->w_split ? &sink : NULL, .cancel = &r->cancel,
-                            .sparse = sparse ? &r->sparse : NULL};
+                            .sparse = sparse ? &r->sparse : NULL,
+                            .layer0 = nl < L ? l0 : 0, .layers = nl < L ? nl : 0};
+    const int done_layers = l0 + nl == L; /* this call completes the chunk */
     accel_sparse_report rep = {0};
     if (sparse) pr.sparse_report = &rep;
     int64_t t0 = sched_now_ns();
@@ -332,6 +355,11 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
     atomic_fetch_add(&d->prefill_chunks, 1);
     if (st == ACCEL_ERR_CANCELLED && !sched_req_cancelled(r) && atomic_load(&r->import_failed))
         st = ACCEL_OK; /* the sink stopped it: the card's worker moves the request */
+    if (st) c->pf_split_k = c->pf_layer = 0; /* a failed call abandoned a split chunk (accel.h) */
+    if (st == ACCEL_ERR_UNSUPPORTED && pr.layers) {
+        r->split_off = 1; /* the device refused this split (cuda: a long dense chunk with a sink) */
+        return dt;
+    }
     if (st == ACCEL_ERR_NOMEM && !sparse && (sched_worker_make_room(d, r) || d->active))
         return dt; /* memory given back, or coming back as decodes end: this chunk again */
     if (st == ACCEL_ERR_NOMEM && sparse) {
@@ -350,6 +378,8 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
         sched_prefill_end(d, r, ACCEL_OK);
         return dt;
     }
+    /* a split call's time stands for nl / L of a whole call's (sched_policy_layers) */
+    sched_cost_observe(&d->cost[kind], k, c->pf_done, dt * L / nl);
     if (sparse) {
         /* a sparse pass's KV is an approximation (every layer after the first attended to a
          * subset): the prefix cache keeps it apart, under the parameters' kind, which only
@@ -357,10 +387,15 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
         if (rep.layers_sparse) c->approx = 1;
         c->sp_blocks += rep.layers_sparse ? rep.blocks_computed : 0;
         c->sp_causal += rep.layers_sparse ? rep.blocks_causal : 0;
-    } else {
     }
-    sched_cost_observe(&d->cost[kind], k, c->pf_done, dt);
     sched_prefill_fit_publish(d, kind); /* the placement's rule d: the kind it ran last */
+    if (!done_layers) { /* the chunk goes on in a later iteration, from layer l0 + nl */
+        c->pf_split_k = k;
+        c->pf_layer = l0 + nl;
+        atomic_fetch_add(&d->prefill_split_calls, 1);
+        return dt;
+    }
+    c->pf_split_k = c->pf_layer = 0;
     if (last && r->has_sparse) { /* a choice prefilled dense counts as density 1 in the mean */
         r->density_sum += c->sp_causal ? (double)c->sp_blocks / (double)c->sp_causal : 1.0;
         r->density_n++;

@@ -226,3 +226,21 @@ TEST(sched_prefill_order_moves_the_pick)
     sched_prefill_order(&d, now);
     CHECK(d.pf_head == &r[0] && d.pf_tail == &r[2]);
 }
+
+TEST(sched_policy_layers_fit_the_budget)
+{
+    /* 32 layers of 2.15 ms (FlexPrefill's index at 128K) against a 50 ms budget: 23 of them */
+    CHECK_EQ(sched_policy_layers(32, 2.15e-3, 50e-3, 1), 23);
+    CHECK_EQ(sched_policy_layers(32, 2.15e-3, 50e-3, 0), 23);
+    /* the rest of the chunk fits: all of it */
+    CHECK_EQ(sched_policy_layers(9, 2.15e-3, 50e-3, 0), 9);
+    CHECK_EQ(sched_policy_layers(23, 2.15e-3, 50e-3, 1), 23);
+    /* nothing fits: one layer for the iteration's first call, none (end it) later */
+    CHECK_EQ(sched_policy_layers(32, 0.2, 50e-3, 1), 1);
+    CHECK_EQ(sched_policy_layers(32, 0.2, 50e-3, 0), 0);
+    CHECK_EQ(sched_policy_layers(32, 2e-3, 0, 1), 1);
+    CHECK_EQ(sched_policy_layers(32, 2e-3, -1e-3, 0), 0);
+    /* nothing known: whole */
+    CHECK_EQ(sched_policy_layers(32, 0, 50e-3, 0), 32);
+    CHECK_EQ(sched_policy_layers(0, 1e-3, 50e-3, 1), 0);
+}

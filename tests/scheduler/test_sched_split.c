@@ -18,6 +18,7 @@
 typedef struct rec {
     sched_req *r;
     int placed, tokens, done, error, status, after_final, cancel_after;
+    int cancel_other, cancel_other_at; /* at its cancel_other_at-th token: cancel recs[cancel_other - 1] */
     char prefill[32], decode[32], first_decode[32];
     char text[2048];
     size_t len;
@@ -47,6 +48,10 @@ static void on_event(void *ctx, const sched_event *ev)
         sched_env_text(r->text, sizeof r->text, &r->len, ev);
         if (r->cancel_after && r->tokens == r->cancel_after) {
             sched_cancel(E->se.s, r->r);
+            sched_env_final(&E->se);
+        }
+        if (r->cancel_other && r->tokens == r->cancel_other_at) {
+            sched_cancel(E->se.s, E->recs[r->cancel_other - 1].r);
             sched_env_final(&E->se);
         }
         break;
@@ -252,6 +257,10 @@ TEST(sched_split_chunked_prefill_same_text)
     sched_stats st;
     sched_get_stats(e.se.s, &st);
     CHECK_MSG(st.dev[0].prefill_chunks > (uint64_t)k, "%llu chunks for %d prefills", (unsigned long long)st.dev[0].prefill_chunks, k);
+    /* even the smallest chunk costs more than the budget: chunks ran a few layers per call
+     * (accel.h layer-split), their KV still reached the cards layer by layer, the texts unchanged */
+    CHECK_MSG(st.dev[0].prefill_split_calls > 0, "no layer-split call in %llu prefill calls",
+              (unsigned long long)st.dev[0].prefill_chunks);
     free_golden();
     env_close(&e);
 }
@@ -291,6 +300,45 @@ TEST(sched_sparse_prompt_prefills_in_chunks_beside_decodes)
     uint64_t chunks = st1.dev[0].prefill_chunks - st0.dev[0].prefill_chunks;
     CHECK_MSG(chunks > 2, "%llu prefill calls: the sparse prompt was not chunked",
               (unsigned long long)chunks);
+    /* and its chunks were layer-split (one block costs more than the budget), same text */
+    CHECK(st1.dev[0].prefill_split_calls > st0.dev[0].prefill_split_calls);
+    env_close(&e);
+}
+
+TEST(sched_layer_split_cancel_mid_chunk)
+{
+    /* a long prompt prefills a few layers per call beside a decode (a budget far below one
+     * call), and is cancelled while its chunks are under way: the decode's text is the golden
+     * one, and every sequence and KV block comes back (env_close) */
+    env e;
+    if (env_open(&e, 0, NULL, 16, 0.001) < 0) return;
+    load_golden(&e);
+    REQUIRE(n_golden >= 1);
+    const model_golden *g = golden[0];
+    int32_t ids[480];
+    ids[0] = 1;
+    for (int i = 1; i < 480; i++) ids[i] = (int32_t)((i * 41 + 7) % 500 + 3);
+    int a = submit(&e, g->ids, g->n_ids, g->n_greedy);
+    int b = submit(&e, ids, 480, 8);
+    e.recs[a].cancel_other = b + 1;
+    e.recs[a].cancel_other_at = g->n_greedy > 24 ? 20 : g->n_greedy - 2;
+    fprintf(stderr, "  cancel at token %d of %d\n", e.recs[a].cancel_other_at, g->n_greedy);
+    run_until_final(&e, 2); /* a's end and b's cancel */
+    for (int spins = 0; spins < 2000; spins++) {
+        sched_stats st;
+        sched_get_stats(e.se.s, &st);
+        if (st.n_running == 0 && st.n_waiting == 0) break;
+        uv_run(&e.se.loop, UV_RUN_NOWAIT);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    sched_stats st;
+    sched_get_stats(e.se.s, &st);
+    CHECK(e.recs[a].done == 1);
+    CHECK_MSG(!strcmp(e.recs[a].text, g->greedy_text), "got  %s\n want %s", e.recs[a].text, g->greedy_text);
+    CHECK_EQ(e.recs[b].done, 0);
+    CHECK(st.dev[0].prefill_split_calls > 0);
+    free_golden();
     env_close(&e);
 }
 
