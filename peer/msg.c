@@ -283,6 +283,8 @@ int peer_kv_read(const uint8_t *p, size_t n, peer_kv *out)
     if (out->flags & ~PEER_KV_RUN_START) return PEER_ERR_PROTO;
     out->bytes = p + PEER_KV_FIXED;
     out->n_bytes = n - PEER_KV_FIXED;
+    out->crc_off = 0;
+    out->crc = 0;
     return PEER_OK;
 }
 
@@ -321,6 +323,8 @@ int peer_kv_tag_read(const uint8_t *p, size_t n, peer_kv *k, uint32_t *length, u
     k->flags = peer_rd32(p + 12);
     k->bytes = NULL;
     k->n_bytes = 0;
+    k->crc_off = 0;
+    k->crc = 0;
     *length = peer_rd32(p + PEER_KV_FIXED);
     *serial = peer_rd32(p + PEER_KV_FIXED + 4);
     if (k->flags & ~PEER_KV_RUN_START) return PEER_ERR_PROTO;

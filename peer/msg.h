@@ -200,6 +200,11 @@ typedef struct peer_kv {
     uint32_t dev, seq, producer_crc, flags;
     const uint8_t *bytes; /* [stream header] chunk header + payload, pointing into the frame */
     size_t n_bytes;
+    /* the receiver's own, not on the wire: the CRC-32C of bytes[crc_off..n_bytes) (the chunk's
+     * payload), computed by the thread that received them while they are in its cache, for the
+     * wire reader (proto_kv_reader_crc_hint); crc_off 0: none */
+    size_t crc_off;
+    uint32_t crc;
 } peer_kv;
 void peer_kv_write_fixed(uint8_t out[PEER_KV_FIXED], const peer_kv *k);
 /* PEER_ERR_PROTO for unknown flags or no bytes after the fixed part. */

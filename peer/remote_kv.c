@@ -252,7 +252,7 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
         d->fl_kept += f->cap;
         if (!f->buf) return ACCEL_ERR_NOMEM;
     }
-    peer_kv k = {(uint32_t)d->index, s->id, crc, c->layer == 0 ? PEER_KV_RUN_START : 0, NULL, 0};
+    peer_kv k = {(uint32_t)d->index, s->id, crc, c->layer == 0 ? PEER_KV_RUN_START : 0, NULL, 0, 0, 0};
     peer_kv_write_fixed(f->buf, &k);
     size_t o = PEER_KV_FIXED;
     if (c->layer == 0) {

@@ -12,14 +12,16 @@
  * looked at on each pass: a sender that stalls or dies with a chunk announced holds up no other
  * peer's heartbeat, call or KV), one chunk at a time per connection and several connections'
  * at once, as long as a kv_rx slot is free (PEER_KV_RX_SLOTS; an announcement that finds none
- * waits its turn), and checked and imported by a second one (peer/kv_rx.h) in the order they
- * came in, so that the next chunks' copies overlap this one's CRC and import; this thread takes
+ * waits its turn); this thread computes each payload's CRC-32C as it arrives (rx_crc: the bytes
+ * are in its cache then), and a second one (peer/kv_rx.h) checks and imports them in the order
+ * they came in, so that the next chunks' copies overlap this one's import; this thread takes
  * their results and sends the REPLYs. Before anything else that
  * touches a device or frees a sequence, it waits for the chunks pushed so far (kv_sync). */
 #include "peer/auth.h"
 #include "peer/kv_rx.h"
 #include "peer/link.h"
 #include "peer/peer.h"
+#include "proto/crc32c.h"
 #include "proto/kv_wire.h"
 #include <pthread.h>
 #include <stdarg.h>
@@ -313,6 +315,7 @@ static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
     }
     if (!q->r) return ACCEL_ERR_INVALID;
     q->kc->crc = k.producer_crc;
+    if (k.crc_off) proto_kv_reader_crc_hint(q->r, k.bytes + k.crc_off, k.n_bytes - k.crc_off, k.crc);
     int st = proto_kv_reader_feed(q->r, k.bytes, k.n_bytes);
     if (!st && !proto_kv_reader_at_boundary(q->r)) {
         /* a message carries whole chunks: this one was cut short (the reader would take the
@@ -390,6 +393,25 @@ static int on_addr_req(sconn *sc, size_t n)
     return peer_conn_send(sc->c, PEER_ADDR, fixed, sizeof fixed, a, len, SEND_TIMEOUT_S);
 }
 
+/* The payload's CRC of a tagged chunk just received, on this thread: over shared memory the
+ * copy in was this thread's own (UCX's rendezvous reads the sender's memory into the slot), so
+ * its bytes are in this core's cache now, and the CRC reads them from there. On the kv_rx
+ * thread (where the wire reader checked them before) the same bytes came from this core's
+ * cache into another's while this one copied the next chunk in: on the quiet node that slowed
+ * the copy of a 1 MiB chunk from ~110 to ~145 us (BENCHMARKS.md, "Peers over UCX"). The reader
+ * compares the wire's payload CRC with this one (proto_kv_reader_crc_hint) and checks everything
+ * else as always. The payload starts after the chunk header, and after the stream header in a
+ * run's first chunk (the KV wire format, version 2: what this version's peers send); bytes laid
+ * out otherwise get no hint that matches, and the reader computes it itself. */
+static void rx_crc(peer_kv *k)
+{
+    size_t off = ((k->flags & PEER_KV_RUN_START) ? PROTO_KV_HEADER_BYTES : 0) + PROTO_KV_CHUNK_HEADER_BYTES;
+    k->crc_off = 0;
+    if (k->n_bytes <= off) return;
+    k->crc = proto_crc32c(0, k->bytes + off, k->n_bytes - off);
+    k->crc_off = off;
+}
+
 /* sc's tagged chunk being received: 1 received and handed to the kv_rx thread, 0 still
  * coming, or a status that closes its connection (the receive is then still sc's: sconn_close
  * takes it back and frees its slot). */
@@ -397,6 +419,7 @@ static int rx_finish(peer_server *s, sconn *sc)
 {
     int st = peer_conn_tag_recv_test(sc->c, sc->rx.req, sc->rx.k.n_bytes);
     if (st == 1) {
+        rx_crc(&sc->rx.k);
         peer_kv_rx_push(s->rx, sc->rx.slot, sc, &sc->rx.k);
         sc->rx.on = 0;
         sc->rx.req = NULL;

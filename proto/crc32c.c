@@ -10,6 +10,9 @@
 #include "proto/crc32c.h"
 #include <pthread.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #define POLY 0x82F63B78u /* Castagnoli, bit-reflected */
 
@@ -17,7 +20,26 @@ static uint32_t table[8][256];
 #define STRIDE 4096
 static uint32_t zeros[4][256]; /* the register after STRIDE zero bytes, by byte of the start */
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
-static int have_sse42;
+static int have_sse42, have_fold;
+/* The folding path's constants (fold_init), each x^n mod P bit-reflected and shifted left by one
+ * (a 33-bit multiplier): per distance, the one for a lane's first 8 bytes, then its last 8. */
+static uint64_t k_1024[2], k_128[2];
+
+/* x^n mod P, P = the Castagnoli polynomial in normal bit order (x^32 implied). */
+static uint32_t xpow_mod(unsigned n, uint32_t poly)
+{
+    uint32_t r = 1; /* x^0 */
+    while (n--) r = (r & 0x80000000u) ? (r << 1) ^ poly : r << 1;
+    return r;
+}
+
+static uint64_t fold_k(unsigned n, uint32_t poly)
+{
+    uint32_t v = xpow_mod(n, poly), rv = 0;
+    for (int i = 0; i < 32; i++)
+        if (v >> i & 1) rv |= 1u << (31 - i);
+    return (uint64_t)rv << 1;
+}
 
 static void table_init(void)
 {
@@ -33,7 +55,15 @@ static void table_init(void)
 #if defined(__x86_64__)
     __builtin_cpu_init();
     have_sse42 = __builtin_cpu_supports("sse4.2");
+    have_fold = have_sse42 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("vpclmulqdq");
 #endif
+    /* folding a 128-bit lane forward by D bits: its first 8 bytes (the higher powers, bits
+     * reflected) times x^(D+32), its last 8 times x^(D-32) (Intel, "Fast CRC Computation for
+     * Generic Polynomials Using PCLMULQDQ", 2009, reflected form) */
+    k_1024[0] = fold_k(1024 + 32, 0x1EDC6F41u);
+    k_1024[1] = fold_k(1024 - 32, 0x1EDC6F41u);
+    k_128[0] = fold_k(128 + 32, 0x1EDC6F41u);
+    k_128[1] = fold_k(128 - 32, 0x1EDC6F41u);
     /* Z(1 << k) for every bit k, then each table as the sums of its byte's bits */
     static const uint8_t zero_block[STRIDE];
     uint32_t z[32];
@@ -117,6 +147,66 @@ __attribute__((target("sse4.2"))) static uint32_t hw(uint32_t c, const uint8_t *
     while (n--) c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
     return (uint32_t)c64;
 }
+
+/* Carry-less folding (VPCLMULQDQ on 256-bit registers, AVX2): four registers of two 128-bit
+ * lanes each take 128 bytes a pass; each lane is folded forward by 1024 bits (times x^1024 mod P,
+ * as two 64x33-bit carry-less products) and the next bytes xored in, so eight independent
+ * chains keep the multiplier busy where the crc32 instruction's three streams take one 8-byte
+ * word a cycle. At the end the eight lanes are folded into one by 128 bits at a time, and the
+ * 16 bytes left in it (the register reduced, congruent to everything before modulo P) and the
+ * tail go through the crc32 instruction from 0 — no Barrett reduction needed. n >= 256. */
+__attribute__((target("sse4.2,avx2,pclmul,vpclmulqdq"))) static uint32_t fold(uint32_t c, const uint8_t *p, size_t n)
+{
+    const __m256i k1024 = _mm256_set_epi64x((long long)k_1024[1], (long long)k_1024[0], (long long)k_1024[1],
+                                            (long long)k_1024[0]);
+    const __m128i k128 = _mm_set_epi64x((long long)k_128[1], (long long)k_128[0]);
+    __m256i x0 = _mm256_loadu_si256((const __m256i *)p);
+    __m256i x1 = _mm256_loadu_si256((const __m256i *)(p + 32));
+    __m256i x2 = _mm256_loadu_si256((const __m256i *)(p + 64));
+    __m256i x3 = _mm256_loadu_si256((const __m256i *)(p + 96));
+    x0 = _mm256_xor_si256(x0, _mm256_set_epi64x(0, 0, 0, (long long)c)); /* the register so far */
+    p += 128;
+    n -= 128;
+#define FOLD256(x, at)                                                                             \
+    x = _mm256_xor_si256(_mm256_xor_si256(_mm256_clmulepi64_epi128(x, k1024, 0x00),                 \
+                                          _mm256_clmulepi64_epi128(x, k1024, 0x11)),                \
+                         _mm256_loadu_si256((const __m256i *)(at)))
+    while (n >= 128) {
+        FOLD256(x0, p);
+        FOLD256(x1, p + 32);
+        FOLD256(x2, p + 64);
+        FOLD256(x3, p + 96);
+        p += 128;
+        n -= 128;
+    }
+#undef FOLD256
+    /* the eight lanes in byte order, each folded 128 bits onto the next */
+    __m128i lane[8] = {_mm256_castsi256_si128(x0), _mm256_extracti128_si256(x0, 1),
+                       _mm256_castsi256_si128(x1), _mm256_extracti128_si256(x1, 1),
+                       _mm256_castsi256_si128(x2), _mm256_extracti128_si256(x2, 1),
+                       _mm256_castsi256_si128(x3), _mm256_extracti128_si256(x3, 1)};
+    __m128i x = lane[0];
+#define FOLD128(next)                                                                              \
+    x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k128, 0x00), _mm_clmulepi64_si128(x, k128, 0x11)), next)
+    for (int i = 1; i < 8; i++) FOLD128(lane[i]);
+    while (n >= 16) {
+        FOLD128(_mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+#undef FOLD128
+    uint64_t c64 = __builtin_ia32_crc32di(0, (uint64_t)_mm_cvtsi128_si64(x));
+    c64 = __builtin_ia32_crc32di(c64, (uint64_t)_mm_extract_epi64(x, 1));
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c64 = __builtin_ia32_crc32di(c64, v);
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
+    return (uint32_t)c64;
+}
 #endif
 
 uint32_t proto_crc32c_sw(uint32_t crc, const void *data, size_t n)
@@ -129,7 +219,16 @@ uint32_t proto_crc32c(uint32_t crc, const void *data, size_t n)
 {
     pthread_once(&table_once, table_init);
 #if defined(__x86_64__)
+    if (have_fold && n >= 256 && !proto_crc32c_no_fold) return ~fold(~crc, data, n);
     if (have_sse42) return ~hw(~crc, data, n);
 #endif
     return ~sw(~crc, data, n);
+}
+
+int proto_crc32c_no_fold;
+
+const char *proto_crc32c_path(void)
+{
+    pthread_once(&table_once, table_init);
+    return have_fold && !proto_crc32c_no_fold ? "vpclmulqdq" : have_sse42 ? "sse4.2" : "table";
 }

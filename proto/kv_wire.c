@@ -261,6 +261,10 @@ struct proto_kv_reader {
     size_t buf_cap, fill;
     /* position in the stream */
     int next_layer, run_pos0, run_n, tokens_done;
+    /* proto_kv_reader_crc_hint's, for the current feed call only */
+    const uint8_t *hint_p;
+    size_t hint_n;
+    uint32_t hint_crc;
     char err[200];
 };
 
@@ -455,7 +459,9 @@ static int parse_chunk_header(proto_kv_reader *r, const uint8_t *p)
 static int deliver(proto_kv_reader *r, const uint8_t *p)
 {
     const proto_kv_payload_layout *L = &r->L;
-    if (proto_crc32c(0, p, L->total) != r->payload_crc)
+    uint32_t crc = r->hint_p == p && r->hint_n == L->total ? r->hint_crc : proto_crc32c(0, p, L->total);
+    r->hint_p = NULL;
+    if (crc != r->payload_crc)
         return fail(r, PROTO_KV_ERR_CRC, "layer %d at position %d: payload checksum mismatch",
                     r->cur.layer, r->cur.pos0);
     /* Padding must be zero: the writer's, and a canonical form for devices that copy it. */
@@ -486,7 +492,23 @@ static int deliver(proto_kv_reader *r, const uint8_t *p)
     return 0;
 }
 
+void proto_kv_reader_crc_hint(proto_kv_reader *r, const void *p, size_t n, uint32_t crc)
+{
+    r->hint_p = p;
+    r->hint_n = n;
+    r->hint_crc = crc;
+}
+
+static int feed(proto_kv_reader *r, const void *data, size_t n);
+
 int proto_kv_reader_feed(proto_kv_reader *r, const void *data, size_t n)
+{
+    int rc = feed(r, data, n);
+    r->hint_p = NULL; /* one call's */
+    return rc;
+}
+
+static int feed(proto_kv_reader *r, const void *data, size_t n)
 {
     const uint8_t *p = data;
     while (n) {

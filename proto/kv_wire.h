@@ -185,6 +185,13 @@ void proto_kv_reader_free(proto_kv_reader *r);
  * callback's); after an error every later call returns PROTO_KV_ERR_STATE. Chunks whose bytes
  * lie whole inside `data` (and 8-byte aligned) are handed out without a copy. */
 int proto_kv_reader_feed(proto_kv_reader *r, const void *data, size_t n);
+/* The CRC-32C of the n bytes at p, computed by the caller as they arrived (a receiver that
+ * checks them on the core that just copied them in, where they are still in its cache: the peer
+ * node's thread, peer/server.c). Good for the next proto_kv_reader_feed call only: a payload it
+ * checks that is exactly these bytes (same address and length, zero-copy) is compared with crc
+ * instead of being read again; any other payload is checked as always. The caller answers for
+ * crc being these bytes' CRC (bytes that change between the two are its bug). */
+void proto_kv_reader_crc_hint(proto_kv_reader *r, const void *p, size_t n, uint32_t crc);
 /* The stream ended: 0 when every chunk arrived, else PROTO_KV_ERR_TRUNCATED. */
 int proto_kv_reader_finish(proto_kv_reader *r);
 /* The parsed header, or NULL before it arrived. */

@@ -7,8 +7,10 @@
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
- * wire reader's check; for tagged chunks on a second thread, peer/kv_rx.h, as the server checks
- * and imports them), an 8-byte REPLY held back and sent with the next ones as the server does
+ * wire reader's check; for tagged chunks on the receiving thread right after the receive, as the
+ * server computes it, or with --crc-on rx on the kv_rx thread, peer/kv_rx.h, where the server
+ * computed it before; the chunk goes through kv_rx either way, as the server imports it there),
+ * an 8-byte REPLY held back and sent with the next ones as the server does
  * (peer/server.c kv_reply) — or, for a DECODE-sized request, answers with a
  * LOGITS frame of the asked size. The parent connects and sends, per size, `reps` chunks as the
  * remote backend does (peer/remote.c): pipelined, up to PEER_KV_WINDOW unanswered
@@ -75,14 +77,18 @@ static int g_crc = 1, g_announce = 1;
  * sending it, as the remote backend serializes each layer into its ring buffer (the bytes are
  * then in the sender's cache, not in memory). */
 static int g_rx_one = 0, g_write = 0;
+/* g_crc_rx 1: the CRC on the kv_rx thread, where the server computed it before (--crc-on rx);
+ * 0 (the default, as peer/server.c now): on the node's thread right after the receive, while
+ * the bytes are in its cache */
+static int g_crc_rx = 0;
 
 /* Stage clocks (peer_now sums, seconds) of the node's loop and its kv_rx thread, printed by the
  * node when the connection closes, per chunk over every chunk it received (the warm-up pass
  * included). */
-enum { N_FRAME, N_TAKE, N_RECV, N_PUSH, N_REPLY, N_APPLY, N_STAGES };
+enum { N_FRAME, N_TAKE, N_RECV, N_CRC, N_PUSH, N_REPLY, N_APPLY, N_STAGES };
 static const char *const node_stage[N_STAGES] = {"wait for the announcement", "wait for a free slot",
-                                                 "tagged receive (post to done)", "push to kv_rx",
-                                                 "replies sent", "kv_rx: CRC (its thread)"};
+                                                 "tagged receive (post to done)", "CRC (node's thread)",
+                                                 "push to kv_rx", "replies sent", "kv_rx: CRC (its thread)"};
 static double g_node[N_STAGES];
 static long g_node_chunks, g_node_bytes;
 
@@ -91,7 +97,7 @@ static int crc_apply(void *ctx, void *owner, const peer_kv *k)
 {
     (void)owner;
     double t = peer_now();
-    if (g_crc) *(uint32_t *)ctx ^= proto_crc32c(0, k->bytes, k->n_bytes);
+    if (g_crc && g_crc_rx) *(uint32_t *)ctx ^= proto_crc32c(0, k->bytes, k->n_bytes);
     g_node[N_APPLY] += peer_now() - t; /* this thread's alone until it is joined */
     return 0;
 }
@@ -193,7 +199,11 @@ static int serve(int port_fd, long announce_size)
             if (st < 0) break;
             double t2 = peer_now();
             g_node[N_RECV] += t2 - t1;
-            peer_kv k = {0, 0, 0, 0, buf, (uint32_t)announce_size};
+            if (g_crc && !g_crc_rx && !g_rx_one) sink ^= proto_crc32c(0, buf, (size_t)announce_size);
+            double t3 = peer_now();
+            g_node[N_CRC] += t3 - t2;
+            t2 = t3;
+            peer_kv k = {0, 0, 0, 0, buf, (uint32_t)announce_size, 0, 0};
             if (g_rx_one) HOLD();
             else peer_kv_rx_push(rx, slot, NULL, &k);
             g_node[N_PUSH] += peer_now() - t2;
@@ -251,6 +261,10 @@ static int serve(int port_fd, long announce_size)
             if (slot < 0 || peer_conn_tag_recv(c, 1000 + serial, buf, len, 30)) break;
             double t2 = peer_now();
             g_node[N_RECV] += t2 - t1;
+            if (g_crc && !g_crc_rx) sink ^= proto_crc32c(0, buf, len);
+            double t3 = peer_now();
+            g_node[N_CRC] += t3 - t2;
+            t2 = t3;
             k.bytes = buf;
             k.n_bytes = len;
             peer_kv_rx_push(rx, slot, NULL, &k);
@@ -303,10 +317,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--announce")) g_announce = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-one")) g_rx_one = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--write")) g_write = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--crc-on")) g_crc_rx = !strcmp(argv[i + 1], "rx");
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
                             "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d] [--sends 1..%d] [--crc 0|1] "
-                            "[--announce 0|1] [--rx-one 0|1] [--write 0|1]\n", PEER_KV_WINDOW,
+                            "[--announce 0|1] [--rx-one 0|1] [--write 0|1] [--crc-on node|rx]\n", PEER_KV_WINDOW,
                     PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW);
             return 2;
         }
@@ -353,9 +368,11 @@ int main(int argc, char **argv)
         }
     }
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
-           "polling %d us, from %ld buffers, %ld sends in flight over tcp lanes\n", tls ? tls : "(UCX's choice)",
+           "polling %d us, from %ld buffers, %ld sends in flight over tcp lanes, CRC-32C (%s) on the %s\n",
+           tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
-           peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs, sends);
+           peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs, sends, proto_crc32c_path(),
+           !g_crc || g_rx_one ? "node: none (--crc 0 or --rx-one 1)" : g_crc_rx ? "node's kv_rx thread" : "node's receiving thread");
     /* one buffer per chunk in flight, as the remote backend serializes each into its own
      * (peer_bulk_alloc, as the backend's) */
     uint8_t *bufs[PEER_KV_WINDOW];
@@ -407,7 +424,7 @@ int main(int argc, char **argv)
                 }
                 if (tag) {
                     uint8_t ctl[PEER_KV_TAG_BYTES];
-                    peer_kv k = {0, 0, 0, 0, NULL, 0};
+                    peer_kv k = {0, 0, 0, 0, NULL, 0, 0, 0};
                     peer_kv_tag_write(ctl, &k, (uint32_t)sz, ++serial);
                     st = PEER_OK;
                     if (peer_conn_sender_driven(c)) { /* room in the window of sends */

@@ -202,7 +202,7 @@ TEST(peer_msg_bounds)
     peer_wr32(ab + 8, PEER_ADDR_MAX + 1);
     CHECK_EQ(peer_addr_read(ab, sizeof ab, &base, &ap, &al), PEER_ERR_PROTO);      /* oversized */
     uint8_t kt[PEER_KV_TAG_BYTES];
-    peer_kv kk = {1, 2, 3, PEER_KV_RUN_START, NULL, 0}, kr;
+    peer_kv kk = {1, 2, 3, PEER_KV_RUN_START, NULL, 0, 0, 0}, kr;
     uint32_t len, serial;
     peer_kv_tag_write(kt, &kk, 4096, 7);
     CHECK_EQ(peer_kv_tag_read(kt, sizeof kt, &kr, &len, &serial), PEER_OK);
@@ -683,7 +683,7 @@ static void rx_pipeline(int poll_us)
         uint32_t sum = 0;
         for (size_t j = 0; j < n; j++) b[j] = (uint8_t)(i * 7 + j), sum = sum * 31 + b[j];
         want[i] = sum;
-        peer_kv k = {0, (uint32_t)i, 0, 0, b, n};
+        peer_kv k = {0, (uint32_t)i, 0, 0, b, n, 0, 0};
         peer_kv_rx_push(rx, slot, (void *)(intptr_t)-i, &k);
         CHECK(peer_kv_rx_pending(rx) <= PEER_KV_RX_SLOTS + got + 20);
     }
@@ -741,7 +741,7 @@ TEST(peer_kv_rx_slots_out_of_order)
     /* the last one's receive failed; the others complete last to first */
     peer_kv_rx_put_back(rx, slot[PEER_KV_RX_SLOTS - 1]);
     for (int i = PEER_KV_RX_SLOTS - 2; i >= 0; i--) {
-        peer_kv k = {0, (uint32_t)i, 0, 0, b[i], 4096 + (size_t)i};
+        peer_kv k = {0, (uint32_t)i, 0, 0, b[i], 4096 + (size_t)i, 0, 0};
         peer_kv_rx_push(rx, slot[i], (void *)(intptr_t)(100 + i), &k);
     }
     int again = peer_kv_rx_take(rx, 8, 1, &x); /* the slot put back, or one applied since */

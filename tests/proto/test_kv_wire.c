@@ -49,6 +49,15 @@ TEST(kv_crc32c_published_vectors)
             CHECK_EQ(proto_crc32c(c, m + off + 5000, lens[i] - 5000),
                      proto_crc32c_sw(0xdeadbeef, m + off, lens[i]));
         }
+    /* the folding path (proto_crc32c_path: "vpclmulqdq" where the CPU has it) from its
+     * threshold (256 bytes) on, every tail of its 128-byte passes and 16-byte folds, odd
+     * starts, chained from a register other than 0 */
+    for (size_t n = 200; n < 1400; n += 7)
+        for (int off = 0; off < 3; off++) {
+            CHECK_MSG(proto_crc32c(0, m + off, n) == proto_crc32c_sw(0, m + off, n), "%s: length %zu offset %d",
+                      proto_crc32c_path(), n, off);
+            CHECK_EQ(proto_crc32c(0x12345678, m + off, n), proto_crc32c_sw(0x12345678, m + off, n));
+        }
     free(m);
 }
 
@@ -191,6 +200,46 @@ TEST(kv_wire_round_trip_in_any_pieces)
         }
         stream_free(&s);
     }
+}
+
+/* proto_kv_reader_crc_hint: a CRC the caller computed stands for the payload it names (a wrong
+ * one fails a good chunk: the hint is what was compared), names nothing else (a wrong one for
+ * other bytes changes nothing), and holds for one feed call only. */
+TEST(kv_wire_crc_hint_stands_for_exactly_its_bytes)
+{
+    stream s;
+    stream_make(&s, PROTO_KV_INT8, 100);
+    for (int mode = 0; mode < 4; mode++) {
+        proto_kv_expect e = expect_of(&s);
+        got g = {.s = &s};
+        proto_kv_reader *r = proto_kv_reader_new(&e, on_chunk, &g);
+        REQUIRE(r);
+        int rc = 0, at = -1;
+        for (int i = 0; i < s.n_chunks && !rc; i++) {
+            size_t from = i ? s.chunk_off[i] : 0, to = i + 1 < s.n_chunks ? s.chunk_off[i + 1] : s.n;
+            const uint8_t *pay = s.bytes + s.chunk_off[i] + PROTO_KV_CHUNK_HEADER_BYTES;
+            size_t np = s.bytes + to - pay;
+            uint32_t crc = proto_crc32c(0, pay, np);
+            if (mode == 0) proto_kv_reader_crc_hint(r, pay, np, crc);        /* right: accepted */
+            if (mode == 1 && i == 2) proto_kv_reader_crc_hint(r, pay, np, crc ^ 1); /* refused */
+            if (mode == 2) proto_kv_reader_crc_hint(r, pay + 8, np - 8, crc ^ 1); /* not its bytes */
+            if (mode == 3 && i == 2) { /* one call's only: an empty feed ends it */
+                proto_kv_reader_crc_hint(r, pay, np, crc ^ 1);
+                CHECK_EQ(proto_kv_reader_feed(r, s.bytes + from, 0), 0);
+            }
+            rc = proto_kv_reader_feed(r, s.bytes + from, to - from);
+            if (rc) at = i;
+        }
+        if (mode == 1) {
+            CHECK_MSG(rc == PROTO_KV_ERR_CRC && at == 2 && g.n == 2, "mode 1: status %d at chunk %d, %d delivered", rc, at, g.n);
+        } else {
+            CHECK_MSG(rc == 0 && g.n == 2 * L && g.mismatches == 0, "mode %d: status %d (%s), %d chunks, %d bad", mode,
+                      rc, proto_kv_reader_error(r), g.n, g.mismatches);
+            CHECK_EQ(proto_kv_reader_finish(r), 0);
+        }
+        proto_kv_reader_free(r);
+    }
+    stream_free(&s);
 }
 
 static uint32_t le32(const uint8_t *p)
