@@ -39,64 +39,21 @@
  * from the pool (tests/gpu/test_tls_gpu.c). What it cannot do any more: prefill, fork, export,
  * host-tier block save/load (ACCEL_ERR_UNSUPPORTED); truncation and decode work. */
 #include "gpu/tls.cuh"
+#include "gpu/tls_hmem.cuh"
 #include <pthread.h>
 #include <stdlib.h>
-#include <sys/mman.h>
+#include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 /* ---------------------------------------------------------------- the host pool */
 
 namespace
 {
-struct span {
-    char *p;
-    size_t n;
-};
-
-void *touch(void *a)
-{
-    const span *s = (const span *)a;
-    for (size_t o = 0; o < s->n; o += 4096) s->p[o] = 0; /* faults the page (or huge page) in */
-    return NULL;
-}
-
 double mono_s()
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* bytes of anonymous memory with huge pages advised, faulted in by up to 16 threads (the kernel
- * zeroes each page on its first touch: one thread does ~1.5 GB/s), then pinned and mapped;
- * NULL where any of it fails (the caller falls back to cudaHostAlloc) */
-char *pin_parallel(size_t bytes)
-{
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-    madvise(p, bytes, MADV_HUGEPAGE);
-    long nc = sysconf(_SC_NPROCESSORS_ONLN);
-    const int nt = nc < 1 ? 1 : nc > 16 ? 16 : (int)nc;
-    pthread_t th[16];
-    span sp[16];
-    const size_t per = (bytes / nt + 4095) / 4096 * 4096;
-    int started = 0;
-    for (int i = 0; i < nt; i++) {
-        const size_t o = (size_t)i * per;
-        sp[i].p = (char *)p + (o < bytes ? o : bytes);
-        sp[i].n = o < bytes ? (bytes - o < per ? bytes - o : per) : 0;
-        if (pthread_create(&th[i], NULL, touch, &sp[i])) touch(&sp[i]);
-        else started |= 1 << i;
-    }
-    for (int i = 0; i < nt; i++)
-        if (started >> i & 1) pthread_join(th[i], NULL);
-    if (cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable) != cudaSuccess) {
-        cudaGetLastError();
-        munmap(p, bytes);
-        return NULL;
-    }
-    return (char *)p;
 }
 } // namespace
 
@@ -122,18 +79,24 @@ int gpu_tls_hpool_open(gpu_engine *e, size_t bytes)
     hp->npages = hp->nfree = (int)np;
     hp->bytes = np * page;
     for (int i = 0; i < (int)np; i++) ids[i] = (int)np - 1 - i; /* page 0 on top */
+    /* the memory (gpu/tls_hmem.cu): TANDEM_TLS_HPOOL's kind (none other where it fails), else
+     * anonymous memory with huge pages advised, pinned by cudaHostRegister; where that fails,
+     * one cudaHostAlloc */
     const double t0 = mono_s();
-    hp->h = pin_parallel(hp->bytes);
-    hp->registered = hp->h != NULL;
-    cudaError_t ce = cudaSuccess;
-    if (!hp->h) ce = cudaHostAlloc((void **)&hp->h, hp->bytes, cudaHostAllocMapped | cudaHostAllocPortable);
-    if (ce == cudaSuccess) ce = cudaHostGetDevicePointer((void **)&hp->dptr, hp->h, 0);
+    const char *asked = getenv("TANDEM_TLS_HPOOL"); /* an asked kind or none */
+    const int kind = gpu_hmem_kind_env(GPU_HMEM_REGISTER);
+    gpu_hmem m;
+    int bad = gpu_hmem_alloc(kind, hp->bytes, e->index, &m);
+    if (bad && !(asked && *asked) && kind != GPU_HMEM_HOSTALLOC)
+        bad = gpu_hmem_alloc(GPU_HMEM_HOSTALLOC, hp->bytes, e->index, &m);
     hp->open_s = mono_s() - t0;
-    if (ce != cudaSuccess) {
-        cudaGetLastError();
+    if (bad) {
         gpu_tls_hpool_close(hp);
         return ACCEL_ERR_NOMEM;
     }
+    hp->h = m.kind == GPU_HMEM_VMM ? m.d : m.h; /* VMM memory: no host mapping (h only non-NULL) */
+    hp->dptr = (h16 *)m.d;
+    hp->registered = m.kind;
     e->tls->hp = hp;
     return ACCEL_OK;
 }
@@ -141,11 +104,14 @@ int gpu_tls_hpool_open(gpu_engine *e, size_t bytes)
 void gpu_tls_hpool_close(gpu_tls_hpool *hp)
 {
     if (!hp) return;
-    if (hp->h && hp->registered) {
-        cudaHostUnregister(hp->h);
-        munmap(hp->h, hp->bytes);
-    } else if (hp->h) {
-        cudaFreeHost(hp->h);
+    if (hp->h) {
+        gpu_hmem m;
+        memset(&m, 0, sizeof m);
+        m.kind = hp->registered;
+        m.h = m.kind == GPU_HMEM_VMM ? NULL : hp->h;
+        m.d = m.kind == GPU_HMEM_VMM ? hp->h : (char *)hp->dptr;
+        m.bytes = hp->bytes;
+        gpu_hmem_free(&m);
     }
     pthread_mutex_destroy((pthread_mutex_t *)hp->mu);
     free(hp->mu);
@@ -253,12 +219,22 @@ int gpu_tls_offload(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int n)
     t->lo.k = (h16 *)dv;
     t->lo.v = (h16 *)dv + (size_t)split * row;
     t->lo.cap = kv->cap;
-    if (np) {
+    if (np && gpu_tls_off_near()) {
+        /* hi, K and V side by side: in a page, layer l's KV head g holds its 128 positions' K
+         * rows, then their V rows (64 KiB at head_dim 128), at ((l - split) * n_kv + g) * 2 *
+         * 128 rows: the pool block's formula with cap = 2 x 128 and v = k + 128 rows */
+        const size_t prow = (size_t)d.n_kv * 2 * GPU_KV_BLOCK * d.hd;
+        t->hi.k = hp->dptr - (ptrdiff_t)((size_t)split * prow);
+        t->hi.v = t->hi.k + (size_t)GPU_KV_BLOCK * d.hd;
+        t->hi.cap = 2 * GPU_KV_BLOCK;
+    } else if (np) {
         /* hi: a page is a KV pool block over layers split .. L-1; layer l's rows at (l - split) */
         const size_t prow = (size_t)d.n_kv * GPU_KV_BLOCK * d.hd;
         t->hi.k = hp->dptr - (ptrdiff_t)((size_t)split * prow);
         t->hi.v = t->hi.k + (size_t)Ls * prow;
         t->hi.cap = GPU_KV_BLOCK;
+    }
+    if (np) {
         t->hi.map.tbl = tbl;
         t->hi.map.bstride = 2ll * Ls * d.n_kv * GPU_KV_BLOCK;
         t->hi.map.nblocks = hp->npages;
@@ -282,6 +258,12 @@ int gpu_tls_offload(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int n)
     t->cnt0_off = c0[0];
     t->hit0_off = c0[4];
     return ACCEL_OK;
+}
+
+int gpu_tls_off_near(void)
+{
+    const char *v = getenv("TANDEM_TLS_HLAYOUT"); /* "near" / "far": the page layout (A/B) */
+    return v && !strcmp(v, "near");
 }
 
 int gpu_kv_offloaded(const gpu_kv *kv)

@@ -82,6 +82,10 @@
  *                 an offloaded row read over PCIe per step (its attended K/V rows and new rows)
  *                 against the whole-block and difference-only baselines (level-1 blocks kept /
  *                 newly kept). Rows fork one prefilled prompt (pool rows share its blocks)
+ *   tls-hostmap G with --tls-hostmap G: one offloaded row-step's selected keys (--tls-budget per
+ *                 sparse layer and KV head) read by a kernel from G GiB of host memory mapped each
+ *                 way of gpu/tls_hmem.cuh (register, register4k, hostalloc, vmm), in six patterns
+ *                 (gpu/test/tls_hmem_test_api.cu): GB/s each, and the time to allocate and map
  * The engine's settings (gpu/tuning.h) come from TANDEM_GPU_TUNE="key=value,...".
  * Every result is one JSON line on stdout. Timings are wall-clock (CLOCK_MONOTONIC) around calls
  * that return only when the device is done. Prompts are pseudo-random token ids. */
@@ -105,6 +109,7 @@
 
 #define MAX_LIST 16
 
+static long hostmap_gib;    /* --tls-hostmap GIB: gpu_tls_bench_hostmap */
 static int pageable_logits; /* --logits pageable: decode logits into malloc'd memory */
 static int argmax_too;      /* --argmax: each decode / batch run again with accel_decode_argmax */
 
@@ -468,6 +473,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--tls-offload")) bad = (tls_off = atol(v)) < 1 || tls_off > (1 << 20);
         else if (!strcmp(a, "--tls-host-margin")) bad = (host_margin = atof(v)) < 0;
         else if (!strcmp(a, "--tls-offload-modes")) off_modes = v;
+        else if (!strcmp(a, "--tls-hostmap")) bad = (hostmap_gib = atol(v)) < 1 || hostmap_gib > 256;
         else if (!strcmp(a, "--batch")) bad = (nb = parse_list(v, batch, 1, 4096)) < 0;
         else if (!strcmp(a, "--export")) bad = (ne = parse_list(v, exp_, 1, 1 << 20)) < 0;
         else if (!strcmp(a, "--attention")) bad = (na = parse_list(v, att, 64, 1 << 20)) < 0;
@@ -566,6 +572,30 @@ int main(int argc, char **argv)
     void *h = plugin();
     void (*stats)(accel_dev *, export_stats *) = h ? (void (*)(accel_dev *, export_stats *))dlsym(h, "gpu_accel_export_stats") : NULL;
     void *ht = test_library(h);
+    int (*hostmap)(int, int, int, int, int, int, double *) =
+        ht ? (int (*)(int, int, int, int, int, int, double *))dlsym(ht, "gpu_tls_bench_hostmap") : NULL;
+    if (hostmap_gib && !hostmap) fprintf(stderr, "bench_gpu: --tls-hostmap: no test library\n");
+    if (hostmap_gib && hostmap) {
+        /* one offloaded row-step's selected keys (2 dense layers), in each host mapping */
+        static const char *kn[4] = {"hostalloc", "register", "vmm", "register4k"};
+        static const char *pn[6] = {"seq", "rand_far", "rand_adj", "clu_pool", "clu_near", "clu_adj"};
+        const int Ls = m->cfg.n_layers > 2 ? m->cfg.n_layers - 2 : 1;
+        const int keys = (int)tls_budget * m->cfg.n_kv_heads * Ls;
+        double o[40];
+        if ((st = hostmap(m->cfg.head_dim, Ls, m->cfg.n_kv_heads, keys, (int)hostmap_gib, 9, o))) {
+            fprintf(stderr, "bench_gpu: hostmap: %s\n", accel_strerror(st));
+            return 1;
+        }
+        for (int k = 0; k < 4; k++) {
+            const double *x = o + k * 10;
+            printf("{\"bench\":\"tls_hostmap\",\"kind\":\"%s\",\"ok\":%d,\"gib\":%ld,\"keys\":%d,"
+                   "\"alloc_s\":%.2f,\"vmm_chunk\":%.0f,\"anon_huge_kb\":%.0f", kn[k], (int)x[9],
+                   hostmap_gib, keys, x[6], x[7], x[8]);
+            for (int p = 0; p < 6; p++) printf(",\"%s_gb_s\":%.2f", pn[p], x[p]);
+            printf("}\n");
+        }
+        fflush(stdout);
+    }
     int (*att_bench)(int, int, int, int, int, int, double *) =
         ht ? (int (*)(int, int, int, int, int, int, double *))dlsym(ht, "gpu_bench_attention") : NULL;
 

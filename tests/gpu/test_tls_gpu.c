@@ -393,12 +393,23 @@ static int same_trace(const accel_decode_stats *a, const accel_decode_stats *b)
 static void tls_offload_case(enum accel_gpu_half half);
 TEST(gpu_tls_offload)
 {
+    /* the host pool's memory and page layout (gpu/tls_hmem.cuh; an asked kind is not replaced
+     * by another where it fails): cudaHostRegister'ed anonymous memory, K then V of every layer */
+    setenv("TANDEM_TLS_HPOOL", "register", 1);
+    setenv("TANDEM_TLS_HLAYOUT", "far", 1);
     tls_offload_case(ACCEL_GPU_HALF_BF16);
     /* the fp16 plugin with the three-kernel form's selection in CTAs of 512 threads (opt-in:
-     * gpu_tls_split_layer in gpu/tls.cuh) */
+     * gpu_tls_split_layer in gpu/tls.cuh), VMM host memory, K and V side by side */
     setenv("TANDEM_TLS_SEL_THREADS", "512", 1);
+    setenv("TANDEM_TLS_HPOOL", "vmm", 1);
+    setenv("TANDEM_TLS_HLAYOUT", "near", 1);
     tls_offload_case(ACCEL_GPU_HALF_F16);
     unsetenv("TANDEM_TLS_SEL_THREADS");
+    /* cudaHostAlloc'ed memory, K and V side by side */
+    setenv("TANDEM_TLS_HPOOL", "hostalloc", 1);
+    tls_offload_case(ACCEL_GPU_HALF_BF16);
+    unsetenv("TANDEM_TLS_HPOOL");
+    unsetenv("TANDEM_TLS_HLAYOUT");
 }
 
 static void tls_offload_case(enum accel_gpu_half half)
@@ -461,9 +472,10 @@ static void tls_offload_case(enum accel_gpu_half half)
     CHECK_MSG(a.host_keys == 0 && b.host_keys == b.keys_read - (int64_t)Ld * n_kv * keys &&
                   b.host_keys > 0 && b.host_keys < b.keys_total / 4,
               "host keys %lld of %lld read", (long long)b.host_keys, (long long)b.keys_read);
-    fprintf(stderr, "  tls offload (%s): 60 steps bit for bit; keys from host memory %lld (%.1f%% of "
-            "the rows' keys), level-1 blocks new %lld of %lld kept\n",
-            half == ACCEL_GPU_HALF_F16 ? "fp16" : "bf16", (long long)b.host_keys,
+    fprintf(stderr, "  tls offload (%s, %s, %s): 60 steps bit for bit; keys from host memory %lld "
+            "(%.1f%% of the rows' keys), level-1 blocks new %lld of %lld kept\n",
+            half == ACCEL_GPU_HALF_F16 ? "fp16" : "bf16", getenv("TANDEM_TLS_HPOOL"),
+            getenv("TANDEM_TLS_HLAYOUT"), (long long)b.host_keys,
             100.0 * (double)b.host_keys / (double)b.keys_total, (long long)b.blocks_new,
             (long long)b.blocks_kept);
     /* what an offloaded sequence cannot do */
