@@ -84,7 +84,7 @@
  *                 newly kept). Rows fork one prefilled prompt (pool rows share its blocks)
  *   tls-hostmap G with --tls-hostmap G: one offloaded row-step's selected keys (--tls-budget per
  *                 sparse layer and KV head) read by a kernel from G GiB of host memory mapped each
- *                 way of gpu/tls_hmem.cuh (register, register4k, hostalloc, vmm), in six patterns
+ *                 way of gpu/tls_hmem.cuh (register, register4k, hostalloc, vmm), in eight patterns
  *                 (gpu/test/tls_hmem_test_api.cu): GB/s each, and the time to allocate and map
  * The engine's settings (gpu/tuning.h) come from TANDEM_GPU_TUNE="key=value,...".
  * Every result is one JSON line on stdout. Timings are wall-clock (CLOCK_MONOTONIC) around calls
@@ -473,7 +473,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--tls-offload")) bad = (tls_off = atol(v)) < 1 || tls_off > (1 << 20);
         else if (!strcmp(a, "--tls-host-margin")) bad = (host_margin = atof(v)) < 0;
         else if (!strcmp(a, "--tls-offload-modes")) off_modes = v;
-        else if (!strcmp(a, "--tls-hostmap")) bad = (hostmap_gib = atol(v)) < 1 || hostmap_gib > 256;
+        else if (!strcmp(a, "--tls-hostmap")) bad = (hostmap_gib = atol(v)) < 2 || hostmap_gib > 256;
         else if (!strcmp(a, "--batch")) bad = (nb = parse_list(v, batch, 1, 4096)) < 0;
         else if (!strcmp(a, "--export")) bad = (ne = parse_list(v, exp_, 1, 1 << 20)) < 0;
         else if (!strcmp(a, "--attention")) bad = (na = parse_list(v, att, 64, 1 << 20)) < 0;
@@ -578,20 +578,21 @@ int main(int argc, char **argv)
     if (hostmap_gib && hostmap) {
         /* one offloaded row-step's selected keys (2 dense layers), in each host mapping */
         static const char *kn[4] = {"hostalloc", "register", "vmm", "register4k"};
-        static const char *pn[6] = {"seq", "rand_far", "rand_adj", "clu_pool", "clu_near", "clu_adj"};
+        static const char *pn[8] = {"seq", "rand_far", "rand_adj", "clu_pool", "clu_near", "clu_adj",
+                                    "win_512m", "win_2g"};
         const int Ls = m->cfg.n_layers > 2 ? m->cfg.n_layers - 2 : 1;
         const int keys = (int)tls_budget * m->cfg.n_kv_heads * Ls;
-        double o[40];
+        double o[48];
         if ((st = hostmap(m->cfg.head_dim, Ls, m->cfg.n_kv_heads, keys, (int)hostmap_gib, 9, o))) {
             fprintf(stderr, "bench_gpu: hostmap: %s\n", accel_strerror(st));
             return 1;
         }
         for (int k = 0; k < 4; k++) {
-            const double *x = o + k * 10;
+            const double *x = o + k * 12;
             printf("{\"bench\":\"tls_hostmap\",\"kind\":\"%s\",\"ok\":%d,\"gib\":%ld,\"keys\":%d,"
-                   "\"alloc_s\":%.2f,\"vmm_chunk\":%.0f,\"anon_huge_kb\":%.0f", kn[k], (int)x[9],
-                   hostmap_gib, keys, x[6], x[7], x[8]);
-            for (int p = 0; p < 6; p++) printf(",\"%s_gb_s\":%.2f", pn[p], x[p]);
+                   "\"alloc_s\":%.2f,\"vmm_chunk\":%.0f,\"anon_huge_kb\":%.0f", kn[k], (int)x[11],
+                   hostmap_gib, keys, x[8], x[9], x[10]);
+            for (int p = 0; p < 8; p++) printf(",\"%s_gb_s\":%.2f", pn[p], x[p]);
             printf("}\n");
         }
         fflush(stdout);

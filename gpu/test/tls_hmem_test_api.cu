@@ -15,9 +15,11 @@
  *   4 clu_near   the same selection in the layout with K and V side by side per layer and head
  *                (128 K rows, then 128 V rows: V 32 KiB after K; TANDEM_TLS_HLAYOUT=near)
  *   5 clu_adj    the same selection with each position's K and V adjacent (one 2 x hd run)
- * out[kind * 10 + p]: GB/s of pattern p (median of reps rounds after one warm-up); out[kind * 10
- * + 6]: seconds to allocate and map, + 7: the VMM chunk (bytes), + 8: AnonHugePages kB while
- * held, + 9: 1 if the kind could be allocated. 0, or an error for the parameters / a failed
+ *   6 win_512m   as rand_adj inside the first 512 MiB (ten times what the device's L2 holds), and
+ *   7 win_2g     inside the first 2 GiB: how the rate falls as the keys spread over more pages
+ * out[kind * 12 + p]: GB/s of pattern p (median of reps rounds after one warm-up); out[kind * 12
+ * + 8]: seconds to allocate and map, + 9: the VMM chunk (bytes), + 10: AnonHugePages kB while
+ * held, + 11: 1 if the kind could be allocated. 0, or an error for the parameters / a failed
  * read. */
 #include "gpu/engine.cuh"
 #include "gpu/tls_hmem.cuh"
@@ -33,6 +35,8 @@ extern "C" int gpu_tls_bench_hostmap(int hd, int Ls, int n_kv, int keys, int gib
 
 namespace
 {
+enum { NPAT = 8 };
+
 __global__ void keys_k(const char *base, const unsigned long long *ko,
                        const unsigned long long *vo, int n, int hd, float *sink)
 {
@@ -97,8 +101,9 @@ void pattern(int p, int hd, int Ls, int n_kv, int keys, size_t bytes,
             ko[i] = x * row, vo[i] = half + x * row;
             continue;
         }
-        if (p == 2) {
-            ko[i] = r.next(bytes / (2 * row)) * 2 * row, vo[i] = ko[i] + row;
+        if (p == 2 || p == 6 || p == 7) {
+            const size_t w = p == 2 ? bytes : p == 6 ? (size_t)512 << 20 : (size_t)2 << 30;
+            ko[i] = r.next(w / (2 * row)) * 2 * row, vo[i] = ko[i] + row;
             continue;
         }
         /* clustered: group h = (layer, KV head); 8 keys per level-1 block of 64 positions */
@@ -127,41 +132,41 @@ int gpu_tls_bench_hostmap(int hd, int Ls, int n_kv, int keys, int gib, int reps,
         return ACCEL_ERR_NOT_FOUND;
     }
     if (hd < 32 || hd > 1024 || hd % 32 || Ls < 1 || Ls > 1024 || n_kv < 1 || n_kv > 1024 ||
-        keys < 64 || keys > (1 << 24) || gib < 1 || gib > 256 || reps < 1 || reps > 100 ||
+        keys < 64 || keys > (1 << 24) || gib < 2 || gib > 256 || reps < 1 || reps > 100 ||
         (size_t)gib << 30 < 4 * 2 * (size_t)Ls * n_kv * 128 * hd * 2)
         return ACCEL_ERR_INVALID;
     GPU_CHECK(cudaSetDevice(0));
     GPU_CHECK(cudaFree(0));
     const size_t bytes = (size_t)gib << 30;
-    std::vector<unsigned long long> ko[6], vo[6];
-    for (int p = 0; p < 6; p++) pattern(p, hd, Ls, n_kv, keys, bytes, ko[p], vo[p]);
+    std::vector<unsigned long long> ko[NPAT], vo[NPAT];
+    for (int p = 0; p < NPAT; p++) pattern(p, hd, Ls, n_kv, keys, bytes, ko[p], vo[p]);
     unsigned long long *kd = NULL, *vd = NULL;
     float *sink = NULL;
     cudaStream_t s = NULL;
-    cudaError_t ce = cudaMalloc((void **)&kd, 6 * (size_t)keys * 8);
-    if (!ce) ce = cudaMalloc((void **)&vd, 6 * (size_t)keys * 8);
+    cudaError_t ce = cudaMalloc((void **)&kd, NPAT * (size_t)keys * 8);
+    if (!ce) ce = cudaMalloc((void **)&vd, NPAT * (size_t)keys * 8);
     if (!ce) ce = cudaMalloc((void **)&sink, sizeof(float));
-    for (int p = 0; p < 6 && !ce; p++) {
+    for (int p = 0; p < NPAT && !ce; p++) {
         ce = cudaMemcpy(kd + (size_t)p * keys, ko[p].data(), (size_t)keys * 8, cudaMemcpyHostToDevice);
         if (!ce) ce = cudaMemcpy(vd + (size_t)p * keys, vo[p].data(), (size_t)keys * 8, cudaMemcpyHostToDevice);
     }
     if (!ce) ce = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    memset(out, 0, sizeof(double) * 10 * GPU_HMEM_KINDS);
+    memset(out, 0, sizeof(double) * 12 * GPU_HMEM_KINDS);
     static const int order[GPU_HMEM_KINDS] = {GPU_HMEM_REGISTER, GPU_HMEM_REGISTER_4K,
                                               GPU_HMEM_HOSTALLOC, GPU_HMEM_VMM};
     for (int oi = 0; oi < GPU_HMEM_KINDS && !ce; oi++) {
         const int kind = order[oi];
-        double *o = out + kind * 10;
+        double *o = out + kind * 12;
         const long thp0 = anon_huge_kb();
         const double t0 = now_s();
         gpu_hmem m;
-        if (gpu_hmem_alloc(kind, bytes, 0, &m)) continue; /* o[9] stays 0: not available */
-        o[6] = now_s() - t0, o[7] = (double)m.gran, o[9] = 1;
+        if (gpu_hmem_alloc(kind, bytes, 0, &m)) continue; /* o[11] stays 0: not available */
+        o[8] = now_s() - t0, o[9] = (double)m.gran, o[11] = 1;
         const long thp1 = anon_huge_kb();
-        o[8] = thp0 >= 0 && thp1 >= 0 ? (double)(thp1 - thp0) : -1;
+        o[10] = thp0 >= 0 && thp1 >= 0 ? (double)(thp1 - thp0) : -1;
         ce = cudaMemsetAsync(m.d, 1, bytes, s);
         if (!ce) ce = cudaStreamSynchronize(s);
-        for (int p = 0; p < 6 && !ce; p++) {
+        for (int p = 0; p < NPAT && !ce; p++) {
             std::vector<double> t;
             for (int rr = -1; rr < reps && !ce; rr++) {
                 const double a = now_s();
