@@ -117,8 +117,9 @@ struct gpu_tls_hpool {
     size_t bytes, page_bytes;
     int npages, nfree;
     int *free_ids;        /* a stack of free pages (lowest on top at first) */
-    int registered;       /* 1: mmap'ed (huge pages advised), touched in parallel, then
-                             cudaHostRegister'ed; 0: one cudaHostAlloc */
+    int registered;       /* the memory's kind (gpu/tls_hmem.cuh): GPU_HMEM_REGISTER (1):
+                             mmap'ed (huge pages advised), touched in parallel, then
+                             cudaHostRegister'ed; GPU_HMEM_HOSTALLOC (0): one cudaHostAlloc; ... */
     double open_s;        /* seconds its allocation and pinning took */
     void *mu;             /* pthread_mutex_t */
 };

@@ -33,7 +33,7 @@ int gpu_hmem_kind_env(int dflt);
  * the driver lacks the entry points or the device host VMM (CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_
  * MEMORY_MANAGEMENT_SUPPORTED). */
 int gpu_hmem_vmm_gran(int dev, size_t *min, size_t *rec);
-/* 1: offloaded sequences take the page layout with K and V side by side (TANDEM_TLS_HLAYOUT=near:
- * a layer and KV head's 128 K rows, then its 128 V rows); 0: the KV pool block's (all layers' K,
- * then all V) (gpu/tls_off.cu) */
+/* 1: offloaded sequences take the page layout with K and V side by side (a layer and KV head's
+ * 128 K rows, then its 128 V rows: the default); 0 where TANDEM_TLS_HLAYOUT=far: the KV pool
+ * block's (all layers' K, then all V) (gpu/tls_off.cu) */
 int gpu_tls_off_near(void);

@@ -8,9 +8,16 @@
  * (taken when the engine opens, mapped into the device's address space: gpu_tls_hpool in
  * gpu/tls.cuh), enough for its whole capacity, the dense layers' into device memory of its own
  * (a contiguous cache: layer, KV head, position, hd); then its pool blocks are released. A page
- * is laid out as a KV pool block over the sparse layers only, so the view of them goes through a
- * block table of pages like a pool sequence's. Too few free pages: the sequence stays in the KV
- * pool (all or none; the scheduler counts the pool across requests, accel_info.offload_bytes).
+ * holds 128 positions of the sparse layers, laid out as a KV pool block with K and V side by side
+ * per layer and KV head (the 128 K rows, then the 128 V rows: a key's V 32 KiB after its K, not
+ * 7.9 MB as in a pool block's K-then-V order, which TANDEM_TLS_HLAYOUT=far keeps for an A/B; the
+ * kernels see the pool block's formula with cap = 2 x 128 and v = k + 128 rows), so the view of
+ * them goes through a block table of pages like a pool sequence's. With the side-by-side layout
+ * the 96K batches with offloaded rows took 3-13 % less time per step (BENCHMARKS.md, "The host
+ * pool's mapping and layout"). The pool's memory is anonymous memory with huge pages advised,
+ * cudaHostRegister'ed (TANDEM_TLS_HPOOL picks another kind of gpu/tls_hmem.cuh: VMM host memory
+ * measured no faster). Too few free pages: the sequence stays in the KV pool (all or none; the
+ * scheduler counts the pool across requests, accel_info.offload_bytes).
  * From then on the engine hands the kernels two views of it (gpu_seq_dev): `lo` for the dense
  * layers (map zero: row = position) and `hi` for the sparse ones (the pages' table) (forward.cu:
  * md.seqs / md.seqs2), and every kernel works unchanged:
@@ -262,8 +269,8 @@ int gpu_tls_offload(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int n)
 
 int gpu_tls_off_near(void)
 {
-    const char *v = getenv("TANDEM_TLS_HLAYOUT"); /* "near" / "far": the page layout (A/B) */
-    return v && !strcmp(v, "near");
+    const char *v = getenv("TANDEM_TLS_HLAYOUT"); /* "far": the pool block's layout (A/B) */
+    return !(v && !strcmp(v, "far"));
 }
 
 int gpu_kv_offloaded(const gpu_kv *kv)
