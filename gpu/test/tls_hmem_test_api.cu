@@ -3,7 +3,7 @@
  * Each kind of gpu/tls_hmem.cuh in turn (register: what the offload's host pool has used,
  * register4k: the same without huge pages, hostalloc, vmm: CU_MEM_LOCATION_TYPE_HOST memory),
  * `gib` GiB of it, read by one kernel as the sparse attention reads an offloaded row's keys (one
- * warp per key, 8 bytes a lane, its K row then its V row, hd h16 each), in six patterns of
+ * warp per key, 8 bytes a lane, its K row then its V row, hd h16 each), in eight patterns of
  * `keys` keys each:
  *   0 seq        consecutive keys, K and V side by side (a stream: the kernel's link rate)
  *   1 rand_far   uniformly random rows, V half the buffer after K (gpu_tls_bench_pcie's rows)
