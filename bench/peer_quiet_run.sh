@@ -17,9 +17,9 @@
 #                   8 x 128, 128K vocabulary; bench/peer_bench.sh's handover part) to daemon B's
 #                   CPU over shared memory, polling off and on, against the same device in-process
 # TLS: sm,tcp (shared memory: sysv for small messages, cma for large ones) and tcp.
-# ARGS (optional): the rounds' peer_bench columns instead of the above, '|'-separated argument
-# sets ("" is the default build: "|--crc 0|--announce 0"); each run's whole output (the stage
-# clocks) goes to stages-TLS-SIZE.txt.
+# ARGS (optional): the rounds' peer_bench columns instead of the above (after "before", if
+# packed), '|'-separated argument sets ("" is the default build: "|--crc 0|--announce 0"); each
+# run's whole output (the stage clocks) goes to stages-TLS-SIZE.txt.
 set -u
 PACK=${1:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
 O=${2:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
@@ -64,6 +64,7 @@ for n in $SENDS; do bins="$bins|$P/bin/peer_bench --sends $n"; done
 bins=${bins#|}
 if [ -n "${ARGS+x}" ]; then
     bins=
+    [ -x "$P/bin/peer_bench.before" ] && bins="$P/bin/peer_bench.before"
     IFS='|' read -r -a av <<<"$ARGS"
     for a in "${av[@]}"; do bins="$bins|$P/bin/peer_bench $a"; done
     bins=${bins#|}
@@ -106,7 +107,7 @@ while [ "$PARTS" != handover ] && [ "$(left)" -gt 15 ]; do
         [ "$(left)" -gt 15 ] || break
         round $cfg
     done
-    if [ $r -eq 2 ] && [ "$(left)" -gt 60 ]; then
+    if [ $r -eq 2 ] && [ "$(left)" -gt 60 ] && case $PARTS in *handover*) true ;; *) false ;; esac; then
         handover 0
         handover 1000
     fi

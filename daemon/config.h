@@ -80,6 +80,7 @@ typedef struct dmn_config {
     char *peer_transport;    /* auto | stream | address (peer/peer.h) */
     double peer_wait;        /* seconds start-up waits for a peer */
     int peer_poll_us;        /* UCX waits busy-poll this long after activity (peer/link.h) */
+    int peer_rx_threads;     /* the peer node's receiving threads, 0 auto (peer/peer.h) */
 } dmn_config;
 
 /* Fills defaults, then the file, environment and flags (argv[0] is the command name). Returns 0,

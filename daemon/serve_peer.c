@@ -78,7 +78,7 @@ void dmn_peer_open(dmn_serve *d, const accel_opts *opts)
                 return;
             }
         }
-        peer_server_cfg sc = {c->kv_listen, d->node_name, d->peer_key, d->m, d->peer_devs, d->n_peer_devs};
+        peer_server_cfg sc = {c->kv_listen, d->node_name, d->peer_key, d->m, d->peer_devs, d->n_peer_devs, c->peer_rx_threads};
         if (peer_server_start(&sc, &d->peer_srv, err, sizeof err)) {
             snprintf(d->load_err, sizeof d->load_err, "kv_listen %s: %s", c->kv_listen, err);
             return;

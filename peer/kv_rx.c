@@ -1,8 +1,9 @@
 /* peer/kv_rx.c — see kv_rx.h.
  *
- * PEER_KV_RX_SLOTS buffers, each FREE, TAKEN (the node's thread receives into it) or QUEUED
- * (pushed: in the FIFO the kv_rx thread applies in order); a slot is free again once applied or
- * put back. Results wait in a ring (RES_CAP) until the node's thread takes them: it takes them
+ * PEER_KV_RX_SLOTS buffers, each FREE, TAKEN (the node's thread receives into it), RESERVED (its
+ * place in the FIFO taken, its bytes not handed over yet) or QUEUED (pushed: in the FIFO the
+ * kv_rx thread applies in order, the oldest only once it is QUEUED); a slot is free again once
+ * applied or put back. Results wait in a ring (RES_CAP) until the node's thread takes them: it takes them
  * before it takes the next slot, so at most a few are ever there.
  *
  * Polling (peer_link_set_poll_us): both hand-offs spin before they sleep — the kv_rx thread, for
@@ -18,12 +19,12 @@
 
 #define RES_CAP 64
 
-enum { SLOT_FREE, SLOT_TAKEN, SLOT_QUEUED };
+enum { SLOT_FREE, SLOT_TAKEN, SLOT_RESERVED, SLOT_QUEUED };
 
 typedef struct kv_slot {
     uint8_t *buf;
     size_t cap;
-    int state; /* under mu; a TAKEN slot's buffer is the node's thread's alone */
+    int state; /* under mu; a TAKEN or RESERVED slot's buffer is the node's thread's alone */
     void *owner;
     peer_kv k;
 } kv_slot;
@@ -38,9 +39,9 @@ struct peer_kv_rx {
     pthread_cond_t cv_work; /* a chunk was pushed, or stop */
     pthread_cond_t cv_free; /* a chunk was applied */
     kv_slot slot[PEER_KV_RX_SLOTS];
-    int fifo[PEER_KV_RX_SLOTS]; /* pushed slots, in push order */
+    int fifo[PEER_KV_RX_SLOTS]; /* reserved or pushed slots, in apply order */
     int f_head;
-    _Atomic int queued; /* pushed, not yet applied (changed under mu; read without it to spin) */
+    _Atomic int queued; /* reserved or pushed, not yet applied (changed under mu; read without it to spin) */
     int taken;          /* slots the node's thread holds (node's thread) */
     int want;           /* a take found none free: wake the node's thread when one is */
     struct {
@@ -75,7 +76,9 @@ static void *rx_main(void *arg)
             spin_while(&rx->queued, 0, &rx->stop);
             pthread_mutex_lock(&rx->mu);
         }
-        while (!rx->queued && !rx->stop) pthread_cond_wait(&rx->cv_work, &rx->mu);
+        /* the oldest one, once its bytes were handed over (a reserved one waits for its push) */
+        while (!(rx->queued && rx->slot[rx->fifo[rx->f_head]].state == SLOT_QUEUED) && !(rx->stop && !rx->queued))
+            pthread_cond_wait(&rx->cv_work, &rx->mu);
         if (!rx->queued) break; /* stopping, nothing left */
         int i = rx->fifo[rx->f_head];
         kv_slot *s = &rx->slot[i];
@@ -195,16 +198,28 @@ void peer_kv_rx_put_back(peer_kv_rx *rx, int slot)
     pthread_mutex_unlock(&rx->mu);
 }
 
+void peer_kv_rx_reserve(peer_kv_rx *rx, int slot)
+{
+    pthread_mutex_lock(&rx->mu);
+    rx->slot[slot].state = SLOT_RESERVED;
+    rx->taken--;
+    rx->fifo[(rx->f_head + rx->queued) % PEER_KV_RX_SLOTS] = slot;
+    rx->queued++;
+    pthread_mutex_unlock(&rx->mu);
+}
+
 void peer_kv_rx_push(peer_kv_rx *rx, int slot, void *owner, const peer_kv *k)
 {
     kv_slot *s = &rx->slot[slot];
     s->owner = owner;
     s->k = *k;
     pthread_mutex_lock(&rx->mu);
+    if (s->state != SLOT_RESERVED) { /* its place in the order: now */
+        rx->taken--;
+        rx->fifo[(rx->f_head + rx->queued) % PEER_KV_RX_SLOTS] = slot;
+        rx->queued++;
+    }
     s->state = SLOT_QUEUED;
-    rx->taken--;
-    rx->fifo[(rx->f_head + rx->queued) % PEER_KV_RX_SLOTS] = slot;
-    rx->queued++;
     pthread_cond_signal(&rx->cv_work);
     pthread_mutex_unlock(&rx->mu);
 }

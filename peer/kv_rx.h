@@ -25,7 +25,9 @@
  * peer_kv_rx_sync first: the devices are driven by one thread at a time (accel.h), and between
  * a sync and the next push that is the node's thread.
  *
- * Threads: every function but the apply and wake callbacks from the node's thread only. */
+ * Threads: every function but the apply and wake callbacks from the node's thread only — one
+ * thread at a time, the one holding the node's loop (peer/server.c: its receiving threads take
+ * turns); a reserved slot's push from whichever thread reserved it. */
 #ifndef TANDEM_PEER_KV_RX_H
 #define TANDEM_PEER_KV_RX_H
 #include "peer/msg.h"
@@ -53,6 +55,10 @@ void peer_kv_rx_free(peer_kv_rx *rx);
 int peer_kv_rx_take(peer_kv_rx *rx, size_t n, int wait, uint8_t **buf);
 /* Hands the chunk received into slot's buffer to the thread (k->bytes must point into it). */
 void peer_kv_rx_push(peer_kv_rx *rx, int slot, void *owner, const peer_kv *k);
+/* Gives a taken slot its place in the apply order now, its push to come later (from any thread:
+ * the node's receiving threads hand the chunk's CRC to the one that received it, peer/server.c):
+ * the chunks after it wait for it. Every reserved slot must be pushed. */
+void peer_kv_rx_reserve(peer_kv_rx *rx, int slot);
 /* A slot taken and not pushed (its receive failed or was taken back): free again. */
 void peer_kv_rx_put_back(peer_kv_rx *rx, int slot);
 /* The oldest result not yet taken: 1 with it, 0 when none is ready. */

@@ -140,7 +140,9 @@ static void ctx_init(void)
     ucp_config_release(cfg);
 }
 
-static int worker_new(ucp_worker_h *w, int *efd, char *err, size_t errlen)
+/* mode: UCS_THREAD_MODE_SINGLE (one thread ever), or SERIALIZED (a listener's, whose thread
+ * of the moment may change: the node's receiving threads take turns, one at a time) */
+static int worker_new(ucp_worker_h *w, int *efd, ucs_thread_mode_t mode, char *err, size_t errlen)
 {
     pthread_once(&g_once, ctx_init);
     if (g_ctx_status != UCS_OK) {
@@ -149,7 +151,7 @@ static int worker_new(ucp_worker_h *w, int *efd, char *err, size_t errlen)
     }
     ucp_worker_params_t wp = {0};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    wp.thread_mode = mode;
     ucs_status_t st = ucp_worker_create(g_ctx, &wp, w);
     if (st == UCS_OK && ucp_worker_get_efd(*w, efd) != UCS_OK) *efd = -1;
     if (st != UCS_OK) {
@@ -260,7 +262,7 @@ int peer_conn_connect(const char *addr, peer_conn **out, char *err, size_t errle
     if (parse_addr(addr, &ss, &sl, err, errlen)) return PEER_ERR_IO;
     ucp_worker_h w;
     int efd;
-    int st = worker_new(&w, &efd, err, errlen);
+    int st = worker_new(&w, &efd, UCS_THREAD_MODE_SINGLE, err, errlen);
     if (st) return st;
     peer_conn *c = conn_alloc(w, efd, NULL);
     if (!c) {
@@ -817,7 +819,7 @@ int peer_listener_new(const char *addr, peer_listener **out, char *err, size_t e
     if (parse_addr(addr, &ss, &sl, err, errlen)) return PEER_ERR_IO;
     peer_listener *l = calloc(1, sizeof *l);
     if (!l) return PEER_ERR_NOMEM;
-    int st = worker_new(&l->worker, &l->efd, err, errlen);
+    int st = worker_new(&l->worker, &l->efd, UCS_THREAD_MODE_SERIALIZED, err, errlen);
     if (st) {
         free(l);
         return st;

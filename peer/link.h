@@ -12,8 +12,9 @@
  * limit before its bytes are waited for, so a peer cannot make us hold more than that limit.
  *
  * Threads: a connection and its UCX worker belong to one thread at a time (a client's device
- * worker, the heartbeat, or the listener's thread for every connection it accepted). Only
- * peer_conn_dead may be read from any thread. */
+ * worker, the heartbeat, or the listener's thread for every connection it accepted; a
+ * listener's worker is made for use by several threads in turn, one at a time, each handing it
+ * to the next under a lock). Only peer_conn_dead may be read from any thread. */
 #ifndef TANDEM_PEER_LINK_H
 #define TANDEM_PEER_LINK_H
 #include "peer/msg.h"

@@ -77,7 +77,20 @@ typedef struct peer_server_cfg {
     const model *m;
     accel_dev *const *devs;    /* offered devices: driven by the server's thread from now on */
     int n_devs;
+    int rx_threads;            /* config peer_rx_threads: see peer_rx_threads (0: auto) */
 } peer_server_cfg;
+/* The node's receiving threads (config peer_rx_threads, 1..PEER_RX_THREADS_MAX; 0: auto). The
+ * node's loop copies each KV chunk that comes over shared memory in itself and computes its CRC
+ * on the same core; with 2 the loop passes to the other thread after each chunk, so that one
+ * chunk's CRC runs beside the next one's copy (peer/server.c, "the receiving threads"): the
+ * link's rate becomes the copy's, for a second core busy while chunks stream, spinning at most
+ * 1 ms after each before it sleeps. Auto: 2 where this process may run on 8 or more cores, 1
+ * below (on a small machine the second thread takes the core the copy needs). Returns the count
+ * for `n` as configured. */
+#define PEER_RX_THREADS_MAX 2
+int peer_rx_threads(int n);
+/* Chunks whose CRC a receiving thread took with it when it handed the loop on (tests). */
+long peer_server_handoffs(const peer_server *s);
 /* Starts listening and the server's thread. PEER_OK, or a status with a message in err. The
  * devices stay the caller's to free, after peer_server_stop. */
 int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, size_t errlen);

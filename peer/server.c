@@ -24,6 +24,7 @@
 #include "proto/crc32c.h"
 #include "proto/kv_wire.h"
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -128,6 +129,21 @@ struct peer_server {
     peer_kv_rx *rx; /* tagged KV chunks: checked and imported on its thread */
     unsigned long wait_seq; /* turns handed to announcements that wait (sconn.tag_wait) */
     int n_waiting;          /* connections with one */
+    /* the receiving threads (rx_threads): one runs the loop at a time, holding the token */
+    pthread_t th_more[PEER_RX_THREADS_MAX - 1];
+    int n_th;
+    pthread_mutex_t tok_mu;
+    pthread_cond_t tok_cv;
+    _Atomic int tok_free;
+    /* chunks received in this pass whose CRC and push the holder does after handing the token
+     * on (their kv_rx places reserved) */
+    struct handoff {
+        int slot;
+        sconn *sc;
+        peer_kv k;
+    } handoff[PEER_KV_RX_SLOTS];
+    int n_handoff;
+    _Atomic long handed; /* peer_server_handoffs */
 };
 
 /* ---------------------------------------------------------------- sequences */
@@ -346,6 +362,19 @@ static void kv_rx_wake(void *ctx)
     peer_listener_signal(((peer_server *)ctx)->l);
 }
 
+static void rx_crc(peer_kv *k);
+
+/* The chunks this pass handed off, their CRCs and pushes done here (the holder, which still has
+ * the token: before it waits for them). */
+static void handoff_flush(peer_server *s)
+{
+    for (int i = 0; i < s->n_handoff; i++) {
+        rx_crc(&s->handoff[i].k);
+        peer_kv_rx_push(s->rx, s->handoff[i].slot, s->handoff[i].sc, &s->handoff[i].k);
+    }
+    s->n_handoff = 0;
+}
+
 /* The results of tagged chunks applied so far: their REPLYs, held as kv_reply holds them. A
  * connection whose send fails is found dead by server_main. */
 static void kv_collect(peer_server *s)
@@ -359,6 +388,7 @@ static void kv_collect(peer_server *s)
  * thread's again. */
 static void kv_sync(peer_server *s)
 {
+    handoff_flush(s); /* this pass's reserved chunks are pushed by no one else */
     if (!peer_kv_rx_pending(s->rx)) return;
     peer_kv_rx_sync(s->rx);
     kv_collect(s);
@@ -419,8 +449,14 @@ static int rx_finish(peer_server *s, sconn *sc)
 {
     int st = peer_conn_tag_recv_test(sc->c, sc->rx.req, sc->rx.k.n_bytes);
     if (st == 1) {
-        rx_crc(&sc->rx.k);
-        peer_kv_rx_push(s->rx, sc->rx.slot, sc, &sc->rx.k);
+        if (s->n_th > 1 && s->n_handoff < PEER_KV_RX_SLOTS) { /* its CRC after the token goes on */
+            peer_kv_rx_reserve(s->rx, sc->rx.slot);
+            s->handoff[s->n_handoff++] = (struct handoff){sc->rx.slot, sc, sc->rx.k};
+            atomic_fetch_add_explicit(&s->handed, 1, memory_order_relaxed);
+        } else {
+            rx_crc(&sc->rx.k);
+            peer_kv_rx_push(s->rx, sc->rx.slot, sc, &sc->rx.k);
+        }
         sc->rx.on = 0;
         sc->rx.req = NULL;
         return 1;
@@ -640,10 +676,81 @@ static int handle(peer_server *s, sconn *sc, const peer_header *h, const uint8_t
     return on_ready(s, sc, h, p);
 }
 
+/* ---------------------------------------------------------------- the receiving threads
+ *
+ * Over shared memory the node's loop copies each KV chunk in itself (UCX's rendezvous reads the
+ * sender's memory in the receiving thread's progress), then computes its CRC while the bytes are
+ * in that core's cache (rx_crc). With rx_threads > 1 the loop passes between threads that take
+ * turns: the one that received a chunk hands the loop on at the end of that pass (the token)
+ * and does the chunk's CRC and push while the next one copies the next chunk in on its core;
+ * then it waits for its turn again, spinning for at most TOK_SPIN_S first (a stream of chunks
+ * gives it back within a chunk's copy; a quiet link lets it sleep). The chunks keep their order
+ * (their kv_rx places are reserved as they arrive, peer_kv_rx_reserve); everything else the
+ * loop does is as with one thread, done by whichever holds the token. */
+#define TOK_SPIN_S 0.001
+
+static void tok_take(peer_server *s, int spin)
+{
+    if (spin) {
+        double end = peer_now() + TOK_SPIN_S;
+        for (unsigned i = 0; !atomic_load_explicit(&s->tok_free, memory_order_relaxed) && !atomic_load(&s->stop); i++) {
+            if ((i & 31) == 31 && peer_now() >= end) break;
+            peer_cpu_relax();
+        }
+    }
+    pthread_mutex_lock(&s->tok_mu);
+    while (!s->tok_free) pthread_cond_wait(&s->tok_cv, &s->tok_mu);
+    s->tok_free = 0;
+    pthread_mutex_unlock(&s->tok_mu);
+}
+
+static void tok_give(peer_server *s)
+{
+    pthread_mutex_lock(&s->tok_mu);
+    s->tok_free = 1;
+    pthread_cond_signal(&s->tok_cv);
+    pthread_mutex_unlock(&s->tok_mu);
+}
+
+static void server_pass(peer_server *s);
+
+int peer_rx_threads(int n)
+{
+    if (n >= 1) return n > PEER_RX_THREADS_MAX ? PEER_RX_THREADS_MAX : n;
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    return cores >= 8 ? 2 : 1;
+}
+
 static void *server_main(void *arg)
 {
     peer_server *s = arg;
+    int multi = s->n_th > 1;
+    if (multi) tok_take(s, 0);
     while (!atomic_load(&s->stop)) {
+        server_pass(s);
+        if (s->n_handoff) { /* the loop goes on elsewhere while this thread checks what it got */
+            struct handoff h[PEER_KV_RX_SLOTS];
+            int n = s->n_handoff;
+            memcpy(h, s->handoff, sizeof h[0] * (size_t)n);
+            s->n_handoff = 0;
+            tok_give(s);
+            for (int i = 0; i < n; i++) {
+                rx_crc(&h[i].k);
+                peer_kv_rx_push(s->rx, h[i].slot, h[i].sc, &h[i].k);
+            }
+            tok_take(s, 1);
+        }
+    }
+    if (multi) tok_give(s); /* the next one sees the stop */
+    return NULL;
+}
+
+/* One pass of the node's loop: the worker progressed (waiting up to 50 ms for something to
+ * happen), every connection served. */
+static void server_pass(peer_server *s)
+{
+    {
         peer_listener_progress(s->l, 0.05);
         kv_collect(s); /* chunks applied since: their REPLYs held, sent below */
         rx_next(s);    /* chunks that waited their turn, while slots are free */
@@ -672,7 +779,8 @@ static void *server_main(void *arg)
                 if (r < 0) st = r;
             }
             /* a bounded number of frames per pass, so that one busy peer cannot starve the rest */
-            for (int k = 0; !st && !sc->rx.on && !sc->tag_wait && k < 64 && (got = peer_conn_poll(sc->c, max, &h, &p)) == 1; k++) {
+            /* (with a chunk handed off the pass ends: the next thread takes the frames after it) */
+            for (int k = 0; !st && !sc->rx.on && !sc->tag_wait && !s->n_handoff && k < 64 && (got = peer_conn_poll(sc->c, max, &h, &p)) == 1; k++) {
                 st = handle(s, sc, &h, p);
                 if (st) break;
                 max = sc->state == S_READY ? PEER_MAX_PAYLOAD : PEER_MAX_PREAUTH;
@@ -680,7 +788,7 @@ static void *server_main(void *arg)
             if (!st && got < 0) st = got;
             /* nothing more waiting: the held REPLYs go (not while a chunk is coming: the frames
              * behind it are not read yet, and its REPLY joins them) */
-            if (!st && !sc->rx.on && !sc->tag_wait) st = flush_held(sc);
+            if (!st && !sc->rx.on && !sc->tag_wait && !s->n_handoff) st = flush_held(sc);
             const char *why = NULL;
             if (st == PEER_ERR_PROTO) why = "bad message (malformed, oversized, unknown version or out of turn)";
             else if (st == PEER_ERR_AUTH) why = "authentication failed: not the same peer_key";
@@ -699,13 +807,6 @@ static void *server_main(void *arg)
             pp = &sc->next;
         }
     }
-    while (s->conns) {
-        sconn *sc = s->conns;
-        s->conns = sc->next;
-        peer_conn_kill(sc->c); /* stopping: no flush owed to anyone */
-        sconn_close(s, sc, NULL);
-    }
-    return NULL;
 }
 
 int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, size_t errlen)
@@ -744,17 +845,34 @@ int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, 
         free(s);
         return st;
     }
-    if (peer_kv_rx_new(kv_rx_apply, s, kv_rx_wake, s, &s->rx) ||
-        pthread_create(&s->th, NULL, server_main, s)) {
+    s->n_th = peer_rx_threads(cfg->rx_threads);
+    pthread_mutex_init(&s->tok_mu, NULL);
+    pthread_cond_init(&s->tok_cv, NULL);
+    s->tok_free = 1;
+    int started = 0;
+    if (!peer_kv_rx_new(kv_rx_apply, s, kv_rx_wake, s, &s->rx)) {
+        for (; started < s->n_th; started++)
+            if (pthread_create(started ? &s->th_more[started - 1] : &s->th, NULL, server_main, s)) break;
+    }
+    if (started < s->n_th) {
         snprintf(err, errlen, "cannot start the peer threads");
+        atomic_store(&s->stop, 1);
+        for (int i = 0; i < started; i++) pthread_join(i ? s->th_more[i - 1] : s->th, NULL);
         peer_kv_rx_free(s->rx);
         peer_listener_free(s->l);
+        pthread_mutex_destroy(&s->tok_mu);
+        pthread_cond_destroy(&s->tok_cv);
         OPENSSL_cleanse(s->key, sizeof s->key);
         free(s);
         return PEER_ERR_NOMEM;
     }
     *out = s;
     return PEER_OK;
+}
+
+long peer_server_handoffs(const peer_server *s)
+{
+    return atomic_load(&((peer_server *)s)->handed);
 }
 
 int peer_server_port(const peer_server *s)
@@ -767,7 +885,16 @@ void peer_server_stop(peer_server *s)
     if (!s) return;
     atomic_store(&s->stop, 1);
     pthread_join(s->th, NULL);
+    for (int i = 1; i < s->n_th; i++) pthread_join(s->th_more[i - 1], NULL);
+    while (s->conns) { /* this thread's now */
+        sconn *sc = s->conns;
+        s->conns = sc->next;
+        peer_conn_kill(sc->c); /* stopping: no flush owed to anyone */
+        sconn_close(s, sc, NULL);
+    }
     peer_kv_rx_free(s->rx); /* idle: every connection's close waited for its chunks */
+    pthread_mutex_destroy(&s->tok_mu);
+    pthread_cond_destroy(&s->tok_cv);
     peer_listener_free(s->l);
     OPENSSL_cleanse(s->key, sizeof s->key);
     free(s->logits);

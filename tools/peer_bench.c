@@ -3,7 +3,8 @@
  *
  *   build/peer_bench [--sizes 65536,1048576,8388608,67108864] [--reps N] [--logits 2048,524288]
  *                    [--path stream|tag] [--poll-us N] [--buffers N] [--sends N] [--crc 0|1]
- *                    [--announce 0|1] [--rx-one 0|1] [--write 0|1]
+ *                    [--announce 0|1] [--rx-one 0|1] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1]
+ *                    [--rx-threads 0..2]
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
@@ -40,14 +41,22 @@
  * --crc 0 (no CRC on the node), --announce 0 (no KV_TAG: the node posts the next serial's
  * receive itself; one size), --rx-one 1 (the node receives every chunk into one buffer and
  * answers at once, no kv_rx: ucx_perftest's receive), --write 1 (each chunk's bytes written
- * just before its send, as the backend serializes a layer).
+ * just before its send, as the backend serializes a layer), --crc-on rx (the node's CRC on its
+ * kv_rx thread, where the server computed it before), --crc-fold 0 (the crc32 instruction's
+ * three streams instead of the carry-less folding path, proto/crc32c.h). --rx-threads N: the
+ * node's loop on N threads taking turns, as the daemon's (config peer_rx_threads, peer/peer.h;
+ * default 0: the daemon's auto, 2 on 8 cores or more): the thread that received a chunk hands
+ * the loop on and does that chunk's CRC and push while the other copies the next one in.
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
  * (bench/peer_bench.sh). */
 #include "peer/kv_rx.h"
 #include "peer/link.h"
+#include "peer/peer.h"
 #include "proto/crc32c.h"
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,37 +133,63 @@ static void node_report(void)
     fflush(stdout);
 }
 
-static int serve(int port_fd, long announce_size)
-{
+/* The node's side: its state, shared by its receiving threads (one holds the token at a time,
+ * as peer/server.c's loop passes between them). */
+typedef struct node {
     peer_listener *l;
-    char err[256];
-    if (peer_listener_new("127.0.0.1:0", &l, err, sizeof err)) {
-        fprintf(stderr, "peer_bench: %s\n", err);
-        return 1;
-    }
-    int port = peer_listener_port(l);
-    if (write(port_fd, &port, sizeof port) != sizeof port) return 1;
-    close(port_fd);
-    peer_conn *c = NULL;
-    while (!c) {
-        peer_listener_progress(l, 0.1);
-        c = peer_listener_accept(l);
-    }
-    uint8_t *answer = calloc(1, 64 << 20);
-    uint32_t sink = 0, sink_rx = 0;
+    peer_conn *c;
     peer_kv_rx *rx;
-    if (peer_kv_rx_new(crc_apply, &sink_rx, wake, l, &rx)) return 1;
     /* REPLYs held back and sent together, as the peer server does (peer/server.c kv_reply):
      * at half a window, when nothing more is waiting, before any other answer */
     uint8_t held[PEER_KV_WINDOW / 2 * (PEER_HEADER_BYTES + 8)];
-    int n_held = 0;
-#define FLUSH() (n_held ? flush_held(c, held, &n_held) : 0)
+    int n_held;
+    uint32_t next_serial;
+    int addr_given;
+    uint8_t *one; /* g_rx_one's buffer */
+    size_t one_cap;
+    uint8_t *answer;
+    long announce_size;
+    uint32_t sink;
+    int n_th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    _Atomic int tok_free, done;
+} node;
+
+static void tok_take(node *nd, int spin)
+{
+    double end = peer_now() + 0.001; /* as peer/server.c: at most 1 ms, then sleep */
+    for (unsigned i = 0; spin && !atomic_load_explicit(&nd->tok_free, memory_order_relaxed); i++) {
+        if ((i & 31) == 31 && peer_now() >= end) break;
+        peer_cpu_relax();
+    }
+    pthread_mutex_lock(&nd->mu);
+    while (!nd->tok_free) pthread_cond_wait(&nd->cv, &nd->mu);
+    nd->tok_free = 0;
+    pthread_mutex_unlock(&nd->mu);
+}
+
+static void tok_give(node *nd)
+{
+    pthread_mutex_lock(&nd->mu);
+    nd->tok_free = 1;
+    pthread_cond_signal(&nd->cv);
+    pthread_mutex_unlock(&nd->mu);
+}
+
+static void *node_loop(void *arg)
+{
+    node *nd = arg;
+    peer_conn *c = nd->c;
+    peer_kv_rx *rx = nd->rx;
+#define FLUSH() (nd->n_held ? flush_held(c, nd->held, &nd->n_held) : 0)
 #define HOLD()                                                                                     \
     do {                                                                                           \
         uint8_t rep[8] = {0};                                                                      \
-        peer_header_write(held + (size_t)n_held * (PEER_HEADER_BYTES + 8), PEER_REPLY, 8);        \
-        memcpy(held + (size_t)n_held * (PEER_HEADER_BYTES + 8) + PEER_HEADER_BYTES, rep, 8);      \
-        if (++n_held >= PEER_KV_WINDOW / 2 && FLUSH()) goto out;                                   \
+        uint8_t *hp = nd->held + (size_t)nd->n_held * (PEER_HEADER_BYTES + 8);                     \
+        peer_header_write(hp, PEER_REPLY, 8);                                                      \
+        memcpy(hp + PEER_HEADER_BYTES, rep, 8);                                                    \
+        if (++nd->n_held >= PEER_KV_WINDOW / 2 && FLUSH()) goto out;                               \
     } while (0)
 #define COLLECT()                                                                                  \
     do {                                                                                           \
@@ -162,60 +197,58 @@ static int serve(int port_fd, long announce_size)
         int rs;                                                                                    \
         while (peer_kv_rx_done(rx, &o, &rs)) HOLD();                                               \
     } while (0)
-    uint32_t next_serial = 0;
-    int addr_given = 0;
-    uint8_t *one = NULL; /* g_rx_one's buffer */
-    size_t one_cap = 0;
-    for (;;) {
+    if (nd->n_th > 1) tok_take(nd, 0);
+    while (!nd->done) {
         peer_header h;
         const uint8_t *p;
         int st;
-        if (!g_announce && addr_given) {
+        if (!g_announce && nd->addr_given) {
             /* no announcement: the next serial's receive posted at once, the stream looked at
              * while it comes (a DECODE, the connection's end) */
             double t = peer_now();
             COLLECT();
             uint8_t *buf;
             int slot = -1;
+            long size = nd->announce_size;
             if (g_rx_one) {
-                if (!one && !(one = peer_bulk_alloc((size_t)announce_size, &one_cap))) break;
-                buf = one;
+                if (!nd->one && !(nd->one = peer_bulk_alloc((size_t)size, &nd->one_cap))) break;
+                buf = nd->one;
             } else {
-                slot = peer_kv_rx_take(rx, (size_t)announce_size, 1, &buf);
+                slot = peer_kv_rx_take(rx, (size_t)size, 1, &buf);
             }
             double t1 = peer_now();
             g_node[N_TAKE] += t1 - t;
             void *req;
-            if ((slot < 0 && !g_rx_one) || peer_conn_tag_recv_start(c, 1000 + ++next_serial, buf, (size_t)announce_size, &req)) break;
-            while ((st = peer_conn_tag_recv_test(c, req, (size_t)announce_size)) == 0) {
+            if ((slot < 0 && !g_rx_one) || peer_conn_tag_recv_start(c, 1000 + ++nd->next_serial, buf, (size_t)size, &req)) break;
+            while ((st = peer_conn_tag_recv_test(c, req, (size_t)size)) == 0) {
                 if (peer_conn_dead(c)) {
                     peer_conn_req_cancel(c, req);
                     goto out;
                 }
                 COLLECT();
                 if (FLUSH()) goto out;
-                peer_listener_progress(l, 0.01);
+                peer_listener_progress(nd->l, 0.01);
             }
             if (st < 0) break;
             double t2 = peer_now();
             g_node[N_RECV] += t2 - t1;
-            if (g_crc && !g_crc_rx && !g_rx_one) sink ^= proto_crc32c(0, buf, (size_t)announce_size);
+            if (g_crc && !g_crc_rx && !g_rx_one) nd->sink ^= proto_crc32c(0, buf, (size_t)size);
             double t3 = peer_now();
             g_node[N_CRC] += t3 - t2;
             t2 = t3;
-            peer_kv k = {0, 0, 0, 0, buf, (uint32_t)announce_size, 0, 0};
+            peer_kv k = {0, 0, 0, 0, buf, (uint32_t)size, 0, 0};
             if (g_rx_one) HOLD();
             else peer_kv_rx_push(rx, slot, NULL, &k);
             g_node[N_PUSH] += peer_now() - t2;
             g_node_chunks++;
-            g_node_bytes += announce_size;
+            g_node_bytes += size;
             continue;
         }
         double tw = peer_now();
         while ((st = peer_conn_poll(c, PEER_MAX_PAYLOAD, &h, &p)) == 0) {
             COLLECT();
             if (FLUSH()) goto out;
-            peer_listener_progress(l, 0.01);
+            peer_listener_progress(nd->l, 0.01);
         }
         if (h.type == PEER_KV_TAG && g_node_chunks) g_node[N_FRAME] += peer_now() - tw; /* not the start */
         if (st < 0) break;
@@ -225,7 +258,7 @@ static int serve(int port_fd, long announce_size)
             if (FLUSH()) break;
         }
         if (h.type == PEER_KV) {
-            sink ^= proto_crc32c(0, p, h.length);
+            nd->sink ^= proto_crc32c(0, p, h.length);
             HOLD();
         } else if (h.type == PEER_ADDR_REQ) {
             const void *a;
@@ -235,7 +268,7 @@ static int serve(int port_fd, long announce_size)
             peer_addr_write(fixed, 1000, "", 0);
             peer_wr32(fixed + 8, (uint32_t)len);
             if (peer_conn_send(c, PEER_ADDR, fixed, sizeof fixed, a, len, 10)) break;
-            addr_given = 1;
+            nd->addr_given = 1;
         } else if (h.type == PEER_KV_TAG) {
             peer_kv k;
             uint32_t len, serial;
@@ -243,11 +276,11 @@ static int serve(int port_fd, long announce_size)
             COLLECT();
             double t = peer_now();
             if (g_rx_one) {
-                if (len > one_cap) {
-                    free(one);
-                    if (!(one = peer_bulk_alloc(len, &one_cap))) break;
+                if (len > nd->one_cap) {
+                    free(nd->one);
+                    if (!(nd->one = peer_bulk_alloc(len, &nd->one_cap))) break;
                 }
-                if (peer_conn_tag_recv(c, 1000 + serial, one, len, 30)) break;
+                if (peer_conn_tag_recv(c, 1000 + serial, nd->one, len, 30)) break;
                 g_node[N_RECV] += peer_now() - t;
                 g_node_chunks++;
                 g_node_bytes += len;
@@ -261,32 +294,82 @@ static int serve(int port_fd, long announce_size)
             if (slot < 0 || peer_conn_tag_recv(c, 1000 + serial, buf, len, 30)) break;
             double t2 = peer_now();
             g_node[N_RECV] += t2 - t1;
-            if (g_crc && !g_crc_rx) sink ^= proto_crc32c(0, buf, len);
-            double t3 = peer_now();
-            g_node[N_CRC] += t3 - t2;
-            t2 = t3;
-            k.bytes = buf;
-            k.n_bytes = len;
-            peer_kv_rx_push(rx, slot, NULL, &k);
-            g_node[N_PUSH] += peer_now() - t2;
             g_node_chunks++;
             g_node_bytes += len;
+            k.bytes = buf;
+            k.n_bytes = len;
+            if (nd->n_th > 1) {
+                /* as peer/server.c: the chunk's place kept, the loop handed to the other thread,
+                 * this one's CRC and push done here meanwhile */
+                peer_kv_rx_reserve(rx, slot);
+                tok_give(nd);
+                uint32_t crc = g_crc && !g_crc_rx ? proto_crc32c(0, buf, len) : 0;
+                double t3 = peer_now();
+                peer_kv_rx_push(rx, slot, NULL, &k);
+                double t4 = peer_now();
+                tok_take(nd, 1);
+                nd->sink ^= crc;
+                g_node[N_CRC] += t3 - t2;
+                g_node[N_PUSH] += t4 - t3;
+                continue;
+            }
+            if (g_crc && !g_crc_rx) nd->sink ^= proto_crc32c(0, buf, len);
+            double t3 = peer_now();
+            g_node[N_CRC] += t3 - t2;
+            peer_kv_rx_push(rx, slot, NULL, &k);
+            g_node[N_PUSH] += peer_now() - t3;
         } else if (h.type == PEER_DECODE && h.length == 4) {
             uint32_t n = peer_rd32(p);
             if (n > (64u << 20)) break;
-            if (peer_conn_send(c, PEER_LOGITS, answer, n, NULL, 0, 10)) break;
+            if (peer_conn_send(c, PEER_LOGITS, nd->answer, n, NULL, 0, 10)) break;
         } else {
             break;
         }
     }
 out:
-    peer_kv_rx_free(rx);
-    free(one);
+    nd->done = 1;
+    if (nd->n_th > 1) tok_give(nd);
+    return NULL;
+#undef FLUSH
+#undef HOLD
+#undef COLLECT
+}
+
+static int serve(int port_fd, long announce_size, int n_th)
+{
+    node nd = {0};
+    char err[256];
+    if (peer_listener_new("127.0.0.1:0", &nd.l, err, sizeof err)) {
+        fprintf(stderr, "peer_bench: %s\n", err);
+        return 1;
+    }
+    int port = peer_listener_port(nd.l);
+    if (write(port_fd, &port, sizeof port) != sizeof port) return 1;
+    close(port_fd);
+    while (!nd.c) {
+        peer_listener_progress(nd.l, 0.1);
+        nd.c = peer_listener_accept(nd.l);
+    }
+    nd.answer = calloc(1, 64 << 20);
+    nd.announce_size = announce_size;
+    nd.n_th = n_th;
+    nd.tok_free = 1;
+    pthread_mutex_init(&nd.mu, NULL);
+    pthread_cond_init(&nd.cv, NULL);
+    uint32_t sink_rx = 0;
+    if (peer_kv_rx_new(crc_apply, &sink_rx, wake, nd.l, &nd.rx)) return 1;
+    pthread_t more;
+    int two = n_th > 1 && !pthread_create(&more, NULL, node_loop, &nd);
+    if (!two) nd.n_th = 1;
+    node_loop(&nd);
+    if (two) pthread_join(more, NULL);
+    peer_kv_rx_free(nd.rx);
+    free(nd.one);
     node_report();
-    peer_conn_free(c);
-    peer_listener_free(l);
-    free(answer);
-    return (int)((sink ^ sink_rx) & 0);
+    peer_conn_free(nd.c);
+    peer_listener_free(nd.l);
+    free(nd.answer);
+    return (int)((nd.sink ^ sink_rx) & 0);
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -302,7 +385,7 @@ int main(int argc, char **argv)
     int nl = parse_list("2048,524288", logits, 16);
     long reps = 0, layers = 32, window = PEER_KV_WINDOW, poll_us = 0, n_bufs = PEER_KV_WINDOW;
     long sends = PEER_KV_TCP_SENDS;
-    int tag = 0;
+    int tag = 0, rx_threads = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--sizes")) ns = parse_list(argv[i + 1], sizes, 16);
         else if (!strcmp(argv[i], "--layers")) layers = strtol(argv[i + 1], NULL, 10);
@@ -318,10 +401,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--rx-one")) g_rx_one = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--write")) g_write = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--crc-on")) g_crc_rx = !strcmp(argv[i + 1], "rx");
+        else if (!strcmp(argv[i], "--crc-fold")) proto_crc32c_no_fold = !strtol(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--rx-threads")) rx_threads = (int)strtol(argv[i + 1], NULL, 10);
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
                             "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d] [--sends 1..%d] [--crc 0|1] "
-                            "[--announce 0|1] [--rx-one 0|1] [--write 0|1] [--crc-on node|rx]\n", PEER_KV_WINDOW,
+                            "[--announce 0|1] [--rx-one 0|1] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] [--rx-threads 0..2]\n", PEER_KV_WINDOW,
                     PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW);
             return 2;
         }
@@ -335,13 +420,14 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!g_announce) nl = 0; /* the node reads no frame between chunks */
+    rx_threads = g_announce && !g_rx_one ? peer_rx_threads(rx_threads) : 1; /* as the daemon's default */
     peer_link_set_poll_us((int)(poll_us < 0 ? 0 : poll_us > PEER_POLL_US_MAX ? PEER_POLL_US_MAX : poll_us));
     int fds[2];
     if (pipe(fds)) return 1;
     pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
-        _exit(serve(fds[1], sizes[0]));
+        _exit(serve(fds[1], sizes[0], rx_threads));
     }
     close(fds[1]);
     int port;
@@ -368,11 +454,13 @@ int main(int argc, char **argv)
         }
     }
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
-           "polling %d us, from %ld buffers, %ld sends in flight over tcp lanes, CRC-32C (%s) on the %s\n",
+           "polling %d us, from %ld buffers, %ld sends in flight over tcp lanes, CRC-32C (%s) on the %s, "
+           "%d receiving thread(s)\n",
            tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
            peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs, sends, proto_crc32c_path(),
-           !g_crc || g_rx_one ? "node: none (--crc 0 or --rx-one 1)" : g_crc_rx ? "node's kv_rx thread" : "node's receiving thread");
+           !g_crc || g_rx_one ? "node: none (--crc 0 or --rx-one 1)" : g_crc_rx ? "node's kv_rx thread" : "node's receiving thread",
+           rx_threads);
     /* one buffer per chunk in flight, as the remote backend serializes each into its own
      * (peer_bulk_alloc, as the backend's) */
     uint8_t *bufs[PEER_KV_WINDOW];

@@ -8,11 +8,16 @@
 
 int two_start(two *t, const char *device)
 {
+    return two_start_rx(t, device, 0);
+}
+
+int two_start_rx(two *t, const char *device, int rx_threads)
+{
     memset(t, 0, sizeof *t);
     if (t_open(MODEL, device, &t->m, &t->lent)) return -1;
     if (accel_warmup(t->lent)) return -1;
     char err[256];
-    peer_server_cfg sc = {"127.0.0.1:0", "nodeB", KEY, t->m, &t->lent, 1};
+    peer_server_cfg sc = {"127.0.0.1:0", "nodeB", KEY, t->m, &t->lent, 1, rx_threads};
     if (peer_server_start(&sc, &t->srv, err, sizeof err)) {
         t_fail(__FILE__, __LINE__, "peer_server_start: %s", err);
         return -1;

@@ -20,6 +20,8 @@ typedef struct two {
 
 /* Node B's server with the model's `device` lent; -1 (the failure reported) when it cannot. */
 int two_start(two *t, const char *device);
+/* The same with rx_threads receiving threads on node B (peer_server_cfg.rx_threads; 0 auto). */
+int two_start_rx(two *t, const char *device, int rx_threads);
 void two_stop(two *t);
 
 /* KV of a prompt prefilled on `src`, collected as wire chunks' views: the sink copies each

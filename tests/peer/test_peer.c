@@ -238,14 +238,14 @@ static double cpu_seconds(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void remote_decodes(int poll_us)
+static void remote_decodes(int poll_us, int rx_threads)
 {
     two t;
     peer_link_set_poll_us(poll_us);
     /* read at the first chunk sent: layer 0 of the second import of each pass below (chunks are
      * counted per remote device) */
     setenv("TANDEM_PEER_FAULT", "kv_bitflip=6", 1);
-    if (two_start(&t, "cpu")) return;
+    if (two_start_rx(&t, "cpu", rx_threads)) return;
     accel_dev *pf;
     char err[256];
     accel_opts o = {.threads = 2};
@@ -320,6 +320,9 @@ static void remote_decodes(int poll_us)
         peer_node_free(node);
     }
 
+    /* two receiving threads: the tagged chunks' CRCs were handed to the thread that copied
+     * each in while the other went on (in order: the same tokens, the corrupt one refused) */
+    if (rx_threads == 2) CHECK(peer_server_handoffs(t.srv) > 0);
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     free(lg);
     accel_seq_free(pf, ps);
@@ -330,7 +333,13 @@ static void remote_decodes(int poll_us)
 
 TEST(peer_remote_decodes_like_the_device)
 {
-    remote_decodes(0);
+    remote_decodes(0, 1);
+}
+
+/* The node's loop on two receiving threads taking turns (config peer_rx_threads 2). */
+TEST(peer_remote_decodes_like_the_device_two_receivers)
+{
+    remote_decodes(0, 2);
 }
 
 /* The same with polling on (config peer_poll_us): every wait of both nodes and the node's KV
@@ -338,7 +347,7 @@ TEST(peer_remote_decodes_like_the_device)
  * and no CPU burnt once the link is idle. */
 TEST(peer_remote_decodes_like_the_device_polling)
 {
-    remote_decodes(2000);
+    remote_decodes(2000, 0);
 }
 
 /* A node's device answers DECODE_ARGMAX (caps PEER_CAP_DECODE_ARGMAX): through the remote backend,
@@ -561,7 +570,7 @@ TEST(peer_dead_node_noticed_and_reused)
      * of the old incarnation is only freed here (the node dropped it with its connection) */
     char listen[64];
     snprintf(listen, sizeof listen, "%s", t.addr);
-    peer_server_cfg sc = {listen, "nodeB", KEY, t.m, &t.lent, 1};
+    peer_server_cfg sc = {listen, "nodeB", KEY, t.m, &t.lent, 1, 0};
     int st = peer_server_start(&sc, &t.srv, err, sizeof err);
     CHECK_MSG(st == PEER_OK, "%s", err);
     if (st) {
@@ -614,7 +623,7 @@ TEST(peer_late_node_joins)
     CHECK(devices_open_remote(node, 0, t.m, NULL, err, sizeof err) == NULL);
     usleep(300000); /* a try or so while nobody listens */
     CHECK_EQ(peer_node_state(node), PEER_NODE_JOINING);
-    peer_server_cfg sc = {listen, "nodeB", KEY, t.m, &t.lent, 1};
+    peer_server_cfg sc = {listen, "nodeB", KEY, t.m, &t.lent, 1, 0};
     int st = peer_server_start(&sc, &t.srv, err, sizeof err);
     CHECK_MSG(st == PEER_OK, "%s", err);
     double t0 = peer_now();
