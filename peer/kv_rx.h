@@ -2,9 +2,10 @@
  *
  * The node's thread (peer/server.c) owns UCX: it takes each KV chunk's announcement off the
  * stream and receives the chunk (over shared memory, the copy out of the sender's memory is
- * this thread's own work), then computes the payload's CRC-32C while the bytes are in its
- * cache (peer_kv.crc). Checking the chunk (the wire reader, which takes that CRC for the
- * payload's) and importing it into the device used to follow on the same thread, so the next
+ * this thread's own work; with two receiving threads, the one that received it also computes
+ * the payload's CRC-32C while the bytes are in its cache, peer_kv.crc). Checking the chunk (the
+ * wire reader's CRC-32C over every byte, or that CRC taken for the payload's) and importing it
+ * into the device used to follow on the same thread, so the next
  * chunk's copy waited for both; here they run on a second thread while the node's thread
  * receives the next chunks into other buffers — several at once, one per sending connection.
  *

@@ -12,10 +12,11 @@
  * looked at on each pass: a sender that stalls or dies with a chunk announced holds up no other
  * peer's heartbeat, call or KV), one chunk at a time per connection and several connections'
  * at once, as long as a kv_rx slot is free (PEER_KV_RX_SLOTS; an announcement that finds none
- * waits its turn); this thread computes each payload's CRC-32C as it arrives (rx_crc: the bytes
- * are in its cache then), and a second one (peer/kv_rx.h) checks and imports them in the order
- * they came in, so that the next chunks' copies overlap this one's import; this thread takes
- * their results and sends the REPLYs. Before anything else that
+ * waits its turn), and checked and imported by a second one (peer/kv_rx.h) in the order they
+ * came in, so that the next chunks' copies overlap this one's check and import; this thread takes
+ * their results and sends the REPLYs. With two receiving threads ("the receiving threads" below)
+ * the one that received a chunk computes its payload's CRC-32C while the other goes on (rx_crc),
+ * and the check takes it. Before anything else that
  * touches a device or frees a sequence, it waits for the chunks pushed so far (kv_sync). */
 #include "peer/auth.h"
 #include "peer/kv_rx.h"
@@ -362,16 +363,12 @@ static void kv_rx_wake(void *ctx)
     peer_listener_signal(((peer_server *)ctx)->l);
 }
 
-static void rx_crc(peer_kv *k);
-
-/* The chunks this pass handed off, their CRCs and pushes done here (the holder, which still has
- * the token: before it waits for them). */
+/* The chunks this pass handed off, pushed here (the holder, which still has the token, before it
+ * waits for them): their CRCs are left to the reader on the kv_rx thread. */
 static void handoff_flush(peer_server *s)
 {
-    for (int i = 0; i < s->n_handoff; i++) {
-        rx_crc(&s->handoff[i].k);
+    for (int i = 0; i < s->n_handoff; i++)
         peer_kv_rx_push(s->rx, s->handoff[i].slot, s->handoff[i].sc, &s->handoff[i].k);
-    }
     s->n_handoff = 0;
 }
 
@@ -423,16 +420,18 @@ static int on_addr_req(sconn *sc, size_t n)
     return peer_conn_send(sc->c, PEER_ADDR, fixed, sizeof fixed, a, len, SEND_TIMEOUT_S);
 }
 
-/* The payload's CRC of a tagged chunk just received, on this thread: over shared memory the
- * copy in was this thread's own (UCX's rendezvous reads the sender's memory into the slot), so
- * its bytes are in this core's cache now, and the CRC reads them from there. On the kv_rx
- * thread (where the wire reader checked them before) the same bytes came from this core's
- * cache into another's while this one copied the next chunk in: on the quiet node that slowed
- * the copy of a 1 MiB chunk from ~110 to ~145 us (BENCHMARKS.md, "Peers over UCX"). The reader
- * compares the wire's payload CRC with this one (proto_kv_reader_crc_hint) and checks everything
- * else as always. The payload starts after the chunk header, and after the stream header in a
- * run's first chunk (the KV wire format, version 2: what this version's peers send); bytes laid
- * out otherwise get no hint that matches, and the reader computes it itself. */
+/* The payload's CRC of a tagged chunk just received, on the thread that received it (with two
+ * receiving threads, after it handed the loop on): over shared memory the copy in was that
+ * thread's own (UCX's rendezvous reads the sender's memory into the slot), so the bytes are in
+ * its core's cache, and the CRC reads them from there. On the kv_rx thread the same bytes come
+ * from that core's cache into another's while the loop copies the next chunk in: on the quiet
+ * node that slowed the copy of a 1 MiB chunk from ~110 to ~145 us (BENCHMARKS.md, "Peers over
+ * UCX"); with one receiving thread the CRC stays there all the same, beside the next copy rather
+ * than after it (on a small machine the serial sum is the slower one). The reader compares the
+ * wire's payload CRC with this one (proto_kv_reader_crc_hint) and checks everything else as
+ * always. The payload starts after the chunk header, and after the stream header in a run's
+ * first chunk (the KV wire format, version 2: what this version's peers send); bytes laid out
+ * otherwise get no hint that matches, and the reader computes it itself. */
 static void rx_crc(peer_kv *k)
 {
     size_t off = ((k->flags & PEER_KV_RUN_START) ? PROTO_KV_HEADER_BYTES : 0) + PROTO_KV_CHUNK_HEADER_BYTES;
@@ -453,8 +452,7 @@ static int rx_finish(peer_server *s, sconn *sc)
             peer_kv_rx_reserve(s->rx, sc->rx.slot);
             s->handoff[s->n_handoff++] = (struct handoff){sc->rx.slot, sc, sc->rx.k};
             atomic_fetch_add_explicit(&s->handed, 1, memory_order_relaxed);
-        } else {
-            rx_crc(&sc->rx.k);
+        } else { /* one thread: the CRC on the kv_rx thread (the reader's), beside the next copy */
             peer_kv_rx_push(s->rx, sc->rx.slot, sc, &sc->rx.k);
         }
         sc->rx.on = 0;
@@ -679,10 +677,11 @@ static int handle(peer_server *s, sconn *sc, const peer_header *h, const uint8_t
 /* ---------------------------------------------------------------- the receiving threads
  *
  * Over shared memory the node's loop copies each KV chunk in itself (UCX's rendezvous reads the
- * sender's memory in the receiving thread's progress), then computes its CRC while the bytes are
- * in that core's cache (rx_crc). With rx_threads > 1 the loop passes between threads that take
- * turns: the one that received a chunk hands the loop on at the end of that pass (the token)
- * and does the chunk's CRC and push while the next one copies the next chunk in on its core;
+ * sender's memory in the receiving thread's progress); with one thread the kv_rx thread checks
+ * its CRC beside the next copy, reading the bytes out of this core's cache. With rx_threads > 1
+ * the loop passes between threads that take turns: the one that received a chunk hands the loop
+ * on at the end of that pass (the token) and does the chunk's CRC (rx_crc, from its own cache)
+ * and push while the next one copies the next chunk in on its core;
  * then it waits for its turn again, spinning for at most TOK_SPIN_S first (a stream of chunks
  * gives it back within a chunk's copy; a quiet link lets it sleep). The chunks keep their order
  * (their kv_rx places are reserved as they arrive, peer_kv_rx_reserve); everything else the

@@ -8,9 +8,10 @@
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
- * wire reader's check; for tagged chunks on the receiving thread right after the receive, as the
- * server computes it, or with --crc-on rx on the kv_rx thread, peer/kv_rx.h, where the server
- * computed it before; the chunk goes through kv_rx either way, as the server imports it there),
+ * wire reader's check; for tagged chunks where the server computes it — on the kv_rx thread,
+ * peer/kv_rx.h, with one receiving thread, on the receiving thread right after the receive with
+ * two — or where --crc-on rx|node says; the chunk goes through kv_rx either way, as the server
+ * imports it there),
  * an 8-byte REPLY held back and sent with the next ones as the server does
  * (peer/server.c kv_reply) — or, for a DECODE-sized request, answers with a
  * LOGITS frame of the asked size. The parent connects and sends, per size, `reps` chunks as the
@@ -41,8 +42,8 @@
  * --crc 0 (no CRC on the node), --announce 0 (no KV_TAG: the node posts the next serial's
  * receive itself; one size), --rx-one 1 (the node receives every chunk into one buffer and
  * answers at once, no kv_rx: ucx_perftest's receive), --write 1 (each chunk's bytes written
- * just before its send, as the backend serializes a layer), --crc-on rx (the node's CRC on its
- * kv_rx thread, where the server computed it before), --crc-fold 0 (the crc32 instruction's
+ * just before its send, as the backend serializes a layer), --crc-on rx|node (the node's CRC on
+ * its kv_rx thread or on the receiving one, whatever the threads), --crc-fold 0 (the crc32 instruction's
  * three streams instead of the carry-less folding path, proto/crc32c.h). --rx-threads N: the
  * node's loop on N threads taking turns, as the daemon's (config peer_rx_threads, peer/peer.h;
  * default 0: the daemon's auto, 2 on 8 cores or more): the thread that received a chunk hands
@@ -86,10 +87,10 @@ static int g_crc = 1, g_announce = 1;
  * sending it, as the remote backend serializes each layer into its ring buffer (the bytes are
  * then in the sender's cache, not in memory). */
 static int g_rx_one = 0, g_write = 0;
-/* g_crc_rx 1: the CRC on the kv_rx thread, where the server computed it before (--crc-on rx);
- * 0 (the default, as peer/server.c now): on the node's thread right after the receive, while
- * the bytes are in its cache */
-static int g_crc_rx = 0;
+/* g_crc_rx 1: the CRC on the kv_rx thread (--crc-on rx); 0: on the receiving thread right after
+ * the receive, while the bytes are in its cache (--crc-on node); -1 (default): as peer/server.c,
+ * the receiving thread with two receiving threads, the kv_rx thread with one */
+static int g_crc_rx = -1;
 
 /* Stage clocks (peer_now sums, seconds) of the node's loop and its kv_rx thread, printed by the
  * node when the connection closes, per chunk over every chunk it received (the warm-up pass
@@ -400,7 +401,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--announce")) g_announce = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-one")) g_rx_one = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--write")) g_write = strtol(argv[i + 1], NULL, 10) != 0;
-        else if (!strcmp(argv[i], "--crc-on")) g_crc_rx = !strcmp(argv[i + 1], "rx");
+        else if (!strcmp(argv[i], "--crc-on")) g_crc_rx = !strcmp(argv[i + 1], "rx") ? 1 : !strcmp(argv[i + 1], "node") ? 0 : -1;
         else if (!strcmp(argv[i], "--crc-fold")) proto_crc32c_no_fold = !strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--rx-threads")) rx_threads = (int)strtol(argv[i + 1], NULL, 10);
         else {
@@ -421,6 +422,7 @@ int main(int argc, char **argv)
     }
     if (!g_announce) nl = 0; /* the node reads no frame between chunks */
     rx_threads = g_announce && !g_rx_one ? peer_rx_threads(rx_threads) : 1; /* as the daemon's default */
+    if (g_crc_rx < 0) g_crc_rx = rx_threads == 1;
     peer_link_set_poll_us((int)(poll_us < 0 ? 0 : poll_us > PEER_POLL_US_MAX ? PEER_POLL_US_MAX : poll_us));
     int fds[2];
     if (pipe(fds)) return 1;
