@@ -12,7 +12,8 @@ A prompt not answered within --max-wait seconds is reported as far as it went ("
 and dropped. The daemon's --tbt-budget-ms (default 50) bounds the prefill time put between
 two decode steps, so a gap while prefilling should stay near budget + one decode step.
 With --admin URL (the daemon's admin listener) it also reports the prefill calls the daemon made
-for the long prompt (tandem_device_prefill_chunks_total before and after).
+for the long prompt (tandem_device_prefill_chunks_total before and after) and how many of them
+were layer-split calls that left their chunk unfinished (tandem_device_prefill_split_calls_total).
 Usage: tbt_during_prefill.py --api URL --tokens N [--streams K] [--mode dense|xattention|trishape|
 flexprefill] [--vocab V] [--admin URL] [--max-wait S]; prints one JSON line."""
 import argparse, http.client, json, random, socket, statistics, threading, time, urllib.parse
@@ -48,8 +49,8 @@ def stream_loop(api, stop, arrivals, idx, max_tokens, errors):
         c.close()
 
 
-def prefill_calls(admin):
-    """The daemon's prefill calls so far (summed over devices), or None."""
+def prefill_calls(admin, family="tandem_device_prefill_chunks_total"):
+    """The daemon's prefill calls so far (summed over devices; family: the metric), or None."""
     if not admin:
         return None
     u = urllib.parse.urlparse(admin)
@@ -61,7 +62,7 @@ def prefill_calls(admin):
     except OSError:
         return None
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("tandem_device_prefill_chunks_total"))
+               if line.startswith(family))
 
 
 def stats(gaps):
@@ -99,6 +100,7 @@ def main():
     u = urllib.parse.urlparse(a.api)
     c = http.client.HTTPConnection(u.hostname, u.port, timeout=a.max_wait)
     calls0 = prefill_calls(a.admin)
+    split0 = prefill_calls(a.admin, "tandem_device_prefill_split_calls_total")
     t0 = time.monotonic()
     status, resp = None, {}
     try:
@@ -111,6 +113,7 @@ def main():
     t1 = time.monotonic()
     c.close()
     calls1 = prefill_calls(a.admin)
+    split1 = prefill_calls(a.admin, "tandem_device_prefill_split_calls_total")
     time.sleep(1.0)
     stop.set()
     # a gap belongs to a phase when it overlaps it (it ends after the phase starts and began
@@ -126,6 +129,7 @@ def main():
                       "finished": status is not None, "ttft_s": round(t1 - t0, 3),
                       "prefill_density": usage.get("prefill_density"),
                       "prefill_calls": None if calls0 is None or calls1 is None else calls1 - calls0,
+                      "split_calls": None if split0 is None or split1 is None else split1 - split0,
                       "before": stats(before), "during": stats(during),
                       "during_last_quarter": stats(last),
                       "error": resp.get("error"), "stream_errors": errors[:3]}))

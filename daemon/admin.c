@@ -88,6 +88,7 @@ static void metrics(dmn_serve *d, dmn_http_req *r)
                                .failovers = s->failovers,
                                .kv_bytes_in = s->kv_bytes,
                                .prefill_chunks = s->prefill_chunks,
+                               .prefill_split_calls = s->prefill_split_calls,
                                .kv_corrupt = s->kv_corrupt};
         kv_store_of(s, &o->kv);
     }

@@ -63,6 +63,7 @@ typedef struct dmn_metrics_dev {
     int running;
     uint64_t steps, tokens;
     uint64_t decodes, prefills, failovers, kv_bytes_in, prefill_chunks;
+    uint64_t prefill_split_calls; /* of the chunks' calls, layer-split ones that left it unfinished */
     uint64_t kv_corrupt; /* KV imports whose wire CRC did not match where the KV landed */
     proto_kv_store kv; /* the KV store (issue 20): paged devices' block pool and prefix cache */
 } dmn_metrics_dev;

@@ -5,6 +5,7 @@
  * accounting (a paged device, ACCEL_CAP_PAGED); this file maps each entry to the engine and
  * keeps the sequence -> block table link. */
 #include "gpu/gpu.h"
+#include "gpu/gpu_split.h"
 #include "gpu/plugin.h"
 #include "plugin_abi.h" /* $(BUILD)/: GPU_PLUGIN_ABI */
 #include "scheduler/accel_impl.h"
@@ -16,6 +17,7 @@
 typedef struct gpu_seq {
     struct accel_seq base;
     gpu_kv *kv;
+    gpu_split *split; /* a layer-split chunk in progress (gpu_split.h), else NULL */
 } gpu_seq;
 
 typedef struct gpu_dev {
@@ -42,7 +44,8 @@ static void gpu_dev_describe(accel_dev *d, accel_info *out)
     snprintf(out->name, sizeof out->name, "cuda:%d", ((gpu_dev *)d)->index);
     snprintf(out->desc, sizeof out->desc, "%s", gpu_engine_desc(eng(d)));
     out->kind = ACCEL_KIND_CUDA;
-    out->caps = ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT;
+    out->caps = ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT |
+                ACCEL_CAP_LAYER_SPLIT;
     if (gpu_decode_argmax_on(eng(d))) out->caps |= ACCEL_CAP_DECODE_ARGMAX;
     out->max_batch = GPU_MAX_BATCH;
     /* the decode cost by batch, the H200's measured curve scaled to this model's bytes and this
@@ -115,8 +118,16 @@ static int gpu_dev_seq_new(accel_dev *d, int capacity, accel_seq **out)
 static void gpu_dev_seq_free(accel_dev *d, accel_seq *as)
 {
     gpu_seq *s = (gpu_seq *)as;
+    gpu_split_free(eng(d), s->split);
     gpu_kv_free(eng(d), s->kv);
     free(s);
+}
+
+static void gpu_dev_split_drop(accel_dev *d, accel_seq *as)
+{
+    gpu_seq *s = (gpu_seq *)as;
+    gpu_split_free(eng(d), s->split);
+    s->split = NULL;
 }
 
 static int gpu_dev_seq_fork(accel_dev *d, accel_seq *src, int n_tokens, int capacity,
@@ -233,6 +244,11 @@ static int gpu_dev_prefill(accel_dev *d, const accel_prefill_req *r)
     gpu_sparse_req gr;
     int sparse = gpu_sparse_params(d, r, &gr);
     if (sparse < 0) return sparse;
+    if (r->layers > 0) /* layer-split (the wrapper checked the range and the chunk) */
+        return gpu_prefill_layers(eng(d), s->kv, s->base.len, r->ids, r->n, r->logits,
+                                  r->all_logits, r->kv, export_dtype(d), r->cancel,
+                                  sparse ? &gr : NULL, sparse ? r->sparse_report : NULL,
+                                  r->layer0, r->layer0 + r->layers, &s->split);
     if (sparse)
         return gpu_prefill_sparse(eng(d), s->kv, s->base.len, r->ids, r->n, r->logits,
                                   r->all_logits, r->kv, export_dtype(d), r->cancel, &gr,
@@ -345,6 +361,7 @@ static const struct accel_dev_i gpu_i = {
     .seq_decode_sparse = gpu_dev_seq_decode_sparse,
     .seq_decode_stats = gpu_dev_seq_decode_stats,
     .decode_argmax = gpu_dev_decode_argmax_entry,
+    .split_drop = gpu_dev_split_drop,
 };
 
 const char gpu_plugin_abi[] = GPU_PLUGIN_ABI;

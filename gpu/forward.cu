@@ -7,6 +7,7 @@
  * token, the sequences' cache pointers, inverse frequencies) goes to the device in one copy; then
  * every kernel and GEMM is queued on the compute stream; the host waits once, at the end. */
 #include "gpu/engine.cuh"
+#include "gpu/gpu_split.h"
 #include "gpu/gpu_xattn_fp8.h" /* gpu_tune xattn_fp8 */
 #include "gpu/tls.cuh" /* an offloaded sequence (gpu/tls_off.cu) */
 #include <string.h>
@@ -126,6 +127,7 @@ struct pass {
     int tls;      /* decode: AsyncTLS sparse attention past the dense layers (gpu/tls.cu) */
     int keep;     /* rows of the last layer's output that are read (the logits): T, 1 (the last
                    * row) or 0; the last layer's K/V are written for every row either way */
+    float *x; int l0, l1; /* layer-split (gpu_split.h): residual (NULL: e->x), layers (l1 0: all) */
 };
 
 /* A decode step's pass over n sequences: every row kept, no prefill sequence, export or cancel. */
@@ -149,11 +151,14 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
     cudaStream_t s = e->compute;
     const int T = p.T;
     /* one token without export: the fused kernels of decode_fused.cu (the same bits) */
-    const bool fused = e->fused && T == 1 && !p.xr;
+    const bool fused = e->fused && T == 1 && !p.xr && !p.x;
+    float *const X = p.x ? p.x : e->x;
+    const int l1 = p.l1 ? p.l1 : d.L;
     prof_mark(e, P_START);
     /* the rope table and the embedding rows in one launch (the profile books it as the rope
-     * table): one launch less at the head of every decode step */
-    GPU_TRY(gpu_embed_rope(s, e->embed, md.ids, T, d.H, e->x, md.pos, md.tbl, md.inv, d.hd / 2, e->rope));
+     * table): one launch less at the head of every decode step (split past layer 0: into e->x) */
+    GPU_TRY(gpu_embed_rope(s, e->embed, md.ids, T, d.H, p.l0 ? e->x : X, md.pos, md.tbl, md.inv,
+                           d.hd / 2, e->rope));
     prof_mark(e, P_ROPE_TAB);
     prof_mark(e, P_EMBED);
     if (e->lab_decode && T == 1 && !p.xr && !p.kv) { /* the lab plugin's variant (engine.cuh) */
@@ -162,7 +167,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         return ACCEL_OK;
     }
     const int off_split = gpu_tls_off_split(e);
-    for (int l = 0; l < d.L; l++) {
+    for (int l = p.l0; l < l1; l++) {
         const gpu_layer_w &w = e->layers[l];
         const gpu_seq_dev *const seqs = l >= off_split ? md.seqs2 : md.seqs; /* tls_off.cu */
         if (p.cancel && *p.cancel) return ACCEL_ERR_CANCELLED;
@@ -178,7 +183,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
                                   !p.cluster));
             prof_mark(e, P_QKV);
         } else {
-            GPU_TRY(gpu_rmsnorm(s, e->x, NULL, w.attn_norm, T, d.H, d.eps, e->xb));
+            GPU_TRY(gpu_rmsnorm(s, X, NULL, w.attn_norm, T, d.H, d.eps, e->xb));
             prof_mark(e, P_NORM);
             GPU_TRY(gpu_gemm(e, T, d.qkv, d.H, w.w_qkv, e->xb, e->qkv, 1, 0.f));
             prof_mark(e, P_QKV);
@@ -197,7 +202,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
             continue;
         }
         h16 *const q_r = e->q + (size_t)r0 * d.qd, *const att_r = e->att + (size_t)r0 * d.qd;
-        float *const x_r = e->x + (size_t)r0 * d.H;
+        float *const x_r = X + (size_t)r0 * d.H;
         if (p.kv && nr > SMALL_CHUNK) {
             gpu_seq_dev sq = seq_of(e, p.kv);
             size_t off = (size_t)l * d.n_kv * sq.cap * d.hd;
@@ -301,17 +306,20 @@ static void inv_table(const gpu_engine *e, int seq_len, float *out)
 
 /* ---------------------------------------------------------------- entries */
 
-int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, float *logits,
-                int all_logits, const accel_kv_sink *sink, enum proto_kv_dtype kv_dtype,
-                const volatile int *cancel)
+/* gpu_prefill of layers [l0, l1) on the residual stream xs (NULL: e->x, every layer) */
+static int prefill_dense(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n,
+                         float *logits, int all_logits, const accel_kv_sink *sink,
+                         enum proto_kv_dtype kv_dtype, const volatile int *cancel, int l0, int l1,
+                         float *xs)
 {
     const gpu_dims &d = e->d;
     if (n <= 0 || pos0 < 0 || pos0 > kv->cap - n) return ACCEL_ERR_INVALID;
     if (gpu_kv_offloaded(kv)) return ACCEL_ERR_UNSUPPORTED; /* its KV in host memory */
     if (sink && kv_dtype != PROTO_KV_INT8 && kv_dtype != PROTO_KV_INT4) return ACCEL_ERR_INVALID;
+    if (xs && sink && n > e->t_max) return ACCEL_ERR_UNSUPPORTED; /* gpu_split.h */
     GPU_CHECK(cudaSetDevice(e->index));
-    /* host-tier loads of this sequence are overlapped with the first pass; anyone else's first */
-    if (!e->tune.load_overlap || !gpu_kv_loads_for(e, kv)) GPU_TRY(gpu_kv_loads_settle(e));
+    /* host-tier loads of this sequence are overlapped with the first pass (not split); anyone else's first */
+    if (!e->tune.load_overlap || xs || !gpu_kv_loads_for(e, kv)) GPU_TRY(gpu_kv_loads_settle(e));
     /* the blocks of every new position first: NOMEM here leaves the sequence as it was */
     gpu_kv_stage_reset(e);
     GPU_TRY(gpu_kv_reserve(e, 1, &kv, &pos0, &n));
@@ -347,8 +355,12 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
         p.cluster = 0;
         p.tls = 0;
         p.keep = e->prune_off || (logits && all_logits) ? T : logits && done + T == n ? 1 : 0;
+        p.x = xs ? xs + (size_t)done * d.H : NULL;
+        p.l0 = l0;
+        p.l1 = l1;
         if (sink) {
             gpu_export_init(&xr, e, kv, sink, kv_dtype, T, pos0 + done);
+            xr.next = l0;
             p.xr = &xr;
         }
         GPU_CHECK(cudaEventRecord(e->ev_t0, e->compute));
@@ -357,13 +369,14 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
             cudaError_t ce = cudaEventRecord(e->ev_t1, e->compute);
             if (ce != cudaSuccess) st = gpu_cuda_status(ce, "cudaEventRecord", __FILE__, __LINE__);
         }
-        if (!st && logits) {
+        if (!st && logits && l1 == d.L) {
+            float *const x = xs ? p.x : e->x;
             if (all_logits)
-                st = logits_rows(e, e->x, 0, T, logits + (size_t)done * d.V);
+                st = logits_rows(e, x, 0, T, logits + (size_t)done * d.V);
             else if (done + T == n)
-                st = logits_rows(e, e->x, T - 1, 1, logits);
+                st = logits_rows(e, x, T - 1, 1, logits);
         }
-        if (!st && sink) st = gpu_export_poll(e, &xr, d.L - 1, 1);
+        if (!st && sink) st = gpu_export_poll(e, &xr, l1 - 1, 1);
         if (e->n_loads) { /* the layers run_layers did not reach (cancelled, failed) */
             int sl = gpu_kv_loads_end(e);
             if (!st) st = sl;
@@ -377,6 +390,14 @@ int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, 
         done += T;
     }
     return ACCEL_OK;
+}
+
+int gpu_prefill(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n, float *logits,
+                int all_logits, const accel_kv_sink *sink, enum proto_kv_dtype kv_dtype,
+                const volatile int *cancel)
+{
+    return prefill_dense(e, kv, pos0, ids, n, logits, all_logits, sink, kv_dtype, cancel, 0,
+                         e->d.L, NULL);
 }
 
 /* ---------------------------------------------------------------- sparse prefill
@@ -570,7 +591,7 @@ static int event_status(cudaError_t ce)
  * computes; n: none), as run_layers' keep. */
 static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int pos0, int n,
                          const gpu_sparse_req *sr, gpu_export_run *xr, const volatile int *cancel,
-                         int last_from)
+                         int last_from, int l0, int l1, float *X)
 {
     const gpu_dims &d = e->d;
     cudaStream_t s = e->compute;
@@ -585,7 +606,8 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int pos0
     const bool ws = e->sparse_ws && gpu_attn_ws_usable(&d, w.q, sq.k, sq.v, sq.cap);
     const size_t k_head = (size_t)sq.cap * d.hd; /* between KV heads (in a block) */
     prof_mark(e, P_START);
-    GPU_TRY(gpu_embed_rope(s, e->embed, w.ids, n, d.H, w.x, w.pos, w.tbl, w.inv, half, w.rope));
+    /* X: the residual stream (w.x, or a split chunk's: then w.x past layer 0, unused) */
+    GPU_TRY(gpu_embed_rope(s, e->embed, w.ids, n, d.H, l0 ? w.x : X, w.pos, w.tbl, w.inv, half, w.rope));
     prof_mark(e, P_ROPE_TAB);
     prof_mark(e, P_EMBED);
     const int32_t *rp = NULL, *col = NULL;
@@ -595,14 +617,14 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int pos0
         col = gpu_xattn_ws_col(w.xw);
         prof_mark(e, P_INDEX);
     }
-    for (int l = 0; l < d.L; l++) {
+    for (int l = l0; l < l1; l++) {
         const gpu_layer_w &lw = e->layers[l];
         if (cancel && *cancel) return ACCEL_ERR_CANCELLED;
         const size_t off = (size_t)l * d.n_kv * sq.cap * d.hd;
         const h16 *kl = sq.k + off, *vl = sq.v + off;
         for (int c0 = 0; c0 < n; c0 += C) {
             const int T = n - c0 < C ? n - c0 : C;
-            GPU_TRY(gpu_rmsnorm(s, w.x + (size_t)c0 * d.H, NULL, lw.attn_norm, T, d.H, d.eps, e->xb));
+            GPU_TRY(gpu_rmsnorm(s, X + (size_t)c0 * d.H, NULL, lw.attn_norm, T, d.H, d.eps, e->xb));
             prof_mark(e, P_NORM);
             GPU_TRY(gpu_gemm(e, T, d.qkv, d.H, lw.w_qkv, e->xb, e->qkv, 1, 0.f));
             prof_mark(e, P_QKV);
@@ -635,7 +657,7 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int pos0
         const gpu_block_list bl = {rp, col, nb};
         for (int c0 = l == d.L - 1 ? last_from : 0; c0 < n; c0 += C) {
             const int T = n - c0 < C ? n - c0 : C;
-            float *xc = w.x + (size_t)c0 * d.H;
+            float *xc = X + (size_t)c0 * d.H;
             const h16 *qc = w.q + (size_t)c0 * d.qd;
             int st = ACCEL_ERR_UNSUPPORTED;
             const gpu_attn_split sp = gpu_engine_split(e);
@@ -663,10 +685,12 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int pos0
     return ACCEL_OK;
 }
 
-int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n,
-                       float *logits, int all_logits, const accel_kv_sink *sink,
-                       enum proto_kv_dtype kv_dtype, const volatile int *cancel,
-                       const gpu_sparse_req *sr, accel_sparse_report *rep)
+/* gpu_prefill_sparse of layers [l0, l1) on the residual stream xs (NULL: the workspace's) */
+static int prefill_sparse(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n,
+                          float *logits, int all_logits, const accel_kv_sink *sink,
+                          enum proto_kv_dtype kv_dtype, const volatile int *cancel,
+                          const gpu_sparse_req *sr, accel_sparse_report *rep, int l0, int l1,
+                          float *xs)
 {
     const gpu_dims &d = e->d;
     if (!sr || n < 1 || pos0 < 0 || pos0 % GPU_FLEX_BS || pos0 > kv->cap - n)
@@ -701,18 +725,20 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, 
     if (sink) {
         gpu_export_init(&xr, e, kv, sink, kv_dtype, n, pos0);
         xr.host_ring = 2;
+        xr.next = l0;
         for (int i = 0; i < GPU_EXPORT_RING; i++) xr.dslot[i] = w.exp[i];
     }
     if (!st) st = event_status(cudaEventRecord(e->ev_t0, e->compute));
     const int last_from = e->prune_off || (logits && all_logits) ? 0
                           : logits ? (n - 1) / GPU_FLEX_BS * GPU_FLEX_BS : n;
-    if (!st) st = sparse_layers(e, w, kv, pos0, n, sr, sink ? &xr : NULL, cancel, last_from);
+    float *const X = xs ? xs : w.x;
+    if (!st) st = sparse_layers(e, w, kv, pos0, n, sr, sink ? &xr : NULL, cancel, last_from, l0, l1, X);
     if (!st) st = event_status(cudaEventRecord(e->ev_t1, e->compute));
-    if (!st && logits) {
-        if (all_logits) st = logits_rows(e, w.x, 0, n, logits);
-        else st = logits_rows(e, w.x, n - 1, 1, logits);
+    if (!st && logits && l1 == d.L) {
+        if (all_logits) st = logits_rows(e, X, 0, n, logits);
+        else st = logits_rows(e, X, n - 1, 1, logits);
     }
-    if (!st && sink) st = gpu_export_poll(e, &xr, d.L - 1, 1);
+    if (!st && sink) st = gpu_export_poll(e, &xr, l1 - 1, 1);
     st = gpu_finish(e, st);
     if (!st) prof_collect(e, 0);
     sparse_ws_free(e, &w);
@@ -723,14 +749,77 @@ int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, 
     e->stats.compute_ms += ms;
     if (rep) {
         memset(rep, 0, sizeof *rep);
-        rep->layers_sparse = d.L;
-        for (int l = 0; l < d.L; l++) rep->blocks_computed += e->nnz_h[l];
+        rep->layers_sparse = l1 - l0;
+        for (int l = l0; l < l1; l++) rep->blocks_computed += e->nnz_h[l];
         /* causal blocks of the chunk's query blocks q0 .. nb - 1 */
         const int64_t nb = (N + GPU_FLEX_BS - 1) / GPU_FLEX_BS, q0 = pos0 / GPU_FLEX_BS;
-        rep->blocks_causal = (int64_t)d.L * d.n_heads * (nb * (nb + 1) / 2 - q0 * (q0 + 1) / 2);
+        rep->blocks_causal = (int64_t)(l1 - l0) * d.n_heads * (nb * (nb + 1) / 2 - q0 * (q0 + 1) / 2);
         rep->density = (double)rep->blocks_computed / (double)rep->blocks_causal;
     }
     return ACCEL_OK;
+}
+
+int gpu_prefill_sparse(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n,
+                       float *logits, int all_logits, const accel_kv_sink *sink,
+                       enum proto_kv_dtype kv_dtype, const volatile int *cancel,
+                       const gpu_sparse_req *sr, accel_sparse_report *rep)
+{
+    return prefill_sparse(e, kv, pos0, ids, n, logits, all_logits, sink, kv_dtype, cancel, sr, rep,
+                          0, e->d.L, NULL);
+}
+
+/* ---------------------------------------------------------------- layer-split (gpu_split.h) */
+
+struct gpu_split {
+    float *x;      /* (n, H) on the device */
+    gpu_lend lend; /* x lent from the KV pool (lend.ptr), else cudaMalloc'ed */
+    int n;
+};
+
+void gpu_split_free(gpu_engine *e, gpu_split *sp)
+{
+    if (!sp) return;
+    if (sp->lend.ptr) gpu_pool_unlend(e, &sp->lend);
+    else if (sp->x && cudaSetDevice(e->index) == cudaSuccess) cudaFree(sp->x);
+    free(sp);
+}
+
+int gpu_prefill_layers(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n,
+                       float *logits, int all_logits, const accel_kv_sink *sink,
+                       enum proto_kv_dtype kv_dtype, const volatile int *cancel,
+                       const gpu_sparse_req *sr, accel_sparse_report *rep, int l0, int l1,
+                       gpu_split **sp)
+{
+    gpu_split *c = *sp;
+    if (n < 1 || l0 < 0 || l1 <= l0 || l1 > e->d.L) return ACCEL_ERR_INVALID;
+    if (l0 == 0) { /* the residual stream from the KV pool, as the sparse workspace */
+        gpu_split_free(e, c);
+        *sp = c = (gpu_split *)calloc(1, sizeof *c);
+        if (!c) return ACCEL_ERR_NOMEM;
+        c->n = n;
+        GPU_CHECK(cudaSetDevice(e->index));
+        const size_t bytes = (size_t)n * e->d.H * sizeof(float);
+        int st = gpu_pool_lend(e, bytes, &c->lend); /* UNSUPPORTED: no VMM, cudaMalloc */
+        if (st == ACCEL_OK) c->x = (float *)c->lend.ptr;
+        else if (st == ACCEL_ERR_UNSUPPORTED && cudaMalloc((void **)&c->x, bytes) != cudaSuccess)
+            c->x = NULL, cudaGetLastError();
+        if (!c->x) { /* NOMEM: admitted like KV (the caller gives room and calls again) */
+            gpu_split_free(e, c);
+            *sp = NULL;
+            return st == ACCEL_ERR_UNSUPPORTED ? ACCEL_ERR_NOMEM : st;
+        }
+    } else if (!c || c->n != n) {
+        return ACCEL_ERR_INVALID;
+    }
+    int st = sr ? prefill_sparse(e, kv, pos0, ids, n, logits, all_logits, sink, kv_dtype, cancel,
+                                 sr, rep, l0, l1, c->x)
+                : prefill_dense(e, kv, pos0, ids, n, logits, all_logits, sink, kv_dtype, cancel,
+                                l0, l1, c->x);
+    if (st || l1 == e->d.L) {
+        gpu_split_free(e, c);
+        *sp = NULL;
+    }
+    return st;
 }
 
 /* The decode step for n sequences as a CUDA graph (captured at the first step with n sequences;

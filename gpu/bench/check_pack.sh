@@ -11,7 +11,7 @@ B=${CHECK_BUILD_DIR:-build/p}
 J=${JOBS:-2}
 make -j$J PORTABLE=1 BUILD=$B $B/libtandem.a $B/tandem $B/mkmodel $B/libxrt_emu.so $B/libtandem_cuda.so \
     $B/libtandem_cuda_f16.so $B/libtandem_cuda_test.so $B/libtandem_cuda_f16_test.so $B/obj/gpu/tuning.o \
-    $B/obj/gpu/curve.o $B/obj/tests/util.o $B/obj/tests/ref_forward.o \
+    $B/obj/gpu/curve.o $B/obj/tests/util.o $B/obj/tests/ref_forward.o $B/obj/tests/layer_split.o \
     $(for f in tests/gpu/*.c; do echo $B/obj/${f%.c}.o; done) >/dev/null
 CFLAGS="-O3 -g -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -Wno-unused-parameter -I."
 LIBS="$(pkg-config --libs jansson libcrypto libpcre2-8) -lm -ldl -pthread"
@@ -20,7 +20,7 @@ rm -rf $P
 mkdir -p $P/build/rt $B/gpulist
 grep -ho '^TEST(gpu_[a-z0-9_]*)' tests/gpu/*.c | sed 's/^TEST(\(.*\))/X(\1)/' >$B/gpulist/test_list.h
 cc $CFLAGS -I$B/gpulist -c tests/main.c -o $B/gpulist/main.o
-cc -rdynamic -o $P/build/tandem-tests $B/gpulist/main.o $B/obj/tests/util.o $B/obj/tests/ref_forward.o \
+cc -rdynamic -o $P/build/tandem-tests $B/gpulist/main.o $B/obj/tests/util.o $B/obj/tests/ref_forward.o $B/obj/tests/layer_split.o \
     $(for f in tests/gpu/*.c; do echo $B/obj/${f%.c}.o; done) $B/libtandem.a $B/obj/gpu/tuning.o \
     $B/obj/gpu/curve.o $LIBS $(pkg-config --libs icu-uc 2>/dev/null) -luv -lsystemd -lucp -luct -lucs -lucm
 cp $B/tandem $B/mkmodel $B/libxrt_emu.so $B/libtandem_cuda.so $B/libtandem_cuda_f16.so \

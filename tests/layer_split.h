@@ -1,5 +1,5 @@
-/* Layer-split prefill against whole calls, on any device (tests/cpu/test_layer_split.c, used by
- * tests/gpu/test_layer_split_gpu.c too). */
+/* Layer-split prefill against whole calls, on any device (tests/cpu/test_layer_split.c,
+ * tests/gpu/test_layer_split_gpu.c). */
 #ifndef TANDEM_TESTS_LAYER_SPLIT_H
 #define TANDEM_TESTS_LAYER_SPLIT_H
 #include "scheduler/accel.h"
