@@ -242,6 +242,7 @@ int accel_kv_block_load(accel_dev *d, accel_seq *s, const void *src)
     if (!s || !src || s->holder || s->import_layers_done || s->len % d->kv_block_tokens ||
         d->kv_block_tokens > s->capacity - s->len)
         return ACCEL_ERR_INVALID;
+    split_drop(d, s); /* the block lands where a pending chunk's partial KV lies */
     int st = track(d, d->i->kv_block_load(d, s, src));
     if (st == ACCEL_OK) s->len += d->kv_block_tokens;
     return st;

@@ -232,8 +232,8 @@ typedef struct accel_prefill_req {
      *   - a failed call (cancel included) abandons the chunk: its state is freed and the next
      *     call must start again from layer0 0 (the KV written so far lies past the length, as a
      *     failed whole call's does). A whole call, a call from layer0 0, a decode step, an
-     *     import, accel_seq_truncate or accel_seq_free of the sequence abandon a pending chunk
-     *     the same way. */
+     *     import, accel_kv_block_load, accel_seq_truncate or accel_seq_free of the sequence
+     *     abandon a pending chunk the same way. */
     int layer0;
     int layers;
 } accel_prefill_req;
