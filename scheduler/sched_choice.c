@@ -54,6 +54,8 @@ void sched_choice_deinit(sched_choice *c, accel_dev *dev, unsigned which, int al
     accel_seq **seqs[] = {&c->seq, &c->pseq, &c->dseq};
     for (int i = 0; i < 3; i++) {
         if (!(which >> i & 1u)) continue;
+        /* a layer-split chunk of the sequence a prefill runs in goes with it */
+        if (i < 2 && *seqs[i] && dev) c->pf_split_k = c->pf_layer = 0;
         if (*seqs[i] && dev) accel_seq_free(dev, *seqs[i]);
         if (dev) *seqs[i] = NULL;
     }
