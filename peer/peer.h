@@ -75,7 +75,7 @@ typedef struct peer_server_cfg {
     const char *name;          /* this node's name (peer_name_valid) */
     const char *key;           /* the shared key (peer/auth.h bounds) */
     const model *m;
-    accel_dev *const *devs;    /* offered devices: driven by the server's thread from now on */
+    accel_dev *const *devs;    /* offered devices: driven by the server's threads from now on */
     int n_devs;
     int rx_threads;            /* config peer_rx_threads: see peer_rx_threads (0: auto) */
 } peer_server_cfg;
