@@ -770,6 +770,53 @@ TEST(peer_kv_rx_slots_out_of_order)
     peer_kv_rx_free(rx);
 }
 
+/* peer_kv_rx_reserve: a slot reserved keeps its place in the apply order — a chunk pushed after
+ * it waits, unapplied, until another thread (the receiving thread that took the chunk's CRC
+ * with it, peer/server.c) pushes the reserved one — and both are applied in that order. */
+typedef struct rx_late {
+    peer_kv_rx *rx;
+    int slot;
+    peer_kv k;
+} rx_late;
+
+static void *rx_push_late(void *arg)
+{
+    rx_late *a = arg;
+    usleep(30000);
+    peer_kv_rx_push(a->rx, a->slot, (void *)(intptr_t)7, &a->k);
+    return NULL;
+}
+
+TEST(peer_kv_rx_reserved_keeps_its_place)
+{
+    rx_log l = {0};
+    peer_kv_rx *rx;
+    REQUIRE(peer_kv_rx_new(rx_apply, &l, NULL, NULL, &rx) == PEER_OK);
+    uint8_t *ba, *bb;
+    int sa = peer_kv_rx_take(rx, 1000, 0, &ba), sb = peer_kv_rx_take(rx, 1000, 0, &bb);
+    REQUIRE(sa >= 0 && sb >= 0);
+    memset(ba, 1, 1000);
+    memset(bb, 2, 1000);
+    peer_kv_rx_reserve(rx, sa);
+    peer_kv kb = {0, 2, 0, 0, bb, 1000, 0, 0};
+    peer_kv_rx_push(rx, sb, (void *)(intptr_t)8, &kb);
+    rx_late a = {rx, sa, {0, 1, 0, 0, ba, 1000, 0, 0}};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, rx_push_late, &a) == 0);
+    usleep(15000);
+    void *o;
+    int st;
+    CHECK_EQ(peer_kv_rx_pending(rx), 2);
+    CHECK(!peer_kv_rx_done(rx, &o, &st)); /* the later push waits behind the reservation */
+    peer_kv_rx_sync(rx);                  /* returns once the reserved one came and both applied */
+    pthread_join(th, NULL);
+    REQUIRE(l.n == 2);
+    CHECK(l.order[0] == 1 && l.order[1] == 2);
+    CHECK(peer_kv_rx_done(rx, &o, &st) && st == 7);
+    CHECK(peer_kv_rx_done(rx, &o, &st) && st == 8);
+    peer_kv_rx_free(rx);
+}
+
 /* peer_bulk_alloc: at least what was asked; from 1 MiB up whole 2 MiB pages, aligned to them
  * (what a huge page needs); below, a plain allocation of exactly n. Every byte writable. */
 TEST(peer_bulk_alloc_sizes)
