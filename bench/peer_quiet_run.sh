@@ -19,7 +19,9 @@
 # TLS: sm,tcp (shared memory: sysv for small messages, cma for large ones) and tcp.
 # ARGS (optional): the rounds' peer_bench columns instead of the above (after "before", if
 # packed), '|'-separated argument sets ("" is the default build: "|--crc 0|--announce 0"); each
-# run's whole output (the stage clocks) goes to stages-TLS-SIZE.txt.
+# run's whole output (the stage clocks) goes to stages-TLS-SIZE.txt. Words UCX_K=V in a set
+# are put in that peer_bench's environment (env); PERFTEST_ENVS (bench/peer_link_rounds.sh) adds
+# perftest columns with such settings.
 set -u
 PACK=${1:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
 O=${2:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
@@ -66,12 +68,17 @@ if [ -n "${ARGS+x}" ]; then
     bins=
     [ -x "$P/bin/peer_bench.before" ] && bins="$P/bin/peer_bench.before"
     IFS='|' read -r -a av <<<"$ARGS"
-    for a in "${av[@]}"; do bins="$bins|$P/bin/peer_bench $a"; done
+    for a in "${av[@]}"; do # UCX_K=V words: peer_bench run with them in its environment
+        e=
+        r=
+        for w in $a; do case $w in UCX_*=*) e="$e $w" ;; *) r="$r $w" ;; esac; done
+        if [ -n "$e" ]; then bins="$bins|env$e $P/bin/peer_bench$r"; else bins="$bins|$P/bin/peer_bench $a"; fi
+    done
     bins=${bins#|}
 fi
 round() { # TLS SIZE REPS: one interleaved round, appended to its file
     f="$O/rounds-$(echo "$1" | tr , _)-$2"
-    [ -f "$f" ] || echo "# load | ${bins//$P\/bin\//} (MiB/s) | ucx_perftest tag_bw (MB/s); UCX_TLS=$1, $2-byte chunks, $3 a pass" >"$f"
+    [ -f "$f" ] || echo "# load | ${bins//$P\/bin\//} (MiB/s) | ucx_perftest tag_bw (MB/s)${PERFTEST_ENVS:+ | with ${PERFTEST_ENVS//|/ | }}; UCX_TLS=$1, $2-byte chunks, $3 a pass" >"$f"
     IFS='|' read -r -a arr <<<"$bins"
     LOG="$O/stages-$(echo "$1" | tr , _)-$2.txt" REPS=$3 PERFTEST=ucx_perftest TIMEOUT=${TIMEOUT:-20} \
         sh "$HERE/peer_link_rounds.sh" 1 "$1" "$2" "${arr[@]}" | tail -n 1 >>"$f"

@@ -34,8 +34,6 @@ struct peer_conn {
     size_t laddr_len;
     char transport[80];   /* what UCX chose for aep's lanes, or "tcp stream" */
     _Atomic int adead;    /* aep reported an error */
-    ucs_status_t trx_status; /* the tagged receive in flight (one per connection) */
-    size_t trx_length;
     _Atomic int dead;
     proto_buf rx;
     size_t frame; /* bytes of the frame handed out by the last receive (consumed at the next) */
@@ -697,26 +695,15 @@ int peer_conn_sends_room(peer_conn *c, void **const *reqs, int n, int window, do
     }
 }
 
-static void tag_recv_done(void *req, ucs_status_t status, const ucp_tag_recv_info_t *info, void *user)
-{
-    (void)req;
-    peer_conn *c = user;
-    c->trx_status = status;
-    if (info) c->trx_length = info->length;
-}
-
 int peer_conn_tag_recv_start(peer_conn *c, uint64_t tag, void *buf, size_t n, void **req)
 {
     *req = NULL;
     if (atomic_load(&c->dead)) return PEER_ERR_IO;
-    c->trx_status = UCS_INPROGRESS;
-    c->trx_length = 0;
     ucp_request_param_t rp = {0};
-    /* always through the callback: UCX 1.13 leaves recv_info unfilled when a message already
-     * waiting completes the receive at once */
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    rp.cb.recv = tag_recv_done;
-    rp.user_data = c;
+    /* always a request, its status and length read from it (ucp_tag_recv_request_test): UCX
+     * 1.13 leaves recv_info unfilled when a message already waiting completes the receive at
+     * once; several receives of one connection may be in flight */
+    rp.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     /* the whole tag must match: another connection's messages, or stale ones, never land here */
     ucs_status_ptr_t r = ucp_tag_recv_nbx(c->worker, buf, n, tag, UINT64_MAX, &rp);
     if (UCS_PTR_IS_ERR(r) || r == NULL) {
@@ -729,11 +716,12 @@ int peer_conn_tag_recv_start(peer_conn *c, uint64_t tag, void *buf, size_t n, vo
 
 int peer_conn_tag_recv_test(peer_conn *c, void *req, size_t n)
 {
-    ucs_status_t st = ucp_request_check_status(req);
+    ucp_tag_recv_info_t info = {0};
+    ucs_status_t st = ucp_tag_recv_request_test(req, &info);
     if (st == UCS_INPROGRESS) return atomic_load(&c->dead) ? PEER_ERR_IO : 0;
     mark_active(c->active);
     ucp_request_free(req);
-    if (st != UCS_OK || c->trx_status != UCS_OK || c->trx_length != n) { /* more or less than announced */
+    if (st != UCS_OK || info.length != n) { /* more or less than announced */
         atomic_store(&c->dead, 1);
         return PEER_ERR_PROTO;
     }

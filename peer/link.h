@@ -109,7 +109,8 @@ int peer_conn_sends_room(peer_conn *c, void **const *reqs, int n, int window, do
 /* Receives the one message tagged exactly `tag` into buf, which must be exactly n bytes long
  * (a longer or shorter one: PEER_ERR_PROTO and c is dead). Waits at most timeout_s. */
 int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double timeout_s);
-/* The same without waiting, one at a time per connection: _start posts the receive (*req, which
+/* The same without waiting, several per connection if need be (each request carries its own
+ * status and length): _start posts the receive (*req, which
  * buf must outlive), _test looks at it (the caller progresses the worker: a listener's
  * progress): 1 when the message of exactly n bytes is in buf (req let go), 0 while in flight,
  * PEER_ERR_PROTO (more or fewer bytes) or PEER_ERR_IO (c failed; req is then still UCX's: cancel

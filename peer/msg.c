@@ -327,7 +327,7 @@ int peer_kv_tag_read(const uint8_t *p, size_t n, peer_kv *k, uint32_t *length, u
     k->crc = 0;
     *length = peer_rd32(p + PEER_KV_FIXED);
     *serial = peer_rd32(p + PEER_KV_FIXED + 4);
-    if (k->flags & ~PEER_KV_RUN_START) return PEER_ERR_PROTO;
+    if (k->flags & ~(PEER_KV_RUN_START | PEER_KV_TAG_AHEAD)) return PEER_ERR_PROTO;
     if (*length < 1 || *length > PEER_MAX_PAYLOAD || *serial < 1) return PEER_ERR_PROTO;
     return PEER_OK;
 }

@@ -195,6 +195,13 @@ int peer_words_read(const uint8_t *p, size_t n, int n_words, peer_words *out);
 /* KV: a chunk of one sequence in the KV wire format (proto/KV_FORMAT.md); a chunk that starts a
  * run of positions (flags & PEER_KV_RUN_START) is preceded by the stream header of that run. */
 #define PEER_KV_RUN_START 1u
+/* KV_TAG only: the chunk goes over sender-driven lanes (tcp, peer_conn_sender_driven), where the
+ * node posts its receive while the connection's chunks before it are still coming (the
+ * rendezvous answered at once: its bytes follow theirs on the socket). Without it the node
+ * receives one chunk of the connection at a time: over shared memory a second receive posted
+ * beside the first lost ~40 % at 1 MiB on the quiet node (its copy runs beside the first's on
+ * the same thread). BENCHMARKS.md, "Peers over UCX". */
+#define PEER_KV_TAG_AHEAD 2u
 #define PEER_KV_FIXED 16
 typedef struct peer_kv {
     uint32_t dev, seq, producer_crc, flags;
@@ -233,10 +240,10 @@ int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t
  * their sends in flight; a new one waits for the oldest when that many are. Their buffers are
  * the window's own: the bound adds no memory. Two hide the rendezvous round trip that one at a
  * time paid a chunk: the next chunk's request is at the node while this one's bytes move, and
- * the node receives one chunk of a connection at a time (peer/server.c), so a third would only
- * wait there — and let more bytes wait for the sender's next call when the prefill is the slower
- * side. Interleaved rounds on the 2-core development VM (BENCHMARKS.md): 2 x1.05 and 4 x0.93 of
- * one at a time, medians inside the noise; the quiet node decides. */
+ * the node posts the receive of the next one (PEER_KV_TAG_AHEAD) while this one's bytes come,
+ * two at once (peer/server.c RX_AHEAD). On the quiet node (BENCHMARKS.md) 4 sends with 4
+ * receives lost against 2 and 2 (51 % against 74 % of ucx_perftest at 1 MiB): the rendezvous
+ * puts then share the socket and every chunk completes later. */
 #define PEER_KV_TCP_SENDS 2
 /* 1 when a chunk of `bytes` may go while n chunks of in_flight bytes are unanswered. */
 static inline int peer_kv_window_room(int n, size_t in_flight, size_t bytes)
@@ -247,7 +254,7 @@ static inline int peer_kv_window_room(int n, size_t in_flight, size_t bytes)
 /* KV_TAG: the KV fixed part, then length u32 (1..PEER_MAX_PAYLOAD) and serial u32 (>= 1). */
 #define PEER_KV_TAG_BYTES 24
 void peer_kv_tag_write(uint8_t out[PEER_KV_TAG_BYTES], const peer_kv *k, uint32_t length, uint32_t serial);
-/* PEER_ERR_PROTO unless n == PEER_KV_TAG_BYTES, flags known, length and serial in range;
+/* PEER_ERR_PROTO unless n == PEER_KV_TAG_BYTES, flags known (RUN_START, TAG_AHEAD), length and serial in range;
  * k->bytes is NULL (they come as the tagged message). */
 int peer_kv_tag_read(const uint8_t *p, size_t n, peer_kv *k, uint32_t *length, uint32_t *serial);
 

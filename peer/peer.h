@@ -91,6 +91,9 @@ typedef struct peer_server_cfg {
 int peer_rx_threads(int n);
 /* Chunks whose CRC a receiving thread took with it when it handed the loop on (tests). */
 long peer_server_handoffs(const peer_server *s);
+/* The most tagged chunks of one connection the node was receiving at once so far: the next
+ * announced chunk's receive is posted while one is coming, up to 2 (tests). */
+int peer_server_rx_ahead_max(const peer_server *s);
 /* Starts listening and the server's thread. PEER_OK, or a status with a message in err. The
  * devices stay the caller's to free, after peer_server_stop. */
 int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, size_t errlen);

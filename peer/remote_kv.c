@@ -279,8 +279,10 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
         /* announced on the stream, the bytes as a tagged message left in flight */
         uint8_t ctl[PEER_KV_TAG_BYTES];
         uint32_t serial = ++d->tag_serial;
-        peer_kv_tag_write(ctl, &k, (uint32_t)(o - PEER_KV_FIXED), serial);
         int driven = peer_conn_sender_driven(d->c), pending = 0;
+        peer_kv ka = k; /* over tcp lanes the node may post its receive early (PEER_KV_TAG_AHEAD) */
+        if (driven) ka.flags |= PEER_KV_TAG_AHEAD;
+        peer_kv_tag_write(ctl, &ka, (uint32_t)(o - PEER_KV_FIXED), serial);
         /* over tcp lanes the bytes move only while this thread progresses: room for this send
          * in the window of sends (the oldest waited for while it is full) */
         st = PEER_OK;

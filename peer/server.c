@@ -10,9 +10,12 @@
  *
  * KV chunks that come as tagged messages are received by this thread (the receive posted and
  * looked at on each pass: a sender that stalls or dies with a chunk announced holds up no other
- * peer's heartbeat, call or KV), one chunk at a time per connection and several connections'
- * at once, as long as a kv_rx slot is free (PEER_KV_RX_SLOTS; an announcement that finds none
- * waits its turn), and checked and imported by a second one (peer/kv_rx.h) in the order they
+ * peer's heartbeat, call or KV), up to RX_AHEAD chunks of a connection at a time (the next
+ * announced chunk's receive is posted while this one's bytes come: over TCP a posted receive
+ * answers the sender's rendezvous request at once, so the next chunk's bytes follow this one's
+ * on the socket instead of waiting for this thread to see it done and post the next) and
+ * several connections' at once, as long as a kv_rx slot is free (PEER_KV_RX_SLOTS; an
+ * announcement that finds none waits its turn), and checked and imported by a second one (peer/kv_rx.h) in the order they
  * came in, so that the next chunks' copies overlap this one's check and import; this thread takes
  * their results and sends the REPLYs. With two receiving threads ("the receiving threads" below)
  * the one that received a chunk computes its payload's CRC-32C while the other goes on (rx_crc),
@@ -40,6 +43,12 @@
  * timeout (PEER_CALL_TIMEOUT_S), after which its connection is closed. Its receive is left
  * pending meanwhile (sconn.rx): only that connection waits for it, every other is served. */
 #define TAG_TIMEOUT_S PEER_CALL_TIMEOUT_S
+/* A connection's tagged chunks received at once over tcp lanes (announced with
+ * PEER_KV_TAG_AHEAD; others one at a time): the one coming and the next announced one posted
+ * behind it. Two, as the sender keeps two sends in flight over tcp lanes (PEER_KV_TCP_SENDS);
+ * on the quiet node more (4 receives and 4 sends) lost: the sender's rendezvous puts then share
+ * the socket and each chunk completes later (BENCHMARKS.md). */
+#define RX_AHEAD 2
 /* A REPLY frame: header and two words. */
 #define KV_REPLY_BYTES (PEER_HEADER_BYTES + 8)
 
@@ -95,15 +104,19 @@ typedef struct sconn {
     /* KV chunks' REPLYs not sent yet (kv_reply): at most half a window of them */
     uint8_t held[PEER_KV_WINDOW / 2 * KV_REPLY_BYTES];
     int n_held;
-    /* its tagged chunk being received (into kv_rx slot rx.slot), while this thread goes on
-     * serving every connection; its own next frames wait for it */
-    struct {
-        int on;
+    /* its tagged chunks being received (each into kv_rx slot .slot), oldest at rx_head, while
+     * this thread goes on serving every connection; its frames after them are read while fewer
+     * than RX_AHEAD are, and a frame other than an announcement waits (deferred) for all of them */
+    struct sconn_rx {
         int slot;
         void *req; /* NULL once UCX let it go */
         peer_kv k;
         double deadline;
-    } rx;
+    } rx[RX_AHEAD];
+    int rx_head, rx_n;
+    int deferred; /* a frame read while chunks were coming: handled once they are in */
+    peer_header dh;
+    const uint8_t *dp; /* in the connection's buffer until its next peer_conn_poll */
     /* a chunk announced while no kv_rx slot was free: started when one is, oldest first (its
      * next frames wait for it) */
     unsigned long tag_wait; /* 0: none; else its turn (peer_server.wait_seq) */
@@ -145,6 +158,7 @@ struct peer_server {
     } handoff[PEER_KV_RX_SLOTS];
     int n_handoff;
     _Atomic long handed; /* peer_server_handoffs */
+    _Atomic int rx_ahead_max; /* peer_server_rx_ahead_max */
 };
 
 /* ---------------------------------------------------------------- sequences */
@@ -162,11 +176,11 @@ static void kv_sync(peer_server *s);
 static void sconn_close(peer_server *s, sconn *sc, const char *why)
 {
     if (sc->tag_wait) s->n_waiting--;
-    if (sc->rx.on) { /* its chunk's receive taken back before the buffer is reused */
-        peer_conn_req_cancel(sc->c, sc->rx.req);
-        peer_kv_rx_put_back(s->rx, sc->rx.slot);
-        sc->rx.on = 0;
-        sc->rx.req = NULL;
+    for (; sc->rx_n; sc->rx_n--) { /* its chunks' receives taken back before the buffers are reused */
+        int i = (sc->rx_head + sc->rx_n - 1) % RX_AHEAD;
+        peer_conn_req_cancel(sc->c, sc->rx[i].req);
+        peer_kv_rx_put_back(s->rx, sc->rx[i].slot);
+        sc->rx[i].req = NULL;
     }
     kv_sync(s); /* no chunk of sc's is applied any more, no result of it waits */
     int live = 0;
@@ -441,27 +455,35 @@ static void rx_crc(peer_kv *k)
     k->crc_off = off;
 }
 
-/* sc's tagged chunk being received: 1 received and handed to the kv_rx thread, 0 still
- * coming, or a status that closes its connection (the receive is then still sc's: sconn_close
- * takes it back and frees its slot). */
+/* sc's oldest tagged chunk being received: 1 received and handed to the kv_rx thread, 0 still
+ * coming, or a status that closes its connection (the receives are then still sc's:
+ * sconn_close takes them back and frees their slots). The chunks behind it wait for it: they
+ * are handed on in the order they were announced. */
 static int rx_finish(peer_server *s, sconn *sc)
 {
-    int st = peer_conn_tag_recv_test(sc->c, sc->rx.req, sc->rx.k.n_bytes);
+    struct sconn_rx *x = &sc->rx[sc->rx_head];
+    int st = peer_conn_tag_recv_test(sc->c, x->req, x->k.n_bytes);
     if (st == 1) {
         if (s->n_th > 1 && s->n_handoff < PEER_KV_RX_SLOTS) { /* its CRC after the token goes on */
-            peer_kv_rx_reserve(s->rx, sc->rx.slot);
-            s->handoff[s->n_handoff++] = (struct handoff){sc->rx.slot, sc, sc->rx.k};
+            peer_kv_rx_reserve(s->rx, x->slot);
+            s->handoff[s->n_handoff++] = (struct handoff){x->slot, sc, x->k};
             atomic_fetch_add_explicit(&s->handed, 1, memory_order_relaxed);
         } else { /* one thread: the CRC on the kv_rx thread (the reader's), beside the next copy */
-            peer_kv_rx_push(s->rx, sc->rx.slot, sc, &sc->rx.k);
+            peer_kv_rx_push(s->rx, x->slot, sc, &x->k);
         }
-        sc->rx.on = 0;
-        sc->rx.req = NULL;
+        x->req = NULL;
+        sc->rx_head = (sc->rx_head + 1) % RX_AHEAD;
+        sc->rx_n--;
         return 1;
     }
-    if (st == PEER_ERR_PROTO) sc->rx.req = NULL; /* completed, wrongly: UCX let it go */
+    if (st == PEER_ERR_PROTO) { /* completed, wrongly: UCX let it go (its slot is free again) */
+        peer_kv_rx_put_back(s->rx, x->slot);
+        x->req = NULL;
+        sc->rx_head = (sc->rx_head + 1) % RX_AHEAD;
+        sc->rx_n--;
+    }
     if (st < 0) return st;
-    return peer_now() > sc->rx.deadline ? PEER_ERR_TIMEOUT : 0;
+    return peer_now() > x->deadline ? PEER_ERR_TIMEOUT : 0;
 }
 
 /* Starts receiving sc's announced chunk (k, `length` bytes of serial sc->tag_serial) into a free
@@ -481,12 +503,14 @@ static int rx_start(peer_server *s, sconn *sc, peer_kv k, uint32_t length)
     }
     k.bytes = buf;
     k.n_bytes = length;
-    sc->rx.on = 1;
-    sc->rx.slot = slot;
-    sc->rx.req = req;
-    sc->rx.k = k;
-    sc->rx.deadline = peer_now() + TAG_TIMEOUT_S;
-    int r = rx_finish(s, sc);
+    struct sconn_rx *x = &sc->rx[(sc->rx_head + sc->rx_n) % RX_AHEAD];
+    x->slot = slot;
+    x->req = req;
+    x->k = k;
+    x->deadline = peer_now() + TAG_TIMEOUT_S;
+    int first = !sc->rx_n++, r = first ? rx_finish(s, sc) : 0; /* a later one waits for the oldest */
+    if (sc->rx_n > atomic_load_explicit(&s->rx_ahead_max, memory_order_relaxed))
+        atomic_store_explicit(&s->rx_ahead_max, sc->rx_n, memory_order_relaxed);
     return r < 0 ? r : PEER_OK;
 }
 
@@ -773,13 +797,31 @@ static void server_pass(peer_server *s)
             const uint8_t *p;
             uint32_t max = sc->state == S_READY ? PEER_MAX_PAYLOAD : PEER_MAX_PREAUTH;
             got = 0;
-            if (sc->rx.on) { /* its chunk first; its next frames wait for it */
+            while (!st && sc->rx_n && s->n_handoff < PEER_KV_RX_SLOTS) { /* its chunks first, in order */
                 int r = rx_finish(s, sc);
                 if (r < 0) st = r;
+                if (r != 1) break;
             }
-            /* a bounded number of frames per pass, so that one busy peer cannot starve the rest */
-            /* (with a chunk handed off the pass ends: the next thread takes the frames after it) */
-            for (int k = 0; !st && !sc->rx.on && !sc->tag_wait && !s->n_handoff && k < 64 && (got = peer_conn_poll(sc->c, max, &h, &p)) == 1; k++) {
+            if (!st && sc->deferred && !sc->rx_n) { /* the frame that waited for them */
+                sc->deferred = 0;
+                st = handle(s, sc, &sc->dh, sc->dp);
+            }
+            /* a bounded number of frames per pass, so that one busy peer cannot starve the rest;
+             * while chunks are coming, only up to RX_AHEAD of them, and a frame of another kind
+             * waits until they are in (with a chunk handed off the pass ends: the next thread
+             * takes the frames after it) */
+            for (int k = 0; !st && sc->rx_n < RX_AHEAD && !sc->deferred && !sc->tag_wait && !s->n_handoff && k < 64 &&
+                            (got = peer_conn_poll(sc->c, max, &h, &p)) == 1;
+                 k++) {
+                /* a chunk marked for it (tcp lanes) is received beside the ones coming; any
+                 * other frame waits for them */
+                if (sc->rx_n && !(h.type == PEER_KV_TAG && h.length == PEER_KV_TAG_BYTES &&
+                                  (peer_rd32(p + 12) & PEER_KV_TAG_AHEAD))) {
+                    sc->deferred = 1;
+                    sc->dh = h;
+                    sc->dp = p;
+                    break;
+                }
                 st = handle(s, sc, &h, p);
                 if (st) break;
                 max = sc->state == S_READY ? PEER_MAX_PAYLOAD : PEER_MAX_PREAUTH;
@@ -787,7 +829,7 @@ static void server_pass(peer_server *s)
             if (!st && got < 0) st = got;
             /* nothing more waiting: the held REPLYs go (not while a chunk is coming: the frames
              * behind it are not read yet, and its REPLY joins them) */
-            if (!st && !sc->rx.on && !sc->tag_wait && !s->n_handoff) st = flush_held(sc);
+            if (!st && !sc->rx_n && !sc->deferred && !sc->tag_wait && !s->n_handoff) st = flush_held(sc);
             const char *why = NULL;
             if (st == PEER_ERR_PROTO) why = "bad message (malformed, oversized, unknown version or out of turn)";
             else if (st == PEER_ERR_AUTH) why = "authentication failed: not the same peer_key";
@@ -872,6 +914,11 @@ int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, 
 long peer_server_handoffs(const peer_server *s)
 {
     return atomic_load(&((peer_server *)s)->handed);
+}
+
+int peer_server_rx_ahead_max(const peer_server *s)
+{
+    return atomic_load(&((peer_server *)s)->rx_ahead_max);
 }
 
 int peer_server_port(const peer_server *s)

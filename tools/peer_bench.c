@@ -87,6 +87,16 @@ static int g_crc = 1, g_announce = 1;
  * sending it, as the remote backend serializes each layer into its ring buffer (the bytes are
  * then in the sender's cache, not in memory). */
 static int g_rx_one = 0, g_write = 0;
+/* g_rx_ahead N: the node keeps up to N tagged receives posted (default 2, as peer/server.c's
+ * RX_AHEAD): with announcements, each announced chunk's receive is posted as its announcement
+ * comes while the ones before are still coming, when the announcement is marked for it
+ * (PEER_KV_TAG_AHEAD: the sender's tcp lanes; over shared memory one at a time); with --announce 0 the next N serials' are
+ * posted, as ucx_perftest keeps its window of receives. 1: each posted after the one before is
+ * done (the node before RX_AHEAD). Over TCP a posted receive answers the sender's rendezvous
+ * request at once, so the next chunk's bytes follow this one's on the socket without waiting
+ * for the node's next post. */
+#define RX_AHEAD_MAX 32
+static int g_rx_ahead = 2;
 /* g_crc_rx 1: the CRC on the kv_rx thread (--crc-on rx); 0: on the receiving thread right after
  * the receive, while the bytes are in its cache (--crc-on node); -1 (default): as peer/server.c,
  * the receiving thread with two receiving threads, the kv_rx thread with one */
@@ -146,6 +156,16 @@ typedef struct node {
     int n_held;
     uint32_t next_serial;
     int addr_given;
+    struct ahead {
+        void *req;
+        int slot;
+        uint8_t *buf;
+        peer_kv k;
+    } ahead[RX_AHEAD_MAX]; /* the receives posted ahead, oldest at ahead_head */
+    int ahead_head, n_ahead;
+    int deferred; /* a frame read while chunks were coming, handled once they are in */
+    peer_header dh;
+    const uint8_t *dp;
     uint8_t *one; /* g_rx_one's buffer */
     size_t one_cap;
     uint8_t *answer;
@@ -204,26 +224,34 @@ static void *node_loop(void *arg)
         const uint8_t *p;
         int st;
         if (!g_announce && nd->addr_given) {
-            /* no announcement: the next serial's receive posted at once, the stream looked at
-             * while it comes (a DECODE, the connection's end) */
+            /* no announcement: the next serials' receives posted at once (g_rx_ahead of them in
+             * flight, oldest first: each one's completion is waited for in serial order), the
+             * stream looked at while they come (a DECODE, the connection's end) */
             double t = peer_now();
             COLLECT();
-            uint8_t *buf;
-            int slot = -1;
             long size = nd->announce_size;
-            if (g_rx_one) {
-                if (!nd->one && !(nd->one = peer_bulk_alloc((size_t)size, &nd->one_cap))) break;
-                buf = nd->one;
-            } else {
-                slot = peer_kv_rx_take(rx, (size_t)size, 1, &buf);
+            while (nd->n_ahead < g_rx_ahead) {
+                uint8_t *buf;
+                int slot = -1;
+                if (g_rx_one) {
+                    if (!nd->one && !(nd->one = peer_bulk_alloc((size_t)size, &nd->one_cap))) goto out;
+                    buf = nd->one;
+                } else {
+                    slot = peer_kv_rx_take(rx, (size_t)size, 1, &buf);
+                    if (slot < 0) goto out;
+                }
+                int q = (nd->ahead_head + nd->n_ahead) % RX_AHEAD_MAX;
+                if (peer_conn_tag_recv_start(c, 1000 + ++nd->next_serial, buf, (size_t)size, &nd->ahead[q].req)) goto out;
+                nd->ahead[q].slot = slot;
+                nd->ahead[q].buf = buf;
+                nd->n_ahead++;
             }
             double t1 = peer_now();
             g_node[N_TAKE] += t1 - t;
-            void *req;
-            if ((slot < 0 && !g_rx_one) || peer_conn_tag_recv_start(c, 1000 + ++nd->next_serial, buf, (size_t)size, &req)) break;
-            while ((st = peer_conn_tag_recv_test(c, req, (size_t)size)) == 0) {
+            struct ahead *a = &nd->ahead[nd->ahead_head];
+            while ((st = peer_conn_tag_recv_test(c, a->req, (size_t)size)) == 0) {
                 if (peer_conn_dead(c)) {
-                    peer_conn_req_cancel(c, req);
+                    peer_conn_req_cancel(c, a->req);
                     goto out;
                 }
                 COLLECT();
@@ -231,6 +259,10 @@ static void *node_loop(void *arg)
                 peer_listener_progress(nd->l, 0.01);
             }
             if (st < 0) break;
+            nd->ahead_head = (nd->ahead_head + 1) % RX_AHEAD_MAX;
+            nd->n_ahead--;
+            uint8_t *buf = a->buf;
+            int slot = a->slot;
             double t2 = peer_now();
             g_node[N_RECV] += t2 - t1;
             if (g_crc && !g_crc_rx && !g_rx_one) nd->sink ^= proto_crc32c(0, buf, (size_t)size);
@@ -245,13 +277,80 @@ static void *node_loop(void *arg)
             g_node_bytes += size;
             continue;
         }
+        /* as peer/server.c: the announced chunks' receives posted as their announcements come,
+         * up to g_rx_ahead at once; the oldest handed on when it is in (its CRC and push on this
+         * thread after the loop went to the other), the frames after them read while fewer are
+         * coming, and a frame of another kind handled once all are in */
         double tw = peer_now();
-        while ((st = peer_conn_poll(c, PEER_MAX_PAYLOAD, &h, &p)) == 0) {
+        int fin = 0;
+        for (;;) {
+            if (nd->n_ahead) {
+                struct ahead *a = &nd->ahead[nd->ahead_head];
+                int r = peer_conn_tag_recv_test(c, a->req, a->k.n_bytes);
+                if (r < 0) goto out;
+                if (r == 1) {
+                    fin = 1;
+                    break;
+                }
+            }
+            if (nd->n_ahead < g_rx_ahead && !nd->deferred && (st = peer_conn_poll(c, PEER_MAX_PAYLOAD, &h, &p)) != 0) {
+                /* as peer/server.c: only a chunk marked PEER_KV_TAG_AHEAD (tcp lanes) beside
+                 * the ones coming */
+                if (st < 0 || !nd->n_ahead ||
+                    (h.type == PEER_KV_TAG && h.length == PEER_KV_TAG_BYTES && (peer_rd32(p + 12) & PEER_KV_TAG_AHEAD)))
+                    break;
+                nd->deferred = 1; /* waits for the chunks before it */
+                nd->dh = h;
+                nd->dp = p;
+            }
+            if (nd->deferred && !nd->n_ahead) {
+                h = nd->dh;
+                p = nd->dp;
+                nd->deferred = 0;
+                st = 1;
+                break;
+            }
             COLLECT();
-            if (FLUSH()) goto out;
+            if (!nd->n_ahead && FLUSH()) goto out;
             peer_listener_progress(nd->l, 0.01);
         }
-        if (h.type == PEER_KV_TAG && g_node_chunks) g_node[N_FRAME] += peer_now() - tw; /* not the start */
+        double tf = peer_now();
+        if (fin) { /* the oldest chunk coming is in */
+            struct ahead *a = &nd->ahead[nd->ahead_head];
+            nd->ahead_head = (nd->ahead_head + 1) % RX_AHEAD_MAX;
+            nd->n_ahead--;
+            g_node[N_RECV] += tf - tw;
+            g_node_chunks++;
+            g_node_bytes += a->k.n_bytes;
+            if (g_rx_one) {
+                HOLD();
+                continue;
+            }
+            peer_kv k = a->k;
+            int slot = a->slot;
+            if (nd->n_th > 1) {
+                /* as peer/server.c: the chunk's place kept, the loop handed to the other thread,
+                 * this one's CRC and push done here meanwhile */
+                peer_kv_rx_reserve(rx, slot);
+                tok_give(nd);
+                uint32_t crc = g_crc && !g_crc_rx ? proto_crc32c(0, k.bytes, k.n_bytes) : 0;
+                double t3 = peer_now();
+                peer_kv_rx_push(rx, slot, NULL, &k);
+                double t4 = peer_now();
+                tok_take(nd, 1);
+                nd->sink ^= crc;
+                g_node[N_CRC] += t3 - tf;
+                g_node[N_PUSH] += t4 - t3;
+                continue;
+            }
+            if (g_crc && !g_crc_rx) nd->sink ^= proto_crc32c(0, k.bytes, k.n_bytes);
+            double t3 = peer_now();
+            g_node[N_CRC] += t3 - tf;
+            peer_kv_rx_push(rx, slot, NULL, &k);
+            g_node[N_PUSH] += peer_now() - t3;
+            continue;
+        }
+        if (h.type == PEER_KV_TAG && g_node_chunks && !nd->n_ahead) g_node[N_FRAME] += tf - tw; /* not the start */
         if (st < 0) break;
         if (h.type != PEER_KV && h.type != PEER_KV_TAG) {
             peer_kv_rx_sync(rx);
@@ -276,49 +375,31 @@ static void *node_loop(void *arg)
             if (peer_kv_tag_read(p, h.length, &k, &len, &serial) || len > (64u << 20) + 4096) break;
             COLLECT();
             double t = peer_now();
+            uint8_t *buf;
+            int slot = -1;
             if (g_rx_one) {
                 if (len > nd->one_cap) {
+                    if (nd->n_ahead) break; /* one size per run with --rx-one 1 */
                     free(nd->one);
                     if (!(nd->one = peer_bulk_alloc(len, &nd->one_cap))) break;
                 }
-                if (peer_conn_tag_recv(c, 1000 + serial, nd->one, len, 30)) break;
-                g_node[N_RECV] += peer_now() - t;
-                g_node_chunks++;
-                g_node_bytes += len;
-                HOLD();
-                continue;
+                buf = nd->one;
+            } else {
+                slot = peer_kv_rx_take(rx, len, 1, &buf);
+                if (slot < 0) break;
             }
-            uint8_t *buf;
-            int slot = peer_kv_rx_take(rx, len, 1, &buf);
-            double t1 = peer_now();
-            g_node[N_TAKE] += t1 - t;
-            if (slot < 0 || peer_conn_tag_recv(c, 1000 + serial, buf, len, 30)) break;
-            double t2 = peer_now();
-            g_node[N_RECV] += t2 - t1;
-            g_node_chunks++;
-            g_node_bytes += len;
+            g_node[N_TAKE] += peer_now() - t;
+            struct ahead *a = &nd->ahead[(nd->ahead_head + nd->n_ahead) % RX_AHEAD_MAX];
+            if (peer_conn_tag_recv_start(c, 1000 + serial, buf, len, &a->req)) {
+                if (slot >= 0) peer_kv_rx_put_back(rx, slot);
+                break;
+            }
+            a->slot = slot;
+            a->buf = buf;
             k.bytes = buf;
             k.n_bytes = len;
-            if (nd->n_th > 1) {
-                /* as peer/server.c: the chunk's place kept, the loop handed to the other thread,
-                 * this one's CRC and push done here meanwhile */
-                peer_kv_rx_reserve(rx, slot);
-                tok_give(nd);
-                uint32_t crc = g_crc && !g_crc_rx ? proto_crc32c(0, buf, len) : 0;
-                double t3 = peer_now();
-                peer_kv_rx_push(rx, slot, NULL, &k);
-                double t4 = peer_now();
-                tok_take(nd, 1);
-                nd->sink ^= crc;
-                g_node[N_CRC] += t3 - t2;
-                g_node[N_PUSH] += t4 - t3;
-                continue;
-            }
-            if (g_crc && !g_crc_rx) nd->sink ^= proto_crc32c(0, buf, len);
-            double t3 = peer_now();
-            g_node[N_CRC] += t3 - t2;
-            peer_kv_rx_push(rx, slot, NULL, &k);
-            g_node[N_PUSH] += peer_now() - t3;
+            a->k = k;
+            nd->n_ahead++;
         } else if (h.type == PEER_DECODE && h.length == 4) {
             uint32_t n = peer_rd32(p);
             if (n > (64u << 20)) break;
@@ -328,6 +409,13 @@ static void *node_loop(void *arg)
         }
     }
 out:
+    while (nd->n_ahead) { /* receives posted ahead of a connection that ended: taken back */
+        struct ahead *a = &nd->ahead[nd->ahead_head];
+        peer_conn_req_cancel(c, a->req);
+        if (a->slot >= 0) peer_kv_rx_put_back(rx, a->slot);
+        nd->ahead_head = (nd->ahead_head + 1) % RX_AHEAD_MAX;
+        nd->n_ahead--;
+    }
     nd->done = 1;
     if (nd->n_th > 1) tok_give(nd);
     return NULL;
@@ -400,6 +488,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--crc")) g_crc = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--announce")) g_announce = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-one")) g_rx_one = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--rx-ahead")) g_rx_ahead = (int)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--write")) g_write = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--crc-on")) g_crc_rx = !strcmp(argv[i + 1], "rx") ? 1 : !strcmp(argv[i + 1], "node") ? 0 : -1;
         else if (!strcmp(argv[i], "--crc-fold")) proto_crc32c_no_fold = !strtol(argv[i + 1], NULL, 10);
@@ -407,8 +496,8 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
                             "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d] [--sends 1..%d] [--crc 0|1] "
-                            "[--announce 0|1] [--rx-one 0|1] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] [--rx-threads 0..2]\n", PEER_KV_WINDOW,
-                    PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW);
+                            "[--announce 0|1] [--rx-one 0|1] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] [--rx-threads 0..2]\n", PEER_KV_WINDOW,
+                    PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW, RX_AHEAD_MAX);
             return 2;
         }
     }
@@ -416,6 +505,10 @@ int main(int argc, char **argv)
     if (window < 1 || window > PEER_KV_WINDOW) window = PEER_KV_WINDOW;
     if (n_bufs < 1 || n_bufs > PEER_KV_WINDOW) n_bufs = PEER_KV_WINDOW;
     if (sends < 1 || sends > PEER_KV_WINDOW) sends = PEER_KV_TCP_SENDS;
+    if (g_rx_ahead < 1 || g_rx_ahead > RX_AHEAD_MAX || (!g_rx_one && g_rx_ahead > PEER_KV_RX_SLOTS)) {
+        fprintf(stderr, "peer_bench: --rx-ahead 1..%d (1..%d without --rx-one 1: kv_rx's slots)\n", RX_AHEAD_MAX, PEER_KV_RX_SLOTS);
+        return 2;
+    }
     if (!g_announce && (!tag || ns != 1 || sizes[0] <= 0 || sizes[0] > (64 << 20))) {
         fprintf(stderr, "peer_bench: --announce 0 takes --path tag and one size\n");
         return 2;
@@ -514,7 +607,8 @@ int main(int argc, char **argv)
                 }
                 if (tag) {
                     uint8_t ctl[PEER_KV_TAG_BYTES];
-                    peer_kv k = {0, 0, 0, 0, NULL, 0, 0, 0};
+                    /* marked over tcp lanes, as the backend marks it */
+                    peer_kv k = {0, 0, 0, peer_conn_sender_driven(c) ? PEER_KV_TAG_AHEAD : 0, NULL, 0, 0, 0};
                     peer_kv_tag_write(ctl, &k, (uint32_t)sz, ++serial);
                     st = PEER_OK;
                     if (peer_conn_sender_driven(c)) { /* room in the window of sends */

@@ -213,7 +213,11 @@ TEST(peer_msg_bounds)
     CHECK_EQ(peer_kv_tag_read(kt, sizeof kt, &kr, &len, &serial), PEER_ERR_PROTO);
     peer_kv_tag_write(kt, &kk, 4096, 0);
     CHECK_EQ(peer_kv_tag_read(kt, sizeof kt, &kr, &len, &serial), PEER_ERR_PROTO);
-    kk.flags = 2;
+    kk.flags = PEER_KV_RUN_START | PEER_KV_TAG_AHEAD; /* the tcp lanes' mark: known */
+    peer_kv_tag_write(kt, &kk, 4096, 1);
+    CHECK_EQ(peer_kv_tag_read(kt, sizeof kt, &kr, &len, &serial), PEER_OK);
+    CHECK(kr.flags == (PEER_KV_RUN_START | PEER_KV_TAG_AHEAD));
+    kk.flags = 4;
     peer_kv_tag_write(kt, &kk, 4096, 1);
     CHECK_EQ(peer_kv_tag_read(kt, sizeof kt, &kr, &len, &serial), PEER_ERR_PROTO);
 

@@ -2,7 +2,8 @@
  * only while the sender progresses its worker (peer_conn_sender_driven): the remote backend keeps
  * a window of at most PEER_KV_TCP_SENDS sends in flight (peer/remote_kv.c). Two sequences'
  * chunks interleaved on one device: the window opens (more than one send in flight) and never
- * holds more than its bound; the node answers the chunks in the order they were sent (a
+ * holds more than its bound, and the node posts the next announced chunk's receive while one is
+ * coming (two at once, never more); the node answers the chunks in the order they were sent (a
  * corrupt chunk's refusal marks its own sequence, not the one beside it); and the KV that
  * arrives decodes as the device itself does. */
 #include "tests/test.h"
@@ -109,6 +110,10 @@ TEST(peer_tcp_lanes_window_bounded_in_order)
     /* the window opened: sends overlapped (one at a time, the old way, would leave it at 1) */
     int n = peer_remote_kv_sends_max(rd);
     CHECK_MSG(n >= 2 && n <= PEER_KV_TCP_SENDS, "%d sends in flight at most (window %d)", n, PEER_KV_TCP_SENDS);
+    /* and the node received two of them at once (the next one's receive posted while one came),
+     * never more, and everything above in order all the same */
+    int a = peer_server_rx_ahead_max(t.srv);
+    CHECK_MSG(a == 2, "the node received %d chunks of a connection at once at most (2 expected)", a);
     accel_get_info(rd, &info);
     CHECK(info.health != ACCEL_HEALTH_FAILED);
     accel_free(rd);

@@ -154,7 +154,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         peer_kv k;
         uint32_t len, serial;
         if (peer_kv_tag_read(b, n, &k, &len, &serial) == PEER_OK) {
-            CHECK(n == PEER_KV_TAG_BYTES && k.bytes == NULL && (k.flags & ~PEER_KV_RUN_START) == 0);
+            CHECK(n == PEER_KV_TAG_BYTES && k.bytes == NULL && (k.flags & ~(PEER_KV_RUN_START | PEER_KV_TAG_AHEAD)) == 0);
             CHECK(len >= 1 && len <= PEER_MAX_PAYLOAD && serial >= 1);
             uint8_t out[PEER_KV_TAG_BYTES];
             peer_kv_tag_write(out, &k, len, serial);
