@@ -4,7 +4,7 @@
  *   build/peer_bench [--sizes 65536,1048576,8388608,67108864] [--reps N] [--logits 2048,524288]
  *                    [--path stream|tag] [--poll-us N] [--buffers N] [--sends N] [--crc 0|1]
  *                    [--announce 0|1] [--rx-one 0|1] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1]
- *                    [--rx-threads 0..2]
+ *                    [--rx-threads 0..2] [--rx-ahead N]
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
@@ -48,6 +48,9 @@
  * node's loop on N threads taking turns, as the daemon's (config peer_rx_threads, peer/peer.h;
  * default 0: the daemon's auto, 2 on 8 cores or more): the thread that received a chunk hands
  * the loop on and does that chunk's CRC and push while the other copies the next one in.
+ * --rx-ahead N: the node posts the receive of a chunk announced with PEER_KV_TAG_AHEAD (the
+ * sender's tcp lanes) while up to N-1 before it are still coming (default 2, as peer/server.c;
+ * 1: one at a time, the node before); with --announce 0 it keeps the next N serials' posted.
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
  * (bench/peer_bench.sh). */
