@@ -329,7 +329,7 @@ static int forward_layers(cpu_dev *d, const batch *b, float *x, int l0, int l1, 
 
     for (int l = l0; l < l1; l++) {
         const model_layer *L = &m->layers[l];
-        if (cancel && *cancel) return ACCEL_ERR_CANCELLED;
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) return ACCEL_ERR_CANCELLED;
         for (int t = 0; t < T; t++)
             cpu_rmsnorm(d->xb + (size_t)t * H, x + (size_t)t * H, &L->attn_norm, H, c->rms_eps);
         cpu_matmul(d->pool, d->q, d->xb, T, &L->wq, &L->bq);

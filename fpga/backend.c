@@ -394,7 +394,7 @@ static int prefill_by_steps(fpga_dev *d, fpga_seq *s, const accel_prefill_req *r
     int vocab = d->base.m->cfg.vocab;
     if (r->kv) return ACCEL_ERR_UNSUPPORTED;
     for (int i = 0; i < r->n; i++) {
-        if (r->cancel && *r->cancel) return ACCEL_ERR_CANCELLED;
+        if (r->cancel && __atomic_load_n(r->cancel, __ATOMIC_ACQUIRE)) return ACCEL_ERR_CANCELLED;
         float *out = d->scratch_logits;
         if (r->logits && r->all_logits) out = r->logits + (size_t)i * vocab;
         else if (r->logits && i == r->n - 1) out = r->logits;

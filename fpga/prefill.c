@@ -163,7 +163,8 @@ static int pass(fpga_card *c, const fpga_pf_job *j, uint32_t done, uint32_t np, 
     int st = put_striped(c, j, &w.x, row0, np, (const uint8_t *)b->x, b);
     if (!st) st = put_striped(c, j, &w.rope, row0, np, (const uint8_t *)b->rope, b);
     for (uint32_t l = 0; !st && l < d->n_layers; l++) {
-        if (j->cancel && *j->cancel) return host_fail(res, ACCEL_ERR_CANCELLED);
+        if (j->cancel && __atomic_load_n(j->cancel, __ATOMIC_ACQUIRE))
+            return host_fail(res, ACCEL_ERR_CANCELLED);
         if (j->sparse) {
             fpga_pf_report rep;
             st = rows_run(c, j, FPGA_PF_QKV | flags, l, kpos0, wn, row0, np, res);
