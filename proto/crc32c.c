@@ -114,6 +114,22 @@ static uint32_t sw(uint32_t c, const uint8_t *p, size_t n)
 }
 
 #if defined(__x86_64__)
+/* The crc32 instruction over p[0..n) in one stream, a word at a time: what is left after the
+ * three streams (hw) or the folding (fold). Inlined into both. */
+__attribute__((target("sse4.2"), always_inline)) static inline uint32_t
+hw_tail(uint64_t c64, const uint8_t *p, size_t n)
+{
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c64 = __builtin_ia32_crc32di(c64, v);
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
+    return (uint32_t)c64;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t hw(uint32_t c, const uint8_t *p, size_t n)
 {
     uint64_t c64 = c;
@@ -137,15 +153,7 @@ __attribute__((target("sse4.2"))) static uint32_t hw(uint32_t c, const uint8_t *
         p += 3 * STRIDE;
         n -= 3 * STRIDE;
     }
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c64 = __builtin_ia32_crc32di(c64, v);
-        p += 8;
-        n -= 8;
-    }
-    while (n--) c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
-    return (uint32_t)c64;
+    return hw_tail(c64, p, n);
 }
 
 /* Carry-less folding (VPCLMULQDQ on 256-bit registers, AVX2): four registers of two 128-bit
@@ -197,15 +205,7 @@ __attribute__((target("sse4.2,avx2,pclmul,vpclmulqdq"))) static uint32_t fold(ui
 #undef FOLD128
     uint64_t c64 = __builtin_ia32_crc32di(0, (uint64_t)_mm_cvtsi128_si64(x));
     c64 = __builtin_ia32_crc32di(c64, (uint64_t)_mm_extract_epi64(x, 1));
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c64 = __builtin_ia32_crc32di(c64, v);
-        p += 8;
-        n -= 8;
-    }
-    while (n--) c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
-    return (uint32_t)c64;
+    return hw_tail(c64, p, n);
 }
 #endif
 
