@@ -105,6 +105,20 @@ static void run_until_final(env *e, int n)
     sched_env_run(&e->se, n);
 }
 
+/* Runs the loop until nothing runs or waits (cancelled requests have no final event to wait
+ * for), at most ~2 s; the stats then in st. */
+static void run_until_idle(env *e, sched_stats *st)
+{
+    for (int spins = 0; spins < 2000; spins++) {
+        sched_get_stats(e->se.s, st);
+        if (st->n_running == 0 && st->n_waiting == 0) return;
+        uv_run(&e->se.loop, UV_RUN_NOWAIT);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    sched_get_stats(e->se.s, st);
+}
+
 /* What a card produces for ids alone: CPU prefill exporting its KV into a fresh card, the first
  * token from the prefill's logits, the rest decoded on the card; greedy, the scheduler's text
  * rules (model/gen.h). */
@@ -324,16 +338,8 @@ TEST(sched_layer_split_cancel_mid_chunk)
     e.recs[a].cancel_other_at = g->n_greedy > 24 ? 20 : g->n_greedy - 2;
     fprintf(stderr, "  cancel at token %d of %d\n", e.recs[a].cancel_other_at, g->n_greedy);
     run_until_final(&e, 2); /* a's end and b's cancel */
-    for (int spins = 0; spins < 2000; spins++) {
-        sched_stats st;
-        sched_get_stats(e.se.s, &st);
-        if (st.n_running == 0 && st.n_waiting == 0) break;
-        uv_run(&e.se.loop, UV_RUN_NOWAIT);
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
     sched_stats st;
-    sched_get_stats(e.se.s, &st);
+    run_until_idle(&e, &st);
     CHECK(e.recs[a].done == 1);
     CHECK_MSG(!strcmp(e.recs[a].text, g->greedy_text), "got  %s\n want %s", e.recs[a].text, g->greedy_text);
     CHECK_EQ(e.recs[b].done, 0);
@@ -411,17 +417,9 @@ TEST(sched_split_cancel_everywhere)
     int w = submit(&e, once, 5, 100);
     sched_cancel(e.se.s, e.recs[w].r);
     run_until_final(&e, n);
-    /* the rest drains: stop when nothing runs */
-    for (int spins = 0; spins < 2000; spins++) {
-        sched_stats st;
-        sched_get_stats(e.se.s, &st);
-        if (st.n_running == 0 && st.n_waiting == 0) break;
-        uv_run(&e.se.loop, UV_RUN_NOWAIT);
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
+    /* the rest drains */
     sched_stats st;
-    sched_get_stats(e.se.s, &st);
+    run_until_idle(&e, &st);
     CHECK_EQ(st.n_running, 0);
     for (int i = 0; i < n; i++) {
         CHECK_EQ(e.recs[i].done + e.recs[i].error, 0);
