@@ -1,9 +1,22 @@
 /* tests/layer_split.c — layer-split prefill against whole calls on any device (layer_split.h). */
 #include "tests/layer_split.h"
 #include "tests/util.h"
+#include "tests/test.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+typedef struct ls_stream {
+    unsigned char *b;
+    size_t n, cap;
+} ls_stream;
+
+typedef struct ls_result {
+    float *logits;      /* (n, V): every row */
+    float *next;        /* (V): the decode step after the prompt */
+    ls_stream sink, kv; /* the KV chunks exported during the prefill; accel_kv_export after it */
+    double density;     /* the sparse reports summed over the calls */
+} ls_result;
 
 static int put(ls_stream *s, const void *p, size_t n)
 {
@@ -31,7 +44,7 @@ static int sink_layer(void *ctx, const proto_kv_layer *c)
                : ACCEL_OK;
 }
 
-void ls_result_free(ls_result *r)
+static void ls_result_free(ls_result *r)
 {
     free(r->logits);
     free(r->next);
@@ -39,8 +52,11 @@ void ls_result_free(ls_result *r)
     free(r->kv.b);
 }
 
-int ls_run(accel_dev *d, const int32_t *ids, int n, int chunk, int k, const accel_sparse *sp,
-           ls_result *out)
+/* ids prefilled in chunks of `chunk` tokens (0: whole), each chunk in calls of k layers (0: whole
+ * calls), then the KV exported and one decode step (ls_check_split); 0, or -1 on a failure
+ * (reported on stderr). */
+static int ls_run(accel_dev *d, const int32_t *ids, int n, int chunk, int k, const accel_sparse *sp,
+                  ls_result *out)
 {
     const model *m = accel_model(d);
     const int V = m->cfg.vocab, L = m->cfg.n_layers;
@@ -86,7 +102,8 @@ int ls_run(accel_dev *d, const int32_t *ids, int n, int chunk, int k, const acce
     return st ? -1 : 0;
 }
 
-int ls_same(const ls_result *a, const ls_result *b, int n, int V)
+/* Every output of a and b equal, bit for bit. */
+static int ls_same(const ls_result *a, const ls_result *b, int n, int V)
 {
     return t_max_abs_diff(a->logits, b->logits, (size_t)n * V) == 0 &&
            t_max_abs_diff(a->next, b->next, (size_t)V) == 0 && a->sink.n == b->sink.n &&
@@ -94,3 +111,29 @@ int ls_same(const ls_result *a, const ls_result *b, int n, int V)
            !memcmp(a->kv.b, b->kv.b, a->kv.n) && a->density == b->density;
 }
 
+double ls_check_split(accel_dev *d, const int32_t *ids, int n, int chunk, const accel_sparse *sp)
+{
+    const int V = accel_model(d)->cfg.vocab;
+    const char *name = sp ? sparse_mode_name(sp->p.mode) : "dense";
+    ls_result whole, split;
+    if (ls_run(d, ids, n, chunk, 0, sp, &whole)) {
+        t_fail(__FILE__, __LINE__, "%s chunk %d: the whole calls failed", name, chunk);
+        ls_result_free(&whole);
+        return -1;
+    }
+    if (sp) fprintf(stderr, "  %s density %.3f (chunks of %d)\n", name, whole.density, chunk);
+    const int ks[2] = {1, 3};
+    double density = whole.density;
+    for (int i = 0; i < 2 && density >= 0; i++) {
+        if (ls_run(d, ids, n, chunk, ks[i], sp, &split)) {
+            t_fail(__FILE__, __LINE__, "%s chunk %d, %d layers a call: failed", name, chunk, ks[i]);
+            density = -1;
+        } else {
+            CHECK_MSG(ls_same(&whole, &split, n, V), "%s chunk %d, %d layers a call: differs", name,
+                      chunk, ks[i]);
+        }
+        ls_result_free(&split);
+    }
+    ls_result_free(&whole);
+    return density;
+}
