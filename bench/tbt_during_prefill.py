@@ -13,7 +13,10 @@ and dropped. The daemon's --tbt-budget-ms (default 50) bounds the prefill time p
 two decode steps, so a gap while prefilling should stay near budget + one decode step.
 With --admin URL (the daemon's admin listener) it also reports the prefill calls the daemon made
 for the long prompt (tandem_device_prefill_chunks_total before and after) and how many of them
-were layer-split calls that left their chunk unfinished (tandem_device_prefill_split_calls_total).
+were layer-split calls that left their chunk unfinished (tandem_device_prefill_split_calls_total),
+and the calls that overran what was left of the budget with the sum of their overruns
+(tandem_device_prefill_over_budget_calls_total / _seconds_total): a gap past budget + step that
+they do not account for came from elsewhere (the decode step itself, the client).
 Usage: tbt_during_prefill.py --api URL --tokens N [--streams K] [--mode dense|xattention|trishape|
 flexprefill] [--vocab V] [--admin URL] [--max-wait S]; prints one JSON line."""
 import argparse, http.client, json, random, socket, statistics, threading, time, urllib.parse
@@ -101,6 +104,8 @@ def main():
     c = http.client.HTTPConnection(u.hostname, u.port, timeout=a.max_wait)
     calls0 = prefill_calls(a.admin)
     split0 = prefill_calls(a.admin, "tandem_device_prefill_split_calls_total")
+    over0 = prefill_calls(a.admin, "tandem_device_prefill_over_budget_calls_total")
+    overs0 = prefill_calls(a.admin, "tandem_device_prefill_over_budget_seconds_total")
     t0 = time.monotonic()
     status, resp = None, {}
     try:
@@ -114,6 +119,8 @@ def main():
     c.close()
     calls1 = prefill_calls(a.admin)
     split1 = prefill_calls(a.admin, "tandem_device_prefill_split_calls_total")
+    over1 = prefill_calls(a.admin, "tandem_device_prefill_over_budget_calls_total")
+    overs1 = prefill_calls(a.admin, "tandem_device_prefill_over_budget_seconds_total")
     time.sleep(1.0)
     stop.set()
     # a gap belongs to a phase when it overlaps it (it ends after the phase starts and began
@@ -130,6 +137,12 @@ def main():
                       "prefill_density": usage.get("prefill_density"),
                       "prefill_calls": None if calls0 is None or calls1 is None else calls1 - calls0,
                       "split_calls": None if split0 is None or split1 is None else split1 - split0,
+                      # calls beside the decodes that overran the budget's rest, and the sum of
+                      # the overruns (ms): gaps past budget + step that these do not explain
+                      # come from elsewhere (the decode step, the client)
+                      "over_budget_calls": None if over0 is None or over1 is None else over1 - over0,
+                      "over_budget_ms": None if overs0 is None or overs1 is None
+                      else round((overs1 - overs0) * 1e3, 1),
                       "before": stats(before), "during": stats(during),
                       "during_last_quarter": stats(last),
                       "error": resp.get("error"), "stream_errors": errors[:3]}))

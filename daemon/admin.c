@@ -89,6 +89,8 @@ static void metrics(dmn_serve *d, dmn_http_req *r)
                                .kv_bytes_in = s->kv_bytes,
                                .prefill_chunks = s->prefill_chunks,
                                .prefill_split_calls = s->prefill_split_calls,
+                               .prefill_over_calls = s->prefill_over_calls,
+                               .prefill_over_seconds = s->prefill_over_seconds,
                                .kv_corrupt = s->kv_corrupt};
         kv_store_of(s, &o->kv);
     }

@@ -175,6 +175,8 @@ void dmn_metrics_render(proto_buf *b, const dmn_metrics *m, int running, int wai
         {"tandem_device_preemptions_total", "counter", "Requests preempted on the device for KV memory (they resumed later)."},
         {"tandem_device_prompt_tokens_computed_total", "counter", "Prompt positions the device computed (cache hits and forked choices excluded)."},
         {"tandem_device_prefill_split_calls_total", "counter", "Of the prefill calls, layer-split ones that ran some of a chunk's layers (the rest in later calls)."},
+        {"tandem_device_prefill_over_budget_calls_total", "counter", "Of the prefill calls made while requests decode on the device, those that took longer than what was left of the time-between-tokens budget."},
+        {"tandem_device_prefill_over_budget_seconds_total", "counter", "By how much those calls overran the budget's rest, summed (the decodes' extra wait)."},
     };
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         dmn_prom_header(b, fam[f].name, fam[f].type, fam[f].help);
@@ -217,6 +219,8 @@ void dmn_metrics_render(proto_buf *b, const dmn_metrics *m, int running, int wai
             case 19: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv.preemptions); break;
             case 20: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->kv.prefill_tokens); break;
             case 21: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->prefill_split_calls); break;
+            case 22: dmn_prom_sample(b, fam[f].name, lb.p, (double)d->prefill_over_calls); break;
+            case 23: dmn_prom_sample(b, fam[f].name, lb.p, d->prefill_over_seconds); break;
             }
         }
     }

@@ -64,6 +64,8 @@ typedef struct dmn_metrics_dev {
     uint64_t steps, tokens;
     uint64_t decodes, prefills, failovers, kv_bytes_in, prefill_chunks;
     uint64_t prefill_split_calls; /* of the chunks' calls, layer-split ones that left it unfinished */
+    uint64_t prefill_over_calls;  /* of the calls beside decodes, those past the TBT budget's rest */
+    double prefill_over_seconds;  /* by how much, summed */
     uint64_t kv_corrupt; /* KV imports whose wire CRC did not match where the KV landed */
     proto_kv_store kv; /* the KV store (issue 20): paged devices' block pool and prefix cache */
 } dmn_metrics_dev;

@@ -261,6 +261,9 @@ typedef struct sched_dev_stats {
     uint64_t prefill_chunks; /* accel_prefill calls */
     uint64_t prefill_split_calls; /* of which layer-split calls that left their chunk unfinished
                                      (accel.h: a chunk over several calls, sched_policy_layers) */
+    uint64_t prefill_over_calls; /* of which calls made beside decodes (the TBT budget applied)
+                                    that took longer than what was left of the iteration's budget */
+    double prefill_over_seconds; /* and by how much, summed: the decodes' extra wait past it */
     uint64_t kv_chunks, kv_bytes; /* KV layer chunks imported into it, and their bytes */
     uint64_t kv_corrupt;    /* imports into it that failed their check: a chunk whose wire CRC
                                or bounds failed, or KV that differed from the producer's CRC

@@ -215,6 +215,7 @@ typedef struct sched_dev {
     /* statistics, written by the worker, read anywhere */
     atomic_uint_least64_t steps, tokens, busy_ns, prefill_chunks, kv_chunks, kv_bytes, kv_corrupt;
     atomic_uint_least64_t prefill_split_calls; /* sched_dev_stats */
+    atomic_uint_least64_t prefill_over_calls, prefill_over_ns; /* sched_dev_stats */
     atomic_uint_least64_t prefill_tokens; /* prompt positions computed by prefills */
     atomic_uint_least64_t preemptions;    /* requests preempted here for room */
     atomic_uint_least64_t forks;          /* choices that shared another's prefill */

@@ -44,6 +44,8 @@ void sched_get_stats(sched *s, sched_stats *out)
         o->tokens = atomic_load(&d->tokens);
         o->prefill_chunks = atomic_load(&d->prefill_chunks);
         o->prefill_split_calls = atomic_load(&d->prefill_split_calls);
+        o->prefill_over_calls = atomic_load(&d->prefill_over_calls);
+        o->prefill_over_seconds = (double)atomic_load(&d->prefill_over_ns) / 1e9;
         o->kv_chunks = atomic_load(&d->kv_chunks);
         o->kv_bytes = atomic_load(&d->kv_bytes);
         o->kv_corrupt = atomic_load(&d->kv_corrupt);

@@ -353,6 +353,10 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
     st = SCHED_DEVICE_CALL(d, accel_prefill(d->dev, &pr));
     double dt = (double)(sched_now_ns() - t0) / 1e9;
     atomic_fetch_add(&d->prefill_chunks, 1);
+    if (decoding && budget > 0 && dt > left) { /* the decodes here wait past the budget */
+        atomic_fetch_add(&d->prefill_over_calls, 1);
+        atomic_fetch_add(&d->prefill_over_ns, (uint64_t)((dt - (left > 0 ? left : 0)) * 1e9));
+    }
     if (st == ACCEL_ERR_CANCELLED && !sched_req_cancelled(r) && atomic_load(&r->import_failed))
         st = ACCEL_OK; /* the sink stopped it: the card's worker moves the request */
     if (st) c->pf_split_k = c->pf_layer = 0; /* a failed call abandoned a split chunk (accel.h) */

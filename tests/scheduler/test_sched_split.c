@@ -275,6 +275,12 @@ TEST(sched_split_chunked_prefill_same_text)
      * (accel.h layer-split), their KV still reached the cards layer by layer, the texts unchanged */
     CHECK_MSG(st.dev[0].prefill_split_calls > 0, "no layer-split call in %llu prefill calls",
               (unsigned long long)st.dev[0].prefill_chunks);
+    /* every call beside a decode overran a 1 us budget and is counted with its overrun; the first
+     * prompt's call, with nothing decoding yet, ran whole outside any budget and is not */
+    CHECK_MSG(st.dev[0].prefill_over_calls > 0 && st.dev[0].prefill_over_calls < st.dev[0].prefill_chunks,
+              "%llu over-budget calls of %llu", (unsigned long long)st.dev[0].prefill_over_calls,
+              (unsigned long long)st.dev[0].prefill_chunks);
+    CHECK(st.dev[0].prefill_over_seconds > 0 && st.dev[0].prefill_over_seconds <= st.dev[0].busy_seconds);
     free_golden();
     env_close(&e);
 }
