@@ -170,7 +170,7 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
     for (int l = p.l0; l < l1; l++) {
         const gpu_layer_w &w = e->layers[l];
         const gpu_seq_dev *const seqs = l >= off_split ? md.seqs2 : md.seqs; /* tls_off.cu */
-        if (p.cancel && *p.cancel) return ACCEL_ERR_CANCELLED;
+        if (p.cancel && __atomic_load_n(p.cancel, __ATOMIC_ACQUIRE)) return ACCEL_ERR_CANCELLED;
         /* a prefill after host-tier loads: this layer's blocks come in while earlier layers
          * compute, and this layer waits for them (kv_xfer.cu) */
         if (p.kv && e->n_loads) GPU_TRY(gpu_kv_loads_layer(e, l));
@@ -619,7 +619,7 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int pos0
     }
     for (int l = l0; l < l1; l++) {
         const gpu_layer_w &lw = e->layers[l];
-        if (cancel && *cancel) return ACCEL_ERR_CANCELLED;
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) return ACCEL_ERR_CANCELLED;
         const size_t off = (size_t)l * d.n_kv * sq.cap * d.hd;
         const h16 *kl = sq.k + off, *vl = sq.v + off;
         for (int c0 = 0; c0 < n; c0 += C) {
