@@ -19,6 +19,7 @@
  * in order. */
 #include "gpu/engine.cuh"
 #include "gpu/tls.cuh" /* an offloaded sequence (gpu/tls_off.cu) */
+#include "gpu/vmm.cuh"
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <pthread.h>
@@ -28,42 +29,32 @@
 #define CHUNK_MIN (64ull << 20) /* bytes mapped at a time (at least one block) */
 #define LEND_CHUNK_MAX (256ull << 20) /* ... unless whole blocks fit a chunk at most this big */
 
-struct vmm_fns {
-    PFN_cuMemAddressReserve_v10020 reserve;
-    PFN_cuMemAddressFree_v10020 afree;
-    PFN_cuMemCreate_v10020 create;
-    PFN_cuMemRelease_v10020 release;
-    PFN_cuMemMap_v10020 map;
-    PFN_cuMemUnmap_v10020 unmap;
-    PFN_cuMemSetAccess_v10020 access;
-    PFN_cuMemGetAllocationGranularity_v10020 gran;
-    int ok;
-};
-
-static void *entry(const char *name)
+static void *entry(const char *name, unsigned ver)
 {
     void *f = NULL;
     cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion(name, &f, 10020, cudaEnableDefault, &q) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion(name, &f, ver, cudaEnableDefault, &q) != cudaSuccess ||
         q != cudaDriverEntryPointSuccess)
         f = NULL;
     cudaGetLastError();
     return f;
 }
 
-static const vmm_fns &vmm()
+const gpu_vmm_fns &gpu_vmm()
 {
-    static const vmm_fns v = [] {
-        vmm_fns x;
-        x.reserve = (PFN_cuMemAddressReserve_v10020)entry("cuMemAddressReserve");
-        x.afree = (PFN_cuMemAddressFree_v10020)entry("cuMemAddressFree");
-        x.create = (PFN_cuMemCreate_v10020)entry("cuMemCreate");
-        x.release = (PFN_cuMemRelease_v10020)entry("cuMemRelease");
-        x.map = (PFN_cuMemMap_v10020)entry("cuMemMap");
-        x.unmap = (PFN_cuMemUnmap_v10020)entry("cuMemUnmap");
-        x.access = (PFN_cuMemSetAccess_v10020)entry("cuMemSetAccess");
-        x.gran = (PFN_cuMemGetAllocationGranularity_v10020)entry("cuMemGetAllocationGranularity");
-        x.ok = x.reserve && x.afree && x.create && x.release && x.map && x.unmap && x.access && x.gran;
+    static const gpu_vmm_fns v = [] {
+        gpu_vmm_fns x;
+        x.reserve = (PFN_cuMemAddressReserve_v10020)entry("cuMemAddressReserve", 10020);
+        x.afree = (PFN_cuMemAddressFree_v10020)entry("cuMemAddressFree", 10020);
+        x.create = (PFN_cuMemCreate_v10020)entry("cuMemCreate", 10020);
+        x.release = (PFN_cuMemRelease_v10020)entry("cuMemRelease", 10020);
+        x.map = (PFN_cuMemMap_v10020)entry("cuMemMap", 10020);
+        x.unmap = (PFN_cuMemUnmap_v10020)entry("cuMemUnmap", 10020);
+        x.access = (PFN_cuMemSetAccess_v10020)entry("cuMemSetAccess", 10020);
+        x.gran = (PFN_cuMemGetAllocationGranularity_v10020)entry("cuMemGetAllocationGranularity", 10020);
+        x.attr = (PFN_cuDeviceGetAttribute_v2000)entry("cuDeviceGetAttribute", 2000);
+        x.ok = x.reserve && x.afree && x.create && x.release && x.map && x.unmap && x.access &&
+               x.gran && x.attr;
         return x;
     }();
     return v;
@@ -102,7 +93,7 @@ int gpu_pool_open(gpu_engine *e)
     GPU_CHECK(cudaMallocHost((void **)&p.stage_h, STAGE_ENTRIES * sizeof(int)));
     p.stage_cap = STAGE_ENTRIES;
     if (p.total == 0) return ACCEL_OK;
-    const vmm_fns &f = vmm();
+    const gpu_vmm_fns &f = gpu_vmm();
     if (f.ok && !getenv("TANDEM_GPU_NO_VMM")) {
         CUmemAllocationProp prop = vmm_prop(e->index);
         size_t gran = 0;
@@ -152,7 +143,7 @@ void gpu_pool_close(gpu_engine *e)
 {
     gpu_kv_pool &p = e->pool;
     if (p.vmm) {
-        const vmm_fns &f = vmm();
+        const gpu_vmm_fns &f = gpu_vmm();
         for (int i = 0; i < p.n_chunks; i++) {
             f.unmap(p.va + (unsigned long long)i * p.chunk_bytes, p.chunk_bytes);
             f.release(p.chunks[i]);
@@ -179,7 +170,7 @@ static int grow(gpu_engine *e, int ids)
     gpu_kv_pool &p = e->pool;
     if (ids <= p.mapped) return ACCEL_OK;
     if (!p.vmm || ids > p.total) return ACCEL_ERR_NOMEM;
-    const vmm_fns &f = vmm();
+    const gpu_vmm_fns &f = gpu_vmm();
     CUmemAllocationProp prop = vmm_prop(e->index);
     while (p.mapped < ids) {
         const unsigned long long at = (unsigned long long)p.n_chunks * p.chunk_bytes;
@@ -346,7 +337,7 @@ int gpu_pool_lend(gpu_engine *e, size_t bytes, gpu_lend *l)
     memset(l, 0, sizeof *l);
     gpu_kv_pool &p = e->pool;
     if (!p.vmm || !p.ipc) return ACCEL_ERR_UNSUPPORTED;
-    const vmm_fns &f = vmm();
+    const gpu_vmm_fns &f = gpu_vmm();
     const int K = bytes ? (int)((bytes + p.chunk_bytes - 1) / p.chunk_bytes) : 1;
     const int nch = p.total / p.ipc;
     if (K > nch) return ACCEL_ERR_NOMEM;
@@ -410,7 +401,7 @@ void gpu_pool_unlend(gpu_engine *e, gpu_lend *l)
 {
     if (!l->chunk) return;
     gpu_kv_pool &p = e->pool;
-    const vmm_fns &f = vmm();
+    const gpu_vmm_fns &f = gpu_vmm();
     /* the blocks go back zeroed: a partial block's rows past its length are read, masked with
      * weight 0, by the attention kernels, so they must hold finite numbers, which KV always is
      * and a workspace's floats and indices, read as h16, are not (0 * NaN is NaN) */

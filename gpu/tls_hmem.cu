@@ -10,6 +10,7 @@
  * gpu/test/tls_hmem_test_api.cu measures the three; TANDEM_TLS_HPOOL picks the pool's. */
 #include "gpu/engine.cuh"
 #include "gpu/tls_hmem.cuh"
+#include "gpu/vmm.cuh"
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <pthread.h>
@@ -69,50 +70,6 @@ char *pin_parallel(size_t bytes, int huge)
 
 /* ---------------------------------------------------------------- VMM host memory */
 
-struct vmm_fns {
-    PFN_cuMemAddressReserve_v10020 reserve;
-    PFN_cuMemAddressFree_v10020 afree;
-    PFN_cuMemCreate_v10020 create;
-    PFN_cuMemRelease_v10020 release;
-    PFN_cuMemMap_v10020 map;
-    PFN_cuMemUnmap_v10020 unmap;
-    PFN_cuMemSetAccess_v10020 access;
-    PFN_cuMemGetAllocationGranularity_v10020 gran;
-    PFN_cuDeviceGetAttribute_v2000 attr;
-    int ok;
-};
-
-void *entry(const char *name, unsigned ver)
-{
-    void *f = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion(name, &f, ver, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-        f = NULL;
-    cudaGetLastError();
-    return f;
-}
-
-const vmm_fns &vmm()
-{
-    static const vmm_fns v = [] {
-        vmm_fns x;
-        x.reserve = (PFN_cuMemAddressReserve_v10020)entry("cuMemAddressReserve", 10020);
-        x.afree = (PFN_cuMemAddressFree_v10020)entry("cuMemAddressFree", 10020);
-        x.create = (PFN_cuMemCreate_v10020)entry("cuMemCreate", 10020);
-        x.release = (PFN_cuMemRelease_v10020)entry("cuMemRelease", 10020);
-        x.map = (PFN_cuMemMap_v10020)entry("cuMemMap", 10020);
-        x.unmap = (PFN_cuMemUnmap_v10020)entry("cuMemUnmap", 10020);
-        x.access = (PFN_cuMemSetAccess_v10020)entry("cuMemSetAccess", 10020);
-        x.gran = (PFN_cuMemGetAllocationGranularity_v10020)entry("cuMemGetAllocationGranularity", 10020);
-        x.attr = (PFN_cuDeviceGetAttribute_v2000)entry("cuDeviceGetAttribute", 2000);
-        x.ok = x.reserve && x.afree && x.create && x.release && x.map && x.unmap && x.access &&
-               x.gran && x.attr;
-        return x;
-    }();
-    return v;
-}
-
 CUmemAllocationProp host_prop()
 {
     CUmemAllocationProp p;
@@ -143,7 +100,7 @@ struct vmm_job {
 void *vmm_chunks(void *a)
 {
     vmm_job *j = (vmm_job *)a;
-    const vmm_fns &f = vmm();
+    const gpu_vmm_fns &f = gpu_vmm();
     if (cudaSetDevice(j->dev) != cudaSuccess) { /* the device's context current on this thread */
         cudaGetLastError();
         j->bad = 1;
@@ -164,7 +121,7 @@ void *vmm_chunks(void *a)
 
 void vmm_unmap(CUdeviceptr base, size_t chunk, size_t nchunks, size_t reserved)
 {
-    const vmm_fns &f = vmm();
+    const gpu_vmm_fns &f = gpu_vmm();
     for (size_t i = 0; i < nchunks; i++) f.unmap(base + i * chunk, chunk); /* unmapped ones: error */
     f.afree(base, reserved);
 }
@@ -175,7 +132,7 @@ int vmm_alloc(size_t bytes, int dev, gpu_hmem *m)
     if (gpu_hmem_vmm_gran(dev, &gmin, &grec)) return -1;
     const size_t chunk = vmm_chunk(grec, bytes);
     const size_t nchunks = (bytes + chunk - 1) / chunk, total = nchunks * chunk;
-    const vmm_fns &f = vmm();
+    const gpu_vmm_fns &f = gpu_vmm();
     CUdeviceptr base = 0;
     if (f.reserve(&base, total, grec, 0, 0) != CUDA_SUCCESS) return -1;
     const int nt = (int)(nchunks < (size_t)threads() ? nchunks : (size_t)threads());
@@ -212,7 +169,7 @@ int vmm_alloc(size_t bytes, int dev, gpu_hmem *m)
 
 int gpu_hmem_vmm_gran(int dev, size_t *min, size_t *rec)
 {
-    const vmm_fns &f = vmm();
+    const gpu_vmm_fns &f = gpu_vmm();
     int sup = 0;
     if (!f.ok || f.attr(&sup, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) !=
                      CUDA_SUCCESS || !sup)
@@ -260,7 +217,7 @@ void gpu_hmem_free(gpu_hmem *m)
         if (!c) {
             CUmemAllocationProp p = host_prop();
             size_t g = 0;
-            if (vmm().gran(&g, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) == CUDA_SUCCESS && g)
+            if (gpu_vmm().gran(&g, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) == CUDA_SUCCESS && g)
                 c = vmm_chunk(g, m->bytes);
         }
         const size_t n = c ? (m->bytes + c - 1) / c : 0;
