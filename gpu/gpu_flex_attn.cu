@@ -1,5 +1,5 @@
 // gpu/gpu_flex_attn.cu — gpu_flex_attention (gpu/gpu_flex.h): causal attention over a CSR block
-// list, on the kernel the engine's sparse prefill takes (gpu/forward.cu: sparse_layers) in its
+// list, on the kernel the engine's sparse prefill takes (prefill_sparse.cu: sparse_layers) in its
 // block-sparse form: on Hopper with head_dim 128 the warp-specialized kernel
 // (gpu/attn_prefill_ws.cu, one 128-key tile per block), else the mma.sync kernel of
 // gpu/attn_prefill.cu (each 128-block two of its 64-key tiles). This entry reads token-major

@@ -363,12 +363,12 @@ extern "C" int gpu_flex_test_cut(const float *map, int nb, int S, double limit, 
 // ---------------------------------------------------------------- a chunk's kernels, one by one
 //
 // gpu_flex_bench_chunk: FlexPrefill's per-layer work for one chunk of a chunked prefill, as the
-// engine's sparse_layers runs it (gpu/forward.cu): gpu_flex_index_chunk over the chunk's queries
-// and every cached key, then the warp-specialized kernel's block-sparse form over the lists with
-// the automatic key split. K and V lie head-major as in the engine's cache ((Hk, n, d); no block
-// table). The index is captured once into a CUDA graph (its code unchanged), and the graph's
-// nodes are replayed one by one on the stream with an event between each two, so every kernel
-// the index launches gets its own time; the replayed index must equal the direct call's (same).
+// engine's sparse_layers runs it (gpu/prefill_sparse.cu): gpu_flex_index_chunk over the chunk's
+// queries and every cached key, then the warp-specialized kernel's block-sparse form over the lists
+// with the automatic key split. K and V lie head-major as in the engine's cache ((Hk, n, d); no
+// block table). The index is captured once into a CUDA graph (its code unchanged), and the graph's
+// nodes are replayed one by one on the stream with an event between each two, so every kernel the
+// index launches gets its own time; the replayed index must equal the direct call's (same).
 
 struct gpu_flex_chunk_kernel {
     char name[64];

@@ -164,11 +164,11 @@ TEST(gpu_paged_sparse_scattered)
     model_free(m);
 }
 
-/* The sparse prefill's workspace is admitted like KV (gpu/forward.cu, sparse_ws_new: whole chunks
- * of free blocks lent from the pool for the call): in a pool of 64 blocks held by other sequences
- * but for 6 (the prompt's own KV: no whole free chunk), the sparse prefill is NOMEM with nothing
- * taken — although the GPU has memory to spare outside the pool — and once they are freed it
- * runs, with the logits of the same prefill into an empty pool, and gives its blocks back. */
+/* The sparse prefill's workspace is admitted like KV (gpu/prefill_sparse.cu, sparse_ws_new: whole
+ * chunks of free blocks lent from the pool for the call): in a pool of 64 blocks held by other
+ * sequences but for 6 (the prompt's own KV: no whole free chunk), the sparse prefill is NOMEM with
+ * nothing taken — although the GPU has memory to spare outside the pool — and once they are freed
+ * it runs, with the logits of the same prefill into an empty pool, and gives its blocks back. */
 TEST(gpu_paged_sparse_workspace_admitted)
 {
     model *m;
