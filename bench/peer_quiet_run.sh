@@ -16,6 +16,11 @@
 #   handover.*      the hand-over of a 4K-token sequence (Llama-3-8B's KV shape: 32 layers,
 #                   8 x 128, 128K vocabulary; bench/peer_bench.sh's handover part) to daemon B's
 #                   CPU over shared memory, polling off and on, against the same device in-process
+#                   (handover.pollP.tT.txt; HANDOVER="4096:3 32768:2" picks the token counts and
+#                   each one's repetitions, default "4096:3"; HPOLLS the polling values, default
+#                   "0 1000"; at 32K a CPU holds 8 GiB of float32 KV, once in each process). The
+#                   hand-overs run after round HANDOVER_AT (default 2; 0: before the first round)
+#                   if HANDOVER_NEED seconds (default 60) are left then
 # TLS: sm,tcp (shared memory: sysv for small messages, cma for large ones) and tcp.
 # ARGS (optional): the rounds' peer_bench columns instead of the above (after "before", if
 # packed), '|'-separated argument sets ("" is the default build: "|--crc 0|--announce 0"); each
@@ -83,30 +88,39 @@ round() { # TLS SIZE REPS: one interleaved round, appended to its file
     LOG="$O/stages-$(echo "$1" | tr , _)-$2.txt" REPS=$3 PERFTEST=ucx_perftest TIMEOUT=${TIMEOUT:-20} \
         sh "$HERE/peer_link_rounds.sh" 1 "$1" "$2" "${arr[@]}" | tail -n 1 >>"$f"
 }
-handover() { # POLL_US: daemon B lends its CPU (2 threads, as peer_handover's local one), 4K tokens
+handover() { # POLL_US TOKENS REPS: daemon B lends its CPU (2 threads, as peer_handover's local one)
     K=bench-peer-key-0123456789
     M=$W/kv8b
     [ -d "$M" ] || { mkmodel --out "$M" --layers 32 --kv-heads 8 --head-dim 128 --heads 8 --hidden 256 \
         --intermediate 512 --vocab 128256 --max-pos 40960 >/dev/null && cp tests/data/tokenizer/llama3/tokenizer.json "$M/"; }
-    L=$O/handover.poll$1
+    L=$O/handover.poll$1.t$2
     tandem serve --model "$M" --devices cpu --threads 2 --node-name nodeB --host 127.0.0.1 --port 0 --admin-port 0 \
         --kv-listen 127.0.0.1:0 --peer-devices cpu --peer-key $K --peer-poll-us "$1" --log-file "$L.daemon.log" >/dev/null 2>&1 &
     bp=$!
     i=0
     while [ $i -lt 600 ] && ! grep -q event=ready "$L.daemon.log" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
     port=$(sed -n 's/.*listener=peers .*port=\([0-9]*\).*/\1/p' "$L.daemon.log" | head -1)
-    echo "# $(date -u +%T) load $(cut -d' ' -f1 /proc/loadavg): peer_handover --tokens ${TOKENS:-4096} --reps 3 --device cpu --transport auto --poll-us $1" >"$L.txt"
-    TANDEM_PEER_CALL_TIMEOUT_S=120 timeout 100 peer_handover --model "$M" --peer 127.0.0.1:$port --key $K --device cpu \
-        --tokens "${TOKENS:-4096}" --reps 3 --transport auto --poll-us "$1" >>"$L.txt" 2>&1
+    echo "# $(date -u +%T) load $(cut -d' ' -f1 /proc/loadavg): peer_handover --tokens $2 --reps $3 --device cpu --transport auto --poll-us $1" >"$L.txt"
+    # a 4K hand-over takes ~2 s a repetition and side on the quiet node; the limit grows with T
+    TANDEM_PEER_CALL_TIMEOUT_S=120 timeout $((60 + $2 * $3 / 1024)) peer_handover --model "$M" --peer 127.0.0.1:$port --key $K --device cpu \
+        --tokens "$2" --reps "$3" --transport auto --poll-us "$1" >>"$L.txt" 2>&1
+    echo "# $(date -u +%T) rc $?" >>"$L.txt"
     kill $bp 2>/dev/null
     wait $bp 2>/dev/null
 }
-# each config's round in turn; the hand-over once every config has two rounds
+handovers() {
+    for tr in ${HANDOVER:-4096:3}; do
+        for p in ${HPOLLS:-0 1000}; do handover "$p" "${tr%%:*}" "${tr##*:}"; done
+    done
+}
+has_handover() { case $PARTS in *handover*) true ;; *) false ;; esac; }
+# each config's round in turn; the hand-overs once every config has HANDOVER_AT rounds
+AT=${HANDOVER_AT:-2}
+NEED=${HANDOVER_NEED:-60}
 r=1
-if [ "$PARTS" = handover ]; then
-    handover 0
-    handover 1000
-    r=0
+if [ "$PARTS" = handover ] || { has_handover && [ "$AT" -eq 0 ]; }; then
+    handovers
+    [ "$PARTS" = handover ] && r=0
 fi
 while [ "$PARTS" != handover ] && [ "$(left)" -gt 15 ]; do
     IFS='|' read -r -a cfgs <<<"$CFGS"
@@ -114,9 +128,8 @@ while [ "$PARTS" != handover ] && [ "$(left)" -gt 15 ]; do
         [ "$(left)" -gt 15 ] || break
         round $cfg
     done
-    if [ $r -eq 2 ] && [ "$(left)" -gt 60 ] && case $PARTS in *handover*) true ;; *) false ;; esac; then
-        handover 0
-        handover 1000
+    if [ $r -eq "$AT" ] && [ "$(left)" -gt "$NEED" ] && has_handover; then
+        handovers
     fi
     r=$((r + 1))
 done
