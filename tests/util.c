@@ -125,6 +125,26 @@ const char *t_build_dir(void)
     return b && *b ? b : "build";
 }
 
+int t_mkmodel(const char *args, const char *name, char *dir, size_t n)
+{
+    char cmd[2048];
+    snprintf(dir, n, "%s/%s", t_tmpdir(), name);
+    snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s %s", t_build_dir(), dir, args);
+    if (system(cmd) == 0) return 0;
+    fprintf(stderr, "  %s failed\n", cmd);
+    return -1;
+}
+
+int t_open_mkmodel(const char *args, const char *device, model **m, accel_dev **d)
+{
+    char dir[512];
+    if (t_mkmodel(args, "m", dir, sizeof dir)) {
+        t_fail(__FILE__, __LINE__, "mkmodel %s", args);
+        return -1;
+    }
+    return t_open(dir, device, m, d);
+}
+
 int t_run(const char *cmd, char *err, size_t errlen)
 {
     char full[8192];

@@ -25,6 +25,12 @@ int t_write_file(const char *path, const void *data, size_t n);
 /* Runs a shell command, returns its exit status (-1 if it did not exit normally). Its stderr is
  * captured into err (first line) when err is not NULL. */
 int t_run(const char *cmd, char *err, size_t errlen);
+/* A checkpoint written by tools/mkmodel with args (its options but --out: "--preset tiny-gqa
+ * --shards 1") into t_tmpdir()/name, whose path goes to dir (n bytes); 0, or -1 after printing
+ * the command that failed. */
+int t_mkmodel(const char *args, const char *name, char *dir, size_t n);
+/* t_mkmodel(args) into t_tmpdir()/m, then t_open of it on device; 0, or -1 (reported). */
+int t_open_mkmodel(const char *args, const char *device, model **m, accel_dev **d);
 /* The build directory the programs under test are in: $BUILD (tests/run.sh exports it: build,
  * build/san, build/tsan), else "build". */
 const char *t_build_dir(void);

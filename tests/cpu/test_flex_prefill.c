@@ -5,21 +5,11 @@
 #include "tests/test.h"
 #include "tests/util.h"
 
-static int mk(char *dir, size_t n)
-{
-    char cmd[1024];
-    snprintf(dir, n, "%s/m", t_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s/mkmodel --preset tiny-gqa --shards 1 --out %s", t_build_dir(), dir);
-    return system(cmd);
-}
-
 TEST(cpu_flex_prefill_full_budget_equals_dense)
 {
-    char dir[512];
-    REQUIRE(mk(dir, sizeof dir) == 0);
     model *m;
     accel_dev *d;
-    REQUIRE(t_open(dir, "cpu", &m, &d) == 0);
+    REQUIRE(t_open_mkmodel("--preset tiny-gqa --shards 1", "cpu", &m, &d) == 0);
     int n = 700, V = m->cfg.vocab;
     int32_t *ids = malloc(n * sizeof *ids);
     for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 131 + 7) % V);
@@ -46,11 +36,9 @@ TEST(cpu_flex_prefill_full_budget_equals_dense)
 
 TEST(cpu_flex_prefill_reports_density_and_chunks_run_dense)
 {
-    char dir[512];
-    REQUIRE(mk(dir, sizeof dir) == 0);
     model *m;
     accel_dev *d;
-    REQUIRE(t_open(dir, "cpu", &m, &d) == 0);
+    REQUIRE(t_open_mkmodel("--preset tiny-gqa --shards 1", "cpu", &m, &d) == 0);
     int n = 1024, V = m->cfg.vocab;
     int32_t *ids = malloc(n * sizeof *ids);
     for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 17 + 3) % V);

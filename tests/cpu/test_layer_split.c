@@ -18,23 +18,13 @@
 #include <string.h>
 
 #define SPLIT_LAYERS 5
-
-static int mk(char *dir, size_t n)
-{
-    char cmd[1024];
-    snprintf(dir, n, "%s/m", t_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s/mkmodel --preset tiny-gqa --layers %d --shards 1 --out %s",
-             t_build_dir(), SPLIT_LAYERS, dir);
-    return system(cmd);
-}
+#define SPLIT_MODEL "--preset tiny-gqa --layers 5 --shards 1" /* mkmodel: SPLIT_LAYERS layers */
 
 TEST(cpu_layer_split_equals_whole_calls_dense_and_sparse)
 {
-    char dir[512];
-    REQUIRE(mk(dir, sizeof dir) == 0);
     model *m;
     accel_dev *d;
-    REQUIRE(t_open(dir, "cpu", &m, &d) == 0);
+    REQUIRE(t_open_mkmodel(SPLIT_MODEL, "cpu", &m, &d) == 0);
     REQUIRE(m->cfg.n_layers == SPLIT_LAYERS);
     accel_info info;
     accel_get_info(d, &info);
@@ -70,11 +60,9 @@ TEST(cpu_layer_split_equals_whole_calls_dense_and_sparse)
 
 TEST(cpu_layer_split_cancel_truncate_free)
 {
-    char dir[512];
-    REQUIRE(mk(dir, sizeof dir) == 0);
     model *m;
     accel_dev *d;
-    REQUIRE(t_open(dir, "cpu", &m, &d) == 0);
+    REQUIRE(t_open_mkmodel(SPLIT_MODEL, "cpu", &m, &d) == 0);
     const int n = 256, c = 128, V = m->cfg.vocab;
     int32_t ids[256];
     for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 13 + 7) % V);

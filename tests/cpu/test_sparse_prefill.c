@@ -15,14 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int mk(char *dir, size_t n)
-{
-    char cmd[1024];
-    snprintf(dir, n, "%s/m", t_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s/mkmodel --preset tiny-gqa --shards 1 --out %s", t_build_dir(), dir);
-    return system(cmd);
-}
-
 /* Prefills ids in chunks of `chunk` tokens (0: whole), every chunk sparse (sp may be NULL:
  * dense); all logits (n, V) malloc'ed; the density over the chunks in *density. The sequence is
  * kept in *keep when keep is not NULL. */
@@ -65,11 +57,9 @@ static accel_sparse method(int mode)
 
 TEST(cpu_sparse_every_block_equals_dense_in_any_chunking)
 {
-    char dir[512];
-    REQUIRE(mk(dir, sizeof dir) == 0);
     model *m;
     accel_dev *d;
-    REQUIRE(t_open(dir, "cpu", &m, &d) == 0);
+    REQUIRE(t_open_mkmodel("--preset tiny-gqa --shards 1", "cpu", &m, &d) == 0);
     const int n = 640, V = m->cfg.vocab;
     int32_t *ids = malloc(n * sizeof *ids);
     for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 53 + 5) % V);
@@ -103,11 +93,9 @@ TEST(cpu_sparse_every_block_equals_dense_in_any_chunking)
 
 TEST(cpu_sparse_xattention_chunking_invariant_trishape_chunk_defined)
 {
-    char dir[512];
-    REQUIRE(mk(dir, sizeof dir) == 0);
     model *m;
     accel_dev *d;
-    REQUIRE(t_open(dir, "cpu", &m, &d) == 0);
+    REQUIRE(t_open_mkmodel("--preset tiny-gqa --shards 1", "cpu", &m, &d) == 0);
     const int n = 768, V = m->cfg.vocab;
     int32_t *ids = malloc(n * sizeof *ids);
     for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 29 + 1) % V);

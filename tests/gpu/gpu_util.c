@@ -166,13 +166,8 @@ int tg_batched_vs_single(accel_dev *d, int vocab, int n, const int *lens, int st
 int tg_open_mkmodel(const char *args, const char *name, const accel_opts *opts, model **m,
                     accel_dev **d, char *why, size_t n)
 {
-    char dir[512], cmd[1024];
-    snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
-    snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s %s", t_build_dir(), dir, args);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "  %s failed\n", cmd);
-        return -1;
-    }
+    char dir[512];
+    if (t_mkmodel(args, name, dir, sizeof dir)) return -1;
     return tg_open(dir, opts, m, d, why, n);
 }
 

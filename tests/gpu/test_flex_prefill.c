@@ -24,10 +24,8 @@ static const accel_opts *open_opts;
 /* Writes the model, sets the engine's pass size (NULL: default), opens cuda; 1: skip. */
 static int open_hd128(const char *chunk, model **m, accel_dev **d, char *why, size_t n)
 {
-    char dir[512], cmd[1024];
-    snprintf(dir, sizeof dir, "%s/hd128", t_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s " HD128, t_build_dir(), dir);
-    if (system(cmd) != 0) return -1;
+    char dir[512];
+    if (t_mkmodel(HD128, "hd128", dir, sizeof dir)) return -1;
     accel_opts o = {0};
     if (open_opts) o = *open_opts;
     char tune[64];

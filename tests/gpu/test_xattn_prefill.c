@@ -29,10 +29,8 @@
 /* tune: the GPU's gpu_tune string (NULL: the defaults) */
 static int open_both(model **m, accel_dev **g, accel_dev **c, const char *tune, char *why, size_t n)
 {
-    char dir[512], cmd[1024], err[512];
-    snprintf(dir, sizeof dir, "%s/xhd128", t_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s " HD128, t_build_dir(), dir);
-    if (system(cmd) != 0) return -1;
+    char dir[512], err[512];
+    if (t_mkmodel(HD128, "xhd128", dir, sizeof dir)) return -1;
     const accel_opts go = {.gpu_tune = tune};
     int r = tg_open(dir, tune ? &go : NULL, m, g, why, n);
     if (r) return r;

@@ -8,10 +8,8 @@
 
 static void check_dir(const char *args, const char *name, int n, int decode_check)
 {
-    char dir[512], cmd[1024];
-    snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
-    snprintf(cmd, sizeof cmd, "%s/mkmodel --out %s %s", t_build_dir(), dir, args);
-    REQUIRE(system(cmd) == 0);
+    char dir[512];
+    REQUIRE(t_mkmodel(args, name, dir, sizeof dir) == 0);
     model *m;
     accel_dev *d;
     REQUIRE(t_open(dir, "cpu", &m, &d) == 0);
@@ -58,10 +56,8 @@ static void check_dir(const char *args, const char *name, int n, int decode_chec
 
 TEST(mkmodel_gqa_llama3_tied_bf16_sharded)
 {
-    char err[256], dir[512], cmd[1024];
-    snprintf(dir, sizeof dir, "%s/gqa", t_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s/mkmodel --preset tiny-gqa --out %s", t_build_dir(), dir);
-    REQUIRE(system(cmd) == 0);
+    char err[256], dir[512];
+    REQUIRE(t_mkmodel("--preset tiny-gqa", "gqa", dir, sizeof dir) == 0);
     model *m = model_load(dir, err, sizeof err);
     REQUIRE(m);
     CHECK_EQ(m->n_files, 2);

@@ -1,5 +1,6 @@
 /* tests/peer/peer_util.c — see peer_util.h. */
 #include "tests/peer/peer_util.h"
+#include "devices/devices.h"
 #include "tests/test.h"
 #include "tests/util.h"
 #include <stdio.h>
@@ -24,6 +25,16 @@ int two_start_rx(two *t, const char *device, int rx_threads)
     }
     snprintf(t->addr, sizeof t->addr, "127.0.0.1:%d", peer_server_port(t->srv));
     return 0;
+}
+
+int two_start_pf(two *t, int rx_threads, accel_dev **pf)
+{
+    if (two_start_rx(t, "cpu", rx_threads)) return -1;
+    char err[256];
+    accel_opts o = {.threads = 2};
+    *pf = devices_open("cpu", t->m, &o, err, sizeof err);
+    if (!*pf) t_fail(__FILE__, __LINE__, "devices_open(cpu): %s", err);
+    return *pf ? 0 : -1;
 }
 
 void two_stop(two *t)
@@ -51,6 +62,21 @@ int keep_layer(void *ctx, const proto_kv_layer *c)
     k->mem[k->n] = m;
     k->l[k->n++] = l;
     return 0;
+}
+
+int prefill_kv(accel_dev *pf, const int32_t *ids, int n, kvcopy *kv, int32_t *first)
+{
+    accel_seq *ps;
+    int vocab = accel_model(pf)->cfg.vocab;
+    if (accel_seq_new(pf, n, &ps)) return -1;
+    float *lg = malloc(sizeof(float) * (size_t)vocab);
+    accel_kv_sink sink = {keep_layer, kv};
+    accel_prefill_req pr = {.seq = ps, .ids = ids, .n = n, .logits = lg, .kv = &sink};
+    int st = accel_prefill(pf, &pr);
+    *first = t_argmax(lg, vocab);
+    free(lg);
+    accel_seq_free(pf, ps);
+    return st;
 }
 
 int import_decode(accel_dev *d, const kvcopy *kv, int32_t first, int steps, int32_t *out)

@@ -22,6 +22,9 @@ typedef struct two {
 int two_start(two *t, const char *device);
 /* The same with rx_threads receiving threads on node B (peer_server_cfg.rx_threads; 0 auto). */
 int two_start_rx(two *t, const char *device, int rx_threads);
+/* two_start_rx on the CPU, and node A's own device to prefill on: a CPU device (2 threads) of
+ * the same model in *pf; -1 (the failure reported) when either cannot. */
+int two_start_pf(two *t, int rx_threads, accel_dev **pf);
 void two_stop(two *t);
 
 /* KV of a prompt prefilled on `src`, collected as wire chunks' views: the sink copies each
@@ -35,6 +38,9 @@ typedef struct kvcopy {
 
 /* An accel_kv_sink callback: ctx a kvcopy. */
 int keep_layer(void *ctx, const proto_kv_layer *c);
+/* Prefills ids (n) on a fresh sequence of pf (freed after), its KV collected into kv (keep_layer)
+ * and the greedy token after it in *first; 0 or the prefill's error. */
+int prefill_kv(accel_dev *pf, const int32_t *ids, int n, kvcopy *kv, int32_t *first);
 /* Imports kv into a fresh sequence of d, then decodes `steps` greedy tokens; the tokens. */
 int import_decode(accel_dev *d, const kvcopy *kv, int32_t first, int steps, int32_t *out);
 

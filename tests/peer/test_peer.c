@@ -249,22 +249,14 @@ static void remote_decodes(int poll_us, int rx_threads)
     /* read at the first chunk sent: layer 0 of the second import of each pass below (chunks are
      * counted per remote device) */
     setenv("TANDEM_PEER_FAULT", "kv_bitflip=6", 1);
-    if (two_start_rx(&t, "cpu", rx_threads)) return;
     accel_dev *pf;
+    if (two_start_pf(&t, rx_threads, &pf)) return;
     char err[256];
-    accel_opts o = {.threads = 2};
-    pf = devices_open("cpu", t.m, &o, err, sizeof err);
-    REQUIRE(pf);
     int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
     int n = 8;
     kvcopy kv = {0};
-    accel_seq *ps;
-    REQUIRE(accel_seq_new(pf, n, &ps) == 0);
-    float *lg = malloc(sizeof(float) * 512);
-    accel_kv_sink sink = {keep_layer, &kv};
-    accel_prefill_req pr = {.seq = ps, .ids = ids, .n = n, .logits = lg, .kv = &sink};
-    REQUIRE(accel_prefill(pf, &pr) == 0);
-    int32_t first = t_argmax(lg, 512);
+    int32_t first;
+    REQUIRE(prefill_kv(pf, ids, n, &kv, &first) == 0);
     int32_t want[12], got[12];
     CHECK_EQ(import_decode(t.lent, &kv, first, 12, want), 0); /* the lent device, driven here */
 
@@ -330,8 +322,6 @@ static void remote_decodes(int poll_us, int rx_threads)
      * each in while the other went on (in order: the same tokens, the corrupt one refused) */
     if (rx_threads == 2) CHECK(peer_server_handoffs(t.srv) > 0);
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
-    free(lg);
-    accel_seq_free(pf, ps);
     accel_free(pf);
     two_stop(&t);
     peer_link_set_poll_us(0);
@@ -364,21 +354,15 @@ TEST(peer_remote_argmax_ships_tokens)
 {
     unsetenv("TANDEM_PEER_FAULT");
     two t;
-    if (two_start(&t, "cpu")) return;
+    accel_dev *pf;
+    if (two_start_pf(&t, 0, &pf)) return;
     char err[256];
-    accel_opts o = {.threads = 2};
-    accel_dev *pf = devices_open("cpu", t.m, &o, err, sizeof err);
-    REQUIRE(pf);
     const int vocab = t.m->cfg.vocab, n = 8, steps = 4;
     int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
     kvcopy kv = {0};
-    accel_seq *ps;
-    REQUIRE(accel_seq_new(pf, n, &ps) == 0);
+    int32_t first;
+    REQUIRE(prefill_kv(pf, ids, n, &kv, &first) == 0);
     float *lg = malloc(sizeof(float) * 2 * (size_t)vocab), *ref = malloc(sizeof(float) * 2 * (size_t)vocab);
-    accel_kv_sink sink = {keep_layer, &kv};
-    accel_prefill_req pr = {.seq = ps, .ids = ids, .n = n, .logits = lg, .kv = &sink};
-    REQUIRE(accel_prefill(pf, &pr) == 0);
-    int32_t first = t_argmax(lg, vocab);
 
     peer_node *node;
     REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
@@ -426,7 +410,6 @@ TEST(peer_remote_argmax_ships_tokens)
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     free(lg);
     free(ref);
-    accel_seq_free(pf, ps);
     accel_free(pf);
     two_stop(&t);
 }
@@ -437,20 +420,13 @@ TEST(peer_remote_argmax_ships_tokens)
 TEST(peer_truncated_chunk_detected)
 {
     two t;
-    if (two_start(&t, "cpu")) return;
+    accel_dev *pf;
+    if (two_start_pf(&t, 0, &pf)) return;
     char err[256];
-    accel_opts o = {.threads = 2};
-    accel_dev *pf = devices_open("cpu", t.m, &o, err, sizeof err);
-    REQUIRE(pf);
     int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
     kvcopy kv = {0};
-    accel_seq *ps;
-    REQUIRE(accel_seq_new(pf, 8, &ps) == 0);
-    float *lg = malloc(sizeof(float) * 512);
-    accel_kv_sink sink = {keep_layer, &kv};
-    accel_prefill_req pr = {.seq = ps, .ids = ids, .n = 8, .logits = lg, .kv = &sink};
-    REQUIRE(accel_prefill(pf, &pr) == 0);
-    int32_t first = t_argmax(lg, 512), want[6], got[6];
+    int32_t first, want[6], got[6];
+    REQUIRE(prefill_kv(pf, ids, 8, &kv, &first) == 0);
     CHECK_EQ(import_decode(t.lent, &kv, first, 6, want), 0);
     for (int pass = 0; pass < 2; pass++) {
         /* layer 2 of the first import, then layer 4 of the same: the last of its run */
@@ -475,8 +451,6 @@ TEST(peer_truncated_chunk_detected)
         accel_free(rd);
         peer_node_free(node);
     }
-    free(lg);
-    accel_seq_free(pf, ps);
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     accel_free(pf);
     two_stop(&t);
@@ -877,21 +851,15 @@ TEST(peer_stalled_sender_holds_up_no_one_else)
     snprintf(fault, sizeof fault, "kv_stall=%s", stall);
     setenv("TANDEM_PEER_FAULT", fault, 1);
     two t;
-    if (two_start(&t, "cpu")) return;
+    accel_dev *pf;
+    if (two_start_pf(&t, 0, &pf)) return;
     char err[256];
-    accel_opts o = {.threads = 2};
-    accel_dev *pf = devices_open("cpu", t.m, &o, err, sizeof err);
-    REQUIRE(pf);
     int vocab = t.m->cfg.vocab;
     int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
     kvcopy kv = {0};
-    accel_seq *ps;
-    REQUIRE(accel_seq_new(pf, 8, &ps) == 0);
+    int32_t first;
+    REQUIRE(prefill_kv(pf, ids, 8, &kv, &first) == 0);
     float *lg = malloc(sizeof(float) * (size_t)vocab);
-    accel_kv_sink sink = {keep_layer, &kv};
-    accel_prefill_req pr = {.seq = ps, .ids = ids, .n = 8, .logits = lg, .kv = &sink};
-    REQUIRE(accel_prefill(pf, &pr) == 0);
-    int32_t first = t_argmax(lg, vocab);
 
     peer_node *na, *nc;
     REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &na, err, sizeof err) == PEER_OK);
@@ -955,7 +923,6 @@ TEST(peer_stalled_sender_holds_up_no_one_else)
     peer_node_free(na);
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     free(lg);
-    accel_seq_free(pf, ps);
     accel_free(pf);
     two_stop(&t);
 }

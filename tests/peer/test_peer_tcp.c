@@ -14,21 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int prefill_kv(accel_dev *pf, const int32_t *ids, int n, kvcopy *kv, int32_t *first)
-{
-    accel_seq *ps;
-    int vocab = accel_model(pf)->cfg.vocab;
-    if (accel_seq_new(pf, n, &ps)) return -1;
-    float *lg = malloc(sizeof(float) * (size_t)vocab);
-    accel_kv_sink sink = {keep_layer, kv};
-    accel_prefill_req pr = {.seq = ps, .ids = ids, .n = n, .logits = lg, .kv = &sink};
-    int st = accel_prefill(pf, &pr);
-    *first = t_argmax(lg, vocab);
-    free(lg);
-    accel_seq_free(pf, ps);
-    return st;
-}
-
 TEST(peer_tcp_lanes_window_bounded_in_order)
 {
     /* tcp lanes only, and chunks of this size by rendezvous as 1 MiB ones are (read when UCX's
@@ -37,11 +22,9 @@ TEST(peer_tcp_lanes_window_bounded_in_order)
     setenv("UCX_RNDV_THRESH", "4096", 1);
     unsetenv("TANDEM_PEER_FAULT");
     two t;
-    if (two_start(&t, "cpu")) return;
+    accel_dev *pf;
+    if (two_start_pf(&t, 0, &pf)) return;
     char err[256];
-    accel_opts o = {.threads = 2};
-    accel_dev *pf = devices_open("cpu", t.m, &o, err, sizeof err);
-    REQUIRE(pf);
     /* two prompts of 240 tokens: 30 KB chunks */
     enum { N = 240, STEPS = 6 };
     int32_t ids[2][N];
