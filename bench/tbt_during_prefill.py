@@ -18,7 +18,7 @@ and the calls that overran what was left of the budget with the sum of their ove
 (tandem_device_prefill_over_budget_calls_total / _seconds_total): a gap past budget + step that
 they do not account for came from elsewhere (the decode step itself, the client).
 Usage: tbt_during_prefill.py --api URL --tokens N [--streams K] [--mode dense|xattention|trishape|
-flexprefill] [--vocab V] [--admin URL] [--max-wait S]; prints one JSON line."""
+flexprefill] [--vocab V] [--admin URL] [--max-wait S] [--gaps FILE]; prints one JSON line."""
 import argparse, http.client, json, random, socket, statistics, threading, time, urllib.parse
 
 
@@ -47,7 +47,7 @@ def stream_loop(api, stop, arrivals, idx, max_tokens, errors):
             if any(ch.get("text") for ch in ev.get("choices", [])):
                 now = time.monotonic()
                 if last is not None:
-                    arrivals.append((now, now - last))
+                    arrivals.append((now, now - last, idx))
                 last = now
         c.close()
 
@@ -87,6 +87,9 @@ def main():
     ap.add_argument("--stream-tokens", type=int, default=3000)
     ap.add_argument("--admin", default=None)
     ap.add_argument("--max-wait", type=float, default=1200.0)
+    ap.add_argument("--gaps", default=None,
+                    help="write every gap to this file (JSON: t0, t1 and [arrival, gap, stream] rows, "
+                         "seconds of time.monotonic) for bench/tbt_trace.py")
     a = ap.parse_args()
     stop = threading.Event()
     arrivals, errors = [], []
@@ -127,11 +130,15 @@ def main():
     # before it ends): the gap a whole unchunked prefill makes ends just after t1, so counting
     # arrivals inside [t0, t1] alone missed it
     def overlapping(lo, hi):
-        return [g for (t, g) in arrivals if t > lo and t - g < hi]
-    before = [g for (t, g) in arrivals if t < t0]
+        return [g for (t, g, _) in arrivals if t > lo and t - g < hi]
+    before = [g for (t, g, _) in arrivals if t < t0]
     during = overlapping(t0, t1)
     last = overlapping(t1 - (t1 - t0) / 4, t1)
     usage = resp.get("usage", {})
+    if a.gaps:
+        with open(a.gaps, "w") as f:
+            json.dump({"mode": a.mode, "t0": t0, "t1": t1,
+                       "gaps": [[round(t, 6), round(g, 6), i] for (t, g, i) in arrivals]}, f)
     print(json.dumps({"mode": a.mode, "tokens": a.tokens, "streams": a.streams, "status": status,
                       "finished": status is not None, "ttft_s": round(t1 - t0, 3),
                       "prefill_density": usage.get("prefill_density"),

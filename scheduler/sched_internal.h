@@ -42,6 +42,7 @@
 #include "scheduler/sched_pcache.h"
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 
 /* sched_dev.cost: dense, then one per sparse method (enum sparse_mode: 3) */
 #define SCHED_COST_KINDS 4
@@ -212,6 +213,7 @@ typedef struct sched_dev {
     unsigned char *want;
     int32_t *argmax;
     sched_pcache *pc;            /* worker only: the prefix cache (paged devices, when on) */
+    FILE *trace;                 /* worker only: TANDEM_SCHED_TRACE's per-call log (sched_worker.c) */
     /* statistics, written by the worker, read anywhere */
     atomic_uint_least64_t steps, tokens, busy_ns, prefill_chunks, kv_chunks, kv_bytes, kv_corrupt;
     atomic_uint_least64_t prefill_split_calls; /* sched_dev_stats */

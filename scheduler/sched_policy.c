@@ -1,6 +1,7 @@
 /* scheduler/sched_policy.c — see sched_policy.h for the rules this implements. */
 #include "scheduler/sched_policy.h"
 #include <math.h>
+#include <string.h>
 
 uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req *r)
 {
@@ -496,9 +497,68 @@ static void cost_fit(sched_cost *m)
     m->e = th[2];
 }
 
-void sched_cost_observe(sched_cost *m, int tokens, int pos, double seconds)
+/* The bit of a size in sizes[] (a multiple of the grain below SCHED_COST_SIZES grains), -1 for
+ * any other size. */
+static int size_bit(const sched_cost *m, int tokens)
 {
-    if (!m || tokens <= 0 || pos < 0 || !(seconds > 0) || !isfinite(seconds)) return;
+    if (m->grain <= 0 || tokens % m->grain) return -1;
+    int s = tokens / m->grain;
+    return s < SCHED_COST_SIZES ? s : -1;
+}
+
+int sched_cost_novel(const sched_cost *m, int tokens)
+{
+    if (!m || m->grain <= 0) return 0;
+    int s = size_bit(m, tokens);
+    return s < 0 || !(m->sizes[s / 64] >> (s % 64) & 1);
+}
+
+double sched_cost_margin(const sched_cost *m)
+{
+    double r = 1;
+    for (int i = 0; m && i < m->rn; i++)
+        if (m->r[i] > r) r = m->r[i];
+    return r < SCHED_COST_MARGIN_MAX ? r : SCHED_COST_MARGIN_MAX;
+}
+
+double sched_cost_novel_s(const sched_cost *m)
+{
+    double x = 0;
+    for (int i = 0; m && i < m->xn; i++)
+        if (m->x[i] > x) x = m->x[i];
+    return x;
+}
+
+double sched_cost_split_s(const sched_cost *m)
+{
+    if (!m || m->sn <= 0) return 0;
+    float v[SCHED_COST_SPLIT];
+    memcpy(v, m->s, sizeof(float) * (size_t)m->sn);
+    for (int i = 1; i < m->sn; i++) /* insertion sort: at most SCHED_COST_SPLIT */
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            float t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    double med = m->sn % 2 ? v[m->sn / 2] : 0.5 * ((double)v[m->sn / 2 - 1] + v[m->sn / 2]);
+    return med > 0 ? med : 0;
+}
+
+double sched_cost_plan(const sched_cost *m, int tokens, int pos)
+{
+    double t = sched_cost_predict(m, tokens, pos) * sched_cost_margin(m);
+    return t > 0 && sched_cost_novel(m, tokens) ? t + sched_cost_novel_s(m) : t;
+}
+
+static void mark_size(sched_cost *m, int tokens)
+{
+    int sb = size_bit(m, tokens);
+    if (sb >= 0) m->sizes[sb / 64] |= (uint64_t)1 << (sb % 64);
+}
+
+/* One call into the fit's window, and the refit. */
+static void add_fit(sched_cost *m, int tokens, int pos, double seconds)
+{
     m->c[m->head] = (float)tokens;
     m->p[m->head] = (float)pos;
     m->t[m->head] = (float)seconds;
@@ -506,6 +566,47 @@ void sched_cost_observe(sched_cost *m, int tokens, int pos, double seconds)
     if (m->n < SCHED_COST_WINDOW) m->n++;
     m->seen++;
     cost_fit(m);
+}
+
+void sched_cost_observe_split(sched_cost *m, int tokens, int pos, double seconds, int layers, int n_layers)
+{
+    if (!m || layers >= n_layers) {
+        sched_cost_observe(m, tokens, pos, seconds);
+        return;
+    }
+    if (tokens <= 0 || pos < 0 || layers <= 0 || !(seconds > 0) || !isfinite(seconds)) return;
+    const double f = (double)layers / n_layers;
+    double w = m->seen >= SCHED_COST_TRUST ? sched_cost_predict(m, tokens, pos) : 0;
+    if (w > 0) { /* a sample of the split part: t = s + f (w - s) */
+        m->s[m->shead] = (float)((seconds - f * w) / (1 - f));
+        m->shead = (m->shead + 1) % SCHED_COST_SPLIT;
+        if (m->sn < SCHED_COST_SPLIT) m->sn++;
+    }
+    double s = sched_cost_split_s(m);
+    if (s > seconds) s = seconds;
+    /* the whole call it stands for: its own part once, its layers' part x n_layers / layers;
+     * the size has run (sched_cost_novel), its error is not the margin's */
+    mark_size(m, tokens);
+    add_fit(m, tokens, pos, s + (seconds - s) / f);
+}
+
+void sched_cost_observe(sched_cost *m, int tokens, int pos, double seconds)
+{
+    if (!m || tokens <= 0 || pos < 0 || !(seconds > 0) || !isfinite(seconds)) return;
+    /* the prediction this call was planned with, against what it took (sched_policy.h: margin,
+     * novel) */
+    double pred = m->seen >= SCHED_COST_TRUST ? sched_cost_predict(m, tokens, pos) : 0;
+    if (pred > 0 && sched_cost_novel(m, tokens)) {
+        m->x[m->xhead] = (float)(seconds - pred * sched_cost_margin(m));
+        m->xhead = (m->xhead + 1) % SCHED_COST_NOVEL;
+        if (m->xn < SCHED_COST_NOVEL) m->xn++;
+    } else if (pred > 0) {
+        m->r[m->rhead] = (float)(seconds / pred);
+        m->rhead = (m->rhead + 1) % SCHED_COST_WINDOW;
+        if (m->rn < SCHED_COST_WINDOW) m->rn++;
+    }
+    mark_size(m, tokens);
+    add_fit(m, tokens, pos, seconds);
 }
 
 double sched_cost_predict(const sched_cost *m, int tokens, int pos)
@@ -547,28 +648,54 @@ int sched_policy_chunk(int remaining, int pos, int align, int decoding, int firs
         long long k = SCHED_CHUNK_PROBE > least ? SCHED_CHUNK_PROBE / align * align : least;
         return k < remaining ? (int)k : remaining;
     }
-    double fit = budget_left_s > 0 ? cost_fit_tokens(cost, pos < 0 ? 0 : pos, budget_left_s) : 0;
+    /* planned to the margin: predicted x margin fits what is left */
+    const double mg = sched_cost_margin(cost);
+    double fit = budget_left_s > 0 ? cost_fit_tokens(cost, pos < 0 ? 0 : pos, budget_left_s / mg) : 0;
     /* no extrapolation far beyond the calls seen: a run of short, weight-bound calls shows no
      * growth with their size at all */
     double seen = 0;
     for (int i = 0; i < cost->n; i++)
         if (cost->c[i] > seen) seen = cost->c[i];
     if (fit > SCHED_CHUNK_GROW * seen) fit = SCHED_CHUNK_GROW * seen;
-    long long k = fit >= remaining ? remaining : (long long)fit / align * align;
+    /* dense: whole tiles from one tile up (SCHED_CHUNK_TILE) */
+    const int step = align > 1 ? align : SCHED_CHUNK_TILE;
+#define GRANULES(x) ((x) >= step ? (long long)(x) / step * step : (long long)(x) / align * align)
+    long long k = fit >= remaining ? remaining : GRANULES(fit);
+    /* a size not run before is planned with its first call's extra (sched_cost_novel_s, at most
+     * SCHED_NOVEL_BUDGET_SHARE of the budget): kn, the largest that fits even at a new size, or
+     * a larger one run before (a bounded walk down from k, in granules) */
+    double extra = sched_cost_novel_s(cost);
+    if (extra > SCHED_NOVEL_BUDGET_SHARE * budget_s) extra = SCHED_NOVEL_BUDGET_SHARE * budget_s;
+    if (extra > 0 && k >= least) {
+        double fn = budget_left_s > extra ? cost_fit_tokens(cost, pos < 0 ? 0 : pos, (budget_left_s - extra) / mg) : 0;
+        if (fn > SCHED_CHUNK_GROW * seen) fn = SCHED_CHUNK_GROW * seen;
+        long long kn = fn >= remaining ? remaining : GRANULES(fn), w = k;
+        int i = 0;
+        for (; w > kn && i < 64; i++) {
+            if (!sched_cost_novel(cost, (int)w)) break;
+            w = w == remaining && remaining % step ? GRANULES(remaining) : w - step;
+        }
+        k = w > kn && i < 64 ? w : kn;
+    }
+#undef GRANULES
     if (k >= remaining) return remaining;
     if (first) return (int)(k > least ? k : least < remaining ? least : remaining);
-    /* a later chunk: whole granules, and big enough that the fixed part does not dominate */
-    if (k < least) return 0;
+    /* a later chunk: whole granules (a whole tile for dense: a part of one costs the whole tile
+     * on a GPU), and big enough that the fixed part does not dominate */
+    if (k < least || k < step) return 0;
     double per = cost->b + cost->e * (pos < 0 ? 0 : pos);
     double useful = per > 0 ? SCHED_CHUNK_EFF_K * cost->a / per : cost->a > 0 ? 1e18 : 0;
     return (double)k >= useful ? (int)k : 0;
 }
 
-int sched_policy_layers(int todo, double layer_s, double budget_left_s, int first)
+int sched_policy_layers(int todo, double layer_s, double call_s, double budget_left_s, int first)
 {
     if (todo <= 0) return 0;
-    if (!(layer_s > 0) || !isfinite(layer_s) || layer_s * todo <= budget_left_s) return todo;
-    double fit = budget_left_s > 0 ? floor(budget_left_s / layer_s) : 0;
+    if (!(call_s > 0) || !isfinite(call_s)) call_s = 0;
+    if (!(layer_s > 0) || !isfinite(layer_s) || call_s + layer_s * todo <= budget_left_s) return todo;
+    double fit = budget_left_s > call_s ? floor((budget_left_s - call_s) / layer_s) : 0;
     int k = fit >= todo ? todo : (int)fit;
-    return k > 0 ? k : first ? 1 : 0;
+    if (first) return k > 0 ? k : 1;
+    /* a later call: worth its own part */
+    return k > 0 && (k == todo || k * layer_s >= SCHED_CHUNK_EFF_K * call_s) ? k : 0;
 }

@@ -291,6 +291,12 @@ int sched_policy_next_prefill(const sched_prefill_job *q, int n, double ttft_tar
  * SCHED_CHUNK_PROBE tokens: small enough not to stall decodes, big enough to measure. */
 #define SCHED_CHUNK_MIN 16
 #define SCHED_CHUNK_PROBE 64
+/* A dense chunk of a tile or more is cut in whole tiles: the GPU's prefill attention takes 128
+ * query rows per thread block (gpu/attn_prefill_ws.cu), so a chunk of 385 tokens costs about what
+ * one of 512 does — on the H200 a chunk 1-32 tokens past a multiple of 128 ran 12-25 % over a
+ * cost model linear in its size (BENCHMARKS.md, "Where the p99 gaps come from"). A CPU computes
+ * row by row; a whole tile costs it nothing. */
+#define SCHED_CHUNK_TILE 128
 
 /* The cost of one prefill call of c tokens appended at position p, learned online from the
  * measured calls:
@@ -315,15 +321,69 @@ int sched_policy_next_prefill(const sched_prefill_job *q, int n, double ttft_tar
  * a device ran last also prices a whole prompt for the placement's rule d
  * (sched_policy_dev.prefill_fit). */
 #define SCHED_COST_WINDOW 48
+/* How wrong the model is: the budget is planned to a margin over the prediction (issue 22; the
+ * H200 trace in BENCHMARKS.md, "Where the p99 gaps come from"). Calls are priced before they
+ * run, so each call the model predicted (after SCHED_COST_TRUST observations) is also an
+ * out-of-sample test of it:
+ *   margin   a call at a size this kind has run before: actual / predicted, the largest of the
+ *            last SCHED_COST_WINDOW (clamped to [1, SCHED_COST_MARGIN_MAX]); a chunk is planned
+ *            as predicted x margin. On the H200 these spread by a few % once the chunk is in
+ *            whole tiles of the attention kernel (a dense chunk of 385 tokens costs like 512).
+ *   novel    a call at a size the kind has not run before (with grain > 0: sizes are multiples of
+ *            the grain, remembered up to SCHED_COST_SIZES grains; a size off the grain is always
+ *            new): its first call costs more, whatever the model — on the H200 8-16 ms more for
+ *            an XAttention chunk, then the same size costs what the model says (one-time work per
+ *            shape in the libraries: kernels loaded, heuristics). Its excess over predicted x
+ *            margin, the largest of the last SCHED_COST_NOVEL such calls, is added to the plan
+ *            of a call at a new size (sched_cost_plan); sched_policy_chunk then takes a smaller
+ *            size run before when that fits and the new one does not.
+ * grain is the owner's: the granule its chunks of this kind come in (a sparse method's block, a
+ * device's prefill tile); 0: any size (nothing counts as new).
+ *
+ * Layer-split calls (sched_policy_layers) are not a whole call's layers / n_layers of its time:
+ * each call pays a part of its own (on the H200 ~3.5 ms per XAttention call at 100K whatever its
+ * layers, against ~1.1 ms per layer: a 1-layer call took 2.8x its share). A split call of l of L
+ * layers is modelled as s + l (W - s) / L, W the whole call's prediction, s the split part: each
+ * split call gives a sample of s, (t - l W / L) / (1 - l / L); s is the median of the last
+ * SCHED_COST_SPLIT samples (sched_cost_split_s), and the call's time goes into the fit as the
+ * whole call it stands for, s + (t - s) L / l. Split calls feed neither the margin nor the
+ * novel excess (their errors are the split part's, planned apart). */
+#define SCHED_COST_TRUST 8
+#define SCHED_COST_SPLIT 16
+#define SCHED_COST_MARGIN_MAX 1.5
+#define SCHED_COST_NOVEL 8
+#define SCHED_COST_SIZES 1024
 typedef struct sched_cost {
     float c[SCHED_COST_WINDOW], p[SCHED_COST_WINDOW], t[SCHED_COST_WINDOW]; /* a ring */
     int n, head;        /* observations held; the next slot */
     double a, b, e;     /* the fit (0 0 0 before any observation) */
     uint64_t seen;      /* observations ever */
+    int grain;          /* the owner's: chunk sizes come in multiples of it (0: any) */
+    float r[SCHED_COST_WINDOW];  /* a ring: actual / predicted of calls at sizes run before */
+    int rn, rhead;
+    float x[SCHED_COST_NOVEL];   /* a ring: actual - predicted x margin of calls at new sizes */
+    int xn, xhead;
+    uint64_t sizes[SCHED_COST_SIZES / 64]; /* bit s: a call of s x grain tokens has run */
+    float s[SCHED_COST_SPLIT];   /* a ring: samples of a layer-split call's own part, seconds */
+    int sn, shead;
 } sched_cost;
 void sched_cost_observe(sched_cost *m, int tokens, int pos, double seconds);
+/* A layer-split call: `layers` of the model's n_layers ran in `seconds` (layers >= n_layers: a
+ * whole call, as sched_cost_observe). */
+void sched_cost_observe_split(sched_cost *m, int tokens, int pos, double seconds, int layers, int n_layers);
+/* The split part s (seconds, >= 0; 0 before any split call was seen). */
+double sched_cost_split_s(const sched_cost *m);
 /* Predicted seconds of a call of `tokens` at `pos`; 0 before any observation. */
 double sched_cost_predict(const sched_cost *m, int tokens, int pos);
+/* The margin (>= 1), 1 before any error is known. */
+double sched_cost_margin(const sched_cost *m);
+/* 1 when a call of `tokens` would be the kind's first of that size (never with grain 0). */
+int sched_cost_novel(const sched_cost *m, int tokens);
+/* Seconds a call at a new size is planned to cost beyond predicted x margin (>= 0). */
+double sched_cost_novel_s(const sched_cost *m);
+/* What the policy plans a call to cost: predicted x margin, + sched_cost_novel_s at a new size;
+ * 0 before any observation. */
+double sched_cost_plan(const sched_cost *m, int tokens, int pos);
 /* Rule d's prompt time on d: its n_prompt tokens as one call from position 0 on d's
  * prefill_fit, a + b n + e n^2 / 2; 0 before d's cost is measured. */
 double sched_policy_prefill_s(const sched_policy_dev *d, int n_prompt);
@@ -347,27 +407,34 @@ double sched_policy_prefill_s(const sched_policy_dev *d, int n_prompt);
  * pos. budget_s: the time-between-tokens budget for the prefill work between two decode steps
  * (0: chunking off); budget_left_s: what this iteration has left of it; first: no chunk has run
  * in this iteration yet; align: the chunk's granule (a sparse method's block: whole blocks, never
- * less than one, unless `remaining` ends the sparse part; 1 for dense). The whole `remaining`
+ * less than one, unless `remaining` ends the sparse part; 1 for dense: then whole
+ * SCHED_CHUNK_TILEs from one tile up). The whole `remaining`
  * when the device has no decodes waiting (decoding == 0) or chunking is off. Else the largest
- * multiple of align whose predicted cost (cost) fits budget_left_s, at most SCHED_CHUNK_GROW x
- * the largest call the model has seen; for the first chunk at least
+ * multiple of align whose planned cost (sched_cost_plan: predicted x margin, more at a size not
+ * run before — then a smaller size run before may win) fits budget_left_s, at most
+ * SCHED_CHUNK_GROW x the largest call the model has seen; for the first chunk at least
  * max(align, SCHED_CHUNK_MIN for dense) even when that does not fit (a prefill always progresses;
  * SCHED_CHUNK_PROBE before any observation); for a later chunk 0 — end the iteration — when it
  * would be below SCHED_CHUNK_EFF_K x a / (b + e pos) tokens without ending the prompt, or below
  * one granule. */
 int sched_policy_chunk(int remaining, int pos, int align, int decoding, int first,
                        double budget_s, double budget_left_s, const sched_cost *cost);
+/* A novel size's allowance counts for at most this share of the budget (a first call never
+ * waits for more than it). */
+#define SCHED_NOVEL_BUDGET_SHARE 0.5
 
 /* Layer-split chunks (accel.h, ACCEL_CAP_LAYER_SPLIT): at great depth one call of the smallest
  * chunk may cost more than the whole budget (a sparse method's index scores the chunk against
  * every cached key, whatever the chunk's size: FlexPrefill at 128K ~69 ms over 32 layers on an
  * H200). Such a chunk runs a few layers per call, between decode steps. The layers of the next
- * call of a chunk whose every layer costs layer_s seconds (its predicted whole call / n_layers),
- * `todo` layers still to run: all of them when they fit budget_left_s (or nothing is known,
- * layer_s <= 0); else as many as fit, at least one for the iteration's first call (a prefill
- * always progresses); 0 for a later call that fits none (the iteration ends). The cost model
- * learns from such a call as from a whole one: its time x n_layers / layers (the per-layer share
- * of a call, sched_cost_observe). */
-int sched_policy_layers(int todo, double layer_s, double budget_left_s, int first);
+ * call of a chunk whose every layer costs layer_s seconds and every call call_s more (the cost
+ * model's split part; both planned to its margin), `todo` layers still to run: all of them when
+ * call_s + todo x layer_s fits budget_left_s (or nothing is known, layer_s <= 0); else as many as
+ * fit, at least one for the iteration's first call (a prefill always progresses); for a later
+ * call 0 (the iteration ends) when none fits, or when its layers would cost less than
+ * SCHED_CHUNK_EFF_K x call_s without ending the chunk (a call mostly of its own part: the next
+ * iteration's first call does the layers at full efficiency). The cost model learns from such
+ * a call through sched_cost_observe_split. */
+int sched_policy_layers(int todo, double layer_s, double call_s, double budget_left_s, int first);
 
 #endif

@@ -311,13 +311,17 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
     if (c->pf_done == 0 && !c->pf_split_k) c->sp_blocks = c->sp_causal = 0;
     int sparse = c->pf_done < send;
     int kind = sparse ? cost_kind(&r->sparse.p) : 0;
+    /* sparse chunks in the method's granule, dense ones in whole tiles from one tile up
+     * (sched_policy_chunk); the cost model remembers the sizes run in them (sched_cost.grain) */
+    const int align = sparse ? sparse_resume_align(&r->sparse.p) : 1;
+    d->cost[kind].grain = sparse ? align : SCHED_CHUNK_TILE;
     int k;
     if (c->pf_split_k > 0) {
         k = c->pf_split_k; /* a layer-split chunk in progress goes on */
     } else {
-        int want = sparse ? sched_policy_chunk(send - c->pf_done, c->pf_done, sparse_resume_align(&r->sparse.p),
-                                               decoding, first, budget, left, &d->cost[kind])
-                          : sched_policy_chunk(c->pf_n - c->pf_done, c->pf_done, 1, decoding, first,
+        int want = sparse ? sched_policy_chunk(send - c->pf_done, c->pf_done, align, decoding, first, budget,
+                                               left, &d->cost[kind])
+                          : sched_policy_chunk(c->pf_n - c->pf_done, c->pf_done, align, decoding, first,
                                                budget, left, &d->cost[kind]);
         if (want <= 0) return -1; /* nothing worth its fixed cost fits what is left of the budget */
         k = sparse ? sparse_chunk_len(&r->sparse.p, send, c->pf_done, want) : want;
@@ -332,10 +336,13 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
      * is left of the budget, only the layers that fit run now, the rest in later iterations */
     const int L = d->s->m->cfg.n_layers;
     int l0 = c->pf_split_k > 0 ? c->pf_layer : 0, nl = L - l0;
-    if (decoding && budget > 0 && !r->split_off && (d->info0.caps & ACCEL_CAP_LAYER_SPLIT) &&
-        d->cost[kind].seen) {
-        double layer_s = sched_cost_predict(&d->cost[kind], k, c->pf_done) / L;
-        nl = sched_policy_layers(L - l0, layer_s, left, first);
+    /* planned to the cost model's margin, a split call with its own part (sched_policy.h) */
+    const sched_cost *cm = &d->cost[kind];
+    const double whole_s = sched_cost_predict(cm, k, c->pf_done), mg = sched_cost_margin(cm);
+    const double split_s = sched_cost_split_s(cm) < whole_s ? sched_cost_split_s(cm) : whole_s;
+    const double layer_s = (whole_s - split_s) / L;
+    if (decoding && budget > 0 && !r->split_off && (d->info0.caps & ACCEL_CAP_LAYER_SPLIT) && cm->seen) {
+        nl = sched_policy_layers(L - l0, layer_s * mg, split_s * mg, left, first);
         if (nl <= 0) return -1;
     }
     int last = c->pf_done + k == c->pf_n;
@@ -353,6 +360,10 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
     st = SCHED_DEVICE_CALL(d, accel_prefill(d->dev, &pr));
     double dt = (double)(sched_now_ns() - t0) / 1e9;
     atomic_fetch_add(&d->prefill_chunks, 1);
+    if (d->trace && decoding) /* sched_worker.c: TANDEM_SCHED_TRACE */
+        fprintf(d->trace, "P %.6f %.6f %d %d %d %d %d %.6f %.6f %d %.6f\n", t0 / 1e9, (t0 + dt * 1e9) / 1e9, kind,
+                k, c->pf_done, pr.layer0, pr.layers, nl < L ? split_s + nl * layer_s : whole_s, left, first,
+                nl < L ? (split_s + nl * layer_s) * mg : sched_cost_plan(cm, k, c->pf_done));
     if (decoding && budget > 0 && dt > left) { /* the decodes here wait past the budget */
         atomic_fetch_add(&d->prefill_over_calls, 1);
         atomic_fetch_add(&d->prefill_over_ns, (uint64_t)((dt - (left > 0 ? left : 0)) * 1e9));
@@ -382,8 +393,8 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
         sched_prefill_end(d, r, ACCEL_OK);
         return dt;
     }
-    /* a split call's time stands for nl / L of a whole call's (sched_policy_layers) */
-    sched_cost_observe(&d->cost[kind], k, c->pf_done, dt * L / nl);
+    /* a split call: its own part and nl / L of a whole call's layers (sched_policy_layers) */
+    sched_cost_observe_split(&d->cost[kind], k, c->pf_done, dt, nl, L);
     if (sparse) {
         /* a sparse pass's KV is an approximation (every layer after the first attended to a
          * subset): the prefix cache keeps it apart, under the parameters' kind, which only

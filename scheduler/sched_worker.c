@@ -266,6 +266,30 @@ static void reap(sched_dev *d)
     }
 }
 
+/* TANDEM_SCHED_TRACE=PREFIX (a diagnostic, off by default): each worker writes PREFIX.<device
+ * index>, one line per event, times in seconds of CLOCK_MONOTONIC (the clock of Python's
+ * time.monotonic on Linux, so a client's token arrivals line up with them):
+ *   I t                    an iteration begins (before the inbox is taken: a wait shows as the
+ *                          time from here to the next line)
+ *   D t0 t1 rows           a decode step: its start (after the inbox and the reaping) and the
+ *                          moment its tokens were handed to the loop
+ *   P t0 t1 kind tokens pos layer0 layers predicted_s left_s first planned_s
+ *                          a prefill call beside decodes (sched_prefill.c): its cost model's
+ *                          kind, the chunk, the layers it ran (layers = 0: all of them), the
+ *                          cost predicted for what it ran, what was left of the budget,
+ *                          whether it was the iteration's first call, and the cost it was
+ *                          planned at (sched_cost_plan: the prediction to the model's margin)
+ * bench/tbt_trace.py reads it with bench/tbt_during_prefill.py's --gaps file. */
+static void trace_open(sched_dev *d)
+{
+    const char *pre = getenv("TANDEM_SCHED_TRACE");
+    if (!pre || !*pre) return;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s.%d", pre, d->index) >= (int)sizeof path) return;
+    d->trace = fopen(path, "w");
+    if (d->trace) setvbuf(d->trace, NULL, _IOLBF, 1 << 16); /* whole lines, even if the daemon is killed */
+}
+
 /* One decode step over every unfinished choice on this device. */
 static void decode_step(sched_dev *d)
 {
@@ -289,6 +313,7 @@ static void decode_step(sched_dev *d)
             rows++;
         }
     if (!rows) return;
+    const int64_t tr0 = d->trace ? sched_now_ns() : 0;
     int need_room = 0;
     int max_batch = d->info0.max_batch > 0 ? d->info0.max_batch : 1;
     /* a device that picks greedy tokens itself copies back only the rows still sampled here */
@@ -333,6 +358,7 @@ static void decode_step(sched_dev *d)
             r->wfail_step = 1;
         }
     }
+    if (d->trace) fprintf(d->trace, "D %.6f %.6f %d\n", tr0 / 1e9, sched_now_ns() / 1e9, rows);
     for (sched_req *r = d->active, *next; r; r = next) {
         next = r->wnext;
         if (r->wfail) {
@@ -435,6 +461,7 @@ void *sched_worker_main(void *arg)
     sched *s = d->s;
     int st = alloc_rows(d) < 0 ? ACCEL_ERR_NOMEM : SCHED_DEVICE_CALL(d, accel_warmup(d->dev));
     atomic_store(&d->warm, st == ACCEL_OK ? 1 : -1);
+    trace_open(d);
     sched_node *wn = node_new(0);
     wn->kind = SCHED_NODE_WARM;
     wn->dev = d->index;
@@ -442,6 +469,7 @@ void *sched_worker_main(void *arg)
     sched_post(s, wn);
 
     for (;;) {
+        if (d->trace && (d->active || d->pf_head)) fprintf(d->trace, "I %.6f\n", sched_now_ns() / 1e9);
         pthread_mutex_lock(&d->mu);
         while (!d->stop && !d->inbox_head && !d->active && !d->pf_head) {
             struct timespec ts;
@@ -480,6 +508,8 @@ void *sched_worker_main(void *arg)
         }
     }
     stop_all(d);
+    if (d->trace) fclose(d->trace);
+    d->trace = NULL;
     sched_mask_stop(d);
     free_rows(d);
     return NULL;

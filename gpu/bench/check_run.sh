@@ -3,7 +3,8 @@
 # makes TARBALL): every gpu_ test (both plugins where a test says so), then the time between
 # tokens of 4 decode streams while a 130K prompt prefills, per mode (gpu/bench/tbt_sparse.sh on
 # the Llama-3-8B shape). Logs in $OUT. MODES (dense trishape xattention flexprefill), MT: seconds
-# a long prompt may take (90).
+# a long prompt may take (90); TRACE=1: the scheduler's trace and the client's gaps too, and
+# bench/tbt_trace.py's account of them ($OUT/tbt/analysis.jsonl: where each long gap went).
 set -u
 TARBALL=${1:?usage: check_run.sh TARBALL}
 OUT=${OUT:-/tmp/out}
@@ -24,3 +25,9 @@ OUT=$OUT/tbt B=build M=/tmp/l3g MODE_TIMEOUT=${MT:-90} WARM=4 MODES="${MODES:-de
     timeout 420 bash gpu/bench/tbt_sparse.sh >"$OUT/tbt_run.log" 2>&1
 stamp "tbt done"
 cut -c1-600 "$OUT/tbt/tbt.jsonl" 2>/dev/null
+if [ "${TRACE:-0}" = 1 ]; then
+    G=""; for f in "$OUT"/tbt/gaps_*.json; do G="$G --gaps $f"; done
+    # shellcheck disable=SC2086
+    python3 bench/tbt_trace.py --trace "$OUT/tbt/sched_trace.0" $G >"$OUT/tbt/analysis.jsonl" 2>&1
+    cut -c1-900 "$OUT/tbt/analysis.jsonl"
+fi

@@ -12,6 +12,9 @@
 #           xattention trishape flexprefill); WARM seconds of decoding before the long prompt
 #           (4); MODE_TIMEOUT seconds the long prompt may take (300; past it, what was seen so
 #           far is reported, "finished": false)
+#   TRACE   1: the daemon's worker logs every decode step and prefill call (TANDEM_SCHED_TRACE,
+#           $OUT/sched_trace.0) and the client every gap ($OUT/gaps_<mode>.json);
+#           bench/tbt_trace.py tells from them where each long gap went
 # OUT=dir gpu/bench/tbt_sparse.sh; logs in $OUT (tbt.jsonl: one line per mode; daemon.log).
 # The same script runs on the CPU with a small model (DEV=cpu M=... MKMODEL="..." TOKENS=4096):
 # that is how it was checked before a device call.
@@ -36,6 +39,7 @@ fi
 cp tests/data/tokenizer/llama3/tokenizer.json "$M/"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | tee "$OUT/gpu.txt"
 stamp "daemon"
+[ "${TRACE:-0}" = 1 ] && export TANDEM_SCHED_TRACE=$OUT/sched_trace
 $B/tandem serve --model "$M" --devices "$DEV" --port "$PORT" --admin-port "$APORT" \
     --tbt-budget-ms "${TBT_BUDGET_MS:-50}" >"$OUT/daemon.log" 2>&1 &
 pid=$!
@@ -48,7 +52,8 @@ stamp "ready"
 for mode in ${MODES:-dense xattention trishape flexprefill}; do
     timeout $((${MODE_TIMEOUT:-300} + 30)) python3 bench/tbt_during_prefill.py --api "http://127.0.0.1:$PORT" \
         --admin "http://127.0.0.1:$APORT" --tokens "$TOKENS" --streams "${STREAMS:-4}" \
-        --warm "${WARM:-4}" --max-wait "${MODE_TIMEOUT:-300}" --mode "$mode" | tee -a "$OUT/tbt.jsonl"
+        --warm "${WARM:-4}" --max-wait "${MODE_TIMEOUT:-300}" --mode "$mode" \
+        ${TRACE:+--gaps "$OUT/gaps_$mode.json"} | tee -a "$OUT/tbt.jsonl"
     stamp "$mode done"
 done
 kill -TERM $pid

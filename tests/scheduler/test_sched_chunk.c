@@ -107,13 +107,17 @@ TEST(sched_policy_chunk_fits_the_budget)
         int p = i ? 128000 : 1000;
         int k = sched_policy_chunk(200000, p, 1, 1, 1, budget, budget, &m);
         ks[i] = k;
-        /* the largest that fits: k fits, k + 1 does not (in the fitted model, and in truth within
-         * the fit's error) */
-        CHECK_MSG(truth(k, p) <= budget * 1.001 && truth(k + 2, p) > budget * 0.999, "p %d k %d: %.4f s", p, k,
-                  truth(k, p));
+        /* the largest that fits in whole tiles (SCHED_CHUNK_TILE): k fits, a tile more does not
+         * (in the fitted model, and in truth within the fit's error) */
+        CHECK_MSG(k % SCHED_CHUNK_TILE == 0 && truth(k, p) <= budget * 1.001 &&
+                      truth(k + SCHED_CHUNK_TILE, p) > budget * 0.999,
+                  "p %d k %d: %.4f s", p, k, truth(k, p));
         /* a sparse method's block: whole blocks, the most that fit */
         int kb = sched_policy_chunk(200000, p, 128, 1, 1, budget, budget, &m);
-        CHECK(kb % 128 == 0 && kb >= 128 && kb <= k && kb + 128 > k);
+        CHECK(kb % 128 == 0 && kb >= 128 && kb == k);
+        /* below a tile, dense chunks are any size: a budget that fits 100 tokens gives ~100 */
+        int ks1 = sched_policy_chunk(200000, p, 1, 1, 1, budget, truth(100, p), &m);
+        CHECK_MSG(ks1 >= 90 && ks1 <= 100, "p %d: %d tokens", p, ks1);
     }
     CHECK(ks[1] < ks[0] / 4); /* at 128K depth a token costs several times what it does at 1K */
     /* the first chunk always runs: at least SCHED_CHUNK_MIN (one block when sparse) even when
@@ -135,8 +139,10 @@ TEST(sched_policy_chunk_fits_the_budget)
         CHECK(A / truth(k, p) <= 1.0 / (1 + SCHED_CHUNK_EFF_K) + 1e-3);
         /* a later chunk that ends the prompt within what is left runs, however small */
         CHECK_EQ(sched_policy_chunk(20, p, 1, 1, 0, budget, left_small, &m), 20);
-        /* below one block: no later sparse chunk */
+        /* below one block: no later sparse chunk; below a tile: no later dense one either */
         CHECK_EQ(sched_policy_chunk(200000, p, 128, 1, 0, budget, truth(100, p), &m), 0);
+        CHECK_EQ(sched_policy_chunk(200000, p, 1, 1, 0, budget, truth(SCHED_CHUNK_TILE - 8, p), &m), 0);
+        CHECK(sched_policy_chunk(200000, p, 1, 1, 0, budget, left_big, &m) % SCHED_CHUNK_TILE == 0);
     }
 }
 
@@ -230,17 +236,153 @@ TEST(sched_prefill_order_moves_the_pick)
 TEST(sched_policy_layers_fit_the_budget)
 {
     /* 32 layers of 2.15 ms (FlexPrefill's index at 128K) against a 50 ms budget: 23 of them */
-    CHECK_EQ(sched_policy_layers(32, 2.15e-3, 50e-3, 1), 23);
-    CHECK_EQ(sched_policy_layers(32, 2.15e-3, 50e-3, 0), 23);
+    CHECK_EQ(sched_policy_layers(32, 2.15e-3, 0, 50e-3, 1), 23);
+    CHECK_EQ(sched_policy_layers(32, 2.15e-3, 0, 50e-3, 0), 23);
     /* the rest of the chunk fits: all of it */
-    CHECK_EQ(sched_policy_layers(9, 2.15e-3, 50e-3, 0), 9);
-    CHECK_EQ(sched_policy_layers(23, 2.15e-3, 50e-3, 1), 23);
+    CHECK_EQ(sched_policy_layers(9, 2.15e-3, 0, 50e-3, 0), 9);
+    CHECK_EQ(sched_policy_layers(23, 2.15e-3, 0, 50e-3, 1), 23);
     /* nothing fits: one layer for the iteration's first call, none (end it) later */
-    CHECK_EQ(sched_policy_layers(32, 0.2, 50e-3, 1), 1);
-    CHECK_EQ(sched_policy_layers(32, 0.2, 50e-3, 0), 0);
-    CHECK_EQ(sched_policy_layers(32, 2e-3, 0, 1), 1);
-    CHECK_EQ(sched_policy_layers(32, 2e-3, -1e-3, 0), 0);
+    CHECK_EQ(sched_policy_layers(32, 0.2, 0, 50e-3, 1), 1);
+    CHECK_EQ(sched_policy_layers(32, 0.2, 0, 50e-3, 0), 0);
+    CHECK_EQ(sched_policy_layers(32, 2e-3, 0, 0, 1), 1);
+    CHECK_EQ(sched_policy_layers(32, 2e-3, 0, -1e-3, 0), 0);
     /* nothing known: whole */
-    CHECK_EQ(sched_policy_layers(32, 0, 50e-3, 0), 32);
-    CHECK_EQ(sched_policy_layers(0, 1e-3, 50e-3, 1), 0);
+    CHECK_EQ(sched_policy_layers(32, 0, 0, 50e-3, 0), 32);
+    CHECK_EQ(sched_policy_layers(0, 1e-3, 0, 50e-3, 1), 0);
+    /* each call's own part (XAttention at 100K on the H200: ~3.5 ms + ~1.1 ms a layer): it
+     * comes off what is left first */
+    CHECK_EQ(sched_policy_layers(32, 1.1e-3, 3.5e-3, 50e-3, 1), 32); /* 38.7 ms: whole */
+    CHECK_EQ(sched_policy_layers(32, 1.4e-3, 3.5e-3, 40e-3, 1), 26); /* (40 - 3.5) / 1.4 */
+    CHECK_EQ(sched_policy_layers(32, 1.4e-3, 3.5e-3, 3e-3, 1), 1);   /* nothing fits: first call */
+    /* a later call only when its layers are worth its own part (SCHED_CHUNK_EFF_K x), or end
+     * the chunk */
+    CHECK_EQ(sched_policy_layers(20, 1.1e-3, 3.5e-3, 8e-3, 0), 0);   /* 4 layers: 4.4 ms < 14 */
+    CHECK_EQ(sched_policy_layers(20, 1.1e-3, 3.5e-3, 20e-3, 0), 15); /* 16.5 ms >= 14 */
+    CHECK_EQ(sched_policy_layers(3, 1.1e-3, 3.5e-3, 8e-3, 0), 3);    /* the chunk's last 3 */
+}
+
+/* A layer-split call pays a part of its own: the model learns it from the split calls (t = s +
+ * l (W - s) / L) and feeds the fit the whole call each stands for, so calls of 1 layer do not
+ * read as 32 x their time; the margin stays the whole calls'. */
+TEST(sched_cost_split_part)
+{
+    const int L = 32;
+    const double s_true = 3.5e-3;
+    sched_cost m;
+    fitted(&m);
+    CHECK_NEAR(sched_cost_split_s(&m), 0, 0);
+    /* a device whose whole calls cost truth() and whose split calls cost s_true more than their
+     * layers' share, l = 1 .. 24 layers at 100K */
+    const int p = 100000, k = 128;
+    for (int i = 0; i < 40; i++) {
+        int l = 1 + (i * 7) % 24, pos = p + 128 * i;
+        double w = truth(k, pos);
+        sched_cost_observe_split(&m, k, pos, s_true + (w - s_true) * l / L, l, L);
+    }
+    CHECK_MSG(fabs(sched_cost_split_s(&m) - s_true) < 0.2e-3, "split part %.2f ms", sched_cost_split_s(&m) * 1e3);
+    /* the whole calls' model is intact: a whole call at this depth is predicted within 5 % */
+    CHECK_MSG(fabs(sched_cost_predict(&m, k, p + 5000) / truth(k, p + 5000) - 1) < 0.05, "%.2f vs %.2f ms",
+              sched_cost_predict(&m, k, p + 5000) * 1e3, truth(k, p + 5000) * 1e3);
+    CHECK_MSG(sched_cost_margin(&m) < 1.01, "margin %.3f", sched_cost_margin(&m));
+    /* read as layers / L of a whole call, the 1-layer calls would have made it ~3x dearer */
+    sched_cost naive;
+    fitted(&naive);
+    for (int i = 0; i < 40; i++) {
+        int l = 1 + (i * 7) % 24, pos = p + 128 * i;
+        double w = truth(k, pos);
+        sched_cost_observe(&naive, k, pos, (s_true + (w - s_true) * l / L) * L / l);
+    }
+    CHECK(sched_cost_predict(&naive, k, p + 5000) > 1.3 * truth(k, p + 5000));
+    /* a whole call through the split entry is a whole call */
+    sched_cost a, b;
+    fitted(&a);
+    fitted(&b);
+    sched_cost_observe_split(&a, 512, 1000, 0.02, L, L);
+    sched_cost_observe(&b, 512, 1000, 0.02);
+    CHECK(a.a == b.a && a.b == b.b && a.e == b.e && a.rn == b.rn && a.sn == 0);
+}
+
+/* The margin (sched_policy.h): calls at sizes run before test the model out of sample; the
+ * largest actual / predicted of the window is what the policy plans to. A model of exact calls
+ * plans to its prediction (margin 1); calls 15 % over it raise the margin to about 1.15, the
+ * chunk shrinks so that predicted x margin fits, and the truth of the slower device fits too;
+ * an absurd call is clamped to SCHED_COST_MARGIN_MAX. */
+TEST(sched_cost_margin_from_its_errors)
+{
+    sched_cost m;
+    fitted(&m);
+    CHECK_NEAR(sched_cost_margin(&m), 1.0, 1e-3);
+    CHECK_EQ(sched_cost_novel(&m, 512), 0); /* grain 0: no size is new */
+    const double budget = 0.05;
+    const int p = 64000;
+    int k0 = sched_policy_chunk(200000, p, 1, 1, 1, budget, budget, &m);
+    /* the device turns 15 % slower than the model at the sizes it runs */
+    for (int i = 0; i < 6; i++) sched_cost_observe(&m, 300 + 50 * i, p + 1000 * i, 1.15 * truth(300 + 50 * i, p + 1000 * i));
+    double mg = sched_cost_margin(&m);
+    CHECK_MSG(mg > 1.1 && mg < 1.16, "margin %.3f", mg);
+    int k1 = sched_policy_chunk(200000, p, 1, 1, 1, budget, budget, &m);
+    CHECK_MSG(k1 < k0 && sched_cost_predict(&m, k1, p) * mg <= budget * 1.001, "k %d -> %d", k0, k1);
+    CHECK_MSG(1.15 * truth(k1, p) <= budget * 1.03, "k %d: %.4f s at the slower truth", k1, 1.15 * truth(k1, p));
+    CHECK_NEAR(sched_cost_plan(&m, k1, p), sched_cost_predict(&m, k1, p) * mg, 1e-12);
+    /* the layers of a split call are planned the same way (the worker passes plan / n_layers) */
+    CHECK(sched_policy_layers(32, sched_cost_plan(&m, 128, 128000) / 32, 0, budget, 1) <=
+          sched_policy_layers(32, sched_cost_predict(&m, 128, 128000) / 32, 0, budget, 1));
+    sched_cost_observe(&m, 400, p, 100 * truth(400, p));
+    CHECK_NEAR(sched_cost_margin(&m), SCHED_COST_MARGIN_MAX, 1e-9);
+    /* a window of exact calls later the outlier is forgotten (what is left: the errors of fits
+     * whose window still held the slow calls) */
+    feed(&m, SCHED_COST_WINDOW + 8, 0);
+    CHECK_MSG(sched_cost_margin(&m) < 1.05, "margin %.3f", sched_cost_margin(&m));
+    /* no error is known before SCHED_COST_TRUST calls */
+    sched_cost f = {0};
+    for (int i = 0; i < SCHED_COST_TRUST; i++) sched_cost_observe(&f, 128 * (i + 1), 0, 10 * truth(128 * (i + 1), 0));
+    CHECK_EQ(f.rn + f.xn, 0);
+    CHECK_NEAR(sched_cost_margin(&f), 1.0, 0);
+}
+
+/* A size the kind has not run before (grain 128: a sparse method's block, a GPU's prefill tile):
+ * its first call's excess over the plan is learned apart and added to the plan of a call at a
+ * new size only; the policy then prefers the largest size run before that fits, else the largest
+ * that fits with the excess. Sizes off the grain are always new. */
+TEST(sched_cost_novel_sizes)
+{
+    sched_cost m = {0};
+    m.grain = 128;
+    const int p0 = 20000;
+    /* sizes 128 .. 768 run (exactly as the truth says) */
+    for (int i = 0; i < 24; i++) {
+        int c = 128 * (1 + i % 6), p = p0 + 500 * i;
+        sched_cost_observe(&m, c, p, truth(c, p));
+    }
+    CHECK_EQ(sched_cost_novel(&m, 768), 0);
+    CHECK_EQ(sched_cost_novel(&m, 896), 1);
+    CHECK_EQ(sched_cost_novel(&m, 700), 1); /* off the grain */
+    CHECK_EQ(sched_cost_novel(&m, 128 * SCHED_COST_SIZES), 1); /* beyond the sizes remembered */
+    CHECK_NEAR(sched_cost_novel_s(&m), 0, 0);
+    /* the first call at 896 takes 10 ms more than the model says; its second does not */
+    const int p = 30000;
+    sched_cost_observe(&m, 896, p, truth(896, p) + 0.010);
+    CHECK_NEAR(sched_cost_novel_s(&m), 0.010, 2e-4);
+    CHECK_MSG(sched_cost_margin(&m) < 1.01, "margin %.3f: a new size's excess is kept apart", sched_cost_margin(&m));
+    CHECK_EQ(sched_cost_novel(&m, 896), 0);
+    CHECK_NEAR(sched_cost_plan(&m, 896, p), sched_cost_predict(&m, 896, p) * sched_cost_margin(&m), 1e-12);
+    CHECK_NEAR(sched_cost_plan(&m, 1024, p), sched_cost_predict(&m, 1024, p) * sched_cost_margin(&m) + sched_cost_novel_s(&m), 1e-12);
+    /* a budget that fits 1024 by the model but not with the excess: 896 (run before) wins */
+    const double left = sched_cost_predict(&m, 1024, p) * sched_cost_margin(&m) + 0.002;
+    CHECK_EQ(sched_policy_chunk(200000, p, 128, 1, 1, 0.05, left, &m), 896);
+    /* with the excess it fits: the new size runs */
+    CHECK_EQ(sched_policy_chunk(200000, p, 128, 1, 1, 0.05, left + 0.010, &m), 1024);
+    /* where no size run before lies between, the largest that fits with the excess */
+    const int deep = 100000;
+    int k_plain = sched_policy_chunk(200000, deep, 128, 1, 1, 0.05, 0.05, &m);
+    sched_cost n = m;
+    n.xn = 0; /* the same model without the excess */
+    int k_bare = sched_policy_chunk(200000, deep, 128, 1, 1, 0.05, 0.05, &n);
+    CHECK_MSG(k_plain <= k_bare, "%d vs %d", k_plain, k_bare);
+    CHECK(!sched_cost_novel(&m, k_plain) || sched_cost_plan(&m, k_plain, deep) <= 0.05 * 1.0001 || k_plain == 128);
+    /* the prompt's end: a short remaining part off the grain is new, and runs when it fits */
+    CHECK_EQ(sched_policy_chunk(300, p, 128, 1, 1, 0.05, 0.05, &m), 300);
+    /* an excess is never planned at more than half the budget: the first call still progresses */
+    sched_cost_observe(&m, 1152, p, 5.0);
+    CHECK(sched_policy_chunk(200000, p, 128, 1, 1, 0.05, 0.05, &m) >= 128);
 }

@@ -298,13 +298,59 @@ TEST(sched_split_chunked_prefill_same_text)
 
 static int32_t once[] = {1, 403, 407, 261, 378}; /* "Once upon a time" */
 
+/* TANDEM_SCHED_TRACE's log of a worker (sched_worker.c): every line well formed, each event's
+ * end at or after its start, the events in time order; *steps decode steps, *calls prefill calls
+ * beside them, of which *sparse_calls of cost kind `kind` with whole blocks of `block` tokens
+ * (or the sparse part's end at `send`), each planned at no less than its prediction. */
+static int check_trace(const char *path, int kind, int block, int send, int *steps, int *calls, int *sparse_calls)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[256];
+    double last = 0;
+    int bad = 0;
+    *steps = *calls = *sparse_calls = 0;
+    while (fgets(line, sizeof line, f)) {
+        double t0, t1, pred, left, plan;
+        int rows, k, tok, pos, l0, nl, first;
+        if (line[0] == 'I' && sscanf(line, "I %lf", &t0) == 1) {
+            t1 = t0;
+        } else if (line[0] == 'D' && sscanf(line, "D %lf %lf %d", &t0, &t1, &rows) == 3) {
+            bad += rows < 1;
+            ++*steps;
+        } else if (line[0] == 'P' && sscanf(line, "P %lf %lf %d %d %d %d %d %lf %lf %d %lf", &t0, &t1, &k, &tok, &pos,
+                                            &l0, &nl, &pred, &left, &first, &plan) == 11) {
+            bad += tok < 1 || pos < 0 || l0 < 0 || nl < 0 || (first != 0 && first != 1) || plan < pred * (1 - 1e-6);
+            ++*calls;
+            if (k == kind) {
+                bad += tok % block != 0 && pos + tok != send;
+                ++*sparse_calls;
+            }
+        } else {
+            bad++;
+            continue;
+        }
+        bad += t1 < t0 || t0 < last;
+        last = t1;
+    }
+    fclose(f);
+    return bad ? -1 : 0;
+}
+
 TEST(sched_sparse_prompt_prefills_in_chunks_beside_decodes)
 {
     /* A sparse prompt that meets a decode on the CPU (a budget far below one token's time) runs
      * in block-aligned sparse chunks (sparse/sparse.h), each attending over everything cached
      * before it: with every block kept (XAttention threshold 1) its text is the dense prompt's. */
     env e;
-    if (env_open(&e, 0, NULL, 16, 0.001) < 0) return;
+    char trace[512], trace0[520];
+    snprintf(trace, sizeof trace, "%s/sched_trace", t_tmpdir());
+    snprintf(trace0, sizeof trace0, "%s.0", trace);
+    remove(trace0);
+    setenv("TANDEM_SCHED_TRACE", trace, 1); /* the workers' log (sched_worker.c), checked below */
+    int opened = env_open(&e, 0, NULL, 16, 0.001);
+    unsetenv("TANDEM_SCHED_TRACE");
+    if (opened < 0) return;
     int32_t ids[480];
     ids[0] = 1;
     for (int i = 1; i < 480; i++) ids[i] = (int32_t)((i * 37 + 11) % 500 + 3);
@@ -334,6 +380,16 @@ TEST(sched_sparse_prompt_prefills_in_chunks_beside_decodes)
     /* and its chunks were layer-split (one block costs more than the budget), same text */
     CHECK(st1.dev[0].prefill_split_calls > st0.dev[0].prefill_split_calls);
     env_close(&e);
+    /* the trace (closed when the worker ended): decode steps, and the calls beside them, the
+     * sparse ones (cost kind 1 + mode) in whole 32-token blocks */
+    int steps = 0, calls = 0, sparse_calls = 0;
+    CHECK_MSG(check_trace(trace0, 1 + SPARSE_MODE_XATTN, 32, 480, &steps, &calls, &sparse_calls) == 0,
+              "%s: a malformed or unordered line", trace0);
+    CHECK_MSG(steps >= 8 && sparse_calls > 2 && calls >= sparse_calls &&
+                  (uint64_t)calls <= st1.dev[0].prefill_chunks - st0.dev[0].prefill_chunks,
+              "%d steps, %d calls (%d sparse) of %llu", steps, calls, sparse_calls,
+              (unsigned long long)(st1.dev[0].prefill_chunks - st0.dev[0].prefill_chunks));
+    remove(trace0);
 }
 
 TEST(sched_layer_split_cancel_mid_chunk)
