@@ -228,12 +228,12 @@ test-san:
 # thread exits) take a lock TSan's runtime no longer tracks for the exiting thread, and the
 # process dies with SIGSEGV at exit; the hooks only serve UCX's RDMA registration cache.
 # TSan runs 5-15x slower: each test gets 30 min (not 5) and the emulated card's run watchdog 10 min
-# (not 30 s), which a busy machine's TSan prefill on the card overran.
+# (not 30 s), which a busy machine's TSan prefill on the card overran; one test or script at a time.
 test-tsan:
 	@$(MAKE) --no-print-directory $(BUILD_J) SAN=thread CUDA=0 all
 	@rm -rf build/tsan/reports && mkdir -p build/tsan/reports
 	@BUILD=build/tsan UCX_MEM_EVENTS=no TSAN_OPTIONS="log_path=$(CURDIR)/build/tsan/reports/tsan" \
-	    TANDEM_TEST_TIMEOUT=1800 TANDEM_FPGA_TIMEOUT_MS=600000 tests/run.sh
+	    TANDEM_TEST_TIMEOUT=1800 TANDEM_FPGA_TIMEOUT_MS=600000 TANDEM_TEST_JOBS=1 tests/run.sh
 	@if ls build/tsan/reports/tsan.* >/dev/null 2>&1; then \
 	    echo "ThreadSanitizer reports:"; ls build/tsan/reports; exit 1; fi
 

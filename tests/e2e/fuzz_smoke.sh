@@ -22,7 +22,8 @@ if ! make --no-print-directory -j2 CUDA=0 fuzz-build >"$tmp/build.log" 2>&1; the
 fi
 names=$(ls tests/fuzz/harness/fuzz_*.c | sed 's|.*/fuzz_\(.*\)\.c|\1|')
 # $FUZZ_SMOKE_LANES harnesses at a time (default 2: one per core of the 2-core CI machine; each
-# harness is one process, so lanes halve the wall time and leave each its own full time)
+# harness is one process, so lanes halve the wall time and leave each its own full time);
+# tests/run.sh gives half its jobs, the other scripts running beside it
 lanes=${FUZZ_SMOKE_LANES:-2}
 i=0
 for n in $names; do
