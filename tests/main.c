@@ -75,11 +75,13 @@ static int selected(const char *name, int argc, char **argv)
     return 0;
 }
 
-/* A test that uses the GPU runs alone under -j: two processes on one device would each size
- * their KV pool from the memory the other is taking. */
+/* A test that may use the GPU runs alone under -j: two processes on one device would each size
+ * their KV pool from the memory the other is taking. Those are tests/gpu's (gpu_*), the
+ * conformance tests' cuda rows (*_cuda), the CLI's and the plugin's tests that open cuda
+ * (*gpu*, plugin_abi_*). */
 static int runs_alone(const char *name)
 {
-    return strncmp(name, "gpu_", 4) == 0 || strstr(name, "cuda") != NULL;
+    return strstr(name, "gpu") || strstr(name, "cuda") || strncmp(name, "plugin_abi", 10) == 0;
 }
 
 /* A running test: its child, its shared block, and (-j > 1) the files its stdout and stderr go
