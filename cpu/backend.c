@@ -566,6 +566,19 @@ static int cpu_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
     return ACCEL_OK;
 }
 
+/* A new sequence's AsyncTLS state (its summaries for capacity positions); on failure the
+ * sequence, its block table included, is freed: ACCEL_ERR_NOMEM. */
+static int seq_tls_new(cpu_dev *d, cpu_seq *s, int capacity)
+{
+    const model_config *c = &d->base.m->cfg;
+    s->tls = sparse_tls_seq_new(c->n_layers, c->n_kv_heads, c->head_dim, d->ch.r,
+                                d->tls.block_size, capacity, d->ch.idx);
+    if (s->tls) return ACCEL_OK;
+    cpu_kv_table_free(&d->kv, &s->kv);
+    free(s);
+    return ACCEL_ERR_NOMEM;
+}
+
 /* No block is taken yet: forward and kv_import take them as the sequence grows. */
 static int cpu_seq_new(accel_dev *ad, int capacity, accel_seq **out)
 {
@@ -576,14 +589,7 @@ static int cpu_seq_new(accel_dev *ad, int capacity, accel_seq **out)
         return ACCEL_ERR_NOMEM;
     }
     if (d->tls_on) {
-        const model_config *c = &ad->m->cfg;
-        s->tls = sparse_tls_seq_new(c->n_layers, c->n_kv_heads, c->head_dim, d->ch.r,
-                                    d->tls.block_size, capacity, d->ch.idx);
-        if (!s->tls) {
-            cpu_kv_table_free(&d->kv, &s->kv);
-            free(s);
-            return ACCEL_ERR_NOMEM;
-        }
+        if (seq_tls_new(d, s, capacity)) return ACCEL_ERR_NOMEM;
         s->tls_on = 1;
         s->tls_p = d->tls;
     }
@@ -603,14 +609,7 @@ static int cpu_seq_fork(accel_dev *ad, accel_seq *asrc, int n_tokens, int capaci
         return ACCEL_ERR_NOMEM;
     }
     if (src->tls) {
-        const model_config *c = &ad->m->cfg;
-        s->tls = sparse_tls_seq_new(c->n_layers, c->n_kv_heads, c->head_dim, d->ch.r,
-                                    d->tls.block_size, capacity, d->ch.idx);
-        if (!s->tls) {
-            cpu_kv_table_free(&d->kv, &s->kv);
-            free(s);
-            return ACCEL_ERR_NOMEM;
-        }
+        if (seq_tls_new(d, s, capacity)) return ACCEL_ERR_NOMEM;
         sparse_tls_copy(s->tls, src->tls, n_tokens);
         tls_rebuild(d, s, n_tokens / d->tls.block_size * d->tls.block_size, n_tokens);
         s->tls_on = src->tls_on;
