@@ -12,11 +12,16 @@
 
 #define STORIES "models/stories260K"
 
-static accel_dev *open_tls(const model *m, const char *spec, const char *chan)
+/* stories260K on the CPU twice: dense (*m, *dense) and with AsyncTLS by spec (returned), its
+ * channel file calibrated here; NULL after reporting a failure. */
+static accel_dev *open_tls(const char *spec, model **m, accel_dev **dense)
 {
+    if (t_open(STORIES, "cpu", m, dense)) return NULL;
+    const char *chan = t_tls_channels(*m, "ch.bin");
+    if (!chan) return NULL;
     accel_opts o = {.threads = 2, .decode_sparse = spec, .sparse_channels = chan};
     char err[512];
-    accel_dev *d = devices_open("cpu", m, &o, err, sizeof err);
+    accel_dev *d = devices_open("cpu", *m, &o, err, sizeof err);
     if (!d) t_fail(__FILE__, __LINE__, "open %s: %s", spec, err);
     return d;
 }
@@ -60,14 +65,10 @@ static int32_t *story(accel_dev *dense, int n)
 TEST(tls_decode_full_budget_bit_identical)
 {
     model *m;
-    accel_dev *dense;
-    REQUIRE(t_open(STORIES, "cpu", &m, &dense) == 0);
-    const char *chan = t_tls_channels(m, "ch.bin");
-    REQUIRE(chan);
     /* budgets >= the context and no dense rule: every step goes through both selection levels
      * and keeps every key */
-    accel_dev *tls = open_tls(m, "asynctls,block_size=16,block_budget=32,token_budget=512,"
-                                 "dense_layers=0,dense_below=0", chan);
+    accel_dev *dense, *tls = open_tls("asynctls,block_size=16,block_budget=32,token_budget=512,"
+                                      "dense_layers=0,dense_below=0", &m, &dense);
     REQUIRE(tls);
     const int n = 400, steps = 60, V = m->cfg.vocab;
     int32_t *ids = story(dense, n + steps);
@@ -89,13 +90,10 @@ TEST(tls_decode_full_budget_bit_identical)
 TEST(tls_decode_close_to_dense)
 {
     model *m;
-    accel_dev *dense;
-    REQUIRE(t_open(STORIES, "cpu", &m, &dense) == 0);
-    const char *chan = t_tls_channels(m, "ch.bin");
-    REQUIRE(chan);
     /* the paper's ratios scaled to a 460-token context: 8 blocks of 16 (128 tokens) kept, 64
      * tokens attended (1/7 of the context at the end), layers 0-1 dense */
-    accel_dev *tls = open_tls(m, "asynctls,block_size=16,block_budget=8,token_budget=64", chan);
+    accel_dev *dense,
+              *tls = open_tls("asynctls,block_size=16,block_budget=8,token_budget=64", &m, &dense);
     REQUIRE(tls);
     const int n = 400, steps = 60, V = m->cfg.vocab;
     int32_t *ids = story(dense, n + steps);
@@ -139,12 +137,8 @@ TEST(tls_decode_close_to_dense)
 TEST(tls_decode_fork_truncate_match_fresh)
 {
     model *m;
-    accel_dev *dense;
-    REQUIRE(t_open(STORIES, "cpu", &m, &dense) == 0);
-    const char *chan = t_tls_channels(m, "ch.bin");
-    REQUIRE(chan);
-    accel_dev *d = open_tls(m, "asynctls,block_size=32,block_budget=3,token_budget=40,"
-                               "dense_layers=0", chan);
+    accel_dev *dense, *d = open_tls("asynctls,block_size=32,block_budget=3,token_budget=40,"
+                                    "dense_layers=0", &m, &dense);
     REQUIRE(d);
     const int n = 300, cut = 250, steps = 12, V = m->cfg.vocab;
     int32_t *ids = story(dense, n + steps);
@@ -234,12 +228,8 @@ static int keep(void *ctx, const proto_kv_layer *c)
 TEST(tls_decode_after_import)
 {
     model *m;
-    accel_dev *dense;
-    REQUIRE(t_open(STORIES, "cpu", &m, &dense) == 0);
-    const char *chan = t_tls_channels(m, "ch.bin");
-    REQUIRE(chan);
-    accel_dev *d = open_tls(m, "asynctls,block_size=16,block_budget=4,token_budget=32,"
-                               "dense_layers=0", chan);
+    accel_dev *dense, *d = open_tls("asynctls,block_size=16,block_budget=4,token_budget=32,"
+                                    "dense_layers=0", &m, &dense);
     REQUIRE(d);
     const int n = 200, steps = 8, V = m->cfg.vocab, L = m->cfg.n_layers;
     int32_t *ids = story(dense, n + steps);
