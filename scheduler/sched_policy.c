@@ -497,20 +497,27 @@ static void cost_fit(sched_cost *m)
     m->e = th[2];
 }
 
-/* The bit of a size in sizes[] (a multiple of the grain below SCHED_COST_SIZES grains), -1 for
- * any other size. */
-static int size_bit(const sched_cost *m, int tokens)
-{
-    if (m->grain <= 0 || tokens % m->grain) return -1;
-    int s = tokens / m->grain;
-    return s < SCHED_COST_SIZES ? s : -1;
-}
-
 int sched_cost_novel(const sched_cost *m, int tokens)
 {
     if (!m || m->grain <= 0) return 0;
-    int s = size_bit(m, tokens);
-    return s < 0 || !(m->sizes[s / 64] >> (s % 64) & 1);
+    if (tokens % m->grain) return 1;
+    for (int i = 0; i < m->szn; i++)
+        if (m->sz[i] == tokens) return 0;
+    return 1;
+}
+
+static void push_size(sched_cost *m, int tokens)
+{
+    m->sz[m->szhead] = tokens;
+    m->szhead = (m->szhead + 1) % SCHED_COST_WINDOW;
+    if (m->szn < SCHED_COST_WINDOW) m->szn++;
+}
+
+static void push_novel(sched_cost *m, double excess)
+{
+    m->x[m->xhead] = (float)excess;
+    m->xhead = (m->xhead + 1) % SCHED_COST_NOVEL;
+    if (m->xn < SCHED_COST_NOVEL) m->xn++;
 }
 
 double sched_cost_margin(const sched_cost *m)
@@ -550,12 +557,6 @@ double sched_cost_plan(const sched_cost *m, int tokens, int pos)
     return t > 0 && sched_cost_novel(m, tokens) ? t + sched_cost_novel_s(m) : t;
 }
 
-static void mark_size(sched_cost *m, int tokens)
-{
-    int sb = size_bit(m, tokens);
-    if (sb >= 0) m->sizes[sb / 64] |= (uint64_t)1 << (sb % 64);
-}
-
 /* One call into the fit's window, and the refit. */
 static void add_fit(sched_cost *m, int tokens, int pos, double seconds)
 {
@@ -577,16 +578,22 @@ void sched_cost_observe_split(sched_cost *m, int tokens, int pos, double seconds
     if (tokens <= 0 || pos < 0 || layers <= 0 || !(seconds > 0) || !isfinite(seconds)) return;
     const double f = (double)layers / n_layers;
     double w = m->seen >= SCHED_COST_TRUST ? sched_cost_predict(m, tokens, pos) : 0;
-    if (w > 0) { /* a sample of the split part: t = s + f (w - s) */
+    if (w > 0 && sched_cost_novel(m, tokens)) { /* a new size's first call: its excess only */
+        double s0 = sched_cost_split_s(m) < w ? sched_cost_split_s(m) : w;
+        push_novel(m, seconds - (s0 + f * (w - s0)) * sched_cost_margin(m));
+        push_size(m, tokens);
+        return;
+    }
+    if (w > 0 && f <= 0.5) { /* a sample of the split part: t = s + f (w - s) */
         m->s[m->shead] = (float)((seconds - f * w) / (1 - f));
         m->shead = (m->shead + 1) % SCHED_COST_SPLIT;
         if (m->sn < SCHED_COST_SPLIT) m->sn++;
     }
+    push_size(m, tokens);
     double s = sched_cost_split_s(m);
     if (s > seconds) s = seconds;
-    /* the whole call it stands for: its own part once, its layers' part x n_layers / layers;
-     * the size has run (sched_cost_novel), its error is not the margin's */
-    mark_size(m, tokens);
+    /* the whole call it stands for: its own part once, its layers' part x n_layers / layers
+     * (its error is not the margin's) */
     add_fit(m, tokens, pos, s + (seconds - s) / f);
 }
 
@@ -597,15 +604,13 @@ void sched_cost_observe(sched_cost *m, int tokens, int pos, double seconds)
      * novel) */
     double pred = m->seen >= SCHED_COST_TRUST ? sched_cost_predict(m, tokens, pos) : 0;
     if (pred > 0 && sched_cost_novel(m, tokens)) {
-        m->x[m->xhead] = (float)(seconds - pred * sched_cost_margin(m));
-        m->xhead = (m->xhead + 1) % SCHED_COST_NOVEL;
-        if (m->xn < SCHED_COST_NOVEL) m->xn++;
+        push_novel(m, seconds - pred * sched_cost_margin(m));
     } else if (pred > 0) {
         m->r[m->rhead] = (float)(seconds / pred);
         m->rhead = (m->rhead + 1) % SCHED_COST_WINDOW;
         if (m->rn < SCHED_COST_WINDOW) m->rn++;
     }
-    mark_size(m, tokens);
+    push_size(m, tokens);
     add_fit(m, tokens, pos, seconds);
 }
 
@@ -661,12 +666,12 @@ int sched_policy_chunk(int remaining, int pos, int align, int decoding, int firs
     const int step = align > 1 ? align : SCHED_CHUNK_TILE;
 #define GRANULES(x) ((x) >= step ? (long long)(x) / step * step : (long long)(x) / align * align)
     long long k = fit >= remaining ? remaining : GRANULES(fit);
-    /* a size not run before is planned with its first call's extra (sched_cost_novel_s, at most
+    /* a size new to the window is planned with its first call's extra (sched_cost_novel_s, at most
      * SCHED_NOVEL_BUDGET_SHARE of the budget): kn, the largest that fits even at a new size, or
-     * a larger one run before (a bounded walk down from k, in granules) */
+     * a larger one of the window (a bounded walk down from k, in granules) */
     double extra = sched_cost_novel_s(cost);
     if (extra > SCHED_NOVEL_BUDGET_SHARE * budget_s) extra = SCHED_NOVEL_BUDGET_SHARE * budget_s;
-    if (extra > 0 && k >= least) {
+    if (extra > 0 && k >= least && !cost->layer_split) {
         double fn = budget_left_s > extra ? cost_fit_tokens(cost, pos < 0 ? 0 : pos, (budget_left_s - extra) / mg) : 0;
         if (fn > SCHED_CHUNK_GROW * seen) fn = SCHED_CHUNK_GROW * seen;
         long long kn = fn >= remaining ? remaining : GRANULES(fn), w = k;

@@ -325,18 +325,24 @@ int sched_policy_next_prefill(const sched_prefill_job *q, int n, double ttft_tar
  * H200 trace in BENCHMARKS.md, "Where the p99 gaps come from"). Calls are priced before they
  * run, so each call the model predicted (after SCHED_COST_TRUST observations) is also an
  * out-of-sample test of it:
- *   margin   a call at a size this kind has run before: actual / predicted, the largest of the
+ *   margin   a call at a size of the window: actual / predicted, the largest of the
  *            last SCHED_COST_WINDOW (clamped to [1, SCHED_COST_MARGIN_MAX]); a chunk is planned
  *            as predicted x margin. On the H200 these spread by a few % once the chunk is in
  *            whole tiles of the attention kernel (a dense chunk of 385 tokens costs like 512).
- *   novel    a call at a size the kind has not run before (with grain > 0: sizes are multiples of
- *            the grain, remembered up to SCHED_COST_SIZES grains; a size off the grain is always
- *            new): its first call costs more, whatever the model — on the H200 8-16 ms more for
- *            an XAttention chunk, then the same size costs what the model says (one-time work per
- *            shape in the libraries: kernels loaded, heuristics). Its excess over predicted x
+ *   novel    a call at a size none of the last SCHED_COST_WINDOW calls had (grain > 0: sizes are
+ *            multiples of the grain; a size off the grain is always new): its first call costs
+ *            more than the model says — on the H200 8-16 ms more for an XAttention chunk, then
+ *            the same size costs what the model says (one-time work per shape in the libraries,
+ *            and the model's own error off the sizes it was fitted on: a chunk shrinking from
+ *            256 to 128 tokens at 102K was priced at 25 ms and took 38, a per-call cost over
+ *            every cached key that the model's terms do not have). Its excess over predicted x
  *            margin, the largest of the last SCHED_COST_NOVEL such calls, is added to the plan
- *            of a call at a new size (sched_cost_plan); sched_policy_chunk then takes a smaller
- *            size run before when that fits and the new one does not.
+ *            of a call at a new size (sched_cost_plan). On a device that splits calls by layers
+ *            (layer_split) the chunk is sized without it and its first call runs the layers that
+ *            fit with it (sched_policy_layers' call_s): one more call per new size, where a
+ *            smaller chunk would lose a size step for good (the new size would stay new); elsewhere
+ *            sched_policy_chunk takes a smaller size of the window when that fits and the new one
+ *            does not.
  * grain is the owner's: the granule its chunks of this kind come in (a sparse method's block, a
  * device's prefill tile); 0: any size (nothing counts as new).
  *
@@ -345,27 +351,31 @@ int sched_policy_next_prefill(const sched_prefill_job *q, int n, double ttft_tar
  * layers, against ~1.1 ms per layer: a 1-layer call took 2.8x its share). A split call of l of L
  * layers is modelled as s + l (W - s) / L, W the whole call's prediction, s the split part: each
  * split call gives a sample of s, (t - l W / L) / (1 - l / L); s is the median of the last
- * SCHED_COST_SPLIT samples (sched_cost_split_s), and the call's time goes into the fit as the
- * whole call it stands for, s + (t - s) L / l. Split calls feed neither the margin nor the
- * novel excess (their errors are the split part's, planned apart). */
+ * SCHED_COST_SPLIT samples of calls of at most half the layers (sched_cost_split_s; the sample's
+ * error grows as 1 / (1 - l / L)), and the call's time goes into the fit as the whole call it
+ * stands for, s + (t - s) L / l. Split calls do not feed the margin. The first call at a new size,
+ * split or not, feeds only the new-size excess (its time is mostly that excess): a split one with
+ * t - (s + l (W - s) / L) x margin, and neither the fit nor s. */
 #define SCHED_COST_TRUST 8
 #define SCHED_COST_SPLIT 16
 #define SCHED_COST_MARGIN_MAX 1.5
 #define SCHED_COST_NOVEL 8
-#define SCHED_COST_SIZES 1024
 typedef struct sched_cost {
     float c[SCHED_COST_WINDOW], p[SCHED_COST_WINDOW], t[SCHED_COST_WINDOW]; /* a ring */
     int n, head;        /* observations held; the next slot */
     double a, b, e;     /* the fit (0 0 0 before any observation) */
     uint64_t seen;      /* observations ever */
     int grain;          /* the owner's: chunk sizes come in multiples of it (0: any) */
-    float r[SCHED_COST_WINDOW];  /* a ring: actual / predicted of calls at sizes run before */
+    int layer_split;    /* the owner's: its calls can run part of the layers (sched_policy_layers),
+                           so a new size's extra is planned there, not by a smaller chunk */
+    float r[SCHED_COST_WINDOW];  /* a ring: actual / predicted of calls at sizes of the window */
     int rn, rhead;
     float x[SCHED_COST_NOVEL];   /* a ring: actual - predicted x margin of calls at new sizes */
     int xn, xhead;
-    uint64_t sizes[SCHED_COST_SIZES / 64]; /* bit s: a call of s x grain tokens has run */
     float s[SCHED_COST_SPLIT];   /* a ring: samples of a layer-split call's own part, seconds */
     int sn, shead;
+    int sz[SCHED_COST_WINDOW];   /* a ring: the sizes of the last calls (split parts too) */
+    int szn, szhead;
 } sched_cost;
 void sched_cost_observe(sched_cost *m, int tokens, int pos, double seconds);
 /* A layer-split call: `layers` of the model's n_layers ran in `seconds` (layers >= n_layers: a
@@ -377,7 +387,8 @@ double sched_cost_split_s(const sched_cost *m);
 double sched_cost_predict(const sched_cost *m, int tokens, int pos);
 /* The margin (>= 1), 1 before any error is known. */
 double sched_cost_margin(const sched_cost *m);
-/* 1 when a call of `tokens` would be the kind's first of that size (never with grain 0). */
+/* 1 when a call of `tokens` would be new: no call of the window had that size (never with
+ * grain 0). */
 int sched_cost_novel(const sched_cost *m, int tokens);
 /* Seconds a call at a new size is planned to cost beyond predicted x margin (>= 0). */
 double sched_cost_novel_s(const sched_cost *m);
@@ -411,7 +422,7 @@ double sched_policy_prefill_s(const sched_policy_dev *d, int n_prompt);
  * SCHED_CHUNK_TILEs from one tile up). The whole `remaining`
  * when the device has no decodes waiting (decoding == 0) or chunking is off. Else the largest
  * multiple of align whose planned cost (sched_cost_plan: predicted x margin, more at a size not
- * run before — then a smaller size run before may win) fits budget_left_s, at most
+ * of the window — then a smaller size of the window may win) fits budget_left_s, at most
  * SCHED_CHUNK_GROW x the largest call the model has seen; for the first chunk at least
  * max(align, SCHED_CHUNK_MIN for dense) even when that does not fit (a prefill always progresses;
  * SCHED_CHUNK_PROBE before any observation); for a later chunk 0 — end the iteration — when it

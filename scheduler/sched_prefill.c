@@ -315,6 +315,7 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
      * (sched_policy_chunk); the cost model remembers the sizes run in them (sched_cost.grain) */
     const int align = sparse ? sparse_resume_align(&r->sparse.p) : 1;
     d->cost[kind].grain = sparse ? align : SCHED_CHUNK_TILE;
+    d->cost[kind].layer_split = decoding && !r->split_off && (d->info0.caps & ACCEL_CAP_LAYER_SPLIT);
     int k;
     if (c->pf_split_k > 0) {
         k = c->pf_split_k; /* a layer-split chunk in progress goes on */
@@ -341,8 +342,12 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
     const double whole_s = sched_cost_predict(cm, k, c->pf_done), mg = sched_cost_margin(cm);
     const double split_s = sched_cost_split_s(cm) < whole_s ? sched_cost_split_s(cm) : whole_s;
     const double layer_s = (whole_s - split_s) / L;
+    /* a chunk size new to the window: its first call plans the new size's extra too (at most
+     * SCHED_NOVEL_BUDGET_SHARE of the budget, as sched_policy_chunk does) */
+    double novel_s = l0 == 0 && sched_cost_novel(cm, k) ? sched_cost_novel_s(cm) : 0;
+    if (novel_s > SCHED_NOVEL_BUDGET_SHARE * budget) novel_s = SCHED_NOVEL_BUDGET_SHARE * budget;
     if (decoding && budget > 0 && !r->split_off && (d->info0.caps & ACCEL_CAP_LAYER_SPLIT) && cm->seen) {
-        nl = sched_policy_layers(L - l0, layer_s * mg, split_s * mg, left, first);
+        nl = sched_policy_layers(L - l0, layer_s * mg, split_s * mg + novel_s, left, first);
         if (nl <= 0) return -1;
     }
     int last = c->pf_done + k == c->pf_n;
@@ -363,7 +368,7 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
     if (d->trace && decoding) /* sched_worker.c: TANDEM_SCHED_TRACE */
         fprintf(d->trace, "P %.6f %.6f %d %d %d %d %d %.6f %.6f %d %.6f\n", t0 / 1e9, (t0 + dt * 1e9) / 1e9, kind,
                 k, c->pf_done, pr.layer0, pr.layers, nl < L ? split_s + nl * layer_s : whole_s, left, first,
-                nl < L ? (split_s + nl * layer_s) * mg : sched_cost_plan(cm, k, c->pf_done));
+                nl < L ? (split_s + nl * layer_s) * mg + novel_s : sched_cost_plan(cm, k, c->pf_done));
     if (decoding && budget > 0 && dt > left) { /* the decodes here wait past the budget */
         atomic_fetch_add(&d->prefill_over_calls, 1);
         atomic_fetch_add(&d->prefill_over_ns, (uint64_t)((dt - (left > 0 ? left : 0)) * 1e9));

@@ -340,7 +340,7 @@ TEST(sched_cost_margin_from_its_errors)
     CHECK_NEAR(sched_cost_margin(&f), 1.0, 0);
 }
 
-/* A size the kind has not run before (grain 128: a sparse method's block, a GPU's prefill tile):
+/* A size no call of the window had (grain 128: a sparse method's block, a dense tile):
  * its first call's excess over the plan is learned apart and added to the plan of a call at a
  * new size only; the policy then prefers the largest size run before that fits, else the largest
  * that fits with the excess. Sizes off the grain are always new. */
@@ -357,7 +357,7 @@ TEST(sched_cost_novel_sizes)
     CHECK_EQ(sched_cost_novel(&m, 768), 0);
     CHECK_EQ(sched_cost_novel(&m, 896), 1);
     CHECK_EQ(sched_cost_novel(&m, 700), 1); /* off the grain */
-    CHECK_EQ(sched_cost_novel(&m, 128 * SCHED_COST_SIZES), 1); /* beyond the sizes remembered */
+    CHECK_EQ(sched_cost_novel(&m, 128 * 60), 1);
     CHECK_NEAR(sched_cost_novel_s(&m), 0, 0);
     /* the first call at 896 takes 10 ms more than the model says; its second does not */
     const int p = 30000;
@@ -385,4 +385,20 @@ TEST(sched_cost_novel_sizes)
     /* an excess is never planned at more than half the budget: the first call still progresses */
     sched_cost_observe(&m, 1152, p, 5.0);
     CHECK(sched_policy_chunk(200000, p, 128, 1, 1, 0.05, 0.05, &m) >= 128);
+    /* a device that splits calls by layers sizes the chunk without the excess (its first call
+     * runs the layers that fit with it: the worker's sched_policy_layers) */
+    sched_cost ls = m;
+    ls.layer_split = 1;
+    CHECK_EQ(sched_policy_chunk(200000, p, 128, 1, 1, 0.05, left, &ls), 1024);
+    /* a split first call at a new size gives the excess only: no fit, no split-part sample */
+    sched_cost before = ls;
+    sched_cost_observe_split(&ls, 1280, p, 0.030, 16, 32);
+    CHECK(ls.a == before.a && ls.b == before.b && ls.e == before.e && ls.seen == before.seen && ls.sn == 0);
+    CHECK_EQ(ls.xn, before.xn + 1);
+    CHECK_EQ(sched_cost_novel(&ls, 1280), 0);
+    /* a size is new again once the window no longer holds a call of it */
+    CHECK_EQ(sched_cost_novel(&m, 128), 0);
+    for (int i = 0; i < SCHED_COST_WINDOW; i++) sched_cost_observe(&m, 256, p + 256 * i, truth(256, p + 256 * i));
+    CHECK_EQ(sched_cost_novel(&m, 128), 1);
+    CHECK_EQ(sched_cost_novel(&m, 256), 0);
 }
