@@ -2,6 +2,8 @@
 #include "tests/test.h"
 #include "devices/devices.h"
 #include "devices/tls_calib.h"
+#include "proto/kv_wire.h"
+#include <stdint.h>
 #include <sys/wait.h>
 
 int t_open(const char *model_dir, const char *device, model **m, accel_dev **d)
@@ -123,6 +125,22 @@ const char *t_build_dir(void)
 {
     const char *b = getenv("BUILD");
     return b && *b ? b : "build";
+}
+
+proto_kv_layer t_kv_copy(const proto_kv_layer *c, void **mem)
+{
+    size_t vb = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    size_t sb = 2 * proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
+    uint8_t *b = malloc(2 * vb + 2 * sb);
+    proto_kv_layer o = *c;
+    *mem = b;
+    if (!b) return o;
+    memcpy(b, c->k, vb);
+    memcpy(b + vb, c->v, vb);
+    if (sb) memcpy(b + 2 * vb, c->k_scale, sb), memcpy(b + 2 * vb + sb, c->v_scale, sb);
+    o.k = b, o.v = b + vb;
+    o.k_scale = (const uint16_t *)(b + 2 * vb), o.v_scale = (const uint16_t *)(b + 2 * vb + sb);
+    return o;
 }
 
 int t_mkmodel(const char *args, const char *name, char *dir, size_t n)

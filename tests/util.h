@@ -25,6 +25,10 @@ int t_write_file(const char *path, const void *data, size_t n);
 /* Runs a shell command, returns its exit status (-1 if it did not exit normally). Its stderr is
  * captured into err (first line) when err is not NULL. */
 int t_run(const char *cmd, char *err, size_t errlen);
+/* A deep copy of an exported KV chunk (an accel_kv_sink's, valid only during its call): its K, V
+ * and scales in one malloc'ed block, put in *mem for the caller to free (NULL: out of memory,
+ * the copy then still points at c's data). */
+proto_kv_layer t_kv_copy(const proto_kv_layer *c, void **mem);
 /* A checkpoint written by tools/mkmodel with args (its options but --out: "--preset tiny-gqa
  * --shards 1") into t_tmpdir()/name, whose path goes to dir (n bytes); 0, or -1 after printing
  * the command that failed. */

@@ -557,18 +557,10 @@ static int store_layer(void *ctx, const proto_kv_layer *ch)
     kv_store *s = ctx;
     if (s->calls++ == s->fail_at) return ACCEL_ERR_CORRUPT;
     if (s->n == (int)(sizeof s->chunks / sizeof s->chunks[0])) return ACCEL_ERR_NOMEM;
-    size_t vb = proto_kv_value_bytes(ch->dtype, ch->n_tokens, ch->n_kv_heads, ch->head_dim);
-    size_t sb = 2 * proto_kv_scale_count(ch->dtype, ch->n_tokens, ch->n_kv_heads, ch->head_dim);
-    uint8_t *b = malloc(2 * vb + 2 * sb);
+    void *b;
+    proto_kv_layer o = t_kv_copy(ch, &b); /* store_free frees it through o.k */
     if (!b) return ACCEL_ERR_NOMEM;
-    memcpy(b, ch->k, vb);
-    memcpy(b + vb, ch->v, vb);
-    memcpy(b + 2 * vb, ch->k_scale, sb);
-    memcpy(b + 2 * vb + sb, ch->v_scale, sb);
-    proto_kv_layer *o = &s->chunks[s->n++];
-    *o = *ch;
-    o->k = b, o->v = b + vb;
-    o->k_scale = (const uint16_t *)(b + 2 * vb), o->v_scale = (const uint16_t *)(b + 2 * vb + sb);
+    s->chunks[s->n++] = o;
     return 0;
 }
 

@@ -167,21 +167,9 @@ static int keep_chunk(void *ctx, const proto_kv_layer *c)
 {
     kv_store *st = ctx;
     if (st->n == 64) return ACCEL_ERR_INVALID;
-    size_t vb = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
-    size_t sc = proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim) * 2;
-    uint8_t *p = malloc(2 * vb + 2 * sc);
-    if (!p) return ACCEL_ERR_NOMEM;
-    memcpy(p, c->k, vb);
-    memcpy(p + vb, c->v, vb);
-    memcpy(p + 2 * vb, c->k_scale, sc);
-    memcpy(p + 2 * vb + sc, c->v_scale, sc);
-    proto_kv_layer *o = &st->c[st->n];
-    *o = *c;
-    o->k = p;
-    o->v = p + vb;
-    o->k_scale = (const uint16_t *)(p + 2 * vb);
-    o->v_scale = (const uint16_t *)(p + 2 * vb + sc);
-    st->buf[st->n++] = p;
+    st->c[st->n] = t_kv_copy(c, &st->buf[st->n]);
+    if (!st->buf[st->n]) return ACCEL_ERR_NOMEM;
+    st->n++;
     return 0;
 }
 

@@ -204,21 +204,9 @@ static int keep(void *ctx, const proto_kv_layer *c)
 {
     chunks *k = ctx;
     if (k->n >= 64) return -1;
-    size_t vb = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
-    size_t sc = proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim) * 2;
-    uint8_t *p = malloc(2 * vb + 2 * sc);
-    if (!p) return -1;
-    memcpy(p, c->k, vb);
-    memcpy(p + vb, c->v, vb);
-    memcpy(p + 2 * vb, c->k_scale, sc);
-    memcpy(p + 2 * vb + sc, c->v_scale, sc);
-    proto_kv_layer o = *c;
-    o.k = p;
-    o.v = p + vb;
-    o.k_scale = (const uint16_t *)(p + 2 * vb);
-    o.v_scale = (const uint16_t *)(p + 2 * vb + sc);
-    k->buf[k->n] = p;
-    k->c[k->n++] = o;
+    k->c[k->n] = t_kv_copy(c, &k->buf[k->n]);
+    if (!k->buf[k->n]) return -1;
+    k->n++;
     return 0;
 }
 

@@ -1,4 +1,5 @@
 #include "tests/fpga/fpga_util.h"
+#include "tests/util.h"
 #include "cpu/kv_quant.h"
 #include "fpga/flex_host.h"
 #include "fpga/kernels/dec_math.h"
@@ -61,9 +62,8 @@ double tf_kl(const float *p, const float *q, int n)
 static int capture(void *ctx, const proto_kv_layer *c)
 {
     tf_kv *k = ctx;
-    size_t vb = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
-    size_t sb = 2 * proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
-    uint8_t *b = malloc(2 * vb + 2 * sb);
+    void *b;
+    proto_kv_layer x = t_kv_copy(c, &b);
     proto_kv_layer *a = realloc(k->chunks, sizeof *a * (k->n_chunks + 1));
     void **bb = realloc(k->bufs, sizeof *bb * (k->n_chunks + 1));
     if (a) k->chunks = a;
@@ -72,15 +72,6 @@ static int capture(void *ctx, const proto_kv_layer *c)
         free(b);
         return ACCEL_ERR_NOMEM;
     }
-    memcpy(b, c->k, vb);
-    memcpy(b + vb, c->v, vb);
-    memcpy(b + 2 * vb, c->k_scale, sb);
-    memcpy(b + 2 * vb + sb, c->v_scale, sb);
-    proto_kv_layer x = *c;
-    x.k = b;
-    x.v = b + vb;
-    x.k_scale = (const uint16_t *)(b + 2 * vb);
-    x.v_scale = (const uint16_t *)(b + 2 * vb + sb);
     k->chunks[k->n_chunks] = x;
     k->bufs[k->n_chunks++] = b;
     return 0;

@@ -48,16 +48,9 @@ int keep_layer(void *ctx, const proto_kv_layer *c)
 {
     kvcopy *k = ctx;
     if (k->n >= 16) return -1000;
-    size_t nv = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);
-    size_t ns = proto_kv_scale_count(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim) * 2;
-    uint8_t *m = malloc(2 * nv + 2 * ns);
-    memcpy(m, c->k, nv);
-    memcpy(m + nv, c->v, nv);
-    memcpy(m + 2 * nv, c->k_scale, ns);
-    memcpy(m + 2 * nv + ns, c->v_scale, ns);
-    proto_kv_layer l = *c;
-    l.k = m, l.v = m + nv, l.k_scale = (const uint16_t *)(m + 2 * nv);
-    l.v_scale = (const uint16_t *)(m + 2 * nv + ns);
+    void *m;
+    proto_kv_layer l = t_kv_copy(c, &m);
+    if (!m) return -1000;
     k->crc[k->n] = proto_kv_payload_crc(c);
     k->mem[k->n] = m;
     k->l[k->n++] = l;
