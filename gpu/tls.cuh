@@ -22,15 +22,16 @@
  * have slots).
  *
  * One layer of a sparse decode step, T sequences (gpu_tls_attn_layer): one kernel, grid
- * (GPU_TLS_CLUSTER, n_kv, T) in thread-block clusters of GPU_TLS_CLUSTER CTAs, one cluster per
- * (sequence, KV head). The CTA whose range holds the newest key's block records its max / min and
- * label; level 1 scores each CTA's range of blocks ([Q+ Q-] times [M; m], 8 lanes per dot product
- * as sparse_tls.c's dot8) into bscore; the top block_budget blocks are chosen by a radix select
- * whose histograms are summed across the cluster (distributed shared memory); every CTA gets the
- * kept blocks' list; level 2 scores each CTA's range of the candidates from the labels; the top
- * token_budget tokens are chosen the same way -> idx (ascending); the kept positions are spread
- * evenly over the CTAs, each attends its share exactly (the group's heads) and the CTAs' partials
- * are merged through distributed shared memory. A dense row (cnt_idx = -n) attends keys 0 .. n-1,
+ * (GPU_TLS_CLUSTER, n_kv, T) in thread-block clusters of GPU_TLS_CLUSTER CTAs of 512 or 256
+ * threads, one cluster per (sequence, KV head). The CTA whose range holds the newest key's block
+ * records its max / min and label; level 1 scores each CTA's range of blocks ([Q+ Q-] times
+ * [M; m], 8 lanes per dot product as sparse_tls.c's dot8) into bscore; the top block_budget
+ * blocks are chosen by a radix select, in every CTA from the whole score array (few blocks) or
+ * with histograms summed across the cluster (distributed shared memory); every CTA gets the kept
+ * blocks' list and their block-table entries; level 2 scores each CTA's range of the candidates
+ * from the labels; the top token_budget tokens are chosen over the cluster -> idx (ascending);
+ * the kept keys are spread evenly over the CTAs, each attends its share exactly (the group's
+ * heads) and the CTAs' partials are merged through distributed shared memory. A dense row (cnt_idx = -n) attends keys 0 .. n-1,
  * an even share per CTA. Larger batches take the three kernels of gpu/tls_split.cu instead. */
 #ifndef TANDEM_GPU_TLS_CUH
 #define TANDEM_GPU_TLS_CUH
@@ -88,9 +89,11 @@ int gpu_tls_attn_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, c
                        const int *pos, const gpu_seq_dev *seqs, const gpu_tls_dev *tls, h16 *out,
                        int pdl = 0, int form = 0);
 /* form: 0 the rule (the one-kernel form while its clusters fit on the SMs at once: T x n_kv x
- * GPU_TLS_CLUSTER <= 2 x sms; else the three kernels of gpu/tls_split.cu), 1 the one-kernel
- * form, 2 the three kernels, 3 the three kernels with the selection's CTAs of 512 threads. The
- * same lists and scores either way. sel_threads: the selection's CTA, 1024 or 512 threads; 0:
+ * GPU_TLS_CLUSTER <= 2 x sms, in CTAs of 512 threads while <= sms, else of 256; else the three
+ * kernels of gpu/tls_split.cu), 1 the one-kernel form (its CTA size by the rule, or
+ * TANDEM_TLS_THREADS=256 / 512), 2 the three kernels, 3 the three kernels with the selection's
+ * CTAs of 512 threads, 4 / 5 the one-kernel form in CTAs of 256 / 512 threads. The same lists
+ * and scores either way. sel_threads: the selection's CTA, 1024 or 512 threads; 0:
  * TANDEM_TLS_SEL_THREADS (1024 or 512), else 1024. Two CTAs of 512 fit on an SM, where one of
  * 1024 takes every register, so past the SMs' count of rows x KV heads (18 rows of Llama-3-8B:
  * 144 CTAs on 132 SMs) they would run in one wave instead of two; tested (select == CPU, the

@@ -10,26 +10,29 @@
  *            the codes, score = lstep * dot + lmin * qsum
  * Top-k: a radix select of the k-th key (passes of 8 bits over an order-preserving uint32 of the
  * score; NaN the lowest key, -0 as +0), then the keys above it and the first of the equal ones
- * by index; lists written ascending. The select runs over the cluster's CTAs, each holding a
- * contiguous range of the indices: each pass sums the CTAs' histograms through distributed
- * shared memory, and it stops early once the chosen digit's keys are exactly the ones missing
- * (then every key matching the prefix is in and no tie is left to break). */
+ * by index; lists written ascending. It stops early once the chosen digit's keys are exactly the
+ * ones missing (then every key matching the prefix is in and no tie is left to break). The CTAs
+ * of a cluster score contiguous ranges of the indices. Level 1, while its blocks are few (at most
+ * 4 per thread and TLS_LOCAL_MAX: 64K positions at block 64 in CTAs of 256 threads, 128K in
+ * CTAs of 512), is selected by every CTA alone: each stores its range into every CTA's shared
+ * memory, then selects from the whole array with CTA barriers only (tls_cta_select,
+ * tls_cta_list: one cluster barrier in all). Else, and at level 2 (8,192 candidates: selecting
+ * them in every CTA measured slower, 2026-11-29), the select runs over the cluster (tls_cl_topk):
+ * each pass sums the CTAs' histograms through distributed shared memory, and the kept list is
+ * handed out through it. Both give the same lists. */
 #include "gpu/tls_dev.cuh"
 #include <cooperative_groups.h>
+#include <stdlib.h>
 
 namespace cg = cooperative_groups;
 
-#define TLS_THREADS 256
-#define TLS_WARPS (TLS_THREADS / 32)
 #define TLS_CL GPU_TLS_CLUSTER
 #define TLS_PER_MAX (GPU_TLS_MAX_CAND / TLS_CL)     /* level-1 blocks or level-2 candidates per CTA */
 #define TLS_SLICE_MAX (GPU_TLS_MAX_TOKENS / TLS_CL) /* kept keys a CTA attends */
 #define TLS_KEPT_MAX (GPU_TLS_MAX_CAND / 16)        /* kept blocks at the smallest block size */
 #define TLS_TOK 8                                   /* keys a warp loads at once in the attention */
 #define TLS_CAND 4                                  /* level-2 candidates a thread loads at once */
-#ifndef TLS_MIN_CTAS
-#define TLS_MIN_CTAS 2 /* CTAs per SM the registers must allow */
-#endif
+#define TLS_LOCAL_MAX 2048 /* level-1 blocks every CTA selects from alone (more: over the cluster) */
 /* ---------------------------------------------------------------- summaries */
 
 __global__ void __launch_bounds__(128) tls_rebuild_k(gpu_tls_cfg c, gpu_seq_dev sq0, gpu_seq_dev hi,
@@ -111,10 +114,20 @@ __device__ __forceinline__ void tls_cl_sync()
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
                  "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
+/* ... in two halves: the wait returns once every thread of the cluster has arrived (the work
+ * between them hides the barrier's latency); each arrive is followed by one wait. */
+__device__ __forceinline__ void tls_cl_arrive()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void tls_cl_wait()
+{
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
 
-/* One CTA's shared memory. The hist, ex, kept, lst, po and pml members are read or written by
- * the other CTAs of the cluster (distributed shared memory). */
-struct tls_smem {
+/* One CTA's shared memory. The all, hist, ex, kept, lst, po and pml members are read or written
+ * by the other CTAs of the cluster (distributed shared memory). */
+template <int NT> struct tls_smem {
     float q[GPU_TLS_MAX_GROUP * 128]; /* the group's queries, head-major, as floats */
     float qp[128], qn[128], qsel[128];
     union {
@@ -122,18 +135,23 @@ struct tls_smem {
             float sc[TLS_PER_MAX];
             unsigned char fl[TLS_PER_MAX];
         } s;                         /* the selection: this CTA's scores and flags */
-        float wo[TLS_WARPS][128];    /* the attention: the warps' partial rows of one head */
+        float wo[NT / 32][128];      /* the attention: the warps' partial rows of one head */
     } u;
     int kept[TLS_KEPT_MAX];          /* every kept block, ascending (the whole cluster's) */
-    int lst[TLS_SLICE_MAX];          /* the kept positions this CTA attends */
-    unsigned hist[2][256];           /* the radix passes' histograms (alternating) */
+    int ktb[TLS_KEPT_MAX];           /* ... the pool table's entry of each (0: a contiguous cache) */
+    int lst[TLS_SLICE_MAX];          /* the kept keys this CTA attends, as candidate indices */
+    int wc[NT / 32][2];              /* the warps' counts above the k-th and equal to it */
+    unsigned hist[3][256];           /* the radix passes' histograms (in turn) */
     unsigned tot[256];
     int ex[2];                       /* this CTA's keys above the k-th and equal to it */
-    int res[3];                      /* the pass's digit, the rank left, done */
     int tmp[33];
-    float po[GPU_TLS_MAX_GROUP * 128]; /* this CTA's unnormalized output per head */
+    union {
+        float all[TLS_LOCAL_MAX];          /* level 1's scores, the whole cluster's (when few) */
+        float po[GPU_TLS_MAX_GROUP * 128]; /* the attention: this CTA's unnormalized output per
+                                              head (written after every CTA's level 1) */
+    };
     float2 pml[GPU_TLS_MAX_GROUP];     /* ... its (max, sum) per head */
-    float wm[TLS_WARPS][GPU_TLS_MAX_GROUP], wl[TLS_WARPS][GPU_TLS_MAX_GROUP];
+    float wm[NT / 32][GPU_TLS_MAX_GROUP], wl[NT / 32][GPU_TLS_MAX_GROUP];
     unsigned long long st[2];
     float qsum;
 };
@@ -141,19 +159,23 @@ struct tls_smem {
 /* fl[i] = 1 for the keys of sc[0 .. nl-1] (this CTA's range of the cluster's indices, the ranges
  * in rank order) among the k first of the whole cluster in the order above (k < the cluster's
  * total), else 0. Every thread of every CTA of the cluster calls it. *mine: this CTA's kept
- * count, *off: the kept before its range. */
+ * count, *off: the kept before its range.
+ * Per pass one cluster barrier and one CTA barrier: the histograms alternate between two
+ * buffers (the one a pass fills was last read by the other CTAs two passes before, ahead of the
+ * cluster barrier this CTA has passed since, and is zeroed before the CTA barrier that precedes
+ * the pass), and every warp finds the pass's digit from the summed histogram itself. */
+template <int NT>
 __device__ void tls_cl_topk(cg::cluster_group &cl, int rank, const float *sc, int nl, int k,
-                            unsigned char *fl, tls_smem &S, int *mine, int *off)
+                            unsigned char *fl, tls_smem<NT> &S, int *mine, int *off)
 {
-    const int tid = threadIdx.x, nt = TLS_THREADS, lane = tid & 31;
+    const int tid = threadIdx.x, nt = NT, lane = tid & 31;
     unsigned prefix = 0, mask = 0;
     int kk = k; /* rank still to place among the keys matching prefix */
+    if (tid < 256) S.hist[0][tid] = 0, S.hist[1][tid] = 0;
+    __syncthreads();
     for (int pass = 0; pass < 4; pass++) {
         const int shift = 24 - 8 * pass;
-        /* the other CTAs read this buffer two passes ago, before the last cluster barrier */
         unsigned *h = S.hist[pass & 1];
-        h[tid] = 0;
-        __syncthreads();
         for (int base = 0; base < nl; base += nt) {
             const int i = base + tid;
             const unsigned u = i < nl ? tls_key(sc[i]) : 0u;
@@ -163,45 +185,41 @@ __device__ void tls_cl_topk(cg::cluster_group &cl, int rank, const float *sc, in
             if (ok && lane == __ffs(peers) - 1) atomicAdd(&h[dig], (unsigned)__popc(peers));
         }
         tls_cl_sync();
-        {
+        if (tid < 256) {
             unsigned s = 0;
 #pragma unroll
             for (int q = 0; q < TLS_CL; q++) s += cl.map_shared_rank(h, q)[tid];
-            S.tot[tid] = s;
+            S.tot[tid] = s; /* the other warps read tot until the next pass's cluster barrier */
+            S.hist[(pass + 1) & 1][tid] = 0;
         }
         __syncthreads();
-        if (tid < 32) {
-            /* lane j holds digits 255 - 8j .. 248 - 8j (descending): their sum, a scan over lanes */
-            int s = 0;
-            for (int d = 0; d < 8; d++) s += S.tot[255 - 8 * lane - d];
-            int incl = s;
-            for (int o = 1; o < 32; o <<= 1) {
-                int y = __shfl_up_sync(0xffffffffu, incl, o);
-                if (lane >= o) incl += y;
-            }
-            const int excl = incl - s;
-            const unsigned hit = __ballot_sync(0xffffffffu, incl >= kk);
-            const int first = __ffs(hit) - 1; /* never empty: the counts sum to >= kk */
-            if (lane == first) {
-                int acc = excl, d = 255 - 8 * lane;
-                for (int j = 0; j < 8; j++, d--) {
-                    if (acc + (int)S.tot[d] >= kk) break;
-                    acc += S.tot[d];
-                }
-                S.res[0] = d;
-                S.res[1] = kk - acc;
-                S.res[2] = (int)S.tot[d] == kk - acc;
-            }
+        /* every warp: lane j holds digits 255 - 8j .. 248 - 8j (descending): their sum, a scan
+         * over lanes, the first lane whose running sum reaches kk, the digit inside its eight */
+        int s = 0;
+#pragma unroll
+        for (int d = 0; d < 8; d++) s += S.tot[255 - 8 * lane - d];
+        int incl = s;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int y = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += y;
         }
-        __syncthreads();
-        prefix |= (unsigned)S.res[0] << shift;
+        const unsigned hit = __ballot_sync(0xffffffffu, incl >= kk);
+        const int first = __ffs(hit) - 1; /* never empty: the counts sum to >= kk */
+        int acc = __shfl_sync(0xffffffffu, incl - s, first), d = 255 - 8 * first;
+        for (int j = 0; j < 8; j++, d--) {
+            if (acc + (int)S.tot[d] >= kk) break;
+            acc += S.tot[d];
+        }
+        const int done = (int)S.tot[d] == kk - acc;
+        prefix |= (unsigned)d << shift;
         mask |= 255u << shift;
-        kk = S.res[1];
-        const int done = S.res[2];
-        __syncthreads(); /* S.res is written again by the next pass */
+        kk -= acc;
         if (done) break;
     }
-    /* keys above prefix (under mask) are in; of those equal to it, the first kk by index */
+    /* keys above prefix (under mask) are in; of those equal to it, the first kk by index. The
+     * counts below 2^16 (a CTA's range holds at most GPU_TLS_MAX_CAND / 4 keys), so one scan
+     * takes both: above in the low half, equal in the high half. */
     const int per = (nl + nt - 1) / nt, i0 = min(tid * per, nl), i1 = min(i0 + per, nl);
     int gt = 0, eq = 0;
     for (int i = i0; i < i1; i++) {
@@ -209,10 +227,10 @@ __device__ void tls_cl_topk(cg::cluster_group &cl, int rank, const float *sc, in
         gt += u > prefix;
         eq += u == prefix;
     }
-    int tot_gt, tot_eq;
-    tls_scan(gt, S.tmp, &tot_gt);
-    int at = tls_scan(eq, S.tmp, &tot_eq);
-    if (tid == 0) S.ex[0] = tot_gt, S.ex[1] = tot_eq;
+    int tot2;
+    const int ex2 = tls_scan(gt | eq << 16, S.tmp, &tot2);
+    int at = ex2 >> 16;
+    if (tid == 0) S.ex[0] = tot2 & 0xffff, S.ex[1] = tot2 >> 16;
     tls_cl_sync();
     int before = 0, eq_before = 0, my = 0; /* equal keys of the ranks below this one */
     for (int q = 0; q < TLS_CL; q++) {
@@ -235,28 +253,156 @@ __device__ void tls_cl_topk(cg::cluster_group &cl, int rank, const float *sc, in
     *off = before;
 }
 
+/* ---------------------------------------------------------------- top-k inside each CTA
+ * When level 1's scores are few, every CTA pushes its range's scores into every CTA's `all`
+ * (distributed shared memory stores), one cluster barrier, and then each CTA selects from the
+ * whole array alone: the same radix select and the same order as tls_cl_topk, with CTA barriers
+ * only (where tls_cl_topk takes a cluster barrier and a sum of the cluster's histograms per pass,
+ * and one more barrier to hand out the kept list). */
+
+/* sc[0 .. nl-1], this CTA's range of a level's scores starting at index lo, into all[lo ..] of
+ * every CTA of the cluster (the other CTAs have started and no longer read their all: the caller
+ * waited on a cluster barrier for that). */
+template <int NT>
+__device__ void tls_bcast(cg::cluster_group &cl, const float *sc, int nl, int lo, tls_smem<NT> &S)
+{
+    for (int i = threadIdx.x; i < nl; i += NT) {
+        const float x = sc[i];
+#pragma unroll
+        for (int q = 0; q < TLS_CL; q++) cl.map_shared_rank(S.all, q)[lo + i] = x;
+    }
+}
+
+/* The k-th of all[0 .. N-1] (k < N) in the order above: *prefix under *mask, and *kk, the rank of
+ * the k-th among the keys equal to prefix under mask (every key above is in, then the first kk
+ * equal ones by index). Every thread of the CTA calls it, all[] complete. */
+template <int NT>
+__device__ void tls_cta_select(tls_smem<NT> &S, int N, int k, unsigned *o_prefix, unsigned *o_mask, int *o_kk)
+{
+    const int tid = threadIdx.x, nt = NT, lane = tid & 31;
+    unsigned prefix = 0, mask = 0;
+    int kk = k;
+    /* pass p fills hist[p % 3] and zeroes hist[(p + 1) % 3] (last read in pass p - 2's scan,
+     * before the barrier of pass p - 1) for the next */
+    if (tid < 256) S.hist[0][tid] = 0;
+    __syncthreads();
+    for (int pass = 0; pass < 4; pass++) {
+        const int shift = 24 - 8 * pass;
+        unsigned *h = S.hist[pass % 3];
+        for (int base = 0; base < N; base += nt) {
+            const int i = base + tid;
+            const unsigned u = i < N ? tls_key(S.all[i]) : 0u;
+            const bool ok = i < N && (u & mask) == prefix;
+            const unsigned dig = ok ? (u >> shift) & 255u : 256u;
+            const unsigned peers = __match_any_sync(0xffffffffu, dig);
+            if (ok && lane == __ffs(peers) - 1) atomicAdd(&h[dig], (unsigned)__popc(peers));
+        }
+        if (tid < 256) S.hist[(pass + 1) % 3][tid] = 0;
+        __syncthreads();
+        int s = 0;
+#pragma unroll
+        for (int d = 0; d < 8; d++) s += h[255 - 8 * lane - d];
+        int incl = s;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int y = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += y;
+        }
+        const unsigned hit = __ballot_sync(0xffffffffu, incl >= kk);
+        const int first = __ffs(hit) - 1; /* never empty: the counts sum to >= kk */
+        int acc = __shfl_sync(0xffffffffu, incl - s, first), d = 255 - 8 * first;
+        for (int j = 0; j < 8; j++, d--) {
+            if (acc + (int)h[d] >= kk) break;
+            acc += h[d];
+        }
+        const int done = (int)h[d] == kk - acc;
+        prefix |= (unsigned)d << shift;
+        mask |= 255u << shift;
+        kk -= acc;
+        if (done) break;
+    }
+    *o_prefix = prefix;
+    *o_mask = mask;
+    *o_kk = kk;
+}
+
+/* The kept indices of all[0 .. N-1] after tls_cta_select, ascending: fl[i - lo] = kept for i in
+ * this CTA's range [lo, lo + nl), and out(J, i) for the J-th kept index i. Warp w takes a contiguous run of whole 32-index groups;
+ * ballots rank the keys inside a group. */
+template <int NT, typename F>
+__device__ void tls_cta_list(tls_smem<NT> &S, int N, unsigned prefix, unsigned mask, int kk, int lo, int nl,
+                             F out)
+{
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const unsigned lt = (1u << lane) - 1u;
+    const int chunk = ((N + NT / 32 - 1) / (NT / 32) + 31) & ~31;
+    const int w0 = min(warp * chunk, N), w1 = min(w0 + chunk, N);
+    int gt = 0, eq = 0;
+    for (int base = w0; base < w1; base += 32) {
+        const int i = base + lane;
+        const unsigned u = i < w1 ? tls_key(S.all[i]) & mask : 0u;
+        gt += __popc(__ballot_sync(0xffffffffu, i < w1 && u > prefix));
+        eq += __popc(__ballot_sync(0xffffffffu, i < w1 && u == prefix));
+    }
+    if (lane == 0) S.wc[warp][0] = gt, S.wc[warp][1] = eq;
+    __syncthreads();
+    int gb = 0, eb = 0;
+    for (int v = 0; v < warp; v++) gb += S.wc[v][0], eb += S.wc[v][1];
+    int J = gb + min(eb, kk); /* kept before this warp's run */
+    for (int base = w0; base < w1; base += 32) {
+        const int i = base + lane;
+        const bool in = i < w1;
+        const unsigned u = in ? tls_key(S.all[i]) & mask : 0u;
+        const unsigned bg = __ballot_sync(0xffffffffu, in && u > prefix);
+        const unsigned be = __ballot_sync(0xffffffffu, in && u == prefix);
+        const bool f = ((bg >> lane) & 1u) || (((be >> lane) & 1u) && eb + __popc(be & lt) < kk);
+        const unsigned bf = __ballot_sync(0xffffffffu, f);
+        if (in && i >= lo && i < lo + nl) S.u.s.fl[i - lo] = (unsigned char)f;
+        if (f) out(J + __popc(bf & lt), i);
+        J += __popc(bf);
+        eb += __popc(be);
+    }
+    __syncthreads();
+}
+
+/* Candidate j of the kept blocks: its position kept[j / bs] * bs + j % bs into *pp, its row of
+ * the cache (gpu_kv_row's, from the table entries in ktb) returned. bsh: log2 bs. */
+template <int NT>
+__device__ __forceinline__ long long tls_cand_row(const tls_smem<NT> &S, const gpu_seq_dev &sq, int bsh, int j,
+                                                  int *pp)
+{
+    const int kb = j >> bsh, p = (S.kept[kb] << bsh) + (j & ((1 << bsh) - 1));
+    *pp = p;
+    return sq.map.tbl ? (long long)S.ktb[kb] * sq.map.bstride + (p & (GPU_KV_BLOCK - 1)) : (long long)p;
+}
+
 /* ---------------------------------------------------------------- one layer in one kernel
- * One cluster of TLS_CL CTAs per (row, KV head): the newest key's summaries, level 1 over the
- * CTAs' ranges of blocks, the cluster's top-k of them, the kept blocks' list in every CTA, level
- * 2 over the CTAs' ranges of the candidates, the cluster's top-k of them, the kept positions
- * spread evenly over the CTAs, each CTA's exact attention over its share, and the CTAs' partials
- * merged through distributed shared memory. A dense row (on == 0) attends keys 0 .. n-1, an
- * eighth per CTA. */
-template <int GM>
-__global__ void __cluster_dims__(TLS_CL, 1, 1) __launch_bounds__(TLS_THREADS, TLS_MIN_CTAS)
+ * One cluster of TLS_CL CTAs of NT threads per (row, KV head): the newest key's summaries, level
+ * 1 over the CTAs' ranges of blocks, its top-k (in every CTA, or over the cluster), the kept
+ * blocks' list and their block-table entries in every CTA, level 2 over the CTAs' ranges of the
+ * candidates, the cluster's top-k of them, the kept keys (as candidate indices) spread evenly
+ * over the CTAs, each CTA's exact attention over its share (rows from the kept blocks' table
+ * entries: no table read per key), and the CTAs' partials merged through distributed shared
+ * memory. A dense row (on == 0) attends keys 0 .. n-1, an eighth per CTA. */
+template <int GM, int NT>
+__global__ void __launch_bounds__(NT, 512 / NT)
 tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_seq_dev *seqs,
             const gpu_tls_dev *tls, h16 *out)
 {
-    __shared__ tls_smem S;
+    extern __shared__ __align__(16) unsigned char tls_smem_raw[];
+    tls_smem<NT> &S = *reinterpret_cast<tls_smem<NT> *>(tls_smem_raw);
     cg::cluster_group cl = cg::this_cluster();
     const int rank = (int)cl.block_rank(), g = blockIdx.y, b = blockIdx.z;
-    const int tid = threadIdx.x, nt = TLS_THREADS, lane = tid & 31, warp = tid >> 5;
-    const int hd = c.hd, G = c.n_heads / c.n_kv, bs = c.bs, r = c.r;
+    const int tid = threadIdx.x, nt = NT, lane = tid & 31, warp = tid >> 5;
+    const int hd = c.hd, G = c.n_heads / c.n_kv, bs = c.bs, r = c.r, bsh = __ffs(bs) - 1;
     const gpu_tls_dev t = tls[b];
     const gpu_seq_dev sq = seqs[b];
     const int p = pos[b], n = p + 1;
     const size_t lg = (size_t)layer * c.n_kv + g;
     TLS_MARK(0);
+    /* (A0) the first cluster barrier's arrive: its wait, before the first store into another
+     * CTA's shared memory, returns once every CTA of the cluster has started */
+    tls_cl_arrive();
     /* before the QKV kernel is done (PDL): the step's rows and the summaries were written before
      * it; this CTA's range of block max / min rows is requested into L2 */
     if (t.on && tid == 0) {
@@ -279,6 +425,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
     __syncthreads();
     TLS_MARK(1);
     if (!t.on) {
+        tls_cl_wait(); /* A0 */
         const int sl = (n + TLS_CL - 1) / TLS_CL;
         first = min(rank * sl, n);
         mine = min(n - first, sl);
@@ -320,7 +467,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
         __syncthreads();
         /* level 1: two threads a block (its max row with Q+, its min row with Q-) */
         const int bb = t.block_budget;
-        int kc, ko;
+        int kc = 0, ko = 0, local1 = 1;
         if (nb > bb) {
             float *bsc = c.bscore + ((size_t)b * c.n_kv + g) * c.nb_max;
             for (int i0 = 0; i0 < n1; i0 += nt / 2) {
@@ -354,12 +501,26 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
             }
             __syncthreads();
             TLS_MARK(2);
-            tls_cl_topk(cl, rank, S.u.s.sc, n1, bb, S.u.s.fl, S, &kc, &ko);
-            TLS_MARK(3);
+            tls_cl_wait(); /* A0 */
+            if (nb <= (NT * 4 < TLS_LOCAL_MAX ? NT * 4 : TLS_LOCAL_MAX)) {
+                /* every CTA takes the whole score array and selects alone */
+                tls_bcast(cl, S.u.s.sc, n1, lo1, S);
+                tls_cl_sync();
+                unsigned pf, mk;
+                int kq;
+                tls_cta_select(S, nb, bb, &pf, &mk, &kq);
+                TLS_MARK(3);
+                int *kept = S.kept;
+                tls_cta_list(S, nb, pf, mk, kq, lo1, n1, [&](int J, int i) { kept[J] = i; });
+            } else {
+                tls_cl_topk(cl, rank, S.u.s.sc, n1, bb, S.u.s.fl, S, &kc, &ko);
+                TLS_MARK(3);
+                local1 = 0;
+            }
         } else {
+            tls_cl_wait(); /* A0 */
             for (int i = tid; i < n1; i += nt) S.u.s.fl[i] = 1;
-            kc = n1;
-            ko = min(lo1, nb);
+            for (int j = tid; j < nb; j += nt) S.kept[j] = j;
             __syncthreads();
         }
         const int nk = nb > bb ? bb : nb;
@@ -375,8 +536,8 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
                 atomicAdd(&S.st[1], (unsigned long long)__popc(word));
             }
         }
-        /* this CTA's kept blocks into every CTA's list */
-        {
+        /* (level 1 selected over the cluster) this CTA's kept blocks into every CTA's list */
+        if (!local1) {
             const int per = (n1 + nt - 1) / nt, i0 = min(tid * per, n1), i1 = min(i0 + per, n1);
             int k = 0;
             for (int i = i0; i < i1; i++) k += S.u.s.fl[i];
@@ -389,8 +550,12 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
                 }
         }
         (void)kc;
-        tls_cl_sync();
+        if (!local1) tls_cl_sync();
         TLS_MARK(4);
+        /* the kept blocks' entries of the block table, read once here so that the attention's
+         * rows need no table read (a kept block lies inside one pool block: bs divides it) */
+        for (int j = tid; j < nk; j += nt) S.ktb[j] = sq.map.tbl ? sq.map.tbl[(S.kept[j] * bs) >> GPU_KV_SHIFT] : 0;
+        __syncthreads();
         /* level 2 over the kept blocks' positions (candidate j: kept[j / bs] * bs + j % bs) */
         const int lastlen = n - last * bs;
         const int C = nk * bs - (S.kept[nk - 1] == last ? bs - lastlen : 0);
@@ -401,9 +566,8 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
             const int sl = (m + TLS_CL - 1) / TLS_CL, j0 = min(rank * sl, m);
             mine = min(m - j0, sl);
             for (int j = tid; j < mine; j += nt) {
-                const int pp = S.kept[(j0 + j) / bs] * bs + (j0 + j) % bs;
-                S.lst[j] = pp;
-                idx[j0 + j] = pp;
+                S.lst[j] = j0 + j;
+                idx[j0 + j] = S.kept[(j0 + j) / bs] * bs + (j0 + j) % bs;
             }
             __syncthreads();
         } else {
@@ -435,7 +599,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
                     for (int u = 0; u < TLS_CAND; u++) {
                         const int i = i0 + u * nt;
                         if (i < n2) {
-                            const int j = lo2 + i, pp = S.kept[j / bs] * bs + j % bs;
+                            const int j = lo2 + i, pp = (S.kept[j >> bsh] << bsh) + (j & (bs - 1));
                             const unsigned *wp = (const unsigned *)(code0 + (size_t)pp * (r / 2));
 #pragma unroll
                             for (int k4 = 0; k4 < 4; k4++)
@@ -465,7 +629,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
                 }
             } else {
                 for (int i = tid; i < n2; i += nt) {
-                    const int j = lo2 + i, pp = S.kept[j / bs] * bs + j % bs;
+                    const int j = lo2 + i, pp = (S.kept[j >> bsh] << bsh) + (j & (bs - 1));
                     const unsigned char *code = code0 + (size_t)pp * (r / 2);
                     const float2 lb = lab0[pp];
                     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -500,18 +664,19 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
             TLS_MARK(6);
             (void)kc2;
             m = tb;
-            /* the kept positions, ascending: entry J to CTA J / sl's list, and to idx */
+            /* the kept positions, ascending: entry J to CTA J / sl's list (as its candidate
+             * index) and to idx */
             const int sl = (m + TLS_CL - 1) / TLS_CL;
             {
-                const int per = (n2 + nt - 1) / nt, i0 = min(tid * per, n2), i1 = min(i0 + per, n2);
+                const int per = (n2 + NT - 1) / NT, i0 = min(tid * per, n2), i1 = min(i0 + per, n2);
                 int k = 0;
                 for (int i = i0; i < i1; i++) k += S.u.s.fl[i];
                 int tot, at = tls_scan(k, S.tmp, &tot) + ko2;
                 for (int i = i0; i < i1; i++)
                     if (S.u.s.fl[i]) {
-                        const int j = lo2 + i, pp = S.kept[j / bs] * bs + j % bs, to = at / sl;
-                        cl.map_shared_rank(S.lst, to)[at - to * sl] = pp;
-                        idx[at] = pp;
+                        const int j = lo2 + i, to = at / sl;
+                        cl.map_shared_rank(S.lst, to)[at - to * sl] = j;
+                        idx[at] = (S.kept[j >> bsh] << bsh) + (j & (bs - 1));
                         at++;
                     }
             }
@@ -543,17 +708,19 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[h][e] = 0.0f;
     }
-    for (int j0 = warp * TLS_TOK; j0 < mine; j0 += TLS_WARPS * TLS_TOK) {
+    for (int j0 = warp * TLS_TOK; j0 < mine; j0 += NT / 32 * TLS_TOK) {
         int pj[TLS_TOK];
 #pragma unroll
         for (int u = 0; u < TLS_TOK; u++) pj[u] = j0 + u < mine ? (list ? list[j0 + u] : first + j0 + u) : -1;
         uint2 kx[TLS_TOK], vx[TLS_TOK];
 #pragma unroll
         for (int u = 0; u < TLS_TOK; u++) {
-            const int pp = pj[u] < 0 ? pj[0] : pj[u];
+            const int jj = pj[u] < 0 ? pj[0] : pj[u];
+            int pp;
+            const long long rw = list ? tls_cand_row(S, sq, bsh, jj, &pp) : gpu_kv_row(sq.map, jj);
             if (chan) {
-                kx[u] = *(const uint2 *)(tls_krow(sq, sq.k, layer, c.n_kv, g, hd, pp) + c4);
-                vx[u] = *(const uint2 *)(tls_krow(sq, sq.v, layer, c.n_kv, g, hd, pp) + c4);
+                kx[u] = *(const uint2 *)(sq.k + (lg * sq.cap + rw) * hd + c4);
+                vx[u] = *(const uint2 *)(sq.v + (lg * sq.cap + rw) * hd + c4);
             } else {
                 kx[u] = make_uint2(0, 0);
                 vx[u] = make_uint2(0, 0);
@@ -617,7 +784,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
     for (int h = 0; h < GM; h++) {
         if (h >= G) break;
         float M = -INFINITY;
-        for (int w = 0; w < TLS_WARPS; w++) M = fmaxf(M, S.wm[w][h]);
+        for (int w = 0; w < NT / 32; w++) M = fmaxf(M, S.wm[w][h]);
         const float f = M == -INFINITY ? 0.0f : exp2f(mx[h] - M);
         if (chan)
 #pragma unroll
@@ -625,12 +792,12 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
         __syncthreads();
         if (tid < hd) {
             float o = 0.0f;
-            for (int w = 0; w < TLS_WARPS; w++) o += S.u.wo[w][tid];
+            for (int w = 0; w < NT / 32; w++) o += S.u.wo[w][tid];
             S.po[h * hd + tid] = o;
         }
         if (tid == 32) {
             float L = 0.0f;
-            for (int w = 0; w < TLS_WARPS; w++)
+            for (int w = 0; w < NT / 32; w++)
                 if (S.wm[w][h] != -INFINITY) L += S.wl[w][h] * exp2f(S.wm[w][h] - M);
             S.pml[h] = make_float2(M, L);
         }
@@ -663,21 +830,70 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
     tls_cl_sync(); /* the other CTAs read this one's shared memory until here */
 }
 
+/* The one-kernel form's kernels: per group width (GM 4, 8, 16) and CTA size (256 or 512
+ * threads; clusters of TLS_CL CTAs: clusters of 16 at batch 1 and of 4 at batch 8 were slower,
+ * 2026-11-29, BENCHMARKS.md). */
+typedef void (*tls_kfn)(gpu_tls_cfg, int, const h16 *, const int *, const gpu_seq_dev *,
+                        const gpu_tls_dev *, h16 *);
+static const tls_kfn tls_kfns[3][2] = {{tls_layer_k<4, 256>, tls_layer_k<4, 512>},
+                                       {tls_layer_k<8, 256>, tls_layer_k<8, 512>},
+                                       {tls_layer_k<16, 256>, tls_layer_k<16, 512>}};
+static const size_t tls_smems[2] = {sizeof(tls_smem<256>), sizeof(tls_smem<512>)};
+
+/* TANDEM_TLS_THREADS=256 or 512: every one-kernel launch in CTAs of that size (A/B); else the
+ * rule below. */
+static int tls_threads_env(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TANDEM_TLS_THREADS");
+        v = e && atoi(e) == 256 ? 256 : e && atoi(e) == 512 ? 512 : 0;
+    }
+    return v;
+}
+
 int gpu_tls_attn_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, const h16 *q,
                        const int *pos, const gpu_seq_dev *seqs, const gpu_tls_dev *tls, h16 *out,
                        int pdl, int form)
 {
-    if (form == 0) form = (long long)T * c.n_kv * TLS_CL <= 2LL * c.sms ? 1 : 2;
-    if (form >= 2) return gpu_tls_split_layer(s, c, layer, T, q, pos, seqs, tls, out, form == 3 ? 512 : 0);
+    /* the rule: CTAs of 512 threads while one per SM holds every cluster (T x n_kv x TLS_CL <=
+     * SMs: batch 1 and 2 of Llama-3-8B), of 256 while two per SM do, else the three kernels */
+    const long long ctas = (long long)T * c.n_kv * TLS_CL;
+    if (form == 0) form = ctas <= 2LL * c.sms ? 1 : 2;
+    if (form == 2 || form == 3)
+        return gpu_tls_split_layer(s, c, layer, T, q, pos, seqs, tls, out, form == 3 ? 512 : 0);
+    int ni = ctas <= c.sms ? 1 : 0;
+    if (form == 4 || form == 5) ni = form - 4;
+    else if (tls_threads_env()) ni = tls_threads_env() == 512;
     const int G = c.n_heads / c.n_kv;
-    const dim3 grid(TLS_CL, c.n_kv, T);
-    void (*k)(gpu_tls_cfg, int, const h16 *, const int *, const gpu_seq_dev *, const gpu_tls_dev *,
-              h16 *) = G <= 4 ? tls_layer_k<4> : G <= 8 ? tls_layer_k<8> : tls_layer_k<16>;
-    GPU_CHECK(gpu_launch(k, grid, dim3(TLS_THREADS), 0, s, pdl, c, layer, q, pos, seqs, tls, out));
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(TLS_CL, c.n_kv, T);
+    cfg.blockDim = dim3(ni ? 512 : 256);
+    cfg.dynamicSmemBytes = tls_smems[ni];
+    cfg.stream = s;
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = TLS_CL;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 2 : 1;
+    GPU_CHECK(cudaLaunchKernelEx(&cfg, tls_kfns[G <= 4 ? 0 : G <= 8 ? 1 : 2][ni], c, layer, q, pos, seqs,
+                                 tls, out));
     return ACCEL_OK;
 }
 
 int gpu_tls_kernels_init(void)
 {
+    /* dynamic shared memory (past the static 48 KB when a group is wide); no carveout preference
+     * (an SM whose kernels ask different carveouts drains between them: the decode chain's PDL
+     * overlap) */
+    for (int gi = 0; gi < 3; gi++)
+        for (int ni = 0; ni < 2; ni++)
+            GPU_CHECK(cudaFuncSetAttribute(tls_kfns[gi][ni], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)tls_smems[ni]));
     return gpu_tls_split_init();
 }

@@ -691,7 +691,8 @@ int main(int argc, char **argv)
         /* one layer's sparse attention alone in each form (Llama-3-8B heads, 32 channels), then the
          * whole model */
         for (int bi = 0; bi < ntls_b && tls_k; bi++) {
-            double us[2 + 11] = {0}; /* the two forms, the one-kernel form's 11 phases */
+            double us[2 + 11 + 2] = {0}; /* the two forms, the one-kernel form's 11 phases, the
+                                          * one-kernel form in CTAs of 256 / 512 threads */
             if ((st = tls_k(m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, (int)tls_ctx[i], 64, 32,
                             (int)tls_blocks, (int)tls_budget, (int)tls_batch[bi], 50, us))) {
                 fprintf(stderr, "bench_gpu: tls kernels: %s\n", accel_strerror(st));
@@ -701,7 +702,7 @@ int main(int argc, char **argv)
                    "\"three_kernels_us\":%.1f,\"one_kernel_phases_us\":[", tls_ctx[i], tls_batch[bi],
                    us[0], us[1]);
             for (int k = 2; k < 13; k++) printf("%s%.2f", k > 2 ? "," : "", us[k]);
-            printf("]}\n");
+            printf("],\"one_kernel_256_us\":%.1f,\"one_kernel_512_us\":%.1f}\n", us[13], us[14]);
             fflush(stdout);
         }
         if (bg_tls_run(d, m, (int)tls_ctx[i], tls_batch, ntls_b, (int)steps, (int)tls_budget,

@@ -56,7 +56,7 @@ int to_half(h16 *dst, const float *src, size_t n)
  * (n_heads, hd) the attention output, bscore (n_kv, ceil(n / bs)) the level-1 scores (valid
  * when the blocks exceed block_budget), counters (4) the sequence's counters. on 0: a dense
  * row. form: gpu_tls_attn_layer's (1 the one-kernel form, 2 the three kernels, 3 the three with
- * the selection in CTAs of 512 threads). */
+ * the selection in CTAs of 512 threads, 4 / 5 the one-kernel form in CTAs of 256 / 512). */
 int gpu_tls_test_step(int n_heads, int n_kv, int hd, int n, int bs, int r, int block_budget,
                       int token_budget, int rebuilt, int on, const float *q, const float *k,
                       const float *v, const unsigned short *ch, int32_t *idx, int32_t *cnt,
@@ -157,7 +157,8 @@ __global__ void fill_k(h16 *x, size_t n, unsigned seed)
 /* One layer on B rows of n keys each (one random cache shared by the rows, each row its own
  * summaries), timed over reps launches back to back: us[0] microseconds per launch of the
  * one-kernel form, us[1] of the three kernels; us[2 .. 2 + GPU_TLS_PHASES) the one-kernel
- * form's phases (gpu_tls_cfg.trace) in one more launch, microseconds after its start. */
+ * form's phases (gpu_tls_cfg.trace) in one more launch, microseconds after its start; us[13],
+ * us[14] the one-kernel form in CTAs of 256 and of 512 threads (us: 15 doubles). */
 int gpu_tls_bench_kernels(int n_heads, int n_kv, int hd, int n, int bs, int r, int block_budget,
                           int token_budget, int B, int reps, double *us)
 {
@@ -223,7 +224,9 @@ int gpu_tls_bench_kernels(int n_heads, int n_kv, int hd, int n, int bs, int r, i
     cudaEvent_t e0, e1;
     GPU_CHECK(cudaEventCreate(&e0));
     GPU_CHECK(cudaEventCreate(&e1));
-    for (int form = 1; form <= 2; form++) {
+    static const int forms[4] = {1, 2, 4, 5}, slot[4] = {0, 1, 13, 14};
+    for (int fi = 0; fi < 4; fi++) {
+        const int form = forms[fi];
         GPU_TRY(gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, 0, form)); /* warm-up */
         GPU_CHECK(cudaEventRecord(e0, 0));
         for (int i = 0; i < reps; i++) GPU_TRY(gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, 0, form));
@@ -231,7 +234,7 @@ int gpu_tls_bench_kernels(int n_heads, int n_kv, int hd, int n, int bs, int r, i
         GPU_CHECK(cudaEventSynchronize(e1));
         float ms = 0;
         GPU_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        us[form - 1] = 1e3 * ms / reps;
+        us[slot[fi]] = 1e3 * ms / reps;
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);

@@ -104,8 +104,8 @@ static void synth(const tcase *c, float *q, float *k, float *v)
                    sizeof(float) * c->bs * kvd);
 }
 
-/* form: the layer's one-kernel form (1) or its three kernels (2; 3: the selection's CTAs of 512
- * threads), gpu/tls.cuh */
+/* form: the layer's one-kernel form (1; 4 / 5: in CTAs of 256 / 512 threads) or its three
+ * kernels (2; 3: the selection's CTAs of 512 threads), gpu/tls.cuh and gpu/tls_kernels.cu */
 static void run_case(const api *a, const tcase *c, int form)
 {
     const int kvd = c->n_kv * c->hd, qd = c->n_heads * c->hd, G = c->n_heads / c->n_kv;
@@ -230,8 +230,12 @@ TEST(gpu_tls_select_equals_cpu)
         {16, 2, 128, 3000, 128, 32, 10, 700, 2950, 1, 9}, /* group of 8, block 128 */
         {4, 2, 96, 2000, 32, 24, 20, 333, 1950, 1, 10},  /* head_dim 96, r 24 (8-lane tail) */
         {64, 4, 128, 2000, 64, 64, 9, 400, 1990, 1, 11}, /* group of 16, r 64 */
+        /* level 2 over 10,240 candidates; level 1 over 8,750 blocks, more than a CTA selects from
+         * alone (gpu/tls_kernels.cu: then over the cluster) */
+        {8, 2, 128, 12000, 64, 32, 160, 1024, 11990, 1, 12},
+        {2, 1, 64, 140000, 16, 16, 8, 64, 139995, 1, 13},
     };
-    for (int form = 1; form <= 3; form++)
+    for (int form = 1; form <= 5; form++)
         for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&a, &cs[i], form);
 }
 
