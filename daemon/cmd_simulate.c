@@ -78,6 +78,10 @@ typedef struct sim_result {
     char names[SCHED_BOOK_MAX_DEVICES][32];
     int n_devs;
     int n_nodes, remote_decodes;    /* remote: decoded on another node than the clients' */
+    uint64_t prefill_calls, split_calls; /* every device's prefill calls; of them, layer-split
+                                            calls that left their chunk unfinished (the daemon's
+                                            tandem_device_prefill_split_calls_total) */
+    double gap_p50, gap_max;        /* of the finished requests' longest gap between two tokens */
     double net_bps, net_s;
 } sim_result;
 
@@ -192,6 +196,15 @@ static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
     sched_sim_summarize(reqs, n, &res->sum);
     res->steady_tps = steady_tps(reqs, n);
     res->goodput_tps = steady_tps_of(reqs, n, o);
+    double *gaps = malloc(sizeof *gaps * (size_t)(n > 0 ? n : 1));
+    int ng = 0;
+    for (int i = 0; gaps && i < n; i++)
+        if (reqs[i].state == SCHED_SIM_DONE && reqs[i].n_out >= 2) {
+            gaps[ng++] = reqs[i].max_tbt;
+            if (reqs[i].max_tbt > res->gap_max) res->gap_max = reqs[i].max_tbt;
+        }
+    res->gap_p50 = gaps ? sched_sim_percentile(gaps, ng, 50) : 0;
+    free(gaps);
     for (int i = 0; i < n; i++) {
         res->n_good += meets_slo(o, &reqs[i]);
         int dd = reqs[i].decode_dev;
@@ -205,6 +218,8 @@ static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
         sched_sim_dev_stats st;
         sched_sim_dev_stats_get(sim, i, &st);
         res->util[i] = t_end > 0 ? st.busy_s / t_end : 0;
+        res->prefill_calls += st.prefill_chunks;
+        res->split_calls += st.prefill_split_calls;
         snprintf(res->names[i], sizeof res->names[i], "%s", m.dev[i].name);
         res->price += m.dev[i].hw->price;
         res->power_w += m.dev[i].power_w;
@@ -231,6 +246,9 @@ static void print_one(const sim_run *o, const sim_result *r)
     printf("  TTFT p50 %.3f s p99 %.3f s | TPOT p50 %.2f ms p99 %.2f ms | e2e p50 %.2f s p99 %.2f s | queue p50 %.3f s p99 %.3f s\n",
            s->ttft_p50, s->ttft_p99, s->tpot_p50 * 1e3, s->tpot_p99 * 1e3, s->e2e_p50, s->e2e_p99, s->queue_p50, s->queue_p99);
     printf("  decodes: %d on cards (split), %d in place (fallback or no card)\n", s->decodes_on_cards, s->decodes_fallback);
+    printf("  prefill calls: %llu (%llu layer-split: a chunk's call that left layers for later ones) | "
+           "longest gap between two tokens of a request: p50 %.1f ms, max %.1f ms\n",
+           (unsigned long long)r->prefill_calls, (unsigned long long)r->split_calls, r->gap_p50 * 1e3, r->gap_max * 1e3);
     if (r->n_nodes > 1)
         printf("  %d nodes, network %.3g Gbit/s each way per node, %.3g us: %d decodes on other nodes, "
                "hand-over (first to second token of a split request) p50 %.2f ms p99 %.2f ms\n",

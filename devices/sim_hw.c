@@ -24,21 +24,24 @@
 #define U280B_SEQ_S 0.000162
 #define ALL_CAPS (ACCEL_CAP_PREFILL | ACCEL_CAP_DECODE | ACCEL_CAP_KV_EXPORT | ACCEL_CAP_KV_IMPORT)
 #define CARD_CAPS (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)
+/* a GPU runs some of a chunk's layers per call (gpu/accel.c reports ACCEL_CAP_LAYER_SPLIT, as
+ * cpu/backend.c does); the card's backend and a peer's remote device do not */
+#define GPU_CAPS (ALL_CAPS | ACCEL_CAP_LAYER_SPLIT)
 
 /* Hardware profiles. GLITCHES' decode latencies are averages over 512 decode steps after a
  * 1536-token prompt: the calibration context is their mean, 1536 + 255.5 ~ 1792. */
 static const sched_sim_hw hws[] = {
-    {"a100", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama2-7b", 1536, 0.17585, 1792, 0.02426, 0, 0,
+    {"a100", ACCEL_KIND_CUDA, GPU_CAPS, 256, "llama2-7b", 1536, 0.17585, 1792, 0.02426, 0, 0,
      80e9, 16, 16, 25e9, 10e-6, 17000,
      "GLITCHES Table I (HF transformers FP16, LLaMA2-7B [1536,512]: prefill 175.85 ms, decode "
      "24.26 ms/token), Table II ($17,000); 80 GB and PCIe Gen4 x16 at 25 GB/s assumed",
      .power_w = 256.6, .power_source = "GLITCHES Table I: 256.6 W measured during prefill"},
-    {"v100s", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama2-7b", 1536, 0.39880, 1792, 0.02952, 0, 0,
+    {"v100s", ACCEL_KIND_CUDA, GPU_CAPS, 256, "llama2-7b", 1536, 0.39880, 1792, 0.02952, 0, 0,
      32e9, 16, 16, 12e9, 10e-6, 12000,
      "GLITCHES Table I (prefill 398.80 ms, decode 29.52 ms/token), Table II ($12,000); PCIe "
      "Gen3 x16 at 12 GB/s assumed",
      .power_w = 239.8, .power_source = "GLITCHES Table I: 239.8 W measured during prefill"},
-    {"h100-hf", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama3-8b", 4096, 0.124, 4096, 0.050, 0, 0,
+    {"h100-hf", ACCEL_KIND_CUDA, GPU_CAPS, 256, "llama3-8b", 4096, 0.124, 4096, 0.050, 0, 0,
      80e9, 16, 16, 55e9, 10e-6, 30000,
      "DESIGN.md's probe of HF transformers bf16 on an H100, Llama-3-8B: prefill 4K 124 ms, "
      "decode 50 ms/token (context taken as 4K); pinned PCIe Gen5 55 GB/s (DESIGN.md); price "
@@ -46,7 +49,7 @@ static const sched_sim_hw hws[] = {
      .power_w = 700, .power_source = "NVIDIA H100 SXM datasheet: max thermal design power up to 700 W"},
     /* seq_s: (7.630 - 4.457) / 31 ms per further sequence at 32 x 1024 tokens, less the 1024
      * positions of KV each adds at the calibrated bandwidth (about 0.044 ms) */
-    {"h200-tandem", ACCEL_KIND_CUDA, ALL_CAPS, 256, "llama3-8b", 4096, 0.1026, 1024, 0.004456,
+    {"h200-tandem", ACCEL_KIND_CUDA, GPU_CAPS, 256, "llama3-8b", 4096, 0.1026, 1024, 0.004456,
      0, 0.058e-3, 141e9, 16, 16, 55.3e9, 10e-6, 35000,
      "tandem's CUDA backend measured on an H200 (tests/gpu/logs/2026-11-21-h200-final: "
      "Llama-3-8B shape, prefill 4096 tokens 102.6 ms, decode 4.456 ms/token after 1024, batch "
@@ -108,7 +111,8 @@ static const sched_sim_sparse sparse[] = {
      * 10,905 ms (tests/gpu/logs/2026-11-28-xattn/e2e.jsonl) */
     {"trishape", 128, 1920, 1024, 100, 0, 32768, 3.04 / (14.8 * 0.154), 0.81 / 14.8,
      "Tri-shape on tandem's H200 (2026-11-28-xattn kernels.md, 32K: density 0.154, attention "
-     "3.04 ms, index 0.81 ms, dense 14.8 ms per layer); density from its geometry at every length"},
+     "3.04 ms, index 0.81 ms, dense 14.8 ms per layer); density from its geometry at every length",
+     .block = 1024},
     /* FlexPrefill (gamma 0.9, tau 0.1, min_budget 1024) at the density of the structured
      * synthetic inputs: 0.095, attention 1.60 ms, index 1.69 ms, dense 15.5 ms. Its density
      * depends on the prompt's attention; below 32K it is not measured and is taken to grow as
@@ -116,7 +120,13 @@ static const sched_sim_sparse sparse[] = {
     {"flexprefill", 0, 0, 0, 0, 0.095, 32768, 1.60 / (15.5 * 0.095), 1.69 / 15.5,
      "FlexPrefill on tandem's H200 (2026-11-28-xattn kernels.md, 32K structured: density 0.095, "
      "attention 1.60 ms, index 1.69 ms, dense 15.5 ms per layer); density x 32K / n below 32K "
-     "(not measured)"},
+     "(not measured); a chunk's index 0.504 us per cached key and a layer-split call's own "
+     "0.5 ms (the 130K traces of tests/gpu/logs/2026-11-29-tbtp99, emu.c.txt)",
+     /* chunked (issue 22): whole 128-token blocks; each call's index over the cached keys, F of
+      * the fit t = A + B k + E k (p + k/2) + F p to call 2's FlexPrefill chunks on the H200 (a
+      * one-block call at 128K: ~65 ms of it, as the ~69 ms of index measured there); a split
+      * call's own part as its 1-layer calls showed (1.21x their share) */
+     .block = 128, .call_key_s = 5.04e-7, .split_s = 0.5e-3},
 };
 
 const sched_sim_sparse *devices_sim_sparse_at(int i)

@@ -590,6 +590,12 @@ void sched_cost_observe_split(sched_cost *m, int tokens, int pos, double seconds
         if (m->sn < SCHED_COST_SPLIT) m->sn++;
     }
     push_size(m, tokens);
+    /* once the model is trusted, the whole call a call of under half the layers stands for is
+     * mostly a guess: an error d in s becomes d (L / layers - 1) in it (a trailing 2-layer call
+     * that ended a 128K chunk read as a whole call of its own 4.8 ms: the simulator's
+     * FlexPrefill, sched_sim.c); before that such calls are what teaches it (a model that has
+     * seen one long call prices a short chunk far over the budget and runs it a layer a call) */
+    if (f < 0.5 && m->seen >= SCHED_COST_TRUST) return;
     double s = sched_cost_split_s(m);
     if (s > seconds) s = seconds;
     /* the whole call it stands for: its own part once, its layers' part x n_layers / layers
@@ -703,4 +709,25 @@ int sched_policy_layers(int todo, double layer_s, double call_s, double budget_l
     if (first) return k > 0 ? k : 1;
     /* a later call: worth its own part */
     return k > 0 && (k == todo || k * layer_s >= SCHED_CHUNK_EFF_K * call_s) ? k : 0;
+}
+
+int sched_policy_call_layers(const sched_cost *cm, int tokens, int pos, int layer0, int n_layers, int can_split,
+                             double budget_s, double budget_left_s, int first, double *pred_s, double *plan_s)
+{
+    const int L = n_layers > 0 ? n_layers : 1, l0 = layer0 > 0 && layer0 < L ? layer0 : 0;
+    int nl = L - l0;
+    /* planned to the cost model's margin, a split call with its own part (sched_policy.h) */
+    const double whole_s = sched_cost_predict(cm, tokens, pos), mg = sched_cost_margin(cm);
+    const double split_s = sched_cost_split_s(cm) < whole_s ? sched_cost_split_s(cm) : whole_s;
+    const double layer_s = (whole_s - split_s) / L;
+    /* a chunk size new to the window: its first call plans the new size's extra too (at most
+     * SCHED_NOVEL_BUDGET_SHARE of the budget, as sched_policy_chunk does) */
+    double novel_s = l0 == 0 && sched_cost_novel(cm, tokens) ? sched_cost_novel_s(cm) : 0;
+    if (novel_s > SCHED_NOVEL_BUDGET_SHARE * budget_s) novel_s = SCHED_NOVEL_BUDGET_SHARE * budget_s;
+    if (can_split && budget_s > 0 && cm && cm->seen)
+        nl = sched_policy_layers(L - l0, layer_s * mg, split_s * mg + novel_s, budget_left_s, first);
+    const int part = nl > 0 && nl < L;
+    if (pred_s) *pred_s = part ? split_s + nl * layer_s : whole_s;
+    if (plan_s) *plan_s = part ? (split_s + nl * layer_s) * mg + novel_s : sched_cost_plan(cm, tokens, pos);
+    return nl;
 }

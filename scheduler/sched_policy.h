@@ -353,7 +353,11 @@ int sched_policy_next_prefill(const sched_prefill_job *q, int n, double ttft_tar
  * split call gives a sample of s, (t - l W / L) / (1 - l / L); s is the median of the last
  * SCHED_COST_SPLIT samples of calls of at most half the layers (sched_cost_split_s; the sample's
  * error grows as 1 / (1 - l / L)), and the call's time goes into the fit as the whole call it
- * stands for, s + (t - s) L / l. Split calls do not feed the margin. The first call at a new size,
+ * stands for, s + (t - s) L / l, from calls of at least half the layers once the model is
+ * trusted (SCHED_COST_TRUST calls; before that every call teaches it) (an error d in s is
+ * d (L / l - 1) there: a chunk's trailing 2-layer call read as a whole call of its own ~5 ms in
+ * the simulator's 130K FlexPrefill run, and the next chunks grew 12x and took 365 ms). Split
+ * calls do not feed the margin. The first call at a new size,
  * split or not, feeds only the new-size excess (its time is mostly that excess): a split one with
  * t - (s + l (W - s) / L) x margin, and neither the fit nor s. */
 #define SCHED_COST_TRUST 8
@@ -447,5 +451,18 @@ int sched_policy_chunk(int remaining, int pos, int align, int decoding, int firs
  * iteration's first call does the layers at full efficiency). The cost model learns from such
  * a call through sched_cost_observe_split. */
 int sched_policy_layers(int todo, double layer_s, double call_s, double budget_left_s, int first);
+
+/* The layers of a device's next prefill call — the worker's rule (sched_prefill.c) and the
+ * simulator's (sched_sim.c), one copy: a chunk of `tokens` at `pos`, its layers layer0 ..
+ * n_layers - 1 still to run, on a device that splits calls by layers (can_split: it has
+ * ACCEL_CAP_LAYER_SPLIT, decodes wait, the budget is on, and the request did not turn splitting
+ * off). W = sched_cost_predict, s = sched_cost_split_s (at most W), per layer (W - s) / n_layers;
+ * sched_policy_layers with both planned to the margin, the first call of a chunk at a new size
+ * with the new-size extra (sched_cost_novel_s, at most SCHED_NOVEL_BUDGET_SHARE x budget_s) on
+ * its own part. Returns the layers to run (n_layers - layer0 when the device cannot split or the
+ * cost model has seen nothing), 0 when the iteration ends. *pred_s, *plan_s (may be NULL): the
+ * call's predicted and planned seconds (the trace's). */
+int sched_policy_call_layers(const sched_cost *cm, int tokens, int pos, int layer0, int n_layers, int can_split,
+                             double budget_s, double budget_left_s, int first, double *pred_s, double *plan_s);
 
 #endif

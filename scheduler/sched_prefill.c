@@ -337,19 +337,10 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
      * is left of the budget, only the layers that fit run now, the rest in later iterations */
     const int L = d->s->m->cfg.n_layers;
     int l0 = c->pf_split_k > 0 ? c->pf_layer : 0, nl = L - l0;
-    /* planned to the cost model's margin, a split call with its own part (sched_policy.h) */
-    const sched_cost *cm = &d->cost[kind];
-    const double whole_s = sched_cost_predict(cm, k, c->pf_done), mg = sched_cost_margin(cm);
-    const double split_s = sched_cost_split_s(cm) < whole_s ? sched_cost_split_s(cm) : whole_s;
-    const double layer_s = (whole_s - split_s) / L;
-    /* a chunk size new to the window: its first call plans the new size's extra too (at most
-     * SCHED_NOVEL_BUDGET_SHARE of the budget, as sched_policy_chunk does) */
-    double novel_s = l0 == 0 && sched_cost_novel(cm, k) ? sched_cost_novel_s(cm) : 0;
-    if (novel_s > SCHED_NOVEL_BUDGET_SHARE * budget) novel_s = SCHED_NOVEL_BUDGET_SHARE * budget;
-    if (decoding && budget > 0 && !r->split_off && (d->info0.caps & ACCEL_CAP_LAYER_SPLIT) && cm->seen) {
-        nl = sched_policy_layers(L - l0, layer_s * mg, split_s * mg + novel_s, left, first);
-        if (nl <= 0) return -1;
-    }
+    const int can_split = decoding && !r->split_off && (d->info0.caps & ACCEL_CAP_LAYER_SPLIT);
+    double pred_s, plan_s;
+    nl = sched_policy_call_layers(&d->cost[kind], k, c->pf_done, l0, L, can_split, budget, left, first, &pred_s, &plan_s);
+    if (nl <= 0) return -1;
     int last = c->pf_done + k == c->pf_n;
     ship sh = {&d->s->dev[r->w_decode], r, ci};
     accel_kv_sink sink = {ship_layer, &sh};
@@ -367,8 +358,7 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
     atomic_fetch_add(&d->prefill_chunks, 1);
     if (d->trace && decoding) /* sched_worker.c: TANDEM_SCHED_TRACE */
         fprintf(d->trace, "P %.6f %.6f %d %d %d %d %d %.6f %.6f %d %.6f\n", t0 / 1e9, (t0 + dt * 1e9) / 1e9, kind,
-                k, c->pf_done, pr.layer0, pr.layers, nl < L ? split_s + nl * layer_s : whole_s, left, first,
-                nl < L ? (split_s + nl * layer_s) * mg + novel_s : sched_cost_plan(cm, k, c->pf_done));
+                k, c->pf_done, pr.layer0, pr.layers, pred_s, left, first, plan_s);
     if (decoding && budget > 0 && dt > left) { /* the decodes here wait past the budget */
         atomic_fetch_add(&d->prefill_over_calls, 1);
         atomic_fetch_add(&d->prefill_over_ns, (uint64_t)((dt - (left > 0 ? left : 0)) * 1e9));

@@ -21,6 +21,7 @@ typedef struct sim_req {
     double import_done;   /* split: the last layer of the last chunk is on the card */
     int split;
     double t_last;        /* when its latest token came */
+    int split_k, split_layer; /* a layer-split chunk in progress: its tokens, its next layer */
 } sim_req;
 
 enum pend_kind { PEND_DONE, PEND_PREFILLED_LOCAL, PEND_PREFILLED_SPLIT };
@@ -253,29 +254,31 @@ static void dispatch(sched_sim *s)
 
 /* ---------------------------------------------------------------- one device iteration */
 
-/* Ships one prefill chunk's KV to the card layer by layer: layer l is ready when the prefill has
- * gone through l + 1 of the layers, and waits for the card's import lane. To another node: to
- * the host over the prefill device's link, then through the node's NIC (one chunk at a time),
- * net_s on the way, then the card's lane. */
-static void ship(sched_sim *s, sim_dev *p, sim_req *r, int k, double start, double dur)
+/* Ships one prefill call's KV to the card layer by layer — the call ran layers l0 .. l0 + nl - 1
+ * of a chunk of k tokens (all L of them unless it was layer-split): layer l is ready when the
+ * call has gone through l - l0 + 1 of its layers, and waits for the card's import lane. To
+ * another node: to the host over the prefill device's link, then through the node's NIC (one
+ * chunk at a time), net_s on the way, then the card's lane. */
+static void ship(sched_sim *s, sim_dev *p, sim_req *r, int k, double start, double dur, int l0, int nl)
 {
     sim_dev *c = &s->dev[r->be.decode];
     const sched_sim_model *m = s->cfg.model;
     int L = c->m->n_layers > 0 ? c->m->n_layers : 1;
     double bytes = (double)k * (double)c->m->kv_bytes_per_token / L;
     const int from = p->m->node;
+    if (nl <= 0 || l0 < 0 || l0 + nl > L) l0 = 0, nl = L;
     if (c->m->node == from) {
         double per = sched_sim_ship_s(p->m, c->m, bytes);
-        for (int l = 0; l < L; l++) {
-            double ready = start + dur * (l + 1) / L;
+        for (int l = 0; l < nl; l++) {
+            double ready = start + dur * (l + 1) / nl;
             double t0 = ready > c->link_free ? ready : c->link_free;
             c->link_free = t0 + per;
         }
     } else {
         double up = sched_sim_hop_s(p->m, bytes), wire = sched_sim_net_wire_s(m, bytes);
         double down = sched_sim_hop_s(c->m, bytes);
-        for (int l = 0; l < L; l++) {
-            double host = start + dur * (l + 1) / L + up;
+        for (int l = 0; l < nl; l++) {
+            double host = start + dur * (l + 1) / nl + up;
             double sent = (host > s->nic_free[from] ? host : s->nic_free[from]) + wire;
             s->nic_free[from] = sent;
             double arrived = sent + m->net_s;
@@ -284,6 +287,17 @@ static void ship(sched_sim *s, sim_dev *p, sim_req *r, int k, double start, doub
         }
     }
     r->import_done = c->link_free;
+}
+
+/* The chunk's tokens as the method cuts them (sparse_chunk_len): Tri-shape's fixed chunk beside
+ * decodes, and never less than a block left over (FlexPrefill's index takes a chunk's last
+ * block); want is the policy's, already in whole blocks. */
+static int chunk_len(const sched_sim_sparse *sp, int remaining, int want, int decoding)
+{
+    if (!sp || sp->block <= 1 || want >= remaining) return want < remaining ? want : remaining;
+    if (sp->chunk > 0 && decoding) want = sp->chunk;
+    if (want >= remaining) return remaining;
+    return remaining - want < sp->block ? remaining : want;
 }
 
 static void iterate(sched_sim *s, int di)
@@ -331,16 +345,39 @@ static void iterate(sched_sim *s, int di)
         sim_req *r = d->pf_head;
         int remaining = r->pub->n_prompt - r->pf_done;
         sched_cost *cost = cost_of(d, r);
-        int k = sched_policy_chunk(remaining, r->pf_done, 1, decoding, first, budget, budget - spent, cost);
-        if (k <= 0) break; /* nothing worth its fixed cost fits what is left of the budget */
-        double ct = sched_sim_prefill_chunk_s(m, k, r->pf_done, r->pub->n_prompt);
-        if (r->split) ship(s, d, r, k, t + dt, ct);
-        sched_cost_observe(cost, k, r->pf_done, ct);
+        /* as the worker (sched_prefill.c): sparse chunks in the method's granule, dense ones in
+         * whole tiles, the sizes remembered in them; layer-split where the device has it */
+        const sched_sim_sparse *sp = sched_sim_prefill_sparse(m, r->pub->n_prompt) ? m->sparse : NULL;
+        const int align = sp && sp->block > 1 ? sp->block : 1;
+        cost->grain = sp ? align : SCHED_CHUNK_TILE;
+        const int can_split = decoding && (m->caps & ACCEL_CAP_LAYER_SPLIT);
+        cost->layer_split = can_split;
+        int k;
+        if (r->split_k > 0) {
+            k = r->split_k; /* a layer-split chunk in progress goes on */
+        } else {
+            k = sched_policy_chunk(remaining, r->pf_done, align, decoding, first, budget, budget - spent, cost);
+            if (k <= 0) break; /* nothing worth its fixed cost fits what is left of the budget */
+            k = chunk_len(sp, remaining, k, decoding);
+        }
+        const int L = m->n_layers > 0 ? m->n_layers : 1, l0 = r->split_k > 0 ? r->split_layer : 0;
+        int nl = sched_policy_call_layers(cost, k, r->pf_done, l0, L, can_split, budget, budget - spent, first, NULL, NULL);
+        if (nl <= 0) break; /* none of the chunk's layers worth a call fits what is left */
+        double ct = sched_sim_prefill_split_s(m, k, r->pf_done, r->pub->n_prompt, nl);
+        if (r->split) ship(s, d, r, k, t + dt, ct, l0, nl);
+        sched_cost_observe_split(cost, k, r->pf_done, ct, nl, L);
         d->cost_last = (int)(cost - d->cost);
         dt += ct;
         spent += ct;
         d->st.prefill_s += ct;
         d->st.prefill_chunks++;
+        if (l0 + nl < L) { /* the chunk goes on in a later call, from layer l0 + nl */
+            r->split_k = k;
+            r->split_layer = l0 + nl;
+            d->st.prefill_split_calls++;
+            continue;
+        }
+        r->split_k = r->split_layer = 0;
         d->st.prefill_tokens += (uint64_t)k;
         r->pf_done += k;
         if (r->pf_done < r->pub->n_prompt) continue;

@@ -4,6 +4,9 @@
  *   shared   the FCFS queue discipline, placement through sched_book (the policy of
  *            sched_policy.h and the same commitments), chunked prefill through
  *            sched_policy_chunk with a cost learned by sched_cost from the (modelled) chunk times,
+ *            layer-split calls where the device has ACCEL_CAP_LAYER_SPLIT (the worker's
+ *            sched_policy_call_layers: a chunk whose call does not fit what is left of the
+ *            budget runs the layers that fit, the rest in later iterations),
  *            and the worker's iteration: one decode step over the device's active sequences in
  *            slices of max_batch, then prefill chunks within the time-between-tokens budget (the
  *            whole prompt when nothing decodes there), first token from the prefill's logits,
@@ -68,8 +71,10 @@ typedef struct sched_sim_config {
 typedef struct sched_sim_dev_stats {
     double busy_s;        /* inside modelled device calls */
     double prefill_s, decode_s;
-    uint64_t prefill_tokens, decode_tokens, decode_steps, prefill_chunks;
+    uint64_t prefill_tokens, decode_tokens, decode_steps, prefill_chunks; /* chunks: prefill calls */
     int decodes;          /* requests placed to decode here */
+    uint64_t prefill_split_calls; /* layer-split calls that left their chunk unfinished (the
+                                     daemon's tandem_device_prefill_split_calls_total) */
 } sched_sim_dev_stats;
 
 sched_sim *sched_sim_new(const sched_sim_config *cfg, char *err, size_t errlen);

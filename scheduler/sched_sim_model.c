@@ -91,6 +91,7 @@ int sched_sim_dev_init(sched_sim_dev_model *d, const sched_sim_hw *hw, const sch
     d->max_running = max_running > 0 ? max_running : hw->kind == ACCEL_KIND_FPGA ? hw->max_batch : 256;
     d->fixed_s = hw->fixed_s;
     d->seq_s = hw->seq_s;
+    d->split_s = hw->split_s > 0 ? hw->split_s : hw->fixed_s;
     d->params = s->params;
     d->shape = *s;
     d->weight_bytes = weight_bytes(s, hw->weight_bits);
@@ -172,12 +173,29 @@ double sched_sim_sparse_factor(const sched_sim_sparse *sp, const sched_sim_shape
     return (lin + r * attn) / (lin + attn);
 }
 
+int sched_sim_prefill_sparse(const sched_sim_dev_model *d, int n_prompt)
+{
+    return d->sparse && sched_sim_sparse_factor(d->sparse, &d->shape, n_prompt) < 1;
+}
+
 double sched_sim_prefill_chunk_s(const sched_sim_dev_model *d, int n, int pos0, int n_prompt)
 {
     if (!d->sparse || n <= 0) return sched_sim_prefill_s(d, n, pos0);
-    double c = prefill_compute_s(d, n, pos0) * sched_sim_sparse_factor(d->sparse, &d->shape, n_prompt);
+    const double f = sched_sim_sparse_factor(d->sparse, &d->shape, n_prompt);
+    double c = prefill_compute_s(d, n, pos0) * f;
     double m = prefill_memory_s(d, pos0);
-    return d->fixed_s + (c > m ? c : m);
+    double index = f < 1 && pos0 > 0 ? d->sparse->call_key_s * pos0 : 0;
+    return d->fixed_s + (c > m ? c : m) + index;
+}
+
+double sched_sim_prefill_split_s(const sched_sim_dev_model *d, int n, int pos0, int n_prompt, int layers)
+{
+    const double w = sched_sim_prefill_chunk_s(d, n, pos0, n_prompt);
+    if (layers <= 0 || layers >= d->n_layers || n <= 0) return w;
+    double s = sched_sim_prefill_sparse(d, n_prompt) && d->sparse->split_s > 0 ? d->sparse->split_s : d->split_s;
+    if (!(s >= 0)) s = 0;
+    if (s > w) s = w;
+    return s + (w - s) * layers / d->n_layers;
 }
 
 /* The measured curve's step time at `batch` (positions curve_ctx each). */

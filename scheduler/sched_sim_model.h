@@ -81,6 +81,10 @@ typedef struct sched_sim_hw {
     /* the rate a curve's steps read the KV beyond curve_ctx positions per sequence, bytes/s
      * (measured on batched steps; 0: decode_bps, the batch-1 calibration's) */
     double curve_kv_bps;
+    /* a layer-split prefill call's own part (ACCEL_CAP_LAYER_SPLIT, accel.h): what a call of
+     * some of the layers pays beyond its layers' share of the whole call (sched_sim_prefill_split_s;
+     * 0: fixed_s, the call's fixed part, once more) */
+    double split_s;
 } sched_sim_hw;
 
 /* Sparse prefill on a GPU (issue 22's methods), priced as a factor on a prompt's dense prefill
@@ -104,6 +108,15 @@ typedef struct sched_sim_sparse {
     double density_ref, ref_n;
     double attn_per_density, index_share;
     const char *source;
+    /* appended (0 where a method does not say): chunked prefill (issue 22). block: the granule
+     * of its chunks (sparse_resume_align: whole blocks, at least one; Tri-shape's chunk when
+     * chunk > 0: then every chunk is one chunk of that size, sparse_chunk_len); call_key_s:
+     * seconds every chunk's call pays per cached key before it, all layers — the index scores
+     * the chunk's last block against every cached key whatever the chunk's size (a whole
+     * prompt, at position 0, pays none of it: its index is index_share's); split_s: a
+     * layer-split call's own part (sched_sim_hw.split_s, for this method's calls) */
+    int block;
+    double call_key_s, split_s;
 } sched_sim_sparse;
 
 /* The share of causal attention a Tri-shape-like geometry computes at n tokens, or the
@@ -121,7 +134,8 @@ typedef struct sched_sim_dev_model {
     uint64_t mem_kv, kv_bytes_per_token;
     double params, weight_bytes;
     double prefill_flops, decode_bps, fixed_s, seq_s;
-    int n_layers, attn_dim;
+    double split_s;            /* a dense layer-split call's own part (hw split_s, else fixed_s) */
+    int n_layers, attn_dim;    /* the layers a layer-split call divides (the shape's) */
     double link_bps, link_s;
     double power_w, decode_ops;
     int node;                  /* 0: the node holding the clients; > 0: another (remote) node */
@@ -194,8 +208,18 @@ double sched_sim_prefill_flops(const sched_sim_shape *s, double n, double pos0);
  * calibration points are compute-bound, so they are reproduced as before. */
 double sched_sim_prefill_s(const sched_sim_dev_model *d, int n, int pos0);
 /* A chunk of n tokens at pos0 of a prompt of n_prompt tokens: sched_sim_prefill_s, its FLOP term
- * times the sparse factor of n_prompt when the device prefills sparse (the memory floor stays). */
+ * times the sparse factor of n_prompt when the device prefills sparse (the memory floor stays),
+ * plus the method's index over the pos0 cached keys (call_key_s x pos0). */
 double sched_sim_prefill_chunk_s(const sched_sim_dev_model *d, int n, int pos0, int n_prompt);
+/* 1 when d prices a prompt of n_prompt tokens sparse (its method, and a factor below 1). */
+int sched_sim_prefill_sparse(const sched_sim_dev_model *d, int n_prompt);
+/* A layer-split call (ACCEL_CAP_LAYER_SPLIT) of `layers` of the chunk's n_layers:
+ *     t = s + (W - s) x layers / n_layers
+ * W the whole chunk's call (sched_sim_prefill_chunk_s), s its own part (the sparse method's
+ * split_s for a sparse prompt where it gives one, else the device's split_s; at most W): the form of the H200's
+ * measured split calls (BENCHMARKS.md, "Where the p99 gaps come from": XAttention's ~3.5 ms per
+ * call whatever its layers). layers <= 0 or >= n_layers: the whole call, W. */
+double sched_sim_prefill_split_s(const sched_sim_dev_model *d, int n, int pos0, int n_prompt, int layers);
 double sched_sim_decode_s(const sched_sim_dev_model *d, int batch, long long sum_ctx);
 /* The rate a decode step of d reads KV positions beyond its curve's (or calibration's) own. */
 double sched_sim_kv_bps(const sched_sim_dev_model *d);

@@ -62,6 +62,13 @@ check simulate_compare_rows sh -c "[ \$(grep -c '^| decode-heavy' $T/cmp) = 12 ]
 "$TANDEM" simulate --node h200-tandem --model llama3.1-8b --workload 32768:4 --clients 1 --requests 10 \
     --sparse-prefill trishape >"$T/sparse" 2>&1
 check simulate_sparse_prefill sh -c "grep -q 'GPU prefill trishape' $T/sparse && ! grep -q 'GPU prefill' $T/dense && [ \$(sed -n 's/.*TTFT p50 \([0-9.]*\) s.*/\1/p' $T/sparse | tr -d .) -lt \$(sed -n 's/.*TTFT p50 \([0-9.]*\) s.*/\1/p' $T/dense | tr -d .) ]"
+# layer-split prefill calls (issue 22): a 120K FlexPrefill prompt beside a decoding one on the H200
+# runs its deep blocks a few layers a call (one block's index over ~100K cached keys costs more
+# than the 50 ms budget); cards that prefill beside their decodes have no layer split
+"$TANDEM" simulate --node h200-tandem --model llama3.1-8b --workload 120000:2000 --clients 2 --requests 2 \
+    --gpu-batch 4 --sparse-prefill flexprefill >"$T/split" 2>&1
+"$TANDEM" simulate --node 2xu280-batch --workload 1536:256 --clients 4 --requests 8 --fpga-prefill >"$T/cards" 2>&1
+check simulate_layer_split_calls sh -c "grep -q 'prefill calls: [0-9]* ([1-9][0-9]* layer-split' $T/split && grep -q 'longest gap between two tokens of a request: p50 [0-9.]* ms' $T/split && grep -q 'finished 8' $T/cards && grep -q 'prefill calls: [1-9][0-9]* (0 layer-split' $T/cards"
 "$TANDEM" simulate --sparse-prefill xattn >"$T/out" 2>&1
 rc=$?
 check simulate_sparse_prefill_bad sh -c "[ $rc = 2 ] && grep -q 'trishape or flexprefill' $T/out"

@@ -669,3 +669,68 @@ TEST(sched_sim_long_prompt_chunks_under_decode_load)
     for (int i = 0; i < 4; i++) CHECK_MSG(r[i].max_tbt <= step + 1.10 * budget, "gap %.1f ms", r[i].max_tbt * 1e3);
     sched_sim_free(sim);
 }
+
+/* Layer-split prefill calls (ACCEL_CAP_LAYER_SPLIT; sched_policy_call_layers, the worker's rule):
+ * a 130K FlexPrefill prompt beside 4 decoding streams on an H200 under a 50 ms budget. At depth
+ * one block's call costs more than the budget (its index scores the block against every cached
+ * key: call_key_s x 128K ~ 65 ms), so no chunk size fits; the GPU, which splits calls by layers
+ * as the real backend does, runs the layers that fit and keeps the streams' gaps at one decode
+ * step + the budget. The same device without the capability (a card's or a peer's backend has
+ * none) runs whole blocks, and its streams wait the whole call. */
+typedef struct split_out {
+    sched_sim_dev_stats st;
+    double ttft, gap_max, step;
+} split_out;
+
+static void split_run(int can_split, split_out *o)
+{
+    static sched_sim_model mm;
+    char err[256];
+    REQUIRE(sched_sim_model_build(&mm, devices_sim_hw(), "h200-tandem", "llama3.1-8b", 0, err, sizeof err) == 0);
+    sched_sim_dev_model *g = &mm.dev[0];
+    CHECK(g->caps & ACCEL_CAP_LAYER_SPLIT); /* the GPU's profile says what gpu/accel.c does */
+    g->sparse = devices_sim_sparse("flexprefill");
+    REQUIRE(g->sparse);
+    if (!can_split) g->caps &= ~(unsigned)ACCEL_CAP_LAYER_SPLIT;
+    sched_sim_config cfg = {&mm, mm.n_devs, 0.050, 0, NULL, NULL, NULL, .cards_first = 0};
+    sched_sim *sim = sched_sim_new(&cfg, err, sizeof err);
+    REQUIRE(sim);
+    sched_sim_req r[5];
+    for (int i = 0; i < 4; i++) r[i] = (sched_sim_req){.arrival = 0.01 * i, .n_prompt = 16, .n_out = 3000};
+    r[4] = (sched_sim_req){.arrival = 1.0, .n_prompt = 130000, .n_out = 2};
+    for (int i = 0; i < 5; i++) REQUIRE(sched_sim_submit(sim, &r[i]) == 0);
+    sched_sim_run(sim, 0);
+    for (int i = 0; i < 5; i++) CHECK_EQ(r[i].state, SCHED_SIM_DONE);
+    /* the streams decode until after the prompt's first token: every gap of the prefill counts */
+    for (int i = 0; i < 4; i++) CHECK(r[i].t_done > r[4].t_first);
+    sched_sim_dev_stats_get(sim, 0, &o->st);
+    CHECK_EQ(o->st.prefill_tokens, 130000 + 4 * 16); /* a split chunk counts once, when done */
+    o->ttft = r[4].t_first - r[4].arrival;
+    o->gap_max = 0;
+    for (int i = 0; i < 4; i++)
+        if (r[i].max_tbt > o->gap_max) o->gap_max = r[i].max_tbt;
+    o->step = sched_sim_decode_s(g, 4, 4 * (16 + 3000)); /* the longest step of the run */
+    sched_sim_free(sim);
+}
+
+TEST(sched_sim_layer_split_calls_keep_the_budget)
+{
+    const double budget = 0.050;
+    split_out on, off;
+    split_run(1, &on);
+    split_run(0, &off);
+    fprintf(stderr, "# layer-split: %llu calls (%llu split), TTFT %.2f s, gap max %.1f ms; whole calls: %llu calls, "
+                    "TTFT %.2f s, gap max %.1f ms (step %.1f ms)\n",
+            (unsigned long long)on.st.prefill_chunks, (unsigned long long)on.st.prefill_split_calls, on.ttft,
+            on.gap_max * 1e3, (unsigned long long)off.st.prefill_chunks, off.ttft, off.gap_max * 1e3, on.step * 1e3);
+    /* the case needs splitting: whole one-block calls at depth overrun the budget by over 20 % */
+    CHECK_EQ(off.st.prefill_split_calls, 0);
+    CHECK_MSG(off.gap_max > on.step + 1.2 * budget, "whole calls: gap %.1f ms", off.gap_max * 1e3);
+    /* split calls ran (a good share of the calls: every deep block), and the gaps stay at one
+     * step + the budget, within 5 % of the budget */
+    CHECK_MSG(on.st.prefill_split_calls > on.st.prefill_chunks / 4, "%llu of %llu calls split",
+              (unsigned long long)on.st.prefill_split_calls, (unsigned long long)on.st.prefill_chunks);
+    CHECK_MSG(on.gap_max <= on.step + 1.05 * budget, "layer-split: gap %.1f ms", on.gap_max * 1e3);
+    /* at a price: each split call's own part, and a decode step between the parts (within 25 %) */
+    CHECK_MSG(on.ttft >= off.ttft && on.ttft <= 1.25 * off.ttft, "TTFT %.2f s vs %.2f s", on.ttft, off.ttft);
+}
