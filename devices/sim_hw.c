@@ -112,7 +112,7 @@ static const sched_sim_sparse sparse[] = {
     {"trishape", 128, 1920, 1024, 100, 0, 32768, 3.04 / (14.8 * 0.154), 0.81 / 14.8,
      "Tri-shape on tandem's H200 (2026-11-28-xattn kernels.md, 32K: density 0.154, attention "
      "3.04 ms, index 0.81 ms, dense 14.8 ms per layer); density from its geometry at every length",
-     .block = 1024},
+     .block = 128},
     /* FlexPrefill (gamma 0.9, tau 0.1, min_budget 1024) at the density of the structured
      * synthetic inputs: 0.095, attention 1.60 ms, index 1.69 ms, dense 15.5 ms. Its density
      * depends on the prompt's attention; below 32K it is not measured and is taken to grow as

@@ -291,7 +291,7 @@ static void ship(sched_sim *s, sim_dev *p, sim_req *r, int k, double start, doub
 
 /* The chunk's tokens as the method cuts them (sparse_chunk_len): Tri-shape's fixed chunk beside
  * decodes, and never less than a block left over (FlexPrefill's index takes a chunk's last
- * block); want is the policy's, already in whole blocks. */
+ * block); want is the policy's, already in the method's granule. */
 static int chunk_len(const sched_sim_sparse *sp, int remaining, int want, int decoding)
 {
     if (!sp || sp->block <= 1 || want >= remaining) return want < remaining ? want : remaining;
@@ -348,7 +348,7 @@ static void iterate(sched_sim *s, int di)
         /* as the worker (sched_prefill.c): sparse chunks in the method's granule, dense ones in
          * whole tiles, the sizes remembered in them; layer-split where the device has it */
         const sched_sim_sparse *sp = sched_sim_prefill_sparse(m, r->pub->n_prompt) ? m->sparse : NULL;
-        const int align = sp && sp->block > 1 ? sp->block : 1;
+        const int align = !sp ? 1 : sp->chunk > 0 ? sp->chunk : sp->block > 1 ? sp->block : 1;
         cost->grain = sp ? align : SCHED_CHUNK_TILE;
         const int can_split = decoding && (m->caps & ACCEL_CAP_LAYER_SPLIT);
         cost->layer_split = can_split;

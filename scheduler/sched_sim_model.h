@@ -108,9 +108,10 @@ typedef struct sched_sim_sparse {
     double density_ref, ref_n;
     double attn_per_density, index_share;
     const char *source;
-    /* appended (0 where a method does not say): chunked prefill (issue 22). block: the granule
-     * of its chunks (sparse_resume_align: whole blocks, at least one; Tri-shape's chunk when
-     * chunk > 0: then every chunk is one chunk of that size, sparse_chunk_len); call_key_s:
+    /* appended (0 where a method does not say): chunked prefill (issue 22). block: its block
+     * (sparse_block_size: no chunk leaves less than one over, sparse_chunk_len); its chunks come
+     * in whole blocks, or in Tri-shape's chunks when chunk > 0 (sparse_resume_align; beside
+     * decodes every chunk is one such chunk, as sparse_chunk_len cuts them); call_key_s:
      * seconds every chunk's call pays per cached key before it, all layers — the index scores
      * the chunk's last block against every cached key whatever the chunk's size (a whole
      * prompt, at position 0, pays none of it: its index is index_share's); split_s: a
