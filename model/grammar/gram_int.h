@@ -64,7 +64,7 @@ static inline int gram_char_match(const model_grammar *g, const gram_elem *e, ui
 {
     if (c < 128) return (int)(e->ascii[c >> 6] >> (c & 63) & 1);
     int in = 0;
-    const uint32_t *r = g->ranges + 2 * e->a;
+    const uint32_t *r = e->b > 0 ? g->ranges + 2 * e->a : NULL; /* "[^]": no ranges at all */
     for (int i = 0; i < e->b; i++)
         if (c >= r[2 * i] && c <= r[2 * i + 1]) {
             in = 1;

@@ -461,7 +461,8 @@ static void ascii_bits(const model_grammar *g, gram_elem *e)
 
 int gram_char_match_range(const model_grammar *g, const gram_elem *e, uint32_t lo, uint32_t hi)
 {
-    const uint32_t *r = g->ranges + 2 * e->a;
+    /* an empty class (b == 0; "[^]" negated: every code point) may have no ranges at all */
+    const uint32_t *r = e->b > 0 ? g->ranges + 2 * e->a : NULL;
     if (!e->neg) {
         for (int i = 0; i < e->b; i++)
             if (r[2 * i] <= hi && r[2 * i + 1] >= lo) return 1;
