@@ -79,7 +79,13 @@ GPU_OBJ  := $(GPU_CU:%.cu=$(BUILD)/obj/%.cu.o) $(GPU_C:%.c=$(BUILD)/obj/%.o)
 # the same sources with fp16 in place of bf16 (gpu/h16.cuh): libtandem_cuda_f16.so
 GPU_OBJ_F16 := $(GPU_CU:%.cu=$(BUILD)/obj-f16/%.cu.o) $(GPU_C:%.c=$(BUILD)/obj/%.o)
 
-TARGETS  := $(BUILD)/tandem $(BUILD)/libxrt_emu.so $(BUILD)/tandem-tests $(TOOLS)
+# Large third-party test data is tracked gzip-compressed (gzip is Essential in Debian: every machine
+# has it) as tests/data/<path>.gz and unpacked to build/data/<path> (always build/, whatever BUILD
+# is), which the tests and tools read; the daemon needs none of it. Where make does not run (the
+# GPU machine), tools/testdata.sh unpacks the same files.
+TEST_DATA := $(patsubst tests/data/%.gz,build/data/%,$(shell find tests/data -name '*.gz' 2>/dev/null))
+
+TARGETS  := $(BUILD)/tandem $(BUILD)/libxrt_emu.so $(BUILD)/tandem-tests $(TOOLS) $(TEST_DATA)
 ifeq ($(CUDA),1)
 ifneq ($(GPU_CU)$(GPU_C),)
 TARGETS  += $(BUILD)/libtandem_cuda.so $(BUILD)/libtandem_cuda_f16.so
@@ -115,9 +121,14 @@ $(BUILD)/test_list.h: $(TEST_SRC)
 
 $(BUILD)/obj/tests/main.o: $(BUILD)/test_list.h
 
-# The FPGA tests dlopen the emulator as the daemon does (order-only: not linked in).
-$(BUILD)/tandem-tests: $(TEST_OBJ) $(BUILD)/libtandem.a | $(BUILD)/libxrt_emu.so
+# The FPGA tests dlopen the emulator as the daemon does (order-only: not linked in), and read the
+# unpacked test data.
+$(BUILD)/tandem-tests: $(TEST_OBJ) $(BUILD)/libtandem.a | $(BUILD)/libxrt_emu.so $(TEST_DATA)
 	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS)
+
+build/data/%: tests/data/%.gz
+	@mkdir -p $(dir $@)
+	gzip -dc $< > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/%: tools/%.c $(BUILD)/libtandem.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -rdynamic -o $@ $(filter %.c,$^) $(BUILD)/libtandem.a $(LDLIBS)

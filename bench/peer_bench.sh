@@ -73,7 +73,7 @@ echo "== hand-over of ${TOKENS} tokens (Llama-3-8B's KV shape), remote vs local,
 M=$T/kv8b
 "$BUILD/mkmodel" --out "$M" --layers 32 --kv-heads 8 --head-dim 128 --heads 8 --hidden 256 \
     --intermediate 512 --vocab 128256 --max-pos 40960 >/dev/null
-cp tests/data/tokenizer/llama3/tokenizer.json "$M/"
+gzip -dc tests/data/tokenizer/llama3/tokenizer.json.gz >"$M/tokenizer.json"
 for tr in auto stream; do
     # a fresh B each time: its CPU keeps the memory of a 32K sequence's KV (8 GiB) once grown
     start H$tr --model "$M" --devices cpu --node-name nodeB --kv-listen 127.0.0.1:0 --peer-devices cpu --peer-key $K

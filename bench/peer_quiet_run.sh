@@ -92,7 +92,7 @@ handover() { # POLL_US TOKENS REPS: daemon B lends its CPU (2 threads, as peer_h
     K=bench-peer-key-0123456789
     M=$W/kv8b
     [ -d "$M" ] || { mkmodel --out "$M" --layers 32 --kv-heads 8 --head-dim 128 --heads 8 --hidden 256 \
-        --intermediate 512 --vocab 128256 --max-pos 40960 >/dev/null && cp tests/data/tokenizer/llama3/tokenizer.json "$M/"; }
+        --intermediate 512 --vocab 128256 --max-pos 40960 >/dev/null && gzip -dc tests/data/tokenizer/llama3/tokenizer.json.gz >"$M/tokenizer.json"; }
     L=$O/handover.poll$1.t$2
     tandem serve --model "$M" --devices cpu --threads 2 --node-name nodeB --host 127.0.0.1 --port 0 --admin-port 0 \
         --kv-listen 127.0.0.1:0 --peer-devices cpu --peer-key $K --peer-poll-us "$1" --log-file "$L.daemon.log" >/dev/null 2>&1 &

@@ -146,7 +146,7 @@ int main(int argc, char **argv)
     }
     if (!n_toks) {
         toks[n_toks++] = "models/tiny-llama2-mha/tokenizer.json";
-        toks[n_toks++] = "tests/data/tokenizer/llama3/tokenizer.json";
+        toks[n_toks++] = "build/data/tokenizer/llama3/tokenizer.json";
     }
     printf("| vocabulary | grammar | phase | tokens | mean µs | p50 µs | p99 µs | max µs | CPU p50 / p99 µs | cache hits |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");

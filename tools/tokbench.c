@@ -182,8 +182,8 @@ int main(int argc, char **argv)
     }
     if (!np) {
         paths[np++] = "models/tiny-llama2-mha/tokenizer.json";
-        paths[np++] = "tests/data/tokenizer/gpt2/tokenizer.json";
-        paths[np++] = "tests/data/tokenizer/llama3/tokenizer.json";
+        paths[np++] = "build/data/tokenizer/gpt2/tokenizer.json";
+        paths[np++] = "build/data/tokenizer/llama3/tokenizer.json";
     }
     buf base = {0};
     add_dir(&base, "model", ".c");

@@ -12,6 +12,7 @@ mkdir -p "$OUT"
 t0=$(date +%s)
 stamp() { echo "== [$(($(date +%s) - t0))s] $*" | tee -a "$OUT/stamps.log"; }
 rm -rf build && tar -xJf "$TARBALL"
+sh tools/testdata.sh # build/data/: the Llama-3 tokenizer gpu_tls_offload_sched reads
 stamp unpacked
 export BUILD=build
 ( export LD_LIBRARY_PATH=$PWD/build/rt

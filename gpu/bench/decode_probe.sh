@@ -22,6 +22,7 @@ if [ ! -f "$MODEL8B/config.json" ]; then
     (build/mkmodel --preset llama3-8b --out "$MODEL8B" > /tmp/mkmodel.log 2>&1) & MK=$!
 fi
 if [ "${TESTS:-1}" != 0 ]; then
+    sh tools/testdata.sh # build/data/: the test data the gpu_ tests read
     TANDEM_TEST_TIMEOUT=60 timeout 200 build/tandem-tests gpu_ > "$OUT/tests.log" 2>&1
     tail -1 "$OUT/tests.log"; grep -E "^not ok" "$OUT/tests.log"
 fi

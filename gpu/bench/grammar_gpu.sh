@@ -12,7 +12,7 @@ B=build/portable
 export LD_LIBRARY_PATH=$PWD/$B/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 M=/tmp/l3g
 [ -d $M ] || $B/mkmodel --out $M --preset llama3-8b >"$OUT/mkmodel.log" 2>&1 || { cat "$OUT/mkmodel.log"; exit 1; }
-cp tests/data/tokenizer/llama3/tokenizer.json $M/
+gzip -dc tests/data/tokenizer/llama3/tokenizer.json.gz >$M/tokenizer.json
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 $B/tandem serve --model $M --devices cuda:0 --port 18080 --admin-port 18090 >"$OUT/daemon.log" 2>&1 &
 pid=$!

@@ -4,8 +4,9 @@
 # (MSG after the seconds since the start), has PHASE (PHASE is one of $PHASES) and mkmodel8b BUILD
 # (the Llama-3-8B-shaped checkpoint in $MODEL8B, made with BUILD/mkmodel unless it is there; the
 # script stops if that fails), and describes the machine (GPU, clocks, kernel, cores, memory,
-# date).
+# date). Unpacks the compressed test data the gpu_ tests read (tools/testdata.sh: build/data/).
 mkdir -p "$OUT"
+sh tools/testdata.sh || echo "tools/testdata.sh failed: tests reading build/data/ will fail"
 exec > >(tee -a "$OUT/run.log") 2>&1
 t0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }

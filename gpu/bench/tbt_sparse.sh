@@ -36,7 +36,7 @@ if [ ! -f "$M/config.json" ]; then
     $B/mkmodel --out "$M" ${MKMODEL:---preset llama3-8b} >"$OUT/mkmodel.log" 2>&1 ||
         { cat "$OUT/mkmodel.log"; exit 1; }
 fi
-cp tests/data/tokenizer/llama3/tokenizer.json "$M/"
+gzip -dc tests/data/tokenizer/llama3/tokenizer.json.gz >"$M/tokenizer.json"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | tee "$OUT/gpu.txt"
 stamp "daemon"
 [ "${TRACE:-0}" = 1 ] && export TANDEM_SCHED_TRACE=$OUT/sched_trace

@@ -19,8 +19,8 @@ check detokenize_greedy "$($T detokenize --model models/stories260K --skip-speci
 check detokenize_brackets "$($T detokenize --model models/stories260K --ids '[1, 403, 407]')" '<s> Once upon'
 # round trip of exact bytes through the byte-level GPT-2 tokenizer
 printf 'caf\303\251 \360\237\230\200\n\ttabs  and spaces\n' > "$tmp/t.txt"
-ids=$($T tokenize --tokenizer tests/data/tokenizer/gpt2/tokenizer.json --text-file "$tmp/t.txt" | sed 's/{"ids":\[\(.*\)\]}/\1/')
-$T detokenize --tokenizer tests/data/tokenizer/gpt2/tokenizer.json --raw --ids "$ids" > "$tmp/back.txt"
+ids=$($T tokenize --tokenizer build/data/tokenizer/gpt2/tokenizer.json --text-file "$tmp/t.txt" | sed 's/{"ids":\[\(.*\)\]}/\1/')
+$T detokenize --tokenizer build/data/tokenizer/gpt2/tokenizer.json --raw --ids "$ids" > "$tmp/back.txt"
 if cmp -s "$tmp/t.txt" "$tmp/back.txt"; then echo "ok detokenize_round_trip_raw"; else echo "not ok detokenize_round_trip_raw"; fi
 # errors: one line on stderr, non-zero exit
 err() { # name, expected exit status class (nonzero), command...

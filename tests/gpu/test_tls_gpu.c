@@ -731,7 +731,7 @@ TEST(gpu_tls_offload_sched)
     if (r > 0) SKIP("%s", why);
     REQUIRE(r == 0);
     const int N = 1008, V = m->cfg.vocab;
-    model_tok *tok = model_tok_load("tests/data/tokenizer/llama3/tokenizer.json", NULL, why, sizeof why);
+    model_tok *tok = model_tok_load("build/data/tokenizer/llama3/tokenizer.json", NULL, why, sizeof why);
     if (!tok) fprintf(stderr, "  tokenizer: %s\n", why);
     REQUIRE(tok);
     accel_info in;

@@ -251,7 +251,7 @@ TEST(grammar_mask_llama2)
 
 TEST(grammar_mask_llama3)
 {
-    check_masks("tests/data/tokenizer/llama3/tokenizer.json", model_grammar_json_object(), JSON_PATH, 31);
+    check_masks("build/data/tokenizer/llama3/tokenizer.json", model_grammar_json_object(), JSON_PATH, 31);
 }
 
 /* Random walks: pick any allowed token until the grammar is done; the text must parse. Also
@@ -356,7 +356,7 @@ TEST(grammar_strip_matches_decoder)
     } cases[] = {
         {"models/stories260K/tokenizer.json", "\xE2\x96\x81the", 1},
         {"models/tiny-llama2-mha/tokenizer.json", "\xE2\x96\x81the", 1},
-        {"tests/data/tokenizer/llama3/tokenizer.json", "\xC4\xA0the", 0},
+        {"build/data/tokenizer/llama3/tokenizer.json", "\xC4\xA0the", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[256];

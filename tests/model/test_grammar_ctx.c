@@ -161,7 +161,7 @@ TEST(grammar_ctx_masks_llama2)
 
 TEST(grammar_ctx_masks_llama3)
 {
-    compare_all("tests/data/tokenizer/llama3/tokenizer.json", 3, 40);
+    compare_all("build/data/tokenizer/llama3/tokenizer.json", 3, 40);
 }
 
 /* A grammar of more positions than the tables take (gram_ctx.c's PTAB_MAX_KEYS) gets no tables:

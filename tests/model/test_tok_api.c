@@ -249,7 +249,7 @@ TEST(tok_stream_holding)
     model_tok_free(t);
 
     /* byte-level (GPT-2): bytes are held only until their character is complete */
-    t = model_tok_load("tests/data/tokenizer/gpt2/tokenizer.json", NULL, err, sizeof err);
+    t = model_tok_load("build/data/tokenizer/gpt2/tokenizer.json", NULL, err, sizeof err);
     REQUIRE(t);
     s = model_tok_stream_new(t, 0);
     stream_expect(s, 47249, ""); /* F0 9F */
@@ -339,7 +339,7 @@ static void *enc_thread(void *arg)
 TEST(tok_threads_share_tokenizer)
 {
     char err[512];
-    model_tok *t = model_tok_load("tests/data/tokenizer/gpt2/tokenizer.json", NULL, err, sizeof err);
+    model_tok *t = model_tok_load("build/data/tokenizer/gpt2/tokenizer.json", NULL, err, sizeof err);
     REQUIRE(t);
     size_t len;
     char *text = t_read_file("tests/data/tokenizer/tinyllama_basic_inputs.json", &len);
@@ -439,7 +439,7 @@ TEST(tok_clean_up_tokenization_spaces)
     snprintf(dir, sizeof dir, "%s/m", t_tmpdir());
     REQUIRE(mkdir(dir, 0700) == 0);
     char real[4096];
-    REQUIRE(realpath("tests/data/tokenizer/gpt2/tokenizer.json", real));
+    REQUIRE(realpath("build/data/tokenizer/gpt2/tokenizer.json", real));
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     REQUIRE(symlink(real, path) == 0);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);

@@ -10,8 +10,8 @@
 static const char *const tokenizers[] = {
     "models/stories260K/tokenizer.json",
     "models/tiny-llama2-mha/tokenizer.json",
-    "tests/data/tokenizer/gpt2/tokenizer.json",
-    "tests/data/tokenizer/llama3/tokenizer.json",
+    "build/data/tokenizer/gpt2/tokenizer.json",
+    "build/data/tokenizer/llama3/tokenizer.json",
 };
 
 static uint64_t rng_state;

@@ -5,7 +5,7 @@
 #include "tests/test.h"
 #include <jansson.h>
 
-#define GPT2_JSON "tests/data/tokenizer/gpt2/tokenizer.json"
+#define GPT2_JSON "build/data/tokenizer/gpt2/tokenizer.json"
 
 TEST(tok_gpt2_swift_transformers)
 {

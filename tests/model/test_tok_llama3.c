@@ -1,4 +1,4 @@
-/* Llama-3's tokenizer.json (tests/data/tokenizer/llama3/): byte-level BPE with its own split regex
+/* Llama-3's tokenizer.json (tests/data/tokenizer/llama3/, unpacked to build/data/): byte-level BPE with its own split regex
  * ((?i:'s|'t|...), \p{L}, \p{N}{1,3}, \s+(?!\S)), ignore_merges and 256 special tokens.
  * Expected ids: llama.cpp's models/ggml-vocab-llama-bpe.gguf.{inp,out} (written by transformers'
  * AutoTokenizer for Meta-Llama-3-8B, add_special_tokens=False), a selection of its cases. */
@@ -6,7 +6,7 @@
 #include "tests/model/tok_test_util.h"
 #include "tests/test.h"
 
-#define LLAMA3_JSON "tests/data/tokenizer/llama3/tokenizer.json"
+#define LLAMA3_JSON "build/data/tokenizer/llama3/tokenizer.json"
 
 static const struct {
     const char *text;
