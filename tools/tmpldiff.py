@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Differential testing of the chat-template interpreter against the real jinja2.
 
-Mutates templates (the language cases in tests/data/tmpl_cases.json and the real templates in
+Mutates templates (the language cases in tests/data/tmpl_cases.json.gz and the real templates in
 tests/data/chat_templates/, token by token), optionally mutates the context's values, renders
 each with jinja2 in transformers' environment (tests/model/gen_tmpl_cases.py) and with
 build/tmplrun, and reports where they disagree: different output, or one failing where the other
@@ -12,7 +12,7 @@ does not, or (with --types) different exception types.
 Known, accepted differences: reprs with memory addresses (generators, bound methods, classes),
 integers past 64 bits, and the wording of syntax errors.
 """
-import argparse, copy, glob, json, os, random, re, signal, subprocess, sys
+import argparse, copy, glob, gzip, json, os, random, re, signal, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "model"))
@@ -54,7 +54,7 @@ def main():
     ap.add_argument("--ctx", action="store_true", help="mutate the context too")
     ap.add_argument("--types", action="store_true", help="report different exception types")
     args = ap.parse_args()
-    cases = json.load(open(os.path.join(ROOT, "tests", "data", "tmpl_cases.json")))["cases"]
+    cases = json.load(gzip.open(os.path.join(ROOT, "tests", "data", "tmpl_cases.json.gz"), "rt", encoding="utf-8"))["cases"]
     base = cases[0]["context"]
     templates = [c["template"] for c in cases]
     templates += [open(f).read() for f in glob.glob(os.path.join(ROOT, "tests", "data", "chat_templates", "*.jinja"))]

@@ -1,4 +1,5 @@
-/* The Jinja2 language, case by case, against the real jinja2: tests/data/tmpl_cases.json holds
+/* The Jinja2 language, case by case, against the real jinja2: tests/data/tmpl_cases.json.gz
+ * (unpacked by make to build/data/tmpl_cases.json) holds
  * ~280 snippets (whitespace control, literals and printing, operators, access, tests, every
  * filter, string methods, loops, scoping, macros, call blocks, errors, and Python's str beyond
  * ASCII: character classes, case mappings, repr, identifiers) with the output — or the
@@ -10,7 +11,7 @@
 
 TEST(tmpl_lang_cases_match_jinja2)
 {
-    json_t *doc = tmpl_case_load("tests/data/tmpl_cases.json");
+    json_t *doc = tmpl_case_load("build/data/tmpl_cases.json");
     REQUIRE(doc);
     size_t i;
     json_t *c;
@@ -44,7 +45,7 @@ TEST(tmpl_lang_cases_match_jinja2)
  * under `make test-san` to catch memory errors). */
 TEST(tmpl_fuzz_mutated_templates)
 {
-    json_t *doc = tmpl_case_load("tests/data/tmpl_cases.json");
+    json_t *doc = tmpl_case_load("build/data/tmpl_cases.json");
     REQUIRE(doc);
     json_t *cases = json_object_get(doc, "cases");
     size_t ncases = json_array_size(cases);
