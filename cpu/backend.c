@@ -24,6 +24,7 @@
 #include "model/sample/sample.h"
 #include "scheduler/accel_impl.h"
 #include "sparse/tls.h"
+#include "sparse/tls_pipe.h"
 #include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +44,11 @@ typedef struct cpu_seq {
     int tls_on;           /* decodes sparse, with tls_p (accel_seq_decode_sparse) */
     sparse_tls_params tls_p;
     _Atomic int64_t tls_read, tls_total, tls_steps; /* since it was turned on */
+    /* tls_p.stagger: AsyncTLS's staggered selection (sparse/tls_pipe.h), made at the first
+     * staggered step; pipe_at[l]: the position layer l's state expects next (-1: none; another
+     * position restarts it: a truncation, an import, a prefill, a fork's first step) */
+    sparse_tls_pipe *pipe;
+    int *pipe_at;
     float *split_x; /* a layer-split chunk's residual stream (split_n x hidden), else NULL */
 } cpu_seq;
 
@@ -108,8 +114,9 @@ static int ensure_scratch(cpu_dev *d, size_t T, size_t max_keys)
     }
     if (d->tls_avail && max_keys > d->cap_tls_keys) {
         size_t th = cpu_pool_threads(d->pool);
-        size_t fn = sparse_tls_work_floats(&d->tls, c->head_dim, (int)max_keys);
-        size_t in = sparse_tls_work_ints(&d->tls, (int)max_keys) + max_keys; /* + the positions */
+        /* the staggered pipeline's scratch is a superset of one selection's */
+        size_t fn = sparse_tls_pipe_work_floats(&d->tls, c->head_dim, (int)max_keys);
+        size_t in = sparse_tls_pipe_work_ints(&d->tls, (int)max_keys) + max_keys; /* + positions */
         float *f = realloc(d->tls_f, th * fn * sizeof(float));
         if (f) d->tls_f = f;
         int32_t *i = f ? realloc(d->tls_i, th * in * sizeof(int32_t)) : NULL;
@@ -191,7 +198,13 @@ static void att_tls_range(void *vctx, int begin, int end, int thread)
                 cpu_attend_blocks(out + (size_t)h * hd, q + (size_t)h * hd, d->kv.k, d->kv.v,
                                   s->kv.blocks, CPU_KV_BLOCK, off, 0, n, kvd, hd, scale, scores);
         } else {
-            m = sparse_tls_select(&s->tls_p, s->tls, a->layer, g, q, G, hd, n, pos, fw, iw, NULL);
+            int moved;
+            if (s->tls_p.stagger && s->pipe)
+                m = sparse_tls_pipe_group_step(s->pipe, &s->tls_p, s->tls, a->layer, g, q, G, hd,
+                                               n, pos, fw, iw, &moved);
+            else
+                m = sparse_tls_select(&s->tls_p, s->tls, a->layer, g, q, G, hd, n, pos, fw, iw,
+                                      NULL);
             for (int h = 0; h < G; h++)
                 cpu_tls_attend(out + (size_t)h * hd, q + (size_t)h * hd, d->kv.k, d->kv.v,
                                s->kv.blocks, CPU_KV_BLOCK, off, pos, m, kvd, hd, scale, scores);
@@ -206,6 +219,37 @@ static void att_tls_range(void *vctx, int begin, int end, int thread)
     }
     atomic_fetch_add(&d->tls_read, read);
     atomic_fetch_add(&d->tls_total, total);
+}
+
+/* Before layer l of a decode batch: each staggered sequence's pipeline made (or remade for new
+ * budgets) and layer l's state restarted unless it stepped at the position before. */
+static int tls_pipe_layer(cpu_dev *d, const batch *b, int l)
+{
+    const model_config *c = &d->base.m->cfg;
+    for (int t = 0; t < b->T; t++) {
+        cpu_seq *s = b->seq[t];
+        if (!s->tls || !s->tls_on || !s->tls_p.stagger) continue;
+        if (s->pipe && s->pipe->block_budget != s->tls_p.block_budget) {
+            sparse_tls_pipe_free(s->pipe);
+            s->pipe = NULL;
+        }
+        if (!s->pipe) {
+            if (!s->pipe_at && !(s->pipe_at = malloc(sizeof(int) * c->n_layers)))
+                return ACCEL_ERR_NOMEM;
+            s->pipe = sparse_tls_pipe_new(&s->tls_p, c->n_layers, c->n_kv_heads, s->base.capacity);
+            if (!s->pipe) return ACCEL_ERR_NOMEM;
+            for (int i = 0; i < c->n_layers; i++) s->pipe_at[i] = -1;
+        }
+        if (s->pipe_at[l] != b->pos[t]) sparse_tls_pipe_reset_layer(s->pipe, l);
+        s->pipe_at[l] = b->pos[t] + 1;
+    }
+    return ACCEL_OK;
+}
+
+/* Every layer's staggered state forgotten (the next step of each selects synchronously). */
+static void tls_pipe_forget(cpu_seq *s)
+{
+    for (int l = 0; s->pipe && l < s->pipe->n_layers; l++) s->pipe_at[l] = -1;
 }
 
 /* Re-records positions [from, to) of every layer into s's summaries from its KV rows (after a
@@ -354,6 +398,8 @@ static int forward_layers(cpu_dev *d, const batch *b, float *x, int l0, int l1, 
             int st = sparse_layer(d, b, l, sp, rep);
             if (st) return st;
         } else if (b->decode && d->tls_avail) {
+            int st = tls_pipe_layer(d, b, l);
+            if (st) return st;
             struct att_ctx ac = {d, b, l};
             cpu_pool_for(d->pool, T * c->n_kv_heads, 1, att_tls_range, &ac);
         } else {
@@ -563,6 +609,7 @@ static int cpu_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
             sparse_tls_put(s->tls, c->layer, p + i, cpu_kv_row(d->kv.k, &d->kv, &s->kv, c->layer, p + i));
         t += n;
     }
+    tls_pipe_forget(s);
     return ACCEL_OK;
 }
 
@@ -625,6 +672,8 @@ static void cpu_seq_free(accel_dev *ad, accel_seq *as)
     cpu_seq *s = (cpu_seq *)as;
     cpu_kv_table_free(&d->kv, &s->kv);
     sparse_tls_seq_free(s->tls);
+    sparse_tls_pipe_free(s->pipe);
+    free(s->pipe_at);
     free(s->split_x);
     free(s);
 }
@@ -679,6 +728,7 @@ static int cpu_seq_truncate(accel_dev *ad, accel_seq *as, int len)
     cpu_seq *s = (cpu_seq *)as;
     if (s->tls && len % d->tls.block_size)
         tls_rebuild(d, s, len / d->tls.block_size * d->tls.block_size, len);
+    tls_pipe_forget(s);
     cpu_kv_table_shrink(&d->kv, &s->kv, len);
     return ACCEL_OK;
 }
@@ -710,6 +760,7 @@ static int cpu_seq_decode_sparse(accel_dev *ad, accel_seq *as, const sparse_tls_
     s->tls_p.token_budget = p->token_budget;
     s->tls_p.block_budget = p->block_budget;
     s->tls_p.dense_below = p->dense_below;
+    s->tls_p.stagger = p->stagger;
     s->tls_on = 1;
     return ACCEL_OK;
 }
@@ -756,6 +807,7 @@ static int cpu_dev_block_load(accel_dev *ad, accel_seq *as, const void *src)
     if (cpu_kv_table_prepare(&d->kv, &s->kv, as->len, CPU_KV_BLOCK)) return ACCEL_ERR_NOMEM;
     cpu_kv_block_load(&d->kv, &s->kv, as->len / CPU_KV_BLOCK, src);
     if (s->tls) tls_rebuild(d, s, as->len, as->len + CPU_KV_BLOCK); /* the block's summaries */
+    tls_pipe_forget(s);
     return ACCEL_OK;
 }
 

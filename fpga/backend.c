@@ -62,8 +62,7 @@
 #include <string.h>
 
 #define CALIB_MAX_PARAMS 1e9 /* see open_dev */
-#define DEFAULT_TIMEOUT_MS 30000 /* a watchdog: a U280 step takes ~10-30 ms, the emulator's of a
-                                    7B-shaped model a few seconds */
+#define DEFAULT_TIMEOUT_MS 30000 /* watchdog: a U280 step ~10-30 ms, an emulated 7B one seconds */
 
 typedef struct fpga_seq {
     struct accel_seq base;
@@ -103,7 +102,7 @@ typedef struct fpga_dev {
     int has_ddr;          /* both pools exist */
     int tier;             /* TANDEM_FPGA_KV_TIER: 0 auto, 1 DDR4 whenever possible, 2 HBM only,
                              3 host memory whenever possible */
-    int stagger;          /* TANDEM_FPGA_TLS_STAGGER=1: in-HBM sequences pipeline AsyncTLS too */
+    int stagger;          /* TANDEM_FPGA_TLS_STAGGER=1: every in-HBM sequence pipelines AsyncTLS */
     uint64_t kv_base;     /* where the pool's superblocks start in every channel */
     fpga_dec_kvmap geo;   /* the pool's geometry (ids NULL): block size, group, strides */
     uint32_t blk_tokens;  /* T: positions per block */
@@ -226,12 +225,12 @@ static int drain(fpga_dev *d, fpga_seq *self)
 
 /* ---------------------------------------------------------------- steps */
 
-/* AsyncTLS for the sequence's next step at pos (ACCEL_ERR_NOMEM: dense); offloaded or d->stagger:
- * the staggered pipeline, continued only from its own step at pos - 1. */
+/* AsyncTLS for the sequence's next step at pos (ACCEL_ERR_NOMEM: dense); offloaded, tls_p.stagger
+ * or d->stagger: the staggered pipeline, continued only from its own step at pos - 1. */
 static int tls_ready(fpga_dev *d, fpga_seq *s, int pos, fpga_tls_io *io, uint64_t *off)
 {
-    fpga_tls_io_of(&d->tls, &s->tls_p, (uint32_t)s->cap_ids * d->blk_tokens, d->stagger,
-                   s->tier != 0, io);
+    fpga_tls_io_of(&d->tls, &s->tls_p, (uint32_t)s->cap_ids * d->blk_tokens,
+                   d->stagger || s->tls_p.stagger, s->tier != 0, io);
     io->reset = !io->stagger || s->pipe_len != (uint32_t)pos || pos == 0;
     if (off) /* a batched run: the arena only, io goes in the record */
         return fpga_tls_seq_arena(&d->card, &d->tls, io, &d->kv, d->kv_base, d->geo.super_bytes,
@@ -244,7 +243,7 @@ static int tls_ready(fpga_dev *d, fpga_seq *s, int pos, fpga_tls_io *io, uint64_
 static void tls_done(fpga_dev *d, fpga_seq *s, int pos, const fpga_tls_step_counts *k)
 {
     s->tls_upto = (uint32_t)pos + 1;
-    if (d->stagger || s->tier) s->pipe_len = (uint32_t)pos + 1;
+    if (d->stagger || s->tls_p.stagger || s->tier) s->pipe_len = (uint32_t)pos + 1;
     s->tls_read += (int64_t)k->keys_read, s->tls_total += (int64_t)k->keys_total;
     s->tls_fetched += (int64_t)k->fetched, s->tls_chosen += (int64_t)k->chosen;
     s->tls_steps++;
@@ -737,7 +736,8 @@ static int fpga_seq_decode_sparse(accel_dev *ad, accel_seq *as, const sparse_tls
     fpga_dev *d = (fpga_dev *)ad;
     fpga_seq *s = (fpga_seq *)as;
     sparse_tls_params q = d->tls.p;
-    if (p) q.token_budget = p->token_budget, q.block_budget = p->block_budget, q.dense_below = p->dense_below;
+    if (p) q.token_budget = p->token_budget, q.block_budget = p->block_budget, q.stagger = p->stagger;
+    if (p) q.dense_below = p->dense_below;
     if (p && (!d->tls.avail || !fpga_tls_budgets_ok(&q))) return ACCEL_ERR_UNSUPPORTED;
     if (p && !s->tls_on) s->tls_read = s->tls_total = s->tls_steps = s->tls_fetched = s->tls_chosen = 0;
     s->tls_on = p != NULL;

@@ -37,6 +37,8 @@ int sparse_tls_params_check(const sparse_tls_params *p, int head_dim, char *err,
         why = "dense_below must be -1 (the token budget) or 0 .. 1M tokens";
     else if (p->offload != 0 && p->offload != 1)
         why = "offload must be 0 or 1";
+    else if (p->stagger != 0 && p->stagger != 1)
+        why = "stagger must be 0 or 1";
     if (why && err) snprintf(err, errlen, "asynctls: %s", why);
     return why ? SPARSE_TLS_ERR_INVALID : 0;
 }
@@ -64,6 +66,7 @@ int sparse_tls_parse(const char *spec, int head_dim, sparse_tls_params *p, int *
         {"dense_layers", offsetof(sparse_tls_params, dense_layers)},
         {"dense_below", offsetof(sparse_tls_params, dense_below)},
         {"offload", offsetof(sparse_tls_params, offload)},
+        {"stagger", offsetof(sparse_tls_params, stagger)},
     };
     const char *c = spec + 8;
     int named_channels = 0;

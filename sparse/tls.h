@@ -64,6 +64,12 @@ typedef struct sparse_tls_params {
                          sparse layers' KV of the sequence in pinned host memory from its first
                          decode step on (gpu/tls_off.cu; as the daemon's default, accel_info.
                          offload_any); other devices decide their tier themselves and ignore it */
+    int stagger;      /* 0 (default): both levels select with this step's query (exact); 1:
+                         AsyncTLS's staggered selection (paper §4.2, sparse/tls_pipe.h): level 2
+                         runs inside the blocks level 1 chose at the step before (plus the blocks
+                         begun since), and level 1 with this step's query chooses the next step's
+                         blocks, off the critical path; the first step of a sequence, and the
+                         first after a truncation, a fork or any other gap, selects at once */
 } sparse_tls_params;
 
 void sparse_tls_params_default(sparse_tls_params *p);
@@ -72,8 +78,8 @@ void sparse_tls_params_default(sparse_tls_params *p);
 int sparse_tls_params_check(const sparse_tls_params *p, int head_dim, char *err, size_t errlen);
 /* A spec string, as the daemon's decode_sparse key and accel_opts.decode_sparse carry it:
  * NULL, "" or "off": *on = 0; "asynctls" or "asynctls,key=value,..." with the keys block_size,
- * block_budget, token_budget, channels, dense_layers, dense_below, offload: *on = 1 and p the
- * defaults with those replaced, checked (head_dim as in params_check). *channels_set says whether
+ * block_budget, token_budget, channels, dense_layers, dense_below, offload, stagger: *on = 1 and p
+ * the defaults with those replaced, checked (head_dim as in params_check). *channels_set says whether
  * the spec named channels (else the channel file decides). 0, or SPARSE_TLS_ERR_INVALID with the
  * reason, naming the key, in err. */
 int sparse_tls_parse(const char *spec, int head_dim, sparse_tls_params *p, int *on,

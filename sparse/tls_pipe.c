@@ -63,9 +63,32 @@ static int level1(const sparse_tls_params *p, const sparse_tls_seq *s, int layer
     return sparse_tls_topk(score, nb, p->block_budget, out, work);
 }
 
+void sparse_tls_pipe_reset_layer(sparse_tls_pipe *t, int layer)
+{
+    if (layer < 0 || layer >= t->n_layers) return;
+    const size_t g0 = (size_t)layer * t->n_kv;
+    for (int g = 0; g < t->n_kv; g++) t->n_prev[g0 + g] = -1, t->prev_nb[g0 + g] = 0;
+    memset(t->resident + g0 * t->cap_blocks, 0, (size_t)t->n_kv * t->cap_blocks);
+}
+
 int sparse_tls_pipe_step(sparse_tls_pipe *t, const sparse_tls_params *p, const sparse_tls_seq *s,
                          int layer, int g, const float *q, int G, size_t q_stride, int n_keys,
                          int32_t *pos, float *fw, int32_t *iw, int *moved)
+{
+    int fetched = 0;
+    const int n = sparse_tls_pipe_group_step(t, p, s, layer, g, q, G, q_stride, n_keys, pos, fw,
+                                             iw, &fetched);
+    t->fetched += fetched;
+    t->baseline += t->n_prev[(size_t)layer * t->n_kv + g];
+    t->steps++;
+    if (moved) *moved = fetched;
+    return n;
+}
+
+int sparse_tls_pipe_group_step(sparse_tls_pipe *t, const sparse_tls_params *p,
+                               const sparse_tls_seq *s, int layer, int g, const float *q, int G,
+                               size_t q_stride, int n_keys, int32_t *pos, float *fw, int32_t *iw,
+                               int *moved)
 {
     const int bs = p->block_size, nb = (n_keys + bs - 1) / bs;
     const size_t gi = (size_t)layer * t->n_kv + g;
@@ -114,9 +137,6 @@ int sparse_tls_pipe_step(sparse_tls_pipe *t, const sparse_tls_params *p, const s
     memcpy(prev, next, sizeof(int32_t) * ns);
     t->n_prev[gi] = ns;
     t->prev_nb[gi] = nb;
-    t->fetched += fetched;
-    t->baseline += ns;
-    t->steps++;
-    if (moved) *moved = fetched;
+    *moved = fetched;
     return n;
 }

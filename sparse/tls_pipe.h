@@ -18,8 +18,8 @@
  * The whole-block baseline (block-level offload without the one-step stagger) moves all of S_t
  * every step; `fetched` against `baseline` is the traffic the incremental transfer saves.
  *
- * Threads: one pipeline per sequence, driven by one thread at a time. Errors: NULL on bad
- * shapes or out of memory. */
+ * Threads: one pipeline per sequence, driven by one thread at a time (or its groups by one
+ * thread each: sparse_tls_pipe_group_step). Errors: NULL on bad shapes or out of memory. */
 #ifndef TANDEM_SPARSE_TLS_PIPE_H
 #define TANDEM_SPARSE_TLS_PIPE_H
 #include "sparse/tls.h"
@@ -49,5 +49,15 @@ size_t sparse_tls_pipe_work_ints(const sparse_tls_params *p, int n_keys);
 int sparse_tls_pipe_step(sparse_tls_pipe *t, const sparse_tls_params *p, const sparse_tls_seq *s,
                          int layer, int g, const float *q, int G, size_t q_stride, int n_keys,
                          int32_t *pos, float *fwork, int32_t *iwork, int *moved);
+/* The same step touching only (layer, g)'s state, not the counters fetched / baseline / steps:
+ * distinct groups of one pipeline may step on different threads at once. *moved (not NULL):
+ * blocks fetched. */
+int sparse_tls_pipe_group_step(sparse_tls_pipe *t, const sparse_tls_params *p,
+                               const sparse_tls_seq *s, int layer, int g, const float *q, int G,
+                               size_t q_stride, int n_keys, int32_t *pos, float *fwork,
+                               int32_t *iwork, int *moved);
+/* Forgets layer's state (every KV head): its next step selects synchronously, as a first step
+ * does (after a truncation, or any step that did not follow the one before). */
+void sparse_tls_pipe_reset_layer(sparse_tls_pipe *t, int layer);
 
 #endif

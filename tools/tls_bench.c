@@ -9,7 +9,9 @@
  *     AsyncTLS (both levels), Quest alone (level 1, the budget in whole blocks) and Double
  *     Sparsity alone (level 2 over every key) — the dense attention mass the kept tokens hold and
  *     the relative L2 error of the attention output, averaged over query heads and queries
- *     (and the worst one). --q-scale multiplies the decode queries (sharper attention: the
+ *     (and the worst one); and AsyncTLS staggered (stagger=1: level 2 in the blocks level 1 chose
+ *     with the step before's query, which is the same topics with fresh noise, or other topics:
+ *     a switch; with --kind, the query row before). --q-scale multiplies the decode queries (sharper attention: the
  *     synthetic favours its keys by about 8 logits, which at 32K keys leaves most of the mass in
  *     the background).
  *
@@ -34,6 +36,7 @@
 #include "fpga/tls_model.h"
 #include "model/ckpt/model.h"
 #include "sparse/tls.h"
+#include "sparse/tls_pipe.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,8 +114,9 @@ static void topics_kv(const topics *t, int j, float *k, float *v)
         }
     }
 }
-/* query heads of a group share their 2 topics (drawn per group and query index) */
-static void topics_q(const topics *t, int G, uint64_t qi, float *q)
+/* query heads of a group share their 2 topics (drawn per group and query index qi), the noise
+ * drawn per noise index ni */
+static void topics_qn(const topics *t, int G, uint64_t qi, uint64_t ni, float *q)
 {
     for (int g = 0; g < t->Hk; g++) {
         int c0 = (int)(mix(t->seed * 5 + qi * 1009 + (uint64_t)g) % 32), c1 = (int)(mix(t->seed * 11 + qi * 2003 + (uint64_t)g) % 32);
@@ -120,8 +124,12 @@ static void topics_q(const topics *t, int G, uint64_t qi, float *q)
         for (int h = 0; h < G; h++)
             for (int i = 0; i < t->hd; i++)
                 q[((size_t)g * G + h) * t->hd + i] = 25.0f * 0.5f * (d0[i] + d1[i]) +
-                    0.3f * gauss(t->seed ^ (qi << 32) ^ ((uint64_t)(g * G + h) << 16) ^ (uint64_t)i ^ 0xabcdef);
+                    0.3f * gauss(t->seed ^ (ni << 32) ^ ((uint64_t)(g * G + h) << 16) ^ (uint64_t)i ^ 0xabcdef);
     }
+}
+static void topics_q(const topics *t, int G, uint64_t qi, float *q)
+{
+    topics_qn(t, G, qi, qi, q);
 }
 
 /* ---------------------------------------------------------------- attn */
@@ -207,25 +215,45 @@ static int attn_main(int argc, char **argv)
     printf("| method | token budget | kept keys | mass captured (mean / min) | output rel. error (mean / max) |\n");
     printf("|---|---|---|---|---|\n");
     float *prob = malloc(sizeof(float) * n), *sc = malloc(sizeof(float) * n);
-    float *fw = malloc(sizeof(float) * sparse_tls_work_floats(&p, hd, n));
-    int32_t *iw = malloc(sizeof(int32_t) * (sparse_tls_work_ints(&p, n) + 2 * (size_t)n));
+    float *fw = malloc(sizeof(float) * sparse_tls_pipe_work_floats(&p, hd, n));
+    int32_t *iw = malloc(sizeof(int32_t) * (sparse_tls_pipe_work_ints(&p, n) + 2 * (size_t)n));
+    /* the staggered selection (stagger=1, sparse/tls_pipe.h) needs the step before's query: the
+     * same topics with fresh noise (a decode that stays on its subject), or (topics synthetic
+     * only) other topics (a switch: the blocks chosen the step before are the wrong ones) */
+    float *qprev = malloc(sizeof(float) * qd);
     int32_t *pos = malloc(sizeof(int32_t) * n);
     float scale = 1.0f / sqrtf((float)hd);
     const int budgets[3] = {512, 1024, 2048};
-    const char *names[3] = {"AsyncTLS", "Quest (level 1)", "Double Sparsity (level 2)"};
-    for (int method = 0; method < 3; method++)
+    const char *names[5] = {"AsyncTLS", "Quest (level 1)", "Double Sparsity (level 2)",
+                            "AsyncTLS staggered, same topics before", "AsyncTLS staggered, a switch"};
+    for (int method = 0; method < (use_topics ? 5 : 4); method++)
         for (int bi = 0; bi < 3; bi++) {
             sparse_tls_params mp = p;
-            if (method == 0) mp.token_budget = budgets[bi];
+            if (method == 0 || method >= 3) mp.token_budget = budgets[bi];
             if (method == 1) mp.block_budget = budgets[bi] / p.block_size, mp.token_budget = n;
             if (method == 2) mp.block_budget = (n + p.block_size - 1) / p.block_size,
                              mp.token_budget = budgets[bi];
             double mass = 0, mass_min = 1, err = 0, err_max = 0, kept = 0;
             for (int qi = 0; qi < nq; qi++) {
                 int nk = n - nq + qi + 1;
+                sparse_tls_pipe *pp = NULL;
+                if (method >= 3) {
+                    /* the step before (nk - 1 keys) selects synchronously, as a first step does,
+                     * and chooses the set this one attends in */
+                    if (use_topics) topics_qn(&tp, G, method == 3 ? (uint64_t)qi : 5000 + (uint64_t)qi,
+                                              7000 + (uint64_t)qi, qprev);
+                    else memcpy(qprev, q + (qi ? qi - 1 : 0) * qd, sizeof(float) * qd);
+                    for (size_t i = 0; use_topics && i < qd; i++) qprev[i] *= (float)qscale;
+                    pp = sparse_tls_pipe_new(&mp, 1, Hk, n);
+                    if (!pp) return fprintf(stderr, "tls_bench: out of memory\n"), 1;
+                    for (int g = 0; g < Hk; g++)
+                        sparse_tls_pipe_step(pp, &mp, ts, 0, g, qprev + (size_t)g * G * hd, G, hd,
+                                             nk - 1, pos, fw, iw, NULL);
+                }
                 for (int g = 0; g < Hk; g++) {
                     const float *qg = q + qi * qd + (size_t)g * G * hd;
-                    int m = sparse_tls_select(&mp, ts, 0, g, qg, G, hd, nk, pos, fw, iw, NULL);
+                    int m = pp ? sparse_tls_pipe_step(pp, &mp, ts, 0, g, qg, G, hd, nk, pos, fw, iw, NULL)
+                               : sparse_tls_select(&mp, ts, 0, g, qg, G, hd, nk, pos, fw, iw, NULL);
                     kept += m;
                     for (int h = 0; h < G; h++) {
                         const float *qh = qg + (size_t)h * hd;
@@ -250,6 +278,7 @@ static int attn_main(int argc, char **argv)
                         err_max = re > err_max ? re : err_max;
                     }
                 }
+                sparse_tls_pipe_free(pp);
             }
             double cnt = (double)nq * H;
             printf("| %s | %d | %.0f | %.4f / %.4f | %.4f / %.4f |\n", names[method], budgets[bi],

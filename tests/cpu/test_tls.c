@@ -84,6 +84,12 @@ TEST(tls_params_defaults_and_checks)
           b.offload == 1 && b.token_budget == 1024);
     CHECK(sparse_tls_parse("asynctls,offload=2", 128, &b, &on, NULL, err, sizeof err) < 0 &&
           strstr(err, "offload"));
+    /* stagger: the exact selection by default, 0 or 1 from a spec */
+    CHECK(p.stagger == 0);
+    CHECK(sparse_tls_parse("asynctls,stagger=1", 128, &b, &on, NULL, err, sizeof err) == 0 && on &&
+          b.stagger == 1 && b.offload == 0);
+    CHECK(sparse_tls_parse("asynctls,stagger=-1", 128, &b, &on, NULL, err, sizeof err) < 0 &&
+          strstr(err, "stagger"));
 }
 
 /* Quest's estimate per query head (estimate.cu: sum over channels of max(q*kmax, q*kmin)),
