@@ -13,6 +13,7 @@
  * waiting makes no system call). */
 #include "peer/kv_rx.h"
 #include "peer/link.h"
+#include "proto/crc32c.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -20,6 +21,9 @@
 #define RES_CAP 64
 
 enum { SLOT_FREE, SLOT_TAKEN, SLOT_RESERVED, SLOT_QUEUED };
+/* a reserved slot's offered CRC part (peer_kv_rx_reserve_split): none, offered, the kv_rx
+ * thread's (claimed by it: computed, joined at the apply), or taken back by the receiver */
+enum { SPLIT_NONE, SPLIT_OFFERED, SPLIT_RX, SPLIT_BACK };
 
 typedef struct kv_slot {
     uint8_t *buf;
@@ -27,6 +31,10 @@ typedef struct kv_slot {
     int state; /* under mu; a TAKEN or RESERVED slot's buffer is the node's thread's alone */
     void *owner;
     peer_kv k;
+    _Atomic int split;   /* SPLIT_*: claimed by one compare-and-swap, the kv_rx thread's or the receiver's */
+    const uint8_t *part; /* the offered part: set before the offer, read by whoever claims it */
+    size_t part_n;
+    uint32_t part_crc; /* the kv_rx thread's alone */
 } kv_slot;
 
 struct peer_kv_rx {
@@ -76,13 +84,29 @@ static void *rx_main(void *arg)
             spin_while(&rx->queued, 0, &rx->stop);
             pthread_mutex_lock(&rx->mu);
         }
-        /* the oldest one, once its bytes were handed over (a reserved one waits for its push) */
-        while (!(rx->queued && rx->slot[rx->fifo[rx->f_head]].state == SLOT_QUEUED) && !(rx->stop && !rx->queued))
+        /* the oldest one, once its bytes were handed over (a reserved one waits for its push,
+         * computing the part of its CRC offered meanwhile) */
+        while (!(rx->queued && rx->slot[rx->fifo[rx->f_head]].state == SLOT_QUEUED) && !(rx->stop && !rx->queued)) {
+            kv_slot *h = rx->queued ? &rx->slot[rx->fifo[rx->f_head]] : NULL;
+            int offered = SPLIT_OFFERED;
+            if (h && h->state == SLOT_RESERVED &&
+                atomic_compare_exchange_strong_explicit(&h->split, &offered, SPLIT_RX, memory_order_acq_rel,
+                                                        memory_order_acquire)) {
+                pthread_mutex_unlock(&rx->mu);
+                h->part_crc = proto_crc32c(0, h->part, h->part_n);
+                pthread_mutex_lock(&rx->mu);
+                continue; /* its push may have come meanwhile */
+            }
             pthread_cond_wait(&rx->cv_work, &rx->mu);
+        }
         if (!rx->queued) break; /* stopping, nothing left */
         int i = rx->fifo[rx->f_head];
         kv_slot *s = &rx->slot[i];
         pthread_mutex_unlock(&rx->mu);
+        /* its part's CRC joined to the receiver's (one pushed without a CRC, crc_off 0, gets
+         * none all the same: the reader computes it) */
+        if (atomic_load_explicit(&s->split, memory_order_acquire) == SPLIT_RX)
+            s->k.crc = proto_crc32c_combine(s->k.crc, s->part_crc, s->part_n);
         int st = rx->apply(rx->ctx, s->owner, &s->k);
         pthread_mutex_lock(&rx->mu);
         int at = (rx->r_head + rx->r_n) % RES_CAP;
@@ -90,6 +114,7 @@ static void *rx_main(void *arg)
         rx->res[at].status = st;
         rx->r_n++;
         s->state = SLOT_FREE;
+        atomic_store_explicit(&s->split, SPLIT_NONE, memory_order_relaxed);
         rx->f_head = (rx->f_head + 1) % PEER_KV_RX_SLOTS;
         rx->queued--;
         pthread_cond_broadcast(&rx->cv_free);
@@ -206,6 +231,29 @@ void peer_kv_rx_reserve(peer_kv_rx *rx, int slot)
     rx->fifo[(rx->f_head + rx->queued) % PEER_KV_RX_SLOTS] = slot;
     rx->queued++;
     pthread_mutex_unlock(&rx->mu);
+}
+
+void peer_kv_rx_reserve_split(peer_kv_rx *rx, int slot, const uint8_t *at, size_t n)
+{
+    kv_slot *s = &rx->slot[slot];
+    s->part = at;
+    s->part_n = n;
+    pthread_mutex_lock(&rx->mu);
+    s->state = SLOT_RESERVED;
+    rx->taken--;
+    rx->fifo[(rx->f_head + rx->queued) % PEER_KV_RX_SLOTS] = slot;
+    rx->queued++;
+    atomic_store_explicit(&s->split, SPLIT_OFFERED, memory_order_release);
+    /* the kv_rx thread looks at it only when it is the oldest: then it has nothing else to do */
+    if (rx->fifo[rx->f_head] == slot) pthread_cond_signal(&rx->cv_work);
+    pthread_mutex_unlock(&rx->mu);
+}
+
+int peer_kv_rx_split_back(peer_kv_rx *rx, int slot)
+{
+    int offered = SPLIT_OFFERED;
+    return atomic_compare_exchange_strong_explicit(&rx->slot[slot].split, &offered, SPLIT_BACK, memory_order_acq_rel,
+                                                   memory_order_acquire);
 }
 
 void peer_kv_rx_push(peer_kv_rx *rx, int slot, void *owner, const peer_kv *k)

@@ -28,7 +28,7 @@
  *
  * Threads: every function but the apply and wake callbacks from the node's thread only — one
  * thread at a time, the one holding the node's loop (peer/server.c: its receiving threads take
- * turns); a reserved slot's push from whichever thread reserved it. */
+ * turns); a reserved slot's push (and peer_kv_rx_split_back) from whichever thread reserved it. */
 #ifndef TANDEM_PEER_KV_RX_H
 #define TANDEM_PEER_KV_RX_H
 #include "peer/msg.h"
@@ -60,6 +60,18 @@ void peer_kv_rx_push(peer_kv_rx *rx, int slot, void *owner, const peer_kv *k);
  * the node's receiving threads hand the chunk's CRC to the one that received it, peer/server.c):
  * the chunks after it wait for it. Every reserved slot must be pushed. */
 void peer_kv_rx_reserve(peer_kv_rx *rx, int slot);
+/* peer_kv_rx_reserve, and the CRC-32C of the slot's bytes [at, at + n) offered to the kv_rx
+ * thread: while it has nothing else to do (this chunk is the oldest not applied: it waits for
+ * its push anyway) it computes that part beside the caller's CRC of the part before it, so that
+ * a chunk's check takes about half as long (the chunk a sender waits for at a run's end among
+ * them). The caller then asks peer_kv_rx_split_back whether it must compute the part itself. */
+void peer_kv_rx_reserve_split(peer_kv_rx *rx, int slot, const uint8_t *at, size_t n);
+/* After peer_kv_rx_reserve_split: 1 when the offer is taken back (the kv_rx thread had not
+ * started it: the caller computes the part and pushes the whole CRC, as without the offer); 0
+ * when the kv_rx thread has it: the caller pushes with k->crc the CRC of the bytes before the
+ * part only (from k->crc_off), and the kv_rx thread joins its part's to it before the apply
+ * (proto_crc32c_combine). */
+int peer_kv_rx_split_back(peer_kv_rx *rx, int slot);
 /* A slot taken and not pushed (its receive failed or was taken back): free again. */
 void peer_kv_rx_put_back(peer_kv_rx *rx, int slot);
 /* The oldest result not yet taken: 1 with it, 0 when none is ready. */

@@ -89,6 +89,10 @@ typedef struct peer_server_cfg {
  * for `n` as configured. */
 #define PEER_RX_THREADS_MAX 2
 int peer_rx_threads(int n);
+/* With two receiving threads, the payload size from which a chunk's CRC is cut in two, the
+ * second half offered to the kv_rx thread (peer/kv_rx.h peer_kv_rx_reserve_split); default
+ * 64 KiB. Tests set it lower, before peer_server_start, to take that path with small chunks. */
+extern size_t peer_server_crc_split_min;
 /* Chunks whose CRC a receiving thread took with it when it handed the loop on (tests). */
 long peer_server_handoffs(const peer_server *s);
 /* The most tagged chunks of one connection the node was receiving at once so far: the next

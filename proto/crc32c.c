@@ -18,12 +18,16 @@
 
 static uint32_t table[8][256];
 #define STRIDE 4096
+/* the 512-bit folding from here on (below, the 256-bit one: its reductions cost less) */
+#define FOLD512_MIN 1024
 static uint32_t zeros[4][256]; /* the register after STRIDE zero bytes, by byte of the start */
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
-static int have_sse42, have_fold;
+static int have_sse42, have_fold, have_fold512;
 /* The folding path's constants (fold_init), each x^n mod P bit-reflected and shifted left by one
  * (a 33-bit multiplier): per distance, the one for a lane's first 8 bytes, then its last 8. */
-static uint64_t k_1024[2], k_128[2];
+static uint64_t k_1024[2], k_128[2], k_2048[2], k_512[2];
+/* x^(2^k) mod P (bit-reflected), k = 0..66: what proto_crc32c_combine shifts by (8 len_b < 2^67) */
+static uint32_t x2n[67];
 
 /* x^n mod P, P = the Castagnoli polynomial in normal bit order (x^32 implied). */
 static uint32_t xpow_mod(unsigned n, uint32_t poly)
@@ -31,6 +35,18 @@ static uint32_t xpow_mod(unsigned n, uint32_t poly)
     uint32_t r = 1; /* x^0 */
     while (n--) r = (r & 0x80000000u) ? (r << 1) ^ poly : r << 1;
     return r;
+}
+
+/* a(x) b(x) mod P, both bit-reflected (x^0 is the top bit): the shift of zlib's crc32_combine,
+ * for CRC-32C's polynomial. */
+static uint32_t mult_mod(uint32_t a, uint32_t b)
+{
+    uint32_t p = 0;
+    for (uint32_t m = 1u << 31; m && (a & (m | (m - 1))); m >>= 1) {
+        if (a & m) p ^= b;
+        b = b & 1 ? (b >> 1) ^ POLY : b >> 1;
+    }
+    return p;
 }
 
 static uint64_t fold_k(unsigned n, uint32_t poly)
@@ -56,6 +72,7 @@ static void table_init(void)
     __builtin_cpu_init();
     have_sse42 = __builtin_cpu_supports("sse4.2");
     have_fold = have_sse42 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("vpclmulqdq");
+    have_fold512 = have_fold && __builtin_cpu_supports("avx512f");
 #endif
     /* folding a 128-bit lane forward by D bits: its first 8 bytes (the higher powers, bits
      * reflected) times x^(D+32), its last 8 times x^(D-32) (Intel, "Fast CRC Computation for
@@ -64,6 +81,13 @@ static void table_init(void)
     k_1024[1] = fold_k(1024 - 32, 0x1EDC6F41u);
     k_128[0] = fold_k(128 + 32, 0x1EDC6F41u);
     k_128[1] = fold_k(128 - 32, 0x1EDC6F41u);
+    k_2048[0] = fold_k(2048 + 32, 0x1EDC6F41u);
+    k_2048[1] = fold_k(2048 - 32, 0x1EDC6F41u);
+    k_512[0] = fold_k(512 + 32, 0x1EDC6F41u);
+    k_512[1] = fold_k(512 - 32, 0x1EDC6F41u);
+    /* x^1, then each the square of the one before (zlib's crc32_combine tables) */
+    x2n[0] = 1u << 30;
+    for (int k = 1; k < 67; k++) x2n[k] = mult_mod(x2n[k - 1], x2n[k - 1]);
     /* Z(1 << k) for every bit k, then each table as the sums of its byte's bits */
     static const uint8_t zero_block[STRIDE];
     uint32_t z[32];
@@ -207,6 +231,59 @@ __attribute__((target("sse4.2,avx2,pclmul,vpclmulqdq"))) static uint32_t fold(ui
     c64 = __builtin_ia32_crc32di(c64, (uint64_t)_mm_extract_epi64(x, 1));
     return hw_tail(c64, p, n);
 }
+
+/* The same on 512-bit registers (AVX-512 VPCLMULQDQ): four registers of four 128-bit lanes take
+ * 256 bytes a pass, each lane folded forward by 2048 bits; then each register is folded onto the
+ * next by 512 bits, the last one's four lanes by 128 bits, and what is left as in fold(). The
+ * xor of the two products and the next bytes is one three-way instruction (vpternlogq 0x96).
+ * n >= 256. */
+__attribute__((target("sse4.2,avx2,pclmul,avx512f,vpclmulqdq"))) static uint32_t fold512(uint32_t c, const uint8_t *p, size_t n)
+{
+    const __m512i k2048 = _mm512_set_epi64((long long)k_2048[1], (long long)k_2048[0], (long long)k_2048[1],
+                                           (long long)k_2048[0], (long long)k_2048[1], (long long)k_2048[0],
+                                           (long long)k_2048[1], (long long)k_2048[0]);
+    const __m512i k512 = _mm512_set_epi64((long long)k_512[1], (long long)k_512[0], (long long)k_512[1],
+                                          (long long)k_512[0], (long long)k_512[1], (long long)k_512[0],
+                                          (long long)k_512[1], (long long)k_512[0]);
+    const __m128i k128 = _mm_set_epi64x((long long)k_128[1], (long long)k_128[0]);
+    __m512i x0 = _mm512_loadu_si512((const void *)p);
+    __m512i x1 = _mm512_loadu_si512((const void *)(p + 64));
+    __m512i x2 = _mm512_loadu_si512((const void *)(p + 128));
+    __m512i x3 = _mm512_loadu_si512((const void *)(p + 192));
+    x0 = _mm512_xor_si512(x0, _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, (long long)c)); /* the register so far */
+    p += 256;
+    n -= 256;
+    /* x = x folded by k, xored with next */
+#define FOLD512(x, k, next)                                                                        \
+    x = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00), _mm512_clmulepi64_epi128(x, k, 0x11), next, 0x96)
+    while (n >= 256) {
+        FOLD512(x0, k2048, _mm512_loadu_si512((const void *)p));
+        FOLD512(x1, k2048, _mm512_loadu_si512((const void *)(p + 64)));
+        FOLD512(x2, k2048, _mm512_loadu_si512((const void *)(p + 128)));
+        FOLD512(x3, k2048, _mm512_loadu_si512((const void *)(p + 192)));
+        p += 256;
+        n -= 256;
+    }
+    FOLD512(x0, k512, x1); /* x0 now stands for x0 and x1, 64 bytes later */
+    FOLD512(x0, k512, x2);
+    FOLD512(x0, k512, x3);
+#undef FOLD512
+    __m128i x = _mm512_extracti32x4_epi32(x0, 0);
+#define FOLD128(next)                                                                              \
+    x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k128, 0x00), _mm_clmulepi64_si128(x, k128, 0x11)), next)
+    FOLD128(_mm512_extracti32x4_epi32(x0, 1));
+    FOLD128(_mm512_extracti32x4_epi32(x0, 2));
+    FOLD128(_mm512_extracti32x4_epi32(x0, 3));
+    while (n >= 16) {
+        FOLD128(_mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+#undef FOLD128
+    uint64_t c64 = __builtin_ia32_crc32di(0, (uint64_t)_mm_cvtsi128_si64(x));
+    c64 = __builtin_ia32_crc32di(c64, (uint64_t)_mm_extract_epi64(x, 1));
+    return hw_tail(c64, p, n);
+}
 #endif
 
 uint32_t proto_crc32c_sw(uint32_t crc, const void *data, size_t n)
@@ -219,16 +296,29 @@ uint32_t proto_crc32c(uint32_t crc, const void *data, size_t n)
 {
     pthread_once(&table_once, table_init);
 #if defined(__x86_64__)
+    if (have_fold512 && n >= FOLD512_MIN && !proto_crc32c_no_fold && !proto_crc32c_no_512) return ~fold512(~crc, data, n);
     if (have_fold && n >= 256 && !proto_crc32c_no_fold) return ~fold(~crc, data, n);
     if (have_sse42) return ~hw(~crc, data, n);
 #endif
     return ~sw(~crc, data, n);
 }
 
-int proto_crc32c_no_fold;
+int proto_crc32c_no_fold, proto_crc32c_no_512;
 
 const char *proto_crc32c_path(void)
 {
     pthread_once(&table_once, table_init);
+    if (have_fold512 && !proto_crc32c_no_fold && !proto_crc32c_no_512) return "vpclmulqdq-512";
     return have_fold && !proto_crc32c_no_fold ? "vpclmulqdq" : have_sse42 ? "sse4.2" : "table";
+}
+
+uint32_t proto_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    pthread_once(&table_once, table_init);
+    /* crc_a's register shifted by 8 len_b zero bits: times x^(8 len_b) mod P, the power built
+     * from x^(2^k) for the set bits of 8 len_b (k from 3) */
+    uint32_t sh = 1u << 31; /* x^0 */
+    for (unsigned k = 3; len_b; len_b >>= 1, k++)
+        if (len_b & 1) sh = mult_mod(x2n[k], sh);
+    return mult_mod(sh, crc_a) ^ crc_b;
 }

@@ -42,9 +42,14 @@
  * --crc 0 (no CRC on the node), --announce 0 (no KV_TAG: the node posts the next serial's
  * receive itself; one size), --rx-one 1 (the node receives every chunk into one buffer and
  * answers at once, no kv_rx: ucx_perftest's receive), --write 1 (each chunk's bytes written
- * just before its send, as the backend serializes a layer), --crc-on rx|node (the node's CRC on
+ * just before its send, as the backend serializes a layer; --write 2: the same, the MiB/s from the
+ * passes' time less the writes': the link alone with the bytes where the serialization leaves
+ * them, in the sender's cache), --crc-on rx|node (the node's CRC on
  * its kv_rx thread or on the receiving one, whatever the threads), --crc-fold 0 (the crc32 instruction's
- * three streams instead of the carry-less folding path, proto/crc32c.h). --rx-threads N: the
+ * three streams instead of the carry-less folding paths, proto/crc32c.h), --crc-512 0 (the 256-bit
+ * folding instead of the 512-bit one), --crc-split 0 (the receiving thread computes the whole CRC,
+ * none of it offered to the kv_rx thread: peer_kv_rx_reserve_split). --crc-speed 1: only the
+ * CRC's rate on this CPU per path (no link). --rx-threads N: the
  * node's loop on N threads taking turns, as the daemon's (config peer_rx_threads, peer/peer.h;
  * default 0: the daemon's auto, 2 on 8 cores or more): the thread that received a chunk hands
  * the loop on and does that chunk's CRC and push while the other copies the next one in.
@@ -88,7 +93,8 @@ static int g_crc = 1, g_announce = 1;
  * no kv_rx thread, no CRC — as ucx_perftest receives (its destination stays in the receiving
  * core's cache). g_write 1: the sender writes each chunk's bytes into its buffer just before
  * sending it, as the remote backend serializes each layer into its ring buffer (the bytes are
- * then in the sender's cache, not in memory). */
+ * then in the sender's cache, not in memory); g_write 2: the same, the writes' time taken out of
+ * each pass's (the link alone, from bytes where the backend's serialization leaves them). */
 static int g_rx_one = 0, g_write = 0;
 /* g_rx_ahead N: the node keeps up to N tagged receives posted (default 2, as peer/server.c's
  * RX_AHEAD): with announcements, each announced chunk's receive is posted as its announcement
@@ -104,6 +110,10 @@ static int g_rx_ahead = 2;
  * the receive, while the bytes are in its cache (--crc-on node); -1 (default): as peer/server.c,
  * the receiving thread with two receiving threads, the kv_rx thread with one */
 static int g_crc_rx = -1;
+/* g_crc_split 0: with two receiving threads the receiving one computes the whole CRC (the code
+ * before peer_kv_rx_reserve_split); 1 (default, as peer/server.c): the second half offered to
+ * the kv_rx thread */
+static int g_crc_split = 1;
 
 /* Stage clocks (peer_now sums, seconds) of the node's loop and its kv_rx thread, printed by the
  * node when the connection closes, per chunk over every chunk it received (the warm-up pass
@@ -121,6 +131,7 @@ static int crc_apply(void *ctx, void *owner, const peer_kv *k)
     (void)owner;
     double t = peer_now();
     if (g_crc && g_crc_rx) *(uint32_t *)ctx ^= proto_crc32c(0, k->bytes, k->n_bytes);
+    else *(uint32_t *)ctx ^= k->crc; /* the receiving thread's (joined with the kv_rx thread's part) */
     g_node[N_APPLY] += peer_now() - t; /* this thread's alone until it is joined */
     return 0;
 }
@@ -333,10 +344,21 @@ static void *node_loop(void *arg)
             int slot = a->slot;
             if (nd->n_th > 1) {
                 /* as peer/server.c: the chunk's place kept, the loop handed to the other thread,
-                 * this one's CRC and push done here meanwhile */
-                peer_kv_rx_reserve(rx, slot);
+                 * this one's CRC and push done here meanwhile (from 64 KiB on its second half
+                 * offered to the kv_rx thread, peer_kv_rx_reserve_split; --crc-split 0: not) */
+                int split = g_crc && !g_crc_rx && g_crc_split && k.n_bytes >= (64u << 10);
+                size_t mid = k.n_bytes / 2 & ~(size_t)63;
+                if (split) peer_kv_rx_reserve_split(rx, slot, k.bytes + mid, k.n_bytes - mid);
+                else peer_kv_rx_reserve(rx, slot);
                 tok_give(nd);
-                uint32_t crc = g_crc && !g_crc_rx ? proto_crc32c(0, k.bytes, k.n_bytes) : 0;
+                uint32_t crc = 0;
+                if (split) {
+                    crc = proto_crc32c(0, k.bytes, mid);
+                    if (peer_kv_rx_split_back(rx, slot)) crc = proto_crc32c(crc, k.bytes + mid, k.n_bytes - mid);
+                } else if (g_crc && !g_crc_rx) {
+                    crc = proto_crc32c(0, k.bytes, k.n_bytes);
+                }
+                k.crc = crc;
                 double t3 = peer_now();
                 peer_kv_rx_push(rx, slot, NULL, &k);
                 double t4 = peer_now();
@@ -470,6 +492,39 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* --crc-speed 1: CRC-32C's rate on this CPU, each path it has (proto/crc32c.h), over 1 MiB and
+ * 8 MiB: the same buffer again and again (in the cache, as a chunk the checking thread just
+ * received) and 64 MiB of buffers in turn (from memory); GB/s, the best of 5 passes. */
+static int crc_speeds(void)
+{
+    size_t total = (size_t)64 << 20;
+    uint8_t *m = malloc(total);
+    if (!m) return 1;
+    for (size_t i = 0; i < total; i++) m[i] = (uint8_t)(i * 2654435761u >> 13);
+    static const char *const mode[] = {"", " --crc-512 0", " --crc-fold 0"};
+    uint32_t sink = 0;
+    for (int md = 0; md < 3; md++) {
+        proto_crc32c_no_512 = md >= 1;
+        proto_crc32c_no_fold = md >= 2;
+        for (size_t sz = (size_t)1 << 20; sz <= ((size_t)8 << 20); sz *= 8)
+            for (int cold = 0; cold < 2; cold++) {
+                double best = 0;
+                for (int pass = 0; pass < 5; pass++) {
+                    size_t bytes = 0;
+                    double t0 = peer_now();
+                    for (size_t at = 0; bytes < total; bytes += sz, at = cold ? (at + sz) % total : 0)
+                        sink ^= proto_crc32c(0, m + at, sz);
+                    double gbs = (double)bytes / (peer_now() - t0) / 1e9;
+                    if (gbs > best) best = gbs;
+                }
+                printf("crc32c %s%s: %zu bytes, %s: %.1f GB/s\n", proto_crc32c_path(), mode[md], sz,
+                       cold ? "64 MiB of buffers in turn" : "one buffer again", best);
+            }
+    }
+    free(m);
+    return (int)(sink & 0);
+}
+
 int main(int argc, char **argv)
 {
     long sizes[16], logits[16];
@@ -477,7 +532,7 @@ int main(int argc, char **argv)
     int nl = parse_list("2048,524288", logits, 16);
     long reps = 0, layers = 32, window = PEER_KV_WINDOW, poll_us = 0, n_bufs = PEER_KV_WINDOW;
     long sends = PEER_KV_TCP_SENDS;
-    int tag = 0, rx_threads = 0;
+    int tag = 0, rx_threads = 0, crc_speed = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--sizes")) ns = parse_list(argv[i + 1], sizes, 16);
         else if (!strcmp(argv[i], "--layers")) layers = strtol(argv[i + 1], NULL, 10);
@@ -492,18 +547,23 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--announce")) g_announce = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-one")) g_rx_one = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-ahead")) g_rx_ahead = (int)strtol(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--write")) g_write = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--write")) g_write = (int)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--crc-on")) g_crc_rx = !strcmp(argv[i + 1], "rx") ? 1 : !strcmp(argv[i + 1], "node") ? 0 : -1;
         else if (!strcmp(argv[i], "--crc-fold")) proto_crc32c_no_fold = !strtol(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--crc-512")) proto_crc32c_no_512 = !strtol(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--crc-split")) g_crc_split = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--crc-speed")) crc_speed = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-threads")) rx_threads = (int)strtol(argv[i + 1], NULL, 10);
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
                             "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d] [--sends 1..%d] [--crc 0|1] "
-                            "[--announce 0|1] [--rx-one 0|1] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] [--rx-threads 0..2]\n", PEER_KV_WINDOW,
+                            "[--announce 0|1] [--rx-one 0|1] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] "
+                            "[--crc-512 0|1] [--crc-split 0|1] [--crc-speed 1] [--rx-threads 0..2]\n", PEER_KV_WINDOW,
                     PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW, RX_AHEAD_MAX);
             return 2;
         }
     }
+    if (crc_speed) return crc_speeds();
     if (layers < 1) layers = 1;
     if (window < 1 || window > PEER_KV_WINDOW) window = PEER_KV_WINDOW;
     if (n_bufs < 1 || n_bufs > PEER_KV_WINDOW) n_bufs = PEER_KV_WINDOW;
@@ -552,11 +612,13 @@ int main(int argc, char **argv)
         }
     }
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
-           "polling %d us, from %ld buffers, %ld sends in flight over tcp lanes, CRC-32C (%s) on the %s, "
+           "polling %d us, from %ld buffers%s, %ld sends in flight over tcp lanes, CRC-32C (%s) on the %s, "
            "%d receiving thread(s)\n",
            tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
-           peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs, sends, proto_crc32c_path(),
+           peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs,
+           g_write == 2 ? " (each written before its send, not timed)" : g_write ? " (each written before its send)" : "",
+           sends, proto_crc32c_path(),
            !g_crc || g_rx_one ? "node: none (--crc 0 or --rx-one 1)" : g_crc_rx ? "node's kv_rx thread" : "node's receiving thread",
            rx_threads);
     /* one buffer per chunk in flight, as the remote backend serializes each into its own
@@ -578,7 +640,7 @@ int main(int argc, char **argv)
          * tagged send's start, answers waited for to make room in the window, at a run's end */
         double s_ann = 0, s_start = 0, s_room = 0, s_run = 0, s_write = 0;
         for (int k = 0; k < 4; k++) {
-            double t0 = peer_now();
+            double t0 = peer_now(), pw = 0; /* pw: this pass's writes (--write) */
             int measured = k > 0;
             void *req[PEER_KV_WINDOW] = {0};
             int head = 0, n_fl = 0;
@@ -606,6 +668,7 @@ int main(int argc, char **argv)
                 if (g_write) { /* the layer serialized into the chunk's buffer, as the backend does */
                     double tw0 = peer_now();
                     memset(bufs[slot], (int)(j & 0xff), (size_t)sz);
+                    pw += peer_now() - tw0;
                     if (measured) s_write += peer_now() - tw0;
                 }
                 if (tag) {
@@ -642,7 +705,8 @@ int main(int argc, char **argv)
                 }
                 n_fl++;
             }
-            if (k) pass[k - 1] = peer_now() - t0; /* the first pass warms up */
+            /* the first pass warms up; --write 2: the writes' time is not the link's */
+            if (k) pass[k - 1] = peer_now() - t0 - (g_write == 2 ? pw : 0);
         }
         qsort(pass, 3, sizeof pass[0], cmp_d);
         printf("kv %ld bytes: %.0f MiB/s (%ld chunks, median of 3 passes: %.3f s)\n", sz,

@@ -338,6 +338,17 @@ TEST(peer_remote_decodes_like_the_device_two_receivers)
     remote_decodes(0, 2);
 }
 
+/* The same with every chunk's CRC cut in two, the second half offered to the node's kv_rx thread
+ * (peer_server_crc_split_min, 64 KiB by default, above this model's chunks): the same tokens,
+ * the corrupt chunk (its flipped bit mid-payload, in either half) refused. */
+TEST(peer_remote_decodes_like_the_device_crc_split)
+{
+    size_t was = peer_server_crc_split_min;
+    peer_server_crc_split_min = 1;
+    remote_decodes(0, 2);
+    peer_server_crc_split_min = was;
+}
+
 /* The same with polling on (config peer_poll_us): every wait of both nodes and the node's KV
  * hand-off busy-poll for 2 ms after activity; the same tokens, the same corrupt chunk refused,
  * and no CPU burnt once the link is idle. */
