@@ -8,15 +8,20 @@
 # bench/peer_link_rounds.sh. BEFORE_PEER_BENCH (optional): a peer_bench built from the code before
 # a change (PORTABLE=1), packed as peer_bench.before for the rounds' "before" column. Carry DEST
 # (under the working tree, ignored) and run `bash DEST/peer_quiet_run.sh DEST/pack.tar.xz OUT`.
+# TESTS=1: the PORTABLE tandem-tests too (stripped), for peer_quiet_run.sh's TESTS (unit tests of
+# code paths this machine's CPU lacks, e.g. AVX-512).
 set -eu
 DEST=${1:?usage: peer_quiet_pack.sh DEST [BEFORE_PEER_BENCH]}
 BEFORE=${2:-}
 B=${BUILD:-build/p}
-make -j${JOBS:-2} CUDA=0 PORTABLE=1 BUILD=$B $B/peer_bench $B/peer_handover $B/mkmodel $B/tandem >/dev/null
+T=
+[ "${TESTS:-0}" = 1 ] && T=$B/tandem-tests
+make -j${JOBS:-2} CUDA=0 PORTABLE=1 BUILD=$B $B/peer_bench $B/peer_handover $B/mkmodel $B/tandem $T >/dev/null
 W=$(mktemp -d)
 P=$W/pk
 mkdir -p $P/bin $P/rt $P/ucx
 cp $B/peer_bench $B/peer_handover $B/mkmodel $B/tandem $P/bin/
+[ -n "$T" ] && strip -o $P/bin/tandem-tests $T
 [ -n "$BEFORE" ] && cp "$BEFORE" $P/bin/peer_bench.before
 cp "$(command -v ucx_perftest)" "$(command -v ucx_info)" $P/bin/
 for lib in $(ldd $P/bin/* 2>/dev/null | awk '/=>/ {print $3}' | sort -u); do

@@ -22,6 +22,9 @@
 #                   hand-overs run after round HANDOVER_AT (default 2; 0: before the first round)
 #                   if HANDOVER_NEED seconds (default 60) are left then
 # TLS: sm,tcp (shared memory: sysv for small messages, cma for large ones) and tcp.
+# TESTS (optional): unit test prefixes run first with the pack's tandem-tests (TESTS=1 when
+# packed), output in tests.txt; CRC_SPEED=1: `peer_bench --crc-speed 1` (CRC-32C's rate per path
+# on this CPU) in crc-speed.txt.
 # ARGS (optional): the rounds' peer_bench columns instead of the above (after "before", if
 # packed), '|'-separated argument sets ("" is the default build: "|--crc 0|--announce 0"); each
 # run's whole output (the stage clocks) goes to stages-TLS-SIZE.txt. Words UCX_K=V in a set
@@ -62,6 +65,13 @@ mkdir -p "$O"
 for tls in sm,tcp tcp; do
     UCX_TLS=$tls "$P/bin/peer_bench" --sizes 1048576 --logits 0 --reps 50 --path tag 2>&1 | head -3 | sed "s/^/$tls: /"
 done >"$O/lanes.txt"
+
+if [ -n "${TESTS:-}" ] && [ -x "$P/bin/tandem-tests" ]; then
+    # shellcheck disable=SC2086 # prefixes, one word each
+    UCX_MEM_EVENTS=no timeout 120 "$P/bin/tandem-tests" $TESTS >"$O/tests.txt" 2>&1
+    echo "# rc $?" >>"$O/tests.txt"
+fi
+[ "${CRC_SPEED:-0}" = 1 ] && "$P/bin/peer_bench" --crc-speed 1 >"$O/crc-speed.txt" 2>&1
 
 bins=
 [ -x "$P/bin/peer_bench.before" ] && bins="$P/bin/peer_bench.before"
