@@ -216,6 +216,9 @@ static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
         prof_mark(e, P_DOWN);
         if (p.xr) GPU_TRY(gpu_export_poll(e, p.xr, l, 0));
     }
+    /* AsyncTLS's staggered rows: level 1 of every sparse layer for the next step, in one launch
+     * after the layers (gpu/tls.cuh) */
+    if (p.tls && !p.kv) GPU_TRY(gpu_tls_step_end(e, p.l0, l1, T, md.pos));
     return ACCEL_OK;
 }
 

@@ -62,10 +62,11 @@ int gpu_tls_open(gpu_engine *e, const sparse_tls_params *p, int on_default,
                  GPU_TLS_MAX_GROUP, GPU_TLS_MAX_CAND);
         return ACCEL_ERR_UNSUPPORTED;
     }
-    if (p->token_budget > GPU_TLS_MAX_TOKENS || p->block_budget * p->block_size > GPU_TLS_MAX_CAND) {
+    if (p->token_budget > GPU_TLS_MAX_TOKENS ||
+        (p->block_budget + 2 * p->stagger) * p->block_size > GPU_TLS_MAX_CAND) {
         snprintf(err, errlen, "cuda:%d: decode_sparse asynctls: the GPU takes token_budget up to "
-                 "%d and block_budget x block_size up to %d", e->index, GPU_TLS_MAX_TOKENS,
-                 GPU_TLS_MAX_CAND);
+                 "%d and block_budget x block_size up to %d (staggered: (block_budget + 2) x "
+                 "block_size)", e->index, GPU_TLS_MAX_TOKENS, GPU_TLS_MAX_CAND);
         return ACCEL_ERR_INVALID;
     }
     GPU_CHECK(cudaSetDevice(e->index));
@@ -176,11 +177,14 @@ int gpu_kv_tls_set(gpu_engine *e, gpu_kv *kv, const sparse_tls_params *p)
         return ACCEL_OK;
     }
     if (!e->tls) return ACCEL_ERR_UNSUPPORTED;
+    /* a staggered row's candidates: its block budget and the two newest blocks */
     if (p->token_budget < 1 || p->token_budget > GPU_TLS_MAX_TOKENS || p->block_budget < 1 ||
-        (long long)p->block_budget * e->tls->p.block_size > GPU_TLS_MAX_CAND)
+        (long long)(p->block_budget + 2 * p->stagger) * e->tls->p.block_size > GPU_TLS_MAX_CAND)
         return ACCEL_ERR_INVALID;
     gpu_tls_kv *t = kv_state(kv);
     if (!t) return ACCEL_ERR_NOMEM;
+    if (t->stagger != p->stagger || t->block_budget != p->block_budget) t->pipe_len = -1;
+    t->stagger = p->stagger;
     if (!t->on) t->host_read = t->host_total = t->steps = 0;
     t->on = 1;
     t->token_budget = p->token_budget;
@@ -243,6 +247,8 @@ void gpu_kv_tls_fork(gpu_kv *dst, const gpu_kv *src)
     t->block_budget = src->tls->block_budget;
     t->dense_below = src->tls->dense_below;
     t->off_want = src->tls->off_want || src->tls->off; /* gpu_kv_fork refuses an offloaded src */
+    t->stagger = src->tls->stagger;
+    t->pipe_len = -1; /* its first step selects synchronously */
 }
 
 void gpu_kv_tls_truncate(gpu_engine *e, gpu_kv *kv, int len)
@@ -251,6 +257,7 @@ void gpu_kv_tls_truncate(gpu_engine *e, gpu_kv *kv, int len)
     if (!kv->tls || !e->tls) return;
     const int from = len / e->tls->p.block_size * e->tls->p.block_size;
     if (kv->tls->valid > from) kv->tls->valid = from;
+    kv->tls->pipe_len = -1; /* the staggered state restarts */
     kv->tls->rc_reset = 1; /* positions from len on get new rows: the row cache empties */
 }
 
@@ -294,6 +301,10 @@ static int ensure(gpu_engine *e, gpu_kv *kv, gpu_tls_kv *t, int need)
     gpu_tls_seq_carve(c, mem, cap, &nd);
     if (t->mem) {
         GPU_CHECK(cudaMemcpyAsync(nd.cnt, t->dev.cnt, 5 * sizeof(unsigned long long),
+                                  cudaMemcpyDeviceToDevice, e->compute));
+        /* the staggered state (the same shape) and the query the last step saved */
+        const size_t lh = (size_t)c.L * c.n_kv;
+        GPU_CHECK(cudaMemcpyAsync(nd.sg, t->dev.sg, lh * (2 + nd.kmax) * sizeof(int),
                                   cudaMemcpyDeviceToDevice, e->compute));
         GPU_CHECK(cudaStreamSynchronize(e->compute));
         gpu_tls_mem_give(e, t->mem, &t->lend);
@@ -358,6 +369,9 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
                 row.on = 1;
                 row.block_budget = t->block_budget;
                 row.token_budget = t->token_budget;
+                /* staggered: the state continues only from the step at the position before */
+                row.stagger = t->stagger ? (t->pipe_len == pos[i] && pos[i] > 0 ? 1 : 2) : 0;
+                t->pipe_len = t->stagger ? keys : -1;
                 if (t->off && t->rc_slots) {
                     const size_t lh = (size_t)g->p.dense_layers * d.n_kv * t->rc_slots;
                     if (t->rc_reset) {
@@ -382,6 +396,12 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
         GPU_CHECK(cudaMemcpyAsync(g->meta_d, g->meta_h, (size_t)n * sizeof(gpu_tls_dev),
                                   cudaMemcpyHostToDevice, e->compute));
     return any;
+}
+
+int gpu_tls_step_end(gpu_engine *e, int l0, int l1, int T, const int *pos)
+{
+    return gpu_tls_next_layers(e->compute, e->tls->c, l0, l1, e->tls->p.dense_layers, T, pos,
+                               e->tls->meta_d);
 }
 
 int gpu_tls_layer(gpu_engine *e, int layer, int T, const h16 *q, const int *pos,

@@ -20,6 +20,18 @@
  *   rcr   (L, n_kv, rcs, 2, hd) h16  the slot's K row, then its V row
  * (both offset so that layer l, KV head g is at l * n_kv + g although only the sparse layers
  * have slots).
+ * The staggered selection (sparse_tls_params.stagger, sparse/tls_pipe.h), in the summaries'
+ * allocation, per (layer, KV head):
+ *   sg    (L, n_kv, 2 + kmax) int    [0] |S_{t-1}|, [1] the blocks there were when it was chosen,
+ *                                    then S_{t-1} ascending (kmax = GPU_TLS_MAX_CAND / bs)
+ *   sa    (L, n_kv, 2, hd) float     the step's aggregated query Q+, then Q-, that level 1 of the
+ *                                    next step's set is scored with (gpu_tls_next)
+ * A staggered row (stagger 1) takes its candidate blocks from sg (S_{t-1} below the block that
+ * was being filled when it was chosen, then that block and every later one) instead of level 1;
+ * stagger 2 (the first step, or the first after a gap) runs level 1 now, as the exact form does,
+ * and attends its set plus the newest block. Either way the layer saves Q+ / Q- in sa, and one
+ * launch after the step's last layer (gpu_tls_next: a CTA per sparse layer, KV head and row)
+ * scores level 1 for the next step and writes S_t into sg.
  *
  * One layer of a sparse decode step, T sequences (gpu_tls_attn_layer): one kernel, grid
  * (GPU_TLS_CLUSTER, n_kv, T) in thread-block clusters of GPU_TLS_CLUSTER CTAs of 512 or 256
@@ -56,6 +68,10 @@ struct gpu_tls_dev {
     int *rct;  /* the row cache (above) */
     h16 *rcr;
     int rcs;
+    int *sg;     /* the staggered selection's state (above) */
+    float *sa;
+    int stagger; /* 0: exact selection; 1: staggered; 2: staggered, its state restarts now */
+    int kmax;    /* sg's list stride */
 };
 
 /* The shapes and the scratch one layer's launch needs. */
@@ -102,6 +118,11 @@ int gpu_tls_split_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, 
                         const int *pos, const gpu_seq_dev *seqs, const gpu_tls_dev *tls, h16 *out,
                         int sel_threads = 0);
 int gpu_tls_split_init(void);
+/* After a step's layers l0 .. l1-1 (the staggered rows): level 1 of every sparse layer among
+ * them, per KV head and row, with the query the layer saved in sa, selects the set the next step
+ * attends (S_t into sg: sparse_tls_pipe_step's step 3). Rows not staggered are left alone. */
+int gpu_tls_next_layers(cudaStream_t s, const gpu_tls_cfg &c, int l0, int l1, int dense_layers,
+                        int T, const int *pos, const gpu_tls_dev *tls);
 /* pdl: the one-kernel form launched with programmatic dependent launch (engine.cuh's rules:
  * before its wait the kernel reads only the step's rows and requests summaries into L2; it lets
  * the next kernel start at once, which reads the output only after its own wait). */
@@ -172,7 +193,14 @@ struct gpu_tls_kv {
     int *rc_t0;            /* the table's first slot (layer split) */
     h16 *rc_r0;            /* the rows' */
     long long host_keys;   /* keys read from host memory by rows the sparse kernel took dense */
+    int stagger;           /* the staggered selection (sparse_tls_params.stagger) */
+    int pipe_len;          /* its state follows positions 0 .. pipe_len-1: the step at pos
+                            * continues it only when pos == pipe_len (else it restarts) */
 };
+
+/* The end of a decode step's layers l0 .. l1-1 that gpu_tls_prepare answered 1 for: the
+ * staggered rows' next sets (gpu_tls_next_layers). Graph-capturable. */
+int gpu_tls_step_end(gpu_engine *e, int l0, int l1, int T, const int *pos);
 
 /* Moves kv's positions [0, n) out of the pool: layers from gpu_tls_dense_layers on into pages
  * of the host pool (its whole capacity's), which the kernels read in place (mapped), the dense

@@ -1,6 +1,7 @@
 /* gpu/tls_dev.cuh — the device helpers AsyncTLS's kernels share (gpu/tls_kernels.cu: the
  * summaries and the one-kernel layer; gpu/tls_split.cu: the layer in three kernels): a key row
- * of the paged cache, a key's label, the top-k's order-preserving key and a CTA-wide scan. */
+ * of the paged cache, a key's label, the top-k's order-preserving key, a CTA-wide scan and a
+ * staggered row's attention set. */
 #ifndef TANDEM_GPU_TLS_DEV_CUH
 #define TANDEM_GPU_TLS_DEV_CUH
 #include "gpu/tls.cuh"
@@ -74,6 +75,25 @@ static __device__ int tls_scan(int v, int *tmp, int *total)
     *total = tmp[32];
     __syncthreads();
     return r;
+}
+
+/* A staggered row's attention set (sparse_tls_pipe_step's step 1) into kept (shared memory):
+ * S_{t-1} from sg (ascending) below tail, the block that was being filled when it was chosen,
+ * then tail .. nb-1. Returns its count (every thread, after a CTA barrier). */
+static __device__ int tls_stagger_set(const gpu_tls_dev &t, size_t lg, int nb, int *kept)
+{
+    const int *sg = t.sg + lg * (2 + t.kmax);
+    const int np = sg[0], tail = max(sg[1] - 1, 0);
+    int cut = 0;
+    for (int base = 0; base < np; base += blockDim.x) { /* the kept ones are a prefix */
+        const int i = base + threadIdx.x;
+        const int v = i < np ? sg[2 + i] : 0x7fffffff;
+        if (v < tail) kept[i] = v;
+        cut += __syncthreads_count(v < tail);
+    }
+    for (int j = threadIdx.x; j < nb - tail; j += blockDim.x) kept[cut + j] = tail + j;
+    __syncthreads();
+    return cut + nb - tail;
 }
 
 #endif

@@ -78,6 +78,8 @@ size_t gpu_tls_seq_bytes(const gpu_tls_cfg &c, int cap)
     b += (lh * nbc * 2 * c.hd * sizeof(h16) + 255) & ~(size_t)255;
     b += (lh * cap * sizeof(float2) + 255) & ~(size_t)255;
     b += (lh * words * 4 + 255) & ~(size_t)255;
+    b += (lh * (2 + GPU_TLS_MAX_CAND / c.bs) * 4 + 255) & ~(size_t)255; /* sg */
+    b += (lh * 2 * c.hd * 4 + 255) & ~(size_t)255;                      /* sa */
     b += lh * cap * (c.r / 2);
     return b;
 }
@@ -90,6 +92,9 @@ void gpu_tls_seq_carve(const gpu_tls_cfg &c, void *mem, int cap, gpu_tls_dev *t)
     t->mm = (h16 *)p, p += (lh * nbc * 2 * c.hd * sizeof(h16) + 255) & ~(size_t)255;
     t->lab = (float2 *)p, p += (lh * cap * sizeof(float2) + 255) & ~(size_t)255;
     t->prev = (unsigned *)p, p += (lh * words * 4 + 255) & ~(size_t)255;
+    t->kmax = GPU_TLS_MAX_CAND / c.bs;
+    t->sg = (int *)p, p += (lh * (2 + t->kmax) * 4 + 255) & ~(size_t)255;
+    t->sa = (float *)p, p += (lh * 2 * c.hd * 4 + 255) & ~(size_t)255;
     t->code = p;
     t->cap = cap;
     t->nbc = (int)nbc;
@@ -156,6 +161,33 @@ template <int NT> struct tls_smem {
     float qsum;
 };
 
+/* Every warp of a radix select's pass, from the pass's histogram t (256 counts): the digit whose
+ * keys hold rank kk counting from the highest (lane j sums digits 255 - 8j .. 248 - 8j, a scan
+ * over the lanes finds the first whose running sum reaches kk, then the digit inside its eight);
+ * *above: the keys of the higher digits. The counts sum to >= kk. */
+__device__ __forceinline__ int tls_digit_pick(const unsigned *t, int kk, int *above)
+{
+    const int lane = threadIdx.x & 31;
+    int s = 0;
+#pragma unroll
+    for (int d = 0; d < 8; d++) s += t[255 - 8 * lane - d];
+    int incl = s;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        int y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+    }
+    const unsigned hit = __ballot_sync(0xffffffffu, incl >= kk);
+    const int first = __ffs(hit) - 1; /* never empty */
+    int acc = __shfl_sync(0xffffffffu, incl - s, first), d = 255 - 8 * first;
+    for (int j = 0; j < 8; j++, d--) {
+        if (acc + (int)t[d] >= kk) break;
+        acc += t[d];
+    }
+    *above = acc;
+    return d;
+}
+
 /* fl[i] = 1 for the keys of sc[0 .. nl-1] (this CTA's range of the cluster's indices, the ranges
  * in rank order) among the k first of the whole cluster in the order above (k < the cluster's
  * total), else 0. Every thread of every CTA of the cluster calls it. *mine: this CTA's kept
@@ -193,24 +225,8 @@ __device__ void tls_cl_topk(cg::cluster_group &cl, int rank, const float *sc, in
             S.hist[(pass + 1) & 1][tid] = 0;
         }
         __syncthreads();
-        /* every warp: lane j holds digits 255 - 8j .. 248 - 8j (descending): their sum, a scan
-         * over lanes, the first lane whose running sum reaches kk, the digit inside its eight */
-        int s = 0;
-#pragma unroll
-        for (int d = 0; d < 8; d++) s += S.tot[255 - 8 * lane - d];
-        int incl = s;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            int y = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += y;
-        }
-        const unsigned hit = __ballot_sync(0xffffffffu, incl >= kk);
-        const int first = __ffs(hit) - 1; /* never empty: the counts sum to >= kk */
-        int acc = __shfl_sync(0xffffffffu, incl - s, first), d = 255 - 8 * first;
-        for (int j = 0; j < 8; j++, d--) {
-            if (acc + (int)S.tot[d] >= kk) break;
-            acc += S.tot[d];
-        }
+        int acc;
+        const int d = tls_digit_pick(S.tot, kk, &acc);
         const int done = (int)S.tot[d] == kk - acc;
         prefix |= (unsigned)d << shift;
         mask |= 255u << shift;
@@ -299,22 +315,8 @@ __device__ void tls_cta_select(tls_smem<NT> &S, int N, int k, unsigned *o_prefix
         }
         if (tid < 256) S.hist[(pass + 1) % 3][tid] = 0;
         __syncthreads();
-        int s = 0;
-#pragma unroll
-        for (int d = 0; d < 8; d++) s += h[255 - 8 * lane - d];
-        int incl = s;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            int y = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += y;
-        }
-        const unsigned hit = __ballot_sync(0xffffffffu, incl >= kk);
-        const int first = __ffs(hit) - 1; /* never empty: the counts sum to >= kk */
-        int acc = __shfl_sync(0xffffffffu, incl - s, first), d = 255 - 8 * first;
-        for (int j = 0; j < 8; j++, d--) {
-            if (acc + (int)h[d] >= kk) break;
-            acc += h[d];
-        }
+        int acc;
+        const int d = tls_digit_pick(h, kk, &acc);
         const int done = (int)h[d] == kk - acc;
         prefix |= (unsigned)d << shift;
         mask |= 255u << shift;
@@ -408,7 +410,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
     if (t.on && tid == 0) {
         const int nb = (n + bs - 1) / bs, per1 = ((nb + TLS_CL - 1) / TLS_CL + 31) & ~31;
         const int lo1 = rank * per1, n1 = max(0, min(nb - lo1, per1));
-        if (nb > t.block_budget && n1 > 0)
+        if (nb > t.block_budget && n1 > 0 && t.stagger != 1)
             gpu_l2_prefetch(t.mm + (lg * t.nbc + lo1) * 2 * hd, 0, (unsigned)n1 * 4u * hd);
     }
     gpu_pdl_wait(); /* q, and the newest key the QKV kernel wrote */
@@ -463,12 +465,21 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
             }
             S.qp[tid] = a;
             S.qn[tid] = z;
+            if (t.stagger && rank == 0) { /* the next step's level 1 (tls_split.cu's tls_next_k) */
+                t.sa[lg * 2 * hd + tid] = a;
+                t.sa[lg * 2 * hd + hd + tid] = z;
+            }
         }
         __syncthreads();
         /* level 1: two threads a block (its max row with Q+, its min row with Q-) */
         const int bb = t.block_budget;
-        int kc = 0, ko = 0, local1 = 1;
-        if (nb > bb) {
+        int kc = 0, ko = 0, local1 = 1, nk;
+        if (t.stagger == 1) {
+            /* staggered: S_{t-1} below the block it saw being filled, then that block on
+             * (sparse_tls_pipe_step's attention set) */
+            tls_cl_wait(); /* A0 */
+            nk = tls_stagger_set(t, lg, nb, S.kept);
+        } else if (nb > bb) {
             float *bsc = c.bscore + ((size_t)b * c.n_kv + g) * c.nb_max;
             for (int i0 = 0; i0 < n1; i0 += nt / 2) {
                 const int i = i0 + (tid >> 1), half = tid & 1;
@@ -523,9 +534,10 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
             for (int j = tid; j < nb; j += nt) S.kept[j] = j;
             __syncthreads();
         }
-        const int nk = nb > bb ? bb : nb;
-        /* the offload's count: blocks kept now that were not kept at the step before */
-        {
+        if (t.stagger != 1) nk = nb > bb ? bb : nb;
+        /* the offload's count: blocks kept now that were not kept at the step before (not for a
+         * staggered row, which scores no level 1 here) */
+        if (t.stagger != 1) {
             unsigned *prev = t.prev + lg * t.words + lo1 / 32;
             for (int w = tid; w < (n1 + 31) / 32; w += nt) {
                 unsigned word = 0;
@@ -551,6 +563,13 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
         }
         (void)kc;
         if (!local1) tls_cl_sync();
+        if (t.stagger == 2 && S.kept[nk - 1] != last) {
+            /* a staggered row's first step: the set level 1 chose now, and the newest block */
+            __syncthreads();
+            if (tid == 0) S.kept[nk] = last;
+            nk++;
+            __syncthreads();
+        }
         TLS_MARK(4);
         /* the kept blocks' entries of the block table, read once here so that the attention's
          * rows need no table read (a kept block lies inside one pool block: bs divides it) */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #define SEL_THREADS 1024
+#define NEXT_THREADS 512 /* tls_next_k: 16 uint4 loads in flight per thread need > 64 registers */
 #define ATT_WARPS 4
 #define TOK_UNROLL 4 /* keys a warp loads at once in the attention */
 
@@ -56,7 +57,11 @@ __global__ void __launch_bounds__(256) tls_score_k(gpu_tls_cfg c, int layer, con
                            t.lab + lg * t.cap + p);
         __syncthreads();
     }
-    if (nb <= t.block_budget || c0 >= c1) return;
+    /* a staggered row scores no level 1 here (its set is from the step before), and its first
+     * chunk's CTA saves the aggregated query for the next step's (tls_next_k) */
+    const bool score = t.stagger != 1 && nb > t.block_budget && c0 < c1;
+    const bool save = t.stagger && blockIdx.x == 0;
+    if (!score && !save) return;
     __shared__ float qp[128], qn[128];
     for (int ch = threadIdx.x; ch < hd; ch += blockDim.x) {
         float a = 0.0f, z = 0.0f;
@@ -67,7 +72,12 @@ __global__ void __launch_bounds__(256) tls_score_k(gpu_tls_cfg c, int layer, con
         }
         qp[ch] = a;
         qn[ch] = z;
+        if (save) {
+            t.sa[lg * 2 * hd + ch] = a;
+            t.sa[lg * 2 * hd + hd + ch] = z;
+        }
     }
+    if (!score) return;
     __syncthreads();
     const int sub = threadIdx.x & 7, grp = threadIdx.x >> 3, ngrp = blockDim.x >> 3;
     float *out = c.bscore + ((size_t)b * c.n_kv + g) * c.nb_max;
@@ -264,7 +274,9 @@ __global__ void __launch_bounds__(SEL_THREADS) tls_select_k(gpu_tls_cfg c, int l
     }
     const size_t lg = (size_t)layer * c.n_kv + g;
     const int nb = (n + bs - 1) / bs;
-    if (nb > t.block_budget) {
+    if (t.stagger == 1) {
+        /* staggered: the set of the step before (tls_stagger_set), no level 1 here */
+    } else if (nb > t.block_budget) {
         const float *bsc = c.bscore + ((size_t)b * c.n_kv + g) * c.nb_max;
         for (int i = tid; i < nb; i += nt) sc[i] = bsc[i];
         __syncthreads();
@@ -277,7 +289,7 @@ __global__ void __launch_bounds__(SEL_THREADS) tls_select_k(gpu_tls_cfg c, int l
     if (tid < 2) st[tid] = 0;
     __syncthreads();
     unsigned *prev = t.prev + lg * t.words;
-    for (int w = tid; w < (nb + 31) / 32; w += nt) {
+    for (int w = tid; w < (t.stagger == 1 ? 0 : (nb + 31) / 32); w += nt) {
         unsigned word = 0;
         for (int j = 0; j < 32 && w * 32 + j < nb; j++) word |= (unsigned)fa[w * 32 + j] << j;
         unsigned fresh = word & ~prev[w];
@@ -285,9 +297,20 @@ __global__ void __launch_bounds__(SEL_THREADS) tls_select_k(gpu_tls_cfg c, int l
         atomicAdd(&st[0], (unsigned long long)__popc(fresh));
         atomicAdd(&st[1], (unsigned long long)__popc(word));
     }
-    const int nk = tls_compact(fa, nb, kept, tmp);
+    int nk;
+    if (t.stagger == 1) {
+        nk = tls_stagger_set(t, lg, nb, kept);
+    } else {
+        nk = tls_compact(fa, nb, kept, tmp);
+        if (t.stagger == 2 && kept[nk - 1] != nb - 1) { /* a staggered first step: + the newest */
+            __syncthreads();
+            if (tid == 0) kept[nk] = nb - 1;
+            nk++;
+            __syncthreads();
+        }
+    }
     const int lastlen = n - (nb - 1) * bs;
-    const int C = nk * bs - (fa[nb - 1] ? bs - lastlen : 0);
+    const int C = nk * bs - (kept[nk - 1] == nb - 1 ? bs - lastlen : 0);
     int m;
     if (C <= t.token_budget) {
         for (int j = tid; j < C; j += nt) idx[j] = kept[j / bs] * bs + j % bs;
@@ -360,6 +383,74 @@ __global__ void __launch_bounds__(SEL_THREADS) tls_select_k(gpu_tls_cfg c, int l
         atomicAdd(&t.cnt[2], st[0]);
         atomicAdd(&t.cnt[3], st[1]);
     }
+}
+
+/* ---------------------------------------------------------------- the staggered rows' next sets
+ * One CTA per (KV head, sparse layer l0 + y, row): level 1 over every block with the query the
+ * layer saved (sa), two threads a block as the one-kernel form scores (the same bits), its
+ * top-k (tls_topk), and S_t into sg with the blocks it saw (sparse_tls_pipe_step's step 3). */
+__global__ void __launch_bounds__(NEXT_THREADS) tls_next_k(gpu_tls_cfg c, int l0, const int *pos,
+                                                        const gpu_tls_dev *tls)
+{
+    extern __shared__ float sc[]; /* GPU_TLS_MAX_CAND scores, then flags */
+    unsigned char *fl = (unsigned char *)(sc + GPU_TLS_MAX_CAND);
+    __shared__ unsigned hist[264];
+    __shared__ int tmp[33];
+    __shared__ float qp[128], qn[128];
+    const int g = blockIdx.x, layer = l0 + blockIdx.y, b = blockIdx.z;
+    const int tid = threadIdx.x, nt = blockDim.x, hd = c.hd;
+    const gpu_tls_dev t = tls[b];
+    if (!t.on || !t.stagger) return;
+    const int n = pos[b] + 1, nb = (n + c.bs - 1) / c.bs, bb = t.block_budget;
+    const size_t lg = (size_t)layer * c.n_kv + g;
+    int *sg = t.sg + lg * (2 + t.kmax);
+    if (nb <= bb) {
+        for (int i = tid; i < nb; i += nt) sg[2 + i] = i;
+        if (tid == 0) sg[0] = nb, sg[1] = nb;
+        return;
+    }
+    for (int i = tid; i < hd; i += nt) qp[i] = t.sa[lg * 2 * hd + i], qn[i] = t.sa[lg * 2 * hd + hd + i];
+    __syncthreads();
+    const h16 *mm = t.mm + lg * t.nbc * 2 * hd;
+    for (int i0 = 0; i0 < nb; i0 += nt / 2) {
+        const int i = i0 + (tid >> 1), half = tid & 1;
+        const bool live = i < nb;
+        const h16 *src = mm + (size_t)(live ? i : 0) * 2 * hd + half * hd;
+        const float *qv = half ? qn : qp;
+        uint4 w[16];
+#pragma unroll
+        for (int k8 = 0; k8 < 16; k8++)
+            if (k8 * 8 < hd) w[k8] = *(const uint4 *)(src + k8 * 8);
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+        for (int k8 = 0; k8 < 16; k8++) {
+            if (k8 * 8 >= hd) break;
+            const h16 *e = (const h16 *)&w[k8];
+#pragma unroll
+            for (int l = 0; l < 8; l++) acc[l] = __fadd_rn(acc[l], __fmul_rn(qv[k8 * 8 + l], h16_to(e[l])));
+        }
+#pragma unroll
+        for (int wdt = 4; wdt >= 1; wdt >>= 1)
+#pragma unroll
+            for (int l = 0; l < wdt; l++) acc[l] = __fadd_rn(acc[l], acc[l + wdt]);
+        const float other = __shfl_xor_sync(0xffffffffu, acc[0], 1);
+        if (live && !half) sc[i] = __fadd_rn(acc[0], other);
+    }
+    __syncthreads();
+    tls_topk(sc, nb, bb, fl, hist, tmp);
+    const int k = tls_compact(fl, nb, sg + 2, tmp);
+    if (tid == 0) sg[0] = k, sg[1] = nb;
+}
+
+int gpu_tls_next_layers(cudaStream_t s, const gpu_tls_cfg &c, int l0, int l1, int dense_layers,
+                        int T, const int *pos, const gpu_tls_dev *tls)
+{
+    l0 = l0 > dense_layers ? l0 : dense_layers;
+    if (l1 <= l0 || T < 1) return ACCEL_OK;
+    const size_t smem = (size_t)GPU_TLS_MAX_CAND * (sizeof(float) + 1);
+    tls_next_k<<<dim3(c.n_kv, l1 - l0, T), NEXT_THREADS, smem, s>>>(c, l0, pos, tls);
+    GPU_LAUNCHED();
+    return ACCEL_OK;
 }
 
 /* ---------------------------------------------------------------- attention over the list */
@@ -563,6 +654,8 @@ int gpu_tls_split_init(void)
 {
     const size_t smem = (size_t)GPU_TLS_MAX_CAND * (sizeof(float) + 2);
     GPU_CHECK(cudaFuncSetAttribute(tls_select_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    GPU_CHECK(cudaFuncSetAttribute(tls_next_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)((size_t)GPU_TLS_MAX_CAND * (sizeof(float) + 1))));
     /* two CTAs of 512 threads per SM: 2 x ~104 KB of shared memory */
     GPU_CHECK(cudaFuncSetAttribute(tls_select_k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                    (int)cudaSharedmemCarveoutMaxShared));

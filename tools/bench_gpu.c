@@ -63,7 +63,8 @@
  *                 prompt of C tokens prefilled once, B forks of it (shared blocks: each row still
  *                 reads its whole KV every dense step) decoded --steps steps dense, truncated
  *                 back, then --steps steps sparse (--tls-budget tokens, default 1024,
- *                 --tls-blocks blocks of 64, default 128; the first step of each, not timed,
+ *                 --tls-blocks blocks of 64, default 128), then as many staggered (stagger=1:
+ *                 stagger_ms; the first step of each, not timed,
  *                 captures the graph and builds the summaries): median ms per step of each, the
  *                 fraction of KV read, and the offload's traffic per step (level-1 blocks newly
  *                 kept vs all kept, x 64 positions x K+V of one head, h16). The channel file:
@@ -691,8 +692,9 @@ int main(int argc, char **argv)
         /* one layer's sparse attention alone in each form (Llama-3-8B heads, 32 channels), then the
          * whole model */
         for (int bi = 0; bi < ntls_b && tls_k; bi++) {
-            double us[2 + 11 + 2] = {0}; /* the two forms, the one-kernel form's 11 phases, the
-                                          * one-kernel form in CTAs of 256 / 512 threads */
+            double us[2 + 11 + 2 + 3] = {0}; /* the two forms, the one-kernel form's 11 phases,
+                                              * the one-kernel form in CTAs of 256 / 512
+                                              * threads, the staggered forms and next launch */
             if ((st = tls_k(m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, (int)tls_ctx[i], 64, 32,
                             (int)tls_blocks, (int)tls_budget, (int)tls_batch[bi], 50, us))) {
                 fprintf(stderr, "bench_gpu: tls kernels: %s\n", accel_strerror(st));
@@ -702,7 +704,9 @@ int main(int argc, char **argv)
                    "\"three_kernels_us\":%.1f,\"one_kernel_phases_us\":[", tls_ctx[i], tls_batch[bi],
                    us[0], us[1]);
             for (int k = 2; k < 13; k++) printf("%s%.2f", k > 2 ? "," : "", us[k]);
-            printf("],\"one_kernel_256_us\":%.1f,\"one_kernel_512_us\":%.1f}\n", us[13], us[14]);
+            printf("],\"one_kernel_256_us\":%.1f,\"one_kernel_512_us\":%.1f,\"stagger_one_kernel_us\":%.1f,"
+                   "\"stagger_three_kernels_us\":%.1f,\"stagger_next_us\":%.1f}\n", us[13], us[14], us[15],
+                   us[16], us[17]);
             fflush(stdout);
         }
         if (bg_tls_run(d, m, (int)tls_ctx[i], tls_batch, ntls_b, (int)steps, (int)tls_budget,

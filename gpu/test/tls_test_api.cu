@@ -137,6 +137,98 @@ int gpu_tls_test_step(int n_heads, int n_kv, int hd, int n, int bs, int r, int b
     return ACCEL_OK;
 }
 
+/* The staggered selection (gpu/tls.cuh) over `steps` decode steps of one layer: K, V as above
+ * for positions 0 .. n0 + steps - 1, the summaries of [0, n0) rebuilt at once, then step i at
+ * position n0 + i with its own query q + i * n_heads * hd: the layer (form as above) with the row
+ * staggered (state 1), or restarting (state 2: the first step, and every step with restart[i]
+ * set, as a fork or a truncation leaves it), then the next-step launch (gpu_tls_next_layers).
+ * Per step: idx (steps, n_kv, GPU_TLS_MAX_TOKENS), cnt (steps, n_kv), att (steps, n_heads, hd). */
+extern "C" int gpu_tls_test_stagger(int n_heads, int n_kv, int hd, int n0, int steps, int bs, int r,
+                                    int block_budget, int token_budget, const float *q, const float *k,
+                                    const float *v, const unsigned short *ch, const int *restart,
+                                    int32_t *idx, int32_t *cnt, float *att, int form);
+int gpu_tls_test_stagger(int n_heads, int n_kv, int hd, int n0, int steps, int bs, int r,
+                         int block_budget, int token_budget, const float *q, const float *k,
+                         const float *v, const unsigned short *ch, const int *restart, int32_t *idx,
+                         int32_t *cnt, float *att, int form)
+{
+    if (gpu_tls_test_device_count() < 1) return ACCEL_ERR_NOT_FOUND;
+    const int n = n0 + steps;
+    if (n0 < 1 || steps < 1 || hd > 128 || hd % 8 || n_heads % n_kv ||
+        n_heads / n_kv > GPU_TLS_MAX_GROUP || token_budget > GPU_TLS_MAX_TOKENS ||
+        (block_budget + 2) * bs > GPU_TLS_MAX_CAND || (n + bs - 1) / bs > GPU_TLS_MAX_CAND)
+        return ACCEL_ERR_INVALID;
+    GPU_CHECK(cudaSetDevice(0));
+    GPU_TRY(gpu_tls_kernels_init());
+    bufs b;
+    const size_t kvd = (size_t)n_kv * hd, qd = (size_t)n_heads * hd;
+    std::vector<float> kt(kvd * n), vt(kvd * n);
+    for (int p = 0; p < n; p++)
+        for (int g = 0; g < n_kv; g++)
+            for (int e = 0; e < hd; e++) {
+                kt[((size_t)g * n + p) * hd + e] = k[(size_t)p * kvd + (size_t)g * hd + e];
+                vt[((size_t)g * n + p) * hd + e] = v[(size_t)p * kvd + (size_t)g * hd + e];
+            }
+    h16 *dk, *dv, *dq, *dout;
+    GPU_TRY(b.alloc(&dk, kvd * n));
+    GPU_TRY(b.alloc(&dv, kvd * n));
+    GPU_TRY(b.alloc(&dq, qd * steps));
+    GPU_TRY(b.alloc(&dout, qd));
+    GPU_TRY(to_half(dk, kt.data(), kt.size()));
+    GPU_TRY(to_half(dv, vt.data(), vt.size()));
+    GPU_TRY(to_half(dq, q, qd * steps));
+    gpu_tls_cfg c;
+    memset(&c, 0, sizeof c);
+    c.L = 1, c.n_heads = n_heads, c.n_kv = n_kv, c.hd = hd, c.bs = bs, c.r = r;
+    c.nb_max = (n + bs - 1) / bs;
+    GPU_CHECK(cudaDeviceGetAttribute(&c.sms, cudaDevAttrMultiProcessorCount, 0));
+    unsigned short *dch;
+    GPU_TRY(b.alloc(&dch, (size_t)n_kv * r));
+    GPU_CHECK(cudaMemcpy(dch, ch, (size_t)n_kv * r * 2, cudaMemcpyHostToDevice));
+    c.ch = dch;
+    GPU_TRY(b.alloc(&c.bscore, (size_t)n_kv * c.nb_max));
+    GPU_TRY(b.alloc(&c.idx, (size_t)n_kv * GPU_TLS_MAX_TOKENS));
+    GPU_TRY(b.alloc(&c.cnt_idx, (size_t)n_kv));
+    GPU_TRY(b.alloc(&c.po, (size_t)n_heads * GPU_TLS_SPLITS * hd));
+    GPU_TRY(b.alloc(&c.pml, (size_t)n_heads * GPU_TLS_SPLITS));
+    GPU_TRY(b.alloc(&c.arrive, (size_t)n_kv));
+    unsigned char *mem;
+    GPU_TRY(b.alloc(&mem, gpu_tls_seq_bytes(c, n)));
+    gpu_tls_dev t;
+    memset(&t, 0, sizeof t);
+    gpu_tls_seq_carve(c, mem, n, &t);
+    t.on = 1;
+    t.block_budget = block_budget;
+    t.token_budget = token_budget;
+    gpu_seq_dev sq;
+    memset(&sq, 0, sizeof sq);
+    sq.k = dk, sq.v = dv, sq.cap = n;
+    gpu_tls_dev *dt;
+    gpu_seq_dev *dsq;
+    int *dpos;
+    GPU_TRY(b.alloc(&dt, 1));
+    GPU_TRY(b.alloc(&dsq, 1));
+    GPU_TRY(b.alloc(&dpos, 1));
+    GPU_CHECK(cudaMemcpy(dsq, &sq, sizeof sq, cudaMemcpyHostToDevice));
+    GPU_TRY(gpu_tls_rebuild(0, c, sq, t, 0, n0));
+    std::vector<unsigned short> h(qd);
+    for (int i = 0; i < steps; i++) {
+        const int p = n0 + i;
+        t.stagger = i == 0 || restart[i] ? 2 : 1;
+        GPU_CHECK(cudaMemcpy(dt, &t, sizeof t, cudaMemcpyHostToDevice));
+        GPU_CHECK(cudaMemcpy(dpos, &p, sizeof p, cudaMemcpyHostToDevice));
+        GPU_TRY(gpu_tls_attn_layer(0, c, 0, 1, dq + qd * i, dpos, dsq, dt, dout, 0, form));
+        GPU_TRY(gpu_tls_next_layers(0, c, 0, 1, 0, 1, dpos, dt));
+        GPU_CHECK(cudaDeviceSynchronize());
+        GPU_CHECK(cudaMemcpy(idx + (size_t)i * n_kv * GPU_TLS_MAX_TOKENS, c.idx,
+                             (size_t)n_kv * GPU_TLS_MAX_TOKENS * 4, cudaMemcpyDeviceToHost));
+        GPU_CHECK(cudaMemcpy(cnt + (size_t)i * n_kv, c.cnt_idx, (size_t)n_kv * 4, cudaMemcpyDeviceToHost));
+        GPU_CHECK(cudaMemcpy(h.data(), dout, qd * 2, cudaMemcpyDeviceToHost));
+        for (size_t j = 0; j < qd; j++) att[(size_t)i * qd + j] = h16_float_host(h[j]);
+    }
+    return ACCEL_OK;
+}
+
 /* ---------------------------------------------------------------- kernel timings (bench_gpu) */
 
 extern "C" int gpu_tls_bench_kernels(int n_heads, int n_kv, int hd, int n, int bs, int r,
@@ -158,13 +250,14 @@ __global__ void fill_k(h16 *x, size_t n, unsigned seed)
  * summaries), timed over reps launches back to back: us[0] microseconds per launch of the
  * one-kernel form, us[1] of the three kernels; us[2 .. 2 + GPU_TLS_PHASES) the one-kernel
  * form's phases (gpu_tls_cfg.trace) in one more launch, microseconds after its start; us[13],
- * us[14] the one-kernel form in CTAs of 256 and of 512 threads (us: 15 doubles). */
+ * us[14] the one-kernel form in CTAs of 256 and of 512 threads, us[15 .. 17] the staggered
+ * form's (below) (us: 18 doubles). */
 int gpu_tls_bench_kernels(int n_heads, int n_kv, int hd, int n, int bs, int r, int block_budget,
                           int token_budget, int B, int reps, double *us)
 {
     if (gpu_tls_test_device_count() < 1) return ACCEL_ERR_NOT_FOUND;
     if (B < 1 || B > 256 || reps < 1 || n < 2 || hd > 128 || n_heads % n_kv ||
-        token_budget > GPU_TLS_MAX_TOKENS || block_budget * bs > GPU_TLS_MAX_CAND)
+        token_budget > GPU_TLS_MAX_TOKENS || (block_budget + 2) * bs > GPU_TLS_MAX_CAND)
         return ACCEL_ERR_INVALID;
     GPU_CHECK(cudaSetDevice(0));
     GPU_TRY(gpu_tls_kernels_init());
@@ -236,6 +329,29 @@ int gpu_tls_bench_kernels(int n_heads, int n_kv, int hd, int n, int bs, int r, i
         GPU_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         us[slot[fi]] = 1e3 * ms / reps;
     }
+    /* the staggered rows (gpu/tls.cuh): one restarting step saves the query and the next-step
+     * launch selects the set, then the layer from the set: us[15] the one-kernel form, us[16]
+     * the three kernels, us[17] the next-step launch (this one layer's) */
+    for (int i = 0; i < B; i++) t[i].stagger = 2;
+    GPU_CHECK(cudaMemcpy(dt, t.data(), B * sizeof(gpu_tls_dev), cudaMemcpyHostToDevice));
+    GPU_TRY(gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, 0, 1));
+    GPU_TRY(gpu_tls_next_layers(0, c, 0, 1, 0, B, dpos, dt));
+    for (int i = 0; i < B; i++) t[i].stagger = 1;
+    GPU_CHECK(cudaMemcpy(dt, t.data(), B * sizeof(gpu_tls_dev), cudaMemcpyHostToDevice));
+    for (int fi = 0; fi < 3; fi++) {
+        const int form = fi == 0 ? 1 : 2;
+        GPU_CHECK(cudaEventRecord(e0, 0));
+        for (int i = 0; i < reps; i++)
+            GPU_TRY(fi < 2 ? gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, 0, form)
+                           : gpu_tls_next_layers(0, c, 0, 1, 0, B, dpos, dt));
+        GPU_CHECK(cudaEventRecord(e1, 0));
+        GPU_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        GPU_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        us[15 + fi] = 1e3 * ms / reps;
+    }
+    for (int i = 0; i < B; i++) t[i].stagger = 0;
+    GPU_CHECK(cudaMemcpy(dt, t.data(), B * sizeof(gpu_tls_dev), cudaMemcpyHostToDevice));
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     /* one more launch of the one-kernel form with its phase trace: us[2 + i] the clock at point i

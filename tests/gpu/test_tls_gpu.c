@@ -379,6 +379,90 @@ TEST(gpu_tls_engine)
     free(l2);
 }
 
+/* The staggered selection in the engine (stagger=1: gpu/tls.cu's per-sequence state, the
+ * next-step launch after the layers in the decode graph): every key kept == dense within the
+ * bound; with small budgets it decodes (finite logits, fewer keys read) and is not the exact
+ * selection (some step's logits differ: the set comes from the step before); a truncation and a
+ * fork restart the state: their first steps select synchronously, the same bits both ways. */
+TEST(gpu_tls_stagger_engine)
+{
+    model *m;
+    accel_dev *d;
+    char why[600];
+    accel_opts o = {.decode_sparse = "asynctls,block_size=64,dense_layers=1,stagger=1"};
+    int r = tls_open(&o, &m, &d, why, sizeof why, NULL);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    const int V = m->cfg.vocab, N = 1000;
+    int32_t *ids = tg_ids(N + 100, V, 9);
+    float *l0 = malloc(sizeof(float) * V), *l1 = malloc(sizeof(float) * V),
+          *l2 = malloc(sizeof(float) * V);
+    REQUIRE(ids && l0 && l1 && l2);
+    accel_seq *dense, *st, *ex, *fk = NULL;
+    REQUIRE(accel_seq_new(d, 4096, &dense) == 0 && accel_seq_new(d, 4096, &st) == 0 &&
+            accel_seq_new(d, 4096, &ex) == 0);
+    REQUIRE(accel_seq_decode_sparse(d, dense, NULL) == 0);
+    REQUIRE(prefill(d, dense, ids, N, l0) == 0 && prefill(d, st, ids, N, l1) == 0);
+    sparse_tls_params all;
+    sparse_tls_params_default(&all);
+    all.block_budget = 64, all.token_budget = 4096, all.dense_below = 0, all.dense_layers = 1;
+    all.stagger = 1;
+    REQUIRE(accel_seq_decode_sparse(d, st, &all) == 0);
+    double worst = 0;
+    for (int t = 0; t < 12; t++) {
+        REQUIRE(decode1(d, dense, ids[N + t], l0) == 0);
+        REQUIRE(decode1(d, st, ids[N + t], l1) == 0);
+        double kl, top1, mx;
+        tg_compare(l0, l1, 1, V, &kl, &top1, &mx);
+        worst = mx > worst ? mx : worst;
+    }
+    CHECK_MSG(worst <= 0.05, "staggered, every key kept: logits off dense by %.3g (bound 0.05)", worst);
+    /* small budgets, staggered and exact from the same state */
+    sparse_tls_params small = all;
+    small.block_budget = 4, small.token_budget = 96;
+    REQUIRE(accel_seq_decode_sparse(d, st, &small) == 0);
+    accel_seq_free(d, ex); /* exact from here: a fork of the staggered sequence */
+    REQUIRE(accel_seq_fork(d, st, accel_seq_len(d, st), 4096, &ex) == 0);
+    sparse_tls_params exact = small;
+    exact.stagger = 0;
+    REQUIRE(accel_seq_decode_sparse(d, ex, &exact) == 0);
+    int differ = 0, finite = 1;
+    for (int t = 12; t < 60; t++) {
+        REQUIRE(decode1(d, st, ids[N + t], l1) == 0);
+        REQUIRE(decode1(d, ex, ids[N + t], l2) == 0);
+        differ += memcmp(l1, l2, sizeof(float) * V) != 0;
+        for (int i = 0; i < V; i++) finite &= isfinite(l1[i]) != 0;
+    }
+    CHECK(finite);
+    CHECK_MSG(differ > 0, "the staggered sequence decoded as the exact one on all 48 steps");
+    accel_decode_stats ds;
+    REQUIRE(accel_seq_decode_stats(d, st, &ds) == 0);
+    CHECK(ds.keys_read < ds.keys_total && ds.keys_read > 0);
+    /* a truncation into a block restarts the state as a fork's first step does */
+    const int len = accel_seq_len(d, st);
+    REQUIRE(accel_seq_truncate(d, st, len - 3) == 0);
+    REQUIRE(accel_seq_fork(d, st, len - 3, 4096, &fk) == 0);
+    REQUIRE(decode1(d, st, ids[N + 5], l1) == 0);
+    REQUIRE(decode1(d, fk, ids[N + 5], l2) == 0);
+    CHECK_MSG(memcmp(l1, l2, sizeof(float) * V) == 0, "staggered: after a truncation != a fork's first step");
+    /* ... and the steps after continue alike */
+    for (int t = 0; t < 4; t++) {
+        REQUIRE(decode1(d, st, ids[N + 6 + t], l1) == 0);
+        REQUIRE(decode1(d, fk, ids[N + 6 + t], l2) == 0);
+        CHECK_MSG(memcmp(l1, l2, sizeof(float) * V) == 0, "staggered step %d after the restart differs", t);
+    }
+    accel_seq_free(d, fk);
+    accel_seq_free(d, ex);
+    accel_seq_free(d, st);
+    accel_seq_free(d, dense);
+    accel_free(d);
+    model_free(m);
+    free(ids);
+    free(l0);
+    free(l1);
+    free(l2);
+}
+
 /* Two sequences' stats equal in what both count (the selections' traces). */
 static int same_trace(const accel_decode_stats *a, const accel_decode_stats *b)
 {
