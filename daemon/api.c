@@ -427,7 +427,8 @@ static void prep_submit(api_prep *pp)
     /* Sparse decode, decided here once (sparse/tls.h: the request over the configuration's
      * decode_sparse over the defaults); a 400 names the key */
     sparse_tls_req trq = {.given = q->decode_sparse, .token_budget = (int)q->decode_sparse_token_budget,
-                          .block_budget = (int)q->decode_sparse_block_budget};
+                          .block_budget = (int)q->decode_sparse_block_budget,
+                          .stagger = q->decode_sparse_stagger};
     sparse_tls_params tls_p;
     int tls_on = 0;
     const char *tls_key = NULL;

@@ -209,12 +209,13 @@ static int parse_sparse(pctx *c, json_t *o, proto_req *r)
 }
 
 /* "sparse_decode": true | false | {"mode": "asynctls" | "off", "token_budget": N,
- * "block_budget": N} (AsyncTLS, sparse/tls.h; absent members take the server's configuration,
- * resolved with sparse_tls_resolve). Budgets bounded here as there. */
+ * "block_budget": N, "stagger": bool} (AsyncTLS, sparse/tls.h; absent members take the server's
+ * configuration, resolved with sparse_tls_resolve). Budgets bounded here as there. */
 static int parse_decode_sparse(pctx *c, json_t *o, proto_req *r)
 {
     r->decode_sparse = -1;
     r->decode_sparse_token_budget = r->decode_sparse_block_budget = 0;
+    r->decode_sparse_stagger = 0;
     json_t *v = json_object_get(o, "sparse_decode");
     if (!v || json_is_null(v)) return 0;
     if (json_is_boolean(v)) {
@@ -227,8 +228,9 @@ static int parse_decode_sparse(pctx *c, json_t *o, proto_req *r)
     json_t *m;
     json_object_foreach(v, key, m)
     {
-        if (strcmp(key, "mode") && strcmp(key, "token_budget") && strcmp(key, "block_budget"))
-            return fail(c, PROTO_ERR_INVALID_VALUE, "sparse_decode", "'sparse_decode' has no member '%.40s' (mode, token_budget, block_budget)", key);
+        if (strcmp(key, "mode") && strcmp(key, "token_budget") && strcmp(key, "block_budget") &&
+            strcmp(key, "stagger"))
+            return fail(c, PROTO_ERR_INVALID_VALUE, "sparse_decode", "'sparse_decode' has no member '%.40s' (mode, token_budget, block_budget, stagger)", key);
     }
     r->decode_sparse = 1;
     json_t *mv = json_object_get(v, "mode");
@@ -245,6 +247,12 @@ static int parse_decode_sparse(pctx *c, json_t *o, proto_req *r)
     if (k) r->decode_sparse_token_budget = x;
     if ((k = get_int(c, v, "block_budget", 1, 1 << 16, &x)) < 0) return -1;
     if (k) r->decode_sparse_block_budget = x;
+    json_t *sv = json_object_get(v, "stagger");
+    if (sv && !json_is_null(sv)) {
+        if (!json_is_boolean(sv))
+            return fail(c, PROTO_ERR_INVALID_TYPE, "stagger", "'stagger' must be a boolean, not %s", type_name(sv));
+        r->decode_sparse_stagger = json_is_true(sv) ? 2 : 1;
+    }
     return 0;
 }
 

@@ -119,10 +119,11 @@ typedef struct proto_req {
     long long sparse_xattn_block, sparse_xattn_stride; /* LLONG_MIN: not given */
     long long sparse_start, sparse_recent, sparse_last_dense; /* tokens; LLONG_MIN: not given */
     /* tandem's extension "sparse_decode": true | false | {"mode": "asynctls" | "off",
-     * "token_budget": N, "block_budget": N} (AsyncTLS sparse decode; sparse/tls.h resolves it
-     * with the configuration) */
+     * "token_budget": N, "block_budget": N, "stagger": bool} (AsyncTLS sparse decode;
+     * sparse/tls.h resolves it with the configuration) */
     int decode_sparse;         /* -1: not given, 0: off, 1: on */
     long long decode_sparse_token_budget, decode_sparse_block_budget; /* 0: not given */
+    int decode_sparse_stagger; /* 0: not given, 1: false, 2: true */
     struct proto_tools *tools; /* chat "tools" with tool_choice / parallel_tool_calls
                                   (proto/openai_tools.h); NULL when none */
     int echo;                  /* completions: the prompt's text before each choice's text */

@@ -129,6 +129,7 @@ int sparse_tls_resolve(const sparse_tls_req *rq, const char *config_spec, int he
         }
         p->block_budget = rq->block_budget;
     }
+    if (rq->stagger) p->stagger = rq->stagger == 2;
     return sparse_tls_params_check(p, 0, err, errlen);
 }
 

@@ -85,13 +85,14 @@ int sparse_tls_params_check(const sparse_tls_params *p, int head_dim, char *err,
 int sparse_tls_parse(const char *spec, int head_dim, sparse_tls_params *p, int *on,
                      int *channels_set, char *err, size_t errlen);
 /* The per-request switch (the API's "sparse_decode": false, true or {"mode": "asynctls" | "off",
- * "token_budget": N, "block_budget": N}), decided here once for every device: the request's
- * members over the configuration's spec (the daemon's decode_sparse key, sparse_tls_parse's
- * syntax) over the defaults. */
+ * "token_budget": N, "block_budget": N, "stagger": bool}), decided here once for every device:
+ * the request's members over the configuration's spec (the daemon's decode_sparse key,
+ * sparse_tls_parse's syntax) over the defaults. */
 typedef struct sparse_tls_req {
     int given;        /* -1: absent (the configuration decides); 0: off; 1: on */
     int token_budget; /* 0: not given */
     int block_budget; /* 0: not given */
+    int stagger;      /* 0: not given; 1: false; 2: true */
 } sparse_tls_req;
 /* *on and p settled (p checked when on). 0, or SPARSE_TLS_ERR_INVALID with the reason in err
  * and the API key at fault in *key (may be NULL): "token_budget", "block_budget", or

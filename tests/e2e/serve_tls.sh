@@ -2,7 +2,8 @@
 # AsyncTLS sparse decode through the daemon (decode_sparse key; the CPU device, and an emulated
 # card for the per-request switch): with budgets that
 # cover the context the greedy text equals dense decode's; with small budgets requests are served;
-# a request turns it on by itself ("sparse_decode") and usage says what fraction of the KV it read;
+# a request turns it on by itself ("sparse_decode", staggered too) and usage says what fraction of
+# the KV it read;
 # bad values are a 400 naming the key;
 # without the model's channel file the daemon refuses to start and says how to make it; a bad
 # spec names the key.
@@ -35,6 +36,18 @@ code=$(post /v1/completions "{\"prompt\":[1,2,3],\"max_tokens\":2,\"sparse_decod
 check tls_request_bad_budget_names_key sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = token_budget ]"
 code=$(post /v1/completions "{\"prompt\":[1,2,3],\"max_tokens\":2,\"sparse_decode\":{\"mode\":\"quest\"}}")
 check tls_request_bad_mode_names_key sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = mode ]"
+# the staggered selection asked per request: budgets covering the context still give dense's
+# text and read everything; small ones read less; a bad value names the key
+gfreq="{\"prompt\":$ids,\"max_tokens\":64,\"temperature\":0,\"sparse_decode\":{\"token_budget\":512,\"block_budget\":64,\"stagger\":true}}"
+gsreq="{\"prompt\":$ids,\"max_tokens\":64,\"temperature\":0,\"sparse_decode\":{\"token_budget\":32,\"block_budget\":4,\"stagger\":true}}"
+code=$(post /v1/completions "$gfreq")
+frac=$(jq -r '.usage.decode_kv_read_fraction' "$T/body")
+check tls_request_stagger_full_equals_dense sh -c "[ $code = 200 ] && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$dense' ] && python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) == 1 else 1)' '$frac'"
+code=$(post /v1/completions "$gsreq")
+frac=$(jq -r '.usage.decode_kv_read_fraction' "$T/body")
+check tls_request_stagger_reads_less sh -c "[ $code = 200 ] && python3 -c 'import sys; f=float(sys.argv[1]); sys.exit(0 if 0 < f < 0.9 else 1)' '$frac'"
+code=$(post /v1/completions "{\"prompt\":[1,2,3],\"max_tokens\":2,\"sparse_decode\":{\"stagger\":\"yes\"}}")
+check tls_request_bad_stagger_names_key sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = stagger ]"
 serve_stop
 
 # the same switch on an emulated card (the CPU prefills, the card decodes): budgets covering the
@@ -49,6 +62,8 @@ check tls_card_full_budget_equals_dense sh -c "[ $code = 200 ] && grep -qi '^x-t
 code=$(post /v1/completions "$sreq")
 frac=$(jq -r '.usage.decode_kv_read_fraction' "$T/body")
 check tls_card_request_sparse_reads_less sh -c "[ $code = 200 ] && grep -qi '^x-tandem-devices: .*decode=fpga-emu' $T/hdr && python3 -c 'import sys; f=float(sys.argv[1]); sys.exit(0 if 0 < f < 0.9 else 1)' '$frac'"
+code=$(post /v1/completions "$gfreq")
+check tls_card_stagger_full_equals_dense sh -c "[ $code = 200 ] && grep -qi '^x-tandem-devices: .*decode=fpga-emu' $T/hdr && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$cdense' ]"
 serve_stop
 
 serve_start --model "$M" --decode-sparse "asynctls,block_size=16,block_budget=64,token_budget=512,dense_layers=0,dense_below=0" ||

@@ -419,11 +419,12 @@ TEST(proto_req_sparse_decode)
     proto_req r;
     char msg[256], par[64];
     const char *b = "{\"prompt\":\"x\",\"sparse_decode\":{\"mode\":\"asynctls\",\"token_budget\":512,"
-                    "\"block_budget\":64}}";
+                    "\"block_budget\":64,\"stagger\":true}}";
     REQUIRE(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg,
                             par, sizeof par) == PROTO_ERR_NONE);
     CHECK_EQ(r.decode_sparse, 1);
     CHECK(r.decode_sparse_token_budget == 512 && r.decode_sparse_block_budget == 64);
+    CHECK_EQ(r.decode_sparse_stagger, 2);
     proto_req_deinit(&r);
     b = "{\"prompt\":\"x\",\"sparse_decode\":{\"mode\":\"off\"}}";
     REQUIRE(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg,
@@ -433,7 +434,7 @@ TEST(proto_req_sparse_decode)
     b = "{\"prompt\":\"x\"}";
     REQUIRE(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg,
                             par, sizeof par) == PROTO_ERR_NONE);
-    CHECK(r.decode_sparse == -1 && r.decode_sparse_token_budget == 0);
+    CHECK(r.decode_sparse == -1 && r.decode_sparse_token_budget == 0 && r.decode_sparse_stagger == 0);
     proto_req_deinit(&r);
     CHECK_EQ(parse(PROTO_EP_COMPLETIONS, "{\"prompt\":\"x\",\"sparse_decode\":true}", NULL), PROTO_ERR_NONE);
     char p[64];
@@ -445,6 +446,8 @@ TEST(proto_req_sparse_decode)
     CHECK_STR(p, "block_budget");
     CHECK_EQ(parse(PROTO_EP_COMPLETIONS, "{\"prompt\":\"x\",\"sparse_decode\":{\"budget\":8}}", p), PROTO_ERR_INVALID_VALUE);
     CHECK_STR(p, "sparse_decode");
+    CHECK_EQ(parse(PROTO_EP_COMPLETIONS, "{\"prompt\":\"x\",\"sparse_decode\":{\"stagger\":1}}", p), PROTO_ERR_INVALID_TYPE);
+    CHECK_STR(p, "stagger");
     CHECK_EQ(parse(PROTO_EP_COMPLETIONS, "{\"prompt\":\"x\",\"sparse_decode\":3}", p), PROTO_ERR_INVALID_TYPE);
     CHECK_STR(p, "sparse_decode");
 }

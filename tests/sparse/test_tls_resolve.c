@@ -25,6 +25,15 @@ TEST(tls_resolve_request_over_config)
     sparse_tls_req b = {.given = 1, .token_budget = 512, .block_budget = 32};
     CHECK_EQ(sparse_tls_resolve(&b, "asynctls,token_budget=2048,dense_layers=1", 128, &p, &on, err, sizeof err, &key), 0);
     CHECK(on == 1 && p.token_budget == 512 && p.block_budget == 32 && p.dense_layers == 1);
+    /* stagger: the request's over the configuration's, absent keeps it */
+    CHECK_EQ(sparse_tls_resolve(&b, "asynctls,stagger=1", 128, &p, &on, err, sizeof err, &key), 0);
+    CHECK_EQ(p.stagger, 1);
+    b.stagger = 1;
+    CHECK_EQ(sparse_tls_resolve(&b, "asynctls,stagger=1", 128, &p, &on, err, sizeof err, &key), 0);
+    CHECK_EQ(p.stagger, 0);
+    b.stagger = 2;
+    CHECK_EQ(sparse_tls_resolve(&b, "asynctls", 128, &p, &on, err, sizeof err, &key), 0);
+    CHECK_EQ(p.stagger, 1);
     /* bad values name the key */
     sparse_tls_req bad = {.given = 1, .token_budget = -3};
     CHECK_EQ(sparse_tls_resolve(&bad, "", 128, &p, &on, err, sizeof err, &key), SPARSE_TLS_ERR_INVALID);
