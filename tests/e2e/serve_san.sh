@@ -3,11 +3,21 @@
 # build/san) against hostile bodies — malformed, duplicate-key, deeply nested, wrong-typed,
 # invalid UTF-8, NUL escapes, oversized arrays — then a valid request that still returns the
 # golden text; a clean SIGTERM exit with no sanitizer report (leaks included).
+# `serve_san.sh --build` only builds (tests/run.sh runs it beside the unit tests); the build is
+# under build_locked (tests/e2e/lib/build_lock.sh), so the test waits for that one or finds it done.
+. tests/e2e/lib/build_lock.sh
+san_build() {
+    if [ ! -x build/san/tandem ] || [ "$(find daemon proto scheduler model cpu -newer build/san/tandem -name '*.[ch]' | head -1)" ]; then
+        make -s -j2 SAN=1 build/san/tandem
+    fi
+}
+if [ "$1" = --build ]; then
+    build_locked san san_build
+    exit $?
+fi
 . tests/e2e/lib/serve.sh
 
-if [ ! -x build/san/tandem ] || [ "$(find daemon proto scheduler model cpu -newer build/san/tandem -name '*.[ch]' | head -1)" ]; then
-    make -s -j2 SAN=1 build/san/tandem >"$T/make.log" 2>&1 || { fail san_build "$(tail -n 5 "$T/make.log")"; exit 0; }
-fi
+build_locked san san_build >"$T/make.log" 2>&1 || { fail san_build "$(tail -n 5 "$T/make.log")"; exit 0; }
 TANDEM=build/san/tandem
 export ASAN_OPTIONS="detect_leaks=1:log_path=$T/asan:abort_on_error=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$T/ubsan"
