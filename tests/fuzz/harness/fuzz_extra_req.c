@@ -2,18 +2,11 @@
  * (proto/openai_extra.c): /tokenize and /detokenize. Promises checked: a refusal says why; a
  * /detokenize acceptance holds only ids in [0, vocab); the JSON writers return valid JSON. */
 #include "proto/openai_extra.h"
+#include "tests/fuzz/harness/harness_util.h"
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -15,14 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
 static model_gvocab *vocab;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -11,19 +11,12 @@
  * CR/LF/NUL, the framing fields agree with the headers, the decoder never emits more than
  * max_body nor consumes more than it was given. */
 #include "daemon/http_parse.h"
+#include "tests/fuzz/harness/harness_util.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static const size_t pieces[8] = {0, 1, 2, 3, 7, 16, 64, 512};
 static const unsigned long long bodies[4] = {0, 16, 1000, 1 << 20};

@@ -4,17 +4,10 @@
  * within the engine's bounds); one it refuses must say why. */
 #include "model/grammar/grammar.h"
 #include "proto/json_schema.h"
+#include "tests/fuzz/harness/harness_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

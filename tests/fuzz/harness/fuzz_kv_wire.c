@@ -18,17 +18,10 @@
  * and to lie inside its payload's sections. */
 #include "proto/crc32c.h"
 #include "proto/kv_wire.h"
+#include "tests/fuzz/harness/harness_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 enum { FZ_LAYERS = 2, FZ_HEADS = 2, FZ_HEAD_DIM = 32, FZ_MAX_TOKENS = 64, FZ_MAX_POS = 4096 };
 

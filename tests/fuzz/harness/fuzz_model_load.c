@@ -20,14 +20,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
 static char single_dir[600], sharded_dir[600];
 static uint8_t *st_whole, *st_shard[2];
 static size_t st_whole_n, st_shard_n[2];

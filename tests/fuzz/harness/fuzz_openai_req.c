@@ -8,19 +8,12 @@
  * count and size within its limit, every id in the vocabulary, every range respected. */
 #include "proto/openai_req.h"
 #include "proto/utf8.h"
+#include "tests/fuzz/harness/harness_util.h"
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static void check_req(const proto_req *r, const proto_limits *l)
 {

@@ -13,17 +13,10 @@
  * What a parser accepts is checked against its promises: counts within bounds, names
  * terminated and valid, views inside the input; and written back, it parses to the same. */
 #include "peer/msg.h"
+#include "tests/fuzz/harness/harness_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static unsigned sink;
 

@@ -9,17 +9,10 @@
  * the input byte for byte. */
 #include "model/ckpt/tls_channels.h"
 #include "proto/crc32c.h"
+#include "tests/fuzz/harness/harness_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
 {

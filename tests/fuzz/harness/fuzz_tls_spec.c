@@ -7,17 +7,10 @@
  * method on gives parameters sparse_tls_params_check accepts (channels against head_dim when the
  * spec named them); an off spec leaves *on 0; a refusal has a message and leaves *on 0. */
 #include "sparse/tls.h"
+#include "tests/fuzz/harness/harness_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
 {

@@ -12,14 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
 /* what proto/openai_req.c hands the templates: string contents, roles alternating */
 static const char default_conv[] =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"

@@ -13,14 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
 static const char default_text[] = "Hello world! <s>Once upon a time</s> 123  caf\xc3\xa9 "
                                    "\xf0\x9f\x98\x80\n\ttabs <0x41> \xff\xc3 bad\0nul <|eot_id|>";
 

@@ -9,14 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
 static const char default_req[] = "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get\","
                                   "\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}},"
                                   "{\"type\":\"function\",\"function\":{\"name\":\"put\"}}],\"tool_choice\":\"required\"}";

@@ -1,11 +1,24 @@
-/* tests/fuzz/harness/harness_util.h — what the libFuzzer harnesses share: a scratch directory per
- * process for the loaders that read files, and a NUL split of one input into parts.
+/* tests/fuzz/harness/harness_util.h — what the libFuzzer harnesses share: CHECK (a broken promise
+ * aborts), a scratch directory per process for the loaders that read files, and a NUL split of
+ * one input into parts.
  *
  * Threads: the harnesses are single-threaded (libFuzzer calls them from one thread). */
 #ifndef TANDEM_FUZZ_HARNESS_UTIL_H
 #define TANDEM_FUZZ_HARNESS_UTIL_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* A promise of the code under test, checked: when it is broken, the condition with its file and
+ * line on stderr, then abort() (libFuzzer counts it as a crash and keeps the input). */
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: broken promise: %s\n", __FILE__, __LINE__, #cond);             \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
 
 /* A fresh directory (under $TMPDIR, /dev/shm when it exists, else /tmp), removed with its files
  * at exit. The path is static storage. Aborts when it cannot be made (the harness cannot run). */
