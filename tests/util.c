@@ -3,6 +3,7 @@
 #include "devices/devices.h"
 #include "devices/tls_calib.h"
 #include "proto/kv_wire.h"
+#include <jansson.h>
 #include <stdint.h>
 #include <sys/wait.h>
 
@@ -175,6 +176,20 @@ int t_run(const char *cmd, char *err, size_t errlen)
         if (err && !err[0]) snprintf(err, errlen, "%s", line);
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+json_t *t_eval_stories(const char *args)
+{
+    char cmd[1024], buf[4096];
+    snprintf(cmd, sizeof cmd,
+             "%s/tandem eval --model models/stories260K --golden tests/data/golden/stories260K %s",
+             t_build_dir(), args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    size_t n = fread(buf, 1, sizeof buf - 1, p);
+    buf[n] = 0;
+    if (pclose(p) != 0) return NULL;
+    return json_loads(buf, 0, NULL);
 }
 
 accel_sparse t_flex_sparse(float gamma, float tau, int min_budget, int max_budget, int dense_below)

@@ -25,6 +25,9 @@ int t_write_file(const char *path, const void *data, size_t n);
 /* Runs a shell command, returns its exit status (-1 if it did not exit normally). Its stderr is
  * captured into err (first line) when err is not NULL. */
 int t_run(const char *cmd, char *err, size_t errlen);
+/* `$BUILD/tandem eval --model models/stories260K --golden tests/data/golden/stories260K ARGS`:
+ * its JSON report (at most 4 KiB of stdout), or NULL when it fails or prints no JSON. */
+struct json_t *t_eval_stories(const char *args);
 /* A deep copy of an exported KV chunk (an accel_kv_sink's, valid only during its call): its K, V
  * and scales in one malloc'ed block, put in *mem for the caller to free (NULL: out of memory,
  * the copy then still points at c's data). */

@@ -5,25 +5,11 @@
 #include "tests/util.h"
 #include <jansson.h>
 
-static json_t *eval(const char *args)
-{
-    char cmd[1024], buf[4096];
-    snprintf(cmd, sizeof cmd,
-             "%s/tandem eval --model models/stories260K --golden tests/data/golden/stories260K %s",
-             t_build_dir(), args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return NULL;
-    size_t n = fread(buf, 1, sizeof buf - 1, p);
-    buf[n] = 0;
-    if (pclose(p) != 0) return NULL;
-    return json_loads(buf, 0, NULL);
-}
-
 TEST(eval_cpu_exact)
 {
     const char *modes[] = {"--mode prefill", "--mode decode --free-run"};
     for (int i = 0; i < 2; i++) {
-        json_t *j = eval(modes[i]);
+        json_t *j = t_eval_stories(modes[i]);
         REQUIRE(j);
         CHECK_EQ(json_integer_value(json_object_get(j, "positions")), 400);
         CHECK_NEAR(json_real_value(json_object_get(j, "top1_agreement")), 1.0, 1e-9);
@@ -34,7 +20,7 @@ TEST(eval_cpu_exact)
 
 TEST(eval_cpu_int8_kv_roundtrip)
 {
-    json_t *j = eval("--mode kv --kv int8");
+    json_t *j = t_eval_stories("--mode kv --kv int8");
     REQUIRE(j);
     /* 5 cases x 63 continuation positions */
     CHECK_EQ(json_integer_value(json_object_get(j, "positions")), 315);
