@@ -714,6 +714,53 @@ int peer_conn_tag_recv_start(peer_conn *c, uint64_t tag, void *buf, size_t n, vo
     return PEER_OK;
 }
 
+int peer_conn_tag_probe(peer_conn *c, uint64_t tag, size_t *n)
+{
+    if (atomic_load(&c->dead)) return PEER_ERR_IO;
+    ucp_tag_recv_info_t info = {0};
+    /* remove 0: only looked at; the whole tag must match, as a posted receive's */
+    if (!ucp_tag_probe_nb(c->worker, tag, UINT64_MAX, 0, &info)) return 0;
+    *n = info.length;
+    return 1;
+}
+
+int peer_conn_tag_recv_probed(peer_conn *c, uint64_t tag, void *buf, size_t n, void **req)
+{
+    *req = NULL;
+    if (atomic_load(&c->dead)) return PEER_ERR_IO;
+    ucp_tag_recv_info_t info = {0};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(c->worker, tag, UINT64_MAX, 1, &info);
+    if (!msg) return PEER_ERR_PROTO; /* the caller probed it: this thread's worker, nobody took it */
+    ucp_request_param_t rp = {0};
+    rp.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL; /* as peer_conn_tag_recv_start */
+    /* a buffer of exactly the probed length: a message that is not that long fails the test */
+    ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(c->worker, buf, info.length == n ? n : 0, msg, &rp);
+    if (UCS_PTR_IS_ERR(r) || r == NULL) {
+        atomic_store(&c->dead, 1);
+        return PEER_ERR_IO;
+    }
+    *req = r;
+    return PEER_OK;
+}
+
+int peer_conn_tag_discard(peer_conn *c, uint64_t tag)
+{
+    ucp_tag_recv_info_t info = {0};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(c->worker, tag, UINT64_MAX, 1, &info);
+    if (!msg) return 0;
+    /* received into no bytes: UCX ends it as truncated, and over rendezvous tells the sender
+     * it is done without moving the data */
+    static char none;
+    ucp_request_param_t rp = {0};
+    ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(c->worker, &none, 0, msg, &rp);
+    if (r && !UCS_PTR_IS_ERR(r)) {
+        double stop = peer_now() + 0.5;
+        while (ucp_request_check_status(r) == UCS_INPROGRESS && peer_now() < stop) ucp_worker_progress(c->worker);
+        ucp_request_free(r); /* released when UCX is done with it */
+    }
+    return 1;
+}
+
 int peer_conn_tag_recv_test(peer_conn *c, void *req, size_t n)
 {
     ucp_tag_recv_info_t info = {0};

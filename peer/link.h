@@ -119,6 +119,19 @@ int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double t
 int peer_conn_tag_recv_start(peer_conn *c, uint64_t tag, void *buf, size_t n, void **req);
 int peer_conn_tag_recv_test(peer_conn *c, void *req, size_t n);
 void peer_conn_req_cancel(peer_conn *c, void *req);
+/* A message that came without a receive posted for it: peer_conn_tag_probe looks whether the one
+ * tagged exactly `tag` has arrived (UCX keeps it, unreceived: over rendezvous only its request
+ * has come, its bytes wait for the receive), 1 with its length in *n, 0 when it has not, or
+ * PEER_ERR_IO (c is dead). The caller bounds *n before it takes memory for it; then
+ * peer_conn_tag_recv_probed receives that message into buf (n bytes, the probed length) as
+ * peer_conn_tag_recv_start does (tested and cancelled the same way). Only the thread that owns
+ * c's worker may probe and receive, so the message it probed is still there. */
+int peer_conn_tag_probe(peer_conn *c, uint64_t tag, size_t *n);
+int peer_conn_tag_recv_probed(peer_conn *c, uint64_t tag, void *buf, size_t n, void **req);
+/* Lets the arrived message tagged exactly `tag` go unreceived (one refused, or a closing
+ * connection's): UCX frees what it holds of it and, over rendezvous, tells the sender it is done
+ * without its bytes moving. 1 when there was one, 0 when none. */
+int peer_conn_tag_discard(peer_conn *c, uint64_t tag);
 
 /* Listens on "ADDR:PORT" (port 0: any free port; peer_listener_port says which). */
 int peer_listener_new(const char *addr, peer_listener **out, char *err, size_t errlen);

@@ -307,28 +307,18 @@ int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t
     return PEER_OK;
 }
 
-void peer_kv_tag_write(uint8_t out[PEER_KV_TAG_BYTES], const peer_kv *k, uint32_t length, uint32_t serial)
+int peer_kv_tag_read(const uint8_t *p, size_t n, peer_kv *k)
 {
-    peer_kv_write_fixed(out, k);
-    peer_wr32(out + PEER_KV_FIXED, length);
-    peer_wr32(out + PEER_KV_FIXED + 4, serial);
-}
-
-int peer_kv_tag_read(const uint8_t *p, size_t n, peer_kv *k, uint32_t *length, uint32_t *serial)
-{
-    if (n != PEER_KV_TAG_BYTES) return PEER_ERR_PROTO;
+    if (n <= PEER_KV_FIXED || n > PEER_KV_TAG_MAX) return PEER_ERR_PROTO;
     k->dev = peer_rd32(p);
     k->seq = peer_rd32(p + 4);
     k->producer_crc = peer_rd32(p + 8);
     k->flags = peer_rd32(p + 12);
-    k->bytes = NULL;
-    k->n_bytes = 0;
+    if (k->flags & ~(PEER_KV_RUN_START | PEER_KV_TAG_AHEAD)) return PEER_ERR_PROTO;
+    k->bytes = p + PEER_KV_FIXED;
+    k->n_bytes = n - PEER_KV_FIXED;
     k->crc_off = 0;
     k->crc = 0;
-    *length = peer_rd32(p + PEER_KV_FIXED);
-    *serial = peer_rd32(p + PEER_KV_FIXED + 4);
-    if (k->flags & ~(PEER_KV_RUN_START | PEER_KV_TAG_AHEAD)) return PEER_ERR_PROTO;
-    if (*length < 1 || *length > PEER_MAX_PAYLOAD || *serial < 1) return PEER_ERR_PROTO;
     return PEER_OK;
 }
 

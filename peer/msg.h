@@ -23,9 +23,9 @@
  *   c->s WARMUP     dev                                s->c REPLY     status
  *   c->s ADDR_REQ                                      s->c ADDR      tag_base, worker address
  *                                                              (or REPLY status: none offered)
- *   c->s KV_TAG     dev, seq, crc, flags, length, serial, then on the address endpoint one
- *                   message tagged tag_base + serial of `length` bytes: [stream header] chunk
- *                                                      s->c REPLY     status
+ *   c=>s (tagged)   on the address endpoint, no frame on the stream: one message tagged
+ *                   tag_base + serial: dev, seq, crc, flags, [stream header] chunk
+ *                                                      s->c REPLY     status (on the stream)
  *   c->s DECODE_ARGMAX  DECODE's, then want u8 * n  s->c TOKENS    status, n, vocab, n_want,
  *                                                              argmax i32 * n, f32 * n_want*vocab
  *
@@ -34,9 +34,21 @@
  * gets DECODE. The node picks each row's greedy token where the logits are and sends back only
  * the rows the client still samples itself: 4 bytes for a plain-greedy row instead of 4 x vocab.
  *
- * KV and KV_TAG are pipelined: the client sends the next chunks without waiting for the REPLYs
- * (PEER_KV_WINDOW below), which come back in order; every other request waits for its answer,
- * after the answers of the chunks before it.
+ * KV and tagged chunks are pipelined: the client sends the next chunks without waiting for the
+ * REPLYs (PEER_KV_WINDOW below), which come back in order; every other request waits for its
+ * answer, after the answers of the chunks before it. A client sends a request other than a
+ * chunk only once every chunk before it was answered (peer/remote.c drains its window first), so
+ * the stream's frames need no announcement to keep their place among the tagged chunks: a frame
+ * that comes while chunks of its connection are still being received waits for them all the
+ * same (peer/server.c).
+ *
+ * A tagged chunk carries its own metadata (version 3; version 2 announced each chunk with a
+ * KV_TAG frame on the stream first, which cost the sender a TCP message per chunk): the node
+ * finds the connection's next serial among the messages that have arrived (ucp_tag_probe_nb:
+ * only the tag and the length are read), bounds its length (PEER_KV_TAG_MAX) before it takes a
+ * buffer for it, receives it, and then checks its fixed part (peer_kv_tag_read) and the chunk
+ * (the wire reader: sizes, CRC) as before. The KV_TAG type number is kept for log lines; as a
+ * frame on the stream it is refused.
  *
  * ADDR is answered only after the handshake (in any other state it closes the connection), so
  * no unauthenticated node learns the worker's address or gets one accepted. The client opens a
@@ -56,8 +68,10 @@
 #include <stdint.h>
 
 /* 2: the device list carries each device's KV block size and decode curve; KV chunks are in
- * the KV wire format's version 2 (a node of version 1 is refused at its first frame) */
-#define PEER_VERSION 2
+ * the KV wire format's version 2 (a node of version 1 is refused at its first frame).
+ * 3: a tagged KV chunk carries its fixed part (dev, seq, crc, flags) in its own message; the
+ * KV_TAG announcement on the stream is gone (a node of version 2 is refused at its first frame) */
+#define PEER_VERSION 3
 #define PEER_HEADER_BYTES 16
 /* Before authentication a frame is a handshake message: 1 KiB holds any of them. */
 #define PEER_MAX_PREAUTH 1024
@@ -195,12 +209,12 @@ int peer_words_read(const uint8_t *p, size_t n, int n_words, peer_words *out);
 /* KV: a chunk of one sequence in the KV wire format (proto/KV_FORMAT.md); a chunk that starts a
  * run of positions (flags & PEER_KV_RUN_START) is preceded by the stream header of that run. */
 #define PEER_KV_RUN_START 1u
-/* KV_TAG only: the chunk goes over sender-driven lanes (tcp, peer_conn_sender_driven), where the
- * node posts its receive while the connection's chunks before it are still coming (the
- * rendezvous answered at once: its bytes follow theirs on the socket). Without it the node
- * receives one chunk of the connection at a time: over shared memory a second receive posted
- * beside the first lost ~40 % at 1 MiB on the quiet node (its copy runs beside the first's on
- * the same thread). BENCHMARKS.md, "Peers over UCX". */
+/* Tagged chunks only: the chunk went over sender-driven lanes (tcp, peer_conn_sender_driven),
+ * where the node may receive the connection's next chunk while this one's bytes are still
+ * coming (the rendezvous answered at once: its bytes follow theirs on the socket). Until a
+ * chunk of the connection carried it the node receives one chunk at a time: over shared memory
+ * a second receive beside the first lost ~40 % at 1 MiB on the quiet node (its copy runs beside
+ * the first's on the same thread). BENCHMARKS.md, "Peers over UCX". */
 #define PEER_KV_TAG_AHEAD 2u
 #define PEER_KV_FIXED 16
 typedef struct peer_kv {
@@ -227,7 +241,7 @@ size_t peer_addr_write(uint8_t *out, uint64_t tag_base, const void *addr, size_t
  * points into p. */
 int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t **addr, size_t *len);
 
-/* The sender's window (peer/remote.c): KV and KV_TAG requests are not answered one at a time;
+/* The sender's window (peer/remote.c): KV frames and tagged chunks are not answered one at a time;
  * up to PEER_KV_WINDOW may be in flight, more than two only while they hold at most
  * PEER_KV_WINDOW_BYTES (1 MiB chunks: 8 in flight; the 8 MiB layer chunks of a 4K Llama-3-8B
  * prompt: 8; its 64 MiB chunks at 32K: 2, 128 MiB of host memory). Their REPLYs come back in
@@ -251,12 +265,12 @@ static inline int peer_kv_window_room(int n, size_t in_flight, size_t bytes)
     return n < PEER_KV_WINDOW && (n < 2 || in_flight + bytes <= PEER_KV_WINDOW_BYTES);
 }
 
-/* KV_TAG: the KV fixed part, then length u32 (1..PEER_MAX_PAYLOAD) and serial u32 (>= 1). */
-#define PEER_KV_TAG_BYTES 24
-void peer_kv_tag_write(uint8_t out[PEER_KV_TAG_BYTES], const peer_kv *k, uint32_t length, uint32_t serial);
-/* PEER_ERR_PROTO unless n == PEER_KV_TAG_BYTES, flags known (RUN_START, TAG_AHEAD), length and serial in range;
- * k->bytes is NULL (they come as the tagged message). */
-int peer_kv_tag_read(const uint8_t *p, size_t n, peer_kv *k, uint32_t *length, uint32_t *serial);
+/* A tagged chunk's message: the KV fixed part (flags RUN_START, TAG_AHEAD), then [stream header]
+ * chunk. Its length is bounded before anything is taken for it: more than the fixed part, at
+ * most PEER_KV_TAG_MAX. read: PEER_ERR_PROTO for a length out of that range or unknown flags;
+ * k->bytes points into p after the fixed part. */
+#define PEER_KV_TAG_MAX ((size_t)PEER_MAX_PAYLOAD)
+int peer_kv_tag_read(const uint8_t *p, size_t n, peer_kv *k);
 
 /* DECODE: dev u32, n u32, then n * (seq u32, id i32). */
 size_t peer_decode_bytes(int n);

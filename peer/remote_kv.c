@@ -1,9 +1,9 @@
 /* peer/remote_kv.c — the KV chunks a remote device sends to its node (peer/remote.c is the
  * rest of the remote backend; what they share: peer/remote_impl.h).
  *
- * KV chunks are pipelined: an import sends its chunk (the KV_TAG announcement on the stream, the
- * bytes as a tagged message started without waiting for UCX to finish them; or a KV frame on
- * the stream) and returns without waiting for the node's answer, up to KV_WINDOW chunks or
+ * KV chunks are pipelined: an import sends its chunk (one tagged message on the address
+ * endpoint, its fixed part — dev, seq, crc, flags — first, started without waiting for UCX to
+ * finish it: no frame on the stream; or a KV frame on the stream) and returns without waiting for the node's answer, up to KV_WINDOW chunks or
  * KV_WINDOW_BYTES in flight. Answers come back in order on the stream and are taken when the
  * window is full, at the last layer of a run of positions (so a run whose import returned OK
  * was checked and imported whole on the node), before any other call on the device, and
@@ -17,9 +17,8 @@
  * progresses the worker, so the sends themselves are windowed too: at most KV_SENDS of the
  * window's chunks have their sends in flight (their buffers are the ring's: no more memory), a
  * new one waits for the oldest only when that many are, and every import progresses them all
- * without waiting (its passes and its announcement's send push what the link takes). The
- * receiver sees what it saw before: announcements in order on the stream, each chunk's bytes on
- * its own tag. Sends in flight overlap the rendezvous round trips that one at a time cost a
+ * without waiting (its passes push what the link takes). The receiver finds each chunk by its
+ * serial's tag, in order. Sends in flight overlap the rendezvous round trips that one at a time cost a
  * chunk each. The window holds bytes back only when the sender outruns the link (sends pile up
  * only then); a prefill slower than the link finds the previous chunk's receiver ready at its
  * next import and pushes it there (what the socket does not take at once waits for the import
@@ -46,8 +45,8 @@
 /* ---------------------------------------------------------------- fault injection (tests) */
 
 /* TANDEM_PEER_FAULT, read when a device opens: "kv_bitflip=N[,M...]" flips a payload bit of
- * those chunks, "kv_truncate=N[,M...]" sends them without their last 64 bytes (announced as
- * such: a chunk cut short on the wire), "kv_stall=PATH" holds chunks back while PATH exists
+ * those chunks, "kv_truncate=N[,M...]" sends them without their last 64 bytes (a message that
+ * long: a chunk cut short on the wire), "kv_stall=PATH" holds chunks back while PATH exists
  * (peer.h); any of them may be given, separated by ';'. Chunks are numbered from 1 per remote
  * device. */
 void peer_rdev_faults_read(kv_faults *fl)
@@ -276,27 +275,25 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
     f->req = NULL;
     f->t_sent = peer_now();
     if (peer_conn_has_address(d->c)) {
-        /* announced on the stream, the bytes as a tagged message left in flight */
-        uint8_t ctl[PEER_KV_TAG_BYTES];
+        /* one tagged message, its fixed part first, left in flight */
         uint32_t serial = ++d->tag_serial;
         int driven = peer_conn_sender_driven(d->c), pending = 0;
-        peer_kv ka = k; /* over tcp lanes the node may post its receive early (PEER_KV_TAG_AHEAD) */
-        if (driven) ka.flags |= PEER_KV_TAG_AHEAD;
-        peer_kv_tag_write(ctl, &ka, (uint32_t)(o - PEER_KV_FIXED), serial);
+        if (driven) { /* over tcp lanes the node may receive the next chunk while this one comes */
+            k.flags |= PEER_KV_TAG_AHEAD;
+            peer_kv_write_fixed(f->buf, &k);
+        }
         /* over tcp lanes the bytes move only while this thread progresses: room for this send
          * in the window of sends (the oldest waited for while it is full) */
         st = PEER_OK;
         if (driven) pending = st = fl_sends(d, 0, KV_SENDS);
         if (st > 0) st = PEER_OK;
-        if (!st) st = peer_conn_send(d->c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, peer_rdev_call_timeout());
         if (!st) fault_stall(d, sent);
-        if (!st) st = peer_conn_tag_send_start(d->c, d->tag_base + serial, f->buf + PEER_KV_FIXED,
-                                               o - PEER_KV_FIXED, &f->req);
+        if (!st) st = peer_conn_tag_send_start(d->c, d->tag_base + serial, f->buf, o, &f->req);
         if (!st && driven && f->req) {
             if (pending + 1 > d->sends_max) d->sends_max = pending + 1;
             /* a pass without waiting: what the link can take now moves before the import
-             * returns (the sends still in flight move in the next import's passes, its
-             * announcement's send and the waits of a full window or the run's end) */
+             * returns (the sends still in flight move in the next import's passes and the
+             * waits of a full window or the run's end) */
             st = fl_sends(d, 1, KV_SENDS + 1);
             if (st > 0) st = PEER_OK;
         }

@@ -8,15 +8,17 @@
  * handshake not done within HANDSHAKE_S. Each connection holds the sequences it created (at most
  * MAX_SEQS); they are freed when it closes, whatever way.
  *
- * KV chunks that come as tagged messages are received by this thread (the receive posted and
- * looked at on each pass: a sender that stalls or dies with a chunk announced holds up no other
- * peer's heartbeat, call or KV), up to RX_AHEAD chunks of a connection at a time (the next
- * announced chunk's receive is posted while this one's bytes come: over TCP a posted receive
- * answers the sender's rendezvous request at once, so the next chunk's bytes follow this one's
- * on the socket instead of waiting for this thread to see it done and post the next) and
- * several connections' at once, as long as a kv_rx slot is free (PEER_KV_RX_SLOTS; an
- * announcement that finds none waits its turn), and checked and imported by a second one (peer/kv_rx.h) in the order they
- * came in, so that the next chunks' copies overlap this one's check and import; this thread takes
+ * KV chunks that come as tagged messages are received by this thread: on each pass it looks
+ * for each connection's next serial among the messages that have arrived (peer_conn_tag_probe:
+ * the chunk carries its own dev, seq, crc and flags, peer/msg.h; there is no announcement on the
+ * stream), bounds its length, and receives it into a kv_rx slot, the receive looked at on each
+ * pass (a sender that stalls or dies mid-chunk holds up no other peer's heartbeat, call or KV);
+ * up to RX_AHEAD chunks of a connection at a time once its chunks say they come over tcp lanes
+ * (PEER_KV_TAG_AHEAD: the next chunk's receive starts while this one's bytes come, so that its
+ * bytes follow this one's on the socket instead of waiting for this thread to see it done), and
+ * several connections' at once, as long as a kv_rx slot is free (PEER_KV_RX_SLOTS; a chunk that
+ * finds none waits its turn), and checked and imported by a second one (peer/kv_rx.h) in the
+ * order they came in, so that the next chunks' copies overlap this one's check and import; this thread takes
  * their results and sends the REPLYs. With two receiving threads ("the receiving threads" below)
  * the one that received a chunk computes its payload's CRC-32C while the other goes on (rx_crc),
  * and the check takes it. Before anything else that
@@ -39,12 +41,12 @@
 #define HANDSHAKE_S 5.0
 #define MAX_SEQS 4096 /* per connection: above any continuous batch of a node's cards */
 #define SEND_TIMEOUT_S 10.0
-/* A tagged KV chunk announced on the stream must follow within this: the sender's own call
+/* A tagged KV chunk whose receive started must be in within this: the sender's own call
  * timeout (PEER_CALL_TIMEOUT_S), after which its connection is closed. Its receive is left
  * pending meanwhile (sconn.rx): only that connection waits for it, every other is served. */
 #define TAG_TIMEOUT_S PEER_CALL_TIMEOUT_S
-/* A connection's tagged chunks received at once over tcp lanes (announced with
- * PEER_KV_TAG_AHEAD; others one at a time): the one coming and the next announced one posted
+/* A connection's tagged chunks received at once over tcp lanes (its last chunk marked
+ * PEER_KV_TAG_AHEAD; others one at a time): the one coming and the next one's receive started
  * behind it. Two, as the sender keeps two sends in flight over tcp lanes (PEER_KV_TCP_SENDS);
  * on the quiet node more (4 receives and 4 sends) lost: the sender's rendezvous puts then share
  * the socket and each chunk completes later (BENCHMARKS.md). */
@@ -98,30 +100,30 @@ typedef struct sconn {
     double t0;
     uint8_t nonce_c[PEER_NONCE], nonce_s[PEER_NONCE];
     char name[PEER_NAME_MAX + 1];
-    int addr_given;     /* ADDR sent: KV_TAG accepted */
+    int addr_given;     /* ADDR sent: tagged chunks looked for */
+    int ahead;          /* its last chunk came over tcp lanes (PEER_KV_TAG_AHEAD) */
     uint64_t tag_base;  /* random per connection: its tagged messages are tag_base + serial */
-    uint32_t tag_serial; /* the last serial received */
+    uint32_t tag_serial; /* the last serial whose receive started */
     /* KV chunks' REPLYs not sent yet (kv_reply): at most half a window of them */
     uint8_t held[PEER_KV_WINDOW / 2 * KV_REPLY_BYTES];
     int n_held;
     /* its tagged chunks being received (each into kv_rx slot .slot), oldest at rx_head, while
-     * this thread goes on serving every connection; its frames after them are read while fewer
-     * than RX_AHEAD are, and a frame other than an announcement waits (deferred) for all of them */
+     * this thread goes on serving every connection; a frame read on its stream while any is
+     * coming waits (deferred) for all of them */
     struct sconn_rx {
         int slot;
         void *req; /* NULL once UCX let it go */
-        peer_kv k;
+        peer_kv k; /* bytes, n_bytes: the whole message until it is in and read */
         double deadline;
     } rx[RX_AHEAD];
     int rx_head, rx_n;
     int deferred; /* a frame read while chunks were coming: handled once they are in */
     peer_header dh;
     const uint8_t *dp; /* in the connection's buffer until its next peer_conn_poll */
-    /* a chunk announced while no kv_rx slot was free: started when one is, oldest first (its
+    /* a chunk that arrived while no kv_rx slot was free: started when one is, oldest first (its
      * next frames wait for it) */
     unsigned long tag_wait; /* 0: none; else its turn (peer_server.wait_seq) */
-    peer_kv tag_k;
-    uint32_t tag_len;
+    size_t tag_len;         /* its length (bounded) */
     sseq *seqs;
     int n_seqs, cap_seqs;
     struct sconn *next;
@@ -141,7 +143,7 @@ struct peer_server {
     float *logits;
     size_t logits_cap;
     peer_kv_rx *rx; /* tagged KV chunks: checked and imported on its thread */
-    unsigned long wait_seq; /* turns handed to announcements that wait (sconn.tag_wait) */
+    unsigned long wait_seq; /* turns handed to chunks that wait (sconn.tag_wait) */
     int n_waiting;          /* connections with one */
     /* the receiving threads (rx_threads): one runs the loop at a time, holding the token */
     pthread_t th_more[PEER_RX_THREADS_MAX - 1];
@@ -183,6 +185,9 @@ static void sconn_close(peer_server *s, sconn *sc, const char *why)
         peer_kv_rx_put_back(s->rx, sc->rx[i].slot);
         sc->rx[i].req = NULL;
     }
+    /* its chunks that came and were not received (a window's at most): let go */
+    for (uint32_t i = 1; sc->addr_given && i <= PEER_KV_WINDOW; i++)
+        if (!peer_conn_tag_discard(sc->c, sc->tag_base + sc->tag_serial + i)) break;
     kv_sync(s); /* no chunk of sc's is applied any more, no result of it waits */
     int live = 0;
     for (int i = 0; i < sc->n_seqs; i++)
@@ -490,6 +495,16 @@ static int rx_finish(peer_server *s, sconn *sc)
     struct sconn_rx *x = &sc->rx[sc->rx_head];
     int st = peer_conn_tag_recv_test(sc->c, x->req, x->k.n_bytes);
     if (st == 1) {
+        x->req = NULL;
+        peer_kv k; /* its fixed part: dev, seq, crc, flags (the chunk itself: the reader's) */
+        if (peer_kv_tag_read(x->k.bytes, x->k.n_bytes, &k)) {
+            peer_kv_rx_put_back(s->rx, x->slot);
+            sc->rx_head = (sc->rx_head + 1) % RX_AHEAD;
+            sc->rx_n--;
+            return PEER_ERR_PROTO;
+        }
+        x->k = k;
+        sc->ahead = (k.flags & PEER_KV_TAG_AHEAD) != 0;
         if (s->n_th > 1 && s->n_handoff < PEER_KV_RX_SLOTS) { /* its CRC after the token goes on */
             size_t mid = crc_split_at(&x->k);
             if (mid) peer_kv_rx_reserve_split(s->rx, x->slot, x->k.bytes + mid, x->k.n_bytes - mid);
@@ -499,7 +514,6 @@ static int rx_finish(peer_server *s, sconn *sc)
         } else { /* one thread: the CRC on the kv_rx thread (the reader's), beside the next copy */
             peer_kv_rx_push(s->rx, x->slot, sc, &x->k);
         }
-        x->req = NULL;
         sc->rx_head = (sc->rx_head + 1) % RX_AHEAD;
         sc->rx_n--;
         return 1;
@@ -514,27 +528,28 @@ static int rx_finish(peer_server *s, sconn *sc)
     return peer_now() > x->deadline ? PEER_ERR_TIMEOUT : 0;
 }
 
-/* Starts receiving sc's announced chunk (k, `length` bytes of serial sc->tag_serial) into a free
- * kv_rx slot; it is left pending (server_main looks at it). PEER_KV_RX_BUSY when no slot is
- * free (nothing started), PEER_OK, or a status that closes sc. */
-static int rx_start(peer_server *s, sconn *sc, peer_kv k, uint32_t length)
+/* Starts receiving sc's next chunk (serial sc->tag_serial + 1, found by rx_probe: `length`
+ * bytes, bounded) into a free kv_rx slot; it is left pending (server_main looks at it).
+ * PEER_KV_RX_BUSY when no slot is free (nothing started), PEER_OK, or a status that closes sc. */
+static int rx_start(peer_server *s, sconn *sc, size_t length)
 {
     kv_collect(s); /* the results so far first: peer_kv_rx_take's rule */
     uint8_t *buf;
     int slot = peer_kv_rx_take(s->rx, length, 0, &buf);
     if (slot < 0) return slot;
     void *req;
-    int st = peer_conn_tag_recv_start(sc->c, sc->tag_base + sc->tag_serial, buf, length, &req);
+    int st = peer_conn_tag_recv_probed(sc->c, sc->tag_base + sc->tag_serial + 1, buf, length, &req);
     if (st) {
         peer_kv_rx_put_back(s->rx, slot);
         return st;
     }
-    k.bytes = buf;
-    k.n_bytes = length;
+    sc->tag_serial++;
     struct sconn_rx *x = &sc->rx[(sc->rx_head + sc->rx_n) % RX_AHEAD];
     x->slot = slot;
     x->req = req;
-    x->k = k;
+    memset(&x->k, 0, sizeof x->k);
+    x->k.bytes = buf;
+    x->k.n_bytes = length;
     x->deadline = peer_now() + TAG_TIMEOUT_S;
     int first = !sc->rx_n++, r = first ? rx_finish(s, sc) : 0; /* a later one waits for the oldest */
     if (sc->rx_n > atomic_load_explicit(&s->rx_ahead_max, memory_order_relaxed))
@@ -542,29 +557,40 @@ static int rx_start(peer_server *s, sconn *sc, peer_kv k, uint32_t length)
     return r < 0 ? r : PEER_OK;
 }
 
-/* KV_TAG: the announced chunk arrives as one tagged message of exactly `length` bytes, received
- * into a kv_rx slot while other connections' chunks come too. With every slot in use, or
- * others waiting before it, it waits its turn (sconn.tag_wait) — the thread goes on serving
- * everyone, and the connection's next frames wait for its chunk. */
-static int on_kv_tag(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
+/* sc's next chunks, as they arrive: the next serial's message looked for (nothing of it is read
+ * but its length, bounded before a buffer is taken for it) and its receive started into a kv_rx
+ * slot while other connections' chunks come too; up to RX_AHEAD at once once its chunks come
+ * over tcp lanes, one at a time before. With every slot in use, or others waiting before it, it
+ * waits its turn (sconn.tag_wait) — the thread goes on serving everyone, and the connection's
+ * next frames wait for its chunk. PEER_OK, or a status that closes sc. */
+static int rx_probe(peer_server *s, sconn *sc)
 {
-    peer_kv k;
-    uint32_t length, serial;
-    if (!sc->addr_given || peer_kv_tag_read(p, n, &k, &length, &serial) || serial != sc->tag_serial + 1)
-        return PEER_ERR_PROTO;
-    sc->tag_serial = serial;
-    if (!s->n_waiting) {
-        int r = rx_start(s, sc, k, length);
-        if (r != PEER_KV_RX_BUSY) return r;
+    while (sc->addr_given && !sc->tag_wait && s->n_handoff < PEER_KV_RX_SLOTS &&
+           sc->rx_n < (sc->ahead ? RX_AHEAD : 1)) {
+        size_t length;
+        int r = peer_conn_tag_probe(sc->c, sc->tag_base + sc->tag_serial + 1, &length);
+        if (r <= 0) return r;
+        if (length <= PEER_KV_FIXED || length > PEER_KV_TAG_MAX) {
+            peer_log(1, "peer_kv_refused", "peer=%s serial=%u bytes=%zu reason=\"a tagged chunk's length out of bounds\"",
+                     sc->name, sc->tag_serial + 1, length);
+            peer_conn_tag_discard(sc->c, sc->tag_base + sc->tag_serial + 1); /* none of its bytes taken */
+            return PEER_ERR_PROTO;
+        }
+        if (!s->n_waiting) {
+            r = rx_start(s, sc, length);
+            if (r != PEER_KV_RX_BUSY) {
+                if (r) return r;
+                continue;
+            }
+        }
+        sc->tag_wait = ++s->wait_seq;
+        sc->tag_len = length;
+        s->n_waiting++;
     }
-    sc->tag_wait = ++s->wait_seq;
-    sc->tag_k = k;
-    sc->tag_len = length;
-    s->n_waiting++;
     return PEER_OK;
 }
 
-/* Announcements that waited, oldest first, while slots are free. A failure closes its
+/* Chunks that waited for a slot, oldest first, while slots are free. A failure closes its
  * connection (server_main finds it dead). */
 static void rx_next(peer_server *s)
 {
@@ -573,7 +599,7 @@ static void rx_next(peer_server *s)
         for (sconn *sc = s->conns; sc; sc = sc->next)
             if (sc->tag_wait && (!first || sc->tag_wait < first->tag_wait)) first = sc;
         if (!first) return;
-        int r = rx_start(s, first, first->tag_k, first->tag_len);
+        int r = rx_start(s, first, first->tag_len);
         if (r == PEER_KV_RX_BUSY) return;
         first->tag_wait = 0;
         s->n_waiting--;
@@ -649,7 +675,7 @@ static int on_decode_argmax(peer_server *s, sconn *sc, const uint8_t *p, size_t 
 static int on_ready(peer_server *s, sconn *sc, const peer_header *h, const uint8_t *p)
 {
     peer_words w;
-    if (h->type != PEER_KV && h->type != PEER_KV_TAG) { /* its answer after the chunks' */
+    if (h->type != PEER_KV) { /* its answer after the chunks' */
         kv_sync(s); /* a device call (or a ping's device list): the chunks before it are in */
         int st = flush_held(sc);
         if (st) return st;
@@ -686,7 +712,6 @@ static int on_ready(peer_server *s, sconn *sc, const peer_header *h, const uint8
         return reply(sc, accel_warmup(s->devs[w.w[0]]), 0);
     case PEER_KV: return on_kv(s, sc, p, h->length);
     case PEER_ADDR_REQ: return on_addr_req(sc, h->length);
-    case PEER_KV_TAG: return on_kv_tag(s, sc, p, h->length);
     case PEER_DECODE: return on_decode(s, sc, p, h->length);
     case PEER_DECODE_ARGMAX: return on_decode_argmax(s, sc, p, h->length);
     }
@@ -830,21 +855,18 @@ static void server_pass(peer_server *s)
                 if (r < 0) st = r;
                 if (r != 1) break;
             }
-            if (!st && sc->deferred && !sc->rx_n) { /* the frame that waited for them */
+            if (!st && sc->deferred && !sc->rx_n && !sc->tag_wait) { /* the frame that waited for them */
                 sc->deferred = 0;
                 st = handle(s, sc, &sc->dh, sc->dp);
             }
+            if (!st && !sc->deferred && sc->state == S_READY) st = rx_probe(s, sc); /* its next chunks */
             /* a bounded number of frames per pass, so that one busy peer cannot starve the rest;
-             * while chunks are coming, only up to RX_AHEAD of them, and a frame of another kind
-             * waits until they are in (with a chunk handed off the pass ends: the next thread
-             * takes the frames after it) */
-            for (int k = 0; !st && sc->rx_n < RX_AHEAD && !sc->deferred && !sc->tag_wait && !s->n_handoff && k < 64 &&
+             * a frame read while its chunks are coming waits until they are in (with a chunk
+             * handed off the pass ends: the next thread takes the frames after it) */
+            for (int k = 0; !st && !sc->deferred && !s->n_handoff && k < 64 &&
                             (got = peer_conn_poll(sc->c, max, &h, &p)) == 1;
                  k++) {
-                /* a chunk marked for it (tcp lanes) is received beside the ones coming; any
-                 * other frame waits for them */
-                if (sc->rx_n && !(h.type == PEER_KV_TAG && h.length == PEER_KV_TAG_BYTES &&
-                                  (peer_rd32(p + 12) & PEER_KV_TAG_AHEAD))) {
+                if (sc->rx_n || sc->tag_wait) {
                     sc->deferred = 1;
                     sc->dh = h;
                     sc->dp = p;

@@ -21,9 +21,10 @@
  * was answered); --window 1 is the request/answer of one chunk at a time (before pipelining):
  *   kv SIZE      MiB/s of payload (bytes / wall time of the pass; median of 3 passes)
  *   logits SIZE  microseconds per decode-step round trip with SIZE bytes of logits coming back
- * --path tag sends each KV chunk as the remote backend does with an address endpoint: a KV_TAG
- * announcement on the stream, the bytes as one tagged message on the endpoint made from the
- * child's worker address (peer/link.h), received into a buffer of the announced size.
+ * --path tag sends each KV chunk as the remote backend does with an address endpoint: one tagged
+ * message (the chunk's fixed part first, no frame on the stream) on the endpoint made from the
+ * child's worker address (peer/link.h), which the node finds by its serial's tag
+ * (peer_conn_tag_probe), bounds and receives into a kv_rx slot of its length, as peer/server.c.
  * --poll-us N: both processes busy-poll their UCX workers (and the node its KV hand-off) for N
  * microseconds after activity before sleeping (config peer_poll_us, peer/link.h; 0, the
  * default, sleeps at once). --buffers N: the chunks in flight are sent from N distinct buffers
@@ -33,14 +34,15 @@
  * (sender-driven, peer_conn_sender_driven) at most N chunks' tagged sends in flight (default
  * PEER_KV_TCP_SENDS, as the backend; 1: each send done before the next starts, the backend
  * before the window of sends).
- * Stage clocks: after each size the sender prints where its time per chunk went (the
- * announcement's send, the tagged send's start, answers waited for to make room and at a run's
+ * Stage clocks: after each size the sender prints where its time per chunk went (room in the
+ * window of sends, the tagged send's start, answers waited for to make room and at a run's
  * end, the bytes written), and the node, when the connection closes, where its time per chunk
- * went (waiting for the announcement, for a free kv_rx slot, the tagged receive from its post
+ * went (waiting with no chunk coming, for a free kv_rx slot, the tagged receive from its post
  * to done — over shared memory the copy itself — the push, the replies, and its kv_rx thread's
  * CRC). Switches that take one part away at a time (measurement only, not the daemon's path):
- * --crc 0 (no CRC on the node), --announce 0 (no KV_TAG: the node posts the next serial's
- * receive itself; one size), --rx-one 1 (the node receives every chunk into one buffer and
+ * --crc 0 (no CRC on the node), --announce 0 (the node neither probes nor reads the
+ * chunk's fixed part: it keeps the next serials' receives posted, of the one known size, as
+ * ucx_perftest: the bound of what any metadata costs; one size), --rx-one 1 (the node receives every chunk into one buffer and
  * answers at once, no kv_rx: ucx_perftest's receive), --write 1 (each chunk's bytes written
  * just before its send, as the backend serializes a layer; --write 2: the same, the MiB/s from the
  * passes' time less the writes': the link alone with the bytes where the serialization leaves
@@ -53,9 +55,9 @@
  * node's loop on N threads taking turns, as the daemon's (config peer_rx_threads, peer/peer.h;
  * default 0: the daemon's auto, 2 on 8 cores or more): the thread that received a chunk hands
  * the loop on and does that chunk's CRC and push while the other copies the next one in.
- * --rx-ahead N: the node posts the receive of a chunk announced with PEER_KV_TAG_AHEAD (the
- * sender's tcp lanes) while up to N-1 before it are still coming (default 2, as peer/server.c;
- * 1: one at a time, the node before); with --announce 0 it keeps the next N serials' posted.
+ * --rx-ahead N: once a chunk came marked PEER_KV_TAG_AHEAD (the sender's tcp lanes) the node
+ * starts the next chunk's receive while up to N-1 before it are still coming (default 2, as
+ * peer/server.c; 1: one at a time); with --announce 0 it keeps the next N serials' posted.
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
  * (bench/peer_bench.sh). */
@@ -86,8 +88,8 @@ static int parse_list(const char *s, long *out, int max)
 
 /* Ablations (both processes: set before the fork). g_crc 0: the node's kv_rx thread takes each
  * chunk and answers it without computing its CRC (what the check costs the link). g_announce 0:
- * no KV_TAG on the stream; the node posts each tagged receive for the next serial itself (of
- * the one --sizes size), as a protocol with the announcement inside the tagged message would. */
+ * the node posts each tagged receive for the next serial itself (of the one --sizes size)
+ * without probing for it or reading its fixed part. */
 static int g_crc = 1, g_announce = 1;
 /* g_rx_one 1: the node receives every chunk into one buffer of its own and answers it at once,
  * no kv_rx thread, no CRC — as ucx_perftest receives (its destination stays in the receiving
@@ -96,9 +98,9 @@ static int g_crc = 1, g_announce = 1;
  * then in the sender's cache, not in memory); g_write 2: the same, the writes' time taken out of
  * each pass's (the link alone, from bytes where the backend's serialization leaves them). */
 static int g_rx_one = 0, g_write = 0;
-/* g_rx_ahead N: the node keeps up to N tagged receives posted (default 2, as peer/server.c's
- * RX_AHEAD): with announcements, each announced chunk's receive is posted as its announcement
- * comes while the ones before are still coming, when the announcement is marked for it
+/* g_rx_ahead N: the node keeps up to N tagged receives going (default 2, as peer/server.c's
+ * RX_AHEAD): each chunk's receive started as it is found (peer_conn_tag_probe) while the ones
+ * before are still coming, once a chunk was marked for it
  * (PEER_KV_TAG_AHEAD: the sender's tcp lanes; over shared memory one at a time); with --announce 0 the next N serials' are
  * posted, as ucx_perftest keeps its window of receives. 1: each posted after the one before is
  * done (the node before RX_AHEAD). Over TCP a posted receive answers the sender's rendezvous
@@ -119,7 +121,7 @@ static int g_crc_split = 1;
  * node when the connection closes, per chunk over every chunk it received (the warm-up pass
  * included). */
 enum { N_FRAME, N_TAKE, N_RECV, N_CRC, N_PUSH, N_REPLY, N_APPLY, N_STAGES };
-static const char *const node_stage[N_STAGES] = {"wait for the announcement", "wait for a free slot",
+static const char *const node_stage[N_STAGES] = {"nothing coming (waits between chunks)", "wait for a free slot",
                                                  "tagged receive (post to done)", "CRC (node's thread)",
                                                  "push to kv_rx", "replies sent", "kv_rx: CRC (its thread)"};
 static double g_node[N_STAGES];
@@ -177,6 +179,7 @@ typedef struct node {
         peer_kv k;
     } ahead[RX_AHEAD_MAX]; /* the receives posted ahead, oldest at ahead_head */
     int ahead_head, n_ahead;
+    int ahead_ok; /* the last chunk came over tcp lanes (PEER_KV_TAG_AHEAD): g_rx_ahead at once */
     int deferred; /* a frame read while chunks were coming, handled once they are in */
     peer_header dh;
     const uint8_t *dp;
@@ -210,6 +213,48 @@ static void tok_give(node *nd)
     nd->tok_free = 1;
     pthread_cond_signal(&nd->cv);
     pthread_mutex_unlock(&nd->mu);
+}
+
+/* As peer/server.c rx_probe: the next serials' chunks that have come, their receives started
+ * into kv_rx slots (or g_rx_one's buffer), while fewer than allowed are coming. 0, or -1 (the
+ * link failed, or a chunk's length out of bounds). */
+static int probe_next(node *nd)
+{
+    while (nd->addr_given && nd->n_ahead < (nd->ahead_ok ? g_rx_ahead : 1)) {
+        size_t len;
+        int r = peer_conn_tag_probe(nd->c, 1000 + nd->next_serial + 1, &len);
+        if (r <= 0) return r;
+        if (len <= PEER_KV_FIXED || len > (64u << 20) + 4096) return -1;
+        double t = peer_now();
+        uint8_t *buf;
+        int slot = -1;
+        if (g_rx_one) {
+            if (len > nd->one_cap) {
+                if (nd->n_ahead) return -1; /* one size per run with --rx-one 1 */
+                free(nd->one);
+                if (!(nd->one = peer_bulk_alloc(len, &nd->one_cap))) return -1;
+            }
+            buf = nd->one;
+        } else {
+            slot = peer_kv_rx_take(nd->rx, len, 1, &buf);
+            if (slot == PEER_KV_RX_BUSY) return 0; /* every slot reserved: the next pass */
+            if (slot < 0) return -1;
+        }
+        g_node[N_TAKE] += peer_now() - t;
+        struct ahead *a = &nd->ahead[(nd->ahead_head + nd->n_ahead) % RX_AHEAD_MAX];
+        if (peer_conn_tag_recv_probed(nd->c, 1000 + nd->next_serial + 1, buf, len, &a->req)) {
+            if (slot >= 0) peer_kv_rx_put_back(nd->rx, slot);
+            return -1;
+        }
+        nd->next_serial++;
+        a->slot = slot;
+        a->buf = buf;
+        memset(&a->k, 0, sizeof a->k);
+        a->k.bytes = buf;
+        a->k.n_bytes = len;
+        nd->n_ahead++;
+    }
+    return 0;
 }
 
 static void *node_loop(void *arg)
@@ -291,12 +336,15 @@ static void *node_loop(void *arg)
             g_node_bytes += size;
             continue;
         }
-        /* as peer/server.c: the announced chunks' receives posted as their announcements come,
-         * up to g_rx_ahead at once; the oldest handed on when it is in (its CRC and push on this
-         * thread after the loop went to the other), the frames after them read while fewer are
-         * coming, and a frame of another kind handled once all are in */
+        /* as peer/server.c: the next serial's chunk looked for among the messages that came
+         * (peer_conn_tag_probe: its length bounded, a slot taken, its receive started), up to
+         * g_rx_ahead at once once a chunk said it came over tcp lanes (PEER_KV_TAG_AHEAD), one
+         * at a time before; the oldest handed on when it is in (its CRC and push on this thread
+         * after the loop went to the other), the next ones' receives started first; a frame on
+         * the stream read while chunks are coming waits for them */
         double tw = peer_now();
         int fin = 0;
+        st = 0;
         for (;;) {
             if (nd->n_ahead) {
                 struct ahead *a = &nd->ahead[nd->ahead_head];
@@ -304,15 +352,14 @@ static void *node_loop(void *arg)
                 if (r < 0) goto out;
                 if (r == 1) {
                     fin = 1;
+                    a->req = NULL;
+                    if (probe_next(nd)) goto out;
                     break;
                 }
             }
-            if (nd->n_ahead < g_rx_ahead && !nd->deferred && (st = peer_conn_poll(c, PEER_MAX_PAYLOAD, &h, &p)) != 0) {
-                /* as peer/server.c: only a chunk marked PEER_KV_TAG_AHEAD (tcp lanes) beside
-                 * the ones coming */
-                if (st < 0 || !nd->n_ahead ||
-                    (h.type == PEER_KV_TAG && h.length == PEER_KV_TAG_BYTES && (peer_rd32(p + 12) & PEER_KV_TAG_AHEAD)))
-                    break;
+            if (probe_next(nd)) goto out;
+            if (!nd->deferred && (st = peer_conn_poll(c, PEER_MAX_PAYLOAD, &h, &p)) != 0) {
+                if (st < 0 || !nd->n_ahead) break;
                 nd->deferred = 1; /* waits for the chunks before it */
                 nd->dh = h;
                 nd->dp = p;
@@ -326,7 +373,9 @@ static void *node_loop(void *arg)
             }
             COLLECT();
             if (!nd->n_ahead && FLUSH()) goto out;
+            double tp = peer_now();
             peer_listener_progress(nd->l, 0.01);
+            if (!nd->n_ahead && g_node_chunks) g_node[N_FRAME] += peer_now() - tp; /* nothing coming */
         }
         double tf = peer_now();
         if (fin) { /* the oldest chunk coming is in */
@@ -336,11 +385,16 @@ static void *node_loop(void *arg)
             g_node[N_RECV] += tf - tw;
             g_node_chunks++;
             g_node_bytes += a->k.n_bytes;
+            peer_kv k; /* its fixed part, as peer/server.c reads it */
+            if (peer_kv_tag_read(a->buf, a->k.n_bytes, &k)) {
+                if (a->slot >= 0) peer_kv_rx_put_back(rx, a->slot);
+                goto out;
+            }
+            nd->ahead_ok = (k.flags & PEER_KV_TAG_AHEAD) != 0;
             if (g_rx_one) {
                 HOLD();
                 continue;
             }
-            peer_kv k = a->k;
             int slot = a->slot;
             if (nd->n_th > 1) {
                 /* as peer/server.c: the chunk's place kept, the loop handed to the other thread,
@@ -375,9 +429,8 @@ static void *node_loop(void *arg)
             g_node[N_PUSH] += peer_now() - t3;
             continue;
         }
-        if (h.type == PEER_KV_TAG && g_node_chunks && !nd->n_ahead) g_node[N_FRAME] += tf - tw; /* not the start */
         if (st < 0) break;
-        if (h.type != PEER_KV && h.type != PEER_KV_TAG) {
+        if (h.type != PEER_KV) {
             peer_kv_rx_sync(rx);
             COLLECT();
             if (FLUSH()) break;
@@ -394,37 +447,6 @@ static void *node_loop(void *arg)
             peer_wr32(fixed + 8, (uint32_t)len);
             if (peer_conn_send(c, PEER_ADDR, fixed, sizeof fixed, a, len, 10)) break;
             nd->addr_given = 1;
-        } else if (h.type == PEER_KV_TAG) {
-            peer_kv k;
-            uint32_t len, serial;
-            if (peer_kv_tag_read(p, h.length, &k, &len, &serial) || len > (64u << 20) + 4096) break;
-            COLLECT();
-            double t = peer_now();
-            uint8_t *buf;
-            int slot = -1;
-            if (g_rx_one) {
-                if (len > nd->one_cap) {
-                    if (nd->n_ahead) break; /* one size per run with --rx-one 1 */
-                    free(nd->one);
-                    if (!(nd->one = peer_bulk_alloc(len, &nd->one_cap))) break;
-                }
-                buf = nd->one;
-            } else {
-                slot = peer_kv_rx_take(rx, len, 1, &buf);
-                if (slot < 0) break;
-            }
-            g_node[N_TAKE] += peer_now() - t;
-            struct ahead *a = &nd->ahead[(nd->ahead_head + nd->n_ahead) % RX_AHEAD_MAX];
-            if (peer_conn_tag_recv_start(c, 1000 + serial, buf, len, &a->req)) {
-                if (slot >= 0) peer_kv_rx_put_back(rx, slot);
-                break;
-            }
-            a->slot = slot;
-            a->buf = buf;
-            k.bytes = buf;
-            k.n_bytes = len;
-            a->k = k;
-            nd->n_ahead++;
         } else if (h.type == PEER_DECODE && h.length == 4) {
             uint32_t n = peer_rd32(p);
             if (n > (64u << 20)) break;
@@ -636,7 +658,7 @@ int main(int argc, char **argv)
         if (sz <= 0 || sz > (64 << 20)) continue;
         long r = reps ? reps : (sz >= (8 << 20) ? 20 : sz >= (1 << 20) ? 200 : 2000);
         double pass[3];
-        /* the sender's stage clocks over the 3 measured passes: the announcement's send, the
+        /* the sender's stage clocks over the 3 measured passes: room in the window of sends, the
          * tagged send's start, answers waited for to make room in the window, at a run's end */
         double s_ann = 0, s_start = 0, s_room = 0, s_run = 0, s_write = 0;
         for (int k = 0; k < 4; k++) {
@@ -672,10 +694,11 @@ int main(int argc, char **argv)
                     if (measured) s_write += peer_now() - tw0;
                 }
                 if (tag) {
-                    uint8_t ctl[PEER_KV_TAG_BYTES];
-                    /* marked over tcp lanes, as the backend marks it */
+                    /* the chunk's fixed part first in its message, marked over tcp lanes, as the
+                     * backend writes it */
                     peer_kv k = {0, 0, 0, peer_conn_sender_driven(c) ? PEER_KV_TAG_AHEAD : 0, NULL, 0, 0, 0};
-                    peer_kv_tag_write(ctl, &k, (uint32_t)sz, ++serial);
+                    peer_kv_write_fixed(bufs[slot], &k);
+                    ++serial;
                     st = PEER_OK;
                     if (peer_conn_sender_driven(c)) { /* room in the window of sends */
                         void **rs[PEER_KV_WINDOW];
@@ -683,7 +706,6 @@ int main(int argc, char **argv)
                         st = peer_conn_sends_room(c, rs, n_fl, (int)sends, 30);
                         if (st > 0) st = PEER_OK;
                     }
-                    if (!st && g_announce) st = peer_conn_send(c, PEER_KV_TAG, ctl, sizeof ctl, NULL, 0, 30);
                     double tb = peer_now();
                     if (measured) s_ann += tb - ta;
                     if (!st) st = peer_conn_tag_send_start(c, 1000 + serial, bufs[slot], (size_t)sz, &req[slot]);
@@ -712,7 +734,7 @@ int main(int argc, char **argv)
         printf("kv %ld bytes: %.0f MiB/s (%ld chunks, median of 3 passes: %.3f s)\n", sz,
                (double)sz * r / pass[1] / (1 << 20), r, pass[1]);
         double nc = 3.0 * r;
-        printf("# sender, per chunk (3 passes): %.1f us in all; announcement %.1f us; tagged send started "
+        printf("# sender, per chunk (3 passes): %.1f us in all; room in the window of sends %.1f us; tagged send started "
                "%.1f us; answers for room %.1f us; answers at a run's end %.1f us; bytes written %.1f us\n",
                (pass[0] + pass[1] + pass[2]) / nc * 1e6, s_ann / nc * 1e6, s_start / nc * 1e6,
                s_room / nc * 1e6, s_run / nc * 1e6, s_write / nc * 1e6);

@@ -8,7 +8,7 @@
  *   2 HELLO                                                7 DECODE
  *   3 CHALLENGE                                            8 LOGITS (n, vocab from bytes 1-2)
  *   4 WELCOME / INFO (the device list)                     9 REFUSE's reason
- *  10 ADDR (a worker address)                             11 KV_TAG (a tagged chunk's announcement)
+ *  10 ADDR (a worker address)                             11 a tagged chunk's message (fixed part + chunk)
  *  12 DECODE_ARGMAX                                       13 TOKENS (n, vocab, n_want from bytes 1-3)
  * What a parser accepts is checked against its promises: counts within bounds, names
  * terminated and valid, views inside the input; and written back, it parses to the same. */
@@ -145,13 +145,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     case 11: {
         peer_kv k;
-        uint32_t len, serial;
-        if (peer_kv_tag_read(b, n, &k, &len, &serial) == PEER_OK) {
-            CHECK(n == PEER_KV_TAG_BYTES && k.bytes == NULL && (k.flags & ~(PEER_KV_RUN_START | PEER_KV_TAG_AHEAD)) == 0);
-            CHECK(len >= 1 && len <= PEER_MAX_PAYLOAD && serial >= 1);
-            uint8_t out[PEER_KV_TAG_BYTES];
-            peer_kv_tag_write(out, &k, len, serial);
-            CHECK(memcmp(out, b, n) == 0);
+        if (peer_kv_tag_read(b, n, &k) == PEER_OK) {
+            CHECK(n > PEER_KV_FIXED && n <= PEER_KV_TAG_MAX && (k.flags & ~(PEER_KV_RUN_START | PEER_KV_TAG_AHEAD)) == 0);
+            CHECK(k.bytes == b + PEER_KV_FIXED && k.n_bytes == n - PEER_KV_FIXED);
+            uint8_t out[PEER_KV_FIXED];
+            peer_kv_write_fixed(out, &k);
+            CHECK(memcmp(out, b, PEER_KV_FIXED) == 0);
+            sink += k.bytes[k.n_bytes - 1];
         }
         break;
     }

@@ -1,0 +1,210 @@
+/* tests/peer/test_peer_tag.c — tagged KV chunks that lie (peer protocol version 3: a chunk's
+ * metadata travels in its own tagged message, no announcement on the stream), sent by an
+ * authenticated peer that writes its messages by hand: a chunk whose wire header says more bytes
+ * than its message holds, or fewer, is refused on its own sequence (its REPLY, in order) while
+ * the chunks beside it are taken; a message with nothing after its fixed part closes the
+ * connection with a log line; one longer than the bound is refused before any of its bytes
+ * are received or a buffer is taken for it; and the node goes on serving others throughout. */
+#include "tests/test.h"
+#include "devices/devices.h"
+#include "peer/auth.h"
+#include "peer/link.h"
+#include "peer/peer.h"
+#include "tests/peer/peer_util.h"
+#include "tests/util.h"
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct raw {
+    peer_conn *c;
+    peer_info info;
+    uint64_t base;
+    uint32_t serial;
+} raw;
+
+/* Authenticated as a node would be, with the address endpoint open. 0 or -1. */
+static int raw_open(const char *addr, raw *r)
+{
+    char err[256];
+    memset(r, 0, sizeof *r);
+    if (peer_conn_connect(addr, &r->c, err, sizeof err)) return -1;
+    peer_hello hello = {0}, ch;
+    if (peer_nonce(hello.nonce)) return -1;
+    snprintf(hello.name, sizeof hello.name, "liar");
+    uint8_t buf[PEER_MAX_PREAUTH];
+    size_t n = peer_hello_write(buf, &hello, 0);
+    peer_header h;
+    const uint8_t *p;
+    if (peer_conn_send(r->c, PEER_HELLO, buf, n, NULL, 0, 5) || peer_conn_recv(r->c, PEER_MAX_PREAUTH, &h, &p, 5) ||
+        h.type != PEER_CHALLENGE || peer_hello_read(p, h.length, 1, &ch))
+        return -1;
+    uint8_t mac[PEER_MAC];
+    peer_mac((const uint8_t *)KEY, strlen(KEY), 'c', ch.nonce, hello.nonce, mac);
+    if (peer_conn_send(r->c, PEER_AUTH, mac, sizeof mac, NULL, 0, 5) ||
+        peer_conn_recv(r->c, (uint32_t)peer_info_bytes(PEER_MAX_DEVS), &h, &p, 5) || h.type != PEER_WELCOME ||
+        peer_info_read(p, h.length, &r->info))
+        return -1;
+    const uint8_t *a;
+    size_t len;
+    if (peer_conn_send(r->c, PEER_ADDR_REQ, NULL, 0, NULL, 0, 5) ||
+        peer_conn_recv(r->c, PEER_ADDR_FIXED + PEER_ADDR_MAX, &h, &p, 5) || h.type != PEER_ADDR ||
+        peer_addr_read(p, h.length, &r->base, &a, &len) || peer_conn_open_address(r->c, a, len, err, sizeof err))
+        return -1;
+    return 0;
+}
+
+/* One request with a REPLY: its status (and *value), or a peer status below -400. */
+static int raw_words(raw *r, int type, uint32_t a, uint32_t b, uint32_t *value)
+{
+    uint8_t w[8];
+    peer_words pw = {{a, b, 0, 0}};
+    peer_words_write(w, &pw, 2);
+    peer_header h;
+    const uint8_t *p;
+    peer_words out;
+    int st = peer_conn_send(r->c, type, w, 8, NULL, 0, 5);
+    if (!st) st = peer_conn_recv(r->c, 4096, &h, &p, 5);
+    if (!st && (h.type != PEER_REPLY || peer_words_read(p, h.length, 2, &out))) st = PEER_ERR_PROTO;
+    if (st) return st;
+    if (value) *value = out.w[1];
+    return (int32_t)out.w[0];
+}
+
+/* The next tagged message: the fixed part, then n bytes (taken as they are). */
+static int raw_tag(raw *r, const peer_kv *k, const uint8_t *b, size_t n)
+{
+    uint8_t *m = malloc(PEER_KV_FIXED + n);
+    if (!m) return PEER_ERR_NOMEM;
+    peer_kv_write_fixed(m, k);
+    memcpy(m + PEER_KV_FIXED, b, n);
+    int st = peer_conn_tag_send(r->c, r->base + ++r->serial, m, PEER_KV_FIXED + n, 5);
+    free(m);
+    return st;
+}
+
+/* A KV chunk's REPLY: its status, or a peer status. The node sends several together: the bound
+ * holds a window's (the remote backend's KV_ANSWERS_MAX). */
+static int raw_reply(raw *r)
+{
+    peer_header h;
+    const uint8_t *p;
+    peer_words w;
+    int st = peer_conn_recv(r->c, PEER_KV_WINDOW * (PEER_HEADER_BYTES + 8), &h, &p, 5);
+    if (!st && (h.type != PEER_REPLY || peer_words_read(p, h.length, 2, &w))) st = PEER_ERR_PROTO;
+    return st ? st : (int32_t)w.w[0];
+}
+
+/* Layer l of kv as the remote backend writes it (its run's stream header before layer 0). */
+static size_t chunk_bytes(const model *m, const raw *r, const kvcopy *kv, int l, uint8_t *out, size_t cap)
+{
+    const proto_kv_layer *c = &kv->l[l];
+    proto_kv_header hd = {.n_layers = m->cfg.n_layers, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+                          .n_tokens = c->n_tokens, .pos0 = c->pos0, .dtype = c->dtype,
+                          .block_tokens = r->info.devs[0].kv_block_tokens > 0 ? r->info.devs[0].kv_block_tokens
+                                                                              : PROTO_KV_V1_BLOCK_TOKENS};
+    memcpy(hd.fingerprint, m->fingerprint, 32);
+    size_t o = 0;
+    if (l == 0) {
+        if (proto_kv_header_write(&hd, out) < 0) return 0;
+        o = PROTO_KV_HEADER_BYTES;
+    }
+    long long w = proto_kv_chunk_write(&hd, c, out + o, cap - o);
+    return w < 0 ? 0 : o + (size_t)w;
+}
+
+TEST(peer_tagged_chunk_lies_refused_on_its_sequence)
+{
+    two t;
+    accel_dev *pf;
+    if (two_start_pf(&t, 0, &pf)) return;
+    int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
+    kvcopy kv = {0};
+    int32_t first;
+    REQUIRE(prefill_kv(pf, ids, 8, &kv, &first) == 0);
+    raw r;
+    REQUIRE(raw_open(t.addr, &r) == 0);
+    size_t cap = 1 << 20;
+    uint8_t *b = malloc(cap);
+    REQUIRE(b);
+    uint32_t sa, sb, sc;
+    REQUIRE(raw_words(&r, PEER_SEQ_NEW, 0, 16, &sa) == 0);
+    REQUIRE(raw_words(&r, PEER_SEQ_NEW, 0, 16, &sb) == 0);
+    REQUIRE(raw_words(&r, PEER_SEQ_NEW, 0, 16, &sc) == 0);
+
+    /* A's first chunk 64 bytes short of what its header says, B's with 64 bytes more, then C's
+     * whole run as it should be: A and B refused, each on its own REPLY, C taken, in order */
+    size_t n = chunk_bytes(t.m, &r, &kv, 0, b, cap);
+    REQUIRE(n > 128 && n + 64 <= cap);
+    peer_kv ka = {0, sa, kv.crc[0], PEER_KV_RUN_START, NULL, 0, 0, 0};
+    peer_kv kb = {0, sb, kv.crc[0], PEER_KV_RUN_START, NULL, 0, 0, 0};
+    CHECK_EQ(raw_tag(&r, &ka, b, n - 64), PEER_OK);
+    memset(b + n, 0, 64);
+    CHECK_EQ(raw_tag(&r, &kb, b, n + 64), PEER_OK);
+    for (int l = 0; l < kv.n; l++) {
+        size_t cn = chunk_bytes(t.m, &r, &kv, l, b, cap);
+        REQUIRE(cn);
+        peer_kv kc = {0, sc, kv.crc[l], l == 0 ? PEER_KV_RUN_START : 0, NULL, 0, 0, 0};
+        CHECK_EQ(raw_tag(&r, &kc, b, cn), PEER_OK);
+    }
+    CHECK_EQ(raw_reply(&r), ACCEL_ERR_CORRUPT); /* A: cut short */
+    CHECK_EQ(raw_reply(&r), ACCEL_ERR_CORRUPT); /* B: more than its header says */
+    for (int l = 0; l < kv.n; l++) {
+        int rs = raw_reply(&r);
+        CHECK_MSG(rs == 0, "C's layer %d: %d", l, rs);
+    }
+    /* C's KV is whole: it decodes (a request on the stream after the chunks' answers) */
+    uint8_t dq[16];
+    uint32_t seqs[1] = {sc};
+    int32_t tok[1] = {first};
+    size_t dn = peer_decode_write(dq, 0, 1, seqs, tok);
+    peer_header h;
+    const uint8_t *p;
+    int32_t dst = -1;
+    const uint8_t *lg;
+    CHECK_EQ(peer_conn_send(r.c, PEER_DECODE, dq, dn, NULL, 0, 5), PEER_OK);
+    CHECK_EQ(peer_conn_recv(r.c, PEER_MAX_PAYLOAD, &h, &p, 5), PEER_OK);
+    CHECK(h.type == PEER_LOGITS && peer_logits_read(p, h.length, 1, t.m->cfg.vocab, &dst, &lg) == PEER_OK && dst == 0);
+
+    /* nothing after the fixed part: the connection is closed (a log line), the node stays up */
+    peer_kv ke = {0, sc, 0, 0, NULL, 0, 0, 0};
+    CHECK_EQ(raw_tag(&r, &ke, b, 0), PEER_OK);
+    int st = peer_conn_recv(r.c, 4096, &h, &p, 3);
+    CHECK_MSG(st == PEER_ERR_IO, "an empty chunk: %s instead of the connection closed", peer_strerror(st));
+    peer_conn_free(r.c);
+
+    /* past the bound: refused on its length alone, before a byte of it is received (the
+     * rendezvous moves no bytes until the receive; the buffer is never touched here) */
+    raw r2;
+    REQUIRE(raw_open(t.addr, &r2) == 0);
+    size_t big = PEER_KV_TAG_MAX + 1;
+    uint8_t *huge = calloc(1, big);
+    REQUIRE(huge);
+    peer_kv kh = {0, 0, 0, PEER_KV_RUN_START, NULL, 0, 0, 0};
+    peer_kv_write_fixed(huge, &kh);
+    void *req = NULL;
+    double t0 = peer_now();
+    CHECK_EQ(peer_conn_tag_send_start(r2.c, r2.base + 1, huge, big, &req), PEER_OK);
+    st = peer_conn_recv(r2.c, 4096, &h, &p, 5); /* the node closes the connection */
+    CHECK_MSG(st == PEER_ERR_IO, "an oversized chunk: %s instead of the connection closed (%.1f s)",
+              peer_strerror(st), peer_now() - t0);
+    if (req) peer_conn_req_wait(r2.c, req, 1);
+    peer_conn_free(r2.c);
+    free(huge);
+
+    /* and a node that behaves still gets in and decodes */
+    char err[256];
+    peer_node *node;
+    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
+    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
+    CHECK_MSG(rd, "%s", err);
+    if (rd) {
+        int32_t out[2];
+        CHECK_EQ(import_decode(rd, &kv, first, 2, out), 0);
+        accel_free(rd);
+    }
+    peer_node_free(node);
+    free(b);
+    for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
+    accel_free(pf);
+    two_stop(&t);
+}
