@@ -119,7 +119,7 @@ static void *rx_main(void *arg)
         rx->queued--;
         pthread_cond_broadcast(&rx->cv_free);
         /* the node's thread is woken when the pipeline ran dry (it may be asleep on the network
-         * with answers to send) or a take found no slot (an announcement waits for this one);
+         * with answers to send) or a take found no slot (a chunk that came waits for this one);
          * else while chunks are queued it comes back here on its own */
         if (rx->wake && (!rx->queued || rx->want)) {
             rx->want = 0;

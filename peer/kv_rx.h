@@ -1,7 +1,7 @@
 /* peer/kv_rx.h — the node's KV chunks checked and imported on a thread of their own.
  *
- * The node's thread (peer/server.c) owns UCX: it takes each KV chunk's announcement off the
- * stream and receives the chunk (over shared memory, the copy out of the sender's memory is
+ * The node's thread (peer/server.c) owns UCX: it finds each KV chunk among the tagged messages
+ * that came (its length bounded) and receives it (over shared memory, the copy out of the sender's memory is
  * this thread's own work; with two receiving threads, the one that received it also computes
  * the payload's CRC-32C while the bytes are in its cache, peer_kv.crc). Checking the chunk (the
  * wire reader's CRC-32C over every byte, or that CRC taken for the payload's) and importing it

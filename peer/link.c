@@ -768,7 +768,7 @@ int peer_conn_tag_recv_test(peer_conn *c, void *req, size_t n)
     if (st == UCS_INPROGRESS) return atomic_load(&c->dead) ? PEER_ERR_IO : 0;
     mark_active(c->active);
     ucp_request_free(req);
-    if (st != UCS_OK || info.length != n) { /* more or less than announced */
+    if (st != UCS_OK || info.length != n) { /* more or less than expected */
         atomic_store(&c->dead, 1);
         return PEER_ERR_PROTO;
     }

@@ -27,8 +27,8 @@
  * chunk each remote device of this process sends (after its CRC was computed): corruption on
  * the wire, as the receiver sees it; "kv_truncate=N[,M..]" sends those chunks without their
  * last 64 bytes (a chunk cut short); "kv_stall=PATH" holds a chunk back while the file PATH
- * exists (at most PEER_STALL_MAX_S; the file's removal lets it go at once): its announcement is
- * sent, its bytes are not (a tagged chunk; a KV frame waits whole), logged as
+ * exists (at most PEER_STALL_MAX_S; the file's removal lets it go at once): nothing of it is
+ * sent meanwhile (a tagged chunk or a KV frame alike), logged as
  * peer_fault_injected kind=kv_stall, so that a test can kill either node with KV in flight;
  * any of them with ';' between. Read when a remote device opens.
  *
@@ -96,7 +96,7 @@ extern size_t peer_server_crc_split_min;
 /* Chunks whose CRC a receiving thread took with it when it handed the loop on (tests). */
 long peer_server_handoffs(const peer_server *s);
 /* The most tagged chunks of one connection the node was receiving at once so far: the next
- * announced chunk's receive is posted while one is coming, up to 2 (tests). */
+ * chunk's receive starts while one is coming, up to 2 (tests). */
 int peer_server_rx_ahead_max(const peer_server *s);
 /* Starts listening and the server's thread. PEER_OK, or a status with a message in err. The
  * devices stay the caller's to free, after peer_server_stop. */

@@ -489,7 +489,7 @@ static void rx_crc(peer_kv_rx *rx, int slot, peer_kv *k, size_t mid)
 /* sc's oldest tagged chunk being received: 1 received and handed to the kv_rx thread, 0 still
  * coming, or a status that closes its connection (the receives are then still sc's:
  * sconn_close takes them back and frees their slots). The chunks behind it wait for it: they
- * are handed on in the order they were announced. */
+ * are handed on in their serials' order. */
 static int rx_finish(peer_server *s, sconn *sc)
 {
     struct sconn_rx *x = &sc->rx[sc->rx_head];
