@@ -871,6 +871,18 @@ static int tls_threads_env(void)
     return v;
 }
 
+/* TANDEM_TLS_FORM=1 or 2: the rule's launches all in the one-kernel form, or all in the three
+ * kernels (A/B); else the rule below. */
+static int tls_form_env(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TANDEM_TLS_FORM");
+        v = e && (atoi(e) == 1 || atoi(e) == 2) ? atoi(e) : 0;
+    }
+    return v;
+}
+
 int gpu_tls_attn_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, const h16 *q,
                        const int *pos, const gpu_seq_dev *seqs, const gpu_tls_dev *tls, h16 *out,
                        int pdl, int form)
@@ -878,7 +890,7 @@ int gpu_tls_attn_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, c
     /* the rule: CTAs of 512 threads while one per SM holds every cluster (T x n_kv x TLS_CL <=
      * SMs: batch 1 and 2 of Llama-3-8B), of 256 while two per SM do, else the three kernels */
     const long long ctas = (long long)T * c.n_kv * TLS_CL;
-    if (form == 0) form = ctas <= 2LL * c.sms ? 1 : 2;
+    if (form == 0) form = tls_form_env() ? tls_form_env() : ctas <= 2LL * c.sms ? 1 : 2;
     if (form == 2 || form == 3)
         return gpu_tls_split_layer(s, c, layer, T, q, pos, seqs, tls, out, form == 3 ? 512 : 0);
     int ni = ctas <= c.sms ? 1 : 0;
