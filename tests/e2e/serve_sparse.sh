@@ -30,24 +30,23 @@ check sparse_reuses_exact_prefix sh -c "[ $code = 200 ] && [ \"\$(jq -r '.usage.
 code=$(post /v1/completions '{"prompt":"Once upon a time","max_tokens":4,"temperature":0,"sparse_prefill":true}')
 check sparse_short_prompt_dense sh -c "[ $code = 200 ] && [ \"\$(jq -r '.usage.prefill_density' $T/body)\" = 1 ]"
 
-code=$(post /v1/completions '{"prompt":"x","max_tokens":4,"sparse_prefill":{"gamma":2}}')
-check sparse_bad_gamma sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = gamma ]"
-code=$(post /v1/completions '{"prompt":"x","max_tokens":4,"sparse_prefill":{"beta":1}}')
-check sparse_bad_member sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = sparse_prefill ]"
+# a request refused: 400 naming the parameter at fault
+bad_param() { # NAME BODY PARAM
+    code=$(post /v1/completions "$2")
+    check "$1" sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = $3 ]"
+}
+bad_param sparse_bad_gamma '{"prompt":"x","max_tokens":4,"sparse_prefill":{"gamma":2}}' gamma
+bad_param sparse_bad_member '{"prompt":"x","max_tokens":4,"sparse_prefill":{"beta":1}}' sparse_prefill
 code=$(post /v1/completions '{"prompt":"x","max_tokens":4,"sparse_prefill":"yes"}')
 check sparse_bad_type [ "$code" = 400 ]
 
 # the method and OpenVINO's parameter names: each bad value a 400 naming its key
 code=$(post /v1/completions "{\"prompt\":$ids,\"max_tokens\":4,\"temperature\":0,\"sparse_prefill\":{\"mode\":\"xattention\",\"xattention_stride\":16,\"xattention_block_size\":64,\"num_last_dense_tokens_in_prefill\":0}}")
 check sparse_xattention_ok sh -c "[ $code = 200 ] && [ \"\$(jq -r '.usage.prefill_density' $T/body)\" != null ]"
-code=$(post /v1/completions '{"prompt":"x","max_tokens":4,"sparse_prefill":{"mode":"xattention","xattention_stride":3}}')
-check sparse_bad_stride sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = xattention_stride ]"
-code=$(post /v1/completions '{"prompt":"x","max_tokens":4,"sparse_prefill":{"mode":"trishape","num_retained_start_tokens_in_cache":100}}')
-check sparse_bad_start sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = num_retained_start_tokens_in_cache ]"
-code=$(post /v1/completions '{"prompt":"x","max_tokens":4,"sparse_prefill":{"mode":"sliding"}}')
-check sparse_bad_mode sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = mode ]"
-code=$(post /v1/completions '{"prompt":"x","max_tokens":4,"sparse_prefill":{"xattention_threshold":0}}')
-check sparse_bad_threshold sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = xattention_threshold ]"
+bad_param sparse_bad_stride '{"prompt":"x","max_tokens":4,"sparse_prefill":{"mode":"xattention","xattention_stride":3}}' xattention_stride
+bad_param sparse_bad_start '{"prompt":"x","max_tokens":4,"sparse_prefill":{"mode":"trishape","num_retained_start_tokens_in_cache":100}}' num_retained_start_tokens_in_cache
+bad_param sparse_bad_mode '{"prompt":"x","max_tokens":4,"sparse_prefill":{"mode":"sliding"}}' mode
+bad_param sparse_bad_threshold '{"prompt":"x","max_tokens":4,"sparse_prefill":{"xattention_threshold":0}}' xattention_threshold
 
 serve_stop
 
