@@ -32,7 +32,7 @@ for lib in $(ldd $P/build/tandem-tests $P/build/tandem $P/build/mkmodel 2>/dev/n
     esac
 done
 cp /usr/bin/jq $P/build/rt/ 2>/dev/null || true
-# without their debug sections: the device tool takes the tracked files (~41 MiB) and the carry
+# without their debug sections: the device tool takes the tracked files (~25 MB) and the carry
 # together under 64 MiB, and the pack is ~2.4 MB smaller stripped (debug info is for this machine)
 for f in $P/build/tandem $P/build/tandem-tests $P/build/mkmodel $P/build/*.so; do
     strip --strip-debug "$f"
