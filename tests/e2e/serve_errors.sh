@@ -100,14 +100,7 @@ check err_exit_zero [ "$RC" = 0 ]
 # finds it).
 export TANDEM_CACHE_DIR="$T/cache"
 if "$TANDEM" generate --device fpga-emu:0 --ids 1 --max-tokens 1 >/dev/null 2>&1; then
-    lo=1
-    hi=400
-    while [ $lo -lt $hi ]; do
-        mid=$(((lo + hi) / 2))
-        if TANDEM_EMU_FAULT="card=0,run=$mid,kind=gone" "$TANDEM" generate --device fpga-emu:0 --ids 1 \
-            --max-tokens 1 2>&1 | grep -q 'weight upload'; then lo=$((mid + 1)); else hi=$mid; fi
-    done
-    U=$((lo - 1))
+    U=$(emu_upload_runs)
     if TANDEM_EMU_FAULT="card=0,run=$((U + 30)),kind=gone" serve_start --devices fpga-emu:0 --fpga-prefill 1; then
         err err_device_fault 500 device_error /v1/completions '{"prompt":"Once upon a time","max_tokens":64,"temperature":0}'
         check err_device_fault_message grep -q 'fpga-emu:0 failed (device failed)' "$T/body"

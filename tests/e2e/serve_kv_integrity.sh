@@ -31,14 +31,7 @@ DEVS=cpu,fpga-emu:0
 # The runs the card makes while it opens (the weight upload): a fault at run k fails the open
 # while k falls inside it. Then, in the daemon: the warm-up's decode run (U + 1), one import run
 # per layer chunk (U + 2 is layer 0's), the check of the landed KV, one decode run per token.
-lo=1
-hi=400
-while [ $lo -lt $hi ]; do
-    mid=$(((lo + hi) / 2))
-    if TANDEM_EMU_FAULT="card=0,run=$mid,kind=gone" "$TANDEM" generate --device fpga-emu:0 --ids 1 \
-        --max-tokens 1 2>&1 | grep -q 'weight upload'; then lo=$((mid + 1)); else hi=$mid; fi
-done
-U=$((lo - 1))
+U=$(emu_upload_runs)
 
 # ---------------------------------------------------------------- corrupt KV
 ids=1

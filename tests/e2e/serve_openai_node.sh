@@ -5,17 +5,7 @@
 . tests/e2e/lib/serve.sh
 
 NPM_DIR=build/npm
-if [ ! -d "$NPM_DIR/node_modules/openai" ]; then
-    mkdir -p "$NPM_DIR"
-    if ! npm install --silent --no-audit --no-fund --prefix "$NPM_DIR" openai >"$T/npm.log" 2>&1; then
-        if grep -qi 'ENOTFOUND\|ECONNREFUSED\|ETIMEDOUT\|EAI_AGAIN\|network' "$T/npm.log"; then
-            echo "ok openai_node # SKIP the npm registry is unreachable"
-        else
-            fail openai_node_install "$(tail -n 3 "$T/npm.log")"
-        fi
-        exit 0
-    fi
-fi
+npm_need openai_node openai || exit 0
 check openai_node_installed [ -f "$NPM_DIR/node_modules/openai/package.json" ]
 
 serve_start || { fail openai_node_start "daemon did not start"; exit 0; }

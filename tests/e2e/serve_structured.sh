@@ -5,17 +5,7 @@
 . tests/e2e/lib/serve.sh
 
 NPM_DIR=build/npm
-if [ ! -d "$NPM_DIR/node_modules/openai" ] || [ ! -d "$NPM_DIR/node_modules/ajv" ]; then
-    mkdir -p "$NPM_DIR"
-    if ! npm install --silent --no-audit --no-fund --prefix "$NPM_DIR" openai ajv >"$T/npm.log" 2>&1; then
-        if grep -qi 'ENOTFOUND\|ECONNREFUSED\|ETIMEDOUT\|EAI_AGAIN\|network' "$T/npm.log"; then
-            echo "ok structured_node # SKIP the npm registry is unreachable"
-        else
-            fail structured_node_install "$(tail -n 3 "$T/npm.log")"
-        fi
-        exit 0
-    fi
-fi
+npm_need structured_node openai ajv || exit 0
 check structured_ajv_installed [ -f "$NPM_DIR/node_modules/ajv/package.json" ]
 
 serve_start || { fail structured_start "daemon did not start"; exit 0; }

@@ -14,6 +14,12 @@
 #                            decode(ids), i.e. greedy_text with the space its first piece's
 #                            "\u2581" stands for (from tokenizer.json's vocabulary) when the
 #                            prompt has text of its own (an id above the specials 0-2)
+#   emu_upload_runs          prints U, the runs an emulated card (fpga-emu:0) makes while it
+#                            opens (the weight upload): a TANDEM_EMU_FAULT at run k fails the
+#                            open while k <= U (binary search over `tandem generate`)
+#   npm_need NAME PKG...     the Node packages in build/npm (npm install when one is missing);
+#                            when the install fails, prints "ok NAME # SKIP" if the registry is
+#                            unreachable, else "not ok NAME_install", and returns 1
 #
 # The helpers are sourced into the caller's shell, where every variable is global: their own
 # variables carry a _serve_ prefix so that they never overwrite a caller's (a test's `name`, `i`
@@ -99,3 +105,35 @@ get() {
 
 # jqb FILTER: jq over the last body, raw output.
 jqb() { jq -r "$1" "$T/body"; }
+
+emu_upload_runs() {
+    _serve_lo=1
+    _serve_hi=400
+    while [ $_serve_lo -lt $_serve_hi ]; do
+        _serve_mid=$(((_serve_lo + _serve_hi) / 2))
+        if TANDEM_EMU_FAULT="card=0,run=$_serve_mid,kind=gone" "$TANDEM" generate --device fpga-emu:0 \
+            --ids 1 --max-tokens 1 2>&1 | grep -q 'weight upload'; then
+            _serve_lo=$((_serve_mid + 1))
+        else
+            _serve_hi=$_serve_mid
+        fi
+    done
+    echo $((_serve_lo - 1))
+}
+
+npm_need() {
+    _serve_name=$1
+    shift
+    for _serve_pkg in "$@"; do
+        [ -d "build/npm/node_modules/$_serve_pkg" ] && continue
+        mkdir -p build/npm
+        npm install --silent --no-audit --no-fund --prefix build/npm "$@" >"$T/npm.log" 2>&1 && return 0
+        if grep -qi 'ENOTFOUND\|ECONNREFUSED\|ETIMEDOUT\|EAI_AGAIN\|network' "$T/npm.log"; then
+            echo "ok $_serve_name # SKIP the npm registry is unreachable"
+        else
+            fail "${_serve_name}_install" "$(tail -n 3 "$T/npm.log")"
+        fi
+        return 1
+    done
+    return 0
+}
