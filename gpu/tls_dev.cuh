@@ -83,7 +83,10 @@ static __device__ int tls_scan(int v, int *tmp, int *total)
 static __device__ int tls_stagger_set(const gpu_tls_dev &t, size_t lg, int nb, int *kept)
 {
     const int *sg = t.sg + lg * (2 + t.kmax);
-    const int np = sg[0], tail = max(sg[1] - 1, 0);
+    /* a valid state has np <= block_budget and nb - 2 <= tail <= nb - 1 (one key a step); the
+     * clamps change nothing then and keep a stale or corrupt state inside kept's bounds */
+    const int np = min(max(sg[0], 0), t.block_budget);
+    const int tail = min(max(max(sg[1] - 1, nb - 2), 0), nb);
     int cut = 0;
     for (int base = 0; base < np; base += blockDim.x) { /* the kept ones are a prefix */
         const int i = base + threadIdx.x;
