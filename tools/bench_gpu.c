@@ -78,7 +78,8 @@
  *                 (MemAvailable less --tls-host-margin GiB, default 12, pinned at open: gpu_tune
  *                 offload_pool_mb), and the last two together (--tls-offload-modes: a list of
  *                 dense,pool_sparse,offloaded,mixed, each with -direct (no row cache: every
- *                 selected key over PCIe) and / or -vary (a new token every step), and pcie, run
+ *                 selected key over PCIe), -vary (a new token every step) and / or -stagger (the staggered
+ *                 selection), and pcie, run
  *                 in the order given): median ms per step, tokens/s, the bytes
  *                 an offloaded row read over PCIe per step (its attended K/V rows and new rows)
  *                 against the whole-block and difference-only baselines (level-1 blocks kept /

@@ -159,9 +159,10 @@ int bg_tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int budget,
     sparse_tls_params so = sp;
     so.offload = 1;
     /* rows 0 .. Bo-1 offloaded (kept across the modes), then pool rows; the modes in the order
-     * given, each NAME[-direct][-vary]: -direct without the offloaded rows' row cache
+     * given, each NAME[-direct][-vary][-stagger]: -direct without the offloaded rows' row cache
      * (TANDEM_TLS_ROWCACHE=0: every selected key's rows over PCIe), -vary a new token per row
-     * and step (else each row's one token throughout) */
+     * and step (else each row's one token throughout), -stagger the staggered selection
+     * (sparse_tls_params.stagger) for the sparse rows */
     static const char *names[] = {"dense", "pool_sparse", "offloaded", "mixed"};
     const int lo[4] = {Bo, Bo, 0, 0}, n[4] = {Bd, Br0, Bo, Br + Bo};
     for (int b = 0; b < Bmax && !st; b++) st = accel_seq_fork(d, p0, ctx, cap, &seqs[b]);
@@ -170,6 +171,9 @@ int bg_tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int budget,
         const size_t tl = strcspn(mp, ",");
         snprintf(tk, sizeof tk, "%.*s", (int)(tl < 63 ? tl : 63), mp);
         const int direct = strstr(tk, "-direct") != NULL, vary = strstr(tk, "-vary") != NULL;
+        const int stag = strstr(tk, "-stagger") != NULL;
+        sparse_tls_params po = so, pp = sp;
+        po.stagger = pp.stagger = stag;
         tk[strcspn(tk, "-")] = 0;
         int mode = 0;
         while (mode < 4 && strcmp(tk, names[mode])) mode++;
@@ -179,7 +183,7 @@ int bg_tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int budget,
         accel_seq **rows = seqs + lo[mode];
         for (int b = 0; b < n[mode] && !st; b++) {
             st = accel_seq_truncate(d, rows[b], ctx);
-            if (!st) st = accel_seq_decode_sparse(d, rows[b], mode == 0 ? NULL : lo[mode] + b < Bo ? &so : &sp);
+            if (!st) st = accel_seq_decode_sparse(d, rows[b], mode == 0 ? NULL : lo[mode] + b < Bo ? &po : &pp);
         }
         double t0 = bg_now();
         if (!st) st = accel_decode(d, n[mode], rows, tok, lg); /* graph, summaries, the offload */
@@ -213,12 +217,12 @@ int bg_tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int budget,
         /* the selected keys' rows (budget per sparse layer and KV head past the budget) */
         const double sel = (double)(L - Ld) * n_kv * (budget < ctx ? budget : ctx) * hd * 2 * 2;
         printf("{\"bench\":\"tls_offload\",\"mode\":\"%s\",\"row_cache\":%d,\"vary\":%d,"
-               "\"context\":%d,\"batch\":%d,"
+               "\"stagger\":%d,\"context\":%d,\"batch\":%d,"
                "\"offloaded\":%d,\"token_budget\":%d,\"block_budget\":%d,\"ms_step\":%.3f,"
                "\"tok_s\":%.1f,\"first_step_s\":%.2f,\"selected_mb\":%.3f,"
                "\"pcie_mb_per_offloaded_step\":%.3f,"
                "\"pcie_gb_s\":%.2f,\"whole_block_mb\":%.2f,\"new_block_mb\":%.2f}\n",
-               names[mode], !direct, vary, ctx, n[mode], off, budget, blocks, ms, n[mode] * 1e3 / ms,
+               names[mode], !direct, vary, stag, ctx, n[mode], off, budget, blocks, ms, n[mode] * 1e3 / ms,
                first, ss > 0 ? sel / 1e6 : 0,
                (rd + wr) / 1e6, off * (rd + wr) / (ms * 1e-3) / 1e9,
                ss > 0 ? (double)(s1[1].blocks_kept - s0[1].blocks_kept) * blk / ss / 1e6 : 0,
