@@ -84,15 +84,17 @@ static __device__ int tls_stagger_set(const gpu_tls_dev &t, size_t lg, int nb, i
 {
     const int *sg = t.sg + lg * (2 + t.kmax);
     /* a valid state has np <= block_budget and nb - 2 <= tail <= nb - 1 (one key a step); the
-     * clamps change nothing then and keep a stale or corrupt state inside kept's bounds */
+     * clamps change nothing then and keep a stale state (an ascending list of another time)
+     * inside kept's bounds, with at least the newest block (nk >= 1) */
     const int np = min(max(sg[0], 0), t.block_budget);
-    const int tail = min(max(max(sg[1] - 1, nb - 2), 0), nb);
+    const int tail = min(max(max(sg[1] - 1, nb - 2), 0), nb - 1);
     int cut = 0;
     for (int base = 0; base < np; base += blockDim.x) { /* the kept ones are a prefix */
         const int i = base + threadIdx.x;
         const int v = i < np ? sg[2 + i] : 0x7fffffff;
-        if (v < tail) kept[i] = v;
-        cut += __syncthreads_count(v < tail);
+        const bool in = v >= 0 && v < tail;
+        if (in) kept[i] = v;
+        cut += __syncthreads_count(in);
     }
     for (int j = threadIdx.x; j < nb - tail; j += blockDim.x) kept[cut + j] = tail + j;
     __syncthreads();

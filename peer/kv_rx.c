@@ -223,6 +223,21 @@ void peer_kv_rx_put_back(peer_kv_rx *rx, int slot)
     pthread_mutex_unlock(&rx->mu);
 }
 
+size_t peer_kv_rx_put_back_lost(peer_kv_rx *rx, int slot)
+{
+    size_t lost = 0;
+    pthread_mutex_lock(&rx->mu);
+    if (rx->slot[slot].state == SLOT_TAKEN) {
+        lost = rx->slot[slot].cap;
+        rx->slot[slot].buf = NULL; /* not freed: UCX may still write into it */
+        rx->slot[slot].cap = 0;
+        rx->taken--;
+        rx->slot[slot].state = SLOT_FREE;
+    }
+    pthread_mutex_unlock(&rx->mu);
+    return lost;
+}
+
 void peer_kv_rx_reserve(peer_kv_rx *rx, int slot)
 {
     pthread_mutex_lock(&rx->mu);

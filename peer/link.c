@@ -775,15 +775,17 @@ int peer_conn_tag_recv_test(peer_conn *c, void *req, size_t n)
     return 1;
 }
 
-void peer_conn_req_cancel(peer_conn *c, void *req)
+int peer_conn_req_cancel(peer_conn *c, void *req)
 {
-    if (!req) return;
+    if (!req) return 1;
     atomic_store(&c->dead, 1);
     ucp_request_cancel(c->worker, req);
     double stop = peer_now() + 2;
     while (ucp_request_check_status(req) == UCS_INPROGRESS && peer_now() < stop)
         ucp_worker_progress(c->worker);
+    int done = ucp_request_check_status(req) != UCS_INPROGRESS;
     ucp_request_free(req); /* marks it for release when UCX is done with it */
+    return done;
 }
 
 int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double timeout_s)

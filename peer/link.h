@@ -115,10 +115,12 @@ int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double t
  * progress): 1 when the message of exactly n bytes is in buf (req let go), 0 while in flight,
  * PEER_ERR_PROTO (more or fewer bytes) or PEER_ERR_IO (c failed; req is then still UCX's: cancel
  * it). peer_conn_req_cancel takes a receive back before its buffer is reused: c is dead after
- * it (UCX gives the request back within a bounded wait). */
+ * it; 1 when UCX gave the request back within its bounded wait, 0 when it is still in progress
+ * (a receive matched to a message that is still coming cannot be cancelled: its bytes may yet
+ * land in the buffer, which must then not be reused). */
 int peer_conn_tag_recv_start(peer_conn *c, uint64_t tag, void *buf, size_t n, void **req);
 int peer_conn_tag_recv_test(peer_conn *c, void *req, size_t n);
-void peer_conn_req_cancel(peer_conn *c, void *req);
+int peer_conn_req_cancel(peer_conn *c, void *req);
 /* A message that came without a receive posted for it: peer_conn_tag_probe looks whether the one
  * tagged exactly `tag` has arrived (UCX keeps it, unreceived: over rendezvous only its request
  * has come, its bytes wait for the receive), 1 with its length in *n, 0 when it has not, or
