@@ -181,17 +181,14 @@ static void sconn_close(peer_server *s, sconn *sc, const char *why)
     if (sc->tag_wait) s->n_waiting--;
     for (; sc->rx_n; sc->rx_n--) { /* its chunks' receives taken back before the buffers are reused */
         int i = (sc->rx_head + sc->rx_n - 1) % RX_AHEAD;
-        if (peer_conn_req_cancel(sc->c, sc->rx[i].req)) {
+        if (peer_conn_req_cancel(sc->c, sc->rx[i].req))
             peer_kv_rx_put_back(s->rx, sc->rx[i].slot);
-        } else { /* matched and still coming: its buffer is UCX's until the bytes stop */
-            size_t lost = peer_kv_rx_put_back_lost(s->rx, sc->rx[i].slot);
-            peer_log(1, "peer_rx_abandoned", "peer=%s bytes=%zu reason=\"a receive UCX would not give back\"",
-                     sc->name[0] ? sc->name : "?", lost);
-        }
+        else /* matched and still coming: the buffer stays UCX's, the slot takes a fresh one */
+            peer_log(1, "peer_rx_abandoned", "peer=%s bytes=%zu", sc->name,
+                     peer_kv_rx_put_back_lost(s->rx, sc->rx[i].slot));
         sc->rx[i].req = NULL;
     }
-    /* its chunks that came and were not received (a window's at most, gaps included): let go */
-    for (uint32_t i = 1; sc->addr_given && i <= PEER_KV_WINDOW; i++)
+    for (uint32_t i = 1; sc->addr_given && i <= PEER_KV_WINDOW; i++) /* unreceived ones, gaps too */
         peer_conn_tag_discard(sc->c, sc->tag_base + sc->tag_serial + i);
     kv_sync(s); /* no chunk of sc's is applied any more, no result of it waits */
     int live = 0;
@@ -578,8 +575,7 @@ static int rx_probe(peer_server *s, sconn *sc)
         if (length <= PEER_KV_FIXED || length > PEER_KV_TAG_MAX) {
             peer_log(1, "peer_kv_refused", "peer=%s serial=%u bytes=%zu reason=\"a tagged chunk's length out of bounds\"",
                      sc->name, sc->tag_serial + 1, length);
-            peer_conn_tag_discard(sc->c, sc->tag_base + sc->tag_serial + 1); /* none of its bytes taken */
-            sc->tag_serial++; /* let go: the close discards the ones after it */
+            peer_conn_tag_discard(sc->c, sc->tag_base + ++sc->tag_serial); /* none of its bytes taken */
             return PEER_ERR_PROTO;
         }
         if (!s->n_waiting) {
