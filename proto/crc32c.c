@@ -180,6 +180,24 @@ __attribute__((target("sse4.2"))) static uint32_t hw(uint32_t c, const uint8_t *
     return hw_tail(c64, p, n);
 }
 
+/* x folded forward by 128 bits (k128) and xored with next. */
+__attribute__((target("sse4.2,pclmul"), always_inline)) static inline __m128i
+fold128(__m128i x, __m128i k128, __m128i next)
+{
+    return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k128, 0x00), _mm_clmulepi64_si128(x, k128, 0x11)), next);
+}
+
+/* The end both folds share: the 16-byte blocks left folded into x, x reduced through the CRC
+ * instruction, then the last bytes. */
+__attribute__((target("sse4.2,pclmul"), always_inline)) static inline uint32_t
+fold_end(__m128i x, __m128i k128, const uint8_t *p, size_t n)
+{
+    for (; n >= 16; p += 16, n -= 16) x = fold128(x, k128, _mm_loadu_si128((const __m128i *)p));
+    uint64_t c64 = __builtin_ia32_crc32di(0, (uint64_t)_mm_cvtsi128_si64(x));
+    c64 = __builtin_ia32_crc32di(c64, (uint64_t)_mm_extract_epi64(x, 1));
+    return hw_tail(c64, p, n);
+}
+
 /* Carry-less folding (VPCLMULQDQ on 256-bit registers, AVX2): four registers of two 128-bit
  * lanes each take 128 bytes a pass; each lane is folded forward by 1024 bits (times x^1024 mod P,
  * as two 64x33-bit carry-less products) and the next bytes xored in, so eight independent
@@ -218,18 +236,8 @@ __attribute__((target("sse4.2,avx2,pclmul,vpclmulqdq"))) static uint32_t fold(ui
                        _mm256_castsi256_si128(x2), _mm256_extracti128_si256(x2, 1),
                        _mm256_castsi256_si128(x3), _mm256_extracti128_si256(x3, 1)};
     __m128i x = lane[0];
-#define FOLD128(next)                                                                              \
-    x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k128, 0x00), _mm_clmulepi64_si128(x, k128, 0x11)), next)
-    for (int i = 1; i < 8; i++) FOLD128(lane[i]);
-    while (n >= 16) {
-        FOLD128(_mm_loadu_si128((const __m128i *)p));
-        p += 16;
-        n -= 16;
-    }
-#undef FOLD128
-    uint64_t c64 = __builtin_ia32_crc32di(0, (uint64_t)_mm_cvtsi128_si64(x));
-    c64 = __builtin_ia32_crc32di(c64, (uint64_t)_mm_extract_epi64(x, 1));
-    return hw_tail(c64, p, n);
+    for (int i = 1; i < 8; i++) x = fold128(x, k128, lane[i]);
+    return fold_end(x, k128, p, n);
 }
 
 /* The same on 512-bit registers (AVX-512 VPCLMULQDQ): four registers of four 128-bit lanes take
@@ -269,20 +277,10 @@ __attribute__((target("sse4.2,avx2,pclmul,avx512f,vpclmulqdq"))) static uint32_t
     FOLD512(x0, k512, x3);
 #undef FOLD512
     __m128i x = _mm512_extracti32x4_epi32(x0, 0);
-#define FOLD128(next)                                                                              \
-    x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k128, 0x00), _mm_clmulepi64_si128(x, k128, 0x11)), next)
-    FOLD128(_mm512_extracti32x4_epi32(x0, 1));
-    FOLD128(_mm512_extracti32x4_epi32(x0, 2));
-    FOLD128(_mm512_extracti32x4_epi32(x0, 3));
-    while (n >= 16) {
-        FOLD128(_mm_loadu_si128((const __m128i *)p));
-        p += 16;
-        n -= 16;
-    }
-#undef FOLD128
-    uint64_t c64 = __builtin_ia32_crc32di(0, (uint64_t)_mm_cvtsi128_si64(x));
-    c64 = __builtin_ia32_crc32di(c64, (uint64_t)_mm_extract_epi64(x, 1));
-    return hw_tail(c64, p, n);
+    x = fold128(x, k128, _mm512_extracti32x4_epi32(x0, 1));
+    x = fold128(x, k128, _mm512_extracti32x4_epi32(x0, 2));
+    x = fold128(x, k128, _mm512_extracti32x4_epi32(x0, 3));
+    return fold_end(x, k128, p, n);
 }
 #endif
 
