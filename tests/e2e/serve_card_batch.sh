@@ -68,7 +68,7 @@ serve_stop
 # The runs a card makes before it serves (the weight upload's: the open fails while run k falls
 # inside it); the fault comes 150 runs later, after the imports of the first requests, while the
 # card decodes its batch.
-RUN=$(($(upload_runs) + 150))
+RUN=$(($(emu_upload_runs) + 151))
 TANDEM_EMU_FAULT="card=1,run=$RUN,kind=gone" serve_start --devices "$DEVS" --max-running 32 ||
     { fail card_batch_gone_start "daemon did not start"; exit 0; }
 burst $N

@@ -107,7 +107,7 @@ serve_stop
 # fails while k falls inside the upload). Then come the warm-up's decode run, one import run per
 # layer chunk piece and one run per token: upload + 30 falls inside the first request a card
 # decodes (64 tokens).
-RUN=$(($(upload_runs) + 30))
+RUN=$(($(emu_upload_runs) + 31))
 
 # A card disappears mid-decode.
 TANDEM_EMU_FAULT="card=1,run=$RUN,kind=gone" serve_start --devices "$DEVS" --max-running 32 $EXTRA ||

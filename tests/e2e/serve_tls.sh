@@ -18,6 +18,19 @@ check tls_calibrate_writes_sidecar [ -s "$M/tandem-channels.bin" ]
 ids=$(python3 -c "print([1] + [(i * 37 + 11) % 500 + 3 for i in range(299)])")
 req="{\"prompt\":$ids,\"max_tokens\":64,\"temperature\":0}"
 
+# answered CODE TEXT FRAC [DEVICE]: the last answer is a 200 whose text is TEXT (- for any text),
+# whose usage.decode_kv_read_fraction is 1 (FRAC full) or in (0, 0.9) (FRAC less; - for either),
+# decoded on DEVICE when one is given
+answered() {
+    [ "$1" = 200 ] || return 1
+    [ "$2" = - ] || [ "$(jq -r '.choices[0].text' "$T/body")" = "$2" ] || return 1
+    case $3 in
+    full) jq -e '.usage.decode_kv_read_fraction == 1' "$T/body" >/dev/null || return 1 ;;
+    less) jq -e '.usage.decode_kv_read_fraction | . > 0 and . < 0.9' "$T/body" >/dev/null || return 1 ;;
+    esac
+    [ -z "$4" ] || grep -qi "^x-tandem-devices: .*decode=$4" "$T/hdr"
+}
+
 serve_start --model "$M" || { fail tls_dense_start "daemon did not start"; exit 0; }
 code=$(post /v1/completions "$req")
 dense=$(jq -r '.choices[0].text' "$T/body")
@@ -26,12 +39,10 @@ check tls_dense_no_fraction sh -c "[ \"\$(jq -r '.usage.decode_kv_read_fraction'
 # the per-request switch (the config's default is off; the channel file lets a request ask)
 sreq="{\"prompt\":$ids,\"max_tokens\":64,\"temperature\":0,\"sparse_decode\":{\"mode\":\"asynctls\",\"token_budget\":32,\"block_budget\":4}}"
 code=$(post /v1/completions "$sreq")
-frac=$(jq -r '.usage.decode_kv_read_fraction' "$T/body")
-check tls_request_sparse_reads_less sh -c "[ $code = 200 ] && python3 -c 'import sys; f=float(sys.argv[1]); sys.exit(0 if 0 < f < 0.9 else 1)' '$frac'"
+check tls_request_sparse_reads_less answered "$code" - less
 freq="{\"prompt\":$ids,\"max_tokens\":64,\"temperature\":0,\"sparse_decode\":{\"token_budget\":512,\"block_budget\":64}}"
 code=$(post /v1/completions "$freq")
-frac=$(jq -r '.usage.decode_kv_read_fraction' "$T/body")
-check tls_request_full_budget_equals_dense sh -c "[ $code = 200 ] && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$dense' ] && python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) == 1 else 1)' '$frac'"
+check tls_request_full_budget_equals_dense answered "$code" "$dense" full
 code=$(post /v1/completions "{\"prompt\":[1,2,3],\"max_tokens\":2,\"sparse_decode\":{\"token_budget\":0}}")
 check tls_request_bad_budget_names_key sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = token_budget ]"
 code=$(post /v1/completions "{\"prompt\":[1,2,3],\"max_tokens\":2,\"sparse_decode\":{\"mode\":\"quest\"}}")
@@ -41,11 +52,9 @@ check tls_request_bad_mode_names_key sh -c "[ $code = 400 ] && [ \"\$(jq -r '.er
 gfreq="{\"prompt\":$ids,\"max_tokens\":64,\"temperature\":0,\"sparse_decode\":{\"token_budget\":512,\"block_budget\":64,\"stagger\":true}}"
 gsreq="{\"prompt\":$ids,\"max_tokens\":64,\"temperature\":0,\"sparse_decode\":{\"token_budget\":32,\"block_budget\":4,\"stagger\":true}}"
 code=$(post /v1/completions "$gfreq")
-frac=$(jq -r '.usage.decode_kv_read_fraction' "$T/body")
-check tls_request_stagger_full_equals_dense sh -c "[ $code = 200 ] && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$dense' ] && python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) == 1 else 1)' '$frac'"
+check tls_request_stagger_full_equals_dense answered "$code" "$dense" full
 code=$(post /v1/completions "$gsreq")
-frac=$(jq -r '.usage.decode_kv_read_fraction' "$T/body")
-check tls_request_stagger_reads_less sh -c "[ $code = 200 ] && python3 -c 'import sys; f=float(sys.argv[1]); sys.exit(0 if 0 < f < 0.9 else 1)' '$frac'"
+check tls_request_stagger_reads_less answered "$code" - less
 code=$(post /v1/completions "{\"prompt\":[1,2,3],\"max_tokens\":2,\"sparse_decode\":{\"stagger\":\"yes\"}}")
 check tls_request_bad_stagger_names_key sh -c "[ $code = 400 ] && [ \"\$(jq -r '.error.param' $T/body)\" = stagger ]"
 serve_stop
@@ -55,21 +64,19 @@ serve_stop
 serve_start --model "$M" --devices cpu,fpga-emu:0 || { fail tls_card_start "daemon did not start"; exit 0; }
 code=$(post /v1/completions "$req")
 cdense=$(jq -r '.choices[0].text' "$T/body")
-check tls_card_decodes sh -c "[ $code = 200 ] && grep -qi '^x-tandem-devices: .*decode=fpga-emu' $T/hdr"
+check tls_card_decodes answered "$code" - - fpga-emu
 code=$(post /v1/completions "$freq")
-frac=$(jq -r '.usage.decode_kv_read_fraction' "$T/body")
-check tls_card_full_budget_equals_dense sh -c "[ $code = 200 ] && grep -qi '^x-tandem-devices: .*decode=fpga-emu' $T/hdr && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$cdense' ] && python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) == 1 else 1)' '$frac'"
+check tls_card_full_budget_equals_dense answered "$code" "$cdense" full fpga-emu
 code=$(post /v1/completions "$sreq")
-frac=$(jq -r '.usage.decode_kv_read_fraction' "$T/body")
-check tls_card_request_sparse_reads_less sh -c "[ $code = 200 ] && grep -qi '^x-tandem-devices: .*decode=fpga-emu' $T/hdr && python3 -c 'import sys; f=float(sys.argv[1]); sys.exit(0 if 0 < f < 0.9 else 1)' '$frac'"
+check tls_card_request_sparse_reads_less answered "$code" - less fpga-emu
 code=$(post /v1/completions "$gfreq")
-check tls_card_stagger_full_equals_dense sh -c "[ $code = 200 ] && grep -qi '^x-tandem-devices: .*decode=fpga-emu' $T/hdr && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$cdense' ]"
+check tls_card_stagger_full_equals_dense answered "$code" "$cdense" - fpga-emu
 serve_stop
 
 serve_start --model "$M" --decode-sparse "asynctls,block_size=16,block_budget=64,token_budget=512,dense_layers=0,dense_below=0" ||
     { fail tls_full_start "daemon did not start"; exit 0; }
 code=$(post /v1/completions "$req")
-check tls_full_budget_equals_dense sh -c "[ $code = 200 ] && [ \"\$(jq -r '.choices[0].text' $T/body)\" = '$dense' ]"
+check tls_full_budget_equals_dense answered "$code" "$dense" -
 serve_stop
 
 serve_start --model "$M" --decode-sparse "asynctls,block_size=16,block_budget=4,token_budget=32,dense_layers=0" ||

@@ -9,8 +9,7 @@
 #                    tokens
 #   text_of K        request K's streamed text
 #   decode_of K      the device that decoded request K (its x-tandem-devices header)
-#   upload_runs      the runs fpga-emu:0 makes for its weight upload (found by failing run k: the
-#                    open fails while k falls inside the upload)
+# (the runs of the card's weight upload: emu_upload_runs, tests/e2e/lib/serve.sh)
 # Their own variables carry a _cards_ prefix (tests/e2e/lib/serve.sh says why).
 burst() {
     _cards_k=1
@@ -47,18 +46,3 @@ complete() {
 
 text_of() { grep '^data: {' "$T/b.$1" | sed 's/^data: //' | jq -j '.choices[0].text // empty'; }
 decode_of() { sed -n 's/^x-tandem-devices: prefill=\([^;]*\); decode=\([^;\r]*\).*/\2/p' "$T/h.$1" | tr -d '\r'; }
-
-upload_runs() {
-    _cards_lo=1
-    _cards_hi=400
-    while [ $_cards_lo -lt $_cards_hi ]; do
-        _cards_mid=$(((_cards_lo + _cards_hi) / 2))
-        if TANDEM_EMU_FAULT="card=0,run=$_cards_mid,kind=gone" "$TANDEM" generate --device fpga-emu:0 \
-            --ids 1 --max-tokens 1 2>&1 | grep -q 'weight upload'; then
-            _cards_lo=$((_cards_mid + 1))
-        else
-            _cards_hi=$_cards_mid
-        fi
-    done
-    echo $_cards_lo
-}
