@@ -8,8 +8,13 @@
 # bench/peer_link_rounds.sh. BEFORE_PEER_BENCH (optional): a peer_bench built from the code before
 # a change (PORTABLE=1), packed as peer_bench.before for the rounds' "before" column. Carry DEST
 # (under the working tree, ignored) and run `bash DEST/peer_quiet_run.sh DEST/pack.tar.xz OUT`.
-# TESTS=1: the PORTABLE tandem-tests too (stripped), for peer_quiet_run.sh's TESTS (unit tests of
-# code paths this machine's CPU lacks, e.g. AVX-512).
+# TESTS=1: the PORTABLE tandem-tests too (stripped) and libxrt_emu.so beside it (the fpga-emu
+# card that peer_remote_carries_block_size_and_decode_curve lends: without it that test failed in
+# every quiet-node run before wiretcp6), for peer_quiet_run.sh's TESTS (unit tests of code paths
+# this machine's CPU lacks, e.g. AVX-512).
+# EXTRA (optional): more peer_bench builds, "PATH:NAME ..." packed as bin/NAME, which an argument
+# set of peer_quiet_run.sh's ARGS picks with the word @NAME (e.g. one built with
+# CFLAGS="-O3 -g -DPEER_KV_RX_SLOTS=6" in the environment, BUILD=build/p6: more kv_rx slots).
 set -eu
 DEST=${1:?usage: peer_quiet_pack.sh DEST [BEFORE_PEER_BENCH]}
 BEFORE=${2:-}
@@ -21,8 +26,10 @@ W=$(mktemp -d)
 P=$W/pk
 mkdir -p $P/bin $P/rt $P/ucx
 cp $B/peer_bench $B/peer_handover $B/mkmodel $B/tandem $P/bin/
-[ -n "$T" ] && strip -o $P/bin/tandem-tests $T
+# the emulated card's library beside tandem-tests, where the fpga-emu tests load it from
+[ -n "$T" ] && strip -o $P/bin/tandem-tests $T && cp $B/libxrt_emu.so $P/bin/
 [ -n "$BEFORE" ] && cp "$BEFORE" $P/bin/peer_bench.before
+for x in ${EXTRA:-}; do cp "${x%%:*}" "$P/bin/${x##*:}"; done
 cp "$(command -v ucx_perftest)" "$(command -v ucx_info)" $P/bin/
 for lib in $(ldd $P/bin/* 2>/dev/null | awk '/=>/ {print $3}' | sort -u); do
     case $(basename $lib) in

@@ -29,7 +29,8 @@
 # packed), '|'-separated argument sets ("" is the default build: "|--crc 0|--announce 0"); each
 # run's whole output (the stage clocks) goes to stages-TLS-SIZE.txt. Words UCX_K=V in a set
 # are put in that peer_bench's environment (env); PERFTEST_ENVS (bench/peer_link_rounds.sh) adds
-# perftest columns with such settings.
+# perftest columns with such settings. A word @NAME runs the pack's bin/NAME (peer_quiet_pack.sh's
+# EXTRA) instead of peer_bench.
 set -u
 PACK=${1:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
 O=${2:?usage: peer_quiet_run.sh PACK OUT [SECONDS]}
@@ -86,8 +87,9 @@ if [ -n "${ARGS+x}" ]; then
     for a in "${av[@]}"; do # UCX_K=V words: peer_bench run with them in its environment
         e=
         r=
-        for w in $a; do case $w in UCX_*=*) e="$e $w" ;; *) r="$r $w" ;; esac; done
-        if [ -n "$e" ]; then bins="$bins|env$e $P/bin/peer_bench$r"; else bins="$bins|$P/bin/peer_bench $a"; fi
+        b=peer_bench
+        for w in $a; do case $w in UCX_*=*) e="$e $w" ;; @*) b=${w#@} ;; *) r="$r $w" ;; esac; done
+        if [ -n "$e" ]; then bins="$bins|env$e $P/bin/$b$r"; else bins="$bins|$P/bin/$b$r"; fi
     done
     bins=${bins#|}
 fi

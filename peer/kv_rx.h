@@ -35,7 +35,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifndef PEER_KV_RX_SLOTS /* (a -D for measurements: bench/peer_quiet_pack.sh's SLOTS) */
 #define PEER_KV_RX_SLOTS 4
+#endif
 /* peer_kv_rx_take: no slot free */
 #define PEER_KV_RX_BUSY (-1)
 
