@@ -2,7 +2,7 @@
 # bench/peer_quiet_run.sh PACK OUT [SECONDS] — runs bench/peer_quiet_pack.sh's pack on a quiet
 # machine (from the repository root: the hand-over's model takes tests/data's Llama-3 tokenizer),
 # within SECONDS (default 150: no round starts after that), logs under OUT:
-#   machine.txt     CPU, cores, load, THP, ptrace scope (CMA), UCX version and transports, libraries
+#   machine.txt     CPU, cores, caches, load, THP, ptrace scope (CMA), UCX version and transports, libraries
 #   lanes.txt       which UCX lanes our link got per UCX_TLS (peer_bench's first line)
 #   rounds-TLS-SIZE interleaved rounds (bench/peer_link_rounds.sh's method), one line a round:
 #                   load, before (if packed), ours with polling 0 and 1000 us (POLLS), ours
@@ -53,7 +53,7 @@ mkdir -p "$O"
     date -u
     uname -a
     echo "nproc $(nproc)"
-    lscpu | grep -E 'Model name|^CPU\(s\)|Thread|Socket|NUMA node\(s\)|MHz'
+    lscpu | grep -E 'Model name|^CPU\(s\)|Thread|Socket|NUMA node\(s\)|MHz|L1d|L2|L3|Flags'
     echo "loadavg $(cat /proc/loadavg)"
     echo "thp $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
     echo "governor $(cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null || echo absent)"

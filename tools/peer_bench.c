@@ -4,7 +4,7 @@
  *   build/peer_bench [--sizes 65536,1048576,8388608,67108864] [--reps N] [--logits 2048,524288]
  *                    [--path stream|tag] [--poll-us N] [--buffers N] [--sends N] [--crc 0|1]
  *                    [--announce 0|1] [--rx-one 0|1] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1]
- *                    [--rx-threads 0..2] [--rx-ahead N]
+ *                    [--rx-threads 0..2] [--rx-ahead N] [--rx-same 0|1]
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
@@ -43,7 +43,9 @@
  * --crc 0 (no CRC on the node), --announce 0 (the node neither probes nor reads the
  * chunk's fixed part: it keeps the next serials' receives posted, of the one known size, as
  * ucx_perftest: the bound of what any metadata costs; one size), --rx-one 1 (the node receives every chunk into one buffer and
- * answers at once, no kv_rx: ucx_perftest's receive), --write 1 (each chunk's bytes written
+ * answers at once, no kv_rx: ucx_perftest's receive), --rx-same 1 (every chunk received into one
+ * buffer, as --rx-one 1, with the kv_rx slots, hand-off, CRC and answers as by default: the
+ * receive's destination apart from the rest), --write 1 (each chunk's bytes written
  * just before its send, as the backend serializes a layer; --write 2: the same, the MiB/s from the
  * passes' time less the writes': the link alone with the bytes where the serialization leaves
  * them, in the sender's cache), --crc-on rx|node (the node's CRC on
@@ -98,6 +100,12 @@ static int g_crc = 1, g_announce = 1;
  * then in the sender's cache, not in memory); g_write 2: the same, the writes' time taken out of
  * each pass's (the link alone, from bytes where the backend's serialization leaves them). */
 static int g_rx_one = 0, g_write = 0;
+/* g_rx_same 1: the node takes kv_rx slots, hands each chunk to the kv_rx thread and answers after
+ * its CRC and apply as by default, but receives every chunk into one buffer of its own (the
+ * slot's stays unused): the receive's destination as ucx_perftest's, one buffer that stays in the
+ * receiving core's cache, with everything else the live path does (--rx-same). Measurement only:
+ * chunks received ahead land in the same bytes while the one before is checked. */
+static int g_rx_same = 0;
 /* g_rx_ahead N: the node keeps up to N tagged receives going (default 2, as peer/server.c's
  * RX_AHEAD): each chunk's receive started as it is found (peer_conn_tag_probe) while the ones
  * before are still coming, once a chunk was marked for it
@@ -239,6 +247,7 @@ static int probe_next(node *nd)
             slot = peer_kv_rx_take(nd->rx, len, 1, &buf);
             if (slot == PEER_KV_RX_BUSY) return 0; /* every slot reserved: the next pass */
             if (slot < 0) return -1;
+            if (g_rx_same) buf = nd->one;
         }
         g_node[N_TAKE] += peer_now() - t;
         struct ahead *a = &nd->ahead[(nd->ahead_head + nd->n_ahead) % RX_AHEAD_MAX];
@@ -298,6 +307,7 @@ static void *node_loop(void *arg)
                 } else {
                     slot = peer_kv_rx_take(rx, (size_t)size, 1, &buf);
                     if (slot < 0) goto out;
+                    if (g_rx_same) buf = nd->one;
                 }
                 int q = (nd->ahead_head + nd->n_ahead) % RX_AHEAD_MAX;
                 if (peer_conn_tag_recv_start(c, 1000 + ++nd->next_serial, buf, (size_t)size, &nd->ahead[q].req)) goto out;
@@ -487,6 +497,7 @@ static int serve(int port_fd, long announce_size, int n_th)
         nd.c = peer_listener_accept(nd.l);
     }
     nd.answer = calloc(1, 64 << 20);
+    if (g_rx_same && !g_rx_one && !(nd.one = peer_bulk_alloc((64u << 20) + 4096, &nd.one_cap))) return 1;
     nd.announce_size = announce_size;
     nd.n_th = n_th;
     nd.tok_free = 1;
@@ -568,6 +579,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--crc")) g_crc = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--announce")) g_announce = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-one")) g_rx_one = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--rx-same")) g_rx_same = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-ahead")) g_rx_ahead = (int)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--write")) g_write = (int)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--crc-on")) g_crc_rx = !strcmp(argv[i + 1], "rx") ? 1 : !strcmp(argv[i + 1], "node") ? 0 : -1;
@@ -579,7 +591,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
                             "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d] [--sends 1..%d] [--crc 0|1] "
-                            "[--announce 0|1] [--rx-one 0|1] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] "
+                            "[--announce 0|1] [--rx-one 0|1] [--rx-same 0|1] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] "
                             "[--crc-512 0|1] [--crc-split 0|1] [--crc-speed 1] [--rx-threads 0..2]\n", PEER_KV_WINDOW,
                     PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW, RX_AHEAD_MAX);
             return 2;
@@ -635,14 +647,14 @@ int main(int argc, char **argv)
     }
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
            "polling %d us, from %ld buffers%s, %ld sends in flight over tcp lanes, CRC-32C (%s) on the %s, "
-           "%d receiving thread(s)\n",
+           "%d receiving thread(s)%s\n",
            tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
            peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs,
            g_write == 2 ? " (each written before its send, not timed)" : g_write ? " (each written before its send)" : "",
            sends, proto_crc32c_path(),
            !g_crc || g_rx_one ? "node: none (--crc 0 or --rx-one 1)" : g_crc_rx ? "node's kv_rx thread" : "node's receiving thread",
-           rx_threads);
+           rx_threads, g_rx_same && !g_rx_one ? ", every chunk received into one buffer (--rx-same 1)" : "");
     /* one buffer per chunk in flight, as the remote backend serializes each into its own
      * (peer_bulk_alloc, as the backend's) */
     uint8_t *bufs[PEER_KV_WINDOW];
