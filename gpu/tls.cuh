@@ -44,7 +44,10 @@
  * from the labels; the top token_budget tokens are chosen over the cluster -> idx (ascending);
  * the kept keys are spread evenly over the CTAs, each attends its share exactly (the group's
  * heads) and the CTAs' partials are merged through distributed shared memory. A dense row (cnt_idx = -n) attends keys 0 .. n-1,
- * an even share per CTA. Larger batches take the three kernels of gpu/tls_split.cu instead. */
+ * an even share per CTA. Batches of 5 to 8 rows (where the clusters of 8 no longer fit at once)
+ * take the same kernel in clusters of 2 CTAs of 512 threads (one wave at 8 rows of Llama-3-8B:
+ * 128 CTAs); larger batches take the three kernels of gpu/tls_split.cu instead. A staggered
+ * row's set (sg) and its blocks' table entries are read before the kernel's PDL wait. */
 #ifndef TANDEM_GPU_TLS_CUH
 #define TANDEM_GPU_TLS_CUH
 #include "gpu/engine.cuh"
@@ -105,11 +108,14 @@ int gpu_tls_attn_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, c
                        const int *pos, const gpu_seq_dev *seqs, const gpu_tls_dev *tls, h16 *out,
                        int pdl = 0, int form = 0);
 /* form: 0 the rule (the one-kernel form while its clusters fit on the SMs at once: T x n_kv x
- * GPU_TLS_CLUSTER <= 2 x sms, in CTAs of 512 threads while <= sms, else of 256; else the three
- * kernels of gpu/tls_split.cu), 1 the one-kernel form (its CTA size by the rule, or
- * TANDEM_TLS_THREADS=256 / 512), 2 the three kernels, 3 the three kernels with the selection's
- * CTAs of 512 threads, 4 / 5 the one-kernel form in CTAs of 256 / 512 threads. The same lists
- * and scores either way. sel_threads: the selection's CTA, 1024 or 512 threads; 0:
+ * GPU_TLS_CLUSTER <= 2 x sms, in CTAs of 512 threads while <= sms, else of 256; then, up to 8
+ * rows, the one-kernel form in clusters of 2 CTAs of 512 threads while T x n_kv such clusters fit
+ * at once (cudaOccupancyMaxActiveClusters; TANDEM_TLS_CL2=0: never); else the three kernels of
+ * gpu/tls_split.cu, whose row cache serves offloaded rows), 1 the one-kernel form (its CTA size
+ * by the rule, or TANDEM_TLS_THREADS=256 / 512), 2 the three kernels, 3 the three kernels with
+ * the selection's CTAs of 512 threads, 4 / 5 the one-kernel form in CTAs of 256 / 512 threads,
+ * 6 the one-kernel form in clusters of 2 CTAs of 512 threads. The same lists and scores either
+ * way. sel_threads: the selection's CTA, 1024 or 512 threads; 0:
  * TANDEM_TLS_SEL_THREADS (1024 or 512), else 1024. Two CTAs of 512 fit on an SM, where one of
  * 1024 takes every register, so past the SMs' count of rows x KV heads (18 rows of Llama-3-8B:
  * 144 CTAs on 132 SMs) they would run in one wave instead of two; tested (select == CPU, the

@@ -20,19 +20,9 @@
  * them in every CTA measured slower, 2026-11-29), the select runs over the cluster (tls_cl_topk):
  * each pass sums the CTAs' histograms through distributed shared memory, and the kept list is
  * handed out through it. Both give the same lists. */
-#include "gpu/tls_dev.cuh"
-#include <cooperative_groups.h>
+#include "gpu/tls_topk.cuh"
 #include <stdlib.h>
 
-namespace cg = cooperative_groups;
-
-#define TLS_CL GPU_TLS_CLUSTER
-#define TLS_PER_MAX (GPU_TLS_MAX_CAND / TLS_CL)     /* level-1 blocks or level-2 candidates per CTA */
-#define TLS_SLICE_MAX (GPU_TLS_MAX_TOKENS / TLS_CL) /* kept keys a CTA attends */
-#define TLS_KEPT_MAX (GPU_TLS_MAX_CAND / 16)        /* kept blocks at the smallest block size */
-#define TLS_TOK 8                                   /* keys a warp loads at once in the attention */
-#define TLS_CAND 4                                  /* level-2 candidates a thread loads at once */
-#define TLS_LOCAL_MAX 2048 /* level-1 blocks every CTA selects from alone (more: over the cluster) */
 /* ---------------------------------------------------------------- summaries */
 
 __global__ void __launch_bounds__(128) tls_rebuild_k(gpu_tls_cfg c, gpu_seq_dev sq0, gpu_seq_dev hi,
@@ -101,8 +91,9 @@ void gpu_tls_seq_carve(const gpu_tls_cfg &c, void *mem, int cap, gpu_tls_dev *t)
     t->words = (int)words;
 }
 
-/* ---------------------------------------------------------------- top-k over a cluster */
-
+/* TANDEM_TLS_EARLY=0 (A/B): a staggered row's set built after the PDL wait, as before 2026-11-29
+ * tlslat; else before it (gpu_tls_kernels_init sets it per device). */
+__constant__ int tls_early_c;
 
 /* The phase trace (gpu_tls_cfg.trace): 0 start, 1 the query in, 2 level 1 scored, 3 its top-k,
  * 4 the kept blocks' list, 5 level 2 scored, 6 its top-k, 7 the kept positions' lists, 8 the
@@ -112,287 +103,21 @@ void gpu_tls_seq_carve(const gpu_tls_cfg &c, void *mem, int cap, gpu_tls_dev *t)
         if (c.trace && tid == 0 && rank == 0 && b == 0 && g == 0) c.trace[i] = gpu_globaltimer();  \
     } while (0)
 
-/* Cluster barrier with release / acquire semantics (shared and global memory written before it
- * are visible to every CTA of the cluster after it). */
-__device__ __forceinline__ void tls_cl_sync()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-/* ... in two halves: the wait returns once every thread of the cluster has arrived (the work
- * between them hides the barrier's latency); each arrive is followed by one wait. */
-__device__ __forceinline__ void tls_cl_arrive()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void tls_cl_wait()
-{
-    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
-/* One CTA's shared memory. The all, hist, ex, kept, lst, po and pml members are read or written
- * by the other CTAs of the cluster (distributed shared memory). */
-template <int NT> struct tls_smem {
-    float q[GPU_TLS_MAX_GROUP * 128]; /* the group's queries, head-major, as floats */
-    float qp[128], qn[128], qsel[128];
-    union {
-        struct {
-            float sc[TLS_PER_MAX];
-            unsigned char fl[TLS_PER_MAX];
-        } s;                         /* the selection: this CTA's scores and flags */
-        float wo[NT / 32][128];      /* the attention: the warps' partial rows of one head */
-    } u;
-    int kept[TLS_KEPT_MAX];          /* every kept block, ascending (the whole cluster's) */
-    int ktb[TLS_KEPT_MAX];           /* ... the pool table's entry of each (0: a contiguous cache) */
-    int lst[TLS_SLICE_MAX];          /* the kept keys this CTA attends, as candidate indices */
-    int wc[NT / 32][2];              /* the warps' counts above the k-th and equal to it */
-    unsigned hist[3][256];           /* the radix passes' histograms (in turn) */
-    unsigned tot[256];
-    int ex[2];                       /* this CTA's keys above the k-th and equal to it */
-    int tmp[33];
-    union {
-        float all[TLS_LOCAL_MAX];          /* level 1's scores, the whole cluster's (when few) */
-        float po[GPU_TLS_MAX_GROUP * 128]; /* the attention: this CTA's unnormalized output per
-                                              head (written after every CTA's level 1) */
-    };
-    float2 pml[GPU_TLS_MAX_GROUP];     /* ... its (max, sum) per head */
-    float wm[NT / 32][GPU_TLS_MAX_GROUP], wl[NT / 32][GPU_TLS_MAX_GROUP];
-    unsigned long long st[2];
-    float qsum;
-};
-
-/* Every warp of a radix select's pass, from the pass's histogram t (256 counts): the digit whose
- * keys hold rank kk counting from the highest (lane j sums digits 255 - 8j .. 248 - 8j, a scan
- * over the lanes finds the first whose running sum reaches kk, then the digit inside its eight);
- * *above: the keys of the higher digits. The counts sum to >= kk. */
-__device__ __forceinline__ int tls_digit_pick(const unsigned *t, int kk, int *above)
-{
-    const int lane = threadIdx.x & 31;
-    int s = 0;
-#pragma unroll
-    for (int d = 0; d < 8; d++) s += t[255 - 8 * lane - d];
-    int incl = s;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        int y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += y;
-    }
-    const unsigned hit = __ballot_sync(0xffffffffu, incl >= kk);
-    const int first = __ffs(hit) - 1; /* never empty */
-    int acc = __shfl_sync(0xffffffffu, incl - s, first), d = 255 - 8 * first;
-    for (int j = 0; j < 8; j++, d--) {
-        if (acc + (int)t[d] >= kk) break;
-        acc += t[d];
-    }
-    *above = acc;
-    return d;
-}
-
-/* fl[i] = 1 for the keys of sc[0 .. nl-1] (this CTA's range of the cluster's indices, the ranges
- * in rank order) among the k first of the whole cluster in the order above (k < the cluster's
- * total), else 0. Every thread of every CTA of the cluster calls it. *mine: this CTA's kept
- * count, *off: the kept before its range.
- * Per pass one cluster barrier and one CTA barrier: the histograms alternate between two
- * buffers (the one a pass fills was last read by the other CTAs two passes before, ahead of the
- * cluster barrier this CTA has passed since, and is zeroed before the CTA barrier that precedes
- * the pass), and every warp finds the pass's digit from the summed histogram itself. */
-template <int NT>
-__device__ void tls_cl_topk(cg::cluster_group &cl, int rank, const float *sc, int nl, int k,
-                            unsigned char *fl, tls_smem<NT> &S, int *mine, int *off)
-{
-    const int tid = threadIdx.x, nt = NT, lane = tid & 31;
-    unsigned prefix = 0, mask = 0;
-    int kk = k; /* rank still to place among the keys matching prefix */
-    if (tid < 256) S.hist[0][tid] = 0, S.hist[1][tid] = 0;
-    __syncthreads();
-    for (int pass = 0; pass < 4; pass++) {
-        const int shift = 24 - 8 * pass;
-        unsigned *h = S.hist[pass & 1];
-        for (int base = 0; base < nl; base += nt) {
-            const int i = base + tid;
-            const unsigned u = i < nl ? tls_key(sc[i]) : 0u;
-            const bool ok = i < nl && (u & mask) == prefix;
-            const unsigned dig = ok ? (u >> shift) & 255u : 256u;
-            const unsigned peers = __match_any_sync(0xffffffffu, dig);
-            if (ok && lane == __ffs(peers) - 1) atomicAdd(&h[dig], (unsigned)__popc(peers));
-        }
-        tls_cl_sync();
-        if (tid < 256) {
-            unsigned s = 0;
-#pragma unroll
-            for (int q = 0; q < TLS_CL; q++) s += cl.map_shared_rank(h, q)[tid];
-            S.tot[tid] = s; /* the other warps read tot until the next pass's cluster barrier */
-            S.hist[(pass + 1) & 1][tid] = 0;
-        }
-        __syncthreads();
-        int acc;
-        const int d = tls_digit_pick(S.tot, kk, &acc);
-        const int done = (int)S.tot[d] == kk - acc;
-        prefix |= (unsigned)d << shift;
-        mask |= 255u << shift;
-        kk -= acc;
-        if (done) break;
-    }
-    /* keys above prefix (under mask) are in; of those equal to it, the first kk by index. The
-     * counts below 2^16 (a CTA's range holds at most GPU_TLS_MAX_CAND / 4 keys), so one scan
-     * takes both: above in the low half, equal in the high half. */
-    const int per = (nl + nt - 1) / nt, i0 = min(tid * per, nl), i1 = min(i0 + per, nl);
-    int gt = 0, eq = 0;
-    for (int i = i0; i < i1; i++) {
-        const unsigned u = tls_key(sc[i]) & mask;
-        gt += u > prefix;
-        eq += u == prefix;
-    }
-    int tot2;
-    const int ex2 = tls_scan(gt | eq << 16, S.tmp, &tot2);
-    int at = ex2 >> 16;
-    if (tid == 0) S.ex[0] = tot2 & 0xffff, S.ex[1] = tot2 >> 16;
-    tls_cl_sync();
-    int before = 0, eq_before = 0, my = 0; /* equal keys of the ranks below this one */
-    for (int q = 0; q < TLS_CL; q++) {
-        const int *x = cl.map_shared_rank(S.ex, q);
-        const int g_q = x[0], e_q = x[1];
-        const int in_eq = max(0, min(kk - eq_before, e_q));
-        if (q < rank) before += g_q + in_eq;
-        if (q == rank) my = g_q + in_eq;
-        if (q == rank) at += eq_before;
-        eq_before += e_q;
-    }
-    for (int i = i0; i < i1; i++) {
-        const unsigned u = tls_key(sc[i]) & mask;
-        int f = u > prefix;
-        if (u == prefix) f = at++ < kk;
-        fl[i] = (unsigned char)f;
-    }
-    __syncthreads();
-    *mine = my;
-    *off = before;
-}
-
-/* ---------------------------------------------------------------- top-k inside each CTA
- * When level 1's scores are few, every CTA pushes its range's scores into every CTA's `all`
- * (distributed shared memory stores), one cluster barrier, and then each CTA selects from the
- * whole array alone: the same radix select and the same order as tls_cl_topk, with CTA barriers
- * only (where tls_cl_topk takes a cluster barrier and a sum of the cluster's histograms per pass,
- * and one more barrier to hand out the kept list). */
-
-/* sc[0 .. nl-1], this CTA's range of a level's scores starting at index lo, into all[lo ..] of
- * every CTA of the cluster (the other CTAs have started and no longer read their all: the caller
- * waited on a cluster barrier for that). */
-template <int NT>
-__device__ void tls_bcast(cg::cluster_group &cl, const float *sc, int nl, int lo, tls_smem<NT> &S)
-{
-    for (int i = threadIdx.x; i < nl; i += NT) {
-        const float x = sc[i];
-#pragma unroll
-        for (int q = 0; q < TLS_CL; q++) cl.map_shared_rank(S.all, q)[lo + i] = x;
-    }
-}
-
-/* The k-th of all[0 .. N-1] (k < N) in the order above: *prefix under *mask, and *kk, the rank of
- * the k-th among the keys equal to prefix under mask (every key above is in, then the first kk
- * equal ones by index). Every thread of the CTA calls it, all[] complete. */
-template <int NT>
-__device__ void tls_cta_select(tls_smem<NT> &S, int N, int k, unsigned *o_prefix, unsigned *o_mask, int *o_kk)
-{
-    const int tid = threadIdx.x, nt = NT, lane = tid & 31;
-    unsigned prefix = 0, mask = 0;
-    int kk = k;
-    /* pass p fills hist[p % 3] and zeroes hist[(p + 1) % 3] (last read in pass p - 2's scan,
-     * before the barrier of pass p - 1) for the next */
-    if (tid < 256) S.hist[0][tid] = 0;
-    __syncthreads();
-    for (int pass = 0; pass < 4; pass++) {
-        const int shift = 24 - 8 * pass;
-        unsigned *h = S.hist[pass % 3];
-        for (int base = 0; base < N; base += nt) {
-            const int i = base + tid;
-            const unsigned u = i < N ? tls_key(S.all[i]) : 0u;
-            const bool ok = i < N && (u & mask) == prefix;
-            const unsigned dig = ok ? (u >> shift) & 255u : 256u;
-            const unsigned peers = __match_any_sync(0xffffffffu, dig);
-            if (ok && lane == __ffs(peers) - 1) atomicAdd(&h[dig], (unsigned)__popc(peers));
-        }
-        if (tid < 256) S.hist[(pass + 1) % 3][tid] = 0;
-        __syncthreads();
-        int acc;
-        const int d = tls_digit_pick(h, kk, &acc);
-        const int done = (int)h[d] == kk - acc;
-        prefix |= (unsigned)d << shift;
-        mask |= 255u << shift;
-        kk -= acc;
-        if (done) break;
-    }
-    *o_prefix = prefix;
-    *o_mask = mask;
-    *o_kk = kk;
-}
-
-/* The kept indices of all[0 .. N-1] after tls_cta_select, ascending: fl[i - lo] = kept for i in
- * this CTA's range [lo, lo + nl), and out(J, i) for the J-th kept index i. Warp w takes a contiguous run of whole 32-index groups;
- * ballots rank the keys inside a group. */
-template <int NT, typename F>
-__device__ void tls_cta_list(tls_smem<NT> &S, int N, unsigned prefix, unsigned mask, int kk, int lo, int nl,
-                             F out)
-{
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const unsigned lt = (1u << lane) - 1u;
-    const int chunk = ((N + NT / 32 - 1) / (NT / 32) + 31) & ~31;
-    const int w0 = min(warp * chunk, N), w1 = min(w0 + chunk, N);
-    int gt = 0, eq = 0;
-    for (int base = w0; base < w1; base += 32) {
-        const int i = base + lane;
-        const unsigned u = i < w1 ? tls_key(S.all[i]) & mask : 0u;
-        gt += __popc(__ballot_sync(0xffffffffu, i < w1 && u > prefix));
-        eq += __popc(__ballot_sync(0xffffffffu, i < w1 && u == prefix));
-    }
-    if (lane == 0) S.wc[warp][0] = gt, S.wc[warp][1] = eq;
-    __syncthreads();
-    int gb = 0, eb = 0;
-    for (int v = 0; v < warp; v++) gb += S.wc[v][0], eb += S.wc[v][1];
-    int J = gb + min(eb, kk); /* kept before this warp's run */
-    for (int base = w0; base < w1; base += 32) {
-        const int i = base + lane;
-        const bool in = i < w1;
-        const unsigned u = in ? tls_key(S.all[i]) & mask : 0u;
-        const unsigned bg = __ballot_sync(0xffffffffu, in && u > prefix);
-        const unsigned be = __ballot_sync(0xffffffffu, in && u == prefix);
-        const bool f = ((bg >> lane) & 1u) || (((be >> lane) & 1u) && eb + __popc(be & lt) < kk);
-        const unsigned bf = __ballot_sync(0xffffffffu, f);
-        if (in && i >= lo && i < lo + nl) S.u.s.fl[i - lo] = (unsigned char)f;
-        if (f) out(J + __popc(bf & lt), i);
-        J += __popc(bf);
-        eb += __popc(be);
-    }
-    __syncthreads();
-}
-
-/* Candidate j of the kept blocks: its position kept[j / bs] * bs + j % bs into *pp, its row of
- * the cache (gpu_kv_row's, from the table entries in ktb) returned. bsh: log2 bs. */
-template <int NT>
-__device__ __forceinline__ long long tls_cand_row(const tls_smem<NT> &S, const gpu_seq_dev &sq, int bsh, int j,
-                                                  int *pp)
-{
-    const int kb = j >> bsh, p = (S.kept[kb] << bsh) + (j & ((1 << bsh) - 1));
-    *pp = p;
-    return sq.map.tbl ? (long long)S.ktb[kb] * sq.map.bstride + (p & (GPU_KV_BLOCK - 1)) : (long long)p;
-}
-
 /* ---------------------------------------------------------------- one layer in one kernel
- * One cluster of TLS_CL CTAs of NT threads per (row, KV head): the newest key's summaries, level
+ * One cluster of CL CTAs of NT threads per (row, KV head): the newest key's summaries, level
  * 1 over the CTAs' ranges of blocks, its top-k (in every CTA, or over the cluster), the kept
  * blocks' list and their block-table entries in every CTA, level 2 over the CTAs' ranges of the
  * candidates, the cluster's top-k of them, the kept keys (as candidate indices) spread evenly
  * over the CTAs, each CTA's exact attention over its share (rows from the kept blocks' table
  * entries: no table read per key), and the CTAs' partials merged through distributed shared
  * memory. A dense row (on == 0) attends keys 0 .. n-1, an eighth per CTA. */
-template <int GM, int NT>
+template <int GM, int NT, int CL>
 __global__ void __launch_bounds__(NT, 512 / NT)
 tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_seq_dev *seqs,
             const gpu_tls_dev *tls, h16 *out)
 {
     extern __shared__ __align__(16) unsigned char tls_smem_raw[];
-    tls_smem<NT> &S = *reinterpret_cast<tls_smem<NT> *>(tls_smem_raw);
+    tls_smem<NT, CL> &S = *reinterpret_cast<tls_smem<NT, CL> *>(tls_smem_raw);
     cg::cluster_group cl = cg::this_cluster();
     const int rank = (int)cl.block_rank(), g = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, nt = NT, lane = tid & 31, warp = tid >> 5;
@@ -408,10 +133,18 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
     /* before the QKV kernel is done (PDL): the step's rows and the summaries were written before
      * it; this CTA's range of block max / min rows is requested into L2 */
     if (t.on && tid == 0) {
-        const int nb = (n + bs - 1) / bs, per1 = ((nb + TLS_CL - 1) / TLS_CL + 31) & ~31;
+        const int nb = (n + bs - 1) / bs, per1 = ((nb + CL - 1) / CL + 31) & ~31;
         const int lo1 = rank * per1, n1 = max(0, min(nb - lo1, per1));
         if (nb > t.block_budget && n1 > 0 && t.stagger != 1)
             gpu_l2_prefetch(t.mm + (lg * t.nbc + lo1) * 2 * hd, 0, (unsigned)n1 * 4u * hd);
+    }
+    /* a staggered row's attention set and its blocks' table entries, before the wait too: sg
+     * was written by the step before's next-step launch, the table before the step */
+    int nk_early = 0;
+    if (t.on && t.stagger == 1 && tls_early_c) {
+        nk_early = tls_stagger_set(t, lg, (n + bs - 1) / bs, S.kept);
+        for (int j = tid; j < nk_early; j += nt)
+            S.ktb[j] = sq.map.tbl ? sq.map.tbl[(S.kept[j] * bs) >> GPU_KV_SHIFT] : 0;
     }
     gpu_pdl_wait(); /* q, and the newest key the QKV kernel wrote */
     gpu_pdl_trigger();
@@ -428,13 +161,13 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
     TLS_MARK(1);
     if (!t.on) {
         tls_cl_wait(); /* A0 */
-        const int sl = (n + TLS_CL - 1) / TLS_CL;
+        const int sl = (n + CL - 1) / CL;
         first = min(rank * sl, n);
         mine = min(n - first, sl);
         if (rank == 0 && tid == 0) *cnt = -n;
     } else {
         const int nb = (n + bs - 1) / bs, last = nb - 1;
-        const int per1 = ((nb + TLS_CL - 1) / TLS_CL + 31) & ~31; /* whole bitmap words */
+        const int per1 = ((nb + CL - 1) / CL + 31) & ~31; /* whole bitmap words */
         const int lo1 = rank * per1, n1 = max(0, min(nb - lo1, per1));
         h16 *mm = t.mm + lg * t.nbc * 2 * hd;
         if (last >= lo1 && last < lo1 + per1) {
@@ -478,7 +211,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
             /* staggered: S_{t-1} below the block it saw being filled, then that block on
              * (sparse_tls_pipe_step's attention set) */
             tls_cl_wait(); /* A0 */
-            nk = tls_stagger_set(t, lg, nb, S.kept);
+            nk = nk_early ? nk_early : tls_stagger_set(t, lg, nb, S.kept);
         } else if (nb > bb) {
             float *bsc = c.bscore + ((size_t)b * c.n_kv + g) * c.nb_max;
             for (int i0 = 0; i0 < n1; i0 += nt / 2) {
@@ -557,7 +290,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
             for (int i = i0; i < i1; i++)
                 if (S.u.s.fl[i]) {
 #pragma unroll
-                    for (int qr = 0; qr < TLS_CL; qr++) cl.map_shared_rank(S.kept, qr)[at] = lo1 + i;
+                    for (int qr = 0; qr < CL; qr++) cl.map_shared_rank(S.kept, qr)[at] = lo1 + i;
                     at++;
                 }
         }
@@ -573,7 +306,8 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
         TLS_MARK(4);
         /* the kept blocks' entries of the block table, read once here so that the attention's
          * rows need no table read (a kept block lies inside one pool block: bs divides it) */
-        for (int j = tid; j < nk; j += nt) S.ktb[j] = sq.map.tbl ? sq.map.tbl[(S.kept[j] * bs) >> GPU_KV_SHIFT] : 0;
+        if (!nk_early)
+            for (int j = tid; j < nk; j += nt) S.ktb[j] = sq.map.tbl ? sq.map.tbl[(S.kept[j] * bs) >> GPU_KV_SHIFT] : 0;
         __syncthreads();
         /* level 2 over the kept blocks' positions (candidate j: kept[j / bs] * bs + j % bs) */
         const int lastlen = n - last * bs;
@@ -582,7 +316,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
         int m;
         if (C <= tb) {
             m = C;
-            const int sl = (m + TLS_CL - 1) / TLS_CL, j0 = min(rank * sl, m);
+            const int sl = (m + CL - 1) / CL, j0 = min(rank * sl, m);
             mine = min(m - j0, sl);
             for (int j = tid; j < mine; j += nt) {
                 S.lst[j] = j0 + j;
@@ -590,7 +324,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
             }
             __syncthreads();
         } else {
-            const int per2 = (C + TLS_CL - 1) / TLS_CL, lo2 = min(rank * per2, C);
+            const int per2 = (C + CL - 1) / CL, lo2 = min(rank * per2, C);
             const int n2 = min(C - lo2, per2);
             const unsigned short *ch = c.ch + lg * r;
             if (tid < r) {
@@ -685,7 +419,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
             m = tb;
             /* the kept positions, ascending: entry J to CTA J / sl's list (as its candidate
              * index) and to idx */
-            const int sl = (m + TLS_CL - 1) / TLS_CL;
+            const int sl = (m + CL - 1) / CL;
             {
                 const int per = (n2 + NT - 1) / NT, i0 = min(tid * per, n2), i1 = min(i0 + per, n2);
                 int k = 0;
@@ -823,20 +557,20 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
         __syncthreads();
     }
     TLS_MARK(9);
-    /* the cluster's partials merged: CTA rank writes outputs rank, rank + TLS_CL, ... */
+    /* the cluster's partials merged: CTA rank writes outputs rank, rank + CL, ... */
     tls_cl_sync();
-    for (int o = tid * TLS_CL + rank; o < G * hd; o += nt * TLS_CL) {
+    for (int o = tid * CL + rank; o < G * hd; o += nt * CL) {
         const int h = o / hd;
-        float2 ml[TLS_CL];
+        float2 ml[CL];
         float M = -INFINITY;
 #pragma unroll
-        for (int qr = 0; qr < TLS_CL; qr++) {
+        for (int qr = 0; qr < CL; qr++) {
             ml[qr] = cl.map_shared_rank(S.pml, qr)[h];
             if (ml[qr].y > 0.0f) M = fmaxf(M, ml[qr].x);
         }
         float O = 0.0f, L = 0.0f;
 #pragma unroll
-        for (int qr = 0; qr < TLS_CL; qr++) {
+        for (int qr = 0; qr < CL; qr++) {
             if (!(ml[qr].y > 0.0f)) continue;
             const float f = exp2f(ml[qr].x - M);
             L += ml[qr].y * f;
@@ -850,14 +584,20 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
 }
 
 /* The one-kernel form's kernels: per group width (GM 4, 8, 16) and CTA size (256 or 512
- * threads; clusters of TLS_CL CTAs: clusters of 16 at batch 1 and of 4 at batch 8 were slower,
- * 2026-11-29, BENCHMARKS.md). */
+ * threads) in clusters of TLS_CL CTAs (clusters of 16 at batch 1 and of 4 CTAs of 512 threads at
+ * batch 8 were slower, 2026-11-29, BENCHMARKS.md), and in clusters of 2 CTAs of 512 threads:
+ * 128 CTAs for 64 (row, KV head) pairs, batch 8 of Llama-3-8B in one wave on 132 SMs. */
 typedef void (*tls_kfn)(gpu_tls_cfg, int, const h16 *, const int *, const gpu_seq_dev *,
                         const gpu_tls_dev *, h16 *);
-static const tls_kfn tls_kfns[3][2] = {{tls_layer_k<4, 256>, tls_layer_k<4, 512>},
-                                       {tls_layer_k<8, 256>, tls_layer_k<8, 512>},
-                                       {tls_layer_k<16, 256>, tls_layer_k<16, 512>}};
-static const size_t tls_smems[2] = {sizeof(tls_smem<256>), sizeof(tls_smem<512>)};
+static const tls_kfn tls_kfns[3][2] = {{tls_layer_k<4, 256, TLS_CL>, tls_layer_k<4, 512, TLS_CL>},
+                                       {tls_layer_k<8, 256, TLS_CL>, tls_layer_k<8, 512, TLS_CL>},
+                                       {tls_layer_k<16, 256, TLS_CL>, tls_layer_k<16, 512, TLS_CL>}};
+static const size_t tls_smems[2] = {sizeof(tls_smem<256, TLS_CL>), sizeof(tls_smem<512, TLS_CL>)};
+static const tls_kfn tls_kfns2[3] = {tls_layer_k<4, 512, 2>, tls_layer_k<8, 512, 2>, tls_layer_k<16, 512, 2>};
+static const size_t tls_smem2 = sizeof(tls_smem<512, 2>);
+#define TLS_DEVS 64
+static int tls_fit2[TLS_DEVS][3]; /* per device and group width: clusters of 2 that run at once
+                                     (cudaOccupancyMaxActiveClusters; 0: not asked) */
 
 /* TANDEM_TLS_THREADS=256 or 512: every one-kernel launch in CTAs of that size (A/B); else the
  * rule below. */
@@ -871,50 +611,106 @@ static int tls_threads_env(void)
     return v;
 }
 
-/* TANDEM_TLS_FORM=1 or 2: the rule's launches all in the one-kernel form, or all in the three
- * kernels (A/B); else the rule below. */
+/* TANDEM_TLS_FORM=1, 2 or 6: the rule's launches all in the one-kernel form, all in the three
+ * kernels, or all in the one-kernel form in clusters of 2 (A/B); else the rule below. */
 static int tls_form_env(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("TANDEM_TLS_FORM");
-        v = e && (atoi(e) == 1 || atoi(e) == 2) ? atoi(e) : 0;
+        v = e && (atoi(e) == 1 || atoi(e) == 2 || atoi(e) == 6) ? atoi(e) : 0;
     }
     return v;
+}
+
+/* TANDEM_TLS_CL2=0: the rule never takes clusters of 2 (A/B: the three kernels past the
+ * clusters of TLS_CL, as before). */
+static int tls_cl2_env(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("TANDEM_TLS_CL2");
+        v = !(e && atoi(e) == 0);
+    }
+    return v;
+}
+
+/* Clusters of 2 (CTAs of 512 threads) that fit at once on the current device for group width
+ * index gi (0: unknown). */
+static int tls_fit2_now(int gi)
+{
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= TLS_DEVS) return 0;
+    return tls_fit2[dev][gi];
 }
 
 int gpu_tls_attn_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, const h16 *q,
                        const int *pos, const gpu_seq_dev *seqs, const gpu_tls_dev *tls, h16 *out,
                        int pdl, int form)
 {
-    /* the rule: CTAs of 512 threads while one per SM holds every cluster (T x n_kv x TLS_CL <=
-     * SMs: batch 1 and 2 of Llama-3-8B), of 256 while two per SM do, else the three kernels */
+    /* the rule: clusters of TLS_CL in CTAs of 512 threads while one per SM holds every cluster
+     * (T x n_kv x TLS_CL <= SMs: batch 1 and 2 of Llama-3-8B), of 256 while two per SM do (batch
+     * 3 and 4); then clusters of 2 CTAs of 512 threads up to 8 rows while every cluster runs at
+     * once (batch 5 .. 8 of Llama-3-8B: at 8, 64 pairs, 128 CTAs on 132 SMs; measured at 8,
+     * 2026-11-29, BENCHMARKS.md); else the three kernels (and their row cache for offloaded
+     * rows, which the one-kernel form has not) */
     const long long ctas = (long long)T * c.n_kv * TLS_CL;
-    if (form == 0) form = tls_form_env() ? tls_form_env() : ctas <= 2LL * c.sms ? 1 : 2;
+    const int G = c.n_heads / c.n_kv, gi = G <= 4 ? 0 : G <= 8 ? 1 : 2;
+    if (form == 0) {
+        if (tls_form_env()) form = tls_form_env();
+        else if (ctas <= 2LL * c.sms) form = 1;
+        else if (tls_cl2_env() && T <= 8 && (long long)T * c.n_kv <= tls_fit2_now(gi)) form = 6;
+        else form = 2;
+    }
     if (form == 2 || form == 3)
         return gpu_tls_split_layer(s, c, layer, T, q, pos, seqs, tls, out, form == 3 ? 512 : 0);
     int ni = ctas <= c.sms ? 1 : 0;
     if (form == 4 || form == 5) ni = form - 4;
+    else if (form == 6) ni = 1;
     else if (tls_threads_env()) ni = tls_threads_env() == 512;
-    const int G = c.n_heads / c.n_kv;
+    const int cl = form == 6 ? 2 : TLS_CL;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(TLS_CL, c.n_kv, T);
+    cfg.gridDim = dim3(cl, c.n_kv, T);
     cfg.blockDim = dim3(ni ? 512 : 256);
-    cfg.dynamicSmemBytes = tls_smems[ni];
+    cfg.dynamicSmemBytes = form == 6 ? tls_smem2 : tls_smems[ni];
     cfg.stream = s;
     cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = TLS_CL;
+    at[0].val.clusterDim.x = cl;
     at[0].val.clusterDim.y = 1;
     at[0].val.clusterDim.z = 1;
     at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = pdl ? 2 : 1;
-    GPU_CHECK(cudaLaunchKernelEx(&cfg, tls_kfns[G <= 4 ? 0 : G <= 8 ? 1 : 2][ni], c, layer, q, pos, seqs,
+    GPU_CHECK(cudaLaunchKernelEx(&cfg, form == 6 ? tls_kfns2[gi] : tls_kfns[gi][ni], c, layer, q, pos, seqs,
                                  tls, out));
     return ACCEL_OK;
+}
+
+int gpu_tls_fit_clusters(int gi, int cl)
+{
+    if (gi < 0 || gi > 2 || (cl != 2 && cl != TLS_CL)) return 0;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(cl, 1, 1);
+    cfg.blockDim = dim3(512);
+    cfg.dynamicSmemBytes = cl == 2 ? tls_smem2 : tls_smems[1];
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = cl;
+    at.val.clusterDim.y = 1;
+    at.val.clusterDim.z = 1;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, (const void *)(cl == 2 ? tls_kfns2[gi] : tls_kfns[gi][1]), &cfg) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
 }
 
 int gpu_tls_kernels_init(void)
@@ -922,9 +718,18 @@ int gpu_tls_kernels_init(void)
     /* dynamic shared memory (past the static 48 KB when a group is wide); no carveout preference
      * (an SM whose kernels ask different carveouts drains between them: the decode chain's PDL
      * overlap) */
-    for (int gi = 0; gi < 3; gi++)
+    for (int gi = 0; gi < 3; gi++) {
         for (int ni = 0; ni < 2; ni++)
             GPU_CHECK(cudaFuncSetAttribute(tls_kfns[gi][ni], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)tls_smems[ni]));
+        GPU_CHECK(cudaFuncSetAttribute(tls_kfns2[gi], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tls_smem2));
+    }
+    const char *ee = getenv("TANDEM_TLS_EARLY");
+    const int early = !(ee && atoi(ee) == 0);
+    GPU_CHECK(cudaMemcpyToSymbol(tls_early_c, &early, sizeof early));
+    int dev = 0;
+    GPU_CHECK(cudaGetDevice(&dev));
+    if (dev >= 0 && dev < TLS_DEVS)
+        for (int gi = 0; gi < 3; gi++) tls_fit2[dev][gi] = gpu_tls_fit_clusters(gi, 2);
     return gpu_tls_split_init();
 }

@@ -693,9 +693,11 @@ int main(int argc, char **argv)
         /* one layer's sparse attention alone in each form (Llama-3-8B heads, 32 channels), then the
          * whole model */
         for (int bi = 0; bi < ntls_b && tls_k; bi++) {
-            double us[2 + 11 + 2 + 3] = {0}; /* the two forms, the one-kernel form's 11 phases,
-                                              * the one-kernel form in CTAs of 256 / 512
-                                              * threads, the staggered forms and next launch */
+            double us[22 + 3 * 11] = {0}; /* the two forms, the one-kernel form's 11 phases,
+                                            * the one-kernel form in CTAs of 256 / 512
+                                            * threads, the staggered forms and next launch, the
+                                            * form in clusters of 2 (exact, staggered), the
+                                            * clusters of 2 / 8 that fit, 3 x 11 more phases */
             if ((st = tls_k(m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, (int)tls_ctx[i], 64, 32,
                             (int)tls_blocks, (int)tls_budget, (int)tls_batch[bi], 50, us))) {
                 fprintf(stderr, "bench_gpu: tls kernels: %s\n", accel_strerror(st));
@@ -706,8 +708,16 @@ int main(int argc, char **argv)
                    us[0], us[1]);
             for (int k = 2; k < 13; k++) printf("%s%.2f", k > 2 ? "," : "", us[k]);
             printf("],\"one_kernel_256_us\":%.1f,\"one_kernel_512_us\":%.1f,\"stagger_one_kernel_us\":%.1f,"
-                   "\"stagger_three_kernels_us\":%.1f,\"stagger_next_us\":%.1f}\n", us[13], us[14], us[15],
-                   us[16], us[17]);
+                   "\"stagger_three_kernels_us\":%.1f,\"stagger_next_us\":%.1f,\"cl2_us\":%.1f,"
+                   "\"stagger_cl2_us\":%.1f,\"fit2\":%.0f,\"fit8\":%.0f", us[13], us[14], us[15],
+                   us[16], us[17], us[18], us[19], us[20], us[21]);
+            static const char *const ph[3] = {"stagger_phases_us", "cl2_phases_us", "stagger_cl2_phases_us"};
+            for (int t = 0; t < 3; t++) {
+                printf(",\"%s\":[", ph[t]);
+                for (int k = 0; k < 11; k++) printf("%s%.2f", k ? "," : "", us[22 + 11 * t + k]);
+                printf("]");
+            }
+            printf("}\n");
             fflush(stdout);
         }
         if (bg_tls_run(d, m, (int)tls_ctx[i], tls_batch, ntls_b, (int)steps, (int)tls_budget,

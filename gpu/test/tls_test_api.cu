@@ -56,7 +56,8 @@ int to_half(h16 *dst, const float *src, size_t n)
  * (n_heads, hd) the attention output, bscore (n_kv, ceil(n / bs)) the level-1 scores (valid
  * when the blocks exceed block_budget), counters (4) the sequence's counters. on 0: a dense
  * row. form: gpu_tls_attn_layer's (1 the one-kernel form, 2 the three kernels, 3 the three with
- * the selection in CTAs of 512 threads, 4 / 5 the one-kernel form in CTAs of 256 / 512). */
+ * the selection in CTAs of 512 threads, 4 / 5 the one-kernel form in CTAs of 256 / 512, 6 the
+ * one-kernel form in clusters of 2 CTAs of 512). */
 int gpu_tls_test_step(int n_heads, int n_kv, int hd, int n, int bs, int r, int block_budget,
                       int token_budget, int rebuilt, int on, const float *q, const float *k,
                       const float *v, const unsigned short *ch, int32_t *idx, int32_t *cnt,
@@ -246,12 +247,19 @@ __global__ void fill_k(h16 *x, size_t n, unsigned seed)
 }
 } // namespace
 
+/* gpu/tls_kernels.cu: clusters of cl CTAs of 512 threads (2 or GPU_TLS_CLUSTER) of the one-kernel
+ * form for group width index gi (G <= 4, 8, 16) that run at once on the current device. */
+int gpu_tls_fit_clusters(int gi, int cl);
+
 /* One layer on B rows of n keys each (one random cache shared by the rows, each row its own
  * summaries), timed over reps launches back to back: us[0] microseconds per launch of the
  * one-kernel form, us[1] of the three kernels; us[2 .. 2 + GPU_TLS_PHASES) the one-kernel
  * form's phases (gpu_tls_cfg.trace) in one more launch, microseconds after its start; us[13],
  * us[14] the one-kernel form in CTAs of 256 and of 512 threads, us[15 .. 17] the staggered
- * form's (below) (us: 18 doubles). */
+ * form's (below); us[18] the one-kernel form in clusters of 2 (form 6), us[19] the same
+ * staggered, us[20] / us[21] the clusters of 2 / of GPU_TLS_CLUSTER (CTAs of 512) that fit at
+ * once; us[22 ..] the phases (as us[2 ..]) of the staggered one-kernel form, then of the one-kernel
+ * form in clusters of 2, then of that staggered (us: 22 + 3 x GPU_TLS_PHASES doubles). */
 int gpu_tls_bench_kernels(int n_heads, int n_kv, int hd, int n, int bs, int r, int block_budget,
                           int token_budget, int B, int reps, double *us)
 {
@@ -317,8 +325,8 @@ int gpu_tls_bench_kernels(int n_heads, int n_kv, int hd, int n, int bs, int r, i
     cudaEvent_t e0, e1;
     GPU_CHECK(cudaEventCreate(&e0));
     GPU_CHECK(cudaEventCreate(&e1));
-    static const int forms[4] = {1, 2, 4, 5}, slot[4] = {0, 1, 13, 14};
-    for (int fi = 0; fi < 4; fi++) {
+    static const int forms[5] = {1, 2, 4, 5, 6}, slot[5] = {0, 1, 13, 14, 18};
+    for (int fi = 0; fi < 5; fi++) {
         const int form = forms[fi];
         GPU_TRY(gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, 0, form)); /* warm-up */
         GPU_CHECK(cudaEventRecord(e0, 0));
@@ -329,39 +337,53 @@ int gpu_tls_bench_kernels(int n_heads, int n_kv, int hd, int n, int bs, int r, i
         GPU_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         us[slot[fi]] = 1e3 * ms / reps;
     }
+    /* the phases of one more launch (gpu_tls_cfg.trace) into dst: the clock at point i after
+     * point 0 (-1: not reached) */
+    unsigned long long *dtr, tr[GPU_TLS_PHASES];
+    GPU_TRY(b.alloc(&dtr, GPU_TLS_PHASES));
+    auto trace = [&](int form, double *dst) -> int {
+        GPU_CHECK(cudaMemset(dtr, 0, sizeof tr));
+        gpu_tls_cfg ct = c;
+        ct.trace = dtr;
+        GPU_TRY(gpu_tls_attn_layer(0, ct, 0, B, dq, dpos, dsq, dt, dout, 0, form));
+        GPU_CHECK(cudaDeviceSynchronize());
+        GPU_CHECK(cudaMemcpy(tr, dtr, sizeof tr, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < GPU_TLS_PHASES; i++) dst[i] = tr[i] ? 1e-3 * (double)(tr[i] - tr[0]) : -1;
+        return ACCEL_OK;
+    };
+    GPU_TRY(trace(1, us + 2));
+    GPU_TRY(trace(6, us + 22 + GPU_TLS_PHASES));
     /* the staggered rows (gpu/tls.cuh): one restarting step saves the query and the next-step
      * launch selects the set, then the layer from the set: us[15] the one-kernel form, us[16]
-     * the three kernels, us[17] the next-step launch (this one layer's) */
+     * the three kernels, us[17] the next-step launch (this one layer's), us[19] the one-kernel
+     * form in clusters of 2 */
     for (int i = 0; i < B; i++) t[i].stagger = 2;
     GPU_CHECK(cudaMemcpy(dt, t.data(), B * sizeof(gpu_tls_dev), cudaMemcpyHostToDevice));
     GPU_TRY(gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, 0, 1));
     GPU_TRY(gpu_tls_next_layers(0, c, 0, 1, 0, B, dpos, dt));
     for (int i = 0; i < B; i++) t[i].stagger = 1;
     GPU_CHECK(cudaMemcpy(dt, t.data(), B * sizeof(gpu_tls_dev), cudaMemcpyHostToDevice));
-    for (int fi = 0; fi < 3; fi++) {
-        const int form = fi == 0 ? 1 : 2;
+    static const int sslot[4] = {15, 16, 17, 19};
+    for (int fi = 0; fi < 4; fi++) {
+        const int form = fi == 0 ? 1 : fi == 3 ? 6 : 2;
         GPU_CHECK(cudaEventRecord(e0, 0));
         for (int i = 0; i < reps; i++)
-            GPU_TRY(fi < 2 ? gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, 0, form)
-                           : gpu_tls_next_layers(0, c, 0, 1, 0, B, dpos, dt));
+            GPU_TRY(fi != 2 ? gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, 0, form)
+                            : gpu_tls_next_layers(0, c, 0, 1, 0, B, dpos, dt));
         GPU_CHECK(cudaEventRecord(e1, 0));
         GPU_CHECK(cudaEventSynchronize(e1));
         float ms = 0;
         GPU_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        us[15 + fi] = 1e3 * ms / reps;
+        us[sslot[fi]] = 1e3 * ms / reps;
     }
+    GPU_TRY(trace(1, us + 22));
+    GPU_TRY(trace(6, us + 22 + 2 * GPU_TLS_PHASES));
     for (int i = 0; i < B; i++) t[i].stagger = 0;
     GPU_CHECK(cudaMemcpy(dt, t.data(), B * sizeof(gpu_tls_dev), cudaMemcpyHostToDevice));
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    /* one more launch of the one-kernel form with its phase trace: us[2 + i] the clock at point i
-     * after point 0 (-1: not reached) */
-    unsigned long long *dtr, tr[GPU_TLS_PHASES];
-    GPU_TRY(b.alloc(&dtr, GPU_TLS_PHASES));
-    c.trace = dtr;
-    GPU_TRY(gpu_tls_attn_layer(0, c, 0, B, dq, dpos, dsq, dt, dout, 0, 1));
-    GPU_CHECK(cudaDeviceSynchronize());
-    GPU_CHECK(cudaMemcpy(tr, dtr, sizeof tr, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < GPU_TLS_PHASES; i++) us[2 + i] = tr[i] ? 1e-3 * (double)(tr[i] - tr[0]) : -1;
+    const int G = n_heads / n_kv, gi = G <= 4 ? 0 : G <= 8 ? 1 : 2;
+    us[20] = gpu_tls_fit_clusters(gi, 2);
+    us[21] = gpu_tls_fit_clusters(gi, GPU_TLS_CLUSTER);
     return ACCEL_OK;
 }

@@ -104,8 +104,9 @@ static void synth(const tcase *c, float *q, float *k, float *v)
                    sizeof(float) * c->bs * kvd);
 }
 
-/* form: the layer's one-kernel form (1; 4 / 5: in CTAs of 256 / 512 threads) or its three
- * kernels (2; 3: the selection's CTAs of 512 threads), gpu/tls.cuh and gpu/tls_kernels.cu */
+/* form: the layer's one-kernel form (1; 4 / 5: in CTAs of 256 / 512 threads; 6: in clusters of 2
+ * CTAs of 512) or its three kernels (2; 3: the selection's CTAs of 512 threads), gpu/tls.cuh and
+ * gpu/tls_kernels.cu */
 static void run_case(const api *a, const tcase *c, int form)
 {
     const int kvd = c->n_kv * c->hd, qd = c->n_heads * c->hd, G = c->n_heads / c->n_kv;
@@ -235,7 +236,7 @@ TEST(gpu_tls_select_equals_cpu)
         {8, 2, 128, 12000, 64, 32, 160, 1024, 11990, 1, 12},
         {2, 1, 64, 140000, 16, 16, 8, 64, 139995, 1, 13},
     };
-    for (int form = 1; form <= 5; form++)
+    for (int form = 1; form <= 6; form++)
         for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&a, &cs[i], form);
 }
 

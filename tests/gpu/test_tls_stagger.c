@@ -202,6 +202,6 @@ TEST(gpu_tls_stagger_equals_cpu)
         /* level 1 over 8,750 blocks (selected over the cluster in the one-kernel form) */
         {8, 2, 128, 11985, 8, 64, 32, 160, 1024, 12},
     };
-    for (int form = 1; form <= 5; form++)
+    for (int form = 1; form <= 6; form++)
         for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(f, &cs[i], form);
 }
