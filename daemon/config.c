@@ -96,7 +96,7 @@ static const key keys[] = {
     K(peer_key_file, KEY_STR, "", 0, 0, "file holding the peer key (its first line)"),
     K(peer_transport, KEY_STR, "auto", 0, 0, "how KV reaches peers: auto (UCX by worker address: shared memory on one host, RDMA where present; TCP stream where that cannot be made), stream (always TCP), address (that or the device is not used); UCX_TLS still applies"),
     K(peer_poll_us, KEY_INT, "0", 0, 100000, "microseconds the peer link keeps polling UCX (and the KV hand-off to the import thread) after activity before it sleeps on the event descriptor: a thread busy for at most this long after each message, none while idle; +3-8 % KV throughput on a quiet 16-core node, much less on a busy one (0: sleep at once)"),
-    K(peer_rx_threads, KEY_INT, "0", 0, 2, "threads the peer node's loop takes turns on (KV chunks over shared memory: one's CRC runs beside the next one's copy, a second core busy while chunks stream); 0: 2 where the process may run on 8 or more cores, else 1"),
+    K(peer_rx_threads, KEY_INT, "0", 0, 2, "threads the peer node's loop takes turns on (KV chunks over shared memory: one's CRC runs beside the next one's copy, a second core busy while chunks stream; over TCP a chunk stays on its thread); 0: 2 where the process may run on 8 or more cores, else 1"),
     K(peer_wait, KEY_DOUBLE, "30", 0, 3600, "seconds start-up waits for each peer to answer (one still down is retried in the background and joins when it answers)"),
 };
 #undef K

@@ -85,8 +85,9 @@ typedef struct peer_server_cfg {
  * chunk's CRC runs beside the next one's copy (peer/server.c, "the receiving threads"): the
  * link's rate becomes the copy's, for a second core busy while chunks stream, spinning at most
  * 1 ms after each before it sleeps. Auto: 2 where this process may run on 8 or more cores, 1
- * below (on a small machine the second thread takes the core the copy needs). Returns the count
- * for `n` as configured. */
+ * below (on a small machine the second thread takes the core the copy needs). Chunks that come
+ * over tcp lanes stay with the thread that received them, as with one (faster over TCP on the
+ * quiet node). Returns the count for `n` as configured. */
 #define PEER_RX_THREADS_MAX 2
 int peer_rx_threads(int n);
 /* With two receiving threads, the payload size from which a chunk's CRC is cut in two, the

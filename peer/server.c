@@ -18,11 +18,11 @@
  * bytes follow this one's on the socket instead of waiting for this thread to see it done), and
  * several connections' at once, as long as a kv_rx slot is free (PEER_KV_RX_SLOTS; a chunk that
  * finds none waits its turn), and checked and imported by a second one (peer/kv_rx.h) in the
- * order they came in, so that the next chunks' copies overlap this one's check and import; this thread takes
- * their results and sends the REPLYs. With two receiving threads ("the receiving threads" below)
- * the one that received a chunk computes its payload's CRC-32C while the other goes on (rx_crc),
- * and the check takes it. Before anything else that
- * touches a device or frees a sequence, it waits for the chunks pushed so far (kv_sync). */
+ * order they came in, so that the next chunks' copies overlap this one's check and import; this
+ * thread takes their results and sends the REPLYs. With two receiving threads (below) the one
+ * that received a chunk computes its payload's CRC-32C while the other goes on (rx_crc), and the
+ * check takes it. Before anything else that touches a device or frees a sequence, it waits for
+ * the chunks pushed so far (kv_sync). */
 #include "peer/auth.h"
 #include "peer/kv_rx.h"
 #include "peer/link.h"
@@ -46,10 +46,8 @@
  * pending meanwhile (sconn.rx): only that connection waits for it, every other is served. */
 #define TAG_TIMEOUT_S PEER_CALL_TIMEOUT_S
 /* A connection's tagged chunks received at once over tcp lanes (its last chunk marked
- * PEER_KV_TAG_AHEAD; others one at a time): the one coming and the next one's receive started
- * behind it. Two, as the sender keeps two sends in flight over tcp lanes (PEER_KV_TCP_SENDS);
- * on the quiet node more (4 receives and 4 sends) lost: the sender's rendezvous puts then share
- * the socket and each chunk completes later (BENCHMARKS.md). */
+ * PEER_KV_TAG_AHEAD; others one at a time): the one coming and the next one's receive behind
+ * it, as the sender's two sends in flight (PEER_KV_TCP_SENDS; deeper gained nothing, BENCHMARKS.md). */
 #define RX_AHEAD 2
 /* A REPLY frame: header and two words. */
 #define KV_REPLY_BYTES (PEER_HEADER_BYTES + 8)
@@ -151,8 +149,7 @@ struct peer_server {
     pthread_mutex_t tok_mu;
     pthread_cond_t tok_cv;
     _Atomic int tok_free;
-    /* chunks received in this pass whose CRC and push the holder does after handing the token
-     * on (their kv_rx places reserved) */
+    /* chunks received in this pass: CRC and push by the holder after the token (places reserved) */
     struct handoff {
         int slot;
         sconn *sc;
@@ -507,13 +504,13 @@ static int rx_finish(peer_server *s, sconn *sc)
         }
         x->k = k;
         sc->ahead = (k.flags & PEER_KV_TAG_AHEAD) != 0;
-        if (s->n_th > 1 && s->n_handoff < PEER_KV_RX_SLOTS) { /* its CRC after the token goes on */
+        if (s->n_th > 1 && s->n_handoff < PEER_KV_RX_SLOTS && !sc->ahead) { /* its CRC after the token goes on */
             size_t mid = crc_split_at(&x->k);
             if (mid) peer_kv_rx_reserve_split(s->rx, x->slot, x->k.bytes + mid, x->k.n_bytes - mid);
             else peer_kv_rx_reserve(s->rx, x->slot);
             s->handoff[s->n_handoff++] = (struct handoff){x->slot, sc, x->k, mid};
             atomic_fetch_add_explicit(&s->handed, 1, memory_order_relaxed);
-        } else { /* one thread: the CRC on the kv_rx thread (the reader's), beside the next copy */
+        } else { /* one thread (or tcp lanes): the CRC on the kv_rx thread, beside the next copy */
             peer_kv_rx_push(s->rx, x->slot, sc, &x->k);
         }
         sc->rx_head = (sc->rx_head + 1) % RX_AHEAD;
@@ -764,7 +761,9 @@ static int handle(peer_server *s, sconn *sc, const peer_header *h, const uint8_t
  * then it waits for its turn again, spinning for at most TOK_SPIN_S first (a stream of chunks
  * gives it back within a chunk's copy; a quiet link lets it sleep). The chunks keep their order
  * (their kv_rx places are reserved as they arrive, peer_kv_rx_reserve); everything else the
- * loop does is as with one thread, done by whichever holds the token. */
+ * loop does is as with one thread, done by whichever holds the token.
+ * Chunks over tcp lanes (PEER_KV_TAG_AHEAD: the copy is the kernel's socket read) stay with the
+ * thread that received them, as with one: TCP x1.07 on the quiet node (BENCHMARKS.md, wiretcp7). */
 #define TOK_SPIN_S 0.001
 
 static void tok_take(peer_server *s, int spin)

@@ -56,7 +56,9 @@
  * CRC's rate on this CPU per path (no link). --rx-threads N: the
  * node's loop on N threads taking turns, as the daemon's (config peer_rx_threads, peer/peer.h;
  * default 0: the daemon's auto, 2 on 8 cores or more): the thread that received a chunk hands
- * the loop on and does that chunk's CRC and push while the other copies the next one in.
+ * the loop on and does that chunk's CRC and push while the other copies the next one in — over
+ * shared memory; a chunk that came over tcp lanes stays on the thread that received it, its CRC
+ * the kv_rx thread's, as peer/server.c (--tcp-handoff 1: handed on too, the code before).
  * --rx-ahead N: once a chunk came marked PEER_KV_TAG_AHEAD (the sender's tcp lanes) the node
  * starts the next chunk's receive while up to N-1 before it are still coming (default 2, as
  * peer/server.c; 1: one at a time); with --announce 0 it keeps the next N serials' posted.
@@ -119,11 +121,16 @@ static int g_rx_ahead = 2;
 /* g_crc_rx 1: the CRC on the kv_rx thread (--crc-on rx); 0: on the receiving thread right after
  * the receive, while the bytes are in its cache (--crc-on node); -1 (default): as peer/server.c,
  * the receiving thread with two receiving threads, the kv_rx thread with one */
-static int g_crc_rx = -1;
+static int g_crc_rx = -1, g_crc_on_given = 0;
 /* g_crc_split 0: with two receiving threads the receiving one computes the whole CRC (the code
  * before peer_kv_rx_reserve_split); 1 (default, as peer/server.c): the second half offered to
  * the kv_rx thread */
 static int g_crc_split = 1;
+/* g_tcp_handoff 1: with two receiving threads a chunk that came over tcp lanes is handed on too
+ * (its CRC on the thread that received it after the loop went to the other: the code before
+ * wiretcp7); 0 (default, as peer/server.c): it stays on that thread, as with one thread, its CRC
+ * the kv_rx thread's */
+static int g_tcp_handoff = 0;
 
 /* Stage clocks (peer_now sums, seconds) of the node's loop and its kv_rx thread, printed by the
  * node when the connection closes, per chunk over every chunk it received (the warm-up pass
@@ -140,7 +147,7 @@ static int crc_apply(void *ctx, void *owner, const peer_kv *k)
 {
     (void)owner;
     double t = peer_now();
-    if (g_crc && g_crc_rx) *(uint32_t *)ctx ^= proto_crc32c(0, k->bytes, k->n_bytes);
+    if (g_crc && (g_crc_rx || !k->crc_off)) *(uint32_t *)ctx ^= proto_crc32c(0, k->bytes, k->n_bytes);
     else *(uint32_t *)ctx ^= k->crc; /* the receiving thread's (joined with the kv_rx thread's part) */
     g_node[N_APPLY] += peer_now() - t; /* this thread's alone until it is joined */
     return 0;
@@ -334,11 +341,11 @@ static void *node_loop(void *arg)
             int slot = a->slot;
             double t2 = peer_now();
             g_node[N_RECV] += t2 - t1;
-            if (g_crc && !g_crc_rx && !g_rx_one) nd->sink ^= proto_crc32c(0, buf, (size_t)size);
+            peer_kv k = {0, 0, 0, 0, buf, (uint32_t)size, 0, 0};
+            if (g_crc && !g_crc_rx && !g_rx_one) k.crc = proto_crc32c(0, buf, (size_t)size), k.crc_off = 1;
             double t3 = peer_now();
             g_node[N_CRC] += t3 - t2;
             t2 = t3;
-            peer_kv k = {0, 0, 0, 0, buf, (uint32_t)size, 0, 0};
             if (g_rx_one) HOLD();
             else peer_kv_rx_push(rx, slot, NULL, &k);
             g_node[N_PUSH] += peer_now() - t2;
@@ -406,7 +413,7 @@ static void *node_loop(void *arg)
                 continue;
             }
             int slot = a->slot;
-            if (nd->n_th > 1) {
+            if (nd->n_th > 1 && (!nd->ahead_ok || g_tcp_handoff)) {
                 /* as peer/server.c: the chunk's place kept, the loop handed to the other thread,
                  * this one's CRC and push done here meanwhile (from 64 KiB on its second half
                  * offered to the kv_rx thread, peer_kv_rx_reserve_split; --crc-split 0: not) */
@@ -423,6 +430,7 @@ static void *node_loop(void *arg)
                     crc = proto_crc32c(0, k.bytes, k.n_bytes);
                 }
                 k.crc = crc;
+                k.crc_off = 1; /* given: the kv_rx thread takes it */
                 double t3 = peer_now();
                 peer_kv_rx_push(rx, slot, NULL, &k);
                 double t4 = peer_now();
@@ -432,7 +440,9 @@ static void *node_loop(void *arg)
                 g_node[N_PUSH] += t4 - t3;
                 continue;
             }
-            if (g_crc && !g_crc_rx) nd->sink ^= proto_crc32c(0, k.bytes, k.n_bytes);
+            /* as peer/server.c: one thread, or a chunk over tcp lanes (it stays on this thread, its
+             * CRC the kv_rx thread's); --crc-on node: here */
+            if (g_crc && !g_crc_rx && (nd->n_th == 1 || g_crc_on_given)) k.crc = proto_crc32c(0, k.bytes, k.n_bytes), k.crc_off = 1;
             double t3 = peer_now();
             g_node[N_CRC] += t3 - tf;
             peer_kv_rx_push(rx, slot, NULL, &k);
@@ -579,6 +589,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--crc")) g_crc = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--announce")) g_announce = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-one")) g_rx_one = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--tcp-handoff")) g_tcp_handoff = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-same")) g_rx_same = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-ahead")) g_rx_ahead = (int)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--write")) g_write = (int)strtol(argv[i + 1], NULL, 10);
@@ -591,7 +602,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
                             "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d] [--sends 1..%d] [--crc 0|1] "
-                            "[--announce 0|1] [--rx-one 0|1] [--rx-same 0|1] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] "
+                            "[--announce 0|1] [--rx-one 0|1] [--rx-same 0|1] [--tcp-handoff 0|1] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] "
                             "[--crc-512 0|1] [--crc-split 0|1] [--crc-speed 1] [--rx-threads 0..2]\n", PEER_KV_WINDOW,
                     PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW, RX_AHEAD_MAX);
             return 2;
@@ -612,6 +623,7 @@ int main(int argc, char **argv)
     }
     if (!g_announce) nl = 0; /* the node reads no frame between chunks */
     rx_threads = g_announce && !g_rx_one ? peer_rx_threads(rx_threads) : 1; /* as the daemon's default */
+    g_crc_on_given = g_crc_rx >= 0;
     if (g_crc_rx < 0) g_crc_rx = rx_threads == 1;
     peer_link_set_poll_us((int)(poll_us < 0 ? 0 : poll_us > PEER_POLL_US_MAX ? PEER_POLL_US_MAX : poll_us));
     int fds[2];
@@ -647,14 +659,15 @@ int main(int argc, char **argv)
     }
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
            "polling %d us, from %ld buffers%s, %ld sends in flight over tcp lanes, CRC-32C (%s) on the %s, "
-           "%d receiving thread(s)%s\n",
+           "%d receiving thread(s)%s%s\n",
            tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
            peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs,
            g_write == 2 ? " (each written before its send, not timed)" : g_write ? " (each written before its send)" : "",
            sends, proto_crc32c_path(),
            !g_crc || g_rx_one ? "node: none (--crc 0 or --rx-one 1)" : g_crc_rx ? "node's kv_rx thread" : "node's receiving thread",
-           rx_threads, g_rx_same && !g_rx_one ? ", every chunk received into one buffer (--rx-same 1)" : "");
+           rx_threads, rx_threads > 1 ? (g_tcp_handoff ? ", chunks over tcp lanes handed on too (--tcp-handoff 1)" : ", chunks over tcp lanes kept on their receiving thread (CRC: kv_rx's)") : "",
+           g_rx_same && !g_rx_one ? ", every chunk received into one buffer (--rx-same 1)" : "");
     /* one buffer per chunk in flight, as the remote backend serializes each into its own
      * (peer_bulk_alloc, as the backend's) */
     uint8_t *bufs[PEER_KV_WINDOW];

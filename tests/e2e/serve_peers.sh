@@ -71,7 +71,9 @@ PROMPT="Once upon a time"
 "$TANDEM" generate --device cpu --prompt "$PROMPT" --max-tokens 40 --temperature 0 2>/dev/null >"$T/ref.cpu"
 
 # ---------------------------------------------------------------- placed, text, stream
-node_b 1 || { fail peers_start "node B did not start: $(tail -n 3 $T/b.1 $T/b.1.out)"; exit 0; }
+# B's loop on two receiving threads (peer_rx_threads 2; auto gives 1 on a small machine): chunks
+# over shared memory are handed between them, chunks over TCP (peers_transport_tcp) stay on theirs
+node_b 1 --peer-rx-threads 2 || { fail peers_start "node B did not start: $(tail -n 3 $T/b.1 $T/b.1.out)"; exit 0; }
 serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$BPORT" --peer-key "$KEY" ||
     { fail peers_start "node A did not start"; exit 0; }
 code=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0}")

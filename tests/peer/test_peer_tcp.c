@@ -5,7 +5,9 @@
  * holds more than its bound, and the node posts the next announced chunk's receive while one is
  * coming (two at once, never more); the node answers the chunks in the order they were sent (a
  * corrupt chunk's refusal marks its own sequence, not the one beside it); and the KV that
- * arrives decodes as the device itself does. */
+ * arrives decodes as the device itself does. With two receiving threads the chunks over tcp lanes
+ * stay with the thread that received them (none handed on, as with one thread), all of the above
+ * the same. */
 #include "tests/test.h"
 #include "devices/devices.h"
 #include "peer/peer.h"
@@ -14,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-TEST(peer_tcp_lanes_window_bounded_in_order)
+static void tcp_lanes(int rx_threads)
 {
     /* tcp lanes only, and chunks of this size by rendezvous as 1 MiB ones are (read when UCX's
      * context is made: each test runs in its own process) */
@@ -23,7 +25,7 @@ TEST(peer_tcp_lanes_window_bounded_in_order)
     unsetenv("TANDEM_PEER_FAULT");
     two t;
     accel_dev *pf;
-    if (two_start_pf(&t, 0, &pf)) return;
+    if (two_start_pf(&t, rx_threads, &pf)) return;
     char err[256];
     /* two prompts of 240 tokens: 30 KB chunks */
     enum { N = 240, STEPS = 6 };
@@ -97,6 +99,8 @@ TEST(peer_tcp_lanes_window_bounded_in_order)
      * never more, and everything above in order all the same */
     int a = peer_server_rx_ahead_max(t.srv);
     CHECK_MSG(a == 2, "the node received %d chunks of a connection at once at most (2 expected)", a);
+    if (rx_threads == 2) /* every chunk came over tcp lanes: none handed to the other thread */
+        CHECK_MSG(peer_server_handoffs(t.srv) == 0, "%ld chunks handed on", peer_server_handoffs(t.srv));
     accel_get_info(rd, &info);
     CHECK(info.health != ACCEL_HEALTH_FAILED);
     accel_free(rd);
@@ -105,4 +109,14 @@ TEST(peer_tcp_lanes_window_bounded_in_order)
         for (int i = 0; i < kv[j].n; i++) free(kv[j].mem[i]);
     accel_free(pf);
     two_stop(&t);
+}
+
+TEST(peer_tcp_lanes_window_bounded_in_order)
+{
+    tcp_lanes(0); /* the daemon's default count: 1 on a small machine, 2 from 8 cores */
+}
+
+TEST(peer_tcp_lanes_two_receivers_keep_chunks)
+{
+    tcp_lanes(2);
 }
