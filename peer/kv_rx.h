@@ -40,6 +40,9 @@
 #endif
 /* peer_kv_rx_take: no slot free */
 #define PEER_KV_RX_BUSY (-1)
+/* Measurement only (tools/peer_bench --warm 0): 1 makes a take find the lowest free index (the
+ * code before the slot freed last was preferred). Set before any kv_rx starts. */
+extern int peer_kv_rx_lowest_first;
 
 typedef struct peer_kv_rx peer_kv_rx;
 /* Applies one chunk (k->bytes: the buffer it was received into); returns the REPLY's status. */
@@ -53,7 +56,8 @@ int peer_kv_rx_new(peer_kv_rx_apply_fn apply, void *ctx, void (*wake)(void *), v
 /* Stops the thread (chunks pushed and not yet applied are applied first) and frees. */
 void peer_kv_rx_free(peer_kv_rx *rx);
 /* A free slot for the next chunk, its buffer (*buf) grown to at least n bytes: the slot's
- * index. With wait 0 PEER_KV_RX_BUSY when every slot is taken or waiting to be applied; with
+ * index — the free one freed last (applied or put back most recently: its buffer the warmest in
+ * the caches), never-freed ones lowest index first. With wait 0 PEER_KV_RX_BUSY when every slot is taken or waiting to be applied; with
  * wait 1 it waits for one (its chunk applied). PEER_ERR_NOMEM: no memory (the slot stays free). */
 int peer_kv_rx_take(peer_kv_rx *rx, size_t n, int wait, uint8_t **buf);
 /* Hands the chunk received into slot's buffer to the thread (k->bytes must point into it). */

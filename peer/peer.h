@@ -155,6 +155,11 @@ accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opt
  * sender-driven (tcp) lanes: at most PEER_KV_TCP_SENDS (0 before any such send; -1 when d is no
  * remote device). */
 int peer_remote_kv_sends_max(accel_dev *d);
+/* The most KV chunk buffers a remote device ever had allocated at once: a buffer goes back at
+ * its send's completion and the next chunk takes the one back last, so over sender-driven lanes
+ * at most PEER_KV_TCP_SENDS + 1 (the sends in flight and the chunk being written), not one per
+ * chunk in the window (0 before any chunk; -1 when d is no remote device). */
+int peer_remote_kv_bufs_max(accel_dev *d);
 
 /* For the modules of this folder. */
 void peer_log(int warn, const char *event, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -618,6 +618,7 @@ static void r_free(accel_dev *ad)
     pthread_mutex_destroy(&d->mu);
     pthread_mutex_destroy(&d->desc_mu);
     for (int i = 0; i < PEER_KV_WINDOW; i++) free(d->fl[i].buf);
+    for (int i = 0; i < d->n_spare; i++) free(d->spare[i]);
     free(d);
 }
 
@@ -827,6 +828,16 @@ int peer_remote_kv_sends_max(accel_dev *ad)
     rdev *d = (rdev *)ad;
     pthread_mutex_lock(&d->mu);
     int n = d->sends_max;
+    pthread_mutex_unlock(&d->mu);
+    return n;
+}
+
+int peer_remote_kv_bufs_max(accel_dev *ad)
+{
+    if (!ad || ad->i != &remote_i) return -1;
+    rdev *d = (rdev *)ad;
+    pthread_mutex_lock(&d->mu);
+    int n = d->bufs_max;
     pthread_mutex_unlock(&d->mu);
     return n;
 }

@@ -48,7 +48,8 @@ typedef struct kv_faults {
 
 typedef struct rseq rseq;
 typedef struct kv_flight {
-    uint8_t *buf;            /* the chunk serialized: UCX reads it until its send completes */
+    uint8_t *buf;            /* the chunk serialized: UCX reads it until its send completes,
+                                then it goes back to the spares (NULL: none held) */
     size_t cap, len;
     void *req;               /* its tagged send, while in flight (NULL: done, or a KV frame) */
     rseq *s;                 /* whose chunk: a refusal marks it */
@@ -74,8 +75,13 @@ typedef struct rdev {
     kv_flight fl[PEER_KV_WINDOW]; /* a ring of chunks in flight, oldest at fl_head */
     int fl_head, fl_n;
     size_t fl_bytes;
-    size_t fl_kept;          /* the ring's buffers' capacities, summed (KV_KEEP_BYTES bounds what
-                                stays allocated between chunks) */
+    size_t fl_kept;          /* the ring's and the spares' buffers' capacities, summed
+                                (KV_KEEP_BYTES bounds what stays allocated between chunks) */
+    uint8_t *spare[PEER_KV_WINDOW]; /* buffers whose sends completed, a stack: the next chunk
+                                takes the one freed last (the warmest in the caches) */
+    size_t spare_cap[PEER_KV_WINDOW];
+    int n_spare;
+    int n_bufs, bufs_max;    /* chunk buffers allocated now, at most ever (peer_remote_kv_bufs_max) */
     int sends_max;           /* the most tagged sends ever in flight at once over sender-driven
                                 lanes (peer_remote_kv_sends_max) */
     double t_retired;        /* when the last chunk was answered (peer_now) */

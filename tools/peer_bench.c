@@ -5,6 +5,7 @@
  *                    [--path stream|tag] [--poll-us N] [--buffers N] [--sends N] [--crc 0|1]
  *                    [--announce 0|1] [--rx-one 0|1] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1]
  *                    [--rx-threads 0..2] [--rx-ahead N] [--rx-same 0|1]
+ *                    [--tcp-handoff 0|1] [--warm 0|1]
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
@@ -62,6 +63,8 @@
  * --rx-ahead N: once a chunk came marked PEER_KV_TAG_AHEAD (the sender's tcp lanes) the node
  * starts the next chunk's receive while up to N-1 before it are still coming (default 2, as
  * peer/server.c; 1: one at a time); with --announce 0 it keeps the next N serials' posted.
+ * --warm 0: the send buffer of the chunk's place in the window's ring and the lowest free kv_rx
+ * slot, the code before both sides reused the buffer freed last (default 1, as the daemon).
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
  * (bench/peer_bench.sh). */
@@ -131,6 +134,11 @@ static int g_crc_split = 1;
  * wiretcp7); 0 (default, as peer/server.c): it stays on that thread, as with one thread, its CRC
  * the kv_rx thread's */
 static int g_tcp_handoff = 0;
+/* g_warm 1 (default, as peer/remote_kv.c and peer/kv_rx.c): the sender writes each chunk into
+ * the buffer whose send completed last (a stack of spares; a flight holds its buffer only until
+ * its send is done) and the node's kv_rx take finds the slot freed last; 0 (--warm 0): the code
+ * before — the ring's buffer of the chunk's place in the window, the lowest free kv_rx slot */
+static int g_warm = 1;
 
 /* Stage clocks (peer_now sums, seconds) of the node's loop and its kv_rx thread, printed by the
  * node when the connection closes, per chunk over every chunk it received (the warm-up pass
@@ -141,6 +149,7 @@ static const char *const node_stage[N_STAGES] = {"nothing coming (waits between 
                                                  "push to kv_rx", "replies sent", "kv_rx: CRC (its thread)"};
 static double g_node[N_STAGES];
 static long g_node_chunks, g_node_bytes;
+static long g_node_slots[PEER_KV_RX_SLOTS]; /* takes of each kv_rx slot (--warm: how spread) */
 
 /* the server's check of a tagged chunk, on the kv_rx thread */
 static int crc_apply(void *ctx, void *owner, const peer_kv *k)
@@ -171,7 +180,10 @@ static void node_report(void)
 {
     if (!g_node_chunks) return;
     printf("# node, per chunk (%ld chunks of %ld bytes, every pass):", g_node_chunks, g_node_bytes / g_node_chunks);
-    for (int i = 0; i < N_STAGES; i++) printf(" %s %.1f us%s", node_stage[i], g_node[i] / g_node_chunks * 1e6, i + 1 < N_STAGES ? ";" : "\n");
+    for (int i = 0; i < N_STAGES; i++) printf(" %s %.1f us;", node_stage[i], g_node[i] / g_node_chunks * 1e6);
+    printf(" takes of each kv_rx slot");
+    for (int i = 0; i < PEER_KV_RX_SLOTS; i++) printf("%c%ld", i ? '/' : ' ', g_node_slots[i]);
+    printf("\n");
     fflush(stdout);
 }
 
@@ -254,6 +266,7 @@ static int probe_next(node *nd)
             slot = peer_kv_rx_take(nd->rx, len, 1, &buf);
             if (slot == PEER_KV_RX_BUSY) return 0; /* every slot reserved: the next pass */
             if (slot < 0) return -1;
+            g_node_slots[slot]++;
             if (g_rx_same) buf = nd->one;
         }
         g_node[N_TAKE] += peer_now() - t;
@@ -314,6 +327,7 @@ static void *node_loop(void *arg)
                 } else {
                     slot = peer_kv_rx_take(rx, (size_t)size, 1, &buf);
                     if (slot < 0) goto out;
+                    g_node_slots[slot]++;
                     if (g_rx_same) buf = nd->one;
                 }
                 int q = (nd->ahead_head + nd->n_ahead) % RX_AHEAD_MAX;
@@ -591,6 +605,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--rx-one")) g_rx_one = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--tcp-handoff")) g_tcp_handoff = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-same")) g_rx_same = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--warm")) g_warm = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-ahead")) g_rx_ahead = (int)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--write")) g_write = (int)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--crc-on")) g_crc_rx = !strcmp(argv[i + 1], "rx") ? 1 : !strcmp(argv[i + 1], "node") ? 0 : -1;
@@ -602,13 +617,14 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
                             "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d] [--sends 1..%d] [--crc 0|1] "
-                            "[--announce 0|1] [--rx-one 0|1] [--rx-same 0|1] [--tcp-handoff 0|1] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] "
+                            "[--announce 0|1] [--rx-one 0|1] [--rx-same 0|1] [--tcp-handoff 0|1] [--warm 0|1] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] "
                             "[--crc-512 0|1] [--crc-split 0|1] [--crc-speed 1] [--rx-threads 0..2]\n", PEER_KV_WINDOW,
                     PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW, RX_AHEAD_MAX);
             return 2;
         }
     }
     if (crc_speed) return crc_speeds();
+    peer_kv_rx_lowest_first = !g_warm; /* the node's too: set before the fork */
     if (layers < 1) layers = 1;
     if (window < 1 || window > PEER_KV_WINDOW) window = PEER_KV_WINDOW;
     if (n_bufs < 1 || n_bufs > PEER_KV_WINDOW) n_bufs = PEER_KV_WINDOW;
@@ -659,7 +675,7 @@ int main(int argc, char **argv)
     }
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
            "polling %d us, from %ld buffers%s, %ld sends in flight over tcp lanes, CRC-32C (%s) on the %s, "
-           "%d receiving thread(s)%s%s\n",
+           "%d receiving thread(s)%s%s%s\n",
            tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
            peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs,
@@ -667,7 +683,8 @@ int main(int argc, char **argv)
            sends, proto_crc32c_path(),
            !g_crc || g_rx_one ? "node: none (--crc 0 or --rx-one 1)" : g_crc_rx ? "node's kv_rx thread" : "node's receiving thread",
            rx_threads, rx_threads > 1 ? (g_tcp_handoff ? ", chunks over tcp lanes handed on too (--tcp-handoff 1)" : ", chunks over tcp lanes kept on their receiving thread (CRC: kv_rx's)") : "",
-           g_rx_same && !g_rx_one ? ", every chunk received into one buffer (--rx-same 1)" : "");
+           g_rx_same && !g_rx_one ? ", every chunk received into one buffer (--rx-same 1)" : "",
+           g_warm ? ", the buffer freed last reused (sender and kv_rx)" : ", the ring's send buffers and the lowest kv_rx slot (--warm 0)");
     /* one buffer per chunk in flight, as the remote backend serializes each into its own
      * (peer_bulk_alloc, as the backend's) */
     uint8_t *bufs[PEER_KV_WINDOW];
@@ -686,11 +703,20 @@ int main(int argc, char **argv)
         /* the sender's stage clocks over the 3 measured passes: room in the window of sends, the
          * tagged send's start, answers waited for to make room in the window, at a run's end */
         double s_ann = 0, s_start = 0, s_room = 0, s_run = 0, s_write = 0;
+        unsigned used = 0; /* the send buffers written into, one bit each */
         for (int k = 0; k < 4; k++) {
             double t0 = peer_now(), pw = 0; /* pw: this pass's writes (--write) */
             int measured = k > 0;
             void *req[PEER_KV_WINDOW] = {0};
             int head = 0, n_fl = 0;
+            /* --warm 1: fb[q], the buffer the flight at ring place q holds until its send is done
+             * (-1: none), spare, the others, the one given back last on top (peer/remote_kv.c) */
+            int fb[PEER_KV_WINDOW], spare[PEER_KV_WINDOW], n_spare = 0;
+            for (int q = PEER_KV_WINDOW - 1; q >= 0; q--) fb[q] = -1, spare[n_spare++] = q;
+#define BUF_BACK(q)                                                                                \
+    do {                                                                                           \
+        if (g_warm && fb[q] >= 0 && !req[q]) spare[n_spare++] = fb[q], fb[q] = -1;                 \
+    } while (0)
             for (long j = 0; j <= r; j++) {
                 /* answers: to make room, at a run's end, and at the end */
                 double tw = peer_now();
@@ -704,6 +730,7 @@ int main(int argc, char **argv)
                         return 1;
                     }
                     req[head] = NULL;
+                    BUF_BACK(head);
                     head = (head + 1) % PEER_KV_WINDOW;
                     n_fl--;
                     if (j != r && (j % layers) != 0) break;
@@ -712,9 +739,13 @@ int main(int argc, char **argv)
                 if (measured) *(at_end ? &s_run : &s_room) += ta - tw;
                 if (j == r) break;
                 int slot = (head + n_fl) % PEER_KV_WINDOW, st;
+                if (g_warm && fb[slot] < 0) fb[slot] = spare[--n_spare]; /* the one given back last */
+                int bi = g_warm ? fb[slot] : slot % (int)n_bufs;
+                uint8_t *sb = bufs[bi];
+                used |= 1u << bi;
                 if (g_write) { /* the layer serialized into the chunk's buffer, as the backend does */
                     double tw0 = peer_now();
-                    memset(bufs[slot], (int)(j & 0xff), (size_t)sz);
+                    memset(sb, (int)(j & 0xff), (size_t)sz);
                     pw += peer_now() - tw0;
                     if (measured) s_write += peer_now() - tw0;
                 }
@@ -722,7 +753,7 @@ int main(int argc, char **argv)
                     /* the chunk's fixed part first in its message, marked over tcp lanes, as the
                      * backend writes it */
                     peer_kv k = {0, 0, 0, peer_conn_sender_driven(c) ? PEER_KV_TAG_AHEAD : 0, NULL, 0, 0, 0};
-                    peer_kv_write_fixed(bufs[slot], &k);
+                    peer_kv_write_fixed(sb, &k);
                     ++serial;
                     st = PEER_OK;
                     if (peer_conn_sender_driven(c)) { /* room in the window of sends */
@@ -730,10 +761,11 @@ int main(int argc, char **argv)
                         for (int q = 0; q < n_fl; q++) rs[q] = &req[(head + q) % PEER_KV_WINDOW];
                         st = peer_conn_sends_room(c, rs, n_fl, (int)sends, 30);
                         if (st > 0) st = PEER_OK;
+                        for (int q = 0; q < n_fl; q++) BUF_BACK((head + q) % PEER_KV_WINDOW);
                     }
                     double tb = peer_now();
                     if (measured) s_ann += tb - ta;
-                    if (!st) st = peer_conn_tag_send_start(c, 1000 + serial, bufs[slot], (size_t)sz, &req[slot]);
+                    if (!st) st = peer_conn_tag_send_start(c, 1000 + serial, sb, (size_t)sz, &req[slot]);
                     if (!st && req[slot] && peer_conn_sender_driven(c)) {
                         /* as the backend does (peer/remote_kv.c): a pass without waiting over
                          * the sends in flight, this one among them */
@@ -741,10 +773,13 @@ int main(int argc, char **argv)
                         for (int q = 0; q <= n_fl; q++) rs[q] = &req[(head + q) % PEER_KV_WINDOW];
                         st = peer_conn_sends_room(c, rs, n_fl + 1, (int)sends + 1, 30);
                         if (st > 0) st = PEER_OK;
+                        for (int q = 0; q <= n_fl; q++) BUF_BACK((head + q) % PEER_KV_WINDOW);
                     }
+                    BUF_BACK(slot); /* a send done at once */
                     if (measured) s_start += peer_now() - tb;
                 } else {
-                    st = peer_conn_send(c, PEER_KV, bufs[slot], (size_t)sz, NULL, 0, 30);
+                    st = peer_conn_send(c, PEER_KV, sb, (size_t)sz, NULL, 0, 30);
+                    BUF_BACK(slot);
                 }
                 if (st) {
                     fprintf(stderr, "peer_bench: the link failed\n");
@@ -752,6 +787,7 @@ int main(int argc, char **argv)
                 }
                 n_fl++;
             }
+#undef BUF_BACK
             /* the first pass warms up; --write 2: the writes' time is not the link's */
             if (k) pass[k - 1] = peer_now() - t0 - (g_write == 2 ? pw : 0);
         }
@@ -760,9 +796,9 @@ int main(int argc, char **argv)
                (double)sz * r / pass[1] / (1 << 20), r, pass[1]);
         double nc = 3.0 * r;
         printf("# sender, per chunk (3 passes): %.1f us in all; room in the window of sends %.1f us; tagged send started "
-               "%.1f us; answers for room %.1f us; answers at a run's end %.1f us; bytes written %.1f us\n",
+               "%.1f us; answers for room %.1f us; answers at a run's end %.1f us; bytes written %.1f us; send buffers used %d\n",
                (pass[0] + pass[1] + pass[2]) / nc * 1e6, s_ann / nc * 1e6, s_start / nc * 1e6,
-               s_room / nc * 1e6, s_run / nc * 1e6, s_write / nc * 1e6);
+               s_room / nc * 1e6, s_run / nc * 1e6, s_write / nc * 1e6, __builtin_popcount(used));
     }
     for (int i = 0; i < nl; i++) {
         long sz = logits[i];

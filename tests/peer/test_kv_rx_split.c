@@ -103,3 +103,97 @@ TEST(peer_kv_rx_split_crc_joins_exactly)
     CHECK_MSG(by_rx > 0, "the kv_rx thread computed no offered part (%d by the receiver)", by_us);
     peer_kv_rx_free(rx);
 }
+
+typedef struct lifo_log {
+    int n, order[64], bytes_ok[64];
+} lifo_log;
+
+/* the chunk's bytes are its own (every byte its seq's), whichever slot it was received into */
+static int lifo_apply(void *ctx, void *owner, const peer_kv *k)
+{
+    lifo_log *l = ctx;
+    int ok = k->n_bytes > 0;
+    for (size_t j = 0; j < k->n_bytes; j++) ok &= k->bytes[j] == (uint8_t)(0x11 * (k->seq + 1));
+    if (l->n < 64) {
+        l->order[l->n] = (int)k->seq;
+        l->bytes_ok[l->n++] = ok;
+    }
+    return (int)(intptr_t)owner;
+}
+
+static void lifo_push(peer_kv_rx *rx, int slot, uint8_t *b, size_t n, int seq)
+{
+    memset(b, 0x11 * (seq + 1), n);
+    peer_kv k = {0, (uint32_t)seq, 0, 0, b, n, 0, 0};
+    peer_kv_rx_push(rx, slot, (void *)(intptr_t)(500 + seq), &k);
+}
+
+/* A take gets the free slot freed last (its buffer the warmest), not the lowest free index;
+ * the apply order stays the push order and every result and byte its own chunk's. */
+TEST(peer_kv_rx_take_reuses_slot_freed_last)
+{
+    REQUIRE(PEER_KV_RX_SLOTS >= 4);
+    lifo_log l = {0};
+    peer_kv_rx *rx;
+    REQUIRE(peer_kv_rx_new(lifo_apply, &l, NULL, NULL, &rx) == PEER_OK);
+    size_t n = 4096;
+    uint8_t *b[4], *again;
+    int s[4], seq = 0;
+    for (int i = 0; i < 3; i++) {
+        s[i] = peer_kv_rx_take(rx, n, 0, &b[i]);
+        REQUIRE(s[i] >= 0);
+        CHECK_EQ(s[i], i); /* never freed: lowest index first */
+    }
+    /* pushed (so applied, so freed) in the order 0, 2, 1: slot 1 is freed last */
+    lifo_push(rx, s[0], b[0], n, seq++);
+    lifo_push(rx, s[2], b[2], n, seq++);
+    lifo_push(rx, s[1], b[1], n, seq++);
+    peer_kv_rx_sync(rx);
+    int t = peer_kv_rx_take(rx, n, 0, &again);
+    CHECK_EQ(t, s[1]); /* the lowest free index would be 0 */
+    CHECK(again == b[1]);
+    int u = peer_kv_rx_take(rx, n, 0, &again);
+    CHECK_EQ(u, s[2]);
+    CHECK(again == b[2]);
+    /* a put-back slot is freed last too */
+    peer_kv_rx_put_back(rx, t);
+    int v = peer_kv_rx_take(rx, n, 0, &again);
+    CHECK_EQ(v, t);
+    int w = peer_kv_rx_take(rx, n, 0, &again);
+    CHECK_EQ(w, s[0]);
+    s[3] = peer_kv_rx_take(rx, n, 0, &b[3]);
+    CHECK_EQ(s[3], 3); /* the one never used, once every used one is taken */
+    /* pushed in an order unlike the slots': applied in push order all the same */
+    lifo_push(rx, s[3], b[3], n, seq++);
+    lifo_push(rx, v, b[1], n, seq++);
+    lifo_push(rx, w, b[0], n, seq++);
+    lifo_push(rx, u, b[2], n, seq++);
+    peer_kv_rx_sync(rx);
+    CHECK_EQ(peer_kv_rx_take(rx, n, 0, &again), u);
+    peer_kv_rx_put_back(rx, u);
+    /* one chunk at a time (the daemon's pipeline at its shallowest): always the same slot */
+    int first = -1, same = 1;
+    for (int i = 0; i < 20; i++) {
+        uint8_t *x;
+        int sl = peer_kv_rx_take(rx, n, 1, &x);
+        REQUIRE(sl >= 0);
+        if (first < 0) first = sl;
+        same &= sl == first;
+        lifo_push(rx, sl, x, n, seq++);
+        peer_kv_rx_sync(rx);
+    }
+    CHECK(same);
+    CHECK_EQ(first, u);
+    void *o;
+    int st, got = 0;
+    while (peer_kv_rx_done(rx, &o, &st)) {
+        CHECK_EQ(st, 500 + got);
+        got++;
+    }
+    REQUIRE(l.n == seq && got == seq);
+    for (int i = 0; i < seq; i++) {
+        CHECK_EQ(l.order[i], i);
+        CHECK_MSG(l.bytes_ok[i], "chunk %d: bytes not its own", i);
+    }
+    peer_kv_rx_free(rx);
+}

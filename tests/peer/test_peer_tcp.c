@@ -7,7 +7,8 @@
  * corrupt chunk's refusal marks its own sequence, not the one beside it); and the KV that
  * arrives decodes as the device itself does. With two receiving threads the chunks over tcp lanes
  * stay with the thread that received them (none handed on, as with one thread), all of the above
- * the same. */
+ * the same. The sender writes each chunk into the buffer a completed send gave back last: at most
+ * the sends in flight and one more are ever allocated. */
 #include "tests/test.h"
 #include "devices/devices.h"
 #include "peer/peer.h"
@@ -60,6 +61,7 @@ static void tcp_lanes(int rx_threads)
     CHECK_MSG(strstr(info.desc, "tcp") && !strstr(info.desc, "tcp stream"), "%s", info.desc);
     CHECK_EQ(peer_remote_kv_sends_max(rd), 0);
     CHECK_EQ(peer_remote_kv_sends_max(t.lent), -1); /* no remote device */
+    CHECK_EQ(peer_remote_kv_bufs_max(t.lent), -1);
     CHECK_EQ(accel_warmup(rd), 0);
 
     /* rounds of both sequences' chunks interleaved, layer by layer: A's are all taken, B's
@@ -95,6 +97,12 @@ static void tcp_lanes(int rx_threads)
     /* the window opened: sends overlapped (one at a time, the old way, would leave it at 1) */
     int n = peer_remote_kv_sends_max(rd);
     CHECK_MSG(n >= 2 && n <= PEER_KV_TCP_SENDS, "%d sends in flight at most (window %d)", n, PEER_KV_TCP_SENDS);
+    /* the chunks were written into the buffers their sends gave back (the last back first), not
+     * one per place in the window of PEER_KV_WINDOW chunks: never more than the sends in flight
+     * and the chunk being written */
+    int nb = peer_remote_kv_bufs_max(rd);
+    CHECK_MSG(nb >= 2 && nb <= PEER_KV_TCP_SENDS + 1, "%d chunk buffers at once (at most %d expected, window %d)", nb,
+              PEER_KV_TCP_SENDS + 1, PEER_KV_WINDOW);
     /* and the node received two of them at once (the next one's receive posted while one came),
      * never more, and everything above in order all the same */
     int a = peer_server_rx_ahead_max(t.srv);
