@@ -742,7 +742,7 @@ int main(int argc, char **argv)
                 if (g_warm && fb[slot] < 0) fb[slot] = spare[--n_spare]; /* the one given back last */
                 int bi = g_warm ? fb[slot] : slot % (int)n_bufs;
                 uint8_t *sb = bufs[bi];
-                used |= 1u << bi;
+                used |= 1u << (bi % n_bufs); /* (with --buffers N < 8 the ring's places share N) */
                 if (g_write) { /* the layer serialized into the chunk's buffer, as the backend does */
                     double tw0 = peer_now();
                     memset(sb, (int)(j & 0xff), (size_t)sz);
