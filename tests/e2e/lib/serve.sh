@@ -17,6 +17,9 @@
 #   emu_upload_runs          prints U, the runs an emulated card (fpga-emu:0) makes while it
 #                            opens (the weight upload): a TANDEM_EMU_FAULT at run k fails the
 #                            open while k <= U (binary search over `tandem generate`)
+#   emu_ready "NAMES"        0 when the emulated card (fpga-emu:0) decodes a token; else 1 after
+#                            a result line for each of NAMES: "not ok" with the reason, or a
+#                            SKIP when this build has no emulator library beside $TANDEM
 #   npm_need NAME PKG...     the Node packages in build/npm (npm install when one is missing);
 #                            when the install fails, prints "ok NAME # SKIP" if the registry is
 #                            unreachable, else "not ok NAME_install", and returns 1
@@ -105,6 +108,18 @@ get() {
 
 # jqb FILTER: jq over the last body, raw output.
 jqb() { jq -r "$1" "$T/body"; }
+
+emu_ready() {
+    "$TANDEM" generate --device fpga-emu:0 --ids 1 --max-tokens 1 >"$T/emu_ready.log" 2>&1 && return 0
+    if [ -f "$(dirname "$TANDEM")/libxrt_emu.so" ]; then
+        for _serve_n in $1; do
+            echo "not ok $_serve_n # fpga-emu:0 does not decode: $(tail -n 1 "$T/emu_ready.log")"
+        done
+    else
+        for _serve_n in $1; do echo "ok $_serve_n # SKIP no libxrt_emu.so beside $TANDEM"; done
+    fi
+    return 1
+}
 
 emu_upload_runs() {
     _serve_lo=1
