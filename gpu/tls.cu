@@ -19,7 +19,39 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+/* The engine's gpu_tls with what only this file uses (kept out of gpu/tls.cuh, which most CUDA
+ * files include): the staggered rows' next-step launches (gpu_tls_next_layers) by mode
+ * (TANDEM_TLS_NEXT, read at open):
+ *   side (default): in a step of 2 rows or more, each sparse layer's right after its attention
+ *        (which saved the query it scores with and read the set it replaces), on a side stream
+ *        forked from the compute stream there and joined at the step's end (gpu_tls_step_end):
+ *        level 1 runs beside the layers' projections and MLPs instead of after them (batch 8,
+ *        Llama-3-8B: 0.18 ms a step less at 32K, 0.28 at 130K: BENCHMARKS.md). A step of one row
+ *        takes `end`: there the side launches held SMs that the fused single-token kernels'
+ *        one resident wave (gpu/decode_fused.cu) waits for, and the forks cost the chain its
+ *        overlap (+0.3 ms a step even with no staggered row, +0.9 ms at 130K);
+ *   end: every sparse layer's in one launch after the layers, on the compute stream;
+ *   end2: that launch twice (the second writes the same sets again): bench_gpu's A/B of what one
+ *        launch costs in the step, the selection unchanged;
+ *   0:   none. NOT EXACT, only for tests/gpu/test_tls_gpu.c's check that the launch matters: the
+ *        staggered rows then attend stale sets (the newest blocks alone), not the CPU's
+ *        selection, and do less work (not a timing either). Never a default. */
+enum { NEXT_SIDE, NEXT_END, NEXT_END2, NEXT_NONE };
+struct gpu_tls_own {
+    gpu_tls t; /* first: e->tls points here */
+    int next;  /* NEXT_* */
+    cudaStream_t side;
+    cudaEvent_t fork, join;
+    int forked; /* the side stream has launches since the last join */
+};
+
+static gpu_tls_own *own(gpu_engine *e)
+{
+    return (gpu_tls_own *)e->tls;
+}
 
 /* MemAvailable (bytes; the free pages where /proc/meminfo has none) */
 static size_t host_available(void)
@@ -71,8 +103,15 @@ int gpu_tls_open(gpu_engine *e, const sparse_tls_params *p, int on_default,
     }
     GPU_CHECK(cudaSetDevice(e->index));
     GPU_TRY(gpu_tls_kernels_init());
-    gpu_tls *t = (gpu_tls *)calloc(1, sizeof *t);
-    if (!t) return ACCEL_ERR_NOMEM;
+    gpu_tls_own *o = (gpu_tls_own *)calloc(1, sizeof *o);
+    if (!o) return ACCEL_ERR_NOMEM;
+    gpu_tls *t = &o->t;
+    const char *nev = getenv("TANDEM_TLS_NEXT");
+    o->next = !nev                ? NEXT_SIDE
+              : !strcmp(nev, "end")  ? NEXT_END
+              : !strcmp(nev, "end2") ? NEXT_END2
+              : !strcmp(nev, "0")    ? NEXT_NONE
+                                     : NEXT_SIDE;
     t->p = *p;
     t->on_default = on_default;
     gpu_tls_cfg &c = t->c;
@@ -92,6 +131,9 @@ int gpu_tls_open(gpu_engine *e, const sparse_tls_params *p, int on_default,
     if (!ce) ce = cudaMemcpy(t->ch_d, channels, nch * sizeof(unsigned short), cudaMemcpyHostToDevice);
     if (!ce) ce = cudaMallocHost((void **)&t->meta_h, B * sizeof(gpu_tls_dev));
     if (!ce) ce = cudaMalloc((void **)&t->meta_d, B * sizeof(gpu_tls_dev));
+    if (!ce) ce = cudaStreamCreateWithFlags(&o->side, cudaStreamNonBlocking);
+    if (!ce) ce = cudaEventCreateWithFlags(&o->fork, cudaEventDisableTiming);
+    if (!ce) ce = cudaEventCreateWithFlags(&o->join, cudaEventDisableTiming);
     c.ch = t->ch_d;
     e->tls = t;
     if (ce) {
@@ -160,7 +202,14 @@ void gpu_tls_close(gpu_engine *e)
         if (bufs[i]) cudaFree(bufs[i]);
     if (t->meta_h) cudaFreeHost(t->meta_h);
     gpu_tls_hpool_close(t->hp);
-    free(t);
+    gpu_tls_own *o = own(e);
+    if (o->side) {
+        cudaStreamSynchronize(o->side);
+        cudaStreamDestroy(o->side);
+    }
+    if (o->fork) cudaEventDestroy(o->fork);
+    if (o->join) cudaEventDestroy(o->join);
+    free(o);
     e->tls = NULL;
 }
 
@@ -400,13 +449,30 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
 
 int gpu_tls_step_end(gpu_engine *e, int l0, int l1, int T, const int *pos)
 {
-    return gpu_tls_next_layers(e->compute, e->tls->c, l0, l1, e->tls->p.dense_layers, T, pos,
-                               e->tls->meta_d);
+    gpu_tls_own *o = own(e);
+    const int at_end = o->next == NEXT_END2 ? 2 : o->next == NEXT_END || (o->next == NEXT_SIDE && T < 2);
+    for (int k = 0; k < at_end; k++)
+        GPU_TRY(gpu_tls_next_layers(e->compute, e->tls->c, l0, l1, e->tls->p.dense_layers, T, pos,
+                                    e->tls->meta_d));
+    if (!o->forked) return ACCEL_OK;
+    o->forked = 0;
+    GPU_CHECK(cudaEventRecord(o->join, o->side));
+    GPU_CHECK(cudaStreamWaitEvent(e->compute, o->join, 0));
+    return ACCEL_OK;
 }
 
 int gpu_tls_layer(gpu_engine *e, int layer, int T, const h16 *q, const int *pos,
                   const gpu_seq_dev *seqs, h16 *out)
 {
-    return gpu_tls_attn_layer(e->compute, e->tls->c, layer, T, q, pos, seqs, e->tls->meta_d, out,
-                              e->pdl);
+    GPU_TRY(gpu_tls_attn_layer(e->compute, e->tls->c, layer, T, q, pos, seqs, e->tls->meta_d, out,
+                               e->pdl));
+    /* the staggered rows' next set of this layer, beside the rest of the step (above); the
+     * kernel itself skips the rows that are not staggered, so a captured graph serves any mix */
+    gpu_tls_own *o = own(e);
+    if (o->next != NEXT_SIDE || T < 2) return ACCEL_OK;
+    GPU_CHECK(cudaEventRecord(o->fork, e->compute));
+    GPU_CHECK(cudaStreamWaitEvent(o->side, o->fork, 0));
+    o->forked = 1;
+    return gpu_tls_next_layers(o->side, e->tls->c, layer, layer + 1, e->tls->p.dense_layers, T, pos,
+                               e->tls->meta_d);
 }
