@@ -112,7 +112,21 @@ static pass decode_pass(int n, int cluster, int tls)
     return p;
 }
 
+static int run_layers_in(gpu_engine *e, const pass &p, const meta_ptrs &md);
+
+/* A pass's layers; on an error, AsyncTLS's side stream (gpu/tls.cu) is joined back, so that
+ * neither the next step nor a graph capture inherits the fork. */
 static int run_layers(gpu_engine *e, const pass &p, const meta_ptrs &md)
+{
+    const int st = run_layers_in(e, p, md);
+    if (st && p.tls) {
+        gpu_tls_join(e);
+        cudaGetLastError(); /* the status is the first error's */
+    }
+    return st;
+}
+
+static int run_layers_in(gpu_engine *e, const pass &p, const meta_ptrs &md)
 {
     /* the chain trace covers single-token decode passes (their lm_head included) */
     e->ctrace_n = p.T == 1 && !p.kv && !p.xr ? 0 : -1;
@@ -439,6 +453,7 @@ static cudaGraphExec_t decode_graph(gpu_engine *e, int n, int cluster, int tls, 
     if (!st) st = logits_compute(e, e->x, 0, n, norm_only);
     if (!st) st = gpu_chain_stamp(e, 1);
     cudaError_t ce = cudaStreamEndCapture(e->compute, &g);
+    if (tls) gpu_tls_capture_end(e);
     if (!st && ce == cudaSuccess) ce = cudaGraphInstantiate(&x, g, 0);
     if (g) cudaGraphDestroy(g);
     if (st || ce != cudaSuccess) {

@@ -40,6 +40,10 @@
  *        staggered rows then attend stale sets (the newest blocks alone), not the CPU's
  *        selection, and do less work (not a timing either). Never a default. */
 enum { NEXT_SIDE, NEXT_END, NEXT_END2, NEXT_NONE };
+/* MB of the gate/up rows a single-token step's sparse layer requests into L2 (gpu_tls_cfg.pf_w;
+ * TANDEM_TLS_L2PF=MB for bench_gpu's A/B, 0 none): half from w_gate's first rows, half from
+ * w_up's, beside the o projection's 32 MB (Llama-3-8B) in the H200's 50 MB of L2 */
+#define TLS_L2PF_MB 16
 struct gpu_tls_own {
     gpu_tls t; /* first: e->tls points here */
     int next;  /* NEXT_* */
@@ -196,17 +200,15 @@ void gpu_tls_close(gpu_engine *e)
 {
     gpu_tls *t = e->tls;
     if (!t) return;
+    gpu_tls_own *o = own(e);
+    if (o->side) cudaStreamSynchronize(o->side); /* its launches read the buffers freed below */
     void *bufs[] = {t->ch_d, t->c.bscore, t->c.idx, t->c.cnt_idx, t->c.po, t->c.pml, t->c.arrive,
                     t->c.rslot, t->meta_d};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cudaFree(bufs[i]);
     if (t->meta_h) cudaFreeHost(t->meta_h);
     gpu_tls_hpool_close(t->hp);
-    gpu_tls_own *o = own(e);
-    if (o->side) {
-        cudaStreamSynchronize(o->side);
-        cudaStreamDestroy(o->side);
-    }
+    if (o->side) cudaStreamDestroy(o->side);
     if (o->fork) cudaEventDestroy(o->fork);
     if (o->join) cudaEventDestroy(o->join);
     free(o);
@@ -384,6 +386,13 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
     int any = 0, st;
     const char *rce = getenv("TANDEM_TLS_ROWCACHE"); /* "0": the row cache off (A/B) */
     const int rc_on = !(rce && !strcmp(rce, "0"));
+    /* bench_gpu's A/B switches, read per step so that one prefill serves every variant (the
+     * kernels read them from the rows' metadata: a captured graph follows them) */
+    const char *pfe = getenv("TANDEM_TLS_L2PF"), *me = getenv("TANDEM_TLS_MERGE");
+    const char *l2e = getenv("TANDEM_TLS_L2C");
+    const int pf_mb = pfe ? atoi(pfe) : TLS_L2PF_MB;
+    const int l2pf = pf_mb > 0 && pf_mb <= 64 ? pf_mb << 20 : 0;
+    const int ab = (me && !strcmp(me, "0") ? TLS_AB_OLDMERGE : 0) | (l2e && !strcmp(l2e, "0") ? TLS_AB_NOL2C : 0);
     for (int i = 0; i < n; i++) {
         gpu_tls_kv *t = kvs[i]->tls;
         gpu_tls_dev row;
@@ -418,6 +427,8 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
                 row.on = 1;
                 row.block_budget = t->block_budget;
                 row.token_budget = t->token_budget;
+                row.l2pf = l2pf;
+                row.ab = ab;
                 /* staggered: the state continues only from the step at the position before */
                 row.stagger = t->stagger ? (t->pipe_len == pos[i] && pos[i] > 0 ? 1 : 2) : 0;
                 t->pipe_len = t->stagger ? keys : -1;
@@ -454,18 +465,33 @@ int gpu_tls_step_end(gpu_engine *e, int l0, int l1, int T, const int *pos)
     for (int k = 0; k < at_end; k++)
         GPU_TRY(gpu_tls_next_layers(e->compute, e->tls->c, l0, l1, e->tls->p.dense_layers, T, pos,
                                     e->tls->meta_d));
-    if (!o->forked) return ACCEL_OK;
+    return gpu_tls_join(e);
+}
+
+int gpu_tls_join(gpu_engine *e)
+{
+    gpu_tls_own *o = e->tls ? own(e) : NULL;
+    if (!o || !o->forked) return ACCEL_OK;
     o->forked = 0;
     GPU_CHECK(cudaEventRecord(o->join, o->side));
     GPU_CHECK(cudaStreamWaitEvent(e->compute, o->join, 0));
     return ACCEL_OK;
 }
 
+void gpu_tls_capture_end(gpu_engine *e)
+{
+    if (e->tls) own(e)->forked = 0;
+}
+
 int gpu_tls_layer(gpu_engine *e, int layer, int T, const h16 *q, const int *pos,
                   const gpu_seq_dev *seqs, h16 *out)
 {
-    GPU_TRY(gpu_tls_attn_layer(e->compute, e->tls->c, layer, T, q, pos, seqs, e->tls->meta_d, out,
-                               e->pdl));
+    gpu_tls_cfg c = e->tls->c;
+    if (T == 1 && e->fused && gpu_fused_ok(&e->d)) { /* the fused gate/up GEMV comes next */
+        c.pf_w = e->layers[layer].w_gu;
+        c.pf_up = (size_t)e->d.I * e->d.H * sizeof(h16);
+    }
+    GPU_TRY(gpu_tls_attn_layer(e->compute, c, layer, T, q, pos, seqs, e->tls->meta_d, out, e->pdl));
     /* the staggered rows' next set of this layer, beside the rest of the step (above); the
      * kernel itself skips the rows that are not staggered, so a captured graph serves any mix */
     gpu_tls_own *o = own(e);

@@ -21,6 +21,7 @@
  * each pass sums the CTAs' histograms through distributed shared memory, and the kept list is
  * handed out through it. Both give the same lists. */
 #include "gpu/tls_topk.cuh"
+#include <pthread.h>
 #include <stdlib.h>
 
 /* ---------------------------------------------------------------- summaries */
@@ -91,6 +92,15 @@ void gpu_tls_seq_carve(const gpu_tls_cfg &c, void *mem, int cap, gpu_tls_dev *t)
     t->words = (int)words;
 }
 
+/* Bytes [a, a + bytes) requested into L2 (gpu_l2_prefetch), the range widened to 16-byte bounds
+ * (a bulk prefetch's address and size are multiples of 16); a hint, it never faults. */
+__device__ __forceinline__ void tls_l2_range(const void *a, size_t bytes)
+{
+    const size_t lo = (size_t)a & ~(size_t)15, hi = ((size_t)a + bytes + 15) & ~(size_t)15;
+    gpu_l2_prefetch((const void *)lo, 0, (unsigned)(hi - lo));
+}
+#define TLS_L2PF_CHUNK 65536 /* bytes per bulk prefetch of the gate/up rows */
+
 /* TANDEM_TLS_EARLY=0 (A/B): a staggered row's set built after the PDL wait, as before 2026-11-29
  * tlslat; else before it (gpu_tls_kernels_init sets it per device). */
 __constant__ int tls_early_c;
@@ -145,9 +155,32 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
         nk_early = tls_stagger_set(t, lg, (n + bs - 1) / bs, S.kept);
         for (int j = tid; j < nk_early; j += nt)
             S.ktb[j] = sq.map.tbl ? sq.map.tbl[(S.kept[j] * bs) >> GPU_KV_SHIFT] : 0;
+        /* ... and the codes and labels of this CTA's range of its level-2 candidates (below)
+         * requested into L2: all but the newest key's were written before the step */
+        const int nb = (n + bs - 1) / bs, last = nb - 1;
+        const int C = nk_early * bs - (S.kept[nk_early - 1] == last ? bs - (n - last * bs) : 0);
+        if (C > t.token_budget && !(t.ab & TLS_AB_NOL2C)) {
+            const int per2 = (C + CL - 1) / CL, lo2 = min(rank * per2, C), n2 = min(C - lo2, per2);
+            for (int kb = (lo2 >> bsh) + tid; n2 > 0 && kb <= (lo2 + n2 - 1) >> bsh; kb += nt) {
+                const size_t p0 = lg * t.cap + ((size_t)S.kept[kb] << bsh);
+                tls_l2_range(t.code + p0 * (r / 2), (size_t)bs * (r / 2));
+                tls_l2_range(t.lab + p0, (size_t)bs * sizeof(float2));
+            }
+        }
     }
     gpu_pdl_wait(); /* q, and the newest key the QKV kernel wrote */
     gpu_pdl_trigger();
+    /* a single-token step: the first rows of the gate/up projection requested into L2 while the
+     * layer's dependent phases leave HBM idle (the o projection's GEMV requests its own rows
+     * beside it: GPU_L2PF_O); each CTA of the grid a slice of each half */
+    if (c.pf_w && t.l2pf > 0 && tid < 2) {
+        const size_t half = min((size_t)t.l2pf / 2, c.pf_up), ncta = (size_t)gridDim.x * gridDim.y * gridDim.z;
+        const size_t ci = ((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+        const size_t per = ((half + ncta - 1) / ncta + 15) & ~(size_t)15, a = ci * per;
+        const unsigned char *w = (const unsigned char *)c.pf_w + (tid ? c.pf_up : 0);
+        for (size_t o = a; o < a + per && o < half; o += TLS_L2PF_CHUNK)
+            tls_l2_range(w + o, min(min((size_t)TLS_L2PF_CHUNK, a + per - o), half - o));
+    }
     {
         const h16 *qg = q + (size_t)b * c.n_heads * hd + (size_t)g * G * hd;
         for (int i = tid; i < G * hd; i += nt) S.q[i] = h16_to(qg[i]);
@@ -525,6 +558,44 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
         }
     }
     TLS_MARK(8);
+    if (!(t.ab & TLS_AB_OLDMERGE)) {
+        /* the warps' states merged per head into this CTA's partial, four heads per CTA barrier:
+         * each warp leaves its unscaled sums and (max, sum), and one thread per (head, channel)
+         * scales and adds them in warp order (the products rounded apart, as when each warp
+         * scaled its own: the same bits as the loop below) */
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            if (h >= G) break;
+            if (lane == 0) {
+                S.wm[warp][h] = mx[h];
+                S.wl[warp][h] = l[h];
+            }
+            if (chan)
+#pragma unroll
+                for (int e = 0; e < 4; e++) S.u.wo[warp][(h & 3) * 128 + c4 + e] = acc[h][e];
+            if ((h & 3) != 3 && h != G - 1) continue;
+            __syncthreads();
+            const int h0 = h & ~3;
+            for (int x = tid; x < (h - h0 + 1) * hd; x += NT) {
+                const int hh = h0 + x / hd, ch = x - (x / hd) * hd;
+                float M = -INFINITY;
+                for (int w = 0; w < NT / 32; w++) M = fmaxf(M, S.wm[w][hh]);
+                float o = 0.0f;
+                for (int w = 0; w < NT / 32; w++) {
+                    const float f = M == -INFINITY ? 0.0f : exp2f(S.wm[w][hh] - M);
+                    o += __fmul_rn(S.u.wo[w][(hh & 3) * 128 + ch], f);
+                }
+                S.po[hh * hd + ch] = o;
+                if (ch == 0) {
+                    float L = 0.0f;
+                    for (int w = 0; w < NT / 32; w++)
+                        if (S.wm[w][hh] != -INFINITY) L += S.wl[w][hh] * exp2f(S.wm[w][hh] - M);
+                    S.pml[hh] = make_float2(M, L);
+                }
+            }
+            if (h + 1 < G) __syncthreads(); /* wo is rewritten for the next four heads */
+        }
+    } else {
     /* the warps' states merged per head into this CTA's partial */
 #pragma unroll
     for (int h = 0; h < GM; h++)
@@ -555,6 +626,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
             S.pml[h] = make_float2(M, L);
         }
         __syncthreads();
+    }
     }
     TLS_MARK(9);
     /* the cluster's partials merged: CTA rank writes outputs rank, rank + CL, ... */
@@ -597,7 +669,24 @@ static const tls_kfn tls_kfns2[3] = {tls_layer_k<4, 512, 2>, tls_layer_k<8, 512,
 static const size_t tls_smem2 = sizeof(tls_smem<512, 2>);
 #define TLS_DEVS 64
 static int tls_fit2[TLS_DEVS][3]; /* per device and group width: clusters of 2 that run at once
-                                     (cudaOccupancyMaxActiveClusters; 0: not asked) */
+                                     (cudaOccupancyMaxActiveClusters; 0: not asked), written once
+                                     per device (tls_fit2_set) while other engines may read it */
+int gpu_tls_fit_clusters(int gi, int cl); /* below; gpu/test/tls_test_api.cu reports it too */
+static pthread_mutex_t tls_fit2_mu = PTHREAD_MUTEX_INITIALIZER;
+static int tls_fit2_done[TLS_DEVS];
+
+/* tls_fit2[dev], the first time a device opens (under tls_fit2_mu; the values atomic, as a
+ * reader takes them without the lock). */
+static void tls_fit2_set(int dev)
+{
+    if (dev < 0 || dev >= TLS_DEVS) return;
+    pthread_mutex_lock(&tls_fit2_mu);
+    if (!tls_fit2_done[dev]) {
+        for (int gi = 0; gi < 3; gi++) __atomic_store_n(&tls_fit2[dev][gi], gpu_tls_fit_clusters(gi, 2), __ATOMIC_RELEASE);
+        tls_fit2_done[dev] = 1;
+    }
+    pthread_mutex_unlock(&tls_fit2_mu);
+}
 
 /* TANDEM_TLS_THREADS=256 or 512: every one-kernel launch in CTAs of that size (A/B); else the
  * rule below. */
@@ -641,7 +730,7 @@ static int tls_fit2_now(int gi)
 {
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= TLS_DEVS) return 0;
-    return tls_fit2[dev][gi];
+    return __atomic_load_n(&tls_fit2[dev][gi], __ATOMIC_ACQUIRE);
 }
 
 int gpu_tls_attn_layer(cudaStream_t s, const gpu_tls_cfg &c, int layer, int T, const h16 *q,
@@ -729,7 +818,6 @@ int gpu_tls_kernels_init(void)
     GPU_CHECK(cudaMemcpyToSymbol(tls_early_c, &early, sizeof early));
     int dev = 0;
     GPU_CHECK(cudaGetDevice(&dev));
-    if (dev >= 0 && dev < TLS_DEVS)
-        for (int gi = 0; gi < 3; gi++) tls_fit2[dev][gi] = gpu_tls_fit_clusters(gi, 2);
+    tls_fit2_set(dev);
     return gpu_tls_split_init();
 }

@@ -42,7 +42,7 @@ template <int NT, int CL> struct tls_smem {
             float sc[GPU_TLS_MAX_CAND / CL];
             unsigned char fl[GPU_TLS_MAX_CAND / CL];
         } s;                         /* the selection: this CTA's scores and flags */
-        float wo[NT / 32][128];      /* the attention: the warps' partial rows of one head */
+        float wo[NT / 32][4 * 128];  /* the attention: the warps' partial rows of four heads */
     } u;
     int kept[TLS_KEPT_MAX];          /* every kept block, ascending (the whole cluster's) */
     int ktb[TLS_KEPT_MAX];           /* ... the pool table's entry of each (0: a contiguous cache) */

@@ -11,6 +11,62 @@
 #include <string.h>
 #include <unistd.h>
 
+/* BENCH_TLS_AB (--tls's A/B rounds, in one prefill): a list of settings separated by ';', each
+ * "base" or VAR=VALUE pairs separated by ',' (the engine's TANDEM_TLS_* switches that
+ * gpu_tls_prepare reads per step: L2PF, MERGE, L2C). After the three modes, BENCH_TLS_AB_ROUNDS
+ * rounds (default 2) of every setting in turn, each the exact then the staggered form, --steps
+ * timed steps each (medians): one "tls_ab" line per setting and round. Each variable is restored
+ * after its setting. 0 or a status. */
+static int tls_ab(accel_dev *d, int ctx, int B, accel_seq **seqs, const int32_t *tok, float *lg, double *t,
+                  int steps, const sparse_tls_params *sp, const sparse_tls_params *sg)
+{
+    const char *list = getenv("BENCH_TLS_AB"), *re = getenv("BENCH_TLS_AB_ROUNDS");
+    const int rounds = re && atoi(re) > 0 && atoi(re) <= 16 ? atoi(re) : 2;
+    int st = 0;
+    for (int r = 0; r < rounds && list && !st; r++)
+        for (const char *a = list; *a && !st; a += strcspn(a, ";"), a += *a == ';') {
+            char set[256], *sv[8], *old[8];
+            snprintf(set, sizeof set, "%.*s", (int)strcspn(a, ";"), a);
+            char lab[256];
+            snprintf(lab, sizeof lab, "%s", set);
+            int nv = 0;
+            for (char *v = strtok(set, ","); v && nv < 8; v = strtok(NULL, ",")) {
+                char *eq = strchr(v, '=');
+                if (!eq) continue;
+                *eq = 0;
+                sv[nv] = v;
+                old[nv] = getenv(v) ? strdup(getenv(v)) : NULL;
+                setenv(v, eq + 1, 1);
+                nv++;
+            }
+            double ms[2] = {0, 0};
+            for (int mode = 0; mode < 2 && !st; mode++) {
+                for (int b = 0; b < B && !st; b++) {
+                    st = accel_seq_truncate(d, seqs[b], ctx);
+                    if (!st) st = accel_seq_decode_sparse(d, seqs[b], mode ? sg : sp);
+                }
+                if (!st) st = accel_decode(d, B, seqs, tok, lg); /* the summaries, untimed */
+                for (int i = 0; i < steps && !st; i++) {
+                    double t0 = bg_now();
+                    st = accel_decode(d, B, seqs, tok, lg);
+                    t[i] = bg_now() - t0;
+                }
+                if (!st) ms[mode] = bg_median(t, steps) * 1e3;
+            }
+            for (int i = 0; i < nv; i++) {
+                if (old[i]) setenv(sv[i], old[i], 1);
+                else unsetenv(sv[i]);
+                free(old[i]);
+            }
+            if (!st)
+                printf("{\"bench\":\"tls_ab\",\"context\":%d,\"batch\":%d,\"round\":%d,\"set\":\"%s\","
+                       "\"sparse_ms\":%.3f,\"stagger_ms\":%.3f}\n",
+                       ctx, B, r, lab, ms[0], ms[1]);
+            fflush(stdout);
+        }
+    return st;
+}
+
 /* --tls (see the top): one context, every batch of the list; 0 or -1. */
 int bg_tls_run(accel_dev *d, const model *m, int ctx, const long *batch, int nbatch, int steps,
                int budget, int blocks)
@@ -61,6 +117,7 @@ int bg_tls_run(accel_dev *d, const model *m, int ctx, const long *batch, int nba
                 sum.steps += ds.steps;
             }
         }
+        if (!st) st = tls_ab(d, ctx, B, seqs, tok, lg, t, steps, &sp, &sg);
         for (int b = 0; b < B; b++)
             if (seqs[b]) accel_seq_free(d, seqs[b]), seqs[b] = NULL;
         if (st) break;
@@ -163,8 +220,10 @@ int bg_tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int budget,
      * (TANDEM_TLS_ROWCACHE=0: every selected key's rows over PCIe), -vary a new token per row
      * and step (else each row's one token throughout), -stagger the staggered selection
      * (sparse_tls_params.stagger) for the sparse rows */
-    static const char *names[] = {"dense", "pool_sparse", "offloaded", "mixed"};
-    const int lo[4] = {Bo, Bo, 0, 0}, n[4] = {Bd, Br0, Bo, Br + Bo};
+    /* one8: a batch of 8, its first row offloaded and 7 from the pool (the one-kernel form's
+     * clusters of 2 at 5-8 rows have no row cache: TANDEM_TLS_CL2=0 is its A/B) */
+    static const char *names[] = {"dense", "pool_sparse", "offloaded", "mixed", "one8"};
+    const int lo[5] = {Bo, Bo, 0, 0, Bo - 1}, n[5] = {Bd, Br0, Bo, Br + Bo, Bo >= 1 && Br >= 7 ? 8 : 0};
     for (int b = 0; b < Bmax && !st; b++) st = accel_seq_fork(d, p0, ctx, cap, &seqs[b]);
     for (const char *mp = modes; *mp && !st; mp += strcspn(mp, ","), mp += *mp == ',') {
         char tk[64];
@@ -176,8 +235,8 @@ int bg_tls_off_run(accel_dev *d, const model *m, int ctx, int steps, int budget,
         po.stagger = pp.stagger = stag;
         tk[strcspn(tk, "-")] = 0;
         int mode = 0;
-        while (mode < 4 && strcmp(tk, names[mode])) mode++;
-        if (mode == 4 || n[mode] < 1 || lo[mode] + n[mode] > Bmax) continue;
+        while (mode < 5 && strcmp(tk, names[mode])) mode++;
+        if (mode == 5 || n[mode] < 1 || lo[mode] + n[mode] > Bmax) continue;
         setenv("TANDEM_TLS_ROWCACHE", direct ? "0" : "1", 1);
         for (int b = 0; b < Bmax; b++) tok[b] = ids[(b * 7 + 3) % ctx];
         accel_seq **rows = seqs + lo[mode];
