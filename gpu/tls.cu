@@ -36,14 +36,12 @@
  *   end: every sparse layer's in one launch after the layers, on the compute stream;
  *   end2: that launch twice (the second writes the same sets again): bench_gpu's A/B of what one
  *        launch costs in the step, the selection unchanged;
+ *   lm:  as side in a step of 2 rows or more; in a step of one, end's launch on the side stream
+ *        beside the logits (the lm_head), joined after them (forward.cu: gpu_tls_join);
  *   0:   none. NOT EXACT, only for tests/gpu/test_tls_gpu.c's check that the launch matters: the
  *        staggered rows then attend stale sets (the newest blocks alone), not the CPU's
  *        selection, and do less work (not a timing either). Never a default. */
-enum { NEXT_SIDE, NEXT_END, NEXT_END2, NEXT_NONE };
-/* MB of the gate/up rows a single-token step's sparse layer requests into L2 (gpu_tls_cfg.pf_w;
- * TANDEM_TLS_L2PF=MB for bench_gpu's A/B, 0 none): half from w_gate's first rows, half from
- * w_up's, beside the o projection's 32 MB (Llama-3-8B) in the H200's 50 MB of L2 */
-#define TLS_L2PF_MB 16
+enum { NEXT_SIDE, NEXT_END, NEXT_END2, NEXT_NONE, NEXT_LM };
 struct gpu_tls_own {
     gpu_tls t; /* first: e->tls points here */
     int next;  /* NEXT_* */
@@ -115,6 +113,7 @@ int gpu_tls_open(gpu_engine *e, const sparse_tls_params *p, int on_default,
               : !strcmp(nev, "end")  ? NEXT_END
               : !strcmp(nev, "end2") ? NEXT_END2
               : !strcmp(nev, "0")    ? NEXT_NONE
+              : !strcmp(nev, "lm")   ? NEXT_LM
                                      : NEXT_SIDE;
     t->p = *p;
     t->on_default = on_default;
@@ -388,11 +387,8 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
     const int rc_on = !(rce && !strcmp(rce, "0"));
     /* bench_gpu's A/B switches, read per step so that one prefill serves every variant (the
      * kernels read them from the rows' metadata: a captured graph follows them) */
-    const char *pfe = getenv("TANDEM_TLS_L2PF"), *me = getenv("TANDEM_TLS_MERGE");
-    const char *l2e = getenv("TANDEM_TLS_L2C");
-    const int pf_mb = pfe ? atoi(pfe) : TLS_L2PF_MB;
-    const int l2pf = pf_mb > 0 && pf_mb <= 64 ? pf_mb << 20 : 0;
-    const int ab = (me && !strcmp(me, "0") ? TLS_AB_OLDMERGE : 0) | (l2e && !strcmp(l2e, "0") ? TLS_AB_NOL2C : 0);
+    const char *l2e = getenv("TANDEM_TLS_L2C"), *kve = getenv("TANDEM_TLS_KVT");
+    const int ab = (l2e && !strcmp(l2e, "0") ? TLS_AB_NOL2C : 0) | (kve && !strcmp(kve, "0") ? TLS_AB_NOKVT : 0);
     for (int i = 0; i < n; i++) {
         gpu_tls_kv *t = kvs[i]->tls;
         gpu_tls_dev row;
@@ -427,7 +423,6 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
                 row.on = 1;
                 row.block_budget = t->block_budget;
                 row.token_budget = t->token_budget;
-                row.l2pf = l2pf;
                 row.ab = ab;
                 /* staggered: the state continues only from the step at the position before */
                 row.stagger = t->stagger ? (t->pipe_len == pos[i] && pos[i] > 0 ? 1 : 2) : 0;
@@ -465,6 +460,14 @@ int gpu_tls_step_end(gpu_engine *e, int l0, int l1, int T, const int *pos)
     for (int k = 0; k < at_end; k++)
         GPU_TRY(gpu_tls_next_layers(e->compute, e->tls->c, l0, l1, e->tls->p.dense_layers, T, pos,
                                     e->tls->meta_d));
+    if (o->next == NEXT_LM && T < 2) {
+        /* the one launch on the side stream, beside the logits; the caller joins after them */
+        GPU_CHECK(cudaEventRecord(o->fork, e->compute));
+        GPU_CHECK(cudaStreamWaitEvent(o->side, o->fork, 0));
+        o->forked = 1;
+        return gpu_tls_next_layers(o->side, e->tls->c, l0, l1, e->tls->p.dense_layers, T, pos,
+                                   e->tls->meta_d);
+    }
     return gpu_tls_join(e);
 }
 
@@ -486,16 +489,12 @@ void gpu_tls_capture_end(gpu_engine *e)
 int gpu_tls_layer(gpu_engine *e, int layer, int T, const h16 *q, const int *pos,
                   const gpu_seq_dev *seqs, h16 *out)
 {
-    gpu_tls_cfg c = e->tls->c;
-    if (T == 1 && e->fused && gpu_fused_ok(&e->d)) { /* the fused gate/up GEMV comes next */
-        c.pf_w = e->layers[layer].w_gu;
-        c.pf_up = (size_t)e->d.I * e->d.H * sizeof(h16);
-    }
-    GPU_TRY(gpu_tls_attn_layer(e->compute, c, layer, T, q, pos, seqs, e->tls->meta_d, out, e->pdl));
+    GPU_TRY(gpu_tls_attn_layer(e->compute, e->tls->c, layer, T, q, pos, seqs, e->tls->meta_d, out,
+                               e->pdl));
     /* the staggered rows' next set of this layer, beside the rest of the step (above); the
      * kernel itself skips the rows that are not staggered, so a captured graph serves any mix */
     gpu_tls_own *o = own(e);
-    if (o->next != NEXT_SIDE || T < 2) return ACCEL_OK;
+    if ((o->next != NEXT_SIDE && o->next != NEXT_LM) || T < 2) return ACCEL_OK;
     GPU_CHECK(cudaEventRecord(o->fork, e->compute));
     GPU_CHECK(cudaStreamWaitEvent(o->side, o->fork, 0));
     o->forked = 1;

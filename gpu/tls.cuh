@@ -75,11 +75,10 @@ struct gpu_tls_dev {
     float *sa;
     int stagger; /* 0: exact selection; 1: staggered; 2: staggered, its state restarts now */
     int kmax;    /* sg's list stride */
-    int l2pf;    /* bytes of the gate/up rows the layer requests into L2 (gpu_tls_cfg.pf_w) */
     int ab;      /* TLS_AB_* bits: A/B switches of bench_gpu, read per step (gpu_tls_prepare) */
 };
-#define TLS_AB_OLDMERGE 1 /* TANDEM_TLS_MERGE=0: the CTA merge one head at a time (before tlsb1) */
-#define TLS_AB_NOL2C 2    /* TANDEM_TLS_L2C=0: no L2 request of a staggered row's level-2 labels */
+#define TLS_AB_NOL2C 2  /* TANDEM_TLS_L2C=0: no L2 request of a staggered row's level-2 labels */
+#define TLS_AB_NOKVT 4  /* TANDEM_TLS_KVT=0: no early touch of a staggered row's kept K/V blocks */
 
 /* The shapes and the scratch one layer's launch needs. */
 struct gpu_tls_cfg {
@@ -98,10 +97,6 @@ struct gpu_tls_cfg {
     int sms;                  /* the device's SMs (which form a launch takes) */
     unsigned long long *trace; /* NULL, or the one-kernel form's phases: the clock (ns) in the
                                   first cluster's first CTA at TLS_PHASES points (tls_kernels.cu) */
-    const h16 *pf_w; /* NULL, or the layer's [w_gate; w_up] (I, H) each: a single-token step's
-                        one-kernel layer requests the first gpu_tls_dev.l2pf / 2 bytes of each
-                        into L2 while HBM idles (the fused gate/up GEMV reads them first) */
-    size_t pf_up;    /* bytes from w_gate to w_up */
 };
 
 /* Summaries of positions [from, to) of one sequence, every layer, from its cache: the blocks

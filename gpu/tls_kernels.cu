@@ -99,7 +99,6 @@ __device__ __forceinline__ void tls_l2_range(const void *a, size_t bytes)
     const size_t lo = (size_t)a & ~(size_t)15, hi = ((size_t)a + bytes + 15) & ~(size_t)15;
     gpu_l2_prefetch((const void *)lo, 0, (unsigned)(hi - lo));
 }
-#define TLS_L2PF_CHUNK 65536 /* bytes per bulk prefetch of the gate/up rows */
 
 /* TANDEM_TLS_EARLY=0 (A/B): a staggered row's set built after the PDL wait, as before 2026-11-29
  * tlslat; else before it (gpu_tls_kernels_init sets it per device). */
@@ -159,7 +158,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
          * requested into L2: all but the newest key's were written before the step */
         const int nb = (n + bs - 1) / bs, last = nb - 1;
         const int C = nk_early * bs - (S.kept[nk_early - 1] == last ? bs - (n - last * bs) : 0);
-        if (C > t.token_budget && !(t.ab & TLS_AB_NOL2C)) {
+        if (CL == TLS_CL && C > t.token_budget && !(t.ab & TLS_AB_NOL2C)) {
             const int per2 = (C + CL - 1) / CL, lo2 = min(rank * per2, C), n2 = min(C - lo2, per2);
             for (int kb = (lo2 >> bsh) + tid; n2 > 0 && kb <= (lo2 + n2 - 1) >> bsh; kb += nt) {
                 const size_t p0 = lg * t.cap + ((size_t)S.kept[kb] << bsh);
@@ -167,20 +166,22 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
                 tls_l2_range(t.lab + p0, (size_t)bs * sizeof(float2));
             }
         }
+        /* ... and one line of K and of V of every kept block (its first key): the attention's
+         * rows lie in ~nk pages of a (layer, KV head)'s plane, which this warms (translation
+         * and L2) before the keys are chosen */
+        if (CL == TLS_CL && !(t.ab & TLS_AB_NOKVT)) {
+            __syncthreads(); /* ktb */
+            for (int j = tid; j < 2 * nk_early; j += nt) {
+                const int kb = j >> 1, p0 = S.kept[kb] * bs;
+                const long long rw = sq.map.tbl ? (long long)S.ktb[kb] * sq.map.bstride + (p0 & (GPU_KV_BLOCK - 1))
+                                                : (long long)p0;
+                const h16 *row = (j & 1 ? sq.v : sq.k) + (lg * sq.cap + rw) * hd;
+                asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row));
+            }
+        }
     }
     gpu_pdl_wait(); /* q, and the newest key the QKV kernel wrote */
     gpu_pdl_trigger();
-    /* a single-token step: the first rows of the gate/up projection requested into L2 while the
-     * layer's dependent phases leave HBM idle (the o projection's GEMV requests its own rows
-     * beside it: GPU_L2PF_O); each CTA of the grid a slice of each half */
-    if (c.pf_w && t.l2pf > 0 && tid < 2) {
-        const size_t half = min((size_t)t.l2pf / 2, c.pf_up), ncta = (size_t)gridDim.x * gridDim.y * gridDim.z;
-        const size_t ci = ((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-        const size_t per = ((half + ncta - 1) / ncta + 15) & ~(size_t)15, a = ci * per;
-        const unsigned char *w = (const unsigned char *)c.pf_w + (tid ? c.pf_up : 0);
-        for (size_t o = a; o < a + per && o < half; o += TLS_L2PF_CHUNK)
-            tls_l2_range(w + o, min(min((size_t)TLS_L2PF_CHUNK, a + per - o), half - o));
-    }
     {
         const h16 *qg = q + (size_t)b * c.n_heads * hd + (size_t)g * G * hd;
         for (int i = tid; i < G * hd; i += nt) S.q[i] = h16_to(qg[i]);
@@ -558,75 +559,41 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
         }
     }
     TLS_MARK(8);
-    if (!(t.ab & TLS_AB_OLDMERGE)) {
-        /* the warps' states merged per head into this CTA's partial, four heads per CTA barrier:
-         * each warp leaves its unscaled sums and (max, sum), and one thread per (head, channel)
-         * scales and adds them in warp order (the products rounded apart, as when each warp
-         * scaled its own: the same bits as the loop below) */
-#pragma unroll
-        for (int h = 0; h < GM; h++) {
-            if (h >= G) break;
-            if (lane == 0) {
-                S.wm[warp][h] = mx[h];
-                S.wl[warp][h] = l[h];
-            }
-            if (chan)
-#pragma unroll
-                for (int e = 0; e < 4; e++) S.u.wo[warp][(h & 3) * 128 + c4 + e] = acc[h][e];
-            if ((h & 3) != 3 && h != G - 1) continue;
-            __syncthreads();
-            const int h0 = h & ~3;
-            for (int x = tid; x < (h - h0 + 1) * hd; x += NT) {
-                const int hh = h0 + x / hd, ch = x - (x / hd) * hd;
-                float M = -INFINITY;
-                for (int w = 0; w < NT / 32; w++) M = fmaxf(M, S.wm[w][hh]);
-                float o = 0.0f;
-                for (int w = 0; w < NT / 32; w++) {
-                    const float f = M == -INFINITY ? 0.0f : exp2f(S.wm[w][hh] - M);
-                    o += __fmul_rn(S.u.wo[w][(hh & 3) * 128 + ch], f);
-                }
-                S.po[hh * hd + ch] = o;
-                if (ch == 0) {
-                    float L = 0.0f;
-                    for (int w = 0; w < NT / 32; w++)
-                        if (S.wm[w][hh] != -INFINITY) L += S.wl[w][hh] * exp2f(S.wm[w][hh] - M);
-                    S.pml[hh] = make_float2(M, L);
-                }
-            }
-            if (h + 1 < G) __syncthreads(); /* wo is rewritten for the next four heads */
-        }
-    } else {
-    /* the warps' states merged per head into this CTA's partial */
-#pragma unroll
-    for (int h = 0; h < GM; h++)
-        if (lane == 0 && h < G) {
-            S.wm[warp][h] = mx[h];
-            S.wl[warp][h] = l[h];
-        }
-    __syncthreads();
+    /* the warps' states merged per head into this CTA's partial, four heads per CTA barrier:
+     * each warp leaves its unscaled sums and (max, sum), and one thread per (head, channel)
+     * scales and adds them in warp order (the products rounded apart, as when each warp
+     * scaled its own, before 2026-11-29 tlsb1: the same bits, gpu_tls_select_equals_cpu's bound) */
 #pragma unroll
     for (int h = 0; h < GM; h++) {
         if (h >= G) break;
-        float M = -INFINITY;
-        for (int w = 0; w < NT / 32; w++) M = fmaxf(M, S.wm[w][h]);
-        const float f = M == -INFINITY ? 0.0f : exp2f(mx[h] - M);
+        if (lane == 0) {
+            S.wm[warp][h] = mx[h];
+            S.wl[warp][h] = l[h];
+        }
         if (chan)
 #pragma unroll
-            for (int e = 0; e < 4; e++) S.u.wo[warp][c4 + e] = acc[h][e] * f;
+            for (int e = 0; e < 4; e++) S.u.wo[warp][(h & 3) * 128 + c4 + e] = acc[h][e];
+        if ((h & 3) != 3 && h != G - 1) continue;
         __syncthreads();
-        if (tid < hd) {
+        const int h0 = h & ~3;
+        for (int x = tid; x < (h - h0 + 1) * hd; x += NT) {
+            const int hh = h0 + x / hd, ch = x - (x / hd) * hd;
+            float M = -INFINITY;
+            for (int w = 0; w < NT / 32; w++) M = fmaxf(M, S.wm[w][hh]);
             float o = 0.0f;
-            for (int w = 0; w < NT / 32; w++) o += S.u.wo[w][tid];
-            S.po[h * hd + tid] = o;
+            for (int w = 0; w < NT / 32; w++) {
+                const float f = M == -INFINITY ? 0.0f : exp2f(S.wm[w][hh] - M);
+                o += __fmul_rn(S.u.wo[w][(hh & 3) * 128 + ch], f);
+            }
+            S.po[hh * hd + ch] = o;
+            if (ch == 0) {
+                float L = 0.0f;
+                for (int w = 0; w < NT / 32; w++)
+                    if (S.wm[w][hh] != -INFINITY) L += S.wl[w][hh] * exp2f(S.wm[w][hh] - M);
+                S.pml[hh] = make_float2(M, L);
+            }
         }
-        if (tid == 32) {
-            float L = 0.0f;
-            for (int w = 0; w < NT / 32; w++)
-                if (S.wm[w][h] != -INFINITY) L += S.wl[w][h] * exp2f(S.wm[w][h] - M);
-            S.pml[h] = make_float2(M, L);
-        }
-        __syncthreads();
-    }
+        if (h + 1 < G) __syncthreads(); /* wo is rewritten for the next four heads */
     }
     TLS_MARK(9);
     /* the cluster's partials merged: CTA rank writes outputs rank, rank + CL, ... */

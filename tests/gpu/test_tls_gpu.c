@@ -548,12 +548,11 @@ TEST(gpu_tls_stagger_side)
     free(c);
 }
 
-/* tlsb1's changes to the one-kernel layer give the same bits as the code before them: the CTA
- * merge four heads per barrier (against one head at a time, TANDEM_TLS_MERGE=0), the gate/up
- * rows and a staggered row's level-2 labels requested into L2 (a hint: TANDEM_TLS_L2PF=0 and
- * TANDEM_TLS_L2C=0 skip them). Two staggered sequences as a batch of 2, then one at a time (the
- * single-token steps request the gate/up rows), logits equal step for step. */
-TEST(gpu_tls_merge_prefetch_bits)
+/* The staggered row's L2 requests before the PDL wait (its level-2 labels, a line of each kept
+ * K/V block: hints, TANDEM_TLS_L2C=0 / TANDEM_TLS_KVT=0 skip them) and the next-step launch
+ * beside the logits (TANDEM_TLS_NEXT=lm) change no bit of the logits: two staggered sequences
+ * as a batch of 2, then one at a time, step for step against the launch after the layers. */
+TEST(gpu_tls_prefetch_bits)
 {
     char why[600];
     const int steps = 12;
@@ -563,26 +562,28 @@ TEST(gpu_tls_merge_prefetch_bits)
     int r = tls_open(&o, &m, &d, why, sizeof why, NULL);
     if (r > 0) SKIP("%s", why);
     REQUIRE(r == 0);
-    const size_t V = (size_t)m->cfg.vocab;
+    const size_t V = (size_t)m->cfg.vocab, sz = sizeof(float) * steps * 2 * V;
     accel_free(d);
     model_free(m);
-    const size_t sz = sizeof(float) * steps * 2 * V;
-    float *a = malloc(sz), *b = malloc(sz);
-    REQUIRE(a && b);
-    setenv("TANDEM_TLS_MERGE", "0", 1);
-    setenv("TANDEM_TLS_L2PF", "0", 1);
+    float *a = malloc(sz), *b = malloc(sz), *c = malloc(sz);
+    REQUIRE(a && b && c);
     setenv("TANDEM_TLS_L2C", "0", 1);
-    r = stagger_run("side", a, steps, why, sizeof why);
-    unsetenv("TANDEM_TLS_MERGE");
-    unsetenv("TANDEM_TLS_L2PF");
+    setenv("TANDEM_TLS_KVT", "0", 1);
+    r = stagger_run("end", a, steps, why, sizeof why);
     unsetenv("TANDEM_TLS_L2C");
+    unsetenv("TANDEM_TLS_KVT");
     REQUIRE(r == 0);
     REQUIRE(stagger_run("side", b, steps, why, sizeof why) == 0);
-    for (int t = 0; t < steps; t++)
+    REQUIRE(stagger_run("lm", c, steps, why, sizeof why) == 0);
+    for (int t = 0; t < steps; t++) {
         CHECK_MSG(memcmp(a + t * 2 * V, b + t * 2 * V, sizeof(float) * 2 * V) == 0,
-                  "staggered step %d: the merged CTA merge / L2 requests changed the logits", t);
+                  "staggered step %d: the L2 requests changed the logits", t);
+        CHECK_MSG(memcmp(a + t * 2 * V, c + t * 2 * V, sizeof(float) * 2 * V) == 0,
+                  "staggered step %d: the launch beside the logits changed them", t);
+    }
     free(a);
     free(b);
+    free(c);
 }
 
 /* Two sequences' stats equal in what both count (the selections' traces). */

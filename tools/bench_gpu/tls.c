@@ -13,7 +13,7 @@
 
 /* BENCH_TLS_AB (--tls's A/B rounds, in one prefill): a list of settings separated by ';', each
  * "base" or VAR=VALUE pairs separated by ',' (the engine's TANDEM_TLS_* switches that
- * gpu_tls_prepare reads per step: L2PF, MERGE, L2C). After the three modes, BENCH_TLS_AB_ROUNDS
+ * gpu_tls_prepare reads per step: L2C, KVT). After the three modes, BENCH_TLS_AB_ROUNDS
  * rounds (default 2) of every setting in turn, each the exact then the staggered form, --steps
  * timed steps each (medians): one "tls_ab" line per setting and round. Each variable is restored
  * after its setting. 0 or a status. */
