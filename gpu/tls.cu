@@ -385,10 +385,6 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
     int any = 0, st;
     const char *rce = getenv("TANDEM_TLS_ROWCACHE"); /* "0": the row cache off (A/B) */
     const int rc_on = !(rce && !strcmp(rce, "0"));
-    /* bench_gpu's A/B switches, read per step so that one prefill serves every variant (the
-     * kernels read them from the rows' metadata: a captured graph follows them) */
-    const char *l2e = getenv("TANDEM_TLS_L2C"), *kve = getenv("TANDEM_TLS_KVT");
-    const int ab = (l2e && !strcmp(l2e, "0") ? TLS_AB_NOL2C : 0) | (kve && !strcmp(kve, "0") ? TLS_AB_NOKVT : 0);
     for (int i = 0; i < n; i++) {
         gpu_tls_kv *t = kvs[i]->tls;
         gpu_tls_dev row;
@@ -423,7 +419,6 @@ int gpu_tls_prepare(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos)
                 row.on = 1;
                 row.block_budget = t->block_budget;
                 row.token_budget = t->token_budget;
-                row.ab = ab;
                 /* staggered: the state continues only from the step at the position before */
                 row.stagger = t->stagger ? (t->pipe_len == pos[i] && pos[i] > 0 ? 1 : 2) : 0;
                 t->pipe_len = t->stagger ? keys : -1;

@@ -75,10 +75,7 @@ struct gpu_tls_dev {
     float *sa;
     int stagger; /* 0: exact selection; 1: staggered; 2: staggered, its state restarts now */
     int kmax;    /* sg's list stride */
-    int ab;      /* TLS_AB_* bits: A/B switches of bench_gpu, read per step (gpu_tls_prepare) */
 };
-#define TLS_AB_NOL2C 2  /* TANDEM_TLS_L2C=0: no L2 request of a staggered row's level-2 labels */
-#define TLS_AB_NOKVT 4  /* TANDEM_TLS_KVT=0: no early touch of a staggered row's kept K/V blocks */
 
 /* The shapes and the scratch one layer's launch needs. */
 struct gpu_tls_cfg {

@@ -92,14 +92,6 @@ void gpu_tls_seq_carve(const gpu_tls_cfg &c, void *mem, int cap, gpu_tls_dev *t)
     t->words = (int)words;
 }
 
-/* Bytes [a, a + bytes) requested into L2 (gpu_l2_prefetch), the range widened to 16-byte bounds
- * (a bulk prefetch's address and size are multiples of 16); a hint, it never faults. */
-__device__ __forceinline__ void tls_l2_range(const void *a, size_t bytes)
-{
-    const size_t lo = (size_t)a & ~(size_t)15, hi = ((size_t)a + bytes + 15) & ~(size_t)15;
-    gpu_l2_prefetch((const void *)lo, 0, (unsigned)(hi - lo));
-}
-
 /* TANDEM_TLS_EARLY=0 (A/B): a staggered row's set built after the PDL wait, as before 2026-11-29
  * tlslat; else before it (gpu_tls_kernels_init sets it per device). */
 __constant__ int tls_early_c;
@@ -154,31 +146,6 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
         nk_early = tls_stagger_set(t, lg, (n + bs - 1) / bs, S.kept);
         for (int j = tid; j < nk_early; j += nt)
             S.ktb[j] = sq.map.tbl ? sq.map.tbl[(S.kept[j] * bs) >> GPU_KV_SHIFT] : 0;
-        /* ... and the codes and labels of this CTA's range of its level-2 candidates (below)
-         * requested into L2: all but the newest key's were written before the step */
-        const int nb = (n + bs - 1) / bs, last = nb - 1;
-        const int C = nk_early * bs - (S.kept[nk_early - 1] == last ? bs - (n - last * bs) : 0);
-        if (CL == TLS_CL && C > t.token_budget && !(t.ab & TLS_AB_NOL2C)) {
-            const int per2 = (C + CL - 1) / CL, lo2 = min(rank * per2, C), n2 = min(C - lo2, per2);
-            for (int kb = (lo2 >> bsh) + tid; n2 > 0 && kb <= (lo2 + n2 - 1) >> bsh; kb += nt) {
-                const size_t p0 = lg * t.cap + ((size_t)S.kept[kb] << bsh);
-                tls_l2_range(t.code + p0 * (r / 2), (size_t)bs * (r / 2));
-                tls_l2_range(t.lab + p0, (size_t)bs * sizeof(float2));
-            }
-        }
-        /* ... and one line of K and of V of every kept block (its first key): the attention's
-         * rows lie in ~nk pages of a (layer, KV head)'s plane, which this warms (translation
-         * and L2) before the keys are chosen */
-        if (CL == TLS_CL && !(t.ab & TLS_AB_NOKVT)) {
-            __syncthreads(); /* ktb */
-            for (int j = tid; j < 2 * nk_early; j += nt) {
-                const int kb = j >> 1, p0 = S.kept[kb] * bs;
-                const long long rw = sq.map.tbl ? (long long)S.ktb[kb] * sq.map.bstride + (p0 & (GPU_KV_BLOCK - 1))
-                                                : (long long)p0;
-                const h16 *row = (j & 1 ? sq.v : sq.k) + (lg * sq.cap + rw) * hd;
-                asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row));
-            }
-        }
     }
     gpu_pdl_wait(); /* q, and the newest key the QKV kernel wrote */
     gpu_pdl_trigger();
@@ -561,8 +528,9 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
     TLS_MARK(8);
     /* the warps' states merged per head into this CTA's partial, four heads per CTA barrier:
      * each warp leaves its unscaled sums and (max, sum), and one thread per (head, channel)
-     * scales and adds them in warp order (the products rounded apart, as when each warp
-     * scaled its own, before 2026-11-29 tlsb1: the same bits, gpu_tls_select_equals_cpu's bound) */
+     * scales and adds them in warp order, each product rounded apart: the bits of each warp
+     * scaling its own, one head per two barriers, as before (checked on the H200, 2026-11-29
+     * tlsb1); 0.05-0.12 ms less a step at batch 1 and 8 (BENCHMARKS.md) */
 #pragma unroll
     for (int h = 0; h < GM; h++) {
         if (h >= G) break;
@@ -649,7 +617,8 @@ static void tls_fit2_set(int dev)
     if (dev < 0 || dev >= TLS_DEVS) return;
     pthread_mutex_lock(&tls_fit2_mu);
     if (!tls_fit2_done[dev]) {
-        for (int gi = 0; gi < 3; gi++) __atomic_store_n(&tls_fit2[dev][gi], gpu_tls_fit_clusters(gi, 2), __ATOMIC_RELEASE);
+        for (int gi = 0; gi < 3; gi++)
+            __atomic_store_n(&tls_fit2[dev][gi], gpu_tls_fit_clusters(gi, 2), __ATOMIC_RELEASE);
         tls_fit2_done[dev] = 1;
     }
     pthread_mutex_unlock(&tls_fit2_mu);

@@ -469,7 +469,8 @@ TEST(gpu_tls_stagger_engine)
  * the bits of the one launch after the layers on the compute stream (TANDEM_TLS_NEXT=end, the
  * form gpu_tls_stagger_equals_cpu checks against the CPU): the logits of two staggered sequences
  * with small budgets, decoded as a batch of 2 (the side stream) and then one at a time (a step
- * of one row launches after the layers either way), equal step for step. */
+ * of one row launches after the layers either way), equal step for step; so does the opt-in
+ * TANDEM_TLS_NEXT=lm (a step of one row's launch on the side stream, beside the logits). */
 static int stagger_run(const char *mode, float *out, int steps, char *why, size_t n)
 {
     model *m;
@@ -530,60 +531,27 @@ TEST(gpu_tls_stagger_side)
     accel_free(d);
     model_free(m);
     const size_t sz = sizeof(float) * steps * 2 * V, row2 = 2 * V;
-    float *a = malloc(sz), *b = malloc(sz), *c = malloc(sz);
-    REQUIRE(a && b && c);
+    float *a = malloc(sz), *b = malloc(sz), *c = malloc(sz), *e = malloc(sz);
+    REQUIRE(a && b && c && e);
     REQUIRE(stagger_run("end", a, steps, why, sizeof why) == 0);
     REQUIRE(stagger_run("side", b, steps, why, sizeof why) == 0);
+    /* a step of one row's launch on the side stream beside the logits (opt-in): the same bits */
+    REQUIRE(stagger_run("lm", e, steps, why, sizeof why) == 0);
     /* the check can fail: without the next-step launch (stale sets) some step differs */
     REQUIRE(stagger_run("0", c, steps, why, sizeof why) == 0);
     int stale = 0;
     for (int t = 0; t < steps; t++) {
         CHECK_MSG(memcmp(a + t * row2, b + t * row2, sizeof(float) * row2) == 0,
                   "staggered step %d: the side stream's logits != the launch after the layers", t);
+        CHECK_MSG(memcmp(a + t * row2, e + t * row2, sizeof(float) * row2) == 0,
+                  "staggered step %d: the launch beside the logits != the launch after the layers", t);
         stale += memcmp(a + t * row2, c + t * row2, sizeof(float) * row2) != 0;
     }
     CHECK_MSG(stale > 0, "the stale sets decoded as the fresh ones on all %d steps", steps);
     free(a);
     free(b);
     free(c);
-}
-
-/* The staggered row's L2 requests before the PDL wait (its level-2 labels, a line of each kept
- * K/V block: hints, TANDEM_TLS_L2C=0 / TANDEM_TLS_KVT=0 skip them) and the next-step launch
- * beside the logits (TANDEM_TLS_NEXT=lm) change no bit of the logits: two staggered sequences
- * as a batch of 2, then one at a time, step for step against the launch after the layers. */
-TEST(gpu_tls_prefetch_bits)
-{
-    char why[600];
-    const int steps = 12;
-    model *m;
-    accel_dev *d;
-    accel_opts o = {.decode_sparse = "asynctls,block_size=64,dense_layers=1,stagger=1"};
-    int r = tls_open(&o, &m, &d, why, sizeof why, NULL);
-    if (r > 0) SKIP("%s", why);
-    REQUIRE(r == 0);
-    const size_t V = (size_t)m->cfg.vocab, sz = sizeof(float) * steps * 2 * V;
-    accel_free(d);
-    model_free(m);
-    float *a = malloc(sz), *b = malloc(sz), *c = malloc(sz);
-    REQUIRE(a && b && c);
-    setenv("TANDEM_TLS_L2C", "0", 1);
-    setenv("TANDEM_TLS_KVT", "0", 1);
-    r = stagger_run("end", a, steps, why, sizeof why);
-    unsetenv("TANDEM_TLS_L2C");
-    unsetenv("TANDEM_TLS_KVT");
-    REQUIRE(r == 0);
-    REQUIRE(stagger_run("side", b, steps, why, sizeof why) == 0);
-    REQUIRE(stagger_run("lm", c, steps, why, sizeof why) == 0);
-    for (int t = 0; t < steps; t++) {
-        CHECK_MSG(memcmp(a + t * 2 * V, b + t * 2 * V, sizeof(float) * 2 * V) == 0,
-                  "staggered step %d: the L2 requests changed the logits", t);
-        CHECK_MSG(memcmp(a + t * 2 * V, c + t * 2 * V, sizeof(float) * 2 * V) == 0,
-                  "staggered step %d: the launch beside the logits changed them", t);
-    }
-    free(a);
-    free(b);
-    free(c);
+    free(e);
 }
 
 /* Two sequences' stats equal in what both count (the selections' traces). */

@@ -11,9 +11,30 @@
 #include <string.h>
 #include <unistd.h>
 
+/* B rows truncated back to ctx and set to params p (NULL: dense), one untimed step (the graph's
+ * capture, the summaries), then `steps` timed steps into t: their median in ms into *ms; a status. */
+static int tls_steps(accel_dev *d, int ctx, int B, accel_seq **seqs, const int32_t *tok, float *lg, double *t,
+                     int steps, const sparse_tls_params *p, double *ms)
+{
+    int st = 0;
+    for (int b = 0; b < B && !st; b++) {
+        st = accel_seq_truncate(d, seqs[b], ctx);
+        if (!st) st = accel_seq_decode_sparse(d, seqs[b], p);
+    }
+    if (!st) st = accel_decode(d, B, seqs, tok, lg);
+    for (int i = 0; i < steps && !st; i++) {
+        double a = bg_now();
+        st = accel_decode(d, B, seqs, tok, lg);
+        t[i] = bg_now() - a;
+    }
+    if (!st) *ms = bg_median(t, steps) * 1e3;
+    return st;
+}
+
 /* BENCH_TLS_AB (--tls's A/B rounds, in one prefill): a list of settings separated by ';', each
- * "base" or VAR=VALUE pairs separated by ',' (the engine's TANDEM_TLS_* switches that
- * gpu_tls_prepare reads per step: L2C, KVT). After the three modes, BENCH_TLS_AB_ROUNDS
+ * "base" or VAR=VALUE pairs separated by ',' (switches the engine reads per step, in
+ * gpu_tls_prepare: the kernels then take them from the rows' metadata, which a captured graph
+ * follows; 2026-11-29 tlsb1 measured its L2 requests so, since removed). After the three modes, BENCH_TLS_AB_ROUNDS
  * rounds (default 2) of every setting in turn, each the exact then the staggered form, --steps
  * timed steps each (medians): one "tls_ab" line per setting and round. Each variable is restored
  * after its setting. 0 or a status. */
@@ -40,19 +61,8 @@ static int tls_ab(accel_dev *d, int ctx, int B, accel_seq **seqs, const int32_t 
                 nv++;
             }
             double ms[2] = {0, 0};
-            for (int mode = 0; mode < 2 && !st; mode++) {
-                for (int b = 0; b < B && !st; b++) {
-                    st = accel_seq_truncate(d, seqs[b], ctx);
-                    if (!st) st = accel_seq_decode_sparse(d, seqs[b], mode ? sg : sp);
-                }
-                if (!st) st = accel_decode(d, B, seqs, tok, lg); /* the summaries, untimed */
-                for (int i = 0; i < steps && !st; i++) {
-                    double t0 = bg_now();
-                    st = accel_decode(d, B, seqs, tok, lg);
-                    t[i] = bg_now() - t0;
-                }
-                if (!st) ms[mode] = bg_median(t, steps) * 1e3;
-            }
+            for (int mode = 0; mode < 2 && !st; mode++)
+                st = tls_steps(d, ctx, B, seqs, tok, lg, t, steps, mode ? sg : sp, &ms[mode]);
             for (int i = 0; i < nv; i++) {
                 if (old[i]) setenv(sv[i], old[i], 1);
                 else unsetenv(sv[i]);
@@ -98,17 +108,7 @@ int bg_tls_run(accel_dev *d, const model *m, int ctx, const long *batch, int nba
         double ms[3] = {0, 0, 0};
         accel_decode_stats sum = {0};
         for (int mode = 0; mode < 3 && !st; mode++) {
-            for (int b = 0; b < B && !st; b++) {
-                st = accel_seq_truncate(d, seqs[b], ctx);
-                if (!st) st = accel_seq_decode_sparse(d, seqs[b], mode == 2 ? &sg : mode ? &sp : NULL);
-            }
-            if (!st) st = accel_decode(d, B, seqs, tok, lg); /* graph capture, summaries */
-            for (int i = 0; i < steps && !st; i++) {
-                double a = bg_now();
-                st = accel_decode(d, B, seqs, tok, lg);
-                t[i] = bg_now() - a;
-            }
-            if (!st) ms[mode] = bg_median(t, steps) * 1e3;
+            st = tls_steps(d, ctx, B, seqs, tok, lg, t, steps, mode == 2 ? &sg : mode ? &sp : NULL, &ms[mode]);
             for (int b = 0; b < B && !st && mode == 1; b++) { /* the exact form's counts */
                 accel_decode_stats ds;
                 st = accel_seq_decode_stats(d, seqs[b], &ds);

@@ -1,0 +1,54 @@
+#!/bin/bash
+# tlsb1's second device call (issue 23, AsyncTLS at batch 1): the gpu_tls / gpu_layer_split /
+# gpu_paged tests on this branch's pack, then bench_gpu --tls (dense / exact / staggered, the layer
+# alone) with main 2b6e9ba's plugin and this branch's, interleaved. The new runs carry BENCH_TLS_AB
+# rounds (tools/bench_gpu/tls.c: every setting in turn in one prefill):
+#   base               the branch's defaults (CTA merge four heads a barrier; a staggered row's
+#                      level-2 labels and a line of each kept K/V block requested before the wait)
+#   TANDEM_TLS_L2C=0   no L2 request of the level-2 labels
+#   TANDEM_TLS_KVT=0   no early touch of the kept K/V blocks
+# then TANDEM_TLS_NEXT=lm at batch 1 (the next-step launch beside the logits), batches 2 and 4 with
+# the side stream (the default) and with TANDEM_TLS_NEXT=end, main2, new2 (skipped past BUDGET_S).
+# Carried: .carry/tlsb1/{gpu.tar.xz (gpu/bench/check_pack.sh), bench_gpu (stripped), main.tar.xz
+# (main's bench_gpu, libtandem_cuda.so, libtandem_cuda_test.so), run.sh}.
+set -u
+C=.carry/tlsb1
+OUT=${OUT:?}
+L=$OUT/l
+mkdir -p $L
+t0=$(date +%s)
+stamp() { echo "== [$(($(date +%s) - t0))s] $*" | tee -a "$L/stamps.log"; }
+rm -rf build build-main && tar -xJf $C/gpu.tar.xz && cp $C/bench_gpu build/ && sh tools/testdata.sh >/dev/null 2>&1
+mkdir -p build-main && tar -xJf $C/main.tar.xz -C build-main && ln -s ../build/rt build-main/rt
+export BUILD=build LD_LIBRARY_PATH=$PWD/build/rt
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$L/gpu.txt" 2>&1
+stamp unpacked
+(
+    timeout ${TTIME:-90} build/tandem-tests ${TESTS:-gpu_tls gpu_layer_split gpu_paged} >"$L/tests.log" 2>&1
+    echo "rc=$?" >>"$L/tests.log"
+) &
+tp=$!
+build/mkmodel --out /tmp/l3g --preset llama3-8b >"$L/mkmodel.log" 2>&1
+wait $tp
+stamp "tests: $(grep -c '^ok' "$L/tests.log") ok, $(grep -c '^not ok' "$L/tests.log") not ok, $(grep rc= "$L/tests.log")"
+grep -h "^not ok\|FAIL" "$L"/tests*.log | head
+AB=${AB:-base;TANDEM_TLS_L2C=0;TANDEM_TLS_KVT=0;TANDEM_TLS_L2C=0,TANDEM_TLS_KVT=0}
+bench() { # name dir contexts batches env...
+    local name=$1 dir=$2 ctx=$3 bat=$4; shift 4
+    [ $(($(date +%s) - t0)) -gt ${BUDGET_S:-125} ] && { stamp "skip $name: past ${BUDGET_S:-125} s"; return; }
+    env "$@" timeout 100 $dir/bench_gpu --model /tmp/l3g --tls $ctx --tls-batch $bat --tls-budget 1024 \
+        --tls-blocks 128 --steps ${STEPS:-24} > "$L/bench_$name.jsonl" 2> "$L/bench_$name.err"
+    stamp "bench $name rc=$?"
+    grep '"bench":"tls"' "$L/bench_$name.jsonl" | cut -c1-60,160-230,330-420
+    grep '"bench":"tls_ab"' "$L/bench_$name.jsonl" | cut -c1-200
+}
+CTX=${CTX:-130000,32768}
+bench main build-main $CTX 1,8 X=1
+bench new build $CTX 1,8 BENCH_TLS_AB="$AB"
+bench lm build $CTX 1 TANDEM_TLS_NEXT=lm
+bench b24 build $CTX 2,4 X=1
+bench b24end build $CTX 2,4 TANDEM_TLS_NEXT=end
+bench main2 build-main $CTX 1,8 X=1
+bench new2 build $CTX 1,8 X=1
+stamp done
+tar -C $OUT -czf $OUT/tlsb1.tgz l && rm -rf $L
