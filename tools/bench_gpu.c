@@ -77,7 +77,8 @@
  *                 offloaded (sparse_tls_params.offload) at the most rows the host pool holds
  *                 (MemAvailable less --tls-host-margin GiB, default 12, pinned at open: gpu_tune
  *                 offload_pool_mb), and the last two together (--tls-offload-modes: a list of
- *                 dense,pool_sparse,offloaded,mixed, each with -direct (no row cache: every
+ *                 dense,pool_sparse,offloaded,mixed,one8 (a batch of 8: one offloaded row, 7
+ *                 from the pool), each with -direct (no row cache: every
  *                 selected key over PCIe), -vary (a new token every step) and / or -stagger (the staggered
  *                 selection), and pcie, run
  *                 in the order given): median ms per step, tokens/s, the bytes
@@ -88,6 +89,8 @@
  *                 sparse layer and KV head) read by a kernel from G GiB of host memory mapped each
  *                 way of gpu/tls_hmem.cuh (register, register4k, hostalloc, vmm), in eight patterns
  *                 (gpu/test/tls_hmem_test_api.cu): GB/s each, and the time to allocate and map
+ * BENCH_TLS_AB="env;env..." (--tls): A/B settings run in turns after one prefill
+ * (tools/bench_gpu/tls.c).
  * The engine's settings (gpu/tuning.h) come from TANDEM_GPU_TUNE="key=value,...".
  * Every result is one JSON line on stdout. Timings are wall-clock (CLOCK_MONOTONIC) around calls
  * that return only when the device is done. Prompts are pseudo-random token ids. */
