@@ -8,6 +8,10 @@
  * Decode batches (2..GPU_MAX_BATCH rows) of the shapes tuned at open run on the cuBLASLt
  * algorithm that measured fastest there instead (gemm_tune.cu).
  *
+ * 2 <= T <= gemm_small (gpu/tuning.h; small decode batches): our own tensor-core kernel
+ * (gemm_small.cuh), which streams the weights once at the copy rate and joins the decode chain's
+ * programmatic dependent launch (cuBLAS cannot); gpu/KERNELS.md has what it measured.
+ *
  * T = 1 (single-sequence decode): our own kernel, because this is pure weight streaming (every
  * weight byte is used T times): one warp per output row, each lane streaming 16-byte chunks of
  * the row with four loads in flight, the activation row read through L1, float32 accumulation,
@@ -16,6 +20,7 @@
  * T = 1 takes it (gpu/KERNELS.md has the numbers). Needs K % 8 == 0 (16-byte row chunks); other
  * shapes go to cuBLAS. */
 #include "gpu/engine.cuh"
+#include "gpu/gemm_small.cuh"
 #include "gpu/gemv.cuh"
 
 #define GEMV_WARPS 8
@@ -72,9 +77,43 @@ static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int 
     return ACCEL_OK;
 }
 
+/* The small-T kernel's variant (gpu/gemm_small.cuh; gpu/bench/gemm_decode.cu times the others):
+ * GS_WARPS warps split K per 16-row tile, GS_U chunks of 32 in flight per lane and round. */
+#define GS_WARPS 8
+#define GS_U 4
+
+template <int NT>
+static int gemm_small_nt(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
+                         int ldc, int out_f32, float beta)
+{
+    static int per_sm; /* resident blocks per SM (one kernel, one GPU type per process) */
+    if (per_sm <= 0)
+        GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemm_small<GS_WARPS, GS_U, NT>,
+                                                                GS_WARPS * 32, 0));
+    const long tiles = (N + 15) / 16;
+    const long wave = (long)(per_sm > 0 ? per_sm : 1) * (e->sms > 0 ? e->sms : 1);
+    GPU_CHECK(gpu_launch(k_gemm_small<GS_WARPS, GS_U, NT>, (int)(tiles < wave ? tiles : wave),
+                         GS_WARPS * 32, 0, e->compute, e->pdl, W, x, T, N, K, out, ldc, out_f32, beta));
+    return ACCEL_OK;
+}
+
+/* 1: the small-T kernel ran (or *st holds its failure); 0: not its shape, the caller runs cuBLAS */
+static int gemm_small(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
+                      int ldc, int out_f32, float beta, int *st)
+{
+    if (T < 2 || T > e->tune.gemm_small || K % 8 || N < 1 || (!out_f32 && beta != 0.f) ||
+        ((uintptr_t)W | (uintptr_t)x) % 16)
+        return 0;
+    *st = T <= 8 ? gemm_small_nt<1>(e, T, N, K, W, x, out, ldc, out_f32, beta)
+                 : gemm_small_nt<2>(e, T, N, K, W, x, out, ldc, out_f32, beta);
+    return 1;
+}
+
 int gpu_gemm_cols(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, float *out, int ldc)
 {
     const float alpha = 1.0f, beta = 0.0f;
+    int st = ACCEL_OK;
+    if (gemm_small(e, T, N, K, W, x, out, ldc, 1, beta, &st)) return st;
     const int tuned = gpu_gemm_tuned(e, T, N, K, W, x, out, 1, beta, ldc);
     if (tuned <= 0) return tuned;
     GPU_CUBLAS(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, GPU_H16_CUDA, K,
@@ -90,6 +129,8 @@ int gpu_gemm(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, voi
         return gemv(e->compute, e->pdl, e->sms, &e->gemv_per_sm, N, K, W, x, out, out_f32, beta,
                     l2pf, gpu_chain_slot(e));
     }
+    int st = ACCEL_OK;
+    if (gemm_small(e, T, N, K, W, x, out, N, out_f32, beta, &st)) return st;
     const int tuned = gpu_gemm_tuned(e, T, N, K, W, x, out, out_f32, beta, N);
     if (tuned <= 0) return tuned;
     const float alpha = 1.0f;

@@ -9,7 +9,9 @@
  * them: nothing L2-resident), and keeps a candidate only when it beats the default by GT_MARGIN.
  * A call with T rows takes the pick of the smallest edge >= T, after cublasLtMatmulAlgoCheck
  * says the algorithm runs at T (once per shape and T); everything else (prefill passes over
- * GPU_MAX_BATCH rows, unaligned pointers, shapes not tuned, T = 1) stays on cublasGemmEx.
+ * GPU_MAX_BATCH rows, unaligned pointers, shapes not tuned, T = 1) stays on cublasGemmEx. The
+ * buckets whose sizes all go to the small-T kernel (gemm_small=N, gpu/gemm_small.cuh) are not
+ * timed.
  *
  * Numerics: the same operands and float32 accumulation; an algorithm may split K (its partial
  * sums then add in another order: not the default's bits, the GPU tests bound the difference).
@@ -228,6 +230,7 @@ static int tune(gpu_engine *e, gpu_gemm_picks *g, int log)
             const gt_shape &s = g->shape[si];
             const int T = gt_edges[b];
             if (T > rows) break;
+            if (T <= e->tune.gemm_small) continue; /* every size up to T on gemm_small.cuh */
             gt_pick &p = g->pick[si][b];
             gt_layouts l;
             int got = 0;

@@ -29,6 +29,7 @@ void gpu_tuning_default(gpu_tuning *t)
         .load_overlap = 1,
         .argmax = 1,
         .gemm_tune = GPU_GEMM_TUNE_ON,
+        .gemm_small = 8, /* where it beats cuBLAS (gpu/KERNELS.md) */
         .prefill_split = 1,
         .xattn_fp8 = 0,
         .profile = 0,
@@ -89,6 +90,12 @@ static int set_one(gpu_tuning *t, const char *k, const char *v, char *err, size_
         if (!int_in(v, 0, 1 << 24, &t->offload_pool_mb)) return 0;
         snprintf(err, errlen, "gpu_tune: offload_pool_mb must be MiB in [0, %d], got '%.32s'",
                  1 << 24, v);
+        return -1;
+    }
+    if (!strcmp(k, "gemm_small")) {
+        if (!int_in(v, 0, GPU_GEMM_SMALL_MAX, &t->gemm_small)) return 0;
+        snprintf(err, errlen, "gpu_tune: gemm_small must be 0 (off) or a row count in [2, %d], got '%.32s'",
+                 GPU_GEMM_SMALL_MAX, v);
         return -1;
     }
     if (!strcmp(k, "logits_chunks")) {

@@ -50,7 +50,10 @@
  *                       (gpu/gemm_tune.cu; 1, the default; 0: cublasGemmEx's own choice; log:
  *                       as 1, each pick's times to stderr; force: every size on its fastest
  *                       candidate even where the default is faster, for the tests)
- *     prefill_split=0|1 a short prefill chunk's keys split over blocks in the warp-specialized
+ *     gemm_small=0|N    projections of 2..N rows (N <= GPU_GEMM_SMALL_MAX) on our own small-T
+                       tensor-core kernel (gpu/gemm_small.cuh) instead of cuBLAS; 0: off
+                       (default 8)
+     prefill_split=0|1 a short prefill chunk's keys split over blocks in the warp-specialized
  *                       attention when heads x query tiles would not fill the SMs (0: never)
  *   traces (stderr at exit; the lab's, not for serving):
  *     profile=1         every op timed with events (decode then runs without graphs)
@@ -64,6 +67,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* the most rows gemm_small= may hand the small-T kernel (two 8-row MMA tiles) */
+#define GPU_GEMM_SMALL_MAX 16
 
 enum gpu_attn_pick { GPU_ATTN_AUTO = 0, GPU_ATTN_MMA4, GPU_ATTN_MMA8, GPU_ATTN_WGMMA };
 /* gemm_tune: off, on, on with each pick written to stderr, every size on its fastest candidate */
@@ -84,6 +90,7 @@ typedef struct gpu_tuning {
     int load_overlap;     /* 1: on */
     int argmax;           /* 1: on */
     int gemm_tune;        /* enum gpu_gemm_tune_mode */
+    int gemm_small;       /* most rows of a projection on gpu/gemm_small.cuh (0: off) */
     int offload_pool_mb;  /* AsyncTLS offload's pinned host pool, MiB (0: the default) */
     int prefill_split;    /* 1: on */
     int xattn_fp8;        /* 1: XAttention's estimate in FP8 (gpu/gpu_xattn_fp8.h) */

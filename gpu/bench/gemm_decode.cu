@@ -6,9 +6,15 @@
 // median of a few hundred calls' mean; prints us per call and TFLOP/s, and the bytes floor
 // (weights at the given copy bandwidth). The candidates are asked for as gpu/gemm_tune.cu asks
 // (float32 reductions outside the output).
+// Then our small-T kernel (gpu/gemm_small.cuh) in each variant of SMALL_VARIANTS (warps per
+// tile x chunks in flight per lane), launched plainly, and the default variant (gemm.cu's) also
+// with programmatic dependent launch (back-to-back calls overlap their launch gaps, as in the
+// decode chain); each variant's first output checked against cublasGemmEx's (max |diff| over
+// max |ref|, printed: the tests own correctness, this only flags a variant that is fast and wrong).
+// With a third argument "small" the cuBLASLt candidates are skipped.
 //
-//   nvcc -O3 -I. -arch=sm_90 -o gemm_decode gpu/bench/gemm_decode.cu -lcublasLt -lcublas
-//   ./gemm_decode [T list=32,64,128,256] [copy GB/s=4200]
+//   nvcc -O3 -std=c++17 -I. -arch=sm_90a -o gemm_decode gpu/bench/gemm_decode.cu -lcublasLt -lcublas
+//   ./gemm_decode [T list=32,64,128,256] [copy GB/s=4200] [small]
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -19,6 +25,7 @@
 #include <algorithm>
 #include <vector>
 #include "gpu/bench/bench_util.cuh"
+#include "gpu/gemm_small.cuh"
 
 #define CB(x)                                                                                     \
     do {                                                                                          \
@@ -66,6 +73,62 @@ template <typename F> static double time_us(F f, int copies, int reps)
     return ms * 1e3 / reps;
 }
 
+/* One launch of k_gemm_small<WA, U, NT> as gemm.cu makes it: a resident wave over the tiles. */
+template <int WA, int U, int NT>
+static void small_launch(int pdl, int sms, int T, int N, int K, const __nv_bfloat16 *W,
+                         const __nv_bfloat16 *x, void *out, int ldc, int out_f32, float beta)
+{
+    static int per_sm;
+    if (per_sm <= 0)
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemm_small<WA, U, NT>, WA * 32, 0));
+    const int tiles = (N + 15) / 16, wave = per_sm * sms;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(tiles < wave ? tiles : wave);
+    cfg.blockDim = dim3(WA * 32);
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, k_gemm_small<WA, U, NT>, W, x, T, N, K, out, ldc, out_f32, beta));
+}
+
+struct small_variant {
+    const char *name;
+    int pdl;
+    void (*run)(int pdl, int sms, int T, int N, int K, const __nv_bfloat16 *W, const __nv_bfloat16 *x,
+                void *out, int ldc, int out_f32, float beta);
+};
+template <int WA, int U>
+static void small_any(int pdl, int sms, int T, int N, int K, const __nv_bfloat16 *W,
+                      const __nv_bfloat16 *x, void *out, int ldc, int out_f32, float beta)
+{
+    if (T <= 8)
+        small_launch<WA, U, 1>(pdl, sms, T, N, K, W, x, out, ldc, out_f32, beta);
+    else
+        small_launch<WA, U, 2>(pdl, sms, T, N, K, W, x, out, ldc, out_f32, beta);
+}
+/* the first is gemm.cu's (GS_WARPS, GS_U) */
+static const small_variant SMALL_VARIANTS[] = {
+    {"8x4", 0, small_any<8, 4>},  {"8x4 pdl", 1, small_any<8, 4>}, {"4x4", 0, small_any<4, 4>},
+    {"16x4", 0, small_any<16, 4>}, {"8x2", 0, small_any<8, 2>},    {"16x2", 0, small_any<16, 2>},
+    {"4x2", 0, small_any<4, 2>}};
+#define N_SMALL ((int)(sizeof SMALL_VARIANTS / sizeof SMALL_VARIANTS[0]))
+
+static __global__ void max_diff(const void *a, const void *b, size_t n, int f32, float *res)
+{
+    float d = 0.f, m = 0.f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float x = f32 ? ((const float *)a)[i] : __bfloat162float(((const __nv_bfloat16 *)a)[i]);
+        const float y = f32 ? ((const float *)b)[i] : __bfloat162float(((const __nv_bfloat16 *)b)[i]);
+        d = fmaxf(d, fabsf(x - y) + (x != x ? 1e30f : 0.f));
+        m = fmaxf(m, fabsf(y));
+    }
+    atomicMax((int *)&res[0], __float_as_int(d)); /* non-negative floats order as their bits */
+    atomicMax((int *)&res[1], __float_as_int(m));
+}
+
 int main(int argc, char **argv)
 {
     std::vector<int> Ts;
@@ -75,6 +138,9 @@ int main(int argc, char **argv)
         for (char *s = strtok(buf, ","); s; s = strtok(NULL, ",")) Ts.push_back(atoi(s));
     }
     const double gbs = argc > 2 ? atof(argv[2]) : 4200;
+    const int lt_cands = !(argc > 3 && !strcmp(argv[3], "small"));
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     /* lm_head/4: the engine's batched lm_head, 4 column chunks of 32128 (forward.cu) */
     const shape shapes[] = {{"qkv", 6144, 4096, 1, 0.f, 6144},
                             {"o", 4096, 4096, 1, 1.f, 4096},
@@ -103,16 +169,22 @@ int main(int argc, char **argv)
     }
     const size_t wall = std::max(maxw, rot_bytes / 2) + maxw;
     __nv_bfloat16 *W, *X;
-    void *O;
+    void *O, *O2;
+    float *dres;
     CK(cudaMalloc(&W, wall * 2));
     CK(cudaMalloc(&X, maxx * 2));
     CK(cudaMalloc(&O, maxo * 4));
+    CK(cudaMalloc(&O2, maxo * 4));
+    CK(cudaMalloc(&dres, 2 * sizeof(float)));
     fill<<<1024, 256>>>(W, wall, 1);
     fill<<<1024, 256>>>(X, maxx, 2);
     CK(cudaMemset(O, 0, maxo * 4));
     CK(cudaDeviceSynchronize());
-    printf("| T | shape | bytes floor us | cublasGemmEx us (TFLOP/s) | best Lt, no split-K us (TFLOP/s) | best Lt split-K us | candidates |\n");
-    printf("|---:|---|---:|---:|---:|---:|---:|\n");
+    printf("| T | shape | bytes floor us | cublasGemmEx us (TFLOP/s) | best Lt, no split-K us (TFLOP/s) | best Lt split-K us | candidates |");
+    for (int v = 0; v < N_SMALL; v++) printf(" small %s us |", SMALL_VARIANTS[v].name);
+    printf(" small best (x GemmEx, %% floor) | small max diff |\n|---:|---|---:|---:|---:|---:|---:|");
+    for (int v = 0; v < N_SMALL; v++) printf("---:|");
+    printf("---:|---:|\n");
     for (int T : Ts)
         for (const shape &s : shapes) {
             const size_t wn = (size_t)s.N * s.K;
@@ -147,7 +219,7 @@ int main(int argc, char **argv)
                                                     &mask, sizeof mask));
             cublasLtMatmulHeuristicResult_t res[32];
             int got = 0;
-            CB(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 32, res, &got));
+            if (lt_cands) CB(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 32, res, &got));
             double best = 1e30, best_sk = 1e30;
             int used = 0, bi = -1, bsk = 0;
             for (int i = 0; i < got; i++) {
@@ -169,10 +241,36 @@ int main(int argc, char **argv)
                     bi = i;
                 }
             }
-            printf("| %d | %s | %.1f | %.1f (%.0f) | %.1f (%.0f) | %.1f (split %d) | %d of %d |\n", T,
+            printf("| %d | %s | %.1f | %.1f (%.0f) | %.1f (%.0f) | %.1f (split %d) | %d of %d |", T,
                    s.name, floor_us, us_ex, flop / us_ex / 1e6, bi >= 0 ? best : 0.0,
                    bi >= 0 ? flop / best / 1e6 : 0.0, best_sk < 1e29 ? best_sk : 0.0, bsk, used,
                    got);
+            /* our kernel: every variant's time; the worst variant's difference from cublasGemmEx
+             * (beta 0, one call each on copy 0) */
+            double sbest = 1e30, worst = 0;
+            const float zero = 0.f;
+            const size_t no = (size_t)T * s.ldc;
+            for (int v = 0; v < N_SMALL && T <= 16; v++) {
+                const small_variant &sv = SMALL_VARIANTS[v];
+                auto run = [&](int c) { sv.run(sv.pdl, sms, T, s.N, s.K, W + c * wn, X, O, s.ldc, s.out_f32, beta); };
+                const double us = time_us(run, copies, reps);
+                printf(" %.1f |", us);
+                sbest = std::min(sbest, us);
+                CK(cudaMemset(O, 0, maxo * 4));
+                CK(cudaMemset(O2, 0, maxo * 4));
+                CB(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, s.N, T, s.K, &alpha, W, CUDA_R_16BF, s.K, X,
+                                CUDA_R_16BF, s.K, &zero, O, ot, s.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                sv.run(0, sms, T, s.N, s.K, W, X, O2, s.ldc, s.out_f32, 0.f);
+                CK(cudaMemset(dres, 0, 2 * sizeof(float)));
+                max_diff<<<256, 256>>>(O2, O, no, s.out_f32, dres);
+                float hres[2];
+                CK(cudaMemcpy(hres, dres, sizeof hres, cudaMemcpyDeviceToHost));
+                worst = std::max(worst, (double)hres[0] / (hres[1] > 0 ? hres[1] : 1.f));
+            }
+            if (T <= 16)
+                printf(" %.1f (x%.2f, %.0f %%) | %.2g |\n", sbest, us_ex / sbest, 100.0 * floor_us / sbest, worst);
+            else
+                printf(" - | - |\n");
             fflush(stdout);
             cublasLtMatmulPreferenceDestroy(pref);
             cublasLtMatrixLayoutDestroy(la);

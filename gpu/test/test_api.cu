@@ -22,6 +22,8 @@ int gpu_test_gemm(int T, int N, int K, const float *x, const float *w, float *ou
 int gpu_test_gemm_candidate(int T, int N, int K, int ldc, int out_f32, int beta, const float *x,
                             const float *w, const float *c, int cand, float *out, int *n_cands,
                             int *splitk);
+int gpu_test_gemm_small(int rows_max, int sms, int T, int N, int K, int ldc, int out_f32, int beta,
+                        const float *x, const float *w, const float *c, float *out);
 int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int hd, int window,
                        const float *q, const float *k, const float *v, float *out);
 int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, unsigned char *q,
@@ -250,6 +252,48 @@ int gpu_test_gemm_candidate(int T, int N, int K, int ldc, int out_f32, int beta,
     GPU_TRY(gpu_gemm_lt_candidate(T, N, K, ldc, 0, beta ? 1.f : 0.f, dw, dx, dout, ws, ws_bytes, cand,
                                   n_cands, splitk));
     return get_half(out, dout, no);
+}
+
+/* gpu_gemm as the engine calls it with gemm_small=rows_max (0: cuBLAS), on an engine counting
+ * sms SMs (0: one), PDL on: out (T rows of ldc; c its initial values) = x (T, K) · w (N, K)^T
+ * (+ c where beta), float32 or h16 (widened) output. ldc > N: gpu_gemm_cols (float32, beta 0: the
+ * lm_head's column chunks). */
+int gpu_test_gemm_small(int rows_max, int sms, int T, int N, int K, int ldc, int out_f32, int beta,
+                        const float *x, const float *w, const float *c, float *out)
+{
+    GPU_TRY(ready());
+    if (ldc < N || (ldc > N && (!out_f32 || beta))) return ACCEL_ERR_INVALID;
+    gpu_engine e;
+    memset(&e, 0, sizeof e);
+    e.pdl = 1;
+    e.sms = sms;
+    e.tune.gemm_small = rows_max;
+    GPU_CUBLAS(cublasCreate(&e.blas));
+    scratch s;
+    h16 *dx, *dw;
+    const size_t no = (size_t)T * ldc;
+    int st = s.half(&dx, x, (size_t)T * K);
+    if (!st) st = s.half(&dw, w, (size_t)N * K);
+    if (!st && out_f32) {
+        float *dout;
+        st = s.f32(&dout, c, no);
+        if (!st)
+            st = ldc > N ? gpu_gemm_cols(&e, T, N, K, dw, dx, dout, ldc)
+                         : gpu_gemm(&e, T, N, K, dw, dx, dout, 1, beta ? 1.f : 0.f);
+        cudaError_t ce = cudaDeviceSynchronize();
+        if (!st && ce != cudaSuccess) st = gpu_cuda_status(ce, "gemm", __FILE__, __LINE__);
+        if (!st && cudaMemcpy(out, dout, no * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+            st = ACCEL_ERR_DEVICE;
+    } else if (!st) {
+        h16 *dout;
+        st = s.half(&dout, c, no);
+        if (!st) st = gpu_gemm(&e, T, N, K, dw, dx, dout, 0, beta ? 1.f : 0.f);
+        cudaError_t ce = cudaDeviceSynchronize();
+        if (!st && ce != cudaSuccess) st = gpu_cuda_status(ce, "gemm", __FILE__, __LINE__);
+        if (!st) st = get_half(out, dout, no);
+    }
+    cublasDestroy(e.blas);
+    return st;
 }
 
 /* One decode token's QKV (+ bias, rope, cache write at pos) and gate/up + SwiGLU, either through

@@ -288,6 +288,82 @@ static void op_gemm_candidates(const gpu_ops *ops)
     }
 }
 
+/* The small-T projection kernel (gpu/gemm_small.cuh: gpu_gemm with gemm_small=16 takes 2..16
+ * rows) against a float64 reference of the same h16-rounded operands, the bound of
+ * op_gemm_candidates: 2e-5 of sum |x w| (+ |c| where the residual is added), plus the output's own
+ * rounding (ulp |ref|) for h16. Every T of 2..16 on odd small shapes (N not a multiple of the
+ * 16-row tile, K not of the 32-wide chunk, K shorter than one chunk per warp), and each Llama-3-8B
+ * projection as the engine calls it (qkv, o + residual, gate/up in h16, down + residual, an
+ * lm_head column chunk of a wider output: columns past N untouched) at a few T; on an engine of
+ * one SM (each block loops over many tiles) and of 132 (a tile per block). Large shapes check
+ * every 37th output feature and the last tile's (37 is prime to the 16-row tile: every position
+ * in a tile is checked). Each case run twice gives the same bits. */
+static void small_case(const gpu_ops *ops, int T, int N, int K, int ldc, int f32, int beta, int sms,
+                       uint32_t seed, int *bad_total)
+{
+    const size_t no = (size_t)T * ldc;
+    float *x = malloc(sizeof(float) * T * K), *w = malloc(sizeof(float) * N * K);
+    float *c = malloc(sizeof(float) * no), *g = malloc(sizeof(float) * no), *g2 = malloc(sizeof(float) * no);
+    REQUIRE(x && w && c && g && g2);
+    tg_fill(x, (size_t)T * K, 1.0f, seed);
+    tg_fill(w, (size_t)N * K, 0.05f, seed + 1);
+    tg_fill(c, no, 2.0f, seed + 2);
+    tg_round(ops, x, (size_t)T * K);
+    tg_round(ops, w, (size_t)N * K);
+    if (!f32) tg_round(ops, c, no);
+    REQUIRE(ops->gemm_small(16, sms, T, N, K, ldc, f32, beta, x, w, c, g) == 0);
+    REQUIRE(ops->gemm_small(16, sms, T, N, K, ldc, f32, beta, x, w, c, g2) == 0);
+    const int step = (size_t)N * K > (1u << 22) ? 37 : 1;
+    int bad = 0;
+    double worst = 0;
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < ldc; n++) {
+            if (n < N && n % step && n < (N - 1) / 16 * 16) continue;
+            double acc = 0, m = 0;
+            const size_t o = (size_t)t * ldc + n;
+            for (int k = 0; n < N && k < K; k++) {
+                const double p = (double)x[(size_t)t * K + k] * w[(size_t)n * K + k];
+                acc += p;
+                m += fabs(p);
+            }
+            if (beta || n >= N) acc += c[o], m += fabs(c[o]);
+            const double d = fabs((double)g[o] - acc);
+            const double tol = (f32 ? 0 : ops->ulp * fabs(acc)) + 2e-5 * m;
+            if (d / (m + 1e-30) > worst || d != d) worst = d / (m + 1e-30);
+            if (!(d <= tol)) bad++;
+        }
+    CHECK_MSG(bad == 0, "gemm_small T=%d %dx%d ldc %d %s%s sms %d: %d values off (worst %.3g of sum|xw|)",
+              T, N, K, ldc, f32 ? "f32" : "h16", beta ? " +c" : "", sms, bad, worst);
+    CHECK_MSG(memcmp(g, g2, sizeof(float) * no) == 0, "gemm_small T=%d %dx%d: two runs differ", T, N, K);
+    *bad_total += bad;
+    free(x), free(w), free(c), free(g), free(g2);
+}
+
+static void op_gemm_small(const gpu_ops *ops)
+{
+    static const struct {
+        int N, K, ldc, f32, beta;
+    } odd[] = {{1, 8, 1, 1, 0}, {17, 40, 17, 1, 1}, {33, 1000, 33, 0, 0}, {100, 4104, 100, 1, 1},
+               {40, 64, 96, 1, 0}};
+    int bad = 0;
+    for (size_t s = 0; s < sizeof odd / sizeof odd[0]; s++)
+        for (int T = 2; T <= 16; T++)
+            small_case(ops, T, odd[s].N, odd[s].K, odd[s].ldc, odd[s].f32, odd[s].beta, T % 2 ? 132 : 0,
+                       (uint32_t)(100 + 20 * s + T), &bad);
+    static const struct {
+        int T, N, K, ldc, f32, beta;
+    } l3[] = {{2, 6144, 4096, 6144, 1, 0},      {8, 6144, 4096, 6144, 1, 0},
+              {3, 4096, 4096, 4096, 1, 1},      {16, 4096, 4096, 4096, 1, 1},
+              {8, 28672, 4096, 28672, 0, 0},    {13, 28672, 4096, 28672, 0, 0},
+              {4, 4096, 14336, 4096, 1, 1},     {8, 4096, 14336, 4096, 1, 1},
+              {11, 4096, 14336, 4096, 1, 1},    {8, 8064, 4096, 32128, 1, 0}};
+    for (size_t s = 0; s < sizeof l3 / sizeof l3[0]; s++)
+        small_case(ops, l3[s].T, l3[s].N, l3[s].K, l3[s].ldc, l3[s].f32, l3[s].beta, s % 2 ? 0 : 132,
+                   (uint32_t)(400 + 7 * s), &bad);
+    fprintf(stderr, "  gemm_small (%s): %zu odd shapes x T 2..16, %zu Llama-3-8B cases: %d values off\n",
+            ops->h16(), sizeof odd / sizeof odd[0], sizeof l3 / sizeof l3[0], bad);
+}
+
 struct att_case {
     int kernel, T, pos0, nh, nkv, hd, window;
 };
@@ -710,6 +786,7 @@ TEST(gpu_op_swiglu) { TG_EACH_BUILD(op_swiglu); }
 TEST(gpu_op_decode_fused) { TG_EACH_BUILD(op_decode_fused); }
 TEST(gpu_op_gemm) { TG_EACH_BUILD(op_gemm); }
 TEST(gpu_op_gemm_candidates) { TG_EACH_BUILD(op_gemm_candidates); }
+TEST(gpu_op_gemm_small) { TG_EACH_BUILD(op_gemm_small); }
 TEST(gpu_op_attention_prefill) { TG_EACH_BUILD(op_attention_prefill); }
 TEST(gpu_op_attention_block_sparse) { TG_EACH_BUILD(op_attention_block_sparse); }
 TEST(gpu_op_attention_block_sparse_ws) { TG_EACH_BUILD(op_attention_block_sparse_ws); }

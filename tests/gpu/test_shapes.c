@@ -168,10 +168,17 @@ TEST(gpu_shape_hd128_batched_decode_no_pdl)
 }
 
 /* gemm_tune=force: every decode batch's projections on cuBLASLt's fastest heuristic candidate
- * timed at open, even where cuBLAS's default is faster (gpu/gemm_tune.cu) */
+ * timed at open, even where cuBLAS's default is faster (gpu/gemm_tune.cu); gemm_small=0, else
+ * the 3 rows would take the small-T kernel (gpu/gemm_small.cuh) */
 TEST(gpu_shape_hd128_batched_decode_gemm_tuned)
 {
-    batched_case("gemm_tune=force");
+    batched_case("gemm_tune=force,gemm_small=0");
+}
+
+/* the 3 rows' projections on cuBLAS (gemm_small=0): the default runs the small-T kernel */
+TEST(gpu_shape_hd128_batched_decode_cublas)
+{
+    batched_case("gemm_small=0");
 }
 
 /* A large batch (160 sequences of 1 to 6 KV blocks, 5 to 700 tokens, two steps, the logits into

@@ -17,6 +17,7 @@ TEST(gpu_tuning_defaults)
     CHECK_EQ(t.decode_two, 0);
     CHECK_EQ(t.decode_cluster, 2048);
     CHECK_EQ(t.gemm_tune, GPU_GEMM_TUNE_ON);
+    CHECK_EQ(t.gemm_small, 8);
     CHECK(!t.profile && !t.chain_trace);
     CHECK_EQ(t.offload_pool_mb, 0);
 }
@@ -30,7 +31,8 @@ TEST(gpu_tuning_every_key)
                                " chunk=300, graphs=0,attn=mma8,sparse_attn=mma4,gemv=0,fused=0,"
                                "pdl=0,decode_attn=two,decode_cluster=0,decode_mma=0,prune=0,"
                                "profile=1,chain_trace=1,decode_rows=0,logits_chunks=8,load_overlap=0,"
-                               "argmax=0,gemm_tune=0,offload_pool_mb=2048,prefill_split=0,xattn_fp8=1",
+                               "argmax=0,gemm_tune=0,offload_pool_mb=2048,prefill_split=0,xattn_fp8=1,"
+                               "gemm_small=0",
                                err, sizeof err) == 0,
               "%s", err);
     CHECK_EQ(t.chunk, 300);
@@ -44,6 +46,11 @@ TEST(gpu_tuning_every_key)
     CHECK_EQ(t.decode_cluster, 0);
     CHECK(t.profile && t.chain_trace);
     CHECK_EQ(t.gemm_tune, GPU_GEMM_TUNE_OFF);
+    CHECK_EQ(t.gemm_small, 0);
+    CHECK(gpu_tuning_parse(&t, "gemm_small=16", err, sizeof err) == 0);
+    CHECK_EQ(t.gemm_small, 16);
+    CHECK(gpu_tuning_parse(&t, "gemm_small=17", err, sizeof err) == -1);
+    CHECK(gpu_tuning_parse(&t, "gemm_small=-1", err, sizeof err) == -1);
     CHECK(gpu_tuning_parse(&t, "gemm_tune=log", err, sizeof err) == 0);
     CHECK_EQ(t.gemm_tune, GPU_GEMM_TUNE_LOG);
     CHECK(gpu_tuning_parse(&t, "gemm_tune=force", err, sizeof err) == 0);
