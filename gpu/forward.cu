@@ -10,6 +10,7 @@
 #include "gpu/engine.cuh"
 #include "gpu/gpu_split.h"
 #include "gpu/forward.cuh"
+#include "gpu/gemm_small.cuh" /* gpu_gemm_swiglu */
 #include "gpu/tls.cuh" /* an offloaded sequence (gpu/tls_off.cu) */
 #include <string.h>
 #include <time.h>
@@ -221,9 +222,12 @@ static int run_layers_in(gpu_engine *e, const pass &p, const meta_ptrs &md)
         } else {
             GPU_TRY(gpu_rmsnorm(s, x_r, NULL, w.ffn_norm, nr, d.H, d.eps, e->xb));
             prof_mark(e, P_NORM);
-            GPU_TRY(gpu_gemm(e, nr, 2 * d.I, d.H, w.w_gu, e->xb, e->gu, 0, 0.f));
+            /* a few rows: gate/up and SwiGLU in one kernel (gemm.cu), else two */
+            const int gu_swiglu = gpu_gemm_swiglu(e, nr, d.I, d.H, w.w_gu, e->xb, e->h);
+            if (gu_swiglu < 0) return gu_swiglu;
+            if (!gu_swiglu) GPU_TRY(gpu_gemm(e, nr, 2 * d.I, d.H, w.w_gu, e->xb, e->gu, 0, 0.f));
             prof_mark(e, P_GU);
-            GPU_TRY(gpu_swiglu(s, e->gu, nr, d.I, e->h));
+            if (!gu_swiglu) GPU_TRY(gpu_swiglu(s, e->gu, nr, d.I, e->h));
             prof_mark(e, P_SWIGLU);
         }
         GPU_TRY(gpu_gemm(e, nr, d.H, d.I, w.w_down, e->h, x_r, 1, 1.f)); /* x += h · Wd^T */

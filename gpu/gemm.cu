@@ -77,36 +77,62 @@ static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int 
     return ACCEL_OK;
 }
 
-/* The small-T kernel's variant (gpu/gemm_small.cuh; gpu/bench/gemm_decode.cu times the others):
- * GS_WARPS warps split K per 16-row tile, GS_U chunks of 32 in flight per lane and round. */
-#define GS_WARPS 8
-#define GS_U 4
+/* The small-T kernel (gpu/gemm_small.cuh) in the variant its shape measured fastest with
+ * (gpu/bench/gemm_decode.cu, gpu/KERNELS.md): more warps splitting each 16-row tile's K where
+ * the tiles are few (o, down: 256 tiles of Llama-3-8B) so that enough loads are in flight, fewer
+ * where they are many (gate/up, lm_head), whose per-tile reduction then costs less: the fewest
+ * of 4, 8 or 16 warps with tiles x warps >= GS_WARPS_PER_SM x SMs. Chunks of 32 in flight per
+ * lane and round: 4 with 4 warps, else 2 (halved for the gate/up pair: the same bytes). */
+#define GS_WARPS_PER_SM 23
 
-template <int NT>
-static int gemm_small_nt(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
-                         int ldc, int out_f32, float beta)
+template <int WA, int U, int NT, int SWI>
+static int gs_launch(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
+                     int ldc, int out_f32, float beta)
 {
     static int per_sm; /* resident blocks per SM (one kernel, one GPU type per process) */
     if (per_sm <= 0)
-        GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemm_small<GS_WARPS, GS_U, NT>,
-                                                                GS_WARPS * 32, 0));
+        GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemm_small<WA, U, NT, SWI>,
+                                                                WA * 32, 0));
     const long tiles = (N + 15) / 16;
     const long wave = (long)(per_sm > 0 ? per_sm : 1) * (e->sms > 0 ? e->sms : 1);
-    GPU_CHECK(gpu_launch(k_gemm_small<GS_WARPS, GS_U, NT>, (int)(tiles < wave ? tiles : wave),
-                         GS_WARPS * 32, 0, e->compute, e->pdl, W, x, T, N, K, out, ldc, out_f32, beta));
+    GPU_CHECK(gpu_launch(k_gemm_small<WA, U, NT, SWI>, (int)(tiles < wave ? tiles : wave), WA * 32,
+                         0, e->compute, e->pdl, W, x, T, N, K, out, ldc, out_f32, beta));
     return ACCEL_OK;
+}
+
+template <int NT, int SWI>
+static int gs_variant(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
+                      int ldc, int out_f32, float beta)
+{
+    const long tiles = (N + 15) / 16, want = (long)GS_WARPS_PER_SM * (e->sms > 0 ? e->sms : 1);
+    if (tiles * 4 >= want)
+        return gs_launch<4, SWI ? 2 : 4, NT, SWI>(e, T, N, K, W, x, out, ldc, out_f32, beta);
+    if (tiles * 8 >= want)
+        return gs_launch<8, SWI ? 1 : 2, NT, SWI>(e, T, N, K, W, x, out, ldc, out_f32, beta);
+    return gs_launch<16, SWI ? 1 : 2, NT, SWI>(e, T, N, K, W, x, out, ldc, out_f32, beta);
+}
+
+static int gs_usable(gpu_engine *e, int T, int K, const h16 *W, const h16 *x)
+{
+    return T >= 2 && T <= e->tune.gemm_small && K % 8 == 0 && ((uintptr_t)W | (uintptr_t)x) % 16 == 0;
 }
 
 /* 1: the small-T kernel ran (or *st holds its failure); 0: not its shape, the caller runs cuBLAS */
 static int gemm_small(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
                       int ldc, int out_f32, float beta, int *st)
 {
-    if (T < 2 || T > e->tune.gemm_small || K % 8 || N < 1 || (!out_f32 && beta != 0.f) ||
-        ((uintptr_t)W | (uintptr_t)x) % 16)
-        return 0;
-    *st = T <= 8 ? gemm_small_nt<1>(e, T, N, K, W, x, out, ldc, out_f32, beta)
-                 : gemm_small_nt<2>(e, T, N, K, W, x, out, ldc, out_f32, beta);
+    if (!gs_usable(e, T, K, W, x) || N < 1 || (!out_f32 && beta != 0.f)) return 0;
+    *st = T <= 8 ? gs_variant<1, 0>(e, T, N, K, W, x, out, ldc, out_f32, beta)
+                 : gs_variant<2, 0>(e, T, N, K, W, x, out, ldc, out_f32, beta);
     return 1;
+}
+
+int gpu_gemm_swiglu(gpu_engine *e, int T, int I, int K, const h16 *W, const h16 *x, h16 *h)
+{
+    if (!gs_usable(e, T, K, W, x) || I < 1) return 0;
+    const int st = T <= 8 ? gs_variant<1, 1>(e, T, I, K, W, x, h, I, 0, 0.f)
+                          : gs_variant<2, 1>(e, T, I, K, W, x, h, I, 0, 0.f);
+    return st ? st : 1;
 }
 
 int gpu_gemm_cols(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, float *out, int ldc)

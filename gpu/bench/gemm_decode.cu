@@ -73,14 +73,14 @@ template <typename F> static double time_us(F f, int copies, int reps)
     return ms * 1e3 / reps;
 }
 
-/* One launch of k_gemm_small<WA, U, NT> as gemm.cu makes it: a resident wave over the tiles. */
-template <int WA, int U, int NT>
+/* One launch of k_gemm_small<WA, U, NT, SWI> as gemm.cu makes it: a resident wave over the tiles. */
+template <int WA, int U, int NT, int SWI = 0>
 static void small_launch(int pdl, int sms, int T, int N, int K, const __nv_bfloat16 *W,
                          const __nv_bfloat16 *x, void *out, int ldc, int out_f32, float beta)
 {
     static int per_sm;
     if (per_sm <= 0)
-        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemm_small<WA, U, NT>, WA * 32, 0));
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemm_small<WA, U, NT, SWI>, WA * 32, 0));
     const int tiles = (N + 15) / 16, wave = per_sm * sms;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -91,7 +91,7 @@ static void small_launch(int pdl, int sms, int T, int N, int K, const __nv_bfloa
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = pdl ? 1 : 0;
-    CK(cudaLaunchKernelEx(&cfg, k_gemm_small<WA, U, NT>, W, x, T, N, K, out, ldc, out_f32, beta));
+    CK(cudaLaunchKernelEx(&cfg, k_gemm_small<WA, U, NT, SWI>, W, x, T, N, K, out, ldc, out_f32, beta));
 }
 
 struct small_variant {
@@ -109,11 +109,10 @@ static void small_any(int pdl, int sms, int T, int N, int K, const __nv_bfloat16
     else
         small_launch<WA, U, 2>(pdl, sms, T, N, K, W, x, out, ldc, out_f32, beta);
 }
-/* the first is gemm.cu's (GS_WARPS, GS_U) */
+/* gemm.cu picks 4x4 where tiles x 4 warps >= 23 x SMs, else 8x2 where tiles x 8 does, else 16x2 */
 static const small_variant SMALL_VARIANTS[] = {
-    {"8x4", 0, small_any<8, 4>},  {"8x4 pdl", 1, small_any<8, 4>}, {"4x4", 0, small_any<4, 4>},
-    {"16x4", 0, small_any<16, 4>}, {"8x2", 0, small_any<8, 2>},    {"16x2", 0, small_any<16, 2>},
-    {"4x2", 0, small_any<4, 2>}};
+    {"4x4", 0, small_any<4, 4>},      {"4x4 pdl", 1, small_any<4, 4>},   {"8x2 pdl", 1, small_any<8, 2>},
+    {"16x2 pdl", 1, small_any<16, 2>}, {"8x4 pdl", 1, small_any<8, 4>}, {"16x4 pdl", 1, small_any<16, 4>}};
 #define N_SMALL ((int)(sizeof SMALL_VARIANTS / sizeof SMALL_VARIANTS[0]))
 
 static __global__ void max_diff(const void *a, const void *b, size_t n, int f32, float *res)
@@ -266,6 +265,15 @@ int main(int argc, char **argv)
                 float hres[2];
                 CK(cudaMemcpy(hres, dres, sizeof hres, cudaMemcpyDeviceToHost));
                 worst = std::max(worst, (double)hres[0] / (hres[1] > 0 ? hres[1] : 1.f));
+            }
+            if (T <= 16 && !strcmp(s.name, "gate/up")) { /* + SwiGLU in the same kernel (4x2, PDL) */
+                auto swi = [&](int c) {
+                    if (T <= 8)
+                        small_launch<4, 2, 1, 1>(1, sms, T, s.N / 2, s.K, W + c * wn, X, O, s.N / 2, 0, 0.f);
+                    else
+                        small_launch<4, 2, 2, 1>(1, sms, T, s.N / 2, s.K, W + c * wn, X, O, s.N / 2, 0, 0.f);
+                };
+                printf(" swiglu-fused 4x2 pdl %.1f |", time_us(swi, copies, reps));
             }
             if (T <= 16)
                 printf(" %.1f (x%.2f, %.0f %%) | %.2g |\n", sbest, us_ex / sbest, 100.0 * floor_us / sbest, worst);

@@ -6,6 +6,7 @@
  * ACCEL_OK or a negative ACCEL_ERR_* (ACCEL_ERR_NOT_FOUND: no CUDA device). Not for serving:
  * nothing here is tuned, and every call synchronizes. */
 #include "gpu/engine.cuh"
+#include "gpu/gemm_small.cuh" /* gpu_gemm_swiglu */
 #include <stdlib.h>
 #include <string.h>
 #include <algorithm>
@@ -24,6 +25,8 @@ int gpu_test_gemm_candidate(int T, int N, int K, int ldc, int out_f32, int beta,
                             int *splitk);
 int gpu_test_gemm_small(int rows_max, int sms, int T, int N, int K, int ldc, int out_f32, int beta,
                         const float *x, const float *w, const float *c, float *out);
+int gpu_test_gemm_swiglu(int rows_max, int sms, int T, int I, int K, const float *x, const float *w,
+                         float *h);
 int gpu_test_attention(int kernel, int T, int pos0, int n_heads, int n_kv, int hd, int window,
                        const float *q, const float *k, const float *v, float *out);
 int gpu_test_kv_quantize(int dtype, int T, int n_kv, int hd, const float *x, unsigned char *q,
@@ -294,6 +297,31 @@ int gpu_test_gemm_small(int rows_max, int sms, int T, int N, int K, int ldc, int
     }
     cublasDestroy(e.blas);
     return st;
+}
+
+/* gpu_gemm_swiglu as forward.cu calls it with gemm_small=rows_max on an engine of sms SMs (0: one),
+ * PDL on: h (T, I) = SwiGLU of x (T, K) · w (2I, K)^T (gate rows first), h16 widened.
+ * ACCEL_ERR_INVALID where it declines (the engine then runs the two kernels). */
+int gpu_test_gemm_swiglu(int rows_max, int sms, int T, int I, int K, const float *x, const float *w,
+                         float *h)
+{
+    GPU_TRY(ready());
+    gpu_engine e;
+    memset(&e, 0, sizeof e);
+    e.pdl = 1;
+    e.sms = sms;
+    e.tune.gemm_small = rows_max;
+    scratch s;
+    h16 *dx, *dw, *dh;
+    GPU_TRY(s.half(&dx, x, (size_t)T * K));
+    GPU_TRY(s.half(&dw, w, (size_t)2 * I * K));
+    GPU_TRY(s.alloc(&dh, (size_t)T * I));
+    const int st = gpu_gemm_swiglu(&e, T, I, K, dw, dx, dh);
+    if (st < 0) return st;
+    if (st == 0) return ACCEL_ERR_INVALID;
+    cudaError_t ce = cudaDeviceSynchronize();
+    if (ce != cudaSuccess) return gpu_cuda_status(ce, "gemm_swiglu", __FILE__, __LINE__);
+    return get_half(h, dh, (size_t)T * I);
 }
 
 /* One decode token's QKV (+ bias, rope, cache write at pos) and gate/up + SwiGLU, either through

@@ -24,6 +24,9 @@ typedef struct gpu_ops {
     /* gpu/test/test_api.cu gpu_test_gemm_small: gpu_gemm with gemm_small=rows_max */
     int (*gemm_small)(int rows_max, int sms, int T, int N, int K, int ldc, int out_f32, int beta,
                       const float *x, const float *w, const float *c, float *out);
+    /* gpu/test/test_api.cu gpu_test_gemm_swiglu: gate/up + SwiGLU in the small-T kernel */
+    int (*gemm_swiglu)(int rows_max, int sms, int T, int I, int K, const float *x, const float *w,
+                       float *h);
     int (*attention)(int kernel, int T, int pos0, int n_heads, int n_kv, int hd, int window,
                      const float *q, const float *k, const float *v, float *out);
     int (*kv_quantize)(int dtype, int T, int n_kv, int hd, const float *x, unsigned char *q,

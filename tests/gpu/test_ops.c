@@ -364,6 +364,66 @@ static void op_gemm_small(const gpu_ops *ops)
             ops->h16(), sizeof odd / sizeof odd[0], sizeof l3 / sizeof l3[0], bad);
 }
 
+/* gate/up + SwiGLU in the small-T kernel (gpu_gemm_swiglu: forward.cu's MLP at 2..gemm_small
+ * rows) against float64: g and u as op_gemm_small (within 2e-5 of their sum |x w|), each then
+ * rounded to h16 as the unfused chain's gate/up buffer is (a sum on a rounding boundary may round
+ * either way: one h16 step, ulp |g|), then silu(g) u rounded once more. The bound adds those
+ * errors through the derivatives (|d silu/dg| <= 1.1): 1.1 |u| dg + |silu(g)| du + ulp |h|, x 2.
+ * Llama-3-8B's shape (I 14336, K 4096) at T 2, 8, 16 (a sample of 37th features as above) and
+ * odd shapes at every T; on one SM and on 132. */
+static void swiglu_case(const gpu_ops *ops, int T, int I, int K, int sms, uint32_t seed, int *bad_total)
+{
+    float *x = malloc(sizeof(float) * T * K), *w = malloc(sizeof(float) * 2 * I * K);
+    float *h = malloc(sizeof(float) * T * I);
+    REQUIRE(x && w && h);
+    tg_fill(x, (size_t)T * K, 1.0f, seed);
+    tg_fill(w, (size_t)2 * I * K, 0.05f, seed + 1);
+    tg_round(ops, x, (size_t)T * K);
+    tg_round(ops, w, (size_t)2 * I * K);
+    REQUIRE(ops->gemm_swiglu(16, sms, T, I, K, x, w, h) == 0);
+    const int step = (size_t)I * K > (1u << 22) ? 37 : 1;
+    int bad = 0;
+    double worst = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < I; i++) {
+            if (i % step && i < (I - 1) / 16 * 16) continue;
+            double gu[2], mag[2];
+            for (int p = 0; p < 2; p++) {
+                gu[p] = mag[p] = 0;
+                const float *wr = w + ((size_t)p * I + i) * K, *xr = x + (size_t)t * K;
+                for (int k = 0; k < K; k++) gu[p] += (double)xr[k] * wr[k], mag[p] += fabs((double)xr[k] * wr[k]);
+            }
+            const double g = gu[0], u = gu[1], silu = g / (1 + exp(-g)), ref = silu * u;
+            const double dg = 2e-5 * mag[0] + ops->ulp * fabs(g), du = 2e-5 * mag[1] + ops->ulp * fabs(u);
+            const double tol = 2 * (1.1 * fabs(u) * dg + fabs(silu) * du + ops->ulp * fabs(ref)) + 1e-6;
+            const double d = fabs((double)h[(size_t)t * I + i] - ref);
+            if (d / tol > worst || d != d) worst = d / tol;
+            if (!(d <= tol)) bad++;
+        }
+    CHECK_MSG(bad == 0, "gemm_swiglu T=%d I=%d K=%d sms %d: %d values off (worst %.3g of the bound)", T,
+              I, K, sms, bad, worst);
+    *bad_total += bad;
+    free(x), free(w), free(h);
+}
+
+static void op_gemm_swiglu(const gpu_ops *ops)
+{
+    int bad = 0;
+    static const int odd[][2] = {{17, 40}, {100, 4104}, {8, 64}};
+    for (int s = 0; s < 3; s++)
+        for (int T = 2; T <= 16; T++)
+            swiglu_case(ops, T, odd[s][0], odd[s][1], T % 2 ? 132 : 0, (uint32_t)(700 + 20 * s + T), &bad);
+    swiglu_case(ops, 2, 14336, 4096, 132, 801, &bad);
+    swiglu_case(ops, 8, 14336, 4096, 0, 802, &bad);
+    swiglu_case(ops, 16, 14336, 4096, 132, 803, &bad);
+    /* one row is the single-token path's: declined (forward.cu then runs the fused T = 1 kernels
+     * or gemm + swiglu) */
+    float x1[8] = {0}, w1[128] = {0}, h1[8];
+    CHECK(ops->gemm_swiglu(16, 0, 1, 8, 8, x1, w1, h1) == ACCEL_ERR_INVALID);
+    fprintf(stderr, "  gemm_swiglu (%s): 3 odd shapes x T 2..16, Llama-3-8B at T 2, 8, 16: %d values off\n",
+            ops->h16(), bad);
+}
+
 struct att_case {
     int kernel, T, pos0, nh, nkv, hd, window;
 };
@@ -787,6 +847,7 @@ TEST(gpu_op_decode_fused) { TG_EACH_BUILD(op_decode_fused); }
 TEST(gpu_op_gemm) { TG_EACH_BUILD(op_gemm); }
 TEST(gpu_op_gemm_candidates) { TG_EACH_BUILD(op_gemm_candidates); }
 TEST(gpu_op_gemm_small) { TG_EACH_BUILD(op_gemm_small); }
+TEST(gpu_op_gemm_swiglu) { TG_EACH_BUILD(op_gemm_swiglu); }
 TEST(gpu_op_attention_prefill) { TG_EACH_BUILD(op_attention_prefill); }
 TEST(gpu_op_attention_block_sparse) { TG_EACH_BUILD(op_attention_block_sparse); }
 TEST(gpu_op_attention_block_sparse_ws) { TG_EACH_BUILD(op_attention_block_sparse_ws); }
