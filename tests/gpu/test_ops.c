@@ -216,6 +216,20 @@ static void op_gemm(const gpu_ops *ops)
     }
 }
 
+/* The float64 reference of one output: sum_k x[k] w[k], and its magnitude sum |x[k] w[k]| in *mag
+ * (what the GEMM bounds scale with). */
+static double ref_dot(const float *x, const float *w, int K, double *mag)
+{
+    double acc = 0, m = 0;
+    for (int k = 0; k < K; k++) {
+        const double p = (double)x[k] * w[k];
+        acc += p;
+        m += fabs(p);
+    }
+    *mag = m;
+    return acc;
+}
+
 /* Every cuBLASLt candidate gemm_tune.cu may pick (gpu/gemm_tune.cu: the heuristic's, float32
  * reductions only) on the engine's operand layouts: float32 output with and without the residual
  * add (beta = 1), h16 output, a column range of a wider output (the lm_head chunks: columns past N
@@ -245,13 +259,9 @@ static void op_gemm_candidates(const gpu_ops *ops)
         if (!sh[s].f32) tg_round(ops, c, no);
         for (int t = 0; t < T; t++)
             for (int n = 0; n < ldc; n++) {
-                double acc = 0, m = 0;
+                double m = 0;
                 const size_t o = (size_t)t * ldc + n;
-                for (int k = 0; n < N && k < K; k++) {
-                    const double p = (double)x[(size_t)t * K + k] * w[(size_t)n * K + k];
-                    acc += p;
-                    m += fabs(p);
-                }
+                double acc = n < N ? ref_dot(x + (size_t)t * K, w + (size_t)n * K, K, &m) : 0;
                 if (sh[s].beta || n >= N) acc += c[o], m += fabs(c[o]);
                 ref[o] = acc;
                 mag[o] = m;
@@ -319,13 +329,9 @@ static void small_case(const gpu_ops *ops, int T, int N, int K, int ldc, int f32
     for (int t = 0; t < T; t++)
         for (int n = 0; n < ldc; n++) {
             if (n < N && n % step && n < (N - 1) / 16 * 16) continue;
-            double acc = 0, m = 0;
+            double m = 0;
             const size_t o = (size_t)t * ldc + n;
-            for (int k = 0; n < N && k < K; k++) {
-                const double p = (double)x[(size_t)t * K + k] * w[(size_t)n * K + k];
-                acc += p;
-                m += fabs(p);
-            }
+            double acc = n < N ? ref_dot(x + (size_t)t * K, w + (size_t)n * K, K, &m) : 0;
             if (beta || n >= N) acc += c[o], m += fabs(c[o]);
             const double d = fabs((double)g[o] - acc);
             const double tol = (f32 ? 0 : ops->ulp * fabs(acc)) + 2e-5 * m;
@@ -388,11 +394,7 @@ static void swiglu_case(const gpu_ops *ops, int T, int I, int K, int sms, uint32
         for (int i = 0; i < I; i++) {
             if (i % step && i < (I - 1) / 16 * 16) continue;
             double gu[2], mag[2];
-            for (int p = 0; p < 2; p++) {
-                gu[p] = mag[p] = 0;
-                const float *wr = w + ((size_t)p * I + i) * K, *xr = x + (size_t)t * K;
-                for (int k = 0; k < K; k++) gu[p] += (double)xr[k] * wr[k], mag[p] += fabs((double)xr[k] * wr[k]);
-            }
+            for (int p = 0; p < 2; p++) gu[p] = ref_dot(x + (size_t)t * K, w + ((size_t)p * I + i) * K, K, &mag[p]);
             const double g = gu[0], u = gu[1], silu = g / (1 + exp(-g)), ref = silu * u;
             const double dg = 2e-5 * mag[0] + ops->ulp * fabs(g), du = 2e-5 * mag[1] + ops->ulp * fabs(u);
             const double tol = 2 * (1.1 * fabs(u) * dg + fabs(silu) * du + ops->ulp * fabs(ref)) + 1e-6;
