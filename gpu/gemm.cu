@@ -77,8 +77,9 @@ static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int 
     return ACCEL_OK;
 }
 
-/* The small-T kernel (gpu/gemm_small.cuh) in the variant its shape measured fastest with
- * (gpu/bench/gemm_decode.cu, gpu/KERNELS.md): more warps splitting each 16-row tile's K where
+/* The small-T kernel (gpu/gemm_small.cuh) in the variant gemm_decode's first run found fastest
+ * per shape (gpu/bench/gemm_decode.cu; BENCHMARKS.md, gemm8: in the second, with the final kernel,
+ * 8 warps x 4 chunks beat it on o, down and gate/up, not yet tried in the decode step): more warps splitting each 16-row tile's K where
  * the tiles are few (o, down: 256 tiles of Llama-3-8B) so that enough loads are in flight, fewer
  * where they are many (gate/up, lm_head), whose per-tile reduction then costs less: the fewest
  * of 4, 8 or 16 warps with tiles x warps >= GS_WARPS_PER_SM x SMs. Chunks of 32 in flight per

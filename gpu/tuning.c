@@ -94,7 +94,7 @@ static int set_one(gpu_tuning *t, const char *k, const char *v, char *err, size_
     }
     if (!strcmp(k, "gemm_small")) {
         if (!int_in(v, 0, GPU_GEMM_SMALL_MAX, &t->gemm_small)) return 0;
-        snprintf(err, errlen, "gpu_tune: gemm_small must be 0 (off) or a row count in [2, %d], got '%.32s'",
+        snprintf(err, errlen, "gpu_tune: gemm_small must be a row count in [0, %d] (0 or 1: off), got '%.32s'",
                  GPU_GEMM_SMALL_MAX, v);
         return -1;
     }

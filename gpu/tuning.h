@@ -51,9 +51,9 @@
  *                       as 1, each pick's times to stderr; force: every size on its fastest
  *                       candidate even where the default is faster, for the tests)
  *     gemm_small=0|N    projections of 2..N rows (N <= GPU_GEMM_SMALL_MAX) on our own small-T
-                       tensor-core kernel (gpu/gemm_small.cuh) instead of cuBLAS; 0: off
-                       (default 8)
-     prefill_split=0|1 a short prefill chunk's keys split over blocks in the warp-specialized
+ *                       tensor-core kernel (gpu/gemm_small.cuh) instead of cuBLAS, the gate/up
+ *                       one ending in the SwiGLU; 0: off (default 8)
+ *     prefill_split=0|1 a short prefill chunk's keys split over blocks in the warp-specialized
  *                       attention when heads x query tiles would not fill the SMs (0: never)
  *   traces (stderr at exit; the lab's, not for serving):
  *     profile=1         every op timed with events (decode then runs without graphs)
