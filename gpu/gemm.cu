@@ -78,12 +78,14 @@ static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int 
 }
 
 /* The small-T kernel (gpu/gemm_small.cuh) in the variant gemm_decode's first run found fastest
- * per shape (gpu/bench/gemm_decode.cu; BENCHMARKS.md, gemm8: in the second, with the final kernel,
- * 8 warps x 4 chunks beat it on o, down and gate/up, not yet tried in the decode step): more warps splitting each 16-row tile's K where
- * the tiles are few (o, down: 256 tiles of Llama-3-8B) so that enough loads are in flight, fewer
- * where they are many (gate/up, lm_head), whose per-tile reduction then costs less: the fewest
- * of 4, 8 or 16 warps with tiles x warps >= GS_WARPS_PER_SM x SMs. Chunks of 32 in flight per
- * lane and round: 4 with 4 warps, else 2 (halved for the gate/up pair: the same bytes). */
+ * per shape (gpu/bench/gemm_decode.cu): more warps splitting each 16-row tile's K where the tiles
+ * are few (o, down: 256 tiles of Llama-3-8B) so that enough loads are in flight, fewer where they
+ * are many (gate/up, lm_head), whose per-tile reduction then costs less: the fewest of 4, 8 or
+ * 16 warps with tiles x warps >= GS_WARPS_PER_SM x SMs. Chunks of 32 in flight per lane and
+ * round: 4 with 4 warps, else 2 (halved for the gate/up pair: the same bytes). gemm8's second
+ * run found 8 warps x 4 chunks faster for o, down and gate/up alone; in the decode step
+ * (BENCHMARKS.md, pdlchain) gate/up + SwiGLU on 8 warps x 2 or x 4 lost 0.05-0.17 ms a step at
+ * batch 2-8 x 1K (and won 0.18 ms in AsyncTLS's staggered 32K batch-8 step): it stays on 4. */
 #define GS_WARPS_PER_SM 23
 
 template <int WA, int U, int NT, int SWI>

@@ -167,6 +167,41 @@ TEST(gpu_shape_hd128_batched_decode_no_pdl)
     batched_case("pdl=0");
 }
 
+/* The decode chain's results do not depend on programmatic dependent launch: the same three
+ * sequences' batched (T = 3: RMSNorm, the small-T projections, rope and the KV write, attention in
+ * one PDL chain) and single decode logits with pdl=0 and the default, bit for bit (PDL only moves
+ * when a kernel's blocks start, never what they compute). */
+static int batched_logits(const char *tune, int *V, float **b, float **s, char *why, size_t n)
+{
+    model *m;
+    accel_dev *d;
+    accel_opts o = {.gpu_tune = tune};
+    const int lens[3] = {7, 2100, 300}, steps = 3;
+    int r = tg_open_mkmodel(HD128, "hd128p", &o, &m, &d, why, n);
+    if (r) return r;
+    *V = m->cfg.vocab;
+    *b = malloc(sizeof(float) * 3 * steps * *V), *s = malloc(sizeof(float) * 3 * steps * *V);
+    r = *b && *s ? tg_batched_vs_single(d, *V, 3, lens, steps, 40, 0, *b, *s) : -1;
+    accel_free(d);
+    model_free(m);
+    return r;
+}
+
+TEST(gpu_shape_hd128_batched_decode_pdl_bits)
+{
+    char why[600];
+    int V0 = 0, V1 = 0;
+    float *b0 = NULL, *s0 = NULL, *b1 = NULL, *s1 = NULL;
+    const int r = batched_logits("pdl=0", &V0, &b0, &s0, why, sizeof why);
+    if (r > 0) SKIP("%s", why);
+    REQUIRE(r == 0);
+    REQUIRE(batched_logits(NULL, &V1, &b1, &s1, why, sizeof why) == 0 && V1 == V0);
+    const size_t bytes = sizeof(float) * 3 * 3 * V0;
+    CHECK_MSG(memcmp(b0, b1, bytes) == 0, "batched decode: pdl=0 and pdl=1 logits differ");
+    CHECK_MSG(memcmp(s0, s1, bytes) == 0, "single decode: pdl=0 and pdl=1 logits differ");
+    free(b0), free(s0), free(b1), free(s1);
+}
+
 /* gemm_tune=force: every decode batch's projections on cuBLASLt's fastest heuristic candidate
  * timed at open, even where cuBLAS's default is faster (gpu/gemm_tune.cu); gemm_small=0, else
  * the 3 rows would take the small-T kernel (gpu/gemm_small.cuh) */
