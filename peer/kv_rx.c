@@ -62,8 +62,10 @@ struct peer_kv_rx {
     int f_head;
     _Atomic int queued; /* reserved or pushed, not yet applied (changed under mu; read without it to spin) */
     int taken;          /* slots the node's thread holds (node's thread) */
-    int want;           /* a take found none free: wake the node's thread when one is */
+    int want;           /* a take found none free, or peer_kv_rx_want: wake the node's thread
+                           when a chunk is applied */
     unsigned long clock; /* frees so far (under mu): the slots' stamps */
+    int busy_max;        /* under mu: peer_kv_rx_busy_max */
     struct {
         void *owner;
         int status;
@@ -211,6 +213,7 @@ int peer_kv_rx_take(peer_kv_rx *rx, size_t n, int wait, uint8_t **buf)
     if (i < PEER_KV_RX_SLOTS && !full) {
         rx->slot[i].state = SLOT_TAKEN;
         rx->taken++;
+        if (rx->taken + rx->queued > rx->busy_max) rx->busy_max = rx->taken + rx->queued;
     }
     if (i == PEER_KV_RX_SLOTS) rx->want = 1;
     pthread_mutex_unlock(&rx->mu);
@@ -320,11 +323,27 @@ int peer_kv_rx_done(peer_kv_rx *rx, void **owner, int *status)
     return got;
 }
 
+void peer_kv_rx_want(peer_kv_rx *rx)
+{
+    pthread_mutex_lock(&rx->mu);
+    rx->want = 1;
+    pthread_mutex_unlock(&rx->mu);
+}
+
 void peer_kv_rx_sync(peer_kv_rx *rx)
 {
     pthread_mutex_lock(&rx->mu);
     while (rx->queued) pthread_cond_wait(&rx->cv_free, &rx->mu);
     pthread_mutex_unlock(&rx->mu);
+}
+
+int peer_kv_rx_busy_max(const peer_kv_rx *rx)
+{
+    peer_kv_rx *m = (peer_kv_rx *)rx;
+    pthread_mutex_lock(&m->mu);
+    int n = m->busy_max;
+    pthread_mutex_unlock(&m->mu);
+    return n;
 }
 
 int peer_kv_rx_pending(const peer_kv_rx *rx)

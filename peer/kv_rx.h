@@ -86,9 +86,16 @@ void peer_kv_rx_put_back(peer_kv_rx *rx, int slot);
 size_t peer_kv_rx_put_back_lost(peer_kv_rx *rx, int slot);
 /* The oldest result not yet taken: 1 with it, 0 when none is ready. */
 int peer_kv_rx_done(peer_kv_rx *rx, void **owner, int *status);
+/* The wake callback is called after the next chunk is applied (even with more queued): the
+ * node's thread waits for a result before it receives more. Call it before looking at the
+ * results (peer_kv_rx_done), so that a chunk applied after that look wakes it. */
+void peer_kv_rx_want(peer_kv_rx *rx);
 /* Waits until every pushed chunk was applied (their results wait for peer_kv_rx_done). */
 void peer_kv_rx_sync(peer_kv_rx *rx);
 /* Chunks pushed whose results were not taken yet. */
 int peer_kv_rx_pending(const peer_kv_rx *rx);
+/* The most slots ever in use at once (taken, reserved or pushed and not yet applied), counted
+ * at each take: how many buffers the chunks took turns in (tests, benchmarks). Any thread. */
+int peer_kv_rx_busy_max(const peer_kv_rx *rx);
 
 #endif

@@ -44,10 +44,11 @@
 /* A chunk's buffer is its flight's only until its send completed (UCX reads it no more; the
  * answer comes later and needs no bytes): then it goes back on a stack of spares, and the next
  * chunk is written into the one that went back last. Those bytes were just read by the send,
- * so they are the warmest in the caches; at two sends in flight about three buffers take turns,
- * not the eight of a ring of flights (wiretcp7's ladder on the quiet node: one send buffer
- * x1.08 with one receive buffer over the default, eight instead of one x0.88 at perftest's
- * depth). */
+ * so they are the warmest in the caches; over tcp lanes the room for a send is waited for
+ * before the buffer is taken, so at two sends in flight two buffers take turns (three when the
+ * buffer was taken first), not the eight of a ring of flights (wiretcp7's ladder on the quiet
+ * node: one send buffer x1.08 with one receive buffer over the default, eight instead of one
+ * x0.88 at perftest's depth). */
 
 /* ---------------------------------------------------------------- fault injection (tests) */
 
@@ -116,6 +117,26 @@ static void fl_buf_back(rdev *d, kv_flight *f)
     }
     f->buf = NULL;
     f->cap = 0;
+}
+
+/* f's buffer for a chunk of `need` bytes: the spare whose send completed last (the warmest in
+ * the caches). Spares smaller than the chunk are freed on the way (left after a change of chunk
+ * size, they would stay counted in fl_kept and push it past KV_KEEP_BYTES, so that warm buffers
+ * were freed at every completion); none that fits: f->buf stays NULL (the caller allocates). */
+static void fl_buf_take(rdev *d, kv_flight *f, size_t need)
+{
+    while (!f->buf && d->n_spare) {
+        uint8_t *b = d->spare[--d->n_spare];
+        size_t cap = d->spare_cap[d->n_spare];
+        if (cap >= need) {
+            f->buf = b;
+            f->cap = cap;
+        } else {
+            d->fl_kept -= cap;
+            d->n_bufs--;
+            free(b);
+        }
+    }
 }
 
 static void fl_pop(rdev *d)
@@ -269,11 +290,18 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
             return accel_dev_fail(&d->base);
         }
     if (s->kv_err) return s->kv_err;
-    kv_flight *f = &d->fl[(d->fl_head + d->fl_n) % KV_WINDOW];
-    if (!f->buf && d->n_spare) { /* the buffer whose send completed last */
-        f->buf = d->spare[--d->n_spare];
-        f->cap = d->spare_cap[d->n_spare];
+    /* over tcp lanes the bytes move only while this thread progresses: room for this send in the
+     * window of sends (the oldest waited for while it is full) before a buffer is taken, so that
+     * the one whose send just completed is the one written — two buffers take turns, not three */
+    int tagged = peer_conn_has_address(d->c), driven = tagged && peer_conn_sender_driven(d->c), pending = 0;
+    if (driven && (pending = fl_sends(d, 0, KV_SENDS)) < 0) {
+        peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name, peer_type_name(PEER_KV_TAG),
+                 peer_strerror(pending));
+        peer_rdev_kv_drain(d);
+        return accel_dev_fail(&d->base);
     }
+    kv_flight *f = &d->fl[(d->fl_head + d->fl_n) % KV_WINDOW];
+    fl_buf_take(d, f, need);
     if (need > f->cap) { /* grown without a copy: every byte is written below */
         d->fl_kept -= f->cap;
         d->n_bufs -= f->buf != NULL;
@@ -312,21 +340,15 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
     int st;
     f->req = NULL;
     f->t_sent = peer_now();
-    if (peer_conn_has_address(d->c)) {
+    if (tagged) {
         /* one tagged message, its fixed part first, left in flight */
         uint32_t serial = ++d->tag_serial;
-        int driven = peer_conn_sender_driven(d->c), pending = 0;
         if (driven) { /* over tcp lanes the node may receive the next chunk while this one comes */
             k.flags |= PEER_KV_TAG_AHEAD;
             peer_kv_write_fixed(f->buf, &k);
         }
-        /* over tcp lanes the bytes move only while this thread progresses: room for this send
-         * in the window of sends (the oldest waited for while it is full) */
-        st = PEER_OK;
-        if (driven) pending = st = fl_sends(d, 0, KV_SENDS);
-        if (st > 0) st = PEER_OK;
-        if (!st) fault_stall(d, sent);
-        if (!st) st = peer_conn_tag_send_start(d->c, d->tag_base + serial, f->buf, o, &f->req);
+        fault_stall(d, sent);
+        st = peer_conn_tag_send_start(d->c, d->tag_base + serial, f->buf, o, &f->req);
         if (!st && driven && f->req) {
             if (pending + 1 > d->sends_max) d->sends_max = pending + 1;
             /* a pass without waiting: what the link can take now moves before the import
@@ -341,7 +363,7 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
     }
     if (st) {
         peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name,
-                 peer_type_name(peer_conn_has_address(d->c) ? PEER_KV_TAG : PEER_KV), peer_strerror(st));
+                 peer_type_name(tagged ? PEER_KV_TAG : PEER_KV), peer_strerror(st));
         if (f->req) peer_conn_req_wait(d->c, f->req, 0); /* UCX gives its buffer back */
         f->req = NULL;
         fl_buf_back(d, f);

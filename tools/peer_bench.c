@@ -5,7 +5,7 @@
  *                    [--path stream|tag] [--poll-us N] [--buffers N] [--sends N] [--crc 0|1]
  *                    [--announce 0|1] [--rx-one 0|1] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1]
  *                    [--rx-threads 0..2] [--rx-ahead N] [--rx-same 0|1]
- *                    [--tcp-handoff 0|1] [--warm 0|1]
+ *                    [--tcp-handoff 0|1] [--warm 0|1] [--tx-tight 0|1] [--rx-tight 0|1]
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
@@ -65,6 +65,12 @@
  * peer/server.c; 1: one at a time); with --announce 0 it keeps the next N serials' posted.
  * --warm 0: the send buffer of the chunk's place in the window's ring and the lowest free kv_rx
  * slot, the code before both sides reused the buffer freed last (default 1, as the daemon).
+ * --tx-tight 0: over tcp lanes the sender takes a chunk's buffer before it waits for room in the
+ * window of sends (three buffers take turns at two sends: the code before; default 1, as
+ * peer/remote_kv.c: room first, then the buffer just sent from). --rx-tight 0: the node starts a
+ * chunk's receive ahead while the one before is still being checked, in a third kv_rx slot (the
+ * code before; default 1, as peer/server.c: a tcp stream's chunks coming or being checked hold at
+ * most --rx-ahead slots, so two take turns).
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
  * (bench/peer_bench.sh). */
@@ -139,6 +145,15 @@ static int g_tcp_handoff = 0;
  * its send is done) and the node's kv_rx take finds the slot freed last; 0 (--warm 0): the code
  * before — the ring's buffer of the chunk's place in the window, the lowest free kv_rx slot */
 static int g_warm = 1;
+/* g_tx_tight 1 (default, as peer/remote_kv.c): over tcp lanes the sender waits for room in the
+ * window of sends before it takes the chunk's buffer, so the one whose send just completed is
+ * written (two buffers take turns at two sends); 0 (--tx-tight 0): the buffer taken first, the
+ * room waited for after (three buffers: the code before). g_rx_tight 1 (default, as
+ * peer/server.c): over tcp lanes the node's chunks coming and being checked hold at most
+ * --rx-ahead kv_rx slots (the next receive starts once the chunk before the one coming was
+ * checked, into its slot: two slots take turns); 0 (--rx-tight 0): the receive ahead starts at
+ * once, in a third slot (the code before). */
+static int g_tx_tight = 1, g_rx_tight = 1;
 
 /* Stage clocks (peer_now sums, seconds) of the node's loop and its kv_rx thread, printed by the
  * node when the connection closes, per chunk over every chunk it received (the warm-up pass
@@ -150,6 +165,7 @@ static const char *const node_stage[N_STAGES] = {"nothing coming (waits between 
 static double g_node[N_STAGES];
 static long g_node_chunks, g_node_bytes;
 static long g_node_slots[PEER_KV_RX_SLOTS]; /* takes of each kv_rx slot (--warm: how spread) */
+static int g_node_busy_max; /* kv_rx slots in use at once at most (peer_kv_rx_busy_max) */
 
 /* the server's check of a tagged chunk, on the kv_rx thread */
 static int crc_apply(void *ctx, void *owner, const peer_kv *k)
@@ -183,7 +199,7 @@ static void node_report(void)
     for (int i = 0; i < N_STAGES; i++) printf(" %s %.1f us;", node_stage[i], g_node[i] / g_node_chunks * 1e6);
     printf(" takes of each kv_rx slot");
     for (int i = 0; i < PEER_KV_RX_SLOTS; i++) printf("%c%ld", i ? '/' : ' ', g_node_slots[i]);
-    printf("\n");
+    printf("; kv_rx slots in use at once %d\n", g_node_busy_max);
     fflush(stdout);
 }
 
@@ -207,6 +223,7 @@ typedef struct node {
     } ahead[RX_AHEAD_MAX]; /* the receives posted ahead, oldest at ahead_head */
     int ahead_head, n_ahead;
     int ahead_ok; /* the last chunk came over tcp lanes (PEER_KV_TAG_AHEAD): g_rx_ahead at once */
+    int n_checking; /* chunks pushed to kv_rx whose results were not taken yet */
     int deferred; /* a frame read while chunks were coming, handled once they are in */
     peer_header dh;
     const uint8_t *dp;
@@ -220,6 +237,30 @@ typedef struct node {
     pthread_cond_t cv;
     _Atomic int tok_free, done;
 } node;
+
+/* A REPLY held back and sent with the next ones, as the peer server does (peer/server.c
+ * kv_reply): at half a window. -1 when the send failed. */
+static int hold(node *nd)
+{
+    uint8_t rep[8] = {0};
+    uint8_t *hp = nd->held + (size_t)nd->n_held * (PEER_HEADER_BYTES + 8);
+    peer_header_write(hp, PEER_REPLY, 8);
+    memcpy(hp + PEER_HEADER_BYTES, rep, 8);
+    if (++nd->n_held >= PEER_KV_WINDOW / 2) return flush_held(nd->c, nd->held, &nd->n_held);
+    return 0;
+}
+
+/* The results of the chunks checked so far: their REPLYs held. -1 when a send failed. */
+static int collect(node *nd)
+{
+    void *o;
+    int rs;
+    while (peer_kv_rx_done(nd->rx, &o, &rs)) {
+        nd->n_checking--;
+        if (hold(nd)) return -1;
+    }
+    return 0;
+}
 
 static void tok_take(node *nd, int spin)
 {
@@ -248,6 +289,12 @@ static void tok_give(node *nd)
 static int probe_next(node *nd)
 {
     while (nd->addr_given && nd->n_ahead < (nd->ahead_ok ? g_rx_ahead : 1)) {
+        if (g_rx_tight && !g_rx_one && nd->ahead_ok && nd->n_ahead + nd->n_checking >= g_rx_ahead) {
+            /* as peer/server.c rx_probe: at most g_rx_ahead slots coming or being checked */
+            peer_kv_rx_want(nd->rx);
+            if (collect(nd)) return -1;
+            if (nd->n_ahead + nd->n_checking >= g_rx_ahead) return 0;
+        }
         size_t len;
         int r = peer_conn_tag_probe(nd->c, 1000 + nd->next_serial + 1, &len);
         if (r <= 0) return r;
@@ -294,17 +341,11 @@ static void *node_loop(void *arg)
 #define FLUSH() (nd->n_held ? flush_held(c, nd->held, &nd->n_held) : 0)
 #define HOLD()                                                                                     \
     do {                                                                                           \
-        uint8_t rep[8] = {0};                                                                      \
-        uint8_t *hp = nd->held + (size_t)nd->n_held * (PEER_HEADER_BYTES + 8);                     \
-        peer_header_write(hp, PEER_REPLY, 8);                                                      \
-        memcpy(hp + PEER_HEADER_BYTES, rep, 8);                                                    \
-        if (++nd->n_held >= PEER_KV_WINDOW / 2 && FLUSH()) goto out;                               \
+        if (hold(nd)) goto out;                                                                    \
     } while (0)
 #define COLLECT()                                                                                  \
     do {                                                                                           \
-        void *o;                                                                                   \
-        int rs;                                                                                    \
-        while (peer_kv_rx_done(rx, &o, &rs)) HOLD();                                               \
+        if (collect(nd)) goto out;                                                                 \
     } while (0)
     if (nd->n_th > 1) tok_take(nd, 0);
     while (!nd->done) {
@@ -361,7 +402,10 @@ static void *node_loop(void *arg)
             g_node[N_CRC] += t3 - t2;
             t2 = t3;
             if (g_rx_one) HOLD();
-            else peer_kv_rx_push(rx, slot, NULL, &k);
+            else {
+                peer_kv_rx_push(rx, slot, NULL, &k);
+                nd->n_checking++;
+            }
             g_node[N_PUSH] += peer_now() - t2;
             g_node_chunks++;
             g_node_bytes += size;
@@ -435,6 +479,7 @@ static void *node_loop(void *arg)
                 size_t mid = k.n_bytes / 2 & ~(size_t)63;
                 if (split) peer_kv_rx_reserve_split(rx, slot, k.bytes + mid, k.n_bytes - mid);
                 else peer_kv_rx_reserve(rx, slot);
+                nd->n_checking++; /* (counted by the token's holder) */
                 tok_give(nd);
                 uint32_t crc = 0;
                 if (split) {
@@ -460,6 +505,7 @@ static void *node_loop(void *arg)
             double t3 = peer_now();
             g_node[N_CRC] += t3 - tf;
             peer_kv_rx_push(rx, slot, NULL, &k);
+            nd->n_checking++;
             g_node[N_PUSH] += peer_now() - t3;
             continue;
         }
@@ -534,6 +580,7 @@ static int serve(int port_fd, long announce_size, int n_th)
     if (!two) nd.n_th = 1;
     node_loop(&nd);
     if (two) pthread_join(more, NULL);
+    g_node_busy_max = peer_kv_rx_busy_max(nd.rx);
     peer_kv_rx_free(nd.rx);
     free(nd.one);
     node_report();
@@ -606,6 +653,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--tcp-handoff")) g_tcp_handoff = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-same")) g_rx_same = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--warm")) g_warm = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--tx-tight")) g_tx_tight = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--rx-tight")) g_rx_tight = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-ahead")) g_rx_ahead = (int)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--write")) g_write = (int)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--crc-on")) g_crc_rx = !strcmp(argv[i + 1], "rx") ? 1 : !strcmp(argv[i + 1], "node") ? 0 : -1;
@@ -617,7 +666,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
                             "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d] [--sends 1..%d] [--crc 0|1] "
-                            "[--announce 0|1] [--rx-one 0|1] [--rx-same 0|1] [--tcp-handoff 0|1] [--warm 0|1] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] "
+                            "[--announce 0|1] [--rx-one 0|1] [--rx-same 0|1] [--tcp-handoff 0|1] [--warm 0|1] [--tx-tight 0|1] [--rx-tight 0|1] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] "
                             "[--crc-512 0|1] [--crc-split 0|1] [--crc-speed 1] [--rx-threads 0..2]\n", PEER_KV_WINDOW,
                     PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW, RX_AHEAD_MAX);
             return 2;
@@ -675,7 +724,7 @@ int main(int argc, char **argv)
     }
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
            "polling %d us, from %ld buffers%s, %ld sends in flight over tcp lanes, CRC-32C (%s) on the %s, "
-           "%d receiving thread(s)%s%s%s\n",
+           "%d receiving thread(s)%s%s%s%s%s\n",
            tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
            peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs,
@@ -684,7 +733,9 @@ int main(int argc, char **argv)
            !g_crc || g_rx_one ? "node: none (--crc 0 or --rx-one 1)" : g_crc_rx ? "node's kv_rx thread" : "node's receiving thread",
            rx_threads, rx_threads > 1 ? (g_tcp_handoff ? ", chunks over tcp lanes handed on too (--tcp-handoff 1)" : ", chunks over tcp lanes kept on their receiving thread (CRC: kv_rx's)") : "",
            g_rx_same && !g_rx_one ? ", every chunk received into one buffer (--rx-same 1)" : "",
-           g_warm ? ", the buffer freed last reused (sender and kv_rx)" : ", the ring's send buffers and the lowest kv_rx slot (--warm 0)");
+           g_warm ? ", the buffer freed last reused (sender and kv_rx)" : ", the ring's send buffers and the lowest kv_rx slot (--warm 0)",
+           g_tx_tight ? ", the send buffer taken after the room for its send" : ", the send buffer taken before the room for its send (--tx-tight 0)",
+           g_rx_tight ? ", at most --rx-ahead kv_rx slots coming or checked" : ", the receive ahead at once (--rx-tight 0)");
     /* one buffer per chunk in flight, as the remote backend serializes each into its own
      * (peer_bulk_alloc, as the backend's) */
     uint8_t *bufs[PEER_KV_WINDOW];
@@ -738,7 +789,17 @@ int main(int argc, char **argv)
                 double ta = peer_now();
                 if (measured) *(at_end ? &s_run : &s_room) += ta - tw;
                 if (j == r) break;
-                int slot = (head + n_fl) % PEER_KV_WINDOW, st;
+                int slot = (head + n_fl) % PEER_KV_WINDOW, st = PEER_OK;
+                int driven = tag && peer_conn_sender_driven(c);
+                if (driven && g_tx_tight) { /* room in the window of sends before the buffer is taken */
+                    void **rs[PEER_KV_WINDOW];
+                    for (int q = 0; q < n_fl; q++) rs[q] = &req[(head + q) % PEER_KV_WINDOW];
+                    st = peer_conn_sends_room(c, rs, n_fl, (int)sends, 30);
+                    if (st > 0) st = PEER_OK;
+                    for (int q = 0; q < n_fl; q++) BUF_BACK((head + q) % PEER_KV_WINDOW);
+                    if (measured) s_ann += peer_now() - ta;
+                    ta = peer_now();
+                }
                 if (g_warm && fb[slot] < 0) fb[slot] = spare[--n_spare]; /* the one given back last */
                 int bi = g_warm ? fb[slot] : slot % (int)n_bufs;
                 uint8_t *sb = bufs[bi];
@@ -749,14 +810,17 @@ int main(int argc, char **argv)
                     pw += peer_now() - tw0;
                     if (measured) s_write += peer_now() - tw0;
                 }
+                if (st) {
+                    fprintf(stderr, "peer_bench: the link failed\n");
+                    return 1;
+                }
                 if (tag) {
                     /* the chunk's fixed part first in its message, marked over tcp lanes, as the
                      * backend writes it */
-                    peer_kv k = {0, 0, 0, peer_conn_sender_driven(c) ? PEER_KV_TAG_AHEAD : 0, NULL, 0, 0, 0};
+                    peer_kv k = {0, 0, 0, driven ? PEER_KV_TAG_AHEAD : 0, NULL, 0, 0, 0};
                     peer_kv_write_fixed(sb, &k);
                     ++serial;
-                    st = PEER_OK;
-                    if (peer_conn_sender_driven(c)) { /* room in the window of sends */
+                    if (driven && !g_tx_tight) { /* room in the window of sends */
                         void **rs[PEER_KV_WINDOW];
                         for (int q = 0; q < n_fl; q++) rs[q] = &req[(head + q) % PEER_KV_WINDOW];
                         st = peer_conn_sends_room(c, rs, n_fl, (int)sends, 30);
@@ -766,7 +830,7 @@ int main(int argc, char **argv)
                     double tb = peer_now();
                     if (measured) s_ann += tb - ta;
                     if (!st) st = peer_conn_tag_send_start(c, 1000 + serial, sb, (size_t)sz, &req[slot]);
-                    if (!st && req[slot] && peer_conn_sender_driven(c)) {
+                    if (!st && req[slot] && driven) {
                         /* as the backend does (peer/remote_kv.c): a pass without waiting over
                          * the sends in flight, this one among them */
                         void **rs[PEER_KV_WINDOW];

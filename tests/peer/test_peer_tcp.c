@@ -98,15 +98,19 @@ static void tcp_lanes(int rx_threads)
     int n = peer_remote_kv_sends_max(rd);
     CHECK_MSG(n >= 2 && n <= PEER_KV_TCP_SENDS, "%d sends in flight at most (window %d)", n, PEER_KV_TCP_SENDS);
     /* the chunks were written into the buffers their sends gave back (the last back first), not
-     * one per place in the window of PEER_KV_WINDOW chunks: never more than the sends in flight
-     * and the chunk being written */
+     * one per place in the window of PEER_KV_WINDOW chunks, and taken once the window of sends had
+     * room: never more than the sends in flight (the one being written is the one just sent) */
     int nb = peer_remote_kv_bufs_max(rd);
-    CHECK_MSG(nb >= 2 && nb <= PEER_KV_TCP_SENDS + 1, "%d chunk buffers at once (at most %d expected, window %d)", nb,
-              PEER_KV_TCP_SENDS + 1, PEER_KV_WINDOW);
+    CHECK_MSG(nb >= 2 && nb <= PEER_KV_TCP_SENDS, "%d chunk buffers at once (at most %d expected, window %d)", nb,
+              PEER_KV_TCP_SENDS, PEER_KV_WINDOW);
     /* and the node received two of them at once (the next one's receive posted while one came),
      * never more, and everything above in order all the same */
     int a = peer_server_rx_ahead_max(t.srv);
     CHECK_MSG(a == 2, "the node received %d chunks of a connection at once at most (2 expected)", a);
+    /* the next one's receive started once the chunk before was checked, into its slot: two kv_rx
+     * slots took turns (the one coming and the next; three if it started while one was checked) */
+    int ns = peer_server_rx_slots_max(t.srv);
+    CHECK_MSG(ns == 2, "%d kv_rx slots in use at once at most (2 expected)", ns);
     if (rx_threads == 2) /* every chunk came over tcp lanes: none handed to the other thread */
         CHECK_MSG(peer_server_handoffs(t.srv) == 0, "%ld chunks handed on", peer_server_handoffs(t.srv));
     accel_get_info(rd, &info);
