@@ -39,6 +39,12 @@ struct peer_node {
  * The bound an answer is received under: the connection buffers up to twice it, and the
  * answers of a whole window may be waiting there (each REPLY is then checked to be 8 bytes). */
 #define KV_ANSWERS_MAX (PEER_KV_WINDOW * (PEER_HEADER_BYTES + 8))
+/* The chunk buffers (peer_bulk_alloc: 2 MiB-aligned, mapped on their own) stay allocated
+ * between chunks while their capacities sum to at most a window and a quarter. Freed at every
+ * chunk, a 4K Llama-3-8B layer chunk (8 MiB and its scales, 10 MiB in huge pages) would be an
+ * munmap, an mmap and its pages faulted in again each time: 3.7-4.6 ms a chunk against 2.4-2.8
+ * for writing it into a kept buffer (measured on the 2-core development VM). */
+#define KV_KEEP_BYTES (PEER_KV_WINDOW_BYTES + PEER_KV_WINDOW_BYTES / 4)
 
 typedef struct kv_faults {
     long flip[4], cut[4];
@@ -106,6 +112,16 @@ int peer_rdev_recv_answer(rdev *d, uint32_t max, peer_header *h, const uint8_t *
 /* Every KV chunk in flight answered; after a failure the rest are let go (their sequences
  * marked). PEER_OK or the first failure. d's lock held. */
 int peer_rdev_kv_drain(rdev *d);
+/* The chunk buffers' spares (peer/remote_kv.c; d's lock held). _back: f's buffer (its send done,
+ * or never started) on top of the spares, or freed past the bound on what stays allocated
+ * between chunks (fl_kept > KV_KEEP_BYTES, or a window of spares already); f then holds none.
+ * _take: for a chunk of `need` bytes, every spare smaller than it freed (left by a change of
+ * chunk size, they would stay counted in fl_kept below the ones that fit and could push it past
+ * the bound, so that warm buffers were freed at every completion), then f given the one on top,
+ * the one whose send completed last (the warmest in the caches), if f holds none; none left: f's
+ * buffer stays NULL (the caller allocates). */
+void peer_rdev_kv_buf_back(rdev *d, kv_flight *f);
+void peer_rdev_kv_buf_take(rdev *d, kv_flight *f, size_t need);
 /* One layer chunk into s on the node, pipelined (peer/remote_kv.c). d's lock held. */
 int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc);
 

@@ -35,12 +35,6 @@
 #define KV_WINDOW PEER_KV_WINDOW
 #define KV_SENDS PEER_KV_TCP_SENDS
 #define KV_WINDOW_BYTES PEER_KV_WINDOW_BYTES
-/* The chunk buffers (peer_bulk_alloc: 2 MiB-aligned, mapped on their own) stay allocated
- * between chunks while their capacities sum to at most a window and a quarter. Freed at every
- * chunk, a 4K Llama-3-8B layer chunk (8 MiB and its scales, 10 MiB in huge pages) would be an
- * munmap, an mmap and its pages faulted in again each time: 3.7-4.6 ms a chunk against 2.4-2.8
- * for writing it into a kept buffer (measured on the 2-core development VM). */
-#define KV_KEEP_BYTES (KV_WINDOW_BYTES + KV_WINDOW_BYTES / 4)
 /* A chunk's buffer is its flight's only until its send completed (UCX reads it no more; the
  * answer comes later and needs no bytes): then it goes back on a stack of spares, and the next
  * chunk is written into the one that went back last. Those bytes were just read by the send,
@@ -102,9 +96,8 @@ static int fault_at(const long *v, int n, long sent)
 
 /* ---------------------------------------------------------------- KV chunks in flight */
 
-/* f's buffer (its send done, or never started) on top of the spares, or freed past the bound
- * on what stays allocated between chunks. */
-static void fl_buf_back(rdev *d, kv_flight *f)
+/* the spares (remote_impl.h) */
+void peer_rdev_kv_buf_back(rdev *d, kv_flight *f)
 {
     if (!f->buf) return;
     if (d->fl_kept > KV_KEEP_BYTES || d->n_spare == KV_WINDOW) {
@@ -119,23 +112,23 @@ static void fl_buf_back(rdev *d, kv_flight *f)
     f->cap = 0;
 }
 
-/* f's buffer for a chunk of `need` bytes: the spare whose send completed last (the warmest in
- * the caches). Spares smaller than the chunk are freed on the way (left after a change of chunk
- * size, they would stay counted in fl_kept and push it past KV_KEEP_BYTES, so that warm buffers
- * were freed at every completion); none that fits: f->buf stays NULL (the caller allocates). */
-static void fl_buf_take(rdev *d, kv_flight *f, size_t need)
+void peer_rdev_kv_buf_take(rdev *d, kv_flight *f, size_t need)
 {
-    while (!f->buf && d->n_spare) {
-        uint8_t *b = d->spare[--d->n_spare];
-        size_t cap = d->spare_cap[d->n_spare];
-        if (cap >= need) {
-            f->buf = b;
-            f->cap = cap;
+    int k = 0;
+    for (int i = 0; i < d->n_spare; i++) { /* the ones that fit kept in their order */
+        if (d->spare_cap[i] >= need) {
+            d->spare[k] = d->spare[i];
+            d->spare_cap[k++] = d->spare_cap[i];
         } else {
-            d->fl_kept -= cap;
+            d->fl_kept -= d->spare_cap[i];
             d->n_bufs--;
-            free(b);
+            free(d->spare[i]);
         }
+    }
+    d->n_spare = k;
+    if (!f->buf && d->n_spare) {
+        f->buf = d->spare[--d->n_spare];
+        f->cap = d->spare_cap[d->n_spare];
     }
 }
 
@@ -143,7 +136,7 @@ static void fl_pop(rdev *d)
 {
     kv_flight *f = &d->fl[d->fl_head];
     f->req = NULL;
-    fl_buf_back(d, f);
+    peer_rdev_kv_buf_back(d, f);
     d->fl_head = (d->fl_head + 1) % KV_WINDOW;
     d->fl_n--;
     d->fl_bytes -= f->len;
@@ -166,7 +159,7 @@ static int fl_retire(rdev *d, int wait)
             st = r < 0 ? r : PEER_OK;
         }
         f->req = NULL; /* UCX is done with it either way */
-        fl_buf_back(d, f);
+        peer_rdev_kv_buf_back(d, f);
     }
     peer_header h;
     const uint8_t *p;
@@ -223,7 +216,7 @@ static int fl_sends(rdev *d, int with_new, int window)
     /* the sends done give their buffers back, oldest first: the last done ends on top */
     for (int i = 0; i < n; i++) {
         kv_flight *f = &d->fl[(d->fl_head + i) % KV_WINDOW];
-        if (!f->req) fl_buf_back(d, f);
+        if (!f->req) peer_rdev_kv_buf_back(d, f);
     }
     return st;
 }
@@ -301,7 +294,7 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
         return accel_dev_fail(&d->base);
     }
     kv_flight *f = &d->fl[(d->fl_head + d->fl_n) % KV_WINDOW];
-    fl_buf_take(d, f, need);
+    peer_rdev_kv_buf_take(d, f, need);
     if (need > f->cap) { /* grown without a copy: every byte is written below */
         d->fl_kept -= f->cap;
         d->n_bufs -= f->buf != NULL;
@@ -317,14 +310,14 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
     if (c->layer == 0) {
         int hw = proto_kv_header_write(&hd, f->buf + o);
         if (hw < 0) {
-            fl_buf_back(d, f);
+            peer_rdev_kv_buf_back(d, f);
             return ACCEL_ERR_INVALID;
         }
         o += (size_t)hw;
     }
     long long w = proto_kv_chunk_write(&hd, c, f->buf + o, f->cap - o);
     if (w < 0) {
-        fl_buf_back(d, f);
+        peer_rdev_kv_buf_back(d, f);
         return ACCEL_ERR_INVALID;
     }
     o += (size_t)w;
@@ -366,11 +359,11 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
                  peer_type_name(tagged ? PEER_KV_TAG : PEER_KV), peer_strerror(st));
         if (f->req) peer_conn_req_wait(d->c, f->req, 0); /* UCX gives its buffer back */
         f->req = NULL;
-        fl_buf_back(d, f);
+        peer_rdev_kv_buf_back(d, f);
         peer_rdev_kv_drain(d);
         return accel_dev_fail(&d->base);
     }
-    if (!f->req) fl_buf_back(d, f); /* sent already (a KV frame, or a send done at once) */
+    if (!f->req) peer_rdev_kv_buf_back(d, f); /* sent already (a KV frame, or a send done at once) */
     f->len = o;
     f->s = s;
     d->fl_n++;
