@@ -23,10 +23,7 @@
  * that received a chunk computes its payload's CRC-32C while the other goes on (rx_crc), and the
  * check takes it. Before anything else that touches a device or frees a sequence, it waits for
  * the chunks pushed so far (kv_sync). */
-#include "peer/auth.h"
-#include "peer/kv_rx.h"
-#include "peer/link.h"
-#include "peer/peer.h"
+#include "peer/server_impl.h"
 #include "proto/crc32c.h"
 #include "proto/kv_wire.h"
 #include <pthread.h>
@@ -40,24 +37,10 @@
 
 #define HANDSHAKE_S 5.0
 #define MAX_SEQS 4096 /* per connection: above any continuous batch of a node's cards */
-#define SEND_TIMEOUT_S 10.0
 /* A tagged KV chunk whose receive started must be in within this: the sender's own call
  * timeout (PEER_CALL_TIMEOUT_S), after which its connection is closed. Its receive is left
  * pending meanwhile (sconn.rx): only that connection waits for it, every other is served. */
 #define TAG_TIMEOUT_S PEER_CALL_TIMEOUT_S
-/* A connection's tagged chunks received at once over tcp lanes (its last chunk marked
- * PEER_KV_TAG_AHEAD; others one at a time): the one coming and the next one's receive behind
- * it, as the sender's two sends in flight (PEER_KV_TCP_SENDS; deeper gained nothing, BENCHMARKS.md).
- * Such a connection's chunks hold at most RX_AHEAD kv_rx slots at once, those coming and those
- * being checked and imported (rx_probe): the receive behind starts once the chunk before the one
- * coming was checked (its kv_rx result taken), into that chunk's slot, the one freed last — two
- * slots take turns, not three (the one coming, the one being checked, the next one's), and
- * their bytes stay in the caches. The check (~60 us at 1 MiB on the quiet node) ends well before
- * the chunk coming does (~210 us), so the next one's bytes still follow it on the socket; an
- * import slower than the link holds the receives back to its pace, as a full kv_rx did. */
-#define RX_AHEAD 2
-/* A REPLY frame: header and two words. */
-#define KV_REPLY_BYTES (PEER_HEADER_BYTES + 8)
 
 static peer_log_fn g_log;
 
@@ -82,92 +65,6 @@ void peer_log(int warn, const char *event, const char *fmt, ...)
     else fprintf(stderr, "tandem: %s event=%s %s\n", warn ? "warn" : "info", event, msg);
 }
 
-enum sconn_state { S_HELLO_WAIT, S_AUTH_WAIT, S_READY };
-
-/* What the KV reader's callback needs: heap-held, since the table of sequences may move */
-typedef struct kvctx {
-    accel_dev *dev;
-    accel_seq *seq;
-    uint32_t crc; /* the producer's CRC of the chunk being fed */
-} kvctx;
-
-typedef struct sseq {
-    accel_seq *s;
-    int dev;
-    int capacity;
-    proto_kv_reader *r;
-    kvctx *kc;
-} sseq;
-
-typedef struct sconn {
-    peer_conn *c;
-    enum sconn_state state;
-    double t0;
-    uint8_t nonce_c[PEER_NONCE], nonce_s[PEER_NONCE];
-    char name[PEER_NAME_MAX + 1];
-    int addr_given;     /* ADDR sent: tagged chunks looked for */
-    int ahead;          /* its last chunk came over tcp lanes (PEER_KV_TAG_AHEAD) */
-    uint64_t tag_base;  /* random per connection: its tagged messages are tag_base + serial */
-    uint32_t tag_serial; /* the last serial whose receive started */
-    /* KV chunks' REPLYs not sent yet (kv_reply): at most half a window of them */
-    uint8_t held[PEER_KV_WINDOW / 2 * KV_REPLY_BYTES];
-    int n_held;
-    /* its tagged chunks being received (each into kv_rx slot .slot), oldest at rx_head, while
-     * this thread goes on serving every connection; a frame read on its stream while any is
-     * coming waits (deferred) for all of them */
-    struct sconn_rx {
-        int slot;
-        void *req; /* NULL once UCX let it go */
-        peer_kv k; /* bytes, n_bytes: the whole message until it is in and read */
-        double deadline;
-    } rx[RX_AHEAD];
-    int rx_head, rx_n;
-    int n_checking; /* its chunks handed to kv_rx whose results were not taken yet (kv_collect) */
-    int deferred; /* a frame read while chunks were coming: handled once they are in */
-    peer_header dh;
-    const uint8_t *dp; /* in the connection's buffer until its next peer_conn_poll */
-    /* a chunk that arrived while no kv_rx slot was free: started when one is, oldest first (its
-     * next frames wait for it) */
-    unsigned long tag_wait; /* 0: none; else its turn (peer_server.wait_seq) */
-    size_t tag_len;         /* its length (bounded) */
-    sseq *seqs;
-    int n_seqs, cap_seqs;
-    struct sconn *next;
-} sconn;
-
-struct peer_server {
-    peer_server_cfg cfg;
-    char name[PEER_NAME_MAX + 1];
-    char key[PEER_KEY_MAX + 1];
-    size_t key_len;
-    accel_dev *devs[PEER_MAX_DEVS];
-    int block_tokens[PEER_MAX_DEVS]; /* each device's KV block size: the KV sent to it is cut in it */
-    peer_listener *l;
-    sconn *conns;
-    pthread_t th;
-    _Atomic int stop;
-    float *logits;
-    size_t logits_cap;
-    peer_kv_rx *rx; /* tagged KV chunks: checked and imported on its thread */
-    unsigned long wait_seq; /* turns handed to chunks that wait (sconn.tag_wait) */
-    int n_waiting;          /* connections with one */
-    /* the receiving threads (rx_threads): one runs the loop at a time, holding the token */
-    pthread_t th_more[PEER_RX_THREADS_MAX - 1];
-    int n_th;
-    pthread_mutex_t tok_mu;
-    pthread_cond_t tok_cv;
-    _Atomic int tok_free;
-    /* chunks received in this pass: CRC and push by the holder after the token (places reserved) */
-    struct handoff {
-        int slot;
-        sconn *sc;
-        peer_kv k;
-        size_t mid; /* where its CRC is cut (crc_split_at), 0 uncut */
-    } handoff[PEER_KV_RX_SLOTS];
-    int n_handoff;
-    _Atomic long handed; /* peer_server_handoffs */
-    _Atomic int rx_ahead_max; /* peer_server_rx_ahead_max */
-};
 
 /* ---------------------------------------------------------------- sequences */
 
@@ -210,11 +107,6 @@ static void sconn_close(peer_server *s, sconn *sc, const char *why)
     free(sc);
 }
 
-static sseq *seq_get(sconn *sc, uint32_t id, uint32_t dev)
-{
-    if (id >= (uint32_t)sc->n_seqs || !sc->seqs[id].s || (uint32_t)sc->seqs[id].dev != dev) return NULL;
-    return &sc->seqs[id];
-}
 
 static int seq_slot(sconn *sc)
 {
@@ -623,70 +515,6 @@ static void rx_next(peer_server *s)
     }
 }
 
-static int on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
-{
-    static __thread uint32_t ids_seq[PEER_MAX_BATCH];
-    static __thread int32_t ids[PEER_MAX_BATCH];
-    accel_seq *seqs[PEER_MAX_BATCH];
-    uint32_t dev;
-    int k;
-    if (peer_decode_read(p, n, &dev, &k, ids_seq, ids)) return PEER_ERR_PROTO;
-    uint8_t fixed[PEER_LOGITS_FIXED];
-    int vocab = s->cfg.m->cfg.vocab, st = 0;
-    for (int i = 0; i < k && !st; i++) {
-        sseq *q = seq_get(sc, ids_seq[i], dev);
-        if (!q) st = ACCEL_ERR_INVALID;
-        else seqs[i] = q->s;
-    }
-    size_t need = (size_t)k * (size_t)vocab;
-    if (!st && need > s->logits_cap) {
-        float *l = realloc(s->logits, need * sizeof *l);
-        if (!l) st = ACCEL_ERR_NOMEM;
-        else s->logits = l, s->logits_cap = need;
-    }
-    if (!st) st = accel_decode(s->devs[dev], k, seqs, ids, s->logits);
-    peer_logits_write_fixed(fixed, st, k, vocab);
-    return peer_conn_send(sc->c, PEER_LOGITS, fixed, sizeof fixed, st ? NULL : s->logits,
-                          st ? 0 : need * sizeof(float), SEND_TIMEOUT_S);
-}
-
-/* DECODE_ARGMAX: the step with each row's greedy token picked here; only the wanted rows'
- * logits go back (moved together, in row order, in the logits buffer). */
-static int on_decode_argmax(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
-{
-    static __thread uint32_t ids_seq[PEER_MAX_BATCH];
-    static __thread int32_t ids[PEER_MAX_BATCH], argmax[PEER_MAX_BATCH];
-    static __thread unsigned char want[PEER_MAX_BATCH];
-    static __thread uint8_t fixed[PEER_TOKENS_FIXED + 4 * PEER_MAX_BATCH];
-    accel_seq *seqs[PEER_MAX_BATCH];
-    uint32_t dev;
-    int k, n_want;
-    if (peer_decode_argmax_read(p, n, &dev, &k, ids_seq, ids, want, &n_want)) return PEER_ERR_PROTO;
-    int vocab = s->cfg.m->cfg.vocab, st = 0;
-    for (int i = 0; i < k && !st; i++) {
-        sseq *q = seq_get(sc, ids_seq[i], dev);
-        if (!q) st = ACCEL_ERR_INVALID;
-        else seqs[i] = q->s;
-    }
-    size_t need = (size_t)k * (size_t)vocab; /* accel_decode_argmax's room: every row */
-    if (!st && need > s->logits_cap) {
-        float *l = realloc(s->logits, need * sizeof *l);
-        if (!l) st = ACCEL_ERR_NOMEM;
-        else s->logits = l, s->logits_cap = need;
-    }
-    if (!st) st = accel_decode_argmax(s->devs[dev], k, seqs, ids, s->logits, want, argmax);
-    peer_tokens_write_fixed(fixed, st, k, vocab, n_want);
-    if (st) return peer_conn_send(sc->c, PEER_TOKENS, fixed, PEER_TOKENS_FIXED, NULL, 0, SEND_TIMEOUT_S);
-    for (int i = 0; i < k; i++) peer_wr32(fixed + PEER_TOKENS_FIXED + 4 * i, (uint32_t)argmax[i]);
-    int j = 0;
-    for (int i = 0; i < k; i++)
-        if (want[i]) {
-            if (j != i) memmove(s->logits + (size_t)j * vocab, s->logits + (size_t)i * vocab, sizeof(float) * (size_t)vocab);
-            j++;
-        }
-    return peer_conn_send(sc->c, PEER_TOKENS, fixed, PEER_TOKENS_FIXED + 4 * (size_t)k, s->logits,
-                          (size_t)n_want * (size_t)vocab * sizeof(float), SEND_TIMEOUT_S);
-}
 
 static int on_ready(peer_server *s, sconn *sc, const peer_header *h, const uint8_t *p)
 {
@@ -728,8 +556,8 @@ static int on_ready(peer_server *s, sconn *sc, const peer_header *h, const uint8
         return reply(sc, accel_warmup(s->devs[w.w[0]]), 0);
     case PEER_KV: return on_kv(s, sc, p, h->length);
     case PEER_ADDR_REQ: return on_addr_req(sc, h->length);
-    case PEER_DECODE: return on_decode(s, sc, p, h->length);
-    case PEER_DECODE_ARGMAX: return on_decode_argmax(s, sc, p, h->length);
+    case PEER_DECODE: return peer_server_on_decode(s, sc, p, h->length);
+    case PEER_DECODE_ARGMAX: return peer_server_on_decode_argmax(s, sc, p, h->length);
     }
     return PEER_ERR_PROTO;
 }

@@ -1,0 +1,130 @@
+/* peer/server_impl.h — what the node's files share (peer/server.c: the loop, its connections and
+ * the KV chunks; peer/server_decode.c: the devices' decode steps a peer asks for). Private to
+ * peer/. Everything here belongs to the thread holding the node's loop (peer/server.c). */
+#ifndef TANDEM_PEER_SERVER_IMPL_H
+#define TANDEM_PEER_SERVER_IMPL_H
+#include "peer/auth.h"
+#include "peer/kv_rx.h"
+#include "peer/link.h"
+#include "peer/peer.h"
+#include "proto/kv_wire.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* An answer must be on its way within this (a peer that reads nothing: its connection closed). */
+#define SEND_TIMEOUT_S 10.0
+/* A connection's tagged chunks received at once over tcp lanes (its last chunk marked
+ * PEER_KV_TAG_AHEAD; others one at a time): the one coming and the next one's receive behind
+ * it, as the sender's two sends in flight (PEER_KV_TCP_SENDS; deeper gained nothing, BENCHMARKS.md).
+ * Such a connection's chunks hold at most RX_AHEAD kv_rx slots at once, those coming and those
+ * being checked and imported (rx_probe): the receive behind starts once the chunk before the one
+ * coming was checked (its kv_rx result taken), into that chunk's slot, the one freed last — two
+ * slots take turns, not three (the one coming, the one being checked, the next one's), and
+ * their bytes stay in the caches. The check (~60 us at 1 MiB on the quiet node) ends well before
+ * the chunk coming does (~210 us), so the next one's bytes still follow it on the socket; an
+ * import slower than the link holds the receives back to its pace, as a full kv_rx did. */
+#define RX_AHEAD 2
+/* A REPLY frame: header and two words. */
+#define KV_REPLY_BYTES (PEER_HEADER_BYTES + 8)
+
+enum sconn_state { S_HELLO_WAIT, S_AUTH_WAIT, S_READY };
+
+/* What the KV reader's callback needs: heap-held, since the table of sequences may move */
+typedef struct kvctx {
+    accel_dev *dev;
+    accel_seq *seq;
+    uint32_t crc; /* the producer's CRC of the chunk being fed */
+} kvctx;
+
+typedef struct sseq {
+    accel_seq *s;
+    int dev;
+    int capacity;
+    proto_kv_reader *r;
+    kvctx *kc;
+} sseq;
+
+typedef struct sconn {
+    peer_conn *c;
+    enum sconn_state state;
+    double t0;
+    uint8_t nonce_c[PEER_NONCE], nonce_s[PEER_NONCE];
+    char name[PEER_NAME_MAX + 1];
+    int addr_given;     /* ADDR sent: tagged chunks looked for */
+    int ahead;          /* its last chunk came over tcp lanes (PEER_KV_TAG_AHEAD) */
+    uint64_t tag_base;  /* random per connection: its tagged messages are tag_base + serial */
+    uint32_t tag_serial; /* the last serial whose receive started */
+    /* KV chunks' REPLYs not sent yet (kv_reply): at most half a window of them */
+    uint8_t held[PEER_KV_WINDOW / 2 * KV_REPLY_BYTES];
+    int n_held;
+    /* its tagged chunks being received (each into kv_rx slot .slot), oldest at rx_head, while
+     * this thread goes on serving every connection; a frame read on its stream while any is
+     * coming waits (deferred) for all of them */
+    struct sconn_rx {
+        int slot;
+        void *req; /* NULL once UCX let it go */
+        peer_kv k; /* bytes, n_bytes: the whole message until it is in and read */
+        double deadline;
+    } rx[RX_AHEAD];
+    int rx_head, rx_n;
+    int n_checking; /* its chunks handed to kv_rx whose results were not taken yet (kv_collect) */
+    int deferred; /* a frame read while chunks were coming: handled once they are in */
+    peer_header dh;
+    const uint8_t *dp; /* in the connection's buffer until its next peer_conn_poll */
+    /* a chunk that arrived while no kv_rx slot was free: started when one is, oldest first (its
+     * next frames wait for it) */
+    unsigned long tag_wait; /* 0: none; else its turn (peer_server.wait_seq) */
+    size_t tag_len;         /* its length (bounded) */
+    sseq *seqs;
+    int n_seqs, cap_seqs;
+    struct sconn *next;
+} sconn;
+
+struct peer_server {
+    peer_server_cfg cfg;
+    char name[PEER_NAME_MAX + 1];
+    char key[PEER_KEY_MAX + 1];
+    size_t key_len;
+    accel_dev *devs[PEER_MAX_DEVS];
+    int block_tokens[PEER_MAX_DEVS]; /* each device's KV block size: the KV sent to it is cut in it */
+    peer_listener *l;
+    sconn *conns;
+    pthread_t th;
+    _Atomic int stop;
+    float *logits;
+    size_t logits_cap;
+    peer_kv_rx *rx; /* tagged KV chunks: checked and imported on its thread */
+    unsigned long wait_seq; /* turns handed to chunks that wait (sconn.tag_wait) */
+    int n_waiting;          /* connections with one */
+    /* the receiving threads (rx_threads): one runs the loop at a time, holding the token */
+    pthread_t th_more[PEER_RX_THREADS_MAX - 1];
+    int n_th;
+    pthread_mutex_t tok_mu;
+    pthread_cond_t tok_cv;
+    _Atomic int tok_free;
+    /* chunks received in this pass: CRC and push by the holder after the token (places reserved) */
+    struct handoff {
+        int slot;
+        sconn *sc;
+        peer_kv k;
+        size_t mid; /* where its CRC is cut (crc_split_at), 0 uncut */
+    } handoff[PEER_KV_RX_SLOTS];
+    int n_handoff;
+    _Atomic long handed; /* peer_server_handoffs */
+    _Atomic int rx_ahead_max; /* peer_server_rx_ahead_max */
+};
+
+/* sc's sequence `id` on device `dev`, or NULL (no such one, or of another device). */
+static inline sseq *seq_get(sconn *sc, uint32_t id, uint32_t dev)
+{
+    if (id >= (uint32_t)sc->n_seqs || !sc->seqs[id].s || (uint32_t)sc->seqs[id].dev != dev) return NULL;
+    return &sc->seqs[id];
+}
+
+/* DECODE and DECODE_ARGMAX (peer/server_decode.c): the step run inline, its answer sent. PEER_OK,
+ * or a status that closes the connection. */
+int peer_server_on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n);
+int peer_server_on_decode_argmax(peer_server *s, sconn *sc, const uint8_t *p, size_t n);
+
+#endif
