@@ -99,9 +99,6 @@ long peer_server_handoffs(const peer_server *s);
 /* The most tagged chunks of one connection the node was receiving at once so far: the next
  * chunk's receive starts while one is coming, up to 2 (tests). */
 int peer_server_rx_ahead_max(const peer_server *s);
-/* The most kv_rx slots in use at once so far (peer/kv_rx.h peer_kv_rx_busy_max): one tcp stream
- * of chunks takes turns in two (tests). */
-int peer_server_rx_slots_max(const peer_server *s);
 /* Starts listening and the server's thread. PEER_OK, or a status with a message in err. The
  * devices stay the caller's to free, after peer_server_stop. */
 int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, size_t errlen);

@@ -297,10 +297,7 @@ static void kv_collect(peer_server *s)
 {
     void *owner;
     int st;
-    while (peer_kv_rx_done(s->rx, &owner, &st)) {
-        ((sconn *)owner)->n_checking--;
-        kv_reply(owner, st);
-    }
+    while (peer_kv_rx_done(s->rx, &owner, &st)) kv_reply(owner, st);
 }
 
 /* Every pushed chunk applied and answered (held): the devices and the sequences are this
@@ -416,7 +413,6 @@ static int rx_finish(peer_server *s, sconn *sc)
         } else { /* one thread (or tcp lanes): the CRC on the kv_rx thread, beside the next copy */
             peer_kv_rx_push(s->rx, x->slot, sc, &x->k);
         }
-        sc->n_checking++;
         sc->rx_head = (sc->rx_head + 1) % RX_AHEAD;
         sc->rx_n--;
         return 1;
@@ -470,11 +466,6 @@ static int rx_probe(peer_server *s, sconn *sc)
 {
     while (sc->addr_given && !sc->tag_wait && s->n_handoff < PEER_KV_RX_SLOTS &&
            sc->rx_n < (sc->ahead ? RX_AHEAD : 1)) {
-        if (sc->ahead && sc->rx_n + sc->n_checking >= RX_AHEAD) { /* two slots of its own at most */
-            peer_kv_rx_want(s->rx); /* first: a chunk applied after the look below wakes this thread */
-            kv_collect(s);
-            if (sc->rx_n + sc->n_checking >= RX_AHEAD) return PEER_OK;
-        }
         size_t length;
         int r = peer_conn_tag_probe(sc->c, sc->tag_base + sc->tag_serial + 1, &length);
         if (r <= 0) return r;
@@ -817,10 +808,6 @@ int peer_server_rx_ahead_max(const peer_server *s)
     return atomic_load(&((peer_server *)s)->rx_ahead_max);
 }
 
-int peer_server_rx_slots_max(const peer_server *s)
-{
-    return peer_kv_rx_busy_max(s->rx);
-}
 
 int peer_server_port(const peer_server *s)
 {

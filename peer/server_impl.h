@@ -17,13 +17,9 @@
 /* A connection's tagged chunks received at once over tcp lanes (its last chunk marked
  * PEER_KV_TAG_AHEAD; others one at a time): the one coming and the next one's receive behind
  * it, as the sender's two sends in flight (PEER_KV_TCP_SENDS; deeper gained nothing, BENCHMARKS.md).
- * Such a connection's chunks hold at most RX_AHEAD kv_rx slots at once, those coming and those
- * being checked and imported (rx_probe): the receive behind starts once the chunk before the one
- * coming was checked (its kv_rx result taken), into that chunk's slot, the one freed last — two
- * slots take turns, not three (the one coming, the one being checked, the next one's), and
- * their bytes stay in the caches. The check (~60 us at 1 MiB on the quiet node) ends well before
- * the chunk coming does (~210 us), so the next one's bytes still follow it on the socket; an
- * import slower than the link holds the receives back to its pace, as a full kv_rx did. */
+ * The receive behind starts at once, into a third kv_rx slot while the chunk before is being
+ * checked: waiting for that check to reuse its slot (two slots taking turns) lost x0.83 on the
+ * quiet node (BENCHMARKS.md, wiretcp9: the next chunk's bytes no longer followed on the socket). */
 #define RX_AHEAD 2
 /* A REPLY frame: header and two words. */
 #define KV_REPLY_BYTES (PEER_HEADER_BYTES + 8)
@@ -68,7 +64,6 @@ typedef struct sconn {
         double deadline;
     } rx[RX_AHEAD];
     int rx_head, rx_n;
-    int n_checking; /* its chunks handed to kv_rx whose results were not taken yet (kv_collect) */
     int deferred; /* a frame read while chunks were coming: handled once they are in */
     peer_header dh;
     const uint8_t *dp; /* in the connection's buffer until its next peer_conn_poll */

@@ -67,10 +67,11 @@
  * slot, the code before both sides reused the buffer freed last (default 1, as the daemon).
  * --tx-tight 0: over tcp lanes the sender takes a chunk's buffer before it waits for room in the
  * window of sends (three buffers take turns at two sends: the code before; default 1, as
- * peer/remote_kv.c: room first, then the buffer just sent from). --rx-tight 0: the node starts a
- * chunk's receive ahead while the one before is still being checked, in a third kv_rx slot (the
- * code before; default 1, as peer/server.c: a tcp stream's chunks coming or being checked hold at
- * most --rx-ahead slots, so two take turns).
+ * peer/remote_kv.c: room first, then the buffer just sent from). --rx-tight 1 (measurement only:
+ * it lost x0.83 on the quiet node, BENCHMARKS.md wiretcp9): over tcp lanes the node's chunks
+ * coming and being checked hold at most --rx-ahead kv_rx slots, so that two take turns (the
+ * receive ahead waits for the chunk before to be checked, then takes its slot); default 0, as
+ * peer/server.c: the receive ahead starts at once, in a third slot.
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
  * (bench/peer_bench.sh). */
@@ -148,12 +149,12 @@ static int g_warm = 1;
 /* g_tx_tight 1 (default, as peer/remote_kv.c): over tcp lanes the sender waits for room in the
  * window of sends before it takes the chunk's buffer, so the one whose send just completed is
  * written (two buffers take turns at two sends); 0 (--tx-tight 0): the buffer taken first, the
- * room waited for after (three buffers: the code before). g_rx_tight 1 (default, as
- * peer/server.c): over tcp lanes the node's chunks coming and being checked hold at most
- * --rx-ahead kv_rx slots (the next receive starts once the chunk before the one coming was
- * checked, into its slot: two slots take turns); 0 (--rx-tight 0): the receive ahead starts at
- * once, in a third slot (the code before). */
-static int g_tx_tight = 1, g_rx_tight = 1;
+ * room waited for after (three buffers: the code before). g_rx_tight 1 (--rx-tight 1, a variant
+ * measured and not taken: x0.83): over tcp lanes the node's chunks coming and being checked hold
+ * at most --rx-ahead kv_rx slots (the next receive starts once the chunk before the one coming
+ * was checked, into its slot: two slots take turns); 0 (default, as peer/server.c): the receive
+ * ahead starts at once, in a third slot. */
+static int g_tx_tight = 1, g_rx_tight = 0;
 
 /* Stage clocks (peer_now sums, seconds) of the node's loop and its kv_rx thread, printed by the
  * node when the connection closes, per chunk over every chunk it received (the warm-up pass
@@ -735,7 +736,7 @@ int main(int argc, char **argv)
            g_rx_same && !g_rx_one ? ", every chunk received into one buffer (--rx-same 1)" : "",
            g_warm ? ", the buffer freed last reused (sender and kv_rx)" : ", the ring's send buffers and the lowest kv_rx slot (--warm 0)",
            g_tx_tight ? ", the send buffer taken after the room for its send" : ", the send buffer taken before the room for its send (--tx-tight 0)",
-           g_rx_tight ? ", at most --rx-ahead kv_rx slots coming or checked" : ", the receive ahead at once (--rx-tight 0)");
+           g_rx_tight ? ", at most --rx-ahead kv_rx slots coming or checked (--rx-tight 1)" : ", the receive ahead at once");
     /* one buffer per chunk in flight, as the remote backend serializes each into its own
      * (peer_bulk_alloc, as the backend's) */
     uint8_t *bufs[PEER_KV_WINDOW];
