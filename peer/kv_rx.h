@@ -86,9 +86,10 @@ void peer_kv_rx_put_back(peer_kv_rx *rx, int slot);
 size_t peer_kv_rx_put_back_lost(peer_kv_rx *rx, int slot);
 /* The oldest result not yet taken: 1 with it, 0 when none is ready. */
 int peer_kv_rx_done(peer_kv_rx *rx, void **owner, int *status);
-/* The wake callback is called after the next chunk is applied (even with more queued): the
- * node's thread waits for a result before it receives more. Call it before looking at the
- * results (peer_kv_rx_done), so that a chunk applied after that look wakes it. */
+/* The wake callback is called after the next chunk is applied (even with more queued), for a
+ * node's thread that waits for a result before it receives more (tools/peer_bench --rx-tight 1,
+ * a variant measured and not taken). Call it before looking at the results (peer_kv_rx_done), so
+ * that a chunk applied after that look wakes it. */
 void peer_kv_rx_want(peer_kv_rx *rx);
 /* Waits until every pushed chunk was applied (their results wait for peer_kv_rx_done). */
 void peer_kv_rx_sync(peer_kv_rx *rx);

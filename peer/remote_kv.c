@@ -15,7 +15,7 @@
  *
  * Over tcp lanes (peer_conn_sender_driven) a tagged send's bytes move only while this thread
  * progresses the worker, so the sends themselves are windowed too: at most KV_SENDS of the
- * window's chunks have their sends in flight (their buffers are the ring's: no more memory), a
+ * window's chunks have their sends in flight (a chunk's buffer is taken once one has room: two buffers take turns), a
  * new one waits for the oldest only when that many are, and every import progresses them all
  * without waiting (its passes push what the link takes). The receiver finds each chunk by its
  * serial's tag, in order. Sends in flight overlap the rendezvous round trips that one at a time cost a
