@@ -455,7 +455,6 @@ static cudaGraphExec_t decode_graph(gpu_engine *e, int n, int cluster, int tls, 
     }
     int st = run_layers(e, decode_pass(n, cluster, tls), md);
     if (!st) st = logits_compute(e, e->x, 0, n, norm_only);
-    if (!st && tls) st = gpu_tls_join(e); /* TANDEM_TLS_NEXT=lm: its launch beside the logits */
     if (!st) st = gpu_chain_stamp(e, 1);
     cudaError_t ce = cudaStreamEndCapture(e->compute, &g);
     if (tls) gpu_tls_capture_end(e);
@@ -584,7 +583,6 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
         } else {
             st = run_layers(e, decode_pass(n, cluster, tls), md);
             if (!st) st = logits_compute(e, e->x, 0, n); /* n <= GPU_MAX_BATCH = GPU_LOGIT_ROWS */
-            if (!st && tls) st = gpu_tls_join(e);
             prof_mark(e, P_LOGITS);
             if (!st) st = gpu_chain_stamp(e, 1);
         }
@@ -599,7 +597,6 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
         if (timed) GPU_CHECK(cudaEventRecord(e->tev[2], e->compute));
     } else {
         st = run_layers(e, decode_pass(n, cluster, tls), md);
-        if (!st && tls) st = gpu_tls_join(e);
         if (!st) st = gpu_logits_rows(e, e->x, 0, n, logits);
         if (!st) st = gpu_chain_stamp(e, 1);
     }

@@ -87,15 +87,24 @@ static int gemv(cudaStream_t s, int pdl, int sms, int *per_sm_cache, int N, int 
  * (BENCHMARKS.md, pdlchain) gate/up + SwiGLU on 8 warps x 2 or x 4 lost 0.05-0.17 ms a step at
  * batch 2-8 x 1K (and won 0.18 ms in AsyncTLS's staggered 32K batch-8 step): it stays on 4. */
 #define GS_WARPS_PER_SM 23
+#define GS_DEVS 64 /* devices whose occupancy gs_launch keeps (others ask at every launch) */
 
 template <int WA, int U, int NT, int SWI>
 static int gs_launch(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
                      int ldc, int out_f32, float beta)
 {
-    static int per_sm; /* resident blocks per SM (one kernel, one GPU type per process) */
-    if (per_sm <= 0)
+    /* resident blocks per SM, per device (GPUs of different kinds may serve one process); the
+     * same value whichever engine asks first, stored atomically as others may read it */
+    static int per_sm_dev[GS_DEVS];
+    int dev = 0, per_sm = 0;
+    GPU_CHECK(cudaGetDevice(&dev));
+    const int keep = dev >= 0 && dev < GS_DEVS;
+    if (keep) per_sm = __atomic_load_n(&per_sm_dev[dev], __ATOMIC_RELAXED);
+    if (per_sm <= 0) {
         GPU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemm_small<WA, U, NT, SWI>,
                                                                 WA * 32, 0));
+        if (keep) __atomic_store_n(&per_sm_dev[dev], per_sm, __ATOMIC_RELAXED);
+    }
     const long tiles = (N + 15) / 16;
     const long wave = (long)(per_sm > 0 ? per_sm : 1) * (e->sms > 0 ? e->sms : 1);
     GPU_CHECK(gpu_launch(k_gemm_small<WA, U, NT, SWI>, (int)(tiles < wave ? tiles : wave), WA * 32,
@@ -120,11 +129,12 @@ static int gs_usable(gpu_engine *e, int T, int K, const h16 *W, const h16 *x)
     return T >= 2 && T <= e->tune.gemm_small && K % 8 == 0 && ((uintptr_t)W | (uintptr_t)x) % 16 == 0;
 }
 
-/* 1: the small-T kernel ran (or *st holds its failure); 0: not its shape, the caller runs cuBLAS */
+/* 1: the small-T kernel ran (or *st holds its failure); 0: not its shape, the caller runs cuBLAS.
+ * The kernel adds the output (beta 1) or writes it (beta 0): any other beta goes to cuBLAS. */
 static int gemm_small(gpu_engine *e, int T, int N, int K, const h16 *W, const h16 *x, void *out,
                       int ldc, int out_f32, float beta, int *st)
 {
-    if (!gs_usable(e, T, K, W, x) || N < 1 || (!out_f32 && beta != 0.f)) return 0;
+    if (!gs_usable(e, T, K, W, x) || N < 1 || (beta != 0.f && (beta != 1.f || !out_f32))) return 0;
     *st = T <= 8 ? gs_variant<1, 0>(e, T, N, K, W, x, out, ldc, out_f32, beta)
                  : gs_variant<2, 0>(e, T, N, K, W, x, out, ldc, out_f32, beta);
     return 1;

@@ -36,12 +36,10 @@
  *   end: every sparse layer's in one launch after the layers, on the compute stream;
  *   end2: that launch twice (the second writes the same sets again): bench_gpu's A/B of what one
  *        launch costs in the step, the selection unchanged;
- *   lm:  as side in a step of 2 rows or more; in a step of one, end's launch on the side stream
- *        beside the logits (the lm_head), joined after them (forward.cu: gpu_tls_join);
  *   0:   none. NOT EXACT, only for tests/gpu/test_tls_gpu.c's check that the launch matters: the
  *        staggered rows then attend stale sets (the newest blocks alone), not the CPU's
  *        selection, and do less work (not a timing either). Never a default. */
-enum { NEXT_SIDE, NEXT_END, NEXT_END2, NEXT_NONE, NEXT_LM };
+enum { NEXT_SIDE, NEXT_END, NEXT_END2, NEXT_NONE };
 struct gpu_tls_own {
     gpu_tls t; /* first: e->tls points here */
     int next;  /* NEXT_* */
@@ -113,7 +111,6 @@ int gpu_tls_open(gpu_engine *e, const sparse_tls_params *p, int on_default,
               : !strcmp(nev, "end")  ? NEXT_END
               : !strcmp(nev, "end2") ? NEXT_END2
               : !strcmp(nev, "0")    ? NEXT_NONE
-              : !strcmp(nev, "lm")   ? NEXT_LM
                                      : NEXT_SIDE;
     t->p = *p;
     t->on_default = on_default;
@@ -455,14 +452,6 @@ int gpu_tls_step_end(gpu_engine *e, int l0, int l1, int T, const int *pos)
     for (int k = 0; k < at_end; k++)
         GPU_TRY(gpu_tls_next_layers(e->compute, e->tls->c, l0, l1, e->tls->p.dense_layers, T, pos,
                                     e->tls->meta_d));
-    if (o->next == NEXT_LM && T < 2) {
-        /* the one launch on the side stream, beside the logits; the caller joins after them */
-        GPU_CHECK(cudaEventRecord(o->fork, e->compute));
-        GPU_CHECK(cudaStreamWaitEvent(o->side, o->fork, 0));
-        o->forked = 1;
-        return gpu_tls_next_layers(o->side, e->tls->c, l0, l1, e->tls->p.dense_layers, T, pos,
-                                   e->tls->meta_d);
-    }
     return gpu_tls_join(e);
 }
 
@@ -489,7 +478,7 @@ int gpu_tls_layer(gpu_engine *e, int layer, int T, const h16 *q, const int *pos,
     /* the staggered rows' next set of this layer, beside the rest of the step (above); the
      * kernel itself skips the rows that are not staggered, so a captured graph serves any mix */
     gpu_tls_own *o = own(e);
-    if ((o->next != NEXT_SIDE && o->next != NEXT_LM) || T < 2) return ACCEL_OK;
+    if (o->next != NEXT_SIDE || T < 2) return ACCEL_OK;
     GPU_CHECK(cudaEventRecord(o->fork, e->compute));
     GPU_CHECK(cudaStreamWaitEvent(o->side, o->fork, 0));
     o->forked = 1;

@@ -168,9 +168,9 @@ TEST(gpu_shape_hd128_batched_decode_no_pdl)
 }
 
 /* The decode chain's results do not depend on programmatic dependent launch: the same three
- * sequences' batched (T = 3: RMSNorm, the small-T projections, rope and the KV write, attention in
- * one PDL chain) and single decode logits with pdl=0 and the default, bit for bit (PDL only moves
- * when a kernel's blocks start, never what they compute). */
+ * sequences' batched (T = 3: the small-T projections and the attention launched with PDL; the
+ * RMSNorm and rope kernels without) and single decode logits with pdl=0 and the default, bit for
+ * bit (PDL only moves when a kernel's blocks start, never what they compute). */
 static int batched_logits(const char *tune, int *V, float **b, float **s, char *why, size_t n)
 {
     model *m;
