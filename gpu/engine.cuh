@@ -12,7 +12,7 @@
  *   KV cache   one pool of blocks of GPU_KV_BLOCK positions, h16, a block table per sequence
  *              (see "paged KV" below): the 128 keys of one head in a block are contiguous, so
  *              attention tiles are plain row blocks
- *   sparse     a sparse prefill (forward.cu, gpu_prefill_sparse) takes, for the call only,
+ *   sparse     a sparse prefill (prefill_sparse.cu, gpu_prefill_sparse) takes, for the call only,
  *              the residual stream and Q of the whole prompt and the index workspace
  *              (gpu_sparse_bytes: 3.6 GB for 128K tokens of an 8B model), lent by the KV pool
  *              (whole chunks of free blocks: gpu_pool_lend); NOMEM when the pool has no room
@@ -21,7 +21,8 @@
  * the residual stream is float32; GEMM inputs are h16 (weights, normalized
  * activations), GEMMs accumulate in float32 and write float32 (Q/K/V, and the o/down
  * projections, which add into the residual through beta = 1) or h16 (gate/up, re-read once by
- * SwiGLU). Attention reads h16 Q/K/V, accumulates in float32 and rounds P to h16 for the PV
+ * SwiGLU; at 1 and 2..8 rows SwiGLU is fused into the gate/up kernel, decode_fused.cu and
+ * gemm_small.cuh, with the same roundings). Attention reads h16 Q/K/V, accumulates in float32 and rounds P to h16 for the PV
  * product (FlashAttention's arithmetic). */
 #ifndef TANDEM_GPU_ENGINE_CUH
 #define TANDEM_GPU_ENGINE_CUH
