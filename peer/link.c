@@ -761,6 +761,52 @@ int peer_conn_tag_discard(peer_conn *c, uint64_t tag)
     return 1;
 }
 
+/* The oldest arrived, unreceived message whose tag matches `tag` under `mask` (UCX's probe
+ * returns the first match in arrival order): 1 with its tag and length, 0 when none. */
+static int worker_tag_oldest(ucp_worker_h w, uint64_t tag, uint64_t mask, uint64_t *sender_tag, size_t *n)
+{
+    ucp_tag_recv_info_t info = {0};
+    if (!ucp_tag_probe_nb(w, tag, mask, 0, &info)) return 0;
+    *sender_tag = info.sender_tag;
+    *n = info.length;
+    return 1;
+}
+
+/* The oldest such message let go, as peer_conn_tag_discard does, but without waiting for UCX to
+ * be done with it (a flood of strays must not hold the node's loop: the request is released
+ * when UCX finishes it). 1 when there was one, 0 when none. */
+static int worker_tag_drop(ucp_worker_h w, uint64_t tag, uint64_t mask)
+{
+    ucp_tag_recv_info_t info = {0};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(w, tag, mask, 1, &info);
+    if (!msg) return 0;
+    static char none;
+    ucp_request_param_t rp = {0};
+    ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(w, &none, 0, msg, &rp);
+    if (r && !UCS_PTR_IS_ERR(r)) ucp_request_free(r);
+    return 1;
+}
+
+int peer_conn_tag_oldest(peer_conn *c, uint64_t tag, uint64_t mask, uint64_t *sender_tag, size_t *n)
+{
+    return worker_tag_oldest(c->worker, tag, mask, sender_tag, n);
+}
+
+int peer_conn_tag_drop(peer_conn *c, uint64_t tag, uint64_t mask)
+{
+    return worker_tag_drop(c->worker, tag, mask);
+}
+
+int peer_listener_tag_oldest(peer_listener *l, uint64_t *sender_tag, size_t *n)
+{
+    return worker_tag_oldest(l->worker, 0, 0, sender_tag, n);
+}
+
+int peer_listener_tag_drop(peer_listener *l, uint64_t tag)
+{
+    return worker_tag_drop(l->worker, tag, UINT64_MAX);
+}
+
 int peer_conn_tag_recv_test(peer_conn *c, void *req, size_t n)
 {
     ucp_tag_recv_info_t info = {0};

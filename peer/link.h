@@ -134,6 +134,18 @@ int peer_conn_tag_recv_probed(peer_conn *c, uint64_t tag, void *buf, size_t n, v
  * connection's): UCX frees what it holds of it and, over rendezvous, tells the sender it is done
  * without its bytes moving. 1 when there was one, 0 when none. */
 int peer_conn_tag_discard(peer_conn *c, uint64_t tag);
+/* Stray messages (a connection's tags outside what it may send, or tags of no connection:
+ * peer/server.c). peer_conn_tag_oldest looks at the oldest arrived, unreceived message of c's
+ * worker whose tag matches `tag` under `mask`: 1 with its tag in *sender_tag and its length in
+ * *n, 0 when none; nothing is received. peer_conn_tag_drop lets that message go unreceived, as
+ * peer_conn_tag_discard does but without waiting for UCX to finish with it: 1 when there was
+ * one, 0 when none. peer_listener_tag_oldest looks at the oldest message of any tag on the
+ * listener's worker (its connections' shared one); peer_listener_tag_drop lets the oldest
+ * tagged exactly `tag` go. The thread that owns the worker only. */
+int peer_conn_tag_oldest(peer_conn *c, uint64_t tag, uint64_t mask, uint64_t *sender_tag, size_t *n);
+int peer_conn_tag_drop(peer_conn *c, uint64_t tag, uint64_t mask);
+int peer_listener_tag_oldest(peer_listener *l, uint64_t *sender_tag, size_t *n);
+int peer_listener_tag_drop(peer_listener *l, uint64_t tag);
 
 /* Listens on "ADDR:PORT" (port 0: any free port; peer_listener_port says which). */
 int peer_listener_new(const char *addr, peer_listener **out, char *err, size_t errlen);

@@ -99,6 +99,11 @@ long peer_server_handoffs(const peer_server *s);
 /* The most tagged chunks of one connection the node was receiving at once so far: the next
  * chunk's receive starts while one is coming, up to 2 (tests). */
 int peer_server_rx_ahead_max(const peer_server *s);
+/* Tagged messages the node let go as strays so far (outside a connection's window, or of no live
+ * connection: peer/server_stray.c); and whether its last pass found a tagged message queued,
+ * unreceived, on its worker (1) or none (0) (tests). */
+long peer_server_strays(const peer_server *s);
+int peer_server_tags_queued(const peer_server *s);
 /* Starts listening and the server's thread. PEER_OK, or a status with a message in err. The
  * devices stay the caller's to free, after peer_server_stop. */
 int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, size_t errlen);

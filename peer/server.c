@@ -90,8 +90,7 @@ static void sconn_close(peer_server *s, sconn *sc, const char *why)
                      peer_kv_rx_put_back_lost(s->rx, sc->rx[i].slot));
         sc->rx[i].req = NULL;
     }
-    for (uint32_t i = 1; sc->addr_given && i <= PEER_KV_WINDOW; i++) /* unreceived ones, gaps too */
-        peer_conn_tag_discard(sc->c, sc->tag_base + sc->tag_serial + i);
+    stray_closing(s, sc); /* its unreceived messages, gaps and strays too */
     kv_sync(s); /* no chunk of sc's is applied any more, no result of it waits */
     int live = 0;
     for (int i = 0; i < sc->n_seqs; i++)
@@ -322,16 +321,16 @@ static int on_kv(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
 
 /* ADDR_REQ: this worker's address and the connection's tag base (after the handshake only:
  * handle() never gets here before). */
-static int on_addr_req(sconn *sc, size_t n)
+static int on_addr_req(peer_server *s, sconn *sc, size_t n)
 {
     if (n) return PEER_ERR_PROTO;
     const void *a;
     size_t len;
-    uint8_t nonce[PEER_NONCE];
-    if (peer_conn_local_address(sc->c, &a, &len) || len < 1 || len > PEER_ADDR_MAX || peer_nonce(nonce))
+    uint64_t base;
+    if (peer_conn_local_address(sc->c, &a, &len) || len < 1 || len > PEER_ADDR_MAX || stray_tag_base(s, &base))
         return reply(sc, ACCEL_ERR_UNSUPPORTED, 0);
     uint8_t fixed[PEER_ADDR_FIXED];
-    memcpy(&sc->tag_base, nonce, sizeof sc->tag_base);
+    sc->tag_base = base;
     sc->tag_serial = 0;
     sc->addr_given = 1;
     peer_addr_write(fixed, sc->tag_base, "", 0);
@@ -468,7 +467,9 @@ static int rx_probe(peer_server *s, sconn *sc)
            sc->rx_n < (sc->ahead ? RX_AHEAD : 1)) {
         size_t length;
         int r = peer_conn_tag_probe(sc->c, sc->tag_base + sc->tag_serial + 1, &length);
-        if (r <= 0) return r;
+        if (r < 0) return r;
+        if (r == 0) return stray_check(s, sc); /* the next one not in: anything else of its queued? */
+        sc->gap_since = 0;
         if (length <= PEER_KV_FIXED || length > PEER_KV_TAG_MAX) {
             peer_log(1, "peer_kv_refused", "peer=%s serial=%u bytes=%zu reason=\"a tagged chunk's length out of bounds\"",
                      sc->name, sc->tag_serial + 1, length);
@@ -546,7 +547,7 @@ static int on_ready(peer_server *s, sconn *sc, const peer_header *h, const uint8
         if (peer_words_read(p, h->length, 1, &w) || w.w[0] >= (uint32_t)s->cfg.n_devs) return PEER_ERR_PROTO;
         return reply(sc, accel_warmup(s->devs[w.w[0]]), 0);
     case PEER_KV: return on_kv(s, sc, p, h->length);
-    case PEER_ADDR_REQ: return on_addr_req(sc, h->length);
+    case PEER_ADDR_REQ: return on_addr_req(s, sc, h->length);
     case PEER_DECODE: return peer_server_on_decode(s, sc, p, h->length);
     case PEER_DECODE_ARGMAX: return peer_server_on_decode_argmax(s, sc, p, h->length);
     }
@@ -734,6 +735,7 @@ static void server_pass(peer_server *s)
             }
             pp = &sc->next;
         }
+        stray_sweep(s); /* messages of no live connection */
     }
 }
 

@@ -21,6 +21,10 @@
  * checked: waiting for that check to reuse its slot (two slots taking turns) lost x0.83 on the
  * quiet node (BENCHMARKS.md, wiretcp9: the next chunk's bytes no longer followed on the socket). */
 #define RX_AHEAD 2
+/* A connection's tags: its base's high 32 bits, the serial in the low 32 (peer/server_stray.c). */
+#define TAG_CONN_MASK 0xffffffff00000000ull
+/* Closed connections remembered to name the sender of their late messages in the log. */
+#define STRAY_CLOSED_KEPT 8
 /* A REPLY frame: header and two words. */
 #define KV_REPLY_BYTES (PEER_HEADER_BYTES + 8)
 
@@ -51,6 +55,7 @@ typedef struct sconn {
     int ahead;          /* its last chunk came over tcp lanes (PEER_KV_TAG_AHEAD) */
     uint64_t tag_base;  /* random per connection: its tagged messages are tag_base + serial */
     uint32_t tag_serial; /* the last serial whose receive started */
+    double gap_since;    /* when its oldest queued message was found ahead of its next serial (0: not) */
     /* KV chunks' REPLYs not sent yet (kv_reply): at most half a window of them */
     uint8_t held[PEER_KV_WINDOW / 2 * KV_REPLY_BYTES];
     int n_held;
@@ -108,6 +113,14 @@ struct peer_server {
     int n_handoff;
     _Atomic long handed; /* peer_server_handoffs */
     _Atomic int rx_ahead_max; /* peer_server_rx_ahead_max */
+    /* tagged messages of no live connection (peer/server_stray.c) */
+    struct closed_tags {
+        uint64_t base;
+        char name[PEER_NAME_MAX + 1];
+    } closed[STRAY_CLOSED_KEPT]; /* the last connections closed: to name late arrivals' sender */
+    int closed_next;
+    _Atomic long strays;     /* peer_server_strays */
+    _Atomic int tags_queued; /* peer_server_tags_queued */
 };
 
 /* sc's sequence `id` on device `dev`, or NULL (no such one, or of another device). */
@@ -121,5 +134,18 @@ static inline sseq *seq_get(sconn *sc, uint32_t id, uint32_t dev)
  * or a status that closes the connection. */
 int peer_server_on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n);
 int peer_server_on_decode_argmax(peer_server *s, sconn *sc, const uint8_t *p, size_t n);
+
+/* Tagged messages outside what the node will receive (peer/server_stray.c). The node's loop
+ * thread only. stray_tag_base: a fresh tag base (random high 32 bits, no live connection's, not
+ * 0; the low 32 bits zero, for the serials): 0, or -1 when no random bytes came. stray_check: looks at sc's oldest queued
+ * message when its next serial's is not there: PEER_OK, or PEER_ERR_PROTO (logged, the message
+ * let go) for a serial outside its window, or one ahead of a missing serial for longer than the
+ * sender's call timeout. stray_closing: lets sc's queued messages go as it closes, and
+ * remembers it for the log. stray_sweep: lets go the messages of no live connection (late ones
+ * of a closed connection, or made up), a bounded number per pass, logged. */
+int stray_tag_base(peer_server *s, uint64_t *base);
+int stray_check(peer_server *s, sconn *sc);
+void stray_closing(peer_server *s, sconn *sc);
+void stray_sweep(peer_server *s);
 
 #endif

@@ -12,8 +12,10 @@
 #include "peer/peer.h"
 #include "tests/peer/peer_util.h"
 #include "tests/util.h"
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct raw {
     peer_conn *c;
@@ -204,6 +206,125 @@ TEST(peer_tagged_chunk_lies_refused_on_its_sequence)
     }
     peer_node_free(node);
     free(b);
+    for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
+    accel_free(pf);
+    two_stop(&t);
+}
+
+/* ---------------------------------------------------------------- strays (issue 26) */
+
+static _Atomic int g_stray_lines;
+
+static void nap_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void count_strays(int warn, const char *event, const char *msg)
+{
+    (void)msg;
+    if (warn && !strcmp(event, "peer_stray_tag")) atomic_fetch_add(&g_stray_lines, 1);
+}
+
+/* Until the node's last pass found no tagged message queued on its worker: 1, or 0 after 3 s. */
+static int queue_empties(peer_server *s)
+{
+    double end = peer_now() + 3;
+    while (peer_now() < end) {
+        if (!peer_server_tags_queued(s)) return 1;
+        nap_ms(10);
+    }
+    return 0;
+}
+
+/* One tagged message of n bytes (its fixed part a chunk's: the node never gets that far). */
+static int raw_tag_at(raw *r, uint64_t tag, size_t n)
+{
+    uint8_t *m = calloc(1, n);
+    if (!m) return PEER_ERR_NOMEM;
+    peer_kv k = {0, 0, 0, PEER_KV_RUN_START, NULL, 0, 0, 0};
+    peer_kv_write_fixed(m, &k);
+    void *req = NULL;
+    int st = peer_conn_tag_send_start(r->c, tag, m, n, &req);
+    /* eager ones complete at once; a rendezvous one when the node lets it go (or closes) */
+    if (!st && req) peer_conn_req_wait(r->c, req, 3);
+    free(m);
+    return st;
+}
+
+/* Messages no connection of the node will receive — a closed connection's late chunks, tags
+ * of no connection at all, serials outside a live connection's window — are let go, and the
+ * node's queue ends empty; the one outside its window closes its connection with a log line;
+ * a good peer beside them keeps working. Eager (small) and rendezvous (256 KiB) messages. */
+TEST(peer_stray_tags_let_go)
+{
+    two t;
+    accel_dev *pf;
+    if (two_start_pf(&t, 0, &pf)) return;
+    atomic_store(&g_stray_lines, 0);
+    peer_set_log(count_strays);
+    int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
+    kvcopy kv = {0};
+    int32_t first;
+    REQUIRE(prefill_kv(pf, ids, 8, &kv, &first) == 0);
+    char err[256];
+    peer_node *node;
+    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
+    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
+    REQUIRE(rd);
+
+    /* (1) a closed connection's chunks arriving after its close (sent here by another
+     * connection in its tag range: to the node the same messages; UCX does not say who sent) */
+    raw gone, late;
+    REQUIRE(raw_open(t.addr, &gone) == 0);
+    uint64_t gone_base = gone.base;
+    peer_conn_free(gone.c);
+    REQUIRE(raw_open(t.addr, &late) == 0);
+    CHECK(late.base != gone_base && (late.base & 0xffffffffull) == 0);
+    nap_ms(200); /* the node has seen gone's close */
+    long s0 = peer_server_strays(t.srv);
+    CHECK_EQ(raw_tag_at(&late, gone_base + 1, 64), PEER_OK);
+    CHECK_EQ(raw_tag_at(&late, gone_base + 2, 256 << 10), PEER_OK);
+    /* made-up tags: of no connection at all */
+    CHECK_EQ(raw_tag_at(&late, 0x1234, 64), PEER_OK);
+    CHECK_EQ(raw_tag_at(&late, 0x5a5a000000000007ull, 256 << 10), PEER_OK);
+    /* an eager send is done once sent: the node may not have seen it yet */
+    for (double end = peer_now() + 3; peer_server_strays(t.srv) - s0 < 4 && peer_now() < end;) nap_ms(10);
+    CHECK_MSG(queue_empties(t.srv), "the node's queue still holds a tagged message of no connection");
+    CHECK_MSG(peer_server_strays(t.srv) - s0 == 4, "%ld strays let go, 4 sent", peer_server_strays(t.srv) - s0);
+    /* the sender is not known from those: its connection stays */
+    uint32_t sq;
+    CHECK_EQ(raw_words(&late, PEER_SEQ_NEW, 0, 16, &sq), 0);
+
+    /* (2) serials outside its own window: its connection closed, the messages let go */
+    int lines = atomic_load(&g_stray_lines);
+    CHECK_EQ(raw_tag_at(&late, late.base + 1 + PEER_KV_WINDOW + 7, 256 << 10), PEER_OK);
+    peer_header h;
+    const uint8_t *p;
+    int st = peer_conn_recv(late.c, 4096, &h, &p, 3);
+    CHECK_MSG(st == PEER_ERR_IO, "a serial past the window: %s instead of the connection closed", peer_strerror(st));
+    CHECK(atomic_load(&g_stray_lines) > lines);
+    CHECK_MSG(queue_empties(t.srv), "the node's queue still holds the stray");
+    peer_conn_free(late.c);
+
+    raw dup;
+    REQUIRE(raw_open(t.addr, &dup) == 0);
+    lines = atomic_load(&g_stray_lines);
+    CHECK_EQ(raw_tag_at(&dup, dup.base + 0, 64), PEER_OK); /* behind the window (serial 0: never one) */
+    st = peer_conn_recv(dup.c, 4096, &h, &p, 3);
+    CHECK_MSG(st == PEER_ERR_IO, "a serial behind the window: %s instead of the connection closed", peer_strerror(st));
+    CHECK(atomic_load(&g_stray_lines) > lines);
+    CHECK_MSG(queue_empties(t.srv), "the node's queue still holds the stray");
+    peer_conn_free(dup.c);
+
+    /* the good peer beside them still imports and decodes */
+    int32_t out[2];
+    CHECK_EQ(import_decode(rd, &kv, first, 2, out), 0);
+    CHECK_MSG(queue_empties(t.srv), "the node's queue holds a message after the good peer's chunks");
+    accel_free(rd);
+    peer_node_free(node);
+    peer_set_log(NULL);
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     accel_free(pf);
     two_stop(&t);
