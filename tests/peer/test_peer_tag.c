@@ -4,7 +4,9 @@
  * than its message holds, or fewer, is refused on its own sequence (its REPLY, in order) while
  * the chunks beside it are taken; a message with nothing after its fixed part closes the
  * connection with a log line; one longer than the bound is refused before any of its bytes
- * are received or a buffer is taken for it; and the node goes on serving others throughout. */
+ * are received or a buffer is taken for it; and the node goes on serving others throughout.
+ * Stray tagged messages (issue 26) — a closed connection's, made-up tags, serials outside a
+ * connection's window — are let go and the node's queue ends empty (peer/server_stray.c). */
 #include "tests/test.h"
 #include "devices/devices.h"
 #include "peer/auth.h"
@@ -317,6 +319,20 @@ TEST(peer_stray_tags_let_go)
     CHECK(atomic_load(&g_stray_lines) > lines);
     CHECK_MSG(queue_empties(t.srv), "the node's queue still holds the stray");
     peer_conn_free(dup.c);
+
+    /* (3) in another live connection's range, past its window: UCX does not say who sent it,
+     * so the owner's connection is the one closed (its sender re-places its requests); guessing
+     * a range takes 2^32 tries, each let go. The sender's connection stays. */
+    raw x, y;
+    REQUIRE(raw_open(t.addr, &x) == 0);
+    REQUIRE(raw_open(t.addr, &y) == 0);
+    CHECK_EQ(raw_tag_at(&x, y.base + 1 + PEER_KV_WINDOW + 3, 64), PEER_OK);
+    st = peer_conn_recv(y.c, 4096, &h, &p, 3);
+    CHECK_MSG(st == PEER_ERR_IO, "a stray in its range: %s instead of the connection closed", peer_strerror(st));
+    CHECK_MSG(queue_empties(t.srv), "the node's queue still holds the stray");
+    CHECK_EQ(raw_words(&x, PEER_SEQ_NEW, 0, 16, &sq), 0);
+    peer_conn_free(x.c);
+    peer_conn_free(y.c);
 
     /* the good peer beside them still imports and decodes */
     int32_t out[2];
