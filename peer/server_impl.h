@@ -25,6 +25,8 @@
 #define TAG_CONN_MASK 0xffffffff00000000ull
 /* Closed connections remembered to name the sender of their late messages in the log. */
 #define STRAY_CLOSED_KEPT 8
+/* The sweep's log lines at most one a second: a flood must not flood the log too. */
+#define STRAY_LOG_S 1.0
 /* A REPLY frame: header and two words. */
 #define KV_REPLY_BYTES (PEER_HEADER_BYTES + 8)
 
@@ -120,6 +122,12 @@ struct peer_server {
     } closed[STRAY_CLOSED_KEPT]; /* the last connections closed: to name late arrivals' sender */
     int closed_next;
     _Atomic long strays;     /* peer_server_strays */
+    /* the sweep's log line: at most one a STRAY_LOG_S, what was let go since the last one in it */
+    double stray_logged;
+    long stray_msgs;
+    size_t stray_bytes;
+    uint64_t stray_tag;
+    char stray_name[PEER_NAME_MAX + 1];
     _Atomic int tags_queued; /* peer_server_tags_queued */
 };
 

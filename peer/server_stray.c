@@ -14,7 +14,7 @@
  *    ahead of a serial that has not come is allowed the sender's call timeout;
  *  - a closing connection's queued messages are let go at once;
  *  - every pass, the oldest queued message of the worker is looked at: one of no live
- *    connection is let go (up to SWEEP_MAX a pass, logged once a pass), until the oldest is a
+ *    connection is let go (up to SWEEP_MAX a pass; a log line at most once a second), until the oldest is a
  *    live connection's (received in turn, or closed by the check above) or none is left.
  * Cost: one probe per connection whose next chunk is not in yet (a lookup in UCX's queue), and
  * one unmasked probe (the head of the queue) per pass; nothing on a chunk that is there. */
@@ -92,9 +92,8 @@ static int tag_owner(peer_server *s, uint64_t tag, const char **name)
 void stray_sweep(peer_server *s)
 {
     int dropped = 0;
-    const char *name = NULL;
-    uint64_t tag, first = 0;
-    size_t n, bytes = 0;
+    uint64_t tag;
+    size_t n;
     for (;;) {
         if (!peer_listener_tag_oldest(s->l, &tag, &n)) {
             atomic_store_explicit(&s->tags_queued, 0, memory_order_relaxed);
@@ -105,17 +104,23 @@ void stray_sweep(peer_server *s)
             atomic_store_explicit(&s->tags_queued, 1, memory_order_relaxed);
             break;
         }
-        if (!dropped++) {
-            first = tag;
-            name = who;
+        if (!s->stray_msgs++) {
+            s->stray_tag = tag;
+            snprintf(s->stray_name, sizeof s->stray_name, "%s", who);
         }
-        bytes += n;
+        s->stray_bytes += n;
+        dropped++;
         peer_listener_tag_drop(s->l, tag);
     }
-    if (!dropped) return;
-    atomic_fetch_add(&s->strays, dropped);
-    peer_log(1, "peer_stray_tag", "peer=%s tag=0x%016llx messages=%d bytes=%zu reason=\"tagged messages of no live connection (sent after it closed, or made up): let go\"",
-             name, (unsigned long long)first, dropped, bytes);
+    if (dropped) atomic_fetch_add(&s->strays, dropped);
+    if (!s->stray_msgs) return;
+    double now = peer_now();
+    if (now - s->stray_logged < STRAY_LOG_S) return;
+    peer_log(1, "peer_stray_tag", "peer=%s tag=0x%016llx messages=%ld bytes=%zu reason=\"tagged messages of no live connection (sent after it closed, or made up): let go\"",
+             s->stray_name, (unsigned long long)s->stray_tag, s->stray_msgs, s->stray_bytes);
+    s->stray_logged = now;
+    s->stray_msgs = 0;
+    s->stray_bytes = 0;
 }
 
 long peer_server_strays(const peer_server *s)

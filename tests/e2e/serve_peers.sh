@@ -11,6 +11,8 @@
 #                     worker address got UCX's sysv/posix/cma lanes (A's log), KV as tagged messages
 #   peers_transport_* peer_transport = stream keeps the KV on the TCP stream, UCX_TLS=tcp gives the
 #                     address endpoint TCP lanes; the text is the same either way
+#   peers_no_strays   none of those nodes' tagged KV chunks is taken by B for a stray message
+#                     (event=peer_stray_tag: a serial outside a connection's window, issue 26)
 #   peers_wrong_key   a node with another peer_key is refused by B (logged there) and starts
 #                     without B's devices (logged, not fatal)
 #   peers_corrupt_*   a KV chunk corrupted on the wire (TANDEM_PEER_FAULT on A) is detected by
@@ -37,7 +39,7 @@
 . tests/e2e/lib/serve.sh
 export TANDEM_CACHE_DIR="$T/cache"
 KEY=e2e-peer-key-0123456789
-emu_ready "peers_placed peers_text peers_stream peers_shm peers_transport_stream peers_transport_tcp peers_wrong_key peers_sender_killed peers_sender_killed_no_leak peers_receiver_killed peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed peers_reconnect peers3_late_down peers3_late_joined peers3_spread peers3_kill_c_loses_nothing peers3_text_b" || exit 0
+emu_ready "peers_placed peers_text peers_stream peers_shm peers_transport_stream peers_transport_tcp peers_no_strays peers_wrong_key peers_sender_killed peers_sender_killed_no_leak peers_receiver_killed peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed peers_reconnect peers3_late_down peers3_late_joined peers3_spread peers3_kill_c_loses_nothing peers3_text_b" || exit 0
 
 BPID=
 node_b_stop() { [ -n "$BPID" ] && kill -TERM "$BPID" 2>/dev/null && wait "$BPID" 2>/dev/null; BPID=; }
@@ -98,6 +100,9 @@ for how in stream tcp; do
     check peers_transport_$how sh -c "[ $code = 200 ] && grep -q 'event=peer_device_opened device=nodeB/fpga-emu:0 $want' $LOG && cmp -s $T/got.$how $T/got.remote"
     serve_stop
 done
+# KV over shared memory and over TCP lanes, three node A's come and gone: not one of their tagged
+# chunks was taken for a stray (peer/server_stray.c)
+check peers_no_strays sh -c "grep -q 'event=peer_closed peer=nodeA' $BLOG && ! grep -q 'event=peer_stray_tag' $BLOG"
 serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$BPORT" --peer-key "$KEY" ||
     { fail peers_start "node A did not start"; exit 0; }
 
