@@ -14,8 +14,9 @@
  *    ahead of a serial that has not come is allowed the sender's call timeout;
  *  - a closing connection's queued messages are let go at once;
  *  - every pass, the oldest queued message of the worker is looked at: one of no live
- *    connection is let go (up to SWEEP_MAX a pass; a log line at most once a second), until the oldest is a
- *    live connection's (received in turn, or closed by the check above) or none is left.
+ *    connection is let go (up to SWEEP_MAX a pass; a log line at most once a second), until
+ *    the oldest is a live connection's (received in turn, or closed by the check above) or
+ *    none is left.
  * Cost: one probe per connection whose next chunk is not in yet (a lookup in UCX's queue), and
  * one unmasked probe (the head of the queue) per pass; nothing on a chunk that is there. */
 #include "peer/server_impl.h"
@@ -59,8 +60,8 @@ int stray_check(peer_server *s, sconn *sc)
     else if (!sc->gap_since) sc->gap_since = peer_now();
     else if (peer_now() - sc->gap_since > PEER_CALL_TIMEOUT_S) why = "a tagged message ahead of one that never came";
     if (!why) return PEER_OK;
-    peer_log(1, "peer_stray_tag", "peer=%s serial=%u expected=%u bytes=%zu reason=\"%s\"", sc->name, serial,
-             sc->tag_serial + 1, n, why);
+    peer_log(1, "peer_stray_tag", "peer=%s serial=%u expected=%u bytes=%zu reason=\"%s\"", sc->name,
+             serial, sc->tag_serial + 1, n, why);
     peer_conn_tag_drop(sc->c, tag, UINT64_MAX);
     atomic_fetch_add(&s->strays, 1);
     return PEER_ERR_PROTO;
@@ -116,7 +117,9 @@ void stray_sweep(peer_server *s)
     if (!s->stray_msgs) return;
     double now = peer_now();
     if (now - s->stray_logged < STRAY_LOG_S) return;
-    peer_log(1, "peer_stray_tag", "peer=%s tag=0x%016llx messages=%ld bytes=%zu reason=\"tagged messages of no live connection (sent after it closed, or made up): let go\"",
+    peer_log(1, "peer_stray_tag",
+             "peer=%s tag=0x%016llx messages=%ld bytes=%zu reason=\"tagged messages of no live "
+             "connection (sent after it closed, or made up): let go\"",
              s->stray_name, (unsigned long long)s->stray_tag, s->stray_msgs, s->stray_bytes);
     s->stray_logged = now;
     s->stray_msgs = 0;
