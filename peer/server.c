@@ -90,7 +90,7 @@ static void sconn_close(peer_server *s, sconn *sc, const char *why)
                      peer_kv_rx_put_back_lost(s->rx, sc->rx[i].slot));
         sc->rx[i].req = NULL;
     }
-    stray_closing(s, sc); /* its unreceived messages, gaps and strays too */
+    peer_server_stray_closing(s, sc); /* its unreceived messages, gaps and strays too */
     kv_sync(s); /* no chunk of sc's is applied any more, no result of it waits */
     int live = 0;
     for (int i = 0; i < sc->n_seqs; i++)
@@ -327,7 +327,8 @@ static int on_addr_req(peer_server *s, sconn *sc, size_t n)
     const void *a;
     size_t len;
     uint64_t base;
-    if (peer_conn_local_address(sc->c, &a, &len) || len < 1 || len > PEER_ADDR_MAX || stray_tag_base(s, &base))
+    if (peer_conn_local_address(sc->c, &a, &len) || len < 1 || len > PEER_ADDR_MAX ||
+        peer_server_stray_base(s, &base))
         return reply(sc, ACCEL_ERR_UNSUPPORTED, 0);
     uint8_t fixed[PEER_ADDR_FIXED];
     sc->tag_base = base;
@@ -468,7 +469,7 @@ static int rx_probe(peer_server *s, sconn *sc)
         size_t length;
         int r = peer_conn_tag_probe(sc->c, sc->tag_base + sc->tag_serial + 1, &length);
         if (r < 0) return r;
-        if (r == 0) return stray_check(s, sc); /* the next one not in: anything else of its queued? */
+        if (r == 0) return peer_server_stray_check(s, sc); /* not in: anything else of its queued? */
         sc->gap_since = 0;
         if (length <= PEER_KV_FIXED || length > PEER_KV_TAG_MAX) {
             peer_log(1, "peer_kv_refused", "peer=%s serial=%u bytes=%zu reason=\"a tagged chunk's length out of bounds\"",
@@ -735,7 +736,7 @@ static void server_pass(peer_server *s)
             }
             pp = &sc->next;
         }
-        stray_sweep(s); /* messages of no live connection */
+        peer_server_stray_sweep(s); /* messages of no live connection */
     }
 }
 

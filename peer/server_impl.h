@@ -55,9 +55,9 @@ typedef struct sconn {
     char name[PEER_NAME_MAX + 1];
     int addr_given;     /* ADDR sent: tagged chunks looked for */
     int ahead;          /* its last chunk came over tcp lanes (PEER_KV_TAG_AHEAD) */
-    uint64_t tag_base;  /* random per connection: its tagged messages are tag_base + serial */
+    uint64_t tag_base;  /* its tagged messages are tag_base + serial (random high 32 bits) */
     uint32_t tag_serial; /* the last serial whose receive started */
-    double gap_since;    /* when its oldest queued message was found ahead of its next serial (0: not) */
+    double gap_since;    /* since when its oldest message waits ahead of its next serial (0: not) */
     /* KV chunks' REPLYs not sent yet (kv_reply): at most half a window of them */
     uint8_t held[PEER_KV_WINDOW / 2 * KV_REPLY_BYTES];
     int n_held;
@@ -144,16 +144,18 @@ int peer_server_on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
 int peer_server_on_decode_argmax(peer_server *s, sconn *sc, const uint8_t *p, size_t n);
 
 /* Tagged messages outside what the node will receive (peer/server_stray.c). The node's loop
- * thread only. stray_tag_base: a fresh tag base (random high 32 bits, no live connection's, not
- * 0; the low 32 bits zero, for the serials): 0, or -1 when no random bytes came. stray_check: looks at sc's oldest queued
- * message when its next serial's is not there: PEER_OK, or PEER_ERR_PROTO (logged, the message
- * let go) for a serial outside its window, or one ahead of a missing serial for longer than the
- * sender's call timeout. stray_closing: lets sc's queued messages go as it closes, and
- * remembers it for the log. stray_sweep: lets go the messages of no live connection (late ones
- * of a closed connection, or made up), a bounded number per pass, logged. */
-int stray_tag_base(peer_server *s, uint64_t *base);
-int stray_check(peer_server *s, sconn *sc);
-void stray_closing(peer_server *s, sconn *sc);
-void stray_sweep(peer_server *s);
+ * thread only. peer_server_stray_base: a fresh tag base (random high 32 bits, no live or
+ * recently closed connection's, not 0; the low 32 bits zero, for the serials): 0, or -1 when
+ * no random bytes came. peer_server_stray_check: looks at sc's oldest queued message when its
+ * next serial's is not there: PEER_OK, or PEER_ERR_PROTO (logged, the message let go) for a
+ * serial outside its window, or one ahead of a missing serial for longer than the sender's
+ * call timeout. peer_server_stray_closing: lets sc's queued messages go as it closes, and
+ * remembers it for the log. peer_server_stray_sweep: lets go the messages of no live
+ * connection (late ones of a closed connection, or made up), a bounded number per pass,
+ * logged at most once a second. */
+int peer_server_stray_base(peer_server *s, uint64_t *base);
+int peer_server_stray_check(peer_server *s, sconn *sc);
+void peer_server_stray_closing(peer_server *s, sconn *sc);
+void peer_server_stray_sweep(peer_server *s);
 
 #endif

@@ -26,7 +26,7 @@
 /* Strays let go per pass: a flood is worked off over passes, other connections served between. */
 #define SWEEP_MAX 256
 
-int stray_tag_base(peer_server *s, uint64_t *base)
+int peer_server_stray_base(peer_server *s, uint64_t *base)
 {
     for (int tries = 0; tries < 16; tries++) {
         uint8_t nonce[PEER_NONCE];
@@ -35,7 +35,8 @@ int stray_tag_base(peer_server *s, uint64_t *base)
         memcpy(&b, nonce, sizeof b);
         b &= TAG_CONN_MASK;
         int taken = b == 0;
-        for (sconn *o = s->conns; o && !taken; o = o->next) taken = o->addr_given && o->tag_base == b;
+        for (sconn *o = s->conns; o && !taken; o = o->next)
+            taken = o->addr_given && o->tag_base == b;
         for (int i = 0; i < STRAY_CLOSED_KEPT && !taken; i++) taken = s->closed[i].base == b;
         if (!taken) {
             *base = b;
@@ -45,7 +46,7 @@ int stray_tag_base(peer_server *s, uint64_t *base)
     return -1; /* 16 clashes in a 2^32 space: the random source is broken */
 }
 
-int stray_check(peer_server *s, sconn *sc)
+int peer_server_stray_check(peer_server *s, sconn *sc)
 {
     uint64_t tag;
     size_t n;
@@ -58,7 +59,8 @@ int stray_check(peer_server *s, sconn *sc)
     const char *why = NULL;
     if (ahead >= PEER_KV_WINDOW) why = "a tagged message outside its window of serials";
     else if (!sc->gap_since) sc->gap_since = peer_now();
-    else if (peer_now() - sc->gap_since > PEER_CALL_TIMEOUT_S) why = "a tagged message ahead of one that never came";
+    else if (peer_now() - sc->gap_since > PEER_CALL_TIMEOUT_S)
+        why = "a tagged message ahead of one that never came";
     if (!why) return PEER_OK;
     peer_log(1, "peer_stray_tag", "peer=%s serial=%u expected=%u bytes=%zu reason=\"%s\"", sc->name,
              serial, sc->tag_serial + 1, n, why);
@@ -67,7 +69,7 @@ int stray_check(peer_server *s, sconn *sc)
     return PEER_ERR_PROTO;
 }
 
-void stray_closing(peer_server *s, sconn *sc)
+void peer_server_stray_closing(peer_server *s, sconn *sc)
 {
     if (!sc->addr_given) return;
     /* what is queued now: bounded by what may be queued at all (the sweep takes the rest) */
@@ -90,7 +92,7 @@ static int tag_owner(peer_server *s, uint64_t tag, const char **name)
     return 0;
 }
 
-void stray_sweep(peer_server *s)
+void peer_server_stray_sweep(peer_server *s)
 {
     int dropped = 0;
     uint64_t tag;
