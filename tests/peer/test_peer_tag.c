@@ -259,11 +259,11 @@ static int raw_tag_at(raw *r, uint64_t tag, size_t n)
  * of no connection at all, serials outside a live connection's window — are let go, and the
  * node's queue ends empty; the one outside its window closes its connection with a log line;
  * a good peer beside them keeps working. Eager (small) and rendezvous (256 KiB) messages. */
-TEST(peer_stray_tags_let_go)
+static void strays_let_go(int rx_threads)
 {
     two t;
     accel_dev *pf;
-    if (two_start_pf(&t, 0, &pf)) return;
+    if (two_start_pf(&t, rx_threads, &pf)) return;
     atomic_store(&g_stray_lines, 0);
     peer_set_log(count_strays);
     int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
@@ -344,4 +344,16 @@ TEST(peer_stray_tags_let_go)
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     accel_free(pf);
     two_stop(&t);
+}
+
+TEST(peer_stray_tags_let_go)
+{
+    strays_let_go(1);
+}
+
+/* The same with two receiving threads taking turns at the node's loop (the sweep among what
+ * the token's holder does). */
+TEST(peer_stray_tags_let_go_two_receivers)
+{
+    strays_let_go(2);
 }
