@@ -82,16 +82,8 @@ static void small_launch(int pdl, int sms, int T, int N, int K, const __nv_bfloa
     if (per_sm <= 0)
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemm_small<WA, U, NT, SWI>, WA * 32, 0));
     const int tiles = (N + 15) / 16, wave = per_sm * sms;
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(tiles < wave ? tiles : wave);
-    cfg.blockDim = dim3(WA * 32);
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    CK(cudaLaunchKernelEx(&cfg, k_gemm_small<WA, U, NT, SWI>, W, x, T, N, K, out, ldc, out_f32, beta));
+    CK(gpu_launch(k_gemm_small<WA, U, NT, SWI>, tiles < wave ? tiles : wave, WA * 32, 0, (cudaStream_t)0,
+                  pdl, W, x, T, N, K, out, ldc, out_f32, beta)); /* engine.cuh's launch, as gemm.cu */
 }
 
 struct small_variant {
