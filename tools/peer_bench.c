@@ -5,7 +5,7 @@
  *                    [--path stream|tag] [--poll-us N] [--buffers N] [--sends N] [--crc 0|1]
  *                    [--announce 0|1] [--rx-one 0|1] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1]
  *                    [--rx-threads 0..2] [--rx-ahead N] [--rx-same 0|1]
- *                    [--tcp-handoff 0|1] [--warm 0|1] [--tx-tight 0|1] [--rx-tight 0|1]
+ *                    [--tcp-handoff 0|1] [--warm 0|1] [--tx-tight 0|1] [--rx-tight 0|1] [--hold N]
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
@@ -72,6 +72,10 @@
  * coming and being checked hold at most --rx-ahead kv_rx slots, so that two take turns (the
  * receive ahead waits for the chunk before to be checked, then takes its slot); default 0, as
  * peer/server.c: the receive ahead starts at once, in a third slot.
+ * --hold N (measurement only): the node's REPLYs held back until N of them (1..4; default 4, half
+ * the window's chunks, as peer/server.c; 1: each chunk answered once checked).
+ * --sizes: each KV chunk 17 bytes .. 128 MiB (KV_SIZE_MAX: a 32K-token Llama-3-8B layer chunk is
+ * 65 MiB), or 0 (none: the logits only); a size outside is refused before anything is allocated.
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
  * (bench/peer_bench.sh). */
@@ -155,6 +159,16 @@ static int g_warm = 1;
  * was checked, into its slot: two slots take turns); 0 (default, as peer/server.c): the receive
  * ahead starts at once, in a third slot. */
 static int g_tx_tight = 1, g_rx_tight = 0;
+/* g_hold: the node's REPLYs held back until this many (--hold 1..PEER_KV_WINDOW / 2; default half
+ * a window of chunks, as peer/server.c kv_reply), besides when nothing more is coming. Measurement
+ * only: at 16 MiB chunks the window's bytes (PEER_KV_WINDOW_BYTES) hold 4 chunks, so half a window
+ * of chunks is all of it (BENCHMARKS.md, wirefinal). */
+static int g_hold = PEER_KV_WINDOW / 2;
+/* The largest KV chunk (a tagged message, its fixed part included) a run may send: a 32K-token
+ * Llama-3-8B layer in one chunk is 65 MiB and its parts (a sparse prefill's, peer_handover's), so
+ * twice that, under the link's bound for one message (PEER_KV_TAG_MAX, 256 MiB). The sender's
+ * buffers and the node's bound are the largest size asked, not this. */
+#define KV_SIZE_MAX (128L << 20)
 
 /* Stage clocks (peer_now sums, seconds) of the node's loop and its kv_rx thread, printed by the
  * node when the connection closes, per chunk over every chunk it received (the warm-up pass
@@ -232,6 +246,7 @@ typedef struct node {
     size_t one_cap;
     uint8_t *answer;
     long announce_size;
+    size_t kv_max; /* the largest chunk the sender may send (its --sizes) */
     uint32_t sink;
     int n_th;
     pthread_mutex_t mu;
@@ -240,14 +255,14 @@ typedef struct node {
 } node;
 
 /* A REPLY held back and sent with the next ones, as the peer server does (peer/server.c
- * kv_reply): at half a window. -1 when the send failed. */
+ * kv_reply): at half a window (--hold). -1 when the send failed. */
 static int hold(node *nd)
 {
     uint8_t rep[8] = {0};
     uint8_t *hp = nd->held + (size_t)nd->n_held * (PEER_HEADER_BYTES + 8);
     peer_header_write(hp, PEER_REPLY, 8);
     memcpy(hp + PEER_HEADER_BYTES, rep, 8);
-    if (++nd->n_held >= PEER_KV_WINDOW / 2) return flush_held(nd->c, nd->held, &nd->n_held);
+    if (++nd->n_held >= g_hold) return flush_held(nd->c, nd->held, &nd->n_held);
     return 0;
 }
 
@@ -299,7 +314,7 @@ static int probe_next(node *nd)
         size_t len;
         int r = peer_conn_tag_probe(nd->c, 1000 + nd->next_serial + 1, &len);
         if (r <= 0) return r;
-        if (len <= PEER_KV_FIXED || len > (64u << 20) + 4096) return -1;
+        if (len <= PEER_KV_FIXED || len > nd->kv_max) return -1;
         double t = peer_now();
         uint8_t *buf;
         int slot = -1;
@@ -552,7 +567,7 @@ out:
 #undef COLLECT
 }
 
-static int serve(int port_fd, long announce_size, int n_th)
+static int serve(int port_fd, long announce_size, long kv_max, int n_th)
 {
     node nd = {0};
     char err[256];
@@ -568,7 +583,8 @@ static int serve(int port_fd, long announce_size, int n_th)
         nd.c = peer_listener_accept(nd.l);
     }
     nd.answer = calloc(1, 64 << 20);
-    if (g_rx_same && !g_rx_one && !(nd.one = peer_bulk_alloc((64u << 20) + 4096, &nd.one_cap))) return 1;
+    nd.kv_max = (size_t)kv_max;
+    if (g_rx_same && !g_rx_one && !(nd.one = peer_bulk_alloc(nd.kv_max, &nd.one_cap))) return 1;
     nd.announce_size = announce_size;
     nd.n_th = n_th;
     nd.tok_free = 1;
@@ -656,6 +672,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--warm")) g_warm = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--tx-tight")) g_tx_tight = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-tight")) g_rx_tight = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--hold")) g_hold = (int)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--rx-ahead")) g_rx_ahead = (int)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--write")) g_write = (int)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--crc-on")) g_crc_rx = !strcmp(argv[i + 1], "rx") ? 1 : !strcmp(argv[i + 1], "node") ? 0 : -1;
@@ -667,9 +684,9 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
                             "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d] [--sends 1..%d] [--crc 0|1] "
-                            "[--announce 0|1] [--rx-one 0|1] [--rx-same 0|1] [--tcp-handoff 0|1] [--warm 0|1] [--tx-tight 0|1] [--rx-tight 0|1] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] "
+                            "[--announce 0|1] [--rx-one 0|1] [--rx-same 0|1] [--tcp-handoff 0|1] [--warm 0|1] [--tx-tight 0|1] [--rx-tight 0|1] [--hold 1..%d] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] "
                             "[--crc-512 0|1] [--crc-split 0|1] [--crc-speed 1] [--rx-threads 0..2]\n", PEER_KV_WINDOW,
-                    PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW, RX_AHEAD_MAX);
+                    PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW, PEER_KV_WINDOW / 2, RX_AHEAD_MAX);
             return 2;
         }
     }
@@ -683,7 +700,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "peer_bench: --rx-ahead 1..%d (1..%d without --rx-one 1: kv_rx's slots)\n", RX_AHEAD_MAX, PEER_KV_RX_SLOTS);
         return 2;
     }
-    if (!g_announce && (!tag || ns != 1 || sizes[0] <= 0 || sizes[0] > (64 << 20))) {
+    /* every KV size bounded before anything is allocated: the buffers are the largest one's
+     * (0: no KV run, the logits only, as bench/peer_bench.sh's decode part asks) */
+    long kv_max = 0;
+    for (int i = 0; i < ns; i++) {
+        if (sizes[i] != 0 && (sizes[i] <= PEER_KV_FIXED || sizes[i] > KV_SIZE_MAX)) {
+            fprintf(stderr, "peer_bench: --sizes: each 0 (none) or %d..%ld bytes, got %ld\n", PEER_KV_FIXED + 1,
+                    KV_SIZE_MAX, sizes[i]);
+            return 2;
+        }
+        if (sizes[i] > kv_max) kv_max = sizes[i];
+    }
+    if (!kv_max) kv_max = 4096; /* no KV run: buffers of a page, unused */
+    if (g_hold < 1 || g_hold > PEER_KV_WINDOW / 2) {
+        fprintf(stderr, "peer_bench: --hold 1..%d\n", PEER_KV_WINDOW / 2);
+        return 2;
+    }
+    if (!g_announce && (!tag || ns != 1 || !sizes[0])) {
         fprintf(stderr, "peer_bench: --announce 0 takes --path tag and one size\n");
         return 2;
     }
@@ -697,7 +730,7 @@ int main(int argc, char **argv)
     pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
-        _exit(serve(fds[1], sizes[0], rx_threads));
+        _exit(serve(fds[1], sizes[0], kv_max, rx_threads));
     }
     close(fds[1]);
     int port;
@@ -725,7 +758,7 @@ int main(int argc, char **argv)
     }
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
            "polling %d us, from %ld buffers%s, %ld sends in flight over tcp lanes, CRC-32C (%s) on the %s, "
-           "%d receiving thread(s)%s%s%s%s%s\n",
+           "%d receiving thread(s)%s%s%s%s%s, replies held back until %d\n",
            tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
            peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs,
@@ -736,20 +769,21 @@ int main(int argc, char **argv)
            g_rx_same && !g_rx_one ? ", every chunk received into one buffer (--rx-same 1)" : "",
            g_warm ? ", the buffer freed last reused (sender and kv_rx)" : ", the ring's send buffers and the lowest kv_rx slot (--warm 0)",
            g_tx_tight ? ", the send buffer taken after the room for its send" : ", the send buffer taken before the room for its send (--tx-tight 0)",
-           g_rx_tight ? ", at most --rx-ahead kv_rx slots coming or checked (--rx-tight 1)" : ", the receive ahead at once");
+           g_rx_tight ? ", at most --rx-ahead kv_rx slots coming or checked (--rx-tight 1)" : ", the receive ahead at once",
+           g_hold);
     /* one buffer per chunk in flight, as the remote backend serializes each into its own
      * (peer_bulk_alloc, as the backend's) */
     uint8_t *bufs[PEER_KV_WINDOW];
     for (int i = 0; i < PEER_KV_WINDOW; i++) {
         size_t cap;
-        bufs[i] = i < n_bufs ? peer_bulk_alloc(64 << 20, &cap) : bufs[i % n_bufs];
+        bufs[i] = i < n_bufs ? peer_bulk_alloc((size_t)kv_max, &cap) : bufs[i % n_bufs];
         if (!bufs[i]) return 1;
-        if (i < n_bufs) memset(bufs[i], 0x5a, 64 << 20);
+        if (i < n_bufs) memset(bufs[i], 0x5a, (size_t)kv_max);
     }
     uint32_t serial = 0;
     for (int i = 0; i < ns; i++) {
-        long sz = sizes[i];
-        if (sz <= 0 || sz > (64 << 20)) continue;
+        long sz = sizes[i]; /* 0 or in bounds: checked above */
+        if (!sz) continue;
         long r = reps ? reps : (sz >= (8 << 20) ? 20 : sz >= (1 << 20) ? 200 : 2000);
         double pass[3];
         /* the sender's stage clocks over the 3 measured passes: room in the window of sends, the
