@@ -243,10 +243,15 @@ int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t
 
 /* The sender's window (peer/remote.c): KV frames and tagged chunks are not answered one at a time;
  * up to PEER_KV_WINDOW may be in flight, more than two only while they hold at most
- * PEER_KV_WINDOW_BYTES (1 MiB chunks: 8 in flight; the 8 MiB layer chunks of a 4K Llama-3-8B
- * prompt: 8; its 64 MiB chunks at 32K: 2, 128 MiB of host memory). Their REPLYs come back in
- * order; the server may hold up to half a window of them back and send them together
- * (peer/server.c). */
+ * PEER_KV_WINDOW_BYTES, counted in whole messages (fixed part and stream header included). What
+ * the daemon ships (a layer of one prefill pass a chunk, Llama-3-8B's int8 KV: 2,080 bytes a
+ * token, BENCHMARKS.md "Where issue 26's link goal stands"): a CPU prefill's 512-token chunks of
+ * 1 MiB: 8 in flight; a GPU prefill's 4K-prompt chunks of 8.1 MiB (8,519,760-byte messages): 7;
+ * its 32K-prompt chunks, passes of 8,192 tokens (gpu/tuning.c), of 16.25 MiB (17,039,440-byte
+ * messages): 3; 64-65 MiB chunks come only from a sparse prefill (sparse_prefill=1, not the
+ * default) and tools/peer_handover at 32K: 2, 130 MiB of host memory. Their REPLYs come back in
+ * order; the server may hold some of them back and send them together (peer_kv_reply_hold
+ * below, peer/server.c). */
 #define PEER_KV_WINDOW 8
 #define PEER_KV_WINDOW_BYTES (64u << 20)
 /* Over sender-driven lanes (tcp: peer_conn_sender_driven), where a tagged send's bytes move
@@ -263,6 +268,27 @@ int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t
 static inline int peer_kv_window_room(int n, size_t in_flight, size_t bytes)
 {
     return n < PEER_KV_WINDOW && (n < 2 || in_flight + bytes <= PEER_KV_WINDOW_BYTES);
+}
+/* How many chunks of `bytes` (whole messages) the window admits at once, by the rule above:
+ * 8 of 1 MiB or of exactly 8 MiB, 7 of 8.1 MiB, 4 of 16 MiB, 3 of 16.25 MiB, 2 from 32 MiB on. */
+static inline int peer_kv_window_chunks(size_t bytes)
+{
+    if (bytes > PEER_KV_WINDOW_BYTES) bytes = PEER_KV_WINDOW_BYTES + 1; /* the same count (2), no overflow */
+    int n = 0;
+    while (peer_kv_window_room(n, (size_t)n * bytes, bytes)) n++;
+    return n;
+}
+/* The REPLYs the node may hold back for chunks of `bytes` before it sends them (peer/server.c
+ * kv_reply; it also sends them when nothing more is coming): half of what the window admits, at
+ * least 1 — 4 for 1 MiB and 8 MiB, 3 for 8.1 MiB, 2 for 16 MiB, 1 for 16.25 MiB and 64 MiB. Half,
+ * so that the sender, whose window is full, gets room for half of it while the node goes on with
+ * the other half; counted in chunks alone (PEER_KV_WINDOW / 2), four 16.25 MiB REPLYs were never
+ * held while only three chunks could come, and each window's went out only when the node found
+ * nothing more coming: the link idled once a window (BENCHMARKS.md, wirefinal and wirehold). */
+static inline int peer_kv_reply_hold(size_t bytes)
+{
+    int h = peer_kv_window_chunks(bytes) / 2;
+    return h > 0 ? h : 1;
 }
 
 /* A tagged chunk's message: the KV fixed part (flags RUN_START, TAG_AHEAD), then [stream header]

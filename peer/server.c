@@ -144,18 +144,19 @@ static int flush_held(sconn *sc)
 }
 
 /* A KV chunk's REPLY. The client does not wait for it (KV is pipelined: peer/msg.h), so it is
- * held back and sent with the next ones: when half a window is held (the client, whose window
- * is full, gets room for half a window while this thread goes on with the other half), when no
- * more frames are waiting on the connection (server_main: a client that waits has sent all it
- * will), and before any other answer (answers stay in order). One send and one wake-up of the
- * client per few chunks instead of one per chunk. */
+ * held back and sent with the next ones: when half the window's chunks of the connection's
+ * chunk size are held (sc->hold, peer_kv_reply_hold: the client, whose window is full, gets
+ * room for half of it while this thread goes on with the other half; 1 for 16.25 MiB chunks,
+ * of which the window holds 3), when no more frames are waiting on the connection (server_main:
+ * a client that waits has sent all it will), and before any other answer (answers stay in
+ * order). One send and one wake-up of the client per few chunks instead of one per chunk. */
 static int kv_reply(sconn *sc, int32_t status)
 {
     uint8_t *p = sc->held + (size_t)sc->n_held * KV_REPLY_BYTES;
     peer_words w = {{(uint32_t)status, 0, 0, 0}};
     peer_header_write(p, PEER_REPLY, 8);
     peer_words_write(p + PEER_HEADER_BYTES, &w, 2);
-    if (++sc->n_held >= PEER_KV_WINDOW / 2) return flush_held(sc);
+    if (++sc->n_held >= sc->hold) return flush_held(sc);
     return PEER_OK;
 }
 
@@ -316,6 +317,7 @@ static int on_kv(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
     peer_kv k;
     if (peer_kv_read(p, n, &k)) return PEER_ERR_PROTO;
     kv_sync(s);
+    sc->hold = peer_kv_reply_hold(n); /* n: the message the sender's window counted */
     return kv_reply(sc, kv_apply(s, sc, k));
 }
 
@@ -395,6 +397,9 @@ static int rx_finish(peer_server *s, sconn *sc)
     int st = peer_conn_tag_recv_test(sc->c, x->req, x->k.n_bytes);
     if (st == 1) {
         x->req = NULL;
+        /* its REPLY held as the sender's window counts it: by the whole message's size (here, on
+         * the loop's side, before the chunk goes to the kv_rx thread) */
+        sc->hold = peer_kv_reply_hold(x->k.n_bytes);
         peer_kv k; /* its fixed part: dev, seq, crc, flags (the chunk itself: the reader's) */
         if (peer_kv_tag_read(x->k.bytes, x->k.n_bytes, &k)) {
             peer_kv_rx_put_back(s->rx, x->slot);

@@ -58,9 +58,13 @@ typedef struct sconn {
     uint64_t tag_base;  /* its tagged messages are tag_base + serial (random high 32 bits) */
     uint32_t tag_serial; /* the last serial whose receive started */
     double gap_since;    /* since when its oldest message waits ahead of its next serial (0: not) */
-    /* KV chunks' REPLYs not sent yet (kv_reply): at most half a window of them */
+    /* KV chunks' REPLYs not sent yet (kv_reply): sent when `hold` of them are, at most half a
+     * window (peer_kv_reply_hold <= PEER_KV_WINDOW / 2) */
     uint8_t held[PEER_KV_WINDOW / 2 * KV_REPLY_BYTES];
     int n_held;
+    /* peer_kv_reply_hold of its last chunk's size, set by the loop's thread where a chunk is read
+     * (on_kv) or received (rx_finish), never by the kv_rx thread; 0 before its first: each sent */
+    int hold;
     /* its tagged chunks being received (each into kv_rx slot .slot), oldest at rx_head, while
      * this thread goes on serving every connection; a frame read on its stream while any is
      * coming waits (deferred) for all of them */

@@ -72,8 +72,9 @@
  * coming and being checked hold at most --rx-ahead kv_rx slots, so that two take turns (the
  * receive ahead waits for the chunk before to be checked, then takes its slot); default 0, as
  * peer/server.c: the receive ahead starts at once, in a third slot.
- * --hold N (measurement only): the node's REPLYs held back until N of them (1..4; default 4, half
- * the window's chunks, as peer/server.c; 1: each chunk answered once checked).
+ * --hold N (measurement only): the node's REPLYs held back until N of them (1..4; 1: each chunk
+ * answered once checked); by default (or 0) as peer/server.c, by the chunk's size (peer_kv_reply_hold:
+ * half the chunks the window admits, at least 1 — 4 at 1 and 8 MiB, 2 at 16 MiB, 1 at 16.25 MiB).
  * --sizes: each KV chunk 17 bytes .. 128 MiB (KV_SIZE_MAX: a 32K-token Llama-3-8B layer chunk is
  * 65 MiB), or 0 (none: the logits only); a size outside is refused before anything is allocated.
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
@@ -159,11 +160,10 @@ static int g_warm = 1;
  * was checked, into its slot: two slots take turns); 0 (default, as peer/server.c): the receive
  * ahead starts at once, in a third slot. */
 static int g_tx_tight = 1, g_rx_tight = 0;
-/* g_hold: the node's REPLYs held back until this many (--hold 1..PEER_KV_WINDOW / 2; default half
- * a window of chunks, as peer/server.c kv_reply), besides when nothing more is coming. Measurement
- * only: at 16 MiB chunks the window's bytes (PEER_KV_WINDOW_BYTES) hold 4 chunks, so half a window
- * of chunks is all of it (BENCHMARKS.md, wirefinal). */
-static int g_hold = PEER_KV_WINDOW / 2;
+/* g_hold: the node's REPLYs held back until this many (--hold 1..PEER_KV_WINDOW / 2, measurement
+ * only), besides when nothing more is coming; 0 (the default): as peer/server.c kv_reply, by the
+ * size of the last chunk received (peer_kv_reply_hold, node.hold). */
+static int g_hold = 0;
 /* The largest KV chunk (a tagged message, its fixed part included) a run may send: a 32K-token
  * Llama-3-8B layer in one chunk is 65 MiB and its parts (a sparse prefill's, peer_handover's), so
  * twice that, under the link's bound for one message (PEER_KV_TAG_MAX, 256 MiB). The sender's
@@ -228,6 +228,7 @@ typedef struct node {
      * at half a window, when nothing more is waiting, before any other answer */
     uint8_t held[PEER_KV_WINDOW / 2 * (PEER_HEADER_BYTES + 8)];
     int n_held;
+    int hold; /* peer_kv_reply_hold of the last chunk's size (the whole message), as sconn.hold */
     uint32_t next_serial;
     int addr_given;
     struct ahead {
@@ -255,14 +256,15 @@ typedef struct node {
 } node;
 
 /* A REPLY held back and sent with the next ones, as the peer server does (peer/server.c
- * kv_reply): at half a window (--hold). -1 when the send failed. */
+ * kv_reply): at half the window's chunks of the last chunk's size (or --hold). -1 when the send
+ * failed. */
 static int hold(node *nd)
 {
     uint8_t rep[8] = {0};
     uint8_t *hp = nd->held + (size_t)nd->n_held * (PEER_HEADER_BYTES + 8);
     peer_header_write(hp, PEER_REPLY, 8);
     memcpy(hp + PEER_HEADER_BYTES, rep, 8);
-    if (++nd->n_held >= g_hold) return flush_held(nd->c, nd->held, &nd->n_held);
+    if (++nd->n_held >= (g_hold ? g_hold : nd->hold)) return flush_held(nd->c, nd->held, &nd->n_held);
     return 0;
 }
 
@@ -412,6 +414,7 @@ static void *node_loop(void *arg)
             int slot = a->slot;
             double t2 = peer_now();
             g_node[N_RECV] += t2 - t1;
+            nd->hold = peer_kv_reply_hold((size_t)size);
             peer_kv k = {0, 0, 0, 0, buf, (uint32_t)size, 0, 0};
             if (g_crc && !g_crc_rx && !g_rx_one) k.crc = proto_crc32c(0, buf, (size_t)size), k.crc_off = 1;
             double t3 = peer_now();
@@ -476,6 +479,7 @@ static void *node_loop(void *arg)
             g_node[N_RECV] += tf - tw;
             g_node_chunks++;
             g_node_bytes += a->k.n_bytes;
+            nd->hold = peer_kv_reply_hold(a->k.n_bytes); /* as peer/server.c rx_finish */
             peer_kv k; /* its fixed part, as peer/server.c reads it */
             if (peer_kv_tag_read(a->buf, a->k.n_bytes, &k)) {
                 if (a->slot >= 0) peer_kv_rx_put_back(rx, a->slot);
@@ -533,6 +537,7 @@ static void *node_loop(void *arg)
         }
         if (h.type == PEER_KV) {
             nd->sink ^= proto_crc32c(0, p, h.length);
+            nd->hold = peer_kv_reply_hold(h.length); /* as peer/server.c on_kv */
             HOLD();
         } else if (h.type == PEER_ADDR_REQ) {
             const void *a;
@@ -684,7 +689,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: peer_bench [--sizes B,...] [--logits B,...] [--reps N] [--path stream|tag] "
                             "[--layers N] [--window 1..%d] [--poll-us 0..%d] [--buffers 1..%d] [--sends 1..%d] [--crc 0|1] "
-                            "[--announce 0|1] [--rx-one 0|1] [--rx-same 0|1] [--tcp-handoff 0|1] [--warm 0|1] [--tx-tight 0|1] [--rx-tight 0|1] [--hold 1..%d] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] "
+                            "[--announce 0|1] [--rx-one 0|1] [--rx-same 0|1] [--tcp-handoff 0|1] [--warm 0|1] [--tx-tight 0|1] [--rx-tight 0|1] [--hold 0..%d] [--rx-ahead 1..%d] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1] "
                             "[--crc-512 0|1] [--crc-split 0|1] [--crc-speed 1] [--rx-threads 0..2]\n", PEER_KV_WINDOW,
                     PEER_POLL_US_MAX, PEER_KV_WINDOW, PEER_KV_WINDOW, PEER_KV_WINDOW / 2, RX_AHEAD_MAX);
             return 2;
@@ -712,8 +717,8 @@ int main(int argc, char **argv)
         if (sizes[i] > kv_max) kv_max = sizes[i];
     }
     if (!kv_max) kv_max = 4096; /* no KV run: buffers of a page, unused */
-    if (g_hold < 1 || g_hold > PEER_KV_WINDOW / 2) {
-        fprintf(stderr, "peer_bench: --hold 1..%d\n", PEER_KV_WINDOW / 2);
+    if (g_hold < 0 || g_hold > PEER_KV_WINDOW / 2) {
+        fprintf(stderr, "peer_bench: --hold 0..%d (0: by the chunk's size, the default)\n", PEER_KV_WINDOW / 2);
         return 2;
     }
     if (!g_announce && (!tag || ns != 1 || !sizes[0])) {
@@ -756,9 +761,13 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    char held_by[96]; /* the node's rule: by the size (the first size's count shown) or --hold */
+    if (g_hold) snprintf(held_by, sizeof held_by, "%d (--hold)", g_hold);
+    else snprintf(held_by, sizeof held_by, "half the window's chunks of their size (%d at %ld bytes)",
+                  peer_kv_reply_hold((size_t)sizes[0]), sizes[0]);
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
            "polling %d us, from %ld buffers%s, %ld sends in flight over tcp lanes, CRC-32C (%s) on the %s, "
-           "%d receiving thread(s)%s%s%s%s%s, replies held back until %d\n",
+           "%d receiving thread(s)%s%s%s%s%s, replies held back until %s\n",
            tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
            peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs,
@@ -770,7 +779,7 @@ int main(int argc, char **argv)
            g_warm ? ", the buffer freed last reused (sender and kv_rx)" : ", the ring's send buffers and the lowest kv_rx slot (--warm 0)",
            g_tx_tight ? ", the send buffer taken after the room for its send" : ", the send buffer taken before the room for its send (--tx-tight 0)",
            g_rx_tight ? ", at most --rx-ahead kv_rx slots coming or checked (--rx-tight 1)" : ", the receive ahead at once",
-           g_hold);
+           held_by);
     /* one buffer per chunk in flight, as the remote backend serializes each into its own
      * (peer_bulk_alloc, as the backend's) */
     uint8_t *bufs[PEER_KV_WINDOW];
