@@ -3,6 +3,8 @@
 #include "devices/devices.h"
 #include "tests/test.h"
 #include "tests/util.h"
+#include "peer/auth.h"
+#include "peer/link.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,4 +90,44 @@ int import_decode(accel_dev *d, const kvcopy *kv, int32_t first, int steps, int3
     free(lg);
     accel_seq_free(d, s);
     return st;
+}
+
+int raw_open(const char *addr, raw *r)
+{
+    char err[256];
+    memset(r, 0, sizeof *r);
+    if (peer_conn_connect(addr, &r->c, err, sizeof err)) return -1;
+    peer_hello hello = {0}, ch;
+    if (peer_nonce(hello.nonce)) return -1;
+    snprintf(hello.name, sizeof hello.name, "liar");
+    uint8_t buf[PEER_MAX_PREAUTH];
+    size_t n = peer_hello_write(buf, &hello, 0);
+    peer_header h;
+    const uint8_t *p;
+    if (peer_conn_send(r->c, PEER_HELLO, buf, n, NULL, 0, 5) || peer_conn_recv(r->c, PEER_MAX_PREAUTH, &h, &p, 5) ||
+        h.type != PEER_CHALLENGE || peer_hello_read(p, h.length, 1, &ch))
+        return -1;
+    uint8_t mac[PEER_MAC];
+    peer_mac((const uint8_t *)KEY, strlen(KEY), 'c', ch.nonce, hello.nonce, mac);
+    if (peer_conn_send(r->c, PEER_AUTH, mac, sizeof mac, NULL, 0, 5) ||
+        peer_conn_recv(r->c, (uint32_t)peer_info_bytes(PEER_MAX_DEVS), &h, &p, 5) || h.type != PEER_WELCOME ||
+        peer_info_read(p, h.length, &r->info))
+        return -1;
+    const uint8_t *a;
+    size_t len;
+    if (peer_conn_send(r->c, PEER_ADDR_REQ, NULL, 0, NULL, 0, 5) ||
+        peer_conn_recv(r->c, PEER_ADDR_FIXED + PEER_ADDR_MAX, &h, &p, 5) || h.type != PEER_ADDR ||
+        peer_addr_read(p, h.length, &r->base, &a, &len) || peer_conn_open_address(r->c, a, len, err, sizeof err))
+        return -1;
+    return 0;
+}
+
+int raw_reply(raw *r, double timeout_s)
+{
+    peer_header h;
+    const uint8_t *p;
+    peer_words w;
+    int st = peer_conn_recv(r->c, PEER_KV_WINDOW * (PEER_HEADER_BYTES + 8), &h, &p, timeout_s);
+    if (!st && (h.type != PEER_REPLY || peer_words_read(p, h.length, 2, &w))) st = PEER_ERR_PROTO;
+    return st ? st : (int32_t)w.w[0];
 }

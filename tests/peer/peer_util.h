@@ -1,8 +1,11 @@
 /* tests/peer/peer_util.h — what the peer tests share: two nodes in one process (node B serves
- * its CPU device over UCX on loopback) and the KV of a prompt collected as wire chunks. */
+ * its CPU device over UCX on loopback), the KV of a prompt collected as wire chunks, and a peer
+ * that writes its messages by hand. */
 #ifndef TANDEM_TESTS_PEER_UTIL_H
 #define TANDEM_TESTS_PEER_UTIL_H
 #include "model/ckpt/model.h"
+#include "peer/link.h"
+#include "peer/msg.h"
 #include "peer/peer.h"
 #include "proto/kv_wire.h"
 #include "scheduler/accel.h"
@@ -43,5 +46,20 @@ int keep_layer(void *ctx, const proto_kv_layer *c);
 int prefill_kv(accel_dev *pf, const int32_t *ids, int n, kvcopy *kv, int32_t *first);
 /* Imports kv into a fresh sequence of d, then decodes `steps` greedy tokens; the tokens. */
 int import_decode(accel_dev *d, const kvcopy *kv, int32_t first, int steps, int32_t *out);
+
+/* A peer that writes its messages by hand (tests of what the node does with what a peer sends):
+ * its connection, the node's info, its tag base and the last serial it sent. */
+typedef struct raw {
+    peer_conn *c;
+    peer_info info;
+    uint64_t base;
+    uint32_t serial;
+} raw;
+/* Authenticated as a node would be, with the address endpoint open. 0 or -1. */
+int raw_open(const char *addr, raw *r);
+/* A KV chunk's REPLY within timeout_s: its status, or a peer status (PEER_ERR_TIMEOUT: none came).
+ * The node sends several together: the bound holds a window's (the remote backend's
+ * KV_ANSWERS_MAX). */
+int raw_reply(raw *r, double timeout_s);
 
 #endif

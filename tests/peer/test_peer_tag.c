@@ -19,44 +19,6 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct raw {
-    peer_conn *c;
-    peer_info info;
-    uint64_t base;
-    uint32_t serial;
-} raw;
-
-/* Authenticated as a node would be, with the address endpoint open. 0 or -1. */
-static int raw_open(const char *addr, raw *r)
-{
-    char err[256];
-    memset(r, 0, sizeof *r);
-    if (peer_conn_connect(addr, &r->c, err, sizeof err)) return -1;
-    peer_hello hello = {0}, ch;
-    if (peer_nonce(hello.nonce)) return -1;
-    snprintf(hello.name, sizeof hello.name, "liar");
-    uint8_t buf[PEER_MAX_PREAUTH];
-    size_t n = peer_hello_write(buf, &hello, 0);
-    peer_header h;
-    const uint8_t *p;
-    if (peer_conn_send(r->c, PEER_HELLO, buf, n, NULL, 0, 5) || peer_conn_recv(r->c, PEER_MAX_PREAUTH, &h, &p, 5) ||
-        h.type != PEER_CHALLENGE || peer_hello_read(p, h.length, 1, &ch))
-        return -1;
-    uint8_t mac[PEER_MAC];
-    peer_mac((const uint8_t *)KEY, strlen(KEY), 'c', ch.nonce, hello.nonce, mac);
-    if (peer_conn_send(r->c, PEER_AUTH, mac, sizeof mac, NULL, 0, 5) ||
-        peer_conn_recv(r->c, (uint32_t)peer_info_bytes(PEER_MAX_DEVS), &h, &p, 5) || h.type != PEER_WELCOME ||
-        peer_info_read(p, h.length, &r->info))
-        return -1;
-    const uint8_t *a;
-    size_t len;
-    if (peer_conn_send(r->c, PEER_ADDR_REQ, NULL, 0, NULL, 0, 5) ||
-        peer_conn_recv(r->c, PEER_ADDR_FIXED + PEER_ADDR_MAX, &h, &p, 5) || h.type != PEER_ADDR ||
-        peer_addr_read(p, h.length, &r->base, &a, &len) || peer_conn_open_address(r->c, a, len, err, sizeof err))
-        return -1;
-    return 0;
-}
-
 /* One request with a REPLY: its status (and *value), or a peer status below -400. */
 static int raw_words(raw *r, int type, uint32_t a, uint32_t b, uint32_t *value)
 {
@@ -84,18 +46,6 @@ static int raw_tag(raw *r, const peer_kv *k, const uint8_t *b, size_t n)
     int st = peer_conn_tag_send(r->c, r->base + ++r->serial, m, PEER_KV_FIXED + n, 5);
     free(m);
     return st;
-}
-
-/* A KV chunk's REPLY: its status, or a peer status. The node sends several together: the bound
- * holds a window's (the remote backend's KV_ANSWERS_MAX). */
-static int raw_reply(raw *r)
-{
-    peer_header h;
-    const uint8_t *p;
-    peer_words w;
-    int st = peer_conn_recv(r->c, PEER_KV_WINDOW * (PEER_HEADER_BYTES + 8), &h, &p, 5);
-    if (!st && (h.type != PEER_REPLY || peer_words_read(p, h.length, 2, &w))) st = PEER_ERR_PROTO;
-    return st ? st : (int32_t)w.w[0];
 }
 
 /* Layer l of kv as the remote backend writes it (its run's stream header before layer 0). */
@@ -150,10 +100,10 @@ TEST(peer_tagged_chunk_lies_refused_on_its_sequence)
         peer_kv kc = {0, sc, kv.crc[l], l == 0 ? PEER_KV_RUN_START : 0, NULL, 0, 0, 0};
         CHECK_EQ(raw_tag(&r, &kc, b, cn), PEER_OK);
     }
-    CHECK_EQ(raw_reply(&r), ACCEL_ERR_CORRUPT); /* A: cut short */
-    CHECK_EQ(raw_reply(&r), ACCEL_ERR_CORRUPT); /* B: more than its header says */
+    CHECK_EQ(raw_reply(&r, 5), ACCEL_ERR_CORRUPT); /* A: cut short */
+    CHECK_EQ(raw_reply(&r, 5), ACCEL_ERR_CORRUPT); /* B: more than its header says */
     for (int l = 0; l < kv.n; l++) {
-        int rs = raw_reply(&r);
+        int rs = raw_reply(&r, 5);
         CHECK_MSG(rs == 0, "C's layer %d: %d", l, rs);
     }
     /* C's KV is whole: it decodes (a request on the stream after the chunks' answers) */

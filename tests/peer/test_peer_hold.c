@@ -1,0 +1,144 @@
+/* tests/peer/test_peer_hold.c — how many KV REPLYs the node holds back before it sends them
+ * (issue 26): half of what the sender's window admits of the chunk's size, at least one
+ * (peer_kv_reply_hold, peer/msg.h). The rule's values at the sizes the daemon ships, against
+ * the window's own rule (peer_kv_window_room); and a real node answering 16.25 MiB chunks (a GPU
+ * prefill's 32K-prompt layer chunk: 3 in the window, so 1 held) while the connection is kept busy,
+ * where it would otherwise hold them until nothing more was coming.
+ *
+ * Keeping the node busy without timing: the next chunk's message is sent by a second peer's
+ * worker under the first connection's tags, over tcp lanes, and that worker is not progressed —
+ * its rendezvous request reaches the node, which starts receiving it, but its bytes move only
+ * while the sender progresses (peer_conn_sender_driven). Until this test lets it go, the node has
+ * a chunk of the connection coming, so it does not send held REPLYs for lack of anything coming
+ * (peer/server.c server_pass); whatever REPLY arrives meanwhile was sent because the hold was
+ * reached. At 1 MiB (4 held) the same setup holds the second REPLY back: the check that the rule,
+ * not the setup, makes the difference. On the rule before (4 held at every size) the 16.25 MiB
+ * test got no REPLY while the third chunk was coming (it waited its 5 s). */
+#include "tests/test.h"
+#include "peer/link.h"
+#include "peer/msg.h"
+#include "peer/peer.h"
+#include "scheduler/accel.h"
+#include "tests/peer/peer_util.h"
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The message sizes (fixed part included, as the window counts them): a CPU prefill's 512-token
+ * layer chunk of Llama-3-8B's int8 KV (2,080 bytes a token, a 64-byte chunk header, the 16-byte
+ * fixed part), a GPU prefill's at 4K and at 32K (8,192-token passes), a sparse prefill's at 32K. */
+#define MSG_CPU_512 (512u * 2080u + 64u + 16u)
+#define MSG_GPU_4K (4096u * 2080u + 64u + 16u)
+#define MSG_GPU_32K (8192u * 2080u + 64u + 16u)
+#define MSG_SPARSE_32K (32768u * 2080u + 64u + 16u)
+
+TEST(peer_kv_reply_hold_by_size)
+{
+    CHECK_EQ(MSG_GPU_32K, 17039440); /* the size BENCHMARKS.md's rounds ran */
+    struct {
+        size_t bytes;
+        int chunks, hold;
+    } c[] = {
+        {1u << 20, 8, 4},      {MSG_CPU_512, 8, 4}, {8u << 20, 8, 4},         {MSG_GPU_4K, 7, 3},
+        {16u << 20, 4, 2},     {MSG_GPU_32K, 3, 1}, {32u << 20, 2, 1},        {64u << 20, 2, 1},
+        {MSG_SPARSE_32K, 2, 1}, {0, PEER_KV_WINDOW, PEER_KV_WINDOW / 2},     {SIZE_MAX, 2, 1},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        size_t b = c[i].bytes;
+        int n = peer_kv_window_chunks(b), h = peer_kv_reply_hold(b);
+        CHECK_MSG(n == c[i].chunks, "%zu bytes: the window admits %d chunks, %d expected", b, n, c[i].chunks);
+        CHECK_MSG(h == c[i].hold, "%zu bytes: %d REPLYs held, %d expected", b, h, c[i].hold);
+        /* the sender's own rule, chunk by chunk: n go, the next does not (no overflow to check
+         * past the window's bytes: from 32 MiB on it is two whatever the size) */
+        if (b <= PEER_KV_WINDOW_BYTES) {
+            for (int k = 0; k < n; k++)
+                CHECK_MSG(peer_kv_window_room(k, (size_t)k * b, b), "%zu bytes: chunk %d refused", b, k + 1);
+            CHECK_MSG(!peer_kv_window_room(n, (size_t)n * b, b), "%zu bytes: chunk %d admitted", b, n + 1);
+        }
+        /* never more than the node's buffer of held REPLYs (PEER_KV_WINDOW / 2), never none */
+        CHECK(h >= 1 && h <= PEER_KV_WINDOW / 2 && 2 * h <= n);
+    }
+}
+
+/* Every REPLY that comes on r within timeout_s, up to max, each status checked; how many came. */
+static int replies_within(raw *r, double timeout_s, int max)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int n = 0;
+    for (double left = timeout_s; n < max && left > 0;) {
+        int st = raw_reply(r, left);
+        if (st == PEER_ERR_TIMEOUT) break;
+        /* sequence 9999 does not exist: each chunk refused on its own REPLY, none closing */
+        CHECK_MSG(st == ACCEL_ERR_INVALID, "REPLY %d: %d, ACCEL_ERR_INVALID expected", n + 1, st);
+        if (st != ACCEL_ERR_INVALID) break;
+        n++;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        left = timeout_s - ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec));
+    }
+    return n;
+}
+
+/* Three chunks of `bytes` on connection A, the third sent by B's worker and left stalled while A
+ * reads: the REPLYs that come before it goes (held 1: the second is expected to wait for it; 0:
+ * both expected), then all three. */
+static void hold_live(size_t bytes, int held)
+{
+    setenv("UCX_TLS", "tcp", 1);          /* sender-driven lanes (read when UCX's context is made: */
+    setenv("UCX_RNDV_THRESH", "4096", 1); /* each test runs in its own process), by rendezvous */
+    two t;
+    if (two_start_rx(&t, "cpu", 1)) return;
+    raw a, b;
+    REQUIRE(raw_open(t.addr, &a) == 0);
+    REQUIRE(raw_open(t.addr, &b) == 0);
+    REQUIRE(peer_conn_sender_driven(a.c) && peer_conn_sender_driven(b.c));
+    uint8_t *m = calloc(1, bytes);
+    REQUIRE(m);
+    /* no such sequence: refused at once on its REPLY (the node's CPU does no import); over tcp
+     * lanes, as the backend marks them, so that the node receives the next one while one comes */
+    peer_kv k = {0, 9999, 0, PEER_KV_TAG_AHEAD, NULL, 0, 0, 0};
+    peer_kv_write_fixed(m, &k);
+    /* B's endpoint carries a chunk of its own first: its lanes are up, so that a send's request
+     * leaves in the send call itself, not in a later progress of B's worker */
+    CHECK_EQ(peer_conn_tag_send(b.c, b.base + 1, m, 4096, 10), PEER_OK);
+    CHECK_EQ(raw_reply(&b, 5), ACCEL_ERR_INVALID);
+    CHECK_EQ(peer_conn_tag_send(a.c, a.base + 1, m, bytes, 10), PEER_OK);
+    void *r2 = NULL, *r3 = NULL;
+    CHECK_EQ(peer_conn_tag_send_start(a.c, a.base + 2, m, bytes, &r2), PEER_OK);
+    CHECK_EQ(peer_conn_tag_send_start(b.c, a.base + 3, m, bytes, &r3), PEER_OK); /* A's, by B */
+    REQUIRE(r2 && r3); /* by rendezvous: in flight until the node takes their bytes */
+    /* the node receives the second and the third at once (neither can finish: no sender moves) */
+    for (int i = 0; i < 500 && peer_server_rx_ahead_max(t.srv) < 2; i++) nanosleep(&(struct timespec){0, 10000000}, NULL);
+    REQUIRE(peer_server_rx_ahead_max(t.srv) == 2);
+    /* the second goes (A progressed), the third stays: what the node sends now, it sent because
+     * its hold was reached (the first REPLY may also have gone when nothing was coming yet) */
+    CHECK_EQ(peer_conn_req_wait(a.c, r2, 10), PEER_OK);
+    int got = replies_within(&a, held ? 1.0 : 5.0, 2);
+    if (!held)
+        CHECK_MSG(got == 2, "%zu-byte chunks: %d REPLYs while the third was coming, 2 expected (held "
+                  "until nothing was coming?)", bytes, got);
+    else
+        CHECK_MSG(got <= 1, "%zu-byte chunks: %d REPLYs while the third was coming: the second was "
+                  "not held (hold %d)", bytes, got, peer_kv_reply_hold(bytes));
+    /* the third goes: every REPLY comes, in order */
+    CHECK_EQ(peer_conn_req_wait(b.c, r3, 10), PEER_OK);
+    got += replies_within(&a, 5.0, 3 - got);
+    CHECK_EQ(got, 3);
+    free(m);
+    peer_conn_free(b.c);
+    peer_conn_free(a.c);
+    two_stop(&t);
+}
+
+TEST(peer_kv_replies_not_held_past_the_window_at_16mib)
+{
+    REQUIRE(peer_kv_reply_hold(MSG_GPU_32K) == 1);
+    hold_live(MSG_GPU_32K, 0); /* each REPLY as its chunk is checked */
+}
+
+TEST(peer_kv_replies_held_at_1mib)
+{
+    REQUIRE(peer_kv_reply_hold(1u << 20) == 4);
+    hold_live(1u << 20, 1); /* four held: the second waits for the third (or nothing coming) */
+}
