@@ -224,8 +224,9 @@ typedef struct node {
     peer_listener *l;
     peer_conn *c;
     peer_kv_rx *rx;
-    /* REPLYs held back and sent together, as the peer server does (peer/server.c kv_reply):
-     * at half a window, when nothing more is waiting, before any other answer */
+    /* REPLYs held back and sent together, as the peer server does (peer/server.c kv_reply): at
+     * half the window's chunks of their size (hold), when nothing more is waiting, before any
+     * other answer */
     uint8_t held[PEER_KV_WINDOW / 2 * (PEER_HEADER_BYTES + 8)];
     int n_held;
     int hold; /* peer_kv_reply_hold of the last chunk's size (the whole message), as sconn.hold */
