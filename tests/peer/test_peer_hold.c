@@ -82,13 +82,13 @@ static int replies_within(raw *r, double timeout_s, int max)
 
 /* Three chunks of `bytes` on connection A, the third sent by B's worker and left stalled while A
  * reads: the REPLYs that come before it goes (held 1: the second is expected to wait for it; 0:
- * both expected), then all three. */
-static void hold_live(size_t bytes, int held)
+ * both expected), then all three; the node on rx_threads receiving threads. */
+static void hold_live(size_t bytes, int held, int rx_threads)
 {
     setenv("UCX_TLS", "tcp", 1);          /* sender-driven lanes (read when UCX's context is made: */
     setenv("UCX_RNDV_THRESH", "4096", 1); /* each test runs in its own process), by rendezvous */
     two t;
-    if (two_start_rx(&t, "cpu", 1)) return;
+    if (two_start_rx(&t, "cpu", rx_threads)) return;
     raw a, b;
     REQUIRE(raw_open(t.addr, &a) == 0);
     REQUIRE(raw_open(t.addr, &b) == 0);
@@ -134,11 +134,16 @@ static void hold_live(size_t bytes, int held)
 TEST(peer_kv_replies_not_held_past_the_window_at_16mib)
 {
     REQUIRE(peer_kv_reply_hold(MSG_GPU_32K) == 1);
-    hold_live(MSG_GPU_32K, 0); /* each REPLY as its chunk is checked */
+    hold_live(MSG_GPU_32K, 0, 1); /* each REPLY as its chunk is checked */
+}
+
+TEST(peer_kv_replies_not_held_past_the_window_two_receivers)
+{
+    hold_live(MSG_GPU_32K, 0, 2); /* the loop passing between two threads: the same */
 }
 
 TEST(peer_kv_replies_held_at_1mib)
 {
     REQUIRE(peer_kv_reply_hold(1u << 20) == 4);
-    hold_live(1u << 20, 1); /* four held: the second waits for the third (or nothing coming) */
+    hold_live(1u << 20, 1, 1); /* four held: the second waits for the third (or nothing coming) */
 }
