@@ -20,6 +20,7 @@
  * them in every CTA measured slower, 2026-11-29), the select runs over the cluster (tls_cl_topk):
  * each pass sums the CTAs' histograms through distributed shared memory, and the kept list is
  * handed out through it. Both give the same lists. */
+#include "gpu/mma.cuh"
 #include "gpu/tls_topk.cuh"
 #include <pthread.h>
 #include <stdlib.h>
@@ -104,6 +105,217 @@ __constant__ int tls_early_c;
         if (c.trace && tid == 0 && rank == 0 && b == 0 && g == 0) c.trace[i] = gpu_globaltimer();  \
     } while (0)
 
+/* ---------------------------------------------------------------- a CTA's exact attention
+ * The keys a CTA attends (list[0 .. mine-1] as candidate indices, or first .. first+mine-1) in
+ * tiles of TK keys, each in three steps with a CTA barrier between them, so that the loads of a
+ * step are all in flight at once and no warp's state needs merging:
+ *   scores  each warp takes whole n-tiles of 8 keys: the 4 lanes of a key load its K row in
+ *           16-byte pieces (every n-tile of the warp's batch at once), the tensor cores take the
+ *           group's heads as the 16 rows of A (h16 q, float accumulation; the channel order
+ *           permuted alike in A and B: a dot product does not depend on it), the scores (log2
+ *           domain) into shared memory and each warp's max per head; the V rows requested into
+ *           L2 meanwhile
+ *   softmax the tile's max per head over the warps (and the tiles before), p = 2^(s - max) in
+ *           place, the warps' sums per head
+ *   P V     a warp per key (strided), a lane per 4 channels: every head's p x V summed in key
+ *           order into the lane's registers (rescaled once a tile when the max grows)
+ * then the warps' sums added in warp order per (head, channel): S.po, and S.pml = (max, sum) per
+ * head, the CTA's partial the cluster merge takes. Fixed orders throughout: the same bits every
+ * run. The scores' sums are the tensor cores' (not sparse/tls.c's order: the attention is
+ * checked against cpu_tls_attend within the decode attention's bound, not bit for bit). */
+template <int GM> struct tls_att_shape {
+    static constexpr int NB = GM <= 8 ? 2 : 1; /* n-tiles a warp loads at once */
+    static constexpr int PB = GM <= 8 ? 16 : 8;              /* V rows a lane loads at once */
+};
+
+/* The tile loop: acc[h][e] (head h, channel 4 x lane + e, this warp's keys) relative to *mrun
+ * (the running max of this thread's head tid % GM), *lrun (thread h < G: head h's sum). */
+template <int GM, int NT, int CL>
+__device__ __forceinline__ void tls_attend_tiles(tls_smem<NT, CL> &S, const gpu_seq_dev &sq, size_t lg, int hd,
+                                                 int G, int bsh, const int *list, int first, int mine,
+                                                 float (&acc)[GM][4], float *mrun, float *lrun)
+{
+    constexpr int NW = NT / 32, NB = tls_att_shape<GM>::NB, PB = tls_att_shape<GM>::PB;
+    constexpr bool HI = GM > 8; /* heads 8 .. 15 in A's rows 8 .. 15 */
+    /* in the selection's union (free once the lists are out): A's fragments (rows 0-7, then
+     * 8-15 when HI, per 32-channel piece and lane), then a tile's scores, then p, (key, head),
+     * and each key's row of the cache */
+    constexpr int QF = (HI ? 2 : 1) * 4 * 32;
+    constexpr int TK = (int)((sizeof(S.u) - QF * 16) / (4 * GM + 8)) & ~7;
+    uint4 *qf = reinterpret_cast<uint4 *>(&S.u);
+    float *sp = reinterpret_cast<float *>(qf + QF);
+    long long *srw = reinterpret_cast<long long *>(sp + GM * TK);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g8 = lane >> 2, t4 = lane & 3;
+    const int hh = tid & (GM - 1), c4 = lane * 4, nch = (hd + 31) >> 5;
+    const bool chan = c4 < hd;
+    const float scl = rsqrtf((float)hd) * 1.4426950408889634f; /* log2 domain */
+    /* A: lane l holds row l / 4 (and + 8) of the group's queries, channels 32i + 8 (l % 4) .. +7
+     * of piece i (the queries are h16 values held as floats: packed back exactly) */
+    if (warp == 0)
+        for (int x = 0; x < QF / 32; x++) {
+            const int hr = g8 + 8 * (x >> 2), c0 = 32 * (x & 3) + 8 * t4;
+            unsigned w[4] = {0u, 0u, 0u, 0u};
+            if (hr < G && c0 < hd)
+#pragma unroll
+                for (int y = 0; y < 4; y++) w[y] = gpu_pack_h16(S.q[hr * hd + c0 + 2 * y], S.q[hr * hd + c0 + 2 * y + 1]);
+            qf[x * 32 + lane] = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+    __syncthreads();
+    for (int k0 = 0; k0 < mine; k0 += TK) {
+        const int kt = min(TK, mine - k0), ntl = (kt + 7) >> 3;
+        /* scores: n-tile z of the tile is warp z % NW's */
+        float wmax[2] = {-INFINITY, -INFINITY};
+        for (int z0 = warp; z0 < ntl; z0 += NW * NB) {
+            uint4 kw[NB][4];
+#pragma unroll
+            for (int u = 0; u < NB; u++) {
+                const int key = (z0 + u * NW) * 8 + g8;
+                const bool ok = z0 + u * NW < ntl && key < kt;
+                long long row = 0;
+                if (ok) {
+                    int pp;
+                    const int jj = k0 + key;
+                    row = (long long)lg * sq.cap +
+                          (list ? tls_cand_row(S, sq, bsh, list[jj], &pp) : gpu_kv_row(sq.map, first + jj));
+                    if (t4 == 0) srw[key] = row;
+                    /* the V row's 128-byte lines, for the P V step */
+                    if (t4 < 2 && t4 * 64 < hd)
+                        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(sq.v + row * hd + t4 * 64));
+                }
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    kw[u][i] = ok && i < nch && 32 * i + 8 * t4 < hd
+                                   ? *(const uint4 *)(sq.k + row * hd + 32 * i + 8 * t4)
+                                   : make_uint4(0u, 0u, 0u, 0u);
+            }
+            float cc[NB][4];
+#pragma unroll
+            for (int u = 0; u < NB; u++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) cc[u][x] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                if (i >= nch) break;
+                const uint4 fa = qf[i * 32 + lane], fb = HI ? qf[(4 + i) * 32 + lane] : make_uint4(0u, 0u, 0u, 0u);
+                const unsigned a0[4] = {fa.x, fb.x, fa.y, fb.y}, a1[4] = {fa.z, fb.z, fa.w, fb.w};
+#pragma unroll
+                for (int u = 0; u < NB; u++) {
+                    gpu_mma_h16(cc[u], a0, kw[u][i].x, kw[u][i].y);
+                    gpu_mma_h16(cc[u], a1, kw[u][i].z, kw[u][i].w);
+                }
+            }
+            /* cc[u]: (head g8, keys 2 t4 and +1 of n-tile z0 + u NW), (head g8 + 8, the same) */
+#pragma unroll
+            for (int u = 0; u < NB; u++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int key = (z0 + u * NW) * 8 + 2 * t4 + j;
+                    const bool ok = z0 + u * NW < ntl && key < kt;
+                    const float s0 = ok ? cc[u][j] * scl : -INFINITY, s1 = ok ? cc[u][2 + j] * scl : -INFINITY;
+                    if (ok && g8 < G) sp[key * GM + g8] = s0;
+                    if (HI && ok && g8 + 8 < G) sp[key * GM + g8 + 8] = s1;
+                    wmax[0] = fmaxf(wmax[0], s0);
+                    wmax[1] = fmaxf(wmax[1], s1);
+                }
+        }
+#pragma unroll
+        for (int o = 1; o <= 2; o <<= 1) {
+            wmax[0] = fmaxf(wmax[0], __shfl_xor_sync(0xffffffffu, wmax[0], o));
+            wmax[1] = fmaxf(wmax[1], __shfl_xor_sync(0xffffffffu, wmax[1], o));
+        }
+        if (t4 == 0 && g8 < G) S.wm[warp][g8] = wmax[0];
+        if (HI && t4 == 0 && g8 + 8 < G) S.wm[warp][g8 + 8] = wmax[1];
+        __syncthreads();
+        /* softmax: thread tid takes head hh (NT is a multiple of GM) */
+        float mt = *mrun;
+        if (hh < G)
+            for (int w = 0; w < NW; w++) mt = fmaxf(mt, S.wm[w][hh]);
+        const float mref = mt == -INFINITY ? 0.0f : mt, corr = exp2f(*mrun - mref);
+        float ls = 0.0f;
+        if (hh < G)
+            for (int x = tid; x < kt * GM; x += NT) {
+                const float pe = exp2f(sp[x] - mref);
+                sp[x] = pe;
+                ls += pe;
+            }
+#pragma unroll
+        for (int o = GM; o < 32; o <<= 1) ls += __shfl_xor_sync(0xffffffffu, ls, o);
+        if (lane < GM && hh < G) S.wl[warp][hh] = ls;
+        if (tid < G) S.tc[tid] = corr;
+        *mrun = mt;
+        __syncthreads();
+        if (tid < G) {
+            float lt = 0.0f;
+            for (int w = 0; w < NW; w++) lt += S.wl[w][tid];
+            *lrun = *lrun * corr + lt;
+        }
+        /* P V: key k of the tile is warp k % NW's */
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            if (h >= G) break;
+            const float f = S.tc[h];
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[h][e] *= f;
+        }
+        for (int b0 = warp; b0 < kt; b0 += NW * PB) {
+            uint2 vx[PB];
+#pragma unroll
+            for (int u = 0; u < PB; u++) {
+                const int key = b0 + u * NW;
+                vx[u] = key < kt && chan ? *(const uint2 *)(sq.v + srw[key] * hd + c4) : make_uint2(0u, 0u);
+            }
+#pragma unroll
+            for (int u = 0; u < PB; u++) {
+                const int key = b0 + u * NW;
+                if (key >= kt) break;
+                float pr[GM];
+#pragma unroll
+                for (int h4 = 0; h4 < GM; h4 += 4) {
+                    const float4 p4 = *(const float4 *)&sp[key * GM + h4];
+                    pr[h4] = p4.x, pr[h4 + 1] = p4.y, pr[h4 + 2] = p4.z, pr[h4 + 3] = p4.w;
+                }
+                const h16 *ve = (const h16 *)&vx[u];
+                float vf[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) vf[e] = h16_to(ve[e]);
+#pragma unroll
+                for (int h = 0; h < GM; h++) {
+                    if (h >= G) break;
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[h][e] += pr[h] * vf[e];
+                }
+            }
+        }
+        __syncthreads(); /* sp, srw, tc, wm and wl are rewritten next (or wo, which they share) */
+    }
+}
+
+/* The warps' sums added in warp order per (head, channel), four heads per CTA barrier, into
+ * S.po; S.pml[h] = (max, sum) of head h. */
+template <int GM, int NT, int CL>
+__device__ __forceinline__ void tls_attend_partial(tls_smem<NT, CL> &S, int hd, int G, const float (&acc)[GM][4],
+                                                   float mrun, float lrun)
+{
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, c4 = lane * 4;
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+        if (h >= G) break;
+        if (c4 < hd)
+            *(float4 *)&S.u.wo[warp][(h & 3) * 128 + c4] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+        if ((h & 3) != 3 && h != G - 1) continue;
+        __syncthreads();
+        const int h0 = h & ~3;
+        for (int x = tid; x < (h - h0 + 1) * hd; x += NT) {
+            const int hx = h0 + x / hd, ch = x - (x / hd) * hd;
+            float o = 0.0f;
+            for (int w = 0; w < NT / 32; w++) o += S.u.wo[w][(hx & 3) * 128 + ch];
+            S.po[hx * hd + ch] = o;
+        }
+        if (h + 1 < G) __syncthreads(); /* wo is rewritten for the next four heads */
+    }
+    if (tid < G) S.pml[tid] = make_float2(mrun, lrun);
+}
+
 /* ---------------------------------------------------------------- one layer in one kernel
  * One cluster of CL CTAs of NT threads per (row, KV head): the newest key's summaries, level
  * 1 over the CTAs' ranges of blocks, its top-k (in every CTA, or over the cluster), the kept
@@ -121,7 +333,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
     tls_smem<NT, CL> &S = *reinterpret_cast<tls_smem<NT, CL> *>(tls_smem_raw);
     cg::cluster_group cl = cg::this_cluster();
     const int rank = (int)cl.block_rank(), g = blockIdx.y, b = blockIdx.z;
-    const int tid = threadIdx.x, nt = NT, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, nt = NT;
     const int hd = c.hd, G = c.n_heads / c.n_kv, bs = c.bs, r = c.r, bsh = __ffs(bs) - 1;
     const gpu_tls_dev t = tls[b];
     const gpu_seq_dev sq = seqs[b];
@@ -451,117 +663,15 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
     }
 
     /* ------------------------------------------------ exact attention over this CTA's keys */
-    const float scl = rsqrtf((float)hd) * 1.4426950408889634f; /* log2 domain */
-    const int c4 = lane * 4;
-    const bool chan = c4 < hd;
-    float mx[GM], l[GM], acc[GM][4];
+    {
+        float acc[GM][4], mrun = -INFINITY, lrun = 0.0f;
 #pragma unroll
-    for (int h = 0; h < GM; h++) {
-        mx[h] = -INFINITY;
-        l[h] = 0.0f;
+        for (int h = 0; h < GM; h++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc[h][e] = 0.0f;
-    }
-    for (int j0 = warp * TLS_TOK; j0 < mine; j0 += NT / 32 * TLS_TOK) {
-        int pj[TLS_TOK];
-#pragma unroll
-        for (int u = 0; u < TLS_TOK; u++) pj[u] = j0 + u < mine ? (list ? list[j0 + u] : first + j0 + u) : -1;
-        uint2 kx[TLS_TOK], vx[TLS_TOK];
-#pragma unroll
-        for (int u = 0; u < TLS_TOK; u++) {
-            const int jj = pj[u] < 0 ? pj[0] : pj[u];
-            int pp;
-            const long long rw = list ? tls_cand_row(S, sq, bsh, jj, &pp) : gpu_kv_row(sq.map, jj);
-            if (chan) {
-                kx[u] = *(const uint2 *)(sq.k + (lg * sq.cap + rw) * hd + c4);
-                vx[u] = *(const uint2 *)(sq.v + (lg * sq.cap + rw) * hd + c4);
-            } else {
-                kx[u] = make_uint2(0, 0);
-                vx[u] = make_uint2(0, 0);
-            }
-        }
-        float kf[TLS_TOK][4], vf[TLS_TOK][4];
-#pragma unroll
-        for (int u = 0; u < TLS_TOK; u++) {
-            const h16 *ke = (const h16 *)&kx[u], *ve = (const h16 *)&vx[u];
-#pragma unroll
-            for (int e = 0; e < 4; e++) kf[u][e] = h16_to(ke[e]), vf[u][e] = h16_to(ve[e]);
-        }
-        /* per head: the group's TLS_TOK scores at once, then one online-softmax update */
-#pragma unroll
-        for (int h = 0; h < GM; h++) {
-            if (h >= G) break;
-            float sc[TLS_TOK];
-#pragma unroll
-            for (int u = 0; u < TLS_TOK; u++) {
-                float x = 0.0f;
-                if (chan)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) x += S.q[h * hd + c4 + e] * kf[u][e];
-                sc[u] = x;
-            }
-#pragma unroll
-            for (int o = 16; o; o >>= 1)
-#pragma unroll
-                for (int u = 0; u < TLS_TOK; u++) sc[u] += __shfl_xor_sync(0xffffffffu, sc[u], o);
-            float mloc = -INFINITY;
-#pragma unroll
-            for (int u = 0; u < TLS_TOK; u++) {
-                sc[u] = pj[u] < 0 ? -INFINITY : sc[u] * scl;
-                mloc = fmaxf(mloc, sc[u]);
-            }
-            const float mn = fmaxf(mx[h], mloc), corr = exp2f(mx[h] - mn);
-            float ps = 0.0f, pv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int u = 0; u < TLS_TOK; u++) {
-                const float pe = exp2f(sc[u] - mn);
-                ps += pe;
-#pragma unroll
-                for (int e = 0; e < 4; e++) pv[e] += pe * vf[u][e];
-            }
-            l[h] = l[h] * corr + ps;
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[h][e] = acc[h][e] * corr + pv[e];
-            mx[h] = mn;
-        }
-    }
-    TLS_MARK(8);
-    /* the warps' states merged per head into this CTA's partial, four heads per CTA barrier:
-     * each warp leaves its unscaled sums and (max, sum), and one thread per (head, channel)
-     * scales and adds them in warp order, each product rounded apart: the bits of each warp
-     * scaling its own, one head per two barriers, as before (checked on the H200, 2026-11-29
-     * tlsb1); 0.05-0.12 ms less a step at batch 1 and 8 (BENCHMARKS.md) */
-#pragma unroll
-    for (int h = 0; h < GM; h++) {
-        if (h >= G) break;
-        if (lane == 0) {
-            S.wm[warp][h] = mx[h];
-            S.wl[warp][h] = l[h];
-        }
-        if (chan)
-#pragma unroll
-            for (int e = 0; e < 4; e++) S.u.wo[warp][(h & 3) * 128 + c4 + e] = acc[h][e];
-        if ((h & 3) != 3 && h != G - 1) continue;
-        __syncthreads();
-        const int h0 = h & ~3;
-        for (int x = tid; x < (h - h0 + 1) * hd; x += NT) {
-            const int hh = h0 + x / hd, ch = x - (x / hd) * hd;
-            float M = -INFINITY;
-            for (int w = 0; w < NT / 32; w++) M = fmaxf(M, S.wm[w][hh]);
-            float o = 0.0f;
-            for (int w = 0; w < NT / 32; w++) {
-                const float f = M == -INFINITY ? 0.0f : exp2f(S.wm[w][hh] - M);
-                o += __fmul_rn(S.u.wo[w][(hh & 3) * 128 + ch], f);
-            }
-            S.po[hh * hd + ch] = o;
-            if (ch == 0) {
-                float L = 0.0f;
-                for (int w = 0; w < NT / 32; w++)
-                    if (S.wm[w][hh] != -INFINITY) L += S.wl[w][hh] * exp2f(S.wm[w][hh] - M);
-                S.pml[hh] = make_float2(M, L);
-            }
-        }
-        if (h + 1 < G) __syncthreads(); /* wo is rewritten for the next four heads */
+            for (int e = 0; e < 4; e++) acc[h][e] = 0.0f;
+        tls_attend_tiles<GM>(S, sq, lg, hd, G, bsh, list, first, mine, acc, &mrun, &lrun);
+        TLS_MARK(8);
+        tls_attend_partial<GM>(S, hd, G, acc, mrun, lrun);
     }
     TLS_MARK(9);
     /* the cluster's partials merged: CTA rank writes outputs rank, rank + CL, ... */

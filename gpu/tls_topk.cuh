@@ -10,7 +10,6 @@ namespace cg = cooperative_groups;
 
 #define TLS_CL GPU_TLS_CLUSTER /* CTAs per cluster (the kernels' CL: TLS_CL, or 2 at larger batches) */
 #define TLS_KEPT_MAX (GPU_TLS_MAX_CAND / 16)        /* kept blocks at the smallest block size */
-#define TLS_TOK 8                                   /* keys a warp loads at once in the attention */
 #define TLS_CAND 4                                  /* level-2 candidates a thread loads at once */
 #define TLS_LOCAL_MAX 2048 /* level-1 blocks every CTA selects from alone (more: over the cluster) */
 
@@ -37,12 +36,13 @@ __device__ __forceinline__ void tls_cl_wait()
 template <int NT, int CL> struct tls_smem {
     float q[GPU_TLS_MAX_GROUP * 128]; /* the group's queries, head-major, as floats */
     float qp[128], qn[128], qsel[128];
-    union {
+    union __align__(16) {
         struct {
             float sc[GPU_TLS_MAX_CAND / CL];
             unsigned char fl[GPU_TLS_MAX_CAND / CL];
         } s;                         /* the selection: this CTA's scores and flags */
-        float wo[NT / 32][4 * 128];  /* the attention: the warps' partial rows of four heads */
+        float wo[NT / 32][4 * 128];  /* the attention's end: the warps' sums of four heads; before
+                                        it, a tile's scores and rows (tls_attend_tiles) */
     } u;
     int kept[TLS_KEPT_MAX];          /* every kept block, ascending (the whole cluster's) */
     int ktb[TLS_KEPT_MAX];           /* ... the pool table's entry of each (0: a contiguous cache) */
@@ -58,7 +58,9 @@ template <int NT, int CL> struct tls_smem {
                                               head (written after every CTA's level 1) */
     };
     float2 pml[GPU_TLS_MAX_GROUP];     /* ... its (max, sum) per head */
-    float wm[NT / 32][GPU_TLS_MAX_GROUP], wl[NT / 32][GPU_TLS_MAX_GROUP];
+    float wm[NT / 32][GPU_TLS_MAX_GROUP], wl[NT / 32][GPU_TLS_MAX_GROUP]; /* the attention: a
+                                       tile's max and sum per warp and head */
+    float tc[GPU_TLS_MAX_GROUP];       /* ... a tile's rescale of the sums before it, per head */
     unsigned long long st[2];
     float qsum;
 };

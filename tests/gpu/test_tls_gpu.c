@@ -235,6 +235,14 @@ TEST(gpu_tls_select_equals_cpu)
          * alone (gpu/tls_kernels.cu: then over the cluster) */
         {8, 2, 128, 12000, 64, 32, 160, 1024, 11990, 1, 12},
         {2, 1, 64, 140000, 16, 16, 8, 64, 139995, 1, 13},
+        /* the attention's tiles (gpu/tls_kernels.cu tls_attend_tiles: 1,280 keys a CTA of 512
+         * threads takes at once in a group of up to 4, 1,616 in clusters of 2, 592 in CTAs of
+         * 256; 392, 512, 168 in a group of 9 to 16): dense rows of 2 to 4 tiles per CTA */
+        {8, 2, 128, 12000, 64, 32, 8, 128, 11990, 0, 14},
+        {64, 4, 128, 4000, 64, 64, 9, 400, 3990, 0, 15},
+        /* fewer keys than an n-tile of 8 per CTA, and CTAs with none (20 keys over 8 CTAs) */
+        {8, 2, 128, 60, 16, 32, 2, 20, 50, 1, 16},
+        {16, 2, 96, 2000, 32, 24, 20, 333, 1950, 1, 17}, /* group of 8, head_dim 96 */
     };
     for (int form = 1; form <= 6; form++)
         for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&a, &cs[i], form);
