@@ -105,26 +105,6 @@ __constant__ int tls_early_c;
         if (c.trace && tid == 0 && rank == 0 && b == 0 && g == 0) c.trace[i] = gpu_globaltimer();  \
     } while (0)
 
-/* Code l (0 .. 15) of a label word as a float, exactly: 2^23 + code has the code in its low
- * mantissa bits, and subtracting 2^23 is exact. An integer conversion (I2F) issues at a quarter
- * of the float rate on sm_90: at 8 rows, level 2's 32 conversions per candidate were most of its
- * arithmetic (4,096 candidates per CTA). */
-__device__ __forceinline__ float tls_nib(unsigned w, int l)
-{
-    return __fsub_rn(__uint_as_float(0x4B000000u | ((w >> (4 * l)) & 15u)), 8388608.0f);
-}
-
-/* Cache row `row`'s K and V lines (of its (layer, KV head) slab, hd channels) requested into L2:
- * the writer of a kept key's list entry asks for them, so that the attention, after the cluster
- * barrier that hands the lists out, finds them there (a hint: nothing waits on it). */
-__device__ __forceinline__ void tls_l2_kv(const gpu_seq_dev &sq, long long row, int hd)
-{
-    for (int o = 0; o < hd; o += 64) {
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(sq.k + row * hd + o));
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(sq.v + row * hd + o));
-    }
-}
-
 /* ---------------------------------------------------------------- a CTA's exact attention
  * The keys a CTA attends (list[0 .. mine-1] as candidate indices, or first .. first+mine-1) in
  * tiles of TK keys, each in three steps with a CTA barrier between them, so that the loads of a
@@ -133,8 +113,8 @@ __device__ __forceinline__ void tls_l2_kv(const gpu_seq_dev &sq, long long row, 
  *           16-byte pieces (every n-tile of the warp's batch at once), the tensor cores take the
  *           group's heads as the 16 rows of A (h16 q, float accumulation; the channel order
  *           permuted alike in A and B: a dot product does not depend on it), the scores (log2
- *           domain) into shared memory and each warp's max per head (the K and V rows were
- *           requested into L2 when the lists were written: tls_l2_kv)
+ *           domain) into shared memory and each warp's max per head; the V rows requested into
+ *           L2 meanwhile
  *   softmax the tile's max per head over the warps (and the tiles before), p = 2^(s - max) in
  *           place, the warps' sums per head
  *   P V     a warp per key (strided), a lane per 4 channels: every head's p x V summed in key
@@ -185,12 +165,6 @@ __device__ __forceinline__ void tls_attend_tiles(tls_smem<NT, CL> &S, const gpu_
     __syncthreads();
     for (int k0 = 0; k0 < mine; k0 += TK) {
         const int kt = min(TK, mine - k0), ntl = (kt + 7) >> 3;
-        /* a dense row's K and V rows of the tile requested into L2 at once (a listed key's were
-         * when the lists were written), so that a warp's later batches of K and the P V step
-         * find them there */
-        if (!list)
-            for (int key = tid; key < kt; key += NT)
-                tls_l2_kv(sq, (long long)lg * sq.cap + gpu_kv_row(sq.map, first + k0 + key), hd);
         /* scores: n-tile z of the tile is warp z % NW's */
         float wmax[2] = {-INFINITY, -INFINITY};
         for (int z0 = warp; z0 < ntl; z0 += NW * NB) {
@@ -206,6 +180,9 @@ __device__ __forceinline__ void tls_attend_tiles(tls_smem<NT, CL> &S, const gpu_
                     row = (long long)lg * sq.cap + (list ? tls_cand_row(S, sq, bsh, list[jj], &pp)
                                                          : gpu_kv_row(sq.map, first + jj));
                     if (t4 == 0) srw[key] = row;
+                    /* the V row's 128-byte lines, for the P V step */
+                    if (t4 < 2 && t4 * 64 < hd)
+                        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(sq.v + row * hd + t4 * 64));
                 }
 #pragma unroll
                 for (int i = 0; i < 4; i++)
@@ -564,8 +541,6 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
             for (int j = tid; j < mine; j += nt) {
                 S.lst[j] = j0 + j;
                 idx[j0 + j] = S.kept[(j0 + j) / bs] * bs + (j0 + j) % bs;
-                int pp;
-                tls_l2_kv(sq, (long long)lg * sq.cap + tls_cand_row(S, sq, bsh, j0 + j, &pp), hd);
             }
             __syncthreads();
         } else {
@@ -599,13 +574,9 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
                         if (i < n2) {
                             const int j = lo2 + i, pp = (S.kept[j >> bsh] << bsh) + (j & (bs - 1));
                             const unsigned *wp = (const unsigned *)(code0 + (size_t)pp * (r / 2));
-                            if (nw == 4) { /* one 16-byte load (a label row is 16-byte aligned) */
-                                const uint4 x = *(const uint4 *)wp;
-                                wd[u][0] = x.x, wd[u][1] = x.y, wd[u][2] = x.z, wd[u][3] = x.w;
-                            } else
 #pragma unroll
-                                for (int k4 = 0; k4 < 4; k4++)
-                                    if (k4 < nw) wd[u][k4] = wp[k4];
+                            for (int k4 = 0; k4 < 4; k4++)
+                                if (k4 < nw) wd[u][k4] = wp[k4];
                             lb[u] = lab0[pp];
                         }
                     }
@@ -619,8 +590,8 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
                             if (k4 >= nw) break;
 #pragma unroll
                             for (int l = 0; l < 8; l++)
-                                acc[l] = __fadd_rn(
-                                    acc[l], __fmul_rn(S.qsel[k4 * 8 + l], tls_nib(wd[u][k4], l)));
+                                acc[l] = __fadd_rn(acc[l], __fmul_rn(S.qsel[k4 * 8 + l],
+                                                                     (float)((wd[u][k4] >> (4 * l)) & 15u)));
                         }
 #pragma unroll
                         for (int wdt = 4; wdt >= 1; wdt >>= 1)
@@ -679,9 +650,6 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
                         const int j = lo2 + i, to = at / sl;
                         cl.map_shared_rank(S.lst, to)[at - to * sl] = j;
                         idx[at] = (S.kept[j >> bsh] << bsh) + (j & (bs - 1));
-                        int pp;
-                        tls_l2_kv(sq, (long long)lg * sq.cap + tls_cand_row(S, sq, bsh, j, &pp),
-                                  hd);
                         at++;
                     }
             }

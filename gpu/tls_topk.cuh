@@ -10,7 +10,7 @@ namespace cg = cooperative_groups;
 
 #define TLS_CL GPU_TLS_CLUSTER /* CTAs per cluster (the kernels' CL: TLS_CL, or 2 at larger batches) */
 #define TLS_KEPT_MAX (GPU_TLS_MAX_CAND / 16)        /* kept blocks at the smallest block size */
-#define TLS_CAND 8 /* level-2 candidates a thread loads at once (every one of a CTA at 8 rows) */
+#define TLS_CAND 4                                  /* level-2 candidates a thread loads at once */
 #define TLS_LOCAL_MAX 2048 /* level-1 blocks every CTA selects from alone (more: over the cluster) */
 
 /* Cluster barrier with release / acquire semantics (shared and global memory written before it
