@@ -1,0 +1,48 @@
+#!/bin/bash
+# tlsatt's second device call: the gpu_tls / gpu_layer_split / gpu_paged tests on this branch's
+# final pack (v2: call 1's attention + every listed key's K / V rows requested into L2 when its
+# list entry is written + level 2's label words in one 16-byte load and its codes converted
+# without I2F), then bench_gpu --tls with main abd5739's plugin, call 1's (v1) and v2, interleaved
+# (main, v1, v2, main, v1, v2). Later ones skipped past BUDGET_S.
+# Carried: .carry/tlsatt/{gpu.tar.xz (gpu/bench/check_pack.sh, v2), bench_gpu (v2, stripped),
+# main.tar.xz and v1.tar.xz (bench_gpu, libtandem_cuda.so, libtandem_cuda_test.so), run.sh}.
+set -u
+C=.carry/tlsatt
+OUT=${OUT:?}
+L=$OUT/l
+mkdir -p $L
+t0=$(date +%s)
+stamp() { echo "== [$(($(date +%s) - t0))s] $*" | tee -a "$L/stamps.log"; }
+rm -rf build build-main build-v1 && tar -xJf $C/gpu.tar.xz && cp $C/bench_gpu build/ && sh tools/testdata.sh >/dev/null 2>&1
+for x in main v1; do
+    mkdir -p build-$x && tar -xJf $C/$x.tar.xz -C build-$x && ln -s ../build/rt build-$x/rt
+done
+export BUILD=build LD_LIBRARY_PATH=$PWD/build/rt
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$L/gpu.txt" 2>&1
+stamp unpacked
+(
+    timeout ${TTIME:-120} build/tandem-tests ${TESTS:-gpu_tls gpu_layer_split gpu_paged} >"$L/tests.log" 2>&1
+    echo "rc=$?" >>"$L/tests.log"
+) &
+tp=$!
+build/mkmodel --out /tmp/l3g --preset llama3-8b >"$L/mkmodel.log" 2>&1
+wait $tp
+stamp "tests: $(grep -c '^ok' "$L/tests.log") ok, $(grep -c '^not ok' "$L/tests.log") not ok, $(grep rc= "$L/tests.log")"
+grep -h "^not ok\|FAIL" "$L"/tests*.log | head
+bench() { # name dir contexts batches env...
+    local name=$1 dir=$2 ctx=$3 bat=$4; shift 4
+    [ $(($(date +%s) - t0)) -gt ${BUDGET_S:-270} ] && { stamp "skip $name: past ${BUDGET_S:-270} s"; return; }
+    env "$@" timeout 100 $dir/bench_gpu --model /tmp/l3g --tls $ctx --tls-batch $bat --tls-budget 1024 \
+        --tls-blocks 128 --steps ${STEPS:-24} > "$L/bench_$name.jsonl" 2> "$L/bench_$name.err"
+    stamp "bench $name rc=$?"
+    grep '"bench":"tls"' "$L/bench_$name.jsonl" | cut -c1-60,330-420
+}
+CTX=${CTX:-130000,32768}
+bench main build-main $CTX 1,8 X=1
+bench v1 build-v1 $CTX 1,8 X=1
+bench v2 build $CTX 1,8 X=1
+bench main2 build-main $CTX 1,8 X=1
+bench v1b build-v1 $CTX 1,8 X=1
+bench v2b build $CTX 1,8 X=1
+stamp done
+tar -C $OUT -czf $OUT/tlsatt2.tgz l && rm -rf $L
