@@ -123,9 +123,11 @@ __constant__ int tls_early_c;
  * head, the CTA's partial the cluster merge takes. Fixed orders throughout: the same bits every
  * run. The scores' sums are the tensor cores' (not sparse/tls.c's order: the attention is
  * checked against cpu_tls_attend within the decode attention's bound, not bit for bit). */
+/* NB: n-tiles a warp loads at once (4 at GM 4 spilled in ptxas: 128 registers a thread at 512
+ * threads); PB: V rows a lane loads at once. */
 template <int GM> struct tls_att_shape {
-    static constexpr int NB = GM <= 8 ? 2 : 1;  /* n-tiles a warp loads at once */
-    static constexpr int PB = GM <= 8 ? 16 : 8; /* V rows a lane loads at once */
+    static constexpr int NB = GM <= 8 ? 2 : 1;
+    static constexpr int PB = GM <= 8 ? 16 : 8;
 };
 
 /* The tile loop: acc[h][e] (head h, channel 4 x lane + e, this warp's keys) relative to *mrun
