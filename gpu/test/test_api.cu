@@ -257,6 +257,15 @@ int gpu_test_gemm_candidate(int T, int N, int K, int ldc, int out_f32, int beta,
     return get_half(out, dout, no);
 }
 
+/* The engine the small-T tests call through: PDL on, gemm_small=rows_max, sms SMs (0: one). */
+static void small_engine(gpu_engine *e, int rows_max, int sms)
+{
+    memset(e, 0, sizeof *e);
+    e->pdl = 1;
+    e->sms = sms;
+    e->tune.gemm_small = rows_max;
+}
+
 /* gpu_gemm as the engine calls it with gemm_small=rows_max (0: cuBLAS), on an engine counting
  * sms SMs (0: one), PDL on: out (T rows of ldc; c its initial values) = x (T, K) · w (N, K)^T
  * (+ c where beta), float32 or h16 (widened) output. ldc > N: gpu_gemm_cols (float32, beta 0: the
@@ -267,10 +276,7 @@ int gpu_test_gemm_small(int rows_max, int sms, int T, int N, int K, int ldc, int
     GPU_TRY(ready());
     if (ldc < N || (ldc > N && (!out_f32 || beta))) return ACCEL_ERR_INVALID;
     gpu_engine e;
-    memset(&e, 0, sizeof e);
-    e.pdl = 1;
-    e.sms = sms;
-    e.tune.gemm_small = rows_max;
+    small_engine(&e, rows_max, sms);
     GPU_CUBLAS(cublasCreate(&e.blas));
     scratch s;
     h16 *dx, *dw;
@@ -307,10 +313,7 @@ int gpu_test_gemm_swiglu(int rows_max, int sms, int T, int I, int K, const float
 {
     GPU_TRY(ready());
     gpu_engine e;
-    memset(&e, 0, sizeof e);
-    e.pdl = 1;
-    e.sms = sms;
-    e.tune.gemm_small = rows_max;
+    small_engine(&e, rows_max, sms);
     scratch s;
     h16 *dx, *dw, *dh;
     GPU_TRY(s.half(&dx, x, (size_t)T * K));
