@@ -219,24 +219,34 @@ static int run_layers_in(gpu_engine *e, const pass &p, const meta_ptrs &md)
             GPU_TRY(gpu_gu_fused(s, e->pdl, e->sms, &d, w.w_gu, e->x, w.ffn_norm, e->h,
                                  gpu_chain_slot(e)));
             prof_mark(e, P_GU);
+            GPU_TRY(gpu_gemm(e, nr, d.H, d.I, w.w_down, e->h, x_r, 1, 1.f)); /* x += h · Wd^T */
+            prof_mark(e, P_DOWN);
         } else {
-            GPU_TRY(gpu_rmsnorm(s, x_r, NULL, w.ffn_norm, nr, d.H, d.eps, e->xb));
-            prof_mark(e, P_NORM);
-            /* a few rows: gate/up and SwiGLU in one kernel (gemm.cu), else two */
-            const int gu_swiglu = gpu_gemm_swiglu(e, nr, d.I, d.H, w.w_gu, e->xb, e->h);
-            if (gu_swiglu < 0) return gu_swiglu;
-            if (!gu_swiglu) GPU_TRY(gpu_gemm(e, nr, 2 * d.I, d.H, w.w_gu, e->xb, e->gu, 0, 0.f));
-            prof_mark(e, P_GU);
-            if (!gu_swiglu) GPU_TRY(gpu_swiglu(s, e->gu, nr, d.I, e->h));
-            prof_mark(e, P_SWIGLU);
+            GPU_TRY(gpu_mlp_rows(e, w, nr, x_r));
         }
-        GPU_TRY(gpu_gemm(e, nr, d.H, d.I, w.w_down, e->h, x_r, 1, 1.f)); /* x += h · Wd^T */
-        prof_mark(e, P_DOWN);
         if (p.xr) GPU_TRY(gpu_export_poll(e, p.xr, l, 0));
     }
     /* AsyncTLS's staggered rows: level 1 of every sparse layer for the next step, in one launch
      * after the layers (gpu/tls.cuh) */
     if (p.tls && !p.kv) GPU_TRY(gpu_tls_step_end(e, p.l0, l1, T, md.pos));
+    return ACCEL_OK;
+}
+
+int gpu_mlp_rows(gpu_engine *e, const gpu_layer_w &w, int nr, float *x)
+{
+    const gpu_dims &d = e->d;
+    cudaStream_t s = e->compute;
+    GPU_TRY(gpu_rmsnorm(s, x, NULL, w.ffn_norm, nr, d.H, d.eps, e->xb));
+    prof_mark(e, P_NORM);
+    /* a few rows: gate/up and SwiGLU in one kernel (gemm.cu), else two */
+    const int gu_swiglu = gpu_gemm_swiglu(e, nr, d.I, d.H, w.w_gu, e->xb, e->h);
+    if (gu_swiglu < 0) return gu_swiglu;
+    if (!gu_swiglu) GPU_TRY(gpu_gemm(e, nr, 2 * d.I, d.H, w.w_gu, e->xb, e->gu, 0, 0.f));
+    prof_mark(e, P_GU);
+    if (!gu_swiglu) GPU_TRY(gpu_swiglu(s, e->gu, nr, d.I, e->h));
+    prof_mark(e, P_SWIGLU);
+    GPU_TRY(gpu_gemm(e, nr, d.H, d.I, w.w_down, e->h, x, 1, 1.f)); /* x += h · Wd^T */
+    prof_mark(e, P_DOWN);
     return ACCEL_OK;
 }
 

@@ -57,6 +57,11 @@ static inline void inv_table(const gpu_engine *e, int seq_len, float *out)
  * sub-batches (gpu/forward.cu). */
 int gpu_logits_rows(gpu_engine *e, const float *x, int row0, int nrows, float *out);
 
+/* The MLP of nr rows of layer w on the residual stream x, as every pass but the single-token
+ * decode's fused kernels runs it: x += down(SwiGLU(gate/up(RMSNorm(x)))), gate/up and SwiGLU in
+ * one kernel for a few rows (gpu_gemm_swiglu), else two (gpu/forward.cu). */
+int gpu_mlp_rows(gpu_engine *e, const gpu_layer_w &w, int nr, float *x);
+
 /* gpu_prefill_sparse of layers [l0, l1) on the residual stream xs (NULL: the workspace's):
  * gpu_prefill_sparse is layers [0, L); gpu_prefill_layers' sparse calls (gpu/prefill_sparse.cu). */
 int gpu_prefill_sparse_layers(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids, int n,

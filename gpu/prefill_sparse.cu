@@ -276,14 +276,7 @@ static int sparse_layers(gpu_engine *e, const sparse_ws &w, gpu_kv *kv, int pos0
             prof_mark(e, P_ATTN);
             GPU_TRY(gpu_gemm(e, T, d.H, d.qd, lw.w_o, e->att, xc, 1, 1.f));
             prof_mark(e, P_O);
-            GPU_TRY(gpu_rmsnorm(s, xc, NULL, lw.ffn_norm, T, d.H, d.eps, e->xb));
-            prof_mark(e, P_NORM);
-            GPU_TRY(gpu_gemm(e, T, 2 * d.I, d.H, lw.w_gu, e->xb, e->gu, 0, 0.f));
-            prof_mark(e, P_GU);
-            GPU_TRY(gpu_swiglu(s, e->gu, T, d.I, e->h));
-            prof_mark(e, P_SWIGLU);
-            GPU_TRY(gpu_gemm(e, T, d.H, d.I, lw.w_down, e->h, xc, 1, 1.f));
-            prof_mark(e, P_DOWN);
+            GPU_TRY(gpu_mlp_rows(e, lw, T, xc));
         }
         if (xr) GPU_TRY(gpu_export_poll(e, xr, l, 0));
     }
