@@ -156,8 +156,16 @@ static int kv_reply(sconn *sc, int32_t status)
     peer_words w = {{(uint32_t)status, 0, 0, 0}};
     peer_header_write(p, PEER_REPLY, 8);
     peer_words_write(p + PEER_HEADER_BYTES, &w, 2);
-    if (++sc->n_held >= sc->hold) return flush_held(sc);
+    /* hold is 1..PEER_KV_WINDOW / 2 (peer_kv_reply_hold); held[] bounds it all the same */
+    if (++sc->n_held >= sc->hold || sc->n_held == PEER_KV_WINDOW / 2) return flush_held(sc);
     return PEER_OK;
+}
+
+/* A chunk message's size as the sender's window counted it: with the stream header always
+ * (peer/remote_kv.c), which only a run's first chunk carries. */
+static size_t kv_counted(size_t n, uint32_t flags)
+{
+    return n + (flags & PEER_KV_RUN_START ? 0 : PROTO_KV_HEADER_BYTES);
 }
 
 static void fill_info(peer_server *s, peer_info *in)
@@ -317,7 +325,7 @@ static int on_kv(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
     peer_kv k;
     if (peer_kv_read(p, n, &k)) return PEER_ERR_PROTO;
     kv_sync(s);
-    sc->hold = peer_kv_reply_hold(n); /* n: the message the sender's window counted */
+    sc->hold = peer_kv_reply_hold(kv_counted(n, k.flags));
     return kv_reply(sc, kv_apply(s, sc, k));
 }
 
@@ -397,9 +405,6 @@ static int rx_finish(peer_server *s, sconn *sc)
     int st = peer_conn_tag_recv_test(sc->c, x->req, x->k.n_bytes);
     if (st == 1) {
         x->req = NULL;
-        /* its REPLY held as the sender's window counts it: by the whole message's size (here, on
-         * the loop's side, before the chunk goes to the kv_rx thread) */
-        sc->hold = peer_kv_reply_hold(x->k.n_bytes);
         peer_kv k; /* its fixed part: dev, seq, crc, flags (the chunk itself: the reader's) */
         if (peer_kv_tag_read(x->k.bytes, x->k.n_bytes, &k)) {
             peer_kv_rx_put_back(s->rx, x->slot);
@@ -407,6 +412,9 @@ static int rx_finish(peer_server *s, sconn *sc)
             sc->rx_n--;
             return PEER_ERR_PROTO;
         }
+        /* its REPLY held as the sender's window counts it (here, on the loop's side, before the
+         * chunk goes to the kv_rx thread) */
+        sc->hold = peer_kv_reply_hold(kv_counted(x->k.n_bytes, k.flags));
         x->k = k;
         sc->ahead = (k.flags & PEER_KV_TAG_AHEAD) != 0;
         if (s->n_th > 1 && s->n_handoff < PEER_KV_RX_SLOTS && !sc->ahead) { /* its CRC after the token goes on */

@@ -709,6 +709,10 @@ int main(int argc, char **argv)
     /* every KV size bounded before anything is allocated: the buffers are the largest one's
      * (0: no KV run, the logits only, as bench/peer_bench.sh's decode part asks) */
     long kv_max = 0;
+    if (ns < 1) {
+        fprintf(stderr, "peer_bench: --sizes: at least one size (0: the logits only)\n");
+        return 2;
+    }
     for (int i = 0; i < ns; i++) {
         if (sizes[i] != 0 && (sizes[i] <= PEER_KV_FIXED || sizes[i] > KV_SIZE_MAX)) {
             fprintf(stderr, "peer_bench: --sizes: each 0 (none) or %d..%ld bytes, got %ld\n", PEER_KV_FIXED + 1,
@@ -764,8 +768,10 @@ int main(int argc, char **argv)
     }
     char held_by[96]; /* the node's rule: by the size (the first size's count shown) or --hold */
     if (g_hold) snprintf(held_by, sizeof held_by, "%d (--hold)", g_hold);
-    else snprintf(held_by, sizeof held_by, "half the window's chunks of their size (%d at %ld bytes)",
-                  peer_kv_reply_hold((size_t)sizes[0]), sizes[0]);
+    else if (sizes[0] > 0)
+        snprintf(held_by, sizeof held_by, "half the window's chunks of their size (%d at %ld bytes)",
+                 peer_kv_reply_hold((size_t)sizes[0]), sizes[0]);
+    else snprintf(held_by, sizeof held_by, "half the window's chunks of their size");
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
            "polling %d us, from %ld buffers%s, %ld sends in flight over tcp lanes, CRC-32C (%s) on the %s, "
            "%d receiving thread(s)%s%s%s%s%s, replies held back until %s\n",

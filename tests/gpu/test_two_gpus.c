@@ -22,11 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HD128 "--hidden 512 --layers 2 --heads 4 --kv-heads 2 --head-dim 128 --intermediate 768 " \
-              "--vocab 2000 --max-pos 4096"
+#define HD128                                                                                      \
+    "--hidden 512 --layers 2 --heads 4 --kv-heads 2 --head-dim 128 --intermediate 768 "            \
+    "--vocab 2000 --max-pos 4096"
 #define PROMPT 300 /* prompt tokens */
-#define STEPS 24   /* decode steps of each run */
-#define ROWS 4     /* sequences per device: one decoded alone, three as a batch */
+#define STEPS  24  /* decode steps of each run */
+#define ROWS   4   /* sequences per device: one decoded alone, three as a batch */
 
 /* One device's sequences and the logits of every step of a run (STEPS x ROWS x V). */
 typedef struct two_dev {
@@ -115,8 +116,8 @@ TEST(gpu_two_devices)
     double worst = 0;
     int off = 0;
     two_compare(t[0].lg, t[1].lg, V, &worst, &off);
-    CHECK_MSG(worst <= 0.05 && off == 0, "alternating: cuda:1 off cuda:0 by %.3g, %d greedy tokens differ",
-              worst, off);
+    CHECK_MSG(worst <= 0.05 && off == 0,
+              "alternating: cuda:1 off cuda:0 by %.3g, %d greedy tokens differ", worst, off);
     fprintf(stderr, "  two devices, alternating: max |logit diff| cuda:1 vs cuda:0 %.3g\n", worst);
 
     /* 2. each device on a thread of its own, both at once, the same steps again (the sequences
@@ -126,7 +127,8 @@ TEST(gpu_two_devices)
         seq_lg[i] = t[i].lg;
         t[i].lg = malloc(sizeof(float) * STEPS * ROWS * V);
         REQUIRE(t[i].lg);
-        for (int r = 0; r < ROWS; r++) REQUIRE(accel_seq_truncate(t[i].d, t[i].s[r], PROMPT - 7 * r) == 0);
+        for (int r = 0; r < ROWS; r++)
+            REQUIRE(accel_seq_truncate(t[i].d, t[i].s[r], PROMPT - 7 * r) == 0);
     }
     pthread_t th[2];
     for (int i = 0; i < 2; i++) REQUIRE(pthread_create(&th[i], NULL, two_run, &t[i]) == 0);
@@ -134,7 +136,8 @@ TEST(gpu_two_devices)
     for (int i = 0; i < 2; i++) {
         CHECK_MSG(t[i].rc == 0, "%s on a thread of its own: status %d", names[i], t[i].rc);
         CHECK_MSG(t[i].rc || memcmp(t[i].lg, seq_lg[i], sizeof(float) * STEPS * ROWS * V) == 0,
-                  "%s on a thread of its own: its logits differ from its sequential steps", names[i]);
+                  "%s on a thread of its own: its logits differ from its sequential steps",
+                  names[i]);
     }
     for (int i = 0; i < 2; i++) {
         for (int r = 0; r < ROWS; r++) accel_seq_free(t[i].d, t[i].s[r]);
