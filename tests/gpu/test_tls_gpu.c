@@ -103,6 +103,13 @@ static void synth(const tcase *c, float *q, float *k, float *v)
         if (nb > 11 && dst != 5)
             memcpy(k + (size_t)dst * c->bs * kvd, k + (size_t)5 * c->bs * kvd,
                    sizeof(float) * c->bs * kvd);
+    /* seeds from 100: every key row one of the first 32 (a hash of the position picks it), so
+     * that level 2's scores come in groups of equal ones and the k-th falls inside a group: the
+     * ties the top-k's gather ranks (gpu/tls_topk.cuh tls_cl_gather: a small bucket) */
+    if (c->seed >= 100)
+        for (int p = 32; p < c->n; p++)
+            memcpy(k + (size_t)p * kvd, k + (size_t)(((uint32_t)p * 2654435761u) >> 27) * kvd,
+                   sizeof(float) * kvd);
 }
 
 /* form: the layer's one-kernel form (1; 4 / 5: in CTAs of 256 / 512 threads; 6: in clusters of 2
@@ -254,6 +261,9 @@ TEST(gpu_tls_select_equals_cpu)
         /* fewer keys than an n-tile of 8 per CTA, and CTAs with none (20 keys over 8 CTAs) */
         {8, 2, 128, 60, 16, 32, 2, 20, 50, 1, 16},
         {16, 2, 96, 2000, 32, 24, 20, 333, 1950, 1, 17}, /* group of 8, head_dim 96 */
+        /* 32 distinct key rows: groups of equal scores at both levels, the k-th inside one */
+        {8, 2, 128, 4000, 64, 32, 16, 300, 3990, 1, 101},
+        {32, 8, 128, 3000, 64, 32, 20, 700, 2990, 1, 102},
     };
     for (int form = 1; form <= 6; form++)
         for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&a, &cs[i], form);
