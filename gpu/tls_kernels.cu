@@ -325,32 +325,22 @@ __device__ __forceinline__ void tls_attend_partial(tls_smem<NT, CL> &S, int hd, 
     if (tid < G) S.pml[tid] = make_float2(mrun, lrun);
 }
 
-/* TANDEM_TLS_L2 (A/B, read at init; tlsl2 2026-11-29): level 2's scoring and top-k. Bit 1: a
- * candidate's label words in one 16-byte load (r = 32); bit 2: eight candidates a thread
- * requested at once (else four); bit 4: the codes made floats without I2F (a PRMT into 2^23's
- * mantissa, then 2^23 subtracted: the same bits); bit 8: the top-k gathers the k-th key's bucket
- * once it is small (tls_cl_topk); bit 16: the group-averaged query computed before level 1 by a
- * spare warp (without level 2's two CTA barriers); bit 32: the top-k's histograms without
- * __match_any_sync (tls_cl_topk's peel). Unset: every bit on. */
-__constant__ int tls_l2_c;
-
-/* Code l of label word w (codes 8k .. 8k+7 in word k, 4 bits each, the lowest first) as a float.
- * NOI2F: lo / hi hold the word's even / odd codes, one a byte (w & 0x0f0f0f0f and w >> 4 &
- * 0x0f0f0f0f); the byte goes into the low byte of 2^23 (0x4b000000), 2^23 + c, exact, minus 2^23:
- * c exactly, on the integer and FP32 pipes (an I2F is a conversion: 16 a clock per SM). */
-template <bool NOI2F>
-__device__ __forceinline__ float tls_code_f(unsigned w, unsigned lo, unsigned hi, int l)
+/* Code l (0 .. 7) of a label word as a float, from lo / hi: the word's even / odd codes, one a
+ * byte (w & 0x0f0f0f0f, w >> 4 & 0x0f0f0f0f). The byte goes into the low byte of 2^23
+ * (0x4b000000): 2^23 + c exactly, minus 2^23 is c exactly, on the integer and FP32 pipes where
+ * (float)c is an I2F, a conversion (16 a clock per SM). Measured 2026-11-29 (tlsl2, BENCHMARKS.md):
+ * level 2 at 32K batch 8 from 11.1 to 10.4 µs. */
+__device__ __forceinline__ float tls_code_f(unsigned lo, unsigned hi, int l)
 {
-    if (!NOI2F) return (float)((w >> (4 * l)) & 15u);
     const unsigned x = __byte_perm(l & 1 ? hi : lo, 0x4b000000u, 0x7440u | (unsigned)(l >> 1));
     return __fsub_rn(__uint_as_float(x), 8388608.0f);
 }
 
 /* Level 2's scores of this CTA's candidates lo2 .. lo2 + n2 - 1 into sc (r a multiple of 8 up to
- * 32): CAND candidates' labels requested at once a thread, word k of a label holding codes
- * 8k .. 8k+7; V16: the label's four words in one 16-byte load (r = 32). The CPU's order: dot8 over
- * the codes (lane = channel mod 8), then lstep * dot + lmin * qsum. */
-template <int CAND, bool V16, bool NOI2F, int NT, int CL>
+ * 32): TLS_CAND candidates' labels requested at once a thread, word k of a label holding codes
+ * 8k .. 8k+7, 4 bits each, the lowest first. The CPU's order: dot8 over the codes (lane = channel
+ * mod 8), then lstep * dot + lmin * qsum. */
+template <int NT, int CL>
 __device__ void tls_l2_scores(const tls_smem<NT, CL> &S, const unsigned char *code0, const float2 *lab0, int r,
                               int bsh, int lo2, int n2, float qsum, float *sc)
 {
@@ -358,38 +348,33 @@ __device__ void tls_l2_scores(const tls_smem<NT, CL> &S, const unsigned char *co
     float qs[32]; /* the group-averaged query's selected channels, in registers */
 #pragma unroll
     for (int e = 0; e < 32; e++) qs[e] = e < r ? S.qsel[e] : 0.0f;
-    for (int i0 = tid; i0 < n2; i0 += CAND * NT) {
-        unsigned wd[CAND][4];
-        float2 lb[CAND];
+    for (int i0 = tid; i0 < n2; i0 += TLS_CAND * NT) {
+        unsigned wd[TLS_CAND][4];
+        float2 lb[TLS_CAND];
 #pragma unroll
-        for (int u = 0; u < CAND; u++) {
+        for (int u = 0; u < TLS_CAND; u++) {
             const int i = i0 + u * NT;
             if (i < n2) {
                 const int j = lo2 + i, pp = (S.kept[j >> bsh] << bsh) + (j & (bs - 1));
                 const unsigned *wp = (const unsigned *)(code0 + (size_t)pp * (r / 2));
-                if (V16 && nw == 4) {
-                    const uint4 v = *(const uint4 *)wp;
-                    wd[u][0] = v.x, wd[u][1] = v.y, wd[u][2] = v.z, wd[u][3] = v.w;
-                } else {
 #pragma unroll
-                    for (int k4 = 0; k4 < 4; k4++)
-                        if (k4 < nw) wd[u][k4] = wp[k4];
-                }
+                for (int k4 = 0; k4 < 4; k4++)
+                    if (k4 < nw) wd[u][k4] = wp[k4];
                 lb[u] = lab0[pp];
             }
         }
 #pragma unroll
-        for (int u = 0; u < CAND; u++) {
+        for (int u = 0; u < TLS_CAND; u++) {
             const int i = i0 + u * NT;
             if (i >= n2) break;
             float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
             for (int k4 = 0; k4 < 4; k4++) {
                 if (k4 >= nw) break;
-                const unsigned w = wd[u][k4], lo = w & 0x0f0f0f0fu, hi = (w >> 4) & 0x0f0f0f0fu;
+                const unsigned lo = wd[u][k4] & 0x0f0f0f0fu, hi = (wd[u][k4] >> 4) & 0x0f0f0f0fu;
 #pragma unroll
                 for (int l = 0; l < 8; l++)
-                    acc[l] = __fadd_rn(acc[l], __fmul_rn(qs[k4 * 8 + l], tls_code_f<NOI2F>(w, lo, hi, l)));
+                    acc[l] = __fadd_rn(acc[l], __fmul_rn(qs[k4 * 8 + l], tls_code_f(lo, hi, l)));
             }
 #pragma unroll
             for (int wdt = 4; wdt >= 1; wdt >>= 1)
@@ -500,26 +485,6 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
                 t.sa[lg * 2 * hd + hd + tid] = z;
             }
         }
-        /* level 2's group-averaged query (its r <= 32 channels) and its sum, here by the warp
-         * after those of the loop above, off level 2's path (which needs them only past level 1)
-         * and without its two CTA barriers */
-        const int qw = (hd + 31) / 32; /* that warp */
-        const bool qearly = (tls_l2_c & 16) && r <= 32 && qw < NT / 32;
-        if (qearly && (tid >> 5) == qw) {
-            const int lane = tid & 31;
-            if (lane < r) {
-                const int chl = c.ch[lg * r + lane];
-                float a = 0.0f;
-                for (int h = 0; h < G; h++) a = __fadd_rn(a, S.q[h * hd + chl]);
-                S.qsel[lane] = __fdiv_rn(a, (float)G);
-            }
-            __syncwarp();
-            if (lane == 0) {
-                float s = 0.0f;
-                for (int i = 0; i < r; i++) s = __fadd_rn(s, S.qsel[i]);
-                S.qsum = s;
-            }
-        }
         __syncthreads();
         /* level 1: two threads a block (its max row with Q+, its min row with Q-) */
         const int bb = t.block_budget;
@@ -574,8 +539,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
                 int *kept = S.kept;
                 tls_cta_list(S, nb, pf, mk, kq, lo1, n1, [&](int J, int i) { kept[J] = i; });
             } else {
-                tls_cl_topk(cl, rank, S.u.s.sc, n1, bb, S.u.s.fl, S, &kc, &ko, (tls_l2_c & 8) != 0,
-                        (tls_l2_c & 32) != 0);
+                tls_cl_topk(cl, rank, S.u.s.sc, n1, bb, S.u.s.fl, S, &kc, &ko);
                 TLS_MARK(3);
                 local1 = 0;
             }
@@ -644,37 +608,24 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
         } else {
             const int per2 = (C + CL - 1) / CL, lo2 = min(rank * per2, C);
             const int n2 = min(C - lo2, per2);
-            if (!qearly) { /* else computed above */
-                const unsigned short *ch = c.ch + lg * r;
-                if (tid < r) {
-                    float a = 0.0f;
-                    for (int h = 0; h < G; h++) a = __fadd_rn(a, S.q[h * hd + ch[tid]]);
-                    S.qsel[tid] = __fdiv_rn(a, (float)G);
-                }
-                __syncthreads();
-                if (tid == 0) {
-                    float s = 0.0f;
-                    for (int i = 0; i < r; i++) s = __fadd_rn(s, S.qsel[i]);
-                    S.qsum = s;
-                }
-                __syncthreads();
+            const unsigned short *ch = c.ch + lg * r;
+            if (tid < r) {
+                float a = 0.0f;
+                for (int h = 0; h < G; h++) a = __fadd_rn(a, S.q[h * hd + ch[tid]]);
+                S.qsel[tid] = __fdiv_rn(a, (float)G);
             }
+            __syncthreads();
+            if (tid == 0) {
+                float s = 0.0f;
+                for (int i = 0; i < r; i++) s = __fadd_rn(s, S.qsel[i]);
+                S.qsum = s;
+            }
+            __syncthreads();
             const float qsum = S.qsum;
             const unsigned char *code0 = t.code + lg * t.cap * (r / 2);
             const float2 *lab0 = t.lab + lg * t.cap;
             if (r <= 32 && (r & 7) == 0) {
-                /* the A/B forms (TANDEM_TLS_L2 bits 1, 2, 4) */
-                float *sc = S.u.s.sc;
-                switch (tls_l2_c & 7) {
-                case 0: tls_l2_scores<TLS_CAND, false, false>(S, code0, lab0, r, bsh, lo2, n2, qsum, sc); break;
-                case 1: tls_l2_scores<TLS_CAND, true, false>(S, code0, lab0, r, bsh, lo2, n2, qsum, sc); break;
-                case 2: tls_l2_scores<8, false, false>(S, code0, lab0, r, bsh, lo2, n2, qsum, sc); break;
-                case 3: tls_l2_scores<8, true, false>(S, code0, lab0, r, bsh, lo2, n2, qsum, sc); break;
-                case 4: tls_l2_scores<TLS_CAND, false, true>(S, code0, lab0, r, bsh, lo2, n2, qsum, sc); break;
-                case 5: tls_l2_scores<TLS_CAND, true, true>(S, code0, lab0, r, bsh, lo2, n2, qsum, sc); break;
-                case 6: tls_l2_scores<8, false, true>(S, code0, lab0, r, bsh, lo2, n2, qsum, sc); break;
-                default: tls_l2_scores<8, true, true>(S, code0, lab0, r, bsh, lo2, n2, qsum, sc); break;
-                }
+                tls_l2_scores(S, code0, lab0, r, bsh, lo2, n2, qsum, S.u.s.sc);
             } else {
                 for (int i = tid; i < n2; i += nt) {
                     const int j = lo2 + i, pp = (S.kept[j >> bsh] << bsh) + (j & (bs - 1));
@@ -708,8 +659,7 @@ tls_layer_k(gpu_tls_cfg c, int layer, const h16 *q, const int *pos, const gpu_se
             __syncthreads();
             TLS_MARK(5);
             int kc2, ko2;
-            tls_cl_topk(cl, rank, S.u.s.sc, n2, tb, S.u.s.fl, S, &kc2, &ko2, (tls_l2_c & 8) != 0,
-                        (tls_l2_c & 32) != 0);
+            tls_cl_topk(cl, rank, S.u.s.sc, n2, tb, S.u.s.fl, S, &kc2, &ko2);
             TLS_MARK(6);
             (void)kc2;
             m = tb;
@@ -945,9 +895,6 @@ int gpu_tls_kernels_init(void)
     const char *ee = getenv("TANDEM_TLS_EARLY");
     const int early = !(ee && atoi(ee) == 0);
     GPU_CHECK(cudaMemcpyToSymbol(tls_early_c, &early, sizeof early));
-    const char *e2 = getenv("TANDEM_TLS_L2");
-    const int l2 = e2 && *e2 ? atoi(e2) & 63 : 63;
-    GPU_CHECK(cudaMemcpyToSymbol(tls_l2_c, &l2, sizeof l2));
     int dev = 0;
     GPU_CHECK(cudaGetDevice(&dev));
     tls_fit2_set(dev);

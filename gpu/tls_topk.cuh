@@ -92,81 +92,6 @@ __device__ __forceinline__ int tls_digit_pick(const unsigned *t, int kk, int *ab
     return d;
 }
 
-/* The end of tls_cl_topk once the keys matching prefix under mask (the k-th key's bucket) are
- * few over the cluster (at most tls_gather_cap): instead of more histogram passes and a count of the
- * keys above and equal, one cluster round. Each CTA flags its keys above prefix, stores its
- * bucket keys (the whole key and its index, rank << 16 | i: the cluster's index order) and its
- * count above into every CTA's `all` (free here: level 1's select read it before the pass's
- * cluster barrier), one cluster barrier, then every CTA ranks the bucket alone: a key is kept if
- * fewer than kk keys beat it (a higher key, or an equal one of a lower index: the ties of the
- * order above). The same flags and counts as the count below. */
-/* the bucket keys a cluster gathers: what all[] holds, at most 128 (a CTA ranks them in as many
- * steps; measured after the second pass on Gaussian scores of 8,192 candidates, k = 1,024: 9-83) */
-template <int CL> struct tls_gather_cap {
-    static constexpr int v = (TLS_LOCAL_MAX / 2 - CL) / CL < 128 ? (TLS_LOCAL_MAX / 2 - CL) / CL : 128;
-};
-template <int NT, int CL>
-__device__ void tls_cl_gather(cg::cluster_group &cl, int rank, const float *sc, int nl, int kk, unsigned prefix,
-                              unsigned mask, unsigned char *fl, tls_smem<NT, CL> &S, int *mine, int *off)
-{
-    constexpr int GC = tls_gather_cap<CL>::v;
-    static_assert(2 * CL + 2 * CL * GC <= TLS_LOCAL_MAX && CL <= NT / 32, "all[] and wc[] hold the gather");
-    const int tid = threadIdx.x, lane = tid & 31;
-    int *ga = reinterpret_cast<int *>(S.all); /* [2q]: CTA q's keys above, [2q + 1]: its bucket
-                                                 count; then CTA q's bucket at 2CL + 2 GC q */
-    for (int base = 0; base < nl; base += NT) {
-        const int i = base + tid;
-        const unsigned u = i < nl ? tls_key(sc[i]) : 0u, um = u & mask;
-        const bool gt = i < nl && um > prefix, eq = i < nl && um == prefix;
-        if (i < nl) fl[i] = (unsigned char)gt;
-        const unsigned bg = __ballot_sync(0xffffffffu, gt);
-        if (lane == 0 && bg) atomicAdd(&S.tmp[1], __popc(bg));
-        if (eq) {
-            const int s = atomicAdd(&S.tmp[0], 1); /* < GC: so is the cluster's bucket */
-            int *dst = ga + 2 * CL + 2 * GC * rank + 2 * s;
-#pragma unroll
-            for (int q = 0; q < CL; q++) {
-                int *d = cl.map_shared_rank(dst, q);
-                d[0] = (int)u;
-                d[1] = rank << 16 | i;
-            }
-        }
-    }
-    __syncthreads();
-    if (tid < CL) {
-        int *d = cl.map_shared_rank(ga, tid);
-        d[2 * rank] = S.tmp[1];
-        d[2 * rank + 1] = S.tmp[0];
-    }
-    tls_cl_sync();
-    /* entry (q, s) by thread q * GC + s: kept if fewer than kk entries beat it */
-    for (int e = tid; e < CL * GC; e += NT) {
-        const int q = e / GC, s = e % GC;
-        if (s >= ga[2 * q + 1]) continue;
-        const unsigned u = (unsigned)ga[2 * CL + 2 * e];
-        const int ix = ga[2 * CL + 2 * e + 1];
-        int beat = 0;
-        for (int q2 = 0; q2 < CL; q2++) {
-            const int n2 = ga[2 * q2 + 1];
-            const int *x = ga + 2 * CL + 2 * GC * q2;
-            for (int s2 = 0; s2 < n2; s2++) {
-                const unsigned u2 = (unsigned)x[2 * s2];
-                beat += u2 > u || (u2 == u && x[2 * s2 + 1] < ix);
-            }
-        }
-        if (beat < kk) {
-            atomicAdd(&S.wc[q][0], 1);
-            if (q == rank) fl[ix & 0xffff] = 1;
-        }
-    }
-    __syncthreads();
-    int before = 0;
-    for (int q = 0; q < rank; q++) before += ga[2 * q] + S.wc[q][0];
-    *mine = ga[2 * rank] + S.wc[rank][0];
-    *off = before;
-    __syncthreads(); /* ga and wc are rewritten after (the attention, the kept list's scan) */
-}
-
 /* fl[i] = 1 for the keys of sc[0 .. nl-1] (this CTA's range of the cluster's indices, the ranges
  * in rank order) among the k first of the whole cluster in the order above (k < the cluster's
  * total), else 0. Every thread of every CTA of the cluster calls it. *mine: this CTA's kept
@@ -174,21 +99,15 @@ __device__ void tls_cl_gather(cg::cluster_group &cl, int rank, const float *sc, 
  * Per pass one cluster barrier and one CTA barrier: the histograms alternate between two
  * buffers (the one a pass fills was last read by the other CTAs two passes before, ahead of the
  * cluster barrier this CTA has passed since, and is zeroed before the CTA barrier that precedes
- * the pass), and every warp finds the pass's digit from the summed histogram itself. gather: end
- * with tls_cl_gather once the k-th key's bucket is small; peel: the histograms without
- * __match_any_sync (the first pass one ballot per digit value a warp holds, the later ones plain
- * shared atomics). */
+ * the pass), and every warp finds the pass's digit from the summed histogram itself. */
 template <int NT, int CL>
 __device__ void tls_cl_topk(cg::cluster_group &cl, int rank, const float *sc, int nl, int k,
-                            unsigned char *fl, tls_smem<NT, CL> &S, int *mine, int *off, bool gather,
-                            bool peel)
+                            unsigned char *fl, tls_smem<NT, CL> &S, int *mine, int *off)
 {
     const int tid = threadIdx.x, nt = NT, lane = tid & 31;
     unsigned prefix = 0, mask = 0;
     int kk = k; /* rank still to place among the keys matching prefix */
     if (tid < 256) S.hist[0][tid] = 0, S.hist[1][tid] = 0;
-    if (tid < 2) S.tmp[tid] = 0; /* the gather's slot and above counts */
-    if (tid < CL) S.wc[tid][0] = 0; /* ... its kept keys per CTA */
     __syncthreads();
     for (int pass = 0; pass < 4; pass++) {
         const int shift = 24 - 8 * pass;
@@ -198,23 +117,8 @@ __device__ void tls_cl_topk(cg::cluster_group &cl, int rank, const float *sc, in
             const unsigned u = i < nl ? tls_key(sc[i]) : 0u;
             const bool ok = i < nl && (u & mask) == prefix;
             const unsigned dig = ok ? (u >> shift) & 255u : 256u;
-            if (!peel) {
-                const unsigned peers = __match_any_sync(0xffffffffu, dig);
-                if (ok && lane == __ffs(peers) - 1) atomicAdd(&h[dig], (unsigned)__popc(peers));
-            } else if (pass == 0) {
-                /* the first digit (the sign and exponent) takes few values in a warp: one
-                 * ballot per value present */
-                unsigned left = __ballot_sync(0xffffffffu, ok);
-                while (left) {
-                    const int src = __ffs(left) - 1;
-                    const unsigned dv = __shfl_sync(0xffffffffu, dig, src);
-                    const unsigned m = __ballot_sync(0xffffffffu, ok && dig == dv);
-                    if (lane == src) atomicAdd(&h[dv], (unsigned)__popc(m));
-                    left &= ~m;
-                }
-            } else if (ok) {
-                atomicAdd(&h[dig], 1u); /* the later digits of the few keys left: spread */
-            }
+            const unsigned peers = __match_any_sync(0xffffffffu, dig);
+            if (ok && lane == __ffs(peers) - 1) atomicAdd(&h[dig], (unsigned)__popc(peers));
         }
         tls_cl_sync();
         if (tid < 256) {
@@ -232,10 +136,6 @@ __device__ void tls_cl_topk(cg::cluster_group &cl, int rank, const float *sc, in
         mask |= 255u << shift;
         kk -= acc;
         if (done) break;
-        if (gather && pass < 3 && (int)S.tot[d] <= tls_gather_cap<CL>::v) {
-            tls_cl_gather(cl, rank, sc, nl, kk, prefix, mask, fl, S, mine, off);
-            return;
-        }
     }
     /* keys above prefix (under mask) are in; of those equal to it, the first kk by index. The
      * counts below 2^16 (a CTA's range holds at most GPU_TLS_MAX_CAND / 2 keys), so one scan
