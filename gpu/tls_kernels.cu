@@ -145,6 +145,7 @@ __device__ __forceinline__ void tls_attend_tiles(tls_smem<NT, CL> &S, const gpu_
      * and each key's row of the cache */
     constexpr int QF = (HI ? 2 : 1) * 4 * 32;
     constexpr int TK = (int)((sizeof(S.u) - QF * 16) / (4 * GM + 8)) & ~7;
+    static_assert(TK >= 8, "the selection's union holds no tile of the attention");
     uint4 *qf = reinterpret_cast<uint4 *>(&S.u);
     float *sp = reinterpret_cast<float *>(qf + QF);
     long long *srw = reinterpret_cast<long long *>(sp + GM * TK);

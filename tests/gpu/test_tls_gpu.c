@@ -261,6 +261,10 @@ TEST(gpu_tls_select_equals_cpu)
         /* fewer keys than an n-tile of 8 per CTA, and CTAs with none (20 keys over 8 CTAs) */
         {8, 2, 128, 60, 16, 32, 2, 20, 50, 1, 16},
         {16, 2, 96, 2000, 32, 24, 20, 333, 1950, 1, 17}, /* group of 8, head_dim 96 */
+        /* kept lists longer than a tile (2,048 kept keys in a group of 16: 2 tiles a CTA of 256
+         * threads and in clusters of 2), and a group of 8's dense row of 2-3 tiles (review) */
+        {64, 4, 128, 6000, 64, 64, 40, 2048, 5990, 1, 18},
+        {16, 2, 128, 6000, 64, 32, 8, 128, 5990, 0, 19},
         /* 32 distinct key rows: groups of equal scores at both levels, the k-th inside one */
         {8, 2, 128, 4000, 64, 32, 16, 300, 3990, 1, 101},
         {32, 8, 128, 3000, 64, 32, 20, 700, 2990, 1, 102},
