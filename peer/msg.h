@@ -273,7 +273,8 @@ static inline int peer_kv_window_room(int n, size_t in_flight, size_t bytes)
  * 8 of 1 MiB or of exactly 8 MiB, 7 of 8.1 MiB, 4 of 16 MiB, 3 of 16.25 MiB, 2 from 32 MiB on. */
 static inline int peer_kv_window_chunks(size_t bytes)
 {
-    if (bytes > PEER_KV_WINDOW_BYTES) bytes = PEER_KV_WINDOW_BYTES + 1; /* the same count (2), no overflow */
+    if (bytes > PEER_KV_WINDOW_BYTES)
+        bytes = PEER_KV_WINDOW_BYTES + 1; /* the same count (2), no overflow */
     int n = 0;
     while (peer_kv_window_room(n, (size_t)n * bytes, bytes)) n++;
     return n;

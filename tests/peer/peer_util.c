@@ -104,20 +104,22 @@ int raw_open(const char *addr, raw *r)
     size_t n = peer_hello_write(buf, &hello, 0);
     peer_header h;
     const uint8_t *p;
-    if (peer_conn_send(r->c, PEER_HELLO, buf, n, NULL, 0, 5) || peer_conn_recv(r->c, PEER_MAX_PREAUTH, &h, &p, 5) ||
-        h.type != PEER_CHALLENGE || peer_hello_read(p, h.length, 1, &ch))
+    if (peer_conn_send(r->c, PEER_HELLO, buf, n, NULL, 0, 5) ||
+        peer_conn_recv(r->c, PEER_MAX_PREAUTH, &h, &p, 5) || h.type != PEER_CHALLENGE ||
+        peer_hello_read(p, h.length, 1, &ch))
         return -1;
     uint8_t mac[PEER_MAC];
     peer_mac((const uint8_t *)KEY, strlen(KEY), 'c', ch.nonce, hello.nonce, mac);
     if (peer_conn_send(r->c, PEER_AUTH, mac, sizeof mac, NULL, 0, 5) ||
-        peer_conn_recv(r->c, (uint32_t)peer_info_bytes(PEER_MAX_DEVS), &h, &p, 5) || h.type != PEER_WELCOME ||
-        peer_info_read(p, h.length, &r->info))
+        peer_conn_recv(r->c, (uint32_t)peer_info_bytes(PEER_MAX_DEVS), &h, &p, 5) ||
+        h.type != PEER_WELCOME || peer_info_read(p, h.length, &r->info))
         return -1;
     const uint8_t *a;
     size_t len;
     if (peer_conn_send(r->c, PEER_ADDR_REQ, NULL, 0, NULL, 0, 5) ||
         peer_conn_recv(r->c, PEER_ADDR_FIXED + PEER_ADDR_MAX, &h, &p, 5) || h.type != PEER_ADDR ||
-        peer_addr_read(p, h.length, &r->base, &a, &len) || peer_conn_open_address(r->c, a, len, err, sizeof err))
+        peer_addr_read(p, h.length, &r->base, &a, &len) ||
+        peer_conn_open_address(r->c, a, len, err, sizeof err))
         return -1;
     return 0;
 }

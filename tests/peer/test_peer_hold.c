@@ -28,9 +28,9 @@
 /* The message sizes (fixed part included, as the window counts them): a CPU prefill's 512-token
  * layer chunk of Llama-3-8B's int8 KV (2,080 bytes a token, a 64-byte chunk header, the 16-byte
  * fixed part), a GPU prefill's at 4K and at 32K (8,192-token passes), a sparse prefill's at 32K. */
-#define MSG_CPU_512 (512u * 2080u + 64u + 16u)
-#define MSG_GPU_4K (4096u * 2080u + 64u + 16u)
-#define MSG_GPU_32K (8192u * 2080u + 64u + 16u)
+#define MSG_CPU_512    (512u * 2080u + 64u + 16u)
+#define MSG_GPU_4K     (4096u * 2080u + 64u + 16u)
+#define MSG_GPU_32K    (8192u * 2080u + 64u + 16u)
 #define MSG_SPARSE_32K (32768u * 2080u + 64u + 16u)
 
 TEST(peer_kv_reply_hold_by_size)
@@ -40,21 +40,27 @@ TEST(peer_kv_reply_hold_by_size)
         size_t bytes;
         int chunks, hold;
     } c[] = {
-        {1u << 20, 8, 4},      {MSG_CPU_512, 8, 4}, {8u << 20, 8, 4},         {MSG_GPU_4K, 7, 3},
-        {16u << 20, 4, 2},     {MSG_GPU_32K, 3, 1}, {32u << 20, 2, 1},        {64u << 20, 2, 1},
-        {MSG_SPARSE_32K, 2, 1}, {0, PEER_KV_WINDOW, PEER_KV_WINDOW / 2},     {SIZE_MAX, 2, 1},
+        {1u << 20, 8, 4},       {MSG_CPU_512, 8, 4},
+        {8u << 20, 8, 4},       {MSG_GPU_4K, 7, 3},
+        {16u << 20, 4, 2},      {MSG_GPU_32K, 3, 1},
+        {32u << 20, 2, 1},      {64u << 20, 2, 1},
+        {MSG_SPARSE_32K, 2, 1}, {0, PEER_KV_WINDOW, PEER_KV_WINDOW / 2},
+        {SIZE_MAX, 2, 1},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         size_t b = c[i].bytes;
         int n = peer_kv_window_chunks(b), h = peer_kv_reply_hold(b);
-        CHECK_MSG(n == c[i].chunks, "%zu bytes: the window admits %d chunks, %d expected", b, n, c[i].chunks);
+        CHECK_MSG(n == c[i].chunks, "%zu bytes: the window admits %d chunks, %d expected", b, n,
+                  c[i].chunks);
         CHECK_MSG(h == c[i].hold, "%zu bytes: %d REPLYs held, %d expected", b, h, c[i].hold);
         /* the sender's own rule, chunk by chunk: n go, the next does not (no overflow to check
          * past the window's bytes: from 32 MiB on it is two whatever the size) */
         if (b <= PEER_KV_WINDOW_BYTES) {
             for (int k = 0; k < n; k++)
-                CHECK_MSG(peer_kv_window_room(k, (size_t)k * b, b), "%zu bytes: chunk %d refused", b, k + 1);
-            CHECK_MSG(!peer_kv_window_room(n, (size_t)n * b, b), "%zu bytes: chunk %d admitted", b, n + 1);
+                CHECK_MSG(peer_kv_window_room(k, (size_t)k * b, b), "%zu bytes: chunk %d refused",
+                          b, k + 1);
+            CHECK_MSG(!peer_kv_window_room(n, (size_t)n * b, b), "%zu bytes: chunk %d admitted", b,
+                      n + 1);
         }
         /* never more than the node's buffer of held REPLYs (PEER_KV_WINDOW / 2), never none */
         CHECK(h >= 1 && h <= PEER_KV_WINDOW / 2 && 2 * h <= n);
@@ -75,7 +81,8 @@ static int replies_within(raw *r, double timeout_s, int max)
         if (st != ACCEL_ERR_INVALID) break;
         n++;
         clock_gettime(CLOCK_MONOTONIC, &t);
-        left = timeout_s - ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec));
+        left =
+            timeout_s - ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec));
     }
     return n;
 }
@@ -85,7 +92,7 @@ static int replies_within(raw *r, double timeout_s, int max)
  * both expected), then all three; the node on rx_threads receiving threads. */
 static void hold_live(size_t bytes, int held, int rx_threads)
 {
-    setenv("UCX_TLS", "tcp", 1);          /* sender-driven lanes (read when UCX's context is made: */
+    setenv("UCX_TLS", "tcp", 1); /* sender-driven lanes (read when UCX's context is made: */
     setenv("UCX_RNDV_THRESH", "4096", 1); /* each test runs in its own process), by rendezvous */
     two t;
     if (two_start_rx(&t, "cpu", rx_threads)) return;
@@ -109,18 +116,23 @@ static void hold_live(size_t bytes, int held, int rx_threads)
     CHECK_EQ(peer_conn_tag_send_start(b.c, a.base + 3, m, bytes, &r3), PEER_OK); /* A's, by B */
     REQUIRE(r2 && r3); /* by rendezvous: in flight until the node takes their bytes */
     /* the node receives the second and the third at once (neither can finish: no sender moves) */
-    for (int i = 0; i < 500 && peer_server_rx_ahead_max(t.srv) < 2; i++) nanosleep(&(struct timespec){0, 10000000}, NULL);
+    for (int i = 0; i < 500 && peer_server_rx_ahead_max(t.srv) < 2; i++)
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
     REQUIRE(peer_server_rx_ahead_max(t.srv) == 2);
     /* the second goes (A progressed), the third stays: what the node sends now, it sent because
      * its hold was reached (the first REPLY may also have gone when nothing was coming yet) */
     CHECK_EQ(peer_conn_req_wait(a.c, r2, 10), PEER_OK);
     int got = replies_within(&a, held ? 1.0 : 5.0, 2);
     if (!held)
-        CHECK_MSG(got == 2, "%zu-byte chunks: %d REPLYs while the third was coming, 2 expected (held "
-                  "until nothing was coming?)", bytes, got);
+        CHECK_MSG(got == 2,
+                  "%zu-byte chunks: %d REPLYs while the third was coming, 2 expected (held "
+                  "until nothing was coming?)",
+                  bytes, got);
     else
-        CHECK_MSG(got <= 1, "%zu-byte chunks: %d REPLYs while the third was coming: the second was "
-                  "not held (hold %d)", bytes, got, peer_kv_reply_hold(bytes));
+        CHECK_MSG(got <= 1,
+                  "%zu-byte chunks: %d REPLYs while the third was coming: the second was "
+                  "not held (hold %d)",
+                  bytes, got, peer_kv_reply_hold(bytes));
     /* the third goes: every REPLY comes, in order */
     CHECK_EQ(peer_conn_req_wait(b.c, r3, 10), PEER_OK);
     got += replies_within(&a, 5.0, 3 - got);
