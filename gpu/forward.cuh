@@ -59,7 +59,7 @@ int gpu_logits_rows(gpu_engine *e, const float *x, int row0, int nrows, float *o
 
 /* The MLP of nr rows of layer w on the residual stream x, as every pass but the single-token
  * decode's fused kernels runs it: x += down(SwiGLU(gate/up(RMSNorm(x)))), gate/up and SwiGLU in
- * one kernel for a few rows (gpu_gemm_swiglu), else two (gpu/forward.cu). */
+ * one kernel for a few rows (gpu_gemm_swiglu), else two (gpu/forward.cu); on e->compute. */
 int gpu_mlp_rows(gpu_engine *e, const gpu_layer_w &w, int nr, float *x);
 
 /* gpu_prefill_sparse of layers [l0, l1) on the residual stream xs (NULL: the workspace's):

@@ -229,7 +229,9 @@ typedef struct node {
      * other answer */
     uint8_t held[PEER_KV_WINDOW / 2 * (PEER_HEADER_BYTES + 8)];
     int n_held;
-    int hold; /* peer_kv_reply_hold of the last chunk's size (the whole message), as sconn.hold */
+    /* peer_kv_reply_hold of the last chunk's size, as sconn.hold: the whole message, as this
+     * tool's sender counts it (the daemon's counts a stream header more: server.c kv_counted) */
+    int hold;
     uint32_t next_serial;
     int addr_given;
     struct ahead {
