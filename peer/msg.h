@@ -264,6 +264,14 @@ int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t
  * receives lost against 2 and 2 (51 % against 74 % of ucx_perftest at 1 MiB): the rendezvous
  * puts then share the socket and every chunk completes later. */
 #define PEER_KV_TCP_SENDS 2
+/* Over the other lanes (shared memory: the node reads a chunk's bytes with one CMA copy when it
+ * receives it, one chunk at a time) at most this many sends in flight too: the one being read
+ * and the next one's request waiting at the node, so that it never waits for the sender. More
+ * only hold more buffers: each chunk in its own, read by the node a window later, out of the
+ * caches by then; with two the buffer the node just read is the next one written (on the quiet
+ * node a sender reading every chunk from one buffer moved x1.45 of the window's buffers at
+ * 16.25 MiB, BENCHMARKS.md wireshm). */
+#define PEER_KV_SM_SENDS 2
 /* 1 when a chunk of `bytes` may go while n chunks of in_flight bytes are unanswered. */
 static inline int peer_kv_window_room(int n, size_t in_flight, size_t bytes)
 {

@@ -156,14 +156,15 @@ void peer_node_free(peer_node *n);
 accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opts *o, char *err,
                             size_t errlen);
 
-/* The most KV chunks a remote device ever had their tagged sends in flight at once over
- * sender-driven (tcp) lanes: at most PEER_KV_TCP_SENDS (0 before any such send; -1 when d is no
- * remote device). */
+/* The most KV chunks a remote device ever had their tagged sends in flight at once: at most
+ * PEER_KV_TCP_SENDS over sender-driven (tcp) lanes, PEER_KV_SM_SENDS over the others (0 before
+ * any such send; -1 when d is no remote device). */
 int peer_remote_kv_sends_max(accel_dev *d);
 /* The most KV chunk buffers a remote device ever had allocated at once: a buffer goes back at
- * its send's completion and the next chunk takes the one back last, so over sender-driven lanes
- * at most PEER_KV_TCP_SENDS + 1 (the sends in flight and the chunk being written), not one per
- * chunk in the window (0 before any chunk; -1 when d is no remote device). */
+ * its send's completion, the room for a send is waited for before a buffer is taken, and the next
+ * chunk takes the one back last, so over tagged lanes at most the window of sends
+ * (PEER_KV_TCP_SENDS, PEER_KV_SM_SENDS), not one per chunk in the window (0 before any chunk; -1
+ * when d is no remote device). */
 int peer_remote_kv_bufs_max(accel_dev *d);
 
 /* For the modules of this folder. */

@@ -88,8 +88,8 @@ typedef struct rdev {
     size_t spare_cap[PEER_KV_WINDOW];
     int n_spare;
     int n_bufs, bufs_max;    /* chunk buffers allocated now, at most ever (peer_remote_kv_bufs_max) */
-    int sends_max;           /* the most tagged sends ever in flight at once over sender-driven
-                                lanes (peer_remote_kv_sends_max) */
+    int sends_max;           /* the most tagged sends ever in flight at once
+                                (peer_remote_kv_sends_max) */
     double t_retired;        /* when the last chunk was answered (peer_now) */
     double link_bps;         /* the link as the KV sees it (desc_mu; 0: not measured yet) */
 } rdev;

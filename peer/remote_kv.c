@@ -24,7 +24,12 @@
  * next import and pushes it there (what the socket does not take at once waits for the import
  * after: at most KV_SENDS chunks are left for the run's last layer, which waits for every send
  * and answer as before). The prefill thread itself waits less than before: only for a full
- * window or at the run's end, where it waited for every chunk's send. */
+ * window or at the run's end, where it waited for every chunk's send.
+ * Over the other lanes (shared memory) the node reads a chunk's bytes itself (CMA) when it
+ * receives it, one at a time: at most KV_SM_SENDS sends are in flight there, the room waited for
+ * before a buffer is taken, so that the buffer the node has just read is the next one written and
+ * two buffers take turns (one per chunk in the window before: read a window later, out of the
+ * caches; x1.28-1.42 on the quiet node at 8.1 and 16.25 MiB, BENCHMARKS.md wireshm). */
 #include "peer/remote_impl.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,11 +39,12 @@
 
 #define KV_WINDOW PEER_KV_WINDOW
 #define KV_SENDS PEER_KV_TCP_SENDS
+#define KV_SM_SENDS PEER_KV_SM_SENDS
 #define KV_WINDOW_BYTES PEER_KV_WINDOW_BYTES
 /* A chunk's buffer is its flight's only until its send completed (UCX reads it no more; the
  * answer comes later and needs no bytes): then it goes back on a stack of spares, and the next
  * chunk is written into the one that went back last. Those bytes were just read by the send,
- * so they are the warmest in the caches; over tcp lanes the room for a send is waited for
+ * so they are the warmest in the caches; over tagged lanes the room for a send is waited for
  * before the buffer is taken, so at two sends in flight two buffers take turns (three when the
  * buffer was taken first), not the eight of a ring of flights (wiretcp7's ladder on the quiet
  * node: one send buffer x1.08 with one receive buffer over the default, eight instead of one
@@ -287,7 +293,7 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
      * window of sends (the oldest waited for while it is full) before a buffer is taken, so that
      * the one whose send just completed is the one written — two buffers take turns, not three */
     int tagged = peer_conn_has_address(d->c), driven = tagged && peer_conn_sender_driven(d->c), pending = 0;
-    if (driven && (pending = fl_sends(d, 0, KV_SENDS)) < 0) {
+    if (tagged && (pending = fl_sends(d, 0, driven ? KV_SENDS : KV_SM_SENDS)) < 0) {
         peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name, peer_type_name(PEER_KV_TAG),
                  peer_strerror(pending));
         peer_rdev_kv_drain(d);
@@ -342,8 +348,8 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
         }
         fault_stall(d, sent);
         st = peer_conn_tag_send_start(d->c, d->tag_base + serial, f->buf, o, &f->req);
+        if (!st && f->req && pending + 1 > d->sends_max) d->sends_max = pending + 1;
         if (!st && driven && f->req) {
-            if (pending + 1 > d->sends_max) d->sends_max = pending + 1;
             /* a pass without waiting: what the link can take now moves before the import
              * returns (the sends still in flight move in the next import's passes and the
              * waits of a full window or the run's end) */

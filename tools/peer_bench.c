@@ -6,6 +6,7 @@
  *                    [--announce 0|1] [--rx-one 0|1] [--write 0|1] [--crc-on node|rx] [--crc-fold 0|1]
  *                    [--rx-threads 0..2] [--rx-ahead N] [--rx-same 0|1]
  *                    [--tcp-handoff 0|1] [--warm 0|1] [--tx-tight 0|1] [--rx-tight 0|1] [--hold N]
+ *                    [--sm-sends N]
  *
  * Two processes (fork): the child listens on loopback and answers each frame as the peer
  * server answers a KV chunk — the whole frame received, its CRC32C computed over every byte (the
@@ -72,6 +73,10 @@
  * coming and being checked hold at most --rx-ahead kv_rx slots, so that two take turns (the
  * receive ahead waits for the chunk before to be checked, then takes its slot); default 0, as
  * peer/server.c: the receive ahead starts at once, in a third slot.
+ * --sm-sends N: over lanes that are not sender-driven (shared memory) at most N tagged sends in
+ * flight, the room waited for before a chunk's buffer is taken (default PEER_KV_SM_SENDS, as
+ * peer/remote_kv.c: two buffers take turns); 0: no window of sends there, one buffer per chunk
+ * in the window of answers (the code before).
  * --hold N (measurement only): the node's REPLYs held back until N of them (1..4; 1: each chunk
  * answered once checked); by default (or 0) as peer/server.c, by the chunk's size (peer_kv_reply_hold:
  * half the chunks the window admits, at least 1 — 4 at 1 and 8 MiB, 2 at 16 MiB, 1 at 16.25 MiB).
@@ -160,6 +165,12 @@ static int g_warm = 1;
  * was checked, into its slot: two slots take turns); 0 (default, as peer/server.c): the receive
  * ahead starts at once, in a third slot. */
 static int g_tx_tight = 1, g_rx_tight = 0;
+/* g_sm_sends (default PEER_KV_SM_SENDS, as peer/remote_kv.c): over lanes that are not
+ * sender-driven (shared memory: the node's CMA read moves the bytes) at most this many tagged
+ * sends in flight, the room waited for before the buffer is taken, so that the buffer just read
+ * by the node is the one written next; 0: no window of sends there (the window of answers alone,
+ * a buffer per chunk in it: the code before) */
+static int g_sm_sends = PEER_KV_SM_SENDS;
 /* g_hold: the node's REPLYs held back until this many (--hold 1..PEER_KV_WINDOW / 2, measurement
  * only), besides when nothing more is coming; 0 (the default): as peer/server.c kv_reply, by the
  * size of the last chunk received (peer_kv_reply_hold, node.hold). */
@@ -678,6 +689,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--tcp-handoff")) g_tcp_handoff = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-same")) g_rx_same = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--warm")) g_warm = strtol(argv[i + 1], NULL, 10) != 0;
+        else if (!strcmp(argv[i], "--sm-sends")) g_sm_sends = (int)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--tx-tight")) g_tx_tight = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--rx-tight")) g_rx_tight = strtol(argv[i + 1], NULL, 10) != 0;
         else if (!strcmp(argv[i], "--hold")) g_hold = (int)strtol(argv[i + 1], NULL, 10);
@@ -704,6 +716,7 @@ int main(int argc, char **argv)
     if (window < 1 || window > PEER_KV_WINDOW) window = PEER_KV_WINDOW;
     if (n_bufs < 1 || n_bufs > PEER_KV_WINDOW) n_bufs = PEER_KV_WINDOW;
     if (sends < 1 || sends > PEER_KV_WINDOW) sends = PEER_KV_TCP_SENDS;
+    if (g_sm_sends < 0 || g_sm_sends > PEER_KV_WINDOW) g_sm_sends = PEER_KV_SM_SENDS;
     if (g_rx_ahead < 1 || g_rx_ahead > RX_AHEAD_MAX || (!g_rx_one && g_rx_ahead > PEER_KV_RX_SLOTS)) {
         fprintf(stderr, "peer_bench: --rx-ahead 1..%d (1..%d without --rx-one 1: kv_rx's slots)\n", RX_AHEAD_MAX, PEER_KV_RX_SLOTS);
         return 2;
@@ -775,13 +788,14 @@ int main(int argc, char **argv)
                  peer_kv_reply_hold((size_t)sizes[0]), sizes[0]);
     else snprintf(held_by, sizeof held_by, "half the window's chunks of their size");
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
-           "polling %d us, from %ld buffers%s, %ld sends in flight over tcp lanes, CRC-32C (%s) on the %s, "
+           "polling %d us, from %ld buffers%s, %ld sends in flight over tcp lanes, %d over the others (0: the window's), "
+           "CRC-32C (%s) on the %s, "
            "%d receiving thread(s)%s%s%s%s%s, replies held back until %s\n",
            tls ? tls : "(UCX's choice)",
            tag ? "as tagged messages on the endpoint by worker address" : "on the stream endpoint",
            peer_conn_transport(c), window, layers, peer_link_poll_us(), n_bufs,
            g_write == 2 ? " (each written before its send, not timed)" : g_write ? " (each written before its send)" : "",
-           sends, proto_crc32c_path(),
+           sends, g_sm_sends, proto_crc32c_path(),
            !g_crc || g_rx_one ? "node: none (--crc 0 or --rx-one 1)" : g_crc_rx ? "node's kv_rx thread" : "node's receiving thread",
            rx_threads, rx_threads > 1 ? (g_tcp_handoff ? ", chunks over tcp lanes handed on too (--tcp-handoff 1)" : ", chunks over tcp lanes kept on their receiving thread (CRC: kv_rx's)") : "",
            g_rx_same && !g_rx_one ? ", every chunk received into one buffer (--rx-same 1)" : "",
@@ -844,10 +858,11 @@ int main(int argc, char **argv)
                 if (j == r) break;
                 int slot = (head + n_fl) % PEER_KV_WINDOW, st = PEER_OK;
                 int driven = tag && peer_conn_sender_driven(c);
-                if (driven && g_tx_tight) { /* room in the window of sends before the buffer is taken */
+                int sm_win = tag && !driven && g_sm_sends > 0;
+                if ((driven && g_tx_tight) || sm_win) { /* room in the window of sends before the buffer is taken */
                     void **rs[PEER_KV_WINDOW];
                     for (int q = 0; q < n_fl; q++) rs[q] = &req[(head + q) % PEER_KV_WINDOW];
-                    st = peer_conn_sends_room(c, rs, n_fl, (int)sends, 30);
+                    st = peer_conn_sends_room(c, rs, n_fl, driven ? (int)sends : g_sm_sends, 30);
                     if (st > 0) st = PEER_OK;
                     for (int q = 0; q < n_fl; q++) BUF_BACK((head + q) % PEER_KV_WINDOW);
                     if (measured) s_ann += peer_now() - ta;
