@@ -1,4 +1,4 @@
-/* tests/peer/test_peer_tcp.c — KV chunks over UCX's tcp lanes, where a tagged send's bytes move
+/* tests/peer/test_peer_lanes.c — KV chunks over UCX's tcp lanes, where a tagged send's bytes move
  * only while the sender progresses its worker (peer_conn_sender_driven), and over shared memory,
  * where the node reads them (CMA) when it receives them: the remote backend keeps a window of at
  * most PEER_KV_TCP_SENDS (PEER_KV_SM_SENDS) sends in flight (peer/remote_kv.c). Two sequences'
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void tcp_lanes(int rx_threads, int sm)
+static void lanes(int rx_threads, int sm)
 {
     /* tcp lanes only (or shared memory, the connection's stream over tcp), and chunks of this
      * size by rendezvous as 1 MiB ones are (read when UCX's context is made: each test runs in
@@ -141,20 +141,20 @@ static void tcp_lanes(int rx_threads, int sm)
 
 TEST(peer_tcp_lanes_window_bounded_in_order)
 {
-    tcp_lanes(0, 0); /* the daemon's default count: 1 on a small machine, 2 from 8 cores */
+    lanes(0, 0); /* the daemon's default count: 1 on a small machine, 2 from 8 cores */
 }
 
 TEST(peer_tcp_lanes_two_receivers_keep_chunks)
 {
-    tcp_lanes(2, 0);
+    lanes(2, 0);
 }
 
 TEST(peer_sm_lanes_window_bounded_in_order)
 {
-    tcp_lanes(0, 1);
+    lanes(0, 1);
 }
 
 TEST(peer_sm_lanes_two_receivers_keep_chunks)
 {
-    tcp_lanes(2, 1);
+    lanes(2, 1);
 }
