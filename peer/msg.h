@@ -288,17 +288,22 @@ static inline int peer_kv_window_chunks(size_t bytes)
     return n;
 }
 /* The REPLYs the node may hold back for chunks of `bytes` before it sends them (peer/server.c
- * kv_reply; it also sends them when nothing more is coming): half of what the window admits, at
- * least 1 — 4 for 1 MiB and 8 MiB, 3 for 8.1 MiB, 2 for 16 MiB, 1 for 16.25 MiB and 64 MiB. Half,
- * so that the sender, whose window is full, gets room for half of it while the node goes on with
- * the other half; counted in chunks alone (PEER_KV_WINDOW / 2), four 16.25 MiB REPLYs were never
- * held while only three chunks could come, and each window's went out only when the node found
- * nothing more coming, the sender waiting on them (BENCHMARKS.md, wirefinal; wirehold: by size,
- * TCP x1.05 at 16.25 MiB and x1.04 at 16 MiB on the quiet node). */
+ * kv_reply; it also sends them when nothing more is coming): half of what the window admits — 4
+ * for 1 MiB and 8 MiB, 3 for 8.1 MiB, 2 for 16 MiB, 1 for 16.25 MiB — but both when it admits
+ * only two (from 32 MiB on: 2). Half, so that the sender, whose window is full, gets room for half
+ * of it while the node goes on with the other half; counted in chunks alone (PEER_KV_WINDOW / 2),
+ * four 16.25 MiB REPLYs were never held while only three chunks could come, and each window's
+ * went out only when the node found nothing more coming, the sender waiting on them
+ * (BENCHMARKS.md, wirefinal; wirehold: by size, TCP x1.05 at 16.25 MiB and x1.04 at 16 MiB on the
+ * quiet node). Of two, one answered alone lets the sender start the next chunk while the other
+ * comes, and over tcp lanes its request then reaches the node behind that chunk's bytes: the
+ * node waited 3.1 ms of each 65 MiB chunk's 17-20 with nothing coming; answered together, the
+ * two next requests go at once, both receives are posted before the bytes (wirebig: TCP x1.17
+ * at 65 MiB, shared memory x1.00). */
 static inline int peer_kv_reply_hold(size_t bytes)
 {
-    int h = peer_kv_window_chunks(bytes) / 2;
-    return h > 0 ? h : 1;
+    int n = peer_kv_window_chunks(bytes);
+    return n <= 2 ? n : n / 2;
 }
 
 /* A tagged chunk's message: the KV fixed part (flags RUN_START, TAG_AHEAD), then [stream header]

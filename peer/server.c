@@ -147,7 +147,7 @@ static int flush_held(sconn *sc)
  * held back and sent with the next ones: when half the window's chunks of the connection's
  * chunk size are held (sc->hold, peer_kv_reply_hold: the client, whose window is full, gets
  * room for half of it while this thread goes on with the other half; 1 for 16.25 MiB chunks,
- * of which the window holds 3), when no more frames are waiting on the connection (server_main:
+ * of which the window holds 3; both of the two it holds from 32 MiB on), when no more frames are waiting on the connection (server_main:
  * a client that waits has sent all it will), and before any other answer (answers stay in
  * order). One send and one wake-up of the client per few chunks instead of one per chunk. */
 static int kv_reply(sconn *sc, int32_t status)

@@ -79,7 +79,8 @@
  * in the window of answers (the code before).
  * --hold N (measurement only): the node's REPLYs held back until N of them (1..4; 1: each chunk
  * answered once checked); by default (or 0) as peer/server.c, by the chunk's size (peer_kv_reply_hold:
- * half the chunks the window admits, at least 1 — 4 at 1 and 8 MiB, 2 at 16 MiB, 1 at 16.25 MiB).
+ * half the chunks the window admits — 4 at 1 and 8 MiB, 2 at 16 MiB, 1 at 16.25 MiB — or both of
+ * two from 32 MiB on).
  * --sizes: each KV chunk 17 bytes .. 128 MiB (KV_SIZE_MAX: a 32K-token Llama-3-8B layer chunk is
  * 65 MiB), or 0 (none: the logits only); a size outside is refused before anything is allocated.
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).

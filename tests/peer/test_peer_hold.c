@@ -1,6 +1,6 @@
 /* tests/peer/test_peer_hold.c — how many KV REPLYs the node holds back before it sends them
- * (issue 26): half of what the sender's window admits of the chunk's size, at least one
- * (peer_kv_reply_hold, peer/msg.h). The rule's values at the sizes the daemon ships, against
+ * (issue 26): half of what the sender's window admits of the chunk's size, both when it admits
+ * two (peer_kv_reply_hold, peer/msg.h). The rule's values at the sizes the daemon ships, against
  * the window's own rule (peer_kv_window_room); and a real node answering 16.25 MiB chunks (a GPU
  * prefill's 32K-prompt layer chunk: 3 in the window, so 1 held) while the connection is kept busy,
  * where it would otherwise hold them until nothing more was coming.
@@ -12,7 +12,8 @@
  * a chunk of the connection coming, so it does not send held REPLYs for lack of anything coming
  * (peer/server.c server_pass); whatever REPLY arrives meanwhile was sent because the hold was
  * reached. At 1 MiB (4 held) the same setup holds the second REPLY back: the check that the rule,
- * not the setup, makes the difference. On the rule before (4 held at every size) the 16.25 MiB
+ * not the setup, makes the difference. At 65 MiB (a window of two, both held) no REPLY comes while
+ * the second of two is coming (hold_pair). On the rule before (4 held at every size) the 16.25 MiB
  * test got no REPLY while the third chunk was coming (it waited its 5 s). */
 #include "tests/test.h"
 #include "peer/link.h"
@@ -43,9 +44,9 @@ TEST(peer_kv_reply_hold_by_size)
         {1u << 20, 8, 4},       {MSG_CPU_512, 8, 4},
         {8u << 20, 8, 4},       {MSG_GPU_4K, 7, 3},
         {16u << 20, 4, 2},      {MSG_GPU_32K, 3, 1},
-        {32u << 20, 2, 1},      {64u << 20, 2, 1},
-        {MSG_SPARSE_32K, 2, 1}, {0, PEER_KV_WINDOW, PEER_KV_WINDOW / 2},
-        {SIZE_MAX, 2, 1},
+        {32u << 20, 2, 2},      {64u << 20, 2, 2},
+        {MSG_SPARSE_32K, 2, 2}, {0, PEER_KV_WINDOW, PEER_KV_WINDOW / 2},
+        {SIZE_MAX, 2, 2},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         size_t b = c[i].bytes;
@@ -62,8 +63,10 @@ TEST(peer_kv_reply_hold_by_size)
             CHECK_MSG(!peer_kv_window_room(n, (size_t)n * b, b), "%zu bytes: chunk %d admitted", b,
                       n + 1);
         }
-        /* never more than the node's buffer of held REPLYs (PEER_KV_WINDOW / 2), never none */
-        CHECK(h >= 1 && h <= PEER_KV_WINDOW / 2 && 2 * h <= n);
+        /* never more than the node's buffer of held REPLYs (PEER_KV_WINDOW / 2) nor than the
+         * window admits (the sender could wait on a REPLY held for a chunk it cannot send),
+         * never none; half of it, or all of two */
+        CHECK(h >= 1 && h <= PEER_KV_WINDOW / 2 && h <= n && (2 * h <= n || n == 2));
     }
 }
 
@@ -158,4 +161,51 @@ TEST(peer_kv_replies_held_at_1mib)
 {
     REQUIRE(peer_kv_reply_hold(1u << 20) == 4);
     hold_live(1u << 20, 1, 1); /* four held: the second waits for the third (or nothing coming) */
+}
+
+/* Two chunks of `bytes` on connection A, the second sent first by B's worker (under A's tags) and
+ * left stalled, its request at the node: the first comes whole while the second is coming. With
+ * both of a window of two held (65 MiB), no REPLY comes until the second is in; on the rule
+ * before (1 held) the first came at once. Then both, in order. */
+static void hold_pair(size_t bytes, int rx_threads)
+{
+    setenv("UCX_TLS", "tcp", 1);
+    setenv("UCX_RNDV_THRESH", "4096", 1);
+    two t;
+    if (two_start_rx(&t, "cpu", rx_threads)) return;
+    raw a, b;
+    REQUIRE(raw_open(t.addr, &a) == 0);
+    REQUIRE(raw_open(t.addr, &b) == 0);
+    REQUIRE(peer_conn_sender_driven(a.c) && peer_conn_sender_driven(b.c));
+    uint8_t *m = calloc(1, bytes);
+    REQUIRE(m);
+    peer_kv k = {0, 9999, 0, PEER_KV_TAG_AHEAD, NULL, 0, 0, 0};
+    peer_kv_write_fixed(m, &k);
+    CHECK_EQ(peer_conn_tag_send(b.c, b.base + 1, m, 4096, 10), PEER_OK); /* B's lanes up */
+    CHECK_EQ(raw_reply(&b, 5), ACCEL_ERR_INVALID);
+    void *r2 = NULL;
+    CHECK_EQ(peer_conn_tag_send_start(b.c, a.base + 2, m, bytes, &r2), PEER_OK); /* A's, by B */
+    REQUIRE(r2);
+    CHECK_EQ(peer_conn_tag_send(a.c, a.base + 1, m, bytes, 10), PEER_OK);
+    int got = replies_within(&a, 1.0, 2);
+    CHECK_MSG(got == 0, "%zu-byte chunks: %d REPLYs while the second was coming, none expected (hold %d)", bytes,
+              got, peer_kv_reply_hold(bytes));
+    CHECK_EQ(peer_conn_req_wait(b.c, r2, 10), PEER_OK);
+    got += replies_within(&a, 5.0, 2 - got);
+    CHECK_EQ(got, 2);
+    free(m);
+    peer_conn_free(b.c);
+    peer_conn_free(a.c);
+    two_stop(&t);
+}
+
+TEST(peer_kv_replies_held_in_pairs_at_65mib)
+{
+    REQUIRE(peer_kv_reply_hold(MSG_SPARSE_32K) == 2);
+    hold_pair(MSG_SPARSE_32K, 1); /* both of the window's two */
+}
+
+TEST(peer_kv_replies_held_in_pairs_two_receivers)
+{
+    hold_pair(MSG_SPARSE_32K, 2);
 }
