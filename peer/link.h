@@ -100,7 +100,7 @@ int peer_conn_req_wait(peer_conn *c, void *req, double timeout_s);
  * completed (req is then let go), 0 while it is in flight, PEER_ERR_IO when it failed (let go,
  * c is then dead). */
 int peer_conn_req_test(peer_conn *c, void *req);
-/* A window of sends in flight (sender-driven lanes): reqs[0..n) point at the slots of sends
+/* A window of sends in flight (any lanes; peer/remote_kv.c keeps one): reqs[0..n) point at the slots of sends
  * peer_conn_tag_send_start started, oldest first (a slot NULL: done). Progresses c's worker
  * once without waiting (the sends done let go, their slots set to NULL), then waits for the oldest pending ones until fewer than `window` are. The sends still
  * pending (0..window-1), or PEER_ERR_IO / PEER_ERR_TIMEOUT (c is then dead; the failed send's

@@ -264,8 +264,8 @@ int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t
  * receives lost against 2 and 2 (51 % against 74 % of ucx_perftest at 1 MiB): the rendezvous
  * puts then share the socket and every chunk completes later. */
 #define PEER_KV_TCP_SENDS 2
-/* Over the other lanes (shared memory: the node reads a chunk's bytes with one CMA copy when it
- * receives it, one chunk at a time) at most this many sends in flight too: the one being read
+/* Over the other lanes (shared memory: the node reads a chunk's bytes when it receives it, CMA
+ * copies of 512 KiB, one chunk at a time) at most this many sends in flight too: the one being read
  * and the next one's request waiting at the node, so that it never waits for the sender. More
  * only hold more buffers: each chunk in its own, read by the node a window later, out of the
  * caches by then; with two the buffer the node just read is the next one written (on the quiet
@@ -288,22 +288,26 @@ static inline int peer_kv_window_chunks(size_t bytes)
     return n;
 }
 /* The REPLYs the node may hold back for chunks of `bytes` before it sends them (peer/server.c
- * kv_reply; it also sends them when nothing more is coming): half of what the window admits — 4
- * for 1 MiB and 8 MiB, 3 for 8.1 MiB, 2 for 16 MiB, 1 for 16.25 MiB — but both when it admits
- * only two (from 32 MiB on: 2). Half, so that the sender, whose window is full, gets room for half
- * of it while the node goes on with the other half; counted in chunks alone (PEER_KV_WINDOW / 2),
- * four 16.25 MiB REPLYs were never held while only three chunks could come, and each window's
- * went out only when the node found nothing more coming, the sender waiting on them
- * (BENCHMARKS.md, wirefinal; wirehold: by size, TCP x1.05 at 16.25 MiB and x1.04 at 16 MiB on the
- * quiet node). Of two, one answered alone lets the sender start the next chunk while the other
- * comes, and over tcp lanes its request then reaches the node behind that chunk's bytes: the
- * node waited 3.1 ms of each 65 MiB chunk's 17-20 with nothing coming; answered together, the
- * two next requests go at once, both receives are posted before the bytes (wirebig: TCP x1.17
- * at 65 MiB, shared memory x1.00). */
-static inline int peer_kv_reply_hold(size_t bytes)
+ * kv_reply; it also sends them when nothing more is coming): half of what the window admits, at
+ * least 1 — 4 for 1 MiB and 8 MiB, 3 for 8.1 MiB, 2 for 16 MiB, 1 for 16.25 MiB and from 32 MiB
+ * on — but over tcp lanes (tcp_lanes: the chunk came marked PEER_KV_TAG_AHEAD) both when the
+ * window admits only two (from 32 MiB on). Half, so that the sender, whose window is full, gets
+ * room for half of it while the node goes on with the other half; counted in chunks alone
+ * (PEER_KV_WINDOW / 2), four 16.25 MiB REPLYs were never held while only three chunks could
+ * come, and each window's went out only when the node found nothing more coming, the sender
+ * waiting on them (BENCHMARKS.md, wirefinal; wirehold: by size, TCP x1.05 at 16.25 MiB and x1.04
+ * at 16 MiB on the quiet node). Of two over tcp lanes, one answered alone lets the sender start
+ * the next chunk while the other comes, and its request then reaches the node behind that
+ * chunk's bytes on the socket: the node waited 3.1 ms of each 65 MiB chunk's 17-20 with nothing
+ * posted; answered together, the two next requests go at once and both receives are posted
+ * before the bytes (wirebig: TCP x1.17 at 65 MiB). Over shared memory the node reads a chunk when
+ * it receives it, nothing queues behind it, and one answered alone lets the sender write the
+ * next chunk while the node reads the other: half, as at the other sizes. */
+static inline int peer_kv_reply_hold(size_t bytes, int tcp_lanes)
 {
     int n = peer_kv_window_chunks(bytes);
-    return n <= 2 ? n : n / 2;
+    if (tcp_lanes && n <= 2) return n;
+    return n / 2 > 0 ? n / 2 : 1;
 }
 
 /* A tagged chunk's message: the KV fixed part (flags RUN_START, TAG_AHEAD), then [stream header]

@@ -156,9 +156,10 @@ void peer_node_free(peer_node *n);
 accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opts *o, char *err,
                             size_t errlen);
 
-/* The most KV chunks a remote device ever had their tagged sends in flight at once: at most
- * PEER_KV_TCP_SENDS over sender-driven (tcp) lanes, PEER_KV_SM_SENDS over the others (0 before
- * any such send; -1 when d is no remote device). */
+/* The most KV chunks a remote device ever had their tagged sends in flight at once (counted as
+ * a send starts: those before it still in flight when the room was looked at, an upper bound
+ * where they complete meanwhile): at most PEER_KV_TCP_SENDS over sender-driven (tcp) lanes,
+ * PEER_KV_SM_SENDS over the others (0 before any such send; -1 when d is no remote device). */
 int peer_remote_kv_sends_max(accel_dev *d);
 /* The most KV chunk buffers a remote device ever had allocated at once: a buffer goes back at
  * its send's completion, the room for a send is waited for before a buffer is taken, and the next

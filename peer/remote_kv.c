@@ -209,7 +209,7 @@ static int fl_retire(rdev *d, int wait)
     return 1;
 }
 
-/* Over sender-driven lanes: the ring's sends (and the one being added after them, with_new)
+/* Over tagged lanes: the ring's sends (and the one being added after them, with_new)
  * progressed without waiting, then the oldest waited for until fewer than `window` are in
  * flight (peer_conn_sends_room). The sends in flight, or the transport's failure. */
 static int fl_sends(rdev *d, int with_new, int window)
@@ -289,9 +289,11 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
             return accel_dev_fail(&d->base);
         }
     if (s->kv_err) return s->kv_err;
-    /* over tcp lanes the bytes move only while this thread progresses: room for this send in the
-     * window of sends (the oldest waited for while it is full) before a buffer is taken, so that
-     * the one whose send just completed is the one written — two buffers take turns, not three */
+    /* room for this send in the window of sends (the oldest waited for while it is full) before a
+     * buffer is taken, so that the one whose send just completed is the one written — two buffers
+     * take turns, not three: over tcp lanes, where the bytes move only while this thread
+     * progresses, and over the others, where the node reads them (CMA over shared memory, a
+     * rendezvous read over RDMA: measured over sysv,cma only) */
     int tagged = peer_conn_has_address(d->c), driven = tagged && peer_conn_sender_driven(d->c), pending = 0;
     if (tagged && (pending = fl_sends(d, 0, driven ? KV_SENDS : KV_SM_SENDS)) < 0) {
         peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name, peer_type_name(PEER_KV_TAG),

@@ -147,7 +147,8 @@ static int flush_held(sconn *sc)
  * held back and sent with the next ones: when half the window's chunks of the connection's
  * chunk size are held (sc->hold, peer_kv_reply_hold: the client, whose window is full, gets
  * room for half of it while this thread goes on with the other half; 1 for 16.25 MiB chunks,
- * of which the window holds 3; both of the two it holds from 32 MiB on), when no more frames are waiting on the connection (server_main:
+ * of which the window holds 3; over tcp lanes both of the two it holds from 32 MiB on, so that
+ * the sender's next two requests leave together, ahead of their bytes), when no more frames are waiting on the connection (server_main:
  * a client that waits has sent all it will), and before any other answer (answers stay in
  * order). One send and one wake-up of the client per few chunks instead of one per chunk. */
 static int kv_reply(sconn *sc, int32_t status)
@@ -325,7 +326,7 @@ static int on_kv(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
     peer_kv k;
     if (peer_kv_read(p, n, &k)) return PEER_ERR_PROTO;
     kv_sync(s);
-    sc->hold = peer_kv_reply_hold(kv_counted(n, k.flags));
+    sc->hold = peer_kv_reply_hold(kv_counted(n, k.flags), 0); /* on the stream: no requests */
     return kv_reply(sc, kv_apply(s, sc, k));
 }
 
@@ -414,7 +415,7 @@ static int rx_finish(peer_server *s, sconn *sc)
         }
         /* its REPLY held as the sender's window counts it (here, on the loop's side, before the
          * chunk goes to the kv_rx thread) */
-        sc->hold = peer_kv_reply_hold(kv_counted(x->k.n_bytes, k.flags));
+        sc->hold = peer_kv_reply_hold(kv_counted(x->k.n_bytes, k.flags), (k.flags & PEER_KV_TAG_AHEAD) != 0);
         x->k = k;
         sc->ahead = (k.flags & PEER_KV_TAG_AHEAD) != 0;
         if (s->n_th > 1 && s->n_handoff < PEER_KV_RX_SLOTS && !sc->ahead) { /* its CRC after the token goes on */

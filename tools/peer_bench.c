@@ -79,8 +79,8 @@
  * in the window of answers (the code before).
  * --hold N (measurement only): the node's REPLYs held back until N of them (1..4; 1: each chunk
  * answered once checked); by default (or 0) as peer/server.c, by the chunk's size (peer_kv_reply_hold:
- * half the chunks the window admits — 4 at 1 and 8 MiB, 2 at 16 MiB, 1 at 16.25 MiB — or both of
- * two from 32 MiB on).
+ * half the chunks the window admits — 4 at 1 and 8 MiB, 2 at 16 MiB, 1 at 16.25 MiB — or over
+ * tcp lanes both of two from 32 MiB on).
  * --sizes: each KV chunk 17 bytes .. 128 MiB (KV_SIZE_MAX: a 32K-token Llama-3-8B layer chunk is
  * 65 MiB), or 0 (none: the logits only); a size outside is refused before anything is allocated.
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
@@ -429,7 +429,9 @@ static void *node_loop(void *arg)
             int slot = a->slot;
             double t2 = peer_now();
             g_node[N_RECV] += t2 - t1;
-            nd->hold = peer_kv_reply_hold((size_t)size);
+            peer_kv kf; /* (--announce 0 reads nothing else of the fixed part: its flag) */
+            nd->hold = peer_kv_reply_hold((size_t)size, !peer_kv_tag_read(buf, (size_t)size, &kf) &&
+                                                            (kf.flags & PEER_KV_TAG_AHEAD));
             peer_kv k = {0, 0, 0, 0, buf, (uint32_t)size, 0, 0};
             if (g_crc && !g_crc_rx && !g_rx_one) k.crc = proto_crc32c(0, buf, (size_t)size), k.crc_off = 1;
             double t3 = peer_now();
@@ -494,12 +496,13 @@ static void *node_loop(void *arg)
             g_node[N_RECV] += tf - tw;
             g_node_chunks++;
             g_node_bytes += a->k.n_bytes;
-            nd->hold = peer_kv_reply_hold(a->k.n_bytes); /* as peer/server.c rx_finish */
             peer_kv k; /* its fixed part, as peer/server.c reads it */
             if (peer_kv_tag_read(a->buf, a->k.n_bytes, &k)) {
                 if (a->slot >= 0) peer_kv_rx_put_back(rx, a->slot);
                 goto out;
             }
+            /* as peer/server.c rx_finish */
+            nd->hold = peer_kv_reply_hold(a->k.n_bytes, (k.flags & PEER_KV_TAG_AHEAD) != 0);
             nd->ahead_ok = (k.flags & PEER_KV_TAG_AHEAD) != 0;
             if (g_rx_one) {
                 HOLD();
@@ -552,7 +555,7 @@ static void *node_loop(void *arg)
         }
         if (h.type == PEER_KV) {
             nd->sink ^= proto_crc32c(0, p, h.length);
-            nd->hold = peer_kv_reply_hold(h.length); /* as peer/server.c on_kv */
+            nd->hold = peer_kv_reply_hold(h.length, 0); /* as peer/server.c on_kv */
             HOLD();
         } else if (h.type == PEER_ADDR_REQ) {
             const void *a;
@@ -785,8 +788,9 @@ int main(int argc, char **argv)
     char held_by[96]; /* the node's rule: by the size (the first size's count shown) or --hold */
     if (g_hold) snprintf(held_by, sizeof held_by, "%d (--hold)", g_hold);
     else if (sizes[0] > 0)
-        snprintf(held_by, sizeof held_by, "half the window's chunks of their size (%d at %ld bytes)",
-                 peer_kv_reply_hold((size_t)sizes[0]), sizes[0]);
+        snprintf(held_by, sizeof held_by, "half the window's chunks of their size (%d at %ld bytes%s)",
+                 peer_kv_reply_hold((size_t)sizes[0], tag && peer_conn_sender_driven(c)), sizes[0],
+                 tag && peer_conn_sender_driven(c) ? " over tcp lanes" : "");
     else snprintf(held_by, sizeof held_by, "half the window's chunks of their size");
     printf("# peer_bench: UCX_TLS=%s, KV %s (transport: %s), up to %ld chunks in flight, runs of %ld, "
            "polling %d us, from %ld buffers%s, %ld sends in flight over tcp lanes, %d over the others (0: the window's), "
@@ -878,6 +882,7 @@ int main(int argc, char **argv)
                     memset(sb, (int)(j & 0xff), (size_t)sz);
                     pw += peer_now() - tw0;
                     if (measured) s_write += peer_now() - tw0;
+                    ta = peer_now(); /* the write is its own clock, not the room's below */
                 }
                 if (st) {
                     fprintf(stderr, "peer_bench: the link failed\n");

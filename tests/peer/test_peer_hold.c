@@ -1,6 +1,6 @@
 /* tests/peer/test_peer_hold.c — how many KV REPLYs the node holds back before it sends them
- * (issue 26): half of what the sender's window admits of the chunk's size, both when it admits
- * two (peer_kv_reply_hold, peer/msg.h). The rule's values at the sizes the daemon ships, against
+ * (issue 26): half of what the sender's window admits of the chunk's size, at least one, and over
+ * tcp lanes both when it admits two (peer_kv_reply_hold, peer/msg.h). The rule's values at the sizes the daemon ships, against
  * the window's own rule (peer_kv_window_room); and a real node answering 16.25 MiB chunks (a GPU
  * prefill's 32K-prompt layer chunk: 3 in the window, so 1 held) while the connection is kept busy,
  * where it would otherwise hold them until nothing more was coming.
@@ -12,7 +12,7 @@
  * a chunk of the connection coming, so it does not send held REPLYs for lack of anything coming
  * (peer/server.c server_pass); whatever REPLY arrives meanwhile was sent because the hold was
  * reached. At 1 MiB (4 held) the same setup holds the second REPLY back: the check that the rule,
- * not the setup, makes the difference. At 65 MiB (a window of two, both held) no REPLY comes while
+ * not the setup, makes the difference. At 65 MiB over tcp lanes (a window of two, both held) no REPLY comes while
  * the second of two is coming (hold_pair). On the rule before (4 held at every size) the 16.25 MiB
  * test got no REPLY while the third chunk was coming (it waited its 5 s). */
 #include "tests/test.h"
@@ -39,21 +39,24 @@ TEST(peer_kv_reply_hold_by_size)
     CHECK_EQ(MSG_GPU_32K, 17039440); /* the size BENCHMARKS.md's rounds ran */
     struct {
         size_t bytes;
-        int chunks, hold;
+        int chunks, hold, hold_tcp; /* held over shared memory (and on the stream), over tcp lanes */
     } c[] = {
-        {1u << 20, 8, 4},       {MSG_CPU_512, 8, 4},
-        {8u << 20, 8, 4},       {MSG_GPU_4K, 7, 3},
-        {16u << 20, 4, 2},      {MSG_GPU_32K, 3, 1},
-        {32u << 20, 2, 2},      {64u << 20, 2, 2},
-        {MSG_SPARSE_32K, 2, 2}, {0, PEER_KV_WINDOW, PEER_KV_WINDOW / 2},
-        {SIZE_MAX, 2, 2},
+        {1u << 20, 8, 4, 4},       {MSG_CPU_512, 8, 4, 4},
+        {8u << 20, 8, 4, 4},       {MSG_GPU_4K, 7, 3, 3},
+        {16u << 20, 4, 2, 2},      {MSG_GPU_32K, 3, 1, 1},
+        {32u << 20, 2, 1, 2},      {64u << 20, 2, 1, 2},
+        {MSG_SPARSE_32K, 2, 1, 2}, {0, PEER_KV_WINDOW, PEER_KV_WINDOW / 2, PEER_KV_WINDOW / 2},
+        {SIZE_MAX, 2, 1, 2},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         size_t b = c[i].bytes;
-        int n = peer_kv_window_chunks(b), h = peer_kv_reply_hold(b);
+        int n = peer_kv_window_chunks(b), h = peer_kv_reply_hold(b, 0), ht = peer_kv_reply_hold(b, 1);
         CHECK_MSG(n == c[i].chunks, "%zu bytes: the window admits %d chunks, %d expected", b, n,
                   c[i].chunks);
         CHECK_MSG(h == c[i].hold, "%zu bytes: %d REPLYs held, %d expected", b, h, c[i].hold);
+        CHECK_MSG(ht == c[i].hold_tcp, "%zu bytes over tcp lanes: %d REPLYs held, %d expected", b, ht,
+                  c[i].hold_tcp);
+        CHECK(ht >= 1 && ht <= PEER_KV_WINDOW / 2 && ht <= n && (2 * ht <= n || n == 2));
         /* the sender's own rule, chunk by chunk: n go, the next does not (no overflow to check
          * past the window's bytes: from 32 MiB on it is two whatever the size) */
         if (b <= PEER_KV_WINDOW_BYTES) {
@@ -65,8 +68,8 @@ TEST(peer_kv_reply_hold_by_size)
         }
         /* never more than the node's buffer of held REPLYs (PEER_KV_WINDOW / 2) nor than the
          * window admits (the sender could wait on a REPLY held for a chunk it cannot send),
-         * never none; half of it, or all of two */
-        CHECK(h >= 1 && h <= PEER_KV_WINDOW / 2 && h <= n && (2 * h <= n || n == 2));
+         * never none; half of it (over tcp lanes: or all of two) */
+        CHECK(h >= 1 && h <= PEER_KV_WINDOW / 2 && 2 * h <= n);
     }
 }
 
@@ -135,7 +138,7 @@ static void hold_live(size_t bytes, int held, int rx_threads)
         CHECK_MSG(got <= 1,
                   "%zu-byte chunks: %d REPLYs while the third was coming: the second was "
                   "not held (hold %d)",
-                  bytes, got, peer_kv_reply_hold(bytes));
+                  bytes, got, peer_kv_reply_hold(bytes, 1));
     /* the third goes: every REPLY comes, in order */
     CHECK_EQ(peer_conn_req_wait(b.c, r3, 10), PEER_OK);
     got += replies_within(&a, 5.0, 3 - got);
@@ -148,7 +151,7 @@ static void hold_live(size_t bytes, int held, int rx_threads)
 
 TEST(peer_kv_replies_not_held_past_the_window_at_16mib)
 {
-    REQUIRE(peer_kv_reply_hold(MSG_GPU_32K) == 1);
+    REQUIRE(peer_kv_reply_hold(MSG_GPU_32K, 1) == 1);
     hold_live(MSG_GPU_32K, 0, 1); /* each REPLY as its chunk is checked */
 }
 
@@ -159,7 +162,7 @@ TEST(peer_kv_replies_not_held_past_the_window_two_receivers)
 
 TEST(peer_kv_replies_held_at_1mib)
 {
-    REQUIRE(peer_kv_reply_hold(1u << 20) == 4);
+    REQUIRE(peer_kv_reply_hold(1u << 20, 1) == 4);
     hold_live(1u << 20, 1, 1); /* four held: the second waits for the third (or nothing coming) */
 }
 
@@ -189,7 +192,7 @@ static void hold_pair(size_t bytes, int rx_threads)
     CHECK_EQ(peer_conn_tag_send(a.c, a.base + 1, m, bytes, 10), PEER_OK);
     int got = replies_within(&a, 1.0, 2);
     CHECK_MSG(got == 0, "%zu-byte chunks: %d REPLYs while the second was coming, none expected (hold %d)", bytes,
-              got, peer_kv_reply_hold(bytes));
+              got, peer_kv_reply_hold(bytes, 1));
     CHECK_EQ(peer_conn_req_wait(b.c, r2, 10), PEER_OK);
     got += replies_within(&a, 5.0, 2 - got);
     CHECK_EQ(got, 2);
@@ -201,7 +204,7 @@ static void hold_pair(size_t bytes, int rx_threads)
 
 TEST(peer_kv_replies_held_in_pairs_at_65mib)
 {
-    REQUIRE(peer_kv_reply_hold(MSG_SPARSE_32K) == 2);
+    REQUIRE(peer_kv_reply_hold(MSG_SPARSE_32K, 1) == 2);
     hold_pair(MSG_SPARSE_32K, 1); /* both of the window's two */
 }
 

@@ -64,7 +64,8 @@ static void lanes(int rx_threads, int sm)
     }
     accel_info info;
     accel_get_info(rd, &info);
-    if (sm && !strstr(info.desc, "cma")) { /* CMA refused here (ptrace scope): no such lanes */
+    /* CMA refused here (ptrace scope), or tcp among the lanes: not the lanes this case is about */
+    if (sm && (!strstr(info.desc, "cma") || strstr(info.desc, "tcp"))) {
         accel_free(rd);
         peer_node_free(node);
         for (int j = 0; j < 2; j++)
