@@ -212,3 +212,46 @@ TEST(peer_kv_replies_held_in_pairs_two_receivers)
 {
     hold_pair(MSG_SPARSE_32K, 2);
 }
+
+/* A connection whose chunk size changes from chunk to chunk, over tcp lanes: the hold follows
+ * each chunk's size (2 at 65 MiB, 4 at 1 MiB, 1 at 16.25 MiB), whatever was held under the size
+ * before goes out when the smaller hold is reached, and the last, held, goes when nothing more
+ * comes — no REPLY lost or left behind when the rule changes mid-stream (review L8 of
+ * 2026-11-29). Each chunk is sent whole before the next; every REPLY, in order, at the end. */
+static void hold_mixed(int rx_threads)
+{
+    setenv("UCX_TLS", "tcp", 1);
+    setenv("UCX_RNDV_THRESH", "4096", 1);
+    two t;
+    if (two_start_rx(&t, "cpu", rx_threads)) return;
+    raw a;
+    REQUIRE(raw_open(t.addr, &a) == 0);
+    REQUIRE(peer_conn_sender_driven(a.c));
+    /* held: 1 (of 2), 2, 3 (of 4), then 4 under a hold of 2 (sent), 1 of 1 (sent), 1 of 4, 2 of 2
+     * (sent), 1 of 4: the last goes only because nothing more comes */
+    static const size_t sizes[] = {MSG_SPARSE_32K, 1u << 20, 1u << 20,    MSG_SPARSE_32K,
+                                   MSG_GPU_32K,    1u << 20, MSG_SPARSE_32K, 1u << 20};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    uint8_t *m = calloc(1, MSG_SPARSE_32K);
+    REQUIRE(m);
+    peer_kv k = {0, 9999, 0, PEER_KV_TAG_AHEAD, NULL, 0, 0, 0};
+    peer_kv_write_fixed(m, &k);
+    for (int i = 0; i < N; i++)
+        CHECK_MSG(peer_conn_tag_send(a.c, a.base + 1 + (uint64_t)i, m, sizes[i], 10) == PEER_OK,
+                  "chunk %d (%zu bytes) not sent", i + 1, sizes[i]);
+    int got = replies_within(&a, 5.0, N);
+    CHECK_MSG(got == N, "%d REPLYs of %d chunks of changing sizes", got, N);
+    free(m);
+    peer_conn_free(a.c);
+    two_stop(&t);
+}
+
+TEST(peer_kv_replies_all_come_as_sizes_change)
+{
+    hold_mixed(1);
+}
+
+TEST(peer_kv_replies_all_come_as_sizes_change_two_receivers)
+{
+    hold_mixed(2);
+}
