@@ -615,6 +615,7 @@ static void r_free(accel_dev *ad)
     if (atomic_load(&d->node->dead)) peer_conn_kill(d->c);
     peer_rdev_kv_drain(d);
     peer_conn_free(d->c);
+    peer_rdev_kv_unpark(d); /* its worker is gone: UCX reads none of them now */
     pthread_mutex_destroy(&d->mu);
     pthread_mutex_destroy(&d->desc_mu);
     for (int i = 0; i < PEER_KV_WINDOW; i++) free(d->fl[i].buf);
@@ -740,6 +741,7 @@ static int node_revive(peer_node *n)
         } else {
             peer_conn_kill(old);
             peer_conn_free(old);
+            peer_rdev_kv_unpark(d); /* the sends given up on were the old connection's */
             d->gen++;
         }
         pthread_mutex_unlock(&d->mu);

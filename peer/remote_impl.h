@@ -88,6 +88,10 @@ typedef struct rdev {
     size_t spare_cap[PEER_KV_WINDOW];
     int n_spare;
     int n_bufs, bufs_max;    /* chunk buffers allocated now, at most ever (peer_remote_kv_bufs_max) */
+    uint8_t *parked[PEER_KV_WINDOW]; /* buffers of sends given up on (a failed or timed-out wait:
+                                UCX 1.13 cannot cancel a send, and may read them until the
+                                connection is freed): never reused nor freed before that */
+    int n_parked;
     int sends_max;           /* the most tagged sends ever in flight at once
                                 (peer_remote_kv_sends_max) */
     double t_retired;        /* when the last chunk was answered (peer_now) */
@@ -122,6 +126,12 @@ int peer_rdev_kv_drain(rdev *d);
  * buffer stays NULL (the caller allocates). */
 void peer_rdev_kv_buf_back(rdev *d, kv_flight *f);
 void peer_rdev_kv_buf_take(rdev *d, kv_flight *f, size_t need);
+/* _park: f's buffer, whose send was given up on, kept out of the spares (and out of fl_kept and
+ * n_bufs) until _unpark, which the owner calls once the connection the send was on is freed
+ * (its worker destroyed: UCX touches none of them any more); past PEER_KV_WINDOW parked (not
+ * expected: a connection fails once) the buffer is let go unfreed, never freed early. */
+void peer_rdev_kv_park(rdev *d, kv_flight *f);
+void peer_rdev_kv_unpark(rdev *d);
 /* One layer chunk into s on the node, pipelined (peer/remote_kv.c). d's lock held. */
 int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc);
 

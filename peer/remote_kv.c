@@ -118,6 +118,22 @@ void peer_rdev_kv_buf_back(rdev *d, kv_flight *f)
     f->cap = 0;
 }
 
+void peer_rdev_kv_park(rdev *d, kv_flight *f)
+{
+    if (!f->buf) return;
+    d->fl_kept -= f->cap;
+    d->n_bufs--;
+    if (d->n_parked < PEER_KV_WINDOW) d->parked[d->n_parked++] = f->buf;
+    f->buf = NULL;
+    f->cap = 0;
+}
+
+void peer_rdev_kv_unpark(rdev *d)
+{
+    for (int i = 0; i < d->n_parked; i++) free(d->parked[i]);
+    d->n_parked = 0;
+}
+
 void peer_rdev_kv_buf_take(rdev *d, kv_flight *f, size_t need)
 {
     int k = 0;
@@ -164,8 +180,9 @@ static int fl_retire(rdev *d, int wait)
             if (r == 0) return 0;
             st = r < 0 ? r : PEER_OK;
         }
-        f->req = NULL; /* UCX is done with it either way */
-        peer_rdev_kv_buf_back(d, f);
+        f->req = NULL;
+        if (st) peer_rdev_kv_park(d, f); /* given up on: UCX may still read it */
+        else peer_rdev_kv_buf_back(d, f);
     }
     peer_header h;
     const uint8_t *p;
@@ -218,11 +235,17 @@ static int fl_sends(rdev *d, int with_new, int window)
     int n = 0;
     for (int i = 0; i < d->fl_n + with_new && i < KV_WINDOW; i++)
         r[n++] = &d->fl[(d->fl_head + i) % KV_WINDOW].req;
+    void *before[KV_WINDOW];
+    for (int i = 0; i < n; i++) before[i] = *r[i];
     int st = peer_conn_sends_room(d->c, r, n, window, peer_rdev_call_timeout());
-    /* the sends done give their buffers back, oldest first: the last done ends on top */
+    /* the sends done give their buffers back, oldest first: the last done ends on top; on a
+     * failure the one given up on cannot be told from those done in the same call: all of them
+     * parked (the connection is dead, the rest are parked by the drain that follows) */
     for (int i = 0; i < n; i++) {
         kv_flight *f = &d->fl[(d->fl_head + i) % KV_WINDOW];
-        if (!f->req) peer_rdev_kv_buf_back(d, f);
+        if (f->req) continue;
+        if (st < 0 && before[i]) peer_rdev_kv_park(d, f);
+        else peer_rdev_kv_buf_back(d, f);
     }
     return st;
 }
@@ -238,7 +261,10 @@ int peer_rdev_kv_drain(rdev *d)
     }
     while (d->fl_n) {
         kv_flight *f = &d->fl[d->fl_head];
-        if (f->req) peer_conn_req_wait(d->c, f->req, 0);
+        if (f->req) { /* let go (the connection is dead): UCX may still read its buffer */
+            if (peer_conn_req_wait(d->c, f->req, 0)) peer_rdev_kv_park(d, f);
+            f->req = NULL;
+        }
         if (f->s && !f->s->kv_err) f->s->kv_err = ACCEL_ERR_DEVICE;
         fl_pop(d);
     }
@@ -365,7 +391,7 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
     if (st) {
         peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name,
                  peer_type_name(tagged ? PEER_KV_TAG : PEER_KV), peer_strerror(st));
-        if (f->req) peer_conn_req_wait(d->c, f->req, 0); /* UCX gives its buffer back */
+        if (f->req && peer_conn_req_wait(d->c, f->req, 0)) peer_rdev_kv_park(d, f); /* UCX may keep it */
         f->req = NULL;
         peer_rdev_kv_buf_back(d, f);
         peer_rdev_kv_drain(d);

@@ -3,6 +3,8 @@
  * top. After the chunk size grows, spares too small for it are freed when a chunk is taken, all of
  * them, not only the one on top: left below, they stayed counted in fl_kept (the review's finding),
  * which could pass KV_KEEP_BYTES, and then every buffer coming back was freed instead of kept warm.
+ * A buffer whose send was given up on is parked instead, never reused nor freed until the
+ * connection is (peer_rdev_kv_park, _unpark).
  * The capacities here are bookkeeping (the bytes behind them are a few, never touched). */
 #include "tests/test.h"
 #include "peer/remote_impl.h"
@@ -93,5 +95,38 @@ TEST(peer_kv_spares_smaller_dropped_when_taken)
     CHECK_EQ(d->n_bufs, 2);
     d->fl_kept -= KV_KEEP_BYTES;
     while (d->n_spare) free(d->spare[--d->n_spare]);
+    free(d);
+}
+
+/* A chunk whose send was given up on (a failed or timed-out wait: UCX 1.13 cannot cancel a send
+ * and may still read its buffer until the connection is freed): its buffer is parked, out of the
+ * spares and the counts, so the next chunk never takes it, and freed only by _unpark (after the
+ * connection). Under ASan a parked buffer never freed is a leak, one freed twice a failure. */
+TEST(peer_kv_buffers_given_up_on_parked_until_unparked)
+{
+    rdev *d = calloc(1, sizeof *d);
+    REQUIRE(d);
+    kv_flight f[3] = {{0}};
+    for (int i = 0; i < 3; i++) give(d, &f[i], 2 * MIB);
+    uint8_t *lost = f[0].buf;
+    peer_rdev_kv_park(d, &f[0]);
+    CHECK(f[0].buf == NULL && f[0].cap == 0);
+    CHECK_EQ(d->n_parked, 1);
+    CHECK_EQ(d->n_bufs, 2);
+    CHECK(d->fl_kept == 4 * MIB);
+    peer_rdev_kv_buf_back(d, &f[1]); /* a send done: a spare, as ever */
+    CHECK_EQ(d->n_spare, 1);
+    /* the next chunk takes the spare, never the parked one */
+    peer_rdev_kv_buf_take(d, &f[0], 2 * MIB);
+    CHECK(f[0].buf != NULL && f[0].buf != lost);
+    CHECK_EQ(d->n_spare, 0);
+    peer_rdev_kv_park(d, &f[2]);
+    CHECK_EQ(d->n_parked, 2);
+    peer_rdev_kv_park(d, &f[2]); /* nothing held: nothing parked */
+    CHECK_EQ(d->n_parked, 2);
+    peer_rdev_kv_unpark(d);
+    CHECK_EQ(d->n_parked, 0);
+    peer_rdev_kv_unpark(d); /* twice: nothing freed twice */
+    free(f[0].buf);
     free(d);
 }
