@@ -1,9 +1,10 @@
 /* tests/peer/test_peer_hold.c — how many KV REPLYs the node holds back before it sends them
  * (issue 26): half of what the sender's window admits of the chunk's size, at least one, and over
- * tcp lanes both when it admits two (peer_kv_reply_hold, peer/msg.h). The rule's values at the sizes the daemon ships, against
- * the window's own rule (peer_kv_window_room); and a real node answering 16.25 MiB chunks (a GPU
- * prefill's 32K-prompt layer chunk: 3 in the window, so 1 held) while the connection is kept busy,
- * where it would otherwise hold them until nothing more was coming.
+ * tcp lanes both when it admits two (peer_kv_reply_hold, peer/msg.h). The rule's values at the
+ * sizes the daemon ships, against the window's own rule (peer_kv_window_room); and a real node
+ * answering 16.25 MiB chunks (a GPU prefill's 32K-prompt layer chunk: 3 in the window, so 1 held)
+ * while the connection is kept busy, where it would otherwise hold them until nothing more was
+ * coming.
  *
  * Keeping the node busy without timing: the next chunk's message is sent by a second peer's
  * worker under the first connection's tags, over tcp lanes, and that worker is not progressed —
@@ -12,9 +13,9 @@
  * a chunk of the connection coming, so it does not send held REPLYs for lack of anything coming
  * (peer/server.c server_pass); whatever REPLY arrives meanwhile was sent because the hold was
  * reached. At 1 MiB (4 held) the same setup holds the second REPLY back: the check that the rule,
- * not the setup, makes the difference. At 65 MiB over tcp lanes (a window of two, both held) no REPLY comes while
- * the second of two is coming (hold_pair). On the rule before (4 held at every size) the 16.25 MiB
- * test got no REPLY while the third chunk was coming (it waited its 5 s). */
+ * not the setup, makes the difference. At 65 MiB over tcp lanes (a window of two, both held) no
+ * REPLY comes while the second of two is coming (hold_pair). On the rule before (4 held at every
+ * size) the 16.25 MiB test got no REPLY while the third chunk was coming (it waited its 5 s). */
 #include "tests/test.h"
 #include "peer/link.h"
 #include "peer/msg.h"
@@ -39,7 +40,8 @@ TEST(peer_kv_reply_hold_by_size)
     CHECK_EQ(MSG_GPU_32K, 17039440); /* the size BENCHMARKS.md's rounds ran */
     struct {
         size_t bytes;
-        int chunks, hold, hold_tcp; /* held over shared memory (and on the stream), over tcp lanes */
+        /* the window's chunks; held over shared memory (and on the stream), over tcp lanes */
+        int chunks, hold, hold_tcp;
     } c[] = {
         {1u << 20, 8, 4, 4},       {MSG_CPU_512, 8, 4, 4},
         {8u << 20, 8, 4, 4},       {MSG_GPU_4K, 7, 3, 3},
@@ -50,12 +52,13 @@ TEST(peer_kv_reply_hold_by_size)
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         size_t b = c[i].bytes;
-        int n = peer_kv_window_chunks(b), h = peer_kv_reply_hold(b, 0), ht = peer_kv_reply_hold(b, 1);
+        int n = peer_kv_window_chunks(b), h = peer_kv_reply_hold(b, 0),
+            ht = peer_kv_reply_hold(b, 1);
         CHECK_MSG(n == c[i].chunks, "%zu bytes: the window admits %d chunks, %d expected", b, n,
                   c[i].chunks);
         CHECK_MSG(h == c[i].hold, "%zu bytes: %d REPLYs held, %d expected", b, h, c[i].hold);
-        CHECK_MSG(ht == c[i].hold_tcp, "%zu bytes over tcp lanes: %d REPLYs held, %d expected", b, ht,
-                  c[i].hold_tcp);
+        CHECK_MSG(ht == c[i].hold_tcp, "%zu bytes over tcp lanes: %d REPLYs held, %d expected", b,
+                  ht, c[i].hold_tcp);
         CHECK(ht >= 1 && ht <= PEER_KV_WINDOW / 2 && ht <= n && (2 * ht <= n || n == 2));
         /* the sender's own rule, chunk by chunk: n go, the next does not (no overflow to check
          * past the window's bytes: from 32 MiB on it is two whatever the size) */
@@ -96,26 +99,46 @@ static int replies_within(raw *r, double timeout_s, int max)
 /* Three chunks of `bytes` on connection A, the third sent by B's worker and left stalled while A
  * reads: the REPLYs that come before it goes (held 1: the second is expected to wait for it; 0:
  * both expected), then all three; the node on rx_threads receiving threads. */
-static void hold_live(size_t bytes, int held, int rx_threads)
+/* A node on rx_threads receiving threads and peers A and B (B NULL: A alone) over tcp lanes, by
+ * rendezvous, and a chunk message of `bytes` in *m: 0, or -1 (nothing to free; the failure
+ * reported). */
+static int hold_setup(two *t, raw *a, raw *b, size_t bytes, int rx_threads, uint8_t **m)
 {
     setenv("UCX_TLS", "tcp", 1); /* sender-driven lanes (read when UCX's context is made: */
     setenv("UCX_RNDV_THRESH", "4096", 1); /* each test runs in its own process), by rendezvous */
-    two t;
-    if (two_start_rx(&t, "cpu", rx_threads)) return;
-    raw a, b;
-    REQUIRE(raw_open(t.addr, &a) == 0);
-    REQUIRE(raw_open(t.addr, &b) == 0);
-    REQUIRE(peer_conn_sender_driven(a.c) && peer_conn_sender_driven(b.c));
-    uint8_t *m = calloc(1, bytes);
-    REQUIRE(m);
+    if (two_start_rx(t, "cpu", rx_threads)) return -1;
+    if (raw_open(t->addr, a) || (b && raw_open(t->addr, b)) || !peer_conn_sender_driven(a->c) ||
+        (b && !peer_conn_sender_driven(b->c)) || !(*m = calloc(1, bytes))) {
+        CHECK_MSG(0, "the node's peers over tcp lanes could not be set up");
+        return -1; /* (a test process: what is left open goes with it) */
+    }
     /* no such sequence: refused at once on its REPLY (the node's CPU does no import); over tcp
      * lanes, as the backend marks them, so that the node receives the next one while one comes */
     peer_kv k = {0, 9999, 0, PEER_KV_TAG_AHEAD, NULL, 0, 0, 0};
-    peer_kv_write_fixed(m, &k);
-    /* B's endpoint carries a chunk of its own first: its lanes are up, so that a send's request
-     * leaves in the send call itself, not in a later progress of B's worker */
-    CHECK_EQ(peer_conn_tag_send(b.c, b.base + 1, m, 4096, 10), PEER_OK);
-    CHECK_EQ(raw_reply(&b, 5), ACCEL_ERR_INVALID);
+    peer_kv_write_fixed(*m, &k);
+    if (b) {
+        /* B's endpoint carries a chunk of its own first: its lanes are up, so that a send's
+         * request leaves in the send call itself, not in a later progress of B's worker */
+        CHECK_EQ(peer_conn_tag_send(b->c, b->base + 1, *m, 4096, 10), PEER_OK);
+        CHECK_EQ(raw_reply(b, 5), ACCEL_ERR_INVALID);
+    }
+    return 0;
+}
+
+static void hold_done(two *t, raw *a, raw *b, uint8_t *m)
+{
+    free(m);
+    if (b) peer_conn_free(b->c);
+    peer_conn_free(a->c);
+    two_stop(t);
+}
+
+static void hold_live(size_t bytes, int held, int rx_threads)
+{
+    two t;
+    raw a, b;
+    uint8_t *m;
+    if (hold_setup(&t, &a, &b, bytes, rx_threads, &m)) return;
     CHECK_EQ(peer_conn_tag_send(a.c, a.base + 1, m, bytes, 10), PEER_OK);
     void *r2 = NULL, *r3 = NULL;
     CHECK_EQ(peer_conn_tag_send_start(a.c, a.base + 2, m, bytes, &r2), PEER_OK);
@@ -143,10 +166,7 @@ static void hold_live(size_t bytes, int held, int rx_threads)
     CHECK_EQ(peer_conn_req_wait(b.c, r3, 10), PEER_OK);
     got += replies_within(&a, 5.0, 3 - got);
     CHECK_EQ(got, 3);
-    free(m);
-    peer_conn_free(b.c);
-    peer_conn_free(a.c);
-    two_stop(&t);
+    hold_done(&t, &a, &b, m);
 }
 
 TEST(peer_kv_replies_not_held_past_the_window_at_16mib)
@@ -172,34 +192,22 @@ TEST(peer_kv_replies_held_at_1mib)
  * before (1 held) the first came at once. Then both, in order. */
 static void hold_pair(size_t bytes, int rx_threads)
 {
-    setenv("UCX_TLS", "tcp", 1);
-    setenv("UCX_RNDV_THRESH", "4096", 1);
     two t;
-    if (two_start_rx(&t, "cpu", rx_threads)) return;
     raw a, b;
-    REQUIRE(raw_open(t.addr, &a) == 0);
-    REQUIRE(raw_open(t.addr, &b) == 0);
-    REQUIRE(peer_conn_sender_driven(a.c) && peer_conn_sender_driven(b.c));
-    uint8_t *m = calloc(1, bytes);
-    REQUIRE(m);
-    peer_kv k = {0, 9999, 0, PEER_KV_TAG_AHEAD, NULL, 0, 0, 0};
-    peer_kv_write_fixed(m, &k);
-    CHECK_EQ(peer_conn_tag_send(b.c, b.base + 1, m, 4096, 10), PEER_OK); /* B's lanes up */
-    CHECK_EQ(raw_reply(&b, 5), ACCEL_ERR_INVALID);
+    uint8_t *m;
+    if (hold_setup(&t, &a, &b, bytes, rx_threads, &m)) return;
     void *r2 = NULL;
     CHECK_EQ(peer_conn_tag_send_start(b.c, a.base + 2, m, bytes, &r2), PEER_OK); /* A's, by B */
     REQUIRE(r2);
     CHECK_EQ(peer_conn_tag_send(a.c, a.base + 1, m, bytes, 10), PEER_OK);
     int got = replies_within(&a, 1.0, 2);
-    CHECK_MSG(got == 0, "%zu-byte chunks: %d REPLYs while the second was coming, none expected (hold %d)", bytes,
-              got, peer_kv_reply_hold(bytes, 1));
+    CHECK_MSG(got == 0,
+              "%zu-byte chunks: %d REPLYs while the second was coming, none expected (hold %d)",
+              bytes, got, peer_kv_reply_hold(bytes, 1));
     CHECK_EQ(peer_conn_req_wait(b.c, r2, 10), PEER_OK);
     got += replies_within(&a, 5.0, 2 - got);
     CHECK_EQ(got, 2);
-    free(m);
-    peer_conn_free(b.c);
-    peer_conn_free(a.c);
-    two_stop(&t);
+    hold_done(&t, &a, &b, m);
 }
 
 TEST(peer_kv_replies_held_in_pairs_at_65mib)
@@ -220,30 +228,21 @@ TEST(peer_kv_replies_held_in_pairs_two_receivers)
  * 2026-11-29). Each chunk is sent whole before the next; every REPLY, in order, at the end. */
 static void hold_mixed(int rx_threads)
 {
-    setenv("UCX_TLS", "tcp", 1);
-    setenv("UCX_RNDV_THRESH", "4096", 1);
     two t;
-    if (two_start_rx(&t, "cpu", rx_threads)) return;
     raw a;
-    REQUIRE(raw_open(t.addr, &a) == 0);
-    REQUIRE(peer_conn_sender_driven(a.c));
+    uint8_t *m;
+    if (hold_setup(&t, &a, NULL, MSG_SPARSE_32K, rx_threads, &m)) return;
     /* held: 1 (of 2), 2, 3 (of 4), then 4 under a hold of 2 (sent), 1 of 1 (sent), 1 of 4, 2 of 2
      * (sent), 1 of 4: the last goes only because nothing more comes */
-    static const size_t sizes[] = {MSG_SPARSE_32K, 1u << 20, 1u << 20,    MSG_SPARSE_32K,
+    static const size_t sizes[] = {MSG_SPARSE_32K, 1u << 20, 1u << 20,       MSG_SPARSE_32K,
                                    MSG_GPU_32K,    1u << 20, MSG_SPARSE_32K, 1u << 20};
     enum { N = sizeof sizes / sizeof sizes[0] };
-    uint8_t *m = calloc(1, MSG_SPARSE_32K);
-    REQUIRE(m);
-    peer_kv k = {0, 9999, 0, PEER_KV_TAG_AHEAD, NULL, 0, 0, 0};
-    peer_kv_write_fixed(m, &k);
     for (int i = 0; i < N; i++)
         CHECK_MSG(peer_conn_tag_send(a.c, a.base + 1 + (uint64_t)i, m, sizes[i], 10) == PEER_OK,
                   "chunk %d (%zu bytes) not sent", i + 1, sizes[i]);
     int got = replies_within(&a, 5.0, N);
     CHECK_MSG(got == N, "%d REPLYs of %d chunks of changing sizes", got, N);
-    free(m);
-    peer_conn_free(a.c);
-    two_stop(&t);
+    hold_done(&t, &a, NULL, m);
 }
 
 TEST(peer_kv_replies_all_come_as_sizes_change)

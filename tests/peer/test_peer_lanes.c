@@ -21,6 +21,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void lanes_done(two *t, accel_dev *pf, accel_dev *rd, peer_node *node, kvcopy *kv)
+{
+    accel_free(rd);
+    peer_node_free(node);
+    for (int j = 0; j < 2; j++)
+        for (int i = 0; i < kv[j].n; i++) free(kv[j].mem[i]);
+    accel_free(pf);
+    two_stop(t);
+}
+
 static void lanes(int rx_threads, int sm)
 {
     /* tcp lanes only (or shared memory, the connection's stream over tcp), and chunks of this
@@ -44,7 +54,8 @@ static void lanes(int rx_threads, int sm)
     int32_t first[2], want[2][STEPS], got[STEPS];
     for (int j = 0; j < 2; j++) {
         REQUIRE(prefill_kv(pf, ids[j], N, &kv[j], &first[j]) == 0);
-        CHECK_EQ(import_decode(t.lent, &kv[j], first[j], STEPS, want[j]), 0); /* the device itself */
+        CHECK_EQ(import_decode(t.lent, &kv[j], first[j], STEPS, want[j]),
+                 0); /* the device itself */
     }
     const int L = kv[0].n;
     REQUIRE(L >= 3 && kv[1].n == L);
@@ -66,15 +77,11 @@ static void lanes(int rx_threads, int sm)
     accel_get_info(rd, &info);
     /* CMA refused here (ptrace scope), or tcp among the lanes: not the lanes this case is about */
     if (sm && (!strstr(info.desc, "cma") || strstr(info.desc, "tcp"))) {
-        accel_free(rd);
-        peer_node_free(node);
-        for (int j = 0; j < 2; j++)
-            for (int i = 0; i < kv[j].n; i++) free(kv[j].mem[i]);
-        accel_free(pf);
-        two_stop(&t);
+        lanes_done(&t, pf, rd, node, kv);
         SKIP("no cma lane: %s", info.desc);
     }
-    if (!sm) CHECK_MSG(strstr(info.desc, "tcp") && !strstr(info.desc, "tcp stream"), "%s", info.desc);
+    if (!sm)
+        CHECK_MSG(strstr(info.desc, "tcp") && !strstr(info.desc, "tcp stream"), "%s", info.desc);
     CHECK_EQ(peer_remote_kv_sends_max(rd), 0);
     CHECK_EQ(peer_remote_kv_sends_max(t.lent), -1); /* no remote device */
     CHECK_EQ(peer_remote_kv_bufs_max(t.lent), -1);
@@ -98,13 +105,15 @@ static void lanes(int rx_threads, int sm)
         for (int i = 0; i < STEPS && !st[0]; i++) {
             CHECK_EQ(accel_decode(rd, 1, &s[0], &tok, lg), 0);
             tok = got[i] = t_argmax(lg, t.m->cfg.vocab);
-            CHECK_MSG(got[i] == want[0][i], "round %d step %d: %d, the device %d", round, i, got[i], want[0][i]);
+            CHECK_MSG(got[i] == want[0][i], "round %d step %d: %d, the device %d", round, i, got[i],
+                      want[0][i]);
         }
         free(lg);
         accel_seq_free(rd, s[0]);
         accel_seq_free(rd, s[1]);
         int n = peer_remote_kv_sends_max(rd);
-        CHECK_MSG(n >= 1 && n <= bound, "round %d: %d sends in flight (window %d)", round, n, bound);
+        CHECK_MSG(n >= 1 && n <= bound, "round %d: %d sends in flight (window %d)", round, n,
+                  bound);
     }
     /* B's clean KV, once more alone: it decodes as the device's */
     memset(got, 0, sizeof got);
@@ -118,26 +127,26 @@ static void lanes(int rx_threads, int sm)
      * one per place in the window of PEER_KV_WINDOW chunks, and taken once the window of sends had
      * room: never more than the sends in flight (the one being written is the one just sent) */
     int nb = peer_remote_kv_bufs_max(rd);
-    CHECK_MSG(nb >= (sm ? 1 : 2) && nb <= bound, "%d chunk buffers at once (at most %d expected, window %d)", nb,
-              bound, PEER_KV_WINDOW);
+    CHECK_MSG(nb >= (sm ? 1 : 2) && nb <= bound,
+              "%d chunk buffers at once (at most %d expected, window %d)", nb, bound,
+              PEER_KV_WINDOW);
     /* and over tcp the node received two of them at once (the next one's receive posted while
      * one came), never more, and everything above in order all the same; over shared memory one
      * at a time */
     int a = peer_server_rx_ahead_max(t.srv);
-    CHECK_MSG(a == (sm ? 1 : 2), "the node received %d chunks of a connection at once at most (%d expected)", a,
+    CHECK_MSG(a == (sm ? 1 : 2),
+              "the node received %d chunks of a connection at once at most (%d expected)", a,
               sm ? 1 : 2);
-    if (rx_threads == 2 && !sm) /* every chunk came over tcp lanes: none handed to the other thread */
-        CHECK_MSG(peer_server_handoffs(t.srv) == 0, "%ld chunks handed on", peer_server_handoffs(t.srv));
+    if (rx_threads == 2 &&
+        !sm) /* every chunk came over tcp lanes: none handed to the other thread */
+        CHECK_MSG(peer_server_handoffs(t.srv) == 0, "%ld chunks handed on",
+                  peer_server_handoffs(t.srv));
     if (rx_threads == 2 && sm) /* over shared memory each went to the other thread's turn */
-        CHECK_MSG(peer_server_handoffs(t.srv) > 0, "%ld chunks handed on", peer_server_handoffs(t.srv));
+        CHECK_MSG(peer_server_handoffs(t.srv) > 0, "%ld chunks handed on",
+                  peer_server_handoffs(t.srv));
     accel_get_info(rd, &info);
     CHECK(info.health != ACCEL_HEALTH_FAILED);
-    accel_free(rd);
-    peer_node_free(node);
-    for (int j = 0; j < 2; j++)
-        for (int i = 0; i < kv[j].n; i++) free(kv[j].mem[i]);
-    accel_free(pf);
-    two_stop(&t);
+    lanes_done(&t, pf, rd, node, kv);
 }
 
 TEST(peer_tcp_lanes_window_bounded_in_order)
