@@ -271,7 +271,9 @@ int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t
  * caches by then; with two the buffer the node just read is the next one written (on the quiet
  * node a sender reading every chunk from one buffer moved x1.45 of the window's buffers at
  * 16.25 MiB, BENCHMARKS.md wireshm). */
+#ifndef PEER_KV_SM_SENDS /* (a -D for measurements, as PEER_KV_RX_SLOTS) */
 #define PEER_KV_SM_SENDS 2
+#endif
 /* 1 when a chunk of `bytes` may go while n chunks of in_flight bytes are unanswered. */
 static inline int peer_kv_window_room(int n, size_t in_flight, size_t bytes)
 {
