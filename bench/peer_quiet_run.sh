@@ -20,7 +20,10 @@
 #                   each one's repetitions, default "4096:3"; HPOLLS the polling values, default
 #                   "0 1000"; at 32K a CPU holds 8 GiB of float32 KV, once in each process). The
 #                   hand-overs run after round HANDOVER_AT (default 2; 0: before the first round)
-#                   if HANDOVER_NEED seconds (default 60) are left then
+#                   if HANDOVER_NEED seconds (default 60) are left then. HBINS (optional): the
+#                   pack's peer_handover builds to take turns with (peer_quiet_pack.sh's EXTRA,
+#                   e.g. "peer_handover peer_handover.s8"), each of a poll and token count in turn,
+#                   HBIN_TURNS times (default 1), logs handover.pollP.tT.NAME.K.txt
 # TLS: sm,tcp (shared memory: sysv for small messages, cma for large ones) and tcp.
 # TESTS (optional): unit test prefixes run first with the pack's tandem-tests (TESTS=1 when
 # packed), output in tests.txt; CRC_SPEED=1: `peer_bench --crc-speed 1` (CRC-32C's rate per path
@@ -100,21 +103,21 @@ round() { # TLS SIZE REPS: one interleaved round, appended to its file
     LOG="$O/stages-$(echo "$1" | tr , _)-$2.txt" REPS=$3 PERFTEST=ucx_perftest TIMEOUT=${TIMEOUT:-20} \
         sh "$HERE/peer_link_rounds.sh" 1 "$1" "$2" "${arr[@]}" | tail -n 1 >>"$f"
 }
-handover() { # POLL_US TOKENS REPS: daemon B lends its CPU (2 threads, as peer_handover's local one)
+handover() { # POLL_US TOKENS REPS [BIN SUFFIX]: daemon B lends its CPU (2 threads, as peer_handover's local one)
     K=bench-peer-key-0123456789
     M=$W/kv8b
     [ -d "$M" ] || { mkmodel --out "$M" --layers 32 --kv-heads 8 --head-dim 128 --heads 8 --hidden 256 \
         --intermediate 512 --vocab 128256 --max-pos 40960 >/dev/null && gzip -dc tests/data/tokenizer/llama3/tokenizer.json.gz >"$M/tokenizer.json"; }
-    L=$O/handover.poll$1.t$2
+    L=$O/handover.poll$1.t$2${5:-}
     tandem serve --model "$M" --devices cpu --threads 2 --node-name nodeB --host 127.0.0.1 --port 0 --admin-port 0 \
         --kv-listen 127.0.0.1:0 --peer-devices cpu --peer-key $K --peer-poll-us "$1" --log-file "$L.daemon.log" >/dev/null 2>&1 &
     bp=$!
     i=0
     while [ $i -lt 600 ] && ! grep -q event=ready "$L.daemon.log" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
     port=$(sed -n 's/.*listener=peers .*port=\([0-9]*\).*/\1/p' "$L.daemon.log" | head -1)
-    echo "# $(date -u +%T) load $(cut -d' ' -f1 /proc/loadavg): peer_handover --tokens $2 --reps $3 --device cpu --transport auto --poll-us $1" >"$L.txt"
+    echo "# $(date -u +%T) load $(cut -d' ' -f1 /proc/loadavg): ${4:-peer_handover} --tokens $2 --reps $3 --device cpu --transport auto --poll-us $1" >"$L.txt"
     # a 4K hand-over takes ~2 s a repetition and side on the quiet node; the limit grows with T
-    TANDEM_PEER_CALL_TIMEOUT_S=120 timeout $((60 + $2 * $3 / 1024)) peer_handover --model "$M" --peer 127.0.0.1:$port --key $K --device cpu \
+    TANDEM_PEER_CALL_TIMEOUT_S=120 timeout $((60 + $2 * $3 / 1024)) "${4:-peer_handover}" --model "$M" --peer 127.0.0.1:$port --key $K --device cpu \
         --tokens "$2" --reps "$3" --transport auto --poll-us "$1" >>"$L.txt" 2>&1
     echo "# $(date -u +%T) rc $?" >>"$L.txt"
     kill $bp 2>/dev/null
@@ -122,7 +125,17 @@ handover() { # POLL_US TOKENS REPS: daemon B lends its CPU (2 threads, as peer_h
 }
 handovers() {
     for tr in ${HANDOVER:-4096:3}; do
-        for p in ${HPOLLS:-0 1000}; do handover "$p" "${tr%%:*}" "${tr##*:}"; done
+        for p in ${HPOLLS:-0 1000}; do
+            if [ -z "${HBINS:-}" ]; then
+                handover "$p" "${tr%%:*}" "${tr##*:}"
+                continue
+            fi
+            k=1
+            while [ $k -le "${HBIN_TURNS:-1}" ]; do
+                for hb in $HBINS; do handover "$p" "${tr%%:*}" "${tr##*:}" "$hb" ".$hb.$k"; done
+                k=$((k + 1))
+            done
+        done
     done
 }
 has_handover() { case $PARTS in *handover*) true ;; *) false ;; esac; }
