@@ -984,7 +984,7 @@ accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *
     uint64_t max_ids = d->base.mem_total / block_bytes;
     d->base.kv_block_tokens = CPU_KV_BLOCK;
     d->kv_ready = cpu_kv_pool_init(&d->kv, c->n_layers, c->n_kv_heads * c->head_dim,
-                                   max_ids > INT32_MAX / 2 ? INT32_MAX / 2 : (int)max_ids) == 0;
+                                   max_ids > INT32_MAX / 2 ? INT32_MAX / 2 : (int)max_ids, 1) == 0;
     if (!d->pool || !d->inv_freq || !d->kv_ready) {
         cpu_free(&d->base);
         snprintf(err, errlen, "cpu: out of memory");

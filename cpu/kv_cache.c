@@ -2,8 +2,38 @@
 #include "cpu/kv_cache.h"
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
-int cpu_kv_pool_init(cpu_kv_pool *p, int n_layers, int kv_dim, int max_ids)
+/* The most address space one arena reserves (32 TiB, a quarter of x86-64's user half): a budget
+ * past it takes the arenas that grow by copying. */
+#define ARENA_RESERVE_MAX ((size_t)1 << 45)
+
+static void free_arenas(cpu_kv_pool *p);
+
+/* The arenas of max_ids blocks reserved as address space (no memory until a page is written):
+ * they never move, and growing takes no copy. 0, or -1 (a budget too large to reserve, or an
+ * mmap refused, e.g. under strict overcommit): the arenas then grow by copying. */
+static int reserve_arenas(cpu_kv_pool *p)
+{
+    if (!p->run_floats || !p->n_layers) return -1;
+    size_t per_id = p->run_floats * (size_t)p->n_layers * sizeof(float);
+    if ((size_t)p->max_ids > ARENA_RESERVE_MAX / per_id) return -1;
+    size_t bytes = ((size_t)p->max_ids * per_id + 4095) / 4096 * 4096;
+    void *k = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (k == MAP_FAILED) return -1;
+    void *v = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (v == MAP_FAILED) {
+        munmap(k, bytes);
+        return -1;
+    }
+    p->k_arena = k;
+    p->v_arena = v;
+    p->reserved = bytes;
+    p->layer_floats = (size_t)p->max_ids * p->run_floats;
+    return 0;
+}
+
+int cpu_kv_pool_init(cpu_kv_pool *p, int n_layers, int kv_dim, int max_ids, int reserve)
 {
     memset(p, 0, sizeof *p);
     p->n_layers = n_layers;
@@ -11,13 +41,27 @@ int cpu_kv_pool_init(cpu_kv_pool *p, int n_layers, int kv_dim, int max_ids)
     p->max_ids = max_ids > 0 ? max_ids : 1;
     p->block_floats = (size_t)n_layers * CPU_KV_BLOCK * kv_dim;
     p->run_floats = (size_t)CPU_KV_BLOCK * kv_dim;
-    return pthread_mutex_init(&p->mu, NULL) ? -1 : 0;
+    if (reserve) reserve_arenas(p); /* or they grow by copying */
+    if (pthread_mutex_init(&p->mu, NULL) == 0) return 0;
+    free_arenas(p);
+    return -1;
+}
+
+static void free_arenas(cpu_kv_pool *p)
+{
+    if (p->reserved) {
+        munmap(p->k_arena, p->reserved);
+        munmap(p->v_arena, p->reserved);
+    } else {
+        free(p->k_arena);
+        free(p->v_arena);
+    }
+    p->k_arena = p->v_arena = NULL;
 }
 
 void cpu_kv_pool_deinit(cpu_kv_pool *p)
 {
-    free(p->k_arena);
-    free(p->v_arena);
+    free_arenas(p);
     free(p->k);
     free(p->v);
     free(p->ref);
@@ -44,14 +88,24 @@ void cpu_kv_pool_usage(cpu_kv_pool *p, int *total, int *used, int *cached)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Under the lock: the arenas grown to hold cap ids per layer. Each layer's region is copied to
- * its place in the new arenas, and every id's pointer moves with it. */
+/* Under the lock: the pool grown to hold cap ids. Reserved arenas (reserve_arenas) stay where
+ * they are: only the per-id arrays grow. Otherwise each layer's region is copied to its place in
+ * new arenas, and every id's pointer moves with it. */
 static int grow_arenas(cpu_kv_pool *p, int cap)
 {
-    size_t lf = (size_t)cap * p->run_floats, bytes = lf * (size_t)p->n_layers * sizeof(float);
-    bytes = (bytes + 4095) / 4096 * 4096; /* aligned_alloc wants a multiple of the alignment */
-    float *k = aligned_alloc(4096, bytes), *v = k ? aligned_alloc(4096, bytes) : NULL;
-    float **kp = v ? realloc(p->k, cap * sizeof *kp) : NULL;
+    size_t lf = p->reserved ? p->layer_floats : (size_t)cap * p->run_floats;
+    float *k = p->k_arena, *v = p->v_arena;
+    if (!p->reserved) {
+        size_t bytes = lf * (size_t)p->n_layers * sizeof(float);
+        bytes = (bytes + 4095) / 4096 * 4096; /* aligned_alloc wants a multiple of the alignment */
+        k = aligned_alloc(4096, bytes);
+        v = k ? aligned_alloc(4096, bytes) : NULL;
+        if (!v) {
+            free(k);
+            return -1;
+        }
+    }
+    float **kp = realloc(p->k, cap * sizeof *kp);
     if (kp) p->k = kp;
     float **vp = kp ? realloc(p->v, cap * sizeof *vp) : NULL;
     if (vp) p->v = vp;
@@ -61,21 +115,25 @@ static int grow_arenas(cpu_kv_pool *p, int cap)
     if (h) p->hold = h;
     int32_t *f = h ? realloc(p->free_ids, cap * sizeof *f) : NULL;
     if (!f) {
-        free(k);
-        free(v);
+        if (!p->reserved) {
+            free(k);
+            free(v);
+        }
         return -1;
     }
     p->free_ids = f;
-    size_t used = (size_t)p->n_ids * p->run_floats;
-    for (int l = 0; l < p->n_layers && used; l++) {
-        memcpy(k + l * lf, p->k_arena + l * p->layer_floats, used * sizeof(float));
-        memcpy(v + l * lf, p->v_arena + l * p->layer_floats, used * sizeof(float));
+    if (!p->reserved) {
+        size_t used = (size_t)p->n_ids * p->run_floats;
+        for (int l = 0; l < p->n_layers && used; l++) {
+            memcpy(k + l * lf, p->k_arena + l * p->layer_floats, used * sizeof(float));
+            memcpy(v + l * lf, p->v_arena + l * p->layer_floats, used * sizeof(float));
+        }
+        free(p->k_arena);
+        free(p->v_arena);
+        p->k_arena = k;
+        p->v_arena = v;
+        p->layer_floats = lf;
     }
-    free(p->k_arena);
-    free(p->v_arena);
-    p->k_arena = k;
-    p->v_arena = v;
-    p->layer_floats = lf;
     p->cap = cap;
     for (int id = 0; id < cap; id++) {
         p->k[id] = k + (size_t)id * p->run_floats;

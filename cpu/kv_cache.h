@@ -22,8 +22,13 @@
  * BENCHMARKS.md.) One block id covers all layers, so one table (and one reference count) serves
  * the whole model, as a shared prefix is shared in every layer at once.
  *
- * Memory plan: the arenas grow by doubling the number of ids (each layer's region copied to its
- * new place, every id's pointer moved), never past max_ids (the device's KV budget in blocks); a
+ * Memory plan: the arenas are address space reserved for max_ids blocks (the device's KV budget
+ * in blocks; MAP_NORESERVE), so that memory is taken only as pages are first written and nothing
+ * ever moves. Where that reservation is refused (strict overcommit, a budget past 32 TiB) they
+ * grow by doubling the number of ids (each layer's region copied to its new place, every id's
+ * pointer moved: every doubling copies all the ids so far into fresh pages, so that a sequence
+ * that grows the pool is copied once more in all and faults in twice its pages), never past
+ * max_ids; a
  * freed id's rows stay in the arena for the next table (rows past a sequence's length are never
  * read, so nothing is zeroed). The pool is the device's accounting (accel.h, "Paged devices"): a
  * table takes blocks as its sequence grows (cpu_kv_table_prepare) and the pool refuses past
@@ -31,7 +36,7 @@
  * are counted apart as cached: evictable by freeing their holders.
  *
  * Threads: the pool's mutex guards ids, storage and counts, so sequences may be created and
- * freed from any thread; the k/v arrays are only reallocated when an id is handed out, which
+ * freed from any thread; the k/v arrays (and arenas that are not reserved) are only reallocated when an id is handed out, which
  * accel.h's rule (calls on one device never overlap) keeps apart from a forward pass reading
  * them. */
 #ifndef TANDEM_CPU_KV_CACHE_H
@@ -47,8 +52,10 @@ typedef struct cpu_kv_pool {
     int n_layers, kv_dim;
     size_t block_floats; /* floats of K (or of V) in one block: n_layers * CPU_KV_BLOCK * kv_dim */
     size_t run_floats;   /* one layer's rows of one block: CPU_KV_BLOCK * kv_dim */
-    size_t layer_floats; /* distance between a block's rows of layer l and l + 1: cap * run_floats */
-    float *k_arena, *v_arena; /* (n_layers, cap, CPU_KV_BLOCK, kv_dim), page-aligned */
+    size_t layer_floats; /* distance between a block's rows of layer l and l + 1: cap * run_floats,
+                            or max_ids * run_floats when reserved */
+    float *k_arena, *v_arena; /* (n_layers, cap or max_ids, CPU_KV_BLOCK, kv_dim), page-aligned */
+    size_t reserved;     /* bytes of each arena's reservation (mmap), or 0: they grow (malloc) */
     float **k, **v;      /* per id (cap of them): the block's layer-0 rows in the arenas */
     int32_t *ref;        /* per id: references (tables holding it) */
     int32_t *hold;       /* per id: of which from holder tables */
@@ -67,8 +74,10 @@ typedef struct cpu_kv_table {
     int holder; /* a prefix-cache holder's (cpu_kv_table_hold) */
 } cpu_kv_table;
 
-/* max_ids: the most blocks in use at once (> 0). 0, or -1 out of memory. */
-int cpu_kv_pool_init(cpu_kv_pool *p, int n_layers, int kv_dim, int max_ids);
+/* max_ids: the most blocks in use at once (> 0). reserve 1: the arenas reserved as address space
+ * where the system lets them be (the device's choice); 0: they grow by copying. 0, or -1 out of
+ * memory. */
+int cpu_kv_pool_init(cpu_kv_pool *p, int n_layers, int kv_dim, int max_ids, int reserve);
 /* Frees every block's storage (tables still pointing into it must not be used). */
 void cpu_kv_pool_deinit(cpu_kv_pool *p);
 int cpu_kv_pool_in_use(cpu_kv_pool *p);

@@ -12,7 +12,10 @@
  *                             imported in one chunk; decoding from it == decoding from the export
  *   fork_cow                  forks at a partial block and at a block edge, both sides written
  *                             in turn: each == its own fresh prefill; blocks shared, then freed
- *   fork_bad_args             bounds, accounting, and ACCEL_ERR_UNSUPPORTED where not offered */
+ *   fork_bad_args             bounds, accounting, and ACCEL_ERR_UNSUPPORTED where not offered
+ *   pool_grows_keeping_rows   the pool grown past 64, 128 and 256 ids with its arenas reserved
+ *                             (they stay put) and growing by copying: every row written before a
+ *                             growth reads back after it; past max_ids refused, nothing taken */
 #include "cpu/backend.h"
 #include "devices/devices.h"
 #include "cpu/kv_cache.h"
@@ -466,4 +469,55 @@ TEST(cpu_kv_block_save_load)
     free(l1);
     free(l2);
     free(p);
+}
+
+/* A value of (layer, position, element, K or V) that no two places share. */
+static float row_val(int l, int pos, int i, int v)
+{
+    return (float)(((l * 5003 + pos) * 17 + i) * 2 + v);
+}
+
+TEST(cpu_kv_pool_grows_keeping_rows)
+{
+    enum { L = 3, KD = 8, MAX = 300, N = 290 * CPU_KV_BLOCK };
+    for (int reserve = 0; reserve <= 1; reserve++) {
+        cpu_kv_pool p;
+        REQUIRE(cpu_kv_pool_init(&p, L, KD, MAX, reserve) == 0);
+        CHECK_MSG(!reserve == !p.reserved, "reserve %d: reserved %zu", reserve, p.reserved);
+        float *arena = p.k_arena;
+        cpu_kv_table t;
+        REQUIRE(cpu_kv_table_new(&p, N, &t) == 0);
+        for (int pos0 = 0; pos0 < N;) { /* chunks that straddle blocks and every growth */
+            int n = pos0 + 37 * 3 < N ? 37 * 3 : N - pos0;
+            REQUIRE(cpu_kv_table_prepare(&p, &t, pos0, n) == 0);
+            for (int l = 0; l < L; l++)
+                for (int q = pos0; q < pos0 + n; q++)
+                    for (int i = 0; i < KD; i++) {
+                        cpu_kv_row(p.k, &p, &t, l, q)[i] = row_val(l, q, i, 0);
+                        cpu_kv_row(p.v, &p, &t, l, q)[i] = row_val(l, q, i, 1);
+                    }
+            pos0 += n;
+        }
+        CHECK_EQ(cpu_kv_pool_in_use(&p), N / CPU_KV_BLOCK);
+        CHECK(p.cap >= N / CPU_KV_BLOCK);
+        if (reserve) CHECK_MSG(p.k_arena == arena, "a reserved arena moved");
+        int bad = 0;
+        for (int l = 0; l < L; l++)
+            for (int q = 0; q < N; q++)
+                for (int i = 0; i < KD; i++)
+                    bad += cpu_kv_row(p.k, &p, &t, l, q)[i] != row_val(l, q, i, 0) ||
+                           cpu_kv_row(p.v, &p, &t, l, q)[i] != row_val(l, q, i, 1);
+        CHECK_MSG(bad == 0, "reserve %d: %d values lost in growing", reserve, bad);
+        /* past the budget: refused, the table as it was */
+        cpu_kv_table u;
+        REQUIRE(cpu_kv_table_new(&p, 11 * CPU_KV_BLOCK, &u) == 0);
+        CHECK_EQ(cpu_kv_table_prepare(&p, &u, 0, 11 * CPU_KV_BLOCK), -1);
+        CHECK_EQ(u.n, 0);
+        CHECK_EQ(cpu_kv_pool_in_use(&p), N / CPU_KV_BLOCK);
+        CHECK_EQ(cpu_kv_table_prepare(&p, &u, 0, 10 * CPU_KV_BLOCK), 0);
+        cpu_kv_table_free(&p, &u);
+        cpu_kv_table_free(&p, &t);
+        CHECK_EQ(cpu_kv_pool_in_use(&p), 0);
+        cpu_kv_pool_deinit(&p);
+    }
 }
