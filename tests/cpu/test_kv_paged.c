@@ -13,12 +13,16 @@
  *   fork_cow                  forks at a partial block and at a block edge, both sides written
  *                             in turn: each == its own fresh prefill; blocks shared, then freed
  *   fork_bad_args             bounds, accounting, and ACCEL_ERR_UNSUPPORTED where not offered
+ *   import_spread_over_threads  a chunk of 20 block runs (the first a block's tail) imported on a
+ *                             2-thread device: every block's saved rows == the chunk dequantized
+ *                             in one call, position by position
  *   pool_grows_keeping_rows   the pool grown past 64, 128 and 256 ids with its arenas reserved
  *                             (they stay put) and growing by copying: every row written before a
  *                             growth reads back after it; past max_ids refused, nothing taken */
 #include "cpu/backend.h"
 #include "devices/devices.h"
 #include "cpu/kv_cache.h"
+#include "cpu/kv_quant.h"
 #include "cpu/ops.h"
 #include "scheduler/accel_impl.h"
 #include "tests/test.h"
@@ -520,4 +524,58 @@ TEST(cpu_kv_pool_grows_keeping_rows)
         CHECK_EQ(cpu_kv_pool_in_use(&p), 0);
         cpu_kv_pool_deinit(&p);
     }
+}
+
+TEST(cpu_kv_import_spread_over_threads)
+{
+    model *m;
+    accel_dev *d;
+    REQUIRE(t_open(STORIES, "cpu", &m, &d) == 0); /* 2 threads */
+    const model_config *cf = &m->cfg;
+    const int L = cf->n_layers, H = cf->n_kv_heads, D = cf->head_dim, kvd = H * D;
+    enum { N = 20 * CPU_KV_BLOCK, A = 5 }; /* a run of A, then one of N - A: a tail and 19 blocks */
+    accel_info info;
+    accel_get_info(d, &info);
+    size_t cap = cpu_kv_layer_bytes(PROTO_KV_INT8, N, H, D);
+    unsigned char *buf = malloc(cap), *blk = malloc(info.kv_block_bytes);
+    float *x = malloc(sizeof(float) * 2 * (size_t)N * kvd), *want = malloc(sizeof(float) * 2 * (size_t)N * kvd * L);
+    REQUIRE(buf && blk && x && want);
+    accel_seq *s;
+    REQUIRE(accel_seq_new(d, N, &s) == 0);
+    unsigned st = 11;
+    for (int run = 0; run < 2; run++) {
+        int pos0 = run ? A : 0, n = run ? N - A : A;
+        for (int l = 0; l < L; l++) {
+            for (size_t i = 0; i < 2 * (size_t)n * kvd; i++) {
+                st = st * 1103515245u + 12345u;
+                x[i] = ((float)((st >> 8) & 0xffff) / 32768.0f - 1.0f) * (float)(1 + l);
+            }
+            proto_kv_layer c;
+            REQUIRE(cpu_kv_quantize_layer(PROTO_KV_INT8, x, x + (size_t)n * kvd, l, pos0, n, H, D, buf, cap, &c) == 0);
+            float *wk = want + ((size_t)l * 2 * N + pos0) * kvd, *wv = want + ((size_t)l * 2 * N + N + pos0) * kvd;
+            REQUIRE(cpu_kv_dequantize(PROTO_KV_INT8, c.k, c.k_scale, n, H, D, wk) == 0);
+            REQUIRE(cpu_kv_dequantize(PROTO_KV_INT8, c.v, c.v_scale, n, H, D, wv) == 0);
+            REQUIRE(accel_kv_import(d, s, &c) == 0);
+        }
+    }
+    REQUIRE(accel_seq_len(d, s) == N);
+    int bad = 0;
+    const size_t run_floats = (size_t)CPU_KV_BLOCK * kvd, bf = (size_t)L * run_floats;
+    for (int b = 0; b < N / CPU_KV_BLOCK; b++) {
+        REQUIRE(accel_kv_block_save(d, s, b, blk) == 0);
+        const float *f = (const float *)(const void *)blk; /* K then V, layer by layer */
+        for (int l = 0; l < L; l++)
+            for (int kv = 0; kv < 2; kv++)
+                bad += memcmp(f + kv * bf + l * run_floats,
+                              want + ((size_t)l * 2 * N + (size_t)kv * N + (size_t)b * CPU_KV_BLOCK) * kvd,
+                              run_floats * sizeof(float)) != 0;
+    }
+    CHECK_MSG(bad == 0, "%d block layers differ from the chunk dequantized in one call", bad);
+    accel_seq_free(d, s);
+    free(buf);
+    free(blk);
+    free(x);
+    free(want);
+    accel_free(d);
+    model_free(m);
 }
