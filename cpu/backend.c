@@ -631,13 +631,15 @@ static int cpu_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
      * was (later layers of the run find them taken) */
     if (cpu_kv_table_prepare(&d->kv, &s->kv, c->pos0, c->n_tokens)) return ACCEL_ERR_NOMEM;
     if (c->n_tokens <= 0) return ACCEL_OK;
-    int head = (CPU_KV_BLOCK - c->pos0 % CPU_KV_BLOCK) % CPU_KV_BLOCK; /* the first run, if a tail */
+    /* the first run, if it is a block's tail */
+    int head = (CPU_KV_BLOCK - c->pos0 % CPU_KV_BLOCK) % CPU_KV_BLOCK;
     if (head > c->n_tokens) head = c->n_tokens;
     int runs = (head > 0) + (c->n_tokens - head + CPU_KV_BLOCK - 1) / CPU_KV_BLOCK;
     import_job j = {d, s, c};
     cpu_pool_for(d->pool, runs, 8, import_runs, &j);
     for (int i = 0; s->tls && i < c->n_tokens; i++)
-        sparse_tls_put(s->tls, c->layer, c->pos0 + i, cpu_kv_row(d->kv.k, &d->kv, &s->kv, c->layer, c->pos0 + i));
+        sparse_tls_put(s->tls, c->layer, c->pos0 + i,
+                       cpu_kv_row(d->kv.k, &d->kv, &s->kv, c->layer, c->pos0 + i));
     tls_pipe_forget(s);
     return ACCEL_OK;
 }

@@ -19,9 +19,11 @@ static int reserve_arenas(cpu_kv_pool *p)
     size_t per_id = p->run_floats * (size_t)p->n_layers * sizeof(float);
     if ((size_t)p->max_ids > ARENA_RESERVE_MAX / per_id) return -1;
     size_t bytes = ((size_t)p->max_ids * per_id + 4095) / 4096 * 4096;
-    void *k = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *k = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
     if (k == MAP_FAILED) return -1;
-    void *v = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *v = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
     if (v == MAP_FAILED) {
         munmap(k, bytes);
         return -1;

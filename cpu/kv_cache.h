@@ -28,17 +28,16 @@
  * grow by doubling the number of ids (each layer's region copied to its new place, every id's
  * pointer moved: every doubling copies all the ids so far into fresh pages, so that a sequence
  * that grows the pool is copied once more in all and faults in twice its pages), never past
- * max_ids; a
- * freed id's rows stay in the arena for the next table (rows past a sequence's length are never
- * read, so nothing is zeroed). The pool is the device's accounting (accel.h, "Paged devices"): a
- * table takes blocks as its sequence grows (cpu_kv_table_prepare) and the pool refuses past
- * max_ids in use. Ids referenced only by holder tables (prefix-cache holders, accel_seq_hold)
- * are counted apart as cached: evictable by freeing their holders.
+ * max_ids. A freed id's rows stay in the arena for the next table (rows past a sequence's length
+ * are never read, so nothing is zeroed). The pool is the device's accounting (accel.h, "Paged
+ * devices"): a table takes blocks as its sequence grows (cpu_kv_table_prepare) and the pool
+ * refuses past max_ids in use. Ids referenced only by holder tables (prefix-cache holders,
+ * accel_seq_hold) are counted apart as cached: evictable by freeing their holders.
  *
  * Threads: the pool's mutex guards ids, storage and counts, so sequences may be created and
- * freed from any thread; the k/v arrays (and arenas that are not reserved) are only reallocated when an id is handed out, which
- * accel.h's rule (calls on one device never overlap) keeps apart from a forward pass reading
- * them. */
+ * freed from any thread; the k/v arrays (and arenas that are not reserved) are only reallocated
+ * when an id is handed out, which accel.h's rule (calls on one device never overlap) keeps apart
+ * from a forward pass reading them. */
 #ifndef TANDEM_CPU_KV_CACHE_H
 #define TANDEM_CPU_KV_CACHE_H
 #include <pthread.h>

@@ -77,8 +77,8 @@ int cpu_kv_dequantize(enum proto_kv_dtype t, const uint8_t *q, const uint16_t *s
             } else {
                 const uint8_t *qr = q + r * (head_dim / 2) + j * g / 2;
                 for (int i = 0; i < g; i++) {
-                    int nib = i & 1 ? qr[i / 2] >> 4 : qr[i / 2] & 0xf;
-                    o[j * g + i] = (float)(nib >= 8 ? nib - 16 : nib) * s; /* 4-bit two's complement */
+                    int nib = i & 1 ? qr[i / 2] >> 4 : qr[i / 2] & 0xf; /* two's complement */
+                    o[j * g + i] = (float)(nib >= 8 ? nib - 16 : nib) * s;
                 }
             }
         }

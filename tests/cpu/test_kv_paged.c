@@ -538,7 +538,8 @@ TEST(cpu_kv_import_spread_over_threads)
     accel_get_info(d, &info);
     size_t cap = cpu_kv_layer_bytes(PROTO_KV_INT8, N, H, D);
     unsigned char *buf = malloc(cap), *blk = malloc(info.kv_block_bytes);
-    float *x = malloc(sizeof(float) * 2 * (size_t)N * kvd), *want = malloc(sizeof(float) * 2 * (size_t)N * kvd * L);
+    float *x = malloc(sizeof(float) * 2 * (size_t)N * kvd),
+          *want = malloc(sizeof(float) * 2 * (size_t)N * kvd * L);
     REQUIRE(buf && blk && x && want);
     accel_seq *s;
     REQUIRE(accel_seq_new(d, N, &s) == 0);
@@ -551,8 +552,10 @@ TEST(cpu_kv_import_spread_over_threads)
                 x[i] = ((float)((st >> 8) & 0xffff) / 32768.0f - 1.0f) * (float)(1 + l);
             }
             proto_kv_layer c;
-            REQUIRE(cpu_kv_quantize_layer(PROTO_KV_INT8, x, x + (size_t)n * kvd, l, pos0, n, H, D, buf, cap, &c) == 0);
-            float *wk = want + ((size_t)l * 2 * N + pos0) * kvd, *wv = want + ((size_t)l * 2 * N + N + pos0) * kvd;
+            REQUIRE(cpu_kv_quantize_layer(PROTO_KV_INT8, x, x + (size_t)n * kvd, l, pos0, n, H, D,
+                                          buf, cap, &c) == 0);
+            float *wk = want + ((size_t)l * 2 * N + pos0) * kvd,
+                  *wv = want + ((size_t)l * 2 * N + N + pos0) * kvd;
             REQUIRE(cpu_kv_dequantize(PROTO_KV_INT8, c.k, c.k_scale, n, H, D, wk) == 0);
             REQUIRE(cpu_kv_dequantize(PROTO_KV_INT8, c.v, c.v_scale, n, H, D, wv) == 0);
             REQUIRE(accel_kv_import(d, s, &c) == 0);
@@ -566,9 +569,11 @@ TEST(cpu_kv_import_spread_over_threads)
         const float *f = (const float *)(const void *)blk; /* K then V, layer by layer */
         for (int l = 0; l < L; l++)
             for (int kv = 0; kv < 2; kv++)
-                bad += memcmp(f + kv * bf + l * run_floats,
-                              want + ((size_t)l * 2 * N + (size_t)kv * N + (size_t)b * CPU_KV_BLOCK) * kvd,
-                              run_floats * sizeof(float)) != 0;
+                bad +=
+                    memcmp(f + kv * bf + l * run_floats,
+                           want + ((size_t)l * 2 * N + (size_t)kv * N + (size_t)b * CPU_KV_BLOCK) *
+                                      kvd,
+                           run_floats * sizeof(float)) != 0;
     }
     CHECK_MSG(bad == 0, "%d block layers differ from the chunk dequantized in one call", bad);
     accel_seq_free(d, s);
