@@ -630,7 +630,6 @@ static int cpu_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
     /* the run's blocks are taken with layer 0's chunk; a refusal there leaves the sequence as it
      * was (later layers of the run find them taken) */
     if (cpu_kv_table_prepare(&d->kv, &s->kv, c->pos0, c->n_tokens)) return ACCEL_ERR_NOMEM;
-    if (c->n_tokens <= 0) return ACCEL_OK;
     /* the first run, if it is a block's tail */
     int head = (CPU_KV_BLOCK - c->pos0 % CPU_KV_BLOCK) % CPU_KV_BLOCK;
     if (head > c->n_tokens) head = c->n_tokens;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* The most address space one arena reserves (32 TiB, a quarter of x86-64's user half): a budget
  * past it takes the arenas that grow by copying. */
@@ -11,14 +12,20 @@
 static void free_arenas(cpu_kv_pool *p);
 
 /* The arenas of max_ids blocks reserved as address space (no memory until a page is written):
- * they never move, and growing takes no copy. 0, or -1 (a budget too large to reserve, or an
- * mmap refused, e.g. under strict overcommit): the arenas then grow by copying. */
+ * they never move, and growing takes no copy. Only a budget the machine's memory holds is
+ * reserved: unreserved, an allocation past memory is refused (ACCEL_ERR_NOMEM), where a page
+ * written past it in a reservation would end the process. 0, or -1 (a budget larger than
+ * physical memory or than ARENA_RESERVE_MAX, or an mmap refused, e.g. under strict overcommit
+ * or an address-space limit): the arenas then grow by copying. */
 static int reserve_arenas(cpu_kv_pool *p)
 {
     if (!p->run_floats || !p->n_layers) return -1;
     size_t per_id = p->run_floats * (size_t)p->n_layers * sizeof(float);
     if ((size_t)p->max_ids > ARENA_RESERVE_MAX / per_id) return -1;
     size_t bytes = ((size_t)p->max_ids * per_id + 4095) / 4096 * 4096;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    /* K and V together within physical memory */
+    if (pages <= 0 || page <= 0 || bytes > (size_t)pages * (size_t)page / 2) return -1;
     void *k = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
     if (k == MAP_FAILED) return -1;
@@ -59,6 +66,7 @@ static void free_arenas(cpu_kv_pool *p)
         free(p->v_arena);
     }
     p->k_arena = p->v_arena = NULL;
+    p->reserved = 0;
 }
 
 void cpu_kv_pool_deinit(cpu_kv_pool *p)

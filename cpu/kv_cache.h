@@ -11,8 +11,9 @@
  *     blocks (8 of ours per sparse block), and its whole blocks are what the prefix cache
  *     (scheduler/sched_pcache.h) names and shares: a prompt's reuse is cut at 16 positions.
  *
- * Layout: one arena for K and one for V, (n_layers, cap, CPU_KV_BLOCK, kv_dim), page-aligned: block
- * id b's rows of layer l are the CPU_KV_BLOCK * kv_dim floats at
+ * Layout: one arena for K and one for V, (n_layers, cap, CPU_KV_BLOCK, kv_dim), page-aligned (cap
+ * is max_ids when the arenas are reserved, below): block id b's rows of layer l are the
+ * CPU_KV_BLOCK * kv_dim floats at
  *   k[b] + l * layer_floats      (k[b] = k_arena + b * CPU_KV_BLOCK * kv_dim)
  * so position p of a sequence with table `blocks` is cpu_kv_row(). A sequence whose blocks are
  * consecutive ids (the usual case: tables take fresh ids in order, and give them back so that the
@@ -24,7 +25,8 @@
  *
  * Memory plan: the arenas are address space reserved for max_ids blocks (the device's KV budget
  * in blocks; MAP_NORESERVE), so that memory is taken only as pages are first written and nothing
- * ever moves. Where that reservation is refused (strict overcommit, a budget past 32 TiB) they
+ * ever moves. Where that reservation is refused (a budget past physical memory or 32 TiB, strict
+ * overcommit) they
  * grow by doubling the number of ids (each layer's region copied to its new place, every id's
  * pointer moved: every doubling copies all the ids so far into fresh pages, so that a sequence
  * that grows the pool is copied once more in all and faults in twice its pages), never past
