@@ -19,6 +19,7 @@
 #include "cpu/flex.h"
 #include "cpu/sparse_idx.h"
 #include "cpu/kv_cache.h"
+#include "cpu/kv_import.h"
 #include "cpu/tls.h"
 #include "model/ckpt/tls_channels.h"
 #include "model/sample/sample.h"
@@ -586,43 +587,8 @@ static int cpu_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_
     return st;
 }
 
-/* An import's block runs: run r of a chunk starting at pos0 (the first may be a block's tail). */
-typedef struct {
-    cpu_dev *d;
-    cpu_seq *s;
-    const proto_kv_layer *c;
-} import_job;
-
-static int import_run_start(int pos0, int r)
-{
-    int off = pos0 % CPU_KV_BLOCK;
-    if (!off || !r) return r * CPU_KV_BLOCK;
-    return CPU_KV_BLOCK - off + (r - 1) * CPU_KV_BLOCK;
-}
-
-/* Runs [r0, r1): each block's rows of K and V dequantized in place (one contiguous run a block;
- * the chunk's tokens are whole rows of values and scales). */
-static void import_runs(void *ctx, int r0, int r1, int thread)
-{
-    const import_job *j = ctx;
-    const proto_kv_layer *c = j->c;
-    cpu_dev *d = j->d;
-    for (int r = r0; r < r1; r++) {
-        int t = import_run_start(c->pos0, r), p = c->pos0 + t, n = CPU_KV_BLOCK - p % CPU_KV_BLOCK;
-        if (n > c->n_tokens - t) n = c->n_tokens - t;
-        size_t qo = proto_kv_value_bytes(c->dtype, t, c->n_kv_heads, c->head_dim);
-        size_t so = proto_kv_scale_count(c->dtype, t, c->n_kv_heads, c->head_dim);
-        cpu_kv_dequantize(c->dtype, c->k + qo, c->k_scale + so, n, c->n_kv_heads, c->head_dim,
-                          cpu_kv_row(d->kv.k, &d->kv, &j->s->kv, c->layer, p));
-        cpu_kv_dequantize(c->dtype, c->v + qo, c->v_scale + so, n, c->n_kv_heads, c->head_dim,
-                          cpu_kv_row(d->kv.v, &d->kv, &j->s->kv, c->layer, p));
-    }
-}
-
-/* Imported KV is dequantized into the float32 cache: the CPU then decodes from exactly what the
- * wire carried. The block runs are spread over the device's threads (a long hand-over's import
- * writes its float32 KV into pages touched for the first time: the page faults go in parallel
- * too); 8 blocks (128 positions) at least a thread. */
+/* Imported KV is dequantized into the float32 cache (cpu/kv_import.h, on the device's threads):
+ * the CPU then decodes from exactly what the wire carried. */
 static int cpu_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
 {
     cpu_dev *d = (cpu_dev *)ad;
@@ -630,12 +596,7 @@ static int cpu_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
     /* the run's blocks are taken with layer 0's chunk; a refusal there leaves the sequence as it
      * was (later layers of the run find them taken) */
     if (cpu_kv_table_prepare(&d->kv, &s->kv, c->pos0, c->n_tokens)) return ACCEL_ERR_NOMEM;
-    /* the first run, if it is a block's tail */
-    int head = (CPU_KV_BLOCK - c->pos0 % CPU_KV_BLOCK) % CPU_KV_BLOCK;
-    if (head > c->n_tokens) head = c->n_tokens;
-    int runs = (head > 0) + (c->n_tokens - head + CPU_KV_BLOCK - 1) / CPU_KV_BLOCK;
-    import_job j = {d, s, c};
-    cpu_pool_for(d->pool, runs, 8, import_runs, &j);
+    cpu_kv_import_rows(&d->kv, &s->kv, d->pool, c);
     for (int i = 0; s->tls && i < c->n_tokens; i++)
         sparse_tls_put(s->tls, c->layer, c->pos0 + i,
                        cpu_kv_row(d->kv.k, &d->kv, &s->kv, c->layer, c->pos0 + i));
