@@ -807,6 +807,11 @@ int cpu_accel_kv_blocks_in_use(accel_dev *ad)
     return cpu_kv_pool_in_use(&((cpu_dev *)ad)->kv);
 }
 
+int cpu_accel_kv_reserved(accel_dev *ad)
+{
+    return ((cpu_dev *)ad)->kv.reserved != 0;
+}
+
 static int cpu_warmup(accel_dev *ad)
 {
     accel_seq *s;

@@ -14,6 +14,9 @@ accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *
 /* KV blocks (cpu/kv_cache.h) referenced by at least one live sequence of this CPU device: for
  * tests and accounting (0 once every sequence is freed). Any thread. */
 int cpu_accel_kv_blocks_in_use(accel_dev *d);
+/* 1 when the device's block pool is reserved address space (cpu/kv_cache.h, "Memory plan"), 0
+ * when it grows by copying (a budget past physical memory): for tests. */
+int cpu_accel_kv_reserved(accel_dev *d);
 /* AsyncTLS sparse decode (accel_opts.decode_sparse): keys the decode steps attended and keys
  * they would have attended densely, summed over steps, layers and KV heads since open (both 0
  * when it is off). Any thread (atomics). */

@@ -13,6 +13,9 @@
  *   fork_cow                  forks at a partial block and at a block edge, both sides written
  *                             in turn: each == its own fresh prefill; blocks shared, then freed
  *   fork_bad_args             bounds, accounting, and ACCEL_ERR_UNSUPPORTED where not offered
+ *   unreserved_pool_same_logits  a device whose budget is past physical memory (its pool grows
+ *                             by copying, past 64 blocks here): three sequences prefilled and
+ *                             decoded == the same on a device with the default budget (reserved)
  *   import_spread_over_threads  a chunk of 20 block runs (the first a block's tail) imported on a
  *                             2-thread device, int8 and int4: every block's saved rows == the
  *                             chunk dequantized in one call, position by position
@@ -28,6 +31,7 @@
 #include "scheduler/accel_impl.h"
 #include "tests/test.h"
 #include "tests/util.h"
+#include <unistd.h>
 
 #define STORIES "models/stories260K"
 
@@ -613,6 +617,50 @@ TEST(cpu_kv_import_spread_over_threads)
     free(blk);
     free(x);
     free(want);
+    accel_free(d);
+    model_free(m);
+}
+
+TEST(cpu_kv_unreserved_pool_same_logits)
+{
+    model *m;
+    accel_dev *d;
+    REQUIRE(t_open(STORIES, "cpu", &m, &d) == 0);
+    const int n = 400, seqs = 3, steps = 3, V = m->cfg.vocab; /* 75 blocks of 16 in all */
+    char err[256];
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    accel_opts o = {.threads = 2, .mem_limit = (uint64_t)pages * (uint64_t)page * 2};
+    accel_dev *g = devices_open("cpu", m, &o, err, sizeof err);
+    REQUIRE(g);
+    CHECK_EQ(cpu_accel_kv_reserved(g), 0);
+    if (!cpu_accel_kv_reserved(d)) fprintf(stderr, "# the default pool was not reserved here\n");
+    accel_dev *dev[2] = {d, g};
+    accel_seq *s[2][3];
+    float *lg[2];
+    int32_t *ids = test_ids(n + steps, V, 37, 11);
+    REQUIRE(ids);
+    for (int k = 0; k < 2; k++) {
+        lg[k] = malloc(sizeof(float) * seqs * steps * V);
+        REQUIRE(lg[k]);
+        for (int q = 0; q < seqs; q++) { /* each sequence's blocks taken while the others live */
+            REQUIRE(accel_seq_new(dev[k], n + steps, &s[k][q]) == 0);
+            accel_prefill_req r = {.seq = s[k][q], .ids = ids + q, .n = n - q};
+            REQUIRE(accel_prefill(dev[k], &r) == 0);
+        }
+        for (int t = 0; t < steps; t++)
+            for (int q = 0; q < seqs; q++)
+                REQUIRE(accel_decode(dev[k], 1, &s[k][q], ids + n + t,
+                                     lg[k] + ((size_t)t * seqs + q) * V) == 0);
+    }
+    CHECK_MSG(same(lg[0], lg[1], (size_t)seqs * steps * V),
+              "decoding from a pool grown by copying differs from a reserved one");
+    for (int k = 0; k < 2; k++) {
+        for (int q = 0; q < seqs; q++) accel_seq_free(dev[k], s[k][q]);
+        CHECK_EQ(cpu_accel_kv_blocks_in_use(dev[k]), 0);
+        free(lg[k]);
+    }
+    free(ids);
+    accel_free(g);
     accel_free(d);
     model_free(m);
 }
