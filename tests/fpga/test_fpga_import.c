@@ -5,6 +5,7 @@
  * import cleanly and never reach the decode kernel. */
 #include "fpga/kernels/dec_layout.h"
 #include "devices/devices.h"
+#include "fpga/card.h"
 #include "model/ckpt/golden.h"
 #include "proto/kv_wire.h"
 #include "tests/fpga/fpga_util.h"
@@ -384,4 +385,40 @@ TEST(fpga_decode_imported_vs_from_empty)
     tf_kv_free(&kv);
     model_golden_free(g);
     fx_close(&f);
+}
+
+/* fpga_card_chunk_valid (the host's check before shipping a chunk to a card) finds one bad
+ * value or scale wherever it lies: at either edge of its 4 KiB runs, in the last partial run,
+ * in K or V, a negative, infinite or NaN scale; a chunk of every other value passes. */
+TEST(fpga_card_chunk_valid_finds_each_bad_byte)
+{
+    enum { T = 70, H = 2, HD = 64 }; /* 8,960 value bytes a side: two whole runs and a part */
+    static uint8_t k[T * H * HD], v[T * H * HD];
+    static uint16_t ks[T * H], vs[T * H];
+    for (size_t i = 0; i < sizeof k; i++)
+        k[i] = v[i] = (uint8_t)(i * 7 + 1) == 0x80 ? 0x7f : (uint8_t)(i * 7 + 1);
+    for (int i = 0; i < T * H; i++) ks[i] = vs[i] = (uint16_t)(0x2000 + i);
+    proto_kv_layer c = {0, 0, T, H, HD, PROTO_KV_INT8, k, v, ks, vs};
+    CHECK(fpga_card_chunk_valid(&c));
+    const size_t at[] = {0, 1, 4095, 4096, 8191, 8192, sizeof k - 1};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
+        for (int side = 0; side < 2; side++) {
+            uint8_t *p = side ? v : k, keep = p[at[i]];
+            p[at[i]] = 0x80;
+            CHECK_MSG(!fpga_card_chunk_valid(&c), "byte %zu of %c", at[i], side ? 'V' : 'K');
+            p[at[i]] = keep;
+        }
+    const uint16_t bad[] = {0x8000, 0xa000, 0x7c00, 0x7e00, 0xfc00};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        for (int j = 0; j < T * H; j += T * H - 1) {
+            uint16_t keep = ks[j];
+            ks[j] = bad[i];
+            CHECK_MSG(!fpga_card_chunk_valid(&c), "K scale %d = %04x", j, bad[i]);
+            ks[j] = keep, keep = vs[j], vs[j] = bad[i];
+            CHECK_MSG(!fpga_card_chunk_valid(&c), "V scale %d = %04x", j, bad[i]);
+            vs[j] = keep;
+        }
+    CHECK(fpga_card_chunk_valid(&c));
+    c.v_scale = NULL;
+    CHECK(!fpga_card_chunk_valid(&c));
 }
