@@ -8,8 +8,8 @@
 # bench/peer_link_rounds.sh. BEFORE_PEER_BENCH (optional): a peer_bench built from the code before
 # a change (PORTABLE=1), packed as peer_bench.before for the rounds' "before" column. Carry DEST
 # (under the working tree, ignored) and run `bash DEST/peer_quiet_run.sh DEST/pack.tar.xz OUT`.
-# TESTS=1: the PORTABLE tandem-tests too (stripped) and libxrt_emu.so beside it (the fpga-emu
-# card that peer_remote_carries_block_size_and_decode_curve lends: without it that test failed in
+# TESTS=1: the PORTABLE tandem-tests too (stripped; libxrt_emu.so is beside it: the fpga-emu
+# card that peer_remote_carries_block_size_and_decode_curve lends — without it that test failed in
 # every quiet-node run before wiretcp6), for peer_quiet_run.sh's TESTS (unit tests of code paths
 # this machine's CPU lacks, e.g. AVX-512).
 # EXTRA (optional): more peer_bench builds, "PATH:NAME ..." packed as bin/NAME, which an argument
@@ -21,13 +21,14 @@ BEFORE=${2:-}
 B=${BUILD:-build/p}
 T=
 [ "${TESTS:-0}" = 1 ] && T=$B/tandem-tests
-make -j${JOBS:-2} CUDA=0 PORTABLE=1 BUILD=$B $B/peer_bench $B/peer_handover $B/mkmodel $B/tandem $T >/dev/null
+make -j${JOBS:-2} CUDA=0 PORTABLE=1 BUILD=$B $B/peer_bench $B/peer_handover $B/mkmodel $B/tandem $B/libxrt_emu.so $T >/dev/null
 W=$(mktemp -d)
 P=$W/pk
 mkdir -p $P/bin $P/rt $P/ucx
-cp $B/peer_bench $B/peer_handover $B/mkmodel $B/tandem $P/bin/
-# the emulated card's library beside tandem-tests, where the fpga-emu tests load it from
-[ -n "$T" ] && strip -o $P/bin/tandem-tests $T && cp $B/libxrt_emu.so $P/bin/
+# the emulated card's library beside tandem and tandem-tests, where they load it from (the
+# hand-over onto fpga-emu:0, peer_quiet_run.sh's HDEV; the fpga-emu tests)
+cp $B/peer_bench $B/peer_handover $B/mkmodel $B/tandem $B/libxrt_emu.so $P/bin/
+[ -n "$T" ] && strip -o $P/bin/tandem-tests $T
 [ -n "$BEFORE" ] && cp "$BEFORE" $P/bin/peer_bench.before
 for x in ${EXTRA:-}; do cp "${x%%:*}" "$P/bin/${x##*:}"; done
 cp "$(command -v ucx_perftest)" "$(command -v ucx_info)" $P/bin/

@@ -23,7 +23,11 @@
 #                   if HANDOVER_NEED seconds (default 60) are left then. HBINS (optional): the
 #                   pack's peer_handover builds to take turns with (peer_quiet_pack.sh's EXTRA,
 #                   e.g. "peer_handover peer_handover.s8"), each of a poll and token count in turn,
-#                   HBIN_TURNS times (default 1), logs handover.pollP.tT.NAME.K.txt
+#                   HBIN_TURNS times (default 1), logs handover.pollP.tT.NAME.K.txt. HDEV (default
+#                   cpu): the device both sides hand over to, e.g. fpga-emu:0 (the emulated card,
+#                   libxrt_emu.so beside tandem in the pack; TANDEM_EMU_PACE=1 in the environment
+#                   paces both cards to the timing model). HTIMEOUT: seconds a peer_handover
+#                   run may take (default 60 + 1 per 1,024 tokens and repetition)
 # TLS: sm,tcp (shared memory: sysv for small messages, cma for large ones) and tcp.
 # TESTS (optional): unit test prefixes run first with the pack's tandem-tests (TESTS=1 when
 # packed), output in tests.txt; CRC_SPEED=1: `peer_bench --crc-speed 1` (CRC-32C's rate per path
@@ -103,21 +107,21 @@ round() { # TLS SIZE REPS: one interleaved round, appended to its file
     LOG="$O/stages-$(echo "$1" | tr , _)-$2.txt" REPS=$3 PERFTEST=ucx_perftest TIMEOUT=${TIMEOUT:-20} \
         sh "$HERE/peer_link_rounds.sh" 1 "$1" "$2" "${arr[@]}" | tail -n 1 >>"$f"
 }
-handover() { # POLL_US TOKENS REPS [BIN SUFFIX]: daemon B lends its CPU (2 threads, as peer_handover's local one)
+handover() { # POLL_US TOKENS REPS [BIN SUFFIX]: daemon B lends its CPU (2 threads, as peer_handover's local one) or HDEV
     K=bench-peer-key-0123456789
     M=$W/kv8b
     [ -d "$M" ] || { mkmodel --out "$M" --layers 32 --kv-heads 8 --head-dim 128 --heads 8 --hidden 256 \
         --intermediate 512 --vocab 128256 --max-pos 40960 >/dev/null && gzip -dc tests/data/tokenizer/llama3/tokenizer.json.gz >"$M/tokenizer.json"; }
     L=$O/handover.poll$1.t$2${5:-}
     tandem serve --model "$M" --devices cpu --threads 2 --node-name nodeB --host 127.0.0.1 --port 0 --admin-port 0 \
-        --kv-listen 127.0.0.1:0 --peer-devices cpu --peer-key $K --peer-poll-us "$1" --log-file "$L.daemon.log" >/dev/null 2>&1 &
+        --kv-listen 127.0.0.1:0 --peer-devices "${HDEV:-cpu}" --peer-key $K --peer-poll-us "$1" --log-file "$L.daemon.log" >/dev/null 2>&1 &
     bp=$!
     i=0
     while [ $i -lt 600 ] && ! grep -q event=ready "$L.daemon.log" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
     port=$(sed -n 's/.*listener=peers .*port=\([0-9]*\).*/\1/p' "$L.daemon.log" | head -1)
-    echo "# $(date -u +%T) load $(cut -d' ' -f1 /proc/loadavg): ${4:-peer_handover} --tokens $2 --reps $3 --device cpu --transport auto --poll-us $1" >"$L.txt"
+    echo "# $(date -u +%T) load $(cut -d' ' -f1 /proc/loadavg): ${4:-peer_handover} --tokens $2 --reps $3 --device ${HDEV:-cpu} --transport auto --poll-us $1${TANDEM_EMU_PACE:+ TANDEM_EMU_PACE=$TANDEM_EMU_PACE}" >"$L.txt"
     # a 4K hand-over takes ~2 s a repetition and side on the quiet node; the limit grows with T
-    TANDEM_PEER_CALL_TIMEOUT_S=120 timeout $((60 + $2 * $3 / 1024)) "${4:-peer_handover}" --model "$M" --peer 127.0.0.1:$port --key $K --device cpu \
+    TANDEM_PEER_CALL_TIMEOUT_S=120 timeout "${HTIMEOUT:-$((60 + $2 * $3 / 1024))}" "${4:-peer_handover}" --model "$M" --peer 127.0.0.1:$port --key $K --device "${HDEV:-cpu}" \
         --tokens "$2" --reps "$3" --transport auto --poll-us "$1" >>"$L.txt" 2>&1
     echo "# $(date -u +%T) rc $?" >>"$L.txt"
     kill $bp 2>/dev/null
