@@ -61,7 +61,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CALIB_MAX_PARAMS 1e9 /* see open_dev */
 #define DEFAULT_TIMEOUT_MS 30000 /* watchdog: a U280 step ~10-30 ms, an emulated 7B one seconds */
 
 typedef struct fpga_seq {
@@ -812,14 +811,11 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
     d->emu = emu;
     const model_config *c = &m->cfg;
     fpga_quant_opts_default(&d->q, o->weight_bits ? o->weight_bits : 8, c->hidden);
-    /* Calibration (sampling, smoothing search, GPTQ) runs on the host CPU at load: seconds for
-     * stories260K, hours for a 7B model on a few cores (GPTQ is rows x K^2 per matrix). Past
-     * CALIB_MAX_PARAMS the default is round-to-nearest with the clipping search (cached like
-     * any image); TANDEM_FPGA_QUANT=calib=8x128 asks for it anyway. */
-    double params = (double)c->n_layers * c->hidden *
-                    (2.0 * c->n_heads * c->head_dim + 2.0 * c->n_kv_heads * c->head_dim +
-                     3.0 * c->intermediate);
-    if (params > CALIB_MAX_PARAMS) d->q.calib_seqs = d->q.calib_len = 0;
+    /* Calibration (sampling, smoothing search, GPTQ) runs on the host CPU at load: a second for
+     * stories260K, minutes for a small model with a 128K vocabulary (its LM head's rows), hours
+     * for a 7B one. Past FPGA_IMAGE_CALIB_MAX_COST the default is round-to-nearest with the
+     * clipping search (cached like any image); TANDEM_FPGA_QUANT=calib=8x128 asks for it anyway. */
+    if (fpga_image_calib_cost(c) > FPGA_IMAGE_CALIB_MAX_COST) d->q.calib_seqs = d->q.calib_len = 0;
     fpga_dec_desc desc;
     fpga_image_file img = {0};
     if (fpga_quant_opts_parse(&d->q, getenv("TANDEM_FPGA_QUANT"), err, errlen) ||

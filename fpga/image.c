@@ -21,6 +21,17 @@
 
 #define EVAL_TOKENS 256 /* calibration tokens the smoothing search scores (enough to rank a) */
 
+double fpga_image_calib_cost(const model_config *c)
+{
+    const double h = c->hidden, qd = (double)c->n_heads * c->head_dim;
+    const double kvd = (double)c->n_kv_heads * c->head_dim, f = c->intermediate;
+    const double search = EVAL_TOKENS * 10.0; /* the smoothing search's tokens x strengths */
+    /* rows x K x (K + search) for QKV, O, gate and up, down, then the LM head */
+    double layer = (qd + 2 * kvd) * h * (h + search) + h * qd * (qd + search) +
+                   2 * f * h * (h + search) + h * f * (f + search);
+    return c->n_layers * layer + (double)c->vocab * h * (h + search);
+}
+
 int fpga_image_desc(const model *m, const fpga_quant_opts *q, fpga_dec_desc *d, char *err,
                     size_t errlen)
 {

@@ -6,6 +6,7 @@
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -143,4 +144,47 @@ TEST(fpga_device_from_cache_decodes_the_same)
         model_free(m);
     }
     CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0);
+}
+
+static model_config shape(int layers, int hidden, int heads, int kv_heads, int head_dim, int inter,
+                          int vocab)
+{
+    model_config c = {.hidden = hidden,
+                      .n_layers = layers,
+                      .n_heads = heads,
+                      .n_kv_heads = kv_heads,
+                      .head_dim = head_dim,
+                      .intermediate = inter,
+                      .vocab = vocab};
+    return c;
+}
+
+/* Which shapes a card calibrates by default (fpga_image_calib_cost against
+ * FPGA_IMAGE_CALIB_MAX_COST): the cost is the sum over the matrices, each priced by hand here as
+ * rows x K x (K + 2,560), and the LM head's rows count (a parameter count left them out: a
+ * 35M-parameter model with Llama-3's vocabulary calibrated for 5.5 minutes at every first open). */
+TEST(fpga_image_calib_cost_prices_shapes)
+{
+    /* stories15M's shape: QKV 864 x 288, O 288 x 288, gate+up 1536 x 288, down 288 x 768; head
+     * 32000 x 288 */
+    model_config s15 = shape(6, 288, 6, 6, 48, 768, 32000);
+    double want =
+        6.0 * (864.0 * 288 * 2848 + 288.0 * 288 * 2848 + 1536.0 * 288 * 2848 + 288.0 * 768 * 3328) +
+        32000.0 * 288 * 2848;
+    CHECK(fabs(fpga_image_calib_cost(&s15) - want) < 1e-9 * want);
+    CHECK(fpga_image_calib_cost(&s15) < FPGA_IMAGE_CALIB_MAX_COST); /* ~44e9: ~40 s, calibrated */
+    /* the hand-over bench's model: Llama-3-8B's KV shape on a 256-wide trunk, 128K vocabulary */
+    model_config bench = shape(32, 256, 8, 8, 128, 512, 128256);
+    want = 32.0 * (3072.0 * 256 * 2816 + 256.0 * 1024 * 3584 + 1024.0 * 256 * 2816 +
+                   256.0 * 512 * 3072) +
+           128256.0 * 256 * 2816;
+    CHECK(fabs(fpga_image_calib_cost(&bench) - want) < 1e-9 * want);
+    CHECK(fpga_image_calib_cost(&bench) > FPGA_IMAGE_CALIB_MAX_COST);
+    const model_config on[] = {shape(5, 64, 8, 4, 8, 172, 512),      /* stories260K */
+                               shape(2, 128, 4, 4, 32, 352, 32000)}; /* tiny-llama2-mha */
+    for (int i = 0; i < 2; i++) CHECK(fpga_image_calib_cost(&on[i]) < FPGA_IMAGE_CALIB_MAX_COST);
+    const model_config off[] = {shape(30, 576, 9, 3, 64, 1536, 49152),       /* SmolLM-135M */
+                                shape(32, 4096, 32, 32, 128, 11008, 32000),  /* Llama-2-7B */
+                                shape(32, 4096, 32, 8, 128, 14336, 128256)}; /* Llama-3-8B */
+    for (int i = 0; i < 3; i++) CHECK(fpga_image_calib_cost(&off[i]) > FPGA_IMAGE_CALIB_MAX_COST);
 }
