@@ -596,7 +596,8 @@ static int cpu_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
     /* the run's blocks are taken with layer 0's chunk; a refusal there leaves the sequence as it
      * was (later layers of the run find them taken) */
     if (cpu_kv_table_prepare(&d->kv, &s->kv, c->pos0, c->n_tokens)) return ACCEL_ERR_NOMEM;
-    cpu_kv_import_rows(&d->kv, &s->kv, d->pool, c);
+    /* accel.c checked the shape; a refusal here is a caller's bug, the sequence's length unmoved */
+    if (cpu_kv_import_rows(&d->kv, &s->kv, d->pool, c)) return ACCEL_ERR_INVALID;
     for (int i = 0; s->tls && i < c->n_tokens; i++)
         sparse_tls_put(s->tls, c->layer, c->pos0 + i,
                        cpu_kv_row(d->kv.k, &d->kv, &s->kv, c->layer, c->pos0 + i));

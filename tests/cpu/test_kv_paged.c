@@ -26,6 +26,8 @@
 #include "cpu/backend.h"
 #include "devices/devices.h"
 #include "cpu/kv_cache.h"
+#include "cpu/kv_import.h"
+#include "cpu/pool.h"
 #include "cpu/kv_quant.h"
 #include "cpu/ops.h"
 #include "scheduler/accel_impl.h"
@@ -619,6 +621,42 @@ TEST(cpu_kv_import_spread_over_threads)
     free(want);
     accel_free(d);
     model_free(m);
+}
+
+/* cpu_kv_import_rows answers a chunk it cannot dequantize (a missing array; a shape its runs
+ * refuse, on the pool's threads) with -1, not silence; a good chunk after it imports. */
+TEST(cpu_kv_import_rows_refuses_bad_chunk)
+{
+    enum { H = 2, D = 8, KD = H * D, N = 20 * CPU_KV_BLOCK };
+    cpu_kv_pool p;
+    REQUIRE(cpu_kv_pool_init(&p, 1, KD, 64, 1) == 0);
+    cpu_kv_table t;
+    REQUIRE(cpu_kv_table_new(&p, N, &t) == 0);
+    REQUIRE(cpu_kv_table_prepare(&p, &t, 0, N) == 0);
+    cpu_pool *pool = cpu_pool_new(2);
+    REQUIRE(pool);
+    static float x[2 * N * KD];
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = (float)(i % 13) - 6.0f;
+    size_t cap = cpu_kv_layer_bytes(PROTO_KV_INT8, N, H, D);
+    unsigned char *buf = malloc(cap);
+    REQUIRE(buf);
+    proto_kv_layer c;
+    REQUIRE(cpu_kv_quantize_layer(PROTO_KV_INT8, x, x + N * KD, 0, 0, N, H, D, buf, cap, &c) == 0);
+    proto_kv_layer bad = c;
+    bad.v_scale = NULL;
+    CHECK_EQ(cpu_kv_import_rows(&p, &t, pool, &bad), -1);
+    bad = c;
+    bad.head_dim = 7; /* odd: no group of values fits it; every run refuses */
+    CHECK_EQ(cpu_kv_import_rows(&p, &t, pool, &bad), -1);
+    CHECK_EQ(cpu_kv_import_rows(&p, &t, pool, &c), 0);
+    float want[KD];
+    REQUIRE(cpu_kv_dequantize(PROTO_KV_INT8, c.k + (size_t)(N - 1) * KD, c.k_scale + (N - 1) * H, 1,
+                              H, D, want) == 0);
+    CHECK(memcmp(cpu_kv_row(p.k, &p, &t, 0, N - 1), want, sizeof want) == 0);
+    free(buf);
+    cpu_pool_free(pool);
+    cpu_kv_table_free(&p, &t);
+    cpu_kv_pool_deinit(&p);
 }
 
 TEST(cpu_kv_unreserved_pool_same_logits)
