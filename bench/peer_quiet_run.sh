@@ -26,7 +26,8 @@
 #                   HBIN_TURNS times (default 1), logs handover.pollP.tT.NAME.K.txt. HDEV (default
 #                   cpu): the device both sides hand over to, e.g. fpga-emu:0 (the emulated card,
 #                   libxrt_emu.so beside tandem in the pack; TANDEM_EMU_PACE=1 in the environment
-#                   paces both cards to the timing model). HTIMEOUT: seconds a peer_handover
+#                   paces both cards to the timing model, else neither is: B's --fpga-emu-pace
+#                   follows it, the daemon's default being 1). HTIMEOUT: seconds a peer_handover
 #                   run may take (default 60 + 1 per 1,024 tokens and repetition)
 # TLS: sm,tcp (shared memory: sysv for small messages, cma for large ones) and tcp.
 # TESTS (optional): unit test prefixes run first with the pack's tandem-tests (TESTS=1 when
@@ -114,7 +115,7 @@ handover() { # POLL_US TOKENS REPS [BIN SUFFIX]: daemon B lends its CPU (2 threa
         --intermediate 512 --vocab 128256 --max-pos 40960 >/dev/null && gzip -dc tests/data/tokenizer/llama3/tokenizer.json.gz >"$M/tokenizer.json"; }
     L=$O/handover.poll$1.t$2${5:-}
     tandem serve --model "$M" --devices cpu --threads 2 --node-name nodeB --host 127.0.0.1 --port 0 --admin-port 0 \
-        --kv-listen 127.0.0.1:0 --peer-devices "${HDEV:-cpu}" --peer-key $K --peer-poll-us "$1" --log-file "$L.daemon.log" >/dev/null 2>&1 &
+        --kv-listen 127.0.0.1:0 --peer-devices "${HDEV:-cpu}" --fpga-emu-pace "${TANDEM_EMU_PACE:-0}" --peer-key $K --peer-poll-us "$1" --log-file "$L.daemon.log" >/dev/null 2>&1 &
     bp=$!
     i=0
     while [ $i -lt 600 ] && ! grep -q event=ready "$L.daemon.log" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
