@@ -596,8 +596,12 @@ static int cpu_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
     /* the run's blocks are taken with layer 0's chunk; a refusal there leaves the sequence as it
      * was (later layers of the run find them taken) */
     if (cpu_kv_table_prepare(&d->kv, &s->kv, c->pos0, c->n_tokens)) return ACCEL_ERR_NOMEM;
-    /* accel.c checked the shape; a refusal here is a caller's bug, the sequence's length unmoved */
-    if (cpu_kv_import_rows(&d->kv, &s->kv, d->pool, c)) return ACCEL_ERR_INVALID;
+    /* accel.c checked the shape; a refusal here is a caller's bug: the length unmoved, the
+     * blocks layer 0 took given back */
+    if (cpu_kv_import_rows(&d->kv, &s->kv, d->pool, c)) {
+        if (c->layer == 0) cpu_kv_table_shrink(&d->kv, &s->kv, as->len);
+        return ACCEL_ERR_INVALID;
+    }
     for (int i = 0; s->tls && i < c->n_tokens; i++)
         sparse_tls_put(s->tls, c->layer, c->pos0 + i,
                        cpu_kv_row(d->kv.k, &d->kv, &s->kv, c->layer, c->pos0 + i));

@@ -42,7 +42,11 @@ int cpu_kv_import_rows(cpu_kv_pool *p, const cpu_kv_table *t, cpu_pool *pool,
                        const proto_kv_layer *c)
 {
     if (c->n_tokens <= 0) return 0;
-    if (!c->k || !c->v || !c->k_scale || !c->v_scale) return -1;
+    /* refused before any row is written: arrays, shape, and the pool's row width */
+    if (!c->k || !c->v || !c->k_scale || !c->v_scale ||
+        proto_kv_shape_check(c->dtype, 1, c->n_kv_heads, c->head_dim) ||
+        c->n_kv_heads * c->head_dim != p->kv_dim)
+        return -1;
     /* the first run, if it is a block's tail */
     int head = (CPU_KV_BLOCK - c->pos0 % CPU_KV_BLOCK) % CPU_KV_BLOCK;
     if (head > c->n_tokens) head = c->n_tokens;

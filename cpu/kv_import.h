@@ -11,9 +11,10 @@
 
 /* Positions [c->pos0, c->pos0 + c->n_tokens) of layer c->layer, whose blocks t already holds
  * (cpu_kv_table_prepare), dequantized from c (cpu_kv_dequantize: the same values, bit for bit,
- * however the runs are split). 8 blocks (128 positions) at least a thread. 0, or -1 when the
- * chunk's shape or arrays are not a dequantizable chunk (cpu_kv_dequantize refused a run: the
- * rows of the runs it accepted were written). */
+ * however the runs are split). 8 blocks (128 positions) at least a thread. 0, or -1 with no row
+ * written when an array is missing or the shape is not proto/kv.h's or not the pool's row width
+ * (n_kv_heads * head_dim != kv_dim); -1 too if a run's cpu_kv_dequantize refused it (a backstop:
+ * the rows of the runs it accepted were written). */
 int cpu_kv_import_rows(cpu_kv_pool *p, const cpu_kv_table *t, cpu_pool *pool,
                        const proto_kv_layer *c);
 

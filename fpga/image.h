@@ -28,12 +28,16 @@ int fpga_image_desc(const model *m, const fpga_quant_opts *q, fpga_dec_desc *d, 
 int fpga_image_desc_cfg(const model_config *c, const fpga_quant_opts *q, fpga_dec_desc *d,
                         char *err, size_t errlen);
 
-/* What a calibrated build of a model of shape c costs the host, in multiply-adds: per quantized
- * matrix of rows x K, GPTQ's rows x K^2 and the smoothing search's rows x K x 256 tokens x 10
- * strengths, the LM head's vocabulary rows included (fpga/QUANT.md: ~1e9 a second on one core of
- * the development VM). Pure. Past FPGA_IMAGE_CALIB_MAX_COST (about a minute) a card's default is
- * no calibration (fpga/backend.c): stories260K and stories15M's shape calibrate; a small model with
- * Llama-3's 128K vocabulary (5.5 minutes), SmolLM-135M's or a 7B shape do not. */
+/* What a calibrated build of a model of shape c costs the host, an estimate in units of about a
+ * multiply-add: per quantized matrix of rows x K, rows x K x (K + 256 tokens x 10 strengths) —
+ * GPTQ's column updates (rows x K^2 / 2 MACs, each dearer than a MAC in its scalar loop) and the
+ * smoothing search's simulated products — the LM head's vocabulary rows included; the Cholesky
+ * (K^3), the Hessian and the sampling are left out. Fitted to two builds on one core of the
+ * development VM, within 1.6x: stories15M's shape 4.4e10 in ~40 s, the hand-over bench's model
+ * 2.3e11 in ~5.5 minutes (fpga/QUANT.md). Pure. Past FPGA_IMAGE_CALIB_MAX_COST (about a minute) a
+ * card's default is no calibration (fpga/backend.c): stories260K and stories15M's shape calibrate;
+ * a small model with Llama-3's 128K vocabulary (5.5 minutes), SmolLM-135M's or a 7B shape do not.
+ */
 double fpga_image_calib_cost(const model_config *c);
 #define FPGA_IMAGE_CALIB_MAX_COST 6e10
 

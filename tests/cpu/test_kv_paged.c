@@ -623,8 +623,9 @@ TEST(cpu_kv_import_spread_over_threads)
     model_free(m);
 }
 
-/* cpu_kv_import_rows answers a chunk it cannot dequantize (a missing array; a shape its runs
- * refuse, on the pool's threads) with -1, not silence; a good chunk after it imports. */
+/* cpu_kv_import_rows answers a chunk it cannot import (a missing array, a shape proto/kv.h does
+ * not have, a row width not the pool's) with -1 before writing any row, not silence; a good
+ * chunk after them imports. */
 TEST(cpu_kv_import_rows_refuses_bad_chunk)
 {
     enum { H = 2, D = 8, KD = H * D, N = 20 * CPU_KV_BLOCK };
@@ -642,12 +643,26 @@ TEST(cpu_kv_import_rows_refuses_bad_chunk)
     REQUIRE(buf);
     proto_kv_layer c;
     REQUIRE(cpu_kv_quantize_layer(PROTO_KV_INT8, x, x + N * KD, 0, 0, N, H, D, buf, cap, &c) == 0);
+    for (int pos = 0; pos < N; pos++) { /* a mark in every row, to see that none is written */
+        memset(cpu_kv_row(p.k, &p, &t, 0, pos), 0x5a, KD * sizeof(float));
+        memset(cpu_kv_row(p.v, &p, &t, 0, pos), 0x5a, KD * sizeof(float));
+    }
     proto_kv_layer bad = c;
     bad.v_scale = NULL;
     CHECK_EQ(cpu_kv_import_rows(&p, &t, pool, &bad), -1);
     bad = c;
-    bad.head_dim = 7; /* odd: no group of values fits it; every run refuses */
+    bad.head_dim = 7; /* odd: not a proto/kv.h shape */
     CHECK_EQ(cpu_kv_import_rows(&p, &t, pool, &bad), -1);
+    bad = c;
+    bad.head_dim = 4, bad.n_kv_heads = 2; /* a valid shape, half the pool's row width */
+    CHECK_EQ(cpu_kv_import_rows(&p, &t, pool, &bad), -1);
+    float mark[KD];
+    memset(mark, 0x5a, sizeof mark);
+    int written = 0; /* refused before any row: every row still holds its mark */
+    for (int pos = 0; pos < N; pos++)
+        written += memcmp(cpu_kv_row(p.k, &p, &t, 0, pos), mark, sizeof mark) != 0 ||
+                   memcmp(cpu_kv_row(p.v, &p, &t, 0, pos), mark, sizeof mark) != 0;
+    CHECK_EQ(written, 0);
     CHECK_EQ(cpu_kv_import_rows(&p, &t, pool, &c), 0);
     float want[KD];
     REQUIRE(cpu_kv_dequantize(PROTO_KV_INT8, c.k + (size_t)(N - 1) * KD, c.k_scale + (N - 1) * H, 1,

@@ -162,7 +162,8 @@ static model_config shape(int layers, int hidden, int heads, int kv_heads, int h
 /* Which shapes a card calibrates by default (fpga_image_calib_cost against
  * FPGA_IMAGE_CALIB_MAX_COST): the cost is the sum over the matrices, each priced by hand here as
  * rows x K x (K + 2,560), and the LM head's rows count (a parameter count left them out: a
- * 35M-parameter model with Llama-3's vocabulary calibrated for 5.5 minutes at every first open). */
+ * model of 46M layer parameters with Llama-3's vocabulary calibrated for 5.5 minutes at every
+ * first open). */
 TEST(fpga_image_calib_cost_prices_shapes)
 {
     /* stories15M's shape: QKV 864 x 288, O 288 x 288, gate+up 1536 x 288, down 288 x 768; head
