@@ -495,13 +495,14 @@ static int import(fpga_dev *d, fpga_seq *s, const proto_kv_layer *c, int has_crc
     s->run_crc[c->layer] = has_crc ? crc : proto_kv_payload_crc(c);
     const int piece = fpga_card_piece_tokens(&d->card), T = (int)d->blk_tokens;
     for (int t0 = 0, n; t0 < c->n_tokens; t0 += n) {
-        /* a piece lies in one block: kv_scatter writes one block's tiles */
-        int pos = c->pos0 + t0, room = T - pos % T;
+        /* a piece spans at most FPGA_DEC_SCATTER_IDS blocks (kv_scatter's table) */
+        int pos = c->pos0 + t0, room = FPGA_DEC_SCATTER_IDS * T - pos % T;
         n = c->n_tokens - t0 < piece ? c->n_tokens - t0 : piece;
         if (n > room) n = room;
         void *failed = NULL;
         int st = fpga_card_scatter(&d->card, c, t0, n, s->tier ? 0 : d->kv_base, d->geo.blk_tiles,
-                                   1 + s->tier, s->ids[pos / T], s, &failed);
+                                   1 + s->tier, &s->ids[pos / T],
+                                   (uint32_t)((pos % T + n + T - 1) / T), s, &failed);
         if (st == ACCEL_ERR_CORRUPT) {
             mark_failed(failed, st);
             if (failed == s) return st;

@@ -9,8 +9,21 @@
 /* kernel argument numbers (fpga/kernels/decode.c, kv_scatter.c, kv_check.c, kv_gather.c) */
 enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES, DEC_N_IDS, DEC_SEL_CAP,
        DEC_TLS_OFF, DEC_TLS_UPTO, DEC_DDR0, DEC_DDR1, DEC_KV_TIER, DEC_HOST0 };
-enum { SC_BANK0 = 4, SC_LAYER = 36, SC_POS0, SC_N, SC_PER, SC_KV_OFF, SC_PART_TILES, SC_STAGE_BYTES,
-       SC_PAGED, SC_BLK_ID, SC_DDR0, SC_DDR1, SC_HOST0 };
+enum {
+    SC_BANK0 = 4,
+    SC_LAYER = 36,
+    SC_POS0,
+    SC_N,
+    SC_PER,
+    SC_KV_OFF,
+    SC_PART_TILES,
+    SC_STAGE_BYTES,
+    SC_PAGED,
+    SC_N_IDS,
+    SC_DDR0,
+    SC_DDR1,
+    SC_HOST0
+};
 enum { CK_REPORT = 32, CK_POS0, CK_N, CK_KV_OFF, CK_PART_TILES, CK_REPORT_BYTES, CK_N_IDS,
        CK_DDR0, CK_DDR1, CK_KV_TIER, CK_HOST0 };
 enum { PF_IO = 32, PF_MODE, PF_LAYER, PF_POS0, PF_N, PF_R0, PF_R1, PF_KV_OFF, PF_PART_TILES,
@@ -453,11 +466,12 @@ int fpga_card_step_batch(fpga_card *c, int n, const fpga_card_bseq *q, uint64_t 
 
 int fpga_card_piece_tokens_for(const fpga_dec_desc *d)
 {
-    /* the most positions one slot holds (its last 64 bytes take the report) */
+    /* the most positions one slot holds (its tail takes the block table and the report) */
     uint32_t lo = 1, hi = FPGA_CARD_STAGE_BYTES;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
-        if (fpga_dec_stage_section(mid, d->n_kv_heads, d->head_dim, 4) <= FPGA_CARD_STAGE_BYTES - 64)
+        if (fpga_dec_stage_section(mid, d->n_kv_heads, d->head_dim, 4) <=
+            FPGA_CARD_STAGE_BYTES - FPGA_DEC_STAGE_TAIL)
             lo = mid;
         else
             hi = mid - 1;
@@ -500,9 +514,10 @@ static int finish_group(fpga_card *c, int g)
 }
 
 int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uint64_t kv_off,
-                      uint32_t part_tiles, int paged, uint32_t blk_id, void *owner,
-                      void **failed_owner)
+                      uint32_t part_tiles, int paged, const uint32_t *ids, uint32_t n_ids,
+                      void *owner, void **failed_owner)
 {
+    if (paged && (!n_ids || n_ids > FPGA_DEC_SCATTER_IDS)) return ACCEL_ERR_INVALID;
     const uint32_t H = c->desc.n_kv_heads, hd = c->desc.head_dim;
     int g = c->next_group;
     fpga_card_pending *p = &c->pend[g];
@@ -534,6 +549,11 @@ int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uin
         p->nslots = j + 1;
         TRY(fpga_xrt_bo_sync(c->x, c->stage[g][j], XCL_BO_SYNC_BO_TO_DEVICE, total, 0));
     }
+    if (paged) { /* the piece's block table at slot 0's tail */
+        const uint64_t off = fpga_dec_stage_table_off(FPGA_CARD_STAGE_BYTES);
+        memcpy(c->stage_host[g][0] + off, ids, 4ull * n_ids);
+        TRY(fpga_xrt_bo_sync(c->x, c->stage[g][0], XCL_BO_SYNC_BO_TO_DEVICE, 4ull * n_ids, off));
+    }
     xrtRunHandle r = c->r_sc[g];
     TRY(fpga_xrt_run_set_u32(c->x, r, SC_LAYER, p->layer));
     TRY(fpga_xrt_run_set_u32(c->x, r, SC_POS0, p->pos0));
@@ -542,7 +562,7 @@ int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uin
     TRY(fpga_xrt_run_set_u64(c->x, r, SC_KV_OFF, kv_off));
     TRY(fpga_xrt_run_set_u32(c->x, r, SC_PART_TILES, part_tiles));
     TRY(fpga_xrt_run_set_u32(c->x, r, SC_PAGED, (uint32_t)paged)); /* 2: the DDR4 pool */
-    TRY(fpga_xrt_run_set_u32(c->x, r, SC_BLK_ID, blk_id));
+    TRY(fpga_xrt_run_set_u32(c->x, r, SC_N_IDS, paged ? n_ids : 0));
     TRY(fpga_xrt_run_start(c->x, r));
     p->busy = 1;
     c->next_group = (g + 1) % FPGA_CARD_GROUPS;

@@ -135,18 +135,20 @@ int fpga_card_step_batch(fpga_card *c, int n, const fpga_card_bseq *q, uint64_t 
                          uint32_t blk_tiles, float *logits);
 
 /* Starts importing positions [t0, t0 + n) of chunk ch (int8) into the slab at kv_off (paged 0)
- * or, paged, into block blk_id of the pool at kv_off, which the positions must all lie in; n
- * must be at most fpga_card_piece_tokens(). Waits for the older piece of the same staging group
- * first (its status is returned, with *failed_owner set to its owner, if it failed). */
+ * or, paged, into the n_ids (1..FPGA_DEC_SCATTER_IDS) blocks ids[] of the pool at kv_off that
+ * the positions span, the first holding position (ch->pos0 + t0) / T * T; n must be at most
+ * fpga_card_piece_tokens(). One kernel run a piece. Waits for the older piece of the same
+ * staging group first (its status is returned, with *failed_owner set to its owner, if it
+ * failed). */
 int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uint64_t kv_off,
-                      uint32_t part_tiles, int paged, uint32_t blk_id, void *owner,
-                      void **failed_owner);
+                      uint32_t part_tiles, int paged, const uint32_t *ids, uint32_t n_ids,
+                      void *owner, void **failed_owner);
 int fpga_card_piece_tokens(const fpga_card *c);
 /* 1 when an int8 chunk keeps proto/kv.h's rules (values -127..127, scales finite and not
  * negative, every array there): what the host checks before shipping it. */
 int fpga_card_chunk_valid(const proto_kv_layer *c);
 /* The most positions one import piece carries for a model (FPGA_DEC_STAGE_SLOTS slots of
- * FPGA_CARD_STAGE_BYTES, less the report). */
+ * FPGA_CARD_STAGE_BYTES, less the tail: block table and report). */
 int fpga_card_piece_tokens_for(const fpga_dec_desc *d);
 /* Waits for every piece in flight. The first failure's status is returned and its owner put in
  * *failed_owner (the others are still waited for; a later failing owner is reported through

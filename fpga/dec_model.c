@@ -126,25 +126,40 @@ void fpga_dec_model_step_paged(const fpga_dec_desc *d, uint32_t pos, uint32_t fi
 }
 
 void fpga_dec_model_scatter(const fpga_dec_desc *d, uint32_t layer, uint32_t pos0, uint32_t n,
-                            uint32_t per, const int stage_ch[FPGA_DEC_STAGE_SLOTS],
-                            fpga_dec_cost *c)
+                            uint32_t per, const int stage_ch[FPGA_DEC_STAGE_SLOTS], int paged,
+                            uint32_t first_id, fpga_dec_cost *c)
 {
     fpga_dec_layout lo;
     fpga_dec_layout_of(d, &lo);
     memset(c, 0, sizeof *c);
     fpga_dec_model_charge(c, 0, sizeof(fpga_dec_desc), 0);
+    fpga_dec_kvmap kv;
+    uint32_t ids[FPGA_DEC_SCATTER_IDS], pbase = 0;
+    if (paged) { /* the blocks the piece spans, their table read from slot 0 */
+        const uint32_t T = fpga_dec_kv_block_tokens(d), n_ids = (pos0 % T + n + T - 1) / T;
+        for (uint32_t i = 0; i < n_ids && i < FPGA_DEC_SCATTER_IDS; i++)
+            ids[i] = first_id + pos0 / T + i;
+        pbase = pos0 / T * T;
+        fpga_dec_model_charge(c, stage_ch[0], 4ull * n_ids, 0);
+        fpga_dec_kvmap_paged(d, &lo, 0, ids, n_ids, &kv);
+    } else {
+        fpga_dec_kvmap_slab(&lo, 0, 1, &kv);
+    }
     for (uint32_t j = 0; j < FPGA_DEC_STAGE_SLOTS; j++) {
         uint32_t first_pos = j * per;
         if (first_pos >= n) break;
         uint32_t cnt = n - first_pos < per ? n - first_pos : per;
-        uint32_t p0 = pos0 + first_pos;
+        uint32_t p0 = pos0 - pbase + first_pos;
         fpga_dec_model_charge(c, stage_ch[j], fpga_dec_stage_section(cnt, d->n_kv_heads, d->head_dim, 4), 0);
         for (uint32_t h = 0; h < d->n_kv_heads; h++)
             for (uint32_t b = 0; b < d->kv_parts; b++) {
                 uint32_t first, last;
                 if (fpga_dec_part_tile_run(d, p0, cnt, b, &first, &last))
-                    fpga_dec_model_charge(c, (int)fpga_dec_stream_ch(d, layer, h, b),
-                           (uint64_t)(last - first + 1) * lo.tile_bytes, 1);
+                    for (uint32_t t = first, run; t <= last; t += run) {
+                        run = fpga_dec_kv_run(&kv, t, last);
+                        fpga_dec_model_charge(c, (int)fpga_dec_stream_ch(d, layer, h, b),
+                                              (uint64_t)run * lo.tile_bytes, 1);
+                    }
             }
     }
     c->stall_cycles += FPGA_DEC_PHASE_CYCLES;

@@ -36,10 +36,12 @@ void fpga_dec_model_step_batch(const fpga_dec_desc *d, uint32_t n, const uint32_
                                const fpga_dec_kvmap *kv, fpga_dec_cost *out);
 /* One kv_scatter run: n positions from pos0 of `layer`, striped over the slots with `per`
  * positions each (the host's split: per = ceil(n / slots)). Staging slot j of the run lies in
- * pseudo-channel stage_ch[j]. */
+ * pseudo-channel stage_ch[j]. paged 0: a slab; else a sequence whose block k has id
+ * first_id + k (the pool's lowest free ids: a sequence that grew alone), the piece spanning the
+ * blocks of pos0 .. pos0 + n - 1 (at most FPGA_DEC_SCATTER_IDS), their table read from slot 0. */
 void fpga_dec_model_scatter(const fpga_dec_desc *d, uint32_t layer, uint32_t pos0, uint32_t n,
-                            uint32_t per, const int stage_ch[FPGA_DEC_STAGE_SLOTS],
-                            fpga_dec_cost *out);
+                            uint32_t per, const int stage_ch[FPGA_DEC_STAGE_SLOTS], int paged,
+                            uint32_t first_id, fpga_dec_cost *out);
 /* The building blocks (fpga/pf_model.c prices the prefill kernel with them): one memory command
  * of n bytes in channel ch (n 0: none), and the formula of fpga/emu/emu_timing.c over the
  * charges so far (fills mem_ns .. modeled_ns, busiest). */

@@ -317,13 +317,16 @@ typedef struct ship {
 static ship ship_model(const fpga_dec_desc *d, int tokens, int layers)
 {
     ship s = {0};
-    const int P = fpga_card_piece_tokens_for(d);
+    const int P = fpga_card_piece_tokens_for(d), T = (int)fpga_dec_kv_block_tokens(d);
     double host = 0, run_end[2] = {0, 0}, last_end = 0;
     int pending[2] = {0, 0}, g = 0;
     for (int l = 0; l < layers; l++) {
         double layer_start = host;
-        for (int t0 = 0; t0 < tokens; t0 += P) {
-            int n = tokens - t0 < P ? tokens - t0 : P;
+        for (int t0 = 0, n; t0 < tokens; t0 += n) {
+            /* fpga/backend.c's pieces: at most P tokens and FPGA_DEC_SCATTER_IDS blocks */
+            int room = FPGA_DEC_SCATTER_IDS * T - t0 % T;
+            n = tokens - t0 < P ? tokens - t0 : P;
+            if (n > room) n = room;
             int per = (n + FPGA_DEC_STAGE_SLOTS - 1) / FPGA_DEC_STAGE_SLOTS;
             if (pending[g]) {
                 host = fmax(host, run_end[g]) + (double)fpga_dec_model_sync_ns(64);
@@ -341,8 +344,13 @@ static ship ship_model(const fpga_dec_desc *d, int tokens, int layers)
                 s.pcie_ns += t;
                 s.bytes += b;
             }
+            double tt =
+                (double)fpga_dec_model_sync_ns(4ull * ((t0 % T + n + T - 1) / T)); /* the table */
+            host += tt;
+            s.pcie_ns += tt;
             fpga_dec_cost c;
-            fpga_dec_model_scatter(d, (uint32_t)l, (uint32_t)t0, (uint32_t)n, (uint32_t)per, ch, &c);
+            fpga_dec_model_scatter(d, (uint32_t)l, (uint32_t)t0, (uint32_t)n, (uint32_t)per, ch, 1,
+                                   0, &c);
             double start = fmax(host, last_end);
             run_end[g] = last_end = start + (double)c.modeled_ns;
             s.scatter_ns += (double)c.modeled_ns;

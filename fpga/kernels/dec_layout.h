@@ -561,6 +561,17 @@ static inline uint64_t fpga_dec_io_batch_bytes(const fpga_dec_desc *d, uint32_t 
  * 64 bytes of slot 0 take the kernel's report: magic, then the CRC32C of each slot's bytes. */
 #define FPGA_DEC_STAGE_SLOTS 4
 #define FPGA_DEC_STAGE_REPORT_MAGIC 0x52435354u /* "TSCR" */
+/* A paged piece may span up to FPGA_DEC_SCATTER_IDS blocks: their ids, in position order, lie in
+ * slot 0 just before its report (fpga_dec_stage_table_off), so that one kv_scatter run writes a
+ * whole piece however the blocks fall (one run a block before: a 128-token block of Llama-3-8B's
+ * KV is 266 KB, and each run's launch and syncs cost more than its bytes). Every slot keeps this
+ * tail free: a slot's payload is at most stage_bytes - FPGA_DEC_STAGE_TAIL. */
+#define FPGA_DEC_SCATTER_IDS 64
+#define FPGA_DEC_STAGE_TAIL  (64 + 4 * FPGA_DEC_SCATTER_IDS)
+static inline uint64_t fpga_dec_stage_table_off(uint64_t stage_bytes)
+{
+    return stage_bytes - FPGA_DEC_STAGE_TAIL;
+}
 /* kv_check's report (fpga/kernels/kv_check.c), at the start of a staging slot:
  * {magic, pos0, n, n_layers, crc[n_layers]}. */
 #define FPGA_DEC_CHECK_MAGIC 0x4b434b54u /* "TKCK" */

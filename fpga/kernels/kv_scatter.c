@@ -15,11 +15,12 @@
  *
  * Arguments: 0..3 stage0..stage3 (global, HBM[1:8]), 4..35 hbm0..hbm31 (global, HBM[c]),
  * 36 layer u32, 37 pos0 u32, 38 n u32, 39 per u32, 40 kv_off u64, 41 part_tiles u32,
- * 42 stage_bytes u64 (size of each slot), 43 paged u32, 44 blk_id u32. paged 0: the KV is a slab
- * at kv_off of part_tiles tiles per part; else the piece lies in one block (dec_layout.h, "KV
- * pages"): block blk_id of the pool at kv_off holds positions pos0 / T * T onwards; paged 2: the
- * same in the DDR4 pool (45 ddr0, 46 ddr1: the DDR4 banks, dec_layout.h FPGA_DEC_DDR_SPAN);
- * paged 3: in the host memory pool (47 host0, HOST[0]). */
+ * 42 stage_bytes u64 (size of each slot), 43 paged u32, 44 n_ids u32. paged 0: the KV is a slab
+ * at kv_off of part_tiles tiles per part; else the piece spans n_ids (1..FPGA_DEC_SCATTER_IDS)
+ * blocks of the pool at kv_off (dec_layout.h, "KV pages") whose ids the host put in slot 0 at
+ * fpga_dec_stage_table_off(stage_bytes): the first holds positions pos0 / T * T onwards; paged
+ * 2: the same in the DDR4 pool (45 ddr0, 46 ddr1: the DDR4 banks, dec_layout.h
+ * FPGA_DEC_DDR_SPAN); paged 3: in the host memory pool (47 host0, HOST[0]). */
 #include "fpga/kernels/dec_layout.h"
 #include "fpga/kernels/dec_math.h"
 #include "fpga/kernels/kernel.h"
@@ -29,7 +30,7 @@ typedef struct sc_ctx {
     uint8_t *ch[FPGA_DEC_CH];
     fpga_dec_desc d;
     fpga_dec_layout lo;
-    fpga_dec_kvmap kv;  /* a slab, or the one block the piece lies in */
+    fpga_dec_kvmap kv; /* a slab, or the blocks the piece spans */
     uint32_t layer;
 } sc_ctx;
 
@@ -63,13 +64,17 @@ static uint32_t scatter_slot(const sc_ctx *c, const uint8_t *slot, uint32_t p0, 
             memcpy(tl + fpga_dec_tile_vs(hd, row), ks[1] + src * 2, 2);
         }
     }
-    /* The writes, merged per destination stream: for each (head, part) the run of tiles the
-     * positions touch is one burst (byte-enabled at the partial ends). */
+    /* The writes, merged per destination stream: for each (head, part) the tiles the positions
+     * touch, one burst per run of them that lies one after another in memory (a block, or
+     * blocks whose ids follow in a superblock; byte-enabled at the partial ends). */
     for (uint32_t h = 0; h < H; h++)
         for (uint32_t b = 0; b < c->d.kv_parts; b++) {
             uint32_t first, last;
             if (fpga_dec_part_tile_run(&c->d, p0, n, b, &first, &last))
-                fpga_k_write(sc_tile(c, h, b, first), (uint64_t)(last - first + 1) * c->lo.tile_bytes);
+                for (uint32_t t = first, run; t <= last; t += run) {
+                    run = fpga_dec_kv_run(&c->kv, t, last);
+                    fpga_k_write(sc_tile(c, h, b, t), (uint64_t)run * c->lo.tile_bytes);
+                }
         }
     return crc;
 }
@@ -77,7 +82,7 @@ static uint32_t scatter_slot(const sc_ctx *c, const uint8_t *slot, uint32_t p0, 
 void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stage3,
                 FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint32_t layer, uint32_t pos0, uint32_t n,
                 uint32_t per, uint64_t kv_off, uint32_t part_tiles, uint64_t stage_bytes,
-                uint32_t paged, uint32_t blk_id, uint8_t *ddr0, uint8_t *ddr1, uint8_t *host0)
+                uint32_t paged, uint32_t n_ids, uint8_t *ddr0, uint8_t *ddr1, uint8_t *host0)
 {
 #pragma HLS INTERFACE m_axi port = host0 offset = slave bundle = gmem_host
 #pragma HLS INTERFACE m_axi port = ddr0 offset = slave bundle = gmem_ddr0
@@ -89,7 +94,7 @@ void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stag
     FPGA_K_PORTS(FPGA_K_PORT_PRAGMA)
 #pragma HLS INTERFACE s_axilite port = return
 #pragma HLS INTERFACE s_axilite port = paged
-#pragma HLS INTERFACE s_axilite port = blk_id
+#pragma HLS INTERFACE s_axilite port = n_ids
     sc_ctx c = {.ch = {FPGA_K_PORTS(FPGA_K_PORT_NAME)}, .layer = layer};
     fpga_k_read(hbm0, sizeof c.d);
     if (paged >= 2) /* the DDR4 or host memory pool */
@@ -97,9 +102,12 @@ void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stag
             c.ch[i] = fpga_dec_tier_ch(paged - 1, c.ch, ddr0, ddr1, host0, i);
     memcpy(&c.d, hbm0, sizeof c.d);
     fpga_dec_layout_of(&c.d, &c.lo);
-    uint32_t pbase = 0; /* paged: the block's first position */
+    uint32_t pbase = 0; /* paged: the first block's first position */
+    uint32_t ids[FPGA_DEC_SCATTER_IDS];
     if (paged) {
-        fpga_dec_kvmap_paged(&c.d, &c.lo, kv_off, &blk_id, 1, &c.kv);
+        fpga_k_read(stage0 + fpga_dec_stage_table_off(stage_bytes), 4ull * n_ids);
+        memcpy(ids, stage0 + fpga_dec_stage_table_off(stage_bytes), 4ull * n_ids);
+        fpga_dec_kvmap_paged(&c.d, &c.lo, kv_off, ids, n_ids, &c.kv);
         pbase = pos0 / fpga_dec_kv_block_tokens(&c.d) * fpga_dec_kv_block_tokens(&c.d);
     } else {
         fpga_dec_kvmap_slab(&c.lo, kv_off, part_tiles, &c.kv);
@@ -125,7 +133,7 @@ static int kv_scatter_adapter(const fpga_kargs *a)
     uint32_t n = (uint32_t)a->a[38].u, per = (uint32_t)a->a[39].u;
     uint64_t kv_off = a->a[40].u, stage_bytes = a->a[42].u;
     uint32_t part_tiles = (uint32_t)a->a[41].u, paged = (uint32_t)a->a[43].u;
-    uint32_t blk_id = (uint32_t)a->a[44].u;
+    uint32_t n_ids = (uint32_t)a->a[44].u;
     uint64_t min_size = a->a[S].size;
     for (int c = 1; c < FPGA_DEC_CH; c++)
         if (a->a[S + c].size < min_size) min_size = a->a[S + c].size;
@@ -138,12 +146,18 @@ static int kv_scatter_adapter(const fpga_kargs *a)
     fpga_dec_layout lo;
     fpga_dec_layout_of(&d, &lo);
     if (layer >= d.n_layers || !n || !per || n > (uint64_t)per * S) return -1;
+    if (stage_bytes < FPGA_DEC_STAGE_TAIL || stage_bytes % 4) return -1; /* the table's words */
+    for (int j = 0; j < S; j++)
+        if (a->a[j].size < stage_bytes) return -1;
     fpga_dec_kvmap kv;
     if (paged) {
-        /* one block: the piece's positions all in block pos0 / T, block blk_id of the pool */
+        /* the blocks the piece spans: positions pos0 / T * T .. of the first, n_ids in all, ids
+         * from slot 0's table (checked against the pool below) */
         const uint32_t T = fpga_dec_kv_block_tokens(&d);
-        if (pos0 % T + (uint64_t)n > T) return -1;
-        fpga_dec_kvmap_paged(&d, &lo, kv_off, &blk_id, 1, &kv);
+        if (!n_ids || n_ids > FPGA_DEC_SCATTER_IDS || pos0 % T + (uint64_t)n > (uint64_t)n_ids * T)
+            return -1;
+        const uint8_t *tab = (const uint8_t *)a->a[0].ptr + fpga_dec_stage_table_off(stage_bytes);
+        fpga_dec_kvmap_paged(&d, &lo, kv_off, (const uint32_t *)(const void *)tab, n_ids, &kv);
     } else {
         if (!part_tiles || part_tiles > FPGA_DEC_MAX_POS) return -1;
         if ((uint64_t)pos0 + n > (uint64_t)part_tiles * d.kv_parts * FPGA_DEC_TILE) return -1;
@@ -153,16 +167,14 @@ static int kv_scatter_adapter(const fpga_kargs *a)
                    : kv_off < lo.image_bytes || lo.image_bytes > min_size ||
                          !fpga_dec_kvmap_ok(&kv, min_size))
         return -1;
-    if (stage_bytes < 64 ||
-        fpga_dec_stage_section(per, d.n_kv_heads, d.head_dim, 4) > stage_bytes - 64)
+    if (fpga_dec_stage_section(per, d.n_kv_heads, d.head_dim, 4) >
+        stage_bytes - FPGA_DEC_STAGE_TAIL)
         return -1;
-    for (int j = 0; j < S; j++)
-        if (a->a[j].size < stage_bytes) return -1;
     uint8_t *p[FPGA_DEC_CH];
     for (int c = 0; c < FPGA_DEC_CH; c++) p[c] = a->a[S + c].ptr;
 #define SC_ARG(n) p[n],
     kv_scatter(a->a[0].ptr, a->a[1].ptr, a->a[2].ptr, a->a[3].ptr, FPGA_K_PORTS(SC_ARG) layer, pos0,
-               n, per, kv_off, part_tiles, stage_bytes, paged, blk_id, a->a[45].ptr, a->a[46].ptr,
+               n, per, kv_off, part_tiles, stage_bytes, paged, n_ids, a->a[45].ptr, a->a[46].ptr,
                a->a[47].ptr);
 #undef SC_ARG
     return 0;

@@ -251,7 +251,7 @@ TEST(fpga_prefill_without_kernel_is_decode_steps)
     for (int c = 0; c < 32; c++) k += snprintf(text + k, sizeof text - k, "arg hbm%d global HBM[%d]\n", c, c);
     k += snprintf(text + k, sizeof text - k,
                   "arg layer u32\narg pos0 u32\narg n u32\narg per u32\narg kv_off u64\n"
-                  "arg part_tiles u32\narg stage_bytes u64\narg paged u32\narg blk_id u32\n"
+                  "arg part_tiles u32\narg stage_bytes u64\narg paged u32\narg n_ids u32\n"
                   "arg ddr0 global DDR[0]\narg ddr1 global DDR[1]\narg host0 global HOST[0]\n"
                   "kernel kv_check\n");
     for (int c = 0; c < 32; c++) k += snprintf(text + k, sizeof text - k, "arg hbm%d global HBM[%d]\n", c, c);

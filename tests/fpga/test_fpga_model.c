@@ -52,35 +52,43 @@ TEST(fpga_cost_model_equals_emulator_scatter)
     accel_opts oc = {.threads = 1};
     accel_dev *cpu = devices_open("cpu", m, &oc, err, sizeof err);
     REQUIRE(cpu);
-    enum { NT = 45, PIECE = 11 };
-    int32_t ids[NT];
-    for (int i = 0; i < NT; i++) ids[i] = (i * 29 + 1) % m->cfg.vocab;
-    tf_kv kv;
-    REQUIRE(tf_cpu_kv(cpu, ids, NT, NULL, &kv) == 0);
+    /* 45 positions in pieces of 11 (one block); 300 in pieces of 150, each spanning two of the
+     * 128-position blocks (one run a piece, the block table read from slot 0) */
+    const int nts[2] = {45, 300}, pieces[2] = {11, 150};
     fpga_card *c = fpga_dev_card(d);
-    c->piece_limit = PIECE;
-    accel_seq *s;
-    REQUIRE(accel_seq_new(d, 64, &s) == 0);
-    /* 5 pieces per layer, alternating between the two staging groups */
-    CHECK_EQ(tf_import(d, s, &kv), 0);
-    uint64_t model_ns = 0, runs = 0;
+    REQUIRE(fpga_dec_kv_block_tokens(&c->desc) == 128);
+    uint64_t model_ns = 0, runs = 0, sc_runs0 = c->sc_runs, sc_ns0 = c->sc_modeled_ns;
     int g = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++)
-        for (int t0 = 0; t0 < NT; t0 += PIECE) {
-            int n = NT - t0 < PIECE ? NT - t0 : PIECE;
-            int per = (n + FPGA_DEC_STAGE_SLOTS - 1) / FPGA_DEC_STAGE_SLOTS;
-            int ch[FPGA_DEC_STAGE_SLOTS];
-            for (int j = 0; j < FPGA_DEC_STAGE_SLOTS; j++) ch[j] = 1 + g * FPGA_DEC_STAGE_SLOTS + j;
-            fpga_dec_cost mc;
-            fpga_dec_model_scatter(&c->desc, (uint32_t)l, (uint32_t)t0, (uint32_t)n, (uint32_t)per, ch, &mc);
-            model_ns += mc.modeled_ns;
-            runs++;
-            g ^= 1;
-        }
-    CHECK_EQ(c->sc_runs, runs);
-    CHECK_EQ(c->sc_modeled_ns, model_ns);
-    accel_seq_free(d, s);
-    tf_kv_free(&kv);
+    for (int k = 0; k < 2; k++) {
+        const int NT = nts[k], PIECE = pieces[k];
+        int32_t ids[300];
+        for (int i = 0; i < NT; i++) ids[i] = (i * 29 + 1) % m->cfg.vocab;
+        tf_kv kv;
+        REQUIRE(tf_cpu_kv(cpu, ids, NT, NULL, &kv) == 0);
+        c->piece_limit = PIECE;
+        accel_seq *s;
+        REQUIRE(accel_seq_new(d, 320, &s) == 0);
+        /* pieces alternating between the two staging groups; the import's landed CRCs checked */
+        CHECK_EQ(tf_import(d, s, &kv), 0);
+        for (int l = 0; l < m->cfg.n_layers; l++)
+            for (int t0 = 0; t0 < NT; t0 += PIECE) {
+                int n = NT - t0 < PIECE ? NT - t0 : PIECE;
+                int per = (n + FPGA_DEC_STAGE_SLOTS - 1) / FPGA_DEC_STAGE_SLOTS;
+                int ch[FPGA_DEC_STAGE_SLOTS];
+                for (int j = 0; j < FPGA_DEC_STAGE_SLOTS; j++)
+                    ch[j] = 1 + g * FPGA_DEC_STAGE_SLOTS + j;
+                fpga_dec_cost mc;
+                fpga_dec_model_scatter(&c->desc, (uint32_t)l, (uint32_t)t0, (uint32_t)n,
+                                       (uint32_t)per, ch, 1, 0, &mc);
+                model_ns += mc.modeled_ns;
+                runs++;
+                g ^= 1;
+            }
+        accel_seq_free(d, s);
+        tf_kv_free(&kv);
+    }
+    CHECK_EQ(c->sc_runs - sc_runs0, runs);
+    CHECK_EQ(c->sc_modeled_ns - sc_ns0, model_ns);
     accel_free(cpu);
     accel_free(d);
     model_free(m);
