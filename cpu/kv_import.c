@@ -1,6 +1,7 @@
 /* cpu/kv_import.c — see kv_import.h. */
 #include "cpu/kv_import.h"
 #include "cpu/kv_quant.h"
+#include "proto/kv_wire.h"
 
 typedef struct {
     cpu_kv_pool *p;
