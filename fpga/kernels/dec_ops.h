@@ -151,7 +151,11 @@ static inline void fpga_kd_att_tile(fpga_kd_att *a, const fpga_dec_desc *d, cons
             float p = expf(s[k] - a->pm[g]);
             a->pl[g] += p;
             float w = p * fpga_km_f16_to_f32(vs);
-            for (uint32_t i = 0; i < hd; i++) a->po[g * hd + i] += w * (float)vr[i];
+            /* restrict: a char-typed vr may alias anything, which kept this loop scalar on the
+             * emulator (each element's product and sum are the same either way) */
+            float *restrict po = a->po + g * hd;
+            const int8_t *restrict v8 = vr;
+            for (uint32_t i = 0; i < hd; i++) po[i] += w * (float)v8[i];
         }
     }
 }
