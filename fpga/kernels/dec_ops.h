@@ -118,21 +118,29 @@ static inline void fpga_kd_att_tile(fpga_kd_att *a, const fpga_dec_desc *d, cons
                                     const uint32_t *rows, uint32_t n)
 {
     const uint32_t hd = a->hd;
+    const int8_t *krow[FPGA_DEC_TILE];
+    for (uint32_t k = 0; k < n; k++)
+        krow[k] = (const int8_t *)(tl + fpga_dec_tile_k(hd, rows ? rows[k] : k));
     for (uint32_t g = 0; g < a->group; g++) {
         float s[FPGA_DEC_TILE], mt = -INFINITY;
+        if (!a->qint8) {
+            /* the fp32 q.k of every row at once, element by element: each row's sum still runs
+             * over i in order (the same float result), but the rows' sums are independent, so
+             * they interleave instead of waiting on one another's adds */
+            const float *q = a->qg + g * hd;
+            for (uint32_t k = 0; k < n; k++) s[k] = 0.0f;
+            for (uint32_t i = 0; i < hd; i++)
+                for (uint32_t k = 0; k < n; k++) s[k] += q[i] * (float)krow[k][i];
+        }
         for (uint32_t k = 0; k < n; k++) {
             const uint32_t r = rows ? rows[k] : k;
-            const int8_t *kr = (const int8_t *)(tl + fpga_dec_tile_k(hd, r));
             uint16_t ks;
             memcpy(&ks, tl + fpga_dec_tile_ks(hd, r), 2);
-            float dot;
+            float dot = s[k];
             if (a->qint8) {
                 int32_t acc = 0;
-                for (uint32_t i = 0; i < hd; i++) acc += (int32_t)a->q8[g * hd + i] * kr[i];
+                for (uint32_t i = 0; i < hd; i++) acc += (int32_t)a->q8[g * hd + i] * krow[k][i];
                 dot = (float)acc * a->qs[g];
-            } else {
-                dot = 0.0f;
-                for (uint32_t i = 0; i < hd; i++) dot += a->qg[g * hd + i] * (float)kr[i];
             }
             s[k] = dot * fpga_km_f16_to_f32(ks) * d->attn_scale;
             if (s[k] > mt) mt = s[k];
