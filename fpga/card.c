@@ -9,21 +9,8 @@
 /* kernel argument numbers (fpga/kernels/decode.c, kv_scatter.c, kv_check.c, kv_gather.c) */
 enum { DEC_IO = 32, DEC_TOKEN, DEC_POS, DEC_KV_OFF, DEC_PART_TILES, DEC_N_IDS, DEC_SEL_CAP,
        DEC_TLS_OFF, DEC_TLS_UPTO, DEC_DDR0, DEC_DDR1, DEC_KV_TIER, DEC_HOST0 };
-enum {
-    SC_BANK0 = 4,
-    SC_LAYER = 36,
-    SC_POS0,
-    SC_N,
-    SC_PER,
-    SC_KV_OFF,
-    SC_PART_TILES,
-    SC_STAGE_BYTES,
-    SC_PAGED,
-    SC_N_IDS,
-    SC_DDR0,
-    SC_DDR1,
-    SC_HOST0
-};
+enum { SC_BANK0 = 4, SC_LAYER = 36, SC_POS0, SC_N, SC_PER, SC_KV_OFF, SC_PART_TILES, SC_STAGE_BYTES,
+       SC_PAGED, SC_N_IDS, SC_DDR0, SC_DDR1, SC_HOST0 };
 enum { CK_REPORT = 32, CK_POS0, CK_N, CK_KV_OFF, CK_PART_TILES, CK_REPORT_BYTES, CK_N_IDS,
        CK_DDR0, CK_DDR1, CK_KV_TIER, CK_HOST0 };
 enum { PF_IO = 32, PF_MODE, PF_LAYER, PF_POS0, PF_N, PF_R0, PF_R1, PF_KV_OFF, PF_PART_TILES,
@@ -805,7 +792,6 @@ int fpga_card_io_read(fpga_card *c, uint64_t off, void *dst, uint64_t n)
     return fpga_xrt_bo_read(c->x, c->io, dst, n, off);
 }
 
-/* proto/kv.h allows int8 values -127..127 and scales that are finite and not negative. */
 /* 1 when none of p[0..n) is the byte b. Branch-free over runs of 4 KiB (the compiler
  * vectorizes the inner loop; an early exit per byte kept it scalar: 15 % of a hand-over onto an
  * emulated card, BENCHMARKS.md). */
@@ -828,6 +814,7 @@ static int scales_ok(const uint16_t *s, size_t n)
     return !bad;
 }
 
+/* proto/kv.h allows int8 values -127..127 and scales that are finite and not negative. */
 int fpga_card_chunk_valid(const proto_kv_layer *c)
 {
     size_t nv = proto_kv_value_bytes(c->dtype, c->n_tokens, c->n_kv_heads, c->head_dim);

@@ -136,8 +136,10 @@ void fpga_dec_model_scatter(const fpga_dec_desc *d, uint32_t layer, uint32_t pos
     fpga_dec_kvmap kv;
     uint32_t ids[FPGA_DEC_SCATTER_IDS], pbase = 0;
     if (paged) { /* the blocks the piece spans, their table read from slot 0 */
-        const uint32_t T = fpga_dec_kv_block_tokens(d), n_ids = (pos0 % T + n + T - 1) / T;
-        for (uint32_t i = 0; i < n_ids && i < FPGA_DEC_SCATTER_IDS; i++)
+        const uint32_t T = fpga_dec_kv_block_tokens(d);
+        uint32_t n_ids = (pos0 % T + n + T - 1) / T;
+        if (n_ids > FPGA_DEC_SCATTER_IDS) n_ids = FPGA_DEC_SCATTER_IDS; /* the host's bound */
+        for (uint32_t i = 0; i < n_ids; i++)
             ids[i] = first_id + pos0 / T + i;
         pbase = pos0 / T * T;
         fpga_dec_model_charge(c, stage_ch[0], 4ull * n_ids, 0);
