@@ -121,16 +121,23 @@ static inline void fpga_kd_att_tile(fpga_kd_att *a, const fpga_dec_desc *d, cons
     const int8_t *krow[FPGA_DEC_TILE];
     for (uint32_t k = 0; k < n; k++)
         krow[k] = (const int8_t *)(tl + fpga_dec_tile_k(hd, rows ? rows[k] : k));
+    /* fp32 q.k: the tile's K rows once as floats, element-major (kt[i][k]; int8 -> float is
+     * exact), shared by the group's heads. Each row's sum still runs over i in order (the same
+     * float result), but the rows' sums advance together, one element at a time: a vector of
+     * sums, not a gathered row at a time. (The rows loop's bound is n, not FPGA_DEC_TILE: with a
+     * constant 16 gcc unrolls it whole and vectorizes the element loop instead, in-order
+     * reductions, x4 slower.) */
+    float kt[FPGA_DEC_MAX_HEAD_DIM][FPGA_DEC_TILE];
+    if (!a->qint8)
+        for (uint32_t k = 0; k < n; k++)
+            for (uint32_t i = 0; i < hd; i++) kt[i][k] = (float)krow[k][i];
     for (uint32_t g = 0; g < a->group; g++) {
         float s[FPGA_DEC_TILE], mt = -INFINITY;
         if (!a->qint8) {
-            /* the fp32 q.k of every row at once, element by element: each row's sum still runs
-             * over i in order (the same float result), but the rows' sums are independent, so
-             * they interleave instead of waiting on one another's adds */
             const float *q = a->qg + g * hd;
             for (uint32_t k = 0; k < n; k++) s[k] = 0.0f;
             for (uint32_t i = 0; i < hd; i++)
-                for (uint32_t k = 0; k < n; k++) s[k] += q[i] * (float)krow[k][i];
+                for (uint32_t k = 0; k < n; k++) s[k] += q[i] * kt[i][k];
         }
         for (uint32_t k = 0; k < n; k++) {
             const uint32_t r = rows ? rows[k] : k;
