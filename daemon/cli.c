@@ -1,13 +1,11 @@
 /* daemon/cli.c — see cli.h. */
 #include "daemon/cli.h"
 #include "devices/devices.h"
-#include "devices/exe_dir.h"
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 const char *dmn_opt(int *i, int argc, char **argv, const char *name, int *bad)
@@ -150,40 +148,6 @@ int dmn_open_model(const char *dir, const char *device, const accel_opts *opts, 
         return -1;
     }
     return 0;
-}
-
-int dmn_is_model_dir(const char *dir)
-{
-    char p[PATH_MAX + 32];
-    struct stat st;
-    snprintf(p, sizeof p, "%.*s/config.json", PATH_MAX, dir);
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-int dmn_bundled_model(char *out, size_t n)
-{
-    char exe[PATH_MAX];
-    devices_exe_dir(exe, sizeof exe);
-    /* build/tandem, build/san/tandem (a checkout), bin/tandem (installed under a prefix) */
-    static const char *const rel[] = {"%s/../models/stories260K", "%s/../../models/stories260K",
-                                      "%s/../share/tandem/models/stories260K"};
-    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
-        char cand[PATH_MAX + 64], real[PATH_MAX];
-        snprintf(cand, sizeof cand, rel[i], exe);
-        if (dmn_is_model_dir(cand)) {
-            snprintf(out, n, "%s", realpath(cand, real) ? real : cand);
-            return 0;
-        }
-    }
-    snprintf(out, n, "%s", exe);
-    return -1;
-}
-
-void dmn_default_model(char *out, size_t n)
-{
-    const char *env = getenv("TANDEM_MODEL");
-    if (env && *env) snprintf(out, n, "%s", env);
-    else if (dmn_bundled_model(out, n) != 0) snprintf(out, n, "models/stories260K");
 }
 
 int dmn_help(int i, char **argv)

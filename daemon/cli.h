@@ -7,6 +7,7 @@
 #include "model/ckpt/model.h"
 #include "scheduler/accel.h"
 #include "model/sample/sample.h"
+#include "daemon/model_dir.h"
 
 /* Longest id list the CLI takes (a bound before allocation; far above any context length). */
 #define DMN_MAX_IDS (1 << 24)
@@ -36,16 +37,6 @@ int dmn_sampling_opt(int *i, int argc, char **argv, model_sampling *s, int *bad)
 /* model_load + devices_open, printing errors. Returns 0 or -1. */
 int dmn_open_model(const char *dir, const char *device, const accel_opts *opts, model **m,
                    accel_dev **d);
-
-/* 1 when dir holds a config.json (a checkpoint directory), else 0. */
-int dmn_is_model_dir(const char *dir);
-/* The bundled models/stories260K found from the binary's directory: ../models (build/tandem in a
- * checkout), ../../models (build/san/tandem), ../share/tandem/models (PREFIX/bin/tandem once
- * installed). Returns 0 with its real path in out, or -1 with the binary's directory in out. */
-int dmn_bundled_model(char *out, size_t n);
-/* Default model directory of the subcommands: $TANDEM_MODEL, else dmn_bundled_model(), else
- * models/stories260K (relative to the working directory). Writes into out. */
-void dmn_default_model(char *out, size_t n);
 
 /* argv[i] is --help or -h. Every subcommand then prints its usage to stdout and exits 0 (a
  * usage error prints it to stderr and exits 2). */

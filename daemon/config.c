@@ -1,6 +1,6 @@
 /* daemon/config.c — see config.h. */
 #include "daemon/config.h"
-#include "daemon/cli.h"
+#include "daemon/model_dir.h"
 #include "scheduler/accel.h"
 #include <ctype.h>
 #include <errno.h>
@@ -228,26 +228,61 @@ void dmn_config_deinit(dmn_config *c)
     memset(c, 0, sizeof *c);
 }
 
-/* A config file is small text; 1 MiB bounds it well above any real one. */
+/* A config file is small text; 1 MiB bounds it well above any real one, 4 KiB a line. */
 #define CONFIG_FILE_MAX (1 << 20)
+#define CONFIG_LINE_MAX 4096
 
-static int load_file(dmn_config *c, const char *path, char *err, size_t errlen)
+/* The file's bytes, at most CONFIG_FILE_MAX: read whole before any is parsed (a pipe or a
+ * device reads the same way), so that its size is bounded by what was read, not by what the lines
+ * hold. NUL-terminated into *out (malloc'd, *n bytes); -1 with a message (not found, too large, a
+ * NUL byte: a binary file named by mistake). */
+static int read_file(const char *path, char **out, size_t *n, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
+    FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "cannot open config file %s: %s", path, strerror(errno));
         return -1;
     }
-    char line[4096], where[PATH_MAX + 32];
+    char *buf = malloc(CONFIG_FILE_MAX + 2);
+    size_t got = 0, r = 0;
+    while (buf && got <= CONFIG_FILE_MAX &&
+           (r = fread(buf + got, 1, CONFIG_FILE_MAX + 1 - got, f)) > 0)
+        got += r;
+    const char *why = !buf                    ? "out of memory"
+                      : ferror(f)             ? "cannot be read"
+                      : got > CONFIG_FILE_MAX ? "over 1 MiB"
+                      : memchr(buf, 0, got)   ? "a NUL byte (not a text file)"
+                                              : NULL;
+    fclose(f);
+    if (why) {
+        snprintf(err, errlen, "config file %s: %s", path, why);
+        if (buf) OPENSSL_cleanse(buf, got);
+        free(buf);
+        return -1;
+    }
+    buf[got] = 0;
+    *out = buf;
+    *n = got;
+    return 0;
+}
+
+static int load_file(dmn_config *c, const char *path, char *err, size_t errlen)
+{
+    char *text;
+    size_t n;
+    if (read_file(path, &text, &n, err, errlen) < 0) return -1;
+    char where[PATH_MAX + 32];
     int lineno = 0, rc = 0;
-    long total = 0;
-    while (fgets(line, sizeof line, f)) {
+    for (char *line = text, *next; rc == 0 && line < text + n; line = next) {
         lineno++;
-        size_t len = strlen(line);
-        total += (long)len;
+        char *nl = memchr(line, '\n', (size_t)(text + n - line));
+        next = nl ? nl + 1 : text + n;
+        size_t len = (size_t)((nl ? nl : text + n) - line);
+        line[len] = 0;
         snprintf(where, sizeof where, "%s:%d", path, lineno);
-        if (total > CONFIG_FILE_MAX || (len == sizeof line - 1 && line[len - 1] != '\n')) {
-            snprintf(err, errlen, "%s: line too long or file over 1 MiB", where);
+        if (len >= CONFIG_LINE_MAX) {
+            snprintf(err, errlen, "%s: line too long (at most %d bytes)", where,
+                     CONFIG_LINE_MAX - 1);
             rc = -1;
             break;
         }
@@ -276,13 +311,10 @@ static int load_file(dmn_config *c, const char *path, char *err, size_t errlen)
             rc = -1;
             break;
         }
-        if (set_key(c, k, v, where, err, errlen) < 0) {
-            rc = -1;
-            break;
-        }
+        if (set_key(c, k, v, where, err, errlen) < 0) rc = -1;
     }
-    OPENSSL_cleanse(line, sizeof line); /* the file may hold keys */
-    fclose(f);
+    OPENSSL_cleanse(text, n); /* the file may hold keys */
+    free(text);
     return rc;
 }
 

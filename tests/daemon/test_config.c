@@ -139,6 +139,52 @@ TEST(config_gpu_dtype)
     dmn_config_deinit(&c);
 }
 
+/* The config file is read whole, at most 1 MiB, before a line is parsed: a NUL byte, a file past
+ * the bound (a device that never ends included) and a line past 4 KiB are refused with the
+ * file's name; the last line needs no newline, CRLF lines read as LF. */
+TEST(config_file_bounds)
+{
+    char *env[] = {NULL};
+    dmn_config c;
+    char err[512];
+    char path[512];
+    snprintf(path, sizeof path, "%s/b.conf", t_tmpdir());
+    char *argv[] = {"serve", "--config", path, NULL};
+    static const char nul[] = "port = 8080\n\0admin_port = 9\n";
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f);
+    fwrite(nul, 1, sizeof nul - 1, f);
+    fclose(f);
+    CHECK_EQ(dmn_config_load(&c, 3, argv, env, err, sizeof err), -1);
+    CHECK_MSG(strstr(err, "NUL") && strstr(err, path), "%s", err);
+    dmn_config_deinit(&c);
+    f = fopen(path, "wb");
+    REQUIRE(f);
+    for (int i = 0; i < (1 << 20) / 32 + 1; i++) fputs("# a comment line of 32 bytes ..\n", f);
+    fclose(f);
+    CHECK_EQ(dmn_config_load(&c, 3, argv, env, err, sizeof err), -1);
+    CHECK_MSG(strstr(err, "over 1 MiB"), "%s", err);
+    dmn_config_deinit(&c);
+    char *dev[] = {"serve", "--config", "/dev/zero", NULL};
+    CHECK_EQ(dmn_config_load(&c, 3, dev, env, err, sizeof err), -1);
+    CHECK_MSG(strstr(err, "/dev/zero"), "%s", err);
+    dmn_config_deinit(&c);
+    f = fopen(path, "wb");
+    REQUIRE(f);
+    fputs("# ", f);
+    for (int i = 0; i < 4096; i++) fputc('x', f);
+    fputs("\n", f);
+    fclose(f);
+    CHECK_EQ(dmn_config_load(&c, 3, argv, env, err, sizeof err), -1);
+    CHECK_MSG(strstr(err, ":1: line too long"), "%s", err);
+    dmn_config_deinit(&c);
+    write_file("b.conf", "port = 8080\r\n# last line without a newline\r\nadmin_port = 9091");
+    CHECK_EQ(dmn_config_load(&c, 3, argv, env, err, sizeof err), 0);
+    CHECK_EQ(c.port, 8080);
+    CHECK_EQ(c.admin_port, 9091);
+    dmn_config_deinit(&c);
+}
+
 TEST(config_bytes)
 {
     long long v;
