@@ -113,6 +113,70 @@ static inline void fpga_kd_att_part_begin(fpga_kd_att *a)
     }
 }
 
+/* A tile's K rows krow[0..n) as floats, element-major: kt[i][k] = krow[k][i] (int8 -> float is
+ * exact), i < hd. What the attention's q.k runs on (fpga_kd_att_tile). */
+static inline void fpga_kd_kt_fill_c(float (*kt)[FPGA_DEC_TILE], const int8_t *const *krow,
+                                     uint32_t n, uint32_t hd)
+{
+    for (uint32_t k = 0; k < n; k++)
+        for (uint32_t i = 0; i < hd; i++) kt[i][k] = (float)krow[k][i];
+}
+
+#if defined(__SYNTHESIS__) || !defined(__SSE2__)
+#define fpga_kd_kt_fill fpga_kd_kt_fill_c
+#else
+#include <emmintrin.h>
+/* On the emulator (x86: SSE2 is the baseline), a whole tile's 16 rows 16 elements at a time:
+ * the 16 x 16 bytes transposed in registers (four rounds of interleaves), then each element's
+ * 16 values widened to floats — instead of 16 x hd scalar converts and strided stores (half of
+ * the attention's time at one query head a KV head). The same floats: the tests compare it
+ * with fpga_kd_kt_fill_c (tests/fpga/test_fpga_att_tile.c). */
+static inline void fpga_kd_kt_fill(float (*kt)[FPGA_DEC_TILE], const int8_t *const *krow,
+                                   uint32_t n, uint32_t hd)
+{
+    if (n != FPGA_DEC_TILE || hd % 16) {
+        fpga_kd_kt_fill_c(kt, krow, n, hd);
+        return;
+    }
+    for (uint32_t i0 = 0; i0 < hd; i0 += 16) {
+        __m128i a[16], b[16];
+        for (int k = 0; k < 16; k++)
+            a[k] = _mm_loadu_si128((const __m128i *)(const void *)(krow[k] + i0));
+        /* round r interleaves rows 2^r apart at 2^r-byte grain; after four, a[j] holds element
+         * i0 + rev(j) of rows 0..15 in row order (rev: j's 4 bits reversed) */
+        for (int k = 0; k < 8; k++) {
+            b[2 * k] = _mm_unpacklo_epi8(a[2 * k], a[2 * k + 1]);
+            b[2 * k + 1] = _mm_unpackhi_epi8(a[2 * k], a[2 * k + 1]);
+        }
+        for (int k = 0; k < 4; k++)
+            for (int h = 0; h < 2; h++) {
+                a[4 * k + h] = _mm_unpacklo_epi16(b[4 * k + h], b[4 * k + h + 2]);
+                a[4 * k + h + 2] = _mm_unpackhi_epi16(b[4 * k + h], b[4 * k + h + 2]);
+            }
+        for (int k = 0; k < 2; k++)
+            for (int h = 0; h < 4; h++) {
+                b[8 * k + h] = _mm_unpacklo_epi32(a[8 * k + h], a[8 * k + h + 4]);
+                b[8 * k + h + 4] = _mm_unpackhi_epi32(a[8 * k + h], a[8 * k + h + 4]);
+            }
+        for (int h = 0; h < 8; h++) {
+            a[h] = _mm_unpacklo_epi64(b[h], b[h + 8]);
+            a[h + 8] = _mm_unpackhi_epi64(b[h], b[h + 8]);
+        }
+        static const uint8_t rev[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+        for (int j = 0; j < 16; j++) {
+            /* int8 -> int16 -> int32 by sign-propagating shifts, then floats */
+            __m128i lo = _mm_srai_epi16(_mm_unpacklo_epi8(a[j], a[j]), 8);
+            __m128i hi = _mm_srai_epi16(_mm_unpackhi_epi8(a[j], a[j]), 8);
+            float *o = kt[i0 + rev[j]];
+            _mm_storeu_ps(o, _mm_cvtepi32_ps(_mm_srai_epi32(_mm_unpacklo_epi16(lo, lo), 16)));
+            _mm_storeu_ps(o + 4, _mm_cvtepi32_ps(_mm_srai_epi32(_mm_unpackhi_epi16(lo, lo), 16)));
+            _mm_storeu_ps(o + 8, _mm_cvtepi32_ps(_mm_srai_epi32(_mm_unpacklo_epi16(hi, hi), 16)));
+            _mm_storeu_ps(o + 12, _mm_cvtepi32_ps(_mm_srai_epi32(_mm_unpackhi_epi16(hi, hi), 16)));
+        }
+    }
+}
+#endif
+
 /* Rows rows[0..n) of tile tl (rows NULL: rows 0..n-1), in order, into the part's state. */
 static inline void fpga_kd_att_tile(fpga_kd_att *a, const fpga_dec_desc *d, const uint8_t *tl,
                                     const uint32_t *rows, uint32_t n)
@@ -128,9 +192,7 @@ static inline void fpga_kd_att_tile(fpga_kd_att *a, const fpga_dec_desc *d, cons
      * constant 16 gcc unrolls it whole and vectorizes the element loop instead, in-order
      * reductions, x4 slower.) */
     float kt[FPGA_DEC_MAX_HEAD_DIM][FPGA_DEC_TILE];
-    if (!a->qint8)
-        for (uint32_t k = 0; k < n; k++)
-            for (uint32_t i = 0; i < hd; i++) kt[i][k] = (float)krow[k][i];
+    if (!a->qint8) fpga_kd_kt_fill(kt, krow, n, hd);
     for (uint32_t g = 0; g < a->group; g++) {
         float s[FPGA_DEC_TILE], mt = -INFINITY;
         if (!a->qint8) {

@@ -132,3 +132,32 @@ TEST(fpga_att_tile_equals_row_at_a_time)
                                    qint8, hds[h], group, last, listed);
     CHECK_EQ(cases, 2 * 4 * 2 * FPGA_DEC_TILE * 2);
 }
+
+/* The K tile as floats, element-major: the emulator's x86 path (16 x 16 bytes transposed in
+ * registers) against the plain loop, every head size the layout takes a multiple of 16 of, and
+ * the ones it leaves to the loop. */
+TEST(fpga_kt_fill_equals_plain_loop)
+{
+    static float a[FPGA_DEC_MAX_HEAD_DIM][FPGA_DEC_TILE], b[FPGA_DEC_MAX_HEAD_DIM][FPGA_DEC_TILE];
+    static int8_t rows[FPGA_DEC_TILE][FPGA_DEC_MAX_HEAD_DIM + 1];
+    static const uint32_t hds[] = {16, 32, 48, 64, 128, 256, 8, 2, 24};
+    uint64_t seed = 11;
+    for (int k = 0; k < FPGA_DEC_TILE; k++)
+        for (int i = 0; i <= FPGA_DEC_MAX_HEAD_DIM; i++) rows[k][i] = (int8_t)rnd(&seed);
+    rows[3][5] = -128, rows[7][0] = 127, rows[15][15] = -1; /* the ends of the range */
+    const int8_t *krow[FPGA_DEC_TILE];
+    for (int k = 0; k < FPGA_DEC_TILE; k++)
+        krow[k] = rows[(k * 7) % FPGA_DEC_TILE] + (k % 2); /* odd addresses */
+    for (unsigned h = 0; h < sizeof hds / sizeof hds[0]; h++)
+        for (uint32_t n = 1; n <= FPGA_DEC_TILE; n++) {
+            const uint32_t hd = hds[h];
+            memset(a, 0xa5, sizeof a);
+            memset(b, 0xa5, sizeof b);
+            fpga_kd_kt_fill(a, krow, n, hd);
+            fpga_kd_kt_fill_c(b, krow, n, hd);
+            for (uint32_t i = 0; i < hd; i++)
+                CHECK_MSG(!memcmp(a[i], b[i], n * sizeof(float)), "hd %u n %u element %u", hd, n,
+                          i);
+            CHECK_EQ(a[hd - 1][n - 1], (float)krow[n - 1][hd - 1]);
+        }
+}
