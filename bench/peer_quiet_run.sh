@@ -29,7 +29,8 @@
 #                   paces both cards to the timing model, else neither is: B's --fpga-emu-pace
 #                   follows it (1 only at exactly 1, as the emulator reads it; the daemon's
 #                   default being 1). HTIMEOUT: seconds a peer_handover
-#                   run may take (default 60 + 1 per 1,024 tokens and repetition)
+#                   run may take (default 60 + 1 per 1,024 tokens and repetition). HHEADS: the
+#                   bench model's query heads (default 8, one a KV head; 32: Llama-3-8B's four)
 # TLS: sm,tcp (shared memory: sysv for small messages, cma for large ones) and tcp.
 # TESTS (optional): unit test prefixes run first with the pack's tandem-tests (TESTS=1 when
 # packed), output in tests.txt; CRC_SPEED=1: `peer_bench --crc-speed 1` (CRC-32C's rate per path
@@ -111,8 +112,8 @@ round() { # TLS SIZE REPS: one interleaved round, appended to its file
 }
 handover() { # POLL_US TOKENS REPS [BIN SUFFIX]: daemon B lends its CPU (2 threads, as peer_handover's local one) or HDEV
     K=bench-peer-key-0123456789
-    M=$W/kv8b
-    [ -d "$M" ] || { mkmodel --out "$M" --layers 32 --kv-heads 8 --head-dim 128 --heads 8 --hidden 256 \
+    M=$W/kv8b${HHEADS:+-h$HHEADS}
+    [ -d "$M" ] || { mkmodel --out "$M" --layers 32 --kv-heads 8 --head-dim 128 --heads "${HHEADS:-8}" --hidden 256 \
         --intermediate 512 --vocab 128256 --max-pos 40960 >/dev/null && gzip -dc tests/data/tokenizer/llama3/tokenizer.json.gz >"$M/tokenizer.json"; }
     L=$O/handover.poll$1.t$2${5:-}
     bpace=0 # the emulator paces at TANDEM_EMU_PACE=1 only (anything else: not), and so does B
