@@ -225,6 +225,18 @@ static void refuse(sconn *sc, const char *reason)
     peer_conn_send(sc->c, PEER_REFUSE, reason, strlen(reason), NULL, 0, 1.0);
 }
 
+/* A device call a peer asked for failed on the device itself (a fault or its run watchdog): said
+ * here, where it ran — the peer only sees the status it gets back. */
+void peer_server_device_fault(const peer_server *s, const sconn *sc, int dev, const char *call,
+                              int st)
+{
+    if (st != ACCEL_ERR_DEVICE && st != ACCEL_ERR_TIMEOUT) return;
+    accel_info ai;
+    accel_get_info(s->devs[dev], &ai);
+    peer_log(1, "peer_device_failed", "peer=%s device=%s call=%s status=\"%s\" health=%s", sc->name,
+             ai.name, call, accel_strerror(st), accel_health_name(ai.health));
+}
+
 /* The reader hands each checked chunk to the device with the producer's CRC. */
 static int import_chunk(void *ctx, const proto_kv_header *h, const proto_kv_layer *chunk,
                         const proto_kv_chunk_info *info)
@@ -277,6 +289,8 @@ static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
         st = st == PROTO_KV_ERR_NOMEM ? ACCEL_ERR_NOMEM : ACCEL_ERR_CORRUPT;
     } else if (st == ACCEL_ERR_CORRUPT) {
         peer_log(1, "peer_kv_corrupt", "peer=%s seq=%u status=\"device check\"", sc->name, k.seq);
+    } else {
+        peer_server_device_fault(s, sc, q->dev, "kv_import", st);
     }
     return st;
 }

@@ -26,7 +26,10 @@ int peer_server_on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
         if (!l) st = ACCEL_ERR_NOMEM;
         else s->logits = l, s->logits_cap = need;
     }
-    if (!st) st = accel_decode(s->devs[dev], k, seqs, ids, s->logits);
+    if (!st) {
+        st = accel_decode(s->devs[dev], k, seqs, ids, s->logits);
+        peer_server_device_fault(s, sc, (int)dev, "decode", st);
+    }
     peer_logits_write_fixed(fixed, st, k, vocab);
     return peer_conn_send(sc->c, PEER_LOGITS, fixed, sizeof fixed, st ? NULL : s->logits,
                           st ? 0 : need * sizeof(float), SEND_TIMEOUT_S);
@@ -56,7 +59,10 @@ int peer_server_on_decode_argmax(peer_server *s, sconn *sc, const uint8_t *p, si
         if (!l) st = ACCEL_ERR_NOMEM;
         else s->logits = l, s->logits_cap = need;
     }
-    if (!st) st = accel_decode_argmax(s->devs[dev], k, seqs, ids, s->logits, want, argmax);
+    if (!st) {
+        st = accel_decode_argmax(s->devs[dev], k, seqs, ids, s->logits, want, argmax);
+        peer_server_device_fault(s, sc, (int)dev, "decode", st);
+    }
     peer_tokens_write_fixed(fixed, st, k, vocab, n_want);
     if (st) return peer_conn_send(sc->c, PEER_TOKENS, fixed, PEER_TOKENS_FIXED, NULL, 0, SEND_TIMEOUT_S);
     for (int i = 0; i < k; i++) peer_wr32(fixed + PEER_TOKENS_FIXED + 4 * i, (uint32_t)argmax[i]);

@@ -142,6 +142,10 @@ static inline sseq *seq_get(sconn *sc, uint32_t id, uint32_t dev)
     return &sc->seqs[id];
 }
 
+/* Logs a device call's failure that is the device's (ACCEL_ERR_DEVICE, ACCEL_ERR_TIMEOUT), with
+ * the peer, the device and the call; other statuses are the request's and say nothing. */
+void peer_server_device_fault(const peer_server *s, const sconn *sc, int dev, const char *call,
+                              int st);
 /* DECODE and DECODE_ARGMAX (peer/server_decode.c): the step run inline, its answer sent. PEER_OK,
  * or a status that closes the connection. */
 int peer_server_on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n);
