@@ -27,8 +27,7 @@
 #                   cpu): the device both sides hand over to, e.g. fpga-emu:0 (the emulated card,
 #                   libxrt_emu.so beside tandem in the pack; TANDEM_EMU_PACE=1 in the environment
 #                   paces both cards to the timing model, else neither is: B's --fpga-emu-pace
-#                   follows it (1 only at exactly 1, as the emulator reads it; the daemon's
-#                   default being 1). HTIMEOUT: seconds a peer_handover
+#                   follows it (read as the emulator reads it; the daemon's default being 1). HTIMEOUT: seconds a peer_handover
 #                   run may take (default 60 + 1 per 1,024 tokens and repetition). HHEADS: the
 #                   bench model's query heads (default 8, one a KV head; 32: Llama-3-8B's four)
 # TLS: sm,tcp (shared memory: sysv for small messages, cma for large ones) and tcp.
@@ -116,8 +115,10 @@ handover() { # POLL_US TOKENS REPS [BIN SUFFIX]: daemon B lends its CPU (2 threa
     [ -d "$M" ] || { mkmodel --out "$M" --layers 32 --kv-heads 8 --head-dim 128 --heads "${HHEADS:-8}" --hidden 256 \
         --intermediate 512 --vocab 128256 --max-pos 40960 >/dev/null && gzip -dc tests/data/tokenizer/llama3/tokenizer.json.gz >"$M/tokenizer.json"; }
     L=$O/handover.poll$1.t$2${5:-}
-    bpace=0 # the emulator paces at TANDEM_EMU_PACE=1 only (anything else: not), and so does B
-    [ "${TANDEM_EMU_PACE:-0}" = 1 ] && bpace=1
+    # B paced as the emulator reads TANDEM_EMU_PACE (strtol: " 1", "+1", "01" are 1 too; not a
+    # whole number, or out of 0..1: off)
+    bpace=0
+    v=$(printf '%d' "${TANDEM_EMU_PACE:-0}" 2>/dev/null) && [ "$v" = 1 ] && bpace=1
     tandem serve --model "$M" --devices cpu --threads 2 --node-name nodeB --host 127.0.0.1 --port 0 --admin-port 0 \
         --kv-listen 127.0.0.1:0 --peer-devices "${HDEV:-cpu}" --fpga-emu-pace "$bpace" --peer-key $K --peer-poll-us "$1" --log-file "$L.daemon.log" >/dev/null 2>&1 &
     bp=$!

@@ -248,8 +248,9 @@ static int read_file(const char *path, char **out, size_t *n, char *err, size_t 
     while (buf && got <= CONFIG_FILE_MAX &&
            (r = fread(buf + got, 1, CONFIG_FILE_MAX + 1 - got, f)) > 0)
         got += r;
+    const int rerr = ferror(f) ? errno : 0;
     const char *why = !buf                    ? "out of memory"
-                      : ferror(f)             ? "cannot be read"
+                      : rerr                  ? strerror(rerr)
                       : got > CONFIG_FILE_MAX ? "over 1 MiB"
                       : memchr(buf, 0, got)   ? "a NUL byte (not a text file)"
                                               : NULL;

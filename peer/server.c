@@ -226,15 +226,24 @@ static void refuse(sconn *sc, const char *reason)
 }
 
 /* A device call a peer asked for failed on the device itself (a fault or its run watchdog): said
- * here, where it ran — the peer only sees the status it gets back. */
+ * here, where it ran — the peer only sees the status it gets back. Once: a device that had
+ * already failed before the call (was_failed) refuses every call at once, and its failure was
+ * said when it happened. */
 void peer_server_device_fault(const peer_server *s, const sconn *sc, int dev, const char *call,
-                              int st)
+                              int st, int was_failed)
 {
-    if (st != ACCEL_ERR_DEVICE && st != ACCEL_ERR_TIMEOUT) return;
+    if ((st != ACCEL_ERR_DEVICE && st != ACCEL_ERR_TIMEOUT) || was_failed) return;
     accel_info ai;
     accel_get_info(s->devs[dev], &ai);
     peer_log(1, "peer_device_failed", "peer=%s device=%s call=%s status=\"%s\" health=%s", sc->name,
              ai.name, call, accel_strerror(st), accel_health_name(ai.health));
+}
+
+int peer_server_dev_failed(const peer_server *s, int dev)
+{
+    accel_info ai;
+    accel_get_info(s->devs[dev], &ai);
+    return ai.health == ACCEL_HEALTH_FAILED;
 }
 
 /* The reader hands each checked chunk to the device with the producer's CRC. */
@@ -259,6 +268,7 @@ static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
         const model *m = s->cfg.m;
         proto_kv_reader_free(q->r);
         q->r = NULL;
+        q->run_st = 0;
         if (!q->kc && !(q->kc = calloc(1, sizeof *q->kc))) return ACCEL_ERR_NOMEM;
         q->kc->dev = s->devs[q->dev];
         q->kc->seq = q->s;
@@ -272,8 +282,11 @@ static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
     }
     if (!q->r) return ACCEL_ERR_INVALID;
     q->kc->crc = k.producer_crc;
+    const int was_failed = peer_server_dev_failed(s, q->dev);
     if (k.crc_off) proto_kv_reader_crc_hint(q->r, k.bytes + k.crc_off, k.n_bytes - k.crc_off, k.crc);
     int st = proto_kv_reader_feed(q->r, k.bytes, k.n_bytes);
+    /* the run failed at an earlier chunk (said then): the rest of it gets the same status */
+    if (st == PROTO_KV_ERR_STATE && q->run_st) return q->run_st;
     if (!st && !proto_kv_reader_at_boundary(q->r)) {
         /* a message carries whole chunks: this one was cut short (the reader would take the
          * next message's bytes as its rest) */
@@ -290,8 +303,9 @@ static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
     } else if (st == ACCEL_ERR_CORRUPT) {
         peer_log(1, "peer_kv_corrupt", "peer=%s seq=%u status=\"device check\"", sc->name, k.seq);
     } else {
-        peer_server_device_fault(s, sc, q->dev, "kv_import", st);
+        peer_server_device_fault(s, sc, q->dev, "kv_import", st, was_failed);
     }
+    if (st && !q->run_st) q->run_st = st;
     return st;
 }
 
@@ -572,9 +586,13 @@ static int on_ready(peer_server *s, sconn *sc, const peer_header *h, const uint8
         if (!q || w.w[2] > (uint32_t)accel_seq_len(s->devs[q->dev], q->s)) return reply(sc, ACCEL_ERR_INVALID, 0);
         return reply(sc, accel_seq_truncate(s->devs[q->dev], q->s, (int)w.w[2]), 0);
     }
-    case PEER_WARMUP:
+    case PEER_WARMUP: {
         if (peer_words_read(p, h->length, 1, &w) || w.w[0] >= (uint32_t)s->cfg.n_devs) return PEER_ERR_PROTO;
-        return reply(sc, accel_warmup(s->devs[w.w[0]]), 0);
+        const int was_failed = peer_server_dev_failed(s, (int)w.w[0]);
+        int st = accel_warmup(s->devs[w.w[0]]);
+        peer_server_device_fault(s, sc, (int)w.w[0], "warmup", st, was_failed);
+        return reply(sc, st, 0);
+    }
     case PEER_KV: return on_kv(s, sc, p, h->length);
     case PEER_ADDR_REQ: return on_addr_req(s, sc, h->length);
     case PEER_DECODE: return peer_server_on_decode(s, sc, p, h->length);

@@ -27,8 +27,9 @@ int peer_server_on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
         else s->logits = l, s->logits_cap = need;
     }
     if (!st) {
+        const int was_failed = peer_server_dev_failed(s, (int)dev);
         st = accel_decode(s->devs[dev], k, seqs, ids, s->logits);
-        peer_server_device_fault(s, sc, (int)dev, "decode", st);
+        peer_server_device_fault(s, sc, (int)dev, "decode", st, was_failed);
     }
     peer_logits_write_fixed(fixed, st, k, vocab);
     return peer_conn_send(sc->c, PEER_LOGITS, fixed, sizeof fixed, st ? NULL : s->logits,
@@ -60,8 +61,9 @@ int peer_server_on_decode_argmax(peer_server *s, sconn *sc, const uint8_t *p, si
         else s->logits = l, s->logits_cap = need;
     }
     if (!st) {
+        const int was_failed = peer_server_dev_failed(s, (int)dev);
         st = accel_decode_argmax(s->devs[dev], k, seqs, ids, s->logits, want, argmax);
-        peer_server_device_fault(s, sc, (int)dev, "decode", st);
+        peer_server_device_fault(s, sc, (int)dev, "decode", st, was_failed);
     }
     peer_tokens_write_fixed(fixed, st, k, vocab, n_want);
     if (st) return peer_conn_send(sc->c, PEER_TOKENS, fixed, PEER_TOKENS_FIXED, NULL, 0, SEND_TIMEOUT_S);

@@ -45,6 +45,7 @@ typedef struct sseq {
     int capacity;
     proto_kv_reader *r;
     kvctx *kc;
+    int run_st; /* the status that failed the current run of positions (0: none yet) */
 } sseq;
 
 typedef struct sconn {
@@ -143,9 +144,12 @@ static inline sseq *seq_get(sconn *sc, uint32_t id, uint32_t dev)
 }
 
 /* Logs a device call's failure that is the device's (ACCEL_ERR_DEVICE, ACCEL_ERR_TIMEOUT), with
- * the peer, the device and the call; other statuses are the request's and say nothing. */
+ * the peer, the device and the call, unless the device had already failed before the call
+ * (was_failed: peer_server_dev_failed before it); other statuses are the request's and say
+ * nothing. */
 void peer_server_device_fault(const peer_server *s, const sconn *sc, int dev, const char *call,
-                              int st);
+                              int st, int was_failed);
+int peer_server_dev_failed(const peer_server *s, int dev);
 /* DECODE and DECODE_ARGMAX (peer/server_decode.c): the step run inline, its answer sent. PEER_OK,
  * or a status that closes the connection. */
 int peer_server_on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n);

@@ -190,7 +190,8 @@ static inline void fpga_kd_att_tile(fpga_kd_att *a, const fpga_dec_desc *d, cons
      * float result), but the rows' sums advance together, one element at a time: a vector of
      * sums, not a gathered row at a time. (The rows loop's bound is n, not FPGA_DEC_TILE: with a
      * constant 16 gcc unrolls it whole and vectorizes the element loop instead, in-order
-     * reductions, x4 slower.) */
+     * reductions, x4 slower.) Under HLS kt is a tile's K held on chip, 16 KiB at head_dim 256
+     * (a real design would partition it by rows: 16 sums a cycle), filled once a tile. */
     float kt[FPGA_DEC_MAX_HEAD_DIM][FPGA_DEC_TILE];
     if (!a->qint8) fpga_kd_kt_fill(kt, krow, n, hd);
     for (uint32_t g = 0; g < a->group; g++) {

@@ -140,8 +140,8 @@ TEST(config_gpu_dtype)
 }
 
 /* The config file is read whole, at most 1 MiB, before a line is parsed: a NUL byte, a file past
- * the bound (a device that never ends included) and a line past 4 KiB are refused with the
- * file's name; the last line needs no newline, CRLF lines read as LF. */
+ * the bound (a device that never ends included), a line past 4,095 bytes and a directory are
+ * refused with the file's name; the last line needs no newline, CRLF lines read as LF. */
 TEST(config_file_bounds)
 {
     char *env[] = {NULL};
@@ -177,6 +177,22 @@ TEST(config_file_bounds)
     fclose(f);
     CHECK_EQ(dmn_config_load(&c, 3, argv, env, err, sizeof err), -1);
     CHECK_MSG(strstr(err, ":1: line too long"), "%s", err);
+    dmn_config_deinit(&c);
+    /* the limit exactly: 4,095 bytes before the newline are a line, 4,096 are not */
+    for (int len = 4095; len <= 4096; len++) {
+        f = fopen(path, "wb");
+        REQUIRE(f);
+        fputs("#", f);
+        for (int i = 1; i < len; i++) fputc('x', f);
+        fputs("\nport = 8080\n", f);
+        fclose(f);
+        CHECK_EQ(dmn_config_load(&c, 3, argv, env, err, sizeof err), len == 4095 ? 0 : -1);
+        dmn_config_deinit(&c);
+    }
+    /* a directory is not a config file */
+    char *dir[] = {"serve", "--config", (char *)t_tmpdir(), NULL};
+    CHECK_EQ(dmn_config_load(&c, 3, dir, env, err, sizeof err), -1);
+    CHECK_MSG(strstr(err, "directory"), "%s", err);
     dmn_config_deinit(&c);
     write_file("b.conf", "port = 8080\r\n# last line without a newline\r\nadmin_port = 9091");
     CHECK_EQ(dmn_config_load(&c, 3, argv, env, err, sizeof err), 0);
