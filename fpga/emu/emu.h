@@ -187,6 +187,9 @@ typedef struct emu_exec_ctx {
 } emu_exec_ctx;
 void emu_timing_begin(emu_exec_ctx *ctx);
 void emu_timing_end(emu_exec_ctx *ctx);
+/* The run executing on this thread handed a fpga_k_parallel job to the pool (emu_par.c): counted
+ * in its stats (par_jobs). */
+void emu_timing_note_par(void);
 uint64_t emu_now_ns(void);
 /* Sleeps until the monotonic time `until_ns`, or until card->stop (card->mu held; waits on
  * card->work). */

@@ -41,6 +41,11 @@ uint64_t fpga_emu_model_sync_ns(uint64_t bytes)
     return (uint64_t)(FPGA_U280_SYNC_OVERHEAD_NS + (double)bytes / FPGA_U280_PCIE_BPS * 1e9);
 }
 
+void emu_timing_note_par(void)
+{
+    if (t_ctx) t_ctx->st->par_jobs++;
+}
+
 void emu_timing_begin(emu_exec_ctx *ctx)
 {
     fpga_emu_run_stats *st = ctx->st;

@@ -26,27 +26,59 @@ static inline void fpga_kd_step_append(uint8_t *const *ch, const fpga_dec_desc *
     fpga_kd_kv_store(ch, d, kv, l, k, v, pos);
 }
 
+#ifndef __SYNTHESIS__
+/* fpga_kd_step_attention's KV heads as fpga_k_parallel iterations (the emulator's threads): the
+ * heads' query groups and outputs are disjoint, their MACs kept apart and summed in head order. */
+typedef struct fpga_kd_heads {
+    uint8_t *const *ch;
+    const fpga_dec_desc *d;
+    const fpga_dec_kvmap *kv;
+    uint32_t l, pos;
+    const float *q;
+    float *out;
+    uint64_t macs[FPGA_DEC_MAX_HEADS];
+} fpga_kd_heads;
+
+static inline void fpga_kd_head_iter(void *ctx, uint32_t kh)
+{
+    fpga_kd_heads *j = ctx;
+    const uint64_t gh = (uint64_t)kh * (j->d->n_heads / j->d->n_kv_heads) * j->d->head_dim;
+    j->macs[kh] = fpga_kd_attend(j->ch, j->d, j->kv, j->l, kh, j->q + gh, j->pos, j->out + gh);
+}
+#endif
+
 /* Attention of every query head over positions 0..pos. Per KV head, each part's tiles are one
  * read per contiguous run (dec_layout.h, "KV pages"); the group's query heads share it
- * (fpga_kd_attend: the arithmetic). macs_per_cycle: the image's MAC array. */
+ * (fpga_kd_attend: the arithmetic), the KV heads are the card's parallel datapaths (on the
+ * emulator, fpga_k_parallel). macs_per_cycle: the image's MAC array. */
 static inline void fpga_kd_step_attention(uint8_t *const *ch, const fpga_dec_desc *d,
                                           const fpga_dec_layout *lo, const fpga_dec_kvmap *kv,
                                           uint32_t l, const float *q, uint32_t pos, float *out,
                                           uint32_t macs_per_cycle)
 {
-    const uint32_t hd = d->head_dim, group = d->n_heads / d->n_kv_heads;
-    uint64_t macs = 0;
+    uint64_t macs = 0, bytes = 0;
     for (uint32_t kh = 0; kh < d->n_kv_heads; kh++) {
         for (uint32_t b = 0; b < d->kv_parts; b++) {
             uint32_t nt = fpga_dec_part_used_tiles(d, pos + 1, b);
             for (uint32_t t = 0, run; t < nt; t += run) {
                 run = fpga_dec_kv_run(kv, t, nt - 1); /* one burst per contiguous run */
                 fpga_k_read(fpga_kd_tile(ch, d, kv, l, kh, b, t), (uint64_t)run * lo->tile_bytes);
+                bytes += (uint64_t)run * lo->tile_bytes;
             }
         }
+    }
+#ifdef __SYNTHESIS__
+    const uint32_t hd = d->head_dim, group = d->n_heads / d->n_kv_heads;
+    for (uint32_t kh = 0; kh < d->n_kv_heads; kh++) {
+#pragma HLS UNROLL
         macs += fpga_kd_attend(ch, d, kv, l, kh, q + (uint64_t)kh * group * hd, pos,
                                out + (uint64_t)kh * group * hd);
     }
+#else
+    fpga_kd_heads j = {.ch = ch, .d = d, .kv = kv, .l = l, .pos = pos, .q = q, .out = out};
+    fpga_k_parallel(d->n_kv_heads, fpga_kd_head_iter, &j, bytes);
+    for (uint32_t kh = 0; kh < d->n_kv_heads; kh++) macs += j.macs[kh];
+#endif
     fpga_k_cycles(macs / macs_per_cycle);
     /* the first tile's latency, and the merge of the parts */
     fpga_k_stall(FPGA_DEC_PHASE_CYCLES + d->kv_parts * 4);

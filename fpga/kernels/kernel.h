@@ -19,7 +19,9 @@
  * (__SYNTHESIS__) they compile to nothing. One call is one command: merge small reads into
  * large ones, as the hardware should (GLITCHES' prefetch).
  *
- * Threads: the emulator runs a card's kernels one at a time on that card's worker thread. */
+ * Threads: the emulator runs a card's kernels one at a time on that card's worker thread; a
+ * kernel may hand independent iterations (the hardware's parallel datapaths, e.g. the decode
+ * step's KV heads) to fpga_k_parallel, which the emulator spreads over more threads. */
 #ifndef TANDEM_FPGA_KERNEL_H
 #define TANDEM_FPGA_KERNEL_H
 #include <stddef.h>
@@ -82,6 +84,13 @@ static inline int fpga_k_range_ok(uint64_t off, uint64_t n, uint64_t size)
     return off <= size && n <= size - off;
 }
 
+/* fpga_k_parallel(n, fn, ctx, work): fn(ctx, i) for every i in [0, n), in any order and at once
+ * — iterations that write only their own outputs and make no accounting call (fpga_k_read and
+ * the others: the caller makes them). `work`: the bytes the iterations read in all; below what
+ * pays for a hand-off they run here in a loop. Not under HLS (no function pointers there): a
+ * kernel keeps its plain loop under __SYNTHESIS__. */
+typedef void (*fpga_k_iter_fn)(void *ctx, uint32_t i);
+
 #ifdef __SYNTHESIS__
 #define fpga_k_read(p, n)  ((void)0)
 #define fpga_k_write(p, n) ((void)0)
@@ -93,6 +102,8 @@ void fpga_k_read(const void *p, uint64_t n);
 void fpga_k_write(const void *p, uint64_t n);
 void fpga_k_cycles(uint64_t c);
 void fpga_k_stall(uint64_t c);
+/* Implemented by the emulator (fpga/emu/emu_par.c). */
+void fpga_k_parallel(uint32_t n, fpga_k_iter_fn fn, void *ctx, uint64_t work);
 #endif
 
 /* The kernels (one descriptor per file in fpga/kernels/). */

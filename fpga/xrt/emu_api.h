@@ -29,6 +29,8 @@ typedef struct fpga_emu_run_stats {
     int busiest;          /* pseudo-channel that set mem_ns (32 + i: DDR[i]), -1 when none was
                              touched */
     uint64_t seq;         /* run number on its card (1 = the first xrtRunStart) */
+    uint64_t par_jobs;    /* fpga_k_parallel calls the emulator's threads took part in (not
+                             modeled: the rest ran in loops on the card's worker) */
 } fpga_emu_run_stats;
 
 typedef struct fpga_emu_card_stats {

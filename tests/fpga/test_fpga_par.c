@@ -1,0 +1,88 @@
+/* The emulator's threads (fpga/emu/emu_par.c: fpga_k_parallel, the decode step's KV heads on
+ * several cores) change no bits: the same decode on an emulated card with every kernel on its
+ * card's worker (TANDEM_EMU_THREADS=1) and with four threads, the hand-off forced at any size
+ * (TANDEM_EMU_PAR_MIN_BYTES=0), gives the same logits bit for bit, step after step — and the
+ * threaded runs did hand their heads off (the runs' par_jobs). Each in a child process of its
+ * own: the pool is the loaded library's, started once. */
+#include "tests/fpga/fpga_util.h"
+#include "tests/test.h"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define STEPS 40
+
+/* In a child: STEPS greedy decode steps from token 1 on fpga-emu:0 with TANDEM_EMU_THREADS
+ * `threads`; writes the runs' par_jobs summed, then every step's logits, to path. */
+static int decode_child(const char *threads, const char *path)
+{
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        setenv("TANDEM_EMU_THREADS", threads, 1);
+        setenv("TANDEM_EMU_PAR_MIN_BYTES", "0", 1);
+        model *m;
+        accel_dev *d;
+        if (tf_open("fpga-emu:0", 8, &m, &d)) _exit(2);
+        FILE *f = fopen(path, "wb");
+        float *lg = malloc(sizeof(float) * (size_t)m->cfg.vocab);
+        accel_seq *s;
+        if (!f || !lg || accel_seq_new(d, STEPS + 1, &s)) _exit(3);
+        uint64_t jobs = 0;
+        int32_t id = 1;
+        fwrite(&jobs, sizeof jobs, 1, f);
+        for (int t = 0; t < STEPS; t++) {
+            if (accel_decode(d, 1, &s, &id, lg)) _exit(4);
+            jobs += fpga_dev_card(d)->last_dec.par_jobs;
+            fwrite(lg, sizeof(float), (size_t)m->cfg.vocab, f);
+            int best = 0;
+            for (int v = 1; v < m->cfg.vocab; v++)
+                if (lg[v] > lg[best]) best = v;
+            id = best;
+        }
+        rewind(f);
+        fwrite(&jobs, sizeof jobs, 1, f);
+        _exit(fclose(f) ? 5 : 0);
+    }
+    int ws;
+    if (waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws)) return -1;
+    return WEXITSTATUS(ws);
+}
+
+static uint8_t *slurp(const char *path, size_t *n)
+{
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    rewind(f);
+    uint8_t *b = len > 0 ? malloc((size_t)len) : NULL;
+    *n = b && fread(b, 1, (size_t)len, f) == (size_t)len ? (size_t)len : 0;
+    fclose(f);
+    return b;
+}
+
+TEST(fpga_par_heads_same_bits)
+{
+    char one[512], four[512];
+    snprintf(one, sizeof one, "%s/one.bin", t_tmpdir());
+    snprintf(four, sizeof four, "%s/four.bin", t_tmpdir());
+    tf_cache_env();
+    REQUIRE(decode_child("1", one) == 0);
+    REQUIRE(decode_child("4", four) == 0);
+    size_t n1, n4;
+    uint8_t *a = slurp(one, &n1), *b = slurp(four, &n4);
+    REQUIRE(a && b && n1 == n4 && n1 > 8);
+    uint64_t j1, j4;
+    memcpy(&j1, a, 8);
+    memcpy(&j4, b, 8);
+    CHECK_EQ(j1, 0); /* one thread: every head in a loop */
+    CHECK_MSG(j4 >= STEPS, "%llu jobs", (unsigned long long)j4); /* a job a layer at least */
+    CHECK_MSG(!memcmp(a + 8, b + 8, n1 - 8), "the logits differ");
+    free(a);
+    free(b);
+}
