@@ -753,6 +753,7 @@ int fpga_card_pf_run(fpga_card *c, uint32_t mode, uint32_t layer, uint32_t pos0,
     if (c->emu && fpga_xrt_emu_run_stats(x, r, &c->last_pf) == 0) {
         c->pf_runs++;
         c->pf_modeled_ns += c->last_pf.modeled_ns;
+        c->pf_par_jobs += c->last_pf.par_jobs;
     }
     uint32_t status[4];
     TRY(fpga_xrt_bo_sync(x, c->io, XCL_BO_SYNC_BO_FROM_DEVICE, sizeof status, 0));

@@ -230,12 +230,40 @@ static void chunk_qkv(const pf_ctx *c, uint32_t t0, uint32_t T)
     charge_compute(mpu, (uint64_t)T * FPGA_PF_SFU_QKV(H, qd, kvd));
 }
 
+#ifndef __SYNTHESIS__
+/* chunk_attention's (row, KV head) pairs as fpga_k_parallel iterations (the emulator's threads):
+ * row t = i / n_kv_heads, KV head i % n_kv_heads, its group's outputs through a buffer of its own
+ * into their slots of w.out. */
+typedef struct pf_att_job {
+    const pf_ctx *c;
+    uint32_t t0, blk, b0, T;
+} pf_att_job;
+
+static void pf_att_iter(void *ctx, uint32_t i)
+{
+    const pf_att_job *j = ctx;
+    const pf_ctx *c = j->c;
+    const fpga_dec_desc *d = &c->d;
+    const uint32_t hd = d->head_dim, group = d->n_heads / d->n_kv_heads;
+    const uint32_t t = i / d->n_kv_heads, kh = i % d->n_kv_heads;
+    float og[FPGA_DEC_MAX_QDIM];
+    const float *q = row(c, &c->w.wide, t) + (uint64_t)kh * group * hd;
+    (void)fpga_kd_attend(c->ch, d, &c->kv, c->layer, kh, q, c->pos0 + j->t0 + t, og);
+    for (uint32_t g = 0; g < group; g++) {
+        const uint32_t h = kh * group + g;
+        memcpy((float *)item(c, &c->w.out, (uint64_t)h * c->w.nb + j->blk) +
+                   (uint64_t)(j->b0 + t) * hd,
+               og + (uint64_t)g * hd, 4ull * hd);
+    }
+}
+#endif
+
 /* Dense causal attention of rows t0..t0+T over positions 0..pos0+t of the sequence's tiles:
  * each (KV head, part) run of tiles is read once for the chunk. */
 static void chunk_attention(const pf_ctx *c, uint32_t t0, uint32_t T)
 {
     const fpga_dec_desc *d = &c->d;
-    const uint32_t hd = d->head_dim, group = d->n_heads / d->n_kv_heads;
+    const uint32_t hd = d->head_dim;
     const uint32_t blk = t0 / FPGA_PF_CHUNK, b0 = t0 % FPGA_PF_CHUNK;
     const uint32_t last = c->pos0 + t0 + T - 1;
     charge_items(c, &c->w.wide, 0, T, 4ull * d->n_heads * hd, 0);
@@ -249,6 +277,8 @@ static void chunk_attention(const pf_ctx *c, uint32_t t0, uint32_t T)
             }
         }
     uint64_t macs = 0, exps = 0;
+#ifdef __SYNTHESIS__
+    const uint32_t group = d->n_heads / d->n_kv_heads;
     for (uint32_t t = 0; t < T; t++) {
         const uint32_t pos = c->pos0 + t0 + t;
         const float *q = row(c, &c->w.wide, t);
@@ -261,6 +291,20 @@ static void chunk_attention(const pf_ctx *c, uint32_t t0, uint32_t T)
                        (uint64_t)(b0 + t) * hd,
                    c->chip->att + (uint64_t)h * hd, 4ull * hd);
     }
+#else
+    /* on the emulator the (row, KV head) pairs on its threads: each writes its own heads' slots
+     * of its own row; a pair's MACs are fpga_kd_attend's, 2 x (pos + 1) x hd x group */
+    pf_att_job j = {c, t0, blk, b0, T};
+    uint64_t bytes = 0;
+    for (uint32_t b = 0; b < d->kv_parts; b++)
+        bytes += (uint64_t)fpga_dec_part_used_tiles(d, last + 1, b) * c->lo.tile_bytes;
+    fpga_k_parallel(T * d->n_kv_heads, pf_att_iter, &j, bytes * d->n_kv_heads * T);
+    for (uint32_t t = 0; t < T; t++) {
+        const uint64_t pos = c->pos0 + t0 + t;
+        macs += 2 * (pos + 1) * hd * d->n_heads;
+        exps += (pos + 1) * d->n_heads;
+    }
+#endif
     charge_block_rows(c, &c->w.out, d->n_heads, blk, 4ull * b0 * hd, 4ull * T * hd, 1);
     uint64_t mpu = macs / FPGA_FLEX_MPU_MACS, sfu = exps / FPGA_FLEX_SFU_LANES;
     fpga_k_cycles(mpu > sfu ? mpu : sfu);

@@ -1,9 +1,10 @@
-/* The emulator's threads (fpga/emu/emu_par.c: fpga_k_parallel, the decode step's KV heads on
- * several cores) change no bits: the same decode on an emulated card with every kernel on its
+/* The emulator's threads (fpga/emu/emu_par.c: fpga_k_parallel — the decode step's KV heads, the
+ * card prefill's (row, KV head) pairs — on several cores) change no bits: the same card prefill
+ * of a 100-token prompt and 40 decode steps after it on an emulated card with every kernel on its
  * card's worker (TANDEM_EMU_THREADS=1) and with four threads, the hand-off forced at any size
- * (TANDEM_EMU_PAR_MIN_BYTES=0), gives the same logits bit for bit, step after step — and the
- * threaded runs did hand their heads off (the runs' par_jobs). Each in a child process of its
- * own: the pool is the loaded library's, started once. */
+ * (TANDEM_EMU_PAR_MIN_BYTES=0), give the same logits bit for bit — and the threaded runs did hand
+ * their work off (the runs' par_jobs). Each in a child process of its own: the pool is the loaded
+ * library's, started once. */
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"
 #include <stdint.h>
@@ -13,10 +14,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define STEPS 40
+#define STEPS  40
+#define PROMPT 100
 
-/* In a child: STEPS greedy decode steps from token 1 on fpga-emu:0 with TANDEM_EMU_THREADS
- * `threads`; writes the runs' par_jobs summed, then every step's logits, to path. */
+/* In a child: a card prefill of PROMPT tokens, then STEPS greedy decode steps from token 1 on
+ * fpga-emu:0 with TANDEM_EMU_THREADS `threads`; writes the runs' par_jobs summed, then the
+ * prefill's logits and every step's, to path. */
 static int decode_child(const char *threads, const char *path)
 {
     pid_t pid = fork();
@@ -30,13 +33,19 @@ static int decode_child(const char *threads, const char *path)
         FILE *f = fopen(path, "wb");
         float *lg = malloc(sizeof(float) * (size_t)m->cfg.vocab);
         accel_seq *s;
-        if (!f || !lg || accel_seq_new(d, STEPS + 1, &s)) _exit(3);
-        uint64_t jobs = 0;
+        if (!f || !lg || accel_seq_new(d, PROMPT + STEPS + 1, &s)) _exit(3);
+        uint64_t jobs[2] = {0, 0}; /* the prefill's, the decode steps' */
+        fwrite(jobs, sizeof jobs, 1, f);
+        int32_t ids[PROMPT];
+        for (int i = 0; i < PROMPT; i++) ids[i] = (int32_t)((i * 53 + 17) % m->cfg.vocab);
+        accel_prefill_req r = {.seq = s, .ids = ids, .n = PROMPT, .logits = lg};
+        if (accel_prefill(d, &r)) _exit(6);
+        jobs[0] = fpga_dev_card(d)->pf_par_jobs;
+        fwrite(lg, sizeof(float), (size_t)m->cfg.vocab, f);
         int32_t id = 1;
-        fwrite(&jobs, sizeof jobs, 1, f);
         for (int t = 0; t < STEPS; t++) {
             if (accel_decode(d, 1, &s, &id, lg)) _exit(4);
-            jobs += fpga_dev_card(d)->last_dec.par_jobs;
+            jobs[1] += fpga_dev_card(d)->last_dec.par_jobs;
             fwrite(lg, sizeof(float), (size_t)m->cfg.vocab, f);
             int best = 0;
             for (int v = 1; v < m->cfg.vocab; v++)
@@ -44,7 +53,7 @@ static int decode_child(const char *threads, const char *path)
             id = best;
         }
         rewind(f);
-        fwrite(&jobs, sizeof jobs, 1, f);
+        fwrite(jobs, sizeof jobs, 1, f);
         _exit(fclose(f) ? 5 : 0);
     }
     int ws;
@@ -76,13 +85,15 @@ TEST(fpga_par_heads_same_bits)
     REQUIRE(decode_child("4", four) == 0);
     size_t n1, n4;
     uint8_t *a = slurp(one, &n1), *b = slurp(four, &n4);
-    REQUIRE(a && b && n1 == n4 && n1 > 8);
-    uint64_t j1, j4;
-    memcpy(&j1, a, 8);
-    memcpy(&j4, b, 8);
-    CHECK_EQ(j1, 0); /* one thread: every head in a loop */
-    CHECK_MSG(j4 >= STEPS, "%llu jobs", (unsigned long long)j4); /* a job a layer at least */
-    CHECK_MSG(!memcmp(a + 8, b + 8, n1 - 8), "the logits differ");
+    REQUIRE(a && b && n1 == n4 && n1 > 16);
+    uint64_t j1[2], j4[2];
+    memcpy(j1, a, 16);
+    memcpy(j4, b, 16);
+    CHECK(j1[0] == 0 && j1[1] == 0); /* one thread: everything in loops */
+    CHECK_MSG(j4[0] > 0, "the prefill handed nothing off");
+    CHECK_MSG(j4[1] >= STEPS, "%llu decode jobs",
+              (unsigned long long)j4[1]); /* one a step at least */
+    CHECK_MSG(!memcmp(a + 16, b + 16, n1 - 16), "the logits differ");
     free(a);
     free(b);
 }
