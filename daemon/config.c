@@ -243,6 +243,8 @@ static int read_file(const char *path, char **out, size_t *n, char *err, size_t 
         snprintf(err, errlen, "cannot open config file %s: %s", path, strerror(errno));
         return -1;
     }
+    /* no copy of the file (it may hold keys) left in stdio's buffer */
+    (void)setvbuf(f, NULL, _IONBF, 0);
     char *buf = malloc(CONFIG_FILE_MAX + 2);
     size_t got = 0, r = 0;
     while (buf && got <= CONFIG_FILE_MAX &&
