@@ -58,29 +58,44 @@ static uint32_t ck_layer(const ck_ctx *c, uint32_t l, uint32_t pos0, uint32_t n)
                     fpga_k_read(ck_tile(c, l, h, b, t), (uint64_t)run * c->lo.tile_bytes);
                 }
         }
-    /* Each section in wire order: the rows of whole tokens gathered into a line buffer (one
-     * token's H rows are at most FPGA_DEC_MAX_KVDIM bytes), checksummed a line at a time: on the
-     * emulator one CRC call per line instead of one per row (two bytes for a scale). */
+    /* Each section in wire order. On the emulator the rows of whole tokens are gathered into a
+     * line buffer (one token's H rows are at most FPGA_DEC_MAX_KVDIM bytes) and checksummed a
+     * line at a time: one CRC call per line instead of one per row (two bytes for a scale). Under
+     * HLS each row streams through the CRC unit as it is read: no buffer (the same CRC: it runs
+     * over the same bytes in the same order). */
+#ifndef __SYNTHESIS__
     uint8_t line[FPGA_DEC_MAX_KVDIM];
+#endif
     uint32_t crc = 0;
     for (int sec = 0; sec < 4; sec++) {
         const int scale = sec >= 2, v = sec & 1;
-        const uint32_t w = scale ? 2 : hd, tok = H * w;
+        const uint32_t w = scale ? 2 : hd;
+#ifndef __SYNTHESIS__
+        const uint32_t tok = H * w;
         uint32_t used = 0;
+#endif
         for (uint32_t t = 0; t < n; t++) {
             uint32_t part, tile, row;
             fpga_dec_pos_where(&c->d, pos0 + t, &part, &tile, &row);
+#ifndef __SYNTHESIS__
             if (used + tok > sizeof line) crc = fpga_km_crc32c(crc, line, used), used = 0;
+#endif
             for (uint32_t h = 0; h < H; h++) {
 #pragma HLS PIPELINE
                 const uint8_t *tl = ck_tile(c, l, h, part, tile);
                 uint64_t at = scale ? (v ? fpga_dec_tile_vs(hd, row) : fpga_dec_tile_ks(hd, row))
                                     : (v ? fpga_dec_tile_v(hd, row) : fpga_dec_tile_k(hd, row));
+#ifdef __SYNTHESIS__
+                crc = fpga_km_crc32c(crc, tl + at, w);
+#else
                 memcpy(line + used, tl + at, w);
                 used += w;
+#endif
             }
         }
+#ifndef __SYNTHESIS__
         crc = fpga_km_crc32c(crc, line, used);
+#endif
         crc = ck_pad(crc, (uint64_t)n * H * w);
     }
     return crc;
