@@ -45,6 +45,7 @@
  * its tiles are read and appended there, and with AsyncTLS offload (tls_dec.h) attention reads a
  * resident cache of blocks in HBM instead. */
 #include "fpga/kernels/dec_layout.h"
+#include "fpga/kernels/dec_mat.h"
 #include "fpga/kernels/dec_math.h"
 #include "fpga/kernels/dec_ops.h"
 #include "fpga/kernels/dec_step.h"
@@ -73,26 +74,12 @@ static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, floa
  * (may be NULL) and quantized. y_hbm: y lies in HBM (the logits), so each engine's slice is a
  * write command. */
 static void matvec(const dec_ctx *c, int mat, uint64_t off, const float *x, const float *mul,
-                   float *y, int y_hbm, int8_t *xq, float *xs)
+                   float *y, int y_hbm, int8_t (*xq)[FPGA_DEC_MAX_K], float (*xs)[FPGA_DEC_XS_LEN])
 {
     const fpga_dec_mat *m = &c->lo.m[mat];
-    fpga_km_act_quant(x, mul, m->k, c->d.agroup, xq, xs);
+    fpga_km_act_quant(x, mul, m->k, c->d.agroup, xq[0], xs[0]);
     fpga_k_stall(FPGA_DEC_PHASE_CYCLES + m->k / FPGA_DEC_SFU_LANES);
-    for (uint32_t ch = 0; ch < FPGA_DEC_CH; ch++) {
-#pragma HLS UNROLL
-        uint32_t n = fpga_dec_rows_in(m, ch);
-        if (!n) continue;
-        const uint8_t *base = c->ch[ch] + off;
-        const uint8_t *sc = base + fpga_dec_scale_off(m, n);
-        fpga_k_read(base, fpga_dec_stream_bytes(m, n));
-        float *out = y + (uint64_t)ch * m->rpc;
-        for (uint32_t r = 0; r < n; r++) {
-#pragma HLS PIPELINE II = 1
-            out[r] = fpga_km_row_dot(base + r * m->row_bytes, sc + r * m->srow_bytes, m->bits,
-                                     m->group, m->k, xq, xs, c->d.agroup);
-        }
-        if (y_hbm) fpga_k_write(out, 4ull * n);
-    }
+    fpga_kd_mat_apply(c->ch, m, off, 1, xq, xs, c->d.agroup, &y, y_hbm);
     fpga_k_cycles((uint64_t)m->rows * m->k / FPGA_DEC_MACS_PER_CYCLE);
 }
 
@@ -138,8 +125,8 @@ void tandem_decode(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *io, uint32_t token, 
 
     float x[FPGA_DEC_MAX_HIDDEN], xn[FPGA_DEC_MAX_HIDDEN], att[FPGA_DEC_MAX_QDIM];
     float wide[DEC_MAX_WIDE], cs[FPGA_DEC_MAX_HEAD_DIM / 2], sn[FPGA_DEC_MAX_HEAD_DIM / 2];
-    int8_t xq[FPGA_DEC_MAX_K];
-    float xs[FPGA_DEC_MAX_K / FPGA_DEC_MIN_GROUP + 1];
+    int8_t xq[1][FPGA_DEC_MAX_K]; /* the activation vector, quantized */
+    float xs[1][FPGA_DEC_XS_LEN];
 
     fpga_tls_io tp = {0};
     uint32_t *report = NULL;

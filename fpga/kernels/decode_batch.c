@@ -35,6 +35,7 @@
  * Arguments: 0..31 hbm0..hbm31 (global, HBM[c]), 32 io (global, HBM[0]), 33 n_seq u32,
  * 34 kv_off u64 (the pool), 35 blk_tiles u32. */
 #include "fpga/kernels/dec_layout.h"
+#include "fpga/kernels/dec_mat.h"
 #include "fpga/kernels/dec_math.h"
 #include "fpga/kernels/dec_step.h"
 #include "fpga/kernels/kernel.h"
@@ -50,7 +51,7 @@ typedef struct bd_chip {
     float cs[FPGA_DEC_MAX_BATCH][FPGA_DEC_MAX_HEAD_DIM / 2];
     float sn[FPGA_DEC_MAX_BATCH][FPGA_DEC_MAX_HEAD_DIM / 2];
     int8_t xq[FPGA_DEC_MAX_BATCH][FPGA_DEC_MAX_K];
-    float xs[FPGA_DEC_MAX_BATCH][FPGA_DEC_MAX_K / FPGA_DEC_MIN_GROUP + 1];
+    float xs[FPGA_DEC_MAX_BATCH][FPGA_DEC_XS_LEN];
     uint32_t ids[FPGA_DEC_MAX_BATCH][FPGA_DEC_MAX_BLOCKS];
     uint32_t token[FPGA_DEC_MAX_BATCH], pos[FPGA_DEC_MAX_BATCH];
     fpga_dec_kvmap kv[FPGA_DEC_MAX_BATCH];
@@ -91,23 +92,7 @@ static void bmatvec(const bd_ctx *c, int mat, uint64_t off, float *const *x, con
         fpga_km_act_quant(x[b], mul, m->k, c->d.agroup, k->xq[b], k->xs[b]);
         fpga_k_stall(m->k / FPGA_DEC_BATCH_SFU_LANES);
     }
-    for (uint32_t ch = 0; ch < FPGA_DEC_CH; ch++) {
-#pragma HLS UNROLL
-        uint32_t rows = fpga_dec_rows_in(m, ch);
-        if (!rows) continue;
-        const uint8_t *base = c->ch[ch] + off;
-        const uint8_t *sc = base + fpga_dec_scale_off(m, rows);
-        fpga_k_read(base, fpga_dec_stream_bytes(m, rows));
-        for (uint32_t r = 0; r < rows; r++) {
-#pragma HLS PIPELINE II = 1
-            for (uint32_t b = 0; b < c->n; b++)
-                y[b][(uint64_t)ch * m->rpc + r] =
-                    fpga_km_row_dot(base + r * m->row_bytes, sc + r * m->srow_bytes, m->bits,
-                                    m->group, m->k, k->xq[b], k->xs[b], c->d.agroup);
-        }
-        if (y_hbm)
-            for (uint32_t b = 0; b < c->n; b++) fpga_k_write(y[b] + (uint64_t)ch * m->rpc, 4ull * rows);
-    }
+    fpga_kd_mat_apply(c->ch, m, off, c->n, k->xq, k->xs, c->d.agroup, y, y_hbm);
     fpga_k_cycles((uint64_t)c->n * m->rows * m->k / FPGA_DEC_BATCH_MACS_PER_CYCLE);
 }
 

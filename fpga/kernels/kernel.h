@@ -21,7 +21,8 @@
  *
  * Threads: the emulator runs a card's kernels one at a time on that card's worker thread; a
  * kernel may hand independent iterations (the hardware's parallel datapaths, e.g. the decode
- * step's KV heads) to fpga_k_parallel, which the emulator spreads over more threads. */
+ * step's KV heads, a matrix product's channel engines: dec_mat.h) to fpga_k_parallel, which the
+ * emulator spreads over more threads. */
 #ifndef TANDEM_FPGA_KERNEL_H
 #define TANDEM_FPGA_KERNEL_H
 #include <stddef.h>

@@ -43,6 +43,7 @@
  * part; else a block table of n_ids ids in io at fpga_dec_io_table_off into the pool at kv_off:
  * dec_layout.h, "KV pages"). */
 #include "fpga/kernels/dec_layout.h"
+#include "fpga/kernels/dec_mat.h"
 #include "fpga/kernels/dec_math.h"
 #include "fpga/kernels/dec_ops.h"
 #include "fpga/kernels/kernel.h"
@@ -55,7 +56,7 @@
 
 typedef struct pf_chip {
     int8_t xq[T_MAX][FPGA_DEC_MAX_K];                            /* activation rows */
-    float xs[T_MAX][FPGA_DEC_MAX_K / FPGA_DEC_MIN_GROUP + 1];  /* their group scales */
+    float xs[T_MAX][FPGA_DEC_XS_LEN];                            /* their group scales */
     float xn[FPGA_DEC_MAX_HIDDEN], att[FPGA_DEC_MAX_QDIM];
 } pf_chip;
 
@@ -118,23 +119,7 @@ static void charge_block_rows(const pf_ctx *c, const fpga_pf_arr *a, uint32_t he
 static uint64_t gemm(const pf_ctx *c, int mat, uint64_t off, uint32_t T, float *const *dst)
 {
     const fpga_dec_mat *m = &c->lo.m[mat];
-    for (uint32_t ch = 0; ch < FPGA_DEC_CH; ch++) {
-#pragma HLS UNROLL
-        uint32_t n = fpga_dec_rows_in(m, ch);
-        if (!n) continue;
-        const uint8_t *base = c->ch[ch] + off;
-        const uint8_t *sc = base + fpga_dec_scale_off(m, n);
-        fpga_k_read(base, fpga_dec_stream_bytes(m, n));
-        const uint64_t r0 = (uint64_t)ch * m->rpc;
-        for (uint32_t r = 0; r < n; r++) {
-            const uint8_t *w = base + r * m->row_bytes, *ws = sc + r * m->srow_bytes;
-            for (uint32_t t = 0; t < T; t++) {
-#pragma HLS PIPELINE II = 1
-                dst[t][r0 + r] = fpga_km_row_dot(w, ws, m->bits, m->group, m->k, c->chip->xq[t],
-                                                 c->chip->xs[t], c->d.agroup);
-            }
-        }
-    }
+    fpga_kd_mat_apply(c->ch, m, off, T, c->chip->xq, c->chip->xs, c->d.agroup, dst, 0);
     fpga_k_stall(FPGA_DEC_PHASE_CYCLES);
     return (uint64_t)T * m->rows * m->k / FPGA_FLEX_MPU_MACS;
 }

@@ -1,10 +1,11 @@
 /* The emulator's threads (fpga/emu/emu_par.c: fpga_k_parallel — the decode step's KV heads, the
- * card prefill's (row, KV head) pairs — on several cores) change no bits: the same card prefill
- * of a 100-token prompt and 40 decode steps after it on an emulated card with every kernel on its
- * card's worker (TANDEM_EMU_THREADS=1) and with four threads, the hand-off forced at any size
+ * card prefill's (row, KV head) pairs, every matrix product's 32 channel engines — on several
+ * cores) change no bits: the same card prefill of a 100-token prompt, 40 decode steps after it
+ * and 8 batched steps of three sequences on an emulated card with every kernel on its card's
+ * worker (TANDEM_EMU_THREADS=1) and with four threads, the hand-off forced at any size
  * (TANDEM_EMU_PAR_MIN_BYTES=0), give the same logits bit for bit — and the threaded runs did hand
- * their work off (the runs' par_jobs). Each in a child process of its own: the pool is the loaded
- * library's, started once. */
+ * their work off (the runs' par_jobs: a step's KV heads and matrix products, layer by layer).
+ * Each in a child process of its own: the pool is the loaded library's, started once. */
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"
 #include <stdint.h>
@@ -16,9 +17,12 @@
 
 #define STEPS  40
 #define PROMPT 100
+#define BSEQS  3 /* the batched steps' sequences */
+#define BSTEPS 8
 
-/* In a child: a card prefill of PROMPT tokens, then STEPS greedy decode steps from token 1 on
- * fpga-emu:0 with TANDEM_EMU_THREADS `threads`; writes the runs' par_jobs summed, then the
+/* In a child: a card prefill of PROMPT tokens, then STEPS greedy decode steps from token 1, then
+ * BSTEPS batched steps of BSEQS new sequences on fpga-emu:0 with TANDEM_EMU_THREADS `threads`;
+ * writes the runs' par_jobs summed (the prefill's, the steps', the batched steps'), then the
  * prefill's logits and every step's, to path. */
 static int decode_child(const char *threads, const char *path)
 {
@@ -34,7 +38,7 @@ static int decode_child(const char *threads, const char *path)
         float *lg = malloc(sizeof(float) * (size_t)m->cfg.vocab);
         accel_seq *s;
         if (!f || !lg || accel_seq_new(d, PROMPT + STEPS + 1, &s)) _exit(3);
-        uint64_t jobs[2] = {0, 0}; /* the prefill's, the decode steps' */
+        uint64_t jobs[3] = {0, 0, 0}; /* the prefill's, the decode steps', the batched ones' */
         fwrite(jobs, sizeof jobs, 1, f);
         int32_t ids[PROMPT];
         for (int i = 0; i < PROMPT; i++) ids[i] = (int32_t)((i * 53 + 17) % m->cfg.vocab);
@@ -52,6 +56,20 @@ static int decode_child(const char *threads, const char *path)
                 if (lg[v] > lg[best]) best = v;
             id = best;
         }
+        accel_seq *bs[BSEQS];
+        int32_t bid[BSEQS];
+        float *blg = malloc(sizeof(float) * (size_t)m->cfg.vocab * BSEQS);
+        for (int i = 0; i < BSEQS; i++) {
+            if (accel_seq_new(d, BSTEPS + 1, &bs[i])) _exit(7);
+            bid[i] = (int32_t)(i * 101 + 3) % m->cfg.vocab;
+        }
+        for (int t = 0; blg && t < BSTEPS; t++) {
+            if (accel_decode(d, BSEQS, bs, bid, blg)) _exit(8);
+            jobs[2] += fpga_dev_card(d)->last_decb.par_jobs;
+            fwrite(blg, sizeof(float), (size_t)m->cfg.vocab * BSEQS, f);
+            for (int i = 0; i < BSEQS; i++) bid[i] = (int32_t)((bid[i] * 7 + t + 1) % m->cfg.vocab);
+        }
+        if (!blg) _exit(9);
         rewind(f);
         fwrite(jobs, sizeof jobs, 1, f);
         _exit(fclose(f) ? 5 : 0);
@@ -85,15 +103,17 @@ TEST(fpga_par_heads_same_bits)
     REQUIRE(decode_child("4", four) == 0);
     size_t n1, n4;
     uint8_t *a = slurp(one, &n1), *b = slurp(four, &n4);
-    REQUIRE(a && b && n1 == n4 && n1 > 16);
-    uint64_t j1[2], j4[2];
-    memcpy(j1, a, 16);
-    memcpy(j4, b, 16);
-    CHECK(j1[0] == 0 && j1[1] == 0); /* one thread: everything in loops */
+    REQUIRE(a && b && n1 == n4 && n1 > 24);
+    uint64_t j1[3], j4[3];
+    memcpy(j1, a, 24);
+    memcpy(j4, b, 24);
+    CHECK(j1[0] == 0 && j1[1] == 0 && j1[2] == 0); /* one thread: everything in loops */
     CHECK_MSG(j4[0] > 0, "the prefill handed nothing off");
-    CHECK_MSG(j4[1] >= STEPS, "%llu decode jobs",
-              (unsigned long long)j4[1]); /* one a step at least */
-    CHECK_MSG(!memcmp(a + 16, b + 16, n1 - 16), "the logits differ");
+    /* a step: each layer's attention and four matrix products (QKV, O, gate/up, down), then the
+     * LM head; stories260K has 5 layers */
+    CHECK_MSG(j4[1] >= STEPS * (5 * 5 + 1), "%llu decode jobs", (unsigned long long)j4[1]);
+    CHECK_MSG(j4[2] >= BSTEPS * (5 * 4 + 1), "%llu batched decode jobs", (unsigned long long)j4[2]);
+    CHECK_MSG(!memcmp(a + 24, b + 24, n1 - 24), "the logits differ");
     free(a);
     free(b);
 }
