@@ -1,6 +1,7 @@
 /* tools/fpga_decode_bench.c — the FPGA decode path's numbers (BENCHMARKS.md).
  *
- *   build/fpga_decode_bench [--steps N] [--check DIR] [--prompt T]
+ *   build/fpga_decode_bench [--steps N] [--check DIR [--check-only] [--check-bits 8|4]
+ *                           [--check-steps N]] [--prompt T] [--batch]
  *
  * 1. The emulator on stories260K: wall-clock decode tokens/s of the emulated card on this
  *    machine (the kernel's C code on one CPU thread, plus the host loop: step sync, run, logits
@@ -15,7 +16,9 @@
  * 4. --check DIR: runs a real checkpoint of a big shape (e.g. tools/mkmodel --preset llama2-7b
  *    --layers 2) through the emulator: the modeled time of real decode runs against part 2's
  *    formula, the wall time per step, and an import of --prompt T random-KV positions against
- *    part 3's pipeline.
+ *    part 3's pipeline (with the last weights run). --check-only: part 4 alone; --check-bits:
+ *    W8 or W4 only; --check-steps: decode steps a setting (default 3; the wall time is their
+ *    mean).
  * 5. The batched decode kernel's timing model for the same shapes at B = 1..16 and contexts
  *    1K / 4K / 8K: tokens/s per card and the bound that limits each (--batch: only this). */
 #include "cpu/kv_quant.h"
@@ -403,7 +406,7 @@ static void part3(void)
 
 /* ---------------------------------------------------------------- 4. a real big shape */
 
-static void part4(const char *dir, int prompt)
+static void part4(const char *dir, int prompt, int only_bits, int steps)
 {
     char err[512];
     model *m = model_load(dir, err, sizeof err);
@@ -416,6 +419,7 @@ static void part4(const char *dir, int prompt)
     printf("| weights | image build+upload s | decode wall s/token | modeled ms/token (run) | "
            "model formula ms | equal |\n|---|---:|---:|---:|---:|---|\n");
     for (int bits = 8; bits >= 4; bits -= 4) {
+        if (only_bits && bits != only_bits) continue;
         accel_opts o = {.weight_bits = bits};
         double t0 = now_s();
         accel_dev *d = devices_open("fpga-emu", m, &o, err, sizeof err);
@@ -427,7 +431,7 @@ static void part4(const char *dir, int prompt)
         fpga_card *c = fpga_dev_card(d);
         float *lg = malloc(sizeof(float) * m->cfg.vocab);
         accel_seq *s;
-        int steps = 3, ok = 1;
+        int ok = 1;
         if (accel_seq_new(d, 64, &s)) break;
         t0 = now_s();
         for (int i = 0; i < steps; i++) {
@@ -445,10 +449,10 @@ static void part4(const char *dir, int prompt)
         double wall = (now_s() - t0) / steps;
         fpga_dec_cost mc;
         fpga_dec_model_step_paged(&c->desc, (uint32_t)steps - 1, 0, &mc);
-        printf("| W%dA8 | %.1f | %.2f | %.3f | %.3f | %s |\n", bits, t_open, wall,
+        printf("| W%dA8 | %.1f | %.3f | %.3f | %.3f | %s |\n", bits, t_open, wall,
                c->last_dec.modeled_ns / 1e6, mc.modeled_ns / 1e6, ok ? "yes" : "NO");
         accel_seq_free(d, s);
-        if (bits == 4 && prompt > 0) {
+        if (bits == (only_bits ? only_bits : 4) && prompt > 0) {
             /* an import of random KV: the real path's modeled PCIe and scatter time */
             const model_config *cf = &m->cfg;
             size_t need = cpu_kv_layer_bytes(PROTO_KV_INT8, prompt, cf->n_kv_heads, cf->head_dim);
@@ -497,27 +501,35 @@ static void part4(const char *dir, int prompt)
 
 int main(int argc, char **argv)
 {
-    int steps = 256, prompt = 4096, batch_only = 0;
+    int steps = 256, prompt = 4096, batch_only = 0, check_only = 0, check_bits = 0, check_steps = 3;
     const char *check = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--check") && i + 1 < argc) check = argv[++i];
         else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch")) batch_only = 1;
+        else if (!strcmp(argv[i], "--check-only")) check_only = 1;
+        else if (!strcmp(argv[i], "--check-bits") && i + 1 < argc) check_bits = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--check-steps") && i + 1 < argc) check_steps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: fpga_decode_bench [--steps N] [--check DIR] [--prompt T] [--batch]\n");
+            fprintf(stderr, "usage: fpga_decode_bench [--steps N] [--check DIR [--check-only] "
+                            "[--check-bits 8|4] [--check-steps N]] [--prompt T] [--batch]\n");
             return 2;
         }
     }
     if (steps < 2 || steps > 500) steps = 256;
+    if (check_bits != 8 && check_bits != 4) check_bits = 0; /* both */
+    if (check_steps < 1 || check_steps > 64) check_steps = 3;
     if (batch_only) {
         part5();
         return 0;
     }
-    part1(steps);
-    part2();
-    part3();
-    part5();
-    if (check) part4(check, prompt);
+    if (!check || !check_only) {
+        part1(steps);
+        part2();
+        part3();
+        part5();
+    }
+    if (check) part4(check, prompt, check_bits, check_steps);
     return 0;
 }
