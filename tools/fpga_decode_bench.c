@@ -508,9 +508,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--check") && i + 1 < argc) check = argv[++i];
         else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch")) batch_only = 1;
-        else if (!strcmp(argv[i], "--check-only")) check_only = 1;
-        else if (!strcmp(argv[i], "--check-bits") && i + 1 < argc) check_bits = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--check-steps") && i + 1 < argc) check_steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--check-only"))
+            check_only = 1;
+        else if (!strcmp(argv[i], "--check-bits") && i + 1 < argc)
+            check_bits = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--check-steps") && i + 1 < argc)
+            check_steps = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: fpga_decode_bench [--steps N] [--check DIR [--check-only] "
                             "[--check-bits 8|4] [--check-steps N]] [--prompt T] [--batch]\n");
