@@ -85,7 +85,8 @@ typedef struct fpga_card {
     xrtBufferHandle ddr[3];
     fpga_emu_run_stats last_pf;
     uint64_t pf_runs, pf_modeled_ns, gather_runs, gather_modeled_ns, check_runs, check_modeled_ns;
-    uint64_t pf_par_jobs; /* prefill runs' fpga_k_parallel jobs the emulator's threads took */
+    uint64_t pf_par_jobs;  /* prefill runs' fpga_k_parallel jobs the emulator's threads took */
+    uint64_t imp_par_jobs; /* the same, the import's runs' (kv_scatter, kv_check) */
 } fpga_card;
 
 /* Loads the XRT library lib (NULL: the default), opens device `index`, loads `xclbin` if given

@@ -1,8 +1,8 @@
 /* fpga/emu/emu_par.c — fpga_k_parallel (fpga/kernels/kernel.h): a kernel's independent
- * iterations (the decode step's KV heads and the matrix products' 32 channel engines, which the
- * card runs on parallel datapaths) spread over a pool of threads beside the card's worker, so
- * that an emulated step does not read its whole KV or a large model's weights on one core
- * (BENCHMARKS.md, "the emulated card's decode step").
+ * iterations (the decode step's KV heads, the matrix products' 32 channel engines, an import's
+ * kv_scatter slots and kv_check layers: what the card runs on parallel datapaths) spread over a
+ * pool of threads beside the card's worker, so that an emulated step does not read its whole KV
+ * or a large model's weights on one core (BENCHMARKS.md, "the emulated card's decode step").
  *
  * One job at a time: a second card's worker that finds the pool busy runs its iterations itself.
  * The pool starts at the first job worth handing off: as many threads as the CPU has, less the

@@ -44,20 +44,27 @@ static uint32_t ck_pad(uint32_t crc, uint64_t len)
     return fpga_km_crc32c(crc, zeros, fpga_dec_align(len, FPGA_DEC_ALIGN) - len);
 }
 
-/* One layer: the tiles it touches are read as one burst per (head, part), then the four
- * sections are checksummed in wire order. */
-static uint32_t ck_layer(const ck_ctx *c, uint32_t l, uint32_t pos0, uint32_t n)
+/* One layer's reads: the tiles it touches, one burst per (head, part) run. Returns the bytes. */
+static uint64_t ck_layer_reads(const ck_ctx *c, uint32_t l, uint32_t pos0, uint32_t n)
 {
-    const uint32_t H = c->d.n_kv_heads, hd = c->d.head_dim;
-    for (uint32_t h = 0; h < H; h++)
+    uint64_t bytes = 0;
+    for (uint32_t h = 0; h < c->d.n_kv_heads; h++)
         for (uint32_t b = 0; b < c->d.kv_parts; b++) {
             uint32_t first, last;
             if (fpga_dec_part_tile_run(&c->d, pos0, n, b, &first, &last))
                 for (uint32_t t = first, run; t <= last; t += run) {
                     run = fpga_dec_kv_run(&c->kv, t, last);
                     fpga_k_read(ck_tile(c, l, h, b, t), (uint64_t)run * c->lo.tile_bytes);
+                    bytes += (uint64_t)run * c->lo.tile_bytes;
                 }
         }
+    return bytes;
+}
+
+/* One layer's CRC: the four sections checksummed in wire order (its reads are ck_layer_reads'). */
+static uint32_t ck_layer(const ck_ctx *c, uint32_t l, uint32_t pos0, uint32_t n)
+{
+    const uint32_t H = c->d.n_kv_heads, hd = c->d.head_dim;
     /* Each section in wire order. On the emulator the rows of whole tokens are gathered into a
      * line buffer (one token's H rows are at most FPGA_DEC_MAX_KVDIM bytes) and checksummed a
      * line at a time: one CRC call per line instead of one per row (two bytes for a scale). Under
@@ -101,6 +108,21 @@ static uint32_t ck_layer(const ck_ctx *c, uint32_t l, uint32_t pos0, uint32_t n)
     return crc;
 }
 
+#ifndef __SYNTHESIS__
+/* The layers as fpga_k_parallel iterations (the emulator's threads): each writes its own word. */
+typedef struct ck_job {
+    const ck_ctx *c;
+    uint32_t pos0, n;
+    uint32_t *out;
+} ck_job;
+
+static void ck_layer_iter(void *ctx, uint32_t l)
+{
+    const ck_job *j = ctx;
+    j->out[l] = ck_layer(j->c, l, j->pos0, j->n);
+}
+#endif
+
 void kv_check(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *report, uint32_t pos0, uint32_t n,
               uint64_t kv_off, uint32_t part_tiles, uint64_t report_bytes, uint32_t n_ids,
               uint8_t *ddr0, uint8_t *ddr1, uint32_t kv_tier, uint8_t *host0)
@@ -131,7 +153,15 @@ void kv_check(FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint8_t *report, uint32_t pos0, ui
         return; /* no room: no report, which the host takes as a failed run */
     uint32_t head[4] = {FPGA_DEC_CHECK_MAGIC, pos0, n, c.d.n_layers};
     uint32_t *out = (uint32_t *)(void *)report;
+    uint64_t bytes = 0;
+    for (uint32_t l = 0; l < c.d.n_layers; l++) bytes += ck_layer_reads(&c, l, pos0, n);
+#ifdef __SYNTHESIS__
+    (void)bytes;
     for (uint32_t l = 0; l < c.d.n_layers; l++) out[4 + l] = ck_layer(&c, l, pos0, n);
+#else
+    ck_job j = {.c = &c, .pos0 = pos0, .n = n, .out = out + 4};
+    fpga_k_parallel(c.d.n_layers, ck_layer_iter, &j, bytes);
+#endif
     fpga_k_stall(FPGA_DEC_PHASE_CYCLES);
     memcpy(report, head, sizeof head);
     fpga_k_write(report, fpga_dec_check_report_bytes(c.d.n_layers));

@@ -40,12 +40,32 @@ static uint8_t *sc_tile(const sc_ctx *c, uint32_t h, uint32_t part, uint32_t til
            fpga_dec_kv_tile_off(&c->d, &c->kv, c->layer, h, part, tile);
 }
 
-/* One slot: positions p0 .. p0+n-1 of the map (a block's own positions when paged). */
+/* One slot's memory commands: its payload read (one burst) and the writes, merged per
+ * destination stream: for each (head, part) the tiles positions p0 .. p0+n-1 of the map touch,
+ * one burst per run of them that lies one after another in memory (a block, or blocks whose ids
+ * follow in a superblock; byte-enabled at the partial ends). Returns the bytes read. */
+static uint64_t scatter_slot_charge(const sc_ctx *c, const uint8_t *slot, uint32_t p0, uint32_t n)
+{
+    const uint64_t total = fpga_dec_stage_section(n, c->d.n_kv_heads, c->d.head_dim, 4);
+    fpga_k_read(slot, total);
+    for (uint32_t h = 0; h < c->d.n_kv_heads; h++)
+        for (uint32_t b = 0; b < c->d.kv_parts; b++) {
+            uint32_t first, last;
+            if (fpga_dec_part_tile_run(&c->d, p0, n, b, &first, &last))
+                for (uint32_t t = first, run; t <= last; t += run) {
+                    run = fpga_dec_kv_run(&c->kv, t, last);
+                    fpga_k_write(sc_tile(c, h, b, t), (uint64_t)run * c->lo.tile_bytes);
+                }
+        }
+    return total;
+}
+
+/* One slot's data: positions p0 .. p0+n-1 of the map (a block's own positions when paged) from
+ * the slot's sections into their tile rows; returns the CRC32C of the slot's bytes. */
 static uint32_t scatter_slot(const sc_ctx *c, const uint8_t *slot, uint32_t p0, uint32_t n)
 {
     const uint32_t H = c->d.n_kv_heads, hd = c->d.head_dim;
     const uint64_t total = fpga_dec_stage_section(n, H, hd, 4);
-    fpga_k_read(slot, total);
     uint32_t crc = fpga_km_crc32c(0, slot, total);
     const uint8_t *kv[2] = {slot + fpga_dec_stage_section(n, H, hd, 0),
                             slot + fpga_dec_stage_section(n, H, hd, 1)};
@@ -64,20 +84,26 @@ static uint32_t scatter_slot(const sc_ctx *c, const uint8_t *slot, uint32_t p0, 
             memcpy(tl + fpga_dec_tile_vs(hd, row), ks[1] + src * 2, 2);
         }
     }
-    /* The writes, merged per destination stream: for each (head, part) the tiles the positions
-     * touch, one burst per run of them that lies one after another in memory (a block, or
-     * blocks whose ids follow in a superblock; byte-enabled at the partial ends). */
-    for (uint32_t h = 0; h < H; h++)
-        for (uint32_t b = 0; b < c->d.kv_parts; b++) {
-            uint32_t first, last;
-            if (fpga_dec_part_tile_run(&c->d, p0, n, b, &first, &last))
-                for (uint32_t t = first, run; t <= last; t += run) {
-                    run = fpga_dec_kv_run(&c->kv, t, last);
-                    fpga_k_write(sc_tile(c, h, b, t), (uint64_t)run * c->lo.tile_bytes);
-                }
-        }
     return crc;
 }
+
+#ifndef __SYNTHESIS__
+/* The slots as fpga_k_parallel iterations (the emulator's threads): their positions, hence the
+ * tile rows they write, are disjoint; each reports its own CRC. */
+typedef struct sc_job {
+    const sc_ctx *c;
+    uint8_t *const *slots;
+    uint32_t p0, n, per;
+    uint32_t *crc;
+} sc_job;
+
+static void scatter_slot_iter(void *ctx, uint32_t j)
+{
+    const sc_job *b = ctx;
+    uint32_t lo = j * b->per, cnt = b->n - lo < b->per ? b->n - lo : b->per;
+    b->crc[j] = scatter_slot(b->c, b->slots[j], b->p0 + lo, cnt);
+}
+#endif
 
 void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stage3,
                 FPGA_K_PORTS(FPGA_K_PORT_PARAM) uint32_t layer, uint32_t pos0, uint32_t n,
@@ -114,6 +140,14 @@ void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stag
     }
     uint8_t *slots[FPGA_DEC_STAGE_SLOTS] = {stage0, stage1, stage2, stage3};
     uint32_t report[16] = {FPGA_DEC_STAGE_REPORT_MAGIC, layer, pos0, n};
+    const uint32_t used = (n + per - 1) / per; /* the slots the piece fills (the adapter: <= 4) */
+    uint64_t bytes = 0;
+    for (uint32_t j = 0; j < used; j++) {
+        uint32_t lo = j * per, cnt = n - lo < per ? n - lo : per;
+        bytes += scatter_slot_charge(&c, slots[j], pos0 - pbase + lo, cnt);
+    }
+#ifdef __SYNTHESIS__
+    (void)bytes;
     for (uint32_t j = 0; j < FPGA_DEC_STAGE_SLOTS; j++) {
 #pragma HLS UNROLL
         uint32_t lo = j * per;
@@ -121,6 +155,11 @@ void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stag
         uint32_t cnt = n - lo < per ? n - lo : per;
         report[4 + j] = scatter_slot(&c, slots[j], pos0 - pbase + lo, cnt);
     }
+#else
+    sc_job job = {
+        .c = &c, .slots = slots, .p0 = pos0 - pbase, .n = n, .per = per, .crc = report + 4};
+    fpga_k_parallel(used, scatter_slot_iter, &job, bytes);
+#endif
     fpga_k_stall(FPGA_DEC_PHASE_CYCLES);
     fpga_k_write(stage0 + stage_bytes - 64, sizeof report);
     memcpy(stage0 + stage_bytes - 64, report, sizeof report);

@@ -1,11 +1,13 @@
 /* The emulator's threads (fpga/emu/emu_par.c: fpga_k_parallel — the decode step's KV heads, the
  * card prefill's (row, KV head) pairs, every matrix product's 32 channel engines — on several
- * cores) change no bits: the same card prefill of a 100-token prompt, 40 decode steps after it
- * and 8 batched steps of three sequences on an emulated card with every kernel on its card's
- * worker (TANDEM_EMU_THREADS=1) and with four threads, the hand-off forced at any size
+ * cores; an import's kv_scatter slots and kv_check layers) change no bits: the same card prefill
+ * of a 100-token prompt, 40 decode steps after it, 8 batched steps of three sequences, and 4
+ * steps of a sequence whose 200 positions were imported, on an emulated card with every kernel on
+ * its card's worker (TANDEM_EMU_THREADS=1) and with four threads, the hand-off forced at any size
  * (TANDEM_EMU_PAR_MIN_BYTES=0), give the same logits bit for bit — and the threaded runs did hand
  * their work off (the runs' par_jobs: a step's KV heads and matrix products, layer by layer).
  * Each in a child process of its own: the pool is the loaded library's, started once. */
+#include "cpu/kv_quant.h"
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"
 #include <stdint.h>
@@ -19,6 +21,8 @@
 #define PROMPT 100
 #define BSEQS  3 /* the batched steps' sequences */
 #define BSTEPS 8
+#define IMPORT 200 /* positions imported into a sequence of their own, then ISTEPS steps */
+#define ISTEPS 4
 
 /* In a child: a card prefill of PROMPT tokens, then STEPS greedy decode steps from token 1, then
  * BSTEPS batched steps of BSEQS new sequences on fpga-emu:0 with TANDEM_EMU_THREADS `threads`;
@@ -38,7 +42,8 @@ static int decode_child(const char *threads, const char *path)
         float *lg = malloc(sizeof(float) * (size_t)m->cfg.vocab);
         accel_seq *s;
         if (!f || !lg || accel_seq_new(d, PROMPT + STEPS + 1, &s)) _exit(3);
-        uint64_t jobs[3] = {0, 0, 0}; /* the prefill's, the decode steps', the batched ones' */
+        /* the prefill's, the decode steps', the batched ones', the import's */
+        uint64_t jobs[4] = {0, 0, 0, 0};
         fwrite(jobs, sizeof jobs, 1, f);
         int32_t ids[PROMPT];
         for (int i = 0; i < PROMPT; i++) ids[i] = (int32_t)((i * 53 + 17) % m->cfg.vocab);
@@ -70,6 +75,33 @@ static int decode_child(const char *threads, const char *path)
             for (int i = 0; i < BSEQS; i++) bid[i] = (int32_t)((bid[i] * 7 + t + 1) % m->cfg.vocab);
         }
         if (!blg) _exit(9);
+        /* an import (kv_scatter's slots, kv_check's layers), decoded from */
+        const model_config *cf = &m->cfg;
+        size_t nf = (size_t)IMPORT * cf->n_kv_heads * cf->head_dim;
+        size_t need = cpu_kv_layer_bytes(PROTO_KV_INT8, IMPORT, cf->n_kv_heads, cf->head_dim);
+        float *k = malloc(sizeof(float) * nf), *v = malloc(sizeof(float) * nf);
+        void *buf = aligned_alloc(64, (need + 63) & ~(size_t)63);
+        accel_seq *is;
+        if (!k || !v || !buf || accel_seq_new(d, IMPORT + ISTEPS, &is)) _exit(10);
+        for (int l = 0; l < cf->n_layers; l++) {
+            for (size_t i = 0; i < nf; i++) {
+                k[i] = (float)((i * 2654435761u + (size_t)l * 977) % 2001) / 1000.0f - 1.0f;
+                v[i] = (float)((i * 40503u + (size_t)l * 131) % 1999) / 999.0f - 1.0f;
+            }
+            proto_kv_layer ch;
+            if (cpu_kv_quantize_layer(PROTO_KV_INT8, k, v, l, 0, IMPORT, cf->n_kv_heads,
+                                      cf->head_dim, buf, need, &ch) ||
+                accel_kv_import(d, is, &ch))
+                _exit(11);
+        }
+        if (accel_seq_len(d, is) != IMPORT) _exit(13);
+        jobs[3] = fpga_dev_card(d)->imp_par_jobs;
+        id = 5;
+        for (int t = 0; t < ISTEPS; t++) {
+            if (accel_decode(d, 1, &is, &id, lg)) _exit(12);
+            fwrite(lg, sizeof(float), (size_t)m->cfg.vocab, f);
+            id = (id * 13 + 7) % m->cfg.vocab;
+        }
         rewind(f);
         fwrite(jobs, sizeof jobs, 1, f);
         _exit(fclose(f) ? 5 : 0);
@@ -103,17 +135,19 @@ TEST(fpga_par_heads_same_bits)
     REQUIRE(decode_child("4", four) == 0);
     size_t n1, n4;
     uint8_t *a = slurp(one, &n1), *b = slurp(four, &n4);
-    REQUIRE(a && b && n1 == n4 && n1 > 24);
-    uint64_t j1[3], j4[3];
-    memcpy(j1, a, 24);
-    memcpy(j4, b, 24);
-    CHECK(j1[0] == 0 && j1[1] == 0 && j1[2] == 0); /* one thread: everything in loops */
+    REQUIRE(a && b && n1 == n4 && n1 > 32);
+    uint64_t j1[4], j4[4];
+    memcpy(j1, a, 32);
+    memcpy(j4, b, 32);
+    CHECK(j1[0] == 0 && j1[1] == 0 && j1[2] == 0 && j1[3] == 0); /* one thread: in loops */
     CHECK_MSG(j4[0] > 0, "the prefill handed nothing off");
     /* a step: each layer's attention and four matrix products (QKV, O, gate/up, down), then the
      * LM head; stories260K has 5 layers */
     CHECK_MSG(j4[1] >= STEPS * (5 * 5 + 1), "%llu decode jobs", (unsigned long long)j4[1]);
     CHECK_MSG(j4[2] >= BSTEPS * (5 * 4 + 1), "%llu batched decode jobs", (unsigned long long)j4[2]);
-    CHECK_MSG(!memcmp(a + 24, b + 24, n1 - 24), "the logits differ");
+    /* every layer's kv_scatter run and the kv_check run at the end */
+    CHECK_MSG(j4[3] >= 5 + 1, "%llu import jobs", (unsigned long long)j4[3]);
+    CHECK_MSG(!memcmp(a + 32, b + 32, n1 - 32), "the logits differ");
     free(a);
     free(b);
 }
