@@ -42,11 +42,12 @@ typedef struct bseq {
 /* One batched step over the live entries of v (len < 0: not in the batch); logits per entry. */
 static int bstep(accel_dev *d, bseq *v, int n, float *lg, int *rows)
 {
-    accel_seq *seqs[16];
-    int32_t ids[16];
+    accel_seq *seqs[16] = {0}; /* zeroed: gcc -O1 (the ASan build) saw them maybe unset */
+    int32_t ids[16] = {0};
     int k = 0;
     for (int i = 0; i < n; i++) {
         if (v[i].len < 0) continue;
+        if (k == 16) return ACCEL_ERR_INVALID; /* more than the arrays hold */
         seqs[k] = v[i].s;
         ids[k] = tok(v[i].len, v[i].salt, accel_model(d)->cfg.vocab);
         rows[i] = k++;
