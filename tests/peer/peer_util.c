@@ -39,6 +39,26 @@ int two_start_pf(two *t, int rx_threads, accel_dev **pf)
     return *pf ? 0 : -1;
 }
 
+int two_remote(const two *t, int transport, peer_node **node, accel_dev **rd)
+{
+    char err[256];
+    *rd = NULL;
+    int st = peer_node_connect(t->addr, "nodeA", KEY, t->m, 5, node, err, sizeof err);
+    if (st != PEER_OK) {
+        t_fail(__FILE__, __LINE__, "peer_node_connect: %s", err);
+        return -1;
+    }
+    peer_node_set_transport(*node, transport);
+    *rd = devices_open_remote(*node, 0, t->m, NULL, err, sizeof err);
+    if (!*rd) {
+        t_fail(__FILE__, __LINE__, "devices_open_remote: %s", err);
+        peer_node_free(*node);
+        *node = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 void two_stop(two *t)
 {
     peer_server_stop(t->srv);

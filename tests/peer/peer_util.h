@@ -29,6 +29,10 @@ int two_start_rx(two *t, const char *device, int rx_threads);
  * the same model in *pf; -1 (the failure reported) when either cannot. */
 int two_start_pf(two *t, int rx_threads, accel_dev **pf);
 void two_stop(two *t);
+/* Node A's side of t: connected as "nodeA" with `transport` (PEER_TRANSPORT_*; AUTO is the
+ * default) and node B's device 0 opened as a remote device. 0, or -1 with the failure reported
+ * and nothing left open. */
+int two_remote(const two *t, int transport, peer_node **node, accel_dev **rd);
 
 /* KV of a prompt prefilled on `src`, collected as wire chunks' views: the sink copies each
  * layer into one buffer per layer (the chunk is valid only during the call). */

@@ -255,7 +255,6 @@ static void remote_decodes(int poll_us, int rx_threads)
     setenv("TANDEM_PEER_FAULT", "kv_bitflip=6", 1);
     accel_dev *pf;
     if (two_start_pf(&t, rx_threads, &pf)) return;
-    char err[256];
     int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
     int n = 8;
     kvcopy kv = {0};
@@ -268,16 +267,11 @@ static void remote_decodes(int poll_us, int rx_threads)
      * worker address (in one process UCX picks among shared memory, cma and tcp for it) */
     for (int pass = 0; pass < 2; pass++) {
         peer_node *node;
-        REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
-        peer_node_set_transport(node, pass ? PEER_TRANSPORT_ADDRESS : PEER_TRANSPORT_STREAM);
+        accel_dev *rd;
+        if (two_remote(&t, pass ? PEER_TRANSPORT_ADDRESS : PEER_TRANSPORT_STREAM, &node, &rd))
+            break;
         CHECK_STR(peer_node_name(node), "nodeB");
         CHECK_EQ(peer_node_n_devs(node), 1);
-        accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
-        CHECK_MSG(rd, "pass %d: %s", pass, err);
-        if (!rd) {
-            peer_node_free(node);
-            break;
-        }
         accel_info info;
         accel_get_info(rd, &info);
         CHECK_STR(info.name, "nodeB/cpu");
@@ -371,7 +365,6 @@ TEST(peer_remote_argmax_ships_tokens)
     two t;
     accel_dev *pf;
     if (two_start_pf(&t, 0, &pf)) return;
-    char err[256];
     const int vocab = t.m->cfg.vocab, n = 8, steps = 4;
     int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
     kvcopy kv = {0};
@@ -380,10 +373,8 @@ TEST(peer_remote_argmax_ships_tokens)
     float *lg = malloc(sizeof(float) * 2 * (size_t)vocab), *ref = malloc(sizeof(float) * 2 * (size_t)vocab);
 
     peer_node *node;
-    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
-    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
-    CHECK_MSG(rd, "%s", err);
-    REQUIRE(rd);
+    accel_dev *rd;
+    REQUIRE(two_remote(&t, PEER_TRANSPORT_AUTO, &node, &rd) == 0);
     accel_info info;
     accel_get_info(rd, &info);
     CHECK(info.caps & ACCEL_CAP_DECODE_ARGMAX);
@@ -437,7 +428,6 @@ TEST(peer_truncated_chunk_detected)
     two t;
     accel_dev *pf;
     if (two_start_pf(&t, 0, &pf)) return;
-    char err[256];
     int32_t ids[] = {1, 403, 407, 261, 378, 429, 267, 297};
     kvcopy kv = {0};
     int32_t first, want[6], got[6];
@@ -447,15 +437,10 @@ TEST(peer_truncated_chunk_detected)
         /* layer 2 of the first import, then layer 4 of the same: the last of its run */
         setenv("TANDEM_PEER_FAULT", pass ? "kv_truncate=5" : "kv_truncate=3", 1);
         peer_node *node;
-        REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
-        peer_node_set_transport(node, pass ? PEER_TRANSPORT_ADDRESS : PEER_TRANSPORT_STREAM);
-        accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
+        accel_dev *rd;
+        int bad = two_remote(&t, pass ? PEER_TRANSPORT_ADDRESS : PEER_TRANSPORT_STREAM, &node, &rd);
         unsetenv("TANDEM_PEER_FAULT");
-        CHECK_MSG(rd, "pass %d: %s", pass, err);
-        if (!rd) {
-            peer_node_free(node);
-            break;
-        }
+        if (bad) break;
         memset(got, 0, sizeof got);
         CHECK_EQ(import_decode(rd, &kv, first, 6, got), ACCEL_ERR_CORRUPT);
         accel_info info;
@@ -478,12 +463,9 @@ TEST(peer_remote_carries_block_size_and_decode_curve)
 {
     two t;
     if (two_start(&t, "fpga-emu:0")) return;
-    char err[256];
     peer_node *node;
-    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
-    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
-    CHECK_MSG(rd, "%s", err);
-    if (rd) {
+    accel_dev *rd;
+    if (two_remote(&t, PEER_TRANSPORT_AUTO, &node, &rd) == 0) {
         accel_info lent, remote;
         accel_get_info(t.lent, &lent);
         accel_get_info(rd, &remote);
@@ -497,8 +479,8 @@ TEST(peer_remote_carries_block_size_and_decode_curve)
         CHECK(remote.decode_curve.ctx == lent.decode_curve.ctx &&
               remote.decode_curve.s_per_pos == lent.decode_curve.s_per_pos);
         accel_free(rd);
+        peer_node_free(node);
     }
-    peer_node_free(node);
     two_stop(&t);
 }
 
@@ -542,9 +524,8 @@ TEST(peer_dead_node_noticed_and_reused)
     if (two_start(&t, "cpu")) return;
     char err[256];
     peer_node *node;
-    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
-    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
-    REQUIRE(rd);
+    accel_dev *rd;
+    REQUIRE(two_remote(&t, PEER_TRANSPORT_AUTO, &node, &rd) == 0);
     accel_seq *old;
     REQUIRE(accel_seq_new(rd, 8, &old) == 0);
     peer_server_stop(t.srv);

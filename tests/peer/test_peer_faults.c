@@ -65,11 +65,9 @@ static void fault_through_the_peer(const char *kind, const int want[3], const ch
     if (two_start(&t, "fpga-emu:0")) return;
     g_lines[0] = 0;
     peer_set_log(keep_line);
-    char err[256];
     peer_node *node;
-    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
-    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
-    REQUIRE(rd);
+    accel_dev *rd;
+    REQUIRE(two_remote(&t, PEER_TRANSPORT_AUTO, &node, &rd) == 0);
     float *lg = malloc(sizeof(float) * t.m->cfg.vocab);
     accel_seq *s;
     REQUIRE(accel_seq_new(rd, 16, &s) == 0);
@@ -135,9 +133,8 @@ TEST(peer_device_fault_on_import_logged_once)
     g_lines[0] = 0;
     peer_set_log(keep_line);
     peer_node *node;
-    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
-    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
-    REQUIRE(rd);
+    accel_dev *rd;
+    REQUIRE(two_remote(&t, PEER_TRANSPORT_AUTO, &node, &rd) == 0);
     accel_seq *s;
     REQUIRE(accel_seq_new(rd, 16, &s) == 0);
     int st = 0;

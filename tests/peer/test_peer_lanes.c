@@ -43,7 +43,6 @@ static void lanes(int rx_threads, int sm)
     two t;
     accel_dev *pf;
     if (two_start_pf(&t, rx_threads, &pf)) return;
-    char err[256];
     /* two prompts of 240 tokens: 30 KB chunks */
     enum { N = 240, STEPS = 6 };
     int32_t ids[2][N];
@@ -60,16 +59,14 @@ static void lanes(int rx_threads, int sm)
     const int L = kv[0].n;
     REQUIRE(L >= 3 && kv[1].n == L);
 
-    peer_node *node;
-    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
-    peer_node_set_transport(node, PEER_TRANSPORT_ADDRESS);
-    /* chunks count from 1 per device, A's and B's alternate: B's layer 1 is chunk 4 */
+    /* chunks count from 1 per device (the fault is read when it opens), A's and B's alternate:
+     * B's layer 1 is chunk 4 */
     setenv("TANDEM_PEER_FAULT", "kv_bitflip=4", 1);
-    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
+    peer_node *node;
+    accel_dev *rd;
+    int bad = two_remote(&t, PEER_TRANSPORT_ADDRESS, &node, &rd);
     unsetenv("TANDEM_PEER_FAULT");
-    CHECK_MSG(rd, "%s", err);
-    if (!rd) {
-        peer_node_free(node);
+    if (bad) {
         two_stop(&t);
         return;
     }

@@ -146,17 +146,14 @@ TEST(peer_tagged_chunk_lies_refused_on_its_sequence)
     free(huge);
 
     /* and a node that behaves still gets in and decodes */
-    char err[256];
     peer_node *node;
-    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
-    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
-    CHECK_MSG(rd, "%s", err);
-    if (rd) {
+    accel_dev *rd;
+    if (two_remote(&t, PEER_TRANSPORT_AUTO, &node, &rd) == 0) {
         int32_t out[2];
         CHECK_EQ(import_decode(rd, &kv, first, 2, out), 0);
         accel_free(rd);
+        peer_node_free(node);
     }
-    peer_node_free(node);
     free(b);
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     accel_free(pf);
@@ -220,11 +217,9 @@ static void strays_let_go(int rx_threads)
     kvcopy kv = {0};
     int32_t first;
     REQUIRE(prefill_kv(pf, ids, 8, &kv, &first) == 0);
-    char err[256];
     peer_node *node;
-    REQUIRE(peer_node_connect(t.addr, "nodeA", KEY, t.m, 5, &node, err, sizeof err) == PEER_OK);
-    accel_dev *rd = devices_open_remote(node, 0, t.m, NULL, err, sizeof err);
-    REQUIRE(rd);
+    accel_dev *rd;
+    REQUIRE(two_remote(&t, PEER_TRANSPORT_AUTO, &node, &rd) == 0);
 
     /* (1) a closed connection's chunks arriving after its close (sent here by another
      * connection in its tag range: to the node the same messages; UCX does not say who sent) */
