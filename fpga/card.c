@@ -486,7 +486,7 @@ static int finish_group(fpga_card *c, int g)
         if (fpga_xrt_emu_run_stats(c->x, c->r_sc[g], &rs) == 0) {
             c->sc_runs++;
             c->sc_modeled_ns += rs.modeled_ns;
-            c->imp_par_jobs += rs.par_jobs;
+            c->sc_par_jobs += rs.par_jobs;
         }
     }
     uint32_t rep[16];
@@ -611,7 +611,7 @@ int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, ui
         if (fpga_xrt_emu_run_stats(c->x, r, &rs) == 0) {
             c->check_runs++;
             c->check_modeled_ns += rs.modeled_ns;
-            c->imp_par_jobs += rs.par_jobs;
+            c->ck_par_jobs += rs.par_jobs;
         }
     }
     TRY(fpga_xrt_bo_sync(c->x, c->stage[0][0], XCL_BO_SYNC_BO_FROM_DEVICE, bytes, 0));

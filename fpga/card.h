@@ -86,7 +86,8 @@ typedef struct fpga_card {
     fpga_emu_run_stats last_pf;
     uint64_t pf_runs, pf_modeled_ns, gather_runs, gather_modeled_ns, check_runs, check_modeled_ns;
     uint64_t pf_par_jobs;  /* prefill runs' fpga_k_parallel jobs the emulator's threads took */
-    uint64_t imp_par_jobs; /* the same, the import's runs' (kv_scatter, kv_check) */
+    uint64_t sc_par_jobs;  /* the same, the import's kv_scatter runs' */
+    uint64_t ck_par_jobs;  /* the same, its kv_check runs' */
 } fpga_card;
 
 /* Loads the XRT library lib (NULL: the default), opens device `index`, loads `xclbin` if given

@@ -528,8 +528,12 @@ int main(int argc, char **argv)
         }
     }
     if (steps < 2 || steps > 500) steps = 256;
-    if (check_bits != 8 && check_bits != 4) check_bits = 0; /* both */
-    if (check_steps < 1 || check_steps > 64) check_steps = 3;
+    if ((check_bits && check_bits != 8 && check_bits != 4) || check_steps < 1 || check_steps > 64 ||
+        (check_only && !check)) {
+        fprintf(stderr, "fpga_decode_bench: --check-bits is 8 or 4, --check-steps 1..64, "
+                        "--check-only needs --check DIR\n");
+        return 2;
+    }
     if (batch_only) {
         part5();
         return 0;

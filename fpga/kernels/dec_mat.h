@@ -27,26 +27,33 @@ typedef struct fpga_kd_mat_job {
     float *const *y; /* y[v]: vector v's outputs, m->rows of them */
 } fpga_kd_mat_job;
 
-/* Channel ch's engine: its rows applied to every vector. */
-static inline void fpga_kd_mat_chan(void *ctx, uint32_t ch)
+/* Channel ch's engine: its rows applied to every vector, one output a cycle (the (row, vector)
+ * pairs in one pipelined loop: a decode step's rows, a batch's or a prefill chunk's vectors of a
+ * row after another). */
+static inline void fpga_kd_mat_chan_run(const fpga_kd_mat_job *j, uint32_t ch)
 {
-    const fpga_kd_mat_job *j = ctx;
     const fpga_dec_mat *m = j->m;
-    const uint32_t n = fpga_dec_rows_in(m, ch);
+    const uint32_t n = fpga_dec_rows_in(m, ch), nv = j->nv;
     if (!n) return;
     const uint8_t *base = j->ch[ch] + j->off;
     const uint8_t *sc = base + fpga_dec_scale_off(m, n);
     const uint64_t r0 = (uint64_t)ch * m->rpc;
-    for (uint32_t r = 0; r < n; r++) {
-        const uint8_t *w = base + (uint64_t)r * m->row_bytes,
-                      *ws = sc + (uint64_t)r * m->srow_bytes;
-        for (uint32_t v = 0; v < j->nv; v++) {
+    for (uint64_t i = 0; i < (uint64_t)n * nv; i++) {
 #pragma HLS PIPELINE II = 1
-            j->y[v][r0 + r] =
-                fpga_km_row_dot(w, ws, m->bits, m->group, m->k, j->xq[v], j->xs[v], j->agroup);
-        }
+        const uint32_t r = (uint32_t)(i / nv), v = (uint32_t)(i % nv);
+        j->y[v][r0 + r] =
+            fpga_km_row_dot(base + (uint64_t)r * m->row_bytes, sc + (uint64_t)r * m->srow_bytes,
+                            m->bits, m->group, m->k, j->xq[v], j->xs[v], j->agroup);
     }
 }
+
+#ifndef __SYNTHESIS__
+/* The same as an fpga_k_parallel iteration (the emulator's threads). */
+static inline void fpga_kd_mat_chan(void *ctx, uint32_t ch)
+{
+    fpga_kd_mat_chan_run(ctx, ch);
+}
+#endif
 
 /* y[v] = M x_v for v < nv (x_v quantized in xq[v] / xs[v]) with each channel's read, one
  * command; y_hbm: the outputs lie in HBM (the logits), each engine's slice of each a write
@@ -71,10 +78,11 @@ static inline void fpga_kd_mat_apply(uint8_t *const *ch, const fpga_dec_mat *m, 
     (void)bytes;
     for (uint32_t c = 0; c < FPGA_DEC_CH; c++) {
 #pragma HLS UNROLL
-        fpga_kd_mat_chan(&j, c);
+        fpga_kd_mat_chan_run(&j, c);
     }
 #else
-    fpga_k_parallel(FPGA_DEC_CH, fpga_kd_mat_chan, &j, bytes);
+    /* the work: the weights read once a vector (a chunk's T rows are T times a step's MACs) */
+    fpga_k_parallel(FPGA_DEC_CH, fpga_kd_mat_chan, &j, bytes * nv);
 #endif
 }
 

@@ -46,6 +46,7 @@ static uint8_t *sc_tile(const sc_ctx *c, uint32_t h, uint32_t part, uint32_t til
  * follow in a superblock; byte-enabled at the partial ends). Returns the bytes read. */
 static uint64_t scatter_slot_charge(const sc_ctx *c, const uint8_t *slot, uint32_t p0, uint32_t n)
 {
+    (void)slot; /* under HLS the commands compile to nothing */
     const uint64_t total = fpga_dec_stage_section(n, c->d.n_kv_heads, c->d.head_dim, 4);
     fpga_k_read(slot, total);
     for (uint32_t h = 0; h < c->d.n_kv_heads; h++)
@@ -140,7 +141,9 @@ void kv_scatter(uint8_t *stage0, uint8_t *stage1, uint8_t *stage2, uint8_t *stag
     }
     uint8_t *slots[FPGA_DEC_STAGE_SLOTS] = {stage0, stage1, stage2, stage3};
     uint32_t report[16] = {FPGA_DEC_STAGE_REPORT_MAGIC, layer, pos0, n};
-    const uint32_t used = (n + per - 1) / per; /* the slots the piece fills (the adapter: <= 4) */
+    /* the slots the piece fills (the adapter: n <= 4 x per, per > 0) */
+    uint32_t used = n / per + (n % per != 0);
+    if (used > FPGA_DEC_STAGE_SLOTS) used = FPGA_DEC_STAGE_SLOTS;
     uint64_t bytes = 0;
     for (uint32_t j = 0; j < used; j++) {
         uint32_t lo = j * per, cnt = n - lo < per ? n - lo : per;

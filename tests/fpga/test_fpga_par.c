@@ -25,9 +25,10 @@
 #define ISTEPS 4
 
 /* In a child: a card prefill of PROMPT tokens, then STEPS greedy decode steps from token 1, then
- * BSTEPS batched steps of BSEQS new sequences on fpga-emu:0 with TANDEM_EMU_THREADS `threads`;
- * writes the runs' par_jobs summed (the prefill's, the steps', the batched steps'), then the
- * prefill's logits and every step's, to path. */
+ * BSTEPS batched steps of BSEQS new sequences, then an import of IMPORT positions into a sequence
+ * of its own and ISTEPS steps from it, on fpga-emu:0 with TANDEM_EMU_THREADS `threads`; writes
+ * the runs' par_jobs summed (the prefill's, the steps', the batched steps', the import's
+ * kv_scatter and kv_check runs'), then the logits of the prefill and of every step, to path. */
 static int decode_child(const char *threads, const char *path)
 {
     pid_t pid = fork();
@@ -42,8 +43,8 @@ static int decode_child(const char *threads, const char *path)
         float *lg = malloc(sizeof(float) * (size_t)m->cfg.vocab);
         accel_seq *s;
         if (!f || !lg || accel_seq_new(d, PROMPT + STEPS + 1, &s)) _exit(3);
-        /* the prefill's, the decode steps', the batched ones', the import's */
-        uint64_t jobs[4] = {0, 0, 0, 0};
+        /* the prefill's, the decode steps', the batched ones', the import's scatter and check */
+        uint64_t jobs[5] = {0, 0, 0, 0, 0};
         fwrite(jobs, sizeof jobs, 1, f);
         int32_t ids[PROMPT];
         for (int i = 0; i < PROMPT; i++) ids[i] = (int32_t)((i * 53 + 17) % m->cfg.vocab);
@@ -95,7 +96,8 @@ static int decode_child(const char *threads, const char *path)
                 _exit(11);
         }
         if (accel_seq_len(d, is) != IMPORT) _exit(13);
-        jobs[3] = fpga_dev_card(d)->imp_par_jobs;
+        jobs[3] = fpga_dev_card(d)->sc_par_jobs;
+        jobs[4] = fpga_dev_card(d)->ck_par_jobs;
         id = 5;
         for (int t = 0; t < ISTEPS; t++) {
             if (accel_decode(d, 1, &is, &id, lg)) _exit(12);
@@ -135,19 +137,20 @@ TEST(fpga_par_heads_same_bits)
     REQUIRE(decode_child("4", four) == 0);
     size_t n1, n4;
     uint8_t *a = slurp(one, &n1), *b = slurp(four, &n4);
-    REQUIRE(a && b && n1 == n4 && n1 > 32);
-    uint64_t j1[4], j4[4];
-    memcpy(j1, a, 32);
-    memcpy(j4, b, 32);
-    CHECK(j1[0] == 0 && j1[1] == 0 && j1[2] == 0 && j1[3] == 0); /* one thread: in loops */
+    REQUIRE(a && b && n1 == n4 && n1 > 40);
+    uint64_t j1[5], j4[5];
+    memcpy(j1, a, 40);
+    memcpy(j4, b, 40);
+    for (int i = 0; i < 5; i++) CHECK_MSG(j1[i] == 0, "one thread handed off (%d)", i);
     CHECK_MSG(j4[0] > 0, "the prefill handed nothing off");
     /* a step: each layer's attention and four matrix products (QKV, O, gate/up, down), then the
      * LM head; stories260K has 5 layers */
     CHECK_MSG(j4[1] >= STEPS * (5 * 5 + 1), "%llu decode jobs", (unsigned long long)j4[1]);
     CHECK_MSG(j4[2] >= BSTEPS * (5 * 4 + 1), "%llu batched decode jobs", (unsigned long long)j4[2]);
-    /* every layer's kv_scatter run and the kv_check run at the end */
-    CHECK_MSG(j4[3] >= 5 + 1, "%llu import jobs", (unsigned long long)j4[3]);
-    CHECK_MSG(!memcmp(a + 32, b + 32, n1 - 32), "the logits differ");
+    /* each layer's kv_scatter runs, and the kv_check run at the end */
+    CHECK_MSG(j4[3] >= 5, "%llu scatter jobs", (unsigned long long)j4[3]);
+    CHECK_MSG(j4[4] >= 1, "%llu check jobs", (unsigned long long)j4[4]);
+    CHECK_MSG(!memcmp(a + 40, b + 40, n1 - 40), "the logits differ");
     free(a);
     free(b);
 }

@@ -39,19 +39,21 @@ int two_start_pf(two *t, int rx_threads, accel_dev **pf)
     return *pf ? 0 : -1;
 }
 
-int two_remote(const two *t, int transport, peer_node **node, accel_dev **rd)
+int two_remote_at(const char *file, int line, const two *t, int transport, peer_node **node,
+                  accel_dev **rd)
 {
     char err[256];
+    *node = NULL;
     *rd = NULL;
-    int st = peer_node_connect(t->addr, "nodeA", KEY, t->m, 5, node, err, sizeof err);
-    if (st != PEER_OK) {
-        t_fail(__FILE__, __LINE__, "peer_node_connect: %s", err);
+    if (peer_node_connect(t->addr, "nodeA", KEY, t->m, 5, node, err, sizeof err) != PEER_OK) {
+        *node = NULL;
+        t_fail(file, line, "peer_node_connect: %s", err);
         return -1;
     }
     peer_node_set_transport(*node, transport);
     *rd = devices_open_remote(*node, 0, t->m, NULL, err, sizeof err);
     if (!*rd) {
-        t_fail(__FILE__, __LINE__, "devices_open_remote: %s", err);
+        t_fail(file, line, "devices_open_remote (transport %d): %s", transport, err);
         peer_node_free(*node);
         *node = NULL;
         return -1;

@@ -31,8 +31,10 @@ int two_start_pf(two *t, int rx_threads, accel_dev **pf);
 void two_stop(two *t);
 /* Node A's side of t: connected as "nodeA" with `transport` (PEER_TRANSPORT_*; AUTO is the
  * default) and node B's device 0 opened as a remote device. 0, or -1 with the failure reported
- * and nothing left open. */
-int two_remote(const two *t, int transport, peer_node **node, accel_dev **rd);
+ * at the caller's line and nothing left open (*node and *rd NULL). */
+#define two_remote(t, transport, node, rd) two_remote_at(__FILE__, __LINE__, t, transport, node, rd)
+int two_remote_at(const char *file, int line, const two *t, int transport, peer_node **node,
+                  accel_dev **rd);
 
 /* KV of a prompt prefilled on `src`, collected as wire chunks' views: the sink copies each
  * layer into one buffer per layer (the chunk is valid only during the call). */
