@@ -27,9 +27,9 @@ typedef struct fpga_kd_mat_job {
     float *const *y; /* y[v]: vector v's outputs, m->rows of them */
 } fpga_kd_mat_job;
 
-/* Channel ch's engine: its rows applied to every vector, one output a cycle (the (row, vector)
- * pairs in one pipelined loop: a decode step's rows, a batch's or a prefill chunk's vectors of a
- * row after another). */
+/* Channel ch's engine: its rows applied to every vector, one output a cycle (a perfect loop nest
+ * that HLS flattens into one pipeline: a decode step's rows, a batch's or a prefill chunk's
+ * vectors of a row after another). */
 static inline void fpga_kd_mat_chan_run(const fpga_kd_mat_job *j, uint32_t ch)
 {
     const fpga_dec_mat *m = j->m;
@@ -38,12 +38,14 @@ static inline void fpga_kd_mat_chan_run(const fpga_kd_mat_job *j, uint32_t ch)
     const uint8_t *base = j->ch[ch] + j->off;
     const uint8_t *sc = base + fpga_dec_scale_off(m, n);
     const uint64_t r0 = (uint64_t)ch * m->rpc;
-    for (uint64_t i = 0; i < (uint64_t)n * nv; i++) {
+    for (uint32_t r = 0; r < n; r++) {
+#pragma HLS LOOP_FLATTEN
+        for (uint32_t v = 0; v < nv; v++) {
 #pragma HLS PIPELINE II = 1
-        const uint32_t r = (uint32_t)(i / nv), v = (uint32_t)(i % nv);
-        j->y[v][r0 + r] =
-            fpga_km_row_dot(base + (uint64_t)r * m->row_bytes, sc + (uint64_t)r * m->srow_bytes,
-                            m->bits, m->group, m->k, j->xq[v], j->xs[v], j->agroup);
+            j->y[v][r0 + r] =
+                fpga_km_row_dot(base + (uint64_t)r * m->row_bytes, sc + (uint64_t)r * m->srow_bytes,
+                                m->bits, m->group, m->k, j->xq[v], j->xs[v], j->agroup);
+        }
     }
 }
 
