@@ -1,5 +1,6 @@
 /* daemon/auth.c — see auth.h. */
 #include "daemon/auth.h"
+#include "proto/textfile.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,43 +49,46 @@ int dmn_auth_add_key(dmn_auth *a, const char *key, size_t len)
     return 0;
 }
 
-int dmn_auth_add_file(dmn_auth *a, const char *path, char *err, size_t errlen)
+int dmn_auth_add_text(dmn_auth *a, const char *text, size_t n, const char *name, char *err,
+                      size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, errlen, "cannot open key file %s: %s", path, strerror(errno));
-        return -1;
-    }
-    char line[4096];
-    int added = 0, rc = 0;
-    long total = 0;
-    while (fgets(line, sizeof line, f)) {
-        size_t n = strlen(line);
-        total += (long)n;
-        if (total > (1 << 20)) {
-            snprintf(err, errlen, "key file %s is over 1 MiB", path);
-            rc = -1;
-            break;
+    const char *at = text, *end = text + n, *line;
+    size_t len;
+    int added = 0, lineno = 0;
+    while (proto_textfile_line(&at, end, &line, &len)) {
+        lineno++;
+        proto_textfile_trim(&line, &len);
+        if (!len || *line == '#') continue;
+        if (len > DMN_AUTH_KEY_MAX || memchr(line, 0, len)) {
+            /* refused whole: a part of a line must not become a key */
+            snprintf(err, errlen, "key file %s:%d: %s", name, lineno,
+                     len > DMN_AUTH_KEY_MAX ? "a key over 4,095 bytes" : "a NUL byte");
+            return -1;
         }
-        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
-            line[--n] = 0;
-        char *s = line;
-        while (*s == ' ' || *s == '\t') s++;
-        if (!*s || *s == '#') continue;
-        if (dmn_auth_add_key(a, s, strlen(s)) < 0) {
+        if (dmn_auth_add_key(a, line, len) < 0) {
             snprintf(err, errlen, "out of memory");
-            rc = -1;
-            break;
+            return -1;
         }
         added++;
     }
-    OPENSSL_cleanse(line, sizeof line);
-    fclose(f);
-    if (rc == 0 && added == 0) {
-        snprintf(err, errlen, "key file %s holds no key", path);
-        rc = -1;
+    if (!added) {
+        snprintf(err, errlen, "key file %s holds no key", name);
+        return -1;
     }
-    return rc < 0 ? -1 : added;
+    return added;
+}
+
+int dmn_auth_add_file(dmn_auth *a, const char *path, char *err, size_t errlen)
+{
+    char *text, why[160];
+    size_t n;
+    if (proto_textfile_read(path, DMN_AUTH_FILE_MAX, &text, &n, why, sizeof why) < 0) {
+        snprintf(err, errlen, "key file %s: %s", path, why);
+        return -1;
+    }
+    int added = dmn_auth_add_text(a, text, n, path, err, errlen);
+    proto_textfile_free(text, n);
+    return added;
 }
 
 int dmn_auth_count(const dmn_auth *a)

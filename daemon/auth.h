@@ -18,9 +18,19 @@ void dmn_auth_free(dmn_auth *a);
 
 /* Adds a key (len bytes; empty keys are refused). Returns 0, or -1 when empty / out of memory. */
 int dmn_auth_add_key(dmn_auth *a, const char *key, size_t len);
-/* Adds every non-empty line of a file that does not start with '#' (surrounding blanks
- * trimmed). Returns the number of keys added, or -1 with a message in err (unreadable file,
- * no key in it, file over 1 MiB). */
+/* A key file: at most 1 MiB, a key at most 4,095 bytes a line. */
+#define DMN_AUTH_FILE_MAX (1u << 20)
+#define DMN_AUTH_KEY_MAX  4095
+
+/* Adds every line of text (n bytes) that is not empty and does not start with '#', white space
+ * trimmed from both ends, as a key. Returns the number of keys added, or -1 with a message in err
+ * naming `name` and the line: a key over DMN_AUTH_KEY_MAX bytes or with a NUL byte (refused whole,
+ * never cut into keys), no key at all, out of memory. Keys added before an error stay added (the
+ * daemon does not start on it). */
+int dmn_auth_add_text(dmn_auth *a, const char *text, size_t n, const char *name, char *err,
+                      size_t errlen);
+/* dmn_auth_add_text over a file read whole (proto_textfile_read: at most DMN_AUTH_FILE_MAX, no
+ * NUL byte, unbuffered; wiped after). Returns the keys added, or -1 with a message in err. */
 int dmn_auth_add_file(dmn_auth *a, const char *path, char *err, size_t errlen);
 
 /* Number of keys; 0 means authentication is off. */

@@ -1,6 +1,7 @@
 /* daemon/config.c — see config.h. */
 #include "daemon/config.h"
 #include "daemon/model_dir.h"
+#include "proto/textfile.h"
 #include "scheduler/accel.h"
 #include <ctype.h>
 #include <errno.h>
@@ -232,48 +233,14 @@ void dmn_config_deinit(dmn_config *c)
 #define CONFIG_FILE_MAX (1 << 20)
 #define CONFIG_LINE_MAX 4096
 
-/* The file's bytes, at most CONFIG_FILE_MAX: read whole before any is parsed (a pipe or a
- * device reads the same way), so that its size is bounded by what was read, not by what the lines
- * hold. NUL-terminated into *out (malloc'd, *n bytes); -1 with a message (not found, too large, a
- * NUL byte: a binary file named by mistake). */
-static int read_file(const char *path, char **out, size_t *n, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open config file %s: %s", path, strerror(errno));
-        return -1;
-    }
-    /* no copy of the file (it may hold keys) left in stdio's buffer */
-    (void)setvbuf(f, NULL, _IONBF, 0);
-    char *buf = malloc(CONFIG_FILE_MAX + 2);
-    size_t got = 0, r = 0;
-    while (buf && got <= CONFIG_FILE_MAX &&
-           (r = fread(buf + got, 1, CONFIG_FILE_MAX + 1 - got, f)) > 0)
-        got += r;
-    const int rerr = ferror(f) ? errno : 0;
-    const char *why = !buf                    ? "out of memory"
-                      : rerr                  ? strerror(rerr)
-                      : got > CONFIG_FILE_MAX ? "over 1 MiB"
-                      : memchr(buf, 0, got)   ? "a NUL byte (not a text file)"
-                                              : NULL;
-    fclose(f);
-    if (why) {
-        snprintf(err, errlen, "config file %s: %s", path, why);
-        if (buf) OPENSSL_cleanse(buf, got);
-        free(buf);
-        return -1;
-    }
-    buf[got] = 0;
-    *out = buf;
-    *n = got;
-    return 0;
-}
-
 static int load_file(dmn_config *c, const char *path, char *err, size_t errlen)
 {
-    char *text;
+    char *text, why[160];
     size_t n;
-    if (read_file(path, &text, &n, err, errlen) < 0) return -1;
+    if (proto_textfile_read(path, CONFIG_FILE_MAX, &text, &n, why, sizeof why) < 0) {
+        snprintf(err, errlen, "config file %s: %s", path, why);
+        return -1;
+    }
     char where[PATH_MAX + 32];
     int lineno = 0, rc = 0;
     for (char *line = text, *next; rc == 0 && line < text + n; line = next) {
@@ -316,8 +283,7 @@ static int load_file(dmn_config *c, const char *path, char *err, size_t errlen)
         }
         if (set_key(c, k, v, where, err, errlen) < 0) rc = -1;
     }
-    OPENSSL_cleanse(text, n); /* the file may hold keys */
-    free(text);
+    proto_textfile_free(text, n); /* wiped: the file may hold keys */
     return rc;
 }
 

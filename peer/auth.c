@@ -1,5 +1,6 @@
 /* peer/auth.c — see auth.h. */
 #include "peer/auth.h"
+#include "proto/textfile.h"
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -33,36 +34,50 @@ int peer_mac_equal(const uint8_t a[PEER_MAC], const uint8_t b[PEER_MAC])
     return CRYPTO_memcmp(a, b, PEER_MAC) == 0 && CRYPTO_memcmp(a, zero, PEER_MAC) != 0;
 }
 
+int peer_key_parse(const char *text, size_t n, char *out, size_t out_cap, char *err, size_t errlen)
+{
+    const char *k = text;
+    size_t len = n;
+    proto_textfile_trim(&k, &len);
+    const char *why = !len                   ? "no key"
+                      : memchr(k, 0, len)    ? "a NUL byte"
+                      : memchr(k, '\n', len) ? "more than one line"
+                                             : NULL;
+    if (why) {
+        snprintf(err, errlen, "the peer key: %s", why);
+        return -1;
+    }
+    if (len < PEER_KEY_MIN || len > PEER_KEY_MAX || len + 1 > out_cap) {
+        snprintf(err, errlen, "the peer key must be %d to %d characters (it has %zu)", PEER_KEY_MIN,
+                 PEER_KEY_MAX, len);
+        return -1;
+    }
+    memmove(out, k, len);
+    out[len] = 0;
+    return 0;
+}
+
 int peer_key_load(const char *value, const char *file, char *out, size_t out_cap, char *err,
                   size_t errlen)
 {
-    char buf[PEER_KEY_MAX + 2];
-    const char *src = value;
-    if ((!value || !value[0]) && file && file[0]) {
-        FILE *f = fopen(file, "r");
-        if (!f) {
-            snprintf(err, errlen, "peer_key_file %s: %s", file, strerror(errno));
-            return -1;
-        }
-        if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
-        fclose(f);
-        src = buf;
-    }
-    if (!src || !src[0]) {
+    if (value && value[0]) return peer_key_parse(value, strlen(value), out, out_cap, err, errlen);
+    if (!file || !file[0]) {
         snprintf(err, errlen, "peers need a shared key: set peer_key or peer_key_file");
         return -1;
     }
-    while (isspace((unsigned char)*src)) src++;
-    size_t n = strlen(src);
-    while (n && isspace((unsigned char)src[n - 1])) n--;
-    if (n < PEER_KEY_MIN || n > PEER_KEY_MAX || n + 1 > out_cap) {
-        snprintf(err, errlen, "the peer key must be %d to %d characters (it has %zu)", PEER_KEY_MIN,
-                 PEER_KEY_MAX, n);
-        OPENSSL_cleanse(buf, sizeof buf);
+    char *text, why[160];
+    size_t n;
+    /* the key on its first line; what follows is the operator's (a comment, say), bounded */
+    if (proto_textfile_read(file, PEER_KEY_FILE_MAX, &text, &n, why, sizeof why) < 0) {
+        snprintf(err, errlen, "peer_key_file %s: %s", file, why);
         return -1;
     }
-    memmove(out, src, n);
-    out[n] = 0;
-    OPENSSL_cleanse(buf, sizeof buf);
-    return 0;
+    const char *at = text, *line = text;
+    size_t len = 0;
+    proto_textfile_line(&at, text + n, &line, &len);
+    char perr[160];
+    int rc = peer_key_parse(line, len, out, out_cap, perr, sizeof perr);
+    if (rc) snprintf(err, errlen, "peer_key_file %s: %s", file, perr);
+    proto_textfile_free(text, n);
+    return rc;
 }

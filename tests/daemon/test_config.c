@@ -1,10 +1,13 @@
 /* Tests for daemon/config.c (precedence flag > env > file > default, bounds, errors), the
  * documentation of every key in deploy/tandem.conf.example, daemon/auth.c and daemon/metrics.c. */
 #include "tests/test.h"
+#include "tests/util.h"
 #include "daemon/auth.h"
 #include "daemon/config.h"
 #include "daemon/metrics.h"
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static char *write_file(const char *name, const char *text)
@@ -284,6 +287,43 @@ TEST(auth_keys)
     CHECK_EQ(dmn_auth_add_file(a, write_file("empty", "# nothing\n"), err, sizeof err), -1);
     CHECK(strstr(err, "no key") != NULL);
     CHECK_EQ(dmn_auth_add_file(a, "/nonexistent", err, sizeof err), -1);
+    dmn_auth_free(a);
+}
+
+/* A key file is read whole and bounded (proto/textfile.h): a key line too long or with a NUL byte
+ * is refused whole with its line's number — fgets in 4 KiB pieces made a 5,000-byte line two
+ * keys, each a part of it, and a NUL byte cut a key short —, a device that never ends or a
+ * directory are refused, a 4,095-byte key is one key. */
+TEST(auth_key_file_bounds)
+{
+    dmn_auth *a = dmn_auth_new();
+    char err[256], path[512];
+    char *big = malloc(5002);
+    REQUIRE(big);
+    memset(big, 'k', 5000);
+    big[5000] = '\n';
+    big[5001] = 0;
+    snprintf(path, sizeof path, "%s/keys.long", t_tmpdir());
+    REQUIRE(t_write_file(path, big, 5001) == 0);
+    CHECK_EQ(dmn_auth_add_file(a, path, err, sizeof err), -1);
+    CHECK_MSG(strstr(err, ":1: a key over 4,095 bytes"), "%s", err);
+    CHECK_EQ(dmn_auth_count(a), 0);
+    CHECK(!dmn_auth_check(a, big, 4095));              /* no part of it became a key */
+    REQUIRE(t_write_file(path, big + 905, 4096) == 0); /* 4,095 bytes and the line's end */
+    CHECK_EQ(dmn_auth_add_file(a, path, err, sizeof err), 1);
+    CHECK(dmn_auth_check(a, big, 4095));
+    REQUIRE(t_write_file(path, "sk-one\nsk-t\0wo\n", 15) == 0);
+    CHECK_EQ(dmn_auth_add_file(a, path, err, sizeof err), -1);
+    CHECK_MSG(strstr(err, "NUL") && strstr(err, path), "%s", err);
+    CHECK(!dmn_auth_check(a, "sk-t", 4));
+    CHECK_EQ(dmn_auth_add_file(a, "/dev/zero", err, sizeof err), -1);
+    CHECK_MSG(strstr(err, "/dev/zero"), "%s", err);
+    CHECK_EQ(dmn_auth_add_file(a, t_tmpdir(), err, sizeof err), -1);
+    CHECK_MSG(strstr(err, "directory"), "%s", err);
+    /* the text parser alone: a NUL byte inside a line, as a fuzzer may give it */
+    CHECK_EQ(dmn_auth_add_text(a, "x\n\0y\n", 5, "t", err, sizeof err), -1);
+    CHECK_MSG(strstr(err, "t:2: a NUL byte"), "%s", err);
+    free(big);
     dmn_auth_free(a);
 }
 

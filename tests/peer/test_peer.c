@@ -55,6 +55,21 @@ TEST(peer_key_bounds)
     CHECK(peer_key_load(NULL, path, key, sizeof key, err, sizeof err) == 0);
     CHECK_STR(key, KEY);
     CHECK(peer_key_load(NULL, "/nonexistent/key", key, sizeof key, err, sizeof err) < 0);
+    /* read whole and bounded: a NUL byte (it cut the key short: 16 bytes of a longer key passed),
+     * an empty first line, a device that never ends are refused, naming the file */
+    CHECK(t_write_file(path, KEY "\0tail\n", strlen(KEY) + 6) == 0);
+    CHECK(peer_key_load(NULL, path, key, sizeof key, err, sizeof err) < 0);
+    CHECK_MSG(strstr(err, "NUL") && strstr(err, path), "%s", err);
+    CHECK(t_write_file(path, "\n" KEY "\n", strlen(KEY) + 2) == 0);
+    CHECK(peer_key_load(NULL, path, key, sizeof key, err, sizeof err) < 0);
+    CHECK_MSG(strstr(err, "no key"), "%s", err);
+    CHECK(peer_key_load(NULL, "/dev/zero", key, sizeof key, err, sizeof err) < 0);
+    CHECK_MSG(strstr(err, "/dev/zero"), "%s", err);
+    /* the parser alone: one line only, bounds */
+    CHECK(peer_key_parse(KEY "\nmore", strlen(KEY) + 5, key, sizeof key, err, sizeof err) < 0);
+    CHECK_MSG(strstr(err, "more than one line"), "%s", err);
+    CHECK(peer_key_parse(KEY, strlen(KEY), key, strlen(KEY), err, sizeof err) < 0); /* no room */
+    CHECK(peer_key_parse(KEY, strlen(KEY), key, sizeof key, err, sizeof err) == 0);
 }
 
 TEST(peer_msg_bounds)
