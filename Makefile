@@ -295,7 +295,7 @@ FUZZ_DIR     := build/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -O1 -g $(filter -march=%,$(OPT)) -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -Wno-unused-parameter \
                 -fno-strict-aliasing -I. $(PKG_CFLAGS) -MMD -MP $(FUZZ_SAN)
-FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(filter proto/%.c model/%.c sparse/%.c daemon/http_parse.c peer/msg.c peer/auth.c daemon/config.c daemon/auth.c daemon/model_dir.c devices/exe_dir.c scheduler/accel.c,$(LIB_SRC)))
+FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(filter proto/%.c model/%.c sparse/%.c daemon/http_parse.c peer/msg.c peer/auth.c daemon/config.c daemon/auth.c daemon/model_dir.c devices/exe_dir.c scheduler/accel.c,$(LIB_SRC)) $(EMU_SRC))
 FUZZ_HELPERS := $(FUZZ_DIR)/obj/tests/fuzz/harness/harness_util.o \
                 $(FUZZ_DIR)/obj/tests/fuzz/harness/tiny_model.o
 FUZZ_NAMES   := $(patsubst tests/fuzz/harness/fuzz_%.c,%,$(wildcard tests/fuzz/harness/fuzz_*.c))
