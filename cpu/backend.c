@@ -962,7 +962,7 @@ accel_dev *cpu_accel_open(int index, const model *m, const accel_opts *o, char *
     if (!d) return NULL;
     d->base.i = &cpu_i;
     d->base.m = m;
-    d->base.opts = *o;
+    d->base.opts = accel_opts_kept(o);
     const model_config *c = &m->cfg;
     d->base.kv_bytes_per_token = 2ull * c->n_layers * c->n_kv_heads * c->head_dim * sizeof(float);
     if (tls_open(d, m, o, err, errlen)) {

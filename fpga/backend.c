@@ -807,7 +807,7 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
     }
     d->base.i = &fpga_i;
     d->base.m = m;
-    d->base.opts = *o;
+    d->base.opts = accel_opts_kept(o);
     d->index = index;
     d->emu = emu;
     const model_config *c = &m->cfg;

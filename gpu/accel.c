@@ -438,7 +438,7 @@ accel_dev *gpu_plugin_open(int index, const model *m, const accel_opts *o,
     }
     d->base.i = &gpu_i;
     d->base.m = m;
-    d->base.opts = *o;
+    d->base.opts = accel_opts_kept(o);
     /* the pool's whole blocks (ACCEL_CAP_PAGED: kv_blocks_total = mem_total / kv_block_bytes) */
     int total, used, cached;
     gpu_kv_usage(e, &total, &used, &cached);

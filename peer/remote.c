@@ -814,7 +814,7 @@ accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opt
     }
     d->base.i = &remote_i;
     d->base.m = m;
-    if (o) d->base.opts = *o;
+    if (o) d->base.opts = accel_opts_kept(o);
     d->base.kv_bytes_per_token = d->di.kv_bytes_per_token;
     d->base.mem_total = o && o->mem_limit && o->mem_limit < d->di.mem_total ? o->mem_limit : d->di.mem_total;
     pthread_mutex_lock(&n->mu);

@@ -42,6 +42,13 @@ const char *accel_health_name(enum accel_health h)
     return "?";
 }
 
+accel_opts accel_opts_kept(const accel_opts *o)
+{
+    accel_opts k = *o;
+    k.lib_path = NULL;
+    return k;
+}
+
 int accel_dev_fail(accel_dev *d)
 {
     atomic_store(&d->health, ACCEL_HEALTH_FAILED);

@@ -152,7 +152,9 @@ typedef struct accel_opts {
     enum proto_kv_dtype kv_dtype; /* dtype the device exports / imports KV in (default int8) */
     const char *lib_path;     /* cuda: the plugin (NULL: the one gpu_half picks, found beside the
                                  binary or in ../lib/tandem; a path given here wins, whatever
-                                 gpu_half says); fpga: libxrt_coreutil.so.2 or emulator */
+                                 gpu_half says); fpga: libxrt_coreutil.so.2 or emulator.
+                                 Read while the device opens; the device keeps no copy of
+                                 the pointer */
     const char *xclbin;       /* fpga: bitstream path (NULL: use the loaded one / emulator) */
     int weight_bits;          /* fpga: 8 or 4 */
     int pace;                 /* fpga-emu: pace runs to the timing model in real time */

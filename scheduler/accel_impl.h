@@ -74,7 +74,8 @@ struct accel_dev_i {
 struct accel_dev {
     const struct accel_dev_i *i;
     const model *m;
-    accel_opts opts;
+    accel_opts opts;             /* the caller's, as accel_opts_kept gives them (a backend keeps
+                                    no pointer the caller may free: lib_path is NULL) */
     uint64_t mem_total;          /* KV budget, bytes */
     uint64_t kv_bytes_per_token; /* per position of one sequence */
     _Atomic uint64_t mem_reserved;
@@ -97,6 +98,10 @@ struct accel_seq {
     int split_n, split_next;
 };
 
+/* For backends: the options a device keeps (accel_dev.opts) — o's, with lib_path, which the
+ * open reads and no later call does, cleared: the caller's buffer (devices_open's own stack, for
+ * the emulator's path) does not outlive the open. */
+accel_opts accel_opts_kept(const accel_opts *o);
 /* For backends: mark the device FAILED (sticky) and return ACCEL_ERR_DEVICE. */
 int accel_dev_fail(accel_dev *d);
 /* For backends: mark the device DEGRADED (recoverable faults, e.g. a timed-out run). */

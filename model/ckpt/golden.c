@@ -143,21 +143,35 @@ int model_golden_list(const char *dir, char ***paths)
 {
     DIR *d = opendir(dir);
     if (!d) return -1;
-    int n = 0, cap = 16;
-    char **v = malloc(cap * sizeof *v);
+    int n = 0, cap = 16, oom = 0;
+    char **v = malloc((size_t)cap * sizeof *v);
     struct dirent *e;
-    while (v && (e = readdir(d))) {
+    while (v && !oom && (e = readdir(d))) {
         size_t len = strlen(e->d_name);
         if (len < 6 || strcmp(e->d_name + len - 5, ".json")) continue;
-        if (n == cap) v = realloc(v, (cap *= 2) * sizeof *v);
-        if (!v) break;
+        if (n == cap) {
+            char **nv = realloc(v, (size_t)cap * 2 * sizeof *v);
+            if (!nv) {
+                oom = 1;
+                break;
+            }
+            v = nv;
+            cap *= 2;
+        }
         size_t plen = strlen(dir) + len + 2;
-        v[n] = malloc(plen);
+        if (!(v[n] = malloc(plen))) {
+            oom = 1;
+            break;
+        }
         snprintf(v[n], plen, "%s/%s", dir, e->d_name);
         n++;
     }
     closedir(d);
-    if (!v) return -1;
+    if (!v || oom) { /* out of memory: no partial list */
+        for (int i = 0; v && i < n; i++) free(v[i]);
+        free(v);
+        return -1;
+    }
     qsort(v, n, sizeof *v, cmp_str);
     *paths = v;
     return n;
