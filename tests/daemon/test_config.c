@@ -5,6 +5,7 @@
 #include "daemon/auth.h"
 #include "daemon/config.h"
 #include "daemon/metrics.h"
+#include "proto/textfile.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,12 +223,11 @@ TEST(config_bytes)
 TEST(config_example_documents_every_key)
 {
     size_t len;
-    FILE *f = fopen("deploy/tandem.conf.example", "r");
-    REQUIRE(f);
-    static char text[1 << 16];
-    len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[len] = 0;
+    char *text, why[160];
+    int rd =
+        proto_textfile_read("deploy/tandem.conf.example", 1u << 20, &text, &len, why, sizeof why);
+    CHECK_MSG(rd == 0, "%s", why);
+    REQUIRE(rd == 0);
     for (int i = 0; dmn_config_key_name(i); i++) {
         char pat[80];
         snprintf(pat, sizeof pat, "\n# %s =", dmn_config_key_name(i));
@@ -243,6 +243,7 @@ TEST(config_example_documents_every_key)
     char err[256];
     CHECK_MSG(dmn_config_load(&c, 3, argv, env, err, sizeof err) == 0, "%s", err);
     dmn_config_deinit(&c);
+    proto_textfile_free(text, len);
 }
 
 TEST(config_resolves_bundled_model)
