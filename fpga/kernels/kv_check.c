@@ -47,7 +47,6 @@ static uint32_t ck_pad(uint32_t crc, uint64_t len)
 /* One layer's reads: the tiles it touches, one burst per (head, part) run. Returns the bytes. */
 static uint64_t ck_layer_reads(const ck_ctx *c, uint32_t l, uint32_t pos0, uint32_t n)
 {
-    (void)l; /* under HLS the commands compile to nothing */
     uint64_t bytes = 0;
     for (uint32_t h = 0; h < c->d.n_kv_heads; h++)
         for (uint32_t b = 0; b < c->d.kv_parts; b++) {

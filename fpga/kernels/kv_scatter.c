@@ -46,7 +46,6 @@ static uint8_t *sc_tile(const sc_ctx *c, uint32_t h, uint32_t part, uint32_t til
  * follow in a superblock; byte-enabled at the partial ends). Returns the bytes read. */
 static uint64_t scatter_slot_charge(const sc_ctx *c, const uint8_t *slot, uint32_t p0, uint32_t n)
 {
-    (void)slot; /* under HLS the commands compile to nothing */
     const uint64_t total = fpga_dec_stage_section(n, c->d.n_kv_heads, c->d.head_dim, 4);
     fpga_k_read(slot, total);
     for (uint32_t h = 0; h < c->d.n_kv_heads; h++)
