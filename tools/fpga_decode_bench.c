@@ -4,8 +4,10 @@
  *                           [--check-steps N]] [--prompt T] [--batch]
  *
  * 1. The emulator on stories260K: wall-clock decode tokens/s of the emulated card on this
- *    machine (the kernel's C code on one CPU thread, plus the host loop: step sync, run, logits
- *    sync), W8 and W4, beside the CPU backend; and the timing model's ms/token for the same runs.
+ *    machine (the kernel's C code on one CPU thread — stories260K's steps read less than the
+ *    emulator's threads take, TANDEM_EMU_PAR_MIN_BYTES — plus the host loop: step sync, run,
+ *    logits sync), W8 and W4, beside the CPU backend; and the timing model's ms/token for the
+ *    same runs.
  * 2. The timing model for real shapes (fpga/dec_model.c: the kernels' own memory commands,
  *    checked equal to the emulator's by tests/fpga/test_fpga_model.c): modeled ms/token of one
  *    decode run on a U280 for LLaMA2-7B (W8, W4) and Llama-3-8B (W4) at several context
