@@ -30,8 +30,8 @@ ANY = ["*"]
 # room -> (what its files may include: rooms, or single files; what the room is)
 # A file belongs to the longest room that is a prefix of its path. A room always reaches itself.
 RULES = {
-    "proto": ([], "OpenAI schema, errors, SSE, the KV wire format, the shared byte buffer and "
-              "UTF-8"),
+    "proto": ([], "OpenAI schema, errors, SSE, the KV wire format, the shared byte buffer, "
+              "UTF-8, small text files read whole (config, keys)"),
     "model": (["proto"], "checkpoints, tokenizer, chat templates, sampling, shared numerics"),
     "sparse": ([], "sparse attention methods' shared parameters and rules"),
     "scheduler": (["proto", "model", "sparse"], "the device interface accel.h, queues, dispatch, simulator"),
