@@ -1,7 +1,7 @@
 /* tools/fpga_decode_bench.c — the FPGA decode path's numbers (BENCHMARKS.md).
  *
  *   build/fpga_decode_bench [--steps N] [--check DIR [--check-only] [--check-bits 8|4]
- *                           [--check-steps N]] [--prompt T] [--batch]
+ *                           [--check-steps N] [--check-cards 2]] [--prompt T] [--batch]
  *
  * 1. The emulator on stories260K: wall-clock decode tokens/s of the emulated card on this
  *    machine (the kernel's C code on one CPU thread — stories260K's steps read less than the
@@ -20,7 +20,9 @@
  *    formula, the wall time per step, and an import of --prompt T random-KV positions against
  *    part 3's pipeline (with the last weights run). --check-only: part 4 alone; --check-bits:
  *    W8 or W4 only; --check-steps: decode steps a setting (default 3; the wall time is their
- *    mean).
+ *    mean). --check-cards 2: then fpga-emu:0 and fpga-emu:1 decode that many steps each at once,
+ *    from two threads (two requests on the default's two emulated cards: their kernels share
+ *    the emulator's threads, fpga/emu/emu_par.c), each card's wall time per step.
  * 5. The batched decode kernel's timing model for the same shapes at B = 1..16 and contexts
  *    1K / 4K / 8K: tokens/s per card and the bound that limits each (--batch: only this). */
 #include "cpu/kv_quant.h"
@@ -32,6 +34,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
@@ -409,7 +412,62 @@ static void part3(void)
 
 /* ---------------------------------------------------------------- 4. a real big shape */
 
-static void part4(const char *dir, int prompt, int only_bits, int steps)
+typedef struct card_steps {
+    accel_dev *d;
+    int steps, first, rc;
+    double wall; /* s per step */
+} card_steps;
+
+static void *card_steps_run(void *arg)
+{
+    card_steps *r = arg;
+    const model *m = accel_model(r->d);
+    float *lg = malloc(sizeof(float) * m->cfg.vocab);
+    accel_seq *s;
+    if (!lg || accel_seq_new(r->d, r->steps + 1, &s)) {
+        r->rc = 1;
+        free(lg);
+        return NULL;
+    }
+    double t0 = now_s();
+    for (int i = 0; i < r->steps && !r->rc; i++) {
+        int32_t id = r->first + i;
+        if (accel_decode(r->d, 1, &s, &id, lg)) r->rc = 2;
+    }
+    r->wall = (now_s() - t0) / r->steps;
+    accel_seq_free(r->d, s);
+    free(lg);
+    return NULL;
+}
+
+/* --check-cards 2: d (fpga-emu:0) and a second card stepping at once from two threads. */
+static void two_cards(const model *m, accel_dev *d, const accel_opts *o, int bits, int steps)
+{
+    char err[512];
+    accel_dev *d2 = devices_open("fpga-emu:1", m, o, err, sizeof err);
+    if (!d2) {
+        fprintf(stderr, "fpga-emu:1: %s\n", err);
+        return;
+    }
+    card_steps r[2] = {{.d = d, .steps = steps, .first = 1},
+                       {.d = d2, .steps = steps, .first = 101}};
+    pthread_t th[2];
+    int started = 0;
+    double t0 = now_s();
+    while (started < 2 && pthread_create(&th[started], NULL, card_steps_run, &r[started]) == 0)
+        started++;
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    double all = now_s() - t0;
+    if (started < 2 || r[0].rc || r[1].rc)
+        printf("| W%dA8, two cards at once | failed |\n", bits);
+    else
+        printf("| W%dA8, two cards at once (fpga-emu:0, fpga-emu:1) | | %.3f, %.3f | | | "
+               "both done in %.3f s |\n",
+               bits, r[0].wall, r[1].wall, all);
+    accel_free(d2);
+}
+
+static void part4(const char *dir, int prompt, int only_bits, int steps, int cards)
 {
     char err[512];
     model *m = model_load(dir, err, sizeof err);
@@ -455,6 +513,7 @@ static void part4(const char *dir, int prompt, int only_bits, int steps)
         printf("| W%dA8 | %.1f | %.3f | %.3f | %.3f | %s |\n", bits, t_open, wall,
                c->last_dec.modeled_ns / 1e6, mc.modeled_ns / 1e6, ok ? "yes" : "NO");
         accel_seq_free(d, s);
+        if (cards == 2) two_cards(m, d, &o, bits, steps);
         if (bits == (only_bits ? only_bits : 4) && prompt > 0) {
             /* an import of random KV: the real path's modeled PCIe and scatter time */
             const model_config *cf = &m->cfg;
@@ -510,7 +569,8 @@ static void part4(const char *dir, int prompt, int only_bits, int steps)
 
 int main(int argc, char **argv)
 {
-    int steps = 256, prompt = 4096, batch_only = 0, check_only = 0, check_bits = 0, check_steps = 3;
+    int steps = 256, prompt = 4096, batch_only = 0, check_only = 0, check_bits = 0, check_steps = 3,
+        check_cards = 1;
     const char *check = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
@@ -523,17 +583,20 @@ int main(int argc, char **argv)
             check_bits = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--check-steps") && i + 1 < argc)
             check_steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--check-cards") && i + 1 < argc)
+            check_cards = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: fpga_decode_bench [--steps N] [--check DIR [--check-only] "
-                            "[--check-bits 8|4] [--check-steps N]] [--prompt T] [--batch]\n");
+                            "[--check-bits 8|4] [--check-steps N] [--check-cards 2]] [--prompt T] "
+                            "[--batch]\n");
             return 2;
         }
     }
     if (steps < 2 || steps > 500) steps = 256;
     if ((check_bits && check_bits != 8 && check_bits != 4) || check_steps < 1 || check_steps > 64 ||
-        (check_only && !check)) {
+        (check_only && !check) || check_cards < 1 || check_cards > 2) {
         fprintf(stderr, "fpga_decode_bench: --check-bits is 8 or 4, --check-steps 1..64, "
-                        "--check-only needs --check DIR\n");
+                        "--check-cards 1 or 2, --check-only needs --check DIR\n");
         return 2;
     }
     if (batch_only) {
@@ -546,6 +609,6 @@ int main(int argc, char **argv)
         part3();
         part5();
     }
-    if (check) part4(check, prompt, check_bits, check_steps);
+    if (check) part4(check, prompt, check_bits, check_steps, check_cards);
     return 0;
 }

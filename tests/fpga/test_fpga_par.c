@@ -6,8 +6,16 @@
  * its card's worker (TANDEM_EMU_THREADS=1) and with four threads, the hand-off forced at any size
  * (TANDEM_EMU_PAR_MIN_BYTES=0), give the same logits bit for bit — and the threaded runs did hand
  * their work off (the runs' par_jobs: a step's KV heads and matrix products, layer by layer).
- * Each in a child process of its own: the pool is the loaded library's, started once. */
+ * Each in a child process of its own: the pool is the loaded library's, started once.
+ *
+ * Two kernels at once (two cards stepping) share the pool: fpga_par_two_jobs_share_the_pool. */
 #include "cpu/kv_quant.h"
+#include "devices/devices.h"
+#include "devices/exe_dir.h"
+#include "fpga/kernels/kernel.h"
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include "tests/fpga/fpga_util.h"
 #include "tests/test.h"
 #include <stdint.h>
@@ -151,6 +159,177 @@ TEST(fpga_par_heads_same_bits)
     CHECK_MSG(j4[3] >= 5, "%llu scatter jobs", (unsigned long long)j4[3]);
     CHECK_MSG(j4[4] >= 1, "%llu check jobs", (unsigned long long)j4[4]);
     CHECK_MSG(!memcmp(a + 40, b + 40, n1 - 40), "the logits differ");
+    free(a);
+    free(b);
+}
+
+/* ---- two jobs at once: a second card's kernel is not left to its own worker ---- */
+
+#define JA 2  /* job A's iterations: each waits until job B is done */
+#define JB 48 /* job B's: short, each notes its thread */
+
+typedef void (*par_fn)(uint32_t, fpga_k_iter_fn, void *, uint64_t);
+
+static struct {
+    par_fn par;
+    atomic_int a_in, b_done, a_timeout;
+    atomic_int a_runs[JA], b_runs[JB];
+    pthread_t b_th[JB];
+} g2;
+
+static void iter_a(void *ctx, uint32_t i)
+{
+    (void)ctx;
+    atomic_fetch_add(&g2.a_runs[i], 1);
+    atomic_fetch_add(&g2.a_in, 1);
+    for (int w = 0; w < 10000 && !atomic_load(&g2.b_done); w++) usleep(500); /* <= 5 s */
+    if (!atomic_load(&g2.b_done)) atomic_store(&g2.a_timeout, 1);
+}
+
+static void iter_b(void *ctx, uint32_t i)
+{
+    (void)ctx;
+    atomic_fetch_add(&g2.b_runs[i], 1);
+    g2.b_th[i] = pthread_self();
+    usleep(300);
+}
+
+static void *job_a(void *arg)
+{
+    (void)arg;
+    g2.par(JA, iter_a, NULL, 1);
+    return NULL;
+}
+
+/* In a child (four threads in all, every job handed off): job A's two iterations hold the caller
+ * and one pool thread until job B, handed in while they wait, is done; exits 0 when B's
+ * iterations each ran once on more than one thread (the two pool threads left: before, B's caller
+ * found the pool busy and ran them all itself) and A's each ran once. */
+static int two_jobs_child(void)
+{
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        setenv("TANDEM_EMU_THREADS", "4", 1);
+        setenv("TANDEM_EMU_PAR_MIN_BYTES", "0", 1);
+        char lib[4096];
+        if (devices_lib_find(DEVICES_EMU_LIB, lib, sizeof lib)) _exit(2);
+        void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        if (!h || !(g2.par = (par_fn)(uintptr_t)dlsym(h, "fpga_k_parallel"))) _exit(3);
+        pthread_t ta;
+        if (pthread_create(&ta, NULL, job_a, NULL)) _exit(4);
+        for (int w = 0; w < 10000 && atomic_load(&g2.a_in) < JA; w++) usleep(500);
+        if (atomic_load(&g2.a_in) < JA) _exit(5);
+        g2.par(JB, iter_b, NULL, 1);
+        atomic_store(&g2.b_done, 1);
+        pthread_join(ta, NULL);
+        if (atomic_load(&g2.a_timeout)) _exit(6);
+        for (int i = 0; i < JA; i++)
+            if (atomic_load(&g2.a_runs[i]) != 1) _exit(7);
+        int others = 0;
+        for (int i = 0; i < JB; i++) {
+            if (atomic_load(&g2.b_runs[i]) != 1) _exit(8);
+            if (!pthread_equal(g2.b_th[i], pthread_self())) others++;
+        }
+        _exit(others > 0 ? 0 : 9);
+    }
+    int ws;
+    if (waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws)) return -1;
+    return WEXITSTATUS(ws);
+}
+
+TEST(fpga_par_two_jobs_share_the_pool)
+{
+    int rc = two_jobs_child();
+    CHECK_MSG(rc == 0, "child exit %d (9: job B ran on its caller alone)", rc);
+}
+
+/* ---- two emulated cards stepping at once: the same bits as one after the other ---- */
+
+#define CSTEPS 24
+
+typedef struct card_run {
+    accel_dev *d;
+    int vocab, first, rc;
+    float *out; /* CSTEPS x vocab */
+    uint64_t jobs;
+} card_run;
+
+static void *card_steps(void *arg)
+{
+    card_run *r = arg;
+    accel_seq *s;
+    if (accel_seq_new(r->d, CSTEPS + 1, &s)) {
+        r->rc = 1;
+        return NULL;
+    }
+    int32_t id = r->first;
+    for (int t = 0; t < CSTEPS && !r->rc; t++) {
+        float *lg = r->out + (size_t)t * r->vocab;
+        if (accel_decode(r->d, 1, &s, &id, lg)) r->rc = 2;
+        r->jobs += fpga_dev_card(r->d)->last_dec.par_jobs;
+        id = (id * 31 + t + 3) % r->vocab;
+    }
+    accel_seq_free(r->d, s);
+    return NULL;
+}
+
+/* In a child: fpga-emu:0 and fpga-emu:1 decode CSTEPS steps each, on one thread after the other
+ * with TANDEM_EMU_THREADS=1 (together = 0) or from two threads at once with four (together = 1);
+ * writes both runs' hand-offs, then their logits, to path. */
+static int cards_child(int together, const char *path)
+{
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        setenv("TANDEM_EMU_THREADS", together ? "4" : "1", 1);
+        setenv("TANDEM_EMU_PAR_MIN_BYTES", "0", 1);
+        model *m[2];
+        card_run r[2] = {{0}};
+        for (int c = 0; c < 2; c++) {
+            if (tf_open(c ? "fpga-emu:1" : "fpga-emu:0", 8, &m[c], &r[c].d)) _exit(2);
+            r[c].vocab = m[c]->cfg.vocab;
+            r[c].first = 1 + 40 * c;
+            r[c].out = malloc(sizeof(float) * (size_t)r[c].vocab * CSTEPS);
+            if (!r[c].out) _exit(3);
+        }
+        if (together) {
+            pthread_t th[2];
+            for (int c = 0; c < 2; c++)
+                if (pthread_create(&th[c], NULL, card_steps, &r[c])) _exit(4);
+            for (int c = 0; c < 2; c++) pthread_join(th[c], NULL);
+        } else {
+            for (int c = 0; c < 2; c++) card_steps(&r[c]);
+        }
+        FILE *f = fopen(path, "wb");
+        if (!f || r[0].rc || r[1].rc) _exit(5);
+        for (int c = 0; c < 2; c++) fwrite(&r[c].jobs, sizeof r[c].jobs, 1, f);
+        for (int c = 0; c < 2; c++) fwrite(r[c].out, sizeof(float), (size_t)r[c].vocab * CSTEPS, f);
+        _exit(fclose(f) ? 6 : 0);
+    }
+    int ws;
+    if (waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws)) return -1;
+    return WEXITSTATUS(ws);
+}
+
+TEST(fpga_par_two_cards_same_bits)
+{
+    char apart[512], together[512];
+    snprintf(apart, sizeof apart, "%s/apart.bin", t_tmpdir());
+    snprintf(together, sizeof together, "%s/together.bin", t_tmpdir());
+    tf_cache_env();
+    REQUIRE(cards_child(0, apart) == 0);
+    REQUIRE(cards_child(1, together) == 0);
+    size_t na, nt;
+    uint8_t *a = slurp(apart, &na), *b = slurp(together, &nt);
+    REQUIRE(a && b && na == nt && na > 16);
+    uint64_t ja[2], jt[2];
+    memcpy(ja, a, 16);
+    memcpy(jt, b, 16);
+    CHECK_MSG(ja[0] == 0 && ja[1] == 0, "one thread handed off");
+    CHECK_MSG(jt[0] > 0 && jt[1] > 0, "a card handed nothing off (%llu, %llu)",
+              (unsigned long long)jt[0], (unsigned long long)jt[1]);
+    CHECK_MSG(!memcmp(a + 16, b + 16, na - 16), "the logits differ");
     free(a);
     free(b);
 }
