@@ -67,6 +67,9 @@ struct conn {
     int reading, closing, handles;
     int doomed; /* to be closed on the next loop turn (see conn_doom) */
     unsigned long long body_total;
+    /* bytes handed to uv_write, and those of them sent as of the last timer check: a response
+     * the client reads, however slowly, is progress (CS_HANDLER in on_timer) */
+    unsigned long long out_queued, out_seen;
 };
 
 typedef struct wreq {
@@ -158,10 +161,13 @@ static void conn_write(conn *c, const char *a, size_t na, const char *b, size_t 
     if (na) memcpy(wr->data, a, na);
     if (nb) memcpy(wr->data + na, b, nb);
     uv_buf_t buf = uv_buf_init(wr->data, (unsigned)wr->len);
+    size_t len = wr->len;
     if (uv_write(&wr->w, (uv_stream_t *)&c->tcp, &buf, 1, on_written) != 0) {
         free(wr);
         conn_doom(c);
+        return;
     }
+    c->out_queued += len;
 }
 
 /* The head of a response: status line, Date, the framing, the handler's headers. clen < 0: the
@@ -335,7 +341,12 @@ static void on_timer(uv_timer_t *t)
             arm(c);
         }
         break;
-    case CS_HANDLER:
+    case CS_HANDLER: {
+        /* a response the client reads from (sent bytes grew since the last check) is not
+         * stalled, even when one write of it has not completed (a large one-shot body) */
+        unsigned long long sent = c->out_queued - c->tcp.write_queue_size;
+        if (c->req && sent > c->out_seen) c->req->last_write = now_s(h);
+        c->out_seen = sent;
         if (c->req && c->req->responded && c->tcp.write_queue_size > 0 &&
             now_s(h) - c->req->last_write >= h->cfg.timeout_s) {
             conn_close(c); /* the client stopped reading its response */
@@ -343,6 +354,7 @@ static void on_timer(uv_timer_t *t)
         }
         arm(c);
         break;
+    }
     case CS_LINGER:
         conn_close(c);
         break;
@@ -764,6 +776,7 @@ void dmn_http_respond(dmn_http_req *r, int status, const char *content_type, con
         conn_doom(c);
         return;
     }
+    r->last_write = now_s(c->h);
     conn_write(c, b.p, b.len, body, r->is_head ? 0 : len, 1);
     proto_buf_deinit(&b);
 }

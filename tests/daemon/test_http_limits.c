@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -44,9 +45,14 @@ static void h_body(void *ctx, dmn_http_req *r)
     dmn_http_respond(r, 200, "text/plain", b, n);
 }
 
+#define BIG_BYTES (16u << 20) /* GET /big: one response body, written at once */
+static char *big_body;
+
 static void h_headers(void *ctx, dmn_http_req *r)
 {
     if (!strcmp(dmn_http_path(r), "/health")) dmn_http_respond(r, 200, "application/json", "{\"status\":\"ok\"}", 15);
+    if (!strcmp(dmn_http_path(r), "/big") && big_body)
+        dmn_http_respond(r, 200, "text/plain", big_body, BIG_BYTES);
 }
 
 static void h_close(void *ctx, dmn_http_req *r, int completed)
@@ -422,4 +428,57 @@ TEST(http_self_probe_sees_a_deaf_listener)
     uv_run(&L.loop, UV_RUN_DEFAULT);
     CHECK_EQ(uv_loop_close(&L.loop), 0);
     CHECK_EQ(L.probe_fails_seen, 2);
+}
+
+/* ---------------------------------------------------------------- a slow reader of a large body */
+
+static struct {
+    size_t got;
+    double took;
+} R5;
+
+static void slow_reader_client(void)
+{
+    /* a 256 KiB receive buffer (above loopback's 64 KiB segments: smaller ones stall TCP itself)
+     * and ~6 MB/s: what the kernel's buffers do not hold of the 16 MiB body waits in the
+     * server's write queue for ~2 s, twice the 1 s timeout, while the client reads all along.
+     * Before the fix the first timer check cut it (the response's single write had not
+     * completed, and nothing had counted as progress). */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int rcv = 256 << 10;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)L.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const char req[] = "GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    double t0 = now_s();
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        write(fd, req, sizeof req - 1) == (ssize_t)(sizeof req - 1)) {
+        static char buf[65536];
+        while (now_s() - t0 < 10) {
+            struct pollfd p = {fd, POLLIN, 0};
+            if (poll(&p, 1, 100) <= 0) continue;
+            ssize_t k = read(fd, buf, sizeof buf);
+            if (k <= 0) break;
+            R5.got += (size_t)k;
+            usleep(10000);
+        }
+    }
+    R5.took = now_s() - t0;
+    close(fd);
+}
+
+TEST(http_slow_reader_gets_the_whole_body)
+{
+    memset(&R5, 0, sizeof R5);
+    big_body = malloc(BIG_BYTES);
+    REQUIRE(big_body);
+    memset(big_body, 'x', BIG_BYTES);
+    dmn_http_cfg cfg = {"api", "127.0.0.1", 0, 1024, 16 * 1024, 16, 0, 1, 1};
+    run(&cfg, slow_reader_client);
+    free(big_body);
+    big_body = NULL;
+    /* the head and the whole body: the connection closed only after the last byte */
+    CHECK_MSG(R5.got > BIG_BYTES, "%zu bytes of %u in %.2f s", R5.got, BIG_BYTES, R5.took);
+    CHECK_MSG(R5.took > 1.2, "read in %.2f s: not slower than the timeout, the test proves nothing",
+              R5.took);
 }
