@@ -109,9 +109,9 @@ int dmn_grammar_compile(const proto_req *q, enum proto_tool_family f, model_gram
 int dmn_grammar_check(sched *s, model_grammar *g, char *msg, size_t msgn)
 {
     const model_gvocab *v = sched_grammar_vocab(s);
-    model_gmatch *m = v ? model_gmatch_new(g, v) : NULL;
+    model_gmatch *m = v ? model_gmatch_new_why(g, v, msg, msgn) : NULL;
     if (!m) {
-        snprintf(msg, msgn, "out of memory");
+        if (!v) snprintf(msg, msgn, "out of memory");
         return -1;
     }
     model_gmatch_set_tables(m, MODEL_GMATCH_TABLES_READY); /* never tens of ms on the loop */

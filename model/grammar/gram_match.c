@@ -483,6 +483,13 @@ model_gmatch *gram_match_alloc(model_grammar *g, const model_gvocab *v)
 
 model_gmatch *model_gmatch_new(model_grammar *g, const model_gvocab *v)
 {
+    return model_gmatch_new_why(g, v, NULL, 0);
+}
+
+model_gmatch *model_gmatch_new_why(model_grammar *g, const model_gvocab *v, char *why,
+                                   size_t whylen)
+{
+    if (why && whylen) snprintf(why, whylen, "out of memory");
     model_gmatch *m = gram_match_alloc(g, v);
     if (!m) return NULL;
     m->tables = MODEL_GMATCH_TABLES_BUILD;
@@ -498,6 +505,7 @@ model_gmatch *model_gmatch_new(model_grammar *g, const model_gvocab *v)
     m->cur.sid = sid;
     return m;
 fail:
+    if (why && whylen && m->failed) snprintf(why, whylen, "%s", m->err);
     model_gmatch_free(m);
     return NULL;
 }

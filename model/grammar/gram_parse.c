@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #define MAX_NEST 256 /* parentheses inside parentheses */
 
@@ -27,6 +28,9 @@ typedef struct pstate {
     char **names;
     uint8_t *defined;
     int n_rules, cap_rules;
+    int *ht; /* the written names' index: id + 1, 0 empty (rule_id) */
+    uint32_t ht_cap, ht_used;
+    uint64_t seed; /* name_hash's start */
     uint32_t *ranges;
     int n_ranges, cap_ranges;
     long total;
@@ -76,11 +80,9 @@ static int push(pstate *ps, evec *v, gram_elem e)
     return 0;
 }
 
-/* The id of rule name[0..n), created (undefined) when new; -1 on out of memory. */
-static int rule_id(pstate *ps, const char *name, size_t n)
+/* A new rule named name[0..n), undefined; its id, or -1 on out of memory. */
+static int rule_add(pstate *ps, const char *name, size_t n)
 {
-    for (int i = 0; i < ps->n_rules; i++)
-        if (strlen(ps->names[i]) == n && !memcmp(ps->names[i], name, n)) return i;
     if (ps->n_rules == ps->cap_rules) {
         int cap = ps->cap_rules ? 2 * ps->cap_rules : 16;
         evec *r = realloc(ps->rules, sizeof *r * (size_t)cap);
@@ -109,12 +111,76 @@ static int rule_id(pstate *ps, const char *name, size_t n)
     return id;
 }
 
-/* A new rule for a group or a repetition inside rule `parent`: "parent-K". */
+/* FNV-1a from a per-grammar random start, then a finalizer that folds every bit into the low
+ * ones the index uses: names written to collide in the index cannot be made offline (a grammar
+ * of 1 MiB holds ~200,000 names, and a colliding set would bring back the quadratic scan). */
+static uint32_t name_hash(const pstate *ps, const char *name, size_t n)
+{
+    uint64_t h = ps->seed;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)name[i]) * 0x100000001b3ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return (uint32_t)h;
+}
+
+/* The written rule named name[0..n) (rule_id), or -1. */
+static int rule_find(const pstate *ps, const char *name, size_t n)
+{
+    if (!ps->ht_cap) return -1;
+    for (uint32_t i = name_hash(ps, name, n) & (ps->ht_cap - 1);; i = (i + 1) & (ps->ht_cap - 1)) {
+        int id = ps->ht[i] - 1;
+        if (id < 0) return -1;
+        if (strlen(ps->names[id]) == n && !memcmp(ps->names[id], name, n)) return id;
+    }
+}
+
+/* The id of the rule the grammar's text names name[0..n), created (undefined) when new; -1 on
+ * out of memory. Found through a hash index of the written names (a repetition-heavy grammar
+ * makes hundreds of thousands of rules: a scan of them all for each name was seconds of work
+ * for 300 bytes of text); the rules made for groups and repetitions (new_rule) are not in it,
+ * so a written name never finds one of them, whatever it is called. */
+static int rule_id(pstate *ps, const char *name, size_t n)
+{
+    int found = rule_find(ps, name, n);
+    if (found >= 0) return found;
+    uint32_t h = name_hash(ps, name, n);
+    if (2 * (ps->ht_used + 1) > ps->ht_cap) { /* grow: at most half full */
+        uint32_t cap = ps->ht_cap ? 2 * ps->ht_cap : 64;
+        int *t = calloc(cap, sizeof *t);
+        if (!t) {
+            fail(ps, NULL, "out of memory");
+            return -1;
+        }
+        for (uint32_t k = 0; k < ps->ht_cap; k++) {
+            int id = ps->ht[k] - 1;
+            if (id < 0) continue;
+            uint32_t j = name_hash(ps, ps->names[id], strlen(ps->names[id])) & (cap - 1);
+            while (t[j]) j = (j + 1) & (cap - 1);
+            t[j] = id + 1;
+        }
+        free(ps->ht);
+        ps->ht = t;
+        ps->ht_cap = cap;
+    }
+    int id = rule_add(ps, name, n);
+    if (id < 0) return -1;
+    uint32_t j = h & (ps->ht_cap - 1);
+    while (ps->ht[j]) j = (j + 1) & (ps->ht_cap - 1);
+    ps->ht[j] = id + 1;
+    ps->ht_used++;
+    return id;
+}
+
+/* A new rule for a group or a repetition inside rule `parent`: "parent-K" (K its id), defined
+ * here. Never looked up by name: a written rule of the same name is another rule. */
 static int new_rule(pstate *ps, int parent)
 {
     char name[128];
     int n = snprintf(name, sizeof name, "%.100s-%d", ps->names[parent], ps->n_rules);
-    int id = rule_id(ps, name, (size_t)n);
+    int id = rule_add(ps, name, (size_t)n);
     if (id >= 0) ps->defined[id] = 1;
     return id;
 }
@@ -504,6 +570,8 @@ model_grammar *model_grammar_new(const char *text, size_t len, const char *root,
         return NULL;
     }
     pstate ps = {0};
+    if (getrandom(&ps.seed, sizeof ps.seed, GRND_NONBLOCK) != (ssize_t)sizeof ps.seed)
+        ps.seed = 0xcbf29ce484222325ull ^ (uint64_t)(uintptr_t)&ps; /* early boot: still varies */
     ps.s = text;
     ps.e = text + len;
     ps.err = err;
@@ -541,9 +609,7 @@ model_grammar *model_grammar_new(const char *text, size_t len, const char *root,
         for (int i = 0; i < ps.n_rules && !ps.failed; i++)
             if (!ps.defined[i]) fail(&ps, NULL, "undefined rule '%s'", ps.names[i]);
     }
-    int root_id = -1;
-    for (int i = 0; i < ps.n_rules; i++)
-        if (!strcmp(ps.names[i], root)) root_id = i;
+    int root_id = rule_find(&ps, root, strlen(root));
     if (!ps.failed && root_id < 0) fail(&ps, NULL, "no rule named '%s'", root);
     if (ps.failed) goto out;
     g = calloc(1, sizeof *g);
@@ -596,6 +662,7 @@ oom:
     }
     g = NULL;
 out:
+    free(ps.ht);
     if (ps.names) free_ps(&ps);
     else {
         for (int r = 0; r < ps.n_rules; r++) free(ps.rules[r].v);

@@ -103,8 +103,12 @@ int model_gvocab_trie_nodes(const model_gvocab *v);
 /* ---------------------------------------------------------------- matchers */
 
 /* A matcher at the start of g for vocabulary v (both must outlive it; it takes a reference on
- * g). NULL when out of memory. */
+ * g). NULL when out of memory, or when the grammar's start passes the matcher's bounds
+ * (MODEL_GRAMMAR_MAX_EXPAND, MODEL_GRAMMAR_MAX_NODES). model_gmatch_new_why: the same, with why
+ * in why (when why is not NULL). */
 model_gmatch *model_gmatch_new(model_grammar *g, const model_gvocab *v);
+model_gmatch *model_gmatch_new_why(model_grammar *g, const model_gvocab *v, char *why,
+                                   size_t whylen);
 void model_gmatch_free(model_gmatch *m);
 /* How the matcher's masks use the grammar's tables (model_grammar_prepare):
  *   MODEL_GMATCH_TABLES_BUILD (the default): a mask that can use them builds them when they do

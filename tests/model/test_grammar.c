@@ -172,6 +172,61 @@ TEST(grammar_repetition_and_utf8)
     model_gvocab_free(v);
 }
 
+/* Rule names: a written name never finds a rule made for a group or a repetition (those were
+ * named "parent-K" and looked up like written ones: `root-1` below was the group's rule, and the
+ * grammar was refused as defining it twice); a grammar of many written rules compiles through
+ * the names' index (was a scan of every name for each, quadratic); a grammar whose start passes
+ * the matcher's bound says so (was "out of memory"). */
+TEST(grammar_rule_names)
+{
+    model_gvocab *v = byte_vocab();
+    REQUIRE(v);
+    model_grammar *g = compile("root ::= (\"a\") root-1 x{2}\nroot-1 ::= \"b\"\nx ::= \"c\"\n");
+    REQUIRE(g);
+    CHECK(accepts(g, v, "abcc") == 1);
+    CHECK(accepts(g, v, "aacc") == 0);
+    CHECK(accepts(g, v, "ab") == 0);
+    model_grammar_unref(g);
+    /* a chain of 20,000 written rules, each referring to the next, defined in reverse order */
+    enum { N = 20000 };
+    size_t cap = (size_t)N * 40 + 64, o = 0;
+    char *text = malloc(cap);
+    REQUIRE(text);
+    o += (size_t)snprintf(text + o, cap - o, "root ::= r0\n");
+    for (int i = N - 1; i >= 0; i--)
+        o += i == N - 1 ? (size_t)snprintf(text + o, cap - o, "r%d ::= \"z\"\n", i)
+                        : (size_t)snprintf(text + o, cap - o, "r%d ::= \"y\" r%d\n", i, i + 1);
+    g = compile(text);
+    free(text);
+    REQUIRE(g);
+    char *sent = malloc(N + 1);
+    REQUIRE(sent);
+    memset(sent, 'y', N - 1);
+    sent[N - 1] = 'z';
+    sent[N] = 0;
+    CHECK(accepts(g, v, sent) == 1);
+    sent[N - 1] = 'y';
+    CHECK(accepts(g, v, sent) == 0);
+    free(sent);
+    model_grammar_unref(g);
+    /* nested repetition counts: compiles (under the element bound), its start passes the
+     * matcher's bound of expansion steps */
+    char big[512];
+    o = (size_t)snprintf(big, sizeof big, "root ::= ");
+    for (int i = 0; i < 29; i++) big[o++] = '(';
+    o += (size_t)snprintf(big + o, sizeof big - o, "\"a\"");
+    for (int i = 0; i < 29; i++) o += (size_t)snprintf(big + o, sizeof big - o, "){0,1000}");
+    g = compile(big);
+    REQUIRE(g);
+    char why[200] = "";
+    model_gmatch *m = model_gmatch_new_why(g, v, why, sizeof why);
+    CHECK(!m);
+    CHECK_MSG(strstr(why, "too much work"), "why: %s", why);
+    model_gmatch_free(m);
+    model_grammar_unref(g);
+    model_gvocab_free(v);
+}
+
 /* Brute force: token t is allowed after prefix when a fresh matcher takes prefix then t's
  * bytes (the first token's space dropped when the vocabulary strips it). */
 static void check_masks(const char *tok_path, const char *grammar, const char *path_text, int stride)
