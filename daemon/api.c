@@ -15,6 +15,7 @@
 #include "proto/buf.h"
 #include "proto/errors.h"
 #include "proto/openai_resp.h"
+#include "proto/openai_tools.h"
 #include "proto/sse.h"
 #include "proto/status.h"
 #include <stdio.h>
@@ -307,7 +308,11 @@ static void param_of(const char *msg, char *param, size_t n)
 /* Bodies up to this size are parsed, templated and tokenized on the loop thread (tens of
  * microseconds); larger ones on a libuv thread-pool thread, so that a multi-megabyte prompt does
  * not hold up every other connection's bytes. The pool round trip costs about as much as
- * preparing a small body, hence the split. */
+ * preparing a small body, hence the split. A small body that asks for structured output (a
+ * grammar, a JSON schema, constrained tools) is parsed on the loop and the rest prepared on the
+ * pool: compiling a grammar costs what its text asks for, not its length — 300 bytes of nested
+ * repetition counts expand to the compiler's bound of elements in seconds (a cached one
+ * returns at once, but that is known only by compiling). */
 #define INLINE_PREP_BYTES (16 * 1024)
 
 /* A completion request being prepared: the part that only reads immutable state (the model,
@@ -320,6 +325,10 @@ typedef struct api_prep {
     const char *body;
     size_t len;
     char *body_copy; /* the pool's own copy: the connection may go away meanwhile */
+    int parsed;      /* q holds the parsed body (prep_parse ran) */
+    int extra;       /* a route beside the API (dmn_extra_route) when >= 0: its answer below */
+    char *extra_json;
+    int extra_status;
     /* results */
     enum proto_err e;
     char msg[512], param[64];
@@ -331,9 +340,11 @@ typedef struct api_prep {
     model_grammar *grammar; /* structured output (NULL: free text) */
 } api_prep;
 
-static void prep_run(api_prep *p)
+/* The body parsed into p->q (p->parsed set); p->e says whether it is a request to go on with. */
+static void prep_parse(api_prep *p)
 {
     dmn_serve *d = p->d;
+    p->parsed = 1;
     p->e = proto_req_parse(p->ep, p->body, p->len, &d->limits, model_tok_bos_token(d->tok),
                            model_tok_eos_token(d->tok), &p->q, p->msg, sizeof p->msg, p->param,
                            sizeof p->param);
@@ -342,8 +353,19 @@ static void prep_run(api_prep *p)
         p->e = PROTO_ERR_MODEL_NOT_FOUND;
         snprintf(p->msg, sizeof p->msg, "the model '%.100s' does not exist; this server serves '%s'", p->q.model, d->served_name);
         snprintf(p->param, sizeof p->param, "model");
-        return;
     }
+}
+
+/* A parsed request's structured output needs a grammar compiled (see INLINE_PREP_BYTES). */
+static int prep_structured(const api_prep *p)
+{
+    return p->q.grammar_kind != PROTO_GRAMMAR_NONE || proto_tools_constrained(p->q.tools);
+}
+
+/* The rest, once parsed: the prompt's ids, max_tokens, the grammar. */
+static void prep_rest(api_prep *p)
+{
+    dmn_serve *d = p->d;
     const char *pparam = p->ep == PROTO_EP_CHAT ? "messages" : "prompt";
     if (dmn_prompt_ids(d, &p->q, &p->ids, &p->n_ids, p->msg, sizeof p->msg, &p->e) < 0) {
         snprintf(p->param, sizeof p->param, "%s", p->e == PROTO_ERR_INTERNAL ? "" : pparam);
@@ -401,6 +423,7 @@ static void prep_free(api_prep *p)
     model_grammar_unref(p->grammar);
     proto_req_deinit(&p->q);
     free(p->body_copy);
+    free(p->extra_json);
     free(p);
 }
 
@@ -568,7 +591,14 @@ static void prep_submit(api_prep *pp)
 
 static void prep_work(uv_work_t *w)
 {
-    prep_run(w->data);
+    api_prep *p = w->data;
+    if (p->extra >= 0) {
+        p->extra_status = 500;
+        p->extra_json = dmn_extra_post(p->d, p->extra, p->body, p->len, &p->extra_status);
+        return;
+    }
+    if (!p->parsed) prep_parse(p);
+    if (p->e == PROTO_ERR_NONE) prep_rest(p);
 }
 
 static void prep_done(uv_work_t *w, int status)
@@ -578,6 +608,9 @@ static void prep_done(uv_work_t *w, int status)
     a->prep_busy = 0;
     if (a->closed) {
         api_free(a); /* the client left while its request was being prepared */
+    } else if (p->extra >= 0) {
+        dmn_api_respond_json(a, p->extra_status, p->extra_json);
+        p->extra_json = NULL; /* the response's now */
     } else {
         prep_submit(p);
     }
@@ -591,9 +624,9 @@ static void on_body(void *ctx, dmn_http_req *r)
     if (!a || dmn_http_responded(r)) return;
     a->t_body = sched_now();
     double c0 = dmn_api_thread_cpu();
-    if (a->route == ROUTE_EXTRA) {
-        size_t len;
-        const char *body = dmn_http_body(r, &len);
+    size_t len;
+    const char *body = dmn_http_body(r, &len);
+    if (a->route == ROUTE_EXTRA && len <= INLINE_PREP_BYTES) {
         int st = 500;
         char *json = dmn_extra_post(d, dmn_extra_route(dmn_http_path(r)), body, len, &st);
         dmn_api_respond_json(a, st, json);
@@ -606,10 +639,21 @@ static void on_body(void *ctx, dmn_http_req *r)
     }
     p->a = a;
     p->d = d;
+    p->extra = a->route == ROUTE_EXTRA ? dmn_extra_route(dmn_http_path(r)) : -1;
     p->ep = a->route == ROUTE_CHAT ? PROTO_EP_CHAT : PROTO_EP_COMPLETIONS;
-    p->body = dmn_http_body(r, &p->len);
-    if (p->len <= INLINE_PREP_BYTES) {
-        prep_run(p);
+    p->body = body;
+    p->len = len;
+    if (p->extra < 0 && p->len <= INLINE_PREP_BYTES) {
+        prep_parse(p);
+        if (p->e == PROTO_ERR_NONE && prep_structured(p)) {
+            p->body = NULL; /* parsed: the pool needs only p->q */
+            p->work.data = p;
+            a->prep_busy = 1;
+            a->cpu_own += dmn_api_thread_cpu() - c0;
+            uv_queue_work(d->loop, &p->work, prep_work, prep_done);
+            return;
+        }
+        if (p->e == PROTO_ERR_NONE) prep_rest(p);
         prep_submit(p);
         prep_free(p);
         a->cpu_own += dmn_api_thread_cpu() - c0;

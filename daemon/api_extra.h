@@ -1,6 +1,7 @@
 /* daemon/api_extra.h — the routes beside the OpenAI API that need no scheduler:
  * POST /tokenize, /detokenize, /apply-template (llama.cpp's names, proto/openai_extra.h) and
- * GET /v1/models/{id}. Loop thread (they read the immutable tokenizer and template); and the
+ * GET /v1/models/{id}. Any thread (they read the immutable tokenizer and template: a large body
+ * is answered from the loop's thread pool); and the
  * prompt of a completion or chat request as token ids. */
 #ifndef TANDEM_DAEMON_API_EXTRA_H
 #define TANDEM_DAEMON_API_EXTRA_H

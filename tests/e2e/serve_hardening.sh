@@ -115,5 +115,45 @@ check flood_got_many_429 [ "${n429:-0}" -gt 200 ]
 check flood_log_bounded [ $((after - before)) -lt 60 ]
 check flood_counted grep -q 'event=requests_refused suppressed=' "$LOG"
 
+# 5. work a body asks for stays off the loop: a 300-byte grammar whose nested repetition counts
+#    expand to the compiler's bound of elements (was 2-10 s on the loop: the rule names' scan;
+#    now compiled on the thread pool in ~0.1 s and refused with the matcher's bound), and a 3 MB
+#    /tokenize with pieces (answered from the thread pool like a large completion body, ~2 s);
+#    /health asked meanwhile answers at once (before: it waited for the whole request)
+python3 - "$PORT" >"$T/offloop" 2>&1 <<'PY'
+import http.client, json, sys, threading, time
+port = int(sys.argv[1])
+def post(path, body, out):
+    t0 = time.time()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    b = r.read()
+    out.append((r.status, time.time() - t0, b))
+def health_during(path, body):
+    out = []
+    th = threading.Thread(target=post, args=(path, body, out))
+    th.start()
+    time.sleep(0.3)
+    t0 = time.time()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/health")
+    c.getresponse().read()
+    h = time.time() - t0
+    th.join()
+    return out[0][0], out[0][1], h
+g = "root ::= " + "(" * 29 + '"a"' + "){0,1000}" * 29
+out = []
+post("/v1/completions", json.dumps({"prompt": "x", "max_tokens": 1, "grammar": g}), out)
+print(f"grammar {out[0][0]} {out[0][1]:.2f} {json.loads(out[0][2])['error']['message']}")
+body = json.dumps({"content": "Once upon a time " * 180000, "with_pieces": True})
+st, took, h = health_during("/tokenize", body)
+print(f"tokenize {st} {took:.2f} {h:.3f}")
+PY
+# the grammar's line: status, seconds, the message; tokenize's: status, the request's seconds,
+# /health's seconds (the request must take long enough for the check to mean something)
+check grammar_bound_refused_fast awk '$1 == "grammar" && $2 == 400 && $3 < 2 && /too much work/ { ok = 1 } END { exit !ok }' "$T/offloop"
+check tokenize_large_off_loop awk '$1 == "tokenize" && $2 == 200 && ($3 < 0.6 || $4 < $3 / 3) { ok = 1 } END { exit !ok }' "$T/offloop"
+
 serve_stop
 check hardening_clean_exit [ "$RC" = 0 ]
