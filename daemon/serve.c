@@ -328,12 +328,17 @@ static void on_warm(void *ctx, int ok)
         return;
     }
     if (d->exiting) return;
-    d->state = DMN_STATE_READY;
+    /* drained while loading (/admin/drain during a rolling update): started, but still draining
+     * until /admin/resume */
+    int drained = d->state == DMN_STATE_DRAINING;
+    if (!drained) d->state = DMN_STATE_READY;
     char msg[256];
-    snprintf(msg, sizeof msg, "READY=1\nSTATUS=ready: serving %s on %d device(s)", d->served_name, d->n_devs);
+    snprintf(msg, sizeof msg, "READY=1\nSTATUS=%s: serving %s on %d device(s)",
+             drained ? "draining" : "ready", d->served_name, d->n_devs);
     dmn_notify(msg);
     d->last_status = sched_now();
-    dmn_log(DMN_LOG_INFO, "ready", "model=%s devices=%s", d->served_name, d->cfg.devices);
+    dmn_log(DMN_LOG_INFO, "ready", "model=%s devices=%s draining=%d", d->served_name,
+            d->cfg.devices, drained);
 }
 
 /* Runs on a thread-pool thread: nothing here touches the loop's state except d's engine fields,

@@ -113,3 +113,26 @@ before = [p for p in pings if p < a]
 after = [p for p in pings if p > b]
 sys.exit(0 if b - a > 0.3 and not inside and before and after else 1)
 PY
+
+# /admin/drain while the daemon loads (a rolling update drains a node that is still starting):
+# it stays draining once loaded (before: warm-up set it ready and it served), until
+# /admin/resume. The load is held ~2 s by a peer that does not answer (--peer-wait).
+DLOG=$T/drainload.log
+"$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu --log-file "$DLOG" \
+    --peers 127.0.0.1:9 --peer-key 0123456789abcdef0123 --peer-wait 2 >"$T/drainload.out" 2>&1 &
+PID=$!
+i=0
+while [ $i -lt 100 ] && ! grep -q 'event=listening listener=admin' "$DLOG" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
+DADMIN=http://127.0.0.1:$(sed -n 's/.*event=listening listener=admin .*port=\([0-9]*\).*/\1/p' "$DLOG" | head -1)
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$DADMIN/admin/drain")
+check drain_while_loading_accepted [ "$code" = 202 ]
+check drain_while_loading_was_loading sh -c "! grep -q 'event=ready' '$DLOG'"
+i=0
+while [ $i -lt 200 ] && ! grep -q 'event=ready' "$DLOG" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
+check drain_while_loading_loaded grep -q 'event=ready .*draining=1' "$DLOG"
+code=$(curl -s -o /dev/null -w '%{http_code}' "$DADMIN/ready")
+check drain_while_loading_stays_draining [ "$code" = 503 ]
+check drain_while_loading_status sh -c "curl -s '$DADMIN/admin/status' | jq -e '.state == \"draining\"' >/dev/null"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$DADMIN/admin/resume")
+check drain_while_loading_resumed sh -c "[ '$code' = 200 ] && [ \"\$(curl -s -o /dev/null -w '%{http_code}' '$DADMIN/ready')\" = 200 ]"
+serve_stop
