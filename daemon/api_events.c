@@ -81,17 +81,19 @@ static void on_token(dmn_api_req *a, const api_part *pt, const sched_event *ev)
     if (!a->t_first) a->t_first = ev->t;
     a->completion_tokens++;
     proto_lp_token lp;
-    if (ev->has_logprobs) lp_of(ev, &lp, c->text_offset);
+    if (ev->has_logprobs) {
+        lp_of(ev, &lp, c->lp_offset);
+        c->lp_offset += ev->token.len;
+    }
     if (a->stream) {
         const char *text = ev->text;
         size_t len = ev->text_len;
         if (a->tools && c->tools.mode != DMN_TOOLS_TEXT) {
             /* the text may become tool calls: held until it cannot (then it goes out whole) */
             proto_buf_add(&c->text, ev->text, ev->text_len);
-            if (dmn_tools_hold(a->tools, (enum proto_tool_family)a->tool_family, &c->tools, c->text.p, c->text.len)) {
-                c->text_offset += ev->text_len;
+            if (dmn_tools_hold(a->tools, (enum proto_tool_family)a->tool_family, &c->tools,
+                               c->text.p, c->text.len))
                 return;
-            }
             text = c->text.p;
             len = c->text.len;
         }
@@ -119,7 +121,6 @@ static void on_token(dmn_api_req *a, const api_part *pt, const sched_event *ev)
             if (c->n_lps < c->cap_lps) c->lps[c->n_lps++] = lp;
         }
     }
-    c->text_offset += ev->text_len;
 }
 
 /* The last chunk of a stream says where the request ended (the x-tandem-devices header went out

@@ -17,7 +17,9 @@ typedef struct api_choice {
     proto_buf text;
     proto_lp_token *lps;
     int n_lps, cap_lps;
-    size_t text_offset;
+    size_t
+        lp_offset; /* logprobs' text_offset: the bytes of the choice's tokens so far (its text
+                    * may lag them: held by a stop string's prefix or a character's first bytes) */
     const char *finish;
     int started; /* stream: the role delta went out */
     double t_last;

@@ -76,6 +76,10 @@ check api_seed_reproducible [ "$s1" = "$(jq -c '[.choices[].text]' "$T/body")" ]
 post /v1/completions '{"prompt":"Once upon a time","max_tokens":5,"temperature":0,"logprobs":3}' >/dev/null
 check api_logprobs_completions sh -c "jq -e '.choices[0].logprobs as \$l | (\$l.tokens|length) == 5 and (\$l.token_logprobs|length) == 5 and (\$l.top_logprobs|length) == 5 and (\$l.text_offset|length) == 5 and (\$l.top_logprobs[0]|length) == 3 and (\$l.token_logprobs[0] <= 0) and (\$l.top_logprobs[0][\$l.tokens[0]] == \$l.token_logprobs[0])' $T/body >/dev/null"
 check api_logprobs_tokens_concat [ "$(jq -j '.choices[0].logprobs.tokens[]' "$T/body" | sed 's/^ //')" = "$(jqb '.choices[0].text')" ]
+# text_offset: each token's place in the text, also while a stop string's prefix holds the text
+# back (" on a" could start "on a x": offsets were the text sent so far, [0,3,3,12,13])
+post /v1/completions '{"prompt":"Once","max_tokens":5,"temperature":0,"logprobs":0,"stop":["on a x"]}' >/dev/null
+check api_logprobs_offsets_while_held sh -c "jq -e '.choices[0].logprobs as \$l | \$l.text_offset == ([0] + [foreach \$l.tokens[] as \$t (0; . + (\$t | utf8bytelength))] | .[:-1]) and (\$l.text_offset | length) == 5' $T/body >/dev/null"
 post /v1/chat/completions '{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":4,"temperature":0,"logprobs":true,"top_logprobs":2}' >/dev/null
 check api_logprobs_chat sh -c "jq -e '.choices[0].logprobs.content as \$c | (\$c|length) == 4 and (\$c[0].top_logprobs|length) == 2 and (\$c[0].bytes|type) == \"array\" and \$c[0].top_logprobs[0].token == \$c[0].token' $T/body >/dev/null"
 curl -s -N -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":3,"temperature":0,"logprobs":true,"top_logprobs":1,"stream":true}' "$API/v1/chat/completions" >"$T/lsse"
