@@ -12,6 +12,7 @@
 #include "daemon/api_int.h"
 #include "daemon/api_extra.h"
 #include "daemon/log.h"
+#include "model/gen/gen.h"
 #include "proto/buf.h"
 #include "proto/errors.h"
 #include "proto/openai_resp.h"
@@ -443,7 +444,13 @@ static void prep_submit(api_prep *pp)
                       "the server stopped taking requests", NULL);
         return;
     }
-    if (pp->grammar && dmn_grammar_check(d->sched, pp->grammar, pp->msg, sizeof pp->msg) < 0) {
+    /* a completion continues its prompt's text: the grammar sees the first token's space when the
+     * prompt keeps it (the first prompt decides this check; each choice's matcher decides for
+     * its own prompt, model/gen/gen.c) */
+    int keep_space = pp->grammar && pp->ep == PROTO_EP_COMPLETIONS &&
+                     model_gen_keeps_first_space(d->tok, 1, pp->ids, pp->n_ids) == 1;
+    if (pp->grammar &&
+        dmn_grammar_check(d->sched, pp->grammar, keep_space, pp->msg, sizeof pp->msg) < 0) {
         dmn_api_respond_error(a, PROTO_ERR_INVALID_VALUE, pp->msg, q->grammar_kind == PROTO_GRAMMAR_GBNF ? "grammar" : "response_format");
         return;
     }

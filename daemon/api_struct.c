@@ -106,7 +106,7 @@ int dmn_grammar_compile(const proto_req *q, enum proto_tool_family f, model_gram
     return -1;
 }
 
-int dmn_grammar_check(sched *s, model_grammar *g, char *msg, size_t msgn)
+int dmn_grammar_check(sched *s, model_grammar *g, int keep_first_space, char *msg, size_t msgn)
 {
     const model_gvocab *v = sched_grammar_vocab(s);
     model_gmatch *m = v ? model_gmatch_new_why(g, v, msg, msgn) : NULL;
@@ -114,6 +114,7 @@ int dmn_grammar_check(sched *s, model_grammar *g, char *msg, size_t msgn)
         if (!v) snprintf(msg, msgn, "out of memory");
         return -1;
     }
+    if (keep_first_space) model_gmatch_keep_first_space(m);
     model_gmatch_set_tables(m, MODEL_GMATCH_TABLES_READY); /* never tens of ms on the loop */
     const uint64_t *mask;
     int n = model_gmatch_mask(m, &mask, NULL);

@@ -20,8 +20,10 @@ int dmn_grammar_compile(const proto_req *q, enum proto_tool_family f, model_gram
 void dmn_grammar_cache_clear(void);
 
 /* Loop thread: 0 when some token of the vocabulary can start a text of g; -1 with a message
- * when none can (or when memory ran out). Never builds g's tables (dmn_grammar_prepare). */
-int dmn_grammar_check(sched *s, model_grammar *g, char *msg, size_t msgn);
+ * when none can (or when memory ran out). keep_first_space: the text continues a prompt that
+ * keeps a first token's space (model_gen_keeps_first_space). Never builds g's tables
+ * (dmn_grammar_prepare). */
+int dmn_grammar_check(sched *s, model_grammar *g, int keep_first_space, char *msg, size_t msgn);
 
 /* Loop thread, after dmn_grammar_check: when g's tables for the vocabulary are not built yet,
  * builds them on a libuv thread-pool thread (tens of ms at a 128K vocabulary; the task holds

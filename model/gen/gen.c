@@ -24,6 +24,27 @@ struct model_gen {
     proto_buf text; /* the step's text */
 };
 
+int model_gen_keeps_first_space(const model_tok *tok, int skip_special, const int32_t *prompt,
+                                int n_prompt)
+{
+    if (!tok || n_prompt <= 0) return 0;
+    int32_t probe = model_tok_space_probe(tok);
+    if (probe < 0 || !model_tok_strips_first_space(tok)) return 0;
+    int from = n_prompt > CONT_WINDOW ? n_prompt - CONT_WINDOW : 0;
+    model_tok_stream *q = model_tok_stream_new(tok, skip_special);
+    if (!q || model_tok_stream_skip(q, prompt + from, (size_t)(n_prompt - from))) {
+        model_tok_stream_free(q);
+        return -1;
+    }
+    size_t a = 0, b = 0;
+    const char *x = model_tok_stream_push(q, probe, &a);
+    int first = x && a ? x[0] : -1;
+    const char *y = first < 0 && x ? model_tok_stream_flush(q, &b) : NULL;
+    if (first < 0 && y && b) first = y[0];
+    model_tok_stream_free(q);
+    return x ? first == ' ' : -1;
+}
+
 static int append(model_gen *g, const char *s, size_t n)
 {
     return proto_buf_add(&g->text, s, n);
@@ -45,6 +66,9 @@ model_gen *model_gen_new(const model_tok *tok, const model_gen_params *p, int vo
     if (g->stream && p->continuation && n_prompt > 0) {
         int from = n_prompt > CONT_WINDOW ? n_prompt - CONT_WINDOW : 0;
         if (model_tok_stream_skip(g->stream, prompt + from, (size_t)(n_prompt - from))) goto oom;
+        int keeps = g->gm ? model_gen_keeps_first_space(tok, p->skip_special, prompt, n_prompt) : 0;
+        if (keeps < 0) goto oom;
+        if (keeps) model_gmatch_keep_first_space(g->gm);
     }
     if (p->n_eos > 0) {
         if (!(g->eos = malloc(p->n_eos * sizeof *g->eos))) goto oom;

@@ -50,6 +50,14 @@ typedef struct model_gen_out {
 
 typedef struct model_gen model_gen;
 
+/* 1 when a continuation (model_gen_params.continuation) of prompt keeps its first token's leading
+ * space (the prompt has text: " named" after "...a big dog"), 0 when the decoder drops it (an
+ * empty prompt, a tokenizer that never strips one), -1 on out-of-memory: a probe word through a
+ * stream skipped over the prompt, as the generation's own. The grammar's matcher of such a
+ * continuation is told so (model_gmatch_keep_first_space): it must see the text the client gets. */
+int model_gen_keeps_first_space(const model_tok *tok, int skip_special, const int32_t *prompt,
+                                int n_prompt);
+
 /* prompt: the prompt ids (for repetition penalty and context accounting). choice: index of this
  * choice among the request's n (independent, reproducible seeds). NULL + err on bad parameters
  * (the message names the parameter). */

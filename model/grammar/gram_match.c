@@ -510,6 +510,11 @@ fail:
     return NULL;
 }
 
+void model_gmatch_keep_first_space(model_gmatch *m)
+{
+    m->first = 0; /* the first token is fed and masked like any later one */
+}
+
 void model_gmatch_free(model_gmatch *m)
 {
     if (!m) return;

@@ -109,6 +109,11 @@ int model_gvocab_trie_nodes(const model_gvocab *v);
 model_gmatch *model_gmatch_new(model_grammar *g, const model_gvocab *v);
 model_gmatch *model_gmatch_new_why(model_grammar *g, const model_gvocab *v, char *why,
                                    size_t whylen);
+/* The text continues one whose decode keeps the next token's leading space (a completion after a
+ * prompt with text: "\u2581named" after "...a big dog" is " named"): the first token's space is
+ * text to the grammar, as any later token's (the vocabulary's strip_first_space is for a text of
+ * its own). Before the first token. */
+void model_gmatch_keep_first_space(model_gmatch *m);
 void model_gmatch_free(model_gmatch *m);
 /* How the matcher's masks use the grammar's tables (model_grammar_prepare):
  *   MODEL_GMATCH_TABLES_BUILD (the default): a mask that can use them builds them when they do

@@ -83,22 +83,29 @@ size_t model_tok_token_bytes(const model_tok *t, int32_t id, int byte_level, cha
     return piece_bytes(p, byte_level && !model_tok_is_special(t, id), out);
 }
 
-int model_tok_strips_first_space(const model_tok *t)
+int32_t model_tok_space_probe(const model_tok *t)
 {
-    /* a piece "▁x...": does decoding it alone keep the space its bytes start with? */
+    /* "▁" then a letter ("▁▁" would keep a space after stripping one) */
     int n = model_tok_vocab_size(t);
     for (int32_t id = 0; id < n; id++) {
         const char *p = model_tok_piece(t, id);
-        /* "▁" then a letter ("▁▁" would keep a space after stripping one) */
-        if (!p || strncmp(p, "\xE2\x96\x81", 3) || !((p[3] >= 'a' && p[3] <= 'z') || (p[3] >= 'A' && p[3] <= 'Z')) ||
-            model_tok_is_special(t, id))
-            continue;
-        char *text = NULL;
-        size_t len = 0;
-        if (model_tok_decode(t, &id, 1, 0, &text, &len) < 0) return 0;
-        int strips = len > 0 && text[0] != ' ';
-        free(text);
-        return strips;
+        if (p && !strncmp(p, "\xE2\x96\x81", 3) &&
+            ((p[3] >= 'a' && p[3] <= 'z') || (p[3] >= 'A' && p[3] <= 'Z')) &&
+            !model_tok_is_special(t, id))
+            return id;
     }
-    return 0;
+    return -1;
+}
+
+int model_tok_strips_first_space(const model_tok *t)
+{
+    /* a piece "▁x...": does decoding it alone keep the space its bytes start with? */
+    int32_t id = model_tok_space_probe(t);
+    if (id < 0) return 0;
+    char *text = NULL;
+    size_t len = 0;
+    if (model_tok_decode(t, &id, 1, 0, &text, &len) < 0) return 0;
+    int strips = len > 0 && text[0] != ' ';
+    free(text);
+    return strips;
 }

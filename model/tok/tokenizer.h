@@ -79,6 +79,9 @@ size_t model_tok_token_bytes(const model_tok *t, int32_t id, int byte_level, cha
 /* 1 when the decoder drops the leading space of a text (SentencePiece's Strip / Metaspace
  * prepend: "▁Hello" alone decodes to "Hello"), so a generation's first token's space is no text. */
 int model_tok_strips_first_space(const model_tok *t);
+/* A token whose piece is "\u2581" and a letter (a word with its space), for such checks; -1 when
+ * the vocabulary has none (byte-level ones: their spaces are "\u0120"). */
+int32_t model_tok_space_probe(const model_tok *t);
 
 /* Strings from tokenizer_config.json, owned by t; NULL when absent or no config was loaded. */
 const char *model_tok_bos_token(const model_tok *t);

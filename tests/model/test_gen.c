@@ -208,6 +208,65 @@ TEST(gen_continuation_after_long_prompt)
     model_tok_free(t);
 }
 
+/* A grammar sees the text the client gets: a continuation after a prompt with text keeps the
+ * first token's space (" named"), so "\u2581named" is allowed by `" named"` and refused by
+ * `"named"`; a reply of its own drops it, the other way round. (Before, the matcher always
+ * dropped it, as for a reply: a completion under `"a"*` could return " aaaa".) */
+TEST(gen_grammar_sees_the_continuation_text)
+{
+    model_tok *t = tok();
+    REQUIRE(t);
+    int V = model_tok_vocab_size(t);
+    int32_t named = model_tok_id(t, "\xE2\x96\x81named");
+    REQUIRE(named >= 0);
+    int32_t *pid;
+    size_t np;
+    const char *ptext = "They saw a big dog";
+    REQUIRE(model_tok_encode(t, ptext, strlen(ptext), 1, &pid, &np) == 0);
+    int32_t eos = 2;
+    model_gvocab *gv = model_gen_vocab_new(t, V, &eos, 1);
+    REQUIRE(gv);
+    static const struct {
+        int cont;
+        const char *grammar, *text;
+        int allowed;
+    } cases[] = {
+        {1, "root ::= \" named\"", " named", 1},
+        {1, "root ::= \"named\"", NULL, 0},
+        {0, "root ::= \"named\"", "named", 1},
+        {0, "root ::= \" named\"", NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[256];
+        model_grammar *gr =
+            model_grammar_new(cases[i].grammar, strlen(cases[i].grammar), NULL, err, sizeof err);
+        REQUIRE(gr);
+        model_gen_params p = {.sampling = model_sampling_default(),
+                              .max_tokens = 4,
+                              .n_ctx = 512,
+                              .eos_ids = &eos,
+                              .n_eos = 1,
+                              .skip_special = 1,
+                              .continuation = cases[i].cont,
+                              .grammar = gr,
+                              .gvocab = gv};
+        p.sampling.temperature = 0;
+        model_gen *g = model_gen_new(t, &p, V, pid, (int)np, 0, err, sizeof err);
+        REQUIRE(g);
+        model_gen_out o = {0};
+        int32_t got = force(g, V, named, &o);
+        CHECK_MSG((got == named) == cases[i].allowed, "case %zu: %d", i, got);
+        if (cases[i].allowed)
+            CHECK_MSG(o.len == strlen(cases[i].text) && !memcmp(o.text, cases[i].text, o.len),
+                      "case %zu: '%.*s'", i, (int)o.len, o.text);
+        model_gen_free(g);
+        model_grammar_unref(gr);
+    }
+    model_gvocab_free(gv);
+    free(pid);
+    model_tok_free(t);
+}
+
 /* model_gen_step_token (the device picked the greedy token: accel_decode_argmax) against
  * model_gen_step on the same rows: the same tokens, text and finish, step by step; refused for a
  * choice that is not plain greedy. */
