@@ -138,9 +138,11 @@ static void api_free(dmn_api_req *a)
     }
 }
 
-/* Refusals under overload (429 queue full, 503 draining / not ready) come in floods: 10x
- * overload wrote 606 MB of request lines in 100 s. The first refusal of each second is logged
- * whole; the rest are counted and the count logged with the next one (loop thread only). */
+/* Refusals come in floods: under overload (429 queue full, 503 draining / not ready: 10x
+ * overload wrote 606 MB of request lines in 100 s), and from anyone who can reach the port
+ * (401 without the key, 403, 404, 405, 413: a client without a key wrote a line a request). The
+ * first refusal of each second is logged whole; the rest are counted and the count logged with
+ * the next one (loop thread only). A request that started work is always logged. */
 static struct {
     double window;
     unsigned suppressed;
@@ -149,7 +151,9 @@ static struct {
 
 static int refusal_suppressed(int status)
 {
-    if (status != 429 && status != 503) return 0;
+    if (status != 429 && status != 503 && status != 401 && status != 403 && status != 404 &&
+        status != 405 && status != 413)
+        return 0;
     double now = sched_now();
     if (now - refused_log.window < 1.0) {
         refused_log.suppressed++;
@@ -636,6 +640,7 @@ static void on_body(void *ctx, dmn_http_req *r)
     if (a->route == ROUTE_EXTRA && len <= INLINE_PREP_BYTES) {
         int st = 500;
         char *json = dmn_extra_post(d, dmn_extra_route(dmn_http_path(r)), body, len, &st);
+        dmn_http_body_release(r);
         dmn_api_respond_json(a, st, json);
         return;
     }
@@ -652,8 +657,9 @@ static void on_body(void *ctx, dmn_http_req *r)
     p->len = len;
     if (p->extra < 0 && p->len <= INLINE_PREP_BYTES) {
         prep_parse(p);
+        p->body = NULL; /* parsed: what follows needs only p->q */
+        dmn_http_body_release(r);
         if (p->e == PROTO_ERR_NONE && prep_structured(p)) {
-            p->body = NULL; /* parsed: the pool needs only p->q */
             p->work.data = p;
             a->prep_busy = 1;
             a->cpu_own += dmn_api_thread_cpu() - c0;
@@ -674,6 +680,7 @@ static void on_body(void *ctx, dmn_http_req *r)
     }
     memcpy(p->body_copy, p->body, p->len);
     p->body = p->body_copy;
+    dmn_http_body_release(r); /* the pool's copy is the one read now */
     p->work.data = p;
     a->prep_busy = 1;
     uv_queue_work(d->loop, &p->work, prep_work, prep_done);

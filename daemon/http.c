@@ -172,8 +172,10 @@ static void conn_write(conn *c, const char *a, size_t na, const char *b, size_t 
 
 /* The head of a response: status line, Date, the framing, the handler's headers. clen < 0: the
  * body is streamed (chunked on HTTP/1.1, close-delimited on HTTP/1.0). */
+/* conn_hdr: 1 "Connection: close"; 2 "Connection: keep-alive" (an HTTP/1.0 client that asked
+ * for it: without the answer it waits for the server to close); 0 none (HTTP/1.1 keeps it). */
 static void build_head(proto_buf *b, int status, const char *ctype, long long clen, int chunked,
-                       char **hdrs, int n_hdrs, int close_after, int extra_no_cache)
+                       char **hdrs, int n_hdrs, int conn_hdr, int extra_no_cache)
 {
     char date[64];
     date_header(date, sizeof date);
@@ -188,7 +190,8 @@ static void build_head(proto_buf *b, int status, const char *ctype, long long cl
         if (!strcasecmp(hdrs[2 * i], "Connection")) has_conn = 1;
         proto_buf_printf(b, "%s: %s\r\n", hdrs[2 * i], hdrs[2 * i + 1]);
     }
-    if (close_after && !has_conn) proto_buf_str(b, "Connection: close\r\n");
+    if (conn_hdr && !has_conn)
+        proto_buf_str(b, conn_hdr == 1 ? "Connection: close\r\n" : "Connection: keep-alive\r\n");
     proto_buf_str(b, "\r\n");
 }
 
@@ -733,6 +736,13 @@ const char *dmn_http_body(const dmn_http_req *r, size_t *len)
     return r->body.p ? r->body.p : "";
 }
 
+void dmn_http_body_release(dmn_http_req *r)
+{
+    if (!r->in_body) return; /* still arriving (the handler answered from the head) */
+    proto_buf_deinit(&r->body);
+    proto_buf_init(&r->body);
+}
+
 void dmn_http_add_header(dmn_http_req *r, const char *name, const char *value)
 {
     if (r->responded) return;
@@ -770,7 +780,11 @@ void dmn_http_respond(dmn_http_req *r, int status, const char *content_type, con
     int close = closes_after(r);
     proto_buf b;
     proto_buf_init(&b);
-    build_head(&b, status, content_type, (long long)len, 0, r->hdrs, r->n_hdrs, close, 0);
+    build_head(&b, status, content_type, (long long)len, 0, r->hdrs, r->n_hdrs,
+               close                ? 1
+               : r->head.minor == 0 ? 2
+                                    : 0,
+               0);
     if (b.oom) {
         proto_buf_deinit(&b);
         conn_doom(c);

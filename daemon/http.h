@@ -102,6 +102,10 @@ const char *dmn_http_method(const dmn_http_req *r);
 const char *dmn_http_path(const dmn_http_req *r); /* without the query string */
 const char *dmn_http_header(const dmn_http_req *r, const char *name); /* NULL when absent */
 const char *dmn_http_body(const dmn_http_req *r, size_t *len);
+/* The handler is done with the body (parsed, or copied for a thread): its memory goes now, not at
+ * on_close (a generation may run for minutes; up to max_body bytes a request). After it the body
+ * reads as empty. */
+void dmn_http_body_release(dmn_http_req *r);
 const char *dmn_http_client(const dmn_http_req *r); /* peer address text */
 void dmn_http_set_data(dmn_http_req *r, void *data);
 void *dmn_http_get_data(const dmn_http_req *r);

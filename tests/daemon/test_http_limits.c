@@ -482,3 +482,45 @@ TEST(http_slow_reader_gets_the_whole_body)
     CHECK_MSG(R5.took > 1.2, "read in %.2f s: not slower than the timeout, the test proves nothing",
               R5.took);
 }
+
+/* ---------------------------------------------------------------- HTTP/1.0 keep-alive */
+
+static struct {
+    char first[2048], second[2048];
+} R6;
+
+static void keepalive10_client(void)
+{
+    /* an HTTP/1.0 client that asks to keep the connection (ab -k, old proxies) is told it is
+     * kept, and its second request on it is answered; without the header it waits for a close */
+    int fd = connect_from(NULL);
+    const char req[] = "GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+    if (fd < 0) return;
+    for (int k = 0; k < 2; k++) {
+        char *dst = k ? R6.second : R6.first;
+        if (write(fd, req, sizeof req - 1) != (ssize_t)(sizeof req - 1)) break;
+        size_t o = 0;
+        double t0 = now_s();
+        while (o + 1 < sizeof R6.first && now_s() - t0 < 2 && !strstr(dst, "{\"status\":\"ok\"}")) {
+            struct pollfd p = {fd, POLLIN, 0};
+            if (poll(&p, 1, 50) <= 0) continue;
+            ssize_t n = read(fd, dst + o, sizeof R6.first - 1 - o);
+            if (n <= 0) break;
+            o += (size_t)n;
+            dst[o] = 0;
+        }
+    }
+    close(fd);
+}
+
+TEST(http_10_keep_alive_answered)
+{
+    memset(&R6, 0, sizeof R6);
+    dmn_http_cfg cfg = {"api", "127.0.0.1", 0, 1024, 16 * 1024, 16, 0, 5, 5};
+    run(&cfg, keepalive10_client);
+    CHECK_MSG(strstr(R6.first, "Connection: keep-alive\r\n") &&
+                  strstr(R6.first, "{\"status\":\"ok\"}"),
+              "first: %s", R6.first);
+    CHECK_MSG(strstr(R6.second, "HTTP/1.1 200") && strstr(R6.second, "{\"status\":\"ok\"}"),
+              "second: %s", R6.second);
+}

@@ -48,6 +48,24 @@ check auth_api_key_not_admin [ "$(get "$ADMIN/metrics" -H 'Authorization: Bearer
 check auth_admin_key_not_api [ "$(get "$API/v1/models" -H 'Authorization: Bearer adm-key')" = 401 ]
 check auth_scheme_case_insensitive [ "$(get "$API/v1/models" -H 'Authorization: bearer sk-flag-key')" = 200 ]
 check auth_keys_not_logged sh -c "! grep -q 'sk-flag-key\|sk-file-key\|adm-key' $LOG"
+# requests without the key for 1.3 s: a handful of log lines, the rest counted (before, a line a
+# request: anyone who could reach the port could fill the disk)
+before=$(wc -l <"$LOG")
+python3 - "${API##*:}" >"$T/flood401" 2>&1 <<'PY'
+import http.client, sys, time
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+n, end = 0, time.time() + 1.3
+while time.time() < end:
+    c.request("GET", "/v1/models")
+    r = c.getresponse()
+    r.read()
+    n += r.status == 401
+print(n)
+PY
+after=$(wc -l <"$LOG")
+check auth_401_flood_sent [ "$(cat "$T/flood401")" -gt 100 ]
+check auth_401_flood_log_bounded [ $((after - before)) -lt 10 ]
+check auth_401_flood_counted grep -q 'event=requests_refused suppressed=.* last_status=401' "$LOG"
 serve_stop
 check auth_exit_zero [ "$RC" = 0 ]
 
