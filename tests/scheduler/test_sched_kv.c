@@ -327,6 +327,34 @@ TEST(sched_kv_n_that_cannot_fit_refused)
     env_close(&e);
 }
 
+/* Where the choices' commit (the prompt's blocks, a copy and a growth block per further choice)
+ * exceeds the pool although their forked KV at full length fits it, the request can never be
+ * placed: submit refuses it (SCHED_ERR_TOO_LARGE) rather than queueing it for good, in front of
+ * every request after it. */
+TEST(sched_kv_n_whose_commit_cannot_fit_refused)
+{
+    env e;
+    if (env_open(&e, 240, 0, 8) < 0) return; /* 15 blocks of 16 */
+    int32_t p[161];
+    prompt_ids(p, 161, 7, 3);
+    /* 4 choices of 1 token: forked 10 + 4 = 14 blocks; committed 11 + 2 * 4 - 1 = 18 */
+    sched_params a = greedy(p, 161, 1, 4);
+    rec *r = &e.recs[0];
+    memset(r, 0, sizeof *r);
+    char err[256];
+    int st = sched_submit(e.se.s, &a, on_event, r, &r->r, err, sizeof err);
+    CHECK_MSG(st == SCHED_ERR_TOO_LARGE, "submit: %s", st ? sched_strerror(st) : "admitted");
+    if (st == SCHED_OK)
+        sched_cancel(e.se.s, r->r); /* it would wait forever */
+    else
+        CHECK_STR(err, "the request needs more KV memory or sequences than any device has");
+    /* a request after it runs */
+    sched_params b = greedy(p, 20, 4, 1);
+    rec *ok = run_one(&e, &b);
+    CHECK_EQ(ok->done, 1);
+    env_close(&e);
+}
+
 /* A split placement (prefill on the CPU, decode on the card) with a cached prefix: the CPU ships
  * the cached blocks' KV again (accel_kv_export, the same bytes its prefill sent), then the rest;
  * the card decodes exactly what it decodes cold. */
