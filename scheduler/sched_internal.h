@@ -352,7 +352,8 @@ void sched_worker_move(sched_dev *d, sched_req *r, int failed_dev, int status);
  * decoding here other than `keep` (its KV published to the prefix cache first, so its
  * re-prefill finds it). 1 when memory was given back, 0 when there was nothing to give. */
 int sched_worker_make_room(sched_dev *d, const sched_req *keep);
-/* The choice's KV on d kept in the prefix cache (prompt + generated, local placements). */
+/* The choice's KV on d kept in the prefix cache (prompt + generated, local placements; only the
+ * prefilled positions when it decoded with sparse attention). */
 void sched_worker_publish(sched_dev *d, sched_req *r, sched_choice *c);
 /* 1 when a status is a device's trouble that another device may not have (the request moves);
  * 0 when it is the request's own (it fails). */
