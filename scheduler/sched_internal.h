@@ -311,7 +311,9 @@ int sched_choice_init(sched_choice *c, sched *s, const sched_params *p, int inde
  * pseq and the decode worker seq and dseq (sched_worker_seqs says which for a worker). */
 enum { SCHED_SEQ_DECODE = 1, SCHED_SEQ_PREFILL = 2, SCHED_SEQ_IMPORT = 4, SCHED_SEQ_ALL = 7 };
 /* Frees the choice's sequences named by seqs on dev (SCHED_SEQ_IMPORT: with its KV wire
- * reader), and, when all is set, its reader, generator and history too. */
+ * reader), and, when all is set, its generator and history too (and its reader when dev is NULL:
+ * the loop's free of a request no worker holds; a worker frees the reader only with
+ * SCHED_SEQ_IMPORT, the decode worker's). */
 void sched_choice_deinit(sched_choice *c, accel_dev *dev, unsigned seqs, int all);
 /* sched_mask.c: the grammar masks of rows [0, rows) of the decode step about to be issued,
  * computed on the device's helper thread while the device runs it (not on the CPU backend).
