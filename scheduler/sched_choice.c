@@ -59,7 +59,10 @@ void sched_choice_deinit(sched_choice *c, accel_dev *dev, unsigned which, int al
         if (*seqs[i] && dev) accel_seq_free(dev, *seqs[i]);
         if (dev) *seqs[i] = NULL;
     }
-    if ((which & SCHED_SEQ_IMPORT) || all) {
+    /* the reader is the decode worker's (SCHED_SEQ_IMPORT): on a split placement the prefill
+     * worker's final free leaves it to the card, which frees it itself (sched_handover_stop);
+     * the loop's last free (no device: every worker is done with the request) takes what is left */
+    if ((which & SCHED_SEQ_IMPORT) || (all && !dev)) {
         proto_kv_reader_free(c->kvr);
         c->kvr = NULL;
     }

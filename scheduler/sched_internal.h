@@ -311,7 +311,9 @@ int sched_choice_init(sched_choice *c, sched *s, const sched_params *p, int inde
  * pseq and the decode worker seq and dseq (sched_worker_seqs says which for a worker). */
 enum { SCHED_SEQ_DECODE = 1, SCHED_SEQ_PREFILL = 2, SCHED_SEQ_IMPORT = 4, SCHED_SEQ_ALL = 7 };
 /* Frees the choice's sequences named by seqs on dev (SCHED_SEQ_IMPORT: with its KV wire
- * reader), and, when all is set, its reader, generator and history too. */
+ * reader), and, when all is set, its generator and history too (and its reader when dev is NULL:
+ * the loop's free of a request no worker holds; a worker frees the reader only with
+ * SCHED_SEQ_IMPORT, the decode worker's). */
 void sched_choice_deinit(sched_choice *c, accel_dev *dev, unsigned seqs, int all);
 /* sched_mask.c: the grammar masks of rows [0, rows) of the decode step about to be issued,
  * computed on the device's helper thread while the device runs it (not on the CPU backend).
@@ -352,7 +354,8 @@ void sched_worker_move(sched_dev *d, sched_req *r, int failed_dev, int status);
  * decoding here other than `keep` (its KV published to the prefix cache first, so its
  * re-prefill finds it). 1 when memory was given back, 0 when there was nothing to give. */
 int sched_worker_make_room(sched_dev *d, const sched_req *keep);
-/* The choice's KV on d kept in the prefix cache (prompt + generated, local placements). */
+/* The choice's KV on d kept in the prefix cache (prompt + generated, local placements; only the
+ * prefilled positions when it decoded with sparse attention). */
 void sched_worker_publish(sched_dev *d, sched_req *r, sched_choice *c);
 /* 1 when a status is a device's trouble that another device may not have (the request moves);
  * 0 when it is the request's own (it fails). */

@@ -95,6 +95,13 @@ int sched_can_serve(sched *s, const char **why)
     return ok;
 }
 
+/* An FPGA decode device: a placement in place beside one is a fallback (sched_stats). */
+static int is_card(const accel_info *info)
+{
+    const unsigned card = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
+    return info->kind == ACCEL_KIND_FPGA && (info->caps & card) == card;
+}
+
 /* Slot i of the scheduler for dev: its book entry, its inbox, its prefix cache (loop thread;
  * its worker not started yet). */
 static void dev_setup(sched *s, int i, accel_dev *dev)
@@ -122,8 +129,7 @@ static void dev_setup(sched *s, int i, accel_dev *dev)
     /* the decode cost by batch, where the device describes one: the placement weighs it */
     if (d->info0.decode_curve.n > 0 && d->info0.decode_curve.n <= ACCEL_CURVE_MAX)
         v->curve = d->info0.decode_curve;
-    const unsigned card = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
-    if (v->kind == ACCEL_KIND_FPGA && (v->caps & card) == card) s->n_cards++;
+    if (is_card(&d->info0)) s->n_cards++;
     pthread_mutex_init(&d->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -213,6 +219,7 @@ int sched_add_device(sched *s, accel_dev *dev, char *err, size_t errlen)
     d->late = 1;
     if (pthread_create(&d->thread, NULL, sched_worker_main, d) != 0) {
         snprintf(err, errlen, "cannot start the worker thread of %s", d->info0.name);
+        if (is_card(&d->info0)) s->n_cards--; /* dev_setup counted it; it is not added */
         sched_pcache_free(d->pc);
         pthread_mutex_destroy(&d->mu);
         pthread_cond_destroy(&d->cv);

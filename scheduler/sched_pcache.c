@@ -257,7 +257,8 @@ static entry *entry_new(sched_pcache *pc, uint64_t kind, const int32_t *ids, int
 }
 
 /* Adds e to tier t unless an entry there already holds all of it (then 0, e untouched: the
- * caller frees it); drops the entries that e holds all of. 1 when added. */
+ * caller frees it); drops the entries that e holds all of. 1 when added; -1 when the index ran
+ * out of memory: e was freed here (entry_free), the caller must not touch it again. */
 static int tier_add(sched_pcache *pc, tier *t, entry *e)
 {
     int have;
@@ -312,8 +313,9 @@ static int save_to_host(sched_pcache *pc, entry *h)
         return 0;
     }
     pc->host_used += need;
-    if (tier_add(pc, &pc->host_tier, e) == 0) entry_free(pc, &pc->host_tier, e);
-    return 1;
+    int added = tier_add(pc, &pc->host_tier, e); /* -1: out of memory, e freed there */
+    if (added == 0) entry_free(pc, &pc->host_tier, e);
+    return added >= 0;
 }
 
 /* ---------------------------------------------------------------- public */
@@ -467,7 +469,8 @@ void sched_pcache_publish(sched_pcache *pc, uint64_t kind, accel_seq *s, const i
         old = NULL;
         have = -1; /* not kept */
     }
-    if (have == -1 || tier_add(pc, &pc->dev_tier, e) != 1) {
+    /* tier_add's -1 freed e already (its holder too: once, its blocks' references dropped once) */
+    if (have == -1 || tier_add(pc, &pc->dev_tier, e) == 0) {
         if (e->seq) accel_seq_free(pc->dev, e->seq);
         free(e->ids);
         free(e->names);

@@ -285,11 +285,14 @@ enum sched_place sched_policy_place(const sched_policy_dev *v, int n_devs,
                 if (fits(d, prompt) && better_prefill(v, i, exporter)) exporter = i;
             }
             if (d->caps & ACCEL_CAP_DECODE && pinned(r->decode_on, i)) {
-                uint64_t whole = need_bytes(d, r, 1);
-                if (r->n <= d->max_running && whole <= d->mem_total) {
+                /* the placement below needs the commit to fit too: on a paged device it can
+                 * exceed the forked choices' whole KV (a copy and a growth block per choice),
+                 * and a request whose commit never fits would wait forever on an idle device */
+                uint64_t whole = need_bytes(d, r, 1), admit = admit_bytes(d, r);
+                if (r->n <= d->max_running && whole <= d->mem_total && admit <= d->mem_total) {
                     could_local = 1;
-                    if (d->running + r->n <= d->max_running && fits(d, admit_bytes(d, r)) &&
-                        tier_fits(d, r) && better_fallback(v, i, local))
+                    if (d->running + r->n <= d->max_running && fits(d, admit) && tier_fits(d, r) &&
+                        better_fallback(v, i, local))
                         local = i;
                 }
             }

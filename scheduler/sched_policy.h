@@ -212,7 +212,7 @@ uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req
  * partial last block per further choice, one block of growth per choice. The request must
  * still be able to fit whole to be placed at all (sched_policy_kv_bytes <= mem_total; a paged
  * device that prefills and decodes n > 1 choices itself counts the prompt's whole blocks once,
- * since the choices fork them). */
+ * since the choices fork them, and its commit must fit mem_total too: it can be the larger). */
 uint64_t sched_policy_commit_bytes(const sched_policy_dev *d, const sched_policy_req *r);
 /* The fit rule of a sparse-decoded request on a device with a slower KV tier (a card's DDR4):
  * when its whole KV does not fit mem_total but fits the slower tier and it decodes sparse (its

@@ -247,8 +247,8 @@ static int cost_kind(const sparse_params *p)
 
 /* Runs one chunk of r's current job (first: the iteration's first). Returns the seconds it took
  * (0 when the job ended without a device call), -1 when no chunk worth running fits what is left
- * of the budget (the iteration ends), and ends the request's prefill when it is complete or
- * failed. */
+ * of the budget or the job waits for memory for its sequence (the iteration ends), and ends the
+ * request's prefill when it is complete or failed. */
 static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, double budget, double left)
 {
     int st, ci = next_choice(r, &st);
@@ -281,8 +281,11 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
                                     c->pf_ids, c->pf_n, cap, sq, &reused, &from_host, &approx);
         else
             st = accel_seq_new(d->dev, cap, sq);
-        if (st == ACCEL_ERR_NOMEM && (sched_worker_make_room(d, r) || d->active))
-            return 0; /* memory given back, or coming back as decodes end: again next time */
+        /* memory given back, or coming back as decodes end: again in the next iteration. The
+         * iteration ends here (no device call spent any of the budget, so the loop would ask
+         * again at once, forever, and the decodes here would never step): one make_room per
+         * iteration, the decodes step before the next try */
+        if (st == ACCEL_ERR_NOMEM && (sched_worker_make_room(d, r) || d->active)) return -1;
         if (st) {
             sched_prefill_end(d, r, st);
             return 0;

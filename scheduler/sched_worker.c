@@ -98,6 +98,15 @@ unsigned sched_worker_seqs(const sched_dev *d, const sched_req *r)
     return SCHED_SEQ_ALL;
 }
 
+/* c's sequence decoded with AsyncTLS sparse attention: as its device counts (steps since sparse
+ * decode was turned on, which covers a device's own default too), else as settled for r. */
+static int decoded_sparse(sched_dev *d, const sched_req *r, const sched_choice *c)
+{
+    accel_decode_stats ds;
+    if (accel_seq_decode_stats(d->dev, c->seq, &ds) == ACCEL_OK) return ds.steps > 0;
+    return r->tls_set && r->tls_on && !c->tls_dense;
+}
+
 void sched_worker_publish(sched_dev *d, sched_req *r, sched_choice *c)
 {
     if (!d->pc || r->no_cache || r->w_split || !c->seq) return;
@@ -105,6 +114,10 @@ void sched_worker_publish(sched_dev *d, sched_req *r, sched_choice *c)
     /* the sequence holds the prompt, then the generated tokens it was fed (a moved request's
      * re-prefill fed them too: sched_choice_prefill_ids) */
     int len = accel_seq_len(d->dev, c->seq);
+    /* Positions decoded sparse hold KV that every layer after the first computed from a subset
+     * of the keys: an approximation of no kind the cache knows (sched_pcache.h), which a dense
+     * request would reuse as exact. Only the prefilled positions are kept. */
+    if (len > c->pf_n && decoded_sparse(d, r, c)) len = c->pf_n;
     if (len <= r->n_prompt) {
         sched_pcache_publish(d->pc, kind, c->seq, r->prompt, len);
         return;

@@ -23,6 +23,7 @@
 typedef struct rec {
     sched_req *r;
     int done, error, status, cached, completion;
+    double kv_read; /* the DONE event's decode_kv_read (-1: dense decode) */
     int n_tok[2];
     int32_t tok[2][MAX_TOK];
     float lp[2][MAX_TOK];
@@ -49,6 +50,7 @@ static void on_event(void *ctx, const sched_event *ev)
         r->done++;
         r->cached = ev->cached_tokens;
         r->completion = ev->completion_tokens;
+        r->kv_read = ev->decode_kv_read;
         break;
     case SCHED_EV_ERROR: r->error++, r->status = ev->status; break;
     default: break;
@@ -68,6 +70,23 @@ static int env_open(env *e, int mem_positions, uint64_t host, int max_running)
     char err[256];
     if (sched_env_add(&e->se, devices_open("cpu", e->se.m, &o, err, sizeof err), err) < 0) return -1;
     sched_config cfg = {.max_waiting = 64, .max_running = max_running, .host_cache_bytes = host};
+    return sched_env_start(&e->se, &cfg);
+}
+
+/* The CPU with a calibrated channel file (tests/util.h: t_tls_channels), so that a request can
+ * decode with AsyncTLS; dense unless the request says otherwise. */
+static int env_open_tls(env *e)
+{
+    memset(e, 0, sizeof *e);
+    E = e;
+    if (sched_env_load(&e->se) < 0) return -1;
+    const char *chan = t_tls_channels(e->se.m, "channels.bin");
+    if (!chan) return -1;
+    char err[512];
+    accel_opts o = {.threads = 2, .decode_sparse = "off", .sparse_channels = chan};
+    if (sched_env_add(&e->se, devices_open("cpu", e->se.m, &o, err, sizeof err), err) < 0)
+        return -1;
+    sched_config cfg = {.max_waiting = 64, .max_running = 8};
     return sched_env_start(&e->se, &cfg);
 }
 
@@ -327,6 +346,34 @@ TEST(sched_kv_n_that_cannot_fit_refused)
     env_close(&e);
 }
 
+/* Where the choices' commit (the prompt's blocks, a copy and a growth block per further choice)
+ * exceeds the pool although their forked KV at full length fits it, the request can never be
+ * placed: submit refuses it (SCHED_ERR_TOO_LARGE) rather than queueing it for good, in front of
+ * every request after it. */
+TEST(sched_kv_n_whose_commit_cannot_fit_refused)
+{
+    env e;
+    if (env_open(&e, 240, 0, 8) < 0) return; /* 15 blocks of 16 */
+    int32_t p[161];
+    prompt_ids(p, 161, 7, 3);
+    /* 4 choices of 1 token: forked 10 + 4 = 14 blocks; committed 11 + 2 * 4 - 1 = 18 */
+    sched_params a = greedy(p, 161, 1, 4);
+    rec *r = &e.recs[0];
+    memset(r, 0, sizeof *r);
+    char err[256];
+    int st = sched_submit(e.se.s, &a, on_event, r, &r->r, err, sizeof err);
+    CHECK_MSG(st == SCHED_ERR_TOO_LARGE, "submit: %s", st ? sched_strerror(st) : "admitted");
+    if (st == SCHED_OK)
+        sched_cancel(e.se.s, r->r); /* it would wait forever */
+    else
+        CHECK_STR(err, "the request needs more KV memory or sequences than any device has");
+    /* a request after it runs */
+    sched_params b = greedy(p, 20, 4, 1);
+    rec *ok = run_one(&e, &b);
+    CHECK_EQ(ok->done, 1);
+    env_close(&e);
+}
+
 /* A split placement (prefill on the CPU, decode on the card) with a cached prefix: the CPU ships
  * the cached blocks' KV again (accel_kv_export, the same bytes its prefill sent), then the rest;
  * the card decodes exactly what it decodes cold. */
@@ -416,5 +463,43 @@ TEST(sched_kv_sparse_reuses_own_kind)
     CHECK_EQ(r3->cached, 0); /* other parameters: another kind */
     rec *r4 = run_one(&e, &d);
     CHECK_EQ(r4->cached, 0); /* dense: exact KV only */
+    env_close(&e);
+}
+
+/* Tokens decoded with AsyncTLS sparse attention hold approximate KV (each layer after the first
+ * attended to a subset of the keys): the prefix cache keeps only such a request's prefilled
+ * positions. A dense request for its prompt + reply reuses the prompt's exact blocks and decodes
+ * bit for bit as without the cache (the approximate KV kept as exact gave other log-probabilities:
+ * up to 0.27 apart on this prompt). */
+TEST(sched_kv_sparse_decoded_tokens_not_reused_as_exact)
+{
+    env e;
+    if (env_open_tls(&e) < 0) return;
+    int32_t p[400];
+    prompt_ids(p, 300, 37, 11);
+    /* budgets far below the 300-position context: most keys skipped from the first step */
+    sparse_tls_params small;
+    sparse_tls_params_default(&small);
+    small.block_budget = 2;
+    small.token_budget = 32;
+    small.dense_below = 0;
+    sched_params a = greedy(p, 300, 40, 1);
+    a.decode_sparse_set = 1;
+    a.decode_sparse = &small;
+    rec *ra = run_one(&e, &a);
+    REQUIRE(ra->done == 1 && ra->n_tok[0] == 40);
+    CHECK_MSG(ra->kv_read > 0 && ra->kv_read < 0.5, "A's decode read %g of the keys", ra->kv_read);
+    /* B: dense, A's prompt, its reply and one more token */
+    memcpy(p + 300, ra->tok[0], sizeof(int32_t) * 40);
+    p[340] = 7;
+    sched_params b = greedy(p, 341, 16, 1);
+    b.decode_sparse_set = 1;
+    b.decode_sparse = NULL;
+    rec *rb = run_one(&e, &b);
+    CHECK_EQ(rb->cached, 288); /* A's prompt: 18 whole blocks; none of its decoded positions */
+    b.no_prefix_cache = 1;
+    rec *rc = run_one(&e, &b);
+    CHECK_EQ(rc->cached, 0);
+    CHECK_MSG(same_run(rb, 0, rc, 0), "a dense request decodes differently with the cache");
     env_close(&e);
 }

@@ -401,6 +401,29 @@ TEST(sched_policy_forked_choices_fit)
     CHECK_EQ(sched_policy_place(w, 2, &no_opts, &c, &pl), SCHED_PLACE_OK);
 }
 
+/* The fit-at-all rule of a paged device that prefills and decodes n choices covers what the
+ * placement commits, not only the forked choices' whole KV: a request whose commit can never fit
+ * is NEVER (refused at submit), not WAIT (queued forever, and the FCFS queue behind it). */
+TEST(sched_policy_never_when_the_commit_cannot_fit)
+{
+    sched_policy_dev v[1] = {gpu(ACCEL_KIND_CPU, 240, 8)}; /* 15 blocks of 16 positions */
+    v[0].kv_bytes_per_token = 1;
+    v[0].block_tokens = 16;
+    sched_placement pl;
+    /* prompt 161 (10 whole blocks and 1 position), 4 choices of 1 token: forked, 10 + 4 = 14
+     * blocks at full length; committed, 11 + 2 * 4 - 1 = 18 blocks */
+    sched_policy_req r = {161, 1, 4, 0, 0, 0, 0, 0};
+    CHECK_EQ(sched_policy_commit_bytes(&v[0], &r), 18 * 16);
+    CHECK_EQ(sched_policy_place(v, 1, &no_opts, &r, &pl), SCHED_PLACE_NEVER);
+    /* 2 choices commit 11 + 3 = 14 blocks: placed on the idle device */
+    r.n = 2;
+    CHECK_EQ(sched_policy_place(v, 1, &no_opts, &r, &pl), SCHED_PLACE_OK);
+    /* and wait while it is busy */
+    v[0].running = 1;
+    v[0].mem_committed = 2 * 16;
+    CHECK_EQ(sched_policy_place(v, 1, &no_opts, &r, &pl), SCHED_PLACE_WAIT);
+}
+
 /* The prefill queue's order with a TTFT target: the first job in queue order that can still
  * meet it (waited + predicted prefill left <= target), else the first; a job that waited
  * SCHED_LATE_AGE x the target first of all; without a target, FCFS. */

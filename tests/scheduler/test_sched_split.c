@@ -12,6 +12,7 @@
 #include "model/gen/gen.h"
 #include "model/ckpt/golden.h"
 #include "tests/scheduler/sched_env.h"
+#include <pthread.h>
 
 #define MAX_REQS 48
 
@@ -636,5 +637,39 @@ TEST(sched_split_device_added_later)
               "decoded on %s, not the added %s", e.recs[b].decode, st.dev[1].info.name);
     CHECK_STR(e.recs[b].text, ref);
     free_golden();
+    env_close(&e);
+}
+
+/* A device whose worker thread cannot start is not added (sched_add_device answers -1) and
+ * leaves nothing counted: a request the CPU prefills and decodes afterwards is a local
+ * placement, not a fallback beside a card that is not there. The thread is refused by making
+ * every new thread's default stack too large to map (64 TiB) for the call. */
+TEST(sched_split_device_whose_worker_cannot_start)
+{
+    env e;
+    if (env_open(&e, 0, NULL, 16, 0) < 0) return;
+    char err[256];
+    accel_dev *card = tcard_open(0, e.se.m, NULL, err, sizeof err);
+    REQUIRE(card);
+    pthread_attr_t def, huge;
+    REQUIRE(pthread_getattr_default_np(&def) == 0);
+    pthread_attr_init(&huge);
+    REQUIRE(pthread_attr_setstacksize(&huge, (size_t)1 << 46) == 0);
+    REQUIRE(pthread_setattr_default_np(&huge) == 0);
+    int at = sched_add_device(e.se.s, card, err, sizeof err);
+    CHECK_EQ(pthread_setattr_default_np(&def), 0);
+    pthread_attr_destroy(&huge);
+    pthread_attr_destroy(&def);
+    CHECK_EQ(at, -1);
+    CHECK_MSG(strstr(err, "cannot start the worker thread") != NULL, "sched_add_device: %s", err);
+    accel_free(card);
+    int a = submit(&e, once, 5, 8);
+    run_until_final(&e, 1);
+    CHECK_EQ(e.recs[a].done, 1);
+    sched_stats st;
+    sched_get_stats(e.se.s, &st);
+    CHECK_EQ(st.n_devices, 1);
+    CHECK_EQ(st.placements_local, 1);
+    CHECK_EQ(st.placements_fallback, 0);
     env_close(&e);
 }
