@@ -19,9 +19,13 @@
  * call has its devices marked FAILED: the scheduler moves their requests (re-prefilled where
  * their KV was). The heartbeat thread then tries the node again with backoff
  * (PEER_RECONNECT_*_S); once it answers, authenticated, with the same model and devices, its
- * devices are revived (accel_dev_revive) and placed on again. A chunk whose CRC fails is refused with ACCEL_ERR_CORRUPT and logged on the
- * receiving node; the sender's scheduler counts it and marks the device. A peer that sends
- * anything malformed, oversized or unauthenticated is disconnected with a log line.
+ * devices are revived (accel_dev_revive) and placed on again. A call whose own connection fails
+ * (timed out, closed, answered out of protocol) while the node answers its heartbeat fails that
+ * device only: its connection is closed at once (the node frees its sequences) and the heartbeat
+ * connects it again and revives it at its next answer. A chunk whose CRC fails is refused with
+ * ACCEL_ERR_CORRUPT and logged on the receiving node; the sender's scheduler counts it and marks
+ * the device. A peer that sends anything malformed, oversized or unauthenticated is disconnected
+ * with a log line.
  *
  * Testing: TANDEM_PEER_FAULT="kv_bitflip=N[,M..]" flips one payload bit of the N-th (M-th) KV
  * chunk each remote device of this process sends (after its CRC was computed): corruption on

@@ -20,7 +20,13 @@
  * the device's own lock, which every call holds: the device's worker waits at most for that) and
  * is revived (accel_dev_revive): the scheduler places on it again. Sequences of the old
  * incarnation died with the old connections (the node freed them when they closed); their
- * handles are recognised by their generation and only freed here. */
+ * handles are recognised by their generation and only freed here.
+ *
+ * One device's call that fails in its transport while the node stays up (a step that ran past
+ * the call timeout, a malformed answer) loses that device's connection only (peer_rdev_lost):
+ * it is closed at once, so that the node frees its sequences and no late answer is read by the
+ * next call, and the heartbeat thread, at its next answered ping, connects that device again
+ * and revives it the same way. */
 #include "peer/auth.h"
 #include "peer/link.h"
 #include "peer/peer.h"
@@ -164,6 +170,7 @@ static void node_mark_dead(peer_node *n, const char *why)
 }
 
 static int node_revive(peer_node *n);
+static void devs_reconnect(peer_node *n);
 
 /* Does the node serve m (the handshake's device list)? */
 static int model_matches(const model *m, const peer_info *in)
@@ -259,6 +266,7 @@ static void *heartbeat_main(void *arg)
             /* the fastest answer: one waiting behind a long call says nothing of the link */
             double m = atomic_load(&n->min_rtt);
             if (rtt > 0 && (m <= 0 || rtt < m)) atomic_store(&n->min_rtt, rtt);
+            devs_reconnect(n);
             continue;
         }
         /* the node's one thread answers its devices' calls inline: while a long one runs (a
@@ -386,13 +394,13 @@ int peer_rdev_recv_answer(rdev *d, uint32_t max, peer_header *h, const uint8_t *
 }
 
 /* Sends a request and waits for its answer of `type`: PEER_OK with the payload, or a failure
- * that fails the device (the caller returns accel_dev_fail's status). KV chunks in flight are
- * answered first (the answers come in order). */
+ * that loses the device's connection (the caller returns peer_rdev_lost's status). KV chunks in
+ * flight are answered first (the answers come in order). */
 static int call(rdev *d, int type, const void *a, size_t na, const void *b, size_t nb, int answer,
                 uint32_t max, peer_header *h, const uint8_t **p)
 {
     peer_node *n = d->node;
-    if ((atomic_load(&n->dead) && !d->reviving) || peer_conn_dead(d->c)) {
+    if ((atomic_load(&n->dead) && !d->reviving) || peer_rdev_conn_dead(d)) {
         peer_rdev_kv_drain(d);
         return PEER_ERR_IO;
     }
@@ -409,11 +417,27 @@ static int call(rdev *d, int type, const void *a, size_t na, const void *b, size
     return st;
 }
 
+int peer_rdev_lost(rdev *d)
+{
+    if (d->c) {
+        peer_conn_kill(d->c); /* closed at once: nothing more is read from it */
+        peer_rdev_kv_drain(d);
+        peer_conn_free(d->c);
+        d->c = NULL;
+        peer_rdev_kv_unpark(d); /* its worker is gone: UCX reads none of them now */
+    }
+    if (!atomic_exchange(&d->lost, 1))
+        peer_log(1, "peer_device_lost",
+                 "device=%s reason=\"a call's connection failed\" retry=\"by the heartbeat\"",
+                 d->name);
+    return accel_dev_fail(&d->base);
+}
+
 /* A REPLY's status as an accel status: a value outside accel's range is the peer's bug. */
 static int reply_status(rdev *d, const peer_header *h, const uint8_t *p, uint32_t *value)
 {
     peer_words w;
-    if (peer_words_read(p, h->length, 2, &w)) return accel_dev_fail(&d->base);
+    if (peer_words_read(p, h->length, 2, &w)) return peer_rdev_lost(d);
     int32_t st = (int32_t)w.w[0];
     if (value) *value = w.w[1];
     if (st == 0 || ACCEL_IS_ERR(st)) return st;
@@ -427,7 +451,7 @@ static int words_call(rdev *d, int type, uint32_t a, uint32_t b, uint32_t c, int
     size_t len = peer_words_write(buf, &w, n_words);
     peer_header h;
     const uint8_t *p;
-    if (call(d, type, buf, len, NULL, 0, PEER_REPLY, 8, &h, &p)) return accel_dev_fail(&d->base);
+    if (call(d, type, buf, len, NULL, 0, PEER_REPLY, 8, &h, &p)) return peer_rdev_lost(d);
     return reply_status(d, &h, p, value);
 }
 
@@ -484,7 +508,7 @@ static void r_seq_free(accel_dev *ad, accel_seq *as)
     /* a dead peer freed its side when the connection went, and so did a node since revived */
     pthread_mutex_lock(&d->mu);
     peer_rdev_kv_drain(d); /* no chunk in flight may point at s */
-    if (s->gen == d->gen && !atomic_load(&d->node->dead) && !peer_conn_dead(d->c))
+    if (s->gen == d->gen && !atomic_load(&d->node->dead) && !peer_rdev_conn_dead(d))
         words_call(d, PEER_SEQ_FREE, (uint32_t)d->index, s->id, 0, 2, NULL);
     pthread_mutex_unlock(&d->mu);
     free(s);
@@ -514,7 +538,7 @@ static int r_decode_locked(rdev *d, int n, accel_seq *const *seqs, const int32_t
     uint32_t max = PEER_LOGITS_FIXED + 4u * (uint32_t)n * (uint32_t)vocab;
     if (call(d, PEER_DECODE, req, len, NULL, 0, PEER_LOGITS, max, &h, &p) ||
         peer_logits_read(p, h.length, n, vocab, &status, &l))
-        return accel_dev_fail(&d->base);
+        return peer_rdev_lost(d);
     if (status != 0) return ACCEL_IS_ERR(status) ? status : accel_dev_fail(&d->base);
     memcpy(logits, l, sizeof(float) * (size_t)n * (size_t)vocab);
     return ACCEL_OK;
@@ -552,7 +576,7 @@ static int r_decode_argmax_locked(rdev *d, int n, accel_seq *const *seqs, const 
     uint32_t max = PEER_TOKENS_FIXED + 4u * (uint32_t)n + 4u * (uint32_t)n_want * (uint32_t)vocab;
     if (call(d, PEER_DECODE_ARGMAX, req, len, NULL, 0, PEER_TOKENS, max, &h, &p) ||
         peer_tokens_read(p, h.length, n, vocab, n_want, &status, argmax, &l))
-        return accel_dev_fail(&d->base);
+        return peer_rdev_lost(d);
     if (status != 0) return ACCEL_IS_ERR(status) ? status : accel_dev_fail(&d->base);
     for (int i = 0, j = 0; i < n; i++)
         if (!want || want[i]) {
@@ -612,7 +636,7 @@ static void r_free(accel_dev *ad)
     pthread_mutex_lock(&d->node->mu);
     d->node->devs[d->index] = NULL;
     pthread_mutex_unlock(&d->node->mu);
-    if (atomic_load(&d->node->dead)) peer_conn_kill(d->c);
+    if (d->c && atomic_load(&d->node->dead)) peer_conn_kill(d->c);
     peer_rdev_kv_drain(d);
     peer_conn_free(d->c);
     peer_rdev_kv_unpark(d); /* its worker is gone: UCX reads none of them now */
@@ -704,6 +728,63 @@ static int same_node(const peer_node *n, const peer_info *in)
     return 1;
 }
 
+/* A fresh connection for d in place of the one it had (lost: NULL, or dead), which is freed:
+ * the sequences made on it are stale (gen). PEER_OK; a failure leaves d's connection as it was.
+ * The heartbeat thread, d's lock held. */
+static int rdev_reconnect(rdev *d, char *err, size_t errlen)
+{
+    if (d->fl_n) { /* chunks of the dead connection: let go, their sequences failed */
+        peer_conn_kill(d->c);
+        peer_rdev_kv_drain(d);
+    }
+    peer_conn *old = d->c;
+    d->reviving = 1;
+    int st = rdev_connect(d, err, errlen);
+    d->reviving = 0;
+    if (st) {
+        d->c = old;
+        return st;
+    }
+    if (old) {
+        peer_conn_kill(old);
+        peer_conn_free(old);
+    }
+    peer_rdev_kv_unpark(d); /* the sends given up on were the old connection's */
+    d->gen++;
+    atomic_store(&d->lost, 0);
+    return PEER_OK;
+}
+
+/* The heartbeat thread, n answering: each device a call lost (peer_rdev_lost) gets a fresh
+ * connection and is revived, as node_revive does for every device of a node that was lost (the
+ * node is up: nothing else would ever bring the device back). One whose connection fails is
+ * tried again after PEER_RECONNECT_MIN_S, doubling up to PEER_RECONNECT_MAX_S. */
+static void devs_reconnect(peer_node *n)
+{
+    pthread_mutex_lock(&n->mu);
+    for (int i = 0; i < n->info.n_devs; i++) {
+        rdev *d = (rdev *)n->devs[i];
+        if (!d || !atomic_load(&d->lost) || peer_now() < d->lost_retry) continue;
+        char err[256];
+        pthread_mutex_lock(&d->mu); /* the device's worker is out of any call within 50 ms */
+        int st = rdev_reconnect(d, err, sizeof err);
+        if (!st) accel_dev_revive(&d->base); /* under its lock: no call fails it in between */
+        pthread_mutex_unlock(&d->mu);
+        if (st) {
+            d->lost_backoff = d->lost_backoff > 0 ? d->lost_backoff * 2 : PEER_RECONNECT_MIN_S;
+            if (d->lost_backoff > PEER_RECONNECT_MAX_S) d->lost_backoff = PEER_RECONNECT_MAX_S;
+            d->lost_retry = peer_now() + d->lost_backoff;
+            peer_log(1, "peer_reconnect_failed", "device=%s reason=\"%s\" retry_s=%.1f", d->name,
+                     err, d->lost_backoff);
+        } else {
+            d->lost_backoff = 0;
+            d->lost_retry = 0;
+            peer_log(0, "peer_device_reconnected", "device=%s", d->name);
+        }
+    }
+    pthread_mutex_unlock(&n->mu);
+}
+
 /* The heartbeat thread, n dead: connects again; when the node is back as it was, a fresh
  * connection for each of its devices, then they are revived. PEER_OK or why not (tried again). */
 static int node_revive(peer_node *n)
@@ -728,22 +809,7 @@ static int node_revive(peer_node *n)
         rdev *d = (rdev *)n->devs[i];
         if (!d) continue;
         pthread_mutex_lock(&d->mu); /* the device's worker is out of any call within 50 ms */
-        if (d->fl_n) { /* chunks of the dead connection: let go, their sequences failed */
-            peer_conn_kill(d->c);
-            peer_rdev_kv_drain(d);
-        }
-        peer_conn *old = d->c;
-        d->reviving = 1;
-        st = rdev_connect(d, err, sizeof err);
-        d->reviving = 0;
-        if (st) {
-            d->c = old;
-        } else {
-            peer_conn_kill(old);
-            peer_conn_free(old);
-            peer_rdev_kv_unpark(d); /* the sends given up on were the old connection's */
-            d->gen++;
-        }
+        st = rdev_reconnect(d, err, sizeof err);
         pthread_mutex_unlock(&d->mu);
     }
     if (!st) {

@@ -1,0 +1,105 @@
+/* A remote device whose node stays up but whose own connection failed under a call (peer/remote.c
+ * peer_rdev_lost): before, a step that ran past the call timeout failed the device for good (only
+ * a node marked dead was ever revived), its connection stayed open with the late answer queued for
+ * the next call, and the node kept the sequences made on it. Node B's device is wrapped here so
+ * that its calls can be made slow on demand. */
+#include "devices/devices.h"
+#include "peer/peer.h"
+#include "scheduler/accel_impl.h"
+#include "tests/peer/peer_util.h"
+#include "tests/test.h"
+#include "tests/util.h"
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Atomic int g_decode_ms; /* node B's next decode steps take this long first (0: none) */
+static struct accel_dev_i g_slow_i;
+static int (*g_decode)(accel_dev *, int, accel_seq *const *, const int32_t *, float *);
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static int slow_decode(accel_dev *d, int n, accel_seq *const *s, const int32_t *ids, float *lg)
+{
+    int ms = atomic_load(&g_decode_ms);
+    if (ms) sleep_ms(ms);
+    return g_decode(d, n, s, ids, lg);
+}
+
+/* Node B's lent device with its calls wrapped (the server drives it through its vtable). */
+static void wrap(two *t)
+{
+    g_slow_i = *t->lent->i;
+    g_decode = g_slow_i.decode;
+    g_slow_i.decode = slow_decode;
+    t->lent->i = &g_slow_i;
+}
+
+/* Node B's lent device's sequences (any thread may read a device's info). */
+static int lent_seqs(two *t)
+{
+    accel_info li;
+    accel_get_info(t->lent, &li);
+    return li.n_seqs;
+}
+
+/* One decode step 1.5 s past the call timeout (1 s here): the device fails, then within a few
+ * heartbeats it is connected again and revived (revivals 1: the scheduler drops its mark), the
+ * node has freed the sequence made on the lost connection, the old handle is stale, and a new
+ * sequence decodes as before (the late answer of the slow step is not read as its answer). */
+TEST(peer_device_lost_by_a_call_reconnected)
+{
+    setenv("TANDEM_PEER_CALL_TIMEOUT_S", "1", 1);
+    two t;
+    if (two_start(&t, "cpu")) return;
+    wrap(&t);
+    peer_node *node;
+    accel_dev *rd;
+    REQUIRE(two_remote(&t, PEER_TRANSPORT_AUTO, &node, &rd) == 0);
+    int vocab = t.m->cfg.vocab;
+    float *want = malloc(sizeof(float) * (size_t)vocab),
+          *lg = malloc(sizeof(float) * (size_t)vocab);
+    accel_seq *old, *s;
+    int32_t id = 1;
+    REQUIRE(accel_seq_new(rd, 16, &old) == 0);
+    REQUIRE(accel_decode(rd, 1, &old, &id, want) == 0);
+    atomic_store(&g_decode_ms, 2500);
+    CHECK_EQ(accel_decode(rd, 1, &old, &id, lg), ACCEL_ERR_DEVICE);
+    atomic_store(&g_decode_ms, 0);
+    accel_info info;
+    accel_get_info(rd, &info);
+    CHECK(info.health == ACCEL_HEALTH_FAILED);
+    CHECK_EQ(peer_node_state(node), PEER_NODE_UP); /* the node itself was never lost */
+
+    double t0 = peer_now();
+    do {
+        sleep_ms(100);
+        accel_get_info(rd, &info);
+    } while ((info.health != ACCEL_HEALTH_OK || lent_seqs(&t)) && peer_now() - t0 < 8);
+    CHECK_MSG(info.health == ACCEL_HEALTH_OK, "still %s %.1f s after the failed call",
+              accel_health_name(info.health), peer_now() - t0);
+    CHECK_EQ(info.revivals, 1u);
+    CHECK_EQ(lent_seqs(&t), 0); /* the lost connection's sequence freed on the node */
+    CHECK_EQ(peer_node_state(node), PEER_NODE_UP);
+
+    CHECK_EQ(accel_decode(rd, 1, &old, &id, lg), ACCEL_ERR_INVALID); /* stale: refused, not sent */
+    accel_seq_free(rd, old);
+    REQUIRE(accel_seq_new(rd, 16, &s) == 0);
+    CHECK_EQ(accel_decode(rd, 1, &s, &id, lg), 0);
+    CHECK(memcmp(lg, want, sizeof(float) * (size_t)vocab) == 0);
+    accel_seq_free(rd, s);
+    accel_get_info(rd, &info);
+    CHECK(info.health == ACCEL_HEALTH_OK);
+    CHECK_EQ(info.revivals, 1u);
+
+    accel_free(rd);
+    peer_node_free(node);
+    free(want);
+    free(lg);
+    two_stop(&t);
+}
