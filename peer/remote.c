@@ -235,12 +235,19 @@ static void *heartbeat_main(void *arg)
     peer_node *n = arg;
     if (!atomic_load(&n->joined) && join(n)) return NULL;
     double last_ok = peer_now(), backoff = PEER_RECONNECT_MIN_S, next_try = 0;
+    /* answers still to come of pings whose wait timed out (tolerated below): the node answers
+     * every PING with one INFO, in order, so the next ones read are theirs, skipped. Read as the
+     * next ping's answer, a late one kept the heartbeat one answer behind for good: each ping took
+     * the one before's answer, already waiting (its round trip ~0: link_s collapsed), and a node
+     * that hung was noticed a period late. */
+    int owed = 0;
     while (!atomic_load(&n->stop)) {
         nap(n, atomic_load(&n->dead) ? 0.1 : PEER_HEARTBEAT_S);
         if (atomic_load(&n->stop)) break;
         if (atomic_load(&n->dead)) { /* gone: tried again with backoff */
             if (peer_now() < next_try) continue;
             if (node_revive(n) == PEER_OK) {
+                owed = 0; /* a fresh connection */
                 last_ok = peer_now();
                 backoff = PEER_RECONNECT_MIN_S;
             } else {
@@ -251,9 +258,17 @@ static void *heartbeat_main(void *arg)
         }
         peer_header h;
         const uint8_t *p;
-        double t_ping = peer_now();
+        double t_ping = peer_now(), end = t_ping + PEER_DEAD_S;
         int st = peer_conn_send(n->hb, PEER_PING, NULL, 0, NULL, 0, PEER_DEAD_S);
-        if (!st) st = peer_conn_recv(n->hb, (uint32_t)peer_info_bytes(PEER_MAX_DEVS), &h, &p, PEER_DEAD_S);
+        for (int late = 1; !st && late;) {
+            double left = end - peer_now();
+            st = peer_conn_recv(n->hb, (uint32_t)peer_info_bytes(PEER_MAX_DEVS), &h, &p,
+                                left > 0 ? left : 0);
+            if (!st && h.type != PEER_INFO) st = PEER_ERR_PROTO;
+            late = !st && owed > 0;
+            owed -= late;
+        }
+        if (st == PEER_ERR_TIMEOUT) owed++; /* this ping's answer may yet come */
         double rtt = peer_now() - t_ping;
         peer_info in;
         if (!st && (h.type != PEER_INFO || peer_info_read(p, h.length, &in) || in.n_devs != n->info.n_devs))

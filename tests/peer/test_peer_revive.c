@@ -14,9 +14,11 @@
 #include <string.h>
 #include <time.h>
 
-static _Atomic int g_decode_ms; /* node B's next decode steps take this long first (0: none) */
+static _Atomic int g_decode_ms;   /* node B's next decode steps take this long first (0: none) */
+static _Atomic int g_describe_ms; /* and so does each description of it (every INFO: a ping's) */
 static struct accel_dev_i g_slow_i;
 static int (*g_decode)(accel_dev *, int, accel_seq *const *, const int32_t *, float *);
+static void (*g_describe)(accel_dev *, accel_info *);
 
 static void sleep_ms(int ms)
 {
@@ -31,12 +33,21 @@ static int slow_decode(accel_dev *d, int n, accel_seq *const *s, const int32_t *
     return g_decode(d, n, s, ids, lg);
 }
 
+static void slow_describe(accel_dev *d, accel_info *out)
+{
+    int ms = atomic_load(&g_describe_ms);
+    if (ms) sleep_ms(ms);
+    g_describe(d, out);
+}
+
 /* Node B's lent device with its calls wrapped (the server drives it through its vtable). */
 static void wrap(two *t)
 {
     g_slow_i = *t->lent->i;
     g_decode = g_slow_i.decode;
     g_slow_i.decode = slow_decode;
+    g_describe = g_slow_i.describe;
+    g_slow_i.describe = slow_describe;
     t->lent->i = &g_slow_i;
 }
 
@@ -100,6 +111,46 @@ TEST(peer_device_lost_by_a_call_reconnected)
     accel_free(rd);
     peer_node_free(node);
     free(want);
+    free(lg);
+    two_stop(&t);
+}
+
+/* A ping whose wait timed out while a call kept the node busy (tolerated: the node is not dead)
+ * gets its answer late; the heartbeat skips it and reads its next ping's own answer. Node B takes
+ * 200 ms to describe its device here, so every true round trip of a ping is at least that: before,
+ * each ping after the tolerated timeout read the previous ping's answer, already waiting, and the
+ * fastest round trip (link_s, half of it) fell to microseconds. */
+TEST(peer_heartbeat_skips_late_answers)
+{
+    two t;
+    if (two_start(&t, "cpu")) return;
+    wrap(&t);
+    atomic_store(&g_describe_ms, 200);
+    peer_node *node;
+    accel_dev *rd;
+    REQUIRE(two_remote(&t, PEER_TRANSPORT_AUTO, &node, &rd) == 0);
+    float *lg = malloc(sizeof(float) * (size_t)t.m->cfg.vocab);
+    accel_seq *s;
+    int32_t id = 1;
+    REQUIRE(accel_seq_new(rd, 16, &s) == 0);
+    sleep_ms(1500); /* a ping answered: the round trip measured */
+    accel_info info;
+    accel_get_info(rd, &info);
+    CHECK_MSG(info.link_s >= 0.1, "link_s %.6f s before", info.link_s);
+    /* past PEER_DEAD_S, below the call timeout: a ping times out while the call is in flight */
+    atomic_store(&g_decode_ms, (int)(PEER_DEAD_S * 1000) + 1500);
+    CHECK_EQ(accel_decode(rd, 1, &s, &id, lg), 0);
+    atomic_store(&g_decode_ms, 0);
+    sleep_ms(4000); /* pings after it */
+    accel_get_info(rd, &info);
+    CHECK_MSG(info.link_s >= 0.1,
+              "link_s %.6f s after a tolerated ping timeout (a ping takes 0.2 s)", info.link_s);
+    CHECK(info.health == ACCEL_HEALTH_OK);
+    CHECK_EQ(peer_node_state(node), PEER_NODE_UP);
+    atomic_store(&g_describe_ms, 0);
+    accel_seq_free(rd, s);
+    accel_free(rd);
+    peer_node_free(node);
     free(lg);
     two_stop(&t);
 }
