@@ -81,9 +81,9 @@ static int expect(peer_conn *c, int type, uint32_t max, const uint8_t **p, peer_
     return PEER_OK;
 }
 
-/* Authenticates c both ways and reads the node's info. */
+/* Authenticates c both ways and reads the node's info; token (NULL: not wanted): c's KV token. */
 static int handshake(peer_conn *c, const char *my_name, const char *key, char *peer_name,
-                     peer_info *info, char *err, size_t errlen)
+                     peer_info *info, uint8_t *token, char *err, size_t errlen)
 {
     peer_hello hello = {0}, ch;
     if (peer_nonce(hello.nonce)) {
@@ -133,16 +133,19 @@ static int handshake(peer_conn *c, const char *my_name, const char *key, char *p
         return PEER_ERR_PROTO;
     }
     snprintf(peer_name, PEER_NAME_MAX + 1, "%s", ch.name);
+    if (token) peer_mac((const uint8_t *)key, kl, 'k', hello.nonce, ch.nonce, token);
     return PEER_OK;
 }
 
-static int connect_auth(peer_node *n, peer_conn **out, peer_info *info, char *err, size_t errlen)
+/* A connection to n, authenticated (handshake), into *out. */
+static int connect_auth(peer_node *n, peer_conn **out, peer_info *info, uint8_t *token, char *err,
+                        size_t errlen)
 {
     peer_conn *c;
     int st = peer_conn_connect(n->addr, &c, err, errlen);
     if (st) return st;
     char name[PEER_NAME_MAX + 1];
-    st = handshake(c, n->my_name, n->key, name, info, err, errlen);
+    st = handshake(c, n->my_name, n->key, name, info, token, err, errlen);
     if (!st && n->name[0] && strcmp(name, n->name)) {
         snprintf(err, errlen, "the node at %s is now '%s', was '%s'", n->addr, name, n->name);
         st = PEER_ERR_PROTO;
@@ -205,7 +208,7 @@ static int join(peer_node *n)
         char err[256];
         peer_conn *hb;
         peer_info in;
-        int st = connect_auth(n, &hb, &in, err, sizeof err);
+        int st = connect_auth(n, &hb, &in, NULL, err, sizeof err);
         if (!st && !model_matches(n->m, &in)) {
             snprintf(err, sizeof err, "the node serves another model (fingerprint or shape differ)");
             peer_conn_free(hb);
@@ -312,7 +315,7 @@ int peer_node_connect(const char *addr, const char *my_name, const char *key, co
     double end = peer_now() + wait_s;
     int st;
     for (;;) {
-        st = connect_auth(n, &n->hb, &n->info, err, errlen);
+        st = connect_auth(n, &n->hb, &n->info, NULL, err, errlen);
         if (st != PEER_ERR_IO && st != PEER_ERR_TIMEOUT) break;
         if (peer_now() >= end) break;
         struct timespec ts = {0, 200000000}; /* a node that is still starting: again in 0.2 s */
@@ -659,6 +662,7 @@ static void r_free(accel_dev *ad)
     pthread_mutex_destroy(&d->desc_mu);
     for (int i = 0; i < PEER_KV_WINDOW; i++) free(d->fl[i].buf);
     for (int i = 0; i < d->n_spare; i++) free(d->spare[i]);
+    OPENSSL_cleanse(d->kv_token, sizeof d->kv_token);
     free(d);
 }
 
@@ -708,9 +712,12 @@ static int rdev_connect(rdev *d, char *err, size_t errlen)
     peer_node *n = d->node;
     peer_info in;
     peer_conn *c;
-    int st = connect_auth(n, &c, &in, err, errlen);
+    uint8_t token[PEER_MAC];
+    int st = connect_auth(n, &c, &in, token, err, errlen);
     if (st) return st;
     d->c = c;
+    memcpy(d->kv_token, token, sizeof token);
+    OPENSSL_cleanse(token, sizeof token);
     d->tag_serial = 0;
     if (n->transport != PEER_TRANSPORT_STREAM) {
         char why[256];
@@ -807,7 +814,7 @@ static int node_revive(peer_node *n)
     char err[256];
     peer_conn *hb;
     peer_info in;
-    int st = connect_auth(n, &hb, &in, err, sizeof err);
+    int st = connect_auth(n, &hb, &in, NULL, err, sizeof err);
     if (st) {
         if (st != PEER_ERR_IO && st != PEER_ERR_TIMEOUT)
             peer_log(1, "peer_reconnect_failed", "peer=%s addr=%s reason=\"%s\"", n->name, n->addr, err);

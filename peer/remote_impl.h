@@ -78,6 +78,7 @@ typedef struct rdev {
     char transport[32];      /* peer_conn_transport(c), for describe (any thread) */
     pthread_mutex_t desc_mu;
     uint64_t tag_base;       /* KV as tagged messages (the connection has an address endpoint) */
+    uint8_t kv_token[PEER_MAC]; /* c's KV token (peer/auth.h), the first bytes of each of them */
     uint32_t tag_serial;
     char name[32];
     long kv_sent;            /* chunks sent (TANDEM_PEER_FAULT counts them) */

@@ -103,6 +103,7 @@ static void sconn_close(peer_server *s, sconn *sc, const char *why)
                  sc->name[0] ? sc->name : "?", peer_conn_addr(sc->c), live, why);
     free(sc->seqs);
     peer_conn_free(sc->c);
+    OPENSSL_cleanse(sc->kv_token, sizeof sc->kv_token);
     free(sc);
 }
 
@@ -434,8 +435,17 @@ static int rx_finish(peer_server *s, sconn *sc)
     int st = peer_conn_tag_recv_test(sc->c, x->req, x->k.n_bytes);
     if (st == 1) {
         x->req = NULL;
+        /* the connection's token first (rx_probe bounded the length past it): its tag says which
+         * connection's serial it took, not that its sender is that connection's peer (any UCX
+         * endpoint that reaches the listener may send tagged messages) */
+        int forged = !peer_mac_equal(x->k.bytes, sc->kv_token);
+        if (forged)
+            peer_log(1, "peer_kv_refused",
+                     "peer=%s serial=%u bytes=%zu reason=\"a tagged chunk without its "
+                     "connection's token: not sent by its peer\"",
+                     sc->name, sc->tag_serial - (uint32_t)(sc->rx_n - 1), x->k.n_bytes);
         peer_kv k; /* its fixed part: dev, seq, crc, flags (the chunk itself: the reader's) */
-        if (peer_kv_tag_read(x->k.bytes, x->k.n_bytes, &k)) {
+        if (forged || peer_kv_tag_read(x->k.bytes, x->k.n_bytes, &k)) {
             peer_kv_rx_put_back(s->rx, x->slot);
             sc->rx_head = (sc->rx_head + 1) % RX_AHEAD;
             sc->rx_n--;
@@ -513,7 +523,7 @@ static int rx_probe(peer_server *s, sconn *sc)
         if (r < 0) return r;
         if (r == 0) return peer_server_stray_check(s, sc); /* not in: anything else of its queued? */
         sc->gap_since = 0;
-        if (length <= PEER_KV_FIXED || length > PEER_KV_TAG_MAX) {
+        if (length <= PEER_KV_TAG_FIXED || length > PEER_KV_TAG_MAX) {
             peer_log(1, "peer_kv_refused", "peer=%s serial=%u bytes=%zu reason=\"a tagged chunk's length out of bounds\"",
                      sc->name, sc->tag_serial + 1, length);
             peer_conn_tag_discard(sc->c, sc->tag_base + ++sc->tag_serial); /* none of its bytes taken */
@@ -628,6 +638,7 @@ static int handle(peer_server *s, sconn *sc, const peer_header *h, const uint8_t
             return PEER_ERR_AUTH;
         }
         sc->state = S_READY;
+        peer_mac((const uint8_t *)s->key, s->key_len, 'k', sc->nonce_c, sc->nonce_s, sc->kv_token);
         peer_log(0, "peer_connected", "peer=%s addr=%s", sc->name, peer_conn_addr(sc->c));
         return send_info(s, sc, PEER_WELCOME);
     }

@@ -53,6 +53,7 @@ typedef struct sconn {
     enum sconn_state state;
     double t0;
     uint8_t nonce_c[PEER_NONCE], nonce_s[PEER_NONCE];
+    uint8_t kv_token[PEER_MAC]; /* its tagged chunks' (peer/auth.h), set as it authenticates */
     char name[PEER_NAME_MAX + 1];
     int addr_given;     /* ADDR sent: tagged chunks looked for */
     int ahead;          /* its last chunk came over tcp lanes (PEER_KV_TAG_AHEAD) */
