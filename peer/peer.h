@@ -108,6 +108,9 @@ int peer_server_rx_ahead_max(const peer_server *s);
  * unreceived, on its worker (1) or none (0) (tests). */
 long peer_server_strays(const peer_server *s);
 int peer_server_tags_queued(const peer_server *s);
+/* Bytes of receive buffers held for chunks whose connection closed while their bytes were still
+ * coming (UCX had not given the receives back): freed as soon as it does (tests). Any thread. */
+size_t peer_server_rx_lost_bytes(const peer_server *s);
 /* Starts listening and the server's thread. PEER_OK, or a status with a message in err. The
  * devices stay the caller's to free, after peer_server_stop. */
 int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, size_t errlen);

@@ -89,6 +89,13 @@ typedef struct sconn {
     struct sconn *next;
 } sconn;
 
+/* A receive of a closed connection UCX has not given back, and the buffer it may write into. */
+struct rx_lost {
+    void *req;
+    uint8_t *buf;
+    size_t cap;
+};
+
 struct peer_server {
     peer_server_cfg cfg;
     char name[PEER_NAME_MAX + 1];
@@ -135,6 +142,13 @@ struct peer_server {
     uint64_t stray_tag;
     char stray_name[PEER_NAME_MAX + 1];
     _Atomic int tags_queued; /* peer_server_tags_queued */
+    /* receives of closed connections that UCX had not given back (a sender stalled mid-chunk:
+     * peer_conn_req_abandon 0), with the kv_rx buffers they may still write into: each pass looks
+     * at them (rx_lost_poll) and frees a buffer once UCX is done with its receive, so that the
+     * loop never waits for one and nothing is leaked */
+    struct rx_lost *lost;
+    int n_lost, cap_lost;
+    _Atomic size_t lost_bytes; /* peer_server_rx_lost_bytes */
 };
 
 /* sc's sequence `id` on device `dev`, or NULL (no such one, or of another device). */
