@@ -18,8 +18,9 @@
  * Faults: a peer that stops answering its heartbeat (PEER_HEARTBEAT_S, PEER_DEAD_S) or fails a
  * call has its devices marked FAILED: the scheduler moves their requests (re-prefilled where
  * their KV was). The heartbeat thread then tries the node again with backoff
- * (PEER_RECONNECT_*_S); once it answers, authenticated, with the same model and devices, its
- * devices are revived (accel_dev_revive) and placed on again. A call whose own connection fails
+ * (PEER_RECONNECT_*_S); once it answers, authenticated, with the same model and devices (each
+ * described as when it was opened: block size, caps, batch, KV bytes a token), its devices are
+ * revived (accel_dev_revive) and placed on again. A call whose own connection fails
  * (timed out, closed, answered out of protocol) while the node answers its heartbeat fails that
  * device only: its connection is closed at once (the node frees its sequences) and the heartbeat
  * connects it again and revives it at its next answer. A chunk whose CRC fails is refused with

@@ -704,9 +704,33 @@ static int open_address(rdev *d, char *err, size_t errlen)
     return PEER_OK;
 }
 
+/* Is the node that answered at n's address the one we knew: the same model, the same devices,
+ * each as it was described when it was opened? What a device said of itself then is what its
+ * remote device goes on with (rdev.di: the KV cut in its block size, DECODE_ARGMAX sent where its
+ * caps offered it, its KV bytes a token) and what the scheduler keeps from it (accel_info at its
+ * start: the block size, caps, batch): a device that comes back as another is not revived (a
+ * node restarted with another configuration: restart this one too). The decode curve, health and
+ * free memory may change. */
+static int same_node(const peer_node *n, const peer_info *in)
+{
+    if (memcmp(in->fingerprint, n->info.fingerprint, 32) || in->vocab != n->info.vocab ||
+        in->n_layers != n->info.n_layers || in->n_kv_heads != n->info.n_kv_heads ||
+        in->head_dim != n->info.head_dim || in->n_devs != n->info.n_devs)
+        return 0;
+    for (int i = 0; i < in->n_devs; i++) {
+        const peer_dev_info *a = &in->devs[i], *b = &n->info.devs[i];
+        if (strcmp(a->name, b->name) || a->kind != b->kind || a->caps != b->caps ||
+            a->kv_block_tokens != b->kv_block_tokens ||
+            a->kv_bytes_per_token != b->kv_bytes_per_token || a->max_batch != b->max_batch)
+            return 0;
+    }
+    return 1;
+}
+
 /* A fresh connection for d (its lock held, or d not yet seen by anyone): authenticated, with an
- * address endpoint as the node's peer_transport asks. d->c is then the new connection; the old
- * one, if any, is the caller's. */
+ * address endpoint as the node's peer_transport asks, to the node d was opened on (same_node: a
+ * device connected again after a lost call checks it too). d->c is then the new connection; the
+ * old one, if any, is the caller's. */
 static int rdev_connect(rdev *d, char *err, size_t errlen)
 {
     peer_node *n = d->node;
@@ -715,6 +739,12 @@ static int rdev_connect(rdev *d, char *err, size_t errlen)
     uint8_t token[PEER_MAC];
     int st = connect_auth(n, &c, &in, token, err, errlen);
     if (st) return st;
+    if (!same_node(n, &in)) {
+        snprintf(err, errlen, "it serves another model or other devices now");
+        peer_conn_free(c);
+        OPENSSL_cleanse(token, sizeof token);
+        return PEER_ERR_MODEL;
+    }
     d->c = c;
     memcpy(d->kv_token, token, sizeof token);
     OPENSSL_cleanse(token, sizeof token);
@@ -736,18 +766,6 @@ static int rdev_connect(rdev *d, char *err, size_t errlen)
     pthread_mutex_unlock(&d->desc_mu);
     peer_log(0, "peer_device_opened", "device=%s kv_transport=\"%s\"", d->name, d->transport);
     return PEER_OK;
-}
-
-/* Is the node that answered at n's address the one we knew: the same model, the same devices? */
-static int same_node(const peer_node *n, const peer_info *in)
-{
-    if (memcmp(in->fingerprint, n->info.fingerprint, 32) || in->vocab != n->info.vocab ||
-        in->n_layers != n->info.n_layers || in->n_kv_heads != n->info.n_kv_heads ||
-        in->head_dim != n->info.head_dim || in->n_devs != n->info.n_devs)
-        return 0;
-    for (int i = 0; i < in->n_devs; i++)
-        if (strcmp(in->devs[i].name, n->info.devs[i].name) || in->devs[i].kind != n->info.devs[i].kind) return 0;
-    return 1;
 }
 
 /* A fresh connection for d in place of the one it had (lost: NULL, or dead), which is freed:

@@ -9,6 +9,7 @@
 #include "tests/peer/peer_util.h"
 #include "tests/test.h"
 #include "tests/util.h"
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 
 static _Atomic int g_decode_ms;   /* node B's next decode steps take this long first (0: none) */
 static _Atomic int g_describe_ms; /* and so does each description of it (every INFO: a ping's) */
+static _Atomic int g_block_tokens; /* the KV block size it states (0: its own) */
 static struct accel_dev_i g_slow_i;
 static int (*g_decode)(accel_dev *, int, accel_seq *const *, const int32_t *, float *);
 static void (*g_describe)(accel_dev *, accel_info *);
@@ -38,6 +40,8 @@ static void slow_describe(accel_dev *d, accel_info *out)
     int ms = atomic_load(&g_describe_ms);
     if (ms) sleep_ms(ms);
     g_describe(d, out);
+    int bt = atomic_load(&g_block_tokens);
+    if (bt) out->kv_block_tokens = bt;
 }
 
 /* Node B's lent device with its calls wrapped (the server drives it through its vtable). */
@@ -153,4 +157,77 @@ TEST(peer_heartbeat_skips_late_answers)
     peer_node_free(node);
     free(lg);
     two_stop(&t);
+}
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_refused; /* "peer_reconnect_failed" lines naming other devices */
+
+static void keep_refusal(int warn, const char *event, const char *msg)
+{
+    (void)warn;
+    pthread_mutex_lock(&g_mu);
+    if (!strcmp(event, "peer_reconnect_failed") && strstr(msg, "other devices")) g_refused++;
+    pthread_mutex_unlock(&g_mu);
+}
+
+static int refusals(void)
+{
+    pthread_mutex_lock(&g_mu);
+    int n = g_refused;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+/* A node lost and back at its address whose device now describes itself otherwise than when it
+ * was opened (here its KV block size): the device is not revived. Before, only the device's name
+ * and kind were compared and it was revived with its old description (rdev.di), which the remote
+ * device (the KV cut in the old block size, DECODE_ARGMAX where the old caps offered it) and the
+ * scheduler (what it read at its start) kept using. */
+TEST(peer_node_back_with_another_device_not_revived)
+{
+    peer_set_log(keep_refusal); /* before any thread that logs starts (peer.h) */
+    two t;
+    if (two_start(&t, "cpu")) return;
+    wrap(&t);
+    peer_node *node;
+    accel_dev *rd;
+    REQUIRE(two_remote(&t, PEER_TRANSPORT_AUTO, &node, &rd) == 0);
+    accel_info info;
+    accel_get_info(rd, &info);
+    int bt = info.kv_block_tokens;
+    peer_server_stop(t.srv);
+    t.srv = NULL;
+    double t0 = peer_now();
+    do {
+        sleep_ms(100);
+        accel_get_info(rd, &info);
+    } while (info.health != ACCEL_HEALTH_FAILED &&
+             peer_now() - t0 < PEER_HEARTBEAT_S + PEER_DEAD_S + 2);
+    REQUIRE(info.health == ACCEL_HEALTH_FAILED);
+
+    /* the node again, its device cutting KV in other blocks (the wrapper states them; its pool's
+     * usage hidden, so that the statement is what accel_get_info, and so the node, says) */
+    REQUIRE(bt > 0);
+    g_slow_i.kv_usage = NULL;
+    atomic_store(&g_block_tokens, bt == 16 ? 32 : 16);
+    char err[256], listen[64];
+    snprintf(listen, sizeof listen, "%s", t.addr);
+    peer_server_cfg sc = {listen, "nodeB", KEY, t.m, &t.lent, 1, 0};
+    REQUIRE(peer_server_start(&sc, &t.srv, err, sizeof err) == PEER_OK);
+    t0 = peer_now();
+    do {
+        sleep_ms(100);
+        accel_get_info(rd, &info);
+    } while (info.health != ACCEL_HEALTH_OK && !refusals() &&
+             peer_now() - t0 < 2 * PEER_RECONNECT_MAX_S + 2);
+    CHECK_MSG(refusals() >= 1, "no reconnection refused in %.1f s", peer_now() - t0);
+    CHECK_MSG(info.health == ACCEL_HEALTH_FAILED && info.revivals == 0,
+              "revived (%s, revivals %u) with block size %d, stated now %d",
+              accel_health_name(info.health), info.revivals, info.kv_block_tokens,
+              atomic_load(&g_block_tokens));
+    CHECK_EQ(peer_node_state(node), PEER_NODE_DOWN);
+    accel_free(rd);
+    peer_node_free(node);
+    two_stop(&t);
+    peer_set_log(NULL);
 }
