@@ -12,8 +12,13 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-/* An answer must be on its way within this (a peer that reads nothing: its connection closed). */
-#define SEND_TIMEOUT_S 10.0
+/* An answer must be on its way within this (a peer that reads nothing: its connection closed).
+ * The node's one loop waits for it, and with it every other peer, whose heartbeat gives up on
+ * the node after PEER_DEAD_S (3 s): well below that (it was 10 s: one peer that stopped reading
+ * made every other one lose the node). A peer in a call reads its answer as it comes (its waits
+ * progress its worker every 10 ms), so 1 s is the time of the answer itself: 125 MB at 1 Gb/s,
+ * more than a LOGITS of 64 sequences of a 128K vocabulary (32 MiB). */
+#define SEND_TIMEOUT_S 1.0
 /* A connection's tagged chunks received at once over tcp lanes (its last chunk marked
  * PEER_KV_TAG_AHEAD; others one at a time): the one coming and the next one's receive behind
  * it, as the sender's two sends in flight (PEER_KV_TCP_SENDS; deeper gained nothing, BENCHMARKS.md).
