@@ -3,8 +3,11 @@
  *
  *   mac_s = HMAC(key, "tandem-peer-1 s" | nonce_c | nonce_s)   the server proves it holds the key
  *   mac_c = HMAC(key, "tandem-peer-1 c" | nonce_s | nonce_c)   the client proves it
+ *   token = HMAC(key, "tandem-peer-1 k" | nonce_c | nonce_s)   the connection's KV token: each
+ *           tagged KV chunk carries it (peer/msg.h), never sent on its own
  *
- * The role labels keep a reflected proof (a server's mac replayed as a client's) from passing.
+ * The role labels keep a reflected proof (a server's mac replayed as a client's) from passing,
+ * and keep the token apart from both proofs, which travel in the clear.
  * Threads: any. */
 #ifndef TANDEM_PEER_AUTH_H
 #define TANDEM_PEER_AUTH_H
@@ -19,7 +22,7 @@
 
 /* Fresh random bytes (OpenSSL's RAND_bytes): 0, or -1 when the generator failed. */
 int peer_nonce(uint8_t out[PEER_NONCE]);
-/* role 's' or 'c'; first, second: the nonces in the order the formula above gives. */
+/* role 's', 'c' or 'k'; first, second: the nonces in the order the formula above gives. */
 void peer_mac(const uint8_t *key, size_t key_len, char role, const uint8_t first[PEER_NONCE],
               const uint8_t second[PEER_NONCE], uint8_t out[PEER_MAC]);
 /* Constant-time comparison of a received mac with the expected one: 1 when equal. */

@@ -244,13 +244,15 @@ void peer_kv_rx_put_back(peer_kv_rx *rx, int slot)
     pthread_mutex_unlock(&rx->mu);
 }
 
-size_t peer_kv_rx_put_back_lost(peer_kv_rx *rx, int slot)
+uint8_t *peer_kv_rx_put_back_lost(peer_kv_rx *rx, int slot, size_t *cap)
 {
-    size_t lost = 0;
+    uint8_t *lost = NULL;
+    *cap = 0;
     pthread_mutex_lock(&rx->mu);
     if (rx->slot[slot].state == SLOT_TAKEN) {
-        lost = rx->slot[slot].cap;
-        rx->slot[slot].buf = NULL; /* not freed: UCX may still write into it */
+        lost = rx->slot[slot].buf;
+        *cap = rx->slot[slot].cap;
+        rx->slot[slot].buf = NULL; /* the caller's: UCX may still write into it */
         rx->slot[slot].cap = 0;
         rx->slot[slot].freed = 0; /* a fresh buffer at its next take: the coldest */
         rx->taken--;

@@ -80,10 +80,11 @@ void peer_kv_rx_reserve_split(peer_kv_rx *rx, int slot, const uint8_t *at, size_
 int peer_kv_rx_split_back(peer_kv_rx *rx, int slot);
 /* A slot taken and not pushed (its receive failed or was taken back): free again. */
 void peer_kv_rx_put_back(peer_kv_rx *rx, int slot);
-/* The same for a slot whose receive UCX would not give back (peer_conn_req_cancel 0): its buffer
- * is abandoned, left allocated for the bytes that may still land in it, and the slot takes a
- * fresh one at its next take. Returns the bytes abandoned. */
-size_t peer_kv_rx_put_back_lost(peer_kv_rx *rx, int slot);
+/* The same for a slot whose receive UCX would not give back (peer_conn_req_abandon 0): its
+ * buffer becomes the caller's (returned, its capacity in *cap), to be freed once UCX is done with
+ * the receive (peer_req_done) and not before (its bytes may still land in it); the slot takes a
+ * fresh one at its next take. NULL when the slot held none. */
+uint8_t *peer_kv_rx_put_back_lost(peer_kv_rx *rx, int slot, size_t *cap);
 /* The oldest result not yet taken: 1 with it, 0 when none is ready. */
 int peer_kv_rx_done(peer_kv_rx *rx, void **owner, int *status);
 /* The wake callback is called after the next chunk is applied (even with more queued), for a

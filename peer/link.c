@@ -834,6 +834,28 @@ int peer_conn_req_cancel(peer_conn *c, void *req)
     return done;
 }
 
+int peer_conn_req_abandon(peer_conn *c, void *req)
+{
+    if (!req) return 1;
+    atomic_store(&c->dead, 1);
+    ucp_request_cancel(c->worker, req);
+    if (ucp_request_check_status(req) == UCS_INPROGRESS) return 0;
+    ucp_request_free(req);
+    return 1;
+}
+
+int peer_req_done(void *req)
+{
+    if (ucp_request_check_status(req) == UCS_INPROGRESS) return 0;
+    ucp_request_free(req);
+    return 1;
+}
+
+void peer_req_release(void *req)
+{
+    ucp_request_free(req); /* released when UCX is done with it (the worker's destruction) */
+}
+
 int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double timeout_s)
 {
     void *r;

@@ -121,6 +121,16 @@ int peer_conn_tag_recv(peer_conn *c, uint64_t tag, void *buf, size_t n, double t
 int peer_conn_tag_recv_start(peer_conn *c, uint64_t tag, void *buf, size_t n, void **req);
 int peer_conn_tag_recv_test(peer_conn *c, void *req, size_t n);
 int peer_conn_req_cancel(peer_conn *c, void *req);
+/* peer_conn_req_cancel without the wait, for a thread that serves others (the node's loop: a
+ * sender stalled mid-chunk held it 2 s per receive): c is dead after it; 1 when UCX gave the
+ * request back at once (released: its buffer may be reused), 0 when it is still in progress (a
+ * receive matched to a message still coming). Then the request stays the caller's: it looks at it
+ * with peer_req_done as its worker is progressed, and keeps the buffer untouched until that says
+ * 1 (UCX completes it when its bytes come or its endpoint's failure is handled), or lets it go
+ * with peer_req_release just before the worker is destroyed. */
+int peer_conn_req_abandon(peer_conn *c, void *req);
+int peer_req_done(void *req);
+void peer_req_release(void *req);
 /* A message that came without a receive posted for it: peer_conn_tag_probe looks whether the one
  * tagged exactly `tag` has arrived (UCX keeps it, unreceived: over rendezvous only its request
  * has come, its bytes wait for the receive), 1 with its length in *n, 0 when it has not, or

@@ -307,16 +307,24 @@ int peer_addr_read(const uint8_t *p, size_t n, uint64_t *tag_base, const uint8_t
     return PEER_OK;
 }
 
+void peer_kv_tag_write_fixed(uint8_t out[PEER_KV_TAG_FIXED], const uint8_t token[PEER_MAC],
+                             const peer_kv *k)
+{
+    memcpy(out, token, PEER_MAC);
+    peer_kv_write_fixed(out + PEER_MAC, k);
+}
+
 int peer_kv_tag_read(const uint8_t *p, size_t n, peer_kv *k)
 {
-    if (n <= PEER_KV_FIXED || n > PEER_KV_TAG_MAX) return PEER_ERR_PROTO;
+    if (n <= PEER_KV_TAG_FIXED || n > PEER_KV_TAG_MAX) return PEER_ERR_PROTO;
+    p += PEER_MAC; /* the token: the caller's to compare */
     k->dev = peer_rd32(p);
     k->seq = peer_rd32(p + 4);
     k->producer_crc = peer_rd32(p + 8);
     k->flags = peer_rd32(p + 12);
     if (k->flags & ~(PEER_KV_RUN_START | PEER_KV_TAG_AHEAD)) return PEER_ERR_PROTO;
     k->bytes = p + PEER_KV_FIXED;
-    k->n_bytes = n - PEER_KV_FIXED;
+    k->n_bytes = n - PEER_KV_TAG_FIXED;
     k->crc_off = 0;
     k->crc = 0;
     return PEER_OK;

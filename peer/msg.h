@@ -18,13 +18,13 @@
  *   c->s SEQ_NEW    dev, capacity                      s->c REPLY     status, seq
  *   c->s SEQ_FREE   dev, seq                           s->c REPLY     status
  *   c->s KV         dev, seq, crc, flags, [stream header 96 B], chunk  s->c REPLY status
- *   c->s DECODE     dev, n, (seq, id) * n              s->c LOGITS    status, n, vocab, f32 * n*vocab
+ *   c->s DECODE     dev, n, (seq, id) * n              s->c LOGITS    status, n, vocab, f32*n*vocab
  *   c->s TRUNCATE   dev, seq, len                      s->c REPLY     status
  *   c->s WARMUP     dev                                s->c REPLY     status
  *   c->s ADDR_REQ                                      s->c ADDR      tag_base, worker address
  *                                                              (or REPLY status: none offered)
  *   c=>s (tagged)   on the address endpoint, no frame on the stream: one message tagged
- *                   tag_base + serial: dev, seq, crc, flags, [stream header] chunk
+ *                   tag_base + serial: token, dev, seq, crc, flags, [stream header] chunk
  *                                                      s->c REPLY     status (on the stream)
  *   c->s DECODE_ARGMAX  DECODE's, then want u8 * n  s->c TOKENS    status, n, vocab, n_want,
  *                                                              argmax i32 * n, f32 * n_want*vocab
@@ -53,9 +53,17 @@
  * ADDR is answered only after the handshake (in any other state it closes the connection), so
  * no unauthenticated node learns the worker's address or gets one accepted. The client opens a
  * second endpoint by it (peer/link.h) and sends its KV as tagged messages; without one (UCX
- * could not make it, or peer_transport = stream) KV goes in KV frames on the stream. tag_base
- * is 64 random bits per connection: the server receives exactly tag_base + serial, serials
- * counting up from 1, so a message from anyone else never matches.
+ * could not make it, or peer_transport = stream) KV goes in KV frames on the stream. tag_base's
+ * high 32 bits are random per connection: the server receives exactly tag_base + serial, serials
+ * counting up from 1. The tags alone do not say who sent a message: the listener's worker takes
+ * tagged messages from any UCX endpoint that reaches it, one that never sent a HELLO included,
+ * and 32 random bits can be guessed. So every tagged chunk starts with the connection's KV token,
+ * HMAC-SHA256(key, "tandem-peer-1 k" | nonce_c | nonce_s) (peer/auth.h: only the two ends of
+ * that authenticated handshake can compute it), which the node compares in constant time before
+ * it reads anything else of the chunk: a chunk without it closes the connection whose tag it
+ * took (logged, peer_kv_refused) and nothing of it reaches a sequence.
+ *
+ *   tagged chunk   token[32] | dev, seq, crc, flags | [stream header 96 B] chunk
  *
  * mac_s = HMAC-SHA256(key, "tandem-peer-1 s" | nonce_c | nonce_s), mac_c the same over
  * "tandem-peer-1 c" | nonce_s | nonce_c (peer/auth.h): each side proves it holds the key over
@@ -70,8 +78,10 @@
 /* 2: the device list carries each device's KV block size and decode curve; KV chunks are in
  * the KV wire format's version 2 (a node of version 1 is refused at its first frame).
  * 3: a tagged KV chunk carries its fixed part (dev, seq, crc, flags) in its own message; the
- * KV_TAG announcement on the stream is gone (a node of version 2 is refused at its first frame) */
-#define PEER_VERSION 3
+ * KV_TAG announcement on the stream is gone (a node of version 2 is refused at its first frame)
+ * 4: a tagged KV chunk starts with its connection's KV token (below); a node of version 3 is
+ * refused at its first frame */
+#define PEER_VERSION      4
 #define PEER_HEADER_BYTES 16
 /* Before authentication a frame is a handshake message: 1 KiB holds any of them. */
 #define PEER_MAX_PREAUTH 1024
@@ -312,11 +322,16 @@ static inline int peer_kv_reply_hold(size_t bytes, int tcp_lanes)
     return n / 2 > 0 ? n / 2 : 1;
 }
 
-/* A tagged chunk's message: the KV fixed part (flags RUN_START, TAG_AHEAD), then [stream header]
- * chunk. Its length is bounded before anything is taken for it: more than the fixed part, at
- * most PEER_KV_TAG_MAX. read: PEER_ERR_PROTO for a length out of that range or unknown flags;
- * k->bytes points into p after the fixed part. */
+/* A tagged chunk's message: the connection's KV token (PEER_MAC bytes, above), the KV fixed part
+ * (flags RUN_START, TAG_AHEAD), then [stream header] chunk. Its length is bounded before anything
+ * is taken for it: more than PEER_KV_TAG_FIXED, at most PEER_KV_TAG_MAX. write_fixed: the token
+ * and the fixed part. read: the fixed part, PEER_ERR_PROTO for a length out of that range or
+ * unknown flags; k->bytes points into p after it. The token, p[0..PEER_MAC), is not read here: the
+ * receiver compares it with its connection's (peer_mac_equal) before it reads the rest. */
+#define PEER_KV_TAG_FIXED (PEER_MAC + PEER_KV_FIXED)
 #define PEER_KV_TAG_MAX ((size_t)PEER_MAX_PAYLOAD)
+void peer_kv_tag_write_fixed(uint8_t out[PEER_KV_TAG_FIXED], const uint8_t token[PEER_MAC],
+                             const peer_kv *k);
 int peer_kv_tag_read(const uint8_t *p, size_t n, peer_kv *k);
 
 /* DECODE: dev u32, n u32, then n * (seq u32, id i32). */

@@ -18,10 +18,15 @@
  * Faults: a peer that stops answering its heartbeat (PEER_HEARTBEAT_S, PEER_DEAD_S) or fails a
  * call has its devices marked FAILED: the scheduler moves their requests (re-prefilled where
  * their KV was). The heartbeat thread then tries the node again with backoff
- * (PEER_RECONNECT_*_S); once it answers, authenticated, with the same model and devices, its
- * devices are revived (accel_dev_revive) and placed on again. A chunk whose CRC fails is refused with ACCEL_ERR_CORRUPT and logged on the
- * receiving node; the sender's scheduler counts it and marks the device. A peer that sends
- * anything malformed, oversized or unauthenticated is disconnected with a log line.
+ * (PEER_RECONNECT_*_S); once it answers, authenticated, with the same model and devices (each
+ * described as when it was opened: block size, caps, batch, KV bytes a token), its devices are
+ * revived (accel_dev_revive) and placed on again. A call whose own connection fails
+ * (timed out, closed, answered out of protocol) while the node answers its heartbeat fails that
+ * device only: its connection is closed at once (the node frees its sequences) and the heartbeat
+ * connects it again and revives it at its next answer. A chunk whose CRC fails is refused with
+ * ACCEL_ERR_CORRUPT and logged on the receiving node; the sender's scheduler counts it and marks
+ * the device. A peer that sends anything malformed, oversized or unauthenticated is disconnected
+ * with a log line.
  *
  * Testing: TANDEM_PEER_FAULT="kv_bitflip=N[,M..]" flips one payload bit of the N-th (M-th) KV
  * chunk each remote device of this process sends (after its CRC was computed): corruption on
@@ -104,6 +109,9 @@ int peer_server_rx_ahead_max(const peer_server *s);
  * unreceived, on its worker (1) or none (0) (tests). */
 long peer_server_strays(const peer_server *s);
 int peer_server_tags_queued(const peer_server *s);
+/* Bytes of receive buffers held for chunks whose connection closed while their bytes were still
+ * coming (UCX had not given the receives back): freed as soon as it does (tests). Any thread. */
+size_t peer_server_rx_lost_bytes(const peer_server *s);
 /* Starts listening and the server's thread. PEER_OK, or a status with a message in err. The
  * devices stay the caller's to free, after peer_server_stop. */
 int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, size_t errlen);

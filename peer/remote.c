@@ -20,7 +20,13 @@
  * the device's own lock, which every call holds: the device's worker waits at most for that) and
  * is revived (accel_dev_revive): the scheduler places on it again. Sequences of the old
  * incarnation died with the old connections (the node freed them when they closed); their
- * handles are recognised by their generation and only freed here. */
+ * handles are recognised by their generation and only freed here.
+ *
+ * One device's call that fails in its transport while the node stays up (a step that ran past
+ * the call timeout, a malformed answer) loses that device's connection only (peer_rdev_lost):
+ * it is closed at once, so that the node frees its sequences and no late answer is read by the
+ * next call, and the heartbeat thread, at its next answered ping, connects that device again
+ * and revives it the same way. */
 #include "peer/auth.h"
 #include "peer/link.h"
 #include "peer/peer.h"
@@ -75,9 +81,9 @@ static int expect(peer_conn *c, int type, uint32_t max, const uint8_t **p, peer_
     return PEER_OK;
 }
 
-/* Authenticates c both ways and reads the node's info. */
+/* Authenticates c both ways and reads the node's info; token (NULL: not wanted): c's KV token. */
 static int handshake(peer_conn *c, const char *my_name, const char *key, char *peer_name,
-                     peer_info *info, char *err, size_t errlen)
+                     peer_info *info, uint8_t *token, char *err, size_t errlen)
 {
     peer_hello hello = {0}, ch;
     if (peer_nonce(hello.nonce)) {
@@ -127,16 +133,19 @@ static int handshake(peer_conn *c, const char *my_name, const char *key, char *p
         return PEER_ERR_PROTO;
     }
     snprintf(peer_name, PEER_NAME_MAX + 1, "%s", ch.name);
+    if (token) peer_mac((const uint8_t *)key, kl, 'k', hello.nonce, ch.nonce, token);
     return PEER_OK;
 }
 
-static int connect_auth(peer_node *n, peer_conn **out, peer_info *info, char *err, size_t errlen)
+/* A connection to n, authenticated (handshake), into *out. */
+static int connect_auth(peer_node *n, peer_conn **out, peer_info *info, uint8_t *token, char *err,
+                        size_t errlen)
 {
     peer_conn *c;
     int st = peer_conn_connect(n->addr, &c, err, errlen);
     if (st) return st;
     char name[PEER_NAME_MAX + 1];
-    st = handshake(c, n->my_name, n->key, name, info, err, errlen);
+    st = handshake(c, n->my_name, n->key, name, info, token, err, errlen);
     if (!st && n->name[0] && strcmp(name, n->name)) {
         snprintf(err, errlen, "the node at %s is now '%s', was '%s'", n->addr, name, n->name);
         st = PEER_ERR_PROTO;
@@ -164,6 +173,7 @@ static void node_mark_dead(peer_node *n, const char *why)
 }
 
 static int node_revive(peer_node *n);
+static void devs_reconnect(peer_node *n);
 
 /* Does the node serve m (the handshake's device list)? */
 static int model_matches(const model *m, const peer_info *in)
@@ -198,7 +208,7 @@ static int join(peer_node *n)
         char err[256];
         peer_conn *hb;
         peer_info in;
-        int st = connect_auth(n, &hb, &in, err, sizeof err);
+        int st = connect_auth(n, &hb, &in, NULL, err, sizeof err);
         if (!st && !model_matches(n->m, &in)) {
             snprintf(err, sizeof err, "the node serves another model (fingerprint or shape differ)");
             peer_conn_free(hb);
@@ -228,12 +238,19 @@ static void *heartbeat_main(void *arg)
     peer_node *n = arg;
     if (!atomic_load(&n->joined) && join(n)) return NULL;
     double last_ok = peer_now(), backoff = PEER_RECONNECT_MIN_S, next_try = 0;
+    /* answers still to come of pings whose wait timed out (tolerated below): the node answers
+     * every PING with one INFO, in order, so the next ones read are theirs, skipped. Read as the
+     * next ping's answer, a late one kept the heartbeat one answer behind for good: each ping took
+     * the one before's answer, already waiting (its round trip ~0: link_s collapsed), and a node
+     * that hung was noticed a period late. */
+    int owed = 0;
     while (!atomic_load(&n->stop)) {
         nap(n, atomic_load(&n->dead) ? 0.1 : PEER_HEARTBEAT_S);
         if (atomic_load(&n->stop)) break;
         if (atomic_load(&n->dead)) { /* gone: tried again with backoff */
             if (peer_now() < next_try) continue;
             if (node_revive(n) == PEER_OK) {
+                owed = 0; /* a fresh connection */
                 last_ok = peer_now();
                 backoff = PEER_RECONNECT_MIN_S;
             } else {
@@ -244,9 +261,17 @@ static void *heartbeat_main(void *arg)
         }
         peer_header h;
         const uint8_t *p;
-        double t_ping = peer_now();
+        double t_ping = peer_now(), end = t_ping + PEER_DEAD_S;
         int st = peer_conn_send(n->hb, PEER_PING, NULL, 0, NULL, 0, PEER_DEAD_S);
-        if (!st) st = peer_conn_recv(n->hb, (uint32_t)peer_info_bytes(PEER_MAX_DEVS), &h, &p, PEER_DEAD_S);
+        for (int late = 1; !st && late;) {
+            double left = end - peer_now();
+            st = peer_conn_recv(n->hb, (uint32_t)peer_info_bytes(PEER_MAX_DEVS), &h, &p,
+                                left > 0 ? left : 0);
+            if (!st && h.type != PEER_INFO) st = PEER_ERR_PROTO;
+            late = !st && owed > 0;
+            owed -= late;
+        }
+        if (st == PEER_ERR_TIMEOUT) owed++; /* this ping's answer may yet come */
         double rtt = peer_now() - t_ping;
         peer_info in;
         if (!st && (h.type != PEER_INFO || peer_info_read(p, h.length, &in) || in.n_devs != n->info.n_devs))
@@ -259,6 +284,7 @@ static void *heartbeat_main(void *arg)
             /* the fastest answer: one waiting behind a long call says nothing of the link */
             double m = atomic_load(&n->min_rtt);
             if (rtt > 0 && (m <= 0 || rtt < m)) atomic_store(&n->min_rtt, rtt);
+            devs_reconnect(n);
             continue;
         }
         /* the node's one thread answers its devices' calls inline: while a long one runs (a
@@ -289,7 +315,7 @@ int peer_node_connect(const char *addr, const char *my_name, const char *key, co
     double end = peer_now() + wait_s;
     int st;
     for (;;) {
-        st = connect_auth(n, &n->hb, &n->info, err, errlen);
+        st = connect_auth(n, &n->hb, &n->info, NULL, err, errlen);
         if (st != PEER_ERR_IO && st != PEER_ERR_TIMEOUT) break;
         if (peer_now() >= end) break;
         struct timespec ts = {0, 200000000}; /* a node that is still starting: again in 0.2 s */
@@ -386,13 +412,13 @@ int peer_rdev_recv_answer(rdev *d, uint32_t max, peer_header *h, const uint8_t *
 }
 
 /* Sends a request and waits for its answer of `type`: PEER_OK with the payload, or a failure
- * that fails the device (the caller returns accel_dev_fail's status). KV chunks in flight are
- * answered first (the answers come in order). */
+ * that loses the device's connection (the caller returns peer_rdev_lost's status). KV chunks in
+ * flight are answered first (the answers come in order). */
 static int call(rdev *d, int type, const void *a, size_t na, const void *b, size_t nb, int answer,
                 uint32_t max, peer_header *h, const uint8_t **p)
 {
     peer_node *n = d->node;
-    if ((atomic_load(&n->dead) && !d->reviving) || peer_conn_dead(d->c)) {
+    if ((atomic_load(&n->dead) && !d->reviving) || peer_rdev_conn_dead(d)) {
         peer_rdev_kv_drain(d);
         return PEER_ERR_IO;
     }
@@ -409,11 +435,27 @@ static int call(rdev *d, int type, const void *a, size_t na, const void *b, size
     return st;
 }
 
+int peer_rdev_lost(rdev *d)
+{
+    if (d->c) {
+        peer_conn_kill(d->c); /* closed at once: nothing more is read from it */
+        peer_rdev_kv_drain(d);
+        peer_conn_free(d->c);
+        d->c = NULL;
+        peer_rdev_kv_unpark(d); /* its worker is gone: UCX reads none of them now */
+    }
+    if (!atomic_exchange(&d->lost, 1))
+        peer_log(1, "peer_device_lost",
+                 "device=%s reason=\"a call's connection failed\" retry=\"by the heartbeat\"",
+                 d->name);
+    return accel_dev_fail(&d->base);
+}
+
 /* A REPLY's status as an accel status: a value outside accel's range is the peer's bug. */
 static int reply_status(rdev *d, const peer_header *h, const uint8_t *p, uint32_t *value)
 {
     peer_words w;
-    if (peer_words_read(p, h->length, 2, &w)) return accel_dev_fail(&d->base);
+    if (peer_words_read(p, h->length, 2, &w)) return peer_rdev_lost(d);
     int32_t st = (int32_t)w.w[0];
     if (value) *value = w.w[1];
     if (st == 0 || ACCEL_IS_ERR(st)) return st;
@@ -427,7 +469,7 @@ static int words_call(rdev *d, int type, uint32_t a, uint32_t b, uint32_t c, int
     size_t len = peer_words_write(buf, &w, n_words);
     peer_header h;
     const uint8_t *p;
-    if (call(d, type, buf, len, NULL, 0, PEER_REPLY, 8, &h, &p)) return accel_dev_fail(&d->base);
+    if (call(d, type, buf, len, NULL, 0, PEER_REPLY, 8, &h, &p)) return peer_rdev_lost(d);
     return reply_status(d, &h, p, value);
 }
 
@@ -484,7 +526,7 @@ static void r_seq_free(accel_dev *ad, accel_seq *as)
     /* a dead peer freed its side when the connection went, and so did a node since revived */
     pthread_mutex_lock(&d->mu);
     peer_rdev_kv_drain(d); /* no chunk in flight may point at s */
-    if (s->gen == d->gen && !atomic_load(&d->node->dead) && !peer_conn_dead(d->c))
+    if (s->gen == d->gen && !atomic_load(&d->node->dead) && !peer_rdev_conn_dead(d))
         words_call(d, PEER_SEQ_FREE, (uint32_t)d->index, s->id, 0, 2, NULL);
     pthread_mutex_unlock(&d->mu);
     free(s);
@@ -514,7 +556,7 @@ static int r_decode_locked(rdev *d, int n, accel_seq *const *seqs, const int32_t
     uint32_t max = PEER_LOGITS_FIXED + 4u * (uint32_t)n * (uint32_t)vocab;
     if (call(d, PEER_DECODE, req, len, NULL, 0, PEER_LOGITS, max, &h, &p) ||
         peer_logits_read(p, h.length, n, vocab, &status, &l))
-        return accel_dev_fail(&d->base);
+        return peer_rdev_lost(d);
     if (status != 0) return ACCEL_IS_ERR(status) ? status : accel_dev_fail(&d->base);
     memcpy(logits, l, sizeof(float) * (size_t)n * (size_t)vocab);
     return ACCEL_OK;
@@ -552,7 +594,7 @@ static int r_decode_argmax_locked(rdev *d, int n, accel_seq *const *seqs, const 
     uint32_t max = PEER_TOKENS_FIXED + 4u * (uint32_t)n + 4u * (uint32_t)n_want * (uint32_t)vocab;
     if (call(d, PEER_DECODE_ARGMAX, req, len, NULL, 0, PEER_TOKENS, max, &h, &p) ||
         peer_tokens_read(p, h.length, n, vocab, n_want, &status, argmax, &l))
-        return accel_dev_fail(&d->base);
+        return peer_rdev_lost(d);
     if (status != 0) return ACCEL_IS_ERR(status) ? status : accel_dev_fail(&d->base);
     for (int i = 0, j = 0; i < n; i++)
         if (!want || want[i]) {
@@ -612,7 +654,7 @@ static void r_free(accel_dev *ad)
     pthread_mutex_lock(&d->node->mu);
     d->node->devs[d->index] = NULL;
     pthread_mutex_unlock(&d->node->mu);
-    if (atomic_load(&d->node->dead)) peer_conn_kill(d->c);
+    if (d->c && atomic_load(&d->node->dead)) peer_conn_kill(d->c);
     peer_rdev_kv_drain(d);
     peer_conn_free(d->c);
     peer_rdev_kv_unpark(d); /* its worker is gone: UCX reads none of them now */
@@ -620,6 +662,7 @@ static void r_free(accel_dev *ad)
     pthread_mutex_destroy(&d->desc_mu);
     for (int i = 0; i < PEER_KV_WINDOW; i++) free(d->fl[i].buf);
     for (int i = 0; i < d->n_spare; i++) free(d->spare[i]);
+    OPENSSL_cleanse(d->kv_token, sizeof d->kv_token);
     free(d);
 }
 
@@ -661,17 +704,50 @@ static int open_address(rdev *d, char *err, size_t errlen)
     return PEER_OK;
 }
 
+/* Is the node that answered at n's address the one we knew: the same model, the same devices,
+ * each as it was described when it was opened? What a device said of itself then is what its
+ * remote device goes on with (rdev.di: the KV cut in its block size, DECODE_ARGMAX sent where its
+ * caps offered it, its KV bytes a token) and what the scheduler keeps from it (accel_info at its
+ * start: the block size, caps, batch): a device that comes back as another is not revived (a
+ * node restarted with another configuration: restart this one too). The decode curve, health and
+ * free memory may change. */
+static int same_node(const peer_node *n, const peer_info *in)
+{
+    if (memcmp(in->fingerprint, n->info.fingerprint, 32) || in->vocab != n->info.vocab ||
+        in->n_layers != n->info.n_layers || in->n_kv_heads != n->info.n_kv_heads ||
+        in->head_dim != n->info.head_dim || in->n_devs != n->info.n_devs)
+        return 0;
+    for (int i = 0; i < in->n_devs; i++) {
+        const peer_dev_info *a = &in->devs[i], *b = &n->info.devs[i];
+        if (strcmp(a->name, b->name) || a->kind != b->kind || a->caps != b->caps ||
+            a->kv_block_tokens != b->kv_block_tokens ||
+            a->kv_bytes_per_token != b->kv_bytes_per_token || a->max_batch != b->max_batch)
+            return 0;
+    }
+    return 1;
+}
+
 /* A fresh connection for d (its lock held, or d not yet seen by anyone): authenticated, with an
- * address endpoint as the node's peer_transport asks. d->c is then the new connection; the old
- * one, if any, is the caller's. */
+ * address endpoint as the node's peer_transport asks, to the node d was opened on (same_node: a
+ * device connected again after a lost call checks it too). d->c is then the new connection; the
+ * old one, if any, is the caller's. */
 static int rdev_connect(rdev *d, char *err, size_t errlen)
 {
     peer_node *n = d->node;
     peer_info in;
     peer_conn *c;
-    int st = connect_auth(n, &c, &in, err, errlen);
+    uint8_t token[PEER_MAC];
+    int st = connect_auth(n, &c, &in, token, err, errlen);
     if (st) return st;
+    if (!same_node(n, &in)) {
+        snprintf(err, errlen, "it serves another model or other devices now");
+        peer_conn_free(c);
+        OPENSSL_cleanse(token, sizeof token);
+        return PEER_ERR_MODEL;
+    }
     d->c = c;
+    memcpy(d->kv_token, token, sizeof token);
+    OPENSSL_cleanse(token, sizeof token);
     d->tag_serial = 0;
     if (n->transport != PEER_TRANSPORT_STREAM) {
         char why[256];
@@ -692,16 +768,61 @@ static int rdev_connect(rdev *d, char *err, size_t errlen)
     return PEER_OK;
 }
 
-/* Is the node that answered at n's address the one we knew: the same model, the same devices? */
-static int same_node(const peer_node *n, const peer_info *in)
+/* A fresh connection for d in place of the one it had (lost: NULL, or dead), which is freed:
+ * the sequences made on it are stale (gen). PEER_OK; a failure leaves d's connection as it was.
+ * The heartbeat thread, d's lock held. */
+static int rdev_reconnect(rdev *d, char *err, size_t errlen)
 {
-    if (memcmp(in->fingerprint, n->info.fingerprint, 32) || in->vocab != n->info.vocab ||
-        in->n_layers != n->info.n_layers || in->n_kv_heads != n->info.n_kv_heads ||
-        in->head_dim != n->info.head_dim || in->n_devs != n->info.n_devs)
-        return 0;
-    for (int i = 0; i < in->n_devs; i++)
-        if (strcmp(in->devs[i].name, n->info.devs[i].name) || in->devs[i].kind != n->info.devs[i].kind) return 0;
-    return 1;
+    if (d->fl_n) { /* chunks of the dead connection: let go, their sequences failed */
+        peer_conn_kill(d->c);
+        peer_rdev_kv_drain(d);
+    }
+    peer_conn *old = d->c;
+    d->reviving = 1;
+    int st = rdev_connect(d, err, errlen);
+    d->reviving = 0;
+    if (st) {
+        d->c = old;
+        return st;
+    }
+    if (old) {
+        peer_conn_kill(old);
+        peer_conn_free(old);
+    }
+    peer_rdev_kv_unpark(d); /* the sends given up on were the old connection's */
+    d->gen++;
+    atomic_store(&d->lost, 0);
+    return PEER_OK;
+}
+
+/* The heartbeat thread, n answering: each device a call lost (peer_rdev_lost) gets a fresh
+ * connection and is revived, as node_revive does for every device of a node that was lost (the
+ * node is up: nothing else would ever bring the device back). One whose connection fails is
+ * tried again after PEER_RECONNECT_MIN_S, doubling up to PEER_RECONNECT_MAX_S. */
+static void devs_reconnect(peer_node *n)
+{
+    pthread_mutex_lock(&n->mu);
+    for (int i = 0; i < n->info.n_devs; i++) {
+        rdev *d = (rdev *)n->devs[i];
+        if (!d || !atomic_load(&d->lost) || peer_now() < d->lost_retry) continue;
+        char err[256];
+        pthread_mutex_lock(&d->mu); /* the device's worker is out of any call within 50 ms */
+        int st = rdev_reconnect(d, err, sizeof err);
+        if (!st) accel_dev_revive(&d->base); /* under its lock: no call fails it in between */
+        pthread_mutex_unlock(&d->mu);
+        if (st) {
+            d->lost_backoff = d->lost_backoff > 0 ? d->lost_backoff * 2 : PEER_RECONNECT_MIN_S;
+            if (d->lost_backoff > PEER_RECONNECT_MAX_S) d->lost_backoff = PEER_RECONNECT_MAX_S;
+            d->lost_retry = peer_now() + d->lost_backoff;
+            peer_log(1, "peer_reconnect_failed", "device=%s reason=\"%s\" retry_s=%.1f", d->name,
+                     err, d->lost_backoff);
+        } else {
+            d->lost_backoff = 0;
+            d->lost_retry = 0;
+            peer_log(0, "peer_device_reconnected", "device=%s", d->name);
+        }
+    }
+    pthread_mutex_unlock(&n->mu);
 }
 
 /* The heartbeat thread, n dead: connects again; when the node is back as it was, a fresh
@@ -711,7 +832,7 @@ static int node_revive(peer_node *n)
     char err[256];
     peer_conn *hb;
     peer_info in;
-    int st = connect_auth(n, &hb, &in, err, sizeof err);
+    int st = connect_auth(n, &hb, &in, NULL, err, sizeof err);
     if (st) {
         if (st != PEER_ERR_IO && st != PEER_ERR_TIMEOUT)
             peer_log(1, "peer_reconnect_failed", "peer=%s addr=%s reason=\"%s\"", n->name, n->addr, err);
@@ -728,22 +849,7 @@ static int node_revive(peer_node *n)
         rdev *d = (rdev *)n->devs[i];
         if (!d) continue;
         pthread_mutex_lock(&d->mu); /* the device's worker is out of any call within 50 ms */
-        if (d->fl_n) { /* chunks of the dead connection: let go, their sequences failed */
-            peer_conn_kill(d->c);
-            peer_rdev_kv_drain(d);
-        }
-        peer_conn *old = d->c;
-        d->reviving = 1;
-        st = rdev_connect(d, err, sizeof err);
-        d->reviving = 0;
-        if (st) {
-            d->c = old;
-        } else {
-            peer_conn_kill(old);
-            peer_conn_free(old);
-            peer_rdev_kv_unpark(d); /* the sends given up on were the old connection's */
-            d->gen++;
-        }
+        st = rdev_reconnect(d, err, sizeof err);
         pthread_mutex_unlock(&d->mu);
     }
     if (!st) {

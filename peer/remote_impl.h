@@ -66,14 +66,19 @@ typedef struct rdev {
     accel_dev base;
     peer_node *node;
     int index;               /* the device's index on its node */
-    peer_conn *c;
+    peer_conn *c;            /* NULL after peer_rdev_lost, until the heartbeat connects again */
     peer_dev_info di;
     pthread_mutex_t mu;      /* c, tag_*, gen, reviving: every call holds it; so does a revival */
+    _Atomic int lost;        /* a call's transport failed with the node up (peer_rdev_lost): the
+                                heartbeat thread connects the device again and revives it */
+    double lost_retry;       /* when the heartbeat tries it again after a failed attempt, and */
+    double lost_backoff;     /* the wait after the next failure (the heartbeat thread's only) */
     unsigned gen;            /* connections made so far: a sequence of an older one is stale */
     int reviving;            /* the heartbeat thread is reconnecting it (calls pass n->dead) */
     char transport[32];      /* peer_conn_transport(c), for describe (any thread) */
     pthread_mutex_t desc_mu;
     uint64_t tag_base;       /* KV as tagged messages (the connection has an address endpoint) */
+    uint8_t kv_token[PEER_MAC]; /* c's KV token (peer/auth.h), the first bytes of each of them */
     uint32_t tag_serial;
     char name[32];
     long kv_sent;            /* chunks sent (TANDEM_PEER_FAULT counts them) */
@@ -106,6 +111,19 @@ struct rseq {
                                 sequence's next import */
 };
 
+/* Is d's connection gone (lost, or failed under a call)? d's lock held. */
+static inline int peer_rdev_conn_dead(const rdev *d)
+{
+    return !d->c || peer_conn_dead(d->c);
+}
+/* A call on d failed in its transport (the connection failed, timed out, or the node's answer
+ * was not the one asked for or malformed) while the node may well be up: the connection is out
+ * of step (a late answer would be read as the next call's) or gone. It is closed and freed now
+ * (the node frees the sequences made on it), the chunks in flight let go, d failed and marked
+ * lost: the heartbeat thread connects it again while the node answers and revives it (a new
+ * generation). Not for a status the node's device returned. d's lock held; returns
+ * accel_dev_fail's status. */
+int peer_rdev_lost(rdev *d);
 /* TANDEM_PEER_FAULT as it was when the device opened (peer.h). */
 void peer_rdev_faults_read(kv_faults *f);
 /* A call's time limit (PEER_CALL_TIMEOUT_S, or TANDEM_PEER_CALL_TIMEOUT_S). */

@@ -288,14 +288,11 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
     const model *m = d->base.m;
     peer_node *n = d->node;
     if (s->gen != d->gen) return ACCEL_ERR_INVALID;
-    if ((atomic_load(&n->dead) && !d->reviving) || peer_conn_dead(d->c)) {
+    if (atomic_load(&n->dead) && !d->reviving) {
         peer_rdev_kv_drain(d);
         return accel_dev_fail(&d->base);
     }
-    if (fl_poll(d) < 0) {
-        peer_rdev_kv_drain(d);
-        return accel_dev_fail(&d->base);
-    }
+    if (peer_rdev_conn_dead(d) || fl_poll(d) < 0) return peer_rdev_lost(d);
     if (s->kv_err) return s->kv_err; /* a chunk of it was refused: the import has failed */
     /* a run of positions is one KV stream (its header first), cut in the device's blocks */
     proto_kv_header hd = {.n_layers = m->cfg.n_layers, .n_kv_heads = c->n_kv_heads,
@@ -306,26 +303,26 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
     memcpy(hd.fingerprint, m->fingerprint, 32);
     size_t cb = proto_kv_chunk_bytes(&hd, c);
     if (!cb) return ACCEL_ERR_INVALID;
-    size_t need = PEER_KV_FIXED + PROTO_KV_HEADER_BYTES + cb;
+    /* a tagged chunk starts with the connection's KV token (peer/msg.h); a KV frame goes on the
+     * authenticated stream itself */
+    int tagged = peer_conn_has_address(d->c);
+    size_t fixed = tagged ? PEER_KV_TAG_FIXED : PEER_KV_FIXED;
+    size_t need = fixed + PROTO_KV_HEADER_BYTES + cb;
     if (need > PEER_MAX_PAYLOAD) return ACCEL_ERR_INVALID;
     /* room in the window: the oldest answered until it has some */
     while (!peer_kv_window_room(d->fl_n, d->fl_bytes, need))
-        if (fl_retire(d, 1) < 0) {
-            peer_rdev_kv_drain(d);
-            return accel_dev_fail(&d->base);
-        }
+        if (fl_retire(d, 1) < 0) return peer_rdev_lost(d);
     if (s->kv_err) return s->kv_err;
     /* room for this send in the window of sends (the oldest waited for while it is full) before a
      * buffer is taken, so that the one whose send just completed is the one written — two buffers
      * take turns, not three: over tcp lanes, where the bytes move only while this thread
      * progresses, and over the others, where the node reads them (CMA over shared memory, a
      * rendezvous read over RDMA: measured over sysv,cma only) */
-    int tagged = peer_conn_has_address(d->c), driven = tagged && peer_conn_sender_driven(d->c), pending = 0;
+    int driven = tagged && peer_conn_sender_driven(d->c), pending = 0;
     if (tagged && (pending = fl_sends(d, 0, driven ? KV_SENDS : KV_SM_SENDS)) < 0) {
         peer_log(1, "peer_call_failed", "device=%s call=%s reason=\"%s\"", d->name, peer_type_name(PEER_KV_TAG),
                  peer_strerror(pending));
-        peer_rdev_kv_drain(d);
-        return accel_dev_fail(&d->base);
+        return peer_rdev_lost(d);
     }
     kv_flight *f = &d->fl[(d->fl_head + d->fl_n) % KV_WINDOW];
     peer_rdev_kv_buf_take(d, f, need);
@@ -339,8 +336,11 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
         if (++d->n_bufs > d->bufs_max) d->bufs_max = d->n_bufs;
     }
     peer_kv k = {(uint32_t)d->index, s->id, crc, c->layer == 0 ? PEER_KV_RUN_START : 0, NULL, 0, 0, 0};
-    peer_kv_write_fixed(f->buf, &k);
-    size_t o = PEER_KV_FIXED;
+    if (tagged)
+        peer_kv_tag_write_fixed(f->buf, d->kv_token, &k);
+    else
+        peer_kv_write_fixed(f->buf, &k);
+    size_t o = fixed;
     if (c->layer == 0) {
         int hw = proto_kv_header_write(&hd, f->buf + o);
         if (hw < 0) {
@@ -372,7 +372,7 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
         uint32_t serial = ++d->tag_serial;
         if (driven) { /* over tcp lanes the node may receive the next chunk while this one comes */
             k.flags |= PEER_KV_TAG_AHEAD;
-            peer_kv_write_fixed(f->buf, &k);
+            peer_kv_tag_write_fixed(f->buf, d->kv_token, &k);
         }
         fault_stall(d, sent);
         st = peer_conn_tag_send_start(d->c, d->tag_base + serial, f->buf, o, &f->req);
@@ -394,8 +394,7 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
         if (f->req && peer_conn_req_wait(d->c, f->req, 0)) peer_rdev_kv_park(d, f); /* UCX may keep it */
         f->req = NULL;
         peer_rdev_kv_buf_back(d, f);
-        peer_rdev_kv_drain(d);
-        return accel_dev_fail(&d->base);
+        return peer_rdev_lost(d);
     }
     if (!f->req) peer_rdev_kv_buf_back(d, f); /* sent already (a KV frame, or a send done at once) */
     f->len = o;
@@ -404,7 +403,7 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
     d->fl_bytes += o;
     atomic_fetch_add(&n->calls, 1);
     /* the run's last layer: every chunk of it answered before the import says it is whole */
-    if (c->layer == m->cfg.n_layers - 1 && peer_rdev_kv_drain(d)) return accel_dev_fail(&d->base);
+    if (c->layer == m->cfg.n_layers - 1 && peer_rdev_kv_drain(d)) return peer_rdev_lost(d);
     return s->kv_err;
 }
 

@@ -78,16 +78,61 @@ static void sseq_release(peer_server *s, sseq *q)
 
 static void kv_sync(peer_server *s);
 
+/* A closing connection's receive UCX did not give back (matched to a chunk still coming): its
+ * slot takes a fresh buffer, and this one is kept, with the request, until UCX is done with it
+ * (rx_lost_poll). */
+static void rx_lost_keep(peer_server *s, sconn *sc, void *req, int slot)
+{
+    size_t cap;
+    uint8_t *buf = peer_kv_rx_put_back_lost(s->rx, slot, &cap);
+    if (s->n_lost == s->cap_lost) {
+        int n = s->cap_lost ? 2 * s->cap_lost : 8;
+        struct rx_lost *l = realloc(s->lost, sizeof *l * (size_t)n);
+        if (!l) { /* no memory to remember it: the buffer is let go unfreed, never freed early */
+            peer_req_release(req);
+            peer_log(1, "peer_rx_abandoned", "peer=%s bytes=%zu reason=\"out of memory: leaked\"",
+                     sc->name, cap);
+            return;
+        }
+        s->lost = l;
+        s->cap_lost = n;
+    }
+    s->lost[s->n_lost++] = (struct rx_lost){req, buf, cap};
+    atomic_fetch_add(&s->lost_bytes, cap);
+    peer_log(1, "peer_rx_abandoned",
+             "peer=%s bytes=%zu reason=\"a chunk still coming as its connection closed: "
+             "freed once UCX lets its receive go\"",
+             sc->name, cap);
+}
+
+/* Every pass: the buffers of abandoned receives UCX is done with, freed. */
+static void rx_lost_poll(peer_server *s)
+{
+    for (int i = 0; i < s->n_lost;) {
+        if (!peer_req_done(s->lost[i].req)) {
+            i++;
+            continue;
+        }
+        free(s->lost[i].buf);
+        atomic_fetch_sub(&s->lost_bytes, s->lost[i].cap);
+        s->lost[i] = s->lost[--s->n_lost];
+    }
+}
+
+size_t peer_server_rx_lost_bytes(const peer_server *s)
+{
+    return atomic_load(&((peer_server *)s)->lost_bytes);
+}
+
 static void sconn_close(peer_server *s, sconn *sc, const char *why)
 {
     if (sc->tag_wait) s->n_waiting--;
     for (; sc->rx_n; sc->rx_n--) { /* its chunks' receives taken back before the buffers are reused */
         int i = (sc->rx_head + sc->rx_n - 1) % RX_AHEAD;
-        if (peer_conn_req_cancel(sc->c, sc->rx[i].req))
+        if (peer_conn_req_abandon(sc->c, sc->rx[i].req))
             peer_kv_rx_put_back(s->rx, sc->rx[i].slot);
-        else /* matched and still coming: the buffer stays UCX's, the slot takes a fresh one */
-            peer_log(1, "peer_rx_abandoned", "peer=%s bytes=%zu", sc->name,
-                     peer_kv_rx_put_back_lost(s->rx, sc->rx[i].slot));
+        else
+            rx_lost_keep(s, sc, sc->rx[i].req, sc->rx[i].slot); /* never waited for here */
         sc->rx[i].req = NULL;
     }
     peer_server_stray_closing(s, sc); /* its unreceived messages, gaps and strays too */
@@ -103,6 +148,7 @@ static void sconn_close(peer_server *s, sconn *sc, const char *why)
                  sc->name[0] ? sc->name : "?", peer_conn_addr(sc->c), live, why);
     free(sc->seqs);
     peer_conn_free(sc->c);
+    OPENSSL_cleanse(sc->kv_token, sizeof sc->kv_token);
     free(sc);
 }
 
@@ -434,8 +480,17 @@ static int rx_finish(peer_server *s, sconn *sc)
     int st = peer_conn_tag_recv_test(sc->c, x->req, x->k.n_bytes);
     if (st == 1) {
         x->req = NULL;
+        /* the connection's token first (rx_probe bounded the length past it): its tag says which
+         * connection's serial it took, not that its sender is that connection's peer (any UCX
+         * endpoint that reaches the listener may send tagged messages) */
+        int forged = !peer_mac_equal(x->k.bytes, sc->kv_token);
+        if (forged)
+            peer_log(1, "peer_kv_refused",
+                     "peer=%s serial=%u bytes=%zu reason=\"a tagged chunk without its "
+                     "connection's token: not sent by its peer\"",
+                     sc->name, sc->tag_serial - (uint32_t)(sc->rx_n - 1), x->k.n_bytes);
         peer_kv k; /* its fixed part: dev, seq, crc, flags (the chunk itself: the reader's) */
-        if (peer_kv_tag_read(x->k.bytes, x->k.n_bytes, &k)) {
+        if (forged || peer_kv_tag_read(x->k.bytes, x->k.n_bytes, &k)) {
             peer_kv_rx_put_back(s->rx, x->slot);
             sc->rx_head = (sc->rx_head + 1) % RX_AHEAD;
             sc->rx_n--;
@@ -513,7 +568,7 @@ static int rx_probe(peer_server *s, sconn *sc)
         if (r < 0) return r;
         if (r == 0) return peer_server_stray_check(s, sc); /* not in: anything else of its queued? */
         sc->gap_since = 0;
-        if (length <= PEER_KV_FIXED || length > PEER_KV_TAG_MAX) {
+        if (length <= PEER_KV_TAG_FIXED || length > PEER_KV_TAG_MAX) {
             peer_log(1, "peer_kv_refused", "peer=%s serial=%u bytes=%zu reason=\"a tagged chunk's length out of bounds\"",
                      sc->name, sc->tag_serial + 1, length);
             peer_conn_tag_discard(sc->c, sc->tag_base + ++sc->tag_serial); /* none of its bytes taken */
@@ -628,6 +683,7 @@ static int handle(peer_server *s, sconn *sc, const peer_header *h, const uint8_t
             return PEER_ERR_AUTH;
         }
         sc->state = S_READY;
+        peer_mac((const uint8_t *)s->key, s->key_len, 'k', sc->nonce_c, sc->nonce_s, sc->kv_token);
         peer_log(0, "peer_connected", "peer=%s addr=%s", sc->name, peer_conn_addr(sc->c));
         return send_info(s, sc, PEER_WELCOME);
     }
@@ -713,6 +769,7 @@ static void server_pass(peer_server *s)
 {
     {
         peer_listener_progress(s->l, 0.05);
+        rx_lost_poll(s);
         kv_collect(s); /* chunks applied since: their REPLYs held, sent below */
         rx_next(s);    /* chunks that waited their turn, while slots are free */
         peer_conn *c;
@@ -878,7 +935,11 @@ void peer_server_stop(peer_server *s)
     peer_kv_rx_free(s->rx); /* idle: every connection's close waited for its chunks */
     pthread_mutex_destroy(&s->tok_mu);
     pthread_cond_destroy(&s->tok_cv);
-    peer_listener_free(s->l);
+    rx_lost_poll(s);
+    for (int i = 0; i < s->n_lost; i++) peer_req_release(s->lost[i].req);
+    peer_listener_free(s->l); /* the worker gone: UCX writes into none of them now */
+    for (int i = 0; i < s->n_lost; i++) free(s->lost[i].buf);
+    free(s->lost);
     OPENSSL_cleanse(s->key, sizeof s->key);
     free(s->logits);
     free(s);

@@ -12,8 +12,13 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-/* An answer must be on its way within this (a peer that reads nothing: its connection closed). */
-#define SEND_TIMEOUT_S 10.0
+/* An answer must be on its way within this (a peer that reads nothing: its connection closed).
+ * The node's one loop waits for it, and with it every other peer, whose heartbeat gives up on
+ * the node after PEER_DEAD_S (3 s): well below that (it was 10 s: one peer that stopped reading
+ * made every other one lose the node). A peer in a call reads its answer as it comes (its waits
+ * progress its worker every 10 ms), so 1 s is the time of the answer itself: 125 MB at 1 Gb/s,
+ * more than a LOGITS of 64 sequences of a 128K vocabulary (32 MiB). */
+#define SEND_TIMEOUT_S 1.0
 /* A connection's tagged chunks received at once over tcp lanes (its last chunk marked
  * PEER_KV_TAG_AHEAD; others one at a time): the one coming and the next one's receive behind
  * it, as the sender's two sends in flight (PEER_KV_TCP_SENDS; deeper gained nothing, BENCHMARKS.md).
@@ -53,6 +58,7 @@ typedef struct sconn {
     enum sconn_state state;
     double t0;
     uint8_t nonce_c[PEER_NONCE], nonce_s[PEER_NONCE];
+    uint8_t kv_token[PEER_MAC]; /* its tagged chunks' (peer/auth.h), set as it authenticates */
     char name[PEER_NAME_MAX + 1];
     int addr_given;     /* ADDR sent: tagged chunks looked for */
     int ahead;          /* its last chunk came over tcp lanes (PEER_KV_TAG_AHEAD) */
@@ -87,6 +93,13 @@ typedef struct sconn {
     int n_seqs, cap_seqs;
     struct sconn *next;
 } sconn;
+
+/* A receive of a closed connection UCX has not given back, and the buffer it may write into. */
+struct rx_lost {
+    void *req;
+    uint8_t *buf;
+    size_t cap;
+};
 
 struct peer_server {
     peer_server_cfg cfg;
@@ -134,6 +147,13 @@ struct peer_server {
     uint64_t stray_tag;
     char stray_name[PEER_NAME_MAX + 1];
     _Atomic int tags_queued; /* peer_server_tags_queued */
+    /* receives of closed connections that UCX had not given back (a sender stalled mid-chunk:
+     * peer_conn_req_abandon 0), with the kv_rx buffers they may still write into: each pass looks
+     * at them (rx_lost_poll) and frees a buffer once UCX is done with its receive, so that the
+     * loop never waits for one and nothing is leaked */
+    struct rx_lost *lost;
+    int n_lost, cap_lost;
+    _Atomic size_t lost_bytes; /* peer_server_rx_lost_bytes */
 };
 
 /* sc's sequence `id` on device `dev`, or NULL (no such one, or of another device). */

@@ -86,6 +86,7 @@
  * The transport is UCX's choice unless UCX_TLS says (tcp; posix,sysv,cma for shared memory).
  * Compare with `ucx_perftest -t stream_bw|tag_bw -s SIZE` on the same UCX_TLS
  * (bench/peer_bench.sh). */
+#include "peer/auth.h"
 #include "peer/kv_rx.h"
 #include "peer/link.h"
 #include "peer/peer.h"
@@ -110,6 +111,12 @@ static int parse_list(const char *s, long *out, int max)
     }
     return n;
 }
+
+/* The KV token each tagged chunk starts with (peer/msg.h): no handshake here, one both processes
+ * know; the node compares it as peer/server.c does (any bytes but zeros pass peer_mac_equal). */
+static const uint8_t g_token[PEER_MAC] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
+                                          12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+                                          23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
 
 /* Ablations (both processes: set before the fork). g_crc 0: the node's kv_rx thread takes each
  * chunk and answers it without computing its CRC (what the check costs the link). g_announce 0:
@@ -331,7 +338,7 @@ static int probe_next(node *nd)
         size_t len;
         int r = peer_conn_tag_probe(nd->c, 1000 + nd->next_serial + 1, &len);
         if (r <= 0) return r;
-        if (len <= PEER_KV_FIXED || len > nd->kv_max) return -1;
+        if (len <= PEER_KV_TAG_FIXED || len > nd->kv_max) return -1;
         double t = peer_now();
         uint8_t *buf;
         int slot = -1;
@@ -496,8 +503,8 @@ static void *node_loop(void *arg)
             g_node[N_RECV] += tf - tw;
             g_node_chunks++;
             g_node_bytes += a->k.n_bytes;
-            peer_kv k; /* its fixed part, as peer/server.c reads it */
-            if (peer_kv_tag_read(a->buf, a->k.n_bytes, &k)) {
+            peer_kv k; /* its token and fixed part, as peer/server.c reads them */
+            if (!peer_mac_equal(a->buf, g_token) || peer_kv_tag_read(a->buf, a->k.n_bytes, &k)) {
                 if (a->slot >= 0) peer_kv_rx_put_back(rx, a->slot);
                 goto out;
             }
@@ -733,9 +740,9 @@ int main(int argc, char **argv)
         return 2;
     }
     for (int i = 0; i < ns; i++) {
-        if (sizes[i] != 0 && (sizes[i] <= PEER_KV_FIXED || sizes[i] > KV_SIZE_MAX)) {
-            fprintf(stderr, "peer_bench: --sizes: each 0 (none) or %d..%ld bytes, got %ld\n", PEER_KV_FIXED + 1,
-                    KV_SIZE_MAX, sizes[i]);
+        if (sizes[i] != 0 && (sizes[i] <= PEER_KV_TAG_FIXED || sizes[i] > KV_SIZE_MAX)) {
+            fprintf(stderr, "peer_bench: --sizes: each 0 (none) or %d..%ld bytes, got %ld\n",
+                    PEER_KV_TAG_FIXED + 1, KV_SIZE_MAX, sizes[i]);
             return 2;
         }
         if (sizes[i] > kv_max) kv_max = sizes[i];
@@ -889,10 +896,10 @@ int main(int argc, char **argv)
                     return 1;
                 }
                 if (tag) {
-                    /* the chunk's fixed part first in its message, marked over tcp lanes, as the
-                     * backend writes it */
+                    /* the connection's token and the chunk's fixed part first in its message,
+                     * marked over tcp lanes, as the backend writes them */
                     peer_kv k = {0, 0, 0, driven ? PEER_KV_TAG_AHEAD : 0, NULL, 0, 0, 0};
-                    peer_kv_write_fixed(sb, &k);
+                    peer_kv_tag_write_fixed(sb, g_token, &k);
                     ++serial;
                     if (driven && !g_tx_tight) { /* room in the window of sends */
                         void **rs[PEER_KV_WINDOW];

@@ -132,6 +132,7 @@ int raw_open(const char *addr, raw *r)
         return -1;
     uint8_t mac[PEER_MAC];
     peer_mac((const uint8_t *)KEY, strlen(KEY), 'c', ch.nonce, hello.nonce, mac);
+    peer_mac((const uint8_t *)KEY, strlen(KEY), 'k', hello.nonce, ch.nonce, r->token);
     if (peer_conn_send(r->c, PEER_AUTH, mac, sizeof mac, NULL, 0, 5) ||
         peer_conn_recv(r->c, (uint32_t)peer_info_bytes(PEER_MAX_DEVS), &h, &p, 5) ||
         h.type != PEER_WELCOME || peer_info_read(p, h.length, &r->info))

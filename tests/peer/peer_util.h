@@ -54,12 +54,14 @@ int prefill_kv(accel_dev *pf, const int32_t *ids, int n, kvcopy *kv, int32_t *fi
 int import_decode(accel_dev *d, const kvcopy *kv, int32_t first, int steps, int32_t *out);
 
 /* A peer that writes its messages by hand (tests of what the node does with what a peer sends):
- * its connection, the node's info, its tag base and the last serial it sent. */
+ * its connection, the node's info, its tag base, the last serial it sent and its connection's KV
+ * token (peer/auth.h: the first bytes of each tagged chunk). */
 typedef struct raw {
     peer_conn *c;
     peer_info info;
     uint64_t base;
     uint32_t serial;
+    uint8_t token[PEER_MAC];
 } raw;
 /* Authenticated as a node would be, with the address endpoint open. 0 or -1. */
 int raw_open(const char *addr, raw *r);

@@ -88,7 +88,9 @@ TEST(peer_msg_bounds)
     CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
     h[4] = 2; /* the version that announced each tagged chunk on the stream (KV_TAG) */
     CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
-    h[4] = 4; /* unknown version */
+    h[4] = 3; /* the version whose tagged chunks carried no KV token */
+    CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
+    h[4] = 5; /* unknown version */
     CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
     peer_header_write(h, PEER_TYPE_LAST + 1, 0);
     CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
@@ -218,23 +220,26 @@ TEST(peer_msg_bounds)
     CHECK_EQ(peer_addr_read(ab, PEER_ADDR_FIXED, &base, &ap, &al), PEER_ERR_PROTO); /* empty */
     peer_wr32(ab + 8, PEER_ADDR_MAX + 1);
     CHECK_EQ(peer_addr_read(ab, sizeof ab, &base, &ap, &al), PEER_ERR_PROTO);      /* oversized */
-    /* a tagged chunk's message: its fixed part, then the chunk (bounded, flags known) */
-    uint8_t kt[PEER_KV_FIXED + 8] = {0};
+    /* a tagged chunk's message: the token, its fixed part, then the chunk (bounded, flags known) */
+    uint8_t kt[PEER_KV_TAG_FIXED + 8] = {0}, tok[PEER_MAC];
+    for (int i = 0; i < PEER_MAC; i++) tok[i] = (uint8_t)(0xa0 + i);
     peer_kv kk = {1, 2, 3, PEER_KV_RUN_START, NULL, 0, 0, 0}, kr;
-    peer_kv_write_fixed(kt, &kk);
+    peer_kv_tag_write_fixed(kt, tok, &kk);
+    CHECK(!memcmp(kt, tok, PEER_MAC)); /* first, where the node compares it */
     CHECK_EQ(peer_kv_tag_read(kt, sizeof kt, &kr), PEER_OK);
     CHECK(kr.dev == 1 && kr.seq == 2 && kr.producer_crc == 3 && kr.flags == PEER_KV_RUN_START);
-    CHECK(kr.bytes == kt + PEER_KV_FIXED && kr.n_bytes == 8);
-    CHECK_EQ(peer_kv_tag_read(kt, PEER_KV_FIXED, &kr), PEER_ERR_PROTO);      /* no chunk after it */
-    CHECK_EQ(peer_kv_tag_read(kt, PEER_KV_FIXED - 1, &kr), PEER_ERR_PROTO);
+    CHECK(kr.bytes == kt + PEER_KV_TAG_FIXED && kr.n_bytes == 8);
+    CHECK_EQ(peer_kv_tag_read(kt, PEER_KV_TAG_FIXED, &kr), PEER_ERR_PROTO); /* no chunk after it */
+    CHECK_EQ(peer_kv_tag_read(kt, PEER_KV_TAG_FIXED - 1, &kr), PEER_ERR_PROTO);
     CHECK_EQ(peer_kv_tag_read(kt, PEER_KV_TAG_MAX + 1, &kr), PEER_ERR_PROTO); /* past the bound: not read */
     kk.flags = PEER_KV_RUN_START | PEER_KV_TAG_AHEAD; /* the tcp lanes' mark: known */
-    peer_kv_write_fixed(kt, &kk);
+    peer_kv_tag_write_fixed(kt, tok, &kk);
     CHECK_EQ(peer_kv_tag_read(kt, sizeof kt, &kr), PEER_OK);
     CHECK(kr.flags == (PEER_KV_RUN_START | PEER_KV_TAG_AHEAD));
     kk.flags = 4;
-    peer_kv_write_fixed(kt, &kk);
+    peer_kv_tag_write_fixed(kt, tok, &kk);
     CHECK_EQ(peer_kv_tag_read(kt, sizeof kt, &kr), PEER_ERR_PROTO);
+    peer_kv_write_fixed(kt, &kk);
     CHECK_EQ(peer_kv_read(kt, sizeof kt, &kr), PEER_ERR_PROTO);
     kk.flags = PEER_KV_TAG_AHEAD; /* a stream KV frame has no lanes' mark */
     peer_kv_write_fixed(kt, &kk);

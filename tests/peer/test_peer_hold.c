@@ -115,13 +115,15 @@ static int hold_setup(two *t, raw *a, raw *b, size_t bytes, int rx_threads, uint
     /* no such sequence: refused at once on its REPLY (the node's CPU does no import); over tcp
      * lanes, as the backend marks them, so that the node receives the next one while one comes */
     peer_kv k = {0, 9999, 0, PEER_KV_TAG_AHEAD, NULL, 0, 0, 0};
-    peer_kv_write_fixed(*m, &k);
     if (b) {
-        /* B's endpoint carries a chunk of its own first: its lanes are up, so that a send's
-         * request leaves in the send call itself, not in a later progress of B's worker */
+        /* B's endpoint carries a chunk of its own first (with B's token): its lanes are up, so
+         * that a send's request leaves in the send call itself, not in a later progress of B's
+         * worker */
+        peer_kv_tag_write_fixed(*m, b->token, &k);
         CHECK_EQ(peer_conn_tag_send(b->c, b->base + 1, *m, 4096, 10), PEER_OK);
         CHECK_EQ(raw_reply(b, 5), ACCEL_ERR_INVALID);
     }
+    peer_kv_tag_write_fixed(*m, a->token, &k); /* A's chunks, whichever worker sends them */
     return 0;
 }
 

@@ -1,4 +1,4 @@
-/* tests/peer/test_peer_tag.c — tagged KV chunks that lie (peer protocol version 3: a chunk's
+/* tests/peer/test_peer_tag.c — tagged KV chunks that lie (peer protocol version 3 on: a chunk's
  * metadata travels in its own tagged message, no announcement on the stream), sent by an
  * authenticated peer that writes its messages by hand: a chunk whose wire header says more bytes
  * than its message holds, or fewer, is refused on its own sequence (its REPLY, in order) while
@@ -6,12 +6,14 @@
  * connection with a log line; one longer than the bound is refused before any of its bytes
  * are received or a buffer is taken for it; and the node goes on serving others throughout.
  * Stray tagged messages (issue 26) — a closed connection's, made-up tags, serials outside a
- * connection's window — are let go and the node's queue ends empty (peer/server_stray.c). */
+ * connection's window — are let go and the node's queue ends empty (peer/server_stray.c). A chunk
+ * under a connection's tag without its KV token (version 4) is refused before it is used. */
 #include "tests/test.h"
 #include "devices/devices.h"
 #include "peer/auth.h"
 #include "peer/link.h"
 #include "peer/peer.h"
+#include "scheduler/accel_impl.h"
 #include "tests/peer/peer_util.h"
 #include "tests/util.h"
 #include <stdatomic.h>
@@ -36,14 +38,14 @@ static int raw_words(raw *r, int type, uint32_t a, uint32_t b, uint32_t *value)
     return (int32_t)out.w[0];
 }
 
-/* The next tagged message: the fixed part, then n bytes (taken as they are). */
+/* The next tagged message: the token and the fixed part, then n bytes (taken as they are). */
 static int raw_tag(raw *r, const peer_kv *k, const uint8_t *b, size_t n)
 {
-    uint8_t *m = malloc(PEER_KV_FIXED + n);
+    uint8_t *m = malloc(PEER_KV_TAG_FIXED + n);
     if (!m) return PEER_ERR_NOMEM;
-    peer_kv_write_fixed(m, k);
-    memcpy(m + PEER_KV_FIXED, b, n);
-    int st = peer_conn_tag_send(r->c, r->base + ++r->serial, m, PEER_KV_FIXED + n, 5);
+    peer_kv_tag_write_fixed(m, r->token, k);
+    memcpy(m + PEER_KV_TAG_FIXED, b, n);
+    int st = peer_conn_tag_send(r->c, r->base + ++r->serial, m, PEER_KV_TAG_FIXED + n, 5);
     free(m);
     return st;
 }
@@ -134,7 +136,7 @@ TEST(peer_tagged_chunk_lies_refused_on_its_sequence)
     uint8_t *huge = calloc(1, big);
     REQUIRE(huge);
     peer_kv kh = {0, 0, 0, PEER_KV_RUN_START, NULL, 0, 0, 0};
-    peer_kv_write_fixed(huge, &kh);
+    peer_kv_tag_write_fixed(huge, r2.token, &kh);
     void *req = NULL;
     double t0 = peer_now();
     CHECK_EQ(peer_conn_tag_send_start(r2.c, r2.base + 1, huge, big, &req), PEER_OK);
@@ -158,6 +160,106 @@ TEST(peer_tagged_chunk_lies_refused_on_its_sequence)
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     accel_free(pf);
     two_stop(&t);
+}
+
+/* ---------------------------------------------------------------- the KV token */
+
+static void nap_ms(int ms);
+
+static _Atomic int g_imports; /* node B's device's KV imports (any sequence) */
+static struct accel_dev_i g_count_i;
+static int (*g_import_crc)(accel_dev *, accel_seq *, const proto_kv_layer *, uint32_t);
+static int (*g_import)(accel_dev *, accel_seq *, const proto_kv_layer *);
+
+static int count_import_crc(accel_dev *d, accel_seq *s, const proto_kv_layer *c, uint32_t crc)
+{
+    atomic_fetch_add(&g_imports, 1);
+    return g_import_crc(d, s, c, crc);
+}
+
+static int count_import(accel_dev *d, accel_seq *s, const proto_kv_layer *c)
+{
+    atomic_fetch_add(&g_imports, 1);
+    return g_import(d, s, c);
+}
+
+static _Atomic int g_forged_lines;
+
+static void count_forged(int warn, const char *event, const char *msg)
+{
+    if (warn && !strcmp(event, "peer_kv_refused") && strstr(msg, "token"))
+        atomic_fetch_add(&g_forged_lines, 1);
+}
+
+/* A tagged chunk is taken only with its connection's KV token (peer/auth.h, peer/msg.h): the
+ * listener's worker takes tagged messages from any endpoint that reaches it (one that never sent a
+ * HELLO included: the audit's reproducer injected KV into another peer's sequence knowing only
+ * its tag base), so the tag says which connection's serial a message takes, not who sent it.
+ * Here another peer sends a well-formed chunk of its own prompt under the victim's next tag, for
+ * the victim's sequence, with its own token (a made-up one fares the same): it is refused before
+ * any of it is used (no import on node B's device, a log line), and the connection whose serial
+ * it took is closed (as for any tagged chunk that breaks the protocol; its sender's device
+ * reconnects) with its sequence, which never held the other prompt's KV. The same chunk with the
+ * victim's token is taken. */
+TEST(peer_tagged_chunk_without_its_token_refused)
+{
+    atomic_store(&g_forged_lines, 0);
+    peer_set_log(count_forged); /* before any thread that logs starts (peer.h) */
+    two t;
+    accel_dev *pf;
+    if (two_start_pf(&t, 0, &pf)) return;
+    g_count_i = *t.lent->i;
+    g_import_crc = g_count_i.kv_import_crc;
+    g_import = g_count_i.kv_import;
+    if (g_import_crc) g_count_i.kv_import_crc = count_import_crc;
+    if (g_import) g_count_i.kv_import = count_import;
+    t.lent->i = &g_count_i;
+    int32_t ids[] = {1, 22, 33, 44, 55, 66, 77, 88}; /* the other peer's prompt */
+    kvcopy kv = {0};
+    int32_t first;
+    REQUIRE(prefill_kv(pf, ids, 8, &kv, &first) == 0);
+    size_t cap = 1 << 20;
+    uint8_t *b = malloc(cap);
+    REQUIRE(b);
+    raw v, a;
+    REQUIRE(raw_open(t.addr, &v) == 0);
+    REQUIRE(raw_open(t.addr, &a) == 0);
+    uint32_t sq;
+    REQUIRE(raw_words(&v, PEER_SEQ_NEW, 0, 16, &sq) == 0);
+    accel_info li;
+    accel_get_info(t.lent, &li);
+    CHECK_EQ(li.n_seqs, 1);
+
+    size_t n = chunk_bytes(t.m, &v, &kv, 0, b, cap);
+    REQUIRE(n);
+    peer_kv k = {0, sq, kv.crc[0], PEER_KV_RUN_START, NULL, 0, 0, 0};
+    raw forger = a; /* a's connection and token, v's tags */
+    forger.base = v.base;
+    forger.serial = v.serial;
+    CHECK_EQ(raw_tag(&forger, &k, b, n), PEER_OK);
+    int st = raw_reply(&v, 5);
+    CHECK_MSG(st == PEER_ERR_IO,
+              "a chunk under v's tag with another's token: %d instead of v's connection closed",
+              st);
+    CHECK_EQ(atomic_load(&g_imports), 0); /* nothing of it reached a sequence */
+    CHECK_EQ(atomic_load(&g_forged_lines), 1);
+    for (int i = 0; i < 100 && (accel_get_info(t.lent, &li), li.n_seqs); i++) nap_ms(10);
+    CHECK_EQ(li.n_seqs, 0); /* v's sequence went with its connection */
+    peer_conn_free(v.c);
+
+    /* the other peer's own connection is untouched, and the same chunk with its token is taken */
+    uint32_t sa;
+    REQUIRE(raw_words(&a, PEER_SEQ_NEW, 0, 16, &sa) == 0);
+    k.seq = sa;
+    CHECK_EQ(raw_tag(&a, &k, b, n), PEER_OK);
+    CHECK_EQ(raw_reply(&a, 5), 0);
+    CHECK(atomic_load(&g_imports) > 0);
+    peer_conn_free(a.c);
+    free(b);
+    for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
+    accel_free(pf);
+    two_stop(&t);
+    peer_set_log(NULL);
 }
 
 /* ---------------------------------------------------------------- strays (issue 26) */
@@ -193,7 +295,7 @@ static int raw_tag_at(raw *r, uint64_t tag, size_t n)
     uint8_t *m = calloc(1, n);
     if (!m) return PEER_ERR_NOMEM;
     peer_kv k = {0, 0, 0, PEER_KV_RUN_START, NULL, 0, 0, 0};
-    peer_kv_write_fixed(m, &k);
+    peer_kv_tag_write_fixed(m, r->token, &k);
     void *req = NULL;
     int st = peer_conn_tag_send_start(r->c, tag, m, n, &req);
     /* eager ones complete at once; a rendezvous one when the node lets it go (or closes) */

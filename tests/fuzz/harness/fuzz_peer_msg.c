@@ -8,8 +8,8 @@
  *   2 HELLO                                                7 DECODE
  *   3 CHALLENGE                                            8 LOGITS (n, vocab from bytes 1-2)
  *   4 WELCOME / INFO (the device list)                     9 REFUSE's reason
- *  10 ADDR (a worker address)                             11 a tagged chunk's message (fixed part + chunk)
- *  12 DECODE_ARGMAX                                       13 TOKENS (n, vocab, n_want from bytes 1-3)
+ *  10 ADDR (a worker address)                             11 a tagged chunk: token, fixed, chunk
+ *  12 DECODE_ARGMAX                                       13 TOKENS (n, vocab, n_want: bytes 1-3)
  * What a parser accepts is checked against its promises: counts within bounds, names
  * terminated and valid, views inside the input; and written back, it parses to the same. */
 #include "peer/msg.h"
@@ -146,11 +146,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 11: {
         peer_kv k;
         if (peer_kv_tag_read(b, n, &k) == PEER_OK) {
-            CHECK(n > PEER_KV_FIXED && n <= PEER_KV_TAG_MAX && (k.flags & ~(PEER_KV_RUN_START | PEER_KV_TAG_AHEAD)) == 0);
-            CHECK(k.bytes == b + PEER_KV_FIXED && k.n_bytes == n - PEER_KV_FIXED);
-            uint8_t out[PEER_KV_FIXED];
-            peer_kv_write_fixed(out, &k);
-            CHECK(memcmp(out, b, PEER_KV_FIXED) == 0);
+            CHECK(n > PEER_KV_TAG_FIXED && n <= PEER_KV_TAG_MAX &&
+                  (k.flags & ~(PEER_KV_RUN_START | PEER_KV_TAG_AHEAD)) == 0);
+            CHECK(k.bytes == b + PEER_KV_TAG_FIXED && k.n_bytes == n - PEER_KV_TAG_FIXED);
+            uint8_t out[PEER_KV_TAG_FIXED];
+            peer_kv_tag_write_fixed(out, b, &k); /* the token as it came */
+            CHECK(memcmp(out, b, PEER_KV_TAG_FIXED) == 0);
             sink += k.bytes[k.n_bytes - 1];
         }
         break;
