@@ -86,8 +86,11 @@ uint64_t sched_policy_commit_bytes(const sched_policy_dev *d, const sched_policy
      * each; more comes as they decode, and a device that runs out preempts its youngest */
     uint64_t bt = (uint64_t)d->block_tokens;
     uint64_t blocks = ((uint64_t)r->n_prompt + bt - 1) / bt + 2 * (uint64_t)r->n - 1;
-    uint64_t bytes = blocks * bt * d->kv_bytes_per_token, whole = sched_policy_kv_bytes(d, r);
-    return bytes < whole ? bytes : whole;
+    /* never more than the choices hold at full length (forked_bytes <= sched_policy_kv_bytes):
+     * a copy and a growth block per choice overstate short generations (4 choices of 1 token
+     * after 161 positions: 18 blocks committed for 14 ever held) */
+    uint64_t bytes = blocks * bt * d->kv_bytes_per_token, full = forked_bytes(d, r);
+    return bytes < full ? bytes : full;
 }
 
 uint64_t sched_policy_prompt_bytes(const sched_policy_dev *d, const sched_policy_req *r)

@@ -209,10 +209,11 @@ double sched_policy_positions(const sched_policy_req *r);
 uint64_t sched_policy_kv_bytes(const sched_policy_dev *d, const sched_policy_req *r);
 /* What a placement commits on its decode device: sched_policy_kv_bytes, or on a paged device
  * (block_tokens > 0) the blocks the request takes at once — its prompt's, one copy of the
- * partial last block per further choice, one block of growth per choice. The request must
- * still be able to fit whole to be placed at all (sched_policy_kv_bytes <= mem_total; a paged
- * device that prefills and decodes n > 1 choices itself counts the prompt's whole blocks once,
- * since the choices fork them, and its commit must fit mem_total too: it can be the larger). */
+ * partial last block per further choice, one block of growth per choice — at most what its
+ * choices hold at full length sharing the prompt's whole blocks. The request must still be able
+ * to fit whole to be placed at all (sched_policy_kv_bytes <= mem_total; a paged device that
+ * prefills and decodes n > 1 choices itself counts the prompt's whole blocks once, since the
+ * choices fork them; its commit must fit mem_total too, which that bound makes so). */
 uint64_t sched_policy_commit_bytes(const sched_policy_dev *d, const sched_policy_req *r);
 /* The fit rule of a sparse-decoded request on a device with a slower KV tier (a card's DDR4):
  * when its whole KV does not fit mem_total but fits the slower tier and it decodes sparse (its

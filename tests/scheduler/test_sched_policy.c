@@ -411,16 +411,23 @@ TEST(sched_policy_never_when_the_commit_cannot_fit)
     v[0].block_tokens = 16;
     sched_placement pl;
     /* prompt 161 (10 whole blocks and 1 position), 4 choices of 1 token: forked, 10 + 4 = 14
-     * blocks at full length; committed, 11 + 2 * 4 - 1 = 18 blocks */
+     * blocks at full length; the commit's formula, 11 + 2 * 4 - 1 = 18 blocks, is capped at
+     * those 14 (more than the choices ever hold; with 18 the policy answered WAIT on an idle
+     * device for ever: whole KV fits, commit never) */
     sched_policy_req r = {161, 1, 4, 0, 0, 0, 0, 0};
-    CHECK_EQ(sched_policy_commit_bytes(&v[0], &r), 18 * 16);
+    CHECK_EQ(sched_policy_commit_bytes(&v[0], &r), 14 * 16);
+    CHECK_EQ(sched_policy_place(v, 1, &no_opts, &r, &pl), SCHED_PLACE_OK);
+    /* on 13 blocks it can never fit: refused, not waiting */
+    v[0].mem_total = 13 * 16;
     CHECK_EQ(sched_policy_place(v, 1, &no_opts, &r, &pl), SCHED_PLACE_NEVER);
-    /* 2 choices commit 11 + 3 = 14 blocks: placed on the idle device */
+    /* 2 choices commit 11 + 3 = 14 blocks, hold 10 + 2 = 12 at full length: 12 committed */
+    v[0].mem_total = 240;
     r.n = 2;
+    CHECK_EQ(sched_policy_commit_bytes(&v[0], &r), 12 * 16);
     CHECK_EQ(sched_policy_place(v, 1, &no_opts, &r, &pl), SCHED_PLACE_OK);
     /* and wait while it is busy */
     v[0].running = 1;
-    v[0].mem_committed = 2 * 16;
+    v[0].mem_committed = 4 * 16;
     CHECK_EQ(sched_policy_place(v, 1, &no_opts, &r, &pl), SCHED_PLACE_WAIT);
 }
 
