@@ -10,7 +10,8 @@
  * templates spend ~100 steps per message, so these only stop runaway templates or inputs:
  * 64 MiB of output, 256 MiB of live values, 50M steps (about a second at ~20 ns/step), and 512
  * levels of nesting (jinja2 under CPython hits RecursionError a little past ~300 macro levels;
- * 512 levels of our recursion stay well inside a 1 MiB C stack). */
+ * 512 levels of plain recursion stay inside a 1 MiB C stack; what a level costs varies, so the
+ * stack itself is bounded too: TMPL_STACK_MAX, tmpl_int.h). */
 #define DEFAULT_MAX_OUTPUT ((size_t)64 << 20)
 #define DEFAULT_MAX_MEMORY ((size_t)256 << 20)
 #define DEFAULT_MAX_STEPS 50000000ull
@@ -112,6 +113,7 @@ static int render(const model_tmpl *t, const char *ctx, size_t ctx_len, bool con
         return MODEL_TMPL_ERR_RUNTIME;
     }
     r->t = t;
+    r->stack0 = (uintptr_t)__builtin_frame_address(0);
     r->lim = opts->limits;
     r->now = opts->now ? opts->now : time(NULL);
     r->live.next = r->live.prev = &r->live;

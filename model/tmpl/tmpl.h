@@ -34,8 +34,11 @@
  * Limits: a hostile template or context cannot exhaust memory or loop forever: every render is
  * bounded in output bytes, live memory, evaluation steps and recursion depth
  * (model_tmpl_limits); exceeding one is an error, never a crash. Parsing bounds nesting at 200
- * levels. At the default depth a render needs at most ~512 KiB of C stack: render on a thread
- * with at least 1 MiB (glibc's default is 8 MiB). */
+ * levels. A render uses at most 768 KiB of C stack below its entry (4 MiB in sanitizer builds;
+ * the depth limits multiply, so this is counted apart: past it the render fails with the "C
+ * stack" limit): render on a thread with at least 1 MiB (glibc's default is 8 MiB). Dict keys
+ * (a request's tools become dicts) hash from a random start drawn once a process, so keys made to
+ * collide cannot slow a render down. */
 #ifndef TANDEM_MODEL_TMPL_H
 #define TANDEM_MODEL_TMPL_H
 #include <stddef.h>

@@ -35,6 +35,7 @@ static int repeat(tmpl_rt *r, tmpl_val seq, int64_t times, tmpl_val *out)
     if (times < 0) times = 0;
     if (seq.kind == TMPL_STR) {
         tmpl_str *s = tmpl_s(seq);
+        if (!s->len) times = 0; /* '' * N is '': no N empty appends (1e18 of them never ended) */
         if (s->len && (uint64_t)times > r->lim.max_output / s->len) return model_tmpl_fail_limit(r, "string length");
         proto_buf b = {.max = r->lim.max_output};
         for (int64_t i = 0; i < times; i++)
@@ -45,6 +46,7 @@ static int repeat(tmpl_rt *r, tmpl_val seq, int64_t times, tmpl_val *out)
         return model_tmpl_str_from_buf(r, &b, out);
     }
     tmpl_list *l = tmpl_l(seq);
+    if (!l->n) times = 0;
     if (l->n && (uint64_t)times > r->lim.max_memory / sizeof(tmpl_val) / l->n) return model_tmpl_fail_limit(r, "memory");
     if (tmpl_step(r, (uint64_t)times * l->n)) return -1;
     if (model_tmpl_list_new(r, l->h.sub, (size_t)times * l->n, out)) return -1;

@@ -360,6 +360,8 @@ typedef struct tmpl_rt {
     size_t mem;      /* accounted bytes */
     size_t peak;     /* high-water mark of mem */
     uint64_t steps;
+    uintptr_t
+        stack0;      /* the render's frame: the C stack used below it is bounded (TMPL_STACK_MAX) */
     int depth;       /* macro call depth */
     int line;        /* line of the node being evaluated (error messages) */
     proto_buf *out;   /* where {{ }} and text go (a macro call redirects it) */
@@ -377,10 +379,30 @@ int model_tmpl_fail_again(tmpl_rt *r, const char *text);
  * consumed to the end (and forgets it, as an exhausted generator would). */
 int model_tmpl_gen_exhausted(tmpl_rt *r, tmpl_list *l);
 /* One unit of work; fails when the step budget is spent. */
+/* The C stack a render may use below its entry. The depth limits bound macro calls (max_depth)
+ * and parsed nesting (200) apart, but their costs multiply: a macro recursing from inside a long
+ * filter chain took ~86 KB a level and crashed at depth 100 on an 8 MiB stack. Counted where
+ * every evaluation passes (tmpl_step): past it the render fails, never the process. Sanitizer
+ * builds' frames are several times larger. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TMPL_STACK_MAX ((uintptr_t)4 << 20)
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) ||                         \
+    __has_feature(memory_sanitizer)
+#define TMPL_STACK_MAX ((uintptr_t)4 << 20)
+#endif
+#endif
+#ifndef TMPL_STACK_MAX
+#define TMPL_STACK_MAX ((uintptr_t)768 << 10)
+#endif
+
 static inline int tmpl_step(tmpl_rt *r, uint64_t n)
 {
     r->steps += n;
-    return r->steps > r->lim.max_steps ? model_tmpl_fail_limit(r, "evaluation steps") : 0;
+    if (r->steps > r->lim.max_steps) return model_tmpl_fail_limit(r, "evaluation steps");
+    uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+    return r->stack0 > sp && r->stack0 - sp > TMPL_STACK_MAX ? model_tmpl_fail_limit(r, "C stack")
+                                                             : 0;
 }
 
 /* Object life cycle (tmpl_value.c). new_* return a value with one reference, or fail (-1 / NULL

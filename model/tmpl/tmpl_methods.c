@@ -198,6 +198,29 @@ static int push_str(tmpl_rt *r, tmpl_val list, const char *s, size_t n)
     return model_tmpl_list_push(r, list, v);
 }
 
+/* n bytes of s backwards (malloc'd; NULL: out of memory). */
+static char *reversed(const char *s, size_t n)
+{
+    char *r = malloc(n ? n : 1);
+    for (size_t i = 0; r && i < n; i++) r[i] = s[n - 1 - i];
+    return r;
+}
+
+/* The byte offset of the last occurrence of nd[0..nn) in h[0..hn), -1 when none, -2 out of
+ * memory: the first one in the reversed strings, so that glibc's memmem keeps it linear (a
+ * backwards scan with memcmp at every place was O(hn * nn): a 400 KB text and a 200 KB needle
+ * took 2 s a call). */
+static int64_t last_of(const char *h, size_t hn, const char *nd, size_t nn)
+{
+    if (nn > hn) return -1;
+    char *rh = reversed(h, hn), *rn = reversed(nd, nn);
+    const char *hit = rh && rn ? memmem(rh, hn, rn, nn) : NULL;
+    int64_t at = !rh || !rn ? -2 : hit ? (int64_t)(hn - (size_t)(hit - rh) - nn) : -1;
+    free(rh);
+    free(rn);
+    return at;
+}
+
 /* str.split / str.rsplit */
 static int split(tmpl_rt *r, tmpl_str *x, tmpl_val sep, int64_t maxsplit, bool from_right, tmpl_val *out)
 {
@@ -221,21 +244,29 @@ static int split(tmpl_rt *r, tmpl_str *x, tmpl_val sep, int64_t maxsplit, bool f
             }
             return push_str(r, *out, s + i, n - i);
         }
-        /* from the right: collect pieces backwards, then reverse */
-        size_t j = n;
-        while (maxsplit != 0 && j >= p->len) {
-            size_t k = j - p->len + 1, found = SIZE_MAX;
-            while (k-- > 0)
-                if (!memcmp(s + k, p->s, p->len)) {
-                    found = k;
-                    break;
-                }
-            if (found == SIZE_MAX) break;
-            if (push_str(r, *out, s + found + p->len, j - found - p->len)) return -1;
+        /* from the right: collect pieces backwards, then reverse. The occurrences from the
+         * right are the reversed string's from the left (memmem: linear; a backwards memcmp at
+         * every place was O(n * len)) */
+        char *rs = reversed(s, n), *rp = reversed(p->s, p->len);
+        if (!rs || !rp) {
+            free(rs);
+            free(rp);
+            return model_tmpl_fail(r, "MemoryError", "out of memory");
+        }
+        size_t j = n, i = 0; /* s[0, j) left; rs[i, n) is it reversed */
+        int rc = 0;
+        while (maxsplit != 0 && !rc) {
+            const char *hit = memmem(rs + i, n - i, rp, p->len);
+            if (!hit) break;
+            size_t ri = (size_t)(hit - rs), found = n - ri - p->len;
+            rc = push_str(r, *out, s + found + p->len, j - found - p->len);
             j = found;
+            i = ri + p->len;
             if (maxsplit > 0) maxsplit--;
         }
-        if (push_str(r, *out, s, j)) return -1;
+        free(rs);
+        free(rp);
+        if (rc || push_str(r, *out, s, j)) return -1;
     } else {
         /* whitespace runs; empty pieces dropped */
         if (!from_right) {
@@ -358,19 +389,20 @@ int model_tmpl_replace(tmpl_rt *r, tmpl_str *s, tmpl_str *old, tmpl_str *new, in
     return model_tmpl_str_from_buf(r, &b, out);
 }
 
-/* index (in code points) of the first/last occurrence of sub, or -1 */
-static int64_t find(tmpl_str *s, tmpl_str *sub, bool last)
+/* *at: the index (in code points) of the first/last occurrence of sub, or -1. The bytes it
+ * reads are charged as steps (a call is linear in s; a loop of them is bounded by the budget). */
+static int find(tmpl_rt *r, tmpl_str *s, tmpl_str *sub, bool last, int64_t *at)
 {
-    const char *hit = NULL;
-    if (!last) hit = memmem(s->s, s->len, sub->s, sub->len);
-    else if (sub->len <= s->len)
-        for (size_t k = s->len - sub->len + 1; k-- > 0;)
-            if (!memcmp(s->s + k, sub->s, sub->len)) {
-                hit = s->s + k;
-                break;
-            }
-    if (!hit) return -1;
-    return (int64_t)proto_utf8_count(s->s, (size_t)(hit - s->s));
+    if (tmpl_step(r, 1 + s->len / 16)) return -1;
+    int64_t off = -1;
+    if (!last) {
+        const char *hit = memmem(s->s, s->len, sub->s, sub->len);
+        off = hit ? hit - s->s : -1;
+    } else if ((off = last_of(s->s, s->len, sub->s, sub->len)) == -2) {
+        return model_tmpl_fail(r, "MemoryError", "out of memory");
+    }
+    *at = off < 0 ? -1 : (int64_t)proto_utf8_count(s->s, (size_t)off);
+    return 0;
 }
 
 static int pad(tmpl_rt *r, tmpl_val self, int64_t width, tmpl_val fill, int how, tmpl_val *out)
@@ -525,7 +557,8 @@ static int str_method(tmpl_rt *r, int id, tmpl_val self, const tmpl_args *a, tmp
             *out = tmpl_int(c);
             return 0;
         }
-        int64_t at = find(s, sub, id == M_RFIND || id == M_RINDEX);
+        int64_t at;
+        if (find(r, s, sub, id == M_RFIND || id == M_RINDEX, &at)) return -1;
         if (at < 0 && (id == M_INDEX || id == M_RINDEX)) return model_tmpl_fail(r, "ValueError", "substring not found");
         *out = tmpl_int(at);
         return 0;
@@ -599,7 +632,8 @@ static int str_method(tmpl_rt *r, int id, tmpl_val self, const tmpl_args *a, tmp
         if (model_tmpl_arg(r, a, 0, NULL, &x) <= 0 || need_str(r, x, "sep")) return r->ek ? -1 : model_tmpl_fail(r, "TypeError", "partition() takes exactly one argument");
         tmpl_str *sep = tmpl_s(x);
         if (!sep->len) return model_tmpl_fail(r, "ValueError", "empty separator");
-        int64_t at = find(s, sep, id == M_RPARTITION);
+        int64_t at;
+        if (find(r, s, sep, id == M_RPARTITION, &at)) return -1;
         if (model_tmpl_list_new(r, TMPL_SEQ_TUPLE, 3, out)) return -1;
         if (at < 0) {
             if (id == M_PARTITION) return push_str(r, *out, s->s, s->len) || push_str(r, *out, "", 0) || push_str(r, *out, "", 0) ? -1 : 0;

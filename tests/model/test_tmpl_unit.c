@@ -337,6 +337,15 @@ static void *deep_thread(void *p)
     rc[1] = render("{% set ns = namespace(x=[]) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x|tojson }}{{ ns.x }}",
                    "{}", NULL, &out, &len, err);
     rc[2] = render("{% for x in [[1]] recursive %}{{ loop([[1]]) }}{% endfor %}", "{}", NULL, &out, &len, err);
+    /* the depth limits multiply: a macro recursing from inside a chain of 190 filters (~86 KB of
+     * C stack a level) crashed at depth 100 on an 8 MiB stack; now the render's stack budget
+     * stops it (TMPL_STACK_MAX) */
+    char src[4096];
+    size_t o = (size_t)snprintf(src, sizeof src, "{%%- macro f(n) -%%}{%%- if n > 0 -%%}{{ f(n-1)");
+    for (int i = 0; i < 190; i++) o += (size_t)snprintf(src + o, sizeof src - o, "|string");
+    snprintf(src + o, sizeof src - o, "|length }}{%%- endif -%%}{%%- endmacro -%%}{{ f(100) }}");
+    rc[3] = render(src, "{}", NULL, &out, &len, err);
+    if (rc[3] == MODEL_TMPL_ERR_LIMIT && !strstr(err, "C stack")) rc[3] = -1;
     return NULL;
 }
 
@@ -351,11 +360,54 @@ TEST(tmpl_depth_limits_fit_a_small_stack)
 #endif
     pthread_attr_setstacksize(&at, stack);
     pthread_t th;
-    int rc[3] = {0, 0, 0};
+    int rc[4] = {0, 0, 0, 0};
     REQUIRE(pthread_create(&th, &at, deep_thread, rc) == 0);
     pthread_join(th, NULL);
     pthread_attr_destroy(&at);
     CHECK_EQ(rc[0], MODEL_TMPL_ERR_LIMIT);
     CHECK_EQ(rc[1], MODEL_TMPL_ERR_LIMIT);
     CHECK_EQ(rc[2], MODEL_TMPL_ERR_LIMIT);
+    CHECK_EQ(rc[3], MODEL_TMPL_ERR_LIMIT);
+}
+
+/* Work a short template asks for is bounded by what it produces or charges: '' * N and [] * N
+ * are empty at once (N empty appends: 1e18 never ended); rfind / rindex / rpartition / rsplit
+ * find the last occurrences as Python does, in linear time (a backwards memcmp at every place
+ * was O(n * m), seconds a call). */
+TEST(tmpl_empty_repeat_and_reverse_search)
+{
+    static const struct {
+        const char *src, *want;
+    } cases[] = {
+        {"{{ ('' * 1000000000000000000)|length }}", "0"},
+        {"{{ ([] * 1000000000000000000)|length }}", "0"},
+        {"{{ 'abcabc'.rfind('bc') }} {{ 'abcabc'.rfind('x') }} {{ 'abc'.rfind('abcd') }}",
+         "4 -1 -1"},
+        {"{{ 'aaaa'.rfind('aa') }} {{ 'héllo héllo'.rindex('é') }}", "2 7"},
+        {"{{ 'a,b,,c'.rsplit(',') }}", "['a', 'b', '', 'c']"},
+        {"{{ 'a,b,,c'.rsplit(',', 1) }} {{ 'aaaa'.rsplit('aa') }}", "['a,b,', 'c'] ['', '', '']"},
+        {"{{ 'x=1=2'.rpartition('=') }} {{ 'x'.rpartition('=') }}",
+         "('x=1', '=', '2') ('', '', 'x')"},
+        {"{{ 'abab'.rsplit('ab', 1) }}", "['ab', '']"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out, err[512];
+        size_t len;
+        int rc = render(cases[i].src, "{}", NULL, &out, &len, err);
+        CHECK_MSG(rc == 0 && out && !strcmp(out, cases[i].want), "%s: %d '%s' (%s)", cases[i].src,
+                  rc, out ? out : "", err);
+        free(out);
+    }
+    /* a 400 KB text and a 200 KB needle: linear (was ~2 s) */
+    char *src = malloc(1 << 20);
+    REQUIRE(src);
+    size_t o =
+        (size_t)sprintf(src, "{%% set h = 'a' * 400000 %%}{%% set n = 'a' * 199999 ~ 'b' %%}");
+    sprintf(src + o, "{{ h.rfind(n) }} {{ (h ~ 'b').rfind(n) }} {{ (h ~ 'b').rsplit(n)|length }}");
+    char *out, err[512];
+    size_t len;
+    CHECK_EQ(render(src, "{}", NULL, &out, &len, err), 0);
+    CHECK_STR(out ? out : "", "-1 200001 2");
+    free(out);
+    free(src);
 }
