@@ -219,10 +219,44 @@ int model_config_parse(const char *text, const char *gen_text, model_config *c, 
     if (parse_rope(root, c, err, errlen)) goto out;
     c->tie_embeddings = json_is_true(json_object_get(root, "tie_word_embeddings"));
     c->attn_bias = !strcmp(type, "qwen2") || json_is_true(json_object_get(root, "attention_bias"));
-    /* Sliding window: Mistral applies it whenever set; Qwen2 only with use_sliding_window. */
+    /* Sliding window: Mistral applies it whenever set; Qwen2 only with use_sliding_window, and
+     * then (transformers' Qwen2Config) on the layers its layer_types says, by default those from
+     * max_window_layers (28) on. One window for every layer or none is what the backends run:
+     * a config that windows some layers only is refused rather than run as another model. */
     json_t *sw = json_object_get(root, "sliding_window");
-    if (json_is_integer(sw) && json_integer_value(sw) > 0 &&
-        (strcmp(type, "qwen2") != 0 || json_is_true(json_object_get(root, "use_sliding_window")))) {
+    int windowed = json_is_integer(sw) && json_integer_value(sw) > 0;
+    if (windowed && !strcmp(type, "qwen2")) {
+        int sliding = 0, full = 0;
+        json_t *lt = json_object_get(root, "layer_types");
+        if (!json_is_true(json_object_get(root, "use_sliding_window"))) {
+            full = c->n_layers;
+        } else if (json_is_array(lt)) {
+            size_t i;
+            json_t *v;
+            json_array_foreach(lt, i, v)
+            {
+                const char *k = json_string_value(v);
+                if (k && !strcmp(k, "sliding_attention"))
+                    sliding++;
+                else
+                    full++;
+            }
+        } else {
+            int mwl;
+            if (get_int(root, "max_window_layers", 28, 0, 1 << 20, &mwl, err, errlen)) goto out;
+            sliding = mwl < c->n_layers ? c->n_layers - mwl : 0;
+            full = c->n_layers - sliding;
+        }
+        if (sliding && full) {
+            snprintf(err, errlen,
+                     "config.json: a sliding window on %d of %d layers (max_window_layers / "
+                     "layer_types) is not supported: only all layers or none",
+                     sliding, sliding + full);
+            goto out;
+        }
+        windowed = sliding > 0;
+    }
+    if (windowed) {
         if (json_integer_value(sw) > MAX_POSITIONS) {
             snprintf(err, errlen, "config.json: sliding_window out of range");
             goto out;

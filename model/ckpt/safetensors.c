@@ -179,12 +179,16 @@ model_file *model_st_open(const char *path, char *err, size_t errlen)
     if (!order) goto oom;
     for (int i = 0; i < f->n_tensors; i++) order[i] = &f->tensors[i];
     qsort(order, f->n_tensors, sizeof *order, cmp_begin);
-    for (int i = 1; i < f->n_tensors; i++)
-        if (order[i]->begin < order[i - 1]->end && order[i]->end > order[i]->begin) {
+    /* against the furthest end so far, not the neighbour's: an empty tensor between two that
+     * overlap ([0,100), [10,10), [20,30)) hid the overlap */
+    for (int i = 1, far = 0; i < f->n_tensors; i++) {
+        if (order[i]->begin < order[far]->end && order[i]->end > order[i]->begin) {
             snprintf(err, errlen, "%s: tensor %s overlaps tensor %s", path, order[i]->name,
-                     order[i - 1]->name);
+                     order[far]->name);
             goto fail;
         }
+        if (order[i]->end > order[far]->end) far = i;
+    }
     free(order);
     json_decref(root);
     return f;

@@ -87,6 +87,17 @@ static void edit_overlap(json_t *h)
     json_int_t b = json_integer_value(json_array_get(json_object_get(t, "data_offsets"), 0));
     set_offsets(h, T0, (long)b + 64, (long)b + 64 + 172 * 64 * 4);
 }
+/* T0 starts inside gate_proj and ends after it, an empty tensor sitting between their starts:
+ * checking neighbours only (sorted by start) saw gate_proj, the empty one, T0 and no overlap */
+static void edit_overlap_past_empty(json_t *h)
+{
+    json_t *t = json_object_get(h, "model.layers.0.mlp.gate_proj.weight");
+    json_int_t b = json_integer_value(json_array_get(json_object_get(t, "data_offsets"), 0));
+    set_offsets(h, T0, (long)b + 128, (long)b + 128 + 172 * 64 * 4);
+    json_object_set_new(h, "extra.empty",
+                        json_pack("{s:s, s:[i], s:[I, I]}", "dtype", "F32", "shape", 0,
+                                  "data_offsets", b + 64, b + 64));
+}
 static void edit_shape(json_t *h)
 {
     json_object_set_new(json_object_get(h, T0), "shape", json_pack("[i, i]", 64, 172));
@@ -127,6 +138,12 @@ TEST(load_error_overlapping_tensors)
 {
     const char *n[] = {"model.safetensors", "overlaps", "mlp.", NULL};
     expect_error(make_variant("overlap", edit_overlap, -1, NULL), n);
+}
+
+TEST(load_error_overlap_past_an_empty_tensor)
+{
+    const char *n[] = {"model.safetensors", "overlaps", "mlp.", NULL};
+    expect_error(make_variant("overlap_empty", edit_overlap_past_empty, -1, NULL), n);
 }
 
 TEST(load_error_shape_disagrees_with_config)
@@ -248,6 +265,35 @@ TEST(config_parse_variants)
     REQUIRE(model_config_parse(q, NULL, &c, err, sizeof err) == 0);
     CHECK(c.attn_bias);
     CHECK_EQ(c.sliding_window, 0);
+    /* Qwen2 with use_sliding_window windows the layers from max_window_layers (default 28) on,
+     * as transformers' Qwen2Config builds layer_types: none of 2 layers by default, all from 0,
+     * some of them refused (the backends run one window for all layers); layer_types wins */
+    static const struct {
+        const char *extra;
+        int ok, window;
+    } qw[] = {
+        {"", 1, 0},
+        {",\"max_window_layers\":0", 1, 32},
+        {",\"max_window_layers\":1", 0, 0},
+        {",\"max_window_layers\":2", 1, 0},
+        {",\"layer_types\":[\"sliding_attention\",\"sliding_attention\"]", 1, 32},
+        {",\"layer_types\":[\"full_attention\",\"sliding_attention\"]", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof qw / sizeof qw[0]; i++) {
+        char js[1024];
+        snprintf(
+            js, sizeof js,
+            "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"hidden_size\":64,"
+            "\"num_hidden_layers\":2,\"num_attention_heads\":8,\"num_key_value_heads\":2,"
+            "\"intermediate_size\":128,\"vocab_size\":100,\"max_position_embeddings\":128,"
+            "\"sliding_window\":32,\"use_sliding_window\":true%s}",
+            qw[i].extra);
+        int rc = model_config_parse(js, NULL, &c, err, sizeof err);
+        CHECK_MSG((rc == 0) == qw[i].ok, "case %zu: %s", i, rc ? err : "accepted");
+        if (!rc)
+            CHECK_MSG(c.sliding_window == qw[i].window, "case %zu: window %d", i, c.sliding_window);
+        if (rc) CHECK_MSG(strstr(err, "sliding window on 1 of 2 layers"), "case %zu: %s", i, err);
+    }
 }
 
 /* Inverse frequencies against values computed independently in float64 from the published
