@@ -4,10 +4,11 @@
  *
  *   server  a daemon with `kv_listen = ADDR:PORT` offers devices (`peer_devices`) to its peers:
  *           a thread of its own accepts connections, authenticates them (peer/auth.h), answers
- *           heartbeats with its device list and free memory, and runs what they ask on those
+ *           heartbeats with its device list and free memory, and has what they ask run on those
  *           devices: sequences, KV imports in the KV wire format (proto/KV_FORMAT.md; every
- *           chunk's CRC checked on arrival), decode steps. The devices it offers are its own:
- *           the daemon's scheduler does not drive them (accel.h: one thread per device).
+ *           chunk's CRC checked on arrival; on an import thread), decode steps (on a thread of
+ *           each device: one peer's slow step holds no other peer). The devices it offers are
+ *           its own: the daemon's scheduler does not drive them (accel.h: one thread at a time).
  *   client  a daemon with `peers = ADDR:PORT,...` connects to each (peer_node_connect) and opens
  *           each device a peer offers as a device of its own (peer_remote_open, through the
  *           composition root devices/): a "remote" accel backend whose calls go to the peer. Its

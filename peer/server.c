@@ -1,12 +1,15 @@
 /* peer/server.c — the node that offers devices (peer.h).
  *
- * One thread owns the listener, every accepted connection and the offered devices: it
- * progresses UCX, takes whole frames off each connection and answers each in turn (a device
- * call runs inline: the devices are this thread's alone). A connection is
+ * One thread owns the listener and every accepted connection: it progresses UCX, takes whole
+ * frames off each connection and answers each in turn. A device call (a sequence made, freed or
+ * cut, a warm-up, a decode step) is checked here and run on that device's call thread
+ * (peer/server_call.c), its answer sent here when it is done, while this thread serves everyone
+ * else; the connection's next frames wait for it (held, as behind its chunks). A connection is
  *   HELLO_WAIT -> AUTH_WAIT -> READY
  * and anything else than the message its state expects closes it with a log line, as does a
  * handshake not done within HANDSHAKE_S. Each connection holds the sequences it created (at most
- * MAX_SEQS); they are freed when it closes, whatever way.
+ * MAX_SEQS); they are freed when it closes, whatever way (once its call and chunks running on
+ * the other threads are done: it is kept meanwhile, server.closing).
  *
  * KV chunks that come as tagged messages are received by this thread: on each pass it looks
  * for each connection's next serial among the messages that have arrived (peer_conn_tag_probe:
@@ -21,8 +24,9 @@
  * order they came in, so that the next chunks' copies overlap this one's check and import; this
  * thread takes their results and sends the REPLYs. With two receiving threads (below) the one
  * that received a chunk computes its payload's CRC-32C while the other goes on (rx_crc), and the
- * check takes it. Before anything else that touches a device or frees a sequence, it waits for
- * the chunks pushed so far (kv_sync). */
+ * check takes it. A connection's frames wait for its own chunks to be applied (frame_waits), and
+ * the kv_rx thread holds a chunk's device while it imports it (peer_server_dev_hold): the device's
+ * call thread may be running another connection's call. */
 #include "peer/server_impl.h"
 #include "proto/crc32c.h"
 #include "proto/kv_wire.h"
@@ -36,7 +40,6 @@
 #include <openssl/crypto.h>
 
 #define HANDSHAKE_S 5.0
-#define MAX_SEQS 4096 /* per connection: above any continuous batch of a node's cards */
 /* A tagged KV chunk whose receive started must be in within this: the sender's own call
  * timeout (PEER_CALL_TIMEOUT_S), after which its connection is closed. Its receive is left
  * pending meanwhile (sconn.rx): only that connection waits for it, every other is served. */
@@ -65,18 +68,7 @@ void peer_log(int warn, const char *event, const char *fmt, ...)
     else fprintf(stderr, "tandem: %s event=%s %s\n", warn ? "warn" : "info", event, msg);
 }
 
-
-/* ---------------------------------------------------------------- sequences */
-
-static void sseq_release(peer_server *s, sseq *q)
-{
-    if (q->s) accel_seq_free(s->devs[q->dev], q->s);
-    proto_kv_reader_free(q->r);
-    free(q->kc);
-    memset(q, 0, sizeof *q);
-}
-
-static void kv_sync(peer_server *s);
+/* ---------------------------------------------------------------- connections */
 
 /* A closing connection's receive UCX did not give back (matched to a chunk still coming): its
  * slot takes a fresh buffer, and this one is kept, with the request, until UCX is done with it
@@ -124,6 +116,34 @@ size_t peer_server_rx_lost_bytes(const peer_server *s)
     return atomic_load(&((peer_server *)s)->lost_bytes);
 }
 
+/* What a closed connection held, let go once neither its call nor its chunks are running: its
+ * sequences (freed on their devices' threads), its UCX connection, itself. */
+static void sconn_free(peer_server *s, sconn *sc)
+{
+    peer_server_calls_release(s, sc->seqs, sc->n_seqs);
+    free(sc->seqs);
+    peer_conn_free(sc->c);
+    OPENSSL_cleanse(sc->kv_token, sizeof sc->kv_token);
+    free(sc);
+}
+
+/* Every pass: the closed connections whose call and chunks are done, let go. */
+static void closing_sweep(peer_server *s)
+{
+    for (sconn **pp = &s->closing; *pp;) {
+        sconn *sc = *pp;
+        if (sc->call || sc->kv_pending) {
+            pp = &sc->next;
+            continue;
+        }
+        *pp = sc->next;
+        sconn_free(s, sc);
+    }
+}
+
+/* Closes sc (out of the loop's list already): its receives taken back, its unreceived messages
+ * let go; the rest once its call and chunks on the other threads are done (closing_sweep): the
+ * loop waits for neither. */
 static void sconn_close(peer_server *s, sconn *sc, const char *why)
 {
     if (sc->tag_wait) s->n_waiting--;
@@ -136,43 +156,21 @@ static void sconn_close(peer_server *s, sconn *sc, const char *why)
         sc->rx[i].req = NULL;
     }
     peer_server_stray_closing(s, sc); /* its unreceived messages, gaps and strays too */
-    kv_sync(s); /* no chunk of sc's is applied any more, no result of it waits */
     int live = 0;
-    for (int i = 0; i < sc->n_seqs; i++)
-        if (sc->seqs[i].s) {
-            live++;
-            sseq_release(s, &sc->seqs[i]);
-        }
+    for (int i = 0; i < sc->n_seqs; i++) live += sc->seqs[i].s != NULL;
+    live += sc->call && sc->call->kind == CALL_SEQ_NEW; /* one being made: freed with the rest */
     if (why) /* a peer that closes when done is news; one that vanishes is a warning */
         peer_log(live || sc->state != S_READY, "peer_closed", "peer=%s addr=%s seqs_freed=%d reason=\"%s\"",
                  sc->name[0] ? sc->name : "?", peer_conn_addr(sc->c), live, why);
-    free(sc->seqs);
-    peer_conn_free(sc->c);
-    OPENSSL_cleanse(sc->kv_token, sizeof sc->kv_token);
-    free(sc);
-}
-
-
-static int seq_slot(sconn *sc)
-{
-    for (int i = 0; i < sc->n_seqs; i++)
-        if (!sc->seqs[i].s) return i;
-    if (sc->n_seqs == sc->cap_seqs) {
-        if (sc->cap_seqs >= MAX_SEQS) return -1;
-        int cap = sc->cap_seqs ? 2 * sc->cap_seqs : 16;
-        if (cap > MAX_SEQS) cap = MAX_SEQS;
-        sseq *q = realloc(sc->seqs, sizeof *q * (size_t)cap);
-        if (!q) return -1;
-        sc->seqs = q;
-        sc->cap_seqs = cap;
-    }
-    memset(&sc->seqs[sc->n_seqs], 0, sizeof sc->seqs[0]);
-    return sc->n_seqs++;
+    sc->closing = 1;
+    sc->next = s->closing;
+    s->closing = sc;
+    closing_sweep(s);
 }
 
 /* ---------------------------------------------------------------- answers */
 
-static int reply(sconn *sc, int32_t status, uint32_t value)
+int peer_server_reply(sconn *sc, int32_t status, uint32_t value)
 {
     peer_words w = {{(uint32_t)status, value, 0, 0}};
     uint8_t b[8];
@@ -355,9 +353,15 @@ static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
     return st;
 }
 
+/* The device held meanwhile: its call thread may be running another connection's call. */
 static int kv_rx_apply(void *ctx, void *owner, const peer_kv *k)
 {
-    return kv_apply(ctx, owner, *k);
+    peer_server *s = ctx;
+    if (k->dev >= (uint32_t)s->cfg.n_devs) return kv_apply(s, owner, *k); /* refused unread */
+    peer_server_dev_hold(s, (int)k->dev);
+    int st = kv_apply(s, owner, *k);
+    peer_server_dev_let(s, (int)k->dev);
+    return st;
 }
 
 static void kv_rx_wake(void *ctx)
@@ -374,17 +378,20 @@ static void handoff_flush(peer_server *s)
     s->n_handoff = 0;
 }
 
-/* The results of tagged chunks applied so far: their REPLYs, held as kv_reply holds them. A
- * connection whose send fails is found dead by server_main. */
+/* The results of chunks applied so far: their REPLYs, held as kv_reply holds them (a closed
+ * connection's let go). A connection whose send fails is found dead by server_main. */
 static void kv_collect(peer_server *s)
 {
     void *owner;
     int st;
-    while (peer_kv_rx_done(s->rx, &owner, &st)) kv_reply(owner, st);
+    while (peer_kv_rx_done(s->rx, &owner, &st)) {
+        sconn *sc = owner;
+        sc->kv_pending--;
+        if (!sc->closing) kv_reply(sc, st);
+    }
 }
 
-/* Every pushed chunk applied and answered (held): the devices and the sequences are this
- * thread's again. */
+/* Every pushed chunk applied and its result taken (the node stopping). */
 static void kv_sync(peer_server *s)
 {
     handoff_flush(s); /* this pass's reserved chunks are pushed by no one else */
@@ -393,15 +400,24 @@ static void kv_sync(peer_server *s)
     kv_collect(s);
 }
 
-/* A KV frame on the stream: applied here (its bytes live in the connection's buffer), after
- * the tagged chunks before it. */
+/* A KV frame on the stream: copied into a kv_rx slot and applied on the kv_rx thread, as a
+ * tagged chunk is (its device's call thread may be driving it); FRAME_HELD while no slot is free.
+ */
 static int on_kv(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
 {
     peer_kv k;
     if (peer_kv_read(p, n, &k)) return PEER_ERR_PROTO;
-    kv_sync(s);
+    kv_collect(s); /* the results so far first: peer_kv_rx_take's rule */
+    uint8_t *buf;
+    int slot = peer_kv_rx_take(s->rx, n, 0, &buf);
+    if (slot == PEER_KV_RX_BUSY) return FRAME_HELD;
+    if (slot < 0) return kv_reply(sc, ACCEL_ERR_NOMEM);
+    memcpy(buf, p, n);
+    peer_kv_read(buf, n, &k);                                 /* the same, its bytes in the slot */
     sc->hold = peer_kv_reply_hold(kv_counted(n, k.flags), 0); /* on the stream: no requests */
-    return kv_reply(sc, kv_apply(s, sc, k));
+    sc->kv_pending++;
+    peer_kv_rx_push(s->rx, slot, sc, &k);
+    return PEER_OK;
 }
 
 /* ADDR_REQ: this worker's address and the connection's tag base (after the handshake only:
@@ -414,7 +430,7 @@ static int on_addr_req(peer_server *s, sconn *sc, size_t n)
     uint64_t base;
     if (peer_conn_local_address(sc->c, &a, &len) || len < 1 || len > PEER_ADDR_MAX ||
         peer_server_stray_base(s, &base))
-        return reply(sc, ACCEL_ERR_UNSUPPORTED, 0);
+        return peer_server_reply(sc, ACCEL_ERR_UNSUPPORTED, 0);
     uint8_t fixed[PEER_ADDR_FIXED];
     sc->tag_base = base;
     sc->tag_serial = 0;
@@ -501,6 +517,7 @@ static int rx_finish(peer_server *s, sconn *sc)
         sc->hold = peer_kv_reply_hold(kv_counted(x->k.n_bytes, k.flags), (k.flags & PEER_KV_TAG_AHEAD) != 0);
         x->k = k;
         sc->ahead = (k.flags & PEER_KV_TAG_AHEAD) != 0;
+        sc->kv_pending++; /* pushed here or by this pass's holder (handoff) */
         if (s->n_th > 1 && s->n_handoff < PEER_KV_RX_SLOTS && !sc->ahead) { /* its CRC after the token goes on */
             size_t mid = crc_split_at(&x->k);
             if (mid) peer_kv_rx_reserve_split(s->rx, x->slot, x->k.bytes + mid, x->k.n_bytes - mid);
@@ -605,58 +622,40 @@ static void rx_next(peer_server *s)
     }
 }
 
-
+/* A frame of a READY connection, whose chunks before it are applied (server_pass holds it until
+ * they are). */
 static int on_ready(peer_server *s, sconn *sc, const peer_header *h, const uint8_t *p)
 {
-    peer_words w;
     if (h->type != PEER_KV) { /* its answer after the chunks' */
-        kv_sync(s); /* a device call (or a ping's device list): the chunks before it are in */
         int st = flush_held(sc);
         if (st) return st;
     }
     switch (h->type) {
     case PEER_PING: return h->length ? PEER_ERR_PROTO : send_info(s, sc, PEER_INFO);
-    case PEER_SEQ_NEW: {
-        if (peer_words_read(p, h->length, 2, &w) || w.w[0] >= (uint32_t)s->cfg.n_devs) return PEER_ERR_PROTO;
-        if (w.w[1] < 1 || w.w[1] > (uint32_t)model_context_limit(&s->cfg.m->cfg)) return reply(sc, ACCEL_ERR_INVALID, 0);
-        int slot = seq_slot(sc);
-        if (slot < 0) return reply(sc, ACCEL_ERR_NOMEM, 0);
-        sseq *q = &sc->seqs[slot];
-        int st = accel_seq_new(s->devs[w.w[0]], (int)w.w[1], &q->s);
-        if (st) q->s = NULL;
-        q->dev = (int)w.w[0];
-        q->capacity = (int)w.w[1];
-        return reply(sc, st, (uint32_t)slot);
-    }
-    case PEER_SEQ_FREE: {
-        if (peer_words_read(p, h->length, 2, &w)) return PEER_ERR_PROTO;
-        sseq *q = seq_get(sc, w.w[1], w.w[0]);
-        if (!q) return reply(sc, ACCEL_ERR_INVALID, 0);
-        sseq_release(s, q);
-        return reply(sc, 0, 0);
-    }
-    case PEER_TRUNCATE: {
-        if (peer_words_read(p, h->length, 3, &w)) return PEER_ERR_PROTO;
-        sseq *q = seq_get(sc, w.w[1], w.w[0]);
-        if (!q || w.w[2] > (uint32_t)accel_seq_len(s->devs[q->dev], q->s)) return reply(sc, ACCEL_ERR_INVALID, 0);
-        return reply(sc, accel_seq_truncate(s->devs[q->dev], q->s, (int)w.w[2]), 0);
-    }
-    case PEER_WARMUP: {
-        if (peer_words_read(p, h->length, 1, &w) || w.w[0] >= (uint32_t)s->cfg.n_devs) return PEER_ERR_PROTO;
-        const int was_failed = peer_server_dev_failed(s, (int)w.w[0]);
-        int st = accel_warmup(s->devs[w.w[0]]);
-        peer_server_device_fault(s, sc, (int)w.w[0], "warmup", st, was_failed);
-        return reply(sc, st, 0);
-    }
+    case PEER_SEQ_NEW:
+    case PEER_SEQ_FREE:
+    case PEER_TRUNCATE:
+    case PEER_WARMUP:
+    case PEER_DECODE:
+    case PEER_DECODE_ARGMAX:
+        return peer_server_on_call(s, sc, h->type, p, h->length);
     case PEER_KV: return on_kv(s, sc, p, h->length);
-    case PEER_ADDR_REQ: return on_addr_req(s, sc, h->length);
-    case PEER_DECODE: return peer_server_on_decode(s, sc, p, h->length);
-    case PEER_DECODE_ARGMAX: return peer_server_on_decode_argmax(s, sc, p, h->length);
+    case PEER_ADDR_REQ:
+        return on_addr_req(s, sc, h->length);
     }
     return PEER_ERR_PROTO;
 }
 
-/* One frame. PEER_OK, or a status that closes the connection. */
+/* A frame of sc's waits (held, sconn.deferred) while its chunks are coming or not yet applied, or
+ * its device call is queued or running: its answer goes after theirs, and its sequences are
+ * theirs meanwhile. */
+static int frame_waits(const sconn *sc)
+{
+    return sc->rx_n || sc->tag_wait || sc->kv_pending || sc->call;
+}
+
+/* One frame. PEER_OK, FRAME_HELD (not taken: held, tried again), or a status that closes the
+ * connection. */
 static int handle(peer_server *s, sconn *sc, const peer_header *h, const uint8_t *p)
 {
     if (sc->state == S_HELLO_WAIT) {
@@ -771,6 +770,8 @@ static void server_pass(peer_server *s)
         peer_listener_progress(s->l, 0.05);
         rx_lost_poll(s);
         kv_collect(s); /* chunks applied since: their REPLYs held, sent below */
+        peer_server_calls_collect(s); /* device calls done since: answered */
+        closing_sweep(s);
         rx_next(s);    /* chunks that waited their turn, while slots are free */
         peer_conn *c;
         while ((c = peer_listener_accept(s->l))) {
@@ -797,24 +798,28 @@ static void server_pass(peer_server *s)
                 if (r < 0) st = r;
                 if (r != 1) break;
             }
-            if (!st && sc->deferred && !sc->rx_n && !sc->tag_wait) { /* the frame that waited for them */
-                sc->deferred = 0;
+            if (!st && sc->deferred && !frame_waits(sc)) { /* the frame that waited for them */
                 st = handle(s, sc, &sc->dh, sc->dp);
+                if (st == FRAME_HELD)
+                    st = 0;
+                else
+                    sc->deferred = 0;
             }
-            if (!st && !sc->deferred && sc->state == S_READY) st = rx_probe(s, sc); /* its next chunks */
+            if (!st && !sc->deferred && !sc->call && sc->state == S_READY)
+                st = rx_probe(s, sc); /* its next chunks */
             /* a bounded number of frames per pass, so that one busy peer cannot starve the rest;
              * a frame read while its chunks are coming waits until they are in (with a chunk
              * handed off the pass ends: the next thread takes the frames after it) */
             for (int k = 0; !st && !sc->deferred && !s->n_handoff && k < 64 &&
                             (got = peer_conn_poll(sc->c, max, &h, &p)) == 1;
                  k++) {
-                if (sc->rx_n || sc->tag_wait) {
+                if (frame_waits(sc) || (st = handle(s, sc, &h, p)) == FRAME_HELD) {
+                    st = 0;
                     sc->deferred = 1;
                     sc->dh = h;
                     sc->dp = p;
                     break;
                 }
-                st = handle(s, sc, &h, p);
                 if (st) break;
                 max = sc->state == S_READY ? PEER_MAX_PAYLOAD : PEER_MAX_PREAUTH;
             }
@@ -883,8 +888,8 @@ int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, 
     pthread_mutex_init(&s->tok_mu, NULL);
     pthread_cond_init(&s->tok_cv, NULL);
     s->tok_free = 1;
-    int started = 0;
-    if (!peer_kv_rx_new(kv_rx_apply, s, kv_rx_wake, s, &s->rx)) {
+    int started = 0, calls = peer_server_calls_start(s);
+    if (!calls && !peer_kv_rx_new(kv_rx_apply, s, kv_rx_wake, s, &s->rx)) {
         for (; started < s->n_th; started++)
             if (pthread_create(started ? &s->th_more[started - 1] : &s->th, NULL, server_main, s)) break;
     }
@@ -892,6 +897,10 @@ int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, 
         snprintf(err, errlen, "cannot start the peer threads");
         atomic_store(&s->stop, 1);
         for (int i = 0; i < started; i++) pthread_join(i ? s->th_more[i - 1] : s->th, NULL);
+        if (!calls) {
+            peer_server_calls_stop(s);
+            peer_server_calls_free(s);
+        }
         peer_kv_rx_free(s->rx);
         peer_listener_free(s->l);
         pthread_mutex_destroy(&s->tok_mu);
@@ -932,7 +941,14 @@ void peer_server_stop(peer_server *s)
         peer_conn_kill(sc->c); /* stopping: no flush owed to anyone */
         sconn_close(s, sc, NULL);
     }
-    peer_kv_rx_free(s->rx); /* idle: every connection's close waited for its chunks */
+    /* the chunks and calls still running finish (their results let go), then what their
+     * connections held is freed here */
+    kv_sync(s);
+    peer_server_calls_stop(s);
+    peer_server_calls_collect(s);
+    closing_sweep(s);
+    peer_server_calls_free(s);
+    peer_kv_rx_free(s->rx); /* idle */
     pthread_mutex_destroy(&s->tok_mu);
     pthread_cond_destroy(&s->tok_cv);
     rx_lost_poll(s);
@@ -941,6 +957,5 @@ void peer_server_stop(peer_server *s)
     for (int i = 0; i < s->n_lost; i++) free(s->lost[i].buf);
     free(s->lost);
     OPENSSL_cleanse(s->key, sizeof s->key);
-    free(s->logits);
     free(s);
 }

@@ -1,6 +1,7 @@
 /* peer/server_impl.h — what the node's files share (peer/server.c: the loop, its connections and
- * the KV chunks; peer/server_decode.c: the devices' decode steps a peer asks for). Private to
- * peer/. Everything here belongs to the thread holding the node's loop (peer/server.c). */
+ * the KV chunks; peer/server_call.c: the lent devices' threads that run the calls peers ask for;
+ * peer/server_decode.c: the decode steps among them). Private to peer/. Everything here belongs
+ * to the thread holding the node's loop (peer/server.c) unless it says otherwise. */
 #ifndef TANDEM_PEER_SERVER_IMPL_H
 #define TANDEM_PEER_SERVER_IMPL_H
 #include "peer/auth.h"
@@ -34,6 +35,13 @@
 #define STRAY_LOG_S 1.0
 /* A REPLY frame: header and two words. */
 #define KV_REPLY_BYTES (PEER_HEADER_BYTES + 8)
+/* Calls of one device queued or running at once, whichever connections they are of (each
+ * connection has at most one: its next frames wait for the answer). A connection's call beyond
+ * it waits, its frame held, for one to be answered: a peer cannot queue unbounded work. */
+#define CALLS_PER_DEV 8
+/* handle()'s "not now": the frame stays held (sconn.deferred) and is tried again next pass. */
+#define FRAME_HELD 1
+#define MAX_SEQS   4096 /* per connection: above any continuous batch of a node's cards */
 
 enum sconn_state { S_HELLO_WAIT, S_AUTH_WAIT, S_READY };
 
@@ -52,6 +60,8 @@ typedef struct sseq {
     kvctx *kc;
     int run_st; /* the status that failed the current run of positions (0: none yet) */
 } sseq;
+
+struct scall;
 
 typedef struct sconn {
     peer_conn *c;
@@ -91,8 +101,68 @@ typedef struct sconn {
     size_t tag_len;         /* its length (bounded) */
     sseq *seqs;
     int n_seqs, cap_seqs;
+    /* its tagged or stream chunks pushed to the kv_rx thread whose results were not taken yet:
+     * its next frame waits for them (answers in order, and its sequences are the kv_rx thread's
+     * meanwhile) */
+    int kv_pending;
+    struct scall *call; /* its device call queued or running (one at most): its frames wait */
+    int closing;        /* closed, kept (server.closing) until its call and chunks are done */
     struct sconn *next;
 } sconn;
+
+/* A device call a peer asked for (peer/server_call.c): read off its frame by the loop, run on its
+ * device's thread, answered by the loop. While it is queued or running it is that thread's; its
+ * connection's sconn stays allocated (closing) until the loop has taken it back. */
+enum scall_kind {
+    CALL_SEQ_NEW,
+    CALL_SEQ_FREE,
+    CALL_TRUNCATE,
+    CALL_WARMUP,
+    CALL_DECODE,
+    CALL_DECODE_ARGMAX,
+    CALL_RELEASE /* a closed connection's sequences of one device: no answer, outside CALLS_PER_DEV
+                  */
+};
+
+typedef struct scall {
+    int kind;
+    int dev; /* -1: none (a call answered at once, its checks failed) */
+    sconn *sc;
+    /* arguments */
+    int n;          /* DECODE*: rows; RELEASE: sequences */
+    int arg;        /* SEQ_NEW: capacity; TRUNCATE: the length to keep */
+    uint32_t slot;  /* SEQ_NEW, SEQ_FREE: the sequence's index in sc->seqs */
+    accel_seq *seq; /* SEQ_NEW: made here; TRUNCATE: its sequence */
+    sseq rel;       /* SEQ_FREE: the sequence taken out of sc->seqs, freed on the thread */
+    sseq *rels;     /* RELEASE: n sequences (owned) */
+    accel_seq *seqs[PEER_MAX_BATCH];
+    int32_t ids[PEER_MAX_BATCH];
+    unsigned char want[PEER_MAX_BATCH];
+    int n_want;
+    /* the answer */
+    int st;
+    int32_t argmax[PEER_MAX_BATCH];
+    float *logits; /* (n, vocab), DECODE_ARGMAX's wanted rows first; kept for the next call */
+    size_t logits_cap;
+    struct scall *next;
+} scall;
+
+/* One lent device's call thread: its queue, and the lock held by whichever thread drives the
+ * device (this one for a call, the kv_rx thread for an import: accel.h's one at a time). */
+typedef struct sdev {
+    peer_server *s;
+    int dev;
+    pthread_t th;
+    int started;
+    pthread_mutex_t mu; /* q_head, q_tail, stop */
+    pthread_cond_t cv;
+    struct scall *q_head, *q_tail;
+    int stop;
+    pthread_mutex_t drive;
+    /* the loop's: calls not in use, and how many were made (at most CALLS_PER_DEV) */
+    struct scall *idle;
+    int n_calls;
+} sdev;
 
 /* A receive of a closed connection UCX has not given back, and the buffer it may write into. */
 struct rx_lost {
@@ -112,8 +182,6 @@ struct peer_server {
     sconn *conns;
     pthread_t th;
     _Atomic int stop;
-    float *logits;
-    size_t logits_cap;
     peer_kv_rx *rx; /* tagged KV chunks: checked and imported on its thread */
     unsigned long wait_seq; /* turns handed to chunks that wait (sconn.tag_wait) */
     int n_waiting;          /* connections with one */
@@ -154,6 +222,13 @@ struct peer_server {
     struct rx_lost *lost;
     int n_lost, cap_lost;
     _Atomic size_t lost_bytes; /* peer_server_rx_lost_bytes */
+    /* the lent devices' call threads (peer/server_call.c) and the calls they are done with */
+    sdev dt[PEER_MAX_DEVS];
+    int calls_on; /* threads running: a closed connection's sequences are freed on them */
+    pthread_mutex_t done_mu;
+    struct scall *done_head, *done_tail;
+    struct scall *call_now; /* the loop's: a call answered at once (its checks failed) */
+    sconn *closing;         /* connections closed while their call or chunks were not done */
 };
 
 /* sc's sequence `id` on device `dev`, or NULL (no such one, or of another device). */
@@ -170,10 +245,42 @@ static inline sseq *seq_get(sconn *sc, uint32_t id, uint32_t dev)
 void peer_server_device_fault(const peer_server *s, const sconn *sc, int dev, const char *call,
                               int st, int was_failed);
 int peer_server_dev_failed(const peer_server *s, int dev);
-/* DECODE and DECODE_ARGMAX (peer/server_decode.c): the step run inline, its answer sent. PEER_OK,
- * or a status that closes the connection. */
-int peer_server_on_decode(peer_server *s, sconn *sc, const uint8_t *p, size_t n);
-int peer_server_on_decode_argmax(peer_server *s, sconn *sc, const uint8_t *p, size_t n);
+/* A REPLY (status, value) on sc: PEER_OK or a status that closes it (peer/server.c). */
+int peer_server_reply(sconn *sc, int32_t status, uint32_t value);
+/* Frees what a sequence holds on its device and off it, and clears it. On the thread driving its
+ * device (its call thread, or any once they are stopped). */
+void peer_server_sseq_release(peer_server *s, sseq *q);
+
+/* The devices' call threads (peer/server_call.c).
+ * peer_server_calls_start: one thread per lent device; PEER_OK or PEER_ERR_NOMEM (none left).
+ * peer_server_calls_stop: every call queued is run and the threads joined (their answers wait
+ * for peer_server_calls_collect; sequences released after it are freed on the caller's thread).
+ * peer_server_calls_free: the calls and locks freed (after _stop; a failed _start frees too).
+ * peer_server_on_call: a device call's frame (SEQ_NEW, SEQ_FREE, TRUNCATE, WARMUP, DECODE,
+ * DECODE_ARGMAX) read and queued for its device's thread, or answered at once when its checks
+ * fail; FRAME_HELD when the device has CALLS_PER_DEV calls already (nothing read); else PEER_OK
+ * or a status that closes sc.
+ * peer_server_calls_collect: the calls done so far answered (a closing connection's let go), in
+ * the order they were done; a failed send kills its connection (server_pass closes it).
+ * peer_server_calls_release: a closed connection's n sequences (v, the caller's still) freed on
+ * their devices' threads (at once once they are stopped); v is left cleared.
+ * peer_server_dev_hold / _let: the device driven by the calling thread meanwhile (the kv_rx
+ * thread's imports). */
+int peer_server_calls_start(peer_server *s);
+void peer_server_calls_stop(peer_server *s);
+void peer_server_calls_free(peer_server *s);
+int peer_server_on_call(peer_server *s, sconn *sc, int type, const uint8_t *p, size_t n);
+void peer_server_calls_collect(peer_server *s);
+void peer_server_calls_release(peer_server *s, sseq *v, int n);
+void peer_server_dev_hold(peer_server *s, int dev);
+void peer_server_dev_let(peer_server *s, int dev);
+
+/* DECODE and DECODE_ARGMAX (peer/server_decode.c). _read: the frame into c (c->st
+ * ACCEL_ERR_INVALID for a sequence sc does not have on that device): PEER_OK or PEER_ERR_PROTO.
+ * _run: the step, on the device's thread. _answer: its LOGITS or TOKENS sent, on the loop. */
+int peer_server_decode_read(peer_server *s, sconn *sc, scall *c, const uint8_t *p, size_t n);
+void peer_server_decode_run(peer_server *s, scall *c);
+int peer_server_decode_answer(peer_server *s, scall *c);
 
 /* Tagged messages outside what the node will receive (peer/server_stray.c). The node's loop
  * thread only. peer_server_stray_base: a fresh tag base (random high 32 bits, no live or

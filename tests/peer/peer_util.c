@@ -156,3 +156,18 @@ int raw_reply(raw *r, double timeout_s)
     if (!st && (h.type != PEER_REPLY || peer_words_read(p, h.length, 2, &w))) st = PEER_ERR_PROTO;
     return st ? st : (int32_t)w.w[0];
 }
+
+int raw_seq_new(raw *r, uint32_t *seq)
+{
+    uint8_t w[8];
+    peer_words pw = {{0, 512, 0, 0}}, out;
+    peer_words_write(w, &pw, 2);
+    peer_header h;
+    const uint8_t *p;
+    int st = peer_conn_send(r->c, PEER_SEQ_NEW, w, 8, NULL, 0, 5);
+    if (!st) st = peer_conn_recv(r->c, 64, &h, &p, 5);
+    if (!st && (h.type != PEER_REPLY || peer_words_read(p, h.length, 2, &out))) st = PEER_ERR_PROTO;
+    if (!st && out.w[0]) st = (int32_t)out.w[0];
+    if (!st) *seq = out.w[1];
+    return st;
+}

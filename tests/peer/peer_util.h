@@ -69,5 +69,8 @@ int raw_open(const char *addr, raw *r);
  * The node sends several together: the bound holds a window's (the remote backend's
  * KV_ANSWERS_MAX). */
 int raw_reply(raw *r, double timeout_s);
+/* A SEQ_NEW on device 0 (512 tokens) and its REPLY: 0 with the sequence in *seq, else its status.
+ */
+int raw_seq_new(raw *r, uint32_t *seq);
 
 #endif

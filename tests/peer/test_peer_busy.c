@@ -12,21 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-static int raw_seq_new(raw *r, uint32_t *seq)
-{
-    uint8_t w[8];
-    peer_words pw = {{0, 512, 0, 0}}, out;
-    peer_words_write(w, &pw, 2);
-    peer_header h;
-    const uint8_t *p;
-    int st = peer_conn_send(r->c, PEER_SEQ_NEW, w, 8, NULL, 0, 5);
-    if (!st) st = peer_conn_recv(r->c, 64, &h, &p, 5);
-    if (!st && (h.type != PEER_REPLY || peer_words_read(p, h.length, 2, &out))) st = PEER_ERR_PROTO;
-    if (!st && out.w[0]) st = (int32_t)out.w[0];
-    if (!st) *seq = out.w[1];
-    return st;
-}
-
 /* Node B's device's decode steps made free (logits of zeros), so that what holds the node's loop
  * here is the sends of their answers, not the steps (in a sanitizer's build too). */
 static struct accel_dev_i g_fast_i;

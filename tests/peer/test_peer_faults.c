@@ -83,9 +83,9 @@ static void fault_through_the_peer(const char *kind, const int want[3], const ch
     accel_seq_free(rd, s);
     accel_free(rd);
     peer_node_free(node);
-    peer_set_log(NULL);
     free(lg);
     two_stop(&t);
+    peer_set_log(NULL); /* once node B's threads are gone: they log its connections' closes */
 }
 
 /* A run that errors fails the card: one line; the calls after it are refused without one. */
@@ -147,8 +147,8 @@ TEST(peer_device_fault_on_import_logged_once)
     accel_seq_free(rd, s);
     accel_free(rd);
     peer_node_free(node);
-    peer_set_log(NULL);
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     accel_free(pf);
     two_stop(&t);
+    peer_set_log(NULL); /* once node B's threads are gone: they log its connections' closes */
 }

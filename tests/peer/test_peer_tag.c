@@ -387,10 +387,10 @@ static void strays_let_go(int rx_threads)
     CHECK_MSG(queue_empties(t.srv), "the node's queue holds a message after the good peer's chunks");
     accel_free(rd);
     peer_node_free(node);
-    peer_set_log(NULL);
     for (int i = 0; i < kv.n; i++) free(kv.mem[i]);
     accel_free(pf);
     two_stop(&t);
+    peer_set_log(NULL); /* once node B's threads are gone: they log its connections' closes */
 }
 
 TEST(peer_stray_tags_let_go)
