@@ -246,6 +246,14 @@ static int wait_run(fpga_card *c, xrtRunHandle r)
     return fpga_xrt_run_wait(c->x, r, c->timeout_ms, NULL);
 }
 
+/* Waits for copy run i; one that timed out stays busy, for check_stuck. */
+static int wait_gather(fpga_card *c, int i)
+{
+    int st = wait_run(c, c->r_gather[i]);
+    c->gather_busy[i] = st == ACCEL_ERR_TIMEOUT;
+    return st;
+}
+
 int fpga_card_upload(fpga_card *c, const uint8_t *image, char *err, size_t errlen)
 {
     const int slots = FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS;
@@ -261,6 +269,7 @@ int fpga_card_upload(fpga_card *c, const uint8_t *image, char *err, size_t errle
             memcpy(c->stage_host[slot / 4][slot % 4], src + off, n);
             if ((st = fpga_xrt_bo_sync(c->x, c->stage[slot / 4][slot % 4], XCL_BO_SYNC_BO_TO_DEVICE,
                                        n, 0)) ||
+                (st = fpga_xrt_run_set_bo(c->x, r, 0, c->stage[slot / 4][slot % 4])) ||
                 (st = fpga_xrt_run_set_bo(c->x, r, 1, c->bank[ch])) ||
                 (st = fpga_xrt_run_set_u64(c->x, r, 2, 0)) ||
                 (st = fpga_xrt_run_set_u64(c->x, r, 3, off)) ||
@@ -287,9 +296,15 @@ static int in_flight(fpga_card *c, xrtRunHandle r)
            s == ERT_CMD_STATE_SUBMITTED;
 }
 
-/* A decode, prefill or check run that timed out earlier: still running means the card is stuck. */
+/* A decode, prefill, check or copy run that timed out earlier: still running means the card is
+ * stuck (a copy still running may yet write a block the host has given back). */
 static int check_stuck(fpga_card *c)
 {
+    for (int i = 0; i < FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS; i++) {
+        if (!c->gather_busy[i]) continue;
+        if (in_flight(c, c->r_gather[i])) return ACCEL_ERR_DEVICE;
+        c->gather_busy[i] = 0;
+    }
     if (c->dec_in_flight) {
         if (in_flight(c, c->r_dec) || (c->r_decb && in_flight(c, c->r_decb))) return ACCEL_ERR_DEVICE;
         c->dec_in_flight = 0;
@@ -637,15 +652,14 @@ int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n)
         TRY(fpga_xrt_run_set_u64(c->x, r, 3, 0));
         TRY(fpga_xrt_run_set_u64(c->x, r, 4, k));
         TRY(fpga_xrt_run_start(c->x, r));
-        TRY(wait_run(c, r));
+        TRY(wait_gather(c, 0));
         TRY(fpga_xrt_bo_sync(c->x, c->stage[0][0], XCL_BO_SYNC_BO_FROM_DEVICE, k, 0));
         TRY(fpga_xrt_bo_read(c->x, c->stage[0][0], out, k, 0));
         out += k;
         off += k;
         n -= k;
     }
-    /* the gather run's source was changed: restore it for uploads */
-    return fpga_xrt_run_set_bo(c->x, r, 0, c->stage[0][0]);
+    return 0;
 }
 
 int fpga_card_copy_bank(fpga_card *c, int ch, uint64_t src_off, uint64_t dst_off, size_t n)
@@ -660,15 +674,13 @@ int fpga_card_copy_bank(fpga_card *c, int ch, uint64_t src_off, uint64_t dst_off
     TRY(fpga_xrt_run_set_u64(c->x, r, 3, dst_off));
     TRY(fpga_xrt_run_set_u64(c->x, r, 4, n));
     TRY(fpga_xrt_run_start(c->x, r));
-    int st = wait_run(c, r);
+    int st = wait_gather(c, 0);
     fpga_emu_run_stats rs;
     if (!st && c->emu && fpga_xrt_emu_run_stats(c->x, r, &rs) == 0) {
         c->gather_runs++;
         c->gather_modeled_ns += rs.modeled_ns;
     }
-    /* restore the run's source for uploads (its destination is set per call) */
-    int s2 = fpga_xrt_run_set_bo(c->x, r, 0, c->stage[0][0]);
-    return st ? st : s2;
+    return st;
 }
 
 int fpga_card_write_bank(fpga_card *c, int ch, uint64_t off, const void *src, size_t n)
@@ -687,6 +699,7 @@ int fpga_card_write_bank(fpga_card *c, int ch, uint64_t off, const void *src, si
         memcpy(c->stage_host[slot / 4][slot % 4], in, k);
         if ((st = fpga_xrt_bo_sync(c->x, c->stage[slot / 4][slot % 4], XCL_BO_SYNC_BO_TO_DEVICE, k,
                                    0)) ||
+            (st = fpga_xrt_run_set_bo(c->x, r, 0, c->stage[slot / 4][slot % 4])) ||
             (st = fpga_xrt_run_set_bo(c->x, r, 1, c->bank[ch])) ||
             (st = fpga_xrt_run_set_u64(c->x, r, 2, 0)) ||
             (st = fpga_xrt_run_set_u64(c->x, r, 3, off)) ||
