@@ -190,7 +190,6 @@ static void seq_map(const fpga_dev *d, const fpga_seq *s, fpga_dec_kvmap *m)
 
 static void mark_failed(void *owner, int st)
 {
-    (void)st;
     if (owner) ((fpga_seq *)owner)->failed = 1;
 }
 
@@ -671,6 +670,7 @@ static void fpga_seq_free(accel_dev *ad, accel_seq *as)
         fpga_kv_pool_unref(pool_of(d, s), s->ids, s->n_ids, s->base.holder);
         if (s->tls_ar.k) fpga_kv_pool_give_supers(&d->kv, s->tls_ar.first, s->tls_ar.k);
     }
+    fpga_card_forget(&d->card, s); /* a piece that timed out still names it */
     free(s->ids);
     free(s->run_crc);
     free(s);

@@ -572,9 +572,16 @@ int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uin
     return st; /* 0, or the failure of an older piece of another sequence (*failed_owner) */
 }
 
+/* How much a piece's failure says about the card: corrupt bytes are the piece's own; a timeout
+ * (the piece may still be writing) or a failed run is the card's, and must not hide behind one. */
+static int severity(int st)
+{
+    return st == ACCEL_ERR_CORRUPT ? 1 : st == ACCEL_ERR_TIMEOUT ? 2 : 3;
+}
+
 int fpga_card_drain(fpga_card *c, void **failed_owner, void (*on_fail)(void *owner, int st))
 {
-    int first = 0;
+    int worst = 0;
     *failed_owner = NULL;
     /* oldest group first */
     for (int k = 0; k < FPGA_CARD_GROUPS; k++) {
@@ -582,14 +589,21 @@ int fpga_card_drain(fpga_card *c, void **failed_owner, void (*on_fail)(void *own
         void *owner = c->pend[g].owner;
         int st = finish_group(c, g);
         if (!st) continue;
-        if (!first) {
-            first = st;
-            *failed_owner = owner;
-        } else if (on_fail) {
-            on_fail(owner, st);
+        if (worst && severity(st) <= severity(worst)) {
+            if (on_fail) on_fail(owner, st);
+            continue;
         }
+        if (worst && on_fail) on_fail(*failed_owner, worst);
+        worst = st;
+        *failed_owner = owner;
     }
-    return first;
+    return worst;
+}
+
+void fpga_card_forget(fpga_card *c, void *owner)
+{
+    for (int g = 0; g < FPGA_CARD_GROUPS; g++)
+        if (c->pend[g].owner == owner) c->pend[g].owner = NULL;
 }
 
 int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, uint32_t part_tiles,

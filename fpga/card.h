@@ -153,10 +153,14 @@ int fpga_card_chunk_valid(const proto_kv_layer *c);
 /* The most positions one import piece carries for a model (FPGA_DEC_STAGE_SLOTS slots of
  * FPGA_CARD_STAGE_BYTES, less the tail: block table and report). */
 int fpga_card_piece_tokens_for(const fpga_dec_desc *d);
-/* Waits for every piece in flight. The first failure's status is returned and its owner put in
- * *failed_owner (the others are still waited for; a later failing owner is reported through
- * on_fail, which may be NULL). */
+/* Waits for every piece in flight. The gravest failure's status is returned and its owner put
+ * in *failed_owner: a failed run over a timeout over corrupt bytes, the oldest of equals (every
+ * piece is waited for; the other failing owners are reported through on_fail, which may be
+ * NULL). A timeout is never hidden behind a corrupt piece: the card may still be writing. */
 int fpga_card_drain(fpga_card *c, void **failed_owner, void (*on_fail)(void *owner, int st));
+/* The sequence `owner` is gone: no piece in flight names it any more (one that timed out may
+ * still finish, and its failure then has no one to mark). */
+void fpga_card_forget(fpga_card *c, void *owner);
 
 /* Checks what landed: a kv_check run over positions [pos0, pos0 + n) of every layer of the slab
  * at kv_off (n_ids 0) or of the sequence whose block table is ids[0..n_ids) (paged), after draining the import pieces in flight (their status is returned first, as by
