@@ -840,6 +840,7 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
         snprintf(err, errlen, "%s:%d: %s", kind, index, cerr);
         goto fail;
     }
+    d->card.on_fail = mark_failed; /* a card-level call's drain marks a failed piece's owner */
     if (emu && !d->card.emu) {
         snprintf(err, errlen, "%s:%d: %s is not the tandem emulator", kind, index, lib);
         goto fail;

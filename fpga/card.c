@@ -651,10 +651,20 @@ int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, ui
     return fpga_xrt_bo_read(c->x, c->stage[0][0], crc, 4ull * L, 16);
 }
 
-int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n)
+/* Drains for a read, copy or write of bank memory: a piece that arrived corrupt fails its own
+ * sequence (on_fail), not the unrelated call; a timeout or a failed run is the card's. */
+static int drain_for_call(fpga_card *c)
 {
     void *owner;
-    TRY(fpga_card_drain(c, &owner, NULL));
+    int st = fpga_card_drain(c, &owner, c->on_fail);
+    if (st != ACCEL_ERR_CORRUPT || !c->on_fail) return st;
+    c->on_fail(owner, st);
+    return 0;
+}
+
+int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n)
+{
+    TRY(drain_for_call(c));
     TRY(check_stuck(c));
     uint8_t *out = dst;
     xrtRunHandle r = c->r_gather[0];
@@ -678,8 +688,7 @@ int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n)
 
 int fpga_card_copy_bank(fpga_card *c, int ch, uint64_t src_off, uint64_t dst_off, size_t n)
 {
-    void *owner;
-    TRY(fpga_card_drain(c, &owner, NULL));
+    TRY(drain_for_call(c));
     TRY(check_stuck(c));
     xrtRunHandle r = c->r_gather[0];
     TRY(fpga_xrt_run_set_bo(c->x, r, 0, c->bank[ch]));
@@ -699,8 +708,7 @@ int fpga_card_copy_bank(fpga_card *c, int ch, uint64_t src_off, uint64_t dst_off
 
 int fpga_card_write_bank(fpga_card *c, int ch, uint64_t off, const void *src, size_t n)
 {
-    void *owner;
-    TRY(fpga_card_drain(c, &owner, NULL));
+    TRY(drain_for_call(c));
     TRY(check_stuck(c));
     const int slots = FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS;
     const uint8_t *in = src;

@@ -62,6 +62,9 @@ typedef struct fpga_card {
     uint64_t bank_bytes, io_bytes;
     fpga_card_pending pend[FPGA_CARD_GROUPS];
     int next_group;
+    /* the owner of a piece that failed, as the read / copy / write calls' drain finds it (set by
+     * the backend; NULL: such a failure is returned to the caller) */
+    void (*on_fail)(void *owner, int st);
     int piece_limit;   /* 0, or fewer positions per import piece (tests: many pieces) */
     int dec_in_flight; /* a decode run timed out and may still be running */
     int pf_in_flight;  /* the same for a prefill run */
@@ -171,7 +174,9 @@ int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, ui
                     const uint32_t *ids, uint32_t n_ids, uint32_t *crc, void **failed_owner);
 
 /* Reads n bytes at off of bank BO ch as the card sees them (a kv_gather run into a staging
- * slot): for tests of what the kernels read, and the prefill's results. Drains first. */
+ * slot): for tests of what the kernels read, and the prefill's results. Drains first: these
+ * three calls return a timed-out or failed piece's status, but a corrupt piece is its owner's
+ * (on_fail), not the caller's. */
 int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n);
 /* Copies n bytes inside bank BO ch from src_off to dst_off (a kv_gather run: copy-on-write of a
  * KV block). Drains first. */
