@@ -133,6 +133,7 @@ static fpga_kv_pool *pool_of(fpga_dev *d, const fpga_seq *s)
     return s->tier == FPGA_DEC_TIER_HOST ? &d->host_kv : s->tier ? &d->ddr_kv : &d->kv;
 }
 
+static int card_status(fpga_dev *d, int st);
 /* Every stream of block src copied over block dst (one kv_gather run per stream). */
 static int blk_copy(fpga_dev *d, uint32_t src, uint32_t dst)
 {
@@ -140,7 +141,7 @@ static int blk_copy(fpga_dev *d, uint32_t src, uint32_t dst)
     for (uint32_t g = 0; g < streams; g++) {
         int st = fpga_card_copy_bank(&d->card, (int)(g % FPGA_DEC_CH), blk_off(d, src, g / 32),
                                      blk_off(d, dst, g / 32), d->geo.bt);
-        if (st) return st;
+        if (st) return card_status(d, st); /* a timeout degrades the device */
     }
     return 0;
 }
@@ -166,7 +167,8 @@ static int kv_grow(fpga_dev *d, fpga_seq *s, int pos0, int n)
         if (fpga_kv_pool_take(&d->kv, 1, &id)) return ACCEL_ERR_NOMEM;
         int st = blk_copy(d, s->ids[i], id);
         if (st) {
-            fpga_kv_pool_unref(&d->kv, &id, 1, 0);
+            /* a timed-out copy may still write the block: it stays taken, out of the pool */
+            if (st != ACCEL_ERR_TIMEOUT) fpga_kv_pool_unref(&d->kv, &id, 1, 0);
             return st;
         }
         fpga_kv_pool_unref(&d->kv, &s->ids[i], 1, s->base.holder);
@@ -188,7 +190,6 @@ static void seq_map(const fpga_dev *d, const fpga_seq *s, fpga_dec_kvmap *m)
 
 static void mark_failed(void *owner, int st)
 {
-    (void)st;
     if (owner) ((fpga_seq *)owner)->failed = 1;
 }
 
@@ -669,6 +670,7 @@ static void fpga_seq_free(accel_dev *ad, accel_seq *as)
         fpga_kv_pool_unref(pool_of(d, s), s->ids, s->n_ids, s->base.holder);
         if (s->tls_ar.k) fpga_kv_pool_give_supers(&d->kv, s->tls_ar.first, s->tls_ar.k);
     }
+    fpga_card_forget(&d->card, s); /* a piece that timed out still names it */
     free(s->ids);
     free(s->run_crc);
     free(s);
@@ -838,6 +840,7 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
         snprintf(err, errlen, "%s:%d: %s", kind, index, cerr);
         goto fail;
     }
+    d->card.on_fail = mark_failed; /* a card-level call's drain marks a failed piece's owner */
     if (emu && !d->card.emu) {
         snprintf(err, errlen, "%s:%d: %s is not the tandem emulator", kind, index, lib);
         goto fail;

@@ -246,6 +246,14 @@ static int wait_run(fpga_card *c, xrtRunHandle r)
     return fpga_xrt_run_wait(c->x, r, c->timeout_ms, NULL);
 }
 
+/* Waits for copy run i; one that timed out stays busy, for check_stuck. */
+static int wait_gather(fpga_card *c, int i)
+{
+    int st = wait_run(c, c->r_gather[i]);
+    c->gather_busy[i] = st == ACCEL_ERR_TIMEOUT;
+    return st;
+}
+
 int fpga_card_upload(fpga_card *c, const uint8_t *image, char *err, size_t errlen)
 {
     const int slots = FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS;
@@ -261,6 +269,7 @@ int fpga_card_upload(fpga_card *c, const uint8_t *image, char *err, size_t errle
             memcpy(c->stage_host[slot / 4][slot % 4], src + off, n);
             if ((st = fpga_xrt_bo_sync(c->x, c->stage[slot / 4][slot % 4], XCL_BO_SYNC_BO_TO_DEVICE,
                                        n, 0)) ||
+                (st = fpga_xrt_run_set_bo(c->x, r, 0, c->stage[slot / 4][slot % 4])) ||
                 (st = fpga_xrt_run_set_bo(c->x, r, 1, c->bank[ch])) ||
                 (st = fpga_xrt_run_set_u64(c->x, r, 2, 0)) ||
                 (st = fpga_xrt_run_set_u64(c->x, r, 3, off)) ||
@@ -287,9 +296,15 @@ static int in_flight(fpga_card *c, xrtRunHandle r)
            s == ERT_CMD_STATE_SUBMITTED;
 }
 
-/* A decode, prefill or check run that timed out earlier: still running means the card is stuck. */
+/* A decode, prefill, check or copy run that timed out earlier: still running means the card is
+ * stuck (a copy still running may yet write a block the host has given back). */
 static int check_stuck(fpga_card *c)
 {
+    for (int i = 0; i < FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS; i++) {
+        if (!c->gather_busy[i]) continue;
+        if (in_flight(c, c->r_gather[i])) return ACCEL_ERR_DEVICE;
+        c->gather_busy[i] = 0;
+    }
     if (c->dec_in_flight) {
         if (in_flight(c, c->r_dec) || (c->r_decb && in_flight(c, c->r_decb))) return ACCEL_ERR_DEVICE;
         c->dec_in_flight = 0;
@@ -557,9 +572,16 @@ int fpga_card_scatter(fpga_card *c, const proto_kv_layer *ch, int t0, int n, uin
     return st; /* 0, or the failure of an older piece of another sequence (*failed_owner) */
 }
 
+/* How much a piece's failure says about the card: corrupt bytes are the piece's own; a timeout
+ * (the piece may still be writing) or a failed run is the card's, and must not hide behind one. */
+static int severity(int st)
+{
+    return st == ACCEL_ERR_CORRUPT ? 1 : st == ACCEL_ERR_TIMEOUT ? 2 : 3;
+}
+
 int fpga_card_drain(fpga_card *c, void **failed_owner, void (*on_fail)(void *owner, int st))
 {
-    int first = 0;
+    int worst = 0;
     *failed_owner = NULL;
     /* oldest group first */
     for (int k = 0; k < FPGA_CARD_GROUPS; k++) {
@@ -567,14 +589,21 @@ int fpga_card_drain(fpga_card *c, void **failed_owner, void (*on_fail)(void *own
         void *owner = c->pend[g].owner;
         int st = finish_group(c, g);
         if (!st) continue;
-        if (!first) {
-            first = st;
-            *failed_owner = owner;
-        } else if (on_fail) {
-            on_fail(owner, st);
+        if (worst && severity(st) <= severity(worst)) {
+            if (on_fail) on_fail(owner, st);
+            continue;
         }
+        if (worst && on_fail) on_fail(*failed_owner, worst);
+        worst = st;
+        *failed_owner = owner;
     }
-    return first;
+    return worst;
+}
+
+void fpga_card_forget(fpga_card *c, void *owner)
+{
+    for (int g = 0; g < FPGA_CARD_GROUPS; g++)
+        if (c->pend[g].owner == owner) c->pend[g].owner = NULL;
 }
 
 int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, uint32_t part_tiles,
@@ -622,10 +651,20 @@ int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, ui
     return fpga_xrt_bo_read(c->x, c->stage[0][0], crc, 4ull * L, 16);
 }
 
-int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n)
+/* Drains for a read, copy or write of bank memory: a piece that arrived corrupt fails its own
+ * sequence (on_fail), not the unrelated call; a timeout or a failed run is the card's. */
+static int drain_for_call(fpga_card *c)
 {
     void *owner;
-    TRY(fpga_card_drain(c, &owner, NULL));
+    int st = fpga_card_drain(c, &owner, c->on_fail);
+    if (st != ACCEL_ERR_CORRUPT || !c->on_fail) return st;
+    c->on_fail(owner, st);
+    return 0;
+}
+
+int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n)
+{
+    TRY(drain_for_call(c));
     TRY(check_stuck(c));
     uint8_t *out = dst;
     xrtRunHandle r = c->r_gather[0];
@@ -637,21 +676,19 @@ int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n)
         TRY(fpga_xrt_run_set_u64(c->x, r, 3, 0));
         TRY(fpga_xrt_run_set_u64(c->x, r, 4, k));
         TRY(fpga_xrt_run_start(c->x, r));
-        TRY(wait_run(c, r));
+        TRY(wait_gather(c, 0));
         TRY(fpga_xrt_bo_sync(c->x, c->stage[0][0], XCL_BO_SYNC_BO_FROM_DEVICE, k, 0));
         TRY(fpga_xrt_bo_read(c->x, c->stage[0][0], out, k, 0));
         out += k;
         off += k;
         n -= k;
     }
-    /* the gather run's source was changed: restore it for uploads */
-    return fpga_xrt_run_set_bo(c->x, r, 0, c->stage[0][0]);
+    return 0;
 }
 
 int fpga_card_copy_bank(fpga_card *c, int ch, uint64_t src_off, uint64_t dst_off, size_t n)
 {
-    void *owner;
-    TRY(fpga_card_drain(c, &owner, NULL));
+    TRY(drain_for_call(c));
     TRY(check_stuck(c));
     xrtRunHandle r = c->r_gather[0];
     TRY(fpga_xrt_run_set_bo(c->x, r, 0, c->bank[ch]));
@@ -660,21 +697,18 @@ int fpga_card_copy_bank(fpga_card *c, int ch, uint64_t src_off, uint64_t dst_off
     TRY(fpga_xrt_run_set_u64(c->x, r, 3, dst_off));
     TRY(fpga_xrt_run_set_u64(c->x, r, 4, n));
     TRY(fpga_xrt_run_start(c->x, r));
-    int st = wait_run(c, r);
+    int st = wait_gather(c, 0);
     fpga_emu_run_stats rs;
     if (!st && c->emu && fpga_xrt_emu_run_stats(c->x, r, &rs) == 0) {
         c->gather_runs++;
         c->gather_modeled_ns += rs.modeled_ns;
     }
-    /* restore the run's source for uploads (its destination is set per call) */
-    int s2 = fpga_xrt_run_set_bo(c->x, r, 0, c->stage[0][0]);
-    return st ? st : s2;
+    return st;
 }
 
 int fpga_card_write_bank(fpga_card *c, int ch, uint64_t off, const void *src, size_t n)
 {
-    void *owner;
-    TRY(fpga_card_drain(c, &owner, NULL));
+    TRY(drain_for_call(c));
     TRY(check_stuck(c));
     const int slots = FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS;
     const uint8_t *in = src;
@@ -687,6 +721,7 @@ int fpga_card_write_bank(fpga_card *c, int ch, uint64_t off, const void *src, si
         memcpy(c->stage_host[slot / 4][slot % 4], in, k);
         if ((st = fpga_xrt_bo_sync(c->x, c->stage[slot / 4][slot % 4], XCL_BO_SYNC_BO_TO_DEVICE, k,
                                    0)) ||
+            (st = fpga_xrt_run_set_bo(c->x, r, 0, c->stage[slot / 4][slot % 4])) ||
             (st = fpga_xrt_run_set_bo(c->x, r, 1, c->bank[ch])) ||
             (st = fpga_xrt_run_set_u64(c->x, r, 2, 0)) ||
             (st = fpga_xrt_run_set_u64(c->x, r, 3, off)) ||

@@ -62,6 +62,9 @@ typedef struct fpga_card {
     uint64_t bank_bytes, io_bytes;
     fpga_card_pending pend[FPGA_CARD_GROUPS];
     int next_group;
+    /* the owner of a piece that failed, as the read / copy / write calls' drain finds it (set by
+     * the backend; NULL: such a failure is returned to the caller) */
+    void (*on_fail)(void *owner, int st);
     int piece_limit;   /* 0, or fewer positions per import piece (tests: many pieces) */
     int dec_in_flight; /* a decode run timed out and may still be running */
     int pf_in_flight;  /* the same for a prefill run */
@@ -153,10 +156,14 @@ int fpga_card_chunk_valid(const proto_kv_layer *c);
 /* The most positions one import piece carries for a model (FPGA_DEC_STAGE_SLOTS slots of
  * FPGA_CARD_STAGE_BYTES, less the tail: block table and report). */
 int fpga_card_piece_tokens_for(const fpga_dec_desc *d);
-/* Waits for every piece in flight. The first failure's status is returned and its owner put in
- * *failed_owner (the others are still waited for; a later failing owner is reported through
- * on_fail, which may be NULL). */
+/* Waits for every piece in flight. The gravest failure's status is returned and its owner put
+ * in *failed_owner: a failed run over a timeout over corrupt bytes, the oldest of equals (every
+ * piece is waited for; the other failing owners are reported through on_fail, which may be
+ * NULL). A timeout is never hidden behind a corrupt piece: the card may still be writing. */
 int fpga_card_drain(fpga_card *c, void **failed_owner, void (*on_fail)(void *owner, int st));
+/* The sequence `owner` is gone: no piece in flight names it any more (one that timed out may
+ * still finish, and its failure then has no one to mark). */
+void fpga_card_forget(fpga_card *c, void *owner);
 
 /* Checks what landed: a kv_check run over positions [pos0, pos0 + n) of every layer of the slab
  * at kv_off (n_ids 0) or of the sequence whose block table is ids[0..n_ids) (paged), after draining the import pieces in flight (their status is returned first, as by
@@ -167,7 +174,9 @@ int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, ui
                     const uint32_t *ids, uint32_t n_ids, uint32_t *crc, void **failed_owner);
 
 /* Reads n bytes at off of bank BO ch as the card sees them (a kv_gather run into a staging
- * slot): for tests of what the kernels read, and the prefill's results. Drains first. */
+ * slot): for tests of what the kernels read, and the prefill's results. Drains first: these
+ * three calls return a timed-out or failed piece's status, but a corrupt piece is its owner's
+ * (on_fail), not the caller's. */
 int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n);
 /* Copies n bytes inside bank BO ch from src_off to dst_off (a kv_gather run: copy-on-write of a
  * KV block). Drains first. */

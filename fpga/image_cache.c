@@ -29,17 +29,13 @@ typedef struct img_header {
 
 _Static_assert(sizeof(img_header) <= IMG_HEADER, "image header fits its block");
 
-/* CRC32C of 4 KiB at the start, middle and end of a tensor's bytes. */
+/* CRC32C of every byte of a tensor: an edit anywhere changes the key (image_cache.h). */
 static void digest_tensor(EVP_MD_CTX *ctx, const model_tensor *t)
 {
     if (!t->data) return;
     size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1) * model_dtype_size(t->dtype);
-    size_t win = n < 4096 ? n : 4096;
-    size_t at[3] = {0, (n - win) / 2, n - win};
-    for (int i = 0; i < 3; i++) {
-        uint32_t c = proto_crc32c(0, (const uint8_t *)t->data + at[i], win);
-        EVP_DigestUpdate(ctx, &c, sizeof c);
-    }
+    uint32_t c = proto_crc32c(0, t->data, n);
+    EVP_DigestUpdate(ctx, &c, sizeof c);
 }
 
 static int make_key(const model *m, const fpga_quant_opts *q, const fpga_dec_desc *d,
@@ -70,8 +66,10 @@ static int make_key(const model *m, const fpga_quant_opts *q, const fpga_dec_des
     return ok ? 0 : -1;
 }
 
-/* The cache directory (created), or 0 when there is none to use. */
-static int cache_dir(const char *dir, char *out, size_t n)
+/* The cache directory (created), or 0 when there is none to use; one that another user owns or
+ * others may write is refused (anyone who can write it can plant the image the card runs), the
+ * reason in why and on stderr. */
+static int cache_dir(const char *dir, char *out, size_t n, char *why, size_t whylen)
 {
     const char *env = getenv("TANDEM_CACHE_DIR");
     if (!dir || !*dir) dir = env && *env ? env : NULL;
@@ -96,6 +94,13 @@ static int cache_dir(const char *dir, char *out, size_t n)
     if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return 0;
     struct stat st;
     if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode) || access(tmp, W_OK | X_OK) != 0) return 0;
+    if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        snprintf(why, whylen, "cache directory refused: %s",
+                 st.st_uid != geteuid() ? "owned by another user" : "writable by others");
+        fprintf(stderr, "tandem: warning: fpga: %s %s; the weight image is built in memory\n", tmp,
+                why);
+        return 0;
+    }
     snprintf(out, n, "%s", tmp);
     return 1;
 }
@@ -166,7 +171,7 @@ int fpga_image_get(const model *m, const fpga_quant_opts *q, const fpga_calib_re
         snprintf(err, errlen, "fpga: cannot hash the image key");
         return -1;
     }
-    int have_dir = cache_dir(dir, cdir, sizeof cdir);
+    int have_dir = cache_dir(dir, cdir, sizeof cdir, f->why, sizeof f->why);
     if (have_dir) {
         char hex[65];
         for (int i = 0; i < 32; i++) sprintf(hex + 2 * i, "%02x", key[i]);
@@ -180,14 +185,17 @@ int fpga_image_get(const model *m, const fpga_quant_opts *q, const fpga_calib_re
      * anonymous memory when there is no cache. */
     size_t bytes = IMG_HEADER + (size_t)FPGA_DEC_CH * f->lo.image_bytes;
     int fd = -1;
-    if (have_dir) {
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-        fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd >= 0 && ftruncate(fd, (off_t)bytes) != 0) {
-            close(fd);
-            unlink(tmp);
-            fd = -1;
-        }
+    static _Atomic unsigned seq;
+    for (int i = 0; have_dir && fd < 0 && i < 64; i++) {
+        /* a name of its own: never a file or a link someone put there */
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), seq++);
+        fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd >= 0 && ftruncate(fd, (off_t)bytes) != 0) {
+        close(fd);
+        unlink(tmp);
+        fd = -1;
     }
     void *map = fd >= 0 ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                         : mmap(NULL, bytes, PROT_READ | PROT_WRITE,

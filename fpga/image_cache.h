@@ -1,17 +1,20 @@
 /* fpga/image_cache.h — the weight image, cached on disk so that a restart does not quantize
  * the checkpoint again.
  *
- * Key: SHA-256 over the file format and builder versions, the model's fingerprint (config.json and every
- * shard's header and size), a digest of sampled weight bytes (first, middle and last 4 KiB of
- * every tensor: a checkpoint rewritten in place with the same shapes still changes the key),
+ * Key: SHA-256 over the file format and builder versions, the model's fingerprint (config.json and
+ * every shard's header and size), the CRC32C of every tensor's bytes (a checkpoint rewritten in
+ * place with the same shapes, anywhere, changes the key; about 0.1 s a GiB from the page cache),
  * the canonical quantization settings and the descriptor. File: <dir>/<hex key>.img =
  * a 4096-byte header (magic, version, key, descriptor, section size, CRC32C of each channel
  * section, the settings as text, the header's own CRC32C) + the 32 channel sections.
  *
  * Directory: the caller's, else $TANDEM_CACHE_DIR, else $HOME/.cache/tandem (created 0700);
- * TANDEM_CACHE_DIR=off (or no usable directory) builds in memory and caches nothing.
+ * TANDEM_CACHE_DIR=off (or no usable directory: one another user owns, or that group or others
+ * may write, is refused with a warning and the reason in why) builds in memory and caches
+ * nothing.
  * A file whose size, header, key, descriptor or any section CRC does not match is rejected
- * (and rebuilt over); a new file is written as <name>.tmp.<pid>, flushed, then renamed into
+ * (and rebuilt over); a new file is written as <name>.tmp.<pid>.<n> (created, never opened
+ * where something already is), flushed, then renamed into
  * place, so readers never see a partial image and concurrent builders do not corrupt it.
  *
  * Threads: the caller's. Two processes may share a cache directory. */
@@ -26,7 +29,7 @@ typedef struct fpga_image_file {
     int from_cache;       /* 1: a valid cached file was used (nothing was quantized) */
     int cached;           /* 1: the image is on disk (hit, or stored after the build) */
     char path[1100];      /* the cache file ("" when not cached) */
-    char why[160];        /* why a cached file was rejected ("" if none was) */
+    char why[160];        /* why a cached file or the cache directory was refused ("": none) */
     void *map;
     size_t map_bytes;
 } fpga_image_file;

@@ -98,6 +98,7 @@ typedef struct emu_run {
     emu_bo *exec_bo[FPGA_K_MAX_ARGS]; /* references held by the snapshot */
     uint64_t seq;                     /* run number on the card, set at start */
     int fault;                        /* enum emu_fault_kind hitting this run */
+    int late_go;                      /* a late run: a wait timed out, it may execute now */
     struct emu_run *next;             /* queue link */
     fpga_emu_run_stats stats;
     int have_stats;
@@ -105,8 +106,14 @@ typedef struct emu_run {
 
 /* ---------------------------------------------------------------- faults */
 
-enum emu_fault_kind { EMU_FAULT_NONE, EMU_FAULT_HANG, EMU_FAULT_GONE, EMU_FAULT_BITFLIP,
-                      EMU_FAULT_ERROR };
+enum emu_fault_kind {
+    EMU_FAULT_NONE,
+    EMU_FAULT_HANG,
+    EMU_FAULT_GONE,
+    EMU_FAULT_BITFLIP,
+    EMU_FAULT_ERROR,
+    EMU_FAULT_LATE
+};
 
 typedef struct emu_fault {
     int card;

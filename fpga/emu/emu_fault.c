@@ -12,6 +12,9 @@
  *                       arg=A (default: the first global argument), byte=B (default 0, taken
  *                       modulo the BO size), bit=0..7 (default 0)
  *              error    the run executes but ends in ERT_CMD_STATE_ERROR
+ *              late     a slow run: it executes only when a wait on it with a time limit is
+ *                       made, and that wait returns TIMEOUT once it has completed (the
+ *                       watchdog fired, the run landed anyway: deterministic for tests)
  * Example: TANDEM_EMU_FAULT="card=1,run=5,kind=hang;card=0,run=2,kind=bitflip,byte=4096,bit=3"
  * The spec is read when a card is created (its first open); a bad spec fails that open. */
 #include "fpga/emu/emu.h"
@@ -76,6 +79,8 @@ int emu_fault_parse(const char *spec, emu_fault *out, int max, char *err, size_t
                 else if (!strcmp(v, "gone")) x.kind = EMU_FAULT_GONE;
                 else if (!strcmp(v, "bitflip")) x.kind = EMU_FAULT_BITFLIP;
                 else if (!strcmp(v, "error")) x.kind = EMU_FAULT_ERROR;
+                else if (!strcmp(v, "late"))
+                    x.kind = EMU_FAULT_LATE;
                 else bad = 1;
             } else {
                 snprintf(err, errlen, "unknown key '%s' (card, run, kind, arg, byte, bit)", k);
@@ -87,8 +92,8 @@ int emu_fault_parse(const char *spec, emu_fault *out, int max, char *err, size_t
             }
         }
         if (!x.run || x.kind == EMU_FAULT_NONE) {
-            snprintf(err, errlen, "fault %d needs run=N (N >= 1) and kind=hang|gone|bitflip|error",
-                     n + 1);
+            snprintf(err, errlen,
+                     "fault %d needs run=N (N >= 1) and kind=hang|gone|bitflip|error|late", n + 1);
             return -1;
         }
         out[n++] = x;

@@ -275,6 +275,7 @@ int xrtRunStart(xrtRunHandle h)
     r->seq = ++c->st.runs_started;
     const emu_fault *f = fault_for(c, r->seq);
     r->fault = f ? (int)f->kind : EMU_FAULT_NONE;
+    r->late_go = 0;
     r->have_stats = 0;
     r->refs++; /* the worker's */
     r->state = ERT_CMD_STATE_QUEUED;
@@ -306,6 +307,12 @@ enum ert_cmd_state xrtRunWaitFor(xrtRunHandle h, unsigned int timeout_ms)
         until.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&c->mu);
+    /* a late run executes now, and this wait reports a timeout all the same */
+    int late = r->fault == EMU_FAULT_LATE && !r->late_go && timeout_ms && in_flight(r->state);
+    if (late) {
+        r->late_go = 1;
+        pthread_cond_broadcast(&c->work);
+    }
     while (in_flight(r->state)) {
         if (timeout_ms == 0) {
             pthread_cond_wait(&c->done, &c->mu);
@@ -314,6 +321,10 @@ enum ert_cmd_state xrtRunWaitFor(xrtRunHandle h, unsigned int timeout_ms)
             pthread_mutex_unlock(&c->mu);
             return ERT_CMD_STATE_TIMEOUT;
         }
+    }
+    if (late) {
+        pthread_mutex_unlock(&c->mu);
+        return ERT_CMD_STATE_TIMEOUT;
     }
     enum ert_cmd_state s = r->state;
     int gone = c->gone;
@@ -416,6 +427,14 @@ void *emu_worker_main(void *arg)
             c->hung = 1;
             c->hung_run = r;
             continue;
+        }
+        if (r->fault == EMU_FAULT_LATE) {
+            /* a slow compute unit: it finishes after a wait has given up on it */
+            while (!r->late_go && !c->stop) pthread_cond_wait(&c->work, &c->mu);
+            if (c->stop) {
+                abort_run_locked(c, r);
+                break;
+            }
         }
         if (r->fault == EMU_FAULT_GONE) {
             emu_card_mark_gone(c);

@@ -322,6 +322,33 @@ TEST(emu_fault_error_and_bad_kernel_args_end_in_error)
     fpga_xrt_free(x);
 }
 
+/* A late run (a slow card): nothing executes it until a wait with a limit gives up on it; that
+ * wait says TIMEOUT and the run has landed when it returns, so a test knows both. */
+TEST(emu_fault_late_times_out_and_lands)
+{
+    setenv("TANDEM_EMU_FAULT", "card=0,run=1,kind=late", 1);
+    fpga_xrt *x = t_emu_load();
+    REQUIRE(x);
+    card c;
+    REQUIRE(card_open(&c, x, 0, 8192, 0, 1) == 0);
+    xrtRunHandle r = start_gather(&c);
+    REQUIRE(r);
+    CHECK(fpga_xrt_run_state(x, r) == ERT_CMD_STATE_QUEUED ||
+          fpga_xrt_run_state(x, r) == ERT_CMD_STATE_RUNNING);
+    enum ert_cmd_state s;
+    CHECK_EQ(fpga_xrt_run_wait(x, r, 5000, &s), ACCEL_ERR_TIMEOUT);
+    CHECK_EQ(s, ERT_CMD_STATE_TIMEOUT);
+    CHECK_EQ(fpga_xrt_run_state(x, r), ERT_CMD_STATE_COMPLETED);
+    CHECK(dst_matches(&c, 0));
+    /* the next run is on time */
+    CHECK_EQ(fpga_xrt_run_start(x, r), 0);
+    CHECK_EQ(fpga_xrt_run_wait(x, r, 5000, NULL), 0);
+    fpga_xrt_run_close(x, r);
+    card_close(&c);
+    fpga_xrt_free(x);
+    unsetenv("TANDEM_EMU_FAULT");
+}
+
 TEST(emu_fault_spec_errors_refuse_the_card)
 {
     setenv("TANDEM_EMU_FAULT", "card=0,kind=hang", 1); /* no run= */
