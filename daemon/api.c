@@ -548,6 +548,13 @@ static void prep_submit(api_prep *pp)
         api_part *pt = &a->parts[k];
         pt->a = a;
         pt->first = k * a->n_per;
+        /* logprobs' text_offset: does the text drop the first token's leading space (a reply
+         * of its own, or a continuation of a prompt without text: "" or [1]) */
+        if (a->logprobs && model_tok_strips_first_space(d->tok))
+            pt->strip_first =
+                pp->ep != PROTO_EP_COMPLETIONS ||
+                model_gen_keeps_first_space(d->tok, 1, k ? pp->more_ids[k - 1] : pp->ids,
+                                            k ? pp->n_more_ids[k - 1] : pp->n_ids) == 0;
         if (!q->echo || !a->choices) continue;
         /* the prompt as text: as given, or its ids decoded */
         const char *text = k ? q->more[k - 1].text : q->prompt;

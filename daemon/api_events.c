@@ -83,7 +83,15 @@ static void on_token(dmn_api_req *a, const api_part *pt, const sched_event *ev)
     proto_lp_token lp;
     if (ev->has_logprobs) {
         lp_of(ev, &lp, c->lp_offset);
-        c->lp_offset += ev->token.len;
+        /* where the next token's text starts: this one's bytes, less what the text leaves out —
+         * a special token's (no text), the first token's leading space when the text drops it */
+        size_t n = ev->token.len;
+        if (model_tok_is_special(a->d->tok, ev->token_id))
+            n = 0;
+        else if (!c->lp_started && pt->strip_first && n && ev->token.bytes[0] == ' ')
+            n--;
+        c->lp_offset += n;
+        c->lp_started = 1;
     }
     if (a->stream) {
         const char *text = ev->text;

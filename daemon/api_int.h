@@ -17,9 +17,11 @@ typedef struct api_choice {
     proto_buf text;
     proto_lp_token *lps;
     int n_lps, cap_lps;
-    size_t
-        lp_offset; /* logprobs' text_offset: the bytes of the choice's tokens so far (its text
-                    * may lag them: held by a stop string's prefix or a character's first bytes) */
+    /* logprobs' text_offset: the bytes of the choice's tokens' text so far (the text sent may lag
+     * it: held by a stop string's prefix or a character's first bytes); lp_started: a token was
+     * counted into it */
+    size_t lp_offset;
+    int lp_started;
     const char *finish;
     int started; /* stream: the role delta went out */
     double t_last;
@@ -36,6 +38,7 @@ typedef struct api_part {
     int first;
     int done;
     char *echo; /* with echo: the prompt's text (each of its choices starts with it) */
+    int strip_first; /* the text drops its first token's leading space (logprobs' text_offset) */
     size_t echo_len;
     sched_event fin; /* its DONE event's figures (no pointers kept) */
 } api_part;

@@ -80,6 +80,10 @@ check api_logprobs_tokens_concat [ "$(jq -j '.choices[0].logprobs.tokens[]' "$T/
 # back (" on a" could start "on a x": offsets were the text sent so far, [0,3,3,12,13])
 post /v1/completions '{"prompt":"Once","max_tokens":5,"temperature":0,"logprobs":0,"stop":["on a x"]}' >/dev/null
 check api_logprobs_offsets_while_held sh -c "jq -e '.choices[0].logprobs as \$l | \$l.text_offset == ([0] + [foreach \$l.tokens[] as \$t (0; . + (\$t | utf8bytelength))] | .[:-1]) and (\$l.text_offset | length) == 5' $T/body >/dev/null"
+# and where the text drops the first token's space (an empty prompt: "Once upon", not " Once
+# upon"): each offset points at its token's text, the first one's space left out
+post /v1/completions '{"prompt":"","max_tokens":4,"temperature":0,"logprobs":0}' >/dev/null
+check api_logprobs_offsets_first_space_dropped sh -c "jq -e '.choices[0] as \$c | \$c.logprobs as \$l | [range(\$l.tokens | length) as \$i | \$l.tokens[\$i] as \$t | \$l.text_offset[\$i] as \$o | (\$c.text[\$o:\$o + (\$t | length)] == \$t) or ((\$t | startswith(\" \")) and \$c.text[\$o:\$o + (\$t | length) - 1] == \$t[1:])] | all and (\$c.text | startswith(\" \") | not)' $T/body >/dev/null"
 post /v1/chat/completions '{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":4,"temperature":0,"logprobs":true,"top_logprobs":2}' >/dev/null
 check api_logprobs_chat sh -c "jq -e '.choices[0].logprobs.content as \$c | (\$c|length) == 4 and (\$c[0].top_logprobs|length) == 2 and (\$c[0].bytes|type) == \"array\" and \$c[0].top_logprobs[0].token == \$c[0].token' $T/body >/dev/null"
 curl -s -N -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":3,"temperature":0,"logprobs":true,"top_logprobs":1,"stream":true}' "$API/v1/chat/completions" >"$T/lsse"
