@@ -181,7 +181,8 @@ void dmn_serve_drain(dmn_serve *d, int exiting)
 
 int dmn_serve_resume(dmn_serve *d)
 {
-    if (d->exiting || d->state != DMN_STATE_DRAINING || !d->sched) return -1;
+    /* drained while loading: resumed only once warmed (on_warm keeps it draining until then) */
+    if (d->exiting || d->state != DMN_STATE_DRAINING || !d->sched || !d->warmed) return -1;
     d->state = DMN_STATE_READY;
     dmn_notify("STATUS=ready");
     return 0;
@@ -328,6 +329,7 @@ static void on_warm(void *ctx, int ok)
         return;
     }
     if (d->exiting) return;
+    d->warmed = 1;
     /* drained while loading (/admin/drain during a rolling update): started, but still draining
      * until /admin/resume */
     int drained = d->state == DMN_STATE_DRAINING;

@@ -40,6 +40,7 @@ typedef struct dmn_serve {
     uv_loop_t *loop;
     enum dmn_state state;
     int exiting;        /* SIGTERM drain: exit once idle or at the deadline */
+    int warmed;         /* the devices' warm-up ended (on_warm): /admin/resume may make it ready */
     int exit_code;
     double t_start;     /* sched_now() clock */
     /* engine, set once loading finished */

@@ -165,13 +165,14 @@ int fpga_image_get(const model *m, const fpga_quant_opts *q, const fpga_calib_re
     *err = 0;
     if (fpga_image_desc(m, q, &f->desc, err, errlen)) return -1;
     fpga_dec_layout_of(&f->desc, &f->lo);
-    uint8_t key[32];
-    char opts[256], cdir[1024], path[1100], tmp[1200];
-    if (make_key(m, q, &f->desc, key, opts, sizeof opts)) {
+    uint8_t key[32] = {0};
+    char opts[256] = "", cdir[1024], path[1100], tmp[1200];
+    int have_dir = cache_dir(dir, cdir, sizeof cdir, f->why, sizeof f->why);
+    /* the key reads every byte of the weights: only when there is a cache to look in */
+    if (have_dir && make_key(m, q, &f->desc, key, opts, sizeof opts)) {
         snprintf(err, errlen, "fpga: cannot hash the image key");
         return -1;
     }
-    int have_dir = cache_dir(dir, cdir, sizeof cdir, f->why, sizeof f->why);
     if (have_dir) {
         char hex[65];
         for (int i = 0; i < 32; i++) sprintf(hex + 2 * i, "%02x", key[i]);

@@ -1,10 +1,10 @@
 /* peer/kv_rx.h — the node's KV chunks checked and imported on a thread of their own.
  *
  * The node's thread (peer/server.c) owns UCX: it finds each KV chunk among the tagged messages
- * that came (its length bounded) and receives it (over shared memory, the copy out of the sender's memory is
- * this thread's own work; with two receiving threads, the one that received it also computes
- * the payload's CRC-32C while the bytes are in its cache, peer_kv.crc). Checking the chunk (the
- * wire reader's CRC-32C over every byte, or that CRC taken for the payload's) and importing it
+ * that came (its length bounded) and receives it (over shared memory, the copy out of the sender's
+ * memory is this thread's own work; with two receiving threads, the one that received it also
+ * computes the payload's CRC-32C while the bytes are in its cache, peer_kv.crc). Checking the chunk
+ * (the wire reader's CRC-32C over every byte, or that CRC taken for the payload's) and importing it
  * into the device used to follow on the same thread, so the next
  * chunk's copy waited for both; here they run on a second thread while the node's thread
  * receives the next chunks into other buffers — several at once, one per sending connection.
@@ -22,9 +22,10 @@
  * any order; one connection's come one at a time, so its own stay in order), and their results
  * come back in that order. Memory is bounded at PEER_KV_RX_SLOTS chunks: while every slot is
  * taken or pushed and not yet applied, a take waits or fails (a slow device import holds the
- * receives back). Anything else that touches the devices, or frees what apply reads, calls
- * peer_kv_rx_sync first: the devices are driven by one thread at a time (accel.h), and between
- * a sync and the next push that is the node's thread.
+ * receives back). The devices are driven by one thread at a time (accel.h): apply takes the
+ * device's lock around each import, as its call thread does around each call
+ * (peer/server_call.c); peer_kv_rx_sync waits for every pushed chunk (the node's stop, and what
+ * frees what apply reads).
  *
  * Threads: every function but the apply and wake callbacks from the node's thread only — one
  * thread at a time, the one holding the node's loop (peer/server.c: its receiving threads take

@@ -61,7 +61,10 @@
  * HMAC-SHA256(key, "tandem-peer-1 k" | nonce_c | nonce_s) (peer/auth.h: only the two ends of
  * that authenticated handshake can compute it), which the node compares in constant time before
  * it reads anything else of the chunk: a chunk without it closes the connection whose tag it
- * took (logged, peer_kv_refused) and nothing of it reaches a sequence.
+ * took (logged, peer_kv_refused) and nothing of it reaches a sequence. The token travels in
+ * the clear inside every chunk: it stops injection by whoever cannot see the link, not replay
+ * by whoever can (UCX's transports carry no encryption; a network that needs it is for
+ * IPsec/WireGuard or RDMA inside a trusted fabric).
  *
  *   tagged chunk   token[32] | dev, seq, crc, flags | [stream header 96 B] chunk
  *

@@ -287,8 +287,9 @@ static void *heartbeat_main(void *arg)
             devs_reconnect(n);
             continue;
         }
-        /* the node's one thread answers its devices' calls inline: while a long one runs (a
-         * step over a long context on a slow device) a ping waits. A node that is busy with a
+        /* a node runs its devices' calls on their own threads (peer/server_call.c), so a ping
+         * is answered while another peer's long step runs; this connection's own call can still
+         * hold its frames (answers stay in order per connection). A node that is busy with a
          * call is not dead: that call's own timeout (PEER_CALL_TIMEOUT_S) or a closed
          * connection says so. */
         if (st == PEER_ERR_TIMEOUT && !peer_conn_dead(n->hb) && atomic_load(&n->calls) > 0) continue;

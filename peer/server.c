@@ -301,8 +301,9 @@ static int import_chunk(void *ctx, const proto_kv_header *h, const proto_kv_laye
 }
 
 /* A KV chunk (from a KV frame or a tagged message) into its sequence: its REPLY's status. On
- * the kv_rx thread for tagged chunks (kv_rx_apply): it reads sc's sequences and drives the
- * device while the server's thread does neither (kv_sync). */
+ * the kv_rx thread (kv_rx_apply), holding the device's lock: it reads sc's sequences while
+ * sc's frames wait for its chunks (kv_pending), and drives the device while its call thread
+ * does not. */
 static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
 {
     sseq *q = seq_get(sc, k.seq, k.dev);

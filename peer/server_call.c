@@ -207,9 +207,19 @@ static scall *call_get(peer_server *s, int dev)
     return c;
 }
 
+/* A call's logits buffer larger than this goes back when the call does: a big batch at a large
+ * vocabulary (1,024 rows x 128K) is 512 MiB, and CALLS_PER_DEV idle calls each keeping theirs
+ * would pin gigabytes a device; a usual one is kept for the next call. */
+#define CALL_LOGITS_KEEP ((size_t)64 << 20)
+
 static void call_put(peer_server *s, scall *c)
 {
     if (c == s->call_now) return;
+    if (c->logits_cap * sizeof *c->logits > CALL_LOGITS_KEEP) {
+        free(c->logits);
+        c->logits = NULL;
+        c->logits_cap = 0;
+    }
     sdev *t = &s->dt[c->dev];
     c->next = t->idle;
     t->idle = c;

@@ -231,6 +231,11 @@ int model_config_parse(const char *text, const char *gen_text, model_config *c, 
         if (!json_is_true(json_object_get(root, "use_sliding_window"))) {
             full = c->n_layers;
         } else if (json_is_array(lt)) {
+            if (json_array_size(lt) != (size_t)c->n_layers) {
+                snprintf(err, errlen, "config.json: layer_types has %zu entries for %d layers",
+                         json_array_size(lt), c->n_layers);
+                goto out;
+            }
             size_t i;
             json_t *v;
             json_array_foreach(lt, i, v)

@@ -127,6 +127,8 @@ DADMIN=http://127.0.0.1:$(sed -n 's/.*event=listening listener=admin .*port=\([0
 code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$DADMIN/admin/drain")
 check drain_while_loading_accepted [ "$code" = 202 ]
 check drain_while_loading_was_loading sh -c "! grep -q 'event=ready' '$DLOG'"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$DADMIN/admin/resume")
+check drain_while_loading_no_resume_yet [ "$code" = 503 ]
 i=0
 while [ $i -lt 200 ] && ! grep -q 'event=ready' "$DLOG" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
 check drain_while_loading_loaded grep -q 'event=ready .*draining=1' "$DLOG"

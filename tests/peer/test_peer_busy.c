@@ -1,6 +1,7 @@
 /* tests/peer/test_peer_busy.c — one peer must not make the node look dead to the others. The
- * node's one loop answers every connection inline (peer/server.c), so whatever holds it holds
- * every peer's heartbeat, and a peer's heartbeat gives up on the node after PEER_DEAD_S. */
+ * node's one loop serves every connection (peer/server.c; device calls on their devices'
+ * threads, peer/server_call.c), so whatever holds the loop holds every peer's heartbeat, and a
+ * peer's heartbeat gives up on the node after PEER_DEAD_S. */
 #include "tests/test.h"
 #include "devices/devices.h"
 #include "peer/link.h"
