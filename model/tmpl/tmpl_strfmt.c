@@ -97,7 +97,8 @@ static void group_digits(char *digits, char sep, int every)
 
 static int fmt_number(tmpl_rt *r, tmpl_val v, const spec *p, proto_buf *b)
 {
-    char body[1200], pre[8] = "";
+    /* the longest: 1e308 with precision 1000 (its bound) and ',' groups, 309 + 102 + 1 + 1000 */
+    char body[1536], pre[8] = "";
     char type = p->type;
     bool neg;
     if (v.kind == TMPL_FLOAT || (type && strchr("eEfFgG%", type))) {

@@ -389,6 +389,9 @@ TEST(tmpl_empty_repeat_and_reverse_search)
         {"{{ 'x=1=2'.rpartition('=') }} {{ 'x'.rpartition('=') }}",
          "('x=1', '=', '2') ('', '', 'x')"},
         {"{{ 'abab'.rsplit('ab', 1) }}", "['ab', '']"},
+        /* Python's lengths: 309 digits, the point, 1,000 decimals (and 102 commas); were cut at
+           1,199 */
+        {"{{ ('%.1000f' % 1e308)|length }} {{ '{:,.1000f}'.format(1e308)|length }}", "1310 1412"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out, err[512];
