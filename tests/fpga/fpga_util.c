@@ -327,3 +327,24 @@ void tf_same_cost(const fpga_dec_cost *m, const fpga_emu_run_stats *e, const cha
     TF_SAME(busiest);
 #undef TF_SAME
 }
+
+accel_dev *tf_open_faulted(const model *m, const char *spec)
+{
+    char err[256];
+    if (spec)
+        setenv("TANDEM_EMU_FAULT", spec, 1);
+    else
+        unsetenv("TANDEM_EMU_FAULT");
+    accel_opts o = {.weight_bits = 8, .threads = 1};
+    tf_cache_env();
+    accel_dev *d = devices_open("fpga-emu:0", m, &o, err, sizeof err);
+    if (!d) t_fail(__FILE__, __LINE__, "%s", err);
+    return d;
+}
+
+int tf_health(accel_dev *d)
+{
+    accel_info i;
+    accel_get_info(d, &i);
+    return i.health;
+}

@@ -89,5 +89,10 @@ void tf_pf_last_free(tf_pf_last *w);
 
 /* Emulator card stats of an FPGA device's card. */
 int tf_card_stats(accel_dev *d, fpga_emu_card_stats *st);
+/* fpga-emu:0 with weight_bits 8 and one thread, opened with TANDEM_EMU_FAULT = spec (NULL: no
+ * fault); NULL after a test failure naming why. */
+accel_dev *tf_open_faulted(const model *m, const char *spec);
+/* The device's health (accel_info.health). */
+int tf_health(accel_dev *d);
 
 #endif

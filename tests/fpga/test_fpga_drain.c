@@ -11,28 +11,6 @@
 
 enum { NT = 37 };
 
-static int health(accel_dev *d)
-{
-    accel_info i;
-    accel_get_info(d, &i);
-    return i.health;
-}
-
-/* Card 0 opened with TANDEM_EMU_FAULT spec (NULL: none). */
-static accel_dev *open_card(const model *m, const char *spec)
-{
-    char err[256];
-    if (spec)
-        setenv("TANDEM_EMU_FAULT", spec, 1);
-    else
-        unsetenv("TANDEM_EMU_FAULT");
-    accel_opts o = {.weight_bits = 8, .threads = 1};
-    tf_cache_env();
-    accel_dev *d = devices_open("fpga-emu:0", m, &o, err, sizeof err);
-    if (!d) t_fail(__FILE__, __LINE__, "%s", err);
-    return d;
-}
-
 /* The CPU's int8 KV of NT positions, a chunk per layer. */
 static int cpu_kv(const model *m, tf_kv *kv)
 {
@@ -58,7 +36,7 @@ TEST(fpga_drain_timeout_not_hidden_by_corrupt_piece)
     REQUIRE(m);
     tf_kv kv;
     REQUIRE(cpu_kv(m, &kv) == 0 && kv.n_chunks >= 2);
-    accel_dev *d = open_card(m, NULL);
+    accel_dev *d = tf_open_faulted(m, NULL);
     REQUIRE(d);
     fpga_emu_card_stats cs;
     REQUIRE(tf_card_stats(d, &cs) == 0);
@@ -69,7 +47,7 @@ TEST(fpga_drain_timeout_not_hidden_by_corrupt_piece)
              "card=0,run=%llu,kind=bitflip,arg=0,byte=3;card=0,run=%llu,kind=hang",
              (unsigned long long)r0 + 1, (unsigned long long)r0 + 2);
     setenv("TANDEM_FPGA_TIMEOUT_MS", "200", 1);
-    d = open_card(m, spec);
+    d = tf_open_faulted(m, spec);
     REQUIRE(d);
     accel_seq *a, *b;
     REQUIRE(accel_seq_new(d, 64, &a) == 0);
@@ -77,7 +55,7 @@ TEST(fpga_drain_timeout_not_hidden_by_corrupt_piece)
     CHECK_EQ(accel_kv_import(d, a, &kv.chunks[1]), 0);
     uintptr_t was = (uintptr_t)a;
     accel_seq_free(d, a);
-    CHECK_EQ(health(d), ACCEL_HEALTH_FAILED);
+    CHECK_EQ(tf_health(d), ACCEL_HEALTH_FAILED);
     fpga_card *c = fpga_dev_card(d);
     for (int g = 0; g < FPGA_CARD_GROUPS; g++) CHECK((uintptr_t)c->pend[g].owner != was);
     /* before, the device went on: B's pieces reached the hung group (ASan: use after free) */
@@ -104,7 +82,7 @@ TEST(fpga_drain_failed_piece_is_its_owners)
     uint8_t *good = NULL, *got = NULL;
     char spec[96] = "";
     for (int pass = 0; pass < 2; pass++) { /* a dry run numbers A's first piece */
-        accel_dev *d = open_card(m, pass ? spec : NULL);
+        accel_dev *d = tf_open_faulted(m, pass ? spec : NULL);
         REQUIRE(d);
         accel_info info;
         accel_get_info(d, &info);
@@ -128,7 +106,7 @@ TEST(fpga_drain_failed_piece_is_its_owners)
             CHECK_EQ(accel_kv_block_save(d, b, 0, got), 0);
             CHECK(memcmp(got, good, info.kv_block_bytes) == 0);
             CHECK_EQ(accel_kv_import(d, a, &kv.chunks[1]), ACCEL_ERR_CORRUPT);
-            CHECK_EQ(health(d), ACCEL_HEALTH_OK);
+            CHECK_EQ(tf_health(d), ACCEL_HEALTH_OK);
         }
         accel_seq_free(d, a);
         accel_seq_free(d, b);

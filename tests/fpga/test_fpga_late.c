@@ -8,13 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int health(accel_dev *d)
-{
-    accel_info i;
-    accel_get_info(d, &i);
-    return i.health;
-}
-
 static uint64_t runs(accel_dev *d)
 {
     fpga_emu_card_stats cs;
@@ -24,17 +17,9 @@ static uint64_t runs(accel_dev *d)
 /* Card 0 opened with run number `late` (0: none) late. */
 static accel_dev *open_card(const model *m, uint64_t late)
 {
-    char err[256], spec[64];
+    char spec[64];
     snprintf(spec, sizeof spec, "card=0,run=%llu,kind=late", (unsigned long long)late);
-    if (late)
-        setenv("TANDEM_EMU_FAULT", spec, 1);
-    else
-        unsetenv("TANDEM_EMU_FAULT");
-    accel_opts o = {.weight_bits = 8, .threads = 1};
-    tf_cache_env();
-    accel_dev *d = devices_open("fpga-emu:0", m, &o, err, sizeof err);
-    if (!d) t_fail(__FILE__, __LINE__, "%s", err);
-    return d;
+    return tf_open_faulted(m, late ? spec : NULL);
 }
 
 /* Sequence a prefilled with n ids; 0 or a status. */
@@ -71,7 +56,7 @@ TEST(fpga_late_block_save_then_load_is_exact)
             at = runs(d) + 1;
         } else {
             CHECK_EQ(accel_kv_block_save(d, a, 0, back), ACCEL_ERR_TIMEOUT);
-            CHECK_EQ(health(d), ACCEL_HEALTH_DEGRADED);
+            CHECK_EQ(tf_health(d), ACCEL_HEALTH_DEGRADED);
             REQUIRE(accel_seq_new(d, 4 * T, &b) == 0);
             CHECK_EQ(accel_kv_block_load(d, b, good), 0);
             memset(back, 0, info.kv_block_bytes);
@@ -119,7 +104,7 @@ TEST(fpga_late_cow_copy_keeps_its_block)
             at = runs(d) + 1; /* the fork's step starts with the copy of its shared block */
         } else {
             CHECK_EQ(accel_decode(d, 1, &f, &id, lg), ACCEL_ERR_TIMEOUT);
-            CHECK_EQ(health(d), ACCEL_HEALTH_DEGRADED);
+            CHECK_EQ(tf_health(d), ACCEL_HEALTH_DEGRADED);
             accel_get_info(d, &info);
             CHECK_EQ(info.kv_blocks_used, 3); /* src's 2, the late copy's destination */
             CHECK_EQ(accel_seq_len(d, f), P);
