@@ -58,7 +58,7 @@ static void faults(const char *spec)
     }
     CHECK(n <= EMU_MAX_FAULTS);
     for (int i = 0; i < n; i++) {
-        CHECK(f[i].run >= 1 && f[i].kind >= EMU_FAULT_HANG && f[i].kind <= EMU_FAULT_ERROR);
+        CHECK(f[i].run >= 1 && f[i].kind >= EMU_FAULT_HANG && f[i].kind <= EMU_FAULT_LATE);
         CHECK(f[i].card >= 0 && f[i].card < EMU_MAX_CARDS);
         CHECK(f[i].arg >= -1 && f[i].arg < FPGA_K_MAX_ARGS && f[i].bit >= 0 && f[i].bit <= 7);
     }
