@@ -137,7 +137,7 @@ static int add_pre(model_tok *t, json_t *j, int depth, char *err, size_t errlen)
             return -1;
     } else if (!strcmp(type, "Metaspace")) {
         p->kind = TOK_PRE_METASPACE;
-        size_t l;
+        size_t l = 0; /* jstr leaves it alone when the key is absent */
         const char *r = jstr(j, "replacement", &l);
         uint32_t cp;
         if (one_char(r, l, p->repl, &p->repl_len, &cp))
@@ -166,7 +166,7 @@ static int add_pre(model_tok *t, json_t *j, int depth, char *err, size_t errlen)
         /* is_ascii_punctuation || Unicode P* */
         return add_split(t, "[\\p{P}!-/:-@\\[-`{-~]", b, 0, 0, err, errlen);
     } else if (!strcmp(type, "CharDelimiterSplit")) {
-        size_t l;
+        size_t l = 0; /* jstr leaves it alone when the key is absent */
         const char *d = jstr(j, "delimiter", &l);
         char c[8];
         size_t cl;
@@ -198,7 +198,7 @@ static int add_dec(model_tok *t, json_t *j, int depth, char *err, size_t errlen)
     for (int i = 0; i < t->n_dec; i++)
         if (t->dec[i].kind == TOK_DEC_FUSE || t->dec[i].kind == TOK_DEC_BYTE_LEVEL) joined = 1;
     d->joined = joined;
-    size_t l;
+    size_t l = 0; /* jstr leaves it alone when the key is absent */
     const char *s;
     if (!strcmp(type, "Replace")) {
         d->kind = TOK_DEC_REPLACE;
