@@ -156,16 +156,18 @@ int proto_tools_grammar(const proto_tools *t, enum proto_tool_family f, proto_bu
             goto oom_call;
         }
         /* {"name": "f", "arguments": ARGS} — the name as a JSON string inside a GBNF literal */
-        char head[200];
+        /* (sized by the name: a 64-byte name of control characters is 384 bytes as JSON) */
+        proto_buf head = {0};
         json_t *js = json_string(t->names[i]);
         char *jn = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
         json_decref(js);
-        if (!jn) goto oom_call;
-        snprintf(head, sizeof head, "{\"name\": %s, \"%s\": ", jn, args_key);
+        int bad = !jn || proto_buf_printf(&head, "{\"name\": %s, \"%s\": ", jn, args_key);
         free(jn);
-        if (proto_buf_str(&call, first ? "" : " | ") || proto_buf_str(&call, "( ") ||
-            proto_gbnf_literal(&call, head, strlen(head)) || proto_buf_printf(&call, " %s \"}\" )", rule))
-            goto oom_call;
+        bad = bad || proto_buf_str(&call, first ? "" : " | ") || proto_buf_str(&call, "( ") ||
+              proto_gbnf_literal(&call, head.p, head.len) ||
+              proto_buf_printf(&call, " %s \"}\" )", rule);
+        proto_buf_deinit(&head);
+        if (bad) goto oom_call;
         first = 0;
     }
     if (proto_buf_str(out, "call ::= ") || proto_buf_add(out, call.p, call.len) || proto_buf_putc(out, '\n')) goto oom_call;

@@ -1,6 +1,7 @@
 /* proto/openai_tools.c: tools and tool_choice parsed and refused as OpenAI documents them; the
  * calls of each family's format found in text (and plain text left alone); the family of each
  * chat template we ship. */
+#include "proto/json_schema.h"
 #include "proto/openai_tools.h"
 #include "tests/test.h"
 
@@ -116,4 +117,34 @@ TEST(tools_template_families)
         buf[n] = 0;
         CHECK_MSG(proto_tool_family_of(buf) == cases[i].f, "%s: %s", cases[i].file, proto_tool_family_name(proto_tool_family_of(buf)));
     }
+}
+
+/* A name whose JSON form is long (a 64-byte name of control characters is 384 bytes as \u00XX
+ * escapes) reaches the grammar whole: a 200-byte buffer cut it, and the call the grammar then
+ * forced could never parse (an audit's reproducer: 40 x U+0001, tool_choice required). */
+TEST(tools_grammar_long_escaped_name)
+{
+    char body[1024] = "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"";
+    for (int i = 0; i < 64; i++) strcat(body, "\\u0001");
+    strcat(body, "\"}}],\"tool_choice\":\"required\"}");
+    char msg[256];
+    enum proto_err e;
+    proto_tools *t = tools_of(body, &e, msg);
+    CHECK_MSG(t, "%s", msg);
+    REQUIRE(t && strlen(t->names[0]) == 64);
+    proto_buf g, head, lit;
+    proto_buf_init(&g);
+    proto_buf_init(&head);
+    proto_buf_init(&lit);
+    REQUIRE(proto_tools_grammar(t, PROTO_TOOLS_LLAMA3, &g, msg, sizeof msg) == 0);
+    /* the head as the grammar must hold it: {"name": "\u0001...", "parameters": */
+    REQUIRE(proto_buf_str(&head, "{\"name\": \"") == 0);
+    for (int i = 0; i < 64; i++) REQUIRE(proto_buf_str(&head, "\\u0001") == 0);
+    REQUIRE(proto_buf_str(&head, "\", \"parameters\": ") == 0);
+    REQUIRE(proto_gbnf_literal(&lit, head.p, head.len) == 0);
+    CHECK_MSG(strstr(g.p, lit.p) != NULL, "the call's head is not whole in\n%.600s", g.p);
+    proto_buf_deinit(&g);
+    proto_buf_deinit(&head);
+    proto_buf_deinit(&lit);
+    proto_tools_free(t);
 }
