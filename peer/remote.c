@@ -261,6 +261,8 @@ static void *heartbeat_main(void *arg)
         }
         peer_header h;
         const uint8_t *p;
+        uint64_t own[PEER_MAX_DEVS]; /* our devices' own bytes before the ping (remote_live.c) */
+        peer_node_own_sample(n, own);
         double t_ping = peer_now(), end = t_ping + PEER_DEAD_S;
         int st = peer_conn_send(n->hb, PEER_PING, NULL, 0, NULL, 0, PEER_DEAD_S);
         for (int late = 1; !st && late;) {
@@ -280,6 +282,7 @@ static void *heartbeat_main(void *arg)
             last_ok = peer_now();
             pthread_mutex_lock(&n->mu);
             n->live = in;
+            peer_node_live_apply(n, &in, own); /* each device's health and room */
             pthread_mutex_unlock(&n->mu);
             /* the fastest answer: one waiting behind a long call says nothing of the link */
             double m = atomic_load(&n->min_rtt);
@@ -326,6 +329,7 @@ int peer_node_connect(const char *addr, const char *my_name, const char *key, co
         snprintf(err, errlen, "the node serves another model (fingerprint or shape differ)");
         st = PEER_ERR_MODEL;
     }
+    if (!st) n->live = n->info; /* before the heartbeat thread writes it */
     if (!st) atomic_store(&n->joined, 1);
     if (!st && pthread_create(&n->th, NULL, heartbeat_main, n) == 0) n->th_started = 1;
     else if (!st) st = PEER_ERR_NOMEM;
@@ -336,7 +340,6 @@ int peer_node_connect(const char *addr, const char *my_name, const char *key, co
         peer_node_free(n);
         return st;
     }
-    n->live = n->info;
     *out = n;
     peer_log(0, "peer_connected", "peer=%s addr=%s devices=%d", n->name, addr, n->info.n_devs);
     return PEER_OK;
@@ -510,7 +513,9 @@ static int r_seq_new(accel_dev *ad, int capacity, accel_seq **out)
     if (!s) return ACCEL_ERR_NOMEM;
     pthread_mutex_lock(&d->mu);
     s->gen = d->gen;
+    s->cap = capacity;
     int st = words_call(d, PEER_SEQ_NEW, (uint32_t)d->index, (uint32_t)capacity, 0, 2, &s->id);
+    if (!st) peer_rdev_own_note(d, s, 0); /* what the node reserved for it, if anything */
     pthread_mutex_unlock(&d->mu);
     if (st) {
         free(s);
@@ -529,6 +534,7 @@ static void r_seq_free(accel_dev *ad, accel_seq *as)
     peer_rdev_kv_drain(d); /* no chunk in flight may point at s */
     if (s->gen == d->gen && !atomic_load(&d->node->dead) && !peer_rdev_conn_dead(d))
         words_call(d, PEER_SEQ_FREE, (uint32_t)d->index, s->id, 0, 2, NULL);
+    peer_rdev_own_gone(d, s); /* freed, or its connection is going: the node frees it then */
     pthread_mutex_unlock(&d->mu);
     free(s);
 }
@@ -538,6 +544,16 @@ static int r_prefill(accel_dev *ad, const accel_prefill_req *r)
     (void)ad;
     (void)r;
     return ACCEL_ERR_UNSUPPORTED; /* a remote device decodes (caps say so) */
+}
+
+/* A decode step ran on the node: each sequence holds one position more there (its length, which
+ * the wrapper advances after this call returns, is the new token's position). */
+static void own_grown(rdev *d, int n, accel_seq *const *seqs)
+{
+    for (int i = 0; i < n; i++) {
+        rseq *s = (rseq *)seqs[i];
+        if (s->base.len + 1 > s->held) peer_rdev_own_note(d, s, s->base.len + 1);
+    }
 }
 
 static int r_decode_locked(rdev *d, int n, accel_seq *const *seqs, const int32_t *ids, float *logits)
@@ -560,6 +576,7 @@ static int r_decode_locked(rdev *d, int n, accel_seq *const *seqs, const int32_t
         return peer_rdev_lost(d);
     if (status != 0) return ACCEL_IS_ERR(status) ? status : accel_dev_fail(&d->base);
     memcpy(logits, l, sizeof(float) * (size_t)n * (size_t)vocab);
+    own_grown(d, n, seqs);
     return ACCEL_OK;
 }
 
@@ -597,6 +614,7 @@ static int r_decode_argmax_locked(rdev *d, int n, accel_seq *const *seqs, const 
         peer_tokens_read(p, h.length, n, vocab, n_want, &status, argmax, &l))
         return peer_rdev_lost(d);
     if (status != 0) return ACCEL_IS_ERR(status) ? status : accel_dev_fail(&d->base);
+    own_grown(d, n, seqs);
     for (int i = 0, j = 0; i < n; i++)
         if (!want || want[i]) {
             memcpy(logits + (size_t)i * vocab, l + sizeof(float) * (size_t)j * vocab, sizeof(float) * (size_t)vocab);
@@ -645,6 +663,7 @@ static int r_seq_truncate(accel_dev *ad, accel_seq *as, int len)
     pthread_mutex_lock(&d->mu);
     int st = s->gen != d->gen ? ACCEL_ERR_INVALID
                               : words_call(d, PEER_TRUNCATE, (uint32_t)d->index, s->id, (uint32_t)len, 3, NULL);
+    if (!st && len < s->held) peer_rdev_own_note(d, s, len); /* the node let the rest go */
     pthread_mutex_unlock(&d->mu);
     return st;
 }
@@ -792,6 +811,7 @@ static int rdev_reconnect(rdev *d, char *err, size_t errlen)
     }
     peer_rdev_kv_unpark(d); /* the sends given up on were the old connection's */
     d->gen++;
+    atomic_store(&d->own_bytes, 0); /* the node freed the old connection's sequences */
     atomic_store(&d->lost, 0);
     return PEER_OK;
 }
@@ -809,8 +829,11 @@ static void devs_reconnect(peer_node *n)
         char err[256];
         pthread_mutex_lock(&d->mu); /* the device's worker is out of any call within 50 ms */
         int st = rdev_reconnect(d, err, sizeof err);
-        if (!st) accel_dev_revive(&d->base); /* under its lock: no call fails it in between */
+        /* under its lock: no call fails it in between; not a device its node reports FAILED */
+        int up = !st && n->live.devs[i].health != ACCEL_HEALTH_FAILED;
+        if (up) accel_dev_revive(&d->base);
         pthread_mutex_unlock(&d->mu);
+        if (!st) peer_rdev_live_apply(d, &n->live.devs[i], 0); /* its room with nothing of ours */
         if (st) {
             d->lost_backoff = d->lost_backoff > 0 ? d->lost_backoff * 2 : PEER_RECONNECT_MIN_S;
             if (d->lost_backoff > PEER_RECONNECT_MAX_S) d->lost_backoff = PEER_RECONNECT_MAX_S;
@@ -820,7 +843,8 @@ static void devs_reconnect(peer_node *n)
         } else {
             d->lost_backoff = 0;
             d->lost_retry = 0;
-            peer_log(0, "peer_device_reconnected", "device=%s", d->name);
+            peer_log(!up, "peer_device_reconnected", "device=%s%s", d->name,
+                     up ? "" : " health=failed reason=\"its node reports it\"");
         }
     }
     pthread_mutex_unlock(&n->mu);
@@ -859,8 +883,11 @@ static int node_revive(peer_node *n)
         n->hb = hb;
         n->live = in;
         atomic_store(&n->dead, 0);
+        /* back, except a device its node reports FAILED (sticky there: it stays failed here) */
         for (int i = 0; i < n->info.n_devs; i++)
-            if (n->devs[i]) accel_dev_revive(n->devs[i]);
+            if (n->devs[i] && in.devs[i].health != ACCEL_HEALTH_FAILED)
+                accel_dev_revive(n->devs[i]);
+        peer_node_live_apply(n, &in, NULL);
     }
     pthread_mutex_unlock(&n->mu);
     if (st) {
@@ -926,6 +953,7 @@ accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opt
     d->base.mem_total = o && o->mem_limit && o->mem_limit < d->di.mem_total ? o->mem_limit : d->di.mem_total;
     pthread_mutex_lock(&n->mu);
     n->devs[i] = &d->base;
+    peer_rdev_live_apply(d, &n->live.devs[i], 0); /* what other peers hold; its node's health */
     pthread_mutex_unlock(&n->mu);
     if (atomic_load(&n->dead)) accel_dev_fail(&d->base);
     return &d->base;

@@ -1,6 +1,7 @@
-/* peer/remote_impl.h — what the remote backend's two files share (peer/remote.c: the node,
- * its heartbeat and the device calls; peer/remote_kv.c: the KV chunks a remote device sends,
- * pipelined). Private to peer/. */
+/* peer/remote_impl.h — what the remote backend's files share (peer/remote.c: the node, its
+ * heartbeat and the device calls; peer/remote_kv.c: the KV chunks a remote device sends,
+ * pipelined; peer/remote_live.c: the heartbeat's health and free memory applied to the devices).
+ * Private to peer/. */
 #ifndef TANDEM_PEER_REMOTE_IMPL_H
 #define TANDEM_PEER_REMOTE_IMPL_H
 #include "peer/auth.h"
@@ -101,6 +102,12 @@ typedef struct rdev {
                                 (peer_remote_kv_sends_max) */
     double t_retired;        /* when the last chunk was answered (peer_now) */
     double link_bps;         /* the link as the KV sees it (desc_mu; 0: not measured yet) */
+    /* room (peer/remote_live.c) */
+    _Atomic uint64_t own_bytes; /* what this connection's sequences hold on the node, as the node
+                                counts it in its mem_free (sum of rseq.node_bytes; written by
+                                calls under mu, read by the heartbeat) */
+    uint64_t outside;           /* of base.mem_reserved, what other daemons hold on the node's
+                                   device (node's lock) */
 } rdev;
 
 struct rseq {
@@ -109,6 +116,9 @@ struct rseq {
     unsigned gen;            /* the device's connection it was made on */
     int kv_err;              /* a chunk of it the node refused: its status, returned by the
                                 sequence's next import */
+    int cap;                 /* its capacity, positions */
+    int held;                /* positions it holds on the node (sent to it), as far as we know */
+    uint64_t node_bytes;     /* its share of the device's own_bytes */
 };
 
 /* Is d's connection gone (lost, or failed under a call)? d's lock held. */
@@ -152,5 +162,25 @@ void peer_rdev_kv_park(rdev *d, kv_flight *f);
 void peer_rdev_kv_unpark(rdev *d);
 /* One layer chunk into s on the node, pipelined (peer/remote_kv.c). d's lock held. */
 int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc);
+
+/* peer/remote_live.c (its top comment has the arithmetic and an example). */
+/* Of a budget of `budget` bytes (the remote device's mem_total), what other daemons hold, given
+ * the node's device's total and free bytes and what our own sequences hold there (own). Pure. */
+uint64_t peer_live_outside(uint64_t budget, uint64_t node_total, uint64_t node_free, uint64_t own);
+/* What a sequence of `capacity` positions holding `held` of them takes on d's node: whole
+ * blocks of what it holds on a paged device (di.kv_block_tokens), its capacity elsewhere. Pure. */
+uint64_t peer_rdev_node_bytes(const rdev *d, int capacity, int held);
+/* s now holds `held` positions on the node: own_bytes follows (nothing for a stale s). d's lock
+ * held. */
+void peer_rdev_own_note(rdev *d, rseq *s, int held);
+/* s is freed (or about to be, on the node): its share of own_bytes goes. d's lock held. */
+void peer_rdev_own_gone(rdev *d, rseq *s);
+/* A heartbeat's answer for d: its room (outside) and its health (FAILED, DEGRADED mirrored).
+ * own_before: own_bytes as read before the ping (0: none). The node's lock held. */
+void peer_rdev_live_apply(rdev *d, const peer_dev_info *in, uint64_t own_before);
+/* own_bytes of each device of n (0 where none), for peer_node_live_apply. Takes n's lock. */
+void peer_node_own_sample(peer_node *n, uint64_t *own);
+/* peer_rdev_live_apply for every device of n opened. The node's lock held. */
+void peer_node_live_apply(peer_node *n, const peer_info *in, const uint64_t *own_before);
 
 #endif

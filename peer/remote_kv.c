@@ -397,6 +397,10 @@ int peer_rdev_kv_import(rdev *d, rseq *s, const proto_kv_layer *c, uint32_t crc)
         return peer_rdev_lost(d);
     }
     if (!f->req) peer_rdev_kv_buf_back(d, f); /* sent already (a KV frame, or a send done at once) */
+    /* the node takes the run's blocks with its first layer: counted as held from now on (before
+     * the node has them, at worst: remote_live.c) */
+    if (c->layer == 0 && c->pos0 + c->n_tokens > s->held)
+        peer_rdev_own_note(d, s, c->pos0 + c->n_tokens);
     f->len = o;
     f->s = s;
     d->fl_n++;
