@@ -350,3 +350,35 @@ TEST(peer_live_node_health_reaches_clients)
     CHECK_EQ(accel_seq_new(L.rd[0], 16, &s), ACCEL_ERR_DEVICE);
     live_stop(&L);
 }
+
+/* Node B unreachable (its server stopped) while its device fails; B answers again at its
+ * address, reporting the device FAILED: the client's device stays failed (revivals 0) once the
+ * node is up again. Before, every device of a node that answered again was revived and placed on
+ * until a call failed there. */
+TEST(peer_live_node_back_with_failed_device_not_revived)
+{
+    two t;
+    if (two_start(&t, "cpu")) return;
+    peer_node *node;
+    accel_dev *rd;
+    REQUIRE(two_remote(&t, PEER_TRANSPORT_AUTO, &node, &rd) == 0);
+    peer_server_stop(t.srv);
+    t.srv = NULL;
+    CHECK(wait_health(rd, ACCEL_HEALTH_FAILED));
+    accel_dev_fail(t.lent);
+    char err[256], listen[64];
+    snprintf(listen, sizeof listen, "%s", t.addr);
+    peer_server_cfg sc = {listen, "nodeB", KEY, t.m, &t.lent, 1, 0};
+    REQUIRE(peer_server_start(&sc, &t.srv, err, sizeof err) == PEER_OK);
+    /* reconnection backoff: up to PEER_RECONNECT_MAX_S after the loss, and slack */
+    for (int i = 0; i < 240 && peer_node_state(node) != PEER_NODE_UP; i++) nap_ms(50);
+    CHECK_EQ(peer_node_state(node), PEER_NODE_UP);
+    nap_ms(2500); /* two heartbeats or more */
+    accel_info info;
+    accel_get_info(rd, &info);
+    CHECK_MSG(info.health == ACCEL_HEALTH_FAILED && info.revivals == 0, "revived (%s, revivals %u)",
+              accel_health_name(info.health), info.revivals);
+    accel_free(rd);
+    peer_node_free(node);
+    two_stop(&t);
+}
