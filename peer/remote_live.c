@@ -42,6 +42,12 @@
  * growth then counts as ours although the node did not hold it yet): room shown that the node
  * may refuse, the cost there was before.
  *
+ * Not yet: the scheduler's placement (scheduler/sched_policy.h, "room") weighs mem_total less
+ * its own commitments and does not read mem_free, so it can still choose a device the others
+ * filled; the sequence is then refused here when the card's share is reserved (sched_handover.c
+ * ATTACH, before the prefill: nothing sent to the node), and the request moves once its prefill
+ * ends, as it did when the node refused it.
+ *
  * Threads: peer_rdev_own_note and _gone from the device's calls (its lock held); the rest from the
  * heartbeat thread or a device's open, the node's lock held (n->mu: it keeps the devices). */
 #include "peer/remote_impl.h"
