@@ -489,6 +489,7 @@ static void r_describe(accel_dev *ad, accel_info *out)
     out->link_bps = d->link_bps;
     pthread_mutex_unlock(&d->desc_mu);
     out->link_s = atomic_load(&d->node->min_rtt) / 2;
+    out->mem_outside = atomic_load(&d->outside); /* what the node's other clients hold */
     out->kind = (enum accel_kind)d->di.kind;
     _Static_assert(PEER_CAP_DECODE_ARGMAX == ACCEL_CAP_DECODE_ARGMAX, "one caps bit");
     out->caps = (d->di.caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT | ACCEL_CAP_DECODE_ARGMAX)) | ACCEL_CAP_REMOTE;

@@ -106,8 +106,8 @@ typedef struct rdev {
     _Atomic uint64_t own_bytes; /* what this connection's sequences hold on the node, as the node
                                 counts it in its mem_free (sum of rseq.node_bytes; written by
                                 calls under mu, read by the heartbeat) */
-    uint64_t outside;           /* of base.mem_reserved, what other daemons hold on the node's
-                                   device (node's lock) */
+    _Atomic uint64_t outside;   /* of base.mem_reserved, what other daemons hold on the node's
+                                   device (written under the node's lock; describe reads it) */
 } rdev;
 
 struct rseq {

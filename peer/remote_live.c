@@ -42,11 +42,10 @@
  * growth then counts as ours although the node did not hold it yet): room shown that the node
  * may refuse, the cost there was before.
  *
- * Not yet: the scheduler's placement (scheduler/sched_policy.h, "room") weighs mem_total less
- * its own commitments and does not read mem_free, so it can still choose a device the others
- * filled; the sequence is then refused here when the card's share is reserved (sched_handover.c
- * ATTACH, before the prefill: nothing sent to the node), and the request moves once its prefill
- * ends, as it did when the node refused it.
+ * The scheduler's placement sees `outside` too (accel_info.mem_outside, r_describe): its room
+ * check (scheduler/sched_policy.c fits) takes it from mem_total beside its own commitments, so a
+ * decode goes to a device with room instead of one the others filled (which would refuse its
+ * sequence at ATTACH and move the request once its prefill ends).
  *
  * Threads: peer_rdev_own_note and _gone from the device's calls (its lock held); the rest from the
  * heartbeat thread or a device's open, the node's lock held (n->mu: it keeps the devices). */
@@ -96,11 +95,12 @@ void peer_rdev_own_gone(rdev *d, rseq *s)
 /* outside follows x: the difference goes into (or out of) the wrapper's reservation. */
 static void outside_set(rdev *d, uint64_t x)
 {
-    if (x > d->outside)
-        atomic_fetch_add(&d->base.mem_reserved, x - d->outside);
+    uint64_t was = atomic_load(&d->outside);
+    if (x > was)
+        atomic_fetch_add(&d->base.mem_reserved, x - was);
     else
-        atomic_fetch_sub(&d->base.mem_reserved, d->outside - x);
-    d->outside = x;
+        atomic_fetch_sub(&d->base.mem_reserved, was - x);
+    atomic_store(&d->outside, x);
 }
 
 void peer_rdev_live_apply(rdev *d, const peer_dev_info *in, uint64_t own_before)

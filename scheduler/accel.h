@@ -130,6 +130,10 @@ typedef struct accel_info {
      * keeps the whole KV there). The scheduler commits offload_bytes across requests by it. */
     uint64_t offload_per_token;
     uint64_t offload_used; /* of offload_bytes, what its sequences hold now (0: does not say) */
+    /* of mem_total, what others than this process hold (a lent device's other clients, as its
+     * node last reported: peer/remote_live.c); part of what mem_free leaves out. 0: none (every
+     * local device) */
+    uint64_t mem_outside;
 } accel_info;
 
 /* The half-precision format the cuda backend keeps weights and activations in (cuda only; the

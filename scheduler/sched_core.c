@@ -97,6 +97,7 @@ static enum accel_health health_of(sched *s, int i)
     /* a device of another node: the link its KV crosses, as measured (the network term) */
     s->book.dev[i].ship_bps = info.caps & ACCEL_CAP_REMOTE ? info.link_bps : 0;
     s->book.dev[i].ship_s = info.caps & ACCEL_CAP_REMOTE ? info.link_s : 0;
+    s->book.dev[i].mem_outside = info.mem_outside; /* others' share of a lent device */
     if (info.revivals != d->revivals) { /* the device came back (accel.h): a fresh start */
         d->revivals = info.revivals;
         d->mark = ACCEL_HEALTH_OK;

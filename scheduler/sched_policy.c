@@ -143,9 +143,12 @@ static int kind_rank(enum accel_kind k)
     return 3;
 }
 
+/* Room now: what is not promised here, nor held by others (a lent device's other clients). The
+ * fit-at-all rules weigh mem_total alone: what others hold goes away in time. */
 static int fits(const sched_policy_dev *d, uint64_t bytes)
 {
-    return d->mem_committed <= d->mem_total && bytes <= d->mem_total - d->mem_committed;
+    uint64_t taken = d->mem_committed + d->mem_outside;
+    return taken >= d->mem_committed && taken <= d->mem_total && bytes <= d->mem_total - taken;
 }
 
 static int card_slots(const sched_policy_dev *d)

@@ -151,6 +151,8 @@ typedef struct sched_policy_dev {
                         whole KV committed while it is prefilled (sched_book) */
     uint64_t offload_per_token; /* accel_info.offload_per_token (0: kv_bytes_per_token) */
     uint64_t offload_committed; /* of offload_bytes, what placements here took (the book's) */
+    uint64_t mem_outside;       /* of mem_total, what others hold (accel_info.mem_outside: a lent
+                                   device's other clients): no room for us, though not our commit */
 } sched_policy_dev;
 
 typedef struct sched_policy_opts {

@@ -310,6 +310,9 @@ TEST(peer_live_two_clients_share_a_device)
     if (big) accel_seq_free(L.rd[1], big);
     accel_get_info(L.rd[1], &i2);
     CHECK_EQ(i2.n_seqs, 0);
+    CHECK_EQ(i2.mem_outside, (uint64_t)p1 * per); /* what the scheduler's placement sees */
+    accel_get_info(L.rd[0], &i2);
+    CHECK_EQ(i2.mem_outside, 0); /* client 1's own blocks are not the others' */
     accel_info li;
     accel_get_info(L.lent, &li);
     CHECK_EQ(li.n_seqs, 1); /* client 1's only */

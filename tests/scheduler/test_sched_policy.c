@@ -10,13 +10,63 @@
 
 static sched_policy_dev gpu(enum accel_kind k, uint64_t mem, int max_running)
 {
-    sched_policy_dev d = {k, ALL, ACCEL_HEALTH_OK, mem, 0, 100, 0, max_running, 256, 0, 0, 0, {0}, 0, 0, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0};
+    sched_policy_dev d = {k,
+                          ALL,
+                          ACCEL_HEALTH_OK,
+                          mem,
+                          0,
+                          100,
+                          0,
+                          max_running,
+                          256,
+                          0,
+                          0,
+                          0,
+                          {0},
+                          0,
+                          0,
+                          0,
+                          0,
+                          {0},
+                          0,
+                          0,
+                          0,
+                          0,
+                          0,
+                          0,
+                          0,
+                          0};
     return d;
 }
 
 static sched_policy_dev card(uint64_t mem)
 {
-    sched_policy_dev d = {ACCEL_KIND_FPGA, CARD, ACCEL_HEALTH_OK, mem, 0, 10, 0, 16, 1, 0, 0, 0, {0}, 0, 0, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0};
+    sched_policy_dev d = {ACCEL_KIND_FPGA,
+                          CARD,
+                          ACCEL_HEALTH_OK,
+                          mem,
+                          0,
+                          10,
+                          0,
+                          16,
+                          1,
+                          0,
+                          0,
+                          0,
+                          {0},
+                          0,
+                          0,
+                          0,
+                          0,
+                          {0},
+                          0,
+                          0,
+                          0,
+                          0,
+                          0,
+                          0,
+                          0,
+                          0};
     return d;
 }
 
@@ -368,6 +418,31 @@ TEST(sched_policy_local_card_before_remote)
     v[1].running = 1; /* both busy: the CPU decodes it itself */
     REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
     CHECK_EQ(pl.decode, 0);
+}
+
+/* A lent card whose other clients hold its memory (accel_info.mem_outside, from its node's
+ * heartbeat) has no room for us: the decode goes to the next card with room, and to the full one
+ * once the others let go. Its fit-at-all is mem_total: it waits rather than being refused. */
+TEST(sched_policy_room_left_by_other_clients)
+{
+    sched_policy_dev v[3] = {gpu(ACCEL_KIND_CPU, 1 << 20, 4), card(1 << 20), card(1 << 20)};
+    v[1].caps |= ACCEL_CAP_REMOTE;
+    v[2].caps |= ACCEL_CAP_REMOTE;
+    v[1].assigned = 0; /* first by the round robin */
+    v[2].assigned = 9;
+    sched_policy_req r = {10, 10, 1, 0, 0, 0, 0, 0}; /* 20 positions x 10 bytes */
+    sched_placement pl;
+    v[1].mem_outside = (1 << 20) - 100; /* 100 bytes left: not 200 */
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 2);
+    v[1].mem_outside = (1 << 20) - 200; /* exactly its 200 */
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 1);
+    v[1].mem_outside = 1 << 20; /* all of it, and more than ours would fit beside */
+    v[1].mem_committed = 50;
+    v[2].mem_outside = (uint64_t)1 << 40; /* a node that reported more than our budget */
+    REQUIRE(sched_policy_place(v, 3, &no_opts, &r, &pl) == SCHED_PLACE_OK);
+    CHECK_EQ(pl.decode, 0); /* neither card: the CPU decodes it itself */
 }
 
 /* n choices that fork the prompt on a paged device that prefills and decodes them count its
