@@ -25,7 +25,7 @@ static int unsupported(tmpl_rt *r, int op, tmpl_val a, tmpl_val b)
 
 static int overflow(tmpl_rt *r)
 {
-    return model_tmpl_fail(r, "OverflowError", "integer result outside the 64-bit range (not supported)");
+    return model_tmpl_fail_int_range(r);
 }
 
 static double as_f(tmpl_val v) { return v.kind == TMPL_FLOAT ? v.u.f : (double)v.u.i; }

@@ -195,7 +195,7 @@ FILTER(abs)
 {
     if (check(r, a, "abs", 0, NULL)) return -1;
     if (in.kind == TMPL_INT || in.kind == TMPL_BOOL) {
-        if (in.u.i == INT64_MIN) return model_tmpl_fail(r, "OverflowError", "integer result outside the 64-bit range");
+        if (in.u.i == INT64_MIN) return model_tmpl_fail_int_range(r);
         *out = tmpl_int(in.u.i < 0 ? -in.u.i : in.u.i);
         return 0;
     }
@@ -237,9 +237,12 @@ static bool parse_float(const char *s, size_t n, double *out)
     return *end == 0;
 }
 
-static bool parse_int(const char *s, size_t n, int base, int64_t *out)
+/* Python's int(str, base): PARSED_INT, NOT_INT (a ValueError), or BIG_INT (valid digits
+ * whose value int64 cannot hold; Python would give the big integer). */
+enum { NOT_INT, PARSED_INT, BIG_INT };
+static int parse_int(const char *s, size_t n, int base, int64_t *out)
 {
-    if (base != 0 && (base < 2 || base > 36)) return false; /* int(): ValueError */
+    if (base != 0 && (base < 2 || base > 36)) return NOT_INT; /* int(): ValueError */
     size_t b, e;
     model_tmpl_py_trim(s, n, &b, &e);
     bool neg = false;
@@ -257,25 +260,26 @@ static bool parse_int(const char *s, size_t n, int base, int64_t *out)
         base = 10;
         if (e - b > 1 && s[b] == '0') { /* base 0 forbids leading zeros unless all zero */
             for (size_t i = b; i < e; i++)
-                if (s[i] != '0' && s[i] != '_') return false;
+                if (s[i] != '0' && s[i] != '_') return NOT_INT;
         }
     }
-    if (b == e) return false;
+    if (b == e) return NOT_INT;
     unsigned __int128 v = 0;
+    bool big = false; /* past int64: the remaining digits are still checked */
     for (size_t i = b; i < e; i++) {
         char c = s[i];
         if (c == '_') {
-            if (i == b || i + 1 == e || s[i + 1] == '_') return false;
+            if (i == b || i + 1 == e || s[i + 1] == '_') return NOT_INT;
             continue;
         }
         int d = c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'z' ? (c | 0x20) - 'a' + 10 : 99;
-        if (d >= base) return false;
-        v = v * (unsigned)base + (unsigned)d;
-        if (v > (unsigned __int128)INT64_MAX + 1) return false;
+        if (d >= base) return NOT_INT;
+        if (!big) v = v * (unsigned)base + (unsigned)d;
+        if (v > (unsigned __int128)INT64_MAX + 1) big = true;
     }
-    if (!neg && v > INT64_MAX) return false;
+    if (big || (!neg && v > INT64_MAX)) return BIG_INT;
     *out = neg ? (int64_t)(0 - (uint64_t)v) : (int64_t)v;
-    return true;
+    return PARSED_INT;
 }
 
 FILTER(int)
@@ -285,6 +289,9 @@ FILTER(int)
     if (check(r, a, "int", 2, names) || model_tmpl_arg(r, a, 0, "default", &def) < 0 ||
         model_tmpl_arg(r, a, 1, "base", &base) < 0)
         return -1;
+    /* jinja2's do_int: int(value) (int(value, base) for a string); on a TypeError or ValueError
+     * int(float(value)), and the default when that fails too (nan, and a string's inf). An
+     * OverflowError of the first int() (a float inf) is not caught. */
     int64_t v;
     double f;
     switch (in.kind) {
@@ -292,20 +299,22 @@ FILTER(int)
     case TMPL_INT:
     case TMPL_BOOL: *out = tmpl_int(in.u.i); return 0;
     case TMPL_FLOAT:
-        if (isfinite(in.u.f) && fabs(in.u.f) < 9.2e18) {
-            *out = tmpl_int((int64_t)in.u.f);
-            return 0;
-        }
-        break;
+        if (isnan(in.u.f)) break;
+        if (model_tmpl_py_int_of_float(r, in.u.f, &v)) return -1;
+        *out = tmpl_int(v);
+        return 0;
     case TMPL_STR: {
         tmpl_str *s = tmpl_s(in);
         int b = base.kind == TMPL_INT || base.kind == TMPL_BOOL ? (base.u.i < 0 || base.u.i > 36 ? -1 : (int)base.u.i) : -1;
-        if (parse_int(s->s, s->len, b, &v)) {
+        int p = parse_int(s->s, s->len, b, &v);
+        if (p == BIG_INT) return model_tmpl_fail_int_range(r);
+        if (p == PARSED_INT) {
             *out = tmpl_int(v);
             return 0;
         }
-        if (parse_float(s->s, s->len, &f) && isfinite(f) && fabs(f) < 9.2e18) {
-            *out = tmpl_int((int64_t)f);
+        if (parse_float(s->s, s->len, &f) && isfinite(f)) {
+            if (model_tmpl_py_int_of_float(r, f, &v)) return -1;
+            *out = tmpl_int(v);
             return 0;
         }
         break;
@@ -353,43 +362,20 @@ FILTER(round)
     int64_t prec;
     if (!tmpl_is_num(in)) return model_tmpl_fail(r, "TypeError", "type %s doesn't define __round__ method", model_tmpl_type_name(in));
     if (model_tmpl_int_arg(r, p, &prec)) return -1;
-    if (!strcmp(method, "common")) {
-        if (in.kind != TMPL_FLOAT) { /* round(int, n) stays an int */
-            int64_t v = in.u.i;
-            if (prec < 0 && prec > -19) {
-                int64_t unit = 1;
-                for (int64_t i = 0; i < -prec; i++) unit *= 10;
-                int64_t q = v / unit, rem = v % unit;
-                if (rem < 0) {
-                    rem += unit;
-                    q--;
-                }
-                if (rem * 2 > unit || (rem * 2 == unit && (q & 1))) q++;
-                v = q * unit;
-            } else if (prec <= -19) {
-                v = 0;
-            }
-            *out = tmpl_int(v);
-            return 0;
-        }
-        double f = in.u.f;
-        if (!isfinite(f) || prec > 300) {
-            *out = in;
-            return 0;
-        }
-        char buf[400];
-        if (prec >= 0) {
-            snprintf(buf, sizeof buf, "%.*f", (int)prec, f); /* exact value, ties to even */
-            *out = tmpl_float(strtod(buf, NULL));
-        } else {
-            double unit = pow(10.0, (double)-prec);
-            snprintf(buf, sizeof buf, "%.0f", f / unit);
-            *out = tmpl_float(strtod(buf, NULL) * unit);
-        }
+    double f;
+    if (strcmp(method, "common")) {
+        if (model_tmpl_py_round_ceil_floor(r, method[0] == 'c', in, prec, &f)) return -1;
+        *out = tmpl_float(f);
         return 0;
     }
-    double scale = pow(10.0, (double)prec), v = in.kind == TMPL_FLOAT ? in.u.f : (double)in.u.i;
-    *out = tmpl_float((method[0] == 'c' ? ceil(v * scale) : floor(v * scale)) / scale);
+    if (in.kind != TMPL_FLOAT) { /* round(int, n) stays an int */
+        int64_t v;
+        if (model_tmpl_py_round_int(r, in.u.i, prec, &v)) return -1;
+        *out = tmpl_int(v);
+        return 0;
+    }
+    if (model_tmpl_py_round_float(r, in.u.f, prec, &f)) return -1;
+    *out = tmpl_float(f);
     return 0;
 }
 

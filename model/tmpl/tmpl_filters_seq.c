@@ -665,6 +665,12 @@ int model_tmpl_f_slice(tmpl_rt *r, tmpl_val in, const tmpl_args *a, tmpl_val *ou
     int64_t slices = sv.u.i;
     if (slices > 100000) return model_tmpl_fail_limit(r, "slice count");
     if (model_tmpl_iter(r, in, &items)) return -1;
+    if (slices == 0) { /* len(seq) // 0, raised when the generator is first consumed */
+        tmpl_decref(r, items);
+        if (model_tmpl_list_new(r, TMPL_SEQ_LIST, 0, out)) return -1;
+        return finish_gen(
+            r, model_tmpl_fail(r, "ZeroDivisionError", "integer division or modulo by zero"), out);
+    }
     tmpl_list *l = tmpl_l(items);
     int64_t len = (int64_t)l->n, per = slices > 0 ? len / slices : 0, extra = slices > 0 ? len % slices : 0, offset = 0;
     int rc = model_tmpl_list_new(r, TMPL_SEQ_LIST, 0, out);

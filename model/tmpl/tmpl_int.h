@@ -526,6 +526,24 @@ int model_tmpl_arg(tmpl_rt *r, const tmpl_args *a, size_t pos, const char *name,
 /* An integer argument as Python's builtins take one (bool counts; anything else, undefined
  * included, is a TypeError "'X' object cannot be interpreted as an integer"). */
 int model_tmpl_int_arg(tmpl_rt *r, tmpl_val v, int64_t *i);
+/* Python's numeric conversions (tmpl_pynum.c). Python's integers have no bound and ours are
+ * 64-bit: where Python's answer is an integer outside int64, these raise
+ * model_tmpl_fail_int_range's OverflowError rather than give a wrong number. Each returns 0, or
+ * -1 with the error recorded in r. */
+int model_tmpl_fail_int_range(tmpl_rt *r);
+/* [-2^63, 2^63): the doubles whose integer part an int64 holds */
+static inline bool tmpl_f_fits_i64(double f)
+{
+    return f >= -0x1p63 && f < 0x1p63;
+}
+/* int(f): ValueError for nan, OverflowError for inf and past int64 */
+int model_tmpl_py_int_of_float(tmpl_rt *r, double f, int64_t *out);
+/* round(x, nd) for a float and for an int (half to even, exact); OverflowError past the range */
+int model_tmpl_py_round_float(tmpl_rt *r, double x, int64_t nd, double *out);
+int model_tmpl_py_round_int(tmpl_rt *r, int64_t v, int64_t nd, int64_t *out);
+/* jinja2's do_round with method 'ceil' (up) or 'floor': math.ceil/floor(in * 10**prec) /
+ * 10**prec with Python's int and float rules at each step; in is a number */
+int model_tmpl_py_round_ceil_floor(tmpl_rt *r, bool up, tmpl_val in, int64_t prec, double *out);
 /* Fails with TypeError when a has more positionals than max or a keyword not in names. */
 int model_tmpl_args_check(tmpl_rt *r, const tmpl_args *a, const char *fname, size_t max,
                           const char *const *names);

@@ -359,6 +359,49 @@ fail:
     return -1;
 }
 
+/* The arguments of `fmt % args` as conversions take them: a tuple's items in order, a single
+ * argument once, or the value of the last %(key) once. */
+typedef struct pct_args {
+    tmpl_val args;
+    tmpl_list *tl; /* args' items when it is a tuple */
+    size_t nargs, used;
+    tmpl_val keyed; /* borrowed */
+    bool have_keyed;
+} pct_args;
+
+static int next_arg(tmpl_rt *r, pct_args *c, tmpl_val *v)
+{
+    if (c->have_keyed) {
+        *v = c->keyed;
+        c->have_keyed = false;
+        c->used = c->nargs; /* Python's cursor moves to the keyed value, which is then spent */
+        return 0;
+    }
+    if (c->used >= c->nargs)
+        return model_tmpl_fail(r, "TypeError", "not enough arguments for format string");
+    *v = c->tl ? c->tl->v[c->used] : c->args;
+    c->used++;
+    return 0;
+}
+
+/* One more decimal digit of a width or precision; stops growing past any bound (a caller checks
+ * the bound once all digits are read) */
+static int64_t add_digit(int64_t v, char c)
+{
+    return v > 1000000 ? v : v * 10 + (c - '0');
+}
+
+/* '*': a width or a precision from the arguments, an int (bool counts) */
+static int star_arg(tmpl_rt *r, pct_args *c, int64_t *out)
+{
+    tmpl_val v = tmpl_undef();
+    if (next_arg(r, c, &v)) return -1;
+    if (v.kind != TMPL_INT && v.kind != TMPL_BOOL)
+        return model_tmpl_fail(r, "TypeError", "* wants int");
+    *out = v.u.i;
+    return 0;
+}
+
 /* printf-style: fmt % args */
 int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *out)
 {
@@ -370,8 +413,9 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
      * in it, %s takes the whole object, and unused arguments are no error */
     bool is_map = !is_tuple && (args.kind == TMPL_DICT || args.kind == TMPL_UNDEF ||
                                 (args.kind == TMPL_LIST && !tmpl_is_iter(args)));
-    tmpl_list *tl = is_tuple ? tmpl_l(args) : NULL;
-    size_t nargs = is_tuple ? tl->n : 1, used = 0;
+    pct_args cur = {.args = args,
+                    .tl = is_tuple ? tmpl_l(args) : NULL,
+                    .nargs = is_tuple ? tmpl_l(args)->n : 1};
     proto_buf b = {.max = r->lim.max_output};
     for (size_t i = 0; i < n;) {
         if (s[i] != '%') {
@@ -381,9 +425,8 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
             i = j;
             continue;
         }
-        i++;
+        size_t start = i++;
         tmpl_val v = tmpl_undef();
-        bool have_v = false;
         if (i < n && s[i] == '(') { /* %(key)s */
             size_t e = i + 1;
             while (e < n && s[e] != ')') e++;
@@ -400,7 +443,9 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
                 model_tmpl_fail(r, "KeyError", "'%.*s'", (int)(e - i - 1), s + i + 1);
                 goto fail;
             }
-            have_v = true;
+            /* the key's value serves the next conversion (or its '*'), once */
+            cur.keyed = v;
+            cur.have_keyed = true;
             i = e + 1;
         }
         spec p;
@@ -417,28 +462,47 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
             case '0': p.zero = true; break;
             }
         }
-        while (i < n && s[i] >= '0' && s[i] <= '9' && p.width < 100000) p.width = (p.width < 0 ? 0 : p.width * 10) + (s[i++] - '0');
+        /* a width and a precision: digits, or '*' for the next argument (Python's own order:
+         * they are taken before the value); bounded as format()'s are */
+        if (i < n && s[i] == '*') {
+            i++;
+            if (star_arg(r, &cur, &p.width)) goto fail;
+            if (p.width < 0) { /* a negative width from the arguments left-justifies */
+                left = true;
+                p.width = p.width == INT64_MIN ? INT64_MAX : -p.width;
+            }
+        } else {
+            while (i < n && s[i] >= '0' && s[i] <= '9')
+                p.width = add_digit(p.width < 0 ? 0 : p.width, s[i++]);
+        }
         if (i < n && s[i] == '.') {
             i++;
             p.prec = 0;
-            while (i < n && s[i] >= '0' && s[i] <= '9' && p.prec < 1000) p.prec = p.prec * 10 + (s[i++] - '0');
+            if (i < n && s[i] == '*') {
+                i++;
+                if (star_arg(r, &cur, &p.prec)) goto fail;
+                if (p.prec < 0) p.prec = 0;
+            } else {
+                while (i < n && s[i] >= '0' && s[i] <= '9') p.prec = add_digit(p.prec, s[i++]);
+            }
+        }
+        if (p.width > 100000 || p.prec > 1000) {
+            model_tmpl_fail_limit(r, "format width");
+            goto fail;
         }
         if (i >= n) {
             model_tmpl_fail(r, "ValueError", "incomplete format");
             goto fail;
         }
+        size_t conv_at = i;
         char conv = s[i++];
-        if (conv == '%') {
+        /* "%%" is a literal '%'; with a key, flags or a width between, '%' is a conversion that
+         * takes an argument and is then rejected, as in Python */
+        if (conv == '%' && conv_at == start + 1) {
             if (proto_buf_putc(&b, '%')) goto limit;
             continue;
         }
-        if (!have_v) {
-            if (used >= nargs) { /* a non-tuple argument serves one conversion, as in Python */
-                model_tmpl_fail(r, "TypeError", "not enough arguments for format string");
-                goto fail;
-            } else v = is_tuple ? tl->v[used] : args;
-            used++;
-        }
+        if (next_arg(r, &cur, &v)) goto fail;
         p.align = left ? '<' : p.zero && conv != 's' && conv != 'r' && conv != 'a' ? '=' : '>';
         if (p.align == '=') strcpy(p.fill, "0");
         int rc;
@@ -488,19 +552,28 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
                     rc = model_tmpl_fail(r, "TypeError", "%%%c format: an integer is required, not float", conv);
                     break;
                 }
-                x = tmpl_int((int64_t)trunc(x.u.f));
+                int64_t i;
+                if ((rc = model_tmpl_py_int_of_float(r, x.u.f, &i)))
+                    break; /* '%d' % f prints int(f) */
+                x = tmpl_int(i);
             }
             if (x.kind == TMPL_BOOL) x = tmpl_int(x.u.i);
             p.type = c;
             rc = fmt_number(r, x, &p, &b);
             break;
         }
-        default:
-            rc = model_tmpl_fail(r, "ValueError", "unsupported format character '%c' (0x%x)", conv, (unsigned char)conv);
+        default: {
+            size_t k = conv_at;
+            uint32_t cp = proto_utf8_next(s, n, &k);
+            i = k; /* past the whole character */
+            rc = model_tmpl_fail(
+                r, "ValueError", "unsupported format character '%c' (0x%x) at index %zu",
+                cp >= 31 && cp <= 126 ? (char)cp : '?', (unsigned)cp, proto_utf8_count(s, conv_at));
+        }
         }
         if (rc) goto fail;
     }
-    if (!is_map && used < nargs) {
+    if (!is_map && cur.used < cur.nargs) {
         model_tmpl_fail(r, "TypeError", "not all arguments converted during string formatting");
         goto fail;
     }

@@ -314,7 +314,7 @@ int model_tmpl_hash(tmpl_rt *r, tmpl_val v, uint32_t *h, int depth)
         return 0;
     }
     case TMPL_FLOAT:
-        if (v.u.f == floor(v.u.f) && fabs(v.u.f) < 9.2e18)
+        if (v.u.f == floor(v.u.f) && tmpl_f_fits_i64(v.u.f))
             return model_tmpl_hash(r, tmpl_int((int64_t)v.u.f), h, depth); /* 1.0 == 1 */
         {
             uint64_t bits;

@@ -368,6 +368,49 @@ case("dictsort_reverse_str", "{{ d|dictsort(reverse='yes') }}")
 case("items_lazy", "{{ ([1]|items) is defined }}")
 case("test_extra_arg_typeonly", "{{ 'odd' is test 'int' }}")
 
+# ---------------------------------------------------------------- numbers at their edges (model audit)
+# Python's integers have no bound and ours are 64-bit. Cases named *_bigint are those where jinja2
+# prints an integer outside int64: ours must raise OverflowError instead of printing a wrong number
+# (tests/model/tmpl_case.h checks both: that the recorded output holds such an integer, and that
+# our render fails so). `huge * 10` makes inf at render time (jinja2 folds a constant inf into its
+# generated Python as the name `inf`, a NameError).
+HUGE = {"huge": 1e308}
+case("round_precision_bounds", "{{ 1e308|round(-400) }} {{ -1e308|round(-400) }} {{ 1.5|round(-309) }} {{ 42|round(-400) }} {{ 1e308|round(-308) }} {{ 5e307|round(-308) }} {{ 1.5|round(400) }} {{ 1e-310|round(305) }} {{ 5e-324|round(323) }} {{ 5e-324|round(324) }} {{ (huge * 10)|round(-2) }} {{ (huge * 10 - huge * 10)|round(3) }}", HUGE)
+case("round_negative_exact", "{{ 2.5|round(-1) }} {{ 25.0|round(-1) }} {{ 25.0000001|round(-1) }} {{ 35.0|round(-1) }} {{ -25.5|round(-1) }} {{ 9.5e22|round(-22) }} {{ 123456.5|round(-2) }} {{ 0.7|round(-1) }} {{ 1e22|round(-23) }} {{ -0.4|round }}")
+case("round_int_edges", "{{ 9223372036854775807|round(-18) }} {{ -9223372036854775807|round(-2) }} {{ 5000000000000000000|round(-19) }} {{ 15|round(-1) }} {{ 25|round(-1) }} {{ -15|round(-1) }} {{ 7|round(-20) }} {{ true|round(-1) }}")
+case("round_overflow", "{{ 1.7e308|round(-308) }}")
+case("round_int_bigint", "{{ 9223372036854775807|round(-1) }}")
+case("round_int_neg_bigint", "{{ -9000000000000000000|round(-19) }}")
+case("round_ceil_floor_edges", "{{ 1.23456789e30|round(25, 'ceil') }} {{ 0.1|round(30, 'floor') }} {{ 12345|round(2, 'ceil') }} {{ 12345|round(-2, 'ceil') }} {{ -0.5|round(0, 'ceil') }} {{ 2.5|round(300, 'floor') }} {{ 1.5|round(308, 'ceil') }} {{ 1e300|round(-300, 'floor') }} {{ -1.25|round(1, 'floor') }}")
+case("round_ceil_tiny_scale", "{{ 1e300|round(-400, 'ceil') }}")
+case("round_floor_inf", "{{ (huge * 10)|round(1, 'floor') }}", HUGE)
+case("round_ceil_nan", "{{ (huge * 10 - huge * 10)|round(1, 'ceil') }}", HUGE)
+case("round_ceil_scale_too_big", "{{ 1.5|round(309, 'ceil') }}")
+case("int_of_float_bounds", "{{ 9007199254740992.0|int }} {{ 9007199254740993|float|int }} {{ -9223372036854775808.0|int }} {{ 9.2e18|int }} {{ 9.223372036854775e18|int }} {{ -9.2e18|int }} {{ 1e-300|int }} {{ -0.9|int }} {{ (huge * 10 - huge * 10)|int }} {{ '1e400'|int }} {{ '-inf'|int(7) }} {{ '9223372036854775807'|int }} {{ '-9223372036854775808'|int }} {{ '9.2e18'|int }} {{ '1e18'|int }}", HUGE)
+case("int_of_inf", "{{ (huge * 10)|int }}", HUGE)
+case("int_of_float_bigint", "{{ 1e300|int }}")
+case("int_of_2_63_bigint", "{{ 9223372036854775807.0|int }}")
+case("int_of_str_float_bigint", "{{ '1e300'|int }}")
+case("int_of_str_digits_bigint", "{{ '99999999999999999999'|int }}")
+case("int_of_str_hex_bigint", "{{ '0x8000000000000000'|int(0, 16) }}")
+case("percent_d_float_bigint", "{{ '%d' % 1e300 }}")
+case("percent_d_inf", "{{ '%d' % (huge * 10) }}", HUGE)
+case("percent_d_nan", "{{ '%d' % (huge * 10 - huge * 10) }}", HUGE)
+case("f_slice_zero_lazy", "{{ [1, 2, 3]|slice(0) is defined }} {{ [1, 2, 3]|slice(-2)|list }}")
+case("f_slice_zero", "{{ [1, 2, 3]|slice(0)|list }}")
+case("f_slice_zero_empty", "{% for s in []|slice(0) %}{% endfor %}")
+case("percent_star", "[{{ '%*s|%-*s|%.*f|%*.*f|%*d|%.*f|%0*d|%*s|%.*s|%-*d|%*c' % (5, 'a', 5, 'b', 2, 3.14159, 8, 2, 2.5, -5, 3, -2, 3.14159, 5, 42, true, 'x', 2, 'abcdef', 3, -1, 3, 65) }}]"
+     "[{{ '%-0*.*e|%+*.*e' % (12, 3, 12345.678, 12, 3, 12345.678) }}][{{ '%*s' % (0, 'z') }}]")
+case("percent_star_not_int", "{{ '%*s' % (2.0, 'a') }}")
+case("percent_star_none_prec", "{{ '%.*s' % (none, 'a') }}")
+case("percent_star_short", "{{ '%*s' % (5,) }}")
+case("percent_star_single_arg", "{{ '%*s' % 5 }}")
+case("percent_star_keyed", "{{ '%(a)*s' % {'a': 1} }}")
+case("percent_star_extra_arg", "{{ '%*s' % (5, 'a', 3) }}")
+case("percent_keyed_then_positional", "{{ '%(a)s %s' % {'a': 1} }}")
+case("percent_percent_after_key", "{{ '%(a)%|%s' % {'a': 1} }}")
+case("percent_unsupported_index", "{{ 'é%é' % 1 }}")
+
 # ---------------------------------------------------------------- Unicode: Python's str beyond ASCII
 # Character classes and case mappings as CPython defines them (unicodedata's categories, bidi
 # classes, numeric types, the derived Uppercase/Lowercase/Cased/Case_Ignorable properties,

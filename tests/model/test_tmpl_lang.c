@@ -1,6 +1,6 @@
 /* The Jinja2 language, case by case, against the real jinja2: tests/data/tmpl_cases.json.gz
  * (unpacked by make to build/data/tmpl_cases.json) holds
- * ~280 snippets (whitespace control, literals and printing, operators, access, tests, every
+ * ~320 snippets (whitespace control, literals and printing, operators, access, tests, every
  * filter, string methods, loops, scoping, macros, call blocks, errors, and Python's str beyond
  * ASCII: character classes, case mappings, repr, identifiers) with the output — or the
  * exception — that jinja2 produced in transformers' environment (see

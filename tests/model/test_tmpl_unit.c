@@ -148,6 +148,18 @@ TEST(tmpl_hostile_templates_fail_cleanly)
     expect_limit("{{ 'x' * 100000000 }}", "{}", "string length");
     expect_limit("{{ [1, 2] * 100000000 }}", "{}", "memory");
     expect_limit("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "{}", "macro recursion depth");
+    /* printf-style widths and precisions are bounded as format()'s are (100,000 and 1,000),
+     * whether written or taken from the arguments by '*'; a precision past the bound was cut at
+     * 1,535 characters without an error ('%.9999f' is 10,001 in Python) */
+    expect_limit("{{ '%.9999f' % 1.0 }}", "{}", "format width");
+    expect_limit("{{ '%.1001f' % 1e308 }}", "{}", "format width");
+    expect_limit("{{ '%100001s' % 'a' }}", "{}", "format width");
+    expect_limit("{{ '%*s' % (100001, 'a') }}", "{}", "format width");
+    expect_limit("{{ '%*s' % (-100001, 'a') }}", "{}", "format width");
+    expect_limit("{{ '%*s' % (-9223372036854775807 - 1, 'a') }}", "{}", "format width");
+    expect_limit("{{ '%.*f' % (1001, 1.5) }}", "{}", "format width");
+    expect_limit("{{ '%.*f' % (9223372036854775807, 1.5) }}", "{}", "format width");
+    expect_limit("{{ '%99999999999999999999999999s' % 'a' }}", "{}", "format width");
     expect_limit("{% for x in [[1]] recursive %}{{ loop([[1]]) }}{% endfor %}", "{}", "recursion depth");
     /* a value nested 10000 deep: building and freeing it must not recurse, printing and
      * serializing it stop at the depth limit */

@@ -28,10 +28,31 @@ static inline int tmpl_error_matches(const char *name, const char *err, const ch
     return strncmp(err, want, strlen(want)) == 0 && strncmp(err + strlen(want), " (line ", 7) == 0;
 }
 
+/* Whether text holds a decimal integer outside int64 (a run of digits not part of a float). */
+static inline int tmpl_has_int_beyond_64(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        if (s[i] < '0' || s[i] > '9') {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < n && s[j] >= '0' && s[j] <= '9') j++;
+        int neg = i > 0 && s[i - 1] == '-', is_float = j < n && (s[j] == '.' || s[j] == 'e');
+        const char *lim = neg ? "9223372036854775808" : "9223372036854775807";
+        while (i + 1 < j && s[i] == '0') i++;
+        if (!is_float && (j - i > 19 || (j - i == 19 && memcmp(s + i, lim, 19) > 0))) return 1;
+        i = j;
+    }
+    return 0;
+}
+
 /* Checks one rendering against the expectation: `rendered` (exact text) or `error`
- * ("Type: message" as Python printed it). A TemplateError (raise_exception) must fail with its
- * message as the whole error; any other error must fail with the same type and message (our
- * message adds " (line N)"). Returns 1 when it matches. */
+ * ("Type: message" as Python printed it). A case named *_bigint is one where jinja2 printed an
+ * integer outside int64, which ours cannot hold: ours must fail with its OverflowError. A
+ * TemplateError (raise_exception) must fail with its message as the whole error; any other error
+ * must fail with the same type and message (our message adds " (line N)"). Returns 1 when it
+ * matches. */
 static inline int tmpl_case_check(const char *what, const model_tmpl *t, const char *ctx_json, size_t ctx_len,
                                   const json_t *rendered, const json_t *error, int conversation)
 {
@@ -50,7 +71,26 @@ static inline int tmpl_case_check(const char *what, const model_tmpl *t, const c
         t_fail(__FILE__, __LINE__, "%s: %zu objects were left for the sweep (a reference leak)", what, stats.swept);
         ok = 0;
     }
-    if (rendered) {
+    size_t what_len = strlen(what);
+    if (rendered && what_len > 7 && !strcmp(what + what_len - 7, "_bigint")) {
+        /* jinja2 printed an integer past 64 bits (checked here, so that the case cannot pass on
+         * an ordinary number): ours must refuse it */
+        const char *want = json_string_value(rendered),
+                   *range_err = "OverflowError: integer result outside the 64-bit range";
+        if (!tmpl_has_int_beyond_64(want, json_string_length(rendered))) {
+            t_fail(__FILE__, __LINE__, "%s: jinja2's output \"%.80s\" holds no integer past int64",
+                   what, want);
+            ok = 0;
+        } else if (rc != MODEL_TMPL_ERR_RUNTIME || strncmp(err, range_err, strlen(range_err))) {
+            t_fail(__FILE__, __LINE__,
+                   "%s: expected our OverflowError (jinja2 printed \"%.80s\"), got %d \"%s\"", what,
+                   want, rc,
+                   rc    ? err
+                   : out ? out
+                         : "");
+            ok = 0;
+        }
+    } else if (rendered) {
         const char *want = json_string_value(rendered);
         size_t want_len = json_string_length(rendered);
         if (rc != 0) {
