@@ -197,6 +197,7 @@ static void start(sched *s, sched_req *r)
     else if (s->n_cards) s->placements_fallback++;
     else s->placements_local++;
     post_placed(s, r);
+    for (int i = 0; i < r->n; i++) r->choices[i].w_open = r->choices[i].finish == MODEL_FINISH_NONE;
     if (e->split) {
         /* the card first: its sequences are reserved before any chunk can reach it */
         r->t_attach = (sched_task){.kind = SCHED_TASK_ATTACH, .r = r};

@@ -2,7 +2,9 @@
  * request prefilled elsewhere is imported here, then this device decodes it).
  *
  *   ATTACH    (pushed by the loop at placement, before the prefill starts) reserves one
- *             sequence per unfinished choice with room for prompt + max_tokens positions: the
+ *             sequence per choice unfinished at placement (w_open: the prefill worker may end a
+ *             choice at its first token meanwhile, and its sequence then goes unused) with room
+ *             for prompt + max_tokens positions: the
  *             card is the request's from now on, which is what makes it busy for the policy.
  *             And one KV wire reader per choice, expecting this model's fingerprint and shape,
  *             at most that many positions, and the stream cut in this device's KV blocks.
@@ -56,7 +58,7 @@ void sched_handover_attach(sched_dev *d, sched_req *r)
                          .block_tokens = d->info0.kv_block_tokens};
     for (int i = 0; i < r->n; i++) {
         sched_choice *c = &r->choices[i];
-        if (c->finish != MODEL_FINISH_NONE) continue;
+        if (!c->w_open) continue; /* finished before this placement (a moved request) */
         int st = accel_seq_new(d->dev, cap, &c->dseq);
         if (!st) {
             c->kv_dev = d;

@@ -31,7 +31,8 @@
  * imported into, decoded and freed by the card's worker; the prefill worker only copies chunks).
  * Shared while running: cancel (loop writes, workers and accel_prefill read), import_failed
  * (decode worker writes, the prefill worker's KV sink reads) and generated (worker writes, loop
- * reads for status) — all atomic. */
+ * reads for status) — all atomic. A split's decode worker reads nothing else of the request
+ * before the HANDOVER but what the loop wrote before placing it (w_open, not finish). */
 #ifndef TANDEM_SCHED_INTERNAL_H
 #define TANDEM_SCHED_INTERNAL_H
 #include "scheduler/sched.h"
@@ -68,6 +69,10 @@ typedef struct sched_choice {
     int32_t last;             /* the token the next decode step feeds */
     int generated;
     enum model_finish finish; /* NONE while it runs */
+    int w_open;               /* the loop, at placement: still running then. A split's ATTACH
+                                 reserves the card's sequences by this, not by finish, which
+                                 the prefill worker may be setting meanwhile (a first token that
+                                 ends the choice) */
     int32_t *hist;            /* generated ids (a moved request prefills prompt + these) */
     int n_hist, cap_hist;
     /* prefill job (prefill worker) */

@@ -12,9 +12,10 @@
  * is left of the budget (a sparse index over 128K cached keys costs more than a 50 ms budget
  * whatever the chunk's size), a device with ACCEL_CAP_LAYER_SPLIT runs only the layers that fit
  * (sched_policy_layers) and the same chunk goes on from the next layer in later iterations; the
- * chunk counts as prefilled only when its last layer has run. When nothing decodes here the head job runs whole (one job per iteration,
- * so new tasks, cancels and deadlines are seen between jobs; accel_prefill itself polls the
- * cancel flag between layers). Each chunk is an accel_prefill appending to the sequence.
+ * chunk counts as prefilled only when its last layer has run. When nothing decodes here the head
+ * job runs whole (one job per iteration, so new tasks, cancels and deadlines are seen between jobs;
+ * accel_prefill itself polls the cancel flag between layers). Each chunk is an accel_prefill
+ * appending to the sequence.
  *
  * KV shipping (split placements): the prefill runs on a prompt-only sequence with an
  * accel_kv_sink. The sink runs on this thread, once per layer as soon as the layer's quantized
@@ -28,7 +29,9 @@
  * and a card that is busy importing never blocks this device. The copy costs host memory of at
  * most one prompt's KV (int8) per request in flight. When the card reports an import failure
  * (import_failed), the sink stops the prefill at once; the request is handed over anyway and
- * the card's worker moves it. */
+ * the card's worker moves it, blaming the card. When the KV cannot leave this side (host
+ * memory, a chunk the wire cannot carry), the prefill ends with that status: the hand-over
+ * blames this device. */
 #include "model/sample/sample_vec.h"
 #include "scheduler/sched_internal.h"
 #include <math.h>
@@ -40,13 +43,16 @@ typedef struct ship {
     sched_dev *to;
     sched_req *r;
     int choice;
+    int failed; /* this side could not ship a chunk (a status): see ship_fail */
 } ship;
 
+/* The KV could not leave this device: host memory ran out, or the chunk has a shape the wire
+ * cannot carry. This side's failure, not the card's: the prefill stops (the sink's non-zero
+ * return) and ends with this status, which the HANDOVER carries, so that the card's worker
+ * blames this device (sched_handover_take), as for any failed prefill. */
 static int ship_fail(ship *sh, int st)
 {
-    /* the card cannot get this KV; it moves the request */
-    int zero = 0;
-    atomic_compare_exchange_strong(&sh->r->import_failed, &zero, st);
+    sh->failed = st;
     return ACCEL_ERR_CANCELLED;
 }
 
@@ -292,10 +298,13 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
         }
         if (r->w_split && reused) {
             /* the cached prefix goes to the card as a prefill of it would have sent it */
-            ship sh0 = {&d->s->dev[r->w_decode], r, ci};
+            ship sh0 = {&d->s->dev[r->w_decode], r, ci, 0};
             accel_kv_sink sink0 = {ship_layer, &sh0};
             st = SCHED_DEVICE_CALL(d, accel_kv_export(d->dev, *sq, 0, reused, &sink0));
-            if (st == ACCEL_ERR_CANCELLED && !sched_req_cancelled(r) && atomic_load(&r->import_failed))
+            if (sh0.failed)
+                st = sched_req_cancelled(r) ? ACCEL_ERR_CANCELLED : sh0.failed;
+            else if (st == ACCEL_ERR_CANCELLED && !sched_req_cancelled(r) &&
+                     atomic_load(&r->import_failed))
                 st = ACCEL_OK; /* the sink stopped it: the card's worker moves the request */
             if (st || atomic_load(&r->import_failed)) {
                 sched_prefill_end(d, r, st);
@@ -345,7 +354,7 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
     nl = sched_policy_call_layers(&d->cost[kind], k, c->pf_done, l0, L, can_split, budget, left, first, &pred_s, &plan_s);
     if (nl <= 0) return -1;
     int last = c->pf_done + k == c->pf_n;
-    ship sh = {&d->s->dev[r->w_decode], r, ci};
+    ship sh = {&d->s->dev[r->w_decode], r, ci, 0};
     accel_kv_sink sink = {ship_layer, &sh};
     accel_prefill_req pr = {.seq = r->w_split ? c->pseq : c->seq, .ids = c->pf_ids + c->pf_done,
                             .n = k, .logits = all ? d->plogits : last ? d->logits : NULL, .all_logits = all,
@@ -366,6 +375,13 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
         atomic_fetch_add(&d->prefill_over_calls, 1);
         atomic_fetch_add(&d->prefill_over_ns, (uint64_t)((dt - (left > 0 ? left : 0)) * 1e9));
     }
+    if (sh.failed) {
+        /* the sink could not ship (ship_fail): part of this chunk's KV may be on its way, so
+         * the chunk is not tried again; the prefill ends with this side's status */
+        c->pf_split_k = c->pf_layer = 0;
+        sched_prefill_end(d, r, sched_req_cancelled(r) ? ACCEL_ERR_CANCELLED : sh.failed);
+        return dt;
+    }
     if (st == ACCEL_ERR_CANCELLED && !sched_req_cancelled(r) && atomic_load(&r->import_failed))
         st = ACCEL_OK; /* the sink stopped it: the card's worker moves the request */
     if (st) c->pf_split_k = c->pf_layer = 0; /* a failed call abandoned a split chunk (accel.h) */
@@ -373,8 +389,14 @@ static double one_chunk(sched_dev *d, sched_req *r, int decoding, int first, dou
         r->split_off = 1; /* the device refused this split (cuda: a long dense chunk with a sink) */
         return dt;
     }
-    if (st == ACCEL_ERR_NOMEM && !sparse && (sched_worker_make_room(d, r) || d->active))
-        return dt; /* memory given back, or coming back as decodes end: this chunk again */
+    if (st == ACCEL_ERR_NOMEM && !sparse) {
+        /* memory given back (a cached prefix evicted, a younger request preempted): this chunk
+         * again at once, as long as something is given. Coming back only as the decodes here
+         * end: the iteration ends, the decodes step before the next try (trying again now could
+         * only fail again, a device call each time, until the budget was spent) */
+        if (sched_worker_make_room(d, r)) return dt;
+        if (d->active) return -1;
+    }
     if (st == ACCEL_ERR_NOMEM && sparse) {
         /* the sparse pass's whole-prompt workspace is admitted like KV (cuda lends it from the
          * block pool): cached prefixes and younger requests give room first, and the chunk runs

@@ -43,12 +43,16 @@ static void t_describe(accel_dev *d, accel_info *out)
     snprintf(out->desc, sizeof out->desc, "test card (CPU arithmetic on imported int8 KV)");
     out->kind = ACCEL_KIND_FPGA;
     out->caps = ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT;
-    out->max_batch = 1;
+    out->max_batch = c->f.max_batch > 0 ? c->f.max_batch : 1;
 }
 
 static int t_seq_new(accel_dev *d, int capacity, accel_seq **out)
 {
     tcard *c = (tcard *)d;
+    if (c->f.seq_new_ms > 0) {
+        struct timespec ts = {0, (long)(c->f.seq_new_ms * 1e6)};
+        nanosleep(&ts, NULL);
+    }
     tseq *s = calloc(1, sizeof *s);
     if (!s) return ACCEL_ERR_NOMEM;
     int st = accel_seq_new(c->inner, capacity, &s->inner);

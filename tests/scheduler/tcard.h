@@ -19,6 +19,10 @@ typedef struct tcard_faults {
     int decode_fault_at;   /* the Nth accel_decode faults the device (ACCEL_ERR_DEVICE) */
     int decode_timeout_at; /* the Nth accel_decode times out (ACCEL_ERR_TIMEOUT, DEGRADED) */
     double decode_ms;      /* sleep per decode call (a slower card) */
+    int max_batch;         /* card: sequences per decode call (0: 1); more lets a request's n
+                              choices decode here */
+    double seq_new_ms;     /* sleep per seq_new call (a card slow to reserve a split's
+                              sequences: the prefill runs meanwhile) */
     uint64_t mem_limit;    /* 0: the CPU backend's budget */
     const accel_decode_curve *curve; /* described in accel_info.decode_curve (NULL: none) */
 } tcard_faults;
