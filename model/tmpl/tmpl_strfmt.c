@@ -503,8 +503,11 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
             continue;
         }
         if (next_arg(r, &cur, &v)) goto fail;
-        p.align = left ? '<' : p.zero && conv != 's' && conv != 'r' && conv != 'a' ? '=' : '>';
+        /* zeros pad numbers only ('%05s' and '%05c' pad with spaces), and %c has no sign */
+        bool numeric = conv != 's' && conv != 'r' && conv != 'a' && conv != 'c';
+        p.align = left ? '<' : p.zero && numeric ? '=' : '>';
         if (p.align == '=') strcpy(p.fill, "0");
+        if (conv == 'c') p.sign = 0;
         int rc;
         switch (conv) {
         case 's':
@@ -537,8 +540,23 @@ int model_tmpl_str_percent(tmpl_rt *r, tmpl_val fmtv, tmpl_val args, tmpl_val *o
                 rc = model_tmpl_undef_fail(r, v);
                 break;
             }
-            if (!tmpl_is_num(v) && !(conv == 'c' && v.kind == TMPL_STR)) {
-                rc = model_tmpl_fail(r, "TypeError", "%%%c format: a real number is required, not %s", conv, model_tmpl_type_name(v));
+            /* Python's own words per conversion */
+            if (conv == 'c' &&
+                !(v.kind == TMPL_INT || v.kind == TMPL_BOOL ||
+                  (v.kind == TMPL_STR && proto_utf8_count(tmpl_s(v)->s, tmpl_s(v)->len) == 1))) {
+                rc = model_tmpl_fail(r, "TypeError", "%%c requires int or char");
+                break;
+            }
+            if (!tmpl_is_num(v) && conv != 'c') {
+                const char *t = model_tmpl_type_name(v);
+                if (strchr("eEfFgG", conv))
+                    rc = model_tmpl_fail(r, "TypeError", "must be real number, not %s", t);
+                else if (strchr("xXo", conv))
+                    rc = model_tmpl_fail(r, "TypeError",
+                                         "%%%c format: an integer is required, not %s", conv, t);
+                else
+                    rc = model_tmpl_fail(r, "TypeError",
+                                         "%%%c format: a real number is required, not %s", conv, t);
                 break;
             }
             if (conv == 'c' && v.kind == TMPL_STR) {

@@ -410,6 +410,12 @@ case("percent_star_extra_arg", "{{ '%*s' % (5, 'a', 3) }}")
 case("percent_keyed_then_positional", "{{ '%(a)s %s' % {'a': 1} }}")
 case("percent_percent_after_key", "{{ '%(a)%|%s' % {'a': 1} }}")
 case("percent_unsupported_index", "{{ 'é%é' % 1 }}")
+case("percent_c_flags", "[{{ '%05c|% c|%+c|%05s|%-3c|%#c|%.2c' % (65, 65, 'a', 'x', 'é', 66, 'ü') }}]")
+case("percent_c_long_string", "{{ '%c' % 'abc' }}")
+case("percent_c_float", "{{ '%c' % 1.5 }}")
+case("percent_e_str", "{{ '%e' % 'x' }}")
+case("percent_x_none", "{{ '%x' % none }}")
+case("percent_i_list", "{{ '%i' % ([1],) }}")
 
 # ---------------------------------------------------------------- Unicode: Python's str beyond ASCII
 # Character classes and case mappings as CPython defines them (unicodedata's categories, bidi
