@@ -10,10 +10,11 @@
  *
  * Memory plan (a paged device, scheduler/accel.h): the KV pool is whole superblocks of blocks
  * of T = fpga_dec_kv_block_tokens positions (fpga/BANKS.md "KV pages"); a sequence holds a block
- * table and takes blocks as it grows (kv_grow: before a decode step, a prefill or the first layer
- * of an import, all or nothing, so ACCEL_ERR_NOMEM leaves it unchanged); a fork shares blocks
- * and the first write into a shared one copies it (kv_gather runs); truncation and freeing give
- * blocks back. mem_total is the pool in whole blocks (capped by accel_opts.mem_limit).
+ * table and takes blocks as it grows (fpga/seq.c: before a decode step, a prefill or the first
+ * layer of an import, all or nothing, so ACCEL_ERR_NOMEM leaves it unchanged); a fork shares blocks
+ * and the first write into a shared one copies it (kv_gather runs; a copy that timed out keeps
+ * its destination until the card sees it finished); truncation and freeing give blocks back.
+ * mem_total is the pool in whole blocks (capped by accel_opts.mem_limit).
  *
  * Decode (GLITCHES' host loop): the host looks up the token's embedding row (fp32, from the
  * mapped checkpoint, as FAST-Prefill's host does) and this position's rotary cos/sin (every
@@ -26,10 +27,10 @@
  * kvf blocks, so that a dense prefill can export its KV), taken from mem_total at open; longer
  * prompts run in several passes. A sparse call (FlexPrefill, XAttention
  * or Tri-shape for a prompt or a chunk after cached positions; within the units' bounds) needs
- * a workspace for every position up to its end: placed in the pool for the call and freed after; when the pool has
- * no room the call returns ACCEL_ERR_NOMEM and leaves the sequence as it was (the scheduler
- * then prefills it dense). A card without the kernel prefills with one decode run per token
- * and cannot export. Imports in flight are drained first (the workspace travels through the
+ * a workspace for every position up to its end: placed in the pool for the call and freed after;
+ * when the pool has no room the call returns ACCEL_ERR_NOMEM and leaves the sequence as it was (the
+ * scheduler then prefills it dense). A card without the kernel prefills with one decode run per
+ * token and cannot export. Imports in flight are drained first (the workspace travels through the
  * same staging slots).
  *
  * Import: a chunk is validated on the host (int8 values in -127..127, scales finite and >= 0:
@@ -45,16 +46,12 @@
  * flight together; a failure marks its own sequence.
  *
  * Threads: one thread drives the device (accel.h); describe() reads immutable fields only. */
-#include "fpga/backend.h"
+#include "fpga/backend_impl.h"
 #include "sparse/sparse.h"
 #include "model/ckpt/numerics.h"
 #include "fpga/flex_host.h"
 #include "fpga/prefill.h"
-#include "fpga/kv_pool.h"
-#include "fpga/tls_card.h"
-#include "fpga/dec_model.h"
 #include "proto/kv_wire.h"
-#include "scheduler/accel_impl.h"
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -63,140 +60,26 @@
 
 #define DEFAULT_TIMEOUT_MS 30000 /* watchdog: a U280 step ~10-30 ms, an emulated 7B one seconds */
 
-typedef struct fpga_seq {
-    struct accel_seq base;
-    uint32_t *ids; /* the block table: ids[i] holds positions [i * T, (i + 1) * T) */
-    int n_ids, cap_ids; /* blocks taken; the most the capacity needs */
-    int failed; /* an import of it failed: its KV cannot be trusted */
-    uint32_t *run_crc; /* (n_layers) the wire payload CRC of each layer of the run of positions
-                          being imported: what kv_check must find once the run is complete */
-    int tls_on;           /* AsyncTLS on (accel_seq_decode_sparse, or the device's default) */
-    sparse_tls_params tls_p; /* with these parameters */
-    fpga_tls_arena_ref tls_ar; /* the summary arena's superblocks (k 0: none yet) */
-    uint32_t tls_upto;    /* positions its summaries hold */
-    int tier;             /* offloaded: ids are blocks of the DDR4 (1) or host memory (2) pool
-                             (fpga/BANKS.md "DDR4"); 0: HBM's */
-    uint32_t pipe_len;    /* the length after its last pipelined AsyncTLS step (0: none): the
-                             next step continues the pipeline only at exactly that position */
-    int64_t tls_fetched, tls_chosen; /* level-1 blocks made resident / chosen (pipeline) */
-    int64_t tls_read, tls_total, tls_steps; /* accel_seq_decode_stats since it was turned on */
-} fpga_seq;
-
-typedef struct fpga_dev {
-    struct accel_dev base;
-    fpga_card card;
-    fpga_tls tls; /* AsyncTLS sparse decode (decode_sparse), off unless configured */
-    int index, emu;
-    fpga_quant_opts q;
-    char qstr[256];
-    int image_cached;
-    char image_path[1100];
-    float *inv_freq, *x0, *cs, *sn, *scratch_logits;
-    float *bx0, *bcs, *bsn;  /* the batched step's inputs: max_batch rows of x0, cos, sin */
-    uint32_t *check_crc;  /* (n_layers) kv_check's report */
-    uint64_t landed_corrupt; /* imports whose KV changed after the producer's CRC (kv_check) */
-    fpga_kv_pool kv;      /* the KV pool's block ids (fpga/kv_pool.h) */
-    fpga_kv_pool ddr_kv;  /* the DDR4 pool's (offloaded sequences), same geometry at offset 0 */
-    fpga_kv_pool host_kv; /* the host memory pool's, past DDR4 */
-    int has_ddr;          /* both pools exist */
-    int tier;             /* TANDEM_FPGA_KV_TIER: 0 auto, 1 DDR4 whenever possible, 2 HBM only,
-                             3 host memory whenever possible */
-    int stagger;          /* TANDEM_FPGA_TLS_STAGGER=1: every in-HBM sequence pipelines AsyncTLS */
-    uint64_t kv_base;     /* where the pool's superblocks start in every channel */
-    fpga_dec_kvmap geo;   /* the pool's geometry (ids NULL): block size, group, strides */
-    uint32_t blk_tokens;  /* T: positions per block */
-    uint64_t pool_lo, pool_hi;
-    int can_prefill;      /* the prefill kernel and its standing workspace are there */
-    uint64_t pf_ws_off;   /* the standing workspace: FPGA_PF_PASS rows, FPGA_PF_F_KVF */
-    uint32_t pass_rows;   /* rows per dense pass: FPGA_PF_PASS (tests: fewer) */
-    uint32_t run_rows;    /* rows per kernel run: FPGA_PF_RUN_ROWS (tests: fewer) */
-    fpga_pf_result last_pf;
-    fpga_pf_job last_job; /* for tests: where the last prefill's workspace was */
-    accel_decode_curve curve; /* the decode cost by batch (fpga_dec_model_curve), set at open */
-} fpga_dev;
-
 static const struct accel_dev_i fpga_i;
-
-/* ---------------------------------------------------------------- KV pool */
-
-/* Offset of block id's tiles of stream slot `slot` (in every channel). */
-static uint64_t blk_off(const fpga_dev *d, uint32_t id, uint32_t slot)
-{
-    const fpga_dec_kvmap *g = &d->geo;
-    return d->kv_base + (uint64_t)(id / g->group) * g->super_bytes + slot * g->slot_stride +
-           (uint64_t)(id % g->group) * g->bt;
-}
-
-/* The pool s's block ids are from. */
-static fpga_kv_pool *pool_of(fpga_dev *d, const fpga_seq *s)
-{
-    return s->tier == FPGA_DEC_TIER_HOST ? &d->host_kv : s->tier ? &d->ddr_kv : &d->kv;
-}
-
-static int card_status(fpga_dev *d, int st);
-/* Every stream of block src copied over block dst (one kv_gather run per stream). */
-static int blk_copy(fpga_dev *d, uint32_t src, uint32_t dst)
-{
-    const uint32_t streams = d->base.m->cfg.n_layers * d->card.lo.kv_streams;
-    for (uint32_t g = 0; g < streams; g++) {
-        int st = fpga_card_copy_bank(&d->card, (int)(g % FPGA_DEC_CH), blk_off(d, src, g / 32),
-                                     blk_off(d, dst, g / 32), d->geo.bt);
-        if (st) return card_status(d, st); /* a timeout degrades the device */
-    }
-    return 0;
-}
-
-/* Positions [pos0, pos0 + n) of s are about to be written: the blocks they fall in are taken
- * (the table grows) and a block another table shares is replaced by a private copy. All or
- * nothing: ACCEL_ERR_NOMEM leaves the table as it was. */
-static int kv_grow(fpga_dev *d, fpga_seq *s, int pos0, int n)
-{
-    const int T = (int)d->blk_tokens;
-    int need = (pos0 + n + T - 1) / T;
-    if (need > s->cap_ids) return ACCEL_ERR_INVALID;
-    int cow = 0, fresh = need > s->n_ids ? need - s->n_ids : 0;
-    fpga_kv_pool *pool = pool_of(d, s);
-    for (int i = pos0 / T; i < need && i < s->n_ids; i++) cow += fpga_kv_pool_shared(pool, s->ids[i]);
-    if (cow && s->tier) return ACCEL_ERR_UNSUPPORTED; /* offloaded blocks are never shared */
-    if (fpga_kv_pool_free_count(pool) < cow + fresh) return ACCEL_ERR_NOMEM;
-    if (fresh && fpga_kv_pool_take(pool, fresh, s->ids + s->n_ids)) return ACCEL_ERR_NOMEM;
-    s->n_ids += fresh;
-    for (int i = pos0 / T; cow && i < need; i++) {
-        if (!fpga_kv_pool_shared(&d->kv, s->ids[i])) continue;
-        uint32_t id;
-        if (fpga_kv_pool_take(&d->kv, 1, &id)) return ACCEL_ERR_NOMEM;
-        int st = blk_copy(d, s->ids[i], id);
-        if (st) {
-            /* a timed-out copy may still write the block: it stays taken, out of the pool */
-            if (st != ACCEL_ERR_TIMEOUT) fpga_kv_pool_unref(&d->kv, &id, 1, 0);
-            return st;
-        }
-        fpga_kv_pool_unref(&d->kv, &s->ids[i], 1, s->base.holder);
-        s->ids[i] = id;
-        cow--;
-    }
-    return ACCEL_OK;
-}
-
-/* The map the kernels get for s. */
-static void seq_map(const fpga_dev *d, const fpga_seq *s, fpga_dec_kvmap *m)
-{
-    *m = d->geo;
-    m->ids = s->ids;
-    m->n_ids = (uint32_t)s->n_ids;
-}
 
 /* ---------------------------------------------------------------- statuses */
 
-static void mark_failed(void *owner, int st)
+void fpga_seq_mark_failed(void *owner, int st)
 {
     if (owner) ((fpga_seq *)owner)->failed = 1;
 }
 
 /* A card status as the accel interface reports it: a timeout degrades the device; a run or
  * call that failed on arguments the backend built means the card is not in the state the host
- * believes: a device failure. */
-static int card_status(fpga_dev *d, int st)
+ * believes: a device failure.
+ * Timeouts in a row do not fail the device here: a run that timed out and is still running at
+ * the card's next call already does (ACCEL_ERR_DEVICE, fpga/card.c's check_stuck), so what
+ * stays DEGRADED is a card whose late runs all landed — slow, not wrong. Whether a slow device
+ * should still get work is the scheduler's call, made the same way for every backend: each
+ * request that fails on a device marks it DEGRADED and SCHED_FAILS_TO_FAIL in a row FAILED
+ * (scheduler/sched_core.c note_failure; the GPU backend never degrades itself at all). A second
+ * count here would fail a card the scheduler still trusts, with no way back but a restart. */
+int fpga_dev_status(fpga_dev *d, int st)
 {
     switch (st) {
     case ACCEL_OK:
@@ -214,13 +97,13 @@ static int card_status(fpga_dev *d, int st)
 static int drain(fpga_dev *d, fpga_seq *self)
 {
     void *owner = NULL;
-    int st = fpga_card_drain(&d->card, &owner, mark_failed);
+    int st = fpga_card_drain(&d->card, &owner, fpga_seq_mark_failed);
     if (!st) return 0;
     if (st == ACCEL_ERR_CORRUPT) {
-        mark_failed(owner, st);
+        fpga_seq_mark_failed(owner, st);
         return owner == self ? st : 0;
     }
-    return card_status(d, st);
+    return fpga_dev_status(d, st);
 }
 
 /* ---------------------------------------------------------------- steps */
@@ -267,11 +150,11 @@ static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits, in
         inv = dyn;
     }
     model_rope_angles(inv, half, pos, d->cs, d->sn);
-    if ((st = kv_grow(d, s, pos, 1))) return st;
+    if ((st = fpga_seq_grow(d, s, pos, 1))) return st;
     uint32_t n_ids = (uint32_t)(pos / (int)d->blk_tokens + 1);
     fpga_tls_io io;
     const int tls = allow_tls && s->tls_on && (st = tls_ready(d, s, pos, &io, NULL)) == 0;
-    if (st && st != ACCEL_ERR_NOMEM) return card_status(d, st);
+    if (st && st != ACCEL_ERR_NOMEM) return fpga_dev_status(d, st);
     d->card.kv_tier = (uint32_t)s->tier;
     st = fpga_card_step(&d->card, d->x0, d->cs, d->sn, (uint32_t)id, (uint32_t)pos,
                         s->tier ? 0 : d->kv_base, d->geo.blk_tiles, s->ids, n_ids, logits);
@@ -280,27 +163,7 @@ static int step(fpga_dev *d, fpga_seq *s, int32_t id, int pos, float *logits, in
         fpga_tls_step_counts k;
         if (!(st = fpga_tls_step_read(&d->card, &k))) tls_done(d, s, pos, &k);
     }
-    return card_status(d, st);
-}
-
-/* The blocks n sequences' next positions (pos[i] .. pos[i] + cnt - 1) need, fresh or copied:
- * ACCEL_ERR_NOMEM before anything is taken when the pool cannot give them all. */
-static int kv_room(fpga_dev *d, int n, accel_seq *const *seqs, int cnt)
-{
-    const int T = (int)d->blk_tokens;
-    int need[3] = {0, 0, 0};
-    for (int i = 0; i < n; i++) {
-        const fpga_seq *s = (const fpga_seq *)seqs[i];
-        int pos0 = s->base.len, last = (pos0 + cnt + T - 1) / T;
-        if (last > s->n_ids) need[s->tier] += last - s->n_ids;
-        for (int b = pos0 / T; b < last && b < s->n_ids; b++)
-            need[s->tier] += fpga_kv_pool_shared(pool_of(d, s), s->ids[b]);
-    }
-    return fpga_kv_pool_free_count(&d->kv) < need[0] ||
-                   (need[1] && fpga_kv_pool_free_count(&d->ddr_kv) < need[1]) ||
-                   (need[2] && fpga_kv_pool_free_count(&d->host_kv) < need[2])
-               ? ACCEL_ERR_NOMEM
-               : ACCEL_OK;
+    return fpga_dev_status(d, st);
 }
 
 /* The step input of sequence s at pos into the i-th batch slot. */
@@ -329,7 +192,7 @@ static int decode_batch(fpga_dev *d, int n, accel_seq *const *seqs, const int32_
     fpga_tls_io io[FPGA_DEC_MAX_BATCH], back[FPGA_DEC_MAX_BATCH];
     for (int i = 0; i < n; i++) {
         fpga_seq *s = (fpga_seq *)seqs[i];
-        int pos = s->base.len, st = kv_grow(d, s, pos, 1);
+        int pos = s->base.len, st = fpga_seq_grow(d, s, pos, 1);
         if (st) return st;
         step_input(d, i, ids[i], pos, &q[i]);
         q[i].ids = s->ids;
@@ -341,7 +204,7 @@ static int decode_batch(fpga_dev *d, int n, accel_seq *const *seqs, const int32_
             q[i].tls_upto = s->tls_upto;
             q[i].tls_back = &back[i];
         } else if (st && st != ACCEL_ERR_NOMEM) {
-            return card_status(d, st);
+            return fpga_dev_status(d, st);
         }
     }
     int st = fpga_card_step_batch(&d->card, n, q, d->kv_base, d->geo.blk_tiles, logits);
@@ -353,7 +216,7 @@ static int decode_batch(fpga_dev *d, int n, accel_seq *const *seqs, const int32_
         fpga_tls_counts_of(&back[i], &k);
         tls_done(d, s, q[i].pos, &k);
     }
-    return card_status(d, st);
+    return fpga_dev_status(d, st);
 }
 
 static int fpga_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32_t *ids,
@@ -361,16 +224,16 @@ static int fpga_decode(accel_dev *ad, int n, accel_seq *const *seqs, const int32
 {
     fpga_dev *d = (fpga_dev *)ad;
     int vocab = ad->m->cfg.vocab;
-    int st0 = kv_room(d, n, seqs, 1);
+    int st0 = fpga_seq_room(d, n, seqs, 1);
     if (st0) return st0;
     int ddr = 0; /* the batched kernel has no DDR4 ports: offloaded sequences go one per run */
     for (int i = 0; i < n; i++) ddr |= ((const fpga_seq *)seqs[i])->tier;
     if (n > 1 && d->card.max_batch > 1 && !ddr) {
         /* imports in flight land first; a sequence whose import failed fails the step */
         void *owner = NULL;
-        int st = fpga_card_drain(&d->card, &owner, mark_failed);
-        if (st == ACCEL_ERR_CORRUPT) mark_failed(owner, st);
-        else if (st) return card_status(d, st);
+        int st = fpga_card_drain(&d->card, &owner, fpga_seq_mark_failed);
+        if (st && st != ACCEL_ERR_CORRUPT) return fpga_dev_status(d, st);
+        if (st) fpga_seq_mark_failed(owner, st);
         for (int i = 0; i < n; i++)
             if (((fpga_seq *)seqs[i])->failed) return ACCEL_ERR_CORRUPT;
         for (int b0 = 0; b0 < n; b0 += d->card.max_batch) {
@@ -411,7 +274,8 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
     if (r->kv && !r->kv->layer) return ACCEL_ERR_INVALID;
     if (s->failed) return ACCEL_ERR_CORRUPT;
     accel_seq *as = &s->base;
-    int st = kv_room(d, 1, &as, r->n); /* all the prompt's blocks first: NOMEM changes nothing */
+    /* all the prompt's blocks first: NOMEM changes nothing */
+    int st = fpga_seq_room(d, 1, &as, r->n);
     if (st) return st;
     /* the prefill kernel writes HBM pages: an offloaded sequence's prompt goes one dense decode
      * run per token, its KV straight into DDR4 (or arrives by import) */
@@ -419,7 +283,7 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
     st = drain(d, s);
     if (st) return st;
     if (s->failed) return ACCEL_ERR_CORRUPT;
-    if ((st = kv_grow(d, s, s->base.len, r->n))) return st;
+    if ((st = fpga_seq_grow(d, s, s->base.len, r->n))) return st;
     fpga_pf_job j = {.m = ad->m, .ids = r->ids, .n = r->n, .pos0 = (uint32_t)s->base.len,
                      .rope_len = s->base.len + r->n, .kv_off = d->kv_base,
                      .part_tiles = d->geo.blk_tiles, .kv_ids = s->ids,
@@ -445,7 +309,7 @@ static int fpga_prefill(accel_dev *ad, const accel_prefill_req *r)
     }
     st = fpga_pf_prefill(&d->card, &j, &d->last_pf);
     /* the sink's refusal and the host's own failures are theirs; the rest is the card's */
-    if (st && !d->last_pf.host_status) st = card_status(d, st);
+    if (st && !d->last_pf.host_status) st = fpga_dev_status(d, st);
     d->last_job = j;
     fpga_kv_pool_give_supers(&d->kv, ws_first, ws_k);
     if (!st && r->sparse_report && d->last_pf.layers_sparse) {
@@ -470,7 +334,7 @@ static int check_landed(fpga_dev *d, fpga_seq *s, int pos0, int n)
     d->card.kv_tier = (uint32_t)s->tier;
     st = fpga_card_check(&d->card, (uint32_t)pos0, (uint32_t)n, s->tier ? 0 : d->kv_base, d->geo.blk_tiles,
                          s->ids, (uint32_t)((pos0 + n + T - 1) / T), d->check_crc, &owner);
-    if (st) return card_status(d, st);
+    if (st) return fpga_dev_status(d, st);
     for (int l = 0; l < d->base.m->cfg.n_layers; l++)
         if (d->check_crc[l] != s->run_crc[l]) {
             s->failed = 1;
@@ -490,7 +354,7 @@ static int import(fpga_dev *d, fpga_seq *s, const proto_kv_layer *c, int has_crc
     }
     /* the run's blocks are taken with its first layer (all or nothing) */
     if (c->layer == 0) {
-        int st = kv_grow(d, s, c->pos0, c->n_tokens);
+        int st = fpga_seq_grow(d, s, c->pos0, c->n_tokens);
         if (st) return st;
     }
     s->run_crc[c->layer] = has_crc ? crc : proto_kv_payload_crc(c);
@@ -505,11 +369,11 @@ static int import(fpga_dev *d, fpga_seq *s, const proto_kv_layer *c, int has_crc
                                    1 + s->tier, &s->ids[pos / T],
                                    (uint32_t)((pos % T + n + T - 1) / T), s, &failed);
         if (st == ACCEL_ERR_CORRUPT) {
-            mark_failed(failed, st);
+            fpga_seq_mark_failed(failed, st);
             if (failed == s) return st;
         } else if (st) {
-            mark_failed(failed, st);
-            return card_status(d, st);
+            fpga_seq_mark_failed(failed, st);
+            return fpga_dev_status(d, st);
         }
     }
     /* the run of positions is complete: it is verified on the card before anyone uses it */
@@ -525,155 +389,6 @@ static int fpga_kv_import(accel_dev *ad, accel_seq *as, const proto_kv_layer *c)
 static int fpga_kv_import_crc(accel_dev *ad, accel_seq *as, const proto_kv_layer *c, uint32_t crc)
 {
     return import((fpga_dev *)ad, (fpga_seq *)as, c, 1, crc);
-}
-
-/* ---------------------------------------------------------------- sequences */
-
-static int fpga_seq_new(accel_dev *ad, int capacity, accel_seq **out)
-{
-    fpga_dev *d = (fpga_dev *)ad;
-    fpga_seq *s = calloc(1, sizeof *s);
-    /* paged: no block is taken before a position needs it */
-    if (s) {
-        s->cap_ids = (int)((capacity + (int)d->blk_tokens - 1) / (int)d->blk_tokens);
-        s->run_crc = calloc((size_t)ad->m->cfg.n_layers, sizeof *s->run_crc);
-        s->ids = malloc(sizeof *s->ids * (size_t)s->cap_ids);
-    }
-    if (!s || !s->run_crc || !s->ids) {
-        if (s) free(s->run_crc);
-        free(s);
-        return ACCEL_ERR_NOMEM;
-    }
-    s->tls_on = d->tls.on;
-    s->tls_p = d->tls.p;
-    /* its KV past HBM when HBM cannot hold it (fpga/BANKS.md "DDR4"; TANDEM_FPGA_KV_TIER) */
-    if (d->has_ddr && d->tier != 2 && d->tls.avail &&
-        fpga_tls_offload_ok(&d->card.desc, (uint32_t)d->tls.p.block_size) &&
-        (d->tier || s->cap_ids > fpga_kv_pool_free_count(&d->kv))) {
-        if (d->tier != 3 && s->cap_ids <= fpga_kv_pool_free_count(&d->ddr_kv))
-            s->tier = FPGA_DEC_TIER_DDR;
-        else if (d->tier != 1 && s->cap_ids <= fpga_kv_pool_free_count(&d->host_kv))
-            s->tier = FPGA_DEC_TIER_HOST;
-    }
-    *out = &s->base;
-    return ACCEL_OK;
-}
-
-/* accel_seq_fork: the blocks of src's first n_tokens positions, shared (one reference more);
- * a shared partial block is copied by whichever side writes into it first (kv_grow). */
-static int fpga_seq_fork(accel_dev *ad, accel_seq *asrc, int n_tokens, int capacity,
-                         accel_seq **out)
-{
-    fpga_dev *d = (fpga_dev *)ad;
-    fpga_seq *src = (fpga_seq *)asrc;
-    if (src->failed) return ACCEL_ERR_CORRUPT;
-    if (src->tier) return ACCEL_ERR_UNSUPPORTED; /* offloaded blocks: no copy kernel, unshared */
-    int st = fpga_seq_new(ad, capacity, out);
-    if (st) return st;
-    fpga_seq *s = (fpga_seq *)*out;
-    s->tier = 0; /* src's HBM blocks */
-    s->tls_on = src->tls_on; /* its own arena, summarized on its first step */
-    s->tls_p = src->tls_p;
-    s->n_ids = (n_tokens + (int)d->blk_tokens - 1) / (int)d->blk_tokens;
-    memcpy(s->ids, src->ids, sizeof *s->ids * (size_t)s->n_ids);
-    fpga_kv_pool_ref(&d->kv, s->ids, s->n_ids, 0);
-    return ACCEL_OK;
-}
-
-/* Blocks past the first len positions go back to the pool. */
-static int fpga_seq_truncate(accel_dev *ad, accel_seq *as, int len)
-{
-    fpga_dev *d = (fpga_dev *)ad;
-    fpga_seq *s = (fpga_seq *)as;
-    int keep = (len + (int)d->blk_tokens - 1) / (int)d->blk_tokens;
-    if (keep < s->n_ids) {
-        void *owner = NULL; /* a scatter may still be writing the blocks that go */
-        int st = fpga_card_drain(&d->card, &owner, mark_failed);
-        if (st == ACCEL_ERR_TIMEOUT || st == ACCEL_ERR_DEVICE) return card_status(d, st);
-        if (st) mark_failed(owner, st);
-        fpga_kv_pool_unref(pool_of(d, s), s->ids + keep, s->n_ids - keep, s->base.holder);
-        s->n_ids = keep;
-    }
-    /* summaries past len are rebuilt from the start of len's block when it is next decoded */
-    const uint32_t bs = d->tls.avail ? (uint32_t)d->tls.p.block_size : 1;
-    if (s->tls_upto > (uint32_t)len) s->tls_upto = (uint32_t)len / bs * bs;
-    s->pipe_len = 0;
-    return ACCEL_OK;
-}
-
-static int fpga_seq_hold(accel_dev *ad, accel_seq *as)
-{
-    fpga_dev *d = (fpga_dev *)ad;
-    fpga_seq *s = (fpga_seq *)as;
-    if (s->failed) return ACCEL_ERR_CORRUPT;
-    if (s->tier) return ACCEL_ERR_UNSUPPORTED; /* offloaded blocks are not shared */
-    fpga_kv_pool_hold(&d->kv, s->ids, s->n_ids);
-    return ACCEL_OK;
-}
-
-static void fpga_kv_usage(accel_dev *ad, int *total, int *used, int *cached)
-{
-    fpga_kv_pool_usage(&((fpga_dev *)ad)->kv, total, used, cached);
-}
-
-/* The host tier's unit: block `block` of s as the card stores it, stream after stream (layer,
- * head, part order), each stream's blk_tiles tiles as they lie in HBM: n_layers * kv_streams *
- * bt = kv_block_tokens * kv_bytes_per_token bytes. */
-static int fpga_kv_block_save(accel_dev *ad, accel_seq *as, int block, void *dst)
-{
-    fpga_dev *d = (fpga_dev *)ad;
-    fpga_seq *s = (fpga_seq *)as;
-    if (s->failed) return ACCEL_ERR_CORRUPT;
-    if (s->tier) return ACCEL_ERR_UNSUPPORTED;
-    if (block >= s->n_ids) return ACCEL_ERR_INVALID;
-    const uint32_t streams = ad->m->cfg.n_layers * d->card.lo.kv_streams;
-    for (uint32_t g = 0; g < streams; g++) {
-        int st = fpga_card_read_bank(&d->card, (int)(g % FPGA_DEC_CH), blk_off(d, s->ids[block], g / 32),
-                                     (uint8_t *)dst + (uint64_t)g * d->geo.bt, d->geo.bt);
-        if (st) return card_status(d, st);
-    }
-    return ACCEL_OK;
-}
-
-static int fpga_kv_block_load(accel_dev *ad, accel_seq *as, const void *src)
-{
-    fpga_dev *d = (fpga_dev *)ad;
-    fpga_seq *s = (fpga_seq *)as;
-    if (s->failed) return ACCEL_ERR_CORRUPT;
-    if (s->tier) return ACCEL_ERR_UNSUPPORTED;
-    int st = kv_grow(d, s, s->base.len, (int)d->blk_tokens);
-    if (st) return st;
-    const uint32_t streams = ad->m->cfg.n_layers * d->card.lo.kv_streams;
-    uint32_t id = s->ids[s->base.len / (int)d->blk_tokens];
-    for (uint32_t g = 0; g < streams; g++) {
-        st = fpga_card_write_bank(&d->card, (int)(g % FPGA_DEC_CH), blk_off(d, id, g / 32),
-                                  (const uint8_t *)src + (uint64_t)g * d->geo.bt, d->geo.bt);
-        if (st) return card_status(d, st);
-    }
-    return ACCEL_OK;
-}
-
-static void fpga_seq_free(accel_dev *ad, accel_seq *as)
-{
-    fpga_dev *d = (fpga_dev *)ad;
-    fpga_seq *s = (fpga_seq *)as;
-    /* a scatter still writing into this sequence's blocks must finish before they are reused;
-     * on a failed card nothing is waited for and the blocks stay taken */
-    void *owner = NULL;
-    int st = atomic_load(&ad->health) == ACCEL_HEALTH_FAILED
-                 ? ACCEL_ERR_DEVICE
-                 : fpga_card_drain(&d->card, &owner, mark_failed);
-    if (st == ACCEL_ERR_TIMEOUT || st == ACCEL_ERR_DEVICE) {
-        accel_dev_fail(ad); /* the blocks stay taken: the card may still write them */
-    } else {
-        if (st) mark_failed(owner, st);
-        fpga_kv_pool_unref(pool_of(d, s), s->ids, s->n_ids, s->base.holder);
-        if (s->tls_ar.k) fpga_kv_pool_give_supers(&d->kv, s->tls_ar.first, s->tls_ar.k);
-    }
-    fpga_card_forget(&d->card, s); /* a piece that timed out still names it */
-    free(s->ids);
-    free(s->run_crc);
-    free(s);
 }
 
 static int fpga_warmup(accel_dev *ad)
@@ -840,7 +555,10 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
         snprintf(err, errlen, "%s:%d: %s", kind, index, cerr);
         goto fail;
     }
-    d->card.on_fail = mark_failed; /* a card-level call's drain marks a failed piece's owner */
+    /* a card-level call's drain marks a failed piece's owner */
+    d->card.on_fail = fpga_seq_mark_failed;
+    d->card.on_copy_landed = fpga_seq_copy_landed; /* a late copy's block comes back (fpga/seq.c) */
+    d->card.copy_arg = d;
     if (emu && !d->card.emu) {
         snprintf(err, errlen, "%s:%d: %s is not the tandem emulator", kind, index, lib);
         goto fail;
@@ -959,7 +677,7 @@ int fpga_dev_image_cached(accel_dev *ad, const char **path)
 int fpga_dev_seq_kvmap(accel_dev *ad, accel_seq *as, fpga_dec_kvmap *m)
 {
     if (!ad || ad->i != &fpga_i) return -1;
-    seq_map((fpga_dev *)ad, (fpga_seq *)as, m);
+    fpga_seq_map((fpga_dev *)ad, (fpga_seq *)as, m);
     return 0;
 }
 

@@ -25,14 +25,16 @@
  * Environment: TANDEM_FPGA_QUANT (settings, fpga/quant.h), TANDEM_CACHE_DIR (image cache,
  * fpga/image_cache.h), TANDEM_FPGA_TIMEOUT_MS (a run's watchdog, default 30000).
  * Health: a run past its watchdog returns ACCEL_ERR_TIMEOUT and marks the device DEGRADED; if
- * it is still running at the next call, or a run faults, or the card disappears, the call
- * returns ACCEL_ERR_DEVICE and the device is FAILED. A KV chunk whose values or scales are not
- * what proto/kv.h allows, whose bytes changed between host and HBM (the scatter kernel's
- * CRC32C), or — checked when a run of positions is complete, by kv_check reading it back from
- * the tiles — whose landed bytes do not have the producer's payload CRC (accel_kv_import_crc;
- * plain accel_kv_import: the CRC of the chunk as it arrived) fails its import with
- * ACCEL_ERR_CORRUPT; the sequence then refuses to decode, the device's health is unchanged (the
- * scheduler keeps count). */
+ * it is still running at the next call (an import piece's included), or a run faults, or the
+ * card disappears, the call returns ACCEL_ERR_DEVICE and the device is FAILED. Late runs that
+ * all land leave it DEGRADED however many: the scheduler counts a device's failures in a row
+ * and stops placing work on it (fpga/backend.c fpga_dev_status says why not here). A KV chunk whose
+ * values or scales are not what proto/kv.h allows, whose bytes changed between host and HBM (the
+ * scatter kernel's CRC32C), or — checked when a run of positions is complete, by kv_check reading
+ * it back from the tiles — whose landed bytes do not have the producer's payload CRC
+ * (accel_kv_import_crc; plain accel_kv_import: the CRC of the chunk as it arrived) fails its import
+ * with ACCEL_ERR_CORRUPT; the sequence then refuses to decode, the device's health is unchanged
+ * (the scheduler keeps count). */
 #ifndef TANDEM_FPGA_BACKEND_H
 #define TANDEM_FPGA_BACKEND_H
 #include "fpga/calib.h"

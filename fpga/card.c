@@ -246,12 +246,34 @@ static int wait_run(fpga_card *c, xrtRunHandle r)
     return fpga_xrt_run_wait(c->x, r, c->timeout_ms, NULL);
 }
 
-/* Waits for copy run i; one that timed out stays busy, for check_stuck. */
-static int wait_gather(fpga_card *c, int i)
+/* Copy run i is seen finished: not busy any more, and the destination its caller kept out of
+ * use while the run might still write it (a timed-out copy's tag) goes back to the caller. */
+static void gather_done(fpga_card *c, int i)
+{
+    uint64_t tag = c->gather_tag[i];
+    c->gather_busy[i] = 0;
+    c->gather_tag[i] = 0;
+    if (tag && c->on_copy_landed) c->on_copy_landed(c->copy_arg, tag);
+}
+
+/* Waits for copy run i; one that timed out stays busy, for check_stuck, and keeps tag. */
+static int wait_gather(fpga_card *c, int i, uint64_t tag)
 {
     int st = wait_run(c, c->r_gather[i]);
-    c->gather_busy[i] = st == ACCEL_ERR_TIMEOUT;
+    if (st != ACCEL_ERR_TIMEOUT) {
+        gather_done(c, i);
+        return st;
+    }
+    c->gather_busy[i] = 1;
+    c->gather_tag[i] = tag;
     return st;
+}
+
+int fpga_card_copy_kept(const fpga_card *c, uint64_t tag)
+{
+    for (int i = 0; tag && i < FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS; i++)
+        if (c->gather_busy[i] && c->gather_tag[i] == tag) return 1;
+    return 0;
 }
 
 int fpga_card_upload(fpga_card *c, const uint8_t *image, char *err, size_t errlen)
@@ -265,7 +287,7 @@ int fpga_card_upload(fpga_card *c, const uint8_t *image, char *err, size_t errle
                                                                           : FPGA_CARD_STAGE_BYTES;
             xrtRunHandle r = c->r_gather[slot];
             if (c->gather_busy[slot] && (st = wait_run(c, r))) break;
-            c->gather_busy[slot] = 0;
+            gather_done(c, slot);
             memcpy(c->stage_host[slot / 4][slot % 4], src + off, n);
             if ((st = fpga_xrt_bo_sync(c->x, c->stage[slot / 4][slot % 4], XCL_BO_SYNC_BO_TO_DEVICE,
                                        n, 0)) ||
@@ -283,7 +305,7 @@ int fpga_card_upload(fpga_card *c, const uint8_t *image, char *err, size_t errle
         if (!c->gather_busy[i]) continue;
         int s = wait_run(c, c->r_gather[i]);
         if (!st) st = s;
-        if (s != ACCEL_ERR_TIMEOUT) c->gather_busy[i] = 0;
+        if (s != ACCEL_ERR_TIMEOUT) gather_done(c, i);
     }
     if (st) return fail_msg(st, err, errlen, "weight upload");
     return 0;
@@ -303,7 +325,7 @@ static int check_stuck(fpga_card *c)
     for (int i = 0; i < FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS; i++) {
         if (!c->gather_busy[i]) continue;
         if (in_flight(c, c->r_gather[i])) return ACCEL_ERR_DEVICE;
-        c->gather_busy[i] = 0;
+        gather_done(c, i);
     }
     if (c->dec_in_flight) {
         if (in_flight(c, c->r_dec) || (c->r_decb && in_flight(c, c->r_decb))) return ACCEL_ERR_DEVICE;
@@ -492,9 +514,15 @@ static int finish_group(fpga_card *c, int g)
 {
     fpga_card_pending *p = &c->pend[g];
     if (!p->busy) return 0;
+    /* timed out before and still running: stuck, as check_stuck says of every other run (a
+     * second wait would only time out again, and a hung piece then never failed the card) */
+    if (p->timed_out && in_flight(c, c->r_sc[g])) return ACCEL_ERR_DEVICE;
     int st = wait_run(c, c->r_sc[g]);
-    if (st == ACCEL_ERR_TIMEOUT) return st; /* still in flight: stays busy */
-    p->busy = 0;
+    if (st == ACCEL_ERR_TIMEOUT) { /* still in flight: stays busy */
+        p->timed_out = 1;
+        return st;
+    }
+    p->busy = p->timed_out = 0;
     if (st) return st;
     if (c->emu) {
         fpga_emu_run_stats rs;
@@ -676,7 +704,7 @@ int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n)
         TRY(fpga_xrt_run_set_u64(c->x, r, 3, 0));
         TRY(fpga_xrt_run_set_u64(c->x, r, 4, k));
         TRY(fpga_xrt_run_start(c->x, r));
-        TRY(wait_gather(c, 0));
+        TRY(wait_gather(c, 0, 0));
         TRY(fpga_xrt_bo_sync(c->x, c->stage[0][0], XCL_BO_SYNC_BO_FROM_DEVICE, k, 0));
         TRY(fpga_xrt_bo_read(c->x, c->stage[0][0], out, k, 0));
         out += k;
@@ -686,7 +714,8 @@ int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n)
     return 0;
 }
 
-int fpga_card_copy_bank(fpga_card *c, int ch, uint64_t src_off, uint64_t dst_off, size_t n)
+int fpga_card_copy_bank(fpga_card *c, int ch, uint64_t src_off, uint64_t dst_off, size_t n,
+                        uint64_t tag)
 {
     TRY(drain_for_call(c));
     TRY(check_stuck(c));
@@ -697,7 +726,7 @@ int fpga_card_copy_bank(fpga_card *c, int ch, uint64_t src_off, uint64_t dst_off
     TRY(fpga_xrt_run_set_u64(c->x, r, 3, dst_off));
     TRY(fpga_xrt_run_set_u64(c->x, r, 4, n));
     TRY(fpga_xrt_run_start(c->x, r));
-    int st = wait_gather(c, 0);
+    int st = wait_gather(c, 0, tag);
     fpga_emu_run_stats rs;
     if (!st && c->emu && fpga_xrt_emu_run_stats(c->x, r, &rs) == 0) {
         c->gather_runs++;
@@ -717,7 +746,7 @@ int fpga_card_write_bank(fpga_card *c, int ch, uint64_t off, const void *src, si
         size_t k = n < FPGA_CARD_STAGE_BYTES ? n : FPGA_CARD_STAGE_BYTES;
         xrtRunHandle r = c->r_gather[slot];
         if (c->gather_busy[slot] && (st = wait_run(c, r))) break;
-        c->gather_busy[slot] = 0;
+        gather_done(c, slot);
         memcpy(c->stage_host[slot / 4][slot % 4], in, k);
         if ((st = fpga_xrt_bo_sync(c->x, c->stage[slot / 4][slot % 4], XCL_BO_SYNC_BO_TO_DEVICE, k,
                                    0)) ||
@@ -737,7 +766,7 @@ int fpga_card_write_bank(fpga_card *c, int ch, uint64_t off, const void *src, si
         if (!c->gather_busy[i]) continue;
         int s2 = wait_run(c, c->r_gather[i]);
         if (!st) st = s2;
-        if (s2 != ACCEL_ERR_TIMEOUT) c->gather_busy[i] = 0;
+        if (s2 != ACCEL_ERR_TIMEOUT) gather_done(c, i);
         fpga_emu_run_stats rs;
         if (!s2 && c->emu && fpga_xrt_emu_run_stats(c->x, c->r_gather[i], &rs) == 0) {
             c->gather_runs++;

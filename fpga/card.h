@@ -2,10 +2,10 @@
  * of the bank plan (fpga/BANKS.md), the weight upload, decode runs and KV import pieces.
  *
  * Objects: 32 bank BOs (DEV_ONLY, one per pseudo-channel, each 256 MiB minus a reserve at the
- * top): image at the bottom, KV pool above (sequence slabs and prefill workspaces). In the reserves: the io BO (HBM[0]: step input,
- * status, logits) and 2 x 4 staging BOs (HBM[1..8], host-visible, mapped) through which the
- * weights are uploaded (kv_gather copies) and KV is imported (kv_scatter). One run handle per
- * kernel use, its buffer arguments set once.
+ * top): image at the bottom, KV pool above (sequence slabs and prefill workspaces). In the
+ * reserves: the io BO (HBM[0]: step input, status, logits) and 2 x 4 staging BOs (HBM[1..8],
+ * host-visible, mapped) through which the weights are uploaded (kv_gather copies) and KV is
+ * imported (kv_scatter). One run handle per kernel use, its buffer arguments set once.
  *
  * Import pipeline: fpga_card_scatter() fills one staging group, syncs it and starts a scatter
  * run without waiting; the next piece uses the other group, so the copy and the PCIe transfer
@@ -17,7 +17,8 @@
  *
  * Errors: ACCEL_* statuses; messages in err where given, else fpga_xrt_error(). A run that
  * does not complete within timeout_ms returns ACCEL_ERR_TIMEOUT and is remembered: if it is
- * still in flight at the next call the card is stuck (ACCEL_ERR_DEVICE).
+ * still in flight at the next call that would wait for it or start a run the card is stuck
+ * (ACCEL_ERR_DEVICE) — an import piece's as well as a decode, prefill, check or copy run's.
  * Threads: one thread drives a card (the device's). */
 #ifndef TANDEM_FPGA_CARD_H
 #define TANDEM_FPGA_CARD_H
@@ -33,6 +34,7 @@
 
 typedef struct fpga_card_pending {
     int busy;
+    int timed_out; /* a wait on it timed out: still running at the next, the card is stuck */
     void *owner; /* the sequence the piece belongs to (the backend's) */
     uint32_t layer, pos0, n, nslots;
     uint32_t crc[FPGA_DEC_STAGE_SLOTS];
@@ -59,6 +61,12 @@ typedef struct fpga_card {
     xrtRunHandle r_pf;
     xrtRunHandle r_check; /* kv_check, its report in staging slot [0][0] */
     int gather_busy[FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS];
+    /* a copy run (fpga_card_copy_bank) that timed out: its caller's tag for the destination the
+     * run may still write (0: none), handed to on_copy_landed(copy_arg, tag) when the card sees
+     * the run finished; never on close (the caller frees what the tag names with its own state) */
+    uint64_t gather_tag[FPGA_CARD_GROUPS * FPGA_DEC_STAGE_SLOTS];
+    void (*on_copy_landed)(void *arg, uint64_t tag);
+    void *copy_arg;
     uint64_t bank_bytes, io_bytes;
     fpga_card_pending pend[FPGA_CARD_GROUPS];
     int next_group;
@@ -179,8 +187,14 @@ int fpga_card_check(fpga_card *c, uint32_t pos0, uint32_t n, uint64_t kv_off, ui
  * (on_fail), not the caller's. */
 int fpga_card_read_bank(fpga_card *c, int ch, uint64_t off, void *dst, size_t n);
 /* Copies n bytes inside bank BO ch from src_off to dst_off (a kv_gather run: copy-on-write of a
- * KV block). Drains first. */
-int fpga_card_copy_bank(fpga_card *c, int ch, uint64_t src_off, uint64_t dst_off, size_t n);
+ * KV block). Drains first. tag (not 0): the caller's name for the destination; when the copy
+ * run itself times out the card keeps it (fpga_card_copy_kept says so) and hands it to
+ * on_copy_landed once it sees the run finished: until then the run may still write there. On
+ * any other return the destination is the caller's again. */
+int fpga_card_copy_bank(fpga_card *c, int ch, uint64_t src_off, uint64_t dst_off, size_t n,
+                        uint64_t tag);
+/* 1 when a timed-out copy run the card has not yet seen finish holds tag. */
+int fpga_card_copy_kept(const fpga_card *c, uint64_t tag);
 /* Writes n bytes at off of bank BO ch (staging slots + kv_gather runs, pipelined over the
  * slots as the weight upload is). Drains first. */
 int fpga_card_write_bank(fpga_card *c, int ch, uint64_t off, const void *src, size_t n);

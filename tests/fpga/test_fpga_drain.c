@@ -117,3 +117,109 @@ TEST(fpga_drain_failed_piece_is_its_owners)
     tf_kv_free(&kv);
     model_free(m);
 }
+
+/* fpga-emu:0 whose run number `after` + 1 (after 0: none) is `kind`; a hang with a 200 ms
+ * watchdog (each wait on it then costs that long, not the default 30 s). A late run times out
+ * whatever the watchdog (fpga/emu/emu_fault.c), which is left as it is: a slow build (TSan)
+ * needs its long one for the other runs. */
+static accel_dev *open_with(const model *m, uint64_t after, const char *kind)
+{
+    char spec[96];
+    if (!after) return tf_open_faulted(m, NULL);
+    if (!strcmp(kind, "hang")) setenv("TANDEM_FPGA_TIMEOUT_MS", "200", 1);
+    snprintf(spec, sizeof spec, "card=0,run=%llu,kind=%s", (unsigned long long)after + 1, kind);
+    return tf_open_faulted(m, spec);
+}
+
+static uint64_t runs(accel_dev *d)
+{
+    fpga_emu_card_stats cs;
+    return tf_card_stats(d, &cs) == 0 ? cs.runs_started : 0;
+}
+
+/* A's piece hangs. The first call that drains it times out (DEGRADED); the next finds it still
+ * running: the card is stuck and FAILED at once, as after any other run that timed out and still
+ * runs (fpga/card.h). Before, each later call waited the watchdog out again and timed out again,
+ * and the card stayed DEGRADED with a hung kernel. */
+TEST(fpga_drain_hung_piece_fails_the_card_next_call)
+{
+    char err[256];
+    model *m = model_load(TF_MODEL, err, sizeof err);
+    REQUIRE(m);
+    tf_kv kv;
+    REQUIRE(cpu_kv(m, &kv) == 0);
+    accel_dev *d = open_with(m, 0, NULL);
+    REQUIRE(d);
+    uint64_t r0 = runs(d); /* the weight upload's */
+    accel_free(d);
+    d = open_with(m, r0, "hang");
+    REQUIRE(d);
+    float *lg = malloc(sizeof(float) * m->cfg.vocab);
+    accel_seq *a, *b;
+    REQUIRE(accel_seq_new(d, 64, &a) == 0);
+    REQUIRE(accel_seq_new(d, 16, &b) == 0);
+    CHECK_EQ(accel_kv_import(d, a, &kv.chunks[0]), 0); /* in flight: it hangs */
+    int32_t id = 1;
+    CHECK_EQ(accel_decode(d, 1, &b, &id, lg), ACCEL_ERR_TIMEOUT);
+    CHECK_EQ(tf_health(d), ACCEL_HEALTH_DEGRADED);
+    CHECK_EQ(accel_decode(d, 1, &b, &id, lg), ACCEL_ERR_DEVICE);
+    CHECK_EQ(tf_health(d), ACCEL_HEALTH_FAILED);
+    accel_seq_free(d, a);
+    accel_seq_free(d, b);
+    accel_free(d);
+    free(lg);
+    tf_kv_free(&kv);
+    model_free(m);
+}
+
+/* F, a fork sharing a partial block with S, imports into that block while A's piece is in flight
+ * and late: the copy-on-write drains first and finds A's piece timed out, so no copy started and
+ * the block taken for it goes back at once. Before, it stayed taken as if a late copy might
+ * still write it: one block lost each time, never returned. */
+TEST(fpga_drain_timeout_before_a_copy_gives_its_block_back)
+{
+    char err[256];
+    model *m = model_load(TF_MODEL, err, sizeof err);
+    REQUIRE(m);
+    tf_kv kv;
+    REQUIRE(cpu_kv(m, &kv) == 0);
+    uint64_t at = 0;
+    for (int pass = 0; pass < 2; pass++) { /* a dry run numbers A's piece */
+        accel_dev *d = open_with(m, at, "late");
+        REQUIRE(d);
+        accel_info info;
+        accel_get_info(d, &info);
+        const int T = info.kv_block_tokens, P = T + 8;
+        REQUIRE(T >= 16); /* F's 8 positions after P stay in the shared block */
+        int32_t *ids = malloc(sizeof *ids * (size_t)P);
+        for (int i = 0; i < P; i++) ids[i] = 1 + (i * 5) % (m->cfg.vocab - 1);
+        accel_seq *s, *f, *a;
+        REQUIRE(accel_seq_new(d, P, &s) == 0);
+        accel_prefill_req r = {.seq = s, .ids = ids, .n = P};
+        REQUIRE(accel_prefill(d, &r) == 0);
+        REQUIRE(accel_seq_fork(d, s, P, P + 8, &f) == 0);
+        REQUIRE(accel_seq_new(d, 64, &a) == 0);
+        if (pass == 0) {
+            at = runs(d);
+        } else {
+            CHECK_EQ(accel_kv_import(d, a, &kv.chunks[0]), 0); /* in flight: late */
+            accel_get_info(d, &info);
+            const int used = info.kv_blocks_used;
+            proto_kv_layer c = kv.chunks[0];
+            c.pos0 = P, c.n_tokens = 8;
+            CHECK_EQ(accel_kv_import(d, f, &c), ACCEL_ERR_TIMEOUT);
+            CHECK_EQ(tf_health(d), ACCEL_HEALTH_DEGRADED);
+            accel_get_info(d, &info);
+            CHECK_EQ(info.kv_blocks_used, used);
+        }
+        accel_seq_free(d, a);
+        accel_seq_free(d, f);
+        accel_seq_free(d, s);
+        accel_get_info(d, &info);
+        CHECK_EQ(info.kv_blocks_used, 0);
+        accel_free(d);
+        free(ids);
+    }
+    tf_kv_free(&kv);
+    model_free(m);
+}
