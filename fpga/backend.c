@@ -443,6 +443,7 @@ static void fpga_free(accel_dev *ad)
     free(d->check_crc);
     fpga_kv_pool_deinit(&d->kv);
     if (d->has_ddr) fpga_kv_pool_deinit(&d->ddr_kv), fpga_kv_pool_deinit(&d->host_kv);
+    if (d->model_held) fpga_image_drop(d->base.m);
     free(d);
 }
 
@@ -567,6 +568,7 @@ static accel_dev *open_dev(int emu, int index, const model *m, const accel_opts 
         snprintf(err, errlen, "%s:%d: %s", kind, index, fpga_xrt_error());
         goto fail;
     }
+    d->model_held = fpga_image_hold(m) == 0; /* the next card on m reads no weight again */
     if (fpga_image_get(m, &d->q, ref, o->cache_dir, &img, NULL, err, errlen)) goto fail;
     d->image_cached = img.from_cache;
     snprintf(d->image_path, sizeof d->image_path, "%s", img.path);

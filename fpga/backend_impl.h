@@ -38,6 +38,7 @@ typedef struct fpga_dev {
     fpga_quant_opts q;
     char qstr[256];
     int image_cached;
+    int model_held; /* fpga_image_hold(m) succeeded: dropped when the device goes */
     char image_path[1100];
     float *inv_freq, *x0, *cs, *sn, *scratch_logits;
     float *bx0, *bcs, *bsn;  /* the batched step's inputs: max_batch rows of x0, cos, sin */

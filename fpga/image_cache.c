@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,20 +30,124 @@ typedef struct img_header {
 
 _Static_assert(sizeof(img_header) <= IMG_HEADER, "image header fits its block");
 
-/* CRC32C of every byte of a tensor: an edit anywhere changes the key (image_cache.h). */
-static void digest_tensor(EVP_MD_CTX *ctx, const model_tensor *t)
+/* ---------------------------------------------------------------- the weights' checksums */
+
+#define LAYER_TENSORS 12 /* model_layer's tensors (weights_read) */
+
+static _Atomic uint64_t weights_read_count;
+
+/* Appends the CRC32C of every byte of tensor t (if present) to crc[0..n); the new count. */
+static int tensor_crc(const model_tensor *t, uint32_t *crc, int n)
 {
-    if (!t->data) return;
-    size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1) * model_dtype_size(t->dtype);
-    uint32_t c = proto_crc32c(0, t->data, n);
-    EVP_DigestUpdate(ctx, &c, sizeof c);
+    if (!t->data) return n;
+    size_t b =
+        (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1) * model_dtype_size(t->dtype);
+    crc[n] = proto_crc32c(0, t->data, b);
+    return n + 1;
 }
+
+/* Every present tensor's CRC32C, in the key's order, into crc (room for 3 + LAYER_TENSORS a
+ * layer): an edit anywhere changes the key (image_cache.h). The count. */
+static int weights_read(const model *m, uint32_t *crc)
+{
+    int n = tensor_crc(&m->embed, crc, 0);
+    n = tensor_crc(&m->norm, crc, n);
+    n = tensor_crc(&m->lm_head, crc, n);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        const model_tensor *ts[LAYER_TENSORS] = {&L->attn_norm, &L->wq,     &L->wk,   &L->wv,
+                                                 &L->wo,        &L->bq,     &L->bk,   &L->bv,
+                                                 &L->ffn_norm,  &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < LAYER_TENSORS; i++) n = tensor_crc(ts[i], crc, n);
+    }
+    weights_read_count++;
+    return n;
+}
+
+/* The memo: a held model's checksums (image_cache.h fpga_image_hold says why it is safe). */
+typedef struct memo {
+    const model *m;
+    int holds;
+    int n;         /* checksums, 0 until a key was first made */
+    uint32_t *crc; /* (n) */
+    struct memo *next;
+} memo;
+
+static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
+static memo *memos;
+
+static memo *memo_find(const model *m)
+{
+    for (memo *e = memos; e; e = e->next)
+        if (e->m == m) return e;
+    return NULL;
+}
+
+int fpga_image_hold(const model *m)
+{
+    pthread_mutex_lock(&memo_mu);
+    memo *e = memo_find(m);
+    if (!e && (e = calloc(1, sizeof *e))) {
+        e->m = m;
+        e->next = memos;
+        memos = e;
+    }
+    if (e) e->holds++;
+    pthread_mutex_unlock(&memo_mu);
+    return e ? 0 : -1;
+}
+
+void fpga_image_drop(const model *m)
+{
+    pthread_mutex_lock(&memo_mu);
+    for (memo **pp = &memos; *pp; pp = &(*pp)->next) {
+        memo *e = *pp;
+        if (e->m != m) continue;
+        if (--e->holds == 0) {
+            *pp = e->next;
+            free(e->crc);
+            free(e);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&memo_mu);
+}
+
+uint64_t fpga_image_weights_read(void)
+{
+    return weights_read_count;
+}
+
+/* The weights' checksums into crc: the memo's when m is held and they were read already, else
+ * read now (and kept when m is held). Under the lock, so that a second card opening on the same
+ * model meanwhile waits for these rather than reading every byte again. The count. */
+static int weights_crcs(const model *m, uint32_t *crc)
+{
+    pthread_mutex_lock(&memo_mu);
+    memo *e = memo_find(m);
+    int n;
+    if (e && e->crc) {
+        n = e->n;
+        memcpy(crc, e->crc, sizeof *crc * (size_t)n);
+    } else {
+        n = weights_read(m, crc);
+        if (e && n && (e->crc = malloc(sizeof *crc * (size_t)n))) {
+            memcpy(e->crc, crc, sizeof *crc * (size_t)n);
+            e->n = n;
+        }
+    }
+    pthread_mutex_unlock(&memo_mu);
+    return n;
+}
+
+/* ---------------------------------------------------------------- the key */
 
 static int make_key(const model *m, const fpga_quant_opts *q, const fpga_dec_desc *d,
                     uint8_t key[32], char *opts, size_t optlen)
 {
     fpga_quant_opts_str(q, opts, optlen);
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    uint32_t *crc = malloc(sizeof *crc * (3 + (size_t)LAYER_TENSORS * (size_t)m->cfg.n_layers));
+    EVP_MD_CTX *ctx = crc ? EVP_MD_CTX_new() : NULL;
     unsigned n = 0;
     const uint32_t version[2] = {IMG_VERSION, FPGA_IMAGE_BUILDER_VERSION};
     int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) &&
@@ -50,19 +155,13 @@ static int make_key(const model *m, const fpga_quant_opts *q, const fpga_dec_des
              EVP_DigestUpdate(ctx, m->fingerprint, sizeof m->fingerprint) &&
              EVP_DigestUpdate(ctx, opts, strlen(opts)) && EVP_DigestUpdate(ctx, d, sizeof *d);
     if (ok) {
-        digest_tensor(ctx, &m->embed);
-        digest_tensor(ctx, &m->norm);
-        digest_tensor(ctx, &m->lm_head);
-        for (int l = 0; l < m->cfg.n_layers; l++) {
-            const model_layer *L = &m->layers[l];
-            const model_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq,
-                                        &L->bk, &L->bv, &L->ffn_norm, &L->w_gate, &L->w_up,
-                                        &L->w_down};
-            for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) digest_tensor(ctx, ts[i]);
-        }
-        ok = EVP_DigestFinal_ex(ctx, key, &n);
+        /* each tensor's CRC in turn, as before the memo: keys of cached files stay valid */
+        int k = weights_crcs(m, crc);
+        for (int i = 0; ok && i < k; i++) ok = EVP_DigestUpdate(ctx, &crc[i], sizeof crc[i]);
+        ok = ok && EVP_DigestFinal_ex(ctx, key, &n);
     }
     EVP_MD_CTX_free(ctx);
+    free(crc);
     return ok ? 0 : -1;
 }
 

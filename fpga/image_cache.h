@@ -17,7 +17,12 @@
  * where something already is), flushed, then renamed into
  * place, so readers never see a partial image and concurrent builders do not corrupt it.
  *
- * Threads: the caller's. Two processes may share a cache directory. */
+ * The key reads every byte of the weights once per loaded model while some card holds it
+ * (fpga_image_hold): the second card of a daemon on the same model takes the checksums the first
+ * one read.
+ *
+ * Threads: the caller's (the memo of held models has its own lock). Two processes may share a
+ * cache directory. */
 #ifndef TANDEM_FPGA_IMAGE_CACHE_H
 #define TANDEM_FPGA_IMAGE_CACHE_H
 #include "fpga/image.h"
@@ -41,5 +46,20 @@ int fpga_image_get(const model *m, const fpga_quant_opts *q, const fpga_calib_re
                    const char *dir, fpga_image_file *out, fpga_image_report *rep, char *err,
                    size_t errlen);
 void fpga_image_release(fpga_image_file *f);
+
+/* A card holds its model from open (before fpga_image_get) to close (fpga_image_drop, once per
+ * hold): while m is held, its weights' checksums are read at most once (the first key made) and
+ * kept. Keyed on the model object in memory, not on a path (the bytes behind a path can change
+ * between two loads), and safe: a loaded model is immutable (model/ckpt/model.h) and outlives
+ * every device opened on it (fpga/backend.h), so while it is held it can be neither freed nor
+ * replaced by another model at the same address; the memo goes with the last drop, and a model
+ * loaded after that is read anew. (A checkpoint rewritten in place under a running process
+ * breaks the model's promise for every device; here every card then gets the image of the bytes
+ * the first one read, one image for all.) 0, or -1 out of memory (nothing held: keys are then read
+ * each time, and no drop is due). Any thread. */
+int fpga_image_hold(const model *m);
+void fpga_image_drop(const model *m);
+/* How many times this process has read every byte of a model's weights for a key (tests). */
+uint64_t fpga_image_weights_read(void);
 
 #endif
