@@ -507,7 +507,7 @@ int gram_ptab_mask(const gram_ptab *t, model_gmatch *m, int32_t sid, uint64_t *m
         if (e->bitset) {
             const uint64_t *b = t->bits + e->acc_off;
             for (int w = 0; w < v->words; w++) mask[w] |= b[w];
-        } else {
+        } else if (e->n_acc) { /* (none: t->lists may be NULL, and NULL + 0 is undefined) */
             const int32_t *l = t->lists + e->acc_off;
             for (int k = 0; k < e->n_acc; k++) mask[l[k] >> 6] |= 1ull << (l[k] & 63);
         }
