@@ -97,7 +97,7 @@ static void metrics(dmn_serve *d, dmn_http_req *r)
     proto_buf b;
     proto_buf_init(&b);
     dmn_metrics_render(&b, &d->metrics, st.n_running, st.n_waiting, devs, st.n_devices,
-                       dmn_serve_ready(d, NULL), d->state == DMN_STATE_DRAINING);
+                       dmn_serve_ready(d, 0, NULL), d->state == DMN_STATE_DRAINING);
     dmn_metrics_render_dispatch(&b, st.placements_split, st.placements_fallback,
                                 st.placements_local, st.moves, st.moves_failed);
     /* The exposition format's content type (Prometheus text format 0.0.4). */
@@ -189,7 +189,7 @@ static void on_headers(void *ctx, dmn_http_req *r)
             reply(r, 200, "application/json", proto_health_json("ok", NULL));
         } else {
             const char *why = NULL;
-            int ok = dmn_serve_ready(d, &why);
+            int ok = dmn_serve_ready(d, 0, &why);
             reply(r, ok ? 200 : 503, "application/json", proto_health_json(ok ? "ready" : "unavailable", why));
         }
         return;

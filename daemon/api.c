@@ -249,7 +249,7 @@ static void on_headers(void *ctx, dmn_http_req *r)
             dmn_api_respond_json(a, 200, proto_health_json("ok", NULL));
         } else {
             const char *why = NULL;
-            int ok = dmn_serve_ready(d, &why);
+            int ok = dmn_serve_ready(d, 1, &why); /* this request's connection is a slot */
             dmn_api_respond_json(a, ok ? 200 : 503, proto_health_json(ok ? "ready" : "unavailable", why));
         }
         return;
@@ -294,7 +294,7 @@ static void on_headers(void *ctx, dmn_http_req *r)
         return;
     }
     const char *why = NULL;
-    if (!dmn_serve_ready(d, &why)) {
+    if (!dmn_serve_can_admit(d, &why)) {
         dmn_api_respond_error(a, PROTO_ERR_NOT_READY, why ? why : "not ready", NULL);
         return;
     }
@@ -739,7 +739,9 @@ void dmn_api_cancel_all(dmn_serve *d, const char *why)
     for (dmn_api_req *a = d->reqs; a; a = a->next) {
         if (!dmn_api_live(a) || !a->http) continue;
         dmn_api_cancel_parts(a);
-        dmn_log(DMN_LOG_WARN, "request_cancelled", "id=%s reason=%s", a->id, why);
+        char q[160];
+        dmn_log(DMN_LOG_WARN, "request_cancelled", "id=%s reason=%s", a->id,
+                dmn_log_quote(q, sizeof q, why));
         const proto_err_row *row = proto_err_info(PROTO_ERR_DRAINING);
         snprintf(a->err_code, sizeof a->err_code, "%s", row->code);
         if (a->stream && dmn_http_responded(a->http)) {

@@ -1,6 +1,7 @@
 /* daemon/config.c — see config.h. */
 #include "daemon/config.h"
 #include "daemon/model_dir.h"
+#include "peer/msg.h"
 #include "proto/textfile.h"
 #include "scheduler/accel.h"
 #include <ctype.h>
@@ -32,7 +33,8 @@ typedef struct key {
  * are sized for one node: see deploy/tandem.conf.example for the reasoning behind each. */
 static const key keys[] = {
     K(model, KEY_STR, "", 0, 0, "model directory (default: the bundled stories260K)"),
-    K(served_model_name, KEY_STR, "", 0, 0, "model name clients send (default: directory name)"),
+    K(served_model_name, KEY_STR, "", 0, 0,
+      "model name clients send, at most 127 characters (default: directory name)"),
     K(devices, KEY_STR, "cpu,fpga-emu:0,fpga-emu:1", 0, 0,
       "comma-separated devices: cpu, cuda:N, fpga-emu:N, fpga:N"),
     K(gpu_dtype, KEY_STR, "auto", 0, 0,
@@ -101,7 +103,8 @@ static const key keys[] = {
     K(host_cache, KEY_INT, "1", 0, 1,
       "1: prefixes evicted from a device's KV memory are kept in host memory (the host tier)"),
     K(host_cache_bytes, KEY_BYTES, "0", 0, 9.0e18,
-      "host-tier bytes per device (0: an eighth of physical memory)"),
+      "host-tier bytes of the node in all, shared equally by its paged devices (0: an eighth of "
+      "physical memory)"),
     K(max_body_bytes, KEY_BYTES, "4M", 1024, 1 << 30, "largest request body (413 above)"),
     K(max_header_bytes, KEY_BYTES, "64k", 4096, 1 << 24, "per-connection memory for headers"),
     K(max_connections, KEY_INT, "1024", 1, 1000000, "open connections per listener"),
@@ -130,8 +133,8 @@ static const key keys[] = {
       "sparse decode of long contexts: off, or asynctls[,key=value...] (cpu, cuda, fpga; needs "
       "tandem calibrate-channels; the default of the per-request sparse_decode)"),
     K(node_name, KEY_STR, "", 0, 0,
-      "this node's name among its peers, in x-tandem-devices (NODE/device; default: the host "
-      "name)"),
+      "this node's name among its peers, in x-tandem-devices (NODE/device: with '/' and the "
+      "longest of peer_devices at most 31 characters; default: the host name)"),
     K(kv_listen, KEY_STR, "", 0, 0,
       "ADDR:PORT where peers connect over UCX to decode on peer_devices (empty: none)"),
     K(peer_devices, KEY_STR, "", 0, 0,
@@ -502,10 +505,112 @@ int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err
                  c->fpga_run_timeout_ms, c->watchdog_stall);
         return -1;
     }
+    if (strlen(c->served_model_name) > DMN_SERVED_NAME_MAX) {
+        snprintf(err, errlen,
+                 "served_model_name is %zu characters: at most %d (a longer name could "
+                 "not be matched by the requests that send it)",
+                 strlen(c->served_model_name), DMN_SERVED_NAME_MAX);
+        return -1;
+    }
+    /* the host name (the default) is checked when it is read: only a node with peers uses it */
+    if (c->node_name[0] &&
+        dmn_config_check_node_name(c->node_name, "node_name", c->peer_devices, err, errlen))
+        return -1;
     if (print) {
         print_config(c);
         return 1;
     }
+    return 0;
+}
+
+/* The name a device of peer_devices reports (accel_info.name), from its spec: "cpu", or
+ * "kind:N" with N as a number ("fpga-emu" is "fpga-emu:0", "cuda:01" is "cuda:1"), as the
+ * backends name themselves (cpu/backend.c, gpu/accel.c, fpga/backend.c). A spec that does not
+ * parse counts as written: opening it fails later with the device module's message. */
+static size_t lent_name_len(const char *spec, size_t n)
+{
+    const char *colon = memchr(spec, ':', n);
+    size_t klen = colon ? (size_t)(colon - spec) : n;
+    if (klen == 3 && !memcmp(spec, "cpu", 3) && !colon) return 3;
+    long index = 0;
+    if (colon) {
+        char digits[16];
+        size_t dn = n - klen - 1;
+        if (dn == 0 || dn >= sizeof digits) return n;
+        memcpy(digits, colon + 1, dn);
+        digits[dn] = 0;
+        char *end;
+        index = strtol(digits, &end, 10);
+        if (*end || index < 0) return n;
+    }
+    char num[24];
+    return klen + 1 + (size_t)snprintf(num, sizeof num, "%ld", index);
+}
+
+int dmn_config_check_node_name(const char *name, const char *what, const char *peer_devices,
+                               char *err, size_t errlen)
+{
+    /* A peer names this node's devices "NODE/device" in accel_info.name: a longer name is
+     * refused by every node that uses them (peer/remote.c), so it is refused here, at start-up,
+     * rather than leaving the devices unusable while both nodes look healthy. */
+    const size_t dev_max = sizeof((accel_info *)0)->name - 1;
+    size_t n = strlen(name);
+    if (n > PEER_NAME_MAX) {
+        snprintf(err, errlen,
+                 "%s '%.48s%s' is %zu characters: at most %d (set node_name to a "
+                 "shorter name unique in the fleet)",
+                 what, name, n > 48 ? "..." : "", n, PEER_NAME_MAX);
+        return -1;
+    }
+    if (!peer_name_valid(name)) {
+        snprintf(err, errlen, "%s '%s': 1 to %d of A-Z a-z 0-9 . _ -", what, name, PEER_NAME_MAX);
+        return -1;
+    }
+    size_t longest = 0;
+    const char *lname = "";
+    for (const char *p = peer_devices; *p;) {
+        size_t skip = strspn(p, ", "), len;
+        p += skip;
+        len = strcspn(p, ", ");
+        if (!len) break;
+        size_t l = lent_name_len(p, len);
+        if (l > longest) longest = l, lname = p;
+        p += len;
+    }
+    if (longest && n + 1 + longest > dev_max) {
+        snprintf(err, errlen,
+                 "%s '%s' (%zu characters) with '/%.*s' is %zu characters, longer than "
+                 "a device name may be (%zu: the peers that use the device refuse it); with these "
+                 "peer_devices node_name may have at most %zu",
+                 what, name, n, (int)strcspn(lname, ", "), lname, n + 1 + longest, dev_max,
+                 dev_max - 1 - longest);
+        return -1;
+    }
+    return 0;
+}
+
+int dmn_config_served_name(const dmn_config *c, char *out, size_t outlen, char *err, size_t errlen)
+{
+    const char *name = c->served_model_name;
+    size_t n = strlen(name);
+    if (!n) { /* the model directory's last component, trailing slashes left out */
+        const char *m = c->model;
+        size_t end = strlen(m);
+        while (end > 1 && m[end - 1] == '/') end--;
+        size_t start = end;
+        while (start > 0 && m[start - 1] != '/') start--;
+        name = m + start;
+        n = end - start;
+    }
+    if (n > DMN_SERVED_NAME_MAX || n + 1 > outlen) {
+        snprintf(err, errlen,
+                 "the model directory's name is %zu characters, a served model name at "
+                 "most %d: set served_model_name",
+                 n, DMN_SERVED_NAME_MAX);
+        return -1;
+    }
+    memcpy(out, name, n);
+    out[n] = 0;
     return 0;
 }
 

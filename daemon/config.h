@@ -52,7 +52,7 @@ typedef struct dmn_config {
     int fpga_prefill;        /* FPGAs with prefill kernels may prefill (1) */
     int prefix_cache;        /* automatic prefix caching (1, the default) */
     int host_cache;          /* the prefix cache's host-memory tier (1, the default) */
-    long long host_cache_bytes; /* its bytes per device (0: an eighth of physical memory) */
+    long long host_cache_bytes; /* its bytes for the node, shared by the paged devices (0: RAM/8) */
     long long max_body_bytes;
     long long max_header_bytes;
     int max_connections;
@@ -107,6 +107,21 @@ void dmn_config_wipe_secrets(dmn_config *c);
 
 /* The table, for --help and the documentation test: name of key i, NULL past the end. */
 const char *dmn_config_key_name(int i);
+
+/* The longest model name clients may send (served_model_name, or the model directory's name). */
+#define DMN_SERVED_NAME_MAX 127
+
+/* The name clients send: served_model_name, else the model directory's last component. Returns
+ * 0 with it in out, or -1 with a message in err when it is over DMN_SERVED_NAME_MAX (or out is
+ * too small). */
+int dmn_config_served_name(const dmn_config *c, char *out, size_t outlen, char *err, size_t errlen);
+
+/* Checks a node name (node_name, or the host name that stands for it; `what` says which, for the
+ * message): 1..PEER_NAME_MAX of [A-Za-z0-9._-], and short enough that "NAME/device" for every
+ * device of peer_devices (comma-separated; "" for none) fits a device name (31 characters), as
+ * the peers that use them require. Returns 0, or -1 with a message in err. */
+int dmn_config_check_node_name(const char *name, const char *what, const char *peer_devices,
+                               char *err, size_t errlen);
 
 /* Parses "64", "4k", "16M", "1G" (powers of 1024) into bytes. Returns 0 or -1. */
 int dmn_config_parse_bytes(const char *s, long long *out);

@@ -932,6 +932,17 @@ int dmn_http_conns(const dmn_http *h)
     return h->n_conns;
 }
 
+int dmn_http_slots_free(const dmn_http *h)
+{
+    /* what on_connection can give a newcomer: a slot not taken, or one taken by a connection
+     * that is idle or still sending (evicted for it); one serving or lingering is not given up */
+    int held = 0;
+    for (const conn *c = h->conns; c; c = c->next)
+        if (c->counted && !c->closing && c->st != CS_IDLE && c->st != CS_HEAD && c->st != CS_BODY)
+            held++;
+    return h->cfg.max_conns - held;
+}
+
 void dmn_http_quiesce(dmn_http *h)
 {
     if (!h->listening) return;

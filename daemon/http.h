@@ -86,6 +86,10 @@ void dmn_http_quiesce(dmn_http *h);
 int dmn_http_active(const dmn_http *h);
 /* Open connections (the self-probe's excluded). */
 int dmn_http_conns(const dmn_http *h);
+/* Connections a newcomer could still get (max_conns less those holding a request being served
+ * or an answer being written; idle or still-sending ones are evicted for a newcomer): 0 or less
+ * means a new connection gets 503. The per-address limit is not counted. */
+int dmn_http_slots_free(const dmn_http *h);
 /* Ends every request (on_close with completed = 0), closes every connection and the listener;
  * memory is released after the loop ran the close callbacks. */
 void dmn_http_free(dmn_http *h);

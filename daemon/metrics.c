@@ -269,6 +269,10 @@ void dmn_metrics_render(proto_buf *b, const dmn_metrics *m, int running, int wai
         else snprintf(l, sizeof l, "status=\"other\"");
         dmn_prom_sample(b, "tandem_http_responses_total", l, (double)m->responses[i]);
     }
+    dmn_prom_header(b, "tandem_request_rejected_queue_full_total", "counter",
+                    "Requests refused with 429 because max_waiting requests were already waiting.");
+    dmn_prom_sample(b, "tandem_request_rejected_queue_full_total", NULL,
+                    (double)m->rejected_queue_full);
     dmn_prom_hist(b, "tandem_time_to_first_token_seconds", "Time from arrival to the first token.", &m->ttft);
     dmn_prom_hist(b, "tandem_inter_token_latency_seconds", "Time between consecutive tokens of a choice.", &m->itl);
     dmn_prom_hist(b, "tandem_e2e_request_latency_seconds", "Time from arrival to the last token.", &m->e2e);

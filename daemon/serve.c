@@ -36,9 +36,10 @@
  *            (DMN_EXIT_DRAIN_TIMEOUT) at drain_timeout, the requests still running then
  *            cancelled and told so. A second SIGTERM/SIGINT cuts the drain short (exit 3 when
  *            that cancelled requests).
- *   self-probe: every second the loop asks its own API listener for /health; /ready fails
- *            after 2 unanswered probes, WATCHDOG=1 stops after 5 (a stuck listener is
- *            restarted, a full one is only taken out of rotation).
+ *   self-probe: every second the loop asks its own API listener for /health (exempt from the
+ *            connection limits); /ready fails after 2 unanswered probes, WATCHDOG=1 stops
+ *            after 5 (a stuck listener is restarted). A listener whose every slot holds a
+ *            request being served fails /ready too (taken out of rotation, not restarted).
  *   SIGHUP:  the log file is reopened (logrotate). */
 #include "daemon/serve.h"
 #include "daemon/log.h"
@@ -118,7 +119,7 @@ void dmn_request_id(char *out, size_t n, const char *prefix)
     out[o] = 0;
 }
 
-int dmn_serve_ready(dmn_serve *d, const char **why)
+int dmn_serve_can_admit(dmn_serve *d, const char **why)
 {
     const char *w = NULL;
     if (d->state == DMN_STATE_LOADING) w = "loading";
@@ -126,12 +127,24 @@ int dmn_serve_ready(dmn_serve *d, const char **why)
     else if (d->state == DMN_STATE_FAILED) w = "failed";
     else if (!d->sched) w = "loading";
     else if (d->api && dmn_http_probe_failing(d->api, NULL) >= PROBE_FAILS_UNREADY)
-        w = dmn_http_conns(d->api) >= d->cfg.max_connections
-                ? "the API listener holds as many connections as it accepts"
-                : "the API listener does not answer its self-probe";
+        w = "the API listener does not answer its self-probe";
     else sched_can_serve(d->sched, &w); /* a healthy prefill device and a decode path */
     if (why) *why = w;
     return w == NULL;
+}
+
+int dmn_serve_ready(dmn_serve *d, int own, const char **why)
+{
+    if (!dmn_serve_can_admit(d, why)) return 0;
+    /* The self-probe is exempt from the connection limits, so a full listener still answers it:
+     * fullness is read from the slots themselves. A node whose every API slot holds a request
+     * being served turns a new client away (503), so it is not ready: the balancer sends
+     * elsewhere until a slot frees. */
+    if (d->api && dmn_http_slots_free(d->api) + own <= 0) {
+        if (why) *why = "every connection slot of the API listener holds a request being served";
+        return 0;
+    }
+    return 1;
 }
 
 /* ---------------------------------------------------------------- shutdown */
@@ -217,9 +230,9 @@ static int engine_alive(dmn_serve *d)
 }
 
 /* WATCHDOG=1 only while the API listener answers its self-probe: a daemon that cannot accept
- * connections is restarted by systemd rather than trusted. A listener whose every connection
- * slot holds a request being served also fails the probe, but that is load, not a fault: it
- * fails /ready (the balancer sends elsewhere) and keeps the watchdog fed. */
+ * connections is restarted by systemd rather than trusted. The probe is exempt from the
+ * connection limits, so a listener full of requests being served still answers it (that load
+ * fails /ready instead: dmn_serve_ready); a probe that fails is a stuck loop or listener. */
 static int listener_alive(dmn_serve *d)
 {
     double since;
@@ -227,7 +240,6 @@ static int listener_alive(dmn_serve *d)
         d->listener_dead = 0;
         return 1;
     }
-    if (dmn_http_conns(d->api) >= d->cfg.max_connections) return 1;
     if (!d->listener_dead) {
         dmn_log(DMN_LOG_ERROR, "listener_stuck", "listener=api failing_s=%.1f watchdog=%s",
                 sched_now() - since, d->watchdog_usec ? "starved" : "off");
@@ -455,16 +467,22 @@ static void after_load(uv_work_t *w, int status)
     d->limits.vocab = mc->vocab;
     d->limits.max_context = mc->max_pos;
     d->limits.max_n = d->cfg.max_n;
-    if (d->cfg.served_model_name[0]) {
-        snprintf(d->served_name, sizeof d->served_name, "%s", d->cfg.served_model_name);
-    } else {
-        const char *base = strrchr(d->cfg.model, '/');
-        snprintf(d->served_name, sizeof d->served_name, "%s", base ? base + 1 : d->cfg.model);
-    }
+    /* The host tier is one budget for the node (host_cache_bytes, else an eighth of RAM),
+     * shared equally by the paged devices (the scheduler gives each paged device the same
+     * bound): a default per device would take 3/8 of RAM with three devices and all of it with
+     * eight, beside the weights and the CPU's KV. A peer's devices, added later, are not paged:
+     * they keep no host tier here. */
     uint64_t host = 0;
     if (d->cfg.host_cache) {
         host = (uint64_t)d->cfg.host_cache_bytes;
         if (!host) host = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 8;
+        int paged = 0;
+        for (int i = 0; i < d->n_devs; i++) {
+            accel_info ai;
+            accel_get_info(d->devs[i], &ai);
+            paged += (ai.caps & ACCEL_CAP_PAGED) != 0;
+        }
+        if (paged > 1) host /= (uint64_t)paged;
     }
     sched_config sc = {.max_waiting = d->cfg.max_waiting,
                        .max_running = d->cfg.max_running,
@@ -572,7 +590,10 @@ int dmn_serve_main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     }
     if (dmn_log_open(d->cfg.log_file, d->cfg.log_level, err, sizeof err) < 0 ||
-        dmn_config_resolve_model(&d->cfg, err, sizeof err) < 0 || setup_auth(d, err, sizeof err) < 0) {
+        dmn_config_resolve_model(&d->cfg, err, sizeof err) < 0 ||
+        dmn_config_served_name(&d->cfg, d->served_name, sizeof d->served_name, err, sizeof err) <
+            0 ||
+        setup_auth(d, err, sizeof err) < 0) {
         fprintf(stderr, "tandem serve: %s\n", err);
         dmn_log(DMN_LOG_ERROR, "config", "msg=\"%s\"", err);
         dmn_auth_free(d->auth);

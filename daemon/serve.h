@@ -68,7 +68,7 @@ typedef struct dmn_serve {
     int peer_work_node;        /* its node */
     accel_dev *peer_new[32];   /* what that work opened, by device index */
     sched *sched;
-    char served_name[128];
+    char served_name[DMN_SERVED_NAME_MAX + 1];
     proto_limits limits;
     /* listeners */
     dmn_http *api, *admin;
@@ -122,9 +122,14 @@ void dmn_serve_drain(dmn_serve *d, int exiting);
 /* Back to ready after an admin drain (not after SIGTERM). Returns 0, or -1 when not possible. */
 int dmn_serve_resume(dmn_serve *d);
 const char *dmn_state_name(enum dmn_state s);
-/* 1 when /ready should say 200: ready state, and the healthy warm devices can serve (some
- * device prefills and some decode path exists: sched_can_serve). */
-int dmn_serve_ready(dmn_serve *d, const char **why);
+/* 1 when a request may be admitted: ready state, the API listener answers its self-probe, and
+ * the healthy warm devices can serve (some device prefills and some decode path exists:
+ * sched_can_serve); else 0 with the reason in *why (why may be NULL). */
+int dmn_serve_can_admit(dmn_serve *d, const char **why);
+/* 1 when /ready should say 200 (and tandem_ready be 1): dmn_serve_can_admit, and a new API
+ * connection would be taken (dmn_http_slots_free). own: the API slots the asker itself holds,
+ * which it frees by being answered (1 for the API listener's own /ready, else 0). */
+int dmn_serve_ready(dmn_serve *d, int own, const char **why);
 /* Sends an sd_notify message (no-op without NOTIFY_SOCKET) and logs it at debug level. */
 void dmn_notify(const char *msg);
 

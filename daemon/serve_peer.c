@@ -28,21 +28,22 @@ int dmn_peer_load_key(dmn_serve *d, char *err, size_t errlen)
     if (!c->kv_listen[0] && !c->peers[0]) return 0;
     if (peer_key_load(c->peer_key, c->peer_key_file, d->peer_key, sizeof d->peer_key, err, errlen))
         return -1;
-    if (c->node_name[0]) {
-        snprintf(d->node_name, sizeof d->node_name, "%s", c->node_name);
-    } else {
-        char h[256] = "";
+    /* the host name stands for an unset node_name; like node_name it is refused, not cut, when
+     * it is too long (two hosts with one long prefix would otherwise share one name) */
+    const char *name = c->node_name, *what = "node_name";
+    char h[256] = "";
+    if (!name[0]) {
         gethostname(h, sizeof h - 1);
         char *dot = strchr(h, '.');
         if (dot) *dot = 0;
-        snprintf(d->node_name, sizeof d->node_name, "%.31s", h);
+        name = h;
+        what = "node_name (unset: the host name)";
     }
+    if (dmn_config_check_node_name(name, what, c->kv_listen[0] ? c->peer_devices : "", err, errlen))
+        return -1;
+    snprintf(d->node_name, sizeof d->node_name, "%s", name);
     if (peer_transport_parse(c->peer_transport) < 0) {
         snprintf(err, errlen, "peer_transport '%s': auto, stream or address", c->peer_transport);
-        return -1;
-    }
-    if (!peer_name_valid(d->node_name)) {
-        snprintf(err, errlen, "node_name '%s': 1 to %d of A-Z a-z 0-9 . _ -", d->node_name, PEER_NAME_MAX);
         return -1;
     }
     return 0;
@@ -72,6 +73,17 @@ void dmn_peer_open(dmn_serve *d, const accel_opts *opts)
                 return;
             }
             d->peer_devs[d->n_peer_devs++] = dev;
+            /* dmn_config_check_node_name reckoned with the names the backends give; the name
+             * this one gave is what a peer will see */
+            accel_info ai;
+            accel_get_info(dev, &ai);
+            if (strlen(d->node_name) + 1 + strlen(ai.name) >= sizeof ai.name) {
+                snprintf(d->load_err, sizeof d->load_err,
+                         "peer device %s: '%s/%s' is longer than a "
+                         "device name may be (%zu): a shorter node_name is needed",
+                         name, d->node_name, ai.name, sizeof ai.name - 1);
+                return;
+            }
             int st = accel_warmup(dev);
             if (st) {
                 snprintf(d->load_err, sizeof d->load_err, "peer device %s: warm-up: %s", name, accel_strerror(st));

@@ -121,6 +121,98 @@ TEST(config_errors)
     dmn_config_deinit(&c);
 }
 
+/* A lending node's devices reach its peers as "NODE/device", in a 31-character device name: a
+ * node_name that cannot fit with the longest of peer_devices is refused at load (it used to pass
+ * and leave every lent device refused by the peers, retried forever), and a name over 31 is
+ * refused rather than cut (two pods with one long prefix would share the cut name). */
+TEST(config_node_name_fits_device_names)
+{
+    char *env[] = {NULL};
+    dmn_config c;
+    char err[512];
+    struct {
+        const char *name, *lent;
+        int ok;
+        const char *want;
+    } cases[] = {
+        /* a Deployment's pod name: tandem-<10-character hash>-<5> is 23 */
+        {"tandem-7d9c6b5f4d-x2x9q", "fpga:0", 1, NULL},
+        {"tandem-7d9c6b5f4d-x2x9q", "cuda:0,fpga:1", 1, NULL},
+        /* the audit's 26-character pod name with an emulated card: 26 + 1 + 10 = 37 */
+        {"tandem-node-7d9c6b5f4d-x2x", "fpga-emu:0", 0, "node_name may have at most 20"},
+        {"tandem-node-7d9c6b5f4d-x2x", "cpu", 1, NULL},
+        {"abcdefghijklmnopqrst", "fpga-emu:0", 1, NULL}, /* 20 + 1 + 10 = 31 */
+        {"abcdefghijklmnopqrstu", "fpga-emu:0", 0, "with '/fpga-emu:0' is 32 characters"},
+        {"abcdefghijklmnopqrstu", "fpga-emu", 0,
+         "with '/fpga-emu' is 32 characters"},             /* named fpga-emu:0 */
+        {"abcdefghijklmnopqrstuvwx", "cuda:007", 1, NULL}, /* named cuda:7: 24 + 1 + 6 */
+        {"abcdefghijklmnopqrstuvwxy", "cuda:007", 0, "'/cuda:007' is 32 characters"},
+        {"abcdefghijklmnopqrstuvwxyz", "cpu, fpga:10", 0, "'/fpga:10' is 34 characters"},
+        {"abcdefghijklmnopqrstuvwxyz01234", "", 1, NULL}, /* 31, lending nothing */
+        {"abcdefghijklmnopqrstuvwxyz012345", "", 0, "is 32 characters: at most 31"},
+        {"node/1", "", 0, "A-Z a-z 0-9"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char a1[96], a2[96];
+        snprintf(a1, sizeof a1, "--node-name=%s", cases[i].name);
+        snprintf(a2, sizeof a2, "--peer-devices=%s", cases[i].lent);
+        char *argv[] = {"serve", a1, a2, NULL};
+        err[0] = 0;
+        int rc = dmn_config_load(&c, 3, argv, env, err, sizeof err);
+        CHECK_MSG(rc == (cases[i].ok ? 0 : -1), "case %zu: rc %d (%s)", i, rc, err);
+        if (!cases[i].ok)
+            CHECK_MSG(strstr(err, cases[i].want) != NULL, "case %zu: '%s' lacks '%s'", i, err,
+                      cases[i].want);
+        dmn_config_deinit(&c);
+    }
+    /* the host name, which stands for an unset node_name, goes through the same check */
+    CHECK_EQ(dmn_config_check_node_name("a-very-long-host-name-of-a-rack-42",
+                                        "node_name (the host name)", "", err, sizeof err),
+             -1);
+    CHECK(
+        strstr(err,
+               "node_name (the host name) 'a-very-long-host-name-of-a-rack-42' is 34 characters") !=
+        NULL);
+}
+
+/* served_model_name past 127 characters was cut, and a request naming it got 404: refused at
+ * load; the model directory's name stands for it under the same bound, trailing slashes left out.
+ */
+TEST(config_served_name_bounds)
+{
+    char *env[] = {NULL};
+    dmn_config c;
+    char err[256], name[128], long_name[200];
+    memset(long_name, 'm', 128);
+    long_name[128] = 0;
+    char flag[220];
+    snprintf(flag, sizeof flag, "--served-model-name=%s", long_name);
+    char *argv[] = {"serve", flag, NULL};
+    CHECK_EQ(dmn_config_load(&c, 2, argv, env, err, sizeof err), -1);
+    CHECK(strstr(err, "served_model_name is 128 characters: at most 127") != NULL);
+    dmn_config_deinit(&c);
+    long_name[127] = 0; /* 127: served whole */
+    snprintf(flag, sizeof flag, "--served-model-name=%s", long_name);
+    REQUIRE(dmn_config_load(&c, 2, argv, env, err, sizeof err) == 0);
+    REQUIRE(dmn_config_served_name(&c, name, sizeof name, err, sizeof err) == 0);
+    CHECK_EQ((int)strlen(name), 127);
+    dmn_config_deinit(&c);
+
+    dmn_config_defaults(&c);
+    free(c.model);
+    c.model = strdup("/srv/models/Llama-3.1-8B-Instruct//");
+    REQUIRE(dmn_config_served_name(&c, name, sizeof name, err, sizeof err) == 0);
+    CHECK_STR(name, "Llama-3.1-8B-Instruct");
+    free(c.model);
+    long_name[127] = 'm'; /* a directory named with 128 characters */
+    char dir[256];
+    snprintf(dir, sizeof dir, "/srv/%s", long_name);
+    c.model = strdup(dir);
+    CHECK_EQ(dmn_config_served_name(&c, name, sizeof name, err, sizeof err), -1);
+    CHECK(strstr(err, "128 characters") && strstr(err, "set served_model_name"));
+    dmn_config_deinit(&c);
+}
+
 /* gpu_dtype goes through every layer like any key, checked once after the last. */
 TEST(config_gpu_dtype)
 {
