@@ -477,6 +477,7 @@ TEST(metrics_render_families)
     dmn_hist_observe(&m.ttft, 0.002);
     m.prompt_tokens = 10;
     m.success[DMN_FINISH_LENGTH] = 2;
+    m.rejected_queue_full = 5;
     dmn_metrics_count_status(&m, 429);
     dmn_metrics_count_status(&m, 418); /* "other" */
     dmn_metrics_dev dev = {.name = "cpu", .kind = "cpu", .health = "ok", .busy_seconds = 1.5,
@@ -495,6 +496,8 @@ TEST(metrics_render_families)
         "tandem_request_success_total{finished_reason=\"length\"} 2\n",
         "tandem_http_responses_total{status=\"429\"} 1\n",
         "tandem_http_responses_total{status=\"other\"} 1\n",
+        "# TYPE tandem_request_rejected_queue_full_total counter\n",
+        "tandem_request_rejected_queue_full_total 5\n", /* counted, once never exported */
         "tandem_device_busy_seconds_total{device=\"cpu\",kind=\"cpu\"} 1.5\n",
         "tandem_device_memory_used_bytes{device=\"cpu\",kind=\"cpu\"} 250\n",
         "tandem_device_health{device=\"cpu\",kind=\"cpu\",state=\"ok\"} 1\n",

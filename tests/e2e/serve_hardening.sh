@@ -114,6 +114,10 @@ n429=$(cut -d' ' -f1 "$T/flood")
 check flood_got_many_429 [ "${n429:-0}" -gt 200 ]
 check flood_log_bounded [ $((after - before)) -lt 60 ]
 check flood_counted grep -q 'event=requests_refused suppressed=' "$LOG"
+# the queue-full 429s are on /metrics (tandem_request_rejected_queue_full_total was counted but
+# never exported)
+nq=$(curl -s "$ADMIN/metrics" | sed -n 's/^tandem_request_rejected_queue_full_total \([0-9.e+]*\)$/\1/p')
+check flood_queue_full_exported awk -v n="${nq:-0}" -v k="${n429:-0}" 'BEGIN { exit !(n > 200 && n <= k) }'
 
 # 5. work a body asks for stays off the loop: a 300-byte grammar whose nested repetition counts
 #    expand to the compiler's bound of elements (was 2-10 s on the loop: the rule names' scan;
@@ -157,3 +161,42 @@ check tokenize_large_off_loop awk '$1 == "tokenize" && $2 == 200 && ($3 < 0.6 ||
 
 serve_stop
 check hardening_clean_exit [ "$RC" = 0 ]
+
+# 6. a full API listener is not ready: with max_connections 3, three streams being served leave
+#    no slot for a newcomer (it gets 503), so the admin /ready and tandem_ready say so; with two
+#    the API's own /ready (its asker holding the third slot) and the admin's say ready, and once
+#    the streams end all is ready again. Before: admin /ready 200 and tandem_ready 1 while the
+#    API refused every new connection (the self-probe that was to notice is exempt from the limits).
+serve_start --max-connections 3 --max-connections-per-ip 0 --step-delay-ms 100 ||
+    { fail full_start "daemon did not start"; exit 0; }
+stream() {
+    curl -s -N -o "$T/full.$1" -H 'Content-Type: application/json' \
+        -d '{"prompt":"Once upon a time","max_tokens":30,"stream":true}' "$API/v1/completions" &
+}
+ready_of() { curl -s -o "$T/ready.body" -w '%{http_code}' -m 5 "$1/ready"; }
+metric_ready() { curl -s "$ADMIN/metrics" | sed -n 's/^tandem_ready \([0-9]*\)$/\1/p'; }
+stream 1
+P1=$!
+stream 2
+P2=$!
+sleep 0.8
+two_api=$(ready_of "$API")
+two_admin=$(ready_of "$ADMIN")
+stream 3
+P3=$!
+sleep 0.8
+full_admin=$(ready_of "$ADMIN")
+cp "$T/ready.body" "$T/full.ready"
+full_metric=$(metric_ready)
+full_api=$(ready_of "$API")
+wait $P1 $P2 $P3
+after_admin=$(ready_of "$ADMIN")
+after_metric=$(metric_ready)
+check ready_two_of_three [ "$two_api" = 200 -a "$two_admin" = 200 ]
+check ready_full_admin_503 [ "$full_admin" = 503 ]
+check ready_full_says_why sh -c "grep -q 'every connection slot of the API listener' $T/full.ready || { sed 's/^/# /' $T/full.ready >&2; exit 1; }"
+check ready_full_metric_0 [ "$full_metric" = 0 ]
+check ready_full_api_refused [ "$full_api" = 503 ]
+check ready_after_full [ "$after_admin" = 200 -a "$after_metric" = 1 ]
+check ready_full_streams_done sh -c "for k in 1 2 3; do grep -q '^data: \[DONE\]' $T/full.\$k || exit 1; done"
+serve_stop

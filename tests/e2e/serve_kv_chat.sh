@@ -7,10 +7,12 @@
 # prompt tokens (usage.prompt_tokens_details.cached_tokens, the prefix-cache metrics) and the
 # opted-out one none; after the load the device's memory is back to idle: no sequence left, every
 # block still in use is a cached prefix (tandem_kv_cache_usage_perc 0). Then the same load on the
-# CPU with two emulated cards (requests split to the cards are prefilled whole): all complete.
+# CPU with two emulated cards (requests split to the cards are prefilled whole): all complete;
+# there the host tier's default is one node-wide budget, an eighth of RAM, shared by the three
+# paged devices (it was an eighth each: 3/8 of RAM).
 . tests/e2e/lib/serve.sh
 
-NAMES="kv_chat_cached_complete kv_chat_cold_complete kv_chat_same_text kv_chat_reused kv_chat_cold_reused_nothing kv_chat_metrics kv_chat_idle_after kv_chat_status_eviction kv_chat_cards_complete"
+NAMES="kv_chat_cached_complete kv_chat_cold_complete kv_chat_same_text kv_chat_reused kv_chat_cold_reused_nothing kv_chat_metrics kv_chat_idle_after kv_chat_status_eviction kv_chat_cards_complete kv_chat_host_budget_node_wide"
 if ! command -v python3 >/dev/null; then
     for n in $NAMES; do echo "ok $n # SKIP python3 missing"; done
     exit 0
@@ -42,6 +44,11 @@ serve_stop
 
 export TANDEM_CACHE_DIR="$T/cache" TANDEM_EMU_PACE=0
 serve_start --devices cpu,fpga-emu:0,fpga-emu:1 --max-running 64 --max-waiting 256 || exit 1
+get "$ADMIN/admin/status" >/dev/null
+ram8=$(($(getconf _PHYS_PAGES) * $(getconf PAGESIZE) / 8))
+budgets=$(jq -c '[.devices[] | select(.kv_store != null) | .kv_store.host_budget]' "$T/body")
+hb=$(echo "$budgets" | jq --argjson r "$ram8" 'length == 3 and all(. > 0) and add <= $r and add > $r - 3')
+check kv_chat_host_budget_node_wide sh -c "[ '$hb' = true ] || { echo '# host_budget $budgets, RAM/8 $ram8' >&2; exit 1; }"
 $TRACE --api "$API" >"$T/cards.json" 2>"$T/cards.err"
 check kv_chat_cards_complete [ "$(jq '.completed' "$T/cards.json")" = 192 -a "$(jq '.errors | length' "$T/cards.json")" = 0 ]
 serve_stop

@@ -36,9 +36,23 @@
 #   peers3_late_*     C is started after A (A's peer_wait 0): A starts without it (peer_down,
 #                     /admin/status "joining"), and once C is up it joins within seconds
 #                     (peer_joined, peer_device_added, "up" with 1 device); C's card then decodes
+#   peers_name_*      a lending node whose node_name with '/' and its lent device passes a
+#                     device name's 31 characters (a 26-character pod name lending fpga-emu:0),
+#                     or a node_name over 31, stops at start-up (exit 2, the limit named); before,
+#                     the first started and every peer refused its device, and the second was cut
 . tests/e2e/lib/serve.sh
 export TANDEM_CACHE_DIR="$T/cache"
 KEY=e2e-peer-key-0123456789
+
+# name_refused NAME NODE_NAME WANT: B's start-up with that name stops with exit 2 and WANT
+name_refused() {
+    timeout 20 "$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu --node-name "$2" \
+        --kv-listen 127.0.0.1:0 --peer-devices fpga-emu:0 --peer-key "$KEY" >"$T/name.out" 2>&1
+    _rc=$?
+    check "$1" sh -c "[ $_rc = 2 ] && grep -q '$3' $T/name.out || { echo '# rc $_rc' >&2; sed 's/^/# /' $T/name.out >&2; exit 1; }"
+}
+name_refused peers_name_lent_too_long tandem-node-7d9c6b5f4d-x2x "node_name may have at most 20"
+name_refused peers_name_over_31 tandem-inference-node-7d9c6b5f4d-x2x9q "is 38 characters: at most 31"
 emu_ready "peers_placed peers_text peers_stream peers_shm peers_transport_stream peers_transport_tcp peers_no_strays peers_wrong_key peers_sender_killed peers_sender_killed_no_leak peers_receiver_killed peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed peers_reconnect peers3_late_down peers3_late_joined peers3_spread peers3_kill_c_loses_nothing peers3_text_b" || exit 0
 
 BPID=
