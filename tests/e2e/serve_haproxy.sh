@@ -12,9 +12,14 @@
 #   metrics_open_*         node 2 has an admin key and admin_metrics_open = 1: /metrics answers a
 #                          scraper without the key (what the endpoint picker reads is there),
 #                          /admin/status and /admin/drain still refuse it
+#   haproxy_over_per_ip_limit  150 concurrent completions through HAProxy to one node with the
+#                          daemon's default per-address limit (128): every client comes from
+#                          HAProxy's one address, and the shipped server maxconn keeps HAProxy's
+#                          connections below the limit (the rest wait in its queue), so all 150
+#                          answer 200 (with maxconn 256 some got 408 and 429 while the node had room)
 . tests/e2e/lib/serve.sh
 CFG=deploy/haproxy/haproxy.cfg
-NAMES="haproxy_config_valid haproxy_spreads haproxy_all_ok haproxy_drain_idle haproxy_drain_ok haproxy_drain_inflight haproxy_resume metrics_open_without_key metrics_open_status_keyed"
+NAMES="haproxy_config_valid haproxy_spreads haproxy_all_ok haproxy_drain_idle haproxy_drain_ok haproxy_drain_inflight haproxy_resume metrics_open_without_key metrics_open_status_keyed haproxy_over_per_ip_limit"
 if ! command -v haproxy >/dev/null 2>&1; then
     for n in $NAMES; do echo "not ok $n # haproxy is not installed (make deps installs Debian's)"; done
     exit 0
@@ -24,9 +29,11 @@ check haproxy_config_valid sh -c "haproxy -c -q -f $CFG"
 HPID=
 N1=
 N2=
+H3PID=
+N3=
 stop_all() {
-    for p in $HPID $N1 $N2; do kill -TERM $p 2>/dev/null; done
-    for p in $HPID $N1 $N2; do wait $p 2>/dev/null; done
+    for p in $HPID $N1 $N2 $H3PID $N3; do kill -TERM $p 2>/dev/null; done
+    for p in $HPID $N1 $N2 $H3PID $N3; do wait $p 2>/dev/null; done
 }
 trap 'stop_all; serve_cleanup' EXIT
 
@@ -38,7 +45,8 @@ serve_start --step-delay-ms 20 --admin-key e2e-admin-key-0123 --admin-metrics-op
 N2=$PID API2=$API ADMIN2=$ADMIN LOG2=$LOG
 PID=
 
-FRONT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+FRONT=$(free_port)
 sed -e "s|^\(    bind \).*|\1127.0.0.1:$FRONT|" \
     -e "s|^\(    server node1 \)[^ ]*|\1${API1#http://}|" \
     -e "s|^\(    server node2 \)[^ ]*|\1${API2#http://}|" "$CFG" >"$T/haproxy.cfg"
@@ -46,14 +54,17 @@ haproxy -f "$T/haproxy.cfg" -db >"$T/haproxy.log" 2>&1 &
 HPID=$!
 FRONT_URL=http://127.0.0.1:$FRONT
 # both servers up: HAProxy needs `rise 2` good checks (2 s at inter 1s) after start
-i=0
-while [ $i -lt 100 ]; do
-    n=$(curl -s -o /dev/null -w '%{http_code}' "$FRONT_URL/ready")
-    [ "$n" = 200 ] && break
-    sleep 0.1
-    i=$((i + 1))
-done
-sleep 2.5
+front_up() {
+    i=0
+    while [ $i -lt 100 ]; do
+        n=$(curl -s -o /dev/null -w '%{http_code}' "$1/ready")
+        [ "$n" = 200 ] && break
+        sleep 0.1
+        i=$((i + 1))
+    done
+    sleep 2.5
+}
+front_up "$FRONT_URL"
 
 count() { grep -c 'event=request .*path=/v1/completions' "$1"; }
 # burst K TAG: K concurrent completions through HAProxy; codes in $T/codes.TAG
@@ -105,3 +116,38 @@ check haproxy_resume sh -c "[ \$(grep -c 'event=request .*path=/v1/completions .
 code=$(curl -s -o "$T/m2" -w '%{http_code}' "$ADMIN2/metrics")
 check metrics_open_without_key sh -c "[ $code = 200 ] && grep -q '^tandem_num_requests_waiting ' $T/m2 && grep -q '^tandem_num_requests_running ' $T/m2"
 check metrics_open_status_keyed sh -c "[ \$(curl -s -o /dev/null -w '%{http_code}' $ADMIN2/admin/status) = 401 ] && [ \$(curl -s -o /dev/null -w '%{http_code}' -X POST $ADMIN2/admin/drain) = 401 ] && [ \$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer e2e-admin-key-0123' $ADMIN2/admin/status) = 200 ]"
+
+# more concurrent clients than the daemon's per-address limit, through HAProxy to one node (a
+# node of its own: room for them all, max_waiting and max_running above 150)
+serve_start --step-delay-ms 20 --max-waiting 256 --max-running 64 ||
+    { fail haproxy_over_per_ip_limit "node 3 did not start"; exit 0; }
+N3=$PID API3=$API
+PID=
+FRONT3=$(free_port)
+sed -e "s|^\(    bind \).*|\1127.0.0.1:$FRONT3|" -e "/^    server node2 /d" \
+    -e "s|^\(    server node1 \)[^ ]*|\1${API3#http://}|" "$CFG" >"$T/haproxy3.cfg"
+haproxy -f "$T/haproxy3.cfg" -db >"$T/haproxy3.log" 2>&1 &
+H3PID=$!
+front_up "http://127.0.0.1:$FRONT3"
+python3 - "$FRONT3" >"$T/over" 2>&1 <<'PY'
+import http.client, sys, threading
+port, n = int(sys.argv[1]), 150
+codes, lock = {}, threading.Lock()
+go = threading.Barrier(n)
+def client():
+    go.wait()  # all connect together: 150 in flight at once
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("POST", "/v1/completions", body='{"prompt":"Once upon a time","max_tokens":24,"temperature":0}',
+                  headers={"Content-Type": "application/json"})
+        st = c.getresponse().status
+    except Exception as e:
+        st = type(e).__name__
+    with lock:
+        codes[st] = codes.get(st, 0) + 1
+ts = [threading.Thread(target=client) for _ in range(n)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(codes.get(200, 0), codes)
+PY
+check haproxy_over_per_ip_limit sh -c "[ \"\$(cut -d' ' -f1 $T/over)\" = 150 ] || { sed 's/^/# /' $T/over >&2; exit 1; }"
