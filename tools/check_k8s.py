@@ -11,10 +11,15 @@ through tests/e2e/deploy_k8s.sh).
             core schema is packaged for Debian and the cluster's own is not reachable here
   wiring    what makes the pieces fit: the Deployment's selector matches its pod labels; the
             Service and the InferencePool select those pods; their ports name container ports;
-            the probes are /health (startup, liveness) and /ready (readiness) on declared ports;
-            the ConfigMap's tandem.conf parses with `tandem serve --print-config`'s rules (keys
-            it knows) and puts the API on the pool's target port and the admin listener on the
-            port Prometheus is told to scrape
+            the probes are /health (liveness) and /ready (startup, readiness: /health answers
+            200 while the model loads) on declared ports; the ConfigMap's tandem.conf parses
+            with `tandem serve --print-config`'s rules (keys it knows), puts the API on the
+            pool's target port and the admin listener on the port Prometheus is told to scrape,
+            sets no per-address connection limit (every client comes through the gateway's few
+            addresses); the container's limits give it the GPUs (nvidia.com/gpu) and U280 cards
+            (an AMD/Xilinx device plugin resource naming a u280 shell) its devices name; and a
+            node name taken from the pod's name fits, with the longest lent device, the 31
+            characters of a device name among peers
 Usage: tools/check_k8s.py [FILE] [--tandem BUILD/tandem]. Prints "ok NAME" / "not ok NAME # why"
 lines (tests/run.sh counts them) and exits 1 when any failed."""
 import os
@@ -71,6 +76,56 @@ def check_probe(p, path, ports, problems, where):
     for k in ("periodSeconds", "failureThreshold", "timeoutSeconds"):
         if k in p and (not isinstance(p[k], int) or p[k] < 1):
             problems.append(f"{where}: {k} must be a positive integer")
+
+
+def device_indices(spec, kind):
+    """The indices of devices `kind` (cuda, fpga) in a comma-separated device list."""
+    out = []
+    for d in spec.replace(" ", ",").split(","):
+        k, _, i = d.partition(":")
+        if k == kind:
+            out.append(int(i) if i.isdigit() else 0)
+    return out
+
+
+def check_accelerators(eff, c, problems):
+    """A device plugin shows a container only what it requests, numbered from 0: cuda:N needs N+1
+    GPUs, fpga:N N+1 cards (lent ones included)."""
+    limits = (c.get("resources") or {}).get("limits") or {}
+    devs = eff.get("devices", "") + "," + eff.get("peer_devices", "")
+    gpus = device_indices(devs, "cuda")
+    if gpus and int(limits.get("nvidia.com/gpu", 0)) < max(gpus) + 1:
+        problems.append(f"devices name cuda:{max(gpus)}: limits need nvidia.com/gpu >= {max(gpus) + 1}")
+    cards = device_indices(devs, "fpga")
+    have = sum(int(v) for k, v in limits.items()
+               if k.startswith(("amd.com/xilinx_u280", "xilinx.com/fpga-xilinx_u280")))
+    if cards and have < max(cards) + 1:
+        problems.append(f"devices name fpga:{max(cards)}: limits need {max(cards) + 1} U280 card(s) "
+                        "(amd.com/xilinx_u280_<shell>-<timestamp>)")
+
+
+# A Deployment's pods are named <ReplicaSet>-<5 random>, the ReplicaSet <Deployment>-<hash>, the
+# pod-template hash a uint32 in at most 10 characters (rand.SafeEncodeString).
+POD_SUFFIX = 1 + 10 + 1 + 5
+DEVICE_NAME_MAX = 31  # accel_info.name; peer/msg.h PEER_NAME_MAX for the node alone
+
+
+def check_node_name(eff, dep, c, problems):
+    env = {e.get("name"): e for e in c.get("env", [])}
+    src = ((env.get("TANDEM_NODE_NAME") or {}).get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
+    if src != "metadata.name":
+        return
+    longest = 0
+    for d in eff.get("peer_devices", "").replace(" ", ",").split(","):
+        if d:
+            k, _, i = d.partition(":")
+            longest = max(longest, len(k) if k == "cpu" else len(k) + 1 + len(str(int(i) if i.isdigit() else 0)))
+    pod = len(dep["metadata"]["name"]) + POD_SUFFIX
+    room = DEVICE_NAME_MAX - (1 + longest if longest else 0)
+    if pod > room:
+        problems.append(f"TANDEM_NODE_NAME is the pod's name, up to {pod} characters: at most {room} "
+                        "fit (31 for a node or device name, less '/' and the longest lent device; "
+                        "tandem serve refuses a longer one)")
 
 
 def main():
@@ -145,7 +200,7 @@ def main():
         ports[p["containerPort"]] = p
         if "name" in p:
             ports[p["name"]] = p
-    check_probe(c.get("startupProbe"), "/health", ports, problems, "startupProbe")
+    check_probe(c.get("startupProbe"), "/ready", ports, problems, "startupProbe")
     check_probe(c.get("livenessProbe"), "/health", ports, problems, "livenessProbe")
     check_probe(c.get("readinessProbe"), "/ready", ports, problems, "readinessProbe")
     vols = {v.get("name"): v for v in need(dep, "spec.template.spec.volumes", list, problems, "Deployment") or []}
@@ -200,6 +255,11 @@ def main():
             for port_key in ("port", "admin_port"):
                 if int(eff.get(port_key, 0)) not in ports:
                     problems.append(f"tandem.conf {port_key} {eff.get(port_key)} is not a container port")
+            if eff.get("max_connections_per_ip") != "0":
+                problems.append(f"max_connections_per_ip {eff.get('max_connections_per_ip')}: behind a "
+                                "gateway every client has the gateway's address (set 0)")
+            check_accelerators(eff, c, problems)
+            check_node_name(eff, dep, c, problems)
     result("k8s_wiring", problems)
 
 

@@ -3,7 +3,9 @@
 # tools/check_k8s.py: the InferencePool against the upstream CRD's schema (python3-jsonschema),
 # the ConfigMap, Deployment and Service against the fields the API requires, and the wiring
 # between them and the daemon's configuration (`tandem serve --print-config` reads tandem.conf).
-# Then the checker is shown to fail: copies of the manifest with one fault each must be refused.
+# Then the checker is shown to fail: copies of the manifest with one fault each must be refused
+# (among them: a startup probe on /health, no GPU or card requested, a per-address connection
+# limit behind the gateway, a pod name too long to name its lent devices).
 BUILD=${BUILD:-build}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
@@ -35,3 +37,9 @@ mutant pool_selects_nothing k8s_wiring '/^kind: InferencePool/,$s|app.kubernetes
 mutant unknown_config_key k8s_wiring 's/^    drain_timeout = 25$/    drain_timeout = 25\n    no_such_key = 1/'
 mutant admin_on_loopback k8s_wiring 's/^    admin_host = 0.0.0.0$/    admin_host = 127.0.0.1/'
 mutant service_port_unknown k8s_wiring 's/targetPort: peers/targetPort: nope/'
+mutant startup_on_health k8s_wiring '/startupProbe:/,/path:/s|path: /ready|path: /health|'
+mutant no_gpu_requested k8s_wiring '/nvidia.com\/gpu: 1/d'
+mutant no_card_requested k8s_wiring '/amd.com\/xilinx_u280/d'
+mutant per_address_limit k8s_wiring 's/^    max_connections_per_ip = 0$/    max_connections_per_ip = 128/'
+mutant pod_name_too_long k8s_wiring '/^kind: Deployment/,/^spec:/s/^  name: tandem$/  name: tandem-inference-nodes/'
+mutant lent_name_too_long k8s_wiring 's/^    peer_devices =$/    peer_devices = fpga-emu:0/'
