@@ -82,6 +82,9 @@ wait "$client"
 check drain_timeout_exit_3 [ "$RC" = 3 ]
 check drain_timeout_client_told [ "$(jq -r .error.code "$T/cut")" != null ]
 check drain_timeout_logged grep -q 'event=shutdown reason="drain timeout' "$LOG"
+# the cancelled request's line quotes its reason as every other logfmt value with spaces (it was
+# printed bare: reason=drain timeout: ... read as one word and stray keys)
+check drain_timeout_cancel_quoted grep -q 'event=request_cancelled id=[^ ]* reason="drain timeout: requests still in flight were cancelled"$' "$LOG"
 
 # WATCHDOG=1 only while the engine makes progress: a device step that takes longer than
 # watchdog_stall (the step delay stands in for a hung device) withholds the pings, which resume
