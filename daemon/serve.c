@@ -232,7 +232,9 @@ static int engine_alive(dmn_serve *d)
 /* WATCHDOG=1 only while the API listener answers its self-probe: a daemon that cannot accept
  * connections is restarted by systemd rather than trusted. The probe is exempt from the
  * connection limits, so a listener full of requests being served still answers it (that load
- * fails /ready instead: dmn_serve_ready); a probe that fails is a stuck loop or listener. */
+ * fails /ready instead: dmn_serve_ready). A probe that fails while every slot is taken is still
+ * not taken for a hang: at that load a late answer is more likely the load, and a restart would
+ * cut every one of those requests. */
 static int listener_alive(dmn_serve *d)
 {
     double since;
@@ -240,6 +242,7 @@ static int listener_alive(dmn_serve *d)
         d->listener_dead = 0;
         return 1;
     }
+    if (dmn_http_conns(d->api) >= d->cfg.max_connections) return 1;
     if (!d->listener_dead) {
         dmn_log(DMN_LOG_ERROR, "listener_stuck", "listener=api failing_s=%.1f watchdog=%s",
                 sched_now() - since, d->watchdog_usec ? "starved" : "off");
