@@ -512,9 +512,11 @@ int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err
                  strlen(c->served_model_name), DMN_SERVED_NAME_MAX);
         return -1;
     }
-    /* the host name (the default) is checked when it is read: only a node with peers uses it */
+    /* the host name (the default) is checked when it is read: only a node with peers uses it;
+     * peer_devices are lent only with kv_listen */
     if (c->node_name[0] &&
-        dmn_config_check_node_name(c->node_name, "node_name", c->peer_devices, err, errlen))
+        dmn_config_check_node_name(c->node_name, "node_name",
+                                   c->kv_listen[0] ? c->peer_devices : "", err, errlen))
         return -1;
     if (print) {
         print_config(c);

@@ -156,15 +156,20 @@ TEST(config_node_name_fits_device_names)
         char a1[96], a2[96];
         snprintf(a1, sizeof a1, "--node-name=%s", cases[i].name);
         snprintf(a2, sizeof a2, "--peer-devices=%s", cases[i].lent);
-        char *argv[] = {"serve", a1, a2, NULL};
+        char *argv[] = {"serve", a1, a2, "--kv-listen=127.0.0.1:0", NULL};
         err[0] = 0;
-        int rc = dmn_config_load(&c, 3, argv, env, err, sizeof err);
+        int rc = dmn_config_load(&c, 4, argv, env, err, sizeof err);
         CHECK_MSG(rc == (cases[i].ok ? 0 : -1), "case %zu: rc %d (%s)", i, rc, err);
         if (!cases[i].ok)
             CHECK_MSG(strstr(err, cases[i].want) != NULL, "case %zu: '%s' lacks '%s'", i, err,
                       cases[i].want);
         dmn_config_deinit(&c);
     }
+    /* without kv_listen nothing is lent: the devices named do not bound the name */
+    char *argv[] = {"serve", "--node-name=tandem-node-7d9c6b5f4d-x2x", "--peer-devices=fpga-emu:0",
+                    NULL};
+    CHECK_EQ(dmn_config_load(&c, 3, argv, env, err, sizeof err), 0);
+    dmn_config_deinit(&c);
     /* the host name, which stands for an unset node_name, goes through the same check */
     CHECK_EQ(dmn_config_check_node_name("a-very-long-host-name-of-a-rack-42",
                                         "node_name (the host name)", "", err, sizeof err),
