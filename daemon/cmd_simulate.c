@@ -11,6 +11,12 @@
  *                   [--sparse-prefill trishape|flexprefill]
  *   tandem simulate --fig7 [--gpus a100,v100s] [--card u280] [--gpu-batch K] [...]
  *   tandem simulate --compare [--model M] [--card u280-batch] [--requests N] [...]
+ *   tandem simulate --node A/B[/C...] [--net GBIT[:US]] [--net-sweep] [--greedy] [...]
+ *
+ * Several nodes: each decode step on another node's device is a call from the first node, as the
+ * daemon's peers make it — the rows' tokens out, every row's logits back (the first node
+ * samples: Llama-3's 513 KB a row), or with --greedy (every row plain greedy) its token alone;
+ * the device's next step waits for that round trip (sched_sim_remote_trip_s).
  *
  * Placement: the daemon's (sched_policy.h), weighing the devices' decode cost by batch — each
  * modelled device describes its curve as a backend does in accel_info.decode_curve
@@ -64,6 +70,7 @@ typedef struct sim_run {
     double slo_tbt_ms, slo_ttft_ms; /* goodput: requests meeting both (0: not bounded) */
     int cards_first;                /* --placement cards-first (GLITCHES); else weigh */
     double net_gbit, net_us;        /* --net: between nodes (0: SCHED_SIM_NET_*) */
+    int greedy; /* --greedy: remote decode steps bring back tokens, not logits */
     const sched_sim_sparse *sparse; /* --sparse-prefill: every GPU's prefill (NULL: dense) */
 } sim_run;
 
@@ -163,6 +170,7 @@ static int run_one(const sim_run *o, sim_result *res, char *err, size_t errlen)
         m.net_bps = o->net_gbit * 1e9 / 8;
         m.net_s = o->net_us * 1e-6;
     }
+    if (o->greedy) m.row_back_bytes = 4; /* the argmax, as the peer protocol's DECODE_ARGMAX */
     sched_sim_req *reqs = calloc((size_t)o->requests, sizeof *reqs);
     if (!reqs) {
         snprintf(err, errlen, "out of memory");
@@ -525,18 +533,31 @@ static int net_sweep(sim_run o)
 static int usage(FILE *f)
 {
     fprintf(f,
-            "usage: tandem simulate [--node SPEC] [--model llama2-7b|llama3-8b] [--workload P:O | --sharegpt]\n"
-            "         [--rate R | --clients C] [--requests N] [--seed S] [--tbt-budget-ms B] [--gpu-batch K]\n"
+            "usage: tandem simulate [--node SPEC] [--model llama2-7b|llama3-8b] [--workload P:O | "
+            "--sharegpt]\n"
+            "         [--rate R | --clients C] [--requests N] [--seed S] [--tbt-budget-ms B] "
+            "[--gpu-batch K]\n"
             "         [--fpga-prefill] [--gpu-prefill MS@TOKENS] [--gpu-decode MS@CTX] [--list]\n"
             "         [--slo-tbt-ms MS] [--slo-ttft-ms MS] [--placement weigh|cards-first]\n"
             "         [--sparse-prefill trishape|flexprefill]\n"
-            "       tandem simulate --compare [--model llama3.1-8b] [--card u280-batch] [--requests N]\n"
-            "       tandem simulate --fig7 [--gpus a100,v100s] [--card u280] [--requests N] [--gpu-batch K]\n"
-            "       tandem simulate --node A/B[/C...] [--net GBIT[:US]] [--net-sweep] [...]\n"
-            "  SPEC: '+'-separated [N x]profile terms, e.g. a100+7xu280 (the default), 8xa100, h100+7xu280-tandem;\n"
-            "        '/' between nodes: the first takes the clients and prefills, the others decode with\n"
-            "        shipped KV (h200-tandem/4xu280-batch/4xu280-batch); --net: their network, Gbit/s each way\n"
-            "        per node and one-way latency (default 100:10); --net-sweep: one node vs 400..1 Gbit/s\n");
+            "       tandem simulate --compare [--model llama3.1-8b] [--card u280-batch] "
+            "[--requests N]\n"
+            "       tandem simulate --fig7 [--gpus a100,v100s] [--card u280] [--requests N] "
+            "[--gpu-batch K]\n"
+            "       tandem simulate --node A/B[/C...] [--net GBIT[:US]] [--net-sweep] [--greedy] "
+            "[...]\n"
+            "  SPEC: '+'-separated [N x]profile terms, e.g. a100+7xu280 (the default), 8xa100, "
+            "h100+7xu280-tandem;\n"
+            "        '/' between nodes: the first takes the clients and prefills, the others "
+            "decode with\n"
+            "        shipped KV (h200-tandem/4xu280-batch/4xu280-batch); --net: their network, "
+            "Gbit/s each way\n"
+            "        per node and one-way latency (default 100:10); --net-sweep: one node vs "
+            "400..1 Gbit/s;\n"
+            "        each remote decode step is a call whose answer brings every row's logits back "
+            "to the\n"
+            "        first node (it samples); --greedy: every row plain greedy, its token alone "
+            "comes back\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -625,6 +646,8 @@ int dmn_cmd_simulate(int argc, char **argv)
                 return 2;
             }
         } else if (dmn_flag(i, argv, "--net-sweep")) do_net_sweep = 1;
+        else if (dmn_flag(i, argv, "--greedy"))
+            o.greedy = 1;
         else if (dmn_flag(i, argv, "--fig7")) do_fig7 = 1;
         else if (dmn_flag(i, argv, "--list")) {
             list();

@@ -41,8 +41,8 @@ typedef struct sim_dev {
     sched_share share;          /* the share of its time spent prefilling (the policy's) */
     double share_next;          /* its value at the end of the iteration in flight */
     double link_free;           /* card: when its import lane is free */
-    double token_lag;           /* another node's device: its tokens reach the clients' node
-                                   this much after its step (the network's latency) */
+    int remote;                 /* another node's device: each decode step is a call from the
+                                   clients' node (sched_sim_remote_step_s) */
     pend *pend;                 /* effects of the iteration in flight */
     int n_pend, cap_pend;
     sched_sim_dev_stats st;
@@ -315,11 +315,14 @@ static void iterate(sched_sim *s, int di)
             long long ctx = 0;
             for (; x && b < mb; x = x->next, b++) ctx += x->pub->n_prompt + x->pub->generated;
             double st = sched_sim_decode_s(m, b, ctx);
-            dt += st;
+            /* another node's device waits for the call's round trip too: its next step needs
+             * the tokens the clients' node samples from this one's logits */
+            double trip = d->remote ? sched_sim_remote_trip_s(s->cfg.model, b) : 0;
+            dt += st + trip;
             d->st.decode_s += st;
             d->st.decode_steps++;
             d->st.decode_tokens += (uint64_t)b;
-            const double at = t + dt + d->token_lag; /* when the client's node has it */
+            const double at = t + dt; /* when the client's node has it */
             for (sim_req *y = slice; y != x; y = y->next) {
                 y->pub->generated++;
                 if (at - y->t_last > y->pub->max_tbt) y->pub->max_tbt = at - y->t_last;
@@ -504,7 +507,7 @@ sched_sim *sched_sim_new(const sched_sim_config *cfg, char *err, size_t errlen)
     for (int i = 0; i < cfg->n_devs; i++) {
         const sched_sim_dev_model *m = &cfg->model->dev[i];
         s->dev[i].m = m;
-        s->dev[i].token_lag = m->node != 0 ? cfg->model->net_s : 0;
+        s->dev[i].remote = m->node != 0;
         sched_policy_dev *v = &s->book.dev[i];
         v->kind = m->kind;
         v->caps = m->caps;

@@ -8,11 +8,11 @@
 /* Model shapes (the models' config.json). */
 static const sched_sim_shape shapes[] = {
     /* meta-llama/Llama-2-7b-hf: 6,738,415,616 parameters, MHA */
-    {"llama2-7b", 6.738e9, 32, 32, 32, 128, 4096},
+    {"llama2-7b", 6.738e9, 32, 32, 32, 128, 4096, 32000},
     /* meta-llama/Meta-Llama-3-8B: 8,030,261,248 parameters, GQA 32/8 */
-    {"llama3-8b", 8.030e9, 32, 32, 8, 128, 8192},
+    {"llama3-8b", 8.030e9, 32, 32, 8, 128, 8192, 128256},
     /* meta-llama/Llama-3.1-8B: the same weights' shape, 128K context (long prompts) */
-    {"llama3.1-8b", 8.030e9, 32, 32, 8, 128, 131072},
+    {"llama3.1-8b", 8.030e9, 32, 32, 8, 128, 131072, 128256},
 };
 
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
@@ -257,6 +257,11 @@ double sched_sim_net_wire_s(const sched_sim_model *m, double bytes)
     return m->net_bps > 0 ? bytes / m->net_bps : 0;
 }
 
+double sched_sim_remote_trip_s(const sched_sim_model *m, int b)
+{
+    return 2 * m->net_s + sched_sim_net_wire_s(m, b * (16.0 + m->row_back_bytes));
+}
+
 double sched_sim_ship_s(const sched_sim_dev_model *from, const sched_sim_dev_model *to,
                         double bytes)
 {
@@ -282,6 +287,7 @@ int sched_sim_model_build(sched_sim_model *m, const sched_sim_catalog *c, const 
     int per_kind[8] = {0};
     m->net_bps = SCHED_SIM_NET_BPS;
     m->net_s = SCHED_SIM_NET_S;
+    m->row_back_bytes = 4.0 * s->vocab;
     char *rest = buf;
     for (int node_i = 0; rest; node_i++) {
         char *nd = rest, *slash = strchr(rest, '/');

@@ -52,6 +52,7 @@ typedef struct sched_sim_shape {
     double params;       /* weights, all layers + embeddings + head */
     int n_layers, n_heads, n_kv_heads, head_dim;
     int context;         /* the model's context length */
+    int vocab;           /* its vocabulary: a logits row is vocab float32 */
 } sched_sim_shape;
 
 /* One hardware profile: calibration points and physical facts (the table's rows). */
@@ -157,6 +158,10 @@ typedef struct sched_sim_model {
     int n_devs;
     int n_nodes;               /* 1 + the remote nodes */
     double net_bps, net_s;     /* between nodes: NIC bytes/s each way, one-way latency */
+    /* what a remote decode step brings back to the clients' node per row: the row's logits
+     * (vocab float32: the client's node samples), or 4 bytes where every row is plain greedy
+     * (the peer protocol's DECODE_ARGMAX); sched_sim_model_build sets the logits */
+    double row_back_bytes;
 } sched_sim_model;
 
 /* The hardware profiles a simulation may price: a table its caller owns. The scheduler knows
@@ -200,6 +205,11 @@ int sched_sim_model_build(sched_sim_model *m, const sched_sim_catalog *c, const 
  * message between nodes (without the latency). */
 double sched_sim_hop_s(const sched_sim_dev_model *d, double bytes);
 double sched_sim_net_wire_s(const sched_sim_model *m, double bytes);
+/* What a decode step of b rows on another node's device adds to its own time: the call's round
+ * trip, as the daemon makes it (peer/msg.h DECODE: the rows' tokens out, then each row's logits
+ * back, row_back_bytes, before the clients' node samples the next tokens): two latencies and the
+ * bytes on the wire (16 a row out: token, sequence, position). */
+double sched_sim_remote_trip_s(const sched_sim_model *m, int b);
 
 double sched_sim_prefill_flops(const sched_sim_shape *s, double n, double pos0);
 /* A prefill call of n tokens at pos0: fixed + max(FLOPs / prefill_flops, (weight_bytes + pos0 x

@@ -537,8 +537,10 @@ TEST(sched_sim_node_specs_several_nodes)
 
 /* A lone request decoded on another node over a slow network (1 Gbit/s: the wire, not PCIe or
  * the prefill, is the bottleneck): the 32 layers' KV leave the NIC back to back once the first
- * is on the host, arrive net_s later, cross the card's link; the card decodes; each token reaches
- * the clients' node net_s after its step. The first token (the prefill's) is not delayed. */
+ * is on the host, arrive net_s later, cross the card's link; the card decodes; each step is a
+ * call from the clients' node: its token out and the row's logits back (32,000 float32, 1 ms at
+ * 1 Gbit/s) with a latency each way, the next step after it. The first token (the prefill's) is
+ * not delayed. With --greedy's 4 bytes a row the same steps are that much sooner. */
 TEST(sched_sim_remote_handover_times)
 {
     static sched_sim_model m;
@@ -562,14 +564,19 @@ TEST(sched_sim_remote_handover_times)
     REQUIRE(sched_sim_hop_s(&m.dev[1], b) < wire); /* nor the card's link for the NIC */
     double import = 1.0 + pf / 32 + sched_sim_hop_s(&m.dev[0], b) + 32 * wire + m.net_s +
                     sched_sim_hop_s(&m.dev[1], b);
-    CHECK_NEAR(r.t_second, import + sched_sim_decode_s(&m.dev[1], 1, 1537) + m.net_s, 1e-9);
+    const double trip = 2 * m.net_s + (16.0 + 4 * 32000) / m.net_bps;
+    CHECK_NEAR(sched_sim_remote_trip_s(&m, 1), trip, 1e-12);
+    CHECK_NEAR(r.t_second, import + sched_sim_decode_s(&m.dev[1], 1, 1537) + trip, 1e-9);
     double t = r.t_second;
-    for (int g = 2; g < 64; g++) t += sched_sim_decode_s(&m.dev[1], 1, 1536 + g);
+    for (int g = 2; g < 64; g++) t += sched_sim_decode_s(&m.dev[1], 1, 1536 + g) + trip;
     CHECK_NEAR(r.t_done, t, 1e-6);
     sched_sim_summary sum;
     sched_sim_summarize(&r, 1, &sum);
     CHECK_NEAR(sum.handover_p50, r.t_second - r.t_first, 1e-12);
     sched_sim_free(s);
+    /* --greedy: the argmax alone comes back (the peer protocol's DECODE_ARGMAX) */
+    m.row_back_bytes = 4;
+    CHECK_NEAR(sched_sim_remote_trip_s(&m, 8), 2 * m.net_s + 8 * 20.0 / m.net_bps, 1e-12);
 }
 
 /* Sparse prefill (--sparse-prefill, sched_sim_sparse): Tri-shape's geometry gives the densities
