@@ -20,6 +20,13 @@ check simulate_poisson_sharegpt sh -c "grep -q 'ShareGPT-like lengths, Poisson 0
 check simulate_calibration_override sh -c "grep -q 'decodes: 0 on cards (split), 40 in place' $T/out && grep -q 'TPOT p50 10\.[0-9]* ms' $T/out"
 "$TANDEM" simulate --fig7 --gpus a100 --requests 20 >"$T/fig7" 2>&1
 check simulate_fig7_rows sh -c "[ \$(grep -c '^| llama' $T/fig7) = 6 ] && grep -q '| llama2-7b | \[1536, 512\] | a100 |' $T/fig7"
+# two nodes over 1 Gbit/s: a remote decode step brings its row's logits back (128,256 float32 at
+# 1 Gbit/s: ~4 ms a step), with --greedy its token alone: the same trace's TPOT is longer sampled
+N2="--node h200-tandem/u280-batch --model llama3-8b --workload 512:32 --clients 1 --requests 4 --net 1 --placement cards-first"
+"$TANDEM" simulate $N2 >"$T/sampled" 2>&1
+"$TANDEM" simulate $N2 --greedy >"$T/greedy" 2>&1
+tpot() { sed -n 's/.*TPOT p50 \([0-9.]*\) ms.*/\1/p' "$1"; }
+check simulate_remote_logits_cost_tpot sh -c "grep -q '4 decodes on other nodes' $T/sampled && grep -q '4 decodes on other nodes' $T/greedy && awk -v s=\"$(tpot $T/sampled)\" -v g=\"$(tpot $T/greedy)\" 'BEGIN { exit !(s - g > 3.5 && s - g < 5) }'"
 "$TANDEM" simulate --node a100+7xfoo >"$T/out" 2>&1
 rc=$?
 check simulate_bad_node sh -c "[ $rc = 1 ] && grep -q \"unknown device profile 'foo'\" $T/out"
