@@ -1,21 +1,29 @@
 /* peer/kv_rx.c — see kv_rx.h.
  *
- * PEER_KV_RX_SLOTS buffers, each FREE, TAKEN (the node's thread receives into it), RESERVED (its
- * place in the FIFO taken, its bytes not handed over yet) or QUEUED (pushed: in the FIFO the
- * kv_rx thread applies in order, the oldest only once it is QUEUED); a slot is free again once
- * applied or put back. Results wait in a ring (RES_CAP) until the node's thread takes them: it takes them
- * before it takes the next slot, so at most a few are ever there.
+ * n_lanes * PEER_KV_RX_SLOTS buffers, each FREE, TAKEN (the node's thread receives into it),
+ * RESERVED (its place in its lane's FIFO taken, its bytes not handed over yet) or QUEUED (pushed:
+ * in the FIFO its lane's thread applies in order, the oldest only once it is QUEUED); a slot is
+ * free again once applied or put back. Every chunk reserved or pushed has an entry in the answer
+ * order (push order) until the node's thread takes its result; the node's thread takes them before
+ * it takes the next slot, so at most a few results ever wait there.
+ *
+ * Lanes: a lent device's imports wait behind its own calls (its drive lock, peer/server_call.c),
+ * so one lane a device keeps a chunk for device X, waiting behind X's long step, from holding the
+ * chunks pushed after it for device Y. Results still come back in each owner's (connection's)
+ * push order: a result waits for the owner's earlier chunks on other lanes, never for another
+ * owner's. One lane (one lent device, and tools/peer_bench) is the path as it was: one thread,
+ * PEER_KV_RX_SLOTS slots, results in push order.
  *
  * A take finds the free slot freed last (LIFO, by a stamp given at every free): the buffer whose
  * bytes were just received into, checked and imported is the one still in the caches, and at the
  * live depth (two receives and one check) fewer distinct buffers are touched than by the lowest
  * free index (wiretcp7's ladder on the quiet node: receiving every chunk into one buffer x1.03
  * over the slots as they were, x1.08 with one send buffer). Which slot a chunk lands in
- * changes nothing else: the apply order is the FIFO's, the owner the push's.
+ * changes nothing else: the apply order is its lane's FIFO's, the owner the push's.
  *
- * Polling (peer_link_set_poll_us): both hand-offs spin before they sleep — the kv_rx thread, for
- * the window after its last chunk, on `queued` before its condition variable; the node's thread,
- * for the window, on a free slot before its own — so that a chunk that follows within the
+ * Polling (peer_link_set_poll_us): both hand-offs spin before they sleep — a lane's thread, for
+ * the window after its last chunk, on its `queued` before its condition variable; the node's
+ * thread, for the window, on a free slot before its own — so that a chunk that follows within the
  * window costs no futex wake-up on either side (a condition variable's signal that finds no one
  * waiting makes no system call). */
 #include "peer/kv_rx.h"
@@ -24,13 +32,17 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
+/* the answer order's first room: the slots' chunks and as many results waiting to be taken. It
+ * grows at a take when full: with lanes, results wait for their owner's older chunks on a slower
+ * lane (the node bounds each connection's unanswered chunks at its window, peer/server.c) */
 #define RES_CAP 64
 
 int peer_kv_rx_lowest_first = 0;
 
 enum { SLOT_FREE, SLOT_TAKEN, SLOT_RESERVED, SLOT_QUEUED };
-/* a reserved slot's offered CRC part (peer_kv_rx_reserve_split): none, offered, the kv_rx
+/* a reserved slot's offered CRC part (peer_kv_rx_reserve_split): none, offered, the lane
  * thread's (claimed by it: computed, joined at the apply), or taken back by the receiver */
 enum { SPLIT_NONE, SPLIT_OFFERED, SPLIT_RX, SPLIT_BACK };
 
@@ -38,39 +50,59 @@ typedef struct kv_slot {
     uint8_t *buf;
     size_t cap;
     int state; /* under mu; a TAKEN or RESERVED slot's buffer is the node's thread's alone */
+    int lane;  /* under mu: the lane it was reserved or pushed on */
+    unsigned long serial; /* under mu: its entry in the answer order */
     void *owner;
     peer_kv k;
-    _Atomic int split;   /* SPLIT_*: claimed by one compare-and-swap, the kv_rx thread's or the receiver's */
+    _Atomic int
+        split; /* SPLIT_*: claimed by one compare-and-swap, the lane thread's or the receiver's */
     const uint8_t *part; /* the offered part: set before the offer, read by whoever claims it */
     size_t part_n;
-    uint32_t part_crc; /* the kv_rx thread's alone */
+    uint32_t part_crc;   /* the lane thread's alone */
     unsigned long freed; /* under mu: rx->clock when it was last freed (0: never, or its buffer
                             abandoned); a take prefers the highest */
 } kv_slot;
+
+/* One lane: a thread applying its reserved or pushed slots in order. */
+typedef struct kv_lane {
+    peer_kv_rx *rx;
+    pthread_t th;
+    pthread_cond_t cv_work; /* a chunk was pushed on it, or stop */
+    int *fifo;              /* (n_slots) its reserved or pushed slots, in apply order */
+    int f_head;
+    _Atomic int queued; /* reserved or pushed on it, not yet applied (changed under mu; read
+                           without it to spin) */
+} kv_lane;
+
+/* A chunk reserved or pushed, until its result is taken: the answer order, oldest first. */
+typedef struct kv_entry {
+    unsigned long serial;
+    void *owner;
+    int known;   /* its owner known (pushed): a reserved one holds back every result after it */
+    int applied; /* its status ready */
+    int status;
+} kv_entry;
 
 struct peer_kv_rx {
     peer_kv_rx_apply_fn apply;
     void *ctx;
     void (*wake)(void *);
     void *wake_ctx;
-    pthread_t th;
     pthread_mutex_t mu;
-    pthread_cond_t cv_work; /* a chunk was pushed, or stop */
     pthread_cond_t cv_free; /* a chunk was applied */
-    kv_slot slot[PEER_KV_RX_SLOTS];
-    int fifo[PEER_KV_RX_SLOTS]; /* reserved or pushed slots, in apply order */
-    int f_head;
-    _Atomic int queued; /* reserved or pushed, not yet applied (changed under mu; read without it to spin) */
+    int n_lanes, n_slots, started;
+    kv_lane *lane;
+    kv_slot *slot;
+    kv_entry *ent; /* (cap_ent) oldest first; a take makes room for the chunk it hands out */
+    int n_ent, cap_ent;
+    unsigned long serial; /* entries made so far */
+    _Atomic int
+        queued; /* reserved or pushed on any lane, not yet applied (under mu; read to spin) */
     int taken;          /* slots the node's thread holds (node's thread) */
-    int want;           /* a take found none free, or peer_kv_rx_want: wake the node's thread
-                           when a chunk is applied */
+    int want;           /* a take found none free, a lane had no room, or peer_kv_rx_want: wake
+                           the node's thread when a chunk is applied */
     unsigned long clock; /* frees so far (under mu): the slots' stamps */
     int busy_max;        /* under mu: peer_kv_rx_busy_max */
-    struct {
-        void *owner;
-        int status;
-    } res[RES_CAP];
-    int r_head, r_n;
     _Atomic int stop;
 };
 
@@ -88,20 +120,38 @@ static void spin_while(_Atomic int *v, int val, _Atomic int *stop)
     }
 }
 
-static void *rx_main(void *arg)
+/* Under mu: a new entry at the end of the answer order (room: the take's bound). */
+static unsigned long ent_add(peer_kv_rx *rx, void *owner, int known)
 {
-    peer_kv_rx *rx = arg;
+    kv_entry *e = &rx->ent[rx->n_ent++];
+    *e = (kv_entry){.serial = ++rx->serial, .owner = owner, .known = known};
+    return e->serial;
+}
+
+/* Under mu: the entry of serial (there while its chunk is reserved or pushed). */
+static kv_entry *ent_find(peer_kv_rx *rx, unsigned long serial)
+{
+    for (int i = 0; i < rx->n_ent; i++)
+        if (rx->ent[i].serial == serial) return &rx->ent[i];
+    return NULL;
+}
+
+static void *lane_main(void *arg)
+{
+    kv_lane *ln = arg;
+    peer_kv_rx *rx = ln->rx;
     pthread_mutex_lock(&rx->mu);
     for (;;) {
-        if (!rx->queued && !rx->stop && peer_link_poll_us()) { /* the next chunk may be close */
+        if (!ln->queued && !rx->stop && peer_link_poll_us()) { /* the next chunk may be close */
             pthread_mutex_unlock(&rx->mu);
-            spin_while(&rx->queued, 0, &rx->stop);
+            spin_while(&ln->queued, 0, &rx->stop);
             pthread_mutex_lock(&rx->mu);
         }
         /* the oldest one, once its bytes were handed over (a reserved one waits for its push,
          * computing the part of its CRC offered meanwhile) */
-        while (!(rx->queued && rx->slot[rx->fifo[rx->f_head]].state == SLOT_QUEUED) && !(rx->stop && !rx->queued)) {
-            kv_slot *h = rx->queued ? &rx->slot[rx->fifo[rx->f_head]] : NULL;
+        while (!(ln->queued && rx->slot[ln->fifo[ln->f_head]].state == SLOT_QUEUED) &&
+               !(rx->stop && !ln->queued)) {
+            kv_slot *h = ln->queued ? &rx->slot[ln->fifo[ln->f_head]] : NULL;
             int offered = SPLIT_OFFERED;
             if (h && h->state == SLOT_RESERVED &&
                 atomic_compare_exchange_strong_explicit(&h->split, &offered, SPLIT_RX, memory_order_acq_rel,
@@ -111,10 +161,10 @@ static void *rx_main(void *arg)
                 pthread_mutex_lock(&rx->mu);
                 continue; /* its push may have come meanwhile */
             }
-            pthread_cond_wait(&rx->cv_work, &rx->mu);
+            pthread_cond_wait(&ln->cv_work, &rx->mu);
         }
-        if (!rx->queued) break; /* stopping, nothing left */
-        int i = rx->fifo[rx->f_head];
+        if (!ln->queued) break; /* stopping, nothing left */
+        int i = ln->fifo[ln->f_head];
         kv_slot *s = &rx->slot[i];
         pthread_mutex_unlock(&rx->mu);
         /* its part's CRC joined to the receiver's (one pushed without a CRC, crc_off 0, gets
@@ -123,20 +173,20 @@ static void *rx_main(void *arg)
             s->k.crc = proto_crc32c_combine(s->k.crc, s->part_crc, s->part_n);
         int st = rx->apply(rx->ctx, s->owner, &s->k);
         pthread_mutex_lock(&rx->mu);
-        int at = (rx->r_head + rx->r_n) % RES_CAP;
-        rx->res[at].owner = s->owner;
-        rx->res[at].status = st;
-        rx->r_n++;
+        kv_entry *e = ent_find(rx, s->serial);
+        e->applied = 1;
+        e->status = st;
         s->state = SLOT_FREE;
         s->freed = ++rx->clock;
         atomic_store_explicit(&s->split, SPLIT_NONE, memory_order_relaxed);
-        rx->f_head = (rx->f_head + 1) % PEER_KV_RX_SLOTS;
+        ln->f_head = (ln->f_head + 1) % rx->n_slots;
+        ln->queued--;
         rx->queued--;
         pthread_cond_broadcast(&rx->cv_free);
-        /* the node's thread is woken when the pipeline ran dry (it may be asleep on the network
-         * with answers to send) or a take found no slot (a chunk that came waits for this one);
+        /* the node's thread is woken when the lane ran dry (it may be asleep on the network
+         * with answers to send) or it waits for room (a chunk that came waits for this one);
          * else while chunks are queued it comes back here on its own */
-        if (rx->wake && (!rx->queued || rx->want)) {
+        if (rx->wake && (!ln->queued || rx->want)) {
             rx->want = 0;
             pthread_mutex_unlock(&rx->mu);
             rx->wake(rx->wake_ctx);
@@ -147,10 +197,33 @@ static void *rx_main(void *arg)
     return NULL;
 }
 
-int peer_kv_rx_new(peer_kv_rx_apply_fn apply, void *ctx, void (*wake)(void *), void *wake_ctx,
-                   peer_kv_rx **out)
+/* Joins the lanes started and frees everything (their chunks applied first). */
+static void rx_free(peer_kv_rx *rx)
+{
+    pthread_mutex_lock(&rx->mu);
+    rx->stop = 1;
+    for (int l = 0; l < rx->started; l++) pthread_cond_signal(&rx->lane[l].cv_work);
+    pthread_mutex_unlock(&rx->mu);
+    for (int l = 0; l < rx->started; l++) pthread_join(rx->lane[l].th, NULL);
+    for (int l = 0; l < rx->n_lanes && rx->lane; l++) {
+        pthread_cond_destroy(&rx->lane[l].cv_work);
+        free(rx->lane[l].fifo);
+    }
+    for (int i = 0; i < rx->n_slots && rx->slot; i++) free(rx->slot[i].buf);
+    free(rx->lane);
+    free(rx->slot);
+    free(rx->ent);
+    pthread_mutex_destroy(&rx->mu);
+    pthread_cond_destroy(&rx->cv_free);
+    free(rx);
+}
+
+int peer_kv_rx_new(int n_lanes, peer_kv_rx_apply_fn apply, void *ctx, void (*wake)(void *),
+                   void *wake_ctx, peer_kv_rx **out)
 {
     *out = NULL;
+    if (n_lanes < 1) n_lanes = 1;
+    if (n_lanes > PEER_KV_RX_LANES_MAX) n_lanes = PEER_KV_RX_LANES_MAX;
     peer_kv_rx *rx = calloc(1, sizeof *rx);
     if (!rx) return PEER_ERR_NOMEM;
     rx->apply = apply;
@@ -158,13 +231,27 @@ int peer_kv_rx_new(peer_kv_rx_apply_fn apply, void *ctx, void (*wake)(void *), v
     rx->wake = wake;
     rx->wake_ctx = wake_ctx;
     pthread_mutex_init(&rx->mu, NULL);
-    pthread_cond_init(&rx->cv_work, NULL);
     pthread_cond_init(&rx->cv_free, NULL);
-    if (pthread_create(&rx->th, NULL, rx_main, rx)) {
-        pthread_mutex_destroy(&rx->mu);
-        pthread_cond_destroy(&rx->cv_work);
-        pthread_cond_destroy(&rx->cv_free);
-        free(rx);
+    rx->n_lanes = n_lanes;
+    rx->n_slots = PEER_KV_RX_SLOTS * n_lanes;
+    rx->cap_ent = rx->n_slots + RES_CAP;
+    rx->lane = calloc((size_t)n_lanes, sizeof *rx->lane);
+    rx->slot = calloc((size_t)rx->n_slots, sizeof *rx->slot);
+    rx->ent = calloc((size_t)rx->cap_ent, sizeof *rx->ent);
+    int ok = rx->lane && rx->slot && rx->ent;
+    if (!rx->lane) rx->n_lanes = 0; /* nothing of theirs to free */
+    for (int l = 0; l < rx->n_lanes; l++) {
+        rx->lane[l].rx = rx;
+        pthread_cond_init(&rx->lane[l].cv_work, NULL);
+    }
+    for (int l = 0; ok && l < n_lanes; l++)
+        ok = (rx->lane[l].fifo = calloc((size_t)rx->n_slots, sizeof *rx->lane[l].fifo)) != NULL;
+    while (ok && rx->started < n_lanes) {
+        ok = !pthread_create(&rx->lane[rx->started].th, NULL, lane_main, &rx->lane[rx->started]);
+        rx->started += ok;
+    }
+    if (!ok) {
+        rx_free(rx);
         return PEER_ERR_NOMEM;
     }
     *out = rx;
@@ -173,17 +260,7 @@ int peer_kv_rx_new(peer_kv_rx_apply_fn apply, void *ctx, void (*wake)(void *), v
 
 void peer_kv_rx_free(peer_kv_rx *rx)
 {
-    if (!rx) return;
-    pthread_mutex_lock(&rx->mu);
-    rx->stop = 1;
-    pthread_cond_signal(&rx->cv_work);
-    pthread_mutex_unlock(&rx->mu);
-    pthread_join(rx->th, NULL);
-    for (int i = 0; i < PEER_KV_RX_SLOTS; i++) free(rx->slot[i].buf);
-    pthread_mutex_destroy(&rx->mu);
-    pthread_cond_destroy(&rx->cv_work);
-    pthread_cond_destroy(&rx->cv_free);
-    free(rx);
+    if (rx) rx_free(rx);
 }
 
 int peer_kv_rx_take(peer_kv_rx *rx, size_t n, int wait, uint8_t **buf)
@@ -193,13 +270,14 @@ int peer_kv_rx_take(peer_kv_rx *rx, size_t n, int wait, uint8_t **buf)
     int i;
     for (;;) {
         /* the free slot freed last (its buffer the warmest); ties (never freed) the lowest */
-        i = PEER_KV_RX_SLOTS;
-        for (int j = 0; j < PEER_KV_RX_SLOTS; j++)
+        i = rx->n_slots;
+        for (int j = 0; j < rx->n_slots; j++)
             if (rx->slot[j].state == SLOT_FREE &&
-                (i == PEER_KV_RX_SLOTS || (!peer_kv_rx_lowest_first && rx->slot[j].freed > rx->slot[i].freed)))
+                (i == rx->n_slots ||
+                 (!peer_kv_rx_lowest_first && rx->slot[j].freed > rx->slot[i].freed)))
                 i = j;
         /* none free: only an applied chunk frees one (a slot this thread holds would never) */
-        if (i < PEER_KV_RX_SLOTS || !wait || !rx->queued) break;
+        if (i < rx->n_slots || !wait || !rx->queued) break;
         if (peer_link_poll_us()) {
             int q = rx->queued;
             pthread_mutex_unlock(&rx->mu);
@@ -209,17 +287,25 @@ int peer_kv_rx_take(peer_kv_rx *rx, size_t n, int wait, uint8_t **buf)
         }
         pthread_cond_wait(&rx->cv_free, &rx->mu);
     }
-    int full = rx->r_n + rx->queued + rx->taken >= RES_CAP; /* results not taken: the caller's bug */
-    if (i < PEER_KV_RX_SLOTS && !full) {
+    int full = 0;
+    if (i < rx->n_slots && rx->n_ent + rx->taken >= rx->cap_ent) { /* room for its entry */
+        kv_entry *e = realloc(rx->ent, sizeof *e * (size_t)rx->cap_ent * 2);
+        if (e) {
+            rx->ent = e;
+            rx->cap_ent *= 2;
+        }
+        full = !e;
+    }
+    if (i < rx->n_slots && !full) {
         rx->slot[i].state = SLOT_TAKEN;
         rx->taken++;
         if (rx->taken + rx->queued > rx->busy_max) rx->busy_max = rx->taken + rx->queued;
     }
-    if (i == PEER_KV_RX_SLOTS) rx->want = 1;
+    if (i == rx->n_slots) rx->want = 1;
     pthread_mutex_unlock(&rx->mu);
-    if (i == PEER_KV_RX_SLOTS) return PEER_KV_RX_BUSY;
+    if (i == rx->n_slots) return PEER_KV_RX_BUSY;
     if (full) return PEER_ERR_NOMEM;
-    kv_slot *s = &rx->slot[i]; /* not the kv_rx thread's while taken */
+    kv_slot *s = &rx->slot[i]; /* not a lane thread's while taken */
     if (n > s->cap) {
         free(s->buf); /* its bytes are not needed: grown without a copy */
         s->cap = 0;
@@ -262,29 +348,46 @@ uint8_t *peer_kv_rx_put_back_lost(peer_kv_rx *rx, int slot, size_t *cap)
     return lost;
 }
 
-void peer_kv_rx_reserve(peer_kv_rx *rx, int slot)
+/* Under mu: a taken slot placed at the end of lane's FIFO, and of the answer order. */
+static void enqueue(peer_kv_rx *rx, int slot, int lane, void *owner, int known)
 {
+    kv_slot *s = &rx->slot[slot];
+    kv_lane *ln = &rx->lane[lane];
+    rx->taken--;
+    s->lane = lane;
+    s->serial = ent_add(rx, owner, known);
+    ln->fifo[(ln->f_head + ln->queued) % rx->n_slots] = slot;
+    ln->queued++;
+    rx->queued++;
+}
+
+static int lane_ok(const peer_kv_rx *rx, int lane)
+{
+    return lane >= 0 && lane < rx->n_lanes ? lane : 0;
+}
+
+void peer_kv_rx_reserve(peer_kv_rx *rx, int slot, int lane)
+{
+    lane = lane_ok(rx, lane);
     pthread_mutex_lock(&rx->mu);
     rx->slot[slot].state = SLOT_RESERVED;
-    rx->taken--;
-    rx->fifo[(rx->f_head + rx->queued) % PEER_KV_RX_SLOTS] = slot;
-    rx->queued++;
+    enqueue(rx, slot, lane, NULL, 0);
     pthread_mutex_unlock(&rx->mu);
 }
 
-void peer_kv_rx_reserve_split(peer_kv_rx *rx, int slot, const uint8_t *at, size_t n)
+void peer_kv_rx_reserve_split(peer_kv_rx *rx, int slot, int lane, const uint8_t *at, size_t n)
 {
     kv_slot *s = &rx->slot[slot];
+    lane = lane_ok(rx, lane);
     s->part = at;
     s->part_n = n;
     pthread_mutex_lock(&rx->mu);
     s->state = SLOT_RESERVED;
-    rx->taken--;
-    rx->fifo[(rx->f_head + rx->queued) % PEER_KV_RX_SLOTS] = slot;
-    rx->queued++;
+    enqueue(rx, slot, lane, NULL, 0);
     atomic_store_explicit(&s->split, SPLIT_OFFERED, memory_order_release);
-    /* the kv_rx thread looks at it only when it is the oldest: then it has nothing else to do */
-    if (rx->fifo[rx->f_head] == slot) pthread_cond_signal(&rx->cv_work);
+    /* the lane's thread looks at it only when it is the oldest: then it has nothing else to do */
+    kv_lane *ln = &rx->lane[lane];
+    if (ln->fifo[ln->f_head] == slot) pthread_cond_signal(&ln->cv_work);
     pthread_mutex_unlock(&rx->mu);
 }
 
@@ -295,34 +398,56 @@ int peer_kv_rx_split_back(peer_kv_rx *rx, int slot)
                                                    memory_order_acquire);
 }
 
-void peer_kv_rx_push(peer_kv_rx *rx, int slot, void *owner, const peer_kv *k)
+void peer_kv_rx_push(peer_kv_rx *rx, int slot, int lane, void *owner, const peer_kv *k)
 {
     kv_slot *s = &rx->slot[slot];
     s->owner = owner;
     s->k = *k;
     pthread_mutex_lock(&rx->mu);
     if (s->state != SLOT_RESERVED) { /* its place in the order: now */
-        rx->taken--;
-        rx->fifo[(rx->f_head + rx->queued) % PEER_KV_RX_SLOTS] = slot;
-        rx->queued++;
+        enqueue(rx, slot, lane_ok(rx, lane), owner, 1);
+    } else { /* its place was kept: its owner now known */
+        kv_entry *e = ent_find(rx, s->serial);
+        e->owner = owner;
+        e->known = 1;
     }
     s->state = SLOT_QUEUED;
-    pthread_cond_signal(&rx->cv_work);
+    pthread_cond_signal(&rx->lane[s->lane].cv_work);
     pthread_mutex_unlock(&rx->mu);
 }
 
 int peer_kv_rx_done(peer_kv_rx *rx, void **owner, int *status)
 {
     pthread_mutex_lock(&rx->mu);
-    int got = rx->r_n > 0;
-    if (got) {
-        *owner = rx->res[rx->r_head].owner;
-        *status = rx->res[rx->r_head].status;
-        rx->r_head = (rx->r_head + 1) % RES_CAP;
-        rx->r_n--;
+    int got = 0;
+    /* the oldest result whose owner has nothing older still to come (a reserved chunk, owner not
+     * known yet, holds back every result after it) */
+    for (int i = 0; i < rx->n_ent && !got; i++) {
+        kv_entry *e = &rx->ent[i];
+        if (!e->known) break;
+        if (!e->applied) continue;
+        int before = 0;
+        for (int j = 0; j < i && !before; j++) before = rx->ent[j].owner == e->owner;
+        if (before) continue;
+        *owner = e->owner;
+        *status = e->status;
+        memmove(e, e + 1, sizeof *e * (size_t)(rx->n_ent - i - 1));
+        rx->n_ent--;
+        got = 1;
     }
     pthread_mutex_unlock(&rx->mu);
     return got;
+}
+
+int peer_kv_rx_lane_room(peer_kv_rx *rx, int lane, int coming)
+{
+    if (rx->n_lanes == 1) return 1; /* the take's bound is the lane's */
+    lane = lane_ok(rx, lane);
+    pthread_mutex_lock(&rx->mu);
+    int room = rx->lane[lane].queued + coming < PEER_KV_RX_SLOTS;
+    if (!room) rx->want = 1;
+    pthread_mutex_unlock(&rx->mu);
+    return room;
 }
 
 void peer_kv_rx_want(peer_kv_rx *rx)
@@ -352,7 +477,7 @@ int peer_kv_rx_pending(const peer_kv_rx *rx)
 {
     peer_kv_rx *m = (peer_kv_rx *)rx;
     pthread_mutex_lock(&m->mu);
-    int n = m->queued + m->r_n;
+    int n = m->n_ent;
     pthread_mutex_unlock(&m->mu);
     return n;
 }

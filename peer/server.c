@@ -20,13 +20,15 @@
  * (PEER_KV_TAG_AHEAD: the next chunk's receive starts while this one's bytes come, so that its
  * bytes follow this one's on the socket instead of waiting for this thread to see it done), and
  * several connections' at once, as long as a kv_rx slot is free (PEER_KV_RX_SLOTS; a chunk that
- * finds none waits its turn), and checked and imported by a second one (peer/kv_rx.h) in the
- * order they came in, so that the next chunks' copies overlap this one's check and import; this
- * thread takes their results and sends the REPLYs. With two receiving threads (below) the one
- * that received a chunk computes its payload's CRC-32C while the other goes on (rx_crc), and the
- * check takes it. A connection's frames wait for its own chunks to be applied (frame_waits), and
- * the kv_rx thread holds a chunk's device while it imports it (peer_server_dev_hold): the device's
- * call thread may be running another connection's call. */
+ * finds none waits its turn), and checked and imported by another (peer/kv_rx.h: one lane a
+ * lent device, each in the order its chunks came in), so that the next chunks' copies overlap
+ * this one's check and import, and a chunk for a device busy with a long step holds up no other
+ * device's; this thread takes their results (each connection's in its order) and sends the
+ * REPLYs. With two receiving threads (below) the one that received a chunk computes its
+ * payload's CRC-32C while the other goes on (rx_crc), and the check takes it. A connection's frames wait for its own chunks to be applied (frame_waits), and
+ * a chunk's lane holds its device while it imports it (peer_server_dev_hold, in turn with the
+ * device's call thread, which may be running another connection's call: first come, first
+ * served). */
 #include "peer/server_impl.h"
 #include "proto/crc32c.h"
 #include "proto/kv_wire.h"
@@ -301,9 +303,10 @@ static int import_chunk(void *ctx, const proto_kv_header *h, const proto_kv_laye
 }
 
 /* A KV chunk (from a KV frame or a tagged message) into its sequence: its REPLY's status. On
- * the kv_rx thread (kv_rx_apply), holding the device's lock: it reads sc's sequences while
+ * its device's kv_rx lane (kv_rx_apply), holding the device's turn: it reads sc's sequences while
  * sc's frames wait for its chunks (kv_pending), and drives the device while its call thread
- * does not. */
+ * does not. Lanes of other devices may run sc's other chunks at once: each writes only its own
+ * sequence's entry (a sequence is found only on its own device, so only on that device's lane). */
 static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
 {
     sseq *q = seq_get(sc, k.seq, k.dev);
@@ -354,7 +357,16 @@ static int kv_apply(peer_server *s, sconn *sc, peer_kv k)
     return st;
 }
 
-/* The device held meanwhile: its call thread may be running another connection's call. */
+/* A chunk's kv_rx lane: its device's (peer/kv_rx.h), so that an import waiting behind one
+ * device's long call holds up no other device's; a device out of range (refused unread, on no
+ * device) lane 0's. */
+static int rx_lane_of(const peer_server *s, const peer_kv *k)
+{
+    return k->dev < (uint32_t)s->cfg.n_devs ? (int)k->dev : 0;
+}
+
+/* The device held meanwhile, in turn with its call thread (peer_server_dev_hold: first come,
+ * first served): at most the call running when the chunk came runs before it. */
 static int kv_rx_apply(void *ctx, void *owner, const peer_kv *k)
 {
     peer_server *s = ctx;
@@ -375,7 +387,8 @@ static void kv_rx_wake(void *ctx)
 static void handoff_flush(peer_server *s)
 {
     for (int i = 0; i < s->n_handoff; i++)
-        peer_kv_rx_push(s->rx, s->handoff[i].slot, s->handoff[i].sc, &s->handoff[i].k);
+        peer_kv_rx_push(s->rx, s->handoff[i].slot, s->handoff[i].lane, s->handoff[i].sc,
+                        &s->handoff[i].k);
     s->n_handoff = 0;
 }
 
@@ -409,6 +422,8 @@ static int on_kv(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
     peer_kv k;
     if (peer_kv_read(p, n, &k)) return PEER_ERR_PROTO;
     kv_collect(s); /* the results so far first: peer_kv_rx_take's rule */
+    int lane = rx_lane_of(s, &k);
+    if (!peer_kv_rx_lane_room(s->rx, lane, 0)) return FRAME_HELD; /* its device's lane is full */
     uint8_t *buf;
     int slot = peer_kv_rx_take(s->rx, n, 0, &buf);
     if (slot == PEER_KV_RX_BUSY) return FRAME_HELD;
@@ -417,7 +432,8 @@ static int on_kv(peer_server *s, sconn *sc, const uint8_t *p, size_t n)
     peer_kv_read(buf, n, &k);                                 /* the same, its bytes in the slot */
     sc->hold = peer_kv_reply_hold(kv_counted(n, k.flags), 0); /* on the stream: no requests */
     sc->kv_pending++;
-    peer_kv_rx_push(s->rx, slot, sc, &k);
+    sc->rx_lane = lane;
+    peer_kv_rx_push(s->rx, slot, lane, sc, &k);
     return PEER_OK;
 }
 
@@ -519,14 +535,18 @@ static int rx_finish(peer_server *s, sconn *sc)
         x->k = k;
         sc->ahead = (k.flags & PEER_KV_TAG_AHEAD) != 0;
         sc->kv_pending++; /* pushed here or by this pass's holder (handoff) */
+        int lane = sc->rx_lane = rx_lane_of(s, &k);
         if (s->n_th > 1 && s->n_handoff < PEER_KV_RX_SLOTS && !sc->ahead) { /* its CRC after the token goes on */
             size_t mid = crc_split_at(&x->k);
-            if (mid) peer_kv_rx_reserve_split(s->rx, x->slot, x->k.bytes + mid, x->k.n_bytes - mid);
-            else peer_kv_rx_reserve(s->rx, x->slot);
-            s->handoff[s->n_handoff++] = (struct handoff){x->slot, sc, x->k, mid};
+            if (mid)
+                peer_kv_rx_reserve_split(s->rx, x->slot, lane, x->k.bytes + mid,
+                                         x->k.n_bytes - mid);
+            else
+                peer_kv_rx_reserve(s->rx, x->slot, lane);
+            s->handoff[s->n_handoff++] = (struct handoff){x->slot, lane, sc, x->k, mid};
             atomic_fetch_add_explicit(&s->handed, 1, memory_order_relaxed);
-        } else { /* one thread (or tcp lanes): the CRC on the kv_rx thread, beside the next copy */
-            peer_kv_rx_push(s->rx, x->slot, sc, &x->k);
+        } else { /* one thread (or tcp lanes): the CRC on the lane's thread, beside the next copy */
+            peer_kv_rx_push(s->rx, x->slot, lane, sc, &x->k);
         }
         sc->rx_head = (sc->rx_head + 1) % RX_AHEAD;
         sc->rx_n--;
@@ -571,6 +591,18 @@ static int rx_start(peer_server *s, sconn *sc, size_t length)
     return r < 0 ? r : PEER_OK;
 }
 
+/* Whether sc's next chunk may be received now: fewer than its sender's window unanswered (an
+ * honest sender never has more in flight, so this holds back only one that ignores its window:
+ * with lanes its results may wait for an older chunk of its own on a busy device, and the node
+ * keeps no more of them than a window), and room on the lane its chunks go to
+ * (peer_kv_rx_lane_room: a lane waiting behind its device's long call does not take every slot;
+ * before its first chunk it goes nowhere yet). */
+static int kv_more(peer_server *s, const sconn *sc)
+{
+    if (sc->kv_pending + sc->rx_n >= PEER_KV_WINDOW) return 0;
+    return sc->rx_lane < 0 || peer_kv_rx_lane_room(s->rx, sc->rx_lane, sc->rx_n);
+}
+
 /* sc's next chunks, as they arrive: the next serial's message looked for (nothing of it is read
  * but its length, bounded before a buffer is taken for it) and its receive started into a kv_rx
  * slot while other connections' chunks come too; up to RX_AHEAD at once once its chunks come
@@ -580,7 +612,7 @@ static int rx_start(peer_server *s, sconn *sc, size_t length)
 static int rx_probe(peer_server *s, sconn *sc)
 {
     while (sc->addr_given && !sc->tag_wait && s->n_handoff < PEER_KV_RX_SLOTS &&
-           sc->rx_n < (sc->ahead ? RX_AHEAD : 1)) {
+           sc->rx_n < (sc->ahead ? RX_AHEAD : 1) && kv_more(s, sc)) {
         size_t length;
         int r = peer_conn_tag_probe(sc->c, sc->tag_base + sc->tag_serial + 1, &length);
         if (r < 0) return r;
@@ -754,7 +786,7 @@ static void *server_main(void *arg)
             tok_give(s);
             for (int i = 0; i < n; i++) {
                 rx_crc(s->rx, h[i].slot, &h[i].k, h[i].mid);
-                peer_kv_rx_push(s->rx, h[i].slot, h[i].sc, &h[i].k);
+                peer_kv_rx_push(s->rx, h[i].slot, h[i].lane, h[i].sc, &h[i].k);
             }
             tok_take(s, 1);
         }
@@ -782,6 +814,7 @@ static void server_pass(peer_server *s)
                 continue;
             }
             sc->c = c;
+            sc->rx_lane = -1;
             sc->t0 = peer_now();
             sc->next = s->conns;
             s->conns = sc;
@@ -890,7 +923,8 @@ int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, 
     pthread_cond_init(&s->tok_cv, NULL);
     s->tok_free = 1;
     int started = 0, calls = peer_server_calls_start(s);
-    if (!calls && !peer_kv_rx_new(kv_rx_apply, s, kv_rx_wake, s, &s->rx)) {
+    if (!calls &&
+        !peer_kv_rx_new(cfg->n_devs > 1 ? cfg->n_devs : 1, kv_rx_apply, s, kv_rx_wake, s, &s->rx)) {
         for (; started < s->n_th; started++)
             if (pthread_create(started ? &s->th_more[started - 1] : &s->th, NULL, server_main, s)) break;
     }

@@ -18,10 +18,12 @@
  * its call is queued or running (server.c: answers stay in order, and its sequences are not
  * touched meanwhile), so it has at most one; a device has at most CALLS_PER_DEV, a call beyond it
  * is held on its frame. A device is driven by one thread at a time (accel.h): its call thread or
- * the kv_rx thread importing a chunk into it, whichever holds the device's drive lock (the loop
- * never drives a device while the threads run). A connection closed with its call queued or
- * running is kept (server.closing) until the call is done; the answer is then let go and its
- * sequences are freed on their devices' threads, behind the calls queued before. */
+ * its kv_rx lane's importing a chunk into it, whichever holds the device's drive turn (the loop
+ * never drives a device while the threads run). The turns are first come, first served: a chunk
+ * that comes while a step runs is imported right after it, before the calls queued behind it. A
+ * connection closed with its call queued or running is kept (server.closing) until the call is
+ * done; the answer is then let go and its sequences are freed on their devices' threads, behind the
+ * calls queued before. */
 #include "peer/server_impl.h"
 #include <stdlib.h>
 #include <string.h>
@@ -34,14 +36,24 @@ void peer_server_sseq_release(peer_server *s, sseq *q)
     memset(q, 0, sizeof *q);
 }
 
+/* A ticket lock: an import asked for while a call runs comes right after that call, whatever
+ * calls are queued behind it (they ask for their turn only as they start). */
 void peer_server_dev_hold(peer_server *s, int dev)
 {
-    pthread_mutex_lock(&s->dt[dev].drive);
+    sdev *t = &s->dt[dev];
+    pthread_mutex_lock(&t->drive);
+    unsigned long me = t->drive_next++;
+    while (t->drive_now != me) pthread_cond_wait(&t->drive_cv, &t->drive);
+    pthread_mutex_unlock(&t->drive);
 }
 
 void peer_server_dev_let(peer_server *s, int dev)
 {
-    pthread_mutex_unlock(&s->dt[dev].drive);
+    sdev *t = &s->dt[dev];
+    pthread_mutex_lock(&t->drive);
+    t->drive_now++;
+    pthread_cond_broadcast(&t->drive_cv); /* two waiters at most: the call thread and the lane */
+    pthread_mutex_unlock(&t->drive);
 }
 
 /* ---------------------------------------------------------------- the device's thread */
@@ -89,9 +101,9 @@ static void *dev_main(void *arg)
         t->q_head = c->next;
         if (!t->q_head) t->q_tail = NULL;
         pthread_mutex_unlock(&t->mu);
-        pthread_mutex_lock(&t->drive);
+        peer_server_dev_hold(s, t->dev);
         call_run(s, c);
-        pthread_mutex_unlock(&t->drive);
+        peer_server_dev_let(s, t->dev);
         if (c->kind == CALL_RELEASE) { /* no one waits for it */
             free(c->rels);
             free(c);
@@ -137,6 +149,7 @@ int peer_server_calls_start(peer_server *s)
         pthread_mutex_init(&t->mu, NULL);
         pthread_cond_init(&t->cv, NULL);
         pthread_mutex_init(&t->drive, NULL);
+        pthread_cond_init(&t->drive_cv, NULL);
     }
     s->call_now = calloc(1, sizeof *s->call_now);
     int ok = s->call_now != NULL;
@@ -188,6 +201,7 @@ void peer_server_calls_free(peer_server *s)
         pthread_mutex_destroy(&t->mu);
         pthread_cond_destroy(&t->cv);
         pthread_mutex_destroy(&t->drive);
+        pthread_cond_destroy(&t->drive_cv);
     }
     pthread_mutex_destroy(&s->done_mu);
     call_free(s->call_now);

@@ -72,6 +72,8 @@ typedef struct sconn {
     char name[PEER_NAME_MAX + 1];
     int addr_given;     /* ADDR sent: tagged chunks looked for */
     int ahead;          /* its last chunk came over tcp lanes (PEER_KV_TAG_AHEAD) */
+    int rx_lane;        /* its last chunk's kv_rx lane (its device's), -1 before its first: its
+                           next chunks are received while that lane has room (peer_kv_rx_lane_room) */
     uint64_t tag_base;  /* its tagged messages are tag_base + serial (random high 32 bits) */
     uint32_t tag_serial; /* the last serial whose receive started */
     double gap_since;    /* since when its oldest message waits ahead of its next serial (0: not) */
@@ -147,8 +149,9 @@ typedef struct scall {
     struct scall *next;
 } scall;
 
-/* One lent device's call thread: its queue, and the lock held by whichever thread drives the
- * device (this one for a call, the kv_rx thread for an import: accel.h's one at a time). */
+/* One lent device's call thread: its queue, and the turn of whichever thread drives the device
+ * (this one for a call, its kv_rx lane's for an import: accel.h's one at a time), handed out
+ * first come, first served (peer_server_dev_hold). */
 typedef struct sdev {
     peer_server *s;
     int dev;
@@ -158,7 +161,13 @@ typedef struct sdev {
     pthread_cond_t cv;
     struct scall *q_head, *q_tail;
     int stop;
+    /* the drive turns: a thread takes ticket drive_next and drives the device once drive_now is
+     * it. A plain mutex was no queue: the call thread, letting it go and taking it again for its
+     * next call at once, won it over a waiting import again and again (one import waited behind
+     * call after call of a steady stream, past its sender's call timeout). */
     pthread_mutex_t drive;
+    pthread_cond_t drive_cv;
+    unsigned long drive_next, drive_now;
     /* the loop's: calls not in use, and how many were made (at most CALLS_PER_DEV) */
     struct scall *idle;
     int n_calls;
@@ -193,7 +202,7 @@ struct peer_server {
     _Atomic int tok_free;
     /* chunks received in this pass: CRC and push by the holder after the token (places reserved) */
     struct handoff {
-        int slot;
+        int slot, lane;
         sconn *sc;
         peer_kv k;
         size_t mid; /* where its CRC is cut (crc_split_at), 0 uncut */
@@ -264,8 +273,8 @@ void peer_server_sseq_release(peer_server *s, sseq *q);
  * the order they were done; a failed send kills its connection (server_pass closes it).
  * peer_server_calls_release: a closed connection's n sequences (v, the caller's still) freed on
  * their devices' threads (at once once they are stopped); v is left cleared.
- * peer_server_dev_hold / _let: the device driven by the calling thread meanwhile (the kv_rx
- * thread's imports). */
+ * peer_server_dev_hold / _let: the device driven by the calling thread meanwhile (a call, or a
+ * kv_rx lane's import); a hold waits for the holds asked before it, in the order asked. */
 int peer_server_calls_start(peer_server *s);
 void peer_server_calls_stop(peer_server *s);
 void peer_server_calls_free(peer_server *s);

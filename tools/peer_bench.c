@@ -446,7 +446,7 @@ static void *node_loop(void *arg)
             t2 = t3;
             if (g_rx_one) HOLD();
             else {
-                peer_kv_rx_push(rx, slot, NULL, &k);
+                peer_kv_rx_push(rx, slot, 0, NULL, &k);
                 nd->n_checking++;
             }
             g_node[N_PUSH] += peer_now() - t2;
@@ -522,8 +522,10 @@ static void *node_loop(void *arg)
                  * offered to the kv_rx thread, peer_kv_rx_reserve_split; --crc-split 0: not) */
                 int split = g_crc && !g_crc_rx && g_crc_split && k.n_bytes >= (64u << 10);
                 size_t mid = k.n_bytes / 2 & ~(size_t)63;
-                if (split) peer_kv_rx_reserve_split(rx, slot, k.bytes + mid, k.n_bytes - mid);
-                else peer_kv_rx_reserve(rx, slot);
+                if (split)
+                    peer_kv_rx_reserve_split(rx, slot, 0, k.bytes + mid, k.n_bytes - mid);
+                else
+                    peer_kv_rx_reserve(rx, slot, 0);
                 nd->n_checking++; /* (counted by the token's holder) */
                 tok_give(nd);
                 uint32_t crc = 0;
@@ -536,7 +538,7 @@ static void *node_loop(void *arg)
                 k.crc = crc;
                 k.crc_off = 1; /* given: the kv_rx thread takes it */
                 double t3 = peer_now();
-                peer_kv_rx_push(rx, slot, NULL, &k);
+                peer_kv_rx_push(rx, slot, 0, NULL, &k);
                 double t4 = peer_now();
                 tok_take(nd, 1);
                 nd->sink ^= crc;
@@ -549,7 +551,7 @@ static void *node_loop(void *arg)
             if (g_crc && !g_crc_rx && (nd->n_th == 1 || g_crc_on_given)) k.crc = proto_crc32c(0, k.bytes, k.n_bytes), k.crc_off = 1;
             double t3 = peer_now();
             g_node[N_CRC] += t3 - tf;
-            peer_kv_rx_push(rx, slot, NULL, &k);
+            peer_kv_rx_push(rx, slot, 0, NULL, &k);
             nd->n_checking++;
             g_node[N_PUSH] += peer_now() - t3;
             continue;
@@ -621,7 +623,7 @@ static int serve(int port_fd, long announce_size, long kv_max, int n_th)
     pthread_mutex_init(&nd.mu, NULL);
     pthread_cond_init(&nd.cv, NULL);
     uint32_t sink_rx = 0;
-    if (peer_kv_rx_new(crc_apply, &sink_rx, wake, nd.l, &nd.rx)) return 1;
+    if (peer_kv_rx_new(1, crc_apply, &sink_rx, wake, nd.l, &nd.rx)) return 1;
     pthread_t more;
     int two = n_th > 1 && !pthread_create(&more, NULL, node_loop, &nd);
     if (!two) nd.n_th = 1;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int two_start(two *t, const char *device)
 {
@@ -61,9 +62,35 @@ int two_remote_at(const char *file, int line, const two *t, int transport, peer_
     return 0;
 }
 
+int two_pair_open(two *t)
+{
+    memset(t, 0, sizeof *t);
+    if (t_open(MODEL, "cpu", &t->m, &t->lent)) return -1;
+    char err[256];
+    accel_opts o = {.threads = 1};
+    t->lent2 = devices_open("cpu", t->m, &o, err, sizeof err);
+    if (!t->lent2) t_fail(__FILE__, __LINE__, "devices_open(cpu): %s", err);
+    if (!t->lent2 || accel_warmup(t->lent) || accel_warmup(t->lent2)) return -1;
+    return 0;
+}
+
+int two_pair_serve(two *t)
+{
+    char err[256];
+    accel_dev *d[2] = {t->lent, t->lent2};
+    peer_server_cfg sc = {"127.0.0.1:0", "nodeB", KEY, t->m, d, 2, 0};
+    if (peer_server_start(&sc, &t->srv, err, sizeof err)) {
+        t_fail(__FILE__, __LINE__, "peer_server_start: %s", err);
+        return -1;
+    }
+    snprintf(t->addr, sizeof t->addr, "127.0.0.1:%d", peer_server_port(t->srv));
+    return 0;
+}
+
 void two_stop(two *t)
 {
     peer_server_stop(t->srv);
+    if (t->lent2) accel_free(t->lent2);
     if (t->lent) accel_free(t->lent);
     model_free(t->m);
 }
@@ -170,4 +197,59 @@ int raw_seq_new(raw *r, uint32_t *seq)
     if (!st && out.w[0]) st = (int32_t)out.w[0];
     if (!st) *seq = out.w[1];
     return st;
+}
+
+int raw_words(raw *r, int type, uint32_t a, uint32_t b, uint32_t *value)
+{
+    uint8_t w[8];
+    peer_words pw = {{a, b, 0, 0}};
+    peer_words_write(w, &pw, 2);
+    peer_header h;
+    const uint8_t *p;
+    peer_words out;
+    int st = peer_conn_send(r->c, type, w, 8, NULL, 0, 5);
+    if (!st) st = peer_conn_recv(r->c, 4096, &h, &p, 5);
+    if (!st && (h.type != PEER_REPLY || peer_words_read(p, h.length, 2, &out))) st = PEER_ERR_PROTO;
+    if (st) return st;
+    if (value) *value = out.w[1];
+    return (int32_t)out.w[0];
+}
+
+int raw_tag(raw *r, const peer_kv *k, const uint8_t *b, size_t n)
+{
+    uint8_t *m = malloc(PEER_KV_TAG_FIXED + n);
+    if (!m) return PEER_ERR_NOMEM;
+    peer_kv_tag_write_fixed(m, r->token, k);
+    memcpy(m + PEER_KV_TAG_FIXED, b, n);
+    int st = peer_conn_tag_send(r->c, r->base + ++r->serial, m, PEER_KV_TAG_FIXED + n, 5);
+    free(m);
+    return st;
+}
+
+size_t raw_chunk_bytes(const model *m, const raw *r, int dev, const kvcopy *kv, int l, uint8_t *out,
+                       size_t cap)
+{
+    const proto_kv_layer *c = &kv->l[l];
+    int bt = r->info.devs[dev].kv_block_tokens;
+    proto_kv_header hd = {.n_layers = m->cfg.n_layers,
+                          .n_kv_heads = c->n_kv_heads,
+                          .head_dim = c->head_dim,
+                          .n_tokens = c->n_tokens,
+                          .pos0 = c->pos0,
+                          .dtype = c->dtype,
+                          .block_tokens = bt > 0 ? bt : PROTO_KV_V1_BLOCK_TOKENS};
+    memcpy(hd.fingerprint, m->fingerprint, 32);
+    size_t o = 0;
+    if (l == 0) {
+        if (proto_kv_header_write(&hd, out) < 0) return 0;
+        o = PROTO_KV_HEADER_BYTES;
+    }
+    long long w = proto_kv_chunk_write(&hd, c, out + o, cap - o);
+    return w < 0 ? 0 : o + (size_t)w;
+}
+
+void nap_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
 }

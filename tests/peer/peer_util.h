@@ -17,6 +17,7 @@
 typedef struct two {
     model *m;
     accel_dev *lent;   /* node B's device, lent */
+    accel_dev *lent2;  /* a second one (two_pair_open), or NULL */
     peer_server *srv;
     char addr[64];
 } two;
@@ -28,6 +29,11 @@ int two_start_rx(two *t, const char *device, int rx_threads);
 /* two_start_rx on the CPU, and node A's own device to prefill on: a CPU device (2 threads) of
  * the same model in *pf; -1 (the failure reported) when either cannot. */
 int two_start_pf(two *t, int rx_threads, accel_dev **pf);
+/* Node B with two CPU devices of the model lent (one thread each, warmed): two_pair_open opens
+ * the model and the devices (t->lent, t->lent2), for the test to wrap before two_pair_serve starts
+ * the server on both; each 0, or -1 with the failure reported. two_stop frees it all. */
+int two_pair_open(two *t);
+int two_pair_serve(two *t);
 void two_stop(two *t);
 /* Node A's side of t: connected as "nodeA" with `transport` (PEER_TRANSPORT_*; AUTO is the
  * default) and node B's device 0 opened as a remote device. 0, or -1 with the failure reported
@@ -72,5 +78,16 @@ int raw_reply(raw *r, double timeout_s);
 /* A SEQ_NEW on device 0 (512 tokens) and its REPLY: 0 with the sequence in *seq, else its status.
  */
 int raw_seq_new(raw *r, uint32_t *seq);
+/* One request on the stream (two words: a, b) and its REPLY: its status (and *value), or a peer
+ * status below -400. */
+int raw_words(raw *r, int type, uint32_t a, uint32_t b, uint32_t *value);
+/* The next tagged message: the token and k's fixed part, then n bytes (taken as they are). */
+int raw_tag(raw *r, const peer_kv *k, const uint8_t *b, size_t n);
+/* Layer l of kv as the remote backend writes it for the node's device dev (its run's stream
+ * header before layer 0) into out (cap bytes): its length, 0 when it does not fit. */
+size_t raw_chunk_bytes(const model *m, const raw *r, int dev, const kvcopy *kv, int l, uint8_t *out,
+                       size_t cap);
+/* Sleeps ms milliseconds (the tests' waits for another thread or process). */
+void nap_ms(int ms);
 
 #endif

@@ -40,13 +40,13 @@ static int one_chunk(peer_kv_rx *rx, int i, size_t n, int wait_us, int lie)
     if (slot < 0) return -1;
     for (size_t j = 0; j < n; j++) b[j] = (uint8_t)(i * 131 + j * 7 + (j >> 9));
     size_t off = 40 + (size_t)i % 7, mid = off + ((n - off) / 2 & ~(size_t)63);
-    peer_kv_rx_reserve_split(rx, slot, b + mid, n - mid);
+    peer_kv_rx_reserve_split(rx, slot, 0, b + mid, n - mid);
     if (wait_us) usleep((useconds_t)wait_us);
     peer_kv k = {0, (uint32_t)i, 0, 0, b, n, off, 0};
     k.crc = proto_crc32c(0, b + off, mid - off) ^ (lie ? 1u : 0u);
     int theirs = !peer_kv_rx_split_back(rx, slot);
     if (!theirs) k.crc = proto_crc32c(k.crc, b + mid, n - mid);
-    peer_kv_rx_push(rx, slot, (void *)(intptr_t)(1000 + i), &k);
+    peer_kv_rx_push(rx, slot, 0, (void *)(intptr_t)(1000 + i), &k);
     return theirs;
 }
 
@@ -54,7 +54,7 @@ TEST(peer_kv_rx_split_crc_joins_exactly)
 {
     split_log l = {0};
     peer_kv_rx *rx;
-    REQUIRE(peer_kv_rx_new(split_apply, &l, NULL, NULL, &rx) == PEER_OK);
+    REQUIRE(peer_kv_rx_new(1, split_apply, &l, NULL, NULL, &rx) == PEER_OK);
     int by_rx = 0, by_us = 0, status[64], got = 0;
     for (int i = 0; i < 40; i++) {
         void *o;
@@ -78,7 +78,7 @@ TEST(peer_kv_rx_split_crc_joins_exactly)
         slot[i] = peer_kv_rx_take(rx, n, 0, &b[i]);
         REQUIRE(slot[i] >= 0);
         memset(b[i], 0x40 + i, n);
-        peer_kv_rx_reserve_split(rx, slot[i], b[i] + n / 2, n - n / 2);
+        peer_kv_rx_reserve_split(rx, slot[i], 0, b[i] + n / 2, n - n / 2);
     }
     usleep(20000);
     for (int i = 2; i >= 0; i--) { /* pushed last to first: applied first to last all the same */
@@ -86,7 +86,7 @@ TEST(peer_kv_rx_split_crc_joins_exactly)
         if (i > 0) CHECK(back); /* never offered to the kv_rx thread while not the oldest */
         peer_kv k = {0, (uint32_t)(40 + i), 0, 0, b[i], n, 8, proto_crc32c(0, b[i] + 8, n / 2 - 8)};
         if (back) k.crc = proto_crc32c(k.crc, b[i] + n / 2, n - n / 2);
-        peer_kv_rx_push(rx, slot[i], (void *)(intptr_t)(1000 + 40 + i), &k);
+        peer_kv_rx_push(rx, slot[i], 0, (void *)(intptr_t)(1000 + 40 + i), &k);
     }
     peer_kv_rx_sync(rx);
     void *o;
@@ -125,7 +125,7 @@ static void lifo_push(peer_kv_rx *rx, int slot, uint8_t *b, size_t n, int seq)
 {
     memset(b, 0x11 * (seq + 1), n);
     peer_kv k = {0, (uint32_t)seq, 0, 0, b, n, 0, 0};
-    peer_kv_rx_push(rx, slot, (void *)(intptr_t)(500 + seq), &k);
+    peer_kv_rx_push(rx, slot, 0, (void *)(intptr_t)(500 + seq), &k);
 }
 
 /* A take gets the free slot freed last (its buffer the warmest), not the lowest free index;
@@ -135,7 +135,7 @@ TEST(peer_kv_rx_take_reuses_slot_freed_last)
     REQUIRE(PEER_KV_RX_SLOTS >= 4);
     lifo_log l = {0};
     peer_kv_rx *rx;
-    REQUIRE(peer_kv_rx_new(lifo_apply, &l, NULL, NULL, &rx) == PEER_OK);
+    REQUIRE(peer_kv_rx_new(1, lifo_apply, &l, NULL, NULL, &rx) == PEER_OK);
     size_t n = 4096;
     uint8_t *b[4], *again;
     int s[4], seq = 0;

@@ -674,7 +674,7 @@ static void rx_pipeline(int poll_us)
     peer_link_set_poll_us(poll_us);
     rx_log l = {0};
     peer_kv_rx *rx;
-    REQUIRE(peer_kv_rx_new(rx_apply, &l, NULL, NULL, &rx) == PEER_OK);
+    REQUIRE(peer_kv_rx_new(1, rx_apply, &l, NULL, NULL, &rx) == PEER_OK);
     int got = 0, status[20];
     uint32_t want[20];
     for (int i = 0; i < 20; i++) {
@@ -689,7 +689,7 @@ static void rx_pipeline(int poll_us)
         for (size_t j = 0; j < n; j++) b[j] = (uint8_t)(i * 7 + j), sum = sum * 31 + b[j];
         want[i] = sum;
         peer_kv k = {0, (uint32_t)i, 0, 0, b, n, 0, 0};
-        peer_kv_rx_push(rx, slot, (void *)(intptr_t)-i, &k);
+        peer_kv_rx_push(rx, slot, 0, (void *)(intptr_t)-i, &k);
         CHECK(peer_kv_rx_pending(rx) <= PEER_KV_RX_SLOTS + got + 20);
     }
     peer_kv_rx_sync(rx);
@@ -728,7 +728,7 @@ TEST(peer_kv_rx_slots_out_of_order)
 {
     rx_log l = {0};
     peer_kv_rx *rx;
-    REQUIRE(peer_kv_rx_new(rx_apply, &l, NULL, NULL, &rx) == PEER_OK);
+    REQUIRE(peer_kv_rx_new(1, rx_apply, &l, NULL, NULL, &rx) == PEER_OK);
     int slot[PEER_KV_RX_SLOTS];
     uint8_t *b[PEER_KV_RX_SLOTS];
     uint32_t want[PEER_KV_RX_SLOTS];
@@ -747,7 +747,7 @@ TEST(peer_kv_rx_slots_out_of_order)
     peer_kv_rx_put_back(rx, slot[PEER_KV_RX_SLOTS - 1]);
     for (int i = PEER_KV_RX_SLOTS - 2; i >= 0; i--) {
         peer_kv k = {0, (uint32_t)i, 0, 0, b[i], 4096 + (size_t)i, 0, 0};
-        peer_kv_rx_push(rx, slot[i], (void *)(intptr_t)(100 + i), &k);
+        peer_kv_rx_push(rx, slot[i], 0, (void *)(intptr_t)(100 + i), &k);
     }
     int again = peer_kv_rx_take(rx, 8, 1, &x); /* the slot put back, or one applied since */
     CHECK(again >= 0 && again < PEER_KV_RX_SLOTS);
@@ -779,7 +779,7 @@ static void *rx_push_late(void *arg)
 {
     rx_late *a = arg;
     usleep(30000);
-    peer_kv_rx_push(a->rx, a->slot, (void *)(intptr_t)7, &a->k);
+    peer_kv_rx_push(a->rx, a->slot, 0, (void *)(intptr_t)7, &a->k);
     return NULL;
 }
 
@@ -787,15 +787,15 @@ TEST(peer_kv_rx_reserved_keeps_its_place)
 {
     rx_log l = {0};
     peer_kv_rx *rx;
-    REQUIRE(peer_kv_rx_new(rx_apply, &l, NULL, NULL, &rx) == PEER_OK);
+    REQUIRE(peer_kv_rx_new(1, rx_apply, &l, NULL, NULL, &rx) == PEER_OK);
     uint8_t *ba, *bb;
     int sa = peer_kv_rx_take(rx, 1000, 0, &ba), sb = peer_kv_rx_take(rx, 1000, 0, &bb);
     REQUIRE(sa >= 0 && sb >= 0);
     memset(ba, 1, 1000);
     memset(bb, 2, 1000);
-    peer_kv_rx_reserve(rx, sa);
+    peer_kv_rx_reserve(rx, sa, 0);
     peer_kv kb = {0, 2, 0, 0, bb, 1000, 0, 0};
-    peer_kv_rx_push(rx, sb, (void *)(intptr_t)8, &kb);
+    peer_kv_rx_push(rx, sb, 0, (void *)(intptr_t)8, &kb);
     rx_late a = {rx, sa, {0, 1, 0, 0, ba, 1000, 0, 0}};
     pthread_t th;
     REQUIRE(pthread_create(&th, NULL, rx_push_late, &a) == 0);

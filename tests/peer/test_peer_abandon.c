@@ -20,12 +20,6 @@
 #include <string.h>
 #include <time.h>
 
-static void nap_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* A heartbeat's round trip on r's connection, seconds (-1: no answer within 10 s). */
 static double ping_s(raw *r)
 {

@@ -69,12 +69,6 @@ static void wrap(accel_dev *d, int sleep_us)
     d->i = &g_slow_i;
 }
 
-static void nap(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* A client's decode of token 1 on a fresh sequence of rd, on a thread of its own. */
 typedef struct job {
     accel_dev *rd;
@@ -137,7 +131,7 @@ TEST(peer_slow_call_holds_no_one)
     int down = 0;
     while (peer_now() - t0 < 4.5 + PEER_DEAD_S && !down) {
         down = peer_node_state(ny) != PEER_NODE_UP;
-        nap(50);
+        nap_ms(50);
     }
     CHECK_MSG(!down, "the idle client lost the node %.1f s into another client's step",
               peer_now() - t0);
@@ -172,24 +166,17 @@ TEST(peer_slow_call_holds_no_one)
  * other), and each client gets its device's logits. */
 TEST(peer_two_devices_calls_run_at_once)
 {
-    model *m;
-    accel_dev *d[2];
-    if (t_open(MODEL, "cpu", &m, &d[0])) return;
+    two t;
+    if (two_pair_open(&t)) return;
+    model *m = t.m;
     char err[256];
-    accel_opts o = {.threads = 1};
-    d[1] = devices_open("cpu", m, &o, err, sizeof err);
-    REQUIRE(d[1]);
-    REQUIRE(accel_warmup(d[0]) == 0 && accel_warmup(d[1]) == 0);
     int vocab = m->cfg.vocab;
     float *ref = malloc(sizeof(float) * (size_t)vocab);
-    REQUIRE(ref && ref_logits(d[0], ref) == 0);
-    wrap(d[0], 1500 * 1000);
-    d[1]->i = &g_slow_i;
-    peer_server *srv;
-    peer_server_cfg sc = {"127.0.0.1:0", "nodeB", KEY, m, d, 2, 0};
-    REQUIRE(peer_server_start(&sc, &srv, err, sizeof err) == 0);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", peer_server_port(srv));
+    REQUIRE(ref && ref_logits(t.lent, ref) == 0);
+    wrap(t.lent, 1500 * 1000);
+    t.lent2->i = &g_slow_i;
+    REQUIRE(two_pair_serve(&t) == 0);
+    const char *addr = t.addr;
     peer_node *n[2];
     accel_dev *rd[2];
     job j[2];
@@ -219,10 +206,7 @@ TEST(peer_two_devices_calls_run_at_once)
         peer_node_free(n[i]);
     }
     free(ref);
-    peer_server_stop(srv);
-    accel_free(d[0]);
-    accel_free(d[1]);
-    model_free(m);
+    two_stop(&t);
 }
 
 /* A peer that asks for a 1.5 s step and closes its connection at once: the step finishes on the
@@ -247,7 +231,7 @@ TEST(peer_conn_closed_during_call)
     peer_decode_write(buf, 0, 1, &seq, &id);
     atomic_store(&g_slow, 1);
     REQUIRE(peer_conn_send(r.c, PEER_DECODE, buf, peer_decode_bytes(1), NULL, 0, 5) == 0);
-    while (!atomic_load(&g_running)) nap(5); /* the step is running */
+    while (!atomic_load(&g_running)) nap_ms(5); /* the step is running */
     peer_conn_kill(r.c);
     peer_conn_free(r.c);
     /* the other peer is served meanwhile (its pings; its step waits for the device) */
@@ -255,12 +239,12 @@ TEST(peer_conn_closed_during_call)
     int down = 0;
     while (atomic_load(&g_running) && !down) {
         down = peer_node_state(node) != PEER_NODE_UP;
-        nap(20);
+        nap_ms(20);
     }
     CHECK(!down);
     atomic_store(&g_slow, 0);
     /* the closed peer's sequence freed once its step is done */
-    while (atomic_load(&g_seqs) && peer_now() - t0 < 10) nap(20);
+    while (atomic_load(&g_seqs) && peer_now() - t0 < 10) nap_ms(20);
     CHECK_EQ(atomic_load(&g_seqs), 0);
     accel_seq *s;
     float *lg = malloc(sizeof(float) * (size_t)t.m->cfg.vocab);

@@ -163,12 +163,6 @@ TEST(peer_live_health_mirrored)
 
 /* ---------------------------------------------------------------- two clients, one lent device */
 
-static void nap_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-}
-
 static uint64_t mem_free_of(accel_dev *d)
 {
     accel_info in;

@@ -21,53 +21,6 @@
 #include <string.h>
 #include <time.h>
 
-/* One request with a REPLY: its status (and *value), or a peer status below -400. */
-static int raw_words(raw *r, int type, uint32_t a, uint32_t b, uint32_t *value)
-{
-    uint8_t w[8];
-    peer_words pw = {{a, b, 0, 0}};
-    peer_words_write(w, &pw, 2);
-    peer_header h;
-    const uint8_t *p;
-    peer_words out;
-    int st = peer_conn_send(r->c, type, w, 8, NULL, 0, 5);
-    if (!st) st = peer_conn_recv(r->c, 4096, &h, &p, 5);
-    if (!st && (h.type != PEER_REPLY || peer_words_read(p, h.length, 2, &out))) st = PEER_ERR_PROTO;
-    if (st) return st;
-    if (value) *value = out.w[1];
-    return (int32_t)out.w[0];
-}
-
-/* The next tagged message: the token and the fixed part, then n bytes (taken as they are). */
-static int raw_tag(raw *r, const peer_kv *k, const uint8_t *b, size_t n)
-{
-    uint8_t *m = malloc(PEER_KV_TAG_FIXED + n);
-    if (!m) return PEER_ERR_NOMEM;
-    peer_kv_tag_write_fixed(m, r->token, k);
-    memcpy(m + PEER_KV_TAG_FIXED, b, n);
-    int st = peer_conn_tag_send(r->c, r->base + ++r->serial, m, PEER_KV_TAG_FIXED + n, 5);
-    free(m);
-    return st;
-}
-
-/* Layer l of kv as the remote backend writes it (its run's stream header before layer 0). */
-static size_t chunk_bytes(const model *m, const raw *r, const kvcopy *kv, int l, uint8_t *out, size_t cap)
-{
-    const proto_kv_layer *c = &kv->l[l];
-    proto_kv_header hd = {.n_layers = m->cfg.n_layers, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
-                          .n_tokens = c->n_tokens, .pos0 = c->pos0, .dtype = c->dtype,
-                          .block_tokens = r->info.devs[0].kv_block_tokens > 0 ? r->info.devs[0].kv_block_tokens
-                                                                              : PROTO_KV_V1_BLOCK_TOKENS};
-    memcpy(hd.fingerprint, m->fingerprint, 32);
-    size_t o = 0;
-    if (l == 0) {
-        if (proto_kv_header_write(&hd, out) < 0) return 0;
-        o = PROTO_KV_HEADER_BYTES;
-    }
-    long long w = proto_kv_chunk_write(&hd, c, out + o, cap - o);
-    return w < 0 ? 0 : o + (size_t)w;
-}
-
 TEST(peer_tagged_chunk_lies_refused_on_its_sequence)
 {
     two t;
@@ -89,7 +42,7 @@ TEST(peer_tagged_chunk_lies_refused_on_its_sequence)
 
     /* A's first chunk 64 bytes short of what its header says, B's with 64 bytes more, then C's
      * whole run as it should be: A and B refused, each on its own REPLY, C taken, in order */
-    size_t n = chunk_bytes(t.m, &r, &kv, 0, b, cap);
+    size_t n = raw_chunk_bytes(t.m, &r, 0, &kv, 0, b, cap);
     REQUIRE(n > 128 && n + 64 <= cap);
     peer_kv ka = {0, sa, kv.crc[0], PEER_KV_RUN_START, NULL, 0, 0, 0};
     peer_kv kb = {0, sb, kv.crc[0], PEER_KV_RUN_START, NULL, 0, 0, 0};
@@ -97,7 +50,7 @@ TEST(peer_tagged_chunk_lies_refused_on_its_sequence)
     memset(b + n, 0, 64);
     CHECK_EQ(raw_tag(&r, &kb, b, n + 64), PEER_OK);
     for (int l = 0; l < kv.n; l++) {
-        size_t cn = chunk_bytes(t.m, &r, &kv, l, b, cap);
+        size_t cn = raw_chunk_bytes(t.m, &r, 0, &kv, l, b, cap);
         REQUIRE(cn);
         peer_kv kc = {0, sc, kv.crc[l], l == 0 ? PEER_KV_RUN_START : 0, NULL, 0, 0, 0};
         CHECK_EQ(raw_tag(&r, &kc, b, cn), PEER_OK);
@@ -164,8 +117,6 @@ TEST(peer_tagged_chunk_lies_refused_on_its_sequence)
 
 /* ---------------------------------------------------------------- the KV token */
 
-static void nap_ms(int ms);
-
 static _Atomic int g_imports; /* node B's device's KV imports (any sequence) */
 static struct accel_dev_i g_count_i;
 static int (*g_import_crc)(accel_dev *, accel_seq *, const proto_kv_layer *, uint32_t);
@@ -230,7 +181,7 @@ TEST(peer_tagged_chunk_without_its_token_refused)
     accel_get_info(t.lent, &li);
     CHECK_EQ(li.n_seqs, 1);
 
-    size_t n = chunk_bytes(t.m, &v, &kv, 0, b, cap);
+    size_t n = raw_chunk_bytes(t.m, &v, 0, &kv, 0, b, cap);
     REQUIRE(n);
     peer_kv k = {0, sq, kv.crc[0], PEER_KV_RUN_START, NULL, 0, 0, 0};
     raw forger = a; /* a's connection and token, v's tags */
@@ -265,12 +216,6 @@ TEST(peer_tagged_chunk_without_its_token_refused)
 /* ---------------------------------------------------------------- strays (issue 26) */
 
 static _Atomic int g_stray_lines;
-
-static void nap_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static void count_strays(int warn, const char *event, const char *msg)
 {
