@@ -248,7 +248,7 @@ static int cached_word(tok_work *w, const char *s, size_t n)
 {
     tok_cache *c = &w->cache;
     if (!w->use_cache || n > CACHE_MAX_KEY) return word(w, s, n);
-    uint64_t h = model_tok_hash(s, n) | 1;
+    uint64_t h = model_tok_hash_from(c->seed, s, n) | 1;
     if (c->mask) {
         for (size_t i = h & c->mask; c->hash[i]; i = (i + 1) & c->mask)
             if (c->hash[i] == h && c->key_len[i] == n && !memcmp(c->keys.p + c->key_off[i], s, n))

@@ -147,6 +147,7 @@ int model_tok_encode(const model_tok *t, const char *text, size_t len, int add_s
     w.t = t;
     w.md = model_tok_re_match_data();
     w.use_cache = len >= 1024; /* short texts rarely repeat a word */
+    if (w.use_cache) w.cache.seed = model_tok_hash_seed();
     int rc = -1;
     if (!w.md) goto done;
     if (proto_utf8_valid_len(text, len) != len) {

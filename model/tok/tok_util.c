@@ -1,7 +1,10 @@
 /* model/tok/tok_util.c — containers for the tokenizer (see model/tok/tok_internal.h). */
 #include "model/tok/tok_internal.h"
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 /* ---------------------------------------------------------------- id vectors */
 int model_tok_ids_put(tok_ids *v, const int32_t *ids, size_t n)
@@ -77,8 +80,24 @@ static inline uint64_t mix64(uint64_t x)
 
 uint64_t model_tok_hash(const void *p, size_t n)
 {
+    return model_tok_hash_from(0x243F6A8885A308D3ull, p, n);
+}
+
+uint64_t model_tok_hash_seed(void)
+{
+    uint64_t s;
+    if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s) {
+        struct timespec ts; /* early boot: still varies by call and process */
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        s = mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)(uintptr_t)&s);
+    }
+    return s;
+}
+
+uint64_t model_tok_hash_from(uint64_t seed, const void *p, size_t n)
+{
     const uint8_t *s = p;
-    uint64_t h = 0x243F6A8885A308D3ull ^ (uint64_t)n;
+    uint64_t h = seed ^ (uint64_t)n;
     while (n >= 8) {
         uint64_t v;
         memcpy(&v, s, 8);

@@ -2,6 +2,7 @@
  * ((?i:'s|'t|...), \p{L}, \p{N}{1,3}, \s+(?!\S)), ignore_merges and 256 special tokens.
  * Expected ids: llama.cpp's models/ggml-vocab-llama-bpe.gguf.{inp,out} (written by transformers'
  * AutoTokenizer for Meta-Llama-3-8B, add_special_tokens=False), a selection of its cases. */
+#include "model/tok/tok_internal.h"
 #include "model/tok/tokenizer.h"
 #include "tests/model/tok_test_util.h"
 #include "tests/test.h"
@@ -133,5 +134,59 @@ TEST(tok_llama3_round_trips)
         free(text);
         free(ids);
     }
+    model_tok_free(t);
+}
+
+/* The word cache of a long text starts its hash from a random seed per call: a list of words
+ * made offline to share one slot under a fixed start (an audit's: 64K such words, one 576 KB
+ * request, 2 s of probing against 0.07) spreads out, and the cache still gives the ids each word
+ * gives alone. */
+TEST(tok_llama3_word_cache_seeded)
+{
+    char err[256];
+    model_tok *t = model_tok_load(LLAMA3_JSON, NULL, err, sizeof err);
+    CHECK_MSG(t, "%s", err);
+    REQUIRE(t);
+    enum { N = 512, W = 9, SLOTS = 4096 }; /* " " + 8 letters: one piece each; the first table */
+    static char words[N][W];
+    uint64_t x = 88172645463325252ull;
+    const uint64_t target = (model_tok_hash(" aaaaaaaa", W) | 1) & (SLOTS - 1);
+    for (int k = 0;
+         k < N;) { /* words colliding under the fixed start, found as an attacker would */
+        char w[W] = {' '};
+        for (int i = 1; i < W; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            w[i] = (char)('a' + x % 26);
+        }
+        if (((model_tok_hash(w, W) | 1) & (SLOTS - 1)) == target) memcpy(words[k++], w, W);
+    }
+    uint64_t s1 = model_tok_hash_seed(), s2 = model_tok_hash_seed();
+    CHECK(s1 != s2);
+    static int bucket[SLOTS];
+    int most = 0;
+    for (int k = 0; k < N; k++) {
+        int b = (int)((model_tok_hash_from(s1, words[k], W) | 1) & (SLOTS - 1));
+        if (++bucket[b] > most) most = bucket[b];
+    }
+    CHECK_MSG(most <= 8, "%d of the words share one slot under a random start", most);
+    /* the text (words twice: the second time from the cache) against each word alone */
+    char *text = malloc(2 * N * W);
+    REQUIRE(text);
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < N; k++) memcpy(text + (r * N + k) * W, words[k], W);
+    int32_t *all = NULL, *one = NULL;
+    size_t n_all = 0, n_one = 0, at = 0;
+    REQUIRE(model_tok_encode(t, text, 2 * N * W, 0, &all, &n_all) == 0);
+    int same = 1;
+    for (int r = 0; r < 2 && same; r++)
+        for (int k = 0; k < N && same; k++) {
+            REQUIRE(model_tok_encode(t, words[k], W, 0, &one, &n_one) == 0);
+            same = at + n_one <= n_all && !memcmp(all + at, one, n_one * sizeof *one);
+            at += n_one;
+            free(one);
+        }
+    CHECK_MSG(same && at == n_all, "the cached ids differ from each word's own at id %zu", at);
+    free(all);
+    free(text);
     model_tok_free(t);
 }
