@@ -9,6 +9,7 @@
  * (Used for logprobs' token bytes and for the grammar's vocabulary; streaming text comes from the
  * decoder itself.) */
 #include "model/tok/tok_internal.h"
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,13 +33,19 @@ static int hexval(char c)
     return -1;
 }
 
+static int inv[324]; /* byte-level code point -> byte (-1: none), built once */
+static pthread_once_t inv_once = PTHREAD_ONCE_INIT;
+
+static void inv_build(void)
+{
+    byte_level_inverse(inv);
+}
+
 static size_t piece_bytes(const char *piece, int byte_level, char *out)
 {
-    static int inv[324], ready;
-    if (!ready) { /* idempotent: racing threads write the same values */
-        byte_level_inverse(inv);
-        ready = 1;
-    }
+    /* once, for every thread: the flag-then-table version was a data race (formally undefined:
+     * a thread could see the flag before the table) */
+    pthread_once(&inv_once, inv_build);
     size_t n = strlen(piece), o = 0;
     if (n == 6 && piece[0] == '<' && piece[1] == '0' && piece[2] == 'x' && piece[5] == '>' &&
         hexval(piece[3]) >= 0 && hexval(piece[4]) >= 0) {
