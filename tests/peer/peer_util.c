@@ -253,3 +253,18 @@ void nap_ms(int ms)
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
+
+int decode_once(accel_dev *d, int vocab)
+{
+    accel_seq *s;
+    int32_t id = 1;
+    float *lg = malloc(sizeof(float) * (size_t)vocab);
+    if (!lg) return ACCEL_ERR_NOMEM;
+    int st = accel_seq_new(d, 16, &s);
+    if (!st) {
+        st = accel_decode(d, 1, &s, &id, lg);
+        accel_seq_free(d, s);
+    }
+    free(lg);
+    return st;
+}

@@ -89,5 +89,8 @@ size_t raw_chunk_bytes(const model *m, const raw *r, int dev, const kvcopy *kv, 
                        size_t cap);
 /* Sleeps ms milliseconds (the tests' waits for another thread or process). */
 void nap_ms(int ms);
+/* One decode step of token 1 on a fresh sequence of d (vocab logits), the sequence then freed:
+ * 0, or the status of the first call that failed. "It is served." */
+int decode_once(accel_dev *d, int vocab);
 
 #endif

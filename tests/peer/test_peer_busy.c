@@ -70,16 +70,7 @@ TEST(peer_unread_answers_hold_no_one)
     accel_get_info(rd, &info);
     CHECK(info.health == ACCEL_HEALTH_OK && info.revivals == 0);
     /* and it is served */
-    accel_seq *s;
-    float *lg = malloc(sizeof(float) * (size_t)t.m->cfg.vocab);
-    int32_t id = 1;
-    int st = accel_seq_new(rd, 16, &s);
-    CHECK_EQ(st, 0);
-    if (!st) {
-        CHECK_EQ(accel_decode(rd, 1, &s, &id, lg), 0);
-        accel_seq_free(rd, s);
-    }
-    free(lg);
+    CHECK_EQ(decode_once(rd, t.m->cfg.vocab), 0);
     free(buf);
     peer_conn_kill(r.c);
     peer_conn_free(r.c);
