@@ -41,7 +41,11 @@ int dmn_peer_load_key(dmn_serve *d, char *err, size_t errlen)
     }
     if (dmn_config_check_node_name(name, what, c->kv_listen[0] ? c->peer_devices : "", err, errlen))
         return -1;
-    snprintf(d->node_name, sizeof d->node_name, "%s", name);
+    /* the check above bounds it (PEER_NAME_MAX < sizeof d->node_name); a copy of its length,
+     * not a snprintf the compiler cannot see bounded (-Wformat-truncation under TSan) */
+    size_t n = strnlen(name, sizeof d->node_name - 1);
+    memcpy(d->node_name, name, n);
+    d->node_name[n] = 0;
     if (peer_transport_parse(c->peer_transport) < 0) {
         snprintf(err, errlen, "peer_transport '%s': auto, stream or address", c->peer_transport);
         return -1;

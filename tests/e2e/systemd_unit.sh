@@ -5,12 +5,16 @@
 # open the RDMA devices (the verbs devices and the RDMA CM: DevicePolicy=closed blocked them).
 T=$(mktemp -d /tmp/tandem-unit.XXXXXX)
 trap 'rm -rf "$T"' EXIT
+# install what this build has, from its own folder (the Makefile's BUILD is not read from the
+# environment: without BUILD= on its command line a BUILD=build/c run built and installed build/),
+# with that folder's sanitizer (an object of another build must not land in it)
 SAN=0
 [ "${BUILD:-build}" = build/san ] && SAN=1
-# install what this build has: no CUDA plugins built here (a CUDA=0 tree) -> none compiled now
+[ "${BUILD:-build}" = build/tsan ] && SAN=thread
+# no CUDA plugins built here (a CUDA=0 tree) -> none compiled now
 CUDA=0
 [ -f "${BUILD:-build}/libtandem_cuda.so" ] && CUDA=1
-if make -s install SAN=$SAN CUDA=$CUDA DESTDIR="$T" PREFIX=/usr/local >"$T/make.log" 2>&1; then
+if make -s install BUILD="${BUILD:-build}" SAN=$SAN CUDA=$CUDA DESTDIR="$T" PREFIX=/usr/local >"$T/make.log" 2>&1; then
     echo "ok unit_make_install"
 else
     echo "not ok unit_make_install # $(tail -n 3 "$T/make.log")"

@@ -773,12 +773,17 @@ typedef struct rx_late {
     peer_kv_rx *rx;
     int slot;
     peer_kv k;
+    _Atomic int go; /* set once the main thread has seen the later push wait */
 } rx_late;
 
+/* pushes the reserved slot once told to, and a little later, so that the main thread's sync is
+ * waiting for it (not timed against the main thread: a loaded machine could delay the main
+ * thread's checks past a fixed sleep) */
 static void *rx_push_late(void *arg)
 {
     rx_late *a = arg;
-    usleep(30000);
+    while (!atomic_load(&a->go)) usleep(1000);
+    usleep(20000);
     peer_kv_rx_push(a->rx, a->slot, 0, (void *)(intptr_t)7, &a->k);
     return NULL;
 }
@@ -796,15 +801,16 @@ TEST(peer_kv_rx_reserved_keeps_its_place)
     peer_kv_rx_reserve(rx, sa, 0);
     peer_kv kb = {0, 2, 0, 0, bb, 1000, 0, 0};
     peer_kv_rx_push(rx, sb, 0, (void *)(intptr_t)8, &kb);
-    rx_late a = {rx, sa, {0, 1, 0, 0, ba, 1000, 0, 0}};
+    rx_late a = {rx, sa, {0, 1, 0, 0, ba, 1000, 0, 0}, 0};
     pthread_t th;
     REQUIRE(pthread_create(&th, NULL, rx_push_late, &a) == 0);
-    usleep(15000);
+    usleep(15000); /* time for the kv_rx thread to apply the later push, were it free to */
     void *o;
     int st;
     CHECK_EQ(peer_kv_rx_pending(rx), 2);
     CHECK(!peer_kv_rx_done(rx, &o, &st)); /* the later push waits behind the reservation */
-    peer_kv_rx_sync(rx);                  /* returns once the reserved one came and both applied */
+    atomic_store(&a.go, 1);
+    peer_kv_rx_sync(rx); /* returns once the reserved one came and both applied */
     pthread_join(th, NULL);
     REQUIRE(l.n == 2);
     CHECK(l.order[0] == 1 && l.order[1] == 2);
