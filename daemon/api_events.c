@@ -34,7 +34,7 @@ static void on_placed(dmn_api_req *a, const sched_event *ev)
         dmn_log(DMN_LOG_WARN, "request_moved", "id=%s moves=%d from=%s status=\"%s\" prefill=%s decode=%s",
                 a->id, ev->moves, a->moved_from, sched_strerror(ev->failed_status), ev->prefill_dev, ev->decode_dev);
         if (a->stream && dmn_http_responded(a->http)) {
-            char c[224];
+            char c[sizeof a->devices + 32];
             int k = snprintf(c, sizeof c, ": x-tandem-devices: %s\n\n", a->devices);
             if (k > 0 && (size_t)k < sizeof c) dmn_api_stream_bytes(a, c, (size_t)k);
         }

@@ -58,8 +58,10 @@ struct dmn_api_req {
     int n_parts, parts_done, n_per; /* n: choices in all, n_per per prompt */
     int stream, include_usage, n, logprobs, prompt_tokens, max_tokens, completion_tokens;
     api_choice *choices;
-    char devices[160];
-    char prefill_dev[32], decode_dev[32], moved_from[32];
+    /* x-tandem-devices: "prefill=A; decode=B[; moved_from=C]", each a device's whole name */
+    char devices[3 * ACCEL_NAME_MAX + 32];
+    char prefill_dev[ACCEL_NAME_MAX + 1], decode_dev[ACCEL_NAME_MAX + 1],
+        moved_from[ACCEL_NAME_MAX + 1];
     int moves;          /* failovers: placed again after a device failed it */
     uv_timer_t keepalive;
     int keepalive_on;

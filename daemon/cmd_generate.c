@@ -39,7 +39,7 @@ typedef struct gen_run {
     int n_ids, cap;
     char *text; /* --json: the text, gathered */
     size_t text_len, text_cap;
-    char devs[128];
+    char devs[2 * ACCEL_NAME_MAX + 32]; /* "prefill=A; decode=B" */
     enum model_finish finish;
     int failed, printed, nomem;
     char msg[512];

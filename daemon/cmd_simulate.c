@@ -82,7 +82,7 @@ typedef struct sim_result {
     double goodput_tps;     /* steady-state tokens of the requests that met the SLO */
     int n_good;             /* finished requests that met the SLO */
     double util[SCHED_BOOK_MAX_DEVICES];
-    char names[SCHED_BOOK_MAX_DEVICES][32];
+    char names[SCHED_BOOK_MAX_DEVICES][ACCEL_NAME_MAX + 1];
     int n_devs;
     int n_nodes, remote_decodes;    /* remote: decoded on another node than the clients' */
     uint64_t prefill_calls, split_calls; /* every device's prefill calls; of them, layer-split

@@ -215,7 +215,7 @@ static int engine_alive(dmn_serve *d)
         const sched_dev_stats *s = &st.dev[i];
         if (now - s->last_progress > d->cfg.watchdog_stall) {
             if (!d->stalled) {
-                char q[64];
+                char q[2 * ACCEL_NAME_MAX + 3]; /* every byte escaped, and quotes */
                 dmn_log(DMN_LOG_ERROR, "stalled", "device=%s in_step=%d idle_s=%.1f watchdog=%s",
                         dmn_log_quote(q, sizeof q, s->info.name), s->in_step, now - s->last_progress,
                         d->watchdog_usec ? "starved" : "off");

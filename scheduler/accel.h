@@ -85,8 +85,12 @@ typedef struct accel_decode_curve {
     double s_per_pos;
 } accel_decode_curve;
 
+/* A device's name: "cpu", "cuda:0", "fpga-emu:1", and another node's lent device "NODE/device"
+ * (peer/msg.h: a node name and a device name of up to 63 each, a DNS label's length, and '/') */
+#define ACCEL_NAME_MAX 127
+
 typedef struct accel_info {
-    char name[32];            /* "cpu", "cuda:0", "fpga:1" */
+    char name[ACCEL_NAME_MAX + 1]; /* "cpu", "cuda:0", "fpga:1", "nodeB/fpga-emu:0" */
     char desc[96];            /* human-readable: "NVIDIA H100 80GB HBM3", "U280 (emulated)" */
     enum accel_kind kind;
     unsigned caps;            /* ACCEL_CAP_* */

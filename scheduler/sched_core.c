@@ -218,7 +218,7 @@ static void dispatch(sched *s)
         if (res == SCHED_PLACE_WAIT) break;
         if (res == SCHED_PLACE_NEVER) {
             if (r->last_fail_status) {
-                char msg[200];
+                char msg[ACCEL_NAME_MAX + 200]; /* a device name and a status */
                 snprintf(msg, sizeof msg, "%s failed (%s) and no other device can take the request",
                          s->dev[r->last_fail_dev].info0.name, sched_strerror(r->last_fail_status));
                 fail_waiting(s, r, r->last_fail_status, msg);
@@ -282,7 +282,7 @@ static void on_move(sched *s, sched_req *r, int dev, int status)
     if (dev >= 0 && dev < 32) r->avoid |= 1u << dev;
     if (r->moves > SCHED_MAX_MOVES) {
         s->moves_failed++;
-        char msg[200];
+        char msg[ACCEL_NAME_MAX + 200]; /* a device name and a status */
         snprintf(msg, sizeof msg, "the request failed on %d devices; the last, %s: %s", r->moves,
                  s->dev[dev].info0.name, sched_strerror(status));
         sched_event ev = {.type = SCHED_EV_ERROR, .status = status, .message = msg, .t = sched_now()};

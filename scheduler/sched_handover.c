@@ -109,7 +109,7 @@ void sched_handover_take(sched_dev *d, sched_req *r, int st, int from)
         if (sched_status_movable(st)) {
             sched_worker_move(d, r, from, st);
         } else {
-            char msg[160];
+            char msg[ACCEL_NAME_MAX + 160]; /* a device name and a status */
             snprintf(msg, sizeof msg, "%s: prefill failed: %s", d->s->dev[from].info0.name, sched_strerror(st));
             sched_worker_fail(d, r, st, msg);
         }

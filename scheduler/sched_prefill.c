@@ -147,7 +147,7 @@ void sched_prefill_end(sched_dev *d, sched_req *r, int st)
     } else if (sched_status_movable(st)) {
         sched_worker_move(d, r, d->index, st);
     } else {
-        char msg[160];
+        char msg[ACCEL_NAME_MAX + 160]; /* a device name and a status */
         snprintf(msg, sizeof msg, "%s: prefill failed: %s", d->info0.name, sched_strerror(st));
         sched_worker_fail(d, r, st, msg);
     }

@@ -325,9 +325,9 @@ int sched_sim_model_build(sched_sim_model *m, const sched_sim_catalog *c, const 
                     /* a peer's device: decodes with imported KV, after the local cards
                      * (peer/remote.c reports exactly these capabilities) */
                     d->caps = (d->caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT)) | ACCEL_CAP_REMOTE;
-                    char nm[sizeof d->name + 8];
+                    char nm[sizeof d->name];
                     snprintf(nm, sizeof nm, "n%d/%s", node_i, d->name);
-                    snprintf(d->name, sizeof d->name, "%.31s", nm);
+                    memcpy(d->name, nm, sizeof nm);
                 }
                 m->n_devs++;
             }

@@ -128,7 +128,7 @@ double sched_sim_sparse_factor(const sched_sim_sparse *sp, const sched_sim_shape
 
 /* A device as the simulator prices it (derived from a profile and a shape). */
 typedef struct sched_sim_dev_model {
-    char name[32];
+    char name[ACCEL_NAME_MAX + 1]; /* as accel_info names it: "fpga:0", a peer's "n1/fpga:0" */
     const sched_sim_hw *hw;
     enum accel_kind kind;
     unsigned caps;

@@ -381,7 +381,7 @@ static void decode_step(sched_dev *d)
             if (sched_status_movable(st)) {
                 sched_worker_move(d, r, d->index, st);
             } else {
-                char msg[160];
+                char msg[ACCEL_NAME_MAX + 160]; /* a device name and a status */
                 if (r->wfail_step) snprintf(msg, sizeof msg, "%s", step_error(st));
                 else snprintf(msg, sizeof msg, "%s: decode failed: %s", d->info0.name, sched_strerror(st));
                 sched_worker_fail(d, r, st, msg);

@@ -10,6 +10,7 @@
  *              [--ids "1,403,407"] [--golden DIR]   (DIR: cycle through its cases' ids)
  *
  * Bounds: C <= 256, N <= 1000000, a response is read up to 4 MiB. */
+#include "scheduler/accel.h"
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -27,11 +28,14 @@
 #define MAX_CLIENTS 256
 #define MAX_BODY (4 << 20)
 #define MAX_PROMPTS 64
+/* x-tandem-devices names devices whole: up to ACCEL_NAME_MAX (a peer's "NODE/device") */
+#define STR(x)  #x
+#define XSTR(x) STR(x)
 
 typedef struct result {
     double ttft, tpot;
     int tokens, ok;
-    char decode[32];
+    char decode[ACCEL_NAME_MAX + 1];
 } result;
 
 static const char *host = "127.0.0.1";
@@ -102,7 +106,7 @@ static int one_request(int k, result *r)
     char *dev = strstr(buf, "x-tandem-devices: ");
     if (!dev) dev = strstr(buf, "X-Tandem-Devices: ");
     char *dec = dev ? strstr(dev, "decode=") : NULL;
-    if (dec) sscanf(dec + 7, "%31[^;\r\n]", r->decode);
+    if (dec) sscanf(dec + 7, "%" XSTR(ACCEL_NAME_MAX) "[^;\r\n]", r->decode);
     char *u = strstr(buf, "\"completion_tokens\":");
     if (u) r->tokens = atoi(u + 20);
     r->ok = done && !strncmp(buf, "HTTP/1.1 200", 12) && !strstr(buf, "\"error\"") && r->tokens > 0;
@@ -199,7 +203,7 @@ int main(int argc, char **argv)
     double *ttft = calloc((size_t)n_requests, sizeof *ttft), *tpot = calloc((size_t)n_requests, sizeof *tpot);
     int ok = 0, nt = 0;
     long tokens = 0;
-    char devs[16][32];
+    char devs[16][ACCEL_NAME_MAX + 1];
     int dev_n[16] = {0}, n_devs = 0;
     for (int i = 0; i < n_requests; i++) {
         result *r = &results[i];
@@ -209,7 +213,7 @@ int main(int argc, char **argv)
         tokens += r->tokens;
         int j = 0;
         while (j < n_devs && strcmp(devs[j], r->decode)) j++;
-        if (j == n_devs && n_devs < 16) snprintf(devs[n_devs++], 32, "%s", r->decode);
+        if (j == n_devs && n_devs < 16) snprintf(devs[n_devs++], sizeof devs[0], "%s", r->decode);
         if (j < 16) dev_n[j]++;
     }
     printf("clients %d requests %d ok %d wall_s %.3f tokens %ld tok_per_s %.1f req_per_s %.2f "

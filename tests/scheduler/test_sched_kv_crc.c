@@ -15,7 +15,7 @@
 
 typedef struct krec {
     int placed, tokens, done, error, status;
-    char decode[32], first_decode[32];
+    char decode[ACCEL_NAME_MAX + 1], first_decode[ACCEL_NAME_MAX + 1];
     char text[2048];
     size_t len;
 } krec;

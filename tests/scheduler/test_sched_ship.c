@@ -18,7 +18,7 @@
 
 typedef struct rec {
     int tokens, done, error, status;
-    char decode[32], message[200];
+    char decode[ACCEL_NAME_MAX + 1], message[ACCEL_NAME_MAX + 200];
 } rec;
 
 static sched_env E;

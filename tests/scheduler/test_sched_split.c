@@ -20,7 +20,7 @@ typedef struct rec {
     sched_req *r;
     int placed, tokens, done, error, status, after_final, cancel_after;
     int cancel_other, cancel_other_at; /* at its cancel_other_at-th token: cancel recs[cancel_other - 1] */
-    char prefill[32], decode[32], first_decode[32];
+    char prefill[ACCEL_NAME_MAX + 1], decode[ACCEL_NAME_MAX + 1], first_decode[ACCEL_NAME_MAX + 1];
     char text[2048];
     size_t len;
 } rec;
