@@ -1,5 +1,6 @@
 /* peer/msg.c — see msg.h. Every read checks the bytes present before it reads them. */
 #include "peer/msg.h"
+#include <stdio.h>
 #include <string.h>
 
 static const uint8_t magic[4] = {'T', 'N', 'D', 'P'};
@@ -69,6 +70,18 @@ int peer_name_valid(const char *s)
     return 1;
 }
 
+int peer_dev_name_valid(const char *s, char *err, size_t errlen)
+{
+    size_t n = strnlen(s, PEER_DEV_NAME_MAX + 1), i = 0;
+    while (i < n && s[i] >= 0x21 && s[i] <= 0x7e) i++;
+    if (n >= 1 && n <= PEER_DEV_NAME_MAX && i == n) return 1;
+    if (err)
+        snprintf(err, errlen,
+                 "device '%.*s%s': a lent device's name is 1 to %d printable characters, no spaces",
+                 (int)n, s, n > PEER_DEV_NAME_MAX ? "..." : "", PEER_DEV_NAME_MAX);
+    return 0;
+}
+
 size_t peer_hello_write(uint8_t *out, const peer_hello *h, int with_mac)
 {
     size_t o = 0, n = strlen(h->name);
@@ -99,11 +112,13 @@ int peer_hello_read(const uint8_t *p, size_t n, int with_mac, peer_hello *out)
 }
 
 /* info: fingerprint[32] vocab n_layers n_kv_heads head_dim n_devs (u32 each), then per device
- * name[32] (NUL-padded) kind caps health max_batch (u32) mem_total mem_free kv_bytes (u64)
- * kv_block_tokens (u32), the curve: n (u32), batch[PEER_CURVE_MAX] (u32), step_s[..] (f64),
- * ctx s_per_pos (f64); doubles as their IEEE-754 bits, little-endian, unused points zero */
+ * name[PEER_DEV_NAME_BYTES] (NUL-padded, 64 since version 5) kind caps health max_batch (u32)
+ * mem_total mem_free kv_bytes (u64) kv_block_tokens (u32), the curve: n (u32),
+ * batch[PEER_CURVE_MAX] (u32), step_s[..] (f64), ctx s_per_pos (f64); doubles as their IEEE-754
+ * bits, little-endian, unused points zero */
 #define INFO_FIXED PEER_INFO_FIXED
 #define DEV_BYTES PEER_DEV_INFO_BYTES
+#define NAME_BYTES       PEER_DEV_NAME_BYTES
 #define BLOCK_TOKENS_MAX 4096 /* proto/kv_wire.h's PROTO_KV_MAX_BLOCK_TOKENS */
 
 static void wr_f64(uint8_t *p, double v)
@@ -137,19 +152,20 @@ size_t peer_info_write(uint8_t *out, const peer_info *in)
     p += 20;
     for (int i = 0; i < in->n_devs; i++) {
         const peer_dev_info *d = &in->devs[i];
-        memset(p, 0, 32);
+        memset(p, 0, NAME_BYTES);
         memcpy(p, d->name, strnlen(d->name, PEER_DEV_NAME_MAX));
-        peer_wr32(p + 32, (uint32_t)d->kind);
-        peer_wr32(p + 36, d->caps);
-        peer_wr32(p + 40, (uint32_t)d->health);
-        peer_wr32(p + 44, (uint32_t)d->max_batch);
-        peer_wr64(p + 48, d->mem_total);
-        peer_wr64(p + 56, d->mem_free);
-        peer_wr64(p + 64, d->kv_bytes_per_token);
-        peer_wr32(p + 72, (uint32_t)d->kv_block_tokens);
-        uint8_t *q = p + 76;
+        uint8_t *f = p + NAME_BYTES; /* the fixed fields after the name */
+        peer_wr32(f, (uint32_t)d->kind);
+        peer_wr32(f + 4, d->caps);
+        peer_wr32(f + 8, (uint32_t)d->health);
+        peer_wr32(f + 12, (uint32_t)d->max_batch);
+        peer_wr64(f + 16, d->mem_total);
+        peer_wr64(f + 24, d->mem_free);
+        peer_wr64(f + 32, d->kv_bytes_per_token);
+        peer_wr32(f + 40, (uint32_t)d->kv_block_tokens);
+        uint8_t *q = f + 44;
         int nc = d->curve.n > 0 && d->curve.n <= PEER_CURVE_MAX ? d->curve.n : 0;
-        memset(q, 0, DEV_BYTES - 76);
+        memset(q, 0, DEV_BYTES - NAME_BYTES - 44);
         peer_wr32(q, (uint32_t)nc);
         for (int k = 0; k < nc; k++) {
             peer_wr32(q + 4 + 4 * k, (uint32_t)d->curve.batch[k]);
@@ -224,27 +240,28 @@ int peer_info_read(const uint8_t *p, size_t n, peer_info *out)
     const uint8_t *q = p + INFO_FIXED;
     for (uint32_t i = 0; i < nd; i++, q += DEV_BYTES) {
         peer_dev_info *d = &out->devs[i];
-        if (q[31] != 0) return PEER_ERR_PROTO; /* the name must end inside its 32 bytes */
-        memcpy(d->name, q, 32);
-        if (!d->name[0]) return PEER_ERR_PROTO;
-        for (const char *c = d->name; *c; c++)
-            if (*c < 0x21 || *c > 0x7e) return PEER_ERR_PROTO;
-        uint32_t kind = peer_rd32(q + 32), health = peer_rd32(q + 40), mb = peer_rd32(q + 44);
+        /* the name must end inside its field: at most PEER_DEV_NAME_MAX characters */
+        if (q[NAME_BYTES - 1] != 0) return PEER_ERR_PROTO;
+        _Static_assert(sizeof d->name == NAME_BYTES, "the field and the name hold the same");
+        memcpy(d->name, q, NAME_BYTES);
+        if (!peer_dev_name_valid(d->name, NULL, 0)) return PEER_ERR_PROTO;
+        const uint8_t *f = q + NAME_BYTES;
+        uint32_t kind = peer_rd32(f), health = peer_rd32(f + 8), mb = peer_rd32(f + 12);
         if (kind > 2 || health > 2 || mb == 0 || mb > PEER_MAX_BATCH) return PEER_ERR_PROTO;
         d->kind = (int)kind;
-        d->caps = peer_rd32(q + 36) & PEER_CAPS_KNOWN;
+        d->caps = peer_rd32(f + 4) & PEER_CAPS_KNOWN;
         d->health = (int)health;
         d->max_batch = (int)mb;
-        d->mem_total = peer_rd64(q + 48);
-        d->mem_free = peer_rd64(q + 56);
-        d->kv_bytes_per_token = peer_rd64(q + 64);
+        d->mem_total = peer_rd64(f + 16);
+        d->mem_free = peer_rd64(f + 24);
+        d->kv_bytes_per_token = peer_rd64(f + 32);
         if (d->mem_free > d->mem_total || d->kv_bytes_per_token == 0 ||
             d->kv_bytes_per_token > (1ull << 32))
             return PEER_ERR_PROTO;
-        uint32_t bt = peer_rd32(q + 72);
+        uint32_t bt = peer_rd32(f + 40);
         if (bt > BLOCK_TOKENS_MAX) return PEER_ERR_PROTO;
         d->kv_block_tokens = (int)bt;
-        if (curve_read(q + 76, &d->curve)) return PEER_ERR_PROTO;
+        if (curve_read(f + 44, &d->curve)) return PEER_ERR_PROTO;
     }
     return PEER_OK;
 }

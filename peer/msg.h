@@ -83,16 +83,23 @@
  * 3: a tagged KV chunk carries its fixed part (dev, seq, crc, flags) in its own message; the
  * KV_TAG announcement on the stream is gone (a node of version 2 is refused at its first frame)
  * 4: a tagged KV chunk starts with its connection's KV token (below); a node of version 3 is
- * refused at its first frame */
-#define PEER_VERSION      4
+ * refused at its first frame
+ * 5: node names of up to 63 characters (a DNS label: what a host or pod name is) in HELLO and
+ * CHALLENGE, and a device's name in the device list in 64 bytes (was 32), so that a lent device
+ * is "NODE/device" in up to 127; a node of version 4 is refused at its first frame */
+#define PEER_VERSION      5
 #define PEER_HEADER_BYTES 16
 /* Before authentication a frame is a handshake message: 1 KiB holds any of them. */
 #define PEER_MAX_PREAUTH 1024
 /* After: one KV layer chunk of 32K positions of Llama-3-8B at int8 is 64 MiB (+ scales); the
  * logits of a 16-sequence step at a 128K vocabulary are 8 MiB. 256 MiB holds both with room. */
 #define PEER_MAX_PAYLOAD (256u << 20)
-#define PEER_NAME_MAX 31   /* a node's name (node_name), "NODE/device" must fit accel_info.name */
-#define PEER_DEV_NAME_MAX 31
+/* A node's name (node_name): up to 63 characters, an RFC 1123 label's length, the most a host
+ * name's first label or a Kubernetes pod's host name has. A device's name on its node, the same.
+ * A peer names a lent device "NODE/device": 63 + 1 + 63 = 127, accel_info.name's ACCEL_NAME_MAX
+ * (peer/remote.c asserts it fits). */
+#define PEER_NAME_MAX     63
+#define PEER_DEV_NAME_MAX 63
 #define PEER_MAX_DEVS 32   /* devices one node offers */
 #define PEER_MAX_BATCH 1024 /* sequences one DECODE may carry */
 #define PEER_NONCE 32
@@ -162,6 +169,9 @@ size_t peer_hello_write(uint8_t *out, const peer_hello *h, int with_mac);
 int peer_hello_read(const uint8_t *p, size_t n, int with_mac, peer_hello *out);
 /* 1 when s is a valid node name (1..PEER_NAME_MAX of [A-Za-z0-9._-]). */
 int peer_name_valid(const char *s);
+/* 1 when s is a device name a device list may carry (1..PEER_DEV_NAME_MAX printable ASCII
+ * characters, no space); else 0, with why in err (NULL: not wanted). */
+int peer_dev_name_valid(const char *s, char *err, size_t errlen);
 
 /* A device's decode curve as accel_info.decode_curve states it (scheduler/accel.h: step_s[i]
  * seconds for a call of batch[i] sequences of ctx positions each, s_per_pos per position more),
@@ -202,7 +212,9 @@ typedef struct peer_info {
  * curve's batches increasing from 1 to PEER_MAX_BATCH, its times finite, positive and below
  * 1000 s, its context and per-position time finite and not negative). */
 #define PEER_INFO_FIXED (32 + 5 * 4)
-#define PEER_DEV_INFO_BYTES (32 + 4 * 4 + 3 * 8 + 4 + 4 + PEER_CURVE_MAX * (4 + 8) + 2 * 8)
+#define PEER_DEV_NAME_BYTES (PEER_DEV_NAME_MAX + 1) /* the name's field: NUL-padded */
+#define PEER_DEV_INFO_BYTES                                                                        \
+    (PEER_DEV_NAME_BYTES + 4 * 4 + 3 * 8 + 4 + 4 + PEER_CURVE_MAX * (4 + 8) + 2 * 8)
 #define PEER_INFO_MAX_BYTES (PEER_INFO_FIXED + PEER_MAX_DEVS * PEER_DEV_INFO_BYTES)
 size_t peer_info_bytes(int n_devs);
 size_t peer_info_write(uint8_t *out, const peer_info *in);

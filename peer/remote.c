@@ -928,12 +928,10 @@ accel_dev *peer_remote_open(peer_node *n, int i, const model *m, const accel_opt
     d->node = n;
     d->index = i;
     d->di = n->info.devs[i];
-    if (strlen(n->name) + 1 + strlen(d->di.name) >= sizeof d->name) {
-        snprintf(err, errlen, "'%s/%s' is longer than a device name may be (%zu)", n->name,
-                 d->di.name, sizeof d->name - 1);
-        free(d);
-        return NULL;
-    }
+    /* both names were bounded when they were read (peer_hello_read, peer_info_read): the two
+     * with '/' always fit */
+    _Static_assert(PEER_NAME_MAX + 1 + PEER_DEV_NAME_MAX <= ACCEL_NAME_MAX, "NODE/device fits");
+    _Static_assert(sizeof d->name == ACCEL_NAME_MAX + 1, "a device's name");
     size_t nl = strlen(n->name);
     memcpy(d->name, n->name, nl);
     d->name[nl] = '/';

@@ -81,7 +81,7 @@ typedef struct rdev {
     uint64_t tag_base;       /* KV as tagged messages (the connection has an address endpoint) */
     uint8_t kv_token[PEER_MAC]; /* c's KV token (peer/auth.h), the first bytes of each of them */
     uint32_t tag_serial;
-    char name[32];
+    char name[ACCEL_NAME_MAX + 1]; /* "NODE/device" */
     long kv_sent;            /* chunks sent (TANDEM_PEER_FAULT counts them) */
     kv_faults faults;
     kv_flight fl[PEER_KV_WINDOW]; /* a ring of chunks in flight, oldest at fl_head */

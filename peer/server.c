@@ -229,7 +229,7 @@ static void fill_info(peer_server *s, peer_info *in)
         accel_info ai;
         accel_get_info(s->devs[i], &ai);
         peer_dev_info *d = &in->devs[i];
-        snprintf(d->name, sizeof d->name, "%s", ai.name);
+        memcpy(d->name, ai.name, strnlen(ai.name, PEER_DEV_NAME_MAX)); /* checked at start */
         d->kind = ai.kind;
         d->caps = ai.caps & (ACCEL_CAP_DECODE | ACCEL_CAP_KV_IMPORT);
         /* accel_decode_argmax holds on every device (the host picks where the device does
@@ -904,15 +904,18 @@ int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, 
     snprintf(s->name, sizeof s->name, "%s", cfg->name);
     memcpy(s->key, cfg->key, kl + 1);
     s->key_len = kl;
+    int st = PEER_OK;
     for (int i = 0; i < cfg->n_devs; i++) {
         s->devs[i] = cfg->devs[i];
         accel_info ai;
         accel_get_info(s->devs[i], &ai);
         s->block_tokens[i] = ai.kv_block_tokens > 0 && ai.kv_block_tokens <= PROTO_KV_MAX_BLOCK_TOKENS
                                  ? ai.kv_block_tokens : 0;
+        if (!st && !peer_dev_name_valid(ai.name, err, errlen)) /* carried whole, never cut */
+            st = PEER_ERR_PROTO;
     }
     s->cfg.devs = s->devs;
-    int st = peer_listener_new(cfg->listen, &s->l, err, errlen);
+    if (!st) st = peer_listener_new(cfg->listen, &s->l, err, errlen);
     if (st) {
         OPENSSL_cleanse(s->key, sizeof s->key);
         free(s);

@@ -90,7 +90,9 @@ TEST(peer_msg_bounds)
     CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
     h[4] = 3; /* the version whose tagged chunks carried no KV token */
     CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
-    h[4] = 5; /* unknown version */
+    h[4] = 4; /* the version of 31-character names (a device list's names in 32 bytes) */
+    CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
+    h[4] = 6; /* unknown version */
     CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
     peer_header_write(h, PEER_TYPE_LAST + 1, 0);
     CHECK_EQ(peer_header_read(h, PEER_MAX_PREAUTH, &ph), PEER_ERR_PROTO);
@@ -127,7 +129,8 @@ TEST(peer_msg_bounds)
     CHECK(!memcmp(&out.devs[1].curve, cv, sizeof *cv)); /* exact: doubles travel as their bits */
     /* a curve outside its bounds is refused: batches not increasing, a time that is NaN, past
      * 1000 s or not positive, a point past n that is not zero, a block size past the format's */
-    const size_t d1 = PEER_INFO_FIXED + PEER_DEV_INFO_BYTES, cq = d1 + 76;
+    const size_t nb = PEER_DEV_NAME_BYTES; /* a device's fixed fields follow its name */
+    const size_t d1 = PEER_INFO_FIXED + PEER_DEV_INFO_BYTES, cq = d1 + nb + 44;
     struct {
         size_t off;
         uint64_t v;
@@ -143,8 +146,8 @@ TEST(peer_msg_bounds)
         {cq + 4 + 12, 64, 4},                         /* batch[3], past n */
         {cq + 4 + 48 + 24, 0x3ff0000000000000ull, 8}, /* step_s[3], past n */
         {cq + 4 + 144 + 8, 0x3ff0000000000000ull, 8}, /* s_per_pos 1 s */
-        {d1 + 72, 4097, 4},                           /* block size */
-        {PEER_INFO_FIXED + 76, 1, 4},                 /* device 0: no curve, but a point */
+        {d1 + nb + 40, 4097, 4},                      /* block size */
+        {PEER_INFO_FIXED + nb + 44, 1, 4},            /* device 0: no curve, but a point */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         peer_info_write(buf, &in);
@@ -158,8 +161,22 @@ TEST(peer_msg_bounds)
     peer_wr32(buf + 32 + 16, PEER_MAX_DEVS + 1);
     CHECK_EQ(peer_info_read(buf, n, &out), PEER_ERR_PROTO);
     peer_wr32(buf + 32 + 16, 2);
-    buf[52 + 31] = 'x'; /* a name that does not end inside its field */
+    buf[52 + nb - 1] = 'x'; /* a name that does not end inside its field */
     CHECK_EQ(peer_info_read(buf, n, &out), PEER_ERR_PROTO);
+    buf[52 + nb - 1] = 0;
+    buf[52 + 4] = ' '; /* a space inside a name */
+    CHECK_EQ(peer_info_read(buf, n, &out), PEER_ERR_PROTO);
+    /* a device name of PEER_DEV_NAME_MAX (63) travels whole: version 4's field held 31 */
+    memset(in.devs[0].name, 'd', PEER_DEV_NAME_MAX);
+    in.devs[0].name[PEER_DEV_NAME_MAX] = 0;
+    n = peer_info_write(buf, &in);
+    REQUIRE(peer_info_read(buf, n, &out) == PEER_OK);
+    CHECK_STR(out.devs[0].name, in.devs[0].name);
+    CHECK(peer_dev_name_valid(in.devs[0].name, NULL, 0) && strlen(out.devs[0].name) == 63);
+    in.devs[0].name[PEER_DEV_NAME_MAX - 1] = ' ';
+    char why[200];
+    CHECK(!peer_dev_name_valid(in.devs[0].name, why, sizeof why));
+    CHECK_MSG(strstr(why, "1 to 63 printable characters, no spaces"), "%s", why);
 
     uint32_t seqs[PEER_MAX_BATCH], dev;
     int32_t ids[PEER_MAX_BATCH];
@@ -254,6 +271,20 @@ TEST(peer_msg_bounds)
     CHECK_EQ(peer_hello_read(hb, 36, 0, &hello), PEER_ERR_PROTO);
     memcpy(hb + 33, "a-b", 3);
     CHECK_EQ(peer_hello_read(hb, 36, 0, &hello), PEER_OK);
+    /* a node name of 63 characters (a DNS label: a pod's host name) passes, 64 does not */
+    uint8_t hl[PEER_NONCE + 1 + PEER_NAME_MAX + 1] = {0};
+    memset(hl + PEER_NONCE + 1, 'n', PEER_NAME_MAX + 1);
+    hl[PEER_NONCE] = PEER_NAME_MAX;
+    CHECK_EQ(peer_hello_read(hl, sizeof hl - 1, 0, &hello), PEER_OK);
+    CHECK_EQ(strlen(hello.name), 63);
+    hl[PEER_NONCE] = PEER_NAME_MAX + 1;
+    CHECK_EQ(peer_hello_read(hl, sizeof hl, 0, &hello), PEER_ERR_PROTO);
+    char nm[PEER_NAME_MAX + 2];
+    memset(nm, 'n', sizeof nm - 1);
+    nm[sizeof nm - 1] = 0;
+    CHECK(!peer_name_valid(nm));
+    nm[PEER_NAME_MAX] = 0;
+    CHECK(peer_name_valid(nm));
 }
 
 /* ---------------------------------------------------------------- two nodes in one process */
@@ -514,17 +545,31 @@ TEST(peer_refuses_wrong_key_and_bad_frames)
     CHECK_EQ(st, PEER_ERR_AUTH);
 
     /* raw connections: each bad first frame closes the connection, the server stays up */
-    const char *what[] = {"oversized", "unknown version", "out of turn", "garbage", "address before auth"};
-    for (int k = 0; k < 5; k++) {
+    const char *what[] = {"oversized", "unknown version",     "out of turn",
+                          "garbage",   "address before auth", "a version 4 hello"};
+    for (int k = 0; k < 6; k++) {
         peer_conn *c;
         REQUIRE(peer_conn_connect(t.addr, &c, err, sizeof err) == PEER_OK);
-        uint8_t h[PEER_HEADER_BYTES + 8] = {0};
+        uint8_t h[PEER_HEADER_BYTES + 8] = {0}, hv4[PEER_HEADER_BYTES + PEER_MAX_PREAUTH];
+        size_t len = sizeof h;
         if (k == 0) peer_header_write(h, PEER_HELLO, 1u << 30);
         if (k == 1) peer_header_write(h, PEER_HELLO, 8), h[4] = 9;
         if (k == 2) peer_header_write(h, PEER_DECODE, 8);
         if (k == 3) memcpy(h, "GET / HTTP/1.1\r\n\r\n", 18);
-        if (k == 4) peer_header_write(h, PEER_ADDR_REQ, 0); /* no worker address to the unkeyed */
-        peer_conn_send_raw(c, h, k == 4 ? PEER_HEADER_BYTES : sizeof h, 2);
+        if (k == 4) { /* no worker address to the unkeyed */
+            peer_header_write(h, PEER_ADDR_REQ, 0);
+            len = PEER_HEADER_BYTES;
+        }
+        if (k == 5) {
+            /* a well-formed HELLO of a node of version 4 (31-character names): refused at this
+             * first frame, as its device list would not parse */
+            peer_hello hl = {{1}, {0}, "nodeV4"};
+            size_t n = peer_hello_write(hv4 + PEER_HEADER_BYTES, &hl, 0);
+            peer_header_write(hv4, PEER_HELLO, (uint32_t)n);
+            hv4[4] = 4;
+            len = PEER_HEADER_BYTES + n;
+        }
+        peer_conn_send_raw(c, k == 5 ? hv4 : h, len, 2);
         peer_header ph;
         const uint8_t *p;
         int r = peer_conn_recv(c, PEER_MAX_PREAUTH, &ph, &p, 3);

@@ -63,7 +63,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             CHECK(in.n_devs >= 0 && in.n_devs <= PEER_MAX_DEVS);
             CHECK(n == peer_info_bytes(in.n_devs));
             for (int i = 0; i < in.n_devs; i++) {
-                CHECK(strlen(in.devs[i].name) <= PEER_DEV_NAME_MAX);
+                CHECK(strlen(in.devs[i].name) <= PEER_DEV_NAME_MAX &&
+                      peer_dev_name_valid(in.devs[i].name, NULL, 0));
                 CHECK(in.devs[i].max_batch >= 1 && in.devs[i].max_batch <= PEER_MAX_BATCH);
                 CHECK(in.devs[i].mem_free <= in.devs[i].mem_total);
                 CHECK(in.devs[i].kv_block_tokens >= 0 && in.devs[i].kv_block_tokens <= 4096);
@@ -74,9 +75,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 static peer_info again;
                 CHECK(peer_info_write(out, &in) == n);
                 CHECK(peer_info_read(out, n, &again) == PEER_OK && again.n_devs == in.n_devs);
-                for (int i = 0; i < in.n_devs; i++) /* the curve and block size: bit for bit */
-                    CHECK(again.devs[i].kv_block_tokens == in.devs[i].kv_block_tokens &&
-                          !memcmp(&again.devs[i].curve, &in.devs[i].curve, sizeof in.devs[i].curve));
+                for (int i = 0; i < in.n_devs; i++) /* name, curve and block size: bit for bit */
+                    CHECK(
+                        !strcmp(again.devs[i].name, in.devs[i].name) &&
+                        again.devs[i].kv_block_tokens == in.devs[i].kv_block_tokens &&
+                        !memcmp(&again.devs[i].curve, &in.devs[i].curve, sizeof in.devs[i].curve));
                 free(out);
             }
         }
