@@ -133,8 +133,8 @@ static const key keys[] = {
       "sparse decode of long contexts: off, or asynctls[,key=value...] (cpu, cuda, fpga; needs "
       "tandem calibrate-channels; the default of the per-request sparse_decode)"),
     K(node_name, KEY_STR, "", 0, 0,
-      "this node's name among its peers, in x-tandem-devices (NODE/device: with '/' and the "
-      "longest of peer_devices at most 31 characters; default: the host name)"),
+      "this node's name among its peers, in x-tandem-devices as NODE/device (at most 63 "
+      "characters, a DNS label's length; default: the host name)"),
     K(kv_listen, KEY_STR, "", 0, 0,
       "ADDR:PORT where peers connect over UCX to decode on peer_devices (empty: none)"),
     K(peer_devices, KEY_STR, "", 0, 0,
@@ -552,41 +552,37 @@ static size_t lent_name_len(const char *spec, size_t n)
 int dmn_config_check_node_name(const char *name, const char *what, const char *peer_devices,
                                char *err, size_t errlen)
 {
-    /* A peer names this node's devices "NODE/device" in accel_info.name: a longer name is
-     * refused by every node that uses them (peer/remote.c), so it is refused here, at start-up,
-     * rather than leaving the devices unusable while both nodes look healthy. */
-    const size_t dev_max = sizeof((accel_info *)0)->name - 1;
+    /* A peer names this node's devices "NODE/device" in accel_info.name: a node name or a lent
+     * device's name longer than the device list carries is refused by every node that would use
+     * them (peer/msg.c), so it is refused here, at start-up, rather than leaving the devices
+     * unusable while both nodes look healthy. */
+    _Static_assert(PEER_NAME_MAX + 1 + PEER_DEV_NAME_MAX <= ACCEL_NAME_MAX, "NODE/device fits");
     size_t n = strlen(name);
     if (n > PEER_NAME_MAX) {
         snprintf(err, errlen,
-                 "%s '%.48s%s' is %zu characters: at most %d (set node_name to a "
-                 "shorter name unique in the fleet)",
-                 what, name, n > 48 ? "..." : "", n, PEER_NAME_MAX);
+                 "%s '%.72s%s' is %zu characters: at most %d, a DNS label's length (set "
+                 "node_name to a shorter name unique in the fleet)",
+                 what, name, n > 72 ? "..." : "", n, PEER_NAME_MAX);
         return -1;
     }
     if (!peer_name_valid(name)) {
         snprintf(err, errlen, "%s '%s': 1 to %d of A-Z a-z 0-9 . _ -", what, name, PEER_NAME_MAX);
         return -1;
     }
-    size_t longest = 0;
-    const char *lname = "";
     for (const char *p = peer_devices; *p;) {
-        size_t skip = strspn(p, ", "), len;
-        p += skip;
-        len = strcspn(p, ", ");
+        p += strspn(p, ", ");
+        size_t len = strcspn(p, ", ");
         if (!len) break;
         size_t l = lent_name_len(p, len);
-        if (l > longest) longest = l, lname = p;
+        if (l > PEER_DEV_NAME_MAX) {
+            snprintf(err, errlen,
+                     "peer_devices '%.*s%s' is a device name of %zu characters: a lent device's "
+                     "name may have at most %d (its peers name it %s/device, in at most %d)",
+                     len > 72 ? 72 : (int)len, p, len > 72 ? "..." : "", l, PEER_DEV_NAME_MAX, name,
+                     PEER_NAME_MAX + 1 + PEER_DEV_NAME_MAX);
+            return -1;
+        }
         p += len;
-    }
-    if (longest && n + 1 + longest > dev_max) {
-        snprintf(err, errlen,
-                 "%s '%s' (%zu characters) with '/%.*s' is %zu characters, longer than "
-                 "a device name may be (%zu: the peers that use the device refuse it); with these "
-                 "peer_devices node_name may have at most %zu",
-                 what, name, n, (int)strcspn(lname, ", "), lname, n + 1 + longest, dev_max,
-                 dev_max - 1 - longest);
-        return -1;
     }
     return 0;
 }

@@ -117,9 +117,10 @@ const char *dmn_config_key_name(int i);
 int dmn_config_served_name(const dmn_config *c, char *out, size_t outlen, char *err, size_t errlen);
 
 /* Checks a node name (node_name, or the host name that stands for it; `what` says which, for the
- * message): 1..PEER_NAME_MAX of [A-Za-z0-9._-], and short enough that "NAME/device" for every
- * device of peer_devices (comma-separated; "" for none) fits a device name (31 characters), as
- * the peers that use them require. Returns 0, or -1 with a message in err. */
+ * message): 1..PEER_NAME_MAX (63) of [A-Za-z0-9._-], and that every device of peer_devices
+ * (comma-separated; "" for none) has a name of at most PEER_DEV_NAME_MAX (63), as the peers
+ * that use them require: they name it "NAME/device", in at most 127 characters. Returns 0, or
+ * -1 with a message in err. */
 int dmn_config_check_node_name(const char *name, const char *what, const char *peer_devices,
                                char *err, size_t errlen);
 

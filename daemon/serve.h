@@ -14,6 +14,7 @@
 #include "model/ckpt/model.h"
 #include "model/tmpl/tmpl.h"
 #include "model/tok/tokenizer.h"
+#include "peer/msg.h"
 #include "proto/openai_req.h"
 #include "scheduler/sched.h"
 
@@ -52,7 +53,7 @@ typedef struct dmn_serve {
     accel_dev *devs[SCHED_MAX_DEVICES]; /* local devices, then the peers' (serve_peer.c) */
     int n_devs;
     /* peers (serve_peer.c, peer/peer.h) */
-    char node_name[32];
+    char node_name[PEER_NAME_MAX + 1];
     char peer_key[1025];
     struct peer_server *peer_srv;
     accel_dev *peer_devs[32];  /* lent to peers: driven by the peer server's thread */

@@ -78,14 +78,14 @@ void dmn_peer_open(dmn_serve *d, const accel_opts *opts)
             }
             d->peer_devs[d->n_peer_devs++] = dev;
             /* dmn_config_check_node_name reckoned with the names the backends give; the name
-             * this one gave is what a peer will see */
+             * this one gave is what a peer will see (as NODE/device) */
             accel_info ai;
             accel_get_info(dev, &ai);
-            if (strlen(d->node_name) + 1 + strlen(ai.name) >= sizeof ai.name) {
+            if (strlen(ai.name) > PEER_DEV_NAME_MAX) {
                 snprintf(d->load_err, sizeof d->load_err,
-                         "peer device %s: '%s/%s' is longer than a "
-                         "device name may be (%zu): a shorter node_name is needed",
-                         name, d->node_name, ai.name, sizeof ai.name - 1);
+                         "peer device %s: its name '%s' is %zu characters: a lent device's name "
+                         "may have at most %d",
+                         name, ai.name, strlen(ai.name), PEER_DEV_NAME_MAX);
                 return;
             }
             int st = accel_warmup(dev);

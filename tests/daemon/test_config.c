@@ -121,15 +121,25 @@ TEST(config_errors)
     dmn_config_deinit(&c);
 }
 
-/* A lending node's devices reach its peers as "NODE/device", in a 31-character device name: a
- * node_name that cannot fit with the longest of peer_devices is refused at load (it used to pass
- * and leave every lent device refused by the peers, retried forever), and a name over 31 is
- * refused rather than cut (two pods with one long prefix would share the cut name). */
+/* A lending node's devices reach its peers as "NODE/device": a node name of up to 63 characters
+ * (a DNS label: what a host or pod name is) and a device name of up to 63, 127 together. A name
+ * over 63 is refused at load rather than cut (two pods with one long prefix would share the cut
+ * name), and so is a lent device whose name passes 63 (every peer would refuse it, retried
+ * forever). Version 4 of the peer protocol held 31 for NODE/device together: a Deployment's
+ * 23-character pod name could not lend fpga-emu:0. */
 TEST(config_node_name_fits_device_names)
 {
     char *env[] = {NULL};
     dmn_config c;
     char err[512];
+    /* 63 and 64 characters: a realistic pod name padded, and one more */
+    static const char n63[] = "tandem-decode-pool-eu-west-1a-inference-fleet2-7d9f8b6c5d-x2k4z";
+    static const char n64[] = "tandem-decode-pool-eu-west-1a-inference-fleet2-7d9f8b6c5d-x2k4z9";
+    /* device names of 63 (lent as n63/...: 127) and 64 (128) characters */
+    static const char d63[] = "fpga-emu-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:0";
+    static const char d64[] = "fpga-emu-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:0";
+    _Static_assert(sizeof n63 == 64 && sizeof n64 == 65 && sizeof d63 == 64 && sizeof d64 == 65,
+                   "the lengths the cases say");
     struct {
         const char *name, *lent;
         int ok;
@@ -138,22 +148,23 @@ TEST(config_node_name_fits_device_names)
         /* a Deployment's pod name: tandem-<10-character hash>-<5> is 23 */
         {"tandem-7d9c6b5f4d-x2x9q", "fpga:0", 1, NULL},
         {"tandem-7d9c6b5f4d-x2x9q", "cuda:0,fpga:1", 1, NULL},
-        /* the audit's 26-character pod name with an emulated card: 26 + 1 + 10 = 37 */
-        {"tandem-node-7d9c6b5f4d-x2x", "fpga-emu:0", 0, "node_name may have at most 20"},
+        /* the audit's 26-character pod name with an emulated card: refused under version 4 */
+        {"tandem-node-7d9c6b5f4d-x2x", "fpga-emu:0", 1, NULL},
         {"tandem-node-7d9c6b5f4d-x2x", "cpu", 1, NULL},
-        {"abcdefghijklmnopqrst", "fpga-emu:0", 1, NULL}, /* 20 + 1 + 10 = 31 */
-        {"abcdefghijklmnopqrstu", "fpga-emu:0", 0, "with '/fpga-emu:0' is 32 characters"},
-        {"abcdefghijklmnopqrstu", "fpga-emu", 0,
-         "with '/fpga-emu' is 32 characters"},             /* named fpga-emu:0 */
-        {"abcdefghijklmnopqrstuvwx", "cuda:007", 1, NULL}, /* named cuda:7: 24 + 1 + 6 */
-        {"abcdefghijklmnopqrstuvwxy", "cuda:007", 0, "'/cuda:007' is 32 characters"},
-        {"abcdefghijklmnopqrstuvwxyz", "cpu, fpga:10", 0, "'/fpga:10' is 34 characters"},
-        {"abcdefghijklmnopqrstuvwxyz01234", "", 1, NULL}, /* 31, lending nothing */
-        {"abcdefghijklmnopqrstuvwxyz012345", "", 0, "is 32 characters: at most 31"},
+        {n63, "fpga-emu:0", 1, NULL},
+        {n63, "fpga-emu", 1, NULL}, /* named fpga-emu:0 */
+        {n63, "cpu, fpga:10, cuda:007", 1, NULL},
+        {n63, d63, 1, NULL}, /* NODE/device: 63 + 1 + 63 = 127 */
+        {n63, d64, 0,
+         "is a device name of 64 characters: a lent device's name may have at most 63"},
+        {"b", d64, 0, "name may have at most 63 (its peers name it b/device, in at most 127)"},
+        {n63, "", 1, NULL}, /* lending nothing */
+        {n64, "", 0, "is 64 characters: at most 63"},
+        {n64, "fpga-emu:0", 0, "is 64 characters: at most 63"}, /* 64 + 1 + 10 */
         {"node/1", "", 0, "A-Z a-z 0-9"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char a1[96], a2[96];
+        char a1[128], a2[128];
         snprintf(a1, sizeof a1, "--node-name=%s", cases[i].name);
         snprintf(a2, sizeof a2, "--peer-devices=%s", cases[i].lent);
         char *argv[] = {"serve", a1, a2, "--kv-listen=127.0.0.1:0", NULL};
@@ -165,19 +176,21 @@ TEST(config_node_name_fits_device_names)
                       cases[i].want);
         dmn_config_deinit(&c);
     }
-    /* without kv_listen nothing is lent: the devices named do not bound the name */
-    char *argv[] = {"serve", "--node-name=tandem-node-7d9c6b5f4d-x2x", "--peer-devices=fpga-emu:0",
-                    NULL};
+    /* without kv_listen nothing is lent: the devices named are not checked */
+    char a1[128], a2[128];
+    snprintf(a1, sizeof a1, "--node-name=%s", n63);
+    snprintf(a2, sizeof a2, "--peer-devices=%s", d64);
+    char *argv[] = {"serve", a1, a2, NULL};
     CHECK_EQ(dmn_config_load(&c, 3, argv, env, err, sizeof err), 0);
     dmn_config_deinit(&c);
     /* the host name, which stands for an unset node_name, goes through the same check */
-    CHECK_EQ(dmn_config_check_node_name("a-very-long-host-name-of-a-rack-42",
-                                        "node_name (the host name)", "", err, sizeof err),
-             -1);
-    CHECK(
-        strstr(err,
-               "node_name (the host name) 'a-very-long-host-name-of-a-rack-42' is 34 characters") !=
-        NULL);
+    CHECK_EQ(
+        dmn_config_check_node_name(n63, "node_name (the host name)", "fpga-emu:0", err, sizeof err),
+        0);
+    CHECK_EQ(dmn_config_check_node_name(n64, "node_name (the host name)", "", err, sizeof err), -1);
+    CHECK_MSG(strstr(err, "node_name (the host name) 'tandem-decode-pool-eu-west-1a-inference-"
+                          "fleet2-7d9f8b6c5d-x2k4z9' is 64 characters: at most 63") != NULL,
+              "%s", err);
 }
 
 /* served_model_name past 127 characters was cut, and a request naming it got 404: refused at

@@ -3,7 +3,10 @@
 # lends an emulated U280 (peer_devices = fpga-emu:0) over UCX; node A serves the clients on its
 # CPU and lists B as a peer. Checked with curl and the logs:
 #   peers_placed      a request through A is prefilled on A and decoded on B's card
-#                     (x-tandem-devices: prefill=cpu; decode=nodeB/fpga-emu:0)
+#                     (x-tandem-devices: prefill=cpu; decode=$B/fpga-emu:0); B's node_name has
+#                     63 characters, the most a node name has (a DNS label: a pod named for a
+#                     46-character Deployment), so its card is named in 74 (version 4 of the peer
+#                     protocol held 31: B did not start)
 #   peers_text        its text at temperature 0 equals one node's with the same split
 #                     (tandem generate --prefill-device cpu --device fpga-emu:0)
 #   peers_stream      a streamed one too, token for token
@@ -36,23 +39,27 @@
 #   peers3_late_*     C is started after A (A's peer_wait 0): A starts without it (peer_down,
 #                     /admin/status "joining"), and once C is up it joins within seconds
 #                     (peer_joined, peer_device_added, "up" with 1 device); C's card then decodes
-#   peers_name_*      a lending node whose node_name with '/' and its lent device passes a
-#                     device name's 31 characters (a 26-character pod name lending fpga-emu:0),
-#                     or a node_name over 31, stops at start-up (exit 2, the limit named); before,
+#   peers_name_*      a lending node whose lent device's name passes 63 characters, or whose
+#                     node_name passes 63, stops at start-up (exit 2, the limit named); before,
 #                     the first started and every peer refused its device, and the second was cut
 . tests/e2e/lib/serve.sh
 export TANDEM_CACHE_DIR="$T/cache"
 KEY=e2e-peer-key-0123456789
 
-# name_refused NAME NODE_NAME WANT: B's start-up with that name stops with exit 2 and WANT
+# node B's name: a pod's of a 46-character Deployment (<Deployment>-<hash of 10>-<5>), 63 characters
+B=tandem-decode-pool-eu-west-1a-inference-fleet2-7d9f8b6c5d-x2k4z
+
+# name_refused NAME NODE_NAME WANT [DEVICES]: B's start-up with that name lending DEVICES
+# (fpga-emu:0) stops with exit 2 and WANT
 name_refused() {
     timeout 20 "$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu --node-name "$2" \
-        --kv-listen 127.0.0.1:0 --peer-devices fpga-emu:0 --peer-key "$KEY" >"$T/name.out" 2>&1
+        --kv-listen 127.0.0.1:0 --peer-devices "${4:-fpga-emu:0}" --peer-key "$KEY" >"$T/name.out" 2>&1
     _rc=$?
     check "$1" sh -c "[ $_rc = 2 ] && grep -q '$3' $T/name.out || { echo '# rc $_rc' >&2; sed 's/^/# /' $T/name.out >&2; exit 1; }"
 }
-name_refused peers_name_lent_too_long tandem-node-7d9c6b5f4d-x2x "node_name may have at most 20"
-name_refused peers_name_over_31 tandem-inference-node-7d9c6b5f4d-x2x9q "is 38 characters: at most 31"
+name_refused peers_name_lent_too_long "$B" "is a device name of 64 characters" \
+    fpga-emu-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:0
+name_refused peers_name_over_63 "${B}9" "is 64 characters: at most 63"
 emu_ready "peers_placed peers_text peers_stream peers_shm peers_transport_stream peers_transport_tcp peers_no_strays peers_wrong_key peers_sender_killed peers_sender_killed_no_leak peers_receiver_killed peers_corrupt_detected peers_corrupt_text peers_corrupt_marked peers_kill_complete peers_kill_noticed peers_reconnect peers3_late_down peers3_late_joined peers3_spread peers3_kill_c_loses_nothing peers3_text_b" || exit 0
 
 BPID=
@@ -63,7 +70,7 @@ trap 'node_b_stop; [ -n "$C3PID" ] && kill -KILL $C3PID 2>/dev/null; serve_clean
 node_b() {
     BLOG=$T/b.$1
     shift
-    "$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu --node-name nodeB \
+    "$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu --node-name "$B" \
         --kv-listen "127.0.0.1:${BLISTEN:-0}" --peer-devices fpga-emu:0 --peer-key "$KEY" --log-file "$BLOG" "$@" \
         >"$BLOG.out" 2>&1 &
     BPID=$!
@@ -88,7 +95,7 @@ node_b 1 --peer-rx-threads 2 || { fail peers_start "node B did not start: $(tail
 serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$BPORT" --peer-key "$KEY" ||
     { fail peers_start "node A did not start"; exit 0; }
 code=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0}")
-check peers_placed sh -c "[ $code = 200 ] && grep -qi '^x-tandem-devices: prefill=cpu; decode=nodeB/fpga-emu:0' $T/hdr"
+check peers_placed sh -c "[ $code = 200 ] && grep -qi '^x-tandem-devices: prefill=cpu; decode=$B/fpga-emu:0' $T/hdr"
 jqb '.choices[0].text' | head -c -1 >"$T/got.remote"
 # tandem generate prints the text and a newline
 printf '%s\n' "$(cat "$T/got.remote")" >"$T/got.remote.nl"
@@ -97,7 +104,7 @@ curl -s -N -o "$T/s.1" -H 'Content-Type: application/json' \
     -d "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0,\"stream\":true}" "$API/v1/completions"
 grep '^data: {' "$T/s.1" | sed 's/^data: //' | jq -j '.choices[0].text // ""' >"$T/got.stream"
 check peers_stream cmp -s "$T/got.stream" "$T/got.remote"
-check peers_shm grep -Eq 'event=peer_device_opened device=nodeB/fpga-emu:0 kv_transport="[a-z,]*(sysv|posix|cma)' "$LOG"
+check peers_shm grep -Eq "event=peer_device_opened device=$B/fpga-emu:0 kv_transport=\"[a-z,]*(sysv|posix|cma)" "$LOG"
 serve_stop
 for how in stream tcp; do
     if [ $how = stream ]; then
@@ -111,7 +118,7 @@ for how in stream tcp; do
     fi
     code=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0}")
     jqb '.choices[0].text' | head -c -1 >"$T/got.$how"
-    check peers_transport_$how sh -c "[ $code = 200 ] && grep -q 'event=peer_device_opened device=nodeB/fpga-emu:0 $want' $LOG && cmp -s $T/got.$how $T/got.remote"
+    check peers_transport_$how sh -c "[ $code = 200 ] && grep -q 'event=peer_device_opened device=$B/fpga-emu:0 $want' $LOG && cmp -s $T/got.$how $T/got.remote"
     serve_stop
 done
 # KV over shared memory and over TCP lanes, three node A's come and gone: not one of their tagged
@@ -132,7 +139,7 @@ while [ $i -lt 200 ] && ! grep -q "event=ready" "$T/c.log" 2>/dev/null && kill -
     sleep 0.05
     i=$((i + 1))
 done
-check peers_wrong_key sh -c "grep -q 'event=peer_skipped .*peer_key' $T/c.log && grep -q 'event=ready' $T/c.log && grep -q 'event=peer_refused .*peer=intruder reason=\"authentication failed' $BLOG && ! grep -q 'nodeB/' $T/c.log"
+check peers_wrong_key sh -c "grep -q 'event=peer_skipped .*peer_key' $T/c.log && grep -q 'event=ready' $T/c.log && grep -q 'event=peer_refused .*peer=intruder reason=\"authentication failed' $BLOG && ! grep -q '$B/' $T/c.log"
 kill -TERM $CPID 2>/dev/null
 wait $CPID 2>/dev/null
 serve_stop
@@ -142,7 +149,7 @@ serve_stop
 # back, so that B waits for them with the request's sequence made on its card)
 TANDEM_PEER_FAULT="kv_stall=$T/stall" serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$BPORT" \
     --peer-key "$KEY" || { fail peers_stall_start "node A did not start"; exit 0; }
-mem_b() { curl -s "$ADMIN/admin/status" | jq '.devices[] | select(.name == "nodeB/fpga-emu:0") | .mem_free'; }
+mem_b() { curl -s "$ADMIN/admin/status" | jq --arg d "$B/fpga-emu:0" '.devices[] | select(.name == $d) | .mem_free'; }
 mem0=$(mem_b)
 touch "$T/stall"
 curl -s -o /dev/null -H 'Content-Type: application/json' \
@@ -152,14 +159,14 @@ wait_log() { # PATTERN FILE: up to 5 s
     i=0
     while [ $i -lt 100 ] && ! grep -q "$1" "$2" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
 }
-wait_log 'event=peer_fault_injected device=nodeB/fpga-emu:0 kind=kv_stall' "$LOG"
+wait_log "event=peer_fault_injected device=$B/fpga-emu:0 kind=kv_stall" "$LOG"
 kill -KILL "$PID"
 wait "$PID" 2>/dev/null
 PID=
 wait $CURL
 rm -f "$T/stall"
 wait_log 'event=peer_closed peer=nodeA' "$BLOG"
-check peers_sender_killed sh -c "grep -q 'event=peer_fault_injected device=nodeB/fpga-emu:0 kind=kv_stall' $LOG && grep -Eq 'event=peer_closed peer=nodeA .*seqs_freed=1 reason=\"(connection closed|peer connection failed)\"' $BLOG && kill -0 $BPID"
+check peers_sender_killed sh -c "grep -q 'event=peer_fault_injected device=$B/fpga-emu:0 kind=kv_stall' $LOG && grep -Eq 'event=peer_closed peer=nodeA .*seqs_freed=1 reason=\"(connection closed|peer connection failed)\"' $BLOG && kill -0 $BPID"
 
 # ---------------------------------------------------------------- corrupt chunk on the wire
 TANDEM_PEER_FAULT=kv_bitflip=2 serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$BPORT" \
@@ -169,10 +176,10 @@ mem1=$(mem_b)
 check peers_sender_killed_no_leak sh -c "[ -n '$mem0' ] && [ '$mem0' != null ] && [ '$mem1' = '$mem0' ]"
 code=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0}")
 jqb '.choices[0].text' >"$T/got.corrupt"
-check peers_corrupt_detected sh -c "[ $code = 200 ] && grep -q 'event=peer_kv_corrupt peer=nodeA .*status=\"KV chunk checksum' $BLOG && grep -q 'event=request_moved .*from=nodeB/fpga-emu:0 status=\"corrupt data\"' $LOG"
+check peers_corrupt_detected sh -c "[ $code = 200 ] && grep -q 'event=peer_kv_corrupt peer=nodeA .*status=\"KV chunk checksum' $BLOG && grep -q 'event=request_moved .*from=$B/fpga-emu:0 status=\"corrupt data\"' $LOG"
 check peers_corrupt_text cmp -s "$T/got.corrupt" "$T/ref.cpu"
 curl -s "$ADMIN/metrics" >"$T/metrics"
-check peers_corrupt_marked sh -c "grep -Eq '^tandem_device_kv_corrupt_total\{device=\"nodeB/fpga-emu:0\",kind=\"fpga\"\} 1' $T/metrics && grep -Eq '^tandem[:_]device_health\{device=\"nodeB/fpga-emu:0\",kind=\"fpga\",state=\"degraded\"\} 1' $T/metrics"
+check peers_corrupt_marked sh -c "grep -Eq '^tandem_device_kv_corrupt_total\{device=\"$B/fpga-emu:0\",kind=\"fpga\"\} 1' $T/metrics && grep -Eq '^tandem[:_]device_health\{device=\"$B/fpga-emu:0\",kind=\"fpga\",state=\"degraded\"\} 1' $T/metrics"
 serve_stop
 
 # ---------------------------------------------------------------- node B killed mid-decode
@@ -192,16 +199,16 @@ wait "$BPID" 2>/dev/null
 BPID=
 wait $CURL
 grep '^data: {' "$T/s.k" | tail -n 1 | sed 's/^data: //' >"$T/last.k"
-check peers_kill_complete sh -c "grep -qi '^x-tandem-devices: prefill=cpu; decode=nodeB/fpga-emu:0' $T/sh.k && grep -q '^data: \[DONE\]' $T/s.k && jq -e '.usage.completion_tokens == 100 and .tandem.moves == 1 and (.tandem.devices | test(\"moved_from=nodeB/fpga-emu:0\"))' $T/last.k >/dev/null"
+check peers_kill_complete sh -c "grep -qi '^x-tandem-devices: prefill=cpu; decode=$B/fpga-emu:0' $T/sh.k && grep -q '^data: \[DONE\]' $T/s.k && jq -e '.usage.completion_tokens == 100 and .tandem.moves == 1 and (.tandem.devices | test(\"moved_from=$B/fpga-emu:0\"))' $T/last.k >/dev/null"
 sleep 1
-check peers_kill_noticed sh -c "grep -q 'event=peer_lost peer=nodeB\|event=peer_call_failed device=nodeB/fpga-emu:0' $LOG && [ \$(curl -s -o /dev/null -w '%{http_code}' $ADMIN/ready) = 200 ]"
+check peers_kill_noticed sh -c "grep -q 'event=peer_lost peer=$B\|event=peer_call_failed device=$B/fpga-emu:0' $LOG && [ \$(curl -s -o /dev/null -w '%{http_code}' $ADMIN/ready) = 200 ]"
 # B comes back on the same port: A, which was never restarted, uses its card again
 BLISTEN=$BPORT node_b 2 || fail peers_reconnect "node B did not restart on port $BPORT: $(tail -n 3 $T/b.2 $T/b.2.out)"
 i=0
-while [ $i -lt 300 ] && ! grep -q 'event=peer_reconnected peer=nodeB' "$LOG"; do sleep 0.05; i=$((i + 1)); done
+while [ $i -lt 300 ] && ! grep -q "event=peer_reconnected peer=$B" "$LOG"; do sleep 0.05; i=$((i + 1)); done
 code=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0}")
 jqb '.choices[0].text' | head -c -1 >"$T/got.reconnect"
-check peers_reconnect sh -c "grep -q 'event=peer_reconnected peer=nodeB' $LOG && [ $code = 200 ] && grep -qi '^x-tandem-devices: prefill=cpu; decode=nodeB/fpga-emu:0' $T/hdr && cmp -s $T/got.reconnect $T/got.remote"
+check peers_reconnect sh -c "grep -q 'event=peer_reconnected peer=$B' $LOG && [ $code = 200 ] && grep -qi '^x-tandem-devices: prefill=cpu; decode=$B/fpga-emu:0' $T/hdr && cmp -s $T/got.reconnect $T/got.remote"
 # the receiving node (B) killed with KV in flight: B waits for a held-back chunk's bytes when it
 # dies; the request is re-placed on A and completes with the CPU's text, A stays ready with
 # nothing left running, and the next request works
@@ -209,7 +216,7 @@ touch "$T/stall"
 curl -s -D "$T/sh.rk" -o "$T/rk.json" -H 'Content-Type: application/json' \
     -d "{\"prompt\":\"$PROMPT\",\"max_tokens\":40,\"temperature\":0}" "$API/v1/completions" &
 CURL=$!
-wait_log 'event=peer_fault_injected device=nodeB/fpga-emu:0 kind=kv_stall' "$LOG"
+wait_log "event=peer_fault_injected device=$B/fpga-emu:0 kind=kv_stall" "$LOG"
 kill -KILL "$BPID"
 wait "$BPID" 2>/dev/null
 BPID=
@@ -218,7 +225,7 @@ wait $CURL
 jq -r '.choices[0].text' "$T/rk.json" >"$T/got.rk"
 curl -s "$ADMIN/admin/status" >"$T/st.rk"
 code=$(post /v1/completions "{\"prompt\":\"$PROMPT\",\"max_tokens\":8,\"temperature\":0}")
-check peers_receiver_killed sh -c "grep -q 'event=peer_fault_injected device=nodeB/fpga-emu:0 kind=kv_stall' $LOG && grep -q '^HTTP/1.1 200' $T/sh.rk && cmp -s $T/got.rk $T/ref.cpu && jq -e '.queue.running == 0 and .queue.waiting == 0' $T/st.rk >/dev/null && [ \$(curl -s -o /dev/null -w '%{http_code}' $ADMIN/ready) = 200 ] && [ $code = 200 ] && jq -e '.usage.completion_tokens == 8' $T/body >/dev/null"
+check peers_receiver_killed sh -c "grep -q 'event=peer_fault_injected device=$B/fpga-emu:0 kind=kv_stall' $LOG && grep -q '^HTTP/1.1 200' $T/sh.rk && cmp -s $T/got.rk $T/ref.cpu && jq -e '.queue.running == 0 and .queue.waiting == 0' $T/st.rk >/dev/null && [ \$(curl -s -o /dev/null -w '%{http_code}' $ADMIN/ready) = 200 ] && [ $code = 200 ] && jq -e '.usage.completion_tokens == 8' $T/body >/dev/null"
 serve_stop
 
 # ---------------------------------------------------------------- three nodes: A, and B and C lending cards
@@ -232,7 +239,7 @@ C3PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)
 serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$B3PORT,127.0.0.1:$C3PORT" --peer-key "$KEY" \
     --peer-wait 0 --step-delay-ms 40 --peer-poll-us 500 || { fail peers3_start "node A did not start"; exit 0; }
 curl -s "$ADMIN/admin/status" >"$T/st3.0"
-check peers3_late_down sh -c "grep -q 'event=peer_down addr=127.0.0.1:$C3PORT' $LOG && jq -e '[.peers[] | select(.addr == \"127.0.0.1:$C3PORT\" and .state == \"joining\" and .devices == 0)] | length == 1' $T/st3.0 >/dev/null && jq -e '[.peers[] | select(.name == \"nodeB\" and .state == \"up\" and .devices == 1)] | length == 1' $T/st3.0 >/dev/null"
+check peers3_late_down sh -c "grep -q 'event=peer_down addr=127.0.0.1:$C3PORT' $LOG && jq -e '[.peers[] | select(.addr == \"127.0.0.1:$C3PORT\" and .state == \"joining\" and .devices == 0)] | length == 1' $T/st3.0 >/dev/null && jq -e '[.peers[] | select(.name == \"$B\" and .state == \"up\" and .devices == 1)] | length == 1' $T/st3.0 >/dev/null"
 "$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu --node-name nodeC \
     --kv-listen 127.0.0.1:$C3PORT --peer-devices fpga-emu:0 --peer-key "$KEY" --peer-poll-us 500 --log-file "$CLOG" >/dev/null 2>&1 &
 C3PID=$!
@@ -262,7 +269,7 @@ kill -KILL "$C3PID"
 wait "$C3PID" 2>/dev/null
 wait "$P3_1"
 wait "$P3_2"
-check peers3_spread sh -c "cat $T/sh3.1 $T/sh3.2 | grep -i '^x-tandem-devices' | grep -q 'decode=nodeB/fpga-emu:0' && cat $T/sh3.1 $T/sh3.2 | grep -i '^x-tandem-devices' | grep -q 'decode=nodeC/fpga-emu:0'"
+check peers3_spread sh -c "cat $T/sh3.1 $T/sh3.2 | grep -i '^x-tandem-devices' | grep -q 'decode=$B/fpga-emu:0' && cat $T/sh3.1 $T/sh3.2 | grep -i '^x-tandem-devices' | grep -q 'decode=nodeC/fpga-emu:0'"
 ok3=0
 for k in 1 2; do
     grep '^data: {' "$T/s3.$k" | tail -n 1 | sed 's/^data: //' >"$T/last3.$k"
@@ -271,7 +278,7 @@ done
 check peers3_kill_c_loses_nothing sh -c "[ $ok3 = 2 ] && grep -q 'moved_from=nodeC/fpga-emu:0' $T/last3.1 $T/last3.2"
 # B's stream was never moved: its text is the one-node split's (first 40 tokens compared)
 for k in 1 2; do
-    if grep -qi '^x-tandem-devices: .*decode=nodeB' "$T/sh3.$k"; then
+    if grep -qi "^x-tandem-devices: .*decode=$B/" "$T/sh3.$k"; then
         grep '^data: {' "$T/s3.$k" | sed 's/^data: //' | jq -j '.choices[0].text // ""' >"$T/got3.b"
     fi
 done
