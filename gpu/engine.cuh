@@ -230,6 +230,7 @@ struct gpu_kv_pool {
     int ipc;            /* block ids per chunk (chunks of whole blocks); 0: chunks are not lent */
     void *mu;           /* pthread_mutex_t: kv_usage may come from any thread */
     int *stage_h;       /* pinned staging of table uploads (reset at each entry) */
+    /* stage_n: entries staged since the compute stream was last known done (gpu_finish) */
     int stage_cap, stage_n;
 };
 
@@ -590,7 +591,7 @@ gpu_seq_dev gpu_kv_seq_dev(const gpu_engine *e, const gpu_kv *kv);
  * the pool cannot supply them. Table uploads go through a pinned stage that each entry resets
  * (gpu_kv_stage_reset) before its first reserve. */
 int gpu_kv_reserve(gpu_engine *e, int count, gpu_kv *const *kvs, const int *pos0, const int *n);
-void gpu_kv_stage_reset(gpu_engine *e);
+int gpu_kv_stage_reset(gpu_engine *e);
 
 /* tls.cu: AsyncTLS sparse decode (gpu/gpu.h has the contract). Before a decode step of n
  * sequences: each sequence's mode for the step, its summaries brought up to date (rebuilt from

@@ -314,7 +314,7 @@ static int prefill_dense(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t *ids
     /* host-tier loads of this sequence are overlapped with the first pass (not split); anyone else's first */
     if (!e->tune.load_overlap || xs || !gpu_kv_loads_for(e, kv)) GPU_TRY(gpu_kv_loads_settle(e));
     /* the blocks of every new position first: NOMEM here leaves the sequence as it was */
-    gpu_kv_stage_reset(e);
+    GPU_TRY(gpu_kv_stage_reset(e));
     GPU_TRY(gpu_kv_reserve(e, 1, &kv, &pos0, &n));
     gpu_export_run xr;
     if (sink) {
@@ -538,7 +538,7 @@ int gpu_decode(gpu_engine *e, int n, gpu_kv *const *kvs, const int *pos, const i
     /* every sequence's block for its new position (and the copy of a shared one), all or none */
     int ones[GPU_MAX_BATCH];
     for (int i = 0; i < n; i++) ones[i] = 1;
-    gpu_kv_stage_reset(e);
+    GPU_TRY(gpu_kv_stage_reset(e));
     GPU_TRY(gpu_kv_reserve(e, n, kvs, pos, ones));
     /* AsyncTLS: the rows' modes, summaries brought up to date (queued before the step) */
     const int tls = gpu_tls_prepare(e, n, kvs, pos);

@@ -224,9 +224,16 @@ static int take(gpu_kv_pool &p)
     return id;
 }
 
-void gpu_kv_stage_reset(gpu_engine *e)
+/* The stage is free once what it holds has landed: gpu_finish (every entry's normal end) and the
+ * syncs below clear stage_n after the compute stream is done. An entry that returned early (an
+ * error between its reserve and its gpu_finish) leaves stage_n set and its table copies maybe
+ * still queued behind its kernels; they read the pinned stage when they run, so the next entry
+ * waits for them before it writes the stage again (an error path's cost only). */
+int gpu_kv_stage_reset(gpu_engine *e)
 {
+    if (e->pool.stage_n) GPU_CHECK(cudaStreamSynchronize(e->compute));
     e->pool.stage_n = 0;
+    return ACCEL_OK;
 }
 
 /* Entries [a, b) of kv's table to its device copy (compute stream, through the pinned stage). */

@@ -153,6 +153,7 @@ int gpu_finish(gpu_engine *e, int st)
     cudaError_t b = cudaStreamSynchronize(e->copy);
     if (a != cudaSuccess) return gpu_cuda_status(a, "cudaStreamSynchronize(compute)", __FILE__, __LINE__);
     if (b != cudaSuccess) return gpu_cuda_status(b, "cudaStreamSynchronize(copy)", __FILE__, __LINE__);
+    e->pool.stage_n = 0; /* the table uploads landed: the stage is free (gpu_kv_stage_reset) */
     return st;
 }
 
@@ -198,7 +199,7 @@ int gpu_kv_import(gpu_engine *e, gpu_kv *kv, const proto_kv_layer *c)
     if (!c->k || !c->v || !c->k_scale || !c->v_scale) return ACCEL_ERR_INVALID;
     GPU_CHECK(cudaSetDevice(e->index));
     GPU_TRY(gpu_kv_loads_settle(e));
-    gpu_kv_stage_reset(e);
+    GPU_TRY(gpu_kv_stage_reset(e));
     GPU_TRY(gpu_kv_reserve(e, 1, &kv, &c->pos0, &c->n_tokens));
     size_t vb = proto_kv_value_bytes(c->dtype, c->n_tokens, d.n_kv, d.hd);
     size_t sc = proto_kv_scale_count(c->dtype, c->n_tokens, d.n_kv, d.hd) * sizeof(uint16_t);
@@ -253,11 +254,12 @@ int gpu_kv_block_load(gpu_engine *e, gpu_kv *kv, int pos, const void *src)
         e->loads = l;
         e->loads_cap = cap;
     }
-    gpu_kv_stage_reset(e);
+    GPU_TRY(gpu_kv_stage_reset(e));
     const int n = GPU_KV_BLOCK;
     GPU_TRY(gpu_kv_reserve(e, 1, &kv, &pos, &n));
     /* the table upload read the pinned stage, which the next entry reuses */
     GPU_CHECK(cudaStreamSynchronize(e->compute));
+    e->pool.stage_n = 0;
     e->loads[e->n_loads++] = gpu_kv_load{kv, kv->blk[pos / GPU_KV_BLOCK], (const unsigned char *)src, 0};
     return ACCEL_OK;
 }

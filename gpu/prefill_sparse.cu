@@ -306,7 +306,7 @@ int gpu_prefill_sparse_layers(gpu_engine *e, gpu_kv *kv, int pos0, const int32_t
     /* the workspace, then the chunk's blocks, both from the pool: NOMEM leaves it as it was */
     sparse_ws w;
     GPU_TRY(sparse_ws_new(e, sr->mode, pos0, n, sink != NULL, kv_dtype, &w));
-    gpu_kv_stage_reset(e);
+    GPU_TRY(gpu_kv_stage_reset(e));
     int st = gpu_kv_reserve(e, 1, &kv, &pos0, &n);
     gpu_export_run xr;
     if (!st && sink) {
