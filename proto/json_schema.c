@@ -2,7 +2,7 @@
  * body is built in its own buffer and appended whole, so the rules of nested nodes land first
  * and never interleave. $ref targets get their rule name before their body is built, which is
  * what lets a schema refer to itself. */
-#include "proto/json_schema.h"
+#include "proto/json_schema_int.h"
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -11,27 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_PATTERN 1000 /* bytes of a "pattern" */
-#define MAX_RX_NEST 32
-
-typedef struct jref {
-    char *ref;
-    char name[64];
-} jref;
-
-typedef struct jsc {
-    json_t *root;
-    proto_buf *out;
-    const char *prefix;
-    int n_rules;
-    jref *refs;
-    int n_refs, cap_refs;
-    char *msg;
-    size_t msgn;
-    int failed;
-} jsc;
-
-__attribute__((format(printf, 3, 4))) static int fail(jsc *c, const char *ptr, const char *fmt, ...)
+int jsc_fail(jsc *c, const char *ptr, const char *fmt, ...)
 {
     if (c->failed) return -1;
     c->failed = 1;
@@ -99,314 +79,13 @@ static int emit_rule(jsc *c, const char *name, proto_buf *body)
 static int lit_json(jsc *c, proto_buf *b, json_t *v, const char *ptr)
 {
     char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-    if (!s) return fail(c, ptr, "out of memory");
+    if (!s) return jsc_fail(c, ptr, "out of memory");
     int rc = proto_gbnf_literal(b, s, strlen(s));
     free(s);
-    return rc ? fail(c, ptr, "out of memory") : 0;
+    return rc ? jsc_fail(c, ptr, "out of memory") : 0;
 }
 
 static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64]);
-
-/* ---------------------------------------------------------------- patterns */
-
-typedef struct rx {
-    const char *p, *e;
-    jsc *c;
-    const char *ptr;
-    int nest;
-} rx;
-
-/* Code point ranges, for classes: subtract what a JSON string cannot hold unescaped. */
-typedef struct rset {
-    uint32_t lo[64], hi[64];
-    int n;
-} rset;
-
-static int rset_add(rx *r, rset *s, uint32_t lo, uint32_t hi)
-{
-    if (s->n == 64) return fail(r->c, r->ptr, "pattern: a character class with more than 64 ranges");
-    s->lo[s->n] = lo;
-    s->hi[s->n] = hi;
-    s->n++;
-    return 0;
-}
-
-static int put_cp(proto_buf *b, uint32_t cp)
-{
-    if (cp < 0x20 || cp == '"' || cp == '\\' || cp == ']' || cp == '[' || cp == '-' || cp == '^' || cp == 0x7F)
-        return proto_buf_printf(b, "\\x%02X", cp);
-    if (cp < 0x80) return proto_buf_putc(b, (char)cp);
-    return proto_buf_printf(b, cp <= 0xFFFF ? "\\u%04X" : "\\U%08X", cp);
-}
-
-/* Emits [ranges] minus the unsafe set (controls, '"', '\\'), or [^ranges + unsafe]. */
-static int emit_set(rx *r, proto_buf *b, const rset *s, int neg)
-{
-    static const uint32_t unsafe_lo[] = {0x00, 0x22, 0x5C}, unsafe_hi[] = {0x1F, 0x22, 0x5C};
-    int rc = proto_buf_str(b, neg ? "[^" : "[");
-    if (neg) {
-        for (int i = 0; i < s->n && !rc; i++)
-            rc = put_cp(b, s->lo[i]) || proto_buf_putc(b, '-') || put_cp(b, s->hi[i]);
-        for (int k = 0; k < 3 && !rc; k++)
-            rc = put_cp(b, unsafe_lo[k]) || proto_buf_putc(b, '-') || put_cp(b, unsafe_hi[k]);
-    } else {
-        int any = 0;
-        for (int i = 0; i < s->n && !rc; i++) {
-            /* [lo, hi] minus the unsafe ranges (sorted, disjoint) */
-            uint32_t cur = s->lo[i], hi = s->hi[i];
-            for (int k = 0; k < 3 && cur <= hi && !rc; k++) {
-                if (unsafe_hi[k] < cur) continue;
-                if (unsafe_lo[k] > hi) break;
-                if (cur < unsafe_lo[k]) {
-                    rc = put_cp(b, cur) || proto_buf_putc(b, '-') || put_cp(b, unsafe_lo[k] - 1);
-                    any = 1;
-                }
-                cur = unsafe_hi[k] + 1;
-            }
-            if (cur <= hi && !rc) {
-                rc = put_cp(b, cur) || proto_buf_putc(b, '-') || put_cp(b, hi);
-                any = 1;
-            }
-        }
-        if (!any && !rc) return fail(r->c, r->ptr, "pattern: a character class holds only characters a JSON string must escape");
-    }
-    if (rc || proto_buf_putc(b, ']')) return fail(r->c, r->ptr, "out of memory");
-    return 0;
-}
-
-static int class_escape(rx *r, char e, rset *s, int *negated)
-{
-    *negated = 0;
-    switch (e) {
-    case 'D': *negated = 1; /* fall through */
-    case 'd': return rset_add(r, s, '0', '9');
-    case 'W': *negated = 1; /* fall through */
-    case 'w':
-        return rset_add(r, s, 'a', 'z') || rset_add(r, s, 'A', 'Z') || rset_add(r, s, '0', '9') || rset_add(r, s, '_', '_');
-    case 'S': *negated = 1; /* fall through */
-    case 's': /* ECMA-262's WhiteSpace and LineTerminator: the ASCII ones other than ' ' are
-               * controls a JSON string escapes; the others may stand raw in it */
-        return rset_add(r, s, ' ', ' ') || rset_add(r, s, 0xA0, 0xA0) ||
-               rset_add(r, s, 0x1680, 0x1680) || rset_add(r, s, 0x2000, 0x200A) ||
-               rset_add(r, s, 0x2028, 0x2029) || rset_add(r, s, 0x202F, 0x202F) ||
-               rset_add(r, s, 0x205F, 0x205F) || rset_add(r, s, 0x3000, 0x3000) ||
-               rset_add(r, s, 0xFEFF, 0xFEFF);
-    }
-    return 1; /* not a class escape */
-}
-
-/* One character of a pattern at r->p (a literal or an escaped literal): its code point, or -1. */
-static long rx_char(rx *r)
-{
-    if (r->p >= r->e) return fail(r->c, r->ptr, "pattern: unexpected end");
-    unsigned char ch = (unsigned char)*r->p;
-    if (ch == '\\') {
-        if (r->p + 1 >= r->e) return fail(r->c, r->ptr, "pattern: a trailing backslash");
-        char e = r->p[1];
-        r->p += 2;
-        switch (e) {
-        case 'n': return '\n';
-        case 't': return '\t';
-        case 'r': return '\r';
-        case 'f': return '\f';
-        case 'v': return '\v';
-        }
-        if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))
-            return fail(r->c, r->ptr, "pattern: the escape \\%c is not supported", e);
-        return (unsigned char)e;
-    }
-    /* UTF-8 */
-    int k = ch < 0x80 ? 1 : ch >= 0xF0 ? 4 : ch >= 0xE0 ? 3 : ch >= 0xC0 ? 2 : 0;
-    if (!k || r->p + k > r->e) return fail(r->c, r->ptr, "pattern: invalid UTF-8");
-    uint32_t cp = k == 1 ? ch : ch & (0x3F >> (k - 1));
-    for (int i = 1; i < k; i++) cp = cp << 6 | ((unsigned char)r->p[i] & 0x3F);
-    r->p += k;
-    return (long)cp;
-}
-
-/* A literal code point as a JSON string's text. */
-static int emit_json_cp(proto_buf *b, uint32_t cp)
-{
-    char tmp[8];
-    size_t n = 0;
-    if (cp == '"' || cp == '\\') {
-        tmp[n++] = '\\';
-        tmp[n++] = (char)cp;
-    } else if (cp < 0x20) {
-        static const char esc[] = "btn\0fr";
-        if (cp >= 8 && cp <= 13 && esc[cp - 8]) {
-            tmp[n++] = '\\';
-            tmp[n++] = esc[cp - 8];
-        } else {
-            n = (size_t)snprintf(tmp, sizeof tmp, "\\u%04x", cp);
-        }
-    } else if (cp < 0x80) {
-        tmp[n++] = (char)cp;
-    } else if (cp < 0x800) {
-        tmp[n++] = (char)(0xC0 | cp >> 6);
-        tmp[n++] = (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        tmp[n++] = (char)(0xE0 | cp >> 12);
-        tmp[n++] = (char)(0x80 | (cp >> 6 & 0x3F));
-        tmp[n++] = (char)(0x80 | (cp & 0x3F));
-    } else {
-        tmp[n++] = (char)(0xF0 | cp >> 18);
-        tmp[n++] = (char)(0x80 | (cp >> 12 & 0x3F));
-        tmp[n++] = (char)(0x80 | (cp >> 6 & 0x3F));
-        tmp[n++] = (char)(0x80 | (cp & 0x3F));
-    }
-    return proto_gbnf_literal(b, tmp, n);
-}
-
-static int rx_alt(rx *r, proto_buf *b);
-
-static int rx_atom(rx *r, proto_buf *b)
-{
-    char ch = *r->p;
-    if (ch == '(') {
-        if (++r->nest > MAX_RX_NEST) return fail(r->c, r->ptr, "pattern: groups nested deeper than %d", MAX_RX_NEST);
-        r->p++;
-        if (r->p < r->e && *r->p == '?') {
-            if (r->p + 1 < r->e && r->p[1] == ':') r->p += 2;
-            else return fail(r->c, r->ptr, "pattern: lookarounds and named groups are not supported");
-        }
-        if (proto_buf_str(b, "( ") || rx_alt(r, b)) return -1;
-        if (r->p >= r->e || *r->p != ')') return fail(r->c, r->ptr, "pattern: a group without ')'");
-        r->p++;
-        r->nest--;
-        return proto_buf_str(b, " )") ? fail(r->c, r->ptr, "out of memory") : 0;
-    }
-    if (ch == '.') { /* ECMA-262: any character but a line terminator (\n \r U+2028 U+2029) */
-        r->p++;
-        return proto_buf_str(b, "[^\"\\\\\\x00-\\x1F\\u2028\\u2029]")
-                   ? fail(r->c, r->ptr, "out of memory")
-                   : 0;
-    }
-    if (ch == '[') {
-        r->p++;
-        int neg = 0;
-        if (r->p < r->e && *r->p == '^') {
-            neg = 1;
-            r->p++;
-        }
-        /* ECMA-262, not POSIX: a ']' right after '[' or '[^' closes the class — '[]' matches
-         * nothing, '[^]' any character (line terminators too) */
-        if (r->p < r->e && *r->p == ']') {
-            r->p++;
-            if (!neg) return fail(r->c, r->ptr, "pattern: '[]' matches nothing");
-            return proto_buf_str(b, "[^\"\\\\\\x00-\\x1F]") ? fail(r->c, r->ptr, "out of memory")
-                                                            : 0;
-        }
-        rset s = {{0}, {0}, 0};
-        while (r->p < r->e && *r->p != ']') {
-            if (*r->p == '\\' && r->p + 1 < r->e) {
-                int sub_neg = 0;
-                int k = class_escape(r, r->p[1], &s, &sub_neg);
-                if (k < 0) return -1;
-                if (k == 0) {
-                    if (sub_neg) return fail(r->c, r->ptr, "pattern: \\D \\W \\S inside a class are not supported");
-                    r->p += 2;
-                    continue;
-                }
-            }
-            long lo = rx_char(r), hi = lo;
-            if (lo < 0) return -1;
-            if (r->p + 1 < r->e && *r->p == '-' && r->p[1] != ']') {
-                r->p++;
-                hi = rx_char(r);
-                if (hi < 0) return -1;
-                if (hi < lo) return fail(r->c, r->ptr, "pattern: a class range runs backwards");
-            }
-            if (rset_add(r, &s, (uint32_t)lo, (uint32_t)hi)) return -1;
-        }
-        if (r->p >= r->e) return fail(r->c, r->ptr, "pattern: a class without ']'");
-        r->p++;
-        return emit_set(r, b, &s, neg);
-    }
-    if (ch == '\\' && r->p + 1 < r->e) {
-        rset s = {{0}, {0}, 0};
-        int neg = 0;
-        int k = class_escape(r, r->p[1], &s, &neg);
-        if (k < 0) return -1;
-        if (k == 0) {
-            r->p += 2;
-            return emit_set(r, b, &s, neg);
-        }
-    }
-    if (ch == '^' || ch == '$') return fail(r->c, r->ptr, "pattern: '%c' is supported only at the pattern's ends", ch);
-    if (ch == '*' || ch == '+' || ch == '?' || ch == '{') return fail(r->c, r->ptr, "pattern: '%c' with nothing before it", ch);
-    long cp = rx_char(r);
-    if (cp < 0) return -1;
-    return emit_json_cp(b, (uint32_t)cp) ? fail(r->c, r->ptr, "out of memory") : 0;
-}
-
-static int rx_seq(rx *r, proto_buf *b)
-{
-    int any = 0;
-    while (r->p < r->e && *r->p != '|' && *r->p != ')') {
-        if (*r->p == '$' && r->p + 1 == r->e) break; /* the end anchor, handled by the caller */
-        if (any && proto_buf_putc(b, ' ')) return fail(r->c, r->ptr, "out of memory");
-        if (proto_buf_str(b, "( ") || rx_atom(r, b) || proto_buf_str(b, " )")) return -1;
-        any = 1;
-        if (r->p < r->e && (*r->p == '*' || *r->p == '+' || *r->p == '?')) {
-            if (proto_buf_putc(b, *r->p)) return -1;
-            r->p++;
-        } else if (r->p < r->e && *r->p == '{') {
-            const char *q = r->p + 1;
-            long m = 0, n = -1;
-            int digits = 0;
-            while (q < r->e && *q >= '0' && *q <= '9' && m <= JSCHEMA_MAX_REPEAT) m = m * 10 + (*q++ - '0'), digits++;
-            if (!digits) return fail(r->c, r->ptr, "pattern: '{' without a count");
-            if (q < r->e && *q == ',') {
-                q++;
-                if (q < r->e && *q >= '0' && *q <= '9') {
-                    n = 0;
-                    while (q < r->e && *q >= '0' && *q <= '9' && n <= JSCHEMA_MAX_REPEAT) n = n * 10 + (*q++ - '0');
-                }
-            } else {
-                n = m;
-            }
-            if (q >= r->e || *q != '}') return fail(r->c, r->ptr, "pattern: a bad {m,n}");
-            if (m > JSCHEMA_MAX_REPEAT || n > JSCHEMA_MAX_REPEAT)
-                return fail(r->c, r->ptr, "pattern: repetition counts above %d are not supported", JSCHEMA_MAX_REPEAT);
-            if (n >= 0 && n < m) return fail(r->c, r->ptr, "pattern: {m,n} with n below m");
-            int rc = n < 0 ? proto_buf_printf(b, "{%ld,}", m) : proto_buf_printf(b, "{%ld,%ld}", m, n);
-            if (rc) return fail(r->c, r->ptr, "out of memory");
-            r->p = q + 1;
-        }
-        if (r->p < r->e && *r->p == '?') r->p++; /* a lazy quantifier matches the same strings */
-        if (r->c->failed) return -1;
-    }
-    if (!any && proto_buf_str(b, "\"\"")) return fail(r->c, r->ptr, "out of memory");
-    return 0;
-}
-
-static int rx_alt(rx *r, proto_buf *b)
-{
-    if (rx_seq(r, b)) return -1;
-    while (r->p < r->e && *r->p == '|') {
-        r->p++;
-        if (proto_buf_str(b, " | ") || rx_seq(r, b)) return -1;
-    }
-    return 0;
-}
-
-static int pattern(jsc *c, proto_buf *b, const char *pat, size_t n, const char *ptr)
-{
-    if (n > MAX_PATTERN) return fail(c, ptr, "a pattern longer than %d bytes", MAX_PATTERN);
-    rx r = {pat, pat + n, c, ptr, 0};
-    int start = n > 0 && pat[0] == '^', end = n > (size_t)start && pat[n - 1] == '$' && (n < 2 || pat[n - 2] != '\\');
-    if (start) r.p++;
-    if (proto_buf_str(b, "\"\\\"\" ")) return fail(c, ptr, "out of memory");
-    if (!start && proto_buf_str(b, "json-char* ")) return fail(c, ptr, "out of memory");
-    if (proto_buf_str(b, "( ") || rx_alt(&r, b)) return -1;
-    if (end && r.p < r.e && *r.p == '$') r.p++;
-    if (r.p != r.e) return fail(c, ptr, "pattern: unexpected '%c'", *r.p);
-    if (proto_buf_str(b, " ) ")) return -1;
-    if (!end && proto_buf_str(b, "json-char* ")) return -1;
-    return proto_buf_str(b, "\"\\\"\"") ? fail(c, ptr, "out of memory") : 0;
-}
-
 /* ---------------------------------------------------------------- schema nodes */
 
 static const char *const annotations[] = {"title", "description", "default", "examples", "$schema", "$id",
@@ -429,7 +108,7 @@ static int get_count(jsc *c, json_t *s, const char *key, const char *ptr, long *
     json_t *v = json_object_get(s, key);
     if (!v) return 0;
     if (!json_is_integer(v) || json_integer_value(v) < 0)
-        return fail(c, ptr, "'%s' must be a non-negative integer", key);
+        return jsc_fail(c, ptr, "'%s' must be a non-negative integer", key);
     long long x = json_integer_value(v);
     *out = x > 1000000000 ? 1000000000 : (long)x;
     return 1;
@@ -445,23 +124,24 @@ static int number_rule(jsc *c, json_t *s, const char *ptr, int integer, proto_bu
     json_t *mn = json_object_get(s, "minimum"), *xmn = json_object_get(s, "exclusiveMinimum");
     int lo = -1; /* -1: any; 0: >= 0; 1: > 0 for integers */
     if (mn) {
-        if (!json_is_number(mn)) return fail(c, ptr, "'minimum' must be a number");
+        if (!json_is_number(mn)) return jsc_fail(c, ptr, "'minimum' must be a number");
         double v = json_number_value(mn);
         if (v == 0) lo = 0;
         else if (v == 1 && integer) lo = 1;
-        else return fail(c, ptr, "'minimum' other than 0 (or 1 for integers) is not supported");
+        else
+            return jsc_fail(c, ptr, "'minimum' other than 0 (or 1 for integers) is not supported");
     }
     if (xmn) {
         if (!json_is_number(xmn) || json_number_value(xmn) != 0)
-            return fail(c, ptr, "'exclusiveMinimum' other than 0 is not supported");
-        if (!integer) return fail(c, ptr, "'exclusiveMinimum' is supported on integers only");
+            return jsc_fail(c, ptr, "'exclusiveMinimum' other than 0 is not supported");
+        if (!integer) return jsc_fail(c, ptr, "'exclusiveMinimum' is supported on integers only");
         lo = 1;
     }
     const char *digits = lo == 1 ? "[1-9] [0-9]{0,15}" : "( \"0\" | [1-9] [0-9]{0,15} )";
     int rc = proto_buf_printf(b, "( %s%s", lo < 0 ? "\"-\"? " : "", digits);
     if (!integer) rc = rc || proto_buf_str(b, " ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?");
     rc = rc || proto_buf_str(b, " )");
-    return rc ? fail(c, ptr, "out of memory") : 0;
+    return rc ? jsc_fail(c, ptr, "out of memory") : 0;
 }
 
 static int string_rule(jsc *c, json_t *s, const char *ptr, proto_buf *b)
@@ -470,31 +150,35 @@ static int string_rule(jsc *c, json_t *s, const char *ptr, proto_buf *b)
     long mn = 0, mx = -1;
     if (get_count(c, s, "minLength", ptr, &mn) < 0 || get_count(c, s, "maxLength", ptr, &mx) < 0) return -1;
     if (pat) {
-        if (!json_is_string(pat)) return fail(c, ptr, "'pattern' must be a string");
+        if (!json_is_string(pat)) return jsc_fail(c, ptr, "'pattern' must be a string");
         if (json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
-            return fail(c, ptr, "'pattern' together with 'minLength'/'maxLength' is not supported");
-        return pattern(c, b, json_string_value(pat), json_string_length(pat), ptr);
+            return jsc_fail(c, ptr,
+                            "'pattern' together with 'minLength'/'maxLength' is not supported");
+        return jsc_pattern(c, b, json_string_value(pat), json_string_length(pat), ptr);
     }
-    if (mx >= 0 && mx < mn) return fail(c, ptr, "'maxLength' is below 'minLength'");
-    if (mn > JSCHEMA_MAX_REPEAT) return fail(c, ptr, "'minLength' above %d is not supported", JSCHEMA_MAX_REPEAT);
+    if (mx >= 0 && mx < mn) return jsc_fail(c, ptr, "'maxLength' is below 'minLength'");
+    if (mn > JSCHEMA_MAX_REPEAT)
+        return jsc_fail(c, ptr, "'minLength' above %d is not supported", JSCHEMA_MAX_REPEAT);
     if (mx > JSCHEMA_MAX_REPEAT) mx = JSCHEMA_MAX_REPEAT; /* fewer characters still validate */
     int rc;
     if (mx < 0) rc = mn ? proto_buf_printf(b, "\"\\\"\" json-char{%ld,} \"\\\"\"", mn) : proto_buf_str(b, "json-string");
     else rc = proto_buf_printf(b, "\"\\\"\" json-char{%ld,%ld} \"\\\"\"", mn, mx);
-    return rc ? fail(c, ptr, "out of memory") : 0;
+    return rc ? jsc_fail(c, ptr, "out of memory") : 0;
 }
 
 static int array_rule(jsc *c, json_t *s, const char *ptr, int depth, proto_buf *b)
 {
     long mn = 0, mx = -1;
     if (get_count(c, s, "minItems", ptr, &mn) < 0 || get_count(c, s, "maxItems", ptr, &mx) < 0) return -1;
-    if (mx >= 0 && mx < mn) return fail(c, ptr, "'maxItems' is below 'minItems'");
-    if (mn > JSCHEMA_MAX_REPEAT) return fail(c, ptr, "'minItems' above %d is not supported", JSCHEMA_MAX_REPEAT);
+    if (mx >= 0 && mx < mn) return jsc_fail(c, ptr, "'maxItems' is below 'minItems'");
+    if (mn > JSCHEMA_MAX_REPEAT)
+        return jsc_fail(c, ptr, "'minItems' above %d is not supported", JSCHEMA_MAX_REPEAT);
     if (mx > JSCHEMA_MAX_REPEAT) mx = JSCHEMA_MAX_REPEAT;
     char item[64] = "json-value", p2[512];
     json_t *it = json_object_get(s, "items");
     if (it) {
-        if (json_is_array(it)) return fail(c, ptr, "'items' as an array (tuple form) is not supported");
+        if (json_is_array(it))
+            return jsc_fail(c, ptr, "'items' as an array (tuple form) is not supported");
         sub_ptr(p2, sizeof p2, ptr, "items", NULL);
         if (conv(c, it, p2, depth + 1, item)) return -1;
     }
@@ -504,7 +188,7 @@ static int array_rule(jsc *c, json_t *s, const char *ptr, int depth, proto_buf *
     else if (mn == 0) rc = proto_buf_printf(b, "\"[\" ws ( %s ws ( \",\" ws %s ws ){0,%ld} )? \"]\"", item, item, mx - 1);
     else if (mx < 0) rc = proto_buf_printf(b, "\"[\" ws %s ws ( \",\" ws %s ws ){%ld,} \"]\"", item, item, mn - 1);
     else rc = proto_buf_printf(b, "\"[\" ws %s ws ( \",\" ws %s ws ){%ld,%ld} \"]\"", item, item, mn - 1, mx - 1);
-    return rc ? fail(c, ptr, "out of memory") : 0;
+    return rc ? jsc_fail(c, ptr, "out of memory") : 0;
 }
 
 /* Members in the order of "properties": the rule for members i.. is R(i, comma) where comma
@@ -515,10 +199,10 @@ static int object_rule(jsc *c, json_t *s, const char *ptr, int depth, proto_buf 
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     json_t *addl = json_object_get(s, "additionalProperties");
     char p2[512];
-    if (props && !json_is_object(props)) return fail(c, ptr, "'properties' must be an object");
-    if (req && !json_is_array(req)) return fail(c, ptr, "'required' must be an array");
+    if (props && !json_is_object(props)) return jsc_fail(c, ptr, "'properties' must be an object");
+    if (req && !json_is_array(req)) return jsc_fail(c, ptr, "'required' must be an array");
     if (addl && !json_is_boolean(addl) && !json_is_object(addl))
-        return fail(c, ptr, "'additionalProperties' must be a boolean or a schema");
+        return jsc_fail(c, ptr, "'additionalProperties' must be a boolean or a schema");
     size_t n = props ? json_object_size(props) : 0;
     /* the required names as a set (hashed: a client's list of 680,000 names against 1,000
      * properties took 17 s compared pairwise); those that are not properties become members with
@@ -526,40 +210,46 @@ static int object_rule(jsc *c, json_t *s, const char *ptr, int depth, proto_buf 
      * meta-schema (uniqueItems) and Ajv refuse it. */
     size_t n_req = req ? json_array_size(req) : 0, extra = 0;
     json_t *reqs = json_object();
-    if (!reqs) return fail(c, ptr, "out of memory");
+    if (!reqs) return jsc_fail(c, ptr, "out of memory");
     for (size_t i = 0; i < n_req; i++) {
         json_t *nm = json_array_get(req, i);
         if (!json_is_string(nm))
-            return json_decref(reqs), fail(c, ptr, "'required' must list strings");
+            return json_decref(reqs), jsc_fail(c, ptr, "'required' must list strings");
         const char *s = json_string_value(nm);
         if (json_object_get(reqs, s))
-            return json_decref(reqs), fail(c, ptr, "'required' lists '%.60s' twice", s);
+            return json_decref(reqs), jsc_fail(c, ptr, "'required' lists '%.60s' twice", s);
         if (json_object_set_new(reqs, s, json_true()))
-            return json_decref(reqs), fail(c, ptr, "out of memory");
+            return json_decref(reqs), jsc_fail(c, ptr, "out of memory");
         if (!props || !json_object_get(props, s)) extra++;
-        if (n + extra > 1000) return json_decref(reqs), fail(c, ptr, "more than 1000 properties");
+        if (n + extra > 1000)
+            return json_decref(reqs), jsc_fail(c, ptr, "more than 1000 properties");
     }
     if (n == 0 && extra == 0) {
         json_decref(reqs);
-        if (addl && json_is_false(addl)) return proto_buf_str(b, "\"{\" ws \"}\"") ? fail(c, ptr, "out of memory") : 0;
+        if (addl && json_is_false(addl))
+            return proto_buf_str(b, "\"{\" ws \"}\"") ? jsc_fail(c, ptr, "out of memory") : 0;
         if (addl && json_is_object(addl)) {
             char val[64];
             sub_ptr(p2, sizeof p2, ptr, "additionalProperties", NULL);
             if (conv(c, addl, p2, depth + 1, val)) return -1;
-            return proto_buf_printf(b, "\"{\" ws ( json-string ws \":\" ws %s ws ( \",\" ws json-string ws \":\" ws %s ws )* )? \"}\"", val, val)
-                       ? fail(c, ptr, "out of memory") : 0;
+            return proto_buf_printf(b,
+                                    "\"{\" ws ( json-string ws \":\" ws %s ws ( \",\" ws "
+                                    "json-string ws \":\" ws %s ws )* )? \"}\"",
+                                    val, val)
+                       ? jsc_fail(c, ptr, "out of memory")
+                       : 0;
         }
-        return proto_buf_str(b, "json-object") ? fail(c, ptr, "out of memory") : 0;
+        return proto_buf_str(b, "json-object") ? jsc_fail(c, ptr, "out of memory") : 0;
     }
     size_t total = n + extra;
-    if (total > 1000) return json_decref(reqs), fail(c, ptr, "more than 1000 properties");
+    if (total > 1000) return json_decref(reqs), jsc_fail(c, ptr, "more than 1000 properties");
     char (*kv)[64] = calloc(total, 64);
     uint8_t *required = calloc(total, 1);
     if (!kv || !required) {
         free(kv);
         free(required);
         json_decref(reqs);
-        return fail(c, ptr, "out of memory");
+        return jsc_fail(c, ptr, "out of memory");
     }
     int rc = 0;
     size_t i = 0;
@@ -598,7 +288,7 @@ static int object_rule(jsc *c, json_t *s, const char *ptr, int depth, proto_buf 
     }
     /* R(i, comma) from the last member back */
     char (*rn)[2][64] = calloc(total + 1, sizeof *rn);
-    if (!rn) rc = fail(c, ptr, "out of memory");
+    if (!rn) rc = jsc_fail(c, ptr, "out of memory");
     for (long k = (long)total - 1; k >= 0 && !rc; k--) {
         for (int comma = 0; comma < 2 && !rc; comma++) {
             proto_buf body = {0};
@@ -611,7 +301,8 @@ static int object_rule(jsc *c, json_t *s, const char *ptr, int depth, proto_buf 
             proto_buf_deinit(&body);
         }
     }
-    if (!rc && proto_buf_printf(b, "\"{\" ws %s \"}\"", rn[0][0])) rc = fail(c, ptr, "out of memory");
+    if (!rc && proto_buf_printf(b, "\"{\" ws %s \"}\"", rn[0][0]))
+        rc = jsc_fail(c, ptr, "out of memory");
     free(rn);
     free(kv);
     free(required);
@@ -623,7 +314,7 @@ static int object_rule(jsc *c, json_t *s, const char *ptr, int depth, proto_buf 
 static json_t *resolve(jsc *c, const char *ref, const char *ptr)
 {
     if (ref[0] != '#') {
-        fail(c, ptr, "'$ref' to another document (%.80s) is not supported", ref);
+        jsc_fail(c, ptr, "'$ref' to another document (%.80s) is not supported", ref);
         return NULL;
     }
     json_t *v = c->root;
@@ -643,7 +334,7 @@ static json_t *resolve(jsc *c, const char *ref, const char *ptr)
         else v = NULL;
     }
     if (*p || !v) {
-        fail(c, ptr, "'$ref' %.80s does not resolve inside the schema", ref);
+        jsc_fail(c, ptr, "'$ref' %.80s does not resolve inside the schema", ref);
         return NULL;
     }
     return v;
@@ -677,26 +368,32 @@ static int of_type(json_t *type, json_t *v)
 static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
 {
     char p2[512];
-    if (depth > JSCHEMA_MAX_DEPTH) return fail(c, ptr, "the schema is nested deeper than %d", JSCHEMA_MAX_DEPTH);
-    if (c->n_rules > JSCHEMA_MAX_RULES) return fail(c, ptr, "the schema needs more than %d rules", JSCHEMA_MAX_RULES);
+    if (depth > JSCHEMA_MAX_DEPTH)
+        return jsc_fail(c, ptr, "the schema is nested deeper than %d", JSCHEMA_MAX_DEPTH);
+    if (c->n_rules > JSCHEMA_MAX_RULES)
+        return jsc_fail(c, ptr, "the schema needs more than %d rules", JSCHEMA_MAX_RULES);
     if (json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0)) {
         snprintf(name, 64, "json-value");
         return 0;
     }
-    if (json_is_false(s)) return fail(c, ptr, "the schema false matches nothing");
-    if (!json_is_object(s)) return fail(c, ptr, "a schema must be an object or a boolean");
+    if (json_is_false(s)) return jsc_fail(c, ptr, "the schema false matches nothing");
+    if (!json_is_object(s)) return jsc_fail(c, ptr, "a schema must be an object or a boolean");
     const char *key;
     json_t *v;
     json_object_foreach(s, key, v) {
         if (!in_list(key, annotations) && !in_list(key, supported))
-            return fail(c, ptr, "the JSON Schema keyword '%.60s' is not supported", key);
+            return jsc_fail(c, ptr, "the JSON Schema keyword '%.60s' is not supported", key);
     }
     json_t *ref = json_object_get(s, "$ref");
     if (ref) {
-        if (!json_is_string(ref)) return fail(c, ptr, "'$ref' must be a string");
-        json_object_foreach(s, key, v)
-            if (strcmp(key, "$ref") && !in_list(key, annotations))
-                return fail(c, ptr, "'%.60s' beside '$ref' is not supported", key);
+        if (!json_is_string(ref)) return jsc_fail(c, ptr, "'$ref' must be a string");
+        json_object_foreach(
+            s, key,
+            v) if (strcmp(key, "$ref") &&
+                   !in_list(key,
+                            annotations)) return jsc_fail(c, ptr,
+                                                          "'%.60s' beside '$ref' is not supported",
+                                                          key);
         const char *r = json_string_value(ref);
         for (int i = 0; i < c->n_refs; i++)
             if (!strcmp(c->refs[i].ref, r)) {
@@ -708,19 +405,20 @@ static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
         if (c->n_refs == c->cap_refs) {
             int cap = c->cap_refs ? 2 * c->cap_refs : 8;
             jref *nr = realloc(c->refs, sizeof *nr * (size_t)cap);
-            if (!nr) return fail(c, ptr, "out of memory");
+            if (!nr) return jsc_fail(c, ptr, "out of memory");
             c->refs = nr;
             c->cap_refs = cap;
         }
         jref *e = &c->refs[c->n_refs];
-        if (!(e->ref = strdup(r))) return fail(c, ptr, "out of memory");
+        if (!(e->ref = strdup(r))) return jsc_fail(c, ptr, "out of memory");
         new_name(c, e->name);
         c->n_refs++;
         memcpy(name, e->name, 64);
         char inner[64];
         if (conv(c, target, r + 1, depth + 1, inner)) return -1;
         proto_buf body = {0};
-        int rc = proto_buf_str(&body, inner) ? fail(c, ptr, "out of memory") : emit_rule(c, name, &body);
+        int rc = proto_buf_str(&body, inner) ? jsc_fail(c, ptr, "out of memory")
+                                             : emit_rule(c, name, &body);
         proto_buf_deinit(&body);
         return rc;
     }
@@ -735,55 +433,57 @@ static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
         json_object_foreach(s, key, v) if (strcmp(key, "const") && strcmp(key, "enum") &&
                                            strcmp(key, "type") &&
                                            !in_list(key, annotations)) return proto_buf_deinit(&b),
-            fail(c, ptr, "'%.60s' beside '%s' is not supported", key, cst ? "const" : "enum");
+            jsc_fail(c, ptr, "'%.60s' beside '%s' is not supported", key, cst ? "const" : "enum");
         if (cst && en)
-            return proto_buf_deinit(&b), fail(c, ptr, "'const' beside 'enum' is not supported");
+            return proto_buf_deinit(&b), jsc_fail(c, ptr, "'const' beside 'enum' is not supported");
         if (en && (!json_is_array(en) || json_array_size(en) == 0))
-            return proto_buf_deinit(&b), fail(c, ptr, "'enum' must be a non-empty array");
+            return proto_buf_deinit(&b), jsc_fail(c, ptr, "'enum' must be a non-empty array");
         size_t nv = cst ? 1 : json_array_size(en), kept = 0;
         for (size_t i = 0; i < nv && !rc; i++) {
             json_t *val = cst ? cst : json_array_get(en, i);
             int ok = of_type(json_object_get(s, "type"), val);
             if (ok < 0)
                 return proto_buf_deinit(&b),
-                       fail(c, ptr, "'type' must be a string or an array of strings");
+                       jsc_fail(c, ptr, "'type' must be a string or an array of strings");
             if (!ok) continue;
-            if (kept++ && proto_buf_str(&b, " | ")) rc = fail(c, ptr, "out of memory");
+            if (kept++ && proto_buf_str(&b, " | ")) rc = jsc_fail(c, ptr, "out of memory");
             if (!rc) rc = lit_json(c, &b, val, ptr);
         }
         if (!rc && !kept)
             return proto_buf_deinit(&b),
-                   fail(c, ptr, "no value of '%s' is of its 'type': the schema matches nothing",
-                        cst ? "const" : "enum");
+                   jsc_fail(c, ptr, "no value of '%s' is of its 'type': the schema matches nothing",
+                            cst ? "const" : "enum");
     } else if (any) {
         if (!json_is_array(any) || json_array_size(any) == 0) {
-            rc = fail(c, ptr, "'anyOf' must be a non-empty array");
+            rc = jsc_fail(c, ptr, "'anyOf' must be a non-empty array");
         } else {
-            json_object_foreach(s, key, v)
-                if (strcmp(key, "anyOf") && !in_list(key, annotations))
-                    return proto_buf_deinit(&b), fail(c, ptr, "'%.60s' beside 'anyOf' is not supported", key);
+            json_object_foreach(s, key,
+                                v) if (strcmp(key, "anyOf") &&
+                                       !in_list(key, annotations)) return proto_buf_deinit(&b),
+                jsc_fail(c, ptr, "'%.60s' beside 'anyOf' is not supported", key);
             for (size_t i = 0; i < json_array_size(any) && !rc; i++) {
                 char sub[64], idx[24];
                 snprintf(idx, sizeof idx, "%zu", i);
                 sub_ptr(p2, sizeof p2, ptr, "anyOf", idx);
                 rc = conv(c, json_array_get(any, i), p2, depth + 1, sub);
-                if (!rc && proto_buf_printf(&b, "%s%s", i ? " | " : "", sub)) rc = fail(c, ptr, "out of memory");
+                if (!rc && proto_buf_printf(&b, "%s%s", i ? " | " : "", sub))
+                    rc = jsc_fail(c, ptr, "out of memory");
             }
         }
     } else if (all) {
         if (!json_is_array(all) || json_array_size(all) != 1) {
-            rc = fail(c, ptr, "'allOf' with other than one member is not supported");
+            rc = jsc_fail(c, ptr, "'allOf' with other than one member is not supported");
         } else {
             /* keywords beside it would be a second member (a base schema plus its own members):
              * a grammar of the one member alone would accept documents they refuse */
             json_object_foreach(s, key,
                                 v) if (strcmp(key, "allOf") &&
                                        !in_list(key, annotations)) return proto_buf_deinit(&b),
-                fail(c, ptr, "'%.60s' beside 'allOf' is not supported", key);
+                jsc_fail(c, ptr, "'%.60s' beside 'allOf' is not supported", key);
             char sub[64];
             sub_ptr(p2, sizeof p2, ptr, "allOf", "0");
             rc = conv(c, json_array_get(all, 0), p2, depth + 1, sub);
-            if (!rc && proto_buf_str(&b, sub)) rc = fail(c, ptr, "out of memory");
+            if (!rc && proto_buf_str(&b, sub)) rc = jsc_fail(c, ptr, "out of memory");
         }
     } else {
         json_t *type = json_object_get(s, "type");
@@ -794,11 +494,12 @@ static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
         } else if (json_is_array(type) && json_array_size(type) > 0 && json_array_size(type) <= 7) {
             for (size_t i = 0; i < json_array_size(type); i++) {
                 json_t *t = json_array_get(type, i);
-                if (!json_is_string(t)) return proto_buf_deinit(&b), fail(c, ptr, "'type' must list strings");
+                if (!json_is_string(t))
+                    return proto_buf_deinit(&b), jsc_fail(c, ptr, "'type' must list strings");
                 types[nt++] = json_string_value(t);
             }
         } else if (type) {
-            rc = fail(c, ptr, "'type' must be a string or an array of strings");
+            rc = jsc_fail(c, ptr, "'type' must be a string or an array of strings");
         } else if (json_object_get(s, "properties") || json_object_get(s, "required") || json_object_get(s, "additionalProperties")) {
             types[nt++] = "object";
         } else if (json_object_get(s, "items") || json_object_get(s, "minItems") || json_object_get(s, "maxItems")) {
@@ -812,7 +513,7 @@ static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
         }
         for (size_t i = 0; i < nt && !rc; i++) {
             const char *t = types[i];
-            if (i && proto_buf_str(&b, " | ")) rc = fail(c, ptr, "out of memory");
+            if (i && proto_buf_str(&b, " | ")) rc = jsc_fail(c, ptr, "out of memory");
             if (rc) break;
             if (!strcmp(t, "string")) rc = string_rule(c, s, ptr, &b);
             else if (!strcmp(t, "integer")) rc = number_rule(c, s, ptr, 1, &b);
@@ -822,8 +523,9 @@ static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
             else if (!strcmp(t, "object")) rc = object_rule(c, s, ptr, depth, &b);
             else if (!strcmp(t, "array")) rc = array_rule(c, s, ptr, depth, &b);
             else if (!strcmp(t, "any")) rc = proto_buf_str(&b, "json-value");
-            else rc = fail(c, ptr, "unknown type '%.40s'", t);
-            if (rc && !c->failed) rc = fail(c, ptr, "out of memory");
+            else
+                rc = jsc_fail(c, ptr, "unknown type '%.40s'", t);
+            if (rc && !c->failed) rc = jsc_fail(c, ptr, "out of memory");
         }
     }
     if (!rc) rc = emit_rule(c, name, &b);
