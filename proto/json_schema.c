@@ -15,7 +15,7 @@ int jsc_fail(jsc *c, const char *ptr, const char *fmt, ...)
 {
     if (c->failed) return -1;
     c->failed = 1;
-    char m[256];
+    char m[320];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(m, sizeof m, fmt, ap);
@@ -88,19 +88,88 @@ static int lit_json(jsc *c, proto_buf *b, json_t *v, const char *ptr)
 static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64]);
 /* ---------------------------------------------------------------- schema nodes */
 
-static const char *const annotations[] = {"title", "description", "default", "examples", "$schema", "$id",
-                                          "$comment", "$defs", "definitions", "deprecated", "readOnly",
-                                          "writeOnly", "format", "strict", "$anchor", NULL};
-static const char *const supported[] = {"type", "properties", "required", "additionalProperties", "enum",
-                                        "const", "items", "minItems", "maxItems", "minLength", "maxLength",
-                                        "anyOf", "allOf", "$ref", "pattern", "minimum", "exclusiveMinimum",
+/* Keywords by what the converter does with them (README's structured-output table says the
+ * same for clients). Annotations are ignored: they say nothing about which documents are valid
+ * ("format" is not one: it is read on string nodes). */
+static const char *const annotations[] = {
+    "title",     "description", "default", "examples",      "example",         "$schema",
+    "$id",       "$comment",    "$defs",   "definitions",   "deprecated",      "readOnly",
+    "writeOnly", "strict",      "$anchor", "discriminator", "contentEncoding", "contentMediaType",
+    NULL};
+/* Enforced by the grammar (some only for some values: see their node converters). */
+static const char *const supported[] = {"type",
+                                        "properties",
+                                        "required",
+                                        "additionalProperties",
+                                        "enum",
+                                        "const",
+                                        "items",
+                                        "minItems",
+                                        "maxItems",
+                                        "minLength",
+                                        "maxLength",
+                                        "anyOf",
+                                        "oneOf",
+                                        "allOf",
+                                        "$ref",
+                                        "pattern",
+                                        "format",
+                                        "minimum",
+                                        "maximum",
+                                        "exclusiveMinimum",
+                                        "exclusiveMaximum",
+                                        "multipleOf",
+                                        "uniqueItems",
+                                        "nullable",
                                         NULL};
+/* Constraints a grammar of this converter cannot say: refused under strict, else ignored. */
+static const char *const unenforceable[] = {"not",
+                                            "if",
+                                            "then",
+                                            "else",
+                                            "patternProperties",
+                                            "propertyNames",
+                                            "minProperties",
+                                            "maxProperties",
+                                            "contains",
+                                            "minContains",
+                                            "maxContains",
+                                            "dependentRequired",
+                                            "dependentSchemas",
+                                            "dependencies",
+                                            "unevaluatedProperties",
+                                            "unevaluatedItems",
+                                            "prefixItems",
+                                            "additionalItems",
+                                            NULL};
+/* Of the supported ones, those whose unenforceable values a non-strict schema may carry beside
+ * "enum", "const", "anyOf", "allOf" or "$ref" (ignored there, as elsewhere). */
+static const char *const sometimes[] = {"format", "multipleOf", "uniqueItems", NULL};
 
 static int in_list(const char *k, const char *const *l)
 {
     for (int i = 0; l[i]; i++)
         if (!strcmp(k, l[i])) return 1;
     return 0;
+}
+
+/* A keyword that may stand beside "enum", "const", "anyOf", "allOf" or "$ref" without changing
+ * what they accept: an annotation, "nullable" (handled before them), or under a non-strict
+ * schema one the grammar leaves out anyway. */
+static int ignorable(const jsc *c, const char *key)
+{
+    return in_list(key, annotations) || !strcmp(key, "nullable") ||
+           (!c->strict && (in_list(key, unenforceable) || in_list(key, sometimes)));
+}
+
+int jsc_unenforceable(jsc *c, const char *ptr, const char *key, const char *value)
+{
+    if (!c->strict) return 0;
+    return jsc_fail(
+        c, ptr,
+        "the JSON Schema keyword '%.60s'%s%.60s%s is not enforceable by the output grammar: "
+        "refused under strict true (without strict the schema is accepted, '%.60s' unchecked)",
+        key, value ? " (" : "", value ? value : "", value ? ")" : "", key);
 }
 
 static int get_count(jsc *c, json_t *s, const char *key, const char *ptr, long *out)
@@ -119,36 +188,20 @@ static void sub_ptr(char *dst, size_t n, const char *ptr, const char *a, const c
     snprintf(dst, n, "%s/%s%s%s", ptr, a, b ? "/" : "", b ? b : "");
 }
 
-static int number_rule(jsc *c, json_t *s, const char *ptr, int integer, proto_buf *b)
-{
-    json_t *mn = json_object_get(s, "minimum"), *xmn = json_object_get(s, "exclusiveMinimum");
-    int lo = -1; /* -1: any; 0: >= 0; 1: > 0 for integers */
-    if (mn) {
-        if (!json_is_number(mn)) return jsc_fail(c, ptr, "'minimum' must be a number");
-        double v = json_number_value(mn);
-        if (v == 0) lo = 0;
-        else if (v == 1 && integer) lo = 1;
-        else
-            return jsc_fail(c, ptr, "'minimum' other than 0 (or 1 for integers) is not supported");
-    }
-    if (xmn) {
-        if (!json_is_number(xmn) || json_number_value(xmn) != 0)
-            return jsc_fail(c, ptr, "'exclusiveMinimum' other than 0 is not supported");
-        if (!integer) return jsc_fail(c, ptr, "'exclusiveMinimum' is supported on integers only");
-        lo = 1;
-    }
-    const char *digits = lo == 1 ? "[1-9] [0-9]{0,15}" : "( \"0\" | [1-9] [0-9]{0,15} )";
-    int rc = proto_buf_printf(b, "( %s%s", lo < 0 ? "\"-\"? " : "", digits);
-    if (!integer) rc = rc || proto_buf_str(b, " ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?");
-    rc = rc || proto_buf_str(b, " )");
-    return rc ? jsc_fail(c, ptr, "out of memory") : 0;
-}
-
 static int string_rule(jsc *c, json_t *s, const char *ptr, proto_buf *b)
 {
     json_t *pat = json_object_get(s, "pattern");
     long mn = 0, mx = -1;
     if (get_count(c, s, "minLength", ptr, &mn) < 0 || get_count(c, s, "maxLength", ptr, &mx) < 0) return -1;
+    json_t *fmt = json_object_get(s, "format");
+    if (fmt) { /* enforced alone; beside a pattern or a length, an annotation */
+        if (!json_is_string(fmt)) return jsc_fail(c, ptr, "'format' must be a string");
+        if (!pat && !json_object_get(s, "minLength") && !json_object_get(s, "maxLength")) {
+            int k = jsc_format(c, json_string_value(fmt), b, ptr);
+            if (k <= 0) return k;
+        }
+        if (jsc_unenforceable(c, ptr, "format", json_string_value(fmt))) return -1;
+    }
     if (pat) {
         if (!json_is_string(pat)) return jsc_fail(c, ptr, "'pattern' must be a string");
         if (json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
@@ -174,6 +227,10 @@ static int array_rule(jsc *c, json_t *s, const char *ptr, int depth, proto_buf *
     if (mn > JSCHEMA_MAX_REPEAT)
         return jsc_fail(c, ptr, "'minItems' above %d is not supported", JSCHEMA_MAX_REPEAT);
     if (mx > JSCHEMA_MAX_REPEAT) mx = JSCHEMA_MAX_REPEAT;
+    json_t *uniq = json_object_get(s, "uniqueItems");
+    if (uniq && !json_is_boolean(uniq)) return jsc_fail(c, ptr, "'uniqueItems' must be a boolean");
+    if (json_is_true(uniq) && mx != 0 && mx != 1 && jsc_unenforceable(c, ptr, "uniqueItems", NULL))
+        return -1; /* at most one item: unique already */
     char item[64] = "json-value", p2[512];
     json_t *it = json_object_get(s, "items");
     if (it) {
@@ -310,11 +367,12 @@ static int object_rule(jsc *c, json_t *s, const char *ptr, int depth, proto_buf 
     return rc ? -1 : 0;
 }
 
-/* The JSON pointer ref ("#" or "#/a/b") inside the document. */
+/* The JSON pointer ref ("#" or "#/a/b") inside the document; NULL, through jsc_fail at ptr
+ * unless ptr is NULL, when it names nothing. */
 static json_t *resolve(jsc *c, const char *ref, const char *ptr)
 {
     if (ref[0] != '#') {
-        jsc_fail(c, ptr, "'$ref' to another document (%.80s) is not supported", ref);
+        if (ptr) jsc_fail(c, ptr, "'$ref' to another document (%.80s) is not supported", ref);
         return NULL;
     }
     json_t *v = c->root;
@@ -334,7 +392,7 @@ static json_t *resolve(jsc *c, const char *ref, const char *ptr)
         else v = NULL;
     }
     if (*p || !v) {
-        jsc_fail(c, ptr, "'$ref' %.80s does not resolve inside the schema", ref);
+        if (ptr) jsc_fail(c, ptr, "'$ref' %.80s does not resolve inside the schema", ref);
         return NULL;
     }
     return v;
@@ -365,6 +423,101 @@ static int of_type(json_t *type, json_t *v)
     return 0;
 }
 
+/* The JSON kinds of value a schema may accept, as bits (integer and number are one kind: 1 is
+ * both); all of them where it cannot tell. For oneOf: members of disjoint kinds never both
+ * match, so "anyOf" is "oneOf" for them. */
+enum { K_NULL = 1, K_BOOL = 2, K_OBJ = 4, K_ARR = 8, K_STR = 16, K_NUM = 32, K_ALL = 63 };
+
+static int kind_of_value(json_t *v)
+{
+    return json_is_null(v)      ? K_NULL
+           : json_is_boolean(v) ? K_BOOL
+           : json_is_object(v)  ? K_OBJ
+           : json_is_array(v)   ? K_ARR
+           : json_is_string(v)  ? K_STR
+                                : K_NUM;
+}
+
+static int kind_of_type(const char *t)
+{
+    static const char *const names[] = {"null",   "boolean", "object", "array",
+                                        "string", "number",  "integer"};
+    for (int i = 0; i < 7; i++)
+        if (!strcmp(t, names[i])) return i == 6 ? K_NUM : 1 << i;
+    return K_ALL;
+}
+
+static int kinds(jsc *c, json_t *s, int *budget)
+{
+    if (json_is_false(s)) return 0;
+    if (!json_is_object(s) || --*budget < 0)
+        return K_ALL; /* the budget: members that refer to
+                       * each other branch without end */
+    int k = K_ALL;
+    json_t *t = json_object_get(s, "type"), *v;
+    if (json_is_string(t)) k = kind_of_type(json_string_value(t));
+    if (json_is_array(t)) {
+        k = 0;
+        for (size_t i = 0; i < json_array_size(t); i++)
+            k |= json_is_string(v = json_array_get(t, i)) ? kind_of_type(json_string_value(v))
+                                                          : K_ALL;
+    }
+    if ((v = json_object_get(s, "const"))) k &= kind_of_value(v);
+    if (json_is_array(v = json_object_get(s, "enum"))) {
+        int e = 0;
+        for (size_t i = 0; i < json_array_size(v); i++) e |= kind_of_value(json_array_get(v, i));
+        k &= e;
+    }
+    const char *const unions[] = {"anyOf", "oneOf"};
+    for (int u = 0; u < 2; u++)
+        if (json_is_array(v = json_object_get(s, unions[u]))) {
+            int e = 0;
+            for (size_t i = 0; i < json_array_size(v); i++)
+                e |= kinds(c, json_array_get(v, i), budget);
+            k &= e;
+        }
+    if (json_is_array(v = json_object_get(s, "allOf")))
+        for (size_t i = 0; i < json_array_size(v); i++) k &= kinds(c, json_array_get(v, i), budget);
+    if (json_is_string(v = json_object_get(s, "$ref")) && json_string_value(v)[0] == '#') {
+        json_t *target = resolve(c, json_string_value(v), NULL);
+        if (target) k &= kinds(c, target, budget);
+    }
+    if (json_is_true(json_object_get(s, "nullable"))) k |= K_NULL;
+    return k;
+}
+
+static int one_of_disjoint(jsc *c, json_t *members)
+{
+    int seen = 0, budget = 1000;
+    for (size_t i = 0; i < json_array_size(members); i++) {
+        int k = kinds(c, json_array_get(members, i), &budget);
+        if (k & seen) return 0;
+        seen |= k;
+    }
+    return 1;
+}
+
+/* OpenAPI 3.0's "nullable": true (Pydantic v1 and FastAPI write it for Optional fields): the
+ * schema without it, or null. */
+static int conv_nullable(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
+{
+    json_t *rest = json_copy(s);
+    if (!rest || json_object_del(rest, "nullable")) {
+        json_decref(rest);
+        return jsc_fail(c, ptr, "out of memory");
+    }
+    char inner[64];
+    int rc = conv(c, rest, ptr, depth + 1, inner);
+    json_decref(rest);
+    if (rc) return -1;
+    new_name(c, name);
+    proto_buf body = {0};
+    rc = proto_buf_printf(&body, "%s | json-null", inner) ? jsc_fail(c, ptr, "out of memory")
+                                                          : emit_rule(c, name, &body);
+    proto_buf_deinit(&body);
+    return rc;
+}
+
 static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
 {
     char p2[512];
@@ -381,19 +534,25 @@ static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
     const char *key;
     json_t *v;
     json_object_foreach(s, key, v) {
-        if (!in_list(key, annotations) && !in_list(key, supported))
+        if (in_list(key, unenforceable)) {
+            if (jsc_unenforceable(c, ptr, key, NULL)) return -1;
+        } else if (!in_list(key, annotations) && !in_list(key, supported)) {
             return jsc_fail(c, ptr, "the JSON Schema keyword '%.60s' is not supported", key);
+        }
     }
+    json_t *nullable = json_object_get(s, "nullable");
+    if (nullable && !json_is_boolean(nullable))
+        return jsc_fail(c, ptr, "'nullable' must be a boolean");
+    if (json_is_true(nullable)) return conv_nullable(c, s, ptr, depth, name);
     json_t *ref = json_object_get(s, "$ref");
     if (ref) {
         if (!json_is_string(ref)) return jsc_fail(c, ptr, "'$ref' must be a string");
         json_object_foreach(
             s, key,
             v) if (strcmp(key, "$ref") &&
-                   !in_list(key,
-                            annotations)) return jsc_fail(c, ptr,
-                                                          "'%.60s' beside '$ref' is not supported",
-                                                          key);
+                   !ignorable(c, key)) return jsc_fail(c, ptr,
+                                                       "'%.60s' beside '$ref' is not supported",
+                                                       key);
         const char *r = json_string_value(ref);
         for (int i = 0; i < c->n_refs; i++)
             if (!strcmp(c->refs[i].ref, r)) {
@@ -427,12 +586,14 @@ static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
     int rc = 0;
     json_t *cst = json_object_get(s, "const"), *en = json_object_get(s, "enum");
     json_t *any = json_object_get(s, "anyOf"), *all = json_object_get(s, "allOf");
+    const char *any_key = "anyOf";
+    if (!any && (any = json_object_get(s, "oneOf"))) any_key = "oneOf";
     if (cst || en) {
         /* the values themselves; beside them only a 'type' (values of another type left out):
          * any other keyword would narrow them, and its grammar would be ignored */
         json_object_foreach(s, key, v) if (strcmp(key, "const") && strcmp(key, "enum") &&
                                            strcmp(key, "type") &&
-                                           !in_list(key, annotations)) return proto_buf_deinit(&b),
+                                           !ignorable(c, key)) return proto_buf_deinit(&b),
             jsc_fail(c, ptr, "'%.60s' beside '%s' is not supported", key, cst ? "const" : "enum");
         if (cst && en)
             return proto_buf_deinit(&b), jsc_fail(c, ptr, "'const' beside 'enum' is not supported");
@@ -455,16 +616,18 @@ static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
                             cst ? "const" : "enum");
     } else if (any) {
         if (!json_is_array(any) || json_array_size(any) == 0) {
-            rc = jsc_fail(c, ptr, "'anyOf' must be a non-empty array");
+            rc = jsc_fail(c, ptr, "'%s' must be a non-empty array", any_key);
+        } else if (any_key[0] == 'o' && !one_of_disjoint(c, any) &&
+                   jsc_unenforceable(c, ptr, "oneOf", "members that may overlap")) {
+            rc = -1; /* members that may overlap: "exactly one" is not a grammar's to say */
         } else {
-            json_object_foreach(s, key,
-                                v) if (strcmp(key, "anyOf") &&
-                                       !in_list(key, annotations)) return proto_buf_deinit(&b),
-                jsc_fail(c, ptr, "'%.60s' beside 'anyOf' is not supported", key);
+            json_object_foreach(s, key, v) if (strcmp(key, any_key) &&
+                                               !ignorable(c, key)) return proto_buf_deinit(&b),
+                jsc_fail(c, ptr, "'%.60s' beside '%s' is not supported", key, any_key);
             for (size_t i = 0; i < json_array_size(any) && !rc; i++) {
                 char sub[64], idx[24];
                 snprintf(idx, sizeof idx, "%zu", i);
-                sub_ptr(p2, sizeof p2, ptr, "anyOf", idx);
+                sub_ptr(p2, sizeof p2, ptr, any_key, idx);
                 rc = conv(c, json_array_get(any, i), p2, depth + 1, sub);
                 if (!rc && proto_buf_printf(&b, "%s%s", i ? " | " : "", sub))
                     rc = jsc_fail(c, ptr, "out of memory");
@@ -476,9 +639,8 @@ static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
         } else {
             /* keywords beside it would be a second member (a base schema plus its own members):
              * a grammar of the one member alone would accept documents they refuse */
-            json_object_foreach(s, key,
-                                v) if (strcmp(key, "allOf") &&
-                                       !in_list(key, annotations)) return proto_buf_deinit(&b),
+            json_object_foreach(s, key, v) if (strcmp(key, "allOf") &&
+                                               !ignorable(c, key)) return proto_buf_deinit(&b),
                 jsc_fail(c, ptr, "'%.60s' beside 'allOf' is not supported", key);
             char sub[64];
             sub_ptr(p2, sizeof p2, ptr, "allOf", "0");
@@ -502,11 +664,15 @@ static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
             rc = jsc_fail(c, ptr, "'type' must be a string or an array of strings");
         } else if (json_object_get(s, "properties") || json_object_get(s, "required") || json_object_get(s, "additionalProperties")) {
             types[nt++] = "object";
-        } else if (json_object_get(s, "items") || json_object_get(s, "minItems") || json_object_get(s, "maxItems")) {
+        } else if (json_object_get(s, "items") || json_object_get(s, "minItems") ||
+                   json_object_get(s, "maxItems") || json_object_get(s, "uniqueItems")) {
             types[nt++] = "array";
-        } else if (json_object_get(s, "pattern") || json_object_get(s, "minLength") || json_object_get(s, "maxLength")) {
+        } else if (json_object_get(s, "pattern") || json_object_get(s, "minLength") ||
+                   json_object_get(s, "maxLength") || json_object_get(s, "format")) {
             types[nt++] = "string";
-        } else if (json_object_get(s, "minimum") || json_object_get(s, "exclusiveMinimum")) {
+        } else if (json_object_get(s, "minimum") || json_object_get(s, "exclusiveMinimum") ||
+                   json_object_get(s, "maximum") || json_object_get(s, "exclusiveMaximum") ||
+                   json_object_get(s, "multipleOf")) {
             types[nt++] = "number"; /* as above: the type the bound constrains, not every value */
         } else {
             types[nt++] = "any";
@@ -516,8 +682,10 @@ static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
             if (i && proto_buf_str(&b, " | ")) rc = jsc_fail(c, ptr, "out of memory");
             if (rc) break;
             if (!strcmp(t, "string")) rc = string_rule(c, s, ptr, &b);
-            else if (!strcmp(t, "integer")) rc = number_rule(c, s, ptr, 1, &b);
-            else if (!strcmp(t, "number")) rc = number_rule(c, s, ptr, 0, &b);
+            else if (!strcmp(t, "integer"))
+                rc = jsc_number(c, s, ptr, 1, &b);
+            else if (!strcmp(t, "number"))
+                rc = jsc_number(c, s, ptr, 0, &b);
             else if (!strcmp(t, "boolean")) rc = proto_buf_str(&b, "json-bool");
             else if (!strcmp(t, "null")) rc = proto_buf_str(&b, "json-null");
             else if (!strcmp(t, "object")) rc = object_rule(c, s, ptr, depth, &b);
@@ -533,8 +701,9 @@ static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
     return rc ? -1 : 0;
 }
 
-int proto_jschema_rules(const char *schema, size_t len, const char *rule_name, const char *prefix,
-                        proto_buf *out, char *msg, size_t msgn)
+int proto_jschema_rules_mode(const char *schema, size_t len, enum proto_jschema_mode mode,
+                             const char *rule_name, const char *prefix, proto_buf *out, char *msg,
+                             size_t msgn)
 {
     json_error_t je;
     json_t *root = json_loadb(schema, len, JSON_DECODE_ANY, &je);
@@ -542,7 +711,7 @@ int proto_jschema_rules(const char *schema, size_t len, const char *rule_name, c
         snprintf(msg, msgn, "the schema is not JSON: %s", je.text);
         return -1;
     }
-    jsc c = {root, out, prefix, 0, NULL, 0, 0, msg, msgn, 0};
+    jsc c = {root, out, prefix, 0, NULL, 0, 0, msg, msgn, 0, mode == PROTO_JSCHEMA_STRICT};
     char name[64];
     int rc = conv(&c, root, "", 0, name);
     if (!rc) {
@@ -557,11 +726,24 @@ int proto_jschema_rules(const char *schema, size_t len, const char *rule_name, c
     return rc ? -1 : 0;
 }
 
-int proto_jschema_grammar(const char *schema, size_t len, proto_buf *out, char *msg, size_t msgn)
+int proto_jschema_rules(const char *schema, size_t len, const char *rule_name, const char *prefix,
+                        proto_buf *out, char *msg, size_t msgn)
+{
+    return proto_jschema_rules_mode(schema, len, PROTO_JSCHEMA_STRICT, rule_name, prefix, out, msg,
+                                    msgn);
+}
+
+int proto_jschema_grammar_mode(const char *schema, size_t len, enum proto_jschema_mode mode,
+                               proto_buf *out, char *msg, size_t msgn)
 {
     if (proto_jschema_common(out)) {
         snprintf(msg, msgn, "out of memory");
         return -1;
     }
-    return proto_jschema_rules(schema, len, "root", "s", out, msg, msgn);
+    return proto_jschema_rules_mode(schema, len, mode, "root", "s", out, msg, msgn);
+}
+
+int proto_jschema_grammar(const char *schema, size_t len, proto_buf *out, char *msg, size_t msgn)
+{
+    return proto_jschema_grammar_mode(schema, len, PROTO_JSCHEMA_STRICT, out, msg, msgn);
 }

@@ -67,7 +67,10 @@ int proto_struct_parse(json_t *o, enum proto_endpoint ep, proto_req *r, enum pro
     proto_buf g;
     proto_buf_init(&g);
     char m[400];
-    int rc = proto_jschema_grammar(text, strlen(text), &g, m, sizeof m);
+    /* strict true: every output validates, so a keyword the grammar cannot enforce is refused;
+     * without it (OpenAI accepts any schema then) such a keyword is only an annotation */
+    enum proto_jschema_mode mode = json_is_true(strict) ? PROTO_JSCHEMA_STRICT : PROTO_JSCHEMA_LAX;
+    int rc = proto_jschema_grammar_mode(text, strlen(text), mode, &g, m, sizeof m);
     free(text);
     if (rc) {
         proto_buf_deinit(&g);

@@ -2,42 +2,12 @@
  * exactly the documents they should (checked on hand-picked valid and invalid documents: the
  * schema's own meaning, as the JSON Schema specification states it); unsupported keywords are
  * refused by name; bounds hold. */
-#include "model/grammar/grammar.h"
-#include "proto/json_schema.h"
+#include "tests/proto/jschema_util.h"
 #include "tests/test.h"
-
-static model_gvocab *bytes_vocab(void)
-{
-    static char bytes[256];
-    const char *b[256];
-    size_t l[256];
-    for (int i = 0; i < 256; i++) {
-        bytes[i] = (char)i;
-        b[i] = &bytes[i];
-        l[i] = 1;
-    }
-    return model_gvocab_new(256, b, l, NULL, NULL, 0, 0);
-}
 
 static model_grammar *from_schema(const char *schema, char *msg, size_t n)
 {
-    proto_buf out;
-    proto_buf_init(&out);
-    model_grammar *g = NULL;
-    if (proto_jschema_grammar(schema, strlen(schema), &out, msg, n) == 0) {
-        g = model_grammar_new(out.p, out.len, NULL, msg, n);
-        if (!g) t_fail(__FILE__, __LINE__, "grammar of %s refused: %s\n%s", schema, msg, out.p);
-    }
-    proto_buf_deinit(&out);
-    return g;
-}
-
-static int accepts(model_grammar *g, const model_gvocab *v, const char *doc)
-{
-    model_gmatch *m = model_gmatch_new(g, v);
-    int ok = model_gmatch_accept_bytes(m, doc, strlen(doc)) == 0 && model_gmatch_can_end(m);
-    model_gmatch_free(m);
-    return ok;
+    return jschema_grammar(schema, PROTO_JSCHEMA_STRICT, msg, n);
 }
 
 TEST(json_schema_documents)
@@ -107,16 +77,18 @@ TEST(json_schema_documents)
          {"1.0", NULL, NULL, NULL},
          {"\"x\"", "2.5", NULL, NULL}},
     };
-    model_gvocab *v = bytes_vocab();
+    model_gvocab *v = jschema_bytes_vocab();
     REQUIRE(v);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char msg[512] = "";
         model_grammar *g = from_schema(cases[i].schema, msg, sizeof msg);
         CHECK_MSG(g, "%s: %s", cases[i].schema, msg);
         for (int k = 0; g && k < 4 && cases[i].yes[k]; k++)
-            CHECK_MSG(accepts(g, v, cases[i].yes[k]), "%s should accept %s", cases[i].schema, cases[i].yes[k]);
+            CHECK_MSG(jschema_accepts(g, v, cases[i].yes[k]), "%s should accept %s",
+                      cases[i].schema, cases[i].yes[k]);
         for (int k = 0; g && k < 4 && cases[i].no[k]; k++)
-            CHECK_MSG(!accepts(g, v, cases[i].no[k]), "%s should refuse %s", cases[i].schema, cases[i].no[k]);
+            CHECK_MSG(!jschema_accepts(g, v, cases[i].no[k]), "%s should refuse %s",
+                      cases[i].schema, cases[i].no[k]);
         model_grammar_unref(g);
     }
     model_gvocab_free(v);
@@ -127,14 +99,17 @@ TEST(json_schema_refusals)
     static const struct {
         const char *schema, *want;
     } cases[] = {
-        {"{\"type\":\"integer\",\"multipleOf\":2}", "'multipleOf' is not supported"},
-        {"{\"properties\":{\"a\":{\"not\":{}}}}", "'not' is not supported (at '/properties/a'"},
+        {"{\"type\":\"integer\",\"multipleOf\":2}", "'multipleOf' is not enforceable"},
+        {"{\"type\":\"integer\",\"frobnicate\":2}", "'frobnicate' is not supported"},
+        {"{\"properties\":{\"a\":{\"not\":{}}}}",
+         "'not' is not enforceable by the output grammar: refused under strict true"},
         {"{\"$ref\":\"#/nowhere\"}", "does not resolve"},
         {"{\"$ref\":\"http://x/y.json\"}", "another document"},
         {"{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "lookarounds"},
         {"{\"type\":\"string\",\"pattern\":\"a\\\\1\"}", "\\1"},
         {"{\"type\":\"string\",\"pattern\":\"a^b\"}", "only at the pattern's ends"},
-        {"{\"type\":\"integer\",\"minimum\":5}", "'minimum' other than 0"},
+        {"{\"type\":\"integer\",\"minimum\":5,\"exclusiveMaximum\":5}", "no integer lies within"},
+        {"{\"type\":\"integer\",\"minimum\":1e30}", "'minimum' beyond the 64-bit integer range"},
         {"{\"type\":\"array\",\"minItems\":5000}", "'minItems' above"},
         {"{\"type\":\"wat\"}", "unknown type"},
         {"{\"anyOf\":[]}", "non-empty"},
@@ -149,7 +124,7 @@ TEST(json_schema_refusals)
          "B\"}],\"properties\":{\"name\":{\"type\":\"string\"}},\"required\":[\"name\"]}",
          "'properties' beside 'allOf' is not supported"},
         {"{\"allOf\":[{\"type\":\"string\"}],\"maxLength\":2}", "'maxLength' beside 'allOf'"},
-        {"{\"exclusiveMinimum\":0}", "on integers only"},
+        {"{\"type\":\"number\",\"minimum\":0.2,\"maximum\":0.8}", "'minimum' (a fraction"},
         {"{\"type\":\"string\",\"pattern\":\"a[]\"}", "'[]' matches nothing"},
         {"{\"enum\":[\"abc\"],\"minLength\":3}", "'minLength' beside 'enum' is not supported"},
         {"{\"type\":\"integer\",\"enum\":[\"x\",1.5]}", "no value of 'enum' is of its 'type'"},

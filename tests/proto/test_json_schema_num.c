@@ -1,0 +1,282 @@
+/* proto/json_schema_num.c: integer and number bounds compile to grammars that accept exactly
+ * the canonical texts of the values in range — checked with the grammar's own matcher on every
+ * value in a window around each bound (and random ones between) for hundreds of random ranges,
+ * with the expected answer computed here in 128-bit arithmetic, not read from the converter;
+ * random documents drawn from the grammars lie in range. TANDEM_JSCHEMA_SAMPLES=FILE appends
+ * the drawn documents with their schemas as JSON lines (tests/e2e/schema_ajv.sh has Ajv check
+ * them). */
+#include "tests/proto/jschema_util.h"
+#include "tests/test.h"
+#include <stdint.h>
+
+typedef __int128 i128;
+
+#define P16 ((i128)10000000000000000LL) /* 10^16: json-integer's magnitudes stop below it */
+
+static void i128_text(i128 v, char *out)
+{
+    char tmp[48];
+    int n = 0, neg = v < 0;
+    unsigned __int128 u = neg ? -(unsigned __int128)v : (unsigned __int128)v;
+    do {
+        tmp[n++] = (char)('0' + (int)(u % 10));
+        u /= 10;
+    } while (u);
+    if (neg) *out++ = '-';
+    while (n) *out++ = tmp[--n];
+    *out = 0;
+}
+
+static i128 pow10i(int d)
+{
+    i128 p = 1;
+    while (d-- > 0) p *= 10;
+    return p;
+}
+
+static int digits_of(i128 v)
+{
+    int d = 1;
+    if (v < 0) v = -v;
+    while (v >= 10) v /= 10, d++;
+    return d;
+}
+
+/* A bound of varied magnitude: small, random of 1-18 digits, next to a power of ten, at the
+ * int64 ends, next to json-integer's 16-digit limit, next to zero. */
+static i128 rand_bound(uint64_t *rng)
+{
+    i128 sign = jschema_rand(rng) % 2 ? -1 : 1, delta = (i128)(jschema_rand(rng) % 7) - 3;
+    switch (jschema_rand(rng) % 6) {
+    case 0:
+        return (i128)(jschema_rand(rng) % 201) - 100;
+    case 1:
+        return sign *
+               (i128)(jschema_rand(rng) % (uint64_t)pow10i(1 + (int)(jschema_rand(rng) % 18)));
+    case 2:
+        return sign * (pow10i(1 + (int)(jschema_rand(rng) % 18)) + delta);
+    case 3:
+        return sign > 0 ? (i128)INT64_MAX - (delta + 3) : (i128)INT64_MIN + (delta + 3);
+    case 4:
+        return sign * (P16 - 1 + delta);
+    default:
+        return delta;
+    }
+}
+
+/* Schema text of an integer range; *lo / *hi the inclusive bounds it means (set: *has_lo). */
+static void int_schema(uint64_t *rng, char *schema, size_t n, int *has_lo, i128 *lo, int *has_hi,
+                       i128 *hi)
+{
+    char a[48], b[48];
+    i128 x = rand_bound(rng), y = rand_bound(rng);
+    if (x > y && jschema_rand(rng) % 8) { /* mostly well-ordered; sometimes empty on purpose */
+        i128 t = x;
+        x = y;
+        y = t;
+    }
+    int lk = (int)(jschema_rand(rng) % 3),
+        hk = (int)(jschema_rand(rng) % 3); /* 0 none, 1 incl, 2 excl */
+    if (!lk && !hk) lk = 1;
+    i128_text(x, a);
+    i128_text(y, b);
+    int k = snprintf(schema, n, "{\"type\":\"integer\"");
+    if (lk)
+        k += snprintf(schema + k, n - (size_t)k, ",\"%s\":%s",
+                      lk == 1 ? "minimum" : "exclusiveMinimum", a);
+    if (hk)
+        k += snprintf(schema + k, n - (size_t)k, ",\"%s\":%s",
+                      hk == 1 ? "maximum" : "exclusiveMaximum", b);
+    snprintf(schema + k, n - (size_t)k, "}");
+    *has_lo = lk != 0;
+    *lo = lk == 2 ? x + 1 : x;
+    *has_hi = hk != 0;
+    *hi = hk == 2 ? y - 1 : y;
+}
+
+/* Appends {"schema":..., "doc":...} to $TANDEM_JSCHEMA_SAMPLES when it is set. */
+static void dump_sample(const char *schema, const char *doc)
+{
+    const char *path = getenv("TANDEM_JSCHEMA_SAMPLES");
+    if (!path) return;
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+    fprintf(f, "{\"schema\":%s,\"doc\":%s}\n", schema, doc);
+    fclose(f);
+}
+
+TEST(json_schema_int_ranges)
+{
+    model_gvocab *v = jschema_bytes_vocab();
+    REQUIRE(v);
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    int compiled = 0, refused_empty = 0, checked = 0;
+    for (int iter = 0; iter < 400; iter++) {
+        char schema[256], msg[512] = "";
+        int has_lo, has_hi;
+        i128 lo, hi;
+        int_schema(&rng, schema, sizeof schema, &has_lo, &lo, &has_hi, &hi);
+        /* an open side ends at 10^16 - 1, or at the digits of the widest finite bound */
+        int d = 16;
+        if (has_lo && digits_of(lo) > d) d = digits_of(lo);
+        if (has_hi && digits_of(hi) > d) d = digits_of(hi);
+        i128 cap = pow10i(d) - 1, elo = has_lo && lo > -cap ? lo : -cap,
+             ehi = has_hi && hi < cap ? hi : cap;
+        model_grammar *g = jschema_grammar(schema, PROTO_JSCHEMA_STRICT, msg, sizeof msg);
+        if (elo > ehi) {
+            CHECK_MSG(!g && strstr(msg, "no integer lies within"), "%s: empty, yet '%s'", schema,
+                      msg);
+            refused_empty++;
+            model_grammar_unref(g);
+            continue;
+        }
+        CHECK_MSG(g, "%s refused: %s", schema, msg);
+        if (!g) continue;
+        compiled++;
+        i128 probes[64];
+        int np = 0;
+        const i128 centers[] = {elo, ehi, 0, cap, -cap};
+        for (int c = 0; c < 5; c++)
+            for (int k = -3; k <= 3; k++) probes[np++] = centers[c] + k;
+        for (int k = 0; k < 29;
+             k++) { /* random values inside, when the range is narrower than 2^63 */
+            i128 span = ehi - elo;
+            probes[np++] = span < ((i128)1 << 62)
+                               ? elo + (i128)(jschema_rand(&rng) % (uint64_t)(span + 1))
+                               : elo + k;
+        }
+        for (int k = 0; k < np; k++) {
+            char text[48];
+            i128 x = probes[k];
+            if (digits_of(x) > 20) continue;
+            i128_text(x, text);
+            int want = x >= elo && x <= ehi;
+            CHECK_MSG(jschema_accepts(g, v, text) == want, "%s: %s should be %s", schema, text,
+                      want ? "accepted" : "refused");
+            checked++;
+            if (want && x > 0) { /* the same value, not canonical: refused */
+                char alt[64];
+                snprintf(alt, sizeof alt, "0%s", text);
+                CHECK_MSG(!jschema_accepts(g, v, alt), "%s: %s accepted", schema, alt);
+                snprintf(alt, sizeof alt, "+%s", text);
+                CHECK_MSG(!jschema_accepts(g, v, alt), "%s: %s accepted", schema, alt);
+                snprintf(alt, sizeof alt, "%s.0", text);
+                CHECK_MSG(!jschema_accepts(g, v, alt), "%s: %s accepted", schema, alt);
+            }
+        }
+        CHECK_MSG(!jschema_accepts(g, v, "-0"), "%s: -0 accepted", schema);
+        /* random documents of the grammar are integers in range */
+        int for_ajv = (!has_lo || (lo > -((i128)1 << 53) && lo < ((i128)1 << 53))) &&
+                      (!has_hi || (hi > -((i128)1 << 53) && hi < ((i128)1 << 53)));
+        for (int k = 0; k < 8; k++) {
+            char doc[64];
+            REQUIRE(jschema_sample(g, v, &rng, doc, sizeof doc) == 0);
+            i128 x = 0;
+            int neg = doc[0] == '-';
+            for (const char *p = doc + neg; *p; p++) x = x * 10 + (*p - '0');
+            if (neg) x = -x;
+            CHECK_MSG(x >= elo && x <= ehi, "%s: sample %s out of range", schema, doc);
+            if (for_ajv) dump_sample(schema, doc);
+        }
+        model_grammar_unref(g);
+    }
+    CHECK_MSG(compiled > 300 && refused_empty > 5 && checked > 20000,
+              "compiled %d, empty %d, checked %d", compiled, refused_empty, checked);
+    model_gvocab_free(v);
+}
+
+/* x = q / 4 as canonical JSON text ("-1.25", "0.5", "3"). */
+static void quarter_text(long q, char *out, size_t n)
+{
+    static const char *const frac[] = {"", ".25", ".5", ".75"};
+    long a = q < 0 ? -q : q;
+    snprintf(out, n, "%s%ld%s", q < 0 ? "-" : "", a / 4, frac[a % 4]);
+}
+
+static long floor_div4(long q)
+{
+    return q >= 0 ? q / 4 : -((-q + 3) / 4);
+}
+
+/* The sign of doc - k for a document "-?I(.F)?" (F any digits) and an integer k, exactly. */
+static int cmp_doc(const char *doc, long k)
+{
+    int neg = doc[0] == '-';
+    long i = 0;
+    const char *p = doc + neg;
+    for (; *p >= '0' && *p <= '9'; p++) i = i * 10 + (*p - '0');
+    int frac = *p == '.' && strspn(p + 1, "0") < strlen(p + 1); /* a fraction above zero */
+    if (neg) { /* -(i + f) against k: the opposite of (i + f) against -k */
+        k = -k;
+        return i < k ? 1 : i > k ? -1 : frac ? -1 : 0;
+    }
+    return i < k ? -1 : i > k ? 1 : frac ? 1 : 0;
+}
+
+TEST(json_schema_number_ranges)
+{
+    model_gvocab *v = jschema_bytes_vocab();
+    REQUIRE(v);
+    uint64_t rng = 12345;
+    int compiled = 0;
+    for (int iter = 0; iter < 300; iter++) {
+        /* bounds in quarters: whole ones exact, fractional ones rounded inwards */
+        long l4 = (long)(jschema_rand(&rng) % 81) - 40,
+             u4 = l4 + (long)(jschema_rand(&rng) % 41) - 4;
+        int lk = (int)(jschema_rand(&rng) % 3), hk = (int)(jschema_rand(&rng) % 3);
+        if (!lk && !hk) hk = 2;
+        char a[32], b[32], schema[256], msg[512] = "";
+        quarter_text(l4, a, sizeof a);
+        quarter_text(u4, b, sizeof b);
+        int k = snprintf(schema, sizeof schema, "{\"type\":\"number\"");
+        if (lk)
+            k += snprintf(schema + k, sizeof schema - (size_t)k, ",\"%s\":%s",
+                          lk == 1 ? "minimum" : "exclusiveMinimum", a);
+        if (hk)
+            k += snprintf(schema + k, sizeof schema - (size_t)k, ",\"%s\":%s",
+                          hk == 1 ? "maximum" : "exclusiveMaximum", b);
+        snprintf(schema + k, sizeof schema - (size_t)k, "}");
+        /* what the grammar keeps, in quarters: [L, U] with exclusive ends for whole bounds */
+        int lfrac = lk && l4 % 4 != 0, ufrac = hk && u4 % 4 != 0;
+        long L = lfrac ? 4 * (floor_div4(l4) + 1) : l4, U = ufrac ? 4 * floor_div4(u4) : u4;
+        int lx = lk == 2 && !lfrac, ux = hk == 2 && !ufrac;
+        int empty = lk && hk && (L > U || (L == U && (lx || ux)));
+        model_grammar *g = jschema_grammar(schema, PROTO_JSCHEMA_STRICT, msg, sizeof msg);
+        if (empty) {
+            CHECK_MSG(!g &&
+                          (strstr(msg, "not enforceable") || strstr(msg, "no number lies within")),
+                      "%s: '%s'", schema, msg);
+            model_grammar_unref(g);
+            continue;
+        }
+        CHECK_MSG(g, "%s refused: %s", schema, msg);
+        if (!g) continue;
+        compiled++;
+        for (long q = -4 * 12 - 200; q <= 200 + 4 * 12; q++) {
+            char text[48];
+            quarter_text(q, text, sizeof text);
+            int want = (!lk || (lx ? q > L : q >= L)) && (!hk || (ux ? q < U : q <= U));
+            CHECK_MSG(jschema_accepts(g, v, text) == want, "%s: %s should be %s", schema, text,
+                      want ? "accepted" : "refused");
+            if (q % 4 == 0) { /* a whole value with a zero fraction: never written (narrower) */
+                char alt[64];
+                snprintf(alt, sizeof alt, "%s.0", text);
+                CHECK_MSG(!jschema_accepts(g, v, alt), "%s: %s accepted", schema, alt);
+            }
+        }
+        CHECK_MSG(!jschema_accepts(g, v, "1e0") && !jschema_accepts(g, v, "-0"),
+                  "%s: an exponent or -0 accepted", schema);
+        for (int s = 0; s < 6;
+             s++) { /* drawn documents (more fraction digits than quarters) in range */
+            char doc[96];
+            REQUIRE(jschema_sample(g, v, &rng, doc, sizeof doc) == 0);
+            int lc = cmp_doc(doc, floor_div4(L)), uc = cmp_doc(doc, floor_div4(U));
+            CHECK_MSG((!lk || (lx ? lc > 0 : lc >= 0)) && (!hk || (ux ? uc < 0 : uc <= 0)),
+                      "%s: sample %s out of range", schema, doc);
+            dump_sample(schema, doc);
+        }
+        model_grammar_unref(g);
+    }
+    CHECK_MSG(compiled > 200, "compiled %d", compiled);
+    model_gvocab_free(v);
+}
