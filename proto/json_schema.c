@@ -498,7 +498,8 @@ static int one_of_disjoint(jsc *c, json_t *members)
 }
 
 /* OpenAPI 3.0's "nullable": true (Pydantic v1 and FastAPI write it for Optional fields): the
- * schema without it, or null. */
+ * schema without it, or null — except beside "enum" or "const", whose values must list null
+ * themselves (OpenAPI 3.0.3 says so, and Ajv refuses a null they do not list). */
 static int conv_nullable(jsc *c, json_t *s, const char *ptr, int depth, char name[64])
 {
     json_t *rest = json_copy(s);
@@ -506,10 +507,11 @@ static int conv_nullable(jsc *c, json_t *s, const char *ptr, int depth, char nam
         json_decref(rest);
         return jsc_fail(c, ptr, "out of memory");
     }
+    int values = json_object_get(s, "enum") || json_object_get(s, "const");
     char inner[64];
-    int rc = conv(c, rest, ptr, depth + 1, inner);
+    int rc = conv(c, rest, ptr, depth + 1, values ? name : inner);
     json_decref(rest);
-    if (rc) return -1;
+    if (rc || values) return rc;
     new_name(c, name);
     proto_buf body = {0};
     rc = proto_buf_printf(&body, "%s | json-null", inner) ? jsc_fail(c, ptr, "out of memory")

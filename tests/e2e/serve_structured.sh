@@ -1,11 +1,12 @@
 #!/bin/sh
 # Structured outputs (response_format json_schema / json_object, the "grammar" extension) through
-# the official OpenAI Node client, each output validated against its schema by Ajv (npm `ajv`,
-# installed with the client into build/npm, git-ignored; make deps installs both).
+# the official OpenAI Node client, each output validated against its schema by Ajv (npm `ajv` and
+# `ajv-formats`, installed with the client into build/npm, git-ignored; make deps installs the
+# client and ajv, npm_need adds ajv-formats when it is missing).
 . tests/e2e/lib/serve.sh
 
 NPM_DIR=build/npm
-npm_need structured_node openai ajv || exit 0
+npm_need structured_node openai ajv ajv-formats || exit 0
 check structured_ajv_installed [ -f "$NPM_DIR/node_modules/ajv/package.json" ]
 
 serve_start || { fail structured_start "daemon did not start"; exit 0; }

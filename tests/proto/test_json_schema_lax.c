@@ -73,6 +73,9 @@ TEST(json_schema_client_keywords)
          {"null", "1", NULL},
          {"0", "\"x\"", NULL}},
         {"{\"type\":\"integer\",\"nullable\":false}", {"1", NULL}, {"null", NULL}},
+        {"{\"type\":\"string\",\"enum\":[\"a\"],\"nullable\":true}",
+         {"\"a\"", NULL},
+         {"null", NULL}},
         {"{\"$defs\":{\"P\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},"
          "\"required\":[\"x\"]}},"
          "\"properties\":{\"p\":{\"allOf\":[{\"$ref\":\"#/$defs/"
