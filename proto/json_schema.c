@@ -424,8 +424,8 @@ static int of_type(json_t *type, json_t *v)
 }
 
 /* The JSON kinds of value a schema may accept, as bits (integer and number are one kind: 1 is
- * both); all of them where it cannot tell. For oneOf: members of disjoint kinds never both
- * match, so "anyOf" is "oneOf" for them. */
+ * both); all of them where it cannot tell. For oneOf: members that never both match make
+ * "anyOf" the same as "oneOf". */
 enum { K_NULL = 1, K_BOOL = 2, K_OBJ = 4, K_ARR = 8, K_STR = 16, K_NUM = 32, K_ALL = 63 };
 
 static int kind_of_value(json_t *v)
@@ -486,14 +486,96 @@ static int kinds(jsc *c, json_t *s, int *budget)
     return k;
 }
 
+/* s after up to 16 "$ref" hops (NULL when one does not resolve). */
+static json_t *deref(jsc *c, json_t *s)
+{
+    for (int hops = 0; json_is_object(s) && hops < 16; hops++) {
+        json_t *r = json_object_get(s, "$ref");
+        if (!json_is_string(r)) return s;
+        s = resolve(c, json_string_value(r), NULL);
+    }
+    return json_is_object(s) ? s : NULL;
+}
+
+/* The values a schema is limited to by its "const" (*one) or "enum" (*many); 0 when neither. */
+static int values_of(jsc *c, json_t *s, json_t **one, json_t **many)
+{
+    s = deref(c, s);
+    *one = s ? json_object_get(s, "const") : NULL;
+    *many = s && !*one ? json_object_get(s, "enum") : NULL;
+    if (*many && !json_is_array(*many)) *many = NULL;
+    return *one || *many;
+}
+
+/* 1 when two value lists share no value. Numbers compare by value (1 and 1.0 are one value to
+ * JSON Schema); an object or array value counts as shared (jansson's equality tells 1 from 1.0
+ * inside them), as do lists too long to compare. */
+static int values_disjoint(json_t *a1, json_t *am, json_t *b1, json_t *bm)
+{
+    size_t na = a1 ? 1 : json_array_size(am), nb = b1 ? 1 : json_array_size(bm);
+    if (na * nb > 10000) return 0;
+    for (size_t i = 0; i < na; i++)
+        for (size_t k = 0; k < nb; k++) {
+            json_t *x = a1 ? a1 : json_array_get(am, i), *y = b1 ? b1 : json_array_get(bm, k);
+            if (json_is_object(x) || json_is_array(x) || json_is_object(y) || json_is_array(y))
+                return 0;
+            if (json_is_number(x) && json_is_number(y)
+                    ? json_number_value(x) == json_number_value(y)
+                    : json_equal(x, y))
+                return 0;
+        }
+    return 1;
+}
+
+/* 1 when no document can match both members a and b: they accept different kinds of value,
+ * their const/enum values differ, or both are objects that require one member (a
+ * discriminator: Pydantic's tagged unions, OpenAPI's discriminator) with differing values. */
+static int members_disjoint(jsc *c, json_t *a, json_t *b)
+{
+    int budget = 1000;
+    int ka = kinds(c, a, &budget), kb = kinds(c, b, &budget);
+    if (!(ka & kb)) return 1;
+    json_t *a1, *am, *b1, *bm;
+    if (values_of(c, a, &a1, &am) && values_of(c, b, &b1, &bm))
+        return values_disjoint(a1, am, b1, bm);
+    a = deref(c, a);
+    b = deref(c, b);
+    json_t *ra = a ? json_object_get(a, "required") : NULL,
+           *rb = b ? json_object_get(b, "required") : NULL;
+    json_t *pa = a ? json_object_get(a, "properties") : NULL,
+           *pb = b ? json_object_get(b, "properties") : NULL;
+    if (!json_is_array(ra) || !json_is_array(rb) || !json_is_object(pa) || !json_is_object(pb))
+        return 0;
+    /* objects only: "required" says nothing of a string, and a member whose "type" lists more
+     * than "object" may write one (without a "type", properties make the grammar an object's) */
+    json_t *ta = json_object_get(a, "type"), *tb = json_object_get(b, "type");
+    if ((ta && !json_is_string(ta)) || (tb && !json_is_string(tb)) ||
+        (ta && strcmp(json_string_value(ta), "object")) ||
+        (tb && strcmp(json_string_value(tb), "object")))
+        return 0;
+    for (size_t i = 0; i < json_array_size(ra) && i < 64; i++) {
+        const char *name = json_string_value(json_array_get(ra, i));
+        int in_b = 0;
+        for (size_t k = 0; name && k < json_array_size(rb) && !in_b; k++)
+            in_b = json_is_string(json_array_get(rb, k)) &&
+                   !strcmp(name, json_string_value(json_array_get(rb, k)));
+        json_t *sa = name ? json_object_get(pa, name) : NULL,
+               *sb = name ? json_object_get(pb, name) : NULL;
+        if (in_b && sa && sb && values_of(c, sa, &a1, &am) && values_of(c, sb, &b1, &bm) &&
+            values_disjoint(a1, am, b1, bm))
+            return 1;
+    }
+    return 0;
+}
+
 static int one_of_disjoint(jsc *c, json_t *members)
 {
-    int seen = 0, budget = 1000;
-    for (size_t i = 0; i < json_array_size(members); i++) {
-        int k = kinds(c, json_array_get(members, i), &budget);
-        if (k & seen) return 0;
-        seen |= k;
-    }
+    size_t n = json_array_size(members);
+    if (n > 64) return 0; /* pairs to compare: bounded */
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = i + 1; k < n; k++)
+            if (!members_disjoint(c, json_array_get(members, i), json_array_get(members, k)))
+                return 0;
     return 1;
 }
 

@@ -14,7 +14,8 @@
  * pointer into the same document (recursion allowed), minimum/maximum/exclusiveMinimum/
  * exclusiveMaximum on integers and numbers (any values in the 64-bit range; draft 4's boolean
  * exclusiveMinimum too), multipleOf 1, nullable (OpenAPI 3.0: the schema or null), oneOf whose
- * members accept disjoint kinds of value (strings and numbers, say), uniqueItems false or with
+ * members no document can match two of (disjoint kinds of value, differing const/enum values,
+ * objects with a required tag of differing values), uniqueItems false or with
  * maxItems <= 1, format date, time, date-time, uuid, ipv4, email, hostname (json_schema_fmt.c),
  * and a string "pattern" subset (literals, ., classes, \d \w \s, groups, |, * + ? {m,n}, ^ and
  * $ at the ends).

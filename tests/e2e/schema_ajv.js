@@ -7,29 +7,20 @@ const Ajv = AjvMod.default || AjvMod;
 const fmtMod = require('ajv-formats');
 const addFormats = fmtMod.default || fmtMod;
 
-const ajv = new Ajv({strict : false, allErrors : true});
+const ajv = new Ajv({ strict: false, allErrors: true });
 addFormats(ajv);
 const lines = fs.readFileSync(process.argv[2], 'utf8').split('\n').filter((l) => l);
-const groups = {
-    integer : [ 0, [] ],
-    number : [ 0, [] ],
-    format : [ 0, [] ]
-};
+const groups = { integer: [0, []], number: [0, []], format: [0, []] };
 for (const line of lines) {
-    const {schema, doc} = JSON.parse(line);
-    const kind = schema.format ? 'format' : schema.type;
-    const g = groups[kind];
-    g[0]++;
-    if (!ajv.validate(schema, doc))
-        g[1].push(`${JSON.stringify(doc)} against ${JSON.stringify(schema)}: ${ajv.errorsText()}`);
+  const { schema, doc } = JSON.parse(line);
+  const g = groups[schema.format ? 'format' : schema.type];
+  g[0]++;
+  if (!ajv.validate(schema, doc)) g[1].push(`${JSON.stringify(doc)} against ${JSON.stringify(schema)}: ${ajv.errorsText()}`);
 }
-for (const [kind, [ n, bad ]] of Object.entries(groups)) {
-    const name = `schema_ajv_${kind}_samples`;
-    // enough documents to mean something: the unit tests draw thousands
-    if (n < 200)
-        console.log(`not ok ${name} # only ${n} documents`);
-    else if (bad.length)
-        console.log(`not ok ${name} # ${bad.length}/${n} invalid: ${bad.slice(0, 3).join('; ')}`);
-    else
-        console.log(`ok ${name} # ${n} documents valid`);
+for (const [kind, [n, bad]] of Object.entries(groups)) {
+  const name = `schema_ajv_${kind}_samples`;
+  // enough documents to mean something: the unit tests draw thousands
+  if (n < 200) console.log(`not ok ${name} # only ${n} documents`);
+  else if (bad.length) console.log(`not ok ${name} # ${bad.length}/${n} invalid: ${bad.slice(0, 3).join('; ')}`);
+  else console.log(`ok ${name} # ${n} documents valid`);
 }

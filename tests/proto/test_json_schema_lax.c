@@ -213,3 +213,75 @@ TEST(json_schema_request_strict_flag)
         if (e == PROTO_ERR_NONE) proto_req_deinit(&r);
     }
 }
+
+/* oneOf is enforced when no document can match two members: different kinds of value,
+ * const/enum values that differ, objects with a required tag whose values differ (Pydantic's
+ * tagged unions); otherwise strict refuses it and the lax grammar is anyOf's. */
+TEST(json_schema_one_of)
+{
+#define CAT_DOG                                                                                    \
+    "{\"$defs\":{\"Cat\":{\"type\":\"object\",\"properties\":{\"pet_type\":{\"const\":\"cat\","    \
+    "\"type\":\"string\"},"                                                                        \
+    "\"lives\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":9}},\"required\":[\"pet_type\","    \
+    "\"lives\"]},"                                                                                 \
+    "\"Dog\":{\"type\":\"object\",\"properties\":{\"pet_type\":{\"const\":\"dog\",\"type\":"       \
+    "\"string\"},"                                                                                 \
+    "\"bark\":{\"type\":\"string\"}},\"required\":[\"pet_type\"]}},"                               \
+    "\"oneOf\":[{\"$ref\":\"#/$defs/Cat\"},{\"$ref\":\"#/$defs/"                                   \
+    "Dog\"}],\"discriminator\":{\"propertyName\":\"pet_type\"}}"
+    static const struct {
+        const char *schema;
+        int strict_ok;
+        const char *yes[3], *no[3]; /* under strict when strict_ok, else under lax */
+    } cases[] = {
+        {"{\"oneOf\":[{\"enum\":[\"a\",1]},{\"enum\":[\"b\",2.5]}]}",
+         1,
+         {"\"a\"", "2.5", NULL},
+         {"\"c\"", "1.5", NULL}},
+        {CAT_DOG,
+         1,
+         {"{\"pet_type\":\"cat\",\"lives\":9}", "{\"pet_type\":\"dog\"}", NULL},
+         {"{\"pet_type\":\"cat\",\"lives\":10}", "{\"pet_type\":\"cat\"}",
+          "{\"pet_type\":\"cow\"}"}},
+        /* 1 and 1.0 are one value */
+        {"{\"oneOf\":[{\"enum\":[\"a\",1]},{\"enum\":[\"b\",1.0]}]}",
+         0,
+         {"1", "\"b\"", NULL},
+         {"2", NULL, NULL}},
+        /* a tag value both allow */
+        {"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":\"a\"}},\"required\":["
+         "\"k\"]},"
+         "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"b\",\"a\"]}},\"required\":[\"k\"]"
+         "}]}",
+         0,
+         {"{\"k\":\"a\"}", "{\"k\":\"b\"}", NULL},
+         {"{\"k\":\"c\"}", NULL, NULL}},
+        /* a member that may be a string: "required" does not separate strings */
+        {"{\"oneOf\":[{\"type\":[\"object\",\"string\"],\"properties\":{\"k\":{\"const\":\"a\"}},"
+         "\"required\":[\"k\"]},"
+         "{\"type\":\"string\"}]}",
+         0,
+         {"\"s\"", NULL, NULL},
+         {"1", NULL, NULL}},
+    };
+    model_gvocab *v = jschema_bytes_vocab();
+    REQUIRE(v);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char msg[512] = "";
+        model_grammar *g = jschema_grammar(cases[i].schema, PROTO_JSCHEMA_STRICT, msg, sizeof msg);
+        CHECK_MSG(cases[i].strict_ok ? g != NULL
+                                     : (!g && strstr(msg, "'oneOf' (members that may overlap)")),
+                  "strict %s: '%s'", cases[i].schema, msg);
+        if (!g) g = jschema_grammar(cases[i].schema, PROTO_JSCHEMA_LAX, msg, sizeof msg);
+        CHECK_MSG(g, "lax %s: %s", cases[i].schema, msg);
+        for (int k = 0; g && k < 3 && cases[i].yes[k]; k++)
+            CHECK_MSG(jschema_accepts(g, v, cases[i].yes[k]), "%s should accept %s",
+                      cases[i].schema, cases[i].yes[k]);
+        for (int k = 0; g && k < 3 && cases[i].no[k]; k++)
+            CHECK_MSG(!jschema_accepts(g, v, cases[i].no[k]), "%s should refuse %s",
+                      cases[i].schema, cases[i].no[k]);
+        model_grammar_unref(g);
+    }
+    model_gvocab_free(v);
+#undef CAT_DOG
+}
