@@ -813,7 +813,7 @@ int proto_jschema_rules_mode(const char *schema, size_t len, enum proto_jschema_
 int proto_jschema_rules(const char *schema, size_t len, const char *rule_name, const char *prefix,
                         proto_buf *out, char *msg, size_t msgn)
 {
-    return proto_jschema_rules_mode(schema, len, PROTO_JSCHEMA_STRICT, rule_name, prefix, out, msg,
+    return proto_jschema_rules_mode(schema, len, PROTO_JSCHEMA_LAX, rule_name, prefix, out, msg,
                                     msgn);
 }
 
@@ -829,5 +829,5 @@ int proto_jschema_grammar_mode(const char *schema, size_t len, enum proto_jschem
 
 int proto_jschema_grammar(const char *schema, size_t len, proto_buf *out, char *msg, size_t msgn)
 {
-    return proto_jschema_grammar_mode(schema, len, PROTO_JSCHEMA_STRICT, out, msg, msgn);
+    return proto_jschema_grammar_mode(schema, len, PROTO_JSCHEMA_LAX, out, msg, msgn);
 }

@@ -60,14 +60,15 @@ int proto_jschema_common(proto_buf *out);
 int proto_jschema_rules_mode(const char *schema, size_t len, enum proto_jschema_mode mode,
                              const char *rule_name, const char *prefix, proto_buf *out, char *msg,
                              size_t msgn);
-/* The same in PROTO_JSCHEMA_STRICT mode. */
+/* The same in PROTO_JSCHEMA_LAX mode: it accepts every schema the converter accepted before the
+ * modes existed, and enforces at least what it did (a format it ignored may now be enforced). */
 int proto_jschema_rules(const char *schema, size_t len, const char *rule_name, const char *prefix,
                         proto_buf *out, char *msg, size_t msgn);
 
 /* A whole grammar whose root is the schema: common rules + the schema's rules. 0 / -1 as above. */
 int proto_jschema_grammar_mode(const char *schema, size_t len, enum proto_jschema_mode mode,
                                proto_buf *out, char *msg, size_t msgn);
-/* The same in PROTO_JSCHEMA_STRICT mode. */
+/* The same in PROTO_JSCHEMA_LAX mode. */
 int proto_jschema_grammar(const char *schema, size_t len, proto_buf *out, char *msg, size_t msgn);
 
 /* Appends s (n bytes) as a GBNF string literal, quotes included. 0 / -1 (out of memory). */

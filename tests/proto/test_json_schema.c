@@ -134,7 +134,8 @@ TEST(json_schema_refusals)
         proto_buf out;
         proto_buf_init(&out);
         char msg[512] = "";
-        int rc = proto_jschema_grammar(cases[i].schema, strlen(cases[i].schema), &out, msg, sizeof msg);
+        int rc = proto_jschema_grammar_mode(cases[i].schema, strlen(cases[i].schema),
+                                            PROTO_JSCHEMA_STRICT, &out, msg, sizeof msg);
         CHECK_MSG(rc == -1 && strstr(msg, cases[i].want), "%s: rc %d, '%s', want '%s'", cases[i].schema, rc, msg, cases[i].want);
         proto_buf_deinit(&out);
     }

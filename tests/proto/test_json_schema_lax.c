@@ -285,3 +285,27 @@ TEST(json_schema_one_of)
     model_gvocab_free(v);
 #undef CAT_DOG
 }
+
+/* The functions without a mode (tool parameters use them) are the lax mode: a schema main took
+ * (format "uri" was ignored then) is still taken, and bounds are enforced. */
+TEST(json_schema_default_mode_is_lax)
+{
+    static const char schema[] =
+        "{\"type\":\"object\",\"properties\":{\"url\":{\"type\":\"string\",\"format\":\"uri\"},"
+        "\"n\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":10}},\"required\":[\"url\",\"n\"]}";
+    proto_buf out;
+    proto_buf_init(&out);
+    char msg[512] = "";
+    CHECK_MSG(proto_jschema_common(&out) == 0 &&
+                  proto_jschema_rules(schema, strlen(schema), "root", "t", &out, msg, sizeof msg) ==
+                      0,
+              "%s", msg);
+    model_grammar *g = model_grammar_new(out.p, out.len, NULL, msg, sizeof msg);
+    model_gvocab *v = jschema_bytes_vocab();
+    REQUIRE(g && v);
+    CHECK(jschema_accepts(g, v, "{\"url\":\"x\",\"n\":10}"));
+    CHECK(!jschema_accepts(g, v, "{\"url\":\"x\",\"n\":11}"));
+    model_grammar_unref(g);
+    model_gvocab_free(v);
+    proto_buf_deinit(&out);
+}
