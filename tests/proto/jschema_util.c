@@ -71,3 +71,12 @@ int jschema_sample(model_grammar *g, const model_gvocab *v, uint64_t *rng, char 
     model_gmatch_free(m);
     return rc;
 }
+
+void jschema_expect(model_grammar *g, const model_gvocab *v, const char *schema,
+                    const char *const *yes, const char *const *no, int n)
+{
+    for (int k = 0; g && k < n && yes[k]; k++)
+        CHECK_MSG(jschema_accepts(g, v, yes[k]), "%s should accept %s", schema, yes[k]);
+    for (int k = 0; g && k < n && no[k]; k++)
+        CHECK_MSG(!jschema_accepts(g, v, no[k]), "%s should refuse %s", schema, no[k]);
+}

@@ -20,5 +20,9 @@ int jschema_accepts(model_grammar *g, const model_gvocab *v, const char *doc);
  * bytes, NUL-terminated). 0; -1 when the walk got stuck or ran past cap. *rng: xorshift state. */
 int jschema_sample(model_grammar *g, const model_gvocab *v, uint64_t *rng, char *out, size_t cap);
 uint64_t jschema_rand(uint64_t *rng);
+/* Checks that g (the grammar of schema, named in the messages) accepts each of yes and refuses
+ * each of no: arrays of at most n documents, ending early at a NULL. */
+void jschema_expect(model_grammar *g, const model_gvocab *v, const char *schema,
+                    const char *const *yes, const char *const *no, int n);
 
 #endif
