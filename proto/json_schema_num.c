@@ -13,8 +13,11 @@
  * Magnitudes stop at 16 digits as json-integer's do, or at the digits of the largest finite
  * bound when that has more (at most 19: a bound in the 64-bit range); an open side of a range
  * ends there. A number's bounds are checked without exponents: a bounded number is written as
- * an integer part and at most 16 fraction digits, the last not zero. A non-integer bound of a
- * number is rounded inwards to an integer (minimum 0.5 is kept as 1), a narrower language. */
+ * an integer part and at most 16 fraction digits, the last not zero (fewer next to an exclusive
+ * bound, so that a validator's double is not the bound: close_digits). A non-integer bound of a
+ * number is rounded inwards to an integer (minimum 0.5 is kept as 1), a narrower language.
+ * Integers beyond 2^53 are exact here; a validator working in doubles (Ajv) may read a value
+ * next to such a bound as the bound itself. */
 #include "proto/json_schema_int.h"
 #include <math.h>
 #include <stdint.h>
@@ -170,6 +173,45 @@ static int read_bound(jsc *c, json_t *x, const char *key, int lower, int excl, i
     return 0;
 }
 
+/* The fraction digits a number next to an exclusive integer bound b may carry: Ajv and most
+ * validators compare doubles, and a decimal closer to b than half of b's ulp reads as b itself
+ * ("1.9999999999999999" is 2.0, not below 2). With 15 - digits(b) digits the gap, at least
+ * 10^(digits(b) - 15), passes |b| * 2^-53; 0 (no fraction) when b has 15 digits or more. */
+static int close_digits(i128 b)
+{
+    if (b == 0) return 16; /* every nonzero fraction of 16 digits is a double apart from 0 */
+    int k = 15 - n_digits((uint64_t)(b < 0 ? -b : b));
+    return k > 0 ? k : 0;
+}
+
+/* Numbers with a fraction above zero and an integer part a..b ("-" first when neg), the ends'
+ * fractions limited to ka / kb digits (0: none), alternatives appended after *first ones. */
+static int frac_alts(proto_buf *t, int neg, i128 a, i128 b, int ka, int kb, int *first)
+{
+    if (a > b) return 0;
+    if (a == b) ka = kb = ka < kb ? ka : kb;
+    i128 ends[2] = {a, b};
+    int ks[2] = {ka, kb}, rc = 0;
+    i128 ma = ka < 16 ? a + 1 : a, mb = kb < 16 ? b - 1 : b;
+    if (ma <= mb) { /* the middle, 16 digits */
+        rc = (!*first && proto_buf_str(t, " | ")) ||
+             proto_buf_printf(t, "( %s", neg ? "\"-\" " : "") ||
+             magnitudes(t, (uint64_t)ma, (uint64_t)mb) ||
+             proto_buf_str(t, " \".\" [0-9]{0,15} [1-9] )");
+        *first = 0;
+    }
+    for (int e = 0; e < 2 && !rc; e++) {
+        if (ks[e] == 16 || ks[e] == 0 || (e == 1 && a == b)) continue;
+        char d[48];
+        snprintf(d, sizeof d, "%llu", (unsigned long long)ends[e]);
+        rc = (!*first && proto_buf_str(t, " | ")) ||
+             proto_buf_printf(t, "( %s\"%s\" \".\" [0-9]{0,%d} [1-9] )", neg ? "\"-\" " : "", d,
+                              ks[e] - 1);
+        *first = 0;
+    }
+    return rc;
+}
+
 int jsc_number(jsc *c, json_t *s, const char *ptr, int integer, proto_buf *b)
 {
     json_t *mo = json_object_get(s, "multipleOf");
@@ -216,17 +258,14 @@ int jsc_number(jsc *c, json_t *s, const char *ptr, int integer, proto_buf *b)
         i128 nl = hi.set && hi.v < 0 ? -hi.v : 0, nh = lo.set ? -lo.v - 1 : cap;
         if (ph > cap) ph = cap;
         if (nh > cap) nh = cap;
-        static const char frac[] = " \".\" [0-9]{0,15} [1-9] )";
-        if (pl <= ph) {
-            rc = (!first && proto_buf_str(&t, " | ")) || proto_buf_str(&t, "( ") ||
-                 magnitudes(&t, (uint64_t)pl, (uint64_t)ph) || proto_buf_str(&t, frac);
-            first = 0;
-        }
-        if (nl <= nh && !rc) {
-            rc = (!first && proto_buf_str(&t, " | ")) || proto_buf_str(&t, "( \"-\" ") ||
-                 magnitudes(&t, (uint64_t)nl, (uint64_t)nh) || proto_buf_str(&t, frac);
-            first = 0;
-        }
+        /* the integer part next to an exclusive bound gets fewer fraction digits (see
+         * close_digits); 16 elsewhere */
+        int pl_k = lo.excl && lo.v == pl ? close_digits(lo.v) : 16,
+            ph_k = hi.excl && hi.v == ph + 1 ? close_digits(hi.v) : 16;
+        int nl_k = hi.excl && hi.v == -nl ? close_digits(hi.v) : 16,
+            nh_k = lo.excl && lo.v == -nh - 1 ? close_digits(lo.v) : 16;
+        rc = frac_alts(&t, 0, pl, ph, pl_k, ph_k, &first) ||
+             frac_alts(&t, 1, nl, nh, nl_k, nh_k, &first);
     }
     if (!rc && !first) rc = proto_buf_printf(b, "( %.*s )", (int)t.len, t.p);
     proto_buf_deinit(&t);

@@ -7,6 +7,7 @@
  * them). */
 #include "tests/proto/jschema_util.h"
 #include "tests/test.h"
+#include <jansson.h>
 #include <stdint.h>
 
 typedef __int128 i128;
@@ -278,5 +279,49 @@ TEST(json_schema_number_ranges)
         model_grammar_unref(g);
     }
     CHECK_MSG(compiled > 200, "compiled %d", compiled);
+    model_gvocab_free(v);
+}
+
+/* Next to an exclusive bound a number keeps few enough fraction digits that its double is not
+ * the bound's (Ajv compares doubles: "1.9999999999999999" is 2.0, not below 2): 15 less the
+ * bound's digits, which leaves room (2 would allow 15). */
+TEST(json_schema_number_exclusive_doubles)
+{
+    static const struct {
+        const char *schema, *yes, *no;
+    } cases[] = {
+        {"{\"type\":\"number\",\"exclusiveMaximum\":2}", "1.99999999999999", "1.999999999999999"},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":2}", "2.00000000000001", "2.000000000000001"},
+        {"{\"type\":\"number\",\"exclusiveMaximum\":-7}", "-7.00000000000001",
+         "-7.000000000000001"},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":-7}", "-6.99999999999999",
+         "-6.999999999999999"},
+        {"{\"type\":\"number\",\"exclusiveMaximum\":100000000000}", "99999999999.999",
+         "99999999999.9999"},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":2,\"exclusiveMaximum\":3}", "2.5",
+         "2.0000000000000001"},
+        {"{\"type\":\"number\",\"exclusiveMaximum\":0}", "-0.0000000000000001", "0"},
+        /* 15 digits: no fraction at all next to it, whole numbers still */
+        {"{\"type\":\"number\",\"exclusiveMaximum\":100000000000000}", "99999999999999",
+         "99999999999999.5"},
+    };
+    model_gvocab *v = jschema_bytes_vocab();
+    REQUIRE(v);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char msg[512] = "";
+        model_grammar *g = jschema_grammar(cases[i].schema, PROTO_JSCHEMA_STRICT, msg, sizeof msg);
+        CHECK_MSG(g, "%s: %s", cases[i].schema, msg);
+        const char *yes[] = {cases[i].yes}, *no[] = {cases[i].no};
+        jschema_expect(g, v, cases[i].schema, yes, no, 1);
+        /* and the accepted one is a double strictly inside, as a validator reads it */
+        json_t *s = json_loads(cases[i].schema, 0, NULL);
+        double x = strtod(cases[i].yes, NULL);
+        json_t *lo = json_object_get(s, "exclusiveMinimum"),
+               *hi = json_object_get(s, "exclusiveMaximum");
+        CHECK_MSG((!lo || x > json_number_value(lo)) && (!hi || x < json_number_value(hi)),
+                  "%s: %s", cases[i].schema, cases[i].yes);
+        json_decref(s);
+        model_grammar_unref(g);
+    }
     model_gvocab_free(v);
 }
