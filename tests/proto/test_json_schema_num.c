@@ -325,3 +325,54 @@ TEST(json_schema_number_exclusive_doubles)
     }
     model_gvocab_free(v);
 }
+
+/* The same for random exclusive bounds of 1 to 15 digits: of the texts closest to the bound that
+ * the grammar accepts (the adjacent integer part with the longest run of 9s, or of 0s then a 1),
+ * each is a double strictly inside, read as a validator reads it (strtod rounds as JavaScript's
+ * Number does); they go to Ajv too (TANDEM_JSCHEMA_SAMPLES). */
+TEST(json_schema_number_exclusive_random)
+{
+    model_gvocab *v = jschema_bytes_vocab();
+    REQUIRE(v);
+    uint64_t rng = 4242;
+    int checked = 0;
+    for (int iter = 0; iter < 150; iter++) {
+        long long mag =
+            (long long)(jschema_rand(&rng) % (uint64_t)pow10i(1 + (int)(jschema_rand(&rng) % 15)));
+        long long b = jschema_rand(&rng) % 2 ? -mag : mag;
+        int upper = (int)(jschema_rand(&rng) % 2);
+        char schema[128], msg[512] = "";
+        snprintf(schema, sizeof schema, "{\"type\":\"number\",\"%s\":%lld}",
+                 upper ? "exclusiveMaximum" : "exclusiveMinimum", b);
+        model_grammar *g = jschema_grammar(schema, PROTO_JSCHEMA_STRICT, msg, sizeof msg);
+        CHECK_MSG(g, "%s: %s", schema, msg);
+        if (!g) continue;
+        /* the integer parts on both sides of b, as text with their sign */
+        long long sides[2] = {b - 1, b};
+        for (int side = 0; side < 2; side++) {
+            for (int run = 0; run < 2; run++) { /* 9s, or 0s then a 1 */
+                char best[64] = "";
+                for (int n = 16; n >= 1 && !best[0]; n--) {
+                    char doc[64];
+                    long long ip = sides[side];
+                    /* -0.x: the integer part 0 with a minus, between -1 and 0 */
+                    int k = snprintf(doc, sizeof doc, "%s%lld.",
+                                     ip < 0 || (ip == 0 && side == 0 && b <= 0) ? "-" : "",
+                                     ip < 0 ? -ip : ip);
+                    for (int d = 0; d < n; d++) doc[k++] = run ? (d == n - 1 ? '1' : '0') : '9';
+                    doc[k] = 0;
+                    if (jschema_accepts(g, v, doc)) snprintf(best, sizeof best, "%s", doc);
+                }
+                if (!best[0]) continue;
+                double x = strtod(best, NULL);
+                CHECK_MSG(upper ? x < (double)b : x > (double)b, "%s: %s reads as %.17g", schema,
+                          best, x);
+                dump_sample(schema, best);
+                checked++;
+            }
+        }
+        model_grammar_unref(g);
+    }
+    CHECK_MSG(checked > 200, "checked %d", checked);
+    model_gvocab_free(v);
+}
