@@ -91,57 +91,24 @@ static int conv(jsc *c, json_t *s, const char *ptr, int depth, char name[64]);
 /* Keywords by what the converter does with them (README's structured-output table says the
  * same for clients). Annotations are ignored: they say nothing about which documents are valid
  * ("format" is not one: it is read on string nodes). */
+/* clang-format off */
 static const char *const annotations[] = {
-    "title",     "description", "default", "examples",      "example",         "$schema",
-    "$id",       "$comment",    "$defs",   "definitions",   "deprecated",      "readOnly",
-    "writeOnly", "strict",      "$anchor", "discriminator", "contentEncoding", "contentMediaType",
-    NULL};
+    "title", "description", "default", "examples", "example", "$schema", "$id", "$comment", "$defs",
+    "definitions", "deprecated", "readOnly", "writeOnly", "strict", "$anchor", "discriminator",
+    "contentEncoding", "contentMediaType", NULL};
 /* Enforced by the grammar (some only for some values: see their node converters). */
-static const char *const supported[] = {"type",
-                                        "properties",
-                                        "required",
-                                        "additionalProperties",
-                                        "enum",
-                                        "const",
-                                        "items",
-                                        "minItems",
-                                        "maxItems",
-                                        "minLength",
-                                        "maxLength",
-                                        "anyOf",
-                                        "oneOf",
-                                        "allOf",
-                                        "$ref",
-                                        "pattern",
-                                        "format",
-                                        "minimum",
-                                        "maximum",
-                                        "exclusiveMinimum",
-                                        "exclusiveMaximum",
-                                        "multipleOf",
-                                        "uniqueItems",
-                                        "nullable",
-                                        NULL};
+static const char *const supported[] = {
+    "type", "properties", "required", "additionalProperties", "enum", "const", "items", "minItems",
+    "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "allOf", "$ref", "pattern", "format",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "uniqueItems",
+    "nullable", NULL};
 /* Constraints a grammar of this converter cannot say: refused under strict, else ignored. */
-static const char *const unenforceable[] = {"not",
-                                            "if",
-                                            "then",
-                                            "else",
-                                            "patternProperties",
-                                            "propertyNames",
-                                            "minProperties",
-                                            "maxProperties",
-                                            "contains",
-                                            "minContains",
-                                            "maxContains",
-                                            "dependentRequired",
-                                            "dependentSchemas",
-                                            "dependencies",
-                                            "unevaluatedProperties",
-                                            "unevaluatedItems",
-                                            "prefixItems",
-                                            "additionalItems",
-                                            NULL};
+static const char *const unenforceable[] = {
+    "not", "if", "then", "else", "patternProperties", "propertyNames", "minProperties",
+    "maxProperties", "contains", "minContains", "maxContains", "dependentRequired",
+    "dependentSchemas", "dependencies", "unevaluatedProperties", "unevaluatedItems", "prefixItems",
+    "additionalItems", NULL};
+/* clang-format on */
 /* Of the supported ones, those whose unenforceable values a non-strict schema may carry beside
  * "enum", "const", "anyOf", "allOf" or "$ref" (ignored there, as elsewhere). */
 static const char *const sometimes[] = {"format", "multipleOf", "uniqueItems", NULL};
@@ -450,9 +417,8 @@ static int kind_of_type(const char *t)
 static int kinds(jsc *c, json_t *s, int *budget)
 {
     if (json_is_false(s)) return 0;
-    if (!json_is_object(s) || --*budget < 0)
-        return K_ALL; /* the budget: members that refer to
-                       * each other branch without end */
+    /* the budget: members that refer to each other would branch without end */
+    if (!json_is_object(s) || --*budget < 0) return K_ALL;
     int k = K_ALL;
     json_t *t = json_object_get(s, "type"), *v;
     if (json_is_string(t)) k = kind_of_type(json_string_value(t));
