@@ -409,9 +409,8 @@ static void prep_rest(api_prep *p)
     }
     if (max_tokens < 1 || (long long)longest + max_tokens > max_pos) {
         p->e = PROTO_ERR_CONTEXT_LENGTH;
-        snprintf(p->msg, sizeof p->msg,
-                 "this model's maximum context length is %d tokens; the prompt has %d tokens and %d more were requested",
-                 max_pos, longest, max_tokens < 1 ? 1 : max_tokens);
+        proto_context_msg(p->msg, sizeof p->msg, p->ep, max_pos, longest,
+                          max_tokens < 1 ? 1 : max_tokens);
         snprintf(p->param, sizeof p->param, "%s", pparam);
         return;
     }

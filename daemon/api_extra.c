@@ -163,7 +163,7 @@ int dmn_prompt_ids(dmn_serve *d, const proto_req *q, int32_t **ids, int *n, char
     *n = (int)nn;
     if (nn > (size_t)d->m->cfg.max_pos) {
         *e = PROTO_ERR_CONTEXT_LENGTH;
-        snprintf(err, errlen, "the prompt has %zu tokens; this model's context is %d tokens", nn, d->m->cfg.max_pos);
+        proto_context_msg(err, errlen, q->ep, d->m->cfg.max_pos, (long long)nn, 0);
         return -1;
     }
     if (nn == 0) {

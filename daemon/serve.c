@@ -400,6 +400,8 @@ static void do_load_on(dmn_serve *d)
     }
     d->tmpl = model_tmpl_compile(src, strlen(src), err, sizeof err);
     d->tool_family = proto_tool_family_of(src);
+    /* how a chat's history is shaped for this template (proto/openai_msg.h) */
+    proto_limits_template(&d->limits, src);
     free(file);
     if (!d->tmpl) {
         snprintf(d->load_err, sizeof d->load_err, "chat template: %s", err);

@@ -1,5 +1,6 @@
 /* proto/openai_req.c — see openai_req.h. */
 #include "proto/openai_req.h"
+#include "proto/openai_msg.h"
 #include "proto/openai_struct.h"
 #include "proto/openai_tools.h"
 #include <errno.h>
@@ -22,6 +23,15 @@ void proto_limits_default(proto_limits *l)
     l->max_messages = 1024;
     l->max_depth = 32;        /* a chat body with tools needs ~8; 32 leaves room */
     l->max_user_bytes = 256;
+    l->tool_family = PROTO_TOOLS_HERMES;
+    l->developer_role = 0;
+}
+
+void proto_limits_template(proto_limits *l, const char *src)
+{
+    l->tool_family = proto_tool_family_of(src);
+    /* "developer" anywhere: a template written for the role (none we ship is) handles it */
+    l->developer_role = src && strstr(src, "developer") != NULL;
 }
 
 int proto_json_depth(const char *s, size_t n, int stop_at)
@@ -326,11 +336,37 @@ static int parse_logit_bias(pctx *c, json_t *o, proto_req *r)
     return 1;
 }
 
+void proto_context_msg(char *buf, size_t n, enum proto_endpoint ep, long long max_context,
+                       long long prompt, long long completion)
+{
+    const char *what = ep == PROTO_EP_CHAT ? "messages" : "prompt";
+    int k = snprintf(buf, n, "This model's maximum context length is %lld tokens. However, ",
+                     max_context);
+    if (k < 0 || (size_t)k >= n) return;
+    if (prompt < 0)
+        snprintf(buf + k, n - (size_t)k,
+                 "you requested %lld tokens in the completion alone. Please reduce the completion "
+                 "length ('max_tokens').",
+                 completion);
+    else if (completion <= 0)
+        snprintf(buf + k, n - (size_t)k,
+                 "your %s resulted in %lld tokens. Please reduce the length of the %s.", what,
+                 prompt, what);
+    else
+        snprintf(buf + k, n - (size_t)k,
+                 "you requested %lld tokens (%lld in the %s, %lld in the completion). Please "
+                 "reduce the length of the %s or completion.",
+                 prompt + completion, prompt, what, completion, what);
+}
+
 static int parse_ids(pctx *c, json_t *a, int32_t **out, int *n_out)
 {
     size_t n = json_array_size(a);
-    if (n > (size_t)c->lim->max_context)
-        return fail(c, PROTO_ERR_CONTEXT_LENGTH, "prompt", "the prompt has %zu tokens; this model's context is %d tokens", n, c->lim->max_context);
+    if (n > (size_t)c->lim->max_context) {
+        char m[256];
+        proto_context_msg(m, sizeof m, PROTO_EP_COMPLETIONS, c->lim->max_context, (long long)n, 0);
+        return fail(c, PROTO_ERR_CONTEXT_LENGTH, "prompt", "%s", m);
+    }
     int32_t *ids = *out = malloc((n ? n : 1) * sizeof *ids);
     if (!ids) return fail(c, PROTO_ERR_INTERNAL, NULL, "out of memory");
     for (size_t i = 0; i < n; i++) {
@@ -458,6 +494,11 @@ static json_t *message_copy(pctx *c, json_t *m, size_t idx)
             return NULL;
         }
     }
+    if (proto_msg_normalize(out, c->lim)) {
+        json_decref(out);
+        fail(c, PROTO_ERR_INTERNAL, NULL, "out of memory");
+        return NULL;
+    }
     return out;
 }
 
@@ -492,7 +533,12 @@ static int parse_messages(pctx *c, json_t *o, proto_req *r, const char *bos, con
             json_decref(ctx);
             return fail(c, PROTO_ERR_INVALID_TYPE, "tools", "'tools' must be an array, not %s", type_name(tools));
         }
-        json_object_set(ctx, "tools", tools);
+        json_t *seen = proto_msg_tools(tools);
+        if (!seen) {
+            json_decref(ctx);
+            return fail(c, PROTO_ERR_INTERNAL, NULL, "out of memory");
+        }
+        json_object_set_new(ctx, "tools", seen);
     }
     json_object_set_new(ctx, "add_generation_prompt", json_true());
     json_object_set_new(ctx, "bos_token", json_string(bos ? bos : ""));
@@ -511,8 +557,8 @@ static int check_unsupported(pctx *c, json_t *o, enum proto_endpoint ep)
         return fail(c, PROTO_ERR_UNSUPPORTED, "echo", "'echo' is a /v1/completions field");
     if ((v = json_object_get(o, "suffix")) && !json_is_null(v))
         return fail(c, PROTO_ERR_UNSUPPORTED, "suffix", "'suffix' is not supported");
-    if ((v = json_object_get(o, "best_of")) && !json_is_null(v) &&
-        !(json_is_integer(v) && json_integer_value(v) == 1))
+    /* 1.0 is 1, as get_int takes every integer field */
+    if ((v = json_object_get(o, "best_of")) && !json_is_null(v) && json_number_value(v) != 1.0)
         return fail(c, PROTO_ERR_UNSUPPORTED, "best_of", "'best_of' other than 1 is not supported");
     (void)ep;
     return 0;
@@ -542,8 +588,11 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
     static const char *const mt[] = {"max_tokens", "max_completion_tokens"};
     for (int i = 0; i < 2; i++) {
         if ((k = get_int(c, o, mt[i], 1, INT32_MAX, &x)) < 0) return -1;
-        if (k && x > lim->max_context)
-            return fail(c, PROTO_ERR_CONTEXT_LENGTH, mt[i], "'%s' is %lld; this model's maximum context length is %d tokens", mt[i], x, lim->max_context);
+        if (k && x > lim->max_context) {
+            char m[256];
+            proto_context_msg(m, sizeof m, ep, lim->max_context, -1, x);
+            return fail(c, PROTO_ERR_CONTEXT_LENGTH, mt[i], "%s", m);
+        }
         if (k) r->max_tokens = (int)x;
     }
     r->n = 1;

@@ -47,11 +47,16 @@ typedef struct proto_limits {
     int max_messages;     /* chat messages per request */
     int max_depth;        /* JSON nesting depth of the body */
     int max_user_bytes;   /* the "user" field */
+    /* the chat template's traits, for the history handed to it (proto/openai_msg.h) */
+    int tool_family;      /* enum proto_tool_family: Mistral's wants 9-character call ids */
+    int developer_role;   /* the template names the developer role: else it becomes system */
 } proto_limits;
 
 /* Defaults used by the daemon unless configured otherwise; vocab and max_context come from the
- * model. */
+ * model, tool_family and developer_role from the chat template (proto_limits_template). */
 void proto_limits_default(proto_limits *l);
+/* l's template traits from the chat template's source (NULL: the plain fallback). */
+void proto_limits_template(proto_limits *l, const char *template_src);
 
 typedef struct proto_logit_bias {
     int32_t id;
@@ -141,6 +146,15 @@ enum proto_err proto_req_parse(enum proto_endpoint ep, const char *body, size_t 
                                proto_req *out, char *msg, size_t msgn, char *param, size_t paramn);
 
 void proto_req_deinit(proto_req *r);
+
+/* A context_length_exceeded message in OpenAI's words, whose first sentence clients match
+ * (LiteLLM: "this model's maximum context length is"): "This model's maximum context length is
+ * N tokens. However, you requested M tokens (P in the messages, C in the completion). Please
+ * reduce ..."; completion 0: the prompt alone is too long ("However, your messages resulted in P
+ * tokens"); prompt < 0: not known yet (the completion alone is too long). "prompt" for "messages"
+ * on /v1/completions. */
+void proto_context_msg(char *buf, size_t n, enum proto_endpoint ep, long long max_context,
+                       long long prompt, long long completion);
 
 /* The deepest nesting of arrays/objects in the JSON text (strings are skipped), stopping early
  * once it passes stop_at. Used before the parser so that a hostile body cannot recurse far. */

@@ -1,0 +1,111 @@
+/* proto/openai_msg.c — see openai_msg.h. */
+#include "proto/openai_msg.h"
+#include "proto/openai_tools.h"
+#include <stdint.h>
+#include <string.h>
+
+static int alnum(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+void proto_msg_mistral_id(const char *id, size_t len, char out[10])
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    /* the last 9 letters and digits: vLLM keeps the last 9 characters (truncate_tool_call_ids),
+     * which for OpenAI's "call_" + 24 ids and ours are letters and digits already */
+    int k = 9;
+    out[9] = 0;
+    for (size_t i = len; i-- > 0 && k > 0;)
+        if (alnum(id[i])) out[--k] = id[i];
+    if (k == 0) return;
+    /* too few: FNV-1a of the whole id, 9 base-62 digits (a function of the id alone) */
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)id[i]) * 1099511628211ull;
+    for (int i = 0; i < 9; i++, h /= 62) out[i] = abc[h % 62];
+}
+
+static int set_mistral_id(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_string(v)) return 0; /* the template says what it thinks of it */
+    char id[10];
+    proto_msg_mistral_id(json_string_value(v), json_string_length(v), id);
+    return json_object_set_new(o, key, json_string(id)) ? -1 : 0;
+}
+
+/* Every null-valued key but the two the API gives meaning to. OpenAI's message types mark
+ * tool_calls, function_call, name, refusal, audio, annotations and tool_call_id nullable, and
+ * clients that echo a response message back (message.model_dump(), LiteLLM) send them as null;
+ * templates test `message.tool_calls is defined` and then iterate it (Llama-3.1: "object of type
+ * 'NoneType' has no len()"). vLLM drops them the same way (PR 12788). */
+static void drop_nulls(json_t *m)
+{
+    const char *key;
+    json_t *v;
+    void *tmp;
+    json_object_foreach_safe(m, tmp, key, v)
+    {
+        if (json_is_null(v) && strcmp(key, "content") && strcmp(key, "role"))
+            json_object_del(m, key);
+    }
+}
+
+/* tool_calls[].function.arguments as the object its JSON string holds: OpenAI sends arguments
+ * as a string, templates (Hermes, Qwen2.5, Llama-3.1, Mistral) tojson them, which wrote the
+ * string quoted — history the model never saw in training (vLLM's _postprocess_messages parses
+ * it the same way). A string that is not a JSON object stays as it is. */
+static int parse_arguments(json_t *call)
+{
+    json_t *fn = json_object_get(call, "function");
+    json_t *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
+    if (!json_is_string(args)) return 0;
+    json_t *o =
+        json_loadb(json_string_value(args), json_string_length(args), JSON_REJECT_DUPLICATES, NULL);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return 0;
+    }
+    return json_object_set_new(fn, "arguments", o) ? -1 : 0;
+}
+
+int proto_msg_normalize(json_t *m, const proto_limits *lim)
+{
+    drop_nulls(m);
+    json_t *calls = json_object_get(m, "tool_calls");
+    /* an empty list is no calls: Llama-3.1 raises "only supports single tool-calls" on it */
+    if (json_is_array(calls) && json_array_size(calls) == 0) {
+        json_object_del(m, "tool_calls");
+        calls = NULL;
+    }
+    int mistral = lim->tool_family == PROTO_TOOLS_MISTRAL;
+    for (size_t i = 0; json_is_array(calls) && i < json_array_size(calls); i++) {
+        json_t *c = json_array_get(calls, i);
+        if (!json_is_object(c)) continue;
+        if (parse_arguments(c) || (mistral && set_mistral_id(c, "id"))) return -1;
+    }
+    if (mistral && set_mistral_id(m, "tool_call_id")) return -1;
+    /* developer messages replace system messages (OpenAI's reference, o1 and later); a template
+     * that never heard of the role raises on it (Mistral, Gemma-2, Llama-2), drops it silently
+     * (Qwen2.5, Phi-3.5) or renders a header it was never trained on (Llama-3.x) */
+    json_t *role = json_object_get(m, "role");
+    if (!lim->developer_role && json_is_string(role) &&
+        !strcmp(json_string_value(role), "developer"))
+        return json_object_set_new(m, "role", json_string("system")) ? -1 : 0;
+    return 0;
+}
+
+json_t *proto_msg_tools(json_t *tools)
+{
+    json_t *out = json_deep_copy(tools);
+    for (size_t i = 0; out && json_is_array(out) && i < json_array_size(out); i++) {
+        json_t *fn = json_object_get(json_array_get(out, i), "function");
+        /* OpenAI makes it optional; Hermes-3's template reads tool.description unguarded */
+        if (json_is_object(fn) && !json_is_string(json_object_get(fn, "description")) &&
+            json_object_set_new(fn, "description", json_string(""))) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    return out;
+}

@@ -1,0 +1,234 @@
+/* proto/openai_msg.c through proto_req_parse and the chat templates we ship: what real OpenAI
+ * clients send in a chat's history (null keys, empty tool_calls, arguments as a JSON string,
+ * the developer role, OpenAI-style call ids, tools without a description) renders in every
+ * template family, as it does under vLLM; and the request fields the API audit (audapi) found
+ * refused or worded unlike OpenAI. Each case rendered with the template is one that failed (or
+ * rendered a double-encoded string) before. */
+#include "model/ckpt/model.h"
+#include "model/tmpl/tmpl.h"
+#include "proto/openai_msg.h"
+#include "proto/openai_req.h"
+#include "proto/openai_tools.h"
+#include "tests/test.h"
+#include <ctype.h>
+#include <jansson.h>
+
+/* The request body parsed for the template at path and rendered with it: the prompt text (the
+ * caller frees), or NULL with the parse's or the template's error in err. */
+static char *render(const char *path, const char *body, char *err, size_t errlen)
+{
+    size_t len;
+    char *src = model_read_file(path, 1 << 20, &len);
+    if (!src) {
+        snprintf(err, errlen, "cannot read %s", path);
+        return NULL;
+    }
+    proto_limits l;
+    proto_limits_default(&l);
+    l.vocab = 512;
+    l.max_context = 4096;
+    proto_limits_template(&l, src);
+    model_tmpl *t = model_tmpl_compile(src, len, err, errlen);
+    free(src);
+    if (!t) return NULL;
+    proto_req r;
+    char param[64], *out = NULL;
+    if (proto_req_parse(PROTO_EP_CHAT, body, strlen(body), &l, "<s>", "</s>", &r, err, errlen, param,
+                        sizeof param) == PROTO_ERR_NONE) {
+        if (model_tmpl_render(t, r.chat_context, &out, err, errlen) < 0) out = NULL;
+        proto_req_deinit(&r);
+    }
+    model_tmpl_free(t);
+    return out;
+}
+
+#define TMPL(name) "tests/data/chat_templates/" name ".jinja"
+
+static const char tools_json[] =
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"The weather\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]";
+
+TEST(openai_history_null_keys_render)
+{
+    /* an assistant turn as message.model_dump() / LiteLLM send it back: every optional key null */
+    static const char *const bodies[] = {
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"Hello there!\","
+        "\"tool_calls\":null,\"function_call\":null,\"refusal\":null,\"audio\":null,\"annotations\":null,\"name\":null},"
+        "{\"role\":\"user\",\"content\":\"bye\",\"name\":null}],\"max_tokens\":3}",
+        /* an empty list is no calls (Llama-3.1: "This model only supports single tool-calls") */
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"Hello there!\","
+        "\"tool_calls\":[]},{\"role\":\"user\",\"content\":\"bye\"}]}",
+    };
+    static const char *const tmpls[] = {TMPL("llama-3.1-instruct"), TMPL("hermes-3-llama-3.1-tool-use"),
+                                        TMPL("qwen2.5-instruct"), TMPL("mistral-7b-instruct-v0.3")};
+    char err[512], body[2048];
+    for (size_t i = 0; i < sizeof tmpls / sizeof tmpls[0]; i++)
+        for (size_t k = 0; k < 2; k++) {
+            /* with the tools too (Hermes-3 iterates tool_calls only then) */
+            for (int with_tools = 0; with_tools < 2; with_tools++) {
+                snprintf(body, sizeof body, "%.*s%s%s}", (int)strlen(bodies[k]) - 1, bodies[k],
+                         with_tools ? "," : "", with_tools ? tools_json : "");
+                char *out = render(tmpls[i], body, err, sizeof err);
+                CHECK_MSG(out && strstr(out, "Hello there!") && strstr(out, "bye"), "%s body %zu tools %d: %s", tmpls[i], k,
+                          with_tools, out ? out : err);
+                free(out);
+            }
+        }
+}
+
+TEST(openai_history_arguments_string_is_object)
+{
+    /* arguments as OpenAI sends them (a JSON string) reach the template as the object: Llama-3.1
+     * writes {"name": "get_weather", "parameters": {"city": "Paris"}}, not "{\"city\"...}" */
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":\"assistant\",\"content\":null,"
+                       "\"tool_calls\":[{\"id\":\"call_abc\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                       "\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},"
+                       "{\"role\":\"tool\",\"tool_call_id\":\"call_abc\",\"content\":\"20C\"}],";
+    char err[512], b[2048];
+    snprintf(b, sizeof b, "%s%s}", body, tools_json);
+    char *out = render(TMPL("llama-3.1-instruct"), b, err, sizeof err);
+    CHECK_MSG(out && strstr(out, "\"parameters\": {\"city\": \"Paris\"}"), "%s", out ? out : err);
+    free(out);
+    out = render(TMPL("qwen2.5-instruct"), b, err, sizeof err);
+    CHECK_MSG(out && strstr(out, "\"arguments\": {\"city\": \"Paris\"}"), "%s", out ? out : err);
+    free(out);
+    /* a string that is no JSON object stays a string */
+    snprintf(b, sizeof b, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":null,"
+                          "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"[1]\"}}]}],%s}",
+             tools_json);
+    out = render(TMPL("qwen2.5-instruct"), b, err, sizeof err);
+    CHECK_MSG(out && strstr(out, "\"arguments\": \"[1]\""), "%s", out ? out : err);
+    free(out);
+}
+
+TEST(openai_history_mistral_ids)
+{
+    /* turn 2 of a Mistral tool loop with OpenAI-style ids (ours before, any client's): the
+     * template demands 9 alphanumerics on both sides, and the two must still agree */
+    static const char *const ids[] = {"call_ey3LKEANhmkICdkcW3NTMrqL", "1", "toolu_01-A"};
+    static const char *const want[] = {"cW3NTMrqL", NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        char b[2048], err[512], id[10];
+        snprintf(b, sizeof b, "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":\"assistant\",\"content\":null,"
+                              "\"tool_calls\":[{\"id\":\"%s\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                              "\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},"
+                              "{\"role\":\"tool\",\"tool_call_id\":\"%s\",\"content\":\"20C\"}],%s}",
+                 ids[i], ids[i], tools_json);
+        char *out = render(TMPL("mistral-7b-instruct-v0.3"), b, err, sizeof err);
+        CHECK_MSG(out != NULL, "%s: %s", ids[i], err);
+        proto_msg_mistral_id(ids[i], strlen(ids[i]), id);
+        CHECK_EQ(strlen(id), 9);
+        for (int k = 0; k < 9; k++) CHECK(isalnum((unsigned char)id[k]));
+        if (want[i]) CHECK_STR(id, want[i]);
+        char call[64], result[64];
+        snprintf(call, sizeof call, "\"id\": \"%s\"", id);
+        snprintf(result, sizeof result, "\"call_id\": \"%s\"", id);
+        CHECK_MSG(out && strstr(out, call) && strstr(out, result), "%s", out ? out : "");
+        /* and the arguments as an object, not a string (M1 in this family too) */
+        CHECK_MSG(out && strstr(out, "\"arguments\": {\"city\": \"Paris\"}"), "%s", out ? out : "");
+        free(out);
+    }
+    /* other families keep the ids as sent */
+    char b[2048], err[512];
+    snprintf(b, sizeof b, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":null,"
+                          "\"tool_calls\":[{\"id\":\"call_ey3LKEANhmkICdkcW3NTMrqL\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{}\"}}]},"
+                          "{\"role\":\"tool\",\"tool_call_id\":\"call_ey3LKEANhmkICdkcW3NTMrqL\",\"content\":\"20C\"}],%s}",
+             tools_json);
+    proto_limits l;
+    proto_limits_default(&l);
+    l.vocab = 512;
+    l.max_context = 4096;
+    proto_req r;
+    char param[64];
+    REQUIRE(proto_req_parse(PROTO_EP_CHAT, b, strlen(b), &l, NULL, NULL, &r, err, sizeof err, param, sizeof param) == PROTO_ERR_NONE);
+    CHECK(strstr(r.chat_context, "\"tool_call_id\":\"call_ey3LKEANhmkICdkcW3NTMrqL\""));
+    proto_req_deinit(&r);
+}
+
+TEST(openai_history_developer_role)
+{
+    /* developer replaces system (OpenAI's reference): rendered as system where the template does
+     * not know the role — Mistral raised on it ("roles must alternate") */
+    const char *dev = "{\"messages\":[{\"role\":\"developer\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"hi\"}]}";
+    const char *sys = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"hi\"}]}";
+    static const char *const tmpls[] = {TMPL("mistral-7b-instruct-v0.3"), TMPL("llama-3.1-instruct"), TMPL("qwen2.5-instruct")};
+    for (size_t i = 0; i < sizeof tmpls / sizeof tmpls[0]; i++) {
+        char err[512], err2[512];
+        char *a = render(tmpls[i], dev, err, sizeof err), *b = render(tmpls[i], sys, err2, sizeof err2);
+        CHECK_MSG(a && b && !strcmp(a, b) && strstr(a, "Be brief."), "%s: %s | %s", tmpls[i], a ? a : err, b ? b : err2);
+        free(a);
+        free(b);
+    }
+    /* a template that names the role gets it as sent */
+    proto_limits l;
+    proto_limits_default(&l);
+    l.vocab = 512;
+    l.max_context = 4096;
+    proto_limits_template(&l, "{% for m in messages %}{% if m.role == 'developer' %}D{% endif %}{% endfor %}");
+    CHECK(l.developer_role);
+    proto_req r;
+    char msg[256], param[64];
+    REQUIRE(proto_req_parse(PROTO_EP_CHAT, dev, strlen(dev), &l, NULL, NULL, &r, msg, sizeof msg, param, sizeof param) == PROTO_ERR_NONE);
+    CHECK(strstr(r.chat_context, "\"role\":\"developer\""));
+    proto_req_deinit(&r);
+}
+
+TEST(openai_tools_without_description_render)
+{
+    /* OpenAI makes a function's description optional; Hermes-3 read it unguarded (UndefinedError) */
+    const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"}],\"tools\":[{\"type\":\"function\","
+                    "\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}]}";
+    char err[512];
+    char *out = render(TMPL("hermes-3-llama-3.1-tool-use"), b, err, sizeof err);
+    CHECK_MSG(out && strstr(out, "get_weather"), "%s", out ? out : err);
+    free(out);
+}
+
+TEST(openai_context_length_wording)
+{
+    /* OpenAI's words, which LiteLLM matches to tell a context-window error */
+    char m[300];
+    proto_context_msg(m, sizeof m, PROTO_EP_CHAT, 4096, 4000, 200);
+    CHECK_STR(m, "This model's maximum context length is 4096 tokens. However, you requested 4200 tokens "
+                 "(4000 in the messages, 200 in the completion). Please reduce the length of the messages or completion.");
+    proto_context_msg(m, sizeof m, PROTO_EP_COMPLETIONS, 512, 802, 0);
+    CHECK_STR(m, "This model's maximum context length is 512 tokens. However, your prompt resulted in 802 tokens. "
+                 "Please reduce the length of the prompt.");
+    /* through the parser: max_tokens past the context, a token prompt past it */
+    proto_limits l;
+    proto_limits_default(&l);
+    l.vocab = 512;
+    l.max_context = 4;
+    proto_req r;
+    char msg[256], param[64];
+    const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":600}";
+    CHECK_EQ(proto_req_parse(PROTO_EP_CHAT, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg, param, sizeof param),
+             PROTO_ERR_CONTEXT_LENGTH);
+    CHECK_MSG(!strncmp(msg, "This model's maximum context length is 4 tokens. However, you requested 600 tokens", 82), "%s", msg);
+    b = "{\"prompt\":[1,2,3,4,5]}";
+    CHECK_EQ(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg, param, sizeof param),
+             PROTO_ERR_CONTEXT_LENGTH);
+    CHECK_STR(msg, "This model's maximum context length is 4 tokens. However, your prompt resulted in 5 tokens. "
+                   "Please reduce the length of the prompt.");
+}
+
+TEST(openai_best_of_one_as_real)
+{
+    /* 1.0 is 1, as every other integer field takes it (Python's json writes 1.0 for a float) */
+    proto_limits l;
+    proto_limits_default(&l);
+    l.vocab = 512;
+    l.max_context = 64;
+    proto_req r;
+    char msg[256], param[64];
+    const char *b = "{\"prompt\":\"x\",\"best_of\":1.0}";
+    CHECK_EQ(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg, param, sizeof param),
+             PROTO_ERR_NONE);
+    proto_req_deinit(&r);
+    b = "{\"prompt\":\"x\",\"best_of\":2.0}";
+    CHECK_EQ(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg, param, sizeof param),
+             PROTO_ERR_UNSUPPORTED);
+    b = "{\"prompt\":\"x\",\"best_of\":1.5}";
+    CHECK(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg, param, sizeof param) !=
+          PROTO_ERR_NONE);
+}
