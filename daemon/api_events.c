@@ -97,24 +97,32 @@ static void on_token(dmn_api_req *a, const api_part *pt, const sched_event *ev)
         const char *text = ev->text;
         size_t len = ev->text_len;
         if (a->tools && c->tools.mode != DMN_TOOLS_TEXT) {
-            /* the text may become tool calls: held until it cannot (then it goes out whole) */
+            /* the text may become tool calls: kept whole for the parse at the end; what is
+             * content whatever comes next goes out now, the rest is held */
             proto_buf_add(&c->text, ev->text, ev->text_len);
-            if (dmn_tools_hold(a->tools, (enum proto_tool_family)a->tool_family, &c->tools,
-                               c->text.p, c->text.len))
-                return;
-            text = c->text.p;
-            len = c->text.len;
+            size_t k = dmn_tools_content(a->tools, (enum proto_tool_family)a->tool_family,
+                                         &c->tools, c->text.p, c->text.len);
+            if (k <= c->tools.sent) return;
+            text = c->text.p + c->tools.sent;
+            len = k - c->tools.sent;
+            c->tools.sent = k;
         }
         if (pt->echo && !c->started) {
-            proto_choice_out e = {ev->choice, pt->echo, pt->echo_len, NULL, 0, NULL, 0, NULL, 0, 0};
+            proto_choice_out e = {.index = ev->choice, .text = pt->echo, .text_len = pt->echo_len};
             dmn_api_stream_event(a, proto_chunk_json(&a->meta, &e, 0, a->include_usage));
             c->started = 1;
         }
         if (!len && !ev->has_logprobs) return; /* held back by the detokenizer/stops */
-        proto_choice_out out = {ev->choice, text, len, NULL, ev->has_logprobs, &lp, ev->has_logprobs, NULL, 0, 0};
+        proto_choice_out out = {.index = ev->choice,
+                                .text = text,
+                                .text_len = len,
+                                .logprobs = ev->has_logprobs,
+                                .lps = &lp,
+                                .n_lps = ev->has_logprobs};
         dmn_api_stream_event(a, proto_chunk_json(&a->meta, &out, !c->started, a->include_usage));
         c->started = 1;
-        c->text.len = 0;
+        /* plain text from here on: nothing more is kept */
+        if (c->tools.mode == DMN_TOOLS_TEXT) c->text.len = 0;
     } else {
         proto_buf_add(&c->text, ev->text, ev->text_len);
         if (ev->has_logprobs) {
@@ -165,8 +173,13 @@ static void on_choice_done(dmn_api_req *a, const sched_event *ev)
         /* what was held back: calls, or after all the content it is */
         c->finish = dmn_tools_finish(a->tools, (enum proto_tool_family)a->tool_family, &c->tools, c->text.p, c->text.len, c->finish);
         int calls = c->tools.mode == DMN_TOOLS_CALLS;
-        size_t len = calls ? c->tools.content_len : c->text.len;
-        proto_choice_out out = {ev->choice, c->text.p, len, NULL, 0, NULL, 0, c->tools.calls, c->tools.n_calls, 0};
+        size_t end = calls ? c->tools.content_len : c->tools.cut ? c->tools.sent : c->text.len;
+        size_t len = end > c->tools.sent ? end - c->tools.sent : 0; /* content not sent yet */
+        proto_choice_out out = {.index = ev->choice,
+                                .text = c->text.p + c->tools.sent,
+                                .text_len = len,
+                                .calls = c->tools.calls,
+                                .n_calls = c->tools.n_calls};
         if (len || calls) {
             dmn_api_stream_event(a, proto_chunk_json(&a->meta, &out, !c->started, a->include_usage));
             c->started = 1;
@@ -174,7 +187,7 @@ static void on_choice_done(dmn_api_req *a, const sched_event *ev)
         a->finish = c->finish;
     }
     if (a->stream) {
-        proto_choice_out out = {ev->choice, NULL, 0, c->finish, 0, NULL, 0, NULL, 0, 0};
+        proto_choice_out out = {.index = ev->choice, .finish_reason = c->finish};
         char *json = proto_chunk_json(&a->meta, &out, !c->started, a->include_usage);
         int last = !a->include_usage; /* without a usage chunk, the last choice's finish is last */
         for (int i = 0; i < a->n && last; i++) last = a->choices[i].finish != NULL;
@@ -233,8 +246,17 @@ static void on_done(dmn_api_req *a, const sched_event *ev)
     for (int i = 0; i < a->n; i++) {
         api_choice *c = &a->choices[i];
         int calls = c->tools.mode == DMN_TOOLS_CALLS;
-        out[i] = (proto_choice_out){i, c->text.p, calls ? c->tools.content_len : c->text.len, c->finish, a->logprobs,
-                                    c->lps, c->n_lps, c->tools.calls, c->tools.n_calls, 0};
+        size_t len = calls ? c->tools.content_len : c->tools.cut ? 0 : c->text.len;
+        out[i] = (proto_choice_out){.index = i,
+                                    .text = c->text.p,
+                                    .text_len = len,
+                                    .finish_reason = c->finish,
+                                    .logprobs = a->logprobs,
+                                    .lps = c->lps,
+                                    .n_lps = c->n_lps,
+                                    .calls = c->tools.calls,
+                                    .n_calls = c->tools.n_calls,
+                                    .no_content = c->tools.cut};
     }
     dmn_http_add_header(a->http, "x-tandem-devices", a->devices);
     dmn_http_add_header(a->http, "x-request-id", a->id);

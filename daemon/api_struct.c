@@ -157,27 +157,31 @@ void dmn_grammar_prepare(uv_loop_t *loop, sched *s, model_grammar *g)
     if (uv_queue_work(loop, &t->w, prep_work, prep_after)) prep_after(&t->w, 0);
 }
 
-int dmn_tools_hold(const proto_tools *t, enum proto_tool_family f, dmn_choice_tools *ct,
-                   const char *text, size_t len)
+size_t dmn_tools_content(const proto_tools *t, enum proto_tool_family f, dmn_choice_tools *ct,
+                         const char *text, size_t len)
 {
-    if (!t || t->choice == PROTO_TOOL_CHOICE_NONE || ct->mode == DMN_TOOLS_TEXT) return 0;
-    if (proto_tools_constrained(t)) return 1; /* the grammar allows nothing but calls */
-    if (ct->mode == DMN_TOOLS_UNDECIDED && !proto_tools_may_start(f, text, len)) {
+    if (!t || t->choice == PROTO_TOOL_CHOICE_NONE || ct->mode == DMN_TOOLS_TEXT) return len;
+    if (proto_tools_constrained(t)) return 0; /* the grammar allows nothing but calls */
+    if (f == PROTO_TOOLS_HERMES) return proto_tools_content_len(text, len, ct->sent);
+    if (!proto_tools_may_start(f, text, len)) {
         ct->mode = DMN_TOOLS_TEXT;
-        return 0;
+        return len;
     }
-    return 1;
+    return 0;
 }
 
-/* "call_" and 24 random letters and digits, as OpenAI's ids look. */
-static void call_id(char out[40])
+/* "call_" and 24 random letters and digits, as OpenAI's ids look; in the Mistral family 9
+ * letters and digits, what its template demands of the ids a client sends back ("Tool call IDs
+ * should be alphanumeric strings with length 9!"; vLLM's Mistral parser makes the same). */
+static void call_id(char out[40], enum proto_tool_family f)
 {
     static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     unsigned char r[24];
     if (RAND_bytes(r, sizeof r) != 1) memset(r, 7, sizeof r);
-    memcpy(out, "call_", 5);
-    for (int i = 0; i < 24; i++) out[5 + i] = abc[r[i] % 62];
-    out[29] = 0;
+    int pre = f == PROTO_TOOLS_MISTRAL ? 0 : 5, n = f == PROTO_TOOLS_MISTRAL ? 9 : 24;
+    memcpy(out, "call_", (size_t)pre);
+    for (int i = 0; i < n; i++) out[pre + i] = abc[r[i] % 62];
+    out[pre + n] = 0;
 }
 
 const char *dmn_tools_finish(const proto_tools *t, enum proto_tool_family f, dmn_choice_tools *ct,
@@ -186,10 +190,12 @@ const char *dmn_tools_finish(const proto_tools *t, enum proto_tool_family f, dmn
     if (!t || t->choice == PROTO_TOOL_CHOICE_NONE || ct->mode == DMN_TOOLS_TEXT) return finish;
     if (proto_tools_parse(t, f, text ? text : "", len, &ct->calls, &ct->n_calls, &ct->content_len) != 1) {
         ct->mode = DMN_TOOLS_TEXT;
+        /* the grammar's markup up to where max_tokens cut it is no content (vLLM: none) */
+        ct->cut = proto_tools_constrained(t);
         return finish;
     }
     ct->mode = DMN_TOOLS_CALLS;
-    for (int i = 0; i < ct->n_calls; i++) call_id(ct->calls[i].id);
+    for (int i = 0; i < ct->n_calls; i++) call_id(ct->calls[i].id, f);
     return finish && !strcmp(finish, "stop") ? "tool_calls" : finish;
 }
 

@@ -38,14 +38,20 @@ typedef struct dmn_choice_tools {
     proto_tool_call *calls;
     int n_calls;
     size_t content_len; /* bytes of the text before the calls */
+    size_t sent;        /* streaming: bytes at the text's start that went out as content */
+    int cut;            /* a constrained call cut short (finish length): no calls, no content */
 } dmn_choice_tools;
 
-/* Streaming: after the choice's text so far (text, len) grew, 1 when it must still be held back
- * (it may become calls), 0 when it is content (from now on). */
-int dmn_tools_hold(const proto_tools *t, enum proto_tool_family f, dmn_choice_tools *ct,
-                   const char *text, size_t len);
+/* Streaming: after the choice's text so far (text, len) grew, how many bytes at its start are
+ * content whatever comes next (the caller sends those past ct->sent and moves ct->sent). len
+ * once the text cannot become calls (mode DMN_TOOLS_TEXT from then on: the caller streams it
+ * as any text). The HERMES family takes text before its first <tool_call>, as its parser does:
+ * that text goes out as it comes, a tail that may open the marker held. */
+size_t dmn_tools_content(const proto_tools *t, enum proto_tool_family f, dmn_choice_tools *ct,
+                         const char *text, size_t len);
 /* At the choice's end: parses its text into ct's calls (ids assigned) and returns the finish
- * reason to report: "tool_calls" when there are calls and the choice stopped, else finish. */
+ * reason to report: "tool_calls" when there are calls and the choice stopped, else finish. A
+ * constrained choice (required, named) without whole calls (cut by max_tokens) sets ct->cut. */
 const char *dmn_tools_finish(const proto_tools *t, enum proto_tool_family f, dmn_choice_tools *ct,
                              const char *text, size_t len, const char *finish);
 void dmn_choice_tools_deinit(dmn_choice_tools *ct);

@@ -168,9 +168,12 @@ char *proto_resp_json(const proto_resp_meta *m, const proto_choice_out *choices,
         const proto_choice_out *c = &choices[i];
         json_t *ch;
         if (chat) {
-            json_t *content = c->n_calls && !c->text_len ? json_null() : text_value(c->text, c->text_len);
-            ch = json_pack("{s:i, s:{s:s, s:o}, s:o, s:o}", "index", c->index, "message", "role",
-                           "assistant", "content", content, "logprobs",
+            json_t *content = (c->n_calls || c->no_content) && !c->text_len
+                                  ? json_null()
+                                  : text_value(c->text, c->text_len);
+            /* refusal: required (nullable) in OpenAI's response message; tandem never refuses */
+            ch = json_pack("{s:i, s:{s:s, s:o, s:n}, s:o, s:o}", "index", c->index, "message",
+                           "role", "assistant", "content", content, "refusal", "logprobs",
                            logprobs_value(m->ep, c), "finish_reason", finish_value(c));
             if (ch && c->n_calls) {
                 json_t *tc = tool_calls_value(c, 0);

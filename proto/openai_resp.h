@@ -57,6 +57,8 @@ typedef struct proto_choice_out {
      * content before them, null when empty */
     const proto_tool_call *calls;
     int n_calls, call_base;
+    int no_content; /* chat: content null without calls too (a constrained call cut short: its
+                       text is the grammar's markup, not content; vLLM's answer) */
 } proto_choice_out;
 
 typedef struct proto_usage {

@@ -326,3 +326,16 @@ int proto_tools_may_start(enum proto_tool_family f, const char *text, size_t len
     if (f == PROTO_TOOLS_LLAMA3 && n >= 14 && !memcmp(p, "<|python_tag|>", 14)) return 1;
     return !memcmp(p, open, n < k ? n : k);
 }
+
+size_t proto_tools_content_len(const char *text, size_t len, size_t from)
+{
+    static const char open[] = "<tool_call>";
+    const size_t k = sizeof open - 1;
+    if (from > len) from = len;
+    const char *m = memmem(text + from, len - from, open, k);
+    if (m) return (size_t)(m - text);
+    /* the longest tail that is a beginning of the marker is held */
+    for (size_t t = k - 1 < len - from ? k - 1 : len - from; t > 0; t--)
+        if (!memcmp(text + len - t, open, t)) return len - t;
+    return len;
+}

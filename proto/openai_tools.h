@@ -74,7 +74,13 @@ void proto_tool_calls_free(proto_tool_call *calls, int n);
 
 /* Streaming with tool_choice auto: 1 while text (the choice's text so far) may still become a
  * call in family f (it is empty after leading whitespace, or a prefix of the format's opening,
- * or begins with it); 0 once it cannot. */
+ * or begins with it); 0 once it cannot. LLAMA3 and MISTRAL: calls open the text. */
 int proto_tools_may_start(enum proto_tool_family f, const char *text, size_t len);
+
+/* Streaming with tool_choice auto in the HERMES family, where text may come before the calls
+ * (as proto_tools_parse takes it): how many bytes at the start of text are content whatever
+ * comes next — up to the first "<tool_call>", else all but a tail that may be its beginning.
+ * from: bytes already known to be content (the search starts there). */
+size_t proto_tools_content_len(const char *text, size_t len, size_t from);
 
 #endif

@@ -232,3 +232,29 @@ TEST(openai_best_of_one_as_real)
     CHECK(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg, param, sizeof param) !=
           PROTO_ERR_NONE);
 }
+
+TEST(tools_stream_content_len)
+{
+    /* Hermes streaming with tool_choice auto: text before <tool_call> goes out as it comes, a
+     * tail that may open the marker is held, nothing from the marker on */
+    static const struct {
+        const char *text;
+        size_t from, want;
+    } cases[] = {
+        {"Let me check.", 0, 13},
+        {"Let me check.\n<", 0, 15 - 1},
+        {"Let me check.\n<tool", 0, 14},
+        {"Let me check.\n<tool_call>\n{\"na", 0, 14},
+        {"Let me check.\n<tool_call>\n{\"na", 14, 14},
+        {"a < b", 0, 5},
+        {"<tool_call>", 0, 0},
+        {"<tool_cal", 0, 0},
+        {"x<tool_cal>", 0, 11},
+        {"", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t got = proto_tools_content_len(cases[i].text, strlen(cases[i].text), cases[i].from);
+        CHECK_MSG(got == cases[i].want, "'%s' from %zu: %zu, want %zu", cases[i].text,
+                  cases[i].from, got, cases[i].want);
+    }
+}
