@@ -281,7 +281,8 @@ static void on_headers(void *ctx, dmn_http_req *r)
         } else if (!d->m) {
             dmn_api_respond_error(a, PROTO_ERR_NOT_READY, "the model is still loading", NULL);
         } else {
-            dmn_api_respond_json(a, 200, proto_models_json(d->served_name, (long long)time(NULL), d->m->cfg.max_pos));
+            dmn_api_respond_json(
+                a, 200, proto_models_json(d->served_name, dmn_start_time(d), d->m->cfg.max_pos));
         }
         return;
     }

@@ -115,18 +115,65 @@ char *dmn_extra_post(dmn_serve *d, int route, const char *body, size_t len, int 
     }
 }
 
+static int hex(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* The path's percent-escapes decoded into out (n bytes at most, NUL-terminated): clients
+ * encode the "/" of a name like meta-llama/Llama-3.1-8B (the Node client's models.retrieve
+ * sends meta-llama%2FLlama-3.1-8B). 1, 0 when it does not fit (no served name is that long),
+ * -1 for an escape that is not two hex digits or decodes to NUL. */
+static int path_decode(const char *s, size_t len, char *out, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (c == '%') {
+            if (i + 2 >= len) return -1;
+            int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
+            if (hi < 0 || lo < 0 || (hi | lo) == 0) return -1;
+            c = (char)(hi * 16 + lo);
+            i += 2;
+        }
+        if (o + 1 >= n) return 0;
+        out[o++] = c;
+    }
+    out[o] = 0;
+    return 1;
+}
+
+/* The daemon's start as a Unix time: a model's "created" (OpenAI's: when it was made; ours
+ * came up then), the same in every listing, not the time of the call. */
+long long dmn_start_time(const dmn_serve *d)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    return (long long)(now - (sched_now() - d->t_start));
+}
+
 char *dmn_model_get(dmn_serve *d, const char *id, int *status)
 {
     size_t n = strlen(id);
     if (n > 0 && id[n - 1] == '/') n--;
-    if (strlen(d->served_name) != n || strncmp(d->served_name, id, n)) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "the model '%.*s' does not exist; this server serves '%s'", (int)(n > 100 ? 100 : n), id,
-                 d->served_name);
+    char name[DMN_SERVED_NAME_MAX + 2];
+    int k = path_decode(id, n, name, sizeof name);
+    if (k < 0)
+        return error(PROTO_ERR_INVALID_VALUE,
+                     "the model id in the path has a bad percent-escape (two hex digits, not %00)",
+                     "model", status);
+    if (k == 0 || strcmp(d->served_name, name)) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "the model '%.100s' does not exist; this server serves '%s'",
+                 k ? name : "(too long)", d->served_name);
         return error(PROTO_ERR_MODEL_NOT_FOUND, msg, "model", status);
     }
     *status = 200;
-    return proto_model_json(d->served_name, (long long)time(NULL), d->m->cfg.max_pos);
+    return proto_model_json(d->served_name, dmn_start_time(d), d->m->cfg.max_pos);
 }
 
 /* Tokens of the prompt: a token prompt as given, a text prompt through the tokenizer (with its

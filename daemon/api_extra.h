@@ -13,8 +13,11 @@ enum dmn_extra { DMN_EXTRA_TOKENIZE, DMN_EXTRA_DETOKENIZE, DMN_EXTRA_APPLY_TEMPL
 int dmn_extra_route(const char *path);
 /* The response body (malloc'ed JSON; NULL: out of memory) and *status for a POST to route. */
 char *dmn_extra_post(dmn_serve *d, int route, const char *body, size_t len, int *status);
-/* GET /v1/models/{id}: the model object when id is the served name, else a 404 error body. */
+/* GET /v1/models/{id}: the model object when id (percent-escapes decoded) is the served name,
+ * else a 404 error body (a 400 for a bad escape). */
 char *dmn_model_get(dmn_serve *d, const char *id, int *status);
+/* When the daemon started, as a Unix time (the models' "created"). */
+long long dmn_start_time(const dmn_serve *d);
 
 /* The prompt's ids for request q (completions: as given or through the tokenizer with its
  * special tokens; chat: through the template): *ids malloc'ed (*n of them). 0, or -1 with the

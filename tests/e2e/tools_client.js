@@ -24,11 +24,14 @@ const tools = [
 ];
 const schemaOf = { get_weather: weather, search };
 const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+// OpenAI's "call_" + 24; the Mistral family's 9 letters and digits (its template demands them)
+const mistral = /mistral/.test(family);
+const idForm = mistral ? /^[A-Za-z0-9]{9}$/ : /^call_[A-Za-z0-9]{24}$/;
 
 function checkCalls(calls, only) {
   if (!Array.isArray(calls) || calls.length === 0) return 'no tool_calls';
   for (const c of calls) {
-    if (c.type !== 'function' || !/^call_/.test(c.id)) return `bad call ${JSON.stringify(c)}`;
+    if (c.type !== 'function' || !idForm.test(c.id)) return `bad call ${JSON.stringify(c)}`;
     if (!schemaOf[c.function.name]) return `unknown function ${c.function.name}`;
     if (only && c.function.name !== only) return `called ${c.function.name}, not ${only}`;
     let args;
@@ -101,6 +104,37 @@ async function main() {
     const r = await client.chat.completions.create({ model: 'tiny-llama2-mha', messages, tools, tool_choice: 'none', max_tokens: 20, temperature: 0 });
     report('none', !r.choices[0].message.tool_calls && r.choices[0].finish_reason !== 'tool_calls', JSON.stringify(r.choices[0]));
   } catch (e) { report('none', false, e.message); }
+  // a tool loop's second turn: the call and its result go back as the client keeps them (the
+  // response message itself, nulls included), with the client's own ids too; then a third turn
+  for (const own of [false, true]) {
+    const name = own ? 'two_turns_client_ids' : 'two_turns';
+    try {
+      const r = await client.chat.completions.create({ model: 'tiny-llama2-mha', messages, tools, tool_choice: 'required', parallel_tool_calls: false, max_tokens: 300, temperature: 1, seed: 4 });
+      const msg = r.choices[0].message;
+      const why = checkCalls(msg.tool_calls);
+      if (why) { report(name, false, why); continue; }
+      if (own) msg.tool_calls[0].id = 'call_' + 'Xy12'.repeat(6); // another client's ids
+      const history = [...messages, msg, { role: 'tool', tool_call_id: msg.tool_calls[0].id, content: '20 degrees' }];
+      const r2 = await client.chat.completions.create({ model: 'tiny-llama2-mha', messages: history, tools, max_tokens: 8, temperature: 0 });
+      const m2 = r2.choices[0].message;
+      const r3 = await client.chat.completions.create({ model: 'tiny-llama2-mha', messages: [...history, m2, { role: 'user', content: 'Thanks' }], tools, max_tokens: 4 });
+      report(name, r2.choices[0].finish_reason && r3.choices[0].finish_reason, JSON.stringify(r3.choices[0]));
+    } catch (e) { report(name, false, `${e.status} ${e.message}`); }
+  }
+  // Hermes / Qwen2.5 with tool_choice auto: text, then <tool_call> (forced with the grammar
+  // extension): the stream gives what the whole response gives (it streamed the markup as content)
+  if (!mistral && !/^llama-3/.test(family)) {
+    try {
+      const grammar = 'root ::= "Let me check.\\n<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"Paris\\", \\"unit\\": \\"celsius\\"}}\\n</tool_call>"';
+      const body = { model: 'tiny-llama2-mha', messages, tools, grammar, max_tokens: 300, temperature: 0 };
+      const whole = (await client.chat.completions.create(body)).choices[0];
+      const streamed = (await client.chat.completions.stream(body).finalChatCompletion()).choices[0];
+      const shape = (ch) => JSON.stringify({ content: ch.message.content, calls: (ch.message.tool_calls || []).map((c) => [c.function.name, c.function.arguments]), finish: ch.finish_reason });
+      const why = checkCalls(whole.message.tool_calls) || checkCalls(streamed.message.tool_calls);
+      report('text_then_call_stream', !why && whole.message.content === 'Let me check.\n' && shape(whole) === shape(streamed) && whole.finish_reason === 'tool_calls',
+        why || `${shape(whole)} vs ${shape(streamed)}`);
+    } catch (e) { report('text_then_call_stream', false, `${e.status} ${e.message}`); }
+  }
   // a named function that is not among the tools: 400
   try {
     await client.chat.completions.create({ model: 'tiny-llama2-mha', messages, tools, tool_choice: { type: 'function', function: { name: 'nope' } }, max_tokens: 5 });
