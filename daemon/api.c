@@ -341,6 +341,7 @@ typedef struct api_prep {
     proto_req q;
     int32_t *ids;
     int n_ids, max_tokens;
+    int no_tokens;      /* max_tokens 0 asked: max_tokens is 1, its token dropped */
     int32_t **more_ids; /* the batch form's other prompts (q.more), tokenized */
     int *n_more_ids;
     model_grammar *grammar; /* structured output (NULL: free text) */
@@ -408,6 +409,11 @@ static void prep_rest(api_prep *p)
         max_tokens = p->ep == PROTO_EP_COMPLETIONS ? COMPLETIONS_DEFAULT_MAX_TOKENS : max_pos - longest;
         if (p->ep == PROTO_EP_CHAT && max_tokens > d->cfg.default_max_tokens) max_tokens = d->cfg.default_max_tokens;
     }
+    /* max_tokens 0 (completions): the scheduler runs one step (a request is at least a token)
+     * whose token nobody sees (daemon/api_events.c drops it); the prompt's logprobs come from
+     * the prefill */
+    p->no_tokens = max_tokens == 0;
+    if (p->no_tokens) max_tokens = 1;
     if (max_tokens < 1 || (long long)longest + max_tokens > max_pos) {
         p->e = PROTO_ERR_CONTEXT_LENGTH;
         proto_context_msg(p->msg, sizeof p->msg, p->ep, max_pos, longest,
@@ -541,7 +547,8 @@ static void prep_submit(api_prep *pp)
     a->logprobs = q->logprobs;
     a->prompt_tokens = pp->n_ids;
     for (int k = 0; k < q->n_more; k++) a->prompt_tokens += pp->n_more_ids[k];
-    a->max_tokens = pp->max_tokens;
+    a->no_tokens = pp->no_tokens;
+    a->max_tokens = pp->no_tokens ? 0 : pp->max_tokens;
     a->choices = calloc((size_t)a->n, sizeof *a->choices);
     a->parts = calloc((size_t)a->n_parts, sizeof *a->parts);
     for (int k = 0; a->parts && k < a->n_parts; k++) {

@@ -75,6 +75,15 @@ static void on_token(dmn_api_req *a, const api_part *pt, const sched_event *ev)
 {
     if (ev->choice < 0 || ev->choice >= a->n) return;
     api_choice *c = &a->choices[ev->choice];
+    if (a->no_tokens) {
+        /* max_tokens 0: the token goes nowhere; a stream's echo still goes out */
+        if (a->stream && pt->echo && !c->started) {
+            proto_choice_out e = {.index = ev->choice, .text = pt->echo, .text_len = pt->echo_len};
+            dmn_api_stream_event(a, proto_chunk_json(&a->meta, &e, 0, a->include_usage));
+            c->started = 1;
+        }
+        return;
+    }
     dmn_metrics *m = &a->d->metrics;
     if (c->t_last > 0) dmn_hist_observe(&m->itl, ev->t - c->t_last);
     c->t_last = ev->t;
@@ -167,7 +176,7 @@ static void on_choice_done(dmn_api_req *a, const sched_event *ev)
 {
     if (ev->choice < 0 || ev->choice >= a->n) return;
     api_choice *c = &a->choices[ev->choice];
-    c->finish = model_finish_name(ev->finish);
+    c->finish = a->no_tokens ? "length" : model_finish_name(ev->finish);
     a->finish = c->finish;
     if (a->stream && a->tools && c->tools.mode != DMN_TOOLS_TEXT) {
         /* what was held back: calls, or after all the content it is */
@@ -203,7 +212,7 @@ static void on_done(dmn_api_req *a, const sched_event *ev)
     a->done = 1;
     a->t_done = ev->t_done;
     a->t_first = ev->t_first_token;
-    a->completion_tokens = ev->completion_tokens;
+    a->completion_tokens = a->no_tokens ? 0 : ev->completion_tokens;
     dmn_hist_observe(&m->e2e, ev->t_done - ev->t_arrival);
     dmn_hist_observe(&m->queue, ev->t_started - ev->t_arrival);
     if (ev->t_first_token > 0) {
@@ -224,7 +233,7 @@ static void on_done(dmn_api_req *a, const sched_event *ev)
     }
     m->success[any_stop ? DMN_FINISH_STOP : DMN_FINISH_LENGTH]++;
     proto_usage u = {.prompt_tokens = ev->prompt_tokens,
-                     .completion_tokens = ev->completion_tokens,
+                     .completion_tokens = a->completion_tokens,
                      .cached_tokens = ev->cached_tokens,
                      .has_prefill_density = ev->prefill_density >= 0,
                      .prefill_density = ev->prefill_density,

@@ -77,6 +77,8 @@ struct dmn_api_req {
     char err_code[40];
     proto_tools *tools;  /* chat tools unless tool_choice is none (moved from the request) */
     int tool_family;     /* enum proto_tool_family of the chat template */
+    int no_tokens;       /* completions' max_tokens 0: the one token the scheduler makes is
+                            dropped (text, logprobs, usage), finish length */
 };
 
 /* 1 while some part is still with the scheduler. */

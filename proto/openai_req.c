@@ -587,7 +587,10 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
      * given. More than the context can never be generated: that is a context error. */
     static const char *const mt[] = {"max_tokens", "max_completion_tokens"};
     for (int i = 0; i < 2; i++) {
-        if ((k = get_int(c, o, mt[i], 1, INT32_MAX, &x)) < 0) return -1;
+        /* /v1/completions takes 0 (OpenAI's minimum: with echo and logprobs it scores the
+         * prompt, what lm-eval's loglikelihood asks); a chat reply of nothing is no reply */
+        if ((k = get_int(c, o, mt[i], ep == PROTO_EP_COMPLETIONS ? 0 : 1, INT32_MAX, &x)) < 0)
+            return -1;
         if (k && x > lim->max_context) {
             char m[256];
             proto_context_msg(m, sizeof m, ep, lim->max_context, -1, x);

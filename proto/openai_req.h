@@ -86,7 +86,8 @@ typedef struct proto_req {
     int n_more;
     /* chat: the template context (see above), NUL-terminated JSON text */
     char *chat_context;
-    int max_tokens;            /* -1: not given (max_completion_tokens wins over max_tokens) */
+    int max_tokens;            /* -1: not given (max_completion_tokens wins over max_tokens);
+                                  0 (completions only): the prompt alone, no token */
     int n;                     /* choices, [1, max_n] */
     int stream;
     int include_usage;         /* stream_options.include_usage */

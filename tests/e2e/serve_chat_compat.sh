@@ -9,7 +9,7 @@
 #     calls and finish_reason as the whole response (the stream lost the call);
 #   - a constrained call cut by max_tokens: content null, not grammar markup; refusal null;
 #   - context errors in OpenAI's words; GET /v1/models/{id} with a percent-encoded "/"; the
-#     models' created is the daemon's start.
+#     models' created is the daemon's start; /v1/completions with max_tokens 0 scores the prompt.
 . tests/e2e/lib/serve.sh
 # jqt FILTER: the last body passes FILTER
 jqt() { jq -e "$1" "$T/body" >/dev/null; }
@@ -39,6 +39,10 @@ check compat_refusal_null jqt '.choices[0].message | has("refusal") and .refusal
 # OpenAI's wording of a context error (LiteLLM matches its first sentence); the code is kept
 post /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":4000}' >/dev/null
 check compat_context_wording jqt '.error.code == "context_length_exceeded" and (.error.message | test("^This model.s maximum context length is [0-9]+ tokens. However, you requested [0-9]+ tokens \\([0-9]+ in the messages, 4000 in the completion\\)"))'
+# completions' max_tokens 0 (OpenAI's minimum): with echo and logprobs it scores the prompt
+post /v1/completions '{"prompt":"Once upon a time","max_tokens":0,"echo":true,"logprobs":1}' >/dev/null
+check compat_completions_max_tokens_0 jqt '.choices[0].text == "Once upon a time" and .choices[0].finish_reason == "length" and .usage.completion_tokens == 0 and (.choices[0].logprobs.tokens | length) == .usage.prompt_tokens and .choices[0].logprobs.token_logprobs[0] == null and (.choices[0].logprobs.token_logprobs[1:] | all(. <= 0))'
+check compat_chat_max_tokens_0_refused [ "$(post /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":0}')" = 400 ]
 serve_stop
 
 # --- Mistral v0.3: developer, OpenAI-style ids in turn 2, and ours are 9 alphanumerics

@@ -258,3 +258,25 @@ TEST(tools_stream_content_len)
                   cases[i].from, got, cases[i].want);
     }
 }
+
+TEST(openai_completions_max_tokens_zero)
+{
+    /* OpenAI's minimum on /v1/completions is 0 (the prompt scored with echo and logprobs); a chat
+     * reply of no tokens stays a 400 */
+    proto_limits l;
+    proto_limits_default(&l);
+    l.vocab = 512;
+    l.max_context = 64;
+    proto_req r;
+    char msg[256], param[64];
+    const char *b = "{\"prompt\":\"x\",\"max_tokens\":0,\"echo\":true,\"logprobs\":1}";
+    REQUIRE(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg,
+                            param, sizeof param) == PROTO_ERR_NONE);
+    CHECK_EQ(r.max_tokens, 0);
+    proto_req_deinit(&r);
+    b = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}";
+    CHECK_EQ(proto_req_parse(PROTO_EP_CHAT, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg,
+                             param, sizeof param),
+             PROTO_ERR_INVALID_VALUE);
+    CHECK_STR(param, "max_tokens");
+}
