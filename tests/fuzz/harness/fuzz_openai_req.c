@@ -88,6 +88,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         l.max_depth = 6;
         l.max_user_bytes = 8;
     }
+    /* the chat template's traits (proto/openai_msg.h shapes the history for them) */
+    l.tool_family = (data[0] >> 3) % 3;
+    l.developer_role = (data[0] >> 5) & 1;
     /* the body in its own allocation of exactly its size, so that a read past it is caught */
     size_t n = size - 1;
     char *body = malloc(n ? n : 1);

@@ -40,6 +40,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 for (int k = 0; k < t->n; k++) known |= !strcmp(t->names[k], calls[i].name);
                 CHECK(known && calls[i].arguments[0] == '{');
             }
+            /* streaming (HERMES, auto): what goes out as content as the text grows is never
+             * past the first marker, so it is a prefix of the parse's content; it only grows */
+            if (f == PROTO_TOOLS_HERMES) {
+                const char *m = memmem(s, text_n, "<tool_call>", 11);
+                size_t end = m ? (size_t)(m - s) : text_n, sent = 0;
+                CHECK(rc != 1 || content == end);
+                for (size_t k = 0; k <= text_n; k += 1 + k / 8) {
+                    size_t c = proto_tools_content_len(s, k, sent);
+                    CHECK(c >= sent && c <= k && c <= end);
+                    sent = c;
+                }
+            }
             proto_tool_calls_free(calls, n);
             (void)proto_tools_may_start((enum proto_tool_family)f, s, text_n);
             if (proto_tools_constrained(t)) {
