@@ -13,6 +13,26 @@
 #include <ctype.h>
 #include <jansson.h>
 
+/* Limits with a 512-token vocabulary and a context of max_context tokens; the template traits of
+ * src (NULL: the defaults). */
+static proto_limits lims(int max_context, const char *src)
+{
+    proto_limits l;
+    proto_limits_default(&l);
+    l.vocab = 512;
+    l.max_context = max_context;
+    if (src) proto_limits_template(&l, src);
+    return l;
+}
+
+/* body parsed for ep: its error; without one *r holds the request (the caller releases it).
+ * msg: 512 bytes for the error's message, param: 64 for its parameter. */
+static enum proto_err parse(enum proto_endpoint ep, const char *body, const proto_limits *l,
+                            proto_req *r, char *msg, char *param)
+{
+    return proto_req_parse(ep, body, strlen(body), l, "<s>", "</s>", r, msg, 512, param, 64);
+}
+
 /* The request body parsed for the template at path and rendered with it: the prompt text (the
  * caller frees), or NULL with the parse's or the template's error in err. */
 static char *render(const char *path, const char *body, char *err, size_t errlen)
@@ -23,18 +43,15 @@ static char *render(const char *path, const char *body, char *err, size_t errlen
         snprintf(err, errlen, "cannot read %s", path);
         return NULL;
     }
-    proto_limits l;
-    proto_limits_default(&l);
-    l.vocab = 512;
-    l.max_context = 4096;
-    proto_limits_template(&l, src);
+    proto_limits l = lims(4096, src);
     model_tmpl *t = model_tmpl_compile(src, len, err, errlen);
     free(src);
     if (!t) return NULL;
     proto_req r;
-    char param[64], *out = NULL;
-    if (proto_req_parse(PROTO_EP_CHAT, body, strlen(body), &l, "<s>", "</s>", &r, err, errlen, param,
-                        sizeof param) == PROTO_ERR_NONE) {
+    char param[64], msg[512], *out = NULL;
+    if (parse(PROTO_EP_CHAT, body, &l, &r, msg, param) != PROTO_ERR_NONE)
+        snprintf(err, errlen, "%s", msg);
+    else {
         if (model_tmpl_render(t, r.chat_context, &out, err, errlen) < 0) out = NULL;
         proto_req_deinit(&r);
     }
@@ -134,13 +151,10 @@ TEST(openai_history_mistral_ids)
                           "\"tool_calls\":[{\"id\":\"call_ey3LKEANhmkICdkcW3NTMrqL\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{}\"}}]},"
                           "{\"role\":\"tool\",\"tool_call_id\":\"call_ey3LKEANhmkICdkcW3NTMrqL\",\"content\":\"20C\"}],%s}",
              tools_json);
-    proto_limits l;
-    proto_limits_default(&l);
-    l.vocab = 512;
-    l.max_context = 4096;
+    proto_limits l = lims(4096, NULL);
     proto_req r;
     char param[64];
-    REQUIRE(proto_req_parse(PROTO_EP_CHAT, b, strlen(b), &l, NULL, NULL, &r, err, sizeof err, param, sizeof param) == PROTO_ERR_NONE);
+    REQUIRE(parse(PROTO_EP_CHAT, b, &l, &r, err, param) == PROTO_ERR_NONE);
     CHECK(strstr(r.chat_context, "\"tool_call_id\":\"call_ey3LKEANhmkICdkcW3NTMrqL\""));
     proto_req_deinit(&r);
 }
@@ -160,15 +174,12 @@ TEST(openai_history_developer_role)
         free(b);
     }
     /* a template that names the role gets it as sent */
-    proto_limits l;
-    proto_limits_default(&l);
-    l.vocab = 512;
-    l.max_context = 4096;
-    proto_limits_template(&l, "{% for m in messages %}{% if m.role == 'developer' %}D{% endif %}{% endfor %}");
+    proto_limits l =
+        lims(4096, "{% for m in messages %}{% if m.role == 'developer' %}D{% endif %}{% endfor %}");
     CHECK(l.developer_role);
     proto_req r;
-    char msg[256], param[64];
-    REQUIRE(proto_req_parse(PROTO_EP_CHAT, dev, strlen(dev), &l, NULL, NULL, &r, msg, sizeof msg, param, sizeof param) == PROTO_ERR_NONE);
+    char msg[512], param[64];
+    REQUIRE(parse(PROTO_EP_CHAT, dev, &l, &r, msg, param) == PROTO_ERR_NONE);
     CHECK(strstr(r.chat_context, "\"role\":\"developer\""));
     proto_req_deinit(&r);
 }
@@ -195,19 +206,14 @@ TEST(openai_context_length_wording)
     CHECK_STR(m, "This model's maximum context length is 512 tokens. However, your prompt resulted in 802 tokens. "
                  "Please reduce the length of the prompt.");
     /* through the parser: max_tokens past the context, a token prompt past it */
-    proto_limits l;
-    proto_limits_default(&l);
-    l.vocab = 512;
-    l.max_context = 4;
+    proto_limits l = lims(4, NULL);
     proto_req r;
-    char msg[256], param[64];
+    char msg[512], param[64];
     const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":600}";
-    CHECK_EQ(proto_req_parse(PROTO_EP_CHAT, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg, param, sizeof param),
-             PROTO_ERR_CONTEXT_LENGTH);
+    CHECK_EQ(parse(PROTO_EP_CHAT, b, &l, &r, msg, param), PROTO_ERR_CONTEXT_LENGTH);
     CHECK_MSG(!strncmp(msg, "This model's maximum context length is 4 tokens. However, you requested 600 tokens", 82), "%s", msg);
     b = "{\"prompt\":[1,2,3,4,5]}";
-    CHECK_EQ(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg, param, sizeof param),
-             PROTO_ERR_CONTEXT_LENGTH);
+    CHECK_EQ(parse(PROTO_EP_COMPLETIONS, b, &l, &r, msg, param), PROTO_ERR_CONTEXT_LENGTH);
     CHECK_STR(msg, "This model's maximum context length is 4 tokens. However, your prompt resulted in 5 tokens. "
                    "Please reduce the length of the prompt.");
 }
@@ -215,22 +221,16 @@ TEST(openai_context_length_wording)
 TEST(openai_best_of_one_as_real)
 {
     /* 1.0 is 1, as every other integer field takes it (Python's json writes 1.0 for a float) */
-    proto_limits l;
-    proto_limits_default(&l);
-    l.vocab = 512;
-    l.max_context = 64;
+    proto_limits l = lims(64, NULL);
     proto_req r;
-    char msg[256], param[64];
+    char msg[512], param[64];
     const char *b = "{\"prompt\":\"x\",\"best_of\":1.0}";
-    CHECK_EQ(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg, param, sizeof param),
-             PROTO_ERR_NONE);
+    CHECK_EQ(parse(PROTO_EP_COMPLETIONS, b, &l, &r, msg, param), PROTO_ERR_NONE);
     proto_req_deinit(&r);
     b = "{\"prompt\":\"x\",\"best_of\":2.0}";
-    CHECK_EQ(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg, param, sizeof param),
-             PROTO_ERR_UNSUPPORTED);
+    CHECK_EQ(parse(PROTO_EP_COMPLETIONS, b, &l, &r, msg, param), PROTO_ERR_UNSUPPORTED);
     b = "{\"prompt\":\"x\",\"best_of\":1.5}";
-    CHECK(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg, param, sizeof param) !=
-          PROTO_ERR_NONE);
+    CHECK(parse(PROTO_EP_COMPLETIONS, b, &l, &r, msg, param) != PROTO_ERR_NONE);
 }
 
 TEST(tools_stream_content_len)
@@ -263,20 +263,14 @@ TEST(openai_completions_max_tokens_zero)
 {
     /* OpenAI's minimum on /v1/completions is 0 (the prompt scored with echo and logprobs); a chat
      * reply of no tokens stays a 400 */
-    proto_limits l;
-    proto_limits_default(&l);
-    l.vocab = 512;
-    l.max_context = 64;
+    proto_limits l = lims(64, NULL);
     proto_req r;
-    char msg[256], param[64];
+    char msg[512], param[64];
     const char *b = "{\"prompt\":\"x\",\"max_tokens\":0,\"echo\":true,\"logprobs\":1}";
-    REQUIRE(proto_req_parse(PROTO_EP_COMPLETIONS, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg,
-                            param, sizeof param) == PROTO_ERR_NONE);
+    REQUIRE(parse(PROTO_EP_COMPLETIONS, b, &l, &r, msg, param) == PROTO_ERR_NONE);
     CHECK_EQ(r.max_tokens, 0);
     proto_req_deinit(&r);
     b = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}";
-    CHECK_EQ(proto_req_parse(PROTO_EP_CHAT, b, strlen(b), &l, NULL, NULL, &r, msg, sizeof msg,
-                             param, sizeof param),
-             PROTO_ERR_INVALID_VALUE);
+    CHECK_EQ(parse(PROTO_EP_CHAT, b, &l, &r, msg, param), PROTO_ERR_INVALID_VALUE);
     CHECK_STR(param, "max_tokens");
 }
