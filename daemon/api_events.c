@@ -188,7 +188,8 @@ static void on_choice_done(dmn_api_req *a, const sched_event *ev)
                                 .text = c->text.p + c->tools.sent,
                                 .text_len = len,
                                 .calls = c->tools.calls,
-                                .n_calls = c->tools.n_calls};
+                                .n_calls = c->tools.n_calls,
+                                .function_call = a->tools->legacy};
         if (len || calls) {
             dmn_api_stream_event(a, proto_chunk_json(&a->meta, &out, !c->started, a->include_usage));
             c->started = 1;
@@ -265,7 +266,8 @@ static void on_done(dmn_api_req *a, const sched_event *ev)
                                     .n_lps = c->n_lps,
                                     .calls = c->tools.calls,
                                     .n_calls = c->tools.n_calls,
-                                    .no_content = c->tools.cut};
+                                    .no_content = c->tools.cut,
+                                    .function_call = a->tools && a->tools->legacy};
     }
     dmn_http_add_header(a->http, "x-tandem-devices", a->devices);
     dmn_http_add_header(a->http, "x-request-id", a->id);

@@ -196,7 +196,8 @@ const char *dmn_tools_finish(const proto_tools *t, enum proto_tool_family f, dmn
     }
     ct->mode = DMN_TOOLS_CALLS;
     for (int i = 0; i < ct->n_calls; i++) call_id(ct->calls[i].id, f);
-    return finish && !strcmp(finish, "stop") ? "tool_calls" : finish;
+    if (!finish || strcmp(finish, "stop")) return finish;
+    return t->legacy ? "function_call" : "tool_calls";
 }
 
 void dmn_choice_tools_deinit(dmn_choice_tools *ct)

@@ -2,6 +2,7 @@
 #include "proto/openai_msg.h"
 #include "proto/openai_tools.h"
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 static int alnum(char c)
@@ -100,12 +101,86 @@ json_t *proto_msg_tools(json_t *tools)
     json_t *out = json_deep_copy(tools);
     for (size_t i = 0; out && json_is_array(out) && i < json_array_size(out); i++) {
         json_t *fn = json_object_get(json_array_get(out, i), "function");
-        /* OpenAI makes it optional; Hermes-3's template reads tool.description unguarded */
-        if (json_is_object(fn) && !json_is_string(json_object_get(fn, "description")) &&
-            json_object_set_new(fn, "description", json_string(""))) {
+        if (!json_is_object(fn)) continue;
+        /* OpenAI makes both optional (no parameters: "an empty parameter list"); Hermes-3's
+         * template reads tool.description and tool.parameters unguarded */
+        if ((!json_is_string(json_object_get(fn, "description")) &&
+             json_object_set_new(fn, "description", json_string(""))) ||
+            (!json_is_object(json_object_get(fn, "parameters")) &&
+             json_object_set_new(fn, "parameters",
+                                 json_pack("{s:s, s:{}}", "type", "object", "properties")))) {
             json_decref(out);
             return NULL;
         }
     }
     return out;
+}
+
+int proto_msg_functions(json_t *o, char *msg, size_t msgn, const char **param)
+{
+    json_t *fns = json_object_get(o, "functions"), *fc = json_object_get(o, "function_call");
+    if (json_is_null(fns)) fns = NULL;
+    if (json_is_null(fc)) fc = NULL;
+    if (!fns && !fc) return 0;
+    json_t *tools = json_object_get(o, "tools"), *tc = json_object_get(o, "tool_choice");
+    *param = fns ? "functions" : "function_call";
+    if ((fns && tools && !json_is_null(tools)) || (fc && tc && !json_is_null(tc))) {
+        snprintf(msg, msgn, "'%s' is the deprecated form of '%s': send one of them", *param,
+                 fns ? "tools" : "tool_choice");
+        return -1;
+    }
+    if (fns && !json_is_array(fns)) {
+        snprintf(msg, msgn,
+                 "'functions' must be an array of {\"name\", \"description\", \"parameters\"}");
+        return -1;
+    }
+    json_t *choice = NULL;
+    if (fc && json_is_string(fc) &&
+        (!strcmp(json_string_value(fc), "none") || !strcmp(json_string_value(fc), "auto"))) {
+        choice = json_incref(fc);
+    } else if (fc && json_is_object(fc) && json_is_string(json_object_get(fc, "name"))) {
+        choice = json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name",
+                           json_object_get(fc, "name"));
+        if (!choice) return -2;
+    } else if (fc) {
+        *param = "function_call";
+        snprintf(msg, msgn,
+                 "'function_call' must be \"none\", \"auto\" or {\"name\": a function's name}");
+        return -1;
+    }
+    if (choice && json_object_set_new(o, "tool_choice", choice)) return -2;
+    if (fns) {
+        json_t *t = json_array();
+        for (size_t i = 0; t && i < json_array_size(fns); i++) {
+            json_t *w =
+                json_pack("{s:s, s:O}", "type", "function", "function", json_array_get(fns, i));
+            if (!w || json_array_append_new(t, w)) {
+                json_decref(t);
+                return -2;
+            }
+        }
+        if (!t || json_object_set_new(o, "tools", t)) return -2;
+    }
+    /* the functions API answers one function_call */
+    if (json_object_set_new(o, "parallel_tool_calls", json_false())) return -2;
+    return 1;
+}
+
+int proto_msg_legacy(json_t *m, size_t idx, char last_id[24])
+{
+    json_t *role = json_object_get(m, "role"), *fc = json_object_get(m, "function_call");
+    const char *r = json_is_string(role) ? json_string_value(role) : "";
+    if (!strcmp(r, "assistant") && json_is_object(fc) && !json_object_get(m, "tool_calls")) {
+        snprintf(last_id, 24, "call_fn%zu", idx);
+        json_t *calls =
+            json_pack("[{s:s, s:s, s:O}]", "id", last_id, "type", "function", "function", fc);
+        if (!calls || json_object_set_new(m, "tool_calls", calls)) return -1;
+        json_object_del(m, "function_call");
+    } else if (!strcmp(r, "function")) {
+        if (!last_id[0]) snprintf(last_id, 24, "call_fn");
+        if (json_object_set_new(m, "role", json_string("tool")) ||
+            json_object_set_new(m, "tool_call_id", json_string(last_id)))
+            return -1;
+    }
+    return 0;
 }

@@ -9,7 +9,8 @@
  *   - tool_calls[].function.arguments as a JSON string: the object it holds (templates tojson it);
  *   - the developer role: system, unless the template knows the developer role;
  *   - tool call ids, in the Mistral family: 9 alphanumerics (its template raises otherwise);
- *   - a tool without a description: "" (Hermes-3 reads tool.description unguarded).
+ *   - a tool without a description: "", without parameters: an empty object schema (Hermes-3
+ *     reads both unguarded).
  *
  * Threads: pure functions, any thread. */
 #ifndef TANDEM_PROTO_OPENAI_MSG_H
@@ -22,8 +23,23 @@
 int proto_msg_normalize(json_t *m, const proto_limits *lim);
 
 /* A copy of tools (the request's array, any shape) where every function object without a
- * "description" string has "description": "". A new reference; NULL out of memory. */
+ * "description" string has "description": "" and one without "parameters" the empty list's
+ * {"type": "object", "properties": {}}. A new reference; NULL out of memory. */
 json_t *proto_msg_tools(json_t *tools);
+
+/* The deprecated functions API (OpenAI's "functions" / "function_call", still in its reference)
+ * as tools: request (a chat body, rewritten in place) "functions": [f, ...] -> "tools":
+ * [{"type": "function", "function": f}, ...], "function_call": "none" | "auto" | {"name": N} ->
+ * "tool_choice" (and "parallel_tool_calls": false: one function_call comes back). 1 when the
+ * body used them, 0 when not, -1 with a message in msg and the parameter in *param when it mixes
+ * them with tools / tool_choice or is not their shape (-2: out of memory). */
+int proto_msg_functions(json_t *o, char *msg, size_t msgn, const char **param);
+
+/* A history message of the functions API as one of tools, in place: an assistant's
+ * "function_call": {"name", "arguments"} -> "tool_calls": [{"id": "call_fn<idx>", ...}] (last_id
+ * keeps that id), a "function" message -> a "tool" message answering last_id. 0, -1 out of
+ * memory. */
+int proto_msg_legacy(json_t *m, size_t idx, char last_id[24]);
 
 /* The Mistral family's tool call id for any id a client sent: its last 9 ASCII letters and
  * digits, or (fewer than 9 of them) 9 taken from a hash of the whole id, so that an assistant's

@@ -63,6 +63,7 @@ typedef struct pctx {
     size_t msgn;
     char *param;
     size_t paramn;
+    char fn_id[24]; /* the functions API's last call in the history (proto_msg_legacy) */
 } pctx;
 
 __attribute__((format(printf, 4, 5))) static int fail(pctx *c, enum proto_err e, const char *param,
@@ -421,7 +422,9 @@ static int parse_prompt(pctx *c, json_t *o, proto_req *r)
     return 1;
 }
 
-static const char *const roles[] = {"system", "developer", "user", "assistant", "tool", NULL};
+/* "function": the deprecated functions API's result message (a tool message for the template) */
+static const char *const roles[] = {"system", "developer", "user", "assistant",
+                                    "tool",   "function",  NULL};
 
 /* One message, validated, with its content normalized to a string (or null for an assistant
  * message that only carries tool calls). Returns a new reference or NULL (error recorded). */
@@ -441,7 +444,9 @@ static json_t *message_copy(pctx *c, json_t *m, size_t idx)
     int known = 0;
     for (int i = 0; roles[i]; i++) known |= !strcmp(json_string_value(role), roles[i]);
     if (!known) {
-        fail(c, PROTO_ERR_INVALID_VALUE, pname, "'%s.role' must be one of system, developer, user, assistant, tool", pname);
+        fail(c, PROTO_ERR_INVALID_VALUE, pname,
+             "'%s.role' must be one of system, developer, user, assistant, tool (or function)",
+             pname);
         return NULL;
     }
     json_t *out = json_deep_copy(m);
@@ -487,14 +492,15 @@ static json_t *message_copy(pctx *c, json_t *m, size_t idx)
         fail(c, PROTO_ERR_INVALID_TYPE, pname, "'%s.content' must be a string or an array of text parts, not %s", pname, type_name(content));
         return NULL;
     } else if (!content || json_is_null(content)) {
-        int has_calls = json_object_get(m, "tool_calls") != NULL;
+        int has_calls = json_object_get(m, "tool_calls") != NULL ||
+                        json_is_object(json_object_get(m, "function_call"));
         if (!has_calls || strcmp(json_string_value(role), "assistant") != 0) {
             json_decref(out);
             fail(c, PROTO_ERR_MISSING_FIELD, pname, "'%s.content' is required", pname);
             return NULL;
         }
     }
-    if (proto_msg_normalize(out, c->lim)) {
+    if (proto_msg_legacy(out, idx, c->fn_id) || proto_msg_normalize(out, c->lim)) {
         json_decref(out);
         fail(c, PROTO_ERR_INTERNAL, NULL, "out of memory");
         return NULL;
@@ -575,6 +581,15 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
         if (!r->model) return fail(c, PROTO_ERR_INTERNAL, NULL, "out of memory");
     }
     if (check_unsupported(c, o, ep) < 0) return -1;
+    /* the deprecated functions API, as tools from here on (o rewritten) */
+    int functions = 0;
+    if (ep == PROTO_EP_CHAT) {
+        char m[256];
+        const char *fparam = NULL;
+        functions = proto_msg_functions(o, m, sizeof m, &fparam);
+        if (functions == -2) return fail(c, PROTO_ERR_INTERNAL, NULL, "out of memory");
+        if (functions < 0) return fail(c, PROTO_ERR_INVALID_VALUE, fparam, "%s", m);
+    }
     if (ep == PROTO_EP_COMPLETIONS) {
         if (parse_prompt(c, o, r) < 0) return -1;
     } else {
@@ -663,6 +678,7 @@ static int parse_fields(pctx *c, json_t *o, enum proto_endpoint ep, proto_req *r
     if (proto_struct_parse(o, ep, r, &c->err, c->msg, c->msgn, c->param, c->paramn) < 0) return -1;
     if (ep == PROTO_EP_CHAT && proto_tools_from_json(o, &r->tools, &c->err, c->msg, c->msgn, c->param, c->paramn) < 0)
         return -1;
+    if (functions && r->tools) r->tools->legacy = 1;
     v = json_object_get(o, "user");
     if (v && !json_is_null(v)) {
         if (!json_is_string(v)) return fail(c, PROTO_ERR_INVALID_TYPE, "user", "'user' must be a string, not %s", type_name(v));
@@ -680,7 +696,12 @@ enum proto_err proto_req_parse(enum proto_endpoint ep, const char *body, size_t 
 {
     memset(out, 0, sizeof *out);
     out->ep = ep;
-    pctx c = {lim, PROTO_ERR_NONE, msg, msgn, param, paramn};
+    pctx c = {.lim = lim,
+              .err = PROTO_ERR_NONE,
+              .msg = msg,
+              .msgn = msgn,
+              .param = param,
+              .paramn = paramn};
     if (msgn) msg[0] = 0;
     if (paramn) param[0] = 0;
     if (proto_json_depth(body, len, lim->max_depth) > lim->max_depth) {

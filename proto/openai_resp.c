@@ -145,6 +145,12 @@ static json_t *tool_calls_value(const proto_choice_out *c, int with_index)
     return a;
 }
 
+/* the functions API's one call: {"name", "arguments"} */
+static json_t *function_call_value(const proto_choice_out *c)
+{
+    return json_pack("{s:s, s:s}", "name", c->calls[0].name, "arguments", c->calls[0].arguments);
+}
+
 static json_t *envelope(const proto_resp_meta *m, const char *object)
 {
     return json_pack("{s:s, s:s, s:I, s:s}", "id", m->id, "object", object, "created",
@@ -176,8 +182,10 @@ char *proto_resp_json(const proto_resp_meta *m, const proto_choice_out *choices,
                            "role", "assistant", "content", content, "refusal", "logprobs",
                            logprobs_value(m->ep, c), "finish_reason", finish_value(c));
             if (ch && c->n_calls) {
-                json_t *tc = tool_calls_value(c, 0);
-                if (!tc || json_object_set_new(json_object_get(ch, "message"), "tool_calls", tc)) {
+                json_t *tc = c->function_call ? function_call_value(c) : tool_calls_value(c, 0);
+                if (!tc ||
+                    json_object_set_new(json_object_get(ch, "message"),
+                                        c->function_call ? "function_call" : "tool_calls", tc)) {
                     json_decref(ch);
                     ch = NULL;
                 }
@@ -215,7 +223,10 @@ char *proto_chunk_json(const proto_resp_meta *m, const proto_choice_out *c, int 
         /* The closing chunk of a choice has an empty delta, as OpenAI sends it. */
         if (c->text_len || (role && !c->n_calls) || (!c->finish_reason && !c->n_calls))
             json_object_set_new(delta, "content", text_value(c->text, c->text_len));
-        if (c->n_calls) json_object_set_new(delta, "tool_calls", tool_calls_value(c, 1));
+        if (c->n_calls && c->function_call)
+            json_object_set_new(delta, "function_call", function_call_value(c));
+        else if (c->n_calls)
+            json_object_set_new(delta, "tool_calls", tool_calls_value(c, 1));
         ch = json_pack("{s:i, s:o, s:o, s:o}", "index", c->index, "delta", delta, "logprobs",
                        logprobs_value(m->ep, c), "finish_reason", finish_value(c));
     } else {

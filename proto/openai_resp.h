@@ -59,6 +59,8 @@ typedef struct proto_choice_out {
     int n_calls, call_base;
     int no_content; /* chat: content null without calls too (a constrained call cut short: its
                        text is the grammar's markup, not content; vLLM's answer) */
+    int function_call; /* chat: calls[0] as the deprecated functions API's function_call
+                          {"name", "arguments"} (message or delta), not tool_calls */
 } proto_choice_out;
 
 typedef struct proto_usage {

@@ -38,6 +38,7 @@ typedef struct proto_tools {
     int choice;    /* enum proto_tool_choice */
     int named;     /* PROTO_TOOL_CHOICE_NAMED: the index of the function */
     int parallel;  /* parallel_tool_calls (default 1) */
+    int legacy;    /* asked with the deprecated functions API: one function_call answers it */
 } proto_tools;
 
 typedef struct proto_tool_call {

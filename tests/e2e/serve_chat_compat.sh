@@ -3,7 +3,8 @@
 # with curl against the chat templates we ship (tiny-llama2-mha: random weights, so any text that
 # matters is forced with the "grammar" extension):
 #   - history echoed back with null keys / empty tool_calls (Llama-3.1, Hermes-3 raised);
-#   - the developer role (Mistral raised); a tool without a description (Hermes-3 raised);
+#   - the developer role (Mistral raised); a tool without a description or parameters (Hermes-3
+#     raised); the deprecated functions API (ignored: no call came back);
 #   - arguments as a JSON string reach the template as the object (/apply-template shows it);
 #   - Hermes <tool_call> after text with tool_choice auto: the stream gives the same content,
 #     calls and finish_reason as the whole response (the stream lost the call);
@@ -60,6 +61,14 @@ for cid in "$id" call_ey3LKEANhmkICdkcW3NTMrqL; do
     code=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"'"$cid"'","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},{"role":"tool","tool_call_id":"'"$cid"'","content":"20C"}],'"$TOOLS"',"max_tokens":3}')
     check "compat_mistral_turn2_id$n" [ "$code" = 200 ]
 done
+# the deprecated functions API: answered with message.function_call, finish function_call; its
+# history (function_call, a function message) renders
+F='"functions":[{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":8}},"required":["city"]}}]'
+post /v1/chat/completions '{"messages":[{"role":"user","content":"weather?"}],'"$F"',"function_call":{"name":"get_weather"},"max_tokens":300,"temperature":0}' >/dev/null
+check compat_functions_api jqt '.choices[0].finish_reason == "function_call" and .choices[0].message.function_call.name == "get_weather" and (.choices[0].message.function_call.arguments | fromjson | .city | type) == "string" and (.choices[0].message | has("tool_calls") | not)'
+post /v1/chat/completions '{"messages":[{"role":"user","content":"weather?"}],'"$F"',"function_call":{"name":"get_weather"},"max_tokens":300,"temperature":0,"stream":true}' >/dev/null
+check compat_functions_api_stream sh -c "sed -n 's/^data: //p' '$T/body' | grep -v DONE | jq -s -e '[.[].choices[0]] | (map(.delta.function_call.name // empty) == [\"get_weather\"]) and (map(.finish_reason // empty) == [\"function_call\"])' >/dev/null"
+check compat_functions_api_history [ "$(post /v1/chat/completions '{"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":null,"function_call":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}},{"role":"function","name":"get_weather","content":"20C"}],'"$F"',"max_tokens":3}')" = 200 ]
 # GET /v1/models/{id}: the client encodes the "/" of the name
 check compat_model_slash_encoded [ "$(get "$API/v1/models/meta-llama%2FTiny-1B")" = 200 ]
 check compat_model_slash_id [ "$(jqb .id)" = meta-llama/Tiny-1B ]
@@ -78,6 +87,7 @@ serve_start --model models/tiny-llama2-mha --chat-template tests/data/chat_templ
     { fail compat_hermes_start "daemon did not start"; exit 0; }
 check compat_hermes_null_keys_with_tools [ "$(post /v1/chat/completions "$NULLS,$TOOLS}")" = 200 ]
 check compat_hermes_tool_without_description [ "$(post /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"max_tokens":3}')" = 200 ]
+check compat_hermes_tool_without_parameters [ "$(post /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","description":"d"}}],"max_tokens":3}')" = 200 ]
 G='"grammar":"root ::= \"Let me check.\\n<tool_call>\\n{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": {\\\"city\\\": \\\"Paris\\\"}}\\n</tool_call>\""'
 BODY='{"messages":[{"role":"user","content":"weather?"}],'"$TOOLS"','"$G"',"max_tokens":300,"temperature":0'
 post /v1/chat/completions "$BODY}" >/dev/null

@@ -379,7 +379,7 @@ TEST(proto_resp_shapes)
         {"Hi", 2, -0.5f, 0, 2, {{"Hi", 2, -0.5f}, {"\xE2\x82", 2, -1.0f}}, 0},
         {"!", 1, -INFINITY, 2, 0, {{0}}, 0},
     };
-    proto_choice_out c = {0, "Hi!", 3, "length", 1, lp, 2, NULL, 0, 0, 0};
+    proto_choice_out c = {0, "Hi!", 3, "length", 1, lp, 2, NULL, 0, 0, 0, 0};
     proto_usage u = {.prompt_tokens = 5, .completion_tokens = 2, .cached_tokens = 4};
     json_t *j = load(proto_resp_json(&m, &c, 1, &u));
     REQUIRE(j);
@@ -387,6 +387,7 @@ TEST(proto_resp_shapes)
     json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
     CHECK_STR(json_string_value(json_object_get(json_object_get(ch, "message"), "content")), "Hi!");
     /* refusal is required (nullable) in OpenAI's response message */
+    CHECK(!json_object_get(json_object_get(ch, "message"), "function_call"));
     json_t *refusal = json_object_get(json_object_get(ch, "message"), "refusal");
     CHECK(refusal && json_is_null(refusal));
     CHECK_STR(json_string_value(json_object_get(ch, "finish_reason")), "length");
@@ -418,7 +419,7 @@ TEST(proto_resp_shapes)
 
     /* stream chunks: chat role delta, closing chunk with empty delta, usage chunk */
     m.ep = PROTO_EP_CHAT;
-    proto_choice_out d = {1, "x", 1, NULL, 0, NULL, 0, NULL, 0, 0, 0};
+    proto_choice_out d = {1, "x", 1, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0};
     j = load(proto_chunk_json(&m, &d, 1, 1));
     REQUIRE(j);
     CHECK_STR(json_string_value(json_object_get(j, "object")), "chat.completion.chunk");
@@ -429,7 +430,7 @@ TEST(proto_resp_shapes)
     CHECK(json_is_null(json_object_get(ch, "finish_reason")));
     CHECK(json_is_null(json_object_get(j, "usage")) && json_object_get(j, "usage"));
     json_decref(j);
-    proto_choice_out fin = {1, NULL, 0, "stop", 0, NULL, 0, NULL, 0, 0, 0};
+    proto_choice_out fin = {1, NULL, 0, "stop", 0, NULL, 0, NULL, 0, 0, 0, 0};
     j = load(proto_chunk_json(&m, &fin, 0, 0));
     REQUIRE(j);
     ch = json_array_get(json_object_get(j, "choices"), 0);

@@ -8,6 +8,7 @@
 #include "model/tmpl/tmpl.h"
 #include "proto/openai_msg.h"
 #include "proto/openai_req.h"
+#include "proto/openai_resp.h"
 #include "proto/openai_tools.h"
 #include "tests/test.h"
 #include <ctype.h>
@@ -273,4 +274,93 @@ TEST(openai_completions_max_tokens_zero)
     b = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}";
     CHECK_EQ(parse(PROTO_EP_CHAT, b, &l, &r, msg, param), PROTO_ERR_INVALID_VALUE);
     CHECK_STR(param, "max_tokens");
+}
+
+TEST(openai_functions_api_as_tools)
+{
+    /* the deprecated functions API (still in OpenAI's reference): functions and function_call
+     * become tools and tool_choice, one call; the history's function_call and function messages
+     * render as a tool call and its result (Mistral: with ids of 9 that agree) */
+    const char *fns = "\"functions\":[{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+                      "\"object\"}},{\"name\":\"f2\"}]";
+    char b[2048], msg[512], param[64];
+    snprintf(b, sizeof b,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"}],%s,\"function_call\":{"
+             "\"name\":\"f2\"}}",
+             fns);
+    proto_limits l = lims(4096, NULL);
+    proto_req r;
+    REQUIRE(parse(PROTO_EP_CHAT, b, &l, &r, msg, param) == PROTO_ERR_NONE);
+    REQUIRE(r.tools);
+    CHECK(r.tools->legacy && !r.tools->parallel);
+    CHECK_EQ(r.tools->n, 2);
+    CHECK_EQ(r.tools->choice, PROTO_TOOL_CHOICE_NAMED);
+    CHECK_EQ(r.tools->named, 1);
+    CHECK(strstr(r.chat_context,
+                 "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\""));
+    proto_req_deinit(&r);
+    /* mixed with tools, or a function_call of another shape: 400 naming the key */
+    snprintf(b, sizeof b, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tools\":[]}",
+             fns);
+    CHECK_EQ(parse(PROTO_EP_CHAT, b, &l, &r, msg, param), PROTO_ERR_INVALID_VALUE);
+    CHECK_STR(param, "functions");
+    snprintf(
+        b, sizeof b,
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"function_call\":\"sometimes\"}",
+        fns);
+    CHECK_EQ(parse(PROTO_EP_CHAT, b, &l, &r, msg, param), PROTO_ERR_INVALID_VALUE);
+    CHECK_STR(param, "function_call");
+    snprintf(b, sizeof b,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":\"assistant\","
+             "\"content\":null,"
+             "\"function_call\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": "
+             "\\\"Paris\\\"}\"}},"
+             "{\"role\":\"function\",\"name\":\"get_weather\",\"content\":\"20C\"}],%s}",
+             fns);
+    static const char *const tmpls[] = {TMPL("mistral-7b-instruct-v0.3"),
+                                        TMPL("llama-3.1-instruct"),
+                                        TMPL("hermes-3-llama-3.1-tool-use")};
+    for (size_t i = 0; i < sizeof tmpls / sizeof tmpls[0]; i++) {
+        char err[512];
+        char *out = render(tmpls[i], b, err, sizeof err);
+        CHECK_MSG(out && strstr(out, "Paris") && strstr(out, "20C"), "%s: %s", tmpls[i],
+                  out ? out : err);
+        free(out);
+    }
+}
+
+TEST(openai_function_call_response_shape)
+{
+    /* answered in the functions API's shape: message.function_call / delta.function_call */
+    proto_tool_call call = {"call_x", "get_weather", "{\"city\":\"Paris\"}"};
+    proto_resp_meta m = {PROTO_EP_CHAT, "chatcmpl-1", 1, "m"};
+    proto_usage u = {0};
+    for (int legacy = 0; legacy < 2; legacy++) {
+        proto_choice_out c = {.finish_reason = legacy ? "function_call" : "tool_calls",
+                              .calls = &call,
+                              .n_calls = 1,
+                              .function_call = legacy};
+        char *s = proto_resp_json(&m, &c, 1, &u);
+        json_t *j = s ? json_loads(s, 0, NULL) : NULL;
+        free(s);
+        json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+        json_t *fc = json_object_get(msg, "function_call"),
+               *tc = json_object_get(msg, "tool_calls");
+        CHECK(json_is_null(json_object_get(msg, "content")));
+        if (legacy) {
+            CHECK(!tc && fc);
+            CHECK_STR(json_string_value(json_object_get(fc, "name")), "get_weather");
+            CHECK_STR(json_string_value(json_object_get(fc, "arguments")), "{\"city\":\"Paris\"}");
+        } else {
+            CHECK(tc && !fc);
+        }
+        json_decref(j);
+        s = proto_chunk_json(&m, &c, 1, 0);
+        j = s ? json_loads(s, 0, NULL) : NULL;
+        free(s);
+        json_t *delta = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta");
+        CHECK(!json_object_get(delta, legacy ? "tool_calls" : "function_call"));
+        CHECK(json_object_get(delta, legacy ? "function_call" : "tool_calls"));
+        json_decref(j);
+    }
 }
