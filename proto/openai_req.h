@@ -12,7 +12,10 @@
  *   {"messages": [{"role": ..., "content": "<text>", ...}], "tools": [...] (when given),
  *    "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"}
  * Message content given as an array of {"type": "text", "text": ...} parts is joined into one
- * string (what most templates expect); other part types are rejected as unsupported.
+ * string (what most templates expect); other part types are rejected as unsupported. The
+ * messages and tools are then shaped for the template (null keys dropped, string arguments
+ * parsed, developer as system, Mistral's ids, the deprecated functions API as tools:
+ * proto/openai_msg.h), after proto_limits' template traits.
  *
  * Threads: pure functions, any thread. */
 #ifndef TANDEM_PROTO_OPENAI_REQ_H
