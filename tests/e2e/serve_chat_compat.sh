@@ -73,6 +73,14 @@ check compat_functions_api_history [ "$(post /v1/chat/completions '{"messages":[
 check compat_model_slash_encoded [ "$(get "$API/v1/models/meta-llama%2FTiny-1B")" = 200 ]
 check compat_model_slash_id [ "$(jqb .id)" = meta-llama/Tiny-1B ]
 c1=$(jqb .created)
+# the Node client itself (it encodes the "/" as %2F)
+if npm_need compat_node_retrieve openai; then
+    got=$(NODE_PATH=build/npm/node_modules node -e '
+        const m = require("openai"); const OpenAI = m.OpenAI || m.default || m;
+        new OpenAI({ baseURL: process.argv[1], apiKey: "k", maxRetries: 0 }).models.retrieve("meta-llama/Tiny-1B")
+            .then((r) => console.log(r.id), (e) => console.log(`error ${e.status} ${e.message}`));' "$API/v1" 2>&1)
+    check compat_node_models_retrieve_slash [ "$got" = meta-llama/Tiny-1B ]
+fi
 check compat_model_slash_plain [ "$(get "$API/v1/models/meta-llama/Tiny-1B")" = 200 ]
 check compat_model_bad_escape [ "$(get "$API/v1/models/meta-llama%2")" = 400 ]
 check compat_model_nul_escape [ "$(get "$API/v1/models/a%00b")" = 400 ]
