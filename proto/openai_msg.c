@@ -56,11 +56,15 @@ static void drop_nulls(json_t *m)
  * as a string, templates (Hermes, Qwen2.5, Llama-3.1, Mistral) tojson them, which wrote the
  * string quoted — history the model never saw in training (vLLM's _postprocess_messages parses
  * it the same way). A string that is not a JSON object stays as it is. */
-static int parse_arguments(json_t *call)
+static int parse_arguments(json_t *call, int max_depth)
 {
     json_t *fn = json_object_get(call, "function");
     json_t *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
     if (!json_is_string(args)) return 0;
+    /* the body's nesting bound holds for what a string holds too: a deeper one stays a string
+     * (the template context's JSON is read again by the template engine) */
+    if (proto_json_depth(json_string_value(args), json_string_length(args), max_depth) > max_depth)
+        return 0;
     json_t *o =
         json_loadb(json_string_value(args), json_string_length(args), JSON_REJECT_DUPLICATES, NULL);
     if (!json_is_object(o)) {
@@ -83,7 +87,7 @@ int proto_msg_normalize(json_t *m, const proto_limits *lim)
     for (size_t i = 0; json_is_array(calls) && i < json_array_size(calls); i++) {
         json_t *c = json_array_get(calls, i);
         if (!json_is_object(c)) continue;
-        if (parse_arguments(c) || (mistral && set_mistral_id(c, "id"))) return -1;
+        if (parse_arguments(c, lim->max_depth) || (mistral && set_mistral_id(c, "id"))) return -1;
     }
     if (mistral && set_mistral_id(m, "tool_call_id")) return -1;
     /* developer messages replace system messages (OpenAI's reference, o1 and later); a template

@@ -119,6 +119,28 @@ TEST(openai_history_arguments_string_is_object)
     free(out);
 }
 
+TEST(openai_history_arguments_deep_stay_string)
+{
+    /* a string nested past the body's depth bound is not parsed into the template's context */
+    char args[400], b[1024], msg[512], param[64];
+    size_t k = 0;
+    k += (size_t)snprintf(args + k, sizeof args - k, "{\\\"a\\\":");
+    for (int i = 0; i < 100; i++) args[k++] = '[';
+    for (int i = 0; i < 100; i++) args[k++] = ']';
+    snprintf(args + k, sizeof args - k, "}");
+    snprintf(b, sizeof b,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\","
+             "\"content\":null,"
+             "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+             "\"arguments\":\"%s\"}}]}]}",
+             args);
+    proto_limits l = lims(4096, NULL);
+    proto_req r;
+    REQUIRE(parse(PROTO_EP_CHAT, b, &l, &r, msg, param) == PROTO_ERR_NONE);
+    CHECK_MSG(strstr(r.chat_context, "\"arguments\":\"{"), "%.200s", r.chat_context);
+    proto_req_deinit(&r);
+}
+
 TEST(openai_history_mistral_ids)
 {
     /* turn 2 of a Mistral tool loop with OpenAI-style ids (ours before, any client's): the
