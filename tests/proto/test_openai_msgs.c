@@ -77,7 +77,8 @@ TEST(openai_history_null_keys_render)
         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"Hello there!\","
         "\"tool_calls\":[]},{\"role\":\"user\",\"content\":\"bye\"}]}",
     };
-    static const char *const tmpls[] = {TMPL("llama-3.1-instruct"), TMPL("hermes-3-llama-3.1-tool-use"),
+    static const char *const tmpls[] = {TMPL("llama-3.1-instruct"), TMPL("llama-3.2-instruct"),
+                                        TMPL("hermes-3-llama-3.1-tool-use"),
                                         TMPL("qwen2.5-instruct"), TMPL("mistral-7b-instruct-v0.3")};
     char err[512], body[2048];
     for (size_t i = 0; i < sizeof tmpls / sizeof tmpls[0]; i++)
