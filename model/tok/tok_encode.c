@@ -6,7 +6,15 @@
  *   3. each remaining span is pre-tokenized and BPE-encoded (model/tok/tok_pretok.c, tok_bpe.c);
  *   4. the post-processor's special ids go around the result when add_special is set.
  * Added tokens match leftmost-longest, honouring single_word, lstrip and rstrip exactly as
- * tokenizers' AddedVocabulary::find_matches does (a rejected match is not retried shorter). */
+ * tokenizers' AddedVocabulary::find_matches does (a rejected match is not retried shorter).
+ *
+ * Literal ranges (tok_lit: escaped special-token strings, model/tok/tok_escape.c) make a special
+ * token's match that overlaps one rejected the same way, as find_matches rejects special tokens
+ * under encode_special_tokens; the range stays in its text span, normalized and pre-tokenized
+ * with its neighbours. In step 2 the ranges are found in the normalized text by normalizing the
+ * span's pieces one by one: where the pieces' results do not join up to the span's (a normalizer
+ * that reaches across a cut), every special match of that span's normalized text is rejected,
+ * erring towards text. */
 #include "model/tok/tok_internal.h"
 #include <stdlib.h>
 #include <string.h>
@@ -51,8 +59,7 @@ static uint32_t cp_at(const char *s, size_t n, size_t *len)
     return cp;
 }
 
-/* Longest pattern starting at s[i], or -1. */
-static int32_t trie_match(const tok_trie *tr, const char *s, size_t n, size_t i, size_t *end)
+int32_t model_tok_trie_longest(const tok_trie *tr, const char *s, size_t n, size_t i, size_t *end)
 {
     int32_t node = 0, best = -1;
     for (size_t k = i; k < n; k++) {
@@ -69,7 +76,23 @@ static int32_t trie_match(const tok_trie *tr, const char *s, size_t n, size_t i,
     return best;
 }
 
-static int find_added(const model_tok *t, const tok_trie *tr, const char *s, size_t n, segs *out)
+/* Literal ranges of one search; lit_all: every special match is rejected. */
+typedef struct lit_set {
+    const tok_lit *p;
+    size_t n, next;
+    int all;
+} lit_set;
+
+/* 1 when [a, b) overlaps a literal range (calls come with a growing a). */
+static int lit_overlaps(lit_set *ls, size_t a, size_t b)
+{
+    if (ls->all) return 1;
+    while (ls->next < ls->n && ls->p[ls->next].b <= a) ls->next++;
+    return ls->next < ls->n && ls->p[ls->next].a < b;
+}
+
+static int find_added(const model_tok *t, const tok_trie *tr, const char *s, size_t n, lit_set *ls,
+                      segs *out)
 {
     out->n = 0;
     if (n == 0) return 0;
@@ -79,11 +102,13 @@ static int find_added(const model_tok *t, const tok_trie *tr, const char *s, siz
         size_t i = pos, me = 0;
         int32_t k = -1;
         for (; i < n; i++)
-            if (tr->first[(uint8_t)s[i]] && (k = trie_match(tr, s, n, i, &me)) >= 0) break;
+            if (tr->first[(uint8_t)s[i]] && (k = model_tok_trie_longest(tr, s, n, i, &me)) >= 0)
+                break;
         if (k < 0) break;
         const tok_added *a = &t->added[k];
         size_t start = i, stop = me, l;
         pos = me;
+        if (a->special && ls && lit_overlaps(ls, start, stop)) continue;
         if (a->single_word) {
             size_t st;
             int start_space = start == 0 || !model_tok_cp_is_word(cp_before(s, start, &st));
@@ -105,9 +130,41 @@ static int find_added(const model_tok *t, const tok_trie *tr, const char *s, siz
     return 0;
 }
 
-/* Normalizes one raw span, cuts out normalized added tokens, pre-tokenizes the rest. */
-static int encode_span(tok_work *w, const char *s, size_t n, int at_origin, proto_buf *norm,
-                       segs *sv)
+/* The literal ranges lits[0..nl) of the span s[0..n) (span offsets, inside it) in its normalized
+ * text ns[0..nn): each piece between cuts normalized alone (Prepend only at the start), their
+ * lengths summed. *all is set when the pieces do not join up to ns. Ranges into *out. */
+static int lits_normalized(const model_tok *t, const char *s, size_t n, const tok_lit *lits,
+                           size_t nl, const char *ns, size_t nn, tok_lit *out, int *all)
+{
+    proto_buf piece = {0};
+    size_t at = 0, o = 0; /* raw and normalized offsets of the next piece */
+    int rc = 0;
+    *all = 0;
+    for (size_t i = 0; i <= 2 * nl && !rc && !*all; i++) {
+        size_t end = i == 2 * nl ? n : i % 2 ? lits[i / 2].b : lits[i / 2].a;
+        if (end < at) end = at;
+        rc = at == 0 ? model_tok_normalize(t, s, end, &piece)
+                     : model_tok_normalize_inner(t, s + at, end - at, &piece);
+        if (rc) break;
+        if (o + piece.len > nn || (piece.len && memcmp(ns + o, piece.p, piece.len))) *all = 1;
+        o += piece.len;
+        if (i < 2 * nl) {
+            if (i % 2)
+                out[i / 2].b = o;
+            else
+                out[i / 2].a = o;
+        }
+        at = end;
+    }
+    if (!rc && o != nn) *all = 1;
+    proto_buf_deinit(&piece);
+    return rc;
+}
+
+/* Normalizes one raw span, cuts out normalized added tokens, pre-tokenizes the rest. lits: the
+ * literal ranges inside the span, span offsets. */
+static int encode_span(tok_work *w, const char *s, size_t n, int at_origin, const tok_lit *lits,
+                       size_t nl, proto_buf *norm, segs *sv)
 {
     const model_tok *t = w->t;
     const char *ns = s;
@@ -117,7 +174,19 @@ static int encode_span(tok_work *w, const char *s, size_t n, int at_origin, prot
         ns = norm->p;
         nn = norm->len;
     }
-    if (find_added(t, &t->norm_trie, ns, nn, sv)) return -1;
+    lit_set ls = {lits, nl, 0, 0};
+    tok_lit *nlits = NULL;
+    if (nl && t->spec_normalized && t->n_norm) {
+        nlits = malloc(nl * sizeof *nlits);
+        if (!nlits || lits_normalized(t, s, n, lits, nl, ns, nn, nlits, &ls.all)) {
+            free(nlits);
+            return -1;
+        }
+        ls.p = nlits;
+    }
+    int rc = find_added(t, &t->norm_trie, ns, nn, &ls, sv);
+    free(nlits);
+    if (rc) return -1;
     for (size_t i = 0; i < sv->n; i++) {
         seg g = sv->p[i];
         if (g.id >= 0) {
@@ -137,11 +206,22 @@ static int encode_span(tok_work *w, const char *s, size_t n, int at_origin, prot
 int model_tok_encode(const model_tok *t, const char *text, size_t len, int add_special,
                      int32_t **ids_out, size_t *n_out)
 {
+    return model_tok_encode_lits(t, text, len, add_special, NULL, 0, ids_out, n_out);
+}
+
+int model_tok_encode_lits(const model_tok *t, const char *text, size_t len, int add_special,
+                          const tok_lit *lits, size_t nl, int32_t **ids_out, size_t *n_out)
+{
     if (ids_out) *ids_out = NULL;
     if (n_out) *n_out = 0;
-    if (!t || !ids_out || !n_out || (!text && len) || len > TOK_MAX_INPUT_BYTES) return -1;
+    if (!t || !ids_out || !n_out || (!text && len) || len > TOK_MAX_INPUT_BYTES || (nl && !lits))
+        return -1;
     proto_buf clean = {0}, norm = {0};
     segs raw = {0}, sv = {0};
+    struct {
+        tok_lit *p;
+        size_t cap;
+    } span_lits = {0};
     tok_work w;
     memset(&w, 0, sizeof w);
     w.t = t;
@@ -151,19 +231,39 @@ int model_tok_encode(const model_tok *t, const char *text, size_t len, int add_s
     int rc = -1;
     if (!w.md) goto done;
     if (proto_utf8_valid_len(text, len) != len) {
+        if (nl) goto done; /* the ranges are offsets of valid text */
         if (proto_utf8_lossy(&clean, text, len)) goto done;
         text = clean.p;
         len = clean.len;
     }
     if (add_special && model_tok_ids_put(&w.out, t->pp_prefix, t->n_prefix)) goto done;
-    if (find_added(t, &t->raw_trie, text, len, &raw)) goto done;
+    lit_set ls = {lits, nl, 0, 0};
+    if (find_added(t, &t->raw_trie, text, len, &ls, &raw)) goto done;
+    size_t li = 0;
     for (size_t i = 0; i < raw.n; i++) {
         seg g = raw.p[i];
         if (g.id >= 0) {
             if (model_tok_ids_put(&w.out, &g.id, 1)) goto done;
-        } else if (g.b > g.a && encode_span(&w, text + g.a, g.b - g.a, g.a == 0, &norm, &sv)) {
-            goto done;
+            continue;
         }
+        if (g.b <= g.a) continue;
+        /* this span's literal ranges, clipped to it, in span offsets (a non-special added
+         * token may still cut one) */
+        while (li < nl && lits[li].b <= g.a) li++;
+        size_t lj = li;
+        while (lj < nl && lits[lj].a < g.b) lj++;
+        if (lj - li > span_lits.cap) {
+            free(span_lits.p);
+            span_lits.p = malloc((lj - li) * sizeof *span_lits.p);
+            span_lits.cap = span_lits.p ? lj - li : 0;
+            if (!span_lits.p) goto done;
+        }
+        for (size_t k = li; k < lj; k++) {
+            size_t a = lits[k].a > g.a ? lits[k].a : g.a, b = lits[k].b < g.b ? lits[k].b : g.b;
+            span_lits.p[k - li] = (tok_lit){a - g.a, b - g.a};
+        }
+        if (encode_span(&w, text + g.a, g.b - g.a, g.a == 0, span_lits.p, lj - li, &norm, &sv))
+            goto done;
     }
     if (add_special && model_tok_ids_put(&w.out, t->pp_suffix, t->n_suffix)) goto done;
     rc = 0;
@@ -178,5 +278,6 @@ done:
     proto_buf_deinit(&norm);
     free(raw.p);
     free(sv.p);
+    free(span_lits.p);
     return rc;
 }

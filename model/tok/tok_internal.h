@@ -237,6 +237,13 @@ struct model_tok {
     size_t n_added;
     tok_map added_map; /* content -> id */
     tok_trie raw_trie, norm_trie;
+    /* Escaping (model/tok/tok_escape.c): every special token's raw content, whichever trie it is
+     * matched by; the shortest such content (the escaping's growth bound), whether a special is
+     * matched after the normalizer (its literal ranges then need mapping through it), and
+     * whether one is made of ASCII digits only (a marker could then hold one: no escaping). */
+    tok_trie spec_trie;
+    uint32_t spec_min_len;
+    int spec_normalized, spec_digits;
 
     /* pipeline */
     tok_norm *norm;
@@ -256,6 +263,21 @@ struct model_tok {
     int32_t bos_id, eos_id;
     int clean_up_spaces; /* clean_up_tokenization_spaces: transformers' decode post-pass */
 };
+
+/* A byte range of an encode's text that holds a special token's string as text (an escaped
+ * literal, model/tok/tok_escape.c): a special added token's match that overlaps it is skipped,
+ * as tokenizers skips special tokens under encode_special_tokens (split_special_tokens), while
+ * the range is pre-tokenized with the text around it. Sorted, not overlapping. */
+typedef struct tok_lit {
+    size_t a, b;
+} tok_lit;
+
+/* model/tok/tok_encode.c: model_tok_encode with literal ranges (lits may be NULL when nl is 0).
+ * text must be valid UTF-8 when nl > 0 (the ranges are its offsets). */
+int model_tok_encode_lits(const model_tok *t, const char *text, size_t len, int add_special,
+                          const tok_lit *lits, size_t nl, int32_t **ids_out, size_t *n_out);
+/* The longest pattern of tr that starts at s[i] (its term, -1 when none; its end in *end). */
+int32_t model_tok_trie_longest(const tok_trie *tr, const char *s, size_t n, size_t i, size_t *end);
 
 /* ---------------------------------------------------------------- per-call encode scratch */
 typedef struct tok_sym {
@@ -303,6 +325,9 @@ void model_tok_trie_free(tok_trie *tr);
 
 /* model/tok/tok_norm.c: runs the normalizer steps over s[0..n), result in out (replaced). */
 int model_tok_normalize(const model_tok *t, const char *s, size_t n, proto_buf *out);
+/* The same without Prepend steps: the text that follows a cut inside one span (an escaped
+ * literal's pieces are normalized one by one to find where the literal lands). */
+int model_tok_normalize_inner(const model_tok *t, const char *s, size_t n, proto_buf *out);
 /* Unicode predicates tokenizers uses around added tokens (Rust's char::is_whitespace and regex \w). */
 int model_tok_cp_is_space(uint32_t cp);
 int model_tok_cp_is_word(uint32_t cp);

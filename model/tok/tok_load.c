@@ -281,8 +281,17 @@ static int build_tries(model_tok *t, char *err, size_t errlen)
     proto_buf nb = {0};
     if (model_tok_trie_add(&t->raw_trie, "", 0, -1) || model_tok_trie_add(&t->norm_trie, "", 0, -1))
         FAIL("out of memory");
+    if (model_tok_trie_add(&t->spec_trie, "", 0, -1)) FAIL("out of memory");
     for (size_t i = 0; i < t->n_added; i++) {
         tok_added *x = &t->added[i];
+        if (x->special) {
+            if (model_tok_trie_add(&t->spec_trie, x->content, x->len, (int32_t)i)) goto oom;
+            if (!t->spec_min_len || x->len < t->spec_min_len) t->spec_min_len = x->len;
+            t->spec_normalized |= x->normalized;
+            size_t d = 0;
+            while (d < x->len && x->content[d] >= '0' && x->content[d] <= '9') d++;
+            t->spec_digits |= d == x->len;
+        }
         if (!x->normalized) {
             if (model_tok_trie_add(&t->raw_trie, x->content, x->len, (int32_t)i)) goto oom;
             continue;
@@ -560,6 +569,7 @@ void model_tok_free(model_tok *t)
     model_tok_pairs_free(&t->merges);
     model_tok_trie_free(&t->raw_trie);
     model_tok_trie_free(&t->norm_trie);
+    model_tok_trie_free(&t->spec_trie);
     model_tok_arena_free(&t->arena);
     free(t);
 }

@@ -158,7 +158,7 @@ static int strip(const tok_norm *nm, const char *s, size_t n, proto_buf *out)
     return proto_buf_add(out, s + a, b - a);
 }
 
-int model_tok_normalize(const model_tok *t, const char *s, size_t n, proto_buf *out)
+static int normalize(const model_tok *t, const char *s, size_t n, int prepend, proto_buf *out)
 {
     proto_buf a = {0}, b = {0};
     if (proto_buf_add(&a, s, n)) return -1;
@@ -169,7 +169,7 @@ int model_tok_normalize(const model_tok *t, const char *s, size_t n, proto_buf *
         switch (nm->kind) {
         case TOK_NORM_PREPEND:
             /* tokenizers prepends only to non-empty text */
-            if (a.len == 0) continue;
+            if (a.len == 0 || !prepend) continue;
             rc = proto_buf_add(&b, nm->str, nm->str_len) || proto_buf_add(&b, a.p, a.len);
             break;
         case TOK_NORM_REPLACE: rc = replace(nm, a.p, a.len, &b); break;
@@ -196,4 +196,14 @@ int model_tok_normalize(const model_tok *t, const char *s, size_t n, proto_buf *
     *out = a;
     if (!out->p && proto_buf_add(out, "", 0)) return -1;
     return 0;
+}
+
+int model_tok_normalize(const model_tok *t, const char *s, size_t n, proto_buf *out)
+{
+    return normalize(t, s, n, 1, out);
+}
+
+int model_tok_normalize_inner(const model_tok *t, const char *s, size_t n, proto_buf *out)
+{
+    return normalize(t, s, n, 0, out);
 }

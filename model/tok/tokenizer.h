@@ -95,6 +95,62 @@ const char *model_tok_chat_template(const model_tok *t);
 /* One line saying which special tokens encode adds and why (post-processor or config flags). */
 const char *model_tok_special_note(const model_tok *t);
 
+/* ---- Special-token strings in untrusted chat content are text (model/tok/tok_escape.c).
+ * A chat is rendered by its template into one string that is encoded with the added tokens
+ * recognised, so "<|eot_id|>" typed in a user message would be the control token and could forge
+ * a turn or a role. Escaping, per request:
+ *   model_tok_esc_init(&e);                                  a fresh nonce from the OS
+ *   model_tok_esc_context(t, &e, ctx, len, scope, &esc);     the messages' content, escaped
+ *   render the template with esc (or ctx when *esc is NULL);
+ *   model_tok_encode_esc(t, &e, text, len, add_special, ...) the markers put back as text.
+ * Each special token's string in the content becomes a marker of MODEL_TOK_ESC_MARK ASCII
+ * digits (the nonce and the token's index) that the template passes through; the encoder puts
+ * the string back and encodes it as text in place: pre-tokenized with the text around it, no
+ * special token matched over it (tokenizers' split_special_tokens for that range). Non-special
+ * added tokens still match there, as they do under split_special_tokens. A marker that the
+ * template cut or changed stays text. Growth: a special string of L bytes becomes 27, so the
+ * content grows at most 27 / L times (Llama-3's shortest, "<|eot_id|>": 2.7; Llama-2's "<s>": 9)
+ * and never by more than MODEL_TOK_ESC_MAX_GROWTH bytes in all (the template's output limit, 64
+ * MiB: a longer render would fail anyway). Any thread; e belongs to one request. */
+enum model_tok_esc_scope {
+    MODEL_TOK_ESC_OFF,       /* nothing escaped: transformers' apply_chat_template */
+    MODEL_TOK_ESC_UNTRUSTED, /* the content of user and tool messages */
+    MODEL_TOK_ESC_ALL,       /* every message's content */
+};
+/* "off", "untrusted", "all" -> the scope; -1 for anything else. */
+int model_tok_esc_scope_parse(const char *s);
+
+#define MODEL_TOK_ESC_NONCE      20 /* decimal digits: 66 bits, drawn per request */
+#define MODEL_TOK_ESC_MARK       (MODEL_TOK_ESC_NONCE + 7) /* + the added token's index, 7 digits */
+#define MODEL_TOK_ESC_MAX_GROWTH ((size_t)64 << 20)
+typedef struct model_tok_esc {
+    char nonce[MODEL_TOK_ESC_NONCE];
+    size_t n_escaped; /* markers made so far */
+} model_tok_esc;
+/* A fresh nonce (getrandom). 0, or -1 when the OS gives none. */
+int model_tok_esc_init(model_tok_esc *e);
+
+enum {
+    MODEL_TOK_ESC_EFAIL = -1,   /* out of memory, or ctx is not JSON */
+    MODEL_TOK_ESC_ETOOBIG = -2, /* the markers would add more than MODEL_TOK_ESC_MAX_GROWTH */
+    MODEL_TOK_ESC_EDIGITS = -3, /* a special token made only of digits: markers could hold it */
+};
+/* ctx[0..len): a chat template context ({"messages": [{"role", "content": string}, ...], ...}).
+ * Escapes the string content of the messages scope names. Returns 1 with the escaped context in
+ * *out (malloc'ed JSON, NUL-terminated; caller frees), 0 with *out NULL when nothing needed
+ * escaping (render ctx as it is), or a MODEL_TOK_ESC_E* code. */
+int model_tok_esc_context(const model_tok *t, model_tok_esc *e, const char *ctx, size_t len,
+                          enum model_tok_esc_scope scope, char **out);
+/* model_tok_encode of a text rendered from an escaped context: each intact marker of e is put
+ * back as its token's string and encoded as text. Without markers made (e->n_escaped == 0) it is
+ * model_tok_encode. Returns 0, or -1 as model_tok_encode does. */
+int model_tok_encode_esc(const model_tok *t, const model_tok_esc *e, const char *text, size_t len,
+                         int add_special, int32_t **ids_out, size_t *n_out);
+/* The rendered text with each intact marker put back (what a client sees of the prompt):
+ * malloc'ed, NUL-terminated, *out_len bytes. 0, or -1 on out-of-memory. */
+int model_tok_esc_restore(const model_tok *t, const model_tok_esc *e, const char *text, size_t len,
+                          char **out, size_t *out_len);
+
 /* Streaming decode for one generation. push() takes the next id and returns the text that is now
  * final (possibly ""): bytes that end inside a UTF-8 character, and byte-fallback runs that could
  * still turn out invalid, are held until they are complete. The returned pointer stays valid until
