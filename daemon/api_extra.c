@@ -196,14 +196,40 @@ int dmn_prompt_ids(dmn_serve *d, const proto_req *q, int32_t **ids, int *n, char
     if (q->ep == PROTO_EP_COMPLETIONS) {
         if (model_tok_encode(d->tok, q->prompt, q->prompt_len, 1, ids, &nn) < 0) goto oom;
     } else {
-        char *text = NULL;
-        if (model_tmpl_render(d->tmpl, q->chat_context, &text, err, errlen) < 0) {
+        /* Special-token strings in the content the configuration names are escaped before the
+         * template and encoded as text after it (model/tok/tokenizer.h): a client cannot forge
+         * a turn or a role by typing "<|eot_id|>". */
+        char *text = NULL, *esc = NULL;
+        model_tok_esc te;
+        int scope = model_tok_esc_scope_parse(d->cfg.escape_special_tokens);
+        int st = model_tok_esc_init(&te) < 0
+                     ? MODEL_TOK_ESC_EFAIL
+                     : model_tok_esc_context(d->tok, &te, q->chat_context, strlen(q->chat_context),
+                                             scope < 0 ? MODEL_TOK_ESC_UNTRUSTED : scope, &esc);
+        if (st == MODEL_TOK_ESC_ETOOBIG) {
+            snprintf(err, errlen,
+                     "the messages hold so many special-token strings that escaping them would add "
+                     "more than %zu MiB",
+                     MODEL_TOK_ESC_MAX_GROWTH >> 20);
+            return -1;
+        }
+        if (st == MODEL_TOK_ESC_EDIGITS) {
+            *e = PROTO_ERR_INTERNAL;
+            snprintf(err, errlen,
+                     "this tokenizer has a special token made of digits, which "
+                     "escape_special_tokens cannot mark: set it to off");
+            return -1;
+        }
+        if (st < 0) goto oom;
+        if (model_tmpl_render(d->tmpl, esc ? esc : q->chat_context, &text, err, errlen) < 0) {
             /* raise_exception in a template is how it rejects a conversation: the client's
              * fault (e.g. roles not alternating). */
+            free(esc);
             *e = PROTO_ERR_INVALID_VALUE;
             return -1;
         }
-        int rc = model_tok_encode(d->tok, text, strlen(text), d->tmpl_plain, ids, &nn);
+        free(esc);
+        int rc = model_tok_encode_esc(d->tok, &te, text, strlen(text), d->tmpl_plain, ids, &nn);
         free(text);
         if (rc < 0) goto oom;
     }

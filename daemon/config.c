@@ -1,6 +1,7 @@
 /* daemon/config.c — see config.h. */
 #include "daemon/config.h"
 #include "daemon/model_dir.h"
+#include "model/tok/tokenizer.h"
 #include "peer/msg.h"
 #include "proto/textfile.h"
 #include "scheduler/accel.h"
@@ -77,6 +78,10 @@ static const key keys[] = {
     K(threads, KEY_INT, "0", 0, 1024, "cpu backend threads (0: all cores)"),
     K(kv_mem_limit, KEY_BYTES, "0", 0, 9.0e18, "KV bytes per device (0: device budget)"),
     K(chat_template, KEY_STR, "", 0, 0, "Jinja chat template file overriding the model's"),
+    K(escape_special_tokens, KEY_STR, "untrusted", 0, 0,
+      "special-token strings (\"<|eot_id|>\") in chat content are text, not control tokens: "
+      "untrusted (user and tool messages), all (every message) or off (transformers' "
+      "apply_chat_template: they are the tokens)"),
     K(host, KEY_STR, "0.0.0.0", 0, 0, "API listener address"),
     K(port, KEY_INT, "8080", 0, 65535, "API listener port"),
     K(admin_host, KEY_STR, "127.0.0.1", 0, 0, "admin/metrics listener address"),
@@ -480,6 +485,11 @@ int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err
     enum accel_gpu_half half;
     if (accel_gpu_half_parse(c->gpu_dtype, &half) < 0) {
         snprintf(err, errlen, "gpu_dtype must be auto, bf16 or fp16, got '%.64s'", c->gpu_dtype);
+        return -1;
+    }
+    if (model_tok_esc_scope_parse(c->escape_special_tokens) < 0) {
+        snprintf(err, errlen, "escape_special_tokens must be untrusted, all or off, got '%.64s'",
+                 c->escape_special_tokens);
         return -1;
     }
     /* The sparse method's parameters as a request without its own would get them. */

@@ -36,6 +36,7 @@ typedef struct dmn_config {
     int threads;             /* cpu backend threads (0: all cores) */
     long long kv_mem_limit;  /* bytes of KV per device (0: the device's own budget) */
     char *chat_template;     /* a Jinja file overriding the model's template ("": the model's) */
+    char *escape_special_tokens; /* untrusted | all | off: model_tok_esc_scope of chat content */
     char *host;
     int port;
     char *admin_host;
