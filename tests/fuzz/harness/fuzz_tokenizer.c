@@ -5,10 +5,13 @@
  * NUL and a tokenizer_config.json (JSON holds no raw NUL, so the split is unambiguous). Without
  * a text, a fixed one with added tokens, byte fallback, invalid UTF-8 and NULs is encoded.
  * A loaded tokenizer must keep model/tokenizer.h's promises: ids inside the vocabulary, decoded
- * text valid UTF-8, and the streamed decode equal to the whole decode. */
+ * text valid UTF-8, and the streamed decode equal to the whole decode. The text is also escaped
+ * as a user message's content (model/tok/tok_escape.c): the escaped content restores to the
+ * text exactly, and it, and a cut through it (a marker a template sliced), encode in range. */
 #include "model/tok/tokenizer.h"
 #include "proto/utf8.h"
 #include "tests/fuzz/harness/harness_util.h"
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +53,52 @@ static void check_decode(const model_tok *t, const int32_t *ids, size_t n, int s
     model_tok_stream_free(s);
     free(cat);
     free(text);
+}
+
+static void check_ids(const int32_t *ids, size_t n, int vocab)
+{
+    for (size_t i = 0; i < n; i++) CHECK(ids[i] >= 0 && ids[i] < vocab);
+}
+
+static void check_escape(const model_tok *t, const char *txt, size_t n, int vocab)
+{
+    model_tok_esc e;
+    if (model_tok_esc_init(&e)) abort();
+    /* JSON strings are UTF-8: other texts reach the escaping only through the encoder */
+    json_t *c = json_pack("{s:[{s:s,s:s%}]}", "messages", "role", "user", "content", txt, n);
+    char *ctx = c ? json_dumps(c, JSON_COMPACT) : NULL, *esc = NULL;
+    json_decref(c);
+    const char *s = txt;
+    size_t sn = n;
+    json_t *r = NULL;
+    if (ctx) {
+        int st = model_tok_esc_context(t, &e, ctx, strlen(ctx), MODEL_TOK_ESC_UNTRUSTED, &esc);
+        CHECK(st >= -3 && (st == 1) == (esc != NULL));
+        if (st == MODEL_TOK_ESC_EFAIL) abort(); /* OOM only: ctx is JSON */
+        if (esc) {
+            r = json_loads(esc, JSON_ALLOW_NUL, NULL);
+            json_t *v =
+                json_object_get(json_array_get(json_object_get(r, "messages"), 0), "content");
+            CHECK(json_is_string(v));
+            s = json_string_value(v);
+            sn = json_string_length(v);
+            char *back = NULL;
+            size_t bl = 0;
+            if (model_tok_esc_restore(t, &e, s, sn, &back, &bl)) abort();
+            CHECK(bl == n && memcmp(back, txt, n) == 0);
+            free(back);
+        }
+    }
+    for (int cut = 0; cut <= 1; cut++) {
+        int32_t *ids = NULL;
+        size_t k = 0;
+        if (model_tok_encode_esc(t, &e, s, cut ? sn / 2 : sn, 0, &ids, &k)) abort();
+        check_ids(ids, k, vocab);
+        free(ids);
+    }
+    json_decref(r);
+    free(esc);
+    free(ctx);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -99,6 +148,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_decode(t, ids, n, add_special);
         free(ids);
     }
+    check_escape(t, txt, text_n, vocab);
     /* decode of ids the tokenizer never produced (holes, out of range, special) */
     int32_t odd[] = {-1, 0, 1, 2, vocab - 1, vocab, vocab + 1000, 3, 0x7fffffff};
     check_decode(t, odd, sizeof odd / sizeof odd[0], 0);
