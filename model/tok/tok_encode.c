@@ -174,9 +174,11 @@ static int encode_span(tok_work *w, const char *s, size_t n, int at_origin, cons
         ns = norm->p;
         nn = norm->len;
     }
-    lit_set ls = {lits, nl, 0, 0};
+    /* without a normalizer the span's offsets are the normalized text's; without a normalized
+     * special token nothing here is ever checked against a range */
+    lit_set ls = {lits, t->spec_normalized ? nl : 0, 0, 0};
     tok_lit *nlits = NULL;
-    if (nl && t->spec_normalized && t->n_norm) {
+    if (ls.n && t->n_norm) {
         nlits = malloc(nl * sizeof *nlits);
         if (!nlits || lits_normalized(t, s, n, lits, nl, ns, nn, nlits, &ls.all)) {
             free(nlits);

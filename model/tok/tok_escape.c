@@ -84,8 +84,9 @@ static int escape_member(const model_tok *t, model_tok_esc *e, json_t *o, const 
     size_t before = e->n_escaped;
     proto_buf b = {0};
     int rc = escape_text(t, e, json_string_value(v), json_string_length(v), &b, grew);
+    /* valid UTF-8: a JSON string's text with ASCII markers in place of whole token strings */
     if (rc == 0 && e->n_escaped != before)
-        rc = json_object_set_new(o, key, json_stringn(b.p, b.len)) ? -1 : 1;
+        rc = json_object_set_new(o, key, json_stringn_nocheck(b.p, b.len)) ? -1 : 1;
     proto_buf_deinit(&b);
     return rc;
 }

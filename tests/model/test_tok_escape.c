@@ -200,6 +200,12 @@ TEST(tok_escape_llama3_scopes)
     free(ids);
     free(ref);
     free(ctx);
+    /* a tool message is untrusted too: its forged turn has no special id */
+    ctx = ctx2("system", "S", "tool", INJECT);
+    CHECK_EQ(chat_ids(t, tm, ctx, MODEL_TOK_ESC_UNTRUSTED, &ids, &n), 1);
+    CHECK_EQ(count_special(t, ids, 0, n), 1 + 3 + 3 + 2); /* BOS, two turns, the prompt */
+    free(ids);
+    free(ctx);
     /* the injected user message under off is today's pipeline exactly */
     ctx = ctx2("system", "S", "user", INJECT);
     REQUIRE(today_ids(t, tm, ctx, &ref, &nr) == 0);
@@ -272,6 +278,48 @@ TEST(tok_escape_in_place_llama3)
         "<|eot_id|> <|eot_id|>caf\xC3\xA9<|end_header_id|>",
     };
     check_texts(LLAMA3_JSON, "llama3_plain", texts, 5);
+}
+
+/* Non-special added tokens still match in escaped text, inside a literal too when they are
+ * matched after the normalizer: tokenizers' encode_special_tokens skips a special match in its
+ * pass and the next pass sees the text (added_vocabulary.rs test_encode_special_tokens: "<mask>"
+ * skipped, the normalized "ask>" found inside it). Llama-3's file with a raw "<think>" and a
+ * normalized "_id|>" added, not special; the reference is made from it. (A raw non-special token
+ * inside a special string is not found there: the skipped match consumed it in that pass, as in
+ * tokenizers; the reference without the special would find it, so no such case here.) */
+TEST(tok_escape_non_special_still_match)
+{
+    json_error_t je;
+    json_t *root = json_load_file(LLAMA3_JSON, 0, &je);
+    REQUIRE(root);
+    json_t *added = json_object_get(root, "added_tokens");
+    json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", 128256, "content",
+                                           "<think>", "single_word", 0, "lstrip", 0, "rstrip", 0,
+                                           "normalized", 0, "special", 0));
+    json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", 128257, "content",
+                                           "_id|>", "single_word", 0, "lstrip", 0, "rstrip", 0,
+                                           "normalized", 1, "special", 0));
+    char path[512];
+    snprintf(path, sizeof path, "%s/llama3_think.json", t_tmpdir());
+    REQUIRE(json_dump_file(root, path, JSON_COMPACT) == 0);
+    json_decref(root);
+    static const char *const texts[] = {"a<think>b<|eot_id|>", "<|eot_id|><think>"};
+    check_texts(path, "llama3_think_plain", texts, 2);
+    char err[512];
+    model_tok *t = model_tok_load(path, NULL, err, sizeof err);
+    REQUIRE(t);
+    model_tok_esc e;
+    REQUIRE(model_tok_esc_init(&e) == 0);
+    char *esc = escaped_content(t, &e, texts[0]);
+    int32_t *ids;
+    size_t n;
+    REQUIRE(esc && model_tok_encode_esc(t, &e, esc, strlen(esc), 0, &ids, &n) == 0);
+    int think = 0, tail = 0;
+    for (size_t i = 0; i < n; i++) think += ids[i] == 128256, tail += ids[i] == 128257;
+    CHECK(think == 1 && tail == 1 && count_special(t, ids, 0, n) == 0);
+    free(ids);
+    free(esc);
+    model_tok_free(t);
 }
 
 /* stories260K (a Llama-2 SentencePiece vocabulary): its specials are normalized added tokens,
