@@ -38,6 +38,9 @@ check escape_tokenize_recognises_them [ "$(tokenize "$prompt")" = "$special" ]
 # user's is text; no special strings at all: the same count as /tokenize gives
 sys_esc=$(chat "hi" "Be kind <s>")
 check escape_plain_conversation_unchanged [ "$(chat "Once upon a time")" = "$(tokenize "Once upon a time")" ]
+# /v1/completions' prompt is the caller's own template: its strings are the tokens
+comp=$(curl -s "$API/v1/completions" -d "$(jq -nc --arg t "$text" '{prompt: $t, max_tokens: 1, temperature: 0}')" | jq -r .usage.prompt_tokens)
+check escape_completions_prompt_not_escaped [ "$comp" = "$special" ]
 serve_stop
 
 serve_start --escape-special-tokens off || { fail escape_off_start "daemon did not start"; exit 0; }
