@@ -23,6 +23,7 @@ void proto_tools_free(proto_tools *t)
     }
     free(t->names);
     free(t->params);
+    free(t->strict);
     free(t);
 }
 
@@ -71,7 +72,8 @@ int proto_tools_from_json(json_t *o, proto_tools **out, enum proto_err *e, char 
     }
     if (n == 0) return 0;
     proto_tools *t = calloc(1, sizeof *t);
-    if (!t || !(t->names = calloc(n, sizeof *t->names)) || !(t->params = calloc(n, sizeof *t->params))) {
+    if (!t || !(t->names = calloc(n, sizeof *t->names)) ||
+        !(t->params = calloc(n, sizeof *t->params)) || !(t->strict = calloc(n, 1))) {
         proto_tools_free(t);
         return bad(e, PROTO_ERR_INTERNAL, msg, msgn, param, paramn, "", "out of memory");
     }
@@ -83,13 +85,21 @@ int proto_tools_from_json(json_t *o, proto_tools **out, enum proto_err *e, char 
         json_t *fn = json_is_object(tool) ? json_object_get(tool, "function") : NULL;
         json_t *nm = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
         json_t *ps = json_is_object(fn) ? json_object_get(fn, "parameters") : NULL;
-        if (!json_is_string(ty) || strcmp(json_string_value(ty), "function") || !json_is_string(nm) ||
-            json_string_length(nm) == 0 || json_string_length(nm) > 64 || (ps && !json_is_object(ps) && !json_is_null(ps))) {
-            snprintf(m, sizeof m, "tools[%zu] must be {\"type\": \"function\", \"function\": {\"name\": a string of 1-64 bytes, \"parameters\": a schema object}}", i);
+        json_t *st = json_is_object(fn) ? json_object_get(fn, "strict") : NULL;
+        if (!json_is_string(ty) || strcmp(json_string_value(ty), "function") ||
+            !json_is_string(nm) || json_string_length(nm) == 0 || json_string_length(nm) > 64 ||
+            (ps && !json_is_object(ps) && !json_is_null(ps)) ||
+            (st && !json_is_boolean(st) && !json_is_null(st))) {
+            snprintf(
+                m, sizeof m,
+                "tools[%zu] must be {\"type\": \"function\", \"function\": {\"name\": a string of "
+                "1-64 bytes, \"parameters\": a schema object, \"strict\": a boolean}}",
+                i);
             proto_tools_free(t);
             return bad(e, PROTO_ERR_INVALID_VALUE, msg, msgn, param, paramn, "tools", m);
         }
         t->names[i] = strdup(json_string_value(nm));
+        t->strict[i] = json_is_true(st);
         if (ps && json_is_object(ps)) t->params[i] = json_dumps(ps, JSON_COMPACT);
         t->n = (int)i + 1;
         if (!t->names[i] || (ps && json_is_object(ps) && !t->params[i])) {
@@ -147,7 +157,9 @@ int proto_tools_grammar(const proto_tools *t, enum proto_tool_family f, proto_bu
         snprintf(rule, sizeof rule, "t%d-args", i);
         snprintf(prefix, sizeof prefix, "t%d-", i);
         if (t->params[i]) {
-            if (proto_jschema_rules(t->params[i], strlen(t->params[i]), rule, prefix, out, m, sizeof m)) {
+            enum proto_jschema_mode mode = t->strict[i] ? PROTO_JSCHEMA_STRICT : PROTO_JSCHEMA_LAX;
+            if (proto_jschema_rules_mode(t->params[i], strlen(t->params[i]), mode, rule, prefix,
+                                         out, m, sizeof m)) {
                 snprintf(msg, msgn, "tools: the parameters of '%.64s': %s", t->names[i], m);
                 proto_buf_deinit(&call);
                 return -1;

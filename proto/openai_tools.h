@@ -35,6 +35,8 @@ typedef struct proto_tools {
     int n;
     char **names;  /* [n] function names */
     char **params; /* [n] the parameters schema as JSON text; NULL: any object */
+    char *strict;  /* [n] function.strict: its schema's keywords a grammar cannot enforce refused
+                      (PROTO_JSCHEMA_STRICT), else kept as annotations */
     int choice;    /* enum proto_tool_choice */
     int named;     /* PROTO_TOOL_CHOICE_NAMED: the index of the function */
     int parallel;  /* parallel_tool_calls (default 1) */

@@ -29,14 +29,15 @@ if [ "$test_tools" = 1 ]; then
     command -v node >/dev/null 2>&1 || missing="$missing nodejs"
     command -v npm >/dev/null 2>&1 || missing="$missing npm"
 fi
-# The Node packages the end-to-end tests use (the official openai client and the Ajv JSON Schema
-# validator) go into build/npm (git-ignored); an offline machine keeps what it has and the tests
+# The Node packages the end-to-end tests use (the official openai client, the Ajv JSON Schema
+# validator and its formats) go into build/npm (git-ignored); an offline machine keeps what it has and the tests
 # that need them say SKIP.
 if [ "$test_tools" = 1 ] && [ -z "$missing" ] && command -v npm >/dev/null 2>&1 &&
-    { [ ! -d build/npm/node_modules/openai ] || [ ! -d build/npm/node_modules/ajv ]; }; then
+    { [ ! -d build/npm/node_modules/openai ] || [ ! -d build/npm/node_modules/ajv ] ||
+        [ ! -d build/npm/node_modules/ajv-formats ]; }; then
     mkdir -p build/npm
-    npm install --silent --no-audit --no-fund --prefix build/npm openai ajv >/dev/null 2>&1 ||
-        echo "deps: npm install openai ajv failed (offline?); the Node client tests will skip"
+    npm install --silent --no-audit --no-fund --prefix build/npm openai ajv ajv-formats >/dev/null 2>&1 ||
+        echo "deps: npm install openai ajv ajv-formats failed (offline?); the Node client tests will skip"
 fi
 [ -z "$missing" ] && exit 0
 echo "deps: installing$missing"

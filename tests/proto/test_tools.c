@@ -148,3 +148,43 @@ TEST(tools_grammar_long_escaped_name)
     proto_buf_deinit(&lit);
     proto_tools_free(t);
 }
+
+/* function.strict picks the schema's mode as response_format's json_schema.strict does: strict
+ * refuses a keyword the grammar cannot enforce (format "uri"), without it the keyword is an
+ * annotation (what main took before strict modes); a strict that is not a boolean is refused. */
+TEST(tools_function_strict)
+{
+    static const char *const fmt = "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+                                   "\"f\",%s\"parameters\":{\"type\":"
+                                   "\"object\",\"properties\":{\"u\":{\"type\":\"string\","
+                                   "\"format\":\"uri\"}},\"required\":[\"u\"]}}}],"
+                                   "\"tool_choice\":\"required\"}";
+    static const char *const strict[] = {"", "\"strict\":false,", "\"strict\":null,",
+                                         "\"strict\":true,"};
+    for (int i = 0; i < 4; i++) {
+        char body[512], msg[256];
+        snprintf(body, sizeof body, fmt, strict[i]);
+        enum proto_err e;
+        proto_tools *t = tools_of(body, &e, msg);
+        CHECK_MSG(t, "%s: %s", strict[i], msg);
+        if (!t) continue;
+        proto_buf g;
+        proto_buf_init(&g);
+        int rc = proto_tools_grammar(t, PROTO_TOOLS_HERMES, &g, msg, sizeof msg);
+        if (i < 3) {
+            CHECK_MSG(rc == 0, "%s: %s", strict[i], msg);
+        } else {
+            CHECK(rc != 0);
+            CHECK_MSG(strstr(msg, "format") && strstr(msg, "'f'"), "%s", msg);
+        }
+        proto_buf_deinit(&g);
+        proto_tools_free(t);
+    }
+    char msg[256];
+    enum proto_err e;
+    char body[512];
+    snprintf(body, sizeof body, fmt, "\"strict\":\"yes\",");
+    CHECK(!tools_of(body, &e, msg));
+    CHECK_EQ(e, PROTO_ERR_INVALID_VALUE);
+    CHECK_MSG(strstr(msg, "strict"), "%s", msg);
+}
