@@ -1,6 +1,7 @@
 /* peer/server_impl.h — what the node's files share (peer/server.c: the loop, its connections and
  * the KV chunks; peer/server_call.c: the lent devices' threads that run the calls peers ask for;
- * peer/server_decode.c: the decode steps among them). Private to peer/. Everything here belongs
+ * peer/server_decode.c: the decode steps among them; peer/server_info.c: the device list it
+ * answers with, and the device faults it logs). Private to peer/. Everything here belongs
  * to the thread holding the node's loop (peer/server.c) unless it says otherwise. */
 #ifndef TANDEM_PEER_SERVER_IMPL_H
 #define TANDEM_PEER_SERVER_IMPL_H
@@ -247,6 +248,9 @@ static inline sseq *seq_get(sconn *sc, uint32_t id, uint32_t dev)
     return &sc->seqs[id];
 }
 
+/* The device list (peer_info) as a `type` frame (PEER_WELCOME, PEER_INFO) on sc: PEER_OK or a
+ * status that closes it (peer/server_info.c). */
+int peer_server_send_info(peer_server *s, sconn *sc, int type);
 /* Logs a device call's failure that is the device's (ACCEL_ERR_DEVICE, ACCEL_ERR_TIMEOUT), with
  * the peer, the device and the call, unless the device had already failed before the call
  * (was_failed: peer_server_dev_failed before it); other statuses are the request's and say
