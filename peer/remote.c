@@ -3,8 +3,12 @@
  *
  * Connections: one per remote device (its scheduler worker is the only thread that calls it,
  * accel.h's rule, so a call is a plain request and answer on it) and one for the heartbeat
- * thread. Each is authenticated on its own. A call waits in slices of 50 ms and gives up when
- * the node is marked dead by the heartbeat, so a peer that hangs costs at most PEER_DEAD_S.
+ * thread. Each is authenticated on its own. A call waits in slices of 50 ms and gives up at its
+ * timeout (PEER_CALL_TIMEOUT_S, 8 s) or when the heartbeat marks the node dead. A peer that hangs
+ * is marked dead by the heartbeat after PEER_DEAD_S (3 s) only while none of our calls to it is
+ * in flight: a node busy with a long call answers pings late, so the heartbeat's timeouts are
+ * tolerated while calls are in flight (heartbeat_main) and the call's own timeout decides, up to
+ * 8 s. A connection that closes is noticed at once.
  *
  * KV chunks are sent pipelined: peer/remote_kv.c.
  *
