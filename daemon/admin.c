@@ -2,7 +2,9 @@
  *
  *   GET  /metrics        Prometheus text (daemon/metrics.h)
  *   GET  /admin/status   JSON: state, devices, queues, every in-flight request
- *   POST /admin/drain    stop taking API requests (503, /ready 503); in-flight ones finish
+ *   POST /admin/drain    stop taking API requests (503, /ready 503); in-flight ones finish, and
+ *                        a node lending devices takes no new sequence for its peers (those it
+ *                        holds, "lent", go on)
  *   POST /admin/resume   undo an admin drain
  *   GET  /health, /ready the same probes as on the API listener
  *
@@ -100,6 +102,7 @@ static void metrics(dmn_serve *d, dmn_http_req *r)
                        dmn_serve_ready(d, 0, NULL), d->state == DMN_STATE_DRAINING);
     dmn_metrics_render_dispatch(&b, st.placements_split, st.placements_fallback,
                                 st.placements_local, st.moves, st.moves_failed);
+    dmn_metrics_render_lent(&b, dmn_serve_lent_seqs(d));
     /* The exposition format's content type (Prometheus text format 0.0.4). */
     reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", proto_buf_take(&b));
 }
@@ -159,7 +162,7 @@ static void status(dmn_serve *d, dmn_http_req *r)
                        now - d->t_start, st.n_waiting, st.n_running, d->cfg.max_waiting,
                        d->cfg.max_running, d->api ? dmn_http_active(d->api) : 0, devs,
                        st.n_devices, reqs, n, st.placements_split, st.placements_fallback,
-                       st.placements_local, st.moves, NULL, 0};
+                       st.placements_local, st.moves, NULL, 0, 0};
     /* the nodes are the loading thread's until the scheduler exists (after_load, on this loop) */
     int n_peers = d->sched ? d->n_nodes : 0;
     proto_status_peer peers[DMN_MAX_PEERS];
@@ -172,6 +175,7 @@ static void status(dmn_serve *d, dmn_http_req *r)
     }
     ps.peers = peers;
     ps.n_peers = n_peers;
+    ps.lent_seqs = dmn_serve_lent_seqs(d);
     reply(r, 200, "application/json", proto_status_json(&ps));
     free(reqs);
 }
@@ -227,7 +231,9 @@ static void on_headers(void *ctx, dmn_http_req *r)
         sched_stats st;
         memset(&st, 0, sizeof st);
         if (d->sched) sched_get_stats(d->sched, &st);
-        reply(r, 202, "application/json", proto_drain_json(1, st.n_running, st.n_waiting));
+        /* lent: the sequences this node decodes for its peers, which the drain waits for too */
+        reply(r, 202, "application/json",
+              proto_drain_json(1, st.n_running, st.n_waiting, dmn_serve_lent_seqs(d)));
         break;
     }
     case 3:
@@ -235,7 +241,7 @@ static void on_headers(void *ctx, dmn_http_req *r)
             reply_error(r, PROTO_ERR_NOT_READY, "only an admin drain can be resumed, and only once loaded");
         } else {
             dmn_log(DMN_LOG_INFO, "admin_resume", "client=%s", dmn_http_client(r));
-            reply(r, 200, "application/json", proto_drain_json(0, 0, 0));
+            reply(r, 200, "application/json", proto_drain_json(0, 0, 0, dmn_serve_lent_seqs(d)));
         }
         break;
     }

@@ -299,3 +299,10 @@ void dmn_metrics_render_dispatch(proto_buf *b, uint64_t split, uint64_t fallback
                     "Requests that failed after moving too many times.");
     dmn_prom_sample(b, "tandem_request_failover_errors_total", NULL, (double)moves_failed);
 }
+
+void dmn_metrics_render_lent(proto_buf *b, int lent_seqs)
+{
+    dmn_prom_header(b, "tandem_peer_lent_sequences", "gauge",
+                    "Sequences this node holds for its peers on its lent devices (a drain waits for them).");
+    dmn_prom_sample(b, "tandem_peer_lent_sequences", NULL, lent_seqs);
+}

@@ -81,4 +81,8 @@ void dmn_metrics_render(proto_buf *b, const dmn_metrics *m, int running, int wai
 void dmn_metrics_render_dispatch(proto_buf *b, uint64_t split, uint64_t fallback, uint64_t local,
                                  uint64_t moves, uint64_t moves_failed);
 
+/* The sequences the node holds for its peers on its lent devices (dmn_serve_lent_seqs: what its
+ * drain waits for; 0 on a node that lends none). Appended after the rest. */
+void dmn_metrics_render_lent(proto_buf *b, int lent_seqs);
+
 #endif

@@ -34,8 +34,12 @@
  *            listener keeps accepting, so a load balancer sees an answer, not a refused
  *            connection), in-flight requests finish; exit 0 when none is left, or exit 3
  *            (DMN_EXIT_DRAIN_TIMEOUT) at drain_timeout, the requests still running then
- *            cancelled and told so. A second SIGTERM/SIGINT cuts the drain short (exit 3 when
- *            that cancelled requests).
+ *            cancelled and told so. A node that lends devices (kv_listen) drains them too: its
+ *            peers are told it has no room (no new sequence is placed on it, and one asked for
+ *            is refused) and the sequences it holds for them are waited for as its own requests
+ *            are; those still held at drain_timeout are cut as the node exits (their nodes move
+ *            the requests, as for a node lost). A second SIGTERM/SIGINT cuts the drain short
+ *            (exit 3 when that cancelled requests or cut lent sequences).
  *   self-probe: every second the loop asks its own API listener for /health (exempt from the
  *            connection limits); /ready fails after 2 unanswered probes, WATCHDOG=1 stops
  *            after 5 (a stuck listener is restarted). A listener whose every slot holds a
@@ -45,6 +49,7 @@
 #include "daemon/log.h"
 #include "daemon/api_struct.h"
 #include "devices/devices.h"
+#include "peer/peer.h"
 #include "proto/openai_tools.h"
 #include <errno.h>
 #include <limits.h>
@@ -166,11 +171,18 @@ static void close_all(dmn_serve *d)
  * listeners close once those answers are out or after SHUTDOWN_GRACE_S. */
 #define SHUTDOWN_GRACE_S 0.5
 
+int dmn_serve_lent_seqs(const dmn_serve *d)
+{
+    /* the peer server is the loading thread's until the scheduler exists (after_load) */
+    return d->sched ? peer_server_live_seqs(d->peer_srv) : 0;
+}
+
 static void shutdown_now(dmn_serve *d, const char *why)
 {
     if (d->closing_at > 0) return;
-    char q[160];
-    dmn_log(DMN_LOG_INFO, "shutdown", "reason=%s exit=%d in_flight=%d", dmn_log_quote(q, sizeof q, why), d->exit_code, d->n_reqs);
+    char q[200];
+    dmn_log(DMN_LOG_INFO, "shutdown", "reason=%s exit=%d in_flight=%d lent_seqs=%d",
+            dmn_log_quote(q, sizeof q, why), d->exit_code, d->n_reqs, dmn_serve_lent_seqs(d));
     if (d->n_reqs && d->sched) dmn_api_cancel_all(d, why);
     d->closing_at = sched_now() + SHUTDOWN_GRACE_S;
     if (!d->n_reqs || !uv_is_active((uv_handle_t *)&d->tick)) close_all(d);
@@ -188,7 +200,10 @@ void dmn_serve_drain(dmn_serve *d, int exiting)
     }
     if (d->state == DMN_STATE_READY || d->state == DMN_STATE_LOADING) {
         d->state = d->state == DMN_STATE_LOADING && exiting ? DMN_STATE_FAILED : DMN_STATE_DRAINING;
-        dmn_log(DMN_LOG_INFO, "drain", "exiting=%d in_flight=%d timeout_s=%.1f", exiting, d->n_reqs, d->cfg.drain_timeout);
+        /* the lent devices too (drained while loading: on_warm tells the peer server) */
+        if (d->sched) peer_server_set_draining(d->peer_srv, 1);
+        dmn_log(DMN_LOG_INFO, "drain", "exiting=%d in_flight=%d lent_seqs=%d timeout_s=%.1f",
+                exiting, d->n_reqs, dmn_serve_lent_seqs(d), d->cfg.drain_timeout);
     }
 }
 
@@ -197,6 +212,7 @@ int dmn_serve_resume(dmn_serve *d)
     /* drained while loading: resumed only once warmed (on_warm keeps it draining until then) */
     if (d->exiting || d->state != DMN_STATE_DRAINING || !d->sched || !d->warmed) return -1;
     d->state = DMN_STATE_READY;
+    peer_server_set_draining(d->peer_srv, 0);
     dmn_notify("STATUS=ready");
     return 0;
 }
@@ -260,14 +276,22 @@ static void on_tick(uv_timer_t *t)
         return;
     }
     if (d->exiting) {
-        if (d->n_reqs == 0) {
+        /* the sequences this node decodes for its peers are waited for as its own requests */
+        int lent = dmn_serve_lent_seqs(d);
+        if (d->n_reqs == 0 && lent == 0) {
             shutdown_now(d, "drained");
             return;
         }
         if (now >= d->drain_deadline) {
-            /* not a clean stop: some clients lost their answers (systemd shows it as failed) */
+            /* not a clean stop: some clients lost their answers, or the peers' requests whose
+             * sequences are cut here move to other devices, prefilled again (systemd shows it
+             * as failed) */
             d->exit_code = DMN_EXIT_DRAIN_TIMEOUT;
-            shutdown_now(d, "drain timeout: requests still in flight were cancelled");
+            shutdown_now(d, !lent ? "drain timeout: requests still in flight were cancelled"
+                            : d->n_reqs
+                                ? "drain timeout: requests still in flight were cancelled, "
+                                  "lent sequences cut (their nodes move them)"
+                                : "drain timeout: lent sequences cut (their nodes move them)");
             return;
         }
     }
@@ -305,7 +329,7 @@ static void on_signal(uv_signal_t *s, int signum)
         return;
     }
     if (d->exiting) {
-        if (d->n_reqs) d->exit_code = DMN_EXIT_DRAIN_TIMEOUT;
+        if (d->n_reqs || dmn_serve_lent_seqs(d)) d->exit_code = DMN_EXIT_DRAIN_TIMEOUT;
         shutdown_now(d, "second signal: drain cut short");
         return;
     }
@@ -349,6 +373,7 @@ static void on_warm(void *ctx, int ok)
      * until /admin/resume */
     int drained = d->state == DMN_STATE_DRAINING;
     if (!drained) d->state = DMN_STATE_READY;
+    peer_server_set_draining(d->peer_srv, drained);
     char msg[256];
     snprintf(msg, sizeof msg, "READY=1\nSTATUS=%s: serving %s on %d device(s)",
              drained ? "draining" : "ready", d->served_name, d->n_devs);

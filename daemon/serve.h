@@ -122,6 +122,9 @@ extern const dmn_http_handler dmn_admin_handler; /* ctx: dmn_serve */
 void dmn_serve_drain(dmn_serve *d, int exiting);
 /* Back to ready after an admin drain (not after SIGTERM). Returns 0, or -1 when not possible. */
 int dmn_serve_resume(dmn_serve *d);
+/* The sequences this node holds for its peers on its lent devices (peer_server_live_seqs): what
+ * a drain waits for beside its own requests. 0 when it lends none or is not loaded yet. */
+int dmn_serve_lent_seqs(const dmn_serve *d);
 const char *dmn_state_name(enum dmn_state s);
 /* 1 when a request may be admitted: ready state, the API listener answers its self-probe, and
  * the healthy warm devices can serve (some device prefills and some decode path exists:

@@ -117,6 +117,15 @@ size_t peer_server_rx_lost_bytes(const peer_server *s);
  * devices stay the caller's to free, after peer_server_stop. */
 int peer_server_start(const peer_server_cfg *cfg, peer_server **out, char *err, size_t errlen);
 int peer_server_port(const peer_server *s);
+/* The node's drain (the daemon's: its drain sets it, its resume clears it). While on, the node
+ * makes no new sequence for a peer (SEQ_NEW answered ACCEL_ERR_NOMEM, an admission answer: the
+ * peer places the request elsewhere) and its device list, at each heartbeat, says no memory free
+ * on any device, so that peers place nothing new on it; the sequences peers hold go on until they
+ * free them, and the devices' health is unchanged. Any thread; s may be NULL. */
+void peer_server_set_draining(peer_server *s, int on);
+/* The sequences the node holds for peers: made and not yet freed (by the peer's SEQ_FREE, or as
+ * its connection closes). What a drain waits for. Any thread; 0 for NULL. */
+int peer_server_live_seqs(const peer_server *s);
 /* Stops the thread, closes every connection (their sequences freed) and the listener. */
 void peer_server_stop(peer_server *s);
 

@@ -30,7 +30,10 @@
 
 void peer_server_sseq_release(peer_server *s, sseq *q)
 {
-    if (q->s) accel_seq_free(s->devs[q->dev], q->s);
+    if (q->s) {
+        accel_seq_free(s->devs[q->dev], q->s);
+        atomic_fetch_sub(&s->live_seqs, 1);
+    }
     proto_kv_reader_free(q->r);
     free(q->kc);
     memset(q, 0, sizeof *q);
@@ -64,7 +67,10 @@ static void call_run(peer_server *s, scall *c)
     switch (c->kind) {
     case CALL_SEQ_NEW:
         c->st = accel_seq_new(d, c->arg, &c->seq);
-        if (c->st) c->seq = NULL;
+        if (c->st)
+            c->seq = NULL;
+        else /* counted until released: a closed connection's too (calls_collect keeps it) */
+            atomic_fetch_add(&s->live_seqs, 1);
         break;
     case CALL_SEQ_FREE:
         peer_server_sseq_release(s, &c->rel);
@@ -292,6 +298,18 @@ int peer_server_on_call(peer_server *s, sconn *sc, int type, const uint8_t *p, s
         }
         if (w.w[1] < 1 || w.w[1] > (uint32_t)model_context_limit(&s->cfg.m->cfg)) {
             c->st = ACCEL_ERR_INVALID;
+            break;
+        }
+        if (atomic_load(&s->draining)) {
+            /* no new sequence while draining: the device list already says no room
+             * (fill_info), so only a peer that placed on a view older than its last heartbeat
+             * gets here; NOMEM is an admission answer (accel.h), its scheduler places the
+             * request elsewhere, as when the device is full */
+            accel_info ai;
+            accel_get_info(s->devs[dev], &ai);
+            peer_log(0, "peer_seq_refused", "peer=%s device=%s reason=\"draining\"", sc->name,
+                     ai.name);
+            c->st = ACCEL_ERR_NOMEM;
             break;
         }
         int slot = seq_slot(sc);

@@ -239,6 +239,12 @@ struct peer_server {
     struct scall *done_head, *done_tail;
     struct scall *call_now; /* the loop's: a call answered at once (its checks failed) */
     sconn *closing;         /* connections closed while their call or chunks were not done */
+    /* the node draining (peer_server_set_draining, any thread): a SEQ_NEW is refused and the
+     * device list says no memory free; read by the loop (the list, the SEQ_NEW's check) */
+    _Atomic int draining;
+    /* sequences made for peers and not freed yet (peer_server_live_seqs): up on a device's call
+     * thread as a SEQ_NEW makes one, down wherever peer_server_sseq_release frees one */
+    _Atomic int live_seqs;
 };
 
 /* sc's sequence `id` on device `dev`, or NULL (no such one, or of another device). */

@@ -1,8 +1,10 @@
 /* peer/server_info.c — what the node says of its lent devices: the device list (peer_info) it
- * answers a peer's handshake (WELCOME) and heartbeat (PING -> INFO) with, and the device faults
- * it notices on its peers' calls. On the node's loop (the list) or a device's call thread (the
- * faults); everything it reads of a device goes through accel_get_info. */
+ * answers a peer's handshake (WELCOME) and heartbeat (PING -> INFO) with, the device faults it
+ * notices on its peers' calls, and its drain (no room said, the sequences it holds counted). On the
+ * node's loop (the list) or a device's call thread (the faults); everything it reads of a device
+ * goes through accel_get_info. */
 #include "peer/server_impl.h"
+#include <stdatomic.h>
 #include <string.h>
 
 static void fill_info(peer_server *s, peer_info *in)
@@ -32,6 +34,11 @@ static void fill_info(peer_server *s, peer_info *in)
                                                        : ai.max_batch;
         d->mem_total = ai.mem_total;
         d->mem_free = ai.mem_free <= ai.mem_total ? ai.mem_free : ai.mem_total;
+        /* draining: no room, so that peers place nothing new here (peer/remote_live.c then
+         * counts the whole budget as used, their own sequences included: those go on, no new
+         * one fits). Health stays as it is: the device is not failed, its sequences are not
+         * moved. */
+        if (atomic_load(&s->draining)) d->mem_free = 0;
         d->kv_bytes_per_token = ai.kv_bytes_per_token ? ai.kv_bytes_per_token : 1;
         d->kv_block_tokens =
             ai.kv_block_tokens > 0 && ai.kv_block_tokens <= PROTO_KV_MAX_BLOCK_TOKENS
@@ -79,4 +86,14 @@ int peer_server_dev_failed(const peer_server *s, int dev)
     accel_info ai;
     accel_get_info(s->devs[dev], &ai);
     return ai.health == ACCEL_HEALTH_FAILED;
+}
+
+void peer_server_set_draining(peer_server *s, int on)
+{
+    if (s) atomic_store(&s->draining, on != 0);
+}
+
+int peer_server_live_seqs(const peer_server *s)
+{
+    return s ? atomic_load(&((peer_server *)s)->live_seqs) : 0;
 }

@@ -101,6 +101,7 @@ char *proto_status_json(const proto_status *s)
                                                    "devices", p->devices));
         }
         json_object_set_new(root, "peers", peers ? peers : json_null());
+        json_object_set_new(root, "lent_sequences", json_integer(s->lent_seqs));
     }
     return dump(root);
 }
@@ -112,7 +113,8 @@ char *proto_health_json(const char *status, const char *detail)
     return dump(j);
 }
 
-char *proto_drain_json(int draining, int running, int waiting)
+char *proto_drain_json(int draining, int running, int waiting, int lent)
 {
-    return dump(json_pack("{s:b, s:i, s:i}", "draining", draining, "running", running, "waiting", waiting));
+    return dump(json_pack("{s:b, s:i, s:i, s:i}", "draining", draining, "running", running,
+                          "waiting", waiting, "lent", lent));
 }

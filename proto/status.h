@@ -63,6 +63,7 @@ typedef struct proto_status {
     uint64_t placements_split, placements_fallback, placements_local, moves;
     const proto_status_peer *peers; /* "peers": [] when n_peers is 0 */
     int n_peers;
+    int lent_seqs; /* "lent_sequences": held for peers on the lent devices (a drain waits) */
 } proto_status;
 
 char *proto_status_json(const proto_status *s);
@@ -70,7 +71,8 @@ char *proto_status_json(const proto_status *s);
 /* {"status": status} plus, when detail is not NULL, "detail": detail. */
 char *proto_health_json(const char *status, const char *detail);
 
-/* {"draining": draining, "running": running, "waiting": waiting} */
-char *proto_drain_json(int draining, int running, int waiting);
+/* {"draining": draining, "running": running, "waiting": waiting, "lent": lent}: lent, the
+ * sequences the node holds for its peers on its lent devices */
+char *proto_drain_json(int draining, int running, int waiting, int lent);
 
 #endif
