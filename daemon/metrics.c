@@ -166,7 +166,7 @@ void dmn_metrics_render(proto_buf *b, const dmn_metrics *m, int running, int wai
         {"tandem_device_kv_import_bytes_total", "counter", "Bytes of KV imported into the device from a prefill device."},
         {"tandem_device_prefill_chunks_total", "counter", "Prefill calls (chunks of prompts) on the device."},
         {"tandem_device_kv_corrupt_total", "counter", "KV imports into the device that failed their wire CRC where the KV landed (the request moved)."},
-        {"tandem_device_kv_cache_usage_perc", "gauge", "Fraction (0-1) of the device's KV blocks held by running sequences (cached, evictable blocks count as free)."},
+        {"tandem_device_kv_cache_usage_perc", "gauge", "Fraction (0-1) of the device's KV blocks held by running sequences (cached, evictable blocks count as free; a failed device's keeps the blocks held when it failed)."},
         {"tandem_device_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the device's prefix cache."},
         {"tandem_device_prefix_cache_hits_total", "counter", "Prompt tokens found in the device's prefix cache (not computed)."},
         {"tandem_device_prefix_cache_host_hits_total", "counter", "Of the hits, tokens loaded back from the host tier."},
@@ -228,18 +228,23 @@ void dmn_metrics_render(proto_buf *b, const dmn_metrics *m, int running, int wai
 
     /* The node's KV store, as load-aware routers read it (vLLM's names with our prefix): the
      * paged devices' blocks held by running sequences over all their blocks, the prefix cache's
-     * queries and hits in tokens, preemptions. */
+     * queries and hits in tokens, preemptions. A FAILED device is left out of the fraction, its
+     * blocks used and total both: it keeps the blocks its sequences held when it failed (the card
+     * may still write them: fpga/seq.c), so its share would never go back to idle, and it takes
+     * no new sequence, so its free blocks are no room either. Its own gauges stay as they froze. */
     double used = 0, total = 0, queries = 0, hits = 0, preempt = 0, forks = 0;
     for (int i = 0; i < n_devs; i++) {
-        used += devs[i].kv.blocks_used - devs[i].kv.blocks_cached;
-        total += devs[i].kv.blocks_total;
+        if (strcmp(devs[i].health, "failed")) {
+            used += devs[i].kv.blocks_used - devs[i].kv.blocks_cached;
+            total += devs[i].kv.blocks_total;
+        }
         queries += (double)devs[i].kv.queries;
         hits += (double)devs[i].kv.hits;
         preempt += (double)devs[i].kv.preemptions;
         forks += (double)devs[i].kv.forks;
     }
     dmn_prom_header(b, "tandem_kv_cache_usage_perc", "gauge",
-                    "Fraction (0-1) of the node's paged KV blocks held by running sequences.");
+                    "Fraction (0-1) of the node's paged KV blocks held by running sequences (failed devices left out).");
     dmn_prom_sample(b, "tandem_kv_cache_usage_perc", NULL, total > 0 ? used / total : 0);
     dmn_prom_header(b, "tandem_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix caches.");
     dmn_prom_sample(b, "tandem_prefix_cache_queries_total", NULL, queries);
