@@ -43,6 +43,7 @@
 #                     node_name passes 63, stops at start-up (exit 2, the limit named); before,
 #                     the first started and every peer refused its device, and the second was cut
 . tests/e2e/lib/serve.sh
+. tests/e2e/lib/peers.sh
 export TANDEM_CACHE_DIR="$T/cache"
 KEY=e2e-peer-key-0123456789
 
@@ -66,22 +67,6 @@ BPID=
 node_b_stop() { [ -n "$BPID" ] && kill -TERM "$BPID" 2>/dev/null && wait "$BPID" 2>/dev/null; BPID=; }
 C3PID=
 trap 'node_b_stop; [ -n "$C3PID" ] && kill -KILL $C3PID 2>/dev/null; serve_cleanup' EXIT
-# node_b N [flags]: starts node B (log $T/b.N), sets BPID and BPORT (its peer port)
-node_b() {
-    BLOG=$T/b.$1
-    shift
-    "$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu --node-name "$B" \
-        --kv-listen "127.0.0.1:${BLISTEN:-0}" --peer-devices fpga-emu:0 --peer-key "$KEY" --log-file "$BLOG" "$@" \
-        >"$BLOG.out" 2>&1 &
-    BPID=$!
-    i=0
-    while [ $i -lt 400 ] && ! grep -q "event=ready" "$BLOG" 2>/dev/null && kill -0 $BPID 2>/dev/null; do
-        sleep 0.05
-        i=$((i + 1))
-    done
-    BPORT=$(sed -n 's/.*event=listening listener=peers .*port=\([0-9]*\).*/\1/p' "$BLOG" | head -1)
-    [ -n "$BPORT" ] && grep -q "event=ready" "$BLOG"
-}
 
 PROMPT="Once upon a time"
 "$TANDEM" generate --prefill-device cpu --device fpga-emu:0 --prompt "$PROMPT" --max-tokens 40 \

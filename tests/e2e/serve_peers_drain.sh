@@ -19,6 +19,7 @@
 #                        exits 3 at the timeout, saying it cut a lent sequence; A's stream still
 #                        completes, moved to A's CPU
 . tests/e2e/lib/serve.sh
+. tests/e2e/lib/peers.sh
 export TANDEM_CACHE_DIR="$T/cache"
 KEY=e2e-peer-key-0123456789
 NAMES="drain_lent_counted drain_no_new_on_b drain_stream_on_b drain_resume drain_sigterm_waits drain_timeout_cuts"
@@ -26,23 +27,6 @@ emu_ready "$NAMES" || exit 0
 
 BPID=
 trap '[ -n "$BPID" ] && kill -KILL "$BPID" 2>/dev/null; serve_cleanup' EXIT
-# node_b N [flags]: starts node B (log $T/b.N), sets BPID, BPORT (its peer port) and BADMIN
-node_b() {
-    BLOG=$T/b.$1
-    shift
-    "$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu --node-name nodeB \
-        --kv-listen 127.0.0.1:0 --peer-devices fpga-emu:0 --peer-key "$KEY" --log-file "$BLOG" "$@" \
-        >"$BLOG.out" 2>&1 &
-    BPID=$!
-    i=0
-    while [ $i -lt 400 ] && ! grep -q "event=ready" "$BLOG" 2>/dev/null && kill -0 $BPID 2>/dev/null; do
-        sleep 0.05
-        i=$((i + 1))
-    done
-    BPORT=$(sed -n 's/.*event=listening listener=peers .*port=\([0-9]*\).*/\1/p' "$BLOG" | head -1)
-    BADMIN=http://127.0.0.1:$(sed -n 's/.*event=listening listener=admin .*port=\([0-9]*\).*/\1/p' "$BLOG" | head -1)
-    [ -n "$BPORT" ] && grep -q "event=ready" "$BLOG"
-}
 node_a() {
     serve_start --devices cpu --node-name nodeA --peers "127.0.0.1:$BPORT" --peer-key "$KEY" --step-delay-ms 20
 }
