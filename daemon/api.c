@@ -416,8 +416,16 @@ static void prep_rest(api_prep *p)
     if (p->no_tokens) max_tokens = 1;
     if (max_tokens < 1 || (long long)longest + max_tokens > max_pos) {
         p->e = PROTO_ERR_CONTEXT_LENGTH;
-        proto_context_msg(p->msg, sizeof p->msg, p->ep, max_pos, longest,
-                          max_tokens < 1 ? 1 : max_tokens);
+        if (p->no_tokens) /* the one step it runs needs a position: not "1 in the completion" */
+            snprintf(
+                p->msg, sizeof p->msg,
+                "This model's maximum context length is %d tokens. However, your prompt "
+                "resulted in %d tokens, and max_tokens 0 needs one position after it (the "
+                "prompt is scored by one decode step). Please reduce the length of the prompt.",
+                max_pos, longest);
+        else
+            proto_context_msg(p->msg, sizeof p->msg, p->ep, max_pos, longest,
+                              max_tokens < 1 ? 1 : max_tokens);
         snprintf(p->param, sizeof p->param, "%s", pparam);
         return;
     }

@@ -150,10 +150,7 @@ static int path_decode(const char *s, size_t len, char *out, size_t n)
  * came up then), the same in every listing, not the time of the call. */
 long long dmn_start_time(const dmn_serve *d)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
-    return (long long)(now - (sched_now() - d->t_start));
+    return d->t_start_unix;
 }
 
 char *dmn_model_get(dmn_serve *d, const char *id, int *status)

@@ -60,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <systemd/sd-daemon.h>
+#include <time.h>
 #include <unistd.h>
 
 /* How often the loop checks drain progress and the watchdog and refreshes STATUS=. The watchdog
@@ -638,6 +639,7 @@ int dmn_serve_main(int argc, char **argv)
     uv_loop_init(&loop);
     d->loop = &loop;
     d->t_start = sched_now();
+    d->t_start_unix = (long long)time(NULL);
     d->state = DMN_STATE_LOADING;
     proto_limits_default(&d->limits);
     d->limits.max_n = d->cfg.max_n;

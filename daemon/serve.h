@@ -44,6 +44,7 @@ typedef struct dmn_serve {
     int warmed;         /* the devices' warm-up ended (on_warm): /admin/resume may make it ready */
     int exit_code;
     double t_start;     /* sched_now() clock */
+    long long t_start_unix; /* the wall clock then (seconds): /v1/models' created, read once */
     /* engine, set once loading finished */
     model *m;
     model_tok *tok;

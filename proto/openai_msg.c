@@ -13,14 +13,18 @@ static int alnum(char c)
 void proto_msg_mistral_id(const char *id, size_t len, char out[10])
 {
     static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    /* the last 9 letters and digits: vLLM keeps the last 9 characters (truncate_tool_call_ids),
-     * which for OpenAI's "call_" + 24 ids and ours are letters and digits already */
-    int k = 9;
+    /* an id of 9 letters and digits (ours in this family) is kept */
+    int ok = len == 9;
+    for (size_t i = 0; ok && i < len; i++) ok = alnum(id[i]);
     out[9] = 0;
-    for (size_t i = len; i-- > 0 && k > 0;)
-        if (alnum(id[i])) out[--k] = id[i];
-    if (k == 0) return;
-    /* too few: FNV-1a of the whole id, 9 base-62 digits (a function of the id alone) */
+    if (ok) {
+        memcpy(out, id, 9);
+        return;
+    }
+    /* any other: FNV-1a of the whole id, 9 base-62 digits (a function of the id alone, so a call
+     * and the tool message answering it agree). Not its last 9 characters, as vLLM's
+     * truncate_tool_call_ids keeps: ids that differ only before those ("0_get_weather",
+     * "1_get_weather") would become one */
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)id[i]) * 1099511628211ull;
     for (int i = 0; i < 9; i++, h /= 62) out[i] = abc[h % 62];
@@ -174,7 +178,11 @@ int proto_msg_legacy(json_t *m, size_t idx, char last_id[24])
 {
     json_t *role = json_object_get(m, "role"), *fc = json_object_get(m, "function_call");
     const char *r = json_is_string(role) ? json_string_value(role) : "";
-    if (!strcmp(r, "assistant") && json_is_object(fc) && !json_object_get(m, "tool_calls")) {
+    /* a null or empty tool_calls beside it is no call (a functions response echoed back by
+     * model_dump() carries "tool_calls": null): the function_call is the call */
+    json_t *tc = json_object_get(m, "tool_calls");
+    int no_calls = !tc || json_is_null(tc) || (json_is_array(tc) && json_array_size(tc) == 0);
+    if (!strcmp(r, "assistant") && json_is_object(fc) && no_calls) {
         snprintf(last_id, 24, "call_fn%zu", idx);
         json_t *calls =
             json_pack("[{s:s, s:s, s:O}]", "id", last_id, "type", "function", "function", fc);

@@ -41,9 +41,9 @@ int proto_msg_functions(json_t *o, char *msg, size_t msgn, const char **param);
  * memory. */
 int proto_msg_legacy(json_t *m, size_t idx, char last_id[24]);
 
-/* The Mistral family's tool call id for any id a client sent: its last 9 ASCII letters and
- * digits, or (fewer than 9 of them) 9 taken from a hash of the whole id, so that an assistant's
- * call and the tool message answering it still agree. out: 10 bytes. */
+/* The Mistral family's tool call id for any id a client sent: the id itself when it is 9 ASCII
+ * letters and digits, else 9 of them taken from a hash of the whole id, so that an assistant's
+ * call and the tool message answering it still agree and two ids stay two. out: 10 bytes. */
 void proto_msg_mistral_id(const char *id, size_t len, char out[10]);
 
 #endif

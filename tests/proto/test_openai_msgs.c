@@ -146,9 +146,10 @@ TEST(openai_history_mistral_ids)
 {
     /* turn 2 of a Mistral tool loop with OpenAI-style ids (ours before, any client's): the
      * template demands 9 alphanumerics on both sides, and the two must still agree */
-    static const char *const ids[] = {"call_ey3LKEANhmkICdkcW3NTMrqL", "1", "toolu_01-A"};
-    static const char *const want[] = {"cW3NTMrqL", NULL, NULL};
-    for (int i = 0; i < 3; i++) {
+    static const char *const ids[] = {"call_ey3LKEANhmkICdkcW3NTMrqL", "1", "toolu_01-A",
+                                      "ey3LKEANh"};
+    static const char *const want[] = {NULL, NULL, NULL, "ey3LKEANh"}; /* 9 alphanumerics: kept */
+    for (int i = 0; i < 4; i++) {
         char b[2048], err[512], id[10];
         snprintf(b, sizeof b, "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":\"assistant\",\"content\":null,"
                               "\"tool_calls\":[{\"id\":\"%s\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
@@ -349,6 +350,46 @@ TEST(openai_functions_api_as_tools)
         CHECK_MSG(out && strstr(out, "Paris") && strstr(out, "20C"), "%s: %s", tmpls[i],
                   out ? out : err);
         free(out);
+    }
+}
+
+/* Ids that differ only before their last 9 letters and digits stay two ids (a call and its
+ * result must pair with their own, not with another call's): not cut to their last 9. */
+TEST(openai_history_mistral_ids_stay_distinct)
+{
+    char a[10], b[10], c[10];
+    proto_msg_mistral_id("0_get_weather", 13, a);
+    proto_msg_mistral_id("1_get_weather", 13, b);
+    proto_msg_mistral_id("0_get_weather", 13, c);
+    CHECK_MSG(strcmp(a, b) != 0, "%s %s", a, b);
+    CHECK_STR(a, c);
+}
+
+/* A functions-API answer echoed back by model_dump() carries "tool_calls": null (or []) beside
+ * its function_call: the function_call is still the call, and the function message after it
+ * answers that call's id (the null used to hide it: the call stayed a function_call no template
+ * renders, and the result answered an id no call had). */
+TEST(openai_functions_history_null_tool_calls)
+{
+    static const char *const calls[] = {"\"tool_calls\":null,", "\"tool_calls\":[],", ""};
+    for (int i = 0; i < 3; i++) {
+        char b[2048], msg[512], param[64];
+        snprintf(b, sizeof b,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":"
+                 "\"assistant\",\"content\":null,%s\"function_call\":{\"name\":\"get_weather\","
+                 "\"arguments\":\"{}\"}},{\"role\":\"function\",\"name\":\"get_weather\","
+                 "\"content\":\"20C\"}],\"functions\":[{\"name\":\"get_weather\"}]}",
+                 calls[i]);
+        proto_limits l = lims(4096, NULL);
+        proto_req r;
+        int rc = parse(PROTO_EP_CHAT, b, &l, &r, msg, param);
+        CHECK_MSG(rc == PROTO_ERR_NONE, "%s", msg);
+        if (rc != PROTO_ERR_NONE) continue;
+        CHECK_MSG(strstr(r.chat_context, "\"tool_calls\":[{\"id\":\"call_fn1\"") &&
+                      strstr(r.chat_context, "\"tool_call_id\":\"call_fn1\"") &&
+                      !strstr(r.chat_context, "function_call"),
+                  "%s: %s", calls[i], r.chat_context);
+        proto_req_deinit(&r);
     }
 }
 
