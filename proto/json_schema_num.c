@@ -11,17 +11,23 @@
  * narrower, not wrong).
  *
  * Magnitudes stop at 16 digits as json-integer's do, or at the digits of the largest finite
- * bound when that has more (at most 19: a bound in the 64-bit range); an open side of a range
- * ends there. A number's bounds are checked without exponents: a bounded number is written as
- * an integer part and at most 16 fraction digits, the last not zero (fewer next to an exclusive
- * bound, so that a validator's double is not the bound: close_digits). A non-integer bound of a
- * number is rounded inwards to an integer (minimum 0.5 is kept as 1), a narrower language.
- * Integers beyond 2^53 are exact here; a validator working in doubles (Ajv) may read a value
- * next to such a bound as the bound itself. */
+ * bound when that has more (at most 19); an open side of a range ends there, and whole values
+ * stay within int64 (jansson reads a longer integer as an error, so a tool call writing one would
+ * come back as text). A number is written without an exponent: an integer part and at most 16
+ * fraction digits, the last not zero. Its bounds are kept as decimals of at most 15 fraction
+ * digits (a bound with more is rounded inwards there; a double's shortest decimal is the bound,
+ * 0.1 not 0.1000000000000000055): an integer part strictly inside the range takes any fraction,
+ * one equal to a bound's a fraction compared digit by digit with the bound's (tails), so
+ * confloat(ge=0, le=0.5) is 0 to 0.5 exactly. Next to an exclusive bound a number has fewer
+ * fraction digits, so that a validator's double of it is not the bound's (close_digits).
+ * Inclusive bounds need no such care: a decimal at or above the bound's reads as a double at or
+ * above it (rounding to doubles keeps order). Integers beyond 2^53 are exact here; a validator
+ * working in doubles (Ajv) may read a value next to such a bound as the bound itself. */
 #include "proto/json_schema_int.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef __int128 i128; /* bounds and their negations without overflow: |v| <= 10^19 - 1 */
@@ -107,109 +113,240 @@ static int magnitudes(proto_buf *b, uint64_t a, uint64_t hi)
     return rc || proto_buf_str(b, " )");
 }
 
-/* Integers lo..hi (|lo|, |hi| < 10^19) as alternatives appended after *first ones. */
-static int int_range(proto_buf *b, i128 lo, i128 hi, int *first)
+/* Fraction tails s after an integer part: digit strings of at most m digits, empty or ending in
+ * 1-9 (canonical: "0.5", never "0.50"), with 0.s >= 0.a (> when !ain) and 0.s <= 0.b (< when
+ * !bin). a and b are digit strings without trailing zeros, NULL where that side is free; nz
+ * leaves the empty tail out (after a "0", or right after the "."). Writes one expression of the
+ * non-empty tails, or nothing when there are none; returns 1 when it wrote one, | 2 when the
+ * empty tail is in; -1 out of memory. The digit-by-digit split is same_len's, over strings of
+ * unequal length compared as if padded with zeros. */
+static int tails(proto_buf *t, const char *a, int ain, const char *b, int bin, int m, int nz)
 {
-    int rc = 0;
-    if (lo > hi) return 0;
-    if (lo < 0) { /* the negatives: "-" and magnitudes max(-hi, 1) .. -lo */
-        i128 a = hi < 0 ? -hi : 1;
-        rc = (!*first && proto_buf_str(b, " | ")) || proto_buf_str(b, "\"-\" ") ||
-             magnitudes(b, (uint64_t)a, (uint64_t)-lo);
-        *first = 0;
+    if (a && !*a) { /* 0.s >= 0 always; 0.s > 0 exactly when s is not empty */
+        if (!ain) nz = 1;
+        a = NULL;
     }
-    if (hi >= 0 && !rc) {
-        rc = (!*first && proto_buf_str(b, " | ")) ||
-             magnitudes(b, (uint64_t)(lo > 0 ? lo : 0), (uint64_t)hi);
-        *first = 0;
+    if (b && !*b) return bin && !nz ? 2 : 0; /* 0.s <= 0: only the empty tail */
+    int empty = !a && !nz ? 2 : 0;           /* a, when set, is above 0 */
+    if (m == 0) return empty;
+    if (!a && !b) {
+        int rc =
+            m == 1 ? proto_buf_str(t, "[1-9]") : proto_buf_printf(t, "[0-9]{0,%d} [1-9]", m - 1);
+        return rc ? -1 : 1 | empty;
     }
-    return rc;
+    int a0 = a ? a[0] - '0' : 0, b0 = b ? b[0] - '0' : 9, any = 0, rc = 0;
+    proto_buf alts = {0};
+    for (int d = a0; d <= b0 && !rc;) {
+        /* a run of digits whose tails are alike: 0 (its tail may not be empty), a's first digit
+         * and b's (their tails bounded), or the digits between */
+        int special = d == 0 || (a && d == a0) || (b && d == b0), e = d;
+        while (!special && e + 1 <= b0 && !(b && e + 1 == b0) && !(a && e + 1 == a0)) e++;
+        proto_buf sub = {0};
+        int r = tails(&sub, a && d == a0 ? a + 1 : NULL, ain, b && d == b0 ? b + 1 : NULL, bin,
+                      m - 1, d == 0);
+        if (r < 0) rc = -1;
+        if (r > 0) {
+            rc = (any && proto_buf_str(&alts, " | ")) ||
+                 (d == e ? proto_buf_printf(&alts, "\"%d\"", d)
+                         : proto_buf_printf(&alts, "[%d-%d]", d, e));
+            if (r & 1)
+                rc = rc ||
+                     proto_buf_printf(&alts, r & 2 ? " ( %.*s )?" : " %.*s", (int)sub.len, sub.p);
+            any = 1;
+        }
+        proto_buf_deinit(&sub);
+        d = e + 1;
+    }
+    if (!rc && any) rc = proto_buf_printf(t, "( %.*s )", (int)alts.len, alts.p);
+    proto_buf_deinit(&alts);
+    return rc ? -1 : (any ? 1 : 0) | empty;
+}
+
+#define FRAC_DIGITS 15 /* a bound's fraction digits kept: the double-safe rule (close_digits) */
+static const i128 SCALE = 1000000000000000LL; /* 10^FRAC_DIGITS: a bound in units of 10^-15 */
+
+static i128 floor_div(i128 a, i128 d)
+{
+    i128 q = a / d;
+    return q * d > a ? q - 1 : q;
+}
+
+static i128 ceil_div(i128 a, i128 d)
+{
+    return -floor_div(-a, d);
 }
 
 /* One side of a range as read from the schema. */
 typedef struct nbound {
-    int set;             /* 0: open */
-    i128 v;              /* an integer */
-    int excl;            /* numbers only: v itself is out */
-    const char *rounded; /* numbers only: the keyword of a fractional bound rounded inwards */
+    int set;   /* 0: open */
+    i128 v;    /* the bound in units of 10^-15, rounded inwards */
+    int excl;  /* v itself is out */
+    double d;  /* as read, for telling an empty range from one too narrow to write */
+    int exact; /* v is the bound's value (an integer in the schema): compare v, not d */
 } nbound;
 
-/* x (a JSON number) as a bound: lower (1) or upper (0), exclusive or not, for an integer node or
- * a number node. 0; 1 when the bound excludes nothing the grammar could write (beyond the 64-bit
- * range on the open side); -1 (through jsc_fail) when it excludes everything. */
-static int read_bound(jsc *c, json_t *x, const char *key, int lower, int excl, int integer,
-                      nbound *out, const char *ptr)
+/* The whole number nearest x inside the range: at or above a lower bound, at or below an upper. */
+static i128 whole_in(const nbound *x, int lower)
+{
+    if (lower) return x->excl ? floor_div(x->v, SCALE) + 1 : ceil_div(x->v, SCALE);
+    return x->excl ? ceil_div(x->v, SCALE) - 1 : floor_div(x->v, SCALE);
+}
+
+/* d (|d| < 10^19) in units of 10^-15, rounded up (up = 1) or down: d's shortest decimal (the one
+ * that reads back as d, as a validator's and JavaScript's reading of the bound gives d) is the
+ * bound's value, so "minimum": 0.1 is 0.1 and not 0.1000000000000000055. */
+static i128 scaled(double d, int up)
+{
+    char s[48];
+    int p = 1;
+    for (; p < 17; p++) {
+        snprintf(s, sizeof s, "%.*e", p - 1, d);
+        if (strtod(s, NULL) == d) break;
+    }
+    snprintf(s, sizeof s, "%.*e", p - 1, d);
+    int neg = s[0] == '-';
+    uint64_t mant = 0;
+    const char *q = s + neg;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9') mant = mant * 10 + (uint64_t)(*q - '0');
+    int shift = atoi(q + 1) - (p - 1) + FRAC_DIGITS; /* value = mant * 10^(shift - 15) */
+    i128 v;
+    if (shift >= 0) {
+        v = mant; /* |d| < 10^19: below 10^34 */
+        while (shift-- > 0) v *= 10;
+    } else {
+        i128 div = shift < -19 ? 0 : (i128)pow10u(-shift);
+        i128 quot = div ? (i128)mant / div : 0;
+        int inexact = div ? (i128)mant % div != 0 : mant != 0;
+        v = quot + (inexact && (neg ? !up : up));
+    }
+    return neg ? -v : v;
+}
+
+/* x (a JSON number) as a bound: lower (1) or upper (0), exclusive or not. 0; 1 when the bound
+ * excludes nothing the grammar could write (beyond the 64-bit range on the open side); -1
+ * (through jsc_fail) when it excludes everything. */
+static int read_bound(jsc *c, json_t *x, const char *key, int lower, int excl, nbound *out,
+                      const char *ptr)
 {
     const double lim = 9999999999999999999.0; /* 10^19 - 1 rounds to 1e19: the 19-digit limit */
     if (!json_is_number(x)) return jsc_fail(c, ptr, "'%s' must be a number", key);
     i128 v;
-    int whole = 1;
+    double d = json_number_value(x);
     if (json_is_integer(x)) {
-        v = json_integer_value(x);
+        v = (i128)json_integer_value(x) * SCALE;
     } else {
-        double d = json_real_value(x);
         if (d >= lim || d <= -lim) {
             if (lower == (d > 0))
                 return jsc_fail(c, ptr, "'%s' beyond the 64-bit integer range is not supported",
                                 key);
             return 1;
         }
-        whole = floor(d) == d;
-        /* inwards: a lower bound up, an upper one down (the same integer when d is whole) */
-        v = (i128)(lower ? ceil(d) : floor(d));
-    }
-    if (integer) { /* an exclusive bound of an integer is the next integer inside, inclusive */
-        if (excl && whole) v += lower ? 1 : -1;
-        excl = 0;
-    } else if (!whole) {
-        excl = 0; /* rounded inwards past it: the rounded value itself is inside */
-        out->rounded = key;
+        v = scaled(d, lower); /* inwards: a lower bound up, an upper one down */
     }
     if (!out->set || (lower ? v > out->v : v < out->v) || (v == out->v && excl)) {
         out->set = 1;
         out->v = v;
         out->excl = excl;
+        out->d = d;
+        out->exact = json_is_integer(x);
     }
     return 0;
 }
 
-/* The fraction digits a number next to an exclusive integer bound b may carry: Ajv and most
- * validators compare doubles, and a decimal closer to b than half of b's ulp reads as b itself
- * ("1.9999999999999999" is 2.0, not below 2). With 15 - digits(b) digits the gap, at least
- * 10^(digits(b) - 15), passes |b| * 2^-53; 0 (no fraction) when b has 15 digits or more. */
-static int close_digits(i128 b)
+/* The fraction digits a number next to an exclusive bound v (units of 10^-15) may carry:
+ * validators compare doubles, and a decimal closer to the bound than its ulp may read as the
+ * bound itself ("1.9999999999999999" is 2.0, not below 2). With 15 - digits(integer part) digits
+ * the gap, at least 10^(digits - 15), passes the bound's ulp, at most |v| * 2^-52; 15 below 1
+ * (ulp <= 2^-53); 16 at 0 (every nonzero fraction of 16 digits is a double apart from 0); 0 (no
+ * fraction) for integer parts of 15 digits or more. */
+static int close_digits(i128 v)
 {
-    if (b == 0) return 16; /* every nonzero fraction of 16 digits is a double apart from 0 */
-    int k = 15 - n_digits((uint64_t)(b < 0 ? -b : b));
+    if (v == 0) return 16;
+    i128 w = (v < 0 ? -v : v) / SCALE;
+    if (w == 0) return FRAC_DIGITS;
+    int k = 15 - n_digits((uint64_t)w);
     return k > 0 ? k : 0;
 }
 
-/* Numbers with a fraction above zero and an integer part a..b ("-" first when neg), the ends'
- * fractions limited to ka / kb digits (0: none), alternatives appended after *first ones. */
-static int frac_alts(proto_buf *t, int neg, i128 a, i128 b, int ka, int kb, int *first)
+/* An exclusive bound moved inwards onto the grid of the fraction digits a number next to it may
+ * have, staying exclusive: the numbers on that grid beyond it are then at least a grid step from
+ * the bound's value (close_digits). */
+static void excl_grid(nbound *x, int lower)
 {
-    if (a > b) return 0;
-    if (a == b) ka = kb = ka < kb ? ka : kb;
-    i128 ends[2] = {a, b};
-    int ks[2] = {ka, kb}, rc = 0;
-    i128 ma = ka < 16 ? a + 1 : a, mb = kb < 16 ? b - 1 : b;
-    if (ma <= mb) { /* the middle, 16 digits */
+    if (!x->set || !x->excl) return;
+    int k = close_digits(x->v);
+    i128 step = k >= FRAC_DIGITS ? 1 : (i128)pow10u(FRAC_DIGITS - k);
+    x->v = (lower ? ceil_div(x->v, step) : floor_div(x->v, step)) * step;
+}
+
+/* The fraction digits of v (units of 10^-15, v >= 0) without trailing zeros, into f[16]. */
+static void frac_text(i128 v, char *f)
+{
+    snprintf(f, 16, "%015llu", (unsigned long long)(v % SCALE));
+    size_t n = strlen(f);
+    while (n && f[n - 1] == '0') f[--n] = 0;
+}
+
+/* "I" "." and a tail for the integer part I (a magnitude, "-" first when neg), the tail bounded
+ * as tails() says; appended after *first ones, nothing when no tail fits. */
+static int frac_alt(proto_buf *t, int neg, i128 ip, const char *a, int ain, const char *b, int bin,
+                    int m, int *first)
+{
+    proto_buf sub = {0};
+    int r = tails(&sub, a, ain, b, bin, m, 1), rc = r < 0;
+    if (r == 1)
+        rc = (!*first && proto_buf_str(t, " | ")) ||
+             proto_buf_printf(t, "( %s\"%llu\" \".\" %.*s )", neg ? "\"-\" " : "",
+                              (unsigned long long)ip, (int)sub.len, sub.p);
+    if (r == 1) *first = 0;
+    proto_buf_deinit(&sub);
+    return rc;
+}
+
+/* Magnitudes from lo to hi (units of 10^-15, both >= 0; lo unset: from 0; hi unset: up to cap),
+ * "-" first when neg (then never 0 itself): whole ones canonical and within the 64-bit range
+ * (jansson reads a longer integer as an error, not a number), then, for numbers, the ones with a
+ * fraction of at most 16 digits, fewer next to an exclusive bound. */
+static int side(proto_buf *t, int neg, const nbound *lo, const nbound *hi, i128 cap, int integer,
+                int *first)
+{
+    const i128 whole_max = neg ? -(i128)INT64_MIN : (i128)INT64_MAX;
+    i128 wl = lo->set ? whole_in(lo, 1) : 0, wh = hi->set ? whole_in(hi, 0) : cap;
+    if (neg && wl < 1) wl = 1;
+    if (wh > cap) wh = cap;
+    if (wh > whole_max) wh = whole_max;
+    int rc = 0;
+    if (wl <= wh) {
+        rc = (!*first && proto_buf_str(t, " | ")) || (neg && proto_buf_str(t, "\"-\" ")) ||
+             magnitudes(t, (uint64_t)wl, (uint64_t)wh);
+        *first = 0;
+    }
+    if (integer || rc) return rc;
+    char lf[16] = "", hf[16] = "";
+    i128 il = lo->set ? floor_div(lo->v, SCALE) : 0, ih = cap;
+    int lm = lo->set && lo->excl ? close_digits(lo->v) : 16, hm = 16, hfree = 1;
+    if (lo->set) frac_text(lo->v, lf);
+    if (hi->set && floor_div(hi->v, SCALE) <= cap) {
+        ih = floor_div(hi->v, SCALE);
+        hfree = 0;
+        if (hi->excl) hm = close_digits(hi->v);
+        frac_text(hi->v, hf);
+        if (!hf[0] && hi->excl) hfree = 1, ih--; /* below a whole I: I - 1 and any fraction */
+    }
+    const char *a = lo->set ? lf : NULL, *b = hfree ? NULL : hf;
+    int ain = !lo->excl, bin = !hi->excl;
+    if (il > ih) return 0;
+    if (il == ih) return frac_alt(t, neg, il, a, ain, b, bin, lm < hm ? lm : hm, first);
+    rc = frac_alt(t, neg, il, a, ain, NULL, 1, lm, first);
+    if (!rc && il + 1 <= ih - 1) { /* the integer parts between: any fraction */
         rc = (!*first && proto_buf_str(t, " | ")) ||
              proto_buf_printf(t, "( %s", neg ? "\"-\" " : "") ||
-             magnitudes(t, (uint64_t)ma, (uint64_t)mb) ||
+             magnitudes(t, (uint64_t)(il + 1), (uint64_t)(ih - 1)) ||
              proto_buf_str(t, " \".\" [0-9]{0,15} [1-9] )");
         *first = 0;
     }
-    for (int e = 0; e < 2 && !rc; e++) {
-        if (ks[e] == 16 || ks[e] == 0 || (e == 1 && a == b)) continue;
-        char d[48];
-        snprintf(d, sizeof d, "%llu", (unsigned long long)ends[e]);
-        rc = (!*first && proto_buf_str(t, " | ")) ||
-             proto_buf_printf(t, "( %s\"%s\" \".\" [0-9]{0,%d} [1-9] )", neg ? "\"-\" " : "", d,
-                              ks[e] - 1);
-        *first = 0;
-    }
-    return rc;
+    return rc || frac_alt(t, neg, ih, NULL, 1, b, bin, hm, first);
 }
 
 int jsc_number(jsc *c, json_t *s, const char *ptr, int integer, proto_buf *b)
@@ -231,52 +368,49 @@ int jsc_number(jsc *c, json_t *s, const char *ptr, int integer, proto_buf *b)
     int mn_excl = json_is_true(xmn), mx_excl = json_is_true(xmx);
     if (json_is_boolean(xmn)) xmn = NULL;
     if (json_is_boolean(xmx)) xmx = NULL;
-    if ((mn && read_bound(c, mn, "minimum", 1, mn_excl, integer, &lo, ptr) < 0) ||
-        (xmn && read_bound(c, xmn, "exclusiveMinimum", 1, 1, integer, &lo, ptr) < 0) ||
-        (mx && read_bound(c, mx, "maximum", 0, mx_excl, integer, &hi, ptr) < 0) ||
-        (xmx && read_bound(c, xmx, "exclusiveMaximum", 0, 1, integer, &hi, ptr) < 0))
+    if ((mn && read_bound(c, mn, "minimum", 1, mn_excl, &lo, ptr) < 0) ||
+        (xmn && read_bound(c, xmn, "exclusiveMinimum", 1, 1, &lo, ptr) < 0) ||
+        (mx && read_bound(c, mx, "maximum", 0, mx_excl, &hi, ptr) < 0) ||
+        (xmx && read_bound(c, xmx, "exclusiveMaximum", 0, 1, &hi, ptr) < 0))
         return -1;
     if (!lo.set && !hi.set) {
         int rc = integer ? proto_buf_str(b, "json-integer") : proto_buf_str(b, "json-number");
         return rc ? jsc_fail(c, ptr, "out of memory") : 0;
     }
-    int digits = DEFAULT_DIGITS;
-    if (lo.set) digits = (int)fmax(digits, n_digits((uint64_t)(lo.v < 0 ? -lo.v : lo.v)));
-    if (hi.set) digits = (int)fmax(digits, n_digits((uint64_t)(hi.v < 0 ? -hi.v : hi.v)));
-    const i128 cap = (i128)pow10u(digits) - 1;
-    /* whole values: lo..hi with an exclusive end stepped inside */
-    i128 wl = lo.set ? lo.v + lo.excl : -cap, wh = hi.set ? hi.v - hi.excl : cap;
-    if (wl < -cap) wl = -cap;
-    if (wh > cap) wh = cap;
-    proto_buf t = {0};
-    int first = 1, rc = int_range(&t, wl, wh, &first);
-    if (!integer && !rc) {
-        /* x = I.F with a fraction F > 0 lies strictly between I and I + 1 (or -I - 1 and -I):
-         * it is above lo exactly when I >= lo, below hi exactly when I + 1 <= hi, whether the
-         * bounds are exclusive or not */
-        i128 pl = lo.set && lo.v > 0 ? lo.v : 0, ph = hi.set ? hi.v - 1 : cap;
-        i128 nl = hi.set && hi.v < 0 ? -hi.v : 0, nh = lo.set ? -lo.v - 1 : cap;
-        if (ph > cap) ph = cap;
-        if (nh > cap) nh = cap;
-        /* the integer part next to an exclusive bound gets fewer fraction digits (see
-         * close_digits); 16 elsewhere */
-        int pl_k = lo.excl && lo.v == pl ? close_digits(lo.v) : 16,
-            ph_k = hi.excl && hi.v == ph + 1 ? close_digits(hi.v) : 16;
-        int nl_k = hi.excl && hi.v == -nl ? close_digits(hi.v) : 16,
-            nh_k = lo.excl && lo.v == -nh - 1 ? close_digits(lo.v) : 16;
-        rc = frac_alts(&t, 0, pl, ph, pl_k, ph_k, &first) ||
-             frac_alts(&t, 1, nl, nh, nl_k, nh_k, &first);
+    int empty = lo.set && hi.set &&
+                (lo.exact && hi.exact ? lo.v > hi.v || (lo.v == hi.v && (lo.excl || hi.excl))
+                                      : lo.d > hi.d || (lo.d == hi.d && (lo.excl || hi.excl)));
+    if (!integer) {
+        excl_grid(&lo, 1);
+        excl_grid(&hi, 0);
     }
+    /* an open side ends at the digits of the widest whole value inside a finite bound */
+    int digits = DEFAULT_DIGITS;
+    for (int k = 0; k < 2; k++) {
+        const nbound *x = k ? &hi : &lo;
+        i128 w = x->set ? whole_in(x, !k) : 0;
+        if (w < 0) w = -w;
+        if (w > 0 && n_digits((uint64_t)w) > digits) digits = n_digits((uint64_t)w);
+    }
+    const i128 cap = (i128)pow10u(digits) - 1;
+    /* x >= 0 between max(lo, 0) and hi; x < 0 as "-" and |x| between max(-hi, 0) and -lo */
+    nbound pl = lo.set && lo.v >= 0 ? lo : (nbound){0}, ph = hi;
+    nbound nl = hi.set && hi.v <= 0 ? hi : (nbound){0}, nh = lo;
+    nl.v = -nl.v;
+    nh.v = -nh.v;
+    proto_buf t = {0};
+    int first = 1, rc = 0;
+    if (!lo.set || lo.v < 0) rc = side(&t, 1, &nl, &nh, cap, integer, &first);
+    if (!rc && (!hi.set || hi.v >= 0)) rc = side(&t, 0, &pl, &ph, cap, integer, &first);
     if (!rc && !first) rc = proto_buf_printf(b, "( %.*s )", (int)t.len, t.p);
     proto_buf_deinit(&t);
     if (rc) return jsc_fail(c, ptr, "out of memory");
     if (!first) return 0;
-    if (lo.rounded || hi.rounded) { /* the range held fractions only, e.g. 0.2..0.8 */
-        if (jsc_unenforceable(c, ptr, lo.rounded ? lo.rounded : hi.rounded,
-                              "a fraction: the range holds no integer to round it to"))
-            return -1;
-        return proto_buf_str(b, "json-number") ? jsc_fail(c, ptr, "out of memory") : 0;
-    }
+    if (!integer && !empty) /* e.g. 0.1234567890123451 to 0.1234567890123452 */
+        return jsc_fail(c, ptr,
+                        "no number of at most 16 fraction digits lies within "
+                        "'minimum'/'maximum' (at most 15 of a bound's fraction digits are "
+                        "kept): the range is too narrow to be written");
     return jsc_fail(c, ptr,
                     "no %s lies within 'minimum'/'maximum' (the exclusive ones included): the "
                     "schema matches nothing",

@@ -119,7 +119,10 @@ TEST(json_schema_refusals)
          "B\"}],\"properties\":{\"name\":{\"type\":\"string\"}},\"required\":[\"name\"]}",
          "'properties' beside 'allOf' is not supported"},
         {"{\"allOf\":[{\"type\":\"string\"}],\"maxLength\":2}", "'maxLength' beside 'allOf'"},
-        {"{\"type\":\"number\",\"minimum\":0.2,\"maximum\":0.8}", "'minimum' (a fraction"},
+        /* a range between two 15-digit fractions: nothing left once kept to 15 digits */
+        {"{\"type\":\"number\",\"minimum\":0.1234567890123451,\"maximum\":0.1234567890123452}",
+         "too narrow to be written"},
+        {"{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.4}", "matches nothing"},
         {"{\"type\":\"string\",\"pattern\":\"a[]\"}", "'[]' matches nothing"},
         {"{\"enum\":[\"abc\"],\"minLength\":3}", "'minLength' beside 'enum' is not supported"},
         {"{\"type\":\"integer\",\"enum\":[\"x\",1.5]}", "no value of 'enum' is of its 'type'"},
