@@ -463,3 +463,120 @@ TEST(json_schema_number_fraction_bounds)
     }
     model_gvocab_free(v);
 }
+
+/* v (units of 10^-16) as canonical JSON text: "-1.25", "0.5", "3", never "-0" or "0.50". */
+static void scaled_text(i128 v, char *out, size_t n)
+{
+    char ip[48], fp[20];
+    i128 a = v < 0 ? -v : v;
+    i128_text(a / P16, ip);
+    snprintf(fp, sizeof fp, "%016llu", (unsigned long long)(a % P16));
+    size_t k = strlen(fp);
+    while (k && fp[k - 1] == '0') fp[--k] = 0;
+    snprintf(out, n, "%s%s%s%s", v < 0 ? "-" : "", ip, k ? "." : "", fp);
+}
+
+/* Random decimal bounds (an integer part of at most 3 digits, at most 12 fraction digits, either
+ * sign, inclusive or exclusive, one side open at times) against the grammar's own matcher on
+ * values next to each bound at every scale from 1 to 10^-16, and on drawn documents, the answer
+ * computed here exactly in units of 10^-16. A value of at most 12 fraction digits must be
+ * accepted exactly when it is in range (12: the fewest close_digits allows next to an exclusive
+ * bound of 3 integer digits); a longer one, when accepted, must be in range and, next to an
+ * exclusive bound, a double strictly inside as a validator reads it. Drawn documents go to Ajv
+ * (TANDEM_JSCHEMA_SAMPLES). */
+TEST(json_schema_number_decimal_bounds)
+{
+    model_gvocab *v = jschema_bytes_vocab();
+    REQUIRE(v);
+    uint64_t rng = 2026;
+    int compiled = 0, refused = 0, exact = 0, long_ok = 0;
+    for (int iter = 0; iter < 250; iter++) {
+        i128 b[2];
+        char bt[2][48];
+        for (int k = 0; k < 2; k++) {
+            int nf = (int)(jschema_rand(&rng) % 13), ni = (int)(jschema_rand(&rng) % 4);
+            i128 ip = (i128)(jschema_rand(&rng) % (uint64_t)pow10i(ni));
+            i128 fp = (i128)(jschema_rand(&rng) % (uint64_t)pow10i(nf));
+            b[k] = (ip * P16 + fp * pow10i(16 - nf)) * (jschema_rand(&rng) % 3 ? 1 : -1);
+        }
+        if (b[0] > b[1] && jschema_rand(&rng) % 8) { /* mostly ordered; sometimes empty */
+            i128 t = b[0];
+            b[0] = b[1];
+            b[1] = t;
+        }
+        int lk = (int)(jschema_rand(&rng) % 3), hk = (int)(jschema_rand(&rng) % 3);
+        if (!lk && !hk) lk = 2; /* 0 open, 1 inclusive, 2 exclusive */
+        char schema[256], msg[512] = "";
+        scaled_text(b[0], bt[0], sizeof bt[0]);
+        scaled_text(b[1], bt[1], sizeof bt[1]);
+        int n = snprintf(schema, sizeof schema, "{\"type\":\"number\"");
+        if (lk)
+            n += snprintf(schema + n, sizeof schema - (size_t)n, ",\"%s\":%s",
+                          lk == 1 ? "minimum" : "exclusiveMinimum", bt[0]);
+        if (hk)
+            n += snprintf(schema + n, sizeof schema - (size_t)n, ",\"%s\":%s",
+                          hk == 1 ? "maximum" : "exclusiveMaximum", bt[1]);
+        snprintf(schema + n, sizeof schema - (size_t)n, "}");
+        double dl = strtod(bt[0], NULL), dh = strtod(bt[1], NULL);
+        int empty = lk && hk && (b[0] > b[1] || (b[0] == b[1] && (lk == 2 || hk == 2)));
+        model_grammar *g = jschema_grammar(schema, PROTO_JSCHEMA_STRICT, msg, sizeof msg);
+        if (empty) {
+            CHECK_MSG(!g && strstr(msg, "matches nothing"), "%s: '%s'", schema, msg);
+            model_grammar_unref(g);
+            refused++;
+            continue;
+        }
+        CHECK_MSG(g, "%s refused: %s", schema, msg);
+        if (!g) continue;
+        compiled++;
+        i128 probes[200];
+        int np = 0;
+        static const int scales[] = {0, 1, 2, 3, 6, 11, 12, 13, 15, 16};
+        const i128 centers[] = {b[0], b[1], 0};
+        for (int c = 0; c < 3; c++)
+            for (int s = 0; s < 10; s++)
+                for (int j = -2; j <= 2; j++)
+                    probes[np++] = centers[c] + j * pow10i(16 - scales[s]);
+        for (int k = 0; k < 40; k++) { /* random values between, of random digits */
+            i128 span = b[1] - b[0];
+            if (span <= 0) break;
+            i128 x = b[0] + (i128)(jschema_rand(&rng) % (uint64_t)span);
+            probes[np++] = x - x % pow10i((int)(jschema_rand(&rng) % 17));
+        }
+        for (int k = 0; k < np; k++) {
+            i128 x = probes[k];
+            char text[64];
+            scaled_text(x, text, sizeof text);
+            const char *dot = strchr(text, '.');
+            int nfrac = dot ? (int)strlen(dot + 1) : 0;
+            int in = (!lk || (lk == 2 ? x > b[0] : x >= b[0])) &&
+                     (!hk || (hk == 2 ? x < b[1] : x <= b[1]));
+            int got = jschema_accepts(g, v, text);
+            if (nfrac <= 12) {
+                CHECK_MSG(got == in, "%s: %s should be %s", schema, text,
+                          in ? "accepted" : "refused");
+                exact++;
+            } else if (got) {
+                double xd = strtod(text, NULL);
+                CHECK_MSG(in && (lk != 2 || xd > dl) && (hk != 2 || xd < dh),
+                          "%s: %s accepted (reads as %.17g)", schema, text, xd);
+                long_ok++;
+            }
+        }
+        for (int s = 0; s < 6; s++) {
+            char doc[96];
+            i128 x = 0;
+            REQUIRE(jschema_sample(g, v, &rng, doc, sizeof doc) == 0);
+            CHECK_MSG(doc_scaled(doc, &x) == 0, "%s: sample %s", schema, doc);
+            double xd = strtod(doc, NULL);
+            int in = (!lk || (lk == 2 ? x > b[0] && xd > dl : x >= b[0])) &&
+                     (!hk || (hk == 2 ? x < b[1] && xd < dh : x <= b[1]));
+            CHECK_MSG(in, "%s: sample %s out of range", schema, doc);
+            dump_sample(schema, doc);
+        }
+        model_grammar_unref(g);
+    }
+    CHECK_MSG(compiled > 200 && refused > 3 && exact > 20000 && long_ok > 1000,
+              "compiled %d, empty %d, exact %d, long %d", compiled, refused, exact, long_ok);
+    model_gvocab_free(v);
+}
