@@ -210,11 +210,12 @@ int dmn_prompt_ids(dmn_serve *d, const proto_req *q, int32_t **ids, int *n, char
                      MODEL_TOK_ESC_MAX_GROWTH >> 20);
             return -1;
         }
-        if (st == MODEL_TOK_ESC_EDIGITS) {
+        if (st == MODEL_TOK_ESC_EVOCAB) {
+            /* start-up refuses such a tokenizer (daemon/serve.c): a guard */
             *e = PROTO_ERR_INTERNAL;
             snprintf(err, errlen,
-                     "this tokenizer has a special token made of digits, which "
-                     "escape_special_tokens cannot mark: set it to off");
+                     "escape_special_tokens cannot escape this tokenizer's specials: %s",
+                     model_tok_esc_refusal(d->tok));
             return -1;
         }
         if (st < 0) goto oom;

@@ -409,6 +409,14 @@ static void do_load_on(dmn_serve *d)
         snprintf(d->load_err, sizeof d->load_err, "tokenizer: %s", err);
         return;
     }
+    /* better no start than a chat that could forge a turn, or a 500 on every chat */
+    const char *why = model_tok_esc_refusal(d->tok);
+    if (why && model_tok_esc_scope_parse(d->cfg.escape_special_tokens) != MODEL_TOK_ESC_OFF) {
+        snprintf(d->load_err, sizeof d->load_err,
+                 "escape_special_tokens = %s cannot be kept with this tokenizer: %s; set it to off",
+                 d->cfg.escape_special_tokens, why);
+        return;
+    }
     const char *src = model_tok_chat_template(d->tok);
     char *file = NULL;
     if (d->cfg.chat_template[0]) {

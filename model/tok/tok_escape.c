@@ -14,7 +14,9 @@
  *
  * Markers are made of ASCII digits so that string filters (trim, upper, split on spaces) leave
  * them whole, and the escaping is refused for a vocabulary with an all-digit special token (a
- * marker could then hold one). */
+ * marker could then hold one), or with a special token matched after a normalizer that could
+ * make it of other text (model/tok/tok_load.c's norm_unsafe_step: only the token's own string
+ * is escaped). */
 #include "model/tok/tok_internal.h"
 #include "model/tok/tok_json.h"
 #include <stdlib.h>
@@ -75,6 +77,11 @@ static int role_escaped(const char *role, enum model_tok_esc_scope scope)
            (!strcmp(role, "user") || !strcmp(role, "tool"));
 }
 
+const char *model_tok_esc_refusal(const model_tok *t)
+{
+    return t && t->esc_refusal[0] ? t->esc_refusal : NULL;
+}
+
 /* Escapes one string member in place. 1 when it changed, 0 not, or escape_text's error. */
 static int escape_member(const model_tok *t, model_tok_esc *e, json_t *o, const char *key,
                          size_t *grew)
@@ -97,7 +104,7 @@ int model_tok_esc_context(const model_tok *t, model_tok_esc *e, const char *ctx,
     *out = NULL;
     if (!t || !e || !ctx) return MODEL_TOK_ESC_EFAIL;
     if (scope == MODEL_TOK_ESC_OFF || t->spec_trie.empty) return 0;
-    if (t->spec_digits) return MODEL_TOK_ESC_EDIGITS;
+    if (t->esc_refusal[0]) return MODEL_TOK_ESC_EVOCAB;
     json_t *root = json_loadb(ctx, len, JSON_ALLOW_NUL, NULL);
     if (!root) return MODEL_TOK_ESC_EFAIL;
     json_t *msgs = json_object_get(root, "messages"), *m;

@@ -140,6 +140,7 @@ typedef struct tok_norm {
     char *str; /* Prepend text / Replace content (arena) */
     size_t str_len;
     tok_re re;       /* Replace pattern */
+    uint32_t one_cp; /* Replace: the pattern's character when it is a String of one, else 0 */
     int left, right; /* Strip */
 } tok_norm;
 
@@ -238,12 +239,15 @@ struct model_tok {
     tok_map added_map; /* content -> id */
     tok_trie raw_trie, norm_trie;
     /* Escaping (model/tok/tok_escape.c): every special token's raw content, whichever trie it is
-     * matched by; the shortest such content (the escaping's growth bound), whether a special is
-     * matched after the normalizer (its literal ranges then need mapping through it), and
-     * whether one is made of ASCII digits only (a marker could then hold one: no escaping). */
+     * matched by; the shortest such content (the escaping's growth bound), and whether a special
+     * is matched after the normalizer (its literal ranges then need mapping through it).
+     * esc_refusal: why the escaping cannot keep this vocabulary's specials out of text (a
+     * special made of ASCII digits, which a marker could hold; a normalized special whose
+     * normalizer can turn other text into it: model/tok/tok_load.c); "" when it can. */
     tok_trie spec_trie;
     uint32_t spec_min_len;
-    int spec_normalized, spec_digits;
+    int spec_normalized;
+    char esc_refusal[192];
 
     /* pipeline */
     tok_norm *norm;

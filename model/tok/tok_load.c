@@ -274,6 +274,96 @@ static int load_added(model_tok *t, json_t *added, char *err, size_t errlen)
     return 0;
 }
 
+static int has_cp(const char *s, size_t n, uint32_t want)
+{
+    size_t l;
+    uint32_t cp;
+    for (size_t i = 0; i < n; i += l)
+        if (proto_utf8_scan((const uint8_t *)s + i, n - i, &l, &cp) != PROTO_UTF8_OK || cp == want)
+            return 1; /* not UTF-8: nothing is proved */
+    return 0;
+}
+
+/* The normalizer step that could turn text without the special token x's content c into the
+ * pattern x is matched by (c normalized), or NULL when none can. The escaping takes every raw c
+ * out of the content (model/tok/tok_escape.c), and the encoder rejects a special match that
+ * overlaps one put back, so a normalized special is safe when every match of N(c) in N(y) comes
+ * from a c in y, in place. It does for a sequence of these steps, by induction over them:
+ *  - Prepend s: s + c at j in s + y puts c at j in y, whatever s holds;
+ *  - Replace of one character r by a non-empty string q, r not in c and no character of q in c:
+ *    c then stays as it is, every character of the output that is not one of y's left as it was
+ *    is in some step's q (a later step's may replace q's, with its own q), so an occurrence of c
+ *    is made of y's own characters, neighbours in y as no character is replaced by nothing;
+ *  - Strip before any Prepend, c not starting or ending with white space: the output is a
+ *    piece of the input, and c is left as it is.
+ * Lowercase, NFC/NFD/NFKC/NFKD and any other Replace (a pattern of several characters, a regex,
+ * an empty content) can map different texts onto c ("<S>" lowercases to "<s>", full-width
+ * "＜s＞" is "<s>" under NFKC, NFD splits "≯" into ">" and a combining mark): not proved. */
+static const char *norm_unsafe_step(const model_tok *t, const tok_added *x)
+{
+    static const char *const names[] = {
+        [TOK_NORM_NFC] = "NFC",
+        [TOK_NORM_NFD] = "NFD",
+        [TOK_NORM_NFKC] = "NFKC",
+        [TOK_NORM_NFKD] = "NFKD",
+        [TOK_NORM_LOWERCASE] = "Lowercase",
+    };
+    int prepended = 0;
+    for (int i = 0; i < t->n_norm; i++) {
+        const tok_norm *nm = &t->norm[i];
+        switch (nm->kind) {
+        case TOK_NORM_PREPEND:
+            prepended = 1;
+            break;
+        case TOK_NORM_REPLACE:
+            if (!nm->one_cp || !nm->str_len || has_cp(x->content, x->len, nm->one_cp))
+                return "Replace";
+            for (size_t k = 0, l; k < nm->str_len; k += l) {
+                uint32_t cp;
+                if (proto_utf8_scan((const uint8_t *)nm->str + k, nm->str_len - k, &l, &cp) !=
+                        PROTO_UTF8_OK ||
+                    has_cp(x->content, x->len, cp))
+                    return "Replace";
+            }
+            break;
+        case TOK_NORM_STRIP: {
+            size_t l, k = proto_utf8_prev(x->content, x->len);
+            uint32_t first, last;
+            if (prepended ||
+                proto_utf8_scan((const uint8_t *)x->content, x->len, &l, &first) != PROTO_UTF8_OK ||
+                proto_utf8_scan((const uint8_t *)x->content + k, x->len - k, &l, &last) !=
+                    PROTO_UTF8_OK ||
+                (nm->left && model_tok_cp_is_space(first)) ||
+                (nm->right && model_tok_cp_is_space(last)))
+                return "Strip";
+            break;
+        }
+        default:
+            return names[nm->kind];
+        }
+    }
+    return NULL;
+}
+
+/* Sets t->esc_refusal for the special token x when the escaping cannot hold it. */
+static void esc_check(model_tok *t, const tok_added *x)
+{
+    if (t->esc_refusal[0]) return; /* the first reason found is the one said */
+    size_t d = 0;
+    while (d < x->len && x->content[d] >= '0' && x->content[d] <= '9') d++;
+    const char *step = x->normalized ? norm_unsafe_step(t, x) : NULL;
+    if (d == x->len)
+        snprintf(t->esc_refusal, sizeof t->esc_refusal,
+                 "the special token '%.32s' is made of digits, which the escaping's markers could "
+                 "hold",
+                 x->content);
+    else if (step)
+        snprintf(t->esc_refusal, sizeof t->esc_refusal,
+                 "the special token '%.32s' is matched after the normalizer, whose %s step could "
+                 "turn other text into it",
+                 x->content, step);
+}
+
 /* Matchers: non-normalized tokens match the raw text; normalized ones match the normalized text
  * as their own content normalized (so Llama-2's "<s>" is looked for as "▁<s>"). */
 static int build_tries(model_tok *t, char *err, size_t errlen)
@@ -288,9 +378,7 @@ static int build_tries(model_tok *t, char *err, size_t errlen)
             if (model_tok_trie_add(&t->spec_trie, x->content, x->len, (int32_t)i)) goto oom;
             if (!t->spec_min_len || x->len < t->spec_min_len) t->spec_min_len = x->len;
             t->spec_normalized |= x->normalized;
-            size_t d = 0;
-            while (d < x->len && x->content[d] >= '0' && x->content[d] <= '9') d++;
-            t->spec_digits |= d == x->len;
+            esc_check(t, x);
         }
         if (!x->normalized) {
             if (model_tok_trie_add(&t->raw_trie, x->content, x->len, (int32_t)i)) goto oom;

@@ -59,7 +59,14 @@ static int add_norm(model_tok *t, json_t *j, int depth, char *err, size_t errlen
             FAIL("Replace normalizer without content");
         n->str = model_tok_arena_dup(&t->arena, s, l);
         n->str_len = l;
-        if (load_pattern(&n->re, json_object_get(j, "pattern"), err, errlen)) return -1;
+        json_t *pat = json_object_get(j, "pattern");
+        if (load_pattern(&n->re, pat, err, errlen)) return -1;
+        /* one character replaced by a string: the escaping can prove it safe (tok_load.c) */
+        uint32_t cp;
+        size_t cl;
+        if ((s = jstr(pat, "String", &l)) && l &&
+            proto_utf8_scan((const uint8_t *)s, l, &cl, &cp) == PROTO_UTF8_OK && cl == l)
+            n->one_cp = cp;
     } else if (!strcmp(type, "NFC")) {
         n->kind = TOK_NORM_NFC;
     } else if (!strcmp(type, "NFD")) {

@@ -133,8 +133,14 @@ int model_tok_esc_init(model_tok_esc *e);
 enum {
     MODEL_TOK_ESC_EFAIL = -1,   /* out of memory, or ctx is not JSON */
     MODEL_TOK_ESC_ETOOBIG = -2, /* the markers would add more than MODEL_TOK_ESC_MAX_GROWTH */
-    MODEL_TOK_ESC_EDIGITS = -3, /* a special token made only of digits: markers could hold it */
+    MODEL_TOK_ESC_EVOCAB = -3,  /* this vocabulary's specials cannot be escaped (why: below) */
 };
+/* Why the escaping cannot keep this tokenizer's special tokens out of text, or NULL when it
+ * can: a special token made only of digits (a marker could hold it), or one matched after the
+ * normalizer whose normalizer could turn other text into it (Lowercase makes "<s>" of "<S>",
+ * NFKC of full-width "＜s＞"). A server refuses to start with escaping on such a tokenizer
+ * (escaping is then model_tok_esc_context's MODEL_TOK_ESC_EVOCAB). Static to t; any thread. */
+const char *model_tok_esc_refusal(const model_tok *t);
 /* ctx[0..len): a chat template context ({"messages": [{"role", "content": string}, ...], ...}).
  * Escapes the string content of the messages scope names. Returns 1 with the escaped context in
  * *out (malloc'ed JSON, NUL-terminated; caller frees), 0 with *out NULL when nothing needed

@@ -59,3 +59,40 @@ case "$out" in
 *"escape_special_tokens must be untrusted, all or off"*) ok escape_bad_value_refused ;;
 *) fail escape_bad_value_refused "$out" ;;
 esac
+
+# a tokenizer whose special tokens the escaping cannot hold stops start-up under untrusted (the
+# default) and all, saying why and "set it to off"; off starts. Lowercase: "<S>" would be "<s>".
+for kind in lower digit; do
+    mkdir -p "$T/$kind"
+    for f in models/stories260K/*; do ln -s "$PWD/$f" "$T/$kind/"; done
+    rm "$T/$kind/tokenizer.json"
+    if [ $kind = lower ]; then
+        jq -c '.normalizer.normalizers += [{type: "Lowercase"}]' models/stories260K/tokenizer.json
+    else
+        jq -c '.added_tokens += [{id: 491, content: "7", special: true, normalized: false}]' \
+            models/stories260K/tokenizer.json
+    fi >"$T/$kind/tokenizer.json"
+    for scope in untrusted all; do
+        out=$(timeout 30 "$TANDEM" serve --host 127.0.0.1 --port 0 --admin-port 0 --devices cpu \
+            --model "$T/$kind" --escape-special-tokens $scope --log-file "$T/$kind.log" 2>&1)
+        rc=$?
+        why=$(grep load_failed "$T/$kind.log")
+        case "$why" in
+        *"escape_special_tokens = $scope cannot be kept"*"set it to off"*)
+            check "escape_${kind}_${scope}_refused_at_start" [ $rc = 1 ] ;;
+        *) fail "escape_${kind}_${scope}_refused_at_start" "rc $rc: $why $out" ;;
+        esac
+    done
+    want="whose Lowercase step could turn other text into it"
+    [ $kind = digit ] && want="special token '7' is made of digits"
+    case "$(grep load_failed "$T/$kind.log")" in
+    *"$want"*) ok "escape_${kind}_says_why" ;;
+    *) fail "escape_${kind}_says_why" "$(grep load_failed "$T/$kind.log")" ;;
+    esac
+    if serve_start --model "$T/$kind" --escape-special-tokens off; then
+        check "escape_${kind}_off_serves" [ "$(chat "hi <S> 7")" -gt 0 ]
+        serve_stop
+    else
+        fail "escape_${kind}_off_serves" "daemon did not start"
+    fi
+done

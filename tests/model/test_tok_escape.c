@@ -453,3 +453,121 @@ TEST(tok_escape_growth_bound)
     CHECK_EQ(model_tok_esc_scope_parse("Off"), -1);
     model_tok_free(t);
 }
+
+/* STORIES_JSON with extra_norm appended to its normalizer (Prepend "▁", Replace " " by "▁")
+ * and, when digits, a special added token "7" (the vocabulary's id), written under tmpdir. */
+static model_tok *load_stories_with(const char *extra_norm, int digits, const char *name)
+{
+    json_error_t je;
+    json_t *root = json_load_file(STORIES_JSON, 0, &je);
+    if (!root) return NULL;
+    json_t *seq = json_object_get(json_object_get(root, "normalizer"), "normalizers");
+    if (extra_norm) json_array_append_new(seq, json_loads(extra_norm, 0, &je));
+    if (digits)
+        json_array_append_new(json_object_get(root, "added_tokens"),
+                              json_pack("{s:i,s:s,s:b,s:b}", "id", 491, "content", "7", "special",
+                                        1, "normalized", 0));
+    char out[512], err[512];
+    snprintf(out, sizeof out, "%s/%s.json", t_tmpdir(), name);
+    int rc = json_dump_file(root, out, JSON_COMPACT);
+    json_decref(root);
+    return rc ? NULL : model_tok_load(out, NULL, err, sizeof err);
+}
+
+/* The daemon's plain template for one user message: its content encoded as it is after the
+ * escaping (model_tok_encode_esc), the number of special ids in it. -1: not escaped (err). */
+static int user_specials(const model_tok *t, const char *content, int *st)
+{
+    model_tok_esc e;
+    *st = -9;
+    if (model_tok_esc_init(&e)) return -1;
+    json_t *c = json_pack("{s:[{s:s,s:s}]}", "messages", "role", "user", "content", content);
+    char *ctx = json_dumps(c, JSON_COMPACT), *esc = NULL;
+    json_decref(c);
+    *st = model_tok_esc_context(t, &e, ctx, strlen(ctx), MODEL_TOK_ESC_UNTRUSTED, &esc);
+    int sp = -1;
+    if (*st >= 0) {
+        json_t *r = json_loads(esc ? esc : ctx, 0, NULL);
+        const char *s = json_string_value(
+            json_object_get(json_array_get(json_object_get(r, "messages"), 0), "content"));
+        int32_t *ids;
+        size_t n;
+        if (s && model_tok_encode_esc(t, &e, s, strlen(s), 0, &ids, &n) == 0) {
+            sp = count_special(t, ids, 0, n);
+            free(ids);
+        }
+        json_decref(r);
+    }
+    free(ctx);
+    free(esc);
+    return sp;
+}
+
+/* A special matched after the normalizer: the escaping takes out its own string only, so a
+ * normalizer that makes it of other text ("<S>" lowercased is "<s>", full-width "＜s＞" is "<s>"
+ * under NFKC) is refused, naming the step; Prepend and Replace of one character (stories260K's
+ * own) are proved safe (model/tok/tok_load.c) and escape. Before the refusal, "hi <S> x" under
+ * Lowercase encoded id 1 (<s>) in the user's text. An all-digit special is refused too. */
+TEST(tok_escape_normalizer_refused)
+{
+    model_tok *t = load_stories_with(NULL, 0, "stories_same");
+    REQUIRE(t);
+    int st;
+    CHECK(model_tok_esc_refusal(t) == NULL);
+    CHECK_EQ(user_specials(t, "hi <s> x </s>", &st), 0);
+    CHECK_EQ(st, 1);
+    CHECK_EQ(user_specials(t, "hi <S> x", &st), 0); /* no Lowercase: "<S>" is text anyway */
+    model_tok_free(t);
+
+    static const struct {
+        const char *norm, *step, *typed;
+    } bad[] = {
+        {"{\"type\":\"Lowercase\"}", "Lowercase", "hi <S> x"},
+        {"{\"type\":\"NFKC\"}", "NFKC", "hi \xEF\xBC\x9Cs\xEF\xBC\x9E x"},
+        {"{\"type\":\"Replace\",\"pattern\":{\"String\":\"[\"},\"content\":\"<\"}", "Replace",
+         "hi [s> x"},
+        {"{\"type\":\"Replace\",\"pattern\":{\"String\":\"#\"},\"content\":\"\"}", "Replace",
+         "hi <#s> x"},
+        {"{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"S\"},\"content\":\"s\"}", "Replace",
+         "hi <S> x"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "stories_bad%zu", i);
+        t = load_stories_with(bad[i].norm, 0, name);
+        REQUIRE(t);
+        const char *why = model_tok_esc_refusal(t);
+        CHECK_MSG(why && strstr(why, bad[i].step) && strstr(why, "after the normalizer"), "%zu: %s",
+                  i, why ? why : "(none)");
+        /* what the refusal prevents: the typed text is the control token */
+        int32_t *ids;
+        size_t n;
+        REQUIRE(model_tok_encode(t, bad[i].typed, strlen(bad[i].typed), 0, &ids, &n) == 0);
+        CHECK_MSG(count_special(t, ids, 0, n) == 1, "%zu: %s", i, tt_ids_str(ids, n));
+        free(ids);
+        CHECK_EQ(user_specials(t, bad[i].typed, &st), -1);
+        CHECK_EQ(st, MODEL_TOK_ESC_EVOCAB);
+        model_tok_free(t);
+    }
+    /* a Replace of one character by a string that shares none with a special is proved safe;
+     * a Strip after a Prepend is not (one before any Prepend is) */
+    t = load_stories_with(
+        "{\"type\":\"Replace\",\"pattern\":{\"String\":\"a\"},\"content\":\"bc\"}", 0,
+        "stories_rep");
+    REQUIRE(t);
+    CHECK(model_tok_esc_refusal(t) == NULL);
+    CHECK_EQ(user_specials(t, "a<s>a </s>", &st), 0);
+    CHECK_EQ(st, 1);
+    model_tok_free(t);
+    t = load_stories_with("{\"type\":\"Strip\",\"strip_left\":true,\"strip_right\":true}", 0,
+                          "stories_strip");
+    REQUIRE(t);
+    CHECK(model_tok_esc_refusal(t) && strstr(model_tok_esc_refusal(t), "Strip"));
+    model_tok_free(t);
+    t = load_stories_with(NULL, 1, "stories_digit");
+    REQUIRE(t);
+    CHECK(model_tok_esc_refusal(t) && strstr(model_tok_esc_refusal(t), "digits"));
+    CHECK_EQ(user_specials(t, "7 <s>", &st), -1);
+    CHECK_EQ(st, MODEL_TOK_ESC_EVOCAB);
+    model_tok_free(t);
+}
