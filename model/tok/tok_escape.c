@@ -16,7 +16,13 @@
  * them whole, and the escaping is refused for a vocabulary with an all-digit special token (a
  * marker could then hold one), or with a special token matched after a normalizer that could
  * make it of other text (model/tok/tok_load.c's norm_unsafe_step: only the token's own string
- * is escaped). */
+ * is escaped).
+ *
+ * Under "untrusted" every message's content is escaped but the system and developer messages'
+ * (the operator's): the assistant's too, since a client sends back what the model said, and a
+ * model can be asked to repeat a special token's string, which would be a forged turn on the
+ * next request. The specials a template needs around an assistant turn or a tool call it emits
+ * itself. */
 #include "model/tok/tok_internal.h"
 #include "model/tok/tok_json.h"
 #include <stdlib.h>
@@ -73,8 +79,9 @@ static int escape_text(const model_tok *t, model_tok_esc *e, const char *s, size
 static int role_escaped(const char *role, enum model_tok_esc_scope scope)
 {
     if (scope == MODEL_TOK_ESC_ALL) return 1;
-    return scope == MODEL_TOK_ESC_UNTRUSTED && role &&
-           (!strcmp(role, "user") || !strcmp(role, "tool"));
+    /* any other role (user, assistant, tool, a template's own like ipython) is untrusted */
+    return scope == MODEL_TOK_ESC_UNTRUSTED &&
+           !(role && (!strcmp(role, "system") || !strcmp(role, "developer")));
 }
 
 const char *model_tok_esc_refusal(const model_tok *t)

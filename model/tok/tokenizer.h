@@ -114,7 +114,7 @@ const char *model_tok_special_note(const model_tok *t);
  * MiB: a longer render would fail anyway). Any thread; e belongs to one request. */
 enum model_tok_esc_scope {
     MODEL_TOK_ESC_OFF,       /* nothing escaped: transformers' apply_chat_template */
-    MODEL_TOK_ESC_UNTRUSTED, /* the content of user and tool messages */
+    MODEL_TOK_ESC_UNTRUSTED, /* every message's content but system and developer messages' */
     MODEL_TOK_ESC_ALL,       /* every message's content */
 };
 /* "off", "untrusted", "all" -> the scope; -1 for anything else. */
