@@ -454,15 +454,18 @@ TEST(tok_escape_growth_bound)
     model_tok_free(t);
 }
 
-/* STORIES_JSON with extra_norm appended to its normalizer (Prepend "▁", Replace " " by "▁")
- * and, when digits, a special added token "7" (the vocabulary's id), written under tmpdir. */
-static model_tok *load_stories_with(const char *extra_norm, int digits, const char *name)
+/* STORIES_JSON with extra_norm added to its normalizer (Prepend "▁", Replace " " by "▁"), last
+ * or (first) before them, and, when digits, a special added token "7" (the vocabulary's id),
+ * written under tmpdir. */
+static model_tok *load_stories_at(const char *extra_norm, int first, int digits, const char *name)
 {
     json_error_t je;
     json_t *root = json_load_file(STORIES_JSON, 0, &je);
     if (!root) return NULL;
     json_t *seq = json_object_get(json_object_get(root, "normalizer"), "normalizers");
-    if (extra_norm) json_array_append_new(seq, json_loads(extra_norm, 0, &je));
+    if (extra_norm)
+        json_array_insert_new(seq, first ? 0 : json_array_size(seq),
+                              json_loads(extra_norm, 0, &je));
     if (digits)
         json_array_append_new(json_object_get(root, "added_tokens"),
                               json_pack("{s:i,s:s,s:b,s:b}", "id", 491, "content", "7", "special",
@@ -472,6 +475,11 @@ static model_tok *load_stories_with(const char *extra_norm, int digits, const ch
     int rc = json_dump_file(root, out, JSON_COMPACT);
     json_decref(root);
     return rc ? NULL : model_tok_load(out, NULL, err, sizeof err);
+}
+
+static model_tok *load_stories_with(const char *extra_norm, int digits, const char *name)
+{
+    return load_stories_at(extra_norm, 0, digits, name);
 }
 
 /* The daemon's plain template for one user message: its content encoded as it is after the
@@ -563,6 +571,13 @@ TEST(tok_escape_normalizer_refused)
                           "stories_strip");
     REQUIRE(t);
     CHECK(model_tok_esc_refusal(t) && strstr(model_tok_esc_refusal(t), "Strip"));
+    model_tok_free(t);
+    t = load_stories_at("{\"type\":\"Strip\",\"strip_left\":true,\"strip_right\":true}", 1, 0,
+                        "stories_strip_first");
+    REQUIRE(t);
+    CHECK(model_tok_esc_refusal(t) == NULL);
+    CHECK_EQ(user_specials(t, "  hi <s> x </s> ", &st), 0);
+    CHECK_EQ(st, 1);
     model_tok_free(t);
     t = load_stories_with(NULL, 1, "stories_digit");
     REQUIRE(t);
