@@ -1,5 +1,6 @@
 /* daemon/http.c — HTTP/1.1 listeners on the libuv loop (see http.h for the design). */
 #include "daemon/http.h"
+#include "daemon/http_cors.h"
 #include "daemon/http_impl.h"
 #include "daemon/http_parse.h"
 #include "daemon/log.h"
@@ -181,7 +182,9 @@ static void build_head(proto_buf *b, int status, const char *ctype, long long cl
     date_header(date, sizeof date);
     proto_buf_printf(b, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status, dmn_http_reason(status), date);
     if (ctype) proto_buf_printf(b, "Content-Type: %s\r\n", ctype);
-    if (clen >= 0) proto_buf_printf(b, "Content-Length: %lld\r\n", clen);
+    /* a 204 has no body and must not say Content-Length (RFC 9110 §8.6): a CORS preflight's */
+    if (clen >= 0 && status != 204)
+        proto_buf_printf(b, "Content-Length: %lld\r\n", clen);
     else if (chunked) proto_buf_str(b, "Transfer-Encoding: chunked\r\n");
     if (extra_no_cache) /* proxies must not buffer an event stream (nginx honours X-Accel-Buffering) */
         proto_buf_str(b, "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
@@ -218,9 +221,22 @@ static void conn_error(conn *c, int status, const char *why)
     char *json = proto_err_json(err_of_status(status), why, NULL);
     proto_buf b;
     proto_buf_init(&b);
-    char *hdr[2] = {"Retry-After", "1"};
-    build_head(&b, status, "application/json", json ? (long long)strlen(json) : 0, 0, hdr,
-               status == 503 || status == 429, 1, 0);
+    /* Retry-After, and the CORS headers of a request a handler saw (daemon/http_cors.h: a page
+     * reads this 413 or 408 instead of a network failure); a handler adds at most 5 of those */
+    char *hdr[2 * 8];
+    int n = 0;
+    if (status == 503 || status == 429) {
+        hdr[0] = "Retry-After";
+        hdr[1] = "1";
+        n = 1;
+    }
+    for (int i = 0; c->req && i < c->req->n_hdrs && n < 8; i++)
+        if (dmn_http_cors_header(c->req->hdrs[2 * i])) {
+            hdr[2 * n] = c->req->hdrs[2 * i];
+            hdr[2 * n + 1] = c->req->hdrs[2 * i + 1];
+            n++;
+        }
+    build_head(&b, status, "application/json", json ? (long long)strlen(json) : 0, 0, hdr, n, 1, 0);
     c->keep_alive = 0;
     c->st = CS_HANDLER;
     conn_write(c, b.p, b.len, json, json ? strlen(json) : 0, 1);

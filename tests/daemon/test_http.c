@@ -3,6 +3,7 @@
  * thread; the client runs on a second thread and stops the loop when done. */
 #include "tests/test.h"
 #include "daemon/http.h"
+#include "daemon/http_cors.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -55,6 +56,9 @@ static void on_later(uv_timer_t *t)
 
 static void h_headers(void *ctx, dmn_http_req *r)
 {
+    /* as the API listener does with cors_origins set (daemon/api.c) */
+    if (dmn_http_cors_preflight(r, "https://ui.example", "POST")) return;
+    dmn_http_cors_add(r, "https://ui.example");
     if (!strcmp(dmn_http_path(r), "/early")) dmn_http_respond(r, 401, "text/plain", "no", 2);
 }
 
@@ -141,7 +145,7 @@ static char *ex(const char *req)
 
 static struct {
     char echo[512], te_cl[512], two_cl[512], big_cl[512], big_chunked[512], later[512],
-        stream[1024], early[512], keepalive[1024];
+        stream[1024], early[512], keepalive[1024], preflight[1024], big_chunked_cors[1024];
     double hang_sent_close;
 } R;
 
@@ -170,7 +174,16 @@ static void client(void *arg)
         }
         o += (size_t)sprintf(req + o, "0\r\n\r\n");
         snprintf(R.big_chunked, sizeof R.big_chunked, "%s", exchange(req, o));
+        /* the same from a page: the listener's own 413 carries the handler's CORS headers */
+        char *cr = strstr(req, "\r\n") + 2;
+        memmove(cr + 28, cr, o - (size_t)(cr - req));
+        memcpy(cr, "Origin: https://ui.example\r\n", 28);
+        snprintf(R.big_chunked_cors, sizeof R.big_chunked_cors, "%s", exchange(req, o + 28));
     }
+    snprintf(R.preflight, sizeof R.preflight, "%s",
+             ex("OPTIONS /echo HTTP/1.1\r\nHost: x\r\nOrigin: https://ui.example\r\n"
+                "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: "
+                "content-type,x-b\r\nConnection: close\r\n\r\n"));
     snprintf(R.later, sizeof R.later, "%s", ex("POST /later HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"));
     snprintf(R.stream, sizeof R.stream, "%s", ex("POST /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"));
     snprintf(R.early, sizeof R.early, "%s", ex("GET /early HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
@@ -217,6 +230,27 @@ TEST(http_loop_driven)
     CHECK_MSG(strstr(R.two_cl, "HTTP/1.1 400") != NULL, "two CL: %s", R.two_cl);
     CHECK_MSG(strstr(R.big_cl, "HTTP/1.1 413") != NULL, "big CL: %s", R.big_cl);
     CHECK_MSG(strstr(R.big_chunked, "HTTP/1.1 413") != NULL, "big chunked: %s", R.big_chunked);
+    /* CORS: without an Origin only Vary; with one, the 413 the listener writes carries it */
+    CHECK_MSG(!strstr(R.big_chunked, "Access-Control-") &&
+                  strstr(R.big_chunked, "\r\nVary: Origin\r\n"),
+              "big chunked: %s", R.big_chunked);
+    CHECK_MSG(
+        strstr(R.big_chunked_cors, "HTTP/1.1 413") &&
+            strstr(R.big_chunked_cors, "\r\nAccess-Control-Allow-Origin: https://ui.example\r\n") &&
+            strstr(R.big_chunked_cors, "\r\nVary: Origin\r\n"),
+        "big chunked from a page: %s", R.big_chunked_cors);
+    /* a preflight: 204 with no Content-Length (RFC 9110 §8.6), the allow headers */
+    CHECK_MSG(
+        strstr(R.preflight, "HTTP/1.1 204 No Content\r\n") &&
+            !strstr(R.preflight, "Content-Length") &&
+            strstr(R.preflight, "\r\nAccess-Control-Allow-Origin: https://ui.example\r\n") &&
+            strstr(R.preflight, "\r\nAccess-Control-Allow-Methods: POST\r\n") &&
+            strstr(R.preflight,
+                   "\r\nAccess-Control-Allow-Headers: Authorization, Content-Type, x-b\r\n") &&
+            strstr(R.preflight, "\r\nAccess-Control-Max-Age: 600\r\n"),
+        "preflight: %s", R.preflight);
+    CHECK_MSG(strstr(R.echo, "\r\nVary: Origin\r\n") && !strstr(R.echo, "Access-Control-"),
+              "echo: %s", R.echo);
     CHECK_MSG(strstr(R.later, "HTTP/1.1 200") && strstr(R.later, "\r\n\r\nlate"), "later: %s", R.later);
     CHECK_MSG(strstr(R.stream, "Transfer-Encoding: chunked") && strstr(R.stream, "data: 0\n\n") &&
                   strstr(R.stream, "data: 2\n\n") && strstr(R.stream, "\r\n0\r\n\r\n"),
