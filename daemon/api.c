@@ -11,6 +11,7 @@
  * worker frees its KV at its next check. */
 #include "daemon/api_int.h"
 #include "daemon/api_extra.h"
+#include "daemon/http_cors.h"
 #include "daemon/log.h"
 #include "model/gen/gen.h"
 #include "proto/buf.h"
@@ -56,6 +57,14 @@ void dmn_api_respond_json(dmn_api_req *a, int status, char *json)
     free(json);
 }
 
+/* The methods a route answers (Allow on a 405, Access-Control-Allow-Methods on a preflight);
+ * NULL for no route. */
+static const char *route_methods(enum api_route r)
+{
+    if (r == ROUTE_NONE) return NULL;
+    return r == ROUTE_COMPLETIONS || r == ROUTE_CHAT || r == ROUTE_EXTRA ? "POST" : "GET, HEAD";
+}
+
 void dmn_api_respond_error(dmn_api_req *a, enum proto_err e, const char *msg, const char *param)
 {
     const proto_err_row *row = proto_err_info(e);
@@ -68,10 +77,7 @@ void dmn_api_respond_error(dmn_api_req *a, enum proto_err e, const char *msg, co
     /* a draining daemon sends its clients elsewhere: this connection is not reused */
     if (e == PROTO_ERR_DRAINING) dmn_http_add_header(a->http, "Connection", "close");
     if (e == PROTO_ERR_UNAUTHORIZED) dmn_http_add_header(a->http, "WWW-Authenticate", "Bearer");
-    if (e == PROTO_ERR_METHOD) {
-        const char *allow = a->route == ROUTE_COMPLETIONS || a->route == ROUTE_CHAT || a->route == ROUTE_EXTRA ? "POST" : "GET, HEAD";
-        dmn_http_add_header(a->http, "Allow", allow);
-    }
+    if (e == PROTO_ERR_METHOD) dmn_http_add_header(a->http, "Allow", route_methods(a->route));
     dmn_api_respond_json(a, row->http_status, proto_err_json(e, msg, param && *param ? param : NULL));
 }
 
@@ -240,6 +246,16 @@ static void on_headers(void *ctx, dmn_http_req *r)
     const char *method = dmn_http_method(r);
     int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     int is_post = !strcmp(method, "POST");
+
+    /* CORS (daemon/http_cors.h), opt-in: a browser's preflight is answered before the key is
+     * asked for (it carries none; the request it announces still needs it). An unknown path is
+     * not preflighted: it gets what it gets without CORS, a 401 or a 404, and the browser stops. */
+    if (dmn_http_cors_preflight(r, d->cfg.cors_origins, route_methods(a->route))) {
+        dmn_api_count_status(a, 204);
+        return;
+    }
+    /* every other answer, errors and event streams included, so the page can read it */
+    dmn_http_cors_add(r, d->cfg.cors_origins);
 
     /* Probes answer without a key (load balancers and systemd tooling have none). */
     if (a->route == ROUTE_HEALTH || a->route == ROUTE_READY) {

@@ -1,5 +1,6 @@
 /* daemon/config.c — see config.h. */
 #include "daemon/config.h"
+#include "daemon/http_cors.h"
 #include "daemon/model_dir.h"
 #include "model/tok/tokenizer.h"
 #include "peer/msg.h"
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <openssl/crypto.h>
@@ -90,6 +92,9 @@ static const key keys[] = {
     K(api_key_file, KEY_STR, "", 0, 0, "file with API keys, one per line"),
     K(admin_key, KEY_STR, "", 0, 0, "key for the admin listener"),
     K(admin_key_file, KEY_STR, "", 0, 0, "file with admin keys, one per line"),
+    K(cors_origins, KEY_STR, "", 0, 0,
+      "origins whose web pages may call the API from a browser (CORS): a comma list of "
+      "scheme://host[:port], or * for any; empty: none (no CORS headers)"),
     K(admin_metrics_open, KEY_INT, "0", 0, 1,
       "1: /metrics answers without the admin key (a router or Prometheus scraping without "
       "credentials); drain, resume and status still need it"),
@@ -414,6 +419,104 @@ static void print_config(const dmn_config *c)
     }
 }
 
+/* cors_origins (daemon/http_cors.h): "", "*", or a comma list of at most DMN_CORS_MAX_ORIGINS
+ * origins as browsers send them in Origin: scheme://host[:port], no path, no default port (a
+ * browser leaves :443 out of an https origin, so "https://a:443" would never match). Returns 0,
+ * or -1 with a message naming the origin in err. */
+static int check_cors_origins(const char *list, char *err, size_t errlen)
+{
+    static const char form[] = "scheme://host[:port], e.g. https://app.example.com";
+    const char *p = list;
+    while (*p == ' ' || *p == '\t') p++;
+    if (!*p) return 0;
+    int n = 0;
+    /* every element, the empty one after a trailing comma too */
+    for (;;) {
+        const char *comma = strchr(p, ','), *end = comma ? comma : p + strlen(p);
+        const char *s = p;
+        while (s < end && (*s == ' ' || *s == '\t')) s++;
+        const char *e = end;
+        while (e > s && (e[-1] == ' ' || e[-1] == '\t')) e--;
+        int len = (int)(e - s);
+        if (++n > DMN_CORS_MAX_ORIGINS) {
+            snprintf(err, errlen, "cors_origins lists more than %d origins", DMN_CORS_MAX_ORIGINS);
+            return -1;
+        }
+        if (!len) {
+            snprintf(err, errlen, "cors_origins has an empty origin (a stray comma?)");
+            return -1;
+        }
+        if (len == 1 && *s == '*') {
+            if (n > 1 || comma) {
+                snprintf(err, errlen, "cors_origins: '*' (any origin) stands alone, not in a list");
+                return -1;
+            }
+            return 0;
+        }
+        if (len > DMN_CORS_ORIGIN_MAX) {
+            snprintf(err, errlen, "cors_origins: an origin of %d characters, at most %d", len,
+                     DMN_CORS_ORIGIN_MAX);
+            return -1;
+        }
+        if (len == 4 && !strncasecmp(s, "null", 4)) {
+            snprintf(err, errlen,
+                     "cors_origins: 'null' is the origin of sandboxed frames and local "
+                     "files, which any page can take; list real origins");
+            return -1;
+        }
+        /* scheme */
+        const char *q = s;
+        if (!isalpha((unsigned char)*q)) goto bad;
+        while (q < e && (isalnum((unsigned char)*q) || *q == '+' || *q == '-' || *q == '.')) q++;
+        size_t scheme = (size_t)(q - s);
+        if (e - q < 3 || memcmp(q, "://", 3) != 0) goto bad;
+        q += 3;
+        /* host: a name or an IPv6 literal in brackets */
+        const char *host = q;
+        if (q < e && *q == '[') {
+            q++;
+            while (q < e && (isxdigit((unsigned char)*q) || *q == ':' || *q == '.')) q++;
+            if (q >= e || *q != ']' || q == host + 1) goto bad;
+            q++;
+        } else {
+            while (q < e && (isalnum((unsigned char)*q) || *q == '-' || *q == '.' || *q == '_'))
+                q++;
+            if (q == host) goto bad;
+        }
+        /* port */
+        if (q < e && *q == ':') {
+            const char *d = ++q;
+            long port = 0;
+            while (q < e && isdigit((unsigned char)*q) && q - d < 6)
+                port = port * 10 + (*q++ - '0');
+            if (q == d || *d == '0' || port > 65535) goto bad;
+            if ((scheme == 4 && !strncasecmp(s, "http", 4) && port == 80) ||
+                (scheme == 5 && !strncasecmp(s, "https", 5) && port == 443)) {
+                snprintf(err, errlen,
+                         "cors_origins: '%.*s' names its scheme's default port, which "
+                         "browsers leave out of Origin: write it without",
+                         len, s);
+                return -1;
+            }
+        }
+        if (q < e && *q == '/') {
+            snprintf(err, errlen,
+                     "cors_origins: '%.*s' has a path; an origin is %s (no trailing "
+                     "'/')",
+                     len, s, form);
+            return -1;
+        }
+        if (q != e) goto bad;
+        if (!comma) return 0;
+        p = comma + 1;
+        continue;
+    bad:
+        snprintf(err, errlen, "cors_origins: '%.*s' is not an origin: %s%s", len, s, form,
+                 memchr(s, '*', (size_t)len) ? " (no wildcards: list each origin)" : "");
+        return -1;
+    }
+}
+
 int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err, size_t errlen)
 {
     if (!envp) envp = environ;
@@ -492,6 +595,7 @@ int dmn_config_load(dmn_config *c, int argc, char **argv, char **envp, char *err
                  c->escape_special_tokens);
         return -1;
     }
+    if (check_cors_origins(c->cors_origins, err, errlen) < 0) return -1;
     /* The sparse method's parameters as a request without its own would get them. */
     sparse_params sp;
     const char *bad;

@@ -45,6 +45,7 @@ typedef struct dmn_config {
     char *api_key_file;
     char *admin_key;
     char *admin_key_file;
+    char *cors_origins;      /* "" | "*" | origins whose pages may call the API (http_cors.h) */
     int admin_metrics_open;  /* /metrics without the admin key (a router scrapes it) */
     int max_waiting;         /* bounded waiting queue: more -> 429 */
     int max_running;         /* sequences one device decodes at once */
