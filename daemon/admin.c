@@ -253,4 +253,4 @@ static void on_body(void *ctx, dmn_http_req *r)
     reply_error(r, PROTO_ERR_NOT_FOUND, "no such admin route");
 }
 
-const dmn_http_handler dmn_admin_handler = {on_headers, on_body, NULL, NULL};
+const dmn_http_handler dmn_admin_handler = {on_headers, on_body, NULL, NULL, NULL}; /* no CORS */

@@ -249,13 +249,12 @@ static void on_headers(void *ctx, dmn_http_req *r)
 
     /* CORS (daemon/http_cors.h), opt-in: a browser's preflight is answered before the key is
      * asked for (it carries none; the request it announces still needs it). An unknown path is
-     * not preflighted: it gets what it gets without CORS, a 401 or a 404, and the browser stops. */
+     * not preflighted: it gets a 401 or a 404, and the browser stops there. Every other answer
+     * carries the CORS headers the listener added (cors_origins below). */
     if (dmn_http_cors_preflight(r, d->cfg.cors_origins, route_methods(a->route))) {
         dmn_api_count_status(a, 204);
         return;
     }
-    /* every other answer, errors and event streams included, so the page can read it */
-    dmn_http_cors_add(r, d->cfg.cors_origins);
 
     /* Probes answer without a key (load balancers and systemd tooling have none). */
     if (a->route == ROUTE_HEALTH || a->route == ROUTE_READY) {
@@ -784,7 +783,12 @@ void dmn_api_cancel_all(dmn_serve *d, const char *why)
     }
 }
 
-const dmn_http_handler dmn_api_handler = {on_headers, on_body, on_close, NULL};
+static const char *cors_origins(void *ctx)
+{
+    return ((dmn_serve *)ctx)->cfg.cors_origins;
+}
+
+const dmn_http_handler dmn_api_handler = {on_headers, on_body, on_close, NULL, cors_origins};
 
 int dmn_api_list(dmn_serve *d, proto_status_req *out, int max)
 {

@@ -214,15 +214,16 @@ static enum proto_err err_of_status(int status)
 }
 
 /* An error written by the listener itself (no handler saw the request, or it cannot go on):
- * one JSON response, then the connection closes. */
-static void conn_error(conn *c, int status, const char *why)
+ * one JSON response, then the connection closes. r: the request it answers, whose CORS headers
+ * it carries (NULL when no head was parsed). */
+static void conn_error_to(conn *c, int status, const char *why, const dmn_http_req *r)
 {
     if (c->closing || c->st == CS_LINGER) return;
     char *json = proto_err_json(err_of_status(status), why, NULL);
     proto_buf b;
     proto_buf_init(&b);
-    /* Retry-After, and the CORS headers of a request a handler saw (daemon/http_cors.h: a page
-     * reads this 413 or 408 instead of a network failure); a handler adds at most 5 of those */
+    /* Retry-After, and the request's CORS headers (daemon/http_cors.h: a page reads this 413 or
+     * 408 instead of a network failure); there are at most 5 of those */
     char *hdr[2 * 8];
     int n = 0;
     if (status == 503 || status == 429) {
@@ -230,10 +231,10 @@ static void conn_error(conn *c, int status, const char *why)
         hdr[1] = "1";
         n = 1;
     }
-    for (int i = 0; c->req && i < c->req->n_hdrs && n < 8; i++)
-        if (dmn_http_cors_header(c->req->hdrs[2 * i])) {
-            hdr[2 * n] = c->req->hdrs[2 * i];
-            hdr[2 * n + 1] = c->req->hdrs[2 * i + 1];
+    for (int i = 0; r && i < r->n_hdrs && n < 8; i++)
+        if (dmn_http_cors_header(r->hdrs[2 * i])) {
+            hdr[2 * n] = r->hdrs[2 * i];
+            hdr[2 * n + 1] = r->hdrs[2 * i + 1];
             n++;
         }
     build_head(&b, status, "application/json", json ? (long long)strlen(json) : 0, 0, hdr, n, 1, 0);
@@ -243,6 +244,11 @@ static void conn_error(conn *c, int status, const char *why)
     proto_buf_deinit(&b);
     free(json);
     log_refused(c->h, c->client, why);
+}
+
+static void conn_error(conn *c, int status, const char *why)
+{
+    conn_error_to(c, status, why, c->req);
 }
 
 /* ---------------------------------------------------------------- requests */
@@ -424,15 +430,16 @@ static void start_request(conn *c, const char *p, size_t len)
     hb[len] = 0;
     const char *why;
     int st = dmn_http_parse_head(hb, len, h->cfg.max_body, &r->head, &why);
-    if (st) {
-        free(hb);
-        free(r);
-        conn_error(c, st, why);
-        return;
-    }
     r->headbuf = hb;
     r->h = h;
     r->c = c;
+    /* a refused head's fields up to the refusal are whole: its Origin gets its CORS headers */
+    if (h->h.cors_origins && !c->is_probe) dmn_http_cors_add(r, h->h.cors_origins(h->h.ctx));
+    if (st) {
+        conn_error_to(c, st, why, r);
+        req_free(r);
+        return;
+    }
     r->path = strndup(r->head.target, strcspn(r->head.target, "?"));
     if (!r->path) {
         req_free(r);

@@ -61,6 +61,12 @@ typedef struct dmn_http_handler {
      * request pointer is invalid. May be NULL. */
     void (*on_close)(void *ctx, dmn_http_req *r, int completed);
     void *ctx;
+    /* CORS (daemon/http_cors.h): the origins whose web pages may read this listener's answers
+     * ("" for none), asked for each request. From it the listener adds the CORS headers to every
+     * answer to a request whose head it parsed, its own refusals included (413, 408, 400); the
+     * handler answers preflights (dmn_http_cors_preflight). May be NULL: no CORS (the admin
+     * listener). */
+    const char *(*cors_origins)(void *ctx);
 } dmn_http_handler;
 
 typedef struct dmn_http_cfg {

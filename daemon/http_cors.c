@@ -103,7 +103,7 @@ int dmn_http_cors_preflight(dmn_http_req *r, const char *origins, const char *me
 {
     if (!methods || !origins || !*origins || strcmp(dmn_http_method(r), "OPTIONS") != 0) return 0;
     const char *allow = dmn_http_cors_allow_origin(origins, dmn_http_header(r, "Origin"));
-    /* without Access-Control-Request-Method it is a plain OPTIONS (405 as before); a browser
+    /* without Access-Control-Request-Method it is a plain OPTIONS (served as any request); a browser
      * sends a preflight with Origin always, so "*" does not stand in for a missing one */
     if (!allow || !dmn_http_header(r, "Origin") ||
         !dmn_http_header(r, "Access-Control-Request-Method"))
@@ -111,12 +111,9 @@ int dmn_http_cors_preflight(dmn_http_req *r, const char *origins, const char *me
     char hdrs[64 + DMN_CORS_REQ_HEADERS_BYTES];
     dmn_http_cors_allow_headers(dmn_http_header(r, "Access-Control-Request-Headers"), hdrs,
                                 sizeof hdrs);
-    int any = !strcmp(allow, "*");
-    /* the answer depends on the requested headers (echoed), and with a list on the origin */
-    dmn_http_add_header(r, "Vary",
-                        any ? "Access-Control-Request-Headers"
-                            : "Origin, Access-Control-Request-Headers");
-    dmn_http_add_header(r, "Access-Control-Allow-Origin", allow);
+    /* the listener added Allow-Origin (and with a list Vary: Origin, dmn_http_cors_add); the
+     * answer also depends on the requested headers, echoed (a second Vary adds to the first) */
+    dmn_http_add_header(r, "Vary", "Access-Control-Request-Headers");
     /* the route's methods whatever was asked: the browser compares them with its request and
      * refuses a method not listed itself */
     dmn_http_add_header(r, "Access-Control-Allow-Methods", methods);

@@ -65,15 +65,17 @@ int dmn_http_cors_allow_headers(const char *requested, char *out, size_t n);
  * too large, a body too slow), so the page can read that error too. */
 int dmn_http_cors_header(const char *name);
 
-/* Adds the headers every response to r carries under origins (before the response begins;
- * nothing when origins is ""). Loop thread. */
+/* Adds the headers every response to r carries under origins (nothing when origins is ""):
+ * the listener's, for every request whose head it parsed (dmn_http_handler.cors_origins), before
+ * the handler sees it. Loop thread. */
 void dmn_http_cors_add(dmn_http_req *r, const char *origins);
 
-/* Answers r when it is a preflight under origins: OPTIONS with an Origin the list allows and an
- * Access-Control-Request-Method, on a route whose methods are `methods` ("POST", "GET, HEAD";
- * NULL for no route). The answer is 204 with the allow headers; it needs no API key (a preflight
- * carries none). Returns 1 when it answered, 0 when r is not such a preflight (the caller serves
- * it as any request). Loop thread. */
+/* The handler's: answers r when it is a preflight under origins: OPTIONS with an Origin the list
+ * allows and an Access-Control-Request-Method, on a route whose methods are `methods` ("POST",
+ * "GET, HEAD"; NULL for no route). The answer is 204 with the allow headers beside those the
+ * listener added (dmn_http_cors_add); it needs no API key (a preflight carries none). Returns 1
+ * when it answered, 0 when r is not such a preflight (the caller serves it as any request).
+ * Loop thread. */
 int dmn_http_cors_preflight(dmn_http_req *r, const char *origins, const char *methods);
 
 #endif

@@ -58,7 +58,6 @@ static void h_headers(void *ctx, dmn_http_req *r)
 {
     /* as the API listener does with cors_origins set (daemon/api.c) */
     if (dmn_http_cors_preflight(r, "https://ui.example", "POST")) return;
-    dmn_http_cors_add(r, "https://ui.example");
     if (!strcmp(dmn_http_path(r), "/early")) dmn_http_respond(r, 401, "text/plain", "no", 2);
 }
 
@@ -91,6 +90,11 @@ static void h_close(void *ctx, dmn_http_req *r, int completed)
     if (!completed) T.closes_incomplete++;
     if (!strcmp(dmn_http_path(r), "/hang")) T.hang_closed_at = now_s();
     if (T.pending == r) T.pending = NULL;
+}
+
+static const char *h_cors(void *ctx)
+{
+    return "https://ui.example";
 }
 
 static void on_stop(uv_async_t *a)
@@ -145,7 +149,8 @@ static char *ex(const char *req)
 
 static struct {
     char echo[512], te_cl[512], two_cl[512], big_cl[512], big_chunked[512], later[512],
-        stream[1024], early[512], keepalive[1024], preflight[1024], big_chunked_cors[1024];
+        stream[1024], early[512], keepalive[1024], preflight[1024], big_chunked_cors[1024],
+        big_cl_cors[1024];
     double hang_sent_close;
 } R;
 
@@ -161,6 +166,11 @@ static void client(void *arg)
                 "Content-Length: 6\r\n\r\nhello!"));
     snprintf(R.big_cl, sizeof R.big_cl, "%s",
              ex("POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 5000\r\n\r\n"));
+    /* the same from a page: refused with the head, before any handler, and still readable */
+    snprintf(
+        R.big_cl_cors, sizeof R.big_cl_cors, "%s",
+        ex("POST /echo HTTP/1.1\r\nHost: x\r\nOrigin: https://ui.example\r\nConnection: close\r\n"
+           "Content-Length: 5000\r\n\r\n"));
     {
         /* 3 chunks of 600 bytes against a 1024-byte limit, no Content-Length */
         static char req[4096];
@@ -213,7 +223,7 @@ TEST(http_loop_driven)
     uv_async_init(&T.loop, &T.stop, on_stop);
     uv_timer_init(&T.loop, &T.later);
     dmn_http_cfg cfg = {"test", "127.0.0.1", 0, 1024, 32 * 1024, 16, 8, 10, 10};
-    dmn_http_handler hd = {h_headers, h_body, h_close, NULL};
+    dmn_http_handler hd = {h_headers, h_body, h_close, NULL, h_cors};
     char err[256];
     T.h = dmn_http_new(&T.loop, &cfg, &hd, err, sizeof err);
     REQUIRE(T.h);
@@ -229,6 +239,9 @@ TEST(http_loop_driven)
     CHECK_MSG(strstr(R.te_cl, "HTTP/1.1 400") != NULL, "CL+TE: %s", R.te_cl);
     CHECK_MSG(strstr(R.two_cl, "HTTP/1.1 400") != NULL, "two CL: %s", R.two_cl);
     CHECK_MSG(strstr(R.big_cl, "HTTP/1.1 413") != NULL, "big CL: %s", R.big_cl);
+    CHECK_MSG(strstr(R.big_cl_cors, "HTTP/1.1 413") &&
+                  strstr(R.big_cl_cors, "\r\nAccess-Control-Allow-Origin: https://ui.example\r\n"),
+              "big CL from a page: %s", R.big_cl_cors);
     CHECK_MSG(strstr(R.big_chunked, "HTTP/1.1 413") != NULL, "big chunked: %s", R.big_chunked);
     /* CORS: without an Origin only Vary; with one, the 413 the listener writes carries it */
     CHECK_MSG(!strstr(R.big_chunked, "Access-Control-") &&

@@ -79,7 +79,7 @@ static void run(const dmn_http_cfg *cfg, void (*client)(void))
     REQUIRE(uv_loop_init(&L.loop) == 0);
     uv_async_init(&L.loop, &L.stop, on_stop);
     uv_timer_init(&L.loop, &L.tick);
-    dmn_http_handler hd = {h_headers, h_body, h_close, NULL};
+    dmn_http_handler hd = {h_headers, h_body, h_close, NULL, NULL};
     char err[256];
     L.h = dmn_http_new(&L.loop, cfg, &hd, err, sizeof err);
     REQUIRE(L.h);
@@ -306,7 +306,7 @@ TEST(http_per_address_limit_refuses_with_json)
     REQUIRE(uv_loop_init(&L.loop) == 0);
     uv_async_init(&L.loop, &L.stop, on_stop);
     uv_timer_init(&L.loop, &L.tick);
-    dmn_http_handler hd = {h_headers, hold_body, h_close, NULL};
+    dmn_http_handler hd = {h_headers, hold_body, h_close, NULL, NULL};
     dmn_http_cfg cfg = {"api", "127.0.0.1", 0, 1024, 16 * 1024, 16, 2, 10, 10};
     char err[256];
     L.h = dmn_http_new(&L.loop, &cfg, &hd, err, sizeof err);
@@ -418,7 +418,7 @@ TEST(http_self_probe_sees_a_deaf_listener)
     REQUIRE(uv_loop_init(&L.loop) == 0);
     uv_async_init(&L.loop, &L.stop, on_stop);
     uv_timer_init(&L.loop, &L.tick);
-    dmn_http_handler hd = {h_headers, h_body, h_close, NULL};
+    dmn_http_handler hd = {h_headers, h_body, h_close, NULL, NULL};
     dmn_http_cfg cfg = {"api", "127.0.0.1", 0, 1024, 16 * 1024, 16, 0, 10, 10};
     char err[256];
     L.h = dmn_http_new(&L.loop, &cfg, &hd, err, sizeof err);
