@@ -146,9 +146,10 @@ static void api_free(dmn_api_req *a)
 
 /* Refusals come in floods: under overload (429 queue full, 503 draining / not ready: 10x
  * overload wrote 606 MB of request lines in 100 s), and from anyone who can reach the port
- * (401 without the key, 403, 404, 405, 413: a client without a key wrote a line a request). The
- * first refusal of each second is logged whole; the rest are counted and the count logged with
- * the next one (loop thread only). A request that started work is always logged. */
+ * (401 without the key, 403, 404, 405, 413, a CORS preflight's 204: a client without a key wrote
+ * a line a request). The first refusal of each second is logged whole; the rest are counted and
+ * the count logged with the next one (loop thread only). A request that started work is always
+ * logged. */
 static struct {
     double window;
     unsigned suppressed;
@@ -158,7 +159,7 @@ static struct {
 static int refusal_suppressed(int status)
 {
     if (status != 429 && status != 503 && status != 401 && status != 403 && status != 404 &&
-        status != 405 && status != 413)
+        status != 405 && status != 413 && status != 204)
         return 0;
     double now = sched_now();
     if (now - refused_log.window < 1.0) {

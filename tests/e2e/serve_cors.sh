@@ -108,6 +108,24 @@ check cors_other_origin_vary [ "$(hdr vary)" = Origin ]
 # scheme and host compare without case, and the request's own spelling is echoed
 code=$(get "$API/v1/models" -H "Origin: HTTPS://UI.example.com" -H 'Authorization: Bearer sk-k')
 check cors_origin_case [ "$(hdr access-control-allow-origin)" = "HTTPS://UI.example.com" ]
+# preflights need no key, so anyone can send them by the thousand: they are logged as refusals
+# are, the first of each second and a count
+before=$(wc -l <"$LOG")
+python3 - "${API##*:}" "$WEB" >"$T/flood" 2>&1 <<'PY'
+import http.client, sys, time
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+h = {"Origin": sys.argv[2], "Access-Control-Request-Method": "POST"}
+n, end = 0, time.time() + 1.3
+while time.time() < end:
+    c.request("OPTIONS", "/v1/chat/completions", headers=h)
+    r = c.getresponse()
+    r.read()
+    n += r.status == 204
+print(n)
+PY
+after=$(wc -l <"$LOG")
+check cors_preflight_flood_sent [ "$(cat "$T/flood")" -gt 100 ]
+check cors_preflight_flood_log_bounded [ $((after - before)) -lt 10 ]
 # the admin listener: never
 code=$(get "$ADMIN/health" -H "Origin: $WEB")
 check cors_admin_none no_cors
