@@ -288,8 +288,10 @@ static void on_error(dmn_api_req *a, const sched_event *ev)
     enum proto_err e = sched_status_api_err(ev->status);
     if (e == PROTO_ERR_NONE) e = PROTO_ERR_INTERNAL; /* an ERROR event always carries a status */
     snprintf(a->err_code, sizeof a->err_code, "%s", proto_err_info(e)->code);
-    dmn_log(DMN_LOG_WARN, "request_failed", "id=%s status=%d error=\"%s\" msg=\"%s\"", a->id, ev->status,
-            sched_strerror(ev->status), ev->message ? ev->message : "");
+    char qm[600]; /* the message may hold a client's text (a name, a grammar): quoted, escaped */
+    dmn_log(DMN_LOG_WARN, "request_failed", "id=%s status=%d error=\"%s\" msg=%s", a->id,
+            ev->status, sched_strerror(ev->status),
+            dmn_log_quote(qm, sizeof qm, ev->message ? ev->message : ""));
     if (a->stream && dmn_http_responded(a->http)) {
         dmn_api_stream_event(a, proto_err_json(e, ev->message, NULL));
         dmn_api_stream_finish(a);

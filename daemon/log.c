@@ -126,10 +126,15 @@ void dmn_log(enum dmn_log_level lvl, const char *event, const char *fmt, ...)
         line[o++] = ' ';
         va_list ap;
         va_start(ap, fmt);
+        size_t o0 = o;
         int k = vsnprintf(line + o, sizeof line - o, fmt, ap);
         va_end(ap);
         if (k > 0) o += (size_t)k;
         if (o > sizeof line - 2) o = sizeof line - 2; /* truncated: keep the line a line */
+        /* one event, one line: a control byte a value brought (a client's text not quoted with
+         * dmn_log_quote) cannot start a forged line or hide the rest of this one */
+        for (size_t i = o0; i < o; i++)
+            if ((unsigned char)line[i] < ' ' || line[i] == 0x7f) line[i] = '?';
     }
     line[o++] = '\n';
     pthread_mutex_lock(&log_mu);

@@ -489,7 +489,8 @@ static void after_load(uv_work_t *w, int status)
     dmn_serve *d = w->data;
     if (!d->load_err[0] && status != 0) snprintf(d->load_err, sizeof d->load_err, "loading was cancelled");
     if (d->load_err[0]) {
-        dmn_log(DMN_LOG_ERROR, "load_failed", "msg=\"%s\"", d->load_err);
+        char q[sizeof d->load_err + 64]; /* it may quote a config value: escaped */
+        dmn_log(DMN_LOG_ERROR, "load_failed", "msg=%s", dmn_log_quote(q, sizeof q, d->load_err));
         char msg[1100];
         snprintf(msg, sizeof msg, "STATUS=failed: %s", d->load_err);
         dmn_notify(msg);
@@ -534,7 +535,9 @@ static void after_load(uv_work_t *w, int status)
     char err[256];
     d->sched = sched_new(d->loop, d->devs, d->n_devs, d->tok, &sc, on_warm, d, err, sizeof err);
     if (!d->sched) {
-        dmn_log(DMN_LOG_ERROR, "load_failed", "msg=\"scheduler: %s\"", err);
+        char m[300], q[400];
+        snprintf(m, sizeof m, "scheduler: %s", err);
+        dmn_log(DMN_LOG_ERROR, "load_failed", "msg=%s", dmn_log_quote(q, sizeof q, m));
         d->state = DMN_STATE_FAILED;
         d->exit_code = 1;
         shutdown_now(d, "scheduler failed");
@@ -634,7 +637,8 @@ int dmn_serve_main(int argc, char **argv)
             0 ||
         setup_auth(d, err, sizeof err) < 0) {
         fprintf(stderr, "tandem serve: %s\n", err);
-        dmn_log(DMN_LOG_ERROR, "config", "msg=\"%s\"", err);
+        char q[sizeof err + 64];
+        dmn_log(DMN_LOG_ERROR, "config", "msg=%s", dmn_log_quote(q, sizeof q, err));
         dmn_auth_free(d->auth);
         dmn_auth_free(d->admin_auth);
         dmn_config_deinit(&d->cfg);
