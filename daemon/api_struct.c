@@ -195,6 +195,16 @@ const char *dmn_tools_finish(const proto_tools *t, enum proto_tool_family f, dmn
         return finish;
     }
     ct->mode = DMN_TOOLS_CALLS;
+    if (!t->parallel && ct->n_calls > 1) {
+        /* parallel_tool_calls false (and the functions API): one call. An unconstrained model
+         * may write more; the first is the answer and the rest are dropped, as vLLM does (PR
+         * 26233); a constrained one's grammar allows one only */
+        for (int i = 1; i < ct->n_calls; i++) {
+            free(ct->calls[i].name);
+            free(ct->calls[i].arguments);
+        }
+        ct->n_calls = 1;
+    }
     for (int i = 0; i < ct->n_calls; i++) call_id(ct->calls[i].id, f);
     if (!finish || strcmp(finish, "stop")) return finish;
     return t->legacy ? "function_call" : "tool_calls";
