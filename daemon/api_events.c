@@ -71,6 +71,33 @@ static void lp_of(const sched_event *ev, proto_lp_token *t, size_t offset)
     }
 }
 
+/* A chat stream's first chunk of a choice says only who speaks, as OpenAI and vLLM send it:
+ * delta {"role": "assistant", "content": ""} (and logprobs {"content": []} when asked); the
+ * text starts in the next. Clients' stream helpers count on it: openai-node's accumulator
+ * appended the first chunk's logprobs twice when that chunk also carried tokens. */
+static void stream_start(dmn_api_req *a, api_choice *c, int index)
+{
+    if (c->started || a->meta.ep != PROTO_EP_CHAT) return;
+    proto_choice_out out = {.index = index, .logprobs = a->logprobs};
+    dmn_api_stream_event(a, proto_chunk_json(&a->meta, &out, 1, a->include_usage));
+    c->started = 1;
+}
+
+/* Keeps a token's logprobs on the choice: the whole answer's (not streamed), or a stream's held
+ * tokens' until their text goes out (host memory short: that token's are lost, not the rest). */
+static void lp_keep(api_choice *c, const proto_lp_token *lp)
+{
+    if (c->n_lps == c->cap_lps) {
+        int cap = c->cap_lps ? c->cap_lps * 2 : 16;
+        proto_lp_token *p = realloc(c->lps, sizeof *p * (size_t)cap);
+        if (p) {
+            c->lps = p;
+            c->cap_lps = cap;
+        }
+    }
+    if (c->n_lps < c->cap_lps) c->lps[c->n_lps++] = *lp;
+}
+
 static void on_token(dmn_api_req *a, const api_part *pt, const sched_event *ev)
 {
     if (ev->choice < 0 || ev->choice >= a->n) return;
@@ -111,7 +138,11 @@ static void on_token(dmn_api_req *a, const api_part *pt, const sched_event *ev)
             proto_buf_add(&c->text, ev->text, ev->text_len);
             size_t k = dmn_tools_content(a->tools, (enum proto_tool_family)a->tool_family,
                                          &c->tools, c->text.p, c->text.len);
-            if (k <= c->tools.sent) return;
+            if (k <= c->tools.sent) {
+                /* held: its logprobs go out with the text that follows (or at the end) */
+                if (ev->has_logprobs) lp_keep(c, &lp);
+                return;
+            }
             text = c->text.p + c->tools.sent;
             len = k - c->tools.sent;
             c->tools.sent = k;
@@ -128,23 +159,20 @@ static void on_token(dmn_api_req *a, const api_part *pt, const sched_event *ev)
                                 .logprobs = ev->has_logprobs,
                                 .lps = &lp,
                                 .n_lps = ev->has_logprobs};
+        if (c->n_lps && ev->has_logprobs) { /* the held tokens' first, then this one's */
+            lp_keep(c, &lp);
+            out.lps = c->lps;
+            out.n_lps = c->n_lps;
+        }
+        stream_start(a, c, ev->choice);
         dmn_api_stream_event(a, proto_chunk_json(&a->meta, &out, !c->started, a->include_usage));
+        c->n_lps = 0;
         c->started = 1;
         /* plain text from here on: nothing more is kept */
         if (c->tools.mode == DMN_TOOLS_TEXT) c->text.len = 0;
     } else {
         proto_buf_add(&c->text, ev->text, ev->text_len);
-        if (ev->has_logprobs) {
-            if (c->n_lps == c->cap_lps) {
-                int cap = c->cap_lps ? c->cap_lps * 2 : 16;
-                proto_lp_token *p = realloc(c->lps, sizeof *p * (size_t)cap);
-                if (p) {
-                    c->lps = p;
-                    c->cap_lps = cap;
-                }
-            }
-            if (c->n_lps < c->cap_lps) c->lps[c->n_lps++] = lp;
-        }
+        if (ev->has_logprobs) lp_keep(c, &lp);
     }
 }
 
@@ -189,15 +217,21 @@ static void on_choice_done(dmn_api_req *a, const sched_event *ev)
                                 .text_len = len,
                                 .calls = c->tools.calls,
                                 .n_calls = c->tools.n_calls,
-                                .function_call = a->tools->legacy};
-        if (len || calls) {
+                                .function_call = a->tools->legacy,
+                                .logprobs = c->n_lps > 0, /* the held tokens': as a whole answer */
+                                .lps = c->lps,
+                                .n_lps = c->n_lps};
+        if (len || calls || c->n_lps) {
+            stream_start(a, c, ev->choice);
             dmn_api_stream_event(a, proto_chunk_json(&a->meta, &out, !c->started, a->include_usage));
             c->started = 1;
         }
+        c->n_lps = 0;
         a->finish = c->finish;
     }
     if (a->stream) {
         proto_choice_out out = {.index = ev->choice, .finish_reason = c->finish};
+        stream_start(a, c, ev->choice);
         char *json = proto_chunk_json(&a->meta, &out, !c->started, a->include_usage);
         int last = !a->include_usage; /* without a usage chunk, the last choice's finish is last */
         for (int i = 0; i < a->n && last; i++) last = a->choices[i].finish != NULL;

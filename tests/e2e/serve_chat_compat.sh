@@ -37,6 +37,12 @@ check compat_llama31_developer_is_system [ "$dev" = "$(jqb .prompt)" ]
 post /v1/chat/completions '{"messages":[{"role":"user","content":"weather?"}],'"$TOOLS"',"tool_choice":"required","max_tokens":4}' >/dev/null
 check compat_required_cut_content_null jqt '.choices[0].finish_reason == "length" and .choices[0].message.content == null and (.choices[0].message | has("tool_calls") | not)'
 check compat_refusal_null jqt '.choices[0].message | has("refusal") and .refusal == null'
+# a chat stream's first chunk only says who speaks (OpenAI, vLLM): content "", logprobs [] when
+# asked; the text starts in the next one (openai-node counted a first chunk's logprobs twice)
+post /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"stream":true,"logprobs":true}' >/dev/null
+sed -n 's/^data: \({.*\)$/\1/p' "$T/body" | head -n 2 >"$T/first2"
+check compat_stream_role_chunk sh -c "head -n 1 '$T/first2' | jq -e '.choices[0].delta == {\"role\": \"assistant\", \"content\": \"\"} and .choices[0].logprobs.content == []' >/dev/null &&
+    tail -n 1 '$T/first2' | jq -e '(.choices[0].delta | has(\"role\") | not) and (.choices[0].logprobs.content | length) >= 1' >/dev/null"
 # OpenAI's wording of a context error (LiteLLM matches its first sentence); the code is kept
 post /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":4000}' >/dev/null
 check compat_context_wording jqt '.error.code == "context_length_exceeded" and (.error.message | test("^This model.s maximum context length is [0-9]+ tokens. However, you requested [0-9]+ tokens \\([0-9]+ in the messages, 4000 in the completion\\)"))'

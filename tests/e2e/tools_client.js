@@ -134,21 +134,49 @@ async function main() {
       report('text_then_call_stream', !why && whole.message.content === 'Let me check.\n' && shape(whole) === shape(streamed) && whole.finish_reason === 'tool_calls',
         why || `${shape(whole)} vs ${shape(streamed)}`);
     } catch (e) { report('text_then_call_stream', false, `${e.status} ${e.message}`); }
+    // logprobs with text, then a call: the stream carries every token's, as the whole answer
+    // does (the held tokens' went nowhere before)
+    try {
+      const grammar = 'root ::= "Let me check.\\n<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"Paris\\", \\"unit\\": \\"celsius\\"}}\\n</tool_call>"';
+      const body = { model: 'tiny-llama2-mha', messages, tools, grammar, max_tokens: 300, temperature: 0, logprobs: true };
+      const toks = (ch) => ((ch.logprobs && ch.logprobs.content) || []).map((t) => t.token).join('');
+      const whole = (await client.chat.completions.create(body)).choices[0];
+      const streamed = (await client.chat.completions.stream(body).finalChatCompletion()).choices[0];
+      report('text_then_call_logprobs', toks(whole).length > 0 && toks(whole) === toks(streamed),
+        `${JSON.stringify(toks(whole))} vs ${JSON.stringify(toks(streamed))}`);
+    } catch (e) { report('text_then_call_logprobs', false, `${e.status} ${e.message}`); }
     // two calls written (forced with the grammar) under parallel_tool_calls false: the first
     // only, whole and streamed (vLLM PR 26233); by default both
     try {
-      const one = '<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"CITY\\", \\"unit\\": \\"celsius\\"}}\\n</tool_call>';
-      const grammar = `root ::= "${one.replace('CITY', 'Paris')}\\n${one.replace('CITY', 'Rome')}"`;
-      const calls = (ch) => (ch.message.tool_calls || []).map((c) => JSON.parse(c.function.arguments).city).join(',');
-      const body = { model: 'tiny-llama2-mha', messages, tools, grammar, max_tokens: 300, temperature: 0 };
-      const both = (await client.chat.completions.create(body)).choices[0];
-      const single = { ...body, parallel_tool_calls: false };
-      const whole = (await client.chat.completions.create(single)).choices[0];
-      const streamed = (await client.chat.completions.stream(single).finalChatCompletion()).choices[0];
-      report('not_parallel_first_call_only', calls(both) === 'Paris,Rome' && calls(whole) === 'Paris' && calls(streamed) === 'Paris' &&
-        whole.finish_reason === 'tool_calls' && streamed.finish_reason === 'tool_calls',
-        `${calls(both)} / ${calls(whole)} / ${calls(streamed)} ${whole.finish_reason} ${streamed.finish_reason}`);
-    } catch (e) { report('not_parallel_first_call_only', false, `${e.status} ${e.message}`); }
+        const one =
+            '<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"CITY\\", \\"unit\\": \\"celsius\\"}}\\n</tool_call>';
+        const grammar =
+            `root ::= "${one.replace('CITY', 'Paris')}\\n${one.replace('CITY', 'Rome')}"`;
+        const calls = (ch) => (ch.message.tool_calls || [])
+                                  .map((c) => JSON.parse(c.function.arguments).city)
+                                  .join(',');
+        const body = {
+            model : 'tiny-llama2-mha',
+            messages,
+            tools,
+            grammar,
+            max_tokens : 300,
+            temperature : 0
+        };
+        const both = (await client.chat.completions.create(body)).choices[0];
+        const single = {...body, parallel_tool_calls : false};
+        const whole = (await client.chat.completions.create(single)).choices[0];
+        const streamed =
+            (await client.chat.completions.stream(single).finalChatCompletion()).choices[0];
+        report('not_parallel_first_call_only',
+               calls(both) === 'Paris,Rome' && calls(whole) === 'Paris' &&
+                   calls(streamed) === 'Paris' && whole.finish_reason === 'tool_calls' &&
+                   streamed.finish_reason === 'tool_calls',
+               `${calls(both)} / ${calls(whole)} / ${calls(streamed)} ${whole.finish_reason} ${
+                   streamed.finish_reason}`);
+    } catch (e) {
+        report('not_parallel_first_call_only', false, `${e.status} ${e.message}`);
+    }
   }
   // a named function that is not among the tools: 400
   try {
