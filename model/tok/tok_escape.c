@@ -89,20 +89,70 @@ const char *model_tok_esc_refusal(const model_tok *t)
     return t && t->esc_refusal[0] ? t->esc_refusal : NULL;
 }
 
-/* Escapes one string member in place. 1 when it changed, 0 not, or escape_text's error. */
-static int escape_member(const model_tok *t, model_tok_esc *e, json_t *o, const char *key,
-                         size_t *grew)
+/* A string's escaped copy (a new reference), NULL in *out when it holds no special string. */
+static int escape_string(const model_tok *t, model_tok_esc *e, const char *s, size_t n,
+                         size_t *grew, json_t **out)
 {
-    json_t *v = json_object_get(o, key);
-    if (!json_is_string(v)) return 0;
+    *out = NULL;
     size_t before = e->n_escaped;
     proto_buf b = {0};
-    int rc = escape_text(t, e, json_string_value(v), json_string_length(v), &b, grew);
+    int rc = escape_text(t, e, s, n, &b, grew);
     /* valid UTF-8: a JSON string's text with ASCII markers in place of whole token strings */
-    if (rc == 0 && e->n_escaped != before)
-        rc = json_object_set_new(o, key, json_stringn_nocheck(b.p, b.len)) ? -1 : 1;
+    if (rc == 0 && e->n_escaped != before && !(*out = json_stringn_nocheck(b.p, b.len))) rc = -1;
     proto_buf_deinit(&b);
     return rc;
+}
+
+/* Every string in v, object keys included, escaped (skip: a top-level key left as it is, the
+ * message's role). *out: a new value when something changed, else NULL (v stays). Depth is the
+ * request's, bounded before it was parsed (proto_json_depth). 0, -1 out of memory, -2 too big. */
+static int escape_json(const model_tok *t, model_tok_esc *e, json_t *v, const char *skip,
+                       size_t *grew, json_t **out)
+{
+    *out = NULL;
+    if (json_is_string(v))
+        return escape_string(t, e, json_string_value(v), json_string_length(v), grew, out);
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x)
+        {
+            json_t *nx;
+            int rc = escape_json(t, e, x, NULL, grew, &nx);
+            if (rc < 0) return rc;
+            if (nx && json_array_set_new(v, i, nx)) return -1; /* in place: v is ours */
+        }
+        return 0;
+    }
+    if (!json_is_object(v)) return 0;
+    /* keys may hold specials too (a tool call's argument names): the object is rebuilt when one
+     * does, as a key cannot be renamed in place */
+    json_t *o = json_object();
+    if (!o) return -1;
+    int changed = 0, rc = 0;
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x)
+    {
+        json_t *nk = NULL, *nx = NULL;
+        int keep = skip && !strcmp(k, skip);
+        if (!keep && ((rc = escape_string(t, e, k, strlen(k), grew, &nk)) < 0 ||
+                      (rc = escape_json(t, e, x, NULL, grew, &nx)) < 0)) {
+            json_decref(nk);
+            break;
+        }
+        changed |= nk || nx;
+        rc = json_object_set_new(o, nk ? json_string_value(nk) : k, nx ? nx : json_incref(x)) ? -1
+                                                                                              : 0;
+        json_decref(nk);
+        if (rc < 0) break;
+    }
+    if (rc < 0 || !changed) {
+        json_decref(o);
+        return rc;
+    }
+    *out = o;
+    return 0;
 }
 
 int model_tok_esc_context(const model_tok *t, model_tok_esc *e, const char *ctx, size_t len,
@@ -117,14 +167,26 @@ int model_tok_esc_context(const model_tok *t, model_tok_esc *e, const char *ctx,
     json_t *msgs = json_object_get(root, "messages"), *m;
     size_t i, grew = 0;
     int rc = 0;
+    /* every string of an escaped message, not only its content: a tool call's name and
+     * arguments are the model's output sent back as the content is (a template writes them
+     * with tojson, which leaves "<|eot_id|>" as it is) */
     json_array_foreach(msgs, i, m)
     {
         if (!role_escaped(jstr(m, "role", NULL), scope)) continue;
-        int r = escape_member(t, e, m, "content", &grew);
+        json_t *nm;
+        int r = escape_json(t, e, m, "role", &grew, &nm);
+        if (r == 0 && nm && json_array_set_new(msgs, i, nm)) r = -1;
         if (r < 0) {
             rc = r == -2 ? MODEL_TOK_ESC_ETOOBIG : MODEL_TOK_ESC_EFAIL;
             break;
         }
+    }
+    /* all: the tools' definitions too (their descriptions and parameter names are rendered) */
+    json_t *tools = json_object_get(root, "tools"), *nt = NULL;
+    if (rc == 0 && scope == MODEL_TOK_ESC_ALL && tools) {
+        int r = escape_json(t, e, tools, NULL, &grew, &nt);
+        if (r == 0 && nt && json_object_set_new(root, "tools", nt)) r = -1;
+        if (r < 0) rc = r == -2 ? MODEL_TOK_ESC_ETOOBIG : MODEL_TOK_ESC_EFAIL;
     }
     if (rc == 0 && e->n_escaped) {
         /* the same flags as proto/openai_req.c's dump: a second round trip changes nothing */
