@@ -304,6 +304,14 @@ static int frac_alt(proto_buf *t, int neg, i128 ip, const char *a, int ain, cons
     return rc;
 }
 
+static int no_number(jsc *c, const char *ptr, int integer)
+{
+    return jsc_fail(c, ptr,
+                    "no %s lies within 'minimum'/'maximum' (the exclusive ones included): the "
+                    "schema matches nothing",
+                    integer ? "integer" : "number");
+}
+
 /* Magnitudes from lo to hi (units of 10^-15, both >= 0; lo unset: from 0; hi unset: up to cap),
  * "-" first when neg (then never 0 itself): whole ones canonical and within the 64-bit range
  * (jansson reads a longer integer as an error, not a number), then, for numbers, the ones with a
@@ -380,6 +388,10 @@ int jsc_number(jsc *c, json_t *s, const char *ptr, int integer, proto_buf *b)
     int empty = lo.set && hi.set &&
                 (lo.exact && hi.exact ? lo.v > hi.v || (lo.v == hi.v && (lo.excl || hi.excl))
                                       : lo.d > hi.d || (lo.d == hi.d && (lo.excl || hi.excl)));
+    /* an empty range matches nothing whatever the rules below would write: tails() can take
+     * "1" for a bound's fraction when the upper one's is a prefix of the lower's (0.125 to 0.1
+     * wrote 0.1; review21) */
+    if (empty) return no_number(c, ptr, integer);
     if (!integer) {
         excl_grid(&lo, 1);
         excl_grid(&hi, 0);
@@ -411,8 +423,5 @@ int jsc_number(jsc *c, json_t *s, const char *ptr, int integer, proto_buf *b)
                         "no number of at most 16 fraction digits lies within "
                         "'minimum'/'maximum' (at most 15 of a bound's fraction digits are "
                         "kept): the range is too narrow to be written");
-    return jsc_fail(c, ptr,
-                    "no %s lies within 'minimum'/'maximum' (the exclusive ones included): the "
-                    "schema matches nothing",
-                    integer ? "integer" : "number");
+    return no_number(c, ptr, integer);
 }

@@ -443,6 +443,15 @@ TEST(json_schema_number_fraction_bounds)
          * 0.299999999999999988898 */
         {"{\"type\":\"number\",\"minimum\":0.3,\"maximum\":1e-30}", {NULL}, {"0"}},
         {"{\"type\":\"number\",\"minimum\":0.3}", {"0.3", "7"}, {"0.2999999999999999"}},
+        /* empty where the upper bound's fraction is a prefix of the lower's: written 0.1 for
+         * 0.125..0.1 before (review21), now refused */
+        {"{\"type\":\"number\",\"minimum\":0.125,\"maximum\":0.1}", {NULL}, {"0.1"}},
+        {"{\"type\":\"number\",\"minimum\":0.15,\"maximum\":0.1}", {NULL}, {"0.1"}},
+        {"{\"type\":\"number\",\"minimum\":2.55,\"maximum\":2.5}", {NULL}, {"2.5"}},
+        {"{\"type\":\"number\",\"minimum\":-0.1,\"maximum\":-0.15}", {NULL}, {"-0.1"}},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":5.100000000000001,\"maximum\":5.1}",
+         {NULL},
+         {"5.1"}},
     };
     model_gvocab *v = jschema_bytes_vocab();
     REQUIRE(v);
