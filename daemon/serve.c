@@ -336,12 +336,15 @@ static void on_signal(uv_signal_t *s, int signum)
     }
     dmn_log(DMN_LOG_INFO, "signal", "signal=%s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
     d->exit_code = 0;
-    if (d->state == DMN_STATE_LOADING || !d->sched) {
+    if (!d->sched) {
         d->state = DMN_STATE_FAILED;
         d->exiting = 1;
         dmn_notify("STOPPING=1");
         return; /* the loader finishes, sees exiting, and shuts down */
     }
+    /* loaded (warming up, or ready): a drain with its deadline, the lent devices' included — a
+     * SIGTERM while warming up set no deadline, so a sequence lent already was cut at the next
+     * tick (review21) */
     dmn_serve_drain(d, 1);
 }
 
