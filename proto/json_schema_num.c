@@ -270,14 +270,26 @@ static int close_digits(i128 v)
 }
 
 /* An exclusive bound moved inwards onto the grid of the fraction digits a number next to it may
- * have, staying exclusive: the numbers on that grid beyond it are then at least a grid step from
- * the bound's value (close_digits). */
+ * have: the numbers on that grid beyond it are then at least a grid step from the bound's value
+ * (close_digits); the grid point itself is in when it moved and its double is inside. */
 static void excl_grid(nbound *x, int lower)
 {
     if (!x->set || !x->excl) return;
     int k = close_digits(x->v);
     i128 step = k >= FRAC_DIGITS ? 1 : (i128)pow10u(FRAC_DIGITS - k);
-    x->v = (lower ? ceil_div(x->v, step) : floor_div(x->v, step)) * step;
+    i128 v = (lower ? ceil_div(x->v, step) : floor_div(x->v, step)) * step;
+    if (v != x->v) {
+        /* moved: the grid point itself is in when its double is strictly inside the bound's
+         * (exclusiveMinimum 1.999999999999999 moved to 2 kept 2 out, which a validator takes;
+         * review21). Every decimal beyond it then reads as a double beyond it too. */
+        i128 a = v < 0 ? -v : v;
+        char txt[64];
+        snprintf(txt, sizeof txt, "%s%llu.%015llu", v < 0 ? "-" : "",
+                 (unsigned long long)(a / SCALE), (unsigned long long)(a % SCALE));
+        double g = strtod(txt, NULL);
+        if (lower ? g > x->d : g < x->d) x->excl = 0;
+    }
+    x->v = v;
 }
 
 /* The fraction digits of v (units of 10^-15, v >= 0) without trailing zeros, into f[16]. */

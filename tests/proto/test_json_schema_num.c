@@ -443,6 +443,13 @@ TEST(json_schema_number_fraction_bounds)
          * 0.299999999999999988898 */
         {"{\"type\":\"number\",\"minimum\":0.3,\"maximum\":1e-30}", {NULL}, {"0"}},
         {"{\"type\":\"number\",\"minimum\":0.3}", {"0.3", "7"}, {"0.2999999999999999"}},
+        /* an exclusive bound off the fraction grid moved onto it: the grid point is in when
+         * its double is beyond the bound's (2 was refused; review21 L2) */
+        {"{\"type\":\"number\",\"exclusiveMinimum\":1.999999999999999}", {"2", "2.5"}, {"1.99"}},
+        {"{\"type\":\"number\",\"exclusiveMaximum\":2.000000000000001}", {"2", "1.5"}, {"2.01"}},
+        {"{\"type\":\"number\",\"minimum\":2,\"exclusiveMaximum\":2.000000000000001}",
+         {"2"},
+         {"2.5", "1"}},
         /* empty where the upper bound's fraction is a prefix of the lower's: written 0.1 for
          * 0.125..0.1 before (review21), now refused */
         {"{\"type\":\"number\",\"minimum\":0.125,\"maximum\":0.1}", {NULL}, {"0.1"}},
