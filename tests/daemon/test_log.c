@@ -11,10 +11,8 @@
  * rest, "ts=... level=error event=forged", read as an event of its own. */
 TEST(log_one_event_one_line)
 {
-    char path[] = "/tmp/tandem-log-XXXXXX", err[256];
-    int fd = mkstemp(path);
-    REQUIRE(fd >= 0);
-    close(fd);
+    char path[512], err[256];
+    snprintf(path, sizeof path, "%s/log", t_tmpdir()); /* the test's own folder, removed after */
     REQUIRE(dmn_log_open(path, "info", err, sizeof err) == 0);
     dmn_log(DMN_LOG_WARN, "request_failed", "msg=\"%s\"",
             "bad\nts=2024-01-01T00:00:00.000Z level=error event=forged\r\x1b[2J");

@@ -119,11 +119,7 @@ ALOG=$LOG
     --peers "127.0.0.1:$BPORT" --peer-key "not-the-fleet-key-123" --peer-wait 2 --log-file "$T/c.log" \
     >"$T/c.out" 2>&1 &
 CPID=$!
-i=0
-while [ $i -lt 200 ] && ! grep -q "event=ready" "$T/c.log" 2>/dev/null && kill -0 $CPID 2>/dev/null; do
-    sleep 0.05
-    i=$((i + 1))
-done
+wait_ready "$T/c.log" $CPID 200
 check peers_wrong_key sh -c "grep -q 'event=peer_skipped .*peer_key' $T/c.log && grep -q 'event=ready' $T/c.log && grep -q 'event=peer_refused .*peer=intruder reason=\"authentication failed' $BLOG && ! grep -q '$B/' $T/c.log"
 kill -TERM $CPID 2>/dev/null
 wait $CPID 2>/dev/null

@@ -137,14 +137,27 @@ async function main() {
     // logprobs with text, then a call: the stream carries every token's, as the whole answer
     // does (the held tokens' went nowhere before)
     try {
-      const grammar = 'root ::= "Let me check.\\n<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"Paris\\", \\"unit\\": \\"celsius\\"}}\\n</tool_call>"';
-      const body = { model: 'tiny-llama2-mha', messages, tools, grammar, max_tokens: 300, temperature: 0, logprobs: true };
-      const toks = (ch) => ((ch.logprobs && ch.logprobs.content) || []).map((t) => t.token).join('');
-      const whole = (await client.chat.completions.create(body)).choices[0];
-      const streamed = (await client.chat.completions.stream(body).finalChatCompletion()).choices[0];
-      report('text_then_call_logprobs', toks(whole).length > 0 && toks(whole) === toks(streamed),
-        `${JSON.stringify(toks(whole))} vs ${JSON.stringify(toks(streamed))}`);
-    } catch (e) { report('text_then_call_logprobs', false, `${e.status} ${e.message}`); }
+        const grammar =
+            'root ::= "Let me check.\\n<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"Paris\\", \\"unit\\": \\"celsius\\"}}\\n</tool_call>"';
+        const body = {
+            model : 'tiny-llama2-mha',
+            messages,
+            tools,
+            grammar,
+            max_tokens : 300,
+            temperature : 0,
+            logprobs : true
+        };
+        const toks = (ch) =>
+            ((ch.logprobs && ch.logprobs.content) || []).map((t) => t.token).join('');
+        const whole = (await client.chat.completions.create(body)).choices[0];
+        const streamed =
+            (await client.chat.completions.stream(body).finalChatCompletion()).choices[0];
+        report('text_then_call_logprobs', toks(whole).length > 0 && toks(whole) === toks(streamed),
+               `${JSON.stringify(toks(whole))} vs ${JSON.stringify(toks(streamed))}`);
+    } catch (e) {
+        report('text_then_call_logprobs', false, `${e.status} ${e.message}`);
+    }
     // two calls written (forced with the grammar) under parallel_tool_calls false: the first
     // only, whole and streamed (vLLM PR 26233); by default both
     try {

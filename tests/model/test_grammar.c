@@ -7,6 +7,7 @@
 #include "model/grammar/grammar.h"
 #include "model/tok/tokenizer.h"
 #include "model/sample/rng.h"
+#include "tests/model/gram_test_util.h"
 #include "tests/test.h"
 #include "tests/util.h"
 #include <jansson.h>
@@ -17,20 +18,6 @@ static model_grammar *compile(const char *text)
     model_grammar *g = model_grammar_new(text, strlen(text), NULL, err, sizeof err);
     if (!g) t_fail(__FILE__, __LINE__, "compile failed: %s", err);
     return g;
-}
-
-/* A vocabulary of single bytes 0..255 (every text is reachable), for sentence checks. */
-static model_gvocab *byte_vocab(void)
-{
-    static char bytes[256];
-    const char *b[256];
-    size_t l[256];
-    for (int i = 0; i < 256; i++) {
-        bytes[i] = (char)i;
-        b[i] = &bytes[i];
-        l[i] = 1;
-    }
-    return model_gvocab_new(256, b, l, NULL, NULL, 0, 0);
 }
 
 /* 1 when text is a complete sentence of g. */
@@ -62,7 +49,7 @@ TEST(grammar_llamacpp_files)
         {"c", {"int main(){return 0;}", "float f(int x){x = x+1;}", "", NULL},
          {"int main(){return 0}", "main(){}", NULL, NULL}},
     };
-    model_gvocab *v = byte_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[128];
@@ -131,7 +118,7 @@ TEST(grammar_errors)
 
 TEST(grammar_repetition_and_utf8)
 {
-    model_gvocab *v = byte_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     model_grammar *g = compile("root ::= \"x\"{2,4} [é-ë]+ \"-\"?\n");
     REQUIRE(g);
@@ -179,7 +166,7 @@ TEST(grammar_repetition_and_utf8)
  * the matcher's bound says so (was "out of memory"). */
 TEST(grammar_rule_names)
 {
-    model_gvocab *v = byte_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     model_grammar *g = compile("root ::= (\"a\") root-1 x{2}\nroot-1 ::= \"b\"\nx ::= \"c\"\n");
     REQUIRE(g);

@@ -2,19 +2,6 @@
 #include "tests/proto/jschema_util.h"
 #include "tests/test.h"
 
-model_gvocab *jschema_bytes_vocab(void)
-{
-    static char bytes[256];
-    const char *b[256];
-    size_t l[256];
-    for (int i = 0; i < 256; i++) {
-        bytes[i] = (char)i;
-        b[i] = &bytes[i];
-        l[i] = 1;
-    }
-    return model_gvocab_new(256, b, l, NULL, NULL, 0, 0);
-}
-
 model_grammar *jschema_grammar(const char *schema, enum proto_jschema_mode mode, char *msg,
                                size_t n)
 {

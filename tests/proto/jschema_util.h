@@ -1,14 +1,13 @@
-/* tests/proto/jschema_util.h — what the JSON Schema converter's tests share: a one-byte-per-token
- * vocabulary, a schema's compiled grammar, acceptance of a whole document by the grammar's own
- * matcher, and random documents drawn from a grammar. */
+/* tests/proto/jschema_util.h — what the JSON Schema converter's tests share: a schema's compiled
+ * grammar, acceptance of a whole document by the grammar's own matcher, and random documents
+ * drawn from a grammar (the one-byte-per-token vocabulary: tests/model/gram_test_util.h). */
 #ifndef TANDEM_TESTS_PROTO_JSCHEMA_UTIL_H
 #define TANDEM_TESTS_PROTO_JSCHEMA_UTIL_H
 #include "model/grammar/grammar.h"
+#include "tests/model/gram_test_util.h" /* gram_bytes_vocab */
 #include "proto/json_schema.h"
 #include <stdint.h>
 
-/* 256 tokens, token i the byte i: a grammar's language is then exactly what it masks. */
-model_gvocab *jschema_bytes_vocab(void);
 /* The compiled grammar of schema in mode; NULL with msg set when the converter refuses it (a
  * grammar the converter wrote that model/grammar refuses fails the test). */
 model_grammar *jschema_grammar(const char *schema, enum proto_jschema_mode mode, char *msg,

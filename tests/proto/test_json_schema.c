@@ -77,7 +77,7 @@ TEST(json_schema_documents)
          {"1.0", NULL, NULL, NULL},
          {"\"x\"", "2.5", NULL, NULL}},
     };
-    model_gvocab *v = jschema_bytes_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char msg[512] = "";

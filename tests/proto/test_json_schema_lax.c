@@ -23,7 +23,7 @@ TEST(json_schema_strict_and_lax)
         {"{\"not\":{\"type\":\"string\"}}", "'not'", "\"s\""},
         {"{\"anyOf\":[{\"type\":\"string\"}],\"uniqueItems\":true}", "'uniqueItems'", "\"s\""},
     };
-    model_gvocab *v = jschema_bytes_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char msg[512] = "";
@@ -125,7 +125,7 @@ TEST(json_schema_client_keywords)
         /* format on a number is OpenAPI's int32/int64/float/double: an annotation there */
         {"{\"type\":\"integer\",\"format\":\"int64\"}", {"12", NULL}, {"\"12\"", NULL}},
     };
-    model_gvocab *v = jschema_bytes_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char msg[512] = "";
@@ -142,7 +142,7 @@ TEST(json_schema_format_samples)
 {
     static const char *const formats[] = {"date", "time",  "date-time", "uuid",
                                           "ipv4", "email", "hostname"};
-    model_gvocab *v = jschema_bytes_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     uint64_t rng = 77;
     const char *path = getenv("TANDEM_JSCHEMA_SAMPLES");
@@ -258,7 +258,7 @@ TEST(json_schema_one_of)
          {"\"s\"", NULL, NULL},
          {"1", NULL, NULL}},
     };
-    model_gvocab *v = jschema_bytes_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char msg[512] = "";
@@ -290,7 +290,7 @@ TEST(json_schema_default_mode_is_lax)
                       0,
               "%s", msg);
     model_grammar *g = model_grammar_new(out.p, out.len, NULL, msg, sizeof msg);
-    model_gvocab *v = jschema_bytes_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(g && v);
     CHECK(jschema_accepts(g, v, "{\"url\":\"x\",\"n\":10}"));
     CHECK(!jschema_accepts(g, v, "{\"url\":\"x\",\"n\":11}"));

@@ -108,7 +108,7 @@ static void dump_sample(const char *schema, const char *doc)
 
 TEST(json_schema_int_ranges)
 {
-    model_gvocab *v = jschema_bytes_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     int compiled = 0, refused_empty = 0, checked = 0;
@@ -215,7 +215,7 @@ static int doc_scaled(const char *doc, i128 *out)
 
 TEST(json_schema_number_ranges)
 {
-    model_gvocab *v = jschema_bytes_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     uint64_t rng = 12345;
     int compiled = 0;
@@ -302,7 +302,7 @@ TEST(json_schema_number_exclusive_doubles)
         {"{\"type\":\"number\",\"exclusiveMaximum\":100000000000000}", "99999999999999",
          "99999999999999.5"},
     };
-    model_gvocab *v = jschema_bytes_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char msg[512] = "";
@@ -329,7 +329,7 @@ TEST(json_schema_number_exclusive_doubles)
  * Number does); they go to Ajv too (TANDEM_JSCHEMA_SAMPLES). */
 TEST(json_schema_number_exclusive_random)
 {
-    model_gvocab *v = jschema_bytes_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     uint64_t rng = 4242;
     int checked = 0;
@@ -392,7 +392,7 @@ TEST(json_schema_int64_ends)
          {"-1000000000000000000", "-9223372036854775808"},
          {"-9223372036854775809", "-9999999999999999999", "-999999999999999999"}},
     };
-    model_gvocab *v = jschema_bytes_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     uint64_t rng = 77;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -460,7 +460,7 @@ TEST(json_schema_number_fraction_bounds)
          {NULL},
          {"5.1"}},
     };
-    model_gvocab *v = jschema_bytes_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         for (int mode = 0; mode < 2; mode++) {
@@ -502,7 +502,7 @@ static void scaled_text(i128 v, char *out, size_t n)
  * (TANDEM_JSCHEMA_SAMPLES). */
 TEST(json_schema_number_decimal_bounds)
 {
-    model_gvocab *v = jschema_bytes_vocab();
+    model_gvocab *v = gram_bytes_vocab();
     REQUIRE(v);
     uint64_t rng = 2026;
     int compiled = 0, refused = 0, exact = 0, long_ok = 0;

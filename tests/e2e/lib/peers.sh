@@ -6,6 +6,16 @@
 #                      --kv-listen 127.0.0.1:${BLISTEN:-0} as node ${B:-nodeB}, its log $T/b.N;
 #                      waits for event=ready (20 s at most) and sets BPID, BLOG, BPORT (its peer
 #                      port) and BADMIN (its admin URL); 0 once it is ready
+#   wait_ready LOG PID TRIES
+#                      waits (TRIES x 50 ms at most) for event=ready in LOG while PID lives
+wait_ready() {
+    _peers_i=0
+    while [ $_peers_i -lt "$3" ] && ! grep -q "event=ready" "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null; do
+        sleep 0.05
+        _peers_i=$((_peers_i + 1))
+    done
+}
+
 node_b() {
     BLOG=$T/b.$1
     shift
@@ -13,11 +23,7 @@ node_b() {
         --kv-listen "127.0.0.1:${BLISTEN:-0}" --peer-devices fpga-emu:0 --peer-key "$KEY" --log-file "$BLOG" "$@" \
         >"$BLOG.out" 2>&1 &
     BPID=$!
-    _peers_i=0
-    while [ $_peers_i -lt 400 ] && ! grep -q "event=ready" "$BLOG" 2>/dev/null && kill -0 $BPID 2>/dev/null; do
-        sleep 0.05
-        _peers_i=$((_peers_i + 1))
-    done
+    wait_ready "$BLOG" $BPID 400
     BPORT=$(sed -n 's/.*event=listening listener=peers .*port=\([0-9]*\).*/\1/p' "$BLOG" | head -1)
     BADMIN=http://127.0.0.1:$(sed -n 's/.*event=listening listener=admin .*port=\([0-9]*\).*/\1/p' "$BLOG" | head -1)
     [ -n "$BPORT" ] && grep -q "event=ready" "$BLOG"
