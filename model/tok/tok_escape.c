@@ -89,6 +89,17 @@ const char *model_tok_esc_refusal(const model_tok *t)
     return t && t->esc_refusal[0] ? t->esc_refusal : NULL;
 }
 
+/* 1 when s[0..n) holds a special token's string. */
+static int has_special(const model_tok *t, const char *s, size_t n)
+{
+    size_t me;
+    for (size_t i = 0; i < n; i++)
+        if (t->spec_trie.first[(uint8_t)s[i]] &&
+            model_tok_trie_longest(&t->spec_trie, s, n, i, &me) >= 0)
+            return 1;
+    return 0;
+}
+
 /* A string's escaped copy (a new reference), NULL in *out when it holds no special string. */
 static int escape_string(const model_tok *t, model_tok_esc *e, const char *s, size_t n,
                          size_t *grew, json_t **out)
@@ -162,6 +173,11 @@ int model_tok_esc_context(const model_tok *t, model_tok_esc *e, const char *ctx,
     if (!t || !e || !ctx) return MODEL_TOK_ESC_EFAIL;
     if (scope == MODEL_TOK_ESC_OFF || t->spec_trie.empty) return 0;
     if (t->esc_refusal[0]) return MODEL_TOK_ESC_EVOCAB;
+    /* The context is compact JSON (proto/openai_req.c), where a special's string stands as it
+     * is: when none occurs anywhere in it, nothing is escaped and the parse is saved (every
+     * chat request under the default pays it otherwise: ~20 ms a MB). A \\u escape could spell one
+     * out, so a context holding any is parsed. */
+    if (t->spec_json_plain && !memmem(ctx, len, "\\u", 2) && !has_special(t, ctx, len)) return 0;
     json_t *root = json_loadb(ctx, len, JSON_ALLOW_NUL, NULL);
     if (!root) return MODEL_TOK_ESC_EFAIL;
     json_t *msgs = json_object_get(root, "messages"), *m;

@@ -247,6 +247,8 @@ struct model_tok {
     tok_trie spec_trie;
     uint32_t spec_min_len;
     int spec_normalized;
+    int spec_json_plain; /* every special's bytes stand as they are in compact JSON (no quote,
+                            backslash or control byte): a context's text can be searched raw */
     char esc_refusal[192];
 
     /* pipeline */

@@ -372,9 +372,14 @@ static int build_tries(model_tok *t, char *err, size_t errlen)
     if (model_tok_trie_add(&t->raw_trie, "", 0, -1) || model_tok_trie_add(&t->norm_trie, "", 0, -1))
         FAIL("out of memory");
     if (model_tok_trie_add(&t->spec_trie, "", 0, -1)) FAIL("out of memory");
+    t->spec_json_plain = 1;
     for (size_t i = 0; i < t->n_added; i++) {
         tok_added *x = &t->added[i];
         if (x->special) {
+            for (uint32_t k = 0; k < x->len; k++) {
+                unsigned char ch = (unsigned char)x->content[k];
+                if (ch < 0x20 || ch == '"' || ch == '\\' || ch == 0x7f) t->spec_json_plain = 0;
+            }
             if (model_tok_trie_add(&t->spec_trie, x->content, x->len, (int32_t)i)) goto oom;
             if (!t->spec_min_len || x->len < t->spec_min_len) t->spec_min_len = x->len;
             t->spec_normalized |= x->normalized;
